@@ -1,0 +1,80 @@
+"""asyncflow: the 2015 TensorFlow paper's dataflow system as an async executor on trio.
+
+``import asyncflow as af`` gives the TF1-style API described in API.md: build a graph with
+ops, then ``async with af.Session() as sess: await sess.run(fetches, feed_dict)``.
+"""
+from asyncflow import dtypes, errors  # noqa: F401
+from asyncflow import kernels as _kernels  # noqa: F401  (registers kernels)
+from asyncflow.dtypes import (  # noqa: F401
+    DType, as_dtype, bfloat16, bool, double, float16, float32, float64, half, int8, int16,
+    int32, int64, string, uint8, uint16, uint32, uint64,
+)
+from asyncflow.devices import DeviceSpec  # noqa: F401
+from asyncflow.graph import (  # noqa: F401
+    Graph, GraphKeys, Operation, Tensor, TensorShape, get_default_graph, reset_default_graph,
+)
+from asyncflow.graph.graph import convert_to_tensor  # noqa: F401
+from asyncflow.ops.array import (  # noqa: F401
+    identity, rank, reshape, shape, size, stop_gradient,
+)
+from asyncflow.ops.control import control_dependencies, group, no_op, tuple  # noqa: F401
+from asyncflow.ops.math import (  # noqa: F401
+    abs, add, add_n, argmax, argmin, cast, ceil, cos, divide, equal, exp, floor, floordiv,
+    floormod, greater, greater_equal, is_finite, is_nan, less, less_equal, log, log1p,
+    logical_and, logical_not, logical_or, logical_xor, matmul, maximum, minimum, mod,
+    multiply, negative, not_equal, pow, reciprocal, reduce_all, reduce_any, reduce_max,
+    reduce_mean, reduce_min, reduce_prod, reduce_sum, round, rsqrt, sigmoid, sign, sin, sqrt,
+    square, squared_difference, subtract, tanh, to_float, truediv, where,
+)
+from asyncflow.ops.sources import (  # noqa: F401
+    constant, fill, ones, ones_like, placeholder, placeholder_with_default, random_normal,
+    random_uniform, range, truncated_normal, zeros, zeros_like,
+)
+from asyncflow.ops.state import (  # noqa: F401
+    Variable, assign, assign_add, assign_sub, global_variables, global_variables_initializer,
+    is_variable_initialized, local_variables, local_variables_initializer,
+    report_uninitialized_variables, scatter_add, scatter_sub, scatter_update,
+    trainable_variables, variables_initializer,
+)
+from asyncflow.runtime.options import ConfigProto, RunMetadata, RunOptions, SessionConfig  # noqa: F401
+from asyncflow.session import Session  # noqa: F401
+
+__version__ = "0.1.0"
+
+
+def name_scope(name, default_name=None, values=None):
+    """Prefix names of ops created inside with ``name/`` (in the default graph)."""
+    from asyncflow.ops.construct import graph_of
+    graph = graph_of(values or ())
+    return graph.name_scope(name or default_name)
+
+
+def device(spec):
+    """Request a device for ops created inside (partial specs merge; callables accepted)."""
+    return get_default_graph().device(spec)
+
+
+def colocate_with(op, ignore_existing=False):
+    """Ops created inside share a device with ``op``."""
+    return get_default_graph().colocate_with(op, ignore_existing)
+
+
+def add_to_collection(name, value):
+    get_default_graph().add_to_collection(name, value)
+
+
+def add_to_collections(names, value):
+    get_default_graph().add_to_collections(names, value)
+
+
+def get_collection(key, scope=None):
+    return get_default_graph().get_collection(key, scope)
+
+
+def get_collection_ref(key):
+    return get_default_graph().get_collection_ref(key)
+
+
+def set_random_seed(seed):
+    """The graph-level seed, combined with per-op seeds as in TF1."""
+    get_default_graph().seed = seed

@@ -1,0 +1,4 @@
+"""``python -m asyncflow``: the command line (``asyncflow --version``, ``asyncflow worker``)."""
+from asyncflow.cli import main
+
+raise SystemExit(main())

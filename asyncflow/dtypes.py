@@ -1,0 +1,150 @@
+"""The dtype table: asyncflow's element types and their numpy twins.
+
+A ``DType`` is an interned, immutable value (``af.float32 is af.as_dtype("float32")``). Numbers
+follow TF1 rather than numpy: two tensors of different dtypes never combine implicitly; a
+Python scalar takes the dtype of the tensor it meets. ``bfloat16`` comes from ``ml_dtypes``;
+``string`` tensors are numpy object arrays of ``bytes``.
+"""
+from __future__ import annotations
+
+import builtins
+
+import ml_dtypes
+import numpy as np
+
+
+class DType:
+    """An element type. Compare with ``is`` or ``==``; build with :func:`as_dtype`."""
+
+    __slots__ = ("name", "_np", "is_floating", "is_integer", "is_unsigned", "is_bool",
+                 "is_string", "is_complex")
+
+    def __init__(self, name, np_dtype, kind):
+        self.name = name
+        self._np = np.dtype(np_dtype)
+        self.is_floating = kind == "f"
+        self.is_integer = kind in ("i", "u")
+        self.is_unsigned = kind == "u"
+        self.is_bool = kind == "b"
+        self.is_string = kind == "s"
+        self.is_complex = False
+
+    @property
+    def as_numpy_dtype(self):
+        """The numpy scalar type (``np.float32``), as in TF1."""
+        return self._np.type
+
+    @property
+    def np(self):
+        """The numpy ``dtype`` object."""
+        return self._np
+
+    @property
+    def is_numeric(self):
+        return self.is_floating or self.is_integer
+
+    @property
+    def base_dtype(self):
+        return self
+
+    @property
+    def size(self):
+        return self._np.itemsize
+
+    @property
+    def min(self):
+        if self.is_floating:
+            return float(ml_dtypes.finfo(self._np).min) if self is bfloat16 else float(np.finfo(self._np).min)
+        if self.is_integer:
+            return int(np.iinfo(self._np).min)
+        raise TypeError(f"dtype {self.name} has no min")
+
+    @property
+    def max(self):
+        if self.is_floating:
+            return float(ml_dtypes.finfo(self._np).max) if self is bfloat16 else float(np.finfo(self._np).max)
+        if self.is_integer:
+            return int(np.iinfo(self._np).max)
+        raise TypeError(f"dtype {self.name} has no max")
+
+    def __repr__(self):
+        return f"af.{self.name}"
+
+    def __reduce__(self):
+        return (as_dtype, (self.name,))
+
+
+float16 = DType("float16", np.float16, "f")
+bfloat16 = DType("bfloat16", ml_dtypes.bfloat16, "f")
+float32 = DType("float32", np.float32, "f")
+float64 = DType("float64", np.float64, "f")
+int8 = DType("int8", np.int8, "i")
+int16 = DType("int16", np.int16, "i")
+int32 = DType("int32", np.int32, "i")
+int64 = DType("int64", np.int64, "i")
+uint8 = DType("uint8", np.uint8, "u")
+uint16 = DType("uint16", np.uint16, "u")
+uint32 = DType("uint32", np.uint32, "u")
+uint64 = DType("uint64", np.uint64, "u")
+bool = DType("bool", np.bool_, "b")  # noqa: A001 - TF1 spelling: af.bool
+string = DType("string", object, "s")
+half = float16
+double = float64
+
+ALL = (float16, bfloat16, float32, float64, int8, int16, int32, int64, uint8, uint16, uint32,
+       uint64, bool, string)
+_BY_NAME = {d.name: d for d in ALL}
+_BY_NAME.update(half=float16, double=float64, bool_=bool, str=string, bytes=string)
+_BY_NP = {d.np: d for d in ALL if not d.is_string}
+_BY_PY = {float: float32, int: int32, builtins.bool: bool,
+          bytes: string, str: string}
+
+
+def as_dtype(value):
+    """Convert a DType, name, numpy dtype or Python type into a ``DType``.
+
+    Raises:
+        TypeError: when ``value`` names no supported dtype.
+    """
+    if isinstance(value, DType):
+        return value
+    if isinstance(value, str):
+        found = _BY_NAME.get(value)
+        if found is not None:
+            return found
+    if isinstance(value, type) and value in _BY_PY:
+        return _BY_PY[value]
+    try:
+        npd = np.dtype(value)
+    except TypeError:
+        npd = None
+    if npd is not None:
+        if npd.kind in ("O", "S", "U"):
+            return string
+        found = _BY_NP.get(npd.newbyteorder("=") if npd.byteorder not in ("=", "|") else npd)
+        if found is not None:
+            return found
+    raise TypeError(f"Cannot convert {value!r} to an asyncflow dtype; supported: "
+                    f"{', '.join(d.name for d in ALL)}")
+
+
+def result_type_for_scalar(value):
+    """The dtype a Python/numpy value has when it meets no other tensor (TF1's defaults)."""
+    if isinstance(value, np.ndarray) or isinstance(value, np.generic):
+        return as_dtype(value.dtype)
+    if isinstance(value, builtins.bool):
+        return bool
+    if isinstance(value, int):
+        return int32
+    if isinstance(value, float):
+        return float32
+    if isinstance(value, (bytes, str)):
+        return string
+    arr = np.asarray(value)
+    if arr.dtype.kind in ("O", "S", "U"):
+        return string
+    if arr.dtype == np.float64:
+        return float32
+    if arr.dtype == np.int64:
+        return int32
+    return as_dtype(arr.dtype)

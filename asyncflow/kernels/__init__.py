@@ -1,0 +1,6 @@
+"""Kernels: computation only, one module per op family, written once against ``ctx.xp``.
+
+Family modules are imported explicitly (no directory scanning); importing this package
+registers every kernel.
+"""
+from asyncflow.kernels import array, control, math, sources, state  # noqa: F401

@@ -1,0 +1,41 @@
+"""Kernels of the array family (see ops/array.py)."""
+from __future__ import annotations
+
+import numpy as np
+
+from asyncflow import errors
+from asyncflow.kernels.registry import register_kernel
+
+
+@register_kernel("Identity")
+def _identity(ctx, x):
+    return (x,)
+
+
+register_kernel("StopGradient")(_identity)
+
+
+@register_kernel("Shape")
+def _shape(ctx, x):
+    return (np.asarray(x.shape, dtype=ctx.output_dtypes[0]),)
+
+
+@register_kernel("Size")
+def _size(ctx, x):
+    return (np.asarray(x.size, dtype=ctx.output_dtypes[0]),)
+
+
+@register_kernel("Rank")
+def _rank(ctx, x):
+    return (np.asarray(x.ndim, dtype=ctx.output_dtypes[0]),)
+
+
+@register_kernel("Reshape")
+def _reshape(ctx, x, shape):
+    dims = [int(d) for d in shape.reshape(-1).tolist()]
+    try:
+        return (x.reshape(dims),)
+    except ValueError:
+        raise errors.InvalidArgumentError(
+            None, ctx.name, f"Input to reshape is a tensor with {x.size} values, but the "
+            f"requested shape is {dims}") from None

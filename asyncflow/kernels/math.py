@@ -1,0 +1,189 @@
+"""Kernels of the math family (see ops/math.py), written once against ``ctx.xp``."""
+from __future__ import annotations
+
+import numpy as np
+
+from asyncflow import errors
+from asyncflow.kernels.registry import register_kernel
+
+# op type -> name of the array-module function computing it
+_UNARY = {
+    "Neg": "negative", "Abs": "abs", "Square": "square", "Sqrt": "sqrt", "Exp": "exp",
+    "Log": "log", "Log1p": "log1p", "Tanh": "tanh", "Sign": "sign", "Floor": "floor",
+    "Ceil": "ceil", "Round": "rint", "Sin": "sin", "Cos": "cos", "LogicalNot": "logical_not",
+    "IsNan": "isnan", "IsFinite": "isfinite", "Reciprocal": "reciprocal",
+}
+_BINARY = {
+    "Add": "add", "Sub": "subtract", "Mul": "multiply", "RealDiv": "true_divide",
+    "FloorDiv": "floor_divide", "FloorMod": "mod", "Pow": "power", "Maximum": "maximum",
+    "Minimum": "minimum", "Equal": "equal", "NotEqual": "not_equal", "Less": "less",
+    "LessEqual": "less_equal", "Greater": "greater", "GreaterEqual": "greater_equal",
+    "LogicalAnd": "logical_and", "LogicalOr": "logical_or", "LogicalXor": "logical_xor",
+}
+
+
+def _unary_kernel(fn_name):
+    def kernel(ctx, x):
+        return (getattr(ctx.xp, fn_name)(x),)
+    kernel.__name__ = f"_{fn_name}"
+    return kernel
+
+
+def _binary_kernel(fn_name):
+    def kernel(ctx, x, y):
+        return (getattr(ctx.xp, fn_name)(x, y),)
+    kernel.__name__ = f"_{fn_name}"
+    return kernel
+
+
+for _type, _fn in _UNARY.items():
+    register_kernel(_type)(_unary_kernel(_fn))
+for _type, _fn in _BINARY.items():
+    register_kernel(_type)(_binary_kernel(_fn))
+
+
+@register_kernel("Sigmoid")
+def _sigmoid(ctx, x):
+    xp = ctx.xp
+    # exp(-log(1 + exp(-x))) never overflows.
+    return (xp.exp(-xp.logaddexp(x.dtype.type(0), -x)).astype(x.dtype, copy=False),)
+
+
+@register_kernel("Rsqrt")
+def _rsqrt(ctx, x):
+    return (ctx.xp.reciprocal(ctx.xp.sqrt(x)),)
+
+
+@register_kernel("SquaredDifference")
+def _squared_difference(ctx, x, y):
+    return (ctx.xp.square(ctx.xp.subtract(x, y)),)
+
+
+@register_kernel("Cast")
+def _cast(ctx, x):
+    return (x.astype(ctx.output_dtypes[0]),)
+
+
+@register_kernel("Select")
+def _select(ctx, cond, x, y):
+    if cond.ndim == 1 and x.ndim > 1:
+        cond = cond.reshape((-1,) + (1,) * (x.ndim - 1))
+    return (ctx.xp.where(cond, x, y),)
+
+
+@register_kernel("Where")
+def _where_indices(ctx, cond):
+    return (ctx.xp.argwhere(cond).astype(np.int64),)
+
+
+@register_kernel("AddN")
+def _add_n(ctx, *inputs):
+    total = inputs[0] + inputs[1] if len(inputs) > 1 else inputs[0].copy()
+    for value in inputs[2:]:
+        total += value
+    return (total,)
+
+
+@register_kernel("MatMul", offload=True)
+def _matmul(ctx, a, b):
+    attrs = ctx.attrs
+    if attrs["transpose_a"]:
+        a = ctx.xp.swapaxes(a, -1, -2)
+    if attrs["transpose_b"]:
+        b = ctx.xp.swapaxes(b, -1, -2)
+    if a.shape[-1] != b.shape[-2]:
+        raise errors.InvalidArgumentError(
+            None, ctx.name, f"Matrix size-incompatible: In[0]: {list(a.shape)}, In[1]: {list(b.shape)}")
+    return (ctx.xp.matmul(a, b),)
+
+
+def _accumulation_dtype(dtype):
+    # Sums of half-precision values are accumulated in float32 (ml_dtypes' advice).
+    return np.float32 if dtype.itemsize == 2 and dtype.kind == "f" or dtype.name == "bfloat16" else dtype
+
+
+def _empty_reduction(ctx, x, axes, fill):
+    keep = ctx.attrs["keepdims"]
+    shape = tuple((1 if keep else None) if i in axes else d for i, d in enumerate(x.shape))
+    shape = tuple(d for d in shape if d is not None)
+    return ctx.xp.full(shape, fill, dtype=x.dtype)
+
+
+def _axes(ctx, x):
+    axes = ctx.attrs["axis"]
+    return tuple(range(x.ndim)) if axes is None else axes
+
+
+@register_kernel("Sum", offload=True)
+def _sum(ctx, x):
+    acc = _accumulation_dtype(x.dtype)
+    out = ctx.xp.sum(x, axis=_axes(ctx, x), keepdims=ctx.attrs["keepdims"], dtype=acc)
+    return (ctx.xp.asarray(out).astype(x.dtype, copy=False),)
+
+
+@register_kernel("Prod")
+def _prod(ctx, x):
+    out = ctx.xp.prod(x, axis=_axes(ctx, x), keepdims=ctx.attrs["keepdims"], dtype=x.dtype)
+    return (ctx.xp.asarray(out),)
+
+
+@register_kernel("Mean", offload=True)
+def _mean(ctx, x):
+    axes = _axes(ctx, x)
+    keep = ctx.attrs["keepdims"]
+    if x.dtype.kind in "iu":
+        count = int(np.prod([x.shape[a] for a in axes])) if axes else 1
+        total = ctx.xp.sum(x, axis=axes, keepdims=keep, dtype=np.int64)
+        if count == 0:
+            return (ctx.xp.asarray(total).astype(x.dtype),)
+        # TF1 integer mean truncates toward zero.
+        return (ctx.xp.asarray(np.trunc(total / count)).astype(x.dtype),)
+    acc = _accumulation_dtype(x.dtype)
+    out = ctx.xp.mean(x, axis=axes, keepdims=keep, dtype=acc)
+    return (ctx.xp.asarray(out).astype(x.dtype, copy=False),)
+
+
+def _extreme(fn_name, fill_for):
+    def kernel(ctx, x):
+        axes = _axes(ctx, x)
+        if x.size == 0 or any(x.shape[a] == 0 for a in axes):
+            return (_empty_reduction(ctx, x, axes, fill_for(x.dtype)),)
+        out = getattr(ctx.xp, fn_name)(x, axis=axes, keepdims=ctx.attrs["keepdims"])
+        return (ctx.xp.asarray(out),)
+    return kernel
+
+
+def _lowest(dtype):
+    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+
+
+def _highest(dtype):
+    return np.inf if dtype.kind == "f" else np.iinfo(dtype).max
+
+
+register_kernel("Max")(_extreme("max", _lowest))
+register_kernel("Min")(_extreme("min", _highest))
+
+
+@register_kernel("All")
+def _all(ctx, x):
+    return (ctx.xp.asarray(ctx.xp.all(x, axis=_axes(ctx, x), keepdims=ctx.attrs["keepdims"])),)
+
+
+@register_kernel("Any")
+def _any(ctx, x):
+    return (ctx.xp.asarray(ctx.xp.any(x, axis=_axes(ctx, x), keepdims=ctx.attrs["keepdims"])),)
+
+
+def _arg(fn_name):
+    def kernel(ctx, x):
+        axis = ctx.attrs["axis"]
+        if x.ndim and x.shape[axis] == 0:
+            raise errors.InvalidArgumentError(None, ctx.name, f"{ctx.type}: reduction dimension {axis} is empty")
+        out = getattr(ctx.xp, fn_name)(x, axis=axis if x.ndim else None)
+        return (ctx.xp.asarray(out).astype(ctx.output_dtypes[0]),)
+    return kernel
+
+
+register_kernel("ArgMax")(_arg("argmax"))
+register_kernel("ArgMin")(_arg("argmin"))

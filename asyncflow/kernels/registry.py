@@ -1,0 +1,63 @@
+"""The kernel registry: (op type, device kind) -> ``KernelDef``.
+
+A kernel is ``fn(ctx, *inputs) -> tuple(outputs)``. ``ctx`` is provided by the runtime and
+offers ``ctx.xp`` (numpy or cupy), ``ctx.attrs`` (the op's attrs), ``ctx.name``/``ctx.type``,
+``ctx.output_dtypes`` (numpy dtypes), ``ctx.random_generator()``, and for stateful kernels
+``ctx.resources``. Async kernels (``is_async=True``) may also use ``ctx.step`` (the running
+step's rendezvous and cancellation) and are awaited; everything else runs inline.
+
+``offload=True`` marks kernels that may run on a worker thread when their inputs are large;
+the executor decides, the kernel does not know.
+
+Kernels never import the executor, trio or graph objects.
+"""
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Callable
+
+ANY = "ANY"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KernelDef:
+    op_type: str
+    device_kind: str
+    fn: Callable
+    is_async: bool = False
+    offload: bool = False
+    where: str = ""
+
+
+_KERNELS: dict[tuple[str, str], KernelDef] = {}
+
+
+def register_kernel(op_type, device=ANY, *, is_async=False, offload=False):
+    """Decorator registering ``fn`` as the kernel of ``op_type`` on ``device`` kind.
+
+    Raises:
+        KeyError: if that (type, device) already has a kernel, naming both places.
+    """
+    frame = sys._getframe(1)
+    where = f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+    def decorate(fn):
+        key = (op_type, device)
+        if key in _KERNELS:
+            raise KeyError(f"Kernel for {op_type!r} on {device} registered twice: at "
+                           f"{_KERNELS[key].where} and at {where}")
+        _KERNELS[key] = KernelDef(op_type, device, fn, is_async=is_async, offload=offload,
+                                  where=where)
+        return fn
+    return decorate
+
+
+def get_kernel(op_type, device_kind):
+    """The kernel for ``op_type`` on a device kind, falling back to the ANY kernel; or None."""
+    return _KERNELS.get((op_type, device_kind)) or _KERNELS.get((op_type, ANY))
+
+
+def supported_device_kinds(op_type):
+    """Device kinds with a kernel for ``op_type`` (``ANY`` means every kind)."""
+    return sorted(kind for (t, kind) in _KERNELS if t == op_type)

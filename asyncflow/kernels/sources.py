@@ -1,0 +1,85 @@
+"""Kernels of the sources family (see ops/sources.py)."""
+from __future__ import annotations
+
+from asyncflow import errors
+from asyncflow.kernels.registry import register_kernel
+
+
+@register_kernel("Const")
+def _const(ctx):
+    return (ctx.device_constant(ctx.attrs["value"]),)
+
+
+@register_kernel("Placeholder")
+def _placeholder(ctx):
+    shape = ctx.attrs["shape"]
+    raise errors.InvalidArgumentError(
+        None, ctx.name, f"You must feed a value for placeholder tensor '{ctx.name}' with dtype "
+        f"{ctx.attrs['dtype'].name} and shape {shape}")
+
+
+@register_kernel("PlaceholderWithDefault")
+def _placeholder_with_default(ctx, value):
+    return (value,)
+
+
+@register_kernel("Fill")
+def _fill(ctx, dims, value):
+    return (ctx.xp.full(tuple(int(d) for d in dims.reshape(-1).tolist()), value, dtype=value.dtype),)
+
+
+@register_kernel("ZerosLike")
+def _zeros_like(ctx, x):
+    return (ctx.xp.zeros(x.shape, dtype=ctx.output_dtypes[0]),)
+
+
+@register_kernel("OnesLike")
+def _ones_like(ctx, x):
+    return (ctx.xp.ones(x.shape, dtype=ctx.output_dtypes[0]),)
+
+
+@register_kernel("Range")
+def _range(ctx, start, limit, delta):
+    if delta == 0:
+        raise errors.InvalidArgumentError(None, ctx.name, "Range: delta must not be zero")
+    return (ctx.xp.arange(start, limit, delta, dtype=ctx.output_dtypes[0]),)
+
+
+def _shape_of(dims):
+    shape = tuple(int(d) for d in dims.reshape(-1).tolist())
+    if any(d < 0 for d in shape):
+        raise ValueError(f"shape {list(shape)} has a negative dimension")
+    return shape
+
+
+@register_kernel("RandomStandardNormal")
+def _random_normal(ctx, dims):
+    rng = ctx.random_generator()
+    return (ctx.to_device(rng.standard_normal(_shape_of(dims)).astype(ctx.output_dtypes[0])),)
+
+
+@register_kernel("RandomUniform")
+def _random_uniform(ctx, dims):
+    rng = ctx.random_generator()
+    return (ctx.to_device(rng.random(_shape_of(dims)).astype(ctx.output_dtypes[0])),)
+
+
+@register_kernel("RandomUniformInt")
+def _random_uniform_int(ctx, dims, minval, maxval):
+    if not minval < maxval:
+        raise errors.InvalidArgumentError(None, ctx.name, f"Need minval < maxval, got {minval} >= {maxval}")
+    rng = ctx.random_generator()
+    out = rng.integers(int(minval), int(maxval), size=_shape_of(dims), dtype=ctx.output_dtypes[0])
+    return (ctx.to_device(out),)
+
+
+@register_kernel("TruncatedNormal")
+def _truncated_normal(ctx, dims):
+    rng = ctx.random_generator()
+    shape = _shape_of(dims)
+    out = rng.standard_normal(shape)
+    bad = abs(out) > 2.0
+    while bad.any():
+        out[bad] = rng.standard_normal(int(bad.sum()))
+        bad = abs(out) > 2.0
+    return (ctx.to_device(out.astype(ctx.output_dtypes[0])),)

@@ -1,0 +1,5 @@
+"""Op families: definition, builder, shape inference and gradient side by side.
+
+Family modules are imported explicitly; importing this package registers every op type.
+"""
+from asyncflow.ops import array, control, math, sources, state  # noqa: F401

@@ -1,0 +1,92 @@
+"""Arrays: identity, shapes, reshapes and views (more builders are added family by family)."""
+from __future__ import annotations
+
+import numpy as np
+
+from asyncflow import dtypes
+from asyncflow.graph import register_op, not_differentiable
+from asyncflow.graph.shape import TensorShape
+from asyncflow.ops.construct import as_tensor, make, static_value
+
+
+def _infer_same(op):
+    x = op._inputs[0]
+    return [(x.dtype, x.shape)]
+
+
+register_op("Identity", infer=_infer_same)
+register_op("StopGradient", infer=_infer_same)
+not_differentiable("StopGradient")
+
+
+def identity(input, name=None):  # noqa: A002 - TF1 spelling
+    """The same value; reading a variable reference through it snapshots the variable."""
+    return make("Identity", (as_tensor(input) if not getattr(input, "_is_ref", False) else input,),
+                None, name, "Identity")
+
+
+def stop_gradient(input, name=None):  # noqa: A002
+    """The same value, but gradients do not flow through it."""
+    return make("StopGradient", (as_tensor(input),), None, name, "StopGradient")
+
+
+def _infer_shape(op):
+    x = op._inputs[0]
+    return [(op.get_attr("out_type"), TensorShape([x.shape.ndims]))]
+
+
+def _infer_scalar_int(op):
+    return [(op.get_attr("out_type"), TensorShape([]))]
+
+
+register_op("Shape", infer=_infer_shape)
+register_op("Size", infer=_infer_scalar_int)
+register_op("Rank", infer=_infer_scalar_int)
+not_differentiable("Shape", "Size", "Rank")
+
+
+def shape(input, name=None, out_type=dtypes.int32):  # noqa: A002
+    """The dynamic shape of ``input`` as a 1-D int tensor."""
+    return make("Shape", (as_tensor(input),), {"out_type": dtypes.as_dtype(out_type)}, name, "Shape")
+
+
+def size(input, name=None, out_type=dtypes.int32):  # noqa: A002
+    return make("Size", (as_tensor(input),), {"out_type": dtypes.as_dtype(out_type)}, name, "Size")
+
+
+def rank(input, name=None):  # noqa: A002
+    return make("Rank", (as_tensor(input),), {"out_type": dtypes.int32}, name, "Rank")
+
+
+def _infer_reshape(op):
+    x, shape_tensor = op._inputs
+    target = static_value(shape_tensor)
+    if target is None:
+        n = shape_tensor.shape[0] if shape_tensor.shape.ndims == 1 else None
+        return [(x.dtype, TensorShape(None if n is None else [None] * n))]
+    dims = [int(d) for d in np.reshape(target, -1)]
+    if sum(d == -1 for d in dims) > 1:
+        raise ValueError(f"at most one dimension may be -1, got {dims}")
+    total = x.shape.num_elements()
+    if -1 in dims:
+        known = int(np.prod([d for d in dims if d != -1]))
+        if total is not None:
+            if known == 0 or total % known:
+                raise ValueError(f"cannot reshape a tensor with {total} elements to shape {dims}")
+            dims = [total // known if d == -1 else d for d in dims]
+        else:
+            dims = [None if d == -1 else d for d in dims]
+    elif total is not None and total != int(np.prod(dims)):
+        raise ValueError(f"cannot reshape a tensor with {total} elements to shape {dims}")
+    return [(x.dtype, TensorShape(dims))]
+
+
+register_op("Reshape", infer=_infer_reshape)
+
+
+def reshape(tensor, shape, name=None):  # noqa: F811 - parameter named like TF1
+    """``tensor`` with a new shape (one dim may be -1)."""
+    tensor = as_tensor(tensor)
+    if not hasattr(shape, "op"):
+        shape = as_tensor(np.asarray(shape, dtype=np.int32).reshape(-1), dtype=dtypes.int32)
+    return make("Reshape", (tensor, shape), None, name, "Reshape")

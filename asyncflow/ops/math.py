@@ -1,0 +1,394 @@
+"""Math: elementwise unary and binary ops, comparisons, logic, matmul, reductions, casts.
+
+Dtypes follow TF1: both operands of a binary op must share a dtype (a Python scalar takes
+the other operand's); broadcasting follows numpy. ``divide`` and ``/`` on integers cast to
+floating first (TF1's truediv); ``//`` and ``%`` floor like Python.
+
+This module also installs Tensor's arithmetic and comparison operators.
+"""
+from __future__ import annotations
+
+import builtins
+
+from asyncflow import dtypes
+from asyncflow.graph import register_op, register_tensor_operators, not_differentiable
+from asyncflow.graph.shape import TensorShape, broadcast_shapes
+from asyncflow.ops.construct import (
+    ANY, BOOL, FLOATING, INTEGER, NUMERIC, SIGNED_NUMERIC, as_tensor, check_dtype, make, make_op,
+    operands,
+)
+
+# -- elementwise unary ----------------------------------------------------------------------
+# op type -> (builder name, allowed dtypes)
+UNARY = {
+    "Neg": ("negative", SIGNED_NUMERIC),
+    "Abs": ("abs", SIGNED_NUMERIC),
+    "Square": ("square", NUMERIC),
+    "Sqrt": ("sqrt", FLOATING),
+    "Rsqrt": ("rsqrt", FLOATING),
+    "Exp": ("exp", FLOATING),
+    "Log": ("log", FLOATING),
+    "Log1p": ("log1p", FLOATING),
+    "Tanh": ("tanh", FLOATING),
+    "Sigmoid": ("sigmoid", FLOATING),
+    "Reciprocal": ("reciprocal", FLOATING),
+    "Sign": ("sign", SIGNED_NUMERIC),
+    "Floor": ("floor", FLOATING),
+    "Ceil": ("ceil", FLOATING),
+    "Round": ("round", FLOATING),
+    "Sin": ("sin", FLOATING),
+    "Cos": ("cos", FLOATING),
+    "LogicalNot": ("logical_not", BOOL),
+    "IsNan": ("is_nan", FLOATING),
+    "IsFinite": ("is_finite", FLOATING),
+}
+_BOOL_RESULT = {"IsNan", "IsFinite"}
+
+
+def _infer_unary(op):
+    x = op._inputs[0]
+    check_dtype(op.type, x, UNARY[op.type][1])
+    return [(dtypes.bool if op.type in _BOOL_RESULT else x.dtype, x.shape)]
+
+
+def _unary_builder(op_type, builder_name):
+    def build(x, name=None):
+        return make(op_type, (as_tensor(x),), None, name, op_type)
+    build.__name__ = builder_name
+    build.__doc__ = f"Elementwise {builder_name} (op type ``{op_type}``)."
+    return build
+
+
+for _type, (_name, _allowed) in UNARY.items():
+    register_op(_type, infer=_infer_unary)
+    globals()[_name] = _unary_builder(_type, _name)
+not_differentiable("LogicalNot", "IsNan", "IsFinite", "Sign", "Floor", "Ceil", "Round")
+
+# -- elementwise binary ---------------------------------------------------------------------
+# op type -> (builder name, allowed dtypes, result is bool)
+BINARY = {
+    "Add": ("add", ANY, False),
+    "Sub": ("subtract", NUMERIC, False),
+    "Mul": ("multiply", NUMERIC, False),
+    "RealDiv": ("real_div", NUMERIC, False),
+    "FloorDiv": ("floordiv", NUMERIC, False),
+    "FloorMod": ("floormod", NUMERIC, False),
+    "Pow": ("pow", NUMERIC, False),
+    "Maximum": ("maximum", NUMERIC, False),
+    "Minimum": ("minimum", NUMERIC, False),
+    "SquaredDifference": ("squared_difference", NUMERIC, False),
+    "Equal": ("equal", ANY, True),
+    "NotEqual": ("not_equal", ANY, True),
+    "Less": ("less", NUMERIC, True),
+    "LessEqual": ("less_equal", NUMERIC, True),
+    "Greater": ("greater", NUMERIC, True),
+    "GreaterEqual": ("greater_equal", NUMERIC, True),
+    "LogicalAnd": ("logical_and", BOOL, True),
+    "LogicalOr": ("logical_or", BOOL, True),
+    "LogicalXor": ("logical_xor", BOOL, True),
+}
+_TF_DEFAULT_NAMES = {"Sub": "sub", "Mul": "mul", "Add": "add", "RealDiv": "truediv",
+                     "FloorDiv": "floordiv", "FloorMod": "mod", "Pow": "pow"}
+
+
+def _infer_binary(op):
+    x, y = op._inputs
+    _, allowed, to_bool = BINARY[op.type]
+    if x.dtype is not y.dtype:
+        raise TypeError(f"operands have different dtypes {x.dtype.name} and {y.dtype.name}; "
+                        "use af.cast to convert one of them")
+    check_dtype(op.type, x, allowed)
+    if op.type == "Add" and x.dtype.is_bool:
+        raise TypeError("Add is not defined for bool; use af.logical_or")
+    return [(dtypes.bool if to_bool else x.dtype, broadcast_shapes(x.shape, y.shape))]
+
+
+def _binary_builder(op_type, builder_name):
+    default = _TF_DEFAULT_NAMES.get(op_type, op_type)
+
+    def build(x, y, name=None):
+        x, y = operands((x, y), op_type)
+        return make(op_type, (x, y), None, name, default)
+    build.__name__ = builder_name
+    build.__doc__ = f"Elementwise {builder_name} with numpy broadcasting (op type ``{op_type}``)."
+    return build
+
+
+for _type, (_name, _allowed, _bool) in BINARY.items():
+    register_op(_type, infer=_infer_binary)
+    globals()[_name] = _binary_builder(_type, _name)
+not_differentiable("Equal", "NotEqual", "Less", "LessEqual", "Greater", "GreaterEqual",
+                   "LogicalAnd", "LogicalOr", "LogicalXor", "FloorDiv", "FloorMod")
+
+_INT_TRUEDIV = {dtypes.int8: dtypes.float32, dtypes.uint8: dtypes.float32,
+                dtypes.int16: dtypes.float32, dtypes.uint16: dtypes.float32,
+                dtypes.int32: dtypes.float64, dtypes.int64: dtypes.float64}
+
+
+def divide(x, y, name=None):
+    """``x / y``: integers are cast to floating first (TF1 truediv)."""
+    x, y = operands((x, y), "truediv")
+    target = _INT_TRUEDIV.get(x.dtype)
+    if target is not None:
+        x, y = cast(x, target), cast(y, target)
+    return make("RealDiv", (x, y), None, name, "truediv")
+
+
+truediv = divide
+
+
+def mod(x, y, name=None):
+    return floormod(x, y, name)  # noqa: F821
+
+
+def scalar_mul(scalar, x, name=None):
+    return multiply(scalar, x, name)  # noqa: F821
+
+
+# -- casts, selection, add_n ----------------------------------------------------------------
+def _infer_cast(op):
+    return [(op.get_attr("DstT"), op._inputs[0].shape)]
+
+
+register_op("Cast", infer=_infer_cast)
+
+
+def cast(x, dtype, name=None):
+    """Convert ``x`` to ``dtype`` (floats to ints truncate toward zero, as in TF1)."""
+    x = as_tensor(x)
+    dtype = dtypes.as_dtype(dtype)
+    if x.dtype is dtype:
+        return x
+    if x.dtype.is_string or dtype.is_string:
+        raise TypeError(f"Cast: cannot cast between {x.dtype.name} and {dtype.name}")
+    return make("Cast", (x,), {"DstT": dtype, "SrcT": x.dtype}, name, "Cast")
+
+
+def to_float(x, name=None):
+    return cast(x, dtypes.float32, name)
+
+
+def _infer_select(op):
+    cond, x, y = op._inputs
+    if not cond.dtype.is_bool:
+        raise TypeError(f"condition must be bool, got {cond.dtype.name}")
+    if x.dtype is not y.dtype:
+        raise TypeError(f"x and y have different dtypes {x.dtype.name} and {y.dtype.name}")
+    shape = broadcast_shapes(broadcast_shapes(x.shape, y.shape), _select_cond_shape(cond, x))
+    return [(x.dtype, shape)]
+
+
+def _select_cond_shape(cond, x):
+    # TF1: a vector condition selects whole rows of x.
+    if cond.shape.ndims == 1 and x.shape.ndims not in (None, 1):
+        return TensorShape([cond.shape[0]] + [1] * (x.shape.ndims - 1))
+    return cond.shape
+
+
+register_op("Select", infer=_infer_select)
+
+
+def _infer_where_indices(op):
+    cond = op._inputs[0]
+    rank = cond.shape.ndims
+    return [(dtypes.int64, TensorShape([None, rank]))]
+
+
+register_op("Where", infer=_infer_where_indices)
+not_differentiable("Where")
+
+
+def where(condition, x=None, y=None, name=None):
+    """``where(cond, x, y)`` selects elementwise; ``where(cond)`` gives the true coordinates."""
+    condition = as_tensor(condition)
+    if x is None and y is None:
+        return make("Where", (condition,), None, name, "Where")
+    if x is None or y is None:
+        raise ValueError("where: x and y must both be given or both be None")
+    x, y = operands((x, y), "Select")
+    return make("Select", (condition, x, y), None, name, "Select")
+
+
+def _infer_add_n(op):
+    inputs = op._inputs
+    if not inputs:
+        raise ValueError("needs at least one input")
+    dtype = inputs[0].dtype
+    shape = inputs[0].shape
+    for tensor in inputs[1:]:
+        if tensor.dtype is not dtype:
+            raise TypeError(f"all inputs must have dtype {dtype.name}, got {tensor.dtype.name}")
+        shape = shape.merge_with(tensor.shape)
+    return [(dtype, shape)]
+
+
+register_op("AddN", infer=_infer_add_n)
+
+
+def add_n(inputs, name=None):
+    """Sum a list of same-shape, same-dtype tensors."""
+    if not inputs:
+        raise ValueError("add_n: inputs must be a non-empty list")
+    tensors = operands(list(inputs), "AddN")
+    if len(tensors) == 1 and name is None:
+        return tensors[0]
+    return make("AddN", tuple(tensors), None, name, "AddN")
+
+
+# -- matmul -----------------------------------------------------------------------------------
+def _infer_matmul(op):
+    a, b = op._inputs
+    ta, tb = op.get_attr("transpose_a"), op.get_attr("transpose_b")
+    if a.dtype is not b.dtype:
+        raise TypeError(f"operands have different dtypes {a.dtype.name} and {b.dtype.name}")
+    check_dtype(op.type, a, NUMERIC, "a")
+    if a.shape.ndims is None or b.shape.ndims is None:
+        return [(a.dtype, TensorShape(None))]
+    if a.shape.ndims < 2 or b.shape.ndims < 2:
+        raise ValueError(f"inputs must be at least rank 2, got shapes {a.shape} and {b.shape}")
+    a_rows, a_inner = (a.shape[-1], a.shape[-2]) if ta else (a.shape[-2], a.shape[-1])
+    b_inner, b_cols = (b.shape[-1], b.shape[-2]) if tb else (b.shape[-2], b.shape[-1])
+    if a_inner is not None and b_inner is not None and a_inner != b_inner:
+        raise ValueError(f"inner dimensions {a_inner} and {b_inner} differ "
+                         f"(shapes {a.shape} and {b.shape}, transpose_a={ta}, transpose_b={tb})")
+    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    return [(a.dtype, batch.concatenate([a_rows, b_cols]))]
+
+
+register_op("MatMul", infer=_infer_matmul)
+
+
+def matmul(a, b, transpose_a=False, transpose_b=False, name=None):
+    """Matrix product of the last two dims (batched over leading dims)."""
+    a, b = operands((a, b), "MatMul")
+    return make("MatMul", (a, b), {"transpose_a": bool(transpose_a),
+                                   "transpose_b": bool(transpose_b)}, name, "MatMul")
+
+
+# -- reductions -----------------------------------------------------------------------------
+REDUCTIONS = {"Sum": ("reduce_sum", NUMERIC), "Mean": ("reduce_mean", NUMERIC),
+              "Max": ("reduce_max", NUMERIC), "Min": ("reduce_min", NUMERIC),
+              "Prod": ("reduce_prod", NUMERIC), "All": ("reduce_all", BOOL),
+              "Any": ("reduce_any", BOOL)}
+
+
+def normalize_axes(axis, ndims, op_name):
+    """Axes as a sorted tuple of non-negative ints (None: all axes; needs a known rank)."""
+    if axis is None:
+        return None if ndims is None else tuple(builtins.range(ndims))
+    axes = [axis] if isinstance(axis, int) else [int(a) for a in axis]
+    if ndims is None:
+        return tuple(axes) if all(a >= 0 for a in axes) else None
+    out = []
+    for a in axes:
+        if not -ndims <= a < builtins.max(ndims, 1):
+            raise ValueError(f"{op_name}: axis {a} is out of range for a tensor of rank {ndims}")
+        out.append(a % ndims if ndims else 0)
+    return tuple(sorted(set(out)))
+
+
+def _infer_reduction(op):
+    x = op._inputs[0]
+    check_dtype(op.type, x, REDUCTIONS[op.type][1])
+    axes = op.get_attr("axis")
+    keepdims = op.get_attr("keepdims")
+    if x.shape.ndims is None or axes is None:
+        return [(x.dtype, TensorShape(None))]
+    dims = [(1 if keepdims else None) if i in axes else d for i, d in enumerate(x.shape.dims)]
+    if not keepdims:
+        dims = [d for i, d in enumerate(x.shape.dims) if i not in axes]
+    return [(x.dtype, TensorShape(dims))]
+
+
+def _reduction_builder(op_type, builder_name):
+    def build(input_tensor, axis=None, keepdims=False, name=None, keep_dims=None):
+        x = as_tensor(input_tensor)
+        if keep_dims is not None:
+            keepdims = keep_dims
+        if hasattr(axis, "op"):
+            from asyncflow.ops.construct import static_value
+            value = static_value(axis)
+            if value is None:
+                raise ValueError(f"{builder_name}: axis must be a constant")
+            axis = value.tolist()
+        axes = normalize_axes(axis, x.shape.ndims, builder_name)
+        if axes is None and axis is not None:
+            raise ValueError(f"{builder_name}: negative axes need a known rank")
+        return make(op_type, (x,), {"axis": axes, "keepdims": bool(keepdims)}, name, op_type)
+    build.__name__ = builder_name
+    build.__doc__ = f"Reduce with {op_type} over ``axis`` (None: all axes)."
+    return build
+
+
+for _type, (_name, _allowed) in REDUCTIONS.items():
+    register_op(_type, infer=_infer_reduction)
+    globals()[_name] = _reduction_builder(_type, _name)
+not_differentiable("All", "Any")
+
+
+def _infer_arg(op):
+    x = op._inputs[0]
+    check_dtype(op.type, x, NUMERIC)
+    axis = op.get_attr("axis")
+    if x.shape.ndims is None:
+        return [(op.get_attr("output_type"), TensorShape(None))]
+    return [(op.get_attr("output_type"),
+             TensorShape([d for i, d in enumerate(x.shape.dims) if i != axis]))]
+
+
+register_op("ArgMax", infer=_infer_arg)
+register_op("ArgMin", infer=_infer_arg)
+not_differentiable("ArgMax", "ArgMin")
+
+
+def _arg_builder(op_type, default):
+    def build(input, axis=None, name=None, output_type=dtypes.int64):  # noqa: A002
+        x = as_tensor(input)
+        axis = 0 if axis is None else int(axis)
+        ndims = x.shape.ndims
+        if ndims is not None:
+            if not -ndims <= axis < builtins.max(ndims, 1):
+                raise ValueError(f"{default}: axis {axis} out of range for rank {ndims}")
+            axis %= builtins.max(ndims, 1)
+        return make(op_type, (x,), {"axis": axis, "output_type": dtypes.as_dtype(output_type)},
+                    name, default)
+    build.__name__ = default.lower()
+    return build
+
+
+argmax = _arg_builder("ArgMax", "ArgMax")
+argmin = _arg_builder("ArgMin", "ArgMin")
+
+
+# -- operators on Tensor --------------------------------------------------------------------
+register_tensor_operators({
+    "__add__": lambda x, y: add(x, y),  # noqa: F821
+    "__radd__": lambda x, y: add(y, x),  # noqa: F821
+    "__sub__": lambda x, y: subtract(x, y),  # noqa: F821
+    "__rsub__": lambda x, y: subtract(y, x),  # noqa: F821
+    "__mul__": lambda x, y: multiply(x, y),  # noqa: F821
+    "__rmul__": lambda x, y: multiply(y, x),  # noqa: F821
+    "__truediv__": lambda x, y: divide(x, y),
+    "__rtruediv__": lambda x, y: divide(y, x),
+    "__floordiv__": lambda x, y: floordiv(x, y),  # noqa: F821
+    "__rfloordiv__": lambda x, y: floordiv(y, x),  # noqa: F821
+    "__mod__": lambda x, y: floormod(x, y),  # noqa: F821
+    "__rmod__": lambda x, y: floormod(y, x),  # noqa: F821
+    "__pow__": lambda x, y: pow(x, y),  # noqa: F821
+    "__rpow__": lambda x, y: pow(y, x),  # noqa: F821
+    "__matmul__": lambda x, y: matmul(x, y),
+    "__rmatmul__": lambda x, y: matmul(y, x),
+    "__neg__": lambda x: negative(x),  # noqa: F821
+    "__abs__": lambda x: abs(x),  # noqa: F821
+    "__lt__": lambda x, y: less(x, y),  # noqa: F821
+    "__le__": lambda x, y: less_equal(x, y),  # noqa: F821
+    "__gt__": lambda x, y: greater(x, y),  # noqa: F821
+    "__ge__": lambda x, y: greater_equal(x, y),  # noqa: F821
+    "__and__": lambda x, y: logical_and(x, y),  # noqa: F821
+    "__rand__": lambda x, y: logical_and(y, x),  # noqa: F821
+    "__or__": lambda x, y: logical_or(x, y),  # noqa: F821
+    "__ror__": lambda x, y: logical_or(y, x),  # noqa: F821
+    "__xor__": lambda x, y: logical_xor(x, y),  # noqa: F821
+    "__rxor__": lambda x, y: logical_xor(y, x),  # noqa: F821
+    "__invert__": lambda x: logical_not(x),  # noqa: F821
+})

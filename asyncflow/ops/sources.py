@@ -1,0 +1,276 @@
+"""Sources: constants, placeholders, fills, ranges and random tensors.
+
+Shapes passed as Python lists become int32 Const inputs, and shape inference reads them back
+(``static_value``) so outputs keep static shapes.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from asyncflow import dtypes
+from asyncflow.graph import register_constant_builder, register_op, not_differentiable
+from asyncflow.graph.shape import TensorShape, as_shape, scalar
+from asyncflow.ops.construct import as_tensor, make, seeds, static_value
+
+
+def _to_numpy(value, dtype):
+    """Convert a Python/numpy value to an array of ``dtype`` (a DType or None)."""
+    if dtype is None:
+        dtype = dtypes.result_type_for_scalar(value)
+    if dtype.is_string:
+        arr = np.asarray(value, dtype=object)
+        flat = [v.encode() if isinstance(v, str) else bytes(v) for v in arr.reshape(-1)]
+        out = np.empty(arr.shape, dtype=object)
+        out.reshape(-1)[:] = flat if flat else []
+        return out
+    raw = np.asarray(value)
+    if raw.dtype.kind in ("U", "S", "O") and raw.size:
+        raise TypeError(f"Cannot convert {value!r} to a tensor of dtype {dtype.name}")
+    if dtype.is_integer and raw.dtype.kind == "f":
+        if not np.all(np.equal(np.mod(raw, 1), 0)):
+            raise TypeError(f"Cannot convert {value!r} to a tensor of dtype {dtype.name}: "
+                            "it has a fractional part")
+    if dtype.is_integer and raw.size and raw.dtype.kind in "iuf":
+        info = np.iinfo(dtype.np)
+        if raw.min() < info.min or raw.max() > info.max:
+            raise TypeError(f"Value {value!r} is out of range for dtype {dtype.name}")
+    return raw.astype(dtype.np)
+
+
+def _infer_const(op):
+    value = op.get_attr("value")
+    return [(op.get_attr("dtype"), TensorShape(value.shape))]
+
+
+register_op("Const", infer=_infer_const)
+
+
+def constant(value, dtype=None, shape=None, name="Const"):
+    """A constant tensor (TF1 ``tf.constant``).
+
+    Raises:
+        TypeError: if ``value`` cannot be represented in ``dtype``.
+        ValueError: if ``shape`` does not fit the value's size.
+    """
+    dtype = None if dtype is None else dtypes.as_dtype(dtype)
+    arr = _to_numpy(value, dtype)
+    dtype = dtypes.as_dtype(arr.dtype) if dtype is None else dtype
+    if shape is not None:
+        shape = tuple(int(d) for d in shape)
+        count = int(np.prod(shape))
+        if arr.size == count:
+            arr = arr.reshape(shape)
+        elif arr.size == 1:
+            arr = np.full(shape, arr.reshape(()), dtype=arr.dtype)
+        else:
+            raise ValueError(f"Const {name}: value of {arr.size} elements does not fit shape {list(shape)}")
+    arr = np.ascontiguousarray(arr) if not dtype.is_string else arr
+    arr.flags.writeable = False
+    return make("Const", (), {"value": arr, "dtype": dtype}, name=name)
+
+
+register_constant_builder(constant)
+
+
+def _shape_tensor(shape):
+    """A shape argument (list, tuple, TensorShape or int32 tensor) as an int32 tensor."""
+    if hasattr(shape, "op") or hasattr(shape, "_as_tensor"):
+        return as_tensor(shape)
+    if hasattr(shape, "as_list"):
+        shape = shape.as_list()
+    return as_tensor(np.asarray(shape, dtype=np.int32).reshape(-1), dtype=dtypes.int32)
+
+
+def _shape_from_tensor(tensor):
+    value = static_value(tensor)
+    if value is not None:
+        return TensorShape([int(d) for d in np.reshape(value, -1)])
+    dims = tensor.shape.dims
+    if dims is not None and len(dims) == 1 and dims[0] is not None:
+        return TensorShape([None] * dims[0])
+    return TensorShape(None)
+
+
+def _infer_placeholder(op):
+    return [(op.get_attr("dtype"), op.get_attr("shape"))]
+
+
+register_op("Placeholder", infer=_infer_placeholder)
+
+
+def placeholder(dtype, shape=None, name=None):
+    """A tensor that must be fed (TF1 ``tf.placeholder``)."""
+    dtype = dtypes.as_dtype(dtype)
+    return make("Placeholder", (), {"dtype": dtype, "shape": as_shape(shape)}, name,
+                "Placeholder")
+
+
+def _infer_placeholder_with_default(op):
+    default = op._inputs[0]
+    shape = op.get_attr("shape")
+    if not shape.is_compatible_with(default.shape):
+        raise ValueError(f"default value of shape {default.shape} is not compatible with {shape}")
+    return [(default.dtype, shape)]
+
+
+register_op("PlaceholderWithDefault", infer=_infer_placeholder_with_default)
+
+
+def placeholder_with_default(value, shape, name=None):
+    """A placeholder that yields ``value`` when not fed."""
+    value = as_tensor(value)
+    return make("PlaceholderWithDefault", (value,), {"shape": as_shape(shape)}, name,
+                "PlaceholderWithDefault")
+
+
+def _infer_fill(op):
+    dims, value = op._inputs
+    if value.shape.ndims not in (None, 0):
+        raise ValueError(f"value must be a scalar, got shape {value.shape}")
+    return [(value.dtype, _shape_from_tensor(dims))]
+
+
+register_op("Fill", infer=_infer_fill)
+
+
+def fill(dims, value, name=None):
+    """A tensor of shape ``dims`` filled with the scalar ``value``."""
+    value = as_tensor(value)
+    return make("Fill", (_shape_tensor(dims), value), None, name, "Fill")
+
+
+def zeros(shape, dtype=dtypes.float32, name=None):
+    dtype = dtypes.as_dtype(dtype)
+    return fill(shape, constant(np.zeros((), dtype.np) if not dtype.is_string else b"", dtype),
+                name=name or "zeros")
+
+
+def ones(shape, dtype=dtypes.float32, name=None):
+    dtype = dtypes.as_dtype(dtype)
+    return fill(shape, constant(np.ones((), dtype.np), dtype), name=name or "ones")
+
+
+def _infer_like(op):
+    x = op._inputs[0]
+    return [(op.get_attr("dtype") or x.dtype, x.shape)]
+
+
+register_op("ZerosLike", infer=_infer_like)
+register_op("OnesLike", infer=_infer_like)
+
+
+def zeros_like(tensor, dtype=None, name=None):
+    tensor = as_tensor(tensor)
+    return make("ZerosLike", (tensor,), {"dtype": dtypes.as_dtype(dtype) if dtype else None},
+                name, "zeros_like")
+
+
+def ones_like(tensor, dtype=None, name=None):
+    tensor = as_tensor(tensor)
+    return make("OnesLike", (tensor,), {"dtype": dtypes.as_dtype(dtype) if dtype else None},
+                name, "ones_like")
+
+
+def _infer_range(op):
+    start, limit, delta = (static_value(t) for t in op._inputs)
+    dtype = op._inputs[0].dtype
+    if start is not None and limit is not None and delta is not None:
+        if delta == 0:
+            raise ValueError("delta must not be zero")
+        count = max(0, int(np.ceil((limit - start) / delta)))
+        return [(dtype, TensorShape([count]))]
+    return [(dtype, TensorShape([None]))]
+
+
+register_op("Range", infer=_infer_range)
+
+
+def range(start, limit=None, delta=1, dtype=None, name=None):  # noqa: A001 - TF1 spelling
+    """``af.range(5)``, ``af.range(1, 10, 2)``; the dtype follows the arguments (TF1 rules)."""
+    if limit is None:
+        start, limit = 0, start
+    values = (start, limit, delta)
+    if dtype is None:
+        tensor_dtypes = [v.dtype for v in values if hasattr(v, "dtype") and hasattr(v, "op")]
+        if tensor_dtypes:
+            dtype = tensor_dtypes[0]
+        elif any(isinstance(v, float) for v in values):
+            dtype = dtypes.float32
+        else:
+            dtype = dtypes.int32
+    dtype = dtypes.as_dtype(dtype)
+    inputs = tuple(as_tensor(v, dtype=dtype) for v in values)
+    return make("Range", inputs, None, name, "range")
+
+
+def _infer_random(op):
+    return [(op.get_attr("dtype"), _shape_from_tensor(op._inputs[0]))]
+
+
+for _type in ("RandomStandardNormal", "RandomUniform", "TruncatedNormal"):
+    register_op(_type, infer=_infer_random, stateful=True)
+
+
+def _infer_random_int(op):
+    return [(op._inputs[1].dtype, _shape_from_tensor(op._inputs[0]))]
+
+
+register_op("RandomUniformInt", infer=_infer_random_int, stateful=True)
+not_differentiable("RandomStandardNormal", "RandomUniform", "TruncatedNormal",
+                   "RandomUniformInt", "ZerosLike", "OnesLike", "Range", "Placeholder", "Const")
+
+
+def _random(op_type, shape, dtype, seed, name, default_name):
+    dtype = dtypes.as_dtype(dtype)
+    if not dtype.is_floating:
+        raise TypeError(f"{default_name}: dtype must be floating, got {dtype.name}")
+    seed1, seed2 = seeds(seed)
+    return make(op_type, (_shape_tensor(shape),), {"dtype": dtype, "seed": seed1, "seed2": seed2},
+                name, default_name)
+
+
+def _scale_shift(tensor, scale, shift, name):
+    from asyncflow.ops import math as _math
+    if not (isinstance(scale, (int, float)) and scale == 1):
+        tensor = _math.multiply(tensor, scale)
+    if not (isinstance(shift, (int, float)) and shift == 0):
+        tensor = _math.add(tensor, shift, name=name)
+    elif name is not None:
+        from asyncflow.ops.array import identity
+        tensor = identity(tensor, name=name)
+    return tensor
+
+
+def random_normal(shape, mean=0.0, stddev=1.0, dtype=dtypes.float32, seed=None, name=None):
+    """Normally distributed values; a new draw every run (seeded as in TF1)."""
+    sample = _random("RandomStandardNormal", shape, dtype, seed, None, "random_normal")
+    return _scale_shift(sample, stddev, mean, name)
+
+
+def truncated_normal(shape, mean=0.0, stddev=1.0, dtype=dtypes.float32, seed=None, name=None):
+    """Normal values redrawn when more than two standard deviations from the mean."""
+    sample = _random("TruncatedNormal", shape, dtype, seed, None, "truncated_normal")
+    return _scale_shift(sample, stddev, mean, name)
+
+
+def random_uniform(shape, minval=0, maxval=None, dtype=dtypes.float32, seed=None, name=None):
+    """Uniform values in ``[minval, maxval)``; integer dtypes need ``maxval``."""
+    dtype = dtypes.as_dtype(dtype)
+    if dtype.is_integer:
+        if maxval is None:
+            raise ValueError("random_uniform: maxval must be given for integer dtypes")
+        seed1, seed2 = seeds(seed)
+        return make("RandomUniformInt",
+                    (_shape_tensor(shape), as_tensor(minval, dtype), as_tensor(maxval, dtype)),
+                    {"seed": seed1, "seed2": seed2}, name, "random_uniform")
+    if maxval is None:
+        maxval = 1
+    sample = _random("RandomUniform", shape, dtype, seed, None, "random_uniform")
+    if isinstance(minval, (int, float)) and isinstance(maxval, (int, float)):
+        return _scale_shift(sample, maxval - minval, minval, name)
+    from asyncflow.ops import math as _math
+    return _math.add(_math.multiply(sample, _math.subtract(maxval, minval)), minval, name=name)
+
+
+def scalar_shape():
+    return scalar()

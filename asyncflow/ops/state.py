@@ -1,0 +1,284 @@
+"""Variables and their ops: VariableV2, Assign, AssignAdd, AssignSub, scatter updates.
+
+A ``VariableV2`` op outputs a *reference* to a buffer held in the session's (or worker's)
+resource manager. Ops that take a reference (``ref_inputs``: Assign and friends) receive it
+as is; any other consumer receives the value as it is at the moment that consumer runs, as
+with TF1's ref dtypes. ``Variable`` bundles the op with its initializer (an Assign) and its
+snapshot (``name/read``, an Identity), all colocated.
+"""
+from __future__ import annotations
+
+from asyncflow import dtypes
+from asyncflow.graph import GraphKeys, register_op, not_differentiable
+from asyncflow.graph.graph import Tensor, get_default_graph
+from asyncflow.graph.shape import TensorShape
+from asyncflow.ops.construct import as_tensor, make, make_op
+
+
+def _infer_variable(op):
+    return [(op.get_attr("dtype"), op.get_attr("shape"))]
+
+
+register_op("VariableV2", infer=_infer_variable, stateful=True, ref_outputs=(0,))
+
+
+def _infer_assign(op):
+    ref, value = op._inputs
+    if not ref._is_ref:
+        raise TypeError(f"input 0 must be a variable reference, got {ref.name}")
+    if ref.dtype is not value.dtype:
+        raise TypeError(f"variable {ref.op.name} has dtype {ref.dtype.name} but the value has "
+                        f"{value.dtype.name}")
+    if op.get_attr("validate_shape") and not ref.shape.is_compatible_with(value.shape):
+        raise ValueError(f"Shapes {ref.shape} and {value.shape} are incompatible "
+                         f"(assigning to variable {ref.op.name})")
+    shape = value.shape if op.type == "Assign" and not op.get_attr("validate_shape") else ref.shape
+    return [(ref.dtype, shape)]
+
+
+for _type in ("Assign", "AssignAdd", "AssignSub"):
+    register_op(_type, infer=_infer_assign, stateful=True, ref_inputs=(0,))
+
+
+def _infer_scatter(op):
+    ref, indices, updates = op._inputs
+    if not indices.dtype.is_integer:
+        raise TypeError(f"indices must be integers, got {indices.dtype.name}")
+    if ref.dtype is not updates.dtype:
+        raise TypeError(f"updates have dtype {updates.dtype.name}, variable has {ref.dtype.name}")
+    return [(ref.dtype, ref.shape)]
+
+
+for _type in ("ScatterUpdate", "ScatterAdd", "ScatterSub"):
+    register_op(_type, infer=_infer_scatter, stateful=True, ref_inputs=(0,))
+
+
+def _infer_is_initialized(op):
+    return [(dtypes.bool, TensorShape([]))]
+
+
+register_op("IsVariableInitialized", infer=_infer_is_initialized, stateful=True, ref_inputs=(0,))
+
+
+def _infer_report(op):
+    return [(dtypes.string, TensorShape([None]))]
+
+
+register_op("ReportUninitializedVariables", infer=_infer_report, stateful=True,
+            ref_inputs="all")
+not_differentiable("Assign", "AssignAdd", "AssignSub", "ScatterUpdate", "ScatterAdd",
+                   "ScatterSub", "IsVariableInitialized", "ReportUninitializedVariables")
+
+
+def _assign_op(op_type, ref, value, use_locking, name, validate_shape=True):
+    value = as_tensor(value, dtype=ref.dtype)
+    graph = ref.graph
+    with graph.colocate_with(ref.op):
+        return make(op_type, (ref, value), {"validate_shape": validate_shape,
+                                            "use_locking": bool(use_locking)},
+                    name, op_type)
+
+
+class Variable:
+    """A TF1-style variable: ``af.Variable(initial_value, name=None, trainable=True, dtype=None)``.
+
+    Converts to its snapshot tensor wherever a Tensor is expected.
+    """
+
+    def __init__(self, initial_value=None, trainable=True, collections=None, validate_shape=True,
+                 name=None, dtype=None, expected_shape=None, shared_name=None):
+        if initial_value is None:
+            raise ValueError("Variable: initial_value must be given")
+        graph = _graph_for(initial_value)
+        with graph.name_scope(name or "Variable") as scope:
+            if callable(initial_value):
+                initial_value = initial_value()
+            init_tensor = initial_value if isinstance(initial_value, Tensor) else \
+                as_tensor(initial_value, dtype=dtype, name="initial_value")
+            if dtype is not None and init_tensor.dtype is not dtypes.as_dtype(dtype):
+                from asyncflow.ops.math import cast
+                init_tensor = cast(init_tensor, dtype)
+            shape = init_tensor.shape if validate_shape else TensorShape(None)
+            if validate_shape and not shape.is_fully_defined():
+                raise ValueError(f"Variable {scope.rstrip('/')}: initial value must have a fully "
+                                 f"defined shape, got {shape}; pass validate_shape=False")
+            self._variable = make("VariableV2", (), {
+                "dtype": init_tensor.dtype, "shape": shape, "container": "",
+                "shared_name": shared_name or ""}, name=scope, graph=graph)
+            self._initial_value = init_tensor
+            with graph.colocate_with(self._variable.op):
+                self._initializer_op = make_op(
+                    "Assign", (self._variable, init_tensor),
+                    {"validate_shape": validate_shape, "use_locking": False}, name="Assign",
+                    graph=graph)
+                from asyncflow.ops.array import identity
+                self._snapshot = identity(self._variable, name="read")
+        self._trainable = trainable
+        if collections is None:
+            collections = [GraphKeys.GLOBAL_VARIABLES]
+        collections = list(collections)
+        if trainable and GraphKeys.TRAINABLE_VARIABLES not in collections:
+            collections.append(GraphKeys.TRAINABLE_VARIABLES)
+        graph.add_to_collections(collections, self)
+
+    # -- conversion ------------------------------------------------------------------------
+    def _as_tensor(self):
+        return self._snapshot
+
+    def _as_graph_element(self):
+        return self._variable
+
+    def _ref(self):
+        return self._variable
+
+    def value(self):
+        return self._snapshot
+
+    def read_value(self):
+        """A fresh read (an Identity), ordered by the enclosing control dependencies."""
+        from asyncflow.ops.array import identity
+        with self.graph.colocate_with(self._variable.op):
+            return identity(self._variable, name="read")
+
+    # -- properties -------------------------------------------------------------------------
+    name = property(lambda self: self._variable.name)
+    op = property(lambda self: self._variable.op)
+    dtype = property(lambda self: self._variable.dtype)
+    graph = property(lambda self: self._variable.graph)
+    device = property(lambda self: self._variable.op.device)
+    initializer = property(lambda self: self._initializer_op)
+    initial_value = property(lambda self: self._initial_value)
+    trainable = property(lambda self: self._trainable)
+
+    @property
+    def shape(self):
+        return self._variable.shape
+
+    def get_shape(self):
+        return self._variable.shape
+
+    # -- updates ------------------------------------------------------------------------------
+    def assign(self, value, use_locking=False, name=None, read_value=True):
+        return _assign_op("Assign", self._variable, value, use_locking, name)
+
+    def assign_add(self, delta, use_locking=False, name=None, read_value=True):
+        return _assign_op("AssignAdd", self._variable, delta, use_locking, name)
+
+    def assign_sub(self, delta, use_locking=False, name=None, read_value=True):
+        return _assign_op("AssignSub", self._variable, delta, use_locking, name)
+
+    def scatter_update(self, indices, updates, name=None):
+        return scatter_update(self, indices, updates, name=name)
+
+    def is_variable_initialized(self):
+        return is_variable_initialized(self)
+
+    def eval_spec(self):
+        return (self.dtype, self.shape)
+
+    def __repr__(self):
+        return f"<af.Variable '{self.name}' shape={self.shape} dtype={self.dtype.name}>"
+
+
+def _install_variable_operators():
+    """Arithmetic, comparison and slicing on a Variable work on its snapshot."""
+    from asyncflow.graph.graph import _OPERATOR_NAMES
+    for name in _OPERATOR_NAMES:
+        def forward(self, *args, _name=name):
+            return getattr(self._snapshot, _name)(*args)
+        setattr(Variable, name, forward)
+
+
+def _graph_for(value):
+    if isinstance(value, Tensor):
+        return value.graph
+    return get_default_graph()
+
+
+def _ref_of(variable):
+    if isinstance(variable, Variable):
+        return variable._variable
+    if isinstance(variable, Tensor) and variable._is_ref:
+        return variable
+    raise TypeError(f"Expected a Variable, got {variable!r}")
+
+
+def assign(ref, value, validate_shape=True, use_locking=False, name=None):
+    return _assign_op("Assign", _ref_of(ref), value, use_locking, name, validate_shape)
+
+
+def assign_add(ref, value, use_locking=False, name=None):
+    return _assign_op("AssignAdd", _ref_of(ref), value, use_locking, name)
+
+
+def assign_sub(ref, value, use_locking=False, name=None):
+    return _assign_op("AssignSub", _ref_of(ref), value, use_locking, name)
+
+
+def _scatter(op_type, ref, indices, updates, name):
+    ref = _ref_of(ref)
+    indices = as_tensor(indices)
+    updates = as_tensor(updates, dtype=ref.dtype)
+    with ref.graph.colocate_with(ref.op):
+        return make(op_type, (ref, indices, updates), {"use_locking": False}, name, op_type)
+
+
+def scatter_update(ref, indices, updates, use_locking=False, name=None):
+    """Set rows ``indices`` of the variable to ``updates``."""
+    return _scatter("ScatterUpdate", ref, indices, updates, name)
+
+
+def scatter_add(ref, indices, updates, use_locking=False, name=None):
+    """Add ``updates`` to rows ``indices`` of the variable (repeated indices accumulate)."""
+    return _scatter("ScatterAdd", ref, indices, updates, name)
+
+
+def scatter_sub(ref, indices, updates, use_locking=False, name=None):
+    return _scatter("ScatterSub", ref, indices, updates, name)
+
+
+def is_variable_initialized(variable):
+    ref = _ref_of(variable)
+    with ref.graph.colocate_with(ref.op):
+        return make("IsVariableInitialized", (ref,), None, None, "IsVariableInitialized")
+
+
+# -- collections and initializers -------------------------------------------------------------
+def global_variables(scope=None):
+    return get_default_graph().get_collection(GraphKeys.GLOBAL_VARIABLES, scope)
+
+
+def local_variables(scope=None):
+    return get_default_graph().get_collection(GraphKeys.LOCAL_VARIABLES, scope)
+
+
+def trainable_variables(scope=None):
+    return get_default_graph().get_collection(GraphKeys.TRAINABLE_VARIABLES, scope)
+
+
+def variables_initializer(var_list, name="init"):
+    """One op that runs the initializers of ``var_list``."""
+    from asyncflow.ops.control import group, no_op
+    if not var_list:
+        return no_op(name=name)
+    return group(*[v.initializer for v in var_list], name=name)
+
+
+def global_variables_initializer():
+    return variables_initializer(global_variables(), name="init")
+
+
+def local_variables_initializer():
+    return variables_initializer(local_variables(), name="init_local")
+
+
+def report_uninitialized_variables(var_list=None, name="report_uninitialized_variables"):
+    """A string tensor with the names of the uninitialized variables among ``var_list``."""
+    if var_list is None:
+        var_list = global_variables() + local_variables()
+    graph = get_default_graph()
+    refs = tuple(_ref_of(v) for v in var_list)
+    return make("ReportUninitializedVariables", refs, None, name, graph=graph)
+
+
+_install_variable_operators()

@@ -1,0 +1,59 @@
+"""What a kernel sees: ``NodeContext`` (one per node of a compiled plan).
+
+The context is built once per plan, so the hot loop passes it without allocating. It holds
+the op's attrs and identity, the device's array module, the resource manager, and per-node
+state that outlives steps (a random generator, as TF1's stateful random kernels keep one).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from asyncflow.runtime.resources import VariableResource, process_resources
+
+
+class NodeContext:
+    __slots__ = ("name", "type", "attrs", "xp", "device", "output_dtypes", "resources",
+                 "_rng", "_constant", "op")
+
+    def __init__(self, op, device, resources):
+        self.op = op
+        self.name = op.name
+        self.type = op.type
+        self.attrs = op._attrs
+        self.device = device
+        self.xp = device.xp
+        self.output_dtypes = tuple(None if t.dtype.is_string else t.dtype.np for t in op._outputs)
+        self.resources = resources
+        self._rng = None
+        self._constant = None
+
+    def random_generator(self):
+        """A numpy Generator seeded from the op's (seed, seed2), or from OS entropy."""
+        if self._rng is None:
+            seed, seed2 = self.attrs.get("seed"), self.attrs.get("seed2")
+            entropy = None if seed is None and seed2 is None else [int(seed or 0), int(seed2 or 0)]
+            self._rng = np.random.default_rng(entropy)
+        return self._rng
+
+    def device_constant(self, value):
+        """``value`` on this device, transferred once per plan."""
+        if self._constant is None:
+            self._constant = self.device.constant(value)
+        return self._constant
+
+    def to_device(self, array):
+        return self.device.put(array)
+
+    def variable_resource(self):
+        """The VariableResource this VariableV2 node names (created on first use)."""
+        attrs = self.attrs
+        shared = attrs.get("shared_name") or ""
+        manager = process_resources() if shared and self.resources.local else self.resources
+        name = shared or self.name
+        shape = attrs["shape"]
+        dims = None if shape.dims is None else tuple(shape.dims)
+        dtype = attrs["dtype"]
+
+        def create():
+            return VariableResource(name, dtype, dims)
+        return manager.lookup_or_create(attrs.get("container", ""), name, create)

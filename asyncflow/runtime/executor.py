@@ -1,0 +1,237 @@
+"""The executor: runs one compiled partition for one step.
+
+Theory of operation (the paper's ready-queue executor, on trio):
+- Values live in a per-step list of slots (see ``plan``). A node is ready when its pending
+  count (data plus control inputs) reaches zero.
+- **Static path** (no waiting kernels, no control flow, at most one possibly-large kernel):
+  run the precompiled topological schedule straight through, inline, freeing each slot after
+  its last reader. A large offloadable kernel found at run time is awaited on a worker thread.
+- **Ready-queue path**: a LIFO stack of ready nodes (depth first keeps the live set small);
+  non-waiting kernels run inline in the loop; waiting kernels (``is_async``: Recv, Dequeue,
+  GPU events) and large offloadable kernels start as tasks in the step's nursery and report
+  back on a channel. Completing a node stores its outputs, drops input buffers whose readers
+  are all done, and pushes consumers whose count reaches zero.
+- The first failure stops scheduling, cancels the nursery (waking every waiting kernel), and
+  surfaces as one ``OpError`` naming the op, its type, its device and where it was created.
+  Tasks never raise into the nursery: they report, so no ExceptionGroup reaches the caller.
+- Tracing (``step.trace`` is a list) records per-node start and end times; it selects the
+  ready-queue path, so the fast path carries no instrumentation checks.
+
+The executor knows kernels only as callables; it never imports HTTP or transports.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import trio
+
+from asyncflow import errors
+from asyncflow.runtime.plan import OFFLOAD_COST, runtime_cost
+
+
+class Step:
+    """Per-step state shared by the partitions of one run in this process.
+
+    Attributes:
+        step_id: the step's id (unique among running steps).
+        rendezvous: the step's rendezvous for Send/Recv, or None.
+        trace: a list receiving ``NodeStats`` when tracing, else None.
+        resources: per-step services a waiting kernel may need (queues' cancellation, ...).
+    """
+
+    __slots__ = ("step_id", "rendezvous", "trace", "cancel_scope", "extras")
+
+    def __init__(self, step_id, rendezvous=None, trace=None):
+        self.step_id = step_id
+        self.rendezvous = rendezvous
+        self.trace = trace
+        self.cancel_scope = None
+        self.extras = {}
+
+
+class NodeStats:
+    """One executed node in a traced step (TF1's NodeExecStats)."""
+
+    __slots__ = ("node_name", "op_type", "device", "start_us", "end_us", "timeline_label")
+
+    def __init__(self, node_name, op_type, device, start_us, end_us, timeline_label=""):
+        self.node_name = node_name
+        self.op_type = op_type
+        self.device = device
+        self.start_us = start_us
+        self.end_us = end_us
+        self.timeline_label = timeline_label
+
+    def __repr__(self):
+        return (f"NodeStats({self.node_name!r}, {self.op_type!r}, {self.device!r}, "
+                f"{self.start_us}, {self.end_us})")
+
+
+class StepContext:
+    """The context a waiting kernel receives: its node's context plus the running step."""
+
+    __slots__ = ("node", "step", "name", "type", "attrs", "xp", "device", "output_dtypes",
+                 "resources")
+
+    def __init__(self, node_ctx, step):
+        self.node = node_ctx
+        self.step = step
+        self.name = node_ctx.name
+        self.type = node_ctx.type
+        self.attrs = node_ctx.attrs
+        self.xp = node_ctx.xp
+        self.device = node_ctx.device
+        self.output_dtypes = node_ctx.output_dtypes
+        self.resources = node_ctx.resources
+
+    def __getattr__(self, item):
+        return getattr(self.node, item)
+
+
+_ERROR_MAP = (
+    (MemoryError, errors.ResourceExhaustedError),
+    ((ValueError, IndexError, TypeError, ZeroDivisionError, FloatingPointError, KeyError),
+     errors.InvalidArgumentError),
+)
+
+
+def wrap_error(exc, op, device_name):
+    """One OpError naming ``op``, its type, device and creation site; keeps the cause."""
+    if isinstance(exc, errors.OpError):
+        if getattr(exc, "_asyncflow_located", False):
+            return exc
+        cls, message = type(exc), exc.message
+    else:
+        cls = next((target for source, target in _ERROR_MAP if isinstance(exc, source)),
+                   errors.UnknownError)
+        message = f"{type(exc).__name__}: {exc}"
+    err = cls(None, op, f"{op.type} '{op.name}' on {device_name}: {message}\n"
+                        f"\t[created at {op.creation_site()}]")
+    err._asyncflow_located = True
+    err.__cause__ = exc
+    return err
+
+
+def _now_us():
+    return time.perf_counter_ns() // 1000
+
+
+async def _offloaded(node, args):
+    return await trio.to_thread.run_sync(node.fn, node.ctx, *args,
+                                         limiter=node.ctx.device.limiter)
+
+
+async def run_plan(plan, feed_values, step):
+    """Run ``plan`` once; returns the fetched values in ``plan.fetch_slots`` order.
+
+    Raises:
+        OpError: the first kernel failure, located (op, type, device, creation site).
+    """
+    slots = [None] * (plan.num_slots + 1)  # the extra slot swallows unread outputs
+    slots[:len(feed_values)] = feed_values
+    if plan.static and step.trace is None:
+        await _run_static(plan, slots)
+    else:
+        await _run_ready_queue(plan, slots, step)
+    out = []
+    for slot, deref in zip(plan.fetch_slots, plan.fetch_deref):
+        value = slots[slot]
+        out.append(value.read() if deref else value)
+    return out
+
+
+async def _run_static(plan, slots):
+    node = None
+    try:
+        for node in plan.schedule:
+            args = [slots[i] for i in node.inputs]
+            for position in node.deref:
+                args[position] = args[position].read()
+            if node.offload and runtime_cost(node, args) >= OFFLOAD_COST:
+                result = await _offloaded(node, args)
+            else:
+                result = node.fn(node.ctx, *args)
+            for slot, value in zip(node.outputs, result):
+                slots[slot] = value
+            for slot in node.free_after:
+                slots[slot] = None
+    except (trio.Cancelled, KeyboardInterrupt):
+        raise
+    except BaseException as exc:
+        raise wrap_error(exc, node.op, plan.device.name) from exc
+
+
+async def _run_waiting(node, args, step, report):
+    """Run a waiting or offloaded kernel; report ``(node, result, error, start)``."""
+    start = _now_us() if step.trace is not None else 0
+    try:
+        if node.is_async:
+            result = await node.fn(StepContext(node.ctx, step), *args)
+        else:
+            result = await _offloaded(node, args)
+    except trio.Cancelled:
+        raise
+    except BaseException as exc:  # reported, never raised into the nursery
+        report.send_nowait((node, None, exc, start))
+        return
+    report.send_nowait((node, result, None, start))
+
+
+async def _run_ready_queue(plan, slots, step):
+    nodes = plan.nodes
+    pending = [n.pending for n in nodes]
+    readers = list(plan.slot_readers)
+    fetched = plan.fetched
+    ready = list(plan.roots)
+    remaining = len(nodes)
+    trace = step.trace
+    device_name = plan.device.name
+    report_send, report_receive = trio.open_memory_channel(math.inf)
+    failure = None
+
+    def complete(node, result, start):
+        nonlocal remaining
+        remaining -= 1
+        for slot, value in zip(node.outputs, result):
+            slots[slot] = value
+        for index in node.consumers:
+            pending[index] -= 1
+            if pending[index] == 0:
+                ready.append(index)
+        if trace is not None:
+            trace.append(NodeStats(node.op.name, node.op.type, device_name, start, _now_us()))
+
+    async with trio.open_nursery() as nursery:
+        while remaining and failure is None:
+            while ready and failure is None:
+                node = nodes[ready.pop()]
+                args = [slots[i] for i in node.inputs]
+                for slot in node.inputs:
+                    readers[slot] -= 1
+                    if readers[slot] == 0 and slot not in fetched:
+                        slots[slot] = None
+                try:
+                    for position in node.deref:
+                        args[position] = args[position].read()
+                    if node.is_async or (node.offload and runtime_cost(node, args) >= OFFLOAD_COST):
+                        nursery.start_soon(_run_waiting, node, args, step, report_send)
+                        continue
+                    start = _now_us() if trace is not None else 0
+                    result = node.fn(node.ctx, *args)
+                except (trio.Cancelled, KeyboardInterrupt):
+                    raise
+                except BaseException as exc:
+                    failure = wrap_error(exc, node.op, device_name)
+                    break
+                complete(node, result, start)
+            if remaining and failure is None:
+                node, result, exc, start = await report_receive.receive()
+                if exc is not None:
+                    failure = wrap_error(exc, node.op, device_name)
+                else:
+                    complete(node, result, start)
+        if failure is not None:
+            nursery.cancel_scope.cancel()
+    if failure is not None:
+        raise failure

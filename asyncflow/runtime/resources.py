@@ -1,0 +1,111 @@
+"""Resources: long-lived state (variables, queues) keyed by (container, name).
+
+A ``ResourceManager`` belongs to a local session (a fresh one per session, so a new session
+starts uninitialized) or to a worker (shared by every session that reaches it, until reset).
+Resources with a ``shared_name`` on a local session live in the process-wide manager, so
+sessions in one process can share them; ``reset(containers)`` clears named containers.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from asyncflow import errors
+
+DEFAULT_CONTAINER = ""
+
+
+class VariableResource:
+    """The buffer behind a Variable. Values are immutable arrays (replaced, never mutated),
+    so a value read by one op or fetched by a client never changes under it."""
+
+    __slots__ = ("name", "dtype", "shape", "value")
+
+    def __init__(self, name, dtype, shape):
+        self.name = name
+        self.dtype = dtype
+        self.shape = shape
+        self.value = None
+
+    def read(self):
+        value = self.value
+        if value is None:
+            raise errors.FailedPreconditionError(
+                None, self.name, f"Attempting to use uninitialized value {self.name}")
+        return value
+
+    def assign(self, value, validate_shape=True):
+        """Store ``value`` (copied if a caller could still mutate it)."""
+        if validate_shape and self.shape is not None and not _shape_fits(self.shape, value.shape):
+            raise errors.InvalidArgumentError(
+                None, self.name, f"Assign requires shapes of both tensors to match. lhs shape= "
+                f"{list(self.shape)} rhs shape= {list(value.shape)} (variable {self.name})")
+        if getattr(value, "flags", None) is not None and value.flags.writeable:
+            value = value.copy()
+            value.flags.writeable = False
+        self.value = value
+        return value
+
+    @property
+    def initialized(self):
+        return self.value is not None
+
+
+def _shape_fits(static, actual):
+    return len(static) == len(actual) and all(s is None or s == a for s, a in zip(static, actual))
+
+
+class ResourceManager:
+    """``(container, name) -> resource``.
+
+    Args:
+        local: True for a local session's private manager (resources with a ``shared_name``
+            then go to the process-wide manager instead).
+    """
+
+    def __init__(self, local=False):
+        self.local = local
+        self._containers = {}
+
+    def lookup(self, container, name):
+        return self._containers.get(container, {}).get(name)
+
+    def lookup_or_create(self, container, name, factory, check=None):
+        """The resource at (container, name), created by ``factory()`` when absent.
+
+        ``check(existing)`` may raise to refuse a mismatching reuse (e.g. a queue reopened
+        with another capacity).
+        """
+        bucket = self._containers.setdefault(container, {})
+        resource = bucket.get(name)
+        if resource is None:
+            resource = bucket[name] = factory()
+        elif check is not None:
+            check(resource)
+        return resource
+
+    def reset(self, containers=None):
+        """Drop the named containers (all of them when None); close what can be closed."""
+        names = list(self._containers) if containers is None else list(containers)
+        for container in names:
+            for resource in self._containers.pop(container, {}).values():
+                close = getattr(resource, "close_for_reset", None)
+                if close is not None:
+                    close()
+
+    def containers(self):
+        return sorted(self._containers)
+
+    def statistics(self):
+        return {container: len(bucket) for container, bucket in self._containers.items()}
+
+
+_process_resources = ResourceManager()
+
+
+def process_resources():
+    """The process-wide manager holding resources created with a ``shared_name``."""
+    return _process_resources
+
+
+def as_array(value, dtype):
+    return np.asarray(value, dtype=dtype)

@@ -1,0 +1,310 @@
+"""The Session: compile a request once, then run steps on the runtime.
+
+Data flow of ``await sess.run(fetches, feed_dict)``:
+1. ``_FetchStructure`` flattens any nesting of lists/tuples/namedtuples/dicts of tensors,
+   ops, names and variables into unique fetch tensors and target ops, and rebuilds the
+   caller's structure around the results.
+2. Feeds are resolved and validated (dtype, shape) before anything runs.
+3. The signature (feeds, fetches, targets) maps to a compiled ``_Compiled`` run, built once:
+   prune to what the fetches need (feeds cut edges), place every op on a device, partition
+   per device (Send/Recv on crossing edges), compile each partition to an ExecutionPlan.
+4. A fresh step id; every partition's executor runs in one nursery; the first failure
+   cancels the rest and is raised alone (root cause, never a bare ExceptionGroup).
+
+A local session owns a fresh ResourceManager, so variables start uninitialized in each new
+session. Many runs may be in flight at once; they share variables.
+"""
+from __future__ import annotations
+
+import collections.abc
+import itertools
+import secrets
+
+import numpy as np
+import trio
+
+from asyncflow import dtypes, errors
+from asyncflow.graph import prune as _prune
+from asyncflow.graph.graph import Operation, Tensor, get_default_graph
+from asyncflow.runtime import device as _device
+from asyncflow.runtime import executor
+from asyncflow.runtime.options import RunOptions, SessionConfig
+from asyncflow.runtime.plan import compile_plan
+from asyncflow.runtime.resources import ResourceManager, process_resources
+
+
+class DeviceName(str):
+    """A device name that also answers ``.name`` and ``.device_type`` (TF1's attributes)."""
+
+    @property
+    def name(self):
+        return str(self)
+
+    @property
+    def device_type(self):
+        return self.rsplit("/device:", 1)[-1].split(":")[0]
+
+
+class _FetchStructure:
+    """Flattens a nested fetch into unique elements and rebuilds results in its shape."""
+
+    def __init__(self, graph, fetches):
+        self._graph = graph
+        self.tensors = []
+        self.targets = []
+        self._tensor_index = {}
+        self._target_set = set()
+        self._template = self._flatten(fetches)
+
+    def _flatten(self, fetch):
+        if fetch is None:
+            raise TypeError("Fetch argument None has invalid type <class 'NoneType'>")
+        if isinstance(fetch, (list, tuple)) and not hasattr(fetch, "_fields"):
+            return (type(fetch), [self._flatten(f) for f in fetch])
+        if isinstance(fetch, tuple):  # namedtuple
+            return ("namedtuple", type(fetch), [self._flatten(f) for f in fetch])
+        if isinstance(fetch, collections.abc.Mapping):
+            return ("mapping", type(fetch), [(k, self._flatten(v)) for k, v in fetch.items()])
+        try:
+            element = self._graph.as_graph_element(fetch)
+        except (TypeError, ValueError, KeyError) as exc:
+            raise type(exc)(f"Fetch argument {fetch!r} cannot be interpreted as a Tensor or "
+                            f"Operation: {exc}") from None
+        if isinstance(element, Operation):
+            if element not in self._target_set:
+                self._target_set.add(element)
+                self.targets.append(element)
+            return ("op",)
+        index = self._tensor_index.get(element)
+        if index is None:
+            index = self._tensor_index[element] = len(self.tensors)
+            self.tensors.append(element)
+        return ("tensor", index)
+
+    def rebuild(self, values):
+        return self._build(self._template, values)
+
+    def _build(self, node, values):
+        kind = node[0]
+        if kind == "tensor":
+            return values[node[1]]
+        if kind == "op":
+            return None
+        if kind == "namedtuple":
+            return node[1](*[self._build(n, values) for n in node[2]])
+        if kind == "mapping":
+            items = [(k, self._build(n, values)) for k, n in node[2]]
+            try:
+                return node[1](items)
+            except TypeError:
+                return dict(items)
+        seq = [self._build(n, values) for n in node[1]]
+        return seq if kind is list else kind(seq)
+
+
+def _to_feed_array(tensor, value):
+    """Validate and convert one fed value.
+
+    Raises:
+        InvalidArgumentError: on a dtype or shape the tensor cannot take.
+    """
+    dtype = tensor.dtype
+    if hasattr(value, "op") and isinstance(getattr(value, "op"), Operation):
+        raise TypeError(f"The value of a feed cannot be an af.Tensor ({value.name}); "
+                        "feed numpy arrays or Python values")
+    if dtype.is_string:
+        arr = np.asarray(value, dtype=object)
+        arr = np.vectorize(lambda v: v.encode() if isinstance(v, str) else v, otypes=[object])(arr) \
+            if arr.size else arr
+    else:
+        arr = np.asarray(value)
+        if arr.dtype != dtype.np:
+            if arr.dtype.kind in "OSU" or not (
+                    np.can_cast(arr.dtype, dtype.np, "same_kind")
+                    or (arr.dtype.kind in "iub" and dtype.is_floating)
+                    or (arr.dtype.kind == "f" and dtype is dtypes.bfloat16)):
+                raise errors.InvalidArgumentError(
+                    None, tensor.op, f"Cannot feed value of dtype {arr.dtype} for Tensor "
+                    f"'{tensor.name}', which has dtype {dtype.name}")
+            arr = arr.astype(dtype.np)
+    if not tensor.shape.is_compatible_with(arr.shape):
+        raise errors.InvalidArgumentError(
+            None, tensor.op, f"Cannot feed value of shape {arr.shape} for Tensor "
+            f"'{tensor.name}', which has shape {tensor.shape}")
+    return arr
+
+
+class _Compiled:
+    """One signature's compiled run: the partitions' plans and where feeds/fetches go."""
+
+    __slots__ = ("plans", "feed_routes", "fetch_routes")
+
+    def __init__(self, plans, feed_routes, fetch_routes):
+        self.plans = plans                  # list of ExecutionPlan
+        self.feed_routes = feed_routes      # per plan: indices into the feed list
+        self.fetch_routes = fetch_routes    # per fetch: (plan index, position in its fetches)
+
+
+def _host_value(value):
+    """A fetched value as the caller sees it: a numpy array or scalar they may mutate."""
+    if isinstance(value, np.ndarray):
+        if value.ndim == 0:
+            return value[()]
+        if not value.flags.writeable:
+            return value.copy()
+        return value
+    to_numpy = getattr(value, "get", None)  # cupy
+    if to_numpy is not None:
+        return _host_value(to_numpy())
+    return value
+
+
+class Session:
+    """``async with af.Session(graph=None, config=None, cluster=None) as sess:``.
+
+    Args:
+        graph: the graph to run (default: the context's default graph).
+        config: a SessionConfig.
+        cluster: a ClusterSpec (or dict) to run as the master of a cluster.
+    """
+
+    _step_ids = itertools.count(secrets.randbits(40) << 8)
+
+    def __init__(self, target="", graph=None, config=None, cluster=None):
+        if isinstance(target, SessionConfig) and config is None:
+            target, config = "", target
+        self.graph = graph if graph is not None else get_default_graph()
+        self.config = config or SessionConfig()
+        self._resources = ResourceManager(local=True)
+        self._devices = _device.make_local_devices(self.config.device_count)
+        self._cache = {}
+        self._closed = False
+        self._cluster = cluster
+        self._in_flight = 0
+        if cluster is not None or target:
+            raise errors.UnimplementedError(
+                None, None, "Session(cluster=...) needs the distributed runtime, which this "
+                "build does not include yet")
+
+    # -- lifecycle ----------------------------------------------------------------------
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc_info):
+        await self.close()
+
+    async def close(self):
+        """Release the session's resources; later runs fail."""
+        if not self._closed:
+            self._closed = True
+            self._resources.reset()
+            self._cache.clear()
+
+    @property
+    def closed(self):
+        return self._closed
+
+    def list_devices(self):
+        """Full names of this session's devices."""
+        return [DeviceName(d.name) for d in self._devices]
+
+    @staticmethod
+    async def reset(target=None, containers=None):
+        """Clear resource containers (all when None) of a local process or a cluster."""
+        if target not in (None, "", "local"):
+            raise errors.UnimplementedError(None, None, "reset of a remote target needs the "
+                                            "distributed runtime")
+        process_resources().reset(containers)
+
+    # -- running --------------------------------------------------------------------------
+    async def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
+        """Run the ops needed for ``fetches`` and return their values in the same structure.
+
+        Raises:
+            OpError: the failing op's error (InvalidArgumentError for bad feeds,
+                DeadlineExceededError past ``options.timeout_in_ms``, ...).
+            RuntimeError: if the session is closed.
+        """
+        if self._closed:
+            raise RuntimeError("Attempted to use a closed Session.")
+        structure = _FetchStructure(self.graph, fetches)
+        feed_tensors, feed_values = self._resolve_feeds(feed_dict)
+        fed_positions = {t: i for i, t in enumerate(feed_tensors)}
+        to_compute = [t for t in structure.tensors if t not in fed_positions]
+        compiled = self._compiled(tuple(feed_tensors), tuple(to_compute), tuple(structure.targets))
+        trace = [] if options is not None and options.trace_level else None
+        computed = await self._run_compiled(compiled, feed_values, options, trace)
+        if run_metadata is not None and trace is not None:
+            run_metadata.step_stats = trace
+        by_tensor = dict(zip(to_compute, computed))
+        values = [_host_value(by_tensor[t]) if t in by_tensor else
+                  _host_value(feed_values[fed_positions[t]]) for t in structure.tensors]
+        return structure.rebuild(values)
+
+    def _resolve_feeds(self, feed_dict):
+        if not feed_dict:
+            return [], []
+        tensors, values, seen = [], [], set()
+        for key, value in feed_dict.items():
+            if hasattr(key, "_as_tensor") and not isinstance(key, Tensor):
+                key = key._as_tensor()
+            try:
+                tensor = self.graph.as_graph_element(key, allow_operation=False)
+            except (TypeError, ValueError, KeyError) as exc:
+                raise TypeError(f"Cannot interpret feed_dict key {key!r} as a Tensor: {exc}") from None
+            if tensor in seen:
+                raise errors.InvalidArgumentError(None, tensor.op, f"Tensor {tensor.name} is fed twice")
+            seen.add(tensor)
+            tensors.append(tensor)
+            values.append(_to_feed_array(tensor, value))
+        return tensors, values
+
+    def _compiled(self, feeds, fetches, targets):
+        key = (feeds, fetches, targets)
+        compiled = self._cache.get(key)
+        if compiled is None:
+            compiled = self._cache[key] = self._compile(feeds, fetches, targets)
+        return compiled
+
+    def _compile(self, feeds, fetches, targets):
+        try:
+            ops = _prune.prune(fetches, targets, feeds)
+        except ValueError as exc:
+            raise errors.InvalidArgumentError(None, None, str(exc)) from None
+        device = self._devices[0]
+        if self.config.log_device_placement:
+            for op in ops:
+                print(f"{op.name}: ({op.type}): {device.name}")
+        plan = compile_plan(ops, list(feeds), list(fetches), device, self._resources)
+        return _Compiled([plan], [list(range(len(feeds)))],
+                         [(0, i) for i in range(len(fetches))])
+
+    async def _run_compiled(self, compiled, feed_values, options, trace):
+        timeout_ms = (options.timeout_in_ms if options is not None else 0) \
+            or self.config.operation_timeout_in_ms
+        step = executor.Step(next(self._step_ids), trace=trace)
+        self._in_flight += 1
+        try:
+            if timeout_ms:
+                with trio.move_on_after(timeout_ms / 1000) as scope:
+                    results = await self._run_partitions(compiled, feed_values, step)
+                if scope.cancelled_caught:
+                    raise errors.DeadlineExceededError(
+                        None, None, f"Timed out after {timeout_ms} ms waiting for the step to "
+                        "finish (RunOptions.timeout_in_ms)")
+                return results
+            return await self._run_partitions(compiled, feed_values, step)
+        finally:
+            self._in_flight -= 1
+
+    async def _run_partitions(self, compiled, feed_values, step):
+        if len(compiled.plans) == 1:
+            plan = compiled.plans[0]
+            return await executor.run_plan(plan, feed_values, step)
+        raise errors.InternalError(None, None, "multi-partition runs need the partitioner")
+
+    def statistics(self):
+        return {"cached_plans": len(self._cache), "runs_in_flight": self._in_flight,
+                "devices": [d.name for d in self._devices]}
+
+
