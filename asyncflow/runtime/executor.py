@@ -28,6 +28,7 @@ import trio
 
 from asyncflow import errors
 from asyncflow.runtime.plan import OFFLOAD_COST, runtime_cost
+from asyncflow.runtime.schedule import compile_schedule
 
 
 class Step:
@@ -142,23 +143,18 @@ async def run_plan(plan, feed_values, step):
 
 
 async def _run_static(plan, slots):
-    node = None
+    """Run the plan's straight-line step function (generated once, see ``schedule``)."""
+    step_fn = plan.static_fn
+    if step_fn is None:
+        step_fn = plan.static_fn = compile_schedule(plan, _offloaded)
     try:
-        for node in plan.schedule:
-            args = [slots[i] for i in node.inputs]
-            for position in node.deref:
-                args[position] = args[position].read()
-            if node.offload and runtime_cost(node, args) >= OFFLOAD_COST:
-                result = await _offloaded(node, args)
-            else:
-                result = node.fn(node.ctx, *args)
-            for slot, value in zip(node.outputs, result):
-                slots[slot] = value
-            for slot in node.free_after:
-                slots[slot] = None
+        await step_fn(slots)
     except (trio.Cancelled, KeyboardInterrupt):
         raise
     except BaseException as exc:
+        node = getattr(exc, "_asyncflow_node", None)
+        if node is None:
+            raise
         raise wrap_error(exc, node.op, plan.device.name) from exc
 
 

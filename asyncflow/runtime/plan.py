@@ -58,6 +58,7 @@ class ExecutionPlan:
     fetched: frozenset
     static: bool
     schedule: tuple
+    static_fn: object = None
 
     def describe(self):
         """The plan as plain data: ``[(op name, inputs, outputs, consumers, pending)]``."""
