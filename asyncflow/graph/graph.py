@@ -562,6 +562,11 @@ class Graph:
             scopes.control_flow_context.add_op(op)
         return op
 
+    def as_graph_def(self, add_shapes=False):
+        """This graph as plain, msgpack-ready data (see ``graph/serialize.py``)."""
+        from asyncflow.graph import serialize
+        return serialize.as_graph_def(self, add_shapes=add_shapes)
+
     def __repr__(self):
         return f"<af.Graph #{self._id} with {len(self._ops)} ops>"
 
