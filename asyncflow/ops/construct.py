@@ -32,23 +32,21 @@ def as_tensor(value, dtype=None, name=None):
 
 
 def operands(values, name="op"):
-    """Convert values to tensors of one dtype: Python values take the tensors' dtype.
+    """Convert values to tensors: Python values take the first tensor's dtype (TF1).
 
-    Raises:
-        TypeError: if two tensors have different dtypes (no implicit promotion, as in TF1).
+    Two tensors of different dtypes are left alone: the op's inference then raises a
+    TypeError that names the op (no implicit promotion, as in TF1).
     """
     dtype = None
     for value in values:
         if is_tensor_like(value):
             tensor = value._as_tensor() if hasattr(value, "_as_tensor") else value
             if dtype is None:
-                dtype = tensor.dtype
-            elif tensor.dtype is not dtype:
-                raise TypeError(f"{name}: operands have different dtypes {dtype.name} and "
-                                f"{tensor.dtype.name}; use af.cast to convert one of them")
+                dtype = tensor.dtype  # mismatched tensor dtypes fail in the op's inference
     if dtype is None:
         return [convert_to_tensor(v) for v in _promote_python(values)]
-    return [convert_to_tensor(v, dtype=dtype) for v in values]
+    return [convert_to_tensor(v) if is_tensor_like(v) else convert_to_tensor(v, dtype=dtype)
+            for v in values]
 
 
 def _promote_python(values):

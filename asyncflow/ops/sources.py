@@ -8,7 +8,9 @@ from __future__ import annotations
 import numpy as np
 
 from asyncflow import dtypes
-from asyncflow.graph import register_constant_builder, register_op, not_differentiable
+from asyncflow.graph import (
+    not_differentiable, register_constant_builder, register_gradient, register_op,
+)
 from asyncflow.graph.shape import TensorShape, as_shape, scalar
 from asyncflow.ops.construct import as_tensor, make, seeds, static_value
 
@@ -64,7 +66,8 @@ def constant(value, dtype=None, shape=None, name="Const"):
             arr = np.full(shape, arr.reshape(()), dtype=arr.dtype)
         else:
             raise ValueError(f"Const {name}: value of {arr.size} elements does not fit shape {list(shape)}")
-    arr = np.ascontiguousarray(arr) if not dtype.is_string else arr
+    if not dtype.is_string and not arr.flags.c_contiguous:
+        arr = arr.copy(order="C")
     arr.flags.writeable = False
     return make("Const", (), {"value": arr, "dtype": dtype}, name=name)
 
@@ -114,6 +117,11 @@ def _infer_placeholder_with_default(op):
 
 
 register_op("PlaceholderWithDefault", infer=_infer_placeholder_with_default)
+
+
+@register_gradient("PlaceholderWithDefault")
+def _placeholder_with_default_grad(op, grad):
+    return [grad]
 
 
 def placeholder_with_default(value, shape, name=None):

@@ -1,0 +1,204 @@
+"""Session.run semantics: fetch structures, feeds, pruning, caching, errors, concurrency."""
+import collections
+
+import numpy as np
+import pytest
+import trio
+
+import asyncflow as af
+
+
+@pytest.fixture
+def graph():
+    with af.Graph().as_default() as g:
+        yield g
+
+
+async def test_fetch_structures(graph):
+    a = af.constant(1.0, name="a")
+    b = af.constant([2, 3], name="b")
+    Pair = collections.namedtuple("Pair", "x y")
+    async with af.Session() as sess:
+        out = await sess.run({"a": a, "nested": [b, (a, "b:0")], "pair": Pair(a, b), "op": b.op})
+    assert out["a"] == 1.0 and isinstance(out["a"], np.float32)
+    np.testing.assert_array_equal(out["nested"][0], [2, 3])
+    assert isinstance(out["nested"][1], tuple)
+    assert out["nested"][1][0] == 1.0
+    np.testing.assert_array_equal(out["nested"][1][1], [2, 3])
+    assert isinstance(out["pair"], Pair) and out["pair"].x == 1.0
+    assert out["op"] is None
+
+
+async def test_single_fetch_and_op_fetch(graph):
+    c = af.constant([[1.0]])
+    async with af.Session() as sess:
+        assert (await sess.run(c)).shape == (1, 1)
+        assert await sess.run(c.op) is None
+        assert await sess.run([]) == []
+
+
+async def test_same_tensor_fetched_twice_is_computed_once(graph):
+    counter = af.Variable(0, name="counter")
+    bump = counter.assign_add(1)
+    async with af.Session() as sess:
+        await sess.run(counter.initializer)
+        first, second = await sess.run([bump, bump])
+        assert first == second == 1
+        assert await sess.run(counter) == 1
+
+
+async def test_feeding_any_tensor_cuts_its_producer(graph):
+    x = af.placeholder(af.float32, [2], name="x")
+    y = x * 2.0
+    z = y + 1.0
+    async with af.Session() as sess:
+        # x is never fed: feeding y cuts it off.
+        np.testing.assert_array_equal(await sess.run(z, {y: [10.0, 20.0]}), [11.0, 21.0])
+        # A fed and fetched tensor returns the fed value.
+        np.testing.assert_array_equal(await sess.run(y, {y: [5.0, 6.0]}), [5.0, 6.0])
+        # Constants can be fed too.
+        c = af.constant(3.0)
+        assert await sess.run(c * 2.0, {c: 4.0}) == 8.0
+
+
+async def test_feed_by_name_and_pruning(graph):
+    x = af.placeholder(af.float32, [], name="x")
+    unused = af.placeholder(af.float32, [], name="unused")
+    _ = unused * 3.0
+    y = x + 1.0
+    async with af.Session() as sess:
+        assert await sess.run("add:0", {"x:0": 1.0}) == 2.0
+        assert await sess.run(y, {x: 2.0}) == 3.0
+
+
+async def test_feed_validation(graph):
+    x = af.placeholder(af.float32, [None, 2], name="x")
+    i = af.placeholder(af.int32, [2], name="i")
+    y = x * 2.0
+    async with af.Session() as sess:
+        with pytest.raises(af.errors.InvalidArgumentError, match=r"shape \(3,\).*x:0"):
+            await sess.run(y, {x: np.ones(3)})
+        with pytest.raises(af.errors.InvalidArgumentError, match="dtype float64.*i:0"):
+            await sess.run(i + 1, {i: np.array([1.5, 2.5])})
+        # Python values of a compatible kind are converted.
+        np.testing.assert_array_equal(await sess.run(y, {x: [[1, 2]]}), [[2.0, 4.0]])
+        with pytest.raises(af.errors.InvalidArgumentError, match="fed twice"):
+            await sess.run(y, {x: [[1, 2]], "x:0": [[1, 2]]})
+
+
+async def test_unfed_placeholder_error_names_it(graph):
+    x = af.placeholder(af.float32, [2], name="needs_feed")
+    async with af.Session() as sess:
+        with pytest.raises(af.errors.InvalidArgumentError, match="must feed a value.*needs_feed") as info:
+            await sess.run(x + 1.0)
+    assert info.value.op.name == "needs_feed"
+
+
+async def test_bad_fetches(graph):
+    async with af.Session() as sess:
+        with pytest.raises(TypeError):
+            await sess.run(None)
+        with pytest.raises(KeyError, match="nope"):
+            await sess.run("nope:0")
+        with af.Graph().as_default():
+            other = af.constant(1.0)
+        with pytest.raises(ValueError, match="not an element of this graph"):
+            await sess.run(other)
+
+
+async def test_plan_cache(graph):
+    x = af.placeholder(af.float32, [])
+    y = x + 1.0
+    async with af.Session() as sess:
+        for value in range(3):
+            assert await sess.run(y, {x: value}) == value + 1
+        assert sess.statistics()["cached_plans"] == 1
+        await sess.run([y, y * 2.0], {x: 1.0})
+        assert sess.statistics()["cached_plans"] == 2
+
+
+async def test_variables_start_uninitialized_in_each_session(graph):
+    v = af.Variable(np.arange(3, dtype=np.float32), name="weights")
+    async with af.Session() as sess:
+        with pytest.raises(af.errors.FailedPreconditionError, match="uninitialized value weights"):
+            await sess.run(v)
+        await sess.run(af.global_variables_initializer())
+        np.testing.assert_array_equal(await sess.run(v), [0, 1, 2])
+        await sess.run(v.assign([5.0, 6.0, 7.0]))
+        np.testing.assert_array_equal(await sess.run(v), [5, 6, 7])
+        assert list(await sess.run(af.report_uninitialized_variables())) == []
+    async with af.Session() as sess:
+        assert list(await sess.run(af.report_uninitialized_variables())) == [b"weights"]
+        assert not await sess.run(af.is_variable_initialized(v))
+
+
+async def test_fetched_values_are_private_copies(graph):
+    c = af.constant([1.0, 2.0])
+    v = af.Variable([1.0, 2.0])
+    async with af.Session() as sess:
+        await sess.run(v.initializer)
+        got_c, got_v = await sess.run([c, v])
+        got_c[0] = 100.0
+        got_v[0] = 100.0
+        np.testing.assert_array_equal(await sess.run(c), [1.0, 2.0])
+        np.testing.assert_array_equal(await sess.run(v), [1.0, 2.0])
+
+
+async def test_read_value_respects_control_dependencies(graph):
+    v = af.Variable(1.0)
+    update = v.assign(5.0)
+    with af.control_dependencies([update]):
+        after = v.read_value()
+    async with af.Session() as sess:
+        await sess.run(v.initializer)
+        assert await sess.run(after) == 5.0
+
+
+async def test_concurrent_runs_share_variables(graph):
+    counter = af.Variable(0, name="counter")
+    bump = counter.assign_add(1)
+    async with af.Session() as sess:
+        await sess.run(counter.initializer)
+        async with trio.open_nursery() as nursery:
+            for _ in range(50):
+                nursery.start_soon(sess.run, bump)
+        assert await sess.run(counter) == 50
+
+
+async def test_closed_session_refuses_runs(graph):
+    c = af.constant(1.0)
+    sess = af.Session()
+    assert await sess.run(c) == 1.0
+    await sess.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        await sess.run(c)
+
+
+async def test_list_devices(graph):
+    async with af.Session(config=af.SessionConfig(device_count={"CPU": 2})) as sess:
+        names = sess.list_devices()
+    assert names[:2] == ["/job:localhost/replica:0/task:0/device:CPU:0",
+                         "/job:localhost/replica:0/task:0/device:CPU:1"]
+    assert names[0].device_type == "CPU"
+
+
+async def test_runtime_error_is_one_op_error(graph):
+    x = af.placeholder(af.float32, [None])
+    y = af.reshape(x, [3], name="bad_reshape")
+    async with af.Session() as sess:
+        with pytest.raises(af.errors.InvalidArgumentError) as info:
+            await sess.run(y, {x: np.ones(4)})
+        err = info.value
+        assert err.op.name == "bad_reshape"
+        assert "Reshape 'bad_reshape' on /job:localhost/replica:0/task:0/device:CPU:0" in err.message
+        assert "test_session.py" in err.message  # where the op was created
+        # The session stays usable.
+        np.testing.assert_array_equal(await sess.run(y, {x: np.ones(3)}), np.ones(3))
+
+
+async def test_string_tensors(graph):
+    s = af.constant([b"a", "b"])
+    p = af.placeholder(af.string, [None])
+    async with af.Session() as sess:
+        assert list(await sess.run(s)) == [b"a", b"b"]
+        assert list(await sess.run(af.identity(p), {p: ["x", b"y"]})) == [b"x", b"y"]
