@@ -1,0 +1,125 @@
+"""Sources (constants, fills, ranges, random ops) and variable state ops."""
+import numpy as np
+import pytest
+
+import asyncflow as af
+
+
+async def run(fetch, feed=None, sess=None):
+    async with af.Session() as sess:
+        return await sess.run(fetch, feed)
+
+
+async def test_constants_and_fills():
+    with af.Graph().as_default():
+        c = af.constant(7, shape=[2, 2])
+        d = af.constant([1.5, 2.5], dtype=af.float64)
+        z = af.zeros([2, 3], af.int32)
+        o = af.ones([0, 2])
+        f = af.fill([2], 9.0)
+        zl = af.zeros_like(d)
+        ol = af.ones_like(c, dtype=af.float32)
+        e = af.constant(np.zeros((0,), np.float32))
+        assert c.shape.as_list() == [2, 2] and z.shape.as_list() == [2, 3]
+        out = await run([c, d, z, o, f, zl, ol, e])
+    np.testing.assert_array_equal(out[0], np.full((2, 2), 7, np.int32))
+    assert out[1].dtype == np.float64
+    assert out[2].dtype == np.int32 and out[2].shape == (2, 3)
+    assert out[3].shape == (0, 2) and out[3].dtype == np.float32
+    np.testing.assert_array_equal(out[4], [9.0, 9.0])
+    np.testing.assert_array_equal(out[5], [0.0, 0.0])
+    assert out[6].dtype == np.float32
+    assert out[7].shape == (0,)
+    with af.Graph().as_default():
+        with pytest.raises(ValueError, match="does not fit"):
+            af.constant([1, 2, 3], shape=[2, 2])
+        with pytest.raises(TypeError, match="out of range"):
+            af.constant(300, dtype=af.int8)
+
+
+async def test_range():
+    with af.Graph().as_default():
+        r = [af.range(5), af.range(1, 10, 3), af.range(0.0, 1.0, 0.25), af.range(5, 0, -2)]
+        assert r[0].shape.as_list() == [5]
+        out = await run(r)
+    np.testing.assert_array_equal(out[0], np.arange(5))
+    assert out[0].dtype == np.int32
+    np.testing.assert_array_equal(out[1], [1, 4, 7])
+    np.testing.assert_allclose(out[2], [0, 0.25, 0.5, 0.75])
+    np.testing.assert_array_equal(out[3], [5, 3, 1])
+
+
+async def test_placeholder_with_default():
+    with af.Graph().as_default():
+        p = af.placeholder_with_default([1.0, 2.0], shape=[None])
+        y = p * 2.0
+        async with af.Session() as sess:
+            np.testing.assert_array_equal(await sess.run(y), [2.0, 4.0])
+            np.testing.assert_array_equal(await sess.run(y, {p: [5.0]}), [10.0])
+
+
+async def test_random_ops_follow_tf1_seeding():
+    async def draw(graph_seed, op_seed, runs=2):
+        with af.Graph().as_default():
+            if graph_seed is not None:
+                af.set_random_seed(graph_seed)
+            t = af.random_normal([100], seed=op_seed)
+            async with af.Session() as sess:
+                return [await sess.run(t) for _ in range(runs)]
+
+    first = await draw(1, 2)
+    again = await draw(1, 2)
+    np.testing.assert_array_equal(first[0], again[0])  # same seeds, same sequence
+    assert not np.array_equal(first[0], first[1])      # each run draws anew
+    other = await draw(1, 3)
+    assert not np.array_equal(first[0], other[0])
+    graph_only = await draw(5, None)
+    np.testing.assert_array_equal(graph_only[0], (await draw(5, None))[0])
+
+
+async def test_random_distributions():
+    with af.Graph().as_default():
+        af.set_random_seed(0)
+        n = af.random_normal([20000], mean=3.0, stddev=2.0)
+        u = af.random_uniform([20000], minval=-1.0, maxval=1.0)
+        t = af.truncated_normal([20000], stddev=1.0)
+        i = af.random_uniform([1000], minval=2, maxval=5, dtype=af.int32)
+        out = await run([n, u, t, i])
+    assert abs(out[0].mean() - 3.0) < 0.1 and abs(out[0].std() - 2.0) < 0.1
+    assert out[1].min() >= -1.0 and out[1].max() < 1.0 and out[1].dtype == np.float32
+    assert np.abs(out[2]).max() <= 2.0
+    assert set(np.unique(out[3])) <= {2, 3, 4} and out[3].dtype == np.int32
+
+
+async def test_assign_family_and_scatter():
+    with af.Graph().as_default():
+        v = af.Variable(np.zeros((4, 2), np.float32), name="v")
+        add = v.assign_add(np.ones((4, 2), np.float32))
+        sub = af.assign_sub(v, np.full((4, 2), 0.5, np.float32))
+        upd = af.scatter_update(v, [0, 2], np.array([[7, 7], [8, 8]], np.float32))
+        sadd = af.scatter_add(v, [1, 1], np.array([[1, 1], [2, 2]], np.float32))
+        bad = af.scatter_update(v, [9], np.array([[1, 1]], np.float32), name="bad_scatter")
+        async with af.Session() as sess:
+            await sess.run(v.initializer)
+            np.testing.assert_array_equal(await sess.run(add), np.ones((4, 2)))
+            np.testing.assert_array_equal(await sess.run(sub), np.full((4, 2), 0.5))
+            await sess.run(upd)
+            await sess.run(sadd)
+            np.testing.assert_array_equal(await sess.run(v), [[7, 7], [3.5, 3.5], [8, 8], [0.5, 0.5]])
+            with pytest.raises(af.errors.InvalidArgumentError, match="bad_scatter.*out of range"):
+                await sess.run(bad)
+            with pytest.raises(ValueError, match="incompatible"):
+                v.assign(np.zeros((3,), np.float32))
+
+
+async def test_variable_initialized_from_another_variable_and_validate_shape():
+    with af.Graph().as_default():
+        a = af.Variable([1.0, 2.0], name="a")
+        b = af.Variable(a * 2.0, name="b")
+        c = af.Variable([1.0], validate_shape=False, name="c")
+        grow = af.assign(c, [1.0, 2.0, 3.0], validate_shape=False)
+        async with af.Session() as sess:
+            await sess.run(a.initializer)
+            await sess.run([b.initializer, c.initializer])
+            np.testing.assert_array_equal(await sess.run(b), [2.0, 4.0])
+            np.testing.assert_array_equal(await sess.run(grow), [1.0, 2.0, 3.0])
