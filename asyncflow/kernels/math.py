@@ -187,3 +187,32 @@ def _arg(fn_name):
 
 register_kernel("ArgMax")(_arg("argmax"))
 register_kernel("ArgMin")(_arg("argmin"))
+
+
+@register_kernel("SumToShape")
+def _sum_to_shape(ctx, grad, shape):
+    """Sum a broadcast gradient back to ``shape`` (leading axes and axes where shape is 1)."""
+    target = tuple(int(d) for d in shape.reshape(-1).tolist())
+    lead = grad.ndim - len(target)
+    if lead < 0 or any(t not in (1, g) for t, g in zip(target, grad.shape[lead:])):
+        raise errors.InvalidArgumentError(
+            None, ctx.name, f"cannot sum a gradient of shape {list(grad.shape)} to shape "
+            f"{list(target)}: the shapes do not broadcast")
+    axes = tuple(range(lead)) + tuple(lead + i for i, t in enumerate(target)
+                                      if t == 1 and grad.shape[lead + i] != 1)
+    if not axes:
+        return (grad,)
+    total = ctx.xp.sum(grad, axis=axes, dtype=_accumulation_dtype(grad.dtype))
+    return (ctx.xp.asarray(total).astype(grad.dtype, copy=False).reshape(target),)
+
+
+@register_kernel("ReducedShape")
+def _reduced_shape(ctx, shape):
+    """``shape`` with 1 at the reduced axes (all of them when ``axis`` is None)."""
+    axes = ctx.attrs["axis"]
+    out = np.array(shape, dtype=shape.dtype, copy=True)
+    if axes is None:
+        out[:] = 1
+    else:
+        out[list(axes)] = 1
+    return (out,)

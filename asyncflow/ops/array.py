@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from asyncflow import dtypes
-from asyncflow.graph import register_op, not_differentiable
+from asyncflow.graph import register_gradient, register_op, not_differentiable
 from asyncflow.graph.shape import TensorShape
 from asyncflow.ops.construct import as_tensor, make, static_value
 
@@ -90,3 +90,16 @@ def reshape(tensor, shape, name=None):  # noqa: F811 - parameter named like TF1
     if not hasattr(shape, "op"):
         shape = as_tensor(np.asarray(shape, dtype=np.int32).reshape(-1), dtype=dtypes.int32)
     return make("Reshape", (tensor, shape), None, name, "Reshape")
+
+
+@register_gradient("Identity")
+def _identity_grad(op, grad):
+    return [grad]
+
+
+@register_gradient("Reshape")
+def _reshape_grad(op, grad):
+    x = op._inputs[0]
+    if x.shape.is_fully_defined():
+        return [reshape(grad, x.shape.as_list()), None]
+    return [make("Reshape", (grad, shape(x)), None, None, "Reshape"), None]

@@ -1,0 +1,219 @@
+"""Symbolic differentiation: ``gradients(ys, xs)`` adds the backward graph (TF1's algorithm).
+
+Theory of operation:
+1. *Mark.* Walk forward from the ``xs`` tensors along floating-point edges only (integer and
+   bool tensors are never differentiated). An op is *reached* when one of its float inputs is
+   reached, unless it is declared not differentiable (``StopGradient``, ``Shape``...) or it
+   produces one of ``stop_gradients``: the walk does not pass such ops. Then walk backward from
+   the ``ys`` ops through reached ops only. The intersection, ``between``, is the set of ops
+   whose gradient functions run.
+2. *Count.* ``pending[op]`` is the number of (consumer, input) edges from ``op``'s outputs into
+   ``between`` consumers: the number of gradient contributions ``op`` still waits for.
+3. *Seed.* Each ``y`` starts with ``grad_ys[i]`` or ``OnesLike(y)``.
+4. *Walk.* Pop an op whose count is zero. Sum each output's contributions (one ``AddN``),
+   zero-fill float outputs that got none while a sibling did (``ZerosLike``), call the
+   registered ``grad(op, *out_grads)`` under the name scope ``<name>/<op>_grad`` and hand the
+   results to the producers of its inputs, decrementing their counts.
+5. *Collect.* The gradient of ``xs[i]`` is the sum of its contributions, or None when none
+   reached it. An ``x`` lying on another ``x``'s path does not stop the walk.
+
+Gradient functions build ordinary ops, so gradients of gradients work whenever the ops used by
+the gradient functions have gradients themselves.
+
+This module belongs to the graph layer: it never imports ``asyncflow.ops``. The few ops it
+builds itself (``AddN``, ``OnesLike``, ``ZerosLike``) are created by type string.
+"""
+from __future__ import annotations
+
+import collections
+
+from asyncflow.graph.graph import Operation, Tensor, convert_to_tensor
+
+
+def gradients(ys, xs, grad_ys=None, name="gradients", stop_gradients=None):
+    """Symbolic partial derivatives of ``sum(ys)`` with respect to each of ``xs``.
+
+    Args:
+        ys: a Tensor or list of Tensors to differentiate.
+        xs: a Tensor, Variable or list of them. A Variable is differentiated through its
+            reference, so every read of it counts (its snapshot ``v.value()`` among them); a
+            variable's reference tensor is accepted too.
+        grad_ys: None, or a list aligned with ``ys`` of initial gradients (None entries default
+            to ``ones_like(y)``).
+        name: the name scope under which the gradient ops are grouped.
+        stop_gradients: a Tensor or list of Tensors held constant: gradients do not flow
+            through the ops that produce them.
+
+    Returns:
+        A list aligned with ``xs``: the gradient Tensor of each, or None where ``xs[i]`` does
+        not reach any ``y`` through differentiable floating-point paths.
+
+    Raises:
+        LookupError: if an op on a path has no registered gradient, naming the op, its type
+            and the input index.
+        ValueError: if ``grad_ys`` does not align with ``ys``, or tensors come from different
+            graphs.
+        TypeError: if an element cannot be converted to a Tensor.
+    """
+    ys = [_as_tensor(y, "ys") for y in _as_list(ys)]
+    xs = [_as_tensor(x, "xs", prefer_ref=True) for x in _as_list(xs)]
+    stops = [_as_tensor(t, "stop_gradients") for t in _as_list(stop_gradients or [])]
+    if not ys:
+        raise ValueError("gradients: ys must contain at least one tensor")
+    graph = ys[0].graph
+    for tensor in ys + xs + stops:
+        if tensor.graph is not graph:
+            raise ValueError(f"gradients: {tensor.name} is not in the same graph as {ys[0].name}")
+    grad_ys = _as_list(grad_ys) if grad_ys is not None else [None] * len(ys)
+    if len(grad_ys) != len(ys):
+        raise ValueError(f"gradients: grad_ys has {len(grad_ys)} entries but ys has {len(ys)}")
+
+    with graph.name_scope(name):
+        between = _between_ops(ys, xs, {t.op for t in stops})
+        pending = _pending_counts(between)
+        grads = collections.defaultdict(list)
+        for index, (y, grad_y) in enumerate(zip(ys, grad_ys)):
+            grads[y].append(_seed(graph, y, grad_y, index))
+        _backprop(graph, between, pending, grads, ys, set(xs))
+        return [_aggregate(graph, grads.get(x), f"{_short(x)}_sum") if _differentiable_tensor(x)
+                else None for x in xs]
+
+
+# -- argument conversion -------------------------------------------------------------------
+def _as_list(value):
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return [value]
+
+
+def _as_tensor(value, what, prefer_ref=False):
+    if prefer_ref and hasattr(value, "_ref"):
+        return value._ref()
+    if isinstance(value, Tensor):
+        return value
+    if hasattr(value, "_as_tensor"):
+        return value._as_tensor()
+    if isinstance(value, Operation):
+        raise TypeError(f"gradients: {what} must be Tensors, got Operation '{value.name}'")
+    raise TypeError(f"gradients: {what} must be Tensors or Variables, got {value!r}")
+
+
+def _short(tensor):
+    return tensor.op.name.replace("/", "_")
+
+
+def _differentiable_tensor(tensor):
+    return tensor.dtype.is_floating
+
+
+# -- marking -------------------------------------------------------------------------------
+def _passes_gradient(op, stop_ops):
+    return op.op_def.differentiable and op not in stop_ops
+
+
+def _between_ops(ys, xs, stop_ops):
+    """Ops forward-reachable from ``xs`` along float edges that also reach an op of ``ys``."""
+    reached = set()
+    stack = [x for x in xs if _differentiable_tensor(x)]
+    seen_tensors = set()
+    while stack:
+        tensor = stack.pop()
+        if tensor in seen_tensors:
+            continue
+        seen_tensors.add(tensor)
+        for consumer in tensor._consumers:
+            if consumer in reached or not _passes_gradient(consumer, stop_ops):
+                continue
+            reached.add(consumer)
+            stack.extend(out for out in consumer._outputs if _differentiable_tensor(out))
+    between = set()
+    stack = [y.op for y in ys if y.op in reached]
+    while stack:
+        op = stack.pop()
+        if op in between:
+            continue
+        between.add(op)
+        stack.extend(t.op for t in op._inputs
+                     if t.op in reached and t.op not in between and _differentiable_tensor(t))
+    return between
+
+
+def _pending_counts(between):
+    pending = dict.fromkeys(between, 0)
+    for op in between:
+        for tensor in op._inputs:
+            if tensor.op in pending and _differentiable_tensor(tensor):
+                pending[tensor.op] += 1
+    return pending
+
+
+def _seed(graph, y, grad_y, index):
+    if grad_y is None:
+        return graph.create_op("OnesLike", (y,), {"dtype": None}, name=f"grad_ys_{index}")._outputs[0]
+    grad_y = convert_to_tensor(grad_y, dtype=y.dtype)
+    if not grad_y.shape.is_compatible_with(y.shape):
+        raise ValueError(f"gradients: grad_ys[{index}] has shape {grad_y.shape}, which is not "
+                         f"compatible with ys[{index}] {y.name} of shape {y.shape}")
+    return grad_y
+
+
+# -- the backward walk ---------------------------------------------------------------------
+def _backprop(graph, between, pending, grads, ys, x_set):
+    # Creation order among the initially ready ops keeps the backward graph deterministic.
+    ready = collections.deque(sorted({y.op for y in ys if y.op in between and not pending[y.op]},
+                                     key=lambda op: op._id))
+    while ready:
+        op = ready.popleft()
+        out_grads = _output_grads(graph, op, grads)
+        if any(g is not None for g in out_grads):
+            with graph.name_scope(f"{op.name}_grad"):
+                in_grads = _call_grad(op, out_grads, lambda t: t.op in between or t in x_set)
+            for tensor, grad in zip(op._inputs, in_grads):
+                if grad is not None and _differentiable_tensor(tensor):
+                    grads[tensor].append(grad)
+        for tensor in op._inputs:
+            producer = tensor.op
+            if producer in pending and _differentiable_tensor(tensor):
+                pending[producer] -= 1
+                if pending[producer] == 0:
+                    ready.append(producer)
+
+
+def _output_grads(graph, op, grads):
+    """One gradient per output: contributions summed, missing float siblings zero-filled."""
+    summed = [_aggregate(graph, grads.get(out), f"{op.name}_{i}_sum".replace("/", "_"))
+              for i, out in enumerate(op._outputs)]
+    if all(g is None for g in summed):
+        return summed
+    return [g if g is not None or not _differentiable_tensor(out)
+            else graph.create_op("ZerosLike", (out,), {"dtype": None}, name="zeros_like")._outputs[0]
+            for out, g in zip(op._outputs, summed)]
+
+
+def _aggregate(graph, contributions, name):
+    if not contributions:
+        return None
+    if len(contributions) == 1:
+        return contributions[0]
+    return graph.create_op("AddN", tuple(contributions), None, name=name)._outputs[0]
+
+
+def _call_grad(op, out_grads, on_path):
+    grad_fn = op.op_def.grad
+    if grad_fn is None:
+        index = next((i for i, t in enumerate(op._inputs)
+                      if on_path(t) and _differentiable_tensor(t)), 0)
+        raise LookupError(f"No gradient defined for operation '{op.name}' (op type: {op.type}) "
+                          f"input {index}. Register one with @register_gradient({op.type!r}) or "
+                          f"declare the type with not_differentiable({op.type!r}).")
+    in_grads = grad_fn(op, *out_grads)
+    in_grads = list(in_grads) if isinstance(in_grads, (list, tuple)) else [in_grads]
+    if len(in_grads) != len(op._inputs):
+        raise ValueError(f"Gradient function for {op.type} '{op.name}' returned {len(in_grads)} "
+                         f"gradients, but the op has {len(op._inputs)} inputs")
+    for index, (tensor, grad) in enumerate(zip(op._inputs, in_grads)):
+        if grad is not None and _differentiable_tensor(tensor) and grad.dtype is not tensor.dtype:
+            raise TypeError(f"Gradient function for {op.type} '{op.name}' returned a "
+                            f"{grad.dtype.name} gradient for input {index} of dtype "
+                            f"{tensor.dtype.name}")
+    return in_grads
