@@ -40,6 +40,17 @@ from asyncflow.ops.state import (  # noqa: F401
 )
 from asyncflow.runtime.options import ConfigProto, RunMetadata, RunOptions, SessionConfig  # noqa: F401
 from asyncflow.session import Session  # noqa: F401
+from asyncflow import initializers, nn  # noqa: F401,E402  (af.nn, af.initializers)
+from asyncflow.ops.init_ops import (  # noqa: F401,E402
+    Constant as constant_initializer, GlorotNormal as glorot_normal_initializer,
+    GlorotUniform as glorot_uniform_initializer, Ones as ones_initializer,
+    RandomNormal as random_normal_initializer, RandomUniform as random_uniform_initializer,
+    TruncatedNormal as truncated_normal_initializer, VarianceScaling as variance_scaling_initializer,
+    Zeros as zeros_initializer,
+)
+from asyncflow.ops.variable_scope import (  # noqa: F401,E402
+    AUTO_REUSE, VariableScope, get_variable, get_variable_scope, variable_scope,
+)
 
 __version__ = "0.1.0"
 

@@ -4,3 +4,4 @@ Family modules are imported explicitly (no directory scanning); importing this p
 registers every kernel.
 """
 from asyncflow.kernels import array, control, math, sources, state  # noqa: F401
+from asyncflow.kernels import nn, nn_conv  # noqa: F401,E402  (nn family)

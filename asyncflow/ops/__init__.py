@@ -3,3 +3,4 @@
 Family modules are imported explicitly; importing this package registers every op type.
 """
 from asyncflow.ops import array, control, math, sources, state  # noqa: F401
+from asyncflow.ops import nn, nn_conv  # noqa: F401,E402  (nn family)

@@ -1,0 +1,133 @@
+"""Kernels of the nn family (see ops/nn.py), written once against ``ctx.xp``.
+
+Activations, softmax, cross entropies, BiasAdd and L2Loss; convolution and pooling are in
+kernels/nn_conv.py. Kernels never modify their inputs; outputs are fresh arrays.
+"""
+from __future__ import annotations
+
+from asyncflow import errors
+from asyncflow.kernels.registry import register_kernel
+
+
+# -- activations ----------------------------------------------------------------------------
+@register_kernel("Relu")
+def _relu(ctx, x):
+    return (ctx.xp.maximum(x, x.dtype.type(0)),)
+
+
+@register_kernel("ReluGrad")
+def _relu_grad(ctx, grad, features):
+    return (ctx.xp.where(features > 0, grad, grad.dtype.type(0)),)
+
+
+@register_kernel("Relu6")
+def _relu6(ctx, x):
+    return (ctx.xp.clip(x, x.dtype.type(0), x.dtype.type(6)),)
+
+
+@register_kernel("Relu6Grad")
+def _relu6_grad(ctx, grad, features):
+    inside = (features > 0) & (features < 6)
+    return (ctx.xp.where(inside, grad, grad.dtype.type(0)),)
+
+
+@register_kernel("Elu")
+def _elu(ctx, x):
+    xp = ctx.xp
+    return (xp.where(x > 0, x, xp.expm1(xp.minimum(x, x.dtype.type(0)))),)
+
+
+@register_kernel("EluGrad")
+def _elu_grad(ctx, grad, outputs):
+    return (ctx.xp.where(outputs > 0, grad, grad * (outputs + outputs.dtype.type(1))),)
+
+
+@register_kernel("LeakyRelu")
+def _leaky_relu(ctx, x):
+    alpha = x.dtype.type(ctx.attrs["alpha"])
+    return (ctx.xp.where(x > 0, x, x * alpha),)
+
+
+@register_kernel("LeakyReluGrad")
+def _leaky_relu_grad(ctx, grad, features):
+    alpha = grad.dtype.type(ctx.attrs["alpha"])
+    return (ctx.xp.where(features > 0, grad, grad * alpha),)
+
+
+# -- softmax family -----------------------------------------------------------------------
+def _log_softmax_of(xp, x, axis):
+    if x.shape[axis] == 0:
+        return x.copy()
+    shifted = x - xp.max(x, axis=axis, keepdims=True)
+    return shifted - xp.log(xp.sum(xp.exp(shifted), axis=axis, keepdims=True))
+
+
+@register_kernel("Softmax")
+def _softmax(ctx, x):
+    xp = ctx.xp
+    axis = ctx.attrs["axis"]
+    if x.shape[axis] == 0:
+        return (x.copy(),)
+    e = xp.exp(x - xp.max(x, axis=axis, keepdims=True))
+    return (e / xp.sum(e, axis=axis, keepdims=True),)
+
+
+@register_kernel("LogSoftmax")
+def _log_softmax(ctx, x):
+    return (_log_softmax_of(ctx.xp, x, ctx.attrs["axis"]),)
+
+
+@register_kernel("SoftmaxCrossEntropyWithLogits")
+def _softmax_xent(ctx, logits, labels):
+    xp = ctx.xp
+    axis = ctx.attrs["axis"]
+    if logits.shape != labels.shape:
+        raise errors.InvalidArgumentError(
+            None, ctx.name, f"logits and labels must be the same size: logits_size="
+            f"{list(logits.shape)} labels_size={list(labels.shape)}")
+    log_probs = _log_softmax_of(xp, logits, axis)
+    loss = -xp.sum(labels * log_probs, axis=axis)
+    return (xp.asarray(loss, dtype=logits.dtype), xp.exp(log_probs) - labels)
+
+
+@register_kernel("SparseSoftmaxCrossEntropyWithLogits")
+def _sparse_softmax_xent(ctx, logits, labels):
+    xp = ctx.xp
+    classes = logits.shape[-1]
+    if labels.shape != logits.shape[:-1]:
+        raise errors.InvalidArgumentError(
+            None, ctx.name, f"labels shape {list(labels.shape)} must equal logits shape "
+            f"{list(logits.shape)} without its last dimension")
+    flat_labels = labels.reshape(-1)
+    if flat_labels.size and (int(flat_labels.min()) < 0 or int(flat_labels.max()) >= classes):
+        bad = int(flat_labels[(flat_labels < 0) | (flat_labels >= classes)][0])
+        raise errors.InvalidArgumentError(
+            None, ctx.name, f"Received a label value of {bad} which is outside the valid range "
+            f"of [0, {classes}).  Label values: {' '.join(str(v) for v in flat_labels.tolist()[:32])}")
+    log_probs = _log_softmax_of(xp, logits.reshape(flat_labels.size, classes), -1)
+    rows = xp.arange(flat_labels.size)
+    loss = -log_probs[rows, flat_labels]
+    backprop = xp.exp(log_probs)
+    backprop[rows, flat_labels] -= logits.dtype.type(1)
+    return (loss.reshape(labels.shape), backprop.reshape(logits.shape))
+
+
+@register_kernel("BiasAdd")
+def _bias_add(ctx, value, bias):
+    if value.shape[-1] != bias.shape[0]:
+        raise errors.InvalidArgumentError(
+            None, ctx.name, f"Must provide as many biases as the last dimension of the input "
+            f"tensor: {list(bias.shape)} vs. {list(value.shape)}")
+    return (value + bias,)
+
+
+@register_kernel("BiasAddGrad")
+def _bias_add_grad(ctx, grad):
+    axes = tuple(range(grad.ndim - 1))
+    return (ctx.xp.asarray(ctx.xp.sum(grad, axis=axes), dtype=grad.dtype),)
+
+
+@register_kernel("L2Loss")
+def _l2_loss(ctx, x):
+    xp = ctx.xp
+    return (xp.asarray(xp.sum(xp.square(x)) / 2, dtype=x.dtype),)

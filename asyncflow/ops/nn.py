@@ -1,0 +1,486 @@
+"""Neural-network ops (``af.nn``): activations, softmax and losses, convolution, pooling.
+
+Theory of operation:
+- Ops that dominate training time are primitives with fused kernels (kernels/nn.py): Relu,
+  Relu6, Elu, LeakyRelu, Softmax, LogSoftmax, BiasAdd, L2Loss, the two softmax cross entropies
+  (each outputs the loss and its ``backprop``, the gradient w.r.t. the logits, so the gradient
+  is one multiply), Conv2D, MaxPool and AvgPool. Each one's gradient sits beside it and is built
+  from dedicated gradient ops (ReluGrad, Conv2DBackpropInput/Filter, MaxPoolGrad, ...), as in TF.
+- Everything else (sigmoid cross entropy, dropout, moments, batch normalization) is a composite
+  of existing ops, so it is differentiable through their gradients.
+- Layout is NHWC. Strides/ksize/dilations are stored as 4-tuples; SAME/VALID geometry is the
+  same function at build time (static shapes) and run time (kernels/nn.py ``_geometry``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from asyncflow import dtypes
+from asyncflow.graph import register_gradient, register_op
+from asyncflow.graph.shape import TensorShape
+from asyncflow.ops import array as _array
+from asyncflow.ops import math as _math
+from asyncflow.ops.construct import (
+    FLOATING, INTEGER, NUMERIC, as_tensor, check_dtype, graph_of, make, make_op, static_value,
+)
+from asyncflow.ops.sources import constant
+
+sigmoid = _math.sigmoid
+tanh = _math.tanh
+
+
+# -- elementwise activations ----------------------------------------------------------------
+def _real(dtype):
+    return dtype.is_numeric and not dtype.is_unsigned and not dtype.is_bool
+
+
+_ACTIVATIONS = {"Relu": _real, "Relu6": _real, "Elu": FLOATING, "LeakyRelu": FLOATING}
+
+
+def _infer_activation(op):
+    x = op._inputs[0]
+    check_dtype(op.type, x, _ACTIVATIONS[op.type], "features")
+    return [(x.dtype, x.shape)]
+
+
+def _infer_activation_grad(op):
+    grad, features = op._inputs
+    if grad.dtype is not features.dtype:
+        raise TypeError(f"gradients ({grad.dtype.name}) and features ({features.dtype.name}) "
+                        "must have the same dtype")
+    return [(grad.dtype, grad.shape.merge_with(features.shape))]
+
+
+for _type in _ACTIVATIONS:
+    register_op(_type, infer=_infer_activation)
+    register_op(_type + "Grad", infer=_infer_activation_grad)
+
+
+def relu(features, name=None):
+    """Rectified linear unit, ``max(features, 0)``."""
+    return make("Relu", (as_tensor(features),), None, name, "Relu")
+
+
+def relu6(features, name=None):
+    """``min(max(features, 0), 6)``."""
+    return make("Relu6", (as_tensor(features),), None, name, "Relu6")
+
+
+def elu(features, name=None):
+    """Exponential linear unit: ``features`` where positive, else ``exp(features) - 1``."""
+    return make("Elu", (as_tensor(features),), None, name, "Elu")
+
+
+def leaky_relu(features, alpha=0.2, name=None):
+    """``features`` where positive, else ``alpha * features`` (TF1's default alpha is 0.2)."""
+    return make("LeakyRelu", (as_tensor(features),), {"alpha": float(alpha)}, name, "LeakyRelu")
+
+
+@register_gradient("Relu")
+def _relu_grad(op, grad):
+    return [make("ReluGrad", (grad, op._outputs[0]))]
+
+
+@register_gradient("Relu6")
+def _relu6_grad(op, grad):
+    return [make("Relu6Grad", (grad, op._inputs[0]))]
+
+
+@register_gradient("Elu")
+def _elu_grad(op, grad):
+    return [make("EluGrad", (grad, op._outputs[0]))]
+
+
+@register_gradient("LeakyRelu")
+def _leaky_relu_grad(op, grad):
+    return [make("LeakyReluGrad", (grad, op._inputs[0]), {"alpha": op.get_attr("alpha")})]
+
+
+@register_gradient("ReluGrad")
+def _relu_grad_grad(op, grad):
+    # ReluGrad is linear in its first input and piecewise constant in the second.
+    return [make("ReluGrad", (grad, op._inputs[1])), None]
+
+
+# -- softmax, bias_add, l2_loss ------------------------------------------------------------
+def _normalize_axis(axis, ndims, what):
+    if ndims is None:
+        return axis
+    if not -ndims <= axis < ndims:
+        raise ValueError(f"{what}: axis {axis} is out of range for a tensor of rank {ndims}")
+    return axis % ndims
+
+
+def _infer_softmax(op):
+    x = op._inputs[0]
+    check_dtype(op.type, x, FLOATING, "logits")
+    if x.shape.ndims == 0:
+        raise ValueError("logits must have >= 1 dimension, got a scalar")
+    return [(x.dtype, x.shape)]
+
+
+register_op("Softmax", infer=_infer_softmax)
+register_op("LogSoftmax", infer=_infer_softmax)
+
+
+def _softmax_op(op_type, logits, axis, dim, name):
+    logits = as_tensor(logits)
+    axis = -1 if axis is None and dim is None else (axis if axis is not None else dim)
+    axis = _normalize_axis(int(axis), logits.shape.ndims, op_type)
+    return make(op_type, (logits,), {"axis": axis}, name, op_type)
+
+
+def softmax(logits, axis=None, name=None, dim=None):
+    """``exp(logits) / reduce_sum(exp(logits), axis)``, computed stably (default: last axis)."""
+    return _softmax_op("Softmax", logits, axis, dim, name)
+
+
+def log_softmax(logits, axis=None, name=None, dim=None):
+    """``logits - log(reduce_sum(exp(logits), axis))``, computed stably."""
+    return _softmax_op("LogSoftmax", logits, axis, dim, name)
+
+
+@register_gradient("Softmax")
+def _softmax_grad(op, grad):
+    y, axis = op._outputs[0], op.get_attr("axis")
+    dot = _math.reduce_sum(_math.multiply(grad, y), axis=axis, keepdims=True)
+    return [_math.multiply(_math.subtract(grad, dot), y)]
+
+
+@register_gradient("LogSoftmax")
+def _log_softmax_grad(op, grad):
+    y, axis = op._outputs[0], op.get_attr("axis")
+    total = _math.reduce_sum(grad, axis=axis, keepdims=True)
+    return [_math.subtract(grad, _math.multiply(total, _math.exp(y)))]
+
+
+def _infer_bias_add(op):
+    value, bias = op._inputs
+    check_dtype(op.type, value, NUMERIC, "value")
+    if value.dtype is not bias.dtype:
+        raise TypeError(f"value ({value.dtype.name}) and bias ({bias.dtype.name}) must have "
+                        "the same dtype")
+    if value.shape.ndims is not None and value.shape.ndims < 2:
+        raise ValueError(f"value must be at least 2-D, got shape {value.shape}")
+    if bias.shape.ndims not in (None, 1):
+        raise ValueError(f"bias must be 1-D, got shape {bias.shape}")
+    last = value.shape[-1] if value.shape.ndims else None
+    if last is not None and bias.shape.ndims and bias.shape[0] not in (None, last):
+        raise ValueError(f"bias has {bias.shape[0]} elements but the last dimension of value "
+                         f"is {last} (shapes {value.shape} and {bias.shape})")
+    return [(value.dtype, value.shape)]
+
+
+def _infer_bias_add_grad(op):
+    grad = op._inputs[0]
+    return [(grad.dtype, TensorShape([grad.shape[-1]] if grad.shape.ndims else [None]))]
+
+
+register_op("BiasAdd", infer=_infer_bias_add)
+register_op("BiasAddGrad", infer=_infer_bias_add_grad)
+
+
+def bias_add(value, bias, data_format=None, name=None):
+    """Add the 1-D ``bias`` along the last (channel) dimension of ``value`` (NHWC).
+
+    Raises:
+        ValueError: for a data_format other than NHWC/N...C or mismatched sizes.
+    """
+    if data_format not in (None, "NHWC", "N...C"):
+        raise ValueError(f"bias_add: data_format {data_format!r} is not supported; use NHWC")
+    value = as_tensor(value)
+    bias = as_tensor(bias, dtype=value.dtype)
+    return make("BiasAdd", (value, bias), {"data_format": "NHWC"}, name, "BiasAdd")
+
+
+@register_gradient("BiasAdd")
+def _bias_add_grad(op, grad):
+    return [grad, make("BiasAddGrad", (grad,), {"data_format": "NHWC"})]
+
+
+def _infer_l2_loss(op):
+    x = op._inputs[0]
+    check_dtype(op.type, x, FLOATING, "t")
+    return [(x.dtype, TensorShape([]))]
+
+
+register_op("L2Loss", infer=_infer_l2_loss)
+
+
+def l2_loss(t, name=None):
+    """``sum(t ** 2) / 2`` as a scalar."""
+    return make("L2Loss", (as_tensor(t),), None, name, "L2Loss")
+
+
+@register_gradient("L2Loss")
+def _l2_loss_grad(op, grad):
+    return [_math.multiply(op._inputs[0], grad)]
+
+
+# -- cross entropies ----------------------------------------------------------------------
+def _without_axis(shape, axis):
+    if shape.ndims is None:
+        return TensorShape(None)
+    return TensorShape([d for i, d in enumerate(shape.dims) if i != axis])
+
+
+def _infer_softmax_xent(op):
+    logits, labels = op._inputs
+    check_dtype(op.type, logits, FLOATING, "logits")
+    if labels.dtype is not logits.dtype:
+        raise TypeError(f"labels ({labels.dtype.name}) and logits ({logits.dtype.name}) must "
+                        "have the same dtype")
+    if not logits.shape.is_compatible_with(labels.shape):
+        raise ValueError(f"logits and labels must have the same shape, got {logits.shape} "
+                         f"and {labels.shape}")
+    shape = logits.shape.merge_with(labels.shape)
+    if shape.ndims == 0:
+        raise ValueError("logits must have >= 1 dimension, got a scalar")
+    return [(logits.dtype, _without_axis(shape, op.get_attr("axis"))), (logits.dtype, shape)]
+
+
+def _infer_sparse_xent(op):
+    logits, labels = op._inputs
+    check_dtype(op.type, logits, FLOATING, "logits")
+    check_dtype(op.type, labels, INTEGER, "labels")
+    if logits.shape.ndims == 0:
+        raise ValueError("logits must have >= 1 dimension, got a scalar")
+    batch = logits.shape[:-1]
+    if labels.shape.ndims is not None and logits.shape.ndims is not None:
+        if labels.shape.ndims != logits.shape.ndims - 1:
+            raise ValueError(f"Rank mismatch: Rank of labels (received {labels.shape.ndims}) "
+                             f"should equal rank of logits minus 1 (received "
+                             f"{logits.shape.ndims}).")
+        if not batch.is_compatible_with(labels.shape):
+            raise ValueError(f"labels shape {labels.shape} must equal logits shape "
+                             f"{logits.shape} without its last dimension")
+        batch = batch.merge_with(labels.shape)
+    return [(logits.dtype, batch), (logits.dtype, logits.shape)]
+
+
+register_op("SoftmaxCrossEntropyWithLogits", infer=_infer_softmax_xent)
+register_op("SparseSoftmaxCrossEntropyWithLogits", infer=_infer_sparse_xent)
+
+
+def softmax_cross_entropy_with_logits_v2(_sentinel=None, labels=None, logits=None, dim=-1,
+                                         name=None, axis=None):
+    """Per-example ``-sum(labels * log_softmax(logits), axis)``; backprops into labels too.
+
+    Raises:
+        ValueError: when called positionally or with mismatched shapes.
+    """
+    if _sentinel is not None or labels is None or logits is None:
+        raise ValueError("Only call softmax_cross_entropy_with_logits with named arguments "
+                         "(labels=..., logits=...)")
+    logits = as_tensor(logits)
+    labels = as_tensor(labels, dtype=logits.dtype)
+    axis = _normalize_axis(int(dim if axis is None else axis), logits.shape.ndims,
+                           "softmax_cross_entropy_with_logits")
+    if axis < 0:
+        raise ValueError("softmax_cross_entropy_with_logits: a negative axis needs a known rank")
+    op = make_op("SoftmaxCrossEntropyWithLogits", (logits, labels), {"axis": axis}, name,
+                 "SoftmaxCrossEntropyWithLogits")
+    return op._outputs[0]
+
+
+def softmax_cross_entropy_with_logits(_sentinel=None, labels=None, logits=None, dim=-1,
+                                      name=None, axis=None):
+    """TF1's per-example softmax cross entropy; ``labels`` get no gradient (stop_gradient).
+
+    Args:
+        labels: a probability distribution per row, same shape and dtype as ``logits``.
+        logits: unscaled log probabilities.
+        dim: the class dimension (default: last).
+
+    Returns:
+        A tensor of ``logits``' shape without the class dimension.
+
+    Raises:
+        ValueError: when called positionally or with mismatched shapes.
+    """
+    if _sentinel is not None or labels is None or logits is None:
+        raise ValueError("Only call softmax_cross_entropy_with_logits with named arguments "
+                         "(labels=..., logits=...)")
+    labels = _array.stop_gradient(labels, name="labels_stop_gradient")
+    return softmax_cross_entropy_with_logits_v2(labels=labels, logits=logits, dim=dim,
+                                                name=name, axis=axis)
+
+
+def sparse_softmax_cross_entropy_with_logits(_sentinel=None, labels=None, logits=None,
+                                             name=None):
+    """Per-example cross entropy against integer class ``labels`` in ``[0, num_classes)``.
+
+    A label outside that range fails the run with InvalidArgumentError naming the op.
+
+    Raises:
+        ValueError: when called positionally or when ranks/shapes mismatch.
+    """
+    if _sentinel is not None or labels is None or logits is None:
+        raise ValueError("Only call sparse_softmax_cross_entropy_with_logits with named "
+                         "arguments (labels=..., logits=...)")
+    logits = as_tensor(logits)
+    labels = as_tensor(labels)
+    op = make_op("SparseSoftmaxCrossEntropyWithLogits", (logits, labels), None, name,
+                 "SparseSoftmaxCrossEntropyWithLogits")
+    return op._outputs[0]
+
+
+def _expand_at(tensor, axis, like):
+    """``tensor`` (``like``'s shape without ``axis``) with a 1 inserted at ``axis``."""
+    expand_dims = getattr(_array, "expand_dims", None)
+    if expand_dims is not None:
+        return expand_dims(tensor, axis)
+    if like.shape.is_fully_defined():
+        dims = list(like.shape.dims)
+        dims[axis] = 1
+        return _array.reshape(tensor, dims)
+    keep = _math.reduce_sum(like, axis=axis, keepdims=True)
+    return _array.reshape(tensor, _array.shape(keep))
+
+
+@register_gradient("SoftmaxCrossEntropyWithLogits")
+def _softmax_xent_grad(op, grad_loss, grad_backprop=None):
+    logits, axis = op._inputs[0], op.get_attr("axis")
+    backprop = op._outputs[1]
+    grad_logits = _math.multiply(_expand_at(grad_loss, axis, backprop), backprop)
+    if grad_backprop is not None and grad_backprop.op.type != "ZerosLike":
+        # d(backprop)/d(logits) is the softmax Jacobian.
+        probs = softmax(logits, axis=axis)
+        dot = _math.reduce_sum(_math.multiply(grad_backprop, probs), axis=axis, keepdims=True)
+        grad_logits = _math.add(grad_logits,
+                                _math.multiply(_math.subtract(grad_backprop, dot), probs))
+    grad_labels = _math.multiply(_expand_at(grad_loss, axis, backprop),
+                                 _math.negative(log_softmax(logits, axis=axis)))
+    if grad_backprop is not None and grad_backprop.op.type != "ZerosLike":
+        grad_labels = _math.subtract(grad_labels, grad_backprop)
+    return [grad_logits, grad_labels]
+
+
+@register_gradient("SparseSoftmaxCrossEntropyWithLogits")
+def _sparse_softmax_xent_grad(op, grad_loss, grad_backprop=None):
+    backprop = op._outputs[1]
+    axis = backprop.shape.ndims - 1 if backprop.shape.ndims is not None else -1
+    if axis < 0:
+        raise ValueError("the gradient of sparse_softmax_cross_entropy_with_logits needs "
+                         "logits of known rank")
+    return [_math.multiply(_expand_at(grad_loss, axis, backprop), backprop), None]
+
+
+def sigmoid_cross_entropy_with_logits(_sentinel=None, labels=None, logits=None, name=None):
+    """Elementwise logistic loss ``max(x, 0) - x * z + log(1 + exp(-|x|))`` (stable form).
+
+    Raises:
+        ValueError: when called positionally or with different shapes.
+    """
+    if _sentinel is not None or labels is None or logits is None:
+        raise ValueError("Only call sigmoid_cross_entropy_with_logits with named arguments "
+                         "(labels=..., logits=...)")
+    graph = graph_of((logits, labels))
+    with graph.name_scope(name or "logistic_loss") as scope:
+        logits = as_tensor(logits)
+        labels = as_tensor(labels, dtype=logits.dtype)
+        if not logits.shape.is_compatible_with(labels.shape):
+            raise ValueError(f"logits and labels must have the same shape ({logits.shape} vs "
+                             f"{labels.shape})")
+        zeros = _array_zeros_like(logits)
+        positive = _math.greater_equal(logits, zeros)
+        relu_logits = _math.where(positive, logits, zeros)
+        neg_abs_logits = _math.where(positive, _math.negative(logits), logits)
+        return _math.add(_math.subtract(relu_logits, _math.multiply(logits, labels)),
+                         _math.log1p(_math.exp(neg_abs_logits)), name=scope)
+
+
+def _array_zeros_like(tensor):
+    from asyncflow.ops.sources import zeros_like
+    return zeros_like(tensor)
+
+
+# -- regularization and normalization ---------------------------------------------------------
+def dropout(x, rate=None, keep_prob=None, noise_shape=None, seed=None, name=None):
+    """Zero each element with probability ``rate`` and scale the rest by ``1 / (1 - rate)``.
+
+    Args:
+        x: a floating tensor.
+        rate: the drop probability in ``[0, 1)`` (a float or a scalar tensor).
+        keep_prob: TF1's older spelling, ``1 - rate``; give one of the two.
+        noise_shape: the shape of the random keep mask, broadcast against ``x``.
+        seed: the op seed (combined with the graph seed as in TF1).
+
+    Raises:
+        ValueError: for both or neither of rate/keep_prob, or a rate outside ``[0, 1)``.
+        TypeError: if ``x`` is not floating.
+    """
+    if (rate is None) == (keep_prob is None):
+        raise ValueError("dropout: give exactly one of rate and keep_prob")
+    graph = graph_of((x,))
+    with graph.name_scope(name or "dropout") as scope:
+        x = as_tensor(x)
+        if not x.dtype.is_floating:
+            raise TypeError(f"x has to be a floating point tensor since it's going to be "
+                            f"scaled. Got a {x.dtype.name} tensor instead.")
+        if keep_prob is not None:
+            rate = (1 - keep_prob) if not hasattr(keep_prob, "op") else \
+                _math.subtract(1.0, as_tensor(keep_prob, dtype=x.dtype))
+        value = static_value(rate) if hasattr(rate, "op") else rate
+        if value is not None:
+            rate = float(np.asarray(value))
+            if not 0 <= rate < 1:
+                raise ValueError(f"rate must be a scalar tensor or a float in the range [0, 1), "
+                                 f"got {rate}")
+            if rate == 0:
+                return x
+        keep = (1.0 - rate) if isinstance(rate, float) else \
+            _math.subtract(1.0, as_tensor(rate, dtype=x.dtype))
+        if noise_shape is None:
+            noise_shape = x.shape.as_list() if x.shape.is_fully_defined() else _array.shape(x)
+        random = _random_uniform(noise_shape, x.dtype, seed)
+        mask = _math.floor(_math.add(random, keep))
+        return _math.multiply(_math.divide(x, keep), mask, name=scope)
+
+
+def _random_uniform(shape, dtype, seed):
+    from asyncflow.ops.sources import random_uniform
+    return random_uniform(shape, dtype=dtype, seed=seed)
+
+
+def moments(x, axes, shift=None, name=None, keep_dims=None, keepdims=False):
+    """Mean and variance of ``x`` over ``axes`` (half precision is computed in float32).
+
+    Returns:
+        ``(mean, variance)``, with the reduced axes kept as size 1 when ``keepdims``.
+    """
+    del shift  # TF1 ignores it as well.
+    keepdims = bool(keep_dims if keep_dims is not None else keepdims)
+    graph = graph_of((x,))
+    with graph.name_scope(name or "moments"):
+        x = as_tensor(x)
+        wide = _math.cast(x, dtypes.float32) if x.dtype in (dtypes.float16, dtypes.bfloat16) else x
+        mean_kept = _math.reduce_mean(wide, axis=axes, keepdims=True, name="mean")
+        deviation = _math.squared_difference(wide, _array.stop_gradient(mean_kept))
+        variance = _math.reduce_mean(deviation, axis=axes, keepdims=keepdims, name="variance")
+        mean = mean_kept if keepdims else _math.reduce_mean(wide, axis=axes)
+        if wide is not x:
+            return _math.cast(mean, x.dtype), _math.cast(variance, x.dtype)
+        return mean, variance
+
+
+def batch_normalization(x, mean, variance, offset, scale, variance_epsilon, name=None):
+    """``scale * (x - mean) / sqrt(variance + variance_epsilon) + offset``.
+
+    ``offset`` and ``scale`` may be None (0 and 1).
+    """
+    graph = graph_of((x, mean, variance))
+    with graph.name_scope(name or "batchnorm"):
+        x = as_tensor(x)
+        inv = _math.rsqrt(_math.add(as_tensor(variance, dtype=x.dtype), variance_epsilon))
+        if scale is not None:
+            inv = _math.multiply(inv, as_tensor(scale, dtype=x.dtype))
+        shift = _math.multiply(as_tensor(mean, dtype=x.dtype), inv)
+        shift = _math.subtract(offset, shift) if offset is not None else _math.negative(shift)
+        return _math.add(_math.multiply(x, inv), shift)
+
+
+# Convolution and pooling live in ops/nn_conv.py and are re-exported here.
+from asyncflow.ops.nn_conv import (  # noqa: E402,F401
+    avg_pool, conv2d, conv2d_backprop_filter, conv2d_backprop_input, conv2d_transpose, max_pool,
+)

@@ -1,0 +1,322 @@
+"""Convolution and pooling ops (NHWC), re-exported by ``af.nn``.
+
+Theory of operation:
+- ``Conv2D(input, filter)``, ``MaxPool(value)`` and ``AvgPool(value)`` carry ``strides``,
+  ``ksize`` and ``dilations`` as 4-tuples ``(1, h, w, 1)`` and ``padding`` ``"SAME"``/``"VALID"``.
+- Their gradients are ops of their own, as in TF: ``Conv2DBackpropInput(input_sizes, filter,
+  out_backprop)``, ``Conv2DBackpropFilter(input, filter_sizes, out_backprop)``,
+  ``MaxPoolGrad(orig_input, orig_output, grad)`` and ``AvgPoolGrad(orig_input_shape, grad)``.
+  Size inputs are int32 vectors: a Const when the shape is static, else a ``Shape`` op, and
+  shape inference reads either back so gradients keep static shapes.
+- Output sizes follow TF: VALID ``ceil((size - effective_kernel + 1) / stride)``, SAME
+  ``ceil(size / stride)``; the kernels (kernels/nn_conv.py) compute the same geometry.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from asyncflow import dtypes
+from asyncflow.graph import register_gradient, register_op
+from asyncflow.graph.shape import TensorShape
+from asyncflow.ops import array as _array
+from asyncflow.ops.construct import FLOATING, NUMERIC, as_tensor, check_dtype, make, operands
+from asyncflow.ops.construct import static_value
+from asyncflow.ops.sources import constant
+
+_PADDINGS = ("SAME", "VALID")
+
+
+def _four(value, what, op_name):
+    """An int, 2-list or 4-list as a 4-tuple ``(1, h, w, 1)``.
+
+    Raises:
+        ValueError: for another length or batch/depth entries other than 1.
+    """
+    if isinstance(value, (int, np.integer)):
+        out = (1, int(value), int(value), 1)
+    else:
+        value = [int(v) for v in value]
+        if len(value) == 1:
+            value = value * 2
+        if len(value) == 2:
+            out = (1, value[0], value[1], 1)
+        elif len(value) == 4:
+            out = tuple(value)
+        else:
+            raise ValueError(f"{op_name}: {what} must be an int or a list of 1, 2 or 4 ints, "
+                             f"got {value}")
+    if out[0] != 1 or out[3] != 1:
+        raise ValueError(f"{op_name}: {what} in the batch and depth dimensions must be 1, "
+                         f"got {list(out)}")
+    if min(out) < 1:
+        raise ValueError(f"{op_name}: {what} must be positive, got {list(out)}")
+    return out
+
+
+def _check_format(padding, data_format, op_name):
+    if data_format not in (None, "NHWC"):
+        raise ValueError(f"{op_name}: data_format {data_format!r} is not supported; use NHWC")
+    padding = padding.upper() if isinstance(padding, str) else padding
+    if padding not in _PADDINGS:
+        raise ValueError(f"{op_name}: padding must be 'SAME' or 'VALID', got {padding!r}")
+    return padding
+
+
+def output_size(size, kernel, stride, dilation, padding):
+    """One spatial output size (None when unknown), as TF computes it.
+
+    Raises:
+        ValueError: for VALID padding with a window larger than the input.
+    """
+    if size is None or kernel is None:
+        return None
+    effective = (kernel - 1) * dilation + 1
+    if padding == "VALID":
+        if size < effective:
+            raise ValueError(f"Negative dimension size caused by subtracting {effective} from "
+                             f"{size} (VALID padding)")
+        return (size - effective) // stride + 1
+    return -(-size // stride)
+
+
+def _spatial_shape(x_shape, kernel_hw, attrs, depth):
+    x_shape = x_shape.with_rank(4)
+    dilations = attrs.get("dilations", (1, 1, 1, 1))
+    dims = [output_size(x_shape[1 + d], kernel_hw[d], attrs["strides"][1 + d],
+                        dilations[1 + d], attrs["padding"]) for d in range(2)]
+    return TensorShape([x_shape[0], dims[0], dims[1], depth])
+
+
+def _sizes_shape(tensor):
+    """The static shape named by a sizes input (a Const or a Shape op), else rank 4 unknown."""
+    value = static_value(tensor)
+    if value is not None:
+        return TensorShape([int(d) for d in np.reshape(value, -1)])
+    if tensor.op.type == "Shape":
+        return tensor.op._inputs[0].shape.with_rank(4)
+    return TensorShape([None] * 4)
+
+
+def _sizes_of(tensor):
+    """An int32 size vector for ``tensor``'s shape: a Const when static, else a Shape op."""
+    if tensor.shape.is_fully_defined():
+        return constant(np.asarray(tensor.shape.as_list(), dtype=np.int32))
+    return _array.shape(tensor)
+
+
+def _check_pair(op, x, filters):
+    if x.dtype is not filters.dtype:
+        raise TypeError(f"input ({x.dtype.name}) and filter ({filters.dtype.name}) must have "
+                        "the same dtype")
+    check_dtype(op.type, x, FLOATING, "input")
+    filter_shape = filters.shape.with_rank(4)
+    x_shape = x.shape.with_rank(4)
+    if None not in (x_shape[3], filter_shape[2]) and x_shape[3] != filter_shape[2]:
+        raise ValueError(f"input depth {x_shape[3]} does not match the filter's input depth "
+                         f"{filter_shape[2]} (input {x.shape}, filter {filters.shape})")
+    return x_shape, filter_shape
+
+
+# -- Conv2D -----------------------------------------------------------------------------------
+def _infer_conv2d(op):
+    x, filters = op._inputs
+    _, filter_shape = _check_pair(op, x, filters)
+    return [(x.dtype, _spatial_shape(x.shape, filter_shape[:2], op._attrs, filter_shape[3]))]
+
+
+def _infer_backprop_input(op):
+    sizes, filters, grad = op._inputs
+    shape = _sizes_shape(sizes).with_rank(4)
+    filter_shape = filters.shape.with_rank(4)
+    if None not in (shape[3], filter_shape[2]) and shape[3] != filter_shape[2]:
+        raise ValueError(f"input depth {shape[3]} does not match the filter's input depth "
+                         f"{filter_shape[2]}")
+    expected = _spatial_shape(shape, filter_shape[:2], op._attrs, filter_shape[3])
+    if not expected.is_compatible_with(grad.shape):
+        raise ValueError(f"out_backprop has shape {grad.shape}, expected {expected}")
+    return [(grad.dtype, shape)]
+
+
+def _infer_backprop_filter(op):
+    x, sizes, grad = op._inputs
+    shape = _sizes_shape(sizes).with_rank(4)
+    expected = _spatial_shape(x.shape, shape[:2], op._attrs, shape[3])
+    if not expected.is_compatible_with(grad.shape):
+        raise ValueError(f"out_backprop has shape {grad.shape}, expected {expected}")
+    return [(grad.dtype, shape)]
+
+
+register_op("Conv2D", infer=_infer_conv2d)
+register_op("Conv2DBackpropInput", infer=_infer_backprop_input)
+register_op("Conv2DBackpropFilter", infer=_infer_backprop_filter)
+
+
+def _conv_attrs(strides, padding, dilations, data_format, op_name):
+    if strides is None or padding is None:
+        raise ValueError(f"{op_name}: strides and padding must be given")
+    return {"strides": _four(strides, "strides", op_name),
+            "padding": _check_format(padding, data_format, op_name),
+            "dilations": _four(dilations if dilations is not None else 1, "dilations", op_name),
+            "data_format": "NHWC"}
+
+
+def conv2d(input, filter=None, strides=None, padding=None, use_cudnn_on_gpu=True,  # noqa: A002
+           data_format="NHWC", dilations=None, name=None, filters=None):
+    """2-D convolution (cross-correlation, as TF) of NHWC ``input`` with ``filter``.
+
+    Args:
+        input: ``[batch, height, width, in_channels]``, floating.
+        filter: ``[filter_height, filter_width, in_channels, out_channels]`` (alias ``filters``).
+        strides: an int, ``[h, w]`` or ``[1, h, w, 1]``.
+        padding: ``"SAME"`` or ``"VALID"``.
+        dilations: like ``strides``; default 1.
+
+    Returns:
+        ``[batch, out_height, out_width, out_channels]``.
+
+    Raises:
+        ValueError: bad strides/padding/format, depth mismatch, or a VALID window larger
+            than the input.
+        TypeError: non-floating or mismatched dtypes.
+    """
+    filters = filter if filter is not None else filters
+    if filters is None:
+        raise ValueError("conv2d: filter must be given")
+    x, filters = operands((input, filters), "Conv2D")
+    attrs = _conv_attrs(strides, padding, dilations, data_format, "conv2d")
+    return make("Conv2D", (x, filters), attrs, name, "Conv2D")
+
+
+def conv2d_backprop_input(input_sizes, filter, out_backprop, strides, padding,  # noqa: A002
+                          data_format="NHWC", dilations=None, name=None):
+    """The gradient of conv2d with respect to its input (of shape ``input_sizes``)."""
+    filters, grad = operands((filter, out_backprop), "Conv2DBackpropInput")
+    sizes = as_tensor(input_sizes, dtype=dtypes.int32)
+    attrs = _conv_attrs(strides, padding, dilations, data_format, "conv2d_backprop_input")
+    return make("Conv2DBackpropInput", (sizes, filters, grad), attrs, name,
+                "Conv2DBackpropInput")
+
+
+def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding,  # noqa: A002
+                           data_format="NHWC", dilations=None, name=None):
+    """The gradient of conv2d with respect to its filter (of shape ``filter_sizes``)."""
+    x, grad = operands((input, out_backprop), "Conv2DBackpropFilter")
+    sizes = as_tensor(filter_sizes, dtype=dtypes.int32)
+    attrs = _conv_attrs(strides, padding, dilations, data_format, "conv2d_backprop_filter")
+    return make("Conv2DBackpropFilter", (x, sizes, grad), attrs, name, "Conv2DBackpropFilter")
+
+
+def conv2d_transpose(value, filter, output_shape, strides, padding="SAME",  # noqa: A002
+                     data_format="NHWC", name=None):
+    """The transpose of conv2d (its input gradient); ``filter`` is ``[h, w, out, in]``."""
+    return conv2d_backprop_input(output_shape, filter, value, strides, padding, data_format,
+                                 name=name or "conv2d_transpose")
+
+
+def _attrs_of(op, *names):
+    return {name: op.get_attr(name) for name in names}
+
+
+_CONV_ATTRS = ("strides", "padding", "dilations", "data_format")
+
+
+@register_gradient("Conv2D")
+def _conv2d_grad(op, grad):
+    x, filters = op._inputs
+    attrs = _attrs_of(op, *_CONV_ATTRS)
+    return [make("Conv2DBackpropInput", (_sizes_of(x), filters, grad), attrs),
+            make("Conv2DBackpropFilter", (x, _sizes_of(filters), grad), attrs)]
+
+
+@register_gradient("Conv2DBackpropInput")
+def _conv2d_backprop_input_grad(op, grad):
+    _, filters, out_backprop = op._inputs
+    attrs = _attrs_of(op, *_CONV_ATTRS)
+    return [None,
+            make("Conv2DBackpropFilter", (grad, _sizes_of(filters), out_backprop), attrs),
+            make("Conv2D", (grad, filters), attrs)]
+
+
+@register_gradient("Conv2DBackpropFilter")
+def _conv2d_backprop_filter_grad(op, grad):
+    x, _, out_backprop = op._inputs
+    attrs = _attrs_of(op, *_CONV_ATTRS)
+    return [make("Conv2DBackpropInput", (_sizes_of(x), grad, out_backprop), attrs),
+            None,
+            make("Conv2D", (x, grad), attrs)]
+
+
+# -- pooling --------------------------------------------------------------------------------
+def _infer_pool(op):
+    x = op._inputs[0]
+    check_dtype(op.type, x, NUMERIC if op.type == "MaxPool" else FLOATING, "value")
+    ksize = op.get_attr("ksize")
+    return [(x.dtype, _spatial_shape(x.shape, ksize[1:3], op._attrs, x.shape.with_rank(4)[3]))]
+
+
+def _infer_max_pool_grad(op):
+    x, _, grad = op._inputs
+    return [(grad.dtype, x.shape)]
+
+
+def _infer_avg_pool_grad(op):
+    sizes, grad = op._inputs
+    return [(grad.dtype, _sizes_shape(sizes))]
+
+
+register_op("MaxPool", infer=_infer_pool)
+register_op("AvgPool", infer=_infer_pool)
+register_op("MaxPoolGrad", infer=_infer_max_pool_grad)
+register_op("AvgPoolGrad", infer=_infer_avg_pool_grad)
+
+
+def _pool(op_type, value, ksize, strides, padding, data_format, name, builder):
+    if ksize is None or strides is None or padding is None:
+        raise ValueError(f"{builder}: ksize, strides and padding must be given")
+    attrs = {"ksize": _four(ksize, "ksize", builder), "strides": _four(strides, "strides", builder),
+             "padding": _check_format(padding, data_format, builder), "data_format": "NHWC"}
+    return make(op_type, (as_tensor(value),), attrs, name, op_type)
+
+
+def max_pool(value=None, ksize=None, strides=None, padding=None, data_format="NHWC", name=None,
+             input=None):  # noqa: A002
+    """Max over ``ksize`` windows of NHWC ``value`` (padded cells never win).
+
+    Raises:
+        ValueError: bad ksize/strides/padding, or a VALID window larger than the input.
+    """
+    return _pool("MaxPool", value if value is not None else input, ksize, strides, padding,
+                 data_format, name, "max_pool")
+
+
+def avg_pool(value=None, ksize=None, strides=None, padding=None, data_format="NHWC", name=None,
+             input=None):  # noqa: A002
+    """Mean over ``ksize`` windows; with SAME padding, padded cells are not counted (as TF).
+
+    Raises:
+        ValueError: bad ksize/strides/padding, or a VALID window larger than the input.
+    """
+    return _pool("AvgPool", value if value is not None else input, ksize, strides, padding,
+                 data_format, name, "avg_pool")
+
+
+_POOL_ATTRS = ("ksize", "strides", "padding", "data_format")
+
+
+@register_gradient("MaxPool")
+def _max_pool_grad(op, grad):
+    attrs = _attrs_of(op, *_POOL_ATTRS)
+    return [make("MaxPoolGrad", (op._inputs[0], op._outputs[0], grad), attrs)]
+
+
+@register_gradient("AvgPool")
+def _avg_pool_grad(op, grad):
+    attrs = _attrs_of(op, *_POOL_ATTRS)
+    return [make("AvgPoolGrad", (_sizes_of(op._inputs[0]), grad), attrs)]
+
+
+@register_gradient("AvgPoolGrad")
+def _avg_pool_grad_grad(op, grad):
+    # AvgPoolGrad is linear in its gradient input: its adjoint is AvgPool itself.
+    attrs = _attrs_of(op, *_POOL_ATTRS)
+    return [None, make("AvgPool", (grad,), attrs)]
