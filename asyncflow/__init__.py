@@ -19,6 +19,13 @@ from asyncflow.graph.serialize import import_graph_def  # noqa: F401
 from asyncflow.ops.array import (  # noqa: F401
     identity, rank, reshape, shape, size, stop_gradient,
 )
+from asyncflow.ops.array import (  # noqa: F401  (array family: layout, indexing, numerics)
+    check_numerics, clip_by_global_norm, clip_by_norm, clip_by_value, concat, dynamic_partition,
+    dynamic_stitch, embedding_lookup, expand_dims, gather, global_norm, invert_permutation,
+    one_hot, pad, slice, split, squeeze, stack, strided_slice, tile, transpose,
+    unsorted_segment_sum, unstack,
+)
+from asyncflow.ops.script import py_func  # noqa: F401
 from asyncflow.ops.control import control_dependencies, group, no_op, tuple  # noqa: F401
 from asyncflow.ops.math import (  # noqa: F401
     abs, add, add_n, argmax, argmin, cast, ceil, cos, divide, equal, exp, floor, floordiv,

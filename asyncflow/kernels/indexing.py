@@ -1,0 +1,170 @@
+"""Kernels of the indexing ops (see ops/indexing.py).
+
+Index arguments are checked before use: a bad index is an ``InvalidArgumentError`` naming the
+op and the offending position, as TF1's CPU kernels do, never numpy's silent wrap-around of
+negative indices.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from asyncflow import errors
+from asyncflow.kernels.registry import register_kernel
+
+
+def _invalid(ctx, message):
+    return errors.InvalidArgumentError(None, ctx.name, message)
+
+
+def _host(array):
+    """A host (numpy) copy of a small index array; cupy arrays are fetched with ``get``."""
+    return array.get() if hasattr(array, "get") else np.asarray(array)
+
+
+def _ints(array):
+    return [int(v) for v in _host(array).reshape(-1).tolist()]
+
+
+def _check_range(ctx, indices, limit, what="indices"):
+    """Raise naming the first index outside ``[0, limit)``."""
+    host = _host(indices)
+    bad = (host < 0) | (host >= limit)
+    if bad.any():
+        position = np.argwhere(bad)[0].tolist()
+        where = ",".join(str(p) for p in position)
+        raise _invalid(ctx, f"{what}[{where}] = {host[tuple(position)]} is not in [0, {limit})")
+
+
+@register_kernel("Slice")
+def _slice(ctx, x, begin, size):
+    begin, size = _ints(begin), _ints(size)
+    if len(begin) != x.ndim or len(size) != x.ndim:
+        raise _invalid(ctx, f"begin {begin} and size {size} must have {x.ndim} entries")
+    index = []
+    for i, (b, s, d) in enumerate(zip(begin, size, x.shape)):
+        end = d if s == -1 else b + s
+        if b < 0 or s < -1 or end > d:
+            raise _invalid(ctx, f"expected begin[{i}] in [0, {d}] and begin[{i}] + size[{i}] in "
+                                f"[0, {d}], got begin {begin} and size {size} for shape "
+                                f"{list(x.shape)}")
+        index.append(slice(b, end))
+    return (x[tuple(index)],)
+
+
+def _strided_index(ctx, begin, end, strides):
+    attrs = ctx.attrs
+    index = []
+    for i, (b, e, s) in enumerate(zip(_ints(begin), _ints(end), _ints(strides))):
+        bit = 1 << i
+        if attrs["ellipsis_mask"] & bit:
+            index.append(Ellipsis)
+        elif attrs["new_axis_mask"] & bit:
+            index.append(None)
+        elif attrs["shrink_axis_mask"] & bit:
+            index.append(b)
+        else:
+            if s == 0:
+                raise _invalid(ctx, f"strides[{i}] must be non-zero")
+            index.append(slice(None if attrs["begin_mask"] & bit else b,
+                               None if attrs["end_mask"] & bit else e, s))
+    return tuple(index)
+
+
+@register_kernel("StridedSlice")
+def _strided_slice(ctx, x, begin, end, strides):
+    index = _strided_index(ctx, begin, end, strides)
+    try:
+        return (x[index],)
+    except IndexError as exc:
+        raise _invalid(ctx, f"slice index out of bounds for shape {list(x.shape)}: {exc}") from None
+
+
+@register_kernel("StridedSliceGrad")
+def _strided_slice_grad(ctx, shape, begin, end, strides, dy):
+    out = ctx.xp.zeros(_ints(shape), dtype=dy.dtype)
+    index = _strided_index(ctx, begin, end, strides)
+    try:
+        out[index] = dy
+    except (IndexError, ValueError) as exc:
+        raise _invalid(ctx, f"gradient of shape {list(dy.shape)} does not fit the slice of "
+                            f"shape {_ints(shape)}: {exc}") from None
+    return (out,)
+
+
+@register_kernel("GatherV2")
+def _gather(ctx, params, indices):
+    xp = ctx.xp
+    axis, batch_dims = ctx.attrs["axis"], ctx.attrs["batch_dims"]
+    if axis >= params.ndim:
+        raise _invalid(ctx, f"axis {axis} is out of range for params of rank {params.ndim}")
+    _check_range(ctx, indices, params.shape[axis])
+    if batch_dims == 0:
+        return (xp.take(params, indices, axis=axis),)
+    batch = params.shape[:batch_dims]
+    if indices.shape[:batch_dims] != batch:
+        raise _invalid(ctx, f"the first {batch_dims} dims of params {list(params.shape)} and "
+                            f"indices {list(indices.shape)} must match")
+    count = int(np.prod(batch, dtype=np.int64))
+    flat_params = params.reshape((count,) + params.shape[batch_dims:])
+    flat_ids = indices.reshape((count,) + indices.shape[batch_dims:])
+    # flat_params is [n, pre..., P_a, rest...]; index [n, P_a] pairs, then put pre first.
+    inner_axis = axis - batch_dims + 1
+    moved = xp.moveaxis(flat_params, inner_axis, 1)
+    rows = xp.arange(count).reshape((count,) + (1,) * (flat_ids.ndim - 1))
+    picked = moved[rows, flat_ids]  # [n, I'..., pre..., rest...]
+    k, pre = flat_ids.ndim - 1, inner_axis - 1
+    perm = [0] + list(range(1 + k, 1 + k + pre)) + list(range(1, 1 + k)) + \
+        list(range(1 + k + pre, picked.ndim))
+    out = xp.transpose(picked, perm)
+    return (out.reshape(batch + out.shape[1:]),)
+
+
+@register_kernel("UnsortedSegmentSum")
+def _unsorted_segment_sum(ctx, data, segment_ids, num_segments):
+    xp = ctx.xp
+    count = int(num_segments)
+    if count < 0:
+        raise _invalid(ctx, f"num_segments must be non-negative, got {count}")
+    if data.shape[:segment_ids.ndim] != segment_ids.shape:
+        raise _invalid(ctx, f"segment_ids shape {list(segment_ids.shape)} must be a prefix of "
+                            f"data shape {list(data.shape)}")
+    host = _host(segment_ids)
+    if (host >= count).any():
+        _check_range(ctx, np.where(host < 0, 0, host), count, "segment_ids")
+    rest = data.shape[segment_ids.ndim:]
+    out = xp.zeros((count,) + rest, dtype=data.dtype)
+    ids = segment_ids.reshape(-1)
+    rows = data.reshape((-1,) + rest)
+    kept = ids >= 0  # TF1 drops negative ids
+    xp.add.at(out, ids[kept], rows[kept])
+    return (out,)
+
+
+@register_kernel("DynamicPartition")
+def _dynamic_partition(ctx, data, partitions):
+    count = ctx.attrs["num_partitions"]
+    if data.shape[:partitions.ndim] != partitions.shape:
+        raise _invalid(ctx, f"partitions shape {list(partitions.shape)} must be a prefix of "
+                            f"data shape {list(data.shape)}")
+    _check_range(ctx, partitions, count, "partitions")
+    rest = data.shape[partitions.ndim:]
+    flat = data.reshape((-1,) + rest)
+    keys = partitions.reshape(-1)
+    return tuple(flat[keys == i] for i in range(count))
+
+
+@register_kernel("DynamicStitch")
+def _dynamic_stitch(ctx, *inputs):
+    count = ctx.attrs["N"]
+    indices, data = inputs[:count], inputs[count:]
+    first_rest = data[0].shape[indices[0].ndim:]
+    size = max((int(i.max()) + 1 for i in indices if i.size), default=0)
+    out = ctx.xp.zeros((size,) + first_rest, dtype=data[0].dtype)
+    for m, (index, values) in enumerate(zip(indices, data)):
+        if values.shape != index.shape + first_rest:
+            raise _invalid(ctx, f"data[{m}] has shape {list(values.shape)}, but indices[{m}] "
+                                f"{list(index.shape)} requires {list(index.shape + first_rest)}")
+        if index.size and int(index.min()) < 0:
+            raise _invalid(ctx, f"indices[{m}] has a negative index {int(index.min())}")
+        out[index.reshape(-1)] = values.reshape((-1,) + first_rest)
+    return (out,)

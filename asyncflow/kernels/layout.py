@@ -1,0 +1,202 @@
+"""Kernels of the layout ops (see ops/layout.py): numpy/cupy rearrangements via ``ctx.xp``.
+
+Every kernel re-validates its integer arguments, because a computed ``perm`` or ``paddings``
+is only known at run time; bad values raise ``InvalidArgumentError`` naming the op.
+Outputs may be views of inputs (never written to), which keeps the moves free.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from asyncflow import errors
+from asyncflow.kernels.registry import register_kernel
+
+
+def _invalid(ctx, message):
+    return errors.InvalidArgumentError(None, ctx.name, message)
+
+
+def _axis(ctx, axis, ndims):
+    if not -ndims <= axis < max(ndims, 1):
+        raise _invalid(ctx, f"axis {axis} is out of range for a tensor of rank {ndims}")
+    return axis % max(ndims, 1)
+
+
+def _host(array):
+    """A host (numpy) copy of a small integer argument; cupy arrays are fetched with ``get``."""
+    return array.get() if hasattr(array, "get") else np.asarray(array)
+
+
+def _ints(array):
+    return [int(v) for v in _host(array).reshape(-1).tolist()]
+
+
+@register_kernel("Transpose")
+def _transpose(ctx, x, perm):
+    perm = _ints(perm)
+    if sorted(perm) != list(range(x.ndim)):
+        raise _invalid(ctx, f"perm {perm} is not a permutation of the {x.ndim} input dims")
+    return (ctx.xp.transpose(x, perm),)
+
+
+@register_kernel("InvertPermutation")
+def _invert_permutation(ctx, x):
+    values = _ints(x)
+    if sorted(values) != list(range(len(values))):
+        raise _invalid(ctx, f"{values} is not a permutation of 0..{len(values) - 1}")
+    return (ctx.xp.argsort(x).astype(x.dtype),)
+
+
+@register_kernel("ConcatV2")
+def _concat(ctx, *values):
+    xp = ctx.xp
+    axis = _axis(ctx, ctx.attrs["axis"], values[0].ndim)
+    try:
+        return (xp.concatenate(values, axis=axis),)
+    except ValueError:
+        raise _invalid(ctx, f"cannot concatenate shapes {[list(v.shape) for v in values]} "
+                            f"along axis {axis}: other dims must match") from None
+
+
+@register_kernel("Pack")
+def _pack(ctx, *values):
+    shapes = {v.shape for v in values}
+    if len(shapes) > 1:
+        raise _invalid(ctx, f"shapes of all inputs must match: {[list(v.shape) for v in values]}")
+    axis = _axis(ctx, ctx.attrs["axis"], values[0].ndim + 1)
+    return (ctx.xp.stack(values, axis=axis),)
+
+
+@register_kernel("Unpack")
+def _unpack(ctx, x):
+    axis = _axis(ctx, ctx.attrs["axis"], x.ndim)
+    num = ctx.attrs["num"]
+    if x.shape[axis] != num:
+        raise _invalid(ctx, f"dimension {axis} of the input has size {x.shape[axis]}, but "
+                            f"num={num}")
+    moved = ctx.xp.moveaxis(x, axis, 0)
+    return tuple(moved[i] for i in range(num))
+
+
+@register_kernel("Split")
+def _split(ctx, x):
+    axis = _axis(ctx, ctx.attrs["axis"], x.ndim)
+    count = ctx.attrs["num_split"]
+    if x.shape[axis] % count:
+        raise _invalid(ctx, f"dimension {axis} of size {x.shape[axis]} is not divisible by "
+                            f"num_split={count}")
+    return tuple(ctx.xp.split(x, count, axis=axis))
+
+
+@register_kernel("SplitV")
+def _split_v(ctx, x):
+    axis = _axis(ctx, ctx.attrs["axis"], x.ndim)
+    sizes = list(ctx.attrs["size_splits"])
+    dim = x.shape[axis]
+    known = sum(s for s in sizes if s != -1)
+    if -1 in sizes:
+        if known > dim:
+            raise _invalid(ctx, f"size_splits {sizes} add up to more than dimension {axis}'s "
+                                f"size {dim}")
+        sizes[sizes.index(-1)] = dim - known
+    elif known != dim:
+        raise _invalid(ctx, f"size_splits {sizes} must add up to dimension {axis}'s size {dim}")
+    return tuple(ctx.xp.split(x, np.cumsum(sizes)[:-1].tolist(), axis=axis))
+
+
+@register_kernel("ExpandDims")
+def _expand_dims(ctx, x):
+    return (ctx.xp.expand_dims(x, _axis(ctx, ctx.attrs["axis"], x.ndim + 1)),)
+
+
+@register_kernel("Squeeze")
+def _squeeze(ctx, x):
+    axes = ctx.attrs["squeeze_dims"]
+    if not axes:
+        return (x.reshape([d for d in x.shape if d != 1]),)
+    axes = sorted({_axis(ctx, a, x.ndim) for a in axes})
+    for a in axes:
+        if x.shape[a] != 1:
+            raise _invalid(ctx, f"can not squeeze dim[{a}], expected a dimension of 1, got "
+                                f"{x.shape[a]}")
+    return (x.reshape([d for i, d in enumerate(x.shape) if i not in axes]),)
+
+
+@register_kernel("Tile")
+def _tile(ctx, x, multiples):
+    multiples = _ints(multiples)
+    if len(multiples) != x.ndim or any(m < 0 for m in multiples):
+        raise _invalid(ctx, f"multiples {multiples} must have {x.ndim} non-negative entries")
+    if x.ndim == 0:
+        return (x,)
+    return (ctx.xp.tile(x, multiples),)
+
+
+def _paddings(ctx, x, paddings):
+    paddings = _host(paddings)
+    if paddings.shape != (x.ndim, 2):
+        raise _invalid(ctx, f"paddings must have shape [{x.ndim}, 2], got {list(paddings.shape)}")
+    if (paddings < 0).any():
+        raise _invalid(ctx, f"paddings must be non-negative, got {paddings.tolist()}")
+    return [tuple(int(v) for v in row) for row in paddings.tolist()]
+
+
+@register_kernel("PadV2")
+def _pad(ctx, x, paddings, constant_values):
+    widths = _paddings(ctx, x, paddings)
+    if x.ndim == 0:
+        return (x,)
+    return (ctx.xp.pad(x, widths, mode="constant", constant_values=constant_values),)
+
+
+def _check_mirror(ctx, mode, shape, widths):
+    for dim, (before, after) in zip(shape, widths):
+        limit = dim - 1 if mode == "REFLECT" else dim
+        if before > limit or after > limit:
+            raise _invalid(ctx, f"paddings ({before}, {after}) must be at most {limit} for a "
+                                f"dimension of size {dim} in {mode} mode")
+
+
+@register_kernel("MirrorPad")
+def _mirror_pad(ctx, x, paddings):
+    widths = _paddings(ctx, x, paddings)
+    mode = ctx.attrs["mode"]
+    _check_mirror(ctx, mode, x.shape, widths)
+    if x.ndim == 0 or x.size == 0:
+        return (x,)
+    return (ctx.xp.pad(x, widths, mode=mode.lower()),)
+
+
+@register_kernel("MirrorPadGrad")
+def _mirror_pad_grad(ctx, grad, paddings):
+    """The adjoint of MirrorPad: padding is separable, so fold one axis at a time."""
+    widths = _paddings(ctx, grad, paddings)
+    mode = ctx.attrs["mode"].lower()
+    xp = ctx.xp
+    out = grad
+    for axis, (before, after) in enumerate(widths):
+        dim = out.shape[axis] - before - after
+        if dim < 0:
+            raise _invalid(ctx, f"paddings {widths} exceed the gradient's shape {grad.shape}")
+        # Which input position each padded position copies, e.g. reflect of 3 by (2, 1):
+        # [2, 1, 0, 1, 2, 1].
+        source = np.pad(np.arange(dim), (before, after), mode=mode)
+        moved = xp.moveaxis(out, axis, 0)
+        folded = xp.zeros((dim,) + moved.shape[1:], dtype=grad.dtype)
+        xp.add.at(folded, xp.asarray(source), moved)
+        out = xp.moveaxis(folded, 0, axis)
+    return (out,)
+
+
+@register_kernel("OneHot")
+def _one_hot(ctx, indices, depth, on_value, off_value):
+    xp = ctx.xp
+    depth = int(depth)
+    if depth < 0:
+        raise _invalid(ctx, f"depth must be non-negative, got {depth}")
+    hot = indices[..., None] == xp.arange(depth, dtype=indices.dtype)
+    out = xp.where(hot, on_value, off_value).astype(ctx.output_dtypes[0], copy=False)
+    axis = ctx.attrs["axis"]
+    if axis != -1:
+        out = xp.moveaxis(out, -1, axis)
+    return (out,)

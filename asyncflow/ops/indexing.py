@@ -1,0 +1,622 @@
+"""Indexing: slice, strided slice (``t[...]``), gather, segment sums, partition/stitch, embeddings.
+
+Theory of operation:
+- ``StridedSlice`` carries TF1's encoding of a Python index: three int vectors (begin, end,
+  strides) plus five bit masks (begin/end: "use the default bound", ellipsis, new axis, shrink
+  axis). ``Tensor.__getitem__`` (installed here) turns a key of ints, slices, ``...``, ``None``
+  and scalar int tensors into that encoding; the kernel turns it back into a numpy index, so
+  clamping, negative steps and shrinking follow numpy exactly. When some indices are tensors,
+  begin/end/strides are ``Pack`` ops whose constant elements shape inference still reads.
+- ``GatherV2`` checks every index at run time (an out-of-range index is an
+  ``InvalidArgumentError`` naming the op, like TF1 on CPU). Its gradient is dense: an
+  ``UnsortedSegmentSum`` of the incoming gradient into the gathered rows (repeated indices add).
+- ``embedding_lookup`` over a list of shards uses TF1's partition strategies: ``"mod"`` puts
+  id ``i`` in shard ``i % n`` at row ``i // n``; ``"div"`` gives each shard a contiguous range.
+  It is composed of DynamicPartition, GatherV2 and DynamicStitch, so gradients reach each shard.
+
+Kernels live in ``asyncflow/kernels/indexing.py``.
+"""
+from __future__ import annotations
+
+import builtins
+
+import numpy as np
+
+from asyncflow import dtypes
+from asyncflow.graph import register_gradient, register_op, register_tensor_operators
+from asyncflow.graph.shape import TensorShape
+from asyncflow.ops import math as math_ops
+from asyncflow.ops import sources
+from asyncflow.ops.array import reshape, shape
+from asyncflow.ops.construct import INTEGER, as_tensor, check_dtype, make, make_op, static_value
+from asyncflow.ops.layout import (
+    int_const, normalize_axis, pad, shape_of, stack, static_ints, transpose,
+)
+
+
+def _elements(tensor):
+    """Per-element static values of a 1-D int tensor (None where computed), or None."""
+    value = static_value(tensor)
+    if value is not None:
+        return [int(v) for v in np.asarray(value).reshape(-1)]
+    if tensor.op.type == "Pack":
+        return [None if static_value(t) is None else int(static_value(t)) for t in tensor.op._inputs]
+    n = tensor.shape[0] if tensor.shape.ndims == 1 else None
+    return None if n is None else [None] * n
+
+
+def _int_vector(values, what, op_name):
+    """A list or int tensor as a 1-D int tensor."""
+    if hasattr(values, "op") or hasattr(values, "_as_tensor"):
+        tensor = as_tensor(values)
+        check_dtype(op_name, tensor, INTEGER, what)
+        return tensor
+    return int_const([int(v) for v in values])
+
+
+# -- slice -------------------------------------------------------------------------------------
+def _infer_slice(op):
+    x, begin_t, size_t = op._inputs
+    if begin_t.dtype is not size_t.dtype:
+        raise TypeError(f"begin ({begin_t.dtype.name}) and size ({size_t.dtype.name}) must "
+                        "have the same dtype")
+    begin, size = _elements(begin_t), _elements(size_t)
+    ndims = x.shape.ndims
+    n = ndims if ndims is not None else (len(begin) if begin else (len(size) if size else None))
+    if n is None:
+        return [(x.dtype, TensorShape(None))]
+    for what, values in (("begin", begin), ("size", size)):
+        if values is not None and len(values) != n:
+            raise ValueError(f"{what} has {len(values)} entries but the input has rank {n}")
+    dims = []
+    for i in builtins.range(n):
+        b = begin[i] if begin else None
+        s = size[i] if size else None
+        d = x.shape.dims[i] if ndims is not None else None
+        if s is not None and s < -1:
+            raise ValueError(f"size[{i}] = {s} must be >= -1")
+        if b is not None and (b < 0 or (d is not None and b > d)):
+            raise ValueError(f"begin[{i}] = {b} is out of range [0, {d}]")
+        if s == -1:
+            dims.append(None if b is None or d is None else d - b)
+            continue
+        if s is not None and b is not None and d is not None and b + s > d:
+            raise ValueError(f"begin[{i}] + size[{i}] = {b + s} exceeds dimension {i} of size {d}")
+        dims.append(s)
+    return [(x.dtype, TensorShape(dims))]
+
+
+register_op("Slice", infer=_infer_slice)
+
+
+def slice(input_, begin, size, name=None):  # noqa: A001 - TF1 spelling
+    """The block of ``input_`` starting at ``begin`` with extent ``size`` (-1: to the end).
+
+    Raises:
+        ValueError: if the block is statically out of range or the lengths differ from the rank.
+    """
+    x = as_tensor(input_)
+    begin = _int_vector(begin, "begin", "Slice")
+    size = _int_vector(size, "size", "Slice")
+    if begin.dtype is not size.dtype:
+        begin, size = math_ops.cast(begin, dtypes.int64), math_ops.cast(size, dtypes.int64)
+    return make("Slice", (x, begin, size), None, name, "Slice")
+
+
+@register_gradient("Slice")
+def _slice_grad(op, grad):
+    x, begin = op._inputs[0], op._inputs[1]
+    begin = math_ops.cast(begin, dtypes.int32)
+    after = math_ops.subtract(math_ops.subtract(shape_of(x), begin), shape_of(op._outputs[0]))
+    if static_value(begin) is not None and x.shape.is_fully_defined() and \
+            op._outputs[0].shape.is_fully_defined():
+        paddings = int_const(np.stack([static_value(begin), np.asarray(x.shape.dims) -
+                                       static_value(begin) - np.asarray(op._outputs[0].shape.dims)],
+                                      axis=1).tolist())
+    else:
+        paddings = stack([begin, after], axis=1)
+    return [pad(grad, paddings), None, None]
+
+
+# -- strided slice -----------------------------------------------------------------------------
+_MASKS = ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask", "shrink_axis_mask")
+
+
+def _infer_strided_slice(op):
+    x, begin_t, end_t, strides_t = op._inputs[:4]
+    if not begin_t.dtype is end_t.dtype is strides_t.dtype:
+        raise TypeError("begin, end and strides must have the same dtype")
+    begin, end, strides = _elements(begin_t), _elements(end_t), _elements(strides_t)
+    if begin is None or end is None or strides is None or x.shape.ndims is None:
+        return [(x.dtype, TensorShape(None))]
+    if not len(begin) == len(end) == len(strides):
+        raise ValueError(f"begin, end and strides must have the same length, got "
+                         f"{len(begin)}, {len(end)} and {len(strides)}")
+    return [(x.dtype, _strided_shape(op, x.shape.dims, begin, end, strides))]
+
+
+def _strided_shape(op, dims, begin, end, strides):
+    masks = {m: op.get_attr(m) for m in _MASKS}
+    n = len(begin)
+    real = [not (masks["ellipsis_mask"] >> i) & 1 and not (masks["new_axis_mask"] >> i) & 1
+            for i in builtins.range(n)]
+    out, pos, seen_ellipsis = [], 0, False
+    for i in builtins.range(n):
+        bit = 1 << i
+        if masks["ellipsis_mask"] & bit:
+            if seen_ellipsis:
+                raise ValueError("an index can only have a single ellipsis ('...')")
+            seen_ellipsis = True
+            count = len(dims) - pos - builtins.sum(real[i + 1:])
+            out.extend(dims[pos:pos + builtins.max(count, 0)])
+            pos += builtins.max(count, 0)
+            continue
+        if masks["new_axis_mask"] & bit:
+            out.append(1)
+            continue
+        if pos >= len(dims):
+            raise ValueError(f"too many indices ({builtins.sum(real)}) for a tensor of rank "
+                             f"{len(dims)}")
+        dim, b, e, s = dims[pos], begin[i], end[i], strides[i]
+        pos += 1
+        if s == 0:
+            raise ValueError(f"strides[{i}] must be non-zero")
+        if masks["shrink_axis_mask"] & bit:
+            if b is not None and dim is not None and not -dim <= b < dim:
+                raise ValueError(f"index {b} is out of bounds for dimension {pos - 1} of size {dim}")
+            continue
+        b = None if masks["begin_mask"] & bit else b
+        e = None if masks["end_mask"] & bit else e
+        known = dim is not None and s is not None and (b is not None or masks["begin_mask"] & bit) \
+            and (e is not None or masks["end_mask"] & bit)
+        out.append(len(builtins.range(*builtins.slice(b, e, s).indices(dim))) if known else None)
+    out.extend(dims[pos:])
+    return TensorShape(out)
+
+
+register_op("StridedSlice", infer=_infer_strided_slice)
+
+
+def strided_slice(input_, begin, end, strides=None, begin_mask=0, end_mask=0, ellipsis_mask=0,
+                  new_axis_mask=0, shrink_axis_mask=0, name=None):
+    """TF1's ``strided_slice``: numpy basic indexing in the begin/end/strides/masks encoding.
+
+    Args:
+        input_: the tensor to index.
+        begin, end, strides: int lists or 1-D int tensors of one length (strides default 1).
+        begin_mask, end_mask: bit ``i`` set ignores ``begin[i]``/``end[i]`` (full range).
+        ellipsis_mask: bit ``i`` set makes entry ``i`` an ellipsis.
+        new_axis_mask: bit ``i`` set inserts a dimension of size 1.
+        shrink_axis_mask: bit ``i`` set takes the single index ``begin[i]`` (dim removed).
+        name: op name.
+
+    Returns:
+        The sliced tensor.
+
+    Raises:
+        ValueError: if the spec is statically invalid (zero stride, index out of bounds, too
+            many indices, two ellipses).
+    """
+    x = as_tensor(input_)
+    begin = _int_vector(begin, "begin", "StridedSlice")
+    end = _int_vector(end, "end", "StridedSlice")
+    strides = _int_vector([1] * _length(begin) if strides is None else strides, "strides",
+                          "StridedSlice")
+    attrs = {"begin_mask": int(begin_mask), "end_mask": int(end_mask),
+             "ellipsis_mask": int(ellipsis_mask), "new_axis_mask": int(new_axis_mask),
+             "shrink_axis_mask": int(shrink_axis_mask)}
+    return make("StridedSlice", (x, begin, end, strides), attrs, name, "strided_slice")
+
+
+def _length(vector):
+    if vector.shape.ndims != 1 or vector.shape[0] is None:
+        raise ValueError("StridedSlice: strides are needed when begin has an unknown length")
+    return vector.shape[0]
+
+
+def _index_entry(entry, position):
+    """One key entry as (begin, end, stride, mask bits)."""
+    bit = 1 << position
+    if entry is Ellipsis:
+        return 0, 0, 1, {"ellipsis_mask": bit}
+    if entry is None:
+        return 0, 0, 1, {"new_axis_mask": bit}
+    if isinstance(entry, builtins.slice):
+        bits = {}
+        start, stop, step = entry.start, entry.stop, entry.step
+        if start is None:
+            start, bits["begin_mask"] = 0, bit
+        if stop is None:
+            stop, bits["end_mask"] = 0, bit
+        return _scalar_index(start), _scalar_index(stop), _scalar_index(
+            1 if step is None else step), bits
+    index = _scalar_index(entry)
+    end = index + 1 if isinstance(index, int) else math_ops.add(index, 1)
+    return index, end, 1, {"shrink_axis_mask": bit}
+
+
+def _scalar_index(value):
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError("bool indices are not supported; use af.where or af.gather")
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if hasattr(value, "op") or hasattr(value, "_as_tensor"):
+        tensor = as_tensor(value)
+        if not tensor.dtype.is_integer or tensor.shape.ndims not in (0, None):
+            raise TypeError(f"a tensor index must be a scalar int32/int64 tensor, got "
+                            f"{tensor.dtype.name} with shape {tensor.shape}; use af.gather for "
+                            "tensors of indices")
+        return tensor
+    raise TypeError(f"only ints, slices (`:`), ellipsis (`...`), None (newaxis) and scalar int "
+                    f"tensors are valid indices, got {value!r}")
+
+
+def _pack_indices(values):
+    tensors = [v for v in values if hasattr(v, "op")]
+    if not tensors:
+        return int_const(values)
+    dtype = dtypes.int64 if any(t.dtype is dtypes.int64 for t in tensors) else dtypes.int32
+    return stack([math_ops.cast(v, dtype) if hasattr(v, "op") else as_tensor(v, dtype=dtype)
+                  for v in values])
+
+
+def _getitem(tensor, key):
+    """``tensor[key]``: numpy basic indexing (see the module docstring)."""
+    if not isinstance(key, tuple):
+        key = (key,)
+    if builtins.sum(k is Ellipsis for k in key) > 1:
+        raise ValueError("an index can only have a single ellipsis ('...')")
+    begin, end, strides = [], [], []
+    masks = dict.fromkeys(_MASKS, 0)
+    for position, entry in enumerate(key):
+        b, e, s, bits = _index_entry(entry, position)
+        begin.append(b)
+        end.append(e)
+        strides.append(s)
+        for mask, bit in bits.items():
+            masks[mask] |= bit
+    packed = [_pack_indices(v) for v in (begin, end, strides)]
+    dtype = dtypes.int64 if any(p.dtype is dtypes.int64 for p in packed) else dtypes.int32
+    packed = [math_ops.cast(p, dtype) for p in packed]
+    return strided_slice(tensor, *packed, name="strided_slice", **masks)
+
+
+register_tensor_operators({"__getitem__": _getitem})
+
+
+def _infer_strided_slice_grad(op):
+    shape_t, dy = op._inputs[0], op._inputs[4]
+    dims = _elements(shape_t)
+    return [(dy.dtype, TensorShape(dims))]
+
+
+register_op("StridedSliceGrad", infer=_infer_strided_slice_grad)
+
+
+@register_gradient("StridedSlice")
+def _strided_slice_grad(op, grad):
+    x, begin, end, strides = op._inputs
+    attrs = {m: op.get_attr(m) for m in _MASKS}
+    shape_vector = math_ops.cast(shape_of(x), begin.dtype)
+    out = make("StridedSliceGrad", (shape_vector, begin, end, strides, grad), attrs, None,
+               "StridedSliceGrad")
+    return [out, None, None, None]
+
+
+@register_gradient("StridedSliceGrad")
+def _strided_slice_grad_grad(op, grad):
+    _, begin, end, strides, _ = op._inputs
+    attrs = {m: op.get_attr(m) for m in _MASKS}
+    return [None, None, None, None, strided_slice(grad, begin, end, strides, **attrs)]
+
+
+# -- symbolic dims: Python ints where static, scalar tensors otherwise -------------------------
+def dims_of(tensor):
+    """``tensor``'s dims: ints where static, scalar int32 tensors where computed.
+
+    Raises:
+        ValueError: if the rank is unknown.
+    """
+    if tensor.shape.ndims is None:
+        raise ValueError(f"the rank of {tensor.name} must be known here")
+    return [d if d is not None else shape(tensor)[i] for i, d in enumerate(tensor.shape.dims)]
+
+
+def dims_product(dims):
+    ints = int(np.prod([d for d in dims if isinstance(d, int)], dtype=np.int64))
+    out = ints
+    for d in dims:
+        if not isinstance(d, int):
+            out = math_ops.multiply(d, out) if not isinstance(out, int) or out != 1 else d
+    return out
+
+
+def dims_vector(dims):
+    """A 1-D int32 tensor from symbolic dims."""
+    if all(isinstance(d, int) for d in dims):
+        return int_const(list(dims))
+    return stack(list(dims))
+
+
+# -- gather ------------------------------------------------------------------------------------
+def _infer_gather(op):
+    params, indices = op._inputs
+    check_dtype(op.type, indices, INTEGER, "indices")
+    axis, batch_dims = op.get_attr("axis"), op.get_attr("batch_dims")
+    if params.shape.ndims is None or indices.shape.ndims is None:
+        return [(params.dtype, TensorShape(None))]
+    if batch_dims > axis:
+        raise ValueError(f"batch_dims ({batch_dims}) must be <= axis ({axis})")
+    if batch_dims > indices.shape.ndims:
+        raise ValueError(f"batch_dims ({batch_dims}) must be <= rank(indices) "
+                         f"({indices.shape.ndims})")
+    try:
+        batch = params.shape[:batch_dims].merge_with(indices.shape[:batch_dims])
+    except ValueError:
+        raise ValueError(f"the first {batch_dims} dims of params {params.shape} and indices "
+                         f"{indices.shape} must match") from None
+    dims = list(batch.dims) + list(params.shape.dims[batch_dims:axis]) + \
+        list(indices.shape.dims[batch_dims:]) + list(params.shape.dims[axis + 1:])
+    return [(params.dtype, TensorShape(dims))]
+
+
+register_op("GatherV2", infer=_infer_gather)
+
+
+def gather(params, indices, axis=0, batch_dims=0, name=None, validate_indices=None):
+    """Rows (slices along ``axis``) of ``params`` picked by ``indices``.
+
+    Output shape: ``params.shape[:axis] + indices.shape[batch_dims:] + params.shape[axis+1:]``.
+
+    Args:
+        params: the tensor (or Variable) to gather from.
+        indices: an int32/int64 tensor of positions in ``[0, params.shape[axis])``.
+        axis: the gathered axis (negative counts from the end).
+        batch_dims: the number of leading dims of ``params`` and ``indices`` that are batch
+            dims (gathered element-wise); must be <= axis.
+        name: op name.
+        validate_indices: ignored (indices are always checked, as TF1 on CPU).
+
+    Returns:
+        The gathered tensor.
+
+    Raises:
+        ValueError: on a bad axis or batch_dims (build time).
+        InvalidArgumentError: at run time when an index is out of range.
+    """
+    del validate_indices
+    params = as_tensor(params)
+    indices = as_tensor(indices)
+    if hasattr(axis, "op"):
+        axis = static_ints(axis)
+        if axis is None:
+            raise ValueError("GatherV2: axis must be a constant")
+    axis = normalize_axis(axis, params.shape.ndims, "GatherV2")
+    batch_dims = int(batch_dims)
+    if batch_dims < 0:
+        if indices.shape.ndims is None:
+            raise ValueError("GatherV2: negative batch_dims needs the rank of indices")
+        batch_dims += indices.shape.ndims
+    if axis < 0:
+        raise ValueError("GatherV2: a negative axis needs the rank of params")
+    return make("GatherV2", (params, indices), {"axis": axis, "batch_dims": batch_dims}, name,
+                "GatherV2")
+
+
+@register_gradient("GatherV2")
+def _gather_grad(op, grad):
+    params, indices = op._inputs
+    a, b = op.get_attr("axis"), op.get_attr("batch_dims")
+    p_dims, i_dims = dims_of(params), dims_of(indices)
+    k = len(i_dims) - b
+    # grad is B + P[b:a] + I' + P[a+1:]: move I' next to B, flatten them, sum into rows.
+    perm = list(builtins.range(b)) + list(builtins.range(a, a + k)) + \
+        list(builtins.range(b, a)) + list(builtins.range(a + k, len(p_dims) - 1 + k))
+    moved = grad if perm == sorted(perm) else transpose(grad, perm)
+    rest = p_dims[b:a] + p_dims[a + 1:]
+    batch = p_dims[:b]
+    rows = reshape(moved, dims_vector([dims_product(batch + i_dims[b:])] + rest))
+    ids = indices
+    if b:
+        offsets = math_ops.cast(math_ops.multiply(sources.range(0, dims_product(batch)),
+                                                  p_dims[a]), indices.dtype)
+        ids = math_ops.add(indices, reshape(offsets, dims_vector(batch + [1] * k)))
+    summed = unsorted_segment_sum(rows, reshape(ids, [-1]),
+                                  dims_product(batch + [p_dims[a]]))
+    unflat = reshape(summed, dims_vector(batch + [p_dims[a]] + rest))
+    back = list(builtins.range(b)) + list(builtins.range(b + 1, a + 1)) + [b] + \
+        list(builtins.range(a + 1, len(p_dims)))
+    return [unflat if back == sorted(back) else transpose(unflat, back), None]
+
+
+# -- unsorted segment sum ----------------------------------------------------------------------
+def _infer_segment_sum(op):
+    data, ids, num = op._inputs
+    check_dtype(op.type, ids, INTEGER, "segment_ids")
+    check_dtype(op.type, num, INTEGER, "num_segments")
+    count = static_value(num)
+    if data.shape.ndims is None or ids.shape.ndims is None:
+        return [(data.dtype, TensorShape(None))]
+    if not data.shape[:ids.shape.ndims].is_compatible_with(ids.shape):
+        raise ValueError(f"segment_ids shape {ids.shape} must be a prefix of data shape "
+                         f"{data.shape}")
+    return [(data.dtype, TensorShape([None if count is None else int(count)] +
+                                     list(data.shape.dims[ids.shape.ndims:])))]
+
+
+register_op("UnsortedSegmentSum", infer=_infer_segment_sum)
+
+
+def unsorted_segment_sum(data, segment_ids, num_segments, name=None):
+    """``out[j] = sum of data[i...] where segment_ids[i...] == j``; negative ids are dropped.
+
+    Raises:
+        InvalidArgumentError: at run time when an id is >= ``num_segments``.
+    """
+    data = as_tensor(data)
+    segment_ids = as_tensor(segment_ids)
+    num_segments = as_tensor(num_segments, dtype=dtypes.int32) \
+        if not hasattr(num_segments, "op") else num_segments
+    return make("UnsortedSegmentSum", (data, segment_ids, num_segments), None, name,
+                "UnsortedSegmentSum")
+
+
+@register_gradient("UnsortedSegmentSum")
+def _segment_sum_grad(op, grad):
+    data, ids, _ = op._inputs
+    kept = math_ops.greater_equal(ids, 0)
+    rows = gather(grad, math_ops.maximum(ids, 0))
+    extra = (data.shape.ndims or 0) - (ids.shape.ndims or 0)
+    mask = reshape(math_ops.cast(kept, grad.dtype), dims_vector(dims_of(ids) + [1] * extra))
+    return [math_ops.multiply(rows, mask), None, None]
+
+
+# -- dynamic partition / stitch ----------------------------------------------------------------
+def _infer_partition(op):
+    data, partitions = op._inputs
+    check_dtype(op.type, partitions, lambda d: d is dtypes.int32, "partitions")
+    count = op.get_attr("num_partitions")
+    if data.shape.ndims is None or partitions.shape.ndims is None:
+        return [(data.dtype, TensorShape(None))] * count
+    if not data.shape[:partitions.shape.ndims].is_compatible_with(partitions.shape):
+        raise ValueError(f"partitions shape {partitions.shape} must be a prefix of data shape "
+                         f"{data.shape}")
+    return [(data.dtype, TensorShape([None] + list(data.shape.dims[partitions.shape.ndims:])))
+            ] * count
+
+
+register_op("DynamicPartition", infer=_infer_partition)
+
+
+def dynamic_partition(data, partitions, num_partitions, name=None):
+    """Split ``data`` into ``num_partitions`` lists by the int32 ``partitions`` (row order kept)."""
+    data = as_tensor(data)
+    partitions = as_tensor(partitions, dtype=dtypes.int32) if not hasattr(partitions, "op") \
+        else partitions
+    op = make_op("DynamicPartition", (data, partitions), {"num_partitions": int(num_partitions)},
+                 name, "DynamicPartition")
+    return list(op._outputs)
+
+
+def _infer_stitch(op):
+    count = op.get_attr("N")
+    indices, data = op._inputs[:count], op._inputs[count:]
+    dtype = data[0].dtype
+    for tensor in indices:
+        check_dtype(op.type, tensor, lambda d: d is dtypes.int32, "indices")
+    for tensor in data:
+        if tensor.dtype is not dtype:
+            raise TypeError(f"all data must have dtype {dtype.name}, got {tensor.dtype.name}")
+    statics = [static_value(t) for t in indices]
+    first = None if any(v is None for v in statics) else \
+        builtins.max([int(np.max(v)) + 1 for v in statics if np.size(v)], default=0)
+    i0, d0 = indices[0], data[0]
+    if i0.shape.ndims is None or d0.shape.ndims is None:
+        return [(dtype, TensorShape(None))]
+    return [(dtype, TensorShape([first] + list(d0.shape.dims[i0.shape.ndims:])))]
+
+
+register_op("DynamicStitch", infer=_infer_stitch)
+
+
+def dynamic_stitch(indices, data, name=None):
+    """``merged[indices[m][i...]] = data[m][i...]``; later entries win on duplicates."""
+    if len(indices) != len(data) or not indices:
+        raise ValueError("DynamicStitch: indices and data must be non-empty lists of one length")
+    indices = [as_tensor(t, dtype=dtypes.int32) if not hasattr(t, "op") else t for t in indices]
+    data = [as_tensor(t) for t in data]
+    return make("DynamicStitch", tuple(indices) + tuple(data), {"N": len(indices)}, name,
+                "DynamicStitch")
+
+
+@register_gradient("DynamicStitch")
+def _stitch_grad(op, grad):
+    count = op.get_attr("N")
+    indices = op._inputs[:count]
+    return [None] * count + [gather(grad, i) for i in indices]
+
+
+@register_gradient("DynamicPartition")
+def _partition_grad(op, *grads):
+    data, partitions = op._inputs
+    grads = [g if g is not None else sources.zeros_like(out) for g, out in zip(grads, op._outputs)]
+    positions = reshape(sources.range(0, dims_product(dims_of(partitions))),
+                        shape_of(partitions))
+    spread = dynamic_partition(positions, partitions, op.get_attr("num_partitions"))
+    return [reshape(dynamic_stitch(spread, grads), shape_of(data)), None]
+
+
+# -- embedding lookup --------------------------------------------------------------------------
+def embedding_lookup(params, ids, partition_strategy="mod", name=None, validate_indices=True,
+                     max_norm=None):
+    """Rows of an embedding table, possibly sharded over a list of tensors or variables.
+
+    Args:
+        params: a tensor/variable, or a list of them (shards of one table along dim 0).
+        ids: an int tensor of row ids into the whole table.
+        partition_strategy: ``"mod"`` (id ``i`` lives in shard ``i % n``, row ``i // n``) or
+            ``"div"`` (shards hold contiguous id ranges, the first ones one row longer).
+        name: op name scope.
+        validate_indices: ignored (ids are always checked).
+        max_norm: if given, each looked-up row is clipped to this L2 norm.
+
+    Returns:
+        A tensor of shape ``ids.shape + params[0].shape[1:]``.
+
+    Raises:
+        ValueError: on an empty list or an unknown partition strategy.
+        InvalidArgumentError: at run time when an id falls outside its shard.
+    """
+    del validate_indices
+    if not isinstance(params, (list, tuple)):
+        params = [params]
+    if not params:
+        raise ValueError("embedding_lookup: params must not be empty")
+    if partition_strategy not in ("mod", "div"):
+        raise ValueError(f"embedding_lookup: unknown partition_strategy {partition_strategy!r}")
+    shards = [as_tensor(p) for p in params]
+    ids = as_tensor(ids)
+    if len(shards) == 1:
+        result = gather(shards[0], ids, name=name or "embedding_lookup")
+    else:
+        result = _sharded_lookup(shards, ids, partition_strategy, name)
+    if max_norm is not None:
+        from asyncflow.ops.numerics import clip_by_norm
+        axes = list(builtins.range(ids.shape.ndims, result.shape.ndims))
+        result = clip_by_norm(result, max_norm, axes=axes)
+    return result
+
+
+def _shard_assignment(shards, flat_ids, strategy):
+    count = len(shards)
+    if strategy == "mod":
+        return math_ops.floormod(flat_ids, count), math_ops.floordiv(flat_ids, count)
+    rows = [dims_of(s)[0] for s in shards]
+    total = rows[0]
+    for r in rows[1:]:
+        total = math_ops.add(total, r) if not (isinstance(total, int) and isinstance(r, int)) \
+            else total + r
+    total = math_ops.cast(as_tensor(total), flat_ids.dtype)
+    per = math_ops.floordiv(total, count)
+    extras = math_ops.floormod(total, count)
+    assign = math_ops.maximum(math_ops.floordiv(flat_ids, math_ops.add(per, 1)),
+                              math_ops.floordiv(math_ops.subtract(flat_ids, extras), per))
+    rows_in = math_ops.where(math_ops.less(assign, extras),
+                             math_ops.floormod(flat_ids, math_ops.add(per, 1)),
+                             math_ops.floormod(math_ops.subtract(flat_ids, extras), per))
+    return assign, rows_in
+
+
+def _sharded_lookup(shards, ids, strategy, name):
+    flat = reshape(ids, [-1])
+    assign, rows = _shard_assignment(shards, flat, strategy)
+    assign = math_ops.cast(assign, dtypes.int32)
+    count = len(shards)
+    gather_ids = dynamic_partition(rows, assign, count)
+    positions = dynamic_partition(sources.range(0, dims_product(dims_of(flat))), assign, count)
+    parts = [gather(shard, part_ids) for shard, part_ids in zip(shards, gather_ids)]
+    merged = dynamic_stitch(positions, parts)
+    row_dims = dims_of(shards[0])[1:]
+    result = reshape(merged, dims_vector(dims_of(ids) + row_dims),
+                     name=name or "embedding_lookup")
+    return result

@@ -1,0 +1,753 @@
+"""Array layout: transpose, concat, stack/unstack, split, expand_dims, squeeze, tile, pad, one_hot.
+
+Theory of operation:
+- Every op here rearranges or replicates elements without arithmetic, so each has a static
+  shape function that is exact whenever the inputs' shapes and the op's integer arguments are
+  known, and partial (``None`` dims, or unknown rank) otherwise.
+- Arguments TF1 passes as tensors and that may be computed in the graph (``perm``,
+  ``multiples``, ``paddings``, ``depth``) stay tensor inputs; a Const input is read at build
+  time (``static_value``) for shape inference. Axes that TF1 code always writes as literals
+  (concat/stack/split/expand_dims/squeeze) are attrs; a negative axis is normalised as soon as
+  the rank is known, else kept and normalised by the kernel (numpy style).
+- Gradients are built from forward ops of this family (a tile's gradient reshapes and sums, a
+  concat's gradient slices), so gradients of gradients work. Shape arithmetic in gradients
+  goes through ``shape_of``/``fold_*``: a Const when the shape is static, ops otherwise.
+
+Kernels live in ``asyncflow/kernels/layout.py``.
+"""
+from __future__ import annotations
+
+import builtins
+
+import numpy as np
+
+from asyncflow import dtypes
+from asyncflow.graph import not_differentiable, register_gradient, register_op
+from asyncflow.graph.shape import TensorShape
+from asyncflow.ops import math as math_ops
+from asyncflow.ops import sources
+from asyncflow.ops.array import rank, reshape, shape
+from asyncflow.ops.construct import INTEGER, as_tensor, check_dtype, make, make_op, static_value
+
+
+# -- shape arithmetic shared by gradient functions -------------------------------------------
+def int_const(values):
+    """An int32 Const from a list or scalar."""
+    return as_tensor(np.asarray(values, dtype=np.int32), dtype=dtypes.int32)
+
+
+def static_ints(tensor):
+    """The value of an integer Const tensor as a list (or int for a scalar), else None."""
+    value = static_value(tensor)
+    return None if value is None else np.asarray(value).tolist()
+
+
+def shape_of(tensor):
+    """``tensor``'s shape as an int32 vector: a Const when fully known, else a Shape op."""
+    if tensor.shape.is_fully_defined():
+        return int_const(list(tensor.shape.dims))
+    return shape(tensor)
+
+
+def normalize_axis(axis, ndims, op_name, extra=0):
+    """``axis`` in ``[0, ndims + extra)``; negative axes count from the end (numpy rules).
+
+    With an unknown rank the axis is returned unchanged (the kernel normalises it).
+
+    Raises:
+        ValueError: naming ``op_name`` when the axis is out of range.
+    """
+    axis = int(axis)
+    if ndims is None:
+        return axis
+    size = ndims + extra
+    if not -size <= axis < size:
+        raise ValueError(f"{op_name}: axis {axis} is out of range [{-size}, {size}) for a "
+                         f"tensor of rank {ndims}")
+    return axis % size
+
+
+def _axis_value(axis, op_name):
+    if hasattr(axis, "op"):
+        value = static_value(axis)
+        if value is None:
+            raise ValueError(f"{op_name}: axis must be a constant, got the computed tensor "
+                             f"{axis.name}")
+        return int(value)
+    return int(axis)
+
+
+# -- transpose ---------------------------------------------------------------------------------
+def _infer_transpose(op):
+    x, perm_t = op._inputs
+    perm = static_ints(perm_t)
+    if perm is None:
+        n = perm_t.shape[0] if perm_t.shape.ndims == 1 else x.shape.ndims
+        return [(x.dtype, TensorShape(None if n is None else [None] * n))]
+    ndims = x.shape.ndims
+    if ndims is not None and len(perm) != ndims:
+        raise ValueError(f"perm {perm} has {len(perm)} entries but the input has rank {ndims}")
+    if sorted(perm) != list(builtins.range(len(perm))):
+        raise ValueError(f"perm {perm} is not a permutation of 0..{len(perm) - 1}")
+    if ndims is None:
+        return [(x.dtype, TensorShape([None] * len(perm)))]
+    return [(x.dtype, TensorShape([x.shape.dims[p] for p in perm]))]
+
+
+register_op("Transpose", infer=_infer_transpose)
+
+
+def transpose(a, perm=None, name="transpose"):
+    """Permute the dimensions of ``a``: output dim ``i`` is input dim ``perm[i]``.
+
+    Args:
+        a: a tensor.
+        perm: a permutation of ``range(rank(a))`` (list or int tensor); None reverses the dims.
+        name: op name.
+
+    Returns:
+        The transposed tensor.
+
+    Raises:
+        ValueError: if ``perm`` is statically not a permutation of the input's dims.
+    """
+    a = as_tensor(a)
+    if perm is None:
+        if a.shape.ndims is not None:
+            perm = int_const(list(builtins.range(a.shape.ndims - 1, -1, -1)))
+        else:
+            perm = sources.range(math_ops.subtract(rank(a), 1), -1, -1)
+    elif not hasattr(perm, "op"):
+        perm = int_const(list(perm))
+    check_dtype("Transpose", perm, INTEGER, "perm")
+    return make("Transpose", (a, perm), None, name, "transpose")
+
+
+def _infer_invert_permutation(op):
+    x = op._inputs[0]
+    check_dtype(op.type, x, INTEGER)
+    return [(x.dtype, x.shape.with_rank(1) if x.shape.ndims is not None else TensorShape([None]))]
+
+
+register_op("InvertPermutation", infer=_infer_invert_permutation)
+not_differentiable("InvertPermutation")
+
+
+def invert_permutation(x, name=None):
+    """The inverse permutation: ``y[x[i]] = i``."""
+    return make("InvertPermutation", (as_tensor(x),), None, name, "InvertPermutation")
+
+
+@register_gradient("Transpose")
+def _transpose_grad(op, grad):
+    perm = static_ints(op._inputs[1])
+    inverse = int_const(np.argsort(perm).tolist()) if perm is not None else \
+        invert_permutation(op._inputs[1])
+    return [transpose(grad, inverse), None]
+
+
+# -- concat ------------------------------------------------------------------------------------
+def _merge_dtypes(op, tensors):
+    dtype = tensors[0].dtype
+    for i, tensor in enumerate(tensors):
+        if tensor.dtype is not dtype:
+            raise TypeError(f"input {i} has dtype {tensor.dtype.name}, but input 0 has "
+                            f"{dtype.name}")
+    return dtype
+
+
+def _known_rank(tensors):
+    ranks = {t.shape.ndims for t in tensors if t.shape.ndims is not None}
+    if len(ranks) > 1:
+        raise ValueError(f"inputs must have the same rank, got shapes "
+                         f"{[str(t.shape) for t in tensors]}")
+    return ranks.pop() if ranks else None
+
+
+def _infer_concat(op):
+    values = op._inputs
+    dtype = _merge_dtypes(op, values)
+    ndims = _known_rank(values)
+    if ndims is None:
+        return [(dtype, TensorShape(None))]
+    if ndims == 0:
+        raise ValueError("can't concatenate scalars (use af.stack instead)")
+    axis = normalize_axis(op.get_attr("axis"), ndims, op.type)
+    dims = list(values[0].shape.dims)
+    total = 0
+    for tensor in values:
+        for i, d in enumerate(tensor.shape.dims):
+            if i == axis:
+                total = None if total is None or d is None else total + d
+            elif dims[i] is None:
+                dims[i] = d
+            elif d is not None and d != dims[i]:
+                raise ValueError(f"dimension {i} of the inputs must match outside the concat "
+                                 f"axis {axis}: shapes {[str(t.shape) for t in values]}")
+    dims[axis] = total
+    return [(dtype, TensorShape(dims))]
+
+
+register_op("ConcatV2", infer=_infer_concat)
+
+
+def concat(values, axis, name="concat"):
+    """Join tensors along ``axis``; the others dims must agree.
+
+    Args:
+        values: a non-empty list of tensors of one dtype and rank (at least 1).
+        axis: the axis to join along (negative counts from the end); an int or a Const.
+        name: op name.
+
+    Returns:
+        The joined tensor (``identity`` of the input when there is only one, as in TF1).
+
+    Raises:
+        ValueError: on an empty list, an axis out of range, or mismatched dims.
+        TypeError: when the inputs' dtypes differ.
+    """
+    if not isinstance(values, (list, tuple)) or not values:
+        raise ValueError("concat: values must be a non-empty list of tensors")
+    tensors = _stack_operands(values)
+    axis = _axis_value(axis, "ConcatV2")
+    if len(tensors) == 1:
+        from asyncflow.ops.array import identity
+        ndims = tensors[0].shape.ndims
+        normalize_axis(axis, ndims if ndims else None, "ConcatV2")
+        return identity(tensors[0], name=name)
+    ndims = _known_rank(tensors)
+    if ndims:
+        axis = normalize_axis(axis, ndims, "ConcatV2")
+    return make("ConcatV2", tuple(tensors), {"axis": axis}, name, "concat")
+
+
+def _axis_one_hot(axis, x):
+    """An int32 vector of rank(x) zeros with a one at ``axis`` (computed if rank is unknown)."""
+    ndims = x.shape.ndims
+    if ndims is not None:
+        return int_const([1 if i == axis % ndims else 0 for i in builtins.range(ndims)])
+    position = math_ops.floormod(int_const(axis), rank(x))
+    return one_hot(position, rank(x), dtype=dtypes.int32)
+
+
+@register_gradient("ConcatV2")
+def _concat_grad(op, grad):
+    axis = op.get_attr("axis")
+    sizes = [t.shape[axis] if t.shape.ndims is not None else None for t in op._inputs]
+    if all(s is not None for s in sizes):
+        return split(grad, sizes, axis=axis)
+    from asyncflow.ops.indexing import slice as slice_op
+    unit = _axis_one_hot(axis, op._inputs[0])
+    offset = int_const(0)
+    out = []
+    for tensor in op._inputs:
+        size_vector = shape_of(tensor)
+        out.append(slice_op(grad, math_ops.multiply(unit, offset), size_vector))
+        along = math_ops.reduce_sum(math_ops.multiply(size_vector, unit))
+        offset = math_ops.add(offset, along)
+    return out
+
+
+# -- stack / unstack ---------------------------------------------------------------------------
+def _infer_pack(op):
+    values = op._inputs
+    dtype = _merge_dtypes(op, values)
+    merged = TensorShape(None)
+    for tensor in values:
+        try:
+            merged = merged.merge_with(tensor.shape)
+        except ValueError:
+            raise ValueError(f"shapes of all inputs must match: "
+                             f"{[str(t.shape) for t in values]}") from None
+    if merged.ndims is None:
+        return [(dtype, TensorShape(None))]
+    axis = normalize_axis(op.get_attr("axis"), merged.ndims, op.type, extra=1)
+    dims = list(merged.dims)
+    dims.insert(axis, len(values))
+    return [(dtype, TensorShape(dims))]
+
+
+register_op("Pack", infer=_infer_pack)
+
+
+def stack(values, axis=0, name="stack"):
+    """Stack same-shape tensors into one of rank ``R + 1`` along a new ``axis``.
+
+    Args:
+        values: a non-empty list of tensors (or Python values) of one shape and dtype.
+        axis: where the new dimension goes, in ``[-(R + 1), R + 1)``.
+        name: op name.
+
+    Returns:
+        The stacked tensor.
+
+    Raises:
+        ValueError: on an empty list, mismatched shapes, or an axis out of range.
+        TypeError: when the dtypes differ.
+    """
+    if not isinstance(values, (list, tuple)) or not values:
+        raise ValueError("stack: values must be a non-empty list")
+    tensors = _stack_operands(values)
+    axis = _axis_value(axis, "Pack")
+    ndims = _known_rank(tensors)
+    if ndims is not None:
+        axis = normalize_axis(axis, ndims, "Pack", extra=1)
+    return make("Pack", tuple(tensors), {"axis": axis, "N": len(tensors)}, name, "stack")
+
+
+def _stack_operands(values):
+    """Python values in a list with tensors take the tensors' dtype (TF1's auto-packing)."""
+    first = next((v for v in values if hasattr(v, "op") or hasattr(v, "_as_tensor")), None)
+    if first is None:
+        return [as_tensor(v) for v in values]
+    dtype = as_tensor(first).dtype
+    return [as_tensor(v) if hasattr(v, "op") or hasattr(v, "_as_tensor")
+            else as_tensor(v, dtype=dtype) for v in values]
+
+
+def _infer_unpack(op):
+    x = op._inputs[0]
+    num = op.get_attr("num")
+    if x.shape.ndims is None:
+        return [(x.dtype, TensorShape(None))] * num
+    axis = normalize_axis(op.get_attr("axis"), x.shape.ndims, op.type)
+    dims = list(x.shape.dims)
+    if dims[axis] is not None and dims[axis] != num:
+        raise ValueError(f"dimension {axis} has size {dims[axis]}, but num={num}")
+    del dims[axis]
+    return [(x.dtype, TensorShape(dims))] * num
+
+
+register_op("Unpack", infer=_infer_unpack)
+
+
+def unstack(value, num=None, axis=0, name="unstack"):
+    """Split ``value`` along ``axis`` into a list of rank ``R - 1`` tensors.
+
+    Args:
+        value: a tensor of rank at least 1.
+        num: the number of pieces; inferred from the static shape when None.
+        axis: the axis to unstack along (negative counts from the end).
+        name: op name.
+
+    Returns:
+        A list of ``num`` tensors.
+
+    Raises:
+        ValueError: if ``num`` is None and the dimension is unknown, or on a bad axis.
+    """
+    value = as_tensor(value)
+    axis = _axis_value(axis, "Unpack")
+    ndims = value.shape.ndims
+    if ndims == 0:
+        raise ValueError("Unpack: input must be at least rank 1, got a scalar")
+    if ndims is not None:
+        axis = normalize_axis(axis, ndims, "Unpack")
+    if num is None:
+        num = value.shape[axis] if ndims is not None else None
+        if num is None:
+            raise ValueError(f"Unpack: cannot infer num from shape {value.shape}; pass num=")
+    op = make_op("Unpack", (value,), {"num": int(num), "axis": axis}, name, "unstack")
+    return list(op._outputs)
+
+
+def _zero_filled(op, grads):
+    return [g if g is not None else sources.zeros_like(out) for g, out in zip(grads, op._outputs)]
+
+
+@register_gradient("Pack")
+def _pack_grad(op, grad):
+    return unstack(grad, num=op.get_attr("N"), axis=op.get_attr("axis"))
+
+
+@register_gradient("Unpack")
+def _unpack_grad(op, *grads):
+    return [stack(_zero_filled(op, grads), axis=op.get_attr("axis"))]
+
+
+# -- split -------------------------------------------------------------------------------------
+def _resolve_sizes(sizes, dim):
+    """Sizes with the one ``-1`` resolved against ``dim`` (left as None if dim is unknown)."""
+    if sizes.count(-1) > 1:
+        raise ValueError(f"at most one size may be -1, got {sizes}")
+    if any(s < -1 for s in sizes):
+        raise ValueError(f"sizes must be non-negative (or one -1), got {sizes}")
+    if dim is None:
+        return [None if s == -1 else s for s in sizes]
+    known = builtins.sum(s for s in sizes if s != -1)
+    if -1 in sizes:
+        if known > dim:
+            raise ValueError(f"sizes {sizes} add up to more than the dimension's {dim}")
+        return [dim - known if s == -1 else s for s in sizes]
+    if known != dim:
+        raise ValueError(f"sizes {sizes} must add up to the dimension's size {dim}")
+    return list(sizes)
+
+
+def _infer_split(op):
+    x = op._inputs[0]
+    if op.type == "Split":
+        count = op.get_attr("num_split")
+    else:
+        count = len(op.get_attr("size_splits"))
+    if x.shape.ndims is None:
+        return [(x.dtype, TensorShape(None))] * count
+    axis = normalize_axis(op.get_attr("axis"), x.shape.ndims, op.type)
+    dim = x.shape[axis]
+    if op.type == "Split":
+        if dim is not None and dim % count:
+            raise ValueError(f"dimension {axis} of size {dim} is not divisible by {count}")
+        sizes = [None if dim is None else dim // count] * count
+    else:
+        sizes = _resolve_sizes(list(op.get_attr("size_splits")), dim)
+    out = []
+    for size in sizes:
+        dims = list(x.shape.dims)
+        dims[axis] = size
+        out.append((x.dtype, TensorShape(dims)))
+    return out
+
+
+register_op("Split", infer=_infer_split)
+register_op("SplitV", infer=_infer_split)
+
+
+def split(value, num_or_size_splits, axis=0, num=None, name="split"):
+    """Split ``value`` along ``axis`` into equal pieces or pieces of given sizes.
+
+    Args:
+        value: a tensor of rank at least 1.
+        num_or_size_splits: an int (equal pieces; must divide the dimension) or a list of sizes
+            adding up to the dimension, one of which may be -1 (the rest).
+        axis: the axis to split (negative counts from the end).
+        num: unused (TF1 compatibility: the number of outputs follows from the sizes).
+        name: op name.
+
+    Returns:
+        A list of tensors.
+
+    Raises:
+        ValueError: on sizes that do not fit the dimension, or a bad axis.
+    """
+    del num
+    value = as_tensor(value)
+    axis = _axis_value(axis, "Split")
+    ndims = value.shape.ndims
+    if ndims == 0:
+        raise ValueError("Split: input must be at least rank 1, got a scalar")
+    if ndims is not None:
+        axis = normalize_axis(axis, ndims, "Split")
+    if hasattr(num_or_size_splits, "op"):
+        value_static = static_ints(num_or_size_splits)
+        if value_static is None:
+            raise ValueError("Split: num_or_size_splits must be a constant")
+        num_or_size_splits = value_static
+    if isinstance(num_or_size_splits, (int, np.integer)):
+        count = int(num_or_size_splits)
+        if count < 1:
+            raise ValueError(f"Split: num_split must be >= 1, got {count}")
+        op = make_op("Split", (value,), {"num_split": count, "axis": axis}, name, "split")
+    else:
+        sizes = [int(s) for s in num_or_size_splits]
+        if not sizes:
+            raise ValueError("Split: size_splits must not be empty")
+        op = make_op("SplitV", (value,), {"size_splits": tuple(sizes), "axis": axis}, name,
+                     "split")
+    return list(op._outputs)
+
+
+@register_gradient("Split")
+def _split_grad(op, *grads):
+    return [concat(_zero_filled(op, grads), op.get_attr("axis"))]
+
+
+register_gradient("SplitV")(_split_grad)
+
+
+# -- expand_dims / squeeze ---------------------------------------------------------------------
+def _infer_expand_dims(op):
+    x = op._inputs[0]
+    if x.shape.ndims is None:
+        return [(x.dtype, TensorShape(None))]
+    axis = normalize_axis(op.get_attr("axis"), x.shape.ndims, op.type, extra=1)
+    dims = list(x.shape.dims)
+    dims.insert(axis, 1)
+    return [(x.dtype, TensorShape(dims))]
+
+
+register_op("ExpandDims", infer=_infer_expand_dims)
+
+
+def expand_dims(input, axis=None, name=None, dim=None):  # noqa: A002 - TF1 spelling
+    """Insert a dimension of size 1 at ``axis`` (in ``[-(R + 1), R]``).
+
+    Raises:
+        ValueError: if the axis is missing or out of range.
+    """
+    if axis is None:
+        axis = dim
+    if axis is None:
+        raise ValueError("ExpandDims: axis is required")
+    x = as_tensor(input)
+    axis = normalize_axis(_axis_value(axis, "ExpandDims"), x.shape.ndims, "ExpandDims", extra=1)
+    return make("ExpandDims", (x,), {"axis": axis}, name, "ExpandDims")
+
+
+def _infer_squeeze(op):
+    x = op._inputs[0]
+    axes = op.get_attr("squeeze_dims")
+    if x.shape.ndims is None:
+        return [(x.dtype, TensorShape(None))]
+    dims = x.shape.dims
+    if not axes:
+        if any(d is None for d in dims):
+            return [(x.dtype, TensorShape(None))]
+        return [(x.dtype, TensorShape([d for d in dims if d != 1]))]
+    axes = {normalize_axis(a, len(dims), op.type) for a in axes}
+    for a in sorted(axes):
+        if dims[a] is not None and dims[a] != 1:
+            raise ValueError(f"can not squeeze dim[{a}], expected a dimension of 1, got {dims[a]}")
+    return [(x.dtype, TensorShape([d for i, d in enumerate(dims) if i not in axes]))]
+
+
+register_op("Squeeze", infer=_infer_squeeze)
+
+
+def squeeze(input, axis=None, name=None, squeeze_dims=None):  # noqa: A002
+    """Remove dimensions of size 1 (all of them, or those listed in ``axis``).
+
+    Raises:
+        ValueError: if a listed dimension is statically not 1 or out of range.
+    """
+    if axis is None:
+        axis = squeeze_dims
+    x = as_tensor(input)
+    axes = () if axis is None else ((axis,) if isinstance(axis, (int, np.integer)) else tuple(axis))
+    ndims = x.shape.ndims
+    axes = tuple(sorted({normalize_axis(a, ndims, "Squeeze") for a in axes}))
+    return make("Squeeze", (x,), {"squeeze_dims": axes}, name, "Squeeze")
+
+
+def _reshape_like_input_grad(op, grad):
+    return [reshape(grad, shape_of(op._inputs[0]))]
+
+
+register_gradient("ExpandDims")(_reshape_like_input_grad)
+register_gradient("Squeeze")(_reshape_like_input_grad)
+
+
+# -- tile --------------------------------------------------------------------------------------
+def _infer_tile(op):
+    x, multiples_t = op._inputs
+    multiples = static_ints(multiples_t)
+    ndims = x.shape.ndims
+    if multiples is None:
+        n = multiples_t.shape[0] if multiples_t.shape.ndims == 1 else ndims
+        return [(x.dtype, TensorShape(None if n is None else [None] * n))]
+    if ndims is not None and len(multiples) != ndims:
+        raise ValueError(f"multiples {multiples} must have one entry per input dimension "
+                         f"(rank {ndims})")
+    if any(m < 0 for m in multiples):
+        raise ValueError(f"multiples must be non-negative, got {multiples}")
+    if ndims is None:
+        return [(x.dtype, TensorShape([None] * len(multiples)))]
+    return [(x.dtype, TensorShape([None if d is None else d * m
+                                   for d, m in zip(x.shape.dims, multiples)]))]
+
+
+register_op("Tile", infer=_infer_tile)
+
+
+def tile(input, multiples, name=None):  # noqa: A002
+    """Repeat ``input`` ``multiples[i]`` times along dim ``i``.
+
+    Raises:
+        ValueError: if ``multiples`` does not have one non-negative entry per dim.
+    """
+    x = as_tensor(input)
+    if not hasattr(multiples, "op"):
+        multiples = int_const(list(multiples))
+    check_dtype("Tile", multiples, INTEGER, "multiples")
+    return make("Tile", (x, multiples), None, name, "Tile")
+
+
+@register_gradient("Tile")
+def _tile_grad(op, grad):
+    x, multiples = op._inputs
+    ndims = x.shape.ndims
+    if ndims is None:
+        raise ValueError(f"Tile '{op.name}': the gradient needs the input's rank")
+    if ndims == 0:
+        return [grad, None]
+    # grad viewed as [m0, d0, m1, d1, ...]: summing the m axes folds the copies back.
+    interleaved = reshape(stack([math_ops.cast(multiples, dtypes.int32), shape_of(x)], axis=1),
+                          [-1])
+    static = static_ints(multiples)
+    if static is not None and x.shape.is_fully_defined():
+        interleaved = int_const([v for pair in zip(static, x.shape.dims) for v in pair])
+    summed = math_ops.reduce_sum(reshape(grad, interleaved),
+                                 axis=list(builtins.range(0, 2 * ndims, 2)))
+    return [reshape(summed, shape_of(x)), None]
+
+
+# -- pad ---------------------------------------------------------------------------------------
+_PAD_MODES = ("CONSTANT", "REFLECT", "SYMMETRIC")
+
+
+def _infer_pad(op):
+    x, paddings_t = op._inputs[0], op._inputs[1]
+    if op.type == "PadV2" and op._inputs[2].dtype is not x.dtype:
+        raise TypeError(f"constant_values has dtype {op._inputs[2].dtype.name}, but the input "
+                        f"has {x.dtype.name}")
+    paddings = static_value(paddings_t)
+    if op.type == "MirrorPadGrad":
+        sign = -1
+    else:
+        sign = 1
+    if paddings is None:
+        n = paddings_t.shape[0] if paddings_t.shape.ndims == 2 else x.shape.ndims
+        return [(x.dtype, TensorShape(None if n is None else [None] * n))]
+    paddings = np.asarray(paddings)
+    ndims = x.shape.ndims
+    if paddings.ndim != 2 or paddings.shape[1] != 2 or (ndims is not None and
+                                                        paddings.shape[0] != ndims):
+        raise ValueError(f"paddings must have shape [rank, 2] = [{ndims}, 2], got "
+                         f"{list(paddings.shape)}")
+    if (paddings < 0).any():
+        raise ValueError(f"paddings must be non-negative, got {paddings.tolist()}")
+    if ndims is None:
+        return [(x.dtype, TensorShape([None] * paddings.shape[0]))]
+    dims = []
+    for d, (before, after) in zip(x.shape.dims, paddings.tolist()):
+        if op.type == "MirrorPad" and d is not None:
+            _check_mirror(op.get_attr("mode"), d, before, after)
+        dims.append(None if d is None else d + sign * (before + after))
+    return [(x.dtype, TensorShape(dims))]
+
+
+def _check_mirror(mode, dim, before, after):
+    limit = dim - 1 if mode == "REFLECT" else dim
+    if before > limit or after > limit:
+        raise ValueError(f"paddings ({before}, {after}) must be at most {limit} for a "
+                         f"dimension of size {dim} in {mode} mode")
+
+
+register_op("PadV2", infer=_infer_pad)
+register_op("MirrorPad", infer=_infer_pad)
+register_op("MirrorPadGrad", infer=_infer_pad)
+
+
+def pad(tensor, paddings, mode="CONSTANT", name=None, constant_values=0):
+    """Pad ``tensor`` with ``paddings[i] = [before, after]`` elements along dim ``i``.
+
+    Args:
+        tensor: the input.
+        paddings: an int ``[rank, 2]`` list or tensor.
+        mode: ``"CONSTANT"`` (fill with ``constant_values``), ``"REFLECT"`` (mirror without the
+            edge; pads must be < the dim) or ``"SYMMETRIC"`` (mirror with the edge; <= the dim).
+            Case-insensitive.
+        name: op name.
+        constant_values: the fill value for CONSTANT mode (takes the tensor's dtype).
+
+    Returns:
+        The padded tensor.
+
+    Raises:
+        ValueError: on a bad mode, a paddings shape that does not match the rank, negative
+            paddings, or mirror pads too large for the dimension.
+    """
+    x = as_tensor(tensor)
+    mode = str(mode).upper()
+    if mode not in _PAD_MODES:
+        raise ValueError(f"Pad: mode must be one of {_PAD_MODES}, got {mode!r}")
+    if not hasattr(paddings, "op"):
+        paddings = int_const(np.asarray(paddings, dtype=np.int64).reshape(-1, 2).tolist()
+                             if np.size(paddings) else np.zeros((0, 2), np.int32))
+    check_dtype("Pad", paddings, INTEGER, "paddings")
+    if mode == "CONSTANT":
+        fill_value = as_tensor(constant_values, dtype=x.dtype)
+        return make("PadV2", (x, paddings, fill_value), None, name, "Pad")
+    return make("MirrorPad", (x, paddings), {"mode": mode}, name, "MirrorPad")
+
+
+def _unpad(grad, x, paddings):
+    from asyncflow.ops.indexing import slice as slice_op
+    static = static_value(paddings)
+    begin = int_const(np.asarray(static)[:, 0].tolist()) if static is not None else \
+        math_ops.cast(reshape(slice_op(paddings, [0, 0], [-1, 1]), [-1]), dtypes.int32)
+    return slice_op(grad, begin, shape_of(x))
+
+
+@register_gradient("PadV2")
+def _pad_grad(op, grad):
+    x, paddings, _ = op._inputs
+    return [_unpad(grad, x, paddings), None, None]
+
+
+@register_gradient("MirrorPad")
+def _mirror_pad_grad(op, grad):
+    paddings = op._inputs[1]
+    return [make("MirrorPadGrad", (grad, paddings), {"mode": op.get_attr("mode")}, None,
+                 "MirrorPadGrad"), None]
+
+
+@register_gradient("MirrorPadGrad")
+def _mirror_pad_grad_grad(op, grad):
+    return [pad(grad, op._inputs[1], mode=op.get_attr("mode")), None]
+
+
+# -- one_hot -----------------------------------------------------------------------------------
+def _infer_one_hot(op):
+    indices, depth_t, on_value, off_value = op._inputs
+    check_dtype(op.type, indices, INTEGER, "indices")
+    if on_value.dtype is not off_value.dtype:
+        raise TypeError(f"on_value ({on_value.dtype.name}) and off_value "
+                        f"({off_value.dtype.name}) must have the same dtype")
+    depth = static_ints(depth_t)
+    if depth is not None and depth < 0:
+        raise ValueError(f"depth must be non-negative, got {depth}")
+    if indices.shape.ndims is None:
+        return [(on_value.dtype, TensorShape(None))]
+    axis = op.get_attr("axis")
+    dims = list(indices.shape.dims)
+    dims.insert(len(dims) if axis == -1 else axis, depth)
+    return [(on_value.dtype, TensorShape(dims))]
+
+
+register_op("OneHot", infer=_infer_one_hot)
+not_differentiable("OneHot")
+
+
+def one_hot(indices, depth, on_value=None, off_value=None, axis=None, dtype=None, name=None):
+    """A one-hot encoding: ``on_value`` where ``indices == j`` along the new ``axis``.
+
+    Indices outside ``[0, depth)`` give a row of ``off_value`` (TF1).
+
+    Args:
+        indices: an int tensor.
+        depth: the size of the new dimension (int or int scalar tensor).
+        on_value, off_value: the two values (default 1 and 0, in ``dtype``).
+        axis: where the new dimension goes: -1 (last, the default) or in ``[0, rank]``.
+        dtype: the output dtype; default float32, or the dtype of on/off values if given.
+        name: op name.
+
+    Returns:
+        A tensor of rank ``rank(indices) + 1``.
+
+    Raises:
+        ValueError: if ``axis`` is out of range or depth is negative.
+        TypeError: if on/off values and dtype disagree.
+    """
+    indices = as_tensor(indices)
+    given = [v for v in (on_value, off_value) if hasattr(v, "op") or hasattr(v, "_as_tensor")]
+    if dtype is None:
+        dtype = as_tensor(given[0]).dtype if given else dtypes.float32
+    dtype = dtypes.as_dtype(dtype)
+    on = as_tensor(1 if on_value is None else on_value, dtype=dtype)
+    off = as_tensor(0 if off_value is None else off_value, dtype=dtype)
+    axis = -1 if axis is None else int(axis)
+    ndims = indices.shape.ndims
+    if axis < -1 or (ndims is not None and axis > ndims):
+        raise ValueError(f"OneHot: axis {axis} must be -1 or in [0, {ndims}]")
+    depth = as_tensor(depth, dtype=dtypes.int32) if not hasattr(depth, "op") else depth
+    return make("OneHot", (indices, depth, on, off), {"axis": axis}, name, "one_hot")

@@ -1,0 +1,161 @@
+"""Numerics: clipping by value and by norm, global norms, and NaN/Inf checks.
+
+Theory of operation: the clipping functions are compositions of math ops exactly as TF1
+writes them (``minimum(maximum(...))``, a norm computed with ``where`` so a zero norm has a
+finite gradient), so their gradients come from the math family's gradient functions and
+match TF1's, ties included. ``CheckNumerics`` is a primitive: the identity that fails the run
+with an ``InvalidArgumentError`` naming the op and the user's message when its input has a NaN
+or an infinity; its gradient checks the incoming gradient the same way.
+
+Kernels live in ``asyncflow/kernels/numerics.py``.
+"""
+from __future__ import annotations
+
+from asyncflow.graph import register_gradient, register_op
+from asyncflow.ops import math as math_ops
+from asyncflow.ops import sources
+from asyncflow.ops.array import identity
+from asyncflow.ops.construct import FLOATING, as_tensor, check_dtype, graph_of, make
+
+
+def clip_by_value(t, clip_value_min, clip_value_max, name=None):
+    """Clamp ``t`` elementwise to ``[clip_value_min, clip_value_max]``.
+
+    Args:
+        t: a numeric tensor.
+        clip_value_min, clip_value_max: scalars or tensors broadcastable to ``t``'s shape.
+        name: op name scope.
+
+    Returns:
+        A tensor of ``t``'s shape and dtype.
+
+    Raises:
+        ValueError: if the bounds would broadcast ``t`` to a larger shape.
+        TypeError: if the bounds' dtypes differ from ``t``'s.
+    """
+    t = as_tensor(t)
+    with graph_of((t,)).name_scope(name or "clip_by_value"):
+        lower = math_ops.minimum(t, clip_value_max)
+        clipped = math_ops.maximum(lower, clip_value_min)
+    if not clipped.shape.is_compatible_with(t.shape):
+        raise ValueError(f"clip_by_value: the bounds broadcast {t.name} of shape {t.shape} to "
+                         f"{clipped.shape}; the result must keep the input's shape")
+    return clipped
+
+
+def _l2norm(t, axes, keepdims):
+    """sqrt(sum(t*t)) whose gradient at zero is zero instead of NaN (TF1's trick)."""
+    squares = math_ops.reduce_sum(math_ops.multiply(t, t), axis=axes, keepdims=keepdims)
+    positive = math_ops.greater(squares, 0)
+    safe = math_ops.where(positive, squares, sources.ones_like(squares))
+    return math_ops.where(positive, math_ops.sqrt(safe), squares)
+
+
+def clip_by_norm(t, clip_norm, axes=None, name=None):
+    """Scale ``t`` so its L2 norm (over ``axes``) is at most ``clip_norm``.
+
+    Args:
+        t: a floating tensor.
+        clip_norm: a positive scalar (or tensor broadcastable to the reduced shape).
+        axes: the axes whose slices are normed separately; None norms the whole tensor.
+        name: op name scope.
+
+    Returns:
+        ``t * clip_norm / max(norm, clip_norm)``, the shape of ``t``.
+
+    Raises:
+        TypeError: if ``t`` is not floating.
+    """
+    t = as_tensor(t)
+    check_dtype("clip_by_norm", t, FLOATING, "t")
+    with graph_of((t,)).name_scope(name or "clip_by_norm"):
+        norm = _l2norm(t, axes, keepdims=True)
+        clip_norm = as_tensor(clip_norm, dtype=t.dtype)
+        scaled = math_ops.multiply(t, clip_norm)
+        out = identity(math_ops.divide(scaled, math_ops.maximum(norm, clip_norm)))
+    out.set_shape(t.shape)
+    return out
+
+
+def global_norm(t_list, name=None):
+    """``sqrt(sum(l2norm(t)**2 for t in t_list))``; None entries are skipped.
+
+    Raises:
+        TypeError: if ``t_list`` is not a list or tuple.
+        ValueError: if it holds no tensors.
+    """
+    if not isinstance(t_list, (list, tuple)):
+        raise TypeError("global_norm: t_list must be a list or tuple of tensors")
+    tensors = [as_tensor(t) for t in t_list if t is not None]
+    if not tensors:
+        raise ValueError("global_norm: t_list has no tensors")
+    with graph_of(tensors).name_scope(name or "global_norm"):
+        squares = [math_ops.reduce_sum(math_ops.multiply(t, t)) for t in tensors]
+        return math_ops.sqrt(math_ops.add_n(squares), name="global_norm")
+
+
+def clip_by_global_norm(t_list, clip_norm, use_norm=None, name=None):
+    """Scale every tensor of ``t_list`` by ``clip_norm / max(global_norm, clip_norm)``.
+
+    Args:
+        t_list: a list or tuple of tensors (None entries pass through as None).
+        clip_norm: a positive scalar.
+        use_norm: a precomputed global norm to use instead of computing it.
+        name: op name scope.
+
+    Returns:
+        ``(clipped_list, global_norm)``. A NaN or Inf global norm makes every output NaN, as
+        in TF1, so a diverged step is visible.
+
+    Raises:
+        TypeError: if ``t_list`` is not a list or tuple.
+    """
+    if not isinstance(t_list, (list, tuple)) or isinstance(t_list, str):
+        raise TypeError("clip_by_global_norm: t_list must be a list or tuple of tensors")
+    norm = global_norm(t_list) if use_norm is None else as_tensor(use_norm)
+    with graph_of((norm,)).name_scope(name or "clip_by_global_norm"):
+        clip_norm = as_tensor(clip_norm, dtype=norm.dtype)
+        one = as_tensor(1.0, dtype=norm.dtype)
+        scale = math_ops.multiply(clip_norm, math_ops.minimum(
+            math_ops.divide(one, norm), math_ops.divide(one, clip_norm)))
+        clipped = []
+        for t in t_list:
+            if t is None:
+                clipped.append(None)
+                continue
+            t = as_tensor(t)
+            clipped.append(identity(math_ops.multiply(t, math_ops.cast(scale, t.dtype))))
+    return clipped, norm
+
+
+def _infer_check_numerics(op):
+    x = op._inputs[0]
+    check_dtype(op.type, x, FLOATING)
+    return [(x.dtype, x.shape)]
+
+
+register_op("CheckNumerics", infer=_infer_check_numerics)
+
+
+def check_numerics(tensor, message, name=None):
+    """The same tensor; running it fails with InvalidArgumentError if it has NaN or Inf.
+
+    Args:
+        tensor: a floating tensor.
+        message: text included in the error.
+        name: op name.
+
+    Returns:
+        A tensor equal to ``tensor``.
+
+    Raises:
+        TypeError: if ``tensor`` is not floating.
+    """
+    return make("CheckNumerics", (as_tensor(tensor),), {"message": str(message)}, name,
+                "CheckNumerics")
+
+
+@register_gradient("CheckNumerics")
+def _check_numerics_grad(op, grad):
+    return [check_numerics(grad, "Not a number (NaN) or infinity (Inf) values detected in "
+                                 f"gradient. {op.get_attr('message')}")]
