@@ -26,6 +26,7 @@ import trio
 from asyncflow import dtypes, errors
 from asyncflow.graph import prune as _prune
 from asyncflow.graph.graph import Operation, Tensor, get_default_graph
+from asyncflow.runtime import compiler as _compiler
 from asyncflow.runtime import device as _device
 from asyncflow.runtime import executor
 from asyncflow.runtime.options import RunOptions, SessionConfig
@@ -169,6 +170,7 @@ class Session:
     """
 
     _step_ids = itertools.count(secrets.randbits(40) << 8)
+    _device_state = None  # incarnations and pinned placements, made by the first compile
 
     def __init__(self, target="", graph=None, config=None, cluster=None):
         if isinstance(target, SessionConfig) and config is None:
@@ -181,6 +183,7 @@ class Session:
         self._closed = False
         self._cluster = cluster
         self._in_flight = 0
+        self._run_scopes = set()  # one per run in flight: close() cancels them (queue waits)
         if cluster is not None or target:
             raise errors.UnimplementedError(
                 None, None, "Session(cluster=...) needs the distributed runtime, which this "
@@ -197,6 +200,8 @@ class Session:
         """Release the session's resources; later runs fail."""
         if not self._closed:
             self._closed = True
+            for scope in self._run_scopes:  # waiting runs fail with CancelledError
+                scope.cancel()
             self._resources.reset()
             self._cache.clear()
 
@@ -271,37 +276,37 @@ class Session:
             ops = _prune.prune(fetches, targets, feeds)
         except ValueError as exc:
             raise errors.InvalidArgumentError(None, None, str(exc)) from None
-        device = self._devices[0]
-        if self.config.log_device_placement:
-            for op in ops:
-                print(f"{op.name}: ({op.type}): {device.name}")
-        plan = compile_plan(ops, list(feeds), list(fetches), device, self._resources)
-        return _Compiled([plan], [list(range(len(feeds)))],
-                         [(0, i) for i in range(len(fetches))])
+        if self._device_state is None:
+            self._device_state = _compiler.DeviceState(self._devices)
+        return _compiler.compile_run(self.graph, ops, feeds, fetches, targets,
+                                     self._device_state, self.config, self._resources)
 
     async def _run_compiled(self, compiled, feed_values, options, trace):
         timeout_ms = (options.timeout_in_ms if options is not None else 0) \
             or self.config.operation_timeout_in_ms
         step = executor.Step(next(self._step_ids), trace=trace)
         self._in_flight += 1
+        closing = trio.CancelScope()
+        self._run_scopes.add(closing)
         try:
-            if timeout_ms:
-                with trio.move_on_after(timeout_ms / 1000) as scope:
-                    results = await self._run_partitions(compiled, feed_values, step)
-                if scope.cancelled_caught:
-                    raise errors.DeadlineExceededError(
-                        None, None, f"Timed out after {timeout_ms} ms waiting for the step to "
-                        "finish (RunOptions.timeout_in_ms)")
-                return results
-            return await self._run_partitions(compiled, feed_values, step)
+            with closing:
+                if timeout_ms:
+                    with trio.move_on_after(timeout_ms / 1000) as scope:
+                        results = await self._run_partitions(compiled, feed_values, step)
+                    if scope.cancelled_caught:
+                        raise errors.DeadlineExceededError(
+                            None, None, f"Timed out after {timeout_ms} ms waiting for the step "
+                            "to finish (RunOptions.timeout_in_ms)")
+                    return results
+                return await self._run_partitions(compiled, feed_values, step)
+            raise errors.CancelledError(None, None, "The session was closed while this step "
+                                        "was running (e.g. waiting on a queue)")
         finally:
+            self._run_scopes.discard(closing)
             self._in_flight -= 1
 
     async def _run_partitions(self, compiled, feed_values, step):
-        if len(compiled.plans) == 1:
-            plan = compiled.plans[0]
-            return await executor.run_plan(plan, feed_values, step)
-        raise errors.InternalError(None, None, "multi-partition runs need the partitioner")
+        return await _compiler.run_partitions(self.graph, compiled, feed_values, step)
 
     def statistics(self):
         return {"cached_plans": len(self._cache), "runs_in_flight": self._in_flight,

@@ -1,0 +1,82 @@
+"""Kernels of ``_Send`` and ``_Recv`` (see ops/transfer.py), plus lossy float32 transfer.
+
+Both kernels wait (``is_async``): Send may have to wait for the producing GPU stream before
+its value leaves the device, and Recv waits in the step's rendezvous. They reach the
+rendezvous only through ``ctx.step.rendezvous`` and the device only through ``ctx.device``,
+so they import no trio scheduling.
+
+Lossy transfer (the paper's §5.5): float32 values cross as the high 16 bits (bfloat16).
+- ``"truncate"``: the paper's method, ``(x.view(uint32) >> 16).astype(uint16)``; the receiver
+  zero-fills: ``(bits.astype(uint32) << 16).view(float32)``. Rounds toward zero.
+- ``"round"``: round to nearest, ties to even (what ``ml_dtypes``' bfloat16 cast does), NaN
+  kept quiet NaN. Written with integer arithmetic on ``xp`` so it runs on numpy and CuPy alike.
+Non-float32 values cross unchanged.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from asyncflow.kernels.registry import register_kernel
+
+ROOT_FRAME_ITER = "0:0"
+
+
+def rendezvous_key(attrs, frame_iter=ROOT_FRAME_ITER):
+    """The key built from a Send/Recv's attrs (same format as ``runtime.rendezvous.make_key``)."""
+    return (f"{attrs['send_device']};{int(attrs['send_device_incarnation']):016x};"
+            f"{attrs['recv_device']};{attrs['tensor_name']};{frame_iter}")
+
+
+def compress_bfloat16(xp, x, mode):
+    """float32 ``x`` as uint16 bfloat16 bits (``mode`` "truncate" or "round")."""
+    bits = xp.ascontiguousarray(x).view(xp.uint32)
+    if mode == "truncate":
+        return (bits >> 16).astype(xp.uint16)
+    # Round to nearest even: add 0x7FFF plus the lowest kept bit, then drop the low half.
+    lsb = (bits >> 16) & 1
+    rounded = ((bits + 0x7FFF + lsb) >> 16).astype(xp.uint16)
+    nan = (bits & 0x7FFFFFFF) > 0x7F800000
+    if nan.any():
+        rounded = xp.where(nan, ((bits >> 16) | 0x0040).astype(xp.uint16), rounded)
+    return rounded
+
+
+def decompress_bfloat16(xp, bits):
+    """uint16 bfloat16 bits back to float32 (the low 16 bits zero)."""
+    return (bits.astype(xp.uint32) << 16).view(xp.float32)
+
+
+def _frame_iter(ctx):
+    return getattr(ctx, "frame_iter", None) or ROOT_FRAME_ITER
+
+
+@register_kernel("_Send", is_async=True)
+async def _send(ctx, value):
+    attrs = ctx.attrs
+    device = ctx.device
+    if device.kind != "CPU":
+        # The value leaves this device's stream: wait for it by an event, never by polling.
+        recv_kind = attrs["recv_device"].rsplit("/device:", 1)[-1].split(":")[0]
+        if recv_kind == "CPU":
+            value = await device.to_host(value)
+        else:
+            await device.synchronize()
+    mode = attrs.get("compress") or ""
+    if mode and getattr(value, "dtype", None) == np.float32:
+        xp = np if isinstance(value, np.ndarray) else ctx.xp
+        value = compress_bfloat16(xp, value, mode)
+    ctx.step.rendezvous.send(rendezvous_key(attrs, _frame_iter(ctx)), value)
+    return ()
+
+
+@register_kernel("_Recv", is_async=True)
+async def _recv(ctx):
+    attrs = ctx.attrs
+    value, _is_dead = await ctx.step.rendezvous.recv(rendezvous_key(attrs, _frame_iter(ctx)))
+    if attrs.get("compress") and ctx.output_dtypes[0] == np.float32 \
+            and getattr(value, "dtype", None) == np.uint16:
+        xp = np if isinstance(value, np.ndarray) else ctx.xp
+        value = decompress_bfloat16(xp, value)
+    if ctx.device.kind != "CPU":
+        value = ctx.to_device(value)
+    return (value,)

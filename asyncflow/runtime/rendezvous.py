@@ -1,0 +1,149 @@
+"""The local rendezvous: where Send deposits a tensor and Recv picks it up, for one step.
+
+Theory of operation (the paper's §3.2.2 and TF's ``LocalRendezvousImpl``):
+- A table from a rendezvous *key* (``src_device;src_incarnation_hex;dst_device;tensor_name;
+  frame_id:iter``, see ``make_key``) to either a deposited ``(value, is_dead)`` or one parked
+  waiter. One Recv reads each key once; reading removes the entry, so the table only holds
+  tensors in flight.
+- ``send`` never blocks: it deposits, or hands the value to the waiter already parked. A second
+  send to the same key before its receive is an ``AbortedError`` ("Duplicated send"), as in
+  the 2015 runtime.
+- ``recv_nowait`` raises ``trio.WouldBlock`` when nothing is there; ``await recv`` parks on a
+  ``trio.Event`` until a send or an abort wakes it, so waiting never blocks the loop.
+- ``abort(error)`` fails every present and future ``recv`` with the step's error (the root
+  cause, not a derived one) and makes later sends no-ops: the step is being torn down.
+
+A rendezvous lives for one step; it knows nothing of devices, graphs or executors.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import trio
+
+from asyncflow import errors
+
+ROOT_FRAME_ITER = "0:0"
+
+
+def make_key(src_device, src_incarnation, dst_device, tensor_name, frame_iter=ROOT_FRAME_ITER):
+    """The rendezvous key of one transfer, identical on every process that computes it.
+
+    Args:
+        src_device: full name of the sending device.
+        src_incarnation: the sending device's incarnation (an int).
+        dst_device: full name of the receiving device.
+        tensor_name: the edge's unique name (the Send/Recv ``tensor_name`` attr).
+        frame_iter: ``"frame_id:iter_id"`` of the value (``"0:0"`` outside loops).
+
+    Returns:
+        ``"src;incarnation_hex;dst;tensor_name;frame:iter"``.
+    """
+    return f"{src_device};{int(src_incarnation):016x};{dst_device};{tensor_name};{frame_iter}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RendezvousStatistics:
+    """A snapshot: tensors deposited but not yet received, parked receivers, totals."""
+
+    pending_sends: int
+    waiting_recvs: int
+    sends: int
+    recvs: int
+    aborted: bool
+
+
+class _Waiter:
+    __slots__ = ("event", "item")
+
+    def __init__(self):
+        self.event = trio.Event()
+        self.item = None
+
+
+class LocalRendezvous:
+    """Per-step table matching Sends to Recvs within one process."""
+
+    def __init__(self):
+        self._items = {}      # key -> (value, is_dead)
+        self._waiters = {}    # key -> _Waiter
+        self._error = None
+        self._sends = 0
+        self._recvs = 0
+
+    def send(self, key, value, is_dead=False):
+        """Deposit ``value`` under ``key``; never blocks.
+
+        Raises:
+            AbortedError: "Duplicated send" if ``key`` already holds an unreceived value.
+        """
+        if self._error is not None:
+            return
+        waiter = self._waiters.pop(key, None)
+        self._sends += 1
+        if waiter is not None:
+            waiter.item = (value, is_dead)
+            waiter.event.set()
+            return
+        if key in self._items:
+            raise errors.AbortedError(None, None, f"Duplicated send: {key}")
+        self._items[key] = (value, is_dead)
+
+    def recv_nowait(self, key):
+        """``(value, is_dead)`` under ``key`` if it was sent.
+
+        Raises:
+            trio.WouldBlock: if nothing was sent yet.
+            OpError: the step's error after ``abort``.
+        """
+        if self._error is not None:
+            raise self._error
+        try:
+            item = self._items.pop(key)
+        except KeyError:
+            raise trio.WouldBlock from None
+        self._recvs += 1
+        return item
+
+    async def recv(self, key):
+        """Wait for the value sent under ``key``; returns ``(value, is_dead)``.
+
+        Raises:
+            OpError: the step's error if the step is aborted before or while waiting.
+            RuntimeError: if another task already waits on ``key``.
+        """
+        try:
+            return self.recv_nowait(key)
+        except trio.WouldBlock:
+            pass
+        if key in self._waiters:
+            raise RuntimeError(f"Two receivers for rendezvous key {key}")
+        waiter = self._waiters[key] = _Waiter()
+        try:
+            await waiter.event.wait()
+        finally:
+            if self._waiters.get(key) is waiter:
+                del self._waiters[key]
+        if waiter.item is None:
+            raise self._error
+        self._recvs += 1
+        return waiter.item
+
+    def abort(self, error):
+        """Fail every present and future ``recv`` with ``error``; the first abort wins."""
+        if self._error is not None:
+            return
+        self._error = error
+        self._items.clear()
+        waiters, self._waiters = self._waiters, {}
+        for waiter in waiters.values():
+            waiter.event.set()
+
+    @property
+    def aborted(self):
+        return self._error is not None
+
+    def statistics(self):
+        return RendezvousStatistics(pending_sends=len(self._items),
+                                    waiting_recvs=len(self._waiters), sends=self._sends,
+                                    recvs=self._recvs, aborted=self._error is not None)
