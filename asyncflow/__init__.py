@@ -47,6 +47,7 @@ from asyncflow.ops.state import (  # noqa: F401
 )
 from asyncflow.runtime.options import ConfigProto, RunMetadata, RunOptions, SessionConfig  # noqa: F401
 from asyncflow.session import Session  # noqa: F401
+from asyncflow import train  # noqa: F401,E402  (Saver, meta graphs; optimizers)
 from asyncflow import initializers, nn  # noqa: F401,E402  (af.nn, af.initializers)
 from asyncflow.ops.init_ops import (  # noqa: F401,E402
     Constant as constant_initializer, GlorotNormal as glorot_normal_initializer,

@@ -121,6 +121,28 @@ class Variable:
             collections.append(GraphKeys.TRAINABLE_VARIABLES)
         graph.add_to_collections(collections, self)
 
+    @classmethod
+    def _from_ops(cls, variable_op, initializer_op, snapshot, initial_value=None,
+                  trainable=True):
+        """A Variable around existing ops (an imported meta graph); adds to no collection.
+
+        Args:
+            variable_op: the VariableV2 Operation.
+            initializer_op: its initializing Assign Operation.
+            snapshot: the ``read`` Identity tensor.
+            initial_value: the initial value tensor, when known.
+            trainable: whether optimizers should update it.
+        """
+        if variable_op.type != "VariableV2":
+            raise TypeError(f"{variable_op.name} is a {variable_op.type}, not a VariableV2")
+        self = cls.__new__(cls)
+        self._variable = variable_op._outputs[0]
+        self._initializer_op = initializer_op
+        self._snapshot = snapshot
+        self._initial_value = initial_value
+        self._trainable = bool(trainable)
+        return self
+
     # -- conversion ------------------------------------------------------------------------
     def _as_tensor(self):
         return self._snapshot

@@ -1,0 +1,245 @@
+"""Kernels of Save/Restore and the checkpoint file format (safetensors, written atomically).
+
+File layout (the safetensors format, readable by the ``safetensors`` package): an 8-byte
+little-endian header length N, N bytes of JSON (padded with spaces to a multiple of 8)
+mapping each tensor name to ``{"dtype", "shape", "data_offsets": [begin, end]}`` plus a
+``"__metadata__"`` map of strings (``format``, ``format_version``, ``global_step``), then
+the raw little-endian bytes of every tensor, back to back. bfloat16 is stored as ``BF16``.
+
+Atomicity: a file is written to a temporary name in the same directory, flushed and
+fsynced, renamed over the final name with ``os.replace`` (atomic on POSIX), and then the
+directory is fsynced so the rename itself is durable. A reader therefore sees either the
+old complete file or the new complete file, never a torn one; a crash leaves at most a
+stray ``.*.tmp`` file.
+
+Reading validates the header before allocating anything: size caps, a dtype allowlist,
+non-negative shapes, offsets that match ``prod(shape) * itemsize`` and stay inside the file.
+A malformed file raises ``DataLossError``; a missing one ``NotFoundError``.
+
+The kernels run on a worker thread (the ops declare an unbounded cost and the kernels are
+``offload`` kernels), so the event loop never blocks on the disk.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import struct
+import tempfile
+
+import numpy as np
+
+from asyncflow import dtypes, errors
+from asyncflow.kernels.registry import register_kernel
+
+FORMAT = "asyncflow.checkpoint"
+FORMAT_VERSION = "1"
+MAX_HEADER_BYTES = 100 * 1024 * 1024
+_TO_SAFETENSORS = {
+    dtypes.float64: "F64", dtypes.float32: "F32", dtypes.float16: "F16", dtypes.bfloat16: "BF16",
+    dtypes.int64: "I64", dtypes.int32: "I32", dtypes.int16: "I16", dtypes.int8: "I8",
+    dtypes.uint64: "U64", dtypes.uint32: "U32", dtypes.uint16: "U16", dtypes.uint8: "U8",
+    dtypes.bool: "BOOL",
+}
+_FROM_SAFETENSORS = {code: dtype for dtype, code in _TO_SAFETENSORS.items()}
+
+
+# -- atomic files ----------------------------------------------------------------------------
+def fsync_directory(directory):
+    """Make a rename in ``directory`` durable (no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path, write):
+    """Write a file so that ``path`` is always absent, the old file, or the complete new one.
+
+    Args:
+        path: the final file name.
+        write: ``write(fileobj)`` writing the whole content to a binary file object.
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
+                               dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fileobj:
+            write(fileobj)
+            fileobj.flush()
+            os.fsync(fileobj.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fsync_directory(directory)
+
+
+# -- safetensors -------------------------------------------------------------------------------
+def _little_endian(array):
+    array = np.asarray(array)
+    if array.dtype.byteorder == ">":
+        array = array.astype(array.dtype.newbyteorder("<"))
+    return array if array.flags.c_contiguous else array.copy(order="C")
+
+
+def write_safetensors(path, tensors, metadata=None):
+    """Atomically write ``{name: numpy array}`` as a safetensors file.
+
+    Raises:
+        TypeError: for an array whose dtype safetensors cannot hold (strings).
+    """
+    header, arrays, offset = {}, [], 0
+    for name in sorted(tensors):
+        array = _little_endian(tensors[name])
+        try:
+            code = _TO_SAFETENSORS[dtypes.as_dtype(array.dtype)]
+        except (KeyError, TypeError):
+            raise TypeError(f"tensor {name!r} has dtype {array.dtype}, which a checkpoint "
+                            "cannot hold") from None
+        header[name] = {"dtype": code, "shape": [int(d) for d in array.shape],
+                        "data_offsets": [offset, offset + array.nbytes]}
+        offset += array.nbytes
+        arrays.append(array)
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    encoded += b" " * (-len(encoded) % 8)
+
+    def write(fileobj):
+        fileobj.write(struct.pack("<Q", len(encoded)))
+        fileobj.write(encoded)
+        for array in arrays:
+            if array.nbytes:
+                fileobj.write(memoryview(array.reshape(-1).view(np.uint8)))
+    atomic_write(path, write)
+
+
+def _corrupt(path, why):
+    return errors.DataLossError(None, None, f"Checkpoint file {path} is corrupt: {why}")
+
+
+def read_safetensors_header(fileobj, path, size):
+    """``(entries, metadata, data_start)`` of an open safetensors file, fully validated.
+
+    Raises:
+        DataLossError: naming what is wrong with the file.
+    """
+    raw = fileobj.read(8)
+    if len(raw) != 8:
+        raise _corrupt(path, "shorter than the 8-byte header length")
+    length, = struct.unpack("<Q", raw)
+    if length > MAX_HEADER_BYTES or length > size - 8:
+        raise _corrupt(path, f"header length {length} exceeds the file or the 100 MB cap")
+    try:
+        header = json.loads(fileobj.read(length))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise _corrupt(path, f"header is not JSON ({exc})") from None
+    if not isinstance(header, dict):
+        raise _corrupt(path, "header is not a JSON object")
+    metadata = header.pop("__metadata__", None) or {}
+    data_size = size - 8 - length
+    entries = {}
+    for name, info in header.items():
+        try:
+            dtype = _FROM_SAFETENSORS[info["dtype"]]
+            shape = tuple(int(d) for d in info["shape"])
+            begin, end = (int(x) for x in info["data_offsets"])
+        except (KeyError, TypeError, ValueError):
+            raise _corrupt(path, f"bad header entry for {name!r}: {info!r}") from None
+        count = int(np.prod(shape, dtype=np.int64))
+        if any(d < 0 for d in shape) or not 0 <= begin <= end <= data_size \
+                or end - begin != count * dtype.np.itemsize:
+            raise _corrupt(path, f"entry {name!r} (shape {list(shape)}, offsets "
+                           f"[{begin}, {end}]) does not fit the {data_size} data bytes")
+        entries[name] = (dtype, shape, begin, end)
+    return entries, metadata, 8 + length
+
+
+def read_safetensors(path, names=None):
+    """``(tensors, metadata, entries)`` of a safetensors file (tensors: only ``names`` if given).
+
+    Raises:
+        NotFoundError: if the file does not exist.
+        DataLossError: if it is malformed or truncated.
+    """
+    try:
+        fileobj = open(path, "rb")
+    except FileNotFoundError:
+        raise errors.NotFoundError(None, None, f"Failed to find any matching files for "
+                                   f"{path}") from None
+    with fileobj:
+        size = os.fstat(fileobj.fileno()).st_size
+        entries, metadata, start = read_safetensors_header(fileobj, path, size)
+        out = {}
+        for name in (entries if names is None else [n for n in names if n in entries]):
+            dtype, shape, begin, end = entries[name]
+            fileobj.seek(start + begin)
+            data = fileobj.read(end - begin)
+            if len(data) != end - begin:
+                raise _corrupt(path, f"tensor {name!r} is truncated")
+            array = np.frombuffer(data, dtype=dtype.np.newbyteorder("<")).astype(dtype.np, copy=False)
+            out[name] = array.reshape(shape)
+    return out, dict(metadata), entries
+
+
+# -- kernels -------------------------------------------------------------------------------------
+def _string(value):
+    value = value.reshape(()).item() if hasattr(value, "reshape") else value
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@register_kernel("Save", offload=True)
+def _save(ctx, filename, global_step, *values):
+    path = _string(filename)
+    tensors = {}
+    for name, value in zip(ctx.attrs["tensor_names"], values):
+        tensors[name] = value.read() if hasattr(value, "read") else value
+    metadata = {"format": FORMAT, "format_version": FORMAT_VERSION,
+                "global_step": str(int(np.asarray(global_step)))}
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise errors.NotFoundError(None, ctx.name, f"Parent directory of {path} doesn't "
+                                   "exist, can't save.")
+    write_safetensors(path, tensors, metadata)
+    return ()
+
+
+def _mismatches(entries, names, kinds, shapes):
+    missing, wrong = [], []
+    for name, dtype, shape in zip(names, kinds, shapes):
+        if name not in entries:
+            missing.append(name)
+            continue
+        got_dtype, got_shape = entries[name][0], entries[name][1]
+        if got_dtype is not dtype:
+            wrong.append(f"{name}: dtype {got_dtype.name} in the checkpoint, {dtype.name} in "
+                         "the graph")
+        elif not shape.is_compatible_with(got_shape):
+            wrong.append(f"{name}: shape {list(got_shape)} in the checkpoint, {shape} in the graph")
+    return missing, wrong
+
+
+@register_kernel("Restore", offload=True)
+def _restore(ctx, filename):
+    path = _string(filename)
+    names, kinds, shapes = (ctx.attrs[k] for k in ("tensor_names", "dtypes", "shapes"))
+    tensors, _, entries = read_safetensors(path, names)
+    missing, wrong = _mismatches(entries, names, kinds, shapes)
+    if missing:
+        raise errors.NotFoundError(
+            None, ctx.name, f"Restoring from checkpoint {path} failed: {len(missing)} key(s) "
+            f"not found in the checkpoint: {', '.join(missing)}"
+            + (f"; also mismatched: {'; '.join(wrong)}" if wrong else ""))
+    if wrong:
+        raise errors.InvalidArgumentError(
+            None, ctx.name, f"Restoring from checkpoint {path} failed: {len(wrong)} "
+            f"mismatch(es) between the checkpoint and the graph: {'; '.join(wrong)}")
+    return tuple(ctx.to_device(tensors[name]) for name in names)

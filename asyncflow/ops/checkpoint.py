@@ -1,0 +1,96 @@
+"""Checkpoint ops: ``Save`` and ``Restore``, the graph half of ``af.train.Saver``.
+
+``Save(filename, global_step, *tensors)`` writes the tensors (variable references are read
+at the moment Save runs) to one safetensors file named by the string scalar ``filename``;
+``global_step`` (an int64 scalar, -1 for none) goes into the file's metadata. It has no
+outputs: a client orders on it through a control dependency.
+
+``Restore(filename)`` reads the tensors named by its ``tensor_names`` attr and outputs them
+with the dtypes and static shapes given by its ``dtypes``/``shapes`` attrs; the Saver feeds
+them to ``Assign`` ops, so restoring needs no initializer.
+
+Both do file I/O. Their kernels are ``offload`` kernels and the ops declare an unbounded
+cost, so the executor always runs them on a worker thread and the event loop never waits on
+the disk (kernels may not import trio themselves; see STYLE.md's layer table).
+"""
+from __future__ import annotations
+
+from asyncflow import dtypes
+from asyncflow.graph import not_differentiable, register_op
+from asyncflow.graph.shape import TensorShape, as_shape
+from asyncflow.ops.construct import as_tensor, make_op
+
+
+def _io_cost(shapes, op):
+    """File I/O is always worth a worker thread."""
+    return float("inf")
+
+
+def _check_filename(op):
+    filename = op._inputs[0]
+    if not filename.dtype.is_string or filename.shape.ndims not in (None, 0):
+        raise TypeError(f"filename must be a string scalar, got {filename.dtype.name} "
+                        f"{filename.shape}")
+
+
+def _infer_save(op):
+    _check_filename(op)
+    step = op._inputs[1]
+    if step.dtype is not dtypes.int64 or step.shape.ndims not in (None, 0):
+        raise TypeError(f"global_step must be an int64 scalar, got {step.dtype.name} {step.shape}")
+    names = op.get_attr("tensor_names")
+    tensors = op._inputs[2:]
+    if len(names) != len(tensors):
+        raise ValueError(f"{len(names)} tensor_names for {len(tensors)} tensors")
+    if len(set(names)) != len(names):
+        raise ValueError(f"tensor_names must be unique, got {list(names)}")
+    for name, tensor in zip(names, tensors):
+        if tensor.dtype.is_string:
+            raise TypeError(f"cannot save string tensor {name!r} ({tensor.name}): the "
+                            "safetensors format has no string dtype")
+    return []
+
+
+def _infer_restore(op):
+    _check_filename(op)
+    names, kinds, shapes = (op.get_attr(k) for k in ("tensor_names", "dtypes", "shapes"))
+    if not len(names) == len(kinds) == len(shapes):
+        raise ValueError("tensor_names, dtypes and shapes must have the same length")
+    return [(dtypes.as_dtype(d), as_shape(s)) for d, s in zip(kinds, shapes)]
+
+
+register_op("Save", infer=_infer_save, stateful=True, ref_inputs="all", cost=_io_cost)
+register_op("Restore", infer=_infer_restore, stateful=True, cost=_io_cost)
+not_differentiable("Save", "Restore")
+
+
+def save(filename, global_step, tensor_names, tensors, name=None):
+    """A ``Save`` op writing ``tensors`` (Variables, refs or tensors) under ``tensor_names``.
+
+    Args:
+        filename: string scalar tensor (or value): the file to write.
+        global_step: int64 scalar tensor (or value), -1 for none; stored in the metadata.
+        tensor_names: names of the tensors in the file (unique).
+        tensors: Variables, variable references or Tensors, aligned with ``tensor_names``.
+        name: the op's name.
+
+    Returns:
+        The Save Operation (it has no outputs).
+    """
+    refs = [t._ref() if hasattr(t, "_ref") else as_tensor(t) for t in tensors]
+    inputs = [as_tensor(filename, dtype=dtypes.string), as_tensor(global_step, dtype=dtypes.int64)]
+    return make_op("Save", tuple(inputs + refs), {"tensor_names": tuple(tensor_names)}, name,
+                   "Save")
+
+
+def restore(filename, tensor_names, dtypes_list, shapes, name=None):
+    """A ``Restore`` op reading ``tensor_names`` from ``filename``.
+
+    Returns:
+        The list of output tensors, aligned with ``tensor_names``.
+    """
+    attrs = {"tensor_names": tuple(tensor_names),
+             "dtypes": tuple(dtypes.as_dtype(d) for d in dtypes_list),
+             "shapes": tuple(s if isinstance(s, TensorShape) else as_shape(s) for s in shapes)}
+    op = make_op("Restore", (as_tensor(filename, dtype=dtypes.string),), attrs, name, "Restore")
+    return list(op._outputs)

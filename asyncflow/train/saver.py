@@ -1,0 +1,364 @@
+"""``af.train.Saver``: checkpoints of variables, written atomically, with TF1's bookkeeping.
+
+Theory of operation:
+- Building a Saver adds ops to the graph (under ``save/``): a string placeholder for the
+  file name, an int64 ``global_step`` placeholder (default -1), one ``Save`` op reading every
+  variable, an Identity of the file name ordered after Save (the "save tensor"), one
+  ``Restore`` op and an ``Assign`` per variable grouped into ``restore_all``. Restoring only
+  assigns, so a fresh session needs no initializer.
+- ``await saver.save(sess, prefix, global_step)`` runs the save tensor: the Save kernel
+  writes ``<prefix>-<step>.safetensors`` atomically (temp file, fsync, rename, fsync dir).
+  Only then is the ``checkpoint`` state file in the same directory rewritten, atomically
+  the same way, to point at it. Old checkpoints beyond ``max_to_keep`` are deleted after the
+  state file no longer lists them. So at every instant the state file names only complete
+  files: a crash mid-save leaves the previous checkpoint as the latest.
+- The state file is TF's text format (``model_checkpoint_path: "..."`` then
+  ``all_model_checkpoint_paths: "..."`` lines); paths inside the directory are relative.
+- All file work runs on worker threads (``trio.to_thread.run_sync``), never on the loop.
+- ``saver.as_saver_def()`` names the ops, so ``import_meta_graph`` rebuilds a Saver around
+  an imported graph without the code that built it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+import warnings
+
+import numpy as np
+import trio
+
+from asyncflow.graph.graph import GraphKeys, Tensor, get_default_graph
+from asyncflow.kernels.checkpoint import atomic_write
+from asyncflow.ops import checkpoint as _ops
+from asyncflow.ops.array import identity
+from asyncflow.ops.control import control_dependencies, group
+from asyncflow.ops.sources import placeholder, placeholder_with_default
+from asyncflow.ops.state import Variable, assign
+
+DATA_SUFFIX = ".safetensors"
+STATE_FILENAME = "checkpoint"
+SAVER_DEF_VERSION = 1
+
+
+@dataclasses.dataclass
+class CheckpointState:
+    """The content of a ``checkpoint`` state file (absolute or directory-joined paths)."""
+
+    model_checkpoint_path: str
+    all_model_checkpoint_paths: list
+
+
+def data_path(checkpoint_path):
+    """The data file of a checkpoint prefix (a path already ending in the suffix is kept)."""
+    return checkpoint_path if checkpoint_path.endswith(DATA_SUFFIX) else checkpoint_path + DATA_SUFFIX
+
+
+def checkpoint_exists(checkpoint_path):
+    """True if the checkpoint's data file exists."""
+    return os.path.isfile(data_path(checkpoint_path))
+
+
+# -- the state file -----------------------------------------------------------------------
+def _quote(text):
+    out = []
+    for byte in text.encode():
+        char = chr(byte)
+        if char in '"\\':
+            out.append("\\" + char)
+        elif 32 <= byte < 127:
+            out.append(char)
+        else:
+            out.append(f"\\{byte:03o}")
+    return '"' + "".join(out) + '"'
+
+
+def _unquote(text):
+    text = text.strip()
+    if len(text) < 2 or text[0] != '"' or text[-1] != '"':
+        raise ValueError(f"expected a quoted string, got {text!r}")
+    body, out, i = text[1:-1], bytearray(), 0
+    escapes = {"n": 10, "t": 9, "r": 13, '"': 34, "'": 39, "\\": 92}
+    while i < len(body):
+        char = body[i]
+        if char != "\\":
+            out += char.encode()
+            i += 1
+        elif body[i + 1:i + 2] in escapes:
+            out.append(escapes[body[i + 1]])
+            i += 2
+        elif body[i + 1:i + 4].isdigit():
+            out.append(int(body[i + 1:i + 4], 8))
+            i += 4
+        else:
+            raise ValueError(f"bad escape in {text!r}")
+    return out.decode()
+
+
+def _relative(path, directory):
+    if os.path.dirname(os.path.abspath(path)) == os.path.abspath(directory):
+        return os.path.basename(path)
+    return path
+
+
+def _write_state(directory, latest, all_paths, latest_filename=None):
+    lines = [f"model_checkpoint_path: {_quote(_relative(latest, directory))}"]
+    lines += [f"all_model_checkpoint_paths: {_quote(_relative(p, directory))}" for p in all_paths]
+    content = ("\n".join(lines) + "\n").encode()
+    atomic_write(os.path.join(directory, latest_filename or STATE_FILENAME),
+                 lambda f: f.write(content))
+
+
+def get_checkpoint_state(checkpoint_dir, latest_filename=None):
+    """The ``checkpoint`` state of a directory, or None if absent or unreadable.
+
+    Returns:
+        A CheckpointState with paths joined to ``checkpoint_dir`` when relative.
+    """
+    path = os.path.join(checkpoint_dir, latest_filename or STATE_FILENAME)
+    try:
+        with open(path, encoding="utf-8") as fileobj:
+            text = fileobj.read()
+    except OSError:
+        return None
+    latest, all_paths = None, []
+    try:
+        for line in text.splitlines():
+            if not line.strip():
+                continue
+            key, sep, value = line.partition(":")
+            if not sep:
+                raise ValueError(f"bad line {line!r}")
+            value = _unquote(value)
+            if not os.path.isabs(value):
+                value = os.path.join(checkpoint_dir, value)
+            if key.strip() == "model_checkpoint_path":
+                latest = value
+            elif key.strip() == "all_model_checkpoint_paths":
+                all_paths.append(value)
+    except (ValueError, UnicodeDecodeError) as exc:
+        warnings.warn(f"{path}: checkpoint state ignored: {exc}", stacklevel=2)
+        return None
+    if latest is None:
+        return None
+    if latest not in all_paths:
+        all_paths.append(latest)
+    return CheckpointState(latest, all_paths)
+
+
+def latest_checkpoint(checkpoint_dir, latest_filename=None):
+    """The prefix of the most recent complete checkpoint in ``checkpoint_dir``, or None."""
+    state = get_checkpoint_state(checkpoint_dir, latest_filename)
+    if state is not None and checkpoint_exists(state.model_checkpoint_path):
+        return state.model_checkpoint_path
+    return None
+
+
+def _remove_checkpoint(prefix, meta_graph_suffix):
+    for path in (data_path(prefix), f"{prefix}.{meta_graph_suffix}"):
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+
+
+# -- the Saver ---------------------------------------------------------------------------------
+def _named_saveables(var_list):
+    """``[(name, Variable or ref Tensor)]`` from None, a list or a dict."""
+    if var_list is None:
+        var_list = get_default_graph().get_collection(GraphKeys.GLOBAL_VARIABLES)
+    if isinstance(var_list, dict):
+        items = list(var_list.items())
+    else:
+        items = []
+        for var in var_list:
+            if isinstance(var, Variable):
+                items.append((var.op.name, var))
+            elif isinstance(var, Tensor) and var._is_ref:
+                items.append((var.op.name, var))
+            else:
+                raise TypeError(f"Saver: var_list entries must be Variables or variable "
+                                f"references, got {var!r}")
+    names = [name for name, _ in items]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError(f"At least two variables have the same name: {', '.join(duplicates)}")
+    return items
+
+
+class Saver:
+    """Saves and restores variables (TF1 ``tf.train.Saver``).
+
+    Args:
+        var_list: None (all global variables), a list of Variables, or a dict
+            ``{name in the checkpoint: Variable}``.
+        max_to_keep: how many recent checkpoints to keep (None or 0: all).
+        keep_checkpoint_every_n_hours: additionally keep one checkpoint per this many hours.
+        sharded: accepted for TF1 compatibility; a single device writes one file.
+        name: the name scope of the Saver's ops (default ``save``).
+        saver_def: rebuild around existing ops named by ``as_saver_def()`` instead.
+        allow_empty: build even when there is nothing to save.
+
+    Raises:
+        ValueError: if there are no variables (and not ``allow_empty``) or names collide.
+    """
+
+    def __init__(self, var_list=None, max_to_keep=5, keep_checkpoint_every_n_hours=10000.0,
+                 sharded=False, name=None, saver_def=None, allow_empty=False, graph=None):
+        self._max_to_keep = max_to_keep
+        self._keep_every_seconds = keep_checkpoint_every_n_hours * 3600.0
+        self._next_keep_time = time.time() + self._keep_every_seconds
+        self._sharded = bool(sharded)
+        self._last_checkpoints = []     # [(prefix, time)], oldest first
+        self._lock = trio.Lock()
+        if saver_def is not None:
+            self._from_saver_def(saver_def, graph or get_default_graph())
+            return
+        items = _named_saveables(var_list)
+        if not items:
+            if not allow_empty:
+                raise ValueError("No variables to save")
+            self._graph = graph or get_default_graph()
+        else:
+            first = items[0][1]
+            self._graph = (first._ref() if isinstance(first, Variable) else first).graph
+        self._build(items, name or "save")
+        self._graph.add_to_collection(GraphKeys.SAVERS, self)
+
+    def _build(self, items, name):
+        graph = self._graph
+        refs = [v._ref() if isinstance(v, Variable) else v for _, v in items]
+        names = [n for n, _ in items]
+        with graph.as_default(), graph.name_scope(name):
+            self._filename = placeholder("string", shape=[], name="filename")
+            self._step = placeholder_with_default(np.int64(-1), shape=[], name="global_step")
+            save_op = _ops.save(self._filename, self._step, names, refs, name="Save")
+            with control_dependencies([save_op]):
+                self._save_tensor = identity(self._filename, name="control_dependency")
+            restored = _ops.restore(self._filename, names, [r.dtype for r in refs],
+                                    [r.shape for r in refs], name="Restore")
+            assigns = [assign(ref, value, validate_shape=ref.shape.is_fully_defined())
+                       for ref, value in zip(refs, restored)]
+            self._restore_op = group(*assigns, name="restore_all")
+        self._names = names
+
+    def _from_saver_def(self, saver_def, graph):
+        self._graph = graph
+        self._filename = graph.get_tensor_by_name(saver_def["filename_tensor_name"])
+        self._step = graph.get_tensor_by_name(saver_def["step_tensor_name"])
+        self._save_tensor = graph.get_tensor_by_name(saver_def["save_tensor_name"])
+        self._restore_op = graph.get_operation_by_name(saver_def["restore_op_name"])
+        self._names = list(saver_def.get("tensor_names", ()))
+        self._max_to_keep = saver_def.get("max_to_keep", self._max_to_keep)
+        hours = saver_def.get("keep_checkpoint_every_n_hours")
+        if hours is not None:
+            self._keep_every_seconds = hours * 3600.0
+            self._next_keep_time = time.time() + self._keep_every_seconds
+        self._sharded = bool(saver_def.get("sharded", False))
+
+    def as_saver_def(self):
+        """The names of this Saver's ops and its settings, as plain data."""
+        return {"version": SAVER_DEF_VERSION,
+                "filename_tensor_name": self._filename.name,
+                "step_tensor_name": self._step.name,
+                "save_tensor_name": self._save_tensor.name,
+                "restore_op_name": self._restore_op.name,
+                "tensor_names": list(self._names),
+                "max_to_keep": self._max_to_keep,
+                "keep_checkpoint_every_n_hours": self._keep_every_seconds / 3600.0,
+                "sharded": self._sharded}
+
+    @property
+    def last_checkpoints(self):
+        """Prefixes of the checkpoints this Saver keeps, oldest first."""
+        return [path for path, _ in self._last_checkpoints]
+
+    def recover_last_checkpoints(self, checkpoint_paths):
+        """Adopt existing checkpoints (e.g. after a restart) so ``max_to_keep`` covers them."""
+        found = [(p, os.path.getmtime(data_path(p))) for p in checkpoint_paths if checkpoint_exists(p)]
+        self._last_checkpoints = sorted(found, key=lambda item: item[1])
+
+    async def save(self, sess, save_path, global_step=None, latest_filename=None,
+                   meta_graph_suffix="meta", write_meta_graph=False, write_state=True):
+        """Write a checkpoint of the variables' current values.
+
+        Args:
+            sess: an open Session on this Saver's graph.
+            save_path: the checkpoint prefix, e.g. ``"ckpt/model"``.
+            global_step: an int, or a Variable/Tensor whose value is used; appended as
+                ``-<step>`` to the prefix and stored in the file's metadata.
+            latest_filename: name of the state file (default ``checkpoint``).
+            meta_graph_suffix: suffix of the meta graph file.
+            write_meta_graph: also export the meta graph to ``<path>.<suffix>``.
+            write_state: update the state file (and apply ``max_to_keep``).
+
+        Returns:
+            The checkpoint path (prefix with the step), usable with ``restore``.
+
+        Raises:
+            OpError: from the Save op (FailedPreconditionError for uninitialized variables).
+        """
+        step = None
+        if global_step is not None:
+            step = global_step if isinstance(global_step, (int, np.integer)) else \
+                await sess.run(global_step)
+            step = int(step)
+        path = save_path if step is None else f"{save_path}-{step}"
+        directory = os.path.dirname(os.path.abspath(path))
+        await trio.to_thread.run_sync(lambda: os.makedirs(directory, exist_ok=True))
+        async with self._lock:
+            await sess.run(self._save_tensor, feed_dict={
+                self._filename: data_path(path), self._step: -1 if step is None else step})
+            if write_meta_graph:
+                from asyncflow.train import meta_graph
+                meta = meta_graph.export_meta_graph(graph=self._graph, saver_def=self.as_saver_def())
+                await trio.to_thread.run_sync(meta_graph.write_meta_graph_file,
+                                              f"{path}.{meta_graph_suffix}", meta)
+            if write_state:
+                doomed = self._record(path)
+                kept = self.last_checkpoints
+                await trio.to_thread.run_sync(self._commit_state, directory, path, kept,
+                                              doomed, latest_filename, meta_graph_suffix)
+        return path
+
+    def _record(self, path):
+        """Add ``path`` to the kept list; return the prefixes to delete."""
+        now = time.time()
+        self._last_checkpoints = [item for item in self._last_checkpoints if item[0] != path]
+        self._last_checkpoints.append((path, now))
+        doomed = []
+        if not self._max_to_keep or self._max_to_keep <= 0:
+            return doomed
+        while len(self._last_checkpoints) > self._max_to_keep:
+            old, stamp = self._last_checkpoints.pop(0)
+            if stamp > self._next_keep_time:
+                self._next_keep_time += self._keep_every_seconds
+            else:
+                doomed.append(old)
+        return doomed
+
+    @staticmethod
+    def _commit_state(directory, latest, kept, doomed, latest_filename, meta_graph_suffix):
+        _write_state(directory, latest, kept, latest_filename)
+        for prefix in doomed:
+            _remove_checkpoint(prefix, meta_graph_suffix)
+
+    async def restore(self, sess, save_path):
+        """Assign the variables their values in checkpoint ``save_path``.
+
+        Raises:
+            ValueError: if ``save_path`` is None.
+            NotFoundError: if the file or some variables are missing (all listed).
+            InvalidArgumentError: if dtypes or shapes differ (all mismatches listed).
+            DataLossError: if the file is corrupt.
+        """
+        if save_path is None:
+            raise ValueError("Can't load save_path when it is None.")
+        await sess.run(self._restore_op, feed_dict={self._filename: data_path(save_path)})
+
+    def export_meta_graph(self, filename=None, collection_list=None, as_text=False):
+        """Export the graph, its collections and this Saver (see ``af.train.export_meta_graph``)."""
+        from asyncflow.train import meta_graph
+        return meta_graph.export_meta_graph(filename, graph=self._graph,
+                                            collection_list=collection_list,
+                                            saver_def=self.as_saver_def(), as_text=as_text)
