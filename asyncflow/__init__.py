@@ -47,6 +47,10 @@ from asyncflow.ops.state import (  # noqa: F401
 )
 from asyncflow.runtime.options import ConfigProto, RunMetadata, RunOptions, SessionConfig  # noqa: F401
 from asyncflow.session import Session  # noqa: F401
+from asyncflow.ops.data_flow import (  # noqa: F401,E402  (queues)
+    FIFOQueue, PaddingFIFOQueue, QueueBase, RandomShuffleQueue, count_up_to, random_shuffle,
+)
+from asyncflow.ops.io import NumpyRecordReader, ReaderBase, TextLineReader  # noqa: F401,E402
 from asyncflow import train  # noqa: F401,E402  (Saver, meta graphs; optimizers)
 from asyncflow import initializers, nn  # noqa: F401,E402  (af.nn, af.initializers)
 from asyncflow.ops.init_ops import (  # noqa: F401,E402

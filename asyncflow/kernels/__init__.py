@@ -8,3 +8,4 @@ from asyncflow.kernels import checkpoint, summary_ops  # noqa: F401,E402  (check
 from asyncflow.kernels import nn, nn_conv  # noqa: F401,E402  (nn family)
 from asyncflow.kernels import indexing, layout, numerics, script  # noqa: F401,E402  (array family, py_func)
 from asyncflow.kernels import transfer  # noqa: F401,E402  (Send/Recv for partitions)
+from asyncflow.kernels import data_flow, io  # noqa: F401,E402  (queues and readers)

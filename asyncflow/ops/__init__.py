@@ -7,3 +7,4 @@ from asyncflow.ops import checkpoint, summary_ops  # noqa: F401,E402  (checkpoin
 from asyncflow.ops import nn, nn_conv  # noqa: F401,E402  (nn family)
 from asyncflow.ops import indexing, layout, numerics, script  # noqa: F401,E402  (array family, py_func)
 from asyncflow.ops import transfer  # noqa: F401,E402  (Send/Recv for partitions)
+from asyncflow.ops import data_flow, io  # noqa: F401,E402  (queues and readers)

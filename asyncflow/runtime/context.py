@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from asyncflow.runtime import queues, readers
 from asyncflow.runtime.resources import VariableResource, process_resources
 
 
@@ -57,3 +58,11 @@ class NodeContext:
         def create():
             return VariableResource(name, dtype, dims)
         return manager.lookup_or_create(attrs.get("container", ""), name, create)
+
+    def queue_resource(self):
+        """The queue resource this queue node names (see ``runtime/queues.py``)."""
+        return queues.lookup_or_create(self)
+
+    def reader_resource(self):
+        """The reader resource this reader node names (see ``runtime/readers.py``)."""
+        return readers.lookup_or_create(self)
