@@ -248,7 +248,8 @@ def _scalar_index(value):
                             "tensors of indices")
         return tensor
     raise TypeError(f"only ints, slices (`:`), ellipsis (`...`), None (newaxis) and scalar int "
-                    f"tensors are valid indices, got {value!r}")
+                    f"tensors are valid indices, got {value!r}; use af.gather to pick several "
+                    "rows")
 
 
 def _pack_indices(values):
