@@ -17,8 +17,8 @@ Theory of operation (paper §3.2.1, TF's constraint placer, reference §4):
    the finish time = max(device free, inputs ready + transfer time of inputs living on other
    devices) + compute time (from static shapes: ``OpDef.cost`` or the input elements), and
    take the earliest; ties go to the faster device kind (GPU), then the lower device.
-   Input-less, unconstrained generators (Const, Fill of constants) follow their first
-   consumer instead, so constants are not shipped across devices.
+   Unconstrained, stateless ops computed only from constants (Const, Fill of Consts) follow
+   their first consumer instead, so constants are not shipped across devices.
 
 Deterministic: candidates are ordered, ops are visited in topological order, and nothing
 depends on hashing. Pure: the caller passes device names and the kernel availability, so
@@ -39,6 +39,7 @@ _KIND_PRIORITY = {"GPU": 0, "CPU": 1}
 _TRANSFER_FIXED_US = 20.0
 _TRANSFER_BYTES_PER_US = 5000.0
 _UNKNOWN_ELEMENTS = 1024
+_FOLLOWER_MAX_COST = 4096   # generators cheaper than this follow their consumer
 
 
 @dataclasses.dataclass
@@ -184,10 +185,12 @@ def _compute_us(cost, device):
     return _OVERHEAD_US.get(kind, 1.0) + cost / _RATE.get(kind, 1000.0)
 
 
-def _is_follower(op, members):
-    """An input-less, unconstrained generator that should sit with its first consumer."""
-    return (not op._inputs and not op._control_inputs and not op.device
-            and not op.op_def.stateful and any(c in members for c in _consumers_of(op)))
+def _is_follower(op, members, followers):
+    """An unconstrained, stateless op computed only from such ops (a Const, a Fill of
+    Consts): it sits with its first consumer rather than being shipped to it."""
+    return (not op._control_inputs and not op.device and not op.op_def.stateful
+            and compute_cost(op) <= _FOLLOWER_MAX_COST and all(t.op in followers for t in op._inputs)
+            and any(c in members for c in _consumers_of(op)))
 
 
 def _consumers_of(op):
@@ -227,11 +230,12 @@ def place(ops, devices, supported_kinds, allow_soft_placement=True, pinned=None)
         choices[key] = _candidates(group, devices, supported_kinds, allow_soft_placement, pinned)
     rank = {d: (_KIND_PRIORITY.get(device_kind(d), 2), i) for i, d in enumerate(devices)}
     chosen, finish, free = {}, {}, {d: 0.0 for d in devices}
-    assignment, followers, log = {}, [], []
+    assignment, followers, follower_set, log = {}, [], set(), []
     for op in ops:
         key = group_of[op]
-        if size[key] == 1 and _is_follower(op, members):
+        if size[key] == 1 and _is_follower(op, members, follower_set):
             followers.append(op)
+            follower_set.add(op)
             continue
         cost = compute_cost(op)
         best = None
@@ -255,7 +259,7 @@ def place(ops, devices, supported_kinds, allow_soft_placement=True, pinned=None)
         assignment[op] = device
         finish[op] = best[0][0]
         free[device] = finish[op]
-    for op in followers:
+    for op in reversed(followers):
         consumer = min((c for c in _consumers_of(op) if c in assignment),
                        key=lambda c: order[c], default=None)
         key = group_of[op]
