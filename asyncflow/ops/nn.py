@@ -23,7 +23,7 @@ from asyncflow.ops import math as _math
 from asyncflow.ops.construct import (
     FLOATING, INTEGER, NUMERIC, as_tensor, check_dtype, graph_of, make, make_op, static_value,
 )
-from asyncflow.ops.sources import constant
+from asyncflow.ops.sources import random_uniform, zeros_like
 
 sigmoid = _math.sigmoid
 tanh = _math.tanh
@@ -382,17 +382,12 @@ def sigmoid_cross_entropy_with_logits(_sentinel=None, labels=None, logits=None, 
         if not logits.shape.is_compatible_with(labels.shape):
             raise ValueError(f"logits and labels must have the same shape ({logits.shape} vs "
                              f"{labels.shape})")
-        zeros = _array_zeros_like(logits)
+        zeros = zeros_like(logits)
         positive = _math.greater_equal(logits, zeros)
         relu_logits = _math.where(positive, logits, zeros)
         neg_abs_logits = _math.where(positive, _math.negative(logits), logits)
         return _math.add(_math.subtract(relu_logits, _math.multiply(logits, labels)),
                          _math.log1p(_math.exp(neg_abs_logits)), name=scope)
-
-
-def _array_zeros_like(tensor):
-    from asyncflow.ops.sources import zeros_like
-    return zeros_like(tensor)
 
 
 # -- regularization and normalization ---------------------------------------------------------
@@ -433,14 +428,9 @@ def dropout(x, rate=None, keep_prob=None, noise_shape=None, seed=None, name=None
             _math.subtract(1.0, as_tensor(rate, dtype=x.dtype))
         if noise_shape is None:
             noise_shape = x.shape.as_list() if x.shape.is_fully_defined() else _array.shape(x)
-        random = _random_uniform(noise_shape, x.dtype, seed)
+        random = random_uniform(noise_shape, dtype=x.dtype, seed=seed)
         mask = _math.floor(_math.add(random, keep))
         return _math.multiply(_math.divide(x, keep), mask, name=scope)
-
-
-def _random_uniform(shape, dtype, seed):
-    from asyncflow.ops.sources import random_uniform
-    return random_uniform(shape, dtype=dtype, seed=seed)
 
 
 def moments(x, axes, shift=None, name=None, keep_dims=None, keepdims=False):

@@ -19,8 +19,9 @@ from asyncflow import dtypes
 from asyncflow.graph import register_gradient, register_op
 from asyncflow.graph.shape import TensorShape
 from asyncflow.ops import array as _array
-from asyncflow.ops.construct import FLOATING, NUMERIC, as_tensor, check_dtype, make, operands
-from asyncflow.ops.construct import static_value
+from asyncflow.ops.construct import (
+    FLOATING, NUMERIC, as_tensor, check_dtype, make, operands, static_value,
+)
 from asyncflow.ops.sources import constant
 
 _PADDINGS = ("SAME", "VALID")
