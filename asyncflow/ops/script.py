@@ -1,9 +1,9 @@
 """``py_func``: a Python callable as a graph op (TF1's script ops), sync or ``async def``.
 
 Theory of operation:
-- The callable travels in the op's ``func`` attr, next to a process-unique ``token`` that
-  names it in graph dumps (like TF1, a py_func's body never leaves the process that built it;
-  a graph shipped elsewhere keeps the token only).
+- The callable lives in the op's ``func`` attr, next to a process-unique ``token`` that names
+  it in messages. As in TF1, a py_func's body never leaves the process that built it: exporting
+  a graph holding one (``as_graph_def``) fails with a ValueError naming the op and the attr.
 - Four op types: ``PyFunc``/``PyFuncStateless`` run a plain callable inline in the executor
   loop; ``AsyncPyFunc``/``AsyncPyFuncStateless`` hold an ``async def`` callable and have an
   async kernel, so the executor starts them as tasks and the coroutine is awaited on the event
