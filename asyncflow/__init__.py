@@ -52,6 +52,7 @@ from asyncflow.ops.data_flow import (  # noqa: F401,E402  (queues)
 )
 from asyncflow.ops.io import NumpyRecordReader, ReaderBase, TextLineReader  # noqa: F401,E402
 from asyncflow import train  # noqa: F401,E402  (Saver, meta graphs; optimizers)
+from asyncflow import summary  # noqa: F401,E402  (summary ops, FileWriter)
 from asyncflow import initializers, nn  # noqa: F401,E402  (af.nn, af.initializers)
 from asyncflow.ops.init_ops import (  # noqa: F401,E402
     Constant as constant_initializer, GlorotNormal as glorot_normal_initializer,
