@@ -140,3 +140,43 @@ async def test_cancelling_a_partitioned_run_leaves_the_session_usable(autojump_c
         with trio.move_on_after(0):
             await sess.run(z, {x: 1.0})
         assert await sess.run(z, {x: 2.0}) == 6.0
+
+
+def test_bfloat16_truncate_and_round_bits():
+    import ml_dtypes
+    from asyncflow.kernels.transfer import compress_bfloat16, decompress_bfloat16
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.standard_normal(1000).astype(np.float32) * 1e3,
+                        np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0 + 2 ** -8,
+                                  1.0 + 3 * 2 ** -8, 3.4e38], np.float32)])
+    truncated = decompress_bfloat16(np, compress_bfloat16(np, x, "truncate"))
+    assert np.array_equal(truncated.view(np.uint32), x.view(np.uint32) & 0xFFFF0000)
+    rounded = decompress_bfloat16(np, compress_bfloat16(np, x, "round"))
+    expected = x.astype(ml_dtypes.bfloat16).astype(np.float32)
+    np.testing.assert_array_equal(rounded, expected)   # NaN == NaN for assert_array_equal
+    assert rounded[-3] == 1.0 and rounded[-2] == np.float32(1.0 + 4 * 2 ** -8)  # ties to even
+
+
+@pytest.mark.parametrize("mode", ["truncate", "round"])
+async def test_compressed_transfer_in_a_run(mode):
+    with af.Graph().as_default() as graph:
+        with af.device("/device:CPU:0"):
+            x = af.placeholder(af.float32, [5], name="x")
+            y = af.identity(x, name="y")
+            n = af.constant([1, 2, 3], name="n")
+        with af.device("/device:CPU:1"):
+            out = af.identity(y, name="out")
+            ints = af.identity(n, name="ints")
+    value = np.array([1.0, 1.00390625, -3.14159, 1e-3, 65504.0], np.float32)
+    config = af.SessionConfig(device_count={"CPU": 2}, compress_transfers=mode)
+    async with af.Session(graph=graph, config=config) as sess:
+        got, got_ints = await sess.run([out, ints], {x: value})
+    bits = value.view(np.uint32)
+    if mode == "truncate":
+        want = (bits & 0xFFFF0000).view(np.float32)
+    else:
+        import ml_dtypes
+        want = value.astype(ml_dtypes.bfloat16).astype(np.float32)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got_ints, [1, 2, 3])   # only float32 is compressed
+    assert not np.array_equal(got, value)

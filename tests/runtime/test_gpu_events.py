@@ -1,0 +1,127 @@
+"""GPU event path without a GPU: a fake stream whose host functions run on a foreign thread.
+
+The real-GPU checks (kernels on CuPy, stream overlap) live in bench/gpu_check.py and in the
+skipped test below, which runs only where CuPy finds CUDA.
+"""
+import threading
+import types
+
+import numpy as np
+import pytest
+import trio
+import trio.testing
+
+from asyncflow.runtime import device as _device
+from asyncflow.runtime.gpu import GpuDevice, stream_done
+
+
+class FakeStream:
+    """Queues host functions; ``finish()`` runs them on a new thread, like CUDA's callback
+    thread, when the 'GPU work' ahead of them is done."""
+
+    def __init__(self, non_blocking=False):
+        self.pending = []
+        self.entered = 0
+
+    def launch_host_func(self, callback, arg):
+        self.pending.append((callback, arg))
+
+    def finish(self):
+        pending, self.pending = self.pending, []
+        thread = threading.Thread(target=lambda: [cb(arg) for cb, arg in pending])
+        thread.start()
+        thread.join()
+
+    def __enter__(self):
+        self.entered += 1
+
+    def __exit__(self, *exc):
+        self.entered -= 1
+
+
+class FakeCudaDevice:
+    def __init__(self, index):
+        self.id = index
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+
+class FakeArray:
+    """A 'device array': .get() copies to the host, as CuPy's does."""
+
+    def __init__(self, value):
+        self.value = np.asarray(value)
+        self.device = FakeCudaDevice(0)
+
+    def get(self, stream=None):
+        return self.value.copy()
+
+
+def _fake_cupy():
+    cuda = types.SimpleNamespace(Device=FakeCudaDevice, Stream=FakeStream)
+    return types.SimpleNamespace(cuda=cuda, asarray=FakeArray)
+
+
+async def test_stream_done_wakes_from_a_foreign_thread():
+    stream = FakeStream()
+    done = []
+
+    async def waiter():
+        await stream_done(stream)
+        done.append(True)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(waiter)
+        await trio.testing.wait_all_tasks_blocked()
+        assert done == [] and len(stream.pending) == 1   # waiting, not polling
+        stream.finish()
+    assert done == [True]
+
+
+async def test_cancelled_wait_is_harmless_when_the_callback_fires_later(autojump_clock):
+    stream = FakeStream()
+    with trio.move_on_after(1):
+        await stream_done(stream)
+    stream.finish()   # the late callback must not raise or wake anything
+    await trio.sleep(0)
+
+
+async def test_gpu_device_to_host_waits_for_the_stream():
+    gpu = GpuDevice("/job:localhost/replica:0/task:0/device:GPU:0", 0, cupy=_fake_cupy())
+    value = gpu.put(np.arange(3))
+    result = []
+
+    async def fetch():
+        result.append(await gpu.to_host(value))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fetch)
+        await trio.testing.wait_all_tasks_blocked()
+        assert result == []            # the producing stream has not finished
+        gpu.stream.finish()
+    np.testing.assert_array_equal(result[0], [0, 1, 2])
+
+
+def test_bind_plan_runs_kernels_on_the_device_stream():
+    gpu = GpuDevice("/job:localhost/replica:0/task:0/device:GPU:0", 0, cupy=_fake_cupy())
+    seen = []
+    node = types.SimpleNamespace(fn=lambda ctx, x: seen.append(gpu.stream.entered) or (x,),
+                                 is_async=False, offload=True)
+    gpu.bind_plan(types.SimpleNamespace(nodes=[node]))
+    assert node.fn(None, 5) == (5,) and seen == [1] and node.offload is False
+    assert gpu.stream.entered == 0
+
+
+@pytest.mark.skipif(_device.cuda_device_count() == 0, reason="needs CUDA and CuPy")
+async def test_real_gpu_stream_event():
+    import cupy
+    gpu = GpuDevice("/job:localhost/replica:0/task:0/device:GPU:0", 0)
+    x = gpu.put(np.ones((256, 256), np.float32))
+    with gpu._use():
+        y = x @ x
+    np.testing.assert_allclose(await gpu.to_host(y), np.full((256, 256), 256.0))
+    assert isinstance(y, cupy.ndarray)
