@@ -311,3 +311,15 @@ async def test_export_import_meta_graph_helpers(tmp_path):
         (tmp_path / "bad.meta").write_bytes(b"\x93garbage")
         with pytest.raises(ValueError):
             af.train.import_meta_graph(str(tmp_path / "bad.meta"))
+
+
+async def test_keep_checkpoint_every_n_hours_keeps_files_past_max_to_keep(tmp_path):
+    with af.Graph().as_default():
+        a = af.Variable(1.0, name="a")
+        saver = af.train.Saver(max_to_keep=1, keep_checkpoint_every_n_hours=0.0)
+        async with af.Session() as sess:
+            await sess.run(a.initializer)
+            paths = [await saver.save(sess, str(tmp_path / "k"), global_step=i) for i in range(3)]
+    assert saver.last_checkpoints == paths[-1:]
+    assert all(af.train.checkpoint_exists(p) for p in paths)
+    assert af.train.get_checkpoint_state(str(tmp_path)).all_model_checkpoint_paths == paths[-1:]
