@@ -5,3 +5,10 @@ from asyncflow.train.meta_graph import (  # noqa: F401
 from asyncflow.train.saver import (  # noqa: F401
     CheckpointState, Saver, checkpoint_exists, get_checkpoint_state, latest_checkpoint,
 )
+from asyncflow.train.input import (  # noqa: F401  (input pipelines)
+    batch, input_producer, limit_epochs, range_input_producer, shuffle_batch,
+    string_input_producer,
+)
+from asyncflow.train.queue_runner import (  # noqa: F401  (queue runners)
+    Coordinator, QueueRunner, add_queue_runner, start_queue_runners,
+)
