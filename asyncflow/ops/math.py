@@ -260,7 +260,18 @@ def _infer_matmul(op):
     return [(a.dtype, batch.concatenate([a_rows, b_cols]))]
 
 
-register_op("MatMul", infer=_infer_matmul)
+def _matmul_cost(shapes, op):
+    """Multiply-adds (batch * m * k * n): placement's cost model and the offload threshold."""
+    a, b = (list(s) for s in shapes)
+    if len(a) < 2 or len(b) < 2:
+        return sum(int(np.prod(s)) for s in (a, b))
+    m, k = (a[-1], a[-2]) if op.get_attr("transpose_a") else (a[-2], a[-1])
+    n = b[-2] if op.get_attr("transpose_b") else b[-1]
+    batch = int(np.prod(a[:-2])) if len(a) > 2 else 1
+    return batch * m * k * n
+
+
+register_op("MatMul", infer=_infer_matmul, cost=_matmul_cost)
 
 
 def matmul(a, b, transpose_a=False, transpose_b=False, name=None):
