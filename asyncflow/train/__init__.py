@@ -5,6 +5,14 @@ from asyncflow.train.meta_graph import (  # noqa: F401
 from asyncflow.train.saver import (  # noqa: F401
     CheckpointState, Saver, checkpoint_exists, get_checkpoint_state, latest_checkpoint,
 )
+from asyncflow.train.optimizer import Optimizer  # noqa: F401
+from asyncflow.train.optimizers import (  # noqa: F401
+    AdagradOptimizer, AdamOptimizer, GradientDescentOptimizer, MomentumOptimizer,
+    RMSPropOptimizer,
+)
+from asyncflow.train.training_util import (  # noqa: F401
+    create_global_step, get_global_step, get_or_create_global_step,
+)
 from asyncflow.train.input import (  # noqa: F401  (input pipelines)
     batch, input_producer, limit_epochs, range_input_producer, shuffle_batch,
     string_input_producer,

@@ -1,0 +1,72 @@
+"""Training: fused update ops that apply one optimizer step to a variable in one kernel.
+
+Each ``Apply*`` op takes the variable's reference as input 0 (and its slot variables, such as
+Momentum's accumulator, as further reference inputs), then the hyperparameters as scalar
+tensors and the gradient last. Its kernel reads the current values, computes the new ones
+with the update rule and assigns them; the op's output is the variable's new value. One op
+per variable and step (instead of a chain of elementwise ops and Assigns) is what makes a
+training step cheap. The update rules are those of TF1's ``training_ops``.
+
+These ops are stateful and not differentiable.
+"""
+from __future__ import annotations
+
+from asyncflow.graph import not_differentiable, register_op
+from asyncflow.ops.construct import as_tensor, make
+
+# op type -> (reference input names, value input names after them)
+TRAINING_OPS = {
+    "ApplyGradientDescent": (("var",), ("alpha", "delta")),
+    "ApplyMomentum": (("var", "accum"), ("lr", "grad", "momentum")),
+    "ApplyAdam": (("var", "m", "v"), ("beta1_power", "beta2_power", "lr", "beta1", "beta2",
+                                      "epsilon", "grad")),
+    "ApplyAdagrad": (("var", "accum"), ("lr", "grad")),
+    "ApplyRMSProp": (("var", "ms", "mom"), ("lr", "rho", "momentum", "epsilon", "grad")),
+    "ApplyCenteredRMSProp": (("var", "mg", "ms", "mom"), ("lr", "rho", "momentum", "epsilon",
+                                                          "grad")),
+}
+
+
+def _infer_apply(op):
+    refs, values = TRAINING_OPS[op.type]
+    var = op._inputs[0]
+    for name, tensor in zip(refs + values, op._inputs):
+        if name in refs and not tensor._is_ref:
+            raise TypeError(f"input {name!r} must be a variable reference, got {tensor.name}")
+        if tensor.dtype is not var.dtype:
+            raise TypeError(f"input {name!r} has dtype {tensor.dtype.name}, but the variable "
+                            f"{var.op.name} has {var.dtype.name}")
+        if name in refs[1:] + ("grad", "delta") and not tensor.shape.is_compatible_with(var.shape):
+            raise ValueError(f"input {name!r} has shape {tensor.shape}, but the variable "
+                             f"{var.op.name} has shape {var.shape}")
+        if name not in refs and name not in ("grad", "delta") and tensor.shape.ndims not in (None, 0):
+            raise ValueError(f"hyperparameter {name!r} must be a scalar, got shape {tensor.shape}")
+    if not var.dtype.is_floating:
+        raise TypeError(f"variable {var.op.name} must be floating, got {var.dtype.name}")
+    return [(var.dtype, var.shape)]
+
+
+for _type, (_refs, _values) in TRAINING_OPS.items():
+    register_op(_type, infer=_infer_apply, stateful=True, ref_inputs=range(len(_refs)))
+not_differentiable(*TRAINING_OPS)
+
+
+def apply_update(op_type, refs, values, name=None, **attrs):
+    """Add one fused update op, colocated with the variable.
+
+    Args:
+        op_type: a key of ``TRAINING_OPS``.
+        refs: the variable's reference tensor, then its slots' reference tensors.
+        values: hyperparameters (Python numbers or scalar tensors) and the gradient, in the
+            order of ``TRAINING_OPS[op_type][1]``.
+        name: the op name.
+        **attrs: op attrs (``use_locking``, ``use_nesterov``).
+
+    Returns:
+        The variable's new value (a Tensor).
+    """
+    var = refs[0]
+    inputs = tuple(refs) + tuple(as_tensor(v, dtype=var.dtype) for v in values)
+    with var.graph.colocate_with(var.op):
+        return make(op_type, inputs, {"use_locking": False, "use_nesterov": False, **attrs},
+                    name, op_type)

@@ -1,0 +1,148 @@
+"""The TF1 optimizers, each one fused ``Apply*`` op per variable (see ops/training.py).
+
+Update rules (``g`` the gradient, ``lr`` the learning rate):
+- GradientDescent: ``var -= lr * g``.
+- Momentum: ``accum = momentum * accum + g; var -= lr * accum`` (Nesterov:
+  ``var -= lr * g + lr * momentum * accum``).
+- Adam: ``m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+  var -= lr sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps)``; the powers ``b1^t``, ``b2^t``
+  are non-slot variables advanced after all updates of a step.
+- Adagrad: ``accum += g^2; var -= lr g / sqrt(accum)``.
+- RMSProp: ``ms = decay ms + (1 - decay) g^2; mom = momentum mom + lr g / sqrt(ms + eps);
+  var -= mom`` (centered: ``mg = decay mg + (1 - decay) g`` and ``ms - mg^2`` under the root).
+"""
+from __future__ import annotations
+
+from asyncflow.ops.control import group
+from asyncflow.ops.training import apply_update
+from asyncflow.train.optimizer import Optimizer
+
+
+class GradientDescentOptimizer(Optimizer):
+    """Plain gradient descent: ``var -= learning_rate * grad``."""
+
+    def __init__(self, learning_rate, use_locking=False, name="GradientDescent"):
+        super().__init__(use_locking, name)
+        self._learning_rate = learning_rate
+
+    def _apply_dense(self, grad, var):
+        lr = self._hyper(self._learning_rate, var.dtype, "learning_rate")
+        return apply_update("ApplyGradientDescent", [var._ref()], [lr, grad])
+
+
+class MomentumOptimizer(Optimizer):
+    """Momentum (optionally Nesterov); slot ``"momentum"`` holds the accumulator."""
+
+    def __init__(self, learning_rate, momentum, use_locking=False, name="Momentum",
+                 use_nesterov=False):
+        super().__init__(use_locking, name)
+        self._learning_rate = learning_rate
+        self._momentum = momentum
+        self._use_nesterov = bool(use_nesterov)
+
+    def _create_slots(self, var_list):
+        for var in var_list:
+            self._slot(var, "momentum")
+
+    def _apply_dense(self, grad, var):
+        lr = self._hyper(self._learning_rate, var.dtype, "learning_rate")
+        momentum = self._hyper(self._momentum, var.dtype, "momentum")
+        accum = self.get_slot(var, "momentum")
+        return apply_update("ApplyMomentum", [var._ref(), accum._ref()], [lr, grad, momentum],
+                            use_nesterov=self._use_nesterov)
+
+
+class AdamOptimizer(Optimizer):
+    """Adam (Kingma and Ba); slots ``"m"`` and ``"v"``, non-slots ``beta1_power``/``beta2_power``."""
+
+    def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8,
+                 use_locking=False, name="Adam"):
+        super().__init__(use_locking, name)
+        self._learning_rate = learning_rate
+        self._beta1, self._beta2, self._epsilon = beta1, beta2, epsilon
+
+    def _create_slots(self, var_list):
+        first = min(var_list, key=lambda v: v.name)
+        self._non_slot("beta1_power", self._beta1, first)
+        self._non_slot("beta2_power", self._beta2, first)
+        for var in var_list:
+            self._slot(var, "m")
+            self._slot(var, "v")
+
+    def _get_beta_accumulators(self, graph):
+        return self._non_slots[("beta1_power", graph)], self._non_slots[("beta2_power", graph)]
+
+    def _apply_dense(self, grad, var):
+        beta1_power, beta2_power = self._get_beta_accumulators(var.graph)
+        dtype = var.dtype
+        values = [self._hyper(beta1_power, dtype, "beta1_power"),
+                  self._hyper(beta2_power, dtype, "beta2_power"),
+                  self._hyper(self._learning_rate, dtype, "learning_rate"),
+                  self._hyper(self._beta1, dtype, "beta1"),
+                  self._hyper(self._beta2, dtype, "beta2"),
+                  self._hyper(self._epsilon, dtype, "epsilon"), grad]
+        refs = [var._ref(), self.get_slot(var, "m")._ref(), self.get_slot(var, "v")._ref()]
+        return apply_update("ApplyAdam", refs, values)
+
+    def _finish(self, update_ops, name):
+        graph = update_ops[0].graph
+        beta1_power, beta2_power = self._get_beta_accumulators(graph)
+        with graph.control_dependencies([t.op for t in update_ops]):
+            with graph.colocate_with(beta1_power.op):
+                update_beta1 = beta1_power.assign(
+                    beta1_power * self._hyper(self._beta1, beta1_power.dtype, "beta1"))
+                update_beta2 = beta2_power.assign(
+                    beta2_power * self._hyper(self._beta2, beta2_power.dtype, "beta2"))
+        return group(*[t.op for t in update_ops], update_beta1, update_beta2, name=name)
+
+
+class AdagradOptimizer(Optimizer):
+    """Adagrad; slot ``"accumulator"`` starts at ``initial_accumulator_value``."""
+
+    def __init__(self, learning_rate, initial_accumulator_value=0.1, use_locking=False,
+                 name="Adagrad"):
+        if initial_accumulator_value <= 0.0:
+            raise ValueError(f"initial_accumulator_value must be positive: "
+                             f"{initial_accumulator_value}")
+        super().__init__(use_locking, name)
+        self._learning_rate = learning_rate
+        self._initial_accumulator_value = initial_accumulator_value
+
+    def _create_slots(self, var_list):
+        for var in var_list:
+            self._slot(var, "accumulator", self._initial_accumulator_value)
+
+    def _apply_dense(self, grad, var):
+        lr = self._hyper(self._learning_rate, var.dtype, "learning_rate")
+        accum = self.get_slot(var, "accumulator")
+        return apply_update("ApplyAdagrad", [var._ref(), accum._ref()], [lr, grad])
+
+
+class RMSPropOptimizer(Optimizer):
+    """RMSProp; slots ``"rms"`` (starts at 1), ``"momentum"`` and, when centered, ``"mg"``."""
+
+    def __init__(self, learning_rate, decay=0.9, momentum=0.0, epsilon=1e-10,
+                 use_locking=False, centered=False, name="RMSProp"):
+        super().__init__(use_locking, name)
+        self._learning_rate = learning_rate
+        self._decay, self._momentum, self._epsilon = decay, momentum, epsilon
+        self._centered = bool(centered)
+
+    def _create_slots(self, var_list):
+        for var in var_list:
+            self._slot(var, "rms", 1.0)
+            self._slot(var, "momentum")
+            if self._centered:
+                self._slot(var, "mg")
+
+    def _apply_dense(self, grad, var):
+        dtype = var.dtype
+        values = [self._hyper(self._learning_rate, dtype, "learning_rate"),
+                  self._hyper(self._decay, dtype, "decay"),
+                  self._hyper(self._momentum, dtype, "momentum"),
+                  self._hyper(self._epsilon, dtype, "epsilon"), grad]
+        rms, mom = self.get_slot(var, "rms")._ref(), self.get_slot(var, "momentum")._ref()
+        if self._centered:
+            mg = self.get_slot(var, "mg")._ref()
+            return apply_update("ApplyCenteredRMSProp", [var._ref(), mg, rms, mom], values)
+        return apply_update("ApplyRMSProp", [var._ref(), rms, mom], values)
