@@ -110,9 +110,10 @@ def _slice_grad(op, grad):
     after = math_ops.subtract(math_ops.subtract(shape_of(x), begin), shape_of(op._outputs[0]))
     if static_value(begin) is not None and x.shape.is_fully_defined() and \
             op._outputs[0].shape.is_fully_defined():
-        paddings = int_const(np.stack([static_value(begin), np.asarray(x.shape.dims) -
-                                       static_value(begin) - np.asarray(op._outputs[0].shape.dims)],
-                                      axis=1).tolist())
+        before = np.asarray(static_value(begin), np.int64)
+        after = np.asarray(x.shape.dims, np.int64) - before - \
+            np.asarray(op._outputs[0].shape.dims, np.int64)
+        paddings = int_const(np.stack([before, after], axis=1).reshape(-1, 2))
     else:
         paddings = stack([begin, after], axis=1)
     return [pad(grad, paddings), None, None]
