@@ -26,6 +26,7 @@ import trio
 from asyncflow import dtypes, errors
 from asyncflow.graph import prune as _prune
 from asyncflow.graph.graph import Operation, Tensor, get_default_graph
+from asyncflow.ops.control_flow import is_loop_back_edge
 from asyncflow.runtime import compiler as _compiler
 from asyncflow.runtime import device as _device
 from asyncflow.runtime import executor
@@ -273,7 +274,7 @@ class Session:
 
     def _compile(self, feeds, fetches, targets):
         try:
-            ops = _prune.prune(fetches, targets, feeds)
+            ops = _prune.prune(fetches, targets, feeds, skip_edge=is_loop_back_edge)
         except ValueError as exc:
             raise errors.InvalidArgumentError(None, None, str(exc)) from None
         if self._device_state is None:

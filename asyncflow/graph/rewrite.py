@@ -104,16 +104,18 @@ class NodeGraph:
         node_of = {}
         nodes = []
         for op in ops:
-            inputs = [(feed_nodes[t], 0) if t in feed_nodes else (node_of[t.op], t.value_index)
-                      for t in op._inputs]
-            controls = [node_of[c] for c in op._control_inputs if c in node_of]
-            node = Node(op.name, op.type, op.op_def, op._attrs, inputs, controls,
+            node = Node(op.name, op.type, op.op_def, op._attrs, [], [],
                         placement[op], [(t.dtype, t.shape, t._is_ref) for t in op._outputs],
                         op._traceback, op._id, origin=op, requested_device=op.device)
             node.control_flow_context = op._control_flow_context
             node.colocation = op._colocation
             node_of[op] = node
             nodes.append(node)
+        # Inputs in a second pass: a loop's Merge reads a NextIteration that comes after it.
+        for op, node in zip(ops, nodes):
+            node.inputs = [(feed_nodes[t], 0) if t in feed_nodes
+                           else (node_of[t.op], t.value_index) for t in op._inputs]
+            node.control_inputs = [node_of[c] for c in op._control_inputs if c in node_of]
         fetch_ports = [(feed_nodes[t], 0) if t in feed_nodes else (node_of[t.op], t.value_index)
                        for t in fetches]
         return cls(nodes, feeds, fetch_ports, [node_of[op] for op in targets])

@@ -28,13 +28,18 @@ class KernelDef:
     is_async: bool = False
     offload: bool = False
     where: str = ""
+    runs_on_dead: bool = False
 
 
 _KERNELS: dict[tuple[str, str], KernelDef] = {}
 
 
-def register_kernel(op_type, device=ANY, *, is_async=False, offload=False):
+def register_kernel(op_type, device=ANY, *, is_async=False, offload=False, runs_on_dead=False):
     """Decorator registering ``fn`` as the kernel of ``op_type`` on ``device`` kind.
+
+    ``runs_on_dead=True`` (Send/Recv): the executor runs the kernel even when an input is a
+    dead tensor, passing ``asyncflow.kernels.control_flow.DEAD`` for it, so deadness can
+    cross devices (the kernel forwards ``is_dead`` through the rendezvous).
 
     Raises:
         KeyError: if that (type, device) already has a kernel, naming both places.
@@ -48,7 +53,7 @@ def register_kernel(op_type, device=ANY, *, is_async=False, offload=False):
             raise KeyError(f"Kernel for {op_type!r} on {device} registered twice: at "
                            f"{_KERNELS[key].where} and at {where}")
         _KERNELS[key] = KernelDef(op_type, device, fn, is_async=is_async, offload=offload,
-                                  where=where)
+                                  where=where, runs_on_dead=runs_on_dead)
         return fn
     return decorate
 

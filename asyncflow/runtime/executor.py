@@ -14,6 +14,9 @@ Theory of operation (the paper's ready-queue executor, on trio):
 - The first failure stops scheduling, cancels the nursery (waking every waiting kernel), and
   surfaces as one ``OpError`` naming the op, its type, its device and where it was created.
   Tasks never raise into the nursery: they report, so no ExceptionGroup reaches the caller.
+- **Control flow** (Switch/Merge/Enter/Exit/NextIteration): the frame-aware loop of
+  ``frames.py``, which keys values by (node output, frame, iteration) and propagates dead
+  tensors. Partitions without control flow never pay for it.
 - Tracing (``step.trace`` is a list) records per-node start and end times; it selects the
   ready-queue path, so the fast path carries no instrumentation checks.
 
@@ -29,6 +32,7 @@ import trio
 from asyncflow import errors
 from asyncflow.runtime.plan import OFFLOAD_COST, runtime_cost
 from asyncflow.runtime.schedule import compile_schedule
+from asyncflow.runtime import frames as _frames
 
 
 class Step:
@@ -73,7 +77,7 @@ class StepContext:
     """The context a waiting kernel receives: its node's context plus the running step."""
 
     __slots__ = ("node", "step", "name", "type", "attrs", "xp", "device", "output_dtypes",
-                 "resources")
+                 "resources", "frame_iter")
 
     def __init__(self, node_ctx, step):
         self.node = node_ctx
@@ -85,6 +89,7 @@ class StepContext:
         self.device = node_ctx.device
         self.output_dtypes = node_ctx.output_dtypes
         self.resources = node_ctx.resources
+        self.frame_iter = None  # "frame_id:iteration" inside a loop (rendezvous keys)
 
     def __getattr__(self, item):
         return getattr(self.node, item)
@@ -129,6 +134,8 @@ async def run_plan(plan, feed_values, step):
     Raises:
         OpError: the first kernel failure, located (op, type, device, creation site).
     """
+    if plan.control_flow:
+        return await _frames.run_frames(plan, feed_values, step, wrap_error, StepContext)
     slots = [None] * (plan.num_slots + 1)  # the extra slot swallows unread outputs
     slots[:len(feed_values)] = feed_values
     if plan.static and step.trace is None:

@@ -12,6 +12,11 @@ Theory of operation:
   runs this schedule straight through (the static fast path); ``free_after`` then says which
   slots die after each node. Otherwise it runs the ready-queue loop, with ``slot_readers``
   counting the reads of each slot so buffers die after their last consumer.
+- A partition with control flow (``control_flow``) runs in the frame-aware loop of
+  ``frames.py``, which also needs each node's ``kind``, its data edges with ports
+  (``out_edges``), its control edges (``control_out``) and the number of Enter nodes per
+  frame name (``enter_counts``: a frame's first iteration is not done before all arrived).
+  A Merge's ``pending`` counts only its control inputs: it fires on its first live input.
 
 The plan holds no trio objects and can be compared as data in tests (``describe()``).
 """
@@ -24,6 +29,10 @@ from asyncflow.kernels.registry import get_kernel
 from asyncflow.runtime.context import NodeContext
 
 DROP = -1
+NORMAL, MERGE, ENTER, EXIT, NEXT_ITERATION, SWITCH = range(6)
+_KINDS = {"Merge": MERGE, "Enter": ENTER, "RefEnter": ENTER, "Exit": EXIT, "RefExit": EXIT,
+          "NextIteration": NEXT_ITERATION, "RefNextIteration": NEXT_ITERATION,
+          "Switch": SWITCH, "RefSwitch": SWITCH}
 # Estimated element-operations above which an offloadable kernel runs on a worker thread.
 OFFLOAD_COST = 1 << 22
 
@@ -43,6 +52,12 @@ class NodePlan:
     is_async: bool = False
     offload: bool = False
     cost: object = None
+    # Control flow (used by the frame-aware loop in ``runtime/frames.py`` only):
+    kind: int = 0               # NORMAL, MERGE, ENTER, EXIT, NEXT_ITERATION, SWITCH
+    out_edges: tuple = ()       # (output index, consumer index, consumer input position)
+    control_out: tuple = ()     # consumers through control edges
+    num_inputs: int = 0         # data inputs (Merge readiness)
+    runs_on_dead: bool = False  # Send/Recv: run even when an input is dead
 
 
 @dataclasses.dataclass(slots=True)
@@ -59,6 +74,10 @@ class ExecutionPlan:
     static: bool
     schedule: tuple
     static_fn: object = None
+    control_flow: bool = False  # run by the frame-aware loop (frames.py)
+    enter_counts: dict = dataclasses.field(default_factory=dict)  # frame name -> Enter nodes
+    fetch_names: tuple = ()
+    frame_tables: object = None  # built by frames.py on first use
 
     def describe(self):
         """The plan as plain data: ``[(op name, inputs, outputs, consumers, pending)]``."""
@@ -100,12 +119,8 @@ def compile_plan(ops, feeds, fetches, device, resources):
     fetch_set = set(fetches)
     node_of = {}
     nodes = []
-    for index, op in enumerate(ops):
-        kernel = get_kernel(op.type, device.kind)
-        if kernel is None:
-            raise errors.NotFoundError(
-                None, op, f"No kernel registered for {op.type} '{op.name}' on device "
-                f"{device.name} (created at {op.creation_site()})")
+    outputs_of = []
+    for op in ops:  # all outputs first: a loop's Merge reads a NextIteration created later
         outputs = []
         for tensor in op._outputs:
             if tensor in fed:
@@ -116,6 +131,14 @@ def compile_plan(ops, feeds, fetches, device, resources):
                 num_slots += 1
             else:
                 outputs.append(DROP)
+        outputs_of.append(outputs)
+    for index, op in enumerate(ops):
+        kernel = get_kernel(op.type, device.kind)
+        if kernel is None:
+            raise errors.NotFoundError(
+                None, op, f"No kernel registered for {op.type} '{op.name}' on device "
+                f"{device.name} (created at {op.creation_site()})")
+        outputs = outputs_of[index]
         inputs, deref = [], []
         for position, tensor in enumerate(op._inputs):
             slot = slot_of.get(tensor)
@@ -126,22 +149,32 @@ def compile_plan(ops, feeds, fetches, device, resources):
                 deref.append(position)
         node = NodePlan(index, op, kernel.fn, NodeContext(op, device, resources), tuple(inputs),
                         tuple(deref), tuple(outputs), is_async=kernel.is_async,
-                        offload=kernel.offload)
+                        offload=kernel.offload, kind=_KINDS.get(op.type, NORMAL),
+                        num_inputs=len(inputs),
+                        runs_on_dead=getattr(kernel, "runs_on_dead", False))
         nodes.append(node)
         node_of[op] = node
     consumers = [[] for _ in nodes]
+    out_edges = [[] for _ in nodes]
+    control_out = [[] for _ in nodes]
     for node in nodes:
         op = node.op
-        for tensor in op._inputs:
+        for position, tensor in enumerate(op._inputs):
             if tensor not in fed and tensor.op in node_of:
-                consumers[node_of[tensor.op].index].append(node.index)
-                node.pending += 1
+                producer = node_of[tensor.op].index
+                consumers[producer].append(node.index)
+                out_edges[producer].append((tensor.value_index, node.index, position))
+                if node.kind != MERGE:  # a Merge waits for its first live input only
+                    node.pending += 1
         for control in op._control_inputs:
             if control in node_of:
                 consumers[node_of[control].index].append(node.index)
+                control_out[node_of[control].index].append(node.index)
                 node.pending += 1
-    for node, waiting in zip(nodes, consumers):
+    for node, waiting, edges, controls in zip(nodes, consumers, out_edges, control_out):
         node.consumers = tuple(waiting)
+        node.out_edges = tuple(edges)
+        node.control_out = tuple(controls)
     slot_readers = [0] * num_slots
     last_reader = {}
     for node in nodes:
@@ -162,16 +195,21 @@ def compile_plan(ops, feeds, fetches, device, resources):
             cost = _estimate_static_cost(node.op)
             if cost is None or cost >= OFFLOAD_COST:
                 possibly_large += 1
-    static = (not any(n.is_async for n in nodes)
-              and not any(n.op.op_def.control_flow for n in nodes)
-              and possibly_large <= 1)
+    control_flow = any(n.op.op_def.control_flow for n in nodes)
+    static = not any(n.is_async for n in nodes) and not control_flow and possibly_large <= 1
+    enter_counts = {}
+    for node in nodes:
+        if node.kind == ENTER:
+            frame = node.op._attrs["frame_name"]
+            enter_counts[frame] = enter_counts.get(frame, 0) + 1
     return ExecutionPlan(
         device=device, nodes=nodes, num_slots=num_slots,
         feed_slots=tuple(range(len(feeds))), fetch_slots=fetch_slots,
         fetch_deref=tuple(t._is_ref for t in fetches),
-        roots=tuple(n.index for n in reversed(nodes) if n.pending == 0),
+        roots=tuple(n.index for n in reversed(nodes) if n.pending == 0 and n.kind != MERGE),
         slot_readers=slot_readers, fetched=frozenset(fetch_slots), static=static,
-        schedule=tuple(nodes))
+        schedule=tuple(nodes), control_flow=control_flow, enter_counts=enter_counts,
+        fetch_names=tuple(t.name for t in fetches))
 
 
 def runtime_cost(node, args):

@@ -1,0 +1,487 @@
+"""Control flow: the paper's primitives and TF1's builders ``cond``, ``case``, ``while_loop``.
+
+Theory of operation:
+- Primitives (all registered with ``control_flow=True``, so the executor runs frames):
+  ``Switch(data, pred)`` forwards ``data`` to output 1 when ``pred`` is true, else to output 0;
+  the other output is *dead*. ``Merge(inputs)`` forwards its first live input and that input's
+  index. ``Enter`` moves a value into a child frame (attrs ``frame_name``, ``is_constant``,
+  ``parallel_iterations``), ``Exit`` back to the parent, ``NextIteration`` to the next
+  iteration. ``LoopCond`` marks a loop's predicate (the pivot). ``Ref*`` variants carry
+  variable references.
+- Builders work through *control flow contexts*. While a branch or loop body is built, its
+  context is pushed on the graph (``graph._push(control_flow_context=ctx)``) and
+  ``Graph.create_op`` hands every new op to ``ctx.add_op``. The context rewrites inputs that
+  come from outside (``add_value``): a cond branch inserts a ``Switch`` on the branch's
+  predicate (so the op is dead when the branch is not taken), a loop inserts a constant
+  ``Enter`` (a loop invariant, visible to every iteration). Ops without inputs in the context
+  get a control edge from the pivot, so they run in every iteration (or only in the taken
+  branch) instead of once in the root frame. Contexts nest: an outer value reaching an inner
+  loop inside a cond branch goes through the cond's Switch first, then the loop's Enter.
+- Structure ops the builders create themselves (Enter, Merge, Exit, NextIteration, LoopCond)
+  are left alone by ``add_op``.
+- Gradients of the primitives live in ``control_flow_grad`` (imported at the end).
+
+Nothing here knows about the executor; frames exist only at run time.
+"""
+from __future__ import annotations
+
+import collections.abc
+import contextlib
+
+from asyncflow import dtypes
+from asyncflow.graph import register_op
+from asyncflow.graph.graph import Operation, Tensor, get_default_graph
+from asyncflow.graph.shape import TensorShape, as_shape
+from asyncflow.ops.construct import as_tensor, graph_of, make, make_op
+
+STRUCTURE_TYPES = frozenset({"Enter", "RefEnter", "Exit", "RefExit", "Merge", "NextIteration",
+                             "RefNextIteration", "LoopCond"})
+
+
+# -- primitives -------------------------------------------------------------------------
+def _infer_switch(op):
+    data, pred = op._inputs
+    if not pred.dtype.is_bool:
+        raise TypeError(f"the predicate must be bool, got {pred.dtype.name}")
+    if pred.shape.ndims not in (None, 0):
+        raise ValueError(f"the predicate must be a scalar, got shape {pred.shape}")
+    return [(data.dtype, data.shape), (data.dtype, data.shape)]
+
+
+def _merged_shape(shapes):
+    first = shapes[0]
+    if all(s == first for s in shapes) and first.dims is not None:
+        return first
+    ranks = {s.ndims for s in shapes}
+    if None in ranks or len(ranks) != 1:
+        return TensorShape(None)
+    dims = []
+    for column in zip(*(s.dims for s in shapes)):
+        dims.append(column[0] if all(d == column[0] for d in column) else None)
+    return TensorShape(dims)
+
+
+def _infer_merge(op):
+    inputs = op._inputs
+    if not inputs:
+        raise ValueError("Merge needs at least one input")
+    dtype = inputs[0].dtype
+    for tensor in inputs[1:]:
+        if tensor.dtype is not dtype:
+            raise TypeError(f"all inputs must have one dtype, got {dtype.name} and "
+                            f"{tensor.dtype.name}")
+    return [(dtype, _merged_shape([t.shape for t in inputs])), (dtypes.int32, TensorShape([]))]
+
+
+def _infer_same(op):
+    return [(op._inputs[0].dtype, op._inputs[0].shape)]
+
+
+def _infer_loop_cond(op):
+    pred = op._inputs[0]
+    if not pred.dtype.is_bool or pred.shape.ndims not in (None, 0):
+        raise TypeError(f"the loop condition must be a scalar bool, got {pred.dtype.name} "
+                        f"with shape {pred.shape}")
+    return [(dtypes.bool, TensorShape([]))]
+
+
+register_op("Switch", infer=_infer_switch, control_flow=True)
+register_op("RefSwitch", infer=_infer_switch, control_flow=True, ref_inputs=(0,),
+            ref_outputs=(0, 1))
+register_op("Merge", infer=_infer_merge, control_flow=True)
+for _type, _ref in (("Enter", False), ("Exit", False), ("NextIteration", False),
+                    ("RefEnter", True), ("RefExit", True), ("RefNextIteration", True)):
+    register_op(_type, infer=_infer_same, control_flow=True,
+                ref_inputs=(0,) if _ref else (), ref_outputs=(0,) if _ref else ())
+register_op("LoopCond", infer=_infer_loop_cond, control_flow=True)
+
+
+def _infer_stack(op):
+    return [(dtypes.string, TensorShape([]))]
+
+
+def _infer_push(op):
+    return [(op._inputs[1].dtype, op._inputs[1].shape)]
+
+
+def _infer_pop(op):
+    return [(op.get_attr("elem_type"), TensorShape(None))]
+
+
+register_op("StackV2", infer=_infer_stack, stateful=True)
+register_op("StackPushV2", infer=_infer_push, stateful=True)
+register_op("StackPopV2", infer=_infer_pop, stateful=True)
+
+
+def switch(data, pred, name=None):
+    """``(output_false, output_true)``: ``data`` on the output ``pred`` selects; the other is dead.
+
+    Raises:
+        TypeError: if ``pred`` is not bool.
+    """
+    data = data if isinstance(data, Tensor) and data._is_ref else as_tensor(data)
+    op_type = "RefSwitch" if data._is_ref else "Switch"
+    op = make_op(op_type, (data, as_tensor(pred)), None, name, "Switch")
+    return op._outputs[0], op._outputs[1]
+
+
+def merge(inputs, name=None):
+    """``(output, value_index)``: the first live input and its index.
+
+    Raises:
+        TypeError: if the inputs' dtypes differ.
+    """
+    inputs = [as_tensor(t) for t in inputs]
+    op = make_op("Merge", inputs, None, name, "Merge")
+    return op._outputs[0], op._outputs[1]
+
+
+def _enter(data, frame_name, is_constant=False, parallel_iterations=10, name=None):
+    op_type = "RefEnter" if data._is_ref else "Enter"
+    return make(op_type, (data,), {"frame_name": frame_name, "is_constant": bool(is_constant),
+                                   "parallel_iterations": int(parallel_iterations)},
+                name, "Enter")
+
+
+def _exit(data, name=None):
+    return make("RefExit" if data._is_ref else "Exit", (data,), None, name, "Exit")
+
+
+def _next_iteration(data, name=None):
+    return make("RefNextIteration" if data._is_ref else "NextIteration", (data,), None, name,
+                "NextIteration")
+
+
+def loop_cond(pred, name=None):
+    """The pivot of a loop: ``pred`` marked as the predicate every loop Switch uses."""
+    return make("LoopCond", (as_tensor(pred),), None, name, "LoopCond")
+
+
+# -- nested structures ------------------------------------------------------------------
+def _is_namedtuple(value):
+    return isinstance(value, tuple) and hasattr(value, "_fields")
+
+
+def flatten(structure):
+    """Leaves of nested lists, tuples, namedtuples and dicts (dicts by sorted key)."""
+    if isinstance(structure, collections.abc.Mapping):
+        return [leaf for key in sorted(structure) for leaf in flatten(structure[key])]
+    if isinstance(structure, (list, tuple)):
+        return [leaf for item in structure for leaf in flatten(item)]
+    return [structure]
+
+
+def pack_as(structure, leaves):
+    """``leaves`` arranged like ``structure`` (the inverse of ``flatten``)."""
+    iterator = iter(leaves)
+
+    def build(node):
+        if isinstance(node, collections.abc.Mapping):
+            built = {key: build(node[key]) for key in sorted(node)}
+            return type(node)((key, built[key]) for key in node) \
+                if type(node) is not dict else {key: built[key] for key in node}
+        if _is_namedtuple(node):
+            return type(node)(*[build(item) for item in node])
+        if isinstance(node, (list, tuple)):
+            return type(node)(build(item) for item in node)
+        return next(iterator)
+    return build(structure)
+
+
+def _same_structure(a, b):
+    if isinstance(a, collections.abc.Mapping) or isinstance(b, collections.abc.Mapping):
+        return (isinstance(a, collections.abc.Mapping) and isinstance(b, collections.abc.Mapping)
+                and sorted(a) == sorted(b) and all(_same_structure(a[k], b[k]) for k in a))
+    a_seq = isinstance(a, (list, tuple))
+    b_seq = isinstance(b, (list, tuple))
+    if a_seq or b_seq:
+        return a_seq and b_seq and len(a) == len(b) and all(map(_same_structure, a, b))
+    return True
+
+
+# -- contexts ---------------------------------------------------------------------------
+def _inside(ctx, ancestor):
+    """Whether context ``ctx`` is ``ancestor`` or nested in it."""
+    while ctx is not None:
+        if ctx is ancestor:
+            return True
+        ctx = ctx.outer
+    return False
+
+
+class _Context:
+    """Common part of cond and loop contexts: value caching and op rewriting."""
+
+    def __init__(self, graph, outer):
+        self.graph = graph
+        self.outer = outer
+        self._values = {}
+        self._imported = set()  # tensors this context made (Switch/Enter outputs)
+
+    def is_internal(self, tensor):
+        return tensor in self._imported or _inside(tensor.op._control_flow_context, self)
+
+    def add_value(self, tensor):
+        """``tensor`` as seen from inside this context (through Switch/Enter if external)."""
+        if self.is_internal(tensor):
+            return tensor
+        found = self._values.get(tensor)
+        if found is None:
+            outer_value = self.outer.add_value(tensor) if self.outer is not None else tensor
+            with self.graph._push(control_flow_context=self.outer), \
+                    self.graph.control_dependencies(None):
+                found = self._import(outer_value)
+            self._values[tensor] = found
+            self._imported.add(found)
+        return found
+
+    @contextlib.contextmanager
+    def entered(self):
+        with self.graph._push(control_flow_context=self):
+            yield self
+
+    def add_op(self, op):
+        """Called by ``Graph.create_op`` for each op created in this context."""
+        if op.type in STRUCTURE_TYPES:
+            return
+        for index, tensor in enumerate(op._inputs):
+            real = self.add_value(tensor)
+            if real is not tensor:
+                op._update_input(index, real)
+        self._fix_control_inputs(op)
+        if self._needs_pivot(op):
+            op._add_control_input(self.control_pivot())
+
+    def _fix_control_inputs(self, op):
+        """Control edges from outside a loop would cross frames: route them through Enters."""
+
+    def _needs_pivot(self, op):
+        return not op._inputs and not any(
+            _inside(c._control_flow_context, self) for c in op._control_inputs)
+
+
+class CondContext(_Context):
+    """One branch of a ``cond``: external values pass a Switch on the branch predicate."""
+
+    def __init__(self, graph, outer, pred, pivot, branch):
+        super().__init__(graph, outer)
+        self.pred = pred
+        self.pivot = pivot
+        self.branch = branch
+
+    def _import(self, tensor):
+        return switch(tensor, self.pred)[self.branch]
+
+    def control_pivot(self):
+        return self.pivot.op
+
+
+class WhileContext(_Context):
+    """A loop's frame: external values enter as loop invariants (constant Enters)."""
+
+    def __init__(self, graph, outer, frame_name, parallel_iterations, back_prop):
+        super().__init__(graph, outer)
+        self.frame_name = frame_name
+        self.parallel_iterations = parallel_iterations
+        self.back_prop = back_prop
+        self.pivot = None            # the LoopCond output
+        self.pivot_for_pred = None   # the first Merge op
+        self.pivot_for_body = None   # the first body Identity op
+        self.loop_enters = []        # non-constant Enter outputs, per loop var
+        self.loop_exits = []         # Exit outputs, per loop var
+        self.grad_state = None       # set by gradients (the forward loop's counter and stacks)
+
+    def _import(self, tensor):
+        return _enter(tensor, self.frame_name, is_constant=True,
+                      parallel_iterations=self.parallel_iterations)
+
+    def is_internal(self, tensor):
+        op = tensor.op
+        if op.type in ("Enter", "RefEnter") and op._attrs.get("frame_name") == self.frame_name:
+            return True  # Enter outputs live in this loop's frame
+        return super().is_internal(tensor)
+
+    def control_pivot(self):
+        return self.pivot_for_body or self.pivot_for_pred
+
+    def _is_invariant(self, tensor):
+        op = tensor.op
+        return (op.type in ("Enter", "RefEnter") and op._attrs.get("is_constant")
+                and op._attrs.get("frame_name") == self.frame_name)
+
+    def _needs_pivot(self, op):
+        if any(_inside(c._control_flow_context, self) for c in op._control_inputs):
+            return False
+        return all(self._is_invariant(t) for t in op._inputs)
+
+    def _fix_control_inputs(self, op):
+        external = [c for c in op._control_inputs
+                    if not _inside(c._control_flow_context, self)
+                    and not (c.type in ("Enter", "RefEnter")
+                             and c._attrs.get("frame_name") == self.frame_name)]
+        for control in external:
+            op._control_inputs.remove(control)
+            control._control_outputs.remove(op)
+            with self.graph._push(control_flow_context=control._control_flow_context), \
+                    self.graph.control_dependencies([control]):
+                from asyncflow.ops.sources import constant
+                token = constant(0, name="control_token")
+            op._add_control_input(self.add_value(token).op)
+
+
+def is_loop_back_edge(op, index):
+    """Whether input ``index`` of ``op`` is a loop's back edge (NextIteration -> Merge)."""
+    return op.type == "Merge" and op._inputs[index].op.type in ("NextIteration",
+                                                               "RefNextIteration")
+
+
+def _current_context(graph):
+    return graph._current().control_flow_context
+
+
+# -- cond and case ------------------------------------------------------------------------
+def _branch_output(ctx, value, fn_name, cond_name):
+    if isinstance(value, Operation):
+        with ctx.entered(), ctx.graph.control_dependencies([value]):
+            from asyncflow.ops.array import identity
+            return identity(ctx.pivot, name="op_output")
+    if value is None:
+        raise ValueError(f"cond '{cond_name}': {fn_name} returned None inside a structure; "
+                         "every output must be a tensor or an op")
+    with ctx.entered():
+        return ctx.add_value(as_tensor(value))
+
+
+def _build_branch(ctx, fn, fn_name, cond_name):
+    with ctx.entered():
+        result = fn()
+    if result is None:
+        raise ValueError(f"cond '{cond_name}': {fn_name} must return a value (a tensor, an op "
+                         "or a nested structure of them), got None")
+    leaves = flatten(result)
+    return result, [_branch_output(ctx, leaf, fn_name, cond_name) for leaf in leaves], \
+        [isinstance(leaf, Operation) for leaf in leaves]
+
+
+def _check_pred(pred, what):
+    if isinstance(pred, (bool, int)) or pred is None:
+        raise TypeError(f"{what}: pred must be a boolean Tensor, not a Python "
+                        f"{type(pred).__name__} (TF1 semantics; use a Python if instead)")
+    pred = as_tensor(pred)
+    if not pred.dtype.is_bool:
+        raise TypeError(f"{what}: pred must be a bool tensor, got {pred.dtype.name}")
+    if pred.shape.ndims not in (None, 0):
+        raise ValueError(f"{what}: pred must be a scalar, got shape {pred.shape}")
+    return pred
+
+
+def cond(pred, true_fn, false_fn, name=None):
+    """``true_fn()`` if ``pred`` else ``false_fn()``; only the taken branch's ops run.
+
+    Args:
+        pred: a scalar bool Tensor (a Python bool is a TypeError, as in TF1).
+        true_fn, false_fn: callables returning tensors, ops or nested structures of them
+            (the same structure and dtypes from both).
+        name: name scope of the cond's ops.
+
+    Returns:
+        The merged outputs, in ``true_fn``'s structure (ops come back as ops).
+
+    Raises:
+        TypeError: for a non-tensor or non-bool pred, non-callables or mismatched dtypes.
+        ValueError: for mismatched structures.
+    """
+    if not callable(true_fn) or not callable(false_fn):
+        raise TypeError("cond: true_fn and false_fn must be callables")
+    pred = _check_pred(pred, f"cond '{name or 'cond'}'")
+    graph = pred.graph
+    from asyncflow.ops.array import identity
+    with graph.name_scope(name or "cond") as scope:
+        cond_name = scope.rstrip("/")
+        switch_f, switch_t = switch(pred, pred)
+        pivot_t = identity(switch_t, name="switch_t")
+        pivot_f = identity(switch_f, name="switch_f")
+        pred_id = identity(pred, name="pred_id")
+        outer = _current_context(graph)
+        ctx_t = CondContext(graph, outer, pred_id, pivot_t, 1)
+        ctx_f = CondContext(graph, outer, pred_id, pivot_f, 0)
+        res_t, out_t, ops_t = _build_branch(ctx_t, true_fn, "true_fn", cond_name)
+        res_f, out_f, ops_f = _build_branch(ctx_f, false_fn, "false_fn", cond_name)
+        if not _same_structure(res_t, res_f) or len(out_t) != len(out_f):
+            raise ValueError(f"cond '{cond_name}': true_fn and false_fn must return the same "
+                             f"structure, got {res_t!r} and {res_f!r}")
+        merged = []
+        for t, f, is_op in zip(out_t, out_f, ops_t):
+            if t.dtype is not f.dtype:
+                raise TypeError(f"cond '{cond_name}': outputs of true_fn and false_fn must "
+                                f"have the same type: {t.dtype.name}, {f.dtype.name}")
+            out, _ = merge([f, t], name="Merge")
+            _cond_merges(graph)[out.op] = pred_id
+            merged.append(out.op if is_op else out)
+    if not isinstance(res_t, (list, tuple, collections.abc.Mapping)):
+        return merged[0]
+    return pack_as(res_t, merged)
+
+
+def _cond_merges(graph):
+    """``{merge op: predicate}`` of every cond in ``graph`` (for the Merge gradient)."""
+    return graph._extensions.setdefault("cond_merges", {})
+
+
+def case(pred_fn_pairs, default=None, exclusive=False, name="case"):
+    """The fn of the first true predicate (TF1 ``tf.case``), else ``default``.
+
+    Args:
+        pred_fn_pairs: a list of ``(pred, fn)`` pairs or a dict ``{pred: fn}``.
+        default: the callable used when no predicate holds; when None, the last pair's fn
+            is the default (TF1).
+        exclusive: when True, more than one true predicate fails the run.
+        name: name scope.
+
+    Returns:
+        The chosen fn's outputs.
+
+    Raises:
+        TypeError: for malformed pairs.
+    """
+    pairs = list(pred_fn_pairs.items()) if isinstance(pred_fn_pairs, collections.abc.Mapping) \
+        else list(pred_fn_pairs)
+    if not pairs:
+        if default is None:
+            raise ValueError("case: pred_fn_pairs is empty and there is no default")
+        return default()
+    for pair in pairs:
+        if not isinstance(pair, tuple) or len(pair) != 2 or not callable(pair[1]):
+            raise TypeError(f"case: each entry must be a (pred, callable) pair, got {pair!r}")
+    preds = [_check_pred(p, f"case '{name}'") for p, _ in pairs]
+    fns = [fn for _, fn in pairs]
+    graph = preds[0].graph
+    with graph.name_scope(name):
+        if exclusive and len(preds) > 1:
+            check = make_op("CaseExclusive", preds, None, None, "exclusive")
+            from asyncflow.ops.array import identity
+            with graph.control_dependencies([check]):
+                preds = [identity(p) for p in preds]
+        if default is None:
+            default = fns.pop()
+            preds.pop()
+
+        def chain(index):
+            if index == len(preds):
+                return default()
+            return cond(preds[index], fns[index], lambda: chain(index + 1),
+                        name=f"case_{index}")
+        return chain(0)
+
+
+def _infer_case_exclusive(op):
+    for tensor in op._inputs:
+        if not tensor.dtype.is_bool:
+            raise TypeError(f"predicates must be bool, got {tensor.dtype.name}")
+    return []
+
+
+register_op("CaseExclusive", infer=_infer_case_exclusive)
+
+from asyncflow.ops.while_loop import while_loop  # noqa: E402,F401  (builder of loops)
+from asyncflow.ops import control_flow_grad  # noqa: E402,F401  (registers gradients)
