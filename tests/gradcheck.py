@@ -74,13 +74,12 @@ async def check_gradients(build, inputs, *, delta=1e-6, rtol=1e-4, atol=1e-6, se
             feeds = {**dict(zip(placeholders, arrays)), **extra}
             y_value = np.asarray(await sess.run(y, feeds), dtype=np.float64)
             r = rng.standard_normal(y_value.shape)
-            fetch = [g for g in grads if g is not None]
-            computed = await sess.run(fetch, {**feeds, direction: r})
             symbolic = []
-            it = iter(computed)
             for g, a in zip(grads, arrays):
+                # One fetch per run: two gradients may be equal subexpressions.
+                value = None if g is None else await sess.run(g, {**feeds, direction: r})
                 symbolic.append(np.zeros_like(a) if g is None else
-                                np.asarray(next(it), dtype=np.float64))
+                                np.asarray(value, dtype=np.float64))
             for index, (array, grad) in enumerate(zip(arrays, symbolic)):
                 numeric = await _numeric_gradient(sess, y, feeds, placeholders[index], array,
                                                   r, delta)

@@ -183,6 +183,9 @@ def _output_grads(graph, op, grads):
     """One gradient per output: contributions summed, missing float siblings zero-filled."""
     summed = [_aggregate(graph, grads.get(out), f"{op.name}_{i}_sum".replace("/", "_"))
               for i, out in enumerate(op._outputs)]
+    for out, grad in zip(op._outputs, summed):
+        if grad is not None:
+            grads[out] = [grad]  # an x among these outputs reuses the sum
     if all(g is None for g in summed):
         return summed
     return [g if g is not None or not _differentiable_tensor(out)
