@@ -25,7 +25,7 @@ def _ints(array):
     return [int(v) for v in _host(array).reshape(-1).tolist()]
 
 
-def _check_range(ctx, indices, limit, what="indices"):
+def check_range(ctx, indices, limit, what="indices"):
     """Raise naming the first index outside ``[0, limit)``."""
     host = _host(indices)
     bad = (host < 0) | (host >= limit)
@@ -97,7 +97,7 @@ def _gather(ctx, params, indices):
     axis, batch_dims = ctx.attrs["axis"], ctx.attrs["batch_dims"]
     if axis >= params.ndim:
         raise _invalid(ctx, f"axis {axis} is out of range for params of rank {params.ndim}")
-    _check_range(ctx, indices, params.shape[axis])
+    check_range(ctx, indices, params.shape[axis])
     if batch_dims == 0:
         return (xp.take(params, indices, axis=axis),)
     batch = params.shape[:batch_dims]
@@ -130,41 +130,11 @@ def _unsorted_segment_sum(ctx, data, segment_ids, num_segments):
                             f"data shape {list(data.shape)}")
     host = _host(segment_ids)
     if (host >= count).any():
-        _check_range(ctx, np.where(host < 0, 0, host), count, "segment_ids")
+        check_range(ctx, np.where(host < 0, 0, host), count, "segment_ids")
     rest = data.shape[segment_ids.ndim:]
     out = xp.zeros((count,) + rest, dtype=data.dtype)
     ids = segment_ids.reshape(-1)
     rows = data.reshape((-1,) + rest)
     kept = ids >= 0  # TF1 drops negative ids
     xp.add.at(out, ids[kept], rows[kept])
-    return (out,)
-
-
-@register_kernel("DynamicPartition")
-def _dynamic_partition(ctx, data, partitions):
-    count = ctx.attrs["num_partitions"]
-    if data.shape[:partitions.ndim] != partitions.shape:
-        raise _invalid(ctx, f"partitions shape {list(partitions.shape)} must be a prefix of "
-                            f"data shape {list(data.shape)}")
-    _check_range(ctx, partitions, count, "partitions")
-    rest = data.shape[partitions.ndim:]
-    flat = data.reshape((-1,) + rest)
-    keys = partitions.reshape(-1)
-    return tuple(flat[keys == i] for i in range(count))
-
-
-@register_kernel("DynamicStitch")
-def _dynamic_stitch(ctx, *inputs):
-    count = ctx.attrs["N"]
-    indices, data = inputs[:count], inputs[count:]
-    first_rest = data[0].shape[indices[0].ndim:]
-    size = max((int(i.max()) + 1 for i in indices if i.size), default=0)
-    out = ctx.xp.zeros((size,) + first_rest, dtype=data[0].dtype)
-    for m, (index, values) in enumerate(zip(indices, data)):
-        if values.shape != index.shape + first_rest:
-            raise _invalid(ctx, f"data[{m}] has shape {list(values.shape)}, but indices[{m}] "
-                                f"{list(index.shape)} requires {list(index.shape + first_rest)}")
-        if index.size and int(index.min()) < 0:
-            raise _invalid(ctx, f"indices[{m}] has a negative index {int(index.min())}")
-        out[index.reshape(-1)] = values.reshape((-1,) + first_rest)
     return (out,)

@@ -6,7 +6,7 @@ from asyncflow.ops import array, control, math, sources, state  # noqa: F401
 from asyncflow.ops import control_flow  # noqa: F401,E402  (cond, case, while_loop)
 from asyncflow.ops import checkpoint, summary_ops  # noqa: F401,E402  (checkpoint and summary families)
 from asyncflow.ops import nn, nn_conv  # noqa: F401,E402  (nn family)
-from asyncflow.ops import indexing, layout, numerics, script  # noqa: F401,E402  (array family, py_func)
+from asyncflow.ops import embedding, indexing, layout, numerics, script, tiling  # noqa: F401,E402  (array family, py_func)
 from asyncflow.ops import transfer  # noqa: F401,E402  (Send/Recv for partitions)
 from asyncflow.ops import data_flow, io  # noqa: F401,E402  (queues and readers)
 from asyncflow.ops import training  # noqa: F401,E402  (fused optimizer updates)
