@@ -228,6 +228,12 @@ async def test_reduction_gradient_with_unknown_dims():
     assert_close(value, np.broadcast_to(np.array([1.0, 2.0, 3.0])[None, :, None] / 8, (4, 3, 2)))
 
 
+async def test_gradcheck_catches_a_wrong_gradient():
+    """x * stop_gradient(x) has symbolic gradient x but true derivative 2x."""
+    with pytest.raises(AssertionError, match=r"gradient of input 0 .* 3 of 3 elements differ"):
+        await check_gradients(lambda x: x * af.stop_gradient(x), [np.array([1.0, 2.0, 3.0])])
+
+
 # -- the walk -----------------------------------------------------------------------------------
 async def test_several_paths_are_summed():
     with af.Graph().as_default():
