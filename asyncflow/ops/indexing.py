@@ -251,11 +251,9 @@ def _scalar_index(value):
                     "rows")
 
 
-def _pack_indices(values):
-    tensors = [v for v in values if hasattr(v, "op")]
-    if not tensors:
-        return int_const(values)
-    dtype = dtypes.int64 if any(t.dtype is dtypes.int64 for t in tensors) else dtypes.int32
+def _pack_indices(values, dtype):
+    if not any(hasattr(v, "op") for v in values):
+        return as_tensor(np.asarray(values, dtype=dtype.np), dtype=dtype)
     return stack([math_ops.cast(v, dtype) if hasattr(v, "op") else as_tensor(v, dtype=dtype)
                   for v in values])
 
@@ -275,9 +273,10 @@ def _getitem(tensor, key):
         strides.append(s)
         for mask, bit in bits.items():
             masks[mask] |= bit
-    packed = [_pack_indices(v) for v in (begin, end, strides)]
-    dtype = dtypes.int64 if any(p.dtype is dtypes.int64 for p in packed) else dtypes.int32
-    packed = [math_ops.cast(p, dtype) for p in packed]
+    entries = begin + end + strides
+    dtype = dtypes.int64 if any(getattr(v, "dtype", None) is dtypes.int64 for v in entries) \
+        else dtypes.int32
+    packed = [_pack_indices(v, dtype) for v in (begin, end, strides)]
     return strided_slice(tensor, *packed, name="strided_slice", **masks)
 
 

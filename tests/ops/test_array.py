@@ -314,6 +314,15 @@ async def test_getitem_with_scalar_tensor_indices(data):
         await check(ranged, x[start:, None], {ts: start})
 
 
+async def test_iterating_a_tensor_indexes_its_rows():
+    x = np.arange(6, dtype=np.int32).reshape(3, 2)
+    with af.Graph().as_default():
+        rows = list(af.constant(x))
+        assert len(rows) == 3 and rows[0].shape.as_list() == [2]
+        for got, want in zip(await run(rows), x):
+            np.testing.assert_array_equal(got, want)
+
+
 async def test_getitem_errors():
     with af.Graph().as_default():
         t = af.zeros([2, 3])
@@ -437,9 +446,7 @@ async def test_embedding_lookup_max_norm_and_nn_alias():
     with af.Graph().as_default():
         out = af.embedding_lookup(af.constant(table), [0, 1], max_norm=1.0)
         np.testing.assert_allclose(await run(out), [[0.6, 0.8], [0.3, 0.4]], rtol=1e-6)
-    nn_lookup = getattr(af.nn, "embedding_lookup", None) if hasattr(af, "nn") else None
-    if nn_lookup is not None:
-        assert nn_lookup is af.embedding_lookup
+    assert af.nn.embedding_lookup is af.embedding_lookup
 
 
 # -- clipping and numerics ---------------------------------------------------------------------

@@ -209,3 +209,17 @@ async def test_clip_grads(data):
             await check_gradients(
                 lambda a, b: af.concat([af.reshape(c, [-1]) for c in
                                         af.clip_by_global_norm([a, b], clip)[0]], 0), [x, y])
+
+
+async def test_gather_gradient_reaches_a_variable_densely_with_repeats_added():
+    with af.Graph().as_default():
+        v = af.Variable(np.arange(10.0).reshape(5, 2))
+        ids = af.placeholder(af.int32, [None])
+        grad, = af.gradients(af.reduce_sum(af.gather(v, ids) * 2.0), [v])
+        assert grad.shape.as_list() == [5, 2]
+        async with af.Session() as sess:
+            await sess.run(v.initializer)
+            value = await sess.run(grad, {ids: [1, 1, 3]})
+    expected = np.zeros((5, 2))
+    expected[1], expected[3] = 4.0, 2.0
+    np.testing.assert_array_equal(value, expected)
