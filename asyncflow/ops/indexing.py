@@ -38,7 +38,8 @@ def _elements(tensor):
     if value is not None:
         return [int(v) for v in np.asarray(value).reshape(-1)]
     if tensor.op.type == "Pack":
-        return [None if static_value(t) is None else int(static_value(t)) for t in tensor.op._inputs]
+        values = [static_value(t) for t in tensor.op._inputs]
+        return [None if v is None else int(v) for v in values]
     n = tensor.shape[0] if tensor.shape.ndims == 1 else None
     return None if n is None else [None] * n
 
@@ -162,7 +163,8 @@ def _strided_shape(op, dims, begin, end, strides):
             raise ValueError(f"strides[{i}] must be non-zero")
         if masks["shrink_axis_mask"] & bit:
             if b is not None and dim is not None and not -dim <= b < dim:
-                raise ValueError(f"index {b} is out of bounds for dimension {pos - 1} of size {dim}")
+                raise ValueError(f"index {b} is out of bounds for dimension {pos - 1} of size "
+                                 f"{dim}")
             continue
         b = None if masks["begin_mask"] & bit else b
         e = None if masks["end_mask"] & bit else e
@@ -322,6 +324,7 @@ def dims_of(tensor):
 
 
 def dims_product(dims):
+    """The product of symbolic dims: an int when all are static, else a scalar tensor."""
     ints = int(np.prod([d for d in dims if isinstance(d, int)], dtype=np.int64))
     out = ints
     for d in dims:

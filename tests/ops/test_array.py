@@ -1,4 +1,4 @@
-"""Array family vs numpy: layout ops, indexing, clipping, check_numerics; static shapes and errors."""
+"""Array family vs numpy: layout, tiling, indexing, embeddings, clipping, check_numerics."""
 import numpy as np
 import pytest
 from hypothesis import given, settings
