@@ -106,3 +106,4 @@ def set_random_seed(seed):
     """The graph-level seed, combined with per-op seeds as in TF1."""
     get_default_graph().seed = seed
 from asyncflow import timeline  # noqa: E402,F401  (af.timeline.write)
+from asyncflow import serving  # noqa: E402,F401  (af.serving.Batcher)

@@ -1,0 +1,248 @@
+"""asyncio embedding: ``aio.Session`` and ``aio.Batcher`` for asyncio applications.
+
+Theory of operation:
+- trio runs as a *guest* of the caller's asyncio loop (``trio.lowlevel.start_guest_run``):
+  trio's scheduler steps run as callbacks on the asyncio thread, so no thread of ours is
+  started and asyncio objects may be touched from trio tasks directly.
+- One guest run per asyncio loop (``_Guest``), started on first use and kept in a weak map
+  keyed by the loop. Each aio object holds a use; when the last one closes, the guest's main
+  task is told to stop and the close waits until the guest run has finished, so the loop can
+  end cleanly.
+- A call from asyncio (``_Guest.call``) hops into trio with the run's token, runs the trio
+  coroutine as a task in the guest's nursery under its own cancel scope, and completes an
+  asyncio future with the result or the exception (the same ``af.errors`` classes).
+  Cancelling the awaiting asyncio task cancels that scope, which cancels the step.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+
+import trio
+
+from asyncflow import serving as _serving
+from asyncflow import session as _session
+
+_GUESTS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Guest]" = weakref.WeakKeyDictionary()
+
+
+class _Guest:
+    """One trio guest run hosted by one asyncio loop."""
+
+    def __init__(self, loop):
+        self.loop = loop
+        self.users = 0
+        self.stopping = False
+        self.token = None
+        self.nursery = None
+        self._stop = None
+        self._ready = loop.create_future()
+        self._finished = loop.create_future()
+        self.calls = 0
+
+    def start(self):
+        trio.lowlevel.start_guest_run(
+            self._main,
+            run_sync_soon_threadsafe=self.loop.call_soon_threadsafe,
+            run_sync_soon_not_threadsafe=self.loop.call_soon,
+            done_callback=self._on_done,
+            host_uses_signal_set_wakeup_fd=threading.current_thread() is threading.main_thread(),
+        )
+
+    async def _main(self):
+        self.token = trio.lowlevel.current_trio_token()
+        self._stop = trio.Event()
+        async with trio.open_nursery() as nursery:
+            self.nursery = nursery
+            self._ready.set_result(None)
+            await self._stop.wait()
+            nursery.cancel_scope.cancel()
+
+    def _on_done(self, outcome):
+        if not self._ready.done():
+            self._ready.set_exception(RuntimeError(f"the trio guest run ended early: {outcome!r}"))
+        if not self._finished.done():
+            self._finished.set_result(outcome)
+
+    @property
+    def finished(self):
+        return self._finished.done()
+
+    async def call(self, async_fn, *args):
+        """Run ``await async_fn(*args)`` in trio; return or raise its outcome in asyncio."""
+        await self._ready
+        result = self.loop.create_future()
+        holder = {}
+        self.calls += 1
+
+        async def runner():
+            try:
+                with trio.CancelScope() as scope:
+                    holder["scope"] = scope
+                    if holder.get("cancelled"):
+                        scope.cancel()
+                    value = await async_fn(*args)
+                    if not result.done():
+                        result.set_result(value)
+            except trio.Cancelled:
+                raise
+            except BaseException as exc:  # handed to the asyncio caller
+                if not result.done():
+                    result.set_exception(exc)
+            finally:
+                if not result.done():
+                    result.cancel()
+
+        self.token.run_sync_soon(self.nursery.start_soon, runner)
+        try:
+            return await result
+        except asyncio.CancelledError:
+            def cancel():
+                scope = holder.get("scope")
+                if scope is None:
+                    holder["cancelled"] = True
+                else:
+                    scope.cancel()
+            if not self.finished:
+                self.token.run_sync_soon(cancel)
+            raise
+
+    async def start_service(self, serve):
+        """Start ``serve(task_status=...)`` as a long-lived task; returns its cancel scope."""
+        async def start():
+            scope = trio.CancelScope()
+
+            async def scoped(task_status=trio.TASK_STATUS_IGNORED):
+                with scope:
+                    await serve(task_status=task_status)
+            await self.nursery.start(scoped)
+            return scope
+        return await self.call(start)
+
+    async def stop(self):
+        """Ask the guest to stop and wait until its run has finished."""
+        if self.finished:
+            return
+        self.stopping = True
+        await self._ready
+        self.token.run_sync_soon(self._stop.set)
+        await asyncio.shield(self._finished)
+
+
+async def _acquire():
+    loop = asyncio.get_running_loop()
+    guest = _GUESTS.get(loop)
+    if guest is not None and guest.stopping:
+        # Only one guest run per loop: let the stopping one finish before starting anew.
+        await asyncio.shield(guest._finished)
+        guest = None
+    if guest is None or guest.finished:
+        guest = _GUESTS[loop] = _Guest(loop)
+        guest.start()
+    guest.users += 1
+    return guest
+
+
+async def _release(guest):
+    guest.users -= 1
+    if guest.users == 0:
+        await guest.stop()
+
+
+class Session:
+    """``async with aio.Session(...) as sess: await sess.run(...)`` from asyncio code.
+
+    Takes the same arguments as ``af.Session`` and offers the same methods; each call runs
+    in the loop's trio guest.
+    """
+
+    def __init__(self, target="", graph=None, config=None, cluster=None):
+        self._session = _session.Session(target, graph=graph, config=config, cluster=cluster)
+        self._guest = None
+        self._closed = False
+
+    @property
+    def graph(self):
+        return self._session.graph
+
+    async def _ensure_open(self):
+        if self._closed:
+            raise RuntimeError("Attempted to use a closed Session.")
+        if self._guest is None:
+            self._guest = await _acquire()
+        return self._guest
+
+    async def __aenter__(self):
+        await self._ensure_open()
+        return self
+
+    async def __aexit__(self, *exc_info):
+        await self.close()
+
+    async def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
+        """Same as ``af.Session.run``; cancelling the asyncio task cancels the step."""
+        guest = await self._ensure_open()
+        return await guest.call(self._session.run, fetches, feed_dict, options, run_metadata)
+
+    def list_devices(self):
+        return self._session.list_devices()
+
+    def statistics(self):
+        return self._session.statistics()
+
+    async def close(self):
+        """Close the session; the loop's trio guest stops when its last user closes."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._guest is not None:
+            guest, self._guest = self._guest, None
+            try:
+                await guest.call(self._session.close)
+            finally:
+                await _release(guest)
+
+    @staticmethod
+    async def reset(target=None, containers=None):
+        guest = await _acquire()
+        try:
+            await guest.call(_session.Session.reset, target, containers)
+        finally:
+            await _release(guest)
+
+
+class Batcher:
+    """``asyncflow.serving.Batcher`` for asyncio callers, served inside the trio guest.
+
+    Args:
+        session: an ``aio.Session``; the other arguments are ``serving.Batcher``'s.
+    """
+
+    def __init__(self, session, inputs, outputs, max_batch_size=64, max_wait_ms=2.0):
+        self._aio_session = session
+        self._batcher = _serving.Batcher(session._session, inputs, outputs,
+                                         max_batch_size=max_batch_size, max_wait_ms=max_wait_ms)
+        self._scope = None
+        self._guest = None
+
+    async def __aenter__(self):
+        self._guest = await self._aio_session._ensure_open()
+        self._scope = await self._guest.start_service(self._batcher.serve)
+        return self
+
+    async def __aexit__(self, *exc_info):
+        scope, self._scope = self._scope, None
+
+        async def cancel():
+            scope.cancel()
+        await self._guest.call(cancel)
+
+    async def run(self, feed_dict):
+        """This caller's rows of the outputs (see ``serving.Batcher.run``)."""
+        if self._scope is None:
+            raise RuntimeError("use `async with aio.Batcher(...)` before calling run")
+        return await self._guest.call(self._batcher.run, feed_dict)
+
+    def statistics(self):
+        return self._batcher.statistics()
