@@ -223,3 +223,16 @@ async def test_gather_gradient_reaches_a_variable_densely_with_repeats_added():
     expected = np.zeros((5, 2))
     expected[1], expected[3] = 4.0, 2.0
     np.testing.assert_array_equal(value, expected)
+
+
+async def test_second_order_through_strided_slice_and_mirror_pad():
+    x = np.array([[0.5, -1.0, 2.0], [1.5, 0.25, -0.75]])
+
+    def sliced(t):
+        return af.gradients(af.reduce_sum(t[:, ::-2] ** 3), [t])[0]
+
+    def mirrored(t):
+        return af.gradients(af.reduce_sum(af.pad(t, [[1, 1], [2, 0]], mode="REFLECT") ** 3),
+                            [t])[0]
+    await check_gradients(sliced, [x])
+    await check_gradients(mirrored, [x])
