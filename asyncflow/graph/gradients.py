@@ -16,6 +16,9 @@ Theory of operation:
    results to the producers of its inputs, decrementing their counts.
 5. *Collect.* The gradient of ``xs[i]`` is the sum of its contributions, or None when none
    reached it. An ``x`` lying on another ``x``'s path does not stop the walk.
+6. *Units.* A while loop is differentiated as one unit (``_unit``): its Enter and Exit ops map
+   to a composite whose gradient function (ops/control_flow_grad.py) builds the gradient
+   loop, so the walk never enters the loop's cycle.
 
 Gradient functions build ordinary ops, so gradients of gradients work whenever the ops used by
 the gradient functions have gradients themselves.
@@ -107,6 +110,19 @@ def _differentiable_tensor(tensor):
 
 
 # -- marking -------------------------------------------------------------------------------
+def _unit(op):
+    """The op itself, or the composite unit it is a boundary of.
+
+    A subgraph differentiated as a whole (a while loop: its Enter and Exit ops) registers
+    ``graph._extensions["gradient_unit"]``, a function ``op -> op or unit``. A unit looks like
+    an op to this walk (``_inputs``, ``_outputs``, ``op_def.grad``, ``name``, ``_id``): its
+    inputs are the tensors entering the subgraph, its outputs those leaving it, and its
+    gradient function builds the whole backward subgraph (the gradient loop).
+    """
+    hook = op._graph._extensions.get("gradient_unit")
+    return op if hook is None else hook(op)
+
+
 def _passes_gradient(op, stop_ops):
     return op.op_def.differentiable and op not in stop_ops
 
@@ -122,19 +138,21 @@ def _between_ops(ys, xs, stop_ops):
             continue
         seen_tensors.add(tensor)
         for consumer in tensor._consumers:
+            consumer = _unit(consumer)
             if consumer in reached or not _passes_gradient(consumer, stop_ops):
                 continue
             reached.add(consumer)
             stack.extend(out for out in consumer._outputs if _differentiable_tensor(out))
     between = set()
-    stack = [y.op for y in ys if y.op in reached]
+    stack = [_unit(y.op) for y in ys if _unit(y.op) in reached]
     while stack:
         op = stack.pop()
         if op in between:
             continue
         between.add(op)
-        stack.extend(t.op for t in op._inputs
-                     if t.op in reached and t.op not in between and _differentiable_tensor(t))
+        stack.extend(_unit(t.op) for t in op._inputs
+                     if _unit(t.op) in reached and _unit(t.op) not in between
+                     and _differentiable_tensor(t))
     return between
 
 
@@ -142,8 +160,8 @@ def _pending_counts(between):
     pending = dict.fromkeys(between, 0)
     for op in between:
         for tensor in op._inputs:
-            if tensor.op in pending and _differentiable_tensor(tensor):
-                pending[tensor.op] += 1
+            if _unit(tensor.op) in pending and _differentiable_tensor(tensor):
+                pending[_unit(tensor.op)] += 1
     return pending
 
 
@@ -160,7 +178,8 @@ def _seed(graph, y, grad_y, index):
 # -- the backward walk ---------------------------------------------------------------------
 def _backprop(graph, between, pending, grads, ys, x_set):
     # Creation order among the initially ready ops keeps the backward graph deterministic.
-    ready = collections.deque(sorted({y.op for y in ys if y.op in between and not pending[y.op]},
+    ready = collections.deque(sorted({_unit(y.op) for y in ys
+                                      if _unit(y.op) in between and not pending[_unit(y.op)]},
                                      key=lambda op: op._id))
     while ready:
         op = ready.popleft()
@@ -172,7 +191,7 @@ def _backprop(graph, between, pending, grads, ys, x_set):
                 if grad is not None and _differentiable_tensor(tensor):
                     grads[tensor].append(grad)
         for tensor in op._inputs:
-            producer = tensor.op
+            producer = _unit(tensor.op)
             if producer in pending and _differentiable_tensor(tensor):
                 pending[producer] -= 1
                 if pending[producer] == 0:

@@ -289,6 +289,8 @@ class WhileContext(_Context):
         self.pivot_for_body = None   # the first body Identity op
         self.loop_enters = []        # non-constant Enter outputs, per loop var
         self.loop_exits = []         # Exit outputs, per loop var
+        self.loop_merges = []        # Merge outputs, per loop var
+        self.body_vars = []          # the body's inputs (Identity of Switch:1), per loop var
         self.grad_state = None       # set by gradients (the forward loop's counter and stacks)
 
     def _import(self, tensor):

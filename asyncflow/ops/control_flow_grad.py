@@ -8,11 +8,21 @@ incoming gradient on the cond's predicate, so each branch receives it only when 
 A missing branch gradient is filled with ``zeros_like`` of that Switch output, which is
 itself live exactly when that branch is taken.
 
-Loops: ``back_prop=False`` makes a loop non-differentiable (its Exits pass no gradient).
-Gradients through a differentiable ``while_loop`` need the gradient loop (forward values
-saved on stacks, a backward loop running the forward count); until the gradients core
-offers the hook for it, asking for one fails loudly naming the loop rather than returning
-a silently wrong None.
+Loops are differentiated as a whole: the gradients core maps a loop's Enter and Exit ops to
+one ``LoopUnit`` (``graph._extensions["gradient_unit"]``), whose gradient function builds the
+gradient loop (TF1's GradLoopState, simplified):
+- a forward iteration counter is added to the loop, and every forward value the backward body
+  reads is pushed on a per-step stack (StackV2/StackPushV2) in each forward iteration; each
+  push gates the counter's increment, so iteration i+1 (and the loop's exit) waits for it;
+- the gradient loop runs the forward count down to zero; its body is ``af.gradients`` of one
+  forward body iteration (body outputs w.r.t. body inputs and loop invariants), built inside a
+  ``GradWhileContext`` that turns every forward in-loop value into a StackPopV2 (latest first)
+  and every loop invariant into the invariant's outer tensor; each pop gates the backward
+  counter's decrement, so pops of iteration j+1 never overtake those of iteration j;
+- the loop variables' gradients leave the gradient loop as the gradients of the initial
+  values; the invariants' gradients are accumulated across iterations.
+``back_prop=False`` makes the unit non-differentiable. Gradients of a loop nested in another
+loop are not supported (LookupError naming the loop).
 """
 from __future__ import annotations
 
@@ -54,16 +64,13 @@ def _loop_of(op):
     return ctx
 
 
-@register_gradient("Exit")
-@register_gradient("RefExit")
 def _exit_grad(op, grad):
-    ctx = _loop_of(op)
-    if ctx is None or not ctx.back_prop or grad is None:
-        return [None]
-    raise LookupError(f"Gradient through while_loop '{ctx.frame_name}' (Exit '{op.name}') is "
-                      "not supported yet; build the loop with back_prop=False to treat its "
-                      "results as constants")
+    raise LookupError(f"Gradient of Exit '{op.name}' reached outside its while_loop unit")
 
 
-for _type in ("Enter", "RefEnter", "NextIteration", "RefNextIteration"):
-    register_gradient(_type)(lambda op, grad: [None])
+for _type in ("Exit", "RefExit", "Enter", "RefEnter"):
+    register_gradient(_type)(_exit_grad)
+# The back edge ends a body: differentiating one iteration stops there (never loops round).
+not_differentiable("NextIteration", "RefNextIteration")
+
+from asyncflow.ops import while_grad  # noqa: E402,F401  (loop units and the gradient loop)

@@ -176,6 +176,7 @@ def _build_loop(ctx, cond, body, loop_vars, flat, invariants, loop_name):
         switches = [cf.switch(m, pivot) for m in merges]
         body_vars = [identity(s[1]) for s in switches]
         ctx.pivot_for_body = body_vars[0].op
+        ctx.loop_merges, ctx.body_vars = merges, body_vars
         result = _call(body, cf.pack_as(loop_vars, body_vars))
         if isinstance(loop_vars, (list, tuple)) and not cf._is_namedtuple(loop_vars) \
                 and len(loop_vars) == 1 and not isinstance(result, (list, tuple)):
@@ -194,6 +195,8 @@ def _build_loop(ctx, cond, body, loop_vars, flat, invariants, loop_name):
             exit_tensor._shape = shape
     ctx.loop_exits = exits
     _loops(graph)[pivot.op] = ctx
+    from asyncflow.ops import while_grad
+    while_grad.register_unit(ctx)
     return exits
 
 

@@ -286,3 +286,68 @@ async def test_frame_statistics_show_the_window_bound():
     assert stats.iterations_created == 51  # iterations 0..50 of the loop (the last one exits)
     assert stats.frames_created == 1
     assert stats.max_live_iterations <= 1 + 3  # the root's, plus the window
+
+
+# -- gradients ----------------------------------------------------------------------------
+async def test_gradient_through_cond_follows_the_taken_branch():
+    with af.Graph().as_default():
+        x = af.placeholder(af.float64, [])
+        pred = af.placeholder(af.bool, [])
+        y = af.cond(pred, lambda: x * x, lambda: x * 3.0)
+        dx, = af.gradients(y, [x])
+        assert await run([y, dx], {x: 1.5, pred: True}) == [2.25, 3.0]
+        assert await run([y, dx], {x: 1.5, pred: False}) == [4.5, 3.0]
+
+
+async def test_gradient_through_case_and_cond_finite_differences():
+    from gradcheck import check_gradients
+
+    def build(x):
+        return af.cond(af.reduce_sum(x) > 0.0, lambda: af.sin(x) * x, lambda: af.exp(x))
+    await check_gradients(build, [np.array([0.3, -0.1, 0.7])])
+    await check_gradients(build, [np.array([-0.3, -0.1, 0.2])])
+
+
+@pytest.mark.parametrize("parallel_iterations", [1, 10])
+@pytest.mark.parametrize("power", [0, 1, 4])
+async def test_gradient_of_a_loop_raising_x_to_a_power(power, parallel_iterations):
+    with af.Graph().as_default():
+        x = af.placeholder(af.float64, [])
+        n = af.placeholder(af.int32, [])
+        _, y = af.while_loop(lambda i, p: i < n, lambda i, p: (i + 1, p * x),
+                             (af.constant(0), af.constant(1.0, af.float64)),
+                             parallel_iterations=parallel_iterations)
+        dx, = af.gradients(y, [x])
+        value, grad = await run([y, dx], {x: 1.5, n: power})
+        assert value == pytest.approx(1.5 ** power)
+        assert grad == pytest.approx(power * 1.5 ** (power - 1) if power else 0.0)
+
+
+async def test_gradient_with_respect_to_a_loop_variable_and_through_time():
+    from gradcheck import check_gradients
+
+    def build(h0, w):
+        def body(i, h):
+            return i + 1, af.tanh(af.matmul(h, w) + 0.1)
+        return af.while_loop(lambda i, h: i < 3, body, (af.constant(0), h0))[1]
+    rng = np.random.default_rng(0)
+    await check_gradients(build, [rng.normal(size=(2, 3)), rng.normal(size=(3, 3)) * 0.5])
+
+
+def test_back_prop_false_makes_the_loop_a_constant():
+    with af.Graph().as_default():
+        x = af.constant(2.0)
+        y = af.while_loop(lambda v: v < 100.0, lambda v: v * x, [x], back_prop=False)
+        assert af.gradients(y, [x]) == [None]
+
+
+def test_gradient_of_a_nested_loop_names_the_loop():
+    with af.Graph().as_default():
+        x = af.constant(2.0)
+
+        def body(i, v):
+            return i + 1, af.while_loop(lambda j, u: j < 2, lambda j, u: (j + 1, u * x),
+                                        (af.constant(0), v), name="inner")[1]
+        y = af.while_loop(lambda i, v: i < 2, body, (af.constant(0), x))[1]
+        with pytest.raises(LookupError, match="inner"):
+            af.gradients(y, [x])

@@ -1,0 +1,194 @@
+"""The gradient of a while loop: a loop unit for the gradients core and the gradient loop.
+
+See ``control_flow_grad`` for the theory. Pieces:
+- ``register_unit(ctx)`` (called when a loop is built) maps the loop's Enter and Exit ops to a
+  ``LoopUnit`` through ``graph._extensions["gradient_unit"]``.
+- ``_forward_counter(ctx)`` adds an iteration counter to the forward loop (once).
+- ``GradWhileContext`` is the gradient loop's context: forward in-loop values become stack
+  pops, forward loop invariants become their outer tensors.
+- ``_while_grad(unit, *exit_grads)`` builds the gradient loop and returns one gradient per
+  unit input (loop variables' initial values, then float loop invariants).
+
+Limits: a loop nested in another loop is not differentiable here (LookupError naming it);
+forward values read by the backward body must be computed in the loop body (after the
+Switch), which is where every body op lives.
+"""
+from __future__ import annotations
+
+from asyncflow import dtypes
+from asyncflow.ops import control_flow as cf
+from asyncflow.ops.construct import make, make_op
+
+
+class _UnitDef:
+    __slots__ = ("grad", "differentiable", "cost")
+
+    def __init__(self, grad, differentiable):
+        self.grad = grad
+        self.differentiable = differentiable
+        self.cost = None
+
+
+class LoopUnit:
+    """A while loop seen by the gradients core as one op (inputs enter, outputs exit)."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self._graph = ctx.graph
+        self.name = ctx.frame_name
+        self.type = "WhileLoop"
+        self._id = ctx.loop_exits[0].op._id
+        self._outputs = tuple(ctx.loop_exits)
+        self.op_def = _UnitDef(_while_grad if ctx.back_prop else None, ctx.back_prop)
+
+    @property
+    def _inputs(self):
+        loop_inits = [enter.op._inputs[0] for enter in self.ctx.loop_enters]
+        return tuple(loop_inits + [enter.op._inputs[0] for enter in _float_invariants(self.ctx)])
+
+    def __repr__(self):
+        return f"<while_loop unit '{self.name}'>"
+
+
+def _float_invariants(ctx):
+    return [enter for enter in ctx._values.values()
+            if enter.op.type == "Enter" and enter.dtype.is_floating]
+
+
+def register_unit(ctx):
+    """Make the gradients core treat the loop of ``ctx`` as one unit."""
+    extensions = ctx.graph._extensions
+    units = extensions.setdefault("loop_units", {})
+    unit = LoopUnit(ctx)
+    for tensor in list(ctx.loop_enters) + list(ctx.loop_exits) + list(ctx._values.values()):
+        units[tensor.op] = unit
+    extensions["gradient_unit"] = lambda op: units.get(op, op)
+
+
+def _enclosing_loop(ctx):
+    while ctx is not None and not isinstance(ctx, cf.WhileContext):
+        ctx = ctx.outer
+    return ctx
+
+
+def _forward_counter(ctx):
+    """``(count exit, increment op)``: the forward loop's iteration count, added once."""
+    if ctx.grad_state is not None:
+        return ctx.grad_state
+    from asyncflow.ops.array import identity
+    from asyncflow.ops.math import add
+    from asyncflow.ops.sources import constant
+    graph = ctx.graph
+    with graph._push(control_flow_context=ctx.outer), graph.control_dependencies(None), \
+            graph.name_scope(ctx.frame_name + "/"):
+        enter = cf._enter(constant(0, name="f_count_init"), ctx.frame_name, False,
+                          ctx.parallel_iterations, name="f_count_enter")
+    with ctx.entered(), graph.control_dependencies(None), graph.name_scope(ctx.frame_name + "/"):
+        merge = cf.merge([enter, enter], name="f_count")[0]
+        switch_false, switch_true = cf.switch(merge, ctx.pivot, name="f_count_switch")
+        current = identity(switch_true, name="f_count_body")
+        increment = add(current, 1, name="f_count_add")
+        merge.op._update_input(1, cf._next_iteration(increment))
+        count = cf._exit(switch_false, name="f_count_exit")
+    ctx.grad_state = (count, increment.op, current.op)
+    return ctx.grad_state
+
+
+class GradWhileContext(cf.WhileContext):
+    """The gradient loop of ``forward``: its forward values arrive through stacks."""
+
+    def __init__(self, graph, forward, frame_name):
+        super().__init__(graph, forward.outer, frame_name, forward.parallel_iterations, False)
+        self.forward = forward
+        self.pops = []
+        self._popped = {}
+
+    def add_value(self, tensor):
+        if self.is_internal(tensor) or not self.forward.is_internal(tensor):
+            return super().add_value(tensor)
+        if self.forward._is_invariant(tensor):
+            return super().add_value(tensor.op._inputs[0])
+        found = self._popped.get(tensor)
+        if found is None:
+            found = self._popped[tensor] = self._stack_value(tensor)
+        return found
+
+    def _stack_value(self, tensor):
+        """Push ``tensor`` in each forward iteration; pop it here, latest first."""
+        from asyncflow.ops.sources import constant
+        graph, forward = self.graph, self.forward
+        if tensor.op.type in cf.STRUCTURE_TYPES or tensor.op.type in ("Switch", "RefSwitch"):
+            raise LookupError(f"Gradient of while_loop '{forward.frame_name}': the backward "
+                              f"body reads {tensor.name}, which is not computed in the loop "
+                              "body; only body values can be saved for the gradient")
+        with graph._push(control_flow_context=forward.outer), graph.control_dependencies(None):
+            handle = make("StackV2", (constant(-1, name="stack_size"),),
+                          {"elem_type": tensor.dtype,
+                           "stack_name": f"{tensor.op.name}_{tensor.value_index}"},
+                          None, "stack")
+        with forward.entered(), graph.control_dependencies(None):
+            push = make_op("StackPushV2", (handle, tensor), None, None, "stack_push")
+        # Pushes keep iteration order: push i gates the count's increment, which gates the
+        # count of iteration i+1, which gates push i+1 (iterations may otherwise overlap).
+        forward.grad_state[1]._add_control_input(push)
+        push._add_control_input(forward.grad_state[2])
+        with self.entered(), graph.control_dependencies(None):
+            popped = make("StackPopV2", (handle,), {"elem_type": tensor.dtype}, None, "stack_pop")
+        popped.set_shape(tensor.shape)
+        self.pops.append(popped.op)
+        return popped
+
+
+def _while_grad(unit, *exit_grads):
+    """Gradients of the loop's inputs (loop variable inits, then float invariants)."""
+    from asyncflow.graph.gradients import gradients
+    from asyncflow.ops.math import add, greater, subtract
+    from asyncflow.ops.sources import zeros_like
+    from asyncflow.ops.while_loop import _build_loop
+    ctx = unit.ctx
+    graph = ctx.graph
+    if _enclosing_loop(ctx.outer) is not None:
+        raise LookupError(f"Gradient of while_loop '{ctx.frame_name}': loops nested in another "
+                          "while_loop are not differentiable yet")
+    count = _forward_counter(ctx)[0]
+    exits = ctx.loop_exits
+    floats = [k for k, tensor in enumerate(exits) if tensor.dtype.is_floating]
+    invariants = _float_invariants(ctx)
+    grads_in = [exit_grads[k] if exit_grads[k] is not None else zeros_like(exits[k])
+                for k in floats]
+    accumulators = [zeros_like(enter.op._inputs[0]) for enter in invariants]
+    body_vars = [ctx.body_vars[k] for k in floats]
+    body_outputs = [ctx.loop_merges[k].op._inputs[1].op._inputs[0] for k in floats]
+    n_vars = len(floats)
+
+    def grad_cond(step, *_):
+        return greater(step, 0)
+
+    def grad_body(step, *state):
+        next_step = subtract(step, 1)
+        grads, accs = list(state[:n_vars]), list(state[n_vars:])
+        found = gradients(body_outputs, body_vars + invariants, grad_ys=grads, name="body") \
+            if floats else [None] * len(invariants)
+        new_grads = [g if g is not None else zeros_like(old)
+                     for g, old in zip(found[:n_vars], grads)]
+        new_accs = [acc if g is None else add(acc, g)
+                    for g, acc in zip(found[n_vars:], accs)]
+        for pop in grad_ctx.pops:
+            next_step.op._add_control_input(pop)
+        return [next_step] + new_grads + new_accs
+
+    loop_vars = [count] + grads_in + accumulators
+    shapes = [count.shape] + [ctx.loop_merges[k].shape for k in floats] + \
+        [enter.shape for enter in invariants]
+    with graph.control_dependencies(None), graph._push(control_flow_context=ctx.outer), \
+            graph.name_scope("grad_loop") as scope:
+        grad_ctx = GradWhileContext(graph, ctx, scope.rstrip("/"))
+        results = _build_loop(grad_ctx, grad_cond, grad_body, loop_vars, loop_vars, shapes,
+                              grad_ctx.frame_name)
+    var_grads = dict(zip(floats, results[1:1 + n_vars]))
+    out = [var_grads.get(k) for k in range(len(exits))]
+    out += results[1 + n_vars:]
+    return out
+
+
+__all__ = ["LoopUnit", "register_unit", "GradWhileContext", "dtypes"]
