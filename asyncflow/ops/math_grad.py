@@ -1,0 +1,360 @@
+"""Gradients of the math family, beside the math ops (TF1's ``math_grad.py``).
+
+Broadcasting binary ops sum each input's gradient back to that input's shape. When static
+shapes decide along which axes an input was broadcast, plain ``Sum`` ops do it; when an
+unknown dim might have been 1, the ``SumToShape`` helper op finds the axes at run time from
+the input's dynamic shape. Reductions reshape the incoming gradient to the input's rank (1 at
+the reduced axes; statically when possible, else through the ``ReducedShape`` helper op) and
+broadcast it back. Every gradient is built from ordinary differentiable ops, so gradients of
+gradients work.
+
+Imported by ``ops/math.py`` (after its ops exist); it registers gradients only.
+"""
+from __future__ import annotations
+
+import builtins
+
+import numpy as np
+
+from asyncflow import dtypes
+from asyncflow.graph import not_differentiable, register_gradient, register_op
+from asyncflow.graph.shape import TensorShape
+from asyncflow.ops import array as _array
+from asyncflow.ops.construct import as_tensor, make, static_value
+from asyncflow.ops.math import (
+    _select_cond_shape, add, cast, cos, divide, equal, greater, greater_equal, less_equal, log, matmul, maximum, multiply, negative, pow, sign, sin, square, subtract, where,
+)
+
+
+# -- gradient helpers ---------------------------------------------------------------------------
+# Broadcasting gradients are summed back to each input's shape. When the static shapes decide
+# which axes were broadcast, plain Sum ops do it; otherwise (an unknown dim that might have been
+# 1) ``SumToShape`` finds the axes at run time from the input's dynamic shape.
+def _infer_sum_to_shape(op):
+    grad, target = op._inputs
+    if target.op.type == "Shape":
+        return [(grad.dtype, target.op._inputs[0].shape)]
+    value = static_value(target)
+    if value is not None:
+        return [(grad.dtype, TensorShape([int(d) for d in value.reshape(-1)]))]
+    n = target.shape[0] if target.shape.ndims == 1 else None
+    return [(grad.dtype, TensorShape(None if n is None else [None] * n))]
+
+
+register_op("SumToShape", infer=_infer_sum_to_shape)
+
+
+def _infer_reduced_shape(op):
+    return [(op._inputs[0].dtype, op._inputs[0].shape)]
+
+
+register_op("ReducedShape", infer=_infer_reduced_shape)
+not_differentiable("ReducedShape")
+
+
+def _shape_of(x):
+    """``x``'s shape as an int32 tensor: a constant when static, else a Shape op."""
+    if x.shape.is_fully_defined():
+        return as_tensor(np.asarray(x.shape.as_list(), dtype=np.int32).reshape(-1),
+                         dtype=dtypes.int32)
+    return _array.shape(x)
+
+
+def _static_sum_axes(x_shape, out_shape, other_shapes, core=0):
+    """(kept_axes, leading_axes) of ``out_shape`` to sum over to get ``x_shape``, or None.
+
+    None means only the run time knows: a dim of ``x`` is unknown while another operand's dim
+    at that place may be larger than 1, so ``x`` may have been broadcast there. The last
+    ``core`` dims are never reduced (MatMul's matrix dims).
+    """
+    if x_shape.ndims is None or out_shape.ndims is None or any(
+            s.ndims is None for s in other_shapes):
+        return None
+    rank = out_shape.ndims
+    lead = rank - x_shape.ndims
+    if lead < 0:
+        return None
+    kept = []
+    for i, x_dim in enumerate(x_shape.dims[:x_shape.ndims - core]):
+        j = lead + i
+        out_dim = out_shape.dims[j]
+        if x_dim == 1 and out_dim != 1:
+            kept.append(j)
+        elif x_dim is None and out_dim != 1:
+            for other in other_shapes:
+                k = j - (rank - other.ndims)
+                if k >= 0 and other.dims[k] != 1 and k < other.ndims - core:
+                    return None
+    return tuple(kept), tuple(builtins.range(lead))
+
+
+def _sum_to(grad, x, other_shapes, out_shape, core=0):
+    """Sum ``grad`` (shaped like the broadcast output) back to the shape of input ``x``."""
+    axes = _static_sum_axes(x.shape, out_shape, other_shapes, core)
+    if axes is None:
+        return make("SumToShape", (grad, _shape_of(x)), None, None, "SumToShape")
+    kept, leading = axes
+    if kept:
+        grad = make("Sum", (grad,), {"axis": kept, "keepdims": True}, None, "Sum")
+    if leading:
+        grad = make("Sum", (grad,), {"axis": leading, "keepdims": False}, None, "Sum")
+    return grad
+
+
+def _zeros_like(x):
+    return make("ZerosLike", (x,), {"dtype": None}, None, "zeros_like")
+
+
+def _ones_like(x):
+    return make("OnesLike", (x,), {"dtype": None}, None, "ones_like")
+
+
+def _binary_grads(op, grad_x, grad_y):
+    """Each input's gradient summed over the axes along which that input was broadcast."""
+    x, y = op._inputs
+    out_shape = op._outputs[0].shape
+    return [None if grad_x is None else _sum_to(grad_x, x, [y.shape], out_shape),
+            None if grad_y is None else _sum_to(grad_y, y, [x.shape], out_shape)]
+
+
+@register_gradient("SumToShape")
+def _sum_to_shape_grad(op, grad):
+    return [add(grad, _zeros_like(op._inputs[0])), None]
+
+
+# -- unary gradients ------------------------------------------------------------------------
+@register_gradient("Neg")
+def _neg_grad(op, grad):
+    return [negative(grad)]
+
+
+@register_gradient("Abs")
+def _abs_grad(op, grad):
+    return [multiply(grad, sign(op._inputs[0]))]
+
+
+@register_gradient("Square")
+def _square_grad(op, grad):
+    return [multiply(grad, multiply(op._inputs[0], 2))]
+
+
+@register_gradient("Sqrt")
+def _sqrt_grad(op, grad):
+    return [divide(multiply(grad, 0.5), op._outputs[0])]
+
+
+@register_gradient("Rsqrt")
+def _rsqrt_grad(op, grad):
+    y = op._outputs[0]
+    return [multiply(grad, multiply(multiply(square(y), y), -0.5))]
+
+
+@register_gradient("Exp")
+def _exp_grad(op, grad):
+    return [multiply(grad, op._outputs[0])]
+
+
+@register_gradient("Log")
+def _log_grad(op, grad):
+    return [divide(grad, op._inputs[0])]
+
+
+@register_gradient("Log1p")
+def _log1p_grad(op, grad):
+    return [divide(grad, add(op._inputs[0], 1))]
+
+
+@register_gradient("Tanh")
+def _tanh_grad(op, grad):
+    return [multiply(grad, subtract(1, square(op._outputs[0])))]
+
+
+@register_gradient("Sigmoid")
+def _sigmoid_grad(op, grad):
+    y = op._outputs[0]
+    return [multiply(grad, multiply(y, subtract(1, y)))]
+
+
+@register_gradient("Reciprocal")
+def _reciprocal_grad(op, grad):
+    return [negative(multiply(grad, square(op._outputs[0])))]
+
+
+@register_gradient("Sin")
+def _sin_grad(op, grad):
+    return [multiply(grad, cos(op._inputs[0]))]
+
+
+@register_gradient("Cos")
+def _cos_grad(op, grad):
+    return [negative(multiply(grad, sin(op._inputs[0])))]
+
+
+# -- binary gradients -----------------------------------------------------------------------
+@register_gradient("Add")
+def _add_grad(op, grad):
+    return _binary_grads(op, grad, grad)
+
+
+@register_gradient("Sub")
+def _sub_grad(op, grad):
+    return _binary_grads(op, grad, negative(grad))
+
+
+@register_gradient("Mul")
+def _mul_grad(op, grad):
+    x, y = op._inputs
+    return _binary_grads(op, multiply(grad, y), multiply(x, grad))
+
+
+@register_gradient("RealDiv")
+def _real_div_grad(op, grad):
+    x, y = op._inputs
+    grad_y = negative(multiply(grad, divide(divide(x, y), y)))
+    return _binary_grads(op, divide(grad, y), grad_y)
+
+
+@register_gradient("Pow")
+def _pow_grad(op, grad):
+    x, y = op._inputs
+    z = op._outputs[0]
+    grad_x = multiply(grad, multiply(y, pow(x, subtract(y, 1))))
+    positive = greater(x, 0)
+    # log(x) only where x > 0; elsewhere 0 (and no NaN for gradients of this gradient).
+    safe_log = where(positive, log(where(positive, x, _ones_like(x))), _zeros_like(x))
+    grad_y = multiply(grad, multiply(z, safe_log))
+    return _binary_grads(op, grad_x, grad_y)
+
+
+def _select_by(mask, grad):
+    zeros = _zeros_like(grad)
+    return where(mask, grad, zeros), where(mask, zeros, grad)
+
+
+@register_gradient("Maximum")
+def _maximum_grad(op, grad):
+    return _binary_grads(op, *_select_by(greater_equal(*op._inputs), grad))
+
+
+@register_gradient("Minimum")
+def _minimum_grad(op, grad):
+    return _binary_grads(op, *_select_by(less_equal(*op._inputs), grad))
+
+
+@register_gradient("SquaredDifference")
+def _squared_difference_grad(op, grad):
+    x, y = op._inputs
+    scaled = multiply(grad, multiply(subtract(x, y), 2))
+    return _binary_grads(op, scaled, negative(scaled))
+
+
+# -- matmul, add_n, cast, select ------------------------------------------------------------
+@register_gradient("MatMul")
+def _matmul_grad(op, grad):
+    a, b = op._inputs
+    ta, tb = op.get_attr("transpose_a"), op.get_attr("transpose_b")
+    if not ta and not tb:
+        grad_a, grad_b = matmul(grad, b, transpose_b=True), matmul(a, grad, transpose_a=True)
+    elif not ta and tb:
+        grad_a, grad_b = matmul(grad, b), matmul(grad, a, transpose_a=True)
+    elif ta and not tb:
+        grad_a, grad_b = matmul(b, grad, transpose_b=True), matmul(a, grad)
+    else:
+        grad_a = matmul(b, grad, transpose_a=True, transpose_b=True)
+        grad_b = matmul(grad, a, transpose_a=True, transpose_b=True)
+    if a.shape.ndims == 2 and b.shape.ndims == 2:
+        return [grad_a, grad_b]
+    # Batched: sum over the batch dims along which an operand was broadcast.
+    return [_sum_to(grad_a, a, [b.shape], grad_a.shape, core=2),
+            _sum_to(grad_b, b, [a.shape], grad_b.shape, core=2)]
+
+
+@register_gradient("AddN")
+def _add_n_grad(op, grad):
+    return [grad] * len(op._inputs)
+
+
+@register_gradient("Cast")
+def _cast_grad(op, grad):
+    source = op.get_attr("SrcT")
+    if source.is_floating and op.get_attr("DstT").is_floating:
+        return [cast(grad, source)]
+    return [None]
+
+
+@register_gradient("Select")
+def _select_grad(op, grad):
+    cond, x, y = op._inputs
+    out_shape = op._outputs[0].shape
+    cond_shape = _select_cond_shape(cond, x)
+    grad_x, grad_y = _select_by(cond, grad)
+    return [None, _sum_to(grad_x, x, [y.shape, cond_shape], out_shape),
+            _sum_to(grad_y, y, [x.shape, cond_shape], out_shape)]
+
+
+# -- reduction gradients --------------------------------------------------------------------
+def _kept(op, tensor):
+    """The reduction's output (or its gradient) reshaped with 1s at the reduced axes."""
+    if op.get_attr("keepdims"):
+        return tensor
+    x = op._inputs[0]
+    axes = op.get_attr("axis")
+    if x.shape.ndims is not None:
+        dims = [1 if axes is None or i in axes else d for i, d in enumerate(x.shape.dims)]
+        if dims.count(None) == 0 or (dims.count(None) == 1 and 0 not in dims):
+            return _array.reshape(tensor, [-1 if d is None else d for d in dims])
+    target = make("ReducedShape", (_array.shape(x),), {"axis": axes}, None, "ReducedShape")
+    return make("Reshape", (tensor, target), None, None, "Reshape")
+
+
+def _broadcast_like(tensor, x):
+    if x.shape.is_fully_defined() and tensor.shape == x.shape:
+        return tensor
+    return add(tensor, _zeros_like(x))
+
+
+@register_gradient("Sum")
+def _sum_grad(op, grad):
+    return [_broadcast_like(_kept(op, grad), op._inputs[0])]
+
+
+@register_gradient("Mean")
+def _mean_grad(op, grad):
+    x, y = op._inputs[0], op._outputs[0]
+    total, reduced = x.shape.num_elements(), y.shape.num_elements()
+    if total is not None and reduced is not None:
+        scale = multiply(grad, 1.0 / (total // builtins.max(reduced, 1)) if total else 0.0)
+    else:
+        count = divide(cast(_array.size(x), x.dtype),
+                       cast(maximum(_array.size(y), 1), x.dtype))
+        scale = divide(grad, count)
+    return [_broadcast_like(_kept(op, scale), x)]
+
+
+def _extreme_grad(op, grad):
+    """Max/Min: the gradient goes to the positions equal to the result, split among ties."""
+    x = op._inputs[0]
+    indicators = cast(equal(x, _kept(op, op._outputs[0])), x.dtype)
+    count = make("Sum", (indicators,), {"axis": op.get_attr("axis"), "keepdims": True},
+                 None, "Sum")
+    return [multiply(divide(indicators, count), _kept(op, grad))]
+
+
+register_gradient("Max")(_extreme_grad)
+register_gradient("Min")(_extreme_grad)
+
+
+@register_gradient("Prod")
+def _prod_grad(op, grad):
+    """d prod / d x_i is the product of the others; zeros are counted, never divided by."""
+    x = op._inputs[0]
+    axes = op.get_attr("axis")
+    is_zero = equal(x, 0)
+    zero_flags = cast(is_zero, x.dtype)
+    zeros_in_slice = make("Sum", (zero_flags,), {"axis": axes, "keepdims": True}, None, "Sum")
+    nonzero_x = where(is_zero, _ones_like(x), x)
+    nonzero_prod = make("Prod", (nonzero_x,), {"axis": axes, "keepdims": True}, None, "Prod")
+    others = where(is_zero, add(_zeros_like(x), nonzero_prod),
+                   divide(nonzero_prod, nonzero_x))
+    no_zero_among_others = equal(subtract(zeros_in_slice, zero_flags), 0)
+    return [multiply(_kept(op, grad), where(no_zero_among_others, others, _zeros_like(x)))]
