@@ -42,7 +42,7 @@ import trio
 from asyncflow import errors
 from asyncflow.kernels.control_flow import DEAD
 from asyncflow.runtime.plan import (
-    DROP, ENTER, EXIT, MERGE, NEXT_ITERATION, OFFLOAD_COST, SWITCH, runtime_cost,
+    DROP, ENTER, EXIT, MERGE, NORMAL, OFFLOAD_COST, SWITCH, runtime_cost,
 )
 
 _FIRED = -(1 << 40)  # a Merge's pending count once it has fired in an iteration
@@ -111,14 +111,17 @@ class FrameStatistics:
 def _tables(nodes):
     """Per node, flattened for the hot loop: where outputs are stored, data edges
     ``(output, consumer, position, consumer is Merge, consumer's initial pending)`` and
-    control edges ``(consumer, is Merge, initial pending)``."""
+    control edges ``(consumer, is Merge, initial pending)``; and whether a node may take the
+    inline fast path (an ordinary synchronous kernel reading no variable reference)."""
     stores = [tuple((slot, i) for i, slot in enumerate(n.outputs) if slot != DROP)
               for n in nodes]
     edges = [tuple((out, dst, pos, nodes[dst].kind == MERGE, nodes[dst].pending)
                    for out, dst, pos in n.out_edges) for n in nodes]
     controls = [tuple((dst, nodes[dst].kind == MERGE, nodes[dst].pending)
                       for dst in n.control_out) for n in nodes]
-    return stores, edges, controls
+    fast = [n.kind in (NORMAL, SWITCH) and not (n.is_async or n.offload or n.deref
+                                                or n.runs_on_dead) for n in nodes]
+    return stores, edges, controls, fast
 
 
 class _Propagator:
@@ -128,7 +131,7 @@ class _Propagator:
         self.nodes = plan.nodes
         if plan.frame_tables is None:
             plan.frame_tables = _tables(plan.nodes)
-        self.stores, self.edges, self.controls = plan.frame_tables
+        self.stores, self.edges, self.controls, _ = plan.frame_tables
         self.enter_counts = plan.enter_counts
         self.ready = ready
         self.stats = stats
@@ -350,6 +353,8 @@ async def run_frames(plan, feed_values, step, wrap_error, step_context):
     in_flight = 0
     failure = None
     propagate = propagator.propagate
+    activate, cleanup = propagator.activate, propagator.cleanup
+    fast = plan.frame_tables[3] if trace is None else [False] * len(nodes)
     start = 0
     async with trio.open_nursery() as nursery:
         while (ready or in_flight) and failure is None:
@@ -360,6 +365,26 @@ async def run_frames(plan, feed_values, step, wrap_error, step_context):
                 if dead and not node.runs_on_dead:
                     stats.nodes_dead += 1
                     propagate(node, frame, iteration, (DEAD,) * len(node.outputs), True)
+                    continue
+                if fast[index] and frame is not root:  # plain inline kernel in a loop frame
+                    values = iteration.values
+                    try:
+                        args = [values[slot] for slot in node.inputs]
+                    except KeyError:  # a fed tensor read inside a frame lives in the root
+                        args = [values[slot] if slot in values else root_values[slot]
+                                for slot in node.inputs]
+                    try:
+                        result = node.fn(node.ctx, *args)
+                    except (trio.Cancelled, KeyboardInterrupt):
+                        raise
+                    except BaseException as exc:
+                        failure = wrap_error(exc, node.op, device_name)
+                        break
+                    stats.nodes_run += 1
+                    activate(node, frame, iteration, result, False)
+                    iteration.outstanding -= 1
+                    if not iteration.outstanding:
+                        cleanup(frame, iteration.number)
                     continue
                 try:
                     if node.kind == MERGE:  # the Merge kernel, inlined: first live input
