@@ -189,14 +189,17 @@ def compile_plan(ops, feeds, fetches, device, resources):
             free_after[index].append(slot)
     for node, free in zip(nodes, free_after):
         node.free_after = tuple(free)
-    possibly_large = 0
+    # Two or more kernels known to be large could overlap on worker threads: that needs the
+    # ready-queue path. Unknown shapes (a [None, 64] batch) count as small: the fast path
+    # still sends a kernel whose actual inputs are large to a thread, one at a time.
+    known_large = 0
     for node in nodes:
         if node.offload:
             cost = _estimate_static_cost(node.op)
-            if cost is None or cost >= OFFLOAD_COST:
-                possibly_large += 1
+            if cost is not None and cost >= OFFLOAD_COST:
+                known_large += 1
     control_flow = any(n.op.op_def.control_flow for n in nodes)
-    static = not any(n.is_async for n in nodes) and not control_flow and possibly_large <= 1
+    static = not any(n.is_async for n in nodes) and not control_flow and known_large <= 1
     enter_counts = {}
     for node in nodes:
         if node.kind == ENTER:
