@@ -1,0 +1,22 @@
+"""Transport fixtures: a fake worker behind each transport."""
+
+from __future__ import annotations
+
+import pytest
+from transport_fakes import FakeWorker
+
+from transports.http import HttpChannel, open_http_server
+from transports.inprocess import InProcessChannel
+
+
+@pytest.fixture(params=["inprocess", "http"])
+async def worker_and_channel(request):
+    """(FakeWorker, channel to it) over each transport."""
+    worker = FakeWorker()
+    if request.param == "inprocess":
+        async with InProcessChannel(worker) as channel:
+            yield worker, channel
+        return
+    async with open_http_server(worker) as server:
+        async with HttpChannel(server.address) as channel:
+            yield worker, channel

@@ -1,0 +1,273 @@
+"""The worker service's messages: frozen dataclasses with explicit, typed fields.
+
+Each class is one message ``kind`` on the wire (see :data:`MESSAGE_TYPES`); :mod:`transports.wire`
+derives the payload schema from the annotations here, so a field's annotation *is* its wire
+contract. Plain fields may hold only msgpack-native values (dict/list/str/int/float/bool/None/
+bytes); tensors travel in the one ``list[TensorEntry]`` field a message may have. asyncflow
+converts its graph partitions and step state into these plain structures and back; nothing here
+knows about asyncflow.
+
+Request/reply pairs (the handler method in :mod:`transports.service` is named after the request):
+
+====================  ======================  ===========================================
+request               reply                   meaning
+====================  ======================  ===========================================
+RegisterGraph         RegisterGraphReply      install a graph partition, get its handle
+DeregisterGraph       Ack                     forget a partition
+RunGraph              RunGraphReply           run a partition for one step
+RecvTensors           RecvTensorsReply        receiver-initiated rendezvous fetch
+AbortStep             Ack                     fail a step everywhere, wake its waiters
+CleanupStep           Ack                     drop a finished step's state
+Health                HealthReply             liveness, incarnation, devices, stats
+Reset                 Ack                     clear resource containers
+(devices)             DevicesReply            device names of the worker
+====================  ======================  ===========================================
+
+Any request may instead be answered by :class:`ErrorReply`, which the client raises as
+:class:`RemoteCallError`.
+
+Ownership: arrays in a message belong to the message until it has been sent; a sender must not
+modify them meanwhile. Decoded messages always hold freshly allocated arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import numpy as np
+
+__all__ = [
+    "CANONICAL_CODES", "MESSAGE_TYPES", "Ack", "AbortStep", "CleanupStep", "DeregisterGraph",
+    "DevicesReply", "ErrorReply", "Health", "HealthReply", "Message", "RecvTensors",
+    "RecvTensorsReply", "RegisterGraph", "RegisterGraphReply", "RemoteCallError", "Reset",
+    "RunGraph", "RunGraphReply", "Status", "TensorEntry",
+]
+
+# TensorFlow's canonical status codes (without OK), by name.
+CANONICAL_CODES: Final = frozenset({
+    "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+    "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+    "UNAUTHENTICATED",
+})
+
+
+def _check_code(owner: str, code: str) -> None:
+    if code not in CANONICAL_CODES:
+        raise ValueError(f"{owner}: {code!r} is not a canonical status code name "
+                         f"({', '.join(sorted(CANONICAL_CODES))})")
+
+
+class RemoteCallError(Exception):
+    """A call failed on the remote side with a canonical status code.
+
+    Handlers raise it to answer with a specific code; clients receive it for every ErrorReply.
+
+    Args:
+        code: a name from :data:`CANONICAL_CODES`, e.g. ``"NOT_FOUND"``.
+        message: what went wrong, for people.
+
+    Raises:
+        ValueError: ``code`` is not a canonical code name.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        _check_code("RemoteCallError", code)
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """An error attached to one tensor (e.g. its rendezvous was aborted)."""
+
+    code: str
+    message: str
+
+    def __post_init__(self) -> None:
+        _check_code("Status", self.code)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TensorEntry:
+    """A named tensor: a rendezvous key or a feed/fetch name with its value.
+
+    ``value`` is a numpy array (an object array of bytes for strings) or None when there is no
+    value (e.g. a dead tensor, or an entry that only reports ``error``). Equality is by key, flags,
+    dtype (byte order aside), shape and *bitwise* contents (a NaN equals itself), as round trips need.
+    """
+
+    key: str
+    value: np.ndarray | None
+    is_dead: bool = False
+    error: Status | None = None
+
+    __hash__ = None  # arrays are mutable
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TensorEntry):
+            return NotImplemented
+        return ((self.key, self.is_dead, self.error) == (other.key, other.is_dead, other.error)
+                and _same_array(self.value, other.value))
+
+
+def _same_array(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    a, b = _native(a), _native(b)
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.dtype == object:
+        return a.tolist() == b.tolist()
+    return np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes()
+
+
+def _native(a: np.ndarray) -> np.ndarray:
+    return a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterGraph:
+    """Install a graph partition on a worker.
+
+    ``graph`` is asyncflow's plain encoding of the partition; ``options`` holds plain settings.
+    ``request_id`` (0 = untracked) lets a worker reject a replayed request.
+    """
+
+    graph: dict[str, Any]
+    session_handle: str
+    options: dict[str, Any] = field(default_factory=dict)
+    request_id: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterGraphReply:
+    graph_handle: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeregisterGraph:
+    graph_handle: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunGraph:
+    """Run a registered partition for one step.
+
+    ``timeout_ms`` is the run's own deadline (None: TF1 semantics, no deadline of its own);
+    ``trace`` asks for per-node timings in ``RunGraphReply.step_stats``.
+    """
+
+    graph_handle: str
+    step_id: int
+    feeds: list[TensorEntry]
+    fetch_keys: list[str]
+    timeout_ms: int | None = None
+    trace: bool = False
+    request_id: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RunGraphReply:
+    tensors: list[TensorEntry]
+    step_stats: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RecvTensors:
+    """Fetch rendezvous keys of a step; the worker answers once every key has been sent."""
+
+    step_id: int
+    keys: list[str]
+    request_id: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RecvTensorsReply:
+    """The tensors of a RecvTensors request, in the order of its keys."""
+
+    tensors: list[TensorEntry]
+
+
+@dataclass(frozen=True, slots=True)
+class AbortStep:
+    step_id: int
+    code: str
+    message: str
+
+    def __post_init__(self) -> None:
+        _check_code("AbortStep", self.code)
+
+
+@dataclass(frozen=True, slots=True)
+class CleanupStep:
+    step_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class HealthReply:
+    """``incarnation`` changes whenever the worker process restarts."""
+
+    incarnation: int
+    task: str
+    devices: list[str]
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Reset:
+    """Clear the named resource containers (None: all of them)."""
+
+    containers: list[str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DevicesReply:
+    devices: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """The reply to a request whose handler returns nothing."""
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorReply:
+    """A failed call: a canonical code name and a message."""
+
+    code: str
+    message: str
+
+    def __post_init__(self) -> None:
+        _check_code("ErrorReply", self.code)
+
+
+Message = (RegisterGraph | RegisterGraphReply | DeregisterGraph | RunGraph | RunGraphReply
+           | RecvTensors | RecvTensorsReply | AbortStep | CleanupStep | Health | HealthReply
+           | Reset | DevicesReply | Ack | ErrorReply)
+
+# The header's "kind" names: the one table from kind to class (and back) used by the codec.
+MESSAGE_TYPES: Final[dict[str, type]] = {
+    "register_graph": RegisterGraph,
+    "register_graph_reply": RegisterGraphReply,
+    "deregister_graph": DeregisterGraph,
+    "run_graph": RunGraph,
+    "run_graph_reply": RunGraphReply,
+    "recv_tensors": RecvTensors,
+    "recv_tensors_reply": RecvTensorsReply,
+    "abort_step": AbortStep,
+    "cleanup_step": CleanupStep,
+    "health": Health,
+    "health_reply": HealthReply,
+    "reset": Reset,
+    "devices_reply": DevicesReply,
+    "ack": Ack,
+    "error_reply": ErrorReply,
+}

@@ -1,0 +1,266 @@
+"""The worker service contract that every transport carries, and the client side they share.
+
+Theory of operation
+-------------------
+A worker implements :class:`WorkerServiceProtocol` in trio. A transport's server decodes a request,
+calls the handler method named in :data:`RPCS`, and encodes what it returns
+(:func:`reply_for_result`) or raises (:func:`error_reply_for`). A transport's client is a
+:class:`Channel`: the typed methods here encode the request, hand it to the subclass's
+``_exchange`` and turn the reply back into a result (:func:`result_for_reply`) or an exception.
+The in-process and HTTP transports differ only in ``_exchange``, which is what makes the
+conformance suite meaningful.
+
+:data:`RPCS` is the one table of calls: handler method, request and reply message classes, and the
+HTTP method and route. Path templates name request fields (``{step_id}``), so routing is derived
+from the table too.
+
+Errors a caller sees: :class:`~transports.messages.RemoteCallError` (the worker answered with a
+status code), :class:`TransportUnavailable` (no answer: refused, reset, peer died mid-body,
+channel closed) and :class:`TransportDeadlineExceeded` (the call's ``timeout`` expired). A trio
+cancel scope around a call cancels it the trio way, and cancels the handler on the worker too.
+
+This module must not know about asyncflow or HTTP libraries.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+import trio
+
+from transports.messages import (
+    AbortStep, Ack, CleanupStep, DeregisterGraph, DevicesReply, ErrorReply, Health, HealthReply,
+    Message, RecvTensors, RecvTensorsReply, RegisterGraph, RegisterGraphReply, RemoteCallError,
+    Reset, RunGraph, RunGraphReply,
+)
+from transports.wire import LocalProtocolError, RemoteProtocolError
+
+__all__ = [
+    "RPCS", "Channel", "Rpc", "TransportDeadlineExceeded", "TransportError",
+    "TransportUnavailable", "WorkerServiceProtocol", "error_reply_for", "reply_for_result",
+    "result_for_reply",
+]
+
+
+class TransportError(Exception):
+    """A call got no answer from the worker."""
+
+
+class TransportUnavailable(TransportError):
+    """The worker could not be reached or the connection broke (TF's UNAVAILABLE)."""
+
+
+class TransportDeadlineExceeded(TransportError):
+    """The call's timeout expired before the worker answered (TF's DEADLINE_EXCEEDED)."""
+
+
+class WorkerServiceProtocol(Protocol):
+    """What a worker implements; every method is called in trio.
+
+    Raise :class:`~transports.messages.RemoteCallError` to answer with a status code; any other
+    exception becomes ``INTERNAL`` with its message. A cancelled call (client gone, deadline,
+    server closing) sees ``trio.Cancelled``.
+    """
+
+    async def register_graph(self, request: RegisterGraph) -> RegisterGraphReply: ...
+    async def deregister_graph(self, request: DeregisterGraph) -> None: ...
+    async def run_graph(self, request: RunGraph) -> RunGraphReply: ...
+    async def recv_tensors(self, request: RecvTensors) -> RecvTensorsReply: ...
+    async def abort_step(self, request: AbortStep) -> None: ...
+    async def cleanup_step(self, request: CleanupStep) -> None: ...
+    async def health(self, request: Health) -> HealthReply: ...
+    async def reset(self, request: Reset) -> None: ...
+    async def devices(self) -> list[str]: ...
+    async def metrics_text(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Rpc:
+    """One call of the worker service.
+
+    Attributes:
+        method: the handler (and channel) method name.
+        request: the request message class, or None when the handler takes no argument.
+        reply: the reply message class on the wire (Ack when the handler returns None).
+        http_method: the HTTP verb; GET and DELETE carry no body (fields come from the path).
+        path: the route; ``{name}`` stands for the request field ``name``.
+    """
+
+    method: str
+    request: type | None
+    reply: type
+    http_method: str
+    path: str
+
+    @property
+    def has_body(self) -> bool:
+        return self.http_method not in ("GET", "DELETE")
+
+
+RPCS: Final[tuple[Rpc, ...]] = (
+    Rpc("register_graph", RegisterGraph, RegisterGraphReply, "POST", "/v1/graphs"),
+    Rpc("deregister_graph", DeregisterGraph, Ack, "DELETE", "/v1/graphs/{graph_handle}"),
+    Rpc("run_graph", RunGraph, RunGraphReply, "POST", "/v1/steps/{step_id}/run"),
+    Rpc("recv_tensors", RecvTensors, RecvTensorsReply, "POST", "/v1/steps/{step_id}/recv"),
+    Rpc("abort_step", AbortStep, Ack, "POST", "/v1/steps/{step_id}/abort"),
+    Rpc("cleanup_step", CleanupStep, Ack, "DELETE", "/v1/steps/{step_id}"),
+    Rpc("health", Health, HealthReply, "GET", "/v1/health"),
+    Rpc("reset", Reset, Ack, "POST", "/v1/reset"),
+    Rpc("devices", None, DevicesReply, "GET", "/v1/devices"),
+)
+_BY_METHOD: Final = {rpc.method: rpc for rpc in RPCS}
+METRICS_PATH: Final = "/metrics"  # Prometheus text; outside the message protocol
+
+
+def reply_for_result(rpc: Rpc, result: Any) -> Message:
+    """Wrap what a handler returned as the rpc's reply message.
+
+    Raises:
+        LocalProtocolError: the handler returned the wrong type.
+    """
+    if rpc.reply is Ack and result is None:
+        return Ack()
+    if rpc.reply is DevicesReply and isinstance(result, list):
+        return DevicesReply(result)
+    if isinstance(result, rpc.reply):
+        return result
+    expected = {Ack: "None", DevicesReply: "list[str]"}.get(rpc.reply, rpc.reply.__name__)
+    raise LocalProtocolError(f"handler {rpc.method} returned {type(result).__name__}, "
+                             f"expected {expected}")
+
+
+def result_for_reply(rpc: Rpc, reply: Message) -> Any:
+    """Unwrap a reply message into what the channel method returns.
+
+    Raises:
+        RemoteCallError: the reply is an ErrorReply.
+        RemoteProtocolError: the reply is of a kind that does not answer this rpc.
+    """
+    if isinstance(reply, ErrorReply):
+        raise RemoteCallError(reply.code, reply.message)
+    if not isinstance(reply, rpc.reply):
+        raise RemoteProtocolError(f"{rpc.method} was answered with {type(reply).__name__}, "
+                                  f"expected {rpc.reply.__name__}")
+    if isinstance(reply, Ack):
+        return None
+    if isinstance(reply, DevicesReply):
+        return reply.devices
+    return reply
+
+
+def error_reply_for(exc: BaseException) -> ErrorReply:
+    """The ErrorReply for an exception a handler raised.
+
+    RemoteCallError keeps its code; an exception group holding exactly one exception is judged by
+    that one; anything else is INTERNAL, naming the exception type and message.
+    """
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    if isinstance(exc, RemoteCallError):
+        return ErrorReply(exc.code, exc.message)
+    return ErrorReply("INTERNAL", f"{type(exc).__name__}: {exc}")
+
+
+class Channel:
+    """Client side of the worker service; subclasses implement ``_exchange``.
+
+    Every method takes ``timeout`` (seconds, None for none): on expiry the call is cancelled and
+    :class:`TransportDeadlineExceeded` raised. Enclosing trio deadlines apply as usual (they
+    raise ``trio.Cancelled``). Use as ``async with`` or call :meth:`aclose`.
+
+    Raises (every method):
+        RemoteCallError: the worker answered with an error code.
+        TransportUnavailable: no answer (see the module docstring), or the channel is closed.
+        TransportDeadlineExceeded: ``timeout`` expired.
+        RemoteProtocolError: the worker's answer was not a valid reply.
+        LocalProtocolError: the request cannot be encoded (wrong field types, dtypes, sizes).
+    """
+
+    address: str
+
+    def __init__(self) -> None:
+        self._closed = False
+        self._in_flight: set[trio.CancelScope] = set()
+
+    async def register_graph(self, request: RegisterGraph, *,
+                             timeout: float | None = None) -> RegisterGraphReply:
+        """Install a graph partition; returns its handle."""
+        return await self._call("register_graph", request, timeout)
+
+    async def deregister_graph(self, request: DeregisterGraph, *,
+                               timeout: float | None = None) -> None:
+        """Forget a graph partition."""
+        return await self._call("deregister_graph", request, timeout)
+
+    async def run_graph(self, request: RunGraph, *, timeout: float | None = None) -> RunGraphReply:
+        """Run a partition for one step; returns the fetched tensors."""
+        return await self._call("run_graph", request, timeout)
+
+    async def recv_tensors(self, request: RecvTensors, *,
+                           timeout: float | None = None) -> RecvTensorsReply:
+        """Fetch rendezvous keys; waits until the producer has sent every one."""
+        return await self._call("recv_tensors", request, timeout)
+
+    async def abort_step(self, request: AbortStep, *, timeout: float | None = None) -> None:
+        """Abort a step on the worker."""
+        return await self._call("abort_step", request, timeout)
+
+    async def cleanup_step(self, request: CleanupStep, *, timeout: float | None = None) -> None:
+        """Drop a step's state on the worker."""
+        return await self._call("cleanup_step", request, timeout)
+
+    async def health(self, request: Health | None = None, *,
+                     timeout: float | None = None) -> HealthReply:
+        """Ask the worker for its incarnation, task, devices and stats."""
+        return await self._call("health", Health() if request is None else request, timeout)
+
+    async def reset(self, request: Reset, *, timeout: float | None = None) -> None:
+        """Clear resource containers on the worker."""
+        return await self._call("reset", request, timeout)
+
+    async def devices(self, *, timeout: float | None = None) -> list[str]:
+        """The worker's device names."""
+        return await self._call("devices", None, timeout)
+
+    async def metrics_text(self, *, timeout: float | None = None) -> str:
+        """The worker's metrics in Prometheus text format."""
+        return await self._call("metrics_text", None, timeout)
+
+    async def aclose(self) -> None:
+        """Close the channel: calls in flight and later calls raise TransportUnavailable."""
+        self._closed = True
+        for scope in self._in_flight:
+            scope.cancel()
+
+    async def __aenter__(self) -> Channel:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def _call(self, method: str, request: Message | None, timeout: float | None) -> Any:
+        if self._closed:
+            raise TransportUnavailable(f"channel to {self.address} is closed")
+        deadline = math.inf if timeout is None else trio.current_time() + timeout
+        with trio.CancelScope(deadline=deadline) as scope:
+            self._in_flight.add(scope)
+            try:
+                if method == "metrics_text":
+                    return await self._exchange_metrics()
+                rpc = _BY_METHOD[method]
+                return result_for_reply(rpc, await self._exchange(rpc, request))
+            finally:
+                self._in_flight.discard(scope)
+        if self._closed:
+            raise TransportUnavailable(f"channel to {self.address} was closed during {method}")
+        raise TransportDeadlineExceeded(
+            f"{method} to {self.address} got no answer within {timeout} s")
+
+    async def _exchange(self, rpc: Rpc, request: Message | None) -> Message:
+        """Deliver ``request`` (None for rpcs without one) and return the decoded reply."""
+        raise NotImplementedError
+
+    async def _exchange_metrics(self) -> str:
+        raise NotImplementedError

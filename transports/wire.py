@@ -1,0 +1,542 @@
+"""Sans-IO codec for the worker protocol: one framing for every message, no sockets.
+
+Theory of operation
+-------------------
+Every message, in every direction and over every transport, is one *frame*::
+
+    offset 0        b"AFWF"                     magic
+    offset 4        u32 little-endian H         header length
+    offset 8        H bytes                     msgpack header map
+    then, per tensor that has raw bytes:
+                    zero padding up to the next multiple of 64 (counted from the frame start)
+                    nbytes raw little-endian element bytes, C order
+
+The header is ``{"version": 1, "kind": str, "payload": map, "tensors": [descriptor, ...]}``.
+``payload`` holds a message's plain fields (msgpack-native values only); ``tensors`` describes the
+entries of its one ``list[TensorEntry]`` field, in order. A descriptor is ``{"key", "dtype",
+"shape", "nbytes", "dead", "error", "strings"}``: ``dtype`` is a name from :data:`WIRE_DTYPES` or
+``None`` for an entry without a value; string tensors carry their items in ``strings`` (a list of
+bin) and have no raw segment; empty tensors have none either. Offsets are implied by the order, so a
+receiver knows where each array starts as soon as it has the header.
+
+Zero copies: :func:`encode` returns the header and *views* of the arrays (only non-contiguous or
+big-endian arrays are converted). :class:`Decoder` validates the whole header -- schema, dtype
+allowlist, shapes, byte counts and size :class:`Limits` -- before it allocates anything, then
+``np.empty``-allocates every array and copies incoming bytes straight into them. A socket reader
+can even skip that copy: :meth:`Decoder.get_buffer` lends it the destination array's memory to
+``recv_into`` (the ``asyncio.BufferedProtocol`` shape).
+
+The decoder follows h11: :meth:`Decoder.receive_data` takes bytes (``b""`` = end of stream) and
+:meth:`Decoder.next_event` returns a message, :data:`NEED_DATA` or :data:`CLOSED`. It consumes
+input eagerly (so callers may reuse their buffers) and queues results; a protocol violation is
+raised by ``next_event`` once the messages completed before it were handed out, and every later
+call raises it again. Bytes after a frame start the next frame, so trailing junk surfaces as a
+:class:`RemoteProtocolError` after the good message.
+
+Messages are frozen dataclasses. :data:`MESSAGE_TYPES` maps each header ``kind`` to its class; the
+payload schema (field names, types, required fields, the tensor field) is derived from the class
+annotations, so adding a message means adding a dataclass and a table row. Payload values are
+type-checked in both directions; the codec never uses ``ext_hook``, ``object_hook`` or pickle.
+
+This module must not know about asyncflow, trio or HTTP.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Final
+
+import msgpack
+import numpy as np
+
+from transports.messages import *  # noqa: F403 -- the message classes are part of this API
+from transports.messages import CANONICAL_CODES, Message, Status, TensorEntry
+from transports.messages import __all__ as _message_names
+from transports.schema import (
+    ALIGNMENT, DEFAULT_LIMITS, DESCRIPTOR_KEYS, FORMAT_VERSION, HEADER_KEYS, MAGIC,
+    MAX_SHAPE_PRODUCT, PREFIX, SCHEMA_BY_CLASS, SCHEMAS, STRING_DTYPE, WIRE_DTYPES, WIRE_NAMES,
+    FrameTooLarge, Limits, LocalProtocolError, RemoteProtocolError, Schema, WireError, check_depth,
+    describe_hint,
+)
+
+__all__ = [
+    "ALIGNMENT", "CLOSED", "DEFAULT_LIMITS", "FORMAT_VERSION", "MAGIC", "NEED_DATA", "STRING_DTYPE",
+    "WIRE_DTYPES", "Decoder", "FrameTooLarge", "Limits", "LocalProtocolError",
+    "RemoteProtocolError", "WireError", "decode", "encode", "frame_size", *_message_names,
+]
+
+_ZEROS = bytes(ALIGNMENT)
+_SCRATCH_BYTES = 64 * 1024
+_COALESCE_BYTES = 64 * 1024  # headers smaller than this share one buffer with the prefix
+
+
+class _Sentinel:
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __repr__(self) -> str:
+        return self._name
+
+
+NEED_DATA: Final = _Sentinel("NEED_DATA")
+"""``next_event`` result: no complete frame yet; feed more bytes."""
+CLOSED: Final = _Sentinel("CLOSED")
+"""``next_event`` result: the stream ended cleanly at a frame boundary."""
+
+
+# ----------------------------------------------------------------------------- encoding
+
+
+def encode(message: Message, limits: Limits = DEFAULT_LIMITS) -> list[bytes | memoryview]:
+    """Turn a message into the buffers of one frame, to be written in order.
+
+    Tensor bytes are not copied: the result holds views of the arrays, which the caller must not
+    modify until the buffers are written. Non-contiguous arrays are made contiguous and big-endian
+    ones converted to little-endian first (those two cases copy).
+
+    Args:
+        message: an instance of a class in :data:`MESSAGE_TYPES`.
+        limits: the receiver's limits; a frame that would exceed them is refused here.
+
+    Returns:
+        Buffers (``bytes`` or byte-format ``memoryview``) whose concatenation is the frame.
+
+    Raises:
+        LocalProtocolError: unknown message type, a field of the wrong type, a payload value that
+            is not msgpack-native, a dtype outside :data:`WIRE_DTYPES`, or a frame over ``limits``.
+    """
+    schema = SCHEMA_BY_CLASS.get(type(message))
+    if schema is None:
+        raise LocalProtocolError(f"{type(message).__name__} is not a wire message type")
+    payload = {}
+    for f in schema.plain:
+        value = getattr(message, f.name)
+        if not f.check(value):
+            raise LocalProtocolError(f"{schema.cls.__name__}.{f.name} must be "
+                                     f"{describe_hint(f.hint)}, got {value!r:.80}")
+        payload[f.name] = value
+    entries = getattr(message, schema.tensor_field) if schema.tensor_field else []
+    if not isinstance(entries, list) or not all(isinstance(e, TensorEntry) for e in entries):
+        raise LocalProtocolError(
+            f"{schema.cls.__name__}.{schema.tensor_field} must be a list of TensorEntry")
+    if len(entries) > limits.max_tensors:
+        raise LocalProtocolError(f"{len(entries)} tensors exceed the limit of {limits.max_tensors}")
+    descriptors, segments = [], []
+    for entry in entries:
+        descriptor, segment = _describe_entry(entry, limits)
+        descriptors.append(descriptor)
+        if segment is not None:
+            segments.append(segment)
+    if sum(len(s) for s in segments) > limits.max_body_bytes:
+        raise LocalProtocolError(f"{schema.kind} carries more than {limits.max_body_bytes} "
+                                 "tensor bytes")
+    header = {"version": FORMAT_VERSION, "kind": schema.kind, "payload": payload,
+              "tensors": descriptors}
+    try:
+        packed = msgpack.packb(header, use_bin_type=True, datetime=False)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise LocalProtocolError(f"{schema.kind} payload is not plain msgpack data "
+                                 f"(dict/list/str/int/float/bool/None/bytes): {exc}") from exc
+    if len(packed) > limits.max_header_bytes:
+        raise LocalProtocolError(f"{schema.kind} header is {len(packed)} bytes, over the limit "
+                                 f"of {limits.max_header_bytes}")
+    prefix = PREFIX.pack(MAGIC, len(packed))
+    buffers: list[bytes | memoryview] = (
+        [prefix + packed] if len(packed) < _COALESCE_BYTES else [prefix, packed])
+    offset = len(prefix) + len(packed)
+    for segment in segments:
+        pad = -offset % ALIGNMENT
+        if pad:
+            buffers.append(_ZEROS[:pad])
+        buffers.append(segment)
+        offset += pad + len(segment)
+    return buffers
+
+
+def _describe_entry(entry: TensorEntry, limits: Limits) -> tuple[dict, memoryview | None]:
+    if not isinstance(entry.key, str) or not isinstance(entry.is_dead, bool):
+        raise LocalProtocolError(f"TensorEntry key must be str and is_dead bool: {entry!r:.120}")
+    if entry.error is not None and not isinstance(entry.error, Status):
+        raise LocalProtocolError(f"TensorEntry {entry.key!r}: error must be a Status")
+    descriptor = {"key": entry.key, "dtype": None, "shape": None, "nbytes": 0,
+                  "dead": entry.is_dead, "strings": None,
+                  "error": None if entry.error is None else
+                  {"code": entry.error.code, "message": entry.error.message}}
+    value = entry.value
+    if value is None:
+        return descriptor, None
+    if isinstance(value, np.generic):
+        value = np.asarray(value)
+    if not isinstance(value, np.ndarray):
+        raise LocalProtocolError(f"tensor {entry.key!r}: value must be a numpy array or None, "
+                                 f"got {type(value).__name__}")
+    if value.ndim > limits.max_rank:
+        raise LocalProtocolError(f"tensor {entry.key!r} has rank {value.ndim}, over the limit "
+                                 f"of {limits.max_rank}")
+    descriptor["shape"] = list(value.shape)
+    if value.dtype == object:
+        strings = value.ravel().tolist()
+        for item in strings:
+            if not isinstance(item, bytes):
+                raise LocalProtocolError(f"string tensor {entry.key!r} holds a "
+                                         f"{type(item).__name__}; only bytes items can be sent")
+        descriptor.update(dtype=STRING_DTYPE, strings=[bytes(s) for s in strings])
+        return descriptor, None
+    name = WIRE_NAMES.get(value.dtype)
+    if name is None:
+        raise LocalProtocolError(
+            f"tensor {entry.key!r} has dtype {value.dtype}, which the wire does not carry; "
+            f"allowed: {', '.join([*WIRE_DTYPES, STRING_DTYPE])}")
+    if value.nbytes > limits.max_tensor_bytes:
+        raise LocalProtocolError(f"tensor {entry.key!r} is {value.nbytes} bytes, over the limit "
+                                 f"of {limits.max_tensor_bytes}")
+    value = np.ascontiguousarray(value, dtype=WIRE_DTYPES[name])
+    descriptor.update(dtype=name, nbytes=value.nbytes)
+    if value.nbytes == 0:
+        return descriptor, None
+    return descriptor, memoryview(value.reshape(-1).view(np.uint8))
+
+
+def frame_size(buffers: list[bytes | memoryview]) -> int:
+    """Total byte length of the buffers returned by :func:`encode`."""
+    return sum(len(b) for b in buffers)
+
+
+# ----------------------------------------------------------------------------- decoding
+
+
+def decode(buffer: bytes | bytearray | memoryview, limits: Limits = DEFAULT_LIMITS) -> Message:
+    """Decode a buffer that holds exactly one frame.
+
+    Args:
+        buffer: the whole frame.
+        limits: bounds checked before anything is allocated.
+
+    Returns:
+        The message, with freshly allocated arrays (the buffer is not referenced).
+
+    Raises:
+        RemoteProtocolError: the bytes are not exactly one valid frame (FrameTooLarge for limits).
+    """
+    if not memoryview(buffer).nbytes:
+        raise RemoteProtocolError("empty buffer: expected one frame")
+    decoder = Decoder(limits)
+    decoder.receive_data(buffer)
+    decoder.receive_data(b"")
+    message = decoder.next_event()
+    try:
+        rest = decoder.next_event()
+    except RemoteProtocolError as exc:
+        raise RemoteProtocolError(f"bytes after the frame: {exc}") from exc
+    if rest is not CLOSED:
+        raise RemoteProtocolError("buffer holds more than one frame")
+    return message
+
+
+@dataclass(slots=True)
+class _PendingFrame:
+    """A frame whose header is parsed and whose arrays are allocated but not yet filled."""
+
+    schema: Schema
+    payload: dict
+    entries: list[TensorEntry]
+    segments: deque  # of [padding still to skip, destination view, bytes filled]
+
+    def build(self) -> Message:
+        fields = dict(self.payload)
+        if self.schema.tensor_field:
+            fields[self.schema.tensor_field] = self.entries
+        try:
+            return self.schema.cls(**fields)
+        except (TypeError, ValueError) as exc:
+            raise RemoteProtocolError(f"invalid {self.schema.kind} message: {exc}") from exc
+
+
+class Decoder:
+    """Incremental decoder for a stream of frames (see the module docstring).
+
+    Args:
+        limits: bounds checked against every header before allocating.
+    """
+
+    def __init__(self, limits: Limits = DEFAULT_LIMITS) -> None:
+        self._limits = limits
+        self._events: deque[Message] = deque()
+        self._error: RemoteProtocolError | None = None
+        self._eof = False
+        self._head = bytearray()  # prefix, then header bytes of the current frame
+        self._header_len: int | None = None
+        self._frame: _PendingFrame | None = None
+        self._frame_bytes = 0  # bytes of the current frame seen so far
+        self._scratch: memoryview | None = None  # allocated by the first get_buffer
+        self._lent: memoryview | None = None
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        """Feed bytes from the peer; ``b""`` means the stream ended.
+
+        The bytes are consumed before this returns (tensor bytes land in their arrays), so the
+        caller may reuse ``data``.
+
+        Raises:
+            LocalProtocolError: data after end of stream.
+        """
+        if self._eof:
+            raise LocalProtocolError("receive_data called after end of stream")
+        if self._error is not None:
+            return
+        view = memoryview(data).cast("B")
+        if not view:
+            self._eof = True
+            if self._frame_bytes:
+                self._error = RemoteProtocolError(
+                    f"stream ended {self._frame_bytes} bytes into a frame{self._expected()}")
+            return
+        try:
+            self._consume(view)
+        except RemoteProtocolError as exc:
+            self._error = exc
+
+    def next_event(self) -> Message | _Sentinel:
+        """Return the next complete message, :data:`NEED_DATA` or :data:`CLOSED`.
+
+        Raises:
+            RemoteProtocolError: the stream broke the protocol (after earlier messages were
+                returned); raised again on every later call.
+        """
+        if self._events:
+            return self._events.popleft()
+        if self._error is not None:
+            raise self._error
+        return CLOSED if self._eof else NEED_DATA
+
+    def get_buffer(self) -> memoryview:
+        """Lend a writable buffer to ``recv_into``; report the count with :meth:`buffer_updated`.
+
+        While an array is being received this is the array's own memory (no copy at all).
+        """
+        if self._eof or self._error is not None:
+            raise LocalProtocolError("get_buffer called after end of stream or a protocol error")
+        segment = self._frame.segments[0] if self._frame and self._frame.segments else None
+        if segment is not None and segment[0] == 0:
+            self._lent = segment[1][segment[2]:]
+        else:
+            if self._scratch is None:
+                self._scratch = memoryview(bytearray(_SCRATCH_BYTES))
+            self._lent = self._scratch
+        return self._lent
+
+    def buffer_updated(self, nbytes: int) -> None:
+        """Account for ``nbytes`` written into the buffer from :meth:`get_buffer`.
+
+        Raises:
+            LocalProtocolError: no buffer is lent, or ``nbytes`` exceeds it.
+        """
+        lent, self._lent = self._lent, None
+        if lent is None or not 0 <= nbytes <= len(lent):
+            raise LocalProtocolError("buffer_updated without a matching get_buffer")
+        if not nbytes:  # end of stream is receive_data(b""), never an empty read
+            return
+        if lent is self._scratch:
+            self.receive_data(lent[:nbytes])
+        else:
+            self._frame.segments[0][2] += nbytes
+            self._frame_bytes += nbytes
+            try:
+                self._advance_segments()
+            except RemoteProtocolError as exc:
+                self._error = exc
+
+    # -- state machine -------------------------------------------------------------------------
+
+    def _expected(self) -> str:
+        if self._frame is None:
+            return ""
+        remaining = sum(s[0] + len(s[1]) - s[2] for s in self._frame.segments)
+        return f" ({remaining} more bytes were announced)"
+
+    def _consume(self, view: memoryview) -> None:
+        pos = 0
+        while pos < len(view):
+            if self._frame is None:
+                pos = self._take_head(view, pos)
+                continue
+            padding, dest, filled = self._frame.segments[0]
+            if padding:
+                take = min(padding, len(view) - pos)
+                if view[pos:pos + take] != _ZEROS[:take]:
+                    raise RemoteProtocolError("non-zero alignment padding before a tensor")
+                self._frame.segments[0][0] -= take
+            else:
+                take = min(len(dest) - filled, len(view) - pos)
+                dest[filled:filled + take] = view[pos:pos + take]
+                self._frame.segments[0][2] += take
+            pos += take
+            self._frame_bytes += take
+            self._advance_segments()
+
+    def _advance_segments(self) -> None:
+        segments = self._frame.segments
+        while segments and segments[0][0] == 0 and segments[0][2] == len(segments[0][1]):
+            segments.popleft()
+        if not segments:
+            frame, self._frame, self._frame_bytes = self._frame, None, 0
+            self._events.append(frame.build())
+
+    def _take_head(self, view: memoryview, pos: int) -> int:
+        want = PREFIX.size if self._header_len is None else PREFIX.size + self._header_len
+        take = min(want - len(self._head), len(view) - pos)
+        self._head += view[pos:pos + take]
+        self._frame_bytes += take
+        if self._header_len is None:
+            if not MAGIC.startswith(bytes(self._head[:len(MAGIC)])):
+                raise RemoteProtocolError(f"bad magic {bytes(self._head[:4])!r}: not an "
+                                          f"asyncflow frame (expected {MAGIC!r})")
+            if len(self._head) == PREFIX.size:
+                _, self._header_len = PREFIX.unpack(self._head)
+                if self._header_len > self._limits.max_header_bytes:
+                    raise FrameTooLarge(f"header of {self._header_len} bytes exceeds the limit "
+                                        f"of {self._limits.max_header_bytes}")
+                if self._header_len == 0:
+                    raise RemoteProtocolError("empty header")
+        elif len(self._head) == want:
+            self._start_frame(memoryview(self._head)[PREFIX.size:])
+            self._head, self._header_len = bytearray(), None
+        return pos + take
+
+    def _start_frame(self, header_bytes: memoryview) -> None:
+        header = self._unpack_header(header_bytes)
+        schema = SCHEMAS[header["kind"]]
+        payload = self._check_payload(schema, header["payload"])
+        descriptors = header["tensors"]
+        if descriptors and schema.tensor_field is None:
+            raise RemoteProtocolError(f"{schema.kind} carries no tensors, got {len(descriptors)}")
+        if len(descriptors) > self._limits.max_tensors:
+            raise FrameTooLarge(f"{len(descriptors)} tensors exceed the limit of "
+                                f"{self._limits.max_tensors}")
+        plans = [self._check_descriptor(i, d) for i, d in enumerate(descriptors)]
+        total = sum(nbytes for _, _, nbytes in plans)
+        if total > self._limits.max_body_bytes:
+            raise FrameTooLarge(f"tensors total {total} bytes, over the limit of "
+                                f"{self._limits.max_body_bytes}")
+        # Everything is validated: only now allocate.
+        entries, segments, offset = [], deque(), PREFIX.size + len(header_bytes)
+        for descriptor, dtype, nbytes in plans:
+            value = _allocate(descriptor, dtype)
+            if nbytes:
+                pad = -offset % ALIGNMENT
+                segments.append([pad, memoryview(value.reshape(-1).view(np.uint8)), 0])
+                offset += pad + nbytes
+            error = descriptor["error"]
+            entries.append(TensorEntry(
+                descriptor["key"], value, descriptor["dead"],
+                None if error is None else Status(error["code"], error["message"])))
+        self._frame = _PendingFrame(schema, payload, entries, segments)
+        self._advance_segments()
+
+    def _unpack_header(self, header_bytes: memoryview) -> dict:
+        size = len(header_bytes)
+        try:
+            header = msgpack.unpackb(
+                header_bytes, raw=False, strict_map_key=True, use_list=True, max_str_len=size,
+                max_bin_len=size, max_array_len=size, max_map_len=size, max_ext_len=0)
+        except (ValueError, TypeError, msgpack.UnpackException) as exc:
+            raise RemoteProtocolError(f"header is not valid msgpack: {exc}") from exc
+        if not isinstance(header, dict) or set(header) != HEADER_KEYS:
+            keys = sorted(map(str, header)) if isinstance(header, dict) else type(header).__name__
+            raise RemoteProtocolError(f"header must be a map with keys {sorted(HEADER_KEYS)}, "
+                                      f"got {keys}")
+        if header["version"] != FORMAT_VERSION:
+            raise RemoteProtocolError(f"unsupported wire format version {header['version']!r} "
+                                      f"(this side speaks {FORMAT_VERSION})")
+        if not isinstance(header["kind"], str) or header["kind"] not in SCHEMAS:
+            raise RemoteProtocolError(f"unknown message kind {header['kind']!r:.80}")
+        if not isinstance(header["payload"], dict) or not isinstance(header["tensors"], list):
+            raise RemoteProtocolError("header payload must be a map and tensors a list")
+        # Descriptors are checked field by field; only payload values can nest freely.
+        check_depth(header["payload"], self._limits.max_depth)
+        return header
+
+    @staticmethod
+    def _check_payload(schema: Schema, payload: dict) -> dict:
+        names = {f.name for f in schema.plain}
+        unknown = set(payload) - names
+        missing = schema.required - set(payload)
+        if unknown or missing:
+            raise RemoteProtocolError(
+                f"{schema.kind} payload: unknown fields {sorted(map(str, unknown))}, "
+                f"missing fields {sorted(missing)}")
+        for f in schema.plain:
+            if f.name in payload and not f.check(payload[f.name]):
+                raise RemoteProtocolError(f"{schema.kind}.{f.name} must be "
+                                          f"{describe_hint(f.hint)}, got {payload[f.name]!r:.80}")
+        return payload
+
+    def _check_descriptor(self, index: int, d: Any) -> tuple[dict, np.dtype | None, int]:
+        """Validate one descriptor; return it with the dtype to allocate and its raw bytes."""
+        where = f"tensor #{index}"
+        if not isinstance(d, dict) or set(d) != DESCRIPTOR_KEYS:
+            raise RemoteProtocolError(f"{where}: descriptor must be a map with keys "
+                                      f"{sorted(DESCRIPTOR_KEYS)}")
+        key, dtype, shape, nbytes, strings = (d["key"], d["dtype"], d["shape"], d["nbytes"],
+                                              d["strings"])
+        if not isinstance(key, str) or not isinstance(d["dead"], bool):
+            raise RemoteProtocolError(f"{where}: key must be str and dead bool")
+        where = f"tensor {key!r:.80}"
+        error = d["error"]
+        if error is not None and not (
+                isinstance(error, dict) and set(error) == {"code", "message"}
+                and isinstance(error["code"], str) and error["code"] in CANONICAL_CODES
+                and isinstance(error["message"], str)):
+            raise RemoteProtocolError(f"{where}: error must be {{code: canonical code name, "
+                                      f"message: str}}, got {error!r:.80}")
+        if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes < 0:
+            raise RemoteProtocolError(f"{where}: nbytes must be a non-negative int")
+        if dtype is None:
+            if shape is not None or nbytes or strings is not None:
+                raise RemoteProtocolError(f"{where}: an entry without dtype has no shape or data")
+            return d, None, 0
+        self._check_shape(where, shape)
+        count = math.prod(shape)
+        if dtype == STRING_DTYPE:
+            if nbytes or not isinstance(strings, list) or len(strings) != count or not all(
+                    isinstance(s, bytes) for s in strings):
+                raise RemoteProtocolError(f"{where}: a string tensor of shape {shape} needs "
+                                          f"{count} bin items in 'strings' and nbytes 0")
+            return d, np.dtype(object), 0
+        wire = WIRE_DTYPES.get(dtype) if isinstance(dtype, str) else None
+        if wire is None:
+            raise RemoteProtocolError(f"{where}: dtype {dtype!r:.40} is not allowed; allowed: "
+                                      f"{', '.join([*WIRE_DTYPES, STRING_DTYPE])}")
+        if strings is not None or count * wire.itemsize != nbytes:
+            raise RemoteProtocolError(f"{where}: shape {shape} of {dtype} needs "
+                                      f"{count * wire.itemsize} bytes, header says {nbytes}")
+        if nbytes > self._limits.max_tensor_bytes:
+            raise FrameTooLarge(f"{where} is {nbytes} bytes, over the limit of "
+                                f"{self._limits.max_tensor_bytes}")
+        return d, wire, nbytes
+
+    def _check_shape(self, where: str, shape: Any) -> None:
+        if not isinstance(shape, list) or len(shape) > self._limits.max_rank or not all(
+                isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape):
+            raise RemoteProtocolError(f"{where}: shape must be a list of at most "
+                                      f"{self._limits.max_rank} non-negative ints, got {shape!r:.80}")
+        # numpy must be able to make the shape even when a zero dimension empties it.
+        if math.prod(n for n in shape if n) > MAX_SHAPE_PRODUCT:
+            raise RemoteProtocolError(f"{where}: shape {shape} has more than "
+                                      f"{MAX_SHAPE_PRODUCT} elements per non-empty slice")
+
+
+def _allocate(descriptor: dict, dtype: np.dtype | None) -> np.ndarray | None:
+    """The (unfilled) array of a validated descriptor; string tensors come filled."""
+    if dtype is None:
+        return None
+    if dtype == object:
+        value = np.empty(len(descriptor["strings"]), dtype=object)
+        value[:] = descriptor["strings"]
+        return value.reshape(descriptor["shape"])
+    return np.empty(descriptor["shape"], dtype=dtype)
+
