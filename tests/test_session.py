@@ -202,3 +202,11 @@ async def test_string_tensors(graph):
     async with af.Session() as sess:
         assert list(await sess.run(s)) == [b"a", b"b"]
         assert list(await sess.run(af.identity(p), {p: ["x", b"y"]})) == [b"x", b"y"]
+
+
+async def test_fetching_tensors_merged_by_cse(graph):
+    x = af.placeholder(af.float32, [])
+    a = x + 1.0
+    b = x + 1.0
+    async with af.Session() as sess:
+        assert await sess.run([a, b, a], {x: 1.0}) == [2.0, 2.0, 2.0]

@@ -177,7 +177,9 @@ async def run_partitions(graph, compiled, feed_values, step):
         except errors.OpError as exc:
             _original_op(exc, graph)
             raise
-        return await _fetch_to_host(plans[0], values)
+        host = await _fetch_to_host(plans[0], values)
+        # CSE may have merged fetches: the routes map each requested fetch to its value.
+        return [host[position] for _, position in compiled.fetch_routes]
     if step.rendezvous is None:
         step.rendezvous = LocalRendezvous()
     rendezvous = step.rendezvous
