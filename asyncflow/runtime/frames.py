@@ -41,11 +41,15 @@ import trio
 
 from asyncflow import errors
 from asyncflow.kernels.control_flow import DEAD
+from asyncflow.runtime import compiled_loops
 from asyncflow.runtime.plan import (
     DROP, ENTER, EXIT, MERGE, NORMAL, OFFLOAD_COST, SWITCH, runtime_cost,
 )
 
 _FIRED = -(1 << 40)  # a Merge's pending count once it has fired in an iteration
+# Run simple loop frames with compiled_loops' straight-line runner (tests switch it off to
+# exercise the dynamic path on the same graphs).
+COMPILE_LOOPS = True
 
 
 def frame_id(parent_id, parent_iteration, frame_name):
@@ -71,7 +75,7 @@ class _Iteration:
 class _Frame:
     __slots__ = ("frame_id", "name", "parent", "parent_iteration", "max_parallel",
                  "iterations", "iteration_count", "outstanding_iterations", "pending_enters",
-                 "next_iter_roots", "invariants", "dead_exits")
+                 "next_iter_roots", "invariants", "dead_exits", "runner", "arrived")
 
     def __init__(self, frame_id_, name, parent, parent_iteration, max_parallel, pending_enters):
         self.frame_id = frame_id_
@@ -86,6 +90,8 @@ class _Frame:
         self.next_iter_roots = []
         self.invariants = []
         self.dead_exits = []
+        self.runner = None   # a compiled_loops.LoopRunner when the frame is simple
+        self.arrived = []    # Enters held for the runner: (node, outputs, dead)
 
 
 class FrameStatistics:
@@ -121,17 +127,18 @@ def _tables(nodes):
                       for dst in n.control_out) for n in nodes]
     fast = [n.kind in (NORMAL, SWITCH) and not (n.is_async or n.offload or n.deref
                                                 or n.runs_on_dead) for n in nodes]
-    return stores, edges, controls, fast
+    return stores, edges, controls, fast, compiled_loops.build_runners(nodes, fast)
 
 
 class _Propagator:
     """Frame and iteration bookkeeping: activation, deadness, iteration and frame ends."""
 
-    def __init__(self, plan, ready, stats):
+    def __init__(self, plan, ready, stats, wrap):
         self.nodes = plan.nodes
         if plan.frame_tables is None:
             plan.frame_tables = _tables(plan.nodes)
-        self.stores, self.edges, self.controls, _ = plan.frame_tables
+        self.stores, self.edges, self.controls, _, self.runners = plan.frame_tables
+        self.wrap = wrap
         self.enter_counts = plan.enter_counts
         self.ready = ready
         self.stats = stats
@@ -228,18 +235,48 @@ class _Propagator:
                            iteration, max(1, int(attrs.get("parallel_iterations", 10))),
                            self.enter_counts.get(name, 1))
             iteration.frames[name] = child
+            child.runner = self.runners.get(name) if COMPILE_LOOPS else None
             self.stats.frames_created += 1
             self.stats.iterations_created += 1
             self._count_live(1)
-        if attrs.get("is_constant"):
+        child.pending_enters -= 1
+        if child.runner is not None:
+            child.arrived.append((node, outputs, node_dead))
+            if child.pending_enters == 0:
+                self._run_compiled(child)
+            return
+        self._deliver_enter(child, node, outputs, node_dead)
+        if child.pending_enters == 0:
+            self.cleanup(child, 0)
+
+    def _deliver_enter(self, child, node, outputs, node_dead):
+        if node.ctx.attrs.get("is_constant"):
             child.invariants.append((node, outputs, node_dead))
             for live in list(child.iterations.values()):
                 self.activate(node, child, live, outputs, node_dead)
         else:
             self.activate(node, child, child.iterations[0], outputs, node_dead)
-        child.pending_enters -= 1
-        if child.pending_enters == 0:
+
+    def _run_compiled(self, child):
+        """All Enters arrived: run a simple frame inline, or replay them dynamically."""
+        arrived, child.arrived = child.arrived, []
+        if any(dead for _, _, dead in arrived):  # a loop on an untaken branch: go dynamic
+            child.runner = None
+            for node, outputs, node_dead in arrived:
+                self._deliver_enter(child, node, outputs, node_dead)
             self.cleanup(child, 0)
+            return
+        entered = {node.index: outputs[0] for node, outputs, _ in arrived}
+        exits, iterations = child.runner.run(entered, self.wrap)
+        stats = self.stats
+        stats.iterations_created += iterations
+        stats.nodes_run += child.runner.iteration_nodes * iterations
+        parent, parent_iteration = child.parent, child.parent_iteration
+        del child.iterations[0]
+        self._count_live(-1)
+        del parent_iteration.frames[child.name]
+        for node, value in exits:
+            self.activate(node, parent, parent_iteration, (value,), False)
 
     def _next_iteration(self, node, frame, iteration, outputs):
         if iteration.number == frame.iteration_count:
@@ -344,11 +381,12 @@ async def run_frames(plan, feed_values, step, wrap_error, step_context):
     fetched = plan.fetched
     ready = []
     stats = FrameStatistics()
-    propagator = _Propagator(plan, ready, stats)
+    device_name = plan.device.name
+    propagator = _Propagator(plan, ready, stats,
+                             lambda exc, node: wrap_error(exc, node.op, device_name))
     for index in plan.roots:
         propagator.push(index, root, root_iteration, False)
     trace = step.trace
-    device_name = plan.device.name
     report_send, report_receive = trio.open_memory_channel(math.inf)
     in_flight = 0
     failure = None
@@ -403,14 +441,15 @@ async def run_frames(plan, feed_values, step, wrap_error, step_context):
                         if trace is not None:
                             start = _now_us()
                         result = node.fn(node.ctx, *args)
+                    stats.nodes_run += 1
+                    # An Enter completing a simple frame runs the whole loop here.
+                    propagate(node, frame, iteration, result,
+                              dead or (node.runs_on_dead and _all_dead(result)))
                 except (trio.Cancelled, KeyboardInterrupt):
                     raise
                 except BaseException as exc:
                     failure = wrap_error(exc, node.op, device_name)
                     break
-                stats.nodes_run += 1
-                propagate(node, frame, iteration, result,
-                          dead or (node.runs_on_dead and _all_dead(result)))
                 if trace is not None:
                     trace.append(_stats_record(node, device_name, start))
             if in_flight and failure is None:

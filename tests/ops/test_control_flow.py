@@ -10,6 +10,14 @@ from asyncflow import errors
 from asyncflow.ops import control_flow as cf
 
 
+@pytest.fixture(autouse=True, params=["compiled", "dynamic"])
+def loop_mode(request, monkeypatch):
+    """Run every test twice: simple loops on the straight-line runner, and all dynamically."""
+    from asyncflow.runtime import frames
+    monkeypatch.setattr(frames, "COMPILE_LOOPS", request.param == "compiled")
+    return request.param
+
+
 async def run(fetches, feed_dict=None, graph=None):
     async with af.Session(graph=graph or af.get_default_graph()) as sess:
         return await sess.run(fetches, feed_dict)
@@ -273,7 +281,7 @@ async def test_ten_thousand_iterations_keep_memory_flat():
         assert peak < 1_000_000
 
 
-async def test_frame_statistics_show_the_window_bound():
+async def test_frame_statistics_show_the_window_bound(loop_mode):
     from asyncflow.runtime import executor
     with af.Graph().as_default() as graph:
         x = af.while_loop(lambda i: i < 50, lambda i: i + 1, [af.constant(0)],
@@ -286,6 +294,8 @@ async def test_frame_statistics_show_the_window_bound():
     assert stats.iterations_created == 51  # iterations 0..50 of the loop (the last one exits)
     assert stats.frames_created == 1
     assert stats.max_live_iterations <= 1 + 3  # the root's, plus the window
+    if loop_mode == "compiled":
+        assert stats.max_live_iterations == 2  # one iteration at a time, in place
 
 
 # -- gradients ----------------------------------------------------------------------------
