@@ -29,6 +29,7 @@ import trio
 from asyncflow import errors
 from asyncflow.graph import GraphKeys
 from asyncflow.graph.graph import get_default_graph
+from asyncflow.runtime.options import RunMetadata
 
 _CLOSED_TYPES = (errors.OutOfRangeError, errors.CancelledError, errors.AbortedError)
 
@@ -137,17 +138,26 @@ class QueueRunner:
     def name(self):
         return self.queue.name
 
-    def start(self, sess, coord, nursery):
-        """Start one task per enqueue op in ``nursery``."""
+    def start(self, sess, coord, nursery, options=None, on_metadata=None):
+        """Start one task per enqueue op in ``nursery``.
+
+        Args:
+            options: RunOptions for every enqueue run (e.g. FULL_TRACE), or None.
+            on_metadata: called with each run's RunMetadata (for timelines), or None.
+        """
         self._runs_left = len(self.enqueue_ops)
         for op in self.enqueue_ops:
-            nursery.start_soon(self._run, sess, coord, op, name=f"QueueRunner {self.name}")
+            nursery.start_soon(self._run, sess, coord, op, options, on_metadata,
+                               name=f"QueueRunner {self.name}")
 
-    async def _run(self, sess, coord, enqueue_op):
+    async def _run(self, sess, coord, enqueue_op, options, on_metadata):
         with coord._task():
             try:
                 while not coord.should_stop():
-                    await sess.run(enqueue_op)
+                    metadata = RunMetadata() if on_metadata is not None else None
+                    await sess.run(enqueue_op, options=options, run_metadata=metadata)
+                    if metadata is not None:
+                        on_metadata(metadata)
             except self.queue_closed_exception_types:
                 self._runs_left -= 1
                 if self._runs_left == 0 and not sess.closed:
@@ -171,13 +181,15 @@ def add_queue_runner(qr, collection=GraphKeys.QUEUE_RUNNERS):
 
 
 @contextlib.asynccontextmanager
-async def start_queue_runners(sess, coord=None, collection=GraphKeys.QUEUE_RUNNERS):
+async def start_queue_runners(sess, coord=None, collection=GraphKeys.QUEUE_RUNNERS,
+                              options=None, on_metadata=None):
     """Run every queue runner of ``sess.graph``'s ``collection`` as tasks while the block runs.
 
     Args:
         sess: an open Session.
         coord: a Coordinator (a new one when None); the block receives it.
         collection: the collection holding the QueueRunners.
+        options, on_metadata: passed to every runner run (see ``QueueRunner.start``).
 
     Yields:
         The Coordinator.
@@ -189,7 +201,8 @@ async def start_queue_runners(sess, coord=None, collection=GraphKeys.QUEUE_RUNNE
     runners = list((sess.graph or get_default_graph()).get_collection(collection))
     runner_scope = trio.CancelScope()
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(_run_runners, sess, coord, runners, runner_scope)
+        nursery.start_soon(_run_runners, sess, coord, runners, runner_scope, options,
+                           on_metadata)
         nursery.start_soon(_stop_watch, sess, coord, runners, runner_scope, nursery.cancel_scope)
         try:
             yield coord
@@ -200,11 +213,11 @@ async def start_queue_runners(sess, coord=None, collection=GraphKeys.QUEUE_RUNNE
     coord.raise_requested_exception()
 
 
-async def _run_runners(sess, coord, runners, scope):
+async def _run_runners(sess, coord, runners, scope, options, on_metadata):
     with coord._task(), scope:
         async with trio.open_nursery() as nursery:
             for runner in runners:
-                runner.start(sess, coord, nursery)
+                runner.start(sess, coord, nursery, options, on_metadata)
 
 
 async def _stop_watch(sess, coord, runners, runner_scope, body_scope):
