@@ -5,9 +5,10 @@
 
 - A request is a dict ``{input_tensor: rows}`` whose arrays share a leading (batch)
   dimension; different requests may carry different numbers of rows.
-- The serving task takes the first waiting request, then keeps taking requests until the
-  batch holds ``max_batch_size`` rows or ``max_wait_ms`` has passed since that first request,
-  concatenates each input along axis 0, runs the step once, splits every fetched output back
+- The serving task takes the first waiting request, then every request already queued
+  (without yielding), and waits for more only while the queue is empty, until the batch
+  holds ``max_batch_size`` rows or ``max_wait_ms`` has passed since that first request
+  (``max_wait_ms=0`` batches what is queued and never waits); it then concatenates each input along axis 0, runs the step once, splits every fetched output back
   by row counts, and hands each caller its own rows, in its own order.
 - A failed step fails every request of that batch with the step's error (one ``OpError``);
   a caller that is cancelled while waiting simply stops waiting: its rows may still be
@@ -145,15 +146,21 @@ class Batcher:
         rows = first.rows
         deadline = trio.current_time() + self._max_wait
         while rows < self._max_rows:
-            with trio.move_on_at(deadline):
-                request = await self._receive.receive()
-                if rows + request.rows > self._max_rows:
-                    self._pending = request
-                    break
-                batch.append(request)
-                rows += request.rows
-                continue
-            break
+            # Requests already queued join at once (even past the deadline, or with
+            # max_wait_ms=0); only an empty queue waits, and only until the deadline.
+            request = None
+            try:
+                request = self._receive.receive_nowait()
+            except trio.WouldBlock:
+                with trio.move_on_at(deadline):
+                    request = await self._receive.receive()
+            if request is None:
+                break
+            if rows + request.rows > self._max_rows:
+                self._pending = request
+                break
+            batch.append(request)
+            rows += request.rows
 
     async def _run_batch(self, batch):
         feeds = {tensor: np.concatenate([r.feeds[i] for r in batch], axis=0)

@@ -81,3 +81,26 @@ async def test_stopping_fails_waiting_requests(autojump_clock):
                 async with batcher:
                     await trio.sleep(0.1)  # the request waits for company
             assert len(errors_seen) == 1
+
+
+async def test_queued_requests_join_without_waiting(autojump_clock):
+    # max_wait_ms=0 must still batch what is already queued (it only means "don't wait"),
+    # and queued requests join without the serving task yielding once per request.
+    with af.Graph().as_default():
+        x, y, _ = model()
+        async with af.Session() as sess:
+            async with Batcher(sess, [x], y, max_batch_size=8, max_wait_ms=0) as batcher:
+                results = [None] * 20
+
+                async def call(i):
+                    results[i] = await batcher.run({x: np.full((1, 3), i, np.float32)})
+                start = trio.current_time()
+                async with trio.open_nursery() as nursery:
+                    for i in range(20):
+                        nursery.start_soon(call, i)
+                stats = batcher.statistics()
+        assert trio.current_time() == start  # nothing waited on the clock
+        assert stats.batches == 3 and stats.largest_batch == 8  # 8 + 8 + 4 rows
+        w = np.arange(6, dtype=np.float32).reshape(3, 2)
+        for i, out in enumerate(results):
+            np.testing.assert_allclose(out, np.full((1, 3), i, np.float32) @ w)
