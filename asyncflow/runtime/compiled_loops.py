@@ -25,6 +25,8 @@ import numpy as np
 from asyncflow.runtime.plan import DROP, ENTER, EXIT, MERGE, NEXT_ITERATION, NORMAL, SWITCH
 
 _ZERO, _ONE = np.int32(0), np.int32(1)
+# A Const node inside a simple loop gives the same value in every iteration (its only input
+# is the pivot's control edge), so the runner evaluates it once per run of the loop.
 
 
 class LoopRunner:
@@ -39,6 +41,7 @@ class LoopRunner:
         self.body_part = body_part
         self.iteration_nodes = iteration_nodes
         self.invariants = []            # (slot, constant Enter node index)
+        self.constants = []             # Const steps, the same in every iteration: run once
 
     def run(self, entered, wrap):
         """Run the loop from ``entered`` ({Enter node index: value}).
@@ -52,6 +55,7 @@ class LoopRunner:
         values = {}
         for slot, index in self.invariants:
             values[slot] = entered[index]
+        _run_part(self.constants, values, wrap)
         current = [entered[enter] for _, _, enter, _ in self.merges]
         iterations = 0
         merges, cond_part, body_part = self.merges, self.cond_part, self.body_part
@@ -158,18 +162,30 @@ def _build(nodes, simple, enters):
         elif node.kind not in (NEXT_ITERATION,) and not (node.kind == NORMAL and simple[index]):
             return None
     body = _downstream(nodes, members, body_roots)
-    cond_part, body_part = [], []
+    cond_part, body_part, constants = [], [], []
     for index in sorted(members):
         node = nodes[index]
         if node.kind != NORMAL:
             continue
-        step = (node.fn, node.ctx, node.inputs, node.outputs, node)
-        (body_part if index in body else cond_part).append(step)
+        step = (node.fn, node.ctx, node.inputs, _kept(node.outputs), node)
+        if node.op.type == "Const" and not node.inputs:
+            constants.append(step)
+        else:
+            (body_part if index in body else cond_part).append(step)
     runner = LoopRunner(merges, switches, exits, pivot_slot, cond_part, body_part,
-                        len(cond_part) + len(body_part) + 2 * len(merges))
+                        len(cond_part) + len(body_part) + len(constants) + 2 * len(merges))
+    runner.constants = constants
     runner.invariants = [(slot, index) for slot, index in enter_slots.items()
                          if nodes[index].ctx.attrs.get("is_constant")]
     return runner
+
+
+def _kept(outputs):
+    """Output slots, with dropped outputs written to a throwaway key."""
+    return tuple(slot if slot != DROP else _DISCARD for slot in outputs)
+
+
+_DISCARD = "discard"
 
 
 def _merge_entry(nodes, merge, enter_slots):

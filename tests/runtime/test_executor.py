@@ -91,10 +91,10 @@ def test_simple_loop_compiles_to_cond_and_body_parts():
     plan = compile_for([result])
     tables = frames._tables(plan.nodes)
     runner = tables[4]["while"]
-    assert [step[4].op.name for step in runner.cond_part] == [
-        "while/Const", "while/Less", "while/LoopCond"]
-    assert [step[4].op.name for step in runner.body_part] == [
-        "while/Identity", "while/Const_1", "while/add"]
+    assert [step[4].op.name for step in runner.cond_part] == ["while/Less", "while/LoopCond"]
+    assert [step[4].op.name for step in runner.body_part] == ["while/Identity", "while/add"]
+    # Constants give the same value in every iteration: evaluated once per run.
+    assert [step[4].op.name for step in runner.constants] == ["while/Const", "while/Const_1"]
     assert [node.op.name for node, _ in runner.exits] == ["while/Exit"]
 
 
