@@ -20,3 +20,8 @@ from asyncflow.train.input import (  # noqa: F401  (input pipelines)
 from asyncflow.train.queue_runner import (  # noqa: F401  (queue runners)
     Coordinator, QueueRunner, add_queue_runner, start_queue_runners,
 )
+from asyncflow.train.monitored_session import (  # noqa: F401  (training loop: hooks, recovery)
+    CheckpointSaverHook, LoggingTensorHook, MonitoredSessionStatistics, MonitoredTrainingSession,
+    NanLossDuringTrainingError, NanTensorHook, Scaffold, SecondOrStepTimer, SessionRunArgs,
+    SessionRunContext, SessionRunHook, SessionRunValues, StepCounterHook, StopAtStepHook,
+)
