@@ -6,6 +6,11 @@ offers ``ctx.xp`` (numpy or cupy), ``ctx.attrs`` (the op's attrs), ``ctx.name``/
 ``ctx.resources``. Async kernels (``is_async=True``) may also use ``ctx.step`` (the running
 step's rendezvous and cancellation) and are awaited; everything else runs inline.
 
+An async kernel may have a synchronous twin registered with ``register_nowait``: the
+executor tries it inline first and starts the async kernel only when the twin returns
+``WOULD_BLOCK`` (trio's ``*_nowait`` pattern), so a Recv whose value already arrived costs no
+task.
+
 ``offload=True`` marks kernels that may run on a worker thread when their inputs are large;
 the executor decides, the kernel does not know.
 
@@ -18,6 +23,7 @@ import sys
 from typing import Callable
 
 ANY = "ANY"
+WOULD_BLOCK = object()  # returned by a nowait twin that would have to wait
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -28,6 +34,7 @@ class KernelDef:
     is_async: bool = False
     offload: bool = False
     where: str = ""
+    nowait: Callable | None = None
     runs_on_dead: bool = False
 
 
@@ -54,6 +61,24 @@ def register_kernel(op_type, device=ANY, *, is_async=False, offload=False, runs_
                            f"{_KERNELS[key].where} and at {where}")
         _KERNELS[key] = KernelDef(op_type, device, fn, is_async=is_async, offload=offload,
                                   where=where, runs_on_dead=runs_on_dead)
+        return fn
+    return decorate
+
+
+def register_nowait(op_type, device=ANY):
+    """Decorator: the synchronous twin of an async kernel, tried inline first.
+
+    It returns the outputs, or ``WOULD_BLOCK`` when the async kernel has to run instead.
+
+    Raises:
+        KeyError: if ``op_type`` has no async kernel on ``device`` yet.
+    """
+    def decorate(fn):
+        key = (op_type, device)
+        kernel = _KERNELS.get(key)
+        if kernel is None or not kernel.is_async:
+            raise KeyError(f"register_nowait({op_type!r}): no async kernel registered on {device}")
+        _KERNELS[key] = dataclasses.replace(kernel, nowait=fn)
         return fn
     return decorate
 

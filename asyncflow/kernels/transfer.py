@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from asyncflow.kernels.registry import register_kernel
+from asyncflow.kernels.registry import WOULD_BLOCK, register_kernel, register_nowait
 
 ROOT_FRAME_ITER = "0:0"
 
@@ -61,22 +61,44 @@ async def _send(ctx, value):
             value = await device.to_host(value)
         else:
             await device.synchronize()
-    mode = attrs.get("compress") or ""
+    _deposit(ctx, value)
+    return ()
+
+
+def _deposit(ctx, value):
+    mode = ctx.attrs.get("compress") or ""
     if mode and getattr(value, "dtype", None) == np.float32:
         xp = np if isinstance(value, np.ndarray) else ctx.xp
         value = compress_bfloat16(xp, value, mode)
-    ctx.step.rendezvous.send(rendezvous_key(attrs, _frame_iter(ctx)), value)
-    return ()
+    ctx.step.rendezvous.send(rendezvous_key(ctx.attrs, _frame_iter(ctx)), value)
 
 
 @register_kernel("_Recv", is_async=True)
 async def _recv(ctx):
-    attrs = ctx.attrs
-    value, _is_dead = await ctx.step.rendezvous.recv(rendezvous_key(attrs, _frame_iter(ctx)))
-    if attrs.get("compress") and ctx.output_dtypes[0] == np.float32 \
+    value, _is_dead = await ctx.step.rendezvous.recv(rendezvous_key(ctx.attrs, _frame_iter(ctx)))
+    return _received(ctx, value)
+
+
+def _received(ctx, value):
+    if ctx.attrs.get("compress") and ctx.output_dtypes[0] == np.float32 \
             and getattr(value, "dtype", None) == np.uint16:
         xp = np if isinstance(value, np.ndarray) else ctx.xp
         value = decompress_bfloat16(xp, value)
     if ctx.device.kind != "CPU":
         value = ctx.to_device(value)
     return (value,)
+
+
+@register_nowait("_Recv")
+def _recv_nowait(ctx):
+    poll = getattr(ctx.step.rendezvous, "poll", None)
+    item = poll(rendezvous_key(ctx.attrs, _frame_iter(ctx))) if poll is not None else None
+    return WOULD_BLOCK if item is None else _received(ctx, item[0])
+
+
+@register_nowait("_Send")
+def _send_nowait(ctx, value):
+    if ctx.device.kind != "CPU":
+        return WOULD_BLOCK  # the value must first leave the device's stream (awaited)
+    _deposit(ctx, value)
+    return ()

@@ -30,6 +30,7 @@ import time
 import trio
 
 from asyncflow import errors
+from asyncflow.kernels.registry import WOULD_BLOCK
 from asyncflow.runtime.plan import OFFLOAD_COST, runtime_cost
 from asyncflow.runtime.schedule import compile_schedule
 from asyncflow.runtime import frames as _frames
@@ -217,11 +218,18 @@ async def _run_ready_queue(plan, slots, step):
                 try:
                     for position in node.deref:
                         args[position] = args[position].read()
-                    if node.is_async or (node.offload and runtime_cost(node, args) >= OFFLOAD_COST):
+                    start = _now_us() if trace is not None else 0
+                    if node.is_async:
+                        result = WOULD_BLOCK if node.nowait is None else \
+                            node.nowait(StepContext(node.ctx, step), *args)
+                        if result is WOULD_BLOCK:
+                            nursery.start_soon(_run_waiting, node, args, step, report_send)
+                            continue
+                    elif node.offload and runtime_cost(node, args) >= OFFLOAD_COST:
                         nursery.start_soon(_run_waiting, node, args, step, report_send)
                         continue
-                    start = _now_us() if trace is not None else 0
-                    result = node.fn(node.ctx, *args)
+                    else:
+                        result = node.fn(node.ctx, *args)
                 except (trio.Cancelled, KeyboardInterrupt):
                     raise
                 except BaseException as exc:

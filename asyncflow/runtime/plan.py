@@ -58,6 +58,7 @@ class NodePlan:
     control_out: tuple = ()     # consumers through control edges
     num_inputs: int = 0         # data inputs (Merge readiness)
     runs_on_dead: bool = False  # Send/Recv: run even when an input is dead
+    nowait: object = None       # an async kernel's synchronous twin, tried inline first
 
 
 @dataclasses.dataclass(slots=True)
@@ -151,7 +152,8 @@ def compile_plan(ops, feeds, fetches, device, resources):
                         tuple(deref), tuple(outputs), is_async=kernel.is_async,
                         offload=kernel.offload, kind=_KINDS.get(op.type, NORMAL),
                         num_inputs=len(inputs),
-                        runs_on_dead=getattr(kernel, "runs_on_dead", False))
+                        runs_on_dead=getattr(kernel, "runs_on_dead", False),
+                        nowait=kernel.nowait)
         nodes.append(node)
         node_of[op] = node
     consumers = [[] for _ in nodes]

@@ -105,6 +105,13 @@ class LocalRendezvous:
         self._recvs += 1
         return item
 
+    def poll(self, key):
+        """``(value, is_dead)`` if sent, else None (raises the step's error after ``abort``)."""
+        try:
+            return self.recv_nowait(key)
+        except trio.WouldBlock:
+            return None
+
     async def recv(self, key):
         """Wait for the value sent under ``key``; returns ``(value, is_dead)``.
 
