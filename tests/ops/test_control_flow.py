@@ -361,3 +361,23 @@ def test_gradient_of_a_nested_loop_names_the_loop():
         y = af.while_loop(lambda i, v: i < 2, body, (af.constant(0), x))[1]
         with pytest.raises(LookupError, match="inner"):
             af.gradients(y, [x])
+
+
+async def test_control_flow_split_across_devices_is_refused_clearly():
+    with af.Graph().as_default():
+        with af.device("/cpu:0"):
+            x = af.constant(2.0)
+
+        def body(i, v):
+            with af.device("/cpu:1"):
+                w = v * x
+            return i + 1, w
+        with af.device("/cpu:0"):
+            _, y = af.while_loop(lambda i, v: i < 3, body, (af.constant(0), af.constant(1.0)))
+        config = af.SessionConfig(device_count={"CPU": 2})
+        async with af.Session(config=config) as sess:
+            with pytest.raises(errors.UnimplementedError, match="across devices"):
+                await sess.run(y)
+        # The same loop on one device runs.
+        async with af.Session() as sess:
+            assert await sess.run(y) == 8.0
