@@ -25,3 +25,4 @@ from asyncflow.train.monitored_session import (  # noqa: F401  (training loop: h
     NanLossDuringTrainingError, NanTensorHook, Scaffold, SecondOrStepTimer, SessionRunArgs,
     SessionRunContext, SessionRunHook, SessionRunValues, StepCounterHook, StopAtStepHook,
 )
+from asyncflow.train.device_setter import replica_device_setter  # noqa: F401
