@@ -1,0 +1,72 @@
+"""How asyncflow reaches a worker address: HTTP, or an in-process service for tests.
+
+An address ``host:port`` is an HTTP worker (``transports.http.HttpChannel``, with the shared
+token of ``ASYNCFLOW_TOKEN`` when set). The host ``inprocess`` (``inprocess:7``) names a
+worker service living in this process (``af.Server`` with such an address registers itself
+here instead of binding a socket): the same protocol and codec through
+``transports.inprocess.InProcessChannel``, so one test suite runs over both transports.
+"""
+from __future__ import annotations
+
+import os
+
+from transports.inprocess import InProcessChannel
+from transports.service import TransportUnavailable
+
+TOKEN_ENV = "ASYNCFLOW_TOKEN"
+INPROCESS_HOST = "inprocess"
+_services = {}
+
+
+def is_inprocess(address):
+    return address.rpartition(":")[0] == INPROCESS_HOST
+
+
+def register_inprocess(address, service):
+    """Make ``service`` reachable at ``address`` (``inprocess:N``) in this process.
+
+    Raises:
+        OSError: if another service holds the address (like a port in use).
+    """
+    if address in _services:
+        raise OSError(f"in-process address {address} is already in use")
+    _services[address] = service
+
+
+def unregister_inprocess(address, service):
+    if _services.get(address) is service:
+        del _services[address]
+
+
+class _InProcess(InProcessChannel):
+    """Looks the service up per call, so a stopped (or restarted) worker behaves as over HTTP."""
+
+    def __init__(self, address):
+        super().__init__(None, address=address)
+
+    async def _exchange(self, rpc, request):
+        self._handler = _services.get(self.address)
+        if self._handler is None:
+            raise TransportUnavailable(f"no worker at {self.address} (connection refused)")
+        return await super()._exchange(rpc, request)
+
+    async def _exchange_metrics(self):
+        self._handler = _services.get(self.address)
+        if self._handler is None:
+            raise TransportUnavailable(f"no worker at {self.address} (connection refused)")
+        return await super()._exchange_metrics()
+
+
+def connect(address, token=None, connect_timeout=5.0):
+    """A transports Channel to the worker at ``address``.
+
+    Args:
+        address: ``host:port``, or ``inprocess:N``.
+        token: the shared secret (default: ``ASYNCFLOW_TOKEN`` from the environment).
+        connect_timeout: seconds to establish a connection.
+    """
+    if is_inprocess(address):
+        return _InProcess(address)
+    from transports.http import HttpChannel
+    token = token if token is not None else (os.environ.get(TOKEN_ENV) or None)
+    return HttpChannel(address, token=token, connect_timeout=connect_timeout)

@@ -1,0 +1,517 @@
+"""The master: compiles a run for a cluster and drives each step on the workers.
+
+Theory of operation (reference §6; DESIGN.md "Distribution"):
+- **Open.** Health of every task in the cluster (in parallel, under the connect timeout):
+  its incarnation, its device names (the placer's candidates) and its task name, which must
+  agree with the ClusterSpec.
+- **Compile** (once per signature and set of incarnations): prune, place over every device of
+  the cluster, partition per device (crossing edges become Send/Recv; keys carry the sending
+  worker's incarnation), then group the partitions by task. Each task gets one graph_def of
+  its nodes, where client feeds become placeholders ``_feed_<i>``, plus the names to feed and
+  fetch, every task's address (``peers``, for pulls) and the *batchable* Send tensor names:
+  Sends that wait on no Recv, so a batched pull of them cannot deadlock.
+- **Register** lazily before the first step, per task and incarnation.
+- **Step.** A fresh random step id; RunGraph on every involved task at once; client feeds ride
+  in the RunGraph of the task that reads them; fetches come back in the replies. A health
+  watchdog runs beside the step. On the first failure the master sends AbortStep everywhere,
+  gives the other RunGraphs a moment to report, then cancels them, and raises the first
+  root-cause error (errors marked ``[_Derived_]`` lose to it). A transport failure is
+  ``UnavailableError`` naming the task. A caller's cancellation aborts the step everywhere.
+- **Restarts.** A task whose Health shows a new incarnation (checked before a step when the
+  last contact is older than the health interval, by the watchdog, and after a failure) has
+  its graphs compiled and registered again on the next run.
+
+Knows transports' messages and the graph/runtime layers; never HTTP (channels come from
+``channels.connect``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import secrets
+
+import trio
+
+from asyncflow import errors
+from asyncflow.distributed import channels as _channels
+from asyncflow.distributed import rendezvous as _rdv
+from asyncflow.distributed.cluster import ClusterSpec
+from asyncflow.distributed.worker import OP_PREFIX
+from asyncflow.graph import partition as _partition
+from asyncflow.graph import placement as _placement
+from asyncflow.graph import prune as _prune
+from asyncflow.graph.rewrite import FeedNode, NodeGraph, materialize
+from asyncflow.graph.serialize import encode_attr, node_def
+from asyncflow.kernels.registry import supported_device_kinds
+from asyncflow.ops.control_flow import is_loop_back_edge
+from transports.messages import (
+    AbortStep, DeregisterGraph, RegisterGraph, RemoteCallError, Reset, RunGraph, TensorEntry,
+)
+from transports.service import TransportDeadlineExceeded, TransportError
+
+_log = logging.getLogger("asyncflow.master")
+ABORT_GRACE_S = 1.0
+
+
+@dataclasses.dataclass
+class _Task:
+    name: str            # /job:worker/replica:0/task:1
+    address: str
+    channel: object
+    incarnation: int = 0
+    devices: list = dataclasses.field(default_factory=list)
+    last_ok: float = float("-inf")
+
+
+@dataclasses.dataclass
+class TaskGraph:
+    """One task's share of a compiled run."""
+
+    task: str
+    graph_def: dict
+    options: dict
+    feed_indices: list     # indices into the run's feed list, in ``options["feeds"]`` order
+    handle: str | None = None
+    registered_incarnation: int = 0
+
+
+@dataclasses.dataclass
+class RemoteRun:
+    """A signature compiled for the cluster: per task its graph, and where fetches come from."""
+
+    task_graphs: list
+    fetch_routes: list     # per fetch: (task graph index, position in its fetches)
+    incarnations: dict     # task -> incarnation the run was compiled against
+    placement: dict
+    signature: tuple = ()  # (feeds, fetches, targets)
+
+
+def _unavailable(task, exc):
+    return errors.UnavailableError(None, None, f"worker {task.name} at {task.address} is "
+                                   f"unavailable: {exc}")
+
+
+class Master:
+    """The master side of a cluster session.
+
+    Args:
+        cluster: a ClusterSpec.
+        config: the SessionConfig (timeouts, soft placement, compression).
+        session_handle: a name for this session's graphs on the workers.
+    """
+
+    def __init__(self, cluster, config, session_handle=None):
+        self.cluster = cluster
+        self.config = config
+        self.session_handle = session_handle or f"session-{secrets.token_hex(4)}"
+        self.tasks = {}
+        for job, index, address in (cluster.tasks() if cluster is not None else ()):
+            name = f"/job:{job}/replica:0/task:{index}"
+            self.tasks[name] = _Task(name, address, _channels.connect(
+                address, connect_timeout=config.connect_timeout_s))
+        self._target = None
+        self._pinned = {}
+        self._runs = []
+        self.opened = False
+
+    @classmethod
+    def for_cluster_or_target(cls, cluster, target, config):
+        """A master for ``cluster`` (a ClusterSpec or dict), or for one worker ``target``
+        (``"host:port"``, ``"http://host:port"`` or ``"grpc://host:port"``), whose job and
+        task are read from its Health when the session opens."""
+        if cluster is not None:
+            return cls(ClusterSpec(cluster), config)
+        master = cls(None, config)
+        master._target = target_address(target)
+        return master
+
+    # -- cluster state ----------------------------------------------------------------
+    async def open(self):
+        """Ask every task for its health; raises UnavailableError naming unreachable tasks."""
+        if self._target is not None and not self.tasks:
+            channel = _channels.connect(self._target, connect_timeout=self.config.connect_timeout_s)
+            probe = _Task("", self._target, channel)
+            try:
+                reply = await channel.health(timeout=self.config.worker_dead_after_s)
+            except TransportError as exc:
+                raise _unavailable(probe, exc) from None
+            probe.name = reply.task
+            self.tasks[reply.task] = probe
+        failures = []
+
+        async def check(task):
+            try:
+                await self._health(task)
+            except errors.OpError as exc:
+                failures.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            for task in self.tasks.values():
+                nursery.start_soon(check, task)
+        if failures:
+            raise failures[0]
+        self.opened = True
+
+    async def _health(self, task):
+        """Refresh ``task``'s incarnation and devices; returns True if it restarted."""
+        try:
+            reply = await task.channel.health(timeout=self.config.worker_dead_after_s)
+        except TransportError as exc:
+            raise _unavailable(task, exc) from None
+        except RemoteCallError as exc:
+            raise errors.from_code(exc.code, f"Health of {task.name}: {exc.message}") from None
+        if reply.task != task.name:
+            raise errors.InvalidArgumentError(
+                None, None, f"the worker at {task.address} is {reply.task}, but the cluster "
+                f"spec says {task.name}")
+        restarted = task.incarnation not in (0, reply.incarnation)
+        if restarted:
+            _log.warning("worker %s restarted (incarnation %x -> %x); its graphs will be "
+                         "registered again", task.name, task.incarnation, reply.incarnation)
+        task.incarnation, task.devices = reply.incarnation, list(reply.devices)
+        task.last_ok = trio.current_time()
+        return restarted
+
+    def device_names(self):
+        return [d for task in self.tasks.values() for d in task.devices]
+
+    def incarnations(self):
+        return {name: task.incarnation for name, task in self.tasks.items()}
+
+    # -- compile ----------------------------------------------------------------------
+    def compile(self, graph, feeds, fetches, targets):
+        """Place, partition and split ``(feeds, fetches, targets)`` by task.
+
+        Raises:
+            InvalidArgumentError: bad device requests or a graph that cannot be shipped.
+        """
+        try:
+            ops = _prune.prune(fetches, targets, feeds, skip_edge=is_loop_back_edge)
+        except ValueError as exc:
+            raise errors.InvalidArgumentError(None, None, str(exc)) from None
+        names = self.device_names()
+        placed = _placement.place(ops, names, supported_device_kinds,
+                                  allow_soft_placement=self.config.allow_soft_placement,
+                                  pinned=self._pinned)
+        for op, device in placed.assignment.items():
+            if op.op_def.stateful:
+                self._pinned.setdefault(op.name, device)
+        if self.config.log_device_placement:
+            for line in placed.log:
+                print(line)
+        node_graph = NodeGraph.from_ops(ops, list(feeds), list(fetches), list(targets),
+                                        placed.assignment)
+        device_incarnations = {d: task.incarnation for task in self.tasks.values()
+                               for d in task.devices}
+        parts = _partition.partition(node_graph, names, device_incarnations,
+                                     compress=self.config.compress_transfers,
+                                     per_edge=_partition.edge_compression(graph))
+        by_task = {}
+        for index, part in enumerate(parts.partitions):
+            by_task.setdefault(_rdv.task_of_device(part.device), []).append(index)
+        batchable = sorted(_batchable_sends(parts.partitions))
+        peers = {name: task.address for name, task in self.tasks.items()}
+        task_graphs, fetch_routes = [], [None] * len(parts.fetches)
+        for task_name, indices in by_task.items():
+            nodes = [n for i in indices for n in parts.partitions[i].nodes]
+            feed_indices = sorted({f for i in indices for f in parts.partitions[i].feeds})
+            fetch_positions = [k for k, (i, _) in enumerate(parts.fetches) if i in indices]
+            graph_def, fetch_names = _task_graph_def(graph, nodes, feeds, feed_indices,
+                                                     [parts.fetches[k][1] for k in fetch_positions])
+            for k, name in zip(fetch_positions, fetch_names):
+                fetch_routes[k] = (len(task_graphs), list(dict.fromkeys(fetch_names)).index(name))
+            options = {"feeds": [f"_feed_{i}:0" for i in feed_indices],
+                       "fetches": list(dict.fromkeys(fetch_names)), "peers": peers,
+                       "batchable": batchable,
+                       "config": {"allow_soft_placement": self.config.allow_soft_placement,
+                                  "compress_transfers": self.config.compress_transfers or ""}}
+            task_graphs.append(TaskGraph(task_name, graph_def, options, feed_indices))
+        return RemoteRun(task_graphs, fetch_routes, self.incarnations(), placed.by_name(),
+                         (tuple(feeds), tuple(fetches), tuple(targets)))
+
+    # -- steps ------------------------------------------------------------------------
+    async def refresh(self, run):
+        """Health of tasks not heard from lately; returns False when the run must recompile."""
+        now = trio.current_time()
+        stale = [self.tasks[tg.task] for tg in run.task_graphs
+                 if now - self.tasks[tg.task].last_ok > self.config.health_check_interval_s]
+        if stale:
+            async with trio.open_nursery() as nursery:
+                for task in stale:
+                    nursery.start_soon(self._health, task)
+        return all(run.incarnations[name] == task.incarnation
+                   for name, task in self.tasks.items() if name in run.incarnations)
+
+    def is_current(self, run):
+        return run.incarnations == self.incarnations()
+
+    async def _register(self, run):
+        async def register(tg):
+            task = self.tasks[tg.task]
+            try:
+                reply = await task.channel.register_graph(
+                    RegisterGraph(tg.graph_def, self.session_handle, tg.options),
+                    timeout=self.config.worker_dead_after_s)
+            except TransportError as exc:
+                raise _unavailable(task, exc) from None
+            except RemoteCallError as exc:
+                raise errors.from_code(exc.code, f"RegisterGraph on {task.name}: "
+                                       f"{exc.message}") from None
+            tg.handle, tg.registered_incarnation = reply.graph_handle, task.incarnation
+
+        pending = [tg for tg in run.task_graphs
+                   if tg.handle is None or tg.registered_incarnation != self.tasks[tg.task].incarnation]
+        if pending:
+            async with trio.open_nursery() as nursery:
+                for tg in pending:
+                    nursery.start_soon(register, tg)
+            if run not in self._runs:
+                self._runs.append(run)
+
+    async def run_step(self, graph, run, feed_values, timeout_ms=0, trace=None):
+        """Run one step of ``run``; returns the fetched numpy values in order.
+
+        Raises:
+            OpError: the root cause of the step's failure.
+        """
+        await self._register(run)
+        step = _StepDriver(self, graph, run, secrets.randbits(62) | 1, feed_values,
+                           timeout_ms, trace)
+        return await step.run()
+
+    async def close(self):
+        """Forget this session's graphs on the workers (best effort) and close channels."""
+        with trio.move_on_after(2):
+            for run in self._runs:
+                for tg in run.task_graphs:
+                    task = self.tasks[tg.task]
+                    if tg.handle is None or tg.registered_incarnation != task.incarnation:
+                        continue
+                    try:
+                        await task.channel.deregister_graph(DeregisterGraph(tg.handle),
+                                                            timeout=1.0)
+                    except (TransportError, RemoteCallError):
+                        pass
+        for task in self.tasks.values():
+            await task.channel.aclose()
+
+
+class _StepDriver:
+    """One step across the cluster (see the module docstring)."""
+
+    def __init__(self, master, graph, run, step_id, feed_values, timeout_ms, trace):
+        self.master, self.graph, self.run_ = master, graph, run
+        self.step_id = step_id
+        self.feed_values = feed_values
+        self.timeout_ms = timeout_ms
+        self.trace = trace
+        self.results = [None] * len(run.task_graphs)
+        self.failures = []      # (derived?, OpError) in arrival order
+        self.aborted = False
+        self.outer = None
+
+    async def run(self):
+        done = False
+        try:
+            async with trio.open_nursery() as outer:
+                self.outer = outer
+                watchdog = trio.CancelScope()
+                outer.start_soon(self._watchdog, watchdog)
+                async with trio.open_nursery() as inner:
+                    for index in range(len(self.run_.task_graphs)):
+                        inner.start_soon(self._run_one, index)
+                watchdog.cancel()
+            done = not self.failures
+        finally:
+            if not done:
+                with trio.CancelScope(shield=True):
+                    await self._abort("CANCELLED", f"step {self.step_id} was cancelled by the "
+                                      "client" if not self.failures else self._root().message)
+        if self.failures:
+            raise self._root()
+        return [self.results[i][p] for i, p in self.run_.fetch_routes]
+
+    def _root(self):
+        for is_derived, error in self.failures:
+            if not is_derived:
+                return error
+        error = self.failures[0][1]
+        error.message = error.message.removeprefix(_rdv.DERIVED)
+        return error
+
+    async def _run_one(self, index):
+        tg = self.run_.task_graphs[index]
+        task = self.master.tasks[tg.task]
+        feeds = [TensorEntry(name, self.feed_values[i])
+                 for name, i in zip(tg.options["feeds"], tg.feed_indices)]
+        request = RunGraph(tg.handle, self.step_id, feeds, list(tg.options["fetches"]),
+                           timeout_ms=self.timeout_ms or None, trace=self.trace is not None)
+        timeout = self.timeout_ms / 1000 + 1.0 if self.timeout_ms else None
+        try:
+            reply = await task.channel.run_graph(request, timeout=timeout)
+        except RemoteCallError as exc:
+            if exc.code == "NOT_FOUND" and "register it again" in exc.message:
+                await self._check_restart(task)
+            await self._failed(self._remote_error(exc, task))
+            return
+        except TransportDeadlineExceeded as exc:
+            await self._failed(errors.DeadlineExceededError(None, None, f"RunGraph on "
+                               f"{task.name}: {exc}"))
+            return
+        except TransportError as exc:
+            await self._failed(_unavailable(task, exc))
+            return
+        task.last_ok = trio.current_time()
+        self.results[index] = [entry.value for entry in reply.tensors]
+        if self.trace is not None and reply.step_stats:
+            from asyncflow.runtime.executor import NodeStats
+            self.trace.extend(NodeStats(s["node_name"], s["op_type"], s["device"],
+                                        s["start_us"], s["end_us"])
+                              for s in reply.step_stats.get("nodes", []))
+
+    async def _check_restart(self, task):
+        try:
+            await self.master._health(task)
+        except errors.OpError:
+            pass
+
+    def _remote_error(self, exc, task):
+        message = exc.message
+        derived = _rdv.is_derived(message)
+        message = message.removeprefix(_rdv.DERIVED)
+        op = None
+        if message.startswith(OP_PREFIX):
+            name, _, message = message[len(OP_PREFIX):].partition("] ")
+            op = self.graph._ops_by_name.get(name, name)
+        error = errors.from_code(exc.code, (_rdv.DERIVED if derived else "") + message, op=op)
+        error._asyncflow_located = True
+        return error
+
+    async def _failed(self, error):
+        derived = _rdv.is_derived(error.message)
+        self.failures.append((derived, error))
+        if len(self.failures) == 1:
+            # Others now fail fast (aborted rendezvous); give their root causes a moment.
+            scope = self.outer.cancel_scope
+            scope.deadline = min(scope.deadline, trio.current_time() + 2 * ABORT_GRACE_S + 1)
+            self.outer.start_soon(self._abort, errors.error_code_name(error),
+                                  error.message.removeprefix(_rdv.DERIVED))
+
+    async def _abort(self, code, message):
+        if self.aborted:
+            return
+        self.aborted = True
+
+        async def abort_one(tg):
+            task = self.master.tasks[tg.task]
+            try:
+                await task.channel.abort_step(AbortStep(self.step_id, code, message[:4000]),
+                                              timeout=ABORT_GRACE_S)
+            except (TransportError, RemoteCallError):
+                pass
+
+        with trio.CancelScope(shield=True), trio.move_on_after(ABORT_GRACE_S + 0.5):
+            async with trio.open_nursery() as nursery:
+                for tg in self.run_.task_graphs:
+                    nursery.start_soon(abort_one, tg)
+
+    async def _watchdog(self, scope):
+        interval = self.master.config.health_check_interval_s
+        with scope:
+            while True:
+                await trio.sleep(interval)
+                for tg in self.run_.task_graphs:
+                    task = self.master.tasks[tg.task]
+                    try:
+                        restarted = await self.master._health(task)
+                    except errors.OpError as exc:
+                        await self._failed(exc)
+                        return
+                    if restarted:
+                        await self._failed(errors.AbortedError(
+                            None, None, f"worker {task.name} restarted during step "
+                            f"{self.step_id}"))
+                        return
+
+
+def _batchable_sends(partitions):
+    """Send tensor names whose value does not wait on any Recv (safe to batch in one pull)."""
+    out = set()
+    for part in partitions:
+        waits = {}
+
+        def depends_on_recv(node):
+            if node in waits:
+                return waits[node]
+            waits[node] = False
+            result = any(not isinstance(p, FeedNode) and (p.type == "_Recv" or depends_on_recv(p))
+                         for p, _ in node.inputs) or any(
+                c.type == "_Recv" or depends_on_recv(c) for c in node.control_inputs)
+            waits[node] = result
+            return result
+
+        for node in part.nodes:
+            if node.type == "_Send" and not depends_on_recv(node):
+                out.add(node.attrs["tensor_name"])
+    return out
+
+
+def _task_graph_def(graph, nodes, feeds, feed_indices, fetch_ports):
+    """One task's graph_def; fed tensors become ``_feed_<i>`` placeholders."""
+    ops, tensor_of = materialize(nodes, graph)
+    renamed = {feeds[i].name: f"_feed_{i}:0" for i in feed_indices}
+    defs = []
+    for i in feed_indices:
+        tensor = feeds[i]
+        defs.append({"name": f"_feed_{i}", "op": "Placeholder", "input": [], "device": "",
+                     "attr": {"dtype": encode_attr(tensor.dtype),
+                              "shape": encode_attr(tensor.shape)}})
+    for op in ops:
+        try:
+            nd = node_def(op)
+        except ValueError as exc:
+            raise errors.UnimplementedError(None, op, f"{exc}: this op cannot be sent to a "
+                                            "worker") from None
+        nd["input"] = [renamed.get(name, name) for name in nd["input"]]
+        defs.append(nd)
+    fetch_names = [renamed.get(tensor_of(port).name, tensor_of(port).name) for port in fetch_ports]
+    return {"node": defs}, fetch_names
+
+
+def target_address(target):
+    """``host:port`` of a session target (``grpc://`` and ``http://`` prefixes accepted)."""
+    for prefix in ("grpc://", "http://", "asyncflow://"):
+        if target.startswith(prefix):
+            target = target[len(prefix):]
+    return target.rstrip("/")
+
+
+async def reset(target, containers=None, config=None):
+    """Clear resource containers on every task of ``target`` (a ClusterSpec, dict or address).
+
+    Raises:
+        UnavailableError: a task could not be reached.
+    """
+    from asyncflow.runtime.options import SessionConfig
+    config = config or SessionConfig()
+    if isinstance(target, str):
+        addresses = [target_address(target)]
+    else:
+        addresses = [address for _, _, address in ClusterSpec(target).tasks()]
+    request = Reset(None if containers is None else list(containers))
+
+    async def reset_one(address):
+        channel = _channels.connect(address, connect_timeout=config.connect_timeout_s)
+        try:
+            await channel.reset(request, timeout=config.worker_dead_after_s)
+        except TransportError as exc:
+            raise errors.UnavailableError(None, None, f"worker at {address} is unavailable: "
+                                          f"{exc}") from None
+        except RemoteCallError as exc:
+            raise errors.from_code(exc.code, f"Reset on {address}: {exc.message}") from None
+        finally:
+            await channel.aclose()
+
+    async with trio.open_nursery() as nursery:
+        for address in addresses:
+            nursery.start_soon(reset_one, address)

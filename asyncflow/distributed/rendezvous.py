@@ -1,0 +1,233 @@
+"""A worker's per-step rendezvous: local Sends and Recvs, and Recvs pulled from peer workers.
+
+Theory of operation (TF's ``BaseRemoteRendezvous``, reference §5):
+- ``send`` always deposits locally (the receiver pulls; senders never push unsolicited data).
+- ``recv(key)`` looks at the key's source device (``src;incarnation;dst;tensor;frame:iter``):
+  a device of this worker means a local wait in the ``LocalRendezvous``; any other device is
+  pulled from the worker that owns it with ``RecvTensors``.
+- Pulls of *batchable* keys for the same peer that start in the same scheduling round go out
+  in one request: the first Recv task of a round becomes the batch's leader, yields once so
+  the Recvs the executor started with it add their keys, then sends them all. Only keys whose
+  producer does not itself wait on any Recv are batchable (the master marks them): a batched
+  reply waits for every key, so batching a key that depends on something this worker sends
+  later could deadlock.
+- Every pulled value is checked against the Recv's declared dtype and static shape.
+- ``abort(error)`` fails local waiters and every later pull with the step's error. Errors that
+  arrive from a peer are *derived* (``[_Derived_]`` prefix): the peer reports its own root
+  cause to the master, which prefers root causes.
+
+The rendezvous knows nothing of HTTP: it reaches peers through ``transports`` Channels that the
+worker service hands it.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import trio
+
+from asyncflow import dtypes, errors
+from asyncflow.runtime.rendezvous import LocalRendezvous
+from transports.messages import RecvTensors, RemoteCallError
+from transports.service import TransportDeadlineExceeded, TransportError
+
+DERIVED = "[_Derived_] "
+
+
+def is_derived(message):
+    return message.startswith(DERIVED)
+
+
+def derived(error):
+    """``error`` as a derived OpError of the same class (marked once)."""
+    message = error.message if isinstance(error, errors.OpError) else str(error)
+    if is_derived(message):
+        return error
+    cls = type(error) if isinstance(error, errors.OpError) else errors.AbortedError
+    copy = cls(None, getattr(error, "op", None), DERIVED + message)
+    copy._asyncflow_located = True
+    return copy
+
+
+def task_of_device(device_name):
+    """``/job:w/replica:0/task:1`` of ``/job:w/replica:0/task:1/device:CPU:0``."""
+    return device_name.split("/device:", 1)[0]
+
+
+def parse_key(key):
+    """``(src_device, incarnation, dst_device, tensor_name, frame_iter)`` of a rendezvous key.
+
+    Raises:
+        ValueError: for a malformed key.
+    """
+    parts = key.split(";")
+    if len(parts) != 5 or not all(parts):
+        raise ValueError(f"malformed rendezvous key {key!r} (expected "
+                         "'src_device;incarnation_hex;dst_device;tensor_name;frame:iter')")
+    try:
+        incarnation = int(parts[1], 16)
+    except ValueError:
+        raise ValueError(f"malformed incarnation {parts[1]!r} in rendezvous key {key!r}") from None
+    return parts[0], incarnation, parts[2], parts[3], parts[4]
+
+
+@dataclasses.dataclass(frozen=True)
+class RecvDeclaration:
+    """What a Recv on this worker expects from a peer: its op name, dtype, shape, compression."""
+
+    op_name: str
+    dtype: object
+    shape: object
+    compress: str = ""
+
+
+@dataclasses.dataclass
+class RemoteBinding:
+    """How a step reaches peers: ``channel(task) -> Channel`` and the graph's declarations."""
+
+    channel: object                        # callable: task name -> transports Channel
+    declarations: dict                     # tensor_name -> RecvDeclaration
+    batchable: frozenset                   # tensor names that may share a request
+    on_bytes: object = None                # callable(nbytes) counting received bytes
+
+
+class _Batch:
+    def __init__(self):
+        self.keys = []
+        self.done = trio.Event()
+        self.entries = None
+        self.error = None
+
+
+class StepRendezvous:
+    """One step's rendezvous on a worker (see the module docstring).
+
+    Args:
+        step_id: the step.
+        local_devices: full names of this worker's devices.
+    """
+
+    def __init__(self, step_id, local_devices):
+        self.step_id = step_id
+        self.local = LocalRendezvous()
+        self._local_devices = frozenset(local_devices)
+        self.binding = None
+        self._open_batches = {}   # task -> _Batch still collecting keys
+        self._error = None
+        self.pulls = 0
+        self.pull_requests = 0
+
+    def send(self, key, value, is_dead=False):
+        self.local.send(key, value, is_dead)
+
+    def recv_nowait(self, key):
+        if self._is_local(key):
+            return self.local.recv_nowait(key)
+        raise trio.WouldBlock
+
+    async def recv(self, key):
+        """``(value, is_dead)`` for ``key``: a local wait, or a pull from the owning worker."""
+        if self._is_local(key):
+            return await self.local.recv(key)
+        if self._error is not None:
+            raise self._error
+        if self.binding is None:
+            raise errors.InternalError(None, None, f"step {self.step_id}: a remote Recv ran "
+                                       "before the step was bound to its graph")
+        src, _, _, tensor_name, _ = parse_key(key)
+        declaration = self.binding.declarations.get(tensor_name)
+        if tensor_name in self.binding.batchable:
+            entry = await self._pull_batched(task_of_device(src), key)
+        else:
+            entry = (await self._request(task_of_device(src), [key]))[0]
+        return self._checked(entry, declaration, key)
+
+    def abort(self, error):
+        if self._error is None:
+            self._error = error
+        self.local.abort(error)
+
+    @property
+    def aborted(self):
+        return self._error is not None or self.local.aborted
+
+    def statistics(self):
+        return self.local.statistics()
+
+    def _is_local(self, key):
+        return key.split(";", 1)[0] in self._local_devices
+
+    async def _pull_batched(self, task, key):
+        batch = self._open_batches.get(task)
+        if batch is not None:
+            position = len(batch.keys)
+            batch.keys.append(key)
+            await batch.done.wait()
+            if batch.error is not None:
+                raise batch.error
+            return batch.entries[position]
+        batch = self._open_batches[task] = _Batch()
+        batch.keys.append(key)
+        try:
+            await trio.lowlevel.checkpoint()  # let the Recvs started with this one join
+            await trio.lowlevel.checkpoint()
+            if self._open_batches.get(task) is batch:
+                del self._open_batches[task]
+            batch.entries = await self._request(task, list(batch.keys))
+        except BaseException as exc:
+            if self._open_batches.get(task) is batch:
+                del self._open_batches[task]
+            batch.error = exc if isinstance(exc, errors.OpError) else errors.CancelledError(
+                None, None, DERIVED + f"step {self.step_id}: the pull batch was cancelled")
+            raise
+        finally:
+            batch.done.set()
+        return batch.entries[0]
+
+    async def _request(self, task, keys):
+        channel = self.binding.channel(task)
+        self.pull_requests += 1
+        self.pulls += len(keys)
+        try:
+            reply = await channel.recv_tensors(RecvTensors(self.step_id, keys))
+        except RemoteCallError as exc:
+            raise derived(errors.from_code(exc.code, f"RecvTensors from {task}: {exc.message}"))
+        except TransportDeadlineExceeded as exc:
+            raise errors.DeadlineExceededError(None, None, f"RecvTensors from {task}: {exc}")
+        except TransportError as exc:
+            raise errors.UnavailableError(None, None, f"worker {task} is unavailable "
+                                          f"(RecvTensors failed: {exc})") from exc
+        entries = reply.tensors
+        if len(entries) != len(keys) or any(e.key != k for e, k in zip(entries, keys)):
+            raise errors.InternalError(None, None, f"RecvTensors from {task} answered other "
+                                       "keys than it was asked for")
+        if self.binding.on_bytes is not None:
+            self.binding.on_bytes(sum(e.value.nbytes for e in entries if e.value is not None))
+        return entries
+
+    def _checked(self, entry, declaration, key):
+        if entry.error is not None:
+            raise derived(errors.from_code(entry.error.code, entry.error.message))
+        value = entry.value
+        if entry.is_dead or declaration is None or value is None:
+            return value, entry.is_dead
+        expected = declaration.dtype.np if not declaration.compress else None
+        if expected is not None and (declaration.dtype.is_string != (value.dtype == object) or (
+                not declaration.dtype.is_string and value.dtype != expected)):
+            raise errors.InvalidArgumentError(
+                None, None, f"_Recv '{declaration.op_name}': received dtype {value.dtype} for "
+                f"{key}, but the Recv declares {declaration.dtype.name}")
+        shape = declaration.shape
+        if shape is not None and not shape.is_compatible_with(value.shape):
+            raise errors.InvalidArgumentError(
+                None, None, f"_Recv '{declaration.op_name}': received shape {list(value.shape)} "
+                f"for {key}, but the Recv declares {shape}")
+        return value, entry.is_dead
+
+
+def dtype_name(value):
+    """The asyncflow dtype name of a numpy value (for messages)."""
+    try:
+        return dtypes.as_dtype(np.asarray(value).dtype).name
+    except TypeError:
+        return str(np.asarray(value).dtype)

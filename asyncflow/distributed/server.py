@@ -1,0 +1,96 @@
+"""``af.Server``: one task of a cluster, serving the worker service on a transport.
+
+``async with af.Server(cluster, "worker", 0) as server:`` serves until the block ends;
+``await nursery.start(server.serve)`` serves until cancelled and returns once listening.
+The address comes from the ClusterSpec (its port; the host binds 127.0.0.1 unless ``host``
+says otherwise), or ``port=`` overrides it (``0`` picks a free port: read ``server.address``).
+An address with the host ``inprocess`` serves in this process without a socket (tests).
+``token`` (default ``ASYNCFLOW_TOKEN``) is required on every request when set.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+
+import trio
+
+from asyncflow.distributed import channels as _channels
+from asyncflow.distributed.cluster import ClusterSpec
+from asyncflow.distributed.worker import WorkerService
+
+_log = logging.getLogger("asyncflow.worker")
+
+
+class Server:
+    """A worker task of a cluster.
+
+    Args:
+        cluster: a ClusterSpec (or dict) naming this task's address.
+        job_name: this task's job.
+        task_index: this task's index in the job.
+        host: interface to bind (default 127.0.0.1).
+        port: port to bind (default: the cluster's; 0: any free port).
+        token: shared secret required on every request (default ``ASYNCFLOW_TOKEN``).
+        config: a SessionConfig for the worker's devices (``device_count``).
+
+    Raises:
+        ValueError: if the cluster has no such task.
+    """
+
+    def __init__(self, cluster, job_name, task_index=0, host=None, port=None, token=None,
+                 config=None):
+        self.cluster = ClusterSpec(cluster)
+        self.job_name = job_name
+        self.task_index = int(task_index)
+        spec_address = self.cluster.task_address(job_name, self.task_index)
+        spec_host, _, spec_port = spec_address.rpartition(":")
+        self._inprocess = spec_host == _channels.INPROCESS_HOST
+        self.host = host or "127.0.0.1"
+        self.port = int(spec_port) if port is None else int(port)
+        self.token = token if token is not None else (os.environ.get(_channels.TOKEN_ENV) or None)
+        self.service = WorkerService(job_name, self.task_index, self._connect, config=config)
+        self.address = spec_address if self._inprocess else None
+        self._cm = None
+
+    @property
+    def target(self):
+        return self.service.task
+
+    def _connect(self, address):
+        return _channels.connect(address, token=self.token)
+
+    async def serve(self, task_status=trio.TASK_STATUS_IGNORED):
+        """Serve until cancelled; ``task_status.started(self)`` once listening."""
+        async with self._serving():
+            task_status.started(self)
+            await trio.sleep_forever()
+
+    @contextlib.asynccontextmanager
+    async def _serving(self):
+        try:
+            if self._inprocess:
+                _channels.register_inprocess(self.address, self.service)
+                try:
+                    yield self
+                finally:
+                    _channels.unregister_inprocess(self.address, self.service)
+                return
+            from transports.http import open_http_server
+            async with open_http_server(self.service, self.host, self.port,
+                                        token=self.token) as http:
+                self.address = http.address
+                self.port = http.port
+                _log.info("%s listening on %s", self.service.task, http.address)
+                yield self
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.service.aclose()
+
+    async def __aenter__(self):
+        self._cm = self._serving()
+        return await self._cm.__aenter__()
+
+    async def __aexit__(self, *exc_info):
+        cm, self._cm = self._cm, None
+        return await cm.__aexit__(*exc_info)

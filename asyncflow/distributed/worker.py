@@ -1,0 +1,449 @@
+"""The worker service: the logic behind every transport (``transports.service`` handler protocol).
+
+Theory of operation (reference §6):
+- **RegisterGraph.** The master sends one partition per worker as plain data:
+  ``graph`` is a graph_def (``Graph.as_graph_def`` format) of already placed nodes, its
+  Send/Recv pairs included; ``options`` names the feeds (placeholders standing for client
+  feeds), fetches, the Recvs' batchable tensor names, the peers and the session's settings.
+  The worker rebuilds it with ``import_graph_def`` in a fresh Graph, then compiles it with
+  the local compiler, which re-partitions by local device. One log line per graph.
+- **RunGraph.** Validates feeds against their placeholders, finds or creates the step's
+  state, binds the step's ``StepRendezvous`` to the graph (peers, Recv declarations) and runs
+  the partitions under the request's deadline. A failure aborts the step's rendezvous (so
+  pulls from peers see it), is logged once and answered with its canonical code; the message
+  starts with ``[op:NAME]`` when an op is to blame (the master names the user's op from it).
+- **RecvTensors.** Receiver-initiated: waits in the step's local rendezvous until each key
+  has been sent. A pull that arrives before the step's RunGraph creates the step's state.
+- **Step state is bounded.** A step is dropped when its RunGraph is done and every tensor it
+  sent has been pulled, on AbortStep/CleanupStep, or after ``step_ttl`` seconds. Dropped
+  steps leave a tombstone (a bounded LRU) so late RunGraphs and pulls fail fast with
+  ABORTED instead of recreating state; at most ``max_steps`` steps live at once.
+- Resources (variables, queues) live in the worker's ResourceManager and outlive sessions
+  until Reset.
+
+This module knows transports' messages and errors, never HTTP.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import itertools
+import logging
+import secrets
+
+import numpy as np
+import trio
+
+from asyncflow import errors
+from asyncflow.distributed import rendezvous as _rdv
+from asyncflow.graph import prune as _prune
+from asyncflow.graph.graph import Graph
+from asyncflow.graph.serialize import import_graph_def
+from asyncflow.ops.control_flow import is_loop_back_edge
+from asyncflow.runtime import compiler as _compiler
+from asyncflow.runtime import device as _device
+from asyncflow.runtime import executor
+from asyncflow.runtime.options import SessionConfig
+from asyncflow.runtime.resources import ResourceManager
+from transports.messages import (
+    HealthReply, RecvTensorsReply, RegisterGraphReply, RemoteCallError, RunGraphReply,
+    TensorEntry,
+)
+
+_log = logging.getLogger("asyncflow.worker")
+OP_PREFIX = "[op:"
+
+
+def _fail(code, message):
+    raise RemoteCallError(code, message)
+
+
+def error_message(error):
+    """The wire message of an OpError: ``[op:NAME] message`` when an op is to blame."""
+    op = getattr(error, "op", None)
+    name = getattr(op, "name", op if isinstance(op, str) else None)
+    message = error.message if isinstance(error, errors.OpError) else str(error)
+    derived = _rdv.is_derived(message)
+    if derived:
+        message = message[len(_rdv.DERIVED):]
+    if name:
+        message = f"{OP_PREFIX}{name}] {message}"
+    return (_rdv.DERIVED if derived else "") + message
+
+
+@dataclasses.dataclass
+class _WorkerGraph:
+    handle: str
+    graph: Graph
+    compiled: object
+    feeds: list          # placeholder tensors, in the order of feed_names
+    feed_names: list
+    fetch_names: list
+    binding_parts: tuple  # (declarations, batchable)
+    peers: dict          # task name -> address
+
+
+class _StepState:
+    __slots__ = ("step_id", "rendezvous", "created", "running", "ran", "scope")
+
+    def __init__(self, step_id, devices, now):
+        self.step_id = step_id
+        self.rendezvous = _rdv.StepRendezvous(step_id, devices)
+        self.created = now
+        self.running = False
+        self.ran = False
+        self.scope = None
+
+
+@dataclasses.dataclass
+class _Counters:
+    steps_run: int = 0
+    steps_failed: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    graphs_registered: int = 0
+
+
+class WorkerService:
+    """One worker task's service state (implements ``WorkerServiceProtocol``).
+
+    Args:
+        job_name: this task's job.
+        task_index: this task's index.
+        connect: ``connect(address) -> Channel`` for pulls from peers (e.g. an HttpChannel).
+        config: a SessionConfig for the local devices (``device_count``) and compiler.
+        step_ttl: seconds a step's state may live without finishing.
+        max_steps: steps alive at once before pulls for new steps are refused.
+    """
+
+    def __init__(self, job_name, task_index, connect, config=None, step_ttl=120.0,
+                 max_steps=4096):
+        self.job_name = job_name
+        self.task_index = int(task_index)
+        self.task = f"/job:{job_name}/replica:0/task:{self.task_index}"
+        self.incarnation = secrets.randbits(63) | 1
+        self.config = config or SessionConfig()
+        self.devices = _device.make_local_devices(self.config.device_count, job=job_name,
+                                                  task=self.task_index)
+        self.device_names = [d.name for d in self.devices]
+        self._state = _compiler.DeviceState(self.devices)
+        for name in self.device_names:
+            self._state.incarnations[name] = self.incarnation
+        self.resources = ResourceManager(local=False)
+        self._connect = connect
+        self._channels = {}
+        self._graphs = {}
+        self._steps = {}
+        self._tombstones = collections.OrderedDict()
+        self._handles = itertools.count(1)
+        self._step_ttl = step_ttl
+        self._max_steps = max_steps
+        self.counters = _Counters()
+
+    # -- graphs -----------------------------------------------------------------------
+    async def register_graph(self, request):
+        options = request.options or {}
+        try:
+            graph, feeds, fetches, ops = self._import(request.graph, options)
+            # Every shipped node is a target: a Send's consumer lives on another worker.
+            compiled = _compiler.compile_run(graph, ops, feeds, fetches, ops, self._state,
+                                             self._compile_config(options), self.resources)
+        except errors.OpError as exc:
+            _fail(errors.error_code_name(exc), f"RegisterGraph: {error_message(exc)}")
+        except (ValueError, TypeError, KeyError) as exc:
+            _fail("INVALID_ARGUMENT", f"RegisterGraph: malformed graph: {type(exc).__name__}: {exc}")
+        handle = f"{request.session_handle or 'graph'}/{next(self._handles)}/{secrets.token_hex(4)}"
+        peers = options.get("peers") or {}
+        if not isinstance(peers, dict) or not all(isinstance(v, str) for v in peers.values()):
+            _fail("INVALID_ARGUMENT", "RegisterGraph: options.peers must map task names to "
+                  "'host:port' addresses")
+        self._graphs[handle] = _WorkerGraph(
+            handle, graph, compiled, feeds, list(options.get("feeds") or []),
+            [t.name for t in fetches], self._declarations(graph, options), dict(peers))
+        self.counters.graphs_registered += 1
+        _log.info("%s registered graph %s: %d ops on %s", self.task, handle, len(ops),
+                  ", ".join(sorted({op.device for op in ops})) or "no devices")
+        return RegisterGraphReply(handle)
+
+    def _import(self, graph_def, options):
+        feed_names = options.get("feeds") or []
+        fetch_names = options.get("fetches") or []
+        if not isinstance(feed_names, list) or not isinstance(fetch_names, list):
+            raise ValueError("options.feeds and options.fetches must be lists of tensor names")
+        graph = Graph()
+        with graph.as_default():
+            import_graph_def(graph_def, name="")
+        feeds = [graph.get_tensor_by_name(name) for name in feed_names]
+        fetches = [graph.get_tensor_by_name(name) for name in fetch_names]
+        fed_ops = {t.op for t in feeds}
+        targets = [op for op in graph.get_operations() if op not in fed_ops]
+        ops = _prune.prune(fetches, targets, feeds, skip_edge=is_loop_back_edge)
+        for op in ops:
+            if op.device and _rdv.task_of_device(op.device) != self.task:
+                raise ValueError(f"op {op.name!r} is placed on {op.device}, not on {self.task}")
+        return graph, feeds, fetches, ops
+
+    def _compile_config(self, options):
+        settings = options.get("config") or {}
+        return dataclasses.replace(
+            self.config, allow_soft_placement=bool(settings.get("allow_soft_placement", True)),
+            compress_transfers=settings.get("compress_transfers") or None)
+
+    def _declarations(self, graph, options):
+        declarations = {}
+        for op in graph.get_operations():
+            if op.type == "_Recv" and op.get_attr("send_device") not in self.device_names:
+                declarations[op.get_attr("tensor_name")] = _rdv.RecvDeclaration(
+                    op.name, op.get_attr("dtype"), op.get_attr("shape"),
+                    op._attrs.get("compress") or "")
+        return declarations, frozenset(options.get("batchable") or ())
+
+    async def deregister_graph(self, request):
+        if self._graphs.pop(request.graph_handle, None) is None:
+            _fail("NOT_FOUND", f"no graph with handle {request.graph_handle!r} on {self.task}")
+
+    # -- steps ------------------------------------------------------------------------
+    def _channel(self, task, peers):
+        address = peers.get(task)
+        if address is None:
+            raise errors.UnavailableError(None, None, f"{self.task} has no address for {task}")
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._channels[address] = self._connect(address)
+        return channel
+
+    def _sweep(self):
+        now = trio.current_time()
+        for step_id, state in list(self._steps.items()):
+            if now - state.created > self._step_ttl and not state.running:
+                self._drop(step_id, "expired")
+
+    def _drop(self, step_id, reason):
+        state = self._steps.pop(step_id, None)
+        if state is not None and not state.rendezvous.aborted:
+            state.rendezvous.abort(errors.AbortedError(
+                None, None, _rdv.DERIVED + f"step {step_id} was {reason} on {self.task}"))
+        self._tombstones[step_id] = reason
+        while len(self._tombstones) > 4 * self._max_steps:
+            self._tombstones.popitem(last=False)
+
+    def _find_or_create(self, step_id):
+        reason = self._tombstones.get(step_id)
+        if reason is not None:
+            _fail("ABORTED", f"step {step_id} was already {reason} on {self.task}")
+        state = self._steps.get(step_id)
+        if state is None:
+            self._sweep()
+            if len(self._steps) >= self._max_steps:
+                _fail("RESOURCE_EXHAUSTED", f"{self.task} already holds {len(self._steps)} "
+                      "steps; refusing state for another")
+            state = self._steps[step_id] = _StepState(step_id, self.device_names,
+                                                      trio.current_time())
+        return state
+
+    def _maybe_done(self, state):
+        stats = state.rendezvous.statistics()
+        if state.ran and stats.pending_sends == 0 and stats.waiting_recvs == 0:
+            self._drop(state.step_id, "finished")
+
+    def _feed_values(self, wg, entries):
+        by_key = {}
+        for entry in entries:
+            if entry.key in by_key:
+                _fail("INVALID_ARGUMENT", f"feed {entry.key!r} is given twice")
+            by_key[entry.key] = entry
+        unknown = sorted(set(by_key) - set(wg.feed_names))
+        missing = [n for n in wg.feed_names if n not in by_key]
+        if unknown or missing:
+            _fail("INVALID_ARGUMENT", f"RunGraph feeds of graph {wg.handle} must be exactly "
+                  f"{wg.feed_names}; unknown {unknown}, missing {missing}")
+        values = []
+        for name, tensor in zip(wg.feed_names, wg.feeds):
+            value = by_key[name].value
+            if value is None:
+                _fail("INVALID_ARGUMENT", f"feed {name!r} carries no value")
+            dtype = tensor.dtype
+            ok = (value.dtype == object) if dtype.is_string else (value.dtype == dtype.np)
+            if not ok:
+                _fail("INVALID_ARGUMENT", f"feed {name!r} has dtype {value.dtype}, but its "
+                      f"placeholder declares {dtype.name}")
+            if not tensor.shape.is_compatible_with(value.shape):
+                _fail("INVALID_ARGUMENT", f"feed {name!r} has shape {list(value.shape)}, but "
+                      f"its placeholder declares {tensor.shape}")
+            self.counters.bytes_received += value.nbytes
+            values.append(value)
+        return values
+
+    async def run_graph(self, request):
+        wg = self._graphs.get(request.graph_handle)
+        if wg is None:
+            _fail("NOT_FOUND", f"no graph with handle {request.graph_handle!r} on {self.task} "
+                  f"(incarnation {self.incarnation:x}); register it again")
+        if list(request.fetch_keys) != wg.fetch_names[:len(request.fetch_keys)] or \
+                len(request.fetch_keys) != len(wg.fetch_names):
+            _fail("INVALID_ARGUMENT", f"RunGraph fetch keys {list(request.fetch_keys)} differ "
+                  f"from the registered {wg.fetch_names}")
+        feed_values = self._feed_values(wg, request.feeds)
+        state = self._find_or_create(request.step_id)
+        if state.running or state.ran:
+            _fail("ALREADY_EXISTS", f"step {request.step_id} already ran on {self.task}")
+        declarations, batchable = wg.binding_parts
+        state.rendezvous.binding = _rdv.RemoteBinding(
+            lambda task: self._channel(task, wg.peers), declarations, batchable,
+            self._count_received)
+        state.running = True
+        trace = [] if request.trace else None
+        step = executor.Step(request.step_id, rendezvous=state.rendezvous, trace=trace)
+        try:
+            values = await self._execute(state, wg, feed_values, step, request.timeout_ms)
+        except BaseException as exc:
+            self._step_failed(state, exc)
+            raise
+        finally:
+            state.running = False
+            state.ran = True
+        self.counters.steps_run += 1
+        tensors = [TensorEntry(name, _host(value)) for name, value in zip(wg.fetch_names, values)]
+        self.counters.bytes_sent += sum(t.value.nbytes for t in tensors)
+        self._maybe_done(state)
+        stats = None if trace is None else {"nodes": [_node_stats(s) for s in trace]}
+        return RunGraphReply(tensors, stats)
+
+    async def _execute(self, state, wg, feed_values, step, timeout_ms):
+        deadline = trio.current_time() + timeout_ms / 1000 if timeout_ms else float("inf")
+        with trio.CancelScope(deadline=deadline) as scope:
+            state.scope = scope
+            try:
+                return await _compiler.run_partitions(wg.graph, wg.compiled, feed_values, step)
+            except errors.OpError as exc:
+                _fail(errors.error_code_name(exc), error_message(exc))
+        if state.rendezvous.aborted:
+            _fail("ABORTED", _rdv.DERIVED + f"step {state.step_id} was aborted on {self.task}")
+        _fail("DEADLINE_EXCEEDED", f"step {state.step_id} ran past its {timeout_ms} ms deadline "
+              f"on {self.task}")
+
+    def _step_failed(self, state, exc):
+        self.counters.steps_failed += 1
+        if isinstance(exc, RemoteCallError):
+            error = errors.from_code(exc.code, exc.message)
+        elif isinstance(exc, trio.Cancelled):
+            error = errors.CancelledError(None, None, _rdv.DERIVED +
+                                          f"step {state.step_id} was cancelled on {self.task}")
+        else:
+            error = errors.InternalError(None, None, f"{type(exc).__name__}: {exc}")
+        state.rendezvous.abort(error)
+        if not _rdv.is_derived(error.message):
+            _log.warning("%s step %d failed: %s", self.task, state.step_id,
+                         error.message.splitlines()[0])
+        self._drop(state.step_id, "failed")
+
+    def _count_received(self, nbytes):
+        self.counters.bytes_received += nbytes
+
+    async def recv_tensors(self, request):
+        keys = list(request.keys)
+        if not keys:
+            _fail("INVALID_ARGUMENT", "RecvTensors asks for no keys")
+        for key in keys:
+            try:
+                src, incarnation, _, _, _ = _rdv.parse_key(key)
+            except ValueError as exc:
+                _fail("INVALID_ARGUMENT", str(exc))
+            if src not in self.device_names:
+                _fail("INVALID_ARGUMENT", f"rendezvous key {key!r} names source device {src}, "
+                      f"which is not on {self.task}")
+            if incarnation != self.incarnation:
+                _fail("ABORTED", f"RecvTensors for {key!r} expects a different device "
+                      f"incarnation ({incarnation:x}) than {self.task}'s ({self.incarnation:x}): "
+                      "the worker restarted")
+        state = self._find_or_create(request.step_id)
+        entries = []
+        try:
+            for key in keys:
+                value, is_dead = await state.rendezvous.local.recv(key)
+                value = None if is_dead else _host(value)
+                entries.append(TensorEntry(key, value, is_dead=is_dead))
+        except errors.OpError as exc:
+            _fail(errors.error_code_name(exc), _rdv.DERIVED + error_message(exc).removeprefix(
+                _rdv.DERIVED))
+        self.counters.bytes_sent += sum(e.value.nbytes for e in entries if e.value is not None)
+        self._maybe_done(state)
+        return RecvTensorsReply(entries)
+
+    async def abort_step(self, request):
+        state = self._steps.get(request.step_id)
+        error = errors.from_code(request.code, _rdv.DERIVED + request.message.removeprefix(
+            _rdv.DERIVED))
+        if state is not None:
+            state.rendezvous.abort(error)
+            if state.scope is not None:
+                state.scope.cancel()
+        self._drop(request.step_id, "aborted")
+
+    async def cleanup_step(self, request):
+        if request.step_id not in self._steps and request.step_id not in self._tombstones:
+            _fail("NOT_FOUND", f"no step {request.step_id} on {self.task}")
+        if request.step_id in self._steps:
+            self._drop(request.step_id, "cleaned up")
+
+    # -- status -----------------------------------------------------------------------
+    async def health(self, request):
+        return HealthReply(self.incarnation, self.task, list(self.device_names),
+                           self.statistics())
+
+    async def devices(self):
+        return list(self.device_names)
+
+    async def reset(self, request):
+        containers = request.containers
+        self.resources.reset(containers)
+        _log.info("%s reset containers %s", self.task, "all" if containers is None else containers)
+
+    def statistics(self):
+        """Plain counters (Health's ``stats``)."""
+        return {"steps_run": self.counters.steps_run, "steps_failed": self.counters.steps_failed,
+                "steps_in_flight": sum(s.running for s in self._steps.values()),
+                "steps_held": len(self._steps), "graphs": len(self._graphs),
+                "bytes_sent": self.counters.bytes_sent,
+                "bytes_received": self.counters.bytes_received}
+
+    async def metrics_text(self):
+        stats = self.statistics()
+        rows = [("asyncflow_worker_steps_total", "counter", "Steps run to completion",
+                 stats["steps_run"]),
+                ("asyncflow_worker_steps_failed_total", "counter", "Steps that failed",
+                 stats["steps_failed"]),
+                ("asyncflow_worker_steps_in_flight", "gauge", "Steps running now",
+                 stats["steps_in_flight"]),
+                ("asyncflow_worker_registered_graphs", "gauge", "Registered graphs",
+                 stats["graphs"]),
+                ("asyncflow_worker_tensor_bytes_sent_total", "counter",
+                 "Tensor bytes sent (fetches and pulls)", stats["bytes_sent"]),
+                ("asyncflow_worker_tensor_bytes_received_total", "counter",
+                 "Tensor bytes received (feeds and pulls)", stats["bytes_received"])]
+        lines = []
+        for name, kind, text, value in rows:
+            lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}",
+                      f'{name}{{task="{self.task}"}} {value}']
+        return "\n".join(lines) + "\n"
+
+    async def aclose(self):
+        """Close the channels to peers."""
+        channels, self._channels = self._channels, {}
+        for channel in channels.values():
+            await channel.aclose()
+
+
+def _host(value):
+    to_numpy = getattr(value, "get", None)
+    if to_numpy is not None and not isinstance(value, np.ndarray):
+        value = to_numpy()
+    array = np.asarray(value)
+    if array.dtype == object or array.dtype.kind in "SU":
+        array = np.asarray(value, dtype=object)
+    return array
+
+
+def _node_stats(stats):
+    return {"node_name": stats.node_name, "op_type": stats.op_type, "device": stats.device,
+            "start_us": int(stats.start_us), "end_us": int(stats.end_us)}

@@ -1,0 +1,175 @@
+"""The worker service through the in-process transport: registration, steps, pulls, limits.
+
+Graph partitions come from the master's compile (a two-worker cluster), then the test drives
+each worker's RPCs itself, so the order of RunGraph and RecvTensors is the test's choice.
+"""
+import numpy as np
+import pytest
+import trio
+
+import asyncflow as af
+from asyncflow.distributed import channels
+from asyncflow.distributed.master import Master
+from asyncflow.distributed.worker import WorkerService
+from transports.messages import (
+    AbortStep, CleanupStep, DeregisterGraph, RecvTensors, RegisterGraph, RemoteCallError, Reset,
+    RunGraph, TensorEntry,
+)
+
+
+@pytest.fixture
+async def cluster():
+    """Two in-process workers; yields (ClusterSpec, {task index: WorkerService})."""
+    spec = af.ClusterSpec({"worker": ["inprocess:101", "inprocess:102"]})
+    services = {}
+    async with trio.open_nursery() as nursery:
+        for index in range(2):
+            server = await nursery.start(af.Server(spec, "worker", index).serve)
+            services[index] = server.service
+        yield spec, services
+        nursery.cancel_scope.cancel()
+
+
+async def _compiled_pair(spec):
+    """A feed on task 0, x*2 sent to task 1, +1 fetched there; returns (graph, run, master)."""
+    graph = af.Graph()
+    with graph.as_default():
+        with af.device("/job:worker/task:0"):
+            x = af.placeholder(af.float32, [3], name="x")
+            doubled = af.multiply(x, 2.0, name="doubled")
+        with af.device("/job:worker/task:1"):
+            out = af.add(doubled, 1.0, name="out")
+    master = Master(spec, af.SessionConfig())
+    await master.open()
+    run = master.compile(graph, (x,), (out,), ())
+    return graph, run, master
+
+
+def _by_task(run):
+    return {tg.task.rsplit(":", 1)[-1]: tg for tg in run.task_graphs}
+
+
+async def _register(channel, tg):
+    reply = await channel.register_graph(RegisterGraph(tg.graph_def, "test", tg.options))
+    return reply.graph_handle
+
+
+async def test_recv_before_run_finds_the_step_and_waits(cluster, autojump_clock):
+    spec, services = cluster
+    _, run, master = await _compiled_pair(spec)
+    tgs = _by_task(run)
+    w0, w1 = channels.connect("inprocess:101"), channels.connect("inprocess:102")
+    h0, h1 = await _register(w0, tgs["0"]), await _register(w1, tgs["1"])
+    step_id = 77
+    results = {}
+
+    async def run_task1():
+        results[1] = await w1.run_graph(RunGraph(h1, step_id, [], tgs["1"].options["fetches"]))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run_task1)          # pulls from task 0 before task 0 runs the step
+        await trio.testing.wait_all_tasks_blocked()
+        assert services[0].statistics()["steps_held"] == 1
+        feed = TensorEntry(tgs["0"].options["feeds"][0], np.arange(3, dtype=np.float32))
+        await w0.run_graph(RunGraph(h0, step_id, [feed], []))
+    np.testing.assert_array_equal(results[1].tensors[0].value, [1.0, 3.0, 5.0])
+    # Both sides dropped the finished step; a late pull fails fast instead of creating state.
+    assert services[0].statistics()["steps_held"] == 0
+    assert services[1].statistics()["steps_held"] == 0
+    key = next(iter(services[1]._graphs.values())).binding_parts[0]
+    assert key  # task 1 declares the remote Recv it pulls
+    with pytest.raises(RemoteCallError, match="ABORTED.*already finished"):
+        await w0.recv_tensors(RecvTensors(step_id, [_any_key(services[0])]))
+    await master.close()
+
+
+def _any_key(service):
+    return f"{service.device_names[0]};{service.incarnation:016x};x;edge;0:0"
+
+
+async def test_unknown_handles_steps_and_bad_keys_are_typed_errors(cluster, autojump_clock):
+    spec, services = cluster
+    w0 = channels.connect("inprocess:101")
+    with pytest.raises(RemoteCallError, match="NOT_FOUND.*no graph with handle"):
+        await w0.run_graph(RunGraph("nope", 1, [], []))
+    with pytest.raises(RemoteCallError, match="NOT_FOUND"):
+        await w0.deregister_graph(DeregisterGraph("nope"))
+    with pytest.raises(RemoteCallError, match="NOT_FOUND.*no step 5"):
+        await w0.cleanup_step(CleanupStep(5))
+    with pytest.raises(RemoteCallError, match="INVALID_ARGUMENT.*malformed rendezvous key"):
+        await w0.recv_tensors(RecvTensors(1, ["garbage"]))
+    with pytest.raises(RemoteCallError, match="INVALID_ARGUMENT.*not on"):
+        await w0.recv_tensors(RecvTensors(1, [_any_key(services[1])]))
+    stale = f"{services[0].device_names[0]};{services[0].incarnation ^ 1:016x};x;e;0:0"
+    with pytest.raises(RemoteCallError, match="ABORTED.*different device incarnation"):
+        await w0.recv_tensors(RecvTensors(1, [stale]))
+    with pytest.raises(RemoteCallError, match="INVALID_ARGUMENT.*malformed graph"):
+        await w0.register_graph(RegisterGraph({"node": [{"name": "a", "op": "NoSuchOp",
+                                                         "input": [], "attr": {}}]}, "t"))
+    assert services[0].statistics()["steps_held"] == 0
+
+
+async def test_feeds_are_checked_against_their_placeholders(cluster, autojump_clock):
+    spec, services = cluster
+    _, run, master = await _compiled_pair(spec)
+    tg = _by_task(run)["0"]
+    w0 = channels.connect("inprocess:101")
+    handle = await _register(w0, tg)
+    name = tg.options["feeds"][0]
+    with pytest.raises(RemoteCallError, match="INVALID_ARGUMENT.*dtype int32.*float32"):
+        await w0.run_graph(RunGraph(handle, 1, [TensorEntry(name, np.zeros(3, np.int32))], []))
+    with pytest.raises(RemoteCallError, match=r"INVALID_ARGUMENT.*shape \[4\]"):
+        await w0.run_graph(RunGraph(handle, 2, [TensorEntry(name, np.zeros(4, np.float32))], []))
+    with pytest.raises(RemoteCallError, match="INVALID_ARGUMENT.*missing"):
+        await w0.run_graph(RunGraph(handle, 3, [], []))
+    # Registered state survives bad requests.
+    assert services[0].statistics()["graphs"] == 1
+    await master.close()
+
+
+async def test_pulled_state_expires_and_abort_wakes_waiters(cluster, autojump_clock):
+    spec, services = cluster
+    w0 = channels.connect("inprocess:101")
+    key = f"{services[0].device_names[0]};{services[0].incarnation:016x};x;edge;0:0"
+
+    async def pull():
+        with pytest.raises(RemoteCallError, match="ABORTED.*boom"):
+            await w0.recv_tensors(RecvTensors(9, [key]))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(pull)
+        await trio.testing.wait_all_tasks_blocked()
+        assert services[0].statistics()["steps_held"] == 1
+        await w0.abort_step(AbortStep(9, "ABORTED", "boom"))
+    assert services[0].statistics()["steps_held"] == 0
+    # A pull for a step that never starts holds state only until the TTL passes.
+    services[0]._step_ttl = 5.0
+    with trio.move_on_after(1):
+        await w0.recv_tensors(RecvTensors(10, [key]))
+    assert services[0].statistics()["steps_held"] == 1
+    await trio.sleep(10)
+    with trio.move_on_after(1):
+        await w0.recv_tensors(RecvTensors(11, [key]))
+    assert sorted(services[0]._steps) == [11]
+
+
+async def test_health_metrics_and_reset(cluster):
+    spec, services = cluster
+    w0 = channels.connect("inprocess:101")
+    health = await w0.health()
+    assert health.task == "/job:worker/replica:0/task:0"
+    assert health.incarnation == services[0].incarnation
+    assert health.devices == ["/job:worker/replica:0/task:0/device:CPU:0"]
+    assert health.stats["steps_run"] == 0
+    text = await w0.metrics_text()
+    assert 'asyncflow_worker_steps_total{task="/job:worker/replica:0/task:0"} 0' in text
+    assert "asyncflow_worker_tensor_bytes_sent_total" in text
+    services[0].resources.lookup_or_create("c", "v", object)
+    await w0.reset(Reset(["c"]))
+    assert services[0].resources.containers() == []
+
+
+def test_worker_service_names_its_devices():
+    service = WorkerService("ps", 2, channels.connect, af.SessionConfig(device_count={"CPU": 2}))
+    assert service.device_names == ["/job:ps/replica:0/task:2/device:CPU:0",
+                                    "/job:ps/replica:0/task:2/device:CPU:1"]
