@@ -18,7 +18,7 @@ worlds meet at two documented thread-safe calls:
   gave up: ``handler_cancellation=True``), the trio scope is cancelled too, so a ``recv_tensors``
   waiting for a producer does not leak.
 
-Bodies are single frames of :mod:`transports.wire`. Readers feed ``readany()`` chunks to a
+Bodies are single frames of :mod:`transports.wire`. Readers feed ``readchunk()`` chunks to a
 :class:`~transports.wire.Decoder`, which validates the header before allocating and copies each
 chunk straight into its destination array (socket -> chunk -> array; aiohttp's
 ``client_max_size`` does not apply, the codec's :class:`~transports.wire.Limits` do). Writers send
@@ -165,10 +165,16 @@ async def _aslices(buffers: list[bytes | memoryview]) -> AsyncIterator[memoryvie
 
 
 async def _read_frame(content: aiohttp.StreamReader, limits: Limits) -> Message:
-    """Read a body that must hold exactly one frame, decoding as chunks arrive."""
+    """Read a body that must hold exactly one frame, decoding as chunks arrive.
+
+    ``readchunk`` hands over aiohttp's buffered chunks one by one; ``readany`` would join them
+    (a copy) whenever the decoder falls behind the socket.
+    """
     decoder, message = Decoder(limits), None
     while True:
-        chunk = await content.readany()
+        chunk, end_of_http_chunk = await content.readchunk()
+        if not chunk and end_of_http_chunk:  # a chunked-encoding boundary, not the end
+            continue
         decoder.receive_data(chunk)
         try:
             while (event := decoder.next_event()) is not NEED_DATA and event is not CLOSED:

@@ -71,7 +71,7 @@ class Limits:
         max_body_bytes: largest sum of raw segments in one frame.
         max_tensors: most tensor descriptors in one frame.
         max_rank: most dimensions of one tensor.
-        max_depth: deepest nesting of maps and lists in the header.
+        max_depth: deepest nesting of maps and lists in the payload (the payload map is 1).
     """
 
     max_header_bytes: int = 64 << 20
@@ -96,6 +96,7 @@ class Field:
     name: str
     hint: Any  # the annotation, for error messages
     check: Callable[[Any], bool]  # compiled from the annotation once
+    nests: bool  # holds Any somewhere: free nesting, so the decoder bounds its depth
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,10 +116,15 @@ def build_schema(kind: str, cls: type) -> Schema:
             assert tensor_field is None, f"{cls.__name__} has two tensor fields"
             tensor_field = f.name
             continue
-        plain.append(Field(f.name, hints[f.name], checker(hints[f.name])))
+        hint = hints[f.name]
+        plain.append(Field(f.name, hint, checker(hint), _mentions_any(hint)))
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             required.add(f.name)
     return Schema(kind, cls, tuple(plain), frozenset(required), tensor_field)
+
+
+def _mentions_any(hint: Any) -> bool:
+    return hint is Any or any(_mentions_any(arg) for arg in typing.get_args(hint))
 
 
 def checker(hint: Any) -> Callable[[Any], bool]:
@@ -158,12 +164,15 @@ def describe_hint(hint: Any) -> str:
     return str(hint).replace("typing.", "")
 
 
-def check_depth(obj: Any, max_depth: int) -> None:
-    """Bound the nesting of plain values handed to the application (graphs, stats)."""
-    stack = [(obj, 1)]
+def check_depth(obj: Any, max_depth: int, start: int) -> None:
+    """Bound the nesting of plain values handed to the application (graphs, stats).
+
+    ``start`` is the level of ``obj`` itself (the payload map is level 1).
+    """
+    stack = [(obj, start)] if isinstance(obj, (dict, list)) else []
     while stack:
         item, depth = stack.pop()
         if depth > max_depth:
-            raise RemoteProtocolError(f"header nests maps/lists deeper than {max_depth} levels")
+            raise RemoteProtocolError(f"payload nests maps/lists deeper than {max_depth} levels")
         children = item.values() if isinstance(item, dict) else item
         stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))

@@ -410,7 +410,7 @@ class Decoder:
     def _start_frame(self, header_bytes: memoryview) -> None:
         header = self._unpack_header(header_bytes)
         schema = SCHEMAS[header["kind"]]
-        payload = self._check_payload(schema, header["payload"])
+        payload = self._check_payload(schema, header["payload"], self._limits.max_depth)
         descriptors = header["tensors"]
         if descriptors and schema.tensor_field is None:
             raise RemoteProtocolError(f"{schema.kind} carries no tensors, got {len(descriptors)}")
@@ -456,12 +456,10 @@ class Decoder:
             raise RemoteProtocolError(f"unknown message kind {header['kind']!r:.80}")
         if not isinstance(header["payload"], dict) or not isinstance(header["tensors"], list):
             raise RemoteProtocolError("header payload must be a map and tensors a list")
-        # Descriptors are checked field by field; only payload values can nest freely.
-        check_depth(header["payload"], self._limits.max_depth)
         return header
 
     @staticmethod
-    def _check_payload(schema: Schema, payload: dict) -> dict:
+    def _check_payload(schema: Schema, payload: dict, max_depth: int) -> dict:
         names = {f.name for f in schema.plain}
         unknown = set(payload) - names
         missing = schema.required - set(payload)
@@ -473,6 +471,8 @@ class Decoder:
             if f.name in payload and not f.check(payload[f.name]):
                 raise RemoteProtocolError(f"{schema.kind}.{f.name} must be "
                                           f"{describe_hint(f.hint)}, got {payload[f.name]!r:.80}")
+            if f.nests and f.name in payload:  # typed fields cannot nest past their type
+                check_depth(payload[f.name], max_depth, start=2)
         return payload
 
     def _check_descriptor(self, index: int, d: Any) -> tuple[dict, np.dtype | None, int]:

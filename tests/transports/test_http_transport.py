@@ -26,7 +26,7 @@ async def raw_http(port: int, method: str, path: str, body: bytes = b"",
                    headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
     """Send one request; return status, lower-cased headers and the Content-Length body."""
     headers = {"Host": f"127.0.0.1:{port}", "Connection": "close", **(headers or {})}
-    if body and "Content-Length" not in headers:
+    if body and "Content-Length" not in headers and "Transfer-Encoding" not in headers:
         headers["Content-Length"] = str(len(body))
     head = f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
     async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
@@ -268,3 +268,13 @@ async def test_serving_the_network_without_a_token_is_warned_about(caplog):
     async with open_http_server(FakeWorker(), host="0.0.0.0", token="t"):
         pass
     assert "without a token" not in caplog.text
+
+
+async def test_chunked_request_bodies_are_decoded(server):
+    data = frame(wire.RegisterGraph({"nodes": ["x" * 5000]}, "s"))
+    pieces = [data[i:i + 777] for i in range(0, len(data), 777)]
+    body = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
+    with trio.fail_after(GENEROUS):
+        status, _, reply = await raw_http(server.port, "POST", "/v1/graphs", body,
+                                          {"Transfer-Encoding": "chunked"})
+    assert (status, decode(reply)) == (200, wire.RegisterGraphReply("graph/0"))
