@@ -11,12 +11,17 @@ PRODUCERS, CONSUMERS, PER_PRODUCER = 10, 10, 40
 
 async def _exchange(queue_factory, producers=PRODUCERS, consumers=CONSUMERS,
                     per_producer=PER_PRODUCER):
-    """Producers enqueue distinct items, consumers dequeue; returns what consumers saw."""
+    """Producers enqueue distinct items, consumers dequeue; returns ``(seen, by_consumer)``.
+
+    ``seen`` lists items in the order the consumers' runs returned, which interleaves
+    consumers arbitrarily; ``by_consumer`` keeps each consumer's own (sequential) order.
+    """
     with af.Graph().as_default():
         queue = queue_factory()
         item = af.placeholder(af.int64, [])
         enqueue, dequeue = queue.enqueue(item), queue.dequeue()
         seen = []
+        by_consumer = [[] for _ in range(consumers)]
         total = producers * per_producer
         per_consumer = total // consumers
         async with af.Session() as sess:
@@ -24,19 +29,21 @@ async def _exchange(queue_factory, producers=PRODUCERS, consumers=CONSUMERS,
                 for i in range(per_producer):
                     await sess.run(enqueue, {item: p * 1_000_000 + i})
 
-            async def consume():
+            async def consume(mine):
                 for _ in range(per_consumer):
-                    seen.append(int(await sess.run(dequeue)))
+                    value = int(await sess.run(dequeue))
+                    seen.append(value)
+                    mine.append(value)
 
             with trio.fail_after(60):
                 async with trio.open_nursery() as nursery:
                     for p in range(producers):
                         nursery.start_soon(produce, p)
-                    for _ in range(consumers):
-                        nursery.start_soon(consume)
+                    for mine in by_consumer:
+                        nursery.start_soon(consume, mine)
             assert await sess.run(queue.size()) == 0
             assert sess.statistics()["runs_in_flight"] == 0
-        return seen
+        return seen, by_consumer
 
 
 def _check_exchange(seen, producers=PRODUCERS, per_producer=PER_PRODUCER):
@@ -48,12 +55,13 @@ def _check_exchange(seen, producers=PRODUCERS, per_producer=PER_PRODUCER):
 
 @pytest.mark.parametrize("capacity", [1, 7, 1000])
 async def test_ten_producers_ten_consumers_fifo(capacity, autojump_clock):
-    seen = await _exchange(lambda: af.FIFOQueue(capacity, af.int64, shapes=[[]]))
+    seen, by_consumer = await _exchange(lambda: af.FIFOQueue(capacity, af.int64, shapes=[[]]))
     _check_exchange(seen)
-    # each producer's items come out in the order it put them in
-    for p in range(PRODUCERS):
-        mine = [s for s in seen if s // 1_000_000 == p]
-        assert mine == sorted(mine)
+    # FIFO: each consumer gets any one producer's items in the order they were put in
+    for got in by_consumer:
+        for p in range(PRODUCERS):
+            mine = [s for s in got if s // 1_000_000 == p]
+            assert mine == sorted(mine)
 
 
 async def test_ten_producers_ten_consumers_shuffle_queue(autojump_clock):
@@ -118,5 +126,5 @@ async def test_concurrent_batched_steps_and_shared_variable(autojump_clock):
 
 async def test_real_clock_exchange_completes():
     """The same exchange on the real clock (no autojump): no deadlock under real scheduling."""
-    seen = await _exchange(lambda: af.FIFOQueue(3, af.int64, shapes=[[]]), per_producer=20)
+    seen, _ = await _exchange(lambda: af.FIFOQueue(3, af.int64, shapes=[[]]), per_producer=20)
     _check_exchange(seen, per_producer=20)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from asyncflow import errors
-from asyncflow.kernels.registry import register_kernel
+from asyncflow.kernels.registry import WOULD_BLOCK, register_kernel, register_nowait
 
 _QUEUE_TYPES = ("FIFOQueue", "RandomShuffleQueue", "PaddingFIFOQueue")
 
@@ -183,3 +183,36 @@ def _random_shuffle(ctx, value):
         return (value,)
     permutation = ctx.random_generator().permutation(value.shape[0])
     return (value[ctx.xp.asarray(permutation)],)
+
+
+# Synchronous twins, tried inline first: a queue op that need not wait costs no task.
+@register_nowait("QueueEnqueue", "CPU")
+def _enqueue_nowait(ctx, queue, *components):
+    _check_element(ctx, queue, components)
+    added = queue.poll_enqueue_many((tuple(_frozen(c) for c in components),))
+    return () if added else WOULD_BLOCK
+
+
+@register_nowait("QueueEnqueueMany", "CPU")
+def _enqueue_many_nowait(ctx, queue, *components):
+    return () if queue.poll_enqueue_many(_split(ctx, queue, components)) else WOULD_BLOCK
+
+
+@register_nowait("QueueDequeue", "CPU")
+def _dequeue_nowait(ctx, queue):
+    taken = queue.poll_dequeue_many(1)
+    return WOULD_BLOCK if taken is None else taken[0]
+
+
+@register_nowait("QueueDequeueMany", "CPU")
+def _dequeue_many_nowait(ctx, queue, n):
+    _check_batchable(ctx, queue)
+    taken = queue.poll_dequeue_many(_count(ctx, n))
+    return WOULD_BLOCK if taken is None else _batch(ctx, queue, taken)
+
+
+@register_nowait("QueueDequeueUpTo", "CPU")
+def _dequeue_up_to_nowait(ctx, queue, n):
+    _check_batchable(ctx, queue)
+    taken = queue.poll_dequeue_many(_count(ctx, n), allow_small=True)
+    return WOULD_BLOCK if taken is None else _batch(ctx, queue, taken)

@@ -182,67 +182,91 @@ async def _run_waiting(node, args, step, report):
     report.send_nowait((node, result, None, start))
 
 
-async def _run_ready_queue(plan, slots, step):
-    nodes = plan.nodes
-    pending = [n.pending for n in nodes]
-    readers = list(plan.slot_readers)
-    fetched = plan.fetched
-    ready = list(plan.roots)
-    remaining = len(nodes)
-    trace = step.trace
-    device_name = plan.device.name
-    report_send, report_receive = trio.open_memory_channel(math.inf)
-    failure = None
+class _ReadyQueue:
+    """The bookkeeping of one ready-queue run (see the module docstring)."""
 
-    def complete(node, result, start):
-        nonlocal remaining
-        remaining -= 1
+    __slots__ = ("nodes", "slots", "step", "pending", "readers", "fetched", "ready",
+                 "remaining", "trace", "device_name", "waiting", "failure")
+
+    def __init__(self, plan, slots, step):
+        self.nodes = plan.nodes
+        self.slots = slots
+        self.step = step
+        self.pending = [n.pending for n in plan.nodes]
+        self.readers = list(plan.slot_readers)
+        self.fetched = plan.fetched
+        self.ready = list(plan.roots)
+        self.remaining = len(plan.nodes)
+        self.trace = step.trace
+        self.device_name = plan.device.name
+        self.waiting = []      # (node, args) that need a task
+        self.failure = None
+
+    def complete(self, node, result, start):
+        slots, pending, ready = self.slots, self.pending, self.ready
+        self.remaining -= 1
         for slot, value in zip(node.outputs, result):
             slots[slot] = value
         for index in node.consumers:
             pending[index] -= 1
             if pending[index] == 0:
                 ready.append(index)
-        if trace is not None:
-            trace.append(NodeStats(node.op.name, node.op.type, device_name, start, _now_us()))
+        if self.trace is not None:
+            self.trace.append(NodeStats(node.op.name, node.op.type, self.device_name, start,
+                                        _now_us()))
 
-    async with trio.open_nursery() as nursery:
-        while remaining and failure is None:
-            while ready and failure is None:
-                node = nodes[ready.pop()]
-                args = [slots[i] for i in node.inputs]
-                for slot in node.inputs:
-                    readers[slot] -= 1
-                    if readers[slot] == 0 and slot not in fetched:
-                        slots[slot] = None
-                try:
-                    for position in node.deref:
-                        args[position] = args[position].read()
-                    start = _now_us() if trace is not None else 0
-                    if node.is_async:
-                        result = WOULD_BLOCK if node.nowait is None else \
-                            node.nowait(StepContext(node.ctx, step), *args)
-                        if result is WOULD_BLOCK:
-                            nursery.start_soon(_run_waiting, node, args, step, report_send)
-                            continue
-                    elif node.offload and runtime_cost(node, args) >= OFFLOAD_COST:
-                        nursery.start_soon(_run_waiting, node, args, step, report_send)
+    def drain(self):
+        """Run every ready node that need not wait; queue the others in ``waiting``."""
+        nodes, slots, readers, fetched, ready = (self.nodes, self.slots, self.readers,
+                                                 self.fetched, self.ready)
+        step, trace = self.step, self.trace
+        while ready:
+            node = nodes[ready.pop()]
+            args = [slots[i] for i in node.inputs]
+            for slot in node.inputs:
+                readers[slot] -= 1
+                if readers[slot] == 0 and slot not in fetched:
+                    slots[slot] = None
+            try:
+                for position in node.deref:
+                    args[position] = args[position].read()
+                start = _now_us() if trace is not None else 0
+                if node.is_async:
+                    result = WOULD_BLOCK if node.nowait is None else \
+                        node.nowait(StepContext(node.ctx, step), *args)
+                    if result is WOULD_BLOCK:
+                        self.waiting.append((node, args))
                         continue
-                    else:
-                        result = node.fn(node.ctx, *args)
-                except (trio.Cancelled, KeyboardInterrupt):
-                    raise
-                except BaseException as exc:
-                    failure = wrap_error(exc, node.op, device_name)
-                    break
-                complete(node, result, start)
-            if remaining and failure is None:
+                elif node.offload and runtime_cost(node, args) >= OFFLOAD_COST:
+                    self.waiting.append((node, args))
+                    continue
+                else:
+                    result = node.fn(node.ctx, *args)
+            except (trio.Cancelled, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                self.failure = wrap_error(exc, node.op, self.device_name)
+                return
+            self.complete(node, result, start)
+
+
+async def _run_ready_queue(plan, slots, step):
+    queue = _ReadyQueue(plan, slots, step)
+    queue.drain()
+    if queue.failure is None and queue.remaining:
+        # Only now, with a kernel that must wait, does the step need a nursery and a channel.
+        report_send, report_receive = trio.open_memory_channel(math.inf)
+        async with trio.open_nursery() as nursery:
+            while queue.failure is None and queue.remaining:
+                for node, args in queue.waiting:
+                    nursery.start_soon(_run_waiting, node, args, step, report_send)
+                queue.waiting.clear()
                 node, result, exc, start = await report_receive.receive()
                 if exc is not None:
-                    failure = wrap_error(exc, node.op, device_name)
-                else:
-                    complete(node, result, start)
-        if failure is not None:
+                    queue.failure = wrap_error(exc, node.op, queue.device_name)
+                    break
+                queue.complete(node, result, start)
+                queue.drain()
             nursery.cancel_scope.cancel()
-    if failure is not None:
-        raise failure
+    if queue.failure is not None:
+        raise queue.failure

@@ -148,6 +148,21 @@ class QueueResource:
     def dequeue_nowait(self):
         return self.dequeue_many_nowait(1)[0]
 
+    def poll_enqueue_many(self, elements):
+        """``enqueue_many_nowait`` for callers without trio: False where it would wait."""
+        try:
+            self.enqueue_many_nowait(elements)
+        except trio.WouldBlock:
+            return False
+        return True
+
+    def poll_dequeue_many(self, n, allow_small=False):
+        """``dequeue_many_nowait`` for callers without trio: None where it would wait."""
+        try:
+            return self.dequeue_many_nowait(n, allow_small)
+        except trio.WouldBlock:
+            return None
+
     # -- async wrappers ---------------------------------------------------------------------
     async def enqueue_many(self, elements):
         """Add ``elements`` in order, waiting for room as needed (they go in as room frees).
