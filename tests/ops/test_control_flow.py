@@ -381,3 +381,28 @@ async def test_control_flow_split_across_devices_is_refused_clearly():
         # The same loop on one device runs.
         async with af.Session() as sess:
             assert await sess.run(y) == 8.0
+
+
+async def test_cond_branches_returning_ops_run_only_the_taken_one():
+    with af.Graph().as_default():
+        v = af.Variable(0)
+        pred = af.placeholder(af.bool, [])
+        update = af.cond(pred, lambda: af.assign_add(v, 1).op, lambda: af.assign_add(v, 5).op)
+        assert isinstance(update, af.Operation)
+        async with af.Session() as sess:
+            await sess.run(af.global_variables_initializer())
+            assert await sess.run(update, {pred: True}) is None
+            await sess.run(update, {pred: False})
+            assert await sess.run(v.value()) == 6
+
+
+async def test_fetching_a_value_inside_a_loop_body_is_not_valid():
+    with af.Graph().as_default():
+        captured = []
+
+        def body(i):
+            captured.append(i * 2)
+            return i + 1
+        af.while_loop(lambda i: i < 3, body, [af.constant(0)])
+        with pytest.raises(errors.InvalidArgumentError, match="was not valid"):
+            await run(captured[0])
