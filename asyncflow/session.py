@@ -167,7 +167,10 @@ class Session:
     Args:
         graph: the graph to run (default: the context's default graph).
         config: a SessionConfig.
-        cluster: a ClusterSpec (or dict) to run as the master of a cluster.
+        cluster: a ClusterSpec (or dict) to run as the master of a cluster: ops run on the
+            workers their devices name (``asyncflow.distributed.master``).
+        target: ``"host:port"`` (``grpc://`` or ``http://`` prefixes accepted) of one worker,
+            used as a one-task cluster whose job and task come from its Health.
     """
 
     _step_ids = itertools.count(secrets.randbits(40) << 8)
@@ -185,13 +188,15 @@ class Session:
         self._cluster = cluster
         self._in_flight = 0
         self._run_scopes = set()  # one per run in flight: close() cancels them (queue waits)
+        self._master = None
         if cluster is not None or target:
-            raise errors.UnimplementedError(
-                None, None, "Session(cluster=...) needs the distributed runtime, which this "
-                "build does not include yet")
+            from asyncflow.distributed import master as _master
+            self._master = _master.Master.for_cluster_or_target(cluster, target, self.config)
 
     # -- lifecycle ----------------------------------------------------------------------
     async def __aenter__(self):
+        if self._master is not None:
+            await self._master.open()
         return self
 
     async def __aexit__(self, *exc_info):
@@ -205,21 +210,27 @@ class Session:
                 scope.cancel()
             self._resources.reset()
             self._cache.clear()
+            if self._master is not None:
+                with trio.CancelScope(shield=True):
+                    await self._master.close()
 
     @property
     def closed(self):
         return self._closed
 
     def list_devices(self):
-        """Full names of this session's devices."""
+        """Full names of this session's devices (a cluster's once the session is open)."""
+        if self._master is not None:
+            return [DeviceName(d) for d in self._master.device_names()]
         return [DeviceName(d.name) for d in self._devices]
 
     @staticmethod
     async def reset(target=None, containers=None):
         """Clear resource containers (all when None) of a local process or a cluster."""
         if target not in (None, "", "local"):
-            raise errors.UnimplementedError(None, None, "reset of a remote target needs the "
-                                            "distributed runtime")
+            from asyncflow.distributed import master as _master
+            await _master.reset(target, containers)
+            return
         process_resources().reset(containers)
 
     # -- running --------------------------------------------------------------------------
@@ -273,6 +284,8 @@ class Session:
         return compiled
 
     def _compile(self, feeds, fetches, targets):
+        if self._master is not None:
+            return self._master.compile(self.graph, feeds, fetches, targets)
         try:
             ops = _prune.prune(fetches, targets, feeds, skip_edge=is_loop_back_edge)
         except ValueError as exc:
@@ -286,6 +299,7 @@ class Session:
         timeout_ms = (options.timeout_in_ms if options is not None else 0) \
             or self.config.operation_timeout_in_ms
         step = executor.Step(next(self._step_ids), trace=trace)
+        step.extras["timeout_ms"] = timeout_ms
         self._in_flight += 1
         closing = trio.CancelScope()
         self._run_scopes.add(closing)
@@ -307,6 +321,13 @@ class Session:
             self._in_flight -= 1
 
     async def _run_partitions(self, compiled, feed_values, step):
+        if self._master is not None:
+            if not self._master.opened:
+                await self._master.open()
+            if not await self._master.refresh(compiled):  # a worker restarted: recompile
+                compiled = self._cache[compiled.signature] = self._compile(*compiled.signature)
+            return await self._master.run_step(self.graph, compiled, feed_values,
+                                               step.extras.get("timeout_ms", 0), step.trace)
         return await _compiler.run_partitions(self.graph, compiled, feed_values, step)
 
     def statistics(self):

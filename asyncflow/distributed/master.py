@@ -86,6 +86,24 @@ class RemoteRun:
     signature: tuple = ()  # (feeds, fetches, targets)
 
 
+async def _all(fn, items):
+    """``fn(item)`` for every item at once; the first OpError cancels the rest and is raised."""
+    failures = []
+
+    async def one(item, nursery):
+        try:
+            await fn(item)
+        except errors.OpError as exc:
+            failures.append(exc)
+            nursery.cancel_scope.cancel()
+
+    async with trio.open_nursery() as nursery:
+        for item in items:
+            nursery.start_soon(one, item, nursery)
+    if failures:
+        raise failures[0]
+
+
 def _unavailable(task, exc):
     return errors.UnavailableError(None, None, f"worker {task.name} at {task.address} is "
                                    f"unavailable: {exc}")
@@ -137,19 +155,7 @@ class Master:
                 raise _unavailable(probe, exc) from None
             probe.name = reply.task
             self.tasks[reply.task] = probe
-        failures = []
-
-        async def check(task):
-            try:
-                await self._health(task)
-            except errors.OpError as exc:
-                failures.append(exc)
-
-        async with trio.open_nursery() as nursery:
-            for task in self.tasks.values():
-                nursery.start_soon(check, task)
-        if failures:
-            raise failures[0]
+        await _all(self._health, self.tasks.values())
         self.opened = True
 
     async def _health(self, task):
@@ -236,9 +242,7 @@ class Master:
         stale = [self.tasks[tg.task] for tg in run.task_graphs
                  if now - self.tasks[tg.task].last_ok > self.config.health_check_interval_s]
         if stale:
-            async with trio.open_nursery() as nursery:
-                for task in stale:
-                    nursery.start_soon(self._health, task)
+            await _all(self._health, stale)
         return all(run.incarnations[name] == task.incarnation
                    for name, task in self.tasks.items() if name in run.incarnations)
 
@@ -262,9 +266,7 @@ class Master:
         pending = [tg for tg in run.task_graphs
                    if tg.handle is None or tg.registered_incarnation != self.tasks[tg.task].incarnation]
         if pending:
-            async with trio.open_nursery() as nursery:
-                for tg in pending:
-                    nursery.start_soon(register, tg)
+            await _all(register, pending)
             if run not in self._runs:
                 self._runs.append(run)
 

@@ -52,6 +52,8 @@ class Server:
         self.service = WorkerService(job_name, self.task_index, self._connect, config=config)
         self.address = spec_address if self._inprocess else None
         self._cm = None
+        self._scope = None
+        self._stopped = trio.Event()
 
     @property
     def target(self):
@@ -61,10 +63,20 @@ class Server:
         return _channels.connect(address, token=self.token)
 
     async def serve(self, task_status=trio.TASK_STATUS_IGNORED):
-        """Serve until cancelled; ``task_status.started(self)`` once listening."""
-        async with self._serving():
-            task_status.started(self)
-            await trio.sleep_forever()
+        """Serve until cancelled or stopped; ``task_status.started(self)`` once listening."""
+        try:
+            with trio.CancelScope() as self._scope:
+                async with self._serving():
+                    task_status.started(self)
+                    await trio.sleep_forever()
+        finally:
+            self._stopped.set()
+
+    async def stop(self):
+        """Stop a server started with ``serve`` and wait until it no longer listens."""
+        if self._scope is not None:
+            self._scope.cancel()
+            await self._stopped.wait()
 
     @contextlib.asynccontextmanager
     async def _serving(self):

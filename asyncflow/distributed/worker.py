@@ -326,7 +326,7 @@ class WorkerService:
         self.counters.steps_failed += 1
         if isinstance(exc, RemoteCallError):
             error = errors.from_code(exc.code, exc.message)
-        elif isinstance(exc, trio.Cancelled):
+        elif _only_cancelled(exc):
             error = errors.CancelledError(None, None, _rdv.DERIVED +
                                           f"step {state.step_id} was cancelled on {self.task}")
         else:
@@ -432,6 +432,12 @@ class WorkerService:
         channels, self._channels = self._channels, {}
         for channel in channels.values():
             await channel.aclose()
+
+
+def _only_cancelled(exc):
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_only_cancelled(e) for e in exc.exceptions)
+    return isinstance(exc, trio.Cancelled)
 
 
 def _host(value):

@@ -1,0 +1,120 @@
+"""Clusters for the distributed tests: in-process services, HTTP servers, CLI worker processes.
+
+* ``cluster`` (parametrized ``inprocess``/``http``): a ps and two workers as ``af.Server``s in
+  the test's trio run, reached through the in-process transport or HTTP on loopback ports.
+* ``start_workers(spec, tasks, env=None)``: real ``python -m asyncflow worker`` processes;
+  waits (with a deadline) for each one's "listening on" line and kills them at teardown.
+"""
+import json
+import os
+import select
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import trio
+
+import asyncflow as af
+
+LISTEN_DEADLINE_S = 60.0
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def loopback_spec(jobs):
+    """``{"ps": 1, "worker": 2}`` -> a cluster dict on free loopback ports."""
+    return {job: [f"127.0.0.1:{free_port()}" for _ in range(count)]
+            for job, count in jobs.items()}
+
+
+_next_inprocess = iter(range(1000, 10**6))
+
+
+@pytest.fixture(params=["inprocess", "http"])
+async def cluster(request):
+    """A ps and two workers in this trio run; yields ``(ClusterSpec, {task name: Server})``."""
+    jobs = {"ps": 1, "worker": 2}
+    if request.param == "inprocess":
+        spec = {job: [f"inprocess:{next(_next_inprocess)}" for _ in range(n)]
+                for job, n in jobs.items()}
+    else:
+        spec = loopback_spec(jobs)
+    cluster = af.ClusterSpec(spec)
+    servers = {}
+    async with trio.open_nursery() as nursery:
+        for job, index, _ in cluster.tasks():
+            server = await nursery.start(af.Server(cluster, job, index).serve)
+            servers[f"{job}:{index}"] = server
+        yield cluster, servers
+        nursery.cancel_scope.cancel()
+
+
+class WorkerProcesses:
+    def __init__(self):
+        self.procs = {}
+
+    def start(self, spec, tasks, env=None):
+        """Start ``tasks`` (``[(job, index)]``) of ``spec``; returns their listening lines."""
+        lines = {}
+        for job, index in tasks:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "asyncflow", "worker", "--cluster", json.dumps(spec),
+                 "--job", job, "--task", str(index), "--log-level", "WARNING"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                env={**os.environ, **(env or {})})
+            self.procs[(job, index)] = proc
+        deadline = time.monotonic() + LISTEN_DEADLINE_S
+        for key, proc in self.procs.items():
+            if key in tasks:
+                lines[key] = self._wait_listening(proc, deadline, key)
+        return lines
+
+    @staticmethod
+    def _wait_listening(proc, deadline, key):
+        while True:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([proc.stdout], [], [], max(left, 0))
+            if not ready:
+                proc.kill()
+                raise TimeoutError(f"worker {key} did not start listening in time")
+            line = proc.stdout.readline()
+            if not line:
+                raise RuntimeError(f"worker {key} exited: {proc.wait()} {proc.stderr.read()}")
+            if "listening on" in line:
+                return line.strip()
+
+    def kill(self, job, index):
+        proc = self.procs.pop((job, index))
+        proc.kill()
+        proc.wait()
+
+    def stop_all(self):
+        for proc in self.procs.values():
+            proc.kill()
+        for proc in self.procs.values():
+            proc.wait()
+        self.procs.clear()
+
+
+@pytest.fixture
+def start_workers():
+    """``start_workers(spec, [(job, index), ...], env=None)`` starts CLI worker processes."""
+    workers = WorkerProcesses()
+    yield workers.start
+    workers.stop_all()
+
+
+@pytest.fixture(scope="module")
+def process_cluster():
+    """A ps and two workers as CLI processes, shared by a module; yields (spec, processes)."""
+    workers = WorkerProcesses()
+    spec = loopback_spec({"ps": 1, "worker": 2})
+    workers.start(spec, [("ps", 0), ("worker", 0), ("worker", 1)])
+    yield spec, workers
+    workers.stop_all()

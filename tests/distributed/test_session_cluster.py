@@ -1,0 +1,136 @@
+"""Session semantics on a cluster, over the in-process and the HTTP transport.
+
+Every test runs twice (``cluster`` fixture): against in-process services and against HTTP
+servers on loopback ports, so both transports carry the same graph-level behaviour.
+"""
+import numpy as np
+import pytest
+import trio
+
+import asyncflow as af
+
+W0, W1, PS = "/job:worker/task:0", "/job:worker/task:1", "/job:ps/task:0"
+TIMEOUT = af.RunOptions(timeout_in_ms=20000)
+
+
+def _model():
+    with af.device(PS):
+        w = af.Variable(np.full((3, 2), 0.5, np.float32), name="w")
+    with af.device(W0):
+        x = af.placeholder(af.float32, [None, 3], name="x")
+        h = af.matmul(x, w, name="h")
+    with af.device(W1):
+        y = af.reduce_sum(af.nn.relu(h), axis=1, name="y")
+    return w, x, h, y
+
+
+async def test_feeds_and_fetches_across_workers(cluster):
+    spec, _ = cluster
+    with af.Graph().as_default() as graph:
+        w, x, h, y = _model()
+        async with af.Session(graph=graph, cluster=spec) as sess:
+            assert set(sess.list_devices()) == {
+                "/job:ps/replica:0/task:0/device:CPU:0",
+                "/job:worker/replica:0/task:0/device:CPU:0",
+                "/job:worker/replica:0/task:1/device:CPU:0"}
+            await sess.run(w.initializer, options=TIMEOUT)
+            batch = np.arange(6, dtype=np.float32).reshape(2, 3)
+            out = await sess.run({"h": h, "y": [y, y], "op": w.initializer},
+                                 feed_dict={x: batch}, options=TIMEOUT)
+            np.testing.assert_allclose(out["h"], batch @ np.full((3, 2), 0.5))
+            np.testing.assert_allclose(out["y"][0], (batch @ np.full((3, 2), 0.5)).sum(1))
+            assert out["op"] is None
+            # Feeding an intermediate tensor cuts the part that produced it.
+            fed = await sess.run(y, {h: -np.ones((1, 2), np.float32)}, options=TIMEOUT)
+            np.testing.assert_array_equal(fed, [0.0])
+
+
+async def test_variables_on_ps_outlive_sessions_until_reset(cluster):
+    spec, _ = cluster
+    with af.Graph().as_default() as graph:
+        with af.device(PS):
+            counter = af.Variable(0, name="counter")
+        with af.device(W1):
+            bump = counter.assign_add(1)
+    async with af.Session(graph=graph, cluster=spec) as first:
+        await first.run(counter.initializer)
+        await first.run(bump)
+    async with af.Session(graph=graph, cluster=spec) as second, \
+            af.Session(graph=graph, cluster=spec) as third:
+        await second.run(bump)
+        await third.run(bump)
+        assert await second.run(counter) == 3
+    await af.Session.reset(spec)
+    async with af.Session(graph=graph, cluster=spec) as fourth:
+        with pytest.raises(af.errors.FailedPreconditionError, match="uninitialized"):
+            await fourth.run(counter)
+
+
+async def test_errors_name_the_op_and_its_worker_device(cluster):
+    spec, _ = cluster
+    with af.Graph().as_default() as graph:
+        with af.device(W0):
+            x = af.placeholder(af.float32, None, name="x")
+            doubled = x * 2.0
+        with af.device(W1):
+            bad = af.reshape(doubled, [5], name="bad_reshape")
+        with af.device(W0):
+            out = bad + 1.0
+    async with af.Session(graph=graph, cluster=spec) as sess:
+        with pytest.raises(af.errors.InvalidArgumentError) as info:
+            await sess.run(out, {x: np.ones(4, np.float32)}, options=TIMEOUT)
+        assert info.value.op is graph.get_operation_by_name("bad_reshape")
+        assert "/job:worker/replica:0/task:1/device:CPU:0" in info.value.message
+        assert "_Derived_" not in info.value.message
+        # The session stays usable after a failed step.
+        np.testing.assert_array_equal(await sess.run(out, {x: np.ones(5, np.float32)},
+                                                     options=TIMEOUT), np.full(5, 3.0))
+
+
+async def test_cancelling_a_blocked_step_frees_it_everywhere(cluster):
+    spec, servers = cluster
+    with af.Graph().as_default() as graph:
+        with af.device(W1):
+            queue = af.FIFOQueue(2, [af.float32], shapes=[[]], name="q")
+            item = queue.dequeue()
+            put = queue.enqueue([3.0])
+        with af.device(W0):
+            out = item * 2.0
+    async with af.Session(graph=graph, cluster=spec) as sess:
+        with trio.move_on_after(1.0) as scope:
+            await sess.run(out)
+        assert scope.cancelled_caught
+        with pytest.raises(af.errors.DeadlineExceededError):
+            await sess.run(out, options=af.RunOptions(timeout_in_ms=300))
+        await sess.run(put, options=TIMEOUT)
+        assert await sess.run(out, options=TIMEOUT) == 6.0
+    with trio.fail_after(10):
+        while any(s.service.statistics()["steps_held"] for s in servers.values()):
+            await trio.sleep(0.05)
+
+
+async def test_a_stopped_worker_is_unavailable_and_a_restarted_one_is_used_again(cluster):
+    spec, servers = cluster
+    with af.Graph().as_default() as graph:
+        with af.device(W0):
+            a = af.constant(2.0) * 3.0
+        with af.device(W1):
+            b = a + 1.0
+    config = af.SessionConfig(health_check_interval_s=0.0)
+    async with trio.open_nursery() as nursery:
+        async with af.Session(graph=graph, cluster=spec, config=config) as sess:
+            assert await sess.run(b, options=TIMEOUT) == 7.0
+            old = servers["worker:1"]
+            old_incarnation = old.service.incarnation
+            # Stop worker 1 (its serve task ends) and check the failure is Unavailable.
+            await old.stop()
+            with trio.fail_after(15):
+                with pytest.raises(af.errors.UnavailableError, match="task:1"):
+                    await sess.run(b, options=TIMEOUT)
+            port = None if old.address.startswith("inprocess") else old.port
+            new = await nursery.start(af.Server(spec, "worker", 1, port=port).serve)
+            assert new.service.incarnation != old_incarnation
+            assert await sess.run(b, options=TIMEOUT) == 7.0
+            assert new.service.statistics()["graphs"] == 1
+        nursery.cancel_scope.cancel()
+
