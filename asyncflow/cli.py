@@ -1,4 +1,10 @@
-"""The ``asyncflow`` command line."""
+"""The ``asyncflow`` command line.
+
+``asyncflow worker --cluster FILE_OR_JSON --job NAME --task N [--host H] [--port P]`` serves
+one task of a cluster until interrupted (``ASYNCFLOW_CONFIG`` may stand in for ``--cluster``,
+``--job`` and ``--task``; ``ASYNCFLOW_TOKEN`` sets the shared secret). Once serving it prints
+``asyncflow worker /job:NAME/task:N listening on HOST:PORT`` on stdout.
+"""
 from __future__ import annotations
 
 import argparse
@@ -8,8 +14,67 @@ import sys
 def build_parser():
     parser = argparse.ArgumentParser(prog="asyncflow", description="asyncflow dataflow runtime")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
-    parser.add_subparsers(dest="command")
+    commands = parser.add_subparsers(dest="command")
+    worker = commands.add_parser("worker", help="serve one task of a cluster")
+    worker.add_argument("--cluster", help="cluster spec: a JSON string or a JSON file")
+    worker.add_argument("--job", help="this task's job name")
+    worker.add_argument("--task", type=int, help="this task's index in its job")
+    worker.add_argument("--host", default=None, help="interface to bind (default 127.0.0.1)")
+    worker.add_argument("--port", type=int, default=None,
+                        help="port to bind (default: the cluster's; 0 picks a free one)")
+    worker.add_argument("--cpus", type=int, default=1, help="logical CPU devices")
+    worker.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     return parser
+
+
+def _worker_spec(args):
+    from asyncflow.distributed.cluster import CONFIG_ENV, ClusterSpec, config_from_env
+    from_env = config_from_env()
+    if args.cluster:
+        cluster = ClusterSpec.from_json(args.cluster)
+    elif from_env is not None:
+        cluster = from_env[0]
+    else:
+        raise ValueError(f"give --cluster or set {CONFIG_ENV}")
+    job = args.job if args.job is not None else (from_env[1] if from_env else None)
+    task = args.task if args.task is not None else (from_env[2] if from_env else None)
+    if job is None or task is None:
+        raise ValueError(f"give --job and --task (or a \"task\" in {CONFIG_ENV})")
+    return cluster, job, task
+
+
+def run_worker(args):
+    """Serve one task until interrupted; returns the exit status."""
+    import logging
+
+    import trio
+
+    from asyncflow.distributed.server import Server
+    from asyncflow.runtime.options import SessionConfig
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        cluster, job, task = _worker_spec(args)
+        server = Server(cluster, job, task, host=args.host, port=args.port,
+                        config=SessionConfig(device_count={"CPU": args.cpus}))
+    except (ValueError, TypeError) as exc:
+        print(f"asyncflow worker: {exc}", file=sys.stderr)
+        return 2
+
+    async def serve():
+        async with server:
+            print(f"asyncflow worker /job:{job}/task:{task} listening on {server.address}",
+                  flush=True)
+            await trio.sleep_forever()
+
+    try:
+        trio.run(serve)
+    except KeyboardInterrupt:
+        return 0
+    except OSError as exc:
+        print(f"asyncflow worker: cannot listen: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def main(argv=None):
@@ -19,5 +84,7 @@ def main(argv=None):
         from asyncflow import __version__
         print(f"asyncflow {__version__}")
         return 0
+    if args.command == "worker":
+        return run_worker(args)
     parser.print_help(sys.stderr)
     return 2

@@ -2,7 +2,7 @@
 
 * ``cluster`` (parametrized ``inprocess``/``http``): a ps and two workers as ``af.Server``s in
   the test's trio run, reached through the in-process transport or HTTP on loopback ports.
-* ``start_workers(spec, tasks, env=None)``: real ``python -m asyncflow worker`` processes;
+* ``worker_processes.start(spec, tasks, env=None)``: real ``python -m asyncflow worker`` processes;
   waits (with a deadline) for each one's "listening on" line and kills them at teardown.
 """
 import json
@@ -59,13 +59,18 @@ class WorkerProcesses:
     def __init__(self):
         self.procs = {}
 
-    def start(self, spec, tasks, env=None):
-        """Start ``tasks`` (``[(job, index)]``) of ``spec``; returns their listening lines."""
+    def start(self, spec, tasks, env=None, flags=True):
+        """Start ``tasks`` (``[(job, index)]``) of ``spec``; returns their listening lines.
+
+        With ``flags=False`` the command has no --cluster/--job/--task (``env`` supplies
+        ``ASYNCFLOW_CONFIG``).
+        """
         lines = {}
         for job, index in tasks:
+            where = ["--cluster", json.dumps(spec), "--job", job, "--task", str(index)]
             proc = subprocess.Popen(
-                [sys.executable, "-m", "asyncflow", "worker", "--cluster", json.dumps(spec),
-                 "--job", job, "--task", str(index), "--log-level", "WARNING"],
+                [sys.executable, "-m", "asyncflow", "worker", *(where if flags else []),
+                 "--log-level", "WARNING"],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                 env={**os.environ, **(env or {})})
             self.procs[(job, index)] = proc
@@ -103,10 +108,11 @@ class WorkerProcesses:
 
 
 @pytest.fixture
-def start_workers():
-    """``start_workers(spec, [(job, index), ...], env=None)`` starts CLI worker processes."""
+def worker_processes():
+    """``worker_processes.start(spec, [(job, index), ...], env=None)`` starts CLI workers;
+    ``.kill(job, index)`` kills one (SIGKILL); all die at teardown."""
     workers = WorkerProcesses()
-    yield workers.start
+    yield workers
     workers.stop_all()
 
 

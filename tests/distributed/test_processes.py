@@ -1,0 +1,176 @@
+"""Real worker processes started through the CLI: steps, bad input, tokens, kill -9.
+
+Processes run on loopback ports and real time; every wait has a deadline.
+"""
+import http.client
+import json
+import time
+
+import numpy as np
+import pytest
+import trio
+
+import asyncflow as af
+from asyncflow.distributed import channels
+from transports.messages import AbortStep, CleanupStep, RecvTensors, RemoteCallError
+from transports.service import RPCS
+from transports.wire import encode
+
+from conftest import loopback_spec
+
+TIMEOUT = af.RunOptions(timeout_in_ms=20000)
+
+
+def _graph():
+    graph = af.Graph()
+    with graph.as_default():
+        with af.device("/job:ps/task:0"):
+            v = af.Variable(np.arange(4, dtype=np.float32), name="v")
+        with af.device("/job:worker/task:0"):
+            x = af.placeholder(af.float32, [4], name="x")
+            s = v * x
+        with af.device("/job:worker/task:1"):
+            total = af.reduce_sum(s, name="total")
+    return graph, v, x, total
+
+
+async def test_cli_workers_run_a_step_and_export_metrics(process_cluster):
+    spec, _ = process_cluster
+    graph, v, x, total = _graph()
+    async with af.Session(graph=graph, cluster=spec) as sess:
+        await sess.run(v.initializer, options=TIMEOUT)
+        assert await sess.run(total, {x: np.ones(4, np.float32)}, options=TIMEOUT) == 6.0
+    channel = channels.connect(spec["worker"][1])
+    text = await channel.metrics_text(timeout=10)
+    assert 'asyncflow_worker_steps_total{task="/job:worker/replica:0/task:1"} 1' in text
+    assert "asyncflow_transport_requests_total" in text
+    await channel.aclose()
+
+
+def _request(address, method, path, body=None, headers=None):
+    host, port = address.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        response = conn.getresponse()
+        return response.status, response.read().decode("utf-8", "replace")
+    except (ConnectionError, http.client.HTTPException) as exc:  # server may cut a huge body
+        return 413, str(exc)
+    finally:
+        conn.close()
+
+
+def _paths():
+    for rpc in RPCS:
+        yield rpc, rpc.path.format(step_id=1, graph_handle="x")
+    yield None, "/metrics"
+
+
+def _bad_requests(address):
+    """(what, status, text) for garbage, truncated and oversized bodies on every route."""
+    frame = b"".join(bytes(b) for b in encode(AbortStep(1, "ABORTED", "x")))
+    results = []
+    for rpc, path in _paths():
+        method = rpc.http_method if rpc else "GET"
+        cases = [("garbage", b"\x00garbage\xff" * 3, {}),
+                 ("truncated", frame[: len(frame) // 2], {}),
+                 ("oversized", b"", {"Content-Length": str(1 << 40)})]
+        for what, body, headers in cases:
+            status, text = _request(address, "POST" if method == "GET" else method, path,
+                                    body, {"Content-Type": "application/x-asyncflow-frame",
+                                           **headers})
+            results.append((f"{method} {path} {what}", status, text))
+    return results
+
+
+async def test_garbage_to_every_route_is_4xx_and_loses_no_state(process_cluster):
+    spec, _ = process_cluster
+    graph, v, x, total = _graph()
+    address = spec["worker"][0]
+    async with af.Session(graph=graph, cluster=spec) as sess:
+        await sess.run(v.initializer, options=TIMEOUT)
+        await sess.run(total, {x: np.ones(4, np.float32)}, options=TIMEOUT)
+        channel = channels.connect(address)
+        graphs_before = (await channel.health(timeout=10)).stats["graphs"]
+        results = await trio.to_thread.run_sync(_bad_requests, address)
+        for what, status, text in results:
+            assert 400 <= status < 500, (what, status, text)
+            assert text, what
+        # Typed errors for unknown steps and handles through a proper client.
+        with pytest.raises(RemoteCallError, match="NOT_FOUND"):
+            await channel.cleanup_step(CleanupStep(12345), timeout=10)
+        with pytest.raises(RemoteCallError, match="INVALID_ARGUMENT"):
+            await channel.recv_tensors(RecvTensors(1, ["not;a;key"]), timeout=10)
+        # Still serving, same registered graphs, and the session's step still runs.
+        assert (await channel.health(timeout=10)).stats["graphs"] == graphs_before
+        assert await sess.run(total, {x: np.full(4, 2, np.float32)}, options=TIMEOUT) == 12.0
+        await channel.aclose()
+
+
+async def test_token_is_required_when_set(worker_processes, monkeypatch):
+    spec = loopback_spec({"worker": 1})
+    worker_processes.start(spec, [("worker", 0)], env={"ASYNCFLOW_TOKEN": "s3cret"})
+    with af.Graph().as_default() as graph:
+        out = af.constant(2.0) * 4.0
+    monkeypatch.delenv("ASYNCFLOW_TOKEN", raising=False)
+    with pytest.raises(af.errors.UnauthenticatedError, match="401"):
+        async with af.Session(graph=graph, cluster=spec):
+            pass
+    monkeypatch.setenv("ASYNCFLOW_TOKEN", "wrong")
+    with pytest.raises(af.errors.UnauthenticatedError):
+        async with af.Session(graph=graph, cluster=spec):
+            pass
+    monkeypatch.setenv("ASYNCFLOW_TOKEN", "s3cret")
+    async with af.Session(graph=graph, cluster=spec) as sess:
+        assert await sess.run(out, options=TIMEOUT) == 8.0
+    status, _ = await trio.to_thread.run_sync(_request, spec["worker"][0], "GET", "/metrics")
+    assert status == 401
+
+
+async def test_asyncflow_config_and_target_sessions(worker_processes):
+    spec = loopback_spec({"worker": 1})
+    config = {"cluster": spec, "task": {"type": "worker", "index": 0}}
+    lines = worker_processes.start(spec, [("worker", 0)], env={"ASYNCFLOW_CONFIG": json.dumps(config)},
+                          flags=False)
+    assert lines[("worker", 0)] == (f"asyncflow worker /job:worker/task:0 listening on "
+                                    f"{spec['worker'][0]}")
+    with af.Graph().as_default() as graph:
+        with af.device("/job:worker/task:0"):
+            out = af.constant([1.0, 2.0]) * 3.0
+    async with af.Session("grpc://" + spec["worker"][0], graph=graph) as sess:
+        assert sess.list_devices() == ["/job:worker/replica:0/task:0/device:CPU:0"]
+        np.testing.assert_array_equal(await sess.run(out, options=TIMEOUT), [3.0, 6.0])
+
+
+async def test_kill_9_mid_step_fails_with_unavailable_quickly(worker_processes):
+    spec = loopback_spec({"worker": 2})
+    worker_processes.start(spec, [("worker", 0), ("worker", 1)])
+    with af.Graph().as_default() as graph:
+        with af.device("/job:worker/task:1"):
+            queue = af.FIFOQueue(1, [af.float32], shapes=[[]], name="q")
+            item = queue.dequeue()
+        with af.device("/job:worker/task:0"):
+            out = item + 1.0
+    probe = channels.connect(spec["worker"][1])
+    async with af.Session(graph=graph, cluster=spec) as sess:
+        async with trio.open_nursery() as nursery:
+            outcome = {}
+
+            async def blocked_step():
+                started = time.monotonic()
+                try:
+                    await sess.run(out, options=af.RunOptions(timeout_in_ms=60000))
+                except af.errors.OpError as exc:
+                    outcome["error"] = exc
+                outcome["seconds"] = time.monotonic() - started
+
+            nursery.start_soon(blocked_step)
+            with trio.fail_after(20):
+                while (await probe.health(timeout=10)).stats["steps_in_flight"] == 0:
+                    await trio.sleep(0.05)
+            killed_at = time.monotonic()
+            worker_processes.kill("worker", 1)
+        assert isinstance(outcome["error"], af.errors.UnavailableError), outcome
+        assert "task:1" in outcome["error"].message
+        assert time.monotonic() - killed_at < 10
+    await probe.aclose()
