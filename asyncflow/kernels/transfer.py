@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from asyncflow.kernels.control_flow import DEAD
 from asyncflow.kernels.registry import WOULD_BLOCK, register_kernel, register_nowait
 
 ROOT_FRAME_ITER = "0:0"
@@ -50,8 +51,11 @@ def _frame_iter(ctx):
     return getattr(ctx, "frame_iter", None) or ROOT_FRAME_ITER
 
 
-@register_kernel("_Send", is_async=True)
+@register_kernel("_Send", is_async=True, runs_on_dead=True)
 async def _send(ctx, value):
+    if value is DEAD:  # deadness crosses devices: the Recv side turns dead too
+        _deposit(ctx, None, is_dead=True)
+        return ()
     attrs = ctx.attrs
     device = ctx.device
     if device.kind != "CPU":
@@ -65,21 +69,23 @@ async def _send(ctx, value):
     return ()
 
 
-def _deposit(ctx, value):
+def _deposit(ctx, value, is_dead=False):
     mode = ctx.attrs.get("compress") or ""
     if mode and getattr(value, "dtype", None) == np.float32:
         xp = np if isinstance(value, np.ndarray) else ctx.xp
         value = compress_bfloat16(xp, value, mode)
-    ctx.step.rendezvous.send(rendezvous_key(ctx.attrs, _frame_iter(ctx)), value)
+    ctx.step.rendezvous.send(rendezvous_key(ctx.attrs, _frame_iter(ctx)), value, is_dead)
 
 
-@register_kernel("_Recv", is_async=True)
+@register_kernel("_Recv", is_async=True, runs_on_dead=True)
 async def _recv(ctx):
-    value, _is_dead = await ctx.step.rendezvous.recv(rendezvous_key(ctx.attrs, _frame_iter(ctx)))
-    return _received(ctx, value)
+    value, is_dead = await ctx.step.rendezvous.recv(rendezvous_key(ctx.attrs, _frame_iter(ctx)))
+    return _received(ctx, value, is_dead)
 
 
-def _received(ctx, value):
+def _received(ctx, value, is_dead=False):
+    if is_dead:
+        return (DEAD,)
     if ctx.attrs.get("compress") and ctx.output_dtypes[0] == np.float32 \
             and getattr(value, "dtype", None) == np.uint16:
         xp = np if isinstance(value, np.ndarray) else ctx.xp
@@ -93,11 +99,14 @@ def _received(ctx, value):
 def _recv_nowait(ctx):
     poll = getattr(ctx.step.rendezvous, "poll", None)
     item = poll(rendezvous_key(ctx.attrs, _frame_iter(ctx))) if poll is not None else None
-    return WOULD_BLOCK if item is None else _received(ctx, item[0])
+    return WOULD_BLOCK if item is None else _received(ctx, item[0], item[1])
 
 
 @register_nowait("_Send")
 def _send_nowait(ctx, value):
+    if value is DEAD:
+        _deposit(ctx, None, is_dead=True)
+        return ()
     if ctx.device.kind != "CPU":
         return WOULD_BLOCK  # the value must first leave the device's stream (awaited)
     _deposit(ctx, value)

@@ -73,9 +73,16 @@ def _frame_context(node):
     return ctx
 
 
+def _in_loop(ctx):
+    while ctx is not None and not hasattr(ctx, "frame_name"):
+        ctx = ctx.outer
+    return ctx is not None
+
+
 def _check_control_flow_edges(node_graph):
-    """Refuse device crossings inside a cond branch or loop, which need the partitioner's
-    per-(frame, device) control loops and dead-carrying Send/Recv (not built yet).
+    """Refuse device crossings inside a while_loop, which need the partitioner's
+    per-(frame, device) control loops (not built yet). Crossings in a cond branch outside
+    any loop work: Send/Recv carry deadness.
 
     Raises:
         UnimplementedError: naming both ends of the first such edge.
@@ -84,12 +91,12 @@ def _check_control_flow_edges(node_graph):
         producers = [p for p, _ in node.inputs if not isinstance(p, FeedNode)]
         for producer in producers + list(node.control_inputs):
             if producer.device != node.device and (
-                    _frame_context(producer) is not None or _frame_context(node) is not None):
+                    _in_loop(_frame_context(producer)) or _in_loop(_frame_context(node))):
                 raise errors.UnimplementedError(
                     None, node.origin, f"{producer.type} '{producer.name}' on {producer.device} "
-                    f"feeds {node.type} '{node.name}' on {node.device} inside a cond branch or "
-                    "while_loop; control flow across devices is not supported yet: place the "
-                    "branch's or loop's ops on one device (af.device around the cond/while_loop)")
+                    f"feeds {node.type} '{node.name}' on {node.device} inside a while_loop; "
+                    "loops across devices are not supported yet: place the loop's ops on one "
+                    "device (af.device around the while_loop)")
 
 
 def _host_evaluator(graph, device, resources):

@@ -200,7 +200,10 @@ def compile_plan(ops, feeds, fetches, device, resources):
             cost = _estimate_static_cost(node.op)
             if cost is not None and cost >= OFFLOAD_COST:
                 known_large += 1
-    control_flow = any(n.op.op_def.control_flow for n in nodes)
+    # A partition holding only part of a cond branch (its Switch on another device) still
+    # sees dead tensors arrive through Recv: it needs the frame-aware loop too.
+    control_flow = any(n.op.op_def.control_flow or n.op._control_flow_context is not None
+                       for n in nodes)
     static = not any(n.is_async for n in nodes) and not control_flow and known_large <= 1
     enter_counts = {}
     for node in nodes:

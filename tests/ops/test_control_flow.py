@@ -406,3 +406,22 @@ async def test_fetching_a_value_inside_a_loop_body_is_not_valid():
         af.while_loop(lambda i: i < 3, body, [af.constant(0)])
         with pytest.raises(errors.InvalidArgumentError, match="was not valid"):
             await run(captured[0])
+
+
+async def test_cond_branch_on_another_device_carries_deadness_through_send_recv():
+    with af.Graph().as_default():
+        pred = af.placeholder(af.bool, [])
+        with af.device("/cpu:0"):
+            x = af.constant(3.0)
+
+        def on_cpu1(fn):
+            def branch():
+                with af.device("/cpu:1"):
+                    return fn()
+            return branch
+        with af.device("/cpu:0"):
+            y = af.cond(pred, on_cpu1(lambda: x * 2.0), lambda: x - 1.0)
+        config = af.SessionConfig(device_count={"CPU": 2})
+        async with af.Session(config=config) as sess:
+            assert await sess.run(y, {pred: True}) == 6.0
+            assert await sess.run(y, {pred: False}) == 2.0
