@@ -102,6 +102,8 @@ class _Counters:
     bytes_sent: int = 0
     bytes_received: int = 0
     graphs_registered: int = 0
+    pull_requests: int = 0
+    tensors_pulled: int = 0
 
 
 class WorkerService:
@@ -302,6 +304,8 @@ class WorkerService:
         finally:
             state.running = False
             state.ran = True
+            self.counters.pull_requests += state.rendezvous.pull_requests
+            self.counters.tensors_pulled += state.rendezvous.pulls
         self.counters.steps_run += 1
         tensors = [TensorEntry(name, _host(value)) for name, value in zip(wg.fetch_names, values)]
         self.counters.bytes_sent += sum(t.value.nbytes for t in tensors)
@@ -405,7 +409,9 @@ class WorkerService:
                 "steps_in_flight": sum(s.running for s in self._steps.values()),
                 "steps_held": len(self._steps), "graphs": len(self._graphs),
                 "bytes_sent": self.counters.bytes_sent,
-                "bytes_received": self.counters.bytes_received}
+                "bytes_received": self.counters.bytes_received,
+                "pull_requests": self.counters.pull_requests,
+                "tensors_pulled": self.counters.tensors_pulled}
 
     async def metrics_text(self):
         stats = self.statistics()

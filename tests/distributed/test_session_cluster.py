@@ -134,3 +134,36 @@ async def test_a_stopped_worker_is_unavailable_and_a_restarted_one_is_used_again
             assert new.service.statistics()["graphs"] == 1
         nursery.cancel_scope.cancel()
 
+
+
+async def test_pulls_of_one_step_from_one_peer_share_a_request(cluster):
+    spec, servers = cluster
+    with af.Graph().as_default() as graph:
+        with af.device(PS):
+            params = [af.Variable(np.full(2, i, np.float32), name=f"p{i}") for i in range(5)]
+        with af.device(W0):
+            total = af.add_n([af.identity(p) for p in params])
+    async with af.Session(graph=graph, cluster=spec) as sess:
+        await sess.run([p.initializer for p in params], options=TIMEOUT)
+        before = servers["worker:0"].service.statistics()
+        np.testing.assert_array_equal(await sess.run(total, options=TIMEOUT), [10.0, 10.0])
+        after = servers["worker:0"].service.statistics()
+    assert after["tensors_pulled"] - before["tensors_pulled"] == 5
+    assert after["pull_requests"] - before["pull_requests"] == 1
+
+
+async def test_ping_pong_between_workers_does_not_deadlock(cluster):
+    # w1's second value depends on what w0 sends it, so it must not share a pull with the first.
+    spec, _ = cluster
+    with af.Graph().as_default() as graph:
+        with af.device(W1):
+            first = af.constant(1.0) + 0.0
+        with af.device(W0):
+            echoed = first * 10.0
+        with af.device(W1):
+            second = echoed + 5.0
+        with af.device(W0):
+            out = af.add_n([first, second])
+    async with af.Session(graph=graph, cluster=spec) as sess:
+        with trio.fail_after(15):
+            assert await sess.run(out, options=TIMEOUT) == 16.0
