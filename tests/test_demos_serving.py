@@ -1,8 +1,13 @@
 """The serving demos end to end: train, save, serve over HTTP from the files, query, compare."""
 import asyncio
 import importlib
+import json
 import pathlib
+import re
+import signal
+import subprocess
 import sys
+import urllib.request
 
 import aiohttp
 import numpy as np
@@ -120,3 +125,27 @@ def test_train_and_serve_answers_improve():
     assert len(history) == 3
     assert history[-1] > 0.7 and history[-1] > history[0]
     assert lines[-1].startswith("served ") and "alongside 120 training steps" in lines[-1]
+
+
+def test_service_cli_serves_and_stops_cleanly_on_sigint(model_dir):
+    process = subprocess.Popen(
+        [sys.executable, str(DEMOS / "inference_service.py"), "--model-dir", model_dir,
+         "--port", "0", "--max-wait-ms", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = process.stdout.readline()
+        match = re.search(r"on (http://\S+) ", line)
+        assert match, line
+        request = urllib.request.Request(match.group(1) + "/predict",
+                                         data=json.dumps({"rows": [[0.0] * 64]}).encode())
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            body = json.load(resp)
+        assert len(body["classes"]) == 1 and len(body["probabilities"][0]) == 10
+        process.send_signal(signal.SIGINT)
+        out, _ = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, out
+    assert out.strip().endswith("stopped")
