@@ -19,6 +19,8 @@ import trio
 import asyncflow as af
 
 LISTEN_DEADLINE_S = 60.0
+# Worker processes share the machine's cores: one BLAS thread each (spinning pools starve).
+ONE_BLAS_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
 
 def free_port():
@@ -72,7 +74,7 @@ class WorkerProcesses:
                 [sys.executable, "-m", "asyncflow", "worker", *(where if flags else []),
                  "--log-level", "WARNING"],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                env={**os.environ, **(env or {})})
+                env={**os.environ, **ONE_BLAS_THREAD, **(env or {})})
             self.procs[(job, index)] = proc
         deadline = time.monotonic() + LISTEN_DEADLINE_S
         for key, proc in self.procs.items():
