@@ -336,9 +336,9 @@ class WorkerService:
         else:
             error = errors.InternalError(None, None, f"{type(exc).__name__}: {exc}")
         state.rendezvous.abort(error)
-        if not _rdv.is_derived(error.message):
-            _log.warning("%s step %d failed: %s", self.task, state.step_id,
-                         error.message.splitlines()[0])
+        level = logging.INFO if _rdv.is_derived(error.message) else logging.WARNING
+        _log.log(level, "%s step %d failed: %s", self.task, state.step_id,
+                 error.message.splitlines()[0])
         self._drop(state.step_id, "failed")
 
     def _count_received(self, nbytes):
@@ -411,7 +411,8 @@ class WorkerService:
                 "bytes_sent": self.counters.bytes_sent,
                 "bytes_received": self.counters.bytes_received,
                 "pull_requests": self.counters.pull_requests,
-                "tensors_pulled": self.counters.tensors_pulled}
+                "tensors_pulled": self.counters.tensors_pulled,
+                "max_rss_mib": _max_rss_mib()}
 
     async def metrics_text(self):
         stats = self.statistics()
@@ -438,6 +439,14 @@ class WorkerService:
         channels, self._channels = self._channels, {}
         for channel in channels.values():
             await channel.aclose()
+
+
+def _max_rss_mib():
+    try:
+        import resource
+    except ImportError:  # not on every platform
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _only_cancelled(exc):
