@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from asyncflow import errors
+from asyncflow import dtypes, errors
 from asyncflow.kernels.registry import register_kernel
 
 # op type -> name of the array-module function computing it
@@ -97,9 +97,12 @@ def _matmul(ctx, a, b):
     return (ctx.xp.matmul(a, b),)
 
 
+_HALF_FLOATS = (np.dtype(np.float16), dtypes.bfloat16.np)
+
+
 def _accumulation_dtype(dtype):
     # Sums of half-precision values are accumulated in float32 (ml_dtypes' advice).
-    return np.float32 if dtype.itemsize == 2 and dtype.kind == "f" or dtype.name == "bfloat16" else dtype
+    return np.float32 if dtype in _HALF_FLOATS else dtype
 
 
 def _empty_reduction(ctx, x, axes, fill):

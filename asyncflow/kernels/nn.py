@@ -15,9 +15,11 @@ def _relu(ctx, x):
     return (ctx.xp.maximum(x, x.dtype.type(0)),)
 
 
+# Masks multiply rather than select: numpy's where() is ~7x slower than a multiply here, and
+# TF's own ReluGrad functor is `gradients * (features > 0)` too.
 @register_kernel("ReluGrad")
 def _relu_grad(ctx, grad, features):
-    return (ctx.xp.where(features > 0, grad, grad.dtype.type(0)),)
+    return (grad * (features > 0),)
 
 
 @register_kernel("Relu6")
@@ -27,19 +29,20 @@ def _relu6(ctx, x):
 
 @register_kernel("Relu6Grad")
 def _relu6_grad(ctx, grad, features):
-    inside = (features > 0) & (features < 6)
-    return (ctx.xp.where(inside, grad, grad.dtype.type(0)),)
+    return (grad * ((features > 0) & (features < 6)),)
 
 
 @register_kernel("Elu")
 def _elu(ctx, x):
     xp = ctx.xp
-    return (xp.where(x > 0, x, xp.expm1(xp.minimum(x, x.dtype.type(0)))),)
+    zero = x.dtype.type(0)
+    return (xp.maximum(x, zero) + xp.expm1(xp.minimum(x, zero)),)
 
 
 @register_kernel("EluGrad")
 def _elu_grad(ctx, grad, outputs):
-    return (ctx.xp.where(outputs > 0, grad, grad * (outputs + outputs.dtype.type(1))),)
+    # outputs > 0: grad; else grad * (outputs + 1)
+    return (grad * (ctx.xp.minimum(outputs, outputs.dtype.type(0)) + outputs.dtype.type(1)),)
 
 
 @register_kernel("LeakyRelu")
@@ -104,10 +107,16 @@ def _sparse_softmax_xent(ctx, logits, labels):
         raise errors.InvalidArgumentError(
             None, ctx.name, f"Received a label value of {bad} which is outside the valid range "
             f"of [0, {classes}).  Label values: {' '.join(str(v) for v in flat_labels.tolist()[:32])}")
-    log_probs = _log_softmax_of(xp, logits.reshape(flat_labels.size, classes), -1)
+    flat = logits.reshape(flat_labels.size, classes)
+    if classes == 0:
+        return (xp.zeros(labels.shape, logits.dtype), xp.zeros(logits.shape, logits.dtype))
+    # One exp serves both outputs: log p = shifted - log(sum), p = exp(shifted) / sum.
+    shifted = flat - flat.max(axis=-1, keepdims=True)
+    exp = xp.exp(shifted)
+    total = exp.sum(axis=-1, keepdims=True)
     rows = xp.arange(flat_labels.size)
-    loss = -log_probs[rows, flat_labels]
-    backprop = xp.exp(log_probs)
+    loss = xp.log(total[:, 0]) - shifted[rows, flat_labels]
+    backprop = exp / total
     backprop[rows, flat_labels] -= logits.dtype.type(1)
     return (loss.reshape(labels.shape), backprop.reshape(logits.shape))
 

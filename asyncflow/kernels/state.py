@@ -24,12 +24,12 @@ def _assign(ctx, ref, value):
 
 @register_kernel("AssignAdd")
 def _assign_add(ctx, ref, delta):
-    return (ref.assign(ctx.xp.add(ref.read(), delta)),)
+    return (ref.assign(ctx.xp.add(ref.read(), delta), fresh=True),)
 
 
 @register_kernel("AssignSub")
 def _assign_sub(ctx, ref, delta):
-    return (ref.assign(ctx.xp.subtract(ref.read(), delta)),)
+    return (ref.assign(ctx.xp.subtract(ref.read(), delta), fresh=True),)
 
 
 def _scatter(ctx, ref, indices, updates, combine):
@@ -40,7 +40,7 @@ def _scatter(ctx, ref, indices, updates, combine):
             f"for variable {ref.name}")
     new = current.copy()
     combine(new, indices, updates.reshape(indices.shape + current.shape[1:]))
-    return (ref.assign(new),)
+    return (ref.assign(new, fresh=True),)
 
 
 @register_kernel("ScatterUpdate")

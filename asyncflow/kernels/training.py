@@ -26,17 +26,17 @@ def _scalar(value, like):
 @register_kernel("ApplyGradientDescent")
 def _apply_gradient_descent(ctx, var, alpha, delta):
     value = _read(ctx, var, delta)
-    return (var.assign(value - _scalar(alpha, value) * delta),)
+    return (var.assign(value - _scalar(alpha, value) * delta, fresh=True),)
 
 
 @register_kernel("ApplyMomentum")
 def _apply_momentum(ctx, var, accum, lr, grad, momentum):
     value = _read(ctx, var, grad)
     lr, momentum = _scalar(lr, value), _scalar(momentum, value)
-    new_accum = accum.assign(accum.read() * momentum + grad)
+    new_accum = accum.assign(accum.read() * momentum + grad, fresh=True)
     if ctx.attrs["use_nesterov"]:
-        return (var.assign(value - lr * grad - lr * momentum * new_accum),)
-    return (var.assign(value - lr * new_accum),)
+        return (var.assign(value - lr * grad - lr * momentum * new_accum, fresh=True),)
+    return (var.assign(value - lr * new_accum, fresh=True),)
 
 
 @register_kernel("ApplyAdam")
@@ -45,18 +45,19 @@ def _apply_adam(ctx, var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsi
     value = _read(ctx, var, grad)
     beta1, beta2 = _scalar(beta1, value), _scalar(beta2, value)
     lr_t = _scalar(lr * xp.sqrt(1 - beta2_power) / (1 - beta1_power), value)
-    new_m = m.assign(m.read() * beta1 + (1 - beta1) * grad)
-    new_v = v.assign(v.read() * beta2 + (1 - beta2) * xp.square(grad))
+    new_m = m.assign(m.read() * beta1 + (1 - beta1) * grad, fresh=True)
+    new_v = v.assign(v.read() * beta2 + (1 - beta2) * xp.square(grad), fresh=True)
     step = new_m * beta1 + (1 - beta1) * grad if ctx.attrs["use_nesterov"] else new_m
-    return (var.assign(value - lr_t * step / (xp.sqrt(new_v) + _scalar(epsilon, value))),)
+    return (var.assign(value - lr_t * step / (xp.sqrt(new_v) + _scalar(epsilon, value)),
+                       fresh=True),)
 
 
 @register_kernel("ApplyAdagrad")
 def _apply_adagrad(ctx, var, accum, lr, grad):
     xp = ctx.xp
     value = _read(ctx, var, grad)
-    new_accum = accum.assign(accum.read() + xp.square(grad))
-    return (var.assign(value - _scalar(lr, value) * grad / xp.sqrt(new_accum)),)
+    new_accum = accum.assign(accum.read() + xp.square(grad), fresh=True)
+    return (var.assign(value - _scalar(lr, value) * grad / xp.sqrt(new_accum), fresh=True),)
 
 
 @register_kernel("ApplyRMSProp")
@@ -64,10 +65,11 @@ def _apply_rms_prop(ctx, var, ms, mom, lr, rho, momentum, epsilon, grad):
     xp = ctx.xp
     value = _read(ctx, var, grad)
     rho = _scalar(rho, value)
-    new_ms = ms.assign(ms.read() * rho + (1 - rho) * xp.square(grad))
+    new_ms = ms.assign(ms.read() * rho + (1 - rho) * xp.square(grad), fresh=True)
     new_mom = mom.assign(mom.read() * _scalar(momentum, value)
-                         + _scalar(lr, value) * grad / xp.sqrt(new_ms + _scalar(epsilon, value)))
-    return (var.assign(value - new_mom),)
+                         + _scalar(lr, value) * grad / xp.sqrt(new_ms + _scalar(epsilon, value)),
+                         fresh=True)
+    return (var.assign(value - new_mom, fresh=True),)
 
 
 @register_kernel("ApplyCenteredRMSProp")
@@ -75,9 +77,9 @@ def _apply_centered_rms_prop(ctx, var, mg, ms, mom, lr, rho, momentum, epsilon, 
     xp = ctx.xp
     value = _read(ctx, var, grad)
     rho = _scalar(rho, value)
-    new_mg = mg.assign(mg.read() * rho + (1 - rho) * grad)
-    new_ms = ms.assign(ms.read() * rho + (1 - rho) * xp.square(grad))
+    new_mg = mg.assign(mg.read() * rho + (1 - rho) * grad, fresh=True)
+    new_ms = ms.assign(ms.read() * rho + (1 - rho) * xp.square(grad), fresh=True)
     denominator = xp.sqrt(new_ms - xp.square(new_mg) + _scalar(epsilon, value))
     new_mom = mom.assign(mom.read() * _scalar(momentum, value)
-                         + _scalar(lr, value) * grad / denominator)
-    return (var.assign(value - new_mom),)
+                         + _scalar(lr, value) * grad / denominator, fresh=True)
+    return (var.assign(value - new_mom, fresh=True),)

@@ -9,6 +9,7 @@ This module also installs Tensor's arithmetic and comparison operators.
 from __future__ import annotations
 
 import builtins
+from math import prod as _prod
 
 import numpy as np
 
@@ -258,14 +259,17 @@ def _infer_matmul(op):
 
 
 def _matmul_cost(shapes, op):
-    """Multiply-adds (batch * m * k * n): placement's cost model and the offload threshold."""
-    a, b = (list(s) for s in shapes)
+    """Multiply-adds (batch * m * k * n): placement's cost model and the offload threshold.
+
+    Called on the hot path for every MatMul of unknown static shape, so it stays cheap.
+    """
+    a, b = shapes
     if len(a) < 2 or len(b) < 2:
-        return sum(int(np.prod(s)) for s in (a, b))
-    m, k = (a[-1], a[-2]) if op.get_attr("transpose_a") else (a[-2], a[-1])
-    n = b[-2] if op.get_attr("transpose_b") else b[-1]
-    batch = int(np.prod(a[:-2])) if len(a) > 2 else 1
-    return batch * m * k * n
+        return _prod(a) + _prod(b)
+    attrs = op._attrs
+    m, k = (a[-1], a[-2]) if attrs["transpose_a"] else (a[-2], a[-1])
+    n = b[-2] if attrs["transpose_b"] else b[-1]
+    return _prod(a[:-2]) * m * k * n
 
 
 register_op("MatMul", infer=_infer_matmul, cost=_matmul_cost)

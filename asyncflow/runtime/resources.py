@@ -33,14 +33,16 @@ class VariableResource:
                 None, self.name, f"Attempting to use uninitialized value {self.name}")
         return value
 
-    def assign(self, value, validate_shape=True):
-        """Store ``value`` (copied if a caller could still mutate it)."""
+    def assign(self, value, validate_shape=True, fresh=False):
+        """Store ``value``: copied if a caller could still mutate it, unless ``fresh`` (a new
+        array the calling kernel just computed and shares with no one)."""
         if validate_shape and self.shape is not None and not _shape_fits(self.shape, value.shape):
             raise errors.InvalidArgumentError(
                 None, self.name, f"Assign requires shapes of both tensors to match. lhs shape= "
                 f"{list(self.shape)} rhs shape= {list(value.shape)} (variable {self.name})")
         if getattr(value, "flags", None) is not None and value.flags.writeable:
-            value = value.copy()
+            if not fresh:
+                value = value.copy()
             value.flags.writeable = False
         self.value = value
         return value
