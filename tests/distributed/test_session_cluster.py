@@ -167,3 +167,31 @@ async def test_ping_pong_between_workers_does_not_deadlock(cluster):
     async with af.Session(graph=graph, cluster=spec) as sess:
         with trio.fail_after(15):
             assert await sess.run(out, options=TIMEOUT) == 16.0
+
+
+async def test_traced_steps_report_every_workers_nodes_and_concurrent_steps_run(cluster):
+    spec, _ = cluster
+    with af.Graph().as_default() as graph:
+        with af.device(W0):
+            x = af.placeholder(af.float32, [], name="x")
+            a = af.multiply(x, 2.0, name="a")
+        with af.device(W1):
+            b = af.add(a, 1.0, name="b")
+    async with af.Session(graph=graph, cluster=spec) as sess:
+        metadata = af.RunMetadata()
+        await sess.run(b, {x: 1.0}, options=af.RunOptions(timeout_in_ms=20000,
+                                                          trace_level=af.RunOptions.FULL_TRACE),
+                       run_metadata=metadata)
+        devices = {s.device for s in metadata.step_stats}
+        assert {"/job:worker/replica:0/task:0/device:CPU:0",
+                "/job:worker/replica:0/task:1/device:CPU:0"} <= devices
+        assert {"_Send", "_Recv"} <= {s.op_type for s in metadata.step_stats}
+        results = {}
+
+        async def one(value):
+            results[value] = await sess.run(b, {x: value}, options=TIMEOUT)
+
+        async with trio.open_nursery() as nursery:
+            for value in range(8):
+                nursery.start_soon(one, float(value))
+        assert results == {float(v): 2.0 * v + 1.0 for v in range(8)}
