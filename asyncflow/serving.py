@@ -65,6 +65,8 @@ class Batcher:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         self._session = session
         self._inputs = list(inputs)
+        self._positions = {t: i for i, t in enumerate(self._inputs)}
+        self._dtypes = [object if t.dtype.is_string else t.dtype.np for t in self._inputs]
         self._single = not isinstance(outputs, (list, tuple))
         self._outputs = [outputs] if self._single else list(outputs)
         self._max_rows = int(max_batch_size)
@@ -119,17 +121,28 @@ class Batcher:
             raise request.error
         return request.result[0] if self._single else request.result
 
-    def _validate(self, feed_dict):
-        by_tensor = {}
-        for key, value in feed_dict.items():
+    def _position(self, key):
+        """The input index ``key`` (a tensor, variable or name) feeds, resolved once per key."""
+        position = self._positions.get(key)
+        if position is None:
             tensor = self._session.graph.as_graph_element(
                 key._as_tensor() if hasattr(key, "_as_tensor") else key, allow_operation=False)
-            by_tensor[tensor] = value
-        missing = [t.name for t in self._inputs if t not in by_tensor]
+            position = self._positions.get(tensor)
+            if position is None:
+                raise errors.InvalidArgumentError(
+                    None, None, f"Batcher request feeds {tensor.name}, which is not one of its "
+                    f"inputs {[t.name for t in self._inputs]}")
+            self._positions[key] = position
+        return position
+
+    def _validate(self, feed_dict):
+        values = [None] * len(self._inputs)
+        for key, value in feed_dict.items():
+            values[self._position(key)] = value
+        missing = [t.name for t, v in zip(self._inputs, values) if v is None]
         if missing:
             raise errors.InvalidArgumentError(None, None, f"Batcher request is missing feeds for {missing}")
-        feeds = [np.asarray(by_tensor[t], dtype=t.dtype.np if not t.dtype.is_string else object)
-                 for t in self._inputs]
+        feeds = [np.asarray(value, dtype=dtype) for value, dtype in zip(values, self._dtypes)]
         rows = {f.shape[0] if f.ndim else None for f in feeds}
         if len(rows) != 1 or None in rows:
             raise errors.InvalidArgumentError(
