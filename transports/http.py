@@ -173,8 +173,9 @@ async def _read_frame(content: aiohttp.StreamReader, limits: Limits) -> Message:
     decoder, message = Decoder(limits), None
     while True:
         chunk, end_of_http_chunk = await content.readchunk()
-        if not chunk and end_of_http_chunk:  # a chunked-encoding boundary, not the end
-            continue
+        if not chunk and end_of_http_chunk and not content.at_eof():
+            continue  # a chunked-encoding boundary, not the end (aiohttp's EMPTY_PAYLOAD
+            # answers (b"", True) forever once read: without the at_eof check this spins)
         decoder.receive_data(chunk)
         try:
             while (event := decoder.next_event()) is not NEED_DATA and event is not CLOSED:
