@@ -4,6 +4,7 @@ Processes run on loopback ports and real time; every wait has a deadline.
 """
 import http.client
 import json
+import signal
 import time
 
 import numpy as np
@@ -173,4 +174,39 @@ async def test_kill_9_mid_step_fails_with_unavailable_quickly(worker_processes):
         assert isinstance(outcome["error"], af.errors.UnavailableError), outcome
         assert "task:1" in outcome["error"].message
         assert time.monotonic() - killed_at < 10
+    await probe.aclose()
+
+
+async def test_a_hung_worker_is_declared_unavailable_by_the_health_watchdog(worker_processes):
+    spec = loopback_spec({"worker": 2})
+    worker_processes.start(spec, [("worker", 0), ("worker", 1)])
+    with af.Graph().as_default() as graph:
+        with af.device("/job:worker/task:1"):
+            queue = af.FIFOQueue(1, [af.float32], shapes=[[]], name="q")
+            item = queue.dequeue()
+        with af.device("/job:worker/task:0"):
+            out = item + 1.0
+    config = af.SessionConfig(health_check_interval_s=0.5, worker_dead_after_s=2.0)
+    probe = channels.connect(spec["worker"][1])
+    hung = worker_processes.procs[("worker", 1)]
+    async with af.Session(graph=graph, cluster=spec, config=config) as sess:
+        async with trio.open_nursery() as nursery:
+            outcome = {}
+
+            async def blocked_step():
+                try:
+                    await sess.run(out)  # no deadline of its own (TF1): the watchdog decides
+                except af.errors.OpError as exc:
+                    outcome["error"] = exc
+
+            nursery.start_soon(blocked_step)
+            with trio.fail_after(20):
+                while (await probe.health(timeout=10)).stats["steps_in_flight"] == 0:
+                    await trio.sleep(0.05)
+            hung.send_signal(signal.SIGSTOP)
+            stopped_at = time.monotonic()
+        assert isinstance(outcome["error"], af.errors.UnavailableError), outcome
+        assert "task:1" in outcome["error"].message
+        assert time.monotonic() - stopped_at < 10
+    hung.send_signal(signal.SIGCONT)
     await probe.aclose()
