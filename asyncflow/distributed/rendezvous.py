@@ -23,10 +23,9 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import trio
 
-from asyncflow import dtypes, errors
+from asyncflow import errors
 from asyncflow.runtime.rendezvous import LocalRendezvous
 from transports.messages import RecvTensors, RemoteCallError
 from transports.service import TransportDeadlineExceeded, TransportError
@@ -224,10 +223,3 @@ class StepRendezvous:
                 f"for {key}, but the Recv declares {shape}")
         return value, entry.is_dead
 
-
-def dtype_name(value):
-    """The asyncflow dtype name of a numpy value (for messages)."""
-    try:
-        return dtypes.as_dtype(np.asarray(value).dtype).name
-    except TypeError:
-        return str(np.asarray(value).dtype)

@@ -173,3 +173,18 @@ def test_worker_service_names_its_devices():
     service = WorkerService("ps", 2, channels.connect, af.SessionConfig(device_count={"CPU": 2}))
     assert service.device_names == ["/job:ps/replica:0/task:2/device:CPU:0",
                                     "/job:ps/replica:0/task:2/device:CPU:1"]
+
+
+def test_pulled_values_must_match_the_recv_declaration():
+    from asyncflow.distributed.rendezvous import RecvDeclaration, StepRendezvous
+    from asyncflow.graph.shape import TensorShape
+    rendezvous = StepRendezvous(1, ["/job:w/replica:0/task:0/device:CPU:0"])
+    declaration = RecvDeclaration("edge_0/_Recv", af.float32, TensorShape([2]))
+    good = TensorEntry("k", np.zeros(2, np.float32))
+    assert rendezvous._checked(good, declaration, "k")[0] is good.value
+    with pytest.raises(af.errors.InvalidArgumentError, match="received dtype int32"):
+        rendezvous._checked(TensorEntry("k", np.zeros(2, np.int32)), declaration, "k")
+    with pytest.raises(af.errors.InvalidArgumentError, match=r"received shape \[3\]"):
+        rendezvous._checked(TensorEntry("k", np.zeros(3, np.float32)), declaration, "k")
+    dead = rendezvous._checked(TensorEntry("k", None, is_dead=True), declaration, "k")
+    assert dead == (None, True)
