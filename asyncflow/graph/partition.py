@@ -26,6 +26,7 @@ import dataclasses
 import numpy as np
 
 from asyncflow import dtypes
+from asyncflow.graph.partition_loops import add_control_loops
 from asyncflow.graph.registry import get_op_def
 from asyncflow.graph.rewrite import FeedNode, Node, NodeGraph, topological
 from asyncflow.graph.shape import TensorShape
@@ -167,9 +168,11 @@ def partition(node_graph, devices, incarnations, compress=None, per_edge=None):
         node.inputs = inputs
         node.control_inputs = [c if c.device == node.device else builder.control_input(c, node)
                                for c in node.control_inputs]
+    # Recvs inside while loops need per-(frame, device) control loops (partition_loops).
+    control_loops = add_control_loops(graph.nodes + builder.added, builder, Node)
     if builder.added:
         graph.changed = True
-    graph.nodes = graph.nodes + builder.added
+    graph.nodes = graph.nodes + builder.added + control_loops
     by_device = {}
     for node in graph.nodes:
         by_device.setdefault(node.device, []).append(node)

@@ -129,9 +129,11 @@ class NodeGraph:
                         node.requested_device)
             twin.control_flow_context = node.control_flow_context
             twin.colocation = node.colocation
+            clone[node] = twin
+        for node in self.nodes:  # second pass: a loop's Merge reads a later NextIteration
+            twin = clone[node]
             twin.inputs = [(clone.get(p, p), i) for p, i in node.inputs]
             twin.control_inputs = [clone[c] for c in node.control_inputs]
-            clone[node] = twin
         return NodeGraph([clone[n] for n in self.nodes], self.feeds,
                          [(clone.get(p, p), i) for p, i in self.fetches],
                          [clone[t] for t in self.targets], self.changed)
@@ -163,7 +165,8 @@ def topological(nodes):
     waiting = {n: [] for n in nodes}
     for node in nodes:
         for producer in [p for p, _ in node.inputs] + node.control_inputs:
-            if producer in members:
+            if producer in members and not (node.type == "Merge" and producer.type in (
+                    "NextIteration", "RefNextIteration")):  # a loop's back edge
                 indegree[node] += 1
                 waiting[producer].append(node)
     heap = [(n.seq, i, n) for i, n in enumerate(nodes) if indegree[n] == 0]
@@ -196,11 +199,15 @@ def materialize(nodes, graph):
     """
     op_of = {}
     ops = []
+    back_edges = []  # a loop's Merge is created before the NextIteration it reads
     for node in nodes:
         inputs = []
-        for producer, index in node.inputs:
+        for position, (producer, index) in enumerate(node.inputs):
             if isinstance(producer, FeedNode):
                 inputs.append(producer.tensor)
+            elif producer not in op_of:
+                back_edges.append((node, position))
+                inputs.append(None)
             else:
                 inputs.append(op_of[producer]._outputs[index])
         controls = [op_of[c] for c in node.control_inputs]
@@ -211,12 +218,19 @@ def materialize(nodes, graph):
         op._control_flow_context = node.control_flow_context
         op._colocation = node.colocation
         for producer, index in node.inputs:
-            if not isinstance(producer, FeedNode):
+            if not isinstance(producer, FeedNode) and producer in op_of:
                 op_of[producer]._outputs[index]._consumers.append(op)
         for control in controls:
             control._control_outputs.append(op)
         op_of[node] = op
         ops.append(op)
+    for node, position in back_edges:
+        producer, index = node.inputs[position]
+        op = op_of[node]
+        inputs = list(op._inputs)
+        inputs[position] = op_of[producer]._outputs[index]
+        op._inputs = tuple(inputs)
+        inputs[position]._consumers.append(op)
 
     def tensor_of(port):
         producer, index = port

@@ -165,7 +165,12 @@ def _build_loop(ctx, cond, body, loop_vars, flat, invariants, loop_name):
         enter._shape = shape
     ctx.loop_enters = enters
     with ctx.entered(), graph.control_dependencies(None):
-        merges = [cf.merge([e, e])[0] for e in enters]
+        # Each loop variable's Enter, Merge, Switch, NextIteration and Exit share a device:
+        # the back edge never crosses devices (iteration i sends, iteration i+1 receives).
+        merges = []
+        for e in enters:
+            with graph.colocate_with(e.op):
+                merges.append(cf.merge([e, e])[0])
         for merge, shape in zip(merges, invariants):
             merge._shape = shape
         ctx.pivot_for_pred = merges[0].op
@@ -173,7 +178,10 @@ def _build_loop(ctx, cond, body, loop_vars, flat, invariants, loop_name):
         pred = _check_loop_pred(pred, loop_name)
         pivot = cf.loop_cond(pred)
         ctx.pivot = pivot
-        switches = [cf.switch(m, pivot) for m in merges]
+        switches = []
+        for m in merges:
+            with graph.colocate_with(m.op):
+                switches.append(cf.switch(m, pivot))
         body_vars = [identity(s[1]) for s in switches]
         ctx.pivot_for_body = body_vars[0].op
         ctx.loop_merges, ctx.body_vars = merges, body_vars
@@ -188,9 +196,11 @@ def _build_loop(ctx, cond, body, loop_vars, flat, invariants, loop_name):
         for index, (value, var, shape) in enumerate(zip(cf.flatten(result), flat, invariants)):
             value = _body_output(ctx, value, var, shape, loop_name, index)
             outputs.append(value)
-        for merge, value in zip(merges, outputs):
-            merge.op._update_input(1, cf._next_iteration(value))
-        exits = [cf._exit(s[0]) for s in switches]
+        exits = []
+        for merge, value, switch_pair in zip(merges, outputs, switches):
+            with graph.colocate_with(merge.op):
+                merge.op._update_input(1, cf._next_iteration(value))
+                exits.append(cf._exit(switch_pair[0]))
         for exit_tensor, shape in zip(exits, invariants):
             exit_tensor._shape = shape
     ctx.loop_exits = exits

@@ -27,7 +27,7 @@ import trio
 from asyncflow import errors
 from asyncflow.graph import optimize, partition as _partition, placement as _placement
 from asyncflow.graph.graph import Operation
-from asyncflow.graph.rewrite import FeedNode, NodeGraph, materialize
+from asyncflow.graph.rewrite import NodeGraph, materialize
 from asyncflow.kernels.registry import get_kernel, supported_device_kinds
 from asyncflow.runtime import executor
 from asyncflow.runtime.context import NodeContext
@@ -63,40 +63,6 @@ class CompiledRun:
 
 def _contains_control_flow(ops):
     return any(op.op_def.control_flow or op._control_flow_context is not None for op in ops)
-
-
-def _frame_context(node):
-    """The cond branch or loop a node's outputs live in (an Exit's live in the outer one)."""
-    ctx = node.control_flow_context
-    if ctx is not None and node.type in ("Exit", "RefExit"):
-        ctx = ctx.outer
-    return ctx
-
-
-def _in_loop(ctx):
-    while ctx is not None and not hasattr(ctx, "frame_name"):
-        ctx = ctx.outer
-    return ctx is not None
-
-
-def _check_control_flow_edges(node_graph):
-    """Refuse device crossings inside a while_loop, which need the partitioner's
-    per-(frame, device) control loops (not built yet). Crossings in a cond branch outside
-    any loop work: Send/Recv carry deadness.
-
-    Raises:
-        UnimplementedError: naming both ends of the first such edge.
-    """
-    for node in node_graph.nodes:
-        producers = [p for p, _ in node.inputs if not isinstance(p, FeedNode)]
-        for producer in producers + list(node.control_inputs):
-            if producer.device != node.device and (
-                    _in_loop(_frame_context(producer)) or _in_loop(_frame_context(node))):
-                raise errors.UnimplementedError(
-                    None, node.origin, f"{producer.type} '{producer.name}' on {producer.device} "
-                    f"feeds {node.type} '{node.name}' on {node.device} inside a while_loop; "
-                    "loops across devices are not supported yet: place the loop's ops on one "
-                    "device (af.device around the while_loop)")
 
 
 def _host_evaluator(graph, device, resources):
@@ -151,7 +117,6 @@ def compile_run(graph, ops, feeds, fetches, targets, state, config, resources):
         plan = _compile_plan(ops, feeds, fetches, device, resources)
         return CompiledRun([plan], [list(range(len(feeds)))],
                            [(0, i) for i in range(len(fetches))], placed.by_name())
-    _check_control_flow_edges(node_graph)
     parts = _partition.partition(node_graph, names, state.incarnations,
                                  compress=config.compress_transfers,
                                  per_edge=_partition.edge_compression(graph))

@@ -363,7 +363,7 @@ def test_gradient_of_a_nested_loop_names_the_loop():
             af.gradients(y, [x])
 
 
-async def test_control_flow_split_across_devices_is_refused_clearly():
+async def test_loop_body_on_another_device_runs_every_iteration():
     with af.Graph().as_default():
         with af.device("/cpu:0"):
             x = af.constant(2.0)
@@ -376,11 +376,29 @@ async def test_control_flow_split_across_devices_is_refused_clearly():
             _, y = af.while_loop(lambda i, v: i < 3, body, (af.constant(0), af.constant(1.0)))
         config = af.SessionConfig(device_count={"CPU": 2})
         async with af.Session(config=config) as sess:
-            with pytest.raises(errors.UnimplementedError, match="across devices"):
-                await sess.run(y)
-        # The same loop on one device runs.
-        async with af.Session() as sess:
             assert await sess.run(y) == 8.0
+            assert await sess.run(y) == 8.0  # per-step rendezvous keys carry frame:iteration
+
+
+async def test_loop_condition_and_nested_loop_on_another_device():
+    with af.Graph().as_default():
+        limit = af.placeholder(af.int32, [])
+
+        def cond(i, acc):
+            with af.device("/cpu:1"):
+                return i < limit
+
+        def body(i, acc):
+            with af.device("/cpu:1"):
+                inner = af.while_loop(lambda j, a: j < i, lambda j, a: (j + 1, a + j),
+                                      (af.constant(0), acc))[1]
+            return i + 1, inner
+        with af.device("/cpu:0"):
+            _, total = af.while_loop(cond, body, (af.constant(0), af.constant(0)))
+        config = af.SessionConfig(device_count={"CPU": 2})
+        async with af.Session(config=config) as sess:
+            assert await sess.run(total, {limit: 6}) == sum(j for i in range(6) for j in range(i))
+            assert await sess.run(total, {limit: 0}) == 0
 
 
 async def test_cond_branches_returning_ops_run_only_the_taken_one():
