@@ -12,8 +12,9 @@ does not run). Enter, Exit and NextIteration are identities: moving the value be
 frames and iterations is the executor's job, not the kernel's.
 
 Stacks (``StackV2``/``StackPushV2``/``StackPopV2``) hold forward values of a while loop for
-its gradient loop. A stack lives for one step: the executor passes a per-step dict as
-``ctx.step_resources`` (a plain dict owned by the step), so concurrent steps never share one.
+its gradient loop. A stack lives for one step: ``StackV2`` runs once per step (outside the
+loop) and returns a fresh stack object that flows as a value to the pushes and pops, so
+concurrent steps never share one and nothing outlives the step.
 """
 from __future__ import annotations
 

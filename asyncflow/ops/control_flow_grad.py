@@ -13,7 +13,8 @@ one ``LoopUnit`` (``graph._extensions["gradient_unit"]``), whose gradient functi
 gradient loop (TF1's GradLoopState, simplified):
 - a forward iteration counter is added to the loop, and every forward value the backward body
   reads is pushed on a per-step stack (StackV2/StackPushV2) in each forward iteration; each
-  push gates the counter's increment, so iteration i+1 (and the loop's exit) waits for it;
+  push gates the counter's increment and is gated by the counter's value, so pushes keep
+  iteration order and the counter's exit (the gradient loop's trip count) waits for all;
 - the gradient loop runs the forward count down to zero; its body is ``af.gradients`` of one
   forward body iteration (body outputs w.r.t. body inputs and loop invariants), built inside a
   ``GradWhileContext`` that turns every forward in-loop value into a StackPopV2 (latest first)
