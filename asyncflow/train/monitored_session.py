@@ -143,6 +143,8 @@ class MonitoredSessionStatistics:
         sessions_created: sessions opened (1 + recoveries, plus failed creation attempts
             that got as far as opening).
         recovery_seconds: per recovery, seconds from the failure to the new session ready.
+        recovery_log: per recovery, ``(failed_at, ready_at, error type name)`` in
+            ``trio.current_time()`` seconds.
         restored_checkpoint: the checkpoint the latest session was restored from, or None.
         last_error: the message of the last recovered error, or None.
     """
@@ -151,6 +153,7 @@ class MonitoredSessionStatistics:
     recoveries: int
     sessions_created: int
     recovery_seconds: tuple
+    recovery_log: tuple
     restored_checkpoint: str | None
     last_error: str | None
 
@@ -211,7 +214,7 @@ class MonitoredTrainingSession:
         self._should_stop = False
         self._entered = self._closed = False
         self._runs = self._recoveries = self._sessions_created = 0
-        self._recovery_seconds = []
+        self._recovery_log = []
         self._restored = None
         self._last_error = None
         self._streak_started = self._streak_delay = None
@@ -240,7 +243,8 @@ class MonitoredTrainingSession:
         return MonitoredSessionStatistics(
             runs=self._runs, recoveries=self._recoveries,
             sessions_created=self._sessions_created,
-            recovery_seconds=tuple(self._recovery_seconds),
+            recovery_seconds=tuple(ready - failed for failed, ready, _ in self._recovery_log),
+            recovery_log=tuple(self._recovery_log),
             restored_checkpoint=self._restored, last_error=self._last_error)
 
     # -- entering and leaving ---------------------------------------------------------------
@@ -398,7 +402,7 @@ class MonitoredTrainingSession:
                            type(exc).__name__, exc)
             await self._close_session()
             await self._create_with_retries(cause=exc)
-            self._recovery_seconds.append(trio.current_time() - started)
+            self._recovery_log.append((started, trio.current_time(), type(exc).__name__))
 
     async def _with_recovery(self, body):
         """Await ``body(session)``, recovering and retrying on preemption errors."""

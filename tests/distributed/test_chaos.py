@@ -1,0 +1,350 @@
+"""Chaos: training on a ps and two worker processes survives SIGKILLs of a worker and of the ps.
+
+Setup: three ``asyncflow worker`` processes on fixed loopback ports (a ps and two workers). One
+client trains the digits MLP with synchronous in-graph replication under
+``MonitoredTrainingSession``: the variables (and Adam's slots) live on the ps, each worker computes
+gradients on its half of the batch, the ps averages them and applies one update per step.
+
+Determinism makes "same accuracy as an undisturbed run" exact: each worker *selects its own
+batch in the graph* from the global step (a fixed shuffle of the training set, cycled), so a step
+replayed after a restore sees the same data, and the disturbed run's final weights equal the
+undisturbed run's (up to float summation order, which does not change).
+
+A killer task SIGKILLs worker 1 at a random step and restarts it on the same port, then does the
+same to the ps. The test asserts on the history of global steps the loop saw (no step lost
+beyond the checkpoint interval, training finished), the final accuracy (restored from the latest
+checkpoint into a fresh session, so the checkpoints are whole), and measures:
+
+- kill -> error: from the SIGKILL to the MonitoredTrainingSession catching the step's error;
+- back -> resumed: from the restarted process listening to the first completed training step.
+
+The short form runs in ``make test``; the long form (``--runslow``) kills more often over more
+steps and prints the measurements for bench/RESULTS.md. Killing a process *during a checkpoint
+write* never corrupts the latest checkpoint: the Saver's own SIGKILL test
+(tests/train/test_saver.py::test_sigkill_mid_save_soak) proves it for the file format, and here
+every kill may land in a save, after which the run must still restore the latest checkpoint.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import signal
+import time
+
+import numpy as np
+import pytest
+import trio
+
+import asyncflow as af
+from asyncflow.distributed.master import ABORT_GRACE_S
+from killable_workers import WorkerProcess, free_ports
+
+BATCH = 64
+TARGET_RESUME_S = 5.0
+
+
+def _digits():
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+    digits = load_digits()
+    x = (digits.data / 16.0).astype(np.float32)
+    y = digits.target.astype(np.int32)
+    x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.25, random_state=0,
+                                                        stratify=y)
+    order = np.random.default_rng(0).permutation(len(x_train))
+    return x_train[order], x_test, y_train[order], y_test
+
+
+def _forward(x, labels, params):
+    w1, b1, w2, b2 = params
+    logits = af.matmul(af.nn.relu(af.matmul(x, w1) + b1), w2) + b2
+    loss = af.reduce_mean(af.nn.sparse_softmax_cross_entropy_with_logits(labels=labels,
+                                                                         logits=logits))
+    correct = af.equal(af.cast(af.argmax(logits, 1), af.int32), labels)
+    return loss, af.reduce_mean(af.cast(correct, af.float32))
+
+
+@dataclasses.dataclass
+class Model:
+    graph: object
+    train_op: object
+    global_step: object
+    loss: object
+    accuracy: object
+    x_eval: object
+    y_eval: object
+    params: list
+
+
+def build_model(data):
+    """Sync in-graph replication; each tower gathers its batch from the global step."""
+    x_train, _, y_train, _ = data
+    graph = af.Graph()
+    with graph.as_default():
+        af.set_random_seed(0)
+        with af.device("/job:ps/task:0"):
+            params = [af.get_variable("w1", [64, 64],
+                                      initializer=af.glorot_uniform_initializer(seed=1)),
+                      af.get_variable("b1", [64], initializer=af.zeros_initializer()),
+                      af.get_variable("w2", [64, 10],
+                                      initializer=af.glorot_uniform_initializer(seed=2)),
+                      af.get_variable("b2", [10], initializer=af.zeros_initializer())]
+            global_step = af.train.get_or_create_global_step()
+        optimizer = af.train.AdamOptimizer(0.01)
+        tower_grads, losses = [], []
+        for task in range(2):
+            with af.device(f"/job:worker/task:{task}"), af.name_scope(f"tower{task}"):
+                start = af.cast(global_step, af.int32) * (2 * BATCH) + task * BATCH
+                index = af.floormod(start + af.range(BATCH), len(x_train))
+                x = af.gather(af.constant(x_train), index)
+                labels = af.gather(af.constant(y_train), index)
+                loss, _ = _forward(x, labels, params)
+                grads = optimizer.compute_gradients(loss, var_list=params)
+            losses.append(loss)
+            tower_grads.append([g for g, _ in grads])
+        with af.device("/job:ps/task:0"):
+            averaged = [(af.add_n([t[i] for t in tower_grads]) / 2.0, v)
+                        for i, v in enumerate(params)]
+            train_op = optimizer.apply_gradients(averaged, global_step=global_step)
+            mean_loss = af.add_n(losses) / 2.0
+        with af.device("/job:worker/task:0"):
+            x_eval = af.placeholder(af.float32, [None, 64], name="x_eval")
+            y_eval = af.placeholder(af.int32, [None], name="y_eval")
+            _, accuracy = _forward(x_eval, y_eval, params)
+        af.train.Saver(max_to_keep=3)
+    return Model(graph, train_op, global_step, mean_loss, accuracy, x_eval, y_eval, params)
+
+
+class _Progress(af.train.SessionRunHook):
+    """Records ``(trio time, global step after the run)`` for every completed run.
+
+    The step is read by a run of its own: a read fetched beside the train op may happen before
+    or after the op's increment (no dependency orders them).
+    """
+
+    def __init__(self, global_step):
+        self._global_step = global_step
+        self.history = []
+
+    async def after_run(self, run_context, run_values):
+        step = int(await run_context.session.run(self._global_step))
+        self.history.append((trio.current_time(), step))
+
+
+@dataclasses.dataclass
+class Kill:
+    target: str          # "worker1" or "ps"
+    at_step: int
+    killed_at: float = 0.0
+    back_at: float = 0.0
+
+
+class Cluster:
+    """A ps and two workers as processes on fixed ports."""
+
+    def __init__(self):
+        ports = free_ports(3)
+        self.spec = {"ps": [f"127.0.0.1:{ports[0]}"],
+                     "worker": [f"127.0.0.1:{ports[1]}", f"127.0.0.1:{ports[2]}"]}
+        self.procs = {"ps": WorkerProcess(self.spec, "ps", 0),
+                      "worker0": WorkerProcess(self.spec, "worker", 0),
+                      "worker1": WorkerProcess(self.spec, "worker", 1)}
+
+    def start(self):
+        for proc in self.procs.values():
+            proc.start()
+        return self
+
+    def close(self):
+        for proc in self.procs.values():
+            proc.kill()
+
+
+async def _killer(cluster, kills, progress, restart_delay_s):
+    """Kill each target when training passes its step; restart it after a short outage."""
+    for kill in kills:
+        while not progress.history or progress.history[-1][1] < kill.at_step:
+            await trio.sleep(0.005)
+        proc = cluster.procs[kill.target]
+        os.kill(proc.pid, signal.SIGKILL)
+        kill.killed_at = trio.current_time()
+        await trio.to_thread.run_sync(proc.proc.wait)
+        await trio.sleep(restart_delay_s)
+        await trio.to_thread.run_sync(proc.restart)
+        # The listening line was read a moment before restart() returned: convert its time.
+        kill.back_at = trio.current_time() - (time.perf_counter() - proc.started_at)
+
+
+async def train(cluster, model, checkpoint_dir, steps, save_steps, kills=(), restart_delay_s=0.5):
+    """Train to ``steps`` global steps (killing as told); returns (progress, statistics)."""
+    progress = _Progress(model.global_step)
+    config = af.SessionConfig(health_check_interval_s=0.5, worker_dead_after_s=3.0)
+    hooks = [progress, af.train.StopAtStepHook(last_step=steps),
+             af.train.NanTensorHook(model.loss)]
+    async with trio.open_nursery() as nursery:
+        async with af.train.MonitoredTrainingSession(
+                checkpoint_dir=str(checkpoint_dir), save_checkpoint_steps=save_steps,
+                hooks=hooks, config=config, cluster=cluster.spec, graph=model.graph,
+                log_step_count_steps=None, recovery_wait_secs=60) as sess:
+            if kills:
+                nursery.start_soon(_killer, cluster, kills, progress, restart_delay_s)
+            while not sess.should_stop():
+                await sess.run(model.train_op)
+            statistics = sess.statistics()
+        nursery.cancel_scope.cancel()
+    return progress, statistics
+
+
+async def evaluate(cluster, model, checkpoint_dir, data):
+    """Accuracy and parameters restored from the latest checkpoint into a fresh session."""
+    _, x_test, _, y_test = data
+    saver = model.graph.get_collection("savers")[0]
+    async with af.Session(graph=model.graph, cluster=cluster.spec) as sess:
+        await saver.restore(sess, af.train.latest_checkpoint(str(checkpoint_dir)))
+        accuracy, step, params = await sess.run(
+            [model.accuracy, model.global_step, model.params],
+            {model.x_eval: x_test, model.y_eval: y_test})
+    return float(accuracy), int(step), params
+
+
+def _lost_steps(history):
+    """Per rollback in the step history, the completed steps that were done again."""
+    steps = [s for _, s in history]
+    return [a - b + 1 for a, b in zip(steps, steps[1:]) if b <= a]
+
+
+def _measure(kills, progress, statistics):
+    """Per kill: seconds from SIGKILL to the error, and from the process back to a new step."""
+    rows = []
+    for kill in kills:
+        errors_after = [failed for failed, _, _ in statistics.recovery_log
+                        if failed >= kill.killed_at]
+        resumed = [t for t, _ in progress.history if t >= kill.back_at]
+        rows.append({"target": kill.target, "at_step": kill.at_step,
+                     "kill_to_error_s": errors_after[0] - kill.killed_at if errors_after else None,
+                     "back_to_resumed_s": resumed[0] - kill.back_at if resumed else None})
+    return rows
+
+
+async def _chaos(tmp_path, steps, save_steps, plan, seed):
+    data = _digits()
+    cluster = Cluster()
+    await trio.to_thread.run_sync(cluster.start)
+    try:
+        model = build_model(data)
+        calm_progress, _ = await train(cluster, model, tmp_path / "calm", steps, save_steps)
+        calm = await evaluate(cluster, model, tmp_path / "calm", data)
+        rng = random.Random(seed)
+        kills = []
+        for target, low, high in plan:
+            kills.append(Kill(target, rng.randint(low, high)))
+        model = build_model(data)
+        progress, statistics = await train(cluster, model, tmp_path / "chaos", steps,
+                                           save_steps, kills)
+        chaos = await evaluate(cluster, model, tmp_path / "chaos", data)
+    finally:
+        cluster.close()
+    return calm_progress, calm, progress, statistics, chaos, kills
+
+
+def _check(steps, save_steps, calm_progress, calm, progress, statistics, chaos, kills):
+    rows = _measure(kills, progress, statistics)
+    report = (f"kills: {rows}\nrecoveries: {statistics.recoveries}, recovery log: "
+              f"{statistics.recovery_log}\nrollbacks (steps redone): "
+              f"{_lost_steps(progress.history)}\ncalm accuracy {calm[0]:.4f}, chaos accuracy "
+              f"{chaos[0]:.4f}")
+    print(report)
+    assert [s for _, s in calm_progress.history] == list(range(1, steps + 1))
+    assert calm[1] == chaos[1] == steps, report
+    assert progress.history[-1][1] == steps
+    assert statistics.recoveries >= len(kills), report
+    assert all(lost <= save_steps for lost in _lost_steps(progress.history)), report
+    assert calm[0] >= 0.9, report
+    assert abs(chaos[0] - calm[0]) <= 0.01, report
+    for calm_param, chaos_param in zip(calm[2], chaos[2]):
+        np.testing.assert_allclose(chaos_param, calm_param, rtol=1e-4, atol=1e-5)
+    for row in rows:
+        assert row["kill_to_error_s"] is not None and row["kill_to_error_s"] < 3.5, report
+        assert row["back_to_resumed_s"] is not None, report
+        assert row["back_to_resumed_s"] < TARGET_RESUME_S, report
+    return rows
+
+
+async def test_chaos_short(tmp_path):
+    seed = int(os.environ.get("CHAOS_SEED", time.time_ns() % 10**6))
+    steps, save_steps = 90, 10
+    plan = [("worker1", 20, 35), ("ps", 55, 70)]
+    results = await _chaos(tmp_path, steps, save_steps, plan, seed)
+    _check(steps, save_steps, *results)
+
+
+@pytest.mark.slow
+async def test_chaos_long(tmp_path):
+    seed = int(os.environ.get("CHAOS_SEED", time.time_ns() % 10**6))
+    steps, save_steps = 600, 25
+    plan = [("worker1", 40, 90), ("ps", 120, 180), ("worker0", 210, 260), ("worker1", 300, 340),
+            ("ps", 380, 450), ("worker1", 480, 520), ("ps", 540, 570)]
+    results = await _chaos(tmp_path, steps, save_steps, plan, seed)
+    rows = _check(steps, save_steps, *results)
+    errors_s = [r["kill_to_error_s"] for r in rows]
+    resumed_s = [r["back_to_resumed_s"] for r in rows]
+    print(f"seed {seed}: kill->error max {max(errors_s):.3f} s (mean "
+          f"{sum(errors_s) / len(errors_s):.3f}); back->resumed max {max(resumed_s):.3f} s "
+          f"(mean {sum(resumed_s) / len(resumed_s):.3f})")
+
+
+async def _health(address):
+    from asyncflow.distributed import channels
+    channel = channels.connect(address)
+    try:
+        return await channel.health(timeout=5.0)
+    finally:
+        await channel.aclose()
+
+
+async def test_frozen_worker_is_declared_dead_and_a_restarted_one_is_recognised():
+    """SIGSTOP: the step fails with UnavailableError once the health check gives up (within
+    health_check_interval_s + worker_dead_after_s), and the peer's pending step is aborted.
+    SIGKILL + restart on the same address: a new incarnation, the graph is registered again."""
+    ports = free_ports(2)
+    spec = {"worker": [f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}"]}
+    procs = [WorkerProcess(spec, "worker", i) for i in range(2)]
+    for proc in procs:
+        await trio.to_thread.run_sync(proc.start)
+    interval, dead_after = 0.5, 2.0
+    config = af.SessionConfig(health_check_interval_s=interval, worker_dead_after_s=dead_after)
+    try:
+        with af.Graph().as_default():
+            with af.device("/job:worker/task:0"):
+                v = af.Variable(np.arange(4, dtype=np.float32), name="v")
+            with af.device("/job:worker/task:1"):
+                y = af.reduce_sum(v * 2.0)
+            async with af.Session(cluster=spec, config=config) as sess:
+                await sess.run(v.initializer)
+                assert await sess.run(y) == 12.0
+                first = (await _health(procs[1].address)).incarnation
+                os.kill(procs[1].pid, signal.SIGSTOP)
+                started = trio.current_time()
+                with pytest.raises(af.errors.UnavailableError, match="task:1"):
+                    with trio.fail_after(interval + dead_after + 5):
+                        await sess.run(y)
+                elapsed = trio.current_time() - started
+                # Declared dead after interval + dead_after at most; the master then gives the
+                # other partitions 2 * ABORT_GRACE_S + 1 to report a root cause before it
+                # cancels the dead task's RunGraph and raises.
+                grace = 2 * ABORT_GRACE_S + 1
+                assert dead_after - 0.1 <= elapsed <= interval + dead_after + grace + 1.0, elapsed
+                stats = (await _health(procs[0].address)).stats
+                assert stats["steps_in_flight"] == 0  # worker 0's pull was aborted too
+                os.kill(procs[1].pid, signal.SIGCONT)
+                assert await sess.run(y) == 12.0  # the same process, back from the freeze
+                assert (await _health(procs[1].address)).incarnation == first
+                await trio.to_thread.run_sync(procs[1].restart)
+                assert (await _health(procs[1].address)).incarnation != first
+                assert await sess.run(y) == 12.0  # re-registered on the new incarnation
+    finally:
+        for proc in procs:
+            if proc.alive():
+                os.kill(proc.pid, signal.SIGCONT)
+            proc.kill()
