@@ -8,8 +8,8 @@ Theory of operation (reference §6; DESIGN.md "Distribution"):
   the cluster, partition per device (crossing edges become Send/Recv; keys carry the sending
   worker's incarnation), then group the partitions by task. Each task gets one graph_def of
   its nodes, where client feeds become placeholders ``_feed_<i>``, plus the names to feed and
-  fetch, every task's address (``peers``, for pulls) and the *batchable* Send tensor names:
-  Sends that wait on no Recv, so a batched pull of them cannot deadlock.
+  fetch, every task's address (``peers``, for pulls) and the transfers whose pulls may share
+  a request without risking a deadlock (``batching.py``).
 - **Register** lazily before the first step, per task and incarnation.
 - **Step.** A fresh random step id; RunGraph on every involved task at once; client feeds ride
   in the RunGraph of the task that reads them; fetches come back in the replies. A health
@@ -35,12 +35,13 @@ import trio
 from asyncflow import errors
 from asyncflow.distributed import channels as _channels
 from asyncflow.distributed import rendezvous as _rdv
+from asyncflow.distributed.batching import batchable_transfers
 from asyncflow.distributed.cluster import ClusterSpec
 from asyncflow.distributed.worker import OP_PREFIX
 from asyncflow.graph import partition as _partition
 from asyncflow.graph import placement as _placement
 from asyncflow.graph import prune as _prune
-from asyncflow.graph.rewrite import FeedNode, NodeGraph, materialize
+from asyncflow.graph.rewrite import NodeGraph, materialize
 from asyncflow.graph.serialize import encode_attr, node_def
 from asyncflow.kernels.registry import supported_device_kinds
 from asyncflow.ops.control_flow import is_loop_back_edge
@@ -215,7 +216,7 @@ class Master:
         by_task = {}
         for index, part in enumerate(parts.partitions):
             by_task.setdefault(_rdv.task_of_device(part.device), []).append(index)
-        batchable = sorted(_batchable_sends(parts.partitions))
+        batchable = sorted(batchable_transfers(parts.partitions))
         peers = {name: task.address for name, task in self.tasks.items()}
         task_graphs, fetch_routes = [], [None] * len(parts.fetches)
         for task_name, indices in by_task.items():
@@ -311,6 +312,8 @@ class _StepDriver:
         self.failures = []      # (derived?, OpError) in arrival order
         self.aborted = False
         self.outer = None
+        self.call_scopes = {}   # task -> the cancel scope of its RunGraph call
+        self.dead = set()       # tasks declared dead: not waited for, not sent AbortStep
 
     async def run(self):
         done = False
@@ -349,19 +352,10 @@ class _StepDriver:
         request = RunGraph(tg.handle, self.step_id, feeds, list(tg.options["fetches"]),
                            timeout_ms=self.timeout_ms or None, trace=self.trace is not None)
         timeout = self.timeout_ms / 1000 + 1.0 if self.timeout_ms else None
-        try:
-            reply = await task.channel.run_graph(request, timeout=timeout)
-        except RemoteCallError as exc:
-            if exc.code == "NOT_FOUND" and "register it again" in exc.message:
-                await self._check_restart(task)
-            await self._failed(self._remote_error(exc, task))
-            return
-        except TransportDeadlineExceeded as exc:
-            await self._failed(errors.DeadlineExceededError(None, None, f"RunGraph on "
-                               f"{task.name}: {exc}"))
-            return
-        except TransportError as exc:
-            await self._failed(_unavailable(task, exc))
+        reply = None
+        with trio.CancelScope() as self.call_scopes[tg.task]:
+            reply = await self._call(task, request, timeout)
+        if reply is None:
             return
         task.last_ok = trio.current_time()
         self.results[index] = [entry.value for entry in reply.tensors]
@@ -370,6 +364,21 @@ class _StepDriver:
             self.trace.extend(NodeStats(s["node_name"], s["op_type"], s["device"],
                                         s["start_us"], s["end_us"])
                               for s in reply.step_stats.get("nodes", []))
+
+    async def _call(self, task, request, timeout):
+        """RunGraph on ``task``; returns its reply, or None after reporting the failure."""
+        try:
+            return await task.channel.run_graph(request, timeout=timeout)
+        except RemoteCallError as exc:
+            if exc.code == "NOT_FOUND" and "register it again" in exc.message:
+                await self._check_restart(task)
+            await self._failed(self._remote_error(exc, task))
+        except TransportDeadlineExceeded as exc:
+            await self._failed(errors.DeadlineExceededError(None, None, f"RunGraph on "
+                               f"{task.name}: {exc}"))
+        except TransportError as exc:
+            await self._failed(_unavailable(task, exc), dead_task=task.name)
+        return None
 
     async def _check_restart(self, task):
         try:
@@ -389,9 +398,14 @@ class _StepDriver:
         error._asyncflow_located = True
         return error
 
-    async def _failed(self, error):
+    async def _failed(self, error, dead_task=None):
         derived = _rdv.is_derived(error.message)
         self.failures.append((derived, error))
+        if dead_task is not None:  # nothing to wait for there, nobody to tell
+            self.dead.add(dead_task)
+            scope = self.call_scopes.get(dead_task)
+            if scope is not None:
+                scope.cancel()
         if len(self.failures) == 1:
             # Others now fail fast (aborted rendezvous); give their root causes a moment.
             scope = self.outer.cancel_scope
@@ -415,7 +429,8 @@ class _StepDriver:
         with trio.CancelScope(shield=True), trio.move_on_after(ABORT_GRACE_S + 0.5):
             async with trio.open_nursery() as nursery:
                 for tg in self.run_.task_graphs:
-                    nursery.start_soon(abort_one, tg)
+                    if tg.task not in self.dead:
+                        nursery.start_soon(abort_one, tg)
 
     async def _watchdog(self, scope):
         interval = self.master.config.health_check_interval_s
@@ -427,35 +442,13 @@ class _StepDriver:
                     try:
                         restarted = await self.master._health(task)
                     except errors.OpError as exc:
-                        await self._failed(exc)
+                        await self._failed(exc, dead_task=task.name)
                         return
                     if restarted:
                         await self._failed(errors.AbortedError(
                             None, None, f"worker {task.name} restarted during step "
-                            f"{self.step_id}"))
+                            f"{self.step_id}"), dead_task=task.name)
                         return
-
-
-def _batchable_sends(partitions):
-    """Send tensor names whose value does not wait on any Recv (safe to batch in one pull)."""
-    out = set()
-    for part in partitions:
-        waits = {}
-
-        def depends_on_recv(node):
-            if node in waits:
-                return waits[node]
-            waits[node] = False
-            result = any(not isinstance(p, FeedNode) and (p.type == "_Recv" or depends_on_recv(p))
-                         for p, _ in node.inputs) or any(
-                c.type == "_Recv" or depends_on_recv(c) for c in node.control_inputs)
-            waits[node] = result
-            return result
-
-        for node in part.nodes:
-            if node.type == "_Send" and not depends_on_recv(node):
-                out.add(node.attrs["tensor_name"])
-    return out
 
 
 def _task_graph_def(graph, nodes, feeds, feed_indices, fetch_ports):

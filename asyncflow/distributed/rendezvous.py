@@ -7,10 +7,10 @@ Theory of operation (TF's ``BaseRemoteRendezvous``, reference §5):
   pulled from the worker that owns it with ``RecvTensors``.
 - Pulls of *batchable* keys for the same peer that start in the same scheduling round go out
   in one request: the first Recv task of a round becomes the batch's leader, yields once so
-  the Recvs the executor started with it add their keys, then sends them all. Only keys whose
-  producer does not itself wait on any Recv are batchable (the master marks them): a batched
-  reply waits for every key, so batching a key that depends on something this worker sends
-  later could deadlock.
+  the Recvs the executor started with it add their keys, then sends them all. Only keys the
+  master marked batchable join a batch (``batching.py``): a batched reply waits for every key,
+  so batching a key that depends on something this worker computes from another pulled key
+  would deadlock.
 - Every pulled value is checked against the Recv's declared dtype and static shape.
 - ``abort(error)`` fails local waiters and every later pull with the step's error. Errors that
   arrive from a peer are *derived* (``[_Derived_]`` prefix): the peer reports its own root

@@ -195,3 +195,39 @@ async def test_traced_steps_report_every_workers_nodes_and_concurrent_steps_run(
             for value in range(8):
                 nursery.start_soon(one, float(value))
         assert results == {float(v): 2.0 * v + 1.0 for v in range(8)}
+
+
+def test_batchable_transfers_follow_dependencies_across_workers():
+    from asyncflow.distributed.batching import batchable_transfers
+    from asyncflow.graph import partition, prune
+    from asyncflow.graph.rewrite import NodeGraph
+    with af.Graph().as_default() as graph:
+        with af.device(PS):
+            w = af.Variable(np.ones(2, np.float32), name="w")
+        with af.device(W0):
+            grad = af.multiply(w, 3.0, name="grad")        # needs the ps's read of w
+        with af.device(PS):
+            update = w.assign_sub(grad)                     # ps pulls grad: batchable
+        with af.device(W1):
+            first = af.add(af.constant(1.0), 0.0, name="first")
+        with af.device(W0):
+            echoed = af.multiply(first, 10.0, name="echoed")
+        with af.device(W1):
+            second = af.add(echoed, 5.0, name="second")     # needs w0's echo of first
+        with af.device(W0):
+            out = af.add(first, second, name="out")
+    devices = [f"/job:{job}/replica:0/task:{i}/device:CPU:0" for job, i in
+               [("ps", 0), ("worker", 0), ("worker", 1)]]
+    ops = prune.prune([out, update], [], [])
+    placement = {op: next(d for d in devices if op.device.split("/device")[0].replace(
+        "/task", "/replica:0/task") in d) for op in ops}
+    parts = partition.partition(NodeGraph.from_ops(ops, [], [out, update], [], placement),
+                                devices, {d: 1 for d in devices})
+    names = batchable_transfers(parts.partitions)
+    by_producer = {n.attrs["tensor_name"].split("_", 2)[2].rsplit("_", 1)[0]: n.attrs["tensor_name"]
+                   for p in parts.partitions for n in p.nodes if n.type == "_Send"}
+    assert by_producer["grad"] in names
+    assert by_producer["first"] in names
+    assert by_producer["second"] not in names
+    # w0's echo needs w1's "first", which w1 computes without pulling anything: still safe.
+    assert by_producer["echoed"] in names
