@@ -12,7 +12,7 @@ Starts three ``asyncflow worker`` processes (a ps and two workers), then trains 
    each tower computes gradients on half of the batch, the ps averages them and applies one
    update per step.
 
-    python demos/parameter_server.py [--steps 300]
+    python demos/parameter_server.py [--steps 200]
 """
 from __future__ import annotations
 
@@ -164,7 +164,7 @@ async def main(cluster, steps):
 
 def cli():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=300, help="steps per worker / sync steps")
+    parser.add_argument("--steps", type=int, default=200, help="steps per worker / sync steps")
     args = parser.parse_args()
     print("starting a ps and two workers:")
     started = time.perf_counter()
