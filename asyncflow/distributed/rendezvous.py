@@ -124,6 +124,15 @@ class StepRendezvous:
             return self.local.recv_nowait(key)
         raise trio.WouldBlock
 
+    def poll(self, key):
+        """``(value, is_dead)`` of a local key already sent, else None (remote keys: None, so
+        the Recv runs its async kernel and pulls)."""
+        if self._is_local(key):
+            return self.local.poll(key)
+        if self._error is not None:
+            raise self._error
+        return None
+
     async def recv(self, key):
         """``(value, is_dead)`` for ``key``: a local wait, or a pull from the owning worker."""
         if self._is_local(key):
