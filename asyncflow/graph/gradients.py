@@ -9,7 +9,8 @@ Theory of operation:
    whose gradient functions run.
 2. *Count.* ``pending[op]`` is the number of (consumer, input) edges from ``op``'s outputs into
    ``between`` consumers: the number of gradient contributions ``op`` still waits for.
-3. *Seed.* Each ``y`` starts with ``grad_ys[i]`` or ``OnesLike(y)``.
+3. *Seed.* Each ``y`` starts with ``grad_ys[i]``, or ones shaped like ``y``: a ``Const`` when
+   ``y``'s shape is static (a scalar loss: nothing to run per step), else ``OnesLike(y)``.
 4. *Walk.* Pop an op whose count is zero. Sum each output's contributions (one ``AddN``),
    zero-fill float outputs that got none while a sibling did (``ZerosLike``), call the
    registered ``grad(op, *out_grads)`` under the name scope ``<name>/<op>_grad`` and hand the
@@ -24,11 +25,13 @@ Gradient functions build ordinary ops, so gradients of gradients work whenever t
 the gradient functions have gradients themselves.
 
 This module belongs to the graph layer: it never imports ``asyncflow.ops``. The few ops it
-builds itself (``AddN``, ``OnesLike``, ``ZerosLike``) are created by type string.
+builds itself (``AddN``, ``Const``, ``OnesLike``, ``ZerosLike``) are created by type string.
 """
 from __future__ import annotations
 
 import collections
+
+import numpy as np
 
 from asyncflow.graph.graph import Operation, Tensor, convert_to_tensor
 
@@ -167,6 +170,11 @@ def _pending_counts(between):
 
 def _seed(graph, y, grad_y, index):
     if grad_y is None:
+        if y.shape.is_fully_defined() and y.dtype.is_floating:
+            ones = np.ones(y.shape.as_list(), dtype=y.dtype.np)
+            ones.flags.writeable = False
+            return graph.create_op("Const", (), {"value": ones, "dtype": y.dtype},
+                                   name=f"grad_ys_{index}")._outputs[0]
         return graph.create_op("OnesLike", (y,), {"dtype": None}, name=f"grad_ys_{index}")._outputs[0]
     grad_y = convert_to_tensor(grad_y, dtype=y.dtype)
     if not grad_y.shape.is_compatible_with(y.shape):

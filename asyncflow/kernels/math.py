@@ -1,6 +1,8 @@
 """Kernels of the math family (see ops/math.py), written once against ``ctx.xp``."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from asyncflow import dtypes, errors
@@ -88,13 +90,13 @@ def _add_n(ctx, *inputs):
 def _matmul(ctx, a, b):
     attrs = ctx.attrs
     if attrs["transpose_a"]:
-        a = ctx.xp.swapaxes(a, -1, -2)
+        a = a.swapaxes(-1, -2)
     if attrs["transpose_b"]:
-        b = ctx.xp.swapaxes(b, -1, -2)
+        b = b.swapaxes(-1, -2)
     if a.shape[-1] != b.shape[-2]:
         raise errors.InvalidArgumentError(
             None, ctx.name, f"Matrix size-incompatible: In[0]: {list(a.shape)}, In[1]: {list(b.shape)}")
-    return (ctx.xp.matmul(a, b),)
+    return (a @ b,)
 
 
 _HALF_FLOATS = (np.dtype(np.float16), dtypes.bfloat16.np)
@@ -117,11 +119,22 @@ def _axes(ctx, x):
     return tuple(range(x.ndim)) if axes is None else axes
 
 
+def _as_array(ctx, out, dtype):
+    """A reduction's result as an array of ``dtype`` (numpy returns scalars for full ones)."""
+    if out.dtype != dtype:
+        out = out.astype(dtype)
+    return out if isinstance(out, ctx.xp.ndarray) else ctx.xp.asarray(out)
+
+
+# Reductions call the array's methods: numpy's module functions add a Python-level dispatch
+# layer that costs as much as reducing a few thousand elements.
 @register_kernel("Sum", offload=True)
 def _sum(ctx, x):
-    acc = _accumulation_dtype(x.dtype)
-    out = ctx.xp.sum(x, axis=_axes(ctx, x), keepdims=ctx.attrs["keepdims"], dtype=acc)
-    return (ctx.xp.asarray(out).astype(x.dtype, copy=False),)
+    attrs = ctx.attrs
+    axes = attrs["axis"]
+    out = x.sum(axis=tuple(range(x.ndim)) if axes is None else axes,
+                keepdims=attrs["keepdims"], dtype=_accumulation_dtype(x.dtype))
+    return (_as_array(ctx, out, x.dtype),)
 
 
 @register_kernel("Prod")
@@ -142,8 +155,14 @@ def _mean(ctx, x):
         # TF1 integer mean truncates toward zero.
         return (ctx.xp.asarray(np.trunc(total / count)).astype(x.dtype),)
     acc = _accumulation_dtype(x.dtype)
-    out = ctx.xp.mean(x, axis=axes, keepdims=keep, dtype=acc)
-    return (ctx.xp.asarray(out).astype(x.dtype, copy=False),)
+    count = 1
+    for axis in axes:
+        count *= x.shape[axis]
+    if not count:
+        out = ctx.xp.mean(x, axis=axes, keepdims=keep, dtype=acc)  # NaN, as TF
+    else:  # what numpy's mean computes, without its Python-level layers
+        out = x.sum(axis=axes, keepdims=keep, dtype=acc) / count
+    return (_as_array(ctx, out, x.dtype),)
 
 
 def _extreme(fn_name, fill_for):
@@ -207,6 +226,33 @@ def _sum_to_shape(ctx, grad, shape):
         return (grad,)
     total = ctx.xp.sum(grad, axis=axes, dtype=_accumulation_dtype(grad.dtype))
     return (ctx.xp.asarray(total).astype(grad.dtype, copy=False).reshape(target),)
+
+
+@register_kernel("BroadcastToLike")
+def _broadcast_to_like(ctx, grad, like):
+    """The gradient of Sum/Mean(like, axis, keepdims) from that of its output (math_grad.py)."""
+    attrs = ctx.attrs
+    shape = like.shape
+    axes = attrs["axis"]
+    if axes is None:
+        axes = range(like.ndim)
+    kept = list(shape)
+    count = 1
+    for axis in axes:
+        count *= kept[axis]
+        kept[axis] = 1
+    kept = tuple(kept)
+    if grad.shape != kept:
+        if attrs["keepdims"] or grad.size != math.prod(kept):
+            raise errors.InvalidArgumentError(
+                None, ctx.name, f"gradient of shape {list(grad.shape)} does not fit the "
+                f"reduction over axes {list(axes)} of a tensor of shape {list(shape)}")
+        grad = grad.reshape(kept)
+    if attrs["mean"] and count > 1:
+        grad = grad / grad.dtype.type(count)
+    out = ctx.xp.empty(shape, grad.dtype)
+    out[...] = grad
+    return (out,)
 
 
 @register_kernel("ReducedShape")

@@ -121,6 +121,17 @@ def _sparse_softmax_xent(ctx, logits, labels):
     return (loss.reshape(labels.shape), backprop.reshape(logits.shape))
 
 
+@register_kernel("ExpandDimsMul")
+def _expand_dims_mul(ctx, x, y):
+    """``expand_dims(x, axis) * y``, ``x`` shaped like ``y`` without ``axis`` (ops/nn.py)."""
+    axis = ctx.attrs["axis"]
+    if y.shape[:axis] + y.shape[axis + 1:] != x.shape:
+        raise errors.InvalidArgumentError(
+            None, ctx.name, f"x of shape {list(x.shape)} must be y of shape {list(y.shape)} "
+            f"without axis {axis}")
+    return (x.reshape(x.shape[:axis] + (1,) + x.shape[axis:]) * y,)
+
+
 @register_kernel("BiasAdd")
 def _bias_add(ctx, value, bias):
     if value.shape[-1] != bias.shape[0]:

@@ -5,8 +5,10 @@ shapes decide along which axes an input was broadcast, plain ``Sum`` ops do it; 
 unknown dim might have been 1, the ``SumToShape`` helper op finds the axes at run time from
 the input's dynamic shape. Reductions reshape the incoming gradient to the input's rank (1 at
 the reduced axes; statically when possible, else through the ``ReducedShape`` helper op) and
-broadcast it back. Every gradient is built from ordinary differentiable ops, so gradients of
-gradients work.
+broadcast it back. Sum and Mean do both steps in one ``BroadcastToLike`` op (reshape, divide by
+the reduced count for Mean, broadcast), whose own gradient is the reduction again, so the
+backward pass of a loss ``reduce_mean`` is one node instead of a chain of shape ops. Every
+gradient is built from ordinary differentiable ops, so gradients of gradients work.
 
 Imported by ``ops/math.py`` (after its ops exist); it registers gradients only.
 """
@@ -22,7 +24,7 @@ from asyncflow.graph.shape import TensorShape
 from asyncflow.ops import array as _array
 from asyncflow.ops.construct import as_tensor, make, static_value
 from asyncflow.ops.math import (
-    _select_cond_shape, add, cast, cos, divide, equal, greater, greater_equal, less_equal, log, matmul, maximum, multiply, negative, pow, sign, sin, square, subtract, where,
+    _select_cond_shape, add, cast, cos, divide, equal, greater, greater_equal, less_equal, log, matmul, multiply, negative, pow, sign, sin, square, subtract, where,
 )
 
 
@@ -50,6 +52,21 @@ def _infer_reduced_shape(op):
 
 register_op("ReducedShape", infer=_infer_reduced_shape)
 not_differentiable("ReducedShape")
+
+
+def _infer_broadcast_to_like(op):
+    """``BroadcastToLike(grad, like)``: the shape of ``like``, the dtype shared by both."""
+    grad, like = op._inputs
+    if grad.dtype is not like.dtype:
+        raise TypeError(f"grad ({grad.dtype.name}) and like ({like.dtype.name}) must have the "
+                        f"same dtype")
+    return [(grad.dtype, like.shape)]
+
+
+# The gradient of Sum/Mean(like, axis, keepdims) in one op: ``grad`` (the reduction's output
+# gradient) reshaped with 1s at the reduced axes, divided by the number of reduced elements
+# when ``mean``, and broadcast to ``like``'s shape. ``like`` only supplies the shape.
+register_op("BroadcastToLike", infer=_infer_broadcast_to_like)
 
 
 def _shape_of(x):
@@ -307,28 +324,27 @@ def _kept(op, tensor):
     return make("Reshape", (tensor, target), None, None, "Reshape")
 
 
-def _broadcast_like(tensor, x):
-    if x.shape.is_fully_defined() and tensor.shape == x.shape:
-        return tensor
-    return add(tensor, _zeros_like(x))
+def _unreduce(op, grad, mean):
+    attrs = {"axis": op.get_attr("axis"), "keepdims": op.get_attr("keepdims"), "mean": mean}
+    return make("BroadcastToLike", (grad, op._inputs[0]), attrs, None, "BroadcastToLike")
 
 
 @register_gradient("Sum")
 def _sum_grad(op, grad):
-    return [_broadcast_like(_kept(op, grad), op._inputs[0])]
+    return [_unreduce(op, grad, mean=False)]
 
 
 @register_gradient("Mean")
 def _mean_grad(op, grad):
-    x, y = op._inputs[0], op._outputs[0]
-    total, reduced = x.shape.num_elements(), y.shape.num_elements()
-    if total is not None and reduced is not None:
-        scale = multiply(grad, 1.0 / (total // builtins.max(reduced, 1)) if total else 0.0)
-    else:
-        count = divide(cast(_array.size(x), x.dtype),
-                       cast(maximum(_array.size(y), 1), x.dtype))
-        scale = divide(grad, count)
-    return [_broadcast_like(_kept(op, scale), x)]
+    return [_unreduce(op, grad, mean=True)]
+
+
+@register_gradient("BroadcastToLike")
+def _broadcast_to_like_grad(op, grad):
+    """The adjoint of broadcasting (and dividing by the count) is the reduction itself."""
+    reduction = "Mean" if op.get_attr("mean") else "Sum"
+    attrs = {"axis": op.get_attr("axis"), "keepdims": op.get_attr("keepdims")}
+    return [make(reduction, (grad,), attrs, None, reduction), None]
 
 
 def _extreme_grad(op, grad):

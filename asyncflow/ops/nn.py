@@ -325,6 +325,38 @@ def sparse_softmax_cross_entropy_with_logits(_sentinel=None, labels=None, logits
     return op._outputs[0]
 
 
+def _infer_expand_dims_mul(op):
+    x, y = op._inputs
+    if x.dtype is not y.dtype:
+        raise TypeError(f"x ({x.dtype.name}) and y ({y.dtype.name}) must have the same dtype")
+    axis = op.get_attr("axis")
+    if x.shape.ndims is None or y.shape.ndims is None:
+        return [(x.dtype, y.shape)]
+    if y.shape.ndims != x.shape.ndims + 1 or not 0 <= axis < y.shape.ndims:
+        raise ValueError(f"x of shape {x.shape} must be y of shape {y.shape} without axis {axis}")
+    dims = list(x.shape.dims)
+    dims.insert(axis, y.shape.dims[axis])
+    return [(x.dtype, y.shape.merge_with(TensorShape(dims)))]
+
+
+# ``ExpandDimsMul(x, y)`` is ``expand_dims(x, axis) * y`` for ``x`` shaped like ``y`` without
+# ``axis``, in one kernel: the cross entropies' gradient scales each row of ``backprop`` by
+# that row's loss gradient.
+register_op("ExpandDimsMul", infer=_infer_expand_dims_mul)
+
+
+def _expand_dims_mul(x, y, axis):
+    return make("ExpandDimsMul", (x, y), {"axis": axis}, None, "ExpandDimsMul")
+
+
+@register_gradient("ExpandDimsMul")
+def _expand_dims_mul_grad(op, grad):
+    x, y = op._inputs
+    axis = op.get_attr("axis")
+    return [_math.reduce_sum(_math.multiply(grad, y), axis=axis),
+            _expand_dims_mul(x, grad, axis)]
+
+
 def _expand_at(tensor, axis, like):
     """``tensor`` (``like``'s shape without ``axis``) with a 1 inserted at ``axis``."""
     expand_dims = getattr(_array, "expand_dims", None)
@@ -363,7 +395,7 @@ def _sparse_softmax_xent_grad(op, grad_loss, grad_backprop=None):
     if axis < 0:
         raise ValueError("the gradient of sparse_softmax_cross_entropy_with_logits needs "
                          "logits of known rank")
-    return [_math.multiply(_expand_at(grad_loss, axis, backprop), backprop), None]
+    return [_expand_dims_mul(grad_loss, backprop, axis), None]
 
 
 def sigmoid_cross_entropy_with_logits(_sentinel=None, labels=None, logits=None, name=None):
