@@ -109,10 +109,14 @@ async def test_garbage_to_every_route_is_4xx_and_loses_no_state(process_cluster)
 
 
 async def test_token_is_required_when_set(worker_processes, monkeypatch):
-    spec = loopback_spec({"worker": 1})
-    worker_processes.start(spec, [("worker", 0)], env={"ASYNCFLOW_TOKEN": "s3cret"})
+    spec = loopback_spec({"worker": 2})
+    worker_processes.start(spec, [("worker", 0), ("worker", 1)],
+                           env={"ASYNCFLOW_TOKEN": "s3cret"})
     with af.Graph().as_default() as graph:
-        out = af.constant(2.0) * 4.0
+        with af.device("/job:worker/task:0"):
+            four = af.constant(2.0) * 2.0
+        with af.device("/job:worker/task:1"):
+            out = four * 2.0  # worker 1 pulls from worker 0 with the token too
     monkeypatch.delenv("ASYNCFLOW_TOKEN", raising=False)
     with pytest.raises(af.errors.UnauthenticatedError, match="401"):
         async with af.Session(graph=graph, cluster=spec):
