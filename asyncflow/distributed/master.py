@@ -131,6 +131,7 @@ class Master:
         self._target = None
         self._pinned = {}
         self._runs = []
+        self._register_lock = trio.Lock()
         self.opened = False
 
     @classmethod
@@ -264,10 +265,17 @@ class Master:
                                        f"{exc.message}") from None
             tg.handle, tg.registered_incarnation = reply.graph_handle, task.incarnation
 
-        pending = [tg for tg in run.task_graphs
-                   if tg.handle is None or tg.registered_incarnation != self.tasks[tg.task].incarnation]
-        if pending:
-            await _all(register, pending)
+        def pending():
+            return [tg for tg in run.task_graphs if tg.handle is None
+                    or tg.registered_incarnation != self.tasks[tg.task].incarnation]
+
+        if not pending():
+            return
+        # Concurrent first steps of one run would each register it (and leak all handles
+        # but the last, never deregistered): the first registers, the others wait for it.
+        async with self._register_lock:
+            if pending():
+                await _all(register, pending())
             if run not in self._runs:
                 self._runs.append(run)
 
