@@ -11,6 +11,14 @@ executor tries it inline first and starts the async kernel only when the twin re
 ``WOULD_BLOCK`` (trio's ``*_nowait`` pattern), so a Recv whose value already arrived costs no
 task.
 
+An async kernel may also have a *subscribing* form registered with ``register_subscribe``:
+``fn(ctx, *inputs, deliver)``, tried when the twin returns ``WOULD_BLOCK``. Instead of running
+as a task it arranges for ``deliver(outputs)`` (or ``deliver(None, error)``) to be called once,
+synchronously, by whatever produces the value (a Recv subscribes to the step's rendezvous), and
+returns a no-argument cancel callable, or ``WOULD_BLOCK`` to decline (then the async kernel runs
+as a task, e.g. on a rendezvous that cannot subscribe). A waiting value then wakes the
+executor's loop directly, one task switch instead of two.
+
 ``offload=True`` marks kernels that may run on a worker thread when their inputs are large;
 the executor decides, the kernel does not know.
 
@@ -36,6 +44,7 @@ class KernelDef:
     where: str = ""
     nowait: Callable | None = None
     runs_on_dead: bool = False
+    subscribe: Callable | None = None
 
 
 _KERNELS: dict[tuple[str, str], KernelDef] = {}
@@ -79,6 +88,28 @@ def register_nowait(op_type, device=ANY):
         if kernel is None or not kernel.is_async:
             raise KeyError(f"register_nowait({op_type!r}): no async kernel registered on {device}")
         _KERNELS[key] = dataclasses.replace(kernel, nowait=fn)
+        return fn
+    return decorate
+
+
+def register_subscribe(op_type, device=ANY):
+    """Decorator: the subscribing form ``fn(ctx, *inputs, deliver)`` of an async kernel.
+
+    ``fn`` returns a no-argument callable that cancels the subscription (called when the step
+    is torn down before delivery), or ``WOULD_BLOCK`` to have the async kernel run instead.
+    ``deliver(outputs, error=None)`` must be called exactly once unless cancelled; it may be
+    called before ``fn`` returns.
+
+    Raises:
+        KeyError: if ``op_type`` has no async kernel on ``device`` yet.
+    """
+    def decorate(fn):
+        key = (op_type, device)
+        kernel = _KERNELS.get(key)
+        if kernel is None or not kernel.is_async:
+            raise KeyError(f"register_subscribe({op_type!r}): no async kernel registered on "
+                           f"{device}")
+        _KERNELS[key] = dataclasses.replace(kernel, subscribe=fn)
         return fn
     return decorate
 

@@ -5,6 +5,11 @@ its value leaves the device, and Recv waits in the step's rendezvous. They reach
 rendezvous only through ``ctx.step.rendezvous`` and the device only through ``ctx.device``,
 so they import no trio scheduling.
 
+A Recv tries, in order: its nowait twin (the value is already there), its subscribing form
+(``LocalRendezvous.subscribe``: the Send's ``rendezvous.send`` calls the executor back
+directly, no task), and only on a rendezvous without ``subscribe`` (the distributed one) the
+async kernel as a task.
+
 Lossy transfer (the paper's §5.5): float32 values cross as the high 16 bits (bfloat16).
 - ``"truncate"``: the paper's method, ``(x.view(uint32) >> 16).astype(uint16)``; the receiver
   zero-fills: ``(bits.astype(uint32) << 16).view(float32)``. Rounds toward zero.
@@ -17,7 +22,8 @@ from __future__ import annotations
 import numpy as np
 
 from asyncflow.kernels.control_flow import DEAD
-from asyncflow.kernels.registry import WOULD_BLOCK, register_kernel, register_nowait
+from asyncflow.kernels.registry import (WOULD_BLOCK, register_kernel, register_nowait,
+                                       register_subscribe)
 
 ROOT_FRAME_ITER = "0:0"
 
@@ -100,6 +106,29 @@ def _recv_nowait(ctx):
     poll = getattr(ctx.step.rendezvous, "poll", None)
     item = poll(rendezvous_key(ctx.attrs, _frame_iter(ctx))) if poll is not None else None
     return WOULD_BLOCK if item is None else _received(ctx, item[0], item[1])
+
+
+@register_subscribe("_Recv")
+def _recv_subscribe(ctx, deliver):
+    rendezvous = ctx.step.rendezvous
+    subscribe = getattr(rendezvous, "subscribe", None)
+    if subscribe is None:
+        return WOULD_BLOCK
+
+    def arrived(item, error):  # called synchronously by send/abort: never raises
+        if error is not None:
+            deliver(None, error)
+            return
+        try:
+            outputs = _received(ctx, item[0], item[1])
+        except Exception as exc:  # noqa: BLE001 - becomes this Recv's error
+            deliver(None, exc)
+            return
+        deliver(outputs)
+
+    key = rendezvous_key(ctx.attrs, _frame_iter(ctx))
+    subscribe(key, arrived)
+    return lambda: rendezvous.unsubscribe(key, arrived)
 
 
 @register_nowait("_Send")

@@ -8,8 +8,11 @@ Theory of operation (the paper's ready-queue executor, on trio):
   its last reader. A large offloadable kernel found at run time is awaited on a worker thread.
 - **Ready-queue path**: a LIFO stack of ready nodes (depth first keeps the live set small);
   non-waiting kernels run inline in the loop; waiting kernels (``is_async``: Recv, Dequeue,
-  GPU events) and large offloadable kernels start as tasks in the step's nursery and report
-  back on a channel. Completing a node stores its outputs, drops input buffers whose readers
+  GPU events) first try their nowait twin, then their subscribing form (a Recv hands the
+  rendezvous a callback that reports straight on the loop's channel: one task switch per
+  edge), and otherwise, like large offloadable kernels, start as tasks in the step's nursery
+  and report back on that channel. Subscriptions still pending when the run ends (failure,
+  cancellation) are cancelled. Completing a node stores its outputs, drops input buffers whose readers
   are all done, and pushes consumers whose count reaches zero.
 - The first failure stops scheduling, cancels the nursery (waking every waiting kernel), and
   surfaces as one ``OpError`` naming the op, its type, its device and where it was created.
@@ -30,7 +33,7 @@ import time
 import trio
 
 from asyncflow import errors
-from asyncflow.kernels.registry import WOULD_BLOCK
+from asyncflow.kernels.registry import WOULD_BLOCK, get_kernel
 from asyncflow.runtime.plan import OFFLOAD_COST, runtime_cost
 from asyncflow.runtime.schedule import compile_schedule
 from asyncflow.runtime import frames as _frames
@@ -186,7 +189,8 @@ class _ReadyQueue:
     """The bookkeeping of one ready-queue run (see the module docstring)."""
 
     __slots__ = ("nodes", "slots", "step", "pending", "readers", "fetched", "ready",
-                 "remaining", "trace", "device_name", "waiting", "failure")
+                 "remaining", "trace", "device_name", "waiting", "failure", "report_send",
+                 "report_receive", "cancels")
 
     def __init__(self, plan, slots, step):
         self.nodes = plan.nodes
@@ -201,6 +205,42 @@ class _ReadyQueue:
         self.device_name = plan.device.name
         self.waiting = []      # (node, args) that need a task
         self.failure = None
+        self.report_send = self.report_receive = None  # opened by the first waiting kernel
+        self.cancels = []      # cancel callables of subscriptions (see ``subscribe``)
+
+    def open_report(self):
+        """The channel on which tasks and subscriptions report ``(node, result, exc, start)``."""
+        if self.report_send is None:
+            self.report_send, self.report_receive = trio.open_memory_channel(math.inf)
+        return self.report_send
+
+    def subscribe(self, node, ctx, args, start):
+        """Try ``node``'s subscribing form; True if it will deliver on the report channel."""
+        kernel = get_kernel(node.op.type, node.ctx.device.kind)
+        if kernel is None or kernel.subscribe is None or kernel.fn is not node.fn:
+            return False
+        send_nowait = self.open_report().send_nowait
+
+        def deliver(result, exc=None):
+            try:
+                send_nowait((node, result, exc, start))
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                pass  # the run is over (failed or cancelled): nobody waits for this value
+
+        cancel = kernel.subscribe(ctx, *args, deliver)
+        if cancel is WOULD_BLOCK:
+            return False
+        self.cancels.append(cancel)
+        return True
+
+    def close(self):
+        """Cancel pending subscriptions and close the channel (the run is over)."""
+        if self.report_send is not None:
+            self.report_send.close()
+            self.report_receive.close()
+        if self.remaining:  # failed or cancelled: drop the subscriptions not delivered
+            for cancel in self.cancels:
+                cancel()
 
     def complete(self, node, result, start):
         slots, pending, ready = self.slots, self.pending, self.ready
@@ -232,10 +272,11 @@ class _ReadyQueue:
                     args[position] = args[position].read()
                 start = _now_us() if trace is not None else 0
                 if node.is_async:
-                    result = WOULD_BLOCK if node.nowait is None else \
-                        node.nowait(StepContext(node.ctx, step), *args)
+                    ctx = StepContext(node.ctx, step)
+                    result = WOULD_BLOCK if node.nowait is None else node.nowait(ctx, *args)
                     if result is WOULD_BLOCK:
-                        self.waiting.append((node, args))
+                        if not self.subscribe(node, ctx, args, start):
+                            self.waiting.append((node, args))
                         continue
                 elif node.offload and runtime_cost(node, args) >= OFFLOAD_COST:
                     self.waiting.append((node, args))
@@ -252,21 +293,41 @@ class _ReadyQueue:
 
 async def _run_ready_queue(plan, slots, step):
     queue = _ReadyQueue(plan, slots, step)
-    queue.drain()
-    if queue.failure is None and queue.remaining:
-        # Only now, with a kernel that must wait, does the step need a nursery and a channel.
-        report_send, report_receive = trio.open_memory_channel(math.inf)
-        async with trio.open_nursery() as nursery:
+    try:
+        queue.drain()
+        if queue.failure is None and queue.remaining:
+            # Only now, with a kernel that must wait, does the step need a channel (and,
+            # for kernels running as tasks, a nursery).
+            report_send = queue.open_report()
+            receive = queue.report_receive.receive
             while queue.failure is None and queue.remaining:
-                for node, args in queue.waiting:
-                    nursery.start_soon(_run_waiting, node, args, step, report_send)
-                queue.waiting.clear()
-                node, result, exc, start = await report_receive.receive()
+                if queue.waiting:  # a kernel must run as a task: go on inside a nursery
+                    async with trio.open_nursery() as nursery:
+                        await _run_with_tasks(queue, nursery, report_send, receive)
+                        nursery.cancel_scope.cancel()
+                    break
+                node, result, exc, start = await receive()
                 if exc is not None:
                     queue.failure = wrap_error(exc, node.op, queue.device_name)
                     break
                 queue.complete(node, result, start)
                 queue.drain()
-            nursery.cancel_scope.cancel()
+    finally:
+        queue.close()
     if queue.failure is not None:
         raise queue.failure
+
+
+async def _run_with_tasks(queue, nursery, report_send, receive):
+    """The loop of ``_run_ready_queue`` once some kernel has to run as a task."""
+    step = queue.step
+    while queue.failure is None and queue.remaining:
+        for node, args in queue.waiting:
+            nursery.start_soon(_run_waiting, node, args, step, report_send)
+        queue.waiting.clear()
+        node, result, exc, start = await receive()
+        if exc is not None:
+            queue.failure = wrap_error(exc, node.op, queue.device_name)
+            return
+        queue.complete(node, result, start)
+        queue.drain()

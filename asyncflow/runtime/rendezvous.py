@@ -10,6 +10,13 @@ Theory of operation (the paper's §3.2.2 and TF's ``LocalRendezvousImpl``):
   the 2015 runtime.
 - ``recv_nowait`` raises ``trio.WouldBlock`` when nothing is there; ``await recv`` parks on a
   ``trio.Event`` until a send or an abort wakes it, so waiting never blocks the loop.
+- ``subscribe(key, callback)`` is the taskless form of ``recv``: the callback is called
+  synchronously, exactly once, with ``(item, None)`` by the matching ``send`` (or at once if
+  the value is already there) or with ``(None, error)`` by ``abort``. The executor uses it so a
+  send wakes the receiving partition's loop directly, with no receiving task in between.
+  ``unsubscribe`` drops a callback not yet called (a cancelled partition).
+- A parked ``recv`` and a subscription are the same thing in the table: one callable per key
+  (a parked ``recv`` is a callable that sets its event).
 - ``abort(error)`` fails every present and future ``recv`` with the step's error (the root
   cause, not a derived one) and makes later sends no-ops: the step is being torn down.
 
@@ -54,11 +61,17 @@ class RendezvousStatistics:
 
 
 class _Waiter:
+    """A parked ``recv``: called like a subscription, it keeps the item and wakes the task."""
+
     __slots__ = ("event", "item")
 
     def __init__(self):
         self.event = trio.Event()
         self.item = None
+
+    def __call__(self, item, error):
+        self.item = item
+        self.event.set()
 
 
 class LocalRendezvous:
@@ -66,7 +79,7 @@ class LocalRendezvous:
 
     def __init__(self):
         self._items = {}      # key -> (value, is_dead)
-        self._waiters = {}    # key -> _Waiter
+        self._waiters = {}    # key -> callback(item, error): a parked recv or a subscription
         self._error = None
         self._sends = 0
         self._recvs = 0
@@ -82,8 +95,9 @@ class LocalRendezvous:
         waiter = self._waiters.pop(key, None)
         self._sends += 1
         if waiter is not None:
-            waiter.item = (value, is_dead)
-            waiter.event.set()
+            if waiter.__class__ is not _Waiter:
+                self._recvs += 1  # a subscription receives here; a parked recv counts itself
+            waiter((value, is_dead), None)
             return
         if key in self._items:
             raise errors.AbortedError(None, None, f"Duplicated send: {key}")
@@ -136,6 +150,34 @@ class LocalRendezvous:
         self._recvs += 1
         return waiter.item
 
+    def subscribe(self, key, callback):
+        """Have ``callback(item, error)`` called once when ``key``'s value arrives.
+
+        ``item`` is ``(value, is_dead)`` and ``error`` None, or, after ``abort``, ``item`` is
+        None and ``error`` the step's error. The call is synchronous: at once when the value
+        (or the abort) is already there, else from inside the matching ``send`` or ``abort``;
+        the callback must not raise and must not wait.
+
+        Raises:
+            RuntimeError: if another receiver already waits on ``key``.
+        """
+        if self._error is not None:
+            callback(None, self._error)
+            return
+        item = self._items.pop(key, None)
+        if item is not None:
+            self._recvs += 1
+            callback(item, None)
+            return
+        if key in self._waiters:
+            raise RuntimeError(f"Two receivers for rendezvous key {key}")
+        self._waiters[key] = callback
+
+    def unsubscribe(self, key, callback):
+        """Drop ``callback`` from ``key`` if it was not called yet (a cancelled receiver)."""
+        if self._waiters.get(key) is callback:
+            del self._waiters[key]
+
     def abort(self, error):
         """Fail every present and future ``recv`` with ``error``; the first abort wins."""
         if self._error is not None:
@@ -144,7 +186,7 @@ class LocalRendezvous:
         self._items.clear()
         waiters, self._waiters = self._waiters, {}
         for waiter in waiters.values():
-            waiter.event.set()
+            waiter(None, error)
 
     @property
     def aborted(self):
