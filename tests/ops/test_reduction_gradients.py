@@ -149,3 +149,26 @@ async def test_sparse_xent_logits_gradient_in_the_loss_weights():
         return grad
 
     await check_gradients(build, [np.linspace(0.5, 2.0, 4)])
+
+
+@pytest.mark.parametrize("classes", [1, 3, 40])
+@pytest.mark.parametrize("lead", [(1,), (5,), (2, 3)])
+async def test_sparse_xent_loss_and_backprop_match_numpy(classes, lead):
+    """Both kernel layouts (class-major for few classes, row-major for many)."""
+    rng = np.random.default_rng(classes)
+    logits = np.asfortranarray(rng.standard_normal(lead + (classes,)) * 10)
+    labels = rng.integers(0, classes, lead).astype(np.int64)
+    original = logits.copy()
+    shifted = logits - logits.max(-1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    expected_loss = -np.take_along_axis(log_probs, labels[..., None], -1)[..., 0]
+    expected_backprop = np.exp(log_probs) - np.eye(classes)[labels]
+    with af.Graph().as_default():
+        x = af.placeholder(af.float64, logits.shape)
+        loss = af.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=x)
+        (grad,) = af.gradients(af.reduce_sum(loss), [x])
+        async with af.Session() as sess:
+            loss_value, grad_value = await sess.run([loss, grad], {x: logits})
+    assert_close(loss_value, expected_loss, rtol=1e-10, atol=1e-10)
+    assert_close(grad_value, expected_backprop, rtol=1e-10, atol=1e-10)
+    np.testing.assert_array_equal(logits, original)
