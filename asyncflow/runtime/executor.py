@@ -169,12 +169,23 @@ async def _run_static(plan, slots):
         raise wrap_error(exc, node.op, plan.device.name) from exc
 
 
+def _timed(node, args):
+    return _now_us(), node.fn(node.ctx, *args)
+
+
 async def _run_waiting(node, args, step, report):
-    """Run a waiting or offloaded kernel; report ``(node, result, error, start)``."""
+    """Run a waiting or offloaded kernel; report ``(node, result, error, start)``.
+
+    A traced offloaded kernel's start is when its worker thread begins (after the device's
+    limiter let it in), so a trace shows how the devices really overlap.
+    """
     start = _now_us() if step.trace is not None else 0
     try:
         if node.is_async:
             result = await node.fn(StepContext(node.ctx, step), *args)
+        elif step.trace is not None:
+            start, result = await trio.to_thread.run_sync(_timed, node, args,
+                                                          limiter=node.ctx.device.limiter)
         else:
             result = await _offloaded(node, args)
     except trio.Cancelled:
