@@ -26,7 +26,13 @@ def _scalar(value, like):
 @register_kernel("ApplyGradientDescent")
 def _apply_gradient_descent(ctx, var, alpha, delta):
     value = _read(ctx, var, delta)
-    return (var.assign(value - _scalar(alpha, value) * delta, fresh=True),)
+    step = _scalar(alpha, value) * delta
+    if value.ndim:  # in place into the fresh temporary (0-d operands give numpy scalars)
+        step = ctx.xp.subtract(value, step, out=step)
+    else:
+        step = value - step
+    # The new value has the shape the variable holds already.
+    return (var.assign(step, validate_shape=False, fresh=True),)
 
 
 @register_kernel("ApplyMomentum")

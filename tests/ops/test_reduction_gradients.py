@@ -172,3 +172,20 @@ async def test_sparse_xent_loss_and_backprop_match_numpy(classes, lead):
     assert_close(loss_value, expected_loss, rtol=1e-10, atol=1e-10)
     assert_close(grad_value, expected_backprop, rtol=1e-10, atol=1e-10)
     np.testing.assert_array_equal(logits, original)
+
+
+async def test_gradient_descent_updates_scalar_and_vector_variables():
+    """ApplyGradientDescent's in-place update path (arrays) and its 0-d path."""
+    with af.Graph().as_default():
+        v = af.Variable(3.0)
+        w = af.Variable([1.0, 2.0])
+        loss = af.square(v) + af.reduce_mean(w * w)
+        train = af.train.GradientDescentOptimizer(0.25).minimize(loss)
+        async with af.Session() as sess:
+            await sess.run(af.global_variables_initializer())
+            before = await sess.run(w)
+            await sess.run(train)
+            v_value, w_value = await sess.run([v, w])
+    assert_close(v_value, 1.5)
+    assert_close(w_value, [0.75, 1.5])
+    assert_close(before, [1.0, 2.0])  # the snapshot fetched before the step is unchanged
