@@ -428,3 +428,53 @@ def test_token_is_required_on_every_route_when_set():
         assert status == 200
     finally:
         worker.kill()
+
+
+ATHERIS_TARGET = '''
+import sys
+import atheris
+import ml_dtypes, msgpack, numpy  # imported first: only transports gets instrumented
+with atheris.instrument_imports():
+    from transports import wire
+    from transports.wire import Limits
+
+SMALL = Limits(max_header_bytes=4096, max_tensor_bytes=1 << 16, max_body_bytes=1 << 17,
+               max_tensors=64, max_rank=8, max_depth=16)
+
+
+def one(data):
+    try:
+        message = wire.decode(data, SMALL)
+    except wire.WireError:
+        return
+    wire.decode(b"".join(bytes(b) for b in wire.encode(message, SMALL)), SMALL)
+
+
+atheris.Setup(sys.argv, one)
+atheris.Fuzz()
+'''
+
+
+def test_atheris_coverage_guided_fuzz_of_the_wire_decoder(tmp_path):
+    """libFuzzer (atheris, when installed) mutates valid frames of every kind; the decoder may
+    only raise WireError, and whatever it accepts re-encodes and decodes again."""
+    pytest.importorskip("atheris")
+    import subprocess
+    import sys
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    seeds = [RunGraph("g/1/ab", 5, [TensorEntry("x:0", np.arange(6, dtype=np.float32).reshape(2, 3)),
+                                    TensorEntry("s:0", np.array([b"a", b"bc"], dtype=object))],
+                      ["y:0"]),
+             RecvTensors(5, ["a;1f;b;t;0:0", "c;2;d;u;0:0"]), AbortStep(5, "CANCELLED", "x"),
+             CleanupStep(5), RegisterGraph({"node": [{"name": "a", "attr": {"i": 1}}]}, "s", {}),
+             DeregisterGraph("g"), Reset(["c"]), ErrorReply("ABORTED", "no")]
+    for index, message in enumerate(seeds):
+        (corpus / f"seed{index}").write_bytes(frame(message))
+    script = tmp_path / "fuzz_wire.py"
+    script.write_text(ATHERIS_TARGET)
+    result = subprocess.run([sys.executable, str(script), str(corpus), "-runs=4000",
+                             "-max_total_time=30", "-timeout=10", "-rss_limit_mb=1024"],
+                            capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Done" in result.stderr
