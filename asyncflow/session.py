@@ -104,6 +104,18 @@ class _FetchStructure:
         return seq if kind is list else kind(seq)
 
 
+def _fits(dims, shape):
+    """Whether an array of ``shape`` fits static ``dims`` (a tuple with None, or None)."""
+    if dims is None:
+        return True
+    if len(dims) != len(shape):
+        return False
+    for want, have in zip(dims, shape):
+        if want is not None and want != have:
+            return False
+    return True
+
+
 def _to_feed_array(tensor, value):
     """Validate and convert one fed value.
 
@@ -111,6 +123,9 @@ def _to_feed_array(tensor, value):
         InvalidArgumentError: on a dtype or shape the tensor cannot take.
     """
     dtype = tensor.dtype
+    if isinstance(value, np.ndarray) and value.dtype == dtype.np \
+            and _fits(tensor.shape.dims, value.shape):
+        return value  # the common case, checked without building shapes
     if hasattr(value, "op") and isinstance(getattr(value, "op"), Operation):
         raise TypeError(f"The value of a feed cannot be an af.Tensor ({value.name}); "
                         "feed numpy arrays or Python values")
