@@ -3,11 +3,8 @@ from __future__ import annotations
 
 from asyncflow import errors
 from asyncflow.kernels.indexing import check_range
+from asyncflow.kernels.arguments import invalid as _invalid
 from asyncflow.kernels.registry import register_kernel
-
-
-def _invalid(ctx, message):
-    return errors.InvalidArgumentError(None, ctx.name, message)
 
 
 @register_kernel("DynamicPartition")

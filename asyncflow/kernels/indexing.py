@@ -9,20 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from asyncflow import errors
+from asyncflow.kernels.arguments import host as _host, ints as _ints, invalid as _invalid
 from asyncflow.kernels.registry import register_kernel
-
-
-def _invalid(ctx, message):
-    return errors.InvalidArgumentError(None, ctx.name, message)
-
-
-def _host(array):
-    """A host (numpy) copy of a small index array; cupy arrays are fetched with ``get``."""
-    return array.get() if hasattr(array, "get") else np.asarray(array)
-
-
-def _ints(array):
-    return [int(v) for v in _host(array).reshape(-1).tolist()]
 
 
 def check_range(ctx, indices, limit, what="indices"):

@@ -9,26 +9,14 @@ from __future__ import annotations
 import numpy as np
 
 from asyncflow import errors
+from asyncflow.kernels.arguments import host as _host, ints as _ints, invalid as _invalid
 from asyncflow.kernels.registry import register_kernel
-
-
-def _invalid(ctx, message):
-    return errors.InvalidArgumentError(None, ctx.name, message)
 
 
 def _axis(ctx, axis, ndims):
     if not -ndims <= axis < max(ndims, 1):
         raise _invalid(ctx, f"axis {axis} is out of range for a tensor of rank {ndims}")
     return axis % max(ndims, 1)
-
-
-def _host(array):
-    """A host (numpy) copy of a small integer argument; cupy arrays are fetched with ``get``."""
-    return array.get() if hasattr(array, "get") else np.asarray(array)
-
-
-def _ints(array):
-    return [int(v) for v in _host(array).reshape(-1).tolist()]
 
 
 @register_kernel("Transpose")

@@ -1,0 +1,22 @@
+"""Small host-side arguments of kernels: integer vectors (shapes, perms, paddings, indices)
+read from numpy or CuPy arrays, and the error a kernel raises for a bad argument."""
+from __future__ import annotations
+
+import numpy as np
+
+from asyncflow import errors
+
+
+def invalid(ctx, message):
+    """An InvalidArgumentError naming the running op (the executor adds device and site)."""
+    return errors.InvalidArgumentError(None, ctx.name, message)
+
+
+def host(array):
+    """A host (numpy) copy of a small argument; CuPy arrays are fetched with ``get``."""
+    return array.get() if hasattr(array, "get") else np.asarray(array)
+
+
+def ints(array):
+    """The argument's values as a flat list of Python ints."""
+    return [int(v) for v in host(array).reshape(-1).tolist()]
