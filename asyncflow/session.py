@@ -316,6 +316,13 @@ class Session:
         step = executor.Step(next(self._step_ids), trace=trace)
         step.extras["timeout_ms"] = timeout_ms
         self._in_flight += 1
+        if not timeout_ms and self._master is None and compiled.never_waits:
+            # Nothing in this step can park (no queue, no Recv, no py_func), so closing the
+            # session cannot leave it waiting: skip the cancel scope, ~10 us of a small run.
+            try:
+                return await self._run_partitions(compiled, feed_values, step)
+            finally:
+                self._in_flight -= 1
         closing = trio.CancelScope()
         self._run_scopes.add(closing)
         try:
