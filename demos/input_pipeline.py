@@ -7,7 +7,7 @@ loop dequeues shuffled batches from it. Every step, reader and trainer alike, is
 the merged trace is written with ``af.timeline.write``: open it in Perfetto to see reading
 steps overlapping training steps.
 
-Usage: ``python demos/input_pipeline.py [--epochs 30] [--timeline input_pipeline_timeline.json]``
+Usage: ``python demos/input_pipeline.py [--epochs 30] [--timeline PATH]``
 """
 from __future__ import annotations
 
@@ -102,6 +102,9 @@ async def main(epochs, timeline_path):
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=30)
-    parser.add_argument("--timeline", default="input_pipeline_timeline.json")
+    parser.add_argument("--timeline", default=None,
+                        help="where to write the trace (default: a temporary directory)")
     args = parser.parse_args()
-    trio.run(main, args.epochs, args.timeline)
+    timeline_path = args.timeline or os.path.join(
+        tempfile.mkdtemp(prefix="asyncflow-pipeline-"), "input_pipeline_timeline.json")
+    trio.run(main, args.epochs, timeline_path)
