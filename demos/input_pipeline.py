@@ -12,6 +12,7 @@ Usage: ``python demos/input_pipeline.py [--epochs 30] [--timeline PATH]``
 from __future__ import annotations
 
 import argparse
+import os
 import pathlib
 import tempfile
 import time
