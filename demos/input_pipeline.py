@@ -25,6 +25,9 @@ import asyncflow as af
 
 SHARDS = 8
 BATCH = 32
+READ = 64
+THREADS = 2
+WARM_UP_STEPS = 20
 
 
 def write_shards(directory, x, y):
@@ -39,9 +42,9 @@ def write_shards(directory, x, y):
 def build(paths, epochs):
     filenames = af.train.string_input_producer(paths, num_epochs=epochs, seed=1)
     reader = af.NumpyRecordReader([af.float32, af.int64], shapes=[[64], []], names=["x", "y"])
-    _, rows = reader.read_up_to(filenames, 64)
+    _, rows = reader.read_up_to(filenames, READ)
     x, y = af.train.shuffle_batch([rows["x"], rows["y"]], batch_size=BATCH, capacity=1000,
-                                  min_after_dequeue=300, num_threads=2, seed=2,
+                                  min_after_dequeue=300, num_threads=THREADS, seed=2,
                                   enqueue_many=True, allow_smaller_final_batch=True)
     weights = af.Variable(np.zeros([64, 10], np.float32), name="weights")
     bias = af.Variable(np.zeros([10], np.float32), name="bias")
@@ -71,12 +74,18 @@ async def main(epochs, timeline_path):
         async with af.Session() as sess:
             await sess.run([af.global_variables_initializer(), af.local_variables_initializer()])
             steps, start, losses = 0, time.perf_counter(), []
+            waited_us, step_us = 0, 0  # time the training step spent waiting for its batch
             async with af.train.start_queue_runners(sess, options=trace, on_metadata=keep):
                 while True:
                     metadata = af.RunMetadata()
                     value, _ = await sess.run([loss, train_op], options=trace,
                                               run_metadata=metadata)
                     keep(metadata)
+                    if steps >= WARM_UP_STEPS and metadata.step_stats:
+                        records = metadata.step_stats
+                        step_us += max(r.end_us for r in records) - min(r.start_us for r in records)
+                        waited_us += sum(r.end_us - r.start_us for r in records
+                                         if r.op_type.startswith("QueueDequeue"))
                     losses.append(float(value))
                     steps += 1
                     if steps % 200 == 0:
@@ -86,6 +95,9 @@ async def main(epochs, timeline_path):
     accuracy = float(np.mean(np.argmax(x[:held_out] / 16.0 @ w + b, axis=1) == y[:held_out]))
     print(f"{steps} steps in {elapsed:.1f} s ({steps * BATCH / elapsed:.0f} examples/s); "
           f"final loss {np.mean(losses[-50:]):.4f}; held-out accuracy {accuracy:.3f}")
+    if step_us:
+        print(f"after {WARM_UP_STEPS} warm-up steps, training steps waited for data "
+              f"{100 * waited_us / step_us:.1f}% of their time (dequeue inside the step)")
     if timeline_path:
         timeline = getattr(af, "timeline", None)
         if timeline is None:
