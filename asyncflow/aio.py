@@ -12,6 +12,9 @@ Theory of operation:
   coroutine as a task in the guest's nursery under its own cancel scope, and completes an
   asyncio future with the result or the exception (the same ``af.errors`` classes).
   Cancelling the awaiting asyncio task cancels that scope, which cancels the step.
+- ``aio.Server`` runs a worker server as a long-lived task of the guest. Its HTTP side is the
+  transport's own (aiohttp on the transport's dedicated asyncio thread), not the caller's
+  loop: the worker service is identical to ``af.Server``'s.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ import trio
 
 from asyncflow import serving as _serving
 from asyncflow import session as _session
+from asyncflow.distributed import server as _server
 
 _GUESTS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Guest]" = weakref.WeakKeyDictionary()
 
@@ -170,7 +174,13 @@ class Session:
         if self._closed:
             raise RuntimeError("Attempted to use a closed Session.")
         if self._guest is None:
-            self._guest = await _acquire()
+            guest = await _acquire()
+            try:
+                await guest.call(self._session.__aenter__)  # a cluster session opens its master
+            except BaseException:
+                await _release(guest)
+                raise
+            self._guest = guest
         return self._guest
 
     async def __aenter__(self):
@@ -246,3 +256,50 @@ class Batcher:
 
     def statistics(self):
         return self._batcher.statistics()
+
+
+class Server:
+    """``async with aio.Server(cluster, job_name, task_index) as server:`` from asyncio code.
+
+    Takes ``af.Server``'s arguments; the worker serves from the loop's trio guest until the
+    block exits. ``server.address`` and ``server.target`` are known once it is entered.
+    """
+
+    def __init__(self, *args, **kwargs):
+        self._server = _server.Server(*args, **kwargs)
+        self._guest = None
+        self._scope = None
+
+    @property
+    def address(self):
+        return self._server.address
+
+    @property
+    def target(self):
+        return self._server.target
+
+    @property
+    def port(self):
+        return self._server.port
+
+    async def __aenter__(self):
+        self._guest = await _acquire()
+        try:
+            self._scope = await self._guest.start_service(self._server.serve)
+        except BaseException:
+            await _release(self._guest)
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info):
+        await self.stop()
+
+    async def stop(self):
+        """Stop serving and wait until the server no longer listens."""
+        if self._scope is None:
+            return
+        self._scope = None
+        try:
+            await self._guest.call(self._server.stop)
+        finally:
+            await _release(self._guest)

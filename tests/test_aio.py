@@ -119,3 +119,22 @@ def test_aiohttp_app_with_batching_under_concurrent_clients():
     answers, stats = asyncio.run(main())
     assert answers == [[[i + 2.0]] for i in range(100)]
     assert stats.requests == 100 and stats.batches < 100
+
+
+def test_aio_server_serves_a_cluster_session_from_asyncio():
+    async def main():
+        cluster = af.ClusterSpec({"worker": ["127.0.0.1:0"]})
+        async with aio.Server(cluster, "worker", 0, port=0) as server:
+            assert server.address.startswith("127.0.0.1:")
+            with af.Graph().as_default():
+                with af.device("/job:worker/task:0"):
+                    x = af.placeholder(af.float32, [2])
+                    y = x * 3.0
+                async with aio.Session(server.address) as sess:
+                    devices = sess.list_devices()
+                    out = await sess.run(y, {x: [1.0, 2.0]})
+        return devices, out
+
+    devices, out = asyncio.run(main())
+    assert any("/job:worker/replica:0/task:0/device:CPU:0" in d for d in devices)
+    np.testing.assert_allclose(out, [3.0, 6.0])
