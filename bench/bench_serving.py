@@ -150,28 +150,25 @@ def _trivial_graph():
     return x, x + 1.0
 
 
-async def trio_rate(runs):
+async def _rate(session_class, runs):
+    """``(wall, cpu)`` seconds per trivial run through ``session_class`` (warmed up first)."""
     with af.Graph().as_default():
         x, y = _trivial_graph()
-        async with af.Session() as sess:
+        async with session_class() as sess:
             for _ in range(200):
                 await sess.run(y, {x: 1.0})
             cpu_start, start = time.process_time(), time.perf_counter()
             for _ in range(runs):
                 await sess.run(y, {x: 1.0})
             return (time.perf_counter() - start) / runs, (time.process_time() - cpu_start) / runs
+
+
+async def trio_rate(runs):
+    return await _rate(af.Session, runs)
 
 
 async def asyncio_rate(runs):
-    with af.Graph().as_default():
-        x, y = _trivial_graph()
-        async with aio.Session() as sess:
-            for _ in range(200):
-                await sess.run(y, {x: 1.0})
-            cpu_start, start = time.process_time(), time.perf_counter()
-            for _ in range(runs):
-                await sess.run(y, {x: 1.0})
-            return (time.perf_counter() - start) / runs, (time.process_time() - cpu_start) / runs
+    return await _rate(aio.Session, runs)
 
 
 def overhead(runs, rounds):

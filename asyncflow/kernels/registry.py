@@ -82,14 +82,7 @@ def register_nowait(op_type, device=ANY):
     Raises:
         KeyError: if ``op_type`` has no async kernel on ``device`` yet.
     """
-    def decorate(fn):
-        key = (op_type, device)
-        kernel = _KERNELS.get(key)
-        if kernel is None or not kernel.is_async:
-            raise KeyError(f"register_nowait({op_type!r}): no async kernel registered on {device}")
-        _KERNELS[key] = dataclasses.replace(kernel, nowait=fn)
-        return fn
-    return decorate
+    return _attach_form(op_type, device, "nowait")
 
 
 def register_subscribe(op_type, device=ANY):
@@ -103,13 +96,17 @@ def register_subscribe(op_type, device=ANY):
     Raises:
         KeyError: if ``op_type`` has no async kernel on ``device`` yet.
     """
+    return _attach_form(op_type, device, "subscribe")
+
+
+def _attach_form(op_type, device, form):
+    """A decorator attaching ``fn`` as the ``form`` of an already registered async kernel."""
     def decorate(fn):
         key = (op_type, device)
         kernel = _KERNELS.get(key)
         if kernel is None or not kernel.is_async:
-            raise KeyError(f"register_subscribe({op_type!r}): no async kernel registered on "
-                           f"{device}")
-        _KERNELS[key] = dataclasses.replace(kernel, subscribe=fn)
+            raise KeyError(f"register_{form}({op_type!r}): no async kernel registered on {device}")
+        _KERNELS[key] = dataclasses.replace(kernel, **{form: fn})
         return fn
     return decorate
 
