@@ -12,6 +12,11 @@ Ancestors are followed across workers: through data and control inputs within a 
 from each Recv to its Send. Under that rule every R-node that a batched key needs can run
 without any pulled value, so every key of a request is produced whatever R does with the others.
 
+Transfers inside a while loop are never batched: an iteration's values also wait on implicit
+edges the graph does not show (``parallel_iterations`` holds iteration i+N until iteration i is
+done on every device), so the rule above cannot vouch for them. The loops' back edges make the
+dependency graph cyclic; ``_waits_on_pull`` is a reachability search, so it visits each node once.
+
 Example (the parameter server step): the ps pulls gradients from a worker; their ancestors on
 the ps are the parameter reads, which wait on no pull, so all gradients travel in one request.
 In a ping-pong (w1 sends ``a``, w0 sends back ``2a``, w1 sends ``2a + 5``), w0's pull of the last
@@ -21,6 +26,7 @@ Pure data over the partitioned nodes: no trio, no transports.
 """
 from __future__ import annotations
 
+from asyncflow.graph.partition_loops import loop_of
 from asyncflow.graph.rewrite import FeedNode
 
 
@@ -45,7 +51,7 @@ def batchable_transfers(partitions):
         partitions: the partitioned graph's partitions (``graph.partition.Partition``).
 
     Returns:
-        A set of ``tensor_name`` attrs (cross-task transfers only).
+        A set of ``tensor_name`` attrs (cross-task transfers outside while loops only).
     """
     nodes = [n for part in partitions for n in part.nodes]
     send_of = {n.attrs["tensor_name"]: n for n in nodes if n.type == "_Send"}
@@ -54,6 +60,8 @@ def batchable_transfers(partitions):
     waits_on_pull = _waits_on_pull(nodes, pulls, send_of)
     out = set()
     for recv in pulls:
+        if loop_of(recv.control_flow_context) is not None:
+            continue
         requester = task_of(recv.device)
         send = send_of.get(recv.attrs["tensor_name"])
         if send is None:
@@ -65,21 +73,24 @@ def batchable_transfers(partitions):
 
 
 def _waits_on_pull(nodes, pulls, send_of):
-    """``{node: True}`` for nodes that transitively depend on a pull of their own task."""
-    memo = {}
-    for root in nodes:
-        stack = [(root, False)]
-        while stack:
-            node, expanded = stack.pop()
-            if node in memo:
-                continue
-            task = task_of(node.device)
-            producers = [p for p in _producers(node, send_of) if task_of(p.device) == task]
-            if not expanded:
-                stack.append((node, True))
-                stack.extend((p, False) for p in producers if p not in memo)
-                continue
-            memo[node] = node in pulls or any(memo.get(p, False) for p in producers)
+    """``{node: True}`` for nodes that transitively depend on a pull of their own task.
+
+    Computed forward from the pulls (a reachability search), so the cycles of while loops
+    (a Merge reads its NextIteration) are visited once each.
+    """
+    consumers = {}
+    for node in nodes:
+        task = task_of(node.device)
+        for producer in _producers(node, send_of):
+            if task_of(producer.device) == task:
+                consumers.setdefault(producer, []).append(node)
+    memo = dict.fromkeys(pulls, True)
+    stack = list(pulls)
+    while stack:
+        for consumer in consumers.get(stack.pop(), ()):
+            if consumer not in memo:
+                memo[consumer] = True
+                stack.append(consumer)
     return memo
 
 
