@@ -60,8 +60,26 @@ def main():
             total = total + a @ b
         return total
 
+    def two_threads():
+        """The machine's own ceiling: the same work split over two plain threads."""
+        import threading
+        halves = [None, None]
+
+        def work(i):
+            part = mats[4 * i][0] @ mats[4 * i][1]
+            for a, b in mats[4 * i + 1:4 * i + 4]:
+                part = part + a @ b
+            halves[i] = part
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return halves[0] + halves[1]
+
     expected = serial()
     serial_s = _best(serial, 3)
+    threads_s = _best(two_threads, 3)
 
     graph = af.Graph()
     with graph.as_default():
@@ -114,6 +132,8 @@ def main():
     print(f"8x matmul 1024 f32, serial numpy:       {serial_s * 1e3:8.1f} ms")
     print(f"8x matmul 1024 f32, asyncflow CPU:0+1:  {two_devices_s * 1e3:8.1f} ms "
           f"(matmuls on {len(devices)} devices)")
+    print(f"8x matmul 1024 f32, two plain threads:  {threads_s * 1e3:8.1f} ms "
+          f"(ratio {threads_s / serial_s:.2f}: what these cores allow)")
     print(f"ratio two devices / serial: {two_devices_s / serial_s:.2f}  (target <= 0.6)")
     print(f"chain of {chain_edges} identities: crossing {edge_times['crossing'] * 1e3:.2f} ms, "
           f"local {edge_times['local'] * 1e3:.2f} ms")
