@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from asyncflow import errors
-from asyncflow.kernels.registry import register_kernel
+from asyncflow.kernels.registry import WOULD_BLOCK, register_kernel, register_nowait
 
 
 def _reader(ctx):
@@ -26,21 +26,42 @@ def _strings(values):
     return out
 
 
-@register_kernel("ReaderRead", "CPU", is_async=True)
-async def _read(ctx, reader, queue):
-    keys, components = await reader.read_up_to(queue, 1)
+def _one(keys, components):
     return (np.asarray(keys[0], dtype=object),) + tuple(c[0] if c.dtype != object
                                                          else np.asarray(c[0], dtype=object)
                                                          for c in components)
 
 
-@register_kernel("ReaderReadUpTo", "CPU", is_async=True)
-async def _read_up_to(ctx, reader, queue, num_records):
+@register_kernel("ReaderRead", "CPU", is_async=True)
+async def _read(ctx, reader, queue):
+    return _one(*await reader.read_up_to(queue, 1))
+
+
+def _count(ctx, num_records):
     n = int(num_records)
     if n <= 0:
         raise errors.InvalidArgumentError(None, ctx.name, f"num_records must be > 0, got {n}")
-    keys, components = await reader.read_up_to(queue, n)
+    return n
+
+
+@register_kernel("ReaderReadUpTo", "CPU", is_async=True)
+async def _read_up_to(ctx, reader, queue, num_records):
+    keys, components = await reader.read_up_to(queue, _count(ctx, num_records))
     return (_strings(keys),) + tuple(components)
+
+
+# Synchronous twins: a read the loaded file can serve completes inline, without a task (the
+# executor then awaits the async kernel only when a filename must be dequeued or a file loaded).
+@register_nowait("ReaderRead", "CPU")
+def _read_nowait(ctx, reader, queue):
+    read = reader.read_up_to_nowait(queue, 1)
+    return WOULD_BLOCK if read is None else _one(*read)
+
+
+@register_nowait("ReaderReadUpTo", "CPU")
+def _read_up_to_nowait(ctx, reader, queue, num_records):
+    read = reader.read_up_to_nowait(queue, _count(ctx, num_records))
+    return WOULD_BLOCK if read is None else (_strings(read[0]),) + tuple(read[1])
 
 
 @register_kernel("ReaderNumRecordsProduced", "CPU")

@@ -271,11 +271,15 @@ class QueueResource:
         elements = self._elements
         if self._rng is None:
             return [elements.popleft() for _ in range(n)]
+        # Swap a uniformly drawn element to the end and pop it. ``int(random() * size)`` is
+        # uniform over ``range(size)`` for the sizes a queue holds and costs a fraction of
+        # ``randrange`` (one call per element taken, on the consumer's step).
         out = []
-        for _ in range(n):
-            index = self._rng.randrange(len(elements))
+        draw, pop, append = self._rng.random, elements.pop, out.append
+        for size in range(len(elements), len(elements) - n, -1):
+            index = int(draw() * size)
             elements[index], elements[-1] = elements[-1], elements[index]
-            out.append(elements.pop())
+            append(pop())
         return out
 
     def _put_back(self, taken):

@@ -8,6 +8,14 @@ Theory of operation
   lets the queue's OutOfRangeError through: that is how ``num_epochs`` ends an input pipeline.
 - Loading never blocks the event loop: the whole file is read and parsed on a worker thread
   (``trio.to_thread.run_sync``); records are then served from memory.
+- Each reader keeps the parsed records of the files it loaded (least recently used first
+  out, up to ``CACHE_BYTES`` of file size), keyed by path and checked against the file's
+  ``(mtime_ns, size, inode)`` on reuse, so the next epoch over unchanged files costs a
+  ``stat`` instead of a worker-thread load (whose GIL hand-offs wait out the event loop's
+  switch interval, milliseconds per file). A changed file is read again.
+- ``read_up_to_nowait`` serves a read that needs no load (records in memory, or the next
+  filename already queued and its file cached) inline: the executor's nowait twin, so such
+  a read costs no task.
 - Kinds: ``TextLineReader`` (a record is one line without its line ending; the key is
   ``b"file:line"``, 1-based, as in TF1; ``skip_header_lines`` skips each file's first lines)
   and ``NumpyRecordReader`` (a record is one row, along axis 0, of a ``.npy`` array or of each
@@ -18,6 +26,7 @@ Theory of operation
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 
@@ -28,6 +37,7 @@ from asyncflow import errors
 from asyncflow.runtime.resources import process_resources
 
 TEXT_LINE, NUMPY_RECORD = "TextLineReader", "NumpyRecordReader"
+CACHE_BYTES = 64 << 20  # per reader: parsed files kept for later epochs, by file size
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -60,6 +70,8 @@ class ReaderResource:
         self.dtypes = tuple(dtypes)
         self.shapes = shapes
         self._lock = trio.Lock()
+        self._cache = collections.OrderedDict()  # path -> (signature, records), LRU order
+        self._cache_bytes = 0
         self.reset()
 
     def reset(self):
@@ -112,14 +124,59 @@ class ReaderResource:
                             break
                         raise
                     continue
-                take = min(n - len(keys), self._count - self._position)
-                start = self._position
-                self._position += take
-                self._produced += take
-                keys.extend(f"{self._work.decode(errors='replace')}:{self._key(i)}".encode()
-                            for i in range(start, start + take))
-                pieces.append(self._slice(start, start + take))
+                self._take(n - len(keys), keys, pieces)
             return keys, self._join(pieces)
+
+    def read_up_to_nowait(self, queue, n):
+        """``read_up_to`` when it need not wait, else None (then await ``read_up_to``).
+
+        It succeeds when no other read is running and the current file (or, once that is
+        used up, the next filename ``queue`` holds, if its file is in the cache) still
+        holds ``n`` records; the records are the ones ``read_up_to`` would return.
+        """
+        if self._lock.locked():
+            return None
+        if self._records is None or self._position >= self._count:
+            if not self._next_cached(queue):
+                return None
+        if self._count - self._position < n:
+            return None
+        keys, pieces = [], []
+        self._take(n, keys, pieces)
+        return keys, self._join(pieces)
+
+    def _next_cached(self, queue):
+        """Move on to the next file without waiting; False where that would wait.
+
+        A filename dequeued here whose file is not cached stays the current work, so the
+        awaited ``read_up_to`` loads it next.
+        """
+        if self._records is not None:
+            self._finish_work()
+        if self._work is None:
+            try:
+                taken = queue.poll_dequeue_many(1)
+            except errors.OutOfRangeError:
+                return False  # read_up_to raises it, or returns what it has
+            if taken is None:
+                return False
+            self._work = _filename(taken[0])
+        records = self._cached(os.fsdecode(self._work))
+        if records is None:
+            return False
+        self._loaded(records)
+        return True
+
+    def _take(self, want, keys, pieces):
+        """Serve up to ``want`` records of the loaded file into ``keys`` and ``pieces``."""
+        take = min(want, self._count - self._position)
+        start = self._position
+        self._position += take
+        self._produced += take
+        prefix = self._work.decode(errors="replace").encode() + b":"
+        offset = self._key(0)
+        keys.extend(b"%s%d" % (prefix, i + offset) for i in range(start, start + take))
+        pieces.append(self._slice(start, start + take))
 
     def _finish_work(self):
         self._completed += 1
@@ -147,20 +204,56 @@ class ReaderResource:
             return pieces[0]
         return tuple(np.concatenate(parts) for parts in zip(*pieces))
 
+    def _cached(self, path):
+        """The cached records of ``path`` if its file is unchanged since it was parsed."""
+        entry = self._cache.get(path)
+        if entry is None:
+            return None
+        try:
+            stat = os.stat(path)
+        except OSError:
+            return None  # gone or unreadable: the load reports it
+        if entry[0] != (stat.st_mtime_ns, stat.st_size, stat.st_ino):
+            return None
+        self._cache.move_to_end(path)
+        return entry[1]
+
+    def _remember(self, path, signature, records):
+        size = signature[1]
+        if size > CACHE_BYTES:
+            return
+        old = self._cache.pop(path, None)
+        if old is not None:
+            self._cache_bytes -= old[0][1]
+        self._cache[path] = (signature, records)
+        self._cache_bytes += size
+        while self._cache_bytes > CACHE_BYTES:
+            _, (evicted, _) = self._cache.popitem(last=False)
+            self._cache_bytes -= evicted[1]
+
+    def _loaded(self, records):
+        self._records = records
+        self._count = len(records) if self.kind == TEXT_LINE else len(records[0])
+        self._position = 0
+
     async def _load(self):
         path = os.fsdecode(self._work)
+        records = self._cached(path)
+        if records is not None:
+            self._loaded(records)
+            return
         loader = _load_text if self.kind == TEXT_LINE else self._load_numpy
         try:
-            records = await trio.to_thread.run_sync(loader, path, self.skip_header_lines)
+            signature, records = await trio.to_thread.run_sync(_signed, loader, path,
+                                                               self.skip_header_lines)
         except FileNotFoundError:
             raise errors.NotFoundError(None, None, f"{self.kind} '{self.name}': file {path} "
                                        "does not exist") from None
         except OSError as exc:
             raise errors.UnknownError(None, None, f"{self.kind} '{self.name}': cannot read "
                                       f"{path}: {exc}") from exc
-        self._records = records
-        self._count = len(records) if self.kind == TEXT_LINE else len(records[0])
-        self._position = 0
+        self._remember(path, signature, records)
+        self._loaded(records)
 
     def _load_numpy(self, path, _skip):
         """Load a .npy file or the named arrays of a .npz file, checked (worker thread)."""
@@ -210,6 +303,15 @@ class ReaderResource:
 
     def _bad(self, path, what):
         return errors.InvalidArgumentError(None, None, f"{self.kind} '{self.name}': {path} {what}")
+
+
+def _signed(loader, path, skip_header_lines):
+    """``(signature, records)``: the file's identity, taken before it is read, and its records.
+
+    Taking the signature first means a file rewritten during the load is re-read next time.
+    """
+    stat = os.stat(path)
+    return (stat.st_mtime_ns, stat.st_size, stat.st_ino), loader(path, skip_header_lines)
 
 
 def _load_text(path, skip_header_lines):
