@@ -148,6 +148,15 @@ class QueueResource:
     def dequeue_nowait(self):
         return self.dequeue_many_nowait(1)[0]
 
+    def peek_nowait(self):
+        """The element ``dequeue_nowait`` would return now, without taking it, or None.
+
+        None also for a RandomShuffleQueue (its next element is drawn when taken).
+        """
+        if self._rng is not None or self._dequeuers or not self._available():
+            return None
+        return self._elements[0]
+
     def poll_enqueue_many(self, elements):
         """``enqueue_many_nowait`` for callers without trio: False where it would wait."""
         try:

@@ -130,20 +130,34 @@ class ReaderResource:
     def read_up_to_nowait(self, queue, n):
         """``read_up_to`` when it need not wait, else None (then await ``read_up_to``).
 
-        It succeeds when no other read is running and the current file (or, once that is
-        used up, the next filename ``queue`` holds, if its file is in the cache) still
-        holds ``n`` records; the records are the ones ``read_up_to`` would return.
+        It succeeds when no other read is running and the records can come from the current
+        file and, past its end, from the file of the next filename ``queue`` holds, if that
+        file is cached; the records are the ones ``read_up_to`` would return.
         """
         if self._lock.locked():
             return None
         if self._records is None or self._position >= self._count:
             if not self._next_cached(queue):
                 return None
-        if self._count - self._position < n:
+        short = n - (self._count - self._position)
+        if short > 0 and not self._next_holds(queue, short):
             return None
         keys, pieces = [], []
         self._take(n, keys, pieces)
+        if short > 0:
+            self._next_cached(queue)  # the file _next_holds found: takes no wait
+            self._take(short, keys, pieces)
         return keys, self._join(pieces)
+
+    def _next_holds(self, queue, count):
+        """Whether the filename ``queue`` will hand out next is cached with ``count`` records."""
+        element = queue.peek_nowait()
+        if element is None:
+            return False
+        records = self._cached(os.fsdecode(_filename(element)))
+        if records is None:
+            return False
+        return (len(records) if self.kind == TEXT_LINE else len(records[0])) >= count
 
     def _next_cached(self, queue):
         """Move on to the next file without waiting; False where that would wait.

@@ -158,6 +158,9 @@ class QueueRunner:
                     await sess.run(enqueue_op, options=options, run_metadata=metadata)
                     if metadata is not None:
                         on_metadata(metadata)
+                    # A run that needed no wait returned without a schedule point: yield,
+                    # so consumers and the other runners run between our steps.
+                    await trio.lowlevel.checkpoint()
             except self.queue_closed_exception_types:
                 self._runs_left -= 1
                 if self._runs_left == 0 and not sess.closed:

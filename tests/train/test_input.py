@@ -252,3 +252,18 @@ async def test_coordinator_records_first_error_only_and_clean_stops(autojump_clo
     await coord.join()                              # reported once
     coord.clear_stop()
     assert not coord.should_stop() and coord.exception is None
+
+
+async def test_queue_runner_yields_between_runs_that_did_not_wait():
+    # Runs that complete inline have no schedule point of their own; the runner adds one,
+    # so it does not fill the whole queue before the code inside the block runs again.
+    with af.Graph().as_default():
+        queue = af.FIFOQueue(1000, [af.int32], shapes=[[]])
+        af.train.add_queue_runner(af.train.QueueRunner(queue, [queue.enqueue([1])]))
+        size = queue.size()
+        async with af.Session() as sess:
+            async with af.train.start_queue_runners(sess) as coord:
+                for _ in range(3):
+                    await trio.lowlevel.checkpoint()
+                assert 0 < await sess.run(size) < 50
+                coord.request_stop()
