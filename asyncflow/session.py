@@ -319,10 +319,16 @@ class Session:
         if not timeout_ms and self._master is None and compiled.never_waits:
             # Nothing in this step can park (no queue, no Recv, no py_func), so closing the
             # session cannot leave it waiting: skip the cancel scope, ~10 us of a small run.
+            # It is still a checkpoint, as trio's own operations are: a cancelled caller
+            # raises before the step, and other tasks get a turn after it (a loop of runs
+            # must not starve the queue runners or servers beside it).
             try:
-                return await self._run_partitions(compiled, feed_values, step)
+                await trio.lowlevel.checkpoint_if_cancelled()
+                results = await self._run_partitions(compiled, feed_values, step)
             finally:
                 self._in_flight -= 1
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return results
         closing = trio.CancelScope()
         self._run_scopes.add(closing)
         try:

@@ -210,3 +210,33 @@ async def test_fetching_tensors_merged_by_cse(graph):
     b = x + 1.0
     async with af.Session() as sess:
         assert await sess.run([a, b, a], {x: 1.0}) == [2.0, 2.0, 2.0]
+
+
+async def test_a_loop_of_quick_runs_lets_other_tasks_run(graph):
+    c = af.constant(1.0)
+    ticks = 0
+
+    async def other():
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await trio.sleep(0)
+
+    async with af.Session() as sess:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(other)
+            for _ in range(50):
+                await sess.run(c)
+            nursery.cancel_scope.cancel()
+    assert ticks >= 25  # every run is a checkpoint, as trio's own operations are
+
+
+async def test_a_cancelled_caller_does_not_start_the_step(graph):
+    counter = af.Variable(0)
+    bump = counter.assign_add(1)
+    async with af.Session() as sess:
+        await sess.run(counter.initializer)
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await sess.run(bump)
+        assert await sess.run(counter) == 0
