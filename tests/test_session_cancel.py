@@ -71,3 +71,21 @@ async def test_failure_in_one_branch_cancels_the_waiting_branch(autojump_clock):
             with pytest.raises(af.errors.InvalidArgumentError, match="bad") as info:
                 await sess.run([blocked, bad], {p: np.ones(3)})
     assert not isinstance(info.value, BaseExceptionGroup)
+
+
+async def test_traced_nodes_say_whether_they_waited(autojump_clock):
+    async def slow(x):
+        await trio.sleep(1)
+        return x
+
+    with af.Graph().as_default():
+        x = af.constant(np.float32(1.0))
+        waits = af.py_func(slow, [x], af.float32, name="waits")
+        quick = af.identity(x, name="quick")
+        metadata = af.RunMetadata()
+        async with af.Session() as sess:
+            await sess.run([waits, quick], options=af.RunOptions(trace_level=af.RunOptions.FULL_TRACE),
+                           run_metadata=metadata)
+    by_name = {s.node_name: s for s in metadata.step_stats}
+    assert by_name["waits"].waited and not by_name["quick"].waited
+    assert by_name["waits"].end_us - by_name["waits"].start_us >= 0

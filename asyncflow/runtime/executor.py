@@ -62,15 +62,18 @@ class Step:
 class NodeStats:
     """One executed node in a traced step (TF1's NodeExecStats)."""
 
-    __slots__ = ("node_name", "op_type", "device", "start_us", "end_us", "timeline_label")
+    __slots__ = ("node_name", "op_type", "device", "start_us", "end_us", "timeline_label",
+                 "waited")
 
-    def __init__(self, node_name, op_type, device, start_us, end_us, timeline_label=""):
+    def __init__(self, node_name, op_type, device, start_us, end_us, timeline_label="",
+                 waited=False):
         self.node_name = node_name
         self.op_type = op_type
         self.device = device
         self.start_us = start_us
         self.end_us = end_us
         self.timeline_label = timeline_label
+        self.waited = waited  # the kernel could not finish inline: it waited or was offloaded
 
     def __repr__(self):
         return (f"NodeStats({self.node_name!r}, {self.op_type!r}, {self.device!r}, "
@@ -253,7 +256,7 @@ class _ReadyQueue:
             for cancel in self.cancels:
                 cancel()
 
-    def complete(self, node, result, start):
+    def complete(self, node, result, start, waited=False):
         slots, pending, ready = self.slots, self.pending, self.ready
         self.remaining -= 1
         for slot, value in zip(node.outputs, result):
@@ -264,7 +267,7 @@ class _ReadyQueue:
                 ready.append(index)
         if self.trace is not None:
             self.trace.append(NodeStats(node.op.name, node.op.type, self.device_name, start,
-                                        _now_us()))
+                                        _now_us(), waited=waited))
 
     def drain(self):
         """Run every ready node that need not wait; queue the others in ``waiting``."""
@@ -321,7 +324,7 @@ async def _run_ready_queue(plan, slots, step):
                 if exc is not None:
                     queue.failure = wrap_error(exc, node.op, queue.device_name)
                     break
-                queue.complete(node, result, start)
+                queue.complete(node, result, start, waited=True)
                 queue.drain()
     finally:
         queue.close()
@@ -340,5 +343,5 @@ async def _run_with_tasks(queue, nursery, report_send, receive):
         if exc is not None:
             queue.failure = wrap_error(exc, node.op, queue.device_name)
             return
-        queue.complete(node, result, start)
+        queue.complete(node, result, start, waited=True)
         queue.drain()
