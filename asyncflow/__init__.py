@@ -16,14 +16,11 @@ from asyncflow.graph import (  # noqa: F401
 from asyncflow.graph.graph import convert_to_tensor  # noqa: F401
 from asyncflow.graph.gradients import gradients  # noqa: F401
 from asyncflow.graph.serialize import import_graph_def  # noqa: F401
-from asyncflow.ops.array import (  # noqa: F401
-    identity, rank, reshape, shape, size, stop_gradient,
-)
 from asyncflow.ops.array import (  # noqa: F401  (array family: layout, indexing, numerics)
     check_numerics, clip_by_global_norm, clip_by_norm, clip_by_value, concat, dynamic_partition,
-    dynamic_stitch, embedding_lookup, expand_dims, gather, global_norm, invert_permutation,
-    one_hot, pad, slice, split, squeeze, stack, strided_slice, tile, transpose,
-    unsorted_segment_sum, unstack,
+    dynamic_stitch, embedding_lookup, expand_dims, gather, global_norm, identity,
+    invert_permutation, one_hot, pad, rank, reshape, shape, size, slice, split, squeeze, stack,
+    stop_gradient, strided_slice, tile, transpose, unsorted_segment_sum, unstack,
 )
 from asyncflow.ops.script import py_func  # noqa: F401
 from asyncflow.ops.control import control_dependencies, group, no_op, tuple  # noqa: F401
@@ -53,9 +50,8 @@ from asyncflow.ops.data_flow import (  # noqa: F401,E402  (queues)
     FIFOQueue, PaddingFIFOQueue, QueueBase, RandomShuffleQueue, count_up_to, random_shuffle,
 )
 from asyncflow.ops.io import NumpyRecordReader, ReaderBase, TextLineReader  # noqa: F401,E402
-from asyncflow import train  # noqa: F401,E402  (Saver, meta graphs; optimizers)
-from asyncflow import summary  # noqa: F401,E402  (summary ops, FileWriter)
-from asyncflow import initializers, nn  # noqa: F401,E402  (af.nn, af.initializers)
+# Namespaces: af.train, af.summary, af.nn, af.initializers, af.timeline, af.serving.
+from asyncflow import initializers, nn, serving, summary, timeline, train  # noqa: F401,E402
 from asyncflow.ops.init_ops import (  # noqa: F401,E402
     Constant as constant_initializer, GlorotNormal as glorot_normal_initializer,
     GlorotUniform as glorot_uniform_initializer, Ones as ones_initializer,
@@ -106,5 +102,3 @@ def get_collection_ref(key):
 def set_random_seed(seed):
     """The graph-level seed, combined with per-op seeds as in TF1."""
     get_default_graph().seed = seed
-from asyncflow import timeline  # noqa: E402,F401  (af.timeline.write)
-from asyncflow import serving  # noqa: E402,F401  (af.serving.Batcher)
