@@ -6,9 +6,11 @@ and await the resource's own methods, so they import no trio: the resource parks
 
 Kernels own the element format: an element is a tuple of read-only arrays, one per component.
 ``enqueue`` checks shapes against the queue's and freezes its components (a copy when the
-caller could still change them, e.g. a fed array); ``enqueue_many`` copies each component once
-and splits it into row views; ``dequeue_many`` stacks rows (padding them first for a padding
-queue) into fresh arrays.
+caller could still change them, e.g. a fed array). ``enqueue_many`` hands a queue with fixed
+shapes the whole batch as ``Rows`` (the queue copies it into its columnar storage, and its
+``dequeue_many`` returns fresh ``Rows``: no work per element); for other queues it copies each
+component once and splits it into row views, and ``dequeue_many`` stacks rows (padding them
+first for a padding queue) into fresh arrays.
 """
 from __future__ import annotations
 
@@ -63,7 +65,8 @@ async def _enqueue(ctx, queue, *components):
 
 
 def _split(ctx, queue, components):
-    """The elements of a batch: row views of one frozen copy per component."""
+    """The elements of a batch: ``Rows`` for a columnar queue (which copies them in), else
+    row views of one frozen copy per component."""
     sizes = {c.shape[0] if c.ndim else None for c in components}
     if None in sizes or len(sizes) != 1:
         raise errors.InvalidArgumentError(
@@ -75,6 +78,8 @@ def _split(ctx, queue, components):
             if expected is not None and not _fits(expected, component.shape[1:]):
                 raise _shape_error(ctx, queue, j, expected, component.shape[1:],
                                    "component (after the batch dimension)")
+    if queue.columnar:
+        return queue.rows(components)
     frozen = [_frozen(c) for c in components]
     if len(frozen) == 1:
         return [(row,) for row in frozen[0]]
@@ -132,6 +137,9 @@ def _batch(ctx, queue, elements):
     count = len(ctx.output_dtypes)
     if not elements:
         return tuple(_empty(ctx, queue, j) for j in range(count))
+    if queue.columnar:  # Rows: fresh arrays gathered by the queue
+        return tuple(c if c.dtype == (ctx.output_dtypes[j] or object) else c.astype(
+            ctx.output_dtypes[j] or object) for j, c in enumerate(elements.columns))
     return tuple(_stack(ctx, queue, j, [e[j] for e in elements]) for j in range(count))
 
 
@@ -143,16 +151,24 @@ def _count(ctx, n):
     return n
 
 
+async def _take(queue, n, allow_small=False):
+    # The executor runs this kernel as a task only after the nowait twin found too few
+    # elements; by the time the task starts a runner may have enqueued them, and then
+    # taking them at once saves the step a round of the scheduler (starting the task was
+    # already a schedule point).
+    return await queue.dequeue_many(n, allow_small, eager=True)
+
+
 @register_kernel("QueueDequeueMany", "CPU", is_async=True)
 async def _dequeue_many(ctx, queue, n):
     _check_batchable(ctx, queue)
-    return _batch(ctx, queue, await queue.dequeue_many(_count(ctx, n)))
+    return _batch(ctx, queue, await _take(queue, _count(ctx, n)))
 
 
 @register_kernel("QueueDequeueUpTo", "CPU", is_async=True)
 async def _dequeue_up_to(ctx, queue, n):
     _check_batchable(ctx, queue)
-    return _batch(ctx, queue, await queue.dequeue_many(_count(ctx, n), allow_small=True))
+    return _batch(ctx, queue, await _take(queue, _count(ctx, n), allow_small=True))
 
 
 @register_kernel("QueueClose", "CPU")

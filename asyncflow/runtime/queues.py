@@ -26,6 +26,16 @@ Theory of operation
   behind blocked enqueues; what callers can observe about elements is the same.
 - ``close_for_reset`` (session closed, container reset) fails every waiting attempt with
   CancelledError.
+- Storage: a queue whose components all have fully defined shapes (not a padding queue) keeps
+  its elements *columnar*: per component one growing array, rows along axis 0. A batch comes
+  in as ``Rows`` (one array per component, see ``_split`` in kernels/data_flow.py) and is
+  copied in with one slice assignment per component; ``dequeue_many`` gathers its rows with
+  one copy per component (a random gather for the shuffle queue), so no work is done per
+  element. Other queues keep a deque (FIFO) or list (shuffle) of element tuples. Both accept
+  and hand out lists of element tuples too; a columnar queue hands out ``Rows``, which index
+  and iterate as element tuples.
+- The shuffle queue draws like swapping a uniformly drawn element to the end and popping it,
+  one draw per element, in both storages (the columnar one replays the swaps on positions).
 
 Runs in one trio thread: there are no locks; every method runs without awaiting between
 reading and changing state. A dequeue that completes just as its step is cancelled loses the
@@ -37,6 +47,7 @@ import collections
 import dataclasses
 import random
 
+import numpy as np
 import outcome
 import trio
 
@@ -60,11 +71,195 @@ class QueueStatistics:
     dequeued: int
 
 
+class Rows:
+    """A block of elements held columnar: one array per component, one row per element.
+
+    Indexing with an int gives that element's tuple (0-d arrays for scalar components);
+    slicing gives a ``Rows`` of views; ``len`` is the number of elements.
+    """
+
+    __slots__ = ("columns",)
+
+    def __init__(self, columns):
+        self.columns = tuple(columns)
+
+    def __len__(self):
+        return len(self.columns[0])
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return Rows(c[index] for c in self.columns)
+        return tuple(c[index, ...] for c in self.columns)
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+
+class _ElementStore:
+    """Elements as tuples: a deque (FIFO order) or, with ``rng``, a list drawn from at random."""
+
+    def __init__(self, rng):
+        self._rng = rng
+        self._items = collections.deque() if rng is None else []
+
+    def __len__(self):
+        return len(self._items)
+
+    def push(self, elements):
+        self._items.extend(elements)
+
+    def peek(self):
+        return self._items[0]
+
+    def pop(self, n):
+        items = self._items
+        if self._rng is None:
+            return [items.popleft() for _ in range(n)]
+        # Swap a uniformly drawn element to the end and pop it. ``int(random() * size)`` is
+        # uniform over ``range(size)`` for the sizes a queue holds and costs a fraction of
+        # ``randrange`` (one call per element taken, on the consumer's step).
+        out = []
+        draw, pop, append = self._rng.random, items.pop, out.append
+        for size in range(len(items), len(items) - n, -1):
+            index = int(draw() * size)
+            items[index], items[-1] = items[-1], items[index]
+            append(pop())
+        return out
+
+    def put_back(self, chunks):
+        taken = [e for chunk in chunks for e in chunk]
+        if self._rng is None:
+            self._items.extendleft(reversed(taken))
+        else:
+            self._items.extend(taken)
+
+    @staticmethod
+    def join(chunks):
+        return [e for chunk in chunks for e in chunk]
+
+
+class _ColumnStore:
+    """Elements of fixed shapes, columnar: live rows are ``[head, head + size)`` of each array."""
+
+    def __init__(self, rng, shapes):
+        self._rng = rng
+        self._shapes = shapes
+        self._columns = None
+        self._head = 0
+        self._size = 0
+
+    def __len__(self):
+        return self._size
+
+    def _reserve(self, n, dtypes):
+        """Room for ``n`` more rows after the live ones (arrays of ``dtypes`` at first)."""
+        if self._columns is None:
+            alloc = max(2 * n, 16)
+            # Strings are held as objects, as the kernels pass them (numpy's fixed-width
+            # bytes would truncate a later, longer string).
+            self._columns = [np.empty((alloc,) + tuple(shape),
+                                      object if dtype.kind in "SUO" else dtype)
+                             for dtype, shape in zip(dtypes, self._shapes)]
+            return
+        alloc = len(self._columns[0])
+        if self._head + self._size + n <= alloc:
+            return
+        need = self._size + n
+        if 2 * need > alloc:
+            alloc = 2 * need
+        live = slice(self._head, self._head + self._size)
+        columns = [np.empty((alloc,) + b.shape[1:], b.dtype) for b in self._columns]
+        for new, old in zip(columns, self._columns):
+            new[:self._size] = old[live]
+        self._columns, self._head = columns, 0
+
+    def push(self, elements):
+        n = len(elements)
+        if not n:
+            return
+        if isinstance(elements, Rows):
+            self._reserve(n, [c.dtype for c in elements.columns])
+            end = self._head + self._size
+            for buffer, column in zip(self._columns, elements.columns):
+                buffer[end:end + n] = column
+        else:
+            self._reserve(n, [np.asarray(v).dtype for v in elements[0]])
+            end = self._head + self._size
+            for i, element in enumerate(elements, end):
+                for buffer, value in zip(self._columns, element):
+                    buffer[i, ...] = value  # elementwise, also for object arrays
+        self._size += n
+
+    def peek(self):
+        return tuple(b[self._head, ...].copy() for b in self._columns)
+
+    def pop(self, n):
+        if not n:
+            return []
+        head = self._head
+        if self._rng is None:
+            out = Rows(b[head:head + n].copy() for b in self._columns)
+            self._head += n
+        else:
+            out = self._draw(n)
+        self._size -= n
+        if not self._size:
+            self._head = 0
+        return out
+
+    def _draw(self, n):
+        """``_ElementStore.pop``'s swap-to-end draws, replayed on positions, then one gather."""
+        moved, picks = {}, []
+        draw, get, append = self._rng.random, None, picks.append
+        get = moved.get
+        for size in range(self._size, self._size - n, -1):
+            index = int(draw() * size)
+            append(get(index, index))
+            moved[index] = get(size - 1, size - 1)
+        head, rest = self._head, self._size - n
+        picks = np.asarray(picks, dtype=np.intp) + head
+        out = Rows(b[picks] for b in self._columns)
+        holes = [(p, s) for p, s in moved.items() if p < rest and p != s]
+        if holes:
+            dst, src = (np.asarray(v, dtype=np.intp) + head for v in zip(*holes))
+            for buffer in self._columns:
+                buffer[dst] = buffer[src]
+        return out
+
+    def put_back(self, chunks):
+        block = self.join(chunks)
+        k = len(block)
+        if not k:
+            return
+        if self._rng is not None:
+            self.push(block)
+        elif self._head >= k:
+            self._head -= k
+            for buffer, column in zip(self._columns, block.columns):
+                buffer[self._head:self._head + k] = column
+        else:
+            live = slice(self._head, self._head + self._size)
+            alloc = max(len(self._columns[0]), 2 * (self._size + k))
+            columns = [np.empty((alloc,) + b.shape[1:], b.dtype) for b in self._columns]
+            for new, old, column in zip(columns, self._columns, block.columns):
+                new[:k] = column
+                new[k:k + self._size] = old[live]
+            self._columns, self._head = columns, 0
+        self._size += k
+
+    @staticmethod
+    def join(chunks):
+        chunks = [c for c in chunks if len(c)]
+        if len(chunks) <= 1:
+            return chunks[0] if chunks else []
+        return Rows(np.concatenate(parts) for parts in zip(*(c.columns for c in chunks)))
+
+
 class _Attempt:
     """One waiting enqueue (``elements``/``position``) or dequeue (``need``/``taken``)."""
 
     __slots__ = ("task", "parked", "result", "elements", "position", "need", "taken",
-                 "allow_small")
+                 "count", "allow_small")
 
     def __init__(self, elements=None, need=0, allow_small=False):
         self.task = trio.lowlevel.current_task()
@@ -73,7 +268,8 @@ class _Attempt:
         self.elements = elements
         self.position = 0
         self.need = need
-        self.taken = []
+        self.taken = []  # chunks popped so far, in order
+        self.count = 0   # elements in ``taken``
         self.allow_small = allow_small
 
 
@@ -99,12 +295,17 @@ class QueueResource:
         self.shapes = shapes
         self.min_after_dequeue = min_after_dequeue
         self._rng = random.Random(seed) if kind == RANDOM_SHUFFLE else None
-        self._elements = collections.deque() if kind != RANDOM_SHUFFLE else []
+        fixed = shapes is not None and all(s is not None and None not in s for s in shapes)
+        self.columnar = fixed and kind != PADDING_FIFO  # takes and hands out ``Rows``
+        self._elements = (_ColumnStore(self._rng, shapes) if self.columnar
+                          else _ElementStore(self._rng))
         self._enqueuers = collections.deque()
         self._dequeuers = collections.deque()
         self._closed = False
         self._enqueued = 0
         self._dequeued = 0
+
+    rows = Rows  # kernels build batches for a columnar queue without importing the runtime
 
     # -- sync cores -------------------------------------------------------------------------
     def enqueue_many_nowait(self, elements):
@@ -155,7 +356,7 @@ class QueueResource:
         """
         if self._rng is not None or self._dequeuers or not self._available():
             return None
-        return self._elements[0]
+        return self._elements.peek()
 
     def poll_enqueue_many(self, elements):
         """``enqueue_many_nowait`` for callers without trio: False where it would wait."""
@@ -184,18 +385,23 @@ class QueueResource:
         try:
             self.enqueue_many_nowait(elements)
         except trio.WouldBlock:
-            return await self._wait(_Attempt(elements=list(elements)), self._enqueuers)
+            if not isinstance(elements, Rows):
+                elements = list(elements)
+            return await self._wait(_Attempt(elements=elements), self._enqueuers)
         await trio.lowlevel.cancel_shielded_checkpoint()
 
     async def enqueue(self, element):
         await self.enqueue_many((element,))
 
-    async def dequeue_many(self, n, allow_small=False):
+    async def dequeue_many(self, n, allow_small=False, eager=False):
         """``n`` elements in queue order (random order for a shuffle queue).
 
         Args:
             n: how many.
             allow_small: ``dequeue_up_to``: once closed, return what remains (at least one).
+            eager: when the elements are there at once, return without a schedule point
+                (still a cancel point): for a caller that has just had one, such as a
+                kernel task that has only started.
 
         Raises:
             OutOfRangeError: closed with too few elements (the partial batch goes back).
@@ -206,7 +412,8 @@ class QueueResource:
             taken = self.dequeue_many_nowait(n, allow_small)
         except trio.WouldBlock:
             return await self._wait(_Attempt(need=n, allow_small=allow_small), self._dequeuers)
-        await trio.lowlevel.cancel_shielded_checkpoint()
+        if not eager:
+            await trio.lowlevel.cancel_shielded_checkpoint()
         return taken
 
     async def dequeue(self):
@@ -272,31 +479,18 @@ class QueueResource:
         return size
 
     def _push(self, elements):
-        self._elements.extend(elements)
+        self._elements.push(elements)
         self._enqueued += len(elements)
 
     def _pop(self, n):
         self._dequeued += n
-        elements = self._elements
-        if self._rng is None:
-            return [elements.popleft() for _ in range(n)]
-        # Swap a uniformly drawn element to the end and pop it. ``int(random() * size)`` is
-        # uniform over ``range(size)`` for the sizes a queue holds and costs a fraction of
-        # ``randrange`` (one call per element taken, on the consumer's step).
-        out = []
-        draw, pop, append = self._rng.random, elements.pop, out.append
-        for size in range(len(elements), len(elements) - n, -1):
-            index = int(draw() * size)
-            elements[index], elements[-1] = elements[-1], elements[index]
-            append(pop())
-        return out
+        return self._elements.pop(n)
 
-    def _put_back(self, taken):
-        self._dequeued -= len(taken)
-        if self._rng is None:
-            self._elements.extendleft(reversed(taken))
-        else:
-            self._elements.extend(taken)
+    def _put_back(self, attempt):
+        """Return a failed or abandoned dequeue's elements to the queue, in order."""
+        self._dequeued -= attempt.count
+        self._elements.put_back(attempt.taken)
+        attempt.taken, attempt.count = [], 0
 
     def _finish(self, attempt, result):
         if attempt.parked:
@@ -307,16 +501,15 @@ class QueueResource:
     def _fail_all(self, waiters, message):
         while waiters:
             attempt = waiters.popleft()
-            if attempt.taken:
-                self._put_back(attempt.taken)
+            if attempt.count:
+                self._put_back(attempt)
             self._finish(attempt, outcome.Error(errors.CancelledError(
                 None, None, f"{message} ({self.kind} '{self.name}' was closed)")))
 
     def _abandon(self, attempt, waiters):
         waiters.remove(attempt)
-        if attempt.taken:
-            self._put_back(attempt.taken)
-            attempt.taken = []
+        if attempt.count:
+            self._put_back(attempt)
         self._flush()
 
     def _flush(self):
@@ -348,22 +541,23 @@ class QueueResource:
             available = self._available()
             if available:
                 n = min(available, attempt.need)
-                attempt.taken.extend(self._pop(n))
+                attempt.taken.append(self._pop(n))
+                attempt.count += n
                 attempt.need -= n
                 moved = True
                 if attempt.need == 0:
                     self._dequeuers.popleft()
-                    self._finish(attempt, outcome.Value(attempt.taken))
+                    self._finish(attempt, outcome.Value(self._elements.join(attempt.taken)))
                     continue
             if not (self._closed and not self._enqueuers):
                 break
             self._dequeuers.popleft()
             moved = True
-            if attempt.allow_small and attempt.taken:
-                self._finish(attempt, outcome.Value(attempt.taken))
+            if attempt.allow_small and attempt.count:
+                self._finish(attempt, outcome.Value(self._elements.join(attempt.taken)))
                 continue
-            requested = attempt.need + len(attempt.taken)
-            self._put_back(attempt.taken)
+            requested = attempt.need + attempt.count
+            self._put_back(attempt)
             self._finish(attempt, outcome.Error(self._insufficient(requested)))
         return moved
 
@@ -379,6 +573,21 @@ def _spec(attrs, kind):
         "min_after_dequeue": int(attrs.get("min_after_dequeue", 0)) if kind == RANDOM_SHUFFLE
         else 0,
     }
+
+
+_SPECS = {}  # id(attrs) -> (attrs, kind, spec): a queue node's spec, computed on its first run
+
+
+def _cached_spec(attrs, kind):
+    """``_spec`` once per node's attrs (kept, so the id stays theirs): queue nodes run each step."""
+    hit = _SPECS.get(id(attrs))
+    if hit is not None and hit[0] is attrs and hit[1] == kind:
+        return hit[2]
+    spec = _spec(attrs, kind)
+    if len(_SPECS) >= 4096:
+        _SPECS.clear()
+    _SPECS[id(attrs)] = (attrs, kind, spec)
+    return spec
 
 
 def _describe(value):
@@ -400,7 +609,7 @@ def lookup_or_create(node_ctx):
     shared = attrs.get("shared_name") or ""
     manager = process_resources() if shared and node_ctx.resources.local else node_ctx.resources
     name = shared or node_ctx.name
-    spec = _spec(attrs, kind)
+    spec = _cached_spec(attrs, kind)
 
     def create():
         seed, seed2 = attrs.get("seed"), attrs.get("seed2")

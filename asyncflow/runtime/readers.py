@@ -72,6 +72,7 @@ class ReaderResource:
         self._lock = trio.Lock()
         self._cache = collections.OrderedDict()  # path -> (signature, records), LRU order
         self._cache_bytes = 0
+        self._key_lists = {}  # (filename, records) -> the file's keys, built once
         self.reset()
 
     def reset(self):
@@ -187,10 +188,21 @@ class ReaderResource:
         start = self._position
         self._position += take
         self._produced += take
-        prefix = self._work.decode(errors="replace").encode() + b":"
-        offset = self._key(0)
-        keys.extend(b"%s%d" % (prefix, i + offset) for i in range(start, start + take))
+        keys.extend(self._keys()[start:start + take])
         pieces.append(self._slice(start, start + take))
+
+    def _keys(self):
+        """The keys of the current file's records (built on its first read, then reused)."""
+        entry = (self._work, self._count)
+        keys = self._key_lists.get(entry)
+        if keys is None:
+            if len(self._key_lists) >= 4 * max(len(self._cache), 16):
+                self._key_lists.clear()
+            prefix = self._work.decode(errors="replace").encode() + b":"
+            offset = self._key(0)
+            keys = self._key_lists[entry] = [b"%s%d" % (prefix, i + offset)
+                                             for i in range(self._count)]
+        return keys
 
     def _finish_work(self):
         self._completed += 1
