@@ -27,6 +27,7 @@ The executor knows kernels only as callables; it never imports HTTP or transport
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 
@@ -49,14 +50,17 @@ class Step:
         resources: per-step services a waiting kernel may need (queues' cancellation, ...).
     """
 
-    __slots__ = ("step_id", "rendezvous", "trace", "cancel_scope", "extras")
+    __slots__ = ("step_id", "rendezvous", "trace", "cancel_scope", "extras", "park")
 
-    def __init__(self, step_id, rendezvous=None, trace=None):
+    def __init__(self, step_id, rendezvous=None, trace=None, park=None):
         self.step_id = step_id
         self.rendezvous = rendezvous
         self.trace = trace
         self.cancel_scope = None
         self.extras = {}
+        # ``park()``: a context manager entered only while the step waits, yielding a cancel
+        # scope its owner may cancel (a session closing); None: waits are not tracked.
+        self.park = park
 
 
 class NodeStats:
@@ -311,25 +315,34 @@ async def _run_ready_queue(plan, slots, step):
         queue.drain()
         if queue.failure is None and queue.remaining:
             # Only now, with a kernel that must wait, does the step need a channel (and,
-            # for kernels running as tasks, a nursery).
-            report_send = queue.open_report()
-            receive = queue.report_receive.receive
-            while queue.failure is None and queue.remaining:
-                if queue.waiting:  # a kernel must run as a task: go on inside a nursery
-                    async with trio.open_nursery() as nursery:
-                        await _run_with_tasks(queue, nursery, report_send, receive)
-                        nursery.cancel_scope.cancel()
-                    break
-                node, result, exc, start = await receive()
-                if exc is not None:
-                    queue.failure = wrap_error(exc, node.op, queue.device_name)
-                    break
-                queue.complete(node, result, start, waited=True)
-                queue.drain()
+            # for kernels running as tasks, a nursery), and its owner a way to cancel it.
+            with (step.park() if step.park is not None else contextlib.nullcontext()) as parked:
+                await _wait_for_the_rest(queue)
+            if parked is not None and parked.cancelled_caught:
+                raise errors.CancelledError(None, None, "The session was closed while this "
+                                            "step was waiting (e.g. on a queue)")
     finally:
         queue.close()
     if queue.failure is not None:
         raise queue.failure
+
+
+async def _wait_for_the_rest(queue):
+    """The part of ``_run_ready_queue`` after some kernel had to wait."""
+    report_send = queue.open_report()
+    receive = queue.report_receive.receive
+    while queue.failure is None and queue.remaining:
+        if queue.waiting:  # a kernel must run as a task: go on inside a nursery
+            async with trio.open_nursery() as nursery:
+                await _run_with_tasks(queue, nursery, report_send, receive)
+                nursery.cancel_scope.cancel()
+            return
+        node, result, exc, start = await receive()
+        if exc is not None:
+            queue.failure = wrap_error(exc, node.op, queue.device_name)
+            return
+        queue.complete(node, result, start, waited=True)
+        queue.drain()
 
 
 async def _run_with_tasks(queue, nursery, report_send, receive):
