@@ -60,11 +60,6 @@ class CompiledRun:
     fetch_routes: list     # per fetch: (plan index, position in that plan's fetches)
     placement: dict = dataclasses.field(default_factory=dict)   # op name -> device
 
-    @property
-    def never_waits(self):
-        """True when every plan runs straight through (no kernel ever parks the step)."""
-        return all(plan.static for plan in self.plans)
-
 
 def _contains_control_flow(ops):
     return any(op.op_def.control_flow or op._control_flow_context is not None for op in ops)
