@@ -346,42 +346,32 @@ class Session:
             or self.config.operation_timeout_in_ms
         step = executor.Step(next(self._step_ids), trace=trace)
         step.extras["timeout_ms"] = timeout_ms
-        self._in_flight += 1
-        if self._master is None and not any(plan.control_flow for plan in compiled.plans):
-            # Closing the session must cancel this step only while it waits (on a queue, a
-            # Recv, a py_func): the executor enters ``_parked`` then, so the steps that finish
-            # inline, nearly all of them, pay for no cancel scope (~10 us of a small run).
+        # Closing the session must cancel a step that waits (on a queue, a Recv, a py_func).
+        # The local executor enters ``_parked`` only when the step really waits, so steps that
+        # finish inline, nearly all of them, pay for no cancel scope (~10 us of a small run);
+        # frame-aware and distributed steps are covered whole.
+        lazily = self._master is None and not any(plan.control_flow for plan in compiled.plans)
+        if lazily:
             step.park = self._parked
-            try:
-                if timeout_ms:
-                    with trio.move_on_after(timeout_ms / 1000) as scope:
-                        results = await self._run_partitions(compiled, feed_values, step)
-                    if scope.cancelled_caught:
-                        raise errors.DeadlineExceededError(
-                            None, None, f"Timed out after {timeout_ms} ms waiting for the step "
-                            "to finish (RunOptions.timeout_in_ms)")
-                    return results
-                return await self._run_partitions(compiled, feed_values, step)
-            finally:
-                self._in_flight -= 1
-        closing = trio.CancelScope()
-        self._run_scopes.add(closing)
+        self._in_flight += 1
         try:
-            with closing:
-                if timeout_ms:
-                    with trio.move_on_after(timeout_ms / 1000) as scope:
-                        results = await self._run_partitions(compiled, feed_values, step)
-                    if scope.cancelled_caught:
-                        raise errors.DeadlineExceededError(
-                            None, None, f"Timed out after {timeout_ms} ms waiting for the step "
-                            "to finish (RunOptions.timeout_in_ms)")
-                    return results
-                return await self._run_partitions(compiled, feed_values, step)
+            with contextlib.nullcontext() if lazily else self._parked():
+                return await self._run_within_deadline(compiled, feed_values, step, timeout_ms)
             raise errors.CancelledError(None, None, "The session was closed while this step "
                                         "was running (e.g. waiting on a queue)")
         finally:
-            self._run_scopes.discard(closing)
             self._in_flight -= 1
+
+    async def _run_within_deadline(self, compiled, feed_values, step, timeout_ms):
+        if not timeout_ms:
+            return await self._run_partitions(compiled, feed_values, step)
+        with trio.move_on_after(timeout_ms / 1000) as scope:
+            results = await self._run_partitions(compiled, feed_values, step)
+        if scope.cancelled_caught:
+            raise errors.DeadlineExceededError(
+                None, None, f"Timed out after {timeout_ms} ms waiting for the step to finish "
+                "(RunOptions.timeout_in_ms)")
+        return results
 
     async def _run_partitions(self, compiled, feed_values, step):
         if self._master is not None:
