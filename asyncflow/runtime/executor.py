@@ -48,11 +48,13 @@ class Step:
         rendezvous: the step's rendezvous for Send/Recv, or None.
         trace: a list receiving ``NodeStats`` when tracing, else None.
         resources: per-step services a waiting kernel may need (queues' cancellation, ...).
+        offload: ``async offload(node, args) -> outputs`` running a large kernel on a worker
+            thread; the default uses trio's threads under the device's limiter.
     """
 
-    __slots__ = ("step_id", "rendezvous", "trace", "cancel_scope", "extras", "park")
+    __slots__ = ("step_id", "rendezvous", "trace", "cancel_scope", "extras", "park", "offload")
 
-    def __init__(self, step_id, rendezvous=None, trace=None, park=None):
+    def __init__(self, step_id, rendezvous=None, trace=None, park=None, offload=None):
         self.step_id = step_id
         self.rendezvous = rendezvous
         self.trace = trace
@@ -61,6 +63,7 @@ class Step:
         # ``park()``: a context manager entered only while the step waits, yielding a cancel
         # scope its owner may cancel (a session closing); None: waits are not tracked.
         self.park = park
+        self.offload = offload or _offloaded
 
 
 class NodeStats:
@@ -150,7 +153,7 @@ async def run_plan(plan, feed_values, step):
     slots = [None] * (plan.num_slots + 1)  # the extra slot swallows unread outputs
     slots[:len(feed_values)] = feed_values
     if plan.static and step.trace is None:
-        await _run_static(plan, slots)
+        await _run_static(plan, slots, step.offload)
     else:
         await _run_ready_queue(plan, slots, step)
     out = []
@@ -160,16 +163,19 @@ async def run_plan(plan, feed_values, step):
     return out
 
 
-async def _run_static(plan, slots):
-    """Run the plan's straight-line step function (generated once, see ``schedule``)."""
+async def _run_static(plan, slots, offload):
+    """Run the plan's straight-line step function (generated once, see ``schedule``).
+
+    It awaits nothing but ``offload``, so under any event loop a step without a large kernel
+    finishes without suspending. Cancellation of either loop (not an ``Exception``) passes
+    through unwrapped.
+    """
     step_fn = plan.static_fn
     if step_fn is None:
-        step_fn = plan.static_fn = compile_schedule(plan, _offloaded)
+        step_fn = plan.static_fn = compile_schedule(plan)
     try:
-        await step_fn(slots)
-    except (trio.Cancelled, KeyboardInterrupt):
-        raise
-    except BaseException as exc:
+        await step_fn(slots, offload)
+    except Exception as exc:
         node = getattr(exc, "_asyncflow_node", None)
         if node is None:
             raise

@@ -4,7 +4,7 @@ For a partition without waiting kernels or control flow, the order of nodes is f
 instead of interpreting the plan (look up inputs, loop over outputs) for every node of every
 step, we generate the code once::
 
-    async def _step(slots):
+    async def _step(slots, _offload):
         n = 0; v1 = f0(c0, slots[0], K1)[0]
         n = 1; v2 = f1(c1, v1, K1)[0]; v1 = None
         ...
@@ -13,10 +13,12 @@ step, we generate the code once::
 Values live in local variables (the fastest storage CPython has); constants are evaluated
 once at compile time and referenced as globals; a value dies (``= None``) right after its
 last reader; ``n`` records the running node so a failure is reported against the right op.
-A kernel that may be large (``offload``) goes through ``maybe_offload``, which awaits a
-worker thread only when the actual inputs are big.
+A kernel that may be large (``offload``) is awaited through the ``_offload`` argument only
+when its actual inputs are big.
 
-The generated function holds no trio objects and no graph objects besides the kernels'
+The generated function awaits nothing else, so it runs under any event loop: trio passes an
+offload on ``trio.to_thread``, asyncio callers (``asyncflow.aio``) one on the loop's executor.
+It holds no trio objects and no graph objects besides the kernels'
 contexts; it is rebuilt only when the plan is.
 """
 from __future__ import annotations
@@ -28,19 +30,20 @@ def _is_const(node):
     return node.op.type == "Const" and not node.inputs
 
 
-def compile_schedule(plan, offload):
+def compile_schedule(plan):
     """Generate the straight-line step function of ``plan``.
 
     Args:
         plan: an ExecutionPlan whose ``static`` flag is set.
-        offload: ``async offload(node, args) -> outputs`` running a kernel on a worker thread.
 
     Returns:
-        ``async fn(slots)`` that runs every node, reading feeds from ``slots`` and writing
-        fetched values back into their slots; on failure it raises the kernel's exception
+        ``async fn(slots, offload)`` that runs every node, reading feeds from ``slots`` and
+        writing fetched values back into their slots; ``offload(node, args)`` is awaited to
+        run a large kernel on a worker thread (the caller's event loop decides how), and is
+        the only thing the function ever awaits. On failure it raises the kernel's exception
         with ``exc._asyncflow_node`` set to the failing NodePlan.
     """
-    env = {"_OFFLOAD_COST": OFFLOAD_COST, "_cost": runtime_cost, "_offload": offload}
+    env = {"_OFFLOAD_COST": OFFLOAD_COST, "_cost": runtime_cost}
     names = {}          # slot -> expression holding its value
     feed_slots = set(plan.feed_slots)
     fetch_slots = set(plan.fetch_slots)
@@ -86,7 +89,7 @@ def compile_schedule(plan, offload):
             lines.append(f"slots[{slot}] = {names[slot]}")
     body = "\n".join("        " + line for line in lines) or "        pass"
     source = (
-        "async def _step(slots):\n"
+        "async def _step(slots, _offload):\n"
         "    n = -1\n"
         "    try:\n"
         f"{body}\n"
