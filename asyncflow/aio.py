@@ -2,8 +2,8 @@
 
 Theory of operation:
 - trio runs as a *guest* of the caller's asyncio loop (``trio.lowlevel.start_guest_run``):
-  trio's scheduler steps run as callbacks on the asyncio thread, so no thread of ours is
-  started and asyncio objects may be touched from trio tasks directly.
+  trio's scheduler steps run as callbacks on the asyncio thread, so no second event-loop
+  thread is started and asyncio objects may be touched from trio tasks directly.
 - One guest run per asyncio loop (``_Guest``), started on first use and kept in a weak map
   keyed by the loop. Each aio object holds a use; when the last one closes, the guest's main
   task is told to stop and the close waits until the guest run has finished, so the loop can
@@ -12,13 +12,21 @@ Theory of operation:
   coroutine as a task in the guest's nursery under its own cancel scope, and completes an
   asyncio future with the result or the exception (the same ``af.errors`` classes).
   Cancelling the awaiting asyncio task cancels that scope, which cancels the step.
-- ``aio.Server`` runs a worker server as a long-lived task of the guest. Its HTTP side is the
-  transport's own (aiohttp on the transport's dedicated asyncio thread), not the caller's
-  loop: the worker service is identical to ``af.Server``'s.
+- ``aio.Session.run`` crosses into trio only when it must. A step that needs no trio
+  scheduling (one static plan on a CPU device, no trace, no deadline) is awaited right on the
+  asyncio loop: its generated step function awaits nothing but the offload of a large kernel,
+  which goes to the device's worker threads through ``loop.run_in_executor``. Other steps
+  (waiting kernels, queues, control flow, several devices, clusters) run in the guest.
+- ``aio.Batcher`` keeps its queue and serving task on asyncio (futures, no trio hop per
+  request); each batch is one ``aio.Session.run``.
+- ``aio.Server`` runs a worker server as a long-lived task of the guest, with its aiohttp
+  application on the caller's loop (not the transport's own thread): requests are parsed on
+  that loop and handed to the worker service in the guest.
 """
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import weakref
 
@@ -134,6 +142,13 @@ class _Guest:
         await asyncio.shield(self._finished)
 
 
+async def _offload(node, args):
+    """Run a large kernel of an inline step on its device's worker threads."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(node.ctx.device.thread_pool,
+                                      functools.partial(node.fn, node.ctx, *args))
+
+
 async def _acquire():
     loop = asyncio.get_running_loop()
     guest = _GUESTS.get(loop)
@@ -165,6 +180,8 @@ class Session:
         self._session = _session.Session(target, graph=graph, config=config, cluster=cluster)
         self._guest = None
         self._closed = False
+        self._loop_time = None
+        self._yielded_at = float("-inf")
 
     @property
     def graph(self):
@@ -181,6 +198,7 @@ class Session:
                 await _release(guest)
                 raise
             self._guest = guest
+            self._loop_time = guest.loop.time
         return self._guest
 
     async def __aenter__(self):
@@ -191,9 +209,32 @@ class Session:
         await self.close()
 
     async def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
-        """Same as ``af.Session.run``; cancelling the asyncio task cancels the step."""
+        """Same as ``af.Session.run``; cancelling the asyncio task cancels the step.
+
+        A step that needs no trio scheduling (one static plan on a CPU device, no trace, no
+        deadline: see ``Session._inline_plan``) runs right here on the asyncio loop, large
+        kernels on the device's worker threads; any other step runs in the loop's trio guest.
+        """
         guest = await self._ensure_open()
-        return await guest.call(self._session.run, fetches, feed_dict, options, run_metadata)
+        session = self._session
+        request = session._prepare(fetches, feed_dict, options)
+        plan = session._inline_plan(request, options)
+        if plan is None:
+            return await guest.call(session._run_prepared, request, options, run_metadata)
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            await asyncio.sleep(0)  # a cancelled caller never starts a step: raises here
+        result = await session._run_inline(request, plan, _offload)
+        await self._share_the_loop()
+        return result
+
+    async def _share_the_loop(self):
+        """Yield to the loop once per time slice of runs that finished without suspending
+        (``Session._share_the_loop``'s rule, for the asyncio loop)."""
+        now = self._loop_time()
+        if now - self._yielded_at >= _session.TIME_SLICE_S:
+            await asyncio.sleep(0)
+            self._yielded_at = self._loop_time()
 
     def list_devices(self):
         return self._session.list_devices()
@@ -223,7 +264,11 @@ class Session:
 
 
 class Batcher:
-    """``asyncflow.serving.Batcher`` for asyncio callers, served inside the trio guest.
+    """``asyncflow.serving.Batcher`` for asyncio callers, served on the asyncio loop.
+
+    Requests queue in the same ``serving.BatchQueue``; callers wait on asyncio futures and
+    the serving task is an asyncio task, so a request never crosses into trio. Each batch
+    is one ``aio.Session.run`` (inline on the loop when the step allows it).
 
     Args:
         session: an ``aio.Session``; the other arguments are ``serving.Batcher``'s.
@@ -231,38 +276,107 @@ class Batcher:
 
     def __init__(self, session, inputs, outputs, max_batch_size=64, max_wait_ms=2.0):
         self._aio_session = session
-        self._batcher = _serving.Batcher(session._session, inputs, outputs,
-                                         max_batch_size=max_batch_size, max_wait_ms=max_wait_ms)
-        self._scope = None
-        self._guest = None
+        self._queue = _serving.BatchQueue(session.graph, inputs, outputs, max_batch_size,
+                                          _settle)
+        self._max_wait = max_wait_ms / 1000.0
+        self._server = None          # the future the serving task waits on, while it waits
+        self._wake_on_first = False
+        self._task = None
 
     async def __aenter__(self):
-        self._guest = await self._aio_session._ensure_open()
-        self._scope = await self._guest.start_service(self._batcher.serve)
+        await self._aio_session._ensure_open()
+        self._task = asyncio.create_task(self._serve())
         return self
 
     async def __aexit__(self, *exc_info):
-        scope, self._scope = self._scope, None
+        task, self._task = self._task, None
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            if asyncio.current_task().cancelling():
+                raise  # our own caller is being cancelled too
 
-        async def cancel():
-            scope.cancel()
-        await self._guest.call(cancel)
+    def statistics(self):
+        return self._queue.statistics()
 
     async def run(self, feed_dict):
         """This caller's rows of the outputs (see ``serving.Batcher.run``)."""
-        if self._scope is None:
+        queue = self._queue
+        future = asyncio.get_running_loop().create_future()
+        request = queue.request(feed_dict, future)
+        if self._task is None:
             raise RuntimeError("use `async with aio.Batcher(...)` before calling run")
-        return await self._guest.call(self._batcher.run, feed_dict)
+        queue.put(request)
+        server = self._server
+        if server is not None and (self._wake_on_first or queue.full):
+            self._server = None
+            if not server.done():
+                server.set_result(None)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            request.abandoned = True
+            raise
 
-    def statistics(self):
-        return self._batcher.statistics()
+    async def _serve(self):
+        queue, loop = self._queue, asyncio.get_running_loop()
+        batch = []  # taken from the queue: failed if we are interrupted
+        try:
+            while True:
+                batch = []
+                if not queue.pending:
+                    await self._park(loop, wake_on_first=True)
+                if not queue.full and self._max_wait > 0:
+                    timer = loop.call_later(self._max_wait, self._wake)
+                    try:
+                        await self._park(loop, wake_on_first=False)
+                    finally:
+                        timer.cancel()
+                batch = queue.take()
+                if batch:
+                    await self._run_batch(batch)
+        finally:
+            queue.fail(batch, _serving.stopped_error())
+            queue.fail_queued(_serving.stopped_error())
+
+    async def _park(self, loop, wake_on_first):
+        self._server, self._wake_on_first = loop.create_future(), wake_on_first
+        try:
+            await self._server
+        finally:
+            self._server = None
+
+    def _wake(self):
+        server = self._server
+        if server is not None and not server.done():
+            server.set_result(None)
+
+    async def _run_batch(self, batch):
+        queue = self._queue
+        try:
+            outputs = await self._aio_session.run(queue.outputs, queue.feeds(batch))
+        except Exception as exc:  # noqa: BLE001 - every caller of the batch gets the error
+            queue.fail(batch, exc)
+            return
+        queue.deliver(batch, outputs)
+
+
+def _settle(future, result, error):
+    if future.done():
+        return
+    if error is None:
+        future.set_result(result)
+    else:
+        future.set_exception(error)
 
 
 class Server:
     """``async with aio.Server(cluster, job_name, task_index) as server:`` from asyncio code.
 
-    Takes ``af.Server``'s arguments; the worker serves from the loop's trio guest until the
-    block exits. ``server.address`` and ``server.target`` are known once it is entered.
+    Takes ``af.Server``'s arguments; the worker serves until the block exits: aiohttp on
+    the caller's loop, the worker service in the loop's trio guest. ``server.address`` and
+    ``server.target`` are known once it is entered.
     """
 
     def __init__(self, *args, **kwargs):
@@ -284,6 +398,7 @@ class Server:
 
     async def __aenter__(self):
         self._guest = await _acquire()
+        self._server._http_loop = self._guest.loop  # aiohttp serves on the caller's loop
         try:
             self._scope = await self._guest.start_service(self._server.serve)
         except BaseException:

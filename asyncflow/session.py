@@ -166,6 +166,20 @@ class _Compiled:
         self.fetch_routes = fetch_routes    # per fetch: (plan index, position in its fetches)
 
 
+class _Request:
+    """One run, prepared: what to feed, what to compute, and how to return it."""
+
+    __slots__ = ("structure", "feed_values", "fed_positions", "to_compute", "compiled", "trace")
+
+    def __init__(self, structure, feed_values, fed_positions, to_compute, compiled, trace):
+        self.structure = structure
+        self.feed_values = feed_values
+        self.fed_positions = fed_positions
+        self.to_compute = to_compute
+        self.compiled = compiled
+        self.trace = trace
+
+
 def _host_value(value):
     """A fetched value as the caller sees it: a numpy array or scalar they may mutate."""
     if isinstance(value, np.ndarray):
@@ -262,6 +276,11 @@ class Session:
                 DeadlineExceededError past ``options.timeout_in_ms``, ...).
             RuntimeError: if the session is closed.
         """
+        request = self._prepare(fetches, feed_dict, options)
+        return await self._run_prepared(request, options, run_metadata)
+
+    def _prepare(self, fetches, feed_dict, options):
+        """Everything of a run before any op runs: fetches, validated feeds, compiled plans."""
         if self._closed:
             raise RuntimeError("Attempted to use a closed Session.")
         structure = _FetchStructure(self.graph, fetches)
@@ -270,15 +289,61 @@ class Session:
         to_compute = [t for t in structure.tensors if t not in fed_positions]
         compiled = self._compiled(tuple(feed_tensors), tuple(to_compute), tuple(structure.targets))
         trace = [] if options is not None and options.trace_level else None
+        return _Request(structure, feed_values, fed_positions, to_compute, compiled, trace)
+
+    async def _run_prepared(self, request, options, run_metadata):
         await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller never starts a step
-        computed = await self._run_compiled(compiled, feed_values, options, trace)
+        computed = await self._run_compiled(request.compiled, request.feed_values, options,
+                                            request.trace)
         await self._share_the_loop()
-        if run_metadata is not None and trace is not None:
-            run_metadata.step_stats = trace
-        by_tensor = dict(zip(to_compute, computed))
+        return self._finish(request, computed, run_metadata)
+
+    def _finish(self, request, computed, run_metadata):
+        """The caller's fetch structure holding host values of what the step computed."""
+        if run_metadata is not None and request.trace is not None:
+            run_metadata.step_stats = request.trace
+        by_tensor = dict(zip(request.to_compute, computed))
+        feed_values, fed_positions = request.feed_values, request.fed_positions
         values = [_host_value(by_tensor[t]) if t in by_tensor else
-                  _host_value(feed_values[fed_positions[t]]) for t in structure.tensors]
-        return structure.rebuild(values)
+                  _host_value(feed_values[fed_positions[t]]) for t in request.structure.tensors]
+        return request.structure.rebuild(values)
+
+    def _inline_plan(self, request, options):
+        """The plan of a run that any event loop may await directly, else None.
+
+        That is one static plan on a CPU device of this process, untraced and without a
+        deadline: it awaits nothing but the offload of a large kernel, so it needs no trio
+        scheduling, no rendezvous and no cancel scope (``asyncflow.aio`` runs such steps on
+        the asyncio loop without crossing into its trio guest).
+        """
+        if self._master is not None or request.trace is not None:
+            return None
+        plans = request.compiled.plans
+        if len(plans) != 1:
+            return None
+        plan = plans[0]
+        if not plan.static or plan.device.kind != "CPU":
+            return None
+        if (options is not None and options.timeout_in_ms) or self.config.operation_timeout_in_ms:
+            return None
+        return plan
+
+    async def _run_inline(self, request, plan, offload):
+        """Run ``request`` (see ``_inline_plan``) under whatever loop awaits this.
+
+        ``offload(node, args)`` runs a large kernel on that loop's worker threads.
+        """
+        step = executor.Step(next(self._step_ids), offload=offload)
+        self._in_flight += 1
+        try:
+            values = await executor.run_plan(plan, request.feed_values, step)
+        except errors.OpError as exc:
+            _compiler._original_op(exc, self.graph)
+            raise
+        finally:
+            self._in_flight -= 1
+        return self._finish(request, [values[position] for _, position
+                                      in request.compiled.fetch_routes], None)
 
     @contextlib.contextmanager
     def _parked(self):

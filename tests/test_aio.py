@@ -138,3 +138,158 @@ def test_aio_server_serves_a_cluster_session_from_asyncio():
     devices, out = asyncio.run(main())
     assert any("/job:worker/replica:0/task:0/device:CPU:0" in d for d in devices)
     np.testing.assert_allclose(out, [3.0, 6.0])
+
+
+def test_static_steps_run_on_the_asyncio_loop_without_crossing_into_trio():
+    async def main():
+        with af.Graph().as_default():
+            x, y = build()
+            v = af.Variable(np.float32(1.0), name="v")
+            bump = af.assign_add(v, 1.0)
+            q = af.FIFOQueue(4, [af.float32])
+            enqueue = q.enqueue([af.constant(3.0)])
+            async with aio.Session() as sess:
+                await sess.run(v.initializer)
+                guest = sess._guest
+                calls = guest.calls
+                outs = [await sess.run(y, {x: [[float(i), 1.0]]}) for i in range(50)]
+                bumped = [await sess.run(bump) for _ in range(5)]
+                inline_calls = guest.calls - calls
+                await sess.run(enqueue)  # a waiting kernel: runs in the trio guest
+                queued_calls = guest.calls - calls - inline_calls
+        return outs, bumped, inline_calls, queued_calls
+
+    outs, bumped, inline_calls, queued_calls = asyncio.run(main())
+    assert [o.tolist() for o in outs] == [[[i + 2.0]] for i in range(50)]
+    assert bumped == [2.0, 3.0, 4.0, 5.0, 6.0]
+    assert inline_calls == 0 and queued_calls == 1
+
+
+def test_inline_step_errors_name_the_op():
+    async def main():
+        with af.Graph().as_default():
+            x = af.placeholder(af.float32, [None], name="x")
+            bad = af.reshape(x, [2, 2], name="bad_reshape")
+            async with aio.Session() as sess:
+                with pytest.raises(af.errors.InvalidArgumentError, match="bad_reshape") as info:
+                    await sess.run(bad, {x: [1.0, 2.0, 3.0]})
+                return info.value.op.name, sess.statistics()["runs_in_flight"]
+
+    assert asyncio.run(main()) == ("bad_reshape", 0)
+
+
+def test_large_kernel_of_an_inline_step_runs_on_a_worker_thread():
+    import threading
+
+    from asyncflow.kernels import registry
+
+    threads = []
+    matmul = registry.get_kernel("MatMul", "CPU").fn
+
+    async def main():
+        with af.Graph().as_default():
+            a = af.placeholder(af.float32, [256, 256], name="a")
+            b = af.placeholder(af.float32, [256, 256], name="b")
+            product = af.matmul(a, b)
+            rng = np.random.default_rng(0)
+            av, bv = rng.random((256, 256), np.float32), rng.random((256, 256), np.float32)
+            async with aio.Session() as sess:
+                ticks = 0
+                task = asyncio.create_task(sess.run(product, {a: av, b: bv}))
+                while not task.done():  # the loop keeps running while the matmul computes
+                    ticks += 1
+                    await asyncio.sleep(0)
+                return await task, av @ bv, ticks
+
+    def spy(ctx, *args):
+        threads.append(threading.current_thread().name)
+        return matmul(ctx, *args)
+
+    kernel = registry.get_kernel("MatMul", "CPU")
+    original = kernel.fn
+    try:
+        object.__setattr__(kernel, "fn", spy) if hasattr(kernel, "__dataclass_fields__") \
+            else setattr(kernel, "fn", spy)
+        got, want, ticks = asyncio.run(main())
+    finally:
+        object.__setattr__(kernel, "fn", original) if hasattr(kernel, "__dataclass_fields__") \
+            else setattr(kernel, "fn", original)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert threads and threads[0].startswith("asyncflow-CPU0")
+    assert ticks >= 1
+
+
+def test_cancelling_an_offloaded_inline_step_raises_cancelled_error():
+    async def main():
+        with af.Graph().as_default():
+            a = af.placeholder(af.float32, [512, 512], name="a")
+            product = af.matmul(af.matmul(a, a), a)
+            value = np.ones((512, 512), np.float32)
+            async with aio.Session() as sess:
+                task = asyncio.create_task(sess.run(product, {a: value}))
+                await asyncio.sleep(0)  # the step is now waiting for its worker thread
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                return await sess.run(af.reduce_sum(a), {a: value})
+
+    assert asyncio.run(main()) == 512 * 512
+
+
+def test_aio_batcher_answers_each_caller_and_handles_cancellation_and_errors():
+    async def main():
+        with af.Graph().as_default():
+            x, y = build()
+            bad = af.reshape(x, [-1, 3], name="bad")
+            rng = np.random.default_rng(1)
+            requests = [rng.random((int(rng.integers(1, 4)), 2), np.float32) for _ in range(80)]
+            async with aio.Session() as sess:
+                async with aio.Batcher(sess, [x], [y, af.reduce_sum(x, axis=1)],
+                                       max_batch_size=16, max_wait_ms=5) as batcher:
+                    results = await asyncio.gather(*[batcher.run({x: r}) for r in requests])
+                    stats = batcher.statistics()
+                    # A caller cancelled while waiting for company stops waiting; the
+                    # batcher goes on serving the others.
+                    lone = asyncio.create_task(batcher.run({x: requests[0]}))
+                    await asyncio.sleep(0)
+                    lone.cancel()
+                    with pytest.raises(asyncio.CancelledError):
+                        await lone
+                    after = await batcher.run({"x:0": requests[1]})
+                async with aio.Batcher(sess, [x], bad, max_batch_size=4) as failing:
+                    with pytest.raises(af.errors.InvalidArgumentError, match="bad"):
+                        await failing.run({x: np.ones((1, 2), np.float32)})
+                    with pytest.raises(af.errors.InvalidArgumentError, match="rows of shape"):
+                        await failing.run({x: np.ones((1, 5), np.float32)})
+                stopping = aio.Batcher(sess, [x], y, max_batch_size=8, max_wait_ms=10_000)
+                async with stopping:
+                    waiting = asyncio.create_task(stopping.run({x: requests[2]}))
+                    await asyncio.sleep(0.01)
+                with pytest.raises(af.errors.CancelledError):
+                    await waiting
+        return requests, results, stats, after
+
+    requests, results, stats, after = asyncio.run(main())
+    w = np.array([[1.0], [2.0]], np.float32)
+    for rows, (got_y, got_sum) in zip(requests, results):
+        np.testing.assert_allclose(got_y, rows @ w, rtol=1e-6)
+        np.testing.assert_allclose(got_sum, rows.sum(axis=1), rtol=1e-6)
+    np.testing.assert_allclose(after[0], requests[1] @ w, rtol=1e-6)
+    assert stats.requests == 80 and stats.batches < 80 and stats.largest_batch <= 16
+
+
+def test_aio_server_serves_http_on_the_callers_loop():
+    async def main():
+        cluster = af.ClusterSpec({"worker": ["127.0.0.1:0"]})
+        async with aio.Server(cluster, "worker", 0, port=0) as server:
+            http = server._server.http
+            async with aiohttp.ClientSession() as client:
+                async with client.post(f"http://{server.address}/v1/graphs", data=b"junk") as r:
+                    garbage = r.status
+                async with client.get(f"http://{server.address}/v1/devices") as r:
+                    devices = r.status  # answered by the worker service in the trio guest
+            return http._loop is asyncio.get_running_loop(), garbage, devices
+
+    on_callers_loop, garbage, devices = asyncio.run(main())
+    assert on_callers_loop
+    assert garbage == 400 and devices == 200

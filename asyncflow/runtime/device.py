@@ -6,6 +6,7 @@ run on worker threads, so each device uses at most its share of cores.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import os
 
 import numpy as np
@@ -26,6 +27,7 @@ class Device:
         self.xp = np
         self._threads = threads or max(1, os.cpu_count() or 1)
         self._limiter = None
+        self._pool = None
 
     @property
     def limiter(self):
@@ -33,6 +35,15 @@ class Device:
         if self._limiter is None:
             self._limiter = trio.CapacityLimiter(self._threads)
         return self._limiter
+
+    @property
+    def thread_pool(self):
+        """Worker threads for offloaded kernels of steps an asyncio loop runs inline: as
+        many as the limiter lets trio use, so the device's share of cores is the same."""
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(
+                self._threads, thread_name_prefix=f"asyncflow-CPU{self.index}")
+        return self._pool
 
     def put(self, array):
         return array
