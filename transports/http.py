@@ -131,8 +131,13 @@ def _aio_thread() -> _AioThread:
         return _aio
 
 
-async def _run_on_loop(coro: Coroutine[Any, Any, Any]) -> Any:
-    """Run a coroutine on the asyncio thread and wait for it in trio."""
+async def _run_on_loop(coro: Coroutine[Any, Any, Any],
+                       loop: asyncio.AbstractEventLoop | None = None) -> Any:
+    """Run a coroutine on ``loop`` (default: the asyncio thread's) and wait for it in trio.
+
+    ``loop`` may be the loop hosting this trio run as a guest (same thread): the calls used
+    here are thread-safe, not thread-requiring.
+    """
     token = trio.lowlevel.current_trio_token()
     done = trio.Event()
 
@@ -140,7 +145,7 @@ async def _run_on_loop(coro: Coroutine[Any, Any, Any]) -> Any:
         with contextlib.suppress(trio.RunFinishedError):
             token.run_sync_soon(done.set)
 
-    future = asyncio.run_coroutine_threadsafe(coro, _aio_thread().loop)
+    future = asyncio.run_coroutine_threadsafe(coro, loop or _aio_thread().loop)
     future.add_done_callback(wake)
     try:
         await done.wait()
@@ -236,8 +241,9 @@ class HttpServer:
     """
 
     def __init__(self, handler: WorkerServiceProtocol, *, token: str | None, limits: Limits,
-                 nursery: trio.Nursery) -> None:
+                 nursery: trio.Nursery, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self._handler, self._limits, self._nursery = handler, limits, nursery
+        self._loop = loop  # None: the transport's own asyncio thread
         self._authorization = None if token is None else f"Bearer {token}".encode()
         self._trio_token = trio.lowlevel.current_trio_token()
         self._calls: set[_TrioCall] = set()
@@ -268,7 +274,7 @@ class HttpServer:
     # -- lifecycle (trio side) ------------------------------------------------------------------
 
     async def _start(self, host: str, port: int) -> None:
-        self.host, self.port = await _run_on_loop(self._aio_start(host, port))
+        self.host, self.port = await _run_on_loop(self._aio_start(host, port), self._loop)
         if self._authorization is None and host not in _LOOPBACK:
             _log.warning("worker server on %s accepts requests from the network without a token; "
                          "it runs any graph it is sent: use a trusted network or set a token",
@@ -278,7 +284,7 @@ class HttpServer:
         self._closing = True
         for call in list(self._calls):
             call.cancel()
-        await _run_on_loop(self._aio_stop())
+        await _run_on_loop(self._aio_stop(), self._loop)
 
     def _spawn(self, call: _TrioCall, fn: Any, args: tuple, report: Any) -> None:
         if self._closing:
@@ -489,7 +495,9 @@ def _route_pattern(rpc: Rpc) -> str:
 @contextlib.asynccontextmanager
 async def open_http_server(handler: WorkerServiceProtocol, host: str = "127.0.0.1",
                            port: int = 0, *, token: str | None = None,
-                           limits: Limits = DEFAULT_LIMITS) -> AsyncIterator[HttpServer]:
+                           limits: Limits = DEFAULT_LIMITS,
+                           loop: asyncio.AbstractEventLoop | None = None,
+                           ) -> AsyncIterator[HttpServer]:
     """Serve ``handler`` over HTTP for the duration of the ``async with`` block.
 
     Handler methods run in the calling trio run, in a nursery owned by the server. Leaving the
@@ -502,6 +510,9 @@ async def open_http_server(handler: WorkerServiceProtocol, host: str = "127.0.0.
         port: TCP port; 0 picks a free one (read it from ``server.port``).
         token: when set, every request must carry ``Authorization: Bearer <token>`` (else 401).
         limits: codec limits for request bodies and replies.
+        loop: the asyncio loop aiohttp serves on: by default the transport's own thread; the
+            loop hosting this trio run as a guest (``trio.lowlevel.start_guest_run``) makes
+            the server part of that application's loop.
 
     Returns:
         An async context manager yielding the running :class:`HttpServer`.
@@ -510,7 +521,7 @@ async def open_http_server(handler: WorkerServiceProtocol, host: str = "127.0.0.
         OSError: the address cannot be bound.
     """
     async with trio.open_nursery() as nursery:
-        server = HttpServer(handler, token=token, limits=limits, nursery=nursery)
+        server = HttpServer(handler, token=token, limits=limits, nursery=nursery, loop=loop)
         await server._start(host, port)
         try:
             yield server

@@ -54,6 +54,8 @@ class Server:
         self._cm = None
         self._scope = None
         self._stopped = trio.Event()
+        self._http_loop = None  # asyncio loop to serve HTTP on (aio.Server: the caller's)
+        self.http = None  # the running transports.http.HttpServer, while serving over HTTP
 
     @property
     def target(self):
@@ -90,7 +92,8 @@ class Server:
                 return
             from transports.http import open_http_server
             async with open_http_server(self.service, self.host, self.port,
-                                        token=self.token) as http:
+                                        token=self.token, loop=self._http_loop) as http:
+                self.http = http
                 self.address = http.address
                 self.port = http.port
                 _log.info("%s listening on %s", self.service.task, http.address)

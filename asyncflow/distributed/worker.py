@@ -125,10 +125,10 @@ class WorkerService:
         self.task = f"/job:{job_name}/replica:0/task:{self.task_index}"
         self.incarnation = secrets.randbits(63) | 1
         self.config = config or SessionConfig()
-        self.devices = _device.make_local_devices(self.config.device_count, job=job_name,
-                                                  task=self.task_index)
-        self.device_names = [d.name for d in self.devices]
-        self._state = _compiler.DeviceState(self.devices)
+        self.local_devices = _device.make_local_devices(self.config.device_count, job=job_name,
+                                                        task=self.task_index)
+        self.device_names = [d.name for d in self.local_devices]
+        self._state = _compiler.DeviceState(self.local_devices)
         for name in self.device_names:
             self._state.incarnations[name] = self.incarnation
         self.resources = ResourceManager(local=False)
