@@ -293,10 +293,15 @@ class Session:
 
     async def _run_prepared(self, request, options, run_metadata):
         await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller never starts a step
-        computed = await self._run_compiled(request.compiled, request.feed_values, options,
-                                            request.trace)
+        plan = self._inline_plan(request, options)
+        if plan is not None:  # the common small step: none of the machinery below applies
+            result = await self._run_inline(request, plan)
+        else:
+            computed = await self._run_compiled(request.compiled, request.feed_values, options,
+                                                request.trace)
+            result = self._finish(request, computed, run_metadata)
         await self._share_the_loop()
-        return self._finish(request, computed, run_metadata)
+        return result
 
     def _finish(self, request, computed, run_metadata):
         """The caller's fetch structure holding host values of what the step computed."""
@@ -328,10 +333,11 @@ class Session:
             return None
         return plan
 
-    async def _run_inline(self, request, plan, offload):
+    async def _run_inline(self, request, plan, offload=None):
         """Run ``request`` (see ``_inline_plan``) under whatever loop awaits this.
 
-        ``offload(node, args)`` runs a large kernel on that loop's worker threads.
+        ``offload(node, args)`` runs a large kernel on that loop's worker threads (default:
+        trio's, under the device's limiter).
         """
         step = executor.Step(next(self._step_ids), offload=offload)
         self._in_flight += 1
