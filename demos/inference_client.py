@@ -60,15 +60,23 @@ async def burst(client, url, payloads):
     return time.perf_counter() - start, latencies, answers
 
 
-def summarize(endpoint, seconds, latencies, answers, labels):
-    """A result row: throughput, latency percentiles (ms) and accuracy of the answers."""
+async def server_cpu(client, base_url):
+    """The service's process CPU seconds so far (from ``/healthz``)."""
+    async with client.get(base_url.rstrip("/") + "/healthz") as resp:
+        return (await resp.json())["cpu_seconds"]
+
+
+def summarize(endpoint, seconds, latencies, answers, labels, server_cpu_s):
+    """A result row: throughput, latency percentiles (ms), accuracy of the answers and
+    the service's CPU time per request (us)."""
     lat_ms = np.asarray(latencies) * 1000.0
     correct = sum(int(np.sum(np.asarray(a) == y)) for a, y in zip(answers, labels))
     total = sum(len(y) for y in labels)
     return {"endpoint": endpoint, "requests": len(latencies), "seconds": seconds,
             "req_per_s": len(latencies) / seconds,
             "p50_ms": float(np.percentile(lat_ms, 50)), "p90_ms": float(np.percentile(lat_ms, 90)),
-            "p99_ms": float(np.percentile(lat_ms, 99)), "accuracy": correct / total}
+            "p99_ms": float(np.percentile(lat_ms, 99)), "accuracy": correct / total,
+            "server_cpu_us": server_cpu_s / len(latencies) * 1e6}
 
 
 async def load_test(base_url, requests=1000, rows=1, concurrency=1000):
@@ -88,8 +96,10 @@ async def load_test(base_url, requests=1000, rows=1, concurrency=1000):
             # Warm up: compile the step's plans and open the connections the burst reuses,
             # so the measurement is of serving, not of TCP handshakes.
             await burst(client, url, payloads[:min(concurrency, requests)])
+            cpu_before = await server_cpu(client, base_url)
             seconds, latencies, answers = await burst(client, url, payloads)
-            results.append(summarize(endpoint, seconds, latencies, answers, labels))
+            cpu = await server_cpu(client, base_url) - cpu_before
+            results.append(summarize(endpoint, seconds, latencies, answers, labels, cpu))
         async with client.get(base_url.rstrip("/") + "/healthz") as resp:
             health = await resp.json()
     return results, health
@@ -98,14 +108,17 @@ async def load_test(base_url, requests=1000, rows=1, concurrency=1000):
 def report(results, health, print=print):
     """Print the comparison table, the throughput ratio and the Batcher's counters."""
     print(f"{'endpoint':<20}{'requests':>9}{'req/s':>10}{'p50 ms':>9}{'p90 ms':>9}"
-          f"{'p99 ms':>9}{'accuracy':>10}")
+          f"{'p99 ms':>9}{'accuracy':>10}{'server CPU/req':>16}")
     for r in results:
         print(f"{r['endpoint']:<20}{r['requests']:>9}{r['req_per_s']:>10.0f}{r['p50_ms']:>9.1f}"
-              f"{r['p90_ms']:>9.1f}{r['p99_ms']:>9.1f}{r['accuracy']:>10.3f}")
+              f"{r['p90_ms']:>9.1f}{r['p99_ms']:>9.1f}{r['accuracy']:>10.3f}"
+              f"{r['server_cpu_us']:>13.0f} us")
     by_name = {r["endpoint"]: r for r in results}
     if set(ENDPOINTS) <= set(by_name):
-        ratio = by_name["/predict"]["req_per_s"] / by_name["/predict_unbatched"]["req_per_s"]
-        print(f"batching: {ratio:.1f}x the throughput of one run per request")
+        batched, unbatched = by_name["/predict"], by_name["/predict_unbatched"]
+        print(f"batching: {batched['req_per_s'] / unbatched['req_per_s']:.1f}x the throughput "
+              f"of one run per request; the service spends "
+              f"{unbatched['server_cpu_us'] / batched['server_cpu_us']:.1f}x less CPU per request")
     stats = health.get("batcher", {})
     if stats.get("batches"):
         print(f"server Batcher: {stats['requests']} requests in {stats['batches']} steps "

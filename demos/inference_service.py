@@ -13,8 +13,9 @@ Theory of operation:
   ``POST /predict`` hands each request's rows to the Batcher, which merges concurrent
   requests into one step (at most ``max_batch_size`` rows, waiting at most ``max_wait_ms``
   for company); ``POST /predict_unbatched`` runs one ``Session.run`` per request, the
-  baseline the client compares against; ``GET /healthz`` reports the model and the
-  Batcher's counters.
+  baseline the client compares against; ``GET /healthz`` reports the model, the
+  Batcher's counters and the service's process CPU time (so a client can tell what each
+  request cost the service, apart from its own cost on a shared machine).
 - Errors. Malformed JSON or rows that are not ``n x 64`` numbers get HTTP 400 before any
   step runs; an ``af.errors.InvalidArgumentError`` from a step is a 400, any other
   ``OpError`` a 500, a request failed because the service is stopping a 503. A client that
@@ -265,6 +266,7 @@ def make_app(model_dir, max_batch_size=64, max_wait_ms=2.0):
         stats = app[BATCHER].statistics()
         return web.json_response({
             "status": "ok", "checkpoint": os.path.basename(app[MODEL].checkpoint),
+            "cpu_seconds": time.process_time(),  # lets a client see what serving cost
             "batcher": {"requests": stats.requests, "batches": stats.batches, "rows": stats.rows,
                         "queued": stats.queued, "largest_batch": stats.largest_batch}})
 

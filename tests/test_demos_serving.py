@@ -113,9 +113,11 @@ def test_client_reports_both_endpoints(service, model_dir):
         assert r["requests"] == 60 and r["req_per_s"] > 0
         assert r["p50_ms"] <= r["p90_ms"] <= r["p99_ms"]
         assert r["accuracy"] > 0.85
+        assert r["server_cpu_us"] > 0  # the service's own CPU per request, from /healthz
     lines = []
     client.report(results, health, print=lines.append)
-    assert "batching:" in lines[3] and "server Batcher: 90 requests" in lines[4]  # 30 warm-up
+    assert "batching:" in lines[3] and "less CPU per request" in lines[3]
+    assert "server Batcher: 90 requests" in lines[4]  # 30 warm-up
 
 
 def test_train_and_serve_answers_improve():
