@@ -187,6 +187,17 @@ class Session:
     def graph(self):
         return self._session.graph
 
+    @property
+    def trio_session(self):
+        """The ``af.Session`` this wraps (use it only from trio code, e.g. ``in_trio``)."""
+        return self._session
+
+    async def in_trio(self, async_fn, *args):
+        """Run ``await async_fn(*args)`` in the loop's trio guest (for trio-only helpers such
+        as ``Saver.save``); cancelling the asyncio caller cancels it there."""
+        guest = await self._ensure_open()
+        return await guest.call(async_fn, *args)
+
     async def _ensure_open(self):
         if self._closed:
             raise RuntimeError("Attempted to use a closed Session.")

@@ -293,3 +293,21 @@ def test_aio_server_serves_http_on_the_callers_loop():
     on_callers_loop, garbage, devices = asyncio.run(main())
     assert on_callers_loop
     assert garbage == 400 and devices == 200
+
+
+def test_saver_saves_and_restores_from_asyncio(tmp_path):
+    async def main():
+        with af.Graph().as_default():
+            v = af.Variable(np.float32(3.0), name="v")
+            step = af.Variable(7, name="step", trainable=False)
+            saver = af.train.Saver()
+            async with aio.Session() as sess:
+                await sess.run(af.global_variables_initializer())
+                path = await saver.save(sess, str(tmp_path / "model"), global_step=step)
+                await sess.run(v.assign(5.0))
+                await saver.restore(sess, path)
+                return path, await sess.run(v), af.train.latest_checkpoint(str(tmp_path))
+
+    path, value, latest = asyncio.run(main())
+    assert path.endswith("model-7") and latest == path
+    assert value == 3.0

@@ -15,6 +15,7 @@ Theory of operation:
 - The state file is TF's text format (``model_checkpoint_path: "..."`` then
   ``all_model_checkpoint_paths: "..."`` lines); paths inside the directory are relative.
 - All file work runs on worker threads (``trio.to_thread.run_sync``), never on the loop.
+  Given an ``asyncflow.aio.Session``, ``save`` runs in that session's trio guest.
 - ``saver.as_saver_def()`` names the ops, so ``import_meta_graph`` rebuilds a Saver around
   an imported graph without the code that built it.
 """
@@ -298,6 +299,11 @@ class Saver:
         Raises:
             OpError: from the Save op (FailedPreconditionError for uninitialized variables).
         """
+        in_trio = getattr(sess, "in_trio", None)
+        if in_trio is not None:  # an asyncio session (asyncflow.aio): file work runs in trio
+            return await in_trio(self.save, sess.trio_session, save_path, global_step,
+                                 latest_filename, meta_graph_suffix, write_meta_graph,
+                                 write_state)
         step = None
         if global_step is not None:
             step = global_step if isinstance(global_step, (int, np.integer)) else \
