@@ -292,10 +292,11 @@ class Batcher:
         self._max_wait = max_wait_ms / 1000.0
         self._server = None          # the future the serving task waits on, while it waits
         self._wake_on_first = False
-        self._task = None
+        self._task = self._loop = None
 
     async def __aenter__(self):
         await self._aio_session._ensure_open()
+        self._loop = asyncio.get_running_loop()
         self._task = asyncio.create_task(self._serve())
         return self
 
@@ -313,11 +314,11 @@ class Batcher:
 
     async def run(self, feed_dict):
         """This caller's rows of the outputs (see ``serving.Batcher.run``)."""
-        queue = self._queue
-        future = asyncio.get_running_loop().create_future()
-        request = queue.request(feed_dict, future)
         if self._task is None:
             raise RuntimeError("use `async with aio.Batcher(...)` before calling run")
+        queue = self._queue
+        future = self._loop.create_future()
+        request = queue.request(feed_dict, future)
         queue.put(request)
         server = self._server
         if server is not None and (self._wake_on_first or queue.full):

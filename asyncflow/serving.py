@@ -76,6 +76,9 @@ class BatchQueue:
                         for t in self.inputs]
         self._row_dims = [None if t.shape.dims is None else tuple(t.shape.dims[1:])
                           for t in self.inputs]
+        # The first input's row shape when fully known: one tuple comparison checks a request.
+        first = self._row_dims[0] if self._row_dims else None
+        self._row_shape = first if first is not None and None not in first else ()
         self.single = not isinstance(outputs, (list, tuple))
         self.outputs = [outputs] if self.single else list(outputs)
         self.max_rows = int(max_batch_size)
@@ -96,6 +99,9 @@ class BatchQueue:
                 if self._position(key) == 0:
                     array = value if type(value) is np.ndarray and value.dtype == self._dtypes[0] \
                         else self._as_array(0, value)
+                    shape = array.shape
+                    if shape and shape[1:] == self._row_shape:
+                        return _Request([array], shape[0], waiter)
                     return _Request([array], self._rows(0, array, [value]), waiter)
         values = [None] * len(self.inputs)
         for key, value in feed_dict.items():
