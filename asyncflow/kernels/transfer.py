@@ -19,6 +19,8 @@ Non-float32 values cross unchanged.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from asyncflow.kernels.control_flow import DEAD
@@ -29,9 +31,18 @@ ROOT_FRAME_ITER = "0:0"
 
 
 def rendezvous_key(attrs, frame_iter=ROOT_FRAME_ITER):
-    """The key built from a Send/Recv's attrs (same format as ``runtime.rendezvous.make_key``)."""
-    return (f"{attrs['send_device']};{int(attrs['send_device_incarnation']):016x};"
-            f"{attrs['recv_device']};{attrs['tensor_name']};{frame_iter}")
+    """The key built from a Send/Recv's attrs (same format as ``runtime.rendezvous.make_key``).
+
+    Every edge builds its key two or three times per step (Send, Recv's poll and subscribe):
+    the formatting is memoized in a bounded cache.
+    """
+    return _key(attrs["send_device"], attrs["send_device_incarnation"], attrs["recv_device"],
+                attrs["tensor_name"], frame_iter)
+
+
+@functools.lru_cache(maxsize=8192)
+def _key(send_device, incarnation, recv_device, tensor_name, frame_iter):
+    return f"{send_device};{int(incarnation):016x};{recv_device};{tensor_name};{frame_iter}"
 
 
 def compress_bfloat16(xp, x, mode):

@@ -9,9 +9,15 @@ Theory of operation (the paper's ready-queue executor, on trio):
 - **Ready-queue path**: a LIFO stack of ready nodes (depth first keeps the live set small);
   non-waiting kernels run inline in the loop; waiting kernels (``is_async``: Recv, Dequeue,
   GPU events) first try their nowait twin, then their subscribing form (a Recv hands the
-  rendezvous a callback that reports straight on the loop's channel: one task switch per
-  edge), and otherwise, like large offloadable kernels, start as tasks in the step's nursery
-  and report back on that channel. Subscriptions still pending when the run ends (failure,
+  rendezvous a callback), and otherwise, like large offloadable kernels, start as tasks in
+  the step's nursery and report back on the loop's channel.
+- **CPU partitions drain each other inline** (``_Driver``, one per step): when a Send run in
+  some drain delivers to a Recv subscription of another CPU partition of the step, the Recv
+  completes at once and that partition is drained right after, in the same task, as a
+  trampoline (drains never nest, so a long ping-pong keeps a flat stack). Its own task is
+  woken (a ``_WAKE`` on its channel) only when it must act: start kernels as tasks, fail, or
+  return. Deliveries from tasks, errors, and partitions on other devices (GPU streams) use
+  the channel: one task switch per edge. Subscriptions still pending when the run ends (failure,
   cancellation) are cancelled. Completing a node stores its outputs, drops input buffers whose readers
   are all done, and pushes consumers whose count reaches zero.
 - The first failure stops scheduling, cancels the nursery (waking every waiting kernel), and
@@ -209,12 +215,57 @@ async def _run_waiting(node, args, step, report):
     report.send_nowait((node, result, None, start))
 
 
+_WAKE = (None, None, None, 0)  # on a report channel: "your queue changed, look again"
+_DRIVER = "ready_queue_driver"  # ``step.extras`` key of the step's ``_Driver``
+
+
+class _Driver:
+    """Drains the CPU ready queues of one step's partitions inline, one after the other.
+
+    A Send run inside some queue's drain that delivers to another CPU queue's Recv
+    subscription does not wake that queue's task: the Recv completes at once and the queue
+    joins ``runnable``; the drain that is running (the *driver*, in whichever partition's
+    task) drains it when its own stack is empty. Drains never nest (a trampoline: a
+    ping-pong of any length stays one drain deep) and a queue's task is woken only when it
+    must act itself: kernels to start as tasks, a failure, or its last node done.
+    """
+
+    __slots__ = ("active", "runnable")
+
+    def __init__(self):
+        self.active = False   # a drain of this step is running (on the step's loop thread)
+        self.runnable = []    # queues with ready nodes delivered by the running drain
+
+    def run(self, queue):
+        """Drain ``queue`` (whose task is running), then every queue made runnable meanwhile."""
+        if self.active:  # not reached from task code; kept safe: the running loop takes it
+            queue.schedule(self)
+            return
+        self.active = True
+        runnable = self.runnable
+        try:
+            queue.drain_own()
+            while runnable:
+                other = runnable.pop()
+                other.scheduled = False
+                if other.failure is None:
+                    other.drain_own()
+                if other is not queue:
+                    other.wake_if_needed()
+        finally:
+            self.active = False
+            while runnable:  # only after an exception escaped a kernel: let their tasks drain
+                other = runnable.pop()
+                other.scheduled = False
+                other.wake(force=True)
+
+
 class _ReadyQueue:
     """The bookkeeping of one ready-queue run (see the module docstring)."""
 
     __slots__ = ("nodes", "slots", "step", "pending", "readers", "fetched", "ready",
                  "remaining", "trace", "device_name", "waiting", "failure", "report_send",
-                 "report_receive", "cancels")
+                 "report_receive", "cancels", "driver", "scheduled", "woken")
 
     def __init__(self, plan, slots, step):
         self.nodes = plan.nodes
@@ -231,6 +282,15 @@ class _ReadyQueue:
         self.failure = None
         self.report_send = self.report_receive = None  # opened by the first waiting kernel
         self.cancels = []      # cancel callables of subscriptions (see ``subscribe``)
+        # Partitions of a multi-device step on CPU drain each other inline (``_Driver``);
+        # a GPU partition (stream events, transfers awaited) keeps to its own task.
+        self.driver = None
+        if step.rendezvous is not None and plan.device.kind == "CPU":
+            self.driver = step.extras.get(_DRIVER)
+            if self.driver is None:
+                self.driver = step.extras[_DRIVER] = _Driver()
+        self.scheduled = False  # in ``driver.runnable``
+        self.woken = False      # a ``_WAKE`` is on the report channel, not yet received
 
     def open_report(self):
         """The channel on which tasks and subscriptions report ``(node, result, exc, start)``."""
@@ -239,13 +299,20 @@ class _ReadyQueue:
         return self.report_send
 
     def subscribe(self, node, ctx, args, start):
-        """Try ``node``'s subscribing form; True if it will deliver on the report channel."""
+        """Try ``node``'s subscribing form; True if it will deliver (inline or reported)."""
         kernel = get_kernel(node.op.type, node.ctx.device.kind)
         if kernel is None or kernel.subscribe is None or kernel.fn is not node.fn:
             return False
         send_nowait = self.open_report().send_nowait
+        driver = self.driver
 
         def deliver(result, exc=None):
+            # Called synchronously by the producer. From inside a drain of this step (a
+            # Send run inline), complete the node here and let the driver drain this queue.
+            if exc is None and driver is not None and driver.active and self.failure is None:
+                self.complete(node, result, start, waited=True)
+                self.schedule(driver)
+                return
             try:
                 send_nowait((node, result, exc, start))
             except (trio.ClosedResourceError, trio.BrokenResourceError):
@@ -256,6 +323,26 @@ class _ReadyQueue:
             return False
         self.cancels.append(cancel)
         return True
+
+    def schedule(self, driver):
+        """Have ``driver`` drain this queue once its current drain is done."""
+        if not self.scheduled:
+            self.scheduled = True
+            driver.runnable.append(self)
+
+    def wake_if_needed(self):
+        """After a drain run by another partition's task: wake this queue's task if it must act."""
+        if self.failure is not None or not self.remaining or self.waiting:
+            self.wake()
+
+    def wake(self, force=False):
+        if self.woken and not force:
+            return
+        self.woken = True
+        try:
+            self.report_send.send_nowait(_WAKE)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass  # the run is already over
 
     def close(self):
         """Cancel pending subscriptions and close the channel (the run is over)."""
@@ -280,7 +367,14 @@ class _ReadyQueue:
                                         _now_us(), waited=waited))
 
     def drain(self):
-        """Run every ready node that need not wait; queue the others in ``waiting``."""
+        """Run every ready node that need not wait (and, on CPU, what its Sends feed)."""
+        if self.driver is None:
+            self.drain_own()
+        else:
+            self.driver.run(self)
+
+    def drain_own(self):
+        """Run this queue's ready nodes that need not wait; queue the others in ``waiting``."""
         nodes, slots, readers, fetched, ready = (self.nodes, self.slots, self.readers,
                                                  self.fetched, self.ready)
         step, trace = self.step, self.trace
@@ -343,12 +437,7 @@ async def _wait_for_the_rest(queue):
                 await _run_with_tasks(queue, nursery, report_send, receive)
                 nursery.cancel_scope.cancel()
             return
-        node, result, exc, start = await receive()
-        if exc is not None:
-            queue.failure = wrap_error(exc, node.op, queue.device_name)
-            return
-        queue.complete(node, result, start, waited=True)
-        queue.drain()
+        _take_report(queue, await receive())
 
 
 async def _run_with_tasks(queue, nursery, report_send, receive):
@@ -358,9 +447,19 @@ async def _run_with_tasks(queue, nursery, report_send, receive):
         for node, args in queue.waiting:
             nursery.start_soon(_run_waiting, node, args, step, report_send)
         queue.waiting.clear()
-        node, result, exc, start = await receive()
-        if exc is not None:
-            queue.failure = wrap_error(exc, node.op, queue.device_name)
-            return
+        _take_report(queue, await receive())
+
+
+def _take_report(queue, report):
+    """Apply one report from the channel: a finished kernel, or a ``_WAKE``."""
+    node, result, exc, start = report
+    if node is None:  # another partition's task drained this queue: look at it again
+        queue.woken = False
+    elif queue.failure is not None:
+        return  # failed meanwhile (in a drain run by another partition's task)
+    elif exc is not None:
+        queue.failure = wrap_error(exc, node.op, queue.device_name)
+        return
+    else:
         queue.complete(node, result, start, waited=True)
-        queue.drain()
+    queue.drain()

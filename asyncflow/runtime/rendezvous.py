@@ -13,7 +13,8 @@ Theory of operation (the paper's §3.2.2 and TF's ``LocalRendezvousImpl``):
 - ``subscribe(key, callback)`` is the taskless form of ``recv``: the callback is called
   synchronously, exactly once, with ``(item, None)`` by the matching ``send`` (or at once if
   the value is already there) or with ``(None, error)`` by ``abort``. The executor uses it so a
-  send wakes the receiving partition's loop directly, with no receiving task in between.
+  send reaches the receiving partition directly (and drains it inline when both are local
+  CPU partitions), with no receiving task in between.
   ``unsubscribe`` drops a callback not yet called (a cancelled partition).
 - A parked ``recv`` and a subscription are the same thing in the table: one callable per key
   (a parked ``recv`` is a callable that sets its event).
@@ -120,11 +121,16 @@ class LocalRendezvous:
         return item
 
     def poll(self, key):
-        """``(value, is_dead)`` if sent, else None (raises the step's error after ``abort``)."""
-        try:
-            return self.recv_nowait(key)
-        except trio.WouldBlock:
-            return None
+        """``(value, is_dead)`` if sent, else None (raises the step's error after ``abort``).
+
+        ``recv_nowait`` without the exception: a Recv polls once per edge, usually in vain.
+        """
+        if self._error is not None:
+            raise self._error
+        item = self._items.pop(key, None)  # items are tuples, never None
+        if item is not None:
+            self._recvs += 1
+        return item
 
     async def recv(self, key):
         """Wait for the value sent under ``key``; returns ``(value, is_dead)``.

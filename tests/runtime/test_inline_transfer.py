@@ -1,0 +1,217 @@
+"""Partitions on local CPU devices drain each other inline (``executor._Driver``).
+
+A Send run inside one partition's drain that feeds a subscribed Recv of another CPU partition
+completes that Recv at once and drains the other partition right there, in the same task
+(a trampoline: drains never nest). The other partition's task is woken only to start kernels
+that must run as tasks, to fail, or to finish. Covered here: results equal one device's,
+errors keep their op and device, a 200-edge ping-pong keeps a flat stack and needs no task
+switch per edge, traces name each node's own device, waiting kernels still start as tasks,
+and a failure aborts every partition.
+"""
+import inspect
+
+import numpy as np
+import pytest
+import trio
+
+import asyncflow as af
+
+TWO_CPUS = af.SessionConfig(device_count={"CPU": 2})
+THREE_CPUS = af.SessionConfig(device_count={"CPU": 3})
+
+
+class _CountTaskSteps(trio.abc.Instrument):
+    def __init__(self):
+        self.steps = 0
+
+    def before_task_step(self, task):
+        self.steps += 1
+
+
+def _ping_pong(x, edges, op=af.identity, name="hop"):
+    """``edges`` ops alternating CPU:1, CPU:0, ...: ``{name}_{i}`` sits on CPU:(i+1)%2."""
+    y = x
+    for i in range(edges):
+        with af.device(f"/device:CPU:{(i + 1) % 2}"):
+            y = op(y, name=f"{name}_{i}")
+    return y
+
+
+async def _pause(v):
+    """An async py_func: its partition's task waits (autojump clock) until every other
+    partition has started and parked, so the next Send finds a subscribed Recv."""
+    await trio.sleep(1)
+    return v
+
+
+def _mixed_graph(devices):
+    """Fan-out, fan-in and chains across ``devices`` (or all on CPU:0 when None)."""
+    def on(i):
+        return af.device(None if devices is None else f"/device:CPU:{i % devices}")
+
+    x = af.placeholder(af.float32, [3], name="x")
+    with on(0):
+        a = x * 2.0
+        b = af.reduce_sum(x)
+    with on(1):
+        c = a + b
+        d = af.identity(c) * x
+    with on(2):
+        e = af.add_n([a, c, d])
+    with on(0):
+        f = e - af.reduce_max(d)
+    with on(1):
+        g = af.matmul(af.reshape(f, [1, 3]), af.reshape(x, [3, 1]))
+    return x, [f, g, af.identity(e)]
+
+
+async def test_results_match_one_device():
+    feed = np.array([1.0, -2.0, 3.5], np.float32)
+    with af.Graph().as_default():
+        x, fetches = _mixed_graph(None)
+        async with af.Session() as sess:
+            expected = await sess.run(fetches, {x: feed})
+    with af.Graph().as_default():
+        x, fetches = _mixed_graph(3)
+        async with af.Session(config=THREE_CPUS) as sess:
+            for _ in range(3):  # the plans are reused: every run starts from fresh queues
+                got = await sess.run(fetches, {x: feed})
+                for want, have in zip(expected, got):
+                    np.testing.assert_allclose(have, want, rtol=1e-6)
+
+
+async def test_ping_pong_of_200_edges_keeps_a_flat_stack_and_one_task_step_per_partition():
+    depths, tasks = [], []
+
+    def depth(v):
+        depths.append(len(inspect.stack(0)))
+        tasks.append(trio.lowlevel.current_task())
+        return v
+
+    def probe(t, name):
+        return af.py_func(depth, [t], af.float32, name=name) + 1.0
+
+    with af.Graph().as_default():
+        x = af.placeholder(af.float32, [], name="x")
+        y = _ping_pong(x, 200, op=probe)
+        async with af.Session(config=TWO_CPUS) as sess:
+            assert await sess.run(y, {x: 0.0}) == 200.0
+            depths.clear()
+            tasks.clear()
+            counter = _CountTaskSteps()
+            trio.lowlevel.add_instrument(counter)
+            try:
+                assert await sess.run(y, {x: 1.0}) == 201.0
+            finally:
+                trio.lowlevel.remove_instrument(counter)
+    assert len(depths) == 200
+    assert max(depths) == min(depths)  # the 200th hop runs as deep as the 1st
+    # Once both partitions started, one task drains both to the end (the first hop may run
+    # in its partition's first drain, before the other partition's task started).
+    assert len(set(tasks[1:])) == 1
+    # Before inline draining each edge cost a task step of the receiving partition (200).
+    assert counter.steps < 40
+
+
+async def test_kernel_failing_in_a_partition_drained_by_the_other_task_is_located(
+        autojump_clock):
+    ran_in = {}
+
+    def recorder(key):
+        def record(v):
+            ran_in[key] = trio.lowlevel.current_task()
+            return v
+        return record
+
+    with af.Graph().as_default():
+        x = af.placeholder(af.float32, [None], name="x")
+        with af.device("/device:CPU:0"):
+            first = af.py_func(_pause, [x], af.float32) * 2.0
+        with af.device("/device:CPU:1"):
+            af.py_func(recorder("own"), [af.constant(np.float32(0.0))], af.float32,
+                       name="own")
+            seen = af.py_func(recorder("inline"), [af.identity(first)], af.float32)
+            bad = af.reshape(seen, [3], name="bad_reshape")
+        with af.device("/device:CPU:0"):
+            out = af.identity(bad) + 1.0
+        async with af.Session(config=TWO_CPUS) as sess:
+            with trio.fail_after(10):
+                with pytest.raises(af.errors.InvalidArgumentError) as info:
+                    await sess.run([out, "own:0"], {x: np.ones(4, np.float32)})
+            assert info.value.op.name == "bad_reshape"
+            assert "Reshape 'bad_reshape' on /job:localhost/replica:0/task:0/device:CPU:1" \
+                in info.value.message
+            # CPU:1's nodes after the Recv ran in CPU:0's task, which drained CPU:1 inline.
+            assert ran_in["inline"] is not ran_in["own"]
+            got = await sess.run(out, {x: np.ones(3, np.float32)})
+            np.testing.assert_array_equal(got, np.full(3, 3.0))
+
+
+async def test_trace_names_each_nodes_own_device():
+    with af.Graph().as_default():
+        x = af.placeholder(af.float32, [], name="x")
+        y = _ping_pong(x, 6)
+        async with af.Session(config=TWO_CPUS) as sess:
+            metadata = af.RunMetadata()
+            options = af.RunOptions(trace_level=af.RunOptions.FULL_TRACE)
+            assert await sess.run(y, {x: 2.0}, options=options, run_metadata=metadata) == 2.0
+    stats = metadata.step_stats
+    assert {r.device.rsplit("/", 1)[-1] for r in stats} == {"device:CPU:0", "device:CPU:1"}
+    hops = {r.node_name: r for r in stats if r.op_type == "Identity"}
+    assert len(hops) == 6
+    for i in range(6):
+        assert hops[f"hop_{i}"].device.endswith(f"/device:CPU:{(i + 1) % 2}")
+        assert not hops[f"hop_{i}"].waited
+    recvs = [r for r in stats if r.op_type == "_Recv"]
+    sends = [r for r in stats if r.op_type == "_Send"]
+    assert len(recvs) == len(sends) >= 5  # the fed placeholder may sit on CPU:1
+    assert all(r.end_us >= r.start_us for r in recvs)
+    assert any(r.waited for r in recvs)  # subscribed, then completed by the Send
+    assert not any(r.waited for r in sends)
+
+
+async def test_waiting_kernel_in_an_inline_drained_partition_starts_as_its_task(
+        autojump_clock):
+    async def later(v):
+        await trio.sleep(1)
+        return v + 10.0
+
+    with af.Graph().as_default():
+        x = af.placeholder(af.float32, [], name="x")
+        with af.device("/device:CPU:0"):
+            a = af.py_func(_pause, [x], af.float32) + 1.0
+        with af.device("/device:CPU:1"):
+            b = af.py_func(later, [af.identity(a)], af.float32)  # a task on CPU:1
+            c = af.identity(b) * 2.0
+        with af.device("/device:CPU:0"):
+            d = _ping_pong(c, 10) - 1.0
+        async with af.Session(config=TWO_CPUS) as sess:
+            with trio.fail_after(10):
+                for value in (0.0, 5.0):
+                    assert await sess.run(d, {x: value}) == (value + 11.0) * 2.0 - 1.0
+
+
+async def test_failure_aborts_partitions_parked_on_recvs_and_tasks(autojump_clock):
+    async def wait_forever(v):
+        await trio.sleep_forever()
+
+    with af.Graph().as_default():
+        x = af.placeholder(af.float32, [None], name="x")
+        with af.device("/device:CPU:2"):
+            stuck = af.py_func(wait_forever, [af.constant(np.float32(1.0))], af.float32)
+        with af.device("/device:CPU:0"):
+            start = af.py_func(_pause, [x], af.float32)
+        chain = _ping_pong(start, 8)  # CPU:0's task drains CPU:1 inline, hop after hop
+        with af.device("/device:CPU:1"):
+            bad = af.reshape(af.identity(chain), [3], name="late_bad")
+        with af.device("/device:CPU:0"):
+            out = [af.identity(bad), af.identity(stuck)]
+        async with af.Session(config=THREE_CPUS) as sess:
+            with trio.fail_after(5):
+                with pytest.raises(af.errors.InvalidArgumentError) as info:
+                    await sess.run(out, {x: np.ones(4, np.float32)})
+            assert info.value.op.name == "late_bad"
+            assert "device:CPU:1" in info.value.message
+            with trio.fail_after(5):
+                got = await sess.run(chain, {x: np.ones(2, np.float32)})
+            np.testing.assert_array_equal(got, np.ones(2))
