@@ -45,6 +45,29 @@ def _key(send_device, incarnation, recv_device, tensor_name, frame_iter):
     return f"{send_device};{int(incarnation):016x};{recv_device};{tensor_name};{frame_iter}"
 
 
+_ROOT_KEYS = {}  # id(attrs) -> (attrs, key): the root-frame keys of recently run Send/Recvs
+
+
+def _key_of(ctx):
+    """The rendezvous key of ``ctx``'s Send/Recv in its frame iteration.
+
+    Outside loops the key depends on the op's attrs only (never mutated once the op
+    exists): it is kept per attrs dict, so an edge pays one lookup, not a formatting.
+    """
+    attrs = ctx.attrs
+    frame_iter = getattr(ctx, "frame_iter", None)
+    if frame_iter and frame_iter != ROOT_FRAME_ITER:
+        return rendezvous_key(attrs, frame_iter)
+    entry = _ROOT_KEYS.get(id(attrs))
+    if entry is not None and entry[0] is attrs:
+        return entry[1]
+    if len(_ROOT_KEYS) >= 8192:
+        _ROOT_KEYS.clear()
+    key = rendezvous_key(attrs)
+    _ROOT_KEYS[id(attrs)] = (attrs, key)
+    return key
+
+
 def compress_bfloat16(xp, x, mode):
     """float32 ``x`` as uint16 bfloat16 bits (``mode`` "truncate" or "round")."""
     bits = xp.ascontiguousarray(x).view(xp.uint32)
@@ -62,10 +85,6 @@ def compress_bfloat16(xp, x, mode):
 def decompress_bfloat16(xp, bits):
     """uint16 bfloat16 bits back to float32 (the low 16 bits zero)."""
     return (bits.astype(xp.uint32) << 16).view(xp.float32)
-
-
-def _frame_iter(ctx):
-    return getattr(ctx, "frame_iter", None) or ROOT_FRAME_ITER
 
 
 @register_kernel("_Send", is_async=True, runs_on_dead=True)
@@ -91,12 +110,12 @@ def _deposit(ctx, value, is_dead=False):
     if mode and getattr(value, "dtype", None) == np.float32:
         xp = np if isinstance(value, np.ndarray) else ctx.xp
         value = compress_bfloat16(xp, value, mode)
-    ctx.step.rendezvous.send(rendezvous_key(ctx.attrs, _frame_iter(ctx)), value, is_dead)
+    ctx.step.rendezvous.send(_key_of(ctx), value, is_dead)
 
 
 @register_kernel("_Recv", is_async=True, runs_on_dead=True)
 async def _recv(ctx):
-    value, is_dead = await ctx.step.rendezvous.recv(rendezvous_key(ctx.attrs, _frame_iter(ctx)))
+    value, is_dead = await ctx.step.rendezvous.recv(_key_of(ctx))
     return _received(ctx, value, is_dead)
 
 
@@ -115,7 +134,7 @@ def _received(ctx, value, is_dead=False):
 @register_nowait("_Recv")
 def _recv_nowait(ctx):
     poll = getattr(ctx.step.rendezvous, "poll", None)
-    item = poll(rendezvous_key(ctx.attrs, _frame_iter(ctx))) if poll is not None else None
+    item = poll(_key_of(ctx)) if poll is not None else None
     return WOULD_BLOCK if item is None else _received(ctx, item[0], item[1])
 
 
@@ -125,21 +144,35 @@ def _recv_subscribe(ctx, deliver):
     subscribe = getattr(rendezvous, "subscribe", None)
     if subscribe is None:
         return WOULD_BLOCK
+    subscription = _Subscription(ctx, deliver, rendezvous, _key_of(ctx))
+    subscribe(subscription.key, subscription)
+    return subscription.cancel
 
-    def arrived(item, error):  # called synchronously by send/abort: never raises
+
+class _Subscription:
+    """A Recv waiting in a rendezvous: called by the Send (or abort), it delivers outputs."""
+
+    __slots__ = ("ctx", "deliver", "rendezvous", "key")
+
+    def __init__(self, ctx, deliver, rendezvous, key):
+        self.ctx = ctx
+        self.deliver = deliver
+        self.rendezvous = rendezvous
+        self.key = key
+
+    def __call__(self, item, error):  # called synchronously by send/abort: never raises
         if error is not None:
-            deliver(None, error)
+            self.deliver(None, error)
             return
         try:
-            outputs = _received(ctx, item[0], item[1])
+            outputs = _received(self.ctx, item[0], item[1])
         except Exception as exc:  # noqa: BLE001 - becomes this Recv's error
-            deliver(None, exc)
+            self.deliver(None, exc)
             return
-        deliver(outputs)
+        self.deliver(outputs)
 
-    key = rendezvous_key(ctx.attrs, _frame_iter(ctx))
-    subscribe(key, arrived)
-    return lambda: rendezvous.unsubscribe(key, arrived)
+    def cancel(self):
+        self.rendezvous.unsubscribe(self.key, self)
 
 
 @register_nowait("_Send")

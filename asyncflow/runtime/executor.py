@@ -250,14 +250,45 @@ class _Driver:
                 other.scheduled = False
                 if other.failure is None:
                     other.drain_own()
-                if other is not queue:
-                    other.wake_if_needed()
+                if other is not queue and (other.failure is not None or not other.remaining
+                                           or other.waiting):
+                    other.wake()  # its task must act: start tasks, fail, or return
         finally:
             self.active = False
             while runnable:  # only after an exception escaped a kernel: let their tasks drain
                 other = runnable.pop()
                 other.scheduled = False
                 other.wake(force=True)
+
+
+class _Delivery:
+    """``deliver(result, exc=None)`` of one subscribed node, called once by its producer.
+
+    Called synchronously. From inside a drain of this step (a Send run inline by a driver),
+    a CPU queue completes the node at once and joins the driver's ``runnable``; otherwise
+    (a task, an abort, a GPU queue, an error) the report goes on the queue's channel.
+    """
+
+    __slots__ = ("queue", "node", "start")
+
+    def __init__(self, queue, node, start):
+        self.queue = queue
+        self.node = node
+        self.start = start
+
+    def __call__(self, result, exc=None):
+        queue = self.queue
+        driver = queue.driver
+        if exc is None and driver is not None and driver.active and queue.failure is None:
+            queue.complete(self.node, result, self.start, waited=True)
+            if not queue.scheduled:
+                queue.scheduled = True
+                driver.runnable.append(queue)
+            return
+        try:
+            queue.report_send.send_nowait((self.node, result, exc, self.start))
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass  # the run is over (failed or cancelled): nobody waits for this value
 
 
 class _ReadyQueue:
@@ -303,22 +334,8 @@ class _ReadyQueue:
         kernel = get_kernel(node.op.type, node.ctx.device.kind)
         if kernel is None or kernel.subscribe is None or kernel.fn is not node.fn:
             return False
-        send_nowait = self.open_report().send_nowait
-        driver = self.driver
-
-        def deliver(result, exc=None):
-            # Called synchronously by the producer. From inside a drain of this step (a
-            # Send run inline), complete the node here and let the driver drain this queue.
-            if exc is None and driver is not None and driver.active and self.failure is None:
-                self.complete(node, result, start, waited=True)
-                self.schedule(driver)
-                return
-            try:
-                send_nowait((node, result, exc, start))
-            except (trio.ClosedResourceError, trio.BrokenResourceError):
-                pass  # the run is over (failed or cancelled): nobody waits for this value
-
-        cancel = kernel.subscribe(ctx, *args, deliver)
+        self.open_report()
+        cancel = kernel.subscribe(ctx, *args, _Delivery(self, node, start))
         if cancel is WOULD_BLOCK:
             return False
         self.cancels.append(cancel)
@@ -330,12 +347,8 @@ class _ReadyQueue:
             self.scheduled = True
             driver.runnable.append(self)
 
-    def wake_if_needed(self):
-        """After a drain run by another partition's task: wake this queue's task if it must act."""
-        if self.failure is not None or not self.remaining or self.waiting:
-            self.wake()
-
     def wake(self, force=False):
+        """Put a ``_WAKE`` on the report channel (once until received, unless ``force``)."""
         if self.woken and not force:
             return
         self.woken = True
@@ -352,6 +365,7 @@ class _ReadyQueue:
         if self.remaining:  # failed or cancelled: drop the subscriptions not delivered
             for cancel in self.cancels:
                 cancel()
+        self.cancels.clear()  # they refer back to this queue: let it go without the GC
 
     def complete(self, node, result, start, waited=False):
         slots, pending, ready = self.slots, self.pending, self.ready
@@ -380,11 +394,15 @@ class _ReadyQueue:
         step, trace = self.step, self.trace
         while ready:
             node = nodes[ready.pop()]
-            args = [slots[i] for i in node.inputs]
-            for slot in node.inputs:
-                readers[slot] -= 1
-                if readers[slot] == 0 and slot not in fetched:
-                    slots[slot] = None
+            inputs = node.inputs
+            if inputs:
+                args = [slots[i] for i in inputs]
+                for slot in inputs:
+                    readers[slot] -= 1
+                    if readers[slot] == 0 and slot not in fetched:
+                        slots[slot] = None
+            else:
+                args = []
             try:
                 for position in node.deref:
                     args[position] = args[position].read()
