@@ -349,7 +349,7 @@ class _ReadyQueue:
 
     def wake(self, force=False):
         """Put a ``_WAKE`` on the report channel (once until received, unless ``force``)."""
-        if self.woken and not force:
+        if (self.woken and not force) or self.report_send is None:
             return
         self.woken = True
         try:
@@ -473,11 +473,11 @@ def _take_report(queue, report):
     node, result, exc, start = report
     if node is None:  # another partition's task drained this queue: look at it again
         queue.woken = False
-    elif queue.failure is not None:
+    if queue.failure is not None:
         return  # failed meanwhile (in a drain run by another partition's task)
-    elif exc is not None:
-        queue.failure = wrap_error(exc, node.op, queue.device_name)
-        return
-    else:
+    if node is not None:
+        if exc is not None:
+            queue.failure = wrap_error(exc, node.op, queue.device_name)
+            return
         queue.complete(node, result, start, waited=True)
     queue.drain()

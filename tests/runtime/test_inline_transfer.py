@@ -215,3 +215,26 @@ async def test_failure_aborts_partitions_parked_on_recvs_and_tasks(autojump_cloc
             with trio.fail_after(5):
                 got = await sess.run(chain, {x: np.ones(2, np.float32)})
             np.testing.assert_array_equal(got, np.ones(2))
+
+
+def test_only_cpu_partitions_of_a_multi_partition_step_share_a_driver():
+    import types
+
+    from asyncflow.runtime import executor
+    from asyncflow.runtime.rendezvous import LocalRendezvous
+
+    def plan_on(kind):
+        device = types.SimpleNamespace(kind=kind, name=f"/device:{kind}:0")
+        return types.SimpleNamespace(nodes=[], slot_readers=[], fetched=frozenset(), roots=[],
+                                     device=device)
+
+    step = executor.Step(1, rendezvous=LocalRendezvous())
+    cpu0 = executor._ReadyQueue(plan_on("CPU"), [], step)
+    cpu1 = executor._ReadyQueue(plan_on("CPU"), [], step)
+    gpu = executor._ReadyQueue(plan_on("GPU"), [], step)
+    assert cpu0.driver is not None and cpu0.driver is cpu1.driver
+    assert gpu.driver is None  # a GPU partition keeps to its own task and channel
+    other_step = executor.Step(2, rendezvous=LocalRendezvous())
+    assert executor._ReadyQueue(plan_on("CPU"), [], other_step).driver is not cpu0.driver
+    # A single-partition step (no rendezvous) never pays for a driver.
+    assert executor._ReadyQueue(plan_on("CPU"), [], executor.Step(3)).driver is None
