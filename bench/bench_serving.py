@@ -2,8 +2,8 @@
 
 (a) batching: 1,000 concurrent one-row requests to the digits MLP (64-128-10, the model of
     ``demos/inference_service.py``, random weights), answered (1) by one ``Session.run`` per
-    request and (2) through a Batcher (max 64 rows, max wait 2 ms), measured in the same
-    process on the same session, alternating the two for ``--rounds`` rounds; reported are
+    request and (2) through a Batcher (max 64 and max 128 rows, max wait 2 ms), measured in
+    the same process on the same session, alternating the two for ``--rounds`` rounds; reported are
     the median throughput of each, their ratio (target >= 5x), and p50/p99 latency (from the
     start of the burst, when all requests are submitted at once, to each answer, so latency
     is mostly queueing). Done twice: from asyncio (``aio.Session``/``aio.Batcher``, trio as
@@ -45,7 +45,7 @@ from asyncflow.serving import Batcher  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "demos"))
 from inference_service import build_digits_model  # noqa: E402  (the demo's model)
 
-MAX_BATCH = 64
+MAX_BATCHES = (64, 128)  # each is measured; 128 is the demo service's default
 MAX_WAIT_MS = 2.0
 
 
@@ -96,7 +96,7 @@ async def _trio_burst(call, rows):
     return summarize(time.perf_counter() - start, time.process_time() - cpu_start, latencies)
 
 
-async def batching_asyncio(requests, rounds):
+async def batching_asyncio(requests, rounds, max_batch):
     rows = request_rows(requests)
     out = {"unbatched": [], "batched": []}
     with af.Graph().as_default():
@@ -104,7 +104,7 @@ async def batching_asyncio(requests, rounds):
         fetches = [model.classes, model.probabilities]
         async with aio.Session() as sess:
             await sess.run(af.global_variables_initializer())
-            async with aio.Batcher(sess, [model.x], fetches, max_batch_size=MAX_BATCH,
+            async with aio.Batcher(sess, [model.x], fetches, max_batch_size=max_batch,
                                    max_wait_ms=MAX_WAIT_MS) as batcher:
                 async def unbatched(r):
                     return await sess.run(fetches, {model.x: r})
@@ -120,7 +120,7 @@ async def batching_asyncio(requests, rounds):
     return out, stats
 
 
-async def batching_trio(requests, rounds):
+async def batching_trio(requests, rounds, max_batch):
     rows = request_rows(requests)
     out = {"unbatched": [], "batched": []}
     with af.Graph().as_default():
@@ -128,7 +128,7 @@ async def batching_trio(requests, rounds):
         fetches = [model.classes, model.probabilities]
         async with af.Session() as sess:
             await sess.run(af.global_variables_initializer())
-            async with Batcher(sess, [model.x], fetches, max_batch_size=MAX_BATCH,
+            async with Batcher(sess, [model.x], fetches, max_batch_size=max_batch,
                                max_wait_ms=MAX_WAIT_MS) as batcher:
                 async def unbatched(r):
                     return await sess.run(fetches, {model.x: r})
@@ -202,13 +202,17 @@ def main(argv=None):
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--runs", type=int, default=3000, help="trivial runs per timing (b)")
+    parser.add_argument("--max-batch", type=int, nargs="+", default=list(MAX_BATCHES),
+                        help="Batcher max_batch_size values to measure")
     args = parser.parse_args(argv)
     print(f"Python {platform.python_version()}, numpy {np.__version__}, trio {trio.__version__}, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
-    report_batching("asyncio (aio.Batcher)", *asyncio.run(batching_asyncio(args.requests,
-                                                                            args.rounds)))
-    report_batching("trio (serving.Batcher)", *trio.run(batching_trio, args.requests,
-                                                        args.rounds))
+    for max_batch in args.max_batch:
+        report_batching(f"asyncio (aio.Batcher, max {max_batch} rows)",
+                        *asyncio.run(batching_asyncio(args.requests, args.rounds, max_batch)))
+    for max_batch in args.max_batch:
+        report_batching(f"trio (serving.Batcher, max {max_batch} rows)",
+                        *trio.run(batching_trio, args.requests, args.rounds, max_batch))
     (trio_s, trio_cpu), (aio_s, aio_cpu) = overhead(args.runs, args.rounds)
     ratio = aio_s / trio_s
     print(f"(b) trivial run: Session.run {trio_s * 1e6:.0f} us ({trio_cpu * 1e6:.0f} us CPU), "

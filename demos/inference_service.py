@@ -25,7 +25,7 @@ Theory of operation:
 Usage::
 
     python demos/inference_service.py [--model-dir DIR] [--port 8080]
-        [--max-batch-size 64] [--max-wait-ms 2] [--train-steps 300]
+        [--max-batch-size 128] [--max-wait-ms 2] [--train-steps 300]
     python demos/inference_client.py --url http://127.0.0.1:8080 --requests 1000
 
 Without ``--model-dir`` the service first trains and saves a model in a temporary directory.
@@ -221,7 +221,7 @@ def error_response(exc):
     return web.json_response({"error": type(exc).__name__, "message": str(exc)}, status=status)
 
 
-def make_app(model_dir, max_batch_size=64, max_wait_ms=2.0):
+def make_app(model_dir, max_batch_size=128, max_wait_ms=2.0):
     """An aiohttp application serving the model saved in ``model_dir``.
 
     Args:
@@ -307,7 +307,7 @@ def main(argv=None):
     parser.add_argument("--model-dir", help="checkpoint directory (default: train one first)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080, help="0 picks a free port")
-    parser.add_argument("--max-batch-size", type=int, default=64)
+    parser.add_argument("--max-batch-size", type=int, default=128)
     parser.add_argument("--max-wait-ms", type=float, default=2.0)
     parser.add_argument("--train-steps", type=int, default=300)
     args = parser.parse_args(argv)
