@@ -261,6 +261,26 @@ class _Driver:
                 other.wake(force=True)
 
 
+_SUBSCRIBE_FORMS = {}  # (kernel fn, op type, device kind) -> its subscribing form, or None
+
+
+def _subscribe_form(node):
+    """The subscribing form of ``node``'s kernel, or None.
+
+    Looked up in the registry once per kernel: forms are attached when kernels register.
+    """
+    ctx = node.ctx
+    key = (node.fn, ctx.type, ctx.device.kind)
+    try:
+        return _SUBSCRIBE_FORMS[key]
+    except KeyError:
+        pass
+    kernel = get_kernel(ctx.type, ctx.device.kind)
+    form = kernel.subscribe if kernel is not None and kernel.fn is node.fn else None
+    _SUBSCRIBE_FORMS[key] = form
+    return form
+
+
 class _Delivery:
     """``deliver(result, exc=None)`` of one subscribed node, called once by its producer.
 
@@ -329,13 +349,11 @@ class _ReadyQueue:
             self.report_send, self.report_receive = trio.open_memory_channel(math.inf)
         return self.report_send
 
-    def subscribe(self, node, ctx, args, start):
-        """Try ``node``'s subscribing form; True if it will deliver (inline or reported)."""
-        kernel = get_kernel(node.op.type, node.ctx.device.kind)
-        if kernel is None or kernel.subscribe is None or kernel.fn is not node.fn:
-            return False
-        self.open_report()
-        cancel = kernel.subscribe(ctx, *args, _Delivery(self, node, start))
+    def subscribe(self, form, node, ctx, args, start):
+        """Try ``node``'s subscribing ``form``; True if it will deliver (inline or reported)."""
+        if self.report_send is None:
+            self.open_report()
+        cancel = form(ctx, *args, _Delivery(self, node, start))
         if cancel is WOULD_BLOCK:
             return False
         self.cancels.append(cancel)
@@ -391,7 +409,7 @@ class _ReadyQueue:
         """Run this queue's ready nodes that need not wait; queue the others in ``waiting``."""
         nodes, slots, readers, fetched, ready = (self.nodes, self.slots, self.readers,
                                                  self.fetched, self.ready)
-        step, trace = self.step, self.trace
+        step, trace, driver = self.step, self.trace, self.driver
         while ready:
             node = nodes[ready.pop()]
             inputs = node.inputs
@@ -409,9 +427,16 @@ class _ReadyQueue:
                 start = _now_us() if trace is not None else 0
                 if node.is_async:
                     ctx = StepContext(node.ctx, step)
+                    form = _subscribe_form(node)
+                    # With a driver, a value already there is delivered inline at once:
+                    # subscribing first saves the poll that usually finds nothing.
+                    if form is not None and driver is not None \
+                            and self.subscribe(form, node, ctx, args, start):
+                        continue
                     result = WOULD_BLOCK if node.nowait is None else node.nowait(ctx, *args)
                     if result is WOULD_BLOCK:
-                        if not self.subscribe(node, ctx, args, start):
+                        if form is None or driver is not None \
+                                or not self.subscribe(form, node, ctx, args, start):
                             self.waiting.append((node, args))
                         continue
                 elif node.offload and runtime_cost(node, args) >= OFFLOAD_COST:
