@@ -5,10 +5,11 @@ its value leaves the device, and Recv waits in the step's rendezvous. They reach
 rendezvous only through ``ctx.step.rendezvous`` and the device only through ``ctx.device``,
 so they import no trio scheduling.
 
-A Recv tries, in order: its nowait twin (the value is already there), its subscribing form
+A Recv tries its nowait twin (the value is already there) and its subscribing form
 (``LocalRendezvous.subscribe``: the Send's ``rendezvous.send`` calls the executor back
-directly, no task), and only on a rendezvous without ``subscribe`` (the distributed one) the
-async kernel as a task.
+directly, no task; the executor tries it first on local CPU partitions), and only on a
+rendezvous without ``subscribe`` (the distributed one) runs the async kernel as a task.
+The subscription is one ``_Subscription`` object (the rendezvous callback), not closures.
 
 Lossy transfer (the paper's §5.5): float32 values cross as the high 16 bits (bfloat16).
 - ``"truncate"``: the paper's method, ``(x.view(uint32) >> 16).astype(uint16)``; the receiver

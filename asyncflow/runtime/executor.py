@@ -10,16 +10,18 @@ Theory of operation (the paper's ready-queue executor, on trio):
   non-waiting kernels run inline in the loop; waiting kernels (``is_async``: Recv, Dequeue,
   GPU events) first try their nowait twin, then their subscribing form (a Recv hands the
   rendezvous a callback), and otherwise, like large offloadable kernels, start as tasks in
-  the step's nursery and report back on the loop's channel.
+  the step's nursery and report back on the loop's channel. Subscriptions still pending when
+  the run ends (failure, cancellation) are cancelled. Completing a node stores its outputs,
+  drops input buffers whose readers are all done, and pushes consumers whose count reaches
+  zero.
 - **CPU partitions drain each other inline** (``_Driver``, one per step): when a Send run in
   some drain delivers to a Recv subscription of another CPU partition of the step, the Recv
   completes at once and that partition is drained right after, in the same task, as a
   trampoline (drains never nest, so a long ping-pong keeps a flat stack). Its own task is
   woken (a ``_WAKE`` on its channel) only when it must act: start kernels as tasks, fail, or
-  return. Deliveries from tasks, errors, and partitions on other devices (GPU streams) use
-  the channel: one task switch per edge. Subscriptions still pending when the run ends (failure,
-  cancellation) are cancelled. Completing a node stores its outputs, drops input buffers whose readers
-  are all done, and pushes consumers whose count reaches zero.
+  return. There a Recv subscribes before polling (a value already there is delivered at
+  once). Deliveries from tasks, errors, and partitions on other devices (GPU streams) use
+  the channel: one task switch per edge.
 - The first failure stops scheduling, cancels the nursery (waking every waiting kernel), and
   surfaces as one ``OpError`` naming the op, its type, its device and where it was created.
   Tasks never raise into the nursery: they report, so no ExceptionGroup reaches the caller.
