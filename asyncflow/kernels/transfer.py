@@ -165,6 +165,10 @@ class _Subscription:
         if error is not None:
             self.deliver(None, error)
             return
+        ctx = self.ctx
+        if not item[1] and ctx.device.kind == "CPU" and not ctx.attrs.get("compress"):
+            self.deliver((item[0],))  # what ``_received`` returns here, without the call
+            return
         try:
             outputs = _received(self.ctx, item[0], item[1])
         except Exception as exc:  # noqa: BLE001 - becomes this Recv's error
@@ -183,5 +187,8 @@ def _send_nowait(ctx, value):
         return ()
     if ctx.device.kind != "CPU":
         return WOULD_BLOCK  # the value must first leave the device's stream (awaited)
-    _deposit(ctx, value)
+    if ctx.attrs.get("compress"):
+        _deposit(ctx, value)
+    else:  # ``_deposit`` without the call: the common case of every local edge
+        ctx.step.rendezvous.send(_key_of(ctx), value, False)
     return ()

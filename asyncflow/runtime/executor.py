@@ -263,23 +263,24 @@ class _Driver:
                 other.wake(force=True)
 
 
-_SUBSCRIBE_FORMS = {}  # (kernel fn, op type, device kind) -> its subscribing form, or None
+_SUBSCRIBE_FORMS = {}  # id(plan node) -> (node, its kernel's subscribing form or None)
 
 
 def _subscribe_form(node):
     """The subscribing form of ``node``'s kernel, or None.
 
-    Looked up in the registry once per kernel: forms are attached when kernels register.
+    Looked up in the registry once per plan node (forms are attached when kernels register);
+    the table holds the nodes of recently run plans and is emptied when it grows large.
     """
+    entry = _SUBSCRIBE_FORMS.get(id(node))
+    if entry is not None and entry[0] is node:
+        return entry[1]
     ctx = node.ctx
-    key = (node.fn, ctx.type, ctx.device.kind)
-    try:
-        return _SUBSCRIBE_FORMS[key]
-    except KeyError:
-        pass
     kernel = get_kernel(ctx.type, ctx.device.kind)
     form = kernel.subscribe if kernel is not None and kernel.fn is node.fn else None
-    _SUBSCRIBE_FORMS[key] = form
+    if len(_SUBSCRIBE_FORMS) >= 8192:
+        _SUBSCRIBE_FORMS.clear()
+    _SUBSCRIBE_FORMS[id(node)] = (node, form)
     return form
 
 
@@ -416,7 +417,7 @@ class _ReadyQueue:
             node = nodes[ready.pop()]
             inputs = node.inputs
             if inputs:
-                args = [slots[i] for i in inputs]
+                args = [slots[inputs[0]]] if len(inputs) == 1 else [slots[i] for i in inputs]
                 for slot in inputs:
                     readers[slot] -= 1
                     if readers[slot] == 0 and slot not in fetched:
