@@ -311,3 +311,34 @@ def test_saver_saves_and_restores_from_asyncio(tmp_path):
     path, value, latest = asyncio.run(main())
     assert path.endswith("model-7") and latest == path
     assert value == 3.0
+
+
+def test_a_loop_of_inline_runs_lets_other_asyncio_tasks_run():
+    async def main():
+        with af.Graph().as_default():
+            x, y = build()
+            async with aio.Session() as sess:
+                ticks = 0
+                stop = False
+
+                async def ticker():
+                    nonlocal ticks
+                    while not stop:
+                        ticks += 1
+                        await asyncio.sleep(0)
+
+                other = asyncio.create_task(ticker())
+                await asyncio.sleep(0)
+                loop = asyncio.get_running_loop()
+                start = loop.time()
+                for _ in range(2000):  # runs that never suspend on their own
+                    await sess.run(y, {x: [[1.0, 1.0]]})
+                elapsed = loop.time() - start
+                stop = True
+                await other
+                return elapsed, ticks
+
+    elapsed, ticks = asyncio.run(main())
+    # The ticker ran during the loop, about once per millisecond of runs (TIME_SLICE_S).
+    assert ticks >= min(5, int(elapsed / 0.001) // 2)
+    assert ticks >= 1
