@@ -347,7 +347,7 @@ class Batcher:
                         timer.cancel()
                 batch = queue.take()
                 if batch:
-                    await self._run_batch(batch)
+                    await queue.run_batch(self._aio_session.run, batch)
         finally:
             queue.fail(batch, _serving.stopped_error())
             queue.fail_queued(_serving.stopped_error())
@@ -363,15 +363,6 @@ class Batcher:
         server = self._server
         if server is not None and not server.done():
             server.set_result(None)
-
-    async def _run_batch(self, batch):
-        queue = self._queue
-        try:
-            outputs = await self._aio_session.run(queue.outputs, queue.feeds(batch))
-        except Exception as exc:  # noqa: BLE001 - every caller of the batch gets the error
-            queue.fail(batch, exc)
-            return
-        queue.deliver(batch, outputs)
 
 
 def _settle(future, result, error):

@@ -212,6 +212,16 @@ class BatchQueue:
                 self._settle(request.waiter, rows[0] if self.single else rows, None)
             start = stop
 
+    async def run_batch(self, run, batch):
+        """One step for ``batch`` through ``run`` (a session's ``run``, awaited under
+        whichever loop drives this queue); every caller gets its rows or the step's error."""
+        try:
+            outputs = await run(self.outputs, self.feeds(batch))
+        except Exception as exc:  # noqa: BLE001 - every caller of the batch gets the error
+            self.fail(batch, exc)
+            return
+        self.deliver(batch, outputs)
+
     def fail(self, batch, error):
         for request in batch:
             if not request.abandoned:
@@ -286,7 +296,7 @@ class Batcher:
                         await self._park(wake_on_first=False)
                 batch = queue.take()
                 if batch:
-                    await self._run_batch(batch)
+                    await queue.run_batch(self._session.run, batch)
         finally:
             self._serving = False
             queue.fail(batch, stopped_error())
@@ -328,12 +338,3 @@ class Batcher:
             return trio.lowlevel.Abort.SUCCEEDED
         return await trio.lowlevel.wait_task_rescheduled(abort)
 
-    # -- serving ----------------------------------------------------------------------------
-    async def _run_batch(self, batch):
-        queue = self._queue
-        try:
-            outputs = await self._session.run(queue.outputs, queue.feeds(batch))
-        except Exception as exc:  # noqa: BLE001 - every caller of the batch gets the error
-            queue.fail(batch, exc)
-            return
-        queue.deliver(batch, outputs)
