@@ -293,8 +293,8 @@ class Session:
 
     async def _run_prepared(self, request, options, run_metadata):
         await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller never starts a step
-        plan = self._inline_plan(request, options)
-        if plan is not None:  # the common small step: none of the machinery below applies
+        plan = self._inline_plan(request, options, static_only=False)
+        if plan is not None:  # one local CPU partition: none of the machinery below applies
             result = await self._run_inline(request, plan)
         else:
             computed = await self._run_compiled(request.compiled, request.feed_values, options,
@@ -313,13 +313,15 @@ class Session:
                   _host_value(feed_values[fed_positions[t]]) for t in request.structure.tensors]
         return request.structure.rebuild(values)
 
-    def _inline_plan(self, request, options):
-        """The plan of a run that any event loop may await directly, else None.
+    def _inline_plan(self, request, options, static_only=True):
+        """The plan of a run that needs no step machinery around its one plan, else None.
 
-        That is one static plan on a CPU device of this process, untraced and without a
-        deadline: it awaits nothing but the offload of a large kernel, so it needs no trio
-        scheduling, no rendezvous and no cancel scope (``asyncflow.aio`` runs such steps on
-        the asyncio loop without crossing into its trio guest).
+        That is one plan on a CPU device of this process, without control flow, untraced and
+        without a deadline: no rendezvous, no deadline scope, no partition runner. A static
+        plan awaits nothing but the offload of a large kernel, so any event loop may await it
+        (``asyncflow.aio`` runs such steps on the asyncio loop without crossing into its trio
+        guest); with ``static_only=False`` (trio callers) a ready-queue plan qualifies too,
+        entering the session's close-cancellable scope only if it waits (``Step.park``).
         """
         if self._master is not None or request.trace is not None:
             return None
@@ -327,7 +329,7 @@ class Session:
         if len(plans) != 1:
             return None
         plan = plans[0]
-        if not plan.static or plan.device.kind != "CPU":
+        if plan.device.kind != "CPU" or plan.control_flow or (static_only and not plan.static):
             return None
         if (options is not None and options.timeout_in_ms) or self.config.operation_timeout_in_ms:
             return None
@@ -339,7 +341,8 @@ class Session:
         ``offload(node, args)`` runs a large kernel on that loop's worker threads (default:
         trio's, under the device's limiter).
         """
-        step = executor.Step(next(self._step_ids), offload=offload)
+        step = executor.Step(next(self._step_ids), offload=offload,
+                             park=None if plan.static else self._parked)
         self._in_flight += 1
         try:
             values = await executor.run_plan(plan, request.feed_values, step)
