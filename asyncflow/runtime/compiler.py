@@ -11,11 +11,17 @@ Theory of operation (DESIGN.md, data flow steps 2-3):
    scheduling follows. Each partition becomes fresh Operations (``materialize``) and then an
    ExecutionPlan. When everything sits on one device and no pass changed anything, the
    user's own ops are compiled directly (the common case costs nothing extra).
-4. ``run_partitions`` starts every partition of a step in one nursery around one
-   ``LocalRendezvous``. The first failure aborts the rendezvous (waking every Recv) and
-   cancels the other partitions, and is the error raised: the root cause, never a derived
-   cancellation and never an ExceptionGroup. Fetched values leave their device through
-   ``device.to_host`` (an awaited stream event on a GPU).
+4. ``run_partitions`` runs the partitions of a step around one ``LocalRendezvous``. It first
+   *starts* every CPU partition inline in the calling task (``executor.start_plan``): static
+   ones first (their Sends only deposit), then the others, whose first drains complete each
+   other's Recvs through the step's driver. Partitions that finish this way need no task; a
+   step whose partitions all finish (the common small step) opens no nursery at all. The
+   partitions left (kernels that must run as tasks, Recvs from elsewhere, GPU devices,
+   control flow) each get a task in one nursery and finish as before. The first failure
+   aborts the rendezvous (waking every Recv) and cancels the other partitions, and is the
+   error raised: the root cause, never a derived cancellation and never an ExceptionGroup.
+   Fetched values leave their device through ``device.to_host`` (an awaited stream event on
+   a GPU).
 """
 from __future__ import annotations
 
@@ -182,15 +188,76 @@ async def run_partitions(graph, compiled, feed_values, step):
         return [host[position] for _, position in compiled.fetch_routes]
     if step.rendezvous is None:
         step.rendezvous = LocalRendezvous()
-    rendezvous = step.rendezvous
     results = [None] * len(plans)
+    runs = [None] * len(plans)  # runs started inline; None: runs whole as a task
+    try:
+        failure = _start_inline(compiled, feed_values, step, runs)
+        if failure is None:
+            left = []
+            for index, run in enumerate(runs):
+                if run is None or run.remaining:
+                    left.append(index)
+                else:  # finished inline: a CPU device's ``to_host`` does not suspend
+                    run.close()
+                    results[index] = await _fetch_to_host(plans[index], run.values())
+            if left:
+                failure = await _finish_in_tasks(compiled, feed_values, step, runs, left,
+                                                 results)
+    finally:
+        for run in runs:
+            if run is not None:
+                run.close()  # idempotent; drops the subscriptions of a cancelled step
+    if failure is not None:
+        raise _original_op(failure, graph)
+    return [results[plan_index][position] for plan_index, position in compiled.fetch_routes]
+
+
+def _start_inline(compiled, feed_values, step, runs):
+    """Start the CPU partitions in the calling task (``runs[i]``); returns the first failure.
+
+    Static partitions start first: they have no Recv, so their Sends only deposit, and the
+    others then find those values at once. On a failure the started runs are closed (their
+    subscriptions dropped) and the rendezvous is aborted, waking anything else waiting on it.
+    """
+    plans = compiled.plans
+    order = sorted(range(len(plans)), key=lambda i: not plans[i].static)
+    started = []
+    for index in order:
+        plan = plans[index]
+        try:
+            run = executor.start_plan(
+                plan, [plan.device.put(feed_values[i]) for i in compiled.feed_routes[index]],
+                step)
+        except Exception as exc:  # noqa: BLE001 - becomes the step's error, as in a task
+            failure = exc
+        else:
+            if run is None:
+                continue
+            runs[index] = run
+            started.append(run)
+            # This drain may have run (and failed) partitions started before.
+            failure = next((r.failure for r in started if r.failure is not None), None)
+        if failure is not None:
+            for run in started:
+                run.close()
+            step.rendezvous.abort(failure)
+            return failure
+    return None
+
+
+async def _finish_in_tasks(compiled, feed_values, step, runs, left, results):
+    """Finish the partitions ``left`` (started or not), one task each; the first failure."""
+    plans, rendezvous = compiled.plans, step.rendezvous
     failures = []
 
-    async def run_one(index, nursery):
-        plan = plans[index]
-        feeds = [plan.device.put(feed_values[i]) for i in compiled.feed_routes[index]]
+    async def finish_one(index, nursery):
+        plan, run = plans[index], runs[index]
         try:
-            values = await executor.run_plan(plan, feeds, step)
+            if run is None:
+                feeds = [plan.device.put(feed_values[i]) for i in compiled.feed_routes[index]]
+                values = await executor.run_plan(plan, feeds, step)
+            else:
+                values = await executor.finish_plan(run)
             results[index] = await _fetch_to_host(plan, values)
         except Exception as exc:  # reported once; the rest of the step is torn down
             if not failures:
@@ -199,8 +266,6 @@ async def run_partitions(graph, compiled, feed_values, step):
                 nursery.cancel_scope.cancel()
 
     async with trio.open_nursery() as nursery:
-        for index in range(len(plans)):
-            nursery.start_soon(run_one, index, nursery)
-    if failures:
-        raise _original_op(failures[0], graph)
-    return [results[plan_index][position] for plan_index, position in compiled.fetch_routes]
+        for index in left:
+            nursery.start_soon(finish_one, index, nursery)
+    return failures[0] if failures else None

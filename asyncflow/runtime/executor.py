@@ -14,14 +14,19 @@ Theory of operation (the paper's ready-queue executor, on trio):
   the run ends (failure, cancellation) are cancelled. Completing a node stores its outputs,
   drops input buffers whose readers are all done, and pushes consumers whose count reaches
   zero.
-- **CPU partitions drain each other inline** (``_Driver``, one per step): when a Send run in
+- **CPU partitions drain each other inline** (``drive.Driver``, one per step): when a Send run in
   some drain delivers to a Recv subscription of another CPU partition of the step, the Recv
   completes at once and that partition is drained right after, in the same task, as a
   trampoline (drains never nest, so a long ping-pong keeps a flat stack). Its own task is
-  woken (a ``_WAKE`` on its channel) only when it must act: start kernels as tasks, fail, or
+  woken (a ``WAKE`` on its channel) only when it must act: start kernels as tasks, fail, or
   return. There a Recv subscribes before polling (a value already there is delivered at
   once). Deliveries from tasks, errors, and partitions on other devices (GPU streams) use
-  the channel: one task switch per edge.
+  the channel (opened on first use): one task switch per edge.
+- **Starting inline**: ``start_plan`` runs a CPU partition's first drain (or its whole static
+  schedule, when nothing in it may be offloaded) synchronously in the calling task and
+  returns the run, finished or not; ``finish_plan`` awaits the rest. ``run_partitions``
+  starts every partition of a local step this way, so a step whose partitions complete each
+  other inline needs no task, no channel and no nursery at all.
 - The first failure stops scheduling, cancels the nursery (waking every waiting kernel), and
   surfaces as one ``OpError`` naming the op, its type, its device and where it was created.
   Tasks never raise into the nursery: they report, so no ExceptionGroup reaches the caller.
@@ -42,7 +47,8 @@ import time
 import trio
 
 from asyncflow import errors
-from asyncflow.kernels.registry import WOULD_BLOCK, get_kernel
+from asyncflow.kernels.registry import WOULD_BLOCK
+from asyncflow.runtime.drive import WAKE, Delivery, driver_for, subscribe_form
 from asyncflow.runtime.plan import OFFLOAD_COST, runtime_cost
 from asyncflow.runtime.schedule import compile_schedule
 from asyncflow.runtime import frames as _frames
@@ -162,13 +168,96 @@ async def run_plan(plan, feed_values, step):
     slots[:len(feed_values)] = feed_values
     if plan.static and step.trace is None:
         await _run_static(plan, slots, step.offload)
-    else:
-        await _run_ready_queue(plan, slots, step)
-    out = []
-    for slot, deref in zip(plan.fetch_slots, plan.fetch_deref):
-        value = slots[slot]
-        out.append(value.read() if deref else value)
-    return out
+        return _fetched(plan, slots)
+    return await finish_plan(_start_ready_queue(plan, slots, step))
+
+
+def start_plan(plan, feed_values, step):
+    """Start one partition of a multi-partition step in the calling task, awaiting nothing.
+
+    A static plan none of whose kernels can be offloaded runs its whole schedule; any other
+    runs the first drain of a ready queue (with the step's driver, which also drains the
+    partitions started before it that its Sends feed; a kernel found large is left to a
+    task, as in the ready-queue path).
+
+    Returns:
+        The run (``failure``, ``remaining``, ``values()``, ``close()``), to be awaited with
+        ``finish_plan`` while ``remaining`` (else closed by the caller); or None when the
+        plan must run whole as a task through ``run_plan``: control flow, or a device other
+        than a CPU.
+    """
+    if plan.control_flow or plan.device.kind != "CPU":
+        return None
+    slots = [None] * (plan.num_slots + 1)
+    slots[:len(feed_values)] = feed_values
+    if plan.static and step.trace is None and not _may_offload(plan):
+        return _StaticRun(plan, slots)
+    return _start_ready_queue(plan, slots, step)  # a large kernel found there starts a task
+
+
+async def finish_plan(run):
+    """Wait for the rest of a run of ``start_plan`` (or the ready-queue path); close it.
+
+    Returns:
+        The fetched values in ``plan.fetch_slots`` order.
+
+    Raises:
+        OpError: the run's failure, located.
+        CancelledError: the step's owner closed it while it waited.
+    """
+    try:
+        if run.failure is None and run.remaining:
+            await _wait_parked(run)
+    finally:
+        run.close()
+    if run.failure is not None:
+        raise run.failure
+    return run.values()
+
+
+def _fetched(plan, slots):
+    return [slots[slot].read() if deref else slots[slot]
+            for slot, deref in zip(plan.fetch_slots, plan.fetch_deref)]
+
+
+_MAY_OFFLOAD = {}  # id(plan) -> (plan, whether some kernel of its static schedule may offload)
+
+
+def _may_offload(plan):
+    entry = _MAY_OFFLOAD.get(id(plan))
+    if entry is None or entry[0] is not plan:
+        if len(_MAY_OFFLOAD) >= 1024:
+            _MAY_OFFLOAD.clear()
+        entry = _MAY_OFFLOAD[id(plan)] = (plan, any(n.offload for n in plan.nodes))
+    return entry[1]
+
+
+class _StaticRun:
+    """A static plan run to its end inline by ``start_plan`` (its schedule never awaits)."""
+
+    __slots__ = ("plan", "slots", "failure")
+    remaining = 0
+
+    def __init__(self, plan, slots):
+        self.plan = plan
+        self.slots = slots
+        self.failure = None
+        coro = _run_static(plan, slots, None)
+        try:
+            coro.send(None)
+        except StopIteration:
+            return
+        except Exception as exc:  # noqa: BLE001 - the partition's failure, reported by the caller
+            self.failure = exc
+            return
+        coro.close()
+        raise RuntimeError(f"the static schedule of {plan.device.name} suspended")
+
+    def values(self):
+        return _fetched(self.plan, self.slots)
+
+    def close(self):
+        pass
 
 
 async def _run_static(plan, slots, offload):
@@ -217,111 +306,15 @@ async def _run_waiting(node, args, step, report):
     report.send_nowait((node, result, None, start))
 
 
-_WAKE = (None, None, None, 0)  # on a report channel: "your queue changed, look again"
-_DRIVER = "ready_queue_driver"  # ``step.extras`` key of the step's ``_Driver``
-
-
-class _Driver:
-    """Drains the CPU ready queues of one step's partitions inline, one after the other.
-
-    A Send run inside some queue's drain that delivers to another CPU queue's Recv
-    subscription does not wake that queue's task: the Recv completes at once and the queue
-    joins ``runnable``; the drain that is running (the *driver*, in whichever partition's
-    task) drains it when its own stack is empty. Drains never nest (a trampoline: a
-    ping-pong of any length stays one drain deep) and a queue's task is woken only when it
-    must act itself: kernels to start as tasks, a failure, or its last node done.
-    """
-
-    __slots__ = ("active", "runnable")
-
-    def __init__(self):
-        self.active = False   # a drain of this step is running (on the step's loop thread)
-        self.runnable = []    # queues with ready nodes delivered by the running drain
-
-    def run(self, queue):
-        """Drain ``queue`` (whose task is running), then every queue made runnable meanwhile."""
-        if self.active:  # not reached from task code; kept safe: the running loop takes it
-            queue.schedule(self)
-            return
-        self.active = True
-        runnable = self.runnable
-        try:
-            queue.drain_own()
-            while runnable:
-                other = runnable.pop()
-                other.scheduled = False
-                if other.failure is None:
-                    other.drain_own()
-                if other is not queue and (other.failure is not None or not other.remaining
-                                           or other.waiting):
-                    other.wake()  # its task must act: start tasks, fail, or return
-        finally:
-            self.active = False
-            while runnable:  # only after an exception escaped a kernel: let their tasks drain
-                other = runnable.pop()
-                other.scheduled = False
-                other.wake(force=True)
-
-
-_SUBSCRIBE_FORMS = {}  # id(plan node) -> (node, its kernel's subscribing form or None)
-
-
-def _subscribe_form(node):
-    """The subscribing form of ``node``'s kernel, or None.
-
-    Looked up in the registry once per plan node (forms are attached when kernels register);
-    the table holds the nodes of recently run plans and is emptied when it grows large.
-    """
-    entry = _SUBSCRIBE_FORMS.get(id(node))
-    if entry is not None and entry[0] is node:
-        return entry[1]
-    ctx = node.ctx
-    kernel = get_kernel(ctx.type, ctx.device.kind)
-    form = kernel.subscribe if kernel is not None and kernel.fn is node.fn else None
-    if len(_SUBSCRIBE_FORMS) >= 8192:
-        _SUBSCRIBE_FORMS.clear()
-    _SUBSCRIBE_FORMS[id(node)] = (node, form)
-    return form
-
-
-class _Delivery:
-    """``deliver(result, exc=None)`` of one subscribed node, called once by its producer.
-
-    Called synchronously. From inside a drain of this step (a Send run inline by a driver),
-    a CPU queue completes the node at once and joins the driver's ``runnable``; otherwise
-    (a task, an abort, a GPU queue, an error) the report goes on the queue's channel.
-    """
-
-    __slots__ = ("queue", "node", "start")
-
-    def __init__(self, queue, node, start):
-        self.queue = queue
-        self.node = node
-        self.start = start
-
-    def __call__(self, result, exc=None):
-        queue = self.queue
-        driver = queue.driver
-        if exc is None and driver is not None and driver.active and queue.failure is None:
-            queue.complete(self.node, result, self.start, waited=True)
-            if not queue.scheduled:
-                queue.scheduled = True
-                driver.runnable.append(queue)
-            return
-        try:
-            queue.report_send.send_nowait((self.node, result, exc, self.start))
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            pass  # the run is over (failed or cancelled): nobody waits for this value
-
-
 class _ReadyQueue:
     """The bookkeeping of one ready-queue run (see the module docstring)."""
 
-    __slots__ = ("nodes", "slots", "step", "pending", "readers", "fetched", "ready",
+    __slots__ = ("plan", "nodes", "slots", "step", "pending", "readers", "fetched", "ready",
                  "remaining", "trace", "device_name", "waiting", "failure", "report_send",
-                 "report_receive", "cancels", "driver", "scheduled", "woken")
+                 "report_receive", "cancels", "driver", "scheduled", "woken", "closed")
 
     def __init__(self, plan, slots, step):
+        self.plan = plan
         self.nodes = plan.nodes
         self.slots = slots
         self.step = step
@@ -334,17 +327,14 @@ class _ReadyQueue:
         self.device_name = plan.device.name
         self.waiting = []      # (node, args) that need a task
         self.failure = None
-        self.report_send = self.report_receive = None  # opened by the first waiting kernel
+        self.report_send = self.report_receive = None  # opened by the first report or wait
         self.cancels = []      # cancel callables of subscriptions (see ``subscribe``)
-        # Partitions of a multi-device step on CPU drain each other inline (``_Driver``);
+        # Partitions of a multi-device step on CPU drain each other inline (``drive``);
         # a GPU partition (stream events, transfers awaited) keeps to its own task.
-        self.driver = None
-        if step.rendezvous is not None and plan.device.kind == "CPU":
-            self.driver = step.extras.get(_DRIVER)
-            if self.driver is None:
-                self.driver = step.extras[_DRIVER] = _Driver()
+        self.driver = driver_for(step, plan.device)
         self.scheduled = False  # in ``driver.runnable``
-        self.woken = False      # a ``_WAKE`` is on the report channel, not yet received
+        self.woken = False      # a ``WAKE`` is on the report channel, not yet received
+        self.closed = False     # the run is over: reports are dropped
 
     def open_report(self):
         """The channel on which tasks and subscriptions report ``(node, result, exc, start)``."""
@@ -352,11 +342,18 @@ class _ReadyQueue:
             self.report_send, self.report_receive = trio.open_memory_channel(math.inf)
         return self.report_send
 
+    def report(self, item):
+        """Put ``(node, result, exc, start)`` on the report channel (dropped once closed)."""
+        if self.closed:
+            return
+        try:
+            self.open_report().send_nowait(item)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass  # the run is over (failed or cancelled): nobody waits for this value
+
     def subscribe(self, form, node, ctx, args, start):
         """Try ``node``'s subscribing ``form``; True if it will deliver (inline or reported)."""
-        if self.report_send is None:
-            self.open_report()
-        cancel = form(ctx, *args, _Delivery(self, node, start))
+        cancel = form(ctx, *args, Delivery(self, node, start))
         if cancel is WOULD_BLOCK:
             return False
         self.cancels.append(cancel)
@@ -369,17 +366,26 @@ class _ReadyQueue:
             driver.runnable.append(self)
 
     def wake(self, force=False):
-        """Put a ``_WAKE`` on the report channel (once until received, unless ``force``)."""
-        if (self.woken and not force) or self.report_send is None:
+        """Put a ``WAKE`` on the report channel (once until received, unless ``force``).
+
+        Without a channel no task waits on this queue: whoever starts one looks at the
+        queue's state first, so the wake is not needed.
+        """
+        if (self.woken and not force) or self.report_send is None or self.closed:
             return
         self.woken = True
         try:
-            self.report_send.send_nowait(_WAKE)
+            self.report_send.send_nowait(WAKE)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             pass  # the run is already over
 
+    def values(self):
+        """The fetched values of a finished run, in ``plan.fetch_slots`` order."""
+        return _fetched(self.plan, self.slots)
+
     def close(self):
-        """Cancel pending subscriptions and close the channel (the run is over)."""
+        """Cancel pending subscriptions and close the channel (the run is over); idempotent."""
+        self.closed = True
         if self.report_send is not None:
             self.report_send.close()
             self.report_receive.close()
@@ -430,7 +436,7 @@ class _ReadyQueue:
                 start = _now_us() if trace is not None else 0
                 if node.is_async:
                     ctx = StepContext(node.ctx, step)
-                    form = _subscribe_form(node)
+                    form = subscribe_form(node)
                     # With a driver, a value already there is delivered inline at once:
                     # subscribing first saves the poll that usually finds nothing.
                     if form is not None and driver is not None \
@@ -455,28 +461,34 @@ class _ReadyQueue:
             self.complete(node, result, start)
 
 
-async def _run_ready_queue(plan, slots, step):
+def _start_ready_queue(plan, slots, step):
+    """A ready queue for ``plan`` after its first drain (finished, failed, or waiting)."""
     queue = _ReadyQueue(plan, slots, step)
     try:
         queue.drain()
-        if queue.failure is None and queue.remaining:
-            # Only now, with a kernel that must wait, does the step need a channel (and,
-            # for kernels running as tasks, a nursery), and its owner a way to cancel it.
-            with (step.park() if step.park is not None else contextlib.nullcontext()) as parked:
-                await _wait_for_the_rest(queue)
-            if parked is not None and parked.cancelled_caught:
-                raise errors.CancelledError(None, None, "The session was closed while this "
-                                            "step was waiting (e.g. on a queue)")
-    finally:
+    except BaseException:
         queue.close()
-    if queue.failure is not None:
-        raise queue.failure
+        raise
+    return queue
+
+
+async def _wait_parked(queue):
+    # Only now, with a kernel that must wait, does the step need a channel (and, for kernels
+    # running as tasks, a nursery), and its owner a way to cancel it.
+    step = queue.step
+    with (step.park() if step.park is not None else contextlib.nullcontext()) as parked:
+        await _wait_for_the_rest(queue)
+    if parked is not None and parked.cancelled_caught:
+        raise errors.CancelledError(None, None, "The session was closed while this "
+                                    "step was waiting (e.g. on a queue)")
 
 
 async def _wait_for_the_rest(queue):
-    """The part of ``_run_ready_queue`` after some kernel had to wait."""
+    """The part of a ready-queue run after some kernel had to wait."""
     report_send = queue.open_report()
     receive = queue.report_receive.receive
+    if queue.ready:  # delivered inline but not drained (a kernel raised through a drain)
+        queue.drain()
     while queue.failure is None and queue.remaining:
         if queue.waiting:  # a kernel must run as a task: go on inside a nursery
             async with trio.open_nursery() as nursery:
@@ -497,7 +509,7 @@ async def _run_with_tasks(queue, nursery, report_send, receive):
 
 
 def _take_report(queue, report):
-    """Apply one report from the channel: a finished kernel, or a ``_WAKE``."""
+    """Apply one report from the channel: a finished kernel, or a ``WAKE``."""
     node, result, exc, start = report
     if node is None:  # another partition's task drained this queue: look at it again
         queue.woken = False

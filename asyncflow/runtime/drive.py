@@ -1,0 +1,127 @@
+"""Driving the CPU partitions of one step inline, in whichever task runs a drain.
+
+Theory of operation (the executor's ready queues are duck-typed here: ``drain_own``,
+``complete``, ``report``, ``wake`` and a few flags):
+- One ``Driver`` per multi-partition step (kept in ``step.extras``) is shared by the step's
+  ready queues on CPU devices. A GPU partition (stream events, awaited transfers) and a
+  single-partition step have none.
+- A Recv of a CPU queue subscribes to the rendezvous with a ``Delivery``. When a Send run
+  inside some drain of the step (the driver is *active*) delivers to it, the Recv completes
+  at once and its queue joins ``runnable``; the running drain drains it when its own stack is
+  empty (a trampoline: drains never nest, so a ping-pong of any length stays one drain deep).
+  Deliveries from elsewhere (a task, an abort, an error) go on the queue's report channel.
+- A queue's task is woken (a ``WAKE`` on its channel) only when it must act itself: kernels
+  to start as tasks, a failure, or its last node done. A queue that has no channel yet has
+  no task parked on it: its wake is a no-op, and whoever owns it looks at its state later
+  (``compiler.run_partitions`` starts every partition inline first and gives a task only to
+  those left unfinished).
+- ``subscribe_form`` finds a waiting kernel's subscribing form once per plan node.
+"""
+from __future__ import annotations
+
+from asyncflow.kernels.registry import get_kernel
+
+WAKE = (None, None, None, 0)  # on a report channel: "your queue changed, look again"
+_DRIVER = "ready_queue_driver"  # ``step.extras`` key of the step's ``Driver``
+
+
+def driver_for(step, device):
+    """The step's shared ``Driver`` for a queue on ``device``, or None (GPU, one partition)."""
+    if step.rendezvous is None or device.kind != "CPU":
+        return None
+    driver = step.extras.get(_DRIVER)
+    if driver is None:
+        driver = step.extras[_DRIVER] = Driver()
+    return driver
+
+
+class Driver:
+    """Drains the CPU ready queues of one step's partitions inline, one after the other.
+
+    A Send run inside some queue's drain that delivers to another CPU queue's Recv
+    subscription does not wake that queue's task: the Recv completes at once and the queue
+    joins ``runnable``; the drain that is running (the *driver*, in whichever task) drains it
+    when its own stack is empty. A queue's task is woken only when it must act itself.
+    """
+
+    __slots__ = ("active", "runnable")
+
+    def __init__(self):
+        self.active = False   # a drain of this step is running (on the step's loop thread)
+        self.runnable = []    # queues with ready nodes delivered by the running drain
+
+    def run(self, queue):
+        """Drain ``queue``, then every queue made runnable meanwhile.
+
+        Other queues that must act afterwards are woken; ``queue`` itself is not (its caller
+        looks at it).
+        """
+        if self.active:  # not reached from task code; kept safe: the running loop takes it
+            queue.schedule(self)
+            return
+        self.active = True
+        runnable = self.runnable
+        try:
+            queue.drain_own()
+            while runnable:
+                other = runnable.pop()
+                other.scheduled = False
+                if other.failure is None:
+                    other.drain_own()
+                if other is not queue and (other.failure is not None or not other.remaining
+                                           or other.waiting):
+                    other.wake()  # its task must act: start tasks, fail, or return
+        finally:
+            self.active = False
+            while runnable:  # only after an exception escaped a kernel: let their tasks drain
+                other = runnable.pop()
+                other.scheduled = False
+                other.wake(force=True)
+
+
+_SUBSCRIBE_FORMS = {}  # id(plan node) -> (node, its kernel's subscribing form or None)
+
+
+def subscribe_form(node):
+    """The subscribing form of ``node``'s kernel, or None.
+
+    Looked up in the registry once per plan node (forms are attached when kernels register);
+    the table holds the nodes of recently run plans and is emptied when it grows large.
+    """
+    entry = _SUBSCRIBE_FORMS.get(id(node))
+    if entry is not None and entry[0] is node:
+        return entry[1]
+    ctx = node.ctx
+    kernel = get_kernel(ctx.type, ctx.device.kind)
+    form = kernel.subscribe if kernel is not None and kernel.fn is node.fn else None
+    if len(_SUBSCRIBE_FORMS) >= 8192:
+        _SUBSCRIBE_FORMS.clear()
+    _SUBSCRIBE_FORMS[id(node)] = (node, form)
+    return form
+
+
+class Delivery:
+    """``deliver(result, exc=None)`` of one subscribed node, called once by its producer.
+
+    Called synchronously. From inside a drain of this step (a Send run inline by a driver),
+    a CPU queue completes the node at once and joins the driver's ``runnable``; otherwise
+    (a task, an abort, a GPU queue, an error) the report goes on the queue's channel.
+    """
+
+    __slots__ = ("queue", "node", "start")
+
+    def __init__(self, queue, node, start):
+        self.queue = queue
+        self.node = node
+        self.start = start
+
+    def __call__(self, result, exc=None):
+        queue = self.queue
+        driver = queue.driver
+        if exc is None and driver is not None and driver.active and queue.failure is None:
+            queue.complete(self.node, result, self.start, waited=True)
+            if not queue.scheduled:
+                queue.scheduled = True
+                driver.runnable.append(queue)
+            return
+        queue.report((self.node, result, exc, self.start))
