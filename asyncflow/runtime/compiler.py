@@ -12,9 +12,10 @@ Theory of operation (DESIGN.md, data flow steps 2-3):
    ExecutionPlan. When everything sits on one device and no pass changed anything, the
    user's own ops are compiled directly (the common case costs nothing extra).
 4. ``run_partitions`` runs the partitions of a step around one ``LocalRendezvous``. It first
-   *starts* every CPU partition inline in the calling task (``executor.start_plan``): static
-   ones first (their Sends only deposit), then the others, whose first drains complete each
-   other's Recvs through the step's driver. Partitions that finish this way need no task; a
+   *starts* every CPU partition inline in the calling task (``executor.start_plan``), one
+   after the other: a partition's Recv whose Send has not run yet subscribes, and a later
+   partition's Send completes it there, the step's driver draining the partition it fed
+   (``drive``). Partitions that finish this way need no task; a
    step whose partitions all finish (the common small step) opens no nursery at all. The
    partitions left (kernels that must run as tasks, Recvs from elsewhere, GPU devices,
    control flow) each get a task in one nursery and finish as before. The first failure
@@ -215,15 +216,11 @@ async def run_partitions(graph, compiled, feed_values, step):
 def _start_inline(compiled, feed_values, step, runs):
     """Start the CPU partitions in the calling task (``runs[i]``); returns the first failure.
 
-    Static partitions start first: they have no Recv, so their Sends only deposit, and the
-    others then find those values at once. On a failure the started runs are closed (their
-    subscriptions dropped) and the rendezvous is aborted, waking anything else waiting on it.
+    On a failure the started runs are closed (their subscriptions dropped) and the rendezvous
+    is aborted, waking anything else waiting on it (nothing runs as a task yet).
     """
-    plans = compiled.plans
-    order = sorted(range(len(plans)), key=lambda i: not plans[i].static)
     started = []
-    for index in order:
-        plan = plans[index]
+    for index, plan in enumerate(compiled.plans):
         try:
             run = executor.start_plan(
                 plan, [plan.device.put(feed_values[i]) for i in compiled.feed_routes[index]],

@@ -266,3 +266,18 @@ async def test_trace_of_an_inline_step_names_each_nodes_device():
     assert by_name[c.op.inputs[0].op.name].device.endswith("/device:CPU:1")
     recvs = [s for s in metadata.step_stats if s.op_type == "_Recv"]
     assert len(recvs) == 2 and all(s.end_us >= s.start_us for s in recvs)
+
+
+async def test_large_kernel_started_inline_is_offloaded_in_a_task():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((256, 256)).astype(np.float32)
+    with af.Graph().as_default():
+        x = af.placeholder(af.float32, [256, 256], name="x")
+        with af.device("/device:CPU:1"):
+            big = af.matmul(x, x)  # ~16M multiply-adds: runs on a worker thread
+        with af.device("/device:CPU:0"):
+            total = af.reduce_sum(big) + af.reduce_sum(x)
+        async with af.Session(config=TWO_CPUS) as sess:
+            got, tasks = await _run_counting(sess, total, {x: a})
+    np.testing.assert_allclose(got, (a @ a).sum() + a.sum(), rtol=1e-3)
+    assert tasks.spawned >= 1 and tasks.exited == tasks.spawned
