@@ -44,11 +44,12 @@ class Driver:
     when its own stack is empty. A queue's task is woken only when it must act itself.
     """
 
-    __slots__ = ("active", "runnable")
+    __slots__ = ("active", "runnable", "current")
 
     def __init__(self):
         self.active = False   # a drain of this step is running (on the step's loop thread)
         self.runnable = []    # queues with ready nodes delivered by the running drain
+        self.current = None   # the queue being drained (its own stack takes its deliveries)
 
     def run(self, queue):
         """Drain ``queue``, then every queue made runnable meanwhile.
@@ -62,17 +63,20 @@ class Driver:
         self.active = True
         runnable = self.runnable
         try:
+            self.current = queue
             queue.drain_own()
             while runnable:
                 other = runnable.pop()
                 other.scheduled = False
                 if other.failure is None:
+                    self.current = other
                     other.drain_own()
                 if other is not queue and (other.failure is not None or not other.remaining
                                            or other.waiting):
                     other.wake()  # its task must act: start tasks, fail, or return
         finally:
             self.active = False
+            self.current = None
             while runnable:  # only after an exception escaped a kernel: let their tasks drain
                 other = runnable.pop()
                 other.scheduled = False
@@ -120,7 +124,7 @@ class Delivery:
         driver = queue.driver
         if exc is None and driver is not None and driver.active and queue.failure is None:
             queue.complete(self.node, result, self.start, waited=True)
-            if not queue.scheduled:
+            if not queue.scheduled and queue is not driver.current:  # (a value already there)
                 queue.scheduled = True
                 driver.runnable.append(queue)
             return
