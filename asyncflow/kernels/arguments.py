@@ -17,6 +17,19 @@ def host(array):
     return array.get() if hasattr(array, "get") else np.asarray(array)
 
 
+def scatter_add(xp, target, indices, values, subtract=False):
+    """``target[indices] += values`` (or ``-=``) with repeated indices accumulating, in place.
+
+    numpy: ``np.add.at``/``np.subtract.at``. CuPy has no ``ufunc.at`` before v13, so device
+    arrays use ``cupyx.scatter_add`` (CUDA atomics: float16/32/64, int32, uint32, uint64).
+    """
+    if xp is np:
+        (np.subtract if subtract else np.add).at(target, indices, values)
+        return
+    import cupyx  # optional dependency, present wherever CuPy is
+    cupyx.scatter_add(target, indices, -values if subtract else values)
+
+
 def ints(array):
     """The argument's values as a flat list of Python ints."""
     return [int(v) for v in host(array).reshape(-1).tolist()]

@@ -30,6 +30,7 @@ import tempfile
 import numpy as np
 
 from asyncflow import dtypes, errors
+from asyncflow.kernels.arguments import host as _host
 from asyncflow.kernels.registry import register_kernel
 
 FORMAT = "asyncflow.checkpoint"
@@ -201,9 +202,10 @@ def _save(ctx, filename, global_step, *values):
     path = _string(filename)
     tensors = {}
     for name, value in zip(ctx.attrs["tensor_names"], values):
-        tensors[name] = value.read() if hasattr(value, "read") else value
+        # Variables may live on a GPU: their values are copied to the host to be written.
+        tensors[name] = _host(value.read() if hasattr(value, "read") else value)
     metadata = {"format": FORMAT, "format_version": FORMAT_VERSION,
-                "global_step": str(int(np.asarray(global_step)))}
+                "global_step": str(int(_host(global_step)))}
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise errors.NotFoundError(None, ctx.name, f"Parent directory of {path} doesn't "

@@ -10,6 +10,7 @@ import numpy as np
 
 from asyncflow import errors
 from asyncflow.kernels.arguments import host as _host, ints as _ints, invalid as _invalid
+from asyncflow.kernels.arguments import scatter_add as _scatter_add
 from asyncflow.kernels.registry import register_kernel
 
 
@@ -124,5 +125,5 @@ def _unsorted_segment_sum(ctx, data, segment_ids, num_segments):
     ids = segment_ids.reshape(-1)
     rows = data.reshape((-1,) + rest)
     kept = ids >= 0  # TF1 drops negative ids
-    xp.add.at(out, ids[kept], rows[kept])
+    _scatter_add(xp, out, ids[kept], rows[kept])
     return (out,)

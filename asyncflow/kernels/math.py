@@ -6,6 +6,7 @@ import math
 import numpy as np
 
 from asyncflow import dtypes, errors
+from asyncflow.kernels.arguments import host as _host
 from asyncflow.kernels.registry import register_kernel
 
 # op type -> name of the array-module function computing it
@@ -158,7 +159,7 @@ def _mean(ctx, x):
         if count == 0:
             return (ctx.xp.asarray(total).astype(x.dtype),)
         # TF1 integer mean truncates toward zero.
-        return (ctx.xp.asarray(np.trunc(total / count)).astype(x.dtype),)
+        return (ctx.xp.asarray(ctx.xp.trunc(total / count)).astype(x.dtype),)
     acc = _accumulation_dtype(x.dtype)
     count = 1
     for axis in axes:
@@ -264,7 +265,7 @@ def _broadcast_to_like(ctx, grad, like):
 def _reduced_shape(ctx, shape):
     """``shape`` with 1 at the reduced axes (all of them when ``axis`` is None)."""
     axes = ctx.attrs["axis"]
-    out = np.array(shape, dtype=shape.dtype, copy=True)
+    out = np.array(_host(shape), dtype=shape.dtype, copy=True)  # a host shape, as TF's
     if axes is None:
         out[:] = 1
     else:

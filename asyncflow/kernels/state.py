@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from asyncflow import errors
+from asyncflow.kernels.arguments import scatter_add as _accumulate
 from asyncflow.kernels.registry import register_kernel
 
 
@@ -50,12 +51,13 @@ def _scatter_update(ctx, ref, indices, updates):
 
 @register_kernel("ScatterAdd")
 def _scatter_add(ctx, ref, indices, updates):
-    return _scatter(ctx, ref, indices, updates, lambda a, i, u: np.add.at(a, i, u))
+    return _scatter(ctx, ref, indices, updates, lambda a, i, u: _accumulate(ctx.xp, a, i, u))
 
 
 @register_kernel("ScatterSub")
 def _scatter_sub(ctx, ref, indices, updates):
-    return _scatter(ctx, ref, indices, updates, lambda a, i, u: np.subtract.at(a, i, u))
+    return _scatter(ctx, ref, indices, updates,
+                    lambda a, i, u: _accumulate(ctx.xp, a, i, u, subtract=True))
 
 
 @register_kernel("IsVariableInitialized")

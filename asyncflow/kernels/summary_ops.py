@@ -175,13 +175,15 @@ def _bytes_of(value):
 
 
 # -- kernels --------------------------------------------------------------------------------------
-@register_kernel("ScalarSummary")
+# Summaries make host strings (TF1 has CPU kernels only): placement puts them on a CPU and
+# a GPU value reaches them through a Send/Recv.
+@register_kernel("ScalarSummary", "CPU")
 def _scalar_summary(ctx, value):
     value = np.asarray(value)
     return (_string_scalar(summary_value(ctx.attrs["tag"], simple_value=float(value.reshape(())))),)
 
 
-@register_kernel("HistogramSummary")
+@register_kernel("HistogramSummary", "CPU")
 def _histogram_summary(ctx, values):
     values = np.asarray(values)
     if values.dtype.kind == "f" and not np.all(np.isfinite(values)):
@@ -190,7 +192,7 @@ def _histogram_summary(ctx, values):
     return (_string_scalar(summary_value(ctx.attrs["tag"], histo=histogram_proto(values))),)
 
 
-@register_kernel("MergeSummary")
+@register_kernel("MergeSummary", "CPU")
 def _merge_summary(ctx, *inputs):
     parts, seen = [], set()
     for value in inputs:

@@ -5,6 +5,7 @@ import numpy as np
 
 from asyncflow import errors
 from asyncflow.kernels.arguments import host as _host, ints as _ints, invalid as _invalid
+from asyncflow.kernels.arguments import scatter_add as _scatter_add
 from asyncflow.kernels.registry import register_kernel
 
 
@@ -69,7 +70,7 @@ def _mirror_pad_grad(ctx, grad, paddings):
         source = np.pad(np.arange(dim), (before, after), mode=mode)
         moved = xp.moveaxis(out, axis, 0)
         folded = xp.zeros((dim,) + moved.shape[1:], dtype=grad.dtype)
-        xp.add.at(folded, xp.asarray(source), moved)
+        _scatter_add(xp, folded, xp.asarray(source), moved)
         out = xp.moveaxis(folded, 0, axis)
     return (out,)
 

@@ -6,6 +6,8 @@ place) and returns the variable's new value.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from asyncflow import errors
 from asyncflow.kernels.registry import register_kernel
 
@@ -20,7 +22,11 @@ def _read(ctx, ref, grad):
 
 
 def _scalar(value, like):
-    return like.dtype.type(value)
+    """``value`` in ``like``'s dtype: a numpy scalar from host values; a 0-d device array
+    stays on the device (``float32(cupy_array)`` would be an implicit host copy: TypeError)."""
+    if isinstance(value, (np.ndarray, np.generic, int, float)):
+        return like.dtype.type(value)
+    return value.astype(like.dtype)
 
 
 @register_kernel("ApplyGradientDescent")

@@ -3,7 +3,6 @@
 The real-GPU checks (kernels on CuPy, stream overlap) live in bench/gpu_check.py and in the
 skipped test below, which runs only where CuPy finds CUDA.
 """
-import threading
 import types
 
 import numpy as np
@@ -13,61 +12,15 @@ import trio.testing
 
 from asyncflow.runtime import device as _device
 from asyncflow.runtime.gpu import GpuDevice, stream_done
-
-
-class FakeStream:
-    """Queues host functions; ``finish()`` runs them on a new thread, like CUDA's callback
-    thread, when the 'GPU work' ahead of them is done."""
-
-    def __init__(self, non_blocking=False):
-        self.pending = []
-        self.entered = 0
-
-    def launch_host_func(self, callback, arg):
-        self.pending.append((callback, arg))
-
-    def finish(self):
-        pending, self.pending = self.pending, []
-        thread = threading.Thread(target=lambda: [cb(arg) for cb, arg in pending])
-        thread.start()
-        thread.join()
-
-    def __enter__(self):
-        self.entered += 1
-
-    def __exit__(self, *exc):
-        self.entered -= 1
-
-
-class FakeCudaDevice:
-    def __init__(self, index):
-        self.id = index
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        pass
-
-
-class FakeArray:
-    """A 'device array': .get() copies to the host, as CuPy's does."""
-
-    def __init__(self, value):
-        self.value = np.asarray(value)
-        self.device = FakeCudaDevice(0)
-
-    def get(self, stream=None):
-        return self.value.copy()
+from fake_cupy import FakeStream, fake_cupy
 
 
 def _fake_cupy():
-    cuda = types.SimpleNamespace(Device=FakeCudaDevice, Stream=FakeStream)
-    return types.SimpleNamespace(cuda=cuda, asarray=FakeArray)
+    return fake_cupy(manual_streams=True)
 
 
 async def test_stream_done_wakes_from_a_foreign_thread():
-    stream = FakeStream()
+    stream = FakeStream(manual=True)
     done = []
 
     async def waiter():
@@ -83,7 +36,7 @@ async def test_stream_done_wakes_from_a_foreign_thread():
 
 
 async def test_cancelled_wait_is_harmless_when_the_callback_fires_later(autojump_clock):
-    stream = FakeStream()
+    stream = FakeStream(manual=True)
     with trio.move_on_after(1):
         await stream_done(stream)
     stream.finish()   # the late callback must not raise or wake anything
