@@ -40,10 +40,14 @@ class VariableResource:
             raise errors.InvalidArgumentError(
                 None, self.name, f"Assign requires shapes of both tensors to match. lhs shape= "
                 f"{list(self.shape)} rhs shape= {list(value.shape)} (variable {self.name})")
-        if getattr(value, "flags", None) is not None and value.flags.writeable:
-            if not fresh:
-                value = value.copy()
-            value.flags.writeable = False
+        flags = getattr(value, "flags", None)
+        if flags is not None and getattr(flags, "writeable", None) is not None:  # numpy
+            if flags.writeable:
+                if not fresh:
+                    value = value.copy()
+                value.flags.writeable = False
+        elif flags is not None and not fresh:
+            value = value.copy()  # CuPy: no read-only flag, so keep a copy no caller holds
         self.value = value
         return value
 

@@ -12,13 +12,7 @@ import fake_cupy
 
 # Families that fail today for causes outside the kernels, each with the error it must show.
 # Remove an entry when its cause is fixed (the test then fails, saying so).
-KNOWN_BROKEN = {
-    # runtime/resources.py VariableResource.assign reads ``value.flags.writeable``; CuPy's
-    # flags have no ``writeable``: every Assign of a GPU variable fails.
-    "state": "no attribute 'writeable'", "gradients": "no attribute 'writeable'",
-    "optimizers": "no attribute 'writeable'", "timeline": "no attribute 'writeable'",
-    "scatter": "no attribute 'writeable'",
-}
+KNOWN_BROKEN = {}
 
 _PATH = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "gpu_check.py")
 
