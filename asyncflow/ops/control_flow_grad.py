@@ -22,8 +22,11 @@ gradient loop (TF1's GradLoopState, simplified):
   counter's decrement, so pops of iteration j+1 never overtake those of iteration j;
 - the loop variables' gradients leave the gradient loop as the gradients of the initial
   values; the invariants' gradients are accumulated across iterations.
-``back_prop=False`` makes the unit non-differentiable. Gradients of a loop nested in another
-loop are not supported (LookupError naming the loop).
+``back_prop=False`` makes the unit non-differentiable. A loop nested in another loop is
+differentiated inside the outer gradient body: its stacks are created per outer iteration and
+their handles, like its trip count, are saved and popped by the outer gradient loop (see
+``while_grad``). Values computed inside a cond in a loop body cannot be saved (LookupError
+naming the loop).
 """
 from __future__ import annotations
 

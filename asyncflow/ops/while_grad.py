@@ -9,9 +9,22 @@ See ``control_flow_grad`` for the theory. Pieces:
 - ``_while_grad(unit, *exit_grads)`` builds the gradient loop and returns one gradient per
   unit input (loop variables' initial values, then float loop invariants).
 
-Limits: a loop nested in another loop is not differentiable here (LookupError naming it);
-forward values read by the backward body must be computed in the loop body (after the
-Switch), which is where every body op lives.
+Nested loops (TF's GradLoopState with an ``outer_grad_state``): the gradients core meets an
+inner loop's unit while the outer gradient body is being built (``af.gradients`` of one outer
+body iteration runs inside the outer ``GradWhileContext``), so ``_gradient_parent`` builds the
+inner gradient loop there: one inner gradient loop per outer gradient iteration. The inner
+loop's stacks are created in its parent context, i.e. in the outer forward body, one stack
+per outer iteration; their handles, the inner forward count (an Exit in the outer body) and
+the outer-body tensors the inner loop reads as invariants are forward values of the outer
+loop, so the inner ``GradWhileContext`` (whose outer context is the outer gradient context)
+hands them to the outer one, which saves them on its own stacks and pops them. Each inner
+gradient loop thus pops the stacks its own outer iteration pushed, with that iteration's
+trip count; any depth recurses the same way.
+
+Limits: forward values read by the backward body must be live once per iteration: computed
+in the loop body (after the Switch), or the result of a loop or cond nested in it; values
+computed inside a cond in the body are a LookupError naming the loop, and so is a loop inside
+such a cond, or ``af.gradients`` of an inner loop called inside the outer loop's body.
 """
 from __future__ import annotations
 
@@ -72,18 +85,21 @@ def _enclosing_loop(ctx):
 
 
 def _forward_counter(ctx):
-    """``(count exit, increment op)``: the forward loop's iteration count, added once."""
+    """``(count exit, increment op, current op)``: the forward iteration count, added once."""
     if ctx.grad_state is not None:
         return ctx.grad_state
     from asyncflow.ops.array import identity
     from asyncflow.ops.math import add
     from asyncflow.ops.sources import constant
     graph = ctx.graph
+    # The counter lives with the loop's predicate (like a loop variable's Enter, Merge,
+    # Switch, NextIteration and Exit, it must not straddle devices).
     with graph._push(control_flow_context=ctx.outer), graph.control_dependencies(None), \
-            graph.name_scope(ctx.frame_name + "/"):
+            graph.name_scope(ctx.frame_name + "/"), graph.colocate_with(ctx.pivot.op):
         enter = cf._enter(constant(0, name="f_count_init"), ctx.frame_name, False,
                           ctx.parallel_iterations, name="f_count_enter")
-    with ctx.entered(), graph.control_dependencies(None), graph.name_scope(ctx.frame_name + "/"):
+    with ctx.entered(), graph.control_dependencies(None), \
+            graph.name_scope(ctx.frame_name + "/"), graph.colocate_with(ctx.pivot.op):
         merge = cf.merge([enter, enter], name="f_count")[0]
         switch_false, switch_true = cf.switch(merge, ctx.pivot, name="f_count_switch")
         current = identity(switch_true, name="f_count_body")
@@ -97,8 +113,8 @@ def _forward_counter(ctx):
 class GradWhileContext(cf.WhileContext):
     """The gradient loop of ``forward``: its forward values arrive through stacks."""
 
-    def __init__(self, graph, forward, frame_name):
-        super().__init__(graph, forward.outer, frame_name, forward.parallel_iterations, False)
+    def __init__(self, graph, forward, frame_name, outer):
+        super().__init__(graph, outer, frame_name, forward.parallel_iterations, False)
         self.forward = forward
         self.pops = []
         self._popped = {}
@@ -114,13 +130,19 @@ class GradWhileContext(cf.WhileContext):
         return found
 
     def _stack_value(self, tensor):
-        """Push ``tensor`` in each forward iteration; pop it here, latest first."""
+        """Push ``tensor`` in each forward iteration; pop it here, latest first.
+
+        The stack is created in the forward loop's parent context: once per step for a
+        top-level loop, once per outer iteration for a nested one (its handle is then a
+        forward value of the outer loop, which the outer gradient loop saves and pops in
+        turn, so each inner gradient loop pops the stack its own outer iteration filled).
+        """
         from asyncflow.ops.sources import constant
         graph, forward = self.graph, self.forward
-        if tensor.op.type in cf.STRUCTURE_TYPES or tensor.op.type in ("Switch", "RefSwitch"):
+        reason = _unsaveable(tensor, forward)
+        if reason is not None:
             raise LookupError(f"Gradient of while_loop '{forward.frame_name}': the backward "
-                              f"body reads {tensor.name}, which is not computed in the loop "
-                              "body; only body values can be saved for the gradient")
+                              f"body reads {tensor.name}, {reason}")
         with graph._push(control_flow_context=forward.outer), graph.control_dependencies(None):
             handle = make("StackV2", (constant(-1, name="stack_size"),),
                           {"elem_type": tensor.dtype,
@@ -139,6 +161,66 @@ class GradWhileContext(cf.WhileContext):
         return popped
 
 
+def _unsaveable(tensor, forward):
+    """Why ``tensor`` cannot be saved for ``forward``'s gradient, or None when it can.
+
+    A saved value must be live exactly once in each iteration of the body: body ops
+    qualify, and so do the results of a loop or cond nested in the body (an inner loop's
+    Exit, a cond's Merge). The forward loop's own Merge, Switch, Enter and Exit do not, nor
+    does anything computed inside a cond in the body (pushed only when its branch is taken,
+    while the gradient loop pops in every iteration).
+    """
+    op = tensor.op
+    home = op._control_flow_context
+    if op.type in ("Exit", "RefExit") and home is not forward:
+        home = home.outer  # a nested loop's result lives in the loop's parent context
+    elif op.type in cf.STRUCTURE_TYPES or op.type in ("Switch", "RefSwitch"):
+        if not (op.type == "Merge" and op in cf._cond_merges(op.graph)):
+            return "which is not computed in the loop body; only body values can be saved"
+    if _conditional(home, forward):
+        return ("which is computed inside a cond in the loop body; values of a cond nested "
+                "in a while_loop cannot be saved for the gradient")
+    return None
+
+
+def _gradient_parent(ctx):
+    """The context the gradient loop of ``ctx`` is built in.
+
+    A top-level loop's gradient loop sits where the loop does. A loop nested in another loop
+    is differentiated while the outer loop's gradient body is being built: its gradient
+    loop goes inside that body (one inner gradient loop per outer gradient iteration), and
+    the values it reads from the outer forward loop (its trip count, its stacks' handles,
+    its invariants computed in the outer body) are saved and popped by the outer gradient
+    loop. Anything else (af.gradients called inside a loop body) is a LookupError.
+    """
+    enclosing = _enclosing_loop(ctx.outer)
+    if enclosing is None:
+        return ctx.outer
+    current = cf._current_context(ctx.graph)
+    grad = current
+    while grad is not None and not isinstance(grad, GradWhileContext):
+        grad = grad.outer
+    if grad is None or grad.forward is not enclosing:
+        raise LookupError(f"Gradient of while_loop '{ctx.frame_name}': a loop nested in "
+                          f"while_loop '{enclosing.frame_name}' is differentiable only as part "
+                          f"of the gradient of '{enclosing.frame_name}' (differentiate a "
+                          "tensor computed after the outer loop, not inside its body)")
+    if _conditional(ctx.outer, enclosing):
+        raise LookupError(f"Gradient of while_loop '{ctx.frame_name}': a loop inside a cond "
+                          f"inside while_loop '{enclosing.frame_name}' is not differentiable "
+                          "(its forward values are saved only when the branch is taken)")
+    return current
+
+
+def _conditional(ctx, loop):
+    """Whether a cond context lies between ``ctx`` and the loop context ``loop``."""
+    while ctx is not None and ctx is not loop:
+        if isinstance(ctx, cf.CondContext):
+            return True
+        ctx = ctx.outer
+    return False
+
+
 def _while_grad(unit, *exit_grads):
     """Gradients of the loop's inputs (loop variable inits, then float invariants)."""
     from asyncflow.graph.gradients import gradients
@@ -147,9 +229,7 @@ def _while_grad(unit, *exit_grads):
     from asyncflow.ops.while_loop import _build_loop
     ctx = unit.ctx
     graph = ctx.graph
-    if _enclosing_loop(ctx.outer) is not None:
-        raise LookupError(f"Gradient of while_loop '{ctx.frame_name}': loops nested in another "
-                          "while_loop are not differentiable yet")
+    grad_outer = _gradient_parent(ctx)
     count = _forward_counter(ctx)[0]
     exits = ctx.loop_exits
     floats = [k for k, tensor in enumerate(exits) if tensor.dtype.is_floating]
@@ -180,9 +260,9 @@ def _while_grad(unit, *exit_grads):
     loop_vars = [count] + grads_in + accumulators
     shapes = [count.shape] + [ctx.loop_merges[k].shape for k in floats] + \
         [enter.shape for enter in invariants]
-    with graph.control_dependencies(None), graph._push(control_flow_context=ctx.outer), \
+    with graph.control_dependencies(None), graph._push(control_flow_context=grad_outer), \
             graph.name_scope("grad_loop") as scope:
-        grad_ctx = GradWhileContext(graph, ctx, scope.rstrip("/"))
+        grad_ctx = GradWhileContext(graph, ctx, scope.rstrip("/"), grad_outer)
         results = _build_loop(grad_ctx, grad_cond, grad_body, loop_vars, loop_vars, shapes,
                               grad_ctx.frame_name)
     var_grads = dict(zip(floats, results[1:1 + n_vars]))
