@@ -26,7 +26,7 @@ import dataclasses
 import numpy as np
 
 from asyncflow import dtypes
-from asyncflow.graph.partition_loops import add_control_loops
+from asyncflow.graph.partition_loops import add_control_loops, colocate_loop_edges
 from asyncflow.graph.registry import get_op_def
 from asyncflow.graph.rewrite import FeedNode, Node, NodeGraph, topological
 from asyncflow.graph.shape import TensorShape
@@ -157,6 +157,8 @@ def partition(node_graph, devices, incarnations, compress=None, per_edge=None):
         A Partitioned.
     """
     graph = node_graph.copy()
+    if colocate_loop_edges(graph.nodes):  # a back edge or an Enter must not cross devices
+        graph.changed = True
     builder = _Builder(incarnations, compress, per_edge or {})
     for node in graph.nodes:
         inputs = []

@@ -15,11 +15,27 @@ runs once per iteration, with the iteration in its rendezvous key; in the last i
 the Recv receives the Send's dead bit. For a loop nested in another, ``src`` is the parent's
 control loop (its Switch's true port), so control loops stack like the frames they mirror.
 
+That scheme needs every Recv in a frame to get one Send per iteration, so two edges must never
+cross devices (``colocate_loop_edges``, run before any Send/Recv is added):
+
+- ``NextIteration -> Merge`` (the back edge): NextIteration's output belongs to iteration
+  i+1, so its Send would carry keys 1..n while the Merge's control-looped Recv waits on keys
+  0..n; iteration 0 would never finish and the step would hang. The NextIteration moves to
+  its Merge's device, so the crossing is its *input*, an ordinary in-frame edge of
+  iteration i (dead in the last iteration, which ends the loop there too).
+- a non-constant ``Enter -> Merge``: the Enter's output exists in iteration 0 only, while the
+  Recv would wait in every iteration. The Enter moves to its Merge's device, so the crossing
+  is its input, in the parent frame.
+
+The loop builders colocate these already; the pass makes any placement safe (a placer or a
+hand-built loop that splits them, e.g. a gradient's iteration counter placed away from its
+predicate).
+
 Pure graph code: ``Node`` objects in, ``Node`` objects out; no trio, no kernels.
 """
 from __future__ import annotations
 
-from asyncflow import dtypes
+from asyncflow import dtypes, errors
 from asyncflow.graph.registry import get_op_def
 from asyncflow.graph.shape import TensorShape
 
@@ -30,6 +46,46 @@ BACK_EDGE_SOURCES = ("NextIteration", "RefNextIteration")
 def is_back_edge(node, producer):
     """Whether the edge ``producer -> node`` is a loop's back edge (NextIteration -> Merge)."""
     return node.type == "Merge" and producer.type in BACK_EDGE_SOURCES
+
+
+def _iteration_bound(node):
+    """Whether ``node``'s outputs live in one iteration only (NextIteration, non-constant Enter)."""
+    if node.type in BACK_EDGE_SOURCES:
+        return True
+    return node.type in ("Enter", "RefEnter") and not node.attrs.get("is_constant")
+
+
+def colocate_loop_edges(nodes):
+    """Move each NextIteration and non-constant Enter onto the device of the ops it feeds.
+
+    Args:
+        nodes: the placed nodes (moved in place: ``node.device`` changes).
+
+    Returns:
+        The number of nodes moved.
+
+    Raises:
+        InvalidArgumentError: such a node feeds ops on more than one device (no placement of
+            it avoids a crossing that would hang the loop).
+    """
+    consumer_devices = {}
+    for node in nodes:
+        for producer, _ in node.inputs:
+            if getattr(producer, "type", None) is not None and _iteration_bound(producer):
+                consumer_devices.setdefault(producer, set()).add(node.device)
+    moved = 0
+    for node, found in consumer_devices.items():
+        if found == {node.device}:
+            continue
+        if len(found) > 1:
+            raise errors.InvalidArgumentError(
+                None, node.origin,
+                f"{node.type} '{node.name}' feeds ops on several devices ({sorted(found)}); "
+                f"a loop's {node.type} output lives in one iteration, so it cannot cross "
+                f"devices: colocate its consumers")
+        node.device = found.pop()
+        moved += 1
+    return moved
 
 
 def loop_of(context):
