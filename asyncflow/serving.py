@@ -79,6 +79,7 @@ class BatchQueue:
         # The first input's row shape when fully known: one tuple comparison checks a request.
         first = self._row_dims[0] if self._row_dims else None
         self._row_shape = first if first is not None and None not in first else ()
+        self._one_input = len(self.inputs) == 1
         self.single = not isinstance(outputs, (list, tuple))
         self.outputs = [outputs] if self.single else list(outputs)
         self.max_rows = int(max_batch_size)
@@ -94,15 +95,15 @@ class BatchQueue:
         Raises:
             InvalidArgumentError: if the feeds don't cover the inputs or disagree on rows.
         """
-        if len(feed_dict) == 1 and len(self.inputs) == 1:  # the common case, kept short
-            for key, value in feed_dict.items():
-                if self._position(key) == 0:
-                    array = value if type(value) is np.ndarray and value.dtype == self._dtypes[0] \
-                        else self._as_array(0, value)
-                    shape = array.shape
-                    if shape and shape[1:] == self._row_shape:
-                        return _Request([array], shape[0], waiter)
-                    return _Request([array], self._rows(0, array, [value]), waiter)
+        if self._one_input and len(feed_dict) == 1:  # the common case, kept short
+            (key, value), = feed_dict.items()
+            if self._positions.get(key) == 0 or self._position(key) == 0:
+                array = value if type(value) is np.ndarray and value.dtype == self._dtypes[0] \
+                    else self._as_array(0, value)
+                shape = array.shape
+                if shape and shape[1:] == self._row_shape:
+                    return _Request([array], shape[0], waiter)
+                return _Request([array], self._rows(0, array, [value]), waiter)
         values = [None] * len(self.inputs)
         for key, value in feed_dict.items():
             values[self._position(key)] = value
