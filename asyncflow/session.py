@@ -329,7 +329,8 @@ class Session:
         if len(plans) != 1:
             return None
         plan = plans[0]
-        if plan.device.kind != "CPU" or plan.control_flow or (static_only and not plan.static):
+        if plan.device.kind != "CPU" or plan.control_flow or (
+                static_only and (not plan.static or plan.waits)):
             return None
         if (options is not None and options.timeout_in_ms) or self.config.operation_timeout_in_ms:
             return None
@@ -342,7 +343,7 @@ class Session:
         trio's, under the device's limiter).
         """
         step = executor.Step(next(self._step_ids), offload=offload,
-                             park=None if plan.static else self._parked)
+                             park=self._parked if plan.waits or not plan.static else None)
         self._in_flight += 1
         try:
             values = await executor.run_plan(plan, request.feed_values, step)

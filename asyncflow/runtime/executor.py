@@ -167,7 +167,7 @@ async def run_plan(plan, feed_values, step):
     slots = [None] * (plan.num_slots + 1)  # the extra slot swallows unread outputs
     slots[:len(feed_values)] = feed_values
     if plan.static and step.trace is None:
-        await _run_static(plan, slots, step.offload)
+        await _run_static(plan, slots, step.offload, _waiter(step) if plan.waits else None)
         return _fetched(plan, slots)
     return await finish_plan(_start_ready_queue(plan, slots, step))
 
@@ -190,7 +190,7 @@ def start_plan(plan, feed_values, step):
         return None
     slots = [None] * (plan.num_slots + 1)
     slots[:len(feed_values)] = feed_values
-    if plan.static and step.trace is None and not _may_offload(plan):
+    if plan.static and step.trace is None and not plan.waits and not _may_offload(plan):
         return _StaticRun(plan, slots)
     return _start_ready_queue(plan, slots, step)  # a large kernel found there starts a task
 
@@ -242,7 +242,7 @@ class _StaticRun:
         self.plan = plan
         self.slots = slots
         self.failure = None
-        coro = _run_static(plan, slots, None)
+        coro = _run_static(plan, slots, None, None)
         try:
             coro.send(None)
         except StopIteration:
@@ -260,18 +260,42 @@ class _StaticRun:
         pass
 
 
-async def _run_static(plan, slots, offload):
+def _waiter(step):
+    """``wait(node, args)`` for a static schedule's one waiting kernel, in the caller's task.
+
+    Its synchronous twin first (a dequeue from a non-empty queue completes at once); else the
+    kernel is awaited right here, inside the step owner's close-cancellable scope
+    (``Step.park``), with no nursery: nothing else of the step can run meanwhile.
+    """
+    async def wait(node, args):
+        ctx = StepContext(node.ctx, step)
+        if node.nowait is not None:
+            result = node.nowait(ctx, *args)
+            if result is not WOULD_BLOCK:
+                return result
+        if step.park is None:
+            return await node.fn(ctx, *args)
+        with step.park() as parked:
+            return await node.fn(ctx, *args)
+        closed = errors.CancelledError(None, node.op, "The session was closed while this step "
+                                       "was waiting (e.g. on a queue)")
+        closed._asyncflow_located = True
+        raise closed
+    return wait
+
+
+async def _run_static(plan, slots, offload, wait):
     """Run the plan's straight-line step function (generated once, see ``schedule``).
 
-    It awaits nothing but ``offload``, so under any event loop a step without a large kernel
-    finishes without suspending. Cancellation of either loop (not an ``Exception``) passes
-    through unwrapped.
+    It awaits nothing but ``offload`` and ``wait`` (a plan's one waiting kernel), so under
+    any event loop a step without a large or waiting kernel finishes without suspending.
+    Cancellation of either loop (not an ``Exception``) passes through unwrapped.
     """
     step_fn = plan.static_fn
     if step_fn is None:
         step_fn = plan.static_fn = compile_schedule(plan)
     try:
-        await step_fn(slots, offload)
+        await step_fn(slots, offload, wait)
     except Exception as exc:
         node = getattr(exc, "_asyncflow_node", None)
         if node is None:

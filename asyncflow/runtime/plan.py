@@ -76,6 +76,7 @@ class ExecutionPlan:
     schedule: tuple
     static_fn: object = None
     control_flow: bool = False  # run by the frame-aware loop (frames.py)
+    waits: bool = False  # holds a waiting (async) kernel
     enter_counts: dict = dataclasses.field(default_factory=dict)  # frame name -> Enter nodes
     fetch_names: tuple = ()
     frame_tables: object = None  # built by frames.py on first use
@@ -83,6 +84,9 @@ class ExecutionPlan:
     def describe(self):
         """The plan as plain data: ``[(op name, inputs, outputs, consumers, pending)]``."""
         return [(n.op.name, n.inputs, n.outputs, n.consumers, n.pending) for n in self.nodes]
+
+
+_TRANSFER_TYPES = frozenset({"_Send", "_Recv"})
 
 
 def _estimate_static_cost(op):
@@ -204,7 +208,12 @@ def compile_plan(ops, feeds, fetches, device, resources):
     # sees dead tensors arrive through Recv: it needs the frame-aware loop too.
     control_flow = any(n.op.op_def.control_flow or n.op._control_flow_context is not None
                        for n in nodes)
-    static = not any(n.is_async for n in nodes) and not control_flow and known_large <= 1
+    # One waiting kernel (a queue op, an async py_func) may stay on the static path: its
+    # schedule awaits it in place. Send/Recv rely on the ready queue's subscriptions and the
+    # step's driver, so plans holding them never do.
+    waiting = [n for n in nodes if n.is_async]
+    static = (not control_flow and known_large <= 1 and len(waiting) <= 1
+              and not any(n.op.type in _TRANSFER_TYPES for n in waiting))
     enter_counts = {}
     for node in nodes:
         if node.kind == ENTER:
@@ -216,6 +225,7 @@ def compile_plan(ops, feeds, fetches, device, resources):
         fetch_deref=tuple(t._is_ref for t in fetches),
         roots=tuple(n.index for n in reversed(nodes) if n.pending == 0 and n.kind != MERGE),
         slot_readers=slot_readers, fetched=frozenset(fetch_slots), static=static,
+        waits=bool(waiting),
         schedule=tuple(nodes), control_flow=control_flow, enter_counts=enter_counts,
         fetch_names=tuple(t.name for t in fetches))
 

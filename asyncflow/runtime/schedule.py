@@ -1,10 +1,10 @@
 """The static fast path: a partition's schedule compiled to one straight-line Python function.
 
-For a partition without waiting kernels or control flow, the order of nodes is fixed, so
+For a partition without control flow (and at most one waiting kernel), the order of nodes is fixed, so
 instead of interpreting the plan (look up inputs, loop over outputs) for every node of every
 step, we generate the code once::
 
-    async def _step(slots, _offload):
+    async def _step(slots, _offload, _wait):
         n = 0; v1 = f0(c0, slots[0], K1)[0]
         n = 1; v2 = f1(c1, v1, K1)[0]; v1 = None
         ...
@@ -16,8 +16,12 @@ last reader; ``n`` records the running node so a failure is reported against the
 A kernel that may be large (``offload``) is awaited through the ``_offload`` argument only
 when its actual inputs are big.
 
-The generated function awaits nothing else, so it runs under any event loop: trio passes an
-offload on ``trio.to_thread``, asyncio callers (``asyncflow.aio``) one on the loop's executor.
+A plan's one waiting kernel (a queue op, an async ``py_func``: see ``plan``) is awaited in
+place through the ``_wait`` argument, which tries its synchronous twin first.
+
+The generated function awaits nothing else, so a plan without a waiting kernel runs under any
+event loop: trio passes an offload on ``trio.to_thread``, asyncio callers (``asyncflow.aio``)
+one on the loop's executor.
 It holds no trio objects and no graph objects besides the kernels'
 contexts; it is rebuilt only when the plan is.
 """
@@ -30,6 +34,27 @@ def _is_const(node):
     return node.op.type == "Const" and not node.inputs
 
 
+def _waiting_kernel_last(plan):
+    """The plan's order with its waiting kernel, if any, as late as possible.
+
+    Every node that does not depend on the waiting kernel runs before it, so while the step
+    waits nothing else of it could have run (a failure elsewhere surfaces before the wait,
+    as on the ready-queue path where the waiting kernel would be a task).
+    """
+    schedule = list(plan.schedule)
+    waiting = next((n for n in schedule if n.is_async), None)
+    if waiting is None:
+        return schedule
+    downstream, stack = set(), [waiting.index]
+    while stack:
+        for consumer in plan.nodes[stack.pop()].consumers:
+            if consumer not in downstream:
+                downstream.add(consumer)
+                stack.append(consumer)
+    before = [n for n in schedule if n is not waiting and n.index not in downstream]
+    return before + [waiting] + [n for n in schedule if n.index in downstream]
+
+
 def compile_schedule(plan):
     """Generate the straight-line step function of ``plan``.
 
@@ -37,24 +62,26 @@ def compile_schedule(plan):
         plan: an ExecutionPlan whose ``static`` flag is set.
 
     Returns:
-        ``async fn(slots, offload)`` that runs every node, reading feeds from ``slots`` and
-        writing fetched values back into their slots; ``offload(node, args)`` is awaited to
-        run a large kernel on a worker thread (the caller's event loop decides how), and is
-        the only thing the function ever awaits. On failure it raises the kernel's exception
-        with ``exc._asyncflow_node`` set to the failing NodePlan.
+        ``async fn(slots, offload, wait)`` that runs every node, reading feeds from ``slots``
+        and writing fetched values back into their slots; ``offload(node, args)`` is awaited
+        to run a large kernel on a worker thread (the caller's event loop decides how) and
+        ``wait(node, args)`` to run the plan's one waiting kernel, if it has one: nothing
+        else is ever awaited. On failure it raises the kernel's exception with
+        ``exc._asyncflow_node`` set to the failing NodePlan.
     """
     env = {"_OFFLOAD_COST": OFFLOAD_COST, "_cost": runtime_cost}
     names = {}          # slot -> expression holding its value
     feed_slots = set(plan.feed_slots)
     fetch_slots = set(plan.fetch_slots)
+    schedule = _waiting_kernel_last(plan)
     last_use = {}
-    for node in plan.schedule:
+    for node in schedule:
         for slot in node.inputs:
             last_use[slot] = node.index
     lines = []
     for slot in plan.feed_slots:
         names[slot] = f"slots[{slot}]"
-    for node in plan.schedule:
+    for node in schedule:
         i = node.index
         if _is_const(node):
             env[f"K{i}"] = node.fn(node.ctx)[0]
@@ -67,7 +94,10 @@ def compile_schedule(plan):
             expr = names[slot]
             args.append(f"{expr}.read()" if position in node.deref else expr)
         call_args = ", ".join([f"c{i}"] + args)
-        if node.offload:
+        if node.is_async:
+            arg_list = "[" + ", ".join(args) + "]"
+            lines.append(f"n = {i}; _r = await _wait(N{i}, {arg_list})")
+        elif node.offload:
             arg_list = "[" + ", ".join(args) + "]"
             call = (f"(await _offload(N{i}, _a)) if _cost(N{i}, _a) >= _OFFLOAD_COST "
                     f"else f{i}(c{i}, *_a)")
@@ -89,7 +119,7 @@ def compile_schedule(plan):
             lines.append(f"slots[{slot}] = {names[slot]}")
     body = "\n".join("        " + line for line in lines) or "        pass"
     source = (
-        "async def _step(slots, _offload):\n"
+        "async def _step(slots, _offload, _wait):\n"
         "    n = -1\n"
         "    try:\n"
         f"{body}\n"
