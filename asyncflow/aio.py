@@ -319,7 +319,7 @@ class Batcher:
         queue = self._queue
         future = self._loop.create_future()
         request = queue.request(feed_dict, future)
-        queue.put(request)
+        queue.put(request, self._loop.time())
         server = self._server
         if server is not None and (self._wake_on_first or queue.full):
             self._server = None
@@ -340,11 +340,13 @@ class Batcher:
                 if not queue.pending:
                     await self._park(loop, wake_on_first=True)
                 if not queue.full and self._max_wait > 0:
-                    timer = loop.call_later(self._max_wait, self._wake)
-                    try:
-                        await self._park(loop, wake_on_first=False)
-                    finally:
-                        timer.cancel()
+                    deadline = queue.company_deadline(self._max_wait)
+                    if deadline > loop.time():
+                        timer = loop.call_at(deadline, self._wake)
+                        try:
+                            await self._park(loop, wake_on_first=False)
+                        finally:
+                            timer.cancel()
                 batch = queue.take()
                 if batch:
                     await queue.run_batch(self._aio_session.run, batch)

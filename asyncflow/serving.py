@@ -7,7 +7,9 @@
   dimension; different requests may carry different numbers of rows.
 - The serving task sleeps until a request arrives. Then, unless ``max_batch_size`` rows are
   already queued, it waits for company until the batch is full or ``max_wait_ms`` has passed
-  (``max_wait_ms=0`` never waits: it batches what is queued). It takes queued requests in
+  since the batch's first request was queued (TF Serving's batch timeout: a request that
+  already waited that long behind running batches goes at once; ``max_wait_ms=0`` never
+  waits: it batches what is queued). It takes queued requests in
   arrival order up to ``max_batch_size`` rows (a request that does not fit waits for the next
   batch; one larger than the limit runs alone), concatenates each input along axis 0, runs the
   step once, splits every fetched output back by row counts, and hands each caller its own
@@ -39,13 +41,14 @@ from asyncflow import errors
 
 
 class _Request:
-    __slots__ = ("feeds", "rows", "waiter", "abandoned")
+    __slots__ = ("feeds", "rows", "waiter", "abandoned", "arrival")
 
     def __init__(self, feeds, rows, waiter):
         self.feeds = feeds          # arrays aligned with the batcher's inputs
         self.rows = rows
         self.waiter = waiter        # the front end's handle to wake the caller
         self.abandoned = False      # the caller stopped waiting
+        self.arrival = 0.0          # when it was queued (the front end's loop clock)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -152,7 +155,8 @@ class BatchQueue:
             self._positions[key] = position
         return position
 
-    def put(self, request):
+    def put(self, request, now):
+        request.arrival = now
         self._queue.append(request)
         self.queued_rows += request.rows
         self.requests += 1
@@ -161,6 +165,12 @@ class BatchQueue:
     def pending(self):
         """Whether any request is queued."""
         return bool(self._queue)
+
+    def company_deadline(self, max_wait):
+        """When the next batch stops waiting for company: ``max_wait`` after its first
+        request was queued (TF Serving's ``batch_timeout_micros``), so a request that already
+        waited that long in the queue, behind running batches, does not wait again."""
+        return self._queue[0].arrival + max_wait
 
     @property
     def full(self):
@@ -258,7 +268,8 @@ class Batcher:
         outputs: a tensor or list of tensors to fetch; each must have the batch as its
             first dimension.
         max_batch_size: the most rows one step takes.
-        max_wait_ms: how long the first request of a batch waits for company.
+        max_wait_ms: how long after the first request of a batch was queued the batch may
+            wait for company.
     """
 
     def __init__(self, session, inputs, outputs, max_batch_size=64, max_wait_ms=2.0):
@@ -293,8 +304,10 @@ class Batcher:
                 if not queue.pending:
                     await self._park(wake_on_first=True)
                 if not queue.full and self._max_wait > 0:
-                    with trio.move_on_after(self._max_wait):
-                        await self._park(wake_on_first=False)
+                    deadline = queue.company_deadline(self._max_wait)
+                    if deadline > trio.current_time():
+                        with trio.move_on_at(deadline):
+                            await self._park(wake_on_first=False)
                 batch = queue.take()
                 if batch:
                     await queue.run_batch(self._session.run, batch)
@@ -328,7 +341,7 @@ class Batcher:
         if not self._serving:
             await trio.lowlevel.checkpoint()
             raise stopped_error()
-        queue.put(request)
+        queue.put(request, trio.current_time())
         server = self._server
         if server is not None and (self._wake_on_first or queue.full):
             self._server = None

@@ -104,3 +104,32 @@ async def test_queued_requests_join_without_waiting(autojump_clock):
         w = np.arange(6, dtype=np.float32).reshape(3, 2)
         for i, out in enumerate(results):
             np.testing.assert_allclose(out, np.full((1, 3), i, np.float32) @ w)
+
+
+async def test_a_request_that_waited_behind_a_batch_does_not_wait_again(autojump_clock):
+    # The wait for company is measured from when the batch's first request was queued (TF
+    # Serving's batch timeout), not from when the serving task got to it.
+    async def slow(value):
+        await trio.sleep(0.1)
+        return value
+
+    with af.Graph().as_default():
+        x = af.placeholder(af.float32, [None, 3], name="x")
+        y = af.py_func(slow, [x], af.float32) * 2.0
+        async with af.Session() as sess:
+            async with Batcher(sess, [x], y, max_batch_size=4, max_wait_ms=50) as batcher:
+                done = {}
+                start = trio.current_time()
+
+                async def call(name, delay):
+                    await trio.sleep(delay)
+                    await batcher.run({x: np.ones((1, 3), np.float32)})
+                    done[name] = trio.current_time() - start
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(call, "first", 0.0)
+                    nursery.start_soon(call, "second", 0.06)
+    # first: waits 50 ms for company, then a 100 ms step; second arrived at 60 ms, while
+    # that step ran, and its own 50 ms were over when the step ended at 150 ms.
+    assert done["first"] == pytest.approx(0.15)
+    assert done["second"] == pytest.approx(0.25)
