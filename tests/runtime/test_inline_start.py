@@ -13,6 +13,7 @@ import pytest
 import trio
 
 import asyncflow as af
+from partition_graphs import mixed_graph
 from asyncflow.runtime import compiler
 
 TWO_CPUS = af.SessionConfig(device_count={"CPU": 2})
@@ -52,27 +53,6 @@ def _three_ops(devices):
     return x, c
 
 
-def _mixed(devices):
-    """Fan-out, fan-in and chains across ``devices`` CPUs (all on one when None)."""
-    def on(i):
-        return af.device(None if devices is None else f"/device:CPU:{i % devices}")
-
-    x = af.placeholder(af.float32, [3], name="x")
-    with on(0):
-        a = x * 2.0
-        b = af.reduce_sum(x)
-    with on(1):
-        c = a + b
-        d = af.identity(c) * x
-    with on(2):
-        e = af.add_n([a, c, d])
-    with on(0):
-        f = e - af.reduce_max(d)
-    with on(1):
-        g = af.matmul(af.reshape(f, [1, 3]), af.reshape(x, [3, 1]))
-    return x, [f, g, af.identity(e)]
-
-
 async def test_two_partition_step_spawns_no_task():
     with af.Graph().as_default():
         x, c = _three_ops(devices=True)
@@ -88,12 +68,12 @@ async def test_two_partition_step_spawns_no_task():
 async def test_partitions_finishing_inline_match_one_device_without_tasks(devices):
     feed = np.array([1.0, -2.0, 3.5], np.float32)
     with af.Graph().as_default():
-        x, fetches = _mixed(None)
+        x, fetches = mixed_graph(None)
         async with af.Session() as sess:
             expected = await sess.run(fetches, {x: feed})
     config = af.SessionConfig(device_count={"CPU": devices})
     with af.Graph().as_default():
-        x, fetches = _mixed(devices)
+        x, fetches = mixed_graph(devices)
         async with af.Session(config=config) as sess:
             for _ in range(3):  # the plans are reused: every run starts from fresh queues
                 got, tasks = await _run_counting(sess, fetches, {x: feed})

@@ -15,6 +15,7 @@ import pytest
 import trio
 
 import asyncflow as af
+from partition_graphs import mixed_graph
 
 TWO_CPUS = af.SessionConfig(device_count={"CPU": 2})
 THREE_CPUS = af.SessionConfig(device_count={"CPU": 3})
@@ -44,35 +45,14 @@ async def _pause(v):
     return v
 
 
-def _mixed_graph(devices):
-    """Fan-out, fan-in and chains across ``devices`` (or all on CPU:0 when None)."""
-    def on(i):
-        return af.device(None if devices is None else f"/device:CPU:{i % devices}")
-
-    x = af.placeholder(af.float32, [3], name="x")
-    with on(0):
-        a = x * 2.0
-        b = af.reduce_sum(x)
-    with on(1):
-        c = a + b
-        d = af.identity(c) * x
-    with on(2):
-        e = af.add_n([a, c, d])
-    with on(0):
-        f = e - af.reduce_max(d)
-    with on(1):
-        g = af.matmul(af.reshape(f, [1, 3]), af.reshape(x, [3, 1]))
-    return x, [f, g, af.identity(e)]
-
-
 async def test_results_match_one_device():
     feed = np.array([1.0, -2.0, 3.5], np.float32)
     with af.Graph().as_default():
-        x, fetches = _mixed_graph(None)
+        x, fetches = mixed_graph(None)
         async with af.Session() as sess:
             expected = await sess.run(fetches, {x: feed})
     with af.Graph().as_default():
-        x, fetches = _mixed_graph(3)
+        x, fetches = mixed_graph(3)
         async with af.Session(config=THREE_CPUS) as sess:
             for _ in range(3):  # the plans are reused: every run starts from fresh queues
                 got = await sess.run(fetches, {x: feed})
