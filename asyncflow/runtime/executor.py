@@ -3,9 +3,12 @@
 Theory of operation (the paper's ready-queue executor, on trio):
 - Values live in a per-step list of slots (see ``plan``). A node is ready when its pending
   count (data plus control inputs) reaches zero.
-- **Static path** (no waiting kernels, no control flow, at most one possibly-large kernel):
-  run the precompiled topological schedule straight through, inline, freeing each slot after
-  its last reader. A large offloadable kernel found at run time is awaited on a worker thread.
+- **Static path** (no control flow, at most one possibly-large kernel, at most one waiting
+  kernel other than Send/Recv): run the precompiled topological schedule straight through,
+  inline, freeing each slot after its last reader. A large offloadable kernel found at run
+  time is awaited on a worker thread; the waiting kernel, scheduled after everything that
+  does not depend on it, tries its nowait twin and is otherwise awaited in place inside
+  ``Step.park`` (``_waiter``).
 - **Ready-queue path**: a LIFO stack of ready nodes (depth first keeps the live set small);
   non-waiting kernels run inline in the loop; waiting kernels (``is_async``: Recv, Dequeue,
   GPU events) first try their nowait twin, then their subscribing form (a Recv hands the
