@@ -19,6 +19,7 @@ in, which is how tests drive it without a GPU), and nothing else in asyncflow im
 """
 from __future__ import annotations
 
+import numpy as np
 import trio
 
 from asyncflow import devices as _names
@@ -107,17 +108,33 @@ class GpuDevice:
         return plan
 
     def _bind(self, fn, is_async):
-        use = self._use
+        use, on_device = self._use, self._on_device
         if is_async:
             async def bound_async(ctx, *args):
                 with use():
-                    return await fn(ctx, *args)
+                    return await fn(ctx, *on_device(args))
             return bound_async
 
         def bound(ctx, *args):
             with use():
-                return fn(ctx, *args)
+                return fn(ctx, *on_device(args))
         return bound
+
+    def _on_device(self, args):
+        """``args`` with numeric host arrays copied onto this device.
+
+        Some GPU kernels produce host arrays (Shape, Size, Rank: TF's host-memory outputs),
+        and CuPy refuses to mix them with device arrays; kernels that read shapes accept
+        either. Strings and bfloat16 stay on the host.
+        """
+        for arg in args:
+            if type(arg) is np.ndarray and arg.dtype.kind in "biufc":
+                break
+        else:
+            return args
+        xp = self.xp
+        return [xp.asarray(a) if type(a) is np.ndarray and a.dtype.kind in "biufc" else a
+                for a in args]
 
     def __repr__(self):
         return f"<GpuDevice {self.name}>"

@@ -10,13 +10,15 @@ import pytest
 import trio
 import trio.testing
 
+import asyncflow as af
+import fake_cupy
 from asyncflow.runtime import device as _device
 from asyncflow.runtime.gpu import GpuDevice, stream_done
-from fake_cupy import FakeStream, fake_cupy
+from fake_cupy import FakeStream
 
 
 def _fake_cupy():
-    return fake_cupy(manual_streams=True)
+    return fake_cupy.fake_cupy(manual_streams=True)
 
 
 async def test_stream_done_wakes_from_a_foreign_thread():
@@ -78,3 +80,21 @@ async def test_real_gpu_stream_event():
         y = x @ x
     np.testing.assert_allclose(await gpu.to_host(y), np.full((256, 256), 256.0))
     assert isinstance(y, cupy.ndarray)
+
+
+async def test_host_outputs_of_gpu_kernels_join_device_arithmetic(monkeypatch):
+    # Shape and Size on a GPU return host arrays (TF's host memory); a GPU kernel that mixes
+    # them with device arrays gets them copied onto the device instead of failing.
+    fake_cupy.install(monkeypatch)
+    with af.Graph().as_default():
+        with af.device("/device:GPU:0"):
+            x = af.placeholder(af.float32, [None, 3])
+            y = af.cast(af.shape(x), af.float32) * af.reduce_sum(x) \
+                + af.cast(af.size(x), af.float32)
+            z = af.reshape(x, af.shape(x)[::-1])  # a shape consumer takes either
+        config = af.SessionConfig(allow_soft_placement=False)
+        async with af.Session(config=config) as sess:
+            assert any(d.endswith("GPU:0") for d in sess.list_devices())
+            got_y, got_z = await sess.run([y, z], {x: np.ones((2, 3), np.float32)})
+    np.testing.assert_allclose(got_y, [18.0, 24.0])
+    assert got_z.shape == (3, 2)
