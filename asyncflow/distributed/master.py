@@ -255,9 +255,12 @@ class Master:
         async def register(tg):
             task = self.tasks[tg.task]
             try:
-                reply = await task.channel.register_graph(
-                    RegisterGraph(tg.graph_def, self.session_handle, tg.options),
-                    timeout=self.config.worker_dead_after_s)
+                # Shielded (the call has its own deadline): a registration the worker made
+                # must reach tg.handle, or the graph would outlive the session there.
+                with trio.CancelScope(shield=True):
+                    reply = await task.channel.register_graph(
+                        RegisterGraph(tg.graph_def, self.session_handle, tg.options),
+                        timeout=self.config.worker_dead_after_s)
             except TransportError as exc:
                 raise _unavailable(task, exc) from None
             except RemoteCallError as exc:
@@ -274,10 +277,10 @@ class Master:
         # Concurrent first steps of one run would each register it (and leak all handles
         # but the last, never deregistered): the first registers, the others wait for it.
         async with self._register_lock:
+            if run not in self._runs:  # before registering: close() must see partial ones
+                self._runs.append(run)
             if pending():
                 await _all(register, pending())
-            if run not in self._runs:
-                self._runs.append(run)
 
     async def run_step(self, graph, run, feed_values, timeout_ms=0, trace=None):
         """Run one step of ``run``; returns the fetched numpy values in order.

@@ -231,3 +231,29 @@ def test_batchable_transfers_follow_dependencies_across_workers():
     assert by_producer["second"] not in names
     # w0's echo needs w1's "first", which w1 computes without pulling anything: still safe.
     assert by_producer["echoed"] in names
+
+
+async def test_steps_cancelled_while_registering_leave_no_graph_behind(cluster):
+    # Each first run of a signature registers its partitions; cancelling it at any point of
+    # that (here after k scheduler passes) must not leave a graph the closed session forgot.
+    spec, servers = cluster
+    with af.Graph().as_default() as graph:
+        w, x, h, y = _model()
+        outs = [y + float(k) for k in range(40)]
+        async with af.Session(graph=graph, cluster=spec) as sess:
+            await sess.run(w.initializer, options=TIMEOUT)
+            batch = np.ones((1, 3), np.float32)
+            for k, out in enumerate(outs):
+                async with trio.open_nursery() as nursery:
+                    scope = trio.CancelScope()
+
+                    async def first_run(out=out, scope=scope):
+                        with scope:
+                            await sess.run(out, {x: batch}, options=TIMEOUT)
+                    nursery.start_soon(first_run)
+                    for _ in range(k):
+                        await trio.lowlevel.checkpoint()
+                    scope.cancel()
+            assert await sess.run(y, {x: batch}, options=TIMEOUT) == 3.0
+        graphs = {name: server.service.statistics()["graphs"] for name, server in servers.items()}
+    assert set(graphs.values()) == {0}, graphs
