@@ -103,3 +103,17 @@ async def _numeric_gradient(sess, y, feeds, placeholder, array, r, delta):
             values.append(float(np.sum(np.asarray(out, dtype=np.float64) * r)))
         flat[k] = (values[0] - values[1]) / (2 * delta)
     return numeric
+
+
+def nested_loops_across_devices(x):
+    """``x`` through a while loop nested in another, the inner body on ``/cpu:1`` and the
+    rest on ``/cpu:0`` (shared by the nested-gradient and loops-across-devices tests)."""
+    def outer_body(i, acc):
+        def inner_body(j, a):
+            with af.device("/cpu:1"):
+                return j + 1, af.sin(a) * x
+        return i + 1, af.while_loop(lambda j, a: j < i + 1, inner_body,
+                                    [af.constant(0), acc], name="inner")[1]
+    with af.device("/cpu:0"):
+        return af.while_loop(lambda i, acc: i < 3, outer_body,
+                             [af.constant(0), af.constant(1.0, af.float64)])[1]

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import asyncflow as af
-from gradcheck import check_gradients
+from gradcheck import check_gradients, nested_loops_across_devices
 
 SETTINGS = settings(max_examples=12, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -125,16 +125,7 @@ async def test_two_inner_loops_and_a_matmul_state():
 
 
 async def test_inner_loop_body_on_another_device():
-    def build(x):
-        def outer_body(i, acc):
-            def inner_body(j, a):
-                with af.device("/cpu:1"):
-                    return j + 1, af.sin(a) * x
-            return i + 1, af.while_loop(lambda j, a: j < i + 1, inner_body,
-                                        [af.constant(0), acc], name="inner")[1]
-        with af.device("/cpu:0"):
-            return af.while_loop(lambda i, acc: i < 3, outer_body,
-                                 [af.constant(0), af.constant(1.0, af.float64)])[1]
+    build = nested_loops_across_devices
     with af.Graph().as_default():
         x = af.placeholder(af.float64, [])
         y = build(x)

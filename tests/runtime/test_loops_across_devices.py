@@ -20,6 +20,7 @@ from asyncflow import errors
 from asyncflow.graph import partition as partition_module
 from asyncflow.ops import control_flow as cf
 from asyncflow.ops import while_loop
+from gradcheck import nested_loops_across_devices
 
 TWO_CPUS = af.SessionConfig(device_count={"CPU": 2})
 TIMEOUT = af.RunOptions(timeout_in_ms=5000)
@@ -133,23 +134,10 @@ async def test_an_enter_feeding_two_devices_is_an_error():
                 await sess.run([result, count, count_1], options=TIMEOUT)
 
 
-def nested_loops(x):
-    """The nested-gradient test's graph: the inner body on CPU:1, the rest on CPU:0."""
-    def outer_body(i, acc):
-        def inner_body(j, a):
-            with af.device("/cpu:1"):
-                return j + 1, af.sin(a) * x
-        return i + 1, af.while_loop(lambda j, a: j < i + 1, inner_body,
-                                    [af.constant(0), acc], name="inner")[1]
-    with af.device("/cpu:0"):
-        return af.while_loop(lambda i, acc: i < 3, outer_body,
-                             [af.constant(0), af.constant(1.0, af.float64)])[1]
-
-
 async def test_nested_gradient_with_counters_not_colocated(monkeypatch, capsys):
     with af.Graph().as_default() as graph:
         x = af.placeholder(af.float64, [])
-        y = nested_loops(x)
+        y = nested_loops_across_devices(x)
         with monkeypatch.context() as patch:  # the counters as placed before 945c9f5
             patch.setattr(af.Graph, "colocate_with",
                           lambda self, op, ignore_existing=False: contextlib.nullcontext())
