@@ -68,80 +68,62 @@ def median_result(results):
 
 
 # -- (a) batching -----------------------------------------------------------------------------
-async def _asyncio_burst(call, rows):
-    latencies = [0.0] * len(rows)
-    cpu_start = time.process_time()
-    start = time.perf_counter()  # every request is submitted at the start of the burst
-
-    async def one(i):
-        await call(rows[i])
-        latencies[i] = time.perf_counter() - start
-
-    await asyncio.gather(*(one(i) for i in range(len(rows))))
-    return summarize(time.perf_counter() - start, time.process_time() - cpu_start, latencies)
+async def _gather_asyncio(one, count):
+    await asyncio.gather(*(one(i) for i in range(count)))
 
 
-async def _trio_burst(call, rows):
-    latencies = [0.0] * len(rows)
-    cpu_start = time.process_time()
-    start = time.perf_counter()  # every request is submitted at the start of the burst
-
-    async def one(i):
-        await call(rows[i])
-        latencies[i] = time.perf_counter() - start
-
+async def _gather_trio(one, count):
     async with trio.open_nursery() as nursery:
-        for i in range(len(rows)):
+        for i in range(count):
             nursery.start_soon(one, i)
+
+
+async def _burst(gather, call, rows):
+    """Submit every row at once (one task each, through ``gather``); summarize the answers."""
+    latencies = [0.0] * len(rows)
+    cpu_start = time.process_time()
+    start = time.perf_counter()  # every request is submitted at the start of the burst
+
+    async def one(i):
+        await call(rows[i])
+        latencies[i] = time.perf_counter() - start
+
+    await gather(one, len(rows))
     return summarize(time.perf_counter() - start, time.process_time() - cpu_start, latencies)
+
+
+async def _batching(session_class, batcher_class, gather, requests, rounds, max_batch):
+    """Alternate bursts of one run per request and of Batcher requests, ``rounds`` times."""
+    rows = request_rows(requests)
+    out = {"unbatched": [], "batched": []}
+    with af.Graph().as_default():
+        model = build_digits_model()
+        fetches = [model.classes, model.probabilities]
+        async with session_class() as sess:
+            await sess.run(af.global_variables_initializer())
+            async with batcher_class(sess, [model.x], fetches, max_batch_size=max_batch,
+                                     max_wait_ms=MAX_WAIT_MS) as batcher:
+                async def unbatched(r):
+                    return await sess.run(fetches, {model.x: r})
+
+                async def batched(r):
+                    return await batcher.run({model.x: r})
+                await _burst(gather, unbatched, rows[:100])  # compile plans
+                await _burst(gather, batched, rows[:100])
+                for _ in range(rounds):
+                    out["unbatched"].append(await _burst(gather, unbatched, rows))
+                    out["batched"].append(await _burst(gather, batched, rows))
+                stats = batcher.statistics()
+    return out, stats
 
 
 async def batching_asyncio(requests, rounds, max_batch):
-    rows = request_rows(requests)
-    out = {"unbatched": [], "batched": []}
-    with af.Graph().as_default():
-        model = build_digits_model()
-        fetches = [model.classes, model.probabilities]
-        async with aio.Session() as sess:
-            await sess.run(af.global_variables_initializer())
-            async with aio.Batcher(sess, [model.x], fetches, max_batch_size=max_batch,
-                                   max_wait_ms=MAX_WAIT_MS) as batcher:
-                async def unbatched(r):
-                    return await sess.run(fetches, {model.x: r})
-
-                async def batched(r):
-                    return await batcher.run({model.x: r})
-                await _asyncio_burst(unbatched, rows[:100])  # compile plans
-                await _asyncio_burst(batched, rows[:100])
-                for _ in range(rounds):
-                    out["unbatched"].append(await _asyncio_burst(unbatched, rows))
-                    out["batched"].append(await _asyncio_burst(batched, rows))
-                stats = batcher.statistics()
-    return out, stats
+    return await _batching(aio.Session, aio.Batcher, _gather_asyncio, requests, rounds,
+                           max_batch)
 
 
 async def batching_trio(requests, rounds, max_batch):
-    rows = request_rows(requests)
-    out = {"unbatched": [], "batched": []}
-    with af.Graph().as_default():
-        model = build_digits_model()
-        fetches = [model.classes, model.probabilities]
-        async with af.Session() as sess:
-            await sess.run(af.global_variables_initializer())
-            async with Batcher(sess, [model.x], fetches, max_batch_size=max_batch,
-                               max_wait_ms=MAX_WAIT_MS) as batcher:
-                async def unbatched(r):
-                    return await sess.run(fetches, {model.x: r})
-
-                async def batched(r):
-                    return await batcher.run({model.x: r})
-                await _trio_burst(unbatched, rows[:100])
-                await _trio_burst(batched, rows[:100])
-                for _ in range(rounds):
-                    out["unbatched"].append(await _trio_burst(unbatched, rows))
-                    out["batched"].append(await _trio_burst(batched, rows))
-                stats = batcher.statistics()
-    return out, stats
+    return await _batching(af.Session, Batcher, _gather_trio, requests, rounds, max_batch)
 
 
 # -- (b) embedding overhead -----------------------------------------------------------------
