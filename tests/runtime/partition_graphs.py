@@ -1,5 +1,46 @@
-"""Graphs shared by the tests of multi-partition steps (imported by test modules here)."""
+"""Graphs and probes shared by the tests of multi-partition steps (imported by test modules
+here): device configurations, a mixed graph, an async ``py_func`` body, a task counter."""
+import contextlib
+
+import trio
+
 import asyncflow as af
+
+TWO_CPUS = af.SessionConfig(device_count={"CPU": 2})
+THREE_CPUS = af.SessionConfig(device_count={"CPU": 3})
+
+
+async def later(v):
+    """An async ``py_func`` body: its kernel waits (a task) one second of trio time."""
+    await trio.sleep(1)
+    return v + 10.0
+
+
+class TaskCounts(trio.abc.Instrument):
+    """Tasks spawned and exited, and task steps run, while installed."""
+
+    def __init__(self):
+        self.spawned = self.exited = self.steps = 0
+
+    def task_spawned(self, task):
+        self.spawned += 1
+
+    def task_exited(self, task):
+        self.exited += 1
+
+    def before_task_step(self, task):
+        self.steps += 1
+
+
+@contextlib.contextmanager
+def counting_tasks():
+    """``with counting_tasks() as counts:``: a ``TaskCounts`` installed for the block."""
+    counts = TaskCounts()
+    trio.lowlevel.add_instrument(counts)
+    try:
+        yield counts
+    finally:
+        trio.lowlevel.remove_instrument(counts)
 
 
 def mixed_graph(devices):

@@ -13,33 +13,12 @@ import pytest
 import trio
 
 import asyncflow as af
-from partition_graphs import mixed_graph
+from partition_graphs import THREE_CPUS, TWO_CPUS, counting_tasks, later, mixed_graph
 from asyncflow.runtime import compiler
 
-TWO_CPUS = af.SessionConfig(device_count={"CPU": 2})
-THREE_CPUS = af.SessionConfig(device_count={"CPU": 3})
-
-
-class _Tasks(trio.abc.Instrument):
-    """Counts tasks spawned and exited while installed."""
-
-    def __init__(self):
-        self.spawned = self.exited = 0
-
-    def task_spawned(self, task):
-        self.spawned += 1
-
-    def task_exited(self, task):
-        self.exited += 1
-
-
 async def _run_counting(sess, fetches, feeds=None, **kwargs):
-    tasks = _Tasks()
-    trio.lowlevel.add_instrument(tasks)
-    try:
+    with counting_tasks() as tasks:
         return await sess.run(fetches, feeds, **kwargs), tasks
-    finally:
-        trio.lowlevel.remove_instrument(tasks)
 
 
 def _three_ops(devices):
@@ -156,10 +135,6 @@ async def test_failure_while_starting_never_starts_partitions_that_must_wait(aut
 
 
 async def test_partition_with_an_async_py_func_finishes_in_its_task(autojump_clock):
-    async def later(v):
-        await trio.sleep(1)
-        return v + 10.0
-
     with af.Graph().as_default():
         x = af.placeholder(af.float32, [], name="x")
         with af.device("/device:CPU:0"):
@@ -210,9 +185,7 @@ async def test_cancelled_step_waiting_on_another_device_leaves_no_task(autojump_
         with af.device("/device:CPU:0"):
             total = af.identity(item) * x
         sess = af.Session(config=TWO_CPUS)
-        tasks = _Tasks()
-        trio.lowlevel.add_instrument(tasks)
-        try:
+        with counting_tasks() as tasks:
             if how == "cancel_scope":
                 with trio.move_on_after(1) as scope:
                     await sess.run(total, {x: 2.0})
@@ -225,8 +198,6 @@ async def test_cancelled_step_waiting_on_another_device_leaves_no_task(autojump_
                     nursery.start_soon(run)
                     await trio.sleep(1)
                     await sess.close()
-        finally:
-            trio.lowlevel.remove_instrument(tasks)
         assert tasks.spawned >= 1 and tasks.exited == tasks.spawned
         if how == "cancel_scope":
             await sess.close()

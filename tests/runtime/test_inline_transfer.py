@@ -15,19 +15,7 @@ import pytest
 import trio
 
 import asyncflow as af
-from partition_graphs import mixed_graph
-
-TWO_CPUS = af.SessionConfig(device_count={"CPU": 2})
-THREE_CPUS = af.SessionConfig(device_count={"CPU": 3})
-
-
-class _CountTaskSteps(trio.abc.Instrument):
-    def __init__(self):
-        self.steps = 0
-
-    def before_task_step(self, task):
-        self.steps += 1
-
+from partition_graphs import THREE_CPUS, TWO_CPUS, counting_tasks, later, mixed_graph
 
 def _ping_pong(x, edges, op=af.identity, name="hop"):
     """``edges`` ops alternating CPU:1, CPU:0, ...: ``{name}_{i}`` sits on CPU:(i+1)%2."""
@@ -78,12 +66,8 @@ async def test_ping_pong_of_200_edges_keeps_a_flat_stack_and_one_task_step_per_p
             assert await sess.run(y, {x: 0.0}) == 200.0
             depths.clear()
             tasks.clear()
-            counter = _CountTaskSteps()
-            trio.lowlevel.add_instrument(counter)
-            try:
+            with counting_tasks() as counter:
                 assert await sess.run(y, {x: 1.0}) == 201.0
-            finally:
-                trio.lowlevel.remove_instrument(counter)
     assert len(depths) == 200
     assert max(depths) == min(depths)  # the 200th hop runs as deep as the 1st
     # Once both partitions started, one task drains both to the end (the first hop may run
@@ -152,10 +136,6 @@ async def test_trace_names_each_nodes_own_device():
 
 async def test_waiting_kernel_in_an_inline_drained_partition_starts_as_its_task(
         autojump_clock):
-    async def later(v):
-        await trio.sleep(1)
-        return v + 10.0
-
     with af.Graph().as_default():
         x = af.placeholder(af.float32, [], name="x")
         with af.device("/device:CPU:0"):

@@ -14,6 +14,7 @@ from asyncflow import errors
 from asyncflow.distributed.rendezvous import StepRendezvous
 from asyncflow.kernels.registry import WOULD_BLOCK, get_kernel
 from asyncflow.runtime.rendezvous import LocalRendezvous, RendezvousStatistics, make_key
+from partition_graphs import counting_tasks
 
 KEY = make_key("/job:localhost/replica:0/task:0/device:CPU:0", 1,
                "/job:localhost/replica:0/task:0/device:CPU:1", "edge_1_x_0")
@@ -110,14 +111,6 @@ async def test_recv_kernel_declines_on_a_rendezvous_without_subscribe():
     assert get_kernel("_Recv", "CPU").subscribe(_recv_context(rdv), print) is WOULD_BLOCK
 
 
-class _CountTasks(trio.abc.Instrument):
-    def __init__(self):
-        self.spawned = 0
-
-    def task_spawned(self, task):
-        self.spawned += 1
-
-
 async def test_cross_device_chain_runs_without_a_task_per_recv():
     with af.Graph().as_default():
         x = af.placeholder(af.float32, [])
@@ -127,12 +120,8 @@ async def test_cross_device_chain_runs_without_a_task_per_recv():
                 y = af.identity(y) + 1.0
         async with af.Session(config=af.SessionConfig(device_count={"CPU": 2})) as sess:
             assert await sess.run(y, {x: 1.0}) == 41.0
-            counter = _CountTasks()
-            trio.lowlevel.add_instrument(counter)
-            try:
+            with counting_tasks() as counter:
                 assert await sess.run(y, {x: 2.0}) == 42.0
-            finally:
-                trio.lowlevel.remove_instrument(counter)
     # One task per partition (and none per Recv: 40 edges would spawn 40 more).
     assert counter.spawned <= 4
 
