@@ -3,7 +3,8 @@
 A WorkerProcess runs the real CLI (``python -m asyncflow worker``) in a child process, waits for
 its ``listening on HOST:PORT`` line, and can SIGKILL it, restart it on the same port, and read
 its resident memory from ``/proc``. ``free_ports(n)`` picks ports for a fixed ClusterSpec (a
-restarted worker must come back at the same address).
+restarted worker must come back at the same address); ``health(address)`` asks a worker for
+its Health over a fresh channel.
 """
 from __future__ import annotations
 
@@ -119,3 +120,13 @@ class WorkerProcess:
                 if line.startswith("VmRSS:"):
                     return int(line.split()[1]) * 1024
         raise RuntimeError("VmRSS not found")
+
+
+async def health(address):
+    """The Health reply of the worker at ``address`` (a fresh channel, 5 s deadline)."""
+    from asyncflow.distributed import channels
+    channel = channels.connect(address)
+    try:
+        return await channel.health(timeout=5.0)
+    finally:
+        await channel.aclose()

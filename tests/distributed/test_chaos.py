@@ -38,7 +38,7 @@ import trio
 
 import asyncflow as af
 from asyncflow.distributed.master import ABORT_GRACE_S
-from killable_workers import WorkerProcess, free_ports
+from killable_workers import WorkerProcess, free_ports, health
 
 BATCH = 64
 TARGET_RESUME_S = 5.0
@@ -294,15 +294,6 @@ async def test_chaos_long(tmp_path):
           f"(mean {sum(resumed_s) / len(resumed_s):.3f})")
 
 
-async def _health(address):
-    from asyncflow.distributed import channels
-    channel = channels.connect(address)
-    try:
-        return await channel.health(timeout=5.0)
-    finally:
-        await channel.aclose()
-
-
 async def test_frozen_worker_is_declared_dead_and_a_restarted_one_is_recognised():
     """SIGSTOP: the step fails with UnavailableError once the health check gives up (within
     health_check_interval_s + worker_dead_after_s), and the peer's pending step is aborted.
@@ -323,7 +314,7 @@ async def test_frozen_worker_is_declared_dead_and_a_restarted_one_is_recognised(
             async with af.Session(cluster=spec, config=config) as sess:
                 await sess.run(v.initializer)
                 assert await sess.run(y) == 12.0
-                first = (await _health(procs[1].address)).incarnation
+                first = (await health(procs[1].address)).incarnation
                 os.kill(procs[1].pid, signal.SIGSTOP)
                 started = trio.current_time()
                 with pytest.raises(af.errors.UnavailableError, match="task:1"):
@@ -335,13 +326,13 @@ async def test_frozen_worker_is_declared_dead_and_a_restarted_one_is_recognised(
                 # cancels the dead task's RunGraph and raises.
                 grace = 2 * ABORT_GRACE_S + 1
                 assert dead_after - 0.1 <= elapsed <= interval + dead_after + grace + 1.0, elapsed
-                stats = (await _health(procs[0].address)).stats
+                stats = (await health(procs[0].address)).stats
                 assert stats["steps_in_flight"] == 0  # worker 0's pull was aborted too
                 os.kill(procs[1].pid, signal.SIGCONT)
                 assert await sess.run(y) == 12.0  # the same process, back from the freeze
-                assert (await _health(procs[1].address)).incarnation == first
+                assert (await health(procs[1].address)).incarnation == first
                 await trio.to_thread.run_sync(procs[1].restart)
-                assert (await _health(procs[1].address)).incarnation != first
+                assert (await health(procs[1].address)).incarnation != first
                 assert await sess.run(y) == 12.0  # re-registered on the new incarnation
     finally:
         for proc in procs:

@@ -19,7 +19,7 @@ import pytest
 import trio
 
 import asyncflow as af
-from killable_workers import WorkerProcess, free_ports
+from killable_workers import WorkerProcess, free_ports, health
 
 CONCURRENCY = 8
 
@@ -38,15 +38,6 @@ def _graph():
         with af.device("/job:worker/task:0"):
             total = af.reduce_sum(slow)
     return graph, x, shape, total, w
-
-
-async def _health(address):
-    from asyncflow.distributed import channels
-    channel = channels.connect(address)
-    try:
-        return await channel.health(timeout=5.0)
-    finally:
-        await channel.aclose()
 
 
 async def soak(seconds, sample_every_s=1.0):
@@ -98,7 +89,7 @@ async def soak(seconds, sample_every_s=1.0):
                 for index in range(CONCURRENCY):
                     nursery.start_soon(client, index)
         await trio.sleep(0.5)  # let the last cleanups land
-        stats = [(await _health(p.address)).stats for p in procs]
+        stats = [(await health(p.address)).stats for p in procs]
     finally:
         for proc in procs:
             proc.kill()
