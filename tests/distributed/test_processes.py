@@ -147,15 +147,21 @@ async def test_asyncflow_config_and_target_sessions(worker_processes):
         np.testing.assert_array_equal(await sess.run(out, options=TIMEOUT), [3.0, 6.0])
 
 
-async def test_kill_9_mid_step_fails_with_unavailable_quickly(worker_processes):
-    spec = loopback_spec({"worker": 2})
-    worker_processes.start(spec, [("worker", 0), ("worker", 1)])
+def _step_blocked_on_task_1():
+    """``(graph, out)``: ``out`` on task 0 waits for a dequeue on task 1 that nothing feeds."""
     with af.Graph().as_default() as graph:
         with af.device("/job:worker/task:1"):
             queue = af.FIFOQueue(1, [af.float32], shapes=[[]], name="q")
             item = queue.dequeue()
         with af.device("/job:worker/task:0"):
             out = item + 1.0
+    return graph, out
+
+
+async def test_kill_9_mid_step_fails_with_unavailable_quickly(worker_processes):
+    spec = loopback_spec({"worker": 2})
+    worker_processes.start(spec, [("worker", 0), ("worker", 1)])
+    graph, out = _step_blocked_on_task_1()
     probe = channels.connect(spec["worker"][1])
     async with af.Session(graph=graph, cluster=spec) as sess:
         async with trio.open_nursery() as nursery:
@@ -184,12 +190,7 @@ async def test_kill_9_mid_step_fails_with_unavailable_quickly(worker_processes):
 async def test_a_hung_worker_is_declared_unavailable_by_the_health_watchdog(worker_processes):
     spec = loopback_spec({"worker": 2})
     worker_processes.start(spec, [("worker", 0), ("worker", 1)])
-    with af.Graph().as_default() as graph:
-        with af.device("/job:worker/task:1"):
-            queue = af.FIFOQueue(1, [af.float32], shapes=[[]], name="q")
-            item = queue.dequeue()
-        with af.device("/job:worker/task:0"):
-            out = item + 1.0
+    graph, out = _step_blocked_on_task_1()
     config = af.SessionConfig(health_check_interval_s=0.5, worker_dead_after_s=2.0)
     probe = channels.connect(spec["worker"][1])
     hung = worker_processes.procs[("worker", 1)]
