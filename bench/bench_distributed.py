@@ -19,7 +19,6 @@ Run: ``.venv/bin/python bench/bench_distributed.py [--quick]``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import statistics
@@ -27,38 +26,18 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(_HERE, ".."))
+sys.path.insert(0, os.path.join(_HERE, "..", "demos"))
 
 import numpy as np  # noqa: E402
 import trio  # noqa: E402
 
 import asyncflow as af  # noqa: E402
 from asyncflow.distributed import channels  # noqa: E402
+from local_cluster import local_cluster  # noqa: E402  (worker processes, one BLAS thread each)
 
 MIB = 1 << 20
-# Worker processes share this machine's cores: one BLAS thread each.
-WORKER_ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_workers(spec):
-    procs = []
-    for job, addresses in spec.items():
-        for index in range(len(addresses)):
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "asyncflow", "worker", "--cluster", json.dumps(spec),
-                 "--job", job, "--task", str(index), "--log-level", "WARNING"],
-                stdout=subprocess.PIPE, text=True, env=WORKER_ENV))
-    for proc in procs:
-        line = proc.stdout.readline()
-        if "listening on" not in line:
-            raise RuntimeError(f"worker failed to start: {line!r}")
-    return procs
 
 
 # -- raw socket baseline ----------------------------------------------------------------
@@ -172,13 +151,8 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
-    spec = {"worker": [f"127.0.0.1:{free_port()}" for _ in range(2)]}
-    procs = start_workers(spec)
-    try:
+    with local_cluster({"worker": 2}) as spec:
         results = trio.run(measure, spec, args.quick)
-    finally:
-        for proc in procs:
-            proc.kill()
     results["raw_socket_mib_s"] = raw_socket_mib_s(64 * MIB, 3 if args.quick else 7)
     results["transfer_vs_raw"] = results["big_transfer_mib_s"] / results["raw_socket_mib_s"]
     width = max(map(len, results))
