@@ -144,7 +144,10 @@ class RegisterGraph:
 
 @dataclass(frozen=True, slots=True)
 class RegisterGraphReply:
+    """``incarnation``: the registering process's (0: not reported)."""
+
     graph_handle: str
+    incarnation: int = 0
 
 
 @dataclass(frozen=True, slots=True)

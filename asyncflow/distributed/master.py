@@ -17,9 +17,23 @@ Theory of operation (reference §6; DESIGN.md "Distribution"):
   gives the other RunGraphs a moment to report, then cancels them, and raises the first
   root-cause error (errors marked ``[_Derived_]`` lose to it). A transport failure is
   ``UnavailableError`` naming the task. A caller's cancellation aborts the step everywhere.
-- **Restarts.** A task whose Health shows a new incarnation (checked before a step when the
-  last contact is older than the health interval, by the watchdog, and after a failure) has
-  its graphs compiled and registered again on the next run.
+- **Restarts** (TF1's semantics). Every task has an *incarnation*, a random number drawn when
+  its process starts, reported by Health and by RegisterGraph. The master remembers per task
+  the incarnation its session state belongs to (``acknowledged``: the one seen at open). A
+  task found with another one (by Health before a step when the last contact is older than
+  the health interval, by the watchdog during a step, by a registration reply, or after a
+  RunGraph the worker refused because it does not know the graph handle) has lost this
+  session's graphs and its variables: the step fails with ``AbortedError`` naming the task
+  ("restarted"), the new incarnation becomes the acknowledged one, and the next run compiles
+  (rendezvous keys carry incarnations) and registers again. So a restart is reported exactly
+  once, as an error recovery loops catch (never NotFound or an uninitialized variable), and
+  the recovery's own runs (a Saver restore, the initializers) go through. A task the session
+  has already reported as ``UnavailableError`` (it died) comes back acknowledged silently:
+  the caller has been told it failed.
+- **Unknown handles.** A worker answers RunGraph for a graph handle it does not hold with
+  ``NOT_FOUND`` (no op named); the master turns that into ``AbortedError`` (TF1's "graph handle
+  not found"): a restart as above, or, with the incarnation unchanged (the registration expired
+  or was removed), the task graph is registered again on the next run.
 
 Knows transports' messages and the graph/runtime layers; never HTTP (channels come from
 ``channels.connect``).
@@ -59,7 +73,9 @@ class _Task:
     name: str            # /job:worker/replica:0/task:1
     address: str
     channel: object
-    incarnation: int = 0
+    incarnation: int = 0    # the latest one seen
+    acknowledged: int = 0   # the one this session's graphs and state on the task belong to
+    down_reported: bool = False  # an UnavailableError naming the task reached the caller
     devices: list = dataclasses.field(default_factory=list)
     last_ok: float = float("-inf")
 
@@ -106,6 +122,7 @@ async def _all(fn, items):
 
 
 def _unavailable(task, exc):
+    task.down_reported = True
     return errors.UnavailableError(None, None, f"worker {task.name} at {task.address} is "
                                    f"unavailable: {exc}")
 
@@ -131,6 +148,7 @@ class Master:
         self._target = None
         self._pinned = {}
         self._runs = []
+        self._forgotten = []   # (task, handle) of registrations replaced after an ABORTED
         self._register_lock = trio.Lock()
         self.opened = False
 
@@ -176,9 +194,37 @@ class Master:
         if restarted:
             _log.warning("worker %s restarted (incarnation %x -> %x); its graphs will be "
                          "registered again", task.name, task.incarnation, reply.incarnation)
-        task.incarnation, task.devices = reply.incarnation, list(reply.devices)
+        self._seen(task, reply.incarnation)
+        task.devices = list(reply.devices)
         task.last_ok = trio.current_time()
         return restarted
+
+    @staticmethod
+    def _seen(task, incarnation):
+        """Record a reply's incarnation (see "Restarts" in the module docstring)."""
+        if task.acknowledged == 0 or (task.down_reported and incarnation != task.acknowledged):
+            task.acknowledged = incarnation  # first contact, or a death already reported
+        task.incarnation = incarnation
+        task.down_reported = False
+
+    def restart_error(self, tasks, step_id=None):
+        """The AbortedError reporting ``tasks``' restarts; their new incarnations become the
+        acknowledged ones, so each restart is reported once."""
+        names = []
+        for task in {task.name: task for task in tasks}.values():
+            names.append(f"{task.name} at {task.address} (incarnation {task.acknowledged:x} "
+                         f"-> {task.incarnation:x})")
+            task.acknowledged = task.incarnation
+        during = f"during step {step_id}" if step_id is not None else "since its last step"
+        return errors.AbortedError(
+            None, None, f"worker {', '.join(names)} restarted {during}: its graphs, variables "
+            "and queues are gone. The next run registers the graphs again; restore a "
+            "checkpoint or run the initializers first (MonitoredTrainingSession does both)")
+
+    def restarted(self, task_names):
+        """The tasks among ``task_names`` whose incarnation is not the acknowledged one."""
+        return [self.tasks[name] for name in dict.fromkeys(task_names)
+                if self.tasks[name].incarnation != self.tasks[name].acknowledged]
 
     def device_names(self):
         return [d for task in self.tasks.values() for d in task.devices]
@@ -239,12 +285,20 @@ class Master:
 
     # -- steps ------------------------------------------------------------------------
     async def refresh(self, run):
-        """Health of tasks not heard from lately; returns False when the run must recompile."""
+        """Health of tasks not heard from lately; returns False when the run must recompile.
+
+        Raises:
+            AbortedError: a task of the run restarted since the session last used it.
+            UnavailableError: a task of the run cannot be reached.
+        """
         now = trio.current_time()
         stale = [self.tasks[tg.task] for tg in run.task_graphs
                  if now - self.tasks[tg.task].last_ok > self.config.health_check_interval_s]
         if stale:
             await _all(self._health, stale)
+        restarted = self.restarted(tg.task for tg in run.task_graphs)
+        if restarted:
+            raise self.restart_error(restarted)
         return all(run.incarnations[name] == task.incarnation
                    for name, task in self.tasks.items() if name in run.incarnations)
 
@@ -266,6 +320,11 @@ class Master:
             except RemoteCallError as exc:
                 raise errors.from_code(exc.code, f"RegisterGraph on {task.name}: "
                                        f"{exc.message}") from None
+            if reply.incarnation and reply.incarnation != task.incarnation:
+                # Restarted since the run was compiled: its keys name the old incarnation.
+                self._forgotten.append((task, reply.graph_handle))
+                self._seen(task, reply.incarnation)
+                raise self.restart_error([task])
             tg.handle, tg.registered_incarnation = reply.graph_handle, task.incarnation
 
         def pending():
@@ -293,19 +352,25 @@ class Master:
                            timeout_ms, trace)
         return await step.run()
 
+    def forget_registration(self, tg):
+        """Register ``tg`` again on its next run (its worker did not know the handle)."""
+        if tg.handle is not None and tg.registered_incarnation:
+            self._forgotten.append((self.tasks[tg.task], tg.handle))
+        tg.registered_incarnation = 0
+
     async def close(self):
         """Forget this session's graphs on the workers (best effort) and close channels."""
+        handles = [(self.tasks[tg.task], tg.handle) for run in self._runs
+                   for tg in run.task_graphs if tg.handle is not None
+                   and tg.registered_incarnation == self.tasks[tg.task].incarnation]
+        handles += [(task, handle) for task, handle in self._forgotten
+                    if task.incarnation == task.acknowledged]
         with trio.move_on_after(2):
-            for run in self._runs:
-                for tg in run.task_graphs:
-                    task = self.tasks[tg.task]
-                    if tg.handle is None or tg.registered_incarnation != task.incarnation:
-                        continue
-                    try:
-                        await task.channel.deregister_graph(DeregisterGraph(tg.handle),
-                                                            timeout=1.0)
-                    except (TransportError, RemoteCallError):
-                        pass
+            for task, handle in handles:
+                try:
+                    await task.channel.deregister_graph(DeregisterGraph(handle), timeout=1.0)
+                except (TransportError, RemoteCallError):
+                    pass
         for task in self.tasks.values():
             await task.channel.aclose()
 
@@ -365,7 +430,7 @@ class _StepDriver:
         timeout = self.timeout_ms / 1000 + 1.0 if self.timeout_ms else None
         reply = None
         with trio.CancelScope() as self.call_scopes[tg.task]:
-            reply = await self._call(task, request, timeout)
+            reply = await self._call(task, tg, request, timeout)
         if reply is None:
             return
         task.last_ok = trio.current_time()
@@ -376,14 +441,24 @@ class _StepDriver:
                                         s["start_us"], s["end_us"])
                               for s in reply.step_stats.get("nodes", []))
 
-    async def _call(self, task, request, timeout):
+    async def _call(self, task, tg, request, timeout):
         """RunGraph on ``task``; returns its reply, or None after reporting the failure."""
         try:
             return await task.channel.run_graph(request, timeout=timeout)
         except RemoteCallError as exc:
-            if exc.code == "NOT_FOUND" and "register it again" in exc.message:
+            error = self._remote_error(exc, task)
+            if exc.code in ("NOT_FOUND", "ABORTED") and error.op is None \
+                    and not _rdv.is_derived(error.message):
+                # Not an op's error nor a peer's abort: the worker lost the graph handle
+                # (NOT_FOUND) or the step. Restarted? Then say so, as TF1 does.
                 await self._check_restart(task)
-            await self._failed(self._remote_error(exc, task))
+                if self.master.restarted([task.name]):
+                    error = self.master.restart_error([task])
+                elif exc.code == "NOT_FOUND":
+                    self.master.forget_registration(tg)
+                    error = errors.AbortedError(None, None, f"{error.message} (graph "
+                                                "registered again on the next run)")
+            await self._failed(error)
         except TransportDeadlineExceeded as exc:
             await self._failed(errors.DeadlineExceededError(None, None, f"RunGraph on "
                                f"{task.name}: {exc}"))
@@ -455,10 +530,9 @@ class _StepDriver:
                     except errors.OpError as exc:
                         await self._failed(exc, dead_task=task.name)
                         return
-                    if restarted:
-                        await self._failed(errors.AbortedError(
-                            None, None, f"worker {task.name} restarted during step "
-                            f"{self.step_id}"), dead_task=task.name)
+                    if restarted or self.master.restarted([task.name]):
+                        await self._failed(self.master.restart_error([task], self.step_id),
+                                           dead_task=task.name)
                         return
 
 

@@ -165,7 +165,7 @@ class WorkerService:
         self.counters.graphs_registered += 1
         _log.info("%s registered graph %s: %d ops on %s", self.task, handle, len(ops),
                   ", ".join(sorted({op.device for op in ops})) or "no devices")
-        return RegisterGraphReply(handle)
+        return RegisterGraphReply(handle, self.incarnation)
 
     def _import(self, graph_def, options):
         feed_names = options.get("feeds") or []

@@ -59,7 +59,7 @@ def _infer_restore(op):
     return [(dtypes.as_dtype(d), as_shape(s)) for d, s in zip(kinds, shapes)]
 
 
-register_op("Save", infer=_infer_save, stateful=True, ref_inputs="all", cost=_io_cost)
+register_op("Save", infer=_infer_save, stateful=True, cost=_io_cost)
 register_op("Restore", infer=_infer_restore, stateful=True, cost=_io_cost)
 not_differentiable("Save", "Restore")
 
