@@ -12,6 +12,15 @@ directory is fsynced so the rename itself is durable. A reader therefore sees ei
 old complete file or the new complete file, never a torn one; a crash leaves at most a
 stray ``.*.tmp`` file.
 
+Sharded checkpoints (``Saver(sharded=True)``, TF1's sharded saving): each task writes the
+variables it holds into its own shard, ``<prefix>-0000i-of-0000n.safetensors`` (a whole
+safetensors file, written atomically as above), and after every shard is on disk one
+``MergeCheckpointShards`` op writes the index ``<prefix>.safetensors.index.json`` (the Hugging
+Face layout: ``{"metadata": {...}, "weight_map": {tensor name: shard file name}}``), atomically
+too. The index is the commit point: shards without an index are no checkpoint. ``Restore``
+given ``<prefix>.safetensors`` reads that file if it exists, else the index, and then each
+tensor from whichever shard holds it, so a checkpoint restores onto any cluster layout.
+
 Reading validates the header before allocating anything: size caps, a dtype allowlist,
 non-negative shapes, offsets that match ``prod(shape) * itemsize`` and stay inside the file.
 A malformed file raises ``DataLossError``; a missing one ``NotFoundError``.
@@ -36,6 +45,9 @@ from asyncflow.kernels.registry import register_kernel
 FORMAT = "asyncflow.checkpoint"
 FORMAT_VERSION = "1"
 MAX_HEADER_BYTES = 100 * 1024 * 1024
+MAX_INDEX_BYTES = 64 * 1024 * 1024
+DATA_SUFFIX = ".safetensors"
+INDEX_SUFFIX = ".index.json"
 _TO_SAFETENSORS = {
     dtypes.float64: "F64", dtypes.float32: "F32", dtypes.float16: "F16", dtypes.bfloat16: "BF16",
     dtypes.int64: "I64", dtypes.int32: "I32", dtypes.int16: "I16", dtypes.int8: "I8",
@@ -233,7 +245,7 @@ def _mismatches(entries, names, kinds, shapes):
 def _restore(ctx, filename):
     path = _string(filename)
     names, kinds, shapes = (ctx.attrs[k] for k in ("tensor_names", "dtypes", "shapes"))
-    tensors, _, entries = read_safetensors(path, names)
+    tensors, entries = read_checkpoint(path, names)
     missing, wrong = _mismatches(entries, names, kinds, shapes)
     if missing:
         raise errors.NotFoundError(
@@ -245,3 +257,106 @@ def _restore(ctx, filename):
             None, ctx.name, f"Restoring from checkpoint {path} failed: {len(wrong)} "
             f"mismatch(es) between the checkpoint and the graph: {'; '.join(wrong)}")
     return tuple(ctx.to_device(tensors[name]) for name in names)
+
+
+# -- sharded checkpoints -----------------------------------------------------------------------
+def shard_path(data_file, shard, num_shards):
+    """``P.safetensors`` -> ``P-0000<shard>-of-0000<num_shards>.safetensors``."""
+    stem = data_file[:-len(DATA_SUFFIX)] if data_file.endswith(DATA_SUFFIX) else data_file
+    return f"{stem}-{shard:05d}-of-{num_shards:05d}{DATA_SUFFIX}"
+
+
+def index_path(data_file):
+    """The index of a sharded checkpoint whose single-file name would be ``data_file``."""
+    return data_file + INDEX_SUFFIX
+
+
+def read_index(path):
+    """``{tensor name: shard file path}`` of a sharded checkpoint's index file.
+
+    Raises:
+        NotFoundError: if the index does not exist.
+        DataLossError: if it is malformed, or names a shard outside its directory.
+    """
+    try:
+        with open(path, "rb") as fileobj:
+            raw = fileobj.read(MAX_INDEX_BYTES + 1)
+    except FileNotFoundError:
+        raise errors.NotFoundError(None, None, f"Failed to find any matching files for "
+                                   f"{path}") from None
+    if len(raw) > MAX_INDEX_BYTES:
+        raise _corrupt(path, f"the index is larger than {MAX_INDEX_BYTES} bytes")
+    try:
+        index = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise _corrupt(path, f"the index is not JSON ({exc})") from None
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict):
+        raise _corrupt(path, "the index has no weight_map object")
+    directory = os.path.dirname(os.path.abspath(path))
+    out = {}
+    for name, shard in weight_map.items():
+        # Shards sit beside their index: a name with a directory part is not ours.
+        if not isinstance(shard, str) or not shard or shard != os.path.basename(shard) \
+                or shard.startswith("."):
+            raise _corrupt(path, f"tensor {name!r} names shard {shard!r}, which is not a file "
+                           "name beside the index")
+        out[name] = os.path.join(directory, shard)
+    return out
+
+
+def read_checkpoint(path, names):
+    """``(tensors, entries)`` of ``names`` from a checkpoint: the file ``path`` if it exists,
+    else the sharded checkpoint whose index is ``index_path(path)``.
+
+    Raises:
+        NotFoundError: if neither exists.
+        DataLossError: if a file is malformed.
+    """
+    if os.path.exists(path) or not os.path.isfile(index_path(path)):
+        tensors, _, entries = read_safetensors(path, names)
+        return tensors, entries
+    where = read_index(index_path(path))
+    by_shard = {}
+    for name in names:
+        if name in where:
+            by_shard.setdefault(where[name], []).append(name)
+    tensors, entries = {}, {}
+    for shard, wanted in by_shard.items():
+        got, _, shard_entries = read_safetensors(shard, wanted)
+        tensors.update(got)
+        entries.update((name, shard_entries[name]) for name in wanted if name in shard_entries)
+    return tensors, entries
+
+
+@register_kernel("ShardedFilename")
+def _sharded_filename(ctx, filename):
+    path = shard_path(_string(filename), ctx.attrs["shard"], ctx.attrs["num_shards"])
+    return (np.array(path.encode(), dtype=object),)
+
+
+@register_kernel("MergeCheckpointShards", offload=True)
+def _merge_shards(ctx, filename, global_step):
+    path = _string(filename)
+    shards = ctx.attrs["shard_tensor_names"]
+    weight_map = {}
+    for shard, names in enumerate(shards):
+        shard_file = shard_path(path, shard, len(shards))
+        try:
+            with open(shard_file, "rb") as fileobj:
+                entries, _, _ = read_safetensors_header(fileobj, shard_file,
+                                                        os.fstat(fileobj.fileno()).st_size)
+        except FileNotFoundError:
+            raise errors.NotFoundError(None, ctx.name, f"shard {shard} of checkpoint {path} "
+                                       f"({shard_file}) was not written") from None
+        missing = [name for name in names if name not in entries]
+        if missing:
+            raise _corrupt(shard_file, f"it lacks {', '.join(missing)}")
+        weight_map.update((name, os.path.basename(shard_file)) for name in names)
+    index = {"metadata": {"format": FORMAT, "format_version": FORMAT_VERSION,
+                          "global_step": str(int(_host(global_step))),
+                          "num_shards": str(len(shards))},
+             "weight_map": dict(sorted(weight_map.items()))}
+    content = json.dumps(index, indent=1).encode()
+    atomic_write(index_path(path), lambda fileobj: fileobj.write(content))
+    return ()

@@ -9,7 +9,12 @@ outputs: a client orders on it through a control dependency.
 with the dtypes and static shapes given by its ``dtypes``/``shapes`` attrs; the Saver feeds
 them to ``Assign`` ops, so restoring needs no initializer.
 
-Both do file I/O. Their kernels are ``offload`` kernels and the ops declare an unbounded
+Sharded saving adds two ops: ``ShardedFilename(filename)`` (attrs ``shard``, ``num_shards``)
+names one shard's file, and ``MergeCheckpointShards(filename, global_step)`` (attr
+``shard_tensor_names``: per shard, the names it holds) checks every shard and writes the
+index that makes them one checkpoint (see ``asyncflow.kernels.checkpoint``).
+
+Save, Restore and MergeCheckpointShards do file I/O. Their kernels are ``offload`` kernels and the ops declare an unbounded
 cost, so the executor always runs them on a worker thread and the event loop never waits on
 the disk (kernels may not import trio themselves; see STYLE.md's layer table).
 """
@@ -59,9 +64,28 @@ def _infer_restore(op):
     return [(dtypes.as_dtype(d), as_shape(s)) for d, s in zip(kinds, shapes)]
 
 
+def _infer_sharded_filename(op):
+    _check_filename(op)
+    shard, num_shards = op.get_attr("shard"), op.get_attr("num_shards")
+    if not 0 <= shard < num_shards:
+        raise ValueError(f"shard {shard} is not one of {num_shards} shards")
+    return [(dtypes.string, as_shape([]))]
+
+
+def _infer_merge(op):
+    _check_filename(op)
+    if not op.get_attr("shard_tensor_names"):
+        raise ValueError("MergeCheckpointShards needs at least one shard")
+    return []
+
+
+# Save reads its inputs as values (TF1's SaveV2): taking them as references would make the
+# placer colocate every saved variable with the one Save op, across tasks.
 register_op("Save", infer=_infer_save, stateful=True, cost=_io_cost)
 register_op("Restore", infer=_infer_restore, stateful=True, cost=_io_cost)
-not_differentiable("Save", "Restore")
+register_op("ShardedFilename", infer=_infer_sharded_filename)
+register_op("MergeCheckpointShards", infer=_infer_merge, stateful=True, cost=_io_cost)
+not_differentiable("Save", "Restore", "ShardedFilename", "MergeCheckpointShards")
 
 
 def save(filename, global_step, tensor_names, tensors, name=None):
@@ -94,3 +118,23 @@ def restore(filename, tensor_names, dtypes_list, shapes, name=None):
              "shapes": tuple(s if isinstance(s, TensorShape) else as_shape(s) for s in shapes)}
     op = make_op("Restore", (as_tensor(filename, dtype=dtypes.string),), attrs, name, "Restore")
     return list(op._outputs)
+
+
+def sharded_filename(filename, shard, num_shards, name=None):
+    """The file name of shard ``shard`` of ``num_shards`` of checkpoint file ``filename``."""
+    return make_op("ShardedFilename", (as_tensor(filename, dtype=dtypes.string),),
+                   {"shard": int(shard), "num_shards": int(num_shards)}, name,
+                   "ShardedFilename")._outputs[0]
+
+
+def merge_checkpoint_shards(filename, global_step, shard_tensor_names, name=None):
+    """A ``MergeCheckpointShards`` op writing the index of the shards of ``filename``.
+
+    Args:
+        filename: string scalar: the checkpoint's single-file name (``<prefix>.safetensors``).
+        global_step: int64 scalar, -1 for none; stored in the index metadata.
+        shard_tensor_names: per shard, the tensor names it holds.
+    """
+    inputs = (as_tensor(filename, dtype=dtypes.string), as_tensor(global_step, dtype=dtypes.int64))
+    attrs = {"shard_tensor_names": tuple(tuple(names) for names in shard_tensor_names)}
+    return make_op("MergeCheckpointShards", inputs, attrs, name, "MergeCheckpointShards")

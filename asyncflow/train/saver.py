@@ -12,6 +12,14 @@ Theory of operation:
   the same way, to point at it. Old checkpoints beyond ``max_to_keep`` are deleted after the
   state file no longer lists them. So at every instant the state file names only complete
   files: a crash mid-save leaves the previous checkpoint as the latest.
+- ``Saver(sharded=True)`` (TF1's sharded saving) groups the variables by the task their
+  device names and builds, per task, a ``Save`` of that group's variables on that task's
+  CPU writing its own shard (``<prefix>-0000i-of-0000n.safetensors``) and a ``Restore`` of
+  the group there; then one ``MergeCheckpointShards`` op, ordered after every Save, writes
+  the index (``<prefix>.safetensors.index.json``) that commits them as one checkpoint. A task
+  only ever writes and reads the files of its own variables' values, nothing crosses the
+  network, and either kind of checkpoint restores with either kind of Saver on any layout
+  (the Restore kernel finds each tensor's shard through the index).
 - The state file is TF's text format (``model_checkpoint_path: "..."`` then
   ``all_model_checkpoint_paths: "..."`` lines); paths inside the directory are relative.
 - All file work runs on worker threads (``trio.to_thread.run_sync``), never on the loop.
@@ -29,15 +37,17 @@ import warnings
 import numpy as np
 import trio
 
+from asyncflow import errors
+
+from asyncflow.devices import DeviceSpec
 from asyncflow.graph.graph import GraphKeys, Tensor, get_default_graph
-from asyncflow.kernels.checkpoint import atomic_write
+from asyncflow.kernels.checkpoint import DATA_SUFFIX, atomic_write, index_path, read_index
 from asyncflow.ops import checkpoint as _ops
 from asyncflow.ops.array import identity
 from asyncflow.ops.control import control_dependencies, group
 from asyncflow.ops.sources import placeholder, placeholder_with_default
 from asyncflow.ops.state import Variable, assign
 
-DATA_SUFFIX = ".safetensors"
 STATE_FILENAME = "checkpoint"
 SAVER_DEF_VERSION = 1
 
@@ -56,8 +66,16 @@ def data_path(checkpoint_path):
 
 
 def checkpoint_exists(checkpoint_path):
-    """True if the checkpoint's data file exists."""
-    return os.path.isfile(data_path(checkpoint_path))
+    """True if the checkpoint's data file (or, for a sharded one, its index) exists."""
+    return _committed_file(checkpoint_path) is not None
+
+
+def _committed_file(checkpoint_path):
+    """The data file of a checkpoint, or the index of a sharded one; None if neither."""
+    for path in (data_path(checkpoint_path), index_path(data_path(checkpoint_path))):
+        if os.path.isfile(path):
+            return path
+    return None
 
 
 # -- the state file -----------------------------------------------------------------------
@@ -156,7 +174,15 @@ def latest_checkpoint(checkpoint_dir, latest_filename=None):
 
 
 def _remove_checkpoint(prefix, meta_graph_suffix):
-    for path in (data_path(prefix), f"{prefix}.{meta_graph_suffix}"):
+    paths = [data_path(prefix), f"{prefix}.{meta_graph_suffix}"]
+    index = index_path(data_path(prefix))
+    if os.path.isfile(index):
+        try:
+            shards = sorted(set(read_index(index).values()))
+        except errors.OpError:
+            shards = []
+        paths[1:1] = [index] + shards  # the index first: then the shards are no checkpoint
+    for path in paths:
         try:
             os.remove(path)
         except FileNotFoundError:
@@ -164,6 +190,14 @@ def _remove_checkpoint(prefix, meta_graph_suffix):
 
 
 # -- the Saver ---------------------------------------------------------------------------------
+def _save_device(variable_device):
+    """Where a shard of variables on ``variable_device`` is saved: that task's CPU (TF1)."""
+    spec = DeviceSpec.from_string(variable_device or "")
+    if spec.job is None and spec.task is None:
+        return ""  # no task named: the placer's choice, as for the variable
+    return DeviceSpec(spec.job, spec.replica, spec.task, "CPU", 0).to_string()
+
+
 def _named_saveables(var_list):
     """``[(name, Variable or ref Tensor)]`` from None, a list or a dict."""
     if var_list is None:
@@ -195,7 +229,8 @@ class Saver:
             ``{name in the checkpoint: Variable}``.
         max_to_keep: how many recent checkpoints to keep (None or 0: all).
         keep_checkpoint_every_n_hours: additionally keep one checkpoint per this many hours.
-        sharded: accepted for TF1 compatibility; a single device writes one file.
+        sharded: each task saves and restores its own variables (one shard file per task
+            plus an index); otherwise one Save op writes every variable into one file.
         name: the name scope of the Saver's ops (default ``save``).
         saver_def: rebuild around existing ops named by ``as_saver_def()`` instead.
         allow_empty: build even when there is nothing to save.
@@ -233,15 +268,41 @@ class Saver:
         with graph.as_default(), graph.name_scope(name):
             self._filename = placeholder("string", shape=[], name="filename")
             self._step = placeholder_with_default(np.int64(-1), shape=[], name="global_step")
-            save_op = _ops.save(self._filename, self._step, names, refs, name="Save")
+            if self._sharded:
+                save_op, assigns = self._build_shards(names, refs)
+            else:
+                save_op = _ops.save(self._filename, self._step, names, refs, name="Save")
+                assigns = self._restore_group(names, refs, "Restore")
             with control_dependencies([save_op]):
                 self._save_tensor = identity(self._filename, name="control_dependency")
-            restored = _ops.restore(self._filename, names, [r.dtype for r in refs],
-                                    [r.shape for r in refs], name="Restore")
-            assigns = [assign(ref, value, validate_shape=ref.shape.is_fully_defined())
-                       for ref, value in zip(refs, restored)]
             self._restore_op = group(*assigns, name="restore_all")
         self._names = names
+
+    def _restore_group(self, names, refs, name):
+        restored = _ops.restore(self._filename, names, [r.dtype for r in refs],
+                                [r.shape for r in refs], name=name)
+        return [assign(ref, value, validate_shape=ref.shape.is_fully_defined())
+                for ref, value in zip(refs, restored)]
+
+    def _build_shards(self, names, refs):
+        """Per task a Save of its variables into its shard and their Restore, then the merge."""
+        shards = {}
+        for name, ref in zip(names, refs):
+            shards.setdefault(_save_device(ref.op.device), []).append((name, ref))
+        saves, assigns, count = [], [], len(shards)
+        for shard, (where, members) in enumerate(shards.items()):
+            shard_names, shard_refs = [n for n, _ in members], [r for _, r in members]
+            with self._graph.device(where):
+                shard_file = _ops.sharded_filename(self._filename, shard, count,
+                                                   name=f"sharded_filename_{shard}")
+                saves.append(_ops.save(shard_file, self._step, shard_names, shard_refs,
+                                       name=f"Save_{shard}"))
+                assigns += self._restore_group(shard_names, shard_refs, f"Restore_{shard}")
+        with self._graph.device(next(iter(shards))), control_dependencies(saves):
+            merge = _ops.merge_checkpoint_shards(
+                self._filename, self._step, [[n for n, _ in m] for m in shards.values()],
+                name="MergeCheckpointShards")
+        return merge, assigns
 
     def _from_saver_def(self, saver_def, graph):
         self._graph = graph
@@ -276,7 +337,8 @@ class Saver:
 
     def recover_last_checkpoints(self, checkpoint_paths):
         """Adopt existing checkpoints (e.g. after a restart) so ``max_to_keep`` covers them."""
-        found = [(p, os.path.getmtime(data_path(p))) for p in checkpoint_paths if checkpoint_exists(p)]
+        found = [(p, os.path.getmtime(_committed_file(p))) for p in checkpoint_paths
+                 if checkpoint_exists(p)]
         self._last_checkpoints = sorted(found, key=lambda item: item[1])
 
     async def save(self, sess, save_path, global_step=None, latest_filename=None,

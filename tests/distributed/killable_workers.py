@@ -17,6 +17,8 @@ import sys
 import threading
 import time
 
+_PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 
 def free_ports(count):
     """``count`` distinct TCP ports that were free on 127.0.0.1 a moment ago."""
@@ -42,13 +44,18 @@ class WorkerProcess:
         port: override the port (0: any free port).
         env: extra environment variables.
         cpus: logical CPU devices.
+        cwd: the working directory of the process (where relative checkpoint paths land);
+            default the test's own.
     """
 
-    def __init__(self, cluster, job, task=0, port=None, env=None, cpus=1):
+    def __init__(self, cluster, job, task=0, port=None, env=None, cpus=1, cwd=None):
         self.cluster, self.job, self.task = cluster, job, task
-        self.port, self.cpus = port, cpus
+        self.port, self.cpus, self.cwd = port, cpus, cwd
         # One BLAS thread per process: spinning pools starve the shared cores.
         self.env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", **(env or {}))
+        if cwd is not None:  # the project must stay importable from another directory
+            self.env["PYTHONPATH"] = os.pathsep.join(
+                [_PROJECT_ROOT] + [p for p in self.env.get("PYTHONPATH", "").split(os.pathsep) if p])
         self.env.setdefault("PYTHONUNBUFFERED", "1")
         self.proc = None
         self.address = None
@@ -67,7 +74,7 @@ class WorkerProcess:
         if self.port is not None:
             argv += ["--port", str(self.port)]
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, env=self.env)
+                                     text=True, env=self.env, cwd=self.cwd)
         ready = threading.Event()
 
         def read_stdout(proc=self.proc):

@@ -1,4 +1,5 @@
 """Saver: save/restore round trips, state file, max_to_keep, errors, crash safety, meta graphs."""
+import json
 import os
 import random
 import signal
@@ -323,3 +324,53 @@ async def test_keep_checkpoint_every_n_hours_keeps_files_past_max_to_keep(tmp_pa
     assert saver.last_checkpoints == paths[-1:]
     assert all(af.train.checkpoint_exists(p) for p in paths)
     assert af.train.get_checkpoint_state(str(tmp_path)).all_model_checkpoint_paths == paths[-1:]
+
+
+async def test_sharded_saver_writes_a_shard_per_device_group_and_an_index(tmp_path):
+    """Local sessions name no tasks: one shard. Old sharded checkpoints are deleted whole."""
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    with af.Graph().as_default():
+        w, b, step = _model()
+        sharded = af.train.Saver(sharded=True, max_to_keep=1)
+        plain = af.train.Saver(max_to_keep=1)
+        async with af.Session() as sess:
+            await sess.run(af.global_variables_initializer())
+            first = await sharded.save(sess, str(tmp_path / "model"), global_step=1)
+            await sess.run(w.assign(w + 1.0))
+            path = await sharded.save(sess, str(tmp_path / "model"), global_step=2)
+            expected = await sess.run([w, b, step])
+        assert sorted(os.listdir(tmp_path)) == ["checkpoint", "model-2-00000-of-00001.safetensors",
+                                                "model-2.safetensors.index.json"]
+        assert not saver_module.checkpoint_exists(first) and saver_module.checkpoint_exists(path)
+        shard = safetensors_numpy.load_file(str(tmp_path / "model-2-00000-of-00001.safetensors"))
+        assert sorted(shard) == ["b", "global_step", "w"]
+        for restorer in (sharded, plain):  # either Saver reads either kind of checkpoint
+            async with af.Session() as sess:
+                await restorer.restore(sess, af.train.latest_checkpoint(str(tmp_path)))
+                for e, g in zip(expected, await sess.run([w, b, step])):
+                    np.testing.assert_array_equal(e, g)
+
+
+async def test_sharded_index_is_validated(tmp_path):
+    with af.Graph().as_default():
+        a = af.Variable(np.arange(3, dtype=np.float32), name="a")
+        saver = af.train.Saver(sharded=True)
+        async with af.Session() as sess:
+            await sess.run(a.initializer)
+            path = await saver.save(sess, str(tmp_path / "m"))
+            index = tmp_path / "m.safetensors.index.json"
+            good = index.read_text()
+            for weight_map, match in [({"a": "../m-00000-of-00001.safetensors"}, "not a file name"),
+                                      ({"a": "/etc/passwd"}, "not a file name"),
+                                      ({}, "not found in the checkpoint")]:
+                index.write_text(json.dumps({"weight_map": weight_map}))
+                error = af.errors.NotFoundError if not weight_map else af.errors.DataLossError
+                with pytest.raises(error, match=match):
+                    await saver.restore(sess, path)
+            index.write_text("{not json")
+            with pytest.raises(af.errors.DataLossError, match="not JSON"):
+                await saver.restore(sess, path)
+            index.write_text(good)
+            (tmp_path / "m-00000-of-00001.safetensors").unlink()
+            with pytest.raises(af.errors.NotFoundError, match="m-00000-of-00001"):
+                await saver.restore(sess, path)
