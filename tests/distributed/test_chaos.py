@@ -297,7 +297,8 @@ async def test_chaos_long(tmp_path):
 async def test_frozen_worker_is_declared_dead_and_a_restarted_one_is_recognised():
     """SIGSTOP: the step fails with UnavailableError once the health check gives up (within
     health_check_interval_s + worker_dead_after_s), and the peer's pending step is aborted.
-    SIGKILL + restart on the same address: a new incarnation, the graph is registered again."""
+    SIGKILL + restart on the same address: a new incarnation, reported once as AbortedError,
+    then the graph is registered again."""
     ports = free_ports(2)
     spec = {"worker": [f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}"]}
     procs = [WorkerProcess(spec, "worker", i) for i in range(2)]
@@ -333,6 +334,8 @@ async def test_frozen_worker_is_declared_dead_and_a_restarted_one_is_recognised(
                 assert (await health(procs[1].address)).incarnation == first
                 await trio.to_thread.run_sync(procs[1].restart)
                 assert (await health(procs[1].address)).incarnation != first
+                with pytest.raises(af.errors.AbortedError, match="task:1.*restarted"):
+                    await sess.run(y)  # reported once, as TF1 does
                 assert await sess.run(y) == 12.0  # re-registered on the new incarnation
     finally:
         for proc in procs:
