@@ -1,4 +1,4 @@
-"""Chaos: training on a ps and two worker processes survives SIGKILLs of a worker and of the ps.
+"""Chaos: training on a ps and two worker processes survives SIGKILLs and restarts of any task.
 
 Setup: three ``asyncflow worker`` processes on fixed loopback ports (a ps and two workers). One
 client trains the digits MLP with synchronous in-graph replication under
@@ -11,12 +11,22 @@ replayed after a restore sees the same data, and the disturbed run's final weigh
 undisturbed run's (up to float summation order, which does not change).
 
 A killer task SIGKILLs worker 1 at a random step and restarts it on the same port, then does the
-same to the ps. The test asserts on the history of global steps the loop saw (no step lost
+same to the ps; those kills land whenever they land, mostly mid-step. A hook also restarts a
+task *between steps* (after a run, before the next: nothing in flight), which the next step must
+report as AbortedError ("restarted"), never NotFound or an uninitialized variable.
+
+The model-parallel form splits the MLP itself: layer 1 (variables and compute) on worker 0,
+layer 2 on worker 1, the global step on the ps, checkpointed by a sharded Saver (each task writes
+its own shard). Its final checkpoint is also restored onto a different layout (every variable on
+the ps) and must give the same parameters and accuracy.
+
+The test asserts on the history of global steps the loop saw (no step lost
 beyond the checkpoint interval, training finished), the final accuracy (restored from the latest
 checkpoint into a fresh session, so the checkpoints are whole), and measures:
 
 - kill -> error: from the SIGKILL to the MonitoredTrainingSession catching the step's error;
-- back -> resumed: from the restarted process listening to the first completed training step.
+- back -> resumed: from the restarted process listening to the first completed training step
+  (target: within 5 s).
 
 The short form runs in ``make test``; the long form (``--runslow``) kills more often over more
 steps and prints the measurements for bench/RESULTS.md. Killing a process *during a checkpoint
@@ -116,6 +126,52 @@ def build_model(data):
     return Model(graph, train_op, global_step, mean_loss, accuracy, x_eval, y_eval, params)
 
 
+MODEL_PARALLEL = {"step": "/job:ps/task:0", "layer1": "/job:worker/task:0",
+                  "layer2": "/job:worker/task:1"}
+ALL_ON_PS = dict.fromkeys(MODEL_PARALLEL, "/job:ps/task:0")
+
+
+def build_model_parallel(data, layout=None):
+    """The MLP split by layer over tasks (``layout``), one batch of 2 * BATCH per step."""
+    layout = layout or MODEL_PARALLEL
+    x_train, _, y_train, _ = data
+    graph = af.Graph()
+    with graph.as_default():
+        af.set_random_seed(0)
+        with af.device(layout["step"]):
+            global_step = af.train.get_or_create_global_step()
+        with af.device(layout["layer1"]):
+            w1 = af.get_variable("w1", [64, 64], initializer=af.glorot_uniform_initializer(seed=1))
+            b1 = af.get_variable("b1", [64], initializer=af.zeros_initializer())
+        with af.device(layout["layer2"]):
+            w2 = af.get_variable("w2", [64, 10], initializer=af.glorot_uniform_initializer(seed=2))
+            b2 = af.get_variable("b2", [10], initializer=af.zeros_initializer())
+        params = [w1, b1, w2, b2]
+
+        def forward(x, labels):
+            with af.device(layout["layer1"]):
+                hidden = af.nn.relu(af.matmul(x, w1) + b1)
+            with af.device(layout["layer2"]):
+                logits = af.matmul(hidden, w2) + b2
+                loss = af.reduce_mean(af.nn.sparse_softmax_cross_entropy_with_logits(
+                    labels=labels, logits=logits))
+                correct = af.equal(af.cast(af.argmax(logits, 1), af.int32), labels)
+            return loss, af.reduce_mean(af.cast(correct, af.float32))
+
+        with af.device(layout["layer1"]):
+            start = af.cast(global_step, af.int32) * (2 * BATCH)
+            index = af.floormod(start + af.range(2 * BATCH), len(x_train))
+            x = af.gather(af.constant(x_train), index)
+            labels = af.gather(af.constant(y_train), index)
+        loss, _ = forward(x, labels)
+        train_op = af.train.AdamOptimizer(0.01).minimize(loss, global_step=global_step)
+        x_eval = af.placeholder(af.float32, [None, 64], name="x_eval")
+        y_eval = af.placeholder(af.int32, [None], name="y_eval")
+        _, accuracy = forward(x_eval, y_eval)
+        af.train.Saver(max_to_keep=3, sharded=True)
+    return Model(graph, train_op, global_step, loss, accuracy, x_eval, y_eval, params)
+
+
 class _Progress(af.train.SessionRunHook):
     """Records ``(trio time, global step after the run)`` for every completed run.
 
@@ -123,19 +179,23 @@ class _Progress(af.train.SessionRunHook):
     or after the op's increment (no dependency orders them).
     """
 
-    def __init__(self, global_step):
+    def __init__(self, global_step, between=(), restart=None):
         self._global_step = global_step
         self.history = []
+        self._between, self._restart = list(between), restart
 
     async def after_run(self, run_context, run_values):
         step = int(await run_context.session.run(self._global_step))
         self.history.append((trio.current_time(), step))
+        if self._between and step >= self._between[0].at_step:
+            await self._restart(self._between.pop(0))  # between steps: nothing in flight
 
 
 @dataclasses.dataclass
 class Kill:
-    target: str          # "worker1" or "ps"
+    target: str          # "worker0", "worker1" or "ps"
     at_step: int
+    between: bool = False  # restarted by a hook between two steps, not by the killer task
     killed_at: float = 0.0
     back_at: float = 0.0
 
@@ -143,13 +203,14 @@ class Kill:
 class Cluster:
     """A ps and two workers as processes on fixed ports."""
 
-    def __init__(self):
+    def __init__(self, directory):
         ports = free_ports(3)
         self.spec = {"ps": [f"127.0.0.1:{ports[0]}"],
                      "worker": [f"127.0.0.1:{ports[1]}", f"127.0.0.1:{ports[2]}"]}
-        self.procs = {"ps": WorkerProcess(self.spec, "ps", 0),
-                      "worker0": WorkerProcess(self.spec, "worker", 0),
-                      "worker1": WorkerProcess(self.spec, "worker", 1)}
+        # The checkpoints (written by the tasks' Save ops) stay inside their working directory.
+        self.procs = {"ps": WorkerProcess(self.spec, "ps", 0, cwd=directory),
+                      "worker0": WorkerProcess(self.spec, "worker", 0, cwd=directory),
+                      "worker1": WorkerProcess(self.spec, "worker", 1, cwd=directory)}
 
     def start(self):
         for proc in self.procs.values():
@@ -161,24 +222,32 @@ class Cluster:
             proc.kill()
 
 
+async def _kill_and_restart(cluster, kill, restart_delay_s):
+    """SIGKILL the target; restart it on the same port after a short outage."""
+    proc = cluster.procs[kill.target]
+    os.kill(proc.pid, signal.SIGKILL)
+    kill.killed_at = trio.current_time()
+    await trio.to_thread.run_sync(proc.proc.wait)
+    await trio.sleep(restart_delay_s)
+    await trio.to_thread.run_sync(proc.restart)
+    # The listening line was read a moment before restart() returned: convert its time.
+    kill.back_at = trio.current_time() - (time.perf_counter() - proc.started_at)
+
+
 async def _killer(cluster, kills, progress, restart_delay_s):
-    """Kill each target when training passes its step; restart it after a short outage."""
+    """Kill each target when training passes its step, whatever is running then."""
     for kill in kills:
         while not progress.history or progress.history[-1][1] < kill.at_step:
             await trio.sleep(0.005)
-        proc = cluster.procs[kill.target]
-        os.kill(proc.pid, signal.SIGKILL)
-        kill.killed_at = trio.current_time()
-        await trio.to_thread.run_sync(proc.proc.wait)
-        await trio.sleep(restart_delay_s)
-        await trio.to_thread.run_sync(proc.restart)
-        # The listening line was read a moment before restart() returned: convert its time.
-        kill.back_at = trio.current_time() - (time.perf_counter() - proc.started_at)
+        await _kill_and_restart(cluster, kill, restart_delay_s)
 
 
 async def train(cluster, model, checkpoint_dir, steps, save_steps, kills=(), restart_delay_s=0.5):
     """Train to ``steps`` global steps (killing as told); returns (progress, statistics)."""
-    progress = _Progress(model.global_step)
+    kills = sorted(kills, key=lambda kill: kill.at_step)
+    progress = _Progress(model.global_step, [k for k in kills if k.between],
+                         lambda kill: _kill_and_restart(cluster, kill, restart_delay_s))
+    kills = [k for k in kills if not k.between]
     config = af.SessionConfig(health_check_interval_s=0.5, worker_dead_after_s=3.0)
     hooks = [progress, af.train.StopAtStepHook(last_step=steps),
              af.train.NanTensorHook(model.loss)]
@@ -215,40 +284,50 @@ def _lost_steps(history):
 
 
 def _measure(kills, progress, statistics):
-    """Per kill: seconds from SIGKILL to the error, and from the process back to a new step."""
+    """Per kill: seconds from SIGKILL to the error (a restart between steps: from the process
+    back to the error), the error's type, and seconds from the process back to a new step."""
     rows = []
     for kill in kills:
-        errors_after = [failed for failed, _, _ in statistics.recovery_log
-                        if failed >= kill.killed_at]
+        since = kill.back_at if kill.between else kill.killed_at
+        errors_after = [(failed, kind) for failed, _, kind in statistics.recovery_log
+                        if failed >= since]
         resumed = [t for t, _ in progress.history if t >= kill.back_at]
-        rows.append({"target": kill.target, "at_step": kill.at_step,
-                     "kill_to_error_s": errors_after[0] - kill.killed_at if errors_after else None,
+        rows.append({"target": kill.target, "at_step": kill.at_step, "between": kill.between,
+                     "kill_to_error_s": errors_after[0][0] - since if errors_after else None,
+                     "error": errors_after[0][1] if errors_after else None,
                      "back_to_resumed_s": resumed[0] - kill.back_at if resumed else None})
     return rows
 
 
-async def _chaos(tmp_path, steps, save_steps, plan, seed):
+async def _chaos(tmp_path, steps, save_steps, plan, seed, build=build_model,
+                 other_layout=None):
+    """Train undisturbed, then with the kills of ``plan`` (``(target, low step, high step,
+    between?)``); with ``other_layout``, also restore the disturbed run's checkpoint onto
+    ``build(data, other_layout)`` (and return that evaluation last)."""
     data = _digits()
-    cluster = Cluster()
+    cluster = Cluster(tmp_path)
     await trio.to_thread.run_sync(cluster.start)
+    relaid = None
     try:
-        model = build_model(data)
+        model = build(data)
         calm_progress, _ = await train(cluster, model, tmp_path / "calm", steps, save_steps)
         calm = await evaluate(cluster, model, tmp_path / "calm", data)
         rng = random.Random(seed)
         kills = []
-        for target, low, high in plan:
-            kills.append(Kill(target, rng.randint(low, high)))
-        model = build_model(data)
+        for target, low, high, *between in plan:
+            kills.append(Kill(target, rng.randint(low, high), between=bool(between)))
+        model = build(data)
         progress, statistics = await train(cluster, model, tmp_path / "chaos", steps,
                                            save_steps, kills)
         chaos = await evaluate(cluster, model, tmp_path / "chaos", data)
+        if other_layout is not None:
+            relaid = await evaluate(cluster, build(data, other_layout), tmp_path / "chaos", data)
     finally:
         cluster.close()
-    return calm_progress, calm, progress, statistics, chaos, kills
+    return calm_progress, calm, progress, statistics, chaos, kills, relaid
 
 
-def _check(steps, save_steps, calm_progress, calm, progress, statistics, chaos, kills):
+def _check(steps, save_steps, calm_progress, calm, progress, statistics, chaos, kills, relaid):
     rows = _measure(kills, progress, statistics)
     report = (f"kills: {rows}\nrecoveries: {statistics.recoveries}, recovery log: "
               f"{statistics.recovery_log}\nrollbacks (steps redone): "
@@ -266,16 +345,31 @@ def _check(steps, save_steps, calm_progress, calm, progress, statistics, chaos, 
         np.testing.assert_allclose(chaos_param, calm_param, rtol=1e-4, atol=1e-5)
     for row in rows:
         assert row["kill_to_error_s"] is not None and row["kill_to_error_s"] < 3.5, report
+        if row["between"]:  # found by the next step: a restart, never NotFound & co.
+            assert row["error"] == "AbortedError", report
         assert row["back_to_resumed_s"] is not None, report
         assert row["back_to_resumed_s"] < TARGET_RESUME_S, report
+    if relaid is not None:  # the checkpoint, restored onto another layout
+        assert relaid[1] == steps and abs(relaid[0] - chaos[0]) <= 1e-6, report
+        for chaos_param, relaid_param in zip(chaos[2], relaid[2]):
+            np.testing.assert_array_equal(relaid_param, chaos_param)
     return rows
 
 
 async def test_chaos_short(tmp_path):
     seed = int(os.environ.get("CHAOS_SEED", time.time_ns() % 10**6))
     steps, save_steps = 90, 10
-    plan = [("worker1", 20, 35), ("ps", 55, 70)]
+    plan = [("worker1", 20, 35), ("ps", 50, 62), ("worker0", 72, 80, "between")]
     results = await _chaos(tmp_path, steps, save_steps, plan, seed)
+    _check(steps, save_steps, *results)
+
+
+async def test_chaos_model_parallel_short(tmp_path):
+    seed = int(os.environ.get("CHAOS_SEED", time.time_ns() % 10**6))
+    steps, save_steps = 50, 10
+    plan = [("worker1", 12, 20), ("worker0", 30, 38, "between")]
+    results = await _chaos(tmp_path, steps, save_steps, plan, seed, build_model_parallel,
+                           other_layout=ALL_ON_PS)
     _check(steps, save_steps, *results)
 
 
@@ -284,9 +378,26 @@ async def test_chaos_long(tmp_path):
     seed = int(os.environ.get("CHAOS_SEED", time.time_ns() % 10**6))
     steps, save_steps = 600, 25
     plan = [("worker1", 40, 90), ("ps", 120, 180), ("worker0", 210, 260), ("worker1", 300, 340),
-            ("ps", 380, 450), ("worker1", 480, 520), ("ps", 540, 570)]
+            ("ps", 380, 450), ("worker1", 480, 520), ("ps", 540, 570),
+            ("ps", 100, 110, "between"), ("worker1", 270, 290, "between"),
+            ("worker0", 460, 470, "between")]
     results = await _chaos(tmp_path, steps, save_steps, plan, seed)
-    rows = _check(steps, save_steps, *results)
+    _report(seed, _check(steps, save_steps, *results))
+
+
+@pytest.mark.slow
+async def test_chaos_model_parallel_long(tmp_path):
+    seed = int(os.environ.get("CHAOS_SEED", time.time_ns() % 10**6))
+    steps, save_steps = 300, 20
+    plan = [("worker1", 30, 60), ("ps", 100, 130), ("worker0", 170, 200), ("worker1", 240, 270),
+            ("worker0", 70, 80, "between"), ("ps", 140, 150, "between"),
+            ("worker1", 210, 220, "between")]
+    results = await _chaos(tmp_path, steps, save_steps, plan, seed, build_model_parallel,
+                           other_layout=ALL_ON_PS)
+    _report(seed, _check(steps, save_steps, *results))
+
+
+def _report(seed, rows):
     errors_s = [r["kill_to_error_s"] for r in rows]
     resumed_s = [r["back_to_resumed_s"] for r in rows]
     print(f"seed {seed}: kill->error max {max(errors_s):.3f} s (mean "
