@@ -148,7 +148,8 @@ class Master:
         self._target = None
         self._pinned = {}
         self._runs = []
-        self._forgotten = []   # (task, handle) of registrations replaced after an ABORTED
+        self._forgotten = []   # (task, handle, incarnation): registered on a process that
+        #                        restarted after the run was compiled; never used
         self._register_lock = trio.Lock()
         self.opened = False
 
@@ -322,7 +323,7 @@ class Master:
                                        f"{exc.message}") from None
             if reply.incarnation and reply.incarnation != task.incarnation:
                 # Restarted since the run was compiled: its keys name the old incarnation.
-                self._forgotten.append((task, reply.graph_handle))
+                self._forgotten.append((task, reply.graph_handle, reply.incarnation))
                 self._seen(task, reply.incarnation)
                 raise self.restart_error([task])
             tg.handle, tg.registered_incarnation = reply.graph_handle, task.incarnation
@@ -352,10 +353,9 @@ class Master:
                            timeout_ms, trace)
         return await step.run()
 
-    def forget_registration(self, tg):
+    @staticmethod
+    def forget_registration(tg):
         """Register ``tg`` again on its next run (its worker did not know the handle)."""
-        if tg.handle is not None and tg.registered_incarnation:
-            self._forgotten.append((self.tasks[tg.task], tg.handle))
         tg.registered_incarnation = 0
 
     async def close(self):
@@ -363,8 +363,8 @@ class Master:
         handles = [(self.tasks[tg.task], tg.handle) for run in self._runs
                    for tg in run.task_graphs if tg.handle is not None
                    and tg.registered_incarnation == self.tasks[tg.task].incarnation]
-        handles += [(task, handle) for task, handle in self._forgotten
-                    if task.incarnation == task.acknowledged]
+        handles += [(task, handle) for task, handle, incarnation in self._forgotten
+                    if task.incarnation == incarnation]
         with trio.move_on_after(2):
             for task, handle in handles:
                 try:
