@@ -8,6 +8,7 @@ import pytest
 import trio
 
 import asyncflow as af
+from transports.messages import DeregisterGraph
 
 W0, W1, PS = "/job:worker/task:0", "/job:worker/task:1", "/job:ps/task:0"
 TIMEOUT = af.RunOptions(timeout_in_ms=20000)
@@ -257,3 +258,23 @@ async def test_steps_cancelled_while_registering_leave_no_graph_behind(cluster):
             assert await sess.run(y, {x: batch}, options=TIMEOUT) == 3.0
         graphs = {name: server.service.statistics()["graphs"] for name, server in servers.items()}
     assert set(graphs.values()) == {0}, graphs
+
+
+async def test_a_graph_handle_the_worker_lost_is_aborted_then_registered_again(cluster):
+    """A registration removed on the worker (same incarnation, variables kept) is AbortedError,
+    never NotFoundError, and the next run registers the graph again."""
+    spec, servers = cluster
+    with af.Graph().as_default() as graph:
+        w, x, h, y = _model()
+    config = af.SessionConfig(health_check_interval_s=60.0)
+    batch = np.ones((1, 3), np.float32)
+    async with af.Session(graph=graph, cluster=spec, config=config) as sess:
+        await sess.run(w.initializer, options=TIMEOUT)
+        expected = await sess.run(y, {x: batch}, options=TIMEOUT)
+        service = servers["worker:1"].service
+        for handle in list(service._graphs):
+            await service.deregister_graph(DeregisterGraph(handle))
+        with pytest.raises(af.errors.AbortedError, match="no graph with handle"):
+            await sess.run(y, {x: batch}, options=TIMEOUT)
+        np.testing.assert_allclose(await sess.run(y, {x: batch}, options=TIMEOUT), expected)
+        assert service.statistics()["graphs"] == 1
