@@ -65,7 +65,8 @@ _BACKOFF_START_S, _BACKOFF_MAX_S = 0.05, 1.0
 
 
 def default_saver(graph=None):
-    """The graph's Saver (its one SAVERS entry), else a new Saver over the global variables.
+    """The graph's Saver (its one SAVERS entry), else a new sharded Saver over the global
+    variables.
 
     Raises:
         RuntimeError: if the SAVERS collection holds more than one Saver.
@@ -77,8 +78,8 @@ def default_saver(graph=None):
                            "Saver to use in a Scaffold")
     if savers:
         return savers[0]
-    with graph.as_default():
-        return Saver(allow_empty=True)
+    with graph.as_default():  # sharded, as TF1's Scaffold: each task saves its own variables
+        return Saver(sharded=True, allow_empty=True)
 
 
 class Scaffold:

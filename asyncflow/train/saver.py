@@ -268,7 +268,7 @@ class Saver:
         with graph.as_default(), graph.name_scope(name):
             self._filename = placeholder("string", shape=[], name="filename")
             self._step = placeholder_with_default(np.int64(-1), shape=[], name="global_step")
-            if self._sharded:
+            if self._sharded and names:
                 save_op, assigns = self._build_shards(names, refs)
             else:
                 save_op = _ops.save(self._filename, self._step, names, refs, name="Save")
