@@ -22,10 +22,26 @@ CHECKPOINT_EVERY = 3
 TIMEOUT = af.RunOptions(timeout_in_ms=60_000)
 
 
+pytestmark = pytest.mark.ray
+RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # every Ray address on loopback
+           "RAY_USAGE_STATS_ENABLED": "0"}
+
+
 @pytest.fixture(scope="module")
 def ray_cluster():
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # every Ray address on loopback
-    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    saved = {key: os.environ.get(key) for key in RAY_ENV}
+    os.environ.update(RAY_ENV)
+    try:
+        yield from _ray_cluster()
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _ray_cluster():
     ray = pytest.importorskip("ray", reason="Ray is not installed (pip install '.[ray]')")
     from ray._private import ray_constants
     from ray.cluster_utils import Cluster
