@@ -38,7 +38,7 @@ def build_parser():
                                    "is done); needs the workers' ASYNCFLOW_TOKEN")
     shutdown.add_argument("--cluster", help="cluster spec: a JSON string or a JSON file")
     _add_resolver_options(shutdown)
-    shutdown.add_argument("--job", action="append", dest="jobs_to_stop",
+    shutdown.add_argument("--job", action="append", dest="jobs_to_stop", metavar="JOB",
                           help="a job to stop (repeatable; default: every job)")
     return parser
 
