@@ -19,6 +19,7 @@ import os
 
 import trio
 
+from asyncflow import errors
 from asyncflow.distributed import channels as _channels
 from asyncflow.distributed.cluster import ClusterSpec, task_name
 from asyncflow.distributed.worker import WorkerService
@@ -140,7 +141,6 @@ async def shutdown_cluster(cluster, jobs=None, token=None, timeout=10.0):
     Raises:
         FailedPreconditionError and other OpErrors: a task refused (naming it).
     """
-    from asyncflow import errors
     spec = ClusterSpec(cluster)
     jobs = spec.jobs if jobs is None else list(jobs)
     for job in jobs:
