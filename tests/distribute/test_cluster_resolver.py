@@ -47,6 +47,9 @@ TF_CONFIG_CASES = [
     ("overrides", {"cluster": {"ps": ["p0:1", "p1:1"], "worker": ["w0:1"]},
                    "task": {"type": "worker", "index": 0}},
      {"task_type": "ps", "task_id": 1, "rpc_layer": "http"}),
+    ("kubeflow_sparse_cluster_is_ignored",
+     {"sparseCluster": {"ps": ["p0:1"], "worker": {"1": "w1:1"}},
+      "task": {"type": "worker", "index": 1}}, {}),
     ("ray_train_worker_only", {"cluster": {"worker": ["10.0.0.1:4001", "10.0.0.2:4002"]},
                                "task": {"type": "worker", "index": 1}}, {}),
 ]
