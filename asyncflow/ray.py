@@ -45,7 +45,8 @@ def _import_ray():
     try:
         import ray
     except ImportError:
-        raise ImportError("asyncflow.ray needs Ray: pip install 'asyncflow-dataflow[ray]'") from None
+        raise ImportError("asyncflow.ray needs Ray: "
+                          "pip install 'asyncflow-dataflow[ray]'") from None
     return ray
 
 

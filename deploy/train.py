@@ -4,7 +4,8 @@ Runs unchanged on every engine of docs/deploy.md::
 
     python deploy/train.py --resolver tf_config      # Kubeflow TFJob, Ray Train: reads TF_CONFIG
     python deploy/train.py --resolver kubernetes     # deploy/kubernetes/asyncflow-cluster.yaml
-    python deploy/train.py --resolver slurm --jobs '{"chief": 1, "ps": 1, "worker": 2}' --port-base 23000
+    python deploy/train.py --resolver slurm --jobs '{"chief": 1, "ps": 1, "worker": 2}' \
+        --port-base 23000
     python deploy/train.py --ray '{"ps": 1, "worker": 2}'   # tasks as Ray actors (ray.init first)
 
 A linear regression, y = X w + noise, with the variables on the ps tasks

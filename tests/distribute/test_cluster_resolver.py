@@ -95,8 +95,10 @@ SLURM_CASES = [
 # -- the same cases through TF, in its own interpreter ------------------------------------------
 _TF_SCRIPT = r"""
 import json, os, sys
-from tensorflow.python.distribute.cluster_resolver.tfconfig_cluster_resolver import TFConfigClusterResolver
-from tensorflow.python.distribute.cluster_resolver.slurm_cluster_resolver import SlurmClusterResolver
+from tensorflow.python.distribute.cluster_resolver import tfconfig_cluster_resolver as tfconfig
+from tensorflow.python.distribute.cluster_resolver import slurm_cluster_resolver as slurm
+TFConfigClusterResolver = tfconfig.TFConfigClusterResolver
+SlurmClusterResolver = slurm.SlurmClusterResolver
 cases = json.load(sys.stdin)
 keys = cases["slurm_keys"]
 out = {}
