@@ -185,3 +185,27 @@ async def test_monitored_session_re_resolves_a_worker_that_moved(started, monkey
     assert stats.recoveries >= 1
     assert history[:4] == [1, 2, 3, 4]
     assert history[-1] > 4  # training went on, on the worker at its new address
+
+
+async def test_the_chief_may_start_before_its_tasks(started, monkeypatch, tmp_path):
+    """Pods start in any order: a MonitoredTrainingSession opened before the ps and worker
+    listen waits for them (within recovery_wait_secs) instead of failing."""
+    ports = free_ports(2)
+    cluster = {"ps": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{ports[1]}"]}
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster}))
+    resolver = TFConfigClusterResolver()
+
+    def start_tasks():
+        for job in ("ps", "worker"):
+            started.append(CliWorker(["--log-level", "WARNING"],
+                                     env=_tf_config(cluster, job, 0)).start())
+
+    with af.Graph().as_default():
+        loss, train_op, step, _ = _regression(af.ClusterSpec(resolver))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.to_thread.run_sync, start_tasks)
+            async with af.train.MonitoredTrainingSession(
+                    cluster=resolver, checkpoint_dir=str(tmp_path), log_step_count_steps=None,
+                    recovery_wait_secs=120) as sess:
+                _, value = await sess.run([train_op, step], options=TIMEOUT)
+    assert value == 1
