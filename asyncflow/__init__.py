@@ -52,6 +52,7 @@ from asyncflow.ops.data_flow import (  # noqa: F401,E402  (queues)
 from asyncflow.ops.io import NumpyRecordReader, ReaderBase, TextLineReader  # noqa: F401,E402
 # Namespaces: af.train, af.summary, af.nn, af.initializers, af.timeline, af.serving.
 from asyncflow import initializers, nn, serving, summary, timeline, train  # noqa: F401,E402
+from asyncflow import distribute  # noqa: F401,E402  (af.distribute.cluster_resolver)
 from asyncflow.ops.init_ops import (  # noqa: F401,E402
     Constant as constant_initializer, GlorotNormal as glorot_normal_initializer,
     GlorotUniform as glorot_uniform_initializer, Ones as ones_initializer,

@@ -4,6 +4,12 @@
 one task of a cluster until interrupted (``ASYNCFLOW_CONFIG`` may stand in for ``--cluster``,
 ``--job`` and ``--task``; ``ASYNCFLOW_TOKEN`` sets the shared secret). Once serving it prints
 ``asyncflow worker /job:NAME/task:N listening on HOST:PORT`` on stdout.
+
+Without ``--cluster`` the worker resolves its cluster and task from the environment
+(``ASYNCFLOW_CONFIG``, else ``TF_CONFIG``), or with ``--resolver tf_config|slurm|kubernetes``
+(``asyncflow.distribute.cluster_resolver``). ``--bind HOST`` is the listen address; the
+address peers dial is the one the cluster spec advertises. A worker started with a token exits
+(status 0) when the chief sends Shutdown: ``asyncflow shutdown --job ps``.
 """
 from __future__ import annotations
 
@@ -19,28 +25,101 @@ def build_parser():
     worker.add_argument("--cluster", help="cluster spec: a JSON string or a JSON file")
     worker.add_argument("--job", help="this task's job name")
     worker.add_argument("--task", type=int, help="this task's index in its job")
-    worker.add_argument("--host", default=None, help="interface to bind (default 127.0.0.1)")
+    worker.add_argument("--host", default=None, help="same as --bind")
+    _add_resolver_options(worker)
+    worker.add_argument("--bind", default=None, metavar="HOST",
+                        help="listen address (default: the advertised host when it is a "
+                             "loopback address, else 0.0.0.0)")
     worker.add_argument("--port", type=int, default=None,
                         help="port to bind (default: the cluster's; 0 picks a free one)")
     worker.add_argument("--cpus", type=int, default=1, help="logical CPU devices")
     worker.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    shutdown = commands.add_parser("shutdown", help="tell tasks of a cluster to exit (the job "
+                                   "is done); needs the workers' ASYNCFLOW_TOKEN")
+    shutdown.add_argument("--cluster", help="cluster spec: a JSON string or a JSON file")
+    _add_resolver_options(shutdown)
+    shutdown.add_argument("--job", action="append", dest="jobs_to_stop", metavar="JOB",
+                          help="a job to stop (repeatable; default: every job)")
     return parser
 
 
-def _worker_spec(args):
-    from asyncflow.distributed.cluster import CONFIG_ENV, ClusterSpec, config_from_env
-    from_env = config_from_env()
-    if args.cluster:
-        cluster = ClusterSpec.from_json(args.cluster)
-    elif from_env is not None:
-        cluster = from_env[0]
-    else:
-        raise ValueError(f"give --cluster or set {CONFIG_ENV}")
-    job = args.job if args.job is not None else (from_env[1] if from_env else None)
-    task = args.task if args.task is not None else (from_env[2] if from_env else None)
+RESOLVER_CHOICES = ("auto", "tf_config", "slurm", "kubernetes")
+
+
+def _add_resolver_options(command):
+    command.add_argument("--resolver", choices=RESOLVER_CHOICES, default=None,
+                         help="where the cluster comes from without --cluster (default auto: "
+                              "ASYNCFLOW_CONFIG, else TF_CONFIG)")
+    command.add_argument("--jobs", default=None, metavar="JSON",
+                         help='job sizes for --resolver slurm or kubernetes, such as '
+                              '\'{"ps": 1, "worker": 2}\'')
+    command.add_argument("--port-base", type=int, default=8888,
+                         help="first port on each host for --resolver slurm (default 8888)")
+
+
+def make_resolver(args):
+    """The cluster resolver the options name (``auto``: ASYNCFLOW_CONFIG, else TF_CONFIG)."""
+    import json
+    import os
+
+    from asyncflow.distribute import cluster_resolver as resolvers
+    from asyncflow.distributed.cluster import CONFIG_ENV
+    name = args.resolver or "auto"
+    jobs = None
+    if args.jobs:
+        try:
+            jobs = json.loads(args.jobs)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--jobs is not valid JSON: {exc}") from None
+    if name == "slurm":
+        return resolvers.SlurmClusterResolver(jobs=jobs, port_base=args.port_base)
+    if name == "kubernetes":
+        return resolvers.KubernetesClusterResolver(jobs=jobs)
+    if name == "auto" and not os.environ.get(CONFIG_ENV) and not os.environ.get(
+            resolvers.TF_CONFIG_ENV):
+        raise ValueError(f"give --cluster, set {CONFIG_ENV} or {resolvers.TF_CONFIG_ENV}, or "
+                         "name a --resolver (slurm, kubernetes)")
+    variable = CONFIG_ENV if os.environ.get(CONFIG_ENV) else resolvers.TF_CONFIG_ENV
+    return resolvers.TFConfigClusterResolver(variable=variable)
+
+
+def _resolved_worker_spec(args):
+    """``(cluster, job, task, default bind host)`` from a resolver."""
+    from asyncflow.distribute.cluster_resolver import bind_host_for
+    resolver = make_resolver(args)
+    cluster = resolver.cluster_spec()
+    job = args.job if args.job is not None else resolver.task_type
+    task = args.task if args.task is not None else resolver.task_id
     if job is None or task is None:
-        raise ValueError(f"give --job and --task (or a \"task\" in {CONFIG_ENV})")
-    return cluster, job, task
+        raise ValueError(f"{type(resolver).__name__} names no task for this process: give "
+                         "--job and --task")
+    if job not in cluster.jobs or task not in cluster.task_indices(job):
+        raise ValueError(f"task {job}:{task} is not in the cluster {cluster.as_dict()} (an "
+                         "evaluator is a client of the cluster, not a worker: run the "
+                         "evaluation program itself)")
+    return cluster, job, task, bind_host_for(cluster.task_address(job, task))
+
+
+def _worker_spec(args):
+    """``(cluster, job, task, default bind host)`` of this worker."""
+    from asyncflow.distribute.cluster_resolver import bind_host_for
+    from asyncflow.distributed.cluster import ClusterSpec
+    if not args.cluster:
+        return _resolved_worker_spec(args)
+    if args.resolver is not None:
+        raise ValueError("give --cluster or --resolver, not both")
+    cluster = ClusterSpec.from_json(args.cluster)
+    job, task = args.job, args.task
+    if job is None or task is None:  # the task may come from ASYNCFLOW_CONFIG / TF_CONFIG
+        try:
+            resolver = make_resolver(args)
+        except ValueError:
+            resolver = None
+        job = job if job is not None or resolver is None else resolver.task_type
+        task = task if task is not None or resolver is None else resolver.task_id
+    if job is None or task is None:
+        raise ValueError("give --job and --task (or a \"task\" in ASYNCFLOW_CONFIG)")
+    return cluster, job, task, bind_host_for(cluster.task_address(job, task))
 
 
 def run_worker(args):
@@ -54,10 +133,11 @@ def run_worker(args):
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        cluster, job, task = _worker_spec(args)
-        server = Server(cluster, job, task, host=args.host, port=args.port,
+        cluster, job, task, default_bind = _worker_spec(args)
+        server = Server(cluster, job, task, host=args.bind or args.host or default_bind,
+                        port=args.port,
                         config=SessionConfig(device_count={"CPU": args.cpus}))
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, RuntimeError) as exc:
         print(f"asyncflow worker: {exc}", file=sys.stderr)
         return 2
 
@@ -65,7 +145,9 @@ def run_worker(args):
         async with server:
             print(f"asyncflow worker /job:{job}/task:{task} listening on {server.address}",
                   flush=True)
-            await trio.sleep_forever()
+            await server.join()
+            print(f"asyncflow worker /job:{job}/task:{task} stopped: Shutdown received",
+                  flush=True)
 
     try:
         trio.run(serve)
@@ -74,6 +156,25 @@ def run_worker(args):
     except OSError as exc:
         print(f"asyncflow worker: cannot listen: {exc}", file=sys.stderr)
         return 1
+    return 0
+
+
+def run_shutdown(args):
+    """Send Shutdown to the named jobs' tasks; returns the exit status."""
+    import trio
+
+    from asyncflow import errors
+    from asyncflow.distributed.cluster import ClusterSpec
+    from asyncflow.distributed.server import shutdown_cluster
+    try:
+        cluster = (ClusterSpec.from_json(args.cluster) if args.cluster
+                   else make_resolver(args).cluster_spec())
+        result = trio.run(shutdown_cluster, cluster, args.jobs_to_stop)
+    except (ValueError, TypeError, RuntimeError, errors.OpError) as exc:
+        print(f"asyncflow shutdown: {exc}", file=sys.stderr)
+        return 1
+    for task, state in result.items():
+        print(f"{task}: {state}")
     return 0
 
 
@@ -86,5 +187,7 @@ def main(argv=None):
         return 0
     if args.command == "worker":
         return run_worker(args)
+    if args.command == "shutdown":
+        return run_shutdown(args)
     parser.print_help(sys.stderr)
     return 2

@@ -20,6 +20,7 @@ AbortStep             Ack                     fail a step everywhere, wake its w
 CleanupStep           Ack                     drop a finished step's state
 Health                HealthReply             liveness, incarnation, devices, stats
 Reset                 Ack                     clear resource containers
+Shutdown              Ack                     end the worker process (the job is done)
 (devices)             DevicesReply            device names of the worker
 ====================  ======================  ===========================================
 
@@ -41,7 +42,7 @@ __all__ = [
     "CANONICAL_CODES", "MESSAGE_TYPES", "Ack", "AbortStep", "CleanupStep", "DeregisterGraph",
     "DevicesReply", "ErrorReply", "Health", "HealthReply", "Message", "RecvTensors",
     "RecvTensorsReply", "RegisterGraph", "RegisterGraphReply", "RemoteCallError", "Reset",
-    "RunGraph", "RunGraphReply", "Status", "TensorEntry",
+    "RunGraph", "RunGraphReply", "Shutdown", "Status", "TensorEntry",
 ]
 
 # TensorFlow's canonical status codes (without OK), by name.
@@ -232,6 +233,15 @@ class Reset:
 
 
 @dataclass(frozen=True, slots=True)
+class Shutdown:
+    """Stop serving: the job is done. ``task`` (when not empty) must be the worker's own
+    task name, so a stale or mistaken address cannot end another task."""
+
+    task: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class DevicesReply:
     devices: list[str]
 
@@ -254,7 +264,7 @@ class ErrorReply:
 
 Message = (RegisterGraph | RegisterGraphReply | DeregisterGraph | RunGraph | RunGraphReply
            | RecvTensors | RecvTensorsReply | AbortStep | CleanupStep | Health | HealthReply
-           | Reset | DevicesReply | Ack | ErrorReply)
+           | Reset | Shutdown | DevicesReply | Ack | ErrorReply)
 
 # The header's "kind" names: the one table from kind to class (and back) used by the codec.
 MESSAGE_TYPES: Final[dict[str, type]] = {
@@ -270,6 +280,7 @@ MESSAGE_TYPES: Final[dict[str, type]] = {
     "health": Health,
     "health_reply": HealthReply,
     "reset": Reset,
+    "shutdown": Shutdown,
     "devices_reply": DevicesReply,
     "ack": Ack,
     "error_reply": ErrorReply,

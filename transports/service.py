@@ -33,7 +33,7 @@ import trio
 from transports.messages import (
     AbortStep, Ack, CleanupStep, DeregisterGraph, DevicesReply, ErrorReply, Health, HealthReply,
     Message, RecvTensors, RecvTensorsReply, RegisterGraph, RegisterGraphReply, RemoteCallError,
-    Reset, RunGraph, RunGraphReply,
+    Reset, RunGraph, RunGraphReply, Shutdown,
 )
 from transports.wire import LocalProtocolError, RemoteProtocolError
 
@@ -72,6 +72,7 @@ class WorkerServiceProtocol(Protocol):
     async def cleanup_step(self, request: CleanupStep) -> None: ...
     async def health(self, request: Health) -> HealthReply: ...
     async def reset(self, request: Reset) -> None: ...
+    async def shutdown(self, request: Shutdown) -> None: ...
     async def devices(self) -> list[str]: ...
     async def metrics_text(self) -> str: ...
 
@@ -108,6 +109,7 @@ RPCS: Final[tuple[Rpc, ...]] = (
     Rpc("cleanup_step", CleanupStep, Ack, "DELETE", "/v1/steps/{step_id}"),
     Rpc("health", Health, HealthReply, "GET", "/v1/health"),
     Rpc("reset", Reset, Ack, "POST", "/v1/reset"),
+    Rpc("shutdown", Shutdown, Ack, "POST", "/v1/shutdown"),
     Rpc("devices", None, DevicesReply, "GET", "/v1/devices"),
 )
 _BY_METHOD: Final = {rpc.method: rpc for rpc in RPCS}
@@ -219,6 +221,10 @@ class Channel:
     async def reset(self, request: Reset, *, timeout: float | None = None) -> None:
         """Clear resource containers on the worker."""
         return await self._call("reset", request, timeout)
+
+    async def shutdown(self, request: Shutdown, *, timeout: float | None = None) -> None:
+        """Ask the worker to stop serving (it answers first, then exits)."""
+        return await self._call("shutdown", request, timeout)
 
     async def devices(self, *, timeout: float | None = None) -> list[str]:
         """The worker's device names."""

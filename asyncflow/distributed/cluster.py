@@ -32,13 +32,17 @@ class ClusterSpec:
     """The jobs of a cluster and their tasks' addresses.
 
     Args:
-        cluster: ``{job: [address, ...]}``, ``{job: {index: address}}``, or a ClusterSpec.
+        cluster: ``{job: [address, ...]}``, ``{job: {index: address}}``, a ClusterSpec, or a
+            cluster resolver (anything with ``cluster_spec()``), resolved now.
 
     Raises:
         TypeError, ValueError: for a malformed spec (naming the job and task).
     """
 
     def __init__(self, cluster):
+        if not isinstance(cluster, (ClusterSpec, dict)) and callable(
+                getattr(cluster, "cluster_spec", None)):
+            cluster = cluster.cluster_spec()  # a resolver: re-read its environment now
         if isinstance(cluster, ClusterSpec):
             cluster = cluster.as_dict()
         if not isinstance(cluster, dict):

@@ -6,6 +6,10 @@ The address comes from the ClusterSpec (its port; the host binds 127.0.0.1 unles
 says otherwise), or ``port=`` overrides it (``0`` picks a free port: read ``server.address``).
 An address with the host ``inprocess`` serves in this process without a socket (tests).
 ``token`` (default ``ASYNCFLOW_TOKEN``) is required on every request when set.
+
+When the job is done, ``await shutdown_cluster(cluster, jobs=["ps"])`` (the chief) sends each
+task a Shutdown request; a server with a token honours it, so ``await server.join()`` and
+``serve`` return and the task's process can exit (TF1's parameter servers never did).
 """
 from __future__ import annotations
 
@@ -15,9 +19,12 @@ import os
 
 import trio
 
+from asyncflow import errors
 from asyncflow.distributed import channels as _channels
-from asyncflow.distributed.cluster import ClusterSpec
+from asyncflow.distributed.cluster import ClusterSpec, task_name
 from asyncflow.distributed.worker import WorkerService
+from transports.messages import RemoteCallError, Shutdown
+from transports.service import TransportError
 
 _log = logging.getLogger("asyncflow.worker")
 
@@ -54,6 +61,9 @@ class Server:
         self._cm = None
         self._scope = None
         self._stopped = trio.Event()
+        self._shutdown = trio.Event()
+        if self.token:
+            self.service.on_shutdown = self._shutdown.set
         self._http_loop = None  # asyncio loop to serve HTTP on (aio.Server: the caller's)
         self.http = None  # the running transports.http.HttpServer, while serving over HTTP
 
@@ -70,9 +80,13 @@ class Server:
             with trio.CancelScope() as self._scope:
                 async with self._serving():
                     task_status.started(self)
-                    await trio.sleep_forever()
+                    await self._shutdown.wait()
         finally:
             self._stopped.set()
+
+    async def join(self):
+        """Wait until a Shutdown request arrives (TF's ``server.join()``, which can end)."""
+        await self._shutdown.wait()
 
     async def stop(self):
         """Stop a server started with ``serve`` and wait until it no longer listens."""
@@ -109,3 +123,50 @@ class Server:
     async def __aexit__(self, *exc_info):
         cm, self._cm = self._cm, None
         return await cm.__aexit__(*exc_info)
+
+
+async def shutdown_cluster(cluster, jobs=None, token=None, timeout=10.0):
+    """Ask tasks of a cluster to stop serving: the "job done" signal, sent by the chief.
+
+    Args:
+        cluster: a ClusterSpec, dict or resolver.
+        jobs: the jobs to stop (default: every job).
+        token: the shared secret (default ``ASYNCFLOW_TOKEN``); workers without a token
+            refuse Shutdown.
+        timeout: seconds per task.
+
+    Returns:
+        ``{task name: "stopped" | "unreachable"}`` (an unreachable task has already gone).
+
+    Raises:
+        FailedPreconditionError and other OpErrors: a task refused (naming it).
+    """
+    spec = ClusterSpec(cluster)
+    jobs = spec.jobs if jobs is None else list(jobs)
+    for job in jobs:
+        spec.num_tasks(job)  # names an unknown job
+    outcome, refusals = {}, []
+
+    async def stop_one(job, index, address):
+        name = task_name(job, index)
+        channel = _channels.connect(address, token=token)
+        try:
+            await channel.shutdown(Shutdown(task=name, reason="the job is done"),
+                                   timeout=timeout)
+            outcome[name] = "stopped"
+        except TransportError as exc:
+            _log.info("Shutdown: %s at %s is unreachable (%s)", name, address, exc)
+            outcome[name] = "unreachable"
+        except RemoteCallError as exc:
+            refusals.append(errors.from_code(exc.code, f"Shutdown of {name} at {address}: "
+                                             f"{exc.message}"))
+        finally:
+            await channel.aclose()
+
+    async with trio.open_nursery() as nursery:
+        for job, index, address in spec.tasks():
+            if job in jobs:
+                nursery.start_soon(stop_one, job, index, address)
+    if refusals:
+        raise refusals[0]
+    return dict(sorted(outcome.items()))

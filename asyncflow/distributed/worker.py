@@ -138,6 +138,7 @@ class WorkerService:
         self._steps = {}
         self._tombstones = collections.OrderedDict()
         self._handles = itertools.count(1)
+        self.on_shutdown = None  # set by a Server with a token: Shutdown ends its join()
         self._step_ttl = step_ttl
         self._max_steps = max_steps
         self.counters = _Counters()
@@ -397,6 +398,20 @@ class WorkerService:
 
     async def devices(self):
         return list(self.device_names)
+
+    async def shutdown(self, request):
+        """Stop serving once this reply is sent: the job is done (``Server.join`` returns).
+
+        Only a worker that requires a token honours it (``on_shutdown`` is set by the Server
+        then): on a token-less worker anyone who can connect could end the task.
+        """
+        if request.task and request.task != self.task:
+            _fail("INVALID_ARGUMENT", f"Shutdown for {request.task} reached {self.task}")
+        if self.on_shutdown is None:
+            _fail("FAILED_PRECONDITION", f"{self.task} serves without a token, so it refuses "
+                  "Shutdown; start it with ASYNCFLOW_TOKEN set")
+        _log.info("%s shutting down: %s", self.task, request.reason or "Shutdown requested")
+        self.on_shutdown()
 
     async def reset(self, request):
         containers = request.containers
