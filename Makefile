@@ -1,24 +1,34 @@
-# Each target creates .venv when missing and installs the project into it.
+# Each target creates .venv when missing and installs the project into it, saying what it does.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+PIP_INSTALL := $(PY) -m pip install --progress-bar on
 
 .PHONY: demo test bench clean
 
 $(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,demos]'
-	touch $(STAMP)
+	@if test -x $(PY); then echo "==> using the virtual environment $(VENV)"; \
+	else echo "==> creating the virtual environment $(VENV) with $(PYTHON)"; \
+	     $(PYTHON) -m venv $(VENV); fi
+	@echo "==> upgrading pip in $(VENV)"
+	$(PIP_INSTALL) --upgrade pip
+	@echo "==> installing asyncflow (editable) with its dev and demos extras into $(VENV)"
+	@echo "    (a few minutes on a fresh clone; pip reports each package as it goes)"
+	$(PIP_INSTALL) -e '.[dev,demos]'
+	@touch $(STAMP)
+	@echo "==> $(VENV) is ready"
 
 demo: $(STAMP)
+	@echo "==> running demos/train_digits.py: an MLP on scikit-learn's digits (about a minute)"
 	$(PY) demos/train_digits.py
 
 test: $(STAMP)
+	@echo "==> running the test suite (pytest, including the docs check tests/test_docs.py)"
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 bench: $(STAMP)
+	@echo "==> running the benchmarks (bench/run_all.py; results in bench/RESULTS.md)"
 	$(PY) bench/run_all.py
 
 clean:
