@@ -4,6 +4,9 @@
 one task of a cluster until interrupted (``ASYNCFLOW_CONFIG`` may stand in for ``--cluster``,
 ``--job`` and ``--task``; ``ASYNCFLOW_TOKEN`` sets the shared secret). Once serving it prints
 ``asyncflow worker /job:NAME/task:N listening on HOST:PORT`` on stdout.
+
+``asyncflow`` with no command prints the help on stdout and exits 0 (as pip and kubectl do);
+a usage error (an unknown command or option) exits 2, as argparse does.
 """
 from __future__ import annotations
 
@@ -11,11 +14,35 @@ import argparse
 import sys
 
 
+WORKER_EPILOG = """\
+examples:
+  asyncflow worker --cluster cluster.json --job ps --task 0
+  asyncflow worker --cluster '{"ps": ["127.0.0.1:2222"], "worker": ["127.0.0.1:2223"]}' \\
+      --job worker --task 0
+  asyncflow worker --cluster cluster.json --job worker --task 1 --host 0.0.0.0 --cpus 2
+  ASYNCFLOW_CONFIG='{"cluster": {"worker": ["127.0.0.1:2223"]}, "task": {"type": "worker", "index": 0}}' \\
+      asyncflow worker
+
+environment:
+  ASYNCFLOW_CONFIG  TF_CONFIG-shaped JSON that stands in for --cluster, --job and --task
+  ASYNCFLOW_TOKEN   shared secret: when set, every request must carry it as a bearer token
+                    (sessions and the other workers send the same variable)
+
+Once serving, the worker prints "asyncflow worker /job:JOB/task:N listening on HOST:PORT".
+Ctrl-C stops it. See docs/distributed.md.
+"""
+
+
 def build_parser():
-    parser = argparse.ArgumentParser(prog="asyncflow", description="asyncflow dataflow runtime")
+    parser = argparse.ArgumentParser(
+        prog="asyncflow", description="asyncflow dataflow runtime",
+        epilog="Run 'asyncflow worker --help' for a worker's options, examples and environment.")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
-    commands = parser.add_subparsers(dest="command")
-    worker = commands.add_parser("worker", help="serve one task of a cluster")
+    commands = parser.add_subparsers(dest="command", title="commands")
+    worker = commands.add_parser(
+        "worker", help="serve one task of a cluster",
+        description="Serve one task of a cluster (the worker service) until interrupted.",
+        epilog=WORKER_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     worker.add_argument("--cluster", help="cluster spec: a JSON string or a JSON file")
     worker.add_argument("--job", help="this task's job name")
     worker.add_argument("--task", type=int, help="this task's index in its job")
@@ -80,9 +107,12 @@ def run_worker(args):
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.version or args.command is None:
+    if args.version:
         from asyncflow import __version__
         print(f"asyncflow {__version__}")
+        return 0
+    if args.command is None:
+        parser.print_help()
         return 0
     if args.command == "worker":
         return run_worker(args)
