@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 	@echo "==> $(VENV) is ready"
 
 demo: $(STAMP)
-	@echo "==> running demos/train_digits.py: an MLP on scikit-learn's digits (about a minute)"
+	@echo "==> running demos/train_digits.py: trains an MLP on scikit-learn's digits, saves and restores it"
 	$(PY) demos/train_digits.py
 
 test: $(STAMP)
