@@ -9,12 +9,13 @@ PIP_INSTALL := $(PY) -m pip install --progress-bar on
 
 $(STAMP): pyproject.toml
 	@if test -x $(PY); then echo "==> using the virtual environment $(VENV)"; \
-	else echo "==> creating the virtual environment $(VENV) with $(PYTHON)"; \
+	else echo "==> creating the virtual environment $(VENV) with $(PYTHON) (about 15 s)"; \
 	     $(PYTHON) -m venv $(VENV); fi
 	@echo "==> upgrading pip in $(VENV)"
 	$(PIP_INSTALL) --upgrade pip
 	@echo "==> installing asyncflow (editable) with its dev and demos extras into $(VENV)"
-	@echo "    (a few minutes on a fresh clone; pip reports each package as it goes)"
+	@echo "    (two minutes or so on a fresh clone: pip reports each download, then installs"
+	@echo "    them all in one step that prints nothing for about a minute)"
 	$(PIP_INSTALL) -e '.[dev,demos]'
 	@touch $(STAMP)
 	@echo "==> $(VENV) is ready"
