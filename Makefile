@@ -1,24 +1,35 @@
-# Each target creates .venv when missing and installs the project into it.
+# Each target creates .venv when missing and installs the project into it, saying what it does.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+PIP_INSTALL := $(PY) -m pip install --progress-bar on
 
 .PHONY: demo test bench clean
 
 $(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,demos]'
-	touch $(STAMP)
+	@if test -x $(PY); then echo "==> using the virtual environment $(VENV)"; \
+	else echo "==> creating the virtual environment $(VENV) with $(PYTHON) (about 15 s)"; \
+	     $(PYTHON) -m venv $(VENV); fi
+	@echo "==> upgrading pip in $(VENV)"
+	$(PIP_INSTALL) --upgrade pip
+	@echo "==> installing asyncflow (editable) with its dev and demos extras into $(VENV)"
+	@echo "    (two minutes or so on a fresh clone: pip reports each download, then installs"
+	@echo "    them all in one step that prints nothing for about a minute)"
+	$(PIP_INSTALL) -e '.[dev,demos]'
+	@touch $(STAMP)
+	@echo "==> $(VENV) is ready"
 
 demo: $(STAMP)
+	@echo "==> running demos/train_digits.py: trains an MLP on scikit-learn's digits, saves and restores it"
 	$(PY) demos/train_digits.py
 
 test: $(STAMP)
+	@echo "==> running the test suite (pytest, including the docs check tests/test_docs.py)"
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 bench: $(STAMP)
+	@echo "==> running the benchmarks (bench/run_all.py; results in bench/RESULTS.md)"
 	$(PY) bench/run_all.py
 
 clean:

@@ -10,6 +10,9 @@ Without ``--cluster`` the worker resolves its cluster and task from the environm
 (``asyncflow.distribute.cluster_resolver``). ``--bind HOST`` is the listen address; the
 address peers dial is the one the cluster spec advertises. A worker started with a token exits
 (status 0) when the chief sends Shutdown: ``asyncflow shutdown --job ps``.
+
+``asyncflow`` with no command prints the help on stdout and exits 0 (as pip and kubectl do);
+a usage error (an unknown command or option) exits 2, as argparse does.
 """
 from __future__ import annotations
 
@@ -17,11 +20,38 @@ import argparse
 import sys
 
 
+WORKER_EPILOG = """\
+examples:
+  asyncflow worker --cluster cluster.json --job ps --task 0
+  asyncflow worker --cluster '{"ps": ["127.0.0.1:2222"], "worker": ["127.0.0.1:2223"]}' \\
+      --job worker --task 0
+  asyncflow worker --cluster cluster.json --job worker --task 1 --host 0.0.0.0 --cpus 2
+  ASYNCFLOW_CONFIG='{"cluster": {"worker": ["127.0.0.1:2223"]}, "task": {"type": "worker", "index": 0}}' \\
+      asyncflow worker
+  asyncflow worker --resolver slurm --jobs '{"ps": 1, "worker": 2}' --bind 0.0.0.0
+
+environment:
+  ASYNCFLOW_CONFIG  TF_CONFIG-shaped JSON that stands in for --cluster, --job and --task
+  TF_CONFIG         read when ASYNCFLOW_CONFIG is not set (Kubeflow's TFJob, Ray Train set it)
+  ASYNCFLOW_TOKEN   shared secret: when set, every request must carry it as a bearer token
+                    (sessions and the other workers send the same variable)
+
+Once serving, the worker prints "asyncflow worker /job:JOB/task:N listening on HOST:PORT".
+Ctrl-C stops it, and so does `asyncflow shutdown` when the worker has a token.
+See docs/distributed.md and docs/deploy.md.
+"""
+
+
 def build_parser():
-    parser = argparse.ArgumentParser(prog="asyncflow", description="asyncflow dataflow runtime")
+    parser = argparse.ArgumentParser(
+        prog="asyncflow", description="asyncflow dataflow runtime",
+        epilog="Run 'asyncflow worker --help' for a worker's options, examples and environment.")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
-    commands = parser.add_subparsers(dest="command")
-    worker = commands.add_parser("worker", help="serve one task of a cluster")
+    commands = parser.add_subparsers(dest="command", title="commands")
+    worker = commands.add_parser(
+        "worker", help="serve one task of a cluster",
+        description="Serve one task of a cluster (the worker service) until interrupted.",
+        epilog=WORKER_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     worker.add_argument("--cluster", help="cluster spec: a JSON string or a JSON file")
     worker.add_argument("--job", help="this task's job name")
     worker.add_argument("--task", type=int, help="this task's index in its job")
@@ -181,9 +211,12 @@ def run_shutdown(args):
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.version or args.command is None:
+    if args.version:
         from asyncflow import __version__
         print(f"asyncflow {__version__}")
+        return 0
+    if args.command is None:
+        parser.print_help()
         return 0
     if args.command == "worker":
         return run_worker(args)

@@ -53,11 +53,17 @@ class _Request:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class BatcherStatistics:
+    """What a Batcher has done so far (a frozen record, as trio's ``statistics()``)."""
+
     requests: int
     batches: int
     rows: int
     queued: int
     largest_batch: int
+
+    def as_dict(self):
+        """The fields as a plain dict, ready for ``json.dumps`` (a service's stats endpoint)."""
+        return dataclasses.asdict(self)
 
 
 class BatchQueue:

@@ -51,6 +51,11 @@ class DeviceName(str):
         return self.rsplit("/device:", 1)[-1].split(":")[0]
 
 
+def _message(exc):
+    """An exception's text; a KeyError's ``str()`` would quote and escape its message."""
+    return exc.args[0] if isinstance(exc, KeyError) and len(exc.args) == 1 else str(exc)
+
+
 class _FetchStructure:
     """Flattens a nested fetch into unique elements and rebuilds results in its shape."""
 
@@ -74,8 +79,11 @@ class _FetchStructure:
         try:
             element = self._graph.as_graph_element(fetch)
         except (TypeError, ValueError, KeyError) as exc:
-            raise type(exc)(f"Fetch argument {fetch!r} cannot be interpreted as a Tensor or "
-                            f"Operation: {exc}") from None
+            # TF1's _FetchMapper: a name that matches nothing is a ValueError, a wrong type a
+            # TypeError (the KeyError of the lookup is its cause, not the error the caller gets).
+            kind = TypeError if isinstance(exc, TypeError) else ValueError
+            raise kind(f"Fetch argument {fetch!r} cannot be interpreted as a Tensor or "
+                       f"Operation: {_message(exc)}") from None
         if isinstance(element, Operation):
             if element not in self._target_set:
                 self._target_set.add(element)
@@ -389,7 +397,8 @@ class Session:
             try:
                 tensor = self.graph.as_graph_element(key, allow_operation=False)
             except (TypeError, ValueError, KeyError) as exc:
-                raise TypeError(f"Cannot interpret feed_dict key {key!r} as a Tensor: {exc}") from None
+                raise TypeError(f"Cannot interpret feed_dict key {key!r} as a Tensor: "
+                                f"{_message(exc)}") from None
             if tensor in seen:
                 raise errors.InvalidArgumentError(None, tensor.op, f"Tensor {tensor.name} is fed twice")
             seen.add(tensor)

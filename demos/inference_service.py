@@ -28,7 +28,8 @@ Usage::
         [--max-batch-size 128] [--max-wait-ms 2] [--train-steps 300]
     python demos/inference_client.py --url http://127.0.0.1:8080 --requests 1000
 
-Without ``--model-dir`` the service first trains and saves a model in a temporary directory.
+Without ``--model-dir`` the service first trains and saves a model in a temporary directory
+(removed when the service stops).
 """
 from __future__ import annotations
 
@@ -289,12 +290,12 @@ async def start_site(app, host="127.0.0.1", port=0):
 
 async def serve_forever(model_dir, host, port, max_batch_size, max_wait_ms):
     runner, url = await start_site(make_app(model_dir, max_batch_size, max_wait_ms), host, port)
-    print(f"serving {model_dir} on {url} (max batch {max_batch_size} rows, "
-          f"max wait {max_wait_ms} ms); Ctrl-C stops", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM):  # before saying "Ctrl-C stops"
         loop.add_signal_handler(sig, stop.set)
+    print(f"serving {model_dir} on {url} (max batch {max_batch_size} rows, "
+          f"max wait {max_wait_ms} ms); Ctrl-C stops", flush=True)
     try:
         await stop.wait()
     finally:
@@ -311,13 +312,20 @@ def main(argv=None):
     parser.add_argument("--max-wait-ms", type=float, default=2.0)
     parser.add_argument("--train-steps", type=int, default=300)
     args = parser.parse_args(argv)
-    model_dir = args.model_dir
-    if model_dir is None:
-        model_dir = tempfile.mkdtemp(prefix="digits-model-")
-        print(f"no --model-dir: training a digits MLP into {model_dir}", flush=True)
+    if args.model_dir is not None:
+        serve(args, args.model_dir)
+        return
+    # No model given: train one into a temporary directory, removed when the service stops.
+    with tempfile.TemporaryDirectory(prefix="digits-model-") as model_dir:
+        print(f"no --model-dir: training a digits MLP into {model_dir} (removed when the "
+              "service stops)", flush=True)
         start = time.perf_counter()
         trio.run(train_and_export, model_dir, args.train_steps)
         print(f"  ({time.perf_counter() - start:.1f} s)", flush=True)
+        serve(args, model_dir)
+
+
+def serve(args, model_dir):
     asyncio.run(serve_forever(model_dir, args.host, args.port, args.max_batch_size,
                               args.max_wait_ms))
 

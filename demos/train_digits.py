@@ -46,12 +46,15 @@ def build_model(learning_rate=0.002):
     labels = af.placeholder(af.int32, [None], name="labels")
     hidden = dense(x, 128, "hidden", af.nn.relu)
     logits = dense(hidden, 10, "logits")
-    loss = af.reduce_mean(af.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits),
-                          name="loss")
-    accuracy = af.reduce_mean(af.cast(af.equal(af.cast(af.argmax(logits, 1), af.int32), labels),
-                                      af.float32), name="accuracy")
+    with af.name_scope("metrics"):
+        loss = af.reduce_mean(
+            af.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits), name="loss")
+        accuracy = af.reduce_mean(af.cast(af.equal(af.cast(af.argmax(logits, 1), af.int32), labels),
+                                          af.float32), name="accuracy")
     global_step = af.train.get_or_create_global_step()
     train_op = af.train.AdamOptimizer(learning_rate).minimize(loss, global_step=global_step)
+    # A summary's tag is its op name, uniquified as in TF1: next to an op named "loss" it would
+    # read "loss_1". The tensors live under "metrics/", so the tags read "loss" and "accuracy".
     af.summary.scalar("loss", loss)
     af.summary.scalar("accuracy", accuracy)
     return x, labels, loss, accuracy, train_op, global_step, af.summary.merge_all()
@@ -95,7 +98,7 @@ async def main(steps, batch_size, logdir, checkpoint_dir):
     print(f"trained {steps} steps (batch {batch_size}) in {train_seconds:.2f} s "
           f"({train_seconds / steps * 1e3:.2f} ms/step)")
     print(f"checkpoint: {path}")
-    print(f"TensorBoard log: {logdir}  (tensorboard --logdir {logdir})")
+    print(f"TensorBoard log: {logdir}")
     print(f"test accuracy after training: {trained_accuracy:.4f}")
     print(f"test accuracy after restoring step {step_value} into a new session: {restored_accuracy:.4f}")
     return restored_accuracy
@@ -105,13 +108,21 @@ def cli():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=800)
     parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--logdir", default=None, help="TensorBoard log directory (default: a temp dir)")
-    parser.add_argument("--checkpoint-dir", default=None)
+    parser.add_argument("--logdir", default=None,
+                        help="TensorBoard log directory to keep (default: a temporary one)")
+    parser.add_argument("--checkpoint-dir", default=None,
+                        help="checkpoint directory to keep (default: a temporary one)")
     args = parser.parse_args()
-    scratch = tempfile.mkdtemp(prefix="asyncflow-digits-")
-    logdir = args.logdir or os.path.join(scratch, "logs")
-    checkpoint_dir = args.checkpoint_dir or os.path.join(scratch, "checkpoints")
-    accuracy = trio.run(main, args.steps, args.batch_size, logdir, checkpoint_dir)
+    # Whatever the user did not ask to keep goes to a temporary directory removed at the end.
+    with tempfile.TemporaryDirectory(prefix="asyncflow-digits-") as scratch:
+        logdir = args.logdir or os.path.join(scratch, "logs")
+        checkpoint_dir = args.checkpoint_dir or os.path.join(scratch, "checkpoints")
+        accuracy = trio.run(main, args.steps, args.batch_size, logdir, checkpoint_dir)
+    if args.logdir:
+        print(f"view it with: tensorboard --logdir {args.logdir}")
+    else:
+        print("(the log and the checkpoint were temporary; --logdir DIR and --checkpoint-dir DIR "
+              "keep them)")
     if accuracy < 0.97:
         raise SystemExit(f"accuracy {accuracy:.4f} is below 0.97")
 

@@ -18,6 +18,11 @@ async def test_main_demo_trains_saves_and_restores(tmp_path):
     assert accuracy > 0.85
     assert list((tmp_path / "logs").glob("events.out.tfevents.*"))
     assert (tmp_path / "ckpt" / "checkpoint").exists()
+    event_accumulator = pytest.importorskip(
+        "tensorboard.backend.event_processing.event_accumulator")
+    events = event_accumulator.EventAccumulator(str(tmp_path / "logs"))
+    events.Reload()
+    assert events.Tags()["scalars"] == ["loss", "accuracy"]  # not loss_1, accuracy_1
 
 
 async def test_convnet_demo_learns():

@@ -1,4 +1,6 @@
 """The Batcher: concurrent requests batched into single steps, each caller its own rows."""
+import json
+
 import numpy as np
 import pytest
 import trio
@@ -133,3 +135,14 @@ async def test_a_request_that_waited_behind_a_batch_does_not_wait_again(autojump
     # that step ran, and its own 50 ms were over when the step ended at 150 ms.
     assert done["first"] == pytest.approx(0.15)
     assert done["second"] == pytest.approx(0.25)
+
+
+async def test_statistics_record_converts_to_json(autojump_clock):
+    with af.Graph().as_default():
+        x, y, _ = model()
+        async with af.Session() as sess:
+            async with Batcher(sess, [x], y, max_batch_size=4, max_wait_ms=1) as batcher:
+                await batcher.run({x: np.ones((3, 3), np.float32)})
+                stats = batcher.statistics()
+    assert json.loads(json.dumps(stats.as_dict())) == {
+        "requests": 1, "batches": 1, "rows": 3, "queued": 0, "largest_batch": 3}

@@ -15,6 +15,8 @@ import json
 import os
 
 CONFIG_ENV = "ASYNCFLOW_CONFIG"
+_JSON_TYPES = {list: "list", str: "string", int: "number", float: "number", bool: "boolean",
+               type(None): "null"}
 
 
 def _check_address(job, index, address):
@@ -75,22 +77,28 @@ class ClusterSpec:
         The JSON is either the cluster itself or a TF_CONFIG-shaped ``{"cluster": {...}}``.
 
         Raises:
-            ValueError: if it is neither valid JSON nor a readable file.
+            ValueError: if it is neither valid JSON nor a readable file, or if the JSON is not
+                an object of job name -> addresses.
         """
-        text = text_or_path
-        if not text.lstrip().startswith("{"):
+        text, source = text_or_path, "cluster spec"
+        if not text.lstrip().startswith(("{", "[", '"')):
             try:
                 with open(text_or_path, encoding="utf-8") as handle:
                     text = handle.read()
             except OSError as exc:
                 raise ValueError(f"cluster {text_or_path!r} is neither JSON nor a readable "
                                  f"file: {exc}") from None
+            source = f"cluster file {text_or_path!r}"
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"cluster spec is not valid JSON: {exc}") from None
+            raise ValueError(f"{source} is not valid JSON: {exc}") from None
         if isinstance(data, dict) and isinstance(data.get("cluster"), dict):
             data = data["cluster"]
+        if not isinstance(data, dict):
+            raise ValueError(f"{source} is a JSON {_JSON_TYPES.get(type(data), 'value')}, but a "
+                             'cluster is an object of job name -> addresses, like {"ps": '
+                             '["127.0.0.1:2222"], "worker": ["127.0.0.1:2223", "127.0.0.1:2224"]}')
         return cls(data)
 
     @property

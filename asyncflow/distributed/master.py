@@ -123,8 +123,9 @@ async def _all(fn, items):
 
 def _unavailable(task, exc):
     task.down_reported = True
-    return errors.UnavailableError(None, None, f"worker {task.name} at {task.address} is "
-                                   f"unavailable: {exc}")
+    # A session target's task has no name until its Health answers.
+    worker = f"worker {task.name} at {task.address}" if task.name else f"worker at {task.address}"
+    return errors.UnavailableError(None, None, f"{worker} is unavailable: {exc}")
 
 
 class Master:

@@ -323,7 +323,10 @@ class Graph:
         if not sep or not index.isdigit():
             raise ValueError(f"The name {name!r} looks like an Operation name, not a Tensor name; "
                              "Tensor names have the form '<op_name>:<output_index>'.")
-        op = self.get_operation_by_name(op_name)
+        op = self._ops_by_name.get(op_name)
+        if op is None:
+            raise KeyError(f"The name {name!r} refers to a Tensor which does not exist. "
+                           f"The operation, {op_name!r}, does not exist in the graph.")
         index = int(index)
         if index >= len(op._outputs):
             raise KeyError(f"The name {name!r} refers to a Tensor which does not exist: "

@@ -30,7 +30,9 @@ class VariableResource:
         value = self.value
         if value is None:
             raise errors.FailedPreconditionError(
-                None, self.name, f"Attempting to use uninitialized value {self.name}")
+                None, self.name, f"Attempting to use uninitialized value {self.name}: run "
+                "af.global_variables_initializer() (or this variable's initializer) first, or "
+                "restore a checkpoint with af.train.Saver.restore")
         return value
 
     def assign(self, value, validate_shape=True, fresh=False):
@@ -39,7 +41,10 @@ class VariableResource:
         if validate_shape and self.shape is not None and not _shape_fits(self.shape, value.shape):
             raise errors.InvalidArgumentError(
                 None, self.name, f"Assign requires shapes of both tensors to match. lhs shape= "
-                f"{list(self.shape)} rhs shape= {list(value.shape)} (variable {self.name})")
+                f"{list(self.shape)} rhs shape= {list(value.shape)} (variable {self.name}). If "
+                "an earlier graph created this variable with another shape on workers that "
+                "outlive sessions (or under a shared_name), clear the old one with "
+                "`await af.Session.reset(cluster)`")
         flags = getattr(value, "flags", None)
         if flags is not None and getattr(flags, "writeable", None) is not None:  # numpy
             if flags.writeable:
