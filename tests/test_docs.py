@@ -291,7 +291,7 @@ def test_every_option_the_docs_mention_exists(doc):
 
 
 # -- names --------------------------------------------------------------------------------
-_AF_NAME = re.compile(r"(?<![\w.])(af|aio|asyncflow)\.([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)")
+_AF_NAME = re.compile(r"(?<![\w./-])(af|aio|asyncflow)\.([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)")
 
 
 def _resolve(root, dotted):
@@ -316,7 +316,10 @@ _ROOTS = {"af": "asyncflow", "aio": "asyncflow.aio", "asyncflow": "asyncflow"}
 
 def name_problems(doc):
     problems = []
-    source = "".join(p.read_text(encoding="utf-8") for p in (ROOT / "asyncflow").rglob("*.py"))
+    # Variables are read by the package or by the deployment scripts beside it.
+    source = "".join(p.read_text(encoding="utf-8")
+                     for p in [*(ROOT / "asyncflow").rglob("*.py"), *(ROOT / "deploy").rglob("*")]
+                     if p.is_file())
     for number, line in all_text(doc):
         for match in _AF_NAME.finditer(line):
             prefix, dotted = match.group(1), match.group(2)
@@ -331,7 +334,7 @@ def name_problems(doc):
         for variable in re.findall(r"\bASYNCFLOW_[A-Z_]+\b", line):
             if variable not in source:
                 problems.append(f"{doc.name}:{number}: environment variable {variable} is not "
-                                "read anywhere in asyncflow/")
+                                "read anywhere in asyncflow/ or deploy/")
     return problems
 
 
