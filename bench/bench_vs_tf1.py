@@ -11,6 +11,9 @@ Workloads (one ps and worker processes on loopback; one BLAS thread per asyncflo
 * **mlp**: MLP 64-128-10, batch 256, parameters on the ps, forward + backward + SGD update
   on the worker side (updates colocated with the parameters, as TF places them); one step
   fetches the loss and runs the train op.
+* **batch sweep**: the same MLP step at batch 1, 64 and 256 (a 256 B, 16 KiB and 64 KiB
+  feed), interleaved step by step so each size sees the same load: the issue-15 "cliff" check
+  (``mlp_b256_over_b1`` near 1: no stall; a 40 ms delayed-ACK stall would make it several).
 * **scaling**: steps/s of the MLP step with 1, 2 and 4 worker processes against one ps,
   between-graph replication (one client session per worker, all in one client process,
   running concurrently). On a 2-core machine this measures contention, not scaling.
@@ -69,6 +72,17 @@ def _init_params():
             np.zeros(128, np.float32),
             (rng.standard_normal((128, 10)) * 0.1).astype(np.float32),
             np.zeros(10, np.float32)]
+
+
+SWEEP = (1, 64, 256)  # batch sizes of the interleaved MLP sweep (256: a 64 KiB feed)
+
+
+def _sweep_figures(times):
+    """Median step per batch size of the interleaved sweep, and batch 256 over batch 1."""
+    medians = {b: statistics.median(t) for b, t in times.items()}
+    out = {f"mlp_b{b}_ms": m * 1e3 for b, m in medians.items()}
+    out["mlp_b256_over_b1"] = medians[256] / medians[1]
+    return out
 
 
 def _median_time(fn, repeats):
@@ -209,6 +223,14 @@ async def _asyncflow_measure(spec, sizes, worker_counts, out):
         await sess.run([loss, train], {x: xs, y: ys})
         out["mlp_ms"] = await _timed(lambda: sess.run([loss, train], {x: xs, y: ys}),
                                      sizes["mlp_steps"]) * 1e3
+        sweep = {b: _mlp_data(b) for b in SWEEP}
+        times = {b: [] for b in SWEEP}
+        for _ in range(sizes["mlp_steps"] // 2):  # interleaved: every batch sees the same load
+            for b, (bx, by) in sweep.items():
+                start = time.perf_counter()
+                await sess.run([loss, train], {x: bx, y: by})
+                times[b].append(time.perf_counter() - start)
+        out.update(_sweep_figures(times))
     for n in worker_counts:
         replicas = [_af_mlp(af, w) for w in range(n)]
         counts = [0] * n
@@ -340,6 +362,14 @@ def _tf_measure(tf, tf1, spec, sizes, worker_counts):
         sess.run([loss, train], {x: xs, y: ys})
         out["mlp_ms"] = _median_time(lambda: sess.run([loss, train], {x: xs, y: ys}),
                                      sizes["mlp_steps"]) * 1e3
+        sweep = {b: _mlp_data(b) for b in SWEEP}
+        times = {b: [] for b in SWEEP}
+        for _ in range(sizes["mlp_steps"] // 2):
+            for b, (bx, by) in sweep.items():
+                start = time.perf_counter()
+                sess.run([loss, train], {x: bx, y: by})
+                times[b].append(time.perf_counter() - start)
+        out.update(_sweep_figures(times))
     for n in worker_counts:
         replicas = [_tf_mlp(tf1, w) for w in range(n)]
         sessions = [tf1.Session(f"grpc://{spec['worker'][w]}", graph=r[0])
@@ -396,7 +426,8 @@ def run_tf(tf_python, quick, worker_counts):
     return json.loads(lines[-1])
 
 
-LOWER_IS_BETTER = ("trivial_ms", "pull_step_ms", "mlp_ms")
+LOWER_IS_BETTER = ("trivial_ms", "pull_step_ms", "mlp_ms", "mlp_b1_ms", "mlp_b64_ms",
+                   "mlp_b256_ms", "mlp_b256_over_b1")
 
 
 def _fmt(value):

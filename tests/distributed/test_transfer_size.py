@@ -123,6 +123,7 @@ async def test_big_tensors_cost_their_wire_time_not_a_stall(ps_and_worker):
                               f"+{allowed * 1e3:.1f} ms; raw wire {wire[size] * 1e3:.2f} ms)")
                 if big - small > allowed:
                     failures.append(report[-1])
+    print("\n".join(report))  # the figures, with -s
     assert not failures, ("a big tensor costs more than its wire time (a stall on the path?):\n"
                           + "\n".join(failures) + "\nall:\n" + "\n".join(report))
 
