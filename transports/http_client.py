@@ -40,7 +40,8 @@ import trio
 from transports.messages import ErrorReply, Message, RemoteCallError
 from transports.service import METRICS_PATH, RPCS, Channel, Rpc, TransportUnavailable
 from transports.wire import (
-    CLOSED, DEFAULT_LIMITS, NEED_DATA, Decoder, Limits, RemoteProtocolError, encode, frame_size,
+    CLOSED, DEFAULT_LIMITS, NEED_DATA, Decoder, Limits, LocalProtocolError, RemoteProtocolError,
+    encode, frame_size,
 )
 
 __all__ = ["TrioHttpChannel"]
@@ -301,7 +302,10 @@ class TrioHttpChannel(Channel):
             await self._raise_for_text(body, status)
         decoder, received = Decoder(self._limits), 0
         while True:
-            view = decoder.get_buffer()
+            try:
+                view = decoder.get_buffer()
+            except LocalProtocolError:
+                break  # the body broke the protocol: next_event raises it below
             n = await body.read_into(view)
             if not n:
                 break

@@ -155,7 +155,9 @@ HEALTH = frame(wire.HealthReply(9, "/job:w/replica:0/task:0", ["cpu"], {}))
      "more than one frame|truncated|stream ended"),
     (b"HTTP/1.1 200 OK\r\n" + b"X: " + b"y" * (70 << 10), RemoteProtocolError,
      "response head longer"),
-], ids=["hang_up", "died_mid_body", "not_http", "no_length", "trailing_bytes", "huge_head"])
+    (_head("Content-Length: 70000\r\n") + b"NOPE" * 17500, RemoteProtocolError, "bad magic"),
+], ids=["hang_up", "died_mid_body", "not_http", "no_length", "trailing_bytes", "huge_head",
+        "not_a_frame"])
 async def test_a_broken_peer_is_named(nursery, response, error, match):
     listeners = await nursery.start(fake_http_peer, response)
     port = listeners[0].socket.getsockname()[1]
