@@ -28,7 +28,7 @@ import trio
 
 import asyncflow as af
 
-from conftest import loopback_spec
+from conftest import WorkerProcesses, loopback_spec
 
 SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20]
 SMALL = 1 << 10
@@ -99,7 +99,6 @@ async def _best_step(sess, fetch, x, value):
 
 @pytest.fixture(scope="module")
 def ps_and_worker():
-    from conftest import WorkerProcesses
     workers = WorkerProcesses()
     spec = loopback_spec({"ps": 1, "worker": 1})
     workers.start(spec, [("ps", 0), ("worker", 0)])
