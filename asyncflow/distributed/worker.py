@@ -200,8 +200,8 @@ class WorkerService:
                     op.name, op.get_attr("dtype"), op.get_attr("shape"),
                     op._attrs.get("compress") or "")
         batchable = options.get("batchable") or {}
-        if isinstance(batchable, list):  # plain names: one level
-            batchable = dict.fromkeys(batchable, 0)
+        if isinstance(batchable, list) and all(isinstance(k, str) for k in batchable):
+            batchable = dict.fromkeys(batchable, 0)  # plain names: one level
         if not isinstance(batchable, dict) or not all(
                 isinstance(k, str) and type(v) is int for k, v in batchable.items()):
             _fail("INVALID_ARGUMENT", "RegisterGraph: options.batchable must map tensor names "
