@@ -449,8 +449,8 @@ def main():
         print(json.dumps(tf_side(args.quick, worker_counts)))
         return
     tf_python = None if args.no_tf else find_tf_python(args.tf_python)
-    print(f"TF1 side: {tf_python or 'none (no --tf-python, no ASYNCFLOW_TF_PYTHON, no '}"
-          f"{'' if tf_python else 'tensorflow here): asyncflow figures only'}")
+    print(f"TF1 side: {tf_python}" if tf_python else "TF1 side: none (no --tf-python, no "
+          "ASYNCFLOW_TF_PYTHON, no tensorflow here): asyncflow figures only")
     rounds = []
     for run in range(args.runs):
         ours = asyncflow_side(args.quick, worker_counts)
