@@ -1,7 +1,9 @@
 """``make bench``: run every benchmark in its own process and print its figures.
 
 Each benchmark measures its own baseline in the same run (plain numpy, a raw socket, ...)
-and prints ratios, because the machines these run on are shared and noisy. Record notable
+and prints ratios, because the machines these run on are shared and noisy. ``bench_vs_tf1.py``
+compares with TensorFlow's runtime when ``ASYNCFLOW_TF_PYTHON`` names a Python that can import
+``tensorflow`` (asyncflow's figures only otherwise). Record notable
 results in bench/RESULTS.md with the date, the command and the machine.
 """
 from __future__ import annotations
@@ -14,7 +16,7 @@ import time
 HERE = pathlib.Path(__file__).resolve().parent
 ORDER = ["bench_foundation.py", "bench_training.py", "bench_devices.py", "bench_while.py",
          "bench_queues.py", "bench_serving.py", "bench_transport.py", "bench_distributed.py",
-         "gpu_check.py"]
+         "bench_vs_tf1.py", "gpu_check.py"]
 
 
 def main(argv):

@@ -2,25 +2,34 @@
 
 A worker pulls the remote tensors of a step that its Recvs ask for in the same scheduling round
 with one request per peer, and the peer answers once *every* key of it has been sent. That is
-a deadlock if one key's value depends on something the requesting worker R computes only after
-it has received another key of the same request. So a transfer (a Send on peer P, its Recv on R)
-is *batchable* when no node of R among its value's ancestors waits on a remote pull itself:
+a deadlock if one key's value depends, by any path, on the requesting worker receiving another
+key of the same request, or on a request of another worker that waits for such a key.
 
-    batchable(k)  iff  no R-node in ancestors(Send_k) depends on a Recv of R from another task
+So every transfer gets a **level**, the length of the longest chain of pulls behind it:
 
-Ancestors are followed across workers: through data and control inputs within a partition, and
-from each Recv to its Send. Under that rule every R-node that a batched key needs can run
-without any pulled value, so every key of a request is produced whatever R does with the others.
+    level(k) = 0                                  if no pull (by any task) is among the
+                                                  ancestors of Send_k
+    level(k) = 1 + max(level(p) for the pulls p among the ancestors of Send_k)   otherwise
 
-Transfers inside a while loop are never batched: an iteration's values also wait on implicit
-edges the graph does not show (``parallel_iterations`` holds iteration i+N until iteration i is
-done on every device), so the rule above cannot vouch for them. The loops' back edges make the
-dependency graph cyclic; ``_waits_on_pull`` is a reachability search, so it visits each node once.
+and a request only ever carries keys of **one peer and one level**. Keys of a request never
+depend on each other (a path from one key to another passes through the requester's Recv of
+the first, which would give the second a higher level), and a key of level L depends only on
+pulls of lower levels. By induction on L every request is answered, whatever the
+interleaving, so batching cannot deadlock. The chain crosses workers (a Recv's producer is its
+Send), so two workers exchanging values crosswise (w0 pulls ``b`` and ``f(a)`` from w1 while w1
+pulls ``a`` and ``g(b)`` from w0) get two requests each, never one holding both.
 
-Example (the parameter server step): the ps pulls gradients from a worker; their ancestors on
-the ps are the parameter reads, which wait on no pull, so all gradients travel in one request.
-In a ping-pong (w1 sends ``a``, w0 sends back ``2a``, w1 sends ``2a + 5``), w0's pull of the last
-value is not batchable: its w0 ancestor ``2a`` waits on w0's pull of ``a``.
+Transfers inside a while loop are never batched, nor those downstream of one: an iteration's
+values also wait on implicit edges the graph does not show (``parallel_iterations`` holds
+iteration i+N until iteration i is done on every device), and the loops' back edges make the
+chains unbounded. Levels are a longest-path pass in topological order (Kahn), so nodes on a
+cycle are visited once and left without a level.
+
+Example (the parameter-server step): the worker pulls the parameters (level 0, one request),
+the ps pulls all gradients (level 1, one request), and the worker pulls the control edges
+that say the updates are done (level 2, one request), in place of one request per update.
+In a ping-pong (w1 sends ``a``, w0 sends back ``2a``, w1 sends ``2a + 5``) the three values
+have levels 0, 1 and 2 and travel one by one.
 
 Pure data over the partitioned nodes: no trio, no transports.
 """
@@ -44,62 +53,53 @@ def _producers(node, send_of):
     return out
 
 
-def batchable_transfers(partitions):
-    """Tensor names of the Send/Recv pairs whose pulls may be batched (see module docstring).
+def transfer_levels(partitions):
+    """``{tensor_name: level}`` of the cross-task transfers that may share a request (see the
+    module docstring); pulls of one peer and one level go out together.
 
     Args:
         partitions: the partitioned graph's partitions (``graph.partition.Partition``).
 
     Returns:
-        A set of ``tensor_name`` attrs (cross-task transfers outside while loops only).
+        A dict from the ``tensor_name`` attr of each batchable transfer to its level (an int
+        from 0); transfers inside or downstream of a while loop are absent.
     """
     nodes = [n for part in partitions for n in part.nodes]
     send_of = {n.attrs["tensor_name"]: n for n in nodes if n.type == "_Send"}
     pulls = {n for n in nodes if n.type == "_Recv"
              and task_of(n.attrs["send_device"]) != task_of(n.device)}
-    waits_on_pull = _waits_on_pull(nodes, pulls, send_of)
-    out = set()
+    members = set(nodes)
+    producers = {n: [p for p in _producers(n, send_of) if p in members] for n in nodes}
+    for recv in pulls:  # a pull without its Send in the graph never gets a level
+        if send_of.get(recv.attrs["tensor_name"]) not in members:
+            producers[recv] = producers[recv] + [recv]
+    consumers, pending = {}, {}
+    for node, inputs in producers.items():
+        pending[node] = len(inputs)
+        for producer in inputs:
+            consumers.setdefault(producer, []).append(node)
+    # depth[n]: the highest level of a pull among n and its ancestors (-1: none); nodes on
+    # or after a loop cycle are never reached and get none.
+    depth = {}
+    ready = [n for n in nodes if pending[n] == 0]
+    while ready:
+        node = ready.pop()
+        below = max((depth[p] for p in producers[node]), default=-1)
+        if node in pulls:  # its level: one more than its Send's (its producers include it)
+            below = max(below, depth[send_of[node.attrs["tensor_name"]]] + 1)
+        depth[node] = below
+        for consumer in consumers.get(node, ()):
+            pending[consumer] -= 1
+            if pending[consumer] == 0:
+                ready.append(consumer)
+    levels = {}
     for recv in pulls:
-        if loop_of(recv.control_flow_context) is not None:
-            continue
-        requester = task_of(recv.device)
         send = send_of.get(recv.attrs["tensor_name"])
-        if send is None:
-            continue
-        if not any(task_of(n.device) == requester and waits_on_pull.get(n, False)
-                   for n in _ancestors(send, send_of)):
-            out.add(recv.attrs["tensor_name"])
-    return out
+        if send in depth and recv in depth and loop_of(recv.control_flow_context) is None:
+            levels[recv.attrs["tensor_name"]] = depth[send] + 1
+    return levels
 
 
-def _waits_on_pull(nodes, pulls, send_of):
-    """``{node: True}`` for nodes that transitively depend on a pull of their own task.
-
-    Computed forward from the pulls (a reachability search), so the cycles of while loops
-    (a Merge reads its NextIteration) are visited once each.
-    """
-    consumers = {}
-    for node in nodes:
-        task = task_of(node.device)
-        for producer in _producers(node, send_of):
-            if task_of(producer.device) == task:
-                consumers.setdefault(producer, []).append(node)
-    memo = dict.fromkeys(pulls, True)
-    stack = list(pulls)
-    while stack:
-        for consumer in consumers.get(stack.pop(), ()):
-            if consumer not in memo:
-                memo[consumer] = True
-                stack.append(consumer)
-    return memo
-
-
-def _ancestors(node, send_of):
-    seen, stack = set(), [node]
-    while stack:
-        current = stack.pop()
-        for producer in _producers(current, send_of):
-            if producer not in seen:
-                seen.add(producer)
-                stack.append(producer)
-    return seen
+def batchable_transfers(partitions):
+    """Tensor names of the transfers whose pulls may share a request (any level)."""
+    return set(transfer_levels(partitions))

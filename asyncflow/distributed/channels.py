@@ -1,7 +1,8 @@
 """How asyncflow reaches a worker address: HTTP, or an in-process service for tests.
 
-An address ``host:port`` is an HTTP worker (``transports.http.HttpChannel``, with the shared
-token of ``ASYNCFLOW_TOKEN`` when set). The host ``inprocess`` (``inprocess:7``) names a
+An address ``host:port`` is an HTTP worker, spoken to from trio directly
+(``transports.http_client.TrioHttpChannel``: keep-alive connections, no thread hop), with the
+shared token of ``ASYNCFLOW_TOKEN`` when set. The host ``inprocess`` (``inprocess:7``) names a
 worker service living in this process (``af.Server`` with such an address registers itself
 here instead of binding a socket): the same protocol and codec through
 ``transports.inprocess.InProcessChannel``, so one test suite runs over both transports.
@@ -67,6 +68,6 @@ def connect(address, token=None, connect_timeout=5.0):
     """
     if is_inprocess(address):
         return _InProcess(address)
-    from transports.http import HttpChannel
+    from transports.http_client import TrioHttpChannel
     token = token if token is not None else (os.environ.get(TOKEN_ENV) or None)
-    return HttpChannel(address, token=token, connect_timeout=connect_timeout)
+    return TrioHttpChannel(address, token=token, connect_timeout=connect_timeout)

@@ -9,7 +9,7 @@ Theory of operation (reference §6; DESIGN.md "Distribution"):
   worker's incarnation), then group the partitions by task. Each task gets one graph_def of
   its nodes, where client feeds become placeholders ``_feed_<i>``, plus the names to feed and
   fetch, every task's address (``peers``, for pulls) and the transfers whose pulls may share
-  a request without risking a deadlock (``batching.py``).
+  a request without risking a deadlock, with their levels (``batching.py``).
 - **Register** lazily before the first step, per task and incarnation.
 - **Step.** A fresh random step id; RunGraph on every involved task at once; client feeds ride
   in the RunGraph of the task that reads them; fetches come back in the replies. A health
@@ -49,7 +49,7 @@ import trio
 from asyncflow import errors
 from asyncflow.distributed import channels as _channels
 from asyncflow.distributed import rendezvous as _rdv
-from asyncflow.distributed.batching import batchable_transfers
+from asyncflow.distributed.batching import transfer_levels
 from asyncflow.distributed.cluster import ClusterSpec
 from asyncflow.distributed.worker import OP_PREFIX
 from asyncflow.graph import partition as _partition
@@ -265,7 +265,7 @@ class Master:
         by_task = {}
         for index, part in enumerate(parts.partitions):
             by_task.setdefault(_rdv.task_of_device(part.device), []).append(index)
-        batchable = sorted(batchable_transfers(parts.partitions))
+        batchable = dict(sorted(transfer_levels(parts.partitions).items()))
         peers = {name: task.address for name, task in self.tasks.items()}
         task_graphs, fetch_routes = [], [None] * len(parts.fetches)
         for task_name, indices in by_task.items():

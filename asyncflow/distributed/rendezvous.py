@@ -5,12 +5,12 @@ Theory of operation (TF's ``BaseRemoteRendezvous``, reference §5):
 - ``recv(key)`` looks at the key's source device (``src;incarnation;dst;tensor;frame:iter``):
   a device of this worker means a local wait in the ``LocalRendezvous``; any other device is
   pulled from the worker that owns it with ``RecvTensors``.
-- Pulls of *batchable* keys for the same peer that start in the same scheduling round go out
-  in one request: the first Recv task of a round becomes the batch's leader, yields once so
-  the Recvs the executor started with it add their keys, then sends them all. Only keys the
-  master marked batchable join a batch (``batching.py``): a batched reply waits for every key,
-  so batching a key that depends on something this worker computes from another pulled key
-  would deadlock.
+- Pulls of *batchable* keys for the same peer and of the same level that start in the same
+  scheduling round go out in one request: the first Recv task of a round becomes the batch's
+  leader, yields so the Recvs the executor started with it add their keys, then sends them
+  all. The master gives each batchable key a level (``batching.py``): a batched reply waits
+  for every key, and keys of one level never depend on one another, so batching by level
+  cannot deadlock.
 - Every pulled value is checked against the Recv's declared dtype and static shape.
 - ``abort(error)`` fails local waiters and every later pull with the step's error. Errors that
   arrive from a peer are *derived* (``[_Derived_]`` prefix): the peer reports its own root
@@ -86,7 +86,7 @@ class RemoteBinding:
 
     channel: object                        # callable: task name -> transports Channel
     declarations: dict                     # tensor_name -> RecvDeclaration
-    batchable: frozenset                   # tensor names that may share a request
+    batchable: dict                        # tensor name -> level (same level: may share)
     on_bytes: object = None                # callable(nbytes) counting received bytes
 
 
@@ -111,7 +111,7 @@ class StepRendezvous:
         self.local = LocalRendezvous()
         self._local_devices = frozenset(local_devices)
         self.binding = None
-        self._open_batches = {}   # task -> _Batch still collecting keys
+        self._open_batches = {}   # (task, level) -> _Batch still collecting keys
         self._error = None
         self.pulls = 0
         self.pull_requests = 0
@@ -144,8 +144,9 @@ class StepRendezvous:
                                        "before the step was bound to its graph")
         src, _, _, tensor_name, _ = parse_key(key)
         declaration = self.binding.declarations.get(tensor_name)
-        if tensor_name in self.binding.batchable:
-            entry = await self._pull_batched(task_of_device(src), key)
+        level = self.binding.batchable.get(tensor_name)
+        if level is not None:
+            entry = await self._pull_batched(task_of_device(src), level, key)
         else:
             entry = (await self._request(task_of_device(src), [key]))[0]
         return self._checked(entry, declaration, key)
@@ -165,8 +166,9 @@ class StepRendezvous:
     def _is_local(self, key):
         return key.split(";", 1)[0] in self._local_devices
 
-    async def _pull_batched(self, task, key):
-        batch = self._open_batches.get(task)
+    async def _pull_batched(self, task, level, key):
+        group = (task, level)
+        batch = self._open_batches.get(group)
         if batch is not None:
             position = len(batch.keys)
             batch.keys.append(key)
@@ -174,17 +176,17 @@ class StepRendezvous:
             if batch.error is not None:
                 raise batch.error
             return batch.entries[position]
-        batch = self._open_batches[task] = _Batch()
+        batch = self._open_batches[group] = _Batch()
         batch.keys.append(key)
         try:
             await trio.lowlevel.checkpoint()  # let the Recvs started with this one join
             await trio.lowlevel.checkpoint()
-            if self._open_batches.get(task) is batch:
-                del self._open_batches[task]
+            if self._open_batches.get(group) is batch:
+                del self._open_batches[group]
             batch.entries = await self._request(task, list(batch.keys))
         except BaseException as exc:
-            if self._open_batches.get(task) is batch:
-                del self._open_batches[task]
+            if self._open_batches.get(group) is batch:
+                del self._open_batches[group]
             batch.error = exc if isinstance(exc, errors.OpError) else errors.CancelledError(
                 None, None, DERIVED + f"step {self.step_id}: the pull batch was cancelled")
             raise

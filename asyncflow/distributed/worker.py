@@ -4,7 +4,8 @@ Theory of operation (reference §6):
 - **RegisterGraph.** The master sends one partition per worker as plain data:
   ``graph`` is a graph_def (``Graph.as_graph_def`` format) of already placed nodes, its
   Send/Recv pairs included; ``options`` names the feeds (placeholders standing for client
-  feeds), fetches, the Recvs' batchable tensor names, the peers and the session's settings.
+  feeds), fetches, the Recvs' batchable tensor names with their levels, the peers and the
+  session's settings.
   The worker rebuilds it with ``import_graph_def`` in a fresh Graph, then compiles it with
   the local compiler, which re-partitions by local device. One log line per graph.
 - **RunGraph.** Validates feeds against their placeholders, finds or creates the step's
@@ -199,7 +200,14 @@ class WorkerService:
                 declarations[op.get_attr("tensor_name")] = _rdv.RecvDeclaration(
                     op.name, op.get_attr("dtype"), op.get_attr("shape"),
                     op._attrs.get("compress") or "")
-        return declarations, frozenset(options.get("batchable") or ())
+        batchable = options.get("batchable") or {}
+        if isinstance(batchable, list) and all(isinstance(k, str) for k in batchable):
+            batchable = dict.fromkeys(batchable, 0)  # plain names: one level
+        if not isinstance(batchable, dict) or not all(
+                isinstance(k, str) and type(v) is int for k, v in batchable.items()):
+            _fail("INVALID_ARGUMENT", "RegisterGraph: options.batchable must map tensor names "
+                  "to integer levels")
+        return declarations, batchable
 
     async def deregister_graph(self, request):
         if self._graphs.pop(request.graph_handle, None) is None:

@@ -15,6 +15,10 @@ Theory of operation (paper §3.2.2, reference §5):
 - float32 data edges may travel lossily as bfloat16 (``compress`` attr): per edge through
   ``set_transfer_compression(tensor, mode)`` or for the whole session.
 - Fed tensors need no transfer: the caller's value goes to every partition that reads it.
+- Small constants need none either across tasks: a ``Const`` without inputs, control inputs
+  or loop frame, of at most ``CONST_COPY_BYTES``, read on another task gets a copy there
+  (``<name>/_copy_<device>``) instead of a Send/Recv, saving a pull per step (e.g. an
+  optimizer's learning rate built on the worker and read by the ps's update ops).
 
 The result is data (``Partitioned``): per device its nodes in topological order, which feeds
 it reads, and where each fetch is produced. Pure: no trio, no kernels.
@@ -32,6 +36,7 @@ from asyncflow.graph.rewrite import FeedNode, Node, NodeGraph, topological
 from asyncflow.graph.shape import TensorShape
 
 COMPRESSION_MODES = ("truncate", "round")
+CONST_COPY_BYTES = 1024
 _EDGE_COMPRESSION = "transfer_compression"
 
 
@@ -90,6 +95,7 @@ class _Builder:
         self.count = 0
         self.recv_of = {}      # (producer, index, dst) -> Recv node
         self.control_of = {}   # (producer, dst) -> Identity node
+        self.copy_of = {}      # (Const producer, dst) -> its copy on dst's task
         self.added = []
 
     def _attrs(self, name, src, dst):
@@ -114,6 +120,8 @@ class _Builder:
         return recv
 
     def data_input(self, producer, index, consumer):
+        if _task(producer.device) != _task(consumer.device) and _copyable_const(producer):
+            return (self._const_copy(producer, consumer.device), 0)
         key = (producer, index, consumer.device)
         recv = self.recv_of.get(key)
         if recv is None:
@@ -122,6 +130,16 @@ class _Builder:
             recv = self.recv_of[key] = self._pair(producer, index, consumer.device,
                                                   producer.out_spec(index), compress)
         return (recv, 0)
+
+    def _const_copy(self, const, device):
+        copy = self.copy_of.get((const, device))
+        if copy is None:
+            copy = self.copy_of[(const, device)] = Node(
+                f"{const.name}/_copy_{short_device(device)}", "Const", const.op_def,
+                dict(const.attrs), [], [], device, const.out_specs, const.traceback,
+                const.seq + 0.5)
+            self.added.append(copy)
+        return copy
 
     def control_input(self, producer, consumer):
         key = (producer, consumer.device)
@@ -141,6 +159,18 @@ class _Builder:
             self.added.append(identity)
             self.control_of[key] = identity
         return identity
+
+
+def _task(device):
+    return device.split("/device:", 1)[0]
+
+
+def _copyable_const(node):
+    if node.type != "Const" or node.inputs or node.control_inputs or \
+            node.control_flow_context is not None:
+        return False
+    value = node.attrs.get("value")
+    return value is not None and np.asarray(value).nbytes <= CONST_COPY_BYTES
 
 
 def partition(node_graph, devices, incarnations, compress=None, per_edge=None):

@@ -170,6 +170,56 @@ async def test_ping_pong_between_workers_does_not_deadlock(cluster):
             assert await sess.run(out, options=TIMEOUT) == 16.0
 
 
+async def test_workers_exchanging_values_crosswise_do_not_deadlock(cluster):
+    # w0 pulls b and f(a) from w1 while w1 pulls a and g(b) from w0. Had each worker put both
+    # of its pulls in one request, each request would wait for the other: f(a) needs w1's
+    # request answered, g(b) needs w0's. Batching by level sends each pair as two requests.
+    spec, _ = cluster
+    with af.Graph().as_default() as graph:
+        with af.device(W0):
+            a = af.add(af.constant(1.0), 0.0, name="a")
+        with af.device(W1):
+            b = af.add(af.constant(2.0), 0.0, name="b")
+            f_of_a = af.multiply(a, 10.0, name="f_of_a")
+        with af.device(W0):
+            g_of_b = af.multiply(b, 100.0, name="g_of_b")
+            out0 = af.add(f_of_a, g_of_b, name="out0")
+        with af.device(W1):
+            out1 = af.add(g_of_b, b, name="out1")
+    async with af.Session(graph=graph, cluster=spec) as sess:
+        with trio.fail_after(15):
+            assert await sess.run([out0, out1], options=TIMEOUT) == [210.0, 202.0]
+
+
+async def test_a_parameter_server_step_pulls_once_per_peer_and_level(cluster):
+    # The worker pulls the parameters (one request), the ps the gradients (one request), and
+    # the worker the four "update done" control edges of its train op (one request, not four).
+    spec, servers = cluster
+    with af.Graph().as_default() as graph:
+        with af.device(PS):
+            params = [af.Variable(np.full((2, 2), i + 1.0, np.float32), name=f"p{i}")
+                      for i in range(4)]
+        with af.device(W0):
+            x = af.placeholder(af.float32, [None, 2], name="x")
+            loss = af.add_n([af.reduce_sum(af.matmul(x, p)) for p in params])
+            train = af.train.GradientDescentOptimizer(0.5).minimize(loss)
+    async with af.Session(graph=graph, cluster=spec) as sess:
+        await sess.run([p.initializer for p in params], options=TIMEOUT)
+        await sess.run(train, {x: np.ones((1, 2), np.float32)}, options=TIMEOUT)
+        before = {name: servers[name].service.statistics() for name in ("ps:0", "worker:0")}
+        await sess.run(train, {x: np.ones((1, 2), np.float32)}, options=TIMEOUT)
+        after = {name: servers[name].service.statistics() for name in ("ps:0", "worker:0")}
+        values = await sess.run(params, options=TIMEOUT)
+    for i, value in enumerate(values):  # two steps of -0.5 * d(sum(x @ p))/dp = -0.5 * 1
+        np.testing.assert_allclose(value, np.full((2, 2), i + 1.0 - 1.0))
+    requests = {name: after[name]["pull_requests"] - before[name]["pull_requests"]
+                for name in after}
+    pulled = {name: after[name]["tensors_pulled"] - before[name]["tensors_pulled"]
+              for name in after}
+    assert pulled == {"worker:0": 8, "ps:0": 4}
+    assert requests == {"worker:0": 2, "ps:0": 1}
+
+
 async def test_traced_steps_report_every_workers_nodes_and_concurrent_steps_run(cluster):
     spec, _ = cluster
     with af.Graph().as_default() as graph:
@@ -198,17 +248,17 @@ async def test_traced_steps_report_every_workers_nodes_and_concurrent_steps_run(
         assert results == {float(v): 2.0 * v + 1.0 for v in range(8)}
 
 
-def test_batchable_transfers_follow_dependencies_across_workers():
-    from asyncflow.distributed.batching import batchable_transfers
+def test_transfer_levels_follow_dependencies_across_workers():
+    from asyncflow.distributed.batching import batchable_transfers, transfer_levels
     from asyncflow.graph import partition, prune
     from asyncflow.graph.rewrite import NodeGraph
     with af.Graph().as_default() as graph:
         with af.device(PS):
             w = af.Variable(np.ones(2, np.float32), name="w")
         with af.device(W0):
-            grad = af.multiply(w, 3.0, name="grad")        # needs the ps's read of w
+            grad = af.multiply(w, 3.0, name="grad")        # needs w0's pull of w
         with af.device(PS):
-            update = w.assign_sub(grad)                     # ps pulls grad: batchable
+            update = w.assign_sub(grad)                     # ps pulls grad: level 1
         with af.device(W1):
             first = af.add(af.constant(1.0), 0.0, name="first")
         with af.device(W0):
@@ -224,14 +274,14 @@ def test_batchable_transfers_follow_dependencies_across_workers():
         "/task", "/replica:0/task") in d) for op in ops}
     parts = partition.partition(NodeGraph.from_ops(ops, [], [out, update], [], placement),
                                 devices, {d: 1 for d in devices})
-    names = batchable_transfers(parts.partitions)
+    levels = transfer_levels(parts.partitions)
     by_producer = {n.attrs["tensor_name"].split("_", 2)[2].rsplit("_", 1)[0]: n.attrs["tensor_name"]
                    for p in parts.partitions for n in p.nodes if n.type == "_Send"}
-    assert by_producer["grad"] in names
-    assert by_producer["first"] in names
-    assert by_producer["second"] not in names
-    # w0's echo needs w1's "first", which w1 computes without pulling anything: still safe.
-    assert by_producer["echoed"] in names
+    level_of = {producer: levels.get(name) for producer, name in by_producer.items()}
+    # w0 pulls w and first (level 0: nothing pulled behind them), the ps pulls grad and w1
+    # pulls echoed (behind one pull each), w0 pulls second (behind first -> echoed).
+    assert level_of == {"w/read": 0, "first": 0, "grad": 1, "echoed": 1, "second": 2}
+    assert batchable_transfers(parts.partitions) == set(levels)
 
 
 async def test_steps_cancelled_while_registering_leave_no_graph_behind(cluster):

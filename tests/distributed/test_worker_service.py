@@ -188,3 +188,19 @@ def test_pulled_values_must_match_the_recv_declaration():
         rendezvous._checked(TensorEntry("k", np.zeros(3, np.float32)), declaration, "k")
     dead = rendezvous._checked(TensorEntry("k", None, is_dead=True), declaration, "k")
     assert dead == (None, True)
+
+
+@pytest.mark.parametrize("batchable", [[["not", "a", "name"]], {"edge": "zero"}, {"edge": 1.5}, 7])
+async def test_batch_levels_that_are_not_integers_are_refused(batchable):
+    service = WorkerService("worker", 0, connect=None)
+    graph = af.Graph()
+    with graph.as_default(), af.device("/job:worker/replica:0/task:0/device:CPU:0"):
+        out = af.add(af.constant(1.0), 1.0, name="out")
+    options = {"fetches": [out.name], "batchable": batchable}
+    with pytest.raises(RemoteCallError, match="INVALID_ARGUMENT.*batchable must map tensor "
+                                              "names to integer levels"):
+        await service.register_graph(RegisterGraph(graph.as_graph_def(), "s", options))
+    for accepted in (["edge"], {"edge": 2}):  # plain names (one level) and names with levels
+        options = {"fetches": [out.name], "batchable": accepted}
+        reply = await service.register_graph(RegisterGraph(graph.as_graph_def(), "s", options))
+        assert reply.graph_handle

@@ -6,10 +6,11 @@ import pytest
 from transport_fakes import FakeWorker
 
 from transports.http import HttpChannel, open_http_server
+from transports.http_client import TrioHttpChannel
 from transports.inprocess import InProcessChannel
 
 
-@pytest.fixture(params=["inprocess", "http"])
+@pytest.fixture(params=["inprocess", "http", "http-trio"])
 async def worker_and_channel(request):
     """(FakeWorker, channel to it) over each transport."""
     worker = FakeWorker()
@@ -17,6 +18,7 @@ async def worker_and_channel(request):
         async with InProcessChannel(worker) as channel:
             yield worker, channel
         return
+    channel_class = HttpChannel if request.param == "http" else TrioHttpChannel
     async with open_http_server(worker) as server:
-        async with HttpChannel(server.address) as channel:
+        async with channel_class(server.address) as channel:
             yield worker, channel

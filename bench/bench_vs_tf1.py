@@ -1,0 +1,486 @@
+"""asyncflow's distributed runtime against TF1's gRPC runtime, same workloads, same run.
+
+Workloads (one ps and worker processes on loopback; one BLAS thread per asyncflow worker):
+
+* **trivial**: fetch ``p * 2.0`` computed on ``/job:worker/task:0`` from a fed scalar
+  (per-step fixed cost of the distributed path).
+* **pull**: a 64 MiB float32 variable on the ps, ``reduce_sum`` on the worker. Throughput =
+  64 MiB / (step - the same step with a 4-element variable - a local 64 MiB reduce, each
+  measured in the same framework), next to a raw loopback socket moving 64 MiB between two
+  processes (``sendall``/``recv_into``), measured in the same run.
+* **mlp**: MLP 64-128-10, batch 256, parameters on the ps, forward + backward + SGD update
+  on the worker side (updates colocated with the parameters, as TF places them); one step
+  fetches the loss and runs the train op.
+* **batch sweep**: the same MLP step at batch 1, 64 and 256 (a 256 B, 16 KiB and 64 KiB
+  feed), interleaved step by step so each size sees the same load: the issue-15 "cliff" check
+  (``mlp_b256_over_b1`` near 1: no stall; a 40 ms delayed-ACK stall would make it several).
+* **scaling**: steps/s of the MLP step with 1, 2 and 4 worker processes against one ps,
+  between-graph replication (one client session per worker, all in one client process,
+  running concurrently). On a 2-core machine this measures contention, not scaling.
+
+TF1 side: ``tf.compat.v1`` graphs, ``tf.distribute.Server`` processes, a ``grpc://`` session
+on worker 0 (the master). TensorFlow is never imported here: the TF side runs this same file
+in the interpreter given by ``--tf-python`` or the ``ASYNCFLOW_TF_PYTHON`` environment
+variable (any Python with ``tensorflow`` importable); without one, only asyncflow's figures
+are printed. Each of ``--runs`` rounds measures both frameworks back to back and prints
+ratios (asyncflow / TF1: below 1 is faster for step times, above 1 is faster for throughput);
+the summary gives median [min-max] over the rounds.
+
+Run: ``.venv/bin/python bench/bench_vs_tf1.py [--quick] [--runs 3] [--tf-python PATH]``.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+MIB = 1 << 20
+BIG = 16 * MIB  # float32 elements: 64 MiB
+BATCH = 256
+_ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def _free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _spec(workers):
+    return {"ps": [f"127.0.0.1:{_free_port()}"],
+            "worker": [f"127.0.0.1:{_free_port()}" for _ in range(workers)]}
+
+
+def _mlp_data(batch=BATCH):
+    rng = np.random.default_rng(0)
+    return (rng.random((batch, 64), dtype=np.float32),
+            rng.integers(0, 10, batch).astype(np.int32))
+
+
+def _init_params():
+    rng = np.random.default_rng(1)
+    return [(rng.standard_normal((64, 128)) * 0.1).astype(np.float32),
+            np.zeros(128, np.float32),
+            (rng.standard_normal((128, 10)) * 0.1).astype(np.float32),
+            np.zeros(10, np.float32)]
+
+
+SWEEP = (1, 64, 256)  # batch sizes of the interleaved MLP sweep (256: a 64 KiB feed)
+
+
+def _sweep_figures(times):
+    """Median step per batch size of the interleaved sweep, and batch 256 over batch 1."""
+    medians = {b: statistics.median(t) for b, t in times.items()}
+    out = {f"mlp_b{b}_ms": m * 1e3 for b, m in medians.items()}
+    out["mlp_b256_over_b1"] = medians[256] / medians[1]
+    return out
+
+
+def _median_time(fn, repeats):
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _sizes(quick):
+    return {"repeats": 20 if quick else 100, "big_rounds": 3 if quick else 7,
+            "mlp_steps": 20 if quick else 60, "scaling_s": 1.5 if quick else 4.0}
+
+
+# ----------------------------------------------------------------------------- raw socket
+
+_SINK = """
+import socket, sys
+import numpy as np
+size = int(sys.argv[1]); rounds = int(sys.argv[2])
+server = socket.socket(); server.bind(("127.0.0.1", 0)); server.listen(1)
+print(server.getsockname()[1], flush=True)
+conn, _ = server.accept()
+buffer = np.empty(size, np.uint8); view = memoryview(buffer)
+for _ in range(rounds):
+    got = 0
+    while got < size:
+        got += conn.recv_into(view[got:], size - got)
+    conn.sendall(b"k")
+"""
+
+
+def raw_socket_mib_s(size, rounds):
+    """Median MiB/s of moving ``size`` bytes to another process over a loopback socket."""
+    sink = subprocess.Popen([sys.executable, "-c", _SINK, str(size), str(rounds)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(sink.stdout.readline())
+        payload = np.random.default_rng(0).integers(0, 255, size, dtype=np.uint8)
+        times = []
+        with socket.create_connection(("127.0.0.1", port)) as conn:
+            for _ in range(rounds):
+                start = time.perf_counter()
+                conn.sendall(memoryview(payload))
+                conn.recv(1)
+                times.append(time.perf_counter() - start)
+        sink.wait(timeout=60)
+    finally:
+        if sink.poll() is None:
+            sink.kill()
+            sink.wait()
+    return size / MIB / statistics.median(times)
+
+
+# ----------------------------------------------------------------------------- asyncflow side
+
+
+def asyncflow_side(quick, worker_counts):
+    sys.path.insert(0, os.path.join(_HERE, ".."))
+    sys.path.insert(0, os.path.join(_HERE, "..", "demos"))
+    import trio
+    from local_cluster import local_cluster
+    sizes = _sizes(quick)
+    out = {}
+    with local_cluster({"ps": 1, "worker": max(worker_counts)}) as spec:
+        trio.run(_asyncflow_measure, spec, sizes, worker_counts, out)
+    return out
+
+
+async def _timed(fn, repeats):
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        await fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _af_mlp(af, worker):
+    """The MLP step's graph for one worker; returns (graph, x, y, loss, train, init)."""
+    graph = af.Graph()
+    with graph.as_default():
+        with af.device("/job:ps/task:0"):
+            params = [af.Variable(v, name=n) for v, n in zip(_init_params(),
+                                                               ["w1", "b1", "w2", "b2"])]
+        with af.device(f"/job:worker/task:{worker}"):
+            x = af.placeholder(af.float32, [None, 64], name="x")
+            y = af.placeholder(af.int32, [None], name="y")
+            w1, b1, w2, b2 = params
+            logits = af.matmul(af.nn.relu(af.matmul(x, w1) + b1), w2) + b2
+            loss = af.reduce_mean(af.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=y, logits=logits))
+            train = af.train.GradientDescentOptimizer(0.01).minimize(loss)
+        init = af.group(*[p.initializer for p in params])
+    return graph, x, y, loss, train, init
+
+
+async def _asyncflow_measure(spec, sizes, worker_counts, out):
+    import trio
+
+    import asyncflow as af
+    repeats = sizes["repeats"]
+    graph = af.Graph()
+    with graph.as_default():
+        p = af.placeholder(af.float32, [], name="p")
+        with af.device("/job:worker/task:0"):
+            doubled = p * 2.0
+        with af.device("/job:ps/task:0"):
+            big = af.Variable(af.zeros([BIG], af.float32), name="big")
+            small = af.Variable(af.zeros([4], af.float32), name="small")
+        with af.device("/job:worker/task:0"):
+            big_sum, small_sum = af.reduce_sum(big), af.reduce_sum(small)
+    local_graph = af.Graph()
+    with local_graph.as_default():
+        local_big = af.Variable(af.zeros([BIG], af.float32))
+        local_sum = af.reduce_sum(local_big)
+    async with af.Session(graph=local_graph) as local:
+        await local.run(local_big.initializer)
+        local_reduce = await _timed(lambda: local.run(local_sum), sizes["big_rounds"])
+    cluster = {"ps": spec["ps"], "worker": spec["worker"]}
+    async with af.Session(graph=graph, cluster=cluster) as sess:
+        await sess.run(doubled, {p: 1.0})
+        out["trivial_ms"] = await _timed(lambda: sess.run(doubled, {p: 1.0}), repeats) * 1e3
+        await sess.run([big.initializer, small.initializer])
+        await sess.run(small_sum)
+        small_step = await _timed(lambda: sess.run(small_sum), repeats)
+        await sess.run(big_sum)
+        big_step = await _timed(lambda: sess.run(big_sum), sizes["big_rounds"])
+        out["pull_mib_s"] = 64 / max(big_step - small_step - local_reduce, 1e-9)
+        out["pull_step_ms"] = big_step * 1e3
+    xs, ys = _mlp_data()
+    mlp = _af_mlp(af, 0)
+    g, x, y, loss, train, init = mlp
+    async with af.Session(graph=g, cluster=cluster) as sess:
+        await sess.run(init)
+        await sess.run([loss, train], {x: xs, y: ys})
+        out["mlp_ms"] = await _timed(lambda: sess.run([loss, train], {x: xs, y: ys}),
+                                     sizes["mlp_steps"]) * 1e3
+        sweep = {b: _mlp_data(b) for b in SWEEP}
+        times = {b: [] for b in SWEEP}
+        for _ in range(sizes["mlp_steps"] // 2):  # interleaved: every batch sees the same load
+            for b, (bx, by) in sweep.items():
+                start = time.perf_counter()
+                await sess.run([loss, train], {x: bx, y: by})
+                times[b].append(time.perf_counter() - start)
+        out.update(_sweep_figures(times))
+    for n in worker_counts:
+        replicas = [_af_mlp(af, w) for w in range(n)]
+        counts = [0] * n
+        async with contextlib.AsyncExitStack() as stack:
+            sessions = [await stack.enter_async_context(af.Session(graph=r[0], cluster=cluster))
+                        for r in replicas]
+            await sessions[0].run(replicas[0][5])
+            for sess, (_, x, y, loss, train, _) in zip(sessions, replicas):
+                await sess.run([loss, train], {x: xs, y: ys})
+
+            async def loop(i, deadline):
+                _, x, y, loss, train, _ = replicas[i]
+                while time.perf_counter() < deadline:
+                    await sessions[i].run([loss, train], {x: xs, y: ys})
+                    counts[i] += 1
+
+            start = time.perf_counter()
+            async with trio.open_nursery() as nursery:
+                for i in range(n):
+                    nursery.start_soon(loop, i, start + sizes["scaling_s"])
+            out[f"scaling_{n}w_steps_s"] = sum(counts) / (time.perf_counter() - start)
+    return out
+
+
+# ----------------------------------------------------------------------------- TF1 side
+# Runs in the TF interpreter (``--tf-side``): imports tensorflow, never asyncflow.
+
+_TF_SERVER = """
+import json, sys, os
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import tensorflow as tf
+spec, job, index = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+server = tf.distribute.Server(tf.train.ClusterSpec(spec), job_name=job, task_index=index,
+                              protocol="grpc", start=True)
+print("ready", flush=True)
+server.join()
+"""
+
+
+def _wait_port(address, deadline):
+    host, port = address.rsplit(":", 1)
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, int(port)), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"TF server at {address} did not start")
+
+
+def tf_side(quick, worker_counts):
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+    tf1 = tf.compat.v1
+    tf1.disable_eager_execution()
+    sizes = _sizes(quick)
+    spec = _spec(max(worker_counts))
+    procs = [subprocess.Popen([sys.executable, "-c", _TF_SERVER, json.dumps(spec), job, str(i)],
+                              stdout=subprocess.DEVNULL, env={**os.environ})
+             for job, addresses in spec.items() for i in range(len(addresses))]
+    try:
+        deadline = time.monotonic() + 120
+        for addresses in spec.values():
+            for address in addresses:
+                _wait_port(address, deadline)
+        return _tf_measure(tf, tf1, spec, sizes, worker_counts)
+    finally:
+        for proc in procs:
+            proc.kill()
+        for proc in procs:
+            proc.wait()
+
+
+def _tf_mlp(tf1, worker):
+    graph = tf1.Graph()
+    with graph.as_default():
+        with tf1.device("/job:ps/task:0"):
+            params = [tf1.Variable(v, name=n) for v, n in zip(_init_params(),
+                                                                ["w1", "b1", "w2", "b2"])]
+        with tf1.device(f"/job:worker/task:{worker}"):
+            x = tf1.placeholder(tf1.float32, [None, 64], name="x")
+            y = tf1.placeholder(tf1.int32, [None], name="y")
+            w1, b1, w2, b2 = params
+            logits = tf1.matmul(tf1.nn.relu(tf1.matmul(x, w1) + b1), w2) + b2
+            loss = tf1.reduce_mean(tf1.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=y, logits=logits))
+            train = tf1.train.GradientDescentOptimizer(0.01).minimize(loss)
+        init = tf1.group(*[p.initializer for p in params])
+    return graph, x, y, loss, train, init
+
+
+def _tf_measure(tf, tf1, spec, sizes, worker_counts):
+    import threading
+    out = {}
+    repeats = sizes["repeats"]
+    target = f"grpc://{spec['worker'][0]}"
+    graph = tf1.Graph()
+    with graph.as_default():
+        p = tf1.placeholder(tf1.float32, [], name="p")
+        with tf1.device("/job:worker/task:0"):
+            doubled = p * 2.0
+        with tf1.device("/job:ps/task:0"):
+            big = tf1.Variable(tf1.zeros([BIG], tf1.float32), name="big")
+            small = tf1.Variable(tf1.zeros([4], tf1.float32), name="small")
+        with tf1.device("/job:worker/task:0"):
+            big_sum, small_sum = tf1.reduce_sum(big), tf1.reduce_sum(small)
+    local_graph = tf1.Graph()
+    with local_graph.as_default():
+        local_big = tf1.Variable(tf1.zeros([BIG], tf1.float32))
+        local_sum = tf1.reduce_sum(local_big)
+    with tf1.Session(graph=local_graph) as local:
+        local.run(local_big.initializer)
+        local.run(local_sum)
+        local_reduce = _median_time(lambda: local.run(local_sum), sizes["big_rounds"])
+    with tf1.Session(target, graph=graph) as sess:
+        sess.run(doubled, {p: 1.0})
+        out["trivial_ms"] = _median_time(lambda: sess.run(doubled, {p: 1.0}), repeats) * 1e3
+        sess.run([big.initializer, small.initializer])
+        sess.run(small_sum)
+        small_step = _median_time(lambda: sess.run(small_sum), repeats)
+        sess.run(big_sum)
+        big_step = _median_time(lambda: sess.run(big_sum), sizes["big_rounds"])
+        out["pull_mib_s"] = 64 / max(big_step - small_step - local_reduce, 1e-9)
+        out["pull_step_ms"] = big_step * 1e3
+    xs, ys = _mlp_data()
+    g, x, y, loss, train, init = _tf_mlp(tf1, 0)
+    with tf1.Session(target, graph=g) as sess:
+        sess.run(init)
+        sess.run([loss, train], {x: xs, y: ys})
+        out["mlp_ms"] = _median_time(lambda: sess.run([loss, train], {x: xs, y: ys}),
+                                     sizes["mlp_steps"]) * 1e3
+        sweep = {b: _mlp_data(b) for b in SWEEP}
+        times = {b: [] for b in SWEEP}
+        for _ in range(sizes["mlp_steps"] // 2):
+            for b, (bx, by) in sweep.items():
+                start = time.perf_counter()
+                sess.run([loss, train], {x: bx, y: by})
+                times[b].append(time.perf_counter() - start)
+        out.update(_sweep_figures(times))
+    for n in worker_counts:
+        replicas = [_tf_mlp(tf1, w) for w in range(n)]
+        sessions = [tf1.Session(f"grpc://{spec['worker'][w]}", graph=r[0])
+                    for w, r in enumerate(replicas)]
+        try:
+            sessions[0].run(replicas[0][5])
+            for sess, (_, x, y, loss, train, _) in zip(sessions, replicas):
+                sess.run([loss, train], {x: xs, y: ys})
+            counts = [0] * n
+            start = time.perf_counter()
+            deadline = start + sizes["scaling_s"]
+
+            def loop(i):
+                _, x, y, loss, train, _ = replicas[i]
+                while time.perf_counter() < deadline:
+                    sessions[i].run([loss, train], {x: xs, y: ys})
+                    counts[i] += 1
+
+            threads = [threading.Thread(target=loop, args=(i,)) for i in range(n)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            out[f"scaling_{n}w_steps_s"] = sum(counts) / (time.perf_counter() - start)
+        finally:
+            for sess in sessions:
+                sess.close()
+    return out
+
+
+# ----------------------------------------------------------------------------- driver
+
+
+def find_tf_python(option):
+    """The interpreter that runs the TF side: the option, else $ASYNCFLOW_TF_PYTHON, else
+    this one when it can import tensorflow, else None."""
+    candidates = [option, os.environ.get("ASYNCFLOW_TF_PYTHON")]
+    for candidate in candidates:
+        if candidate:
+            return candidate
+    probe = subprocess.run([sys.executable, "-c", "import tensorflow"], capture_output=True)
+    return sys.executable if probe.returncode == 0 else None
+
+
+def run_tf(tf_python, quick, worker_counts):
+    command = [tf_python, os.path.abspath(__file__), "--tf-side",
+               "--workers", ",".join(map(str, worker_counts))] + (["--quick"] if quick else [])
+    result = subprocess.run(command, capture_output=True, text=True,
+                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    lines = result.stdout.strip().splitlines()
+    if result.returncode or not lines:
+        print(f"TF side failed (exit {result.returncode}): {result.stderr[-2000:]}")
+        return None
+    return json.loads(lines[-1])
+
+
+LOWER_IS_BETTER = ("trivial_ms", "pull_step_ms", "mlp_ms", "mlp_b1_ms", "mlp_b64_ms",
+                   "mlp_b256_ms", "mlp_b256_over_b1")
+
+
+def _fmt(value):
+    return "-" if value is None else f"{value:,.2f}"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repeats")
+    parser.add_argument("--runs", type=int, default=3, help="rounds of both frameworks")
+    parser.add_argument("--tf-python", default=None,
+                        help="a Python that can import tensorflow (else $ASYNCFLOW_TF_PYTHON)")
+    parser.add_argument("--no-tf", action="store_true", help="asyncflow figures only")
+    parser.add_argument("--workers", default="1,2,4", help="worker counts for scaling")
+    parser.add_argument("--tf-side", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    worker_counts = [int(n) for n in args.workers.split(",")]
+    if args.tf_side:
+        print(json.dumps(tf_side(args.quick, worker_counts)))
+        return
+    tf_python = None if args.no_tf else find_tf_python(args.tf_python)
+    print(f"TF1 side: {tf_python}" if tf_python else "TF1 side: none (no --tf-python, no "
+          "ASYNCFLOW_TF_PYTHON, no tensorflow here): asyncflow figures only")
+    rounds = []
+    for run in range(args.runs):
+        ours = asyncflow_side(args.quick, worker_counts)
+        ours["raw_socket_mib_s"] = raw_socket_mib_s(64 * MIB, 3 if args.quick else 7)
+        ours["pull_vs_raw"] = ours["pull_mib_s"] / ours["raw_socket_mib_s"]
+        theirs = run_tf(tf_python, args.quick, worker_counts) if tf_python else None
+        rounds.append((ours, theirs))
+        print(f"\n-- round {run + 1}/{args.runs}")
+        print(f"{'metric':<22} {'asyncflow':>12} {'TF1 gRPC':>12} {'ratio':>8}")
+        for key, value in ours.items():
+            other = None if theirs is None else theirs.get(key)
+            ratio = None if other in (None, 0) else value / other
+            print(f"{key:<22} {_fmt(value):>12} {_fmt(other):>12} {_fmt(ratio):>8}")
+    print(f"\n-- summary over {args.runs} round(s): median [min-max]; ratio = asyncflow / TF1 "
+          f"({', '.join(LOWER_IS_BETTER)}: lower is better; the others: higher is better)")
+    print("   scaling: 1, 2, 4 worker processes and one ps share this machine's cores, so "
+          "on a 2-core box it is a contention figure")
+    for key in rounds[0][0]:
+        ours = [r[0][key] for r in rounds]
+        line = f"{key:<22} {_spread(ours):>28}"
+        if all(r[1] is not None and key in r[1] for r in rounds):
+            theirs = [r[1][key] for r in rounds]
+            ratios = [a / b for a, b in zip(ours, theirs)]
+            line += f"  TF1 {_spread(theirs):>28}  ratio {_spread(ratios)}"
+        print(line)
+
+
+def _spread(values):
+    return f"{statistics.median(values):,.2f} [{min(values):,.2f}-{max(values):,.2f}]"
+
+
+if __name__ == "__main__":
+    main()

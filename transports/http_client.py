@@ -1,0 +1,337 @@
+"""A trio-native HTTP/1.1 client channel for the worker protocol (no asyncio thread, no aiohttp).
+
+Theory of operation
+-------------------
+:class:`~transports.http.HttpChannel` runs every call on aiohttp's asyncio thread: two thread
+hops per call (trio -> asyncio, and back) plus aiohttp's own request machinery, which together
+are most of a small step's fixed cost. :class:`TrioHttpChannel` speaks the same protocol to the
+same server (routes from :data:`transports.service.RPCS`, bodies as single
+:mod:`transports.wire` frames, the same statuses and bearer token) straight from the calling
+trio task:
+
+* **Connections.** Keep-alive ``trio.SocketStream`` s (``TCP_NODELAY``, as trio sets it), kept
+  in a per-channel idle pool; each call checks one out, so concurrent calls use concurrent
+  connections (a long ``recv_tensors`` never queues another call), and returns it after a
+  complete response. A call that fails or is cancelled midway closes its connection (the
+  server sees the disconnect and cancels the handler). A reused connection that the server
+  closed while idle (EOF or a reset before any byte of the answer) is retried once on a fresh
+  one; anything else is :class:`~transports.service.TransportUnavailable`.
+* **Requests.** The head and a small body (under 256 KiB) go in one ``send``; larger frames are
+  sent as the encoder's buffers (views of the arrays: no copy), with ``Content-Length``.
+* **Replies.** The head is read up to ``_MAX_HEAD`` bytes; a frame body must have a
+  ``Content-Length`` (or chunked encoding, decoded), and is received with ``recv_into``
+  straight into the :class:`~transports.wire.Decoder` 's destination arrays (socket ->
+  array, no intermediate chunk); the decoder's :class:`~transports.wire.Limits` bound it.
+* **Deadlines** are trio's: :class:`~transports.service.Channel` wraps each call in a cancel
+  scope; connecting has its own ``connect_timeout``.
+
+Nothing here knows about asyncflow.
+"""
+
+from __future__ import annotations
+
+import string
+import typing
+from typing import Any, Final
+from urllib.parse import quote
+
+import trio
+
+from transports.messages import ErrorReply, Message, RemoteCallError
+from transports.service import METRICS_PATH, RPCS, Channel, Rpc, TransportUnavailable
+from transports.wire import (
+    CLOSED, DEFAULT_LIMITS, NEED_DATA, Decoder, Limits, LocalProtocolError, RemoteProtocolError,
+    encode, frame_size,
+)
+
+__all__ = ["TrioHttpChannel"]
+
+FRAME_CONTENT_TYPE: Final = "application/x-asyncflow-frame"
+_SMALL: Final = 256 * 1024       # bodies below this go out with the head in one send
+_MAX_HEAD: Final = 64 * 1024     # the most of a response head this client reads
+_MAX_TEXT: Final = 64 * 1024     # the most of a text error body this client reads
+_RECV: Final = 64 * 1024
+_MAX_IDLE: Final = 16            # idle keep-alive connections kept per channel
+_TEXT_STATUS_CODE: Final = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED",
+                            403: "PERMISSION_DENIED", 404: "UNIMPLEMENTED",
+                            405: "UNIMPLEMENTED", 413: "RESOURCE_EXHAUSTED", 503: "UNAVAILABLE"}
+_PATH_FIELDS: Final = {rpc.method: [name for _, name, _, _ in string.Formatter().parse(rpc.path)
+                                    if name] for rpc in RPCS}
+_BROKEN = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+
+
+class _StaleConnection(Exception):
+    """A reused connection was found closed before any byte of the answer arrived."""
+
+
+class _Connection:
+    """One keep-alive connection with its read buffer."""
+
+    __slots__ = ("stream", "buffer", "reused", "answered")
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.buffer = bytearray()
+        self.reused = False    # it carried a complete call before this one
+        self.answered = False  # a byte of this call's answer has arrived
+
+    async def receive_head(self) -> tuple[int, dict[str, str]]:
+        """Read the status line and headers; returns (status, lowercase headers)."""
+        while True:
+            end = self.buffer.find(b"\r\n\r\n")
+            if end >= 0:
+                break
+            if len(self.buffer) > _MAX_HEAD:
+                raise RemoteProtocolError(f"response head longer than {_MAX_HEAD} bytes")
+            data = await self.stream.receive_some(_RECV)
+            if not data:
+                if not self.answered and self.reused:
+                    raise _StaleConnection
+                raise TransportUnavailable("connection closed before the response head ended")
+            self.answered = True
+            self.buffer += data
+        head = bytes(self.buffer[:end]).decode("latin-1")
+        del self.buffer[:end + 4]
+        status_line, *lines = head.split("\r\n")
+        parts = status_line.split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+            raise RemoteProtocolError(f"bad status line {status_line[:80]!r}")
+        headers = {}
+        for line in lines:
+            name, sep, value = line.partition(":")
+            if not sep:
+                raise RemoteProtocolError(f"bad header line {line[:80]!r}")
+            headers[name.strip().lower()] = value.strip()
+        return int(parts[1]), headers
+
+    async def receive_into(self, view: memoryview) -> int:
+        """Fill the start of ``view`` from the buffer, else from the socket; returns the count."""
+        if self.buffer:
+            n = min(len(view), len(self.buffer))
+            view[:n] = self.buffer[:n]
+            del self.buffer[:n]
+            return n
+        n = await self.stream.socket.recv_into(view)
+        if not n:
+            raise TransportUnavailable("connection closed in the middle of the response body")
+        return n
+
+    async def receive_bytes(self, limit: int) -> bytes:
+        if self.buffer:
+            data = bytes(self.buffer[:limit])
+            del self.buffer[:limit]
+            return data
+        data = await self.stream.receive_some(min(limit, _RECV))
+        if not data:
+            raise TransportUnavailable("connection closed in the middle of the response body")
+        return data
+
+
+class _Body:
+    """The body of one response: ``Content-Length`` or chunked, read piece by piece."""
+
+    def __init__(self, conn: _Connection, headers: dict[str, str]) -> None:
+        self._conn = conn
+        self._chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+        length = headers.get("content-length")
+        if not self._chunked and (length is None or not length.isdigit()):
+            raise RemoteProtocolError("response has neither Content-Length nor chunked encoding")
+        self._left = 0 if self._chunked else int(length)
+        self._done = not self._chunked and self._left == 0
+
+    async def _next_chunk(self) -> None:
+        line = bytearray()
+        while not line.endswith(b"\r\n"):
+            line += await self._conn.receive_bytes(1)
+            if len(line) > 1024:
+                raise RemoteProtocolError("chunk size line too long")
+        size = line[:-2].split(b";", 1)[0].strip()
+        try:
+            self._left = int(size, 16)
+        except ValueError:
+            raise RemoteProtocolError(f"bad chunk size {bytes(size)[:20]!r}") from None
+        if self._left == 0:
+            await self._expect_crlf()
+            self._done = True
+
+    async def _expect_crlf(self) -> None:
+        crlf = bytearray()
+        while len(crlf) < 2:
+            crlf += await self._conn.receive_bytes(2 - len(crlf))
+        if crlf != b"\r\n":
+            raise RemoteProtocolError("chunk not followed by CRLF")
+
+    async def read_into(self, view: memoryview) -> int:
+        """Up to ``len(view)`` body bytes into ``view``; 0 at the end of the body."""
+        while not self._done and self._left == 0:
+            await self._next_chunk()
+        if self._done:
+            return 0
+        n = await self._conn.receive_into(view[:self._left])
+        self._left -= n
+        if self._left == 0:
+            if self._chunked:
+                await self._expect_crlf()
+            else:
+                self._done = True
+        return n
+
+    async def read_text(self, limit: int) -> bytes:
+        out = bytearray()
+        scratch = memoryview(bytearray(_RECV))
+        while len(out) < limit:
+            n = await self.read_into(scratch[:limit - len(out)])
+            if not n:
+                break
+            out += scratch[:n]
+        return bytes(out)
+
+
+class TrioHttpChannel(Channel):
+    """A channel to a worker's HTTP server, spoken from trio (see the module docstring).
+
+    Args:
+        address: ``"host:port"`` (IPv6 hosts in brackets).
+        token: bearer token to send, if the server requires one.
+        connect_timeout: seconds to establish a connection before TransportUnavailable.
+        limits: codec limits for replies (and the requests this side builds).
+
+    Raises:
+        ValueError: ``address`` is not ``host:port``.
+    """
+
+    def __init__(self, address: str, *, token: str | None = None, connect_timeout: float = 5.0,
+                 limits: Limits = DEFAULT_LIMITS) -> None:
+        super().__init__()
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"address must be 'host:port', got {address!r}")
+        self.address = address
+        self._host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+        self._port = int(port)
+        auth = "" if token is None else f"Authorization: Bearer {token}\r\n"
+        self._fixed_headers = f"Host: {address}\r\n{auth}"
+        self._connect_timeout = connect_timeout
+        self._limits = limits
+        self._idle: list[_Connection] = []
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            await conn.stream.aclose()
+
+    # -- calls ----------------------------------------------------------------------------------
+
+    async def _exchange(self, rpc: Rpc, request: Message | None) -> Message:
+        path = rpc.path.format(**{name: quote(str(getattr(request, name)), safe="")
+                                  for name in _PATH_FIELDS[rpc.method]})
+        # Bodiless requests are encoded too: the same field checks, whatever the route.
+        buffers = None if request is None else encode(request, self._limits)
+        return await self._request(rpc.http_method, path,
+                                   buffers if rpc.has_body else None, self._read_reply)
+
+    async def _exchange_metrics(self) -> str:
+        return await self._request("GET", METRICS_PATH, None, self._read_metrics)
+
+    async def _request(self, method: str, path: str, buffers: list | None, read: Any) -> Any:
+        what = f"{method} {path} to {self.address}"
+        for attempt in (0, 1):
+            conn = await self._checkout(what, fresh=attempt > 0)
+            conn.answered, done = False, False
+            try:
+                await self._send(conn, method, path, buffers)
+                status, headers = await conn.receive_head()
+                result = await read(conn, status, headers)
+                done = True
+            except _StaleConnection:
+                continue  # the server closed it while idle; say it again on a new one
+            except _BROKEN as exc:
+                if conn.reused and not conn.answered and attempt == 0:
+                    continue  # reset while idle (the send or the first read saw it)
+                raise TransportUnavailable(f"{what}: connection lost: {exc}") from exc
+            except TransportUnavailable as exc:
+                raise TransportUnavailable(f"{what}: {exc}") from None
+            finally:
+                if not done:
+                    conn.stream.socket.close()
+            if headers.get("connection", "").lower() == "close" or len(self._idle) >= _MAX_IDLE \
+                    or self._closed:
+                await conn.stream.aclose()
+            else:
+                conn.reused = True
+                self._idle.append(conn)
+            return result
+        raise TransportUnavailable(f"{what}: the connection closed before the answer")
+
+    async def _checkout(self, what: str, fresh: bool) -> _Connection:
+        if self._idle and not fresh:
+            return self._idle.pop()
+        try:
+            with trio.fail_after(self._connect_timeout):
+                stream = await trio.open_tcp_stream(self._host, self._port)
+        except trio.TooSlowError:
+            raise TransportUnavailable(f"{what}: no connection within "
+                                       f"{self._connect_timeout} s") from None
+        except OSError as exc:
+            raise TransportUnavailable(f"{what}: cannot connect: {exc}") from None
+        return _Connection(stream)
+
+    async def _send(self, conn: _Connection, method: str, path: str,
+                    buffers: list | None) -> None:
+        if buffers is None:
+            head = f"{method} {path} HTTP/1.1\r\n{self._fixed_headers}\r\n"
+            await conn.stream.send_all(head.encode("latin-1"))
+            return
+        size = frame_size(buffers)
+        head = (f"{method} {path} HTTP/1.1\r\n{self._fixed_headers}Content-Type: "
+                f"{FRAME_CONTENT_TYPE}\r\nContent-Length: {size}\r\n\r\n").encode("latin-1")
+        if size < _SMALL:
+            await conn.stream.send_all(b"".join([head, *buffers]))
+            return
+        await conn.stream.send_all(head)
+        for buffer in buffers:
+            await conn.stream.send_all(buffer)
+
+    # -- replies --------------------------------------------------------------------------------
+
+    async def _read_reply(self, conn: _Connection, status: int,
+                          headers: dict[str, str]) -> Message:
+        body = _Body(conn, headers)
+        if headers.get("content-type", "").split(";")[0].strip() != FRAME_CONTENT_TYPE:
+            await self._raise_for_text(body, status)
+        decoder, received = Decoder(self._limits), 0
+        while True:
+            try:
+                view = decoder.get_buffer()
+            except LocalProtocolError:
+                break  # the body broke the protocol: next_event raises it below
+            n = await body.read_into(view)
+            if not n:
+                break
+            received += n
+            decoder.buffer_updated(n)
+        decoder.receive_data(b"")
+        message = decoder.next_event()
+        if message is NEED_DATA or message is CLOSED:
+            raise RemoteProtocolError(f"empty or truncated reply body ({received} bytes)")
+        if decoder.next_event() is not CLOSED:
+            raise RemoteProtocolError("reply body holds more than one frame")
+        if status != 200 and not isinstance(message, ErrorReply):
+            raise RemoteProtocolError(f"HTTP {status} with a {type(message).__name__} frame "
+                                      "instead of an ErrorReply")
+        return message
+
+    async def _read_metrics(self, conn: _Connection, status: int, headers: dict[str, str]) -> str:
+        body = _Body(conn, headers)
+        if status != 200:
+            await self._raise_for_text(body, status)
+        text = await body.read_text(self._limits.max_header_bytes)
+        if await body.read_into(memoryview(bytearray(1))):
+            raise RemoteProtocolError(f"metrics text longer than {self._limits.max_header_bytes}")
+        return text.decode("utf-8")
+
+    async def _raise_for_text(self, body: _Body, status: int) -> typing.NoReturn:
+        text = (await body.read_text(_MAX_TEXT)).decode("utf-8", "replace").strip()
+        code = _TEXT_STATUS_CODE.get(status, "UNKNOWN")
+        raise RemoteCallError(code, f"HTTP {status} from {self.address}: {text}")
