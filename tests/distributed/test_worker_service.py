@@ -64,14 +64,14 @@ async def test_recv_before_run_finds_the_step_and_waits(cluster, autojump_clock)
     results = {}
 
     async def run_task1():
-        results[1] = await w1.run_graph(RunGraph(h1, step_id, [], tgs["1"].options["fetches"]))
+        results[1] = await w1.run_graph(RunGraph(h1, step_id, [], tgs["1"].options["fetches"], request_id=1))
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(run_task1)          # pulls from task 0 before task 0 runs the step
         await trio.testing.wait_all_tasks_blocked()
         assert services[0].statistics()["steps_held"] == 1
         feed = TensorEntry(tgs["0"].options["feeds"][0], np.arange(3, dtype=np.float32))
-        await w0.run_graph(RunGraph(h0, step_id, [feed], []))
+        await w0.run_graph(RunGraph(h0, step_id, [feed], [], request_id=1))
     np.testing.assert_array_equal(results[1].tensors[0].value, [1.0, 3.0, 5.0])
     # Both sides dropped the finished step; a late pull fails fast instead of creating state.
     assert services[0].statistics()["steps_held"] == 0
@@ -117,11 +117,13 @@ async def test_feeds_are_checked_against_their_placeholders(cluster, autojump_cl
     handle = await _register(w0, tg)
     name = tg.options["feeds"][0]
     with pytest.raises(RemoteCallError, match="INVALID_ARGUMENT.*dtype int32.*float32"):
-        await w0.run_graph(RunGraph(handle, 1, [TensorEntry(name, np.zeros(3, np.int32))], []))
+        await w0.run_graph(RunGraph(handle, 1, [TensorEntry(name, np.zeros(3, np.int32))], [],
+                                    request_id=1))
     with pytest.raises(RemoteCallError, match=r"INVALID_ARGUMENT.*shape \[4\]"):
-        await w0.run_graph(RunGraph(handle, 2, [TensorEntry(name, np.zeros(4, np.float32))], []))
+        await w0.run_graph(RunGraph(handle, 2, [TensorEntry(name, np.zeros(4, np.float32))], [],
+                                    request_id=2))
     with pytest.raises(RemoteCallError, match="INVALID_ARGUMENT.*missing"):
-        await w0.run_graph(RunGraph(handle, 3, [], []))
+        await w0.run_graph(RunGraph(handle, 3, [], [], request_id=3))
     # Registered state survives bad requests.
     assert services[0].statistics()["graphs"] == 1
     await master.close()
