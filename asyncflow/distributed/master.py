@@ -491,7 +491,7 @@ def _task_graph_def(graph, nodes, feeds, feed_indices, fetch_ports):
                               "shape": encode_attr(tensor.shape)}})
     for op in ops:
         try:
-            nd = node_def(op)
+            nd = node_def(op, debug_info=True)  # errors on the worker name the user's line
         except ValueError as exc:
             raise errors.UnimplementedError(None, op, f"{exc}: this op cannot be sent to a "
                                             "worker") from None

@@ -104,7 +104,8 @@ class Server:
                 self.http = http
                 self.address = http.address
                 self.port = http.port
-                _log.info("%s listening on %s", self.service.task, http.address)
+                # DEBUG: ``asyncflow worker`` prints the same event on stdout.
+                _log.debug("%s listening on %s", self.service.task, http.address)
                 yield self
         finally:
             with trio.CancelScope(shield=True):

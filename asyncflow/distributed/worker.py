@@ -411,6 +411,9 @@ class WorkerService:
             except errors.OpError as exc:
                 _fail(errors.error_code_name(exc), error_message(exc))
         if state.rendezvous.aborted:
+            reason = state.rendezvous.abort_error  # a Reset says so itself; an AbortStep is derived
+            if reason is not None and not _rdv.is_derived(reason.message):
+                _fail("ABORTED", reason.message)
             _fail("ABORTED", _rdv.DERIVED + f"step {state.step_id} was aborted on {self.task}")
         _fail("DEADLINE_EXCEEDED", f"step {state.step_id} ran past its {timeout_ms} ms deadline "
               f"on {self.task}")
