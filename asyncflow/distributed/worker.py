@@ -7,8 +7,8 @@ Theory of operation (reference §6):
   feeds), fetches, the Recvs' batchable tensor names, the peers and the session's settings.
   The worker rebuilds it with ``import_graph_def`` in a fresh Graph, then compiles it with
   the local compiler, which re-partitions by local device. One log line per graph. Import
-  and compile run in a worker thread (one registration at a time), so the trio loop keeps
-  answering Health; a graph of more than ``max_graph_nodes`` nodes is refused before.
+  and compile of a graph of more than ``INLINE_GRAPH_NODES`` nodes run in a worker thread (one
+  registration at a time), so the trio loop keeps answering Health; a graph of more than ``max_graph_nodes`` nodes is refused before.
 - **Graph leases.** A graph lives ``graph_lease_s`` seconds (default 600) past its last
   registration or RunGraph; then it is dropped (never while it runs), so the graphs of a
   client killed with -9 do not stay forever. The master registers a graph again when it
@@ -89,6 +89,8 @@ def error_message(error):
 
 
 REPLAY_WINDOW = 4096
+# Graphs up to this size are imported on the loop (tens of ms); larger ones in a thread.
+INLINE_GRAPH_NODES = 500
 
 
 class _ReplayWindow:
@@ -213,8 +215,11 @@ class WorkerService:
                   f"worker's limit of {self._max_graph_nodes}")
         self._sweep_graphs()
         try:
-            graph, feeds, fetches, ops, compiled = await trio.to_thread.run_sync(
-                self._build, request.graph, options, limiter=self._registrations)
+            if isinstance(nodes, list) and len(nodes) <= INLINE_GRAPH_NODES:
+                graph, feeds, fetches, ops, compiled = self._build(request.graph, options)
+            else:
+                graph, feeds, fetches, ops, compiled = await trio.to_thread.run_sync(
+                    self._build, request.graph, options, limiter=self._registrations)
         except errors.OpError as exc:
             _fail(errors.error_code_name(exc), f"RegisterGraph: {error_message(exc)}")
         except (ValueError, TypeError, KeyError) as exc:
