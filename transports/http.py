@@ -258,10 +258,10 @@ class ConnectionLimits:
         try:
             import resource
             soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-        except (ImportError, OSError, ValueError):
+            if soft == resource.RLIM_INFINITY:
+                soft = 65_536
+        except (ImportError, OSError, ValueError):  # no rlimits on this platform
             soft = 1024
-        if soft == getattr(resource, "RLIM_INFINITY", -1) or soft <= 0:
-            soft = 65_536
         return max(16, soft - max(64, soft // 8))
 
 
