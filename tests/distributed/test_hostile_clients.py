@@ -100,6 +100,11 @@ def peak_rss(worker):
     raise RuntimeError("VmHWM not found")
 
 
+def check_rss(worker, baseline):
+    growth = peak_rss(worker) - baseline
+    assert growth <= RSS_BOUND, f"peak RSS grew by {growth >> 20} MiB"
+
+
 def tree(directory):
     """Every path under ``directory`` with its size (what a test compares before and after)."""
     out = {}
@@ -174,8 +179,7 @@ def test_inflating_headers_are_refused_within_bounded_memory_while_health_answer
                                 _empty_arrays_header(24 << 20), timeout=120)
             assert status == 413 and b"msgpack values" in body, body[:200]
         probe.check("24 MiB header of empty arrays")
-        growth = peak_rss(worker) - baseline
-        assert growth <= RSS_BOUND, f"peak RSS grew by {growth >> 20} MiB"
+        check_rss(worker, baseline)
         assert health_stats(worker.address)["graphs"] == 0
     finally:
         worker.kill()
@@ -216,9 +220,11 @@ def test_graph_node_limit_and_registration_off_the_serving_loop(dirs):
     data, _ = dirs
     worker = start(data)
     try:
+        baseline = peak_rss(worker)
         status, body = http(worker.address, "POST", "/v1/graphs",
                             frame(RegisterGraph(_noop_graph(100_001), "big", {})), timeout=120)
         assert status == 429 and b"limit of 100000" in body, body[:200]
+        check_rss(worker, baseline)
         with HealthProbe(worker.address) as probe:
             status, body = http(worker.address, "POST", "/v1/graphs",
                                 frame(RegisterGraph(_noop_graph(20_000), "wide", {})),
@@ -282,6 +288,7 @@ def test_idle_and_slow_connections_past_the_file_limit(dirs):
     worker = start(data, preexec_fn=_limit_files(files))
     sockets = []
     try:
+        baseline = peak_rss(worker)
         with HealthProbe(worker.address, every_s=0.1) as probe:
             host, port = worker.address.rsplit(":", 1)
             for index in range(files + 100):  # more than the worker can hold open
@@ -303,6 +310,7 @@ def test_idle_and_slow_connections_past_the_file_limit(dirs):
             time.sleep(1)
         probe.check(f"{len(sockets)} idle or slow connections under a {files} fd limit")
         assert worker.alive()
+        check_rss(worker, baseline)
         log_bytes = sum(len(line) for line in worker.log_lines)
         assert log_bytes < 64 << 10, worker.log_lines[-5:]  # rate-limited: no MBs of log
         stats = _metrics(worker.address)
@@ -343,11 +351,13 @@ def test_a_recorded_run_graph_never_runs_twice(dirs):
                                   list(fetches), request_id=1))
         status, body = http(worker.address, "POST", "/v1/steps/501/run", recorded)
         assert status == 200 and isinstance(wire.decode(body), RunGraphReply)
+        baseline = peak_rss(worker)
         with HealthProbe(worker.address) as probe:
             for step in range(10**6, 10**6 + 300):  # a flood of aborts for made-up steps
                 assert http(worker.address, "POST", f"/v1/steps/{step}/abort",
                             frame(AbortStep(step, "CANCELLED", "flood")))[0] == 200
         probe.check("300 AbortSteps for made-up steps")
+        check_rss(worker, baseline)
         status, body = http(worker.address, "POST", "/v1/steps/501/run", recorded)
         reply = wire.decode(body)
         assert status == 409 and isinstance(reply, ErrorReply) and reply.code == "ABORTED"
