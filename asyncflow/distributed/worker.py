@@ -8,7 +8,8 @@ Theory of operation (reference §6):
   The worker rebuilds it with ``import_graph_def`` in a fresh Graph, then compiles it with
   the local compiler, which re-partitions by local device. One log line per graph. Import
   and compile of a graph of more than ``INLINE_GRAPH_NODES`` nodes run in a worker thread (one
-  registration at a time), so the trio loop keeps answering Health; a graph of more than ``max_graph_nodes`` nodes is refused before.
+  registration at a time), so the trio loop keeps answering Health; a graph of more than
+  ``max_graph_nodes`` nodes is refused before.
 - **Graph leases.** A graph lives ``graph_lease_s`` seconds (default 600) past its last
   registration or RunGraph; then it is dropped (never while it runs), so the graphs of a
   client killed with -9 do not stay forever. The master registers a graph again when it

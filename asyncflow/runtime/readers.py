@@ -369,7 +369,8 @@ def lookup_or_create(node_ctx):
 
     def create():
         if kind == TEXT_LINE:
-            return ReaderResource(kind, name, skip_header_lines=int(attrs.get("skip_header_lines", 0)),
+            return ReaderResource(kind, name,
+                                  skip_header_lines=int(attrs.get("skip_header_lines", 0)),
                                   resolve=node_ctx.resolve_path)
         shapes = attrs.get("shapes") or None
         if shapes is not None:
