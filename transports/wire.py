@@ -622,7 +622,10 @@ def _unpack_counted(data: memoryview, limits: Limits) -> Any:
             if not isinstance(top[2], str):  # strict_map_key applies to unpackb, not here
                 raise RemoteProtocolError("header map keys must be strings")
             continue
-        first = data[unpacker.tell()]
+        position = unpacker.tell()
+        if position >= size:
+            raise RemoteProtocolError("header ends inside a map or list")
+        first = data[position]
         child = None
         if first in _ARRAY_BYTES:
             value: Any = []

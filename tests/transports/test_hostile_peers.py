@@ -70,6 +70,15 @@ def test_non_string_map_keys_are_refused_in_large_headers_too():
         decode(MAGIC + struct.pack("<I", len(header)) + header)
 
 
+@pytest.mark.parametrize("tail", [b"\x91", b"\x82\xa1a", b"\xdd\xff\xff\xff\xff\x90",
+                                  b"\xdf\x00\x00\x00\x02\xa1a\x90\xa1b"])
+def test_large_headers_cut_inside_a_container_are_rejected(tail):
+    header = (b"\x82" + msgpack.packb("pad") + msgpack.packb("x" * SMALL_HEADER_BYTES)
+              + msgpack.packb("cut") + tail)  # a map of two whose second value is cut short
+    with pytest.raises(RemoteProtocolError):
+        decode(MAGIC + struct.pack("<I", len(header)) + header)
+
+
 def _run_header(nbytes):
     header = msgpack.packb({"version": 1, "kind": "run_graph", "tensors": [{
         "key": "t", "dtype": "uint8", "shape": [nbytes], "nbytes": nbytes, "dead": False,
