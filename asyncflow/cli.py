@@ -121,6 +121,10 @@ def main(argv=None):
         print(f"asyncflow {__version__}")
         return 0
     if args.command == "worker":
-        return run_worker(args)
+        try:
+            return run_worker(args)
+        except KeyboardInterrupt:  # Ctrl-C while starting (imports, before trio runs)
+            print("asyncflow worker: interrupted, stopped", file=sys.stderr)
+            return 130
     parser.print_help(sys.stderr)
     return 2
