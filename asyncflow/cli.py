@@ -13,10 +13,17 @@ address peers dial is the one the cluster spec advertises. A worker started with
 
 ``asyncflow`` with no command prints the help on stdout and exits 0 (as pip and kubectl do);
 a usage error (an unknown command or option) exits 2, as argparse does.
+
+Exit status: 0 when stopped by SIGTERM, 130 (128 + SIGINT, as shells report it) when stopped
+with Ctrl-C, 1 when it cannot listen (one line naming the address), 2 for bad arguments.
+File ops of the graphs it runs are confined to ``--data-dir`` (default: the directory it was
+started in); see docs/security.md.
 """
 from __future__ import annotations
 
 import argparse
+import errno
+import signal
 import sys
 
 
@@ -29,6 +36,7 @@ examples:
   ASYNCFLOW_CONFIG='{"cluster": {"worker": ["127.0.0.1:2223"]}, "task": {"type": "worker", "index": 0}}' \\
       asyncflow worker
   asyncflow worker --resolver slurm --jobs '{"ps": 1, "worker": 2}' --bind 0.0.0.0
+  asyncflow worker --cluster cluster.json --job ps --task 0 --data-dir /srv/checkpoints
 
 environment:
   ASYNCFLOW_CONFIG  TF_CONFIG-shaped JSON that stands in for --cluster, --job and --task
@@ -63,6 +71,11 @@ def build_parser():
     worker.add_argument("--port", type=int, default=None,
                         help="port to bind (default: the cluster's; 0 picks a free one)")
     worker.add_argument("--cpus", type=int, default=1, help="logical CPU devices")
+    worker.add_argument("--data-dir", default=None,
+                        help="directory that Save, Restore and readers may touch (default: the "
+                             "current directory); paths outside it are refused")
+    worker.add_argument("--graph-lease-s", type=float, default=600.0,
+                        help="seconds a registered graph lives without being used (default 600)")
     worker.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     shutdown = commands.add_parser("shutdown", help="tell tasks of a cluster to exit (the job "
                                    "is done); needs the workers' ASYNCFLOW_TOKEN")
@@ -166,27 +179,60 @@ def run_worker(args):
         cluster, job, task, default_bind = _worker_spec(args)
         server = Server(cluster, job, task, host=args.bind or args.host or default_bind,
                         port=args.port,
-                        config=SessionConfig(device_count={"CPU": args.cpus}))
+                        config=SessionConfig(device_count={"CPU": args.cpus}),
+                        data_dir=args.data_dir, graph_lease_s=args.graph_lease_s)
     except (ValueError, TypeError, RuntimeError) as exc:
         print(f"asyncflow worker: {exc}", file=sys.stderr)
         return 2
+    from transports.http import rate_limit_logs
+    rate_limit_logs("asyncflow.worker")
 
     async def serve():
-        async with server:
-            print(f"asyncflow worker /job:{job}/task:{task} listening on {server.address}",
-                  flush=True)
-            await server.join()
-            print(f"asyncflow worker /job:{job}/task:{task} stopped: Shutdown received",
-                  flush=True)
+        with trio.open_signal_receiver(signal.SIGTERM) as signals:
+            async with server:
+                print(f"asyncflow worker /job:{job}/task:{task} listening on {server.address}",
+                      flush=True)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(_stop_on_signal, signals, nursery.cancel_scope)
+                    await server.join()
+                    print(f"asyncflow worker /job:{job}/task:{task} stopped: Shutdown "
+                          "received", flush=True)
+                    nursery.cancel_scope.cancel()
 
     try:
         trio.run(serve)
-    except KeyboardInterrupt:
-        return 0
-    except OSError as exc:
-        print(f"asyncflow worker: cannot listen: {exc}", file=sys.stderr)
-        return 1
+    except BaseException as exc:  # noqa: BLE001 -- sorted out below, re-raised if unknown
+        return _exit_status(exc, f"{server.host}:{server.port}")
     return 0
+
+
+async def _stop_on_signal(signals, cancel_scope):
+    """Cancel ``cancel_scope`` at the first signal ``signals`` receives (SIGTERM: a clean exit)."""
+    async for _ in signals:
+        cancel_scope.cancel()
+        return
+
+
+def _exit_status(exc, address):
+    """The exit status for what stopped the worker, with one line on stderr (no traceback)."""
+    leaves = _leaves(exc)
+    if any(isinstance(leaf, KeyboardInterrupt) for leaf in leaves):
+        print("asyncflow worker: interrupted, stopped", file=sys.stderr)
+        return 130
+    for leaf in leaves:
+        if isinstance(leaf, OSError):
+            reason = leaf.strerror or str(leaf)
+            if leaf.errno == errno.EADDRINUSE:
+                reason = "the port is already in use (another worker?)"
+            print(f"asyncflow worker: cannot listen on {address}: {reason}", file=sys.stderr)
+            return 1
+    raise exc
+
+
+def _leaves(exc):
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
 
 
 def run_shutdown(args):
@@ -219,7 +265,11 @@ def main(argv=None):
         parser.print_help()
         return 0
     if args.command == "worker":
-        return run_worker(args)
+        try:
+            return run_worker(args)
+        except KeyboardInterrupt:  # Ctrl-C while starting (imports, before trio runs)
+            print("asyncflow worker: interrupted, stopped", file=sys.stderr)
+            return 130
     if args.command == "shutdown":
         return run_shutdown(args)
     parser.print_help(sys.stderr)

@@ -28,8 +28,12 @@ def _free_port():
 
 
 @contextlib.contextmanager
-def local_cluster(jobs, deadline_s=60.0):
-    """Yield a cluster dict ``{job: ["127.0.0.1:port", ...]}`` served by worker processes."""
+def local_cluster(jobs, deadline_s=60.0, data_dir=None):
+    """Yield a cluster dict ``{job: ["127.0.0.1:port", ...]}`` served by worker processes.
+
+    ``data_dir``: where the workers' Save/Restore/readers may touch files (their
+    ``--data-dir``; default: the current directory).
+    """
     spec = {job: [f"127.0.0.1:{_free_port()}" for _ in range(count)]
             for job, count in jobs.items()}
     procs = []
@@ -38,7 +42,8 @@ def local_cluster(jobs, deadline_s=60.0):
             for index in range(len(addresses)):
                 procs.append(subprocess.Popen(
                     [sys.executable, "-m", "asyncflow", "worker", "--cluster", json.dumps(spec),
-                     "--job", job, "--task", str(index), "--log-level", "WARNING"],
+                     "--job", job, "--task", str(index), "--log-level", "WARNING",
+                     *(["--data-dir", str(data_dir)] if data_dir is not None else [])],
                     stdout=subprocess.PIPE, text=True, env=_ENV))
         deadline = time.monotonic() + deadline_s
         for proc in procs:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import contextlib
 import hmac
 import logging
@@ -57,12 +58,13 @@ from transports.service import (
     WorkerServiceProtocol, error_reply_for, reply_for_result,
 )
 from transports.wire import (
-    CLOSED, DEFAULT_LIMITS, NEED_DATA, Decoder, FrameTooLarge, Limits, LocalProtocolError,
-    RemoteProtocolError, encode, frame_size,
+    CLOSED, DEFAULT_LIMITS, NEED_DATA, SMALL_HEADER_BYTES, Decoder, FrameTooLarge, Limits,
+    LocalProtocolError, RemoteProtocolError, encode, frame_size,
 )
 
-__all__ = ["FRAME_CONTENT_TYPE", "HttpChannel", "HttpServer", "HttpServerStatistics",
-           "open_http_server", "serve_http"]
+__all__ = ["DEFAULT_CONNECTION_LIMITS", "FRAME_CONTENT_TYPE", "ConnectionLimits", "HttpChannel",
+           "HttpServer", "HttpServerStatistics", "open_http_server", "rate_limit_logs",
+           "serve_http"]
 
 FRAME_CONTENT_TYPE: Final = "application/x-asyncflow-frame"
 _SLICE: Final = 256 * 1024
@@ -75,7 +77,7 @@ _HTTP_STATUS: Final = {
     "FAILED_PRECONDITION": 400, "ABORTED": 409, "OUT_OF_RANGE": 400, "UNIMPLEMENTED": 501,
     "INTERNAL": 500, "UNAVAILABLE": 503, "DATA_LOSS": 500, "UNAUTHENTICATED": 401,
 }
-_TEXT_STATUS_CODE: Final = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED",
+_TEXT_STATUS_CODE: Final = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 408: "UNAVAILABLE",
                             403: "PERMISSION_DENIED", 404: "UNIMPLEMENTED",
                             405: "UNIMPLEMENTED", 413: "RESOURCE_EXHAUSTED", 503: "UNAVAILABLE"}
 _LOOPBACK: Final = frozenset({"127.0.0.1", "::1", "localhost"})
@@ -157,6 +159,24 @@ async def _run_on_loop(coro: Coroutine[Any, Any, Any],
     return future.result()
 
 
+class _ReadTimeout(Exception):
+    """A peer stopped sending a body it announced."""
+
+
+_decode_lock = threading.Lock()
+_decoders: concurrent.futures.ThreadPoolExecutor | None = None
+_DECODE_THREADS: Final = 2  # large headers decoded at once (each bounded by Limits)
+
+
+def _decode_pool() -> concurrent.futures.ThreadPoolExecutor:
+    global _decoders
+    with _decode_lock:
+        if _decoders is None:
+            _decoders = concurrent.futures.ThreadPoolExecutor(
+                _DECODE_THREADS, thread_name_prefix="asyncflow-decode")
+        return _decoders
+
+
 def _slices(buffers: list[bytes | memoryview]) -> Iterator[memoryview]:
     for buffer in buffers:
         view = memoryview(buffer)
@@ -169,19 +189,31 @@ async def _aslices(buffers: list[bytes | memoryview]) -> AsyncIterator[memoryvie
         yield piece
 
 
-async def _read_frame(content: aiohttp.StreamReader, limits: Limits) -> Message:
+async def _read_frame(content: aiohttp.StreamReader, limits: Limits,
+                      read_timeout: float | None = None) -> Message:
     """Read a body that must hold exactly one frame, decoding as chunks arrive.
 
     ``readchunk`` hands over aiohttp's buffered chunks one by one; ``readany`` would join them
-    (a copy) whenever the decoder falls behind the socket.
+    (a copy) whenever the decoder falls behind the socket. The bytes of a header larger than
+    :data:`~transports.wire.SMALL_HEADER_BYTES` are fed from a worker thread (at most
+    :data:`_DECODE_THREADS` at once), since decoding it takes long: the loop keeps answering
+    other requests (health) meanwhile. ``read_timeout`` bounds the wait for each chunk.
     """
     decoder, message = Decoder(limits), None
     while True:
-        chunk, end_of_http_chunk = await content.readchunk()
+        try:
+            async with asyncio.timeout(read_timeout):
+                chunk, end_of_http_chunk = await content.readchunk()
+        except TimeoutError:
+            raise _ReadTimeout(f"no body bytes for {read_timeout} s") from None
         if not chunk and end_of_http_chunk and not content.at_eof():
             continue  # a chunked-encoding boundary, not the end (aiohttp's EMPTY_PAYLOAD
             # answers (b"", True) forever once read: without the at_eof check this spins)
-        decoder.receive_data(chunk)
+        if decoder.header_bytes_pending > SMALL_HEADER_BYTES:
+            await asyncio.get_running_loop().run_in_executor(
+                _decode_pool(), decoder.receive_data, chunk)
+        else:
+            decoder.receive_data(chunk)
         try:
             while (event := decoder.next_event()) is not NEED_DATA and event is not CLOSED:
                 if message is not None:
@@ -197,6 +229,206 @@ async def _read_frame(content: aiohttp.StreamReader, limits: Limits) -> Message:
             return message
 
 
+# ----------------------------------------------------------------------------- connection guard
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    """How long a server waits for a peer, and how many connections it holds.
+
+    Attributes:
+        header_timeout_s: a request's headers must be complete this long after its first byte.
+        body_timeout_s: longest wait for the next bytes of a request body.
+        idle_timeout_s: a connection with no request for this long is closed.
+        max_connections: most open connections; None: the process's file limit
+            (``RLIMIT_NOFILE``) less an eighth (at least 64) for files, peers and logs. At the
+            limit a new connection evicts the longest-idle one (no request in progress), so a
+            flood of idle or slow connections cannot lock out a client that sends a whole
+            request; when every connection is busy the new one is closed.
+    """
+
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    idle_timeout_s: float = 60.0
+    max_connections: int | None = None
+
+    def connection_limit(self) -> int:
+        if self.max_connections is not None:
+            return self.max_connections
+        try:
+            import resource
+            soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+            if soft == resource.RLIM_INFINITY:
+                soft = 65_536
+        except (ImportError, OSError, ValueError):  # no rlimits on this platform
+            soft = 1024
+        return max(16, soft - max(64, soft // 8))
+
+
+DEFAULT_CONNECTION_LIMITS: Final = ConnectionLimits()
+
+
+class _Connection:
+    __slots__ = ("transport", "active", "idle_since", "partial_since")
+
+    def __init__(self, transport: asyncio.Transport, now: float) -> None:
+        self.transport = transport
+        self.active = 0  # requests being handled
+        self.idle_since = now  # end of the last response (or the connection's start)
+        self.partial_since: float | None = None  # first byte of a request still being read
+
+
+class _GuardedProtocol(asyncio.Protocol):
+    """Forwards to aiohttp's protocol; tells the guard when bytes arrive."""
+
+    def __init__(self, guard: _ConnectionGuard, inner: asyncio.Protocol) -> None:
+        self._guard, self._inner = guard, inner
+        self._connection: _Connection | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._connection = self._guard.opened(typing.cast(asyncio.Transport, transport))
+        self._inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        connection = self._connection
+        if connection is not None and not connection.active and connection.partial_since is None:
+            connection.partial_since = self._guard.loop.time()
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._guard.closed(self._connection)
+        self._inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
+
+
+class _ConnectionGuard:
+    """Counts connections, evicts idle ones at the limit, closes slow and idle ones (asyncio)."""
+
+    def __init__(self, limits: ConnectionLimits, loop: asyncio.AbstractEventLoop) -> None:
+        self.limits, self.loop = limits, loop
+        self.max_connections = limits.connection_limit()
+        self.connections: dict[asyncio.Transport, _Connection] = {}
+        self.evicted = self.refused = self.timed_out = 0
+        self._sweeper: asyncio.TimerHandle | None = None
+
+    def factory(self, inner: Any) -> Any:
+        return lambda: _GuardedProtocol(self, inner())
+
+    def start(self) -> None:
+        self._sweeper = self.loop.call_later(1.0, self._sweep)
+
+    def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+
+    def opened(self, transport: asyncio.Transport) -> _Connection:
+        if len(self.connections) >= self.max_connections:
+            idle = [c for c in self.connections.values() if not c.active]
+            if idle:
+                self.evicted += 1
+                victim = min(idle, key=lambda c: c.partial_since or c.idle_since)
+                self._drop(victim)
+            else:
+                self.refused += 1
+                _log.warning("connection limit of %d reached with every connection busy; "
+                             "closing a new one", self.max_connections)
+                transport.abort()
+        connection = _Connection(transport, self.loop.time())
+        self.connections[transport] = connection
+        return connection
+
+    def closed(self, connection: _Connection | None) -> None:
+        if connection is not None:
+            self.connections.pop(connection.transport, None)
+
+    def request_started(self, transport: Any) -> None:
+        connection = self.connections.get(transport)
+        if connection is not None:
+            connection.active += 1
+            connection.partial_since = None
+
+    def request_finished(self, transport: Any) -> None:
+        connection = self.connections.get(transport)
+        if connection is not None:
+            connection.active = max(0, connection.active - 1)
+            connection.idle_since = self.loop.time()
+
+    def _drop(self, connection: _Connection) -> None:
+        self.connections.pop(connection.transport, None)
+        connection.transport.abort()
+
+    def _sweep(self) -> None:
+        now, limits = self.loop.time(), self.limits
+        for connection in list(self.connections.values()):
+            if connection.active:
+                continue
+            if connection.partial_since is not None:
+                late = now - connection.partial_since > limits.header_timeout_s
+            else:
+                late = now - connection.idle_since > limits.idle_timeout_s
+            if late:
+                self.timed_out += 1
+                self._drop(connection)
+        self._sweeper = self.loop.call_later(1.0, self._sweep)
+
+
+class _RateLimit(logging.Filter):
+    """Lets through a burst of records per message template, then about one a second.
+
+    A flood of failing connections (``Too many open files`` from asyncio's accept loop, or
+    aiohttp's per-request errors) must not write megabytes of log: the first suppressed
+    record after a quiet period says how many were dropped.
+    """
+
+    BURST: Final = 10
+    PER_SECOND: Final = 1.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._buckets: dict[tuple[str, object], list[float]] = {}  # [tokens, time, dropped]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.name, record.msg)
+        now = record.created
+        with self._lock:
+            bucket = self._buckets.get(key)
+            if bucket is None:
+                if len(self._buckets) > 1000:
+                    self._buckets.clear()
+                bucket = self._buckets[key] = [float(self.BURST), now, 0]
+            bucket[0] = min(self.BURST, bucket[0] + (now - bucket[1]) * self.PER_SECOND)
+            bucket[1] = now
+            if bucket[0] < 1:
+                bucket[2] += 1
+                return False
+            bucket[0] -= 1
+            dropped, bucket[2] = bucket[2], 0
+        if dropped:
+            record.msg = f"{record.msg} ({int(dropped)} similar messages suppressed)"
+        return True
+
+
+_RATE_LIMITED_LOGGERS: Final = ("asyncio", "aiohttp.server", "aiohttp.web", "aiohttp.internal",
+                                "aiohttp.access", __name__)
+
+
+def rate_limit_logs(*names: str) -> None:
+    """Rate-limit the loggers ``names`` (and the transport's) with one shared filter each."""
+    for name in (*_RATE_LIMITED_LOGGERS, *names):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _RateLimit) for f in logger.filters):
+            logger.addFilter(_RateLimit())
+
+
 # ----------------------------------------------------------------------------- server
 
 
@@ -209,6 +441,8 @@ class HttpServerStatistics:
     in_flight: int  # being served now
     bytes_received: int  # request frame bytes
     bytes_sent: int  # reply frame bytes
+    connections: int = 0  # open now
+    connections_closed: int = 0  # closed by the server: evicted at the limit, idle or too slow
 
 
 class _TrioCall:
@@ -241,8 +475,12 @@ class HttpServer:
     """
 
     def __init__(self, handler: WorkerServiceProtocol, *, token: str | None, limits: Limits,
-                 nursery: trio.Nursery, loop: asyncio.AbstractEventLoop | None = None) -> None:
+                 nursery: trio.Nursery, loop: asyncio.AbstractEventLoop | None = None,
+                 connection_limits: ConnectionLimits = DEFAULT_CONNECTION_LIMITS) -> None:
         self._handler, self._limits, self._nursery = handler, limits, nursery
+        self._connection_limits = connection_limits
+        self._guard: _ConnectionGuard | None = None
+        self._listener: asyncio.Server | None = None
         self._loop = loop  # None: the transport's own asyncio thread
         self._authorization = None if token is None else f"Bearer {token}".encode()
         self._trio_token = trio.lowlevel.current_trio_token()
@@ -265,11 +503,15 @@ class HttpServer:
 
     def statistics(self) -> HttpServerStatistics:
         """A snapshot of the server's counters."""
+        guard = self._guard
         return HttpServerStatistics(
             requests=sum(self._by_status.values()),
             errors=sum(n for (_, status), n in self._by_status.items() if status >= 400),
             in_flight=self._in_flight, bytes_received=self._bytes_received,
-            bytes_sent=self._bytes_sent)
+            bytes_sent=self._bytes_sent,
+            connections=0 if guard is None else len(guard.connections),
+            connections_closed=0 if guard is None else
+            guard.evicted + guard.refused + guard.timed_out)
 
     # -- lifecycle (trio side) ------------------------------------------------------------------
 
@@ -323,16 +565,24 @@ class HttpServer:
         self._runner = web.AppRunner(app, read_bufsize=1 << 20, handler_cancellation=True,
                                      access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port)
+        loop = asyncio.get_running_loop()
+        self._guard = _ConnectionGuard(self._connection_limits, loop)
         try:
-            await site.start()
+            self._listener = await loop.create_server(
+                self._guard.factory(self._runner.server), host, port, reuse_address=True)
         except BaseException:
             await self._runner.cleanup()
             raise
-        bound_host, bound_port = self._runner.addresses[0][:2]
+        self._guard.start()
+        rate_limit_logs()
+        bound_host, bound_port = self._listener.sockets[0].getsockname()[:2]
         return bound_host, bound_port
 
     async def _aio_stop(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+        if self._guard is not None:
+            self._guard.stop()
         if self._runner is not None:
             await self._runner.cleanup()
 
@@ -341,10 +591,14 @@ class HttpServer:
         async def authenticate_and_count(request: web.Request, handler: Any) -> Any:
             route = request.match_info.route.name or "unmatched"
             self._in_flight += 1
+            if self._guard is not None:
+                self._guard.request_started(request.transport)
             status = 500
             try:
+                # surrogateescape: header bytes that are not UTF-8 compare unequal, not crash
                 if self._authorization is not None and not hmac.compare_digest(
-                        request.headers.get("Authorization", "").encode(), self._authorization):
+                        request.headers.get("Authorization", "").encode("utf-8", "surrogateescape"),
+                        self._authorization):
                     response = web.Response(
                         status=401, headers={"WWW-Authenticate": 'Bearer realm="asyncflow"'},
                         text="missing or wrong bearer token: send 'Authorization: Bearer <token>'")
@@ -361,6 +615,8 @@ class HttpServer:
             finally:
                 self._in_flight -= 1
                 self._by_status[route, status] += 1
+                if self._guard is not None:
+                    self._guard.request_finished(request.transport)
         return authenticate_and_count
 
     def _route(self, rpc: Rpc) -> Any:
@@ -402,7 +658,10 @@ class HttpServer:
             raise _BadRequest(413, f"{where}: body of {length} bytes exceeds the limit of "
                                    f"{self._limits.max_frame_bytes}")
         try:
-            message = await _read_frame(request.content, self._limits)
+            message = await _read_frame(request.content, self._limits,
+                                        self._connection_limits.body_timeout_s)
+        except _ReadTimeout as exc:
+            raise _BadRequest(408, f"{where}: {exc}") from exc
         except FrameTooLarge as exc:
             raise _BadRequest(413, f"{where}: frame too large: {exc}") from exc
         except RemoteProtocolError as exc:
@@ -449,6 +708,9 @@ class HttpServer:
         lines += [f'asyncflow_transport_requests_total{{route="{route}",status="{status}"}} {n}'
                   for (route, status), n in sorted(self._by_status.items())]
         for name, kind, value in (("in_flight", "gauge", stats.in_flight),
+                                  ("connections", "gauge", stats.connections),
+                                  ("connections_closed_total", "counter",
+                                   stats.connections_closed),
                                   ("received_bytes_total", "counter", stats.bytes_received),
                                   ("sent_bytes_total", "counter", stats.bytes_sent)):
             lines += [f"# TYPE asyncflow_transport_{name} {kind}",
@@ -497,6 +759,7 @@ async def open_http_server(handler: WorkerServiceProtocol, host: str = "127.0.0.
                            port: int = 0, *, token: str | None = None,
                            limits: Limits = DEFAULT_LIMITS,
                            loop: asyncio.AbstractEventLoop | None = None,
+                           connection_limits: ConnectionLimits = DEFAULT_CONNECTION_LIMITS,
                            ) -> AsyncIterator[HttpServer]:
     """Serve ``handler`` over HTTP for the duration of the ``async with`` block.
 
@@ -513,6 +776,7 @@ async def open_http_server(handler: WorkerServiceProtocol, host: str = "127.0.0.
         loop: the asyncio loop aiohttp serves on: by default the transport's own thread; the
             loop hosting this trio run as a guest (``trio.lowlevel.start_guest_run``) makes
             the server part of that application's loop.
+        connection_limits: read timeouts and the connection limit (:class:`ConnectionLimits`).
 
     Returns:
         An async context manager yielding the running :class:`HttpServer`.
@@ -521,7 +785,8 @@ async def open_http_server(handler: WorkerServiceProtocol, host: str = "127.0.0.
         OSError: the address cannot be bound.
     """
     async with trio.open_nursery() as nursery:
-        server = HttpServer(handler, token=token, limits=limits, nursery=nursery, loop=loop)
+        server = HttpServer(handler, token=token, limits=limits, nursery=nursery, loop=loop,
+                            connection_limits=connection_limits)
         await server._start(host, port)
         try:
             yield server

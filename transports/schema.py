@@ -72,14 +72,18 @@ class Limits:
         max_tensors: most tensor descriptors in one frame.
         max_rank: most dimensions of one tensor.
         max_depth: deepest nesting of maps and lists in the payload (the payload map is 1).
+        max_header_values: most msgpack values (keys, items, containers) in one header. A
+            byte of msgpack can become a 56-byte Python list, so this, not the byte count,
+            bounds the memory a header costs once decoded (about 72 bytes per value).
     """
 
-    max_header_bytes: int = 64 << 20
+    max_header_bytes: int = 32 << 20
     max_tensor_bytes: int = 2 << 30
     max_body_bytes: int = 4 << 30
     max_tensors: int = 65_536
     max_rank: int = 32
     max_depth: int = 64
+    max_header_values: int = 4_000_000
 
     @property
     def max_frame_bytes(self) -> int:

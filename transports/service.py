@@ -156,12 +156,14 @@ def error_reply_for(exc: BaseException) -> ErrorReply:
     """The ErrorReply for an exception a handler raised.
 
     RemoteCallError keeps its code; an exception group holding exactly one exception is judged by
-    that one; anything else is INTERNAL, naming the exception type and message.
+    that one; MemoryError is RESOURCE_EXHAUSTED; anything else is INTERNAL, naming the exception type and message.
     """
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     if isinstance(exc, RemoteCallError):
         return ErrorReply(exc.code, exc.message)
+    if isinstance(exc, MemoryError):
+        return ErrorReply("RESOURCE_EXHAUSTED", f"out of memory: {exc}")
     return ErrorReply("INTERNAL", f"{type(exc).__name__}: {exc}")
 
 

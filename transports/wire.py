@@ -62,7 +62,8 @@ from transports.schema import (
 )
 
 __all__ = [
-    "ALIGNMENT", "CLOSED", "DEFAULT_LIMITS", "FORMAT_VERSION", "MAGIC", "NEED_DATA", "STRING_DTYPE",
+    "ALIGNMENT", "CLOSED", "DEFAULT_LIMITS", "FORMAT_VERSION", "MAGIC", "NEED_DATA",
+    "SMALL_HEADER_BYTES", "STRING_DTYPE",
     "WIRE_DTYPES", "Decoder", "FrameTooLarge", "Limits", "LocalProtocolError",
     "RemoteProtocolError", "WireError", "decode", "encode", "frame_size", *_message_names,
 ]
@@ -70,6 +71,7 @@ __all__ = [
 _ZEROS = bytes(ALIGNMENT)
 _SCRATCH_BYTES = 64 * 1024
 _COALESCE_BYTES = 64 * 1024  # headers smaller than this share one buffer with the prefix
+SMALL_HEADER_BYTES: Final = 64 * 1024  # larger headers are unpacked value by value (counted)
 
 
 class _Sentinel:
@@ -239,17 +241,42 @@ def decode(buffer: bytes | bytearray | memoryview, limits: Limits = DEFAULT_LIMI
 
 @dataclass(slots=True)
 class _PendingFrame:
-    """A frame whose header is parsed and whose arrays are allocated but not yet filled."""
+    """A frame whose header is parsed; its arrays are allocated as their bytes start to arrive.
+
+    A segment is ``[padding still to skip, destination view or None, bytes filled, index]``:
+    the destination is allocated when the segment's first raw byte arrives, so a frame that
+    declares gigabytes but never sends them costs nothing (not even address space).
+    """
 
     schema: Schema
     payload: dict
-    entries: list[TensorEntry]
-    segments: deque  # of [padding still to skip, destination view, bytes filled]
+    plans: list  # (descriptor, dtype, nbytes) per tensor entry
+    values: list  # per entry: the array, or None until its segment starts
+    segments: deque  # of [padding still to skip, destination view or None, bytes filled, index]
+
+    def destination(self, segment: list) -> memoryview:
+        """The segment's array memory, allocating the array on first use."""
+        if segment[1] is None:
+            descriptor, dtype, nbytes = self.plans[segment[3]]
+            try:
+                value = np.empty(descriptor["shape"], dtype=dtype)
+            except MemoryError:
+                raise FrameTooLarge(f"tensor {descriptor['key']!r:.80} of {nbytes} bytes cannot "
+                                    "be allocated on this side") from None
+            self.values[segment[3]] = value
+            segment[1] = memoryview(value.reshape(-1).view(np.uint8))
+        return segment[1]
 
     def build(self) -> Message:
         fields = dict(self.payload)
         if self.schema.tensor_field:
-            fields[self.schema.tensor_field] = self.entries
+            entries = []
+            for (descriptor, _, _), value in zip(self.plans, self.values):
+                error = descriptor["error"]
+                entries.append(TensorEntry(
+                    descriptor["key"], value, descriptor["dead"],
+                    None if error is None else Status(error["code"], error["message"])))
+            fields[self.schema.tensor_field] = entries
         try:
             return self.schema.cls(**fields)
         except (TypeError, ValueError) as exc:
@@ -300,6 +327,15 @@ class Decoder:
         except RemoteProtocolError as exc:
             self._error = exc
 
+    @property
+    def header_bytes_pending(self) -> int:
+        """The announced length of a header still being received (0 when none is).
+
+        A transport may feed the bytes of a large header from a worker thread, since the
+        :meth:`receive_data` call that completes it decodes it.
+        """
+        return self._header_len or 0
+
     def next_event(self) -> Message | _Sentinel:
         """Return the next complete message, :data:`NEED_DATA` or :data:`CLOSED`.
 
@@ -322,7 +358,11 @@ class Decoder:
             raise LocalProtocolError("get_buffer called after end of stream or a protocol error")
         segment = self._frame.segments[0] if self._frame and self._frame.segments else None
         if segment is not None and segment[0] == 0:
-            self._lent = segment[1][segment[2]:]
+            try:
+                self._lent = self._frame.destination(segment)[segment[2]:]
+            except RemoteProtocolError as exc:
+                self._error = exc
+                raise
         else:
             if self._scratch is None:
                 self._scratch = memoryview(bytearray(_SCRATCH_BYTES))
@@ -355,7 +395,7 @@ class Decoder:
     def _expected(self) -> str:
         if self._frame is None:
             return ""
-        remaining = sum(s[0] + len(s[1]) - s[2] for s in self._frame.segments)
+        remaining = sum(s[0] + self._frame.plans[s[3]][2] - s[2] for s in self._frame.segments)
         return f" ({remaining} more bytes were announced)"
 
     def _consume(self, view: memoryview) -> None:
@@ -364,13 +404,15 @@ class Decoder:
             if self._frame is None:
                 pos = self._take_head(view, pos)
                 continue
-            padding, dest, filled = self._frame.segments[0]
+            segment = self._frame.segments[0]
+            padding, filled = segment[0], segment[2]
             if padding:
                 take = min(padding, len(view) - pos)
                 if view[pos:pos + take] != _ZEROS[:take]:
                     raise RemoteProtocolError("non-zero alignment padding before a tensor")
                 self._frame.segments[0][0] -= take
             else:
+                dest = self._frame.destination(segment)
                 take = min(len(dest) - filled, len(view) - pos)
                 dest[filled:filled + take] = view[pos:pos + take]
                 self._frame.segments[0][2] += take
@@ -380,7 +422,8 @@ class Decoder:
 
     def _advance_segments(self) -> None:
         segments = self._frame.segments
-        while segments and segments[0][0] == 0 and segments[0][2] == len(segments[0][1]):
+        while segments and segments[0][0] == 0 and segments[0][2] == self._frame.plans[
+                segments[0][3]][2]:
             segments.popleft()
         if not segments:
             frame, self._frame, self._frame_bytes = self._frame, None, 0
@@ -422,27 +465,27 @@ class Decoder:
         if total > self._limits.max_body_bytes:
             raise FrameTooLarge(f"tensors total {total} bytes, over the limit of "
                                 f"{self._limits.max_body_bytes}")
-        # Everything is validated: only now allocate.
-        entries, segments, offset = [], deque(), PREFIX.size + len(header_bytes)
-        for descriptor, dtype, nbytes in plans:
-            value = _allocate(descriptor, dtype)
+        # Everything is validated. Arrays with raw bytes are allocated when those bytes arrive.
+        values, segments, offset = [], deque(), PREFIX.size + len(header_bytes)
+        for index, (descriptor, dtype, nbytes) in enumerate(plans):
+            values.append(None if nbytes else _allocate(descriptor, dtype))
             if nbytes:
                 pad = -offset % ALIGNMENT
-                segments.append([pad, memoryview(value.reshape(-1).view(np.uint8)), 0])
+                segments.append([pad, None, 0, index])
                 offset += pad + nbytes
-            error = descriptor["error"]
-            entries.append(TensorEntry(
-                descriptor["key"], value, descriptor["dead"],
-                None if error is None else Status(error["code"], error["message"])))
-        self._frame = _PendingFrame(schema, payload, entries, segments)
+        self._frame = _PendingFrame(schema, payload, plans, values, segments)
         self._advance_segments()
 
     def _unpack_header(self, header_bytes: memoryview) -> dict:
         size = len(header_bytes)
         try:
-            header = msgpack.unpackb(
-                header_bytes, raw=False, strict_map_key=True, use_list=True, max_str_len=size,
-                max_bin_len=size, max_array_len=size, max_map_len=size, max_ext_len=0)
+            if size <= SMALL_HEADER_BYTES:  # at most `size` values: cheap in C
+                header = msgpack.unpackb(
+                    header_bytes, raw=False, strict_map_key=True, use_list=True,
+                    max_str_len=size, max_bin_len=size, max_array_len=size, max_map_len=size,
+                    max_ext_len=0)
+            else:
+                header = _unpack_counted(header_bytes, self._limits)
         except (ValueError, TypeError, msgpack.UnpackException) as exc:
             raise RemoteProtocolError(f"header is not valid msgpack: {exc}") from exc
         if not isinstance(header, dict) or set(header) != HEADER_KEYS:
@@ -531,7 +574,7 @@ class Decoder:
 
 
 def _allocate(descriptor: dict, dtype: np.dtype | None) -> np.ndarray | None:
-    """The (unfilled) array of a validated descriptor; string tensors come filled."""
+    """The array of a validated descriptor without raw bytes (none, empty or strings)."""
     if dtype is None:
         return None
     if dtype == object:
@@ -540,3 +583,69 @@ def _allocate(descriptor: dict, dtype: np.dtype | None) -> np.ndarray | None:
         return value.reshape(descriptor["shape"])
     return np.empty(descriptor["shape"], dtype=dtype)
 
+
+# First bytes of msgpack arrays and maps: fixarray/fixmap carry their length, the others a
+# length field that read_array_header/read_map_header parse.
+_ARRAY_BYTES: Final = frozenset([*range(0x90, 0xA0), 0xDC, 0xDD])
+_MAP_BYTES: Final = frozenset([*range(0x80, 0x90), 0xDE, 0xDF])
+
+
+def _unpack_counted(data: memoryview, limits: Limits) -> Any:
+    """Unpack a large header value by value, counting values and nesting before building more.
+
+    msgpack's one-call ``unpackb`` cannot bound how many objects it creates (every byte may
+    become an empty list, 56 bytes and more) and holds the GIL for the whole call. This walks
+    containers in Python and lets msgpack unpack only scalars, so the work stops at
+    ``limits.max_header_values`` values or ``limits.max_depth`` levels, and other threads get
+    the GIL between values. About twice as slow as ``unpackb``: used only for large headers.
+    """
+    size = len(data)
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=True, max_buffer_size=size,
+                                max_str_len=size, max_bin_len=size, max_array_len=size,
+                                max_map_len=size, max_ext_len=0)
+    unpacker.feed(data)
+    budget, max_depth = limits.max_header_values, limits.max_depth
+    root: list = []
+    # [container, values left, pending map key, is a map, key read]
+    stack: list[list] = [[root, 1, None, False, False]]
+    values = 0
+    while len(stack) > 1 or stack[0][1]:
+        top = stack[-1]
+        if not top[1]:
+            stack.pop()
+            continue
+        values += 1
+        if values > budget:
+            raise FrameTooLarge(f"header holds more than {budget} msgpack values")
+        if top[3] and not top[4]:
+            top[2], top[4] = unpacker.unpack(), True
+            if not isinstance(top[2], str):  # strict_map_key applies to unpackb, not here
+                raise RemoteProtocolError("header map keys must be strings")
+            continue
+        position = unpacker.tell()
+        if position >= size:
+            raise RemoteProtocolError("header ends inside a map or list")
+        first = data[position]
+        child = None
+        if first in _ARRAY_BYTES:
+            value: Any = []
+            child = [value, unpacker.read_array_header(), None, False, False]
+        elif first in _MAP_BYTES:
+            value = {}
+            child = [value, unpacker.read_map_header(), None, True, False]
+        else:
+            value = unpacker.unpack()
+        if top[3]:
+            top[0][top[2]] = value
+            top[4] = False
+        else:
+            top[0].append(value)
+        top[1] -= 1
+        if child is not None and child[1]:
+            if len(stack) > max_depth + 1:  # the header map is one level above the payload
+                raise RemoteProtocolError(f"header nests maps/lists deeper than {max_depth} "
+                                          "levels")
+            stack.append(child)
+    if unpacker.tell() != size:
+        raise RemoteProtocolError(f"{size - unpacker.tell()} bytes after the header's value")
+    return root[0]

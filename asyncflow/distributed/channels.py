@@ -69,5 +69,25 @@ def connect(address, token=None, connect_timeout=5.0):
     if is_inprocess(address):
         return _InProcess(address)
     from transports.http_client import TrioHttpChannel
-    token = token if token is not None else (os.environ.get(TOKEN_ENV) or None)
+    token = check_token(token if token is not None else (os.environ.get(TOKEN_ENV) or None))
     return TrioHttpChannel(address, token=token, connect_timeout=connect_timeout)
+
+
+def check_token(token):
+    """``token`` without surrounding whitespace; None stays None.
+
+    HTTP strips the whitespace around a header value, so a token read with its trailing
+    newline (``ASYNCFLOW_TOKEN=$(cat file)`` keeps none, a file read in Python does) could
+    never match; it is stripped on both sides.
+
+    Raises:
+        ValueError: the token is empty or holds characters an HTTP header cannot carry.
+    """
+    if token is None:
+        return None
+    stripped = token.strip()
+    if not stripped or not all(33 <= ord(c) < 127 for c in stripped):
+        raise ValueError(f"{TOKEN_ENV} must be printable ASCII without spaces (an HTTP header "
+                         "carries it); generate one with: python -c \"import secrets; "
+                         "print(secrets.token_urlsafe(32))\"")
+    return stripped

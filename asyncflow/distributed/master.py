@@ -10,7 +10,11 @@ Theory of operation (reference §6; DESIGN.md "Distribution"):
   its nodes, where client feeds become placeholders ``_feed_<i>``, plus the names to feed and
   fetch, every task's address (``peers``, for pulls) and the transfers whose pulls may share
   a request without risking a deadlock, with their levels (``batching.py``).
-- **Register** lazily before the first step, per task and incarnation.
+- **Register** lazily before the first step, per task and incarnation, and again when the
+  graph sat idle for half the lease the worker grants (``stats["graph_lease_s"]`` of its
+  Health): a worker drops graphs nobody uses, and the old handle expires there on its own.
+  Each RunGraph carries the next ``request_id`` of its registration (the worker's replay
+  check).
 - **Step.** A fresh random step id; RunGraph on every involved task at once; client feeds ride
   in the RunGraph of the task that reads them; fetches come back in the replies. A health
   watchdog runs beside the step. On the first failure the master sends AbortStep everywhere,
@@ -41,6 +45,7 @@ Knows transports' messages and the graph/runtime layers; never HTTP (channels co
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import secrets
 
@@ -78,6 +83,7 @@ class _Task:
     down_reported: bool = False  # an UnavailableError naming the task reached the caller
     devices: list = dataclasses.field(default_factory=list)
     last_ok: float = float("-inf")
+    graph_lease_s: float | None = None  # how long the worker keeps an idle graph
 
 
 @dataclasses.dataclass
@@ -90,6 +96,8 @@ class TaskGraph:
     feed_indices: list     # indices into the run's feed list, in ``options["feeds"]`` order
     handle: str | None = None
     registered_incarnation: int = 0
+    request_ids: object = None  # itertools.count(1) per registration: RunGraph request ids
+    last_used: float = 0.0      # trio time of the registration or the last RunGraph reply
 
 
 @dataclasses.dataclass
@@ -198,6 +206,8 @@ class Master:
                          "registered again", task.name, task.incarnation, reply.incarnation)
         self._seen(task, reply.incarnation)
         task.devices = list(reply.devices)
+        lease = (reply.stats or {}).get("graph_lease_s")
+        task.graph_lease_s = lease if isinstance(lease, (int, float)) and lease > 0 else None
         task.last_ok = trio.current_time()
         return restarted
 
@@ -328,10 +338,16 @@ class Master:
                 self._seen(task, reply.incarnation)
                 raise self.restart_error([task])
             tg.handle, tg.registered_incarnation = reply.graph_handle, task.incarnation
+            tg.request_ids, tg.last_used = itertools.count(1), trio.current_time()
+
+        def lease_running_out(tg):
+            lease = self.tasks[tg.task].graph_lease_s
+            return lease is not None and trio.current_time() - tg.last_used > lease / 2
 
         def pending():
             return [tg for tg in run.task_graphs if tg.handle is None
-                    or tg.registered_incarnation != self.tasks[tg.task].incarnation]
+                    or tg.registered_incarnation != self.tasks[tg.task].incarnation
+                    or lease_running_out(tg)]
 
         if not pending():
             return
@@ -427,14 +443,15 @@ class _StepDriver:
         feeds = [TensorEntry(name, self.feed_values[i])
                  for name, i in zip(tg.options["feeds"], tg.feed_indices)]
         request = RunGraph(tg.handle, self.step_id, feeds, list(tg.options["fetches"]),
-                           timeout_ms=self.timeout_ms or None, trace=self.trace is not None)
+                           timeout_ms=self.timeout_ms or None, trace=self.trace is not None,
+                           request_id=next(tg.request_ids))
         timeout = self.timeout_ms / 1000 + 1.0 if self.timeout_ms else None
         reply = None
         with trio.CancelScope() as self.call_scopes[tg.task]:
             reply = await self._call(task, tg, request, timeout)
         if reply is None:
             return
-        task.last_ok = trio.current_time()
+        task.last_ok = tg.last_used = trio.current_time()
         self.results[index] = [entry.value for entry in reply.tensors]
         if self.trace is not None and reply.step_stats:
             from asyncflow.runtime.executor import NodeStats
@@ -549,7 +566,7 @@ def _task_graph_def(graph, nodes, feeds, feed_indices, fetch_ports):
                               "shape": encode_attr(tensor.shape)}})
     for op in ops:
         try:
-            nd = node_def(op)
+            nd = node_def(op, debug_info=True)  # errors on the worker name the user's line
         except ValueError as exc:
             raise errors.UnimplementedError(None, op, f"{exc}: this op cannot be sent to a "
                                             "worker") from None

@@ -160,6 +160,11 @@ class StepRendezvous:
     def aborted(self):
         return self._error is not None or self.local.aborted
 
+    @property
+    def abort_error(self):
+        """The error the step was aborted with (None while it is not)."""
+        return self._error
+
     def statistics(self):
         return self.local.statistics()
 

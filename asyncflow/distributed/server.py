@@ -40,13 +40,18 @@ class Server:
         port: port to bind (default: the cluster's; 0: any free port).
         token: shared secret required on every request (default ``ASYNCFLOW_TOKEN``).
         config: a SessionConfig for the worker's devices (``device_count``).
+        data_dir: the directory the worker's file ops (Save, Restore, readers) are confined
+            to; default: the current directory. Requests from other processes never touch
+            files outside it.
+        graph_lease_s: seconds a registered graph lives past its last use (default 600).
 
     Raises:
-        ValueError: if the cluster has no such task.
+        ValueError: if the cluster has no such task, the token is unusable or ``data_dir``
+            is not a directory.
     """
 
     def __init__(self, cluster, job_name, task_index=0, host=None, port=None, token=None,
-                 config=None):
+                 config=None, data_dir=None, graph_lease_s=600.0):
         self.cluster = ClusterSpec(cluster)
         self.job_name = job_name
         self.task_index = int(task_index)
@@ -55,8 +60,11 @@ class Server:
         self._inprocess = spec_host == _channels.INPROCESS_HOST
         self.host = host or "127.0.0.1"
         self.port = int(spec_port) if port is None else int(port)
-        self.token = token if token is not None else (os.environ.get(_channels.TOKEN_ENV) or None)
-        self.service = WorkerService(job_name, self.task_index, self._connect, config=config)
+        self.token = _channels.check_token(
+            token if token is not None else (os.environ.get(_channels.TOKEN_ENV) or None))
+        self.service = WorkerService(job_name, self.task_index, self._connect, config=config,
+                                     data_dir=os.getcwd() if data_dir is None else data_dir,
+                                     graph_lease_s=graph_lease_s)
         self.address = spec_address if self._inprocess else None
         self._cm = None
         self._scope = None
@@ -110,7 +118,8 @@ class Server:
                 self.http = http
                 self.address = http.address
                 self.port = http.port
-                _log.info("%s listening on %s", self.service.task, http.address)
+                # DEBUG: ``asyncflow worker`` prints the same event on stdout.
+                _log.debug("%s listening on %s", self.service.task, http.address)
                 yield self
         finally:
             with trio.CancelScope(shield=True):

@@ -7,7 +7,18 @@ Theory of operation (reference §6):
   feeds), fetches, the Recvs' batchable tensor names with their levels, the peers and the
   session's settings.
   The worker rebuilds it with ``import_graph_def`` in a fresh Graph, then compiles it with
-  the local compiler, which re-partitions by local device. One log line per graph.
+  the local compiler, which re-partitions by local device. One log line per graph. Import
+  and compile of a graph of more than ``INLINE_GRAPH_NODES`` nodes run in a worker thread (one
+  registration at a time), so the trio loop keeps answering Health; a graph of more than
+  ``max_graph_nodes`` nodes is refused before.
+- **Graph leases.** A graph lives ``graph_lease_s`` seconds (default 600) past its last
+  registration or RunGraph; then it is dropped (never while it runs), so the graphs of a
+  client killed with -9 do not stay forever. The master registers a graph again when it
+  has been idle for half the lease (Health's ``stats["graph_lease_s"]`` says how long).
+- **Replay.** Every RunGraph carries a ``request_id`` > 0, unique per graph handle (the master
+  counts from 1 per registration). The worker keeps an anti-replay window per handle (the
+  highest id and the ids seen within ``REPLAY_WINDOW`` below it, as IPsec does): a repeated
+  or too-old id is refused with ABORTED, so a recorded RunGraph cannot run twice.
 - **RunGraph.** Validates feeds against their placeholders, finds or creates the step's
   state, binds the step's ``StepRendezvous`` to the graph (peers, Recv declarations) and runs
   the partitions under the request's deadline. A failure aborts the step's rendezvous (so
@@ -18,7 +29,13 @@ Theory of operation (reference §6):
 - **Step state is bounded.** A step is dropped when its RunGraph is done and every tensor it
   sent has been pulled, on AbortStep/CleanupStep, or after ``step_ttl`` seconds. Dropped
   steps leave a tombstone (a bounded LRU) so late RunGraphs and pulls fail fast with
-  ABORTED instead of recreating state; at most ``max_steps`` steps live at once.
+  ABORTED instead of recreating state; at most ``max_steps`` steps live at once. An AbortStep
+  for a step this worker never saw leaves its mark in a second LRU, so flooding AbortStep
+  with made-up ids cannot evict the tombstones of steps that ran.
+- **Reset** clears the resource containers, aborts every live step (its RunGraph answers
+  ABORTED instead of finishing into dropped state) and drops every graph.
+- **Files.** With a ``data_dir``, every file an op opens must resolve inside it
+  (``runtime/files.py``): Save, Restore and the readers fail with PERMISSION_DENIED otherwise.
 - Resources (variables, queues) live in the worker's ResourceManager and outlive sessions
   until Reset.
 
@@ -45,6 +62,7 @@ from asyncflow.runtime import compiler as _compiler
 from asyncflow.runtime import device as _device
 from asyncflow.runtime import executor
 from asyncflow.runtime.options import SessionConfig
+from asyncflow.runtime.files import DataDirectory
 from asyncflow.runtime.resources import ResourceManager
 from transports.messages import (
     HealthReply, RecvTensorsReply, RegisterGraphReply, RemoteCallError, RunGraphReply,
@@ -72,6 +90,42 @@ def error_message(error):
     return (_rdv.DERIVED if derived else "") + message
 
 
+REPLAY_WINDOW = 4096
+# Graphs up to this size are imported on the loop (tens of ms); larger ones in a thread.
+INLINE_GRAPH_NODES = 500
+
+
+class _ReplayWindow:
+    """The request ids of one graph handle's RunGraphs, as an anti-replay window.
+
+    Ids at or below ``highest - REPLAY_WINDOW`` are refused as too old; within the window each
+    id is accepted once. Memory is bounded by the window, whatever a client sends.
+    """
+
+    __slots__ = ("highest", "seen")
+
+    def __init__(self):
+        self.highest = 0
+        self.seen = set()
+
+    def admit(self, request_id):
+        """None if ``request_id`` is fresh (and now used), else why it is refused."""
+        if request_id <= 0:
+            return "a RunGraph needs a request_id > 0, unique per graph handle"
+        if request_id <= self.highest - REPLAY_WINDOW:
+            return (f"request_id {request_id} is older than the last {REPLAY_WINDOW} "
+                    f"(highest {self.highest})")
+        if request_id in self.seen:
+            return f"request_id {request_id} was already used: a replayed RunGraph"
+        self.seen.add(request_id)
+        if request_id > self.highest:
+            self.highest = request_id
+            if len(self.seen) > 2 * REPLAY_WINDOW:
+                floor = self.highest - REPLAY_WINDOW
+                self.seen = {seen for seen in self.seen if seen > floor}
+        return None
+
+
 @dataclasses.dataclass
 class _WorkerGraph:
     handle: str
@@ -82,6 +136,9 @@ class _WorkerGraph:
     fetch_names: list
     binding_parts: tuple  # (declarations, batchable)
     peers: dict          # task name -> address
+    lease_expires: float = 0.0  # trio time after which an idle graph is dropped
+    running: int = 0     # RunGraphs in progress
+    replay: _ReplayWindow = dataclasses.field(default_factory=lambda: _ReplayWindow())
 
 
 class _StepState:
@@ -117,10 +174,13 @@ class WorkerService:
         config: a SessionConfig for the local devices (``device_count``) and compiler.
         step_ttl: seconds a step's state may live without finishing.
         max_steps: steps alive at once before pulls for new steps are refused.
+        data_dir: the directory the worker's file ops are confined to (None: unconfined).
+        graph_lease_s: seconds a graph lives past its last registration or run.
+        max_graph_nodes: the most nodes a RegisterGraph may carry.
     """
 
     def __init__(self, job_name, task_index, connect, config=None, step_ttl=120.0,
-                 max_steps=4096):
+                 max_steps=4096, data_dir=None, graph_lease_s=600.0, max_graph_nodes=100_000):
         self.job_name = job_name
         self.task_index = int(task_index)
         self.task = f"/job:{job_name}/replica:0/task:{self.task_index}"
@@ -132,7 +192,12 @@ class WorkerService:
         self._state = _compiler.DeviceState(self.local_devices)
         for name in self.device_names:
             self._state.incarnations[name] = self.incarnation
-        self.resources = ResourceManager(local=False)
+        self.data_directory = None if data_dir is None else DataDirectory(data_dir)
+        self.resources = ResourceManager(local=False, data_directory=self.data_directory)
+        self._graph_lease_s = float(graph_lease_s)
+        self._max_graph_nodes = int(max_graph_nodes)
+        self._registrations = trio.CapacityLimiter(1)
+        self._abort_marks = collections.OrderedDict()  # AbortStep for steps never seen
         self._connect = connect
         self._channels = {}
         self._graphs = {}
@@ -147,11 +212,17 @@ class WorkerService:
     # -- graphs -----------------------------------------------------------------------
     async def register_graph(self, request):
         options = request.options or {}
+        nodes = request.graph.get("node") if isinstance(request.graph, dict) else None
+        if isinstance(nodes, list) and len(nodes) > self._max_graph_nodes:
+            _fail("RESOURCE_EXHAUSTED", f"RegisterGraph: {len(nodes)} nodes exceed this "
+                  f"worker's limit of {self._max_graph_nodes}")
+        self._sweep_graphs()
         try:
-            graph, feeds, fetches, ops = self._import(request.graph, options)
-            # Every shipped node is a target: a Send's consumer lives on another worker.
-            compiled = _compiler.compile_run(graph, ops, feeds, fetches, ops, self._state,
-                                             self._compile_config(options), self.resources)
+            if isinstance(nodes, list) and len(nodes) <= INLINE_GRAPH_NODES:
+                graph, feeds, fetches, ops, compiled = self._build(request.graph, options)
+            else:
+                graph, feeds, fetches, ops, compiled = await trio.to_thread.run_sync(
+                    self._build, request.graph, options, limiter=self._registrations)
         except errors.OpError as exc:
             _fail(errors.error_code_name(exc), f"RegisterGraph: {error_message(exc)}")
         except (ValueError, TypeError, KeyError) as exc:
@@ -163,11 +234,28 @@ class WorkerService:
                   "'host:port' addresses")
         self._graphs[handle] = _WorkerGraph(
             handle, graph, compiled, feeds, list(options.get("feeds") or []),
-            [t.name for t in fetches], self._declarations(graph, options), dict(peers))
+            [t.name for t in fetches], self._declarations(graph, options), dict(peers),
+            lease_expires=trio.current_time() + self._graph_lease_s)
         self.counters.graphs_registered += 1
         _log.info("%s registered graph %s: %d ops on %s", self.task, handle, len(ops),
                   ", ".join(sorted({op.device for op in ops})) or "no devices")
         return RegisterGraphReply(handle, self.incarnation)
+
+    def _build(self, graph_def, options):
+        """Import and compile a graph (in a worker thread)."""
+        graph, feeds, fetches, ops = self._import(graph_def, options)
+        # Every shipped node is a target: a Send's consumer lives on another worker.
+        compiled = _compiler.compile_run(graph, ops, feeds, fetches, ops, self._state,
+                                         self._compile_config(options), self.resources)
+        return graph, feeds, fetches, ops, compiled
+
+    def _sweep_graphs(self):
+        now = trio.current_time()
+        for handle, wg in list(self._graphs.items()):
+            if not wg.running and now > wg.lease_expires:
+                del self._graphs[handle]
+                _log.info("%s dropped graph %s: its lease of %g s expired", self.task, handle,
+                          self._graph_lease_s)
 
     def _import(self, graph_def, options):
         feed_names = options.get("feeds") or []
@@ -239,7 +327,7 @@ class WorkerService:
             self._tombstones.popitem(last=False)
 
     def _find_or_create(self, step_id):
-        reason = self._tombstones.get(step_id)
+        reason = self._tombstones.get(step_id) or self._abort_marks.get(step_id)
         if reason is not None:
             _fail("ABORTED", f"step {step_id} was already {reason} on {self.task}")
         state = self._steps.get(step_id)
@@ -295,6 +383,10 @@ class WorkerService:
             _fail("INVALID_ARGUMENT", f"RunGraph fetch keys {list(request.fetch_keys)} differ "
                   f"from the registered {wg.fetch_names}")
         feed_values = self._feed_values(wg, request.feeds)
+        refused = wg.replay.admit(request.request_id)
+        if refused is not None:
+            _fail("INVALID_ARGUMENT" if request.request_id <= 0 else "ABORTED",
+                  f"RunGraph of step {request.step_id} on {self.task}: {refused}")
         state = self._find_or_create(request.step_id)
         if state.running or state.ran:
             _fail("ALREADY_EXISTS", f"step {request.step_id} already ran on {self.task}")
@@ -305,12 +397,15 @@ class WorkerService:
         state.running = True
         trace = [] if request.trace else None
         step = executor.Step(request.step_id, rendezvous=state.rendezvous, trace=trace)
+        wg.running += 1
         try:
             values = await self._execute(state, wg, feed_values, step, request.timeout_ms)
         except BaseException as exc:
             self._step_failed(state, exc)
             raise
         finally:
+            wg.running -= 1
+            wg.lease_expires = trio.current_time() + self._graph_lease_s
             state.running = False
             state.ran = True
             self.counters.pull_requests += state.rendezvous.pull_requests
@@ -331,6 +426,9 @@ class WorkerService:
             except errors.OpError as exc:
                 _fail(errors.error_code_name(exc), error_message(exc))
         if state.rendezvous.aborted:
+            reason = state.rendezvous.abort_error  # a Reset says so itself; an AbortStep is derived
+            if reason is not None and not _rdv.is_derived(reason.message):
+                _fail("ABORTED", reason.message)
             _fail("ABORTED", _rdv.DERIVED + f"step {state.step_id} was aborted on {self.task}")
         _fail("DEADLINE_EXCEEDED", f"step {state.step_id} ran past its {timeout_ms} ms deadline "
               f"on {self.task}")
@@ -370,12 +468,16 @@ class WorkerService:
                       f"incarnation ({incarnation:x}) than {self.task}'s ({self.incarnation:x}): "
                       "the worker restarted")
         state = self._find_or_create(request.step_id)
+        if len(set(keys)) != len(keys):
+            _fail("INVALID_ARGUMENT", "RecvTensors names a rendezvous key twice")
         entries = []
         try:
             for key in keys:
                 value, is_dead = await state.rendezvous.local.recv(key)
                 value = None if is_dead else _host(value)
                 entries.append(TensorEntry(key, value, is_dead=is_dead))
+        except RuntimeError as exc:  # another RecvTensors already waits on the key
+            _fail("ALREADY_EXISTS", f"step {request.step_id} on {self.task}: {exc}")
         except errors.OpError as exc:
             _fail(errors.error_code_name(exc), _rdv.DERIVED + error_message(exc).removeprefix(
                 _rdv.DERIVED))
@@ -387,10 +489,16 @@ class WorkerService:
         state = self._steps.get(request.step_id)
         error = errors.from_code(request.code, _rdv.DERIVED + request.message.removeprefix(
             _rdv.DERIVED))
-        if state is not None:
-            state.rendezvous.abort(error)
-            if state.scope is not None:
-                state.scope.cancel()
+        if state is None:
+            if request.step_id not in self._tombstones:
+                self._abort_marks[request.step_id] = "aborted"
+                self._abort_marks.move_to_end(request.step_id)
+                while len(self._abort_marks) > 4 * self._max_steps:
+                    self._abort_marks.popitem(last=False)
+            return
+        state.rendezvous.abort(error)
+        if state.scope is not None:
+            state.scope.cancel()
         self._drop(request.step_id, "aborted")
 
     async def cleanup_step(self, request):
@@ -401,6 +509,7 @@ class WorkerService:
 
     # -- status -----------------------------------------------------------------------
     async def health(self, request):
+        self._sweep_graphs()
         return HealthReply(self.incarnation, self.task, list(self.device_names),
                            self.statistics())
 
@@ -423,8 +532,16 @@ class WorkerService:
 
     async def reset(self, request):
         containers = request.containers
+        for step_id, state in list(self._steps.items()):
+            state.rendezvous.abort(errors.AbortedError(
+                None, None, f"step {step_id} was aborted by a Reset of {self.task}"))
+            if state.scope is not None:
+                state.scope.cancel()
+            self._drop(step_id, "aborted by a reset")
+        dropped, self._graphs = len(self._graphs), {}
         self.resources.reset(containers)
-        _log.info("%s reset containers %s", self.task, "all" if containers is None else containers)
+        _log.info("%s reset containers %s and dropped %d graphs", self.task,
+                  "all" if containers is None else containers, dropped)
 
     def statistics(self):
         """Plain counters (Health's ``stats``)."""
@@ -435,7 +552,7 @@ class WorkerService:
                 "bytes_received": self.counters.bytes_received,
                 "pull_requests": self.counters.pull_requests,
                 "tensors_pulled": self.counters.tensors_pulled,
-                "max_rss_mib": _max_rss_mib()}
+                "max_rss_mib": _max_rss_mib(), "graph_lease_s": self._graph_lease_s}
 
     async def metrics_text(self):
         stats = self.statistics()

@@ -149,8 +149,11 @@ def decode_attr(value):
 
 
 # -- export -------------------------------------------------------------------------------
-def node_def(op, add_shapes=False):
+def node_def(op, add_shapes=False, debug_info=False):
     """The plain-data node of one Operation.
+
+    With ``debug_info`` the node also carries ``"debug_info": [file, line, function]``, where
+    the op was created, so that a worker that imports it names the user's line in errors.
 
     Raises:
         ValueError: naming the op and attr when an attr value cannot be serialized.
@@ -167,8 +170,24 @@ def node_def(op, add_shapes=False):
         attr[_SHAPES_ATTR] = {"list": [encode_attr(t.shape) for t in op._outputs]}
     inputs = [f"{t.op.name}:{t.value_index}" for t in op._inputs]
     inputs += [f"^{c.name}" for c in op._control_inputs]
-    return {"name": op.name, "op": op.type, "input": inputs, "device": op.device or "",
+    node = {"name": op.name, "op": op.type, "input": inputs, "device": op.device or "",
             "attr": attr}
+    if debug_info and op._traceback is not None:
+        filename, lineno, function = op._traceback
+        node["debug_info"] = [str(filename), int(lineno), str(function)]
+    return node
+
+
+_MAX_DEBUG_TEXT = 1000
+
+
+def _debug_info(name, value):
+    """The ``(file, line, function)`` of a node's ``debug_info``; ValueError if malformed."""
+    if not (isinstance(value, list) and len(value) == 3 and isinstance(value[0], str)
+            and isinstance(value[1], int) and not isinstance(value[1], bool)
+            and isinstance(value[2], str)):
+        raise ValueError(f"node '{name}': debug_info must be [file, line, function]")
+    return (value[0][:_MAX_DEBUG_TEXT], value[1], value[2][:_MAX_DEBUG_TEXT])
 
 
 def as_graph_def(graph=None, add_shapes=False):
@@ -280,6 +299,8 @@ class _Importer:
             raise ValueError(f"node '{name}': {exc.args[0]}") from None
         for position, src, index in deferred:
             self.patches.append((op, position, src, index))
+        if "debug_info" in node:  # where the exporter's user created it, for errors
+            op._traceback = _debug_info(name, node["debug_info"])
         if colocation:
             op._colocation = colocation
         if shapes is not None:

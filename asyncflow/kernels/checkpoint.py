@@ -35,6 +35,7 @@ import json
 import os
 import struct
 import tempfile
+import time
 
 import numpy as np
 
@@ -72,6 +73,27 @@ def fsync_directory(directory):
         os.close(fd)
 
 
+STALE_TEMPORARY_S = 60.0  # a temporary file unchanged this long belongs to a dead writer
+
+
+def remove_stale_temporaries(directory, name):
+    """Delete ``.NAME.*.tmp`` files in ``directory`` that no writer touched for a minute.
+
+    A save killed mid-write (kill -9, power loss) leaves its temporary file behind; the next
+    save of the same file removes it. A live writer keeps its file's mtime fresh.
+    """
+    prefix, now = "." + name + ".", time.time()
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return
+    for entry in entries:
+        if entry.name.startswith(prefix) and entry.name.endswith(".tmp"):
+            with contextlib.suppress(OSError):
+                if now - entry.stat(follow_symlinks=False).st_mtime > STALE_TEMPORARY_S:
+                    os.unlink(entry.path)
+
+
 def atomic_write(path, write):
     """Write a file so that ``path`` is always absent, the old file, or the complete new one.
 
@@ -80,6 +102,7 @@ def atomic_write(path, write):
         write: ``write(fileobj)`` writing the whole content to a binary file object.
     """
     directory = os.path.dirname(os.path.abspath(path))
+    remove_stale_temporaries(directory, os.path.basename(path))
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
                                dir=directory)
     try:
@@ -150,23 +173,24 @@ def read_safetensors_header(fileobj, path, size):
         raise _corrupt(path, "shorter than the 8-byte header length")
     length, = struct.unpack("<Q", raw)
     if length > MAX_HEADER_BYTES or length > size - 8:
-        raise _corrupt(path, f"header length {length} exceeds the file or the 100 MB cap")
+        raise _corrupt(path, "its header length exceeds the file or the 100 MB cap")
     try:
         header = json.loads(fileobj.read(length))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise _corrupt(path, f"header is not JSON ({exc})") from None
+    except (UnicodeDecodeError, ValueError):  # the reason would quote the file's bytes
+        raise _corrupt(path, "header is not JSON") from None
     if not isinstance(header, dict):
         raise _corrupt(path, "header is not a JSON object")
     metadata = header.pop("__metadata__", None) or {}
     data_size = size - 8 - length
     entries = {}
-    for name, info in header.items():
+    for index, (name, info) in enumerate(header.items()):
         try:
             dtype = _FROM_SAFETENSORS[info["dtype"]]
             shape = tuple(int(d) for d in info["shape"])
             begin, end = (int(x) for x in info["data_offsets"])
         except (KeyError, TypeError, ValueError):
-            raise _corrupt(path, f"bad header entry for {name!r}: {info!r}") from None
+            raise _corrupt(path, f"header entry #{index} is not "
+                           "{dtype, shape, data_offsets}") from None
         count = int(np.prod(shape, dtype=np.int64))
         if any(d < 0 for d in shape) or not 0 <= begin <= end <= data_size \
                 or end - begin != count * dtype.np.itemsize:
@@ -211,7 +235,7 @@ def _string(value):
 
 @register_kernel("Save", offload=True)
 def _save(ctx, filename, global_step, *values):
-    path = _string(filename)
+    path = ctx.resolve_path(_string(filename))
     tensors = {}
     for name, value in zip(ctx.attrs["tensor_names"], values):
         # Variables may live on a GPU: their values are copied to the host to be written.
@@ -243,7 +267,7 @@ def _mismatches(entries, names, kinds, shapes):
 
 @register_kernel("Restore", offload=True)
 def _restore(ctx, filename):
-    path = _string(filename)
+    path = ctx.resolve_path(_string(filename))
     names, kinds, shapes = (ctx.attrs[k] for k in ("tensor_names", "dtypes", "shapes"))
     tensors, entries = read_checkpoint(path, names)
     missing, wrong = _mismatches(entries, names, kinds, shapes)

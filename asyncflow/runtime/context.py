@@ -42,6 +42,16 @@ class NodeContext:
             self._constant = self.device.constant(value)
         return self._constant
 
+    def resolve_path(self, path):
+        """The path a file op may open: confined to a worker's data directory (see
+        ``runtime/files.py``), as given in a local session.
+
+        Raises:
+            PermissionDeniedError: the path leaves the worker's data directory.
+        """
+        directory = self.resources.data_directory
+        return path if directory is None else directory.resolve(path, self.name)
+
     def to_device(self, array):
         return self.device.put(array)
 

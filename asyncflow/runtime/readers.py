@@ -62,8 +62,10 @@ class ReaderResource:
             dims) or None.
     """
 
-    def __init__(self, kind, name, skip_header_lines=0, names=None, dtypes=(), shapes=None):
+    def __init__(self, kind, name, skip_header_lines=0, names=None, dtypes=(), shapes=None,
+                 resolve=None):
         self.kind = kind
+        self._resolve = resolve  # path -> the path to open (a worker's data directory check)
         self.name = name
         self.skip_header_lines = skip_header_lines
         self.names = names
@@ -264,6 +266,8 @@ class ReaderResource:
 
     async def _load(self):
         path = os.fsdecode(self._work)
+        if self._resolve is not None:
+            path = self._resolve(path)
         records = self._cached(path)
         if records is not None:
             self._loaded(records)
@@ -365,13 +369,16 @@ def lookup_or_create(node_ctx):
 
     def create():
         if kind == TEXT_LINE:
-            return ReaderResource(kind, name, skip_header_lines=int(attrs.get("skip_header_lines", 0)))
+            return ReaderResource(kind, name,
+                                  skip_header_lines=int(attrs.get("skip_header_lines", 0)),
+                                  resolve=node_ctx.resolve_path)
         shapes = attrs.get("shapes") or None
         if shapes is not None:
             shapes = tuple(None if s.dims is None else tuple(s.dims) for s in shapes)
         names = attrs.get("names") or None
         return ReaderResource(kind, name, names=tuple(names) if names else None,
-                              dtypes=tuple(d.np for d in attrs["component_types"]), shapes=shapes)
+                              dtypes=tuple(d.np for d in attrs["component_types"]), shapes=shapes,
+                              resolve=node_ctx.resolve_path)
 
     def check(existing):
         if not isinstance(existing, ReaderResource) or existing.kind != kind:

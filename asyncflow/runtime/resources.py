@@ -71,10 +71,13 @@ class ResourceManager:
     Args:
         local: True for a local session's private manager (resources with a ``shared_name``
             then go to the process-wide manager instead).
+        data_directory: a worker's ``files.DataDirectory``: its ops' file paths must resolve
+            inside it. None (local sessions): paths are used as given.
     """
 
-    def __init__(self, local=False):
+    def __init__(self, local=False, data_directory=None):
         self.local = local
+        self.data_directory = data_directory
         self._containers = {}
 
     def lookup(self, container, name):

@@ -11,6 +11,7 @@ import select
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -72,7 +73,7 @@ class WorkerProcesses:
             where = ["--cluster", json.dumps(spec), "--job", job, "--task", str(index)]
             proc = subprocess.Popen(
                 [sys.executable, "-m", "asyncflow", "worker", *(where if flags else []),
-                 "--log-level", "WARNING"],
+                 "--log-level", "WARNING", "--data-dir", tempfile.gettempdir()],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                 env={**os.environ, **ONE_BLAS_THREAD, **(env or {})})
             self.procs[(job, index)] = proc

@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -46,11 +47,18 @@ class WorkerProcess:
         cpus: logical CPU devices.
         cwd: the working directory of the process (where relative checkpoint paths land);
             default the test's own.
+        data_dir: the worker's ``--data-dir`` (default: the system's temporary directory, which
+            holds the tests' ``tmp_path`` checkpoints).
+        args: more command-line arguments.
+        preexec_fn: run in the child before it starts (e.g. resource limits).
     """
 
-    def __init__(self, cluster, job, task=0, port=None, env=None, cpus=1, cwd=None):
+    def __init__(self, cluster, job, task=0, port=None, env=None, cpus=1, cwd=None,
+                 data_dir=None, args=(), preexec_fn=None):
         self.cluster, self.job, self.task = cluster, job, task
         self.port, self.cpus, self.cwd = port, cpus, cwd
+        self.data_dir = str(data_dir or tempfile.gettempdir())
+        self.args, self.preexec_fn = list(args), preexec_fn
         # One BLAS thread per process: spinning pools starve the shared cores.
         self.env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", **(env or {}))
         if cwd is not None:  # the project must stay importable from another directory
@@ -70,11 +78,13 @@ class WorkerProcess:
         """
         argv = [sys.executable, "-m", "asyncflow", "worker", "--cluster",
                 json.dumps(self.cluster), "--job", self.job, "--task", str(self.task),
-                "--cpus", str(self.cpus), "--log-level", "WARNING"]
+                "--cpus", str(self.cpus), "--log-level", "WARNING", "--data-dir", self.data_dir,
+                *self.args]
         if self.port is not None:
             argv += ["--port", str(self.port)]
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, env=self.env, cwd=self.cwd)
+                                     text=True, env=self.env, cwd=self.cwd,
+                                     preexec_fn=self.preexec_fn)
         ready = threading.Event()
 
         def read_stdout(proc=self.proc):

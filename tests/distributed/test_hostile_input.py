@@ -137,7 +137,7 @@ class Target:
         """RunGraph on the registered handle; returns (status, decoded reply)."""
         step_id = next(self.step_ids) if step_id is None else step_id
         request = RunGraph(self.handle, step_id, [TensorEntry(self.feed, np.asarray(x, np.float32))],
-                           list(self.fetches))
+                           list(self.fetches), request_id=step_id)
         status, body = http(self.address, "POST", f"/v1/steps/{step_id}/run", frame(request))
         return status, decoded(body)
 
@@ -194,7 +194,7 @@ def _valid_frames(target):
     return [
         ("POST", f"/v1/steps/{step}/run", frame(RunGraph(
             target.handle, step, [TensorEntry(target.feed, np.ones(3, np.float32))],
-            list(target.fetches)))),
+            list(target.fetches), request_id=step))),
         ("POST", f"/v1/steps/{step + 1}/recv", frame(RecvTensors(step + 1, [_key(target)]))),
         ("POST", f"/v1/steps/{step + 2}/abort", frame(AbortStep(step + 2, "CANCELLED", "x"))),
         ("POST", "/v1/graphs", frame(RegisterGraph({"node": []}, "fuzz", {}))),
@@ -302,7 +302,7 @@ def test_feed_of_a_wrong_dtype_or_shape_is_a_typed_error(target):
                           (np.array([b"a", b"b"], dtype=object), "dtype")]:
         step = next(target.step_ids)
         request = RunGraph(target.handle, step, [TensorEntry(target.feed, value)],
-                           list(target.fetches))
+                           list(target.fetches), request_id=step)
         status, body = http(target.address, "POST", f"/v1/steps/{step}/run", frame(request))
         reply = decoded(body)
         assert status == 400 and isinstance(reply, ErrorReply), body[:200]

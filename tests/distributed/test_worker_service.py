@@ -64,14 +64,15 @@ async def test_recv_before_run_finds_the_step_and_waits(cluster, autojump_clock)
     results = {}
 
     async def run_task1():
-        results[1] = await w1.run_graph(RunGraph(h1, step_id, [], tgs["1"].options["fetches"]))
+        results[1] = await w1.run_graph(RunGraph(h1, step_id, [], tgs["1"].options["fetches"],
+                                                 request_id=1))
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(run_task1)          # pulls from task 0 before task 0 runs the step
         await trio.testing.wait_all_tasks_blocked()
         assert services[0].statistics()["steps_held"] == 1
         feed = TensorEntry(tgs["0"].options["feeds"][0], np.arange(3, dtype=np.float32))
-        await w0.run_graph(RunGraph(h0, step_id, [feed], []))
+        await w0.run_graph(RunGraph(h0, step_id, [feed], [], request_id=1))
     np.testing.assert_array_equal(results[1].tensors[0].value, [1.0, 3.0, 5.0])
     # Both sides dropped the finished step; a late pull fails fast instead of creating state.
     assert services[0].statistics()["steps_held"] == 0
@@ -117,11 +118,13 @@ async def test_feeds_are_checked_against_their_placeholders(cluster, autojump_cl
     handle = await _register(w0, tg)
     name = tg.options["feeds"][0]
     with pytest.raises(RemoteCallError, match="INVALID_ARGUMENT.*dtype int32.*float32"):
-        await w0.run_graph(RunGraph(handle, 1, [TensorEntry(name, np.zeros(3, np.int32))], []))
+        await w0.run_graph(RunGraph(handle, 1, [TensorEntry(name, np.zeros(3, np.int32))], [],
+                                    request_id=1))
     with pytest.raises(RemoteCallError, match=r"INVALID_ARGUMENT.*shape \[4\]"):
-        await w0.run_graph(RunGraph(handle, 2, [TensorEntry(name, np.zeros(4, np.float32))], []))
+        await w0.run_graph(RunGraph(handle, 2, [TensorEntry(name, np.zeros(4, np.float32))], [],
+                                    request_id=2))
     with pytest.raises(RemoteCallError, match="INVALID_ARGUMENT.*missing"):
-        await w0.run_graph(RunGraph(handle, 3, [], []))
+        await w0.run_graph(RunGraph(handle, 3, [], [], request_id=3))
     # Registered state survives bad requests.
     assert services[0].statistics()["graphs"] == 1
     await master.close()
@@ -204,3 +207,64 @@ async def test_batch_levels_that_are_not_integers_are_refused(batchable):
         options = {"fetches": [out.name], "batchable": accepted}
         reply = await service.register_graph(RegisterGraph(graph.as_graph_def(), "s", options))
         assert reply.graph_handle
+
+
+async def _one_task_service(**options):
+    """A WorkerService on inprocess:301 with ``x * 2`` registered; returns (service, channel,
+    handle, feed name, fetch names)."""
+    spec = af.ClusterSpec({"worker": ["inprocess:301"]})
+    graph = af.Graph()
+    with graph.as_default(), af.device("/job:worker/task:0"):
+        x = af.placeholder(af.float32, [None], name="x")
+        y = x * 2.0
+    service = WorkerService("worker", 0, channels.connect, **options)
+    channels.register_inprocess("inprocess:301", service)
+    master = Master(spec, af.SessionConfig())
+    await master.open()
+    (tg,) = master.compile(graph, (x,), (y,), ()).task_graphs
+    channel = channels.connect("inprocess:301")
+    handle = await _register(channel, tg)
+    return service, channel, handle, tg.options["feeds"][0], tg.options["fetches"]
+
+
+def _run(handle, feed, fetches, step_id, request_id):
+    return RunGraph(handle, step_id, [TensorEntry(feed, np.ones(2, np.float32))], list(fetches),
+                    request_id=request_id)
+
+
+async def test_abort_floods_cannot_evict_tombstones_and_request_ids_run_once(autojump_clock):
+    service, channel, handle, feed, fetches = await _one_task_service(max_steps=4)
+    try:
+        await channel.run_graph(_run(handle, feed, fetches, 7, 1))
+        for step in range(1000, 1100):  # 25 times the abort marks' bound
+            await channel.abort_step(AbortStep(step, "CANCELLED", "flood"))
+        with pytest.raises(RemoteCallError, match="ABORTED.*step 7 was already finished"):
+            await channel.run_graph(_run(handle, feed, fetches, 7, 2))
+        with pytest.raises(RemoteCallError, match="ABORTED.*request_id 1 was already used"):
+            await channel.run_graph(_run(handle, feed, fetches, 8, 1))
+        with pytest.raises(RemoteCallError, match="INVALID_ARGUMENT.*needs a request_id"):
+            await channel.run_graph(_run(handle, feed, fetches, 9, 0))
+        for request_id in range(3, 3 + 4096 + 1):  # slide the window past id 2
+            service._graphs[handle].replay.admit(request_id)
+        with pytest.raises(RemoteCallError, match="ABORTED.*older than the last 4096"):
+            await channel.run_graph(_run(handle, feed, fetches, 10, 2))
+        reply = await channel.run_graph(_run(handle, feed, fetches, 11, 10**6))
+        np.testing.assert_array_equal(reply.tensors[0].value, [2.0, 2.0])
+    finally:
+        channels.unregister_inprocess("inprocess:301", service)
+
+
+async def test_idle_graphs_expire_after_their_lease(autojump_clock):
+    service, channel, handle, feed, fetches = await _one_task_service(graph_lease_s=30)
+    try:
+        await trio.sleep(20)
+        await channel.run_graph(_run(handle, feed, fetches, 1, 1))  # renews the lease
+        await trio.sleep(20)
+        assert (await channel.health()).stats["graphs"] == 1
+        await trio.sleep(11)
+        assert (await channel.health()).stats["graphs"] == 0
+        with pytest.raises(RemoteCallError, match="NOT_FOUND"):
+            await channel.run_graph(_run(handle, feed, fetches, 2, 2))
+        assert service.statistics()["graph_lease_s"] == 30  # what the master reads
+    finally:
+        channels.unregister_inprocess("inprocess:301", service)
