@@ -16,16 +16,18 @@ a usage error (an unknown command or option) exits 2, as argparse does.
 
 Exit status: 0 when stopped by SIGTERM, 130 (128 + SIGINT, as shells report it) when stopped
 with Ctrl-C, 1 when it cannot listen (one line naming the address), 2 for bad arguments.
-File ops of the graphs it runs are confined to ``--data-dir`` (default: the directory it was
-started in); see docs/security.md.
+File ops of the graphs it runs are confined to ``--data-dir`` (default: ``ASYNCFLOW_DATA_DIR``,
+else the directory it was started in); see docs/security.md.
 """
 from __future__ import annotations
 
 import argparse
 import errno
+import os
 import signal
 import sys
 
+DATA_DIR_ENV = "ASYNCFLOW_DATA_DIR"
 
 WORKER_EPILOG = """\
 examples:
@@ -41,6 +43,7 @@ examples:
 environment:
   ASYNCFLOW_CONFIG  TF_CONFIG-shaped JSON that stands in for --cluster, --job and --task
   TF_CONFIG         read when ASYNCFLOW_CONFIG is not set (Kubeflow's TFJob, Ray Train set it)
+  ASYNCFLOW_DATA_DIR  stands in for --data-dir (e.g. the checkpoint volume every task mounts)
   ASYNCFLOW_TOKEN   shared secret: when set, every request must carry it as a bearer token
                     (sessions and the other workers send the same variable)
 
@@ -72,8 +75,9 @@ def build_parser():
                         help="port to bind (default: the cluster's; 0 picks a free one)")
     worker.add_argument("--cpus", type=int, default=1, help="logical CPU devices")
     worker.add_argument("--data-dir", default=None,
-                        help="directory that Save, Restore and readers may touch (default: the "
-                             "current directory); paths outside it are refused")
+                        help="directory that Save, Restore and readers may touch (default: "
+                             "ASYNCFLOW_DATA_DIR, else the current directory); paths outside "
+                             "it are refused")
     worker.add_argument("--graph-lease-s", type=float, default=600.0,
                         help="seconds a registered graph lives without being used (default 600)")
     worker.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
@@ -180,7 +184,8 @@ def run_worker(args):
         server = Server(cluster, job, task, host=args.bind or args.host or default_bind,
                         port=args.port,
                         config=SessionConfig(device_count={"CPU": args.cpus}),
-                        data_dir=args.data_dir, graph_lease_s=args.graph_lease_s)
+                        data_dir=args.data_dir or os.environ.get(DATA_DIR_ENV) or None,
+                        graph_lease_s=args.graph_lease_s)
     except (ValueError, TypeError, RuntimeError) as exc:
         print(f"asyncflow worker: {exc}", file=sys.stderr)
         return 2

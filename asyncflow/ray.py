@@ -53,7 +53,7 @@ def _import_ray():
 class _TaskActor:
     """One asyncflow task: an ``af.Server`` serving on a thread of the actor's process."""
 
-    def __init__(self, job, index, port, token, cpus, start_timeout_s):
+    def __init__(self, job, index, port, token, cpus, start_timeout_s, data_dir):
         import trio
 
         from asyncflow.distributed.server import Server
@@ -63,7 +63,8 @@ class _TaskActor:
         self.node_id = ray.get_runtime_context().get_node_id()
         address = f"{self.host}:{port}"
         self.server = Server({job: {index: address}}, job, index, host=self.host, port=port,
-                             token=token, config=SessionConfig(device_count={"CPU": cpus}))
+                             token=token, config=SessionConfig(device_count={"CPU": cpus}),
+                             data_dir=data_dir)
         listening, failure = threading.Event(), []
         self._trio_token = None
 
@@ -166,7 +167,7 @@ def _resources_for(resources_per_task, job):
 
 @contextlib.contextmanager
 def start_cluster(jobs, *, resources_per_task=None, max_restarts=3, token=None,
-                  placement_strategy="SPREAD", start_timeout_s=120.0):
+                  placement_strategy="SPREAD", start_timeout_s=120.0, data_dir=None):
     """Start one asyncflow task per Ray actor; yields a :class:`RayCluster`.
 
     Args:
@@ -177,6 +178,9 @@ def start_cluster(jobs, *, resources_per_task=None, max_restarts=3, token=None,
         token: the cluster's shared secret (default ``ASYNCFLOW_TOKEN``, else random).
         placement_strategy: the placement group's strategy (``SPREAD``, ``PACK``, ...).
         start_timeout_s: how long to wait for every task to serve.
+        data_dir: the directory each task's Save, Restore and readers are confined to (the
+            checkpoint directory must be inside it, on a file system every node shares);
+            default this process's working directory.
 
     Raises:
         RuntimeError: Ray is not initialized, or a task did not start (naming it).
@@ -216,7 +220,8 @@ def start_cluster(jobs, *, resources_per_task=None, max_restarts=3, token=None,
                 num_cpus=cpus, num_gpus=gpus, resources=resources or None,
                 max_restarts=max_restarts, max_task_retries=0,
                 scheduling_strategy=in_bundle(i),
-            ).remote(job, index, port, token, max(1, int(cpus)), start_timeout_s)
+            ).remote(job, index, port, token, max(1, int(cpus)), start_timeout_s,
+                     os.path.abspath(data_dir if data_dir is not None else os.getcwd()))
         refs = {key: actor.info.remote() for key, actor in cluster._actors.items()}
         for key, ref in refs.items():
             try:

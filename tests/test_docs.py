@@ -316,9 +316,11 @@ _ROOTS = {"af": "asyncflow", "aio": "asyncflow.aio", "asyncflow": "asyncflow"}
 
 def name_problems(doc):
     problems = []
-    # Variables are read by the package or by the deployment scripts beside it.
+    # Variables are read by the package, the deployment scripts beside it, or the test suite
+    # (the ones that tune a test run).
     source = "".join(p.read_text(encoding="utf-8")
-                     for p in [*(ROOT / "asyncflow").rglob("*.py"), *(ROOT / "deploy").rglob("*")]
+                     for p in [*(ROOT / "asyncflow").rglob("*.py"), *(ROOT / "deploy").rglob("*"),
+                               *(ROOT / "tests").rglob("*.py")]
                      if p.is_file())
     for number, line in all_text(doc):
         for match in _AF_NAME.finditer(line):
@@ -334,7 +336,7 @@ def name_problems(doc):
         for variable in re.findall(r"\bASYNCFLOW_[A-Z_]+\b", line):
             if variable not in source:
                 problems.append(f"{doc.name}:{number}: environment variable {variable} is not "
-                                "read anywhere in asyncflow/ or deploy/")
+                                "read anywhere in asyncflow/, deploy/ or tests/")
     return problems
 
 

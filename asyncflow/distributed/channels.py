@@ -74,7 +74,7 @@ def connect(address, token=None, connect_timeout=5.0):
 
 
 def check_token(token):
-    """``token`` without surrounding whitespace; None stays None.
+    """``token`` without surrounding whitespace; None and ``""`` mean no token.
 
     HTTP strips the whitespace around a header value, so a token read with its trailing
     newline (``ASYNCFLOW_TOKEN=$(cat file)`` keeps none, a file read in Python does) could
@@ -83,7 +83,7 @@ def check_token(token):
     Raises:
         ValueError: the token is empty or holds characters an HTTP header cannot carry.
     """
-    if token is None:
+    if token is None or token == "":
         return None
     stripped = token.strip()
     if not stripped or not all(33 <= ord(c) < 127 for c in stripped):

@@ -11,5 +11,7 @@ if [ "${SLURM_PROCID:?not inside a Slurm step (start with srun)}" = 0 ]; then
         --port-base "$PORT_BASE" --steps "${ASYNCFLOW_STEPS:-200}" \
         --checkpoint-dir "${ASYNCFLOW_CHECKPOINT_DIR:-checkpoints}"
 fi
+# Every task writes its own checkpoint shard: confine its file ops to the (shared) checkpoint dir.
 exec "$PYTHON" -m asyncflow worker --resolver slurm --jobs "$ASYNCFLOW_JOBS" \
-    --port-base "$PORT_BASE" --log-level WARNING
+    --port-base "$PORT_BASE" --log-level WARNING \
+    --data-dir "${ASYNCFLOW_CHECKPOINT_DIR:-checkpoints}"

@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -36,6 +37,8 @@ class CliWorker:
         self.argv = [*prefix, sys.executable, "-m", "asyncflow", command, *args]
         self.env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
                         PYTHONUNBUFFERED="1", **(env or {}))
+        # Checkpoints of the tests live under tmp_path: the workers' data directory holds it.
+        self.env.setdefault("ASYNCFLOW_DATA_DIR", tempfile.gettempdir())
         self.proc = None
         self.lines = []
         self.address = None

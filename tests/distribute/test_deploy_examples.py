@@ -40,9 +40,29 @@ def _validate(resource, version):
 def test_native_manifests_validate_strictly(version):
     documents = _documents(KUBERNETES / "asyncflow-cluster.yaml")
     assert [d["kind"] for d in documents] == ["Service", "StatefulSet", "Service",
-                                              "StatefulSet", "Job"]
+                                              "StatefulSet", "Job", "PersistentVolumeClaim"]
     for resource in documents:
         _validate(resource, version)
+
+
+def test_every_task_mounts_the_shared_checkpoints_as_its_data_dir():
+    """A sharded Saver writes each task's shard on that task: its data dir must be the
+    checkpoint volume, the one claim every pod mounts at the same path."""
+    documents = _documents(KUBERNETES / "asyncflow-cluster.yaml")
+    (claim,) = [d for d in documents if d["kind"] == "PersistentVolumeClaim"]
+    assert "ReadWriteMany" in claim["spec"]["accessModes"]
+    for doc in documents:
+        if doc["kind"] not in ("StatefulSet", "Job"):
+            continue
+        pod = doc["spec"]["template"]["spec"]
+        (volume,) = pod["volumes"]
+        assert volume["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+        (container,) = pod["containers"]
+        (mount,) = container["volumeMounts"]
+        assert mount["name"] == volume["name"]
+        if doc["kind"] == "StatefulSet":
+            env = {e["name"]: e.get("value") for e in container["env"]}
+            assert env["ASYNCFLOW_DATA_DIR"] == mount["mountPath"]
 
 
 def test_the_validator_rejects_what_the_tests_rely_on_it_for():

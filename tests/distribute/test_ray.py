@@ -112,7 +112,7 @@ async def test_kill_9_of_a_task_restarts_it_on_the_same_address_and_training_res
         ray_cluster, tmp_path):
     from asyncflow.ray import start_cluster
     history, kills = [], []
-    with start_cluster({"ps": 1, "worker": 2}, max_restarts=3) as cluster:
+    with start_cluster({"ps": 1, "worker": 2}, max_restarts=3, data_dir=tmp_path) as cluster:
         spec_before = cluster.cluster_spec()
         with af.Graph().as_default():
             loss, train_op, step = _regression()
