@@ -255,6 +255,19 @@ class _Context:
     def _fix_control_inputs(self, op):
         """Control edges from outside a loop would cross frames: route them through Enters."""
 
+    def check_use(self, tensor, consumer, consumer_ctx):
+        """Raise ValueError when ``consumer`` (in ``consumer_ctx``) reads ``tensor`` (made in
+        this context) from outside a while loop that ``tensor`` is computed in (TF1's
+        ``CheckInputFromValidContext``): only the loop's Exits may leave it."""
+        ctx = self.outer if tensor.op.type in ("Exit", "RefExit") else self
+        while ctx is not None and not isinstance(ctx, WhileContext):
+            ctx = ctx.outer
+        if ctx is not None and not _inside(consumer_ctx, ctx):
+            raise ValueError(
+                f"Cannot use '{tensor.op.name}' as input to '{consumer.name}' because "
+                f"'{tensor.op.name}' is in a while loop ('{ctx.frame_name}'); return it from "
+                "the loop body (a loop variable) to use its final value")
+
     def _needs_pivot(self, op):
         return not op._inputs and not any(
             _inside(c._control_flow_context, self) for c in op._control_inputs)
@@ -387,7 +400,10 @@ def cond(pred, true_fn, false_fn, name=None):
         name: name scope of the cond's ops.
 
     Returns:
-        The merged outputs, in ``true_fn``'s structure (ops come back as ops).
+        The merged outputs, in ``true_fn``'s structure; a one-element list or tuple comes
+        back as its element (TF1). An op a branch returns comes back as a bool tensor that
+        runs the op and evaluates to the branch's pivot (True in the true branch), as TF1's
+        ``with_dependencies([op], pivot)``.
 
     Raises:
         TypeError: for a non-tensor or non-bool pred, non-callables or mismatched dtypes.
@@ -407,21 +423,23 @@ def cond(pred, true_fn, false_fn, name=None):
         outer = _current_context(graph)
         ctx_t = CondContext(graph, outer, pred_id, pivot_t, 1)
         ctx_f = CondContext(graph, outer, pred_id, pivot_f, 0)
-        res_t, out_t, ops_t = _build_branch(ctx_t, true_fn, "true_fn", cond_name)
-        res_f, out_f, ops_f = _build_branch(ctx_f, false_fn, "false_fn", cond_name)
+        res_t, out_t, _ = _build_branch(ctx_t, true_fn, "true_fn", cond_name)
+        res_f, out_f, _ = _build_branch(ctx_f, false_fn, "false_fn", cond_name)
         if not _same_structure(res_t, res_f) or len(out_t) != len(out_f):
             raise ValueError(f"cond '{cond_name}': true_fn and false_fn must return the same "
                              f"structure, got {res_t!r} and {res_f!r}")
         merged = []
-        for t, f, is_op in zip(out_t, out_f, ops_t):
+        for t, f in zip(out_t, out_f):
             if t.dtype is not f.dtype:
                 raise TypeError(f"cond '{cond_name}': outputs of true_fn and false_fn must "
                                 f"have the same type: {t.dtype.name}, {f.dtype.name}")
             out, _ = merge([f, t], name="Merge")
             _cond_merges(graph)[out.op] = pred_id
-            merged.append(out.op if is_op else out)
+            merged.append(out)
     if not isinstance(res_t, (list, tuple, collections.abc.Mapping)):
         return merged[0]
+    if isinstance(res_t, (list, tuple)) and len(res_t) == 1:
+        return pack_as(res_t, merged)[0]  # TF1 (strict=False) unpacks a singleton
     return pack_as(res_t, merged)
 
 

@@ -65,7 +65,7 @@ class LoopUnit:
 
 def _float_invariants(ctx):
     return [enter for enter in ctx._values.values()
-            if enter.op.type == "Enter" and enter.dtype.is_floating]
+            if enter.op.type in ("Enter", "RefEnter") and enter.dtype.is_floating]
 
 
 def register_unit(ctx):
