@@ -213,7 +213,9 @@ def _output_grads(graph, op, grads):
     for out, grad in zip(op._outputs, summed):
         if grad is not None:
             grads[out] = [grad]  # an x among these outputs reuses the sum
-    if all(g is None for g in summed):
+    if all(g is None for g in summed) or op.type in ("Switch", "RefSwitch"):
+        # A Switch fills its missing branch itself: zeros of its other output would read a
+        # value that is dead whenever the branch it belongs to is taken.
         return summed
     return [g if g is not None or not _differentiable_tensor(out)
             else graph.create_op("ZerosLike", (out,), {"dtype": None}, name="zeros_like")._outputs[0]

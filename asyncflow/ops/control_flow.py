@@ -281,9 +281,13 @@ class CondContext(_Context):
         self.pred = pred
         self.pivot = pivot
         self.branch = branch
+        self.sibling = None  # the other branch's context (set by cond)
 
     def _import(self, tensor):
-        return switch(tensor, self.pred)[self.branch]
+        imported = switch(tensor, self.pred)[self.branch]
+        # The loop gradient saves such a value only when this branch is taken.
+        _cond_imports(self.graph)[imported.op] = self
+        return imported
 
     def control_pivot(self):
         return self.pivot.op
@@ -423,6 +427,7 @@ def cond(pred, true_fn, false_fn, name=None):
         outer = _current_context(graph)
         ctx_t = CondContext(graph, outer, pred_id, pivot_t, 1)
         ctx_f = CondContext(graph, outer, pred_id, pivot_f, 0)
+        ctx_t.sibling, ctx_f.sibling = ctx_f, ctx_t
         res_t, out_t, _ = _build_branch(ctx_t, true_fn, "true_fn", cond_name)
         res_f, out_f, _ = _build_branch(ctx_f, false_fn, "false_fn", cond_name)
         if not _same_structure(res_t, res_f) or len(out_t) != len(out_f):
@@ -441,6 +446,11 @@ def cond(pred, true_fn, false_fn, name=None):
     if isinstance(res_t, (list, tuple)) and len(res_t) == 1:
         return pack_as(res_t, merged)[0]  # TF1 (strict=False) unpacks a singleton
     return pack_as(res_t, merged)
+
+
+def _cond_imports(graph):
+    """``{Switch op: CondContext}`` of the Switches that bring outer values into a branch."""
+    return graph._extensions.setdefault("cond_imports", {})
 
 
 def _cond_merges(graph):
