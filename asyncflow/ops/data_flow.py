@@ -137,14 +137,16 @@ class QueueBase:
         """``vals`` as tensors in component order, dtype-checked."""
         if self._names is not None:
             if not isinstance(vals, dict):
-                raise ValueError(f"Queue {self.name} has names {self._names}: {what} takes a "
-                                 f"dict keyed by them, got {type(vals).__name__}")
+                raise ValueError(f"Queue {self.name} has names {self._names}: you must "
+                                 f"enqueue a dictionary keyed by them, got "
+                                 f"{type(vals).__name__} ({what})")
             if sorted(vals) != sorted(self._names):
                 raise ValueError(f"Queue {self.name}: {what} keys {sorted(vals)} do not match "
-                                 f"the queue's names {sorted(self._names)}")
+                                 f"names of Queue {sorted(self._names)}")
             vals = [vals[n] for n in self._names]
         elif isinstance(vals, dict):
-            raise ValueError(f"Queue {self.name} has no names: {what} takes a list, not a dict")
+            raise ValueError(f"Queue {self.name} must have names to enqueue a dictionary "
+                             f"({what} takes a list here)")
         elif not isinstance(vals, (list, tuple)):
             vals = [vals]
         if len(vals) != len(self._dtypes):
