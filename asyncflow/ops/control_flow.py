@@ -217,6 +217,7 @@ class _Context:
         self.outer = outer
         self._values = {}
         self._imported = set()  # tensors this context made (Switch/Enter outputs)
+        self._consumer = None   # the op add_op is rewiring
 
     def is_internal(self, tensor):
         return tensor in self._imported or _inside(tensor.op._control_flow_context, self)
@@ -227,6 +228,9 @@ class _Context:
             return tensor
         found = self._values.get(tensor)
         if found is None:
+            source = tensor.op._control_flow_context
+            if source is not None and self._consumer is not None and self._checks_escapes():
+                source.check_use(tensor, self._consumer, self)  # before any import op
             outer_value = self.outer.add_value(tensor) if self.outer is not None else tensor
             with self.graph._push(control_flow_context=self.outer), \
                     self.graph.control_dependencies(None):
@@ -234,6 +238,17 @@ class _Context:
             self._values[tensor] = found
             self._imported.add(found)
         return found
+
+    # A gradient loop reads forward loop values legitimately (they arrive through stacks).
+    reads_forward_values = False
+
+    def _checks_escapes(self):
+        ctx = self
+        while ctx is not None:
+            if ctx.reads_forward_values:
+                return False
+            ctx = ctx.outer
+        return True
 
     @contextlib.contextmanager
     def entered(self):
@@ -244,10 +259,14 @@ class _Context:
         """Called by ``Graph.create_op`` for each op created in this context."""
         if op.type in STRUCTURE_TYPES:
             return
-        for index, tensor in enumerate(op._inputs):
-            real = self.add_value(tensor)
-            if real is not tensor:
-                op._update_input(index, real)
+        self._consumer = op  # named by check_use if an input may not be imported
+        try:
+            for index, tensor in enumerate(op._inputs):
+                real = self.add_value(tensor)
+                if real is not tensor:
+                    op._update_input(index, real)
+        finally:
+            self._consumer = None
         self._fix_control_inputs(op)
         if self._needs_pivot(op):
             op._add_control_input(self.control_pivot())
@@ -263,10 +282,15 @@ class _Context:
         while ctx is not None and not isinstance(ctx, WhileContext):
             ctx = ctx.outer
         if ctx is not None and not _inside(consumer_ctx, ctx):
+            other = consumer_ctx
+            while other is not None and not isinstance(other, WhileContext):
+                other = other.outer
+            why = ("they are in different while loops" if other is not None
+                   else f"'{tensor.op.name}' is in a while loop")
             raise ValueError(
-                f"Cannot use '{tensor.op.name}' as input to '{consumer.name}' because "
-                f"'{tensor.op.name}' is in a while loop ('{ctx.frame_name}'); return it from "
-                "the loop body (a loop variable) to use its final value")
+                f"Cannot use '{tensor.op.name}' as input to '{consumer.name}' because {why}. "
+                f"Return it from the body of while_loop '{ctx.frame_name}' (a loop variable) "
+                "to use its final value.")
 
     def _needs_pivot(self, op):
         return not op._inputs and not any(
@@ -384,8 +408,8 @@ def _build_branch(ctx, fn, fn_name, cond_name):
 
 def _check_pred(pred, what):
     if isinstance(pred, (bool, int)) or pred is None:
-        raise TypeError(f"{what}: pred must be a boolean Tensor, not a Python "
-                        f"{type(pred).__name__} (TF1 semantics; use a Python if instead)")
+        raise TypeError(f"{what}: pred must not be a Python {type(pred).__name__}; pass a "
+                        "boolean Tensor (TF1 semantics; use a Python if instead)")
     pred = as_tensor(pred)
     if not pred.dtype.is_bool:
         raise TypeError(f"{what}: pred must be a bool tensor, got {pred.dtype.name}")

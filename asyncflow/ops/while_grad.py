@@ -113,6 +113,8 @@ def _forward_counter(ctx):
 class GradWhileContext(cf.WhileContext):
     """The gradient loop of ``forward``: its forward values arrive through stacks."""
 
+    reads_forward_values = True
+
     def __init__(self, graph, forward, frame_name, outer):
         super().__init__(graph, outer, frame_name, forward.parallel_iterations, False)
         self.forward = forward
