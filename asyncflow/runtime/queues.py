@@ -636,7 +636,8 @@ def lookup_or_create(node_ctx):
                 raise errors.InvalidArgumentError(
                     None, None, f"Shared queue '{name}' has {label} {_describe(have)} but "
                     f"requested {label} {_describe(want)}")
-        if kind == RANDOM_SHUFFLE and existing.seed_pair != seed_pair:
+        # An op without seeds accepts the shared queue's (TF1's RandomShuffleQueue kernel).
+        if kind == RANDOM_SHUFFLE and any(seed_pair) and existing.seed_pair != seed_pair:
             raise errors.InvalidArgumentError(
                 None, None, f"Shared queue '{name}' has random seeds {existing.seed_pair} but "
                 f"requested seeds are {seed_pair}.")
