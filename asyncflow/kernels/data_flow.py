@@ -44,8 +44,8 @@ def _shape_error(ctx, queue, j, expected, got, batch=None):
         lead = [] if batch is None else [batch]
         return "[" + ",".join("?" if d is None else str(d) for d in lead + list(shape)) + "]"
     return errors.InvalidArgumentError(
-        None, ctx.name, f"Shape mismatch in tuple component {j} of queue '{queue.name}'. "
-        f"Expected {dims(expected)}, got {dims(got)}")
+        None, ctx.name, f"Shape mismatch in tuple component {j}. Expected {dims(expected)}, "
+        f"got {dims(got)} (queue '{queue.name}')")
 
 
 def _fits(expected, shape):
