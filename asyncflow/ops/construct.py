@@ -59,7 +59,8 @@ def _promote_python(values):
     if typed is not None:
         return [v if isinstance(v, (np.ndarray, np.generic)) else np.asarray(v, dtype=typed)
                 for v in values]
-    if any(isinstance(v, float) for v in values):
+    if any(isinstance(v, float) or (isinstance(v, (list, tuple)) and v and
+                                    np.asarray(v).dtype.kind == "f") for v in values):
         return [np.asarray(v, dtype=np.float32) if not isinstance(v, Tensor) else v for v in values]
     return values
 
