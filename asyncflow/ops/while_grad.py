@@ -283,6 +283,18 @@ def _conditional(ctx, loop):
     return False
 
 
+def _shaped(grad, shape):
+    """``grad`` with the static shape the gradient loop keeps for it.
+
+    A gradient has its value's shape, which the forward loop's shape invariant bounds; shape
+    inference through the backward body may know less (a concat of partly known shapes), and
+    the gradient loop must keep the forward loop's invariants (TF1 does not enforce them on
+    its back edges at all)."""
+    if grad.shape.is_compatible_with(shape):
+        grad.set_shape(grad.shape.merge_with(shape))
+    return grad
+
+
 def _while_grad(unit, *exit_grads):
     """Gradients of the loop's inputs (loop variable inits, then float invariants)."""
     from asyncflow.graph.gradients import gradients
@@ -311,10 +323,10 @@ def _while_grad(unit, *exit_grads):
         grads, accs = list(state[:n_vars]), list(state[n_vars:])
         found = gradients(body_outputs, body_vars + invariants, grad_ys=grads, name="body") \
             if floats else [None] * len(invariants)
-        new_grads = [g if g is not None else zeros_like(old)
-                     for g, old in zip(found[:n_vars], grads)]
-        new_accs = [acc if g is None else add(acc, g)
-                    for g, acc in zip(found[n_vars:], accs)]
+        new_grads = [_shaped(g, shape) if g is not None else zeros_like(old)
+                     for g, old, shape in zip(found[:n_vars], grads, shapes[1:])]
+        new_accs = [acc if g is None else _shaped(add(acc, g), shape)
+                    for g, acc, shape in zip(found[n_vars:], accs, shapes[1 + n_vars:])]
         for pop in grad_ctx.pops:
             next_step.op._add_control_input(pop)
         return [next_step] + new_grads + new_accs

@@ -780,6 +780,22 @@ async def test_while_cond_grad_both_branches(parallel_iterations):
     assert grad == pytest.approx((forward(2.0 + eps) - forward(2.0 - eps)) / (2 * eps), rel=1e-5)
 
 
+@pytest.mark.parametrize("invariant", [af.TensorShape([None, 2]), af.TensorShape(None)])
+async def test_while_grad_keeps_shape_invariants(invariant):
+    """Issue 14 item 4: a loop variable growing under a shape invariant; the gradient loop
+    keeps the invariant although shape inference through the backward concat knows less
+    (tf.compat.v1 gives [[27, 27]] and 81)."""
+    with af.Graph().as_default():
+        x = af.constant([[1.0, 2.0]])
+        w = af.constant(2.0)
+        r = af.while_loop(lambda i, x: i < 3, lambda i, x: (i + 1, af.concat([x, x * w], 0)),
+                          [af.constant(0), x], shape_invariants=[af.TensorShape([]), invariant])
+        grad_x, grad_w = af.gradients(af.reduce_sum(r[1]), [x, w])
+        got_x, got_w = await run([grad_x, grad_w])
+    np.testing.assert_array_equal(got_x, [[27.0, 27.0]])
+    assert got_w == 81.0
+
+
 async def test_while_grad_in_while():
     """control_flow_ops_py_test.py ControlFlowTest.testWhileGradInWhile: af.gradients of an
     inner loop called inside the outer loop's body (27.0 with tf.compat.v1)."""
