@@ -129,7 +129,16 @@ class GradWhileContext(cf.WhileContext):
             return super().add_value(tensor.op._inputs[0])
         found = self._popped.get(tensor)
         if found is None:
-            found = self._popped[tensor] = self._stack_value(tensor)
+            variable = _variable_read(tensor, self.forward)
+            if variable is not None:
+                # A read of a variable in the forward body is read again here, like TF1's
+                # aliased Enter of the snapshot: no stack holding a copy per iteration.
+                from asyncflow.ops.array import identity
+                with self.entered(), self.graph.control_dependencies(None):
+                    found = identity(variable, name="read")
+            else:
+                found = self._stack_value(tensor)
+            self._popped[tensor] = found
         return found
 
     def _stack_value(self, tensor):
@@ -191,6 +200,19 @@ class GradWhileContext(cf.WhileContext):
                          identity(outputs[1 - branch.branch], name="branch_other"))
             self._pivots[branch] = found
         return found
+
+
+def _variable_read(tensor, forward):
+    """The variable reference outside ``forward`` that ``tensor`` reads, when ``tensor`` is
+    a read made in the loop body (an Identity of a reference that entered the loop through
+    RefEnter, and a cond's RefSwitch maybe), else None."""
+    op = tensor.op
+    if op.type != "Identity" or not op._inputs[0]._is_ref:
+        return None
+    ref = op._inputs[0]
+    while ref.op.type in ("RefEnter", "RefSwitch") and forward.is_internal(ref):
+        ref = ref.op._inputs[0]
+    return None if forward.is_internal(ref) else ref
 
 
 def _saved_home(tensor, forward):

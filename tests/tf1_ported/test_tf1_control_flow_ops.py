@@ -651,6 +651,23 @@ async def test_while_grad_variable():
         assert await run(af.gradients(r, a)[0], init=True) == 216.0
 
 
+async def test_while_grad_variable_read_is_not_stacked():
+    """testWhileGrad_Variable with a matrix (tf.compat.v1 gives 0.03867681 and 0.00220523):
+    the body's reads of the variable are read again by the gradient loop, like TF1's Enter
+    of the snapshot, so no stack keeps a copy of the weights per iteration."""
+    with af.Graph().as_default() as graph:
+        w = af.Variable(np.full((3, 3), 0.1, np.float32))
+        x0 = af.constant(np.ones((1, 3), np.float32))
+        r = af.while_loop(lambda i, x: i < 5, lambda i, x: (i + 1, af.tanh(af.matmul(x, w))),
+                          [af.constant(0), x0])[1]
+        grad_w, grad_x = af.gradients(af.reduce_sum(r), [w, x0])
+        pushed = [op._inputs[1] for op in graph.get_operations() if op.type == "StackPushV2"]
+        assert all(t.shape.as_list() != [3, 3] for t in pushed), pushed
+        got_w, got_x = await run([grad_w, grad_x], init=True)
+    np.testing.assert_allclose(got_w, np.full((3, 3), 0.03867681), rtol=1e-5)
+    np.testing.assert_allclose(got_x, np.full((1, 3), 0.00220523), rtol=1e-4)
+
+
 async def test_while_grad_ys_xs():
     """control_flow_ops_py_test.py ControlFlowTest.testWhileGrad_ys_xs"""
     with af.Graph().as_default():
