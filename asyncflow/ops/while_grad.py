@@ -134,7 +134,8 @@ class GradWhileContext(cf.WhileContext):
                 # A read of a variable in the forward body is read again here, like TF1's
                 # aliased Enter of the snapshot: no stack holding a copy per iteration.
                 from asyncflow.ops.array import identity
-                with self.entered(), self.graph.control_dependencies(None):
+                with self.entered(), self.graph.control_dependencies(None), \
+                        self.graph.colocate_with(variable.op):
                     found = identity(variable, name="read")
             else:
                 found = self._stack_value(tensor)

@@ -603,6 +603,34 @@ async def test_while_update_variable_6():
             assert await sess.run([var_b, var_a]) == [55, 10]
 
 
+async def test_while_update_variable_across_devices():
+    """testWhileUpdateVariable_6 and testWhileGrad_Variable with the variables on another
+    device than the loop (TF's _testWhile_Gpu pattern on two CPU devices): the reads enter
+    the loop where the variable lives and see each iteration's assign_add; the gradient
+    matches the one-device run."""
+    async def build_and_run(two_devices):
+        with af.Graph().as_default():
+            with af.device("/device:CPU:1" if two_devices else "/device:CPU:0"):
+                w = af.Variable(np.full((3, 3), 0.1, np.float32))
+                a = af.Variable(0)
+            with af.device("/device:CPU:0"):
+                x0 = af.constant(np.ones((1, 3), np.float32))
+
+                def body(i, x):
+                    with af.control_dependencies([af.assign_add(a, 1)]):
+                        return i + a, af.tanh(af.matmul(x, w))
+                r = af.while_loop(lambda i, x: i < 20, body, [af.constant(0), x0])
+                grad = af.gradients(af.reduce_sum(r[1]), [w])[0]
+            config = af.SessionConfig(device_count={"CPU": 2})
+            async with af.Session(config=config) as sess:
+                await sess.run(af.global_variables_initializer())
+                return await sess.run([r[0], grad])
+    one = await build_and_run(False)
+    two = await build_and_run(True)
+    assert one[0] == two[0] == 21  # a = 1, 2, ...: i = 1, 3, 6, 10, 15, 21
+    np.testing.assert_allclose(two[1], one[1], rtol=1e-6)
+
+
 async def test_read_in_cond_sees_assignment_made_there():
     """Issue 14's cond form of testWhileUpdateVariable_6: a read inside a branch, ordered
     after an assign in it, sees the new value (TF1: 5, confirmed with tf.compat.v1)."""
