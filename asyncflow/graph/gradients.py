@@ -170,7 +170,10 @@ def _pending_counts(between):
 
 def _seed(graph, y, grad_y, index):
     if grad_y is None:
-        if y.shape.is_fully_defined() and y.dtype.is_floating:
+        # A constant seed is always live; OnesLike of a y computed in a cond or loop (or a
+        # Switch output) is dead exactly when y is, as in TF1.
+        if y.shape.is_fully_defined() and y.dtype.is_floating and \
+                y.op._control_flow_context is None and y.op.type not in ("Switch", "RefSwitch"):
             ones = np.ones(y.shape.as_list(), dtype=y.dtype.np)
             ones.flags.writeable = False
             return graph.create_op("Const", (), {"value": ones, "dtype": y.dtype},

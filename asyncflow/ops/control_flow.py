@@ -418,27 +418,40 @@ def _check_pred(pred, what):
     return pred
 
 
-def cond(pred, true_fn, false_fn, name=None):
+def cond(pred, true_fn=None, false_fn=None, strict=False, name=None, fn1=None, fn2=None):
     """``true_fn()`` if ``pred`` else ``false_fn()``; only the taken branch's ops run.
 
     Args:
         pred: a scalar bool Tensor (a Python bool is a TypeError, as in TF1).
         true_fn, false_fn: callables returning tensors, ops or nested structures of them
             (the same structure and dtypes from both).
+        strict: keep a one-element list or tuple as such (TF1's ``strict=True``).
         name: name scope of the cond's ops.
+        fn1, fn2: TF1's deprecated names of ``true_fn`` and ``false_fn``.
 
     Returns:
-        The merged outputs, in ``true_fn``'s structure; a one-element list or tuple comes
-        back as its element (TF1). An op a branch returns comes back as a bool tensor that
-        runs the op and evaluates to the branch's pivot (True in the true branch), as TF1's
-        ``with_dependencies([op], pivot)``.
+        The merged outputs, in ``true_fn``'s structure; unless ``strict``, a one-element
+        list or tuple comes back as its element (TF1). An op a branch returns comes back as
+        a bool tensor that runs the op and evaluates to the branch's pivot (True in the true
+        branch), as TF1's ``with_dependencies([op], pivot)``.
 
     Raises:
-        TypeError: for a non-tensor or non-bool pred, non-callables or mismatched dtypes.
+        TypeError: for a non-tensor or non-bool pred, missing, duplicate or non-callable
+            branch functions, or mismatched dtypes.
         ValueError: for mismatched structures.
     """
-    if not callable(true_fn) or not callable(false_fn):
-        raise TypeError("cond: true_fn and false_fn must be callables")
+    if fn1 is not None:
+        if true_fn is not None:
+            raise TypeError("cond(): true_fn and fn1 may not be set simultaneously.")
+        true_fn = fn1
+    if fn2 is not None:
+        if false_fn is not None:
+            raise TypeError("cond(): false_fn and fn2 may not be set simultaneously.")
+        false_fn = fn2
+    if not callable(true_fn):
+        raise TypeError("true_fn must be callable.")
+    if not callable(false_fn):
+        raise TypeError("false_fn must be callable.")
     pred = _check_pred(pred, f"cond '{name or 'cond'}'")
     graph = pred.graph
     from asyncflow.ops.array import identity
@@ -467,7 +480,7 @@ def cond(pred, true_fn, false_fn, name=None):
             merged.append(out)
     if not isinstance(res_t, (list, tuple, collections.abc.Mapping)):
         return merged[0]
-    if isinstance(res_t, (list, tuple)) and len(res_t) == 1:
+    if not strict and isinstance(res_t, (list, tuple)) and len(res_t) == 1:
         return pack_as(res_t, merged)[0]  # TF1 (strict=False) unpacks a singleton
     return pack_as(res_t, merged)
 

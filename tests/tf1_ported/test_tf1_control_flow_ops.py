@@ -993,3 +993,123 @@ async def test_accept_tensors_as_control_inputs():
             await sess.run(af.global_variables_initializer())
             await sess.run(t)
             assert await sess.run(var) == 1
+
+
+# -- python/ops/control_flow_ops_test.py ----------------------------------------------------------
+async def test_gradient_through_single_branch_outside_of_context():
+    """control_flow_ops_test.py SwitchTest.testGradientThroughSingleBranchOutsideOfContext"""
+    with af.Graph().as_default():
+        x = af.constant(2.0)
+        s = af.constant(True)
+        x_false, x_true = cf.switch(x, s)
+        grad_x_true = af.gradients(x_true, x)[0]
+        grad_x_false = af.gradients(x_false, x)[0]
+        assert await run([grad_x_true, grad_x_false]) == [1.0, 0.0]
+
+
+@pytest.mark.parametrize("method, y, expected", [
+    ("testCondTrue", 5, 34), ("testCondFalse", 1, 24)])
+async def test_cond_true_false(method, y, expected):
+    """control_flow_ops_test.py CondTest.testCondTrue / testCondFalse"""
+    with af.Graph().as_default():
+        x, y = af.constant(2), af.constant(y)
+        z = af.cond(af.less(x, y), lambda: af.multiply(x, 17), lambda: af.add(y, 23))
+        assert await run(z) == expected
+
+
+@pytest.mark.parametrize("y, expected", [(5, 34), (1, 24)])
+async def test_cond_legacy(y, expected):
+    """control_flow_ops_test.py CondTest.testCondTrueLegacy / testCondFalseLegacy"""
+    with af.Graph().as_default():
+        x, y = af.constant(2), af.constant(y)
+        z = af.cond(af.less(x, y), fn1=lambda: af.multiply(x, 17), fn2=lambda: af.add(y, 23))
+        assert await run(z) == expected
+
+
+async def test_cond_modify_bool_pred():
+    """control_flow_ops_test.py CondTest.testCondModifyBoolPred"""
+    with af.Graph().as_default():
+        bool_var = af.get_variable("bool_var", dtype=af.bool, initializer=True)
+        cond_on_bool_var = af.cond(pred=bool_var,
+                                   true_fn=lambda: af.assign(bool_var, False),
+                                   false_fn=lambda: True)
+        async with af.Session() as sess:
+            await sess.run(bool_var.initializer)
+            assert await sess.run(cond_on_bool_var) == False  # noqa: E712
+            assert await sess.run(cond_on_bool_var) == True  # noqa: E712
+
+
+def test_cond_missing_and_duplicate_args():
+    """control_flow_ops_test.py CondTest.testCondMissingArg1 / testCondMissingArg2 /
+    testCondDuplicateArg1 / testCondDuplicateArg2"""
+    with af.Graph().as_default():
+        x = af.constant(1)
+        p = af.constant(True)
+        with pytest.raises(TypeError):
+            af.cond(p, false_fn=lambda: x)
+        with pytest.raises(TypeError):
+            af.cond(p, lambda: x)
+        with pytest.raises(TypeError):
+            af.cond(p, lambda: x, lambda: x, fn1=lambda: x)
+        with pytest.raises(TypeError):
+            af.cond(p, lambda: x, lambda: x, fn2=lambda: x)
+
+
+async def _return_values(fn_true, fn_false, expected_true, expected_false, strict=False):
+    """control_flow_ops_test.py DataTypesTest._testReturnValues (cond and case)"""
+    condition = af.placeholder(af.bool)
+    output_cond = af.cond(condition, fn_true, fn_false, strict=strict)
+    output_case = af.case([(condition, fn_true)], fn_false)
+    async with af.Session() as sess:
+        await sess.run(af.global_variables_initializer())
+        for value, expected in ((True, expected_true), (False, expected_false)):
+            result_cond, result_case = await sess.run([output_cond, output_case],
+                                                      {condition: value})
+            np.testing.assert_equal(result_cond, expected)
+            np.testing.assert_equal(result_case, expected)
+
+
+@pytest.mark.parametrize("method, fn_true, fn_false, expected", [
+    ("test_int", lambda: 1, lambda: 2, (1, 2)),
+    ("test_float", lambda: 1.0, lambda: 2.0, (1.0, 2.0)),
+    ("test_string", lambda: "abc", lambda: "xyz", (b"abc", b"xyz")),
+    ("test_variable", lambda: af.Variable(3.0), lambda: af.Variable(4.0), (3.0, 4.0)),
+    ("test_noop", af.no_op, af.no_op, (True, False)),
+])
+async def test_data_types(method, fn_true, fn_false, expected):
+    """control_flow_ops_test.py DataTypesTest.test_int / test_float / test_string /
+    test_variable / test_noop (a branch returning an op gives its pivot: True, False)"""
+    with af.Graph().as_default():
+        await _return_values(fn_true, fn_false, *expected)
+
+
+@pytest.mark.parametrize("dtype", [af.float16, af.int8, af.int32, af.uint8])
+async def test_data_types_tensors(dtype):
+    """control_flow_ops_test.py DataTypesTest.test_tensors"""
+    with af.Graph().as_default():
+        fn_true = lambda: (af.zeros([2, 2], dtype=dtype), af.ones([3, 3], dtype=dtype))  # noqa: E731
+        fn_false = lambda: (af.ones([2, 2], dtype=dtype), af.zeros([3, 3], dtype=dtype))  # noqa: E731
+        await _return_values(fn_true, fn_false, (np.zeros([2, 2]), np.ones([3, 3])),
+                             (np.ones([2, 2]), np.zeros([3, 3])))
+
+
+def test_data_types_none():
+    """control_flow_ops_test.py DataTypesTest.test_none"""
+    with af.Graph().as_default():
+        with pytest.raises(ValueError):
+            af.cond(af.constant(True), lambda: None, lambda: af.constant(1))
+        with pytest.raises(ValueError):
+            af.cond(af.constant(True), lambda: af.constant(1), lambda: None)
+
+
+async def test_data_types_strict_singleton():
+    """control_flow_ops_test.py DataTypesTest.test_singleton_list: strict keeps the list,
+    the default unpacks it."""
+    with af.Graph().as_default():
+        condition = af.placeholder(af.bool)
+        loose = af.cond(condition, lambda: [af.constant(1)], lambda: [af.constant(2)])
+        strict = af.cond(condition, lambda: [af.constant(1)], lambda: [af.constant(2)],
+                         strict=True)
+        assert isinstance(loose, af.Tensor) and isinstance(strict, list)
+        async with af.Session() as sess:
+            assert await sess.run([loose, strict], {condition: False}) == [2, [2]]
