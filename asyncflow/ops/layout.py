@@ -23,7 +23,7 @@ import numpy as np
 
 from asyncflow import dtypes
 from asyncflow.graph import not_differentiable, register_gradient, register_op
-from asyncflow.graph.graph import register_pack_builder
+from asyncflow.graph.graph import contains_tensor, register_pack_builder
 from asyncflow.graph.shape import TensorShape
 from asyncflow.ops import math as math_ops
 from asyncflow.ops import sources
@@ -33,7 +33,9 @@ from asyncflow.ops.construct import INTEGER, as_tensor, check_dtype, make, make_
 
 # -- shape arithmetic shared by gradient functions -------------------------------------------
 def int_const(values):
-    """An int32 Const from a list or scalar."""
+    """An int32 Const from a list or scalar; a list holding tensors is auto-packed (TF1)."""
+    if isinstance(values, (list, tuple)) and contains_tensor(values):
+        return as_tensor(values, dtype=dtypes.int32)
     return as_tensor(np.asarray(values, dtype=np.int32), dtype=dtypes.int32)
 
 
@@ -312,7 +314,6 @@ def _stack_operands(values):
 
 def _autopack(values, dtype=None, name="packed"):
     """TF1's auto-packing: a (nested) list holding tensors converts to a stacked tensor."""
-    from asyncflow.graph.graph import contains_tensor
     if dtype is not None:
         dtype = dtypes.as_dtype(dtype)
     elements = [_autopack(v, dtype) if isinstance(v, (list, tuple)) and contains_tensor(v)

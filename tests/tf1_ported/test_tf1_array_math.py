@@ -131,3 +131,19 @@ def test_python_floats_are_float32():
     with af.Graph().as_default():
         assert af.add(1.0, 2.0).dtype is af.float32
         assert af.add([1.0, 2.0], 1).dtype is af.float32
+
+
+async def test_auto_packed_shape_arguments():
+    """tile/slice/pad take lists holding tensors, auto-packed like TF1's convert_to_tensor
+    (tile_op: ``multiples``, slice_op: ``begin``, pad_op: ``paddings``)."""
+    with af.Graph().as_default():
+        n = af.placeholder(af.int32, [])
+        x = af.constant(np.arange(6.0).reshape(2, 3))
+        outs = {"tile": af.tile(x, [n, 1]), "slice": af.slice(x, [0, n], [-1, 1]),
+                "pad": af.pad(x, [[0, n], [0, 0]])}
+        async with af.Session() as sess:
+            got = await sess.run(outs, {n: 1})
+    base = np.arange(6.0).reshape(2, 3)
+    np.testing.assert_array_equal(got["tile"], np.tile(base, [1, 1]))
+    np.testing.assert_array_equal(got["slice"], base[:, 1:2])
+    np.testing.assert_array_equal(got["pad"], np.pad(base, [[0, 1], [0, 0]]))
