@@ -147,3 +147,25 @@ async def test_auto_packed_shape_arguments():
     np.testing.assert_array_equal(got["tile"], np.tile(base, [1, 1]))
     np.testing.assert_array_equal(got["slice"], base[:, 1:2])
     np.testing.assert_array_equal(got["pad"], np.pad(base, [[0, 1], [0, 0]]))
+
+
+@pytest.mark.parametrize("func", [af.add, af.subtract, af.multiply, af.divide,
+                                  lambda x, y: x + y, lambda x, y: x - y, lambda x, y: x * y,
+                                  lambda x, y: x / y, lambda x, y: x // y])
+def test_mismatched_dimensions(func):
+    """cwise_ops_test.py BinaryOpTest.testMismatchedDimensions"""
+    with af.Graph().as_default():
+        with pytest.raises(ValueError, match="Dimensions must"):
+            func(af.convert_to_tensor([10.0, 20.0, 30.0]),
+                 af.convert_to_tensor([[40.0, 50.0], [60.0, 70.0]]))
+
+
+async def test_incompatible_shapes_at_run_time():
+    """Shapes known only at run time: TF1's kernel error, InvalidArgumentError
+    "Incompatible shapes: [2] vs. [3]"."""
+    with af.Graph().as_default():
+        a, b = af.placeholder(af.float32), af.placeholder(af.float32)
+        async with af.Session() as sess:
+            with pytest.raises(af.errors.InvalidArgumentError,
+                               match=r"Incompatible shapes: \[2\] vs\. \[3\]"):
+                await sess.run(a + b, {a: [1.0, 2.0], b: [1.0, 2.0, 3.0]})
