@@ -357,6 +357,37 @@ class WhileContext(_Context):
             return False
         return all(self._is_invariant(t) for t in op._inputs)
 
+    def settle_variable_reads(self):
+        """Read once at loop entry each variable the loop only reads.
+
+        A read in the body is built as a fresh read of the reference (so it would see an
+        assignment made in the loop). Once the loop is built, a variable that no op of the
+        loop assigns (its RefEnter feeds only reads made directly in this context) is read
+        once, when the loop's Enters run (after the same control dependencies), and enters
+        as a loop invariant: what TF1's aliased reads would see, and the body stays plain
+        enough for the straight-line loop path. Top-level loops only.
+        """
+        from asyncflow.ops.array import identity
+        if self.outer is not None or self.reads_forward_values:
+            return
+        for ref, entered in list(self._values.items()):
+            if entered.op.type != "RefEnter":
+                continue
+            reads = [op for op in entered._consumers]
+            if not reads or any(op.type != "Identity" or op._control_flow_context is not self
+                                for op in reads):
+                continue  # assigned, read in a cond, or in a nested loop: stays a fresh read
+            graph = self.graph
+            with graph._push(control_flow_context=None), \
+                    graph.control_dependencies(self.loop_enters[0].op.control_inputs), \
+                    graph.colocate_with(ref.op):
+                value = identity(ref, name="read")
+            del self._values[ref]
+            self._imported.discard(entered)
+            invariant = self.add_value(value)
+            for op in reads:
+                op._update_input(0, invariant)
+
     def _fix_control_inputs(self, op):
         external = [c for c in op._control_inputs
                     if not _inside(c._control_flow_context, self)

@@ -206,8 +206,11 @@ class GradWhileContext(cf.WhileContext):
 def _variable_read(tensor, forward):
     """The variable reference outside ``forward`` that ``tensor`` reads, when ``tensor`` is
     a read made in the loop body (an Identity of a reference that entered the loop through
-    RefEnter, and a cond's RefSwitch maybe), else None."""
+    RefEnter, and a cond's RefSwitch maybe), or the outer read when it is an Identity of
+    a loop invariant (a read settled at loop entry); else None."""
     op = tensor.op
+    if op.type == "Identity" and forward._is_invariant(op._inputs[0]):
+        return op._inputs[0].op._inputs[0]  # a read settled at loop entry
     if op.type != "Identity" or not op._inputs[0]._is_ref:
         return None
     ref = op._inputs[0]

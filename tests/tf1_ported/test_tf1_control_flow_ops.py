@@ -631,6 +631,22 @@ async def test_while_update_variable_across_devices():
     np.testing.assert_allclose(two[1], one[1], rtol=1e-6)
 
 
+async def test_loop_reading_a_variable_sees_assignments_it_depends_on():
+    """A loop that only reads a variable reads it once at entry, after the loop's control
+    dependencies (TF1's aliased read would see the assign too), and its body stays on the
+    straight-line path; a loop that assigns it keeps a fresh read per iteration."""
+    with af.Graph().as_default() as graph:
+        v = af.Variable(1.0)
+        with af.control_dependencies([af.assign(v, 5.0)]):
+            r = af.while_loop(lambda i, x: i < 3, lambda i, x: (i + 1, x + v),
+                              [af.constant(0), af.constant(0.0)])[1]
+        reads = [op for op in graph.get_operations()
+                 if op.type == "Identity" and op._control_flow_context is not None
+                 and op._inputs[0].op.type == "RefEnter"]
+        assert reads == []  # settled: the body reads a loop invariant
+        assert await run(r, init=True) == 15.0
+
+
 async def test_read_in_cond_sees_assignment_made_there():
     """Issue 14's cond form of testWhileUpdateVariable_6: a read inside a branch, ordered
     after an assign in it, sees the new value (TF1: 5, confirmed with tf.compat.v1)."""
