@@ -204,6 +204,7 @@ def _build_loop(ctx, cond, body, loop_vars, flat, invariants, loop_name):
         for exit_tensor, shape in zip(exits, invariants):
             exit_tensor._shape = shape
     ctx.loop_exits = exits
+    ctx.settle_variable_reads()
     _loops(graph)[pivot.op] = ctx
     from asyncflow.ops import while_grad
     while_grad.register_unit(ctx)

@@ -214,6 +214,12 @@ def _named_saveables(var_list):
             else:
                 raise TypeError(f"Saver: var_list entries must be Variables or variable "
                                 f"references, got {var!r}")
+    seen = {}
+    for name, var in items if isinstance(var_list, dict) else ():
+        key = id(var._ref() if isinstance(var, Variable) else var)  # one variable, two names
+        if key in seen:
+            raise ValueError(f"The same saveable will be restored with two names: {seen[key]}")
+        seen[key] = name
     names = [name for name, _ in items]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
