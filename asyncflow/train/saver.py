@@ -280,7 +280,7 @@ class Saver:
         self._last_checkpoints = sorted(found, key=lambda item: item[1])
 
     async def save(self, sess, save_path, global_step=None, latest_filename=None,
-                   meta_graph_suffix="meta", write_meta_graph=False, write_state=True):
+                   meta_graph_suffix="meta", write_meta_graph=True, write_state=True):
         """Write a checkpoint of the variables' current values.
 
         Args:
@@ -290,7 +290,8 @@ class Saver:
                 ``-<step>`` to the prefix and stored in the file's metadata.
             latest_filename: name of the state file (default ``checkpoint``).
             meta_graph_suffix: suffix of the meta graph file.
-            write_meta_graph: also export the meta graph to ``<path>.<suffix>``.
+            write_meta_graph: also export the meta graph to ``<path>.<suffix>`` (on by
+                default, as in TF1, so ``import_meta_graph`` can rebuild the model).
             write_state: update the state file (and apply ``max_to_keep``).
 
         Returns:
