@@ -273,7 +273,9 @@ class QueueRunnerTasks:
                 nursery.start_soon(self._stop_watch)
                 await _run_runners(self._sess, self.coord, self.runners, self._runner_scope,
                                    options, on_metadata)
-                nursery.cancel_scope.cancel()  # every runner ended (input exhausted, or stop)
+                if not self.coord.should_stop():  # every runner ended: the input ran out
+                    nursery.cancel_scope.cancel()
+                # else the stop watch finishes its work (closing queues, ending the block)
         except Exception as exc:  # noqa: BLE001 - a system task must not raise: recorded
             self.coord.request_stop(exc)
         finally:
