@@ -62,6 +62,7 @@ from asyncflow.ops.init_ops import (  # noqa: F401,E402
 from asyncflow.ops.linalg import einsum, tensordot  # noqa: F401,E402
 from asyncflow.ops.logging_ops import Print  # noqa: F401,E402
 from asyncflow.ops.tensor_array import TensorArray  # noqa: F401,E402
+from asyncflow.ops.functional_ops import foldl, foldr, map_fn, scan  # noqa: F401,E402
 from asyncflow.ops.variable_scope import (  # noqa: F401,E402
     AUTO_REUSE, VariableScope, get_variable, get_variable_scope, variable_scope,
 )
