@@ -51,7 +51,7 @@ from asyncflow.ops.data_flow import (  # noqa: F401,E402  (queues)
 )
 from asyncflow.ops.io import NumpyRecordReader, ReaderBase, TextLineReader  # noqa: F401,E402
 # Namespaces: af.train, af.summary, af.nn, af.initializers, af.timeline, af.serving.
-from asyncflow import initializers, nn, serving, summary, timeline, train  # noqa: F401,E402
+from asyncflow import initializers, layers, nn, serving, summary, timeline, train  # noqa: F401,E402
 from asyncflow.ops.init_ops import (  # noqa: F401,E402
     Constant as constant_initializer, GlorotNormal as glorot_normal_initializer,
     GlorotUniform as glorot_uniform_initializer, Ones as ones_initializer,
