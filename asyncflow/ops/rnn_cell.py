@@ -55,8 +55,12 @@ class RNNCell:
     def zero_state(self, batch_size, dtype):
         """Zeros in ``state_size``'s structure, ``[batch_size, size]`` each."""
         from asyncflow.ops.sources import zeros
-        leaves = [zeros(_batch_shape(batch_size, size), dtype=dtype)
-                  for size in cf.flatten(_size_leaves(self.state_size))]
+        static_batch = None if isinstance(batch_size, Tensor) else batch_size
+        leaves = []
+        for size in cf.flatten(_size_leaves(self.state_size)):
+            leaf = zeros(_batch_shape(batch_size, size), dtype=dtype)
+            leaf.set_shape([static_batch, size])
+            leaves.append(leaf)
         return cf.pack_as(_size_leaves(self.state_size), leaves)
 
     def __call__(self, inputs, state, scope=None):
