@@ -13,3 +13,4 @@ from asyncflow.kernels import data_flow, io  # noqa: F401,E402  (queues and read
 from asyncflow.kernels import training  # noqa: F401,E402  (fused optimizer updates)
 from asyncflow.kernels import linalg, logging_ops  # noqa: F401,E402  (einsum, Print)
 from asyncflow.kernels import tensor_array  # noqa: F401,E402  (TensorArray)
+from asyncflow.kernels import lstm_ops  # noqa: F401,E402  (fused LSTM step)

@@ -112,6 +112,17 @@ def _linear(cell, args, units, bias_initializer=None, kernel_name="kernel", bias
     return nn.bias_add(math.matmul(joined, kernel), bias)
 
 
+def _fused_step(cell, inputs, c, h, forget_bias, initializer):
+    """``(new_c, new_h)`` by ``FusedLSTMCell``, with the cell's ``kernel`` and ``bias``."""
+    from asyncflow.ops.init_ops import Zeros
+    from asyncflow.ops.lstm_ops import fused_lstm_cell
+    units, dtype = cell._num_units, inputs.dtype
+    depth = _depth(inputs, type(cell).__name__) + _depth(h, type(cell).__name__)
+    kernel = cell._variable("kernel", [depth, 4 * units], dtype, initializer)
+    bias = cell._variable("bias", [4 * units], dtype, Zeros())
+    return fused_lstm_cell(inputs, c, h, kernel, bias, forget_bias)
+
+
 class BasicRNNCell(RNNCell):
     """``h' = activation(W [x, h] + b)`` (TF1's ``BasicRNNCell``; activation tanh)."""
 
@@ -160,12 +171,15 @@ class BasicLSTMCell(RNNCell):
             c, h = state
         else:
             c, h = layout.split(state, 2, axis=1)
-        gates = _linear(self, [inputs, h], 4 * self._num_units)
-        i, j, f, o = layout.split(gates, 4, axis=1)
-        forget = as_tensor(self._forget_bias, dtype=f.dtype)
-        new_c = math.add(math.multiply(c, math.sigmoid(math.add(f, forget))),
-                         math.multiply(math.sigmoid(i), activation(j)))
-        new_h = math.multiply(activation(new_c), math.sigmoid(o))
+        if self._activation is None:  # TF1's math in one op (see ops/lstm_ops.py)
+            new_c, new_h = _fused_step(self, inputs, c, h, self._forget_bias, None)
+        else:
+            gates = _linear(self, [inputs, h], 4 * self._num_units)
+            i, j, f, o = layout.split(gates, 4, axis=1)
+            forget = as_tensor(self._forget_bias, dtype=f.dtype)
+            new_c = math.add(math.multiply(c, math.sigmoid(math.add(f, forget))),
+                             math.multiply(math.sigmoid(i), activation(j)))
+            new_h = math.multiply(activation(new_c), math.sigmoid(o))
         new_state = LSTMStateTuple(new_c, new_h) if self._state_is_tuple else \
             layout.concat([new_c, new_h], 1)
         return new_h, new_state
@@ -209,6 +223,13 @@ class LSTMCell(RNNCell):
             c_prev = array.slice(state, [0, 0], [-1, units])
             m_prev = array.slice(state, [0, units], [-1, self._num_proj or units])
         dtype = inputs.dtype
+        if not (self._use_peepholes or self._cell_clip is not None or self._num_proj is not None
+                or self._activation is not None):  # plain LSTM: TF1's math in one op
+            c, m = _fused_step(self, inputs, c_prev, m_prev, self._forget_bias,
+                               self._initializer)
+            new_state = LSTMStateTuple(c, m) if self._state_is_tuple else \
+                layout.concat([c, m], 1)
+            return m, new_state
         depth = _depth(inputs, "LSTMCell") + (self._num_proj or units)
         kernel = self._variable("kernel", [depth, 4 * units], dtype, self._initializer)
         bias = self._variable("bias", [4 * units], dtype, Zeros())

@@ -138,3 +138,33 @@ with tf.Session() as sess:
         np.testing.assert_allclose(mine, reference, rtol=1e-5, atol=1e-5)
     for mine, reference in zip(ours[3], theirs["grads"]):
         np.testing.assert_allclose(mine, reference, rtol=1e-4, atol=1e-4)
+
+
+async def test_fused_lstm_step_equals_the_op_by_op_cell():
+    """BasicLSTMCell runs as one FusedLSTMCell op; with an explicit activation it takes the
+    op-by-op path. Both give the same outputs, states and gradients (float64)."""
+    rng = np.random.default_rng(9)
+    x0 = rng.standard_normal((3, 7, 5))
+    results = []
+    for activation in (None, af.tanh):
+        with af.Graph().as_default():
+            x = af.constant(x0)
+            cell = af.nn.rnn_cell.BasicLSTMCell(4, forget_bias=0.7, activation=activation)
+            outputs, state = af.nn.dynamic_rnn(cell, x, dtype=af.float64)
+            types = {op.type for op in af.get_default_graph().get_operations()}
+            assert ("FusedLSTMCell" in types) == (activation is None)
+            kernel, bias = sorted(af.trainable_variables(), key=lambda v: v.name)[::-1]
+            loss = af.reduce_sum(outputs * outputs) + af.reduce_sum(state.c)
+            grads = af.gradients(loss, [x, kernel, bias])
+            async with af.Session() as sess:
+                await kernel.load(rng.uniform(-0.5, 0.5, [9, 16]) if not results else
+                                  results[0][3], sess)
+                await bias.load(rng.uniform(-0.5, 0.5, [16]) if not results else
+                                results[0][4], sess)
+                values = await sess.run([outputs, state, grads])
+                results.append(values + await sess.run([kernel, bias]))
+    fused, plain = results
+    np.testing.assert_allclose(fused[0], plain[0], rtol=1e-12)
+    np.testing.assert_allclose(fused[1].c, plain[1].c, rtol=1e-12)
+    for a, b in zip(fused[2], plain[2]):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
