@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from asyncflow import dtypes
-from asyncflow.graph.graph import GraphKeys, Tensor
+from asyncflow.graph.graph import GraphKeys
 from asyncflow.ops import array as _array
 from asyncflow.ops import math as _math
 from asyncflow.ops import nn as _nn
@@ -262,4 +262,4 @@ def _count(inputs, axes):
 
 
 __all__ = ["average_pooling2d", "batch_normalization", "conv2d", "dense", "dropout", "flatten",
-           "max_pooling2d", "Tensor"]
+           "max_pooling2d"]

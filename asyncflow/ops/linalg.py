@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from asyncflow import dtypes
 from asyncflow.graph import register_gradient, register_op
 from asyncflow.graph.shape import TensorShape
 from asyncflow.ops.construct import as_tensor, make, operands
@@ -187,4 +186,4 @@ def _to_matrix(x, free, contracted, transpose, reshape, contract_last):
     return reshape(x, [rows, -1] if rows != -1 else [-1, int(np.prod(free_dims))])
 
 
-__all__ = ["einsum", "tensordot", "dtypes"]
+__all__ = ["einsum", "tensordot"]

@@ -22,13 +22,11 @@ gradient loop's reads wait for the writes of the ops after the loop.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from asyncflow import dtypes
 from asyncflow.graph import not_differentiable, register_gradient, register_op
 from asyncflow.graph.graph import Tensor
 from asyncflow.graph.shape import TensorShape, as_shape
-from asyncflow.ops.construct import as_tensor, graph_of, make, make_op
+from asyncflow.ops.construct import as_tensor, graph_of, make_op
 
 _FLOW = (dtypes.float32, TensorShape([]))
 _HANDLE = (dtypes.string, TensorShape([]))
@@ -340,7 +338,7 @@ def _split_grad(op, flow_grad):
     return [None, g.concat(), None, flow_grad]
 
 
-__all__ = ["TensorArray", "np", "make"]
+__all__ = ["TensorArray", "adapt_loop"]
 
 
 # -- while_loop support ---------------------------------------------------------------------------
@@ -365,9 +363,9 @@ class _LoopAdapter:
         return cf.pack_as(structure, [v.flow if isinstance(v, TensorArray) else v
                                       for v in cf.flatten(structure)])
 
-    def _to_arrays(self, structure, flat=None):
+    def _to_arrays(self, leaves):
+        """Flat loop values arranged like ``loop_vars``, flows turned back into arrays."""
         cf = self._cf
-        leaves = cf.flatten(structure) if flat is None else flat
         return cf.pack_as(self._structure, [
             template._with_flow(leaf) if isinstance(template, TensorArray) else leaf
             for template, leaf in zip(self._templates, leaves)])
@@ -376,8 +374,8 @@ class _LoopAdapter:
         cf = self._cf
         structure = self._structure
         if isinstance(structure, (list, tuple)) and not cf._is_namedtuple(structure):
-            return self._to_arrays(None, list(cf.flatten(list(args))))
-        return self._to_arrays(None, cf.flatten(args[0]))
+            return self._to_arrays(cf.flatten(list(args)))
+        return self._to_arrays(cf.flatten(args[0]))
 
     def _call(self, fn, args):
         cf = self._cf
@@ -407,7 +405,7 @@ class _LoopAdapter:
         if len(self._templates) == 1 and not isinstance(results, (list, tuple, dict)):
             template = self._templates[0]
             return template._with_flow(results) if isinstance(template, TensorArray) else results
-        return self._to_arrays(None, cf.flatten(results))
+        return self._to_arrays(cf.flatten(results))
 
 
 def adapt_loop(cond, body, loop_vars):

@@ -8,6 +8,10 @@ nursery the caller owns:
         while not coord.should_stop():
             await sess.run(train_op)
 
+TF1's form works too: ``threads = af.train.start_queue_runners(sess=sess, coord=coord)``
+starts the runners as tasks owned by the session (``QueueRunnerTasks``); they run until
+``coord.request_stop()`` (then ``await coord.join(threads)``) or until the session closes.
+
 - A runner's task ends normally when its enqueue fails because the input is exhausted
   (OutOfRangeError, e.g. ``num_epochs`` reached) or its queue was closed (CancelledError,
   AbortedError). The last task of a runner to end closes the runner's queue, so consumers
