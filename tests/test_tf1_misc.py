@@ -143,7 +143,7 @@ async def test_print_passes_its_input_and_prints_first_n_times(capfd):
                 np.testing.assert_array_equal(await sess.run(printed), [1, 2, 3, 4])
             np.testing.assert_array_equal(await sess.run(grad), [2, 2, 2, 2])
     err = capfd.readouterr().err
-    assert err.count("x: [1 2]...7") == 2, err
+    assert err.count("x: [1 2...]7") == 2, err
 
 
 def _png_pixels(data):

@@ -23,8 +23,13 @@ def summarize(value, limit):
     flat = array.reshape(-1)
     shown = [_item(v) for v in flat[:limit if limit >= 0 else flat.size]]
     cut = limit >= 0 and flat.size > limit
-    # TF1 prints [[1 2][3 4]]: brackets follow the shape, no commas.
-    return _nest(shown, list(array.shape)) + ("..." if cut else "")
+    # TF1 prints [[1 2][3 4]]: brackets follow the shape, no commas; a cut value ends in
+    # "..." inside its brackets ([1 2 3...]).
+    text = _nest(shown, list(array.shape))
+    if cut:
+        body = text.rstrip("]")
+        text = body + "..." + "]" * (len(text) - len(body))
+    return text
 
 
 def _item(value):
