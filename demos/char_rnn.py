@@ -11,7 +11,7 @@ the end the model samples text one character at a time, the way TF1 tutorials do
 The text ships with Python: the Zen of Python (the ``this`` module) and the docstrings of
 ``textwrap``, so the demo needs no download.
 
-    python demos/char_rnn.py [--epochs 8] [--hidden 128] [--layers 2] [--seq-len 50]
+    python demos/char_rnn.py [--epochs 30] [--hidden 128] [--layers 2] [--seq-len 50]
 """
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ async def sample(sess, model, vocab, prime, length, temperature=0.8, seed=0):
     return prime + vocab.decode(out)
 
 
-async def main(epochs=8, hidden=128, layers=2, batch_size=16, seq_len=50, text="full",
+async def main(epochs=30, hidden=128, layers=2, batch_size=16, seq_len=50, text="full",
                sample_length=300, keep_prob=0.9, seed=1, show_progress=True):
     """Train, printing the loss per epoch; return ``(losses, sampled text)``."""
     text = corpus(text)
@@ -170,7 +170,7 @@ async def main(epochs=8, hidden=128, layers=2, batch_size=16, seq_len=50, text="
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=16)
