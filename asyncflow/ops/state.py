@@ -218,6 +218,24 @@ class Variable:
     def __iter__(self):
         raise TypeError("'Variable' object is not iterable.")
 
+    def initialized_value(self):
+        """The variable's value, or its initial value while it is uninitialized (TF1): use it
+        to initialize another variable from this one without ordering the initializers."""
+        from asyncflow.ops.control_flow import cond
+        if self._initial_value is None:
+            raise ValueError(f"Variable {self.name}: its initial value is not known "
+                             "(an imported variable); read it with read_value()")
+        with self.graph.control_dependencies(None):
+            return cond(is_variable_initialized(self), self.read_value,
+                        lambda: self._initial_value)
+
+    async def load(self, value, session):
+        """Assign ``value`` (numpy-convertible) to the variable in ``session`` (TF1's
+        ``Variable.load``): runs the initializer with its initial value fed."""
+        if self._initial_value is None:
+            raise ValueError(f"Variable {self.name}: load needs the initial value tensor")
+        await session.run(self._initializer_op, feed_dict={self._initial_value: value})
+
     def eval_spec(self):
         return (self.dtype, self.shape)
 
