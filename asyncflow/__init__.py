@@ -51,7 +51,7 @@ from asyncflow.ops.data_flow import (  # noqa: F401,E402  (queues)
 )
 from asyncflow.ops.io import NumpyRecordReader, ReaderBase, TextLineReader  # noqa: F401,E402
 # Namespaces: af.train, af.summary, af.nn, af.initializers, af.timeline, af.serving.
-from asyncflow import initializers, nn, serving, summary, timeline, train  # noqa: F401,E402
+from asyncflow import initializers, layers, nn, serving, summary, timeline, train  # noqa: F401,E402
 from asyncflow import distribute  # noqa: F401,E402  (af.distribute.cluster_resolver)
 from asyncflow.ops.init_ops import (  # noqa: F401,E402
     Constant as constant_initializer, GlorotNormal as glorot_normal_initializer,
@@ -60,6 +60,10 @@ from asyncflow.ops.init_ops import (  # noqa: F401,E402
     TruncatedNormal as truncated_normal_initializer, VarianceScaling as variance_scaling_initializer,
     Zeros as zeros_initializer,
 )
+from asyncflow.ops.linalg import einsum, tensordot  # noqa: F401,E402
+from asyncflow.ops.logging_ops import Print  # noqa: F401,E402
+from asyncflow.ops.tensor_array import TensorArray  # noqa: F401,E402
+from asyncflow.ops.functional_ops import foldl, foldr, map_fn, scan  # noqa: F401,E402
 from asyncflow.ops.variable_scope import (  # noqa: F401,E402
     AUTO_REUSE, VariableScope, get_variable, get_variable_scope, variable_scope,
 )

@@ -16,3 +16,8 @@ try:  # added by the array family; absent in builds that predate it
     from asyncflow.ops.array import embedding_lookup  # noqa: F401
 except ImportError:  # pragma: no cover - depends on the array family's progress
     pass
+
+from asyncflow.ops import rnn_cell  # noqa: F401,E402  (af.nn.rnn_cell.BasicLSTMCell ...)
+from asyncflow.ops.rnn import (  # noqa: F401,E402
+    bidirectional_dynamic_rnn, dynamic_rnn, static_rnn,
+)

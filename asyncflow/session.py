@@ -202,6 +202,17 @@ def _host_value(value):
     return value
 
 
+def _require_trio(what):
+    """Raise a RuntimeError naming ``asyncflow.aio.Session`` unless trio is running here."""
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        raise RuntimeError(
+            f"{what} must run under trio (trio.run, pytest-trio, or a trio nursery). From "
+            "asyncio code (asyncio.run, aiohttp, FastAPI) use asyncflow.aio.Session, which "
+            "takes the same arguments and runs the steps in a trio guest of your loop") from None
+
+
 class Session:
     """``async with af.Session(graph=None, config=None, cluster=None) as sess:``.
 
@@ -230,6 +241,7 @@ class Session:
         self._in_flight = 0
         self._yielded_at = float("-inf")  # loop time of this session's last fairness yield
         self._run_scopes = set()  # one per run in flight: close() cancels them (queue waits)
+        self._owned_tasks = []  # stop callbacks of background tasks this session owns
         self._master = None
         if cluster is not None or target:
             from asyncflow.distributed import master as _master
@@ -237,6 +249,7 @@ class Session:
 
     # -- lifecycle ----------------------------------------------------------------------
     async def __aenter__(self):
+        _require_trio("async with af.Session()")
         if self._master is not None:
             await self._master.open()
         return self
@@ -250,6 +263,8 @@ class Session:
             self._closed = True
             for scope in self._run_scopes:  # waiting runs fail with CancelledError
                 scope.cancel()
+            for stop in self._owned_tasks:  # e.g. TF1-style start_queue_runners(sess=...)
+                stop()
             self._resources.reset()
             self._cache.clear()
             if self._master is not None:
@@ -284,6 +299,7 @@ class Session:
                 DeadlineExceededError past ``options.timeout_in_ms``, ...).
             RuntimeError: if the session is closed.
         """
+        _require_trio("Session.run")
         request = self._prepare(fetches, feed_dict, options)
         return await self._run_prepared(request, options, run_metadata)
 

@@ -170,7 +170,10 @@ def _pending_counts(between):
 
 def _seed(graph, y, grad_y, index):
     if grad_y is None:
-        if y.shape.is_fully_defined() and y.dtype.is_floating:
+        # A constant seed is always live; OnesLike of a y computed in a cond or loop (or a
+        # Switch output) is dead exactly when y is, as in TF1.
+        if y.shape.is_fully_defined() and y.dtype.is_floating and \
+                y.op._control_flow_context is None and y.op.type not in ("Switch", "RefSwitch"):
             ones = np.ones(y.shape.as_list(), dtype=y.dtype.np)
             ones.flags.writeable = False
             return graph.create_op("Const", (), {"value": ones, "dtype": y.dtype},
@@ -213,7 +216,9 @@ def _output_grads(graph, op, grads):
     for out, grad in zip(op._outputs, summed):
         if grad is not None:
             grads[out] = [grad]  # an x among these outputs reuses the sum
-    if all(g is None for g in summed):
+    if all(g is None for g in summed) or op.type in ("Switch", "RefSwitch"):
+        # A Switch fills its missing branch itself: zeros of its other output would read a
+        # value that is dead whenever the branch it belongs to is taken.
         return summed
     return [g if g is not None or not _differentiable_tensor(out)
             else graph.create_op("ZerosLike", (out,), {"dtype": None}, name="zeros_like")._outputs[0]

@@ -563,6 +563,10 @@ class Graph:
         self._ops_by_name[unique] = op
         if scopes.control_flow_context is not None:
             scopes.control_flow_context.add_op(op)
+        for tensor in op._inputs:  # a value computed in a loop must not escape it (TF1)
+            source = tensor.op._control_flow_context
+            if source is not None and source is not scopes.control_flow_context:
+                source.check_use(tensor, op, scopes.control_flow_context)
         return op
 
     def as_graph_def(self, add_shapes=False):
@@ -601,7 +605,7 @@ def _tensor_conversion_registry():
     return _CONVERSION
 
 
-_CONVERSION = {"constant": None}
+_CONVERSION = {"constant": None, "pack": None}
 
 
 def register_constant_builder(fn):
@@ -609,11 +613,24 @@ def register_constant_builder(fn):
     _CONVERSION["constant"] = fn
 
 
+def register_pack_builder(fn):
+    """ops.layout installs TF1's auto-packing (a list holding tensors becomes a Pack)."""
+    _CONVERSION["pack"] = fn
+
+
+def contains_tensor(value):
+    """Whether a (nested) list or tuple holds a Tensor or Variable (TF1 auto-packs it)."""
+    if isinstance(value, (list, tuple)):
+        return any(contains_tensor(v) for v in value)
+    return isinstance(value, Tensor) or hasattr(value, "_as_tensor")
+
+
 def convert_to_tensor(value, dtype=None, name=None, graph=None):
     """Turn a Tensor, Variable or numpy-convertible value into a Tensor.
 
     Python scalars and lists become Const ops with TF1's default dtypes (float32, int32), or
-    with ``dtype`` when given.
+    with ``dtype`` when given; a list holding tensors (``[batch, 37]``) is stacked (TF1's
+    auto-packing).
 
     Raises:
         TypeError: if ``value`` is a Tensor of another dtype than ``dtype``.
@@ -627,6 +644,8 @@ def convert_to_tensor(value, dtype=None, name=None, graph=None):
         return value
     if isinstance(value, Operation):
         raise TypeError(f"Can't convert Operation '{value.name}' to a Tensor")
+    if isinstance(value, (list, tuple)) and contains_tensor(value):
+        return _CONVERSION["pack"](value, dtype=dtype, name=name or "packed")
     return _CONVERSION["constant"](value, dtype=dtype, name=name or "Const")
 
 

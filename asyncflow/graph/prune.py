@@ -1,7 +1,9 @@
 """Pruning: the ops a run needs, in a deterministic topological order.
 
 Walk back from the fetched tensors and target ops along data and control edges; a fed tensor
-cuts the walk (its producer is not needed for it). The result is sorted topologically with
+cuts the walk (its producer is not needed for it). A control edge from an op with a fed
+output is satisfied by the feed (TF1 moves such edges to the feed), so a control dependency
+on a fed placeholder never runs the placeholder. The result is sorted topologically with
 ties broken by creation order, so the same request always compiles to the same schedule.
 """
 from __future__ import annotations
@@ -23,7 +25,7 @@ def needed_ops(fetch_tensors, target_ops, fed_tensors):
             if tensor not in fed and tensor.op not in needed:
                 stack.append(tensor.op)
         for control in op._control_inputs:
-            if control not in needed:
+            if control not in needed and not any(t in fed for t in control._outputs):
                 stack.append(control)
     return needed
 

@@ -173,5 +173,6 @@ def broadcast_shapes(a, b):
         elif x == y:
             out.append(x)
         else:
-            raise ValueError(f"Incompatible shapes for broadcasting: {a} and {b}")
+            raise ValueError(f"Dimensions must be equal, but are {x} and {y} (incompatible "
+                             f"shapes for broadcasting: {a} and {b})")
     return TensorShape(out)

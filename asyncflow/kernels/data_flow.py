@@ -38,10 +38,14 @@ def _frozen(array):
     return array
 
 
-def _shape_error(ctx, queue, j, expected, got, what="component"):
+def _shape_error(ctx, queue, j, expected, got, batch=None):
+    """TF1's wording (users search for it): shapes as ``[2,3,3]``, batch size included."""
+    def dims(shape):
+        lead = [] if batch is None else [batch]
+        return "[" + ",".join("?" if d is None else str(d) for d in lead + list(shape)) + "]"
     return errors.InvalidArgumentError(
-        None, ctx.name, f"Shape mismatch in tuple {what} {j} of queue '{queue.name}'. "
-        f"Expected {list(expected)}, got {list(got)}")
+        None, ctx.name, f"Shape mismatch in tuple component {j}. Expected {dims(expected)}, "
+        f"got {dims(got)} (queue '{queue.name}')")
 
 
 def _fits(expected, shape):
@@ -77,7 +81,7 @@ def _split(ctx, queue, components):
         for j, (component, expected) in enumerate(zip(components, shapes)):
             if expected is not None and not _fits(expected, component.shape[1:]):
                 raise _shape_error(ctx, queue, j, expected, component.shape[1:],
-                                   "component (after the batch dimension)")
+                                   batch=component.shape[0])
     if queue.columnar:
         return queue.rows(components)
     frozen = [_frozen(c) for c in components]

@@ -34,9 +34,28 @@ def _unary_kernel(fn_name):
 
 def _binary_kernel(fn_name):
     def kernel(ctx, x, y):
-        return (getattr(ctx.xp, fn_name)(x, y),)
+        try:
+            return (getattr(ctx.xp, fn_name)(x, y),)
+        except ValueError:
+            if _broadcastable(x, y):
+                raise
+            # TF1's wording, which users search for.
+            raise errors.InvalidArgumentError(
+                None, ctx.name, f"Incompatible shapes: {_dims(x)} vs. {_dims(y)}") from None
     kernel.__name__ = f"_{fn_name}"
     return kernel
+
+
+def _broadcastable(x, y):
+    try:
+        np.broadcast_shapes(np.shape(x), np.shape(y))
+    except ValueError:
+        return False
+    return True
+
+
+def _dims(array):
+    return "[" + ",".join(str(d) for d in np.shape(array)) + "]"
 
 
 for _type, _fn in _UNARY.items():

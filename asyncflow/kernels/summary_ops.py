@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import struct
 import sys
+import zlib
 
 import numpy as np
 
@@ -144,14 +145,58 @@ def histogram_proto(values):
         encode_packed_doubles(6, limits), encode_packed_doubles(7, buckets)])
 
 
-def summary_value(tag, simple_value=None, histo=None):
+def summary_value(tag, simple_value=None, histo=None, image=None):
     """One serialized ``Summary`` holding a single Value."""
     body = encode_field(1, tag, "bytes")
     if simple_value is not None:
         body += encode_field(2, float(simple_value), "float")
+    if image is not None:
+        body += encode_field(4, image, "bytes")
     if histo is not None:
         body += encode_field(5, histo, "bytes")
     return encode_field(1, body, "bytes")
+
+
+def png(image):
+    """PNG bytes of a ``[height, width, channels]`` uint8 array (1, 3 or 4 channels)."""
+    height, width, channels = image.shape
+    color = {1: 0, 3: 2, 4: 6}[channels]
+    rows = np.concatenate([np.zeros((height, 1), np.uint8),
+                           np.ascontiguousarray(image).reshape(height, width * channels)], axis=1)
+
+    def chunk(kind, data):
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+    header = struct.pack(">IIBBBBB", width, height, 8, color, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
+            + chunk(b"IDAT", zlib.compress(rows.tobytes())) + chunk(b"IEND", b""))
+
+
+def image_proto(image):
+    """Serialized ``Summary.Image{height=1, width=2, colorspace=3, encoded_image_string=4}``."""
+    height, width, channels = image.shape
+    return b"".join([encode_field(1, height, "varint"), encode_field(2, width, "varint"),
+                     encode_field(3, channels, "varint"), encode_field(4, png(image), "bytes")])
+
+
+def to_uint8_images(images):
+    """TF1's image normalization: floats >= 0 scale so the largest is 255; with negatives,
+    0 maps to 127 and the values scale so the smallest is 0 or the largest 255."""
+    images = np.asarray(images)
+    if images.dtype == np.uint8:
+        return images
+    values = images.astype(np.float64)
+    finite = values[np.isfinite(values)]
+    low = finite.min() if finite.size else 0.0
+    high = finite.max() if finite.size else 0.0
+    if low >= 0:
+        scale = 255.0 / high if high > 0 else 0.0
+        offset = 0.0
+    else:
+        scale = min(128.0 / -low if low < 0 else np.inf, 127.0 / high if high > 0 else np.inf)
+        offset = 128.0
+    out = np.where(np.isfinite(values), values * scale + offset, 0.0)
+    return np.clip(np.floor(out + 0.5), 0, 255).astype(np.uint8)
 
 
 def summary_tags(serialized):
@@ -190,6 +235,16 @@ def _histogram_summary(ctx, values):
         raise errors.InvalidArgumentError(
             None, ctx.name, f"Nan in summary histogram for: {ctx.attrs['tag']}")
     return (_string_scalar(summary_value(ctx.attrs["tag"], histo=histogram_proto(values))),)
+
+
+@register_kernel("ImageSummary", "CPU")
+def _image_summary(ctx, images):
+    images = to_uint8_images(images)
+    count = min(ctx.attrs["max_images"], images.shape[0])
+    tag = ctx.attrs["tag"]
+    parts = [summary_value(tag + ("/image" if count == 1 else f"/image/{k}"),
+                           image=image_proto(images[k])) for k in range(count)]
+    return (_string_scalar(b"".join(parts)),)
 
 
 @register_kernel("MergeSummary", "CPU")

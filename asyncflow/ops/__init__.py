@@ -10,3 +10,6 @@ from asyncflow.ops import embedding, indexing, layout, numerics, script, tiling 
 from asyncflow.ops import transfer  # noqa: F401,E402  (Send/Recv for partitions)
 from asyncflow.ops import data_flow, io  # noqa: F401,E402  (queues and readers)
 from asyncflow.ops import training  # noqa: F401,E402  (fused optimizer updates)
+from asyncflow.ops import linalg, logging_ops  # noqa: F401,E402  (einsum, Print)
+from asyncflow.ops import tensor_array  # noqa: F401,E402  (TensorArray)
+from asyncflow.ops import lstm_ops  # noqa: F401,E402  (fused LSTM step)

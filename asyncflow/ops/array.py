@@ -5,6 +5,7 @@ import numpy as np
 
 from asyncflow import dtypes
 from asyncflow.graph import register_gradient, register_op, not_differentiable
+from asyncflow.graph.graph import contains_tensor
 from asyncflow.graph.shape import TensorShape
 from asyncflow.ops.construct import as_tensor, make, static_value
 
@@ -87,7 +88,9 @@ register_op("Reshape", infer=_infer_reshape)
 def reshape(tensor, shape, name=None):  # noqa: F811 - parameter named like TF1
     """``tensor`` with a new shape (one dim may be -1)."""
     tensor = as_tensor(tensor)
-    if not hasattr(shape, "op"):
+    if isinstance(shape, (list, tuple)) and contains_tensor(shape):
+        shape = as_tensor(shape, dtype=dtypes.int32)  # auto-packed: [batch, 37]
+    elif not hasattr(shape, "op"):
         shape = as_tensor(np.asarray(shape, dtype=np.int32).reshape(-1), dtype=dtypes.int32)
     return make("Reshape", (tensor, shape), None, name, "Reshape")
 

@@ -23,7 +23,7 @@ def graph_of(values):
         if isinstance(value, Tensor):
             return value.graph
         if hasattr(value, "_as_tensor"):
-            return value._as_tensor().graph
+            return value.graph  # not _as_tensor(): in a loop or cond that builds a read
     return get_default_graph()
 
 
@@ -40,9 +40,8 @@ def operands(values, name="op"):
     dtype = None
     for value in values:
         if is_tensor_like(value):
-            tensor = value._as_tensor() if hasattr(value, "_as_tensor") else value
             if dtype is None:
-                dtype = tensor.dtype  # mismatched tensor dtypes fail in the op's inference
+                dtype = value.dtype  # mismatched tensor dtypes fail in the op's inference
     if dtype is None:
         return [convert_to_tensor(v) for v in _promote_python(values)]
     return [convert_to_tensor(v) if is_tensor_like(v) else convert_to_tensor(v, dtype=dtype)
@@ -50,9 +49,18 @@ def operands(values, name="op"):
 
 
 def _promote_python(values):
-    """Plain Python operands on both sides: a float anywhere makes them all float32."""
-    if any(isinstance(v, float) or (isinstance(v, np.ndarray) and v.dtype.kind == "f")
-           for v in values):
+    """Plain Python operands on both sides: a float anywhere makes them all float32.
+
+    A numpy float array (or scalar) keeps its dtype and lends it to the Python values, as
+    ``tf.convert_to_tensor`` does: ``add(np.ones(2), np.ones(2))`` is float64 in TF1.
+    """
+    typed = next((v.dtype for v in values
+                  if isinstance(v, (np.ndarray, np.generic)) and v.dtype.kind == "f"), None)
+    if typed is not None:
+        return [v if isinstance(v, (np.ndarray, np.generic)) else np.asarray(v, dtype=typed)
+                for v in values]
+    if any(isinstance(v, float) or (isinstance(v, (list, tuple)) and v and
+                                    np.asarray(v).dtype.kind == "f") for v in values):
         return [np.asarray(v, dtype=np.float32) if not isinstance(v, Tensor) else v for v in values]
     return values
 

@@ -217,6 +217,7 @@ class _Context:
         self.outer = outer
         self._values = {}
         self._imported = set()  # tensors this context made (Switch/Enter outputs)
+        self._consumer = None   # the op add_op is rewiring
 
     def is_internal(self, tensor):
         return tensor in self._imported or _inside(tensor.op._control_flow_context, self)
@@ -227,6 +228,9 @@ class _Context:
             return tensor
         found = self._values.get(tensor)
         if found is None:
+            source = tensor.op._control_flow_context
+            if source is not None and self._consumer is not None and self._checks_escapes():
+                source.check_use(tensor, self._consumer, self)  # before any import op
             outer_value = self.outer.add_value(tensor) if self.outer is not None else tensor
             with self.graph._push(control_flow_context=self.outer), \
                     self.graph.control_dependencies(None):
@@ -234,6 +238,17 @@ class _Context:
             self._values[tensor] = found
             self._imported.add(found)
         return found
+
+    # A gradient loop reads forward loop values legitimately (they arrive through stacks).
+    reads_forward_values = False
+
+    def _checks_escapes(self):
+        ctx = self
+        while ctx is not None:
+            if ctx.reads_forward_values:
+                return False
+            ctx = ctx.outer
+        return True
 
     @contextlib.contextmanager
     def entered(self):
@@ -244,16 +259,38 @@ class _Context:
         """Called by ``Graph.create_op`` for each op created in this context."""
         if op.type in STRUCTURE_TYPES:
             return
-        for index, tensor in enumerate(op._inputs):
-            real = self.add_value(tensor)
-            if real is not tensor:
-                op._update_input(index, real)
+        self._consumer = op  # named by check_use if an input may not be imported
+        try:
+            for index, tensor in enumerate(op._inputs):
+                real = self.add_value(tensor)
+                if real is not tensor:
+                    op._update_input(index, real)
+        finally:
+            self._consumer = None
         self._fix_control_inputs(op)
         if self._needs_pivot(op):
             op._add_control_input(self.control_pivot())
 
     def _fix_control_inputs(self, op):
         """Control edges from outside a loop would cross frames: route them through Enters."""
+
+    def check_use(self, tensor, consumer, consumer_ctx):
+        """Raise ValueError when ``consumer`` (in ``consumer_ctx``) reads ``tensor`` (made in
+        this context) from outside a while loop that ``tensor`` is computed in (TF1's
+        ``CheckInputFromValidContext``): only the loop's Exits may leave it."""
+        ctx = self.outer if tensor.op.type in ("Exit", "RefExit") else self
+        while ctx is not None and not isinstance(ctx, WhileContext):
+            ctx = ctx.outer
+        if ctx is not None and not _inside(consumer_ctx, ctx):
+            other = consumer_ctx
+            while other is not None and not isinstance(other, WhileContext):
+                other = other.outer
+            why = ("they are in different while loops" if other is not None
+                   else f"'{tensor.op.name}' is in a while loop")
+            raise ValueError(
+                f"Cannot use '{tensor.op.name}' as input to '{consumer.name}' because {why}. "
+                f"Return it from the body of while_loop '{ctx.frame_name}' (a loop variable) "
+                "to use its final value.")
 
     def _needs_pivot(self, op):
         return not op._inputs and not any(
@@ -268,9 +305,13 @@ class CondContext(_Context):
         self.pred = pred
         self.pivot = pivot
         self.branch = branch
+        self.sibling = None  # the other branch's context (set by cond)
 
     def _import(self, tensor):
-        return switch(tensor, self.pred)[self.branch]
+        imported = switch(tensor, self.pred)[self.branch]
+        # The loop gradient saves such a value only when this branch is taken.
+        _cond_imports(self.graph)[imported.op] = self
+        return imported
 
     def control_pivot(self):
         return self.pivot.op
@@ -315,6 +356,37 @@ class WhileContext(_Context):
         if any(_inside(c._control_flow_context, self) for c in op._control_inputs):
             return False
         return all(self._is_invariant(t) for t in op._inputs)
+
+    def settle_variable_reads(self):
+        """Read once at loop entry each variable the loop only reads.
+
+        A read in the body is built as a fresh read of the reference (so it would see an
+        assignment made in the loop). Once the loop is built, a variable that no op of the
+        loop assigns (its RefEnter feeds only reads made directly in this context) is read
+        once, when the loop's Enters run (after the same control dependencies), and enters
+        as a loop invariant: what TF1's aliased reads would see, and the body stays plain
+        enough for the straight-line loop path. Top-level loops only.
+        """
+        from asyncflow.ops.array import identity
+        if self.outer is not None or self.reads_forward_values:
+            return
+        for ref, entered in list(self._values.items()):
+            if entered.op.type != "RefEnter":
+                continue
+            reads = [op for op in entered._consumers]
+            if not reads or any(op.type != "Identity" or op._control_flow_context is not self
+                                for op in reads):
+                continue  # assigned, read in a cond, or in a nested loop: stays a fresh read
+            graph = self.graph
+            with graph._push(control_flow_context=None), \
+                    graph.control_dependencies(self.loop_enters[0].op.control_inputs), \
+                    graph.colocate_with(ref.op):
+                value = identity(ref, name="read")
+            del self._values[ref]
+            self._imported.discard(entered)
+            invariant = self.add_value(value)
+            for op in reads:
+                op._update_input(0, invariant)
 
     def _fix_control_inputs(self, op):
         external = [c for c in op._control_inputs
@@ -367,8 +439,8 @@ def _build_branch(ctx, fn, fn_name, cond_name):
 
 def _check_pred(pred, what):
     if isinstance(pred, (bool, int)) or pred is None:
-        raise TypeError(f"{what}: pred must be a boolean Tensor, not a Python "
-                        f"{type(pred).__name__} (TF1 semantics; use a Python if instead)")
+        raise TypeError(f"{what}: pred must not be a Python {type(pred).__name__}; pass a "
+                        "boolean Tensor (TF1 semantics; use a Python if instead)")
     pred = as_tensor(pred)
     if not pred.dtype.is_bool:
         raise TypeError(f"{what}: pred must be a bool tensor, got {pred.dtype.name}")
@@ -377,24 +449,40 @@ def _check_pred(pred, what):
     return pred
 
 
-def cond(pred, true_fn, false_fn, name=None):
+def cond(pred, true_fn=None, false_fn=None, strict=False, name=None, fn1=None, fn2=None):
     """``true_fn()`` if ``pred`` else ``false_fn()``; only the taken branch's ops run.
 
     Args:
         pred: a scalar bool Tensor (a Python bool is a TypeError, as in TF1).
         true_fn, false_fn: callables returning tensors, ops or nested structures of them
             (the same structure and dtypes from both).
+        strict: keep a one-element list or tuple as such (TF1's ``strict=True``).
         name: name scope of the cond's ops.
+        fn1, fn2: TF1's deprecated names of ``true_fn`` and ``false_fn``.
 
     Returns:
-        The merged outputs, in ``true_fn``'s structure (ops come back as ops).
+        The merged outputs, in ``true_fn``'s structure; unless ``strict``, a one-element
+        list or tuple comes back as its element (TF1). An op a branch returns comes back as
+        a bool tensor that runs the op and evaluates to the branch's pivot (True in the true
+        branch), as TF1's ``with_dependencies([op], pivot)``.
 
     Raises:
-        TypeError: for a non-tensor or non-bool pred, non-callables or mismatched dtypes.
+        TypeError: for a non-tensor or non-bool pred, missing, duplicate or non-callable
+            branch functions, or mismatched dtypes.
         ValueError: for mismatched structures.
     """
-    if not callable(true_fn) or not callable(false_fn):
-        raise TypeError("cond: true_fn and false_fn must be callables")
+    if fn1 is not None:
+        if true_fn is not None:
+            raise TypeError("cond(): true_fn and fn1 may not be set simultaneously.")
+        true_fn = fn1
+    if fn2 is not None:
+        if false_fn is not None:
+            raise TypeError("cond(): false_fn and fn2 may not be set simultaneously.")
+        false_fn = fn2
+    if not callable(true_fn):
+        raise TypeError("true_fn must be callable.")
+    if not callable(false_fn):
+        raise TypeError("false_fn must be callable.")
     pred = _check_pred(pred, f"cond '{name or 'cond'}'")
     graph = pred.graph
     from asyncflow.ops.array import identity
@@ -407,22 +495,30 @@ def cond(pred, true_fn, false_fn, name=None):
         outer = _current_context(graph)
         ctx_t = CondContext(graph, outer, pred_id, pivot_t, 1)
         ctx_f = CondContext(graph, outer, pred_id, pivot_f, 0)
-        res_t, out_t, ops_t = _build_branch(ctx_t, true_fn, "true_fn", cond_name)
-        res_f, out_f, ops_f = _build_branch(ctx_f, false_fn, "false_fn", cond_name)
+        ctx_t.sibling, ctx_f.sibling = ctx_f, ctx_t
+        res_t, out_t, _ = _build_branch(ctx_t, true_fn, "true_fn", cond_name)
+        res_f, out_f, _ = _build_branch(ctx_f, false_fn, "false_fn", cond_name)
         if not _same_structure(res_t, res_f) or len(out_t) != len(out_f):
             raise ValueError(f"cond '{cond_name}': true_fn and false_fn must return the same "
                              f"structure, got {res_t!r} and {res_f!r}")
         merged = []
-        for t, f, is_op in zip(out_t, out_f, ops_t):
+        for t, f in zip(out_t, out_f):
             if t.dtype is not f.dtype:
                 raise TypeError(f"cond '{cond_name}': outputs of true_fn and false_fn must "
                                 f"have the same type: {t.dtype.name}, {f.dtype.name}")
             out, _ = merge([f, t], name="Merge")
             _cond_merges(graph)[out.op] = pred_id
-            merged.append(out.op if is_op else out)
+            merged.append(out)
     if not isinstance(res_t, (list, tuple, collections.abc.Mapping)):
         return merged[0]
+    if not strict and isinstance(res_t, (list, tuple)) and len(res_t) == 1:
+        return pack_as(res_t, merged)[0]  # TF1 (strict=False) unpacks a singleton
     return pack_as(res_t, merged)
+
+
+def _cond_imports(graph):
+    """``{Switch op: CondContext}`` of the Switches that bring outer values into a branch."""
+    return graph._extensions.setdefault("cond_imports", {})
 
 
 def _cond_merges(graph):

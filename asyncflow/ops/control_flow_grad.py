@@ -25,8 +25,8 @@ gradient loop (TF1's GradLoopState, simplified):
 ``back_prop=False`` makes the unit non-differentiable. A loop nested in another loop is
 differentiated inside the outer gradient body: its stacks are created per outer iteration and
 their handles, like its trip count, are saved and popped by the outer gradient loop (see
-``while_grad``). Values computed inside a cond in a loop body cannot be saved (LookupError
-naming the loop).
+``while_grad``). Values computed inside a cond in a loop body are pushed only when their
+branch is taken and popped under the same saved predicate.
 """
 from __future__ import annotations
 
@@ -39,14 +39,28 @@ not_differentiable("LoopCond", "StackV2", "StackPushV2", "StackPopV2", "CaseExcl
 @register_gradient("Switch")
 @register_gradient("RefSwitch")
 def _switch_grad(op, grad_false, grad_true):
-    from asyncflow.ops.sources import zeros_like
     if grad_false is None and grad_true is None:
         return [None, None]
     if grad_false is None:
-        grad_false = zeros_like(op._outputs[0])
+        grad_false = _branch_zeros(op, 0)
     if grad_true is None:
-        grad_true = zeros_like(op._outputs[1])
+        grad_true = _branch_zeros(op, 1)
     return [cf.merge([grad_false, grad_true], name="cond_grad")[0], None]
+
+
+def _branch_zeros(op, branch):
+    """Zeros shaped like the Switch's data, live exactly when ``branch`` is taken.
+
+    Built from the Switch's input, not its output: inside a loop's gradient the output is a
+    value of one branch only, while the input (and the predicate) are saved every iteration.
+    """
+    from asyncflow.ops.sources import zeros, zeros_like
+    data, pred = op._inputs
+    if data.shape.is_fully_defined():
+        filler = zeros(data.shape.as_list(), dtype=data.dtype)
+    else:
+        filler = zeros_like(data)
+    return cf.switch(filler, pred)[branch]
 
 
 @register_gradient("Merge")
@@ -72,8 +86,23 @@ def _exit_grad(op, grad):
     raise LookupError(f"Gradient of Exit '{op.name}' reached outside its while_loop unit")
 
 
-for _type in ("Exit", "RefExit", "Enter", "RefEnter"):
+def _enter_grad(op, grad):
+    """An Enter of a loop whose body is being built (``af.gradients`` called in the body):
+    within one iteration the value passes through unchanged (TF1's ``_EnterGrad`` without
+    a grad state)."""
+    frame = op.get_attr("frame_name")
+    ctx = cf._current_context(op.graph)
+    while ctx is not None:
+        if isinstance(ctx, cf.WhileContext) and ctx.frame_name == frame:
+            return [grad]
+        ctx = ctx.outer
+    raise LookupError(f"Gradient of Enter '{op.name}' reached outside its while_loop unit")
+
+
+for _type in ("Exit", "RefExit"):
     register_gradient(_type)(_exit_grad)
+for _type in ("Enter", "RefEnter"):
+    register_gradient(_type)(_enter_grad)
 # The back edge ends a body: differentiating one iteration stops there (never loops round).
 not_differentiable("NextIteration", "RefNextIteration")
 

@@ -74,10 +74,14 @@ def _normalize(dtypes, shapes, names):
         dtypes = [dtypes]
     dtypes = tuple(_dtypes.as_dtype(d) for d in dtypes)
     if shapes is not None:
+        # TF1's _as_shape_list: a list of dims (ints or None; ``()`` too) is one component's
+        # shape given bare, so ``FIFOQueue(10, float32, ())`` holds scalars.
         if isinstance(shapes, TensorShape) or (
-                isinstance(shapes, (list, tuple)) and shapes and
-                not isinstance(shapes[0], (list, tuple, TensorShape)) and shapes[0] is not None):
-            shapes = [shapes]  # one component's shape given bare
+                isinstance(shapes, (list, tuple)) and
+                all(d is None or isinstance(d, int) for d in shapes) and
+                not (len(dtypes) > 1 and len(shapes) == len(dtypes) and
+                     all(d is None for d in shapes))):
+            shapes = [shapes]
         shapes = tuple(as_shape(s) for s in shapes)
         if len(shapes) != len(dtypes):
             raise ValueError(f"Queue shapes must have the same length as dtypes: got "
@@ -133,14 +137,16 @@ class QueueBase:
         """``vals`` as tensors in component order, dtype-checked."""
         if self._names is not None:
             if not isinstance(vals, dict):
-                raise ValueError(f"Queue {self.name} has names {self._names}: {what} takes a "
-                                 f"dict keyed by them, got {type(vals).__name__}")
+                raise ValueError(f"Queue {self.name} has names {self._names}: you must "
+                                 f"enqueue a dictionary keyed by them, got "
+                                 f"{type(vals).__name__} ({what})")
             if sorted(vals) != sorted(self._names):
                 raise ValueError(f"Queue {self.name}: {what} keys {sorted(vals)} do not match "
-                                 f"the queue's names {sorted(self._names)}")
+                                 f"names of Queue {sorted(self._names)}")
             vals = [vals[n] for n in self._names]
         elif isinstance(vals, dict):
-            raise ValueError(f"Queue {self.name} has no names: {what} takes a list, not a dict")
+            raise ValueError(f"Queue {self.name} must have names to enqueue a dictionary "
+                             f"({what} takes a list here)")
         elif not isinstance(vals, (list, tuple)):
             vals = [vals]
         if len(vals) != len(self._dtypes):
@@ -231,8 +237,9 @@ def _make_queue(op_type, dtypes, shapes, attrs, shared_name, name):
     attrs.update({"component_types": dtypes, "shapes": shapes or (), "container": "",
                   "shared_name": shared_name or ""})
     capacity = attrs["capacity"]
-    if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
-        raise ValueError(f"{op_type} {name}: capacity must be a positive int, got {capacity!r}")
+    if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity == 0:
+        raise ValueError(f"{op_type} {name}: capacity must be a positive int (negative: "
+                         f"unbounded, as in TF1), got {capacity!r}")
     return make(op_type, (), attrs, name=name)
 
 
@@ -240,7 +247,7 @@ class FIFOQueue(QueueBase):
     """A queue handing out elements in the order they were enqueued.
 
     Args:
-        capacity: the most elements it holds; enqueues wait beyond it.
+        capacity: the most elements it holds; enqueues wait beyond it. Negative: unbounded.
         dtypes: a dtype or a list, one per component.
         shapes: the components' shapes (needed by ``dequeue_many``), or None.
         names: component names (enqueue takes, dequeue returns a dict), or None.
@@ -268,7 +275,7 @@ class RandomShuffleQueue(QueueBase):
     def __init__(self, capacity, min_after_dequeue, dtypes, shapes=None, names=None, seed=None,
                  shared_name=None, name="random_shuffle_queue"):
         dtypes, shapes, names = _normalize(dtypes, shapes, names)
-        if min_after_dequeue < 0 or min_after_dequeue >= capacity:
+        if min_after_dequeue < 0 or 0 <= capacity <= min_after_dequeue:
             raise ValueError(f"RandomShuffleQueue {name}: min_after_dequeue ({min_after_dequeue}) "
                              f"must be >= 0 and below capacity ({capacity})")
         seed1, seed2 = seeds(seed)

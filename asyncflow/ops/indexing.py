@@ -22,6 +22,7 @@ import numpy as np
 from asyncflow import dtypes
 from asyncflow.graph import register_gradient, register_op, register_tensor_operators
 from asyncflow.graph.shape import TensorShape
+from asyncflow.graph.graph import contains_tensor
 from asyncflow.ops import math as math_ops
 from asyncflow.ops import sources
 from asyncflow.ops.array import reshape, shape
@@ -50,6 +51,8 @@ def _int_vector(values, what, op_name):
         tensor = as_tensor(values)
         check_dtype(op_name, tensor, INTEGER, what)
         return tensor
+    if contains_tensor(values):
+        return int_const(list(values))  # auto-packed: [0, i]
     return int_const([int(v) for v in values])
 
 

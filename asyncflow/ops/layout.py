@@ -23,6 +23,7 @@ import numpy as np
 
 from asyncflow import dtypes
 from asyncflow.graph import not_differentiable, register_gradient, register_op
+from asyncflow.graph.graph import contains_tensor, register_pack_builder
 from asyncflow.graph.shape import TensorShape
 from asyncflow.ops import math as math_ops
 from asyncflow.ops import sources
@@ -32,7 +33,9 @@ from asyncflow.ops.construct import INTEGER, as_tensor, check_dtype, make, make_
 
 # -- shape arithmetic shared by gradient functions -------------------------------------------
 def int_const(values):
-    """An int32 Const from a list or scalar."""
+    """An int32 Const from a list or scalar; a list holding tensors is auto-packed (TF1)."""
+    if isinstance(values, (list, tuple)) and contains_tensor(values):
+        return as_tensor(values, dtype=dtypes.int32)
     return as_tensor(np.asarray(values, dtype=np.int32), dtype=dtypes.int32)
 
 
@@ -173,9 +176,12 @@ def _infer_concat(op):
     if ndims == 0:
         raise ValueError("can't concatenate scalars (use af.stack instead)")
     axis = normalize_axis(op.get_attr("axis"), ndims, op.type)
-    dims = list(values[0].shape.dims)
+    dims = list(next(t for t in values if t.shape.ndims is not None).shape.dims)
     total = 0
     for tensor in values:
+        if tensor.shape.ndims is None:  # unknown rank: its size along the axis is unknown
+            total = None
+            continue
         for i, d in enumerate(tensor.shape.dims):
             if i == axis:
                 total = None if total is None or d is None else total + d
@@ -304,6 +310,20 @@ def _stack_operands(values):
     dtype = as_tensor(first).dtype
     return [as_tensor(v) if hasattr(v, "op") or hasattr(v, "_as_tensor")
             else as_tensor(v, dtype=dtype) for v in values]
+
+
+def _autopack(values, dtype=None, name="packed"):
+    """TF1's auto-packing: a (nested) list holding tensors converts to a stacked tensor."""
+    if dtype is not None:
+        dtype = dtypes.as_dtype(dtype)
+    elements = [_autopack(v, dtype) if isinstance(v, (list, tuple)) and contains_tensor(v)
+                else v for v in values]
+    if dtype is not None:
+        elements = [as_tensor(v, dtype=dtype) for v in elements]
+    return stack(elements, name=name)
+
+
+register_pack_builder(_autopack)
 
 
 def _infer_unpack(op):

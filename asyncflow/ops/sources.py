@@ -11,6 +11,7 @@ from asyncflow import dtypes
 from asyncflow.graph import (
     not_differentiable, register_constant_builder, register_gradient, register_op,
 )
+from asyncflow.graph.graph import contains_tensor
 from asyncflow.graph.shape import TensorShape, as_shape, scalar
 from asyncflow.ops.construct import as_tensor, make, seeds, static_value
 
@@ -79,6 +80,8 @@ def _shape_tensor(shape):
     """A shape argument (list, tuple, TensorShape or int32 tensor) as an int32 tensor."""
     if hasattr(shape, "op") or hasattr(shape, "_as_tensor"):
         return as_tensor(shape)
+    if isinstance(shape, (list, tuple)) and contains_tensor(shape):
+        return as_tensor(shape, dtype=dtypes.int32)  # auto-packed: [batch, 3]
     if hasattr(shape, "as_list"):
         shape = shape.as_list()
     return as_tensor(np.asarray(shape, dtype=np.int32).reshape(-1), dtype=dtypes.int32)

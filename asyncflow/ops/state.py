@@ -90,7 +90,15 @@ class Variable:
         if initial_value is None:
             raise ValueError("Variable: initial_value must be given")
         graph = _graph_for(initial_value)
-        with graph.name_scope(name or "Variable") as scope:
+        if isinstance(initial_value, Tensor) and initial_value.op._control_flow_context is not None:
+            raise ValueError(
+                f"Initializer for variable {name or 'Variable'} is from inside a control-flow "
+                "construct, such as a loop or conditional. When creating a variable inside a "
+                "loop or conditional, use a lambda as the initializer.")
+        # TF1's init_scope: a variable made inside a cond branch or loop body lives outside
+        # it, so its initializer runs on its own (no predicate, no frame).
+        with graph._push(control_flow_context=None), graph.control_dependencies(None), \
+                graph.name_scope(name or "Variable") as scope:
             if callable(initial_value):
                 initial_value = initial_value()
             init_tensor = initial_value if isinstance(initial_value, Tensor) else \
@@ -145,7 +153,19 @@ class Variable:
 
     # -- conversion ------------------------------------------------------------------------
     def _as_tensor(self):
-        return self._snapshot
+        """The snapshot; inside a cond branch or loop body, a fresh read made there.
+
+        TF1's reads alias the variable's buffer, so a read inside a loop or branch sees the
+        assignments made there (``assign_add(b, a)`` after ``assign_add(a, 1)`` in a body
+        adds the new ``a`` each iteration). Here the read is an Identity built in the
+        context: its input, the reference, enters through RefEnter/RefSwitch, and it reads
+        the value when it runs, ordered by the enclosing control dependencies.
+        """
+        if self._variable.graph._current().control_flow_context is None:
+            return self._snapshot
+        from asyncflow.ops.array import identity
+        with self.graph.colocate_with(self._variable.op):
+            return identity(self._variable, name="read")
 
     def _as_graph_element(self):
         return self._variable
@@ -195,6 +215,27 @@ class Variable:
     def is_variable_initialized(self):
         return is_variable_initialized(self)
 
+    def __iter__(self):
+        raise TypeError("'Variable' object is not iterable.")
+
+    def initialized_value(self):
+        """The variable's value, or its initial value while it is uninitialized (TF1): use it
+        to initialize another variable from this one without ordering the initializers."""
+        from asyncflow.ops.control_flow import cond
+        if self._initial_value is None:
+            raise ValueError(f"Variable {self.name}: its initial value is not known "
+                             "(an imported variable); read it with read_value()")
+        with self.graph.control_dependencies(None):
+            return cond(is_variable_initialized(self), self.read_value,
+                        lambda: self._initial_value)
+
+    async def load(self, value, session):
+        """Assign ``value`` (numpy-convertible) to the variable in ``session`` (TF1's
+        ``Variable.load``): runs the initializer with its initial value fed."""
+        if self._initial_value is None:
+            raise ValueError(f"Variable {self.name}: load needs the initial value tensor")
+        await session.run(self._initializer_op, feed_dict={self._initial_value: value})
+
     def eval_spec(self):
         return (self.dtype, self.shape)
 
@@ -207,7 +248,7 @@ def _install_variable_operators():
     from asyncflow.graph.graph import _OPERATOR_NAMES
     for name in _OPERATOR_NAMES:
         def forward(self, *args, _name=name):
-            return getattr(self._snapshot, _name)(*args)
+            return getattr(self._as_tensor(), _name)(*args)
         setattr(Variable, name, forward)
 
 

@@ -42,7 +42,21 @@ def _infer_merge(op):
 register_op("ScalarSummary", infer=_infer_scalar, stateful=True)
 register_op("HistogramSummary", infer=_infer_histogram, stateful=True)
 register_op("MergeSummary", infer=_infer_merge, stateful=True)
-not_differentiable("ScalarSummary", "HistogramSummary", "MergeSummary")
+
+
+def _infer_image(op):
+    images = op._inputs[0]
+    if images.shape.ndims not in (None, 4) or (
+            images.shape.ndims == 4 and images.shape.as_list()[3] not in (None, 1, 3, 4)):
+        raise ValueError(f"images must be 4-D [batch, height, width, channels] with 1, 3 or 4 "
+                         f"channels, got shape {images.shape}")
+    if not (images.dtype.is_floating or images.dtype.name == "uint8"):
+        raise TypeError(f"images must be uint8 or floating, got {images.dtype.name}")
+    return [(dtypes.string, TensorShape([]))]
+
+
+register_op("ImageSummary", infer=_infer_image, stateful=True)
+not_differentiable("ScalarSummary", "HistogramSummary", "MergeSummary", "ImageSummary")
 
 
 def scalar_summary(tag, value, name=None):
@@ -54,6 +68,13 @@ def histogram_summary(tag, values, name=None):
     """A HistogramSummary op's output: a serialized Summary with a ``histo``."""
     return make("HistogramSummary", (as_tensor(values),), {"tag": str(tag)}, name,
                 "HistogramSummary")
+
+
+def image_summary(tag, images, max_outputs=3, name=None):
+    """An ImageSummary op's output: a serialized Summary with up to ``max_outputs`` PNGs."""
+    return make("ImageSummary", (as_tensor(images),), {"tag": str(tag),
+                                                        "max_images": int(max_outputs)},
+                name, "ImageSummary")
 
 
 def merge_summary(inputs, name=None):

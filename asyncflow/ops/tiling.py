@@ -18,6 +18,7 @@ import numpy as np
 from asyncflow import dtypes
 from asyncflow.graph import not_differentiable, register_gradient, register_op
 from asyncflow.graph.shape import TensorShape
+from asyncflow.graph.graph import contains_tensor
 from asyncflow.ops import math as math_ops
 from asyncflow.ops.array import reshape
 from asyncflow.ops.construct import INTEGER, as_tensor, check_dtype, make, static_value
@@ -148,7 +149,9 @@ def pad(tensor, paddings, mode="CONSTANT", name=None, constant_values=0):
     mode = str(mode).upper()
     if mode not in _PAD_MODES:
         raise ValueError(f"Pad: mode must be one of {_PAD_MODES}, got {mode!r}")
-    if not hasattr(paddings, "op"):
+    if isinstance(paddings, (list, tuple)) and contains_tensor(paddings):
+        paddings = int_const(list(paddings))  # auto-packed: [[0, n], [0, 0]]
+    elif not hasattr(paddings, "op"):
         paddings = int_const(np.asarray(paddings, dtype=np.int64).reshape(-1, 2).tolist()
                              if np.size(paddings) else np.zeros((0, 2), np.int32))
     check_dtype("Pad", paddings, INTEGER, "paddings")

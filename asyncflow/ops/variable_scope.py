@@ -281,8 +281,10 @@ def _create(graph, full_name, shape, requested_dtype, scope_dtype, initializer, 
             with graph.name_scope("Initializer"):
                 return _call_initializer(initializer, dims, dtype)
     # The variable's op names follow its variable scope, not the enclosing name scopes; its
-    # initializer must not wait for the enclosing control dependencies (TF1's init_scope).
-    with graph.name_scope(None), graph.control_dependencies(None):
+    # initializer must not wait for the enclosing control dependencies, nor live in an
+    # enclosing while loop or cond (TF1's init_scope: an RNN cell built in a loop body).
+    with graph.name_scope(None), graph.control_dependencies(None), \
+            graph._push(control_flow_context=None):
         return Variable(initial_value, trainable=trainable, collections=collections,
                         validate_shape=validate_shape, name=full_name + "/", dtype=dtype)
 

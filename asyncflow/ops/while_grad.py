@@ -65,7 +65,7 @@ class LoopUnit:
 
 def _float_invariants(ctx):
     return [enter for enter in ctx._values.values()
-            if enter.op.type == "Enter" and enter.dtype.is_floating]
+            if enter.op.type in ("Enter", "RefEnter") and enter.dtype.is_floating]
 
 
 def register_unit(ctx):
@@ -113,11 +113,14 @@ def _forward_counter(ctx):
 class GradWhileContext(cf.WhileContext):
     """The gradient loop of ``forward``: its forward values arrive through stacks."""
 
+    reads_forward_values = True
+
     def __init__(self, graph, forward, frame_name, outer):
         super().__init__(graph, outer, frame_name, forward.parallel_iterations, False)
         self.forward = forward
         self.pops = []
         self._popped = {}
+        self._pivots = {}  # forward CondContext -> (taken, other) pivots of this loop
 
     def add_value(self, tensor):
         if self.is_internal(tensor) or not self.forward.is_internal(tensor):
@@ -126,7 +129,17 @@ class GradWhileContext(cf.WhileContext):
             return super().add_value(tensor.op._inputs[0])
         found = self._popped.get(tensor)
         if found is None:
-            found = self._popped[tensor] = self._stack_value(tensor)
+            variable = _variable_read(tensor, self.forward)
+            if variable is not None:
+                # A read of a variable in the forward body is read again here, like TF1's
+                # aliased Enter of the snapshot: no stack holding a copy per iteration.
+                from asyncflow.ops.array import identity
+                with self.entered(), self.graph.control_dependencies(None), \
+                        self.graph.colocate_with(variable.op):
+                    found = identity(variable, name="read")
+            else:
+                found = self._stack_value(tensor)
+            self._popped[tensor] = found
         return found
 
     def _stack_value(self, tensor):
@@ -139,48 +152,119 @@ class GradWhileContext(cf.WhileContext):
         """
         from asyncflow.ops.sources import constant
         graph, forward = self.graph, self.forward
-        reason = _unsaveable(tensor, forward)
+        home, reason = _saved_home(tensor, forward)
         if reason is not None:
             raise LookupError(f"Gradient of while_loop '{forward.frame_name}': the backward "
                               f"body reads {tensor.name}, {reason}")
+        branches = _branches(home, forward)  # conds around the value, innermost first
         with graph._push(control_flow_context=forward.outer), graph.control_dependencies(None):
             handle = make("StackV2", (constant(-1, name="stack_size"),),
                           {"elem_type": tensor.dtype,
                            "stack_name": f"{tensor.op.name}_{tensor.value_index}"},
                           None, "stack")
-        with forward.entered(), graph.control_dependencies(None):
+        with graph._push(control_flow_context=home), graph.control_dependencies(None):
             push = make_op("StackPushV2", (handle, tensor), None, None, "stack_push")
         # Pushes keep iteration order: push i gates the count's increment, which gates the
         # count of iteration i+1, which gates push i+1 (iterations may otherwise overlap).
-        forward.grad_state[1]._add_control_input(push)
+        # A push inside a cond runs only when its branch is taken: the count waits for a
+        # Merge that is live after the push, or at once when the branch is not taken.
+        forward.grad_state[1]._add_control_input(_forward_barrier(push, branches))
         push._add_control_input(forward.grad_state[2])
         with self.entered(), graph.control_dependencies(None):
             popped = make("StackPopV2", (handle,), {"elem_type": tensor.dtype}, None, "stack_pop")
         popped.set_shape(tensor.shape)
-        self.pops.append(popped.op)
+        gate = popped.op
+        if branches:
+            # Pop only in the gradient iterations whose forward iteration took the branch
+            # (the saved predicates replay the forward choices), so pops match pushes.
+            popped.op._add_control_input(self._branch_pivots(branches[0])[0].op)
+            for branch in branches:
+                taken, other = self._branch_pivots(branch)
+                with self.entered(), graph.control_dependencies([gate]):
+                    from asyncflow.ops.array import identity
+                    token = identity(taken, name="pop_done")
+                with self.entered(), graph.control_dependencies(None):
+                    gate = cf.merge([other, token], name="pop_barrier")[0].op
+        self.pops.append(gate)
         return popped
 
+    def _branch_pivots(self, branch):
+        """``(taken, other)``: bool tensors of the gradient loop, live when the forward
+        iteration took ``branch`` (a CondContext of the forward body), resp. its sibling."""
+        found = self._pivots.get(branch)
+        if found is None:
+            from asyncflow.ops.array import identity
+            pred = self.add_value(branch.pred)  # the forward choice, saved like any value
+            with self.entered(), self.graph.control_dependencies(None):
+                outputs = cf.switch(pred, pred, name="branch_switch")
+                found = (identity(outputs[branch.branch], name="branch_taken"),
+                         identity(outputs[1 - branch.branch], name="branch_other"))
+            self._pivots[branch] = found
+        return found
 
-def _unsaveable(tensor, forward):
-    """Why ``tensor`` cannot be saved for ``forward``'s gradient, or None when it can.
 
-    A saved value must be live exactly once in each iteration of the body: body ops
+def _variable_read(tensor, forward):
+    """The variable reference outside ``forward`` that ``tensor`` reads, when ``tensor`` is
+    a read made in the loop body (an Identity of a reference that entered the loop through
+    RefEnter, and a cond's RefSwitch maybe), or the outer read when it is an Identity of
+    a loop invariant (a read settled at loop entry); else None."""
+    op = tensor.op
+    if op.type == "Identity" and forward._is_invariant(op._inputs[0]):
+        return op._inputs[0].op._inputs[0]  # a read settled at loop entry
+    if op.type != "Identity" or not op._inputs[0]._is_ref:
+        return None
+    ref = op._inputs[0]
+    while ref.op.type in ("RefEnter", "RefSwitch") and forward.is_internal(ref):
+        ref = ref.op._inputs[0]
+    return None if forward.is_internal(ref) else ref
+
+
+def _saved_home(tensor, forward):
+    """``(context, reason)``: where ``tensor`` is pushed for ``forward``'s gradient, or why
+    it cannot be saved.
+
+    A saved value must be live at most once in each iteration of the body: body ops
     qualify, and so do the results of a loop or cond nested in the body (an inner loop's
-    Exit, a cond's Merge). The forward loop's own Merge, Switch, Enter and Exit do not, nor
-    does anything computed inside a cond in the body (pushed only when its branch is taken,
-    while the gradient loop pops in every iteration).
+    Exit, a cond's Merge). The forward loop's own Merge, Switch, Enter and Exit do not.
+    Values computed inside a cond in the body (or brought into its branch by a Switch) are
+    pushed in that branch, so only when it is taken; the gradient loop pops them under the
+    same, saved, predicate.
     """
     op = tensor.op
     home = op._control_flow_context
     if op.type in ("Exit", "RefExit") and home is not forward:
         home = home.outer  # a nested loop's result lives in the loop's parent context
+    elif op in cf._cond_imports(op.graph):
+        home = cf._cond_imports(op.graph)[op]
     elif op.type in cf.STRUCTURE_TYPES or op.type in ("Switch", "RefSwitch"):
         if not (op.type == "Merge" and op in cf._cond_merges(op.graph)):
-            return "which is not computed in the loop body; only body values can be saved"
-    if _conditional(home, forward):
-        return ("which is computed inside a cond in the loop body; values of a cond nested "
-                "in a while_loop cannot be saved for the gradient")
-    return None
+            return home, "which is not computed in the loop body; only body values can be saved"
+    return home, None
+
+
+def _branches(ctx, loop):
+    """The cond branch contexts between ``ctx`` and the loop context ``loop``, innermost
+    first."""
+    found = []
+    while ctx is not None and ctx is not loop:
+        if isinstance(ctx, cf.CondContext):
+            found.append(ctx)
+        ctx = ctx.outer
+    return found
+
+
+def _forward_barrier(op, branches):
+    """An op of the loop body that runs after ``op`` when ``op``'s branches are taken, and
+    regardless of ``op`` otherwise (a Merge of the branch pivots per level)."""
+    from asyncflow.ops.array import identity
+    graph = op.graph
+    for branch in branches:
+        with graph._push(control_flow_context=branch.outer), \
+                graph.control_dependencies([op]):
+            taken = identity(branch.pivot, name="push_done")
+        with graph._push(control_flow_context=branch.outer), graph.control_dependencies(None):
+            op = cf.merge([branch.sibling.pivot, taken], name="push_barrier")[0].op
+    return op
 
 
 def _gradient_parent(ctx):
@@ -200,6 +284,10 @@ def _gradient_parent(ctx):
     grad = current
     while grad is not None and not isinstance(grad, GradWhileContext):
         grad = grad.outer
+    if grad is None and cf._inside(current, enclosing):
+        # af.gradients called inside the outer loop's body: the gradient loop is an ordinary
+        # nested loop of that body, next to the forward one (stacks per outer iteration).
+        return ctx.outer
     if grad is None or grad.forward is not enclosing:
         raise LookupError(f"Gradient of while_loop '{ctx.frame_name}': a loop nested in "
                           f"while_loop '{enclosing.frame_name}' is differentiable only as part "
@@ -219,6 +307,18 @@ def _conditional(ctx, loop):
             return True
         ctx = ctx.outer
     return False
+
+
+def _shaped(grad, shape):
+    """``grad`` with the static shape the gradient loop keeps for it.
+
+    A gradient has its value's shape, which the forward loop's shape invariant bounds; shape
+    inference through the backward body may know less (a concat of partly known shapes), and
+    the gradient loop must keep the forward loop's invariants (TF1 does not enforce them on
+    its back edges at all)."""
+    if grad.shape.is_compatible_with(shape):
+        grad.set_shape(grad.shape.merge_with(shape))
+    return grad
 
 
 def _while_grad(unit, *exit_grads):
@@ -249,10 +349,10 @@ def _while_grad(unit, *exit_grads):
         grads, accs = list(state[:n_vars]), list(state[n_vars:])
         found = gradients(body_outputs, body_vars + invariants, grad_ys=grads, name="body") \
             if floats else [None] * len(invariants)
-        new_grads = [g if g is not None else zeros_like(old)
-                     for g, old in zip(found[:n_vars], grads)]
-        new_accs = [acc if g is None else add(acc, g)
-                    for g, acc in zip(found[n_vars:], accs)]
+        new_grads = [_shaped(g, shape) if g is not None else zeros_like(old)
+                     for g, old, shape in zip(found[:n_vars], grads, shapes[1:])]
+        new_accs = [acc if g is None else _shaped(add(acc, g), shape)
+                    for g, acc, shape in zip(found[n_vars:], accs, shapes[1 + n_vars:])]
         for pop in grad_ctx.pops:
             next_step.op._add_control_input(pop)
         return [next_step] + new_grads + new_accs

@@ -95,6 +95,12 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
     """
     if not callable(cond) or not callable(body):
         raise TypeError("while_loop: cond and body must be callables")
+    from asyncflow.ops.tensor_array import adapt_loop
+    adapter = adapt_loop(cond, body, loop_vars)
+    if adapter is not None:  # TensorArrays ride through the loop as their flows
+        return adapter.restore(while_loop(
+            adapter.cond, adapter.body, adapter.loop_vars, shape_invariants, parallel_iterations,
+            back_prop, maximum_iterations, name))
     if parallel_iterations < 1:
         raise ValueError(f"while_loop: parallel_iterations must be positive, got "
                          f"{parallel_iterations}")
@@ -204,6 +210,7 @@ def _build_loop(ctx, cond, body, loop_vars, flat, invariants, loop_name):
         for exit_tensor, shape in zip(exits, invariants):
             exit_tensor._shape = shape
     ctx.loop_exits = exits
+    ctx.settle_variable_reads()
     _loops(graph)[pivot.op] = ctx
     from asyncflow.ops import while_grad
     while_grad.register_unit(ctx)

@@ -10,7 +10,8 @@ class SessionConfig:
 
     Attributes:
         device_count: logical devices per kind in this process, e.g. ``{"CPU": 2}``.
-        allow_soft_placement: fall back to an available device when a request cannot be met.
+        allow_soft_placement: fall back to an available device when a request cannot be met
+            (off by default, as in TF1: a mistyped device name is an error, not a silent move).
         log_device_placement: print each op's device when a run is compiled.
         inter_op_parallelism_threads: worker threads per device for large kernels (0: cores).
         operation_timeout_in_ms: default deadline of every run (0: none).
@@ -22,7 +23,7 @@ class SessionConfig:
     """
 
     device_count: dict = dataclasses.field(default_factory=dict)
-    allow_soft_placement: bool = True
+    allow_soft_placement: bool = False
     log_device_placement: bool = False
     inter_op_parallelism_threads: int = 0
     operation_timeout_in_ms: int = 0

@@ -16,7 +16,8 @@ Theory of operation
 - Cancellation (the step was cancelled or failed elsewhere, or the session closed) runs the
   abort callback: the attempt leaves its list, and a partly served dequeue puts the elements
   it took back at the front of the queue, in order, so no element is lost.
-- Close (TF1 semantics): afterwards a *new* enqueue fails with AbortedError; enqueue attempts
+- Close (TF1 semantics): afterwards a *new* enqueue fails with CancelledError ("... is
+  closed.", as TF 1.x's QueueBase); enqueue attempts
   already waiting still complete as room frees, unless ``cancel_pending_enqueues`` fails them
   with CancelledError; a dequeue that can no longer be satisfied (closed, too few elements and
   no waiting enqueue that could add more) fails with OutOfRangeError and returns its partial
@@ -232,8 +233,9 @@ class _ColumnStore:
         if not k:
             return
         if self._rng is not None:
-            self.push(block)
-        elif self._head >= k:
+            self.push(block)  # counts the rows itself
+            return
+        if self._head >= k:
             self._head -= k
             for buffer, column in zip(self._columns, block.columns):
                 buffer[self._head:self._head + k] = column
@@ -279,7 +281,7 @@ class QueueResource:
     Args:
         kind: ``FIFO``, ``RANDOM_SHUFFLE`` or ``PADDING_FIFO``.
         name: the queue's name in error messages.
-        capacity: the most elements held (enqueues wait beyond it).
+        capacity: the most elements held (enqueues wait beyond it); negative: unbounded.
         dtypes: the components' dtype names (for reuse checks).
         shapes: per component a tuple of dims (None for unknown) or None; or None.
         min_after_dequeue: RandomShuffleQueue's floor.
@@ -294,6 +296,8 @@ class QueueResource:
         self.dtypes = tuple(dtypes)
         self.shapes = shapes
         self.min_after_dequeue = min_after_dequeue
+        self.seed_pair = (None, None)  # the op's (seed, seed2), for shared-queue checks
+        self._room_limit = float("inf") if capacity < 0 else capacity
         self._rng = random.Random(seed) if kind == RANDOM_SHUFFLE else None
         fixed = shapes is not None and all(s is not None and None not in s for s in shapes)
         self.columnar = fixed and kind != PADDING_FIFO  # takes and hands out ``Rows``
@@ -313,10 +317,10 @@ class QueueResource:
 
         Raises:
             trio.WouldBlock: not enough room, or other enqueues are waiting ahead.
-            AbortedError: the queue is closed.
+            CancelledError: the queue is closed.
         """
         self._check_open()
-        if self._enqueuers or len(self._elements) + len(elements) > self.capacity:
+        if self._enqueuers or len(self._elements) + len(elements) > self._room_limit:
             raise trio.WouldBlock
         self._push(elements)
         if self._dequeuers:
@@ -378,8 +382,7 @@ class QueueResource:
         """Add ``elements`` in order, waiting for room as needed (they go in as room frees).
 
         Raises:
-            AbortedError: the queue was closed before this call.
-            CancelledError: closed with ``cancel_pending_enqueues`` or reset while waiting.
+            CancelledError: the queue was closed before this call, or closed with ``cancel_pending_enqueues`` or reset while waiting.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         try:
@@ -465,7 +468,7 @@ class QueueResource:
     # -- internals --------------------------------------------------------------------------
     def _check_open(self):
         if self._closed:
-            raise errors.AbortedError(None, None, f"{self.kind} '{self.name}' is closed.")
+            raise errors.CancelledError(None, None, f"{self.kind} '{self.name}' is closed.")
 
     def _insufficient(self, n):
         return errors.OutOfRangeError(
@@ -521,10 +524,11 @@ class QueueResource:
         moved = False
         while self._enqueuers:
             attempt = self._enqueuers[0]
-            room = self.capacity - len(self._elements)
+            room = self._room_limit - len(self._elements)
             if room <= 0:
                 break
-            chunk = attempt.elements[attempt.position:attempt.position + room]
+            end = len(attempt.elements) if room == float("inf") else attempt.position + room
+            chunk = attempt.elements[attempt.position:end]
             self._push(chunk)
             attempt.position += len(chunk)
             moved = True
@@ -603,19 +607,22 @@ def lookup_or_create(node_ctx):
 
     Raises:
         InvalidArgumentError: a shared queue reopened with another kind, capacity, dtypes,
-            shapes or min_after_dequeue, naming which.
+            shapes, min_after_dequeue or (a shuffle queue) seeds, naming which.
     """
     attrs, kind = node_ctx.attrs, node_ctx.type
     shared = attrs.get("shared_name") or ""
     manager = process_resources() if shared and node_ctx.resources.local else node_ctx.resources
     name = shared or node_ctx.name
     spec = _cached_spec(attrs, kind)
+    seed_pair = (attrs.get("seed"), attrs.get("seed2"))
 
     def create():
         seed, seed2 = attrs.get("seed"), attrs.get("seed2")
         entropy = None if seed is None and seed2 is None else (int(seed or 0) << 32) + int(seed2 or 0)
-        return QueueResource(kind, name, spec["capacity"], spec["dtypes"], spec["shapes"],
-                             spec["min_after_dequeue"], entropy)
+        queue = QueueResource(kind, name, spec["capacity"], spec["dtypes"], spec["shapes"],
+                              spec["min_after_dequeue"], entropy)
+        queue.seed_pair = seed_pair
+        return queue
 
     def check(existing):
         if not isinstance(existing, QueueResource) or existing.kind != kind:
@@ -629,4 +636,9 @@ def lookup_or_create(node_ctx):
                 raise errors.InvalidArgumentError(
                     None, None, f"Shared queue '{name}' has {label} {_describe(have)} but "
                     f"requested {label} {_describe(want)}")
+        # An op without seeds accepts the shared queue's (TF1's RandomShuffleQueue kernel).
+        if kind == RANDOM_SHUFFLE and any(seed_pair) and existing.seed_pair != seed_pair:
+            raise errors.InvalidArgumentError(
+                None, None, f"Shared queue '{name}' has random seeds {existing.seed_pair} but "
+                f"requested seeds are {seed_pair}.")
     return manager.lookup_or_create(attrs.get("container", ""), name, create, check)

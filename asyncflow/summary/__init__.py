@@ -64,6 +64,21 @@ def histogram(name, values, collections=None, family=None):
     return _summary(_ops.histogram_summary, name, values, collections, family)
 
 
+def image(name, tensor, max_outputs=3, collections=None, family=None):
+    """An image summary of a ``[batch, height, width, channels]`` tensor (TF1 ``tf.summary.image``).
+
+    Up to ``max_outputs`` images are PNG-encoded, tagged ``<tag>/image/<k>`` (``<tag>/image``
+    for one). uint8 images are written as they are; floats are scaled as TF1 does (values
+    >= 0 so the largest is 255; with negatives, 0 becomes 127).
+
+    Returns:
+        A string scalar tensor holding a serialized Summary.
+    """
+    def build(tag, images, name=None):
+        return _ops.image_summary(tag, images, max_outputs, name=name)
+    return _summary(build, name, tensor, collections, family)
+
+
 def merge(inputs, collections=None, name=None):
     """One Summary holding the values of every input summary (duplicate tags fail the run)."""
     inputs = [as_tensor(t) for t in inputs]
@@ -83,4 +98,4 @@ def merge_all(key=GraphKeys.SUMMARIES, scope=None, name=None):
     return merge(summaries, name=name)
 
 
-__all__ = ["FileWriter", "histogram", "merge", "merge_all", "scalar"]
+__all__ = ["FileWriter", "histogram", "image", "merge", "merge_all", "scalar"]

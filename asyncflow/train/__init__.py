@@ -26,3 +26,6 @@ from asyncflow.train.monitored_session import (  # noqa: F401  (training loop: h
     SessionRunContext, SessionRunHook, SessionRunValues, StepCounterHook, StopAtStepHook,
 )
 from asyncflow.train.device_setter import replica_device_setter  # noqa: F401
+from asyncflow.train.learning_rate_decay import (  # noqa: F401  (learning-rate schedules)
+    cosine_decay, exponential_decay, inverse_time_decay, piecewise_constant, polynomial_decay,
+)

@@ -8,6 +8,10 @@ nursery the caller owns:
         while not coord.should_stop():
             await sess.run(train_op)
 
+TF1's form works too: ``threads = af.train.start_queue_runners(sess=sess, coord=coord)``
+starts the runners as tasks owned by the session (``QueueRunnerTasks``); they run until
+``coord.request_stop()`` (then ``await coord.join(threads)``) or until the session closes.
+
 - A runner's task ends normally when its enqueue fails because the input is exhausted
   (OutOfRangeError, e.g. ``num_epochs`` reached) or its queue was closed (CancelledError,
   AbortedError). The last task of a runner to end closes the runner's queue, so consumers
@@ -23,6 +27,7 @@ nursery the caller owns:
 from __future__ import annotations
 
 import contextlib
+import contextvars
 
 import trio
 
@@ -105,8 +110,12 @@ class Coordinator:
     def running_tasks(self):
         return self._running
 
-    async def join(self):
-        """Wait until every runner task has ended, then raise the recorded error (once)."""
+    async def join(self, threads=None, stop_grace_period_secs=120, ignore_live_threads=False):
+        """Wait until every runner task has ended, then raise the recorded error (once).
+
+        ``threads`` and the other arguments are accepted for TF1 compatibility: every task
+        started with this Coordinator is waited for.
+        """
         await self._idle.wait()
         self.raise_requested_exception()
 
@@ -183,51 +192,134 @@ def add_queue_runner(qr, collection=GraphKeys.QUEUE_RUNNERS):
     qr.queue.graph.add_to_collection(collection, qr)
 
 
-@contextlib.asynccontextmanager
-async def start_queue_runners(sess, coord=None, collection=GraphKeys.QUEUE_RUNNERS,
-                              options=None, on_metadata=None):
-    """Run every queue runner of ``sess.graph``'s ``collection`` as tasks while the block runs.
+def start_queue_runners(sess=None, coord=None, daemon=True, start=True,
+                        collection=GraphKeys.QUEUE_RUNNERS, options=None, on_metadata=None):
+    """Start every queue runner of ``sess.graph``'s ``collection`` as tasks the session owns.
+
+    Two forms. TF1's plain call starts the runners at once and returns; they run until
+    ``coord.request_stop()`` or until the session closes::
+
+        coord = af.train.Coordinator()
+        threads = af.train.start_queue_runners(sess=sess, coord=coord)
+        ...
+        coord.request_stop()
+        await coord.join(threads)
+
+    The structured form scopes them to a block, and raises a runner's error when it exits::
+
+        async with af.train.start_queue_runners(sess) as coord:
+            ...
 
     Args:
-        sess: an open Session.
+        sess: an open Session (must be called from its trio task).
         coord: a Coordinator (a new one when None); the block receives it.
+        daemon, start: accepted for TF1 compatibility (runners always start).
         collection: the collection holding the QueueRunners.
         options, on_metadata: passed to every runner run (see ``QueueRunner.start``).
 
-    Yields:
-        The Coordinator.
-
-    Raises:
-        The first error a runner hit (once), after every task has stopped.
+    Returns:
+        A ``QueueRunnerTasks``: an async context manager yielding the Coordinator, which
+        also iterates as TF1's list of "threads" (here: one entry per runner).
     """
+    if sess is None:
+        raise ValueError("start_queue_runners needs the session: start_queue_runners(sess=sess)")
     coord = coord if coord is not None else Coordinator()
     runners = list((sess.graph or get_default_graph()).get_collection(collection))
-    runner_scope = trio.CancelScope()
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(_run_runners, sess, coord, runners, runner_scope, options,
-                           on_metadata)
-        nursery.start_soon(_stop_watch, sess, coord, runners, runner_scope, nursery.cancel_scope)
+    return QueueRunnerTasks(sess, coord, runners, options, on_metadata)
+
+
+class QueueRunnerTasks:
+    """The runner tasks that ``start_queue_runners`` started (see there).
+
+    They run as one trio system task with a cancel scope of its own, registered with the
+    session, so closing the session stops them even when no block encloses them (TF1's form:
+    a plain call whose runners outlive the call). Structured concurrency is kept where it
+    matters: every task ends before ``async with`` exits, before ``coord.join()`` returns,
+    or when the session closes, and no error of theirs is lost (the Coordinator keeps it).
+    A session is often entered without ``async with`` (``MonitoredTrainingSession``,
+    ``asyncflow.aio``), so it cannot lend a nursery of its own.
+    """
+
+    def __init__(self, sess, coord, runners, options, on_metadata):
+        self.coord = coord
+        self.runners = runners
+        self._sess = sess
+        self._done = trio.Event()
+        self._runner_scope = trio.CancelScope()
+        self._body_scope = None
+        self._counted = coord._task()
+        self._counted.__enter__()  # join() waits for us from now, not from when we first run
+        owner = getattr(sess, "_owned_tasks", None)
+        if owner is not None:
+            owner.append(self.stop)
+        trio.lowlevel.spawn_system_task(self._main, options, on_metadata,
+                                        name="start_queue_runners",
+                                        context=contextvars.copy_context())
+
+    def __iter__(self):
+        return iter(self.runners)
+
+    def __len__(self):
+        return len(self.runners)
+
+    def stop(self):
+        """Request a stop and cancel the runner tasks (they end shortly after)."""
+        self.coord.request_stop()
+        self._runner_scope.cancel()
+
+    async def wait(self):
+        """Wait until every runner task has ended."""
+        await self._done.wait()
+
+    async def _main(self, options, on_metadata):
         try:
-            yield coord
-        except errors.OutOfRangeError:
-            pass  # the input ran out: the normal end of a training loop
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._stop_watch)
+                await _run_runners(self._sess, self.coord, self.runners, self._runner_scope,
+                                   options, on_metadata)
+                if not self.coord.should_stop():  # every runner ended: the input ran out
+                    nursery.cancel_scope.cancel()
+                # else the stop watch finishes its work (closing queues, ending the block)
+        except Exception as exc:  # noqa: BLE001 - a system task must not raise: recorded
+            self.coord.request_stop(exc)
         finally:
-            coord.request_stop()
-    coord.raise_requested_exception()
+            owner = getattr(self._sess, "_owned_tasks", None)
+            if owner is not None and self.stop in owner:
+                owner.remove(self.stop)
+            self._done.set()
+            self._counted.__exit__(None, None, None)
+
+    async def _stop_watch(self):
+        """On stop: close the runners' queues and end their tasks; after an error, end the
+        enclosing block."""
+        await self.coord._stop.wait()
+        for runner in self.runners:
+            await runner.cancel(self._sess)
+        self._runner_scope.cancel()
+        if self.coord.exception is not None and self._body_scope is not None:
+            self._body_scope.cancel()
+
+    async def __aenter__(self):
+        self._body_scope = trio.CancelScope()
+        self._body_scope.__enter__()
+        if self.coord.exception is not None:
+            self._body_scope.cancel()
+        return self.coord
+
+    async def __aexit__(self, exc_type, exc, tb):
+        suppressed = self._body_scope.__exit__(exc_type, exc, tb)
+        self._body_scope = None
+        self.coord.request_stop()
+        with trio.CancelScope(shield=True):
+            await self._done.wait()
+        if exc_type is not None and not suppressed and not issubclass(exc_type, errors.OutOfRangeError):
+            return False  # the block's own error wins (it is not the normal end of input)
+        self.coord.raise_requested_exception()
+        return True
 
 
 async def _run_runners(sess, coord, runners, scope, options, on_metadata):
-    with coord._task(), scope:
+    with scope:  # QueueRunnerTasks counts itself as the coordinator's task around this
         async with trio.open_nursery() as nursery:
             for runner in runners:
                 runner.start(sess, coord, nursery, options, on_metadata)
-
-
-async def _stop_watch(sess, coord, runners, runner_scope, body_scope):
-    """On stop: close the runners' queues and end their tasks; after an error, end the body."""
-    await coord._stop.wait()
-    for runner in runners:
-        await runner.cancel(sess)
-    runner_scope.cancel()
-    if coord.exception is not None:
-        body_scope.cancel()

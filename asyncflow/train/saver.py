@@ -30,6 +30,7 @@ Theory of operation:
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import time
 import warnings
@@ -214,6 +215,12 @@ def _named_saveables(var_list):
             else:
                 raise TypeError(f"Saver: var_list entries must be Variables or variable "
                                 f"references, got {var!r}")
+    seen = {}
+    for name, var in items if isinstance(var_list, dict) else ():
+        key = id(var._ref() if isinstance(var, Variable) else var)  # one variable, two names
+        if key in seen:
+            raise ValueError(f"The same saveable will be restored with two names: {seen[key]}")
+        seen[key] = name
     names = [name for name, _ in items]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
@@ -342,7 +349,7 @@ class Saver:
         self._last_checkpoints = sorted(found, key=lambda item: item[1])
 
     async def save(self, sess, save_path, global_step=None, latest_filename=None,
-                   meta_graph_suffix="meta", write_meta_graph=False, write_state=True):
+                   meta_graph_suffix="meta", write_meta_graph=True, write_state=True):
         """Write a checkpoint of the variables' current values.
 
         Args:
@@ -352,7 +359,8 @@ class Saver:
                 ``-<step>`` to the prefix and stored in the file's metadata.
             latest_filename: name of the state file (default ``checkpoint``).
             meta_graph_suffix: suffix of the meta graph file.
-            write_meta_graph: also export the meta graph to ``<path>.<suffix>``.
+            write_meta_graph: also export the meta graph to ``<path>.<suffix>`` (on by
+                default, as in TF1, so ``import_meta_graph`` can rebuild the model).
             write_state: update the state file (and apply ``max_to_keep``).
 
         Returns:
@@ -378,16 +386,26 @@ class Saver:
             await sess.run(self._save_tensor, feed_dict={
                 self._filename: data_path(path), self._step: -1 if step is None else step})
             if write_meta_graph:
-                from asyncflow.train import meta_graph
-                meta = meta_graph.export_meta_graph(graph=self._graph, saver_def=self.as_saver_def())
-                await trio.to_thread.run_sync(meta_graph.write_meta_graph_file,
-                                              f"{path}.{meta_graph_suffix}", meta)
+                await self._write_meta_graph(f"{path}.{meta_graph_suffix}")
             if write_state:
                 doomed = self._record(path)
                 kept = self.last_checkpoints
                 await trio.to_thread.run_sync(self._commit_state, directory, path, kept,
                                               doomed, latest_filename, meta_graph_suffix)
         return path
+
+    async def _write_meta_graph(self, filename):
+        """Export the meta graph next to the checkpoint; a graph that cannot be serialized
+        (a py_func's Python callable) is logged and skipped: the checkpoint itself stands."""
+        from asyncflow.train import meta_graph
+        try:
+            meta = meta_graph.export_meta_graph(graph=self._graph, saver_def=self.as_saver_def())
+        except (TypeError, ValueError) as exc:
+            logging.getLogger(__name__).warning(
+                "Saver.save: no meta graph written to %s: %s (pass write_meta_graph=False to "
+                "skip it)", filename, exc)
+            return
+        await trio.to_thread.run_sync(meta_graph.write_meta_graph_file, filename, meta)
 
     def _record(self, path):
         """Add ``path`` to the kept list; return the prefixes to delete."""

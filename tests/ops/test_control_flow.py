@@ -408,11 +408,11 @@ async def test_cond_branches_returning_ops_run_only_the_taken_one():
         v = af.Variable(0)
         pred = af.placeholder(af.bool, [])
         update = af.cond(pred, lambda: af.assign_add(v, 1).op, lambda: af.assign_add(v, 5).op)
-        assert isinstance(update, af.Operation)
+        assert isinstance(update, af.Tensor) and update.dtype is af.bool  # TF1: the pivot
         async with af.Session() as sess:
             await sess.run(af.global_variables_initializer())
-            assert await sess.run(update, {pred: True}) is None
-            await sess.run(update, {pred: False})
+            assert await sess.run(update, {pred: True}) == True  # noqa: E712
+            assert await sess.run(update, {pred: False}) == False  # noqa: E712
             assert await sess.run(v.value()) == 6
 
 

@@ -1,0 +1,212 @@
+"""Recurrent networks of TF1: ``dynamic_rnn``, ``static_rnn``, ``bidirectional_dynamic_rnn``.
+
+``dynamic_rnn`` is TF1's loop: inputs are made time-major and unstacked into a TensorArray,
+a ``while_loop`` calls the cell once per step and writes each output into another
+TensorArray, which is stacked (and made batch-major again) after the loop. With
+``sequence_length``, a batch entry past its length outputs zeros and keeps its state (TF1's
+``_rnn_step`` copy-through), so the final state is each sequence's last valid one.
+Gradients flow through the loop's gradient and the TensorArrays' gradient arrays.
+"""
+from __future__ import annotations
+
+from asyncflow import dtypes
+from asyncflow.ops import control_flow as cf
+from asyncflow.ops.construct import as_tensor
+from asyncflow.ops.tensor_array import TensorArray
+
+
+def _ops():
+    from asyncflow.ops import array, layout, math
+    return array, layout, math
+
+
+def _transpose_batch_time(x):
+    _, layout, _ = _ops()
+    rank = x.shape.ndims
+    if rank is None or rank < 2:
+        raise ValueError(f"dynamic_rnn: inputs must be at least rank 2 [batch, time, ...], got "
+                         f"shape {x.shape}")
+    return layout.transpose(x, [1, 0] + list(range(2, rank)))
+
+
+def _dim(x, axis):
+    array, _, _ = _ops()
+    from asyncflow.ops.indexing import strided_slice
+    static = x.shape.as_list()[axis] if x.shape.ndims is not None else None
+    if static is not None:
+        return as_tensor(static, dtype=dtypes.int32), static
+    return strided_slice(array.shape(x), [axis], [axis + 1], shrink_axis_mask=1), None
+
+
+def _copy_through(time, sequence_length, old, new):
+    """``new`` where ``time < sequence_length`` (per batch row), else ``old``."""
+    array, _, math = _ops()
+    keep = math.less(time, sequence_length)  # [batch]
+    rank = new.shape.ndims
+    mask = keep if rank in (None, 1) else array.reshape(keep, [-1] + [1] * (rank - 1))
+    from asyncflow.ops.sources import zeros_like
+    condition = math.logical_and(mask, math.equal(zeros_like(new), zeros_like(new)))
+    return math.where(condition, new, old)
+
+
+def dynamic_rnn(cell, inputs, sequence_length=None, initial_state=None, dtype=None,
+                parallel_iterations=None, swap_memory=False, time_major=False, scope=None):
+    """Run ``cell`` over ``inputs`` with a while loop (TF1 ``tf.nn.dynamic_rnn``).
+
+    Args:
+        cell: an RNN cell (``af.nn.rnn_cell``).
+        inputs: ``[batch, time, depth]`` (``[time, batch, depth]`` when ``time_major``).
+        sequence_length: optional int ``[batch]``: steps past it output zeros and keep the
+            state.
+        initial_state: the cell's initial state (default: ``cell.zero_state``; then ``dtype``
+            is required unless the inputs have one).
+        dtype: the state's dtype when ``initial_state`` is None.
+        parallel_iterations: loop iterations in flight (default 32, TF1's).
+        swap_memory: accepted for TF1 compatibility.
+        time_major: whether ``inputs`` and outputs are time-major.
+        scope: variable scope (default ``"rnn"``).
+
+    Returns:
+        ``(outputs, final_state)``: outputs shaped like the inputs with ``cell.output_size``
+        as depth; ``final_state`` in ``cell.state_size``'s structure.
+    """
+    from asyncflow.ops.variable_scope import variable_scope
+    array, layout, math = _ops()
+    inputs = as_tensor(inputs)
+    with variable_scope(scope or "rnn"):
+        time_inputs = inputs if time_major else _transpose_batch_time(inputs)
+        steps, static_steps = _dim(time_inputs, 0)
+        batch, static_batch = _dim(time_inputs, 1)
+        if initial_state is not None:
+            state = initial_state
+        else:
+            state = cell.zero_state(static_batch if static_batch is not None else batch,
+                                    dtype or inputs.dtype)
+        if sequence_length is not None:
+            sequence_length = math.cast(as_tensor(sequence_length), dtypes.int32) \
+                if as_tensor(sequence_length).dtype is not dtypes.int32 else as_tensor(sequence_length)
+        element = time_inputs.shape.as_list()[1:] if time_inputs.shape.ndims else None
+        input_ta = TensorArray(time_inputs.dtype, size=steps, element_shape=element,
+                               tensor_array_name="rnn/input").unstack(time_inputs)
+        output_ta = TensorArray(inputs.dtype, size=steps, tensor_array_name="rnn/output")
+        flat_state = cf.flatten(state)
+
+        def body(time, outputs, *flat):
+            current = cf.pack_as(state, list(flat))
+            output, new_state = cell(input_ta.read(time), current)
+            new_flat = cf.flatten(new_state)
+            if sequence_length is not None:
+                from asyncflow.ops.sources import zeros_like
+                output = _copy_through(time, sequence_length, zeros_like(output), output)
+                new_flat = [_copy_through(time, sequence_length, old, new)
+                            for old, new in zip(flat, new_flat)]
+            return (time + 1, outputs.write(time, output)) + tuple(new_flat)
+
+        loop = cf.while_loop(lambda time, *_: time < steps, body,
+                             (as_tensor(0), output_ta) + tuple(flat_state),
+                             parallel_iterations=parallel_iterations or 32)
+        outputs = loop[1].stack()
+        final_state = cf.pack_as(state, list(loop[2:]))
+        if static_steps is not None and outputs.shape.ndims is not None:
+            outputs.set_shape([static_steps] + outputs.shape.as_list()[1:])
+        if not time_major:
+            outputs = _transpose_batch_time(outputs)
+        return outputs, final_state
+
+
+def static_rnn(cell, inputs, initial_state=None, dtype=None, sequence_length=None, scope=None):
+    """Run ``cell`` over a Python list of ``[batch, depth]`` inputs, unrolled (TF1).
+
+    Returns:
+        ``(outputs, final_state)``: a list of outputs and the last state.
+    """
+    from asyncflow.ops.variable_scope import variable_scope
+    _, _, math = _ops()
+    if not isinstance(inputs, (list, tuple)) or not inputs:
+        raise TypeError("static_rnn: inputs must be a non-empty list of tensors")
+    inputs = [as_tensor(x) for x in inputs]
+    with variable_scope(scope or "rnn"):
+        if initial_state is not None:
+            state = initial_state
+        else:
+            first = inputs[0]
+            static = first.shape.as_list()[0] if first.shape.ndims else None
+            batch = static if static is not None else _dim(first, 0)[0]
+            state = cell.zero_state(batch, dtype or first.dtype)
+        if sequence_length is not None:
+            sequence_length = math.cast(as_tensor(sequence_length), dtypes.int32)
+        outputs = []
+        for time, x in enumerate(inputs):
+            output, new_state = cell(x, state)
+            if sequence_length is not None:
+                from asyncflow.ops.sources import zeros_like
+                t = as_tensor(time)
+                output = _copy_through(t, sequence_length, zeros_like(output), output)
+                new_state = cf.pack_as(new_state, [
+                    _copy_through(t, sequence_length, old, new)
+                    for old, new in zip(cf.flatten(state), cf.flatten(new_state))])
+            outputs.append(output)
+            state = new_state
+        return outputs, state
+
+
+def reverse_sequence(input, seq_lengths, seq_axis=1, batch_axis=0, name=None):  # noqa: A002
+    """Reverse the first ``seq_lengths[b]`` steps of each batch row (TF1, ``seq_axis=1``,
+    ``batch_axis=0`` or the time-major transpose ``seq_axis=0``, ``batch_axis=1``)."""
+    from asyncflow.ops.indexing import gather
+    from asyncflow.ops.sources import range as range_
+    array, layout, math = _ops()
+    x = as_tensor(input)
+    if (seq_axis, batch_axis) == (0, 1):
+        return _transpose_batch_time(reverse_sequence(_transpose_batch_time(x), seq_lengths,
+                                                      1, 0, name))
+    if (seq_axis, batch_axis) != (1, 0):
+        raise NotImplementedError("reverse_sequence: only (seq_axis, batch_axis) of (1, 0) or "
+                                  "(0, 1) is supported")
+    steps, _ = _dim(x, 1)
+    lengths = math.cast(as_tensor(seq_lengths), dtypes.int32)
+    time = array.reshape(range_(0, steps), [1, -1])                 # [1, T]
+    lengths = array.reshape(lengths, [-1, 1])                       # [B, 1]
+    source = math.where(math.less(time, lengths), lengths - 1 - time,
+                        time + 0 * lengths)                         # [B, T]
+    return gather(x, source, axis=1, batch_dims=1, name=name)
+
+
+def bidirectional_dynamic_rnn(cell_fw, cell_bw, inputs, sequence_length=None,
+                              initial_state_fw=None, initial_state_bw=None, dtype=None,
+                              parallel_iterations=None, swap_memory=False, time_major=False,
+                              scope=None):
+    """A forward and a backward ``dynamic_rnn`` over ``inputs`` (TF1).
+
+    The backward pass reads each sequence reversed within its length and its outputs are
+    reversed back. Variables live under ``bidirectional_rnn/fw/`` and ``.../bw/``.
+
+    Returns:
+        ``((output_fw, output_bw), (state_fw, state_bw))``.
+    """
+    from asyncflow.ops.variable_scope import variable_scope
+    _, _, math = _ops()
+    inputs = as_tensor(inputs)
+    with variable_scope(scope or "bidirectional_rnn"):
+        with variable_scope("fw") as fw_scope:
+            output_fw, state_fw = dynamic_rnn(cell_fw, inputs, sequence_length, initial_state_fw,
+                                              dtype, parallel_iterations, swap_memory,
+                                              time_major, scope=fw_scope)
+        seq_axis, batch_axis = (0, 1) if time_major else (1, 0)
+
+        def reverse(x):
+            if sequence_length is not None:
+                return reverse_sequence(x, sequence_length, seq_axis, batch_axis)
+            from asyncflow.ops.functional_ops import reverse_first
+            return reverse_first(x) if time_major else \
+                _transpose_batch_time(reverse_first(_transpose_batch_time(x)))
+        with variable_scope("bw") as bw_scope:
+            reversed_inputs = reverse(inputs)
+            reversed_out, state_bw = dynamic_rnn(cell_bw, reversed_inputs, sequence_length,
+                                                 initial_state_bw, dtype, parallel_iterations,
+                                                 swap_memory, time_major, scope=bw_scope)
+        output_bw = reverse(reversed_out)
+    return (output_fw, output_bw), (state_fw, state_bw)
+
+
+__all__ = ["bidirectional_dynamic_rnn", "dynamic_rnn", "reverse_sequence", "static_rnn"]

@@ -1,0 +1,383 @@
+"""RNN cells of TF1 (``tf.nn.rnn_cell``): same variable names, initializers and numerics.
+
+A cell is called as ``output, new_state = cell(inputs, state)``. Its variables are created
+on the first call, through ``get_variable`` in a variable scope named after the cell
+(``basic_lstm_cell``, ``lstm_cell``, ``gru_cell``, ``basic_rnn_cell``, ``multi_rnn_cell``),
+opened under the caller's scope, so ``dynamic_rnn`` gives TF1's names
+(``rnn/basic_lstm_cell/kernel``, ``rnn/multi_rnn_cell/cell_0/basic_lstm_cell/bias``...)
+and checkpoints of TF1 models map name for name. Later calls reuse them. Kernels default to
+``get_variable``'s glorot_uniform, biases to zeros (the GRU's gate bias to ones), as in TF1.
+"""
+from __future__ import annotations
+
+import collections
+
+from asyncflow import dtypes
+from asyncflow.graph.graph import Tensor
+from asyncflow.ops import control_flow as cf
+from asyncflow.ops.construct import as_tensor
+
+
+class LSTMStateTuple(collections.namedtuple("LSTMStateTuple", ("c", "h"))):
+    """``(c, h)``: the LSTM's cell state and output (TF1)."""
+
+    __slots__ = ()
+
+    @property
+    def dtype(self):
+        return self.c.dtype
+
+
+def _ops():
+    from asyncflow.ops import array, layout, math, nn
+    return array, layout, math, nn
+
+
+class RNNCell:
+    """Base class: ``state_size``, ``output_size``, ``zero_state`` and the variable scope."""
+
+    _default_name = "rnn_cell"
+
+    def __init__(self, name=None, dtype=None, reuse=None):
+        self._name = name
+        self._dtype = dtypes.as_dtype(dtype) if dtype is not None else None
+        self._reuse = reuse
+        self._scope = None  # the VariableScope of the first call
+
+    @property
+    def state_size(self):
+        raise NotImplementedError
+
+    @property
+    def output_size(self):
+        raise NotImplementedError
+
+    def zero_state(self, batch_size, dtype):
+        """Zeros in ``state_size``'s structure, ``[batch_size, size]`` each."""
+        from asyncflow.ops.sources import zeros
+        static_batch = None if isinstance(batch_size, Tensor) else batch_size
+        leaves = []
+        for size in cf.flatten(_size_leaves(self.state_size)):
+            leaf = zeros(_batch_shape(batch_size, size), dtype=dtype)
+            leaf.set_shape([static_batch, size])
+            leaves.append(leaf)
+        return cf.pack_as(_size_leaves(self.state_size), leaves)
+
+    def __call__(self, inputs, state, scope=None):
+        from asyncflow.ops.variable_scope import AUTO_REUSE, variable_scope
+        if self._scope is None:
+            with variable_scope(scope or self._name, default_name=self._default_name,
+                                reuse=self._reuse) as opened:
+                self._scope = opened
+                return self.call(inputs, state)
+        with variable_scope(self._scope, reuse=AUTO_REUSE):
+            return self.call(inputs, state)
+
+    def call(self, inputs, state):
+        raise NotImplementedError
+
+    def _variable(self, name, shape, dtype, initializer=None):
+        from asyncflow.ops.variable_scope import get_variable
+        return get_variable(name, shape=shape, dtype=dtype, initializer=initializer)
+
+
+def _size_leaves(size):
+    return size
+
+
+def _batch_shape(batch_size, size):
+    from asyncflow.ops.array import stack
+    if isinstance(batch_size, Tensor):
+        return stack([batch_size, as_tensor(size, dtype=batch_size.dtype)])
+    return [batch_size, size]
+
+
+def _depth(inputs, cell_name):
+    depth = inputs.shape.as_list()[-1] if inputs.shape.ndims is not None else None
+    if depth is None:
+        raise ValueError(f"{cell_name}: the last dimension of the inputs must be known, got "
+                         f"shape {inputs.shape}")
+    return depth
+
+
+def _linear(cell, args, units, bias_initializer=None, kernel_name="kernel", bias_name="bias"):
+    """``concat(args, 1) @ kernel + bias``, creating ``kernel`` and ``bias`` (TF1's names)."""
+    from asyncflow.ops.init_ops import Zeros
+    array, layout, math, nn = _ops()
+    depth = sum(_depth(a, type(cell).__name__) for a in args)
+    dtype = args[0].dtype
+    kernel = cell._variable(kernel_name, [depth, units], dtype)
+    bias = cell._variable(bias_name, [units], dtype, bias_initializer or Zeros())
+    joined = args[0] if len(args) == 1 else layout.concat(list(args), 1)
+    return nn.bias_add(math.matmul(joined, kernel), bias)
+
+
+def _fused_step(cell, inputs, c, h, forget_bias, initializer):
+    """``(new_c, new_h)`` by ``FusedLSTMCell``, with the cell's ``kernel`` and ``bias``."""
+    from asyncflow.ops.init_ops import Zeros
+    from asyncflow.ops.lstm_ops import fused_lstm_cell
+    units, dtype = cell._num_units, inputs.dtype
+    depth = _depth(inputs, type(cell).__name__) + _depth(h, type(cell).__name__)
+    kernel = cell._variable("kernel", [depth, 4 * units], dtype, initializer)
+    bias = cell._variable("bias", [4 * units], dtype, Zeros())
+    return fused_lstm_cell(inputs, c, h, kernel, bias, forget_bias)
+
+
+class BasicRNNCell(RNNCell):
+    """``h' = activation(W [x, h] + b)`` (TF1's ``BasicRNNCell``; activation tanh)."""
+
+    _default_name = "basic_rnn_cell"
+
+    def __init__(self, num_units, activation=None, reuse=None, name=None, dtype=None):
+        super().__init__(name, dtype, reuse)
+        self._num_units = num_units
+        self._activation = activation
+
+    state_size = property(lambda self: self._num_units)
+    output_size = property(lambda self: self._num_units)
+
+    def call(self, inputs, state):
+        _, _, math, _ = _ops()
+        activation = self._activation or math.tanh
+        output = activation(_linear(self, [inputs, state], self._num_units))
+        return output, output
+
+
+class BasicLSTMCell(RNNCell):
+    """TF1's ``BasicLSTMCell``: gates ``i, j, f, o`` from one kernel, ``forget_bias`` added
+    to ``f``; state ``LSTMStateTuple(c, h)``."""
+
+    _default_name = "basic_lstm_cell"
+
+    def __init__(self, num_units, forget_bias=1.0, state_is_tuple=True, activation=None,
+                 reuse=None, name=None, dtype=None):
+        super().__init__(name, dtype, reuse)
+        self._num_units = num_units
+        self._forget_bias = forget_bias
+        self._state_is_tuple = state_is_tuple
+        self._activation = activation
+
+    @property
+    def state_size(self):
+        units = self._num_units
+        return LSTMStateTuple(units, units) if self._state_is_tuple else 2 * units
+
+    output_size = property(lambda self: self._num_units)
+
+    def call(self, inputs, state):
+        array, layout, math, _ = _ops()
+        activation = self._activation or math.tanh
+        if self._state_is_tuple:
+            c, h = state
+        else:
+            c, h = layout.split(state, 2, axis=1)
+        if self._activation is None:  # TF1's math in one op (see ops/lstm_ops.py)
+            new_c, new_h = _fused_step(self, inputs, c, h, self._forget_bias, None)
+        else:
+            gates = _linear(self, [inputs, h], 4 * self._num_units)
+            i, j, f, o = layout.split(gates, 4, axis=1)
+            forget = as_tensor(self._forget_bias, dtype=f.dtype)
+            new_c = math.add(math.multiply(c, math.sigmoid(math.add(f, forget))),
+                             math.multiply(math.sigmoid(i), activation(j)))
+            new_h = math.multiply(activation(new_c), math.sigmoid(o))
+        new_state = LSTMStateTuple(new_c, new_h) if self._state_is_tuple else \
+            layout.concat([new_c, new_h], 1)
+        return new_h, new_state
+
+
+class LSTMCell(RNNCell):
+    """TF1's ``LSTMCell``: optional peepholes, cell clipping and an output projection."""
+
+    _default_name = "lstm_cell"
+
+    def __init__(self, num_units, use_peepholes=False, cell_clip=None, initializer=None,
+                 num_proj=None, proj_clip=None, forget_bias=1.0, state_is_tuple=True,
+                 activation=None, reuse=None, name=None, dtype=None):
+        super().__init__(name, dtype, reuse)
+        self._num_units = num_units
+        self._use_peepholes = use_peepholes
+        self._cell_clip = cell_clip
+        self._initializer = initializer
+        self._num_proj = num_proj
+        self._proj_clip = proj_clip
+        self._forget_bias = forget_bias
+        self._state_is_tuple = state_is_tuple
+        self._activation = activation
+
+    @property
+    def state_size(self):
+        out = self._num_proj or self._num_units
+        return LSTMStateTuple(self._num_units, out) if self._state_is_tuple else \
+            self._num_units + out
+
+    output_size = property(lambda self: self._num_proj or self._num_units)
+
+    def call(self, inputs, state):
+        from asyncflow.ops.init_ops import Zeros
+        array, layout, math, nn = _ops()
+        activation = self._activation or math.tanh
+        units = self._num_units
+        if self._state_is_tuple:
+            c_prev, m_prev = state
+        else:
+            c_prev = array.slice(state, [0, 0], [-1, units])
+            m_prev = array.slice(state, [0, units], [-1, self._num_proj or units])
+        dtype = inputs.dtype
+        if not (self._use_peepholes or self._cell_clip is not None or self._num_proj is not None
+                or self._activation is not None):  # plain LSTM: TF1's math in one op
+            c, m = _fused_step(self, inputs, c_prev, m_prev, self._forget_bias,
+                               self._initializer)
+            new_state = LSTMStateTuple(c, m) if self._state_is_tuple else \
+                layout.concat([c, m], 1)
+            return m, new_state
+        depth = _depth(inputs, "LSTMCell") + (self._num_proj or units)
+        kernel = self._variable("kernel", [depth, 4 * units], dtype, self._initializer)
+        bias = self._variable("bias", [4 * units], dtype, Zeros())
+        lstm = nn.bias_add(math.matmul(layout.concat([inputs, m_prev], 1), kernel), bias)
+        i, j, f, o = layout.split(lstm, 4, axis=1)
+        forget = as_tensor(self._forget_bias, dtype=dtype)
+        if self._use_peepholes:
+            w_f = self._variable("w_f_diag", [units], dtype, self._initializer)
+            w_i = self._variable("w_i_diag", [units], dtype, self._initializer)
+            w_o = self._variable("w_o_diag", [units], dtype, self._initializer)
+            c = math.add(math.multiply(math.sigmoid(f + forget + w_f * c_prev), c_prev),
+                         math.multiply(math.sigmoid(i + w_i * c_prev), activation(j)))
+        else:
+            c = math.add(math.multiply(math.sigmoid(math.add(f, forget)), c_prev),
+                         math.multiply(math.sigmoid(i), activation(j)))
+        if self._cell_clip is not None:
+            c = array.clip_by_value(c, -self._cell_clip, self._cell_clip)
+        if self._use_peepholes:
+            m = math.multiply(math.sigmoid(o + w_o * c), activation(c))
+        else:
+            m = math.multiply(math.sigmoid(o), activation(c))
+        if self._num_proj is not None:
+            from asyncflow.ops.variable_scope import variable_scope
+            with variable_scope("projection"):
+                projection = self._variable("kernel", [units, self._num_proj], dtype,
+                                            self._initializer)
+            m = math.matmul(m, projection)
+            if self._proj_clip is not None:
+                m = array.clip_by_value(m, -self._proj_clip, self._proj_clip)
+        new_state = LSTMStateTuple(c, m) if self._state_is_tuple else layout.concat([c, m], 1)
+        return m, new_state
+
+
+class GRUCell(RNNCell):
+    """TF1's ``GRUCell``: ``gates/`` (reset, update; bias initialized to 1) and
+    ``candidate/`` kernels; ``h' = u * h + (1 - u) * tanh(W [x, r * h] + b)``."""
+
+    _default_name = "gru_cell"
+
+    def __init__(self, num_units, activation=None, reuse=None, kernel_initializer=None,
+                 bias_initializer=None, name=None, dtype=None):
+        super().__init__(name, dtype, reuse)
+        self._num_units = num_units
+        self._activation = activation
+        self._kernel_initializer = kernel_initializer
+        self._bias_initializer = bias_initializer
+
+    state_size = property(lambda self: self._num_units)
+    output_size = property(lambda self: self._num_units)
+
+    def call(self, inputs, state):
+        from asyncflow.ops.init_ops import Constant, Zeros
+        from asyncflow.ops.variable_scope import variable_scope
+        array, layout, math, nn = _ops()
+        activation = self._activation or math.tanh
+        units, dtype = self._num_units, inputs.dtype
+        depth = _depth(inputs, "GRUCell") + units
+        with variable_scope("gates"):
+            gate_kernel = self._variable("kernel", [depth, 2 * units], dtype,
+                                         self._kernel_initializer)
+            gate_bias = self._variable("bias", [2 * units], dtype,
+                                       self._bias_initializer or Constant(1.0))
+        with variable_scope("candidate"):
+            cand_kernel = self._variable("kernel", [depth, units], dtype, self._kernel_initializer)
+            cand_bias = self._variable("bias", [units], dtype, self._bias_initializer or Zeros())
+        value = math.sigmoid(nn.bias_add(math.matmul(layout.concat([inputs, state], 1),
+                                                     gate_kernel), gate_bias))
+        r, u = layout.split(value, 2, axis=1)
+        candidate = nn.bias_add(math.matmul(layout.concat([inputs, r * state], 1), cand_kernel),
+                                cand_bias)
+        c = activation(candidate)
+        new_h = u * state + (1 - u) * c
+        return new_h, new_h
+
+
+class MultiRNNCell(RNNCell):
+    """Cells stacked in layers (TF1): layer ``i``'s variables live under ``cell_<i>/``."""
+
+    _default_name = "multi_rnn_cell"
+
+    def __init__(self, cells, state_is_tuple=True):
+        super().__init__()
+        if not cells:
+            raise ValueError("Must specify at least one cell for MultiRNNCell.")
+        self._cells = list(cells)
+        self._state_is_tuple = state_is_tuple
+
+    @property
+    def state_size(self):
+        sizes = tuple(cell.state_size for cell in self._cells)
+        return sizes if self._state_is_tuple else sum(cf.flatten(list(sizes)))
+
+    output_size = property(lambda self: self._cells[-1].output_size)
+
+    def zero_state(self, batch_size, dtype):
+        return tuple(cell.zero_state(batch_size, dtype) for cell in self._cells)
+
+    def call(self, inputs, state):
+        from asyncflow.ops.variable_scope import variable_scope
+        current, new_states = inputs, []
+        for index, cell in enumerate(self._cells):
+            with variable_scope(f"cell_{index}"):
+                current, new_state = cell(current, state[index])
+            new_states.append(new_state)
+        return current, tuple(new_states)
+
+
+class DropoutWrapper(RNNCell):
+    """Dropout on a cell's inputs, outputs and state (keep probabilities, TF1); adds no
+    variables and no scope of its own."""
+
+    def __init__(self, cell, input_keep_prob=1.0, output_keep_prob=1.0, state_keep_prob=1.0,
+                 variational_recurrent=False, input_size=None, dtype=None, seed=None,
+                 dropout_state_filter_visitor=None):
+        super().__init__()
+        if variational_recurrent:
+            raise NotImplementedError("DropoutWrapper: variational_recurrent is not supported")
+        self._cell = cell
+        self._input_keep_prob = input_keep_prob
+        self._output_keep_prob = output_keep_prob
+        self._state_keep_prob = state_keep_prob
+        self._seed = seed
+
+    state_size = property(lambda self: self._cell.state_size)
+    output_size = property(lambda self: self._cell.output_size)
+
+    def zero_state(self, batch_size, dtype):
+        return self._cell.zero_state(batch_size, dtype)
+
+    def _dropout(self, value, keep_prob, offset):
+        from asyncflow.ops.nn import dropout
+        if isinstance(keep_prob, (int, float)) and keep_prob == 1.0:
+            return value
+        seed = None if self._seed is None else self._seed + offset
+        return dropout(value, keep_prob=keep_prob, seed=seed)
+
+    def __call__(self, inputs, state, scope=None):
+        inputs = self._dropout(inputs, self._input_keep_prob, 0)
+        output, new_state = self._cell(inputs, state, scope=scope)
+        if not (isinstance(self._state_keep_prob, (int, float)) and self._state_keep_prob == 1.0):
+            leaves = cf.flatten(new_state)
+            # TF1 drops every state tensor except an LSTM's memory c.
+            kept = [leaf if isinstance(new_state, LSTMStateTuple) and leaf is new_state.c
+                    else self._dropout(leaf, self._state_keep_prob, 1) for leaf in leaves]
+            new_state = cf.pack_as(new_state, kept)
+        output = self._dropout(output, self._output_keep_prob, 2)
+        return output, new_state
+
+
+__all__ = ["BasicLSTMCell", "BasicRNNCell", "DropoutWrapper", "GRUCell", "LSTMCell",
+           "LSTMStateTuple", "MultiRNNCell", "RNNCell"]

@@ -1,0 +1,117 @@
+"""Learning-rate schedules of TF1 (``tf.train.exponential_decay`` ...), built from ops.
+
+Each returns a float tensor computed from ``global_step`` (a Variable or tensor of any
+integer or float dtype), so fetching it, or an optimizer that uses it, follows the step.
+Formulas, defaults and dtypes follow TF1: the rate's dtype is the learning rate's (float32
+for Python numbers) and the step is cast to it.
+"""
+from __future__ import annotations
+
+import math
+
+from asyncflow import dtypes
+from asyncflow.graph.graph import get_default_graph
+from asyncflow.ops import math as _math
+from asyncflow.ops.construct import as_tensor
+
+
+def _float_args(learning_rate, *values):
+    rate = as_tensor(learning_rate, dtype=dtypes.float32) \
+        if not hasattr(learning_rate, "dtype") else as_tensor(learning_rate)
+    dtype = rate.dtype
+    out = []
+    for value in values:
+        tensor = as_tensor(value) if hasattr(value, "dtype") else as_tensor(value, dtype=dtype)
+        out.append(tensor if tensor.dtype is dtype else _math.cast(tensor, dtype))
+    return [rate] + out
+
+
+def _check_step(global_step, fn):
+    if global_step is None:
+        raise ValueError(f"global_step is required for {fn}.")
+
+
+def exponential_decay(learning_rate, global_step, decay_steps, decay_rate, staircase=False,
+                      name=None):
+    """``learning_rate * decay_rate ** (global_step / decay_steps)`` (floored when
+    ``staircase``)."""
+    _check_step(global_step, "exponential_decay")
+    with get_default_graph().name_scope(name or "ExponentialDecay"):
+        rate, step, steps, decay = _float_args(learning_rate, global_step, decay_steps, decay_rate)
+        power = _math.divide(step, steps)
+        if staircase:
+            power = _math.floor(power)
+        return _math.multiply(rate, _math.pow(decay, power), name="learning_rate")
+
+
+def inverse_time_decay(learning_rate, global_step, decay_steps, decay_rate, staircase=False,
+                       name=None):
+    """``learning_rate / (1 + decay_rate * global_step / decay_steps)`` (floored ratio when
+    ``staircase``)."""
+    _check_step(global_step, "inverse_time_decay")
+    with get_default_graph().name_scope(name or "InverseTimeDecay"):
+        rate, step, steps, decay = _float_args(learning_rate, global_step, decay_steps, decay_rate)
+        ratio = _math.divide(step, steps)
+        if staircase:
+            ratio = _math.floor(ratio)
+        return _math.divide(rate, _math.add(1.0, _math.multiply(decay, ratio)),
+                            name="learning_rate")
+
+
+def polynomial_decay(learning_rate, global_step, decay_steps, end_learning_rate=0.0001,
+                     power=1.0, cycle=False, name=None):
+    """``(lr - end) * (1 - step / decay_steps) ** power + end``; the step stops at
+    ``decay_steps`` unless ``cycle``, which stretches ``decay_steps`` to the next multiple."""
+    _check_step(global_step, "polynomial_decay")
+    with get_default_graph().name_scope(name or "PolynomialDecay"):
+        rate, step, steps, end, exponent = _float_args(learning_rate, global_step, decay_steps,
+                                                       end_learning_rate, power)
+        if cycle:
+            multiplier = _math.where(_math.equal(step, 0.0), as_tensor(1.0, dtype=rate.dtype),
+                                     _math.ceil(_math.divide(step, steps)))
+            steps = _math.multiply(steps, multiplier)
+        else:
+            step = _math.minimum(step, steps)
+        fraction = _math.subtract(1.0, _math.divide(step, steps))
+        return _math.add(_math.multiply(_math.subtract(rate, end), _math.pow(fraction, exponent)),
+                         end, name="learning_rate")
+
+
+def cosine_decay(learning_rate, global_step, decay_steps, alpha=0.0, name=None):
+    """``learning_rate * ((1 - alpha) * 0.5 * (1 + cos(pi * step / decay_steps)) + alpha)``,
+    the step stopping at ``decay_steps``."""
+    _check_step(global_step, "cosine_decay")
+    with get_default_graph().name_scope(name or "CosineDecay"):
+        rate, step, steps, floor = _float_args(learning_rate, global_step, decay_steps, alpha)
+        step = _math.minimum(step, steps)
+        cosine = _math.multiply(0.5, _math.add(1.0, _math.cos(
+            _math.multiply(math.pi, _math.divide(step, steps)))))
+        decayed = _math.add(_math.multiply(_math.subtract(1.0, floor), cosine), floor)
+        return _math.multiply(rate, decayed, name="learning_rate")
+
+
+def piecewise_constant(x, boundaries, values, name=None):
+    """``values[0]`` while ``x <= boundaries[0]``, ``values[i]`` while
+    ``boundaries[i-1] < x <= boundaries[i]``, ``values[-1]`` after the last boundary.
+
+    Raises:
+        ValueError: unless ``len(values) == len(boundaries) + 1``.
+    """
+    if len(values) != len(boundaries) + 1:
+        raise ValueError("The length of boundaries should be 1 less than the length of values")
+    with get_default_graph().name_scope(name or "PiecewiseConstant"):
+        x = as_tensor(x)
+        values = [as_tensor(v) if hasattr(v, "dtype") else
+                  as_tensor(v, dtype=dtypes.float32 if isinstance(v, float) else None)
+                  for v in values]
+        bounds = [as_tensor(b) if hasattr(b, "dtype") else as_tensor(b, dtype=x.dtype)
+                  for b in boundaries]
+        bounds = [b if b.dtype is x.dtype else _math.cast(b, x.dtype) for b in bounds]
+        result = values[-1]
+        for bound, value in zip(reversed(bounds), reversed(values[:-1])):
+            result = _math.where(_math.less_equal(x, bound), value, result)
+        return result
+
+
+__all__ = ["cosine_decay", "exponential_decay", "inverse_time_decay", "piecewise_constant",
+           "polynomial_decay"]
