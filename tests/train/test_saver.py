@@ -340,7 +340,7 @@ async def test_sharded_saver_writes_a_shard_per_device_group_and_an_index(tmp_pa
             path = await sharded.save(sess, str(tmp_path / "model"), global_step=2)
             expected = await sess.run([w, b, step])
         assert sorted(os.listdir(tmp_path)) == ["checkpoint", "model-2-00000-of-00001.safetensors",
-                                                "model-2.safetensors.index.json"]
+                                                "model-2.meta", "model-2.safetensors.index.json"]
         assert not saver_module.checkpoint_exists(first) and saver_module.checkpoint_exists(path)
         shard = safetensors_numpy.load_file(str(tmp_path / "model-2-00000-of-00001.safetensors"))
         assert sorted(shard) == ["b", "global_step", "w"]
