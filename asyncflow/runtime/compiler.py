@@ -37,6 +37,7 @@ from asyncflow.graph.graph import Operation
 from asyncflow.graph.rewrite import NodeGraph, materialize
 from asyncflow.kernels.registry import get_kernel, supported_device_kinds
 from asyncflow.runtime import executor
+from asyncflow.runtime import timeslice
 from asyncflow.runtime.context import NodeContext
 from asyncflow.runtime.plan import compile_plan
 from asyncflow.runtime.rendezvous import LocalRendezvous
@@ -177,6 +178,7 @@ async def run_partitions(graph, compiled, feed_values, step):
         OpError: the first failure of any partition (its root cause).
     """
     plans = compiled.plans
+    timeslice.begin()
     if len(plans) == 1:
         device = plans[0].device
         try:
