@@ -20,6 +20,7 @@ from asyncflow.runtime import compiler
 # These tests count tasks and task steps: one long time slice keeps them deterministic.
 pytestmark = pytest.mark.usefixtures("long_time_slice")
 
+
 async def _run_counting(sess, fetches, feeds=None, **kwargs):
     with counting_tasks() as tasks:
         return await sess.run(fetches, feeds, **kwargs), tasks

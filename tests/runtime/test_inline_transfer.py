@@ -21,6 +21,7 @@ from partition_graphs import (
 # These tests count tasks and task steps: one long time slice keeps them deterministic.
 pytestmark = pytest.mark.usefixtures("long_time_slice")
 
+
 def _ping_pong(x, edges, op=af.identity, name="hop"):
     """``edges`` ops alternating CPU:1, CPU:0, ...: ``{name}_{i}`` sits on CPU:(i+1)%2."""
     y = x

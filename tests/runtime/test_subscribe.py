@@ -19,6 +19,7 @@ from partition_graphs import counting_tasks, long_time_slice
 # These tests count tasks and task steps: one long time slice keeps them deterministic.
 pytestmark = pytest.mark.usefixtures("long_time_slice")
 
+
 KEY = make_key("/job:localhost/replica:0/task:0/device:CPU:0", 1,
                "/job:localhost/replica:0/task:0/device:CPU:1", "edge_1_x_0")
 
