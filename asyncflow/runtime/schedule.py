@@ -20,7 +20,7 @@ A plan's one waiting kernel (a queue op, an async ``py_func``: see ``plan``) is 
 place through the ``_wait`` argument, which tries its synchronous twin first.
 
 Time slices (see ``timeslice``): every ``CHECK_EVERY`` kernels, and after every kernel that may
-be large, the function asks ``_due()`` whether the slice is over and then awaits ``_pause()``
+be offloaded or whose static shapes say it is large, the function asks ``_due()`` whether the slice is over and then awaits ``_pause()``
 (the caller's loop's checkpoint, which honours cancellation). A schedule shorter than that
 (a trivial run) holds no check at all; the checks cost one clock read per ``CHECK_EVERY``
 kernels.
@@ -34,7 +34,7 @@ contexts; it is rebuilt only when the plan is.
 from __future__ import annotations
 
 from asyncflow.runtime import timeslice
-from asyncflow.runtime.plan import OFFLOAD_COST, runtime_cost
+from asyncflow.runtime.plan import OFFLOAD_COST, estimate_static_cost, runtime_cost
 
 
 def _is_const(node):
@@ -60,6 +60,11 @@ def _waiting_kernel_last(plan):
                 stack.append(consumer)
     before = [n for n in schedule if n is not waiting and n.index not in downstream]
     return before + [waiting] + [n for n in schedule if n.index in downstream]
+
+
+def _large(node):
+    cost = estimate_static_cost(node.op)
+    return cost is not None and cost >= timeslice.LARGE_KERNEL_COST
 
 
 def compile_schedule(plan):
@@ -125,7 +130,7 @@ def compile_schedule(plan):
             if last_use.get(slot) == i and slot not in fetch_slots and slot not in feed_slots \
                     and names[slot].startswith("v"):
                 lines.append(f"{names[slot]} = None")
-        count = every if node.offload else count + 1
+        count = every if node.offload or _large(node) else count + 1
         if count >= every:
             lines.append("if _due(): await _pause()")
             count, last_check = 0, len(lines)

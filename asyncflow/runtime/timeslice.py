@@ -29,6 +29,11 @@ Theory of operation:
 - A drain stopped at the end of a slice runs at least one kernel once its owner has
   checkpointed: every run makes progress.
 
+A count bounds time only as well as kernels are small: the static schedule also checks after
+every kernel its static shapes say is large (``LARGE_KERNEL_COST``) or that may be offloaded;
+elsewhere, and for shapes known only at run time, ``CHECK_EVERY`` large kernels may run
+between two checks.
+
 ``TIME_SLICE_S`` is read at each check, so an embedding application may set it (e.g.
 ``asyncflow.runtime.timeslice.TIME_SLICE_S = 0.005``) to trade latency of other tasks for
 throughput; ``CHECK_EVERY`` is read when a plan's straight-line schedule is generated.
@@ -41,6 +46,9 @@ import trio
 
 TIME_SLICE_S = 0.001   # the longest kernels run without a checkpoint (seconds)
 CHECK_EVERY = 16       # kernels between two reads of the clock
+# A kernel of the static schedule whose static shapes say it touches this many elements
+# (tens of microseconds of numpy) is followed by a check of its own.
+LARGE_KERNEL_COST = 1 << 16
 
 _clock = time.perf_counter
 

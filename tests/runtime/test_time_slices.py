@@ -175,6 +175,23 @@ async def test_a_short_static_step_never_reads_the_clock(stepped_clock):
             assert len(stepped_clock) - source_reads <= 2 * 10
 
 
+async def test_a_static_step_checks_after_each_kernel_its_shapes_say_is_large(stepped_clock):
+    reads = {}
+    for shape in ([], [300, 300]):  # 90,000 elements: over timeslice.LARGE_KERNEL_COST
+        with af.Graph().as_default():
+            x = af.placeholder(af.float32, shape, name="x")
+            y = chain(x, 8)
+            async with af.Session() as sess:
+                feed = {x: np.zeros(shape, np.float32)}
+                await sess.run(y, feed)
+                before = len(stepped_clock)
+                await sess.run(y, feed)
+                reads[len(shape)] = len(stepped_clock) - before
+    # A check (a clock read) after every large kernel but the last; none for small ones
+    # (the run's start and end read it at most twice).
+    assert reads[0] <= 2 and reads[2] >= 7, reads
+
+
 async def test_a_cancelled_static_step_stops_within_a_slice(stepped_clock):
     with af.Graph().as_default():
         x = af.placeholder(af.float32, [], name="x")
