@@ -219,7 +219,7 @@ def stepped_clock(monkeypatch):
     """The time-slice clock advances a quarter slice per read, so a slice ends after a fixed
     number of reads instead of at a wall-clock moment (deterministic on a loaded machine)."""
     reads = itertools.count()
-    monkeypatch.setattr(timeslice, "_clock",
+    monkeypatch.setattr(timeslice, "clock",
                         lambda: next(reads) * timeslice.TIME_SLICE_S / 4)
     timeslice.restart()
     yield

@@ -82,7 +82,8 @@ def compile_schedule(plan):
         raises the kernel's exception with ``exc._asyncflow_node`` set to the failing
         NodePlan.
     """
-    env = {"_OFFLOAD_COST": OFFLOAD_COST, "_cost": runtime_cost, "_due": timeslice.due}
+    env = {"_OFFLOAD_COST": OFFLOAD_COST, "_cost": runtime_cost, "_due": timeslice.due,
+           "_ts": timeslice, "_B": timeslice.BUDGET}
     every = max(1, timeslice.CHECK_EVERY)
     count = 0  # kernels since the last slice check
     last_check = -1
@@ -132,7 +133,8 @@ def compile_schedule(plan):
                 lines.append(f"{names[slot]} = None")
         count = every if node.offload or _large(node) else count + 1
         if count >= every:
-            lines.append("if _due(): await _pause()")
+            # Within an open slice, one clock read; ``_due`` opens it or says it is over.
+            lines.append("if _ts.clock() >= _B.end and _due(): await _pause()")
             count, last_check = 0, len(lines)
     if last_check >= 0 and not any(line.startswith("n = ") for line in lines[last_check:]):
         del lines[last_check - 1]  # no kernel after it: the run's end is near enough
