@@ -44,7 +44,9 @@ Theory of operation (the paper's ready-queue executor, on trio):
   kernels in the thread's budget and, when the slice is over, stops with nodes still
   ``ready``: its owner task checkpoints, then drains again (``_wait_for_the_rest``), and the
   ``Driver`` stops at the queue it was draining, waking the queues left runnable. A static
-  partition started inline that runs out of its slice is resumed by hand (``_StaticRun``).
+  partition started inline that runs out of its slice suspends (``_StaticRun``). Runs of
+  ``start_plan`` that only ``paused`` so are resumed by the caller after a checkpoint
+  (``resume``), so a long multi-partition step needs no task just to yield.
   Cancellation and deadlines (``RunOptions.timeout_in_ms``) therefore stop a step within a
   slice plus the running kernel.
 
@@ -219,6 +221,23 @@ def start_plan(plan, feed_values, step):
     return _start_ready_queue(plan, slots, step)  # a large kernel found there starts a task
 
 
+def paused(run):
+    """Whether ``run`` (of ``start_plan``) stopped only because its time slice ran out."""
+    if run.failure is not None or not run.remaining:
+        return False
+    if type(run) is _StaticRun:
+        return True
+    return bool(run.ready) and not run.waiting
+
+
+def resume(run):
+    """Go on with a ``paused`` run in the calling task (after a checkpoint), for a slice."""
+    if type(run) is _StaticRun:
+        run.step()
+    else:
+        run.drain()
+
+
 async def finish_plan(run):
     """Wait for the rest of a run of ``start_plan`` (or the ready-queue path); close it.
 
@@ -276,6 +295,7 @@ class _StaticRun:
     """
 
     __slots__ = ("plan", "slots", "failure", "remaining", "coro")
+    waiting = ()  # (as a ready queue's: no kernel waits for a task)
 
     def __init__(self, plan, slots):
         self.plan = plan
@@ -283,9 +303,9 @@ class _StaticRun:
         self.failure = None
         self.remaining = 1
         self.coro = _run_static(plan, slots, None, None, _hand_pause)
-        self._step()
+        self.step()
 
-    def _step(self):
+    def step(self):
         try:
             paused = self.coro.send(None)
         except StopIteration:
@@ -304,7 +324,7 @@ class _StaticRun:
         """Finish the schedule, one time slice after each checkpoint."""
         while self.remaining and self.failure is None:
             await timeslice.checkpoint()
-            self._step()
+            self.step()
 
     def values(self):
         return _fetched(self.plan, self.slots)
