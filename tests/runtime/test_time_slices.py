@@ -23,7 +23,7 @@ import trio
 import asyncflow as af
 from asyncflow import aio, errors
 from asyncflow.runtime import frames, timeslice
-from partition_graphs import TWO_CPUS
+from partition_graphs import TWO_CPUS, counting_tasks
 
 CHAIN = 2000  # kernels of the long straight-line steps: 125 slice checks
 PARTS = 600   # the same across partitions (partitioning a long ping-pong takes a while)
@@ -80,6 +80,14 @@ class Ticker:
                 self.scope.cancel()
                 return
             await trio.sleep(0)
+
+
+async def run_counting_tasks(step, spawned):
+    """``await step()``, appending to ``spawned`` the tasks it started."""
+    with counting_tasks() as counts:
+        result = await step()
+    spawned.append(counts.spawned)
+    return result
 
 
 async def ticks_during(step):
@@ -267,11 +275,14 @@ async def test_a_long_ping_pong_across_partitions_lets_other_tasks_run(stepped_c
             assert await sess.run(y, {x: 2.0}) == 2.0
             plans = the_plan(sess)
             assert len(plans) == 2 and not any(p.static or p.control_flow for p in plans)
-            value, ticks = await ticks_during(lambda: sess.run(y, {x: 1.0}))
+            spawned = []
+            value, ticks = await ticks_during(
+                lambda: run_counting_tasks(lambda: sess.run(y, {x: 1.0}), spawned))
     assert value == 1.0
     # Every hop is a drain of the other partition: the budget counts across drains. (Without
     # slices, starting the partitions' tasks gives the ticker about 7 turns, however long.)
     assert ticks >= hops // timeslice.CHECK_EVERY // 6
+    assert spawned == [0]  # the step yielded from its own task: no task per partition
 
 
 async def test_a_cancelled_ping_pong_stops_within_a_slice(stepped_clock):
@@ -298,9 +309,30 @@ async def test_long_static_partitions_started_inline_let_other_tasks_run(stepped
             assert await sess.run([a, b], {x: 0.0}) == [PARTS, PARTS]
             plans = the_plan(sess)
             assert len(plans) == 2 and all(p.static for p in plans)
-            value, ticks = await ticks_during(lambda: sess.run([a, b], {x: 1.0}))
+            spawned = []
+            value, ticks = await ticks_during(
+                lambda: run_counting_tasks(lambda: sess.run([a, b], {x: 1.0}), spawned))
     assert value == [PARTS + 1, PARTS + 2]
-    # The two partitions' tasks pause in the same rounds of the scheduler as the ticker.
+    assert ticks >= PARTS // timeslice.CHECK_EVERY // 8
+    assert spawned == [0]  # suspended schedules resumed by hand in the step's own task
+
+
+async def test_a_paused_static_partition_finishes_in_its_task_beside_a_loop(stepped_clock):
+    # The loop's partition needs a task of its own (control flow), so the static one, paused
+    # at the end of a slice while it started inline, finishes in a task too.
+    with af.Graph().as_default():
+        x = af.placeholder(af.float32, [], name="x")
+        with af.device("/device:CPU:0"):
+            a = chain(x, PARTS)
+        with af.device("/device:CPU:1"):
+            b = af.while_loop(lambda i: i < 500, lambda i: i + 1, [af.constant(0)])
+        async with af.Session(config=TWO_CPUS) as sess:
+            assert await sess.run([a, b], {x: 0.0}) == [PARTS, 500]
+            plans = the_plan(sess)
+            assert [p.static for p in plans].count(True) == 1
+            assert [p.control_flow for p in plans].count(True) == 1
+            value, ticks = await ticks_during(lambda: sess.run([a, b], {x: 1.0}))
+    assert value == [PARTS + 1, 500]
     assert ticks >= PARTS // timeslice.CHECK_EVERY // 8
 
 
