@@ -15,7 +15,8 @@ Theory of operation:
 - ``aio.Session.run`` crosses into trio only when it must. A step that needs no trio
   scheduling (one static plan on a CPU device, no trace, no deadline) is awaited right on the
   asyncio loop: its generated step function awaits nothing but the offload of a large kernel,
-  which goes to the device's worker threads through ``loop.run_in_executor``. Other steps
+  which goes to the device's worker threads through ``loop.run_in_executor``, and, once per
+  time slice, ``asyncio.sleep(0)`` (``_pause``: cancelling the task stops it there). Other steps
   (waiting kernels, queues, control flow, several devices, clusters) run in the guest.
 - ``aio.Batcher`` keeps its queue and serving task on asyncio (futures, no trio hop per
   request); each batch is one ``aio.Session.run``.

@@ -316,7 +316,8 @@ class Session:
 
         That is one plan on a CPU device of this process, without control flow, untraced and
         without a deadline: no rendezvous, no deadline scope, no partition runner. A static
-        plan awaits nothing but the offload of a large kernel, so any event loop may await it
+        plan awaits nothing but the offload of a large kernel and the caller's checkpoint once
+        per time slice (``Step.pause``), so any event loop may await it
         (``asyncflow.aio`` runs such steps on the asyncio loop without crossing into its trio
         guest); with ``static_only=False`` (trio callers) a ready-queue plan qualifies too,
         entering the session's close-cancellable scope only if it waits (``Step.park``).
