@@ -7,15 +7,16 @@ kernels for longer than ``TIME_SLICE_S`` (1 ms) without a checkpoint**. A cancel
 step therefore stops within a slice plus the kernel that is running.
 
 Theory of operation:
-- Reading the clock costs about as much as a small kernel, so the paths count kernels and read
-  the clock only every ``CHECK_EVERY`` kernels (or loop iterations of about as many kernels).
+- Reading the clock costs a tenth of a small kernel, so the paths count kernels and read the
+  clock only every ``CHECK_EVERY`` kernels (or loop iterations of about as many kernels).
   The count and the end of the current slice are kept in one ``BUDGET`` (a plain object: a
   thread-local one costs ~6x more per access), so drains of several partitions, a frame loop
   and the compiled loop it enters share one budget. Event loops in several threads of one
   process share it too: one that restarts the slice can stretch another's by a slice at most
   per switch of the GIL; counts are only ever about timing, never about results.
 - ``BUDGET.end`` is 0 while no slice is open: the first count that trips opens one
-  (``due``), so a step shorter than ``CHECK_EVERY`` kernels never reads the clock at all.
+  (``due``), so the kernels of a step shorter than ``CHECK_EVERY`` never read the clock (the
+  session reads it once as a run ends, ``Session._share_the_loop``, to yield between runs).
 - Async paths (the frame loop, the static schedule, a ready queue's owner) ``await
   checkpoint()`` (or the asyncio loop's equivalent) when ``due()``; synchronous ones (a ready
   queue's drain, the ``Driver``, a compiled loop) stop where they are and let their async owner
@@ -36,7 +37,8 @@ between two checks.
 
 ``TIME_SLICE_S`` is read at each check, so an embedding application may set it (e.g.
 ``asyncflow.runtime.timeslice.TIME_SLICE_S = 0.005``) to trade latency of other tasks for
-throughput; ``CHECK_EVERY`` is read when a plan's straight-line schedule is generated.
+throughput; ``CHECK_EVERY`` is read by the interpreted paths as they count and when a plan's
+straight-line schedule is generated.
 """
 from __future__ import annotations
 
