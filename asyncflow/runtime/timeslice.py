@@ -8,7 +8,8 @@ step therefore stops within a slice plus the kernel that is running.
 
 Theory of operation:
 - Reading the clock costs a tenth of a small kernel, so the paths count kernels and read the
-  clock only every ``CHECK_EVERY`` kernels (or loop iterations of about as many kernels).
+  clock only every ``CHECK_EVERY`` kernels (or loop iterations of about as many kernels; the
+  generated static schedule, whose kernels cost no interpretation, every twice as many).
   The count and the end of the current slice are kept in one ``BUDGET`` (a plain object: a
   thread-local one costs ~6x more per access), so drains of several partitions, a frame loop
   and the compiled loop it enters share one budget. Event loops in several threads of one
