@@ -15,7 +15,8 @@ Theory of operation:
 - ``aio.Session.run`` crosses into trio only when it must. A step that needs no trio
   scheduling (one static plan on a CPU device, no trace, no deadline) is awaited right on the
   asyncio loop: its generated step function awaits nothing but the offload of a large kernel,
-  which goes to the device's worker threads through ``loop.run_in_executor``. Other steps
+  which goes to the device's worker threads through ``loop.run_in_executor``, and, once per
+  time slice, ``asyncio.sleep(0)`` (``_pause``: cancelling the task stops it there). Other steps
   (waiting kernels, queues, control flow, several devices, clusters) run in the guest.
 - ``aio.Batcher`` keeps its queue and serving task on asyncio (futures, no trio hop per
   request); each batch is one ``aio.Session.run``.
@@ -35,6 +36,7 @@ import trio
 from asyncflow import serving as _serving
 from asyncflow import session as _session
 from asyncflow.distributed import server as _server
+from asyncflow.runtime import timeslice as _timeslice
 
 _GUESTS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Guest]" = weakref.WeakKeyDictionary()
 
@@ -142,6 +144,13 @@ class _Guest:
         await asyncio.shield(self._finished)
 
 
+async def _pause():
+    """The asyncio loop's checkpoint, awaited by an inline step once per time slice; raises
+    ``asyncio.CancelledError`` if the awaiting task was cancelled."""
+    await asyncio.sleep(0)
+    _timeslice.restart()
+
+
 async def _offload(node, args):
     """Run a large kernel of an inline step on its device's worker threads."""
     loop = asyncio.get_running_loop()
@@ -180,8 +189,6 @@ class Session:
         self._session = _session.Session(target, graph=graph, config=config, cluster=cluster)
         self._guest = None
         self._closed = False
-        self._loop_time = None
-        self._yielded_at = float("-inf")
 
     @property
     def graph(self):
@@ -209,7 +216,6 @@ class Session:
                 await _release(guest)
                 raise
             self._guest = guest
-            self._loop_time = guest.loop.time
         return self._guest
 
     async def __aenter__(self):
@@ -235,17 +241,16 @@ class Session:
         task = asyncio.current_task()
         if task is not None and task.cancelling():
             await asyncio.sleep(0)  # a cancelled caller never starts a step: raises here
-        result = await session._run_inline(request, plan, _offload)
+        result = await session._run_inline(request, plan, _offload, _pause)
         await self._share_the_loop()
         return result
 
     async def _share_the_loop(self):
         """Yield to the loop once per time slice of runs that finished without suspending
         (``Session._share_the_loop``'s rule, for the asyncio loop)."""
-        now = self._loop_time()
-        if now - self._yielded_at >= _session.TIME_SLICE_S:
+        if _timeslice.due():
             await asyncio.sleep(0)
-            self._yielded_at = self._loop_time()
+            _timeslice.restart()
 
     def list_devices(self):
         return self._session.list_devices()

@@ -31,12 +31,11 @@ from asyncflow.ops.control_flow import is_loop_back_edge
 from asyncflow.runtime import compiler as _compiler
 from asyncflow.runtime import device as _device
 from asyncflow.runtime import executor
+from asyncflow.runtime import timeslice
 from asyncflow.runtime.options import RunOptions, SessionConfig
 from asyncflow.runtime.plan import compile_plan
 from asyncflow.runtime.resources import ResourceManager, process_resources
 
-
-TIME_SLICE_S = 0.001  # the longest a loop of inline-finishing runs holds the event loop
 
 
 class DeviceName(str):
@@ -239,7 +238,6 @@ class Session:
         self._closed = False
         self._cluster = cluster
         self._in_flight = 0
-        self._yielded_at = float("-inf")  # loop time of this session's last fairness yield
         self._run_scopes = set()  # one per run in flight: close() cancels them (queue waits)
         self._owned_tasks = []  # stop callbacks of background tasks this session owns
         self._master = None
@@ -342,7 +340,8 @@ class Session:
 
         That is one plan on a CPU device of this process, without control flow, untraced and
         without a deadline: no rendezvous, no deadline scope, no partition runner. A static
-        plan awaits nothing but the offload of a large kernel, so any event loop may await it
+        plan awaits nothing but the offload of a large kernel and the caller's checkpoint once
+        per time slice (``Step.pause``), so any event loop may await it
         (``asyncflow.aio`` runs such steps on the asyncio loop without crossing into its trio
         guest); with ``static_only=False`` (trio callers) a ready-queue plan qualifies too,
         entering the session's close-cancellable scope only if it waits (``Step.park``).
@@ -360,13 +359,14 @@ class Session:
             return None
         return plan
 
-    async def _run_inline(self, request, plan, offload=None):
+    async def _run_inline(self, request, plan, offload=None, pause=None):
         """Run ``request`` (see ``_inline_plan``) under whatever loop awaits this.
 
         ``offload(node, args)`` runs a large kernel on that loop's worker threads (default:
-        trio's, under the device's limiter).
+        trio's, under the device's limiter); ``pause()`` is that loop's checkpoint, awaited
+        once per time slice (default: trio's).
         """
-        step = executor.Step(next(self._step_ids), offload=offload,
+        step = executor.Step(next(self._step_ids), offload=offload, pause=pause,
                              park=self._parked if plan.waits or not plan.static else None)
         self._in_flight += 1
         try:
@@ -395,13 +395,13 @@ class Session:
 
         A step that completes inline never reaches a trio checkpoint, so a loop of them would
         starve the queue runners and servers in the same nursery. Yielding after every run
-        costs ~5-10 us, a large share of a small run, so runs yield once per ``TIME_SLICE_S``
-        of loop time instead: tasks beside a busy loop wait at most about that long.
+        costs ~5-10 us, a large share of a small run, so runs yield once per time slice
+        (``timeslice.TIME_SLICE_S``, counted with the kernels the runs ran) instead: tasks
+        beside a busy loop wait at most about that long. Shielded: the result is not lost.
         """
-        now = trio.current_time()
-        if now - self._yielded_at >= TIME_SLICE_S:
+        if timeslice.due():
             await trio.lowlevel.cancel_shielded_checkpoint()
-            self._yielded_at = trio.current_time()
+            timeslice.restart()
 
     def _resolve_feeds(self, feed_dict):
         if not feed_dict:

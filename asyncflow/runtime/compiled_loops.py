@@ -17,11 +17,16 @@ path's because a simple frame has no side effects outside its own dataflow order
 entered with a dead value (a loop on an untaken cond branch) falls back to the dynamic path.
 
 Values live in one dict reused by every iteration, so memory is flat in the iteration count.
+
+``run`` is a generator: it counts the kernels it runs in the thread's time-slice budget (one
+count per iteration, weighted by the iteration's kernels) and yields when the slice is over,
+so the frame loop that drives it can checkpoint (and be cancelled) between iterations.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from asyncflow.runtime import timeslice
 from asyncflow.runtime.plan import DROP, ENTER, EXIT, MERGE, NEXT_ITERATION, NORMAL, SWITCH
 
 _ZERO, _ONE = np.int32(0), np.int32(1)
@@ -44,10 +49,12 @@ class LoopRunner:
         self.constants = []             # Const steps, the same in every iteration: run once
 
     def run(self, entered, wrap):
-        """Run the loop from ``entered`` ({Enter node index: value}).
+        """Run the loop from ``entered`` ({Enter node index: value}); a generator.
+
+        Yields (None) whenever the time slice is over: the caller checkpoints, then resumes it.
 
         Returns:
-            ``(exit values [(exit node, value)], iterations)``.
+            ``(exit values [(exit node, value)], iterations)``, as the generator's value.
 
         Raises:
             OpError: located by ``wrap(exc, node)`` at the failing node.
@@ -59,6 +66,8 @@ class LoopRunner:
         current = [entered[enter] for _, _, enter, _ in self.merges]
         iterations = 0
         merges, cond_part, body_part = self.merges, self.cond_part, self.body_part
+        budget, weight = timeslice.BUDGET, max(1, self.iteration_nodes)
+        left = budget.left
         while True:
             index_value = _ZERO if iterations == 0 else _ONE
             for (slot, index_slot, _, _), value in zip(merges, current):
@@ -74,6 +83,14 @@ class LoopRunner:
             _run_part(body_part, values, wrap)
             current = [values[next_slot] for _, _, _, next_slot in merges]
             iterations += 1
+            left -= weight
+            if left <= 0:
+                if timeslice.due():
+                    yield
+                    left = budget.left  # (the caller's checkpoint restarted it)
+                else:
+                    left = timeslice.CHECK_EVERY
+        budget.left = left
         return [(node, values[data_slot]) for node, data_slot in self.exits], iterations
 
 

@@ -16,7 +16,9 @@ Theory of operation (DESIGN.md, data flow steps 2-3):
    after the other: a partition's Recv whose Send has not run yet subscribes, and a later
    partition's Send completes it there, the step's driver draining the partition it fed
    (``drive``). Partitions that finish this way need no task; a
-   step whose partitions all finish (the common small step) opens no nursery at all. The
+   step whose partitions all finish (the common small step) opens no nursery at all. Runs
+   that stopped only because the time slice ran out (``executor.paused``) go on in the same
+   task after a checkpoint, one slice at a time, for as long as nothing else stops them. The
    partitions left (kernels that must run as tasks, Recvs from elsewhere, GPU devices,
    control flow) each get a task in one nursery and finish as before. The first failure
    aborts the rendezvous (waking every Recv) and cancels the other partitions, and is the
@@ -37,6 +39,7 @@ from asyncflow.graph.graph import Operation
 from asyncflow.graph.rewrite import NodeGraph, materialize
 from asyncflow.kernels.registry import get_kernel, supported_device_kinds
 from asyncflow.runtime import executor
+from asyncflow.runtime import timeslice
 from asyncflow.runtime.context import NodeContext
 from asyncflow.runtime.plan import compile_plan
 from asyncflow.runtime.rendezvous import LocalRendezvous
@@ -177,6 +180,7 @@ async def run_partitions(graph, compiled, feed_values, step):
         OpError: the first failure of any partition (its root cause).
     """
     plans = compiled.plans
+    timeslice.begin()
     if len(plans) == 1:
         device = plans[0].device
         try:
@@ -193,6 +197,8 @@ async def run_partitions(graph, compiled, feed_values, step):
     runs = [None] * len(plans)  # runs started inline; None: runs whole as a task
     try:
         failure = _start_inline(compiled, feed_values, step, runs)
+        if failure is None:
+            failure = await _go_on_inline(step, runs)
         if failure is None:
             left = []
             for index, run in enumerate(runs):
@@ -236,6 +242,27 @@ def _start_inline(compiled, feed_values, step, runs):
             failure = next((r.failure for r in started if r.failure is not None), None)
         if failure is not None:
             for run in started:
+                run.close()
+            step.rendezvous.abort(failure)
+            return failure
+    return None
+
+
+async def _go_on_inline(step, runs):
+    """While every unfinished run only paused at the end of a time slice (none needs a task),
+    checkpoint and resume them in this task; returns the first failure (see ``_start_inline``).
+    """
+    while all(run is not None and not run.waiting for run in runs):
+        paused = [run for run in runs if executor.paused(run)]
+        if not paused:
+            return None
+        await timeslice.checkpoint()
+        for run in paused:
+            if executor.paused(run):  # (another's drain may have drained it meanwhile)
+                executor.resume(run)
+        failure = next((run.failure for run in runs if run.failure is not None), None)
+        if failure is not None:
+            for run in runs:
                 run.close()
             step.rendezvous.abort(failure)
             return failure

@@ -15,6 +15,10 @@ Theory of operation (the executor's ready queues are duck-typed here: ``drain_ow
   no task parked on it: its wake is a no-op, and whoever owns it looks at its state later
   (``compiler.run_partitions`` starts every partition inline first and gives a task only to
   those left unfinished).
+- Time slices: a drain stops, nodes left ``ready``, when the thread's time slice is over
+  (``timeslice``). The driver then stops too: the queues still runnable and the one it was
+  draining are woken, and the queue it was asked to drain is left to its caller, which
+  checkpoints and drains again; so a ping-pong of any length still yields once per slice.
 - ``subscribe_form`` finds a waiting kernel's subscribing form once per plan node.
 """
 from __future__ import annotations
@@ -65,19 +69,22 @@ class Driver:
         try:
             self.current = queue
             queue.drain_own()
-            while runnable:
+            over = bool(queue.ready) and queue.failure is None  # its time slice ran out
+            while runnable and not over:
                 other = runnable.pop()
                 other.scheduled = False
                 if other.failure is None:
                     self.current = other
                     other.drain_own()
+                    over = bool(other.ready) and other.failure is None
                 if other is not queue and (other.failure is not None or not other.remaining
-                                           or other.waiting):
-                    other.wake()  # its task must act: start tasks, fail, or return
+                                           or other.waiting or over):
+                    other.wake()  # its task must act: start tasks, fail, return, or go on
         finally:
             self.active = False
             self.current = None
-            while runnable:  # only after an exception escaped a kernel: let their tasks drain
+            while runnable:  # the slice ran out, or an exception escaped a kernel: let their
+                # tasks drain them
                 other = runnable.pop()
                 other.scheduled = False
                 other.wake(force=True)

@@ -38,6 +38,17 @@ Theory of operation (the paper's ready-queue executor, on trio):
   tensors. Partitions without control flow never pay for it.
 - Tracing (``step.trace`` is a list) records per-node start and end times; it selects the
   ready-queue path, so the fast path carries no instrumentation checks.
+- **Time slices** (``timeslice``): no path runs kernels for longer than ``TIME_SLICE_S`` without
+  a checkpoint. The static schedule awaits ``step.pause`` (a trio checkpoint; asyncio's
+  ``sleep(0)`` on the aio inline path) when its checks find the slice over; a drain counts
+  kernels in the thread's budget and, when the slice is over, stops with nodes still
+  ``ready``: its owner task checkpoints, then drains again (``_wait_for_the_rest``), and the
+  ``Driver`` stops at the queue it was draining, waking the queues left runnable. A static
+  partition started inline that runs out of its slice suspends (``_StaticRun``). Runs of
+  ``start_plan`` that only ``paused`` so are resumed by the caller after a checkpoint
+  (``resume``), so a long multi-partition step needs no task just to yield.
+  Cancellation and deadlines (``RunOptions.timeout_in_ms``) therefore stop a step within a
+  slice plus the running kernel.
 
 The executor knows kernels only as callables; it never imports HTTP or transports.
 """
@@ -46,15 +57,20 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+import types
 
 import trio
 
 from asyncflow import errors
 from asyncflow.kernels.registry import WOULD_BLOCK
+from asyncflow.runtime import timeslice
 from asyncflow.runtime.drive import WAKE, Delivery, driver_for, subscribe_form
 from asyncflow.runtime.plan import OFFLOAD_COST, runtime_cost
 from asyncflow.runtime.schedule import compile_schedule
 from asyncflow.runtime import frames as _frames
+
+_BUDGET = timeslice.BUDGET
+_due = timeslice.due
 
 
 class Step:
@@ -67,11 +83,15 @@ class Step:
         resources: per-step services a waiting kernel may need (queues' cancellation, ...).
         offload: ``async offload(node, args) -> outputs`` running a large kernel on a worker
             thread; the default uses trio's threads under the device's limiter.
+        pause: ``async pause()``, awaited when a time slice is over: a checkpoint of the
+            event loop awaiting the step that ends the slice (default: trio's).
     """
 
-    __slots__ = ("step_id", "rendezvous", "trace", "cancel_scope", "extras", "park", "offload")
+    __slots__ = ("step_id", "rendezvous", "trace", "cancel_scope", "extras", "park", "offload",
+                 "pause")
 
-    def __init__(self, step_id, rendezvous=None, trace=None, park=None, offload=None):
+    def __init__(self, step_id, rendezvous=None, trace=None, park=None, offload=None,
+                 pause=None):
         self.step_id = step_id
         self.rendezvous = rendezvous
         self.trace = trace
@@ -81,6 +101,7 @@ class Step:
         # scope its owner may cancel (a session closing); None: waits are not tracked.
         self.park = park
         self.offload = offload or _offloaded
+        self.pause = pause or timeslice.checkpoint
 
 
 class NodeStats:
@@ -165,12 +186,14 @@ async def run_plan(plan, feed_values, step):
     Raises:
         OpError: the first kernel failure, located (op, type, device, creation site).
     """
+    timeslice.begin()
     if plan.control_flow:
         return await _frames.run_frames(plan, feed_values, step, wrap_error, StepContext)
     slots = [None] * (plan.num_slots + 1)  # the extra slot swallows unread outputs
     slots[:len(feed_values)] = feed_values
     if plan.static and step.trace is None:
-        await _run_static(plan, slots, step.offload, _waiter(step) if plan.waits else None)
+        await _run_static(plan, slots, step.offload, _waiter(step) if plan.waits else None,
+                          step.pause)
         return _fetched(plan, slots)
     return await finish_plan(_start_ready_queue(plan, slots, step))
 
@@ -198,6 +221,23 @@ def start_plan(plan, feed_values, step):
     return _start_ready_queue(plan, slots, step)  # a large kernel found there starts a task
 
 
+def paused(run):
+    """Whether ``run`` (of ``start_plan``) stopped only because its time slice ran out."""
+    if run.failure is not None or not run.remaining:
+        return False
+    if type(run) is _StaticRun:
+        return True
+    return bool(run.ready) and not run.waiting
+
+
+def resume(run):
+    """Go on with a ``paused`` run in the calling task (after a checkpoint), for a slice."""
+    if type(run) is _StaticRun:
+        run.step()
+    else:
+        run.drain()
+
+
 async def finish_plan(run):
     """Wait for the rest of a run of ``start_plan`` (or the ready-queue path); close it.
 
@@ -210,7 +250,10 @@ async def finish_plan(run):
     """
     try:
         if run.failure is None and run.remaining:
-            await _wait_parked(run)
+            if type(run) is _StaticRun:
+                await run.resume()
+            else:
+                await _wait_parked(run)
     finally:
         run.close()
     if run.failure is not None:
@@ -235,32 +278,62 @@ def _may_offload(plan):
     return entry[1]
 
 
-class _StaticRun:
-    """A static plan run to its end inline by ``start_plan`` (its schedule never awaits)."""
+_PAUSED = object()  # what ``_StaticRun``'s schedule yields when its time slice is over
 
-    __slots__ = ("plan", "slots", "failure")
-    remaining = 0
+
+@types.coroutine
+def _hand_pause():
+    yield _PAUSED
+
+
+class _StaticRun:
+    """A static plan run inline by ``start_plan``, stepped by hand.
+
+    Its schedule awaits nothing but ``pause`` (no offload, no waiting kernel): it runs to its
+    end at once, or, once its time slice is over, suspends there (``remaining`` is then 1) and
+    ``resume`` finishes it after a checkpoint, from the step's task for this partition.
+    """
+
+    __slots__ = ("plan", "slots", "failure", "remaining", "coro")
+    waiting = ()  # (as a ready queue's: no kernel waits for a task)
 
     def __init__(self, plan, slots):
         self.plan = plan
         self.slots = slots
         self.failure = None
-        coro = _run_static(plan, slots, None, None)
+        self.remaining = 1
+        self.coro = _run_static(plan, slots, None, None, _hand_pause)
+        self.step()
+
+    def step(self):
         try:
-            coro.send(None)
+            paused = self.coro.send(None)
         except StopIteration:
+            self.remaining = 0
             return
         except Exception as exc:  # noqa: BLE001 - the partition's failure, reported by the caller
             self.failure = exc
+            self.remaining = 0
             return
-        coro.close()
-        raise RuntimeError(f"the static schedule of {plan.device.name} suspended")
+        if paused is not _PAUSED:
+            self.close()
+            raise RuntimeError(f"the static schedule of {self.plan.device.name} awaited "
+                               f"{paused!r}")
+
+    async def resume(self):
+        """Finish the schedule, one time slice after each checkpoint."""
+        while self.remaining and self.failure is None:
+            await timeslice.checkpoint()
+            self.step()
 
     def values(self):
         return _fetched(self.plan, self.slots)
 
     def close(self):
-        pass
+        """Drop a schedule left suspended (the step failed or was cancelled); idempotent."""
+        if self.remaining:
+            self.remaining = 0
+            self.coro.close()
 
 
 def _waiter(step):
@@ -277,9 +350,13 @@ def _waiter(step):
             if result is not WOULD_BLOCK:
                 return result
         if step.park is None:
-            return await node.fn(ctx, *args)
+            result = await node.fn(ctx, *args)
+            timeslice.restart()  # it waited: the task gave the loop back
+            return result
         with step.park() as parked:
-            return await node.fn(ctx, *args)
+            result = await node.fn(ctx, *args)
+            timeslice.restart()
+            return result
         closed = errors.CancelledError(None, node.op, "The session was closed while this step "
                                        "was waiting (e.g. on a queue)")
         closed._asyncflow_located = True
@@ -287,18 +364,19 @@ def _waiter(step):
     return wait
 
 
-async def _run_static(plan, slots, offload, wait):
+async def _run_static(plan, slots, offload, wait, pause):
     """Run the plan's straight-line step function (generated once, see ``schedule``).
 
-    It awaits nothing but ``offload`` and ``wait`` (a plan's one waiting kernel), so under
-    any event loop a step without a large or waiting kernel finishes without suspending.
-    Cancellation of either loop (not an ``Exception``) passes through unwrapped.
+    It awaits nothing but ``offload``, ``wait`` (a plan's one waiting kernel) and ``pause``
+    (once per time slice), so under any event loop a short step without a large or waiting
+    kernel finishes without suspending. Cancellation of either loop (not an ``Exception``)
+    passes through unwrapped.
     """
     step_fn = plan.static_fn
     if step_fn is None:
         step_fn = plan.static_fn = compile_schedule(plan)
     try:
-        await step_fn(slots, offload, wait)
+        await step_fn(slots, offload, wait, pause)
     except Exception as exc:
         node = getattr(exc, "_asyncflow_node", None)
         if node is None:
@@ -442,11 +520,23 @@ class _ReadyQueue:
             self.driver.run(self)
 
     def drain_own(self):
-        """Run this queue's ready nodes that need not wait; queue the others in ``waiting``."""
+        """Run this queue's ready nodes that need not wait; queue the others in ``waiting``.
+
+        Returns early, with nodes still ``ready``, on a failure or when the time slice is over
+        (counted in the thread's budget, so short drains of many partitions add up).
+        """
         nodes, slots, readers, fetched, ready = (self.nodes, self.slots, self.readers,
                                                  self.fetched, self.ready)
         step, trace, driver = self.step, self.trace, self.driver
+        budget = _BUDGET
+        left = budget.left
         while ready:
+            left -= 1
+            if left <= 0:
+                if _due():  # over: stop here; the owner checkpoints and drains again
+                    budget.left = 0
+                    return
+                left = timeslice.CHECK_EVERY
             node = nodes[ready.pop()]
             inputs = node.inputs
             if inputs:
@@ -484,8 +574,10 @@ class _ReadyQueue:
                 raise
             except BaseException as exc:
                 self.failure = wrap_error(exc, node.op, self.device_name)
+                budget.left = left
                 return
             self.complete(node, result, start)
+        budget.left = left
 
 
 def _start_ready_queue(plan, slots, step):
@@ -511,28 +603,39 @@ async def _wait_parked(queue):
 
 
 async def _wait_for_the_rest(queue):
-    """The part of a ready-queue run after some kernel had to wait."""
+    """The part of a ready-queue run after some kernel had to wait (or its slice ran out)."""
     report_send = queue.open_report()
     receive = queue.report_receive.receive
-    if queue.ready:  # delivered inline but not drained (a kernel raised through a drain)
-        queue.drain()
     while queue.failure is None and queue.remaining:
         if queue.waiting:  # a kernel must run as a task: go on inside a nursery
             async with trio.open_nursery() as nursery:
                 await _run_with_tasks(queue, nursery, report_send, receive)
                 nursery.cancel_scope.cancel()
             return
-        _take_report(queue, await receive())
+        await _next_drain(queue, receive)
 
 
 async def _run_with_tasks(queue, nursery, report_send, receive):
-    """The loop of ``_run_ready_queue`` once some kernel has to run as a task."""
+    """The loop of ``_wait_for_the_rest`` once some kernel has to run as a task."""
     step = queue.step
     while queue.failure is None and queue.remaining:
         for node, args in queue.waiting:
             nursery.start_soon(_run_waiting, node, args, step, report_send)
         queue.waiting.clear()
-        _take_report(queue, await receive())
+        await _next_drain(queue, receive)
+
+
+async def _next_drain(queue, receive):
+    """Drain ``queue`` again after a checkpoint: the rest of a drain whose time slice ran out
+    (or that a kernel raised through), else after the next report."""
+    if queue.ready:
+        await timeslice.checkpoint()
+        if queue.failure is None:
+            queue.drain()
+        return
+    report = await receive()
+    timeslice.restart()  # receiving gave the event loop back
+    _take_report(queue, report)
 
 
 def _take_report(queue, report):

@@ -30,6 +30,10 @@ Theory of operation (the paper's executor, TF's ``propagator_state``):
 - Fetched values come from the root frame; a dead fetch is an InvalidArgumentError.
 - The root frame frees a value after its last reader; loop iterations free theirs when the
   iteration is deleted.
+- Time slices (``timeslice``): the loop counts the nodes it runs and, every ``CHECK_EVERY``,
+  checkpoints when the slice is over. A simple frame's compiled loop does not run inside the
+  Enter that completes it: the Enter queues it (``_Propagator.loops``) and the loop drives it
+  (``_run_loops``), checkpointing whenever it yields at the end of a slice.
 """
 from __future__ import annotations
 
@@ -41,7 +45,7 @@ import trio
 
 from asyncflow import errors
 from asyncflow.kernels.control_flow import DEAD
-from asyncflow.runtime import compiled_loops
+from asyncflow.runtime import compiled_loops, timeslice
 from asyncflow.runtime.plan import (
     DROP, ENTER, EXIT, MERGE, NORMAL, OFFLOAD_COST, SWITCH, runtime_cost,
 )
@@ -143,6 +147,7 @@ class _Propagator:
         self.ready = ready
         self.stats = stats
         self.live_iterations = 1
+        self.loops = []  # (frame, its compiled loop's generator): for ``_run_loops`` to drive
 
     def push(self, index, frame, iteration, dead):
         iteration.outstanding += 1
@@ -258,7 +263,7 @@ class _Propagator:
             self.activate(node, child, child.iterations[0], outputs, node_dead)
 
     def _run_compiled(self, child):
-        """All Enters arrived: run a simple frame inline, or replay them dynamically."""
+        """All Enters arrived: queue a simple frame's loop, or replay them dynamically."""
         arrived, child.arrived = child.arrived, []
         if any(dead for _, _, dead in arrived):  # a loop on an untaken branch: go dynamic
             child.runner = None
@@ -267,7 +272,10 @@ class _Propagator:
             self.cleanup(child, 0)
             return
         entered = {node.index: outputs[0] for node, outputs, _ in arrived}
-        exits, iterations = child.runner.run(entered, self.wrap)
+        self.loops.append((child, child.runner.run(entered, self.wrap)))
+
+    def finish_compiled(self, child, exits, iterations):
+        """A simple frame's loop ran to its end: delete the frame, deliver its Exits."""
         stats = self.stats
         stats.iterations_created += iterations
         stats.nodes_run += child.runner.iteration_nodes * iterations
@@ -277,6 +285,8 @@ class _Propagator:
         del parent_iteration.frames[child.name]
         for node, value in exits:
             self.activate(node, parent, parent_iteration, (value,), False)
+        if not parent_iteration.outstanding:  # (the Enter has retired meanwhile)
+            self.cleanup(parent, parent_iteration.number)
 
     def _next_iteration(self, node, frame, iteration, outputs):
         if iteration.number == frame.iteration_count:
@@ -359,6 +369,24 @@ async def _run_waiting(node, args, ctx, report, entry):
     report.send_nowait((node, result, None, start, entry))
 
 
+async def _run_loops(propagator):
+    """Run the compiled loops queued by Enters, checkpointing at the end of each slice."""
+    loops = propagator.loops
+    while loops:
+        child, steps = loops.pop()
+        try:
+            while True:
+                try:
+                    next(steps)
+                except StopIteration as done:
+                    exits, iterations = done.value
+                    break
+                await timeslice.checkpoint()
+        finally:
+            steps.close()
+        propagator.finish_compiled(child, exits, iterations)
+
+
 async def run_frames(plan, feed_values, step, wrap_error, step_context):
     """Run ``plan`` (which has control flow) once; returns the fetched values in order.
 
@@ -394,9 +422,16 @@ async def run_frames(plan, feed_values, step, wrap_error, step_context):
     activate, cleanup = propagator.activate, propagator.cleanup
     fast = plan.frame_tables[3] if trace is None else [False] * len(nodes)
     start = 0
+    loops = propagator.loops
+    left = timeslice.BUDGET.left
     async with trio.open_nursery() as nursery:
         while (ready or in_flight) and failure is None:
             while ready and failure is None:
+                left -= 1
+                if left <= 0:  # every CHECK_EVERY nodes: is the time slice over?
+                    if timeslice.due():
+                        await timeslice.checkpoint()
+                    left = timeslice.CHECK_EVERY
                 entry = ready.pop()
                 index, frame, iteration, dead = entry
                 node = nodes[index]
@@ -442,9 +477,10 @@ async def run_frames(plan, feed_values, step, wrap_error, step_context):
                             start = _now_us()
                         result = node.fn(node.ctx, *args)
                     stats.nodes_run += 1
-                    # An Enter completing a simple frame runs the whole loop here.
                     propagate(node, frame, iteration, result,
                               dead or (node.runs_on_dead and _all_dead(result)))
+                    if loops:  # an Enter completed a simple frame: run its whole loop now
+                        await _run_loops(propagator)
                 except (trio.Cancelled, KeyboardInterrupt):
                     raise
                 except BaseException as exc:
@@ -454,6 +490,8 @@ async def run_frames(plan, feed_values, step, wrap_error, step_context):
                     trace.append(_stats_record(node, device_name, start))
             if in_flight and failure is None:
                 node, result, exc, start, entry = await report_receive.receive()
+                timeslice.restart()  # receiving gave the event loop back
+                left = timeslice.CHECK_EVERY
                 in_flight -= 1
                 if exc is not None:
                     failure = wrap_error(exc, node.op, device_name)

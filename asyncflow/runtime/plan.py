@@ -89,7 +89,7 @@ class ExecutionPlan:
 _TRANSFER_TYPES = frozenset({"_Send", "_Recv"})
 
 
-def _estimate_static_cost(op):
+def estimate_static_cost(op):
     """Estimated work from static shapes, or None when a shape is unknown."""
     shapes = [t.shape for t in op._inputs]
     if any(not s.is_fully_defined() for s in shapes):
@@ -201,7 +201,7 @@ def compile_plan(ops, feeds, fetches, device, resources):
     known_large = 0
     for node in nodes:
         if node.offload:
-            cost = _estimate_static_cost(node.op)
+            cost = estimate_static_cost(node.op)
             if cost is not None and cost >= OFFLOAD_COST:
                 known_large += 1
     # A partition holding only part of a cond branch (its Switch on another device) still

@@ -1,10 +1,13 @@
 """Graphs and probes shared by the tests of multi-partition steps (imported by test modules
-here): device configurations, a mixed graph, an async ``py_func`` body, a task counter."""
+here): device configurations, a mixed graph, an async ``py_func`` body, a task counter, and
+a fixture giving a test one long time slice."""
 import contextlib
 
+import pytest
 import trio
 
 import asyncflow as af
+from asyncflow.runtime import timeslice
 
 TWO_CPUS = af.SessionConfig(device_count={"CPU": 2})
 THREE_CPUS = af.SessionConfig(device_count={"CPU": 3})
@@ -30,6 +33,16 @@ class TaskCounts(trio.abc.Instrument):
 
     def before_task_step(self, task):
         self.steps += 1
+
+
+@pytest.fixture
+def long_time_slice(monkeypatch):
+    """One time slice of an hour: steps that count tasks or task steps to pin the inline
+    paths never yield because a loaded machine made them cross a 1 ms slice."""
+    monkeypatch.setattr(timeslice, "TIME_SLICE_S", 3600.0)
+    timeslice.restart()
+    yield
+    timeslice.restart()
 
 
 @contextlib.contextmanager

@@ -13,8 +13,13 @@ import pytest
 import trio
 
 import asyncflow as af
-from partition_graphs import THREE_CPUS, TWO_CPUS, counting_tasks, later, mixed_graph
+from partition_graphs import (
+    THREE_CPUS, TWO_CPUS, counting_tasks, later, mixed_graph, long_time_slice)
 from asyncflow.runtime import compiler
+
+# These tests count tasks and task steps: one long time slice keeps them deterministic.
+pytestmark = pytest.mark.usefixtures("long_time_slice")
+
 
 async def _run_counting(sess, fetches, feeds=None, **kwargs):
     with counting_tasks() as tasks:

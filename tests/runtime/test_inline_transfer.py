@@ -15,7 +15,12 @@ import pytest
 import trio
 
 import asyncflow as af
-from partition_graphs import THREE_CPUS, TWO_CPUS, counting_tasks, later, mixed_graph
+from partition_graphs import (
+    THREE_CPUS, TWO_CPUS, counting_tasks, later, mixed_graph, long_time_slice)
+
+# These tests count tasks and task steps: one long time slice keeps them deterministic.
+pytestmark = pytest.mark.usefixtures("long_time_slice")
+
 
 def _ping_pong(x, edges, op=af.identity, name="hop"):
     """``edges`` ops alternating CPU:1, CPU:0, ...: ``{name}_{i}`` sits on CPU:(i+1)%2."""

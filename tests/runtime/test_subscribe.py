@@ -14,7 +14,11 @@ from asyncflow import errors
 from asyncflow.distributed.rendezvous import StepRendezvous
 from asyncflow.kernels.registry import WOULD_BLOCK, get_kernel
 from asyncflow.runtime.rendezvous import LocalRendezvous, RendezvousStatistics, make_key
-from partition_graphs import counting_tasks
+from partition_graphs import counting_tasks, long_time_slice
+
+# These tests count tasks and task steps: one long time slice keeps them deterministic.
+pytestmark = pytest.mark.usefixtures("long_time_slice")
+
 
 KEY = make_key("/job:localhost/replica:0/task:0/device:CPU:0", 1,
                "/job:localhost/replica:0/task:0/device:CPU:1", "edge_1_x_0")
