@@ -405,12 +405,14 @@ async def _file_attacks(address, data, outside):
     denied = {}
     async with af.Session(graph=graph, cluster={"worker": [address]}) as sess:
         await sess.run(v.initializer)
-        # Relative: inside the worker's data directory (the client keeps no state file here).
-        await save.save(sess, "ok.ckpt", write_state=False)
+        # Relative: inside the worker's data directory (the client keeps no state or meta
+        # graph file here: those it would write in its own directory).
+        await save.save(sess, "ok.ckpt", write_state=False, write_meta_graph=False)
         for name, target in [("../outside/w", "../outside/w"),
                              ("abs", os.path.join(outside, "w")),
                              ("link_out/w", "link_out/w")]:
-            denied[name] = await _denied(save.save(sess, target, write_state=False))
+            denied[name] = await _denied(save.save(sess, target, write_state=False,
+                                                   write_meta_graph=False))
         denied["/proc/self/environ"] = await _denied(save.restore(sess, "/proc/self/environ"))
         denied["restore abs"] = await _denied(save.restore(sess, os.path.join(outside,
                                                                               "secret.txt")))
