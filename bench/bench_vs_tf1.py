@@ -42,6 +42,8 @@ import time
 
 import numpy as np
 
+from raw_socket import raw_socket_mib_s  # same folder (the script's directory is on sys.path)
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
 MIB = 1 << 20
 BIG = 16 * MIB  # float32 elements: 64 MiB
@@ -97,46 +99,6 @@ def _median_time(fn, repeats):
 def _sizes(quick):
     return {"repeats": 20 if quick else 100, "big_rounds": 3 if quick else 7,
             "mlp_steps": 20 if quick else 60, "scaling_s": 1.5 if quick else 4.0}
-
-
-# ----------------------------------------------------------------------------- raw socket
-
-_SINK = """
-import socket, sys
-import numpy as np
-size = int(sys.argv[1]); rounds = int(sys.argv[2])
-server = socket.socket(); server.bind(("127.0.0.1", 0)); server.listen(1)
-print(server.getsockname()[1], flush=True)
-conn, _ = server.accept()
-buffer = np.empty(size, np.uint8); view = memoryview(buffer)
-for _ in range(rounds):
-    got = 0
-    while got < size:
-        got += conn.recv_into(view[got:], size - got)
-    conn.sendall(b"k")
-"""
-
-
-def raw_socket_mib_s(size, rounds):
-    """Median MiB/s of moving ``size`` bytes to another process over a loopback socket."""
-    sink = subprocess.Popen([sys.executable, "-c", _SINK, str(size), str(rounds)],
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        port = int(sink.stdout.readline())
-        payload = np.random.default_rng(0).integers(0, 255, size, dtype=np.uint8)
-        times = []
-        with socket.create_connection(("127.0.0.1", port)) as conn:
-            for _ in range(rounds):
-                start = time.perf_counter()
-                conn.sendall(memoryview(payload))
-                conn.recv(1)
-                times.append(time.perf_counter() - start)
-        sink.wait(timeout=60)
-    finally:
-        if sink.poll() is None:
-            sink.kill()
-            sink.wait()
-    return size / MIB / statistics.median(times)
 
 
 # ----------------------------------------------------------------------------- asyncflow side
