@@ -76,6 +76,28 @@ def _init_params():
             np.zeros(10, np.float32)]
 
 
+def _mlp(fw, worker):
+    """The MLP step's graph for one worker; returns (graph, x, y, loss, train, init).
+
+    ``fw`` is ``asyncflow`` or ``tf.compat.v1``: the builders have the same names in both, so
+    both frameworks build the same workload from this one function."""
+    graph = fw.Graph()
+    with graph.as_default():
+        with fw.device("/job:ps/task:0"):
+            params = [fw.Variable(v, name=n) for v, n in zip(_init_params(),
+                                                               ["w1", "b1", "w2", "b2"])]
+        with fw.device(f"/job:worker/task:{worker}"):
+            x = fw.placeholder(fw.float32, [None, 64], name="x")
+            y = fw.placeholder(fw.int32, [None], name="y")
+            w1, b1, w2, b2 = params
+            logits = fw.matmul(fw.nn.relu(fw.matmul(x, w1) + b1), w2) + b2
+            loss = fw.reduce_mean(fw.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=y, logits=logits))
+            train = fw.train.GradientDescentOptimizer(0.01).minimize(loss)
+        init = fw.group(*[p.initializer for p in params])
+    return graph, x, y, loss, train, init
+
+
 SWEEP = (1, 64, 256)  # batch sizes of the interleaved MLP sweep (256: a 64 KiB feed)
 
 
@@ -125,25 +147,6 @@ async def _timed(fn, repeats):
     return statistics.median(times)
 
 
-def _af_mlp(af, worker):
-    """The MLP step's graph for one worker; returns (graph, x, y, loss, train, init)."""
-    graph = af.Graph()
-    with graph.as_default():
-        with af.device("/job:ps/task:0"):
-            params = [af.Variable(v, name=n) for v, n in zip(_init_params(),
-                                                               ["w1", "b1", "w2", "b2"])]
-        with af.device(f"/job:worker/task:{worker}"):
-            x = af.placeholder(af.float32, [None, 64], name="x")
-            y = af.placeholder(af.int32, [None], name="y")
-            w1, b1, w2, b2 = params
-            logits = af.matmul(af.nn.relu(af.matmul(x, w1) + b1), w2) + b2
-            loss = af.reduce_mean(af.nn.sparse_softmax_cross_entropy_with_logits(
-                labels=y, logits=logits))
-            train = af.train.GradientDescentOptimizer(0.01).minimize(loss)
-        init = af.group(*[p.initializer for p in params])
-    return graph, x, y, loss, train, init
-
-
 async def _asyncflow_measure(spec, sizes, worker_counts, out):
     import trio
 
@@ -178,7 +181,7 @@ async def _asyncflow_measure(spec, sizes, worker_counts, out):
         out["pull_mib_s"] = 64 / max(big_step - small_step - local_reduce, 1e-9)
         out["pull_step_ms"] = big_step * 1e3
     xs, ys = _mlp_data()
-    mlp = _af_mlp(af, 0)
+    mlp = _mlp(af, 0)
     g, x, y, loss, train, init = mlp
     async with af.Session(graph=g, cluster=cluster) as sess:
         await sess.run(init)
@@ -194,7 +197,7 @@ async def _asyncflow_measure(spec, sizes, worker_counts, out):
                 times[b].append(time.perf_counter() - start)
         out.update(_sweep_figures(times))
     for n in worker_counts:
-        replicas = [_af_mlp(af, w) for w in range(n)]
+        replicas = [_mlp(af, w) for w in range(n)]
         counts = [0] * n
         async with contextlib.AsyncExitStack() as stack:
             sessions = [await stack.enter_async_context(af.Session(graph=r[0], cluster=cluster))
@@ -266,24 +269,6 @@ def tf_side(quick, worker_counts):
             proc.wait()
 
 
-def _tf_mlp(tf1, worker):
-    graph = tf1.Graph()
-    with graph.as_default():
-        with tf1.device("/job:ps/task:0"):
-            params = [tf1.Variable(v, name=n) for v, n in zip(_init_params(),
-                                                                ["w1", "b1", "w2", "b2"])]
-        with tf1.device(f"/job:worker/task:{worker}"):
-            x = tf1.placeholder(tf1.float32, [None, 64], name="x")
-            y = tf1.placeholder(tf1.int32, [None], name="y")
-            w1, b1, w2, b2 = params
-            logits = tf1.matmul(tf1.nn.relu(tf1.matmul(x, w1) + b1), w2) + b2
-            loss = tf1.reduce_mean(tf1.nn.sparse_softmax_cross_entropy_with_logits(
-                labels=y, logits=logits))
-            train = tf1.train.GradientDescentOptimizer(0.01).minimize(loss)
-        init = tf1.group(*[p.initializer for p in params])
-    return graph, x, y, loss, train, init
-
-
 def _tf_measure(tf, tf1, spec, sizes, worker_counts):
     import threading
     out = {}
@@ -318,7 +303,7 @@ def _tf_measure(tf, tf1, spec, sizes, worker_counts):
         out["pull_mib_s"] = 64 / max(big_step - small_step - local_reduce, 1e-9)
         out["pull_step_ms"] = big_step * 1e3
     xs, ys = _mlp_data()
-    g, x, y, loss, train, init = _tf_mlp(tf1, 0)
+    g, x, y, loss, train, init = _mlp(tf1, 0)
     with tf1.Session(target, graph=g) as sess:
         sess.run(init)
         sess.run([loss, train], {x: xs, y: ys})
@@ -333,7 +318,7 @@ def _tf_measure(tf, tf1, spec, sizes, worker_counts):
                 times[b].append(time.perf_counter() - start)
         out.update(_sweep_figures(times))
     for n in worker_counts:
-        replicas = [_tf_mlp(tf1, w) for w in range(n)]
+        replicas = [_mlp(tf1, w) for w in range(n)]
         sessions = [tf1.Session(f"grpc://{spec['worker'][w]}", graph=r[0])
                     for w, r in enumerate(replicas)]
         try:
