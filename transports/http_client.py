@@ -52,7 +52,7 @@ _MAX_HEAD: Final = 64 * 1024     # the most of a response head this client reads
 _MAX_TEXT: Final = 64 * 1024     # the most of a text error body this client reads
 _RECV: Final = 64 * 1024
 _MAX_IDLE: Final = 16            # idle keep-alive connections kept per channel
-_TEXT_STATUS_CODE: Final = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED",
+_TEXT_STATUS_CODE: Final = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 408: "UNAVAILABLE",
                             403: "PERMISSION_DENIED", 404: "UNIMPLEMENTED",
                             405: "UNIMPLEMENTED", 413: "RESOURCE_EXHAUSTED", 503: "UNAVAILABLE"}
 _PATH_FIELDS: Final = {rpc.method: [name for _, name, _, _ in string.Formatter().parse(rpc.path)
