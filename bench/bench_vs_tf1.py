@@ -76,6 +76,27 @@ def _init_params():
             np.zeros(10, np.float32)]
 
 
+def _trivial_and_pull(fw):
+    """The trivial and pull workloads' graphs, built with ``fw`` (``asyncflow`` or
+    ``tf.compat.v1``). Returns (graph, p, doubled, big, small, big_sum, small_sum) of the
+    distributed graph, then (local_graph, local_big, local_sum) of the local reduce baseline."""
+    graph = fw.Graph()
+    with graph.as_default():
+        p = fw.placeholder(fw.float32, [], name="p")
+        with fw.device("/job:worker/task:0"):
+            doubled = p * 2.0
+        with fw.device("/job:ps/task:0"):
+            big = fw.Variable(fw.zeros([BIG], fw.float32), name="big")
+            small = fw.Variable(fw.zeros([4], fw.float32), name="small")
+        with fw.device("/job:worker/task:0"):
+            big_sum, small_sum = fw.reduce_sum(big), fw.reduce_sum(small)
+    local_graph = fw.Graph()
+    with local_graph.as_default():
+        local_big = fw.Variable(fw.zeros([BIG], fw.float32))
+        local_sum = fw.reduce_sum(local_big)
+    return graph, p, doubled, big, small, big_sum, small_sum, local_graph, local_big, local_sum
+
+
 def _mlp(fw, worker):
     """The MLP step's graph for one worker; returns (graph, x, y, loss, train, init).
 
@@ -152,20 +173,8 @@ async def _asyncflow_measure(spec, sizes, worker_counts, out):
 
     import asyncflow as af
     repeats = sizes["repeats"]
-    graph = af.Graph()
-    with graph.as_default():
-        p = af.placeholder(af.float32, [], name="p")
-        with af.device("/job:worker/task:0"):
-            doubled = p * 2.0
-        with af.device("/job:ps/task:0"):
-            big = af.Variable(af.zeros([BIG], af.float32), name="big")
-            small = af.Variable(af.zeros([4], af.float32), name="small")
-        with af.device("/job:worker/task:0"):
-            big_sum, small_sum = af.reduce_sum(big), af.reduce_sum(small)
-    local_graph = af.Graph()
-    with local_graph.as_default():
-        local_big = af.Variable(af.zeros([BIG], af.float32))
-        local_sum = af.reduce_sum(local_big)
+    (graph, p, doubled, big, small, big_sum, small_sum,
+     local_graph, local_big, local_sum) = _trivial_and_pull(af)
     async with af.Session(graph=local_graph) as local:
         await local.run(local_big.initializer)
         local_reduce = await _timed(lambda: local.run(local_sum), sizes["big_rounds"])
@@ -274,20 +283,8 @@ def _tf_measure(tf, tf1, spec, sizes, worker_counts):
     out = {}
     repeats = sizes["repeats"]
     target = f"grpc://{spec['worker'][0]}"
-    graph = tf1.Graph()
-    with graph.as_default():
-        p = tf1.placeholder(tf1.float32, [], name="p")
-        with tf1.device("/job:worker/task:0"):
-            doubled = p * 2.0
-        with tf1.device("/job:ps/task:0"):
-            big = tf1.Variable(tf1.zeros([BIG], tf1.float32), name="big")
-            small = tf1.Variable(tf1.zeros([4], tf1.float32), name="small")
-        with tf1.device("/job:worker/task:0"):
-            big_sum, small_sum = tf1.reduce_sum(big), tf1.reduce_sum(small)
-    local_graph = tf1.Graph()
-    with local_graph.as_default():
-        local_big = tf1.Variable(tf1.zeros([BIG], tf1.float32))
-        local_sum = tf1.reduce_sum(local_big)
+    (graph, p, doubled, big, small, big_sum, small_sum,
+     local_graph, local_big, local_sum) = _trivial_and_pull(tf1)
     with tf1.Session(graph=local_graph) as local:
         local.run(local_big.initializer)
         local.run(local_sum)
