@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
 
@@ -36,42 +34,9 @@ import trio  # noqa: E402
 import asyncflow as af  # noqa: E402
 from asyncflow.distributed import channels  # noqa: E402
 from local_cluster import local_cluster  # noqa: E402  (worker processes, one BLAS thread each)
+from raw_socket import raw_socket_mib_s  # noqa: E402  (the loopback baseline)
 
 MIB = 1 << 20
-
-
-# -- raw socket baseline ----------------------------------------------------------------
-_SINK = """
-import socket, sys
-import numpy as np
-size = int(sys.argv[1]); rounds = int(sys.argv[2])
-server = socket.socket(); server.bind(("127.0.0.1", 0)); server.listen(1)
-print(server.getsockname()[1], flush=True)
-conn, _ = server.accept()
-buffer = np.empty(size, np.uint8); view = memoryview(buffer)
-for _ in range(rounds):
-    got = 0
-    while got < size:
-        got += conn.recv_into(view[got:], size - got)
-    conn.sendall(b"k")
-"""
-
-
-def raw_socket_mib_s(size, rounds):
-    """Median MiB/s of moving ``size`` bytes to another process over a loopback socket."""
-    sink = subprocess.Popen([sys.executable, "-c", _SINK, str(size), str(rounds)],
-                            stdout=subprocess.PIPE, text=True)
-    port = int(sink.stdout.readline())
-    payload = np.random.default_rng(0).integers(0, 255, size, dtype=np.uint8)
-    times = []
-    with socket.create_connection(("127.0.0.1", port)) as conn:
-        for _ in range(rounds):
-            start = time.perf_counter()
-            conn.sendall(memoryview(payload))
-            conn.recv(1)
-            times.append(time.perf_counter() - start)
-    sink.wait()
-    return size / MIB / statistics.median(times)
 
 
 # -- distributed measurements -----------------------------------------------------------

@@ -42,6 +42,8 @@ import time
 
 import numpy as np
 
+from raw_socket import raw_socket_mib_s  # same folder (the script's directory is on sys.path)
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
 MIB = 1 << 20
 BIG = 16 * MIB  # float32 elements: 64 MiB
@@ -74,6 +76,49 @@ def _init_params():
             np.zeros(10, np.float32)]
 
 
+def _trivial_and_pull(fw):
+    """The trivial and pull workloads' graphs, built with ``fw`` (``asyncflow`` or
+    ``tf.compat.v1``). Returns (graph, p, doubled, big, small, big_sum, small_sum) of the
+    distributed graph, then (local_graph, local_big, local_sum) of the local reduce baseline."""
+    graph = fw.Graph()
+    with graph.as_default():
+        p = fw.placeholder(fw.float32, [], name="p")
+        with fw.device("/job:worker/task:0"):
+            doubled = p * 2.0
+        with fw.device("/job:ps/task:0"):
+            big = fw.Variable(fw.zeros([BIG], fw.float32), name="big")
+            small = fw.Variable(fw.zeros([4], fw.float32), name="small")
+        with fw.device("/job:worker/task:0"):
+            big_sum, small_sum = fw.reduce_sum(big), fw.reduce_sum(small)
+    local_graph = fw.Graph()
+    with local_graph.as_default():
+        local_big = fw.Variable(fw.zeros([BIG], fw.float32))
+        local_sum = fw.reduce_sum(local_big)
+    return graph, p, doubled, big, small, big_sum, small_sum, local_graph, local_big, local_sum
+
+
+def _mlp(fw, worker):
+    """The MLP step's graph for one worker; returns (graph, x, y, loss, train, init).
+
+    ``fw`` is ``asyncflow`` or ``tf.compat.v1``: the builders have the same names in both, so
+    both frameworks build the same workload from this one function."""
+    graph = fw.Graph()
+    with graph.as_default():
+        with fw.device("/job:ps/task:0"):
+            params = [fw.Variable(v, name=n) for v, n in zip(_init_params(),
+                                                               ["w1", "b1", "w2", "b2"])]
+        with fw.device(f"/job:worker/task:{worker}"):
+            x = fw.placeholder(fw.float32, [None, 64], name="x")
+            y = fw.placeholder(fw.int32, [None], name="y")
+            w1, b1, w2, b2 = params
+            logits = fw.matmul(fw.nn.relu(fw.matmul(x, w1) + b1), w2) + b2
+            loss = fw.reduce_mean(fw.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=y, logits=logits))
+            train = fw.train.GradientDescentOptimizer(0.01).minimize(loss)
+        init = fw.group(*[p.initializer for p in params])
+    return graph, x, y, loss, train, init
+
+
 SWEEP = (1, 64, 256)  # batch sizes of the interleaved MLP sweep (256: a 64 KiB feed)
 
 
@@ -97,46 +142,6 @@ def _median_time(fn, repeats):
 def _sizes(quick):
     return {"repeats": 20 if quick else 100, "big_rounds": 3 if quick else 7,
             "mlp_steps": 20 if quick else 60, "scaling_s": 1.5 if quick else 4.0}
-
-
-# ----------------------------------------------------------------------------- raw socket
-
-_SINK = """
-import socket, sys
-import numpy as np
-size = int(sys.argv[1]); rounds = int(sys.argv[2])
-server = socket.socket(); server.bind(("127.0.0.1", 0)); server.listen(1)
-print(server.getsockname()[1], flush=True)
-conn, _ = server.accept()
-buffer = np.empty(size, np.uint8); view = memoryview(buffer)
-for _ in range(rounds):
-    got = 0
-    while got < size:
-        got += conn.recv_into(view[got:], size - got)
-    conn.sendall(b"k")
-"""
-
-
-def raw_socket_mib_s(size, rounds):
-    """Median MiB/s of moving ``size`` bytes to another process over a loopback socket."""
-    sink = subprocess.Popen([sys.executable, "-c", _SINK, str(size), str(rounds)],
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        port = int(sink.stdout.readline())
-        payload = np.random.default_rng(0).integers(0, 255, size, dtype=np.uint8)
-        times = []
-        with socket.create_connection(("127.0.0.1", port)) as conn:
-            for _ in range(rounds):
-                start = time.perf_counter()
-                conn.sendall(memoryview(payload))
-                conn.recv(1)
-                times.append(time.perf_counter() - start)
-        sink.wait(timeout=60)
-    finally:
-        if sink.poll() is None:
-            sink.kill()
-            sink.wait()
-    return size / MIB / statistics.median(times)
 
 
 # ----------------------------------------------------------------------------- asyncflow side
@@ -163,44 +168,13 @@ async def _timed(fn, repeats):
     return statistics.median(times)
 
 
-def _af_mlp(af, worker):
-    """The MLP step's graph for one worker; returns (graph, x, y, loss, train, init)."""
-    graph = af.Graph()
-    with graph.as_default():
-        with af.device("/job:ps/task:0"):
-            params = [af.Variable(v, name=n) for v, n in zip(_init_params(),
-                                                               ["w1", "b1", "w2", "b2"])]
-        with af.device(f"/job:worker/task:{worker}"):
-            x = af.placeholder(af.float32, [None, 64], name="x")
-            y = af.placeholder(af.int32, [None], name="y")
-            w1, b1, w2, b2 = params
-            logits = af.matmul(af.nn.relu(af.matmul(x, w1) + b1), w2) + b2
-            loss = af.reduce_mean(af.nn.sparse_softmax_cross_entropy_with_logits(
-                labels=y, logits=logits))
-            train = af.train.GradientDescentOptimizer(0.01).minimize(loss)
-        init = af.group(*[p.initializer for p in params])
-    return graph, x, y, loss, train, init
-
-
 async def _asyncflow_measure(spec, sizes, worker_counts, out):
     import trio
 
     import asyncflow as af
     repeats = sizes["repeats"]
-    graph = af.Graph()
-    with graph.as_default():
-        p = af.placeholder(af.float32, [], name="p")
-        with af.device("/job:worker/task:0"):
-            doubled = p * 2.0
-        with af.device("/job:ps/task:0"):
-            big = af.Variable(af.zeros([BIG], af.float32), name="big")
-            small = af.Variable(af.zeros([4], af.float32), name="small")
-        with af.device("/job:worker/task:0"):
-            big_sum, small_sum = af.reduce_sum(big), af.reduce_sum(small)
-    local_graph = af.Graph()
-    with local_graph.as_default():
-        local_big = af.Variable(af.zeros([BIG], af.float32))
-        local_sum = af.reduce_sum(local_big)
+    (graph, p, doubled, big, small, big_sum, small_sum,
+     local_graph, local_big, local_sum) = _trivial_and_pull(af)
     async with af.Session(graph=local_graph) as local:
         await local.run(local_big.initializer)
         local_reduce = await _timed(lambda: local.run(local_sum), sizes["big_rounds"])
@@ -216,7 +190,7 @@ async def _asyncflow_measure(spec, sizes, worker_counts, out):
         out["pull_mib_s"] = 64 / max(big_step - small_step - local_reduce, 1e-9)
         out["pull_step_ms"] = big_step * 1e3
     xs, ys = _mlp_data()
-    mlp = _af_mlp(af, 0)
+    mlp = _mlp(af, 0)
     g, x, y, loss, train, init = mlp
     async with af.Session(graph=g, cluster=cluster) as sess:
         await sess.run(init)
@@ -232,7 +206,7 @@ async def _asyncflow_measure(spec, sizes, worker_counts, out):
                 times[b].append(time.perf_counter() - start)
         out.update(_sweep_figures(times))
     for n in worker_counts:
-        replicas = [_af_mlp(af, w) for w in range(n)]
+        replicas = [_mlp(af, w) for w in range(n)]
         counts = [0] * n
         async with contextlib.AsyncExitStack() as stack:
             sessions = [await stack.enter_async_context(af.Session(graph=r[0], cluster=cluster))
@@ -304,43 +278,13 @@ def tf_side(quick, worker_counts):
             proc.wait()
 
 
-def _tf_mlp(tf1, worker):
-    graph = tf1.Graph()
-    with graph.as_default():
-        with tf1.device("/job:ps/task:0"):
-            params = [tf1.Variable(v, name=n) for v, n in zip(_init_params(),
-                                                                ["w1", "b1", "w2", "b2"])]
-        with tf1.device(f"/job:worker/task:{worker}"):
-            x = tf1.placeholder(tf1.float32, [None, 64], name="x")
-            y = tf1.placeholder(tf1.int32, [None], name="y")
-            w1, b1, w2, b2 = params
-            logits = tf1.matmul(tf1.nn.relu(tf1.matmul(x, w1) + b1), w2) + b2
-            loss = tf1.reduce_mean(tf1.nn.sparse_softmax_cross_entropy_with_logits(
-                labels=y, logits=logits))
-            train = tf1.train.GradientDescentOptimizer(0.01).minimize(loss)
-        init = tf1.group(*[p.initializer for p in params])
-    return graph, x, y, loss, train, init
-
-
 def _tf_measure(tf, tf1, spec, sizes, worker_counts):
     import threading
     out = {}
     repeats = sizes["repeats"]
     target = f"grpc://{spec['worker'][0]}"
-    graph = tf1.Graph()
-    with graph.as_default():
-        p = tf1.placeholder(tf1.float32, [], name="p")
-        with tf1.device("/job:worker/task:0"):
-            doubled = p * 2.0
-        with tf1.device("/job:ps/task:0"):
-            big = tf1.Variable(tf1.zeros([BIG], tf1.float32), name="big")
-            small = tf1.Variable(tf1.zeros([4], tf1.float32), name="small")
-        with tf1.device("/job:worker/task:0"):
-            big_sum, small_sum = tf1.reduce_sum(big), tf1.reduce_sum(small)
-    local_graph = tf1.Graph()
-    with local_graph.as_default():
-        local_big = tf1.Variable(tf1.zeros([BIG], tf1.float32))
-        local_sum = tf1.reduce_sum(local_big)
+    (graph, p, doubled, big, small, big_sum, small_sum,
+     local_graph, local_big, local_sum) = _trivial_and_pull(tf1)
     with tf1.Session(graph=local_graph) as local:
         local.run(local_big.initializer)
         local.run(local_sum)
@@ -356,7 +300,7 @@ def _tf_measure(tf, tf1, spec, sizes, worker_counts):
         out["pull_mib_s"] = 64 / max(big_step - small_step - local_reduce, 1e-9)
         out["pull_step_ms"] = big_step * 1e3
     xs, ys = _mlp_data()
-    g, x, y, loss, train, init = _tf_mlp(tf1, 0)
+    g, x, y, loss, train, init = _mlp(tf1, 0)
     with tf1.Session(target, graph=g) as sess:
         sess.run(init)
         sess.run([loss, train], {x: xs, y: ys})
@@ -371,7 +315,7 @@ def _tf_measure(tf, tf1, spec, sizes, worker_counts):
                 times[b].append(time.perf_counter() - start)
         out.update(_sweep_figures(times))
     for n in worker_counts:
-        replicas = [_tf_mlp(tf1, w) for w in range(n)]
+        replicas = [_mlp(tf1, w) for w in range(n)]
         sessions = [tf1.Session(f"grpc://{spec['worker'][w]}", graph=r[0])
                     for w, r in enumerate(replicas)]
         try:

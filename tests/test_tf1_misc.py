@@ -2,6 +2,7 @@
 helpers, Saver's meta graph default, start_queue_runners' TF1 form, soft placement off,
 and af.Session outside trio. Differential checks against TF1 skip without TensorFlow."""
 import asyncio
+import inspect
 import os
 import zlib
 
@@ -13,20 +14,8 @@ import asyncflow as af
 from asyncflow.kernels.summary_ops import decode_fields
 from tests.tf1_reference import tf1_run
 
-SCHEDULES = """
-gs = tf.placeholder(tf.int64, [])
-rates = [tf.train.exponential_decay(0.1, gs, 7, 0.5),
-         tf.train.exponential_decay(0.1, gs, 7, 0.5, staircase=True),
-         tf.train.piecewise_constant(gs, [3, 9], [1.0, 0.5, 0.25]),
-         tf.train.polynomial_decay(0.1, gs, 10, end_learning_rate=0.01, power=2.0),
-         tf.train.polynomial_decay(0.1, gs, 10, cycle=True),
-         tf.train.inverse_time_decay(0.1, gs, 5, 0.5),
-         tf.train.inverse_time_decay(0.1, gs, 5, 0.5, staircase=True),
-         tf.train.cosine_decay(0.1, gs, 12, alpha=0.1)]
-"""
-
-
 def _schedules(tf, gs):
+    """The schedules under test, built with asyncflow or TF1 (whose side runs this source)."""
     return [tf.train.exponential_decay(0.1, gs, 7, 0.5),
             tf.train.exponential_decay(0.1, gs, 7, 0.5, staircase=True),
             tf.train.piecewise_constant(gs, [3, 9], [1.0, 0.5, 0.25]),
@@ -63,7 +52,9 @@ async def test_schedules_follow_their_formulas():
 
 async def test_schedules_match_tf1(tmp_path):
     ours = await _our_schedules()
-    theirs = tf1_run(SCHEDULES + """
+    theirs = tf1_run(inspect.getsource(_schedules) + """
+gs = tf.placeholder(tf.int64, [])
+rates = _schedules(tf, gs)
 with tf.Session() as sess:
     outputs["rates"] = np.array([sess.run(rates, {gs: s}) for s in inputs["steps"]])
 """, tmp_path, steps=np.array(STEPS))

@@ -38,20 +38,21 @@ import contextlib
 import hmac
 import logging
 import os
-import string
 import threading
 import typing
 from collections import Counter
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
-from urllib.parse import quote
 
 import aiohttp
 import outcome
 import trio
 from aiohttp import web
 
+from transports.http_protocol import (
+    FRAME_CONTENT_TYPE, MAX_TEXT, PATH_FIELDS, parse_address, request_path, text_error,
+)
 from transports.messages import ErrorReply, Message, RemoteCallError
 from transports.service import (
     METRICS_PATH, RPCS, Channel, Rpc, TransportDeadlineExceeded, TransportUnavailable,
@@ -66,26 +67,18 @@ __all__ = ["DEFAULT_CONNECTION_LIMITS", "FRAME_CONTENT_TYPE", "ConnectionLimits"
            "HttpServer", "HttpServerStatistics", "open_http_server", "rate_limit_logs",
            "serve_http"]
 
-FRAME_CONTENT_TYPE: Final = "application/x-asyncflow-frame"
 _SLICE: Final = 256 * 1024
-_MAX_TEXT: Final = 64 * 1024  # the most of a text error body a client reads
 _CANCEL_GRACE: Final = 5.0  # seconds a cancelled trio caller waits for its asyncio task to unwind
-# Canonical code -> HTTP status (the grpc-gateway mapping), and back for text-only answers.
+# Canonical code -> HTTP status (the grpc-gateway mapping); the way back, for text-only
+# answers, is http_protocol.TEXT_STATUS_CODE.
 _HTTP_STATUS: Final = {
     "CANCELLED": 499, "UNKNOWN": 500, "INVALID_ARGUMENT": 400, "DEADLINE_EXCEEDED": 504,
     "NOT_FOUND": 404, "ALREADY_EXISTS": 409, "PERMISSION_DENIED": 403, "RESOURCE_EXHAUSTED": 429,
     "FAILED_PRECONDITION": 400, "ABORTED": 409, "OUT_OF_RANGE": 400, "UNIMPLEMENTED": 501,
     "INTERNAL": 500, "UNAVAILABLE": 503, "DATA_LOSS": 500, "UNAUTHENTICATED": 401,
 }
-_TEXT_STATUS_CODE: Final = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 408: "UNAVAILABLE",
-                            403: "PERMISSION_DENIED", 404: "UNIMPLEMENTED",
-                            405: "UNIMPLEMENTED", 413: "RESOURCE_EXHAUSTED", 503: "UNAVAILABLE"}
 _LOOPBACK: Final = frozenset({"127.0.0.1", "::1", "localhost"})
 _log = logging.getLogger(__name__)
-# rpc method -> {path field: its annotation}, e.g. {"step_id": int}
-_PATH_FIELDS: Final = {rpc.method: {name: typing.get_type_hints(rpc.request)[name]
-                                    for _, name, _, _ in string.Formatter().parse(rpc.path)
-                                    if name} for rpc in RPCS}
 
 
 # ----------------------------------------------------------------------------- the asyncio thread
@@ -640,7 +633,7 @@ class HttpServer:
 
     async def _read_request(self, rpc: Rpc, request: web.Request) -> Message | None:
         where = f"{request.method} {request.path}"
-        path_fields = {name: int(value) if _PATH_FIELDS[rpc.method][name] is int else value
+        path_fields = {name: int(value) if PATH_FIELDS[rpc.method][name] is int else value
                        for name, value in request.match_info.items()}
         if not rpc.has_body:
             if request.body_exists:
@@ -748,7 +741,7 @@ def _settle(future: asyncio.Future, result: outcome.Outcome) -> None:
 def _route_pattern(rpc: Rpc) -> str:
     """The aiohttp pattern of an rpc's path: integer fields only match integers."""
     pattern = rpc.path
-    for name, annotation in _PATH_FIELDS[rpc.method].items():
+    for name, annotation in PATH_FIELDS[rpc.method].items():
         if annotation is int:
             pattern = pattern.replace(f"{{{name}}}", f"{{{name}:-?[0-9]+}}")
     return pattern
@@ -826,9 +819,7 @@ class HttpChannel(Channel):
     def __init__(self, address: str, *, token: str | None = None, connect_timeout: float = 5.0,
                  limits: Limits = DEFAULT_LIMITS) -> None:
         super().__init__()
-        host, _, port = address.rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"address must be 'host:port', got {address!r}")
+        parse_address(address)
         self.address = address
         self._base_url = f"http://{address}"
         self._headers = {} if token is None else {"Authorization": f"Bearer {token}"}
@@ -836,8 +827,7 @@ class HttpChannel(Channel):
         self._limits = limits
 
     async def _exchange(self, rpc: Rpc, request: Message | None) -> Message:
-        path = rpc.path.format(**{name: quote(str(getattr(request, name)), safe="")
-                                  for name in _PATH_FIELDS[rpc.method]})
+        path = request_path(rpc, request)
         # Bodiless requests are encoded too: the same field checks, whatever the route.
         buffers = None if request is None else encode(request, self._limits)
         if not rpc.has_body:
@@ -897,6 +887,4 @@ class HttpChannel(Channel):
         return (await response.content.read(self._limits.max_header_bytes)).decode("utf-8")
 
     async def _raise_for_text(self, response: aiohttp.ClientResponse) -> typing.NoReturn:
-        text = (await response.content.read(_MAX_TEXT)).decode("utf-8", "replace").strip()
-        code = _TEXT_STATUS_CODE.get(response.status, "UNKNOWN")
-        raise RemoteCallError(code, f"HTTP {response.status} from {self.address}: {text}")
+        raise text_error(response.status, self.address, await response.content.read(MAX_TEXT))

@@ -30,15 +30,16 @@ Nothing here knows about asyncflow.
 
 from __future__ import annotations
 
-import string
 import typing
 from typing import Any, Final
-from urllib.parse import quote
 
 import trio
 
-from transports.messages import ErrorReply, Message, RemoteCallError
-from transports.service import METRICS_PATH, RPCS, Channel, Rpc, TransportUnavailable
+from transports.http_protocol import (
+    FRAME_CONTENT_TYPE, MAX_TEXT, parse_address, request_path, text_error,
+)
+from transports.messages import ErrorReply, Message
+from transports.service import METRICS_PATH, Channel, Rpc, TransportUnavailable
 from transports.wire import (
     CLOSED, DEFAULT_LIMITS, NEED_DATA, Decoder, Limits, LocalProtocolError, RemoteProtocolError,
     encode, frame_size,
@@ -46,17 +47,10 @@ from transports.wire import (
 
 __all__ = ["TrioHttpChannel"]
 
-FRAME_CONTENT_TYPE: Final = "application/x-asyncflow-frame"
 _SMALL: Final = 256 * 1024       # bodies below this go out with the head in one send
 _MAX_HEAD: Final = 64 * 1024     # the most of a response head this client reads
-_MAX_TEXT: Final = 64 * 1024     # the most of a text error body this client reads
 _RECV: Final = 64 * 1024
 _MAX_IDLE: Final = 16            # idle keep-alive connections kept per channel
-_TEXT_STATUS_CODE: Final = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED",
-                            403: "PERMISSION_DENIED", 404: "UNIMPLEMENTED",
-                            405: "UNIMPLEMENTED", 413: "RESOURCE_EXHAUSTED", 503: "UNAVAILABLE"}
-_PATH_FIELDS: Final = {rpc.method: [name for _, name, _, _ in string.Formatter().parse(rpc.path)
-                                    if name] for rpc in RPCS}
 _BROKEN = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
 
@@ -203,12 +197,8 @@ class TrioHttpChannel(Channel):
     def __init__(self, address: str, *, token: str | None = None, connect_timeout: float = 5.0,
                  limits: Limits = DEFAULT_LIMITS) -> None:
         super().__init__()
-        host, _, port = address.rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"address must be 'host:port', got {address!r}")
+        self._host, self._port = parse_address(address)
         self.address = address
-        self._host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-        self._port = int(port)
         auth = "" if token is None else f"Authorization: Bearer {token}\r\n"
         self._fixed_headers = f"Host: {address}\r\n{auth}"
         self._connect_timeout = connect_timeout
@@ -224,8 +214,7 @@ class TrioHttpChannel(Channel):
     # -- calls ----------------------------------------------------------------------------------
 
     async def _exchange(self, rpc: Rpc, request: Message | None) -> Message:
-        path = rpc.path.format(**{name: quote(str(getattr(request, name)), safe="")
-                                  for name in _PATH_FIELDS[rpc.method]})
+        path = request_path(rpc, request)
         # Bodiless requests are encoded too: the same field checks, whatever the route.
         buffers = None if request is None else encode(request, self._limits)
         return await self._request(rpc.http_method, path,
@@ -332,6 +321,4 @@ class TrioHttpChannel(Channel):
         return text.decode("utf-8")
 
     async def _raise_for_text(self, body: _Body, status: int) -> typing.NoReturn:
-        text = (await body.read_text(_MAX_TEXT)).decode("utf-8", "replace").strip()
-        code = _TEXT_STATUS_CODE.get(status, "UNKNOWN")
-        raise RemoteCallError(code, f"HTTP {status} from {self.address}: {text}")
+        raise text_error(status, self.address, await body.read_text(MAX_TEXT))

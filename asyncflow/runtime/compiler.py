@@ -241,11 +241,17 @@ def _start_inline(compiled, feed_values, step, runs):
             # This drain may have run (and failed) partitions started before.
             failure = next((r.failure for r in started if r.failure is not None), None)
         if failure is not None:
-            for run in started:
-                run.close()
-            step.rendezvous.abort(failure)
-            return failure
+            return _abandon_inline(step, started, failure)
     return None
+
+
+def _abandon_inline(step, runs, failure):
+    """Close the inline ``runs`` (dropping their subscriptions) and abort the step's rendezvous
+    with ``failure``, waking anything waiting on it; returns ``failure``."""
+    for run in runs:
+        run.close()
+    step.rendezvous.abort(failure)
+    return failure
 
 
 async def _go_on_inline(step, runs):
@@ -262,10 +268,7 @@ async def _go_on_inline(step, runs):
                 executor.resume(run)
         failure = next((run.failure for run in runs if run.failure is not None), None)
         if failure is not None:
-            for run in runs:
-                run.close()
-            step.rendezvous.abort(failure)
-            return failure
+            return _abandon_inline(step, runs, failure)
     return None
 
 

@@ -8,28 +8,15 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 
+from loopback_ports import free_ports  # noqa: F401 (re-exported for the tests)
+
 LISTEN_TIMEOUT_S = 90.0
-
-
-def free_ports(count):
-    """``count`` distinct TCP ports that were free on 127.0.0.1 a moment ago."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 class CliWorker:

@@ -7,6 +7,7 @@ import trio.testing
 
 import asyncflow as af
 from asyncflow.runtime import queues as rq
+from blocked_tasks import start_blocked
 
 
 def _fifo(capacity=3, shapes=((),), dtypes=(af.int32,), **kwargs):
@@ -15,20 +16,6 @@ def _fifo(capacity=3, shapes=((),), dtypes=(af.int32,), **kwargs):
     x = af.placeholder(dtypes[0], name="x")
     xs = af.placeholder(dtypes[0], shape=[None], name="xs")
     return q, x, xs
-
-
-async def _blocked(nursery, fn, *args):
-    """Start ``fn`` and wait until every task is blocked; returns a dict holding its result."""
-    box = {}
-
-    async def run():
-        try:
-            box["value"] = await fn(*args)
-        except Exception as exc:  # noqa: BLE001 - the test inspects it
-            box["error"] = exc
-    nursery.start_soon(run)
-    await trio.testing.wait_all_tasks_blocked()
-    return box
 
 
 # -- building -----------------------------------------------------------------------------------
@@ -89,7 +76,7 @@ async def test_enqueue_waits_while_full_and_dequeue_while_empty(autojump_clock):
         enq, deq, size = q.enqueue(x), q.dequeue(), q.size()
         async with af.Session() as sess:
             async with trio.open_nursery() as nursery:
-                waiting = await _blocked(nursery, sess.run, deq)
+                waiting = await start_blocked(nursery, sess.run, deq)
                 assert waiting == {}
                 await sess.run(enq, {x: 7})
                 await trio.testing.wait_all_tasks_blocked()
@@ -97,7 +84,7 @@ async def test_enqueue_waits_while_full_and_dequeue_while_empty(autojump_clock):
             await sess.run(enq, {x: 1})
             await sess.run(enq, {x: 2})
             async with trio.open_nursery() as nursery:
-                blocked = await _blocked(nursery, sess.run, enq, {x: 3})
+                blocked = await start_blocked(nursery, sess.run, enq, {x: 3})
                 assert blocked == {} and await sess.run(size) == 2
                 assert await sess.run(deq) == 1
             assert [await sess.run(deq) for _ in range(2)] == [2, 3]
@@ -109,7 +96,7 @@ async def test_enqueue_many_goes_in_as_room_frees(autojump_clock):
         enq_many, deq, size = q.enqueue_many(xs), q.dequeue(), q.size()
         async with af.Session() as sess:
             async with trio.open_nursery() as nursery:
-                box = await _blocked(nursery, sess.run, enq_many, {xs: [1, 2, 3, 4, 5]})
+                box = await start_blocked(nursery, sess.run, enq_many, {xs: [1, 2, 3, 4, 5]})
                 assert box == {} and await sess.run(size) == 2
                 got = [await sess.run(deq) for _ in range(3)]
                 await trio.testing.wait_all_tasks_blocked()
@@ -126,7 +113,7 @@ async def test_dequeue_many_is_all_or_nothing_and_returns_partial_batch_on_close
         async with af.Session() as sess:
             await sess.run(enq_many, {xs: [1, 2]})
             async with trio.open_nursery() as nursery:
-                box = await _blocked(nursery, sess.run, many)
+                box = await start_blocked(nursery, sess.run, many)
                 assert box == {} and await sess.run(size) == 0  # the attempt holds 1 and 2
                 await sess.run(enq_many, {xs: [3]})
                 await sess.run(close)
@@ -168,7 +155,7 @@ async def test_close_semantics(autojump_clock):
         async with af.Session() as sess:
             await sess.run(enq, {x: 1})
             async with trio.open_nursery() as nursery:
-                blocked = await _blocked(nursery, sess.run, enq, {x: 2})
+                blocked = await start_blocked(nursery, sess.run, enq, {x: 2})
                 await sess.run(close)
                 assert await sess.run(closed)
                 with pytest.raises(af.errors.CancelledError, match="'fifo_queue' is closed"):
@@ -189,8 +176,8 @@ async def test_close_cancel_pending_enqueues(autojump_clock):
         async with af.Session() as sess:
             await sess.run(enq, {x: 1})
             async with trio.open_nursery() as nursery:
-                many = await _blocked(nursery, sess.run, enq_many, {xs: [2, 3, 4]})
-                single = await _blocked(nursery, sess.run, enq, {x: 5})
+                many = await start_blocked(nursery, sess.run, enq_many, {xs: [2, 3, 4]})
+                single = await start_blocked(nursery, sess.run, enq, {x: 5})
                 await sess.run(cancel)
             for box in (many, single):
                 assert isinstance(box["error"], af.errors.CancelledError)
@@ -208,8 +195,8 @@ async def test_session_close_cancels_waiting_ops(autojump_clock):
         shared_deq = shared.dequeue()
         sess = af.Session()
         async with trio.open_nursery() as nursery:
-            local = await _blocked(nursery, sess.run, deq)
-            other = await _blocked(nursery, sess.run, shared_deq)
+            local = await start_blocked(nursery, sess.run, deq)
+            other = await start_blocked(nursery, sess.run, shared_deq)
             await sess.close()
         for box in (local, other):
             assert isinstance(box["error"], af.errors.CancelledError), box
@@ -250,7 +237,7 @@ async def test_event_loop_stays_responsive_while_queue_ops_wait(autojump_clock):
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(watchdog)
-                waiting = [await _blocked(nursery, sess.run, deq) for _ in range(3)]
+                waiting = [await start_blocked(nursery, sess.run, deq) for _ in range(3)]
                 await trio.sleep(1.0)
                 assert len(ticks) >= 90 and max(lags) < 1e-6
                 for i in range(3):
@@ -364,7 +351,7 @@ async def test_random_shuffle_queue_waits_above_min_after_dequeue(autojump_clock
             await sess.run(enq, {x: 1})
             await sess.run(enq, {x: 2})
             async with trio.open_nursery() as nursery:
-                box = await _blocked(nursery, sess.run, deq)
+                box = await start_blocked(nursery, sess.run, deq)
                 assert box == {}                   # size 2 is not above the floor
                 await sess.run(enq, {x: 3})
             assert box["value"] in (1, 2, 3)

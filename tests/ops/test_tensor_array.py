@@ -1,4 +1,5 @@
 """af.TensorArray: element ops, errors, while loops with gradients, and TF1 agreement."""
+import inspect
 import types
 
 import numpy as np
@@ -77,20 +78,22 @@ def test_a_write_stores_the_element_itself():
     assert all(stored is element for stored, element in zip(array.elements, elements))
 
 
-def _rnn_like(tf, x, w):
-    """A loop that reads x_t from one TensorArray and writes h_t to another."""
+def _rnn_like(tf, x, w, dtype):
+    """A loop that reads x_t from one TensorArray and writes h_t to another; returns
+    (y, loss, gradients of loss for [x, w]). ``tf`` is asyncflow or TF1: the TF1 side runs
+    this function's own source."""
     steps = 5
-    inputs = tf.TensorArray(tf.float32, size=steps).unstack(x)
-    outputs = tf.TensorArray(tf.float32, size=steps)
+    inputs = tf.TensorArray(dtype, size=steps).unstack(x)
+    outputs = tf.TensorArray(dtype, size=steps)
 
     def body(t, h, out):
         h = tf.tanh(tf.matmul(inputs.read(t), w) + h)
         return t + 1, h, out.write(t, h)
     _, h, outputs = tf.while_loop(lambda t, *_: t < steps, body,
-                                  [tf.constant(0), tf.zeros([2, 3]), outputs])
+                                  [tf.constant(0), tf.zeros([2, 3], dtype), outputs])
     y = outputs.stack()
     loss = tf.reduce_sum(y * y) + tf.reduce_sum(h)
-    return y, tf.gradients(loss, [x, w])
+    return y, loss, tf.gradients(loss, [x, w])
 
 
 async def test_loop_gradients_match_numeric_differences():
@@ -100,18 +103,7 @@ async def test_loop_gradients_match_numeric_differences():
     with af.Graph().as_default():
         x = af.placeholder(af.float64, [5, 2, 4])
         w = af.placeholder(af.float64, [4, 3])
-        steps = 5
-        inputs = af.TensorArray(af.float64, size=steps).unstack(x)
-        outputs = af.TensorArray(af.float64, size=steps)
-
-        def body(t, h, out):
-            h = af.tanh(af.matmul(inputs.read(t), w) + h)
-            return t + 1, h, out.write(t, h)
-        _, h, outputs = af.while_loop(lambda t, *_: t < steps, body,
-                                      [af.constant(0), af.zeros([2, 3], af.float64), outputs])
-        y = outputs.stack()
-        loss = af.reduce_sum(y * y) + af.reduce_sum(h)
-        grads = af.gradients(loss, [x, w])
+        _, loss, grads = _rnn_like(af, x, w, af.float64)
         async with af.Session() as sess:
             gx, gw = await sess.run(grads, {x: x0, w: w0})
             eps = 1e-6
@@ -131,22 +123,10 @@ async def test_loop_outputs_and_gradients_match_tf1(tmp_path):
     x0 = rng.standard_normal((5, 2, 4)).astype(np.float32)
     w0 = rng.standard_normal((4, 3)).astype(np.float32)
     with af.Graph().as_default():
-        y, grads = _rnn_like(af, af.constant(x0), af.constant(w0))
+        y, _, grads = _rnn_like(af, af.constant(x0), af.constant(w0), af.float32)
         ours = await _run([y, grads])
-    theirs = tf1_run("""
-def rnn_like(tf, x, w):
-    steps = 5
-    inputs = tf.TensorArray(tf.float32, size=steps).unstack(x)
-    outputs = tf.TensorArray(tf.float32, size=steps)
-    def body(t, h, out):
-        h = tf.tanh(tf.matmul(inputs.read(t), w) + h)
-        return t + 1, h, out.write(t, h)
-    _, h, outputs = tf.while_loop(lambda t, *_: t < steps, body,
-                                  [tf.constant(0), tf.zeros([2, 3]), outputs])
-    y = outputs.stack()
-    loss = tf.reduce_sum(y * y) + tf.reduce_sum(h)
-    return y, tf.gradients(loss, [x, w])
-y, grads = rnn_like(tf, tf.constant(inputs["x"]), tf.constant(inputs["w"]))
+    theirs = tf1_run(inspect.getsource(_rnn_like) + """
+y, _, grads = _rnn_like(tf, tf.constant(inputs["x"]), tf.constant(inputs["w"]), tf.float32)
 with tf.Session() as sess:
     outputs["y"], outputs["grads"] = sess.run([y, grads])
 """, tmp_path, x=x0, w=w0)

@@ -12,20 +12,7 @@ import trio
 import trio.testing
 
 import asyncflow as af
-
-
-async def _start(nursery, fn, *args):
-    """Run ``fn`` as a task and wait until it (and everything else) is blocked."""
-    box = {}
-
-    async def run():
-        try:
-            box["value"] = await fn(*args)
-        except Exception as exc:  # noqa: BLE001 - the test inspects it
-            box["error"] = exc
-    nursery.start_soon(run)
-    await trio.testing.wait_all_tasks_blocked()
-    return box
+from blocked_tasks import start_blocked
 
 
 def test_constructor():
@@ -171,7 +158,7 @@ async def test_enqueue_and_blocking_dequeue():
                 for _ in elems:
                     results.append(await sess.run(dequeued_t))
             async with trio.open_nursery() as nursery:
-                await _start(nursery, dequeue)
+                await start_blocked(nursery, dequeue)
                 for op in enqueue_ops:
                     await sess.run(op)
     assert results == elems
@@ -502,7 +489,7 @@ async def test_blocking_dequeue_many():
         dequeued_t = q.dequeue_many(4)
         async with af.Session() as sess:
             async with trio.open_nursery() as nursery:
-                box = await _start(nursery, sess.run, dequeued_t)
+                box = await start_blocked(nursery, sess.run, dequeued_t)
                 assert box == {}
                 await sess.run(enqueue_op)
     assert box["value"].tolist() == elems
@@ -564,7 +551,7 @@ async def test_blocking_dequeue_from_closed_queue():
                     await sess.run(dequeued_t)
                 return "done"
             async with trio.open_nursery() as nursery:
-                box = await _start(nursery, dequeue)
+                box = await start_blocked(nursery, dequeue)
                 await sess.run(close_op)
     assert box == {"value": "done"}
 
@@ -577,7 +564,7 @@ async def test_blocking_dequeue_from_closed_empty_queue():
         dequeued_t = q.dequeue()
         async with af.Session() as sess:
             async with trio.open_nursery() as nursery:
-                box = await _start(nursery, sess.run, dequeued_t)
+                box = await start_blocked(nursery, sess.run, dequeued_t)
                 await sess.run(close_op)
     assert isinstance(box["error"], af.errors.OutOfRangeError)
     assert "is closed and has insufficient" in str(box["error"])
@@ -601,7 +588,7 @@ async def test_blocking_dequeue_many_from_closed_queue():
                     await sess.run(dequeued_t)
                 return "done"
             async with trio.open_nursery() as nursery:
-                box = await _start(nursery, dequeue)
+                box = await start_blocked(nursery, dequeue)
                 await sess.run(close_op)
     assert box == {"value": "done"}
 
@@ -625,7 +612,7 @@ async def test_enqueue_many_larger_than_capacity_with_concurrent_dequeue_many():
                 return "done"
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(sess.run, enqueue_op)
-                box = await _start(nursery, dequeue)
+                box = await start_blocked(nursery, dequeue)
                 await sess.run(close_op)
     assert box == {"value": "done"}
 
@@ -643,7 +630,7 @@ async def test_closed_blocking_dequeue_many_restores_partial_batch():
         async with af.Session() as sess:
             await sess.run(enqueue_op)
             async with trio.open_nursery() as nursery:
-                box = await _start(nursery, sess.run, [dequeued_a_t, dequeued_b_t])
+                box = await start_blocked(nursery, sess.run, [dequeued_a_t, dequeued_b_t])
                 await sess.run(close_op)
             assert isinstance(box["error"], af.errors.OutOfRangeError)
             for elem_a, elem_b in zip(elems_a, elems_b):
@@ -660,7 +647,7 @@ async def test_blocking_dequeue_many_from_closed_empty_queue():
         dequeued_t = q.dequeue_many(4)
         async with af.Session() as sess:
             async with trio.open_nursery() as nursery:
-                box = await _start(nursery, sess.run, dequeued_t)
+                box = await start_blocked(nursery, sess.run, dequeued_t)
                 await sess.run(close_op)
     assert isinstance(box["error"], af.errors.OutOfRangeError)
     assert "is closed and has insufficient" in str(box["error"])
@@ -703,7 +690,7 @@ async def test_blocking_enqueue_to_full_queue():
         async with af.Session() as sess:
             await sess.run(enqueue_op)
             async with trio.open_nursery() as nursery:
-                box = await _start(nursery, sess.run, blocking_enqueue_op)
+                box = await start_blocked(nursery, sess.run, blocking_enqueue_op)
                 for elem in elems:
                     assert await sess.run(dequeued_t) == elem
                 assert await sess.run(dequeued_t) == 50.0
@@ -721,7 +708,7 @@ async def test_blocking_enqueue_many_to_full_queue():
         async with af.Session() as sess:
             await sess.run(enqueue_op)
             async with trio.open_nursery() as nursery:
-                await _start(nursery, sess.run, blocking_enqueue_op)
+                await start_blocked(nursery, sess.run, blocking_enqueue_op)
                 for elem in elems + [50.0, 60.0]:
                     assert await sess.run(dequeued_t) == elem
 
@@ -738,7 +725,7 @@ async def test_blocking_enqueue_before_close():
         async with af.Session() as sess:
             await sess.run(enqueue_op)
             async with trio.open_nursery() as nursery:
-                box = await _start(nursery, sess.run, blocking_enqueue_op)
+                box = await start_blocked(nursery, sess.run, blocking_enqueue_op)
                 nursery.start_soon(sess.run, close_op)
                 assert await sess.run(dequeued_t) == 10.0
             assert box == {"value": None}
@@ -758,7 +745,7 @@ async def test_blocking_enqueue_many_before_close():
         async with af.Session() as sess:
             await sess.run(enqueue_op)
             async with trio.open_nursery() as nursery:
-                await _start(nursery, sess.run, blocking_enqueue_op)
+                await start_blocked(nursery, sess.run, blocking_enqueue_op)
                 nursery.start_soon(sess.run, close_op)
                 assert await sess.run(dequeued_t) == 10.0
             for elem in [20.0, 30.0, 50.0, 60.0]:
@@ -829,7 +816,7 @@ async def test_big_enqueue_many():
         results = []
         async with af.Session() as sess:
             async with trio.open_nursery() as nursery:
-                box = await _start(nursery, sess.run, enq)
+                box = await start_blocked(nursery, sess.run, enq)
                 results.append(await sess.run(deq))
                 assert await sess.run(size_op) == 5
                 for _ in range(3):
@@ -854,7 +841,7 @@ async def test_big_dequeue_many():
         deq = q.dequeue_many(4)
         async with af.Session() as sess:
             async with trio.open_nursery() as nursery:
-                box = await _start(nursery, sess.run, deq)
+                box = await start_blocked(nursery, sess.run, deq)
                 for enq in enq_list:
                     await trio.testing.wait_all_tasks_blocked()
                     assert box == {}

@@ -8,22 +8,9 @@ enqueues (documented in docs/porting.md); what a caller observes about elements 
 import numpy as np
 import pytest
 import trio
-import trio.testing
 
 import asyncflow as af
-
-
-async def _start(nursery, fn, *args):
-    box = {}
-
-    async def run():
-        try:
-            box["value"] = await fn(*args)
-        except Exception as exc:  # noqa: BLE001 - the test inspects it
-            box["error"] = exc
-    nursery.start_soon(run)
-    await trio.testing.wait_all_tasks_blocked()
-    return box
+from blocked_tasks import start_blocked
 
 
 async def test_enqueue():
@@ -124,7 +111,7 @@ async def test_enqueue_and_blocking_dequeue():
                 for _ in elems:
                     results.append(await sess.run(dequeued_t))
             async with trio.open_nursery() as nursery:
-                await _start(nursery, dequeue)
+                await start_blocked(nursery, dequeue)
                 for op in enqueue_ops:
                     await sess.run(op)
     assert sorted(results) == elems
@@ -298,7 +285,7 @@ async def test_blocking_dequeue_many(method):
         dequeued_t = getattr(q, method)(4)
         async with af.Session() as sess:
             async with trio.open_nursery() as nursery:
-                box = await _start(nursery, sess.run, dequeued_t)
+                box = await start_blocked(nursery, sess.run, dequeued_t)
                 assert box == {}
                 await sess.run(enqueue_op)
     assert sorted(box["value"].tolist()) == elems
@@ -342,7 +329,7 @@ async def test_blocking_dequeue_from_closed_queue():
                     await sess.run(dequeued_t)
                 return "done"
             async with trio.open_nursery() as nursery:
-                box = await _start(nursery, dequeue)
+                box = await start_blocked(nursery, dequeue)
                 assert len(results) == 2  # blocked at the min_after_dequeue floor
                 await sess.run(close_op)
     assert box == {"value": "done"} and sorted(results) == elems
@@ -368,7 +355,7 @@ async def test_blocking_dequeue_many_from_closed_queue():
                     await sess.run(dequeued_t)
                 progress.append(2)
             async with trio.open_nursery() as nursery:
-                await _start(nursery, dequeue)
+                await start_blocked(nursery, dequeue)
                 assert progress == [1]
                 await sess.run(close_op)
     assert progress == [1, 2]
@@ -396,7 +383,7 @@ async def test_blocking_dequeue_up_to_from_closed_queue_returns_remainder(min_af
                 results.extend((await sess.run(dequeued_t)).tolist())
                 assert len(results) == 4
             async with trio.open_nursery() as nursery:
-                await _start(nursery, dequeue)
+                await start_blocked(nursery, dequeue)
                 await sess.run(close_op)
     assert sorted(results) == elems
 
@@ -424,7 +411,7 @@ async def test_blocking_dequeue_many_from_closed_queue_with_elements_remaining()
                     await sess.run(dequeued_t)
                 results.extend((await sess.run(cleanup_dequeue_t)).tolist())
             async with trio.open_nursery() as nursery:
-                await _start(nursery, dequeue)
+                await start_blocked(nursery, dequeue)
                 await sess.run(close_op)
             assert await sess.run(q.size()) == 0
     assert sorted(results) == elems
@@ -440,7 +427,7 @@ async def test_blocking_dequeue_from_closed_empty_queue(method):
         dequeued_t = getattr(q, method)(4)
         async with af.Session() as sess:
             async with trio.open_nursery() as nursery:
-                box = await _start(nursery, sess.run, dequeued_t)
+                box = await start_blocked(nursery, sess.run, dequeued_t)
                 await sess.run(close_op)
     assert isinstance(box["error"], af.errors.OutOfRangeError)
     assert "is closed and has insufficient" in str(box["error"])
@@ -472,7 +459,7 @@ async def test_blocking_enqueue_to_full_queue():
         async with af.Session() as sess:
             await sess.run(enqueue_op)
             async with trio.open_nursery() as nursery:
-                await _start(nursery, sess.run, blocking_enqueue_op)
+                await start_blocked(nursery, sess.run, blocking_enqueue_op)
                 results = [await sess.run(dequeued_t) for _ in range(5)]
     assert sorted(results) == elems + [50.0]
     assert results[0] != 50.0  # there was no room for it when the first was dequeued
@@ -496,7 +483,7 @@ async def test_blocking_enqueue_to_closed_queue():
                     await sess.run(blocking_enqueue_op)
                 return "done"
             async with trio.open_nursery() as nursery:
-                box = await _start(nursery, blocking_enqueue)
+                box = await start_blocked(nursery, blocking_enqueue)
                 await sess.run(close_op)
                 assert await sess.run(dequeued_t) in elems
     assert box == {"value": "done"}
@@ -521,7 +508,7 @@ async def test_blocking_enqueue_many_to_closed_queue():
                     await sess.run(blocking_enqueue_op)
                 return "done"
             async with trio.open_nursery() as nursery:
-                box = await _start(nursery, blocking_enqueue)
+                box = await start_blocked(nursery, blocking_enqueue)
                 assert await sess.run(size_t) == 4  # 1 of 2 enqueued, waiting for room
                 await sess.run(close_op)
                 await sess.run(dequeue)

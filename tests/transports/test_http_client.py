@@ -167,6 +167,20 @@ async def test_a_broken_peer_is_named(nursery, response, error, match):
                 await channel.health()
 
 
+async def test_a_text_408_is_unavailable_as_for_the_aiohttp_channel(nursery):
+    """The server's connection guard answers a stalled request body with a text 408."""
+    text = b"request body timed out"
+    listeners = await nursery.start(fake_http_peer, (
+        f"HTTP/1.1 408 Request Timeout\r\nContent-Type: text/plain\r\n"
+        f"Content-Length: {len(text)}\r\nConnection: close\r\n\r\n").encode() + text)
+    port = listeners[0].socket.getsockname()[1]
+    with trio.fail_after(GENEROUS):
+        async with TrioHttpChannel(f"127.0.0.1:{port}") as channel:
+            with pytest.raises(RemoteCallError,
+                               match="UNAVAILABLE: HTTP 408 from .*: request body timed out"):
+                await channel.health()
+
+
 @pytest.mark.parametrize("size", [1, 7, 4096])
 async def test_chunked_replies_are_decoded(nursery, size):
     listeners = await nursery.start(

@@ -1,0 +1,65 @@
+"""What both HTTP clients of the worker protocol agree on, with no socket and no aiohttp.
+
+:class:`~transports.http.HttpChannel` (aiohttp on its asyncio thread) and
+:class:`~transports.http_client.TrioHttpChannel` (HTTP/1.1 straight from trio) speak the same
+protocol to the same server; the pieces of it that are not I/O live here once:
+
+* :data:`FRAME_CONTENT_TYPE`, the content type of a :mod:`transports.wire` frame body;
+* :func:`parse_address`, a channel's ``"host:port"`` checked and split;
+* :func:`request_path`, a route's path (from :data:`transports.service.RPCS`) with the
+  request's path fields filled in, quoted; :data:`PATH_FIELDS` gives each route's fields and
+  their annotations (the server parses them back with it);
+* :func:`text_error`, the :class:`~transports.messages.RemoteCallError` for an answer that came
+  as text rather than a frame (auth failures, unknown routes, the connection guard's 408), its
+  canonical code read from the HTTP status by :data:`TEXT_STATUS_CODE`.
+
+Nothing here knows about asyncflow.
+"""
+from __future__ import annotations
+
+import string
+import typing
+from typing import Final
+from urllib.parse import quote
+
+from transports.messages import Message, RemoteCallError
+from transports.service import RPCS, Rpc
+
+__all__ = ["FRAME_CONTENT_TYPE", "MAX_TEXT", "PATH_FIELDS", "TEXT_STATUS_CODE", "parse_address",
+           "request_path", "text_error"]
+
+FRAME_CONTENT_TYPE: Final = "application/x-asyncflow-frame"
+MAX_TEXT: Final = 64 * 1024  # the most of a text error body a client reads
+# HTTP status of a text-only answer -> canonical code.
+TEXT_STATUS_CODE: Final = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 408: "UNAVAILABLE",
+                           403: "PERMISSION_DENIED", 404: "UNIMPLEMENTED",
+                           405: "UNIMPLEMENTED", 413: "RESOURCE_EXHAUSTED", 503: "UNAVAILABLE"}
+# rpc method -> {path field: its annotation}, e.g. {"step_id": int}
+PATH_FIELDS: Final = {rpc.method: {name: typing.get_type_hints(rpc.request)[name]
+                                   for _, name, _, _ in string.Formatter().parse(rpc.path)
+                                   if name} for rpc in RPCS}
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``"host:port"`` -> (host without IPv6 brackets, port).
+
+    Raises:
+        ValueError: ``address`` is not ``host:port``.
+    """
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"address must be 'host:port', got {address!r}")
+    return (host[1:-1] if host.startswith("[") and host.endswith("]") else host), int(port)
+
+
+def request_path(rpc: Rpc, request: Message | None) -> str:
+    """``rpc``'s path with ``request``'s path fields filled in, each quoted as one segment."""
+    return rpc.path.format(**{name: quote(str(getattr(request, name)), safe="")
+                              for name in PATH_FIELDS[rpc.method]})
+
+
+def text_error(status: int, address: str, body: bytes) -> RemoteCallError:
+    """The error for a text answer with HTTP ``status`` from ``address`` (``body``: its start)."""
+    text = body.decode("utf-8", "replace").strip()
+    code = TEXT_STATUS_CODE.get(status, "UNKNOWN")
+    return RemoteCallError(code, f"HTTP {status} from {address}: {text}")
