@@ -3,11 +3,11 @@
 Theory of operation
 -------------------
 trio owns the process. aiohttp cannot run inside trio, so every aiohttp object lives on one daemon
-thread running an ``asyncio.SelectorEventLoop`` (:func:`_aio_thread`, started lazily, one per
+thread running an ``asyncio.SelectorEventLoop`` (:func:`transports.aio_bridge.aio_thread`, started lazily, one per
 process, with one ``ClientSession`` whose connector pools connections to every worker). The two
 worlds meet at two documented thread-safe calls:
 
-* trio -> asyncio (:func:`_run_on_loop`): ``asyncio.run_coroutine_threadsafe`` starts the
+* trio -> asyncio (:func:`transports.aio_bridge.run_on_loop`): ``asyncio.run_coroutine_threadsafe`` starts the
   coroutine; its done-callback wakes the trio task through ``TrioToken.run_sync_soon``. If the trio
   task is cancelled, it cancels the asyncio task and waits (shielded, bounded) for it to unwind, so
   no asyncio work outlives its caller and arrays being sent stay owned until they are sent.
@@ -25,23 +25,22 @@ chunk straight into its destination array (socket -> chunk -> array; aiohttp's
 the encoder's buffers as 256 KiB memoryview slices with an explicit Content-Length (small frames
 as one ``bytes``): no copy of tensor data, and no large unsent remainder copied by the transport.
 
-Routes come from :data:`transports.service.RPCS`; ``docs/protocol.md`` lists routes, statuses and
+The server's connection guard (read timeouts, the connection limit, rate-limited logs) is
+:mod:`transports.http_guard`. Routes come from :data:`transports.service.RPCS`; ``docs/protocol.md`` lists routes, statuses and
 the optional bearer token. Nothing here knows about asyncflow.
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import concurrent.futures
 import contextlib
 import hmac
 import logging
-import os
 import threading
 import typing
 from collections import Counter
-from collections.abc import AsyncIterator, Coroutine, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -50,6 +49,10 @@ import outcome
 import trio
 from aiohttp import web
 
+from transports.aio_bridge import aio_thread, run_on_loop
+from transports.http_guard import (
+    DEFAULT_CONNECTION_LIMITS, ConnectionLimits, ConnectionGuard, rate_limit_logs,
+)
 from transports.http_protocol import (
     FRAME_CONTENT_TYPE, MAX_TEXT, PATH_FIELDS, parse_address, request_path, text_error,
 )
@@ -68,7 +71,6 @@ __all__ = ["DEFAULT_CONNECTION_LIMITS", "FRAME_CONTENT_TYPE", "ConnectionLimits"
            "serve_http"]
 
 _SLICE: Final = 256 * 1024
-_CANCEL_GRACE: Final = 5.0  # seconds a cancelled trio caller waits for its asyncio task to unwind
 # Canonical code -> HTTP status (the grpc-gateway mapping); the way back, for text-only
 # answers, is http_protocol.TEXT_STATUS_CODE.
 _HTTP_STATUS: Final = {
@@ -79,77 +81,6 @@ _HTTP_STATUS: Final = {
 }
 _LOOPBACK: Final = frozenset({"127.0.0.1", "::1", "localhost"})
 _log = logging.getLogger(__name__)
-
-
-# ----------------------------------------------------------------------------- the asyncio thread
-
-
-class _AioThread:
-    """The process's asyncio loop for aiohttp, running in a daemon thread."""
-
-    def __init__(self) -> None:
-        self.pid = os.getpid()
-        self.loop = asyncio.SelectorEventLoop()
-        self._session: aiohttp.ClientSession | None = None
-        threading.Thread(target=self.loop.run_forever, name="asyncflow-aiohttp",
-                         daemon=True).start()
-
-    def session(self) -> aiohttp.ClientSession:
-        """The shared client session; call on the loop only."""
-        if self._session is None:
-            # limit=0: a long recv_tensors must never queue other calls behind a pool limit.
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0), auto_decompress=False,
-                read_bufsize=1 << 20)
-        return self._session
-
-    def close(self) -> None:
-        """Close the session and stop the loop (at interpreter exit)."""
-        async def close_session() -> None:
-            if self._session is not None:
-                await self._session.close()
-        with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(close_session(), self.loop).result(timeout=2)
-            self.loop.call_soon_threadsafe(self.loop.stop)
-
-
-_aio_lock = threading.Lock()
-_aio: _AioThread | None = None
-
-
-def _aio_thread() -> _AioThread:
-    global _aio
-    with _aio_lock:
-        if _aio is None or _aio.pid != os.getpid():  # a forked child needs its own thread
-            _aio = _AioThread()
-            atexit.register(_aio.close)
-        return _aio
-
-
-async def _run_on_loop(coro: Coroutine[Any, Any, Any],
-                       loop: asyncio.AbstractEventLoop | None = None) -> Any:
-    """Run a coroutine on ``loop`` (default: the asyncio thread's) and wait for it in trio.
-
-    ``loop`` may be the loop hosting this trio run as a guest (same thread): the calls used
-    here are thread-safe, not thread-requiring.
-    """
-    token = trio.lowlevel.current_trio_token()
-    done = trio.Event()
-
-    def wake(_: object) -> None:
-        with contextlib.suppress(trio.RunFinishedError):
-            token.run_sync_soon(done.set)
-
-    future = asyncio.run_coroutine_threadsafe(coro, loop or _aio_thread().loop)
-    future.add_done_callback(wake)
-    try:
-        await done.wait()
-    except trio.Cancelled:
-        future.cancel()
-        with trio.CancelScope(shield=True, deadline=trio.current_time() + _CANCEL_GRACE):
-            await done.wait()
-        raise
-    return future.result()
 
 
 class _ReadTimeout(Exception):
@@ -222,206 +153,6 @@ async def _read_frame(content: aiohttp.StreamReader, limits: Limits,
             return message
 
 
-# ----------------------------------------------------------------------------- connection guard
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectionLimits:
-    """How long a server waits for a peer, and how many connections it holds.
-
-    Attributes:
-        header_timeout_s: a request's headers must be complete this long after its first byte.
-        body_timeout_s: longest wait for the next bytes of a request body.
-        idle_timeout_s: a connection with no request for this long is closed.
-        max_connections: most open connections; None: the process's file limit
-            (``RLIMIT_NOFILE``) less an eighth (at least 64) for files, peers and logs. At the
-            limit a new connection evicts the longest-idle one (no request in progress), so a
-            flood of idle or slow connections cannot lock out a client that sends a whole
-            request; when every connection is busy the new one is closed.
-    """
-
-    header_timeout_s: float = 10.0
-    body_timeout_s: float = 30.0
-    idle_timeout_s: float = 60.0
-    max_connections: int | None = None
-
-    def connection_limit(self) -> int:
-        if self.max_connections is not None:
-            return self.max_connections
-        try:
-            import resource
-            soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-            if soft == resource.RLIM_INFINITY:
-                soft = 65_536
-        except (ImportError, OSError, ValueError):  # no rlimits on this platform
-            soft = 1024
-        return max(16, soft - max(64, soft // 8))
-
-
-DEFAULT_CONNECTION_LIMITS: Final = ConnectionLimits()
-
-
-class _Connection:
-    __slots__ = ("transport", "active", "idle_since", "partial_since")
-
-    def __init__(self, transport: asyncio.Transport, now: float) -> None:
-        self.transport = transport
-        self.active = 0  # requests being handled
-        self.idle_since = now  # end of the last response (or the connection's start)
-        self.partial_since: float | None = None  # first byte of a request still being read
-
-
-class _GuardedProtocol(asyncio.Protocol):
-    """Forwards to aiohttp's protocol; tells the guard when bytes arrive."""
-
-    def __init__(self, guard: _ConnectionGuard, inner: asyncio.Protocol) -> None:
-        self._guard, self._inner = guard, inner
-        self._connection: _Connection | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._connection = self._guard.opened(typing.cast(asyncio.Transport, transport))
-        self._inner.connection_made(transport)
-
-    def data_received(self, data: bytes) -> None:
-        connection = self._connection
-        if connection is not None and not connection.active and connection.partial_since is None:
-            connection.partial_since = self._guard.loop.time()
-        self._inner.data_received(data)
-
-    def eof_received(self) -> bool | None:
-        return self._inner.eof_received()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._guard.closed(self._connection)
-        self._inner.connection_lost(exc)
-
-    def pause_writing(self) -> None:
-        self._inner.pause_writing()
-
-    def resume_writing(self) -> None:
-        self._inner.resume_writing()
-
-
-class _ConnectionGuard:
-    """Counts connections, evicts idle ones at the limit, closes slow and idle ones (asyncio)."""
-
-    def __init__(self, limits: ConnectionLimits, loop: asyncio.AbstractEventLoop) -> None:
-        self.limits, self.loop = limits, loop
-        self.max_connections = limits.connection_limit()
-        self.connections: dict[asyncio.Transport, _Connection] = {}
-        self.evicted = self.refused = self.timed_out = 0
-        self._sweeper: asyncio.TimerHandle | None = None
-
-    def factory(self, inner: Any) -> Any:
-        return lambda: _GuardedProtocol(self, inner())
-
-    def start(self) -> None:
-        self._sweeper = self.loop.call_later(1.0, self._sweep)
-
-    def stop(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-
-    def opened(self, transport: asyncio.Transport) -> _Connection:
-        if len(self.connections) >= self.max_connections:
-            idle = [c for c in self.connections.values() if not c.active]
-            if idle:
-                self.evicted += 1
-                victim = min(idle, key=lambda c: c.partial_since or c.idle_since)
-                self._drop(victim)
-            else:
-                self.refused += 1
-                _log.warning("connection limit of %d reached with every connection busy; "
-                             "closing a new one", self.max_connections)
-                transport.abort()
-        connection = _Connection(transport, self.loop.time())
-        self.connections[transport] = connection
-        return connection
-
-    def closed(self, connection: _Connection | None) -> None:
-        if connection is not None:
-            self.connections.pop(connection.transport, None)
-
-    def request_started(self, transport: Any) -> None:
-        connection = self.connections.get(transport)
-        if connection is not None:
-            connection.active += 1
-            connection.partial_since = None
-
-    def request_finished(self, transport: Any) -> None:
-        connection = self.connections.get(transport)
-        if connection is not None:
-            connection.active = max(0, connection.active - 1)
-            connection.idle_since = self.loop.time()
-
-    def _drop(self, connection: _Connection) -> None:
-        self.connections.pop(connection.transport, None)
-        connection.transport.abort()
-
-    def _sweep(self) -> None:
-        now, limits = self.loop.time(), self.limits
-        for connection in list(self.connections.values()):
-            if connection.active:
-                continue
-            if connection.partial_since is not None:
-                late = now - connection.partial_since > limits.header_timeout_s
-            else:
-                late = now - connection.idle_since > limits.idle_timeout_s
-            if late:
-                self.timed_out += 1
-                self._drop(connection)
-        self._sweeper = self.loop.call_later(1.0, self._sweep)
-
-
-class _RateLimit(logging.Filter):
-    """Lets through a burst of records per message template, then about one a second.
-
-    A flood of failing connections (``Too many open files`` from asyncio's accept loop, or
-    aiohttp's per-request errors) must not write megabytes of log: the first suppressed
-    record after a quiet period says how many were dropped.
-    """
-
-    BURST: Final = 10
-    PER_SECOND: Final = 1.0
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._lock = threading.Lock()
-        self._buckets: dict[tuple[str, object], list[float]] = {}  # [tokens, time, dropped]
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        key = (record.name, record.msg)
-        now = record.created
-        with self._lock:
-            bucket = self._buckets.get(key)
-            if bucket is None:
-                if len(self._buckets) > 1000:
-                    self._buckets.clear()
-                bucket = self._buckets[key] = [float(self.BURST), now, 0]
-            bucket[0] = min(self.BURST, bucket[0] + (now - bucket[1]) * self.PER_SECOND)
-            bucket[1] = now
-            if bucket[0] < 1:
-                bucket[2] += 1
-                return False
-            bucket[0] -= 1
-            dropped, bucket[2] = bucket[2], 0
-        if dropped:
-            record.msg = f"{record.msg} ({int(dropped)} similar messages suppressed)"
-        return True
-
-
-_RATE_LIMITED_LOGGERS: Final = ("asyncio", "aiohttp.server", "aiohttp.web", "aiohttp.internal",
-                                "aiohttp.access", __name__)
-
-
-def rate_limit_logs(*names: str) -> None:
-    """Rate-limit the loggers ``names`` (and the transport's) with one shared filter each."""
-    for name in (*_RATE_LIMITED_LOGGERS, *names):
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, _RateLimit) for f in logger.filters):
-            logger.addFilter(_RateLimit())
-
-
 # ----------------------------------------------------------------------------- server
 
 
@@ -472,7 +203,7 @@ class HttpServer:
                  connection_limits: ConnectionLimits = DEFAULT_CONNECTION_LIMITS) -> None:
         self._handler, self._limits, self._nursery = handler, limits, nursery
         self._connection_limits = connection_limits
-        self._guard: _ConnectionGuard | None = None
+        self._guard: ConnectionGuard | None = None
         self._listener: asyncio.Server | None = None
         self._loop = loop  # None: the transport's own asyncio thread
         self._authorization = None if token is None else f"Bearer {token}".encode()
@@ -509,7 +240,7 @@ class HttpServer:
     # -- lifecycle (trio side) ------------------------------------------------------------------
 
     async def _start(self, host: str, port: int) -> None:
-        self.host, self.port = await _run_on_loop(self._aio_start(host, port), self._loop)
+        self.host, self.port = await run_on_loop(self._aio_start(host, port), self._loop)
         if self._authorization is None and host not in _LOOPBACK:
             _log.warning("worker server on %s accepts requests from the network without a token; "
                          "it runs any graph it is sent: use a trusted network or set a token",
@@ -519,7 +250,7 @@ class HttpServer:
         self._closing = True
         for call in list(self._calls):
             call.cancel()
-        await _run_on_loop(self._aio_stop(), self._loop)
+        await run_on_loop(self._aio_stop(), self._loop)
 
     def _spawn(self, call: _TrioCall, fn: Any, args: tuple, report: Any) -> None:
         if self._closing:
@@ -559,7 +290,7 @@ class HttpServer:
                                      access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         loop = asyncio.get_running_loop()
-        self._guard = _ConnectionGuard(self._connection_limits, loop)
+        self._guard = ConnectionGuard(self._connection_limits, loop)
         try:
             self._listener = await loop.create_server(
                 self._guard.factory(self._runner.server), host, port, reuse_address=True)
@@ -832,11 +563,11 @@ class HttpChannel(Channel):
         buffers = None if request is None else encode(request, self._limits)
         if not rpc.has_body:
             buffers = None
-        return await _run_on_loop(self._aio_request(
+        return await run_on_loop(self._aio_request(
             rpc.http_method, path, buffers, self._read_reply, self._total_timeout()))
 
     async def _exchange_metrics(self) -> str:
-        return await _run_on_loop(self._aio_request(
+        return await run_on_loop(self._aio_request(
             "GET", METRICS_PATH, None, self._read_text, self._total_timeout()))
 
     def _total_timeout(self) -> float | None:
@@ -858,7 +589,7 @@ class HttpChannel(Channel):
         timeout = aiohttp.ClientTimeout(total=total, sock_connect=self._connect_timeout)
         what = f"{method} {path} to {self.address}"
         try:
-            async with _aio_thread().session().request(
+            async with aio_thread().session().request(
                     method, self._base_url + path, data=data, headers=headers,
                     timeout=timeout) as response:
                 return await read(response)

@@ -19,7 +19,6 @@ import textwrap
 import tracemalloc
 
 import msgpack
-import numpy as np
 import pytest
 import trio
 from hypothesis import given, settings
@@ -27,7 +26,8 @@ from hypothesis import strategies as st
 from transport_fakes import FakeWorker
 
 from transports import wire
-from transports.http import ConnectionLimits, _RateLimit, open_http_server
+from transports.http import ConnectionLimits, open_http_server
+from transports.http_guard import _RateLimit
 from transports.wire import (
     MAGIC, SMALL_HEADER_BYTES, Decoder, FrameTooLarge, Limits, RegisterGraph, RemoteProtocolError,
     decode, encode,
