@@ -13,7 +13,7 @@ from asyncflow.devices import DeviceSpec  # noqa: F401
 from asyncflow.graph import (  # noqa: F401
     Graph, GraphKeys, Operation, Tensor, TensorShape, get_default_graph, reset_default_graph,
 )
-from asyncflow.graph.graph import convert_to_tensor  # noqa: F401
+from asyncflow.graph.conversion import convert_to_tensor  # noqa: F401
 from asyncflow.graph.gradients import gradients  # noqa: F401
 from asyncflow.graph.serialize import import_graph_def  # noqa: F401
 from asyncflow.ops.array import (  # noqa: F401  (array family: layout, indexing, numerics)

@@ -33,7 +33,8 @@ import collections
 
 import numpy as np
 
-from asyncflow.graph.graph import Operation, Tensor, convert_to_tensor
+from asyncflow.graph.conversion import convert_to_tensor
+from asyncflow.graph.graph import Operation, Tensor
 
 
 def gradients(ys, xs, grad_ys=None, name="gradients", stop_gradients=None):

@@ -5,7 +5,7 @@ import numpy as np
 
 from asyncflow import dtypes
 from asyncflow.graph import register_gradient, register_op, not_differentiable
-from asyncflow.graph.graph import contains_tensor
+from asyncflow.graph.conversion import contains_tensor
 from asyncflow.graph.shape import TensorShape
 from asyncflow.ops.construct import as_tensor, make, static_value
 

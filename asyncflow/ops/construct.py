@@ -10,7 +10,8 @@ import numpy as np
 
 from asyncflow import dtypes
 from asyncflow.graph import graph as _graph
-from asyncflow.graph.graph import Tensor, convert_to_tensor, get_default_graph
+from asyncflow.graph.conversion import convert_to_tensor
+from asyncflow.graph.graph import Tensor, get_default_graph
 
 
 def is_tensor_like(value):

@@ -22,7 +22,7 @@ import numpy as np
 from asyncflow import dtypes
 from asyncflow.graph import register_gradient, register_op, register_tensor_operators
 from asyncflow.graph.shape import TensorShape
-from asyncflow.graph.graph import contains_tensor
+from asyncflow.graph.conversion import contains_tensor
 from asyncflow.ops import math as math_ops
 from asyncflow.ops import sources
 from asyncflow.ops.array import reshape, shape

@@ -23,7 +23,7 @@ import numpy as np
 
 from asyncflow import dtypes
 from asyncflow.graph import not_differentiable, register_gradient, register_op
-from asyncflow.graph.graph import contains_tensor, register_pack_builder
+from asyncflow.graph.conversion import contains_tensor, register_pack_builder
 from asyncflow.graph.shape import TensorShape
 from asyncflow.ops import math as math_ops
 from asyncflow.ops import sources

@@ -11,7 +11,7 @@ from asyncflow import dtypes
 from asyncflow.graph import (
     not_differentiable, register_constant_builder, register_gradient, register_op,
 )
-from asyncflow.graph.graph import contains_tensor
+from asyncflow.graph.conversion import contains_tensor
 from asyncflow.graph.shape import TensorShape, as_shape, scalar
 from asyncflow.ops.construct import as_tensor, make, seeds, static_value
 

@@ -18,7 +18,7 @@ import numpy as np
 from asyncflow import dtypes
 from asyncflow.graph import not_differentiable, register_gradient, register_op
 from asyncflow.graph.shape import TensorShape
-from asyncflow.graph.graph import contains_tensor
+from asyncflow.graph.conversion import contains_tensor
 from asyncflow.ops import math as math_ops
 from asyncflow.ops.array import reshape
 from asyncflow.ops.construct import INTEGER, as_tensor, check_dtype, make, static_value
