@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from transport_fakes import FakeWorker
 
 from transports import wire
+from transports.counted_unpack import unpack_counted
 from transports.http import ConnectionLimits, open_http_server
 from transports.http_guard import _RateLimit
 from transports.wire import (
@@ -208,7 +209,7 @@ _values = st.recursive(
 @given(value=_values)
 def test_counted_unpacking_agrees_with_msgpack(value):
     data = msgpack.packb(value, use_bin_type=True)
-    assert wire._unpack_counted(memoryview(data), Limits()) == msgpack.unpackb(data, raw=False)
+    assert unpack_counted(memoryview(data), Limits()) == msgpack.unpackb(data, raw=False)
 
 
 @settings(max_examples=300)
@@ -219,6 +220,6 @@ def test_counted_unpacking_of_damaged_bytes_fails_cleanly(value, data):
     raw[index] = data.draw(st.integers(0, 255))
     cut = data.draw(st.integers(1, len(raw)))
     try:
-        wire._unpack_counted(memoryview(bytes(raw[:cut])), Limits(max_header_values=1000))
+        unpack_counted(memoryview(bytes(raw[:cut])), Limits(max_header_values=1000))
     except (wire.WireError, ValueError, TypeError, msgpack.UnpackException):
         pass  # what _unpack_header turns into RemoteProtocolError; anything else is a bug
