@@ -1,16 +1,22 @@
 """Kernels of Save/Restore and the checkpoint file format (safetensors, written atomically).
 
-File layout (the safetensors format, readable by the ``safetensors`` package): an 8-byte
-little-endian header length N, N bytes of JSON (padded with spaces to a multiple of 8)
-mapping each tensor name to ``{"dtype", "shape", "data_offsets": [begin, end]}`` plus a
-``"__metadata__"`` map of strings (``format``, ``format_version``, ``global_step``), then
-the raw little-endian bytes of every tensor, back to back. bfloat16 is stored as ``BF16``.
+File layout: the safetensors format, written and read by the ``safetensors`` package (an
+8-byte header length, a JSON header naming each tensor's dtype, shape and byte range plus a
+``"__metadata__"`` map of strings -- ``format``, ``format_version``, ``global_step`` -- then the
+raw little-endian bytes). Every dtype asyncflow has except ``string`` has a safetensors code
+(bfloat16 is ``BF16``); a string tensor cannot be saved: the ``Save`` op refuses it when the
+graph is built, and ``write_safetensors`` raises ``TypeError`` naming the tensor.
 
-Atomicity: a file is written to a temporary name in the same directory, flushed and
-fsynced, renamed over the final name with ``os.replace`` (atomic on POSIX), and then the
-directory is fsynced so the rename itself is durable. A reader therefore sees either the
-old complete file or the new complete file, never a torn one; a crash leaves at most a
-stray ``.*.tmp`` file.
+Writing hands the library pointers to the arrays (no copy) and it writes them to a temporary
+file. Reading goes through the library's memory-mapped reader (``safe_open(...,
+framework="numpy")``): each tensor is copied once, from the mapped file into its own array,
+which is marked read-only so that ``Assign`` keeps it instead of copying it again.
+
+Atomicity: a file is written to a temporary name in the same directory, fsynced, renamed over
+the final name with ``os.replace`` (atomic on POSIX), and then the directory is fsynced so the
+rename itself is durable. A reader therefore sees either the old complete file or the new
+complete file, never a torn one; a crash leaves at most a stray ``.*.tmp`` file, which the
+next save of that name removes once it is a minute old.
 
 Sharded checkpoints (``Saver(sharded=True)``, TF1's sharded saving): each task writes the
 variables it holds into its own shard, ``<prefix>-0000i-of-0000n.safetensors`` (a whole
@@ -21,9 +27,9 @@ too. The index is the commit point: shards without an index are no checkpoint. `
 given ``<prefix>.safetensors`` reads that file if it exists, else the index, and then each
 tensor from whichever shard holds it, so a checkpoint restores onto any cluster layout.
 
-Reading validates the header before allocating anything: size caps, a dtype allowlist,
-non-negative shapes, offsets that match ``prod(shape) * itemsize`` and stay inside the file.
-A malformed file raises ``DataLossError``; a missing one ``NotFoundError``.
+The library validates a file's header before it maps anything (a 100 MB header cap, offsets
+that cover the data exactly); a malformed file raises ``DataLossError`` with its reason, a
+missing one ``NotFoundError``.
 
 The kernels run on a worker thread (the ops declare an unbounded cost and the kernels are
 ``offload`` kernels), so the event loop never blocks on the disk.
@@ -33,11 +39,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import struct
 import tempfile
 import time
 
 import numpy as np
+import safetensors
+import safetensors.numpy
 
 from asyncflow import dtypes, errors
 from asyncflow.kernels.arguments import host as _host
@@ -45,17 +52,16 @@ from asyncflow.kernels.registry import register_kernel
 
 FORMAT = "asyncflow.checkpoint"
 FORMAT_VERSION = "1"
-MAX_HEADER_BYTES = 100 * 1024 * 1024
 MAX_INDEX_BYTES = 64 * 1024 * 1024
 DATA_SUFFIX = ".safetensors"
 INDEX_SUFFIX = ".index.json"
-_TO_SAFETENSORS = {
-    dtypes.float64: "F64", dtypes.float32: "F32", dtypes.float16: "F16", dtypes.bfloat16: "BF16",
-    dtypes.int64: "I64", dtypes.int32: "I32", dtypes.int16: "I16", dtypes.int8: "I8",
-    dtypes.uint64: "U64", dtypes.uint32: "U32", dtypes.uint16: "U16", dtypes.uint8: "U8",
-    dtypes.bool: "BOOL",
+# safetensors' dtype codes of asyncflow's dtypes (what a header's "dtype" says).
+_FROM_SAFETENSORS = {
+    "F64": dtypes.float64, "F32": dtypes.float32, "F16": dtypes.float16,
+    "BF16": dtypes.bfloat16, "I64": dtypes.int64, "I32": dtypes.int32, "I16": dtypes.int16,
+    "I8": dtypes.int8, "U64": dtypes.uint64, "U32": dtypes.uint32, "U16": dtypes.uint16,
+    "U8": dtypes.uint8, "BOOL": dtypes.bool,
 }
-_FROM_SAFETENSORS = {code: dtype for dtype, code in _TO_SAFETENSORS.items()}
 
 
 # -- atomic files ----------------------------------------------------------------------------
@@ -94,22 +100,26 @@ def remove_stale_temporaries(directory, name):
                     os.unlink(entry.path)
 
 
-def atomic_write(path, write):
+def atomic_replace(path, fill):
     """Write a file so that ``path`` is always absent, the old file, or the complete new one.
 
     Args:
         path: the final file name.
-        write: ``write(fileobj)`` writing the whole content to a binary file object.
+        fill: ``fill(temporary_path)`` writing the whole content to that (existing, empty)
+            file in the same directory; it is then fsynced and renamed to ``path``.
     """
     directory = os.path.dirname(os.path.abspath(path))
     remove_stale_temporaries(directory, os.path.basename(path))
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
                                dir=directory)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as fileobj:
-            write(fileobj)
-            fileobj.flush()
-            os.fsync(fileobj.fileno())
+        fill(tmp)
+        fd = os.open(tmp, os.O_WRONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -118,113 +128,98 @@ def atomic_write(path, write):
     fsync_directory(directory)
 
 
+def atomic_write(path, write):
+    """``atomic_replace`` for a writer of a binary file object: ``write(fileobj)``."""
+    def fill(tmp):
+        with open(tmp, "wb") as fileobj:
+            write(fileobj)
+    atomic_replace(path, fill)
+
+
 # -- safetensors -------------------------------------------------------------------------------
-def _little_endian(array):
-    array = np.asarray(array)
-    if array.dtype.byteorder == ">":
-        array = array.astype(array.dtype.newbyteorder("<"))
-    return array if array.flags.c_contiguous else array.copy(order="C")
-
-
 def write_safetensors(path, tensors, metadata=None):
     """Atomically write ``{name: numpy array}`` as a safetensors file.
 
     Raises:
         TypeError: for an array whose dtype safetensors cannot hold (strings).
     """
-    header, arrays, offset = {}, [], 0
+    arrays = {}
     for name in sorted(tensors):
-        array = _little_endian(tensors[name])
+        array = np.asarray(tensors[name])
         try:
-            code = _TO_SAFETENSORS[dtypes.as_dtype(array.dtype)]
-        except (KeyError, TypeError):
+            dtype = dtypes.as_dtype(array.dtype)
+        except TypeError:
+            dtype = None
+        if dtype is None or dtype.is_string:
             raise TypeError(f"tensor {name!r} has dtype {array.dtype}, which a checkpoint "
-                            "cannot hold") from None
-        header[name] = {"dtype": code, "shape": [int(d) for d in array.shape],
-                        "data_offsets": [offset, offset + array.nbytes]}
-        offset += array.nbytes
-        arrays.append(array)
-    if metadata:
-        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
-    encoded = json.dumps(header, separators=(",", ":")).encode()
-    encoded += b" " * (-len(encoded) % 8)
-
-    def write(fileobj):
-        fileobj.write(struct.pack("<Q", len(encoded)))
-        fileobj.write(encoded)
-        for array in arrays:
-            if array.nbytes:
-                fileobj.write(memoryview(array.reshape(-1).view(np.uint8)))
-    atomic_write(path, write)
+                            "cannot hold (safetensors has no string dtype)")
+        # The library reads the arrays through their data pointers: C order, no copy if so.
+        arrays[name] = array if array.flags.c_contiguous else array.copy(order="C")
+    metadata = {str(k): str(v) for k, v in (metadata or {}).items()} or None
+    atomic_replace(path, lambda tmp: safetensors.numpy.save_file(arrays, tmp, metadata))
 
 
 def _corrupt(path, why):
     return errors.DataLossError(None, None, f"Checkpoint file {path} is corrupt: {why}")
 
 
-def read_safetensors_header(fileobj, path, size):
-    """``(entries, metadata, data_start)`` of an open safetensors file, fully validated.
+@contextlib.contextmanager
+def _open(path):
+    """The library's memory-mapped reader of ``path``, with its errors mapped to ours."""
+    try:
+        handle = safetensors.safe_open(path, framework="numpy")
+    except FileNotFoundError:
+        raise errors.NotFoundError(None, None, f"Failed to find any matching files for "
+                                   f"{path}") from None
+    except safetensors.SafetensorError as exc:
+        raise _corrupt(path, exc) from None
+    with handle:
+        try:
+            yield handle
+        except safetensors.SafetensorError as exc:
+            raise _corrupt(path, exc) from None
+
+
+def _entries(handle):
+    """``{name: (DType or the file's code if asyncflow has none, shape)}``."""
+    out = {}
+    for name in handle.keys():
+        view = handle.get_slice(name)
+        code = view.get_dtype()
+        out[name] = (_FROM_SAFETENSORS.get(code, code), tuple(view.get_shape()))
+    return out
+
+
+def read_safetensors_entries(path):
+    """``(entries, metadata)`` of a safetensors file: its header, no tensor read.
 
     Raises:
-        DataLossError: naming what is wrong with the file.
+        NotFoundError: if the file does not exist.
+        DataLossError: if it is malformed.
     """
-    raw = fileobj.read(8)
-    if len(raw) != 8:
-        raise _corrupt(path, "shorter than the 8-byte header length")
-    length, = struct.unpack("<Q", raw)
-    if length > MAX_HEADER_BYTES or length > size - 8:
-        raise _corrupt(path, "its header length exceeds the file or the 100 MB cap")
-    try:
-        header = json.loads(fileobj.read(length))
-    except (UnicodeDecodeError, ValueError):  # the reason would quote the file's bytes
-        raise _corrupt(path, "header is not JSON") from None
-    if not isinstance(header, dict):
-        raise _corrupt(path, "header is not a JSON object")
-    metadata = header.pop("__metadata__", None) or {}
-    data_size = size - 8 - length
-    entries = {}
-    for index, (name, info) in enumerate(header.items()):
-        try:
-            dtype = _FROM_SAFETENSORS[info["dtype"]]
-            shape = tuple(int(d) for d in info["shape"])
-            begin, end = (int(x) for x in info["data_offsets"])
-        except (KeyError, TypeError, ValueError):
-            raise _corrupt(path, f"header entry #{index} is not "
-                           "{dtype, shape, data_offsets}") from None
-        count = int(np.prod(shape, dtype=np.int64))
-        if any(d < 0 for d in shape) or not 0 <= begin <= end <= data_size \
-                or end - begin != count * dtype.np.itemsize:
-            raise _corrupt(path, f"entry {name!r} (shape {list(shape)}, offsets "
-                           f"[{begin}, {end}]) does not fit the {data_size} data bytes")
-        entries[name] = (dtype, shape, begin, end)
-    return entries, metadata, 8 + length
+    with _open(path) as handle:
+        return _entries(handle), dict(handle.metadata() or {})
 
 
 def read_safetensors(path, names=None):
     """``(tensors, metadata, entries)`` of a safetensors file (tensors: only ``names`` if given).
 
+    Each tensor is one read-only array of its own (copied out of the mapped file once).
+
     Raises:
         NotFoundError: if the file does not exist.
         DataLossError: if it is malformed or truncated.
     """
-    try:
-        fileobj = open(path, "rb")
-    except FileNotFoundError:
-        raise errors.NotFoundError(None, None, f"Failed to find any matching files for "
-                                   f"{path}") from None
-    with fileobj:
-        size = os.fstat(fileobj.fileno()).st_size
-        entries, metadata, start = read_safetensors_header(fileobj, path, size)
+    with _open(path) as handle:
+        entries = _entries(handle)
         out = {}
         for name in (entries if names is None else [n for n in names if n in entries]):
-            dtype, shape, begin, end = entries[name]
-            fileobj.seek(start + begin)
-            data = fileobj.read(end - begin)
-            if len(data) != end - begin:
-                raise _corrupt(path, f"tensor {name!r} is truncated")
-            array = np.frombuffer(data, dtype=dtype.np.newbyteorder("<")).astype(dtype.np, copy=False)
-            out[name] = array.reshape(shape)
-    return out, dict(metadata), entries
+            if not isinstance(entries[name][0], dtypes.DType):
+                continue  # a dtype asyncflow lacks: reported by the caller as a mismatch
+            array = handle.get_tensor(name)
+            array.flags.writeable = False  # nobody else holds it: Assign need not copy it
+            out[name] = array
+        return out, dict(handle.metadata() or {}), entries
 
 
 # -- kernels -------------------------------------------------------------------------------------
@@ -256,10 +251,10 @@ def _mismatches(entries, names, kinds, shapes):
         if name not in entries:
             missing.append(name)
             continue
-        got_dtype, got_shape = entries[name][0], entries[name][1]
+        got_dtype, got_shape = entries[name]
         if got_dtype is not dtype:
-            wrong.append(f"{name}: dtype {got_dtype.name} in the checkpoint, {dtype.name} in "
-                         "the graph")
+            got = got_dtype.name if isinstance(got_dtype, dtypes.DType) else got_dtype
+            wrong.append(f"{name}: dtype {got} in the checkpoint, {dtype.name} in the graph")
         elif not shape.is_compatible_with(got_shape):
             wrong.append(f"{name}: shape {list(got_shape)} in the checkpoint, {shape} in the graph")
     return missing, wrong
@@ -366,13 +361,10 @@ def _merge_shards(ctx, filename, global_step):
     weight_map = {}
     for shard, names in enumerate(shards):
         shard_file = shard_path(path, shard, len(shards))
-        try:
-            with open(shard_file, "rb") as fileobj:
-                entries, _, _ = read_safetensors_header(fileobj, shard_file,
-                                                        os.fstat(fileobj.fileno()).st_size)
-        except FileNotFoundError:
+        if not os.path.isfile(shard_file):
             raise errors.NotFoundError(None, ctx.name, f"shard {shard} of checkpoint {path} "
-                                       f"({shard_file}) was not written") from None
+                                       f"({shard_file}) was not written")
+        entries, _ = read_safetensors_entries(shard_file)
         missing = [name for name in names if name not in entries]
         if missing:
             raise _corrupt(shard_file, f"it lacks {', '.join(missing)}")

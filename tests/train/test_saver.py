@@ -143,10 +143,10 @@ async def test_corrupt_file_is_data_loss(tmp_path):
             path = await saver.save(sess, str(tmp_path / "m"))
             raw = (tmp_path / "m.safetensors").read_bytes()
             (tmp_path / "m.safetensors").write_bytes(raw[:-4])
-            with pytest.raises(af.errors.DataLossError, match="does not fit"):
+            with pytest.raises(af.errors.DataLossError, match="not fully covered"):
                 await saver.restore(sess, path)
             (tmp_path / "m.safetensors").write_bytes(b"\xff" * 8 + raw[8:])
-            with pytest.raises(af.errors.DataLossError, match="header length"):
+            with pytest.raises(af.errors.DataLossError, match="header too large"):
                 await saver.restore(sess, path)
 
 
