@@ -1,4 +1,4 @@
-"""Summaries and FileWriter: protobuf encoding, event files read back by TensorBoard and by us."""
+"""Summaries and FileWriter: protobuf messages, event files read back by TensorBoard and by us."""
 import glob
 import io
 import os
@@ -7,8 +7,10 @@ import threading
 import numpy as np
 import pytest
 import trio
+from tensorboardX.proto import event_pb2, graph_pb2, summary_pb2
 
 import asyncflow as af
+from asyncflow.kernels.summary_ops import summary_value
 from asyncflow.summary import proto
 
 
@@ -20,12 +22,14 @@ def _event_file(logdir):
 
 def _read_events(path):
     with open(path, "rb") as fileobj:
-        return [proto.decode_event(r) for r in proto.iter_records(fileobj)]
+        return [event_pb2.Event.FromString(r) for r in proto.iter_records(fileobj)]
 
 
 def test_crc32c_and_record_framing():
-    assert proto._crc32c_python(b"123456789") == 0xE3069283  # the standard check value
-    assert proto.crc32c(b"") == 0
+    check = 0xE3069283  # CRC32C's standard check value, of b"123456789"
+    assert proto.masked_crc32c(b"123456789") == (((check >> 15) | (check << 17)) + 0xA282EAD8
+                                                 ) & 0xFFFFFFFF
+    assert proto.masked_crc32c(b"") == 0xA282EAD8  # the mask of CRC 0
     framed = proto.tfrecord(b"hello") + proto.tfrecord(b"")
     assert list(proto.iter_records(io.BytesIO(framed))) == [b"hello", b""]
     corrupt = bytearray(framed)
@@ -71,17 +75,18 @@ async def test_summary_values_encode_and_merge():
             with pytest.raises(af.errors.InvalidArgumentError, match="Nan in summary histogram"):
                 await sess.run(nan)
     assert isinstance(data, bytes)
-    scalar_value, histo_value = proto.decode_summary(data)
-    assert scalar_value == {"tag": "s", "simple_value": 2.5}
-    histo = histo_value["histo"]
-    assert (histo["min"], histo["max"], histo["num"]) == (-3.0, 1e30, 8)
-    assert histo["sum"] == pytest.approx(values.sum())
-    assert histo["sum_squares"] == pytest.approx(np.dot(values, values))
-    assert sum(histo["bucket"]) == 8
-    limits = np.array(histo["bucket_limit"])
+    scalar_value, histo_value = summary_pb2.Summary.FromString(data).value
+    assert (scalar_value.tag, scalar_value.simple_value) == ("s", 2.5)
+    assert histo_value.tag == "h" and histo_value.WhichOneof("value") == "histo"
+    histo = histo_value.histo
+    assert (histo.min, histo.max, histo.num) == (-3.0, 1e30, 8)
+    assert histo.sum == pytest.approx(values.sum())
+    assert histo.sum_squares == pytest.approx(np.dot(values, values))
+    assert sum(histo.bucket) == 8
+    limits = np.array(histo.bucket_limit)
     assert np.all(np.diff(limits) > 0)
     # Each non-empty bucket counts exactly the values below its limit and above the previous.
-    counts = np.array(histo["bucket"])
+    counts = np.array(histo.bucket)
     for i, count in enumerate(counts):
         if count:
             low = limits[i - 1] if i else -np.inf
@@ -109,7 +114,7 @@ async def test_file_writer_events_open_in_tensorboard(tmp_path):
     path = _event_file(tmp_path)
     assert os.path.basename(path).startswith("events.out.tfevents.")
     events = _read_events(path)
-    assert events[0]["file_version"] == "brain.Event:2"
+    assert events[0].file_version == "brain.Event:2"
     acc = event_accumulator.EventAccumulator(str(tmp_path), size_guidance={"histograms": 0})
     acc.Reload()
     tags = acc.Tags()
@@ -133,12 +138,15 @@ async def test_own_reader_sees_graph_and_control_edges(tmp_path):
             b = af.constant(3, name="b")
         af.identity(b, name="c")
         with af.summary.FileWriter(str(tmp_path / "run"), graph=g) as writer:
-            writer.add_summary(proto.summary_value("t", simple_value=1.0), global_step=5)
+            writer.add_summary(summary_value("t", simple_value=1.0), global_step=5)
     events = _read_events(_event_file(tmp_path / "run"))
-    nodes = {n["name"]: n for n in proto.decode_graph_def(events[1]["graph_def"])}
-    assert nodes["b"]["input"] == ["^a"] and nodes["c"]["input"] == ["b"]
-    assert "value" in nodes["a"]["attr_keys"] and "_output_shapes" in nodes["a"]["attr_keys"]
-    assert events[2]["step"] == 5 and events[2]["summary"] == [{"tag": "t", "simple_value": 1.0}]
+    nodes = {n.name: n for n in graph_pb2.GraphDef.FromString(events[1].graph_def).node}
+    assert list(nodes["b"].input) == ["^a"] and list(nodes["c"].input) == ["b"]
+    assert "value" in nodes["a"].attr and "_output_shapes" in nodes["a"].attr
+    np.testing.assert_array_equal(
+        np.frombuffer(nodes["a"].attr["value"].tensor.tensor_content, "<f4"), [1.0, 2.0])
+    assert events[2].step == 5
+    assert [(v.tag, v.simple_value) for v in events[2].summary.value] == [("t", 1.0)]
     with pytest.raises(RuntimeError, match="closed"):
         writer.add_summary(b"")
     with pytest.raises(TypeError, match="serialized Summary"):
@@ -154,7 +162,7 @@ async def test_writer_calls_never_wait_for_the_disk(tmp_path, monkeypatch):
         gate.wait(10)
         real_write(data)
     monkeypatch.setattr(writer, "_write", slow_write)
-    summary = proto.summary_value("t", simple_value=1.0)
+    summary = summary_value("t", simple_value=1.0)
     with trio.fail_after(2):
         for step in range(200):
             writer.add_summary(summary, global_step=step)
@@ -166,4 +174,4 @@ async def test_writer_calls_never_wait_for_the_disk(tmp_path, monkeypatch):
         await trio.to_thread.run_sync(closed.wait)
     assert flushed.is_set()
     events = _read_events(_event_file(tmp_path))
-    assert [e.get("step", 0) for e in events[1:]] == list(range(200))  # step 0 is omitted
+    assert [e.step for e in events[1:]] == list(range(200))

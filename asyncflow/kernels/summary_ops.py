@@ -1,18 +1,15 @@
-"""Kernels of the summary ops: serialized ``Summary`` protocol buffers, encoded by hand.
+"""Kernels of the summary ops: serialized ``Summary`` protocol buffers.
 
 The kernels output string scalars holding a serialized ``tensorflow.Summary`` message, which
-``FileWriter.add_summary`` wraps into an ``Event``. Encoding needs only the protobuf wire
-format: varints, 64-bit and 32-bit little-endian fields and length-delimited fields
-(``encode_field``). ``Summary{value=1 repeated Value{tag=1, simple_value=2 float,
-histo=5 HistogramProto}}``, ``HistogramProto{min=1, max=2, num=3, sum=4, sum_squares=5,
-bucket_limit=6 packed double, bucket=7 packed double}``.
+``FileWriter.add_summary`` wraps into an ``Event``. The messages are TensorBoard's own protobuf
+classes as ``tensorboardX`` ships them (``tensorboardX.proto.summary_pb2``; no TensorFlow),
+imported on the first summary a process builds, so ``import asyncflow`` does not pay for them.
 
 Histograms use TF's default buckets (limits growing by 10% from 1e-12 to 1e20, mirrored for
 negative values, plus 0 and +-DBL_MAX), with runs of empty buckets collapsed as TF's
 ``Histogram::EncodeToProto`` does. Concatenating serialized messages merges their repeated
-fields, so ``MergeSummary`` is a concatenation after a duplicate-tag check.
-
-``summary/proto.py`` builds the rest (Event, GraphDef, decoding) on these primitives.
+fields, so ``MergeSummary`` is a concatenation after every input parsed and its tags were
+checked for duplicates.
 """
 from __future__ import annotations
 
@@ -25,84 +22,11 @@ import numpy as np
 from asyncflow import errors
 from asyncflow.kernels.registry import register_kernel
 
-VARINT, FIXED64, LENGTH, FIXED32 = 0, 1, 2, 5
 
-
-# -- wire format primitives ------------------------------------------------------------------
-def encode_varint(value):
-    """A non-negative int (negative int64 as two's complement) as a base-128 varint."""
-    value = int(value)
-    if value < 0:
-        value += 1 << 64
-    out = bytearray()
-    while True:
-        bits = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(bits | 0x80)
-        else:
-            out.append(bits)
-            return bytes(out)
-
-
-def encode_key(number, wire_type):
-    return encode_varint((number << 3) | wire_type)
-
-
-def encode_field(number, value, kind):
-    """One field: ``kind`` is ``"varint"``, ``"double"``, ``"float"`` or ``"bytes"``."""
-    if kind == "varint":
-        return encode_key(number, VARINT) + encode_varint(value)
-    if kind == "double":
-        return encode_key(number, FIXED64) + struct.pack("<d", value)
-    if kind == "float":
-        return encode_key(number, FIXED32) + struct.pack("<f", value)
-    if isinstance(value, str):
-        value = value.encode()
-    return encode_key(number, LENGTH) + encode_varint(len(value)) + bytes(value)
-
-
-def encode_packed_doubles(number, values):
-    data = np.asarray(values, dtype="<f8").tobytes()
-    return encode_field(number, data, "bytes")
-
-
-def decode_fields(data):
-    """Yield ``(number, wire_type, value)``: ints for varints, bytes otherwise.
-
-    Raises:
-        ValueError: for a truncated or malformed message.
-    """
-    data = memoryview(bytes(data))
-    pos, end = 0, len(data)
-
-    def varint():
-        nonlocal pos
-        result = shift = 0
-        while True:
-            if pos >= end or shift > 63:
-                raise ValueError("truncated or overlong varint")
-            byte = data[pos]
-            pos += 1
-            result |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                return result
-    while pos < end:
-        key = varint()
-        number, wire_type = key >> 3, key & 7
-        if wire_type == VARINT:
-            yield number, wire_type, varint()
-            continue
-        size = {FIXED64: 8, FIXED32: 4}.get(wire_type)
-        if size is None:
-            if wire_type != LENGTH:
-                raise ValueError(f"unsupported wire type {wire_type}")
-            size = varint()
-        if pos + size > end:
-            raise ValueError("truncated field")
-        yield number, wire_type, bytes(data[pos:pos + size])
-        pos += size
+def summary_pb2():
+    """``tensorboardX.proto.summary_pb2`` (imported on first use: about 0.1 s)."""
+    from tensorboardX.proto import summary_pb2 as module
+    return module
 
 
 # -- Summary messages ------------------------------------------------------------------------
@@ -119,7 +43,7 @@ DEFAULT_BUCKET_LIMITS = _default_bucket_limits()
 
 
 def histogram_proto(values):
-    """Serialized HistogramProto of ``values`` with TF's default buckets."""
+    """The HistogramProto of ``values`` with TF's default buckets."""
     values = np.asarray(values, dtype=np.float64).reshape(-1)
     counts = np.bincount(np.searchsorted(DEFAULT_BUCKET_LIMITS, values, side="right"),
                          minlength=len(DEFAULT_BUCKET_LIMITS))[:len(DEFAULT_BUCKET_LIMITS)]
@@ -138,23 +62,21 @@ def histogram_proto(values):
         low, high = float(values.min()), float(values.max())
     else:
         low, high = sys.float_info.max, -sys.float_info.max
-    return b"".join([
-        encode_field(1, low, "double"), encode_field(2, high, "double"),
-        encode_field(3, float(values.size), "double"), encode_field(4, float(values.sum()), "double"),
-        encode_field(5, float(np.dot(values, values)), "double"),
-        encode_packed_doubles(6, limits), encode_packed_doubles(7, buckets)])
+    return summary_pb2().HistogramProto(
+        min=low, max=high, num=float(values.size), sum=float(values.sum()),
+        sum_squares=float(np.dot(values, values)), bucket_limit=limits, bucket=buckets)
 
 
 def summary_value(tag, simple_value=None, histo=None, image=None):
-    """One serialized ``Summary`` holding a single Value."""
-    body = encode_field(1, tag, "bytes")
+    """One serialized ``Summary`` holding a single Value (``histo``, ``image``: messages)."""
+    value = summary_pb2().Summary.Value(tag=tag)
     if simple_value is not None:
-        body += encode_field(2, float(simple_value), "float")
+        value.simple_value = float(simple_value)
     if image is not None:
-        body += encode_field(4, image, "bytes")
+        value.image.CopyFrom(image)
     if histo is not None:
-        body += encode_field(5, histo, "bytes")
-    return encode_field(1, body, "bytes")
+        value.histo.CopyFrom(histo)
+    return summary_pb2().Summary(value=[value]).SerializeToString()
 
 
 def png(image):
@@ -173,10 +95,10 @@ def png(image):
 
 
 def image_proto(image):
-    """Serialized ``Summary.Image{height=1, width=2, colorspace=3, encoded_image_string=4}``."""
+    """The ``Summary.Image`` of a ``[height, width, channels]`` uint8 array (PNG-encoded)."""
     height, width, channels = image.shape
-    return b"".join([encode_field(1, height, "varint"), encode_field(2, width, "varint"),
-                     encode_field(3, channels, "varint"), encode_field(4, png(image), "bytes")])
+    return summary_pb2().Summary.Image(height=height, width=width, colorspace=channels,
+                                       encoded_image_string=png(image))
 
 
 def to_uint8_images(images):
@@ -200,12 +122,17 @@ def to_uint8_images(images):
 
 
 def summary_tags(serialized):
-    """The tags of a serialized Summary's values, in order."""
-    tags = []
-    for number, _, value in decode_fields(serialized):
-        if number == 1:
-            tags += [v.decode() for n, _, v in decode_fields(value) if n == 1]
-    return tags
+    """The tags of a serialized Summary's values, in order.
+
+    Raises:
+        ValueError: if ``serialized`` is not a Summary.
+    """
+    from google.protobuf.message import DecodeError
+    try:
+        summary = summary_pb2().Summary.FromString(serialized)
+    except DecodeError as exc:
+        raise ValueError(f"not a serialized Summary ({exc})") from None
+    return [value.tag for value in summary.value]
 
 
 def _string_scalar(data):
