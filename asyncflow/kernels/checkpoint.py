@@ -10,7 +10,11 @@ graph is built, and ``write_safetensors`` raises ``TypeError`` naming the tensor
 Writing hands the library pointers to the arrays (no copy) and it writes them to a temporary
 file. Reading goes through the library's memory-mapped reader (``safe_open(...,
 framework="numpy")``): each tensor is copied once, from the mapped file into its own array,
-which is marked read-only so that ``Assign`` keeps it instead of copying it again.
+which is marked read-only so that ``Assign`` keeps it instead of copying it again. The pages
+a reader touches stay mapped (and resident) until it closes, so a restore reopens the file
+every ``MAPPED_WINDOW_BYTES``: a 1 GiB restore peaks near 1 GiB plus a window, not 2 GiB. It
+checks that every reopen maps the same file (device, inode, size, mtime), so a save that
+replaces the file mid-restore cannot mix two versions: the read starts again.
 
 Atomicity: a file is written to a temporary name in the same directory, fsynced, renamed over
 the final name with ``os.replace`` (atomic on POSIX), and then the directory is fsynced so the
@@ -53,6 +57,7 @@ from asyncflow.kernels.registry import register_kernel
 FORMAT = "asyncflow.checkpoint"
 FORMAT_VERSION = "1"
 MAX_INDEX_BYTES = 64 * 1024 * 1024
+MAPPED_WINDOW_BYTES = 64 * 1024 * 1024  # of a file mapped at once while restoring
 DATA_SUFFIX = ".safetensors"
 INDEX_SUFFIX = ".index.json"
 # safetensors' dtype codes of asyncflow's dtypes (what a header's "dtype" says).
@@ -201,25 +206,78 @@ def read_safetensors_entries(path):
         return _entries(handle), dict(handle.metadata() or {})
 
 
+def _identity(path):
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+class _Replaced(Exception):
+    """The file at a path was replaced between two opens of one read."""
+
+
+@contextlib.contextmanager
+def _open_file(path, identity=None):
+    """``(handle, identity)``: ``_open(path)`` and the identity of the file it maps (the same
+    before and after opening), which must equal ``identity`` when one is given."""
+    before = _identity(path)
+    with _open(path) as handle:
+        after = _identity(path)
+        if before != after or identity is not None and after != identity:
+            raise _Replaced(path)
+        yield handle, after
+
+
+def _read_window(handle, pending, out):
+    """Copy tensors named in ``pending`` into ``out`` until ``MAPPED_WINDOW_BYTES`` were read.
+
+    The pages a handle touches stay mapped until it closes: reading in windows of one handle
+    each keeps at most a window of the file mapped next to the copies being made.
+    """
+    mapped = 0
+    while pending and mapped < MAPPED_WINDOW_BYTES:
+        name = pending.pop()
+        array = handle.get_tensor(name)
+        array.flags.writeable = False  # nobody else holds it: Assign need not copy it
+        out[name] = array
+        mapped += array.nbytes
+
+
+def _read_once(path, names):
+    with _open_file(path) as (handle, identity):
+        entries, metadata = _entries(handle), dict(handle.metadata() or {})
+        # A dtype asyncflow lacks is not read: the caller reports it as a mismatch.
+        pending = [name for name in (entries if names is None else names)
+                   if name in entries and isinstance(entries[name][0], dtypes.DType)][::-1]
+        out = {}
+        _read_window(handle, pending, out)
+    while pending:
+        with _open_file(path, identity) as (handle, _):
+            _read_window(handle, pending, out)
+    return out, metadata, entries
+
+
 def read_safetensors(path, names=None):
     """``(tensors, metadata, entries)`` of a safetensors file (tensors: only ``names`` if given).
 
-    Each tensor is one read-only array of its own (copied out of the mapped file once).
+    Each tensor is one read-only array of its own, copied once out of the mapped file. All
+    come from one version of the file: if a save replaces it while it is read, the read
+    starts again.
 
     Raises:
         NotFoundError: if the file does not exist.
         DataLossError: if it is malformed or truncated.
+        AbortedError: if the file was replaced during each of three reads.
     """
-    with _open(path) as handle:
-        entries = _entries(handle)
-        out = {}
-        for name in (entries if names is None else [n for n in names if n in entries]):
-            if not isinstance(entries[name][0], dtypes.DType):
-                continue  # a dtype asyncflow lacks: reported by the caller as a mismatch
-            array = handle.get_tensor(name)
-            array.flags.writeable = False  # nobody else holds it: Assign need not copy it
-            out[name] = array
-        return out, dict(handle.metadata() or {}), entries
+    for _ in range(3):
+        try:
+            return _read_once(path, names)
+        except _Replaced:
+            continue
+    raise errors.AbortedError(None, None, f"Checkpoint file {path} was replaced while it was "
+                              "being read, three times; restore it again")
 
 
 # -- kernels -------------------------------------------------------------------------------------
