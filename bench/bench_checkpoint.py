@@ -18,8 +18,9 @@ reader's pages count while they are mapped). Restores read files the save just w
 come mostly from the page cache (dropping it needs root).
 
 Files go to a temporary directory under ``--dir`` (default: the system's), deleted at the end.
-Run: ``python bench/bench_checkpoint.py [--variables N] [--mib M] [--repeats R]``; set
-``PYTHONPATH`` to compare two checkouts with the same script.
+Run: ``python bench/bench_checkpoint.py [--variables N] [--mib M] [--repeats R]``;
+``--against OTHER_PYTHONPATH`` also measures another checkout's Saver, interleaved with this
+one's in the same run (a before/after comparison on a noisy machine).
 """
 from __future__ import annotations
 
@@ -120,10 +121,13 @@ def child(argv):
     print(json.dumps({"seconds": seconds, "peak": peak}))
 
 
-def _run_child(kind, directory, args):
+def _run_child(kind, directory, args, pythonpath=None):
+    env = dict(os.environ)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = pythonpath
     result = subprocess.run(
         [sys.executable, __file__, "--child", kind, directory, str(args.variables), str(args.mib)],
-        capture_output=True, text=True, check=False)
+        capture_output=True, text=True, check=False, env=env)
     if result.returncode:
         raise RuntimeError(f"{kind} failed:\n{result.stderr}")
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -137,6 +141,9 @@ def main():
     parser.add_argument("--mib", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dir", default=None, help="where the temporary directory goes")
+    parser.add_argument("--against", default=None, metavar="PYTHONPATH",
+                        help="also measure the asyncflow found on this PYTHONPATH (another "
+                        "checkout), interleaved with this one, as 'against' rows")
     args = parser.parse_args()
     total = args.variables * args.mib
     print(f"model: {args.variables} float32 variables x {args.mib} MiB = {total} MiB; "
@@ -147,15 +154,22 @@ def main():
         for _ in range(args.repeats):
             for kind in ("numpy_save", "numpy_load", "af_save", "af_restore"):
                 results.setdefault(kind, []).append(_run_child(kind, directory, args))
+            if args.against is not None:  # its own files: it may write another format
+                other = os.path.join(directory, "against")
+                os.makedirs(other, exist_ok=True)
+                for kind in ("af_save", "af_restore"):
+                    results.setdefault(kind + "_against", []).append(
+                        _run_child(kind, other, args, args.against))
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     mib = 1024 * 1024
     labels = {"numpy_save": "numpy save", "numpy_load": "numpy load",
-              "af_save": "Saver.save", "af_restore": "Saver.restore"}
+              "af_save": "Saver.save", "af_restore": "Saver.restore",
+              "af_save_against": "(against) save", "af_restore_against": "(against) restore"}
     for kind, rows in results.items():
         times = [r["seconds"] for r in rows]
         peaks = [r["peak"] / mib for r in rows]
-        print(f"{labels[kind]:>14}: {statistics.median(times):6.2f} s "
+        print(f"{labels[kind]:>17}: {statistics.median(times):6.2f} s "
               f"({min(times):.2f}-{max(times):.2f}), {total / statistics.median(times):7.0f} MiB/s; "
               f"peak added {statistics.median(peaks):6.0f} MiB "
               f"({min(peaks):.0f}-{max(peaks):.0f}), {statistics.median(peaks) / total:.2f}x the model")
