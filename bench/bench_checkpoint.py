@@ -10,6 +10,9 @@ The model is ``--variables`` float32 Variables of ``--mib`` MiB each (default 16
 - ``Saver.restore``: a fresh session restores the file the save wrote into uninitialised
   variables, then reads one element so the values are known to be there.
 
+Each row gives the median wall time (and range), the throughput, and the median CPU time of
+all the process's threads (steadier than wall time on a loaded machine).
+
 Peak memory: the child writes ``5`` to ``/proc/self/clear_refs`` just before the measured call,
 which resets the kernel's high-water mark, and reads ``VmHWM`` right after it; the figure
 printed is that peak minus the resident size just before (what the save or restore added).
@@ -54,21 +57,21 @@ def _reset_peak():
 
 
 def _measure(call):
-    """``(seconds, bytes added at the peak)`` of ``call()``."""
+    """``(seconds, CPU seconds of every thread, bytes added at the peak)`` of ``call()``."""
     before = _reset_peak()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     call()
-    seconds = time.perf_counter() - start
-    return seconds, _status("VmHWM") - before
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return seconds, cpu, _status("VmHWM") - before
 
 
 async def _ameasure(call):
     """``_measure`` of an async call, from inside trio."""
     before = _reset_peak()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     await call()
-    seconds = time.perf_counter() - start
-    return seconds, _status("VmHWM") - before
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return seconds, cpu, _status("VmHWM") - before
 
 
 def _shape(mib):
@@ -117,8 +120,8 @@ def _child_asyncflow(kind, directory, variables, mib):
 def child(argv):
     kind, directory, variables, mib = argv[0], argv[1], int(argv[2]), int(argv[3])
     run = _child_numpy if kind.startswith("numpy") else _child_asyncflow
-    seconds, peak = run(kind, directory, variables, mib)
-    print(json.dumps({"seconds": seconds, "peak": peak}))
+    seconds, cpu, peak = run(kind, directory, variables, mib)
+    print(json.dumps({"seconds": seconds, "cpu": cpu, "peak": peak}))
 
 
 def _run_child(kind, directory, args, pythonpath=None):
@@ -168,9 +171,11 @@ def main():
               "af_save_against": "(against) save", "af_restore_against": "(against) restore"}
     for kind, rows in results.items():
         times = [r["seconds"] for r in rows]
+        cpu = statistics.median(r["cpu"] for r in rows)
         peaks = [r["peak"] / mib for r in rows]
         print(f"{labels[kind]:>17}: {statistics.median(times):6.2f} s "
-              f"({min(times):.2f}-{max(times):.2f}), {total / statistics.median(times):7.0f} MiB/s; "
+              f"({min(times):.2f}-{max(times):.2f}), {total / statistics.median(times):5.0f} MiB/s, "
+              f"CPU {cpu:5.2f} s; "
               f"peak added {statistics.median(peaks):6.0f} MiB "
               f"({min(peaks):.0f}-{max(peaks):.0f}), {statistics.median(peaks) / total:.2f}x the model")
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
