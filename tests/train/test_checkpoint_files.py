@@ -119,3 +119,23 @@ def test_restore_copies_each_tensor_once(tmp_path):
                             check=True, timeout=120)
     added = int(result.stdout.split()[-1])
     assert (64 << 20) <= added < (64 + 8 + 4 + 12) << 20, added / (1 << 20)
+
+
+async def test_dtypes_without_an_asyncflow_dtype_are_named_and_strings_are_refused(tmp_path):
+    """A safetensors file may hold dtypes asyncflow lacks (float8): restoring one names it;
+    asyncflow's own dtype safetensors lacks (string) cannot be saved at all."""
+    from safetensors.numpy import save_file
+    save_file({"w": np.zeros(3, ml_dtypes.float8_e4m3fn)}, str(tmp_path / "f8.safetensors"))
+    with af.Graph().as_default():
+        af.Variable(np.zeros(3, np.float32), name="w")
+        saver = af.train.Saver()
+        async with af.Session() as sess:
+            with pytest.raises(af.errors.InvalidArgumentError,
+                               match="w: dtype F8_E4M3 in the checkpoint, float32 in the graph"):
+                await saver.restore(sess, str(tmp_path / "f8"))
+    with pytest.raises(TypeError, match="'s' has dtype object.*no string dtype"):
+        ckpt_io.write_safetensors(str(tmp_path / "s.safetensors"),
+                                  {"s": np.array([b"text"], dtype=object)})
+    assert sorted(os.listdir(tmp_path)) == ["f8.safetensors"]  # the refusal wrote nothing
+    with af.Graph().as_default(), pytest.raises(TypeError, match="safetensors format has no string"):
+        af.train.Saver([af.Variable(np.array([b"x"], dtype=object), name="s")])
