@@ -20,6 +20,9 @@ from asyncflow.graph.graph import GraphKeys
 from asyncflow.ops import array as _array
 from asyncflow.ops import math as _math
 from asyncflow.ops import nn as _nn
+from asyncflow.ops import nn_conv as _nn_conv
+from asyncflow.ops.indexing import gather
+from asyncflow.ops.layout import concat
 from asyncflow.ops.construct import as_tensor, graph_of
 from asyncflow.ops.control_flow import cond
 from asyncflow.ops.init_ops import Ones, Zeros
@@ -102,7 +105,7 @@ def conv2d(inputs, filters, kernel_size, strides=(1, 1), padding="valid",
     with _scope(name, "conv2d", reuse):
         kernel = _get("kernel", [kh, kw, depth, filters], inputs.dtype, kernel_initializer,
                       kernel_regularizer, trainable)
-        outputs = _nn.conv2d(inputs, kernel, [1, sh, sw, 1], _padding(padding))
+        outputs = _nn_conv.conv2d(inputs, kernel, [1, sh, sw, 1], _padding(padding))
         if use_bias:
             bias = _get("bias", [filters], inputs.dtype, bias_initializer or Zeros(),
                         bias_regularizer, trainable)
@@ -123,14 +126,14 @@ def _pool(pool, inputs, pool_size, strides, padding, data_format, name, default)
 def max_pooling2d(inputs, pool_size, strides, padding="valid", data_format="channels_last",
                   name=None):
     """Max pooling on NHWC inputs (TF1 ``tf.layers.max_pooling2d``)."""
-    return _pool(_nn.max_pool, inputs, pool_size, strides, padding, data_format, name,
+    return _pool(_nn_conv.max_pool, inputs, pool_size, strides, padding, data_format, name,
                  "max_pooling2d")
 
 
 def average_pooling2d(inputs, pool_size, strides, padding="valid", data_format="channels_last",
                       name=None):
     """Average pooling on NHWC inputs (TF1 ``tf.layers.average_pooling2d``)."""
-    return _pool(_nn.avg_pool, inputs, pool_size, strides, padding, data_format, name,
+    return _pool(_nn_conv.avg_pool, inputs, pool_size, strides, padding, data_format, name,
                  "average_pooling2d")
 
 
@@ -160,7 +163,7 @@ def flatten(inputs, name=None, data_format="channels_last"):
             return _array.reshape(inputs, [-1, int(np.prod(dims[1:], dtype=np.int64))])
         from asyncflow.ops.indexing import strided_slice
         batch = strided_slice(_array.shape(inputs), [0], [1])
-        return _array.reshape(inputs, _array.concat([batch, as_tensor([-1])], 0))
+        return _array.reshape(inputs, concat([batch, as_tensor([-1])], 0))
 
 
 def batch_normalization(inputs, axis=-1, momentum=0.99, epsilon=1e-3, center=True, scale=True,
@@ -258,7 +261,7 @@ def _count(inputs, axes):
     if all(dims[k] is not None for k in axes):
         return as_tensor(float(np.prod([dims[k] for k in axes])), dtype=inputs.dtype)
     shape = _math.cast(_array.shape(inputs), inputs.dtype)
-    return _math.reduce_prod(_array.gather(shape, axes))
+    return _math.reduce_prod(gather(shape, axes))
 
 
 __all__ = ["average_pooling2d", "batch_normalization", "conv2d", "dense", "dropout", "flatten",

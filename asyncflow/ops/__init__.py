@@ -2,7 +2,7 @@
 
 Family modules are imported explicitly; importing this package registers every op type.
 """
-from asyncflow.ops import array, control, math, sources, state  # noqa: F401
+from asyncflow.ops import array, control, math, math_grad, sources, state  # noqa: F401
 from asyncflow.ops import control_flow  # noqa: F401,E402  (cond, case, while_loop)
 from asyncflow.ops import checkpoint, summary_ops  # noqa: F401,E402  (checkpoint and summary families)
 from asyncflow.ops import nn, nn_conv  # noqa: F401,E402  (nn family)

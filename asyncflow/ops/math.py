@@ -11,14 +11,13 @@ from __future__ import annotations
 import builtins
 from math import prod as _prod
 
-import numpy as np
 
 from asyncflow import dtypes
 from asyncflow.graph import not_differentiable, register_op, register_tensor_operators
 from asyncflow.graph.shape import TensorShape, broadcast_shapes
 from asyncflow.ops.construct import (
-    ANY, BOOL, FLOATING, INTEGER, NUMERIC, SIGNED_NUMERIC, as_tensor, check_dtype, make, make_op,
-    operands,
+    ANY, BOOL, FLOATING, NUMERIC, SIGNED_NUMERIC, as_tensor, check_dtype, make, operands,
+    static_value,
 )
 
 # -- elementwise unary ----------------------------------------------------------------------
@@ -323,7 +322,6 @@ def _reduction_builder(op_type, builder_name):
         if keep_dims is not None:
             keepdims = keep_dims
         if hasattr(axis, "op"):
-            from asyncflow.ops.construct import static_value
             value = static_value(axis)
             if value is None:
                 raise ValueError(f"{builder_name}: axis must be a constant")
@@ -410,5 +408,3 @@ register_tensor_operators({
     "__invert__": lambda x: logical_not(x),  # noqa: F821
 })
 
-
-from asyncflow.ops import math_grad  # noqa: E402,F401  (registers the gradients)

@@ -10,18 +10,13 @@ Gradients flow through the loop's gradient and the TensorArrays' gradient arrays
 from __future__ import annotations
 
 from asyncflow import dtypes
+from asyncflow.ops import array, layout, math
 from asyncflow.ops import control_flow as cf
 from asyncflow.ops.construct import as_tensor
 from asyncflow.ops.tensor_array import TensorArray
 
 
-def _ops():
-    from asyncflow.ops import array, layout, math
-    return array, layout, math
-
-
 def _transpose_batch_time(x):
-    _, layout, _ = _ops()
     rank = x.shape.ndims
     if rank is None or rank < 2:
         raise ValueError(f"dynamic_rnn: inputs must be at least rank 2 [batch, time, ...], got "
@@ -30,7 +25,6 @@ def _transpose_batch_time(x):
 
 
 def _dim(x, axis):
-    array, _, _ = _ops()
     from asyncflow.ops.indexing import strided_slice
     static = x.shape.as_list()[axis] if x.shape.ndims is not None else None
     if static is not None:
@@ -40,7 +34,6 @@ def _dim(x, axis):
 
 def _copy_through(time, sequence_length, old, new):
     """``new`` where ``time < sequence_length`` (per batch row), else ``old``."""
-    array, _, math = _ops()
     keep = math.less(time, sequence_length)  # [batch]
     rank = new.shape.ndims
     mask = keep if rank in (None, 1) else array.reshape(keep, [-1] + [1] * (rank - 1))
@@ -71,7 +64,6 @@ def dynamic_rnn(cell, inputs, sequence_length=None, initial_state=None, dtype=No
         as depth; ``final_state`` in ``cell.state_size``'s structure.
     """
     from asyncflow.ops.variable_scope import variable_scope
-    array, layout, math = _ops()
     inputs = as_tensor(inputs)
     with variable_scope(scope or "rnn"):
         time_inputs = inputs if time_major else _transpose_batch_time(inputs)
@@ -121,7 +113,6 @@ def static_rnn(cell, inputs, initial_state=None, dtype=None, sequence_length=Non
         ``(outputs, final_state)``: a list of outputs and the last state.
     """
     from asyncflow.ops.variable_scope import variable_scope
-    _, _, math = _ops()
     if not isinstance(inputs, (list, tuple)) or not inputs:
         raise TypeError("static_rnn: inputs must be a non-empty list of tensors")
     inputs = [as_tensor(x) for x in inputs]
@@ -155,7 +146,6 @@ def reverse_sequence(input, seq_lengths, seq_axis=1, batch_axis=0, name=None):  
     ``batch_axis=0`` or the time-major transpose ``seq_axis=0``, ``batch_axis=1``)."""
     from asyncflow.ops.indexing import gather
     from asyncflow.ops.sources import range as range_
-    array, layout, math = _ops()
     x = as_tensor(input)
     if (seq_axis, batch_axis) == (0, 1):
         return _transpose_batch_time(reverse_sequence(_transpose_batch_time(x), seq_lengths,
@@ -185,7 +175,6 @@ def bidirectional_dynamic_rnn(cell_fw, cell_bw, inputs, sequence_length=None,
         ``((output_fw, output_bw), (state_fw, state_bw))``.
     """
     from asyncflow.ops.variable_scope import variable_scope
-    _, _, math = _ops()
     inputs = as_tensor(inputs)
     with variable_scope(scope or "bidirectional_rnn"):
         with variable_scope("fw") as fw_scope:

@@ -14,8 +14,11 @@ import collections
 
 from asyncflow import dtypes
 from asyncflow.graph.graph import Tensor
+from asyncflow.ops import layout, math, nn
 from asyncflow.ops import control_flow as cf
 from asyncflow.ops.construct import as_tensor
+from asyncflow.ops.indexing import slice as slice_op
+from asyncflow.ops.numerics import clip_by_value
 
 
 class LSTMStateTuple(collections.namedtuple("LSTMStateTuple", ("c", "h"))):
@@ -26,11 +29,6 @@ class LSTMStateTuple(collections.namedtuple("LSTMStateTuple", ("c", "h"))):
     @property
     def dtype(self):
         return self.c.dtype
-
-
-def _ops():
-    from asyncflow.ops import array, layout, math, nn
-    return array, layout, math, nn
 
 
 class RNNCell:
@@ -86,9 +84,8 @@ def _size_leaves(size):
 
 
 def _batch_shape(batch_size, size):
-    from asyncflow.ops.array import stack
     if isinstance(batch_size, Tensor):
-        return stack([batch_size, as_tensor(size, dtype=batch_size.dtype)])
+        return layout.stack([batch_size, as_tensor(size, dtype=batch_size.dtype)])
     return [batch_size, size]
 
 
@@ -103,7 +100,6 @@ def _depth(inputs, cell_name):
 def _linear(cell, args, units, bias_initializer=None, kernel_name="kernel", bias_name="bias"):
     """``concat(args, 1) @ kernel + bias``, creating ``kernel`` and ``bias`` (TF1's names)."""
     from asyncflow.ops.init_ops import Zeros
-    array, layout, math, nn = _ops()
     depth = sum(_depth(a, type(cell).__name__) for a in args)
     dtype = args[0].dtype
     kernel = cell._variable(kernel_name, [depth, units], dtype)
@@ -137,7 +133,6 @@ class BasicRNNCell(RNNCell):
     output_size = property(lambda self: self._num_units)
 
     def call(self, inputs, state):
-        _, _, math, _ = _ops()
         activation = self._activation or math.tanh
         output = activation(_linear(self, [inputs, state], self._num_units))
         return output, output
@@ -165,7 +160,6 @@ class BasicLSTMCell(RNNCell):
     output_size = property(lambda self: self._num_units)
 
     def call(self, inputs, state):
-        array, layout, math, _ = _ops()
         activation = self._activation or math.tanh
         if self._state_is_tuple:
             c, h = state
@@ -214,14 +208,13 @@ class LSTMCell(RNNCell):
 
     def call(self, inputs, state):
         from asyncflow.ops.init_ops import Zeros
-        array, layout, math, nn = _ops()
         activation = self._activation or math.tanh
         units = self._num_units
         if self._state_is_tuple:
             c_prev, m_prev = state
         else:
-            c_prev = array.slice(state, [0, 0], [-1, units])
-            m_prev = array.slice(state, [0, units], [-1, self._num_proj or units])
+            c_prev = slice_op(state, [0, 0], [-1, units])
+            m_prev = slice_op(state, [0, units], [-1, self._num_proj or units])
         dtype = inputs.dtype
         if not (self._use_peepholes or self._cell_clip is not None or self._num_proj is not None
                 or self._activation is not None):  # plain LSTM: TF1's math in one op
@@ -246,7 +239,7 @@ class LSTMCell(RNNCell):
             c = math.add(math.multiply(math.sigmoid(math.add(f, forget)), c_prev),
                          math.multiply(math.sigmoid(i), activation(j)))
         if self._cell_clip is not None:
-            c = array.clip_by_value(c, -self._cell_clip, self._cell_clip)
+            c = clip_by_value(c, -self._cell_clip, self._cell_clip)
         if self._use_peepholes:
             m = math.multiply(math.sigmoid(o + w_o * c), activation(c))
         else:
@@ -258,7 +251,7 @@ class LSTMCell(RNNCell):
                                             self._initializer)
             m = math.matmul(m, projection)
             if self._proj_clip is not None:
-                m = array.clip_by_value(m, -self._proj_clip, self._proj_clip)
+                m = clip_by_value(m, -self._proj_clip, self._proj_clip)
         new_state = LSTMStateTuple(c, m) if self._state_is_tuple else layout.concat([c, m], 1)
         return m, new_state
 
@@ -283,7 +276,6 @@ class GRUCell(RNNCell):
     def call(self, inputs, state):
         from asyncflow.ops.init_ops import Constant, Zeros
         from asyncflow.ops.variable_scope import variable_scope
-        array, layout, math, nn = _ops()
         activation = self._activation or math.tanh
         units, dtype = self._num_units, inputs.dtype
         depth = _depth(inputs, "GRUCell") + units
