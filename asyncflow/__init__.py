@@ -51,7 +51,8 @@ from asyncflow.ops.state import (  # noqa: F401
 from asyncflow.runtime.options import ConfigProto, RunMetadata, RunOptions, SessionConfig  # noqa: F401
 from asyncflow.session import Session  # noqa: F401
 from asyncflow.distributed import ClusterSpec, Server  # noqa: F401,E402
-from asyncflow.ops.control_flow import case, cond, while_loop  # noqa: F401,E402
+from asyncflow.ops.control_flow import case, cond  # noqa: F401,E402
+from asyncflow.ops.while_loop import while_loop  # noqa: F401,E402
 from asyncflow.ops.data_flow import (  # noqa: F401,E402  (queues)
     FIFOQueue, PaddingFIFOQueue, QueueBase, RandomShuffleQueue, count_up_to, random_shuffle,
 )

@@ -105,5 +105,3 @@ for _type in ("Enter", "RefEnter"):
     register_gradient(_type)(_enter_grad)
 # The back edge ends a body: differentiating one iteration stops there (never loops round).
 not_differentiable("NextIteration", "RefNextIteration")
-
-from asyncflow.ops import while_grad  # noqa: E402,F401  (loop units and the gradient loop)

@@ -13,6 +13,7 @@ from asyncflow.graph.graph import Tensor
 from asyncflow.ops import control_flow as cf
 from asyncflow.ops.construct import as_tensor, graph_of
 from asyncflow.ops.tensor_array import TensorArray
+from asyncflow.ops.while_loop import while_loop
 
 
 def _leaves(elems, what):
@@ -91,7 +92,7 @@ def map_fn(fn, elems, dtype=None, parallel_iterations=None, back_prop=True,
                                  f"structure has {len(arrays)} (pass dtype=)")
             return (i + 1,) + tuple(ta.write(i, value) for ta, value in zip(arrays, result))
 
-        results = cf.while_loop(lambda i, *_: i < count, body,
+        results = while_loop(lambda i, *_: i < count, body,
                                 (as_tensor(0),) + tuple(outputs),
                                 parallel_iterations=parallel_iterations, back_prop=back_prop)
         stacked = [_stack(ta, static_count) for ta in results[1:]]
@@ -138,7 +139,7 @@ def _scan_like(fn, elems, initializer, parallel_iterations, back_prop, reverse, 
             arrays = [ta.write(i, value) for ta, value in zip(arrays, result)]
             return (i + 1,) + tuple(result) + tuple(arrays)
 
-        loop = cf.while_loop(lambda i, *_: i < count, body,
+        loop = while_loop(lambda i, *_: i < count, body,
                              (start,) + tuple(init) + tuple(outputs),
                              parallel_iterations=parallel_iterations, back_prop=back_prop)
         finals, arrays = list(loop[1:1 + n_acc]), list(loop[1 + n_acc:])

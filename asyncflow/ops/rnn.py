@@ -14,6 +14,7 @@ from asyncflow.ops import array, layout, math
 from asyncflow.ops import control_flow as cf
 from asyncflow.ops.construct import as_tensor
 from asyncflow.ops.tensor_array import TensorArray
+from asyncflow.ops.while_loop import while_loop
 
 
 def _transpose_batch_time(x):
@@ -94,7 +95,7 @@ def dynamic_rnn(cell, inputs, sequence_length=None, initial_state=None, dtype=No
                             for old, new in zip(flat, new_flat)]
             return (time + 1, outputs.write(time, output)) + tuple(new_flat)
 
-        loop = cf.while_loop(lambda time, *_: time < steps, body,
+        loop = while_loop(lambda time, *_: time < steps, body,
                              (as_tensor(0), output_ta) + tuple(flat_state),
                              parallel_iterations=parallel_iterations or 32)
         outputs = loop[1].stack()

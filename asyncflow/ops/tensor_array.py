@@ -26,6 +26,7 @@ from asyncflow import dtypes
 from asyncflow.graph import not_differentiable, register_gradient, register_op
 from asyncflow.graph.graph import Tensor
 from asyncflow.graph.shape import TensorShape, as_shape
+from asyncflow.ops import control_flow as cf
 from asyncflow.ops.construct import as_tensor, graph_of, make_op
 
 _FLOW = (dtypes.float32, TensorShape([]))
@@ -351,34 +352,28 @@ class _LoopAdapter:
     """
 
     def __init__(self, cond, body, loop_vars):
-        from asyncflow.ops import control_flow as cf
-        self._cf = cf
         self._structure = loop_vars
         self._templates = cf.flatten(loop_vars)
         self.loop_vars = self._to_flows(loop_vars)
         self._cond, self._body = cond, body
 
     def _to_flows(self, structure):
-        cf = self._cf
         return cf.pack_as(structure, [v.flow if isinstance(v, TensorArray) else v
                                       for v in cf.flatten(structure)])
 
     def _to_arrays(self, leaves):
         """Flat loop values arranged like ``loop_vars``, flows turned back into arrays."""
-        cf = self._cf
         return cf.pack_as(self._structure, [
             template._with_flow(leaf) if isinstance(template, TensorArray) else leaf
             for template, leaf in zip(self._templates, leaves)])
 
     def _args(self, args):
-        cf = self._cf
         structure = self._structure
         if isinstance(structure, (list, tuple)) and not cf._is_namedtuple(structure):
             return self._to_arrays(cf.flatten(list(args)))
         return self._to_arrays(cf.flatten(args[0]))
 
     def _call(self, fn, args):
-        cf = self._cf
         rebuilt = self._args(args)
         if isinstance(rebuilt, (list, tuple)) and not cf._is_namedtuple(rebuilt):
             return fn(*rebuilt)
@@ -388,7 +383,6 @@ class _LoopAdapter:
         return self._call(self._cond, args)
 
     def body(self, *args):
-        cf = self._cf
         result = self._call(self._body, args)
         structure = self._structure
         if isinstance(structure, (list, tuple)) and not cf._is_namedtuple(structure) \
@@ -401,7 +395,6 @@ class _LoopAdapter:
         return self._to_flows(result)
 
     def restore(self, results):
-        cf = self._cf
         if len(self._templates) == 1 and not isinstance(results, (list, tuple, dict)):
             template = self._templates[0]
             return template._with_flow(results) if isinstance(template, TensorArray) else results
@@ -410,7 +403,6 @@ class _LoopAdapter:
 
 def adapt_loop(cond, body, loop_vars):
     """A ``_LoopAdapter`` when ``loop_vars`` holds a TensorArray, else None."""
-    from asyncflow.ops import control_flow as cf
     if not any(isinstance(v, TensorArray) for v in cf.flatten(loop_vars)):
         return None
     return _LoopAdapter(cond, body, loop_vars)
