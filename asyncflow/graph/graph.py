@@ -25,7 +25,7 @@ import re
 import sys
 
 from asyncflow import devices as _devices
-from asyncflow.graph import registry
+from asyncflow.graph import graph_def, registry
 from asyncflow.graph.shape import as_shape
 
 _VALID_OP_NAME = re.compile(r"^[A-Za-z0-9.][A-Za-z0-9_.\-/]*$")
@@ -569,9 +569,8 @@ class Graph:
         return op
 
     def as_graph_def(self, add_shapes=False):
-        """This graph as plain, msgpack-ready data (see ``graph/serialize.py``)."""
-        from asyncflow.graph import serialize
-        return serialize.as_graph_def(self, add_shapes=add_shapes)
+        """This graph as plain, msgpack-ready data (see ``graph/graph_def.py``)."""
+        return graph_def.as_graph_def(self, add_shapes=add_shapes)
 
     def __repr__(self):
         return f"<af.Graph #{self._id} with {len(self._ops)} ops>"
