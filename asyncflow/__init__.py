@@ -75,7 +75,7 @@ from asyncflow.ops.variable_scope import (  # noqa: F401,E402
     AUTO_REUSE, VariableScope, get_variable, get_variable_scope, variable_scope,
 )
 
-__version__ = "0.1.0"
+from asyncflow.version import __version__  # noqa: F401,E402
 
 
 def name_scope(name, default_name=None, values=None):
