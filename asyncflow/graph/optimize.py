@@ -27,7 +27,7 @@ import numpy as np
 
 from asyncflow import dtypes
 from asyncflow.graph.registry import get_op_def
-from asyncflow.graph.rewrite import FeedNode, Node, NodeGraph
+from asyncflow.graph.rewrite import FeedNode, Node
 from asyncflow.graph.shape import TensorShape
 
 COMMUTATIVE = frozenset({"Add", "AddV2", "Mul", "Maximum", "Minimum", "LogicalAnd",

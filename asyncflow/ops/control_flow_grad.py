@@ -75,13 +75,6 @@ def _merge_grad(op, grad, _grad_index=None):
     return [grad_false, grad_true]
 
 
-def _loop_of(op):
-    ctx = op._control_flow_context
-    while ctx is not None and not isinstance(ctx, cf.WhileContext):
-        ctx = ctx.outer
-    return ctx
-
-
 def _exit_grad(op, grad):
     raise LookupError(f"Gradient of Exit '{op.name}' reached outside its while_loop unit")
 

@@ -143,10 +143,6 @@ def mod(x, y, name=None):
     return floormod(x, y, name)  # noqa: F821
 
 
-def scalar_mul(scalar, x, name=None):
-    return multiply(scalar, x, name)  # noqa: F821
-
-
 # -- casts, selection, add_n ----------------------------------------------------------------
 def _infer_cast(op):
     return [(op.get_attr("DstT"), op._inputs[0].shape)]
@@ -407,4 +403,3 @@ register_tensor_operators({
     "__rxor__": lambda x, y: logical_xor(y, x),  # noqa: F821
     "__invert__": lambda x: logical_not(x),  # noqa: F821
 })
-

@@ -12,7 +12,7 @@ from asyncflow.graph import (
     not_differentiable, register_constant_builder, register_gradient, register_op,
 )
 from asyncflow.graph.conversion import contains_tensor
-from asyncflow.graph.shape import TensorShape, as_shape, scalar
+from asyncflow.graph.shape import TensorShape, as_shape
 from asyncflow.ops import math as _math
 from asyncflow.ops.array import identity
 from asyncflow.ops.construct import as_tensor, make, seeds, static_value
@@ -280,7 +280,3 @@ def random_uniform(shape, minval=0, maxval=None, dtype=dtypes.float32, seed=None
     if isinstance(minval, (int, float)) and isinstance(maxval, (int, float)):
         return _scale_shift(sample, maxval - minval, minval, name)
     return _math.add(_math.multiply(sample, _math.subtract(maxval, minval)), minval, name=name)
-
-
-def scalar_shape():
-    return scalar()

@@ -236,9 +236,6 @@ class Variable:
             raise ValueError(f"Variable {self.name}: load needs the initial value tensor")
         await session.run(self._initializer_op, feed_dict={self._initial_value: value})
 
-    def eval_spec(self):
-        return (self.dtype, self.shape)
-
     def __repr__(self):
         return f"<af.Variable '{self.name}' shape={self.shape} dtype={self.dtype.name}>"
 
