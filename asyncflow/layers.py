@@ -21,12 +21,13 @@ from asyncflow.ops import array as _array
 from asyncflow.ops import math as _math
 from asyncflow.ops import nn as _nn
 from asyncflow.ops import nn_conv as _nn_conv
-from asyncflow.ops.indexing import gather
+from asyncflow.ops.indexing import gather, strided_slice
 from asyncflow.ops.layout import concat
 from asyncflow.ops.construct import as_tensor, graph_of
 from asyncflow.ops.control_flow import cond
 from asyncflow.ops.init_ops import Ones, Zeros
 from asyncflow.ops.variable_scope import get_variable, variable_scope
+from asyncflow.ops.linalg import tensordot
 
 
 def _scope(name, default, reuse):
@@ -57,7 +58,6 @@ def dense(inputs, units, activation=None, use_bias=True, kernel_initializer=None
         kernel = _get("kernel", [depth, units], inputs.dtype, kernel_initializer,
                       kernel_regularizer, trainable)
         if inputs.shape.ndims > 2:
-            from asyncflow.ops.linalg import tensordot
             outputs = tensordot(inputs, kernel, [[inputs.shape.ndims - 1], [0]])
         else:
             outputs = _math.matmul(inputs, kernel)
@@ -161,7 +161,6 @@ def flatten(inputs, name=None, data_format="channels_last"):
         dims = inputs.shape.as_list() if inputs.shape.ndims is not None else None
         if dims is not None and all(d is not None for d in dims[1:]):
             return _array.reshape(inputs, [-1, int(np.prod(dims[1:], dtype=np.int64))])
-        from asyncflow.ops.indexing import strided_slice
         batch = strided_slice(_array.shape(inputs), [0], [1])
         return _array.reshape(inputs, concat([batch, as_tensor([-1])], 0))
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from asyncflow.graph import not_differentiable, register_gradient
 from asyncflow.ops import control_flow as cf
+from asyncflow.ops.sources import zeros, zeros_like
 
 not_differentiable("LoopCond", "StackV2", "StackPushV2", "StackPopV2", "CaseExclusive")
 
@@ -54,7 +55,6 @@ def _branch_zeros(op, branch):
     Built from the Switch's input, not its output: inside a loop's gradient the output is a
     value of one branch only, while the input (and the predicate) are saved every iteration.
     """
-    from asyncflow.ops.sources import zeros, zeros_like
     data, pred = op._inputs
     if data.shape.is_fully_defined():
         filler = zeros(data.shape.as_list(), dtype=data.dtype)

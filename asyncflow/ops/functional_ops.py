@@ -11,7 +11,10 @@ from __future__ import annotations
 from asyncflow import dtypes
 from asyncflow.graph.graph import Tensor
 from asyncflow.ops import control_flow as cf
+from asyncflow.ops.array import shape
 from asyncflow.ops.construct import as_tensor, graph_of
+from asyncflow.ops.indexing import gather, strided_slice
+from asyncflow.ops.sources import range as range_
 from asyncflow.ops.tensor_array import TensorArray
 from asyncflow.ops.while_loop import while_loop
 
@@ -28,8 +31,6 @@ def _leaves(elems, what):
 
 
 def _length(flat):
-    from asyncflow.ops.array import shape
-    from asyncflow.ops.indexing import strided_slice
     first = flat[0]
     dims = first.shape.as_list() if first.shape.ndims is not None else None
     if dims and dims[0] is not None:
@@ -49,8 +50,6 @@ def _input_arrays(flat, count, reverse=False):
 
 def reverse_first(tensor):
     """``tensor`` with its first axis reversed (a gather of ``n-1 .. 0``)."""
-    from asyncflow.ops.indexing import gather
-    from asyncflow.ops.sources import range as range_
     count, _ = _length([tensor])
     return gather(tensor, range_(count - 1, -1, -1))
 

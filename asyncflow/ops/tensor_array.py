@@ -27,7 +27,11 @@ from asyncflow.graph import not_differentiable, register_gradient, register_op
 from asyncflow.graph.graph import Tensor
 from asyncflow.graph.shape import TensorShape, as_shape
 from asyncflow.ops import control_flow as cf
+from asyncflow.ops.array import identity, shape
 from asyncflow.ops.construct import as_tensor, graph_of, make_op
+from asyncflow.ops.control import no_op
+from asyncflow.ops.indexing import strided_slice
+from asyncflow.ops.sources import range as range_
 
 _FLOW = (dtypes.float32, TensorShape([]))
 _HANDLE = (dtypes.string, TensorShape([]))
@@ -191,7 +195,6 @@ class TensorArray:
     # -- element access -----------------------------------------------------------------------
     def identity(self):
         """This array with its flow passed through an Identity (TF1)."""
-        from asyncflow.ops.array import identity
         return self._with_flow(identity(self._flow))
 
     def read(self, index, name=None):
@@ -212,7 +215,6 @@ class TensorArray:
 
     def stack(self, name=None):
         """All elements stacked along a new first axis (``gather(range(size()))``)."""
-        from asyncflow.ops.sources import range as range_
         graph = self._handle.graph
         with graph.name_scope(name or "TensorArrayStack"):
             return self.gather(range_(0, self.size()), name="TensorArrayGatherV3")
@@ -230,9 +232,6 @@ class TensorArray:
 
     def unstack(self, value, name=None):
         """A TensorArray holding ``value[i]`` at index ``i`` (``scatter(range(n), value)``)."""
-        from asyncflow.ops.array import shape
-        from asyncflow.ops.indexing import strided_slice
-        from asyncflow.ops.sources import range as range_
         value = as_tensor(value, dtype=self._dtype)
         graph = self._handle.graph
         with graph.name_scope(name or "TensorArrayUnstack"):
@@ -277,7 +276,6 @@ class TensorArray:
 
     def close(self, name=None):
         """Accepted for TF1 compatibility: the array is freed with its step."""
-        from asyncflow.ops.control import no_op
         return no_op(name=name)
 
 
