@@ -18,16 +18,16 @@ import numpy as np
 from asyncflow import dtypes
 from asyncflow.graph.graph import GraphKeys
 from asyncflow.ops import array as _array
+from asyncflow.ops import indexing as _indexing
+from asyncflow.ops import layout as _layout
+from asyncflow.ops import linalg as _linalg
 from asyncflow.ops import math as _math
 from asyncflow.ops import nn as _nn
 from asyncflow.ops import nn_conv as _nn_conv
-from asyncflow.ops.indexing import gather, strided_slice
-from asyncflow.ops.layout import concat
 from asyncflow.ops.construct import as_tensor, graph_of
 from asyncflow.ops.control_flow import cond
 from asyncflow.ops.init_ops import Ones, Zeros
 from asyncflow.ops.variable_scope import get_variable, variable_scope
-from asyncflow.ops.linalg import tensordot
 
 
 def _scope(name, default, reuse):
@@ -58,7 +58,7 @@ def dense(inputs, units, activation=None, use_bias=True, kernel_initializer=None
         kernel = _get("kernel", [depth, units], inputs.dtype, kernel_initializer,
                       kernel_regularizer, trainable)
         if inputs.shape.ndims > 2:
-            outputs = tensordot(inputs, kernel, [[inputs.shape.ndims - 1], [0]])
+            outputs = _linalg.tensordot(inputs, kernel, [[inputs.shape.ndims - 1], [0]])
         else:
             outputs = _math.matmul(inputs, kernel)
         if use_bias:
@@ -161,8 +161,8 @@ def flatten(inputs, name=None, data_format="channels_last"):
         dims = inputs.shape.as_list() if inputs.shape.ndims is not None else None
         if dims is not None and all(d is not None for d in dims[1:]):
             return _array.reshape(inputs, [-1, int(np.prod(dims[1:], dtype=np.int64))])
-        batch = strided_slice(_array.shape(inputs), [0], [1])
-        return _array.reshape(inputs, concat([batch, as_tensor([-1])], 0))
+        batch = _indexing.strided_slice(_array.shape(inputs), [0], [1])
+        return _array.reshape(inputs, _layout.concat([batch, as_tensor([-1])], 0))
 
 
 def batch_normalization(inputs, axis=-1, momentum=0.99, epsilon=1e-3, center=True, scale=True,
@@ -260,7 +260,7 @@ def _count(inputs, axes):
     if all(dims[k] is not None for k in axes):
         return as_tensor(float(np.prod([dims[k] for k in axes])), dtype=inputs.dtype)
     shape = _math.cast(_array.shape(inputs), inputs.dtype)
-    return _math.reduce_prod(gather(shape, axes))
+    return _math.reduce_prod(_indexing.gather(shape, axes))
 
 
 __all__ = ["average_pooling2d", "batch_normalization", "conv2d", "dense", "dropout", "flatten",
