@@ -32,6 +32,7 @@ from asyncflow.ops.construct import as_tensor, graph_of, make_op
 from asyncflow.ops.control import no_op
 from asyncflow.ops.indexing import strided_slice
 from asyncflow.ops.sources import range as range_
+from asyncflow.ops.while_frame import call_unpacked
 
 _FLOW = (dtypes.float32, TensorShape([]))
 _HANDLE = (dtypes.string, TensorShape([]))
@@ -372,10 +373,7 @@ class _LoopAdapter:
         return self._to_arrays(cf.flatten(args[0]))
 
     def _call(self, fn, args):
-        rebuilt = self._args(args)
-        if isinstance(rebuilt, (list, tuple)) and not cf._is_namedtuple(rebuilt):
-            return fn(*rebuilt)
-        return fn(rebuilt)
+        return call_unpacked(fn, self._args(args))
 
     def cond(self, *args):
         return self._call(self._cond, args)

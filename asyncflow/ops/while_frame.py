@@ -25,7 +25,7 @@ from asyncflow.ops.array import identity
 from asyncflow.ops.construct import as_tensor
 
 
-def _shape_allows(invariant, shape):
+def shape_allows(invariant, shape):
     """Whether ``shape`` is at least as specific as the shape invariant."""
     if invariant.dims is None:
         return True
@@ -34,7 +34,8 @@ def _shape_allows(invariant, shape):
     return all(i is None or i == d for i, d in zip(invariant.dims, shape.dims))
 
 
-def _call(fn, structure):
+def call_unpacked(fn, structure):
+    """``fn(*structure)`` for a list or tuple of loop variables, else ``fn(structure)`` (TF1)."""
     if isinstance(structure, (list, tuple)) and not cf._is_namedtuple(structure):
         return fn(*structure)
     return fn(structure)
@@ -64,7 +65,7 @@ def build_loop(ctx, cond, body, loop_vars, flat, invariants, loop_name):
         for merge, shape in zip(merges, invariants):
             merge._shape = shape
         ctx.pivot_for_pred = merges[0].op
-        pred = _call(cond, cf.pack_as(loop_vars, merges))
+        pred = call_unpacked(cond, cf.pack_as(loop_vars, merges))
         pred = _check_loop_pred(pred, loop_name)
         pivot = cf.loop_cond(pred)
         ctx.pivot = pivot
@@ -75,7 +76,7 @@ def build_loop(ctx, cond, body, loop_vars, flat, invariants, loop_name):
         body_vars = [identity(s[1]) for s in switches]
         ctx.pivot_for_body = body_vars[0].op
         ctx.loop_merges, ctx.body_vars = merges, body_vars
-        result = _call(body, cf.pack_as(loop_vars, body_vars))
+        result = call_unpacked(body, cf.pack_as(loop_vars, body_vars))
         if isinstance(loop_vars, (list, tuple)) and not cf._is_namedtuple(loop_vars) \
                 and len(loop_vars) == 1 and not isinstance(result, (list, tuple)):
             result = [result]
@@ -113,7 +114,7 @@ def _body_output(ctx, value, var, shape, loop_name, index):
         raise TypeError(f"while_loop '{loop_name}': loop variable {index} ({var.name}) enters "
                         f"the loop as {var.dtype.name} but the body returns "
                         f"{value.dtype.name}")
-    if not _shape_allows(shape, value.shape):
+    if not shape_allows(shape, value.shape):
         raise ValueError(f"while_loop '{loop_name}': input tensor '{var.name}' enters the loop "
                          f"with shape {shape}, but has shape {value.shape} after one "
                          "iteration. To allow the shape to vary across iterations, use the "

@@ -14,7 +14,7 @@ from asyncflow.ops import control_flow as cf
 from asyncflow.ops.construct import as_tensor, graph_of
 from asyncflow.ops.math import add, cast, less, logical_and
 from asyncflow.ops.tensor_array import adapt_loop
-from asyncflow.ops.while_frame import _call, _shape_allows, build_loop
+from asyncflow.ops.while_frame import build_loop, call_unpacked, shape_allows
 from asyncflow.ops.while_frame import _loops  # noqa: F401  (a graph's loops, read by tests)
 from asyncflow.ops.while_grad import register_unit
 
@@ -34,10 +34,10 @@ def _with_counter(cond, body, loop_vars, maximum_iterations, loop_name):
     limit = cast(limit, dtypes.int32) if limit.dtype is not dtypes.int32 else limit
 
     def counted_cond(i, inner):
-        return logical_and(less(i, limit), _call(cond, inner))
+        return logical_and(less(i, limit), call_unpacked(cond, inner))
 
     def counted_body(i, inner):
-        result = _call(body, inner)
+        result = call_unpacked(body, inner)
         if isinstance(inner, (list, tuple)) and not cf._is_namedtuple(inner) \
                 and len(inner) == 1 and not isinstance(result, (list, tuple)):
             result = type(inner)([result])
@@ -115,7 +115,7 @@ def _invariants(flat, loop_vars, shape_invariants, loop_name):
         raise ValueError(f"while_loop '{loop_name}': shape_invariants must have the structure "
                          f"of loop_vars ({len(flat)} tensors), got {len(shapes)} shapes")
     for tensor, shape in zip(flat, shapes):
-        if not _shape_allows(shape, tensor.shape):
+        if not shape_allows(shape, tensor.shape):
             raise ValueError(f"while_loop '{loop_name}': the shape invariant {shape} is not "
                              f"compatible with the initial shape {tensor.shape} of loop "
                              f"variable {tensor.name}")
