@@ -16,12 +16,18 @@ from asyncflow.graph import (  # noqa: F401
 from asyncflow.graph.conversion import convert_to_tensor  # noqa: F401
 from asyncflow.graph.gradients import gradients  # noqa: F401
 from asyncflow.graph.serialize import import_graph_def  # noqa: F401
-from asyncflow.ops.array import (  # noqa: F401  (array family: layout, indexing, numerics)
-    check_numerics, clip_by_global_norm, clip_by_norm, clip_by_value, concat, dynamic_partition,
-    dynamic_stitch, embedding_lookup, expand_dims, gather, global_norm, identity,
-    invert_permutation, one_hot, pad, rank, reshape, shape, size, slice, split, squeeze, stack,
-    stop_gradient, strided_slice, tile, transpose, unsorted_segment_sum, unstack,
+from asyncflow.ops.array import identity, rank, reshape, shape, size, stop_gradient  # noqa: F401
+from asyncflow.ops.embedding import (  # noqa: F401
+    dynamic_partition, dynamic_stitch, embedding_lookup,
 )
+from asyncflow.ops.indexing import gather, slice, strided_slice, unsorted_segment_sum  # noqa: F401
+from asyncflow.ops.layout import (  # noqa: F401
+    concat, expand_dims, invert_permutation, split, squeeze, stack, transpose, unstack,
+)
+from asyncflow.ops.numerics import (  # noqa: F401
+    check_numerics, clip_by_global_norm, clip_by_norm, clip_by_value, global_norm,
+)
+from asyncflow.ops.tiling import one_hot, pad, tile  # noqa: F401
 from asyncflow.ops.script import py_func  # noqa: F401
 from asyncflow.ops.control import control_dependencies, group, no_op, tuple  # noqa: F401
 from asyncflow.ops.math import (  # noqa: F401
@@ -45,7 +51,8 @@ from asyncflow.ops.state import (  # noqa: F401
 from asyncflow.runtime.options import ConfigProto, RunMetadata, RunOptions, SessionConfig  # noqa: F401
 from asyncflow.session import Session  # noqa: F401
 from asyncflow.distributed import ClusterSpec, Server  # noqa: F401,E402
-from asyncflow.ops.control_flow import case, cond, while_loop  # noqa: F401,E402
+from asyncflow.ops.control_flow import case, cond  # noqa: F401,E402
+from asyncflow.ops.while_loop import while_loop  # noqa: F401,E402
 from asyncflow.ops.data_flow import (  # noqa: F401,E402  (queues)
     FIFOQueue, PaddingFIFOQueue, QueueBase, RandomShuffleQueue, count_up_to, random_shuffle,
 )
@@ -68,7 +75,7 @@ from asyncflow.ops.variable_scope import (  # noqa: F401,E402
     AUTO_REUSE, VariableScope, get_variable, get_variable_scope, variable_scope,
 )
 
-__version__ = "0.1.0"
+from asyncflow.version import __version__  # noqa: F401,E402
 
 
 def name_scope(name, default_name=None, values=None):

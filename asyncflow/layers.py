@@ -18,8 +18,12 @@ import numpy as np
 from asyncflow import dtypes
 from asyncflow.graph.graph import GraphKeys
 from asyncflow.ops import array as _array
+from asyncflow.ops import indexing as _indexing
+from asyncflow.ops import layout as _layout
+from asyncflow.ops import linalg as _linalg
 from asyncflow.ops import math as _math
 from asyncflow.ops import nn as _nn
+from asyncflow.ops import nn_conv as _nn_conv
 from asyncflow.ops.construct import as_tensor, graph_of
 from asyncflow.ops.control_flow import cond
 from asyncflow.ops.init_ops import Ones, Zeros
@@ -54,8 +58,7 @@ def dense(inputs, units, activation=None, use_bias=True, kernel_initializer=None
         kernel = _get("kernel", [depth, units], inputs.dtype, kernel_initializer,
                       kernel_regularizer, trainable)
         if inputs.shape.ndims > 2:
-            from asyncflow.ops.linalg import tensordot
-            outputs = tensordot(inputs, kernel, [[inputs.shape.ndims - 1], [0]])
+            outputs = _linalg.tensordot(inputs, kernel, [[inputs.shape.ndims - 1], [0]])
         else:
             outputs = _math.matmul(inputs, kernel)
         if use_bias:
@@ -102,7 +105,7 @@ def conv2d(inputs, filters, kernel_size, strides=(1, 1), padding="valid",
     with _scope(name, "conv2d", reuse):
         kernel = _get("kernel", [kh, kw, depth, filters], inputs.dtype, kernel_initializer,
                       kernel_regularizer, trainable)
-        outputs = _nn.conv2d(inputs, kernel, [1, sh, sw, 1], _padding(padding))
+        outputs = _nn_conv.conv2d(inputs, kernel, [1, sh, sw, 1], _padding(padding))
         if use_bias:
             bias = _get("bias", [filters], inputs.dtype, bias_initializer or Zeros(),
                         bias_regularizer, trainable)
@@ -123,14 +126,14 @@ def _pool(pool, inputs, pool_size, strides, padding, data_format, name, default)
 def max_pooling2d(inputs, pool_size, strides, padding="valid", data_format="channels_last",
                   name=None):
     """Max pooling on NHWC inputs (TF1 ``tf.layers.max_pooling2d``)."""
-    return _pool(_nn.max_pool, inputs, pool_size, strides, padding, data_format, name,
+    return _pool(_nn_conv.max_pool, inputs, pool_size, strides, padding, data_format, name,
                  "max_pooling2d")
 
 
 def average_pooling2d(inputs, pool_size, strides, padding="valid", data_format="channels_last",
                       name=None):
     """Average pooling on NHWC inputs (TF1 ``tf.layers.average_pooling2d``)."""
-    return _pool(_nn.avg_pool, inputs, pool_size, strides, padding, data_format, name,
+    return _pool(_nn_conv.avg_pool, inputs, pool_size, strides, padding, data_format, name,
                  "average_pooling2d")
 
 
@@ -158,9 +161,8 @@ def flatten(inputs, name=None, data_format="channels_last"):
         dims = inputs.shape.as_list() if inputs.shape.ndims is not None else None
         if dims is not None and all(d is not None for d in dims[1:]):
             return _array.reshape(inputs, [-1, int(np.prod(dims[1:], dtype=np.int64))])
-        from asyncflow.ops.indexing import strided_slice
-        batch = strided_slice(_array.shape(inputs), [0], [1])
-        return _array.reshape(inputs, _array.concat([batch, as_tensor([-1])], 0))
+        batch = _indexing.strided_slice(_array.shape(inputs), [0], [1])
+        return _array.reshape(inputs, _layout.concat([batch, as_tensor([-1])], 0))
 
 
 def batch_normalization(inputs, axis=-1, momentum=0.99, epsilon=1e-3, center=True, scale=True,
@@ -258,7 +260,7 @@ def _count(inputs, axes):
     if all(dims[k] is not None for k in axes):
         return as_tensor(float(np.prod([dims[k] for k in axes])), dtype=inputs.dtype)
     shape = _math.cast(_array.shape(inputs), inputs.dtype)
-    return _math.reduce_prod(_array.gather(shape, axes))
+    return _math.reduce_prod(_indexing.gather(shape, axes))
 
 
 __all__ = ["average_pooling2d", "batch_normalization", "conv2d", "dense", "dropout", "flatten",

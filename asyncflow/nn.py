@@ -1,23 +1,20 @@
 """``af.nn``: the public neural-network namespace (TF1's ``tf.nn``).
 
-Builders live in their op families (ops/nn.py, ops/nn_conv.py, ops/math.py, ops/array.py);
+Builders live in their op families (ops/nn.py, ops/nn_conv.py, ops/math.py, ops/embedding.py);
 this module only gathers them under one name.
 """
 from asyncflow.ops.math import sigmoid, tanh  # noqa: F401
 from asyncflow.ops.nn import (  # noqa: F401
-    avg_pool, batch_normalization, bias_add, conv2d, conv2d_backprop_filter,
-    conv2d_backprop_input, conv2d_transpose, dropout, elu, l2_loss, leaky_relu, log_softmax,
-    max_pool, moments, relu, relu6, sigmoid_cross_entropy_with_logits, softmax,
-    softmax_cross_entropy_with_logits, softmax_cross_entropy_with_logits_v2,
-    sparse_softmax_cross_entropy_with_logits,
+    batch_normalization, bias_add, dropout, elu, l2_loss, leaky_relu, log_softmax, moments, relu,
+    relu6, sigmoid_cross_entropy_with_logits, softmax, softmax_cross_entropy_with_logits,
+    softmax_cross_entropy_with_logits_v2, sparse_softmax_cross_entropy_with_logits,
 )
+from asyncflow.ops.nn_conv import (  # noqa: F401
+    avg_pool, conv2d, conv2d_backprop_filter, conv2d_backprop_input, conv2d_transpose, max_pool,
+)
+from asyncflow.ops.embedding import embedding_lookup  # noqa: F401
 
-try:  # added by the array family; absent in builds that predate it
-    from asyncflow.ops.array import embedding_lookup  # noqa: F401
-except ImportError:  # pragma: no cover - depends on the array family's progress
-    pass
-
-from asyncflow.ops import rnn_cell  # noqa: F401,E402  (af.nn.rnn_cell.BasicLSTMCell ...)
-from asyncflow.ops.rnn import (  # noqa: F401,E402
+from asyncflow.ops import rnn_cell  # noqa: F401  (af.nn.rnn_cell.BasicLSTMCell ...)
+from asyncflow.ops.rnn import (  # noqa: F401
     bidirectional_dynamic_rnn, dynamic_rnn, static_rnn,
 )

@@ -92,3 +92,108 @@ def test_layer_table_knows_every_package():
     for path in (ROOT / "asyncflow").iterdir():
         if path.is_dir() and (path / "__init__.py").exists():
             assert layer_of(f"asyncflow.{path.name}") is not None
+
+
+# Import circles being removed in parallel by other work; each entry allows at most those
+# modules to form one circle. Delete an entry once its circle is gone.
+ALLOWED_CIRCLES = [
+    # executor <-> frames: ended by moving Step/StepContext/NodeStats/wrap_error to their own
+    # runtime module (issue 18, "one core").
+    {"asyncflow.runtime.executor", "asyncflow.runtime.frames"},
+]
+
+
+def module_graph():
+    """``{module: {module: line}}`` of every project module, imports inside functions included.
+
+    ``from package import name`` counts as importing ``package.name`` when that is a module,
+    else ``package``; the implicit import of a parent package is not an edge (a package's
+    ``__init__`` importing its own modules is not a circle).
+    """
+    paths = {}
+    for package in ("asyncflow", "transports"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            paths[module_name(path)] = path
+    graph = {}
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges = {}
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    source = ".".join(parts + ([node.module] if node.module else []))
+                else:
+                    source = node.module
+                targets = [f"{source}.{alias.name}" if f"{source}.{alias.name}" in paths
+                           else source for alias in node.names]
+            for target in targets:
+                if target in paths and target != name:
+                    edges.setdefault(target, node.lineno)
+        graph[name] = edges
+    return graph
+
+
+def circles(graph):
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index, low, on_stack, stack, found = {}, {}, set(), [], []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, successors = work[-1]
+            advanced = False
+            for successor in successors:
+                if successor not in index:
+                    index[successor] = low[successor] = len(index)
+                    stack.append(successor)
+                    on_stack.add(successor)
+                    work.append((successor, iter(sorted(graph[successor]))))
+                    advanced = True
+                    break
+                if successor in on_stack:
+                    low[node] = min(low[node], index[successor])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(component)
+    return found
+
+
+def test_circles_finds_a_circle_through_a_function_level_import():
+    graph = {"a": {"b": 1}, "b": {"c": 2}, "c": {"a": 3}, "d": {"a": 4}}
+    assert circles(graph) == [{"a", "b", "c"}]
+    assert circles({"a": {"b": 1}, "b": {}}) == []
+
+
+def test_no_import_circles():
+    graph = module_graph()
+    problems = []
+    for component in circles(graph):
+        if any(component <= allowed for allowed in ALLOWED_CIRCLES):
+            continue
+        edges = [f"  {source} -> {target} (line {line})"
+                 for source in sorted(component)
+                 for target, line in sorted(graph[source].items()) if target in component]
+        problems.append(f"{sorted(component)}:\n" + "\n".join(edges))
+    assert not problems, ("import circles (break them: move what both sides need to a module "
+                          "below both, or import only from the defining module):\n"
+                          + "\n\n".join(problems))

@@ -314,9 +314,6 @@ class Master:
         return all(run.incarnations[name] == task.incarnation
                    for name, task in self.tasks.items() if name in run.incarnations)
 
-    def is_current(self, run):
-        return run.incarnations == self.incarnations()
-
     async def _register(self, run):
         async def register(tg):
             task = self.tasks[tg.task]

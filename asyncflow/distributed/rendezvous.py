@@ -119,11 +119,6 @@ class StepRendezvous:
     def send(self, key, value, is_dead=False):
         self.local.send(key, value, is_dead)
 
-    def recv_nowait(self, key):
-        if self._is_local(key):
-            return self.local.recv_nowait(key)
-        raise trio.WouldBlock
-
     def poll(self, key):
         """``(value, is_dead)`` of a local key already sent, else None (remote keys: None, so
         the Recv runs its async kernel and pulls)."""

@@ -25,7 +25,7 @@ import re
 import sys
 
 from asyncflow import devices as _devices
-from asyncflow.graph import registry
+from asyncflow.graph import graph_def, registry
 from asyncflow.graph.shape import as_shape
 
 _VALID_OP_NAME = re.compile(r"^[A-Za-z0-9.][A-Za-z0-9_.\-/]*$")
@@ -118,9 +118,6 @@ class Tensor:
     def consumers(self):
         return list(self._consumers)
 
-    def eval_spec(self):
-        return (self._dtype, self._shape)
-
     def __repr__(self):
         return f"<af.Tensor '{self.name}' shape={self._shape} dtype={self._dtype.name}>"
 
@@ -210,9 +207,6 @@ class Operation:
         """Names of the ops this op must share a device with (``loc:@name`` in TF1)."""
         return tuple(self._colocation)
 
-    def _set_device(self, device):
-        self._device = _devices.canonical_name(device)
-
     def get_attr(self, name):
         """The value of attr ``name``.
 
@@ -245,10 +239,6 @@ class Operation:
 
     def __repr__(self):
         return f"<af.Operation '{self._name}' type={self._type}>"
-
-    def run_description(self):
-        """``MatMul 'dense/mm'``: how errors name this op."""
-        return f"{self._type} '{self._name}'"
 
 
 class Graph:
@@ -569,9 +559,8 @@ class Graph:
         return op
 
     def as_graph_def(self, add_shapes=False):
-        """This graph as plain, msgpack-ready data (see ``graph/serialize.py``)."""
-        from asyncflow.graph import serialize
-        return serialize.as_graph_def(self, add_shapes=add_shapes)
+        """This graph as plain, msgpack-ready data (see ``graph/graph_def.py``)."""
+        return graph_def.as_graph_def(self, add_shapes=add_shapes)
 
     def __repr__(self):
         return f"<af.Graph #{self._id} with {len(self._ops)} ops>"

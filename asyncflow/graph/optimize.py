@@ -27,7 +27,7 @@ import numpy as np
 
 from asyncflow import dtypes
 from asyncflow.graph.registry import get_op_def
-from asyncflow.graph.rewrite import FeedNode, Node, NodeGraph
+from asyncflow.graph.rewrite import FeedNode, Node, topological
 from asyncflow.graph.shape import TensorShape
 
 COMMUTATIVE = frozenset({"Add", "AddV2", "Mul", "Maximum", "Minimum", "LogicalAnd",
@@ -237,7 +237,6 @@ def _descendants(start, succ):
 
 def schedule_recvs(partitioned):
     """ALAP Recv scheduling on a ``Partitioned`` (modified in place; returns it)."""
-    from asyncflow.graph.rewrite import topological
     all_nodes = partitioned.graph.nodes
     succ = _successors(all_nodes)
     for part in partitioned.partitions:

@@ -43,11 +43,6 @@ _TOKEN = [(dtypes.float32, TensorShape([0]), False)]
 BACK_EDGE_SOURCES = ("NextIteration", "RefNextIteration")
 
 
-def is_back_edge(node, producer):
-    """Whether the edge ``producer -> node`` is a loop's back edge (NextIteration -> Merge)."""
-    return node.type == "Merge" and producer.type in BACK_EDGE_SOURCES
-
-
 def _iteration_bound(node):
     """Whether ``node``'s outputs live in one iteration only (NextIteration, non-constant Enter)."""
     if node.type in BACK_EDGE_SOURCES:

@@ -102,7 +102,3 @@ def get_op_def(op_type):
     except KeyError:
         raise KeyError(f"Op type {op_type!r} is not registered; known types: "
                        f"{', '.join(sorted(_OPS)[:20])}...") from None
-
-
-def registered_types():
-    return sorted(_OPS)

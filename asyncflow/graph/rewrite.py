@@ -147,11 +147,6 @@ class NodeGraph:
                     out[producer].append((node, position))
         return out
 
-    def describe(self):
-        """Plain data: ``[(name, type, device, [input names], [control input names])]``."""
-        return [(n.name, n.type, n.device, [port_name(p) for p in n.inputs],
-                 [c.name for c in n.control_inputs]) for n in self.nodes]
-
 
 def port_name(port):
     node, index = port

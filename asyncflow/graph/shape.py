@@ -142,14 +142,6 @@ def as_shape(value):
     return value if isinstance(value, TensorShape) else TensorShape(value)
 
 
-def unknown_shape(rank=None):
-    return TensorShape(None if rank is None else [None] * rank)
-
-
-def scalar():
-    return TensorShape(())
-
-
 def broadcast_shapes(a, b):
     """numpy broadcasting on static shapes; unknown dims stay unknown when undecidable.
 

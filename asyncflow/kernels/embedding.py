@@ -1,7 +1,6 @@
 """Kernels of the embedding ops (see ops/embedding.py): DynamicPartition, DynamicStitch."""
 from __future__ import annotations
 
-from asyncflow import errors
 from asyncflow.kernels.indexing import check_range
 from asyncflow.kernels.arguments import invalid as _invalid
 from asyncflow.kernels.registry import register_kernel

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from asyncflow import errors
 from asyncflow.kernels.arguments import host as _host, ints as _ints, invalid as _invalid
 from asyncflow.kernels.arguments import scatter_add as _scatter_add
 from asyncflow.kernels.registry import register_kernel

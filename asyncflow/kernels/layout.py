@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from asyncflow import errors
-from asyncflow.kernels.arguments import host as _host, ints as _ints, invalid as _invalid
+from asyncflow.kernels.arguments import ints as _ints, invalid as _invalid
 from asyncflow.kernels.registry import register_kernel
 
 

@@ -2,8 +2,9 @@
 
 Family modules are imported explicitly; importing this package registers every op type.
 """
-from asyncflow.ops import array, control, math, sources, state  # noqa: F401
-from asyncflow.ops import control_flow  # noqa: F401,E402  (cond, case, while_loop)
+from asyncflow.ops import array, control, math, math_grad, sources, state  # noqa: F401
+from asyncflow.ops import control_flow, control_flow_grad  # noqa: F401,E402  (cond, case)
+from asyncflow.ops import while_grad, while_loop  # noqa: F401,E402  (while_loop, its gradient)
 from asyncflow.ops import checkpoint, summary_ops  # noqa: F401,E402  (checkpoint and summary families)
 from asyncflow.ops import nn, nn_conv  # noqa: F401,E402  (nn family)
 from asyncflow.ops import embedding, indexing, layout, numerics, script, tiling  # noqa: F401,E402  (array family, py_func)

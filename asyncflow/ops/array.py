@@ -1,4 +1,8 @@
-"""Arrays: identity, shapes, reshapes and views (more builders are added family by family)."""
+"""Arrays: identity, stop_gradient, shape/size/rank and reshape, which every family builds on.
+
+It imports no other op family; the rest of the array family lives in modules named after what
+they own (layout, tiling, indexing, embedding, numerics) and is imported from there.
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -106,20 +110,3 @@ def _reshape_grad(op, grad):
     if x.shape.is_fully_defined():
         return [reshape(grad, x.shape.as_list()), None]
     return [make("Reshape", (grad, shape(x)), None, None, "Reshape"), None]
-
-
-# The rest of the array family lives in modules named after what they own; re-exported here so
-# ``asyncflow.ops.array`` offers the whole TF1 array_ops surface.
-from asyncflow.ops.layout import (  # noqa: E402,F401
-    concat, expand_dims, invert_permutation, split, squeeze, stack, transpose, unstack,
-)
-from asyncflow.ops.tiling import one_hot, pad, tile  # noqa: E402,F401
-from asyncflow.ops.indexing import (  # noqa: E402,F401
-    gather, slice, strided_slice, unsorted_segment_sum,
-)
-from asyncflow.ops.embedding import (  # noqa: E402,F401
-    dynamic_partition, dynamic_stitch, embedding_lookup,
-)
-from asyncflow.ops.numerics import (  # noqa: E402,F401
-    check_numerics, clip_by_global_norm, clip_by_norm, clip_by_value, global_norm,
-)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from asyncflow.graph import register_op
 from asyncflow.graph.graph import Operation, Tensor, get_default_graph
+from asyncflow.ops.array import identity
 from asyncflow.ops.construct import make_op
 
 register_op("NoOp", infer=lambda op: [])
@@ -34,7 +35,6 @@ def group(*inputs, name=None):
 
 def tuple(tensors, name=None, control_inputs=None):  # noqa: A001 - TF1 spelling
     """Tensors with the same values, each available only once all of them are computed."""
-    from asyncflow.ops.array import identity
     tensors = list(tensors)
     real = [t for t in tensors if t is not None]
     deps = [t.op for t in real] + [_as_op(c) for c in (control_inputs or [])]

@@ -1,4 +1,4 @@
-"""Control flow: the paper's primitives and TF1's builders ``cond``, ``case``, ``while_loop``.
+"""Control flow: the paper's primitives, their contexts and TF1's builders ``cond`` and ``case``.
 
 Theory of operation:
 - Primitives (all registered with ``control_flow=True``, so the executor runs frames):
@@ -19,7 +19,9 @@ Theory of operation:
   loop inside a cond branch goes through the cond's Switch first, then the loop's Enter.
 - Structure ops the builders create themselves (Enter, Merge, Exit, NextIteration, LoopCond)
   are left alone by ``add_op``.
-- Gradients of the primitives live in ``control_flow_grad`` (imported at the end).
+- ``while_loop`` builds on this module (``while_loop.py``, ``while_frame.py``), and so do the
+  gradients of the primitives (``control_flow_grad.py``, ``while_grad.py``); this module
+  imports none of them, and ``asyncflow/ops/__init__.py`` imports all.
 
 Nothing here knows about the executor; frames exist only at run time.
 """
@@ -30,9 +32,11 @@ import contextlib
 
 from asyncflow import dtypes
 from asyncflow.graph import register_op
-from asyncflow.graph.graph import Operation, Tensor, get_default_graph
-from asyncflow.graph.shape import TensorShape, as_shape
-from asyncflow.ops.construct import as_tensor, graph_of, make, make_op
+from asyncflow.graph.graph import Operation, Tensor
+from asyncflow.graph.shape import TensorShape
+from asyncflow.ops.array import identity
+from asyncflow.ops.construct import as_tensor, make, make_op
+from asyncflow.ops.sources import constant
 
 STRUCTURE_TYPES = frozenset({"Enter", "RefEnter", "Exit", "RefExit", "Merge", "NextIteration",
                              "RefNextIteration", "LoopCond"})
@@ -367,7 +371,6 @@ class WhileContext(_Context):
         as a loop invariant: what TF1's aliased reads would see, and the body stays plain
         enough for the straight-line loop path. Top-level loops only.
         """
-        from asyncflow.ops.array import identity
         if self.outer is not None or self.reads_forward_values:
             return
         for ref, entered in list(self._values.items()):
@@ -398,7 +401,6 @@ class WhileContext(_Context):
             control._control_outputs.remove(op)
             with self.graph._push(control_flow_context=control._control_flow_context), \
                     self.graph.control_dependencies([control]):
-                from asyncflow.ops.sources import constant
                 token = constant(0, name="control_token")
             op._add_control_input(self.add_value(token).op)
 
@@ -417,7 +419,6 @@ def _current_context(graph):
 def _branch_output(ctx, value, fn_name, cond_name):
     if isinstance(value, Operation):
         with ctx.entered(), ctx.graph.control_dependencies([value]):
-            from asyncflow.ops.array import identity
             return identity(ctx.pivot, name="op_output")
     if value is None:
         raise ValueError(f"cond '{cond_name}': {fn_name} returned None inside a structure; "
@@ -485,7 +486,6 @@ def cond(pred, true_fn=None, false_fn=None, strict=False, name=None, fn1=None, f
         raise TypeError("false_fn must be callable.")
     pred = _check_pred(pred, f"cond '{name or 'cond'}'")
     graph = pred.graph
-    from asyncflow.ops.array import identity
     with graph.name_scope(name or "cond") as scope:
         cond_name = scope.rstrip("/")
         switch_f, switch_t = switch(pred, pred)
@@ -557,7 +557,6 @@ def case(pred_fn_pairs, default=None, exclusive=False, name="case"):
     with graph.name_scope(name):
         if exclusive and len(preds) > 1:
             check = make_op("CaseExclusive", preds, None, None, "exclusive")
-            from asyncflow.ops.array import identity
             with graph.control_dependencies([check]):
                 preds = [identity(p) for p in preds]
         if default is None:
@@ -580,6 +579,3 @@ def _infer_case_exclusive(op):
 
 
 register_op("CaseExclusive", infer=_infer_case_exclusive)
-
-from asyncflow.ops.while_loop import while_loop  # noqa: E402,F401  (builder of loops)
-from asyncflow.ops import control_flow_grad  # noqa: E402,F401  (registers gradients)

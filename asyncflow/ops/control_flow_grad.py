@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from asyncflow.graph import not_differentiable, register_gradient
 from asyncflow.ops import control_flow as cf
+from asyncflow.ops.sources import zeros, zeros_like
 
 not_differentiable("LoopCond", "StackV2", "StackPushV2", "StackPopV2", "CaseExclusive")
 
@@ -54,7 +55,6 @@ def _branch_zeros(op, branch):
     Built from the Switch's input, not its output: inside a loop's gradient the output is a
     value of one branch only, while the input (and the predicate) are saved every iteration.
     """
-    from asyncflow.ops.sources import zeros, zeros_like
     data, pred = op._inputs
     if data.shape.is_fully_defined():
         filler = zeros(data.shape.as_list(), dtype=data.dtype)
@@ -73,13 +73,6 @@ def _merge_grad(op, grad, _grad_index=None):
         return [None] * len(op._inputs)
     grad_false, grad_true = cf.switch(grad, pred)
     return [grad_false, grad_true]
-
-
-def _loop_of(op):
-    ctx = op._control_flow_context
-    while ctx is not None and not isinstance(ctx, cf.WhileContext):
-        ctx = ctx.outer
-    return ctx
 
 
 def _exit_grad(op, grad):
@@ -105,5 +98,3 @@ for _type in ("Enter", "RefEnter"):
     register_gradient(_type)(_enter_grad)
 # The back edge ends a body: differentiating one iteration stops there (never loops round).
 not_differentiable("NextIteration", "RefNextIteration")
-
-from asyncflow.ops import while_grad  # noqa: E402,F401  (loop units and the gradient loop)

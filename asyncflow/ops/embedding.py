@@ -22,8 +22,9 @@ from asyncflow.ops import math as math_ops
 from asyncflow.ops import sources
 from asyncflow.ops.array import reshape
 from asyncflow.ops.construct import as_tensor, check_dtype, make, make_op, static_value
-from asyncflow.ops.indexing import dims_of, dims_product, dims_vector, gather
-from asyncflow.ops.layout import shape_of
+from asyncflow.ops.indexing import gather
+from asyncflow.ops.numerics import clip_by_norm
+from asyncflow.ops.shapes import dims_of, dims_product, dims_vector, shape_of
 
 
 # -- dynamic partition / stitch ----------------------------------------------------------------
@@ -136,7 +137,6 @@ def embedding_lookup(params, ids, partition_strategy="mod", name=None, validate_
     else:
         result = _sharded_lookup(shards, ids, partition_strategy, name)
     if max_norm is not None:
-        from asyncflow.ops.numerics import clip_by_norm
         axes = list(builtins.range(ids.shape.ndims, result.shape.ndims))
         result = clip_by_norm(result, max_norm, axes=axes)
     return result

@@ -11,8 +11,12 @@ from __future__ import annotations
 from asyncflow import dtypes
 from asyncflow.graph.graph import Tensor
 from asyncflow.ops import control_flow as cf
+from asyncflow.ops.array import shape
 from asyncflow.ops.construct import as_tensor, graph_of
+from asyncflow.ops.indexing import gather, strided_slice
+from asyncflow.ops.sources import range as range_
 from asyncflow.ops.tensor_array import TensorArray
+from asyncflow.ops.while_loop import while_loop
 
 
 def _leaves(elems, what):
@@ -27,8 +31,6 @@ def _leaves(elems, what):
 
 
 def _length(flat):
-    from asyncflow.ops.array import shape
-    from asyncflow.ops.indexing import strided_slice
     first = flat[0]
     dims = first.shape.as_list() if first.shape.ndims is not None else None
     if dims and dims[0] is not None:
@@ -48,8 +50,6 @@ def _input_arrays(flat, count, reverse=False):
 
 def reverse_first(tensor):
     """``tensor`` with its first axis reversed (a gather of ``n-1 .. 0``)."""
-    from asyncflow.ops.indexing import gather
-    from asyncflow.ops.sources import range as range_
     count, _ = _length([tensor])
     return gather(tensor, range_(count - 1, -1, -1))
 
@@ -91,7 +91,7 @@ def map_fn(fn, elems, dtype=None, parallel_iterations=None, back_prop=True,
                                  f"structure has {len(arrays)} (pass dtype=)")
             return (i + 1,) + tuple(ta.write(i, value) for ta, value in zip(arrays, result))
 
-        results = cf.while_loop(lambda i, *_: i < count, body,
+        results = while_loop(lambda i, *_: i < count, body,
                                 (as_tensor(0),) + tuple(outputs),
                                 parallel_iterations=parallel_iterations, back_prop=back_prop)
         stacked = [_stack(ta, static_count) for ta in results[1:]]
@@ -138,7 +138,7 @@ def _scan_like(fn, elems, initializer, parallel_iterations, back_prop, reverse, 
             arrays = [ta.write(i, value) for ta, value in zip(arrays, result)]
             return (i + 1,) + tuple(result) + tuple(arrays)
 
-        loop = cf.while_loop(lambda i, *_: i < count, body,
+        loop = while_loop(lambda i, *_: i < count, body,
                              (start,) + tuple(init) + tuple(outputs),
                              parallel_iterations=parallel_iterations, back_prop=back_prop)
         finals, arrays = list(loop[1:1 + n_acc]), list(loop[1 + n_acc:])

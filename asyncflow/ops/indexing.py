@@ -25,10 +25,11 @@ from asyncflow.graph.shape import TensorShape
 from asyncflow.graph.conversion import contains_tensor
 from asyncflow.ops import math as math_ops
 from asyncflow.ops import sources
-from asyncflow.ops.array import reshape, shape
+from asyncflow.ops.array import reshape
 from asyncflow.ops.construct import INTEGER, as_tensor, check_dtype, make, static_value
-from asyncflow.ops.layout import (
-    int_const, normalize_axis, shape_of, stack, static_ints, transpose,
+from asyncflow.ops.layout import stack, transpose
+from asyncflow.ops.shapes import (
+    dims_of, dims_product, dims_vector, int_const, normalize_axis, shape_of, static_ints,
 )
 from asyncflow.ops.tiling import pad
 
@@ -312,35 +313,6 @@ def _strided_slice_grad_grad(op, grad):
     _, begin, end, strides, _ = op._inputs
     attrs = {m: op.get_attr(m) for m in _MASKS}
     return [None, None, None, None, strided_slice(grad, begin, end, strides, **attrs)]
-
-
-# -- symbolic dims: Python ints where static, scalar tensors otherwise -------------------------
-def dims_of(tensor):
-    """``tensor``'s dims: ints where static, scalar int32 tensors where computed.
-
-    Raises:
-        ValueError: if the rank is unknown.
-    """
-    if tensor.shape.ndims is None:
-        raise ValueError(f"the rank of {tensor.name} must be known here")
-    return [d if d is not None else shape(tensor)[i] for i, d in enumerate(tensor.shape.dims)]
-
-
-def dims_product(dims):
-    """The product of symbolic dims: an int when all are static, else a scalar tensor."""
-    ints = int(np.prod([d for d in dims if isinstance(d, int)], dtype=np.int64))
-    out = ints
-    for d in dims:
-        if not isinstance(d, int):
-            out = math_ops.multiply(d, out) if not isinstance(out, int) or out != 1 else d
-    return out
-
-
-def dims_vector(dims):
-    """A 1-D int32 tensor from symbolic dims."""
-    if all(isinstance(d, int) for d in dims):
-        return int_const(list(dims))
-    return stack(list(dims))
 
 
 # -- gather ------------------------------------------------------------------------------------

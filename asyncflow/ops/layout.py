@@ -11,7 +11,7 @@ Theory of operation:
   the rank is known, else kept and normalised by the kernel (numpy style).
 - Gradients are built from forward ops of this family (a concat's gradient splits or slices,
   a stack's unstacks), so gradients of gradients work. Shape arithmetic in gradients
-  goes through ``shape_of``/``fold_*``: a Const when the shape is static, ops otherwise.
+  goes through ``ops/shapes.py``: a Const when the shape is static, ops otherwise.
 
 Kernels live in ``asyncflow/kernels/layout.py``.
 """
@@ -27,47 +27,9 @@ from asyncflow.graph.conversion import contains_tensor, register_pack_builder
 from asyncflow.graph.shape import TensorShape
 from asyncflow.ops import math as math_ops
 from asyncflow.ops import sources
-from asyncflow.ops.array import rank, reshape, shape
+from asyncflow.ops.array import identity, rank, reshape
 from asyncflow.ops.construct import INTEGER, as_tensor, check_dtype, make, make_op, static_value
-
-
-# -- shape arithmetic shared by gradient functions -------------------------------------------
-def int_const(values):
-    """An int32 Const from a list or scalar; a list holding tensors is auto-packed (TF1)."""
-    if isinstance(values, (list, tuple)) and contains_tensor(values):
-        return as_tensor(values, dtype=dtypes.int32)
-    return as_tensor(np.asarray(values, dtype=np.int32), dtype=dtypes.int32)
-
-
-def static_ints(tensor):
-    """The value of an integer Const tensor as a list (or int for a scalar), else None."""
-    value = static_value(tensor)
-    return None if value is None else np.asarray(value).tolist()
-
-
-def shape_of(tensor):
-    """``tensor``'s shape as an int32 vector: a Const when fully known, else a Shape op."""
-    if tensor.shape.is_fully_defined():
-        return int_const(list(tensor.shape.dims))
-    return shape(tensor)
-
-
-def normalize_axis(axis, ndims, op_name, extra=0):
-    """``axis`` in ``[0, ndims + extra)``; negative axes count from the end (numpy rules).
-
-    With an unknown rank the axis is returned unchanged (the kernel normalises it).
-
-    Raises:
-        ValueError: naming ``op_name`` when the axis is out of range.
-    """
-    axis = int(axis)
-    if ndims is None:
-        return axis
-    size = ndims + extra
-    if not -size <= axis < size:
-        raise ValueError(f"{op_name}: axis {axis} is out of range [{-size}, {size}) for a "
-                         f"tensor of rank {ndims}")
-    return axis % size
+from asyncflow.ops.shapes import int_const, normalize_axis, shape_of, static_ints
 
 
 def _axis_value(axis, op_name):
@@ -217,7 +179,6 @@ def concat(values, axis, name="concat"):
     tensors = _stack_operands(values)
     axis = _axis_value(axis, "ConcatV2")
     if len(tensors) == 1:
-        from asyncflow.ops.array import identity
         ndims = tensors[0].shape.ndims
         normalize_axis(axis, ndims if ndims else None, "ConcatV2")
         return identity(tensors[0], name=name)
@@ -232,9 +193,8 @@ def _axis_one_hot(axis, x):
     ndims = x.shape.ndims
     if ndims is not None:
         return int_const([1 if i == axis % ndims else 0 for i in builtins.range(ndims)])
-    from asyncflow.ops.tiling import one_hot
     position = math_ops.floormod(int_const(axis), rank(x))
-    return one_hot(position, rank(x), dtype=dtypes.int32)
+    return math_ops.cast(math_ops.equal(sources.range(rank(x)), position), dtypes.int32)
 
 
 @register_gradient("ConcatV2")
@@ -243,13 +203,14 @@ def _concat_grad(op, grad):
     sizes = [t.shape[axis] if t.shape.ndims is not None else None for t in op._inputs]
     if all(s is not None for s in sizes):
         return split(grad, sizes, axis=axis)
-    from asyncflow.ops.indexing import slice as slice_op
     unit = _axis_one_hot(axis, op._inputs[0])
     offset = int_const(0)
     out = []
     for tensor in op._inputs:
         size_vector = shape_of(tensor)
-        out.append(slice_op(grad, math_ops.multiply(unit, offset), size_vector))
+        # Slice by its op type: ops/indexing.py, which owns it, builds on this module.
+        begin = math_ops.multiply(unit, offset)
+        out.append(make("Slice", (grad, begin, size_vector), None, None, "Slice"))
         along = math_ops.reduce_sum(math_ops.multiply(size_vector, unit))
         offset = math_ops.add(offset, along)
     return out

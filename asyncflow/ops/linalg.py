@@ -15,7 +15,12 @@ import numpy as np
 
 from asyncflow.graph import register_gradient, register_op
 from asyncflow.graph.shape import TensorShape
-from asyncflow.ops.construct import as_tensor, make, operands
+from asyncflow.ops.array import reshape, shape
+from asyncflow.ops.construct import as_tensor, graph_of, make, operands
+from asyncflow.ops.indexing import gather
+from asyncflow.ops.layout import concat, expand_dims, transpose
+from asyncflow.ops.math import matmul, multiply
+from asyncflow.ops.sources import ones_like
 
 
 def _parse(equation, count):
@@ -90,7 +95,6 @@ def einsum(equation, *inputs, **kwargs):
 
 @register_gradient("Einsum")
 def _einsum_grad(op, grad):
-    from asyncflow.ops.sources import ones_like
     inputs, output = _parse(op.get_attr("equation"), len(op._inputs))
     if "..." in op.get_attr("equation"):
         raise LookupError(f"Einsum '{op.name}': no gradient for equations with '...'")
@@ -106,8 +110,6 @@ def _einsum_grad(op, grad):
         partial = make("Einsum", (grad,) + tuple(t for k, t in enumerate(op._inputs) if k != index),
                        {"equation": equation}, None, "Einsum_grad")
         if kept != subscripts:  # labels only this operand has: broadcast back over them
-            from asyncflow.ops.layout import expand_dims
-            from asyncflow.ops.math import multiply
             for position, label in enumerate(subscripts):
                 if label not in kept:
                     partial = expand_dims(partial, position)
@@ -125,9 +127,6 @@ def tensordot(a, b, axes, name=None):
             axis lists.
         name: name scope.
     """
-    from asyncflow.ops.array import reshape, transpose
-    from asyncflow.ops.math import matmul
-    from asyncflow.ops.construct import graph_of
     a, b = operands((a, b), "Tensordot")
     if a.shape.ndims is None or b.shape.ndims is None:
         raise ValueError("tensordot: both operands need a known rank")
@@ -158,7 +157,6 @@ def tensordot(a, b, axes, name=None):
         product = matmul(matrix_a, matrix_b)
         if all(d is not None for d in out_dims):
             return reshape(product, out_dims)
-        from asyncflow.ops.array import concat, gather, shape
         dyn = concat([gather(shape(a), free_a), gather(shape(b), free_b)], 0) if \
             free_a or free_b else as_tensor(np.zeros([0], np.int32))
         out = reshape(product, dyn)

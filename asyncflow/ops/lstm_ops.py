@@ -20,6 +20,7 @@ from __future__ import annotations
 from asyncflow.graph import not_differentiable, register_gradient, register_op
 from asyncflow.graph.shape import TensorShape
 from asyncflow.ops.construct import as_tensor, make_op
+from asyncflow.ops.sources import zeros_like
 
 
 def _units(op, kernel_index):
@@ -64,7 +65,6 @@ def fused_lstm_cell(x, c_prev, h_prev, kernel, bias, forget_bias=1.0, name=None)
 
 @register_gradient("FusedLSTMCell")
 def _fused_lstm_cell_grad(op, grad_c, grad_h, grad_activations):
-    from asyncflow.ops.sources import zeros_like
     if grad_activations is not None and grad_activations.op.type not in ("ZerosLike",):
         raise LookupError(f"FusedLSTMCell '{op.name}': its activations output is internal and "
                           "has no gradient")

@@ -11,14 +11,13 @@ from __future__ import annotations
 import builtins
 from math import prod as _prod
 
-import numpy as np
 
 from asyncflow import dtypes
 from asyncflow.graph import not_differentiable, register_op, register_tensor_operators
 from asyncflow.graph.shape import TensorShape, broadcast_shapes
 from asyncflow.ops.construct import (
-    ANY, BOOL, FLOATING, INTEGER, NUMERIC, SIGNED_NUMERIC, as_tensor, check_dtype, make, make_op,
-    operands,
+    ANY, BOOL, FLOATING, NUMERIC, SIGNED_NUMERIC, as_tensor, check_dtype, make, operands,
+    static_value,
 )
 
 # -- elementwise unary ----------------------------------------------------------------------
@@ -142,10 +141,6 @@ truediv = divide
 
 def mod(x, y, name=None):
     return floormod(x, y, name)  # noqa: F821
-
-
-def scalar_mul(scalar, x, name=None):
-    return multiply(scalar, x, name)  # noqa: F821
 
 
 # -- casts, selection, add_n ----------------------------------------------------------------
@@ -323,7 +318,6 @@ def _reduction_builder(op_type, builder_name):
         if keep_dims is not None:
             keepdims = keep_dims
         if hasattr(axis, "op"):
-            from asyncflow.ops.construct import static_value
             value = static_value(axis)
             if value is None:
                 raise ValueError(f"{builder_name}: axis must be a constant")
@@ -409,6 +403,3 @@ register_tensor_operators({
     "__rxor__": lambda x, y: logical_xor(y, x),  # noqa: F821
     "__invert__": lambda x: logical_not(x),  # noqa: F821
 })
-
-
-from asyncflow.ops import math_grad  # noqa: E402,F401  (registers the gradients)

@@ -1,4 +1,4 @@
-"""Gradients of the math family, beside the math ops (TF1's ``math_grad.py``).
+"""Gradients of the math family in one table (TF1's ``math_grad.py``).
 
 Broadcasting binary ops sum each input's gradient back to that input's shape. When static
 shapes decide along which axes an input was broadcast, plain ``Sum`` ops do it; when an
@@ -10,7 +10,8 @@ the reduced count for Mean, broadcast), whose own gradient is the reduction agai
 backward pass of a loss ``reduce_mean`` is one node instead of a chain of shape ops. Every
 gradient is built from ordinary differentiable ops, so gradients of gradients work.
 
-Imported by ``ops/math.py`` (after its ops exist); it registers gradients only.
+It builds on ``ops/math.py`` and ``ops/array.py`` and registers gradients only; nothing imports
+it but ``asyncflow/ops/__init__.py``, so the forward ops never import their gradients back.
 """
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from asyncflow.graph.shape import TensorShape
 from asyncflow.ops import array as _array
 from asyncflow.ops.construct import as_tensor, make, static_value
 from asyncflow.ops.math import (
-    _select_cond_shape, add, cast, cos, divide, equal, greater, greater_equal, less_equal, log, matmul, multiply, negative, pow, sign, sin, square, subtract, where,
+    _select_cond_shape, add, cast, cos, divide, equal, greater, greater_equal, less_equal, log,
+    matmul, multiply, negative, pow, sign, sin, square, subtract, where,
 )
 
 

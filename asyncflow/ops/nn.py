@@ -501,8 +501,3 @@ def batch_normalization(x, mean, variance, offset, scale, variance_epsilon, name
         shift = _math.subtract(offset, shift) if offset is not None else _math.negative(shift)
         return _math.add(_math.multiply(x, inv), shift)
 
-
-# Convolution and pooling live in ops/nn_conv.py and are re-exported here.
-from asyncflow.ops.nn_conv import (  # noqa: E402,F401
-    avg_pool, conv2d, conv2d_backprop_filter, conv2d_backprop_input, conv2d_transpose, max_pool,
-)

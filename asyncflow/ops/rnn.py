@@ -10,18 +10,18 @@ Gradients flow through the loop's gradient and the TensorArrays' gradient arrays
 from __future__ import annotations
 
 from asyncflow import dtypes
+from asyncflow.ops import array, layout, math
 from asyncflow.ops import control_flow as cf
 from asyncflow.ops.construct import as_tensor
+from asyncflow.ops.functional_ops import reverse_first
+from asyncflow.ops.indexing import gather, strided_slice
+from asyncflow.ops.sources import range as range_, zeros_like
 from asyncflow.ops.tensor_array import TensorArray
-
-
-def _ops():
-    from asyncflow.ops import array, layout, math
-    return array, layout, math
+from asyncflow.ops.variable_scope import variable_scope
+from asyncflow.ops.while_loop import while_loop
 
 
 def _transpose_batch_time(x):
-    _, layout, _ = _ops()
     rank = x.shape.ndims
     if rank is None or rank < 2:
         raise ValueError(f"dynamic_rnn: inputs must be at least rank 2 [batch, time, ...], got "
@@ -30,8 +30,6 @@ def _transpose_batch_time(x):
 
 
 def _dim(x, axis):
-    array, _, _ = _ops()
-    from asyncflow.ops.indexing import strided_slice
     static = x.shape.as_list()[axis] if x.shape.ndims is not None else None
     if static is not None:
         return as_tensor(static, dtype=dtypes.int32), static
@@ -40,11 +38,9 @@ def _dim(x, axis):
 
 def _copy_through(time, sequence_length, old, new):
     """``new`` where ``time < sequence_length`` (per batch row), else ``old``."""
-    array, _, math = _ops()
     keep = math.less(time, sequence_length)  # [batch]
     rank = new.shape.ndims
     mask = keep if rank in (None, 1) else array.reshape(keep, [-1] + [1] * (rank - 1))
-    from asyncflow.ops.sources import zeros_like
     condition = math.logical_and(mask, math.equal(zeros_like(new), zeros_like(new)))
     return math.where(condition, new, old)
 
@@ -70,8 +66,6 @@ def dynamic_rnn(cell, inputs, sequence_length=None, initial_state=None, dtype=No
         ``(outputs, final_state)``: outputs shaped like the inputs with ``cell.output_size``
         as depth; ``final_state`` in ``cell.state_size``'s structure.
     """
-    from asyncflow.ops.variable_scope import variable_scope
-    array, layout, math = _ops()
     inputs = as_tensor(inputs)
     with variable_scope(scope or "rnn"):
         time_inputs = inputs if time_major else _transpose_batch_time(inputs)
@@ -96,13 +90,12 @@ def dynamic_rnn(cell, inputs, sequence_length=None, initial_state=None, dtype=No
             output, new_state = cell(input_ta.read(time), current)
             new_flat = cf.flatten(new_state)
             if sequence_length is not None:
-                from asyncflow.ops.sources import zeros_like
                 output = _copy_through(time, sequence_length, zeros_like(output), output)
                 new_flat = [_copy_through(time, sequence_length, old, new)
                             for old, new in zip(flat, new_flat)]
             return (time + 1, outputs.write(time, output)) + tuple(new_flat)
 
-        loop = cf.while_loop(lambda time, *_: time < steps, body,
+        loop = while_loop(lambda time, *_: time < steps, body,
                              (as_tensor(0), output_ta) + tuple(flat_state),
                              parallel_iterations=parallel_iterations or 32)
         outputs = loop[1].stack()
@@ -120,8 +113,6 @@ def static_rnn(cell, inputs, initial_state=None, dtype=None, sequence_length=Non
     Returns:
         ``(outputs, final_state)``: a list of outputs and the last state.
     """
-    from asyncflow.ops.variable_scope import variable_scope
-    _, _, math = _ops()
     if not isinstance(inputs, (list, tuple)) or not inputs:
         raise TypeError("static_rnn: inputs must be a non-empty list of tensors")
     inputs = [as_tensor(x) for x in inputs]
@@ -139,7 +130,6 @@ def static_rnn(cell, inputs, initial_state=None, dtype=None, sequence_length=Non
         for time, x in enumerate(inputs):
             output, new_state = cell(x, state)
             if sequence_length is not None:
-                from asyncflow.ops.sources import zeros_like
                 t = as_tensor(time)
                 output = _copy_through(t, sequence_length, zeros_like(output), output)
                 new_state = cf.pack_as(new_state, [
@@ -153,9 +143,6 @@ def static_rnn(cell, inputs, initial_state=None, dtype=None, sequence_length=Non
 def reverse_sequence(input, seq_lengths, seq_axis=1, batch_axis=0, name=None):  # noqa: A002
     """Reverse the first ``seq_lengths[b]`` steps of each batch row (TF1, ``seq_axis=1``,
     ``batch_axis=0`` or the time-major transpose ``seq_axis=0``, ``batch_axis=1``)."""
-    from asyncflow.ops.indexing import gather
-    from asyncflow.ops.sources import range as range_
-    array, layout, math = _ops()
     x = as_tensor(input)
     if (seq_axis, batch_axis) == (0, 1):
         return _transpose_batch_time(reverse_sequence(_transpose_batch_time(x), seq_lengths,
@@ -184,8 +171,6 @@ def bidirectional_dynamic_rnn(cell_fw, cell_bw, inputs, sequence_length=None,
     Returns:
         ``((output_fw, output_bw), (state_fw, state_bw))``.
     """
-    from asyncflow.ops.variable_scope import variable_scope
-    _, _, math = _ops()
     inputs = as_tensor(inputs)
     with variable_scope(scope or "bidirectional_rnn"):
         with variable_scope("fw") as fw_scope:
@@ -197,7 +182,6 @@ def bidirectional_dynamic_rnn(cell_fw, cell_bw, inputs, sequence_length=None,
         def reverse(x):
             if sequence_length is not None:
                 return reverse_sequence(x, sequence_length, seq_axis, batch_axis)
-            from asyncflow.ops.functional_ops import reverse_first
             return reverse_first(x) if time_major else \
                 _transpose_batch_time(reverse_first(_transpose_batch_time(x)))
         with variable_scope("bw") as bw_scope:

@@ -14,8 +14,16 @@ import collections
 
 from asyncflow import dtypes
 from asyncflow.graph.graph import Tensor
+from asyncflow.ops import layout, math, nn
 from asyncflow.ops import control_flow as cf
 from asyncflow.ops.construct import as_tensor
+from asyncflow.ops.indexing import slice as slice_op
+from asyncflow.ops.init_ops import Constant, Zeros
+from asyncflow.ops.lstm_ops import fused_lstm_cell
+from asyncflow.ops.nn import dropout
+from asyncflow.ops.numerics import clip_by_value
+from asyncflow.ops.sources import zeros
+from asyncflow.ops.variable_scope import AUTO_REUSE, get_variable, variable_scope
 
 
 class LSTMStateTuple(collections.namedtuple("LSTMStateTuple", ("c", "h"))):
@@ -26,11 +34,6 @@ class LSTMStateTuple(collections.namedtuple("LSTMStateTuple", ("c", "h"))):
     @property
     def dtype(self):
         return self.c.dtype
-
-
-def _ops():
-    from asyncflow.ops import array, layout, math, nn
-    return array, layout, math, nn
 
 
 class RNNCell:
@@ -54,7 +57,6 @@ class RNNCell:
 
     def zero_state(self, batch_size, dtype):
         """Zeros in ``state_size``'s structure, ``[batch_size, size]`` each."""
-        from asyncflow.ops.sources import zeros
         static_batch = None if isinstance(batch_size, Tensor) else batch_size
         leaves = []
         for size in cf.flatten(_size_leaves(self.state_size)):
@@ -64,7 +66,6 @@ class RNNCell:
         return cf.pack_as(_size_leaves(self.state_size), leaves)
 
     def __call__(self, inputs, state, scope=None):
-        from asyncflow.ops.variable_scope import AUTO_REUSE, variable_scope
         if self._scope is None:
             with variable_scope(scope or self._name, default_name=self._default_name,
                                 reuse=self._reuse) as opened:
@@ -77,7 +78,6 @@ class RNNCell:
         raise NotImplementedError
 
     def _variable(self, name, shape, dtype, initializer=None):
-        from asyncflow.ops.variable_scope import get_variable
         return get_variable(name, shape=shape, dtype=dtype, initializer=initializer)
 
 
@@ -86,9 +86,8 @@ def _size_leaves(size):
 
 
 def _batch_shape(batch_size, size):
-    from asyncflow.ops.array import stack
     if isinstance(batch_size, Tensor):
-        return stack([batch_size, as_tensor(size, dtype=batch_size.dtype)])
+        return layout.stack([batch_size, as_tensor(size, dtype=batch_size.dtype)])
     return [batch_size, size]
 
 
@@ -102,8 +101,6 @@ def _depth(inputs, cell_name):
 
 def _linear(cell, args, units, bias_initializer=None, kernel_name="kernel", bias_name="bias"):
     """``concat(args, 1) @ kernel + bias``, creating ``kernel`` and ``bias`` (TF1's names)."""
-    from asyncflow.ops.init_ops import Zeros
-    array, layout, math, nn = _ops()
     depth = sum(_depth(a, type(cell).__name__) for a in args)
     dtype = args[0].dtype
     kernel = cell._variable(kernel_name, [depth, units], dtype)
@@ -114,8 +111,6 @@ def _linear(cell, args, units, bias_initializer=None, kernel_name="kernel", bias
 
 def _fused_step(cell, inputs, c, h, forget_bias, initializer):
     """``(new_c, new_h)`` by ``FusedLSTMCell``, with the cell's ``kernel`` and ``bias``."""
-    from asyncflow.ops.init_ops import Zeros
-    from asyncflow.ops.lstm_ops import fused_lstm_cell
     units, dtype = cell._num_units, inputs.dtype
     depth = _depth(inputs, type(cell).__name__) + _depth(h, type(cell).__name__)
     kernel = cell._variable("kernel", [depth, 4 * units], dtype, initializer)
@@ -137,7 +132,6 @@ class BasicRNNCell(RNNCell):
     output_size = property(lambda self: self._num_units)
 
     def call(self, inputs, state):
-        _, _, math, _ = _ops()
         activation = self._activation or math.tanh
         output = activation(_linear(self, [inputs, state], self._num_units))
         return output, output
@@ -165,7 +159,6 @@ class BasicLSTMCell(RNNCell):
     output_size = property(lambda self: self._num_units)
 
     def call(self, inputs, state):
-        array, layout, math, _ = _ops()
         activation = self._activation or math.tanh
         if self._state_is_tuple:
             c, h = state
@@ -213,15 +206,13 @@ class LSTMCell(RNNCell):
     output_size = property(lambda self: self._num_proj or self._num_units)
 
     def call(self, inputs, state):
-        from asyncflow.ops.init_ops import Zeros
-        array, layout, math, nn = _ops()
         activation = self._activation or math.tanh
         units = self._num_units
         if self._state_is_tuple:
             c_prev, m_prev = state
         else:
-            c_prev = array.slice(state, [0, 0], [-1, units])
-            m_prev = array.slice(state, [0, units], [-1, self._num_proj or units])
+            c_prev = slice_op(state, [0, 0], [-1, units])
+            m_prev = slice_op(state, [0, units], [-1, self._num_proj or units])
         dtype = inputs.dtype
         if not (self._use_peepholes or self._cell_clip is not None or self._num_proj is not None
                 or self._activation is not None):  # plain LSTM: TF1's math in one op
@@ -246,19 +237,18 @@ class LSTMCell(RNNCell):
             c = math.add(math.multiply(math.sigmoid(math.add(f, forget)), c_prev),
                          math.multiply(math.sigmoid(i), activation(j)))
         if self._cell_clip is not None:
-            c = array.clip_by_value(c, -self._cell_clip, self._cell_clip)
+            c = clip_by_value(c, -self._cell_clip, self._cell_clip)
         if self._use_peepholes:
             m = math.multiply(math.sigmoid(o + w_o * c), activation(c))
         else:
             m = math.multiply(math.sigmoid(o), activation(c))
         if self._num_proj is not None:
-            from asyncflow.ops.variable_scope import variable_scope
             with variable_scope("projection"):
                 projection = self._variable("kernel", [units, self._num_proj], dtype,
                                             self._initializer)
             m = math.matmul(m, projection)
             if self._proj_clip is not None:
-                m = array.clip_by_value(m, -self._proj_clip, self._proj_clip)
+                m = clip_by_value(m, -self._proj_clip, self._proj_clip)
         new_state = LSTMStateTuple(c, m) if self._state_is_tuple else layout.concat([c, m], 1)
         return m, new_state
 
@@ -281,9 +271,6 @@ class GRUCell(RNNCell):
     output_size = property(lambda self: self._num_units)
 
     def call(self, inputs, state):
-        from asyncflow.ops.init_ops import Constant, Zeros
-        from asyncflow.ops.variable_scope import variable_scope
-        array, layout, math, nn = _ops()
         activation = self._activation or math.tanh
         units, dtype = self._num_units, inputs.dtype
         depth = _depth(inputs, "GRUCell") + units
@@ -328,7 +315,6 @@ class MultiRNNCell(RNNCell):
         return tuple(cell.zero_state(batch_size, dtype) for cell in self._cells)
 
     def call(self, inputs, state):
-        from asyncflow.ops.variable_scope import variable_scope
         current, new_states = inputs, []
         for index, cell in enumerate(self._cells):
             with variable_scope(f"cell_{index}"):
@@ -360,7 +346,6 @@ class DropoutWrapper(RNNCell):
         return self._cell.zero_state(batch_size, dtype)
 
     def _dropout(self, value, keep_prob, offset):
-        from asyncflow.ops.nn import dropout
         if isinstance(keep_prob, (int, float)) and keep_prob == 1.0:
             return value
         seed = None if self._seed is None else self._seed + offset

@@ -12,7 +12,9 @@ from asyncflow.graph import (
     not_differentiable, register_constant_builder, register_gradient, register_op,
 )
 from asyncflow.graph.conversion import contains_tensor
-from asyncflow.graph.shape import TensorShape, as_shape, scalar
+from asyncflow.graph.shape import TensorShape, as_shape
+from asyncflow.ops import math as _math
+from asyncflow.ops.array import identity
 from asyncflow.ops.construct import as_tensor, make, seeds, static_value
 
 
@@ -241,13 +243,11 @@ def _random(op_type, shape, dtype, seed, name, default_name):
 
 
 def _scale_shift(tensor, scale, shift, name):
-    from asyncflow.ops import math as _math
     if not (isinstance(scale, (int, float)) and scale == 1):
         tensor = _math.multiply(tensor, scale)
     if not (isinstance(shift, (int, float)) and shift == 0):
         tensor = _math.add(tensor, shift, name=name)
     elif name is not None:
-        from asyncflow.ops.array import identity
         tensor = identity(tensor, name=name)
     return tensor
 
@@ -279,9 +279,4 @@ def random_uniform(shape, minval=0, maxval=None, dtype=dtypes.float32, seed=None
     sample = _random("RandomUniform", shape, dtype, seed, None, "random_uniform")
     if isinstance(minval, (int, float)) and isinstance(maxval, (int, float)):
         return _scale_shift(sample, maxval - minval, minval, name)
-    from asyncflow.ops import math as _math
     return _math.add(_math.multiply(sample, _math.subtract(maxval, minval)), minval, name=name)
-
-
-def scalar_shape():
-    return scalar()

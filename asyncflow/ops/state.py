@@ -10,9 +10,13 @@ from __future__ import annotations
 
 from asyncflow import dtypes
 from asyncflow.graph import GraphKeys, register_op, not_differentiable
-from asyncflow.graph.graph import Tensor, get_default_graph
+from asyncflow.graph.graph import Tensor, _OPERATOR_NAMES, get_default_graph
 from asyncflow.graph.shape import TensorShape
+from asyncflow.ops.array import identity
 from asyncflow.ops.construct import as_tensor, make, make_op
+from asyncflow.ops.control import group, no_op
+from asyncflow.ops.control_flow import cond
+from asyncflow.ops.math import cast
 
 
 def _infer_variable(op):
@@ -104,7 +108,6 @@ class Variable:
             init_tensor = initial_value if isinstance(initial_value, Tensor) else \
                 as_tensor(initial_value, dtype=dtype, name="initial_value")
             if dtype is not None and init_tensor.dtype is not dtypes.as_dtype(dtype):
-                from asyncflow.ops.math import cast
                 init_tensor = cast(init_tensor, dtype)
             shape = init_tensor.shape if validate_shape else TensorShape(None)
             if validate_shape and not shape.is_fully_defined():
@@ -119,7 +122,6 @@ class Variable:
                     "Assign", (self._variable, init_tensor),
                     {"validate_shape": validate_shape, "use_locking": False}, name="Assign",
                     graph=graph)
-                from asyncflow.ops.array import identity
                 self._snapshot = identity(self._variable, name="read")
         self._trainable = trainable
         if collections is None:
@@ -163,7 +165,6 @@ class Variable:
         """
         if self._variable.graph._current().control_flow_context is None:
             return self._snapshot
-        from asyncflow.ops.array import identity
         with self.graph.colocate_with(self._variable.op):
             return identity(self._variable, name="read")
 
@@ -178,7 +179,6 @@ class Variable:
 
     def read_value(self):
         """A fresh read (an Identity), ordered by the enclosing control dependencies."""
-        from asyncflow.ops.array import identity
         with self.graph.colocate_with(self._variable.op):
             return identity(self._variable, name="read")
 
@@ -221,7 +221,6 @@ class Variable:
     def initialized_value(self):
         """The variable's value, or its initial value while it is uninitialized (TF1): use it
         to initialize another variable from this one without ordering the initializers."""
-        from asyncflow.ops.control_flow import cond
         if self._initial_value is None:
             raise ValueError(f"Variable {self.name}: its initial value is not known "
                              "(an imported variable); read it with read_value()")
@@ -236,16 +235,12 @@ class Variable:
             raise ValueError(f"Variable {self.name}: load needs the initial value tensor")
         await session.run(self._initializer_op, feed_dict={self._initial_value: value})
 
-    def eval_spec(self):
-        return (self.dtype, self.shape)
-
     def __repr__(self):
         return f"<af.Variable '{self.name}' shape={self.shape} dtype={self.dtype.name}>"
 
 
 def _install_variable_operators():
     """Arithmetic, comparison and slicing on a Variable work on its snapshot."""
-    from asyncflow.graph.graph import _OPERATOR_NAMES
     for name in _OPERATOR_NAMES:
         def forward(self, *args, _name=name):
             return getattr(self._as_tensor(), _name)(*args)
@@ -321,7 +316,6 @@ def trainable_variables(scope=None):
 
 def variables_initializer(var_list, name="init"):
     """One op that runs the initializers of ``var_list``."""
-    from asyncflow.ops.control import group, no_op
     if not var_list:
         return no_op(name=name)
     return group(*[v.initializer for v in var_list], name=name)

@@ -26,7 +26,13 @@ from asyncflow import dtypes
 from asyncflow.graph import not_differentiable, register_gradient, register_op
 from asyncflow.graph.graph import Tensor
 from asyncflow.graph.shape import TensorShape, as_shape
+from asyncflow.ops import control_flow as cf
+from asyncflow.ops.array import identity, shape
 from asyncflow.ops.construct import as_tensor, graph_of, make_op
+from asyncflow.ops.control import no_op
+from asyncflow.ops.indexing import strided_slice
+from asyncflow.ops.sources import range as range_
+from asyncflow.ops.while_frame import call_unpacked
 
 _FLOW = (dtypes.float32, TensorShape([]))
 _HANDLE = (dtypes.string, TensorShape([]))
@@ -190,7 +196,6 @@ class TensorArray:
     # -- element access -----------------------------------------------------------------------
     def identity(self):
         """This array with its flow passed through an Identity (TF1)."""
-        from asyncflow.ops.array import identity
         return self._with_flow(identity(self._flow))
 
     def read(self, index, name=None):
@@ -211,7 +216,6 @@ class TensorArray:
 
     def stack(self, name=None):
         """All elements stacked along a new first axis (``gather(range(size()))``)."""
-        from asyncflow.ops.sources import range as range_
         graph = self._handle.graph
         with graph.name_scope(name or "TensorArrayStack"):
             return self.gather(range_(0, self.size()), name="TensorArrayGatherV3")
@@ -229,9 +233,6 @@ class TensorArray:
 
     def unstack(self, value, name=None):
         """A TensorArray holding ``value[i]`` at index ``i`` (``scatter(range(n), value)``)."""
-        from asyncflow.ops.array import shape
-        from asyncflow.ops.indexing import strided_slice
-        from asyncflow.ops.sources import range as range_
         value = as_tensor(value, dtype=self._dtype)
         graph = self._handle.graph
         with graph.name_scope(name or "TensorArrayUnstack"):
@@ -276,7 +277,6 @@ class TensorArray:
 
     def close(self, name=None):
         """Accepted for TF1 compatibility: the array is freed with its step."""
-        from asyncflow.ops.control import no_op
         return no_op(name=name)
 
 
@@ -351,44 +351,34 @@ class _LoopAdapter:
     """
 
     def __init__(self, cond, body, loop_vars):
-        from asyncflow.ops import control_flow as cf
-        self._cf = cf
         self._structure = loop_vars
         self._templates = cf.flatten(loop_vars)
         self.loop_vars = self._to_flows(loop_vars)
         self._cond, self._body = cond, body
 
     def _to_flows(self, structure):
-        cf = self._cf
         return cf.pack_as(structure, [v.flow if isinstance(v, TensorArray) else v
                                       for v in cf.flatten(structure)])
 
     def _to_arrays(self, leaves):
         """Flat loop values arranged like ``loop_vars``, flows turned back into arrays."""
-        cf = self._cf
         return cf.pack_as(self._structure, [
             template._with_flow(leaf) if isinstance(template, TensorArray) else leaf
             for template, leaf in zip(self._templates, leaves)])
 
     def _args(self, args):
-        cf = self._cf
         structure = self._structure
         if isinstance(structure, (list, tuple)) and not cf._is_namedtuple(structure):
             return self._to_arrays(cf.flatten(list(args)))
         return self._to_arrays(cf.flatten(args[0]))
 
     def _call(self, fn, args):
-        cf = self._cf
-        rebuilt = self._args(args)
-        if isinstance(rebuilt, (list, tuple)) and not cf._is_namedtuple(rebuilt):
-            return fn(*rebuilt)
-        return fn(rebuilt)
+        return call_unpacked(fn, self._args(args))
 
     def cond(self, *args):
         return self._call(self._cond, args)
 
     def body(self, *args):
-        cf = self._cf
         result = self._call(self._body, args)
         structure = self._structure
         if isinstance(structure, (list, tuple)) and not cf._is_namedtuple(structure) \
@@ -401,7 +391,6 @@ class _LoopAdapter:
         return self._to_flows(result)
 
     def restore(self, results):
-        cf = self._cf
         if len(self._templates) == 1 and not isinstance(results, (list, tuple, dict)):
             template = self._templates[0]
             return template._with_flow(results) if isinstance(template, TensorArray) else results
@@ -410,7 +399,6 @@ class _LoopAdapter:
 
 def adapt_loop(cond, body, loop_vars):
     """A ``_LoopAdapter`` when ``loop_vars`` holds a TensorArray, else None."""
-    from asyncflow.ops import control_flow as cf
     if not any(isinstance(v, TensorArray) for v in cf.flatten(loop_vars)):
         return None
     return _LoopAdapter(cond, body, loop_vars)

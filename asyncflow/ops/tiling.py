@@ -22,7 +22,8 @@ from asyncflow.graph.conversion import contains_tensor
 from asyncflow.ops import math as math_ops
 from asyncflow.ops.array import reshape
 from asyncflow.ops.construct import INTEGER, as_tensor, check_dtype, make, static_value
-from asyncflow.ops.layout import int_const, shape_of, stack, static_ints
+from asyncflow.ops.layout import stack
+from asyncflow.ops.shapes import int_const, shape_of, static_ints
 
 
 # -- tile --------------------------------------------------------------------------------------
@@ -161,12 +162,18 @@ def pad(tensor, paddings, mode="CONSTANT", name=None, constant_values=0):
     return make("MirrorPad", (x, paddings), {"mode": mode}, name, "MirrorPad")
 
 
+def _slice(tensor, begin, size):
+    # Slice by its op type: ops/indexing.py, which owns it, builds on this module (Slice's
+    # gradient is a pad), so the two gradients meet through the registry, not an import.
+    return make("Slice", (tensor, begin, size), None, None, "Slice")
+
+
 def _unpad(grad, x, paddings):
-    from asyncflow.ops.indexing import slice as slice_op
     static = static_value(paddings)
     begin = int_const(np.asarray(static)[:, 0].tolist()) if static is not None else \
-        math_ops.cast(reshape(slice_op(paddings, [0, 0], [-1, 1]), [-1]), dtypes.int32)
-    return slice_op(grad, begin, shape_of(x))
+        math_ops.cast(reshape(_slice(paddings, int_const([0, 0]), int_const([-1, 1])), [-1]),
+                      dtypes.int32)
+    return _slice(grad, begin, shape_of(x))
 
 
 @register_gradient("PadV2")

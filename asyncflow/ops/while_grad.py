@@ -29,8 +29,13 @@ such a cond, or ``af.gradients`` of an inner loop called inside the outer loop's
 from __future__ import annotations
 
 from asyncflow import dtypes
+from asyncflow.graph.gradients import gradients
 from asyncflow.ops import control_flow as cf
+from asyncflow.ops.array import identity
 from asyncflow.ops.construct import make, make_op
+from asyncflow.ops.math import add, greater, subtract
+from asyncflow.ops.sources import constant, zeros_like
+from asyncflow.ops.while_frame import build_loop
 
 
 class _UnitDef:
@@ -88,9 +93,6 @@ def _forward_counter(ctx):
     """``(count exit, increment op, current op)``: the forward iteration count, added once."""
     if ctx.grad_state is not None:
         return ctx.grad_state
-    from asyncflow.ops.array import identity
-    from asyncflow.ops.math import add
-    from asyncflow.ops.sources import constant
     graph = ctx.graph
     # The counter lives with the loop's predicate (like a loop variable's Enter, Merge,
     # Switch, NextIteration and Exit, it must not straddle devices).
@@ -133,7 +135,6 @@ class GradWhileContext(cf.WhileContext):
             if variable is not None:
                 # A read of a variable in the forward body is read again here, like TF1's
                 # aliased Enter of the snapshot: no stack holding a copy per iteration.
-                from asyncflow.ops.array import identity
                 with self.entered(), self.graph.control_dependencies(None), \
                         self.graph.colocate_with(variable.op):
                     found = identity(variable, name="read")
@@ -150,7 +151,6 @@ class GradWhileContext(cf.WhileContext):
         forward value of the outer loop, which the outer gradient loop saves and pops in
         turn, so each inner gradient loop pops the stack its own outer iteration filled).
         """
-        from asyncflow.ops.sources import constant
         graph, forward = self.graph, self.forward
         home, reason = _saved_home(tensor, forward)
         if reason is not None:
@@ -181,7 +181,6 @@ class GradWhileContext(cf.WhileContext):
             for branch in branches:
                 taken, other = self._branch_pivots(branch)
                 with self.entered(), graph.control_dependencies([gate]):
-                    from asyncflow.ops.array import identity
                     token = identity(taken, name="pop_done")
                 with self.entered(), graph.control_dependencies(None):
                     gate = cf.merge([other, token], name="pop_barrier")[0].op
@@ -193,7 +192,6 @@ class GradWhileContext(cf.WhileContext):
         iteration took ``branch`` (a CondContext of the forward body), resp. its sibling."""
         found = self._pivots.get(branch)
         if found is None:
-            from asyncflow.ops.array import identity
             pred = self.add_value(branch.pred)  # the forward choice, saved like any value
             with self.entered(), self.graph.control_dependencies(None):
                 outputs = cf.switch(pred, pred, name="branch_switch")
@@ -256,7 +254,6 @@ def _branches(ctx, loop):
 def _forward_barrier(op, branches):
     """An op of the loop body that runs after ``op`` when ``op``'s branches are taken, and
     regardless of ``op`` otherwise (a Merge of the branch pivots per level)."""
-    from asyncflow.ops.array import identity
     graph = op.graph
     for branch in branches:
         with graph._push(control_flow_context=branch.outer), \
@@ -323,10 +320,6 @@ def _shaped(grad, shape):
 
 def _while_grad(unit, *exit_grads):
     """Gradients of the loop's inputs (loop variable inits, then float invariants)."""
-    from asyncflow.graph.gradients import gradients
-    from asyncflow.ops.math import add, greater, subtract
-    from asyncflow.ops.sources import zeros_like
-    from asyncflow.ops.while_loop import _build_loop
     ctx = unit.ctx
     graph = ctx.graph
     grad_outer = _gradient_parent(ctx)
@@ -363,8 +356,9 @@ def _while_grad(unit, *exit_grads):
     with graph.control_dependencies(None), graph._push(control_flow_context=grad_outer), \
             graph.name_scope("grad_loop") as scope:
         grad_ctx = GradWhileContext(graph, ctx, scope.rstrip("/"), grad_outer)
-        results = _build_loop(grad_ctx, grad_cond, grad_body, loop_vars, loop_vars, shapes,
-                              grad_ctx.frame_name)
+        results = build_loop(grad_ctx, grad_cond, grad_body, loop_vars, loop_vars, shapes,
+                             grad_ctx.frame_name)
+        register_unit(grad_ctx)
     var_grads = dict(zip(floats, results[1:1 + n_vars]))
     out = [var_grads.get(k) for k in range(len(exits))]
     out += results[1 + n_vars:]

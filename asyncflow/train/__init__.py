@@ -1,9 +1,8 @@
 """``af.train``: optimizers, checkpoints (Saver) and meta graphs, as in TF1's ``tf.train``."""
-from asyncflow.train.meta_graph import (  # noqa: F401
-    export_meta_graph, import_meta_graph, read_graph, write_graph,
-)
+from asyncflow.train.meta_graph import export_meta_graph, read_graph, write_graph  # noqa: F401
 from asyncflow.train.saver import (  # noqa: F401
-    CheckpointState, Saver, checkpoint_exists, get_checkpoint_state, latest_checkpoint,
+    CheckpointState, Saver, checkpoint_exists, get_checkpoint_state, import_meta_graph,
+    latest_checkpoint,
 )
 from asyncflow.train.optimizer import Optimizer  # noqa: F401
 from asyncflow.train.optimizers import (  # noqa: F401
@@ -20,10 +19,13 @@ from asyncflow.train.input import (  # noqa: F401  (input pipelines)
 from asyncflow.train.queue_runner import (  # noqa: F401  (queue runners)
     Coordinator, QueueRunner, add_queue_runner, start_queue_runners,
 )
-from asyncflow.train.monitored_session import (  # noqa: F401  (training loop: hooks, recovery)
-    CheckpointSaverHook, LoggingTensorHook, MonitoredSessionStatistics, MonitoredTrainingSession,
-    NanLossDuringTrainingError, NanTensorHook, Scaffold, SecondOrStepTimer, SessionRunArgs,
-    SessionRunContext, SessionRunHook, SessionRunValues, StepCounterHook, StopAtStepHook,
+from asyncflow.train.hooks import (  # noqa: F401  (hooks of the training loop)
+    CheckpointSaverHook, LoggingTensorHook, NanLossDuringTrainingError, NanTensorHook,
+    SecondOrStepTimer, SessionRunArgs, SessionRunContext, SessionRunHook, SessionRunValues,
+    StepCounterHook, StopAtStepHook,
+)
+from asyncflow.train.monitored_session import (  # noqa: F401  (training loop, recovery)
+    MonitoredSessionStatistics, MonitoredTrainingSession, Scaffold,
 )
 from asyncflow.train.device_setter import replica_device_setter  # noqa: F401
 from asyncflow.train.learning_rate_decay import (  # noqa: F401  (learning-rate schedules)

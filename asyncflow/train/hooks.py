@@ -26,6 +26,7 @@ import numpy as np
 import trio
 
 from asyncflow.kernels.summary_ops import summary_value
+from asyncflow.train.saver import default_saver
 from asyncflow.train.training_util import get_global_step
 
 logger = logging.getLogger("asyncflow.train")
@@ -301,7 +302,6 @@ class CheckpointSaverHook(SessionRunHook):
         if self._saver is None and self._scaffold is not None:
             self._saver = self._scaffold.saver
         if self._saver is None:
-            from asyncflow.train.monitored_session import default_saver
             self._saver = default_saver()
         return self._saver
 

@@ -29,6 +29,7 @@ from asyncflow.ops.construct import as_tensor, static_value
 from asyncflow.ops.control import control_dependencies
 from asyncflow.ops.data_flow import FIFOQueue, PaddingFIFOQueue, RandomShuffleQueue
 from asyncflow.ops.data_flow import count_up_to, random_shuffle
+from asyncflow.ops.sources import range as _range
 from asyncflow.ops.state import Variable
 from asyncflow.train.queue_runner import QueueRunner, add_queue_runner
 
@@ -112,7 +113,6 @@ def string_input_producer(string_tensor, num_epochs=None, shuffle=True, seed=Non
 def range_input_producer(limit, num_epochs=None, shuffle=True, seed=None, capacity=32,
                          shared_name=None, name=None):
     """A queue of the integers ``0 .. limit-1``, see ``input_producer``."""
-    from asyncflow.ops.sources import range as _range
     return input_producer(_range(limit), TensorShape([]), num_epochs, shuffle, seed, capacity,
                           shared_name, name=name or "input_producer")
 

@@ -12,11 +12,12 @@ snapshot_name, initial_value_name, trainable}}``, ``{"tensor": name}``,
 ``{"operation": name}``, ``{"saver": saver_def}`` or ``{"value": tagged attr}`` (strings,
 numbers). A collection holding anything else is skipped with a warning, as TF1 does.
 
-``import_meta_graph`` imports the graph def into the default graph, then rebuilds the
+``import_scoped_meta_graph`` imports the graph def into the default graph, then rebuilds the
 collections: variables become ``Variable`` objects around the imported VariableV2, Assign
 and read ops (shared between GLOBAL_VARIABLES and TRAINABLE_VARIABLES, as when built), so
-optimizers and initializers work on them; it returns a Saver wired to the imported save and
-restore ops.
+optimizers and initializers work on them. ``saver.import_meta_graph`` (``af.train``'s, as in
+TF1's saver.py) wraps it and returns a Saver wired to the imported save and restore ops; this
+module knows Savers only as the ``make_saver`` it is handed, so it never imports saver.py.
 """
 from __future__ import annotations
 
@@ -27,10 +28,12 @@ import warnings
 
 import msgpack
 
+from asyncflow.graph import graph_def as _graph_def
 from asyncflow.graph import serialize
-from asyncflow.graph.graph import Graph, Operation, Tensor, get_default_graph
+from asyncflow.graph.graph import Graph, GraphKeys, Operation, Tensor, get_default_graph
 from asyncflow.kernels.checkpoint import atomic_write
 from asyncflow.ops.state import Variable
+from asyncflow.version import __version__
 
 FORMAT = "asyncflow.MetaGraphDef"
 FORMAT_VERSION = 1
@@ -52,7 +55,7 @@ def _encode_item(item):
         return {"operation": item.name}
     if hasattr(item, "as_saver_def"):
         return {"saver": item.as_saver_def()}
-    return {"value": serialize.encode_attr(item)}
+    return {"value": _graph_def.encode_attr(item)}
 
 
 def _collection_defs(graph, collection_list):
@@ -81,9 +84,10 @@ def _saver_def_with_prefix(saver_def, prefix):
 class _CollectionDecoder:
     """Turns tagged items back into graph objects; one Variable per VariableV2."""
 
-    def __init__(self, graph, prefix):
+    def __init__(self, graph, prefix, make_saver):
         self.graph = graph
         self.prefix = prefix
+        self.make_saver = make_saver
         self.variables = {}
 
     def decode(self, item):
@@ -94,10 +98,9 @@ class _CollectionDecoder:
         if tag == "operation":
             return graph.get_operation_by_name(prefix + payload)
         if tag == "value":
-            return serialize.decode_attr(payload)
+            return _graph_def.decode_attr(payload)
         if tag == "saver":
-            from asyncflow.train.saver import Saver
-            return Saver(saver_def=_saver_def_with_prefix(payload, prefix), graph=graph)
+            return self.make_saver(_saver_def_with_prefix(payload, prefix), graph)
         if tag == "variable":
             name = prefix + payload["variable_name"]
             if name not in self.variables:
@@ -132,7 +135,6 @@ def export_meta_graph(filename=None, graph=None, collection_list=None, saver_def
     Raises:
         ValueError: if an op has an attr that cannot be serialized.
     """
-    from asyncflow.graph.graph import GraphKeys
     graph = graph if graph is not None else get_default_graph()
     if saver_def is None:
         savers = [s for s in graph.get_collection(GraphKeys.SAVERS) if hasattr(s, "as_saver_def")]
@@ -141,7 +143,6 @@ def export_meta_graph(filename=None, graph=None, collection_list=None, saver_def
     if clear_devices:
         for node in graph_def["node"]:
             node["device"] = ""
-    from asyncflow import __version__
     meta = {"meta_info_def": {"format": FORMAT, "format_version": FORMAT_VERSION,
                               "asyncflow_version": __version__},
             "graph_def": graph_def,
@@ -204,16 +205,20 @@ def read_file(path):
         raise ValueError(f"{path} is not a graph file: {exc}") from None
 
 
-def import_meta_graph(meta_graph_or_file, clear_devices=False, import_scope=None):
-    """Import a meta graph into the default graph and rebuild its collections and Saver.
+def import_scoped_meta_graph(meta_graph_or_file, make_saver, clear_devices=False,
+                            import_scope=None):
+    """Import a meta graph into the default graph and rebuild its collections.
 
     Args:
         meta_graph_or_file: a path, or the data ``export_meta_graph`` returned.
+        make_saver: ``make_saver(saver_def, graph)`` builds a Saver around imported ops (for
+            the SAVERS collection).
         clear_devices: ignore the devices recorded in the graph.
         import_scope: a name prefix for the imported ops (default: none, names unchanged).
 
     Returns:
-        A Saver for the imported variables, or None when there is nothing to save.
+        ``(graph, saver_def)``: the graph imported into and the meta graph's saver def with
+        the import prefix applied (None when it has none).
 
     Raises:
         ValueError: for a malformed file or a name clash with the default graph.
@@ -230,24 +235,13 @@ def import_meta_graph(meta_graph_or_file, clear_devices=False, import_scope=None
     graph = get_default_graph()
     serialize.import_graph_def(graph_def, name=import_scope or "")
     prefix = f"{import_scope}/" if import_scope else ""
-    decoder = _CollectionDecoder(graph, prefix)
-    from asyncflow.graph.graph import GraphKeys
+    decoder = _CollectionDecoder(graph, prefix, make_saver)
     for key, items in (meta.get("collection_def") or {}).items():
         ref = graph.get_collection_ref(key)
         for item in items:
             ref.append(decoder.decode(item))
-    savers = graph.get_collection(GraphKeys.SAVERS)
     saver_def = meta.get("saver_def")
-    from asyncflow.train.saver import Saver
-    if saver_def is not None:
-        wanted = _saver_def_with_prefix(saver_def, prefix)["save_tensor_name"]
-        for saver in savers:
-            if saver.as_saver_def()["save_tensor_name"] == wanted:
-                return saver
-        return Saver(saver_def=_saver_def_with_prefix(saver_def, prefix), graph=graph)
-    if graph.get_collection(GraphKeys.GLOBAL_VARIABLES):
-        return Saver()
-    return None
+    return graph, None if saver_def is None else _saver_def_with_prefix(saver_def, prefix)
 
 
 def write_graph(graph_or_graph_def, logdir, name, as_text=False):

@@ -47,13 +47,12 @@ from asyncflow.ops.state import (
 )
 from asyncflow.runtime.options import RunOptions
 from asyncflow.session import Session
-from asyncflow.train.hooks import (  # noqa: F401  (re-exported as af.train.*)
-    CheckpointSaverHook, LoggingTensorHook, NanLossDuringTrainingError, NanTensorHook,
-    SecondOrStepTimer, SessionRunArgs, SessionRunContext, SessionRunHook, SessionRunValues,
-    StepCounterHook, StopAtStepHook, call_hook,
+from asyncflow.train.hooks import (
+    CheckpointSaverHook, SessionRunArgs, SessionRunContext, SessionRunValues, StepCounterHook,
+    call_hook,
 )
 from asyncflow.train.queue_runner import Coordinator
-from asyncflow.train.saver import Saver, latest_checkpoint
+from asyncflow.train.saver import default_saver, latest_checkpoint
 from asyncflow.train.training_util import get_global_step
 
 logger = logging.getLogger("asyncflow.train")
@@ -62,24 +61,6 @@ PREEMPTION_ERRORS = (errors.AbortedError, errors.UnavailableError)
 _USE_DEFAULT = object()
 _READY_OP = "ready_op"
 _BACKOFF_START_S, _BACKOFF_MAX_S = 0.05, 1.0
-
-
-def default_saver(graph=None):
-    """The graph's Saver (its one SAVERS entry), else a new sharded Saver over the global
-    variables.
-
-    Raises:
-        RuntimeError: if the SAVERS collection holds more than one Saver.
-    """
-    graph = graph or get_default_graph()
-    savers = graph.get_collection(GraphKeys.SAVERS)
-    if len(savers) > 1:
-        raise RuntimeError(f"More than one item in collection {GraphKeys.SAVERS!r}: pass the "
-                           "Saver to use in a Scaffold")
-    if savers:
-        return savers[0]
-    with graph.as_default():  # sharded, as TF1's Scaffold: each task saves its own variables
-        return Saver(sharded=True, allow_empty=True)
 
 
 class Scaffold:

@@ -48,6 +48,7 @@ from asyncflow.ops.array import identity
 from asyncflow.ops.control import control_dependencies, group
 from asyncflow.ops.sources import placeholder, placeholder_with_default
 from asyncflow.ops.state import Variable, assign
+from asyncflow.train import meta_graph
 
 STATE_FILENAME = "checkpoint"
 SAVER_DEF_VERSION = 1
@@ -397,7 +398,6 @@ class Saver:
     async def _write_meta_graph(self, filename):
         """Export the meta graph next to the checkpoint; a graph that cannot be serialized
         (a py_func's Python callable) is logged and skipped: the checkpoint itself stands."""
-        from asyncflow.train import meta_graph
         try:
             meta = meta_graph.export_meta_graph(graph=self._graph, saver_def=self.as_saver_def())
         except (TypeError, ValueError) as exc:
@@ -444,7 +444,55 @@ class Saver:
 
     def export_meta_graph(self, filename=None, collection_list=None, as_text=False):
         """Export the graph, its collections and this Saver (see ``af.train.export_meta_graph``)."""
-        from asyncflow.train import meta_graph
         return meta_graph.export_meta_graph(filename, graph=self._graph,
                                             collection_list=collection_list,
                                             saver_def=self.as_saver_def(), as_text=as_text)
+
+
+def _saver_from_def(saver_def, graph):
+    return Saver(saver_def=saver_def, graph=graph)
+
+
+def import_meta_graph(meta_graph_or_file, clear_devices=False, import_scope=None):
+    """Import a meta graph into the default graph and rebuild its collections and Saver.
+
+    Args:
+        meta_graph_or_file: a path, or the data ``export_meta_graph`` returned.
+        clear_devices: ignore the devices recorded in the graph.
+        import_scope: a name prefix for the imported ops (default: none, names unchanged).
+
+    Returns:
+        A Saver for the imported variables, or None when there is nothing to save.
+
+    Raises:
+        ValueError: for a malformed file or a name clash with the default graph.
+    """
+    graph, saver_def = meta_graph.import_scoped_meta_graph(
+        meta_graph_or_file, _saver_from_def, clear_devices=clear_devices,
+        import_scope=import_scope)
+    if saver_def is not None:
+        for saver in graph.get_collection(GraphKeys.SAVERS):
+            if saver.as_saver_def()["save_tensor_name"] == saver_def["save_tensor_name"]:
+                return saver
+        return Saver(saver_def=saver_def, graph=graph)
+    if graph.get_collection(GraphKeys.GLOBAL_VARIABLES):
+        return Saver()
+    return None
+
+
+def default_saver(graph=None):
+    """The graph's Saver (its one SAVERS entry), else a new sharded Saver over the global
+    variables.
+
+    Raises:
+        RuntimeError: if the SAVERS collection holds more than one Saver.
+    """
+    graph = graph or get_default_graph()
+    savers = graph.get_collection(GraphKeys.SAVERS)
+    if len(savers) > 1:
+        raise RuntimeError(f"More than one item in collection {GraphKeys.SAVERS!r}: pass the "
+                           "Saver to use in a Scaffold")
+    if savers:
+        return savers[0]
+    with graph.as_default():  # sharded, as TF1's Scaffold: each task saves its own variables
+        return Saver(sharded=True, allow_empty=True)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import asyncflow as af
-from asyncflow.graph import serialize
+from asyncflow.graph import graph_def
 
 
 def _build_model():
@@ -45,17 +45,17 @@ def test_attr_encoding_round_trips_every_kind():
               np.array([[1.5, 2]], dtype=af.bfloat16.np), np.zeros((0, 2), np.int64),
               np.array(3, np.uint16), np.array([b"x", b"yz"], dtype=object)]
     for value in values:
-        back = serialize.decode_attr(msgpack.unpackb(
-            msgpack.packb(serialize.encode_attr(value), use_bin_type=True), raw=False))
+        back = graph_def.decode_attr(msgpack.unpackb(
+            msgpack.packb(graph_def.encode_attr(value), use_bin_type=True), raw=False))
         if isinstance(value, np.ndarray):
             assert back.dtype == value.dtype and back.shape == value.shape
             np.testing.assert_array_equal(back, value)
         else:
             assert back == value and type(back) is type(value)
     with pytest.raises(TypeError, match="function"):
-        serialize.encode_attr(lambda: 0)
+        graph_def.encode_attr(lambda: 0)
     with pytest.raises(ValueError, match="needs 8 bytes"):
-        serialize.decode_array({"dtype": "float32", "shape": [2], "data": b"\x00" * 7})
+        graph_def.decode_array({"dtype": "float32", "shape": [2], "data": b"\x00" * 7})
 
 
 async def test_round_trip_runs_identically_and_def_is_stable():

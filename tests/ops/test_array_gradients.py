@@ -26,6 +26,11 @@ def hide_shape(t):
     return af.placeholder_with_default(t, [None] * t.shape.ndims)
 
 
+def hide_rank(t):
+    """The same value with even its rank unknown at build time."""
+    return af.placeholder_with_default(t, None)
+
+
 def hide_int(values):
     """An int32 vector whose value shape inference cannot read."""
     values = np.asarray(values, np.int32)
@@ -53,6 +58,7 @@ async def test_concat_grad(data):
         pieces.append(data.draw(arrays(tuple(shape))))
     await check_gradients(lambda *ts: af.concat(list(ts), axis), pieces)
     await check_gradients(lambda *ts: af.concat([hide_shape(t) for t in ts], axis), pieces)
+    await check_gradients(lambda *ts: af.concat([hide_rank(t) for t in ts], axis), pieces)
 
 
 @SETTINGS
