@@ -114,9 +114,9 @@ async def test_plan_cache(graph):
     async with af.Session() as sess:
         for value in range(3):
             assert await sess.run(y, {x: value}) == value + 1
-        assert sess.statistics()["cached_plans"] == 1
+        assert sess.statistics().cached_plans == 1
         await sess.run([y, y * 2.0], {x: 1.0})
-        assert sess.statistics()["cached_plans"] == 2
+        assert sess.statistics().cached_plans == 2
 
 
 async def test_variables_start_uninitialized_in_each_session(graph):

@@ -11,7 +11,7 @@ Theory of operation (reference §6; DESIGN.md "Distribution"):
   fetch, every task's address (``peers``, for pulls) and the transfers whose pulls may share
   a request without risking a deadlock, with their levels (``batching.py``).
 - **Register** lazily before the first step, per task and incarnation, and again when the
-  graph sat idle for half the lease the worker grants (``stats["graph_lease_s"]`` of its
+  graph sat idle for half the lease the worker grants (``stats.graph_lease_s`` of its
   Health): a worker drops graphs nobody uses, and the old handle expires there on its own.
   Each RunGraph carries the next ``request_id`` of its registration (the worker's replay
   check).
@@ -65,7 +65,8 @@ from asyncflow.graph.serialize import encode_attr, node_def
 from asyncflow.kernels.registry import supported_device_kinds
 from asyncflow.ops.control_flow import is_loop_back_edge
 from transports.messages import (
-    AbortStep, DeregisterGraph, RegisterGraph, RemoteCallError, Reset, RunGraph, TensorEntry,
+    AbortStep, DeregisterGraph, GraphConfig, GraphOptions, RegisterGraph, RemoteCallError, Reset,
+    RunGraph, TensorEntry,
 )
 from transports.service import TransportDeadlineExceeded, TransportError
 
@@ -92,8 +93,8 @@ class TaskGraph:
 
     task: str
     graph_def: dict
-    options: dict
-    feed_indices: list     # indices into the run's feed list, in ``options["feeds"]`` order
+    options: GraphOptions
+    feed_indices: list     # indices into the run's feed list, in ``options.feeds`` order
     handle: str | None = None
     registered_incarnation: int = 0
     request_ids: object = None  # itertools.count(1) per registration: RunGraph request ids
@@ -206,8 +207,8 @@ class Master:
                          "registered again", task.name, task.incarnation, reply.incarnation)
         self._seen(task, reply.incarnation)
         task.devices = list(reply.devices)
-        lease = (reply.stats or {}).get("graph_lease_s")
-        task.graph_lease_s = lease if isinstance(lease, (int, float)) and lease > 0 else None
+        lease = reply.stats.graph_lease_s
+        task.graph_lease_s = lease if lease is not None and lease > 0 else None
         task.last_ok = trio.current_time()
         return restarted
 
@@ -286,11 +287,11 @@ class Master:
                                                      [parts.fetches[k][1] for k in fetch_positions])
             for k, name in zip(fetch_positions, fetch_names):
                 fetch_routes[k] = (len(task_graphs), list(dict.fromkeys(fetch_names)).index(name))
-            options = {"feeds": [f"_feed_{i}:0" for i in feed_indices],
-                       "fetches": list(dict.fromkeys(fetch_names)), "peers": peers,
-                       "batchable": batchable,
-                       "config": {"allow_soft_placement": self.config.allow_soft_placement,
-                                  "compress_transfers": self.config.compress_transfers or ""}}
+            options = GraphOptions(
+                feeds=[f"_feed_{i}:0" for i in feed_indices],
+                fetches=list(dict.fromkeys(fetch_names)), peers=peers, batchable=batchable,
+                config=GraphConfig(self.config.allow_soft_placement,
+                                   self.config.compress_transfers or ""))
             task_graphs.append(TaskGraph(task_name, graph_def, options, feed_indices))
         return RemoteRun(task_graphs, fetch_routes, self.incarnations(), placed.by_name(),
                          (tuple(feeds), tuple(fetches), tuple(targets)))
@@ -441,8 +442,8 @@ class _StepDriver:
         tg = self.run_.task_graphs[index]
         task = self.master.tasks[tg.task]
         feeds = [TensorEntry(name, self.feed_values[i])
-                 for name, i in zip(tg.options["feeds"], tg.feed_indices)]
-        request = RunGraph(tg.handle, self.step_id, feeds, list(tg.options["fetches"]),
+                 for name, i in zip(tg.options.feeds, tg.feed_indices)]
+        request = RunGraph(tg.handle, self.step_id, feeds, list(tg.options.fetches),
                            timeout_ms=self.timeout_ms or None, trace=self.trace is not None,
                            request_id=next(tg.request_ids))
         timeout = self.timeout_ms / 1000 + 1.0 if self.timeout_ms else None
@@ -455,9 +456,8 @@ class _StepDriver:
         self.results[index] = [entry.value for entry in reply.tensors]
         if self.trace is not None and reply.step_stats:
             from asyncflow.runtime.executor import NodeStats
-            self.trace.extend(NodeStats(s["node_name"], s["op_type"], s["device"],
-                                        s["start_us"], s["end_us"])
-                              for s in reply.step_stats.get("nodes", []))
+            self.trace.extend(NodeStats(s.node_name, s.op_type, s.device, s.start_us, s.end_us)
+                              for s in reply.step_stats.nodes)
 
     async def _call(self, task, tg, request, timeout):
         """RunGraph on ``task``; returns its reply, or None after reporting the failure."""

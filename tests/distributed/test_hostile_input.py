@@ -391,9 +391,9 @@ def test_bodies_on_bodiless_routes_and_wrong_methods(target):
 def test_server_still_serves_with_state_intact_and_bounded_memory(target):
     health = target.health()
     assert health.incarnation == target.incarnation  # never crashed or restarted
-    assert health.stats["graphs"] >= 1
-    assert health.stats["steps_in_flight"] == 0
-    assert health.stats["steps_held"] < 4096
+    assert health.stats.graphs >= 1
+    assert health.stats.steps_in_flight == 0
+    assert health.stats.steps_held < 4096
     status, reply = target.run([1.0, 2.0, 3.0])
     assert status == 200
     np.testing.assert_array_equal(reply.tensors[0].value, [5.0, 10.0, 15.0])

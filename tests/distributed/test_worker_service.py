@@ -3,6 +3,9 @@
 Graph partitions come from the master's compile (a two-worker cluster), then the test drives
 each worker's RPCs itself, so the order of RunGraph and RecvTensors is the test's choice.
 """
+import struct
+
+import msgpack
 import numpy as np
 import pytest
 import trio
@@ -12,9 +15,10 @@ from asyncflow.distributed import channels
 from asyncflow.distributed.master import Master
 from asyncflow.distributed.worker import WorkerService
 from transports.messages import (
-    AbortStep, CleanupStep, DeregisterGraph, RecvTensors, RegisterGraph, RemoteCallError, Reset,
-    RunGraph, TensorEntry,
+    AbortStep, CleanupStep, DeregisterGraph, GraphOptions, RecvTensors, RegisterGraph,
+    RemoteCallError, Reset, RunGraph, TensorEntry,
 )
+from transports.wire import MAGIC, RemoteProtocolError, decode
 
 
 @pytest.fixture
@@ -64,19 +68,19 @@ async def test_recv_before_run_finds_the_step_and_waits(cluster, autojump_clock)
     results = {}
 
     async def run_task1():
-        results[1] = await w1.run_graph(RunGraph(h1, step_id, [], tgs["1"].options["fetches"],
+        results[1] = await w1.run_graph(RunGraph(h1, step_id, [], tgs["1"].options.fetches,
                                                  request_id=1))
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(run_task1)          # pulls from task 0 before task 0 runs the step
         await trio.testing.wait_all_tasks_blocked()
-        assert services[0].statistics()["steps_held"] == 1
-        feed = TensorEntry(tgs["0"].options["feeds"][0], np.arange(3, dtype=np.float32))
+        assert services[0].statistics().steps_held == 1
+        feed = TensorEntry(tgs["0"].options.feeds[0], np.arange(3, dtype=np.float32))
         await w0.run_graph(RunGraph(h0, step_id, [feed], [], request_id=1))
     np.testing.assert_array_equal(results[1].tensors[0].value, [1.0, 3.0, 5.0])
     # Both sides dropped the finished step; a late pull fails fast instead of creating state.
-    assert services[0].statistics()["steps_held"] == 0
-    assert services[1].statistics()["steps_held"] == 0
+    assert services[0].statistics().steps_held == 0
+    assert services[1].statistics().steps_held == 0
     key = next(iter(services[1]._graphs.values())).binding_parts[0]
     assert key  # task 1 declares the remote Recv it pulls
     with pytest.raises(RemoteCallError, match="ABORTED.*already finished"):
@@ -107,7 +111,7 @@ async def test_unknown_handles_steps_and_bad_keys_are_typed_errors(cluster, auto
     with pytest.raises(RemoteCallError, match="INVALID_ARGUMENT.*malformed graph"):
         await w0.register_graph(RegisterGraph({"node": [{"name": "a", "op": "NoSuchOp",
                                                          "input": [], "attr": {}}]}, "t"))
-    assert services[0].statistics()["steps_held"] == 0
+    assert services[0].statistics().steps_held == 0
 
 
 async def test_feeds_are_checked_against_their_placeholders(cluster, autojump_clock):
@@ -116,7 +120,7 @@ async def test_feeds_are_checked_against_their_placeholders(cluster, autojump_cl
     tg = _by_task(run)["0"]
     w0 = channels.connect("inprocess:101")
     handle = await _register(w0, tg)
-    name = tg.options["feeds"][0]
+    name = tg.options.feeds[0]
     with pytest.raises(RemoteCallError, match="INVALID_ARGUMENT.*dtype int32.*float32"):
         await w0.run_graph(RunGraph(handle, 1, [TensorEntry(name, np.zeros(3, np.int32))], [],
                                     request_id=1))
@@ -126,7 +130,7 @@ async def test_feeds_are_checked_against_their_placeholders(cluster, autojump_cl
     with pytest.raises(RemoteCallError, match="INVALID_ARGUMENT.*missing"):
         await w0.run_graph(RunGraph(handle, 3, [], [], request_id=3))
     # Registered state survives bad requests.
-    assert services[0].statistics()["graphs"] == 1
+    assert services[0].statistics().graphs == 1
     await master.close()
 
 
@@ -142,14 +146,14 @@ async def test_pulled_state_expires_and_abort_wakes_waiters(cluster, autojump_cl
     async with trio.open_nursery() as nursery:
         nursery.start_soon(pull)
         await trio.testing.wait_all_tasks_blocked()
-        assert services[0].statistics()["steps_held"] == 1
+        assert services[0].statistics().steps_held == 1
         await w0.abort_step(AbortStep(9, "ABORTED", "boom"))
-    assert services[0].statistics()["steps_held"] == 0
+    assert services[0].statistics().steps_held == 0
     # A pull for a step that never starts holds state only until the TTL passes.
     services[0]._step_ttl = 5.0
     with trio.move_on_after(1):
         await w0.recv_tensors(RecvTensors(10, [key]))
-    assert services[0].statistics()["steps_held"] == 1
+    assert services[0].statistics().steps_held == 1
     await trio.sleep(10)
     with trio.move_on_after(1):
         await w0.recv_tensors(RecvTensors(11, [key]))
@@ -163,7 +167,7 @@ async def test_health_metrics_and_reset(cluster):
     assert health.task == "/job:worker/replica:0/task:0"
     assert health.incarnation == services[0].incarnation
     assert health.devices == ["/job:worker/replica:0/task:0/device:CPU:0"]
-    assert health.stats["steps_run"] == 0
+    assert health.stats.steps_run == 0
     text = await w0.metrics_text()
     assert 'asyncflow_worker_steps_total{task="/job:worker/replica:0/task:0"} 0' in text
     assert "asyncflow_worker_tensor_bytes_sent_total" in text
@@ -193,20 +197,22 @@ def test_pulled_values_must_match_the_recv_declaration():
     assert dead == (None, True)
 
 
-@pytest.mark.parametrize("batchable", [[["not", "a", "name"]], {"edge": "zero"}, {"edge": 1.5}, 7])
+@pytest.mark.parametrize("batchable", [["edge"], {"edge": "zero"}, {"edge": 1.5}, {"edge": -1}, 7])
 async def test_batch_levels_that_are_not_integers_are_refused(batchable):
     service = WorkerService("worker", 0, connect=None)
     graph = af.Graph()
     with graph.as_default(), af.device("/job:worker/replica:0/task:0/device:CPU:0"):
         out = af.add(af.constant(1.0), 1.0, name="out")
-    options = {"fetches": [out.name], "batchable": batchable}
-    with pytest.raises(RemoteCallError, match="INVALID_ARGUMENT.*batchable must map tensor "
-                                              "names to integer levels"):
-        await service.register_graph(RegisterGraph(graph.as_graph_def(), "s", options))
-    for accepted in (["edge"], {"edge": 2}):  # plain names (one level) and names with levels
-        options = {"fetches": [out.name], "batchable": accepted}
-        reply = await service.register_graph(RegisterGraph(graph.as_graph_def(), "s", options))
-        assert reply.graph_handle
+    header = {"version": 1, "kind": "register_graph", "tensors": [], "payload": {
+        "graph": graph.as_graph_def(), "session_handle": "s",
+        "options": {"fetches": [out.name], "batchable": batchable}}}
+    packed = msgpack.packb(header, use_bin_type=True)
+    with pytest.raises(RemoteProtocolError, match=r"register_graph\.options(\.batchable must be "
+                                                  r"dict\[str, int\]|: .*levels must be >= 0)"):
+        decode(MAGIC + struct.pack("<I", len(packed)) + packed)
+    options = GraphOptions(fetches=[out.name], batchable={"edge": 2})
+    reply = await service.register_graph(RegisterGraph(graph.as_graph_def(), "s", options))
+    assert reply.graph_handle
 
 
 async def _one_task_service(**options):
@@ -224,7 +230,7 @@ async def _one_task_service(**options):
     (tg,) = master.compile(graph, (x,), (y,), ()).task_graphs
     channel = channels.connect("inprocess:301")
     handle = await _register(channel, tg)
-    return service, channel, handle, tg.options["feeds"][0], tg.options["fetches"]
+    return service, channel, handle, tg.options.feeds[0], tg.options.fetches
 
 
 def _run(handle, feed, fetches, step_id, request_id):
@@ -260,11 +266,11 @@ async def test_idle_graphs_expire_after_their_lease(autojump_clock):
         await trio.sleep(20)
         await channel.run_graph(_run(handle, feed, fetches, 1, 1))  # renews the lease
         await trio.sleep(20)
-        assert (await channel.health()).stats["graphs"] == 1
+        assert (await channel.health()).stats.graphs == 1
         await trio.sleep(11)
-        assert (await channel.health()).stats["graphs"] == 0
+        assert (await channel.health()).stats.graphs == 0
         with pytest.raises(RemoteCallError, match="NOT_FOUND"):
             await channel.run_graph(_run(handle, feed, fetches, 2, 2))
-        assert service.statistics()["graph_lease_s"] == 30  # what the master reads
+        assert service.statistics().graph_lease_s == 30  # what the master reads
     finally:
         channels.unregister_inprocess("inprocess:301", service)

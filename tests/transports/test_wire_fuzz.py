@@ -80,8 +80,9 @@ def _sample_frames() -> list[bytes]:
              TensorEntry("s", np.array([b"x", b"yz"], dtype=object)),
              TensorEntry("d", None, is_dead=True), TensorEntry("b", np.ones(3, bool))]
     messages = [wire.RunGraph("g", 3, feeds, ["a"], timeout_ms=9),
-                wire.HealthReply(1, "t", ["cpu"], {"k": [1, 2.5, None, b"b"]}),
-                wire.RegisterGraph({"nodes": [{"op": "Const"}]}, "s"), wire.Ack()]
+                wire.HealthReply(1, "t", ["cpu"], wire.WorkerStatistics(graphs=2, max_rss_mib=9.5)),
+                wire.RegisterGraph({"nodes": [{"op": "Const"}], "k": [1, 2.5, None, b"b"]}, "s"),
+                wire.Ack()]
     return [b"".join(encode(m)) for m in messages]
 
 
