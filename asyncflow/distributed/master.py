@@ -19,7 +19,7 @@ Theory of operation (reference §6; DESIGN.md "Distribution"):
   in the RunGraph of the task that reads them; fetches come back in the replies. A health
   watchdog runs beside the step. On the first failure the master sends AbortStep everywhere,
   gives the other RunGraphs a moment to report, then cancels them, and raises the first
-  root-cause error (errors marked ``[_Derived_]`` lose to it). A transport failure is
+  root-cause error (errors the worker marked ``derived`` lose to it). A transport failure is
   ``UnavailableError`` naming the task. A caller's cancellation aborts the step everywhere.
 - **Restarts** (TF1's semantics). Every task has an *incarnation*, a random number drawn when
   its process starts, reported by Health and by RegisterGraph. The master remembers per task
@@ -56,7 +56,6 @@ from asyncflow.distributed import channels as _channels
 from asyncflow.distributed import rendezvous as _rdv
 from asyncflow.distributed.batching import transfer_levels
 from asyncflow.distributed.cluster import ClusterSpec
-from asyncflow.distributed.worker import OP_PREFIX
 from asyncflow.graph import partition as _partition
 from asyncflow.graph import placement as _placement
 from asyncflow.graph import prune as _prune
@@ -434,9 +433,7 @@ class _StepDriver:
         for is_derived, error in self.failures:
             if not is_derived:
                 return error
-        error = self.failures[0][1]
-        error.message = error.message.removeprefix(_rdv.DERIVED)
-        return error
+        return self.failures[0][1]
 
     async def _run_one(self, index):
         tg = self.run_.task_graphs[index]
@@ -465,8 +462,7 @@ class _StepDriver:
             return await task.channel.run_graph(request, timeout=timeout)
         except RemoteCallError as exc:
             error = self._remote_error(exc, task)
-            if exc.code in ("NOT_FOUND", "ABORTED") and error.op is None \
-                    and not _rdv.is_derived(error.message):
+            if exc.code in ("NOT_FOUND", "ABORTED") and not exc.op and not exc.derived:
                 # Not an op's error nor a peer's abort: the worker lost the graph handle
                 # (NOT_FOUND) or the step. Restarted? Then say so, as TF1 does.
                 await self._check_restart(task)
@@ -491,20 +487,13 @@ class _StepDriver:
             pass
 
     def _remote_error(self, exc, task):
-        message = exc.message
-        derived = _rdv.is_derived(message)
-        message = message.removeprefix(_rdv.DERIVED)
-        op = None
-        if message.startswith(OP_PREFIX):
-            name, _, message = message[len(OP_PREFIX):].partition("] ")
-            op = self.graph._ops_by_name.get(name, name)
-        error = errors.from_code(exc.code, (_rdv.DERIVED if derived else "") + message, op=op)
+        op = self.graph._ops_by_name.get(exc.op, exc.op) if exc.op else None
+        error = _rdv.from_remote(exc, op=op)
         error._asyncflow_located = True
         return error
 
     async def _failed(self, error, dead_task=None):
-        derived = _rdv.is_derived(error.message)
-        self.failures.append((derived, error))
+        self.failures.append((_rdv.is_derived(error), error))
         if dead_task is not None:  # nothing to wait for there, nobody to tell
             self.dead.add(dead_task)
             scope = self.call_scopes.get(dead_task)
@@ -514,8 +503,7 @@ class _StepDriver:
             # Others now fail fast (aborted rendezvous); give their root causes a moment.
             scope = self.outer.cancel_scope
             scope.deadline = min(scope.deadline, trio.current_time() + 2 * ABORT_GRACE_S + 1)
-            self.outer.start_soon(self._abort, errors.error_code_name(error),
-                                  error.message.removeprefix(_rdv.DERIVED))
+            self.outer.start_soon(self._abort, errors.error_code_name(error), error.message)
 
     async def _abort(self, code, message):
         if self.aborted:

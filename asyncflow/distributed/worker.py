@@ -22,8 +22,9 @@ Theory of operation (reference §6):
 - **RunGraph.** Validates feeds against their placeholders, finds or creates the step's
   state, binds the step's ``StepRendezvous`` to the graph (peers, Recv declarations) and runs
   the partitions under the request's deadline. A failure aborts the step's rendezvous (so
-  pulls from peers see it), is logged once and answered with its canonical code; the message
-  starts with ``[op:NAME]`` when an op is to blame (the master names the user's op from it).
+  pulls from peers see it), is logged once and answered with its canonical code; the reply's
+  ``op`` field names the op to blame (the master names the user's op from it) and its
+  ``derived`` field says the failure only follows from another one.
 - **RecvTensors.** Receiver-initiated: waits in the step's local rendezvous until each key
   has been sent. A pull that arrives before the step's RunGraph creates the step's state.
 - **Step state is bounded.** A step is dropped when its RunGraph is done and every tensor it
@@ -70,24 +71,10 @@ from transports.messages import (
 )
 
 _log = logging.getLogger("asyncflow.worker")
-OP_PREFIX = "[op:"
 
 
-def _fail(code, message):
-    raise RemoteCallError(code, message)
-
-
-def error_message(error):
-    """The wire message of an OpError: ``[op:NAME] message`` when an op is to blame."""
-    op = getattr(error, "op", None)
-    name = getattr(op, "name", op if isinstance(op, str) else None)
-    message = error.message if isinstance(error, errors.OpError) else str(error)
-    derived = _rdv.is_derived(message)
-    if derived:
-        message = message[len(_rdv.DERIVED):]
-    if name:
-        message = f"{OP_PREFIX}{name}] {message}"
-    return (_rdv.DERIVED if derived else "") + message
+def _fail(code, message, derived=False):
+    raise RemoteCallError(code, message, derived=derived)
 
 
 REPLAY_WINDOW = 4096
@@ -224,7 +211,7 @@ class WorkerService:
                 graph, feeds, fetches, ops, compiled = await trio.to_thread.run_sync(
                     self._build, request.graph, options, limiter=self._registrations)
         except errors.OpError as exc:
-            _fail(errors.error_code_name(exc), f"RegisterGraph: {error_message(exc)}")
+            raise _rdv.remote_call_error(exc, f"RegisterGraph: {exc.message}") from None
         except (ValueError, TypeError, KeyError) as exc:
             _fail("INVALID_ARGUMENT", f"RegisterGraph: malformed graph: {type(exc).__name__}: {exc}")
         handle = f"{request.session_handle or 'graph'}/{next(self._handles)}/{secrets.token_hex(4)}"
@@ -305,8 +292,8 @@ class WorkerService:
     def _drop(self, step_id, reason):
         state = self._steps.pop(step_id, None)
         if state is not None and not state.rendezvous.aborted:
-            state.rendezvous.abort(errors.AbortedError(
-                None, None, _rdv.DERIVED + f"step {step_id} was {reason} on {self.task}"))
+            state.rendezvous.abort(_rdv.derived(errors.AbortedError(
+                None, None, f"step {step_id} was {reason} on {self.task}")))
         self._tombstones[step_id] = reason
         while len(self._tombstones) > 4 * self._max_steps:
             self._tombstones.popitem(last=False)
@@ -409,26 +396,26 @@ class WorkerService:
             try:
                 return await _compiler.run_partitions(wg.graph, wg.compiled, feed_values, step)
             except errors.OpError as exc:
-                _fail(errors.error_code_name(exc), error_message(exc))
+                raise _rdv.remote_call_error(exc) from None
         if state.rendezvous.aborted:
             reason = state.rendezvous.abort_error  # a Reset says so itself; an AbortStep is derived
-            if reason is not None and not _rdv.is_derived(reason.message):
+            if reason is not None and not _rdv.is_derived(reason):
                 _fail("ABORTED", reason.message)
-            _fail("ABORTED", _rdv.DERIVED + f"step {state.step_id} was aborted on {self.task}")
+            _fail("ABORTED", f"step {state.step_id} was aborted on {self.task}", derived=True)
         _fail("DEADLINE_EXCEEDED", f"step {state.step_id} ran past its {timeout_ms} ms deadline "
               f"on {self.task}")
 
     def _step_failed(self, state, exc):
         self.counters.steps_failed += 1
         if isinstance(exc, RemoteCallError):
-            error = errors.from_code(exc.code, exc.message)
+            error = _rdv.from_remote(exc)
         elif _only_cancelled(exc):
-            error = errors.CancelledError(None, None, _rdv.DERIVED +
-                                          f"step {state.step_id} was cancelled on {self.task}")
+            error = _rdv.derived(errors.CancelledError(
+                None, None, f"step {state.step_id} was cancelled on {self.task}"))
         else:
             error = errors.InternalError(None, None, f"{type(exc).__name__}: {exc}")
         state.rendezvous.abort(error)
-        level = logging.INFO if _rdv.is_derived(error.message) else logging.WARNING
+        level = logging.INFO if _rdv.is_derived(error) else logging.WARNING
         _log.log(level, "%s step %d failed: %s", self.task, state.step_id,
                  error.message.splitlines()[0])
         self._drop(state.step_id, "failed")
@@ -463,17 +450,15 @@ class WorkerService:
                 entries.append(TensorEntry(key, value, is_dead=is_dead))
         except RuntimeError as exc:  # another RecvTensors already waits on the key
             _fail("ALREADY_EXISTS", f"step {request.step_id} on {self.task}: {exc}")
-        except errors.OpError as exc:
-            _fail(errors.error_code_name(exc), _rdv.DERIVED + error_message(exc).removeprefix(
-                _rdv.DERIVED))
+        except errors.OpError as exc:  # the step failed here: the pulling peer's is derived
+            raise _rdv.remote_call_error(exc, derived=True) from None
         self.counters.bytes_sent += sum(e.value.nbytes for e in entries if e.value is not None)
         self._maybe_done(state)
         return RecvTensorsReply(entries)
 
     async def abort_step(self, request):
         state = self._steps.get(request.step_id)
-        error = errors.from_code(request.code, _rdv.DERIVED + request.message.removeprefix(
-            _rdv.DERIVED))
+        error = _rdv.derived(errors.from_code(request.code, request.message))
         if state is None:
             if request.step_id not in self._tombstones:
                 self._abort_marks[request.step_id] = "aborted"

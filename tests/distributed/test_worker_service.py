@@ -3,6 +3,7 @@
 Graph partitions come from the master's compile (a two-worker cluster), then the test drives
 each worker's RPCs itself, so the order of RunGraph and RecvTensors is the test's choice.
 """
+import dataclasses
 import struct
 
 import msgpack
@@ -88,6 +89,44 @@ async def test_recv_before_run_finds_the_step_and_waits(cluster, autojump_clock)
     await master.close()
 
 
+async def test_errors_travel_with_the_op_and_derived_as_fields(cluster, autojump_clock):
+    """Task 0's op fails: its reply names the op in ``op``; task 1, whose pull the failure
+    aborted, answers ``derived``. Neither message carries a marker to parse."""
+    spec, _ = cluster
+    graph = af.Graph()
+    with graph.as_default():
+        with af.device("/job:worker/task:0"):
+            x = af.placeholder(af.float32, [None], name="x")
+            bad = af.reshape(x, [5], name="bad_reshape")
+        with af.device("/job:worker/task:1"):
+            out = af.add(bad, 1.0, name="out")
+    master = Master(spec, af.SessionConfig())
+    await master.open()
+    tgs = _by_task(master.compile(graph, (x,), (out,), ()))
+    w0, w1 = channels.connect("inprocess:101"), channels.connect("inprocess:102")
+    h0, h1 = await _register(w0, tgs["0"]), await _register(w1, tgs["1"])
+    failures = {}
+
+    async def run(task, channel, request):
+        with pytest.raises(RemoteCallError) as caught:
+            await channel.run_graph(request)
+        failures[task] = caught.value
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run, 1, w1, RunGraph(h1, 5, [], tgs["1"].options.fetches,
+                                                request_id=1))
+        await trio.testing.wait_all_tasks_blocked()
+        feed = TensorEntry(tgs["0"].options.feeds[0], np.ones(4, np.float32))
+        nursery.start_soon(run, 0, w0, RunGraph(h0, 5, [feed], [], request_id=1))
+    root, echo = failures[0], failures[1]
+    assert (root.code, root.op, root.derived) == ("INVALID_ARGUMENT", "bad_reshape", False)
+    assert root.message.startswith("Reshape 'bad_reshape' on /job:worker/replica:0/task:0")
+    assert echo.derived and echo.op == "" and echo.code == "INVALID_ARGUMENT"
+    assert "RecvTensors from /job:worker/replica:0/task:0" in echo.message
+    assert not any(e.message.startswith("[") for e in (root, echo))
+    await master.close()
+
+
 def _any_key(service):
     return f"{service.device_names[0]};{service.incarnation:016x};x;edge;0:0"
 
@@ -140,8 +179,9 @@ async def test_pulled_state_expires_and_abort_wakes_waiters(cluster, autojump_cl
     key = f"{services[0].device_names[0]};{services[0].incarnation:016x};x;edge;0:0"
 
     async def pull():
-        with pytest.raises(RemoteCallError, match="ABORTED.*boom"):
+        with pytest.raises(RemoteCallError, match="ABORTED.*boom") as caught:
             await w0.recv_tensors(RecvTensors(9, [key]))
+        assert caught.value.derived and caught.value.message == "boom"  # the abort's own text
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(pull)
@@ -168,12 +208,19 @@ async def test_health_metrics_and_reset(cluster):
     assert health.incarnation == services[0].incarnation
     assert health.devices == ["/job:worker/replica:0/task:0/device:CPU:0"]
     assert health.stats.steps_run == 0
+    assert health.stats == dataclasses.replace(services[0].statistics(),
+                                               max_rss_mib=health.stats.max_rss_mib)
+    assert health.stats.graph_lease_s == 600.0 and health.stats.as_dict()["graphs"] == 0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        health.stats.graphs = 1
     text = await w0.metrics_text()
     assert 'asyncflow_worker_steps_total{task="/job:worker/replica:0/task:0"} 0' in text
     assert "asyncflow_worker_tensor_bytes_sent_total" in text
     services[0].resources.lookup_or_create("c", "v", object)
+    assert services[0].resources.statistics().as_dict() == {"c": 1}
     await w0.reset(Reset(["c"]))
     assert services[0].resources.containers() == []
+    assert services[0].resources.statistics().containers == ()
 
 
 def test_worker_service_names_its_devices():
