@@ -96,6 +96,9 @@ class RemoteCallError(Exception):
         """The ErrorReply that carries this error, every field kept."""
         return ErrorReply(self.code, self.message, self.op, self.derived)
 
+    def __reduce__(self) -> tuple:  # the fields, not the formatted text (pickle, copy)
+        return (type(self), (self.code, self.message), {"op": self.op, "derived": self.derived})
+
 
 @dataclass(frozen=True, slots=True)
 class Status:

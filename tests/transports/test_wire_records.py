@@ -4,12 +4,13 @@ do not fit a record are refused naming the field; defaults stay off the wire."""
 
 from __future__ import annotations
 
+import pickle
 import struct
 
 import msgpack
 import pytest
 
-from transports import wire
+from transports import messages, wire
 from transports.service import error_reply_for
 from transports.wire import (
     MAGIC, Decoder, ErrorReply, GraphConfig, GraphOptions, HealthReply, LocalProtocolError,
@@ -174,8 +175,11 @@ def test_remote_call_errors_and_error_replies_keep_op_and_derived():
     group = BaseExceptionGroup("one", [RemoteCallError("ABORTED", "peer", derived=True)])
     assert error_reply_for(group) == ErrorReply("ABORTED", "peer", derived=True)
     assert str(back) == "INVALID_ARGUMENT: bad shape"  # the text names no op: that is a field
+    copy = pickle.loads(pickle.dumps(RemoteCallError("ABORTED", "peer", op="r", derived=True)))
+    assert (copy.code, copy.message, copy.op, copy.derived) == ("ABORTED", "peer", "r", True)
 
 
 def test_wire_module_exports_the_records():
-    for name in ("GraphOptions", "GraphConfig", "StepStats", "NodeExecStats", "WorkerStatistics"):
-        assert getattr(wire, name) is getattr(wire, name)
+    for record in messages.RECORD_TYPES:
+        assert record.__name__ in wire.__all__ and getattr(wire, record.__name__) is record
+        assert record not in messages.MESSAGE_TYPES.values()  # records travel inside messages
