@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections.abc
 import contextlib
+import dataclasses
 import itertools
 import secrets
 
@@ -484,7 +485,21 @@ class Session:
         return await _compiler.run_partitions(self.graph, compiled, feed_values, step)
 
     def statistics(self):
-        return {"cached_plans": len(self._cache), "runs_in_flight": self._in_flight,
-                "devices": [d.name for d in self._devices]}
+        """A SessionStatistics snapshot."""
+        return SessionStatistics(cached_plans=len(self._cache), runs_in_flight=self._in_flight,
+                                 devices=tuple(d.name for d in self._devices))
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class SessionStatistics:
+    """What ``Session.statistics()`` returns (a frozen record, as trio's ``statistics()``).
+
+    Attributes:
+        cached_plans: compiled runs kept, one per (feeds, fetches, targets) signature.
+        runs_in_flight: ``run`` calls that have not returned yet.
+        devices: the full names of the session's devices.
+    """
+
+    cached_plans: int
+    runs_in_flight: int
+    devices: tuple[str, ...]

@@ -96,11 +96,11 @@ async def measure(spec, quick):
         await sess.run([big.initializer, small.initializer])
         await sess.run(small_sum)
         small_step = await timed(lambda: sess.run(small_sum), repeats)
-        rss0 = [(await channels.connect(a).health()).stats.get("max_rss_mib")
+        rss0 = [(await channels.connect(a).health()).stats.max_rss_mib
                 for a in spec["worker"]]
         await sess.run(big_sum)
         big_step = await timed(lambda: sess.run(big_sum), big_rounds)
-        rss1 = [(await channels.connect(a).health()).stats.get("max_rss_mib")
+        rss1 = [(await channels.connect(a).health()).stats.max_rss_mib
                 for a in spec["worker"]]
         transfer = max(big_step - small_step - local_reduce, 1e-9)
         out["big_step_ms"] = big_step * 1e3
@@ -108,7 +108,7 @@ async def measure(spec, quick):
         out["big_transfer_mib_s"] = 64 / transfer
         out["rss_rise_mib"] = [None if a is None else b - a for a, b in zip(rss0, rss1)]
         out["worker1_pull_requests"] = (await channels.connect(spec["worker"][1]).health()
-                                        ).stats["pull_requests"]
+                                        ).stats.pull_requests
     return out
 
 

@@ -54,7 +54,8 @@ class BenchWorker:
         return wire.RunGraphReply([])
 
     async def health(self, request: wire.Health) -> wire.HealthReply:
-        return wire.HealthReply(os.getpid(), "bench", [], {"maxrss_mib": _maxrss_mib()})
+        return wire.HealthReply(os.getpid(), "bench", [],
+                                wire.WorkerStatistics(max_rss_mib=_maxrss_mib()))
 
 
 # ----------------------------------------------------------------------------- servers
@@ -152,7 +153,7 @@ class Workload:
 
     async def warm_up(self) -> list[float]:
         times = await _timed(lambda: self._client.run_graph(self._run(self._small)), 20)
-        self._rss = ((await self._client.health()).stats["maxrss_mib"], _maxrss_mib())
+        self._rss = ((await self._client.health()).stats.max_rss_mib, _maxrss_mib())
         return times
 
     async def push(self) -> list[float]:
@@ -160,7 +161,7 @@ class Workload:
 
     async def rss(self) -> tuple[float, float]:
         """Peak-RSS rise since warm_up: (client, server), in MiB."""
-        server = (await self._client.health()).stats["maxrss_mib"]
+        server = (await self._client.health()).stats.max_rss_mib
         return _maxrss_mib() - self._rss[1], server - self._rss[0]
 
     async def rtt(self) -> list[float]:

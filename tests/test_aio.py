@@ -65,10 +65,10 @@ def test_cancelling_the_asyncio_task_cancels_the_step():
                     await task
                 value = await sess.run(quick)
                 for _ in range(100):
-                    if sess.statistics()["runs_in_flight"] == 0:
+                    if sess.statistics().runs_in_flight == 0:
                         break
                     await asyncio.sleep(0.01)
-                return value, sess.statistics()["runs_in_flight"]
+                return value, sess.statistics().runs_in_flight
 
     assert asyncio.run(main()) == (2.0, 0)
 
@@ -173,7 +173,7 @@ def test_inline_step_errors_name_the_op():
             async with aio.Session() as sess:
                 with pytest.raises(af.errors.InvalidArgumentError, match="bad_reshape") as info:
                     await sess.run(bad, {x: [1.0, 2.0, 3.0]})
-                return info.value.op.name, sess.statistics()["runs_in_flight"]
+                return info.value.op.name, sess.statistics().runs_in_flight
 
     assert asyncio.run(main()) == ("bad_reshape", 0)
 

@@ -42,7 +42,7 @@ async def _exchange(queue_factory, producers=PRODUCERS, consumers=CONSUMERS,
                     for mine in by_consumer:
                         nursery.start_soon(consume, mine)
             assert await sess.run(queue.size()) == 0
-            assert sess.statistics()["runs_in_flight"] == 0
+            assert sess.statistics().runs_in_flight == 0
         return seen, by_consumer
 
 

@@ -1,5 +1,6 @@
 """Session.run semantics: fetch structures, feeds, pruning, caching, errors, concurrency."""
 import collections
+import dataclasses
 import itertools
 
 import numpy as np
@@ -114,9 +115,13 @@ async def test_plan_cache(graph):
     async with af.Session() as sess:
         for value in range(3):
             assert await sess.run(y, {x: value}) == value + 1
-        assert sess.statistics()["cached_plans"] == 1
+        assert sess.statistics().cached_plans == 1
         await sess.run([y, y * 2.0], {x: 1.0})
-        assert sess.statistics()["cached_plans"] == 2
+        stats = sess.statistics()
+        assert (stats.cached_plans, stats.runs_in_flight) == (2, 0)
+        assert stats.devices == tuple(sess.list_devices())
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            stats.cached_plans = 0
 
 
 async def test_variables_start_uninitialized_in_each_session(graph):

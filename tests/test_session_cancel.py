@@ -45,7 +45,7 @@ async def test_caller_cancel_scope_cancels_the_step(autojump_clock):
                 await sess.run(blocked)
             assert scope.cancelled_caught
             assert started.is_set()
-            assert sess.statistics()["runs_in_flight"] == 0
+            assert sess.statistics().runs_in_flight == 0
             assert await sess.run(quick) == 2.0
 
 

@@ -16,7 +16,7 @@ This module must not know about asyncflow or HTTP.
 
 from __future__ import annotations
 
-from transports.messages import Message, RemoteCallError
+from transports.messages import Message
 from transports.service import (
     Channel, Rpc, WorkerServiceProtocol, error_reply_for, reply_for_result,
 )
@@ -54,7 +54,7 @@ class InProcessChannel(Channel):
             text = await self._handler.metrics_text()
         except Exception as exc:  # noqa: BLE001 -- reported like the HTTP server's 500
             error = error_reply_for(exc)
-            raise RemoteCallError(error.code, error.message) from exc
+            raise error.error() from exc
         return text
 
     def _transfer(self, message: Message) -> Message:

@@ -25,7 +25,13 @@ Shutdown              Ack                     end the worker process (the job is
 ====================  ======================  ===========================================
 
 Any request may instead be answered by :class:`ErrorReply`, which the client raises as
-:class:`RemoteCallError`.
+:class:`RemoteCallError`. What a caller acts on travels as fields, never inside a message text:
+the op to blame (``op``) and whether the failure only echoes another one (``derived``).
+
+Besides messages, a few *records* (frozen dataclasses that are not in :data:`MESSAGE_TYPES`)
+type the structured fields: :class:`GraphOptions` (RegisterGraph), :class:`StepStats` of
+:class:`NodeExecStats` (RunGraphReply) and :class:`WorkerStatistics` (HealthReply). On the wire
+a record is a map of its fields, checked against its annotations as a message's payload is.
 
 Ownership: arrays in a message belong to the message until it has been sent; a sender must not
 modify them meanwhile. Decoded messages always hold freshly allocated arrays.
@@ -40,9 +46,10 @@ import numpy as np
 
 __all__ = [
     "CANONICAL_CODES", "MESSAGE_TYPES", "Ack", "AbortStep", "CleanupStep", "DeregisterGraph",
-    "DevicesReply", "ErrorReply", "Health", "HealthReply", "Message", "RecvTensors",
-    "RecvTensorsReply", "RegisterGraph", "RegisterGraphReply", "RemoteCallError", "Reset",
-    "RunGraph", "RunGraphReply", "Shutdown", "Status", "TensorEntry",
+    "DevicesReply", "ErrorReply", "GraphConfig", "GraphOptions", "Health", "HealthReply",
+    "Message", "NodeExecStats", "RECORD_TYPES", "RecvTensors", "RecvTensorsReply", "RegisterGraph",
+    "RegisterGraphReply", "RemoteCallError", "Reset", "RunGraph", "RunGraphReply", "Shutdown",
+    "Status", "StepStats", "TensorEntry", "WorkerStatistics",
 ]
 
 # TensorFlow's canonical status codes (without OK), by name.
@@ -63,21 +70,34 @@ def _check_code(owner: str, code: str) -> None:
 class RemoteCallError(Exception):
     """A call failed on the remote side with a canonical status code.
 
-    Handlers raise it to answer with a specific code; clients receive it for every ErrorReply.
+    Handlers raise it to answer with a specific code; clients receive it for every ErrorReply
+    (:meth:`ErrorReply.error`), with the reply's fields.
 
     Args:
         code: a name from :data:`CANONICAL_CODES`, e.g. ``"NOT_FOUND"``.
         message: what went wrong, for people.
+        op: the name of the op to blame ("" when no op is).
+        derived: the failure only follows from another one (e.g. a peer's abort), so the
+            caller should prefer any error that is not derived as the root cause.
 
     Raises:
         ValueError: ``code`` is not a canonical code name.
     """
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, *, op: str = "", derived: bool = False) -> None:
         _check_code("RemoteCallError", code)
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+        self.op = op
+        self.derived = derived
+
+    def reply(self) -> ErrorReply:
+        """The ErrorReply that carries this error, every field kept."""
+        return ErrorReply(self.code, self.message, self.op, self.derived)
+
+    def __reduce__(self) -> tuple:  # the fields, not the formatted text (pickle, copy)
+        return (type(self), (self.code, self.message), {"op": self.op, "derived": self.derived})
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,16 +150,58 @@ def _native(a: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True, slots=True)
+class GraphConfig:
+    """Session settings a worker compiles a partition with.
+
+    ``compress_transfers``: the lossy wire format of float32 transfers ("" for none).
+    """
+
+    allow_soft_placement: bool = True
+    compress_transfers: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GraphOptions:
+    """How a worker runs a partition: RegisterGraph's ``options``.
+
+    Attributes:
+        feeds: the tensor names a RunGraph feeds, in the order of its ``feeds``.
+        fetches: the tensor names a RunGraph fetches, in the order of its ``fetch_keys``.
+        peers: task name -> ``host:port`` of every task the partition pulls from.
+        batchable: tensor name -> level (>= 0) of the transfers whose pulls may share a request.
+        config: the session's settings.
+
+    Raises:
+        ValueError: a name is given twice, or a level is negative.
+    """
+
+    feeds: list[str] = field(default_factory=list)
+    fetches: list[str] = field(default_factory=list)
+    peers: dict[str, str] = field(default_factory=dict)
+    batchable: dict[str, int] = field(default_factory=dict)
+    config: GraphConfig = field(default_factory=GraphConfig)
+
+    def __post_init__(self) -> None:
+        if len(set(self.feeds)) != len(self.feeds):
+            raise ValueError(f"GraphOptions.feeds names a tensor twice: {self.feeds!r:.200}")
+        negative = [name for name, level in self.batchable.items()
+                    if isinstance(level, int) and level < 0]
+        if negative:
+            raise ValueError(f"GraphOptions.batchable levels must be >= 0; "
+                             f"{negative[0]!r:.80} has {self.batchable[negative[0]]}")
+
+
+@dataclass(frozen=True, slots=True)
 class RegisterGraph:
     """Install a graph partition on a worker.
 
-    ``graph`` is asyncflow's plain encoding of the partition; ``options`` holds plain settings.
+    ``graph`` is asyncflow's plain encoding of the partition; ``options`` says how to run it.
     ``request_id`` (0 = untracked) lets a worker reject a replayed request.
     """
 
     graph: dict[str, Any]
     session_handle: str
-    options: dict[str, Any] = field(default_factory=dict)
+    options: GraphOptions = field(default_factory=GraphOptions)
     request_id: int = 0
 
 
@@ -174,9 +236,29 @@ class RunGraph:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeExecStats:
+    """When one node of a traced step ran, in microseconds of the worker's clock."""
+
+    node_name: str
+    op_type: str
+    device: str
+    start_us: int
+    end_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class StepStats:
+    """The per-node timings of one traced RunGraph, in the order the nodes ran."""
+
+    nodes: list[NodeExecStats] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
 class RunGraphReply:
+    """The fetched tensors; ``step_stats`` when the RunGraph asked for a trace."""
+
     tensors: list[TensorEntry]
-    step_stats: dict[str, Any] | None = None
+    step_stats: StepStats | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,13 +298,45 @@ class Health:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkerStatistics:
+    """A worker's counters (HealthReply's ``stats``), as trio's ``statistics()`` records.
+
+    Attributes:
+        steps_run, steps_failed: RunGraphs finished and failed since the process started.
+        steps_in_flight: RunGraphs running now; steps_held: steps whose state is kept.
+        graphs: partitions registered now.
+        bytes_sent, bytes_received: tensor bytes of fetches, feeds and pulls.
+        pull_requests, tensors_pulled: RecvTensors sent to peers and the tensors they fetched.
+        max_rss_mib: the process's peak resident memory (None where unknown).
+        graph_lease_s: seconds a graph lives past its last use (None: not reported); a master
+            registers a graph again once it sat idle for half of it.
+    """
+
+    steps_run: int = 0
+    steps_failed: int = 0
+    steps_in_flight: int = 0
+    steps_held: int = 0
+    graphs: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    pull_requests: int = 0
+    tensors_pulled: int = 0
+    max_rss_mib: float | None = None
+    graph_lease_s: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as a plain dict (for logs and JSON)."""
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True, slots=True)
 class HealthReply:
     """``incarnation`` changes whenever the worker process restarts."""
 
     incarnation: int
     task: str
     devices: list[str]
-    stats: dict[str, Any] = field(default_factory=dict)
+    stats: WorkerStatistics = field(default_factory=WorkerStatistics)
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,18 +367,30 @@ class Ack:
 
 @dataclass(frozen=True, slots=True)
 class ErrorReply:
-    """A failed call: a canonical code name and a message."""
+    """A failed call: a canonical code name, a message for people, and the fields a caller
+    acts on: ``op``, the name of the op to blame ("" for none), and ``derived``, true when the
+    failure only follows from another one (a peer's abort), which the caller should prefer."""
 
     code: str
     message: str
+    op: str = ""
+    derived: bool = False
 
     def __post_init__(self) -> None:
         _check_code("ErrorReply", self.code)
+
+    def error(self) -> RemoteCallError:
+        """The RemoteCallError a client raises for this reply, every field kept."""
+        return RemoteCallError(self.code, self.message, op=self.op, derived=self.derived)
 
 
 Message = (RegisterGraph | RegisterGraphReply | DeregisterGraph | RunGraph | RunGraphReply
            | RecvTensors | RecvTensorsReply | AbortStep | CleanupStep | Health | HealthReply
            | Reset | Shutdown | DevicesReply | Ack | ErrorReply)
+
+# The records that type structured fields (not messages: they travel inside one).
+RECORD_TYPES: Final[tuple[type, ...]] = (
+    GraphConfig, GraphOptions, NodeExecStats, StepStats, WorkerStatistics)
 
 # The header's "kind" names: the one table from kind to class (and back) used by the codec.
 MESSAGE_TYPES: Final[dict[str, type]] = {

@@ -21,7 +21,7 @@ from typing import Any, Final, Union
 import ml_dtypes
 import numpy as np
 
-from transports.messages import MESSAGE_TYPES, TensorEntry
+from transports.messages import MESSAGE_TYPES, RECORD_TYPES, TensorEntry
 
 MAGIC: Final = b"AFWF"
 FORMAT_VERSION: Final = 1
@@ -95,12 +95,45 @@ class Limits:
 DEFAULT_LIMITS: Final = Limits()
 
 
+class SchemaMismatch(Exception):
+    """A value that does not fit its annotation (or its record refuses it).
+
+    ``where`` names the field from the outside in (``["options", "peers"]``); the codec adds the
+    message's name and raises the protocol error of its side.
+    """
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.where: list[str] = []
+
+    def describe(self, owner: str) -> str:
+        return f"{'.'.join([owner, *self.where])}{self.problem}"
+
+
+def _mismatch(hint: Any, value: Any) -> SchemaMismatch:
+    return SchemaMismatch(f" must be {describe_hint(hint)}, got {value!r:.80}")
+
+
 @dataclass(frozen=True, slots=True)
 class Field:
+    """One payload or record field, with its conversions compiled from the annotation once.
+
+    ``to_wire`` turns a Python value into plain msgpack data and ``from_wire`` plain data into
+    the Python value (records become their dataclasses); both raise :class:`SchemaMismatch`.
+    """
+
     name: str
     hint: Any  # the annotation, for error messages
-    check: Callable[[Any], bool]  # compiled from the annotation once
+    to_wire: Callable[[Any], Any]
+    from_wire: Callable[[Any], Any]
+    default: Any  # the wire form of the default; dataclasses.MISSING for a required field
     nests: bool  # holds Any somewhere: free nesting, so the decoder bounds its depth
+
+    def omit(self, plain: Any) -> bool:
+        """True when ``plain`` is the default, which a sender leaves out."""
+        return self.default is not dataclasses.MISSING and type(plain) is type(self.default) \
+            and plain == self.default
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,26 +146,151 @@ class Schema:
 
 
 def build_schema(kind: str, cls: type) -> Schema:
+    fields, tensor_field = _fields(cls, allow_tensors=True)
+    required = frozenset(f.name for f in fields if f.default is dataclasses.MISSING)
+    return Schema(kind, cls, fields, required, tensor_field)
+
+
+def _fields(cls: type, allow_tensors: bool = False) -> tuple[tuple[Field, ...], str | None]:
     hints = typing.get_type_hints(cls)
-    plain, required, tensor_field = [], set(), None
+    plain, tensor_field = [], None
     for f in dataclasses.fields(cls):
-        if hints[f.name] == list[TensorEntry]:
-            assert tensor_field is None, f"{cls.__name__} has two tensor fields"
+        hint = hints[f.name]
+        if hint == list[TensorEntry]:
+            assert allow_tensors and tensor_field is None, f"{cls.__name__}: misplaced tensors"
             tensor_field = f.name
             continue
-        hint = hints[f.name]
-        plain.append(Field(f.name, hint, checker(hint), _mentions_any(hint)))
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            required.add(f.name)
-    return Schema(kind, cls, tuple(plain), frozenset(required), tensor_field)
+        to_wire, from_wire = converters(hint)
+        default = (f.default if f.default_factory is dataclasses.MISSING
+                   else f.default_factory())
+        if default is not dataclasses.MISSING:
+            default = to_wire(default)
+        plain.append(Field(f.name, hint, to_wire, from_wire, default, _mentions_any(hint)))
+    return tuple(plain), tensor_field
+
+
+def record_to_wire(fields: tuple[Field, ...], obj: Any) -> dict[str, Any]:
+    """The plain map of a message's or record's fields, defaults left out."""
+    plain = {}
+    for f in fields:
+        try:
+            value = f.to_wire(getattr(obj, f.name))
+        except SchemaMismatch as exc:
+            exc.where.insert(0, f.name)
+            raise
+        if not f.omit(value):
+            plain[f.name] = value
+    return plain
+
+
+def record_from_wire(fields: tuple[Field, ...], plain: dict) -> dict[str, Any]:
+    """The keyword arguments of a message or record from its plain map (checked whole)."""
+    names = {f.name for f in fields}
+    unknown = set(plain) - names
+    missing = {f.name for f in fields if f.default is dataclasses.MISSING} - set(plain)
+    if unknown or missing:
+        raise SchemaMismatch(f": unknown fields {sorted(map(str, unknown))}, "
+                             f"missing fields {sorted(missing)}")
+    values = {}
+    for f in fields:
+        if f.name in plain:
+            try:
+                values[f.name] = f.from_wire(plain[f.name])
+            except SchemaMismatch as exc:
+                exc.where.insert(0, f.name)
+                raise
+    return values
 
 
 def _mentions_any(hint: Any) -> bool:
+    if hint in RECORD_TYPES:
+        return any(f.nests for f in _fields(hint)[0])
     return hint is Any or any(_mentions_any(arg) for arg in typing.get_args(hint))
 
 
+def _mentions_record(hint: Any) -> bool:
+    return hint in RECORD_TYPES or any(_mentions_record(a) for a in typing.get_args(hint))
+
+
+def _same(check: Callable[[Any], bool], hint: Any) -> Callable[[Any], Any]:
+    def convert(value: Any) -> Any:
+        if not check(value):
+            raise _mismatch(hint, value)
+        return value
+    return convert
+
+
+def converters(hint: Any) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+    """``(to_wire, from_wire)`` for an annotation: identity after a check for plain types; records
+    (:data:`RECORD_TYPES`) become maps, also inside ``list[...]``, ``dict[str, ...]`` and
+    ``... | None``."""
+    if not _mentions_record(hint):
+        if hint is float:  # msgpack keeps 2.0 apart from 2; a float field reads both as float
+            def float_from_wire(value: Any) -> float:
+                if isinstance(value, int) and not isinstance(value, bool):
+                    return float(value)
+                if not isinstance(value, float):
+                    raise _mismatch(hint, value)
+                return value
+            return _same(checker(float), hint), float_from_wire
+        if typing.get_origin(hint) in (types.UnionType, Union) and float in typing.get_args(hint):
+            check = checker(hint)
+            def optional_float_from_wire(value: Any) -> Any:
+                if isinstance(value, int) and not isinstance(value, bool):
+                    return float(value)
+                if not check(value):
+                    raise _mismatch(hint, value)
+                return value
+            return _same(check, hint), optional_float_from_wire
+        same = _same(checker(hint), hint)
+        return same, same
+    if hint in RECORD_TYPES:
+        return _record_converters(hint)
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (types.UnionType, Union):
+        assert len(args) == 2 and type(None) in args, f"no wire form for {hint!r}"
+        inner_to, inner_from = converters(next(a for a in args if a is not type(None)))
+        return ((lambda value: None if value is None else inner_to(value)),
+                (lambda value: None if value is None else inner_from(value)))
+    assert origin is list, f"no wire form for {hint!r}"
+    item_to, item_from = converters(args[0])
+
+    def each(convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        def convert_list(value: Any) -> list:
+            if not isinstance(value, list):
+                raise _mismatch(hint, value)
+            items = []
+            for index, item in enumerate(value):
+                try:
+                    items.append(convert(item))
+                except SchemaMismatch as exc:
+                    exc.where.insert(0, str(index))
+                    raise
+            return items
+        return convert_list
+    return each(item_to), each(item_from)
+
+
+def _record_converters(cls: type) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+    fields = _fields(cls)[0]
+
+    def to_wire(value: Any) -> dict:
+        if type(value) is not cls:
+            raise _mismatch(cls, value)
+        return record_to_wire(fields, value)
+
+    def from_wire(value: Any) -> Any:
+        if not isinstance(value, dict):
+            raise SchemaMismatch(f" must be a map of {cls.__name__} fields, got {value!r:.80}")
+        try:
+            return cls(**record_from_wire(fields, value))
+        except (TypeError, ValueError) as exc:
+            raise SchemaMismatch(f": {exc}") from exc
+    return to_wire, from_wire
+
+
 def checker(hint: Any) -> Callable[[Any], bool]:
-    """Compile a payload annotation (int, str, list[str], dict[str, Any], X | None, ...) into a
+    """Compile a plain annotation (int, str, list[str], dict[str, Any], X | None, ...) into a
     predicate on plain values."""
     if hint is Any:
         return lambda value: True
@@ -165,7 +323,7 @@ WIRE_NAMES: Final = {**{d.newbyteorder(">"): n for n, d in WIRE_DTYPES.items()},
 def describe_hint(hint: Any) -> str:
     if isinstance(hint, type) and typing.get_origin(hint) is None:
         return hint.__name__
-    return str(hint).replace("typing.", "")
+    return str(hint).replace("typing.", "").replace("transports.messages.", "")
 
 
 def check_depth(obj: Any, max_depth: int, start: int) -> None:

@@ -141,7 +141,7 @@ def result_for_reply(rpc: Rpc, reply: Message) -> Any:
         RemoteProtocolError: the reply is of a kind that does not answer this rpc.
     """
     if isinstance(reply, ErrorReply):
-        raise RemoteCallError(reply.code, reply.message)
+        raise reply.error()
     if not isinstance(reply, rpc.reply):
         raise RemoteProtocolError(f"{rpc.method} was answered with {type(reply).__name__}, "
                                   f"expected {rpc.reply.__name__}")
@@ -155,13 +155,14 @@ def result_for_reply(rpc: Rpc, reply: Message) -> Any:
 def error_reply_for(exc: BaseException) -> ErrorReply:
     """The ErrorReply for an exception a handler raised.
 
-    RemoteCallError keeps its code; an exception group holding exactly one exception is judged by
-    that one; MemoryError is RESOURCE_EXHAUSTED; anything else is INTERNAL, naming the exception type and message.
+    RemoteCallError keeps its code, op and derived flag; an exception group holding exactly one
+    exception is judged by that one; MemoryError is RESOURCE_EXHAUSTED; anything else is
+    INTERNAL, naming the exception type and message.
     """
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     if isinstance(exc, RemoteCallError):
-        return ErrorReply(exc.code, exc.message)
+        return exc.reply()
     if isinstance(exc, MemoryError):
         return ErrorReply("RESOURCE_EXHAUSTED", f"out of memory: {exc}")
     return ErrorReply("INTERNAL", f"{type(exc).__name__}: {exc}")

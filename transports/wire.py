@@ -58,8 +58,8 @@ from transports.messages import __all__ as _message_names
 from transports.schema import (
     ALIGNMENT, DEFAULT_LIMITS, DESCRIPTOR_KEYS, FORMAT_VERSION, HEADER_KEYS, MAGIC,
     MAX_SHAPE_PRODUCT, PREFIX, SCHEMA_BY_CLASS, SCHEMAS, STRING_DTYPE, WIRE_DTYPES, WIRE_NAMES,
-    FrameTooLarge, Limits, LocalProtocolError, RemoteProtocolError, Schema, WireError, check_depth,
-    describe_hint,
+    FrameTooLarge, Limits, LocalProtocolError, RemoteProtocolError, Schema, SchemaMismatch,
+    WireError, check_depth, record_from_wire, record_to_wire,
 )
 
 __all__ = [
@@ -115,13 +115,10 @@ def encode(message: Message, limits: Limits = DEFAULT_LIMITS) -> list[bytes | me
     schema = SCHEMA_BY_CLASS.get(type(message))
     if schema is None:
         raise LocalProtocolError(f"{type(message).__name__} is not a wire message type")
-    payload = {}
-    for f in schema.plain:
-        value = getattr(message, f.name)
-        if not f.check(value):
-            raise LocalProtocolError(f"{schema.cls.__name__}.{f.name} must be "
-                                     f"{describe_hint(f.hint)}, got {value!r:.80}")
-        payload[f.name] = value
+    try:
+        payload = record_to_wire(schema.plain, message)
+    except SchemaMismatch as exc:
+        raise LocalProtocolError(exc.describe(schema.cls.__name__)) from None
     entries = getattr(message, schema.tensor_field) if schema.tensor_field else []
     if not isinstance(entries, list) or not all(isinstance(e, TensorEntry) for e in entries):
         raise LocalProtocolError(
@@ -504,20 +501,13 @@ class Decoder:
 
     @staticmethod
     def _check_payload(schema: Schema, payload: dict, max_depth: int) -> dict:
-        names = {f.name for f in schema.plain}
-        unknown = set(payload) - names
-        missing = schema.required - set(payload)
-        if unknown or missing:
-            raise RemoteProtocolError(
-                f"{schema.kind} payload: unknown fields {sorted(map(str, unknown))}, "
-                f"missing fields {sorted(missing)}")
         for f in schema.plain:
-            if f.name in payload and not f.check(payload[f.name]):
-                raise RemoteProtocolError(f"{schema.kind}.{f.name} must be "
-                                          f"{describe_hint(f.hint)}, got {payload[f.name]!r:.80}")
             if f.nests and f.name in payload:  # typed fields cannot nest past their type
                 check_depth(payload[f.name], max_depth, start=2)
-        return payload
+        try:
+            return record_from_wire(schema.plain, payload)
+        except SchemaMismatch as exc:
+            raise RemoteProtocolError(exc.describe(schema.kind)) from None
 
     def _check_descriptor(self, index: int, d: Any) -> tuple[dict, np.dtype | None, int]:
         """Validate one descriptor; return it with the dtype to allocate and its raw bytes."""

@@ -11,7 +11,7 @@ Theory of operation (reference §6; DESIGN.md "Distribution"):
   fetch, every task's address (``peers``, for pulls) and the transfers whose pulls may share
   a request without risking a deadlock, with their levels (``batching.py``).
 - **Register** lazily before the first step, per task and incarnation, and again when the
-  graph sat idle for half the lease the worker grants (``stats["graph_lease_s"]`` of its
+  graph sat idle for half the lease the worker grants (``stats.graph_lease_s`` of its
   Health): a worker drops graphs nobody uses, and the old handle expires there on its own.
   Each RunGraph carries the next ``request_id`` of its registration (the worker's replay
   check).
@@ -19,7 +19,7 @@ Theory of operation (reference §6; DESIGN.md "Distribution"):
   in the RunGraph of the task that reads them; fetches come back in the replies. A health
   watchdog runs beside the step. On the first failure the master sends AbortStep everywhere,
   gives the other RunGraphs a moment to report, then cancels them, and raises the first
-  root-cause error (errors marked ``[_Derived_]`` lose to it). A transport failure is
+  root-cause error (errors the worker marked ``derived`` lose to it). A transport failure is
   ``UnavailableError`` naming the task. A caller's cancellation aborts the step everywhere.
 - **Restarts** (TF1's semantics). Every task has an *incarnation*, a random number drawn when
   its process starts, reported by Health and by RegisterGraph. The master remembers per task
@@ -56,7 +56,6 @@ from asyncflow.distributed import channels as _channels
 from asyncflow.distributed import rendezvous as _rdv
 from asyncflow.distributed.batching import transfer_levels
 from asyncflow.distributed.cluster import ClusterSpec
-from asyncflow.distributed.worker import OP_PREFIX
 from asyncflow.graph import partition as _partition
 from asyncflow.graph import placement as _placement
 from asyncflow.graph import prune as _prune
@@ -65,7 +64,8 @@ from asyncflow.graph.serialize import encode_attr, node_def
 from asyncflow.kernels.registry import supported_device_kinds
 from asyncflow.ops.control_flow import is_loop_back_edge
 from transports.messages import (
-    AbortStep, DeregisterGraph, RegisterGraph, RemoteCallError, Reset, RunGraph, TensorEntry,
+    AbortStep, DeregisterGraph, GraphConfig, GraphOptions, RegisterGraph, RemoteCallError, Reset,
+    RunGraph, TensorEntry,
 )
 from transports.service import TransportDeadlineExceeded, TransportError
 
@@ -92,8 +92,8 @@ class TaskGraph:
 
     task: str
     graph_def: dict
-    options: dict
-    feed_indices: list     # indices into the run's feed list, in ``options["feeds"]`` order
+    options: GraphOptions
+    feed_indices: list     # indices into the run's feed list, in ``options.feeds`` order
     handle: str | None = None
     registered_incarnation: int = 0
     request_ids: object = None  # itertools.count(1) per registration: RunGraph request ids
@@ -206,8 +206,8 @@ class Master:
                          "registered again", task.name, task.incarnation, reply.incarnation)
         self._seen(task, reply.incarnation)
         task.devices = list(reply.devices)
-        lease = (reply.stats or {}).get("graph_lease_s")
-        task.graph_lease_s = lease if isinstance(lease, (int, float)) and lease > 0 else None
+        lease = reply.stats.graph_lease_s
+        task.graph_lease_s = lease if lease is not None and lease > 0 else None
         task.last_ok = trio.current_time()
         return restarted
 
@@ -286,11 +286,11 @@ class Master:
                                                      [parts.fetches[k][1] for k in fetch_positions])
             for k, name in zip(fetch_positions, fetch_names):
                 fetch_routes[k] = (len(task_graphs), list(dict.fromkeys(fetch_names)).index(name))
-            options = {"feeds": [f"_feed_{i}:0" for i in feed_indices],
-                       "fetches": list(dict.fromkeys(fetch_names)), "peers": peers,
-                       "batchable": batchable,
-                       "config": {"allow_soft_placement": self.config.allow_soft_placement,
-                                  "compress_transfers": self.config.compress_transfers or ""}}
+            options = GraphOptions(
+                feeds=[f"_feed_{i}:0" for i in feed_indices],
+                fetches=list(dict.fromkeys(fetch_names)), peers=peers, batchable=batchable,
+                config=GraphConfig(self.config.allow_soft_placement,
+                                   self.config.compress_transfers or ""))
             task_graphs.append(TaskGraph(task_name, graph_def, options, feed_indices))
         return RemoteRun(task_graphs, fetch_routes, self.incarnations(), placed.by_name(),
                          (tuple(feeds), tuple(fetches), tuple(targets)))
@@ -430,16 +430,14 @@ class _StepDriver:
         for is_derived, error in self.failures:
             if not is_derived:
                 return error
-        error = self.failures[0][1]
-        error.message = error.message.removeprefix(_rdv.DERIVED)
-        return error
+        return self.failures[0][1]
 
     async def _run_one(self, index):
         tg = self.run_.task_graphs[index]
         task = self.master.tasks[tg.task]
         feeds = [TensorEntry(name, self.feed_values[i])
-                 for name, i in zip(tg.options["feeds"], tg.feed_indices)]
-        request = RunGraph(tg.handle, self.step_id, feeds, list(tg.options["fetches"]),
+                 for name, i in zip(tg.options.feeds, tg.feed_indices)]
+        request = RunGraph(tg.handle, self.step_id, feeds, list(tg.options.fetches),
                            timeout_ms=self.timeout_ms or None, trace=self.trace is not None,
                            request_id=next(tg.request_ids))
         timeout = self.timeout_ms / 1000 + 1.0 if self.timeout_ms else None
@@ -452,9 +450,8 @@ class _StepDriver:
         self.results[index] = [entry.value for entry in reply.tensors]
         if self.trace is not None and reply.step_stats:
             from asyncflow.runtime.executor import NodeStats
-            self.trace.extend(NodeStats(s["node_name"], s["op_type"], s["device"],
-                                        s["start_us"], s["end_us"])
-                              for s in reply.step_stats.get("nodes", []))
+            self.trace.extend(NodeStats(s.node_name, s.op_type, s.device, s.start_us, s.end_us)
+                              for s in reply.step_stats.nodes)
 
     async def _call(self, task, tg, request, timeout):
         """RunGraph on ``task``; returns its reply, or None after reporting the failure."""
@@ -462,8 +459,7 @@ class _StepDriver:
             return await task.channel.run_graph(request, timeout=timeout)
         except RemoteCallError as exc:
             error = self._remote_error(exc, task)
-            if exc.code in ("NOT_FOUND", "ABORTED") and error.op is None \
-                    and not _rdv.is_derived(error.message):
+            if exc.code in ("NOT_FOUND", "ABORTED") and not exc.op and not exc.derived:
                 # Not an op's error nor a peer's abort: the worker lost the graph handle
                 # (NOT_FOUND) or the step. Restarted? Then say so, as TF1 does.
                 await self._check_restart(task)
@@ -488,20 +484,13 @@ class _StepDriver:
             pass
 
     def _remote_error(self, exc, task):
-        message = exc.message
-        derived = _rdv.is_derived(message)
-        message = message.removeprefix(_rdv.DERIVED)
-        op = None
-        if message.startswith(OP_PREFIX):
-            name, _, message = message[len(OP_PREFIX):].partition("] ")
-            op = self.graph._ops_by_name.get(name, name)
-        error = errors.from_code(exc.code, (_rdv.DERIVED if derived else "") + message, op=op)
+        op = self.graph._ops_by_name.get(exc.op, exc.op) if exc.op else None
+        error = _rdv.from_remote(exc, op=op)
         error._asyncflow_located = True
         return error
 
     async def _failed(self, error, dead_task=None):
-        derived = _rdv.is_derived(error.message)
-        self.failures.append((derived, error))
+        self.failures.append((_rdv.is_derived(error), error))
         if dead_task is not None:  # nothing to wait for there, nobody to tell
             self.dead.add(dead_task)
             scope = self.call_scopes.get(dead_task)
@@ -511,8 +500,7 @@ class _StepDriver:
             # Others now fail fast (aborted rendezvous); give their root causes a moment.
             scope = self.outer.cancel_scope
             scope.deadline = min(scope.deadline, trio.current_time() + 2 * ABORT_GRACE_S + 1)
-            self.outer.start_soon(self._abort, errors.error_code_name(error),
-                                  error.message.removeprefix(_rdv.DERIVED))
+            self.outer.start_soon(self._abort, errors.error_code_name(error), error.message)
 
     async def _abort(self, code, message):
         if self.aborted:

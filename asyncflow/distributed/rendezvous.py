@@ -13,8 +13,9 @@ Theory of operation (TF's ``BaseRemoteRendezvous``, reference §5):
   cannot deadlock.
 - Every pulled value is checked against the Recv's declared dtype and static shape.
 - ``abort(error)`` fails local waiters and every later pull with the step's error. Errors that
-  arrive from a peer are *derived* (``[_Derived_]`` prefix): the peer reports its own root
-  cause to the master, which prefers root causes.
+  arrive from a peer are *derived* (:func:`derived` marks them, :func:`is_derived` asks; on the
+  wire it is ErrorReply's ``derived`` field, never a text prefix): the peer reports its own
+  root cause to the master, which prefers root causes.
 
 The rendezvous knows nothing of HTTP: it reaches peers through ``transports`` Channels that the
 worker service hands it.
@@ -30,22 +31,39 @@ from asyncflow.runtime.rendezvous import LocalRendezvous
 from transports.messages import RecvTensors, RemoteCallError
 from transports.service import TransportDeadlineExceeded, TransportError
 
-DERIVED = "[_Derived_] "
 
-
-def is_derived(message):
-    return message.startswith(DERIVED)
+def is_derived(error):
+    """True for an error that only follows from another failure (a peer's abort, a cancelled
+    pull): the master prefers any other error as the step's root cause."""
+    return getattr(error, "_asyncflow_derived", False)
 
 
 def derived(error):
-    """``error`` as a derived OpError of the same class (marked once)."""
-    message = error.message if isinstance(error, errors.OpError) else str(error)
-    if is_derived(message):
-        return error
-    cls = type(error) if isinstance(error, errors.OpError) else errors.AbortedError
-    copy = cls(None, getattr(error, "op", None), DERIVED + message)
-    copy._asyncflow_located = True
-    return copy
+    """``error`` marked as derived, in place (any other exception becomes an AbortedError).
+
+    Marked errors count as located, so the executor passes them on unchanged (and marked).
+    """
+    if not isinstance(error, errors.OpError):
+        error = errors.AbortedError(None, None, str(error))
+    error._asyncflow_derived = True
+    error._asyncflow_located = True
+    return error
+
+
+def from_remote(exc, message=None, op=None):
+    """The OpError for a RemoteCallError, derived when the reply said so."""
+    error = errors.from_code(exc.code, exc.message if message is None else message, op=op)
+    return derived(error) if exc.derived else error
+
+
+def remote_call_error(error, message=None, derived=None):
+    """The RemoteCallError that reports an OpError on the wire: the op to blame and whether it
+    is derived travel as fields (``derived`` overrides the error's own mark)."""
+    op = getattr(error, "op", None)
+    name = getattr(op, "name", op if isinstance(op, str) else "") or ""
+    return RemoteCallError(errors.error_code_name(error),
+                           error.message if message is None else message, op=name,
+                           derived=is_derived(error) if derived is None else derived)
 
 
 def task_of_device(device_name):
@@ -187,8 +205,9 @@ class StepRendezvous:
         except BaseException as exc:
             if self._open_batches.get(group) is batch:
                 del self._open_batches[group]
-            batch.error = exc if isinstance(exc, errors.OpError) else errors.CancelledError(
-                None, None, DERIVED + f"step {self.step_id}: the pull batch was cancelled")
+            batch.error = exc if isinstance(exc, errors.OpError) else derived(
+                errors.CancelledError(None, None,
+                                      f"step {self.step_id}: the pull batch was cancelled"))
             raise
         finally:
             batch.done.set()
@@ -201,7 +220,7 @@ class StepRendezvous:
         try:
             reply = await channel.recv_tensors(RecvTensors(self.step_id, keys))
         except RemoteCallError as exc:
-            raise derived(errors.from_code(exc.code, f"RecvTensors from {task}: {exc.message}"))
+            raise derived(from_remote(exc, f"RecvTensors from {task}: {exc.message}"))
         except TransportDeadlineExceeded as exc:
             raise errors.DeadlineExceededError(None, None, f"RecvTensors from {task}: {exc}")
         except TransportError as exc:

@@ -14,7 +14,7 @@ Theory of operation (reference §6):
 - **Graph leases.** A graph lives ``graph_lease_s`` seconds (default 600) past its last
   registration or RunGraph; then it is dropped (never while it runs), so the graphs of a
   client killed with -9 do not stay forever. The master registers a graph again when it
-  has been idle for half the lease (Health's ``stats["graph_lease_s"]`` says how long).
+  has been idle for half the lease (Health's ``stats.graph_lease_s`` says how long).
 - **Replay.** Every RunGraph carries a ``request_id`` > 0, unique per graph handle (the master
   counts from 1 per registration). The worker keeps an anti-replay window per handle (the
   highest id and the ids seen within ``REPLAY_WINDOW`` below it, as IPsec does): a repeated
@@ -22,8 +22,9 @@ Theory of operation (reference §6):
 - **RunGraph.** Validates feeds against their placeholders, finds or creates the step's
   state, binds the step's ``StepRendezvous`` to the graph (peers, Recv declarations) and runs
   the partitions under the request's deadline. A failure aborts the step's rendezvous (so
-  pulls from peers see it), is logged once and answered with its canonical code; the message
-  starts with ``[op:NAME]`` when an op is to blame (the master names the user's op from it).
+  pulls from peers see it), is logged once and answered with its canonical code; the reply's
+  ``op`` field names the op to blame (the master names the user's op from it) and its
+  ``derived`` field says the failure only follows from another one.
 - **RecvTensors.** Receiver-initiated: waits in the step's local rendezvous until each key
   has been sent. A pull that arrives before the step's RunGraph creates the step's state.
 - **Step state is bounded.** A step is dropped when its RunGraph is done and every tensor it
@@ -65,29 +66,15 @@ from asyncflow.runtime.options import SessionConfig
 from asyncflow.runtime.files import DataDirectory
 from asyncflow.runtime.resources import ResourceManager
 from transports.messages import (
-    HealthReply, RecvTensorsReply, RegisterGraphReply, RemoteCallError, RunGraphReply,
-    TensorEntry,
+    HealthReply, NodeExecStats, RecvTensorsReply, RegisterGraphReply, RemoteCallError,
+    RunGraphReply, StepStats, TensorEntry, WorkerStatistics,
 )
 
 _log = logging.getLogger("asyncflow.worker")
-OP_PREFIX = "[op:"
 
 
-def _fail(code, message):
-    raise RemoteCallError(code, message)
-
-
-def error_message(error):
-    """The wire message of an OpError: ``[op:NAME] message`` when an op is to blame."""
-    op = getattr(error, "op", None)
-    name = getattr(op, "name", op if isinstance(op, str) else None)
-    message = error.message if isinstance(error, errors.OpError) else str(error)
-    derived = _rdv.is_derived(message)
-    if derived:
-        message = message[len(_rdv.DERIVED):]
-    if name:
-        message = f"{OP_PREFIX}{name}] {message}"
-    return (_rdv.DERIVED if derived else "") + message
+def _fail(code, message, derived=False):
+    raise RemoteCallError(code, message, derived=derived)
 
 
 REPLAY_WINDOW = 4096
@@ -211,7 +198,7 @@ class WorkerService:
 
     # -- graphs -----------------------------------------------------------------------
     async def register_graph(self, request):
-        options = request.options or {}
+        options = request.options
         nodes = request.graph.get("node") if isinstance(request.graph, dict) else None
         if isinstance(nodes, list) and len(nodes) > self._max_graph_nodes:
             _fail("RESOURCE_EXHAUSTED", f"RegisterGraph: {len(nodes)} nodes exceed this "
@@ -224,17 +211,13 @@ class WorkerService:
                 graph, feeds, fetches, ops, compiled = await trio.to_thread.run_sync(
                     self._build, request.graph, options, limiter=self._registrations)
         except errors.OpError as exc:
-            _fail(errors.error_code_name(exc), f"RegisterGraph: {error_message(exc)}")
+            raise _rdv.remote_call_error(exc, f"RegisterGraph: {exc.message}") from None
         except (ValueError, TypeError, KeyError) as exc:
             _fail("INVALID_ARGUMENT", f"RegisterGraph: malformed graph: {type(exc).__name__}: {exc}")
         handle = f"{request.session_handle or 'graph'}/{next(self._handles)}/{secrets.token_hex(4)}"
-        peers = options.get("peers") or {}
-        if not isinstance(peers, dict) or not all(isinstance(v, str) for v in peers.values()):
-            _fail("INVALID_ARGUMENT", "RegisterGraph: options.peers must map task names to "
-                  "'host:port' addresses")
         self._graphs[handle] = _WorkerGraph(
-            handle, graph, compiled, feeds, list(options.get("feeds") or []),
-            [t.name for t in fetches], self._declarations(graph, options), dict(peers),
+            handle, graph, compiled, feeds, list(options.feeds),
+            [t.name for t in fetches], self._declarations(graph, options), dict(options.peers),
             lease_expires=trio.current_time() + self._graph_lease_s)
         self.counters.graphs_registered += 1
         _log.info("%s registered graph %s: %d ops on %s", self.task, handle, len(ops),
@@ -258,15 +241,11 @@ class WorkerService:
                           self._graph_lease_s)
 
     def _import(self, graph_def, options):
-        feed_names = options.get("feeds") or []
-        fetch_names = options.get("fetches") or []
-        if not isinstance(feed_names, list) or not isinstance(fetch_names, list):
-            raise ValueError("options.feeds and options.fetches must be lists of tensor names")
         graph = Graph()
         with graph.as_default():
             import_graph_def(graph_def, name="")
-        feeds = [graph.get_tensor_by_name(name) for name in feed_names]
-        fetches = [graph.get_tensor_by_name(name) for name in fetch_names]
+        feeds = [graph.get_tensor_by_name(name) for name in options.feeds]
+        fetches = [graph.get_tensor_by_name(name) for name in options.fetches]
         fed_ops = {t.op for t in feeds}
         targets = [op for op in graph.get_operations() if op not in fed_ops]
         ops = _prune.prune(fetches, targets, feeds, skip_edge=is_loop_back_edge)
@@ -276,10 +255,10 @@ class WorkerService:
         return graph, feeds, fetches, ops
 
     def _compile_config(self, options):
-        settings = options.get("config") or {}
+        settings = options.config
         return dataclasses.replace(
-            self.config, allow_soft_placement=bool(settings.get("allow_soft_placement", True)),
-            compress_transfers=settings.get("compress_transfers") or None)
+            self.config, allow_soft_placement=settings.allow_soft_placement,
+            compress_transfers=settings.compress_transfers or None)
 
     def _declarations(self, graph, options):
         declarations = {}
@@ -288,14 +267,7 @@ class WorkerService:
                 declarations[op.get_attr("tensor_name")] = _rdv.RecvDeclaration(
                     op.name, op.get_attr("dtype"), op.get_attr("shape"),
                     op._attrs.get("compress") or "")
-        batchable = options.get("batchable") or {}
-        if isinstance(batchable, list) and all(isinstance(k, str) for k in batchable):
-            batchable = dict.fromkeys(batchable, 0)  # plain names: one level
-        if not isinstance(batchable, dict) or not all(
-                isinstance(k, str) and type(v) is int for k, v in batchable.items()):
-            _fail("INVALID_ARGUMENT", "RegisterGraph: options.batchable must map tensor names "
-                  "to integer levels")
-        return declarations, batchable
+        return declarations, dict(options.batchable)
 
     async def deregister_graph(self, request):
         if self._graphs.pop(request.graph_handle, None) is None:
@@ -320,8 +292,8 @@ class WorkerService:
     def _drop(self, step_id, reason):
         state = self._steps.pop(step_id, None)
         if state is not None and not state.rendezvous.aborted:
-            state.rendezvous.abort(errors.AbortedError(
-                None, None, _rdv.DERIVED + f"step {step_id} was {reason} on {self.task}"))
+            state.rendezvous.abort(_rdv.derived(errors.AbortedError(
+                None, None, f"step {step_id} was {reason} on {self.task}")))
         self._tombstones[step_id] = reason
         while len(self._tombstones) > 4 * self._max_steps:
             self._tombstones.popitem(last=False)
@@ -414,7 +386,7 @@ class WorkerService:
         tensors = [TensorEntry(name, _host(value)) for name, value in zip(wg.fetch_names, values)]
         self.counters.bytes_sent += sum(t.value.nbytes for t in tensors)
         self._maybe_done(state)
-        stats = None if trace is None else {"nodes": [_node_stats(s) for s in trace]}
+        stats = None if trace is None else StepStats([_node_stats(s) for s in trace])
         return RunGraphReply(tensors, stats)
 
     async def _execute(self, state, wg, feed_values, step, timeout_ms):
@@ -424,26 +396,26 @@ class WorkerService:
             try:
                 return await _compiler.run_partitions(wg.graph, wg.compiled, feed_values, step)
             except errors.OpError as exc:
-                _fail(errors.error_code_name(exc), error_message(exc))
+                raise _rdv.remote_call_error(exc) from None
         if state.rendezvous.aborted:
             reason = state.rendezvous.abort_error  # a Reset says so itself; an AbortStep is derived
-            if reason is not None and not _rdv.is_derived(reason.message):
+            if reason is not None and not _rdv.is_derived(reason):
                 _fail("ABORTED", reason.message)
-            _fail("ABORTED", _rdv.DERIVED + f"step {state.step_id} was aborted on {self.task}")
+            _fail("ABORTED", f"step {state.step_id} was aborted on {self.task}", derived=True)
         _fail("DEADLINE_EXCEEDED", f"step {state.step_id} ran past its {timeout_ms} ms deadline "
               f"on {self.task}")
 
     def _step_failed(self, state, exc):
         self.counters.steps_failed += 1
         if isinstance(exc, RemoteCallError):
-            error = errors.from_code(exc.code, exc.message)
+            error = _rdv.from_remote(exc)
         elif _only_cancelled(exc):
-            error = errors.CancelledError(None, None, _rdv.DERIVED +
-                                          f"step {state.step_id} was cancelled on {self.task}")
+            error = _rdv.derived(errors.CancelledError(
+                None, None, f"step {state.step_id} was cancelled on {self.task}"))
         else:
             error = errors.InternalError(None, None, f"{type(exc).__name__}: {exc}")
         state.rendezvous.abort(error)
-        level = logging.INFO if _rdv.is_derived(error.message) else logging.WARNING
+        level = logging.INFO if _rdv.is_derived(error) else logging.WARNING
         _log.log(level, "%s step %d failed: %s", self.task, state.step_id,
                  error.message.splitlines()[0])
         self._drop(state.step_id, "failed")
@@ -478,17 +450,15 @@ class WorkerService:
                 entries.append(TensorEntry(key, value, is_dead=is_dead))
         except RuntimeError as exc:  # another RecvTensors already waits on the key
             _fail("ALREADY_EXISTS", f"step {request.step_id} on {self.task}: {exc}")
-        except errors.OpError as exc:
-            _fail(errors.error_code_name(exc), _rdv.DERIVED + error_message(exc).removeprefix(
-                _rdv.DERIVED))
+        except errors.OpError as exc:  # the step failed here: the pulling peer's is derived
+            raise _rdv.remote_call_error(exc, derived=True) from None
         self.counters.bytes_sent += sum(e.value.nbytes for e in entries if e.value is not None)
         self._maybe_done(state)
         return RecvTensorsReply(entries)
 
     async def abort_step(self, request):
         state = self._steps.get(request.step_id)
-        error = errors.from_code(request.code, _rdv.DERIVED + request.message.removeprefix(
-            _rdv.DERIVED))
+        error = _rdv.derived(errors.from_code(request.code, request.message))
         if state is None:
             if request.step_id not in self._tombstones:
                 self._abort_marks[request.step_id] = "aborted"
@@ -544,30 +514,30 @@ class WorkerService:
                   "all" if containers is None else containers, dropped)
 
     def statistics(self):
-        """Plain counters (Health's ``stats``)."""
-        return {"steps_run": self.counters.steps_run, "steps_failed": self.counters.steps_failed,
-                "steps_in_flight": sum(s.running for s in self._steps.values()),
-                "steps_held": len(self._steps), "graphs": len(self._graphs),
-                "bytes_sent": self.counters.bytes_sent,
-                "bytes_received": self.counters.bytes_received,
-                "pull_requests": self.counters.pull_requests,
-                "tensors_pulled": self.counters.tensors_pulled,
-                "max_rss_mib": _max_rss_mib(), "graph_lease_s": self._graph_lease_s}
+        """A WorkerStatistics snapshot (Health's ``stats``)."""
+        return WorkerStatistics(
+            steps_run=self.counters.steps_run, steps_failed=self.counters.steps_failed,
+            steps_in_flight=sum(s.running for s in self._steps.values()),
+            steps_held=len(self._steps), graphs=len(self._graphs),
+            bytes_sent=self.counters.bytes_sent, bytes_received=self.counters.bytes_received,
+            pull_requests=self.counters.pull_requests,
+            tensors_pulled=self.counters.tensors_pulled, max_rss_mib=_max_rss_mib(),
+            graph_lease_s=float(self._graph_lease_s))
 
     async def metrics_text(self):
         stats = self.statistics()
         rows = [("asyncflow_worker_steps_total", "counter", "Steps run to completion",
-                 stats["steps_run"]),
+                 stats.steps_run),
                 ("asyncflow_worker_steps_failed_total", "counter", "Steps that failed",
-                 stats["steps_failed"]),
+                 stats.steps_failed),
                 ("asyncflow_worker_steps_in_flight", "gauge", "Steps running now",
-                 stats["steps_in_flight"]),
+                 stats.steps_in_flight),
                 ("asyncflow_worker_registered_graphs", "gauge", "Registered graphs",
-                 stats["graphs"]),
+                 stats.graphs),
                 ("asyncflow_worker_tensor_bytes_sent_total", "counter",
-                 "Tensor bytes sent (fetches and pulls)", stats["bytes_sent"]),
+                 "Tensor bytes sent (fetches and pulls)", stats.bytes_sent),
                 ("asyncflow_worker_tensor_bytes_received_total", "counter",
-                 "Tensor bytes received (feeds and pulls)", stats["bytes_received"])]
+                 "Tensor bytes received (feeds and pulls)", stats.bytes_received)]
         lines = []
         for name, kind, text, value in rows:
             lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}",
@@ -606,5 +576,5 @@ def _host(value):
 
 
 def _node_stats(stats):
-    return {"node_name": stats.node_name, "op_type": stats.op_type, "device": stats.device,
-            "start_us": int(stats.start_us), "end_us": int(stats.end_us)}
+    return NodeExecStats(stats.node_name, stats.op_type, stats.device, int(stats.start_us),
+                         int(stats.end_us))

@@ -7,11 +7,25 @@ sessions in one process can share them; ``reset(containers)`` clears named conta
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from asyncflow import errors
 
 DEFAULT_CONTAINER = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ResourceStatistics:
+    """What ``ResourceManager.statistics()`` returns: ``(container, resources held)`` pairs,
+    sorted by container name ("" is the default container)."""
+
+    containers: tuple[tuple[str, int], ...]
+
+    def as_dict(self):
+        """Container name -> resources held, as a plain dict."""
+        return dict(self.containers)
 
 
 class VariableResource:
@@ -110,7 +124,9 @@ class ResourceManager:
         return sorted(self._containers)
 
     def statistics(self):
-        return {container: len(bucket) for container, bucket in self._containers.items()}
+        """A ResourceStatistics snapshot."""
+        return ResourceStatistics(tuple(sorted(
+            (container, len(bucket)) for container, bucket in self._containers.items())))
 
 
 _process_resources = ResourceManager()

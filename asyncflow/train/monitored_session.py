@@ -115,7 +115,7 @@ def _get_or_default(graph, key, make):
     return op
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class MonitoredSessionStatistics:
     """A snapshot of a MonitoredTrainingSession's bookkeeping.
 

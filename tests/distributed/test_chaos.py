@@ -439,7 +439,7 @@ async def test_frozen_worker_is_declared_dead_and_a_restarted_one_is_recognised(
                 grace = 2 * ABORT_GRACE_S + 1
                 assert dead_after - 0.1 <= elapsed <= interval + dead_after + grace + 1.0, elapsed
                 stats = (await health(procs[0].address)).stats
-                assert stats["steps_in_flight"] == 0  # worker 0's pull was aborted too
+                assert stats.steps_in_flight == 0  # worker 0's pull was aborted too
                 os.kill(procs[1].pid, signal.SIGCONT)
                 assert await sess.run(y) == 12.0  # the same process, back from the freeze
                 assert (await health(procs[1].address)).incarnation == first

@@ -142,7 +142,7 @@ async def register_left_behind(address):
     (task_graph,) = run.task_graphs
     for task in master.tasks.values():
         await task.channel.aclose()
-    return task_graph.handle, task_graph.options["feeds"][0], task_graph.options["fetches"]
+    return task_graph.handle, task_graph.options.feeds[0], task_graph.options.fetches
 
 
 def health_stats(address):
@@ -180,7 +180,7 @@ def test_inflating_headers_are_refused_within_bounded_memory_while_health_answer
             assert status == 413 and b"msgpack values" in body, body[:200]
         probe.check("24 MiB header of empty arrays")
         check_rss(worker, baseline)
-        assert health_stats(worker.address)["graphs"] == 0
+        assert health_stats(worker.address).graphs == 0
     finally:
         worker.kill()
 
@@ -222,16 +222,16 @@ def test_graph_node_limit_and_registration_off_the_serving_loop(dirs):
     try:
         baseline = peak_rss(worker)
         status, body = http(worker.address, "POST", "/v1/graphs",
-                            frame(RegisterGraph(_noop_graph(100_001), "big", {})), timeout=120)
+                            frame(RegisterGraph(_noop_graph(100_001), "big")), timeout=120)
         assert status == 429 and b"limit of 100000" in body, body[:200]
         check_rss(worker, baseline)
         with HealthProbe(worker.address) as probe:
             status, body = http(worker.address, "POST", "/v1/graphs",
-                                frame(RegisterGraph(_noop_graph(20_000), "wide", {})),
+                                frame(RegisterGraph(_noop_graph(20_000), "wide")),
                                 timeout=300)
             assert status == 200, body[:300]
         probe.check("registering 20,000 nodes")
-        assert health_stats(worker.address)["graphs"] == 1
+        assert health_stats(worker.address).graphs == 1
     finally:
         worker.kill()
 
@@ -241,14 +241,14 @@ def test_graphs_of_a_vanished_client_expire_and_reset_drops_graphs(dirs):
     worker = start(data, "--graph-lease-s", "2")
     try:
         trio.run(register_left_behind, worker.address)
-        assert health_stats(worker.address)["graphs"] == 1
+        assert health_stats(worker.address).graphs == 1
         deadline = time.monotonic() + 30
-        while health_stats(worker.address)["graphs"] and time.monotonic() < deadline:
+        while health_stats(worker.address).graphs and time.monotonic() < deadline:
             time.sleep(0.25)
-        assert health_stats(worker.address)["graphs"] == 0  # the lease ran out
+        assert health_stats(worker.address).graphs == 0  # the lease ran out
         trio.run(register_left_behind, worker.address)
         assert http(worker.address, "POST", "/v1/reset", frame(Reset(None)))[0] == 200
-        assert health_stats(worker.address)["graphs"] == 0
+        assert health_stats(worker.address).graphs == 0
     finally:
         worker.kill()
 
@@ -502,7 +502,7 @@ def test_reset_while_a_step_runs_aborts_the_step(dirs):
                         outcome["error"] = exc
                 nursery.start_soon(step)
                 with trio.fail_after(30):
-                    while health_stats(worker.address)["steps_in_flight"] == 0:
+                    while health_stats(worker.address).steps_in_flight == 0:
                         await trio.sleep(0.05)
                 await af.Session.reset(worker.address)
         return outcome["error"]

@@ -27,8 +27,9 @@ from asyncflow.distributed.cluster import ClusterSpec
 from asyncflow.distributed.master import Master
 from transports import wire
 from transports.messages import (
-    AbortStep, CleanupStep, DeregisterGraph, ErrorReply, HealthReply, RecvTensors, RegisterGraph,
-    Reset, RunGraph, RunGraphReply, TensorEntry,
+    AbortStep, CleanupStep, DeregisterGraph, ErrorReply, GraphOptions, HealthReply, NodeExecStats,
+    RecvTensors, RegisterGraph, Reset, RunGraph, RunGraphReply, StepStats, TensorEntry,
+    WorkerStatistics,
 )
 from killable_workers import WorkerProcess
 
@@ -161,7 +162,7 @@ async def _register(address):
     (task_graph,) = run.task_graphs
     for task in master.tasks.values():
         await task.channel.aclose()
-    return task_graph.handle, task_graph.options["feeds"][0], task_graph.options["fetches"]
+    return task_graph.handle, task_graph.options.feeds[0], task_graph.options.fetches
 
 
 @pytest.fixture(scope="module")
@@ -197,7 +198,8 @@ def _valid_frames(target):
             list(target.fetches), request_id=step))),
         ("POST", f"/v1/steps/{step + 1}/recv", frame(RecvTensors(step + 1, [_key(target)]))),
         ("POST", f"/v1/steps/{step + 2}/abort", frame(AbortStep(step + 2, "CANCELLED", "x"))),
-        ("POST", "/v1/graphs", frame(RegisterGraph({"node": []}, "fuzz", {}))),
+        ("POST", "/v1/graphs", frame(RegisterGraph({"node": []}, "fuzz", GraphOptions(
+            peers={"/job:worker/replica:0/task:9": "127.0.0.1:1"}, batchable={"t:0": 1})))),
     ]
 
 
@@ -391,9 +393,9 @@ def test_bodies_on_bodiless_routes_and_wrong_methods(target):
 def test_server_still_serves_with_state_intact_and_bounded_memory(target):
     health = target.health()
     assert health.incarnation == target.incarnation  # never crashed or restarted
-    assert health.stats["graphs"] >= 1
-    assert health.stats["steps_in_flight"] == 0
-    assert health.stats["steps_held"] < 4096
+    assert health.stats.graphs >= 1
+    assert health.stats.steps_in_flight == 0
+    assert health.stats.steps_held < 4096
     status, reply = target.run([1.0, 2.0, 3.0])
     assert status == 200
     np.testing.assert_array_equal(reply.tensors[0].value, [5.0, 10.0, 15.0])
@@ -467,8 +469,11 @@ def test_atheris_coverage_guided_fuzz_of_the_wire_decoder(tmp_path):
                                     TensorEntry("s:0", np.array([b"a", b"bc"], dtype=object))],
                       ["y:0"]),
              RecvTensors(5, ["a;1f;b;t;0:0", "c;2;d;u;0:0"]), AbortStep(5, "CANCELLED", "x"),
-             CleanupStep(5), RegisterGraph({"node": [{"name": "a", "attr": {"i": 1}}]}, "s", {}),
-             DeregisterGraph("g"), Reset(["c"]), ErrorReply("ABORTED", "no")]
+             CleanupStep(5), RegisterGraph({"node": [{"name": "a", "attr": {"i": 1}}]}, "s",
+                                           GraphOptions(["x:0"], ["y:0"], {"t": "h:1"}, {"e": 1})),
+             DeregisterGraph("g"), Reset(["c"]), ErrorReply("ABORTED", "no", "op", True),
+             HealthReply(1, "t", ["d"], WorkerStatistics(graphs=1, max_rss_mib=2.5)),
+             RunGraphReply([], StepStats([NodeExecStats("n", "Add", "d", 1, 2)]))]
     for index, message in enumerate(seeds):
         (corpus / f"seed{index}").write_bytes(frame(message))
     script = tmp_path / "fuzz_wire.py"

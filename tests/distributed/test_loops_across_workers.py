@@ -32,7 +32,7 @@ async def _run_twice(spec, graph, fetches, feed_dict=None, init=None):
 async def _steps_drained(servers):
     """Every worker drops the step once its sends were pulled (none waits for its TTL)."""
     with trio.fail_after(5):
-        while any(s.service.statistics()["steps_held"] for s in servers.values()):
+        while any(s.service.statistics().steps_held for s in servers.values()):
             await trio.sleep(0.01)
 
 

@@ -92,7 +92,7 @@ async def test_garbage_to_every_route_is_4xx_and_loses_no_state(process_cluster)
         await sess.run(v.initializer, options=TIMEOUT)
         await sess.run(total, {x: np.ones(4, np.float32)}, options=TIMEOUT)
         channel = channels.connect(address)
-        graphs_before = (await channel.health(timeout=10)).stats["graphs"]
+        graphs_before = (await channel.health(timeout=10)).stats.graphs
         results = await trio.to_thread.run_sync(_bad_requests, address)
         for what, status, text in results:
             assert 400 <= status < 500, (what, status, text)
@@ -103,7 +103,7 @@ async def test_garbage_to_every_route_is_4xx_and_loses_no_state(process_cluster)
         with pytest.raises(RemoteCallError, match="INVALID_ARGUMENT"):
             await channel.recv_tensors(RecvTensors(1, ["not;a;key"]), timeout=10)
         # Still serving, same registered graphs, and the session's step still runs.
-        assert (await channel.health(timeout=10)).stats["graphs"] == graphs_before
+        assert (await channel.health(timeout=10)).stats.graphs == graphs_before
         assert await sess.run(total, {x: np.full(4, 2, np.float32)}, options=TIMEOUT) == 12.0
         await channel.aclose()
 
@@ -177,7 +177,7 @@ async def test_kill_9_mid_step_fails_with_unavailable_quickly(worker_processes):
 
             nursery.start_soon(blocked_step)
             with trio.fail_after(20):
-                while (await probe.health(timeout=10)).stats["steps_in_flight"] == 0:
+                while (await probe.health(timeout=10)).stats.steps_in_flight == 0:
                     await trio.sleep(0.05)
             killed_at = time.monotonic()
             worker_processes.kill("worker", 1)
@@ -206,7 +206,7 @@ async def test_a_hung_worker_is_declared_unavailable_by_the_health_watchdog(work
 
             nursery.start_soon(blocked_step)
             with trio.fail_after(20):
-                while (await probe.health(timeout=10)).stats["steps_in_flight"] == 0:
+                while (await probe.health(timeout=10)).stats.steps_in_flight == 0:
                     await trio.sleep(0.05)
             hung.send_signal(signal.SIGSTOP)
             stopped_at = time.monotonic()

@@ -107,10 +107,10 @@ def _check(counts, samples, stats, band_bytes):
     assert counts["ok"] > 100 and counts["failed"] > 5 and counts["cancelled"] > 5, report
     assert all(g < band_bytes for g in growth), report
     for worker in stats:
-        assert worker["steps_in_flight"] == 0, report
-        assert worker["steps_held"] == 0, report
-        assert worker["graphs"] == 0, report  # the closed session deregistered everything
-    assert stats[0]["steps_run"] >= counts["ok"], report
+        assert worker.steps_in_flight == 0, report
+        assert worker.steps_held == 0, report
+        assert worker.graphs == 0, report  # the closed session deregistered everything
+    assert stats[0].steps_run >= counts["ok"], report
     return growth
 
 

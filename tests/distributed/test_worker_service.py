@@ -3,6 +3,10 @@
 Graph partitions come from the master's compile (a two-worker cluster), then the test drives
 each worker's RPCs itself, so the order of RunGraph and RecvTensors is the test's choice.
 """
+import dataclasses
+import struct
+
+import msgpack
 import numpy as np
 import pytest
 import trio
@@ -12,9 +16,10 @@ from asyncflow.distributed import channels
 from asyncflow.distributed.master import Master
 from asyncflow.distributed.worker import WorkerService
 from transports.messages import (
-    AbortStep, CleanupStep, DeregisterGraph, RecvTensors, RegisterGraph, RemoteCallError, Reset,
-    RunGraph, TensorEntry,
+    AbortStep, CleanupStep, DeregisterGraph, GraphOptions, RecvTensors, RegisterGraph,
+    RemoteCallError, Reset, RunGraph, TensorEntry,
 )
+from transports.wire import MAGIC, RemoteProtocolError, decode
 
 
 @pytest.fixture
@@ -64,23 +69,61 @@ async def test_recv_before_run_finds_the_step_and_waits(cluster, autojump_clock)
     results = {}
 
     async def run_task1():
-        results[1] = await w1.run_graph(RunGraph(h1, step_id, [], tgs["1"].options["fetches"],
+        results[1] = await w1.run_graph(RunGraph(h1, step_id, [], tgs["1"].options.fetches,
                                                  request_id=1))
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(run_task1)          # pulls from task 0 before task 0 runs the step
         await trio.testing.wait_all_tasks_blocked()
-        assert services[0].statistics()["steps_held"] == 1
-        feed = TensorEntry(tgs["0"].options["feeds"][0], np.arange(3, dtype=np.float32))
+        assert services[0].statistics().steps_held == 1
+        feed = TensorEntry(tgs["0"].options.feeds[0], np.arange(3, dtype=np.float32))
         await w0.run_graph(RunGraph(h0, step_id, [feed], [], request_id=1))
     np.testing.assert_array_equal(results[1].tensors[0].value, [1.0, 3.0, 5.0])
     # Both sides dropped the finished step; a late pull fails fast instead of creating state.
-    assert services[0].statistics()["steps_held"] == 0
-    assert services[1].statistics()["steps_held"] == 0
+    assert services[0].statistics().steps_held == 0
+    assert services[1].statistics().steps_held == 0
     key = next(iter(services[1]._graphs.values())).binding_parts[0]
     assert key  # task 1 declares the remote Recv it pulls
     with pytest.raises(RemoteCallError, match="ABORTED.*already finished"):
         await w0.recv_tensors(RecvTensors(step_id, [_any_key(services[0])]))
+    await master.close()
+
+
+async def test_errors_travel_with_the_op_and_derived_as_fields(cluster, autojump_clock):
+    """Task 0's op fails: its reply names the op in ``op``; task 1, whose pull the failure
+    aborted, answers ``derived``. Neither message carries a marker to parse."""
+    spec, _ = cluster
+    graph = af.Graph()
+    with graph.as_default():
+        with af.device("/job:worker/task:0"):
+            x = af.placeholder(af.float32, [None], name="x")
+            bad = af.reshape(x, [5], name="bad_reshape")
+        with af.device("/job:worker/task:1"):
+            out = af.add(bad, 1.0, name="out")
+    master = Master(spec, af.SessionConfig())
+    await master.open()
+    tgs = _by_task(master.compile(graph, (x,), (out,), ()))
+    w0, w1 = channels.connect("inprocess:101"), channels.connect("inprocess:102")
+    h0, h1 = await _register(w0, tgs["0"]), await _register(w1, tgs["1"])
+    failures = {}
+
+    async def run(task, channel, request):
+        with pytest.raises(RemoteCallError) as caught:
+            await channel.run_graph(request)
+        failures[task] = caught.value
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run, 1, w1, RunGraph(h1, 5, [], tgs["1"].options.fetches,
+                                                request_id=1))
+        await trio.testing.wait_all_tasks_blocked()
+        feed = TensorEntry(tgs["0"].options.feeds[0], np.ones(4, np.float32))
+        nursery.start_soon(run, 0, w0, RunGraph(h0, 5, [feed], [], request_id=1))
+    root, echo = failures[0], failures[1]
+    assert (root.code, root.op, root.derived) == ("INVALID_ARGUMENT", "bad_reshape", False)
+    assert root.message.startswith("Reshape 'bad_reshape' on /job:worker/replica:0/task:0")
+    assert echo.derived and echo.op == "" and echo.code == "INVALID_ARGUMENT"
+    assert "RecvTensors from /job:worker/replica:0/task:0" in echo.message
+    assert not any(e.message.startswith("[") for e in (root, echo))
     await master.close()
 
 
@@ -107,7 +150,7 @@ async def test_unknown_handles_steps_and_bad_keys_are_typed_errors(cluster, auto
     with pytest.raises(RemoteCallError, match="INVALID_ARGUMENT.*malformed graph"):
         await w0.register_graph(RegisterGraph({"node": [{"name": "a", "op": "NoSuchOp",
                                                          "input": [], "attr": {}}]}, "t"))
-    assert services[0].statistics()["steps_held"] == 0
+    assert services[0].statistics().steps_held == 0
 
 
 async def test_feeds_are_checked_against_their_placeholders(cluster, autojump_clock):
@@ -116,7 +159,7 @@ async def test_feeds_are_checked_against_their_placeholders(cluster, autojump_cl
     tg = _by_task(run)["0"]
     w0 = channels.connect("inprocess:101")
     handle = await _register(w0, tg)
-    name = tg.options["feeds"][0]
+    name = tg.options.feeds[0]
     with pytest.raises(RemoteCallError, match="INVALID_ARGUMENT.*dtype int32.*float32"):
         await w0.run_graph(RunGraph(handle, 1, [TensorEntry(name, np.zeros(3, np.int32))], [],
                                     request_id=1))
@@ -126,7 +169,7 @@ async def test_feeds_are_checked_against_their_placeholders(cluster, autojump_cl
     with pytest.raises(RemoteCallError, match="INVALID_ARGUMENT.*missing"):
         await w0.run_graph(RunGraph(handle, 3, [], [], request_id=3))
     # Registered state survives bad requests.
-    assert services[0].statistics()["graphs"] == 1
+    assert services[0].statistics().graphs == 1
     await master.close()
 
 
@@ -136,20 +179,21 @@ async def test_pulled_state_expires_and_abort_wakes_waiters(cluster, autojump_cl
     key = f"{services[0].device_names[0]};{services[0].incarnation:016x};x;edge;0:0"
 
     async def pull():
-        with pytest.raises(RemoteCallError, match="ABORTED.*boom"):
+        with pytest.raises(RemoteCallError, match="ABORTED.*boom") as caught:
             await w0.recv_tensors(RecvTensors(9, [key]))
+        assert caught.value.derived and caught.value.message == "boom"  # the abort's own text
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(pull)
         await trio.testing.wait_all_tasks_blocked()
-        assert services[0].statistics()["steps_held"] == 1
+        assert services[0].statistics().steps_held == 1
         await w0.abort_step(AbortStep(9, "ABORTED", "boom"))
-    assert services[0].statistics()["steps_held"] == 0
+    assert services[0].statistics().steps_held == 0
     # A pull for a step that never starts holds state only until the TTL passes.
     services[0]._step_ttl = 5.0
     with trio.move_on_after(1):
         await w0.recv_tensors(RecvTensors(10, [key]))
-    assert services[0].statistics()["steps_held"] == 1
+    assert services[0].statistics().steps_held == 1
     await trio.sleep(10)
     with trio.move_on_after(1):
         await w0.recv_tensors(RecvTensors(11, [key]))
@@ -163,13 +207,20 @@ async def test_health_metrics_and_reset(cluster):
     assert health.task == "/job:worker/replica:0/task:0"
     assert health.incarnation == services[0].incarnation
     assert health.devices == ["/job:worker/replica:0/task:0/device:CPU:0"]
-    assert health.stats["steps_run"] == 0
+    assert health.stats.steps_run == 0
+    assert health.stats == dataclasses.replace(services[0].statistics(),
+                                               max_rss_mib=health.stats.max_rss_mib)
+    assert health.stats.graph_lease_s == 600.0 and health.stats.as_dict()["graphs"] == 0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        health.stats.graphs = 1
     text = await w0.metrics_text()
     assert 'asyncflow_worker_steps_total{task="/job:worker/replica:0/task:0"} 0' in text
     assert "asyncflow_worker_tensor_bytes_sent_total" in text
     services[0].resources.lookup_or_create("c", "v", object)
+    assert services[0].resources.statistics().as_dict() == {"c": 1}
     await w0.reset(Reset(["c"]))
     assert services[0].resources.containers() == []
+    assert services[0].resources.statistics().containers == ()
 
 
 def test_worker_service_names_its_devices():
@@ -193,20 +244,22 @@ def test_pulled_values_must_match_the_recv_declaration():
     assert dead == (None, True)
 
 
-@pytest.mark.parametrize("batchable", [[["not", "a", "name"]], {"edge": "zero"}, {"edge": 1.5}, 7])
+@pytest.mark.parametrize("batchable", [["edge"], {"edge": "zero"}, {"edge": 1.5}, {"edge": -1}, 7])
 async def test_batch_levels_that_are_not_integers_are_refused(batchable):
     service = WorkerService("worker", 0, connect=None)
     graph = af.Graph()
     with graph.as_default(), af.device("/job:worker/replica:0/task:0/device:CPU:0"):
         out = af.add(af.constant(1.0), 1.0, name="out")
-    options = {"fetches": [out.name], "batchable": batchable}
-    with pytest.raises(RemoteCallError, match="INVALID_ARGUMENT.*batchable must map tensor "
-                                              "names to integer levels"):
-        await service.register_graph(RegisterGraph(graph.as_graph_def(), "s", options))
-    for accepted in (["edge"], {"edge": 2}):  # plain names (one level) and names with levels
-        options = {"fetches": [out.name], "batchable": accepted}
-        reply = await service.register_graph(RegisterGraph(graph.as_graph_def(), "s", options))
-        assert reply.graph_handle
+    header = {"version": 1, "kind": "register_graph", "tensors": [], "payload": {
+        "graph": graph.as_graph_def(), "session_handle": "s",
+        "options": {"fetches": [out.name], "batchable": batchable}}}
+    packed = msgpack.packb(header, use_bin_type=True)
+    with pytest.raises(RemoteProtocolError, match=r"register_graph\.options(\.batchable must be "
+                                                  r"dict\[str, int\]|: .*levels must be >= 0)"):
+        decode(MAGIC + struct.pack("<I", len(packed)) + packed)
+    options = GraphOptions(fetches=[out.name], batchable={"edge": 2})
+    reply = await service.register_graph(RegisterGraph(graph.as_graph_def(), "s", options))
+    assert reply.graph_handle
 
 
 async def _one_task_service(**options):
@@ -224,7 +277,7 @@ async def _one_task_service(**options):
     (tg,) = master.compile(graph, (x,), (y,), ()).task_graphs
     channel = channels.connect("inprocess:301")
     handle = await _register(channel, tg)
-    return service, channel, handle, tg.options["feeds"][0], tg.options["fetches"]
+    return service, channel, handle, tg.options.feeds[0], tg.options.fetches
 
 
 def _run(handle, feed, fetches, step_id, request_id):
@@ -260,11 +313,11 @@ async def test_idle_graphs_expire_after_their_lease(autojump_clock):
         await trio.sleep(20)
         await channel.run_graph(_run(handle, feed, fetches, 1, 1))  # renews the lease
         await trio.sleep(20)
-        assert (await channel.health()).stats["graphs"] == 1
+        assert (await channel.health()).stats.graphs == 1
         await trio.sleep(11)
-        assert (await channel.health()).stats["graphs"] == 0
+        assert (await channel.health()).stats.graphs == 0
         with pytest.raises(RemoteCallError, match="NOT_FOUND"):
             await channel.run_graph(_run(handle, feed, fetches, 2, 2))
-        assert service.statistics()["graph_lease_s"] == 30  # what the master reads
+        assert service.statistics().graph_lease_s == 30  # what the master reads
     finally:
         channels.unregister_inprocess("inprocess:301", service)

@@ -72,7 +72,7 @@ async def test_closing_the_session_fails_a_step_waiting_in_place(autojump_clock)
             await trio.sleep(1)
             await sess.close()
         assert len(errors_seen) == 1 and "closed" in str(errors_seen[0])
-        assert sess.statistics()["runs_in_flight"] == 0
+        assert sess.statistics().runs_in_flight == 0
 
 
 async def test_a_timeout_ends_a_step_waiting_in_place(autojump_clock):

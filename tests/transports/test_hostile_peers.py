@@ -30,8 +30,8 @@ from transports.counted_unpack import unpack_counted
 from transports.http import ConnectionLimits, open_http_server
 from transports.http_guard import _RateLimit
 from transports.wire import (
-    MAGIC, SMALL_HEADER_BYTES, Decoder, FrameTooLarge, Limits, RegisterGraph, RemoteProtocolError,
-    decode, encode,
+    MAGIC, SMALL_HEADER_BYTES, Decoder, FrameTooLarge, GraphOptions, Limits, RegisterGraph,
+    RemoteProtocolError, decode, encode,
 )
 
 GENEROUS = 20
@@ -46,7 +46,7 @@ def test_large_headers_decode_value_by_value_to_the_same_message():
     nodes = [{"name": f"n{i}", "op": "Const", "input": [f"m{i}:0", "^c"], "device": "",
               "attr": {"value": {"f": i / 3}, "b": {"b": bool(i % 2)}, "s": {"s": b"\x00" * 3},
                        "none": None, "neg": -i}} for i in range(2000)]
-    message = RegisterGraph({"node": nodes, "versions": {}}, "s", {"feeds": []})
+    message = RegisterGraph({"node": nodes, "versions": {}}, "s", GraphOptions(feeds=["n0:0"]))
     data = frame(message)
     assert len(data) > SMALL_HEADER_BYTES  # takes the counted path
     assert decode(data) == message

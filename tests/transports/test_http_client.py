@@ -142,7 +142,7 @@ def _chunked(body: bytes, size: int) -> bytes:
     return b"".join(f"{len(p):x}\r\n".encode() + p + b"\r\n" for p in pieces) + b"0\r\n\r\n"
 
 
-HEALTH = frame(wire.HealthReply(9, "/job:w/replica:0/task:0", ["cpu"], {}))
+HEALTH = frame(wire.HealthReply(9, "/job:w/replica:0/task:0", ["cpu"]))
 
 
 @pytest.mark.parametrize("response, error, match", [

@@ -76,7 +76,7 @@ async def test_every_route_over_raw_http(server):
                 ("GET", "/v1/devices", None, wire.DevicesReply(["/job:worker/task:0/device:CPU:0"])),
                 ("GET", "/v1/health", None, wire.HealthReply(
                     7, "/job:worker/task:0", ["/job:worker/task:0/device:CPU:0"],
-                    {"graphs": 0, "steps": 0}))]:
+                    wire.WorkerStatistics()))]:
             status, _, body = await raw_http(port, method, path,
                                              b"" if message is None else frame(message))
             assert (status, decode(body)) == (200, reply), path

@@ -28,7 +28,7 @@ async def test_health_devices_and_metrics(worker_and_channel):
         health = await channel.health()
         assert health == wire.HealthReply(7, "/job:worker/task:0",
                                           ["/job:worker/task:0/device:CPU:0"],
-                                          {"graphs": 0, "steps": 0})
+                                          wire.WorkerStatistics())
         assert await channel.devices() == ["/job:worker/task:0/device:CPU:0"]
         assert "fake_calls_total 1\n" in await channel.metrics_text()
 
@@ -57,7 +57,9 @@ async def test_run_graph_carries_every_dtype_and_layout(worker_and_channel):
         handle = await register(channel)
         reply = await channel.run_graph(wire.RunGraph(
             handle, 3, feeds, [f.key for f in reversed(feeds)], timeout_ms=1000))
-    assert reply == wire.RunGraphReply(feeds[::-1], step_stats={"nodes": 2})
+    assert reply == wire.RunGraphReply(feeds[::-1], wire.StepStats([
+        wire.NodeExecStats("node0", "Fake", "cpu", 0, 1),
+        wire.NodeExecStats("node1", "Fake", "cpu", 1, 2)]))
     for sent in feeds:  # the worker got copies, never the caller's arrays
         if sent.value is not None:
             assert not any(np.shares_memory(sent.value, got) for got in worker.received)

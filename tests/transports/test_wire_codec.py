@@ -29,23 +29,33 @@ def entries() -> list[TensorEntry]:
 
 MESSAGES = [
     wire.RegisterGraph({"nodes": [{"name": "a", "op": "Const", "attr": {"value": b"\x00" * 9}}],
-                        "versions": {"producer": 1}}, "session-1", {"x": 1.5}, request_id=9),
+                        "versions": {"producer": 1}}, "session-1",
+                       wire.GraphOptions(["_feed_0:0"], ["y:0"], {"/job:w/task:1": "h:1"},
+                                         {"t:0": 2}, wire.GraphConfig(False, "bfloat16")),
+                       request_id=9),
+    wire.RegisterGraph({}, "s", wire.GraphOptions(fetches=["y:0"])),
     wire.RegisterGraphReply("graph/1"),
     wire.DeregisterGraph("graph/1"),
     wire.RunGraph("graph/1", 2**63 - 1, entries(), ["a", "b"], timeout_ms=250, trace=True),
     wire.RunGraph("graph/1", -5, [], []),
-    wire.RunGraphReply(entries(), step_stats={"nodes": [{"op": "MatMul", "us": 12}]}),
+    wire.RunGraphReply(entries(), wire.StepStats([
+        wire.NodeExecStats("mm", "MatMul", "/job:w/task:0/device:CPU:0", 5, 17)])),
+    wire.RunGraphReply([], wire.StepStats()),
     wire.RecvTensors(17, ["/job:a/task:0;send;0:0", "k2"], request_id=3),
     wire.RecvTensorsReply(entries()),
     wire.AbortStep(17, "CANCELLED", "user pressed ^C"),
     wire.CleanupStep(17),
     wire.Health(),
-    wire.HealthReply(123, "/job:ps/task:0", ["CPU:0", "GPU:0"], {"load": 0.5, "ok": True}),
+    wire.HealthReply(123, "/job:ps/task:0", ["CPU:0", "GPU:0"], wire.WorkerStatistics(
+        steps_run=4, bytes_sent=2**40, max_rss_mib=812.5, graph_lease_s=600.0)),
+    wire.HealthReply(1, "/job:ps/task:0", []),
     wire.Reset(None),
     wire.Reset(["", "shared"]),
     wire.DevicesReply([]),
     wire.Ack(),
     wire.ErrorReply("UNAVAILABLE", "worker restarting"),
+    wire.ErrorReply("INVALID_ARGUMENT", "inner dimensions 3 and 4 differ", op="dense/mm"),
+    wire.ErrorReply("ABORTED", "step 3 was aborted on /job:w/task:1", derived=True),
 ]
 IDS = [f"{i}-{type(m).__name__}" for i, m in enumerate(MESSAGES)]
 
@@ -185,8 +195,8 @@ def test_tensor_entry_equality_is_bitwise():
     (wire.RunGraph("g", True, [], []), r"RunGraph.step_id must be int"),
     (wire.RecvTensors(1, ("a", "b")), r"RecvTensors.keys must be list\[str\]"),
     (wire.RunGraph("g", 1, [], [], timeout_ms=1.5), r"timeout_ms must be int \| None"),
-    (wire.HealthReply(1, "t", [], {"x": np.float32(1)}), "not plain msgpack"),
-    (wire.HealthReply(1, "t", [], {"x": 1 << 70}), "not plain msgpack"),
+    (wire.RegisterGraph({"x": np.float32(1)}, "s"), "not plain msgpack"),
+    (wire.RegisterGraph({"x": 1 << 70}, "s"), "not plain msgpack"),
     (wire.RunGraph("g", 1, [TensorEntry("c", np.zeros(2, np.complex64))], []),
      "dtype complex64, which the wire does not carry"),
     (wire.RunGraph("g", 1, [TensorEntry("u", np.array(["text"]))], []), "dtype <U4"),
@@ -306,10 +316,10 @@ def test_nesting_deeper_than_the_limit_is_rejected():
     for _ in range(70):
         inner["x"] = {}
         inner = inner["x"]
-    frame = frame_bytes(wire.HealthReply(1, "t", [], stats))
+    frame = frame_bytes(wire.RegisterGraph(stats, "s"))
     with pytest.raises(RemoteProtocolError, match="deeper than 64 levels"):
         decode(frame)
-    assert decode(frame, Limits(max_depth=80)).stats == stats
+    assert decode(frame, Limits(max_depth=80)).graph == stats
 
 
 def test_non_zero_padding_is_rejected():

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import struct
 import tracemalloc
@@ -80,8 +81,14 @@ def _sample_frames() -> list[bytes]:
              TensorEntry("s", np.array([b"x", b"yz"], dtype=object)),
              TensorEntry("d", None, is_dead=True), TensorEntry("b", np.ones(3, bool))]
     messages = [wire.RunGraph("g", 3, feeds, ["a"], timeout_ms=9),
-                wire.HealthReply(1, "t", ["cpu"], {"k": [1, 2.5, None, b"b"]}),
-                wire.RegisterGraph({"nodes": [{"op": "Const"}]}, "s"), wire.Ack()]
+                wire.HealthReply(1, "t", ["cpu"], wire.WorkerStatistics(graphs=2, max_rss_mib=9.5)),
+                wire.RegisterGraph({"nodes": [{"op": "Const"}], "k": [1, 2.5, None, b"b"]}, "s"),
+                wire.RegisterGraph({}, "s", wire.GraphOptions(
+                    ["x:0"], ["y:0"], {"/job:w/task:1": "h:1"}, {"e:0": 2},
+                    wire.GraphConfig(False, "bfloat16"))),
+                wire.RunGraphReply([], wire.StepStats([wire.NodeExecStats("n", "Add", "d", 1, 2)])),
+                wire.ErrorReply("INVALID_ARGUMENT", "bad", op="dense/mm", derived=True),
+                wire.Ack()]
     return [b"".join(encode(m)) for m in messages]
 
 
@@ -158,14 +165,56 @@ descriptors = st.fixed_dictionaries({
 })
 
 
+RECORD_FIELDS = sorted({f.name for record in wire.RECORD_TYPES
+                        for f in dataclasses.fields(record)} | {"x"})
+# A map shaped like a record: its field names, any plain values (or anything plain at all).
+record_maps = _maybe(st.dictionaries(st.sampled_from(RECORD_FIELDS), _maybe(
+    st.dictionaries(st.sampled_from(RECORD_FIELDS), plain, max_size=3)
+    | st.lists(st.dictionaries(st.sampled_from(RECORD_FIELDS), plain, max_size=5), max_size=2)),
+    max_size=6))
+
+
 @settings(max_examples=5 * EXAMPLES, deadline=None)
 @given(kind=_maybe(st.sampled_from(sorted(MESSAGE_TYPES))),
        payload=_maybe(st.dictionaries(
            st.sampled_from(["graph_handle", "step_id", "feeds", "fetch_keys", "keys", "code",
-                            "message", "devices", "stats", "x"]), plain, max_size=5)),
+                            "message", "devices", "stats", "options", "step_stats", "op",
+                            "derived", "x"]), _maybe(record_maps), max_size=5)),
        tensors=_maybe(st.lists(descriptors, max_size=3)),
        version=_maybe(st.just(1)), body=st.binary(max_size=200))
 def test_arbitrary_headers_are_validated(kind, payload, tensors, version, body):
     header = msgpack.packb({"version": version, "kind": kind, "payload": payload,
                             "tensors": tensors}, use_bin_type=True)
     _decode_within_budget(MAGIC + struct.pack("<I", len(header)) + header + body)
+
+
+names = st.text(max_size=6)
+levels = st.integers(0, 2**63 - 1)
+graph_options = st.builds(
+    wire.GraphOptions, feeds=st.lists(names, max_size=3, unique=True),
+    fetches=st.lists(names, max_size=3), peers=st.dictionaries(names, names, max_size=3),
+    batchable=st.dictionaries(names, levels, max_size=3),
+    config=st.builds(wire.GraphConfig, st.booleans(), st.sampled_from(["", "bfloat16"])))
+counts = st.integers(0, 2**63 - 1)
+worker_statistics = st.builds(
+    wire.WorkerStatistics, steps_run=counts, graphs=counts, bytes_sent=counts,
+    max_rss_mib=st.none() | st.floats(allow_nan=False),
+    graph_lease_s=st.none() | st.floats(allow_nan=False))
+step_stats = st.builds(wire.StepStats, st.lists(st.builds(
+    wire.NodeExecStats, names, names, names, st.integers(-2**63, 2**63 - 1),
+    st.integers(-2**63, 2**63 - 1)), max_size=4))
+typed_messages = st.one_of(
+    st.builds(wire.RegisterGraph, st.just({}), names, graph_options, counts),
+    st.builds(wire.HealthReply, counts, names, st.lists(names, max_size=2), worker_statistics),
+    st.builds(wire.RunGraphReply, st.just([]), st.none() | step_stats),
+    st.builds(wire.ErrorReply, st.sampled_from(sorted(wire.CANONICAL_CODES)), names, names,
+              st.booleans()))
+
+
+@settings(max_examples=3 * EXAMPLES, deadline=None)
+@given(typed_messages)
+def test_arbitrary_records_round_trip_as_records(message):
+    decoded = decode(b"".join(encode(message)))
+    assert decoded == message
+    for f in dataclasses.fields(message):
+        assert type(getattr(decoded, f.name)) is type(getattr(message, f.name)), f.name

@@ -8,8 +8,8 @@ import trio
 
 from transports import wire
 from transports.wire import (
-    Ack, HealthReply, RecvTensorsReply, RegisterGraphReply, RemoteCallError, RunGraphReply, Status,
-    TensorEntry,
+    Ack, HealthReply, NodeExecStats, RecvTensorsReply, RegisterGraphReply, RemoteCallError,
+    RunGraphReply, Status, StepStats, TensorEntry, WorkerStatistics,
 )
 
 
@@ -69,8 +69,9 @@ class FakeWorker:
         step.changed.set()
         step.changed = trio.Event()
         feeds = {entry.key: entry for entry in request.feeds}
-        return RunGraphReply([feeds[key] for key in request.fetch_keys],
-                             step_stats={"nodes": len(graph.get("nodes", []))})
+        timings = [NodeExecStats(f"node{i}", "Fake", "cpu", i, i + 1)
+                   for i in range(len(graph.get("nodes", [])))]
+        return RunGraphReply([feeds[key] for key in request.fetch_keys], StepStats(timings))
 
     async def recv_tensors(self, request: wire.RecvTensors) -> RecvTensorsReply:
         self.calls.append("recv_tensors")
@@ -102,7 +103,8 @@ class FakeWorker:
     async def health(self, request: wire.Health) -> HealthReply:
         self.calls.append("health")
         return HealthReply(incarnation=7, task="/job:worker/task:0", devices=await self.devices(),
-                           stats={"graphs": len(self.graphs), "steps": len(self.steps)})
+                           stats=WorkerStatistics(graphs=len(self.graphs),
+                                                  steps_held=len(self.steps)))
 
     async def reset(self, request: wire.Reset) -> None:
         self.calls.append("reset")
