@@ -170,7 +170,7 @@ class PreparedRun:
     """
 
     __slots__ = ("structure", "feed_values", "fed_positions", "to_compute", "compiled",
-                 "trace", "timeout_ms", "run_metadata", "inline")
+                 "trace", "timeout_ms", "run_metadata", "inline", "loop_free")
 
     def __init__(self, structure, feed_values, fed_positions, to_compute, compiled, trace,
                  timeout_ms, run_metadata):
@@ -184,10 +184,7 @@ class PreparedRun:
         self.run_metadata = run_metadata
         # Runs straight in the caller's task (``target.run_inline``), or takes ``target.run``.
         self.inline = trace is None and not timeout_ms and compiled.inline is not None
-
-    @property
-    def loop_free(self):
-        return self.inline and self.compiled.loop_free is not None
+        self.loop_free = self.inline and compiled.loop_free is not None
 
     def result(self, computed):
         """The caller's fetch structure holding host values of what the step computed."""
