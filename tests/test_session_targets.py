@@ -185,3 +185,40 @@ def test_the_session_does_not_ask_which_target_it_holds():
     assert not [n for n in ast.walk(tree) if isinstance(n, ast.Call)
                 and isinstance(n.func, ast.Name) and n.func.id == "isinstance"
                 and "Target" in ast.unparse(n)]
+
+
+async def test_session_master_and_workers_compile_through_one_pipeline(monkeypatch):
+    from asyncflow.runtime import compiler
+    calls = []  # the device names each compile placed over
+    original = compiler.partition_run
+
+    def recording(graph, feeds, fetches, targets, state, config, *args, **kwargs):
+        calls.append(list(state.names))
+        return original(graph, feeds, fetches, targets, state, config, *args, **kwargs)
+    monkeypatch.setattr(compiler, "partition_run", recording)
+
+    spec = af.ClusterSpec({"worker": ["inprocess:211", "inprocess:212"]})
+    task = "/job:worker/replica:0/task:{}/device:CPU:0".format
+    async with trio.open_nursery() as nursery:
+        for index in range(2):
+            await nursery.start(af.Server(spec, "worker", index).serve)
+        with af.Graph().as_default():
+            with af.device("/job:worker/task:0"):
+                x = af.placeholder(af.float32, [2])
+                doubled = x * 2.0
+            with af.device("/job:worker/task:1"):
+                y = doubled + 1.0
+            async with af.Session(cluster=spec) as sess:
+                got = await sess.run(y, {x: np.ones(2, np.float32)})
+        nursery.cancel_scope.cancel()
+    np.testing.assert_array_equal(got, [3.0, 3.0])
+    # The master over the cluster's devices, then each worker over its own, for its share.
+    assert calls[0] == [task(0), task(1)]
+    assert sorted(calls[1:]) == [[task(0)], [task(1)]]
+
+    calls.clear()
+    with af.Graph().as_default():
+        c = af.constant(1.0) + 1.0
+        async with af.Session() as sess:
+            assert await sess.run(c) == 2.0
+    assert calls == [["/job:localhost/replica:0/task:0/device:CPU:0"]]
