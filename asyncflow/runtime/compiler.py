@@ -8,12 +8,12 @@ devices, for the share the master registered there). The stages:
 2. ``graph.placement.place`` gives every op a device (constraints, colocation, soft
    placement, then the greedy cost model); stateful ops keep the device an earlier compile of
    the same target gave them (``DeviceState.pinned``).
-3. With ``optimize`` (``config.optimize_graph``; the master leaves it to the workers, which
+3. With ``optimize_graph`` (``config.optimize_graph``; the master leaves it to the workers, which
    hold the kernels and devices), CSE and constant folding run on a rewritable copy
    (``graph.rewrite.NodeGraph``); folding evaluates constant subgraphs here with the host
    kernels.
 4. ``PartitionedRun.partitioned()`` splits per device with Send/Recv pairs (ALAP Recv
-   scheduling follows with ``optimize``). When everything sits on one device and no pass
+   scheduling follows with ``optimize_graph``). When everything sits on one device and no pass
    changed anything, local targets compile the user's own ops directly
    (``single_device``): the common case costs nothing extra.
 ``compile_run`` (local targets: a Session, a worker) then makes each partition fresh
@@ -134,20 +134,19 @@ class PartitionedRun:
     ops: list              # the pruned Operations, topologically ordered
     feeds: list
     fetches: list
-    node_graph: NodeGraph  # placed (and rewritten with ``optimize``)
+    node_graph: NodeGraph  # placed (and rewritten with ``optimize_graph``)
     placement: dict        # op name -> device
     single_device: str | None  # the one device, when nothing needs splitting or rewriting
-    _state: DeviceState = dataclasses.field(repr=False)
-    _config: object = dataclasses.field(repr=False)
-    _optimize: bool = dataclasses.field(repr=False)
+    state: DeviceState = dataclasses.field(repr=False)
+    config: object = dataclasses.field(repr=False)
+    optimize_graph: bool = True
 
     def partitioned(self):
         """Split per device with Send/Recv pairs (``graph.partition.Partitioned``)."""
-        parts = _partition.partition(self.node_graph, self._state.names,
-                                     self._state.incarnations,
-                                     compress=self._config.compress_transfers,
+        parts = _partition.partition(self.node_graph, self.state.names, self.state.incarnations,
+                                     compress=self.config.compress_transfers,
                                      per_edge=_partition.edge_compression(self.graph))
-        if self._optimize:
+        if self.optimize_graph:
             optimize.schedule_recvs(parts)
         return parts
 
