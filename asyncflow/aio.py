@@ -228,20 +228,20 @@ class Session:
     async def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
         """Same as ``af.Session.run``; cancelling the asyncio task cancels the step.
 
-        A step that needs no trio scheduling (one static plan on a CPU device, no trace, no
-        deadline: see ``Session._inline_plan``) runs right here on the asyncio loop, large
-        kernels on the device's worker threads; any other step runs in the loop's trio guest.
+        A step that needs no trio scheduling (``PreparedRun.loop_free``: one static plan on a
+        CPU device, no trace, no deadline) runs right here on the asyncio loop
+        (``Session.run_loop_free``), large kernels on the device's worker threads; any other
+        step runs in the loop's trio guest (``Session.run_prepared``).
         """
         guest = await self._ensure_open()
         session = self._session
-        request = session._prepare(fetches, feed_dict, options)
-        plan = session._inline_plan(request, options)
-        if plan is None:
-            return await guest.call(session._run_prepared, request, options, run_metadata)
+        request = session.prepare(fetches, feed_dict, options, run_metadata)
+        if not request.loop_free:
+            return await guest.call(session.run_prepared, request)
         task = asyncio.current_task()
         if task is not None and task.cancelling():
             await asyncio.sleep(0)  # a cancelled caller never starts a step: raises here
-        result = await session._run_inline(request, plan, _offload, _pause)
+        result = await session.run_loop_free(request, _offload, _pause)
         await self._share_the_loop()
         return result
 

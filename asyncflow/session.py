@@ -1,15 +1,22 @@
-"""The Session: compile a request once, then run steps on the runtime.
+"""The Session: prepare a request, then run steps through the session's target.
 
 Data flow of ``await sess.run(fetches, feed_dict)``:
 1. ``_FetchStructure`` flattens any nesting of lists/tuples/namedtuples/dicts of tensors,
    ops, names and variables into unique fetch tensors and target ops, and rebuilds the
    caller's structure around the results.
 2. Feeds are resolved and validated (dtype, shape) before anything runs.
-3. The signature (feeds, fetches, targets) maps to a compiled ``_Compiled`` run, built once:
-   prune to what the fetches need (feeds cut edges), place every op on a device, partition
-   per device (Send/Recv on crossing edges), compile each partition to an ExecutionPlan.
-4. A fresh step id; every partition's executor runs in one nursery; the first failure
-   cancels the rest and is raised alone (root cause, never a bare ExceptionGroup).
+3. The signature (feeds, fetches, targets) maps to a compiled run, built once by the
+   session's *target* (``runtime/target.py``): a ``LocalTarget`` (this process's devices)
+   or a ``ClusterTarget`` (``distributed/target.py``: workers, through the master). Both
+   compile through the same pipeline (``compiler.partition_run``) and answer the same
+   interface, so nothing here asks which one it holds.
+4. A run whose compiled form has an ``inline`` plan runs it in the calling task
+   (``target.run_inline``); any other gets the step machinery (``target.run``) under the
+   run's deadline. The first failure is raised alone (root cause, never an ExceptionGroup).
+
+``prepare`` and ``run_prepared`` (with ``PreparedRun.loop_free`` and ``run_loop_free``)
+are the seam other event loops use: ``asyncflow.aio`` awaits loop-free steps on asyncio and
+hands the rest to its trio guest.
 
 A local session owns a fresh ResourceManager, so variables start uninitialized in each new
 session. Many runs may be in flight at once; they share variables.
@@ -19,24 +26,16 @@ from __future__ import annotations
 import collections.abc
 import contextlib
 import dataclasses
-import itertools
-import secrets
 
 import numpy as np
 import trio
 
 from asyncflow import dtypes, errors
-from asyncflow.graph import prune as _prune
 from asyncflow.graph.graph import Operation, Tensor, get_default_graph
-from asyncflow.ops.control_flow import is_loop_back_edge
-from asyncflow.runtime import compiler as _compiler
-from asyncflow.runtime import device as _device
-from asyncflow.runtime import executor
 from asyncflow.runtime import timeslice
-from asyncflow.runtime.options import RunOptions, SessionConfig
-from asyncflow.runtime.plan import compile_plan
-from asyncflow.runtime.resources import ResourceManager, process_resources
-
+from asyncflow.runtime.options import SessionConfig
+from asyncflow.runtime.resources import process_resources
+from asyncflow.runtime.target import LocalTarget
 
 
 class DeviceName(str):
@@ -163,29 +162,40 @@ def _to_feed_array(tensor, value):
     return arr
 
 
-class _Compiled:
-    """One signature's compiled run: the partitions' plans and where feeds/fetches go."""
+class PreparedRun:
+    """One run, prepared (``Session.prepare``): what to feed, what to compute, how to return it.
 
-    __slots__ = ("plans", "feed_routes", "fetch_routes")
+    ``loop_free`` says whether the step needs no trio scheduling at all (one static plan on
+    a CPU device that never waits, untraced, without a deadline): then any event loop may
+    await it with ``Session.run_loop_free``.
+    """
 
-    def __init__(self, plans, feed_routes, fetch_routes):
-        self.plans = plans                  # list of ExecutionPlan
-        self.feed_routes = feed_routes      # per plan: indices into the feed list
-        self.fetch_routes = fetch_routes    # per fetch: (plan index, position in its fetches)
+    __slots__ = ("structure", "feed_values", "fed_positions", "to_compute", "compiled",
+                 "trace", "timeout_ms", "run_metadata", "inline", "loop_free")
 
-
-class _Request:
-    """One run, prepared: what to feed, what to compute, and how to return it."""
-
-    __slots__ = ("structure", "feed_values", "fed_positions", "to_compute", "compiled", "trace")
-
-    def __init__(self, structure, feed_values, fed_positions, to_compute, compiled, trace):
+    def __init__(self, structure, feed_values, fed_positions, to_compute, compiled, trace,
+                 timeout_ms, run_metadata):
         self.structure = structure
         self.feed_values = feed_values
         self.fed_positions = fed_positions
         self.to_compute = to_compute
         self.compiled = compiled
         self.trace = trace
+        self.timeout_ms = timeout_ms
+        self.run_metadata = run_metadata
+        # Runs straight in the caller's task (``target.run_inline``), or takes ``target.run``.
+        self.inline = trace is None and not timeout_ms and compiled.inline is not None
+        self.loop_free = self.inline and compiled.loop_free is not None
+
+    def result(self, computed):
+        """The caller's fetch structure holding host values of what the step computed."""
+        if self.run_metadata is not None and self.trace is not None:
+            self.run_metadata.step_stats = self.trace
+        by_tensor = dict(zip(self.to_compute, computed))
+        feed_values, fed_positions = self.feed_values, self.fed_positions
+        values = [_host_value(by_tensor[t]) if t in by_tensor else
+                  _host_value(feed_values[fed_positions[t]]) for t in self.structure.tensors]
+        return self.structure.rebuild(values)
 
 
 def _host_value(value):
@@ -225,32 +235,26 @@ class Session:
             used as a one-task cluster whose job and task come from its Health.
     """
 
-    _step_ids = itertools.count(secrets.randbits(40) << 8)
-    _device_state = None  # incarnations and pinned placements, made by the first compile
-
     def __init__(self, target="", graph=None, config=None, cluster=None):
         if isinstance(target, SessionConfig) and config is None:
             target, config = "", target
         self.graph = graph if graph is not None else get_default_graph()
         self.config = config or SessionConfig()
-        self._resources = ResourceManager(local=True)
-        self._devices = _device.make_local_devices(self.config.device_count)
-        self._cache = {}
+        if cluster is not None or target:
+            from asyncflow.distributed.target import ClusterTarget
+            self._target = ClusterTarget(self.graph, cluster, target, self.config)
+        else:
+            self._target = LocalTarget(self.graph, self.config)
+        self._cache = self._target.cache  # signature -> compiled run (tests look inside)
         self._closed = False
-        self._cluster = cluster
         self._in_flight = 0
         self._run_scopes = set()  # one per run in flight: close() cancels them (queue waits)
         self._owned_tasks = []  # stop callbacks of background tasks this session owns
-        self._master = None
-        if cluster is not None or target:
-            from asyncflow.distributed import master as _master
-            self._master = _master.Master.for_cluster_or_target(cluster, target, self.config)
 
     # -- lifecycle ----------------------------------------------------------------------
     async def __aenter__(self):
         _require_trio("async with af.Session()")
-        if self._master is not None:
-            await self._master.open()
+        await self._target.open()
         return self
 
     async def __aexit__(self, *exc_info):
@@ -264,11 +268,8 @@ class Session:
                 scope.cancel()
             for stop in self._owned_tasks:  # e.g. TF1-style start_queue_runners(sess=...)
                 stop()
-            self._resources.reset()
-            self._cache.clear()
-            if self._master is not None:
-                with trio.CancelScope(shield=True):
-                    await self._master.close()
+            with trio.CancelScope(shield=True):
+                await self._target.close()
 
     @property
     def closed(self):
@@ -276,9 +277,7 @@ class Session:
 
     def list_devices(self):
         """Full names of this session's devices (a cluster's once the session is open)."""
-        if self._master is not None:
-            return [DeviceName(d) for d in self._master.device_names()]
-        return [DeviceName(d.name) for d in self._devices]
+        return [DeviceName(d) for d in self._target.device_names()]
 
     @staticmethod
     async def reset(target=None, containers=None):
@@ -299,90 +298,85 @@ class Session:
             RuntimeError: if the session is closed.
         """
         _require_trio("Session.run")
-        request = self._prepare(fetches, feed_dict, options)
-        return await self._run_prepared(request, options, run_metadata)
+        return await self.run_prepared(self.prepare(fetches, feed_dict, options, run_metadata))
 
-    def _prepare(self, fetches, feed_dict, options):
-        """Everything of a run before any op runs: fetches, validated feeds, compiled plans."""
+    def prepare(self, fetches, feed_dict=None, options=None, run_metadata=None):
+        """Everything of a run before any op runs: fetches, validated feeds, the compiled run.
+
+        A plain call that needs no event loop (``asyncflow.aio`` prepares on asyncio).
+
+        Returns:
+            A PreparedRun for ``run_prepared`` (or ``run_loop_free``).
+
+        Raises:
+            InvalidArgumentError: a bad feed; TypeError/ValueError: a bad fetch or feed key.
+            RuntimeError: if the session is closed.
+        """
         if self._closed:
             raise RuntimeError("Attempted to use a closed Session.")
         structure = _FetchStructure(self.graph, fetches)
         feed_tensors, feed_values = self._resolve_feeds(feed_dict)
         fed_positions = {t: i for i, t in enumerate(feed_tensors)}
         to_compute = [t for t in structure.tensors if t not in fed_positions]
-        compiled = self._compiled(tuple(feed_tensors), tuple(to_compute), tuple(structure.targets))
+        compiled = self._target.prepare(tuple(feed_tensors), tuple(to_compute),
+                                        tuple(structure.targets))
         trace = [] if options is not None and options.trace_level else None
-        return _Request(structure, feed_values, fed_positions, to_compute, compiled, trace)
+        timeout_ms = (options.timeout_in_ms if options is not None else 0) \
+            or self.config.operation_timeout_in_ms
+        return PreparedRun(structure, feed_values, fed_positions, to_compute, compiled, trace,
+                           timeout_ms, run_metadata)
 
-    async def _run_prepared(self, request, options, run_metadata):
+    async def run_prepared(self, request):
+        """Run a PreparedRun in this trio task; returns the fetches in the caller's structure.
+
+        Raises:
+            OpError: as ``run``.
+        """
         await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller never starts a step
-        plan = self._inline_plan(request, options, static_only=False)
-        if plan is not None:  # one local CPU partition: none of the machinery below applies
-            result = await self._run_inline(request, plan)
-        else:
-            computed = await self._run_compiled(request.compiled, request.feed_values, options,
-                                                request.trace)
-            result = self._finish(request, computed, run_metadata)
+        self._in_flight += 1
+        try:
+            if request.inline:  # one local CPU plan: none of the step machinery applies
+                computed = await self._target.run_inline(request.compiled, request.feed_values,
+                                                         park=self._parked)
+            else:
+                computed = await self._run_within_deadline(request)
+        finally:
+            self._in_flight -= 1
+        result = request.result(computed)
         await self._share_the_loop()
         return result
 
-    def _finish(self, request, computed, run_metadata):
-        """The caller's fetch structure holding host values of what the step computed."""
-        if run_metadata is not None and request.trace is not None:
-            run_metadata.step_stats = request.trace
-        by_tensor = dict(zip(request.to_compute, computed))
-        feed_values, fed_positions = request.feed_values, request.fed_positions
-        values = [_host_value(by_tensor[t]) if t in by_tensor else
-                  _host_value(feed_values[fed_positions[t]]) for t in request.structure.tensors]
-        return request.structure.rebuild(values)
+    async def run_loop_free(self, request, offload, pause):
+        """Run a ``loop_free`` PreparedRun under whatever event loop awaits this.
 
-    def _inline_plan(self, request, options, static_only=True):
-        """The plan of a run that needs no step machinery around its one plan, else None.
-
-        That is one plan on a CPU device of this process, without control flow, untraced and
-        without a deadline: no rendezvous, no deadline scope, no partition runner. A static
-        plan awaits nothing but the offload of a large kernel and the caller's checkpoint once
-        per time slice (``Step.pause``), so any event loop may await it
-        (``asyncflow.aio`` runs such steps on the asyncio loop without crossing into its trio
-        guest); with ``static_only=False`` (trio callers) a ready-queue plan qualifies too,
-        entering the session's close-cancellable scope only if it waits (``Step.park``).
+        ``offload(node, args)`` runs a large kernel on that loop's worker threads; ``pause()``
+        is that loop's checkpoint, awaited once per time slice. The caller yields to its loop
+        once per time slice of runs (``timeslice.due()``), as ``run`` does for trio.
         """
-        if self._master is not None or request.trace is not None:
-            return None
-        plans = request.compiled.plans
-        if len(plans) != 1:
-            return None
-        plan = plans[0]
-        if plan.device.kind != "CPU" or plan.control_flow or (
-                static_only and (not plan.static or plan.waits)):
-            return None
-        if (options is not None and options.timeout_in_ms) or self.config.operation_timeout_in_ms:
-            return None
-        return plan
-
-    async def _run_inline(self, request, plan, offload=None, pause=None):
-        """Run ``request`` (see ``_inline_plan``) under whatever loop awaits this.
-
-        ``offload(node, args)`` runs a large kernel on that loop's worker threads (default:
-        trio's, under the device's limiter); ``pause()`` is that loop's checkpoint, awaited
-        once per time slice (default: trio's).
-        """
-        step = executor.Step(next(self._step_ids), offload=offload, pause=pause,
-                             park=self._parked if plan.waits or not plan.static else None)
+        assert request.loop_free, "run_loop_free needs a PreparedRun whose loop_free is true"
         self._in_flight += 1
         try:
-            values = await executor.run_plan(plan, request.feed_values, step)
-        except errors.OpError as exc:
-            _compiler._original_op(exc, self.graph)
-            raise
+            computed = await self._target.run_inline(request.compiled, request.feed_values,
+                                                     offload, pause)
         finally:
             self._in_flight -= 1
-        return self._finish(request, [values[position] for _, position
-                                      in request.compiled.fetch_routes], None)
+        return request.result(computed)
+
+    async def _run_within_deadline(self, request):
+        timeout_ms = request.timeout_ms
+        run = self._target.run(request.compiled, request.feed_values, request.trace,
+                               timeout_ms, self._parked)
+        if not timeout_ms:
+            return await run
+        with trio.move_on_after(timeout_ms / 1000):
+            return await run
+        raise errors.DeadlineExceededError(
+            None, None, f"Timed out after {timeout_ms} ms waiting for the step to finish "
+            "(RunOptions.timeout_in_ms)")
 
     @contextlib.contextmanager
     def _parked(self):
-        """A cancel scope ``close()`` cancels, entered by the executor while a step waits."""
+        """A cancel scope ``close()`` cancels, entered by a target while a step waits."""
         scope = trio.CancelScope()
         self._run_scopes.add(scope)
         try:
@@ -423,71 +417,10 @@ class Session:
             values.append(_to_feed_array(tensor, value))
         return tensors, values
 
-    def _compiled(self, feeds, fetches, targets):
-        key = (feeds, fetches, targets)
-        compiled = self._cache.get(key)
-        if compiled is None:
-            compiled = self._cache[key] = self._compile(feeds, fetches, targets)
-        return compiled
-
-    def _compile(self, feeds, fetches, targets):
-        if self._master is not None:
-            return self._master.compile(self.graph, feeds, fetches, targets)
-        try:
-            ops = _prune.prune(fetches, targets, feeds, skip_edge=is_loop_back_edge)
-        except ValueError as exc:
-            raise errors.InvalidArgumentError(None, None, str(exc)) from None
-        if self._device_state is None:
-            self._device_state = _compiler.DeviceState(self._devices)
-        return _compiler.compile_run(self.graph, ops, feeds, fetches, targets,
-                                     self._device_state, self.config, self._resources)
-
-    async def _run_compiled(self, compiled, feed_values, options, trace):
-        timeout_ms = (options.timeout_in_ms if options is not None else 0) \
-            or self.config.operation_timeout_in_ms
-        step = executor.Step(next(self._step_ids), trace=trace)
-        step.extras["timeout_ms"] = timeout_ms
-        # Closing the session must cancel a step that waits (on a queue, a Recv, a py_func).
-        # The local executor enters ``_parked`` only when the step really waits, so steps that
-        # finish inline, nearly all of them, pay for no cancel scope (~10 us of a small run);
-        # frame-aware and distributed steps are covered whole.
-        lazily = self._master is None and not any(plan.control_flow for plan in compiled.plans)
-        if lazily:
-            step.park = self._parked
-        self._in_flight += 1
-        try:
-            with contextlib.nullcontext() if lazily else self._parked():
-                return await self._run_within_deadline(compiled, feed_values, step, timeout_ms)
-            raise errors.CancelledError(None, None, "The session was closed while this step "
-                                        "was running (e.g. waiting on a queue)")
-        finally:
-            self._in_flight -= 1
-
-    async def _run_within_deadline(self, compiled, feed_values, step, timeout_ms):
-        if not timeout_ms:
-            return await self._run_partitions(compiled, feed_values, step)
-        with trio.move_on_after(timeout_ms / 1000) as scope:
-            results = await self._run_partitions(compiled, feed_values, step)
-        if scope.cancelled_caught:
-            raise errors.DeadlineExceededError(
-                None, None, f"Timed out after {timeout_ms} ms waiting for the step to finish "
-                "(RunOptions.timeout_in_ms)")
-        return results
-
-    async def _run_partitions(self, compiled, feed_values, step):
-        if self._master is not None:
-            if not self._master.opened:
-                await self._master.open()
-            if not await self._master.refresh(compiled):  # a worker restarted: recompile
-                compiled = self._cache[compiled.signature] = self._compile(*compiled.signature)
-            return await self._master.run_step(self.graph, compiled, feed_values,
-                                               step.extras.get("timeout_ms", 0), step.trace)
-        return await _compiler.run_partitions(self.graph, compiled, feed_values, step)
-
     def statistics(self):
         """A SessionStatistics snapshot."""
         return SessionStatistics(cached_plans=len(self._cache), runs_in_flight=self._in_flight,
-                                 devices=tuple(d.name for d in self._devices))
+                                 devices=tuple(self._target.device_names()))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

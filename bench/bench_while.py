@@ -76,7 +76,7 @@ async def main(iterations, repeats):
             dyn_wall, dyn_cpu = await best_of(lambda: loop_sess.run(loop_result), repeats)
         finally:
             frames.COMPILE_LOOPS = True
-        compiled = loop_sess._compiled((), (loop_result,), ())
+        compiled = loop_sess.prepare(loop_result).compiled
         step = executor.Step(1)
         await executor.run_plan(compiled.plans[0], [], step)
     stats = step.extras["frame_statistics"]

@@ -56,13 +56,9 @@ from asyncflow.distributed import channels as _channels
 from asyncflow.distributed import rendezvous as _rdv
 from asyncflow.distributed.batching import transfer_levels
 from asyncflow.distributed.cluster import ClusterSpec
-from asyncflow.graph import partition as _partition
-from asyncflow.graph import placement as _placement
-from asyncflow.graph import prune as _prune
-from asyncflow.graph.rewrite import NodeGraph, materialize
+from asyncflow.graph.rewrite import materialize
 from asyncflow.graph.serialize import encode_attr, node_def
-from asyncflow.kernels.registry import supported_device_kinds
-from asyncflow.ops.control_flow import is_loop_back_edge
+from asyncflow.runtime import compiler as _compiler
 from transports.messages import (
     AbortStep, DeregisterGraph, GraphConfig, GraphOptions, RegisterGraph, RemoteCallError, Reset,
     RunGraph, TensorEntry,
@@ -109,6 +105,8 @@ class RemoteRun:
     incarnations: dict     # task -> incarnation the run was compiled against
     placement: dict
     signature: tuple = ()  # (feeds, fetches, targets)
+    # No step of a cluster runs inline in the client (``runtime/target.py``'s interface).
+    inline = loop_free = None
 
 
 async def _all(fn, items):
@@ -246,32 +244,19 @@ class Master:
 
     # -- compile ----------------------------------------------------------------------
     def compile(self, graph, feeds, fetches, targets):
-        """Place, partition and split ``(feeds, fetches, targets)`` by task.
+        """Compile ``(feeds, fetches, targets)`` with the shared pipeline
+        (``compiler.partition_run`` over the cluster's devices), then split it by task.
 
         Raises:
             InvalidArgumentError: bad device requests or a graph that cannot be shipped.
         """
-        try:
-            ops = _prune.prune(fetches, targets, feeds, skip_edge=is_loop_back_edge)
-        except ValueError as exc:
-            raise errors.InvalidArgumentError(None, None, str(exc)) from None
-        names = self.device_names()
-        placed = _placement.place(ops, names, supported_device_kinds,
-                                  allow_soft_placement=self.config.allow_soft_placement,
-                                  pinned=self._pinned)
-        for op, device in placed.assignment.items():
-            if op.op_def.stateful:
-                self._pinned.setdefault(op.name, device)
-        if self.config.log_device_placement:
-            for line in placed.log:
-                print(line)
-        node_graph = NodeGraph.from_ops(ops, list(feeds), list(fetches), list(targets),
-                                        placed.assignment)
         device_incarnations = {d: task.incarnation for task in self.tasks.values()
                                for d in task.devices}
-        parts = _partition.partition(node_graph, names, device_incarnations,
-                                     compress=self.config.compress_transfers,
-                                     per_edge=_partition.edge_compression(graph))
+        state = _compiler.DeviceState(self.device_names(), device_incarnations, self._pinned)
+        # The workers optimize their shares: they hold the kernels constant folding runs.
+        placed = _compiler.partition_run(graph, feeds, fetches, targets, state, self.config,
+                                         optimize_graph=False)
+        parts = placed.partitioned()
         by_task = {}
         for index, part in enumerate(parts.partitions):
             by_task.setdefault(_rdv.task_of_device(part.device), []).append(index)
@@ -292,7 +277,7 @@ class Master:
                 config=GraphConfig(self.config.allow_soft_placement,
                                    self.config.compress_transfers or ""))
             task_graphs.append(TaskGraph(task_name, graph_def, options, feed_indices))
-        return RemoteRun(task_graphs, fetch_routes, self.incarnations(), placed.by_name(),
+        return RemoteRun(task_graphs, fetch_routes, self.incarnations(), placed.placement,
                          (tuple(feeds), tuple(fetches), tuple(targets)))
 
     # -- steps ------------------------------------------------------------------------

@@ -55,10 +55,8 @@ import trio
 
 from asyncflow import errors
 from asyncflow.distributed import rendezvous as _rdv
-from asyncflow.graph import prune as _prune
 from asyncflow.graph.graph import Graph
 from asyncflow.graph.serialize import import_graph_def
-from asyncflow.ops.control_flow import is_loop_back_edge
 from asyncflow.runtime import compiler as _compiler
 from asyncflow.runtime import device as _device
 from asyncflow.runtime import executor
@@ -176,9 +174,7 @@ class WorkerService:
         self.local_devices = _device.make_local_devices(self.config.device_count, job=job_name,
                                                         task=self.task_index)
         self.device_names = [d.name for d in self.local_devices]
-        self._state = _compiler.DeviceState(self.local_devices)
-        for name in self.device_names:
-            self._state.incarnations[name] = self.incarnation
+        self._state = _compiler.DeviceState.local(self.local_devices, self.incarnation)
         self.data_directory = None if data_dir is None else DataDirectory(data_dir)
         self.resources = ResourceManager(local=False, data_directory=self.data_directory)
         self._graph_lease_s = float(graph_lease_s)
@@ -226,11 +222,11 @@ class WorkerService:
 
     def _build(self, graph_def, options):
         """Import and compile a graph (in a worker thread)."""
-        graph, feeds, fetches, ops = self._import(graph_def, options)
+        graph, feeds, fetches, targets = self._import(graph_def, options)
         # Every shipped node is a target: a Send's consumer lives on another worker.
-        compiled = _compiler.compile_run(graph, ops, feeds, fetches, ops, self._state,
+        compiled = _compiler.compile_run(graph, feeds, fetches, targets, self._state,
                                          self._compile_config(options), self.resources)
-        return graph, feeds, fetches, ops, compiled
+        return graph, feeds, fetches, targets, compiled
 
     def _sweep_graphs(self):
         now = trio.current_time()
@@ -248,11 +244,10 @@ class WorkerService:
         fetches = [graph.get_tensor_by_name(name) for name in options.fetches]
         fed_ops = {t.op for t in feeds}
         targets = [op for op in graph.get_operations() if op not in fed_ops]
-        ops = _prune.prune(fetches, targets, feeds, skip_edge=is_loop_back_edge)
-        for op in ops:
+        for op in targets:
             if op.device and _rdv.task_of_device(op.device) != self.task:
                 raise ValueError(f"op {op.name!r} is placed on {op.device}, not on {self.task}")
-        return graph, feeds, fetches, ops
+        return graph, feeds, fetches, targets
 
     def _compile_config(self, options):
         settings = options.config

@@ -1,30 +1,39 @@
-"""From a pruned run signature to per-device ExecutionPlans, and running them as one step.
+"""One compile pipeline for every target, and running a step's local partitions.
 
-Theory of operation (DESIGN.md, data flow steps 2-3):
-1. ``graph.placement.place`` gives every op a device (constraints, colocation, soft
+Theory of operation (DESIGN.md, data flow steps 2-3). Every target compiles through
+``partition_run``: the local Session (``runtime/target.py``), the master
+(``distributed/master.py``, over the cluster's devices) and each worker (over its own
+devices, for the share the master registered there). The stages:
+1. ``graph.prune`` keeps what the fetches and targets need (feeds cut edges).
+2. ``graph.placement.place`` gives every op a device (constraints, colocation, soft
    placement, then the greedy cost model); stateful ops keep the device an earlier compile of
-   the same session gave them (``DeviceState.pinned``).
-2. With ``optimize_graph`` on, CSE and constant folding run on a rewritable copy
+   the same target gave them (``DeviceState.pinned``).
+3. With ``optimize_graph`` (``config.optimize_graph``; the master leaves it to the workers, which
+   hold the kernels and devices), CSE and constant folding run on a rewritable copy
    (``graph.rewrite.NodeGraph``); folding evaluates constant subgraphs here with the host
    kernels.
-3. ``graph.partition.partition`` splits per device with Send/Recv pairs; ALAP Recv
-   scheduling follows. Each partition becomes fresh Operations (``materialize``) and then an
-   ExecutionPlan. When everything sits on one device and no pass changed anything, the
-   user's own ops are compiled directly (the common case costs nothing extra).
-4. ``run_partitions`` runs the partitions of a step around one ``LocalRendezvous``. It first
-   *starts* every CPU partition inline in the calling task (``executor.start_plan``), one
-   after the other: a partition's Recv whose Send has not run yet subscribes, and a later
-   partition's Send completes it there, the step's driver draining the partition it fed
-   (``drive``). Partitions that finish this way need no task; a
-   step whose partitions all finish (the common small step) opens no nursery at all. Runs
-   that stopped only because the time slice ran out (``executor.paused``) go on in the same
-   task after a checkpoint, one slice at a time, for as long as nothing else stops them. The
-   partitions left (kernels that must run as tasks, Recvs from elsewhere, GPU devices,
-   control flow) each get a task in one nursery and finish as before. The first failure
-   aborts the rendezvous (waking every Recv) and cancels the other partitions, and is the
-   error raised: the root cause, never a derived cancellation and never an ExceptionGroup.
-   Fetched values leave their device through ``device.to_host`` (an awaited stream event on
-   a GPU).
+4. ``PartitionedRun.partitioned()`` splits per device with Send/Recv pairs (ALAP Recv
+   scheduling follows with ``optimize_graph``). When everything sits on one device and no pass
+   changed anything, local targets compile the user's own ops directly
+   (``single_device``): the common case costs nothing extra.
+``compile_run`` (local targets: a Session, a worker) then makes each partition fresh
+Operations (``materialize``) and an ExecutionPlan; the master instead groups the partitions
+by task and ships them as graph_defs.
+
+``run_partitions`` runs the partitions of a step around one ``LocalRendezvous``. It first
+*starts* every CPU partition inline in the calling task (``executor.start_plan``), one
+after the other: a partition's Recv whose Send has not run yet subscribes, and a later
+partition's Send completes it there, the step's driver draining the partition it fed
+(``drive``). Partitions that finish this way need no task; a
+step whose partitions all finish (the common small step) opens no nursery at all. Runs
+that stopped only because the time slice ran out (``executor.paused``) go on in the same
+task after a checkpoint, one slice at a time, for as long as nothing else stops them. The
+partitions left (kernels that must run as tasks, Recvs from elsewhere, GPU devices,
+control flow) each get a task in one nursery and finish as before. The first failure
+aborts the rendezvous (waking every Recv) and cancels the other partitions, and is the
+error raised: the root cause, never a derived cancellation and never an ExceptionGroup.
+Fetched values leave their device through ``device.to_host`` (an awaited stream event on
+a GPU).
 """
 from __future__ import annotations
 
@@ -35,9 +44,11 @@ import trio
 
 from asyncflow import errors
 from asyncflow.graph import optimize, partition as _partition, placement as _placement
+from asyncflow.graph import prune as _prune
 from asyncflow.graph.graph import Operation
 from asyncflow.graph.rewrite import NodeGraph, materialize
 from asyncflow.kernels.registry import get_kernel, supported_device_kinds
+from asyncflow.ops.control_flow import is_loop_back_edge
 from asyncflow.runtime import executor
 from asyncflow.runtime import timeslice
 from asyncflow.runtime.context import NodeContext
@@ -47,18 +58,25 @@ from asyncflow.runtime.rendezvous import LocalRendezvous
 
 @dataclasses.dataclass
 class DeviceState:
-    """What one session remembers across compiles: device incarnations, pinned placements."""
+    """What a target remembers across compiles: the devices it places on (full names, in
+    order; the first is the default), each device's incarnation (it goes into rendezvous
+    keys), and the devices stateful ops were given (``pinned``), so they keep them."""
 
-    devices: list
-    incarnations: dict = dataclasses.field(default_factory=dict)
+    names: list
+    incarnations: dict
     pinned: dict = dataclasses.field(default_factory=dict)
+    devices: dict = dataclasses.field(default_factory=dict)  # name -> Device (local targets)
 
-    def __post_init__(self):
-        for device in self.devices:
-            self.incarnations.setdefault(device.name, secrets.randbits(63) | 1)
+    @classmethod
+    def local(cls, devices, incarnation=None):
+        """The state of this process's ``devices``: a random incarnation each, or the
+        worker's ``incarnation`` for all of them."""
+        names = [d.name for d in devices]
+        return cls(names, {name: incarnation or secrets.randbits(63) | 1 for name in names},
+                   devices={d.name: d for d in devices})
 
     def by_name(self, name):
-        return next(d for d in self.devices if d.name == name)
+        return self.devices[name]
 
 
 @dataclasses.dataclass
@@ -69,6 +87,19 @@ class CompiledRun:
     feed_routes: list      # per plan: indices into the run's feed list
     fetch_routes: list     # per fetch: (plan index, position in that plan's fetches)
     placement: dict = dataclasses.field(default_factory=dict)   # op name -> device
+    # The one plan when the run is a single CPU plan without control flow: it runs inline,
+    # without a rendezvous or a partition runner (``LocalTarget.run_inline``); else None.
+    inline: object = None
+    # ``inline`` when its plan is static and never waits: any event loop may await it.
+    loop_free: object = None
+
+    def __post_init__(self):
+        if len(self.plans) == 1:
+            plan = self.plans[0]
+            if plan.device.kind == "CPU" and not plan.control_flow:
+                self.inline = plan
+                if plan.static and not plan.waits:
+                    self.loop_free = plan
 
 
 def _contains_control_flow(ops):
@@ -95,18 +126,56 @@ def _host_evaluator(graph, device, resources):
     return evaluate
 
 
-def compile_run(graph, ops, feeds, fetches, targets, state, config, resources):
-    """Place, optimize, partition and compile ``ops`` (pruned, topologically ordered).
+@dataclasses.dataclass
+class PartitionedRun:
+    """``partition_run``'s result: a signature pruned, placed and rewritten."""
+
+    graph: object
+    ops: list              # the pruned Operations, topologically ordered
+    feeds: list
+    fetches: list
+    node_graph: NodeGraph  # placed (and rewritten with ``optimize_graph``)
+    placement: dict        # op name -> device
+    single_device: str | None  # the one device, when nothing needs splitting or rewriting
+    state: DeviceState = dataclasses.field(repr=False)
+    config: object = dataclasses.field(repr=False)
+    optimize_graph: bool = True
+
+    def partitioned(self):
+        """Split per device with Send/Recv pairs (``graph.partition.Partitioned``)."""
+        parts = _partition.partition(self.node_graph, self.state.names, self.state.incarnations,
+                                     compress=self.config.compress_transfers,
+                                     per_edge=_partition.edge_compression(self.graph))
+        if self.optimize_graph:
+            optimize.schedule_recvs(parts)
+        return parts
+
+
+def partition_run(graph, feeds, fetches, targets, state, config, resources=None,
+                  optimize_graph=None):
+    """Prune, place and rewrite ``(feeds, fetches, targets)``: the one compile pipeline.
+
+    Args:
+        graph: the Graph the tensors and ops belong to.
+        feeds, fetches, targets: fed Tensors, fetched Tensors, target Operations.
+        state: the target's DeviceState (its ``pinned`` is updated).
+        config: the SessionConfig (soft placement, placement log, compression, optimize).
+        resources: the ResourceManager constant folding evaluates with.
+        optimize_graph: run CSE, constant folding and Recv scheduling (default:
+            ``config.optimize_graph``; folding needs ``state.devices``).
 
     Returns:
-        A CompiledRun.
+        A PartitionedRun.
 
     Raises:
-        InvalidArgumentError: an unsatisfiable device request.
-        NotFoundError: an op without a kernel on its device.
+        InvalidArgumentError: a fetch that cannot be computed, an unsatisfiable device request.
     """
-    names = [d.name for d in state.devices]
-    placed = _placement.place(ops, names, supported_device_kinds,
+    feeds, fetches, targets = list(feeds), list(fetches), list(targets)
+    try:
+        ops = _prune.prune(fetches, targets, feeds, skip_edge=is_loop_back_edge)
+    except ValueError as exc:
+        raise errors.InvalidArgumentError(None, None, str(exc)) from None
+    placed = _placement.place(ops, state.names, supported_device_kinds,
                               allow_soft_placement=config.allow_soft_placement,
                               pinned=state.pinned)
     for op, device in placed.assignment.items():
@@ -115,23 +184,39 @@ def compile_run(graph, ops, feeds, fetches, targets, state, config, resources):
     if config.log_device_placement:
         for line in placed.log:
             print(line)
-    feeds, fetches = list(feeds), list(fetches)
+    if optimize_graph is None:
+        optimize_graph = config.optimize_graph
     node_graph = NodeGraph.from_ops(ops, feeds, fetches, targets, placed.assignment)
-    if config.optimize_graph and not _contains_control_flow(ops):
+    if optimize_graph and not _contains_control_flow(ops):
         node_graph = optimize.eliminate_common_subexpressions(node_graph)
-        host = state.devices[0]
+        host = state.by_name(state.names[0])
         node_graph = optimize.fold_constants(node_graph, _host_evaluator(graph, host, resources))
     used = {n.device for n in node_graph.nodes}
+    single = None
     if len(used) <= 1 and not node_graph.changed:
-        device = state.by_name(used.pop()) if used else state.devices[0]
-        plan = _compile_plan(ops, feeds, fetches, device, resources)
+        single = used.pop() if used else state.names[0]
+    return PartitionedRun(graph, ops, feeds, fetches, node_graph, placed.by_name(), single,
+                          state, config, optimize_graph)
+
+
+def compile_run(graph, feeds, fetches, targets, state, config, resources):
+    """``partition_run``, then an ExecutionPlan per partition on this process's devices.
+
+    Returns:
+        A CompiledRun.
+
+    Raises:
+        InvalidArgumentError: an unsatisfiable device request.
+        NotFoundError: an op without a kernel on its device.
+    """
+    run = partition_run(graph, feeds, fetches, targets, state, config, resources)
+    feeds, fetches = run.feeds, run.fetches
+    if run.single_device is not None:
+        plan = _compile_plan(run.ops, feeds, fetches, state.by_name(run.single_device),
+                             resources)
         return CompiledRun([plan], [list(range(len(feeds)))],
-                           [(0, i) for i in range(len(fetches))], placed.by_name())
-    parts = _partition.partition(node_graph, names, state.incarnations,
-                                 compress=config.compress_transfers,
-                                 per_edge=_partition.edge_compression(graph))
-    if config.optimize_graph:
-        optimize.schedule_recvs(parts)
+                           [(0, i) for i in range(len(fetches))], run.placement)
+    parts = run.partitioned()
     plans, feed_routes, fetch_lists = [], [], []
     for part in parts.partitions:
         part_ops, tensor_of = materialize(part.nodes, graph)
@@ -147,7 +232,7 @@ def compile_run(graph, ops, feeds, fetches, targets, state, config, resources):
     for index, port in parts.fetches:
         part_fetches, tensor_of = fetch_lists[index]
         fetch_routes.append((index, part_fetches.index(tensor_of(port))))
-    return CompiledRun(plans, feed_routes, fetch_routes, placed.by_name())
+    return CompiledRun(plans, feed_routes, fetch_routes, run.placement)
 
 
 def _compile_plan(ops, feeds, fetches, device, resources):

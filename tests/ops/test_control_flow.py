@@ -287,7 +287,7 @@ async def test_frame_statistics_show_the_window_bound(loop_mode):
         x = af.while_loop(lambda i: i < 50, lambda i: i + 1, [af.constant(0)],
                           parallel_iterations=3)
     async with af.Session(graph=graph) as sess:
-        compiled = sess._compiled((), (x,), ())
+        compiled = sess.prepare(x).compiled
         step = executor.Step(1)
         assert await executor.run_plan(compiled.plans[0], [], step) == [50]
     stats = step.extras["frame_statistics"]
