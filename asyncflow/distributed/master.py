@@ -56,6 +56,7 @@ from asyncflow.distributed import channels as _channels
 from asyncflow.distributed import rendezvous as _rdv
 from asyncflow.distributed.batching import transfer_levels
 from asyncflow.distributed.cluster import ClusterSpec
+from asyncflow.distributed.control_edges import drop_remote_controls_of_sinks
 from asyncflow.distributed.worker import OP_PREFIX
 from asyncflow.graph import partition as _partition
 from asyncflow.graph import placement as _placement
@@ -109,6 +110,7 @@ class RemoteRun:
     incarnations: dict     # task -> incarnation the run was compiled against
     placement: dict
     signature: tuple = ()  # (feeds, fetches, targets)
+    start_order: tuple = ()  # task graph indices in the order their RunGraphs go out
 
 
 async def _all(fn, items):
@@ -267,6 +269,7 @@ class Master:
                 print(line)
         node_graph = NodeGraph.from_ops(ops, list(feeds), list(fetches), list(targets),
                                         placed.assignment)
+        drop_remote_controls_of_sinks(node_graph)
         device_incarnations = {d: task.incarnation for task in self.tasks.values()
                                for d in task.devices}
         parts = _partition.partition(node_graph, names, device_incarnations,
@@ -293,7 +296,8 @@ class Master:
                                   "compress_transfers": self.config.compress_transfers or ""}}
             task_graphs.append(TaskGraph(task_name, graph_def, options, feed_indices))
         return RemoteRun(task_graphs, fetch_routes, self.incarnations(), placed.by_name(),
-                         (tuple(feeds), tuple(fetches), tuple(targets)))
+                         (tuple(feeds), tuple(fetches), tuple(targets)),
+                         _start_order(task_graphs, parts.partitions, batchable))
 
     # -- steps ------------------------------------------------------------------------
     async def refresh(self, run):
@@ -416,7 +420,10 @@ class _StepDriver:
                 watchdog = trio.CancelScope()
                 outer.start_soon(self._watchdog, watchdog)
                 async with trio.open_nursery() as inner:
-                    for index in range(len(self.run_.task_graphs)):
+                    order = self.run_.start_order or range(len(self.run_.task_graphs))
+                    for position, index in enumerate(order):
+                        if position:  # the one started before sends first (its request is
+                            await trio.lowlevel.checkpoint()  # written before it yields)
                         inner.start_soon(self._run_one, index)
                 watchdog.cancel()
             done = not self.failures
@@ -552,6 +559,27 @@ class _StepDriver:
                         await self._failed(self.master.restart_error([task], self.step_id),
                                            dead_task=task.name)
                         return
+
+
+def _start_order(task_graphs, partitions, levels):
+    """Task graph indices, the tasks that wait longest for other tasks' values first.
+
+    A task's wait is the lowest level (``batching.py``) among the transfers it receives from
+    other tasks (a transfer without a level counts as 0; a task that receives none waits for
+    nothing). The master sends the RunGraphs in this order, so a producer (the ps reading its
+    variables) starts before its consumers ask it for values, and their pulls find the values
+    deposited instead of waiting for the producer's RunGraph to arrive behind theirs.
+    """
+    waits = {}
+    for part in partitions:
+        task = _rdv.task_of_device(part.device)
+        for node in part.nodes:
+            if node.type == "_Recv" and _rdv.task_of_device(node.attrs["send_device"]) != task:
+                level = levels.get(node.attrs["tensor_name"], 0)
+                waits[task] = min(waits.get(task, level), level)
+    order = sorted(range(len(task_graphs)),
+                   key=lambda i: -waits.get(task_graphs[i].task, float("inf")))
+    return tuple(order)
 
 
 def _task_graph_def(graph, nodes, feeds, feed_indices, fetch_ports):
