@@ -25,9 +25,10 @@ iteration i+N until iteration i is done on every device), and the loops' back ed
 chains unbounded. Levels are a longest-path pass in topological order (Kahn), so nodes on a
 cycle are visited once and left without a level.
 
-Example (the parameter-server step): the worker pulls the parameters (level 0, one request),
-the ps pulls all gradients (level 1, one request), and the worker pulls the control edges
-that say the updates are done (level 2, one request), in place of one request per update.
+Example (the parameter-server step): the worker pulls the parameters (level 0, one request)
+and the ps pulls all gradients (level 1, one request), in place of one request per tensor.
+(The train op's control edges from the updates would be level 2; the master drops them before
+partitioning, ``control_edges.py``.)
 In a ping-pong (w1 sends ``a``, w0 sends back ``2a``, w1 sends ``2a + 5``) the three values
 have levels 0, 1 and 2 and travel one by one.
 

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import itertools
 import logging
 import secrets
@@ -134,7 +135,7 @@ class _WorkerGraph:
     feeds: list          # placeholder tensors, in the order of feed_names
     feed_names: list
     fetch_names: list
-    binding_parts: tuple  # (declarations, batchable)
+    binding: object      # the RemoteBinding every step of the graph shares (peers, Recvs)
     peers: dict          # task name -> address
     lease_expires: float = 0.0  # trio time after which an idle graph is dropped
     running: int = 0     # RunGraphs in progress
@@ -232,9 +233,13 @@ class WorkerService:
         if not isinstance(peers, dict) or not all(isinstance(v, str) for v in peers.values()):
             _fail("INVALID_ARGUMENT", "RegisterGraph: options.peers must map task names to "
                   "'host:port' addresses")
+        peers = dict(peers)
+        declarations, batchable = self._declarations(graph, options)
+        binding = _rdv.RemoteBinding(functools.partial(self._channel, peers=peers),
+                                     declarations, batchable, self._count_received)
         self._graphs[handle] = _WorkerGraph(
             handle, graph, compiled, feeds, list(options.get("feeds") or []),
-            [t.name for t in fetches], self._declarations(graph, options), dict(peers),
+            [t.name for t in fetches], binding, peers,
             lease_expires=trio.current_time() + self._graph_lease_s)
         self.counters.graphs_registered += 1
         _log.info("%s registered graph %s: %d ops on %s", self.task, handle, len(ops),
@@ -390,10 +395,7 @@ class WorkerService:
         state = self._find_or_create(request.step_id)
         if state.running or state.ran:
             _fail("ALREADY_EXISTS", f"step {request.step_id} already ran on {self.task}")
-        declarations, batchable = wg.binding_parts
-        state.rendezvous.binding = _rdv.RemoteBinding(
-            lambda task: self._channel(task, wg.peers), declarations, batchable,
-            self._count_received)
+        state.rendezvous.binding = wg.binding  # built once, at registration
         state.running = True
         trace = [] if request.trace else None
         step = executor.Step(request.step_id, rendezvous=state.rendezvous, trace=trace)

@@ -77,7 +77,7 @@ async def test_recv_before_run_finds_the_step_and_waits(cluster, autojump_clock)
     # Both sides dropped the finished step; a late pull fails fast instead of creating state.
     assert services[0].statistics()["steps_held"] == 0
     assert services[1].statistics()["steps_held"] == 0
-    key = next(iter(services[1]._graphs.values())).binding_parts[0]
+    key = next(iter(services[1]._graphs.values())).binding.declarations
     assert key  # task 1 declares the remote Recv it pulls
     with pytest.raises(RemoteCallError, match="ABORTED.*already finished"):
         await w0.recv_tensors(RecvTensors(step_id, [_any_key(services[0])]))
