@@ -149,3 +149,25 @@ async def test_a_control_edge_into_a_stateful_op_still_travels(process_cluster):
         after = await _pull_counters(spec)
         assert await sess.run([v, w], options=TIMEOUT) == [3.0, 2.0]
     assert _delta(before, after) == {"worker:1": (1, 1)}
+
+
+def test_run_graphs_go_out_in_a_fixed_order_producers_first():
+    # The ps receives only the gradients (level 1); the worker the parameters (level 0) and
+    # the second worker, which only feeds a value to the first, nothing: it goes first.
+    from asyncflow.distributed.master import Master
+    from asyncflow.runtime.options import SessionConfig
+    graph, params, x, loss, train = _ps_training_graph()
+    with graph.as_default():
+        with af.device(W1):
+            offset = af.add(af.constant(1.0), 0.0, name="offset")
+        with af.device(W0):
+            shifted = af.add(loss, offset, name="shifted")
+    master = Master(af.ClusterSpec({"ps": ["127.0.0.1:1"], "worker": ["127.0.0.1:2",
+                                                                        "127.0.0.1:3"]}),
+                    SessionConfig())
+    for name, task in master.tasks.items():
+        task.devices, task.incarnation = [f"{name}/device:CPU:0"], 1
+    run = master.compile(graph, [x], [shifted], [train])
+    order = [run.task_graphs[i].task for i in run.start_order]
+    assert order == ["/job:worker/replica:0/task:1", "/job:ps/replica:0/task:0",
+                     "/job:worker/replica:0/task:0"]
