@@ -138,6 +138,7 @@ class _WorkerGraph:
     binding: object      # the RemoteBinding every step of the graph shares (peers, Recvs)
     peers: dict          # task name -> address
     lease_expires: float = 0.0  # trio time after which an idle graph is dropped
+    feed_checks: list = dataclasses.field(default_factory=list)  # per feed, see _feed_checks
     running: int = 0     # RunGraphs in progress
     replay: _ReplayWindow = dataclasses.field(default_factory=lambda: _ReplayWindow())
 
@@ -240,7 +241,8 @@ class WorkerService:
         self._graphs[handle] = _WorkerGraph(
             handle, graph, compiled, feeds, list(options.get("feeds") or []),
             [t.name for t in fetches], binding, peers,
-            lease_expires=trio.current_time() + self._graph_lease_s)
+            lease_expires=trio.current_time() + self._graph_lease_s,
+            feed_checks=_feed_checks(list(options.get("feeds") or []), feeds))
         self.counters.graphs_registered += 1
         _log.info("%s registered graph %s: %d ops on %s", self.task, handle, len(ops),
                   ", ".join(sorted({op.device for op in ops})) or "no devices")
@@ -351,28 +353,32 @@ class WorkerService:
             self._drop(state.step_id, "finished")
 
     def _feed_values(self, wg, entries):
-        by_key = {}
-        for entry in entries:
-            if entry.key in by_key:
-                _fail("INVALID_ARGUMENT", f"feed {entry.key!r} is given twice")
-            by_key[entry.key] = entry
-        unknown = sorted(set(by_key) - set(wg.feed_names))
-        missing = [n for n in wg.feed_names if n not in by_key]
-        if unknown or missing:
-            _fail("INVALID_ARGUMENT", f"RunGraph feeds of graph {wg.handle} must be exactly "
-                  f"{wg.feed_names}; unknown {unknown}, missing {missing}")
+        if [entry.key for entry in entries] == wg.feed_names:  # the master's order: no lookup
+            ordered = entries
+        else:
+            by_key = {}
+            for entry in entries:
+                if entry.key in by_key:
+                    _fail("INVALID_ARGUMENT", f"feed {entry.key!r} is given twice")
+                by_key[entry.key] = entry
+            unknown = sorted(set(by_key) - set(wg.feed_names))
+            missing = [n for n in wg.feed_names if n not in by_key]
+            if unknown or missing:
+                _fail("INVALID_ARGUMENT", f"RunGraph feeds of graph {wg.handle} must be "
+                      f"exactly {wg.feed_names}; unknown {unknown}, missing {missing}")
+            ordered = [by_key[name] for name in wg.feed_names]
         values = []
-        for name, tensor in zip(wg.feed_names, wg.feeds):
-            value = by_key[name].value
+        for entry, (name, expected, dims, tensor) in zip(ordered, wg.feed_checks):
+            value = entry.value
             if value is None:
                 _fail("INVALID_ARGUMENT", f"feed {name!r} carries no value")
-            dtype = tensor.dtype
-            ok = (value.dtype == object) if dtype.is_string else (value.dtype == dtype.np)
-            if not ok:
+            if value.dtype != expected:
                 _fail("INVALID_ARGUMENT", f"feed {name!r} has dtype {value.dtype}, but its "
-                      f"placeholder declares {dtype.name}")
-            if not tensor.shape.is_compatible_with(value.shape):
-                _fail("INVALID_ARGUMENT", f"feed {name!r} has shape {list(value.shape)}, but "
+                      f"placeholder declares {tensor.dtype.name}")
+            shape = value.shape
+            if dims is not None and (len(dims) != len(shape) or any(
+                    d is not None and d != n for d, n in zip(dims, shape))):
+                _fail("INVALID_ARGUMENT", f"feed {name!r} has shape {list(shape)}, but "
                       f"its placeholder declares {tensor.shape}")
             self.counters.bytes_received += value.nbytes
             values.append(value)
@@ -581,6 +587,13 @@ class WorkerService:
         channels, self._channels = self._channels, {}
         for channel in channels.values():
             await channel.aclose()
+
+
+def _feed_checks(names, placeholders):
+    """Per feed ``(name, numpy dtype, static dims or None, placeholder)``, computed once per
+    registered graph so that a RunGraph's feed validation is a few comparisons."""
+    return [(name, object if t.dtype.is_string else t.dtype.np, t.shape.dims, t)
+            for name, t in zip(names, placeholders)]
 
 
 def _max_rss_mib():

@@ -125,6 +125,12 @@ async def test_feeds_are_checked_against_their_placeholders(cluster, autojump_cl
                                     request_id=2))
     with pytest.raises(RemoteCallError, match="INVALID_ARGUMENT.*missing"):
         await w0.run_graph(RunGraph(handle, 3, [], [], request_id=3))
+    good = TensorEntry(name, np.zeros(3, np.float32))
+    with pytest.raises(RemoteCallError, match="INVALID_ARGUMENT.*given twice"):
+        await w0.run_graph(RunGraph(handle, 4, [good, good], [], request_id=4))
+    with pytest.raises(RemoteCallError, match=r"INVALID_ARGUMENT.*unknown \['other:0'\]"):
+        await w0.run_graph(RunGraph(handle, 5, [good, TensorEntry("other:0", np.zeros(1))], [],
+                                    request_id=5))
     # Registered state survives bad requests.
     assert services[0].statistics()["graphs"] == 1
     await master.close()
