@@ -59,7 +59,7 @@ from asyncflow.distributed import channels as _channels
 from asyncflow.distributed import rendezvous as _rdv
 from asyncflow.distributed.batching import transfer_levels
 from asyncflow.distributed.cluster import ClusterSpec
-from asyncflow.distributed.control_edges import drop_remote_controls_of_sinks
+from asyncflow.distributed.control_edges import carry_fewer_control_edges
 from asyncflow.distributed.worker import OP_PREFIX
 from asyncflow.graph import partition as _partition
 from asyncflow.graph import placement as _placement
@@ -272,7 +272,7 @@ class Master:
                 print(line)
         node_graph = NodeGraph.from_ops(ops, list(feeds), list(fetches), list(targets),
                                         placed.assignment)
-        drop_remote_controls_of_sinks(node_graph)
+        carry_fewer_control_edges(node_graph)
         device_incarnations = {d: task.incarnation for task in self.tasks.values()
                                for d in task.devices}
         parts = _partition.partition(node_graph, names, device_incarnations,

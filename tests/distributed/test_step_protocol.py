@@ -171,3 +171,68 @@ def test_run_graphs_go_out_in_a_fixed_order_producers_first():
     order = [run.task_graphs[i].task for i in run.start_order]
     assert order == ["/job:worker/replica:0/task:1", "/job:ps/replica:0/task:0",
                      "/job:worker/replica:0/task:0"]
+
+
+def _global_step_graph():
+    graph = af.Graph()
+    with graph.as_default():
+        with af.device(PS):
+            params = [af.Variable(np.full((2, 2), i + 1.0, np.float32), name=f"proto_gs_p{i}")
+                      for i in range(2)]
+            step = af.Variable(0, dtype=af.int64, trainable=False, name="proto_global_step")
+        with af.device(W0):
+            x = af.placeholder(af.float32, [None, 2], name="x")
+            loss = af.add_n([af.reduce_sum(af.matmul(x, p)) for p in params])
+            train = af.train.GradientDescentOptimizer(0.5).minimize(loss, global_step=step)
+    return graph, params, step, x, loss, train
+
+
+def test_the_global_steps_control_ping_pong_is_bypassed():
+    # minimize(global_step=...) puts a NoOp "update" on the worker (after the ps's updates)
+    # and the step counter's AssignAdd on the ps (after "update"): ps -> worker -> ps.
+    from asyncflow.distributed.control_edges import carry_fewer_control_edges
+    graph, params, step, x, loss, train = _global_step_graph()
+    node_graph = _node_graph([loss], [train])
+    nodes = {n.name: n for n in node_graph.nodes}
+    (noop,) = [c for c in nodes[train.name].control_inputs]
+    assert noop.type == "NoOp" and noop.device == DEVICES[W0]
+    assert carry_fewer_control_edges(node_graph) == (1, 2, 2)
+    increment = nodes[train.name]
+    assert {c.type for c in increment.control_inputs} == {"ApplyGradientDescent"}
+    crossing = [(c.name, n.name) for n in node_graph.nodes for c in n.control_inputs
+                if c.device.split("/device:")[0] != n.device.split("/device:")[0]]
+    assert crossing == []
+
+
+def test_a_noop_is_not_bypassed_when_that_would_carry_more():
+    from asyncflow.distributed.control_edges import bypass_remote_noops
+    with af.Graph().as_default():
+        with af.device(W0):
+            parts = [af.constant(float(i), name=f"part{i}") for i in range(3)]
+            gather = af.group(*parts, name="gather")      # three local inputs on w0
+        with af.device(W1):
+            with af.control_dependencies([gather]):
+                after = af.identity(af.constant(1.0), name="after")
+    node_graph = _node_graph([after], [])
+    # Through "gather": one w0 -> w1 transfer; bypassed: three.
+    assert bypass_remote_noops(node_graph) == 0
+    assert [c.name for c in {n.name: n for n in node_graph.nodes}["after"].control_inputs] \
+        == ["gather"]
+
+
+async def test_a_global_step_training_step_carries_no_control_edge(process_cluster):
+    spec, _ = process_cluster
+    graph, params, step, x, loss, train = _global_step_graph()
+    feed = {x: np.ones((1, 2), np.float32)}
+    async with af.Session(graph=graph, cluster=spec) as sess:
+        await sess.run([p.initializer for p in params] + [step.initializer], options=TIMEOUT)
+        await sess.run([loss, train], feed, options=TIMEOUT)
+        before = await _pull_counters(spec)
+        with trio.fail_after(30):
+            await sess.run([loss, train], feed, options=TIMEOUT)
+        after = await _pull_counters(spec)
+        values = await sess.run(params + [step], options=TIMEOUT)
+    for i, value in enumerate(values[:2]):
+        np.testing.assert_allclose(value, np.full((2, 2), i + 1.0 - 1.0))
+    assert values[2] == 2
+    assert _delta(before, after) == {"worker:0": (1, 2), "ps:0": (1, 2)}
