@@ -24,8 +24,12 @@ cross-task transfers (counted per edge, as the partitioner makes them) than the 
 ``N``; afterwards ``N`` may be a sink group and lose its own cross-task inputs. That is the
 global step: ``minimize(loss, global_step)`` builds ``update`` (a NoOp beside the gradients, on
 the worker, waiting for the ps's updates) and the ps's ``AssignAdd`` of the step counter,
-which waits for ``update``: a control ping-pong ps -> worker -> ps in every step. Bypassed, the
-increment waits for the updates on its own task, and no control edge crosses a task.
+which waits for ``update``: a control ping-pong ps -> worker -> ps in every step. The
+increment's ``1`` is a Const built under the same control dependency on the worker; a small
+Const with control inputs carries nothing but them, so each task that reads one gets a
+**copy** with the same control inputs (``copy_gated_consts``), and the original goes when
+nothing reads it. Copied and bypassed, the increment waits for the updates on its own task,
+and no control edge crosses a task.
 
 Example: ``train = opt.minimize(loss)`` placed on ``/job:worker/task:0`` with the variables on
 ``/job:ps/task:0`` is a NoOp with four control inputs, the ps's ApplyGradientDescent ops.
@@ -37,6 +41,9 @@ Pure data over the placed nodes: no trio, no transports.
 from __future__ import annotations
 
 import numpy as np
+
+from asyncflow.graph.partition import CONST_COPY_BYTES, short_device
+from asyncflow.graph.rewrite import Node
 
 
 def _task(device):
@@ -111,8 +118,6 @@ def copy_gated_consts(node_graph):
     the copy waits for the same ops. The original goes when nothing reads it any more (it has
     no effect). Modifies ``node_graph``'s nodes.
     """
-    from asyncflow.graph.partition import CONST_COPY_BYTES, short_device
-    from asyncflow.graph.rewrite import Node
     targets = set(node_graph.targets) | {port[0] for port in node_graph.fetches}
     copies, order = 0, []
     readers, control_users = {}, set()
