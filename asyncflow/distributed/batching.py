@@ -104,3 +104,23 @@ def transfer_levels(partitions):
 def batchable_transfers(partitions):
     """Tensor names of the transfers whose pulls may share a request (any level)."""
     return set(transfer_levels(partitions))
+
+
+def start_order(tasks, partitions, levels):
+    """Indices into ``tasks`` (task names) in the order the master sends their RunGraphs.
+
+    A task's wait is the lowest level (``transfer_levels``) among the transfers it receives from
+    other tasks (a transfer without a level counts as 0; a task that receives none waits for
+    nothing). The master sends the RunGraphs in this order, so a producer (the ps reading its
+    variables) starts before its consumers ask it for values, and their pulls find the values
+    deposited instead of waiting for the producer's RunGraph to arrive behind theirs.
+    """
+    waits = {}
+    for part in partitions:
+        task = task_of(part.device)
+        for node in part.nodes:
+            if node.type == "_Recv" and task_of(node.attrs["send_device"]) != task:
+                level = levels.get(node.attrs["tensor_name"], 0)
+                waits[task] = min(waits.get(task, level), level)
+    order = sorted(range(len(tasks)), key=lambda i: -waits.get(tasks[i], float("inf")))
+    return tuple(order)

@@ -16,11 +16,11 @@ Theory of operation (reference §6; DESIGN.md "Distribution"):
   Each RunGraph carries the next ``request_id`` of its registration (the worker's replay
   check).
 - **Step.** A fresh random step id; RunGraph on every involved task at once, sent in a fixed
-  order (producers of early values first, ``_start_order``); client feeds ride in the RunGraph
-  of the task that reads them; fetches come back in the replies. Control edges into sink
-  groups from other tasks are dropped at compile (``control_edges.py``): waiting for every
-  RunGraph covers them. A health
-  watchdog runs beside the step. On the first failure the master sends AbortStep everywhere,
+  order (producers of early values first, ``batching.start_order``); client feeds ride in the
+  RunGraph of the task that reads them; fetches come back in the replies. Control edges that
+  order nothing are not carried (``control_edges.py``, at compile): waiting for every RunGraph
+  covers them. A health watchdog starts once a step outlives ``health_check_interval_s``.
+  On the first failure the master sends AbortStep everywhere,
   gives the other RunGraphs a moment to report, then cancels them, and raises the first
   root-cause error (errors marked ``[_Derived_]`` lose to it). A transport failure is
   ``UnavailableError`` naming the task. A caller's cancellation aborts the step everywhere.
@@ -57,7 +57,7 @@ import trio
 from asyncflow import errors
 from asyncflow.distributed import channels as _channels
 from asyncflow.distributed import rendezvous as _rdv
-from asyncflow.distributed.batching import transfer_levels
+from asyncflow.distributed.batching import start_order, transfer_levels
 from asyncflow.distributed.cluster import ClusterSpec
 from asyncflow.distributed.control_edges import carry_fewer_control_edges
 from asyncflow.distributed.worker import OP_PREFIX
@@ -300,7 +300,7 @@ class Master:
             task_graphs.append(TaskGraph(task_name, graph_def, options, feed_indices))
         return RemoteRun(task_graphs, fetch_routes, self.incarnations(), placed.by_name(),
                          (tuple(feeds), tuple(fetches), tuple(targets)),
-                         _start_order(task_graphs, parts.partitions, batchable))
+                         start_order([tg.task for tg in task_graphs], parts.partitions, batchable))
 
     # -- steps ------------------------------------------------------------------------
     async def refresh(self, run):
@@ -579,27 +579,6 @@ class _StepDriver:
                                            dead_task=task.name)
                         return
                 await trio.sleep(interval)
-
-
-def _start_order(task_graphs, partitions, levels):
-    """Task graph indices, the tasks that wait longest for other tasks' values first.
-
-    A task's wait is the lowest level (``batching.py``) among the transfers it receives from
-    other tasks (a transfer without a level counts as 0; a task that receives none waits for
-    nothing). The master sends the RunGraphs in this order, so a producer (the ps reading its
-    variables) starts before its consumers ask it for values, and their pulls find the values
-    deposited instead of waiting for the producer's RunGraph to arrive behind theirs.
-    """
-    waits = {}
-    for part in partitions:
-        task = _rdv.task_of_device(part.device)
-        for node in part.nodes:
-            if node.type == "_Recv" and _rdv.task_of_device(node.attrs["send_device"]) != task:
-                level = levels.get(node.attrs["tensor_name"], 0)
-                waits[task] = min(waits.get(task, level), level)
-    order = sorted(range(len(task_graphs)),
-                   key=lambda i: -waits.get(task_graphs[i].task, float("inf")))
-    return tuple(order)
 
 
 def _task_graph_def(graph, nodes, feeds, feed_indices, fetch_ports):
