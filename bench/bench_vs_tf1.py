@@ -10,7 +10,8 @@ Workloads (one ps and worker processes on loopback; one BLAS thread per asyncflo
   processes (``sendall``/``recv_into``), measured in the same run.
 * **mlp**: MLP 64-128-10, batch 256, parameters on the ps, forward + backward + SGD update
   on the worker side (updates colocated with the parameters, as TF places them); one step
-  fetches the loss and runs the train op.
+  fetches the loss and runs the train op. ``mlp_requests_per_step`` (asyncflow only): the
+  step's HTTP requests, one RunGraph per task plus the RecvTensors the workers counted.
 * **batch sweep**: the same MLP step at batch 1, 64 and 256 (a 256 B, 16 KiB and 64 KiB
   feed), interleaved step by step so each size sees the same load: the issue-15 "cliff" check
   (``mlp_b256_over_b1`` near 1: no stall; a 40 ms delayed-ACK stall would make it several).
@@ -168,6 +169,17 @@ async def _timed(fn, repeats):
     return statistics.median(times)
 
 
+async def _pull_requests(cluster):
+    """The RecvTensors requests every task of ``cluster`` has made (Health's statistics)."""
+    from asyncflow.distributed import channels
+    total = 0
+    for addresses in cluster.values():
+        for address in addresses:
+            async with channels.connect(address) as channel:
+                total += (await channel.health(timeout=30)).stats.pull_requests
+    return total
+
+
 async def _asyncflow_measure(spec, sizes, worker_counts, out):
     import trio
 
@@ -195,8 +207,12 @@ async def _asyncflow_measure(spec, sizes, worker_counts, out):
     async with af.Session(graph=g, cluster=cluster) as sess:
         await sess.run(init)
         await sess.run([loss, train], {x: xs, y: ys})
+        pulls = await _pull_requests(cluster)
         out["mlp_ms"] = await _timed(lambda: sess.run([loss, train], {x: xs, y: ys}),
                                      sizes["mlp_steps"]) * 1e3
+        # Requests per step: a RunGraph per task, plus the pulls the workers counted.
+        out["mlp_requests_per_step"] = 2 + (await _pull_requests(cluster) - pulls) / \
+            sizes["mlp_steps"]
         sweep = {b: _mlp_data(b) for b in SWEEP}
         times = {b: [] for b in SWEEP}
         for _ in range(sizes["mlp_steps"] // 2):  # interleaved: every batch sees the same load

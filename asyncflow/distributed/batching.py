@@ -25,9 +25,10 @@ iteration i+N until iteration i is done on every device), and the loops' back ed
 chains unbounded. Levels are a longest-path pass in topological order (Kahn), so nodes on a
 cycle are visited once and left without a level.
 
-Example (the parameter-server step): the worker pulls the parameters (level 0, one request),
-the ps pulls all gradients (level 1, one request), and the worker pulls the control edges
-that say the updates are done (level 2, one request), in place of one request per update.
+Example (the parameter-server step): the worker pulls the parameters (level 0, one request)
+and the ps pulls all gradients (level 1, one request), in place of one request per tensor.
+(The train op's control edges from the updates would be level 2; the master drops them before
+partitioning, ``control_edges.py``.)
 In a ping-pong (w1 sends ``a``, w0 sends back ``2a``, w1 sends ``2a + 5``) the three values
 have levels 0, 1 and 2 and travel one by one.
 
@@ -103,3 +104,23 @@ def transfer_levels(partitions):
 def batchable_transfers(partitions):
     """Tensor names of the transfers whose pulls may share a request (any level)."""
     return set(transfer_levels(partitions))
+
+
+def start_order(tasks, partitions, levels):
+    """Indices into ``tasks`` (task names) in the order the master sends their RunGraphs.
+
+    A task's wait is the lowest level (``transfer_levels``) among the transfers it receives from
+    other tasks (a transfer without a level counts as 0; a task that receives none waits for
+    nothing). The master sends the RunGraphs in this order, so a producer (the ps reading its
+    variables) starts before its consumers ask it for values, and their pulls find the values
+    deposited instead of waiting for the producer's RunGraph to arrive behind theirs.
+    """
+    waits = {}
+    for part in partitions:
+        task = task_of(part.device)
+        for node in part.nodes:
+            if node.type == "_Recv" and task_of(node.attrs["send_device"]) != task:
+                level = levels.get(node.attrs["tensor_name"], 0)
+                waits[task] = min(waits.get(task, level), level)
+    order = sorted(range(len(tasks)), key=lambda i: -waits.get(tasks[i], float("inf")))
+    return tuple(order)

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import itertools
 import logging
 import secrets
@@ -119,9 +120,10 @@ class _WorkerGraph:
     feeds: list          # placeholder tensors, in the order of feed_names
     feed_names: list
     fetch_names: list
-    binding_parts: tuple  # (declarations, batchable)
+    binding: object      # the RemoteBinding every step of the graph shares (peers, Recvs)
     peers: dict          # task name -> address
     lease_expires: float = 0.0  # trio time after which an idle graph is dropped
+    feed_checks: list = dataclasses.field(default_factory=list)  # per feed, see _feed_checks
     running: int = 0     # RunGraphs in progress
     replay: _ReplayWindow = dataclasses.field(default_factory=lambda: _ReplayWindow())
 
@@ -211,10 +213,15 @@ class WorkerService:
         except (ValueError, TypeError, KeyError) as exc:
             _fail("INVALID_ARGUMENT", f"RegisterGraph: malformed graph: {type(exc).__name__}: {exc}")
         handle = f"{request.session_handle or 'graph'}/{next(self._handles)}/{secrets.token_hex(4)}"
+        peers = dict(options.peers)
+        declarations, batchable = self._declarations(graph, options)
+        binding = _rdv.RemoteBinding(functools.partial(self._channel, peers=peers),
+                                     declarations, batchable, self._count_received)
         self._graphs[handle] = _WorkerGraph(
             handle, graph, compiled, feeds, list(options.feeds),
-            [t.name for t in fetches], self._declarations(graph, options), dict(options.peers),
-            lease_expires=trio.current_time() + self._graph_lease_s)
+            [t.name for t in fetches], binding, peers,
+            lease_expires=trio.current_time() + self._graph_lease_s,
+            feed_checks=_feed_checks(list(options.feeds), feeds))
         self.counters.graphs_registered += 1
         _log.info("%s registered graph %s: %d ops on %s", self.task, handle, len(ops),
                   ", ".join(sorted({op.device for op in ops})) or "no devices")
@@ -313,28 +320,32 @@ class WorkerService:
             self._drop(state.step_id, "finished")
 
     def _feed_values(self, wg, entries):
-        by_key = {}
-        for entry in entries:
-            if entry.key in by_key:
-                _fail("INVALID_ARGUMENT", f"feed {entry.key!r} is given twice")
-            by_key[entry.key] = entry
-        unknown = sorted(set(by_key) - set(wg.feed_names))
-        missing = [n for n in wg.feed_names if n not in by_key]
-        if unknown or missing:
-            _fail("INVALID_ARGUMENT", f"RunGraph feeds of graph {wg.handle} must be exactly "
-                  f"{wg.feed_names}; unknown {unknown}, missing {missing}")
+        if [entry.key for entry in entries] == wg.feed_names:  # the master's order: no lookup
+            ordered = entries
+        else:
+            by_key = {}
+            for entry in entries:
+                if entry.key in by_key:
+                    _fail("INVALID_ARGUMENT", f"feed {entry.key!r} is given twice")
+                by_key[entry.key] = entry
+            unknown = sorted(set(by_key) - set(wg.feed_names))
+            missing = [n for n in wg.feed_names if n not in by_key]
+            if unknown or missing:
+                _fail("INVALID_ARGUMENT", f"RunGraph feeds of graph {wg.handle} must be "
+                      f"exactly {wg.feed_names}; unknown {unknown}, missing {missing}")
+            ordered = [by_key[name] for name in wg.feed_names]
         values = []
-        for name, tensor in zip(wg.feed_names, wg.feeds):
-            value = by_key[name].value
+        for entry, (name, expected, dims, tensor) in zip(ordered, wg.feed_checks):
+            value = entry.value
             if value is None:
                 _fail("INVALID_ARGUMENT", f"feed {name!r} carries no value")
-            dtype = tensor.dtype
-            ok = (value.dtype == object) if dtype.is_string else (value.dtype == dtype.np)
-            if not ok:
+            if value.dtype != expected:
                 _fail("INVALID_ARGUMENT", f"feed {name!r} has dtype {value.dtype}, but its "
-                      f"placeholder declares {dtype.name}")
-            if not tensor.shape.is_compatible_with(value.shape):
-                _fail("INVALID_ARGUMENT", f"feed {name!r} has shape {list(value.shape)}, but "
+                      f"placeholder declares {tensor.dtype.name}")
+            shape = value.shape
+            if dims is not None and (len(dims) != len(shape) or any(
+                    d is not None and d != n for d, n in zip(dims, shape))):
+                _fail("INVALID_ARGUMENT", f"feed {name!r} has shape {list(shape)}, but "
                       f"its placeholder declares {tensor.shape}")
             self.counters.bytes_received += value.nbytes
             values.append(value)
@@ -357,10 +368,7 @@ class WorkerService:
         state = self._find_or_create(request.step_id)
         if state.running or state.ran:
             _fail("ALREADY_EXISTS", f"step {request.step_id} already ran on {self.task}")
-        declarations, batchable = wg.binding_parts
-        state.rendezvous.binding = _rdv.RemoteBinding(
-            lambda task: self._channel(task, wg.peers), declarations, batchable,
-            self._count_received)
+        state.rendezvous.binding = wg.binding  # built once, at registration
         state.running = True
         trace = [] if request.trace else None
         step = executor.Step(request.step_id, rendezvous=state.rendezvous, trace=trace)
@@ -544,6 +552,13 @@ class WorkerService:
         channels, self._channels = self._channels, {}
         for channel in channels.values():
             await channel.aclose()
+
+
+def _feed_checks(names, placeholders):
+    """Per feed ``(name, numpy dtype, static dims or None, placeholder)``, computed once per
+    registered graph so that a RunGraph's feed validation is a few comparisons."""
+    return [(name, object if t.dtype.is_string else t.dtype.np, t.shape.dims, t)
+            for name, t in zip(names, placeholders)]
 
 
 def _max_rss_mib():

@@ -152,7 +152,7 @@ class PartitionedRun:
 
 
 def partition_run(graph, feeds, fetches, targets, state, config, resources=None,
-                  optimize_graph=None):
+                  optimize_graph=None, rewrite=None):
     """Prune, place and rewrite ``(feeds, fetches, targets)``: the one compile pipeline.
 
     Args:
@@ -163,6 +163,8 @@ def partition_run(graph, feeds, fetches, targets, state, config, resources=None,
         resources: the ResourceManager constant folding evaluates with.
         optimize_graph: run CSE, constant folding and Recv scheduling (default:
             ``config.optimize_graph``; folding needs ``state.devices``).
+        rewrite: called with the placed NodeGraph before anything else changes it (the
+            master drops cross-task control edges that order nothing there).
 
     Returns:
         A PartitionedRun.
@@ -187,6 +189,8 @@ def partition_run(graph, feeds, fetches, targets, state, config, resources=None,
     if optimize_graph is None:
         optimize_graph = config.optimize_graph
     node_graph = NodeGraph.from_ops(ops, feeds, fetches, targets, placed.assignment)
+    if rewrite is not None:
+        rewrite(node_graph)
     if optimize_graph and not _contains_control_flow(ops):
         node_graph = optimize.eliminate_common_subexpressions(node_graph)
         host = state.by_name(state.names[0])

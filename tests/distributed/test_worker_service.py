@@ -82,7 +82,7 @@ async def test_recv_before_run_finds_the_step_and_waits(cluster, autojump_clock)
     # Both sides dropped the finished step; a late pull fails fast instead of creating state.
     assert services[0].statistics().steps_held == 0
     assert services[1].statistics().steps_held == 0
-    key = next(iter(services[1]._graphs.values())).binding_parts[0]
+    key = next(iter(services[1]._graphs.values())).binding.declarations
     assert key  # task 1 declares the remote Recv it pulls
     with pytest.raises(RemoteCallError, match="ABORTED.*already finished"):
         await w0.recv_tensors(RecvTensors(step_id, [_any_key(services[0])]))
@@ -168,6 +168,12 @@ async def test_feeds_are_checked_against_their_placeholders(cluster, autojump_cl
                                     request_id=2))
     with pytest.raises(RemoteCallError, match="INVALID_ARGUMENT.*missing"):
         await w0.run_graph(RunGraph(handle, 3, [], [], request_id=3))
+    good = TensorEntry(name, np.zeros(3, np.float32))
+    with pytest.raises(RemoteCallError, match="INVALID_ARGUMENT.*given twice"):
+        await w0.run_graph(RunGraph(handle, 4, [good, good], [], request_id=4))
+    with pytest.raises(RemoteCallError, match=r"INVALID_ARGUMENT.*unknown \['other:0'\]"):
+        await w0.run_graph(RunGraph(handle, 5, [good, TensorEntry("other:0", np.zeros(1))], [],
+                                    request_id=5))
     # Registered state survives bad requests.
     assert services[0].statistics().graphs == 1
     await master.close()
