@@ -18,7 +18,8 @@ trio task:
   one; anything else is :class:`~transports.service.TransportUnavailable`.
 * **Requests.** The head and a small body (under 256 KiB) go in one ``send``; larger frames are
   sent as the encoder's buffers (views of the arrays: no copy), with ``Content-Length``.
-* **Replies.** The head is read up to ``_MAX_HEAD`` bytes; a frame body must have a
+* **Replies.** The head is read up to ``_MAX_HEAD`` bytes and parsed by
+  :mod:`transports.http_head` (shared with the server); a frame body must have a
   ``Content-Length`` (or chunked encoding, decoded), and is received with ``recv_into``
   straight into the :class:`~transports.wire.Decoder` 's destination arrays (socket ->
   array, no intermediate chunk); the decoder's :class:`~transports.wire.Limits` bound it.
@@ -35,6 +36,7 @@ from typing import Any, Final
 
 import trio
 
+from transports.http_head import parse_chunk_size, parse_response_head
 from transports.http_protocol import (
     FRAME_CONTENT_TYPE, MAX_TEXT, parse_address, request_path, text_error,
 )
@@ -84,19 +86,9 @@ class _Connection:
                 raise TransportUnavailable("connection closed before the response head ended")
             self.answered = True
             self.buffer += data
-        head = bytes(self.buffer[:end]).decode("latin-1")
+        head = self.buffer[:end + 4]
         del self.buffer[:end + 4]
-        status_line, *lines = head.split("\r\n")
-        parts = status_line.split(" ", 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
-            raise RemoteProtocolError(f"bad status line {status_line[:80]!r}")
-        headers = {}
-        for line in lines:
-            name, sep, value = line.partition(":")
-            if not sep:
-                raise RemoteProtocolError(f"bad header line {line[:80]!r}")
-            headers[name.strip().lower()] = value.strip()
-        return int(parts[1]), headers
+        return parse_response_head(head)
 
     async def receive_into(self, view: memoryview) -> int:
         """Fill the start of ``view`` from the buffer, else from the socket; returns the count."""
@@ -139,11 +131,7 @@ class _Body:
             line += await self._conn.receive_bytes(1)
             if len(line) > 1024:
                 raise RemoteProtocolError("chunk size line too long")
-        size = line[:-2].split(b";", 1)[0].strip()
-        try:
-            self._left = int(size, 16)
-        except ValueError:
-            raise RemoteProtocolError(f"bad chunk size {bytes(size)[:20]!r}") from None
+        self._left = parse_chunk_size(line)
         if self._left == 0:
             await self._expect_crlf()
             self._done = True
