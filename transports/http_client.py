@@ -16,8 +16,9 @@ trio task:
   server sees the disconnect and cancels the handler). A reused connection that the server
   closed while idle (EOF or a reset before any byte of the answer) is retried once on a fresh
   one; anything else is :class:`~transports.service.TransportUnavailable`.
-* **Requests.** The head and a small body (under 256 KiB) go in one ``send``; larger frames are
-  sent as the encoder's buffers (views of the arrays: no copy), with ``Content-Length``.
+* **Requests.** The head and the frame's small buffers (header, padding) go in one ``send``;
+  each tensor of 64 KiB or more is sent from a view of its array (no copy), with
+  ``Content-Length`` (:func:`transports.http_protocol.send_pieces`).
 * **Replies.** The head is read up to ``_MAX_HEAD`` bytes and parsed by
   :mod:`transports.http_head` (shared with the server); a frame body must have a
   ``Content-Length`` (or chunked encoding, decoded), and is received with ``recv_into``
@@ -38,7 +39,7 @@ import trio
 
 from transports.http_head import parse_chunk_size, parse_response_head
 from transports.http_protocol import (
-    FRAME_CONTENT_TYPE, MAX_TEXT, parse_address, request_path, text_error,
+    FRAME_CONTENT_TYPE, MAX_TEXT, parse_address, request_path, send_pieces, text_error,
 )
 from transports.messages import ErrorReply, Message
 from transports.service import METRICS_PATH, Channel, Rpc, TransportUnavailable
@@ -49,7 +50,6 @@ from transports.wire import (
 
 __all__ = ["TrioHttpChannel"]
 
-_SMALL: Final = 256 * 1024       # bodies below this go out with the head in one send
 _MAX_HEAD: Final = 64 * 1024     # the most of a response head this client reads
 _RECV: Final = 64 * 1024
 _MAX_IDLE: Final = 16            # idle keep-alive connections kept per channel
@@ -263,12 +263,8 @@ class TrioHttpChannel(Channel):
         size = frame_size(buffers)
         head = (f"{method} {path} HTTP/1.1\r\n{self._fixed_headers}Content-Type: "
                 f"{FRAME_CONTENT_TYPE}\r\nContent-Length: {size}\r\n\r\n").encode("latin-1")
-        if size < _SMALL:
-            await conn.stream.send_all(b"".join([head, *buffers]))
-            return
-        await conn.stream.send_all(head)
-        for buffer in buffers:
-            await conn.stream.send_all(buffer)
+        for piece in send_pieces(head, buffers):
+            await conn.stream.send_all(piece)
 
     # -- replies --------------------------------------------------------------------------------
 

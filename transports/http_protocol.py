@@ -1,8 +1,9 @@
-"""What both HTTP clients of the worker protocol agree on, with no socket and no aiohttp.
+"""What the HTTP clients and the server of the worker protocol agree on, with no socket.
 
 :class:`~transports.http.HttpChannel` (aiohttp on its asyncio thread) and
 :class:`~transports.http_client.TrioHttpChannel` (HTTP/1.1 straight from trio) speak the same
-protocol to the same server; the pieces of it that are not I/O live here once:
+protocol to the same server (:mod:`transports.http_server`); the pieces of it that are not I/O
+live here once (message heads are :mod:`transports.http_head`):
 
 * :data:`FRAME_CONTENT_TYPE`, the content type of a :mod:`transports.wire` frame body;
 * :func:`parse_address`, a channel's ``"host:port"`` checked and split;
@@ -11,7 +12,8 @@ protocol to the same server; the pieces of it that are not I/O live here once:
   their annotations (the server parses them back with it);
 * :func:`text_error`, the :class:`~transports.messages.RemoteCallError` for an answer that came
   as text rather than a frame (auth failures, unknown routes, the connection guard's 408), its
-  canonical code read from the HTTP status by :data:`TEXT_STATUS_CODE`.
+  canonical code read from the HTTP status by :data:`TEXT_STATUS_CODE`;
+* :func:`send_pieces`, how the trio client and the server cut a message into ``send`` calls.
 
 Nothing here knows about asyncflow.
 """
@@ -25,11 +27,12 @@ from urllib.parse import quote
 from transports.messages import Message, RemoteCallError
 from transports.service import RPCS, Rpc
 
-__all__ = ["FRAME_CONTENT_TYPE", "MAX_TEXT", "PATH_FIELDS", "TEXT_STATUS_CODE", "parse_address",
-           "request_path", "text_error"]
+__all__ = ["FRAME_CONTENT_TYPE", "JOIN_BYTES", "MAX_TEXT", "PATH_FIELDS", "TEXT_STATUS_CODE",
+           "parse_address", "request_path", "send_pieces", "text_error"]
 
 FRAME_CONTENT_TYPE: Final = "application/x-asyncflow-frame"
 MAX_TEXT: Final = 64 * 1024  # the most of a text error body a client reads
+JOIN_BYTES: Final = 64 * 1024  # message buffers below this are joined into one send
 # HTTP status of a text-only answer -> canonical code.
 TEXT_STATUS_CODE: Final = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 408: "UNAVAILABLE",
                            403: "PERMISSION_DENIED", 404: "UNIMPLEMENTED",
@@ -63,3 +66,25 @@ def text_error(status: int, address: str, body: bytes) -> RemoteCallError:
     text = body.decode("utf-8", "replace").strip()
     code = TEXT_STATUS_CODE.get(status, "UNKNOWN")
     return RemoteCallError(code, f"HTTP {status} from {address}: {text}")
+
+
+def send_pieces(head: bytes, buffers: list[bytes | memoryview]) -> list[bytes | memoryview]:
+    """What to ``send_all``, in order, for a message of ``head`` and a frame's ``buffers``.
+
+    Consecutive buffers under :data:`JOIN_BYTES` (the frame's header, padding) are joined with
+    the head into one piece; a larger buffer (a view of a tensor) is a piece of its own, so
+    tensor bytes are never copied and a small message is one ``send``.
+    """
+    pieces: list[bytes | memoryview] = []
+    small: list[bytes | memoryview] = [head]
+    for buffer in buffers:
+        if len(buffer) < JOIN_BYTES:
+            small.append(buffer)
+            continue
+        if small:
+            pieces.append(b"".join(small))
+            small = []
+        pieces.append(buffer)
+    if small:
+        pieces.append(b"".join(small))
+    return pieces

@@ -56,7 +56,7 @@ from transports.http_guard import (
 )
 from transports.http_head import HeadTooLarge, RequestHead, head_end, parse_chunk_size, \
     parse_request_head
-from transports.http_protocol import FRAME_CONTENT_TYPE, PATH_FIELDS
+from transports.http_protocol import FRAME_CONTENT_TYPE, PATH_FIELDS, send_pieces
 from transports.messages import Message, RemoteCallError
 from transports.service import METRICS_PATH, RPCS, Rpc, WorkerServiceProtocol, error_reply_for, \
     reply_for_result
@@ -70,7 +70,6 @@ __all__ = ["DEFAULT_CONNECTION_LIMITS", "MAX_HEAD", "ConnectionLimits", "HttpSer
 
 MAX_HEAD: Final = 64 * 1024  # the most of a request head the server buffers (else 431)
 _RECV: Final = 64 * 1024
-_JOIN: Final = 64 * 1024  # answer buffers below this are joined with the head into one send
 _LINGER_S: Final = 1.0  # how long a closing connection drains a body it did not read
 _LINGER_BYTES: Final = 4 << 20
 _SHUTDOWN_GRACE_S: Final = 1.0  # answers being written get this long when the server closes
@@ -584,16 +583,8 @@ class HttpServer:
                           keep: bool) -> None:
         size = frame_size(buffers)
         self._bytes_sent += size
-        pending = [_head(status, FRAME_CONTENT_TYPE, size, keep)]
-        for buffer in buffers:
-            if len(buffer) < _JOIN:
-                pending.append(buffer)
-                continue
-            await conn.stream.send_all(b"".join(pending))
-            pending = []
-            await conn.stream.send_all(buffer)
-        if pending:
-            await conn.stream.send_all(b"".join(pending))
+        for piece in send_pieces(_head(status, FRAME_CONTENT_TYPE, size, keep), buffers):
+            await conn.stream.send_all(piece)
 
     async def _send_text(self, conn: _Conn, status: int, text: str, keep: bool,
                          headers: str = "") -> None:
