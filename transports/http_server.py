@@ -251,7 +251,7 @@ class HttpServer:
         self._authorization = None if token is None else f"Bearer {token}".encode()
         self._calls: set[trio.CancelScope] = set()
         self._closing = False
-        self._accepting = trio.CancelScope()
+        self._accepting: list[trio.CancelScope] = []  # one per listener's accept loop
         # Connections live in a nursery shielded from the caller's cancellation: only _stop
         # ends it, after answering the calls in flight (a cancelled caller still gets them
         # answered UNAVAILABLE rather than cut off).
@@ -297,7 +297,8 @@ class HttpServer:
     async def _stop(self) -> None:
         """Stop accepting, cancel handlers (answered UNAVAILABLE), close every connection."""
         self._closing = True
-        self._accepting.cancel()
+        for scope in self._accepting:
+            scope.cancel()
         for call in list(self._calls):
             call.cancel()
         for conn in list(self._guard.connections):
@@ -317,7 +318,8 @@ class HttpServer:
 
     async def _accept(self, listener: trio.SocketListener) -> None:
         async with listener:
-            with self._accepting:
+            with trio.CancelScope() as scope:
+                self._accepting.append(scope)
                 while True:
                     try:
                         stream = await listener.accept()

@@ -187,3 +187,11 @@ async def test_a_large_answer_goes_out_as_the_encoders_buffers(server, monkeypat
     (client_head, client_tensor, server_head, server_tensor) = sends  # the trio client too
     assert client_head < 1024 and server_head < 1024, sends
     assert client_tensor == server_tensor == value.nbytes
+
+
+async def test_a_host_with_two_addresses_is_served_on_both_and_stops():
+    """``localhost`` may bind 127.0.0.1 and ::1: one accept loop each, all stopped on exit."""
+    async with open_http_server(FakeWorker(), host="localhost") as server:
+        with trio.fail_after(GENEROUS):
+            async with TrioHttpChannel(f"localhost:{server.port}") as channel:
+                assert (await channel.health()).incarnation == 7
