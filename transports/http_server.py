@@ -40,6 +40,7 @@ import contextlib
 import errno
 import hmac
 import logging
+import math
 import socket
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -154,6 +155,9 @@ class _Route:
 _ROUTES: Final = tuple(_Route(rpc, rpc.method, rpc.http_method, tuple(rpc.path.split("/")))
                        for rpc in RPCS) + (
     _Route(None, "metrics", "GET", tuple(METRICS_PATH.split("/"))),)
+# (method, path) -> route, for the routes without path fields: one lookup for most requests
+_LITERAL: Final = {(route.http_method, "/".join(route.segments)): route for route in _ROUTES
+                   if not any(segment.startswith("{") for segment in route.segments)}
 
 
 class _Conn(GuardedConnection):
@@ -340,7 +344,7 @@ class HttpServer:
             stream.socket.close()
             return
         try:
-            with conn.scope:
+            with conn.scope:  # cancelled: evicted, the server closing, or past a head deadline
                 while not self._closing:
                     try:
                         head = await self._receive_head(conn)
@@ -354,6 +358,8 @@ class HttpServer:
         except _BROKEN:
             pass  # the client went away; nothing to answer
         finally:
+            if conn.scope.cancelled_caught and conn in self._guard.connections:
+                self._guard.timed_out += 1  # not dropped by the guard: its deadline passed
             self._guard.closed(conn)
             stream.socket.close()
 
@@ -362,28 +368,31 @@ class HttpServer:
         limits, buffer = self._connection_limits, conn.buffer
         while buffer[:2] == b"\r\n":  # empty lines between requests are allowed (RFC 9112)
             del buffer[:2]
-        now = trio.current_time()
-        conn.partial_since = now if buffer else None
-        deadline = now + (limits.header_timeout_s if buffer else limits.idle_timeout_s)
         searched = 0
-        while (end := head_end(buffer, searched)) < 0:
-            if len(buffer) > MAX_HEAD:
-                raise _Reject(431, f"request head longer than {MAX_HEAD} bytes")
-            searched = len(buffer)
-            data = None
-            with trio.move_on_at(deadline):
+        if (end := head_end(buffer)) < 0:
+            # The connection's own scope carries the deadline (no scope per read): when it
+            # expires the task ends and _serve_connection counts a timeout.
+            now = trio.current_time()
+            conn.partial_since = now if buffer else None
+            conn.scope.deadline = now + (limits.header_timeout_s if buffer
+                                         else limits.idle_timeout_s)
+        try:
+            while end < 0:
+                if len(buffer) > MAX_HEAD:
+                    raise _Reject(431, f"request head longer than {MAX_HEAD} bytes")
+                searched = len(buffer)
                 data = await conn.stream.receive_some(_RECV)
-            if data is None:
-                self._guard.timed_out += 1
-                return None
-            if not data:
-                return None
-            if not buffer:
-                conn.partial_since = trio.current_time()
-                deadline = conn.partial_since + limits.header_timeout_s
-            buffer += data
-            while buffer[:2] == b"\r\n":
-                del buffer[:2]
+                if not data:
+                    return None
+                if not buffer:
+                    conn.partial_since = trio.current_time()
+                    conn.scope.deadline = conn.partial_since + limits.header_timeout_s
+                buffer += data
+                while buffer[:2] == b"\r\n":
+                    del buffer[:2]
+                end = head_end(buffer, searched)
+        finally:
+            conn.scope.deadline = math.inf
         try:
             head = parse_request_head(buffer[:end])
         except HeadTooLarge as exc:
@@ -434,6 +443,9 @@ class HttpServer:
             conn.active, conn.idle_since = False, trio.current_time()
 
     def _route(self, head: RequestHead) -> tuple[_Route, dict[str, Any]]:
+        route = _LITERAL.get((head.method, head.path))
+        if route is not None:
+            return route, {}
         segments = [unquote(segment) for segment in head.path.split("/")]
         allowed = []
         for route in _ROUTES:
@@ -465,8 +477,9 @@ class HttpServer:
             if rpc.request is None:
                 return None, None
             message = rpc.request(**fields)
-            try:  # the same field checks a body would get
-                encode(message, self._limits)
+            try:  # the same field checks a body would get (path fields: ints in range)
+                if fields:
+                    encode(message, self._limits)
             except LocalProtocolError as exc:
                 raise _Reject(400, f"{where}: {exc}") from exc
             return message, None
@@ -532,20 +545,19 @@ class HttpServer:
     async def _call(self, conn: _Conn, fn: Any, args: tuple) -> outcome.Outcome:
         """``await fn(*args)`` as an outcome; cancelled when the client leaves or we close."""
         result = None
-        with trio.CancelScope() as call:
-            self._calls.add(call)
+        async with trio.open_nursery() as call:  # its scope: cancelled by the watcher or _stop
+            self._calls.add(call.cancel_scope)
             try:
                 if self._closing:
-                    call.cancel()
-                async with trio.open_nursery() as watch:
-                    watch.start_soon(_watch_for_disconnect, conn, call)
-                    try:
-                        result = outcome.Value(await fn(*args))
-                    except Exception as exc:  # noqa: BLE001 -- the client gets an ErrorReply
-                        result = outcome.Error(exc)
-                    watch.cancel_scope.cancel()
+                    call.cancel_scope.cancel()
+                call.start_soon(_watch_for_disconnect, conn, call.cancel_scope)
+                try:
+                    result = outcome.Value(await fn(*args))
+                except Exception as exc:  # noqa: BLE001 -- the client gets an ErrorReply
+                    result = outcome.Error(exc)
+                call.cancel_scope.cancel()  # stops the watcher
             finally:
-                self._calls.discard(call)
+                self._calls.discard(call.cancel_scope)
         if result is None:  # cancelled: the client left, or the server is going away
             result = outcome.Error(
                 RemoteCallError("UNAVAILABLE", "server is shutting down") if self._closing
