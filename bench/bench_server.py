@@ -12,7 +12,8 @@ One ``asyncflow worker`` process on loopback; this process is the client (the tr
 * **fetch**: ``Session.run`` of a 64 MiB float32 variable living on the worker: the server
   sends it as the RunGraph reply and the client ``recv_into``s it. MiB/s = 64 MiB / (median
   fetch step - median trivial step), next to a raw loopback socket moving 64 MiB between two
-  processes (``sendall``/``recv_into``, ``raw_socket.py``) in the same round.
+  processes (``sendall``/``recv_into``, ``raw_socket.py``) in the same round; and the worker's
+  CPU per fetch (reading the variable, encoding, the kernel's copy into the socket).
 
 ``--tree DIR`` (repeatable) runs the worker from another checkout of the project (its
 ``asyncflow`` and ``transports`` on ``PYTHONPATH``; the client stays this one), so an older
@@ -103,12 +104,13 @@ async def measure(pid, address, health_calls, steps):
         out["trivial_ms"] = statistics.median(times) * 1e3
         out["trivial_server_cpu_ms"] = (cpu_seconds(pid) - cpu) / steps * 1e3
         await sess.run(big)
-        fetches = []
+        fetches, cpu = [], cpu_seconds(pid)
         for _ in range(5):
             start = time.perf_counter()
             value = await sess.run(big)
             fetches.append(time.perf_counter() - start)
             del value
+        out["fetch_server_cpu_ms"] = (cpu_seconds(pid) - cpu) / len(fetches) * 1e3
         out["fetch_ms"] = statistics.median(fetches) * 1e3
         out["fetch_mib_s"] = 64 / max(1e-6, (out["fetch_ms"] - out["trivial_ms"]) / 1e3)
     return out
