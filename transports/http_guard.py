@@ -35,7 +35,8 @@ class ConnectionLimits:
 
     Attributes:
         header_timeout_s: a request's headers must be complete this long after its first byte.
-        body_timeout_s: longest wait for the next bytes of a request body.
+        body_timeout_s: longest wait for the next bytes of a request body, and for the client
+            to take more bytes of an answer.
         idle_timeout_s: a connection with no request for this long is closed.
         max_connections: most open connections; None: the process's file limit
             (``RLIMIT_NOFILE``) less an eighth (at least 64) for files, peers and logs. At the

@@ -25,7 +25,8 @@ connection:
    ``recv_tensors`` does not leak). Closing the server cancels the scopes of calls in flight and
    answers them ``UNAVAILABLE``.
 5. **Answer.** The head and the frame's small buffers go out in one ``send``; every large
-   buffer (a view of a tensor) in one ``send_all`` of its own: no copy of tensor bytes.
+   buffer (a view of a tensor) in one ``send_all`` of its own: no copy of tensor bytes. A
+   client that reads nothing of it for ``body_timeout_s`` is dropped.
 
 A request whose body was not read to its end is answered with ``Connection: close``; the server
 then shuts its side and drains what the client still sends for a moment (a lingering close), so
@@ -489,7 +490,7 @@ class HttpServer:
             raise _Reject(413, f"{where}: body of {length} bytes exceeds the limit of "
                                f"{self._limits.max_frame_bytes}")
         if length and head.headers.get("expect", "").lower() == "100-continue":
-            await conn.stream.send_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+            await self._send_all(conn, b"HTTP/1.1 100 Continue\r\n\r\n")
         body = _Body(conn, length, self._connection_limits.body_timeout_s)
         try:
             message = await self._read_frame(body)
@@ -598,13 +599,27 @@ class HttpServer:
         size = frame_size(buffers)
         self._bytes_sent += size
         for piece in send_pieces(_head(status, FRAME_CONTENT_TYPE, size, keep), buffers):
-            await conn.stream.send_all(piece)
+            await self._send_all(conn, piece)
 
     async def _send_text(self, conn: _Conn, status: int, text: str, keep: bool,
                          headers: str = "") -> None:
         body = text.encode("utf-8")
-        await conn.stream.send_all(
-            _head(status, "text/plain; charset=utf-8", len(body), keep, headers) + body)
+        await self._send_all(
+            conn, _head(status, "text/plain; charset=utf-8", len(body), keep, headers) + body)
+
+    async def _send_all(self, conn: _Conn, data: bytes | memoryview) -> None:
+        """Send ``data`` whole; a client that takes none of it for ``body_timeout_s`` is
+        dropped (the connection's own deadline, so a slow reader cannot hold an answer's
+        arrays and its connection slot forever)."""
+        timeout = self._connection_limits.body_timeout_s
+        with memoryview(data) as view:
+            sent = 0
+            try:
+                while sent < len(view):
+                    conn.scope.deadline = trio.current_time() + timeout
+                    sent += await conn.stream.socket.send(view[sent:])
+            finally:
+                conn.scope.deadline = math.inf
 
     async def _linger(self, conn: _Conn) -> None:
         """Shut our side, then drain what the client still sends for a moment, so that it

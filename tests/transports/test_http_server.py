@@ -17,7 +17,7 @@ from transport_fakes import FakeWorker
 from transports import wire
 from transports.http_client import TrioHttpChannel
 from transports.http_head import head_end, parse_response_head
-from transports.http_server import MAX_HEAD, open_http_server
+from transports.http_server import MAX_HEAD, ConnectionLimits, HttpServer, open_http_server
 from transports.wire import TensorEntry, decode, encode
 
 GENEROUS = 20
@@ -170,23 +170,51 @@ async def test_a_request_dripped_in_small_pieces_is_served(server):
 
 async def test_a_large_answer_goes_out_as_the_encoders_buffers(server, monkeypatch):
     """One send for the head and small buffers, one per tensor view: no slicing, no join."""
-    sends = []
-    original = trio.SocketStream.send_all
+    sends = []  # (side, bytes) per send call of the server and the trio client
+    client_send_all, server_send_all = trio.SocketStream.send_all, HttpServer._send_all
 
-    async def counting_send_all(self, data):
-        sends.append(len(data))
-        await original(self, data)
+    async def client_send(stream, data):
+        sends.append(("client", len(data)))
+        await client_send_all(stream, data)
+
+    async def server_send(self, conn, data):
+        sends.append(("server", len(data)))
+        await server_send_all(self, conn, data)
     value = np.arange(3 << 20, dtype=np.float32)  # 12 MiB
     with trio.fail_after(GENEROUS):
         async with TrioHttpChannel(server.address) as channel:
             handle = await channel.register_graph(wire.RegisterGraph({"nodes": []}, "s"))
             request = wire.RunGraph(handle.graph_handle, 1, [TensorEntry("big", value)], ["big"])
-            monkeypatch.setattr(trio.SocketStream, "send_all", counting_send_all)
+            monkeypatch.setattr(trio.SocketStream, "send_all", client_send)
+            monkeypatch.setattr(HttpServer, "_send_all", server_send)
             reply = await channel.run_graph(request)
     np.testing.assert_array_equal(reply.tensors[0].value, value)
-    (client_head, client_tensor, server_head, server_tensor) = sends  # the trio client too
+    (_, client_head), (_, client_tensor), (_, server_head), (_, server_tensor) = sends
+    assert [side for side, _ in sends] == ["client", "client", "server", "server"], sends
     assert client_head < 1024 and server_head < 1024, sends
     assert client_tensor == server_tensor == value.nbytes
+
+
+async def test_a_client_that_stops_reading_its_answer_is_dropped():
+    """The answer's arrays and the connection slot are not held forever by a slow reader."""
+    limits = ConnectionLimits(body_timeout_s=0.5)
+    value = np.ones(4 << 20, np.float64)  # 32 MiB: more than the socket buffers hold
+    async with open_http_server(FakeWorker(), connection_limits=limits) as server:
+        with trio.fail_after(GENEROUS):
+            async with TrioHttpChannel(server.address) as channel:
+                handle = await channel.register_graph(wire.RegisterGraph({"nodes": []}, "s"))
+            request = frame(wire.RunGraph(handle.graph_handle, 1, [TensorEntry("v", value)],
+                                          ["v"]))
+            reader = await connect(server)
+            async with reader.stream:
+                await reader.stream.send_all(b"POST /v1/steps/1/run HTTP/1.1\r\n"
+                                             b"Content-Length: %d\r\n\r\n" % len(request)
+                                             + request)  # ... and never reads the answer
+                while server.statistics().connections_closed == 0:
+                    await trio.sleep(0.05)
+            async with TrioHttpChannel(server.address) as channel:
+                assert (await channel.health()).incarnation == 7
+    assert server.statistics().connections == 0
 
 
 async def test_a_host_with_two_addresses_is_served_on_both_and_stops():
