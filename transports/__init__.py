@@ -9,7 +9,8 @@ A leaf package: it never imports asyncflow. Modules, lowest first:
 * ``inprocess``: the protocol through direct trio calls (tests, one-process clusters).
 * ``http_head``: HTTP/1.1 heads, sans-IO (shared by the trio client and server).
 * ``http_server``: the worker's HTTP/1.1 server in trio (``open_http_server``), with
-  ``http_guard`` (timeouts, connection limit, rate-limited logs).
+  ``http_body`` (request bodies into the decoder's arrays) and ``http_guard`` (timeouts,
+  connection limit, rate-limited logs).
 * ``http_client``: the trio HTTP/1.1 client channel asyncflow uses (``TrioHttpChannel``).
 * ``http``: ``HttpChannel``, the same protocol through aiohttp on an asyncio thread
   (``aio_bridge``); an independent client for interop tests.

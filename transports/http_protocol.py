@@ -13,7 +13,10 @@ live here once (message heads are :mod:`transports.http_head`):
 * :func:`text_error`, the :class:`~transports.messages.RemoteCallError` for an answer that came
   as text rather than a frame (auth failures, unknown routes, the connection guard's 408), its
   canonical code read from the HTTP status by :data:`TEXT_STATUS_CODE`;
-* :func:`send_pieces`, how the trio client and the server cut a message into ``send`` calls.
+* :func:`send_pieces`, how the trio client and the server cut a message into ``send`` calls;
+* :data:`ROUTES` (and :data:`LITERAL_ROUTES`, those without path fields, by method and path),
+  the server's view of the same table: a :class:`Route` matches a decoded path and parses its
+  fields back (integer fields only match integers).
 
 Nothing here knows about asyncflow.
 """
@@ -21,14 +24,16 @@ from __future__ import annotations
 
 import string
 import typing
-from typing import Final
+from dataclasses import dataclass
+from typing import Any, Final
 from urllib.parse import quote
 
 from transports.messages import Message, RemoteCallError
-from transports.service import RPCS, Rpc
+from transports.service import METRICS_PATH, RPCS, Rpc
 
-__all__ = ["FRAME_CONTENT_TYPE", "JOIN_BYTES", "MAX_TEXT", "PATH_FIELDS", "TEXT_STATUS_CODE",
-           "parse_address", "request_path", "send_pieces", "text_error"]
+__all__ = ["FRAME_CONTENT_TYPE", "JOIN_BYTES", "LITERAL_ROUTES", "MAX_TEXT", "PATH_FIELDS",
+           "ROUTES", "TEXT_STATUS_CODE", "Route", "parse_address", "request_path", "send_pieces",
+           "text_error"]
 
 FRAME_CONTENT_TYPE: Final = "application/x-asyncflow-frame"
 MAX_TEXT: Final = 64 * 1024  # the most of a text error body a client reads
@@ -88,3 +93,41 @@ def send_pieces(head: bytes, buffers: list[bytes | memoryview]) -> list[bytes | 
     if small:
         pieces.append(b"".join(small))
     return pieces
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A route as the server matches it: the rpc (None for ``/metrics``), its path in segments."""
+
+    rpc: Rpc | None
+    name: str
+    http_method: str
+    segments: tuple[str, ...]  # literal segments, or "{field}"
+
+    def match(self, segments: list[str]) -> dict[str, Any] | None:
+        """The path fields when ``segments`` fit this route's path, else None."""
+        if len(segments) != len(self.segments):
+            return None
+        fields: dict[str, Any] = {}
+        for template, segment in zip(self.segments, segments):
+            if not template.startswith("{"):
+                if template != segment:
+                    return None
+                continue
+            name = template[1:-1]
+            if PATH_FIELDS[self.name][name] is int:
+                digits = segment[1:] if segment.startswith("-") else segment
+                if not digits.isascii() or not digits.isdigit():
+                    return None
+                fields[name] = int(segment)
+            else:
+                fields[name] = segment
+        return fields
+
+
+ROUTES: Final = tuple(Route(rpc, rpc.method, rpc.http_method, tuple(rpc.path.split("/")))
+                       for rpc in RPCS) + (
+    Route(None, "metrics", "GET", tuple(METRICS_PATH.split("/"))),)
+# (method, path) -> route, for the routes without path fields: one lookup for most requests
+LITERAL_ROUTES: Final = {(route.http_method, "/".join(route.segments)): route for route in ROUTES
+                   if not any(segment.startswith("{") for segment in route.segments)}

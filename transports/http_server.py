@@ -31,8 +31,9 @@ connection:
 A request whose body was not read to its end is answered with ``Connection: close``; the server
 then shuts its side and drains what the client still sends for a moment (a lingering close), so
 the client reads the answer instead of a reset. The connection guard and timeouts are
-:mod:`transports.http_guard`; heads are :mod:`transports.http_head`. Nothing here knows about
-asyncflow.
+:mod:`transports.http_guard`; heads are :mod:`transports.http_head`; bodies
+:mod:`transports.http_body`; routes :data:`transports.http_protocol.ROUTES`. Nothing here knows
+about asyncflow.
 """
 
 from __future__ import annotations
@@ -52,19 +53,19 @@ from urllib.parse import unquote
 import outcome
 import trio
 
+from transports.http_body import BodyTimeout, BufferedConnection, PeerGone, RequestBody, \
+    read_frame
 from transports.http_guard import (
-    DEFAULT_CONNECTION_LIMITS, ConnectionGuard, ConnectionLimits, GuardedConnection,
-    rate_limit_logs,
+    DEFAULT_CONNECTION_LIMITS, ConnectionGuard, ConnectionLimits, rate_limit_logs,
 )
-from transports.http_head import HeadTooLarge, RequestHead, head_end, parse_chunk_size, \
-    parse_request_head
-from transports.http_protocol import FRAME_CONTENT_TYPE, PATH_FIELDS, send_pieces
+from transports.http_head import HeadTooLarge, RequestHead, head_end, parse_request_head
+from transports.http_protocol import FRAME_CONTENT_TYPE, LITERAL_ROUTES, ROUTES, Route, \
+    send_pieces
 from transports.messages import Message, RemoteCallError
-from transports.service import METRICS_PATH, RPCS, Rpc, WorkerServiceProtocol, error_reply_for, \
-    reply_for_result
+from transports.service import Rpc, WorkerServiceProtocol, error_reply_for, reply_for_result
 from transports.wire import (
-    CLOSED, DEFAULT_LIMITS, NEED_DATA, SMALL_HEADER_BYTES, Decoder, FrameTooLarge, Limits,
-    LocalProtocolError, RemoteProtocolError, encode, frame_size,
+    DEFAULT_LIMITS, FrameTooLarge, Limits, LocalProtocolError, RemoteProtocolError, encode,
+    frame_size,
 )
 
 __all__ = ["DEFAULT_CONNECTION_LIMITS", "MAX_HEAD", "ConnectionLimits", "HttpServer",
@@ -106,10 +107,6 @@ class _Reject(Exception):
         self.status, self.text, self.headers = status, text, headers
 
 
-class _PeerGone(Exception):
-    """The client closed or reset the connection in the middle of a request."""
-
-
 @dataclass(frozen=True, slots=True)
 class HttpServerStatistics:
     """Counters of an :class:`HttpServer` (all since it started)."""
@@ -121,122 +118,6 @@ class HttpServerStatistics:
     bytes_sent: int  # reply frame bytes
     connections: int = 0  # open now
     connections_closed: int = 0  # closed by the server: evicted at the limit, idle or too slow
-
-
-@dataclass(frozen=True, slots=True)
-class _Route:
-    """One route: the rpc (None for /metrics) and its path split into segments."""
-
-    rpc: Rpc | None
-    name: str
-    http_method: str
-    segments: tuple[str, ...]  # literal segments, or "{field}"
-
-    def match(self, segments: list[str]) -> dict[str, Any] | None:
-        """The path fields when ``segments`` fit this route's path, else None."""
-        if len(segments) != len(self.segments):
-            return None
-        fields: dict[str, Any] = {}
-        for template, segment in zip(self.segments, segments):
-            if not template.startswith("{"):
-                if template != segment:
-                    return None
-                continue
-            name = template[1:-1]
-            if PATH_FIELDS[self.name][name] is int:
-                digits = segment[1:] if segment.startswith("-") else segment
-                if not digits.isascii() or not digits.isdigit():
-                    return None
-                fields[name] = int(segment)
-            else:
-                fields[name] = segment
-        return fields
-
-
-_ROUTES: Final = tuple(_Route(rpc, rpc.method, rpc.http_method, tuple(rpc.path.split("/")))
-                       for rpc in RPCS) + (
-    _Route(None, "metrics", "GET", tuple(METRICS_PATH.split("/"))),)
-# (method, path) -> route, for the routes without path fields: one lookup for most requests
-_LITERAL: Final = {(route.http_method, "/".join(route.segments)): route for route in _ROUTES
-                   if not any(segment.startswith("{") for segment in route.segments)}
-
-
-class _Conn(GuardedConnection):
-    """A connection with its read buffer (bytes received past the last request)."""
-
-    __slots__ = ("buffer",)
-
-    def __init__(self, stream: trio.SocketStream, now: float) -> None:
-        super().__init__(stream, now)
-        self.buffer = bytearray()
-
-    async def receive_into(self, view: memoryview, timeout: float) -> int:
-        """Fill the start of ``view`` from the buffer, else from the socket (one read)."""
-        if self.buffer:
-            n = min(len(view), len(self.buffer))
-            view[:n] = self.buffer[:n]
-            del self.buffer[:n]
-            return n
-        with trio.move_on_after(timeout):
-            n = await self.stream.socket.recv_into(view)
-            if not n:
-                raise _PeerGone("the client closed the connection in the middle of the body")
-            return n
-        raise _Reject(408, f"no body bytes for {timeout} s")
-
-    async def fill(self, timeout: float) -> None:
-        """Append at least one byte from the socket to the buffer."""
-        with trio.move_on_after(timeout):
-            data = await self.stream.receive_some(_RECV)
-            if not data:
-                raise _PeerGone("the client closed the connection in the middle of the body")
-            self.buffer += data
-            return
-        raise _Reject(408, f"no body bytes for {timeout} s")
-
-
-class _Body:
-    """A request body, ``Content-Length`` (``length``) or chunked (``length`` None)."""
-
-    def __init__(self, conn: _Conn, length: int | None, timeout: float) -> None:
-        self._conn, self._timeout = conn, timeout
-        self._chunked = length is None
-        self._left = 0 if length is None else length
-        self.done = length == 0  # every byte of the body was read
-
-    async def _next_chunk(self) -> None:
-        conn = self._conn
-        while (end := conn.buffer.find(b"\r\n")) < 0:
-            if len(conn.buffer) > 1024:
-                raise RemoteProtocolError("chunk size line too long")
-            await conn.fill(self._timeout)
-        self._left = parse_chunk_size(conn.buffer[:end + 2])
-        del conn.buffer[:end + 2]
-        if self._left == 0:
-            await self._expect_crlf()  # no trailers are accepted
-            self.done = True
-
-    async def _expect_crlf(self) -> None:
-        while len(self._conn.buffer) < 2:
-            await self._conn.fill(self._timeout)
-        if self._conn.buffer[:2] != b"\r\n":
-            raise RemoteProtocolError("chunk not followed by CRLF")
-        del self._conn.buffer[:2]
-
-    async def read_into(self, view: memoryview) -> int:
-        """Up to ``len(view)`` body bytes into ``view``; 0 at the end of the body."""
-        while not self.done and self._left == 0:
-            await self._next_chunk()
-        if self.done:
-            return 0
-        n = await self._conn.receive_into(view[:self._left], self._timeout)
-        self._left -= n
-        if self._left == 0:
-            if self._chunked:
-                await self._expect_crlf()
-            else:
-                self.done = True
-        return n
 
 
 class HttpServer:
@@ -340,7 +221,7 @@ class HttpServer:
     # -- one connection -------------------------------------------------------------------------
 
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
-        conn = _Conn(stream, trio.current_time())
+        conn = BufferedConnection(stream, trio.current_time())
         if self._closing or not self._guard.admit(conn):
             stream.socket.close()
             return
@@ -364,7 +245,7 @@ class HttpServer:
             self._guard.closed(conn)
             stream.socket.close()
 
-    async def _receive_head(self, conn: _Conn) -> RequestHead | None:
+    async def _receive_head(self, conn: BufferedConnection) -> RequestHead | None:
         """The next request's head; None at EOF or past the idle or header timeout."""
         limits, buffer = self._connection_limits, conn.buffer
         while buffer[:2] == b"\r\n":  # empty lines between requests are allowed (RFC 9112)
@@ -404,7 +285,7 @@ class HttpServer:
             del buffer[:end]
         return head
 
-    async def _serve_request(self, conn: _Conn, head: RequestHead) -> bool:
+    async def _serve_request(self, conn: BufferedConnection, head: RequestHead) -> bool:
         """Answer one request; returns whether the connection may carry another."""
         conn.active, conn.partial_since = True, None
         self._in_flight += 1
@@ -443,13 +324,13 @@ class HttpServer:
             self._by_status[name, status] += 1
             conn.active, conn.idle_since = False, trio.current_time()
 
-    def _route(self, head: RequestHead) -> tuple[_Route, dict[str, Any]]:
-        route = _LITERAL.get((head.method, head.path))
+    def _route(self, head: RequestHead) -> tuple[Route, dict[str, Any]]:
+        route = LITERAL_ROUTES.get((head.method, head.path))
         if route is not None:
             return route, {}
         segments = [unquote(segment) for segment in head.path.split("/")]
         allowed = []
-        for route in _ROUTES:
+        for route in ROUTES:
             fields = route.match(segments)
             if fields is None:
                 continue
@@ -469,8 +350,8 @@ class HttpServer:
             raise _Reject(401, "missing or wrong bearer token: send 'Authorization: Bearer "
                                "<token>'", 'WWW-Authenticate: Bearer realm="asyncflow"\r\n')
 
-    async def _read_request(self, conn: _Conn, head: RequestHead, rpc: Rpc,
-                            fields: dict[str, Any]) -> tuple[Message | None, _Body | None]:
+    async def _read_request(self, conn: BufferedConnection, head: RequestHead, rpc: Rpc,
+                            fields: dict[str, Any]) -> tuple[Message | None, RequestBody | None]:
         where = f"{head.method} {unquote(head.path)}"
         if not rpc.has_body:
             if _has_body(head):
@@ -491,12 +372,12 @@ class HttpServer:
                                f"{self._limits.max_frame_bytes}")
         if length and head.headers.get("expect", "").lower() == "100-continue":
             await self._send_all(conn, b"HTTP/1.1 100 Continue\r\n\r\n")
-        body = _Body(conn, length, self._connection_limits.body_timeout_s)
+        body = RequestBody(conn, length, self._connection_limits.body_timeout_s)
         try:
-            message = await self._read_frame(body)
-        except _Reject as reject:
-            raise _Reject(reject.status, f"{where}: {reject.text}") from None
-        except _PeerGone as exc:
+            message = await read_frame(body, self._limits, self._decoders, self._count_received)
+        except BodyTimeout as exc:
+            raise _Reject(408, f"{where}: {exc}") from None
+        except PeerGone as exc:
             raise _Reject(400, f"{where}: bad body: {exc}") from None
         except FrameTooLarge as exc:
             raise _Reject(413, f"{where}: frame too large: {exc}") from None
@@ -511,39 +392,10 @@ class HttpServer:
                                    f"says {getattr(message, name)!r}")
         return message, body
 
-    async def _read_frame(self, body: _Body) -> Message:
-        """Receive a body that must hold exactly one frame, straight into its arrays."""
-        decoder = Decoder(self._limits)
-        while True:
-            try:
-                view = decoder.get_buffer()
-            except LocalProtocolError:
-                break  # the body broke the protocol: next_event raises it below
-            n = await body.read_into(view)
-            if not n:
-                break
-            self._bytes_received += n
-            if decoder.header_bytes_pending > SMALL_HEADER_BYTES:  # long to decode: off the loop
-                await trio.to_thread.run_sync(decoder.buffer_updated, n, limiter=self._decoders)
-            else:
-                decoder.buffer_updated(n)
-        if body.done:
-            decoder.receive_data(b"")
-        message = None
-        try:
-            while (event := decoder.next_event()) is not NEED_DATA and event is not CLOSED:
-                if message is not None:
-                    raise RemoteProtocolError("body holds more than one frame")
-                message = event
-        except RemoteProtocolError as exc:
-            if message is None:
-                raise
-            raise RemoteProtocolError(f"bytes after the frame: {exc}") from exc
-        if message is None:
-            raise RemoteProtocolError("empty body: expected one frame")
-        return message
+    def _count_received(self, nbytes: int) -> None:
+        self._bytes_received += nbytes
 
-    async def _call(self, conn: _Conn, fn: Any, args: tuple) -> outcome.Outcome:
+    async def _call(self, conn: BufferedConnection, fn: Any, args: tuple) -> outcome.Outcome:
         """``await fn(*args)`` as an outcome; cancelled when the client leaves or we close."""
         result = None
         async with trio.open_nursery() as call:  # its scope: cancelled by the watcher or _stop
@@ -565,7 +417,7 @@ class HttpServer:
                 else RemoteCallError("CANCELLED", "request cancelled"))
         return result
 
-    async def _serve_metrics(self, conn: _Conn, keep: bool) -> tuple[int, bool]:
+    async def _serve_metrics(self, conn: BufferedConnection, keep: bool) -> tuple[int, bool]:
         result = await self._call(conn, self._handler.metrics_text, ())
         keep = keep and not self._closing
         try:
@@ -594,20 +446,20 @@ class HttpServer:
 
     # -- answers --------------------------------------------------------------------------------
 
-    async def _send_frame(self, conn: _Conn, status: int, buffers: list[bytes | memoryview],
+    async def _send_frame(self, conn: BufferedConnection, status: int, buffers: list[bytes | memoryview],
                           keep: bool) -> None:
         size = frame_size(buffers)
         self._bytes_sent += size
         for piece in send_pieces(_head(status, FRAME_CONTENT_TYPE, size, keep), buffers):
             await self._send_all(conn, piece)
 
-    async def _send_text(self, conn: _Conn, status: int, text: str, keep: bool,
+    async def _send_text(self, conn: BufferedConnection, status: int, text: str, keep: bool,
                          headers: str = "") -> None:
         body = text.encode("utf-8")
         await self._send_all(
             conn, _head(status, "text/plain; charset=utf-8", len(body), keep, headers) + body)
 
-    async def _send_all(self, conn: _Conn, data: bytes | memoryview) -> None:
+    async def _send_all(self, conn: BufferedConnection, data: bytes | memoryview) -> None:
         """Send ``data`` whole; a client that takes none of it for ``body_timeout_s`` is
         dropped (the connection's own deadline, so a slow reader cannot hold an answer's
         arrays and its connection slot forever)."""
@@ -621,7 +473,7 @@ class HttpServer:
             finally:
                 conn.scope.deadline = math.inf
 
-    async def _linger(self, conn: _Conn) -> None:
+    async def _linger(self, conn: BufferedConnection) -> None:
         """Shut our side, then drain what the client still sends for a moment, so that it
         reads the answer rather than a reset (closing with unread bytes sends a reset)."""
         with contextlib.suppress(*_BROKEN), trio.move_on_after(_LINGER_S):
@@ -645,7 +497,7 @@ def _head(status: int, content_type: str, length: int, keep: bool, headers: str 
             ).encode("latin-1")
 
 
-async def _watch_for_disconnect(conn: _Conn, call: trio.CancelScope) -> None:
+async def _watch_for_disconnect(conn: BufferedConnection, call: trio.CancelScope) -> None:
     """Cancel ``call`` when the client closes or resets the connection while it runs."""
     if conn.buffer:
         return  # a pipelined request is already here: a close behind it cannot be seen
