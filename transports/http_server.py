@@ -319,6 +319,9 @@ class HttpServer:
             if not keep and not consumed:
                 await self._linger(conn)
             return keep
+        except _BROKEN:
+            status = 499  # the client went away in the middle: nothing could be answered
+            raise
         finally:
             self._in_flight -= 1
             self._by_status[name, status] += 1

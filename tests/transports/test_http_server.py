@@ -9,6 +9,9 @@ it did not read, and the frame answer sent as the encoder's buffers.
 
 from __future__ import annotations
 
+import socket
+import struct
+
 import numpy as np
 import pytest
 import trio
@@ -223,3 +226,19 @@ async def test_a_host_with_two_addresses_is_served_on_both_and_stops():
         with trio.fail_after(GENEROUS):
             async with TrioHttpChannel(f"localhost:{server.port}") as channel:
                 assert (await channel.health()).incarnation == 7
+
+
+async def test_a_client_that_resets_mid_body_is_counted_as_gone_not_as_a_server_error(server):
+    with trio.fail_after(GENEROUS):
+        reader = await connect(server)
+        await reader.stream.send_all(b"POST /v1/graphs HTTP/1.1\r\nContent-Length: 100\r\n\r\nAFWF")
+        while server.statistics().in_flight == 0:  # the server is reading the body
+            await trio.sleep(0.01)
+        reader.stream.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        await reader.stream.aclose()  # with SO_LINGER 0: a reset, not a FIN
+        while server.statistics().in_flight:
+            await trio.sleep(0.01)
+        async with TrioHttpChannel(server.address) as channel:
+            text = await channel.metrics_text()
+    assert 'asyncflow_transport_requests_total{route="register_graph",status="499"} 1' in text
+    assert server.statistics().errors == 1 and server.worker.calls == []
