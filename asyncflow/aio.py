@@ -20,9 +20,9 @@ Theory of operation:
   (waiting kernels, queues, control flow, several devices, clusters) run in the guest.
 - ``aio.Batcher`` keeps its queue and serving task on asyncio (futures, no trio hop per
   request); each batch is one ``aio.Session.run``.
-- ``aio.Server`` runs a worker server as a long-lived task of the guest, with its aiohttp
-  application on the caller's loop (not the transport's own thread): requests are parsed on
-  that loop and handed to the worker service in the guest.
+- ``aio.Server`` runs a worker server as a long-lived task of the guest: its trio HTTP server
+  (``transports.http_server``) serves in the guest run, on the caller's loop (no thread of its
+  own), and hands each request to the worker service in that same run.
 """
 from __future__ import annotations
 
@@ -384,8 +384,8 @@ def _settle(future, result, error):
 class Server:
     """``async with aio.Server(cluster, job_name, task_index) as server:`` from asyncio code.
 
-    Takes ``af.Server``'s arguments; the worker serves until the block exits: aiohttp on
-    the caller's loop, the worker service in the loop's trio guest. ``server.address`` and
+    Takes ``af.Server``'s arguments; the worker serves until the block exits: its HTTP
+    server and the worker service in the loop's trio guest. ``server.address`` and
     ``server.target`` are known once it is entered.
     """
 
@@ -408,7 +408,6 @@ class Server:
 
     async def __aenter__(self):
         self._guest = await _acquire()
-        self._server._http_loop = self._guest.loop  # aiohttp serves on the caller's loop
         try:
             self._scope = await self._guest.start_service(self._server.serve)
         except BaseException:

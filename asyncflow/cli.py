@@ -189,7 +189,7 @@ def run_worker(args):
     except (ValueError, TypeError, RuntimeError) as exc:
         print(f"asyncflow worker: {exc}", file=sys.stderr)
         return 2
-    from transports.http import rate_limit_logs
+    from transports.http_guard import rate_limit_logs
     rate_limit_logs("asyncflow.worker")
 
     async def serve():

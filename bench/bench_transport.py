@@ -36,7 +36,8 @@ import numpy as np  # noqa: E402
 import trio  # noqa: E402
 
 from transports import wire  # noqa: E402
-from transports.http import HttpChannel, open_http_server  # noqa: E402
+from transports.http import HttpChannel  # noqa: E402
+from transports.http_server import open_http_server  # noqa: E402
 from transports.wire import NEED_DATA, Decoder, TensorEntry, encode  # noqa: E402
 
 MIB = 1 << 20

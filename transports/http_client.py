@@ -16,9 +16,11 @@ trio task:
   server sees the disconnect and cancels the handler). A reused connection that the server
   closed while idle (EOF or a reset before any byte of the answer) is retried once on a fresh
   one; anything else is :class:`~transports.service.TransportUnavailable`.
-* **Requests.** The head and a small body (under 256 KiB) go in one ``send``; larger frames are
-  sent as the encoder's buffers (views of the arrays: no copy), with ``Content-Length``.
-* **Replies.** The head is read up to ``_MAX_HEAD`` bytes; a frame body must have a
+* **Requests.** The head and the frame's small buffers (header, padding) go in one ``send``;
+  each tensor of 64 KiB or more is sent from a view of its array (no copy), with
+  ``Content-Length`` (:func:`transports.http_protocol.send_pieces`).
+* **Replies.** The head is read up to ``_MAX_HEAD`` bytes and parsed by
+  :mod:`transports.http_head` (shared with the server); a frame body must have a
   ``Content-Length`` (or chunked encoding, decoded), and is received with ``recv_into``
   straight into the :class:`~transports.wire.Decoder` 's destination arrays (socket ->
   array, no intermediate chunk); the decoder's :class:`~transports.wire.Limits` bound it.
@@ -35,8 +37,9 @@ from typing import Any, Final
 
 import trio
 
+from transports.http_head import parse_chunk_size, parse_response_head
 from transports.http_protocol import (
-    FRAME_CONTENT_TYPE, MAX_TEXT, parse_address, request_path, text_error,
+    FRAME_CONTENT_TYPE, MAX_TEXT, parse_address, request_path, send_pieces, text_error,
 )
 from transports.messages import ErrorReply, Message
 from transports.service import METRICS_PATH, Channel, Rpc, TransportUnavailable
@@ -47,7 +50,6 @@ from transports.wire import (
 
 __all__ = ["TrioHttpChannel"]
 
-_SMALL: Final = 256 * 1024       # bodies below this go out with the head in one send
 _MAX_HEAD: Final = 64 * 1024     # the most of a response head this client reads
 _RECV: Final = 64 * 1024
 _MAX_IDLE: Final = 16            # idle keep-alive connections kept per channel
@@ -84,19 +86,9 @@ class _Connection:
                 raise TransportUnavailable("connection closed before the response head ended")
             self.answered = True
             self.buffer += data
-        head = bytes(self.buffer[:end]).decode("latin-1")
+        head = self.buffer[:end + 4]
         del self.buffer[:end + 4]
-        status_line, *lines = head.split("\r\n")
-        parts = status_line.split(" ", 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
-            raise RemoteProtocolError(f"bad status line {status_line[:80]!r}")
-        headers = {}
-        for line in lines:
-            name, sep, value = line.partition(":")
-            if not sep:
-                raise RemoteProtocolError(f"bad header line {line[:80]!r}")
-            headers[name.strip().lower()] = value.strip()
-        return int(parts[1]), headers
+        return parse_response_head(head)
 
     async def receive_into(self, view: memoryview) -> int:
         """Fill the start of ``view`` from the buffer, else from the socket; returns the count."""
@@ -139,11 +131,7 @@ class _Body:
             line += await self._conn.receive_bytes(1)
             if len(line) > 1024:
                 raise RemoteProtocolError("chunk size line too long")
-        size = line[:-2].split(b";", 1)[0].strip()
-        try:
-            self._left = int(size, 16)
-        except ValueError:
-            raise RemoteProtocolError(f"bad chunk size {bytes(size)[:20]!r}") from None
+        self._left = parse_chunk_size(line)
         if self._left == 0:
             await self._expect_crlf()
             self._done = True
@@ -275,12 +263,8 @@ class TrioHttpChannel(Channel):
         size = frame_size(buffers)
         head = (f"{method} {path} HTTP/1.1\r\n{self._fixed_headers}Content-Type: "
                 f"{FRAME_CONTENT_TYPE}\r\nContent-Length: {size}\r\n\r\n").encode("latin-1")
-        if size < _SMALL:
-            await conn.stream.send_all(b"".join([head, *buffers]))
-            return
-        await conn.stream.send_all(head)
-        for buffer in buffers:
-            await conn.stream.send_all(buffer)
+        for piece in send_pieces(head, buffers):
+            await conn.stream.send_all(piece)
 
     # -- replies --------------------------------------------------------------------------------
 

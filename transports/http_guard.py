@@ -1,13 +1,14 @@
-"""The HTTP server's connection guard and rate-limited logs (used by :mod:`transports.http`).
+"""The HTTP server's connection guard and rate-limited logs (used by :mod:`transports.http_server`).
 
 A worker must keep answering Health while peers misbehave at the connection level: idle or
 slow-drip connections, headers or bodies that never finish, more connections than the process
-has file descriptors. :class:`_GuardedProtocol` wraps each of aiohttp's connection protocols and
-reports to one :class:`ConnectionGuard` per server, which times out a head that is not complete
-``header_timeout_s`` after its first byte, a body that stalls for ``body_timeout_s``, a connection
-idle for ``idle_timeout_s``, and at ``max_connections`` (default: the file limit less an eighth)
-drops the longest-idle connection so that a complete request still gets in
-(:class:`ConnectionLimits`). :func:`rate_limit_logs` keeps a flood of such events from writing
+has file descriptors. :class:`ConnectionLimits` says how long the server waits: a head must be
+complete ``header_timeout_s`` after its first byte, a body may stall at most ``body_timeout_s``,
+a connection may idle ``idle_timeout_s``; each connection task enforces these as its own trio
+deadlines. :class:`ConnectionGuard` holds what spans connections: at ``max_connections``
+(default: the file limit less an eighth) a new connection evicts the longest-idle one that has
+no request in progress, so that a complete request still gets in, and when every connection is
+busy the new one is refused. :func:`rate_limit_logs` keeps a flood of such events from writing
 megabytes of log lines.
 
 Nothing here knows about asyncflow.
@@ -15,14 +16,15 @@ Nothing here knows about asyncflow.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
-import typing
 from dataclasses import dataclass
 from typing import Any, Final
 
-__all__ = ["DEFAULT_CONNECTION_LIMITS", "ConnectionLimits", "rate_limit_logs"]
+import trio
+
+__all__ = ["DEFAULT_CONNECTION_LIMITS", "ConnectionGuard", "ConnectionLimits", "GuardedConnection",
+           "rate_limit_logs"]
 
 _log = logging.getLogger("transports.http")
 
@@ -33,7 +35,8 @@ class ConnectionLimits:
 
     Attributes:
         header_timeout_s: a request's headers must be complete this long after its first byte.
-        body_timeout_s: longest wait for the next bytes of a request body.
+        body_timeout_s: longest wait for the next bytes of a request body, and for the client
+            to take more bytes of an answer.
         idle_timeout_s: a connection with no request for this long is closed.
         max_connections: most open connections; None: the process's file limit
             (``RLIMIT_NOFILE``) less an eighth (at least 64) for files, peers and logs. At the
@@ -63,123 +66,64 @@ class ConnectionLimits:
 DEFAULT_CONNECTION_LIMITS: Final = ConnectionLimits()
 
 
-class _Connection:
-    __slots__ = ("transport", "active", "idle_since", "partial_since")
+class GuardedConnection:
+    """One accepted connection as the guard sees it (fields set by the server's task)."""
 
-    def __init__(self, transport: asyncio.Transport, now: float) -> None:
-        self.transport = transport
-        self.active = 0  # requests being handled
-        self.idle_since = now  # end of the last response (or the connection's start)
-        self.partial_since: float | None = None  # first byte of a request still being read
+    __slots__ = ("stream", "scope", "active", "idle_since", "partial_since")
 
-
-class _GuardedProtocol(asyncio.Protocol):
-    """Forwards to aiohttp's protocol; tells the guard when bytes arrive."""
-
-    def __init__(self, guard: ConnectionGuard, inner: asyncio.Protocol) -> None:
-        self._guard, self._inner = guard, inner
-        self._connection: _Connection | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._connection = self._guard.opened(typing.cast(asyncio.Transport, transport))
-        self._inner.connection_made(transport)
-
-    def data_received(self, data: bytes) -> None:
-        connection = self._connection
-        if connection is not None and not connection.active and connection.partial_since is None:
-            connection.partial_since = self._guard.loop.time()
-        self._inner.data_received(data)
-
-    def eof_received(self) -> bool | None:
-        return self._inner.eof_received()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._guard.closed(self._connection)
-        self._inner.connection_lost(exc)
-
-    def pause_writing(self) -> None:
-        self._inner.pause_writing()
-
-    def resume_writing(self) -> None:
-        self._inner.resume_writing()
+    def __init__(self, stream: Any, now: float) -> None:
+        self.stream = stream
+        self.scope = trio.CancelScope()  # cancelled to drop the connection (eviction, shutdown)
+        self.active = False  # a request is being handled (head read, answer not yet sent)
+        self.idle_since = now  # end of the last answer (or the connection's start)
+        self.partial_since: float | None = None  # first byte of a head still being read
 
 
 class ConnectionGuard:
-    """Counts connections, evicts idle ones at the limit, closes slow and idle ones (asyncio)."""
+    """Counts a server's connections and evicts idle ones at the limit (trio, one run).
 
-    def __init__(self, limits: ConnectionLimits, loop: asyncio.AbstractEventLoop) -> None:
-        self.limits, self.loop = limits, loop
+    The timeouts are the connection task's own deadlines (it knows when a head started and a
+    body stalled); the guard does the bookkeeping that spans connections.
+    """
+
+    def __init__(self, limits: ConnectionLimits) -> None:
+        self.limits = limits
         self.max_connections = limits.connection_limit()
-        self.connections: dict[asyncio.Transport, _Connection] = {}
+        self.connections: dict[GuardedConnection, None] = {}  # insertion-ordered set
         self.evicted = self.refused = self.timed_out = 0
-        self._sweeper: asyncio.TimerHandle | None = None
+        self.empty = trio.Event()
+        self.empty.set()
 
-    def factory(self, inner: Any) -> Any:
-        return lambda: _GuardedProtocol(self, inner())
-
-    def start(self) -> None:
-        self._sweeper = self.loop.call_later(1.0, self._sweep)
-
-    def stop(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-
-    def opened(self, transport: asyncio.Transport) -> _Connection:
+    def admit(self, connection: GuardedConnection) -> bool:
+        """Register a new connection; at the limit evict the longest-idle one, or refuse it."""
         if len(self.connections) >= self.max_connections:
-            idle = [c for c in self.connections.values() if not c.active]
-            if idle:
-                self.evicted += 1
-                victim = min(idle, key=lambda c: c.partial_since or c.idle_since)
-                self._drop(victim)
-            else:
+            idle = [c for c in self.connections if not c.active]
+            if not idle:
                 self.refused += 1
                 _log.warning("connection limit of %d reached with every connection busy; "
                              "closing a new one", self.max_connections)
-                transport.abort()
-        connection = _Connection(transport, self.loop.time())
-        self.connections[transport] = connection
-        return connection
+                return False
+            self.evicted += 1
+            self.drop(min(idle, key=lambda c: c.partial_since or c.idle_since))
+        self.connections[connection] = None
+        self.empty = trio.Event() if self.empty.is_set() else self.empty
+        return True
 
-    def closed(self, connection: _Connection | None) -> None:
-        if connection is not None:
-            self.connections.pop(connection.transport, None)
+    def drop(self, connection: GuardedConnection) -> None:
+        """Forget ``connection`` now and cancel its task (which closes the socket)."""
+        self.closed(connection)
+        connection.scope.cancel()
 
-    def request_started(self, transport: Any) -> None:
-        connection = self.connections.get(transport)
-        if connection is not None:
-            connection.active += 1
-            connection.partial_since = None
-
-    def request_finished(self, transport: Any) -> None:
-        connection = self.connections.get(transport)
-        if connection is not None:
-            connection.active = max(0, connection.active - 1)
-            connection.idle_since = self.loop.time()
-
-    def _drop(self, connection: _Connection) -> None:
-        self.connections.pop(connection.transport, None)
-        connection.transport.abort()
-
-    def _sweep(self) -> None:
-        now, limits = self.loop.time(), self.limits
-        for connection in list(self.connections.values()):
-            if connection.active:
-                continue
-            if connection.partial_since is not None:
-                late = now - connection.partial_since > limits.header_timeout_s
-            else:
-                late = now - connection.idle_since > limits.idle_timeout_s
-            if late:
-                self.timed_out += 1
-                self._drop(connection)
-        self._sweeper = self.loop.call_later(1.0, self._sweep)
+    def closed(self, connection: GuardedConnection) -> None:
+        if self.connections.pop(connection, False) is None and not self.connections:
+            self.empty.set()
 
 
 class _RateLimit(logging.Filter):
     """Lets through a burst of records per message template, then about one a second.
 
-    A flood of failing connections (``Too many open files`` from asyncio's accept loop, or
-    aiohttp's per-request errors) must not write megabytes of log: the first suppressed
+    A flood of failing connections (``Too many open files`` from the accept loop, or
+    per-connection events) must not write megabytes of log: the first suppressed
     record after a quiet period says how many were dropped.
     """
 
@@ -212,8 +156,7 @@ class _RateLimit(logging.Filter):
         return True
 
 
-_RATE_LIMITED_LOGGERS: Final = ("asyncio", "aiohttp.server", "aiohttp.web", "aiohttp.internal",
-                                "aiohttp.access", "transports.http")
+_RATE_LIMITED_LOGGERS: Final = ("asyncio", "trio.serve_listeners", "transports.http")
 
 
 def rate_limit_logs(*names: str) -> None:

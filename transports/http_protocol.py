@@ -1,8 +1,9 @@
-"""What both HTTP clients of the worker protocol agree on, with no socket and no aiohttp.
+"""What the HTTP clients and the server of the worker protocol agree on, with no socket.
 
 :class:`~transports.http.HttpChannel` (aiohttp on its asyncio thread) and
 :class:`~transports.http_client.TrioHttpChannel` (HTTP/1.1 straight from trio) speak the same
-protocol to the same server; the pieces of it that are not I/O live here once:
+protocol to the same server (:mod:`transports.http_server`); the pieces of it that are not I/O
+live here once (message heads are :mod:`transports.http_head`):
 
 * :data:`FRAME_CONTENT_TYPE`, the content type of a :mod:`transports.wire` frame body;
 * :func:`parse_address`, a channel's ``"host:port"`` checked and split;
@@ -11,7 +12,11 @@ protocol to the same server; the pieces of it that are not I/O live here once:
   their annotations (the server parses them back with it);
 * :func:`text_error`, the :class:`~transports.messages.RemoteCallError` for an answer that came
   as text rather than a frame (auth failures, unknown routes, the connection guard's 408), its
-  canonical code read from the HTTP status by :data:`TEXT_STATUS_CODE`.
+  canonical code read from the HTTP status by :data:`TEXT_STATUS_CODE`;
+* :func:`send_pieces`, how the trio client and the server cut a message into ``send`` calls;
+* :data:`ROUTES` (and :data:`LITERAL_ROUTES`, those without path fields, by method and path),
+  the server's view of the same table: a :class:`Route` matches a decoded path and parses its
+  fields back (integer fields only match integers).
 
 Nothing here knows about asyncflow.
 """
@@ -19,17 +24,20 @@ from __future__ import annotations
 
 import string
 import typing
-from typing import Final
+from dataclasses import dataclass
+from typing import Any, Final
 from urllib.parse import quote
 
 from transports.messages import Message, RemoteCallError
-from transports.service import RPCS, Rpc
+from transports.service import METRICS_PATH, RPCS, Rpc
 
-__all__ = ["FRAME_CONTENT_TYPE", "MAX_TEXT", "PATH_FIELDS", "TEXT_STATUS_CODE", "parse_address",
-           "request_path", "text_error"]
+__all__ = ["FRAME_CONTENT_TYPE", "JOIN_BYTES", "LITERAL_ROUTES", "MAX_TEXT", "PATH_FIELDS",
+           "ROUTES", "TEXT_STATUS_CODE", "Route", "parse_address", "request_path", "send_pieces",
+           "text_error"]
 
 FRAME_CONTENT_TYPE: Final = "application/x-asyncflow-frame"
 MAX_TEXT: Final = 64 * 1024  # the most of a text error body a client reads
+JOIN_BYTES: Final = 64 * 1024  # message buffers below this are joined into one send
 # HTTP status of a text-only answer -> canonical code.
 TEXT_STATUS_CODE: Final = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 408: "UNAVAILABLE",
                            403: "PERMISSION_DENIED", 404: "UNIMPLEMENTED",
@@ -63,3 +71,63 @@ def text_error(status: int, address: str, body: bytes) -> RemoteCallError:
     text = body.decode("utf-8", "replace").strip()
     code = TEXT_STATUS_CODE.get(status, "UNKNOWN")
     return RemoteCallError(code, f"HTTP {status} from {address}: {text}")
+
+
+def send_pieces(head: bytes, buffers: list[bytes | memoryview]) -> list[bytes | memoryview]:
+    """What to ``send_all``, in order, for a message of ``head`` and a frame's ``buffers``.
+
+    Consecutive buffers under :data:`JOIN_BYTES` (the frame's header, padding) are joined with
+    the head into one piece; a larger buffer (a view of a tensor) is a piece of its own, so
+    tensor bytes are never copied and a small message is one ``send``.
+    """
+    pieces: list[bytes | memoryview] = []
+    small: list[bytes | memoryview] = [head]
+    for buffer in buffers:
+        if len(buffer) < JOIN_BYTES:
+            small.append(buffer)
+            continue
+        if small:
+            pieces.append(b"".join(small))
+            small = []
+        pieces.append(buffer)
+    if small:
+        pieces.append(b"".join(small))
+    return pieces
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A route as the server matches it: the rpc (None for ``/metrics``), its path in segments."""
+
+    rpc: Rpc | None
+    name: str
+    http_method: str
+    segments: tuple[str, ...]  # literal segments, or "{field}"
+
+    def match(self, segments: list[str]) -> dict[str, Any] | None:
+        """The path fields when ``segments`` fit this route's path, else None."""
+        if len(segments) != len(self.segments):
+            return None
+        fields: dict[str, Any] = {}
+        for template, segment in zip(self.segments, segments):
+            if not template.startswith("{"):
+                if template != segment:
+                    return None
+                continue
+            name = template[1:-1]
+            if PATH_FIELDS[self.name][name] is int:
+                digits = segment[1:] if segment.startswith("-") else segment
+                if not digits.isascii() or not digits.isdigit():
+                    return None
+                fields[name] = int(segment)
+            else:
+                fields[name] = segment
+        return fields
+
+
+ROUTES: Final = tuple(Route(rpc, rpc.method, rpc.http_method, tuple(rpc.path.split("/")))
+                       for rpc in RPCS) + (
+    Route(None, "metrics", "GET", tuple(METRICS_PATH.split("/"))),)
+# (method, path) -> route, for the routes without path fields: one lookup for most requests
+LITERAL_ROUTES: Final = {(route.http_method, "/".join(route.segments)): route for route in ROUTES
+                   if not any(segment.startswith("{") for segment in route.segments)}

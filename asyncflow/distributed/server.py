@@ -72,8 +72,7 @@ class Server:
         self._shutdown = trio.Event()
         if self.token:
             self.service.on_shutdown = self._shutdown.set
-        self._http_loop = None  # asyncio loop to serve HTTP on (aio.Server: the caller's)
-        self.http = None  # the running transports.http.HttpServer, while serving over HTTP
+        self.http = None  # the running transports.http_server.HttpServer, while serving HTTP
 
     @property
     def target(self):
@@ -112,9 +111,9 @@ class Server:
                 finally:
                     _channels.unregister_inprocess(self.address, self.service)
                 return
-            from transports.http import open_http_server
+            from transports.http_server import open_http_server
             async with open_http_server(self.service, self.host, self.port,
-                                        token=self.token, loop=self._http_loop) as http:
+                                        token=self.token) as http:
                 self.http = http
                 self.address = http.address
                 self.port = http.port

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from transport_fakes import FakeWorker
 
-from transports.http import HttpChannel, open_http_server
+from transports.http import HttpChannel
 from transports.http_client import TrioHttpChannel
+from transports.http_server import open_http_server
 from transports.inprocess import InProcessChannel
 
 

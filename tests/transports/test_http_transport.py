@@ -15,7 +15,8 @@ import trio
 from transport_fakes import FakeWorker, WrongReplyWorker
 
 from transports import wire
-from transports.http import FRAME_CONTENT_TYPE, HttpChannel, open_http_server, serve_http
+from transports.http import FRAME_CONTENT_TYPE, HttpChannel
+from transports.http_server import open_http_server, serve_http
 from transports.service import TransportUnavailable
 from transports.wire import MAGIC, Limits, RemoteCallError, TensorEntry, decode, encode
 

@@ -1,0 +1,157 @@
+"""A request body on a server connection, read straight into the decoder's arrays (trio).
+
+:class:`BufferedConnection` is a server connection with the bytes read past the last head;
+:class:`RequestBody` reads a ``Content-Length`` or chunked body from it, each wait bounded by a
+timeout (:class:`BodyTimeout`); :func:`read_frame` hands the decoder's buffers
+(:meth:`~transports.wire.Decoder.get_buffer`) to ``recv_into``, so tensor bytes go from the
+socket into their arrays with no copy in between, and checks that the body holds exactly one
+frame. Used by :mod:`transports.http_server`. Nothing here knows about asyncflow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+import trio
+
+from transports.http_guard import GuardedConnection
+from transports.http_head import parse_chunk_size
+from transports.messages import Message
+from transports.wire import (
+    CLOSED, NEED_DATA, SMALL_HEADER_BYTES, Decoder, Limits, LocalProtocolError,
+    RemoteProtocolError,
+)
+
+__all__ = ["BodyTimeout", "BufferedConnection", "PeerGone", "RequestBody", "read_frame"]
+
+_RECV: Final = 64 * 1024
+
+
+class BodyTimeout(Exception):
+    """The client stopped sending a body it announced (the server answers 408)."""
+
+
+class PeerGone(Exception):
+    """The client closed or reset the connection in the middle of a request."""
+
+
+class BufferedConnection(GuardedConnection):
+    """A connection with its read buffer (bytes received past the last request)."""
+
+    __slots__ = ("buffer",)
+
+    def __init__(self, stream: trio.SocketStream, now: float) -> None:
+        super().__init__(stream, now)
+        self.buffer = bytearray()
+
+    async def receive_into(self, view: memoryview, timeout: float) -> int:
+        """Fill the start of ``view`` from the buffer, else from the socket (one read)."""
+        if self.buffer:
+            n = min(len(view), len(self.buffer))
+            view[:n] = self.buffer[:n]
+            del self.buffer[:n]
+            return n
+        with trio.move_on_after(timeout):
+            n = await self.stream.socket.recv_into(view)
+            if not n:
+                raise PeerGone("the client closed the connection in the middle of the body")
+            return n
+        raise BodyTimeout(f"no body bytes for {timeout} s")
+
+    async def fill(self, timeout: float) -> None:
+        """Append at least one byte from the socket to the buffer."""
+        with trio.move_on_after(timeout):
+            data = await self.stream.receive_some(_RECV)
+            if not data:
+                raise PeerGone("the client closed the connection in the middle of the body")
+            self.buffer += data
+            return
+        raise BodyTimeout(f"no body bytes for {timeout} s")
+
+
+class RequestBody:
+    """A request body, ``Content-Length`` (``length``) or chunked (``length`` None)."""
+
+    def __init__(self, conn: BufferedConnection, length: int | None, timeout: float) -> None:
+        self._conn, self._timeout = conn, timeout
+        self._chunked = length is None
+        self._left = 0 if length is None else length
+        self.done = length == 0  # every byte of the body was read
+
+    async def _next_chunk(self) -> None:
+        conn = self._conn
+        while (end := conn.buffer.find(b"\r\n")) < 0:
+            if len(conn.buffer) > 1024:
+                raise RemoteProtocolError("chunk size line too long")
+            await conn.fill(self._timeout)
+        self._left = parse_chunk_size(conn.buffer[:end + 2])
+        del conn.buffer[:end + 2]
+        if self._left == 0:
+            await self._expect_crlf()  # no trailers are accepted
+            self.done = True
+
+    async def _expect_crlf(self) -> None:
+        while len(self._conn.buffer) < 2:
+            await self._conn.fill(self._timeout)
+        if self._conn.buffer[:2] != b"\r\n":
+            raise RemoteProtocolError("chunk not followed by CRLF")
+        del self._conn.buffer[:2]
+
+    async def read_into(self, view: memoryview) -> int:
+        """Up to ``len(view)`` body bytes into ``view``; 0 at the end of the body."""
+        while not self.done and self._left == 0:
+            await self._next_chunk()
+        if self.done:
+            return 0
+        n = await self._conn.receive_into(view[:self._left], self._timeout)
+        self._left -= n
+        if self._left == 0:
+            if self._chunked:
+                await self._expect_crlf()
+            else:
+                self.done = True
+        return n
+
+
+async def read_frame(body: RequestBody, limits: Limits, decoders: trio.CapacityLimiter,
+                     received: Callable[[int], None]) -> Message:
+    """Receive a body that must hold exactly one frame, straight into its arrays.
+
+    A header over ``SMALL_HEADER_BYTES`` is fed to the decoder on a worker thread (at most
+    ``decoders`` at once): decoding it takes long, and Health must keep being answered.
+    ``received`` is told each byte count as it arrives.
+
+    Raises:
+        RemoteProtocolError: the body is not exactly one valid frame (FrameTooLarge: limits).
+        BodyTimeout: the body stalled; PeerGone: the client closed the connection.
+    """
+    decoder = Decoder(limits)
+    while True:
+        try:
+            view = decoder.get_buffer()
+        except LocalProtocolError:
+            break  # the body broke the protocol: next_event raises it below
+        n = await body.read_into(view)
+        if not n:
+            break
+        received(n)
+        if decoder.header_bytes_pending > SMALL_HEADER_BYTES:  # long to decode: off the loop
+            await trio.to_thread.run_sync(decoder.buffer_updated, n, limiter=decoders)
+        else:
+            decoder.buffer_updated(n)
+    if body.done:
+        decoder.receive_data(b"")
+    message = None
+    try:
+        while (event := decoder.next_event()) is not NEED_DATA and event is not CLOSED:
+            if message is not None:
+                raise RemoteProtocolError("body holds more than one frame")
+            message = event
+    except RemoteProtocolError as exc:
+        if message is None:
+            raise
+        raise RemoteProtocolError(f"bytes after the frame: {exc}") from exc
+    if message is None:
+        raise RemoteProtocolError("empty body: expected one frame")
+    return message

@@ -1,0 +1,565 @@
+"""A trio-native HTTP/1.1 server for the worker protocol (no asyncio thread, no aiohttp).
+
+Theory of operation
+-------------------
+Every connection is one trio task in the server's nursery, in the same trio run as the worker
+service: a request's handler is awaited by the task that read the request, so there is no
+thread hop between the socket and the handler. The task loops over requests on a keep-alive
+connection:
+
+1. **Head.** Bytes are buffered until the empty line (:func:`transports.http_head.head_end`),
+   at most :data:`MAX_HEAD` bytes (else 431), and parsed by
+   :func:`~transports.http_head.parse_request_head` (else 400, and the connection closes). A
+   connection waits ``idle_timeout_s`` for a request's first byte and ``header_timeout_s`` from
+   it for the whole head; past either it is closed without an answer.
+2. **Route and token.** The route comes from :data:`transports.service.RPCS` (404 unknown, 405
+   wrong method); with a token, ``Authorization: Bearer <token>`` is compared in constant time
+   first (401 on every route).
+3. **Body.** A ``Content-Length`` over the codec's limits is a 413 before any byte is read.
+   Otherwise (after ``100 Continue`` when asked) the body is received with ``recv_into``
+   straight into the :class:`~transports.wire.Decoder` 's destination arrays, each wait bounded
+   by ``body_timeout_s`` (408). A header over ``SMALL_HEADER_BYTES`` is fed from a worker
+   thread (two at a time), so a huge RegisterGraph never stalls Health.
+4. **Handler.** Awaited inside a cancel scope while a watcher waits for the socket to become
+   readable: EOF or a reset means the client left, and the scope is cancelled (a waiting
+   ``recv_tensors`` does not leak). Closing the server cancels the scopes of calls in flight and
+   answers them ``UNAVAILABLE``.
+5. **Answer.** The head and the frame's small buffers go out in one ``send``; every large
+   buffer (a view of a tensor) in one ``send_all`` of its own: no copy of tensor bytes. A
+   client that reads nothing of it for ``body_timeout_s`` is dropped.
+
+A request whose body was not read to its end is answered with ``Connection: close``; the server
+then shuts its side and drains what the client still sends for a moment (a lingering close), so
+the client reads the answer instead of a reset. The connection guard and timeouts are
+:mod:`transports.http_guard`; heads are :mod:`transports.http_head`; bodies
+:mod:`transports.http_body`; routes :data:`transports.http_protocol.ROUTES`. Nothing here knows
+about asyncflow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hmac
+import logging
+import math
+import socket
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import unquote
+
+import outcome
+import trio
+
+from transports.http_body import BodyTimeout, BufferedConnection, PeerGone, RequestBody, \
+    read_frame
+from transports.http_guard import (
+    DEFAULT_CONNECTION_LIMITS, ConnectionGuard, ConnectionLimits, rate_limit_logs,
+)
+from transports.http_head import HeadTooLarge, RequestHead, head_end, parse_request_head
+from transports.http_protocol import FRAME_CONTENT_TYPE, LITERAL_ROUTES, ROUTES, Route, \
+    send_pieces
+from transports.messages import Message, RemoteCallError
+from transports.service import Rpc, WorkerServiceProtocol, error_reply_for, reply_for_result
+from transports.wire import (
+    DEFAULT_LIMITS, FrameTooLarge, Limits, LocalProtocolError, RemoteProtocolError, encode,
+    frame_size,
+)
+
+__all__ = ["DEFAULT_CONNECTION_LIMITS", "MAX_HEAD", "ConnectionLimits", "HttpServer",
+           "HttpServerStatistics", "open_http_server", "serve_http"]
+
+MAX_HEAD: Final = 64 * 1024  # the most of a request head the server buffers (else 431)
+_RECV: Final = 64 * 1024
+_LINGER_S: Final = 1.0  # how long a closing connection drains a body it did not read
+_LINGER_BYTES: Final = 4 << 20
+_SHUTDOWN_GRACE_S: Final = 1.0  # answers being written get this long when the server closes
+_DECODE_THREADS: Final = 2  # large headers decoded at once (each bounded by Limits)
+_ACCEPT_RETRY_S: Final = 0.1
+_CAPACITY_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+_BROKEN: Final = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+# Canonical code -> HTTP status (the grpc-gateway mapping); the way back, for text-only
+# answers, is http_protocol.TEXT_STATUS_CODE.
+_HTTP_STATUS: Final = {
+    "CANCELLED": 499, "UNKNOWN": 500, "INVALID_ARGUMENT": 400, "DEADLINE_EXCEEDED": 504,
+    "NOT_FOUND": 404, "ALREADY_EXISTS": 409, "PERMISSION_DENIED": 403, "RESOURCE_EXHAUSTED": 429,
+    "FAILED_PRECONDITION": 400, "ABORTED": 409, "OUT_OF_RANGE": 400, "UNIMPLEMENTED": 501,
+    "INTERNAL": 500, "UNAVAILABLE": 503, "DATA_LOSS": 500, "UNAUTHENTICATED": 401,
+}
+_REASONS: Final = {
+    200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
+    405: "Method Not Allowed", 408: "Request Timeout", 409: "Conflict", 413: "Content Too Large",
+    429: "Too Many Requests", 431: "Request Header Fields Too Large", 499: "Client Closed Request",
+    500: "Internal Server Error", 501: "Not Implemented", 503: "Service Unavailable",
+    504: "Gateway Timeout",
+}
+_LOOPBACK: Final = frozenset({"127.0.0.1", "::1", "localhost"})
+_log = logging.getLogger("transports.http")
+
+
+class _Reject(Exception):
+    """A request answered with a text status instead of reaching a handler."""
+
+    def __init__(self, status: int, text: str, headers: str = "") -> None:
+        super().__init__(text)
+        self.status, self.text, self.headers = status, text, headers
+
+
+@dataclass(frozen=True, slots=True)
+class HttpServerStatistics:
+    """Counters of an :class:`HttpServer` (all since it started)."""
+
+    requests: int  # answered, any status
+    errors: int  # answered with a 4xx or 5xx status
+    in_flight: int  # being served now
+    bytes_received: int  # request frame bytes
+    bytes_sent: int  # reply frame bytes
+    connections: int = 0  # open now
+    connections_closed: int = 0  # closed by the server: evicted at the limit, idle or too slow
+
+
+class HttpServer:
+    """A running worker server; obtain one from :func:`open_http_server` or :func:`serve_http`.
+
+    Attributes:
+        host: the bound host.
+        port: the bound port (the real one when 0 was asked for).
+    """
+
+    def __init__(self, handler: WorkerServiceProtocol, *, token: str | None, limits: Limits,
+                 nursery: trio.Nursery,
+                 connection_limits: ConnectionLimits = DEFAULT_CONNECTION_LIMITS) -> None:
+        self._handler, self._limits, self._nursery = handler, limits, nursery
+        self._connection_limits = connection_limits
+        self._guard = ConnectionGuard(connection_limits)
+        self._authorization = None if token is None else f"Bearer {token}".encode()
+        self._calls: set[trio.CancelScope] = set()
+        self._closing = False
+        self._accepting: list[trio.CancelScope] = []  # one per listener's accept loop
+        # Connections live in a nursery shielded from the caller's cancellation: only _stop
+        # ends it, after answering the calls in flight (a cancelled caller still gets them
+        # answered UNAVAILABLE rather than cut off).
+        self._lifetime = trio.CancelScope(shield=True)
+        self._connections: trio.Nursery | None = None
+        self._decoders = trio.CapacityLimiter(_DECODE_THREADS)
+        self._by_status: Counter[tuple[str, int]] = Counter()
+        self._in_flight = self._bytes_received = self._bytes_sent = 0
+        self.host, self.port = "", 0
+
+    @property
+    def address(self) -> str:
+        """``host:port`` as a channel takes it."""
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """The base URL, e.g. ``http://127.0.0.1:40123``."""
+        return f"http://{self.address}"
+
+    def statistics(self) -> HttpServerStatistics:
+        """A snapshot of the server's counters."""
+        guard = self._guard
+        return HttpServerStatistics(
+            requests=sum(self._by_status.values()),
+            errors=sum(n for (_, status), n in self._by_status.items() if status >= 400),
+            in_flight=self._in_flight, bytes_received=self._bytes_received,
+            bytes_sent=self._bytes_sent, connections=len(guard.connections),
+            connections_closed=guard.evicted + guard.refused + guard.timed_out)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def _start(self, host: str, port: int) -> None:
+        listeners = await trio.open_tcp_listeners(port, host=host)
+        self.host, self.port = listeners[0].socket.getsockname()[:2]
+        await self._nursery.start(self._run, listeners)
+        rate_limit_logs()
+        if self._authorization is None and host not in _LOOPBACK:
+            _log.warning("worker server on %s accepts requests from the network without a token; "
+                         "it runs any graph it is sent: use a trusted network or set a token",
+                         self.url)
+
+    async def _stop(self) -> None:
+        """Stop accepting, cancel handlers (answered UNAVAILABLE), close every connection."""
+        self._closing = True
+        for scope in self._accepting:
+            scope.cancel()
+        for call in list(self._calls):
+            call.cancel()
+        for conn in list(self._guard.connections):
+            if not conn.active:
+                self._guard.drop(conn)
+        with trio.move_on_after(_SHUTDOWN_GRACE_S):
+            await self._guard.empty.wait()
+        self._lifetime.cancel()
+
+    async def _run(self, listeners: list[trio.SocketListener],
+                   task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        with self._lifetime:
+            async with trio.open_nursery() as self._connections:
+                for listener in listeners:
+                    self._connections.start_soon(self._accept, listener)
+                task_status.started()
+
+    async def _accept(self, listener: trio.SocketListener) -> None:
+        async with listener:
+            with trio.CancelScope() as scope:
+                self._accepting.append(scope)
+                while True:
+                    try:
+                        stream = await listener.accept()
+                    except OSError as exc:
+                        if exc.errno not in _CAPACITY_ERRNOS:
+                            raise
+                        _log.error("accepting a connection failed (%s); retrying in %s s",
+                                   exc.strerror, _ACCEPT_RETRY_S)
+                        await trio.sleep(_ACCEPT_RETRY_S)
+                        continue
+                    self._connections.start_soon(self._serve_connection, stream)
+
+    # -- one connection -------------------------------------------------------------------------
+
+    async def _serve_connection(self, stream: trio.SocketStream) -> None:
+        conn = BufferedConnection(stream, trio.current_time())
+        if self._closing or not self._guard.admit(conn):
+            stream.socket.close()
+            return
+        try:
+            with conn.scope:  # cancelled: evicted, the server closing, or past a head deadline
+                while not self._closing:
+                    try:
+                        head = await self._receive_head(conn)
+                    except _Reject as reject:  # a head we cannot parse: answer, then close
+                        self._by_status["unmatched", reject.status] += 1
+                        await self._send_text(conn, reject.status, reject.text, keep=False)
+                        await self._linger(conn)
+                        break
+                    if head is None or not await self._serve_request(conn, head):
+                        break
+        except _BROKEN:
+            pass  # the client went away; nothing to answer
+        finally:
+            if conn.scope.cancelled_caught and conn in self._guard.connections:
+                self._guard.timed_out += 1  # not dropped by the guard: its deadline passed
+            self._guard.closed(conn)
+            stream.socket.close()
+
+    async def _receive_head(self, conn: BufferedConnection) -> RequestHead | None:
+        """The next request's head; None at EOF or past the idle or header timeout."""
+        limits, buffer = self._connection_limits, conn.buffer
+        while buffer[:2] == b"\r\n":  # empty lines between requests are allowed (RFC 9112)
+            del buffer[:2]
+        searched = 0
+        if (end := head_end(buffer)) < 0:
+            # The connection's own scope carries the deadline (no scope per read): when it
+            # expires the task ends and _serve_connection counts a timeout.
+            now = trio.current_time()
+            conn.partial_since = now if buffer else None
+            conn.scope.deadline = now + (limits.header_timeout_s if buffer
+                                         else limits.idle_timeout_s)
+        try:
+            while end < 0:
+                if len(buffer) > MAX_HEAD:
+                    raise _Reject(431, f"request head longer than {MAX_HEAD} bytes")
+                searched = len(buffer)
+                data = await conn.stream.receive_some(_RECV)
+                if not data:
+                    return None
+                if not buffer:
+                    conn.partial_since = trio.current_time()
+                    conn.scope.deadline = conn.partial_since + limits.header_timeout_s
+                buffer += data
+                while buffer[:2] == b"\r\n":
+                    del buffer[:2]
+                end = head_end(buffer, searched)
+        finally:
+            conn.scope.deadline = math.inf
+        try:
+            head = parse_request_head(buffer[:end])
+        except HeadTooLarge as exc:
+            raise _Reject(431, str(exc)) from None
+        except RemoteProtocolError as exc:
+            raise _Reject(400, f"bad request head: {exc}") from None
+        finally:
+            del buffer[:end]
+        return head
+
+    async def _serve_request(self, conn: BufferedConnection, head: RequestHead) -> bool:
+        """Answer one request; returns whether the connection may carry another."""
+        conn.active, conn.partial_since = True, None
+        self._in_flight += 1
+        name, status, keep, body = "unmatched", 500, head.keep_alive, None
+        try:
+            route, fields = self._route(head)
+            name = route.name
+            self._check_token(head)
+            if route.rpc is None:
+                if _has_body(head):
+                    raise _Reject(400, f"{head.method} {head.path} takes no body")
+                status, keep = await self._serve_metrics(conn, keep)
+                return keep
+            message, body = await self._read_request(conn, head, route.rpc, fields)
+            result = await self._call(conn, getattr(self._handler, route.rpc.method),
+                                      () if message is None else (message,))
+            try:
+                status, buffers = 200, encode(reply_for_result(route.rpc, result.unwrap()),
+                                              self._limits)
+            except Exception as exc:  # noqa: BLE001 -- handler failures and unsendable replies
+                error = error_reply_for(exc)
+                status, buffers = _HTTP_STATUS[error.code], encode(error, self._limits)
+            keep = keep and not self._closing
+            await self._send_frame(conn, status, buffers, keep)
+            return keep
+        except _Reject as reject:
+            status = reject.status
+            consumed = not _has_body(head) if body is None else body.done
+            keep = keep and consumed and status != 408 and not self._closing
+            await self._send_text(conn, status, reject.text, keep, reject.headers)
+            if not keep and not consumed:
+                await self._linger(conn)
+            return keep
+        except _BROKEN:
+            status = 499  # the client went away in the middle: nothing could be answered
+            raise
+        finally:
+            self._in_flight -= 1
+            self._by_status[name, status] += 1
+            conn.active, conn.idle_since = False, trio.current_time()
+
+    def _route(self, head: RequestHead) -> tuple[Route, dict[str, Any]]:
+        route = LITERAL_ROUTES.get((head.method, head.path))
+        if route is not None:
+            return route, {}
+        segments = [unquote(segment) for segment in head.path.split("/")]
+        allowed = []
+        for route in ROUTES:
+            fields = route.match(segments)
+            if fields is None:
+                continue
+            if route.http_method == head.method:
+                return route, fields
+            allowed.append(route.http_method)
+        self._check_token(head)  # an unknown route without the token is a 401 too
+        if allowed:
+            raise _Reject(405, "405: Method Not Allowed", f"Allow: {', '.join(allowed)}\r\n")
+        raise _Reject(404, "404: Not Found")
+
+    def _check_token(self, head: RequestHead) -> None:
+        if self._authorization is None:
+            return
+        offered = head.headers.get("authorization", "").encode("latin-1")
+        if not hmac.compare_digest(offered, self._authorization):
+            raise _Reject(401, "missing or wrong bearer token: send 'Authorization: Bearer "
+                               "<token>'", 'WWW-Authenticate: Bearer realm="asyncflow"\r\n')
+
+    async def _read_request(self, conn: BufferedConnection, head: RequestHead, rpc: Rpc,
+                            fields: dict[str, Any]) -> tuple[Message | None, RequestBody | None]:
+        where = f"{head.method} {unquote(head.path)}"
+        if not rpc.has_body:
+            if _has_body(head):
+                raise _Reject(400, f"{where} takes no body")
+            if rpc.request is None:
+                return None, None
+            message = rpc.request(**fields)
+            try:  # the same field checks a body would get (path fields: ints in range)
+                if fields:
+                    encode(message, self._limits)
+            except LocalProtocolError as exc:
+                raise _Reject(400, f"{where}: {exc}") from exc
+            return message, None
+        chunked = "transfer-encoding" in head.headers
+        length = None if chunked else int(head.headers.get("content-length", "0"))
+        if length is not None and length > self._limits.max_frame_bytes:
+            raise _Reject(413, f"{where}: body of {length} bytes exceeds the limit of "
+                               f"{self._limits.max_frame_bytes}")
+        if length and head.headers.get("expect", "").lower() == "100-continue":
+            await self._send_all(conn, b"HTTP/1.1 100 Continue\r\n\r\n")
+        body = RequestBody(conn, length, self._connection_limits.body_timeout_s)
+        try:
+            message = await read_frame(body, self._limits, self._decoders, self._count_received)
+        except BodyTimeout as exc:
+            raise _Reject(408, f"{where}: {exc}") from None
+        except PeerGone as exc:
+            raise _Reject(400, f"{where}: bad body: {exc}") from None
+        except FrameTooLarge as exc:
+            raise _Reject(413, f"{where}: frame too large: {exc}") from None
+        except RemoteProtocolError as exc:
+            raise _Reject(400, f"{where}: bad body: {exc}") from None
+        if not isinstance(message, rpc.request):
+            raise _Reject(400, f"{where} takes a {rpc.request.__name__} frame, "
+                               f"got {type(message).__name__}")
+        for name, value in fields.items():
+            if getattr(message, name) != value:
+                raise _Reject(400, f"{where}: the path says {name}={value!r} but the body "
+                                   f"says {getattr(message, name)!r}")
+        return message, body
+
+    def _count_received(self, nbytes: int) -> None:
+        self._bytes_received += nbytes
+
+    async def _call(self, conn: BufferedConnection, fn: Any, args: tuple) -> outcome.Outcome:
+        """``await fn(*args)`` as an outcome; cancelled when the client leaves or we close."""
+        result = None
+        async with trio.open_nursery() as call:  # its scope: cancelled by the watcher or _stop
+            self._calls.add(call.cancel_scope)
+            try:
+                if self._closing:
+                    call.cancel_scope.cancel()
+                call.start_soon(_watch_for_disconnect, conn, call.cancel_scope)
+                try:
+                    result = outcome.Value(await fn(*args))
+                except Exception as exc:  # noqa: BLE001 -- the client gets an ErrorReply
+                    result = outcome.Error(exc)
+                call.cancel_scope.cancel()  # stops the watcher
+            finally:
+                self._calls.discard(call.cancel_scope)
+        if result is None:  # cancelled: the client left, or the server is going away
+            result = outcome.Error(
+                RemoteCallError("UNAVAILABLE", "server is shutting down") if self._closing
+                else RemoteCallError("CANCELLED", "request cancelled"))
+        return result
+
+    async def _serve_metrics(self, conn: BufferedConnection, keep: bool) -> tuple[int, bool]:
+        result = await self._call(conn, self._handler.metrics_text, ())
+        keep = keep and not self._closing
+        try:
+            text = result.unwrap() + self._transport_metrics()
+        except Exception as exc:  # noqa: BLE001 -- reported to the scraper as a 500
+            await self._send_text(conn, 500, error_reply_for(exc).message, keep)
+            return 500, keep
+        await self._send_text(conn, 200, text, keep, "X-Prometheus-Format: 0.0.4\r\n")
+        return 200, keep
+
+    def _transport_metrics(self) -> str:
+        stats = self.statistics()
+        lines = ["# HELP asyncflow_transport_requests_total HTTP requests answered.",
+                 "# TYPE asyncflow_transport_requests_total counter"]
+        lines += [f'asyncflow_transport_requests_total{{route="{route}",status="{status}"}} {n}'
+                  for (route, status), n in sorted(self._by_status.items())]
+        for name, kind, value in (("in_flight", "gauge", stats.in_flight),
+                                  ("connections", "gauge", stats.connections),
+                                  ("connections_closed_total", "counter",
+                                   stats.connections_closed),
+                                  ("received_bytes_total", "counter", stats.bytes_received),
+                                  ("sent_bytes_total", "counter", stats.bytes_sent)):
+            lines += [f"# TYPE asyncflow_transport_{name} {kind}",
+                      f"asyncflow_transport_{name} {value}"]
+        return "\n" + "\n".join(lines) + "\n"
+
+    # -- answers --------------------------------------------------------------------------------
+
+    async def _send_frame(self, conn: BufferedConnection, status: int, buffers: list[bytes | memoryview],
+                          keep: bool) -> None:
+        size = frame_size(buffers)
+        self._bytes_sent += size
+        for piece in send_pieces(_head(status, FRAME_CONTENT_TYPE, size, keep), buffers):
+            await self._send_all(conn, piece)
+
+    async def _send_text(self, conn: BufferedConnection, status: int, text: str, keep: bool,
+                         headers: str = "") -> None:
+        body = text.encode("utf-8")
+        await self._send_all(
+            conn, _head(status, "text/plain; charset=utf-8", len(body), keep, headers) + body)
+
+    async def _send_all(self, conn: BufferedConnection, data: bytes | memoryview) -> None:
+        """Send ``data`` whole; a client that takes none of it for ``body_timeout_s`` is
+        dropped (the connection's own deadline, so a slow reader cannot hold an answer's
+        arrays and its connection slot forever)."""
+        timeout = self._connection_limits.body_timeout_s
+        with memoryview(data) as view:
+            sent = 0
+            try:
+                while sent < len(view):
+                    conn.scope.deadline = trio.current_time() + timeout
+                    sent += await conn.stream.socket.send(view[sent:])
+            finally:
+                conn.scope.deadline = math.inf
+
+    async def _linger(self, conn: BufferedConnection) -> None:
+        """Shut our side, then drain what the client still sends for a moment, so that it
+        reads the answer rather than a reset (closing with unread bytes sends a reset)."""
+        with contextlib.suppress(*_BROKEN), trio.move_on_after(_LINGER_S):
+            conn.stream.socket.shutdown(socket.SHUT_WR)
+            drained = 0
+            while drained < _LINGER_BYTES:
+                data = await conn.stream.receive_some(_RECV)
+                if not data:
+                    break
+                drained += len(data)
+
+
+def _has_body(head: RequestHead) -> bool:
+    return "transfer-encoding" in head.headers or head.headers.get("content-length", "0") != "0"
+
+
+def _head(status: int, content_type: str, length: int, keep: bool, headers: str = "") -> bytes:
+    close = "" if keep else "Connection: close\r\n"
+    return (f"HTTP/1.1 {status} {_REASONS.get(status, 'Unknown')}\r\nContent-Type: "
+            f"{content_type}\r\nContent-Length: {length}\r\n{headers}{close}\r\n"
+            ).encode("latin-1")
+
+
+async def _watch_for_disconnect(conn: BufferedConnection, call: trio.CancelScope) -> None:
+    """Cancel ``call`` when the client closes or resets the connection while it runs."""
+    if conn.buffer:
+        return  # a pipelined request is already here: a close behind it cannot be seen
+    sock = conn.stream.socket
+    await trio.lowlevel.wait_readable(sock)
+    try:
+        peeked = await sock.recv(1, socket.MSG_PEEK)
+    except OSError:
+        peeked = b""
+    if not peeked:
+        call.cancel()
+
+
+@contextlib.asynccontextmanager
+async def open_http_server(handler: WorkerServiceProtocol, host: str = "127.0.0.1",
+                           port: int = 0, *, token: str | None = None,
+                           limits: Limits = DEFAULT_LIMITS,
+                           connection_limits: ConnectionLimits = DEFAULT_CONNECTION_LIMITS,
+                           ) -> AsyncIterator[HttpServer]:
+    """Serve ``handler`` over HTTP for the duration of the ``async with`` block.
+
+    Handler methods run in the calling trio run (in a guest run too: ``asyncflow.aio``), in a
+    nursery owned by the server. Leaving the block stops accepting, cancels handler calls in
+    flight (their clients get UNAVAILABLE) and closes every connection.
+
+    Args:
+        handler: the worker service implementation (trio methods).
+        host: interface to bind; keep the default unless the network is trusted.
+        port: TCP port; 0 picks a free one (read it from ``server.port``).
+        token: when set, every request must carry ``Authorization: Bearer <token>`` (else 401).
+        limits: codec limits for request bodies and replies.
+        connection_limits: read timeouts and the connection limit (:class:`ConnectionLimits`).
+
+    Returns:
+        An async context manager yielding the running :class:`HttpServer`.
+
+    Raises:
+        OSError: the address cannot be bound.
+    """
+    async with trio.open_nursery() as nursery:
+        server = HttpServer(handler, token=token, limits=limits, nursery=nursery,
+                            connection_limits=connection_limits)
+        await server._start(host, port)
+        try:
+            yield server
+        finally:
+            with trio.CancelScope(shield=True):
+                await server._stop()
+
+
+async def serve_http(handler: WorkerServiceProtocol, host: str = "127.0.0.1", port: int = 0, *,
+                     token: str | None = None, limits: Limits = DEFAULT_LIMITS,
+                     connection_limits: ConnectionLimits = DEFAULT_CONNECTION_LIMITS,
+                     task_status: trio.TaskStatus[HttpServer] = trio.TASK_STATUS_IGNORED) -> None:
+    """Serve until cancelled; ``await nursery.start(serve_http, handler)`` returns the server.
+
+    Args and Raises are those of :func:`open_http_server`.
+    """
+    async with open_http_server(handler, host, port, token=token, limits=limits,
+                                connection_limits=connection_limits) as server:
+        task_status.started(server)
+        await trio.sleep_forever()
