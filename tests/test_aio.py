@@ -66,9 +66,11 @@ def test_cancelling_the_asyncio_task_cancels_the_step():
                 with pytest.raises(asyncio.CancelledError):
                     await task
                 value = await sess.run(quick)
-                for _ in range(100):
-                    if sess.statistics()["runs_in_flight"] == 0:
-                        break
+                # The cancelled step ends in the trio guest, on threads' time: a generous
+                # deadline that only guards against a hang (a loaded machine may take long).
+                deadline = asyncio.get_running_loop().time() + 60
+                while sess.statistics()["runs_in_flight"] and \
+                        asyncio.get_running_loop().time() < deadline:
                     await asyncio.sleep(0.01)
                 return value, sess.statistics()["runs_in_flight"]
 
@@ -266,7 +268,8 @@ def test_aio_batcher_answers_each_caller_and_handles_cancellation_and_errors():
                 stopping = aio.Batcher(sess, [x], y, max_batch_size=8, max_wait_ms=10_000)
                 async with stopping:
                     waiting = asyncio.create_task(stopping.run({x: requests[2]}))
-                    await asyncio.sleep(0.01)
+                    await asyncio.sleep(0)  # the task starts and queues its request
+                    assert stopping.statistics().queued == 1
                 with pytest.raises(af.errors.CancelledError):
                     await waiting
         return requests, results, stats, after
