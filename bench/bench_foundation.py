@@ -129,10 +129,9 @@ def print_sweep(samples):
               f"numpy {theirs:.2f}x   (target: asyncflow <= 1.2x)")
 
 
-async def main():
-    if "--sweep-only" in sys.argv[1:]:
-        print_sweep(await chain_sweep())
-        return
+async def measure():
+    """``{"chain": (asyncflow, numpy), "wide": (asyncflow, numpy), "trivial": asyncflow}``,
+    each a ``(best, median)`` of seconds per run (per 1000-op run for chain and wide)."""
     x_value = np.zeros([1], np.float32)
     results = {}
     with af.Graph().as_default():
@@ -158,8 +157,16 @@ async def main():
         c = af.constant(1.0)
         t = af.identity(c)
         async with af.Session() as sess:
-            trivial = await time_run(sess, t, None, repeats=2000)
+            results["trivial"] = await time_run(sess, t, None, repeats=2000)
+    return results
 
+
+async def main():
+    if "--sweep-only" in sys.argv[1:]:
+        print_sweep(await chain_sweep())
+        return
+    results = await measure()
+    trivial = results.pop("trivial")
     print(f"{'benchmark':<10} {'asyncflow us/op':>16} {'numpy us/op':>12} {'ratio':>7}")
     for name, ((af_best, af_med), (np_best, np_med)) in results.items():
         print(f"{name:<10} {af_med / N * 1e6:>16.2f} {np_med / N * 1e6:>12.2f} "
