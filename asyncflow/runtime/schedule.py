@@ -19,8 +19,9 @@ as values alive at once: a 25,000-op chain needs one, where one local per value 
 200 KB, cleared on every run), one global per distinct kernel (``F0``) beside the node's
 context (``c3``), and no per-node bookkeeping: each node is one source line, and a failure is
 reported against the op of the line the traceback names (``_NODE_AT``) instead of an ``n = 3``
-stored before every kernel. On the 2-core container this took the chain's per-op CPU cost at
-25,000 ops from 1.24-1.53x that at 2,500 ops to 0.8-1.07x (``bench_foundation.py``, sweep).
+stored before every kernel. On the loaded 2-core container this took the chain's per-op CPU
+cost at 25,000 ops from 1.24-1.46x that at 2,500 ops to 1.03-1.23x (best of each size;
+``bench_foundation.py --sweep-only``, bench/RESULTS.md).
 A kernel that may be large (``offload``) is awaited through the ``_offload`` argument only
 when its actual inputs are big.
 
