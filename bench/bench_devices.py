@@ -40,6 +40,35 @@ def _best(fn, repeat):
     return min(times)
 
 
+async def edge_cost(chain_edges=200, repeats=20):
+    """Runs of a chain of identities crossing CPU:0 <-> CPU:1 at every op, and of the same
+    chain on CPU:0 alone: ``({name: best wall s}, {name: median process CPU s})``."""
+    import asyncflow as af
+
+    graph = af.Graph()
+    with graph.as_default():
+        x = af.placeholder(af.float32, [], name="x")
+        crossing, local = x, x
+        for i in range(chain_edges):
+            with af.device(f"/device:CPU:{(i + 1) % 2}"):
+                crossing = af.identity(crossing)
+            with af.device("/device:CPU:0"):
+                local = af.identity(local)
+    edge_times, edge_cpu = {}, {}
+    async with af.Session(graph=graph, config=af.SessionConfig(device_count={"CPU": 2})) as sess:
+        for name, fetch in (("crossing", crossing), ("local", local)):
+            await sess.run(fetch, {x: 1.0})
+            best, cpu = [], []
+            for _ in range(repeats):
+                start, start_cpu = time.perf_counter(), time.process_time()
+                await sess.run(fetch, {x: 1.0})
+                best.append(time.perf_counter() - start)
+                cpu.append(time.process_time() - start_cpu)
+            edge_times[name] = min(best)
+            edge_cpu[name] = sorted(cpu)[len(cpu) // 2]
+    return edge_times, edge_cpu
+
+
 def main():
     import numpy as np
     import trio
@@ -87,15 +116,8 @@ def main():
                  for _ in range(8)]
         total = af.add_n([af.matmul(a, b) for a, b in pairs])
         feed = {p: v for pair, values in zip(pairs, mats) for p, v in zip(pair, values)}
+    chain_edges = 200
 
-        chain_edges = 200
-        x = af.placeholder(af.float32, [], name="x")
-        crossing, local = x, x
-        for i in range(chain_edges):
-            with af.device(f"/device:CPU:{(i + 1) % 2}"):
-                crossing = af.identity(crossing)
-            with af.device("/device:CPU:0"):
-                local = af.identity(local)
 
     async def run():
         config = af.SessionConfig(device_count={"CPU": 2})
@@ -110,21 +132,9 @@ def main():
                 await sess.run(total, feed)
                 times.append(time.perf_counter() - start)
             two_devices_s = min(times)
+        return two_devices_s, devices, await edge_cost(chain_edges)
 
-            edge_times, edge_cpu = {}, {}
-            for name, fetch in (("crossing", crossing), ("local", local)):
-                await sess.run(fetch, {x: 1.0})
-                best, cpu = [], []
-                for _ in range(20):
-                    start, start_cpu = time.perf_counter(), time.process_time()
-                    await sess.run(fetch, {x: 1.0})
-                    best.append(time.perf_counter() - start)
-                    cpu.append(time.process_time() - start_cpu)
-                edge_times[name] = min(best)
-                edge_cpu[name] = sorted(cpu)[len(cpu) // 2]
-        return two_devices_s, devices, edge_times, edge_cpu
-
-    two_devices_s, devices, edge_times, edge_cpu = trio.run(run)
+    two_devices_s, devices, (edge_times, edge_cpu) = trio.run(run)
     per_edge_us = (edge_times["crossing"] - edge_times["local"]) / chain_edges * 1e6
     per_edge_cpu_us = (edge_cpu["crossing"] - edge_cpu["local"]) / chain_edges * 1e6
     print(f"machine: {os.cpu_count()} cores, python {sys.version.split()[0]}, numpy {np.__version__}, "

@@ -80,7 +80,13 @@ def report(kind, af_times, np_times):
           f"{af_ms:.3f} ms, hand-written numpy {np_ms:.3f} ms, ratio {af_ms / np_ms:.2f}")
 
 
-async def main():
+async def step_times(rounds=ROUNDS, steps=STEPS):
+    """Per-step seconds of the asyncflow and the numpy SGD step, interleaved by round.
+
+    Returns:
+        ``(asyncflow wall, numpy wall, asyncflow cpu, numpy cpu)``: lists of ``rounds``
+        means over ``steps`` steps each.
+    """
     rng = np.random.default_rng(0)
     x_value = rng.standard_normal((BATCH, IN)).astype(np.float32)
     y_value = rng.integers(0, OUT, BATCH).astype(np.int32)
@@ -96,17 +102,22 @@ async def main():
         for _ in range(3):
             await sess.run([loss, train], feed)
             numpy_step(params, x_value, y_value)
-        for _ in range(ROUNDS):
+        for _ in range(rounds):
             for clock, times in ((time.perf_counter, af_times), (time.process_time, af_cpu)):
                 start = clock()
-                for _ in range(STEPS):
+                for _ in range(steps):
                     await sess.run([loss, train], feed)
-                times.append((clock() - start) / STEPS)
+                times.append((clock() - start) / steps)
             for clock, times in ((time.perf_counter, np_times), (time.process_time, np_cpu)):
                 start = clock()
-                for _ in range(STEPS):
+                for _ in range(steps):
                     numpy_step(params, x_value, y_value)
-                times.append((clock() - start) / STEPS)
+                times.append((clock() - start) / steps)
+    return af_times, np_times, af_cpu, np_cpu
+
+
+async def main():
+    af_times, np_times, af_cpu, np_cpu = await step_times()
     report("wall", af_times, np_times)
     # CPU time of this process: not inflated when other processes take the cores.
     report("cpu", af_cpu, np_cpu)

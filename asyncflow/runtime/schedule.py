@@ -5,14 +5,23 @@ instead of interpreting the plan (look up inputs, loop over outputs) for every n
 step, we generate the code once::
 
     async def _step(slots, _offload, _wait, _pause):
-        n = 0; v1 = f0(c0, slots[0], K1)[0]
-        n = 1; v2 = f1(c1, v1, K1)[0]; v1 = None
+        v0 = F0(c1, slots[0], K0)[0]
+        v1 = F1(c2, v0, K0)[0]
+        v0 = F0(c3, v1, v0)[0]; v1 = None
         ...
-        slots[7] = v9
+        slots[7] = v0
 
 Values live in local variables (the fastest storage CPython has); constants are evaluated
-once at compile time and referenced as globals; a value dies (``= None``) right after its
-last reader; ``n`` records the running node so a failure is reported against the right op.
+once at compile time and referenced as globals; a value dies right after its last reader
+(``= None``, or a new value takes its local). What the function holds per node stays the same
+whatever the graph's size, so the per-op cost does too (issue 18): locals are reused (as many
+as values alive at once: a 25,000-op chain needs one, where one local per value made the frame
+200 KB, cleared on every run), one global per distinct kernel (``F0``) beside the node's
+context (``c3``), and no per-node bookkeeping: each node is one source line, and a failure is
+reported against the op of the line the traceback names (``_NODE_AT``) instead of an ``n = 3``
+stored before every kernel. On the loaded 2-core container this took the chain's per-op CPU
+cost at 25,000 ops from 1.24-1.46x that at 2,500 ops to 1.03-1.23x (best of each size;
+``bench_foundation.py --sweep-only``, bench/RESULTS.md).
 A kernel that may be large (``offload``) is awaited through the ``_offload`` argument only
 when its actual inputs are big.
 
@@ -80,7 +89,7 @@ def compile_schedule(plan):
         how), ``wait(node, args)`` to run the plan's one waiting kernel, if it has one, and
         ``pause()`` when the time slice is over: nothing else is ever awaited. On failure it
         raises the kernel's exception with ``exc._asyncflow_node`` set to the failing
-        NodePlan.
+        NodePlan (None for a failure outside any kernel, e.g. cancellation at a pause).
     """
     env = {"_OFFLOAD_COST": OFFLOAD_COST, "_cost": runtime_cost, "_due": timeslice.due,
            "_ts": timeslice, "_B": timeslice.BUDGET}
@@ -89,14 +98,16 @@ def compile_schedule(plan):
     count = 0  # kernels since the last slice check
     last_check = -1
     names = {}          # slot -> expression holding its value
-    feed_slots = set(plan.feed_slots)
     fetch_slots = set(plan.fetch_slots)
     schedule = _waiting_kernel_last(plan)
     last_use = {}
     for node in schedule:
         for slot in node.inputs:
             last_use[slot] = node.index
-    lines = []
+    lines = []          # (source line, the NodePlan it runs or None)
+    kernels = {}        # kernel function -> its global's name (one per distinct kernel)
+    dead = []           # locals whose value died: reused before a new one is made
+    made = 0            # locals made (``v0``...): at most the values alive at once
     for slot in plan.feed_slots:
         names[slot] = f"slots[{slot}]"
     for node in schedule:
@@ -106,53 +117,75 @@ def compile_schedule(plan):
             if node.outputs[0] >= 0:
                 names[node.outputs[0]] = f"K{i}"
             continue
-        env[f"f{i}"], env[f"c{i}"], env[f"N{i}"] = node.fn, node.ctx, node
+        fn = kernels.get(node.fn)
+        if fn is None:
+            fn = kernels[node.fn] = f"F{len(kernels)}"
+            env[fn] = node.fn
+        env[f"c{i}"] = node.ctx
         args = []
         for position, slot in enumerate(node.inputs):
             expr = names[slot]
             args.append(f"{expr}.read()" if position in node.deref else expr)
-        call_args = ", ".join([f"c{i}"] + args)
-        if node.is_async:
-            arg_list = "[" + ", ".join(args) + "]"
-            lines.append(f"n = {i}; _r = await _wait(N{i}, {arg_list})")
-        elif node.offload:
-            arg_list = "[" + ", ".join(args) + "]"
-            call = (f"(await _offload(N{i}, _a)) if _cost(N{i}, _a) >= _OFFLOAD_COST "
-                    f"else f{i}(c{i}, *_a)")
-            lines.append(f"n = {i}; _a = {arg_list}; _r = {call}")
-        else:
-            lines.append(f"n = {i}; _r = f{i}({call_args})")
-        for position, slot in enumerate(node.outputs):
-            if slot < 0:
+        if node.is_async or node.offload:
+            env[f"N{i}"] = node
+        # Values read here for the last time free their locals (before the outputs take
+        # theirs: the call's arguments are evaluated before its result is stored).
+        dying = [names[slot] for slot in dict.fromkeys(node.inputs)
+                 if last_use[slot] == i and slot not in fetch_slots
+                 and names[slot].startswith("v")]
+        dead.extend(dying)
+        targets = []
+        for slot in node.outputs:
+            if slot < 0 or (slot not in last_use and slot not in fetch_slots):
+                targets.append(None)  # nobody reads it
                 continue
-            target = f"v{slot}"
-            names[slot] = target
-            lines.append(f"{target} = _r[{position}]")
-        for slot in node.inputs:
-            if last_use.get(slot) == i and slot not in fetch_slots and slot not in feed_slots \
-                    and names[slot].startswith("v"):
-                lines.append(f"{names[slot]} = None")
+            if dead:
+                names[slot] = dead.pop()
+            else:
+                names[slot], made = f"v{made}", made + 1
+            targets.append(names[slot])
+        if node.is_async:
+            call = f"(await _wait(N{i}, [{', '.join(args)}]))"
+        elif node.offload:
+            call = (f"((await _offload(N{i}, _a)) if _cost(N{i}, _a) >= _OFFLOAD_COST "
+                    f"else {fn}(c{i}, *_a))")
+        else:
+            call = f"{fn}({', '.join([f'c{i}'] + args)})"
+        stored = [(position, t) for position, t in enumerate(targets) if t is not None]
+        if len(stored) == 1:
+            statements = [f"{stored[0][1]} = {call}[{stored[0][0]}]"]
+        elif stored:
+            statements = [f"_r = {call}"] + [f"{t} = _r[{p}]" for p, t in stored] + ["_r = None"]
+        else:
+            statements = [call]
+        if node.offload and not node.is_async:
+            statements = [f"_a = [{', '.join(args)}]"] + statements + ["_a = None"]
+        # A value dies right after its last reader, unless a new one took its local.
+        statements += [f"{name} = None" for name in dying if name not in targets]
+        lines.append(("; ".join(statements), node))
         count = every if node.offload or _large(node) else count + 1
         if count >= every:
             # Within an open slice, one clock read; ``_due`` opens it or says it is over.
-            lines.append("if _ts.clock() >= _B.end and _due(): await _pause()")
+            lines.append(("if _ts.clock() >= _B.end and _due(): await _pause()", None))
             count, last_check = 0, len(lines)
-    if last_check >= 0 and not any(line.startswith("n = ") for line in lines[last_check:]):
+    if last_check >= 0 and all(node is None for _, node in lines[last_check:]):
         del lines[last_check - 1]  # no kernel after it: the run's end is near enough
     for slot in plan.fetch_slots:
         if slot in names and names[slot] != f"slots[{slot}]":
-            lines.append(f"slots[{slot}] = {names[slot]}")
-    body = "\n".join("        " + line for line in lines) or "        pass"
+            lines.append((f"slots[{slot}] = {names[slot]}", None))
+    body = "\n".join("        " + line for line, _ in lines) or "        pass"
     source = (
         "async def _step(slots, _offload, _wait, _pause):\n"
-        "    n = -1\n"
         "    try:\n"
         f"{body}\n"
         "    except BaseException as exc:\n"
-        "        exc._asyncflow_node = _NODES.get(n)\n"
+        "        exc._asyncflow_node = _NODE_AT.get(exc.__traceback__.tb_lineno)\n"
         "        raise\n"
     )
-    env["_NODES"] = {node.index: node for node in plan.schedule}
+    # The failing node is found from the line that raised (one node per line, from line 3)
+    # rather than stored per kernel: the schedule's code and constants stay small per node.
+    env["_NODE_AT"] = {line: node for line, (_, node) in enumerate(lines, start=3)
+                       if node is not None}
     code = compile(source, f"<asyncflow static schedule of {len(plan.schedule)} nodes>", "exec")
     exec(code, env)  # noqa: S102 - source generated above from integers and fixed names
     return env["_step"]

@@ -1,5 +1,5 @@
 """af.gradients: the backward walk, and every math/array/sources gradient vs finite differences."""
-import time
+import sys
 
 import numpy as np
 import pytest
@@ -381,20 +381,40 @@ async def test_second_order_matmul(a, b):
 
 
 # -- scale ---------------------------------------------------------------------------------------
-def test_hundred_layer_mlp_gradient_graph_builds_quickly():
-    with af.Graph().as_default():
+def _mlp_gradient_work(layers):
+    """(Python calls made by ``af.gradients``, ops it added) for an MLP of ``layers`` layers."""
+    with af.Graph().as_default() as graph:
         x = af.placeholder(af.float32, [None, 16])
         h = x
         weights = []
-        for layer in range(100):
+        for layer in range(layers):
             w = af.Variable(np.full((16, 16), 0.01, np.float32), name=f"w{layer}")
             b = af.Variable(np.zeros(16, np.float32), name=f"b{layer}")
             weights += [w, b]
             h = af.tanh(af.matmul(h, w) + b)
         loss = af.reduce_mean(af.square(h))
-        start = time.perf_counter()
-        grads = af.gradients(loss, weights)
-        elapsed = time.perf_counter() - start
-        print(f"100-layer MLP gradient graph: {elapsed * 1000:.1f} ms")
+        ops_before = len(graph.get_operations())
+        calls = 0
+
+        def count(frame, event, arg):
+            nonlocal calls
+            calls += event == "call"
+
+        previous = sys.getprofile()
+        sys.setprofile(count)
+        try:
+            grads = af.gradients(loss, weights)
+        finally:
+            sys.setprofile(previous)
         assert all(g is not None for g in grads)
-        assert elapsed < 10.0
+        return calls, len(graph.get_operations()) - ops_before
+
+
+def test_hundred_layer_mlp_gradient_graph_takes_linear_work():
+    # Work counted, not timed: building the gradient graph must grow linearly with depth (a
+    # traversal per op would make 100 layers cost 4x 50 layers, not 2x), whatever the load.
+    (calls_50, ops_50), (calls_100, ops_100) = _mlp_gradient_work(50), _mlp_gradient_work(100)
+    print(f"gradient graph of 50 / 100 layers: {calls_50} / {calls_100} Python calls, "
+          f"{ops_50} / {ops_100} ops")
+    assert ops_100 <= 2 * ops_50 + 10
+    assert calls_100 <= 2.2 * calls_50
