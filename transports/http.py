@@ -36,24 +36,21 @@ import aiohttp
 import trio
 
 from transports.aio_bridge import aio_thread, run_on_loop
-from transports.http_protocol import FRAME_CONTENT_TYPE, MAX_TEXT, parse_address, request_path, \
-    text_error
+from transports.http_protocol import (
+    FRAME_CONTENT_TYPE, MAX_TEXT, parse_address, request_path, take_one_frame, text_error,
+)
 from transports.messages import ErrorReply, Message
 from transports.service import (
     METRICS_PATH, Channel, Rpc, TransportDeadlineExceeded, TransportUnavailable,
 )
 from transports.wire import (
-    CLOSED, DEFAULT_LIMITS, NEED_DATA, SMALL_HEADER_BYTES, Decoder, Limits, RemoteProtocolError,
+    DEFAULT_LIMITS, SMALL_HEADER_BYTES, Decoder, Limits, RemoteProtocolError,
     encode, frame_size,
 )
 
 __all__ = ["FRAME_CONTENT_TYPE", "HttpChannel"]
 
 _SLICE: Final = 256 * 1024
-
-
-class _ReadTimeout(Exception):
-    """A peer stopped sending a body it announced."""
 
 
 _decode_lock = threading.Lock()
@@ -82,23 +79,18 @@ async def _aslices(buffers: list[bytes | memoryview]) -> AsyncIterator[memoryvie
         yield piece
 
 
-async def _read_frame(content: aiohttp.StreamReader, limits: Limits,
-                      read_timeout: float | None = None) -> Message:
+async def _read_frame(content: aiohttp.StreamReader, limits: Limits) -> Message:
     """Read a body that must hold exactly one frame, decoding as chunks arrive.
 
     ``readchunk`` hands over aiohttp's buffered chunks one by one; ``readany`` would join them
     (a copy) whenever the decoder falls behind the socket. The bytes of a header larger than
     :data:`~transports.wire.SMALL_HEADER_BYTES` are fed from a worker thread (at most
     :data:`_DECODE_THREADS` at once), since decoding it takes long: the loop keeps answering
-    other requests (health) meanwhile. ``read_timeout`` bounds the wait for each chunk.
+    other requests (health) meanwhile.
     """
     decoder, message = Decoder(limits), None
     while True:
-        try:
-            async with asyncio.timeout(read_timeout):
-                chunk, end_of_http_chunk = await content.readchunk()
-        except TimeoutError:
-            raise _ReadTimeout(f"no body bytes for {read_timeout} s") from None
+        chunk, end_of_http_chunk = await content.readchunk()
         if not chunk and end_of_http_chunk and not content.at_eof():
             continue  # a chunked-encoding boundary, not the end (aiohttp's EMPTY_PAYLOAD
             # answers (b"", True) forever once read: without the at_eof check this spins)
@@ -107,15 +99,7 @@ async def _read_frame(content: aiohttp.StreamReader, limits: Limits,
                 _decode_pool(), decoder.receive_data, chunk)
         else:
             decoder.receive_data(chunk)
-        try:
-            while (event := decoder.next_event()) is not NEED_DATA and event is not CLOSED:
-                if message is not None:
-                    raise RemoteProtocolError("body holds more than one frame")
-                message = event
-        except RemoteProtocolError as exc:
-            if message is None:
-                raise
-            raise RemoteProtocolError(f"bytes after the frame: {exc}") from exc
+        message = take_one_frame(decoder, message)
         if not chunk:
             if message is None:
                 raise RemoteProtocolError("empty body: expected one frame")

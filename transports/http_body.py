@@ -17,9 +17,10 @@ import trio
 
 from transports.http_guard import GuardedConnection
 from transports.http_head import parse_chunk_size
+from transports.http_protocol import take_one_frame
 from transports.messages import Message
 from transports.wire import (
-    CLOSED, NEED_DATA, SMALL_HEADER_BYTES, Decoder, Limits, LocalProtocolError,
+    SMALL_HEADER_BYTES, Decoder, Limits, LocalProtocolError,
     RemoteProtocolError,
 )
 
@@ -142,16 +143,7 @@ async def read_frame(body: RequestBody, limits: Limits, decoders: trio.CapacityL
             decoder.buffer_updated(n)
     if body.done:
         decoder.receive_data(b"")
-    message = None
-    try:
-        while (event := decoder.next_event()) is not NEED_DATA and event is not CLOSED:
-            if message is not None:
-                raise RemoteProtocolError("body holds more than one frame")
-            message = event
-    except RemoteProtocolError as exc:
-        if message is None:
-            raise
-        raise RemoteProtocolError(f"bytes after the frame: {exc}") from exc
+    message = take_one_frame(decoder, None)
     if message is None:
         raise RemoteProtocolError("empty body: expected one frame")
     return message

@@ -30,8 +30,9 @@ from urllib.parse import quote
 
 from transports.messages import Message, RemoteCallError
 from transports.service import METRICS_PATH, RPCS, Rpc
+from transports.wire import CLOSED, NEED_DATA, Decoder, RemoteProtocolError
 
-__all__ = ["FRAME_CONTENT_TYPE", "JOIN_BYTES", "LITERAL_ROUTES", "MAX_TEXT", "PATH_FIELDS",
+__all__ = ["FRAME_CONTENT_TYPE", "take_one_frame", "JOIN_BYTES", "LITERAL_ROUTES", "MAX_TEXT", "PATH_FIELDS",
            "ROUTES", "TEXT_STATUS_CODE", "Route", "parse_address", "request_path", "send_pieces",
            "text_error"]
 
@@ -131,3 +132,25 @@ ROUTES: Final = tuple(Route(rpc, rpc.method, rpc.http_method, tuple(rpc.path.spl
 # (method, path) -> route, for the routes without path fields: one lookup for most requests
 LITERAL_ROUTES: Final = {(route.http_method, "/".join(route.segments)): route for route in ROUTES
                    if not any(segment.startswith("{") for segment in route.segments)}
+
+
+def take_one_frame(decoder: Decoder, message: Message | None) -> Message | None:
+    """The frames ``decoder`` has completed, checked to be one body's single frame.
+
+    ``message`` is the frame taken by an earlier call for the same body (None if none yet);
+    the result is the body's frame so far. Shared by the server's request reader and the
+    aiohttp client's reply reader.
+
+    Raises:
+        RemoteProtocolError: a second frame, or bytes after the frame that do not decode.
+    """
+    try:
+        while (event := decoder.next_event()) is not NEED_DATA and event is not CLOSED:
+            if message is not None:
+                raise RemoteProtocolError("body holds more than one frame")
+            message = event
+    except RemoteProtocolError as exc:
+        if message is None:
+            raise
+        raise RemoteProtocolError(f"bytes after the frame: {exc}") from exc
+    return message
