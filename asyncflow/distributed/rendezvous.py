@@ -27,6 +27,7 @@ import dataclasses
 import trio
 
 from asyncflow import errors
+from asyncflow.kernels.transfer import parse_key, source_device  # the key format's one place
 from asyncflow.runtime.rendezvous import LocalRendezvous
 from transports.messages import RecvTensors, RemoteCallError
 from transports.service import TransportDeadlineExceeded, TransportError
@@ -69,23 +70,6 @@ def remote_call_error(error, message=None, derived=None):
 def task_of_device(device_name):
     """``/job:w/replica:0/task:1`` of ``/job:w/replica:0/task:1/device:CPU:0``."""
     return device_name.split("/device:", 1)[0]
-
-
-def parse_key(key):
-    """``(src_device, incarnation, dst_device, tensor_name, frame_iter)`` of a rendezvous key.
-
-    Raises:
-        ValueError: for a malformed key.
-    """
-    parts = key.split(";")
-    if len(parts) != 5 or not all(parts):
-        raise ValueError(f"malformed rendezvous key {key!r} (expected "
-                         "'src_device;incarnation_hex;dst_device;tensor_name;frame:iter')")
-    try:
-        incarnation = int(parts[1], 16)
-    except ValueError:
-        raise ValueError(f"malformed incarnation {parts[1]!r} in rendezvous key {key!r}") from None
-    return parts[0], incarnation, parts[2], parts[3], parts[4]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,7 +166,7 @@ class StepRendezvous:
         return self.local.statistics()
 
     def _is_local(self, key):
-        return key.split(";", 1)[0] in self._local_devices
+        return source_device(key) in self._local_devices
 
     async def _pull_batched(self, task, level, key):
         group = (task, level)

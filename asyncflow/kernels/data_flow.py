@@ -17,7 +17,8 @@ from __future__ import annotations
 import numpy as np
 
 from asyncflow import errors
-from asyncflow.kernels.registry import WOULD_BLOCK, register_kernel, register_nowait
+from asyncflow.kernels.registry import (WOULD_BLOCK, register_kernel, register_nowait,
+                                       register_prepare)
 
 _QUEUE_TYPES = ("FIFOQueue", "RandomShuffleQueue", "PaddingFIFOQueue")
 
@@ -26,8 +27,13 @@ def _queue(ctx):
     return (ctx.queue_resource(),)
 
 
+def _queue_spec(ctx):  # the prepare hook: once per plan node, not per run
+    return ctx.queue_spec()
+
+
 for _type in _QUEUE_TYPES:
     register_kernel(_type, "CPU")(_queue)
+    register_prepare(_type, "CPU")(_queue_spec)
 
 
 def _frozen(array):

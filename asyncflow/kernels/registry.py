@@ -19,6 +19,11 @@ returns a no-argument cancel callable, or ``WOULD_BLOCK`` to decline (then the a
 as a task, e.g. on a rendezvous that cannot subscribe). A waiting value then wakes the
 executor's loop directly, one task switch instead of two.
 
+A kernel may have a *prepare* hook registered with ``register_prepare``: ``fn(ctx) -> value``,
+run once per plan node when the plan is built (not per run); the value is the node context's
+``prepared`` (a waiting kernel reads it as ``ctx.node.prepared``). It holds what depends only on
+the op's attrs and device: a Send/Recv's root-frame rendezvous key, a queue's spec.
+
 ``offload=True`` marks kernels that may run on a worker thread when their inputs are large;
 the executor decides, the kernel does not know.
 
@@ -45,6 +50,7 @@ class KernelDef:
     nowait: Callable | None = None
     runs_on_dead: bool = False
     subscribe: Callable | None = None
+    prepare: Callable | None = None
 
 
 _KERNELS: dict[tuple[str, str], KernelDef] = {}
@@ -99,13 +105,24 @@ def register_subscribe(op_type, device=ANY):
     return _attach_form(op_type, device, "subscribe")
 
 
-def _attach_form(op_type, device, form):
-    """A decorator attaching ``fn`` as the ``form`` of an already registered async kernel."""
+def register_prepare(op_type, device=ANY):
+    """Decorator: ``fn(ctx) -> value``, run once per plan node of ``op_type`` when the plan is
+    built; the node context keeps the value as ``prepared``.
+
+    Raises:
+        KeyError: if ``op_type`` has no kernel on ``device`` yet.
+    """
+    return _attach_form(op_type, device, "prepare", needs_async=False)
+
+
+def _attach_form(op_type, device, form, needs_async=True):
+    """A decorator attaching ``fn`` as the ``form`` of an already registered (async) kernel."""
     def decorate(fn):
         key = (op_type, device)
         kernel = _KERNELS.get(key)
-        if kernel is None or not kernel.is_async:
-            raise KeyError(f"register_{form}({op_type!r}): no async kernel registered on {device}")
+        if kernel is None or (needs_async and not kernel.is_async):
+            kind = "async kernel" if needs_async else "kernel"
+            raise KeyError(f"register_{form}({op_type!r}): no {kind} registered on {device}")
         _KERNELS[key] = dataclasses.replace(kernel, **{form: fn})
         return fn
     return decorate

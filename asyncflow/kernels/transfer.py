@@ -26,47 +26,79 @@ import numpy as np
 
 from asyncflow.kernels.control_flow import DEAD
 from asyncflow.kernels.registry import (WOULD_BLOCK, register_kernel, register_nowait,
-                                       register_subscribe)
+                                       register_prepare, register_subscribe)
 
 ROOT_FRAME_ITER = "0:0"
 
 
-def rendezvous_key(attrs, frame_iter=ROOT_FRAME_ITER):
-    """The key built from a Send/Recv's attrs (same format as ``runtime.rendezvous.make_key``).
+def make_key(src_device, src_incarnation, dst_device, tensor_name, frame_iter=ROOT_FRAME_ITER):
+    """The rendezvous key of one transfer, identical on every process that computes it.
 
-    Every edge builds its key two or three times per step (Send, Recv's poll and subscribe):
-    the formatting is memoized in a bounded cache.
+    The one place the key format is written (``parse_key`` reads it back): the local and the
+    distributed rendezvous, the Send/Recv kernels and the worker all go through these two.
+
+    Args:
+        src_device: full name of the sending device.
+        src_incarnation: the sending device's incarnation (an int).
+        dst_device: full name of the receiving device.
+        tensor_name: the edge's unique name (the Send/Recv ``tensor_name`` attr).
+        frame_iter: ``"frame_id:iter_id"`` of the value (``"0:0"`` outside loops).
+
+    Returns:
+        ``"src;incarnation_hex;dst;tensor_name;frame:iter"``.
     """
+    return f"{src_device};{int(src_incarnation):016x};{dst_device};{tensor_name};{frame_iter}"
+
+
+def parse_key(key):
+    """``(src_device, incarnation, dst_device, tensor_name, frame_iter)`` of a rendezvous key.
+
+    Raises:
+        ValueError: for a malformed key, naming it and the expected form.
+    """
+    parts = key.split(";")
+    if len(parts) != 5 or not all(parts):
+        raise ValueError(f"malformed rendezvous key {key!r} (expected "
+                         "'src_device;incarnation_hex;dst_device;tensor_name;frame:iter')")
+    try:
+        incarnation = int(parts[1], 16)
+    except ValueError:
+        raise ValueError(f"malformed incarnation {parts[1]!r} in rendezvous key {key!r}") from None
+    return parts[0], incarnation, parts[2], parts[3], parts[4]
+
+
+def source_device(key):
+    """The sending device's name in a rendezvous key (its first field), without a full parse."""
+    return key.split(";", 1)[0]
+
+
+def rendezvous_key(attrs, frame_iter=ROOT_FRAME_ITER):
+    """The key of a Send/Recv with these attrs in the frame iteration ``frame_iter``."""
     return _key(attrs["send_device"], attrs["send_device_incarnation"], attrs["recv_device"],
                 attrs["tensor_name"], frame_iter)
 
 
-@functools.lru_cache(maxsize=8192)
-def _key(send_device, incarnation, recv_device, tensor_name, frame_iter):
-    return f"{send_device};{int(incarnation):016x};{recv_device};{tensor_name};{frame_iter}"
+# Inside a loop a key is built per iteration (Send, Recv's poll and subscribe): memoized by
+# value. Root-frame keys are built once per plan node by ``_prepare_key``.
+_key = functools.lru_cache(maxsize=8192)(make_key)
 
 
-_ROOT_KEYS = {}  # id(attrs) -> (attrs, key): the root-frame keys of recently run Send/Recvs
+def _prepare_key(ctx):
+    """Once per plan node (the kernels' prepare hook): the root-frame key (attrs never change
+    once the op exists)."""
+    return rendezvous_key(ctx.attrs)
 
 
 def _key_of(ctx):
     """The rendezvous key of ``ctx``'s Send/Recv in its frame iteration.
 
-    Outside loops the key depends on the op's attrs only (never mutated once the op
-    exists): it is kept per attrs dict, so an edge pays one lookup, not a formatting.
+    ``ctx`` is the step context of a waiting kernel: ``ctx.node`` is the plan node's context,
+    whose ``prepared`` holds the root-frame key.
     """
-    attrs = ctx.attrs
-    frame_iter = getattr(ctx, "frame_iter", None)
+    frame_iter = ctx.frame_iter
     if frame_iter and frame_iter != ROOT_FRAME_ITER:
-        return rendezvous_key(attrs, frame_iter)
-    entry = _ROOT_KEYS.get(id(attrs))
-    if entry is not None and entry[0] is attrs:
-        return entry[1]
-    if len(_ROOT_KEYS) >= 8192:
-        _ROOT_KEYS.clear()
-    key = rendezvous_key(attrs)
-    _ROOT_KEYS[id(attrs)] = (attrs, key)
-    return key
+        return rendezvous_key(ctx.attrs, frame_iter)
+    return ctx.node.prepared
 
 
 def compress_bfloat16(xp, x, mode):
@@ -192,3 +224,7 @@ def _send_nowait(ctx, value):
     else:  # ``_deposit`` without the call: the common case of every local edge
         ctx.step.rendezvous.send(_key_of(ctx), value, False)
     return ()
+
+
+register_prepare("_Send")(_prepare_key)
+register_prepare("_Recv")(_prepare_key)

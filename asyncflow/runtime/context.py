@@ -2,21 +2,31 @@
 
 The context is built once per plan, so the hot loop passes it without allocating. It holds
 the op's attrs and identity, the device's array module, the resource manager, and per-node
-state that outlives steps (a random generator, as TF1's stateful random kernels keep one).
+state that outlives steps (a random generator, as TF1's stateful random kernels keep one), and
+``prepared``: what the kernel's prepare hook (``kernels/registry.py``) computed for this node
+when the context was built, once per plan node (None without a hook).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from asyncflow import errors
+from asyncflow.kernels.registry import get_kernel
 from asyncflow.runtime import queues, readers
 from asyncflow.runtime.resources import VariableResource, process_resources
 
 
 class NodeContext:
     __slots__ = ("name", "type", "attrs", "xp", "device", "output_dtypes", "resources",
-                 "_rng", "_constant", "op")
+                 "_rng", "_constant", "op", "prepared")
 
-    def __init__(self, op, device, resources):
+    def __init__(self, op, device, resources, kernel=None):
+        """``kernel``: the node's KernelDef (looked up in the registry when not given), whose
+        prepare hook runs here.
+
+        Raises:
+            InvalidArgumentError: the prepare hook rejected the op's attrs, naming the op.
+        """
         self.op = op
         self.name = op.name
         self.type = op.type
@@ -27,6 +37,16 @@ class NodeContext:
         self.resources = resources
         self._rng = None
         self._constant = None
+        self.prepared = None
+        if kernel is None:
+            kernel = get_kernel(op.type, device.kind)
+        if kernel is not None and kernel.prepare is not None:
+            try:
+                self.prepared = kernel.prepare(self)
+            except (KeyError, ValueError, TypeError) as exc:
+                raise errors.InvalidArgumentError(
+                    None, op, f"{op.type} '{op.name}': invalid attrs for its kernel: "
+                    f"{type(exc).__name__}: {exc}") from exc
 
     def random_generator(self):
         """A numpy Generator seeded from the op's (seed, seed2), or from OS entropy."""
@@ -68,6 +88,11 @@ class NodeContext:
         def create():
             return VariableResource(name, dtype, dims)
         return manager.lookup_or_create(attrs.get("container", ""), name, create)
+
+    def queue_spec(self):
+        """This queue node's spec (capacity, dtypes, shapes, min_after_dequeue) from its attrs:
+        computed once per plan node by the queue kernels' prepare hook."""
+        return queues.spec_of(self.attrs, self.type)
 
     def queue_resource(self):
         """The queue resource this queue node names (see ``runtime/queues.py``)."""

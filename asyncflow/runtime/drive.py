@@ -19,11 +19,9 @@ Theory of operation (the executor's ready queues are duck-typed here: ``drain_ow
   (``timeslice``). The driver then stops too: the queues still runnable and the one it was
   draining are woken, and the queue it was asked to drain is left to its caller, which
   checkpoints and drains again; so a ping-pong of any length still yields once per slice.
-- ``subscribe_form`` finds a waiting kernel's subscribing form once per plan node.
+- A waiting kernel's subscribing form is the plan's ``NodePlan.subscribe`` (set at build).
 """
 from __future__ import annotations
-
-from asyncflow.kernels.registry import get_kernel
 
 WAKE = (None, None, None, 0)  # on a report channel: "your queue changed, look again"
 _DRIVER = "ready_queue_driver"  # ``step.extras`` key of the step's ``Driver``
@@ -88,27 +86,6 @@ class Driver:
                 other = runnable.pop()
                 other.scheduled = False
                 other.wake(force=True)
-
-
-_SUBSCRIBE_FORMS = {}  # id(plan node) -> (node, its kernel's subscribing form or None)
-
-
-def subscribe_form(node):
-    """The subscribing form of ``node``'s kernel, or None.
-
-    Looked up in the registry once per plan node (forms are attached when kernels register);
-    the table holds the nodes of recently run plans and is emptied when it grows large.
-    """
-    entry = _SUBSCRIBE_FORMS.get(id(node))
-    if entry is not None and entry[0] is node:
-        return entry[1]
-    ctx = node.ctx
-    kernel = get_kernel(ctx.type, ctx.device.kind)
-    form = kernel.subscribe if kernel is not None and kernel.fn is node.fn else None
-    if len(_SUBSCRIBE_FORMS) >= 8192:
-        _SUBSCRIBE_FORMS.clear()
-    _SUBSCRIBE_FORMS[id(node)] = (node, form)
-    return form
 
 
 class Delivery:

@@ -64,7 +64,7 @@ import trio
 from asyncflow import errors
 from asyncflow.kernels.registry import WOULD_BLOCK
 from asyncflow.runtime import timeslice
-from asyncflow.runtime.drive import WAKE, Delivery, driver_for, subscribe_form
+from asyncflow.runtime.drive import WAKE, Delivery, driver_for
 from asyncflow.runtime.plan import OFFLOAD_COST, runtime_cost
 from asyncflow.runtime.schedule import compile_schedule
 from asyncflow.runtime import frames as _frames
@@ -216,7 +216,7 @@ def start_plan(plan, feed_values, step):
         return None
     slots = [None] * (plan.num_slots + 1)
     slots[:len(feed_values)] = feed_values
-    if plan.static and step.trace is None and not plan.waits and not _may_offload(plan):
+    if plan.static and step.trace is None and not plan.waits and not plan.may_offload:
         return _StaticRun(plan, slots)
     return _start_ready_queue(plan, slots, step)  # a large kernel found there starts a task
 
@@ -264,18 +264,6 @@ async def finish_plan(run):
 def _fetched(plan, slots):
     return [slots[slot].read() if deref else slots[slot]
             for slot, deref in zip(plan.fetch_slots, plan.fetch_deref)]
-
-
-_MAY_OFFLOAD = {}  # id(plan) -> (plan, whether some kernel of its static schedule may offload)
-
-
-def _may_offload(plan):
-    entry = _MAY_OFFLOAD.get(id(plan))
-    if entry is None or entry[0] is not plan:
-        if len(_MAY_OFFLOAD) >= 1024:
-            _MAY_OFFLOAD.clear()
-        entry = _MAY_OFFLOAD[id(plan)] = (plan, any(n.offload for n in plan.nodes))
-    return entry[1]
 
 
 _PAUSED = object()  # what ``_StaticRun``'s schedule yields when its time slice is over
@@ -553,7 +541,7 @@ class _ReadyQueue:
                 start = _now_us() if trace is not None else 0
                 if node.is_async:
                     ctx = StepContext(node.ctx, step)
-                    form = subscribe_form(node)
+                    form = node.subscribe
                     # With a driver, a value already there is delivered inline at once:
                     # subscribing first saves the poll that usually finds nothing.
                     if form is not None and driver is not None \

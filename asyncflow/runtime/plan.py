@@ -59,6 +59,7 @@ class NodePlan:
     num_inputs: int = 0         # data inputs (Merge readiness)
     runs_on_dead: bool = False  # Send/Recv: run even when an input is dead
     nowait: object = None       # an async kernel's synchronous twin, tried inline first
+    subscribe: object = None    # an async kernel's subscribing form (registry), or None
 
 
 @dataclasses.dataclass(slots=True)
@@ -80,6 +81,7 @@ class ExecutionPlan:
     enter_counts: dict = dataclasses.field(default_factory=dict)  # frame name -> Enter nodes
     fetch_names: tuple = ()
     frame_tables: object = None  # built by frames.py on first use
+    may_offload: bool = False  # some kernel may run on a worker thread (inputs large enough)
 
     def describe(self):
         """The plan as plain data: ``[(op name, inputs, outputs, consumers, pending)]``."""
@@ -152,12 +154,11 @@ def compile_plan(ops, feeds, fetches, device, resources):
             inputs.append(slot)
             if tensor._is_ref and not op.op_def.is_ref_input(position):
                 deref.append(position)
-        node = NodePlan(index, op, kernel.fn, NodeContext(op, device, resources), tuple(inputs),
-                        tuple(deref), tuple(outputs), is_async=kernel.is_async,
+        node = NodePlan(index, op, kernel.fn, NodeContext(op, device, resources, kernel),
+                        tuple(inputs), tuple(deref), tuple(outputs), is_async=kernel.is_async,
                         offload=kernel.offload, kind=_KINDS.get(op.type, NORMAL),
-                        num_inputs=len(inputs),
-                        runs_on_dead=getattr(kernel, "runs_on_dead", False),
-                        nowait=kernel.nowait)
+                        num_inputs=len(inputs), runs_on_dead=kernel.runs_on_dead,
+                        nowait=kernel.nowait, subscribe=kernel.subscribe)
         nodes.append(node)
         node_of[op] = node
     consumers = [[] for _ in nodes]
@@ -225,7 +226,7 @@ def compile_plan(ops, feeds, fetches, device, resources):
         fetch_deref=tuple(t._is_ref for t in fetches),
         roots=tuple(n.index for n in reversed(nodes) if n.pending == 0 and n.kind != MERGE),
         slot_readers=slot_readers, fetched=frozenset(fetch_slots), static=static,
-        waits=bool(waiting),
+        waits=bool(waiting), may_offload=any(n.offload for n in nodes),
         schedule=tuple(nodes), control_flow=control_flow, enter_counts=enter_counts,
         fetch_names=tuple(t.name for t in fetches))
 

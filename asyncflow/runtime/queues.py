@@ -566,7 +566,9 @@ class QueueResource:
         return moved
 
 
-def _spec(attrs, kind):
+def spec_of(attrs, kind):
+    """A queue node's spec from its attrs: capacity, component dtypes and shapes, and (a shuffle
+    queue) min_after_dequeue. Run once per plan node (the queue kernels' prepare hook)."""
     shapes = attrs.get("shapes") or None
     if shapes is not None:
         shapes = tuple(None if s.dims is None else tuple(s.dims) for s in shapes)
@@ -577,21 +579,6 @@ def _spec(attrs, kind):
         "min_after_dequeue": int(attrs.get("min_after_dequeue", 0)) if kind == RANDOM_SHUFFLE
         else 0,
     }
-
-
-_SPECS = {}  # id(attrs) -> (attrs, kind, spec): a queue node's spec, computed on its first run
-
-
-def _cached_spec(attrs, kind):
-    """``_spec`` once per node's attrs (kept, so the id stays theirs): queue nodes run each step."""
-    hit = _SPECS.get(id(attrs))
-    if hit is not None and hit[0] is attrs and hit[1] == kind:
-        return hit[2]
-    spec = _spec(attrs, kind)
-    if len(_SPECS) >= 4096:
-        _SPECS.clear()
-    _SPECS[id(attrs)] = (attrs, kind, spec)
-    return spec
 
 
 def _describe(value):
@@ -613,7 +600,7 @@ def lookup_or_create(node_ctx):
     shared = attrs.get("shared_name") or ""
     manager = process_resources() if shared and node_ctx.resources.local else node_ctx.resources
     name = shared or node_ctx.name
-    spec = _cached_spec(attrs, kind)
+    spec = node_ctx.prepared  # ``spec_of``, computed once per plan node (the prepare hook)
     seed_pair = (attrs.get("seed"), attrs.get("seed2"))
 
     def create():

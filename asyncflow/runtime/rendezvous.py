@@ -2,8 +2,8 @@
 
 Theory of operation (the paper's §3.2.2 and TF's ``LocalRendezvousImpl``):
 - A table from a rendezvous *key* (``src_device;src_incarnation_hex;dst_device;tensor_name;
-  frame_id:iter``, see ``make_key``) to either a deposited ``(value, is_dead)`` or one parked
-  waiter. One Recv reads each key once; reading removes the entry, so the table only holds
+  frame_id:iter``, built by ``kernels/transfer.make_key``, the one place of the format) to
+  either a deposited ``(value, is_dead)`` or one parked waiter. One Recv reads each key once; reading removes the entry, so the table only holds
   tensors in flight.
 - ``send`` never blocks: it deposits, or hands the value to the waiter already parked. A second
   send to the same key before its receive is an ``AbortedError`` ("Duplicated send"), as in
@@ -30,25 +30,7 @@ import dataclasses
 import trio
 
 from asyncflow import errors
-
-ROOT_FRAME_ITER = "0:0"
-
-
-def make_key(src_device, src_incarnation, dst_device, tensor_name, frame_iter=ROOT_FRAME_ITER):
-    """The rendezvous key of one transfer, identical on every process that computes it.
-
-    Args:
-        src_device: full name of the sending device.
-        src_incarnation: the sending device's incarnation (an int).
-        dst_device: full name of the receiving device.
-        tensor_name: the edge's unique name (the Send/Recv ``tensor_name`` attr).
-        frame_iter: ``"frame_id:iter_id"`` of the value (``"0:0"`` outside loops).
-
-    Returns:
-        ``"src;incarnation_hex;dst;tensor_name;frame:iter"``.
-    """
-    return f"{src_device};{int(src_incarnation):016x};{dst_device};{tensor_name};{frame_iter}"
-
+from asyncflow.kernels.transfer import ROOT_FRAME_ITER, make_key  # noqa: F401 - the key format
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RendezvousStatistics:
