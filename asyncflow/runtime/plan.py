@@ -9,9 +9,9 @@ Theory of operation:
   the nodes waiting on it (one entry per edge) and its initial pending count.
 - ``schedule`` is the nodes in topological order. When the partition has no waiting kernels,
   no control flow and at most one kernel that may be large enough to offload, the executor
-  runs this schedule straight through (the static fast path); ``free_after`` then says which
-  slots die after each node. Otherwise it runs the ready-queue loop, with ``slot_readers``
-  counting the reads of each slot so buffers die after their last consumer.
+  runs this schedule straight through (the static fast path, ``schedule.py``, which frees
+  each value after its last reader). Otherwise it runs the ready-queue loop, with
+  ``slot_readers`` counting the reads of each slot so buffers die after their last consumer.
 - A partition with control flow (``control_flow``) runs in the frame-aware loop of
   ``frames.py``, which also needs each node's ``kind``, its data edges with ports
   (``out_edges``), its control edges (``control_out``) and the number of Enter nodes per
@@ -48,10 +48,8 @@ class NodePlan:
     outputs: tuple
     consumers: tuple = ()
     pending: int = 0
-    free_after: tuple = ()
     is_async: bool = False
     offload: bool = False
-    cost: object = None
     # Control flow (used by the frame-aware loop in ``runtime/frames.py`` only):
     kind: int = 0               # NORMAL, MERGE, ENTER, EXIT, NEXT_ITERATION, SWITCH
     out_edges: tuple = ()       # (output index, consumer index, consumer input position)
@@ -183,19 +181,10 @@ def compile_plan(ops, feeds, fetches, device, resources):
         node.out_edges = tuple(edges)
         node.control_out = tuple(controls)
     slot_readers = [0] * num_slots
-    last_reader = {}
     for node in nodes:
         for slot in node.inputs:
             slot_readers[slot] += 1
-            last_reader[slot] = node.index
     fetch_slots = tuple(slot_of[t] for t in fetches)
-    keep = set(fetch_slots)
-    free_after = [[] for _ in nodes]
-    for slot, index in last_reader.items():
-        if slot not in keep:
-            free_after[index].append(slot)
-    for node, free in zip(nodes, free_after):
-        node.free_after = tuple(free)
     # Two or more kernels known to be large could overlap on worker threads: that needs the
     # ready-queue path. Unknown shapes (a [None, 64] batch) count as small: the fast path
     # still sends a kernel whose actual inputs are large to a thread, one at a time.
