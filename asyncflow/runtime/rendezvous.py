@@ -8,7 +8,7 @@ Theory of operation (the paper's §3.2.2 and TF's ``LocalRendezvousImpl``):
 - ``send`` never blocks: it deposits, or hands the value to the waiter already parked. A second
   send to the same key before its receive is an ``AbortedError`` ("Duplicated send"), as in
   the 2015 runtime.
-- ``recv_nowait`` raises ``trio.WouldBlock`` when nothing is there; ``await recv`` parks on a
+- ``poll`` returns None when nothing is there; ``await recv`` parks on a
   ``trio.Event`` until a send or an abort wakes it, so waiting never blocks the loop.
 - ``subscribe(key, callback)`` is the taskless form of ``recv``: the callback is called
   synchronously, exactly once, with ``(item, None)`` by the matching ``send`` (or at once if
@@ -86,26 +86,12 @@ class LocalRendezvous:
             raise errors.AbortedError(None, None, f"Duplicated send: {key}")
         self._items[key] = (value, is_dead)
 
-    def recv_nowait(self, key):
-        """``(value, is_dead)`` under ``key`` if it was sent.
+    def poll(self, key):
+        """``(value, is_dead)`` if sent, else None (trio's ``*_nowait`` without the exception:
+        a Recv polls once per edge, usually in vain).
 
         Raises:
-            trio.WouldBlock: if nothing was sent yet.
             OpError: the step's error after ``abort``.
-        """
-        if self._error is not None:
-            raise self._error
-        try:
-            item = self._items.pop(key)
-        except KeyError:
-            raise trio.WouldBlock from None
-        self._recvs += 1
-        return item
-
-    def poll(self, key):
-        """``(value, is_dead)`` if sent, else None (raises the step's error after ``abort``).
-
-        ``recv_nowait`` without the exception: a Recv polls once per edge, usually in vain.
         """
         if self._error is not None:
             raise self._error
@@ -121,10 +107,9 @@ class LocalRendezvous:
             OpError: the step's error if the step is aborted before or while waiting.
             RuntimeError: if another task already waits on ``key``.
         """
-        try:
-            return self.recv_nowait(key)
-        except trio.WouldBlock:
-            pass
+        item = self.poll(key)
+        if item is not None:
+            return item
         if key in self._waiters:
             raise RuntimeError(f"Two receivers for rendezvous key {key}")
         waiter = self._waiters[key] = _Waiter()

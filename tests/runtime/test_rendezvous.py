@@ -24,12 +24,13 @@ async def test_send_then_recv():
     assert rdv.statistics() == RendezvousStatistics(0, 0, 1, 1, False)
 
 
-async def test_recv_nowait_would_block():
+async def test_poll_finds_nothing_until_sent_and_takes_the_value_once():
     rdv = LocalRendezvous()
-    with pytest.raises(trio.WouldBlock):
-        rdv.recv_nowait(KEY)
+    assert rdv.poll(KEY) is None
     rdv.send(KEY, "v", is_dead=True)
-    assert rdv.recv_nowait(KEY) == ("v", True)
+    assert rdv.poll(KEY) == ("v", True)
+    assert rdv.poll(KEY) is None
+    assert rdv.statistics() == RendezvousStatistics(0, 0, 1, 1, False)
 
 
 async def test_recv_waits_without_blocking_the_loop(autojump_clock):
