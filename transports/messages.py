@@ -196,13 +196,11 @@ class RegisterGraph:
     """Install a graph partition on a worker.
 
     ``graph`` is asyncflow's plain encoding of the partition; ``options`` says how to run it.
-    ``request_id`` (0 = untracked) lets a worker reject a replayed request.
     """
 
     graph: dict[str, Any]
     session_handle: str
     options: GraphOptions = field(default_factory=GraphOptions)
-    request_id: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,7 +221,8 @@ class RunGraph:
     """Run a registered partition for one step.
 
     ``timeout_ms`` is the run's own deadline (None: TF1 semantics, no deadline of its own);
-    ``trace`` asks for per-node timings in ``RunGraphReply.step_stats``.
+    ``trace`` asks for per-node timings in ``RunGraphReply.step_stats``. ``request_id`` (> 0,
+    unique per graph handle) lets the worker reject a replayed request.
     """
 
     graph_handle: str
@@ -267,7 +266,6 @@ class RecvTensors:
 
     step_id: int
     keys: list[str]
-    request_id: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,8 +31,7 @@ MESSAGES = [
     wire.RegisterGraph({"nodes": [{"name": "a", "op": "Const", "attr": {"value": b"\x00" * 9}}],
                         "versions": {"producer": 1}}, "session-1",
                        wire.GraphOptions(["_feed_0:0"], ["y:0"], {"/job:w/task:1": "h:1"},
-                                         {"t:0": 2}, wire.GraphConfig(False, "bfloat16")),
-                       request_id=9),
+                                         {"t:0": 2}, wire.GraphConfig(False, "bfloat16"))),
     wire.RegisterGraph({}, "s", wire.GraphOptions(fetches=["y:0"])),
     wire.RegisterGraphReply("graph/1"),
     wire.DeregisterGraph("graph/1"),
@@ -41,7 +40,7 @@ MESSAGES = [
     wire.RunGraphReply(entries(), wire.StepStats([
         wire.NodeExecStats("mm", "MatMul", "/job:w/task:0/device:CPU:0", 5, 17)])),
     wire.RunGraphReply([], wire.StepStats()),
-    wire.RecvTensors(17, ["/job:a/task:0;send;0:0", "k2"], request_id=3),
+    wire.RecvTensors(17, ["/job:a/task:0;send;0:0", "k2"]),
     wire.RecvTensorsReply(entries()),
     wire.AbortStep(17, "CANCELLED", "user pressed ^C"),
     wire.CleanupStep(17),

@@ -204,7 +204,7 @@ step_stats = st.builds(wire.StepStats, st.lists(st.builds(
     wire.NodeExecStats, names, names, names, st.integers(-2**63, 2**63 - 1),
     st.integers(-2**63, 2**63 - 1)), max_size=4))
 typed_messages = st.one_of(
-    st.builds(wire.RegisterGraph, st.just({}), names, graph_options, counts),
+    st.builds(wire.RegisterGraph, st.just({}), names, graph_options),
     st.builds(wire.HealthReply, counts, names, st.lists(names, max_size=2), worker_statistics),
     st.builds(wire.RunGraphReply, st.just([]), st.none() | step_stats),
     st.builds(wire.ErrorReply, st.sampled_from(sorted(wire.CANONICAL_CODES)), names, names,

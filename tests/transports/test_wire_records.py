@@ -40,7 +40,7 @@ OPTIONS = GraphOptions(feeds=["_feed_0:0", "_feed_2:0"], fetches=["loss:0"],
                        config=GraphConfig(allow_soft_placement=False,
                                           compress_transfers="bfloat16"))
 RECORDED = [
-    RegisterGraph({"node": []}, "s", OPTIONS, request_id=3),
+    RegisterGraph({"node": []}, "s", OPTIONS),
     RunGraphReply([], StepStats([NodeExecStats("a", "Const", "/job:w/task:0/device:CPU:0", 1, 2),
                                  NodeExecStats("b", "_Recv", "/job:w/task:0/device:CPU:0", 2, 9)])),
     HealthReply(5, "/job:w/task:0", ["cpu"], WorkerStatistics(
