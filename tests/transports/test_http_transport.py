@@ -188,14 +188,15 @@ async def test_token_is_required_on_every_route():
 
 
 async def test_a_closed_server_is_unavailable_fast():
+    # Fast means refused at once, not waited out: with a connect timeout far beyond the hang
+    # guard, only the refusal ("cannot connect", never "no connection within") can end the
+    # call. No wall-clock bound: a loaded machine only makes the refusal later.
     async with open_http_server(FakeWorker()) as server:
         address = server.address
-    start = trio.current_time()
     with trio.fail_after(GENEROUS):
-        async with HttpChannel(address) as channel:
+        async with HttpChannel(address, connect_timeout=100 * GENEROUS) as channel:
             with pytest.raises(TransportUnavailable, match="cannot connect"):
                 await channel.health()
-    assert trio.current_time() - start < 2
 
 
 async def fake_http_peer(response: bytes, task_status=trio.TASK_STATUS_IGNORED) -> None:
