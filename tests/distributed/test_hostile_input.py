@@ -9,6 +9,14 @@ answer must be a 4xx (or, for the few requests that stay valid, a 200), never a 
 server. The last test checks that the worker's memory stayed bounded, that its incarnation did
 not change (no crash), that its step state is bounded, and that the registered graph still runs
 with the variable's value intact.
+
+The tests share one worker, so what one test's hostile input does must not decide whether a
+later test passes. Fuzzed valid frames (``_valid_frames``, damaged or not) go to a graph
+registered for them alone (replay windows are per graph handle) with step and request ids
+below 65,536; the runs that must succeed use the other handle and ids from 2**20 up, which
+no damaged byte of a fuzzed frame can reach (msgpack keeps the smaller ids in 16 bits, and a
+step id in a body must match its path). Hypothesis examples are derandomized, so every run
+sends the same input: a failure here fails every time, and can be debugged.
 """
 from __future__ import annotations
 
@@ -19,7 +27,8 @@ import msgpack
 import numpy as np
 import pytest
 import trio
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings as _settings
 from hypothesis import strategies as st
 
 import asyncflow as af
@@ -37,6 +46,13 @@ TASK = "/job:worker/replica:0/task:0"
 OK_OR_CLIENT_ERROR = {200, 400, 401, 404, 405, 409, 413, 429}
 CLIENT_ERROR = OK_OR_CLIENT_ERROR - {200}
 RSS_GROWTH_LIMIT = 150 << 20
+FUZZ_IDS = range(10_000, 60_000)  # fuzzed frames' step and request ids (16 bits in msgpack)
+RUN_IDS = range(1 << 20, 1 << 30)  # runs that must succeed: out of one flipped byte's reach
+
+
+def settings(**kwargs):
+    """Hypothesis settings for this module: the same examples every run (see the docstring)."""
+    return _settings(derandomize=True, database=None, **kwargs)
 
 
 # -- raw HTTP ----------------------------------------------------------------------------------
@@ -123,9 +139,11 @@ class Target:
         self.worker = worker
         self.address = worker.address
         self.handle = self.feed = self.fetches = None
+        self.fuzz_handle = self.fuzz_feed = self.fuzz_fetches = None  # for ``_valid_frames``
         self.incarnation = None
         self.devices = None
-        self.step_ids = iter(range(10_000, 10**9))
+        self.step_ids = iter(RUN_IDS)
+        self.fuzz_ids = iter(FUZZ_IDS)
 
     def health(self):
         status, body = http(self.address, "GET", "/v1/health")
@@ -171,6 +189,9 @@ def target():
     try:
         state = Target(worker)
         state.handle, state.feed, state.fetches = trio.run(_register, worker.address)
+        state.fuzz_handle, state.fuzz_feed, state.fuzz_fetches = trio.run(_register,
+                                                                         worker.address)
+        assert state.fuzz_handle != state.handle
         reply = state.health()
         state.incarnation, state.devices = reply.incarnation, list(reply.devices)
         status, reply = state.run([1.0, 2.0, 3.0])
@@ -190,12 +211,14 @@ def _key(target, incarnation=None, src=None, name="edge"):
 
 
 def _valid_frames(target):
-    """Valid requests per route (none that would change the registered state)."""
-    step = next(target.step_ids)
+    """Valid requests per route (none that would change the registered state), on the fuzz
+    handle and ids: damaged, they cannot touch the state the other tests rely on."""
+    step = next(target.fuzz_ids)
+    next(target.fuzz_ids), next(target.fuzz_ids)  # step + 1 and + 2 are used below
     return [
         ("POST", f"/v1/steps/{step}/run", frame(RunGraph(
-            target.handle, step, [TensorEntry(target.feed, np.ones(3, np.float32))],
-            list(target.fetches), request_id=step))),
+            target.fuzz_handle, step, [TensorEntry(target.fuzz_feed, np.ones(3, np.float32))],
+            list(target.fuzz_fetches), request_id=step))),
         ("POST", f"/v1/steps/{step + 1}/recv", frame(RecvTensors(step + 1, [_key(target)]))),
         ("POST", f"/v1/steps/{step + 2}/abort", frame(AbortStep(step + 2, "CANCELLED", "x"))),
         ("POST", "/v1/graphs", frame(RegisterGraph({"node": []}, "fuzz", GraphOptions(
