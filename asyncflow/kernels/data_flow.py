@@ -128,13 +128,8 @@ def _pad_value(dtype):
 
 
 def _stack(ctx, queue, j, rows):
-    if queue.kind != "PaddingFIFOQueue":
-        dtype = getattr(rows[0], "dtype", None)
-        if dtype is not None and dtype != object:
-            # Rows of one queue component share shape and dtype (checked on enqueue):
-            # np.array stacks them several times faster than np.stack's generic path.
-            return np.array(rows, dtype=dtype)
-        return np.stack(rows)
+    """Component ``j`` of a PaddingFIFOQueue's rows, each padded to the largest. (Other queues
+    batch only with fixed shapes, ``_check_batchable``, and those hand out ``Rows``.)"""
     dims = np.max([row.shape for row in rows], axis=0) if rows[0].ndim else ()
     out = np.full((len(rows),) + tuple(int(d) for d in dims), _pad_value(ctx.output_dtypes[j]),
                   dtype=ctx.output_dtypes[j] or object)

@@ -18,7 +18,7 @@ Theory of operation:
   frame name (``enter_counts``: a frame's first iteration is not done before all arrived).
   A Merge's ``pending`` counts only its control inputs: it fires on its first live input.
 
-The plan holds no trio objects and can be compared as data in tests (``describe()``).
+The plan holds no trio objects.
 """
 from __future__ import annotations
 
@@ -80,10 +80,6 @@ class ExecutionPlan:
     fetch_names: tuple = ()
     frame_tables: object = None  # built by frames.py on first use
     may_offload: bool = False  # some kernel may run on a worker thread (inputs large enough)
-
-    def describe(self):
-        """The plan as plain data: ``[(op name, inputs, outputs, consumers, pending)]``."""
-        return [(n.op.name, n.inputs, n.outputs, n.consumers, n.pending) for n in self.nodes]
 
 
 _TRANSFER_TYPES = frozenset({"_Send", "_Recv"})
