@@ -203,6 +203,14 @@ async def test_runtime_error_is_one_op_error(graph):
         np.testing.assert_array_equal(await sess.run(y, {x: np.ones(3)}), np.ones(3))
 
 
+async def test_a_tensor_as_a_feed_value_is_refused_naming_it(graph):
+    x = af.placeholder(af.float32, [])
+    other = af.constant(1.0, name="other")
+    async with af.Session() as sess:
+        with pytest.raises(TypeError, match=r"feed cannot be an af.Tensor \(other:0\)"):
+            await sess.run(x + 1.0, {x: other})
+
+
 async def test_string_tensors(graph):
     s = af.constant([b"a", "b"])
     p = af.placeholder(af.string, [None])

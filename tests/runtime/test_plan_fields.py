@@ -149,3 +149,13 @@ def test_prepare_rejecting_attrs_names_the_op(monkeypatch):
 def test_register_prepare_needs_a_registered_kernel():
     with pytest.raises(KeyError, match="register_prepare\\('NoSuchOp'\\): no kernel"):
         registry.register_prepare("NoSuchOp")(lambda ctx: None)
+
+
+def test_an_op_without_a_kernel_on_the_device_is_named(monkeypatch):
+    monkeypatch.delitem(registry._KERNELS, ("Identity", registry.ANY))
+    with af.Graph().as_default():
+        x = af.placeholder(af.float32, [])
+        y = af.identity(x, name="lonely")
+        with pytest.raises(errors.NotFoundError, match="No kernel registered for Identity "
+                                                       "'lonely' on device .*CPU:0"):
+            plan_of([y], [x])
