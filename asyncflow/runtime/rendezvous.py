@@ -30,7 +30,7 @@ import dataclasses
 import trio
 
 from asyncflow import errors
-from asyncflow.kernels.transfer import ROOT_FRAME_ITER, make_key  # noqa: F401 - the key format
+from asyncflow.kernels.transfer import make_key  # noqa: F401 - the key format, for callers here
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RendezvousStatistics:
