@@ -18,6 +18,7 @@ batching trio       ``bench_serving``: 1,000 one-row requests, Batcher (128) req
 batching asyncio    the same through ``aio.Batcher`` (x)
 while iteration     ``bench_while``: one of 10,000 ``i + 1`` iterations over one chain op,
                     both process CPU (x)
+while dynamic       the same loop (2,000 iterations) on the general frame path (x)
 ==================  ==========================================================================
 
 Usage (from the repository root of the tree to measure, or with ``PYTHONPATH`` naming it):
@@ -62,6 +63,7 @@ FIGURES = {
     "batching trio": ("x", "higher"),
     "batching asyncio": ("x", "higher"),
     "while iteration": ("x chain op", "lower"),
+    "while dynamic": ("x chain op", "lower"),
 }
 
 
@@ -108,20 +110,33 @@ def measure():
     except ImportError as exc:  # it also reaches into the runtime, which issue 18 reshapes
         print(f"bench_while not importable against this tree ({exc}): no while figure",
               file=sys.stderr)
-        figures["while iteration"] = float("nan")
+        figures["while iteration"] = figures["while dynamic"] = float("nan")
     else:
         figures["while iteration"] = trio.run(_while_ratio, bench_while)
+        figures["while dynamic"] = trio.run(_while_ratio, bench_while, 2_000, 3, False)
     return figures
 
 
-async def _while_ratio(bench_while, iterations=10_000, repeats=3):
+def _loop_config(compiled):
+    """A SessionConfig for the compiled or the general frame path, in either tree."""
+    import asyncflow as af
+
+    try:
+        return af.SessionConfig(compile_loops=compiled)
+    except TypeError:  # a tree from before the option: its module flag
+        from asyncflow.runtime import frames
+        frames.COMPILE_LOOPS = compiled
+        return af.SessionConfig()
+
+
+async def _while_ratio(bench_while, iterations=10_000, repeats=3, compiled=True):
     import asyncflow as af
     import numpy as np
 
     loop_graph, loop_result = bench_while.build_loop(iterations)
     chain_graph, x0, chain = bench_while.build_chain()
     feed = {x0: np.zeros(1, np.float32)}
-    async with af.Session(graph=loop_graph) as loop_sess, \
+    async with af.Session(graph=loop_graph, config=_loop_config(compiled)) as loop_sess, \
             af.Session(graph=chain_graph) as chain_sess:
         assert await loop_sess.run(loop_result) == iterations
         await chain_sess.run(chain, feed)

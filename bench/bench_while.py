@@ -19,7 +19,7 @@ import numpy as np
 import trio
 
 import asyncflow as af
-from asyncflow.runtime import executor, frames
+from asyncflow.runtime import executor
 
 
 def build_loop(iterations):
@@ -62,22 +62,22 @@ async def loop_peak_bytes(iterations):
 
 
 async def main(iterations, repeats):
+    from asyncflow.runtime.step import Step
     loop_graph, loop_result = build_loop(iterations)
     chain_graph, x0, chain = build_chain()
     feed = {x0: np.zeros(1, np.float32)}
+    dynamic = af.SessionConfig(compile_loops=False)  # the general frame path, for comparison
     async with af.Session(graph=loop_graph) as loop_sess, \
+            af.Session(graph=loop_graph, config=dynamic) as dyn_sess, \
             af.Session(graph=chain_graph) as chain_sess:
         assert await loop_sess.run(loop_result) == iterations
+        assert await dyn_sess.run(loop_result) == iterations
         await chain_sess.run(chain, feed)
         chain_wall, chain_cpu = await best_of(lambda: chain_sess.run(chain, feed), repeats * 10)
         loop_wall, loop_cpu = await best_of(lambda: loop_sess.run(loop_result), repeats)
-        frames.COMPILE_LOOPS = False  # the general frame machinery, for comparison
-        try:
-            dyn_wall, dyn_cpu = await best_of(lambda: loop_sess.run(loop_result), repeats)
-        finally:
-            frames.COMPILE_LOOPS = True
+        dyn_wall, dyn_cpu = await best_of(lambda: dyn_sess.run(loop_result), repeats)
         compiled = loop_sess.prepare(loop_result).compiled
-        step = executor.Step(1)
+        step = Step(1)
         await executor.run_plan(compiled.plans[0], [], step)
     stats = step.extras["frame_statistics"]
     per_op = chain_cpu / 1000 * 1e6

@@ -96,11 +96,7 @@ def test_layer_table_knows_every_package():
 
 # Import circles being removed in parallel by other work; each entry allows at most those
 # modules to form one circle. Delete an entry once its circle is gone.
-ALLOWED_CIRCLES = [
-    # executor <-> frames: ended by moving Step/StepContext/NodeStats/wrap_error to their own
-    # runtime module (issue 18, "one core").
-    {"asyncflow.runtime.executor", "asyncflow.runtime.frames"},
-]
+ALLOWED_CIRCLES = []
 
 
 def module_graph():

@@ -63,6 +63,7 @@ from asyncflow.distributed.control_edges import carry_fewer_control_edges
 from asyncflow.graph.rewrite import materialize
 from asyncflow.graph.serialize import encode_attr, node_def
 from asyncflow.runtime import compiler as _compiler
+from asyncflow.runtime.step import NodeStats
 from transports.messages import (
     AbortStep, DeregisterGraph, GraphConfig, GraphOptions, RegisterGraph, RemoteCallError, Reset,
     RunGraph, TensorEntry,
@@ -459,7 +460,6 @@ class _StepDriver:
         task.last_ok = tg.last_used = trio.current_time()
         self.results[index] = [entry.value for entry in reply.tensors]
         if self.trace is not None and reply.step_stats:
-            from asyncflow.runtime.executor import NodeStats
             self.trace.extend(NodeStats(s.node_name, s.op_type, s.device, s.start_us, s.end_us)
                               for s in reply.step_stats.nodes)
 

@@ -60,7 +60,7 @@ from asyncflow.graph.graph import Graph
 from asyncflow.graph.serialize import import_graph_def
 from asyncflow.runtime import compiler as _compiler
 from asyncflow.runtime import device as _device
-from asyncflow.runtime import executor
+from asyncflow.runtime.step import Step
 from asyncflow.runtime.options import SessionConfig
 from asyncflow.runtime.files import DataDirectory
 from asyncflow.runtime.resources import ResourceManager
@@ -371,7 +371,7 @@ class WorkerService:
         state.rendezvous.binding = wg.binding  # built once, at registration
         state.running = True
         trace = [] if request.trace else None
-        step = executor.Step(request.step_id, rendezvous=state.rendezvous, trace=trace)
+        step = Step(request.step_id, rendezvous=state.rendezvous, trace=trace)
         wg.running += 1
         try:
             values = await self._execute(state, wg, feed_values, step, request.timeout_ms)

@@ -53,11 +53,14 @@ def _switch(ctx, data, pred):
     return (DEAD, data) if bool(pred) else (data, DEAD)
 
 
+_INDICES = tuple(np.int32(i) for i in range(8))  # (immutable scalars: shared)
+
+
 @register_kernel("Merge")
 def _merge(ctx, *inputs):
     for index, value in enumerate(inputs):
         if value is not DEAD:
-            return (value, np.int32(index))
+            return (value, _INDICES[index] if index < 8 else np.int32(index))
     return (DEAD, DEAD)
 
 

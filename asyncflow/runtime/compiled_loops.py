@@ -1,26 +1,20 @@
-"""Straight-line runners for simple loop frames (the while loop's static fast path).
+"""The compiled form of a simple loop frame: iterations run straight-line.
 
-A frame is *simple* when it holds one loop and nothing that needs the dynamic machinery: no
-nested frame, no Merge other than the loop's own (Enter + NextIteration inputs), every Switch
-keyed on the frame's one LoopCond, every node a synchronous inline kernel reading no variable
-reference and nothing produced outside the frame except through its Enters. For such a frame
-the dataflow inside one iteration is fixed, so the executor need not track pending counts,
-deadness or iteration states: once all the frame's Enters have arrived live, ``LoopRunner``
-runs iteration after iteration in a plain Python loop --
+A frame is *simple* when it holds one loop and nothing that needs the general machinery: no
+nested frame, no Merge but the loop's own (Enter + NextIteration inputs), every Switch keyed
+on the frame's one LoopCond, every node a synchronous inline kernel reading no variable
+reference and nothing from outside the frame but through its Enters. Its dataflow in one
+iteration is then fixed, so once all its Enters arrived live ``LoopRunner`` runs::
 
     merges <- entered values; run the cond part; if not pred: exits <- switch data; stop;
-    run the body part (everything downstream of a Switch's true port); merges <- next values
+    run the body part (downstream of a Switch's true port); merges <- next values
 
--- and hands the Exit values to the parent frame. Iterations run one after another, which
-``parallel_iterations`` allows (it is an upper bound); results are the same as the dynamic
-path's because a simple frame has no side effects outside its own dataflow order. A frame
-entered with a dead value (a loop on an untaken cond branch) falls back to the dynamic path.
-
-Values live in one dict reused by every iteration, so memory is flat in the iteration count.
-
-``run`` is a generator: it counts the kernels it runs in the thread's time-slice budget (one
-count per iteration, weighted by the iteration's kernels) and yields when the slice is over,
-so the frame loop that drives it can checkpoint (and be cancelled) between iterations.
+and hands the Exit values to the parent frame. Iterations run one after another, which
+``parallel_iterations`` allows (an upper bound); results equal the general path's since a
+simple frame has no side effects outside its own dataflow order. A frame entered with a dead
+value (a loop on an untaken cond branch) takes the general path. Values live in one dict
+reused by every iteration. ``run`` is a generator that counts kernels in the time-slice
+budget and yields when the slice is over, so its owner can checkpoint between iterations.
 """
 from __future__ import annotations
 

@@ -23,13 +23,13 @@ by task and ships them as graph_defs.
 ``run_partitions`` runs the partitions of a step around one ``LocalRendezvous``. It first
 *starts* every CPU partition inline in the calling task (``executor.start_plan``), one
 after the other: a partition's Recv whose Send has not run yet subscribes, and a later
-partition's Send completes it there, the step's driver draining the partition it fed
-(``drive``). Partitions that finish this way need no task; a
+partition's Send completes it there, the running drain draining the partition it fed
+(``core.drive``). Partitions that finish this way need no task; a
 step whose partitions all finish (the common small step) opens no nursery at all. Runs
-that stopped only because the time slice ran out (``executor.paused``) go on in the same
+that stopped only because the time slice ran out (``Run.paused``) go on in the same
 task after a checkpoint, one slice at a time, for as long as nothing else stops them. The
-partitions left (kernels that must run as tasks, Recvs from elsewhere, GPU devices,
-control flow) each get a task in one nursery and finish as before. The first failure
+partitions left (kernels that must run as tasks, Recvs from elsewhere, GPU devices)
+each get a task in one nursery and finish there. The first failure
 aborts the rendezvous (waking every Recv) and cancels the other partitions, and is the
 error raised: the root cause, never a derived cancellation and never an ExceptionGroup.
 Fetched values leave their device through ``device.to_host`` (an awaited stream event on
@@ -37,6 +37,7 @@ a GPU).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import secrets
 
@@ -54,6 +55,7 @@ from asyncflow.runtime import timeslice
 from asyncflow.runtime.context import NodeContext
 from asyncflow.runtime.plan import compile_plan
 from asyncflow.runtime.rendezvous import LocalRendezvous
+from asyncflow.runtime.step import closed_error
 
 
 @dataclasses.dataclass
@@ -217,7 +219,7 @@ def compile_run(graph, feeds, fetches, targets, state, config, resources):
     feeds, fetches = run.feeds, run.fetches
     if run.single_device is not None:
         plan = _compile_plan(run.ops, feeds, fetches, state.by_name(run.single_device),
-                             resources)
+                             resources, config)
         return CompiledRun([plan], [list(range(len(feeds)))],
                            [(0, i) for i in range(len(fetches))], run.placement)
     parts = run.partitioned()
@@ -229,7 +231,7 @@ def compile_run(graph, feeds, fetches, targets, state, config, resources):
         part_fetches = list(dict.fromkeys(part_fetches))
         part_feeds = [feeds[i] for i in part.feeds]
         plans.append(_compile_plan(part_ops, part_feeds, part_fetches,
-                                   state.by_name(part.device), resources))
+                                   state.by_name(part.device), resources, config))
         feed_routes.append(list(part.feeds))
         fetch_lists.append((part_fetches, tensor_of))
     fetch_routes = []
@@ -239,12 +241,12 @@ def compile_run(graph, feeds, fetches, targets, state, config, resources):
     return CompiledRun(plans, feed_routes, fetch_routes, run.placement)
 
 
-def _compile_plan(ops, feeds, fetches, device, resources):
+def _compile_plan(ops, feeds, fetches, device, resources, config):
     plan = compile_plan(ops, feeds, fetches, device, resources)
     bind = getattr(device, "bind_plan", None)
     if bind is not None:
-        bind(plan)
-    return plan
+        bind(plan)  # (before the compiled forms: it may wrap kernels)
+    return executor.prepare(plan, config.compile_loops)
 
 
 def _original_op(exc, graph):
@@ -291,7 +293,7 @@ async def run_partitions(graph, compiled, feed_values, step):
         if failure is None:
             left = []
             for index, run in enumerate(runs):
-                if run is None or run.remaining:
+                if run is None or not run.done:
                     left.append(index)
                 else:  # finished inline: a CPU device's ``to_host`` does not suspend
                     run.close()
@@ -345,19 +347,25 @@ def _abandon_inline(step, runs, failure):
 
 async def _go_on_inline(step, runs):
     """While every unfinished run only paused at the end of a time slice (none needs a task),
-    checkpoint and resume them in this task; returns the first failure (see ``_start_inline``).
+    checkpoint and resume them in this task, inside ``Step.park`` (a long loop can be closed);
+    returns the first failure (see ``_start_inline``).
     """
-    while all(run is not None and not run.waiting for run in runs):
-        paused = [run for run in runs if executor.paused(run)]
-        if not paused:
-            return None
-        await timeslice.checkpoint()
-        for run in paused:
-            if executor.paused(run):  # (another's drain may have drained it meanwhile)
-                executor.resume(run)
-        failure = next((run.failure for run in runs if run.failure is not None), None)
-        if failure is not None:
-            return _abandon_inline(step, runs, failure)
+    if not any(run is not None and run.paused for run in runs):
+        return None
+    with (step.park() if step.park is not None else contextlib.nullcontext()) as parked:
+        while all(run is not None and not run.waiting for run in runs):
+            paused = [run for run in runs if run.paused]
+            if not paused:
+                break
+            await timeslice.checkpoint()
+            for run in paused:
+                if run.paused:  # (another's drain may have drained it meanwhile)
+                    run.drain()
+            failure = next((run.failure for run in runs if run.failure is not None), None)
+            if failure is not None:
+                return _abandon_inline(step, runs, failure)
+    if parked is not None and parked.cancelled_caught:
+        return _abandon_inline(step, [run for run in runs if run is not None], closed_error())
     return None
 
 

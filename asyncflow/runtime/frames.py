@@ -1,59 +1,49 @@
-"""The frame-aware ready-queue loop: runs a partition that contains control flow.
+"""The frames propagator: values keyed by (node output, frame, iteration), dead tensors.
 
-Theory of operation (the paper's executor, TF's ``propagator_state``):
-- A value is keyed by (node output, frame, iteration). Each live ``_Frame`` keeps its
-  ``_Iteration``s; an iteration holds the values its nodes read (``values``: slot -> value),
-  the pending counts of its nodes (``pending``, lazily from the plan), dead-input counts
-  (``dead``), each Merge's first live input (``merge_live``), its ``outstanding`` nodes
-  (queued or running) and its live child frames (``frames``, by frame name).
-- The ready stack holds ``(node index, frame, iteration, dead)`` entries (LIFO, depth
-  first). A dead entry of an ordinary node does not run its kernel: all its outputs are
-  ``DEAD``. Kernels flagged ``runs_on_dead`` (Send/Recv) run anyway and see ``DEAD`` inputs.
-- Propagation by node kind: ordinary nodes feed consumers in the same iteration; ``Enter``
-  feeds iteration 0 of the child frame (found or created per parent iteration and frame
-  name; a constant Enter is a loop invariant, stored and pushed into every current and
-  future iteration); ``Exit`` feeds the parent iteration (a dead Exit of the newest
-  iteration is held until the frame is done, then propagated, which is how a loop on an
-  untaken branch goes dead); ``NextIteration`` feeds iteration i+1, creating it, unless
-  ``parallel_iterations`` iterations are already in flight: then its value is parked until
-  the oldest finishes. A dead NextIteration stops deadness: the loop has ended.
-- Merge fires once per iteration: on its first live input once its control inputs have
-  arrived, or dead when all data inputs are dead (or a dead input comes from an Enter).
-- An iteration is done when it has no outstanding nodes and no live child frames, and its
-  predecessor is done (iteration 0: all the frame's Enters have arrived). Done iterations are
-  deleted in order, so memory stays flat in the number of iterations. A frame is done when
-  all its Enters have arrived and no iteration is left; deleting it may finish its parent's
-  iteration in turn.
-- Frame ids hash (parent frame id, parent iteration, frame name) with blake2b, so every
-  process names the same frame alike; waiting kernels see ``ctx.frame_iter`` ("id:iter")
-  for their rendezvous keys.
-- Fetched values come from the root frame; a dead fetch is an InvalidArgumentError.
-- The root frame frees a value after its last reader; loop iterations free theirs when the
-  iteration is deleted.
-- Time slices (``timeslice``): the loop counts the nodes it runs and, every ``CHECK_EVERY``,
-  checkpoints when the slice is over. A simple frame's compiled loop does not run inside the
-  Enter that completes it: the Enter queues it (``_Propagator.loops``) and the loop drives it
-  (``_run_loops``), checkpointing whenever it yields at the end of a slice.
+Theory of operation (the paper's control flow, TF's ``propagator_state``), for the core
+(``core.py``), which drains its ``ready`` entries ``(node index, frame, iteration, dead)``:
+- Each live ``_Frame`` keeps its ``_Iteration``s; an iteration holds the values its nodes
+  read (slot -> value), its nodes' pending and dead-input counts (lazily from the plan),
+  each Merge's first live input, its ``outstanding`` nodes and its live child frames.
+- ``take``: a dead entry of an ordinary node runs no kernel (its outputs are all ``DEAD``);
+  kernels flagged ``runs_on_dead`` (Send/Recv) run anyway. A Merge gets its first live input
+  in its position and ``DEAD`` elsewhere (the Merge kernel's contract).
+- ``complete`` routes outputs by node kind: ordinary nodes feed their iteration; ``Enter``
+  feeds iteration 0 of the child frame (a constant Enter, a loop invariant, every current and
+  future iteration); ``Exit`` feeds the parent iteration (a dead Exit of the newest iteration
+  is held until the frame is done: a loop on an untaken branch goes dead); ``NextIteration``
+  feeds iteration i+1, unless ``parallel_iterations`` are in flight: it is parked until the
+  oldest finishes. A dead NextIteration ends the loop. Merge fires once per iteration: on
+  its first live input once its control inputs arrived, or dead when all data inputs are.
+- An iteration is done when it has no outstanding nodes and no live child frames and its
+  predecessor is done; done iterations are deleted in order (memory flat in the iteration
+  count). A frame is done when all its Enters arrived and no iteration is left.
+- A *simple* frame (``compiled_loops``, a compiled form chosen when the plan is built) runs
+  straight-line once all its Enters arrived live: the frame is queued as a loop entry
+  (index -1) that ``take`` steps until the loop ends; when the slice runs out there, ``take``
+  answers ``PAUSE`` and the core's owner checkpoints before stepping it again.
+- Frame ids hash (parent id, parent iteration, frame name) with blake2b, so every process
+  names a frame alike; waiting kernels see ``ctx.frame_iter`` ("id:iter") for their keys.
+- The root frame frees a value after its last reader; a dead fetch is an
+  InvalidArgumentError.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-import math
-
-import numpy as np
-import trio
 
 from asyncflow import errors
 from asyncflow.kernels.control_flow import DEAD
-from asyncflow.runtime import compiled_loops, timeslice
-from asyncflow.runtime.plan import (
-    DROP, ENTER, EXIT, MERGE, NORMAL, OFFLOAD_COST, SWITCH, runtime_cost,
-)
+from asyncflow.runtime import compiled_loops
+from asyncflow.runtime.core import PAUSE
+from asyncflow.runtime.plan import DROP, ENTER, EXIT, MERGE, NORMAL, SWITCH
+from asyncflow.runtime.step import wrap_error
 
 _FIRED = -(1 << 40)  # a Merge's pending count once it has fired in an iteration
-# Run simple loop frames with compiled_loops' straight-line runner (tests switch it off to
-# exercise the dynamic path on the same graphs).
-COMPILE_LOOPS = True
+# An entry's mark: False (a live node), True (dead), or one of these, both truthy, so that a
+# live ordinary node is told by one test.
+_MERGE = "live Merge"     # a Merge firing on its first live input
+_LOOP = "compiled loop"   # (-1, frame, its loop's generator, _LOOP)
 
 
 def frame_id(parent_id, parent_iteration, frame_name):
@@ -98,56 +88,142 @@ class _Frame:
         self.arrived = []    # Enters held for the runner: (node, outputs, dead)
 
 
+@dataclasses.dataclass(slots=True)
 class FrameStatistics:
     """What a control-flow step did (tests and benchmarks read it)."""
 
-    __slots__ = ("frames_created", "iterations_created", "max_live_iterations", "nodes_run",
-                 "nodes_dead")
-
-    def __init__(self):
-        self.frames_created = 0
-        self.iterations_created = 0
-        self.max_live_iterations = 0
-        self.nodes_run = 0
-        self.nodes_dead = 0
-
-    def __repr__(self):
-        return (f"FrameStatistics(frames={self.frames_created}, "
-                f"iterations={self.iterations_created}, "
-                f"max_live_iterations={self.max_live_iterations}, run={self.nodes_run}, "
-                f"dead={self.nodes_dead})")
+    frames_created: int = 0
+    iterations_created: int = 0
+    max_live_iterations: int = 0
+    nodes_run: int = 0
+    nodes_dead: int = 0
 
 
-def _tables(nodes):
-    """Per node, flattened for the hot loop: where outputs are stored, data edges
+def tables(plan, compile_loops=True):
+    """Per node, flattened for ``complete``: where outputs are stored, data edges
     ``(output, consumer, position, consumer is Merge, consumer's initial pending)`` and
-    control edges ``(consumer, is Merge, initial pending)``; and whether a node may take the
-    inline fast path (an ordinary synchronous kernel reading no variable reference)."""
+    control edges ``(consumer, is Merge, initial pending)``; and the compiled loops of the
+    plan's simple frames (``{frame name: LoopRunner}``, none without ``compile_loops``)."""
+    nodes = plan.nodes
     stores = [tuple((slot, i) for i, slot in enumerate(n.outputs) if slot != DROP)
               for n in nodes]
     edges = [tuple((out, dst, pos, nodes[dst].kind == MERGE, nodes[dst].pending)
                    for out, dst, pos in n.out_edges) for n in nodes]
     controls = [tuple((dst, nodes[dst].kind == MERGE, nodes[dst].pending)
                       for dst in n.control_out) for n in nodes]
-    fast = [n.kind in (NORMAL, SWITCH) and not (n.is_async or n.offload or n.deref
-                                                or n.runs_on_dead) for n in nodes]
-    return stores, edges, controls, fast, compiled_loops.build_runners(nodes, fast)
+    simple = [n.kind in (NORMAL, SWITCH) and not (n.is_async or n.offload or n.deref
+                                                  or n.runs_on_dead) for n in nodes]
+    runners = compiled_loops.build_runners(nodes, simple) if compile_loops else {}
+    return stores, edges, controls, runners
 
 
-class _Propagator:
-    """Frame and iteration bookkeeping: activation, deadness, iteration and frame ends."""
+class Frames:
+    """The propagator of a partition with control flow (see the module docstring)."""
 
-    def __init__(self, plan, ready, stats, wrap):
+    def __init__(self, plan, feed_values, step):
+        self.plan = plan
+        self.step = step
         self.nodes = plan.nodes
-        if plan.frame_tables is None:
-            plan.frame_tables = _tables(plan.nodes)
-        self.stores, self.edges, self.controls, _, self.runners = plan.frame_tables
-        self.wrap = wrap
+        self.stores, self.edges, self.controls, self.runners = plan.frame_tables
+        device_name = plan.device.name
+        self.wrap = lambda exc, node: wrap_error(exc, node.op, device_name)
         self.enter_counts = plan.enter_counts
-        self.ready = ready
-        self.stats = stats
+        self.ready = []
+        self.stats = FrameStatistics()
         self.live_iterations = 1
-        self.loops = []  # (frame, its compiled loop's generator): for ``_run_loops`` to drive
+        self.root = _Frame(0, "", None, None, 1, 0)
+        self.root_values = self.root.iterations[0].values
+        self.root_values.update(enumerate(feed_values))
+        self.readers = list(plan.slot_readers)
+        for index in plan.roots:
+            self.push(index, self.root, self.root.iterations[0], False)
+        self.take, self.complete = self._hot_paths()
+
+    def _hot_paths(self):
+        """``take(entry) -> (node, args)`` and ``complete(entry, node, outputs)``, over locals.
+
+        ``take`` answers ``(None, None)`` for an entry it handled (a dead node) and
+        ``(None, PAUSE)`` when a compiled loop stopped at the end of its slice.
+        """
+        nodes, root, root_values = self.nodes, self.root, self.root_values
+        readers, fetched, stats = self.readers, self.plan.fetched, self.stats
+        propagate, activate, cleanup = self.propagate, self.activate, self.cleanup
+
+        def take(entry):
+            index, frame, iteration, mark = entry
+            if mark:  # not a live ordinary node
+                if mark is _LOOP:
+                    return self._step_loop(entry)
+                node = nodes[index]
+                if mark is _MERGE:  # its first live input in its position, DEAD elsewhere
+                    position, value = iteration.merge_live[index]
+                    args = [DEAD] * node.num_inputs
+                    args[position] = value
+                    return node, args
+                if not node.runs_on_dead:
+                    stats.nodes_dead += 1
+                    propagate(node, frame, iteration, (DEAD,) * len(node.outputs), True)
+                    return None, None
+            node = nodes[index]
+            values = iteration.values
+            inputs = node.inputs
+            try:
+                args = [values[slot] for slot in inputs]
+            except KeyError:  # a fed tensor read inside a frame lives in the root frame
+                args = [values[slot] if slot in values else root_values[slot]
+                        for slot in inputs]
+            if frame is root:
+                for slot in inputs:
+                    readers[slot] -= 1
+                    if readers[slot] == 0 and slot not in fetched:
+                        values.pop(slot, None)
+            return node, args
+
+        def complete(entry, node, outputs):
+            _, frame, iteration, mark = entry
+            stats.nodes_run += 1
+            dead = mark is True
+            if node.runs_on_dead and not dead and outputs:
+                dead = all(value is DEAD for value in outputs)
+            kind = node.kind
+            if kind <= MERGE or kind == SWITCH:  # (``propagate``'s first case, inlined)
+                activate(node, frame, iteration, outputs, dead)
+                iteration.outstanding -= 1
+                if not iteration.outstanding:
+                    cleanup(frame, iteration.number)
+            else:
+                propagate(node, frame, iteration, outputs, dead)
+
+        return take, complete
+
+    @staticmethod
+    def frame_iter(entry):
+        """What a waiting kernel's rendezvous keys name: "frame id:iteration"."""
+        return f"{entry[1].frame_id}:{entry[2].number}"
+
+    def values(self):
+        """The fetched values, from the root frame; the step's FrameStatistics are kept."""
+        self.step.extras["frame_statistics"] = self.stats
+        plan, out = self.plan, []
+        for slot, deref, name in zip(plan.fetch_slots, plan.fetch_deref, plan.fetch_names):
+            value = self.root_values.get(slot, DEAD)
+            if value is DEAD:
+                raise errors.InvalidArgumentError(
+                    None, None, f"The tensor returned for {name} was not valid: it is dead "
+                    "(computed on an untaken cond branch or outside the iterations that ran)")
+            out.append(value.read() if deref else value)
+        return out
+
+    def _step_loop(self, entry):
+        _, child, steps, _ = entry
+        try:
+            next(steps)
+        except StopIteration as done:
+            exits, iterations = done.value
+            self.finish_compiled(child, exits, iterations)
+            return None, None
+        self.ready.append(entry)  # the slice is over: the owner checkpoints, then resumes
+        return None, PAUSE
 
     def push(self, index, frame, iteration, dead):
         iteration.outstanding += 1
@@ -167,6 +243,10 @@ class _Propagator:
             if is_merge:
                 self._merge_input(node, frame, iteration, dst, position, value)
                 continue
+            if initial == 1:  # its only input: ready now, no count to keep
+                iteration.outstanding += 1
+                ready.append((dst, frame, iteration, value is DEAD))
+                continue
             count = pending.get(dst, initial) - 1
             if value is DEAD:
                 dead[dst] = dead.get(dst, 0) + 1
@@ -176,13 +256,17 @@ class _Propagator:
                 iteration.outstanding += 1
                 ready.append((dst, frame, iteration, dst in dead))
         for dst, is_merge, initial in self.controls[index]:
+            if initial == 1 and not is_merge:  # (as above)
+                iteration.outstanding += 1
+                ready.append((dst, frame, iteration, node_dead))
+                continue
             count = pending.get(dst, initial) - 1
             pending[dst] = count
             if is_merge:
                 if count == 0:
                     if dst in iteration.merge_live:
                         pending[dst] = _FIRED
-                        self.push(dst, frame, iteration, False)
+                        self.push(dst, frame, iteration, _MERGE)
                     elif dead.get(dst, 0) == self.nodes[dst].num_inputs:
                         pending[dst] = _FIRED
                         self.push(dst, frame, iteration, True)
@@ -202,7 +286,7 @@ class _Propagator:
                 iteration.merge_live[dst] = (position, value)
                 if count == 0:
                     pending[dst] = _FIRED
-                    self.push(dst, frame, iteration, False)
+                    self.push(dst, frame, iteration, _MERGE)
             return
         dead = iteration.dead
         dead_count = dead.get(dst, 0) + 1
@@ -240,7 +324,7 @@ class _Propagator:
                            iteration, max(1, int(attrs.get("parallel_iterations", 10))),
                            self.enter_counts.get(name, 1))
             iteration.frames[name] = child
-            child.runner = self.runners.get(name) if COMPILE_LOOPS else None
+            child.runner = self.runners.get(name)
             self.stats.frames_created += 1
             self.stats.iterations_created += 1
             self._count_live(1)
@@ -272,7 +356,7 @@ class _Propagator:
             self.cleanup(child, 0)
             return
         entered = {node.index: outputs[0] for node, outputs, _ in arrived}
-        self.loops.append((child, child.runner.run(entered, self.wrap)))
+        self.ready.append((-1, child, child.runner.run(entered, self.wrap), _LOOP))
 
     def finish_compiled(self, child, exits, iterations):
         """A simple frame's loop ran to its end: delete the frame, deliver its Exits."""
@@ -318,13 +402,6 @@ class _Propagator:
         if self.live_iterations > self.stats.max_live_iterations:
             self.stats.max_live_iterations = self.live_iterations
 
-    def _done(self, frame, iteration):
-        if iteration.outstanding or iteration.frames:
-            return False
-        if iteration.number == 0:
-            return frame.pending_enters == 0
-        return iteration.number - 1 not in frame.iterations
-
     def cleanup(self, frame, number):
         """Delete the finished iterations from ``number`` on; delete the frame when done."""
         if frame.parent is None:
@@ -332,11 +409,14 @@ class _Propagator:
         iterations = frame.iterations
         while number <= frame.iteration_count:
             iteration = iterations.get(number)
-            if iteration is None or not self._done(frame, iteration):
+            # Done: nothing outstanding, no live child frame, and its predecessor done
+            # (iteration 0: every Enter of the frame arrived).
+            if iteration is None or iteration.outstanding or iteration.frames or (
+                    frame.pending_enters if number == 0 else number - 1 in iterations):
                 break
             del iterations[number]
             frame.outstanding_iterations -= 1
-            self._count_live(-1)
+            self.live_iterations -= 1
             number += 1
             if frame.next_iter_roots:
                 self._new_iteration(frame)
@@ -350,214 +430,3 @@ class _Propagator:
         del parent_iteration.frames[frame.name]
         if not parent_iteration.outstanding:
             self.cleanup(parent, parent_iteration.number)
-
-
-async def _run_waiting(node, args, ctx, report, entry):
-    """Run a waiting or offloaded kernel; report ``(node, result, error, start, entry)``."""
-    start = _now_us() if ctx.step.trace is not None else 0
-    try:
-        if node.is_async:
-            result = await node.fn(ctx, *args)
-        else:
-            result = await trio.to_thread.run_sync(node.fn, node.ctx, *args,
-                                                   limiter=node.ctx.device.limiter)
-    except trio.Cancelled:
-        raise
-    except BaseException as exc:  # reported, never raised into the nursery
-        report.send_nowait((node, None, exc, start, entry))
-        return
-    report.send_nowait((node, result, None, start, entry))
-
-
-async def _run_loops(propagator):
-    """Run the compiled loops queued by Enters, checkpointing at the end of each slice."""
-    loops = propagator.loops
-    while loops:
-        child, steps = loops.pop()
-        try:
-            while True:
-                try:
-                    next(steps)
-                except StopIteration as done:
-                    exits, iterations = done.value
-                    break
-                await timeslice.checkpoint()
-        finally:
-            steps.close()
-        propagator.finish_compiled(child, exits, iterations)
-
-
-async def run_frames(plan, feed_values, step, wrap_error, step_context):
-    """Run ``plan`` (which has control flow) once; returns the fetched values in order.
-
-    Args:
-        plan: an ExecutionPlan with ``control_flow`` set.
-        feed_values: values of ``plan.feed_slots``.
-        step: the executor's Step.
-        wrap_error, step_context: the executor's error wrapper and StepContext class
-            (passed in to avoid an import cycle).
-
-    Raises:
-        OpError: the first kernel failure; InvalidArgumentError for a dead fetched tensor.
-    """
-    nodes = plan.nodes
-    root = _Frame(0, "", None, None, 1, 0)
-    root_iteration = root.iterations[0]
-    root_values = root_iteration.values
-    root_values.update(enumerate(feed_values))
-    readers = list(plan.slot_readers)
-    fetched = plan.fetched
-    ready = []
-    stats = FrameStatistics()
-    device_name = plan.device.name
-    propagator = _Propagator(plan, ready, stats,
-                             lambda exc, node: wrap_error(exc, node.op, device_name))
-    for index in plan.roots:
-        propagator.push(index, root, root_iteration, False)
-    trace = step.trace
-    report_send, report_receive = trio.open_memory_channel(math.inf)
-    in_flight = 0
-    failure = None
-    propagate = propagator.propagate
-    activate, cleanup = propagator.activate, propagator.cleanup
-    fast = plan.frame_tables[3] if trace is None else [False] * len(nodes)
-    start = 0
-    loops = propagator.loops
-    left = timeslice.BUDGET.left
-    async with trio.open_nursery() as nursery:
-        while (ready or in_flight) and failure is None:
-            while ready and failure is None:
-                left -= 1
-                if left <= 0:  # every CHECK_EVERY nodes: is the time slice over?
-                    if timeslice.due():
-                        await timeslice.checkpoint()
-                    left = timeslice.CHECK_EVERY
-                entry = ready.pop()
-                index, frame, iteration, dead = entry
-                node = nodes[index]
-                if dead and not node.runs_on_dead:
-                    stats.nodes_dead += 1
-                    propagate(node, frame, iteration, (DEAD,) * len(node.outputs), True)
-                    continue
-                if fast[index] and frame is not root:  # plain inline kernel in a loop frame
-                    values = iteration.values
-                    try:
-                        args = [values[slot] for slot in node.inputs]
-                    except KeyError:  # a fed tensor read inside a frame lives in the root
-                        args = [values[slot] if slot in values else root_values[slot]
-                                for slot in node.inputs]
-                    try:
-                        result = node.fn(node.ctx, *args)
-                    except (trio.Cancelled, KeyboardInterrupt):
-                        raise
-                    except BaseException as exc:
-                        failure = wrap_error(exc, node.op, device_name)
-                        break
-                    stats.nodes_run += 1
-                    activate(node, frame, iteration, result, False)
-                    iteration.outstanding -= 1
-                    if not iteration.outstanding:
-                        cleanup(frame, iteration.number)
-                    continue
-                try:
-                    if node.kind == MERGE:  # the Merge kernel, inlined: first live input
-                        position, value = iteration.merge_live[index]
-                        result = (value, _index_value(position))
-                    else:
-                        args = _gather(node, iteration, root_values, frame is root, readers,
-                                       fetched)
-                        if node.is_async or (node.offload
-                                             and runtime_cost(node, args) >= OFFLOAD_COST):
-                            ctx = step_context(node.ctx, step)
-                            ctx.frame_iter = f"{frame.frame_id}:{iteration.number}"
-                            in_flight += 1
-                            nursery.start_soon(_run_waiting, node, args, ctx, report_send, entry)
-                            continue
-                        if trace is not None:
-                            start = _now_us()
-                        result = node.fn(node.ctx, *args)
-                    stats.nodes_run += 1
-                    propagate(node, frame, iteration, result,
-                              dead or (node.runs_on_dead and _all_dead(result)))
-                    if loops:  # an Enter completed a simple frame: run its whole loop now
-                        await _run_loops(propagator)
-                except (trio.Cancelled, KeyboardInterrupt):
-                    raise
-                except BaseException as exc:
-                    failure = wrap_error(exc, node.op, device_name)
-                    break
-                if trace is not None:
-                    trace.append(_stats_record(node, device_name, start))
-            if in_flight and failure is None:
-                node, result, exc, start, entry = await report_receive.receive()
-                timeslice.restart()  # receiving gave the event loop back
-                left = timeslice.CHECK_EVERY
-                in_flight -= 1
-                if exc is not None:
-                    failure = wrap_error(exc, node.op, device_name)
-                else:
-                    _, frame, iteration, dead = entry
-                    stats.nodes_run += 1
-                    propagate(node, frame, iteration, result,
-                              dead or (node.runs_on_dead and _all_dead(result)))
-                    if trace is not None:
-                        trace.append(_stats_record(node, device_name, start))
-        if failure is not None:
-            nursery.cancel_scope.cancel()
-    if failure is not None:
-        raise failure
-    step.extras["frame_statistics"] = stats
-    out = []
-    for slot, deref, name in zip(plan.fetch_slots, plan.fetch_deref, plan.fetch_names):
-        value = root_values.get(slot, DEAD)
-        if value is DEAD:
-            raise errors.InvalidArgumentError(
-                None, None, f"The tensor returned for {name} was not valid: it is dead "
-                "(computed on an untaken cond branch or outside the iterations that ran)")
-        out.append(value.read() if deref else value)
-    return out
-
-
-_INDEX_VALUES = [np.int32(i) for i in range(16)]
-
-
-def _index_value(position):
-    return _INDEX_VALUES[position] if position < 16 else np.int32(position)
-
-
-def _all_dead(result):
-    """Whether a kernel that runs on dead inputs (Recv) produced only dead outputs."""
-    if not result:
-        return False
-    for value in result:
-        if value is not DEAD:
-            return False
-    return True
-
-
-def _gather(node, iteration, root_values, in_root, readers, fetched):
-    """The input values of ``node`` (not a Merge) in ``iteration``."""
-    values = iteration.values
-    try:
-        args = [values[slot] for slot in node.inputs]
-    except KeyError:  # a fed tensor read inside a frame lives in the root frame
-        args = [values[slot] if slot in values else root_values[slot] for slot in node.inputs]
-    if in_root:
-        for slot in node.inputs:
-            readers[slot] -= 1
-            if readers[slot] == 0 and slot not in fetched:
-                values.pop(slot, None)
-    for position in node.deref:
-        if args[position] is not DEAD:
-            args[position] = args[position].read()
-    return args
-
-
-def _stats_record(node, device_name, start):
-    from asyncflow.runtime.executor import NodeStats
-    return NodeStats(node.op.name, node.op.type, device_name, start, _now_us())
-
-
-def _now_us():
-    import time
-    return time.perf_counter_ns() // 1000

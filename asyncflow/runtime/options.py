@@ -20,6 +20,10 @@ class SessionConfig:
         connect_timeout_s: deadline of each connection attempt to a worker.
         health_check_interval_s: how often the master checks each worker.
         worker_dead_after_s: a worker silent this long is declared dead.
+        optimize_graph: run CSE and constant folding when a run is compiled.
+        compile_loops: run each simple ``while_loop`` frame with its compiled straight-line
+            loop (chosen when the run is compiled); off, every loop takes the general frame
+            path (the same results; for debugging and differential tests).
     """
 
     device_count: dict = dataclasses.field(default_factory=dict)
@@ -32,6 +36,7 @@ class SessionConfig:
     health_check_interval_s: float = 2.0
     worker_dead_after_s: float = 10.0
     optimize_graph: bool = True
+    compile_loops: bool = True
 
 
 ConfigProto = SessionConfig

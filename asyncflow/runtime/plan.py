@@ -9,10 +9,10 @@ Theory of operation:
   the nodes waiting on it (one entry per edge) and its initial pending count.
 - ``schedule`` is the nodes in topological order. When the partition has no waiting kernels,
   no control flow and at most one kernel that may be large enough to offload, the executor
-  runs this schedule straight through (the static fast path, ``schedule.py``, which frees
-  each value after its last reader). Otherwise it runs the ready-queue loop, with
+  runs this schedule straight through (the static form, ``schedule.py``, which frees
+  each value after its last reader). Otherwise it runs the core's flat propagator, with
   ``slot_readers`` counting the reads of each slot so buffers die after their last consumer.
-- A partition with control flow (``control_flow``) runs in the frame-aware loop of
+- A partition with control flow (``control_flow``) runs over the frames propagator of
   ``frames.py``, which also needs each node's ``kind``, its data edges with ports
   (``out_edges``), its control edges (``control_out``) and the number of Enter nodes per
   frame name (``enter_counts``: a frame's first iteration is not done before all arrived).
@@ -50,7 +50,7 @@ class NodePlan:
     pending: int = 0
     is_async: bool = False
     offload: bool = False
-    # Control flow (used by the frame-aware loop in ``runtime/frames.py`` only):
+    # Control flow (used by the frames propagator, ``runtime/frames.py``, only):
     kind: int = 0               # NORMAL, MERGE, ENTER, EXIT, NEXT_ITERATION, SWITCH
     out_edges: tuple = ()       # (output index, consumer index, consumer input position)
     control_out: tuple = ()     # consumers through control edges
@@ -58,6 +58,7 @@ class NodePlan:
     runs_on_dead: bool = False  # Send/Recv: run even when an input is dead
     nowait: object = None       # an async kernel's synchronous twin, tried inline first
     subscribe: object = None    # an async kernel's subscribing form (registry), or None
+    plain: bool = False         # none of is_async, offload, deref: the kernel just runs
 
 
 @dataclasses.dataclass(slots=True)
@@ -73,12 +74,13 @@ class ExecutionPlan:
     fetched: frozenset
     static: bool
     schedule: tuple
-    static_fn: object = None
-    control_flow: bool = False  # run by the frame-aware loop (frames.py)
+    static_fn: object = None    # compiled forms (``executor.prepare``): the step function,
+    traced_fn: object = None    # its traced twin (made on the first traced run)
+    control_flow: bool = False  # run over the frames propagator (frames.py)
     waits: bool = False  # holds a waiting (async) kernel
     enter_counts: dict = dataclasses.field(default_factory=dict)  # frame name -> Enter nodes
     fetch_names: tuple = ()
-    frame_tables: object = None  # built by frames.py on first use
+    frame_tables: object = None  # the frames propagator's tables and compiled loops
     may_offload: bool = False  # some kernel may run on a worker thread (inputs large enough)
 
 
@@ -152,7 +154,8 @@ def compile_plan(ops, feeds, fetches, device, resources):
                         tuple(inputs), tuple(deref), tuple(outputs), is_async=kernel.is_async,
                         offload=kernel.offload, kind=_KINDS.get(op.type, NORMAL),
                         num_inputs=len(inputs), runs_on_dead=kernel.runs_on_dead,
-                        nowait=kernel.nowait, subscribe=kernel.subscribe)
+                        nowait=kernel.nowait, subscribe=kernel.subscribe,
+                        plain=not (kernel.is_async or kernel.offload or deref))
         nodes.append(node)
         node_of[op] = node
     consumers = [[] for _ in nodes]
@@ -182,7 +185,7 @@ def compile_plan(ops, feeds, fetches, device, resources):
             slot_readers[slot] += 1
     fetch_slots = tuple(slot_of[t] for t in fetches)
     # Two or more kernels known to be large could overlap on worker threads: that needs the
-    # ready-queue path. Unknown shapes (a [None, 64] batch) count as small: the fast path
+    # core's flat propagator. Unknown shapes (a [None, 64] batch) count as small: the fast path
     # still sends a kernel whose actual inputs are large to a thread, one at a time.
     known_large = 0
     for node in nodes:
@@ -191,12 +194,12 @@ def compile_plan(ops, feeds, fetches, device, resources):
             if cost is not None and cost >= OFFLOAD_COST:
                 known_large += 1
     # A partition holding only part of a cond branch (its Switch on another device) still
-    # sees dead tensors arrive through Recv: it needs the frame-aware loop too.
+    # sees dead tensors arrive through Recv: it needs the frames propagator too.
     control_flow = any(n.op.op_def.control_flow or n.op._control_flow_context is not None
                        for n in nodes)
     # One waiting kernel (a queue op, an async py_func) may stay on the static path: its
-    # schedule awaits it in place. Send/Recv rely on the ready queue's subscriptions and the
-    # step's driver, so plans holding them never do.
+    # schedule awaits it in place. Send/Recv rely on the core's subscriptions and its
+    # trampoline across partitions, so plans holding them never do.
     waiting = [n for n in nodes if n.is_async]
     static = (not control_flow and known_large <= 1 and len(waiting) <= 1
               and not any(n.op.type in _TRANSFER_TYPES for n in waiting))

@@ -1,49 +1,29 @@
-"""The static fast path: a partition's schedule compiled to one straight-line Python function.
+"""The static plan's compiled form: its schedule as one straight-line Python function.
 
-For a partition without control flow (and at most one waiting kernel), the order of nodes is fixed, so
-instead of interpreting the plan (look up inputs, loop over outputs) for every node of every
-step, we generate the code once::
+For a partition without control flow (and at most one waiting kernel) the order of nodes is
+fixed, so the code is generated once instead of interpreting the plan on every step::
 
-    async def _step(slots, _offload, _wait, _pause):
+    async def _step(slots, _offload, _wait, _pause, _rec=None):
         v0 = F0(c1, slots[0], K0)[0]
-        v1 = F1(c2, v0, K0)[0]
-        v0 = F0(c3, v1, v0)[0]; v1 = None
-        ...
+        v0 = F1(c2, v0, K0)[0]
         slots[7] = v0
 
-Values live in local variables (the fastest storage CPython has); constants are evaluated
-once at compile time and referenced as globals; a value dies right after its last reader
-(``= None``, or a new value takes its local). What the function holds per node stays the same
-whatever the graph's size, so the per-op cost does too (issue 18): locals are reused (as many
-as values alive at once: a 25,000-op chain needs one, where one local per value made the frame
-200 KB, cleared on every run), one global per distinct kernel (``F0``) beside the node's
-context (``c3``), and no per-node bookkeeping: each node is one source line, and a failure is
-reported against the op of the line the traceback names (``_NODE_AT``) instead of an ``n = 3``
-stored before every kernel. On the loaded 2-core container this took the chain's per-op CPU
-cost at 25,000 ops from 1.24-1.46x that at 2,500 ops to 1.03-1.23x (best of each size;
-``bench_foundation.py --sweep-only``, bench/RESULTS.md).
-A kernel that may be large (``offload``) is awaited through the ``_offload`` argument only
-when its actual inputs are big.
-
-A plan's one waiting kernel (a queue op, an async ``py_func``: see ``plan``) is awaited in
-place through the ``_wait`` argument, which tries its synchronous twin first.
-
-Time slices (see ``timeslice``): every ``2 * CHECK_EVERY`` kernels, and after every kernel that
-may be offloaded or whose static shapes say it is large, the function asks ``_due()`` whether the slice is over and then awaits ``_pause()``
-(the caller's loop's checkpoint, which honours cancellation). A schedule shorter than that
-(a trivial run) holds no check at all; the checks cost one clock read per ``2 *
-CHECK_EVERY`` small kernels.
-
-The generated function awaits nothing else but ``_pause``, so a plan without a waiting
-kernel runs under any event loop: trio passes an offload on ``trio.to_thread`` and a trio
-checkpoint, asyncio callers (``asyncflow.aio``) the loop's executor and ``asyncio.sleep(0)``.
-It holds no trio objects and no graph objects besides the kernels'
-contexts; it is rebuilt only when the plan is.
+Values live in local variables, reused as values die (a local per value alive at once, not
+per value: a 25,000-op chain needs one), so what the function holds per node, and the
+per-op cost, does not grow with the graph; constants are evaluated at compile time (``K``),
+one global per distinct kernel (``F``) beside each node's context (``c``). Each node is one
+source line: a failure is reported against the op of the line that raised (``_NODE_AT``).
+It awaits only what the caller passes in: ``_offload`` for a possibly large kernel whose
+actual inputs are big, ``_wait`` for the plan's one waiting kernel, and ``_pause`` when the
+time slice is over (checked every ``2 * CHECK_EVERY`` kernels and after each possibly large
+one; a schedule shorter than that holds no check), so a plan without a waiting kernel runs
+under any event loop. The traced twin times each kernel and calls ``_rec``.
 """
 from __future__ import annotations
 
 from asyncflow.runtime import timeslice
 from asyncflow.runtime.plan import OFFLOAD_COST, estimate_static_cost, runtime_cost
+from asyncflow.runtime.step import now_us
 
 
 def _is_const(node):
@@ -55,7 +35,7 @@ def _waiting_kernel_last(plan):
 
     Every node that does not depend on the waiting kernel runs before it, so while the step
     waits nothing else of it could have run (a failure elsewhere surfaces before the wait,
-    as on the ready-queue path where the waiting kernel would be a task).
+    as in the core, where the waiting kernel would be a task).
     """
     schedule = list(plan.schedule)
     waiting = next((n for n in schedule if n.is_async), None)
@@ -76,14 +56,16 @@ def _large(node):
     return cost is not None and cost >= timeslice.LARGE_KERNEL_COST
 
 
-def compile_schedule(plan):
+def compile_schedule(plan, traced=False):
     """Generate the straight-line step function of ``plan``.
 
     Args:
         plan: an ExecutionPlan whose ``static`` flag is set.
+        traced: make the traced twin, which calls ``record(node, start[, waited])`` after
+            each kernel (the waiting kernel's ``wait`` records it itself, given its start).
 
     Returns:
-        ``async fn(slots, offload, wait, pause)`` that runs every node, reading feeds from
+        ``async fn(slots, offload, wait, pause, record)`` that runs every node, reading feeds from
         ``slots`` and writing fetched values back into their slots; ``offload(node, args)``
         is awaited to run a large kernel on a worker thread (the caller's event loop decides
         how), ``wait(node, args)`` to run the plan's one waiting kernel, if it has one, and
@@ -92,7 +74,7 @@ def compile_schedule(plan):
         NodePlan (None for a failure outside any kernel, e.g. cancellation at a pause).
     """
     env = {"_OFFLOAD_COST": OFFLOAD_COST, "_cost": runtime_cost, "_due": timeslice.due,
-           "_ts": timeslice, "_B": timeslice.BUDGET}
+           "_ts": timeslice, "_B": timeslice.BUDGET, "_now": now_us}
     # Kernels here cost no interpretation (~0.5 us for a small one): twice as many per check.
     every = max(1, 2 * timeslice.CHECK_EVERY)
     count = 0  # kernels since the last slice check
@@ -112,7 +94,7 @@ def compile_schedule(plan):
         names[slot] = f"slots[{slot}]"
     for node in schedule:
         i = node.index
-        if _is_const(node):
+        if _is_const(node) and not traced:  # (traced: run, so that the trace shows it)
             env[f"K{i}"] = node.fn(node.ctx)[0]
             if node.outputs[0] >= 0:
                 names[node.outputs[0]] = f"K{i}"
@@ -126,7 +108,7 @@ def compile_schedule(plan):
         for position, slot in enumerate(node.inputs):
             expr = names[slot]
             args.append(f"{expr}.read()" if position in node.deref else expr)
-        if node.is_async or node.offload:
+        if node.is_async or node.offload or traced:
             env[f"N{i}"] = node
         # Values read here for the last time free their locals (before the outputs take
         # theirs: the call's arguments are evaluated before its result is stored).
@@ -145,7 +127,7 @@ def compile_schedule(plan):
                 names[slot], made = f"v{made}", made + 1
             targets.append(names[slot])
         if node.is_async:
-            call = f"(await _wait(N{i}, [{', '.join(args)}]))"
+            call = f"(await _wait(N{i}, [{', '.join(args)}]{', _t' if traced else ''}))"
         elif node.offload:
             call = (f"((await _offload(N{i}, _a)) if _cost(N{i}, _a) >= _OFFLOAD_COST "
                     f"else {fn}(c{i}, *_a))")
@@ -158,8 +140,14 @@ def compile_schedule(plan):
             statements = [f"_r = {call}"] + [f"{t} = _r[{p}]" for p, t in stored] + ["_r = None"]
         else:
             statements = [call]
+        if traced and node.offload and not node.is_async:
+            statements.append(f"_rec(N{i}, _t, _cost(N{i}, _a) >= _OFFLOAD_COST)")
+        elif traced and not node.is_async:
+            statements.append(f"_rec(N{i}, _t)")
         if node.offload and not node.is_async:
             statements = [f"_a = [{', '.join(args)}]"] + statements + ["_a = None"]
+        if traced:
+            statements.insert(0, "_t = _now()")
         # A value dies right after its last reader, unless a new one took its local.
         statements += [f"{name} = None" for name in dying if name not in targets]
         lines.append(("; ".join(statements), node))
@@ -175,7 +163,7 @@ def compile_schedule(plan):
             lines.append((f"slots[{slot}] = {names[slot]}", None))
     body = "\n".join("        " + line for line, _ in lines) or "        pass"
     source = (
-        "async def _step(slots, _offload, _wait, _pause):\n"
+        "async def _step(slots, _offload, _wait, _pause, _rec=None):\n"
         "    try:\n"
         f"{body}\n"
         "    except BaseException as exc:\n"

@@ -36,6 +36,7 @@ from asyncflow.runtime import compiler as _compiler
 from asyncflow.runtime import device as _device
 from asyncflow.runtime import executor
 from asyncflow.runtime.resources import ResourceManager
+from asyncflow.runtime.step import Step
 
 # Step ids of local steps, unique in the process (a session's steps share its rendezvous
 # keys' namespace with every other local session's).
@@ -95,7 +96,7 @@ class LocalTarget:
         scope, entered only if the plan waits.
         """
         plan = compiled.inline
-        step = executor.Step(next(_STEP_IDS), offload=offload, pause=pause,
+        step = Step(next(_STEP_IDS), offload=offload, pause=pause,
                              park=park if plan.waits or not plan.static else None)
         try:
             values = await executor.run_plan(plan, feed_values, step)
@@ -109,13 +110,8 @@ class LocalTarget:
 
         ``timeout_ms`` is the session's business here (its cancel scope bounds the step).
         """
-        step = executor.Step(next(_STEP_IDS), trace=trace)
-        if any(plan.control_flow for plan in compiled.plans):
-            # The frame-aware path does not enter ``Step.park``: the whole step is covered.
-            with parked():
-                return await _compiler.run_partitions(self.graph, compiled, feed_values, step)
-            raise closed_error()
-        # The executor enters ``parked`` only when the step really waits, so steps that
-        # finish inline, nearly all of them, pay for no cancel scope (~10 us of a small run).
-        step.park = parked
+        # The executor enters ``parked`` only when the step really waits (or yields at the
+        # end of a slice), so steps that finish inline, nearly all of them, pay for no cancel
+        # scope (~10 us of a small run).
+        step = Step(next(_STEP_IDS), trace=trace, park=parked)
         return await _compiler.run_partitions(self.graph, compiled, feed_values, step)

@@ -18,10 +18,10 @@ Theory of operation:
 - ``BUDGET.end`` is 0 while no slice is open: the first count that trips opens one
   (``due``), so the kernels of a step shorter than ``CHECK_EVERY`` never read the clock (the
   session reads it once as a run ends, ``Session._share_the_loop``, to yield between runs).
-- Async paths (the frame loop, the static schedule, a ready queue's owner) ``await
-  checkpoint()`` (or the asyncio loop's equivalent) when ``due()``; synchronous ones (a ready
-  queue's drain, the ``Driver``, a compiled loop) stop where they are and let their async owner
-  checkpoint and resume them. A checkpoint closes the slice (``restart``).
+- Async paths (the static schedule, the owner of a core's run) ``await checkpoint()`` (or
+  the asyncio loop's equivalent) when ``due()``; synchronous ones (the core's drain, its
+  trampoline across partitions, a compiled loop) stop where they are and let their async
+  owner checkpoint and resume them. A checkpoint closes the slice (``restart``).
 - A path's own awaits (a report received, a kernel that waited) restart the slice. Other
   awaits (the application's, between two runs) leave it open, so a step begins with
   ``begin``: a slice that ended more than a slice ago dates from before such an await (the

@@ -8,18 +8,19 @@ import pytest
 import asyncflow as af
 from asyncflow import errors
 from asyncflow.ops import control_flow as cf
+import loop_modes
 
 
 @pytest.fixture(autouse=True, params=["compiled", "dynamic"])
-def loop_mode(request, monkeypatch):
+def loop_mode(request):
     """Run every test twice: simple loops on the straight-line runner, and all dynamically."""
-    from asyncflow.runtime import frames
-    monkeypatch.setattr(frames, "COMPILE_LOOPS", request.param == "compiled")
-    return request.param
+    loop_modes.use(request.param)
+    yield request.param
+    loop_modes.use("compiled")
 
 
 async def run(fetches, feed_dict=None, graph=None):
-    async with af.Session(graph=graph or af.get_default_graph()) as sess:
+    async with af.Session(graph=graph or af.get_default_graph(), config=loop_modes.config()) as sess:
         return await sess.run(fetches, feed_dict)
 
 
@@ -113,7 +114,7 @@ async def test_cond_side_effects_only_in_taken_branch_and_nested_structures():
         pred = af.placeholder(af.bool, [])
         out = af.cond(pred, lambda: {"a": af.assign_add(v, 1.0), "b": af.constant(1)},
                       lambda: {"a": af.assign_add(v, 10.0), "b": af.constant(2)})
-        async with af.Session() as sess:
+        async with af.Session(config=loop_modes.config()) as sess:
             await sess.run(af.global_variables_initializer())
             assert await sess.run(out, {pred: True}) == {"a": 1.0, "b": 1}
             assert await sess.run(out, {pred: False}) == {"a": 11.0, "b": 2}
@@ -248,7 +249,7 @@ async def test_variable_updates_inside_a_loop_run_once_per_iteration_in_order():
             return i + 1, seen * 10 + update
         _, seen = af.while_loop(lambda i, s: i < 4, body, (af.constant(0), af.constant(0)),
                                 parallel_iterations=1)
-        async with af.Session() as sess:
+        async with af.Session(config=loop_modes.config()) as sess:
             await sess.run(af.global_variables_initializer())
             assert await sess.run(seen) == 1234
             assert await sess.run(v.value()) == 4
@@ -269,7 +270,7 @@ async def test_data_dependent_loop_collatz():
 async def test_ten_thousand_iterations_keep_memory_flat():
     with af.Graph().as_default():
         x = af.while_loop(lambda i: i < 10000, lambda i: i + 1, [af.constant(0)])
-        async with af.Session() as sess:
+        async with af.Session(config=loop_modes.config()) as sess:
             assert await sess.run(x) == 10000
             tracemalloc.start()
             try:
@@ -283,12 +284,13 @@ async def test_ten_thousand_iterations_keep_memory_flat():
 
 async def test_frame_statistics_show_the_window_bound(loop_mode):
     from asyncflow.runtime import executor
+    from asyncflow.runtime.step import Step
     with af.Graph().as_default() as graph:
         x = af.while_loop(lambda i: i < 50, lambda i: i + 1, [af.constant(0)],
                           parallel_iterations=3)
-    async with af.Session(graph=graph) as sess:
+    async with af.Session(graph=graph, config=loop_modes.config()) as sess:
         compiled = sess.prepare(x).compiled
-        step = executor.Step(1)
+        step = Step(1)
         assert await executor.run_plan(compiled.plans[0], [], step) == [50]
     stats = step.extras["frame_statistics"]
     assert stats.iterations_created == 51  # iterations 0..50 of the loop (the last one exits)
@@ -377,7 +379,7 @@ async def test_loop_body_on_another_device_runs_every_iteration():
         with af.device("/cpu:0"):
             _, y = af.while_loop(lambda i, v: i < 3, body, (af.constant(0), af.constant(1.0)))
         config = af.SessionConfig(device_count={"CPU": 2})
-        async with af.Session(config=config) as sess:
+        async with af.Session(config=loop_modes.config(config)) as sess:
             assert await sess.run(y) == 8.0
             assert await sess.run(y) == 8.0  # per-step rendezvous keys carry frame:iteration
 
@@ -398,7 +400,7 @@ async def test_loop_condition_and_nested_loop_on_another_device():
         with af.device("/cpu:0"):
             _, total = af.while_loop(cond, body, (af.constant(0), af.constant(0)))
         config = af.SessionConfig(device_count={"CPU": 2})
-        async with af.Session(config=config) as sess:
+        async with af.Session(config=loop_modes.config(config)) as sess:
             assert await sess.run(total, {limit: 6}) == sum(j for i in range(6) for j in range(i))
             assert await sess.run(total, {limit: 0}) == 0
 
@@ -409,7 +411,7 @@ async def test_cond_branches_returning_ops_run_only_the_taken_one():
         pred = af.placeholder(af.bool, [])
         update = af.cond(pred, lambda: af.assign_add(v, 1).op, lambda: af.assign_add(v, 5).op)
         assert isinstance(update, af.Tensor) and update.dtype is af.bool  # TF1: the pivot
-        async with af.Session() as sess:
+        async with af.Session(config=loop_modes.config()) as sess:
             await sess.run(af.global_variables_initializer())
             assert await sess.run(update, {pred: True}) == True  # noqa: E712
             assert await sess.run(update, {pred: False}) == False  # noqa: E712
@@ -442,6 +444,6 @@ async def test_cond_branch_on_another_device_carries_deadness_through_send_recv(
         with af.device("/cpu:0"):
             y = af.cond(pred, on_cpu1(lambda: x * 2.0), lambda: x - 1.0)
         config = af.SessionConfig(device_count={"CPU": 2})
-        async with af.Session(config=config) as sess:
+        async with af.Session(config=loop_modes.config(config)) as sess:
             assert await sess.run(y, {pred: True}) == 6.0
             assert await sess.run(y, {pred: False}) == 2.0

@@ -11,20 +11,21 @@ from hypothesis import strategies as st
 
 import asyncflow as af
 from gradcheck import check_gradients, nested_loops_across_devices
+import loop_modes
 
 SETTINGS = settings(max_examples=12, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 @pytest.fixture(autouse=True, params=["compiled", "dynamic"])
-def loop_mode(request, monkeypatch):
-    from asyncflow.runtime import frames
-    monkeypatch.setattr(frames, "COMPILE_LOOPS", request.param == "compiled")
-    return request.param
+def loop_mode(request):
+    loop_modes.use(request.param)
+    yield request.param
+    loop_modes.use("compiled")
 
 
 async def run(fetches, feed_dict=None):
-    async with af.Session() as sess:
+    async with af.Session(config=loop_modes.config()) as sess:
         return await sess.run(fetches, feed_dict)
 
 
@@ -131,7 +132,7 @@ async def test_inner_loop_body_on_another_device():
         y = build(x)
         g, = af.gradients(y, x)
         config = af.SessionConfig(device_count={"CPU": 2})
-        async with af.Session(config=config) as sess:
+        async with af.Session(config=loop_modes.config(config)) as sess:
             grad = await sess.run(g, {x: 0.7})
             plus, minus = [await sess.run(y, {x: 0.7 + d}) for d in (1e-6, -1e-6)]
         assert grad == pytest.approx((plus - minus) / 2e-6, rel=1e-5)

@@ -1,28 +1,27 @@
 """Executor bookkeeping as data: plans, frame tables, and the frame propagator driven by hand.
 
 Nothing here runs a step through the session: the plan is compiled directly and the
-``_Propagator`` is stepped one node at a time, so whole states can be compared.
+frames propagator is stepped one entry at a time, so whole states can be compared.
 """
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 import asyncflow as af
 from asyncflow.graph import prune
-from asyncflow.kernels.control_flow import DEAD
 from asyncflow.ops import control_flow as cf
-from asyncflow.runtime import compiled_loops, executor, frames
+from asyncflow.runtime import executor, frames
 from asyncflow.runtime.device import make_local_devices
 from asyncflow.runtime.plan import ENTER, EXIT, MERGE, NEXT_ITERATION, NORMAL, SWITCH, compile_plan
 from asyncflow.runtime.resources import ResourceManager
+from asyncflow.runtime.step import Step
 
 
-def compile_for(fetches, feeds=()):
+def compile_for(fetches, feeds=(), compile_loops=True):
     ops = prune.prune(list(fetches), [], list(feeds), skip_edge=cf.is_loop_back_edge)
-    return compile_plan(ops, list(feeds), list(fetches), make_local_devices()[0],
-                        ResourceManager(local=True))
+    return executor.prepare(compile_plan(ops, list(feeds), list(fetches), make_local_devices()[0],
+                                         ResourceManager(local=True)), compile_loops)
 
 
 def loop_graph(limit=3, parallel_iterations=10):
@@ -89,8 +88,7 @@ def test_frame_ids_are_stable_across_processes():
 def test_simple_loop_compiles_to_cond_and_body_parts():
     _, result = loop_graph()
     plan = compile_for([result])
-    tables = frames._tables(plan.nodes)
-    runner = tables[4]["while"]
+    runner = plan.frame_tables[3]["while"]
     assert [step[4].op.name for step in runner.cond_part] == ["while/Less", "while/LoopCond"]
     assert [step[4].op.name for step in runner.body_part] == ["while/Identity", "while/add"]
     # Constants give the same value in every iteration: evaluated once per run.
@@ -104,34 +102,28 @@ def test_a_loop_with_a_cond_inside_is_not_compiled():
             lambda i: i < 5,
             lambda i: af.cond(af.equal(af.mod(i, 2), 0), lambda: i + 1, lambda: i + 3), [af.constant(0)])
     plan = compile_for([result])
-    assert frames._tables(plan.nodes)[4] == {}
+    assert plan.frame_tables[3] == {}
 
 
 class Driver:
-    """Steps a _Propagator by hand: pop a ready entry, run its kernel, propagate."""
+    """Steps the frames propagator by hand: pop a ready entry, take it, run, complete."""
 
     def __init__(self, plan):
         self.plan = plan
-        self.ready = []
-        self.stats = frames.FrameStatistics()
-        self.propagator = frames._Propagator(plan, self.ready, self.stats,
-                                             lambda exc, node: exc)
-        self.root = frames._Frame(0, "", None, None, 1, 0)
-        for index in plan.roots:
-            self.propagator.push(index, self.root, self.root.iterations[0], False)
+        self.propagator = frames.Frames(plan, [], Step(1))
+        self.ready = self.propagator.ready
+        self.stats = self.propagator.stats
+        self.root = self.propagator.root
 
     def step(self):
-        index, frame, iteration, dead = self.ready.pop()
-        node = self.plan.nodes[index]
-        if dead:
-            outputs = (DEAD,) * len(node.outputs)
-        elif node.kind == MERGE:
-            position, value = iteration.merge_live[index]
-            outputs = (value, np.int32(position))
-        else:
-            outputs = node.fn(node.ctx, *[iteration.values[s] for s in node.inputs])
-        self.propagator.propagate(node, frame, iteration, outputs, dead)
-        return node.op.name, dead
+        entry = self.ready.pop()
+        index, _, _, mark = entry
+        dead = mark is True  # (a live Merge's mark is another truthy value)
+        node, args = self.propagator.take(entry)  # a dead entry: handled there
+        assert (node is None) == (dead and not self.plan.nodes[index].runs_on_dead)
+        if node is not None:
+            self.propagator.complete(entry, node, node.fn(node.ctx, *args))
+        return self.plan.nodes[index].op.name, dead
 
     def run(self):
         trace = []
@@ -140,10 +132,9 @@ class Driver:
         return trace
 
 
-def test_dynamic_loop_bookkeeping_step_by_step(monkeypatch):
-    monkeypatch.setattr(frames, "COMPILE_LOOPS", False)
+def test_dynamic_loop_bookkeeping_step_by_step():
     _, result = loop_graph(limit=2, parallel_iterations=1)
-    plan = compile_for([result])
+    plan = compile_for([result], compile_loops=False)
     driver = Driver(plan)
     trace = driver.run()
     # Every iteration runs the cond part; the body runs twice; the third pass exits.
@@ -166,10 +157,9 @@ def test_dynamic_loop_bookkeeping_step_by_step(monkeypatch):
     assert driver.propagator.live_iterations == 1
 
 
-def test_window_parks_next_iteration_values(monkeypatch):
-    monkeypatch.setattr(frames, "COMPILE_LOOPS", False)
+def test_window_parks_next_iteration_values():
     _, result = loop_graph(limit=5, parallel_iterations=1)
-    plan = compile_for([result])
+    plan = compile_for([result], compile_loops=False)
     driver = Driver(plan)
     started_from_parked = []
     new_iteration = driver.propagator._new_iteration
@@ -190,11 +180,10 @@ async def test_dead_fetch_is_invalid_argument_naming_the_tensor():
         false_out, _ = cf.switch(af.constant(1.0), af.constant(True))
     plan = compile_for([false_out])
     with pytest.raises(af.errors.InvalidArgumentError, match="Switch:0 was not valid"):
-        await executor.run_plan(plan, [], executor.Step(1))
+        await executor.run_plan(plan, [], Step(1))
 
 
-def test_runner_table_matches_compiled_loops_module():
+def test_the_compiled_loops_are_chosen_when_the_plan_is_built():
     _, result = loop_graph()
-    plan = compile_for([result])
-    simple = frames._tables(plan.nodes)[3]
-    assert set(compiled_loops.build_runners(plan.nodes, simple)) == {"while"}
+    assert set(compile_for([result]).frame_tables[3]) == {"while"}
+    assert compile_for([result], compile_loops=False).frame_tables[3] == {}

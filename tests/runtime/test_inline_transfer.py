@@ -1,4 +1,4 @@
-"""Partitions on local CPU devices drain each other inline (``executor._Driver``).
+"""Partitions on local CPU devices drain each other inline (``core.drive``).
 
 A Send run inside one partition's drain that feeds a subscribed Recv of another CPU partition
 completes that Recv at once and drains the other partition right there, in the same task
@@ -182,24 +182,21 @@ async def test_failure_aborts_partitions_parked_on_recvs_and_tasks(autojump_cloc
             np.testing.assert_array_equal(got, np.ones(2))
 
 
-def test_only_cpu_partitions_of_a_multi_partition_step_share_a_driver():
+def test_only_cpu_partitions_of_a_multi_partition_step_share_its_runnable_list():
     import types
 
-    from asyncflow.runtime import executor
+    from asyncflow.runtime import core
     from asyncflow.runtime.rendezvous import LocalRendezvous
+    from asyncflow.runtime.step import Step
 
-    def plan_on(kind):
+    def run_on(kind, step):
         device = types.SimpleNamespace(kind=kind, name=f"/device:{kind}:0")
-        return types.SimpleNamespace(nodes=[], slot_readers=[], fetched=frozenset(), roots=[],
+        plan = types.SimpleNamespace(nodes=[], slot_readers=[], fetched=frozenset(), roots=[],
                                      device=device)
+        return core.Run(plan, core.Flat(plan, [], step), step)
 
-    step = executor.Step(1, rendezvous=LocalRendezvous())
-    cpu0 = executor._ReadyQueue(plan_on("CPU"), [], step)
-    cpu1 = executor._ReadyQueue(plan_on("CPU"), [], step)
-    gpu = executor._ReadyQueue(plan_on("GPU"), [], step)
-    assert cpu0.driver is not None and cpu0.driver is cpu1.driver
-    assert gpu.driver is None  # a GPU partition keeps to its own task and channel
-    other_step = executor.Step(2, rendezvous=LocalRendezvous())
-    assert executor._ReadyQueue(plan_on("CPU"), [], other_step).driver is not cpu0.driver
-    # A single-partition step (no rendezvous) never pays for a driver.
-    assert executor._ReadyQueue(plan_on("CPU"), [], executor.Step(3)).driver is None
+    step = Step(1, rendezvous=LocalRendezvous())
+    assert run_on("CPU", step).shares and run_on("CPU", step).shares
+    assert not run_on("GPU", step).shares  # a GPU partition keeps to its own task and channel
+    # A single-partition step (no rendezvous) never pays for the trampoline.
+    assert not run_on("CPU", Step(3)).shares

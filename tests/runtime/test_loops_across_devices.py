@@ -21,6 +21,7 @@ from asyncflow.graph import partition as partition_module
 from asyncflow.ops import control_flow as cf
 from asyncflow.ops import while_loop
 from gradcheck import nested_loops_across_devices
+import loop_modes
 
 TWO_CPUS = af.SessionConfig(device_count={"CPU": 2})
 TIMEOUT = af.RunOptions(timeout_in_ms=5000)
@@ -28,15 +29,15 @@ DEADLINE_S = 10
 
 
 @pytest.fixture(autouse=True, params=["compiled", "dynamic"])
-def loop_mode(request, monkeypatch):
-    from asyncflow.runtime import frames
-    monkeypatch.setattr(frames, "COMPILE_LOOPS", request.param == "compiled")
-    return request.param
+def loop_mode(request):
+    loop_modes.use(request.param)
+    yield request.param
+    loop_modes.use("compiled")
 
 
 async def run_twice(fetches, feed_dict=None):
     """Run ``fetches`` twice in one two-CPU session (the second step reuses the plans)."""
-    async with af.Session(config=TWO_CPUS) as sess:
+    async with af.Session(config=loop_modes.config(TWO_CPUS)) as sess:
         with trio.fail_after(DEADLINE_S):
             first = await sess.run(fetches, feed_dict, options=TIMEOUT)
             assert await sess.run(fetches, feed_dict, options=TIMEOUT) == first
@@ -129,7 +130,7 @@ async def test_an_enter_feeding_two_devices_is_an_error():
                 done_1, going_1 = cf.switch(merge_1, ctx.pivot)
                 merge_1.op._update_input(1, cf._next_iteration(going_1 + 1))
                 count_1 = cf._exit(done_1)
-        async with af.Session(config=TWO_CPUS) as sess:
+        async with af.Session(config=loop_modes.config(TWO_CPUS)) as sess:
             with pytest.raises(errors.InvalidArgumentError, match="shared_enter.*several devices"):
                 await sess.run([result, count, count_1], options=TIMEOUT)
 
@@ -145,7 +146,7 @@ async def test_nested_gradient_with_counters_not_colocated(monkeypatch, capsys):
         counters = [op for op in graph.get_operations() if "/f_count" in op.name]
         assert counters and not any(op.colocation_groups for op in counters)
         config = af.SessionConfig(device_count={"CPU": 2}, log_device_placement=True)
-        async with af.Session(config=config) as sess:
+        async with af.Session(config=loop_modes.config(config)) as sess:
             with trio.fail_after(DEADLINE_S):
                 grad = await sess.run(g, {x: 0.7}, options=TIMEOUT)
                 count = await sess.run(graph.get_tensor_by_name("while/f_count_exit:0"),
@@ -167,7 +168,7 @@ async def test_a_stuck_cross_device_loop_ends_in_deadline_exceeded(monkeypatch):
     monkeypatch.setattr(partition_module, "colocate_loop_edges", lambda nodes: 0)
     with af.Graph().as_default():
         result, count = loop_with_counter("/cpu:0", "/cpu:1", "/cpu:1", "/cpu:0", "/cpu:0")
-        async with af.Session(config=TWO_CPUS) as sess:
+        async with af.Session(config=loop_modes.config(TWO_CPUS)) as sess:
             with trio.fail_after(DEADLINE_S):
                 with pytest.raises(errors.DeadlineExceededError):
                     await sess.run([result, count], options=af.RunOptions(timeout_in_ms=200))
@@ -185,7 +186,7 @@ async def test_an_endless_cross_device_loop_ends_in_deadline_exceeded(where):
         if where == "session_config":
             config = af.SessionConfig(device_count={"CPU": 2}, operation_timeout_in_ms=200)
             options = None
-        async with af.Session(config=config) as sess:
+        async with af.Session(config=loop_modes.config(config)) as sess:
             with trio.fail_after(DEADLINE_S):
                 with pytest.raises(errors.DeadlineExceededError):
                     await sess.run(y, options=options)

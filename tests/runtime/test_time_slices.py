@@ -22,8 +22,9 @@ import trio
 
 import asyncflow as af
 from asyncflow import aio, errors
-from asyncflow.runtime import frames, timeslice
+from asyncflow.runtime import timeslice
 from partition_graphs import TWO_CPUS, counting_tasks
+import loop_modes
 
 CHAIN = 2000  # kernels of the long straight-line steps: 125 slice checks
 PARTS = 600   # the same across partitions (partitioning a long ping-pong takes a while)
@@ -59,10 +60,11 @@ def stepped_clock(monkeypatch):
 
 
 @pytest.fixture(params=["compiled", "dynamic"])
-def loop_mode(request, monkeypatch):
+def loop_mode(request):
     """Simple loops on the compiled runner, and the same loops on the frame machinery."""
-    monkeypatch.setattr(frames, "COMPILE_LOOPS", request.param == "compiled")
-    return request.param
+    loop_modes.use(request.param)
+    yield request.param
+    loop_modes.use("compiled")
 
 
 class Ticker:
@@ -157,7 +159,7 @@ async def test_a_long_static_step_lets_other_tasks_run(stepped_clock):
     with af.Graph().as_default():
         x = af.placeholder(af.float32, [], name="x")
         y = chain(x)
-        async with af.Session() as sess:
+        async with af.Session(config=loop_modes.config()) as sess:
             assert await sess.run(y, {x: 0.0}) == CHAIN
             (plan,) = the_plan(sess)
             assert plan.static and not plan.control_flow
@@ -175,7 +177,7 @@ async def test_a_short_static_step_never_reads_the_clock(stepped_clock):
     with af.Graph().as_default():
         x = af.placeholder(af.float32, [], name="x")
         y = chain(x, 2 * timeslice.CHECK_EVERY - 1)
-        async with af.Session() as sess:
+        async with af.Session(config=loop_modes.config()) as sess:
             await sess.run(y, {x: 0.0})
             source_reads = len(stepped_clock)
             for _ in range(10):
@@ -190,7 +192,7 @@ async def test_a_static_step_checks_after_each_kernel_its_shapes_say_is_large(st
         with af.Graph().as_default():
             x = af.placeholder(af.float32, shape, name="x")
             y = chain(x, 8)
-            async with af.Session() as sess:
+            async with af.Session(config=loop_modes.config()) as sess:
                 feed = {x: np.zeros(shape, np.float32)}
                 await sess.run(y, feed)
                 before = len(stepped_clock)
@@ -205,7 +207,7 @@ async def test_a_cancelled_static_step_stops_within_a_slice(stepped_clock):
     with af.Graph().as_default():
         x = af.placeholder(af.float32, [], name="x")
         y = chain(x)
-        async with af.Session() as sess:
+        async with af.Session(config=loop_modes.config()) as sess:
             assert await cancelled_by_a_ticker(lambda: sess.run(y, {x: 0.0}))
 
 
@@ -230,7 +232,7 @@ async def test_a_long_ready_queue_step_lets_other_tasks_run(stepped_clock):
     with af.Graph().as_default():
         x = af.placeholder(af.float32, [], name="x")
         fill, y = queued_chain(x, probe)
-        async with af.Session() as sess:
+        async with af.Session(config=loop_modes.config()) as sess:
             await sess.run(fill)
             assert await sess.run(y, {x: 0.0}) == CHAIN + 3
             (plan,) = next(c.plans for c in sess._cache.values()
@@ -251,7 +253,7 @@ async def test_a_cancelled_ready_queue_step_stops_within_a_slice(stepped_clock):
     with af.Graph().as_default():
         x = af.placeholder(af.float32, [], name="x")
         fill, y = queued_chain(x, lambda value: seen.append(value) or value)
-        async with af.Session() as sess:
+        async with af.Session(config=loop_modes.config()) as sess:
             await sess.run(fill)
             assert await cancelled_by_a_ticker(lambda: sess.run(y, {x: 0.0}))
     assert seen == []  # cancelled in the middle of the chain
@@ -271,7 +273,7 @@ async def test_a_long_ping_pong_across_partitions_lets_other_tasks_run(stepped_c
     with af.Graph().as_default():
         x = af.placeholder(af.float32, [], name="x")
         y = ping_pong(x, hops)
-        async with af.Session(config=TWO_CPUS) as sess:
+        async with af.Session(config=loop_modes.config(TWO_CPUS)) as sess:
             assert await sess.run(y, {x: 2.0}) == 2.0
             plans = the_plan(sess)
             assert len(plans) == 2 and not any(p.static or p.control_flow for p in plans)
@@ -289,7 +291,7 @@ async def test_a_cancelled_ping_pong_stops_within_a_slice(stepped_clock):
     with af.Graph().as_default():
         x = af.placeholder(af.float32, [], name="x")
         y = ping_pong(x, PARTS)
-        async with af.Session(config=TWO_CPUS) as sess:
+        async with af.Session(config=loop_modes.config(TWO_CPUS)) as sess:
             assert await cancelled_by_a_ticker(lambda: sess.run(y, {x: 0.0}))
 
 
@@ -305,7 +307,7 @@ async def test_long_static_partitions_started_inline_let_other_tasks_run(stepped
     with af.Graph().as_default():
         x = af.placeholder(af.float32, [], name="x")
         a, b = two_static_partitions(x, PARTS)
-        async with af.Session(config=TWO_CPUS) as sess:
+        async with af.Session(config=loop_modes.config(TWO_CPUS)) as sess:
             assert await sess.run([a, b], {x: 0.0}) == [PARTS, PARTS]
             plans = the_plan(sess)
             assert len(plans) == 2 and all(p.static for p in plans)
@@ -326,7 +328,7 @@ async def test_a_paused_static_partition_finishes_in_its_task_beside_a_loop(step
             a = chain(x, PARTS)
         with af.device("/device:CPU:1"):
             b = af.while_loop(lambda i: i < 500, lambda i: i + 1, [af.constant(0)])
-        async with af.Session(config=TWO_CPUS) as sess:
+        async with af.Session(config=loop_modes.config(TWO_CPUS)) as sess:
             assert await sess.run([a, b], {x: 0.0}) == [PARTS, 500]
             plans = the_plan(sess)
             assert [p.static for p in plans].count(True) == 1
@@ -340,7 +342,7 @@ async def test_cancelled_static_partitions_stop_within_a_slice(stepped_clock):
     with af.Graph().as_default():
         x = af.placeholder(af.float32, [], name="x")
         a, b = two_static_partitions(x, PARTS)
-        async with af.Session(config=TWO_CPUS) as sess:
+        async with af.Session(config=loop_modes.config(TWO_CPUS)) as sess:
             assert await cancelled_by_a_ticker(lambda: sess.run([a, b], {x: 0.0}))
             # The session still runs steps afterwards (no schedule left suspended).
             assert await sess.run(x * 1.0, {x: 3.0}) == 3.0
@@ -350,7 +352,7 @@ async def test_cancelled_static_partitions_stop_within_a_slice(stepped_clock):
 async def test_an_infinite_loop_stops_when_its_cancel_scope_expires(loop_mode):
     with af.Graph().as_default():
         result = forever()
-        async with af.Session() as sess:
+        async with af.Session(config=loop_modes.config()) as sess:
             with trio.move_on_after(0.05) as scope:
                 await sess.run(result)
             assert scope.cancelled_caught
@@ -360,7 +362,7 @@ async def test_an_infinite_loop_stops_when_its_cancel_scope_expires(loop_mode):
 async def test_an_infinite_loop_raises_deadline_exceeded(loop_mode):
     with af.Graph().as_default():
         result = forever()
-        async with af.Session() as sess:
+        async with af.Session(config=loop_modes.config()) as sess:
             with pytest.raises(errors.DeadlineExceededError, match="timeout_in_ms"):
                 await sess.run(result, options=af.RunOptions(timeout_in_ms=50))
 
@@ -368,7 +370,7 @@ async def test_an_infinite_loop_raises_deadline_exceeded(loop_mode):
 async def test_an_infinite_loop_is_cancelled_by_another_task(loop_mode):
     with af.Graph().as_default():
         result = forever()
-        async with af.Session() as sess:
+        async with af.Session(config=loop_modes.config()) as sess:
             assert await cancelled_by_a_ticker(lambda: sess.run(result))
 
 
@@ -376,7 +378,7 @@ async def test_a_long_loop_lets_other_tasks_run(loop_mode, stepped_clock):
     iterations = 3000
     with af.Graph().as_default():
         result = af.while_loop(lambda i: i < iterations, lambda i: i + 1, [af.constant(0)])
-        async with af.Session() as sess:
+        async with af.Session(config=loop_modes.config()) as sess:
             value, ticks = await ticks_during(lambda: sess.run(result))
     assert value == iterations
     # Each iteration runs a handful of kernels: a slice check every few iterations, a
@@ -394,7 +396,7 @@ async def test_an_infinite_loop_across_devices_raises_deadline_exceeded(loop_mod
                 return i + 1.0
 
         result = af.while_loop(lambda i: i > -1.0, body, [start])
-        async with af.Session(config=TWO_CPUS) as sess:
+        async with af.Session(config=loop_modes.config(TWO_CPUS)) as sess:
             with pytest.raises(errors.DeadlineExceededError):
                 await sess.run(result, options=af.RunOptions(timeout_in_ms=50))
 

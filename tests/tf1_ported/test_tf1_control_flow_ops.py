@@ -14,17 +14,18 @@ import pytest
 
 import asyncflow as af
 from asyncflow.ops import control_flow as cf
+import loop_modes
 
 
 @pytest.fixture(autouse=True, params=["compiled", "dynamic"])
-def loop_mode(request, monkeypatch):
-    from asyncflow.runtime import frames
-    monkeypatch.setattr(frames, "COMPILE_LOOPS", request.param == "compiled")
-    return request.param
+def loop_mode(request):
+    loop_modes.use(request.param)
+    yield request.param
+    loop_modes.use("compiled")
 
 
 async def run(fetches, feed_dict=None, init=False):
-    async with af.Session() as sess:
+    async with af.Session(config=loop_modes.config()) as sess:
         if init:
             await sess.run(af.global_variables_initializer())
         return await sess.run(fetches, feed_dict)
@@ -167,7 +168,7 @@ async def test_cond_4():
         fn2 = lambda: [af.assign(v3, 3).op, af.constant(10).op]  # noqa: E731
         r = af.cond(pred, fn1, fn2)
         assert len(r) == 2
-        async with af.Session() as sess:
+        async with af.Session(config=loop_modes.config()) as sess:
             await sess.run(af.global_variables_initializer())
             assert await sess.run(r[1]) == True  # noqa: E712
             assert await sess.run([v1, v2, v3]) == [7, 2, 7]
@@ -219,7 +220,7 @@ async def test_cond_grad_2():
         x = af.constant(10.0)
         r = af.cond(af.less(c, 2), lambda: af.multiply(x, 42.0), lambda: af.multiply(x, 3.0))
         grad = af.gradients(r, [x])[0]
-        async with af.Session() as sess:
+        async with af.Session(config=loop_modes.config()) as sess:
             assert await sess.run(grad, {c: 1}) == 42.0
             assert await sess.run(grad, {c: 3}) == 3.0
 
@@ -232,7 +233,7 @@ async def test_cond_grad_gather():
         c = af.placeholder(af.int32, shape=[])
         r = af.cond(af.less(c, 2), lambda: af.identity(v1), lambda: af.gather(v1, [1, 1]))
         grad = af.gradients(r, [v1])[0]
-        async with af.Session() as sess:
+        async with af.Session(config=loop_modes.config()) as sess:
             await sess.run(af.global_variables_initializer())
             np.testing.assert_array_equal(await sess.run(grad, {c: 1}), [1.0, 1.0])
             np.testing.assert_array_equal(await sess.run(grad, {c: 3}), [0.0, 2.0])
@@ -246,7 +247,7 @@ async def test_one_value_cond():
         two = af.convert_to_tensor(2, name="two")
         i = af.cond(af.greater_equal(c, 1), lambda: one, lambda: two)
         assert isinstance(i, af.Tensor)
-        async with af.Session() as sess:
+        async with af.Session(config=loop_modes.config()) as sess:
             assert await sess.run(i, {c: 2}) == 1
             assert await sess.run(i, {c: 0}) == 2
 
@@ -258,7 +259,7 @@ async def test_example_cond():
         d = af.placeholder(af.int32, shape=[])
         i = af.cond(af.equal(d, 2), lambda: af.sqrt(af.reduce_sum(af.square(x))),
                     lambda: af.reduce_sum(af.abs(x)))
-        async with af.Session() as sess:
+        async with af.Session(config=loop_modes.config()) as sess:
             assert await sess.run(i, {d: 1}) == 4.0
             assert await sess.run(i, {d: 2}) == pytest.approx(2.0 * math.sqrt(2))
 
@@ -271,7 +272,7 @@ async def test_one_op_cond():
         one, two = af.convert_to_tensor(1), af.convert_to_tensor(2)
         i = af.cond(af.greater_equal(c, 1), lambda: af.assign(v, one), lambda: af.assign(v, two))
         assert isinstance(i, af.Tensor)
-        async with af.Session() as sess:
+        async with af.Session(config=loop_modes.config()) as sess:
             await sess.run(af.global_variables_initializer())
             assert await sess.run(v) == 0
             assert await sess.run(i, {c.name: 2}) == 1
@@ -299,7 +300,7 @@ async def test_cond_variable_created_in_branch_initializes_alone():
             made.append(af.Variable(3.0))
             return made[0] + 1.0
         c = af.cond(af.constant(True), true_fn, lambda: af.constant(0.0))
-        async with af.Session() as sess:
+        async with af.Session(config=loop_modes.config()) as sess:
             await sess.run(made[0].initializer)
             assert await sess.run(c) == 4.0
 
@@ -501,7 +502,7 @@ async def test_while_update_variable_1():
             with af.control_dependencies([op]):
                 return af.identity(nj)
         r = af.while_loop(lambda j: af.less(j, 3), loop_body, [n], parallel_iterations=1)
-        async with af.Session() as sess:
+        async with af.Session(config=loop_modes.config()) as sess:
             await sess.run(af.global_variables_initializer())
             assert await sess.run(r) == 3
             np.testing.assert_array_equal(await sess.run(select), [10.0, 10.0, 10.0])
@@ -520,7 +521,7 @@ async def test_while_update_variable_2():
                 return af.identity(af.add(j, 1))
         r = af.while_loop(lambda j: af.less(j, 3), loop_body, [af.constant(0)],
                           parallel_iterations=1)
-        async with af.Session() as sess:
+        async with af.Session(config=loop_modes.config()) as sess:
             await sess.run(af.global_variables_initializer())
             assert await sess.run(r) == 3
             np.testing.assert_array_equal(await sess.run(select1), [10.0, 10.0, 10.0])
@@ -553,7 +554,7 @@ async def test_while_update_variable_4():
             with af.control_dependencies([asn2]):
                 return af.add(i, 1, name="i_add")
         lpa = af.while_loop(lambda i: af.less(i, 10), loop_body, [c], parallel_iterations=1)
-        async with af.Session() as sess:
+        async with af.Session(config=loop_modes.config()) as sess:
             await sess.run(af.global_variables_initializer())
             assert await sess.run(var_b) == 0
             await sess.run(lpa)
@@ -573,7 +574,7 @@ async def test_while_update_variable_5():
                 return af.identity(var_b)
         lpa = af.while_loop(lambda i: af.less(var_b, 10), loop_body, [var_b],
                             parallel_iterations=1, name="loop")
-        async with af.Session() as sess:
+        async with af.Session(config=loop_modes.config()) as sess:
             await sess.run(af.global_variables_initializer())
             assert await sess.run(var_b) == 0
             await sess.run(lpa)
@@ -596,7 +597,7 @@ async def test_while_update_variable_6():
                 return af.add(i, 1, name="i_add")
         lpa = af.while_loop(lambda i: af.less(i, 10), loop_body, [c], parallel_iterations=1,
                             name="loop")
-        async with af.Session() as sess:
+        async with af.Session(config=loop_modes.config()) as sess:
             await sess.run(af.global_variables_initializer())
             assert await sess.run(var_b) == 0
             await sess.run(lpa)
@@ -622,7 +623,7 @@ async def test_while_update_variable_across_devices():
                 r = af.while_loop(lambda i, x: i < 20, body, [af.constant(0), x0])
                 grad = af.gradients(af.reduce_sum(r[1]), [w])[0]
             config = af.SessionConfig(device_count={"CPU": 2})
-            async with af.Session(config=config) as sess:
+            async with af.Session(config=loop_modes.config(config)) as sess:
                 await sess.run(af.global_variables_initializer())
                 return await sess.run([r[0], grad])
     one = await build_and_run(False)
@@ -658,7 +659,7 @@ async def test_read_in_cond_sees_assignment_made_there():
             with af.control_dependencies([af.assign(v, 5)]):
                 return af.identity(v) + 0
         r = af.cond(p, true_fn, lambda: af.constant(-1))
-        async with af.Session() as sess:
+        async with af.Session(config=loop_modes.config()) as sess:
             await sess.run(af.global_variables_initializer())
             assert await sess.run(r, {p: True}) == 5
             assert await sess.run(r, {p: False}) == -1
@@ -933,7 +934,7 @@ async def test_with_tensor_dependencies():
             c1_with_init_v = af.identity(c1, name="c1_with_init_v")
         with af.control_dependencies([c1_with_init_v]):
             c2_with_c1_dep = af.identity(c2, name="c2_with_c1_dep")
-        async with af.Session() as sess:
+        async with af.Session(config=loop_modes.config()) as sess:
             with pytest.raises(af.errors.FailedPreconditionError):
                 await sess.run(v)
             assert await sess.run(c2_with_c1_dep) == 20
@@ -945,7 +946,7 @@ async def test_group():
     with af.Graph().as_default():
         v1, v2 = af.Variable([0.0]), af.Variable([1.0])
         init = af.group(v1.initializer, v2.initializer)
-        async with af.Session() as sess:
+        async with af.Session(config=loop_modes.config()) as sess:
             with pytest.raises(af.errors.FailedPreconditionError):
                 await sess.run(v1)
             await sess.run(init)
@@ -986,7 +987,7 @@ async def test_tuple_tensors(v1_first):
         with af.control_dependencies([v2.initializer]):
             add2 = af.add(af.identity(v2.read_value()), 20.0)
         t1, _, t2 = af.tuple([add1, None, add2])
-        async with af.Session() as sess:
+        async with af.Session(config=loop_modes.config()) as sess:
             with pytest.raises(af.errors.FailedPreconditionError):
                 await sess.run(v1)
             with pytest.raises(af.errors.FailedPreconditionError):
@@ -1005,7 +1006,7 @@ async def test_accept_tensors_as_control_inputs():
         var = af.Variable(0)
         assign = af.assign(var, 1)
         (t,) = af.tuple([af.constant(0)], control_inputs=[assign])
-        async with af.Session() as sess:
+        async with af.Session(config=loop_modes.config()) as sess:
             await sess.run(af.global_variables_initializer())
             await sess.run(t)
             assert await sess.run(var) == 1
@@ -1049,7 +1050,7 @@ async def test_cond_modify_bool_pred():
         cond_on_bool_var = af.cond(pred=bool_var,
                                    true_fn=lambda: af.assign(bool_var, False),
                                    false_fn=lambda: True)
-        async with af.Session() as sess:
+        async with af.Session(config=loop_modes.config()) as sess:
             await sess.run(bool_var.initializer)
             assert await sess.run(cond_on_bool_var) == False  # noqa: E712
             assert await sess.run(cond_on_bool_var) == True  # noqa: E712
@@ -1076,7 +1077,7 @@ async def _return_values(fn_true, fn_false, expected_true, expected_false, stric
     condition = af.placeholder(af.bool)
     output_cond = af.cond(condition, fn_true, fn_false, strict=strict)
     output_case = af.case([(condition, fn_true)], fn_false)
-    async with af.Session() as sess:
+    async with af.Session(config=loop_modes.config()) as sess:
         await sess.run(af.global_variables_initializer())
         for value, expected in ((True, expected_true), (False, expected_false)):
             result_cond, result_case = await sess.run([output_cond, output_case],
@@ -1127,5 +1128,5 @@ async def test_data_types_strict_singleton():
         strict = af.cond(condition, lambda: [af.constant(1)], lambda: [af.constant(2)],
                          strict=True)
         assert isinstance(loose, af.Tensor) and isinstance(strict, list)
-        async with af.Session() as sess:
+        async with af.Session(config=loop_modes.config()) as sess:
             assert await sess.run([loose, strict], {condition: False}) == [2, [2]]
