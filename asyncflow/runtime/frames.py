@@ -137,17 +137,67 @@ class Frames:
         self.readers = list(plan.slot_readers)
         for index in plan.roots:
             self.push(index, self.root, self.root.iterations[0], False)
-        self.take, self.complete = self._hot_paths()
+        self.take, self.complete, self.activate = self._hot_paths()
 
     def _hot_paths(self):
-        """``take(entry) -> (node, args)`` and ``complete(entry, node, outputs)``, over locals.
+        """``take(entry) -> (node, args)``, ``complete(entry, node, outputs)`` and
+        ``activate(node, frame, iteration, outputs, dead)``, over locals.
 
         ``take`` answers ``(None, None)`` for an entry it handled (a dead node) and
         ``(None, PAUSE)`` when a compiled loop stopped at the end of its slice.
         """
         nodes, root, root_values = self.nodes, self.root, self.root_values
         readers, fetched, stats = self.readers, self.plan.fetched, self.stats
-        propagate, activate, cleanup = self.propagate, self.activate, self.cleanup
+        stores, edges, controls, ready = self.stores, self.edges, self.controls, self.ready
+        propagate, cleanup = self.propagate, self.cleanup
+        merge_input, push = self._merge_input, self.push
+
+        def activate(node, frame, iteration, outputs, node_dead):
+            """Deliver ``outputs`` of ``node`` to its consumers in ``iteration`` of ``frame``."""
+            index = node.index
+            values = iteration.values
+            for slot, out_index in stores[index]:
+                values[slot] = outputs[out_index]
+            for out_index, dst, position, is_merge, initial in edges[index]:
+                value = outputs[out_index]
+                if is_merge:
+                    merge_input(node, frame, iteration, dst, position, value)
+                    continue
+                if initial == 1:  # its only input: ready now, no count to keep
+                    iteration.outstanding += 1
+                    ready.append((dst, frame, iteration, value is DEAD))
+                    continue
+                pending, dead = iteration.pending, iteration.dead
+                count = pending.get(dst, initial) - 1
+                if value is DEAD:
+                    dead[dst] = dead.get(dst, 0) + 1
+                if count:
+                    pending[dst] = count
+                else:  # ready: no further edge reaches it in this iteration
+                    iteration.outstanding += 1
+                    ready.append((dst, frame, iteration, dst in dead))
+            for dst, is_merge, initial in controls[index]:
+                if initial == 1 and not is_merge:  # (as above)
+                    iteration.outstanding += 1
+                    ready.append((dst, frame, iteration, node_dead))
+                    continue
+                pending, dead = iteration.pending, iteration.dead
+                count = pending.get(dst, initial) - 1
+                pending[dst] = count
+                if is_merge:
+                    if count == 0:
+                        if dst in iteration.merge_live:
+                            pending[dst] = _FIRED
+                            push(dst, frame, iteration, _MERGE)
+                        elif dead.get(dst, 0) == nodes[dst].num_inputs:
+                            pending[dst] = _FIRED
+                            push(dst, frame, iteration, True)
+                    continue
+                if node_dead:
+                    dead[dst] = dead.get(dst, 0) + 1
+                if count == 0:
+                    iteration.outstanding += 1
+                    ready.append((dst, frame, iteration, dst in dead))
 
         def take(entry):
             index, frame, iteration, mark = entry
@@ -194,7 +244,7 @@ class Frames:
             else:
                 propagate(node, frame, iteration, outputs, dead)
 
-        return take, complete
+        return take, complete, activate
 
     @staticmethod
     def frame_iter(entry):
@@ -228,54 +278,6 @@ class Frames:
     def push(self, index, frame, iteration, dead):
         iteration.outstanding += 1
         self.ready.append((index, frame, iteration, dead))
-
-    def activate(self, node, frame, iteration, outputs, node_dead):
-        """Deliver ``outputs`` of ``node`` to its consumers in ``iteration`` of ``frame``."""
-        index = node.index
-        values = iteration.values
-        for slot, out_index in self.stores[index]:
-            values[slot] = outputs[out_index]
-        pending = iteration.pending
-        dead = iteration.dead
-        ready = self.ready
-        for out_index, dst, position, is_merge, initial in self.edges[index]:
-            value = outputs[out_index]
-            if is_merge:
-                self._merge_input(node, frame, iteration, dst, position, value)
-                continue
-            if initial == 1:  # its only input: ready now, no count to keep
-                iteration.outstanding += 1
-                ready.append((dst, frame, iteration, value is DEAD))
-                continue
-            count = pending.get(dst, initial) - 1
-            if value is DEAD:
-                dead[dst] = dead.get(dst, 0) + 1
-            if count:
-                pending[dst] = count
-            else:  # ready: no further edge reaches it in this iteration
-                iteration.outstanding += 1
-                ready.append((dst, frame, iteration, dst in dead))
-        for dst, is_merge, initial in self.controls[index]:
-            if initial == 1 and not is_merge:  # (as above)
-                iteration.outstanding += 1
-                ready.append((dst, frame, iteration, node_dead))
-                continue
-            count = pending.get(dst, initial) - 1
-            pending[dst] = count
-            if is_merge:
-                if count == 0:
-                    if dst in iteration.merge_live:
-                        pending[dst] = _FIRED
-                        self.push(dst, frame, iteration, _MERGE)
-                    elif dead.get(dst, 0) == self.nodes[dst].num_inputs:
-                        pending[dst] = _FIRED
-                        self.push(dst, frame, iteration, True)
-                continue
-            if node_dead:
-                dead[dst] = dead.get(dst, 0) + 1
-            if count == 0:
-                iteration.outstanding += 1
-                ready.append((dst, frame, iteration, dst in dead))
 
     def _merge_input(self, node, frame, iteration, dst, position, value):
         """A data input reaches Merge ``dst``: fire on the first live one, or when all are dead."""
