@@ -58,7 +58,7 @@ class Flat:
     __slots__ = ("ready", "take", "complete", "values")
     frame_iter = None  # every entry is in the root frame
 
-    def __init__(self, plan, slots, step):
+    def __init__(self, plan, slots):
         nodes, fetched = plan.nodes, plan.fetched
         pending = [n.pending for n in nodes]
         readers = list(plan.slot_readers)
@@ -69,7 +69,14 @@ class Flat:
             inputs = node.inputs
             if not inputs:
                 return node, []
-            args = [slots[inputs[0]]] if len(inputs) == 1 else [slots[i] for i in inputs]
+            if len(inputs) == 1:  # (the common case, without the loops)
+                slot = inputs[0]
+                value = slots[slot]
+                readers[slot] -= 1
+                if readers[slot] == 0 and slot not in fetched:
+                    slots[slot] = None
+                return node, [value]
+            args = [slots[i] for i in inputs]
             for slot in inputs:
                 readers[slot] -= 1
                 if readers[slot] == 0 and slot not in fetched:
@@ -97,12 +104,11 @@ def fetched_values(plan, slots):
 class Run:
     """One partition's run for one step: its propagator, waits, failure and report channel."""
 
-    __slots__ = ("plan", "step", "prop", "ready", "take", "complete", "frame_iter", "waiting",
+    __slots__ = ("step", "prop", "ready", "take", "complete", "frame_iter", "waiting",
                  "failure", "outstanding", "record", "device_name", "shares", "report_send",
                  "report_receive", "cancels", "scheduled", "woken", "closed")
 
     def __init__(self, plan, prop, step):
-        self.plan = plan
         self.step = step
         self.prop = prop
         self.ready, self.take, self.complete = prop.ready, prop.take, prop.complete

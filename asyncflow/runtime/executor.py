@@ -85,7 +85,7 @@ def _start(plan, feed_values, step):
         return core.start(plan, Frames(plan, feed_values, step), step)
     slots = [None] * (plan.num_slots + 1)
     slots[:len(feed_values)] = feed_values
-    return core.start(plan, core.Flat(plan, slots, step), step)
+    return core.start(plan, core.Flat(plan, slots), step)
 
 
 def _waiter(step, record):

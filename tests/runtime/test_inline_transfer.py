@@ -193,7 +193,7 @@ def test_only_cpu_partitions_of_a_multi_partition_step_share_its_runnable_list()
         device = types.SimpleNamespace(kind=kind, name=f"/device:{kind}:0")
         plan = types.SimpleNamespace(nodes=[], slot_readers=[], fetched=frozenset(), roots=[],
                                      device=device)
-        return core.Run(plan, core.Flat(plan, [], step), step)
+        return core.Run(plan, core.Flat(plan, []), step)
 
     step = Step(1, rendezvous=LocalRendezvous())
     assert run_on("CPU", step).shares and run_on("CPU", step).shares
