@@ -25,8 +25,10 @@ connection:
    ``recv_tensors`` does not leak). Closing the server cancels the scopes of calls in flight and
    answers them ``UNAVAILABLE``.
 5. **Answer.** The head and the frame's small buffers go out in one ``send``; every large
-   buffer (a view of a tensor) in one ``send_all`` of its own: no copy of tensor bytes. A
-   client that reads nothing of it for ``body_timeout_s`` is dropped.
+   buffer (a view of a tensor) on its own: no copy of tensor bytes. One of ``BULK_BYTES`` or
+   more goes by :func:`transports.bulk_io.send_all` (``send`` calls in a row, parking only
+   when the kernel takes nothing). A client that reads nothing of it for ``body_timeout_s``
+   is dropped.
 
 A request whose body was not read to its end is answered with ``Connection: close``; the server
 then shuts its side and drains what the client still sends for a moment (a lingering close), so
@@ -53,6 +55,8 @@ from urllib.parse import unquote
 import outcome
 import trio
 
+from transports import bulk_io
+from transports.bulk_io import BULK_BYTES
 from transports.http_body import BodyTimeout, BufferedConnection, PeerGone, RequestBody, \
     read_frame
 from transports.http_guard import (
@@ -470,6 +474,12 @@ class HttpServer:
         with memoryview(data) as view:
             sent = 0
             try:
+                if len(view) >= BULK_BYTES:
+                    def renew() -> None:
+                        conn.scope.deadline = trio.current_time() + timeout
+                    renew()
+                    await bulk_io.send_all(conn.stream.socket, view, renew)
+                    return
                 while sent < len(view):
                     conn.scope.deadline = trio.current_time() + timeout
                     sent += await conn.stream.socket.send(view[sent:])

@@ -18,7 +18,7 @@ import trio
 from transport_fakes import FakeWorker
 
 from transports import wire
-from transports.http_client import TrioHttpChannel
+from transports.http_client import TrioHttpChannel, _Connection
 from transports.http_head import head_end, parse_response_head
 from transports.http_server import MAX_HEAD, ConnectionLimits, HttpServer, open_http_server
 from transports.wire import TensorEntry, decode, encode
@@ -174,11 +174,11 @@ async def test_a_request_dripped_in_small_pieces_is_served(server):
 async def test_a_large_answer_goes_out_as_the_encoders_buffers(server, monkeypatch):
     """One send for the head and small buffers, one per tensor view: no slicing, no join."""
     sends = []  # (side, bytes) per send call of the server and the trio client
-    client_send_all, server_send_all = trio.SocketStream.send_all, HttpServer._send_all
+    client_send_all, server_send_all = _Connection.send_all, HttpServer._send_all
 
-    async def client_send(stream, data):
+    async def client_send(conn, data):
         sends.append(("client", len(data)))
-        await client_send_all(stream, data)
+        await client_send_all(conn, data)
 
     async def server_send(self, conn, data):
         sends.append(("server", len(data)))
@@ -188,7 +188,7 @@ async def test_a_large_answer_goes_out_as_the_encoders_buffers(server, monkeypat
         async with TrioHttpChannel(server.address) as channel:
             handle = await channel.register_graph(wire.RegisterGraph({"nodes": []}, "s"))
             request = wire.RunGraph(handle.graph_handle, 1, [TensorEntry("big", value)], ["big"])
-            monkeypatch.setattr(trio.SocketStream, "send_all", client_send)
+            monkeypatch.setattr(_Connection, "send_all", client_send)
             monkeypatch.setattr(HttpServer, "_send_all", server_send)
             reply = await channel.run_graph(request)
     np.testing.assert_array_equal(reply.tensors[0].value, value)
