@@ -15,6 +15,7 @@ import struct
 import numpy as np
 import pytest
 import trio
+import trio.testing
 from transport_fakes import FakeWorker
 
 from transports import wire
@@ -85,6 +86,8 @@ async def test_pipelined_requests_on_one_connection_are_answered_in_order(server
                 status, headers, body = await reader.answer()
                 assert isinstance(decode(body), kind) and "connection" not in headers
                 statuses.append(status)
+            # The server counts an answer once it has sent it: let its task get there.
+            await trio.testing.wait_all_tasks_blocked()
     assert statuses == [200, 200, 200]
     assert server.worker.calls == ["health", "register_graph", "health"]
     assert server.statistics().requests == 3
