@@ -19,8 +19,11 @@ How
 peer closes) instead of at the first segment; the mark is back to 1 before the wait returns, so
 nothing else that waits on the socket (the next response head) is affected. The caller
 guarantees that ``len(view)`` bytes are still due on the stream (a declared body), so the mark
-never asks for bytes the peer does not owe; a peer that stalls is a stall as before, bounded by
-the caller's deadline. At most :data:`CALLS_PER_CHECKPOINT` reads in a row go without a trio
+never asks for bytes the peer does not owe; it is also kept within half the socket's receive
+buffer (Linux >= 4.18 grows the buffer to fit the mark; where it did not, a mark the window
+cannot bring in would never fire), and epoll reports a socket under memory pressure readable
+anyway. A peer that stalls is a stall as before, bounded by the caller's deadline. At most
+:data:`CALLS_PER_CHECKPOINT` reads in a row go without a trio
 checkpoint, so a fast stream cannot starve other tasks or delay cancellation.
 :func:`send_all` is the writing half: ``send`` calls in a row while the kernel takes bytes,
 ``wait_writable`` only when it takes none.
@@ -78,6 +81,12 @@ class BulkReader:
         mark = min(LOW_WATER, due)
         if mark > 1:
             self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, mark)
+            # Linux >= 4.18 grows the receive buffer to hold the mark; where it did not, a mark
+            # the window cannot reach would never wake us: keep it well inside the buffer.
+            room = self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 2
+            if room < mark:
+                mark = max(room, 1)
+                self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, mark)
         try:
             await trio.lowlevel.wait_readable(self._sock)
         finally:
