@@ -24,6 +24,8 @@ trio task:
   ``Content-Length`` (or chunked encoding, decoded), and is received with ``recv_into``
   straight into the :class:`~transports.wire.Decoder` 's destination arrays (socket ->
   array, no intermediate chunk); the decoder's :class:`~transports.wire.Limits` bound it.
+  Tensors of :data:`~transports.bulk_io.BULK_BYTES` or more are read and sent by
+  :mod:`transports.bulk_io` (a parked read wakes per MiB, not per segment).
 * **Deadlines** are trio's: :class:`~transports.service.Channel` wraps each call in a cancel
   scope; connecting has its own ``connect_timeout``.
 
@@ -37,6 +39,8 @@ from typing import Any, Final
 
 import trio
 
+from transports import bulk_io
+from transports.bulk_io import BULK_BYTES, BulkReader
 from transports.http_head import parse_chunk_size, parse_response_head
 from transports.http_protocol import (
     FRAME_CONTENT_TYPE, MAX_TEXT, parse_address, request_path, send_pieces, text_error,
@@ -63,13 +67,20 @@ class _StaleConnection(Exception):
 class _Connection:
     """One keep-alive connection with its read buffer."""
 
-    __slots__ = ("stream", "buffer", "reused", "answered")
+    __slots__ = ("stream", "buffer", "reused", "answered", "bulk")
 
     def __init__(self, stream: trio.SocketStream) -> None:
         self.stream = stream
+        self.bulk = BulkReader(stream.socket)
         self.buffer = bytearray()
         self.reused = False    # it carried a complete call before this one
         self.answered = False  # a byte of this call's answer has arrived
+
+    async def send_all(self, data: bytes | memoryview) -> None:
+        if len(data) >= BULK_BYTES:  # a tensor: sent in a row while the kernel takes it
+            await bulk_io.send_all(self.stream.socket, memoryview(data))
+        else:
+            await self.stream.send_all(data)
 
     async def receive_head(self) -> tuple[int, dict[str, str]]:
         """Read the status line and headers; returns (status, lowercase headers)."""
@@ -97,7 +108,10 @@ class _Connection:
             view[:n] = self.buffer[:n]
             del self.buffer[:n]
             return n
-        n = await self.stream.socket.recv_into(view)
+        if len(view) >= BULK_BYTES:  # a large tensor: woken per LOW_WATER bytes, not per segment
+            n = await self.bulk.receive_into(view)
+        else:
+            n = await self.stream.socket.recv_into(view)
         if not n:
             raise TransportUnavailable("connection closed in the middle of the response body")
         return n
@@ -258,13 +272,13 @@ class TrioHttpChannel(Channel):
                     buffers: list | None) -> None:
         if buffers is None:
             head = f"{method} {path} HTTP/1.1\r\n{self._fixed_headers}\r\n"
-            await conn.stream.send_all(head.encode("latin-1"))
+            await conn.send_all(head.encode("latin-1"))
             return
         size = frame_size(buffers)
         head = (f"{method} {path} HTTP/1.1\r\n{self._fixed_headers}Content-Type: "
                 f"{FRAME_CONTENT_TYPE}\r\nContent-Length: {size}\r\n\r\n").encode("latin-1")
         for piece in send_pieces(head, buffers):
-            await conn.stream.send_all(piece)
+            await conn.send_all(piece)
 
     # -- replies --------------------------------------------------------------------------------
 

@@ -20,13 +20,16 @@ connection:
    straight into the :class:`~transports.wire.Decoder` 's destination arrays, each wait bounded
    by ``body_timeout_s`` (408). A header over ``SMALL_HEADER_BYTES`` is fed from a worker
    thread (two at a time), so a huge RegisterGraph never stalls Health.
-4. **Handler.** Awaited inside a cancel scope while a watcher waits for the socket to become
-   readable: EOF or a reset means the client left, and the scope is cancelled (a waiting
-   ``recv_tensors`` does not leak). Closing the server cancels the scopes of calls in flight and
-   answers them ``UNAVAILABLE``.
+4. **Handler.** Awaited inside a cancel scope while the server's
+   :class:`~transports.http_disconnect.DisconnectMonitor` watches the socket: EOF or a reset
+   means the client left, and the scope is cancelled (a waiting ``recv_tensors`` does not
+   leak). Closing the server cancels the scopes of calls in flight and answers them
+   ``UNAVAILABLE``.
 5. **Answer.** The head and the frame's small buffers go out in one ``send``; every large
-   buffer (a view of a tensor) in one ``send_all`` of its own: no copy of tensor bytes. A
-   client that reads nothing of it for ``body_timeout_s`` is dropped.
+   buffer (a view of a tensor) on its own: no copy of tensor bytes. One of ``BULK_BYTES`` or
+   more goes by :func:`transports.bulk_io.send_all` (``send`` calls in a row, parking only
+   when the kernel takes nothing). A client that reads nothing of it for ``body_timeout_s``
+   is dropped.
 
 A request whose body was not read to its end is answered with ``Connection: close``; the server
 then shuts its side and drains what the client still sends for a moment (a lingering close), so
@@ -53,8 +56,11 @@ from urllib.parse import unquote
 import outcome
 import trio
 
+from transports import bulk_io
+from transports.bulk_io import BULK_BYTES
 from transports.http_body import BodyTimeout, BufferedConnection, PeerGone, RequestBody, \
     read_frame
+from transports.http_disconnect import DisconnectMonitor
 from transports.http_guard import (
     DEFAULT_CONNECTION_LIMITS, ConnectionGuard, ConnectionLimits, rate_limit_logs,
 )
@@ -144,6 +150,7 @@ class HttpServer:
         self._lifetime = trio.CancelScope(shield=True)
         self._connections: trio.Nursery | None = None
         self._decoders = trio.CapacityLimiter(_DECODE_THREADS)
+        self._monitor = DisconnectMonitor()
         self._by_status: Counter[tuple[str, int]] = Counter()
         self._in_flight = self._bytes_received = self._bytes_sent = 0
         self.host, self.port = "", 0
@@ -198,6 +205,7 @@ class HttpServer:
                    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         with self._lifetime:
             async with trio.open_nursery() as self._connections:
+                self._connections.start_soon(self._monitor.run)
                 for listener in listeners:
                     self._connections.start_soon(self._accept, listener)
                 task_status.started()
@@ -400,6 +408,35 @@ class HttpServer:
 
     async def _call(self, conn: BufferedConnection, fn: Any, args: tuple) -> outcome.Outcome:
         """``await fn(*args)`` as an outcome; cancelled when the client leaves or we close."""
+        if not self._monitor.available:
+            return await self._call_with_watcher(conn, fn, args)
+        result = None
+        with trio.CancelScope() as call:  # cancelled by the monitor (client gone) or _stop
+            self._calls.add(call)
+            # A pipelined request is already here: a close behind it cannot be seen.
+            watched = not conn.buffer and self._monitor.watch(conn.stream.socket, call)
+            try:
+                if self._closing:
+                    call.cancel()
+                try:
+                    result = outcome.Value(await fn(*args))
+                except Exception as exc:  # noqa: BLE001 -- the client gets an ErrorReply
+                    result = outcome.Error(exc)
+            finally:
+                if watched:
+                    self._monitor.unwatch(conn.stream.socket)
+                self._calls.discard(call)
+        return self._cancelled_result() if result is None else result
+
+    def _cancelled_result(self) -> outcome.Outcome:
+        """What a call cancelled because the client left, or the server is going away, gives."""
+        return outcome.Error(
+            RemoteCallError("UNAVAILABLE", "server is shutting down") if self._closing
+            else RemoteCallError("CANCELLED", "request cancelled"))
+
+    async def _call_with_watcher(self, conn: BufferedConnection, fn: Any,
+                                 args: tuple) -> outcome.Outcome:
+        """:meth:`_call` without epoll: a watcher task per call notices the client leaving."""
         result = None
         async with trio.open_nursery() as call:  # its scope: cancelled by the watcher or _stop
             self._calls.add(call.cancel_scope)
@@ -414,11 +451,7 @@ class HttpServer:
                 call.cancel_scope.cancel()  # stops the watcher
             finally:
                 self._calls.discard(call.cancel_scope)
-        if result is None:  # cancelled: the client left, or the server is going away
-            result = outcome.Error(
-                RemoteCallError("UNAVAILABLE", "server is shutting down") if self._closing
-                else RemoteCallError("CANCELLED", "request cancelled"))
-        return result
+        return self._cancelled_result() if result is None else result
 
     async def _serve_metrics(self, conn: BufferedConnection, keep: bool) -> tuple[int, bool]:
         result = await self._call(conn, self._handler.metrics_text, ())
@@ -470,6 +503,12 @@ class HttpServer:
         with memoryview(data) as view:
             sent = 0
             try:
+                if len(view) >= BULK_BYTES:
+                    def renew() -> None:
+                        conn.scope.deadline = trio.current_time() + timeout
+                    renew()
+                    await bulk_io.send_all(conn.stream.socket, view, renew)
+                    return
                 while sent < len(view):
                     conn.scope.deadline = trio.current_time() + timeout
                     sent += await conn.stream.socket.send(view[sent:])

@@ -428,6 +428,16 @@ class Decoder:
             self._events.append(frame.build())
 
     def _take_head(self, view: memoryview, pos: int) -> int:
+        if not self._head and len(view) - pos >= PREFIX.size:
+            # Fast path: the prefix (and usually the whole header) is in this buffer, so it is
+            # read in place instead of being gathered in _head first. Same checks.
+            magic, header_len = PREFIX.unpack_from(view, pos)
+            if magic == MAGIC and 0 < header_len <= self._limits.max_header_bytes \
+                    and len(view) - pos >= PREFIX.size + header_len:
+                end = pos + PREFIX.size + header_len
+                self._frame_bytes += end - pos
+                self._start_frame(view[pos + PREFIX.size:end])
+                return end
         want = PREFIX.size if self._header_len is None else PREFIX.size + self._header_len
         take = min(want - len(self._head), len(view) - pos)
         self._head += view[pos:pos + take]
@@ -486,7 +496,7 @@ class Decoder:
                 header = unpack_counted(header_bytes, self._limits)
         except (ValueError, TypeError, msgpack.UnpackException) as exc:
             raise RemoteProtocolError(f"header is not valid msgpack: {exc}") from exc
-        if not isinstance(header, dict) or set(header) != HEADER_KEYS:
+        if not isinstance(header, dict) or header.keys() != HEADER_KEYS:
             keys = sorted(map(str, header)) if isinstance(header, dict) else type(header).__name__
             raise RemoteProtocolError(f"header must be a map with keys {sorted(HEADER_KEYS)}, "
                                       f"got {keys}")
@@ -512,7 +522,7 @@ class Decoder:
     def _check_descriptor(self, index: int, d: Any) -> tuple[dict, np.dtype | None, int]:
         """Validate one descriptor; return it with the dtype to allocate and its raw bytes."""
         where = f"tensor #{index}"
-        if not isinstance(d, dict) or set(d) != DESCRIPTOR_KEYS:
+        if not isinstance(d, dict) or d.keys() != DESCRIPTOR_KEYS:
             raise RemoteProtocolError(f"{where}: descriptor must be a map with keys "
                                       f"{sorted(DESCRIPTOR_KEYS)}")
         key, dtype, shape, nbytes, strings = (d["key"], d["dtype"], d["shape"], d["nbytes"],

@@ -1,0 +1,105 @@
+"""Noticing that a client left while its request's handler runs (used by the HTTP server).
+
+A worker cancels a handler whose client closed or reset the connection (a waiting
+``recv_tensors`` must not leak). The obvious way, a watcher task per call that waits for the
+socket to become readable and peeks, costs a nursery, a task spawn and an ``epoll``
+registration in trio for every request: measured ~48 us of CPU per call against ~5 us for the
+handler's bare cancel scope, a tenth of a small request's server time.
+
+:class:`DisconnectMonitor` does it with one task per server. A call in flight puts its socket
+in a private ``epoll`` set (level-triggered ``EPOLLIN | EPOLLRDHUP``: two ``epoll_ctl`` calls
+per call, no task); the monitor's task waits in trio until that set is readable and looks at
+each socket that fired:
+
+* the peer reset it (``EPOLLHUP``/``EPOLLERR``), or shut it (``EPOLLRDHUP``) with no byte
+  queued: the call's cancel scope is cancelled;
+* bytes are queued (a pipelined request): the socket stops being watched and the call runs to
+  its end, as before (a close behind a pipelined request cannot be seen without reading it).
+
+Where ``select.epoll`` does not exist (not Linux) :meth:`DisconnectMonitor.watch` returns False
+and the server falls back to the watcher task. Nothing here knows about asyncflow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import struct
+from typing import Any, Final
+
+import trio
+
+__all__ = ["DisconnectMonitor"]
+
+_EPOLL: Final = getattr(select, "epoll", None)
+_WATCH: Final = getattr(select, "EPOLLIN", 0) | getattr(select, "EPOLLRDHUP", 0)
+_GONE: Final = getattr(select, "EPOLLHUP", 0) | getattr(select, "EPOLLERR", 0)
+_SHUT: Final = getattr(select, "EPOLLRDHUP", 0)
+_MAX_EVENTS: Final = 64
+
+
+class DisconnectMonitor:
+    """Cancels the calls whose clients left; :meth:`run` is its task (see the module doc)."""
+
+    def __init__(self) -> None:
+        self._epoll = None if _EPOLL is None else _EPOLL()
+        self._watched: dict[int, trio.CancelScope] = {}
+        self._closed = False
+        self.cancelled = 0  # calls cancelled because their client left
+
+    @property
+    def available(self) -> bool:
+        return self._epoll is not None
+
+    def watch(self, sock: Any, call: trio.CancelScope) -> bool:
+        """Watch ``sock`` (a trio socket) while ``call`` runs; False when there is no epoll.
+
+        The caller must :meth:`unwatch` it before the socket is closed.
+        """
+        if self._epoll is None:
+            return False
+        if self._closed:  # the server is going away: every call is being cancelled anyway
+            return True
+        fd = sock.fileno()
+        self._epoll.register(fd, _WATCH)
+        self._watched[fd] = call
+        return True
+
+    def unwatch(self, sock: Any) -> None:
+        """Stop watching ``sock`` (no-op when the monitor already let it go)."""
+        fd = sock.fileno()
+        if self._watched.pop(fd, None) is not None:
+            self._forget(fd)
+
+    def _forget(self, fd: int) -> None:
+        with contextlib.suppress(OSError):  # closed meanwhile: epoll dropped it by itself
+            self._epoll.unregister(fd)
+
+    async def run(self) -> None:
+        """Wait for watched sockets to fire, until cancelled; closes the epoll set on exit."""
+        if self._epoll is None:
+            return
+        try:
+            while True:
+                await trio.lowlevel.wait_readable(self._epoll.fileno())
+                for fd, events in self._epoll.poll(0, _MAX_EVENTS):
+                    call = self._watched.pop(fd, None)
+                    if call is None:
+                        continue
+                    self._forget(fd)
+                    if events & _GONE or (events & _SHUT and not _queued(fd)):
+                        self.cancelled += 1
+                        call.cancel()
+        finally:
+            self._closed = True
+            self._watched.clear()
+            self._epoll.close()
+
+
+def _queued(fd: int) -> int:
+    """Bytes waiting to be read on socket ``fd`` (0 when it cannot tell)."""
+    import fcntl  # here: only where epoll exists (Linux)
+    import termios
+    with contextlib.suppress(OSError):
+        return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+    return 0
