@@ -5,36 +5,11 @@
 * ``worker_processes.start(spec, tasks, env=None)``: real ``python -m asyncflow worker`` processes;
   waits (with a deadline) for each one's "listening on" line and kills them at teardown.
 """
-import json
-import os
-import select
-import socket
-import subprocess
-import sys
-import tempfile
-import time
-
 import pytest
 import trio
 
 import asyncflow as af
-
-LISTEN_DEADLINE_S = 60.0
-# Worker processes share the machine's cores: one BLAS thread each (spinning pools starve).
-ONE_BLAS_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def loopback_spec(jobs):
-    """``{"ps": 1, "worker": 2}`` -> a cluster dict on free loopback ports."""
-    return {job: [f"127.0.0.1:{free_port()}" for _ in range(count)]
-            for job, count in jobs.items()}
-
+from cluster_processes import WorkerProcesses, loopback_spec
 
 _next_inprocess = iter(range(1000, 10**6))
 
@@ -56,58 +31,6 @@ async def cluster(request):
             servers[f"{job}:{index}"] = server
         yield cluster, servers
         nursery.cancel_scope.cancel()
-
-
-class WorkerProcesses:
-    def __init__(self):
-        self.procs = {}
-
-    def start(self, spec, tasks, env=None, flags=True):
-        """Start ``tasks`` (``[(job, index)]``) of ``spec``; returns their listening lines.
-
-        With ``flags=False`` the command has no --cluster/--job/--task (``env`` supplies
-        ``ASYNCFLOW_CONFIG``).
-        """
-        lines = {}
-        for job, index in tasks:
-            where = ["--cluster", json.dumps(spec), "--job", job, "--task", str(index)]
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "asyncflow", "worker", *(where if flags else []),
-                 "--log-level", "WARNING", "--data-dir", tempfile.gettempdir()],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                env={**os.environ, **ONE_BLAS_THREAD, **(env or {})})
-            self.procs[(job, index)] = proc
-        deadline = time.monotonic() + LISTEN_DEADLINE_S
-        for key, proc in self.procs.items():
-            if key in tasks:
-                lines[key] = self._wait_listening(proc, deadline, key)
-        return lines
-
-    @staticmethod
-    def _wait_listening(proc, deadline, key):
-        while True:
-            left = deadline - time.monotonic()
-            ready, _, _ = select.select([proc.stdout], [], [], max(left, 0))
-            if not ready:
-                proc.kill()
-                raise TimeoutError(f"worker {key} did not start listening in time")
-            line = proc.stdout.readline()
-            if not line:
-                raise RuntimeError(f"worker {key} exited: {proc.wait()} {proc.stderr.read()}")
-            if "listening on" in line:
-                return line.strip()
-
-    def kill(self, job, index):
-        proc = self.procs.pop((job, index))
-        proc.kill()
-        proc.wait()
-
-    def stop_all(self):
-        for proc in self.procs.values():
-            proc.kill()
-        for proc in self.procs.values():
-            proc.wait()
-        self.procs.clear()
 
 
 @pytest.fixture

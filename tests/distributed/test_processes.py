@@ -17,7 +17,7 @@ from transports.messages import AbortStep, CleanupStep, RecvTensors, RemoteCallE
 from transports.service import RPCS
 from transports.wire import encode
 
-from conftest import loopback_spec
+from cluster_processes import loopback_spec
 
 TIMEOUT = af.RunOptions(timeout_in_ms=20000)
 

@@ -28,7 +28,7 @@ import trio
 
 import asyncflow as af
 
-from conftest import WorkerProcesses, loopback_spec
+from cluster_processes import WorkerProcesses, loopback_spec
 
 SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20]
 SMALL = 1 << 10
