@@ -62,6 +62,7 @@ async def loop_peak_bytes(iterations):
 
 
 async def main(iterations, repeats):
+    # (imported here: ``bench_issue18`` imports this module against older trees, which lack it)
     from asyncflow.runtime.step import Step
     loop_graph, loop_result = build_loop(iterations)
     chain_graph, x0, chain = build_chain()

@@ -10,7 +10,7 @@ step crosses the wire, so the whole step sits in the session's close-cancellable
 from __future__ import annotations
 
 from asyncflow.distributed import master as _master
-from asyncflow.runtime.target import closed_error
+from asyncflow.runtime.step import closed_error
 
 
 class ClusterTarget:

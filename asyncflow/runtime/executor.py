@@ -45,8 +45,7 @@ async def run_plan(plan, feed_values, step):
     timeslice.begin()
     if not plan.static:
         return await core.finish(_start(plan, feed_values, step))
-    slots = [None] * (plan.num_slots + 1)  # the extra slot swallows unread outputs
-    slots[:len(feed_values)] = feed_values
+    slots = _slots(plan, feed_values)
     if step.trace is None:
         step_fn, record = plan.static_fn or prepare(plan).static_fn, None
     else:
@@ -83,9 +82,14 @@ def _start(plan, feed_values, step):
         if plan.frame_tables is None:
             prepare(plan)
         return core.start(plan, Frames(plan, feed_values, step), step)
+    return core.start(plan, core.Flat(plan, _slots(plan, feed_values)), step)
+
+
+def _slots(plan, feed_values):
+    """A step's slots, feeds first; the extra last slot swallows unread outputs."""
     slots = [None] * (plan.num_slots + 1)
     slots[:len(feed_values)] = feed_values
-    return core.start(plan, core.Flat(plan, slots), step)
+    return slots
 
 
 def _waiter(step, record):

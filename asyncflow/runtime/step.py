@@ -135,8 +135,8 @@ def wrap_error(exc, op, device_name):
 
 
 def closed_error(op=None):
-    """The error of a step cancelled because its session closed while it waited."""
+    """The error of a step cancelled because its session was closed while it ran."""
     err = errors.CancelledError(None, op, "The session was closed while this step was "
-                                "waiting (e.g. on a queue)")
+                                "running (e.g. waiting on a queue)")
     err._asyncflow_located = True
     return err

@@ -43,12 +43,6 @@ from asyncflow.runtime.step import Step
 _STEP_IDS = itertools.count(secrets.randbits(40) << 8)
 
 
-def closed_error():
-    """The error of a step cancelled because its session was closed while it ran."""
-    return errors.CancelledError(None, None, "The session was closed while this step was "
-                                 "running (e.g. waiting on a queue)")
-
-
 class LocalTarget:
     """This process's devices (``SessionConfig.device_count``) and a fresh ResourceManager.
 
