@@ -118,30 +118,26 @@ def build_runners(nodes, simple):
     return runners
 
 
-def _members(nodes, enters):
-    """Indices of the nodes in the frame the ``enters`` lead into, or None if nested."""
-    members, stack = set(), []
-    for enter in enters:
-        stack.extend(dst for _, dst, _ in enter.out_edges)
-        stack.extend(enter.control_out)
+def _reach(nodes, roots, stop, within=None):
+    """The nodes reachable from ``roots`` along data and control edges, not past a node of
+    kind ``stop`` (which is included) nor outside ``within``."""
+    seen, stack = set(), list(roots)
     while stack:
         index = stack.pop()
-        if index in members:
+        if index in seen or (within is not None and index not in within):
             continue
-        members.add(index)
+        seen.add(index)
         node = nodes[index]
-        if node.kind == ENTER:
-            return None  # a nested frame: leave it to the dynamic path
-        if node.kind == EXIT:
-            continue
-        stack.extend(dst for _, dst, _ in node.out_edges)
-        stack.extend(node.control_out)
-    return members
+        if node.kind != stop:
+            stack.extend(dst for _, dst, _ in node.out_edges)
+            stack.extend(node.control_out)
+    return seen
 
 
 def _build(nodes, simple, enters):
-    members = _members(nodes, enters)
-    if not members:
+    # The frame's nodes, up to its Exits; an Enter among them: a nested frame, left dynamic.
+    members = _reach(nodes, [dst for enter in enters for dst in enter.consumers], EXIT)
+    if not members or any(nodes[index].kind == ENTER for index in members):
         return None
     enter_slots = {enter.outputs[0]: enter.index for enter in enters}
     produced = {slot for index in members for slot in nodes[index].outputs} | set(enter_slots)
@@ -172,7 +168,8 @@ def _build(nodes, simple, enters):
             exits.append((node, source))
         elif node.kind not in (NEXT_ITERATION,) and not (node.kind == NORMAL and simple[index]):
             return None
-    body = _downstream(nodes, members, body_roots)
+    # (a NextIteration leads to the next iteration, not further into this one)
+    body = _reach(nodes, body_roots, NEXT_ITERATION, members)
     cond_part, body_part, constants = [], [], []
     for index in sorted(members):
         node = nodes[index]
@@ -220,18 +217,3 @@ def _switch_of(nodes, members, exit_node):
         if node.kind == SWITCH and node.outputs[0] == exit_node.inputs[0]:
             return node.inputs[0]
     return None
-
-
-def _downstream(nodes, members, roots):
-    seen, stack = set(), list(roots)
-    while stack:
-        index = stack.pop()
-        if index in seen or index not in members:
-            continue
-        seen.add(index)
-        node = nodes[index]
-        if node.kind == NEXT_ITERATION:
-            continue  # the back edge leads to the next iteration, not further into this one
-        stack.extend(dst for _, dst, _ in node.out_edges)
-        stack.extend(node.control_out)
-    return seen

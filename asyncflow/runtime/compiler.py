@@ -297,7 +297,7 @@ async def run_partitions(graph, compiled, feed_values, step):
                     left.append(index)
                 else:  # finished inline: a CPU device's ``to_host`` does not suspend
                     run.close()
-                    results[index] = await _fetch_to_host(plans[index], run.values())
+                    results[index] = await _fetch_to_host(plans[index], run.prop.values())
             if left:
                 failure = await _finish_in_tasks(compiled, feed_values, step, runs, left,
                                                  results)

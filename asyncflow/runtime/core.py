@@ -1,37 +1,25 @@
 """The executor's one core: a synchronous drain over a propagator, and one async ``finish``.
 
 Theory of operation (the paper's ready-queue executor; TF's ``ExecutorState`` over its
-two propagators):
-- A ``Run`` is one partition's run for one step. Its *propagator* knows where values live
-  and who becomes ready: ``Flat`` (here: slots and pending counts, for partitions without
-  control flow) or ``frames.Frames`` (values keyed by frame and iteration, dead tensors).
-  Both answer ``ready`` (a LIFO stack of entries: depth first keeps the live set small),
-  ``take(entry) -> (node, args)`` (``node`` None: the propagator handled the entry itself,
-  e.g. a dead node; ``args`` is then ``PAUSE`` when the slice ran out there),
-  ``complete(entry, node, outputs)``, ``frame_iter`` (None, or ``frame_iter(entry)``: the
-  "frame:iteration" a waiting kernel's rendezvous keys name) and ``values()``.
-- ``Run.drain`` (synchronous, trio's ``*_nowait`` style) runs every ready node that need
-  not wait: plain kernels inline; a waiting kernel (``is_async``: Recv, queue ops, async
-  ``py_func``) first tries its synchronous twin (``nowait``), else its subscribing form (a
-  Recv hands the rendezvous a ``Delivery``), else it joins ``waiting``; so does a kernel
-  whose actual inputs are large (``offload``). A drain stops, nodes left ready, when the
-  time slice is over (``timeslice``), or on the first failure.
-- ``finish(run)`` awaits the rest: it starts ``waiting`` kernels as tasks in a nursery
-  opened only then, receives their reports (and subscriptions' from elsewhere) on a channel
-  opened only then, checkpoints and drains again when a slice ran out, and enters
-  ``Step.park`` (the owner's close-cancellable scope) only then. A run that drains to its
-  end never awaits anything.
-- **CPU partitions of one step drain each other inline** (``drive``): a Send run in some
-  drain that delivers to another CPU run's Recv subscription completes the Recv at once and
-  puts that run on ``Step.runnable``; the drain that is running drains it when its own
-  stack is empty (a trampoline: drains never nest, so a ping-pong of any length stays one
-  drain deep). A run's task is woken (``WAKE`` on its channel) only when it must act:
-  start tasks, fail, finish, or go on after a slice. A GPU run keeps to its own task.
+two propagators; ``docs/architecture.md`` has the whole picture):
+- A ``Run`` is one partition's run for one step over a *propagator*, ``Flat`` (slots and
+  pending counts) or ``frames.Frames`` (values per frame and iteration, dead tensors). Its
+  ``ready`` is a LIFO stack of entries ``(node, args, where)``: arguments gathered when
+  the node became ready, ``where`` what ``complete(node, where, outputs)`` and
+  ``frame_iter(where)`` (the rendezvous keys' "frame:iteration") need. An ``Own`` entry is
+  the propagator's own work, handed back to it (a dead node, a compiled loop's step).
+- ``Run.drain`` (trio's ``*_nowait`` style) runs plain kernels inline; a waiting kernel
+  (``is_async``) tries its synchronous twin, then its subscribing form (a Recv hands the
+  rendezvous a ``Delivery``), else joins ``waiting``, as does a kernel whose actual inputs
+  are large. It stops when nothing is ready, on the first failure, or when the slice is over.
+- ``finish(run)`` awaits the rest, and opens what it needs only then: ``Step.park`` (the
+  owner's close-cancellable scope), a report channel, a nursery for the ``waiting`` kernels.
+- CPU partitions of one step drain each other inline (``drive``, a trampoline over
+  ``Step.runnable``): a Send that delivers to another CPU run's subscribed Recv completes
+  it at once and makes that run runnable, so a ping-pong of any length stays one drain
+  deep. A run's task is woken only when it must act; a GPU run keeps to its own task.
 - The first failure stops scheduling and is one located ``OpError``; tasks report errors
-  instead of raising into the nursery, so no ExceptionGroup reaches the caller. Closing a
-  run cancels the subscriptions it still holds.
-- Tracing is a hook: ``record(node, start, waited)`` when ``Step.trace`` is a list; the
-  path is the same as untraced.
+  instead of raising into the nursery. Tracing is a hook (``record``) on the same path.
 """
 from __future__ import annotations
 
@@ -46,53 +34,67 @@ from asyncflow.runtime import timeslice
 from asyncflow.runtime.plan import OFFLOAD_COST, runtime_cost
 from asyncflow.runtime.step import StepContext, closed_error, now_us, recorder, wrap_error
 
-PAUSE = object()  # ``take``'s args when the propagator ran out of its slice (a loop)
+PAUSE = object()  # what an ``Own`` entry answers when the slice ran out there (a loop)
 WAKE = (None, None, None, 0, None)  # on a report channel: "your run changed, look again"
 _BUDGET = timeslice.BUDGET
 _due = timeslice.due
 
 
+class Own:
+    """The head of a propagator's own entry ``(Own(fn), payload, where)`` in ``ready``: the
+    core calls ``fn(payload, where)`` instead of a kernel (a dead node, a loop's step)."""
+
+    __slots__ = ("fn",)
+    plain = False
+    op = None
+
+    def __init__(self, fn):
+        self.fn = fn
+
+
 class Flat:
     """Slots and pending counts: the propagator of a partition without control flow."""
 
-    __slots__ = ("ready", "take", "complete", "values")
+    __slots__ = ("ready", "complete", "values")
     frame_iter = None  # every entry is in the root frame
 
     def __init__(self, plan, slots):
         nodes, fetched = plan.nodes, plan.fetched
         pending = [n.pending for n in nodes]
         readers = list(plan.slot_readers)
-        ready = self.ready = list(plan.roots)
+        ready = self.ready = []
 
-        def take(index):
-            node = nodes[index]
-            inputs = node.inputs
-            if not inputs:
-                return node, []
-            if len(inputs) == 1:  # (the common case, without the loops)
-                slot = inputs[0]
-                value = slots[slot]
-                readers[slot] -= 1
-                if readers[slot] == 0 and slot not in fetched:
-                    slots[slot] = None
-                return node, [value]
-            args = [slots[i] for i in inputs]
-            for slot in inputs:
-                readers[slot] -= 1
-                if readers[slot] == 0 and slot not in fetched:
-                    slots[slot] = None  # its last reader has it: free the buffer
-            return node, args
-
-        def complete(index, node, outputs):
+        def complete(node, _, outputs):
             for slot, value in zip(node.outputs, outputs):
                 slots[slot] = value
-            for consumer in node.consumers:
-                pending[consumer] -= 1
-                if pending[consumer] == 0:
-                    ready.append(consumer)
+            for index in node.consumers:
+                pending[index] -= 1
+                if pending[index] == 0:  # ready: its entry, its arguments gathered
+                    consumer = nodes[index]
+                    inputs = consumer.inputs
+                    if len(inputs) == 1:
+                        args = [slots[inputs[0]]]
+                    else:
+                        args = [*consumer.gather(slots)] if inputs else []
+                    for slot in inputs:
+                        readers[slot] -= 1
+                        if readers[slot] == 0 and slot not in fetched:
+                            slots[slot] = None  # its last reader has it: free the buffer
+                    ready.append((consumer, args, None))
 
-        self.take, self.complete = take, complete
+        self.complete = complete
         self.values = lambda: fetched_values(plan, slots)
+        for index in plan.roots:  # the roots: as if a node before them all completed
+            pending[index] = 1
+        complete(_Before(plan.roots), None, ())
+
+
+class _Before:
+    __slots__ = ("consumers",)
+    outputs = ()
+
+    def __init__(self, consumers):
+        self.consumers = consumers
 
 
 def fetched_values(plan, slots):
@@ -104,16 +106,15 @@ def fetched_values(plan, slots):
 class Run:
     """One partition's run for one step: its propagator, waits, failure and report channel."""
 
-    __slots__ = ("step", "prop", "ready", "take", "complete", "frame_iter", "waiting",
-                 "failure", "outstanding", "record", "device_name", "shares", "report_send",
+    __slots__ = ("step", "prop", "ready", "complete", "frame_iter", "waiting", "failure",
+                 "outstanding", "record", "device_name", "shares", "report_send",
                  "report_receive", "cancels", "scheduled", "woken", "closed")
 
     def __init__(self, plan, prop, step):
         self.step = step
         self.prop = prop
-        self.ready, self.take, self.complete = prop.ready, prop.take, prop.complete
-        self.frame_iter = prop.frame_iter
-        self.waiting = []       # (node, args, entry) to start as tasks
+        self.ready, self.complete, self.frame_iter = prop.ready, prop.complete, prop.frame_iter
+        self.waiting = []       # (node, args, where) to start as tasks
         self.failure = None
         self.outstanding = 0    # kernels waiting, running as tasks or subscribed
         self.device_name = plan.device.name
@@ -135,9 +136,6 @@ class Run:
         """Stopped only because the slice ran out: a checkpoint, then ``drain`` again."""
         return self.failure is None and bool(self.ready) and not self.waiting
 
-    def values(self):
-        return self.prop.values()
-
     def drain(self):
         """Run what is runnable (and, sharing, what this run's Sends feed); awaits nothing."""
         if self.shares:
@@ -146,7 +144,7 @@ class Run:
             self.drain_own()
 
     def drain_own(self):
-        ready, take, complete, record = self.ready, self.take, self.complete, self.record
+        ready, complete, record = self.ready, self.complete, self.record
         budget = _BUDGET
         left = budget.left
         start = 0
@@ -158,63 +156,61 @@ class Run:
                     budget.left = 0
                     return
                 left = timeslice.CHECK_EVERY
-            entry = ready.pop()
+            node, args, where = ready.pop()
             try:
-                node, args = take(entry)
-                if node is None:
-                    if args is PAUSE:
-                        budget.left = 0
-                        return
-                    continue
                 if record is not None:
                     start = now_us()
                 if node.plain:
                     outputs = node.fn(node.ctx, *args)
+                elif node.__class__ is Own:
+                    if node.fn(args, where) is PAUSE:
+                        budget.left = 0
+                        return
+                    continue
                 else:
                     for position in node.deref:
                         if args[position] is not DEAD:
                             args[position] = args[position].read()
                     if node.is_async:
                         ctx = StepContext(node.ctx, self.step, None if self.frame_iter is None
-                                          else self.frame_iter(entry))
+                                          else self.frame_iter(where))
                         form = node.subscribe
                         # Sharing, a value already there is delivered inline at once:
                         # subscribing first saves the poll that usually finds nothing.
                         if form is not None and self.shares \
-                                and self.subscribe(form, node, ctx, args, entry, start):
+                                and self.subscribe(form, node, ctx, args, where, start):
                             continue
                         outputs = WOULD_BLOCK if node.nowait is None else node.nowait(ctx, *args)
                         if outputs is WOULD_BLOCK:
-                            self.wait(form, node, ctx, args, entry, start)
+                            self.wait(form, node, ctx, args, where, start)
                             continue
                     elif node.offload and runtime_cost(node, args) >= OFFLOAD_COST:
-                        self.wait(None, node, None, args, entry, start)
+                        self.wait(None, node, None, args, where, start)
                         continue
                     else:
                         outputs = node.fn(node.ctx, *args)
-                complete(entry, node, outputs)
+                complete(node, where, outputs)
             except (trio.Cancelled, KeyboardInterrupt):
                 raise
             except BaseException as exc:
-                self.failure = wrap_error(exc, node.op if node is not None else None,
-                                          self.device_name)
+                self.failure = wrap_error(exc, node.op, self.device_name)
                 budget.left = left
                 return
             if record is not None:
                 record(node, start)
         budget.left = left
 
-    def wait(self, form, node, ctx, args, entry, start):
+    def wait(self, form, node, ctx, args, where, start):
         """``node`` cannot complete inline: subscribe (not sharing; sharing, that was tried
         first), else queue it in ``waiting``, to start as a task."""
-        if form is None or self.shares or not self.subscribe(form, node, ctx, args, entry, start):
+        if form is None or self.shares or not self.subscribe(form, node, ctx, args, where, start):
             self.outstanding += 1
-            self.waiting.append((node, args, entry))
+            self.waiting.append((node, args, where))
 
-    def subscribe(self, form, node, ctx, args, entry, start):
+    def subscribe(self, form, node, ctx, args, where, start):
         """Try ``node``'s subscribing ``form``; True if it will deliver (inline or reported)."""
         self.outstanding += 1
-        cancel = form(ctx, *args, Delivery(self, node, entry, start))
+        cancel = form(ctx, *args, Delivery(self, node, where, start))
         if cancel is WOULD_BLOCK:
             self.outstanding -= 1
             return False
@@ -223,7 +219,7 @@ class Run:
 
     def open_report(self):
         """The channel on which tasks and subscriptions report ``(node, outputs, exc, start,
-        entry)``."""
+        where)``."""
         if self.report_send is None:
             self.report_send, self.report_receive = trio.open_memory_channel(math.inf)
         return self.report_send
@@ -246,7 +242,7 @@ class Run:
 
     def take_report(self, report):
         """Apply one report: a finished kernel, or a ``WAKE``; then drain."""
-        node, outputs, exc, start, entry = report
+        node, outputs, exc, start, where = report
         if node is None:
             self.woken = False
         if self.failure is not None:
@@ -256,7 +252,7 @@ class Run:
             if exc is not None:
                 self.failure = wrap_error(exc, node.op, self.device_name)
                 return
-            self.complete(entry, node, outputs)
+            self.complete(node, where, outputs)
             if self.record is not None:
                 self.record(node, start, True)
         self.drain()
@@ -281,24 +277,24 @@ class Delivery:
     the report goes on the run's channel.
     """
 
-    __slots__ = ("run", "node", "entry", "start")
+    __slots__ = ("run", "node", "where", "start")
 
-    def __init__(self, run, node, entry, start):
-        self.run, self.node, self.entry, self.start = run, node, entry, start
+    def __init__(self, run, node, where, start):
+        self.run, self.node, self.where, self.start = run, node, where, start
 
     def __call__(self, outputs, exc=None):
         run = self.run
         step = run.step
         if exc is None and run.shares and step.draining and run.failure is None:
             run.outstanding -= 1
-            run.complete(self.entry, self.node, outputs)
+            run.complete(self.node, self.where, outputs)
             if run.record is not None:
                 run.record(self.node, self.start, True)
             if not run.scheduled and run is not step.current:
                 run.scheduled = True
                 step.runnable.append(run)
             return
-        run.report((self.node, outputs, exc, self.start, self.entry))
+        run.report((self.node, outputs, exc, self.start, self.where))
 
 
 def drive(run):
@@ -370,7 +366,7 @@ async def finish(run):
         run.close()
     if run.failure is not None:
         raise run.failure
-    return run.values()
+    return run.prop.values()
 
 
 async def _wait(run):
@@ -379,8 +375,8 @@ async def _wait(run):
         if run.waiting:  # a kernel must run as a task: go on inside a nursery
             async with trio.open_nursery() as nursery:
                 while run.failure is None and not run.done:
-                    for node, args, entry in run.waiting:
-                        nursery.start_soon(_task, run, node, args, entry)
+                    for node, args, where in run.waiting:
+                        nursery.start_soon(_task, run, node, args, where)
                     run.waiting.clear()
                     await _next(run)
                 nursery.cancel_scope.cancel()
@@ -400,7 +396,7 @@ async def _next(run):
     run.take_report(report)
 
 
-async def _task(run, node, args, entry):
+async def _task(run, node, args, where):
     """Run a waiting or offloaded kernel as a task; report, never raise into the nursery.
 
     A traced offloaded kernel's start is when its worker thread begins (after the device's
@@ -410,7 +406,7 @@ async def _task(run, node, args, entry):
     try:
         if node.is_async:
             frame_iter = run.frame_iter
-            ctx = StepContext(node.ctx, run.step, None if frame_iter is None else frame_iter(entry))
+            ctx = StepContext(node.ctx, run.step, None if frame_iter is None else frame_iter(where))
             outputs = await node.fn(ctx, *args)
         elif run.record is not None:
             start, outputs = await trio.to_thread.run_sync(_timed, node, args,
@@ -420,9 +416,9 @@ async def _task(run, node, args, entry):
     except trio.Cancelled:
         raise
     except BaseException as exc:  # noqa: BLE001 - reported
-        run.report((node, None, exc, start, entry))
+        run.report((node, None, exc, start, where))
         return
-    run.report((node, outputs, None, start, entry))
+    run.report((node, outputs, None, start, where))
 
 
 def _timed(node, args):

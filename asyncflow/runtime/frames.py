@@ -1,49 +1,46 @@
 """The frames propagator: values keyed by (node output, frame, iteration), dead tensors.
 
 Theory of operation (the paper's control flow, TF's ``propagator_state``), for the core
-(``core.py``), which drains its ``ready`` entries ``(node index, frame, iteration, dead)``:
-- Each live ``_Frame`` keeps its ``_Iteration``s; an iteration holds the values its nodes
-  read (slot -> value), its nodes' pending and dead-input counts (lazily from the plan),
-  each Merge's first live input, its ``outstanding`` nodes and its live child frames.
-- ``take``: a dead entry of an ordinary node runs no kernel (its outputs are all ``DEAD``);
-  kernels flagged ``runs_on_dead`` (Send/Recv) run anyway. A Merge gets its first live input
-  in its position and ``DEAD`` elsewhere (the Merge kernel's contract).
+(``core.py``), whose entries here are ``(node, args, iteration)``:
+- Each live ``_Frame`` keeps its ``_Iteration``s; an iteration holds the values that nodes
+  with several inputs gather, its nodes' pending and dead-input counts (lazily from the
+  plan), each Merge's first live input, its ``outstanding`` nodes and its live child frames.
+- A node whose inputs are not all live is dead: it runs no kernel (the propagator's own
+  entry) and its outputs are all ``DEAD``; Send/Recv (``runs_on_dead``) run anyway. A Merge
+  fires once per iteration, on its first live input (in its position, ``DEAD`` elsewhere)
+  once its control inputs arrived, or dead when all data inputs are dead.
 - ``complete`` routes outputs by node kind: ordinary nodes feed their iteration; ``Enter``
-  feeds iteration 0 of the child frame (a constant Enter, a loop invariant, every current and
-  future iteration); ``Exit`` feeds the parent iteration (a dead Exit of the newest iteration
-  is held until the frame is done: a loop on an untaken branch goes dead); ``NextIteration``
-  feeds iteration i+1, unless ``parallel_iterations`` are in flight: it is parked until the
-  oldest finishes. A dead NextIteration ends the loop. Merge fires once per iteration: on
-  its first live input once its control inputs arrived, or dead when all data inputs are.
-- An iteration is done when it has no outstanding nodes and no live child frames and its
-  predecessor is done; done iterations are deleted in order (memory flat in the iteration
-  count). A frame is done when all its Enters arrived and no iteration is left.
-- A *simple* frame (``compiled_loops``, a compiled form chosen when the plan is built) runs
-  straight-line once all its Enters arrived live: the frame is queued as a loop entry
-  (index -1) that ``take`` steps until the loop ends; when the slice runs out there, ``take``
-  answers ``PAUSE`` and the core's owner checkpoints before stepping it again.
-- Frame ids hash (parent id, parent iteration, frame name) with blake2b, so every process
-  names a frame alike; waiting kernels see ``ctx.frame_iter`` ("id:iter") for their keys.
-- The root frame frees a value after its last reader; a dead fetch is an
+  feeds iteration 0 of the child frame (a constant Enter, every iteration); ``Exit`` feeds
+  the parent iteration (a dead Exit of the newest iteration is held until the frame is done);
+  ``NextIteration`` feeds iteration i+1, parked while ``parallel_iterations`` are in
+  flight; a dead one ends the loop.
+- An iteration is done when nothing in it is outstanding, no child frame is live and its
+  predecessor is done; it is deleted then (memory flat in the iteration count). A frame is
+  done when all its Enters arrived and no iteration is left.
+- A simple frame's compiled loop (``compiled_loops``) runs once its Enters arrived live, as
+  an own entry that answers ``PAUSE`` when the slice runs out.
+- Frame ids hash (parent id, parent iteration, name) with blake2b: every process names a
+  frame alike. The root frame frees a value after its last reader; a dead fetch is an
   InvalidArgumentError.
 """
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import typing
 
 from asyncflow import errors
 from asyncflow.kernels.control_flow import DEAD
 from asyncflow.runtime import compiled_loops
-from asyncflow.runtime.core import PAUSE
+from asyncflow.runtime.core import PAUSE, Own
 from asyncflow.runtime.plan import DROP, ENTER, EXIT, MERGE, NORMAL, SWITCH
 from asyncflow.runtime.step import wrap_error
 
 _FIRED = -(1 << 40)  # a Merge's pending count once it has fired in an iteration
-# An entry's mark: False (a live node), True (dead), or one of these, both truthy, so that a
-# live ordinary node is told by one test.
-_MERGE = "live Merge"     # a Merge firing on its first live input
-_LOOP = "compiled loop"   # (-1, frame, its loop's generator, _LOOP)
+# How a data edge reaches its consumer: as its sole input (its entry's arguments are the
+# value itself), counted with its other inputs (gathered from the iteration once all are
+# there), or as one of a Merge's inputs.
+_SOLE, _COUNTED, _MERGE_IN = range(3)
 
 
 def frame_id(parent_id, parent_iteration, frame_name):
@@ -54,9 +51,11 @@ def frame_id(parent_id, parent_iteration, frame_name):
 
 
 class _Iteration:
-    __slots__ = ("number", "values", "pending", "dead", "merge_live", "outstanding", "frames")
+    __slots__ = ("frame", "number", "values", "pending", "dead", "merge_live", "outstanding",
+                 "frames")
 
-    def __init__(self, number):
+    def __init__(self, frame, number):
+        self.frame = frame
         self.number = number
         self.values = {}
         self.pending = {}
@@ -66,10 +65,19 @@ class _Iteration:
         self.frames = {}
 
 
+class _DeadAt:
+    """The ``where`` of a Send or Recv that runs although an input is dead."""
+
+    __slots__ = ("iteration",)
+
+    def __init__(self, iteration):
+        self.iteration = iteration
+
+
 class _Frame:
     __slots__ = ("frame_id", "name", "parent", "parent_iteration", "max_parallel",
                  "iterations", "iteration_count", "outstanding_iterations", "pending_enters",
-                 "next_iter_roots", "invariants", "dead_exits", "runner", "arrived")
+                 "next_iter_roots", "invariants", "exits", "runner", "arrived")
 
     def __init__(self, frame_id_, name, parent, parent_iteration, max_parallel, pending_enters):
         self.frame_id = frame_id_
@@ -77,13 +85,13 @@ class _Frame:
         self.parent = parent
         self.parent_iteration = parent_iteration
         self.max_parallel = max_parallel
-        self.iterations = {0: _Iteration(0)}
+        self.iterations = {0: _Iteration(self, 0)}
         self.iteration_count = 0
         self.outstanding_iterations = 1
         self.pending_enters = pending_enters
         self.next_iter_roots = []
         self.invariants = []
-        self.dead_exits = []
+        self.exits = []      # delivered when the frame is done: (node, outputs, dead)
         self.runner = None   # a compiled_loops.LoopRunner when the frame is simple
         self.arrived = []    # Enters held for the runner: (node, outputs, dead)
 
@@ -99,22 +107,45 @@ class FrameStatistics:
     nodes_dead: int = 0
 
 
+class Tables(typing.NamedTuple):
+    """A plan's tables for ``Frames``, per node index: the ``(slot, output index)`` pairs
+    an iteration stores (those some counted consumer gathers, and fetches); data edges
+    ``(output index, consumer index, consumer, position, how, consumer's pending)``;
+    control edges ``(consumer index, consumer, is a Merge, pending)``; per slot the reads
+    that gather it; and the compiled loops ``{frame name: LoopRunner}``."""
+
+    stores: list
+    edges: list
+    controls: list
+    readers: list
+    runners: dict
+
+
 def tables(plan, compile_loops=True):
-    """Per node, flattened for ``complete``: where outputs are stored, data edges
-    ``(output, consumer, position, consumer is Merge, consumer's initial pending)`` and
-    control edges ``(consumer, is Merge, initial pending)``; and the compiled loops of the
-    plan's simple frames (``{frame name: LoopRunner}``, none without ``compile_loops``)."""
+    """The ``Tables`` of ``plan``; no compiled loop without ``compile_loops``."""
     nodes = plan.nodes
-    stores = [tuple((slot, i) for i, slot in enumerate(n.outputs) if slot != DROP)
-              for n in nodes]
-    edges = [tuple((out, dst, pos, nodes[dst].kind == MERGE, nodes[dst].pending)
+
+    def how(dst):
+        node = nodes[dst]
+        if node.kind == MERGE:
+            return _MERGE_IN
+        return _SOLE if node.pending == 1 and len(node.inputs) == 1 else _COUNTED
+
+    edges = [tuple((out, dst, nodes[dst], pos, how(dst), nodes[dst].pending)
                    for out, dst, pos in n.out_edges) for n in nodes]
-    controls = [tuple((dst, nodes[dst].kind == MERGE, nodes[dst].pending)
+    readers = list(plan.slot_readers)
+    for node, out_edges in zip(nodes, edges):
+        for out, _, _, _, mode, _ in out_edges:
+            if mode != _COUNTED:
+                readers[node.outputs[out]] -= 1  # it has the value from its edge
+    stores = [tuple((slot, i) for i, slot in enumerate(n.outputs)
+                    if slot != DROP and (readers[slot] or slot in plan.fetched)) for n in nodes]
+    controls = [tuple((dst, nodes[dst], nodes[dst].kind == MERGE, nodes[dst].pending)
                       for dst in n.control_out) for n in nodes]
     simple = [n.kind in (NORMAL, SWITCH) and not (n.is_async or n.offload or n.deref
                                                   or n.runs_on_dead) for n in nodes]
     runners = compiled_loops.build_runners(nodes, simple) if compile_loops else {}
-    return stores, edges, controls, runners
+    return Tables(stores, edges, controls, readers, runners)
 
 
 class Frames:
@@ -124,132 +155,146 @@ class Frames:
         self.plan = plan
         self.step = step
         self.nodes = plan.nodes
-        self.stores, self.edges, self.controls, self.runners = plan.frame_tables
-        device_name = plan.device.name
-        self.wrap = lambda exc, node: wrap_error(exc, node.op, device_name)
-        self.enter_counts = plan.enter_counts
+        self.tables = plan.frame_tables
         self.ready = []
         self.stats = FrameStatistics()
         self.live_iterations = 1
         self.root = _Frame(0, "", None, None, 1, 0)
-        self.root_values = self.root.iterations[0].values
+        root_iteration = self.root.iterations[0]
+        self.root_values = root_iteration.values
         self.root_values.update(enumerate(feed_values))
-        self.readers = list(plan.slot_readers)
+        self.readers = list(self.tables.readers)
+        self.dead_entry, self.loop_entry = Own(self._run_dead), Own(self._step_loop)
+        self.complete, self.activate, self.push = self._hot_paths()
         for index in plan.roots:
-            self.push(index, self.root, self.root.iterations[0], False)
-        self.take, self.complete, self.activate = self._hot_paths()
+            self.push(self.nodes[index], root_iteration, False)
 
     def _hot_paths(self):
-        """``take(entry) -> (node, args)``, ``complete(entry, node, outputs)`` and
-        ``activate(node, frame, iteration, outputs, dead)``, over locals.
+        """``complete(node, where, outputs)``, ``activate(node, iteration, outputs, dead)``
+        and ``push(node, iteration, dead)``, over locals.
 
-        ``take`` answers ``(None, None)`` for an entry it handled (a dead node) and
-        ``(None, PAUSE)`` when a compiled loop stopped at the end of its slice.
+        A ready node's entry is ``(node, args, where)``, ``where`` its iteration (a
+        ``_DeadAt`` for a Send or Recv that runs dead); a dead node is the propagator's own
+        entry ``(dead_entry, node, iteration)``.
         """
-        nodes, root, root_values = self.nodes, self.root, self.root_values
-        readers, fetched, stats = self.readers, self.plan.fetched, self.stats
-        stores, edges, controls, ready = self.stores, self.edges, self.controls, self.ready
-        propagate, cleanup = self.propagate, self.cleanup
-        merge_input, push = self._merge_input, self.push
+        root_values, readers, fetched = self.root_values, self.readers, self.plan.fetched
+        stores, edges, controls, _, _ = self.tables
+        ready, stats, dead_entry = self.ready, self.stats, self.dead_entry
+        root_iteration = self.root.iterations[0]
+        cleanup = self.cleanup
 
-        def activate(node, frame, iteration, outputs, node_dead):
-            """Deliver ``outputs`` of ``node`` to its consumers in ``iteration`` of ``frame``."""
+        def push(node, iteration, dead):
+            """``node`` is ready in ``iteration``: queue its entry, its arguments gathered."""
+            iteration.outstanding += 1
+            if dead and not node.runs_on_dead:
+                ready.append((dead_entry, node, iteration))
+                return
+            values, inputs = iteration.values, node.inputs
+            try:
+                if len(inputs) == 1:
+                    args = [values[inputs[0]]]
+                else:
+                    args = [*node.gather(values)] if inputs else []
+            except KeyError:  # a fed tensor read inside a frame lives in the root frame
+                args = [values[slot] if slot in values else root_values[slot]
+                        for slot in inputs]
+            if iteration is root_iteration:
+                for slot in inputs:
+                    readers[slot] -= 1
+                    if readers[slot] == 0 and slot not in fetched:
+                        values.pop(slot, None)  # its last reader has it: free the buffer
+            ready.append((node, args, _DeadAt(iteration) if dead else iteration))
+
+        def fire(merge, iteration, dead):
+            """Merge ``merge`` fires: on its first live input, in its position (DEAD
+            elsewhere: the Merge kernel's contract), else dead."""
+            iteration.pending[merge.index] = _FIRED
+            if dead:
+                iteration.outstanding += 1
+                ready.append((dead_entry, merge, iteration))
+                return
+            position, value = iteration.merge_live[merge.index]
+            args = [DEAD] * merge.num_inputs
+            args[position] = value
+            iteration.outstanding += 1
+            ready.append((merge, args, iteration))
+
+        def activate(node, iteration, outputs, node_dead):
+            """Deliver ``outputs`` of ``node`` to its consumers in ``iteration``."""
             index = node.index
             values = iteration.values
             for slot, out_index in stores[index]:
                 values[slot] = outputs[out_index]
-            for out_index, dst, position, is_merge, initial in edges[index]:
+            for out_index, dst, consumer, position, mode, initial in edges[index]:
                 value = outputs[out_index]
-                if is_merge:
-                    merge_input(node, frame, iteration, dst, position, value)
-                    continue
-                if initial == 1:  # its only input: ready now, no count to keep
+                if mode is _SOLE:  # its only input: ready now, its argument in hand
                     iteration.outstanding += 1
-                    ready.append((dst, frame, iteration, value is DEAD))
+                    if value is not DEAD:
+                        ready.append((consumer, [value], iteration))
+                    elif consumer.runs_on_dead:
+                        ready.append((consumer, [value], _DeadAt(iteration)))
+                    else:
+                        ready.append((dead_entry, consumer, iteration))
                     continue
                 pending, dead = iteration.pending, iteration.dead
-                count = pending.get(dst, initial) - 1
+                count = pending.get(dst, initial)
+                if mode is _MERGE_IN:
+                    if value is not DEAD:
+                        if dst not in iteration.merge_live:
+                            iteration.merge_live[dst] = (position, value)
+                            if count == 0:
+                                fire(consumer, iteration, False)
+                        continue
+                    dead[dst] = dead.get(dst, 0) + 1
+                    if count == 0 and dst not in iteration.merge_live and (
+                            dead[dst] == consumer.num_inputs or node.kind == ENTER):
+                        fire(consumer, iteration, True)
+                    continue
                 if value is DEAD:
                     dead[dst] = dead.get(dst, 0) + 1
-                if count:
-                    pending[dst] = count
+                if count > 1:
+                    pending[dst] = count - 1
                 else:  # ready: no further edge reaches it in this iteration
-                    iteration.outstanding += 1
-                    ready.append((dst, frame, iteration, dst in dead))
-            for dst, is_merge, initial in controls[index]:
-                if initial == 1 and not is_merge:  # (as above)
-                    iteration.outstanding += 1
-                    ready.append((dst, frame, iteration, node_dead))
-                    continue
+                    push(consumer, iteration, dst in dead)
+            for dst, consumer, is_merge, initial in controls[index]:
                 pending, dead = iteration.pending, iteration.dead
                 count = pending.get(dst, initial) - 1
                 pending[dst] = count
                 if is_merge:
                     if count == 0:
                         if dst in iteration.merge_live:
-                            pending[dst] = _FIRED
-                            push(dst, frame, iteration, _MERGE)
-                        elif dead.get(dst, 0) == nodes[dst].num_inputs:
-                            pending[dst] = _FIRED
-                            push(dst, frame, iteration, True)
+                            fire(consumer, iteration, False)
+                        elif dead.get(dst, 0) == consumer.num_inputs:
+                            fire(consumer, iteration, True)
                     continue
                 if node_dead:
                     dead[dst] = dead.get(dst, 0) + 1
                 if count == 0:
-                    iteration.outstanding += 1
-                    ready.append((dst, frame, iteration, dst in dead))
+                    push(consumer, iteration, dst in dead)
 
-        def take(entry):
-            index, frame, iteration, mark = entry
-            if mark:  # not a live ordinary node
-                if mark is _LOOP:
-                    return self._step_loop(entry)
-                node = nodes[index]
-                if mark is _MERGE:  # its first live input in its position, DEAD elsewhere
-                    position, value = iteration.merge_live[index]
-                    args = [DEAD] * node.num_inputs
-                    args[position] = value
-                    return node, args
-                if not node.runs_on_dead:
-                    stats.nodes_dead += 1
-                    propagate(node, frame, iteration, (DEAD,) * len(node.outputs), True)
-                    return None, None
-            node = nodes[index]
-            values = iteration.values
-            inputs = node.inputs
-            try:
-                args = [values[slot] for slot in inputs]
-            except KeyError:  # a fed tensor read inside a frame lives in the root frame
-                args = [values[slot] if slot in values else root_values[slot]
-                        for slot in inputs]
-            if frame is root:
-                for slot in inputs:
-                    readers[slot] -= 1
-                    if readers[slot] == 0 and slot not in fetched:
-                        values.pop(slot, None)
-            return node, args
-
-        def complete(entry, node, outputs):
-            _, frame, iteration, mark = entry
+        def complete(node, where, outputs):
             stats.nodes_run += 1
-            dead = mark is True
-            if node.runs_on_dead and not dead and outputs:
-                dead = all(value is DEAD for value in outputs)
-            kind = node.kind
-            if kind <= MERGE or kind == SWITCH:  # (``propagate``'s first case, inlined)
-                activate(node, frame, iteration, outputs, dead)
-                iteration.outstanding -= 1
-                if not iteration.outstanding:
-                    cleanup(frame, iteration.number)
+            if node.runs_on_dead:  # dead if it ran dead, or all it gave is dead
+                if where.__class__ is _DeadAt:
+                    self.propagate(node, where.iteration, outputs, True)
+                else:
+                    self.propagate(node, where, outputs,
+                                   bool(outputs) and all(value is DEAD for value in outputs))
+            elif node.kind <= MERGE or node.kind == SWITCH:  # (``propagate``'s first case)
+                activate(node, where, outputs, False)
+                where.outstanding -= 1
+                if not where.outstanding:
+                    cleanup(where.frame, where.number)
             else:
-                propagate(node, frame, iteration, outputs, dead)
+                self.propagate(node, where, outputs, False)
 
-        return take, complete, activate
+        return complete, activate, push
 
     @staticmethod
-    def frame_iter(entry):
+    def frame_iter(where):
         """What a waiting kernel's rendezvous keys name: "frame id:iteration"."""
-        return f"{entry[1].frame_id}:{entry[2].number}"
+        iteration = where.iteration if where.__class__ is _DeadAt else where
+        return f"{iteration.frame.frame_id}:{iteration.number}"
 
     def values(self):
         """The fetched values, from the root frame; the step's FrameStatistics are kept."""
@@ -264,69 +309,53 @@ class Frames:
             out.append(value.read() if deref else value)
         return out
 
-    def _step_loop(self, entry):
-        _, child, steps, _ = entry
+    def _run_dead(self, node, iteration):
+        """A dead node runs no kernel: its outputs are all ``DEAD``."""
+        self.stats.nodes_dead += 1
+        self.propagate(node, iteration, (DEAD,) * len(node.outputs), True)
+
+    def _step_loop(self, steps, child):
+        """Step a compiled loop; ``PAUSE`` when the slice ran out (it stays queued)."""
         try:
             next(steps)
         except StopIteration as done:
             exits, iterations = done.value
             self.finish_compiled(child, exits, iterations)
-            return None, None
-        self.ready.append(entry)  # the slice is over: the owner checkpoints, then resumes
-        return None, PAUSE
+            return None
+        self.ready.append((self.loop_entry, steps, child))
+        return PAUSE
 
-    def push(self, index, frame, iteration, dead):
-        iteration.outstanding += 1
-        self.ready.append((index, frame, iteration, dead))
-
-    def _merge_input(self, node, frame, iteration, dst, position, value):
-        """A data input reaches Merge ``dst``: fire on the first live one, or when all are dead."""
-        pending = iteration.pending
-        count = pending.get(dst, self.nodes[dst].pending)
-        if value is not DEAD:
-            if dst not in iteration.merge_live:
-                iteration.merge_live[dst] = (position, value)
-                if count == 0:
-                    pending[dst] = _FIRED
-                    self.push(dst, frame, iteration, _MERGE)
-            return
-        dead = iteration.dead
-        dead_count = dead.get(dst, 0) + 1
-        dead[dst] = dead_count
-        if count == 0 and dst not in iteration.merge_live and (
-                dead_count == self.nodes[dst].num_inputs or node.kind == ENTER):
-            pending[dst] = _FIRED
-            self.push(dst, frame, iteration, True)
-
-    def propagate(self, node, frame, iteration, outputs, node_dead):
+    def propagate(self, node, iteration, outputs, node_dead):
         """Route a finished node's outputs by its kind, then retire it from its iteration."""
         kind = node.kind
+        frame = iteration.frame
         if kind <= MERGE or kind == SWITCH:
-            self.activate(node, frame, iteration, outputs, node_dead)
+            self.activate(node, iteration, outputs, node_dead)
         elif kind == ENTER:
-            self._enter(node, frame, iteration, outputs, node_dead)
+            self._enter(node, iteration, outputs, node_dead)
         elif kind == EXIT:
             if node_dead:
                 if iteration.number == frame.iteration_count:
-                    frame.dead_exits.append(node)
+                    frame.exits.append((node, (DEAD,) * len(node.outputs), True))
             else:
-                self.activate(node, frame.parent, frame.parent_iteration, outputs, False)
+                self.activate(node, frame.parent_iteration, outputs, False)
         elif not node_dead:  # NEXT_ITERATION: a dead one ends the loop
-            self._next_iteration(node, frame, iteration, outputs)
+            self._next_iteration(node, iteration, outputs)
         iteration.outstanding -= 1
         if iteration.outstanding == 0:
             self.cleanup(frame, iteration.number)
 
-    def _enter(self, node, frame, iteration, outputs, node_dead):
+    def _enter(self, node, iteration, outputs, node_dead):
         attrs = node.ctx.attrs
         name = attrs["frame_name"]
         child = iteration.frames.get(name)
         if child is None:
+            frame = iteration.frame
             child = _Frame(frame_id(frame.frame_id, iteration.number, name), name, frame,
                            iteration, max(1, int(attrs.get("parallel_iterations", 10))),
-                           self.enter_counts.get(name, 1))
+                           self.plan.enter_counts.get(name, 1))
             iteration.frames[name] = child
-            child.runner = self.runners.get(name)
+            child.runner = self.tables.runners.get(name)
             self.stats.frames_created += 1
             self.stats.iterations_created += 1
             self._count_live(1)
@@ -344,9 +373,9 @@ class Frames:
         if node.ctx.attrs.get("is_constant"):
             child.invariants.append((node, outputs, node_dead))
             for live in list(child.iterations.values()):
-                self.activate(node, child, live, outputs, node_dead)
+                self.activate(node, live, outputs, node_dead)
         else:
-            self.activate(node, child, child.iterations[0], outputs, node_dead)
+            self.activate(node, child.iterations[0], outputs, node_dead)
 
     def _run_compiled(self, child):
         """All Enters arrived: queue a simple frame's loop, or replay them dynamically."""
@@ -358,23 +387,21 @@ class Frames:
             self.cleanup(child, 0)
             return
         entered = {node.index: outputs[0] for node, outputs, _ in arrived}
-        self.ready.append((-1, child, child.runner.run(entered, self.wrap), _LOOP))
+        device = self.plan.device.name
+        steps = child.runner.run(entered, lambda exc, node: wrap_error(exc, node.op, device))
+        self.ready.append((self.loop_entry, steps, child))
 
     def finish_compiled(self, child, exits, iterations):
         """A simple frame's loop ran to its end: delete the frame, deliver its Exits."""
-        stats = self.stats
-        stats.iterations_created += iterations
-        stats.nodes_run += child.runner.iteration_nodes * iterations
-        parent, parent_iteration = child.parent, child.parent_iteration
+        self.stats.iterations_created += iterations
+        self.stats.nodes_run += child.runner.iteration_nodes * iterations
         del child.iterations[0]
-        self._count_live(-1)
-        del parent_iteration.frames[child.name]
-        for node, value in exits:
-            self.activate(node, parent, parent_iteration, (value,), False)
-        if not parent_iteration.outstanding:  # (the Enter has retired meanwhile)
-            self.cleanup(parent, parent_iteration.number)
+        self.live_iterations -= 1
+        child.exits = [(node, (value,), False) for node, value in exits]
+        self._delete_frame(child)
 
-    def _next_iteration(self, node, frame, iteration, outputs):
+    def _next_iteration(self, node, iteration, outputs):
+        frame = iteration.frame
         if iteration.number == frame.iteration_count:
             if frame.outstanding_iterations >= frame.max_parallel:
                 frame.next_iter_roots.append((node, outputs))  # window full: park it
@@ -382,21 +409,21 @@ class Frames:
             target = self._new_iteration(frame)
         else:
             target = frame.iterations[iteration.number + 1]
-        self.activate(node, frame, target, outputs, False)
+        self.activate(node, target, outputs, False)
 
     def _new_iteration(self, frame):
         frame.iteration_count += 1
-        iteration = _Iteration(frame.iteration_count)
+        iteration = _Iteration(frame, frame.iteration_count)
         frame.iterations[iteration.number] = iteration
         frame.outstanding_iterations += 1
-        frame.dead_exits = []
+        frame.exits = []
         self.stats.iterations_created += 1
         self._count_live(1)
         roots, frame.next_iter_roots = frame.next_iter_roots, []
         for node, outputs in roots:
-            self.activate(node, frame, iteration, outputs, False)
+            self.activate(node, iteration, outputs, False)
         for node, outputs, node_dead in frame.invariants:
-            self.activate(node, frame, iteration, outputs, node_dead)
+            self.activate(node, iteration, outputs, node_dead)
         return iteration
 
     def _count_live(self, delta):
@@ -426,9 +453,9 @@ class Frames:
             self._delete_frame(frame)
 
     def _delete_frame(self, frame):
-        parent, parent_iteration = frame.parent, frame.parent_iteration
-        for node in frame.dead_exits:
-            self.activate(node, parent, parent_iteration, (DEAD,) * len(node.outputs), True)
+        parent_iteration = frame.parent_iteration
+        for node, outputs, dead in frame.exits:
+            self.activate(node, parent_iteration, outputs, dead)
         del parent_iteration.frames[frame.name]
-        if not parent_iteration.outstanding:
-            self.cleanup(parent, parent_iteration.number)
+        if not parent_iteration.outstanding:  # (its Enters may have retired meanwhile)
+            self.cleanup(frame.parent, parent_iteration.number)

@@ -23,6 +23,7 @@ The plan holds no trio objects.
 from __future__ import annotations
 
 import dataclasses
+import operator
 
 from asyncflow import errors
 from asyncflow.kernels.registry import get_kernel
@@ -59,6 +60,7 @@ class NodePlan:
     nowait: object = None       # an async kernel's synchronous twin, tried inline first
     subscribe: object = None    # an async kernel's subscribing form (registry), or None
     plain: bool = False         # none of is_async, offload, deref: the kernel just runs
+    gather: object = None       # with 2 or more inputs: ``itemgetter`` of their slots
 
 
 @dataclasses.dataclass(slots=True)
@@ -155,7 +157,8 @@ def compile_plan(ops, feeds, fetches, device, resources):
                         offload=kernel.offload, kind=_KINDS.get(op.type, NORMAL),
                         num_inputs=len(inputs), runs_on_dead=kernel.runs_on_dead,
                         nowait=kernel.nowait, subscribe=kernel.subscribe,
-                        plain=not (kernel.is_async or kernel.offload or deref))
+                        plain=not (kernel.is_async or kernel.offload or deref),
+                        gather=operator.itemgetter(*inputs) if len(inputs) > 1 else None)
         nodes.append(node)
         node_of[op] = node
     consumers = [[] for _ in nodes]

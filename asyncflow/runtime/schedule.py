@@ -8,16 +8,12 @@ fixed, so the code is generated once instead of interpreting the plan on every s
         v0 = F1(c2, v0, K0)[0]
         slots[7] = v0
 
-Values live in local variables, reused as values die (a local per value alive at once, not
-per value: a 25,000-op chain needs one), so what the function holds per node, and the
-per-op cost, does not grow with the graph; constants are evaluated at compile time (``K``),
-one global per distinct kernel (``F``) beside each node's context (``c``). Each node is one
-source line: a failure is reported against the op of the line that raised (``_NODE_AT``).
-It awaits only what the caller passes in: ``_offload`` for a possibly large kernel whose
-actual inputs are big, ``_wait`` for the plan's one waiting kernel, and ``_pause`` when the
-time slice is over (checked every ``2 * CHECK_EVERY`` kernels and after each possibly large
-one; a schedule shorter than that holds no check), so a plan without a waiting kernel runs
-under any event loop. The traced twin times each kernel and calls ``_rec``.
+Values live in locals reused as values die (a 25,000-op chain needs one), so the per-op cost
+does not grow with the graph; constants are evaluated at compile time (``K``), one global
+per distinct kernel (``F``) beside each node's context (``c``); each node is one source
+line, so a failure names the op of the line that raised (``_NODE_AT``). It awaits only
+what the caller passes in (``_offload``, ``_wait``, ``_pause``), so a plan without a
+waiting kernel runs under any event loop. The traced twin times each kernel.
 """
 from __future__ import annotations
 
@@ -65,13 +61,12 @@ def compile_schedule(plan, traced=False):
             each kernel (the waiting kernel's ``wait`` records it itself, given its start).
 
     Returns:
-        ``async fn(slots, offload, wait, pause, record)`` that runs every node, reading feeds from
-        ``slots`` and writing fetched values back into their slots; ``offload(node, args)``
-        is awaited to run a large kernel on a worker thread (the caller's event loop decides
-        how), ``wait(node, args)`` to run the plan's one waiting kernel, if it has one, and
-        ``pause()`` when the time slice is over: nothing else is ever awaited. On failure it
-        raises the kernel's exception with ``exc._asyncflow_node`` set to the failing
-        NodePlan (None for a failure outside any kernel, e.g. cancellation at a pause).
+        ``async fn(slots, offload, wait, pause, record)``: reads feeds from ``slots``, writes
+        fetched values back; awaits ``offload(node, args)`` for a kernel whose actual inputs
+        are large, ``wait(node, args)`` for the plan's one waiting kernel and ``pause()`` once
+        per time slice (checked every ``2 * CHECK_EVERY`` kernels and after each possibly
+        large one), nothing else. A failure raises the kernel's exception with
+        ``exc._asyncflow_node`` set to its NodePlan (None outside any kernel).
     """
     env = {"_OFFLOAD_COST": OFFLOAD_COST, "_cost": runtime_cost, "_due": timeslice.due,
            "_ts": timeslice, "_B": timeslice.BUDGET, "_now": now_us}

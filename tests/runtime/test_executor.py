@@ -88,7 +88,7 @@ def test_frame_ids_are_stable_across_processes():
 def test_simple_loop_compiles_to_cond_and_body_parts():
     _, result = loop_graph()
     plan = compile_for([result])
-    runner = plan.frame_tables[3]["while"]
+    runner = plan.frame_tables.runners["while"]
     assert [step[4].op.name for step in runner.cond_part] == ["while/Less", "while/LoopCond"]
     assert [step[4].op.name for step in runner.body_part] == ["while/Identity", "while/add"]
     # Constants give the same value in every iteration: evaluated once per run.
@@ -102,11 +102,11 @@ def test_a_loop_with_a_cond_inside_is_not_compiled():
             lambda i: i < 5,
             lambda i: af.cond(af.equal(af.mod(i, 2), 0), lambda: i + 1, lambda: i + 3), [af.constant(0)])
     plan = compile_for([result])
-    assert plan.frame_tables[3] == {}
+    assert plan.frame_tables.runners == {}
 
 
 class Driver:
-    """Steps the frames propagator by hand: pop a ready entry, take it, run, complete."""
+    """Steps the frames propagator by hand: pop a ready entry, run it, complete it."""
 
     def __init__(self, plan):
         self.plan = plan
@@ -116,14 +116,12 @@ class Driver:
         self.root = self.propagator.root
 
     def step(self):
-        entry = self.ready.pop()
-        index, _, _, mark = entry
-        dead = mark is True  # (a live Merge's mark is another truthy value)
-        node, args = self.propagator.take(entry)  # a dead entry: handled there
-        assert (node is None) == (dead and not self.plan.nodes[index].runs_on_dead)
-        if node is not None:
-            self.propagator.complete(entry, node, node.fn(node.ctx, *args))
-        return self.plan.nodes[index].op.name, dead
+        node, args, where = self.ready.pop()
+        if node is self.propagator.dead_entry:  # the propagator's own: a dead node
+            node.fn(args, where)
+            return args.op.name, True
+        self.propagator.complete(node, where, node.fn(node.ctx, *args))
+        return node.op.name, False
 
     def run(self):
         trace = []
@@ -185,5 +183,5 @@ async def test_dead_fetch_is_invalid_argument_naming_the_tensor():
 
 def test_the_compiled_loops_are_chosen_when_the_plan_is_built():
     _, result = loop_graph()
-    assert set(compile_for([result]).frame_tables[3]) == {"while"}
-    assert compile_for([result], compile_loops=False).frame_tables[3] == {}
+    assert set(compile_for([result]).frame_tables.runners) == {"while"}
+    assert compile_for([result], compile_loops=False).frame_tables.runners == {}
