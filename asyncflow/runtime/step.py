@@ -31,15 +31,13 @@ class Step:
     """Per-step state shared by the partitions of one run in this process.
 
     Attributes:
-        step_id: the step's id (unique among running steps).
-        rendezvous: the step's rendezvous for Send/Recv, or None (one partition).
+        step_id, rendezvous: the step's id; its rendezvous for Send/Recv (None: one partition).
         trace: a list receiving ``NodeStats`` when tracing, else None.
         park: ``park()``, a context manager entered only while the step waits, yielding a
             cancel scope its owner may cancel (a session closing); None: not tracked.
-        offload: ``async offload(node, args) -> outputs`` running a large kernel on a worker
-            thread; the default uses trio's threads under the device's limiter.
-        pause: ``async pause()``, awaited when a time slice is over (default: trio's
-            checkpoint; ``asyncio.sleep(0)`` when an asyncio loop awaits the step).
+        offload, pause: what the awaiting event loop provides: ``async offload(node, args)``
+            runs a large kernel on a worker thread (default: trio's, under the device's
+            limiter); ``async pause()`` ends a time slice (default: trio's checkpoint).
         runnable, draining, current: the CPU runs of this step delivered to by the drain
             that is running, whether one is, and which run it drains (``core.drive``).
         extras: per-step services a waiting kernel may need, and statistics.

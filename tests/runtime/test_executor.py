@@ -185,3 +185,54 @@ def test_the_compiled_loops_are_chosen_when_the_plan_is_built():
     _, result = loop_graph()
     assert set(compile_for([result]).frame_tables.runners) == {"while"}
     assert compile_for([result], compile_loops=False).frame_tables.runners == {}
+
+
+def _lifetimes_graph(with_cond):
+    """``check`` sees whether the values of ``first`` and ``second`` are still alive once
+    ``total`` (their last reader) has run; a cond around ``total`` makes it a frames plan."""
+    import gc
+    import weakref
+
+    import numpy as np
+
+    made = {}
+
+    def make(tag):
+        def produce(x):
+            array = np.full([4], float(tag), np.float32)
+            made[tag] = weakref.ref(array)
+            return array
+        return produce
+
+    def alive(x):
+        gc.collect()
+        return np.asarray([made[tag]() is not None for tag in (1, 2)])
+
+    with af.Graph().as_default():
+        x = af.placeholder(af.float32, [4], name="x")
+        first = af.py_func(make(1), [x], af.float32)
+        second = af.py_func(make(2), [x], af.float32)
+        total = first + second
+        if with_cond:
+            total = af.cond(af.constant(True), lambda: total * 1.0, lambda: total * 2.0)
+        check = af.py_func(alive, [total], af.bool)
+    return x, check, total
+
+
+@pytest.mark.parametrize("propagator", ["Flat", "Frames"])
+async def test_the_core_frees_a_value_after_its_last_reader(propagator):
+    import numpy as np
+
+    from asyncflow.runtime import core
+
+    x, check, total = _lifetimes_graph(with_cond=propagator == "Frames")
+    plan = compile_for([check, total], [x])
+    feeds = [np.zeros([4], np.float32)]
+    if propagator == "Frames":
+        assert plan.control_flow
+        prop = frames.Frames(plan, feeds, Step(1))
+    else:
+        prop = core.Flat(plan, executor._slots(plan, feeds))
+    checked, summed = await core.finish(core.start(plan, prop, Step(1)))
+    assert summed.tolist() == [3.0] * 4
+    assert checked.tolist() == [False, False]  # both buffers were gone when ``check`` ran
