@@ -193,3 +193,10 @@ def test_no_import_circles():
     assert not problems, ("import circles (break them: move what both sides need to a module "
                           "below both, or import only from the defining module):\n"
                           + "\n\n".join(problems))
+
+
+def test_no_module_is_over_650_lines():
+    # A module past this size holds more than one concern: split it along one.
+    sizes = {path.relative_to(ROOT).as_posix(): len(path.read_text().splitlines())
+             for package in ("asyncflow", "transports") for path in (ROOT / package).rglob("*.py")}
+    assert sizes and not {path: n for path, n in sizes.items() if n > 650}

@@ -175,7 +175,9 @@ def _build(nodes, simple, enters):
         node = nodes[index]
         if node.kind != NORMAL:
             continue
-        step = (node.fn, node.ctx, node.inputs, _kept(node.outputs), node)
+        # (a dropped output is written to a throwaway key)
+        kept = tuple(slot if slot != DROP else "discard" for slot in node.outputs)
+        step = (node.fn, node.ctx, node.inputs, kept, node)
         if node.op.type == "Const" and not node.inputs:
             constants.append(step)
         else:
@@ -186,14 +188,6 @@ def _build(nodes, simple, enters):
     runner.invariants = [(slot, index) for slot, index in enter_slots.items()
                          if nodes[index].ctx.attrs.get("is_constant")]
     return runner
-
-
-def _kept(outputs):
-    """Output slots, with dropped outputs written to a throwaway key."""
-    return tuple(slot if slot != DROP else _DISCARD for slot in outputs)
-
-
-_DISCARD = "discard"
 
 
 def _merge_entry(nodes, merge, enter_slots):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import types
 
 import trio
 
@@ -86,15 +87,7 @@ class Flat:
         self.values = lambda: fetched_values(plan, slots)
         for index in plan.roots:  # the roots: as if a node before them all completed
             pending[index] = 1
-        complete(_Before(plan.roots), None, ())
-
-
-class _Before:
-    __slots__ = ("consumers",)
-    outputs = ()
-
-    def __init__(self, consumers):
-        self.consumers = consumers
+        complete(types.SimpleNamespace(outputs=(), consumers=plan.roots), None, ())
 
 
 def fetched_values(plan, slots):
