@@ -210,8 +210,7 @@ class Frames:
             elsewhere: the Merge kernel's contract), else dead."""
             iteration.pending[merge.index] = _FIRED
             if dead:
-                iteration.outstanding += 1
-                ready.append((dead_entry, merge, iteration))
+                push(merge, iteration, True)
                 return
             position, value = iteration.merge_live[merge.index]
             args = [DEAD] * merge.num_inputs
@@ -227,7 +226,7 @@ class Frames:
                 values[slot] = outputs[out_index]
             for out_index, dst, consumer, position, mode, initial in edges[index]:
                 value = outputs[out_index]
-                if mode is _SOLE:  # its only input: ready now, its argument in hand
+                if mode == _SOLE:  # its only input: ready now, its argument in hand
                     iteration.outstanding += 1
                     if value is not DEAD:
                         ready.append((consumer, [value], iteration))
@@ -238,7 +237,7 @@ class Frames:
                     continue
                 pending, dead = iteration.pending, iteration.dead
                 count = pending.get(dst, initial)
-                if mode is _MERGE_IN:
+                if mode == _MERGE_IN:
                     if value is not DEAD:
                         if dst not in iteration.merge_live:
                             iteration.merge_live[dst] = (position, value)

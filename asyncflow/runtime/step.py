@@ -125,8 +125,11 @@ def wrap_error(exc, op, device_name):
         cls = next((target for source, target in _ERROR_MAP if isinstance(exc, source)),
                    errors.UnknownError)
         message = f"{type(exc).__name__}: {exc}"
-    err = cls(None, op, f"{op.type} '{op.name}' on {device_name}: {message}\n"
-                        f"\t[created at {op.creation_site()}]")
+    if op is None:  # not a kernel's failure (the propagator's own work)
+        err = cls(None, None, f"on {device_name}: {message}")
+    else:
+        err = cls(None, op, f"{op.type} '{op.name}' on {device_name}: {message}\n"
+                            f"\t[created at {op.creation_site()}]")
     err._asyncflow_located = True
     err.__cause__ = exc
     return err

@@ -236,3 +236,12 @@ async def test_the_core_frees_a_value_after_its_last_reader(propagator):
     checked, summed = await core.finish(core.start(plan, prop, Step(1)))
     assert summed.tolist() == [3.0] * 4
     assert checked.tolist() == [False, False]  # both buffers were gone when ``check`` ran
+
+
+def test_a_failure_outside_any_kernel_is_still_one_located_op_error():
+    from asyncflow.runtime.step import wrap_error
+
+    err = wrap_error(ValueError("bad table"), None, "/device:CPU:0")
+    assert isinstance(err, af.errors.InvalidArgumentError)
+    assert "on /device:CPU:0: ValueError: bad table" in err.message
+    assert wrap_error(err, None, "/device:CPU:1") is err  # located once
