@@ -16,6 +16,7 @@ from asyncflow.runtime.device import make_local_devices
 from asyncflow.runtime.plan import ENTER, EXIT, MERGE, NEXT_ITERATION, NORMAL, SWITCH, compile_plan
 from asyncflow.runtime.resources import ResourceManager
 from asyncflow.runtime.step import Step
+from lifetimes import lifetimes_graph
 
 
 def compile_for(fetches, feeds=(), compile_loops=True):
@@ -187,45 +188,13 @@ def test_the_compiled_loops_are_chosen_when_the_plan_is_built():
     assert compile_for([result], compile_loops=False).frame_tables.runners == {}
 
 
-def _lifetimes_graph(with_cond):
-    """``check`` sees whether the values of ``first`` and ``second`` are still alive once
-    ``total`` (their last reader) has run; a cond around ``total`` makes it a frames plan."""
-    import gc
-    import weakref
-
-    import numpy as np
-
-    made = {}
-
-    def make(tag):
-        def produce(x):
-            array = np.full([4], float(tag), np.float32)
-            made[tag] = weakref.ref(array)
-            return array
-        return produce
-
-    def alive(x):
-        gc.collect()
-        return np.asarray([made[tag]() is not None for tag in (1, 2)])
-
-    with af.Graph().as_default():
-        x = af.placeholder(af.float32, [4], name="x")
-        first = af.py_func(make(1), [x], af.float32)
-        second = af.py_func(make(2), [x], af.float32)
-        total = first + second
-        if with_cond:
-            total = af.cond(af.constant(True), lambda: total * 1.0, lambda: total * 2.0)
-        check = af.py_func(alive, [total], af.bool)
-    return x, check, total
-
-
 @pytest.mark.parametrize("propagator", ["Flat", "Frames"])
 async def test_the_core_frees_a_value_after_its_last_reader(propagator):
     import numpy as np
 
     from asyncflow.runtime import core
 
-    x, check, total = _lifetimes_graph(with_cond=propagator == "Frames")
+    x, check, total = lifetimes_graph(with_cond=propagator == "Frames")
     plan = compile_for([check, total], [x])
     feeds = [np.zeros([4], np.float32)]
     if propagator == "Frames":

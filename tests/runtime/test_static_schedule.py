@@ -5,9 +5,6 @@ tests see the generated function itself: what it keeps per node (its size must n
 the graph: issue 18's per-op cost flat in graph size), when values die, and which node a
 failure names.
 """
-import gc
-import weakref
-
 import numpy as np
 import pytest
 import trio
@@ -19,6 +16,7 @@ from asyncflow.runtime.device import make_local_devices
 from asyncflow.runtime.plan import compile_plan
 from asyncflow.runtime.schedule import compile_schedule
 from asyncflow.runtime.resources import ResourceManager
+from lifetimes import lifetimes_graph
 
 
 def static_plan(fetches, feeds):
@@ -65,25 +63,8 @@ async def test_a_chain_runs_by_hand_to_its_value():
 
 
 async def test_a_value_dies_right_after_its_last_reader():
-    made = {}
-
-    def make(tag):
-        def produce(x):
-            array = np.full([4], float(tag), np.float32)
-            made[tag] = weakref.ref(array)
-            return array
-        return produce
-
-    def alive(x):
-        gc.collect()
-        return np.asarray([made[tag]() is not None for tag in (1, 2)])
-
-    with af.Graph().as_default():
-        x = af.placeholder(af.float32, [4], name="x")
-        first = af.py_func(make(1), [x], af.float32)
-        second = af.py_func(make(2), [x], af.float32)
-        total = first + second  # the last reader of both: one takes its local, one is cleared
-        check = af.py_func(alive, [total], af.bool)
+    # ``total`` is the last reader of both values: one takes its local, one is cleared.
+    x, check, total = lifetimes_graph()
     plan = static_plan([check, total], [x])
     checked, summed = await run_by_hand(plan, [np.zeros([4], np.float32)])
     assert summed.tolist() == [3.0] * 4
