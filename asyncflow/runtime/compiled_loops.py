@@ -1,121 +1,42 @@
-"""The compiled form of a simple loop frame: iterations run straight-line.
+"""The compiled form of a simple loop frame: its iterations as one generated generator.
 
-A frame is *simple* when it holds one loop and nothing that needs the general machinery: no
-nested frame, no Merge but the loop's own (Enter + NextIteration inputs), every Switch keyed
-on the frame's one LoopCond, every node a synchronous inline kernel reading no variable
-reference and nothing from outside the frame but through its Enters. Its dataflow in one
-iteration is then fixed, so once all its Enters arrived live ``LoopRunner`` runs::
+A frame is *simple* when it holds one loop and nothing that needs the general machinery (no
+nested frame, no Merge but the loop's own, every Switch keyed on its one LoopCond, every node
+a synchronous inline kernel reading no reference and nothing from outside but through its
+Enters; ``docs/architecture.md``). Once its Enters arrived live, ``LoopRunner.run`` runs::
 
-    merges <- entered values; run the cond part; if not pred: exits <- switch data; stop;
-    run the body part (downstream of a Switch's true port); merges <- next values
+    merges <- entered values; cond part; if not pred: exits <- switch data; stop;
+    body part (downstream of a Switch's true port); merges <- next values
 
-and hands the Exit values to the parent frame. Iterations run one after another, which
-``parallel_iterations`` allows (an upper bound); results equal the general path's since a
-simple frame has no side effects outside its own dataflow order. A frame entered with a dead
-value (a loop on an untaken cond branch) takes the general path. Values live in one dict
-reused by every iteration. ``run`` is a generator that counts kernels in the time-slice
-budget and yields when the slice is over, so its owner can checkpoint between iterations.
+one iteration after another (``parallel_iterations`` is an upper bound), and yields when the
+time slice is over so that its owner checkpoints. Its code is generated like the static
+schedule's (``schedule.generate``): one line per kernel, a local per value, constants folded.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from asyncflow.runtime import timeslice
+from asyncflow.runtime import schedule, timeslice
 from asyncflow.runtime.plan import DROP, ENTER, EXIT, MERGE, NEXT_ITERATION, NORMAL, SWITCH
-
-_ZERO, _ONE = np.int32(0), np.int32(1)
-# A Const node inside a simple loop gives the same value in every iteration (its only input
-# is the pivot's control edge), so the runner evaluates it once per run of the loop.
 
 
 class LoopRunner:
-    """Runs one simple frame to completion (see module docstring)."""
+    """``run(entered)``: a generator over {Enter node index: value} that yields at the end
+    of a slice and returns ``([(exit node, value)], iterations)``; raises a located OpError.
+    ``cond_part``, ``body_part``, ``constants``: the nodes of each part, in order."""
 
-    def __init__(self, merges, switches, exits, pivot_slot, cond_part, body_part, iteration_nodes):
-        self.merges = merges            # (output slot, index slot, enter node, next-value slot)
-        self.switches = switches        # (data slot, true-port slot)
-        self.exits = exits              # (exit node, switch data slot)
-        self.pivot_slot = pivot_slot
-        self.cond_part = cond_part      # (fn, ctx, input slots, output slots, node)
-        self.body_part = body_part
-        self.iteration_nodes = iteration_nodes
-        self.invariants = []            # (slot, constant Enter node index)
-        self.constants = []             # Const steps, the same in every iteration: run once
-
-    def run(self, entered, wrap):
-        """Run the loop from ``entered`` ({Enter node index: value}); a generator.
-
-        Yields (None) whenever the time slice is over: the caller checkpoints, then resumes it.
-
-        Returns:
-            ``(exit values [(exit node, value)], iterations)``, as the generator's value.
-
-        Raises:
-            OpError: located by ``wrap(exc, node)`` at the failing node.
-        """
-        values = {}
-        for slot, index in self.invariants:
-            values[slot] = entered[index]
-        _run_part(self.constants, values, wrap)
-        current = [entered[enter] for _, _, enter, _ in self.merges]
-        iterations = 0
-        merges, cond_part, body_part = self.merges, self.cond_part, self.body_part
-        budget, weight = timeslice.BUDGET, max(1, self.iteration_nodes)
-        left = budget.left
-        while True:
-            index_value = _ZERO if iterations == 0 else _ONE
-            for (slot, index_slot, _, _), value in zip(merges, current):
-                values[slot] = value
-                if index_slot != DROP:
-                    values[index_slot] = index_value
-            _run_part(cond_part, values, wrap)
-            if not values[self.pivot_slot]:
-                break
-            for data_slot, true_slot in self.switches:
-                if true_slot != DROP:
-                    values[true_slot] = values[data_slot]
-            _run_part(body_part, values, wrap)
-            current = [values[next_slot] for _, _, _, next_slot in merges]
-            iterations += 1
-            left -= weight
-            if left <= 0:
-                if timeslice.due():
-                    yield
-                    left = budget.left  # (the caller's checkpoint restarted it)
-                else:
-                    left = timeslice.CHECK_EVERY
-        budget.left = left
-        return [(node, values[data_slot]) for node, data_slot in self.exits], iterations
+    __slots__ = ("run", "iteration_nodes", "cond_part", "body_part", "constants")
 
 
-def _run_part(part, values, wrap):
-    node = None
-    try:
-        for fn, ctx, inputs, outputs, node in part:
-            result = fn(ctx, *[values[slot] for slot in inputs])
-            for slot, value in zip(outputs, result):
-                values[slot] = value
-    except BaseException as exc:
-        if node is None or isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            raise
-        raise wrap(exc, node) from exc
-
-
-def build_runners(nodes, simple):
-    """``{frame name: LoopRunner}`` for every simple frame of a plan's ``nodes``.
-
-    ``simple[i]`` says node ``i`` is an ordinary synchronous inline kernel.
-    """
+def build_runners(nodes, simple, device_name):
+    """``{frame name: LoopRunner}`` for every simple frame of a plan's ``nodes``
+    (``simple[i]``: node ``i`` is an ordinary synchronous inline kernel)."""
     frames = {}
     for node in nodes:
         if node.kind == ENTER:
             frames.setdefault(node.ctx.attrs["frame_name"], []).append(node)
-    runners = {}
-    for name, enters in frames.items():
-        runner = _build(nodes, simple, enters)
-        if runner is not None:
-            runners[name] = runner
-    return runners
+    built = {name: _build(nodes, simple, enters, device_name) for name, enters in frames.items()}
+    return {name: runner for name, runner in built.items() if runner is not None}
 
 
 def _reach(nodes, roots, stop, within=None):
@@ -134,80 +55,93 @@ def _reach(nodes, roots, stop, within=None):
     return seen
 
 
-def _build(nodes, simple, enters):
+def _build(nodes, simple, enters, device_name):
     # The frame's nodes, up to its Exits; an Enter among them: a nested frame, left dynamic.
-    members = _reach(nodes, [dst for enter in enters for dst in enter.consumers], EXIT)
+    members = sorted(_reach(nodes, [dst for enter in enters for dst in enter.consumers], EXIT))
     if not members or any(nodes[index].kind == ENTER for index in members):
         return None
-    enter_slots = {enter.outputs[0]: enter.index for enter in enters}
-    produced = {slot for index in members for slot in nodes[index].outputs} | set(enter_slots)
-    pivots = [i for i in members if nodes[i].op.type == "LoopCond"]
+    enter_of = {enter.outputs[0]: enter for enter in enters}
+    produced = {slot for index in members for slot in nodes[index].outputs} | set(enter_of)
+    pivots = [nodes[i] for i in members if nodes[i].op.type == "LoopCond"]
     if len(pivots) != 1:
         return None
-    pivot_slot = nodes[pivots[0]].outputs[0]
-    merges, switches, exits, body_roots = [], [], [], []
-    for index in sorted(members):
+    pivot = pivots[0].outputs[0]
+    back_of = {n.outputs[0]: n.inputs[0] for n in nodes if n.kind == NEXT_ITERATION}
+    # The locals of the values: an invariant Enter's, a Merge's (its index output: 0 in the
+    # first iteration, 1 after); a Switch's true port is its data's.
+    invariants = [enter for enter in enters if enter.ctx.attrs.get("is_constant")]
+    names = {enter.outputs[0]: f"e{k}" for k, enter in enumerate(invariants)}
+    variant = set(enter_of) - set(names)  # read only by their Merges
+    merges, false_ports, body_roots, kernels, exits = [], {}, [], [], []
+    for index in members:
         node = nodes[index]
-        if any(slot not in produced for slot in node.inputs):
+        if any(slot not in produced or (slot in variant and node.kind != MERGE)
+               for slot in node.inputs):
             return None
         if node.kind == MERGE:
-            entry = _merge_entry(nodes, node, enter_slots)
-            if entry is None:
+            enter = enter_of.get(node.inputs[0])
+            if len(node.inputs) != 2 or enter is None or enter.outputs[0] in names \
+                    or node.inputs[1] not in back_of:
                 return None
-            merges.append(entry)
+            names[node.outputs[0]] = f"m{len(merges)}"
+            if len(node.outputs) > 1:
+                names[node.outputs[1]] = "_index"
+            merges.append((f"m{len(merges)}", enter.index, back_of[node.inputs[1]]))
         elif node.kind == SWITCH:
-            if node.inputs[1] != pivot_slot:
+            if node.inputs[1] != pivot:
                 return None
-            switches.append((node.inputs[0], node.outputs[1]))
+            false_ports[node.outputs[0]] = node.inputs[0]
+            if node.outputs[1] != DROP:
+                names[node.outputs[1]] = node.inputs[0]  # (resolved below: its data's name)
             body_roots.extend(dst for out, dst, _ in node.out_edges if out == 1)
             body_roots.extend(node.control_out)
         elif node.kind == EXIT:
-            source = _switch_of(nodes, members, node)
-            if source is None:
-                return None
-            exits.append((node, source))
-        elif node.kind not in (NEXT_ITERATION,) and not (node.kind == NORMAL and simple[index]):
+            exits.append(node)
+        elif node.kind == NORMAL and simple[index]:
+            kernels.append(node)
+        elif node.kind != NEXT_ITERATION:
             return None
+    if not merges or any(node.inputs[0] not in false_ports for node in exits):
+        return None
     # (a NextIteration leads to the next iteration, not further into this one)
-    body = _reach(nodes, body_roots, NEXT_ITERATION, members)
-    cond_part, body_part, constants = [], [], []
-    for index in sorted(members):
-        node = nodes[index]
-        if node.kind != NORMAL:
-            continue
-        # (a dropped output is written to a throwaway key)
-        kept = tuple(slot if slot != DROP else "discard" for slot in node.outputs)
-        step = (node.fn, node.ctx, node.inputs, kept, node)
-        if node.op.type == "Const" and not node.inputs:
-            constants.append(step)
-        else:
-            (body_part if index in body else cond_part).append(step)
-    runner = LoopRunner(merges, switches, exits, pivot_slot, cond_part, body_part,
-                        len(cond_part) + len(body_part) + len(constants) + 2 * len(merges))
-    runner.constants = constants
-    runner.invariants = [(slot, index) for slot, index in enter_slots.items()
-                         if nodes[index].ctx.attrs.get("is_constant")]
+    body = _reach(nodes, body_roots, NEXT_ITERATION, set(members))
+    runner = LoopRunner()
+    runner.constants = [n for n in kernels if n.op.type == "Const" and not n.inputs]
+    runner.cond_part = [n for n in kernels if n.index not in body and n not in runner.constants]
+    runner.body_part = [n for n in kernels if n.index in body and n not in runner.constants]
+    runner.iteration_nodes = len(kernels) + 2 * len(merges)
+    gen = schedule.Generator()
+    for node in runner.constants:
+        names[node.outputs[0]] = gen.constant(node)
+
+    def name(slot):
+        expr = names.get(slot, f"v{slot}")
+        return name(expr) if isinstance(expr, int) else expr  # a true port: its data's
+
+    def part(kernels_):
+        for node in kernels_:
+            call = gen.call(node, [name(slot) for slot in node.inputs])
+            gen.line(gen.store(call, [name(s) if s != DROP else None for s in node.outputs]), node)
+
+    exits = [(gen.add("X", node), name(false_ports[node.inputs[0]])) for node in exits]
+    gen.env.update(_B=timeslice.BUDGET, _due=timeslice.due, _ts=timeslice, _Z=np.int32(0),
+                   _O=np.int32(1), _W=max(1, runner.iteration_nodes))
+    gen.line(["_index = _Z", "_n = 0", "_left = _B.left"]
+             + [f"e{k} = entered[{enter.index}]" for k, enter in enumerate(invariants)]
+             + [f"{m} = entered[{enter}]" for m, enter, _ in merges])
+    gen.line(["while True:"])
+    gen.indent = 1
+    part(runner.cond_part)
+    gen.line([f"if not {name(pivot)}: break"])
+    part(runner.body_part)
+    gen.line([", ".join(m for m, _, _ in merges) + " = "
+              + ", ".join(name(slot) for _, _, slot in merges),
+              "_index = _O", "_n += 1", "_left -= _W"])
+    gen.line(["if _left <= 0:"])
+    gen.line(["    if _due(): yield; _left = _B.left"])  # (the owner's checkpoint restarted it)
+    gen.line(["    else: _left = _ts.CHECK_EVERY"])
+    gen.indent = 0
+    gen.line(["_B.left = _left", f"return [{', '.join(f'({x}, {v})' for x, v in exits)}], _n"])
+    runner.run = gen.function("def _loop(entered)", f"loop {enters[0].ctx.attrs['frame_name']}",
+                              device_name)
     return runner
-
-
-def _merge_entry(nodes, merge, enter_slots):
-    if len(merge.inputs) != 2 or merge.inputs[0] not in enter_slots:
-        return None
-    enter = nodes[enter_slots[merge.inputs[0]]]
-    if enter.ctx.attrs.get("is_constant"):
-        return None
-    back = next((n for n in nodes if n.kind == NEXT_ITERATION
-                 and merge.inputs[1] in n.outputs), None)
-    if back is None:
-        return None
-    index_slot = merge.outputs[1] if len(merge.outputs) > 1 else DROP
-    return (merge.outputs[0], index_slot, enter.index, back.inputs[0])
-
-
-def _switch_of(nodes, members, exit_node):
-    """The data slot of the Switch whose false port feeds ``exit_node``, or None."""
-    for index in members:
-        node = nodes[index]
-        if node.kind == SWITCH and node.outputs[0] == exit_node.inputs[0]:
-            return node.inputs[0]
-    return None

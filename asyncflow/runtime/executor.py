@@ -22,7 +22,7 @@ from asyncflow.kernels.registry import WOULD_BLOCK
 from asyncflow.runtime import core, timeslice
 from asyncflow.runtime.frames import Frames, tables
 from asyncflow.runtime.schedule import compile_schedule
-from asyncflow.runtime.step import StepContext, closed_error, now_us, recorder, wrap_error
+from asyncflow.runtime.step import StepContext, closed_error, now_us, recorder
 
 finish_plan = core.finish
 
@@ -53,13 +53,7 @@ async def run_plan(plan, feed_values, step):
             plan.traced_fn = compile_schedule(plan, traced=True)
         step_fn, record = plan.traced_fn, recorder(step.trace, plan.device.name)
     wait = _waiter(step, record) if plan.waits else None
-    try:
-        await step_fn(slots, step.offload, wait, step.pause, record)
-    except Exception as exc:
-        node = getattr(exc, "_asyncflow_node", None)
-        if node is None:
-            raise
-        raise wrap_error(exc, node.op, plan.device.name) from exc
+    await step_fn(slots, step.offload, wait, step.pause, record)
     return core.fetched_values(plan, slots)
 
 

@@ -34,7 +34,6 @@ from asyncflow.kernels.control_flow import DEAD
 from asyncflow.runtime import compiled_loops
 from asyncflow.runtime.core import PAUSE, Own
 from asyncflow.runtime.plan import DROP, ENTER, EXIT, MERGE, NORMAL, SWITCH
-from asyncflow.runtime.step import wrap_error
 
 _FIRED = -(1 << 40)  # a Merge's pending count once it has fired in an iteration
 # How a data edge reaches its consumer: as its sole input (its entry's arguments are the
@@ -144,7 +143,7 @@ def tables(plan, compile_loops=True):
                       for dst in n.control_out) for n in nodes]
     simple = [n.kind in (NORMAL, SWITCH) and not (n.is_async or n.offload or n.deref
                                                   or n.runs_on_dead) for n in nodes]
-    runners = compiled_loops.build_runners(nodes, simple) if compile_loops else {}
+    runners = compiled_loops.build_runners(nodes, simple, plan.device.name) if compile_loops else {}
     return Tables(stores, edges, controls, readers, runners)
 
 
@@ -385,9 +384,7 @@ class Frames:
                 self._deliver_enter(child, node, outputs, node_dead)
             self.cleanup(child, 0)
             return
-        entered = {node.index: outputs[0] for node, outputs, _ in arrived}
-        device = self.plan.device.name
-        steps = child.runner.run(entered, lambda exc, node: wrap_error(exc, node.op, device))
+        steps = child.runner.run({node.index: outputs[0] for node, outputs, _ in arrived})
         self.ready.append((self.loop_entry, steps, child))
 
     def finish_compiled(self, child, exits, iterations):

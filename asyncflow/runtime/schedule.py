@@ -1,29 +1,84 @@
-"""The static plan's compiled form: its schedule as one straight-line Python function.
+"""The compiled forms' code: a static plan's schedule as one straight-line Python function.
 
 For a partition without control flow (and at most one waiting kernel) the order of nodes is
-fixed, so the code is generated once instead of interpreting the plan on every step::
+fixed, so its code is generated once instead of interpreting the plan on every step::
 
     async def _step(slots, _offload, _wait, _pause, _rec=None):
         v0 = F0(c1, slots[0], K0)[0]
-        v0 = F1(c2, v0, K0)[0]
+        v0 = F0(c2, v0, K0)[0]
         slots[7] = v0
 
 Values live in locals reused as values die (a 25,000-op chain needs one), so the per-op cost
-does not grow with the graph; constants are evaluated at compile time (``K``), one global
-per distinct kernel (``F``) beside each node's context (``c``); each node is one source
-line, so a failure names the op of the line that raised (``_NODE_AT``). It awaits only
-what the caller passes in (``_offload``, ``_wait``, ``_pause``), so a plan without a
-waiting kernel runs under any event loop. The traced twin times each kernel.
+does not grow with the graph; constants are evaluated at compile time (``K``), one global per
+distinct kernel (``F``) beside each node's context (``c``); each node is one source line, so
+a failure names the op of the line that raised. A compiled loop (``compiled_loops``) is
+generated the same way (``Generator``). The step function awaits only what the caller passes
+in, so a plan without a waiting kernel runs under any event loop; the traced twin times each
+kernel.
 """
 from __future__ import annotations
 
 from asyncflow.runtime import timeslice
 from asyncflow.runtime.plan import OFFLOAD_COST, estimate_static_cost, runtime_cost
-from asyncflow.runtime.step import now_us
+from asyncflow.runtime.step import now_us, wrap_error
 
 
-def _is_const(node):
-    return node.op.type == "Const" and not node.inputs
+class Generator:
+    """The source of one generated function, a line per statement group, and its globals."""
+
+    def __init__(self):
+        self.env, self.lines, self.kernels, self.indent = {}, [], {}, 0
+
+    def add(self, prefix, value, name=None):
+        """A global holding ``value`` (a new name unless ``name``); returns its name."""
+        name = name or f"{prefix}{len(self.env)}"
+        self.env[name] = value
+        return name
+
+    def constant(self, node):
+        """A Const node's value, evaluated now, as a global."""
+        return self.add("K", node.fn(node.ctx)[0])
+
+    def call(self, node, args):
+        """The expression calling ``node``'s kernel (one global per distinct kernel)."""
+        fn = self.kernels.get(node.fn)
+        if fn is None:
+            fn = self.kernels[node.fn] = self.add("F", node.fn, f"F{len(self.kernels)}")
+        return f"{fn}({', '.join([self.add('c', node.ctx)] + args)})"
+
+    @staticmethod
+    def store(call, targets):
+        """Statements storing the outputs of ``call`` in ``targets`` (None: not kept)."""
+        stored = [(position, t) for position, t in enumerate(targets) if t is not None]
+        if len(stored) == 1:
+            return [f"{stored[0][1]} = {call}[{stored[0][0]}]"]
+        if stored:
+            return [f"_r = {call}"] + [f"{t} = _r[{p}]" for p, t in stored] + ["_r = None"]
+        return [call]
+
+    def line(self, statements, node=None):
+        """One source line; a failure on a line of ``node`` names ``node``."""
+        self.lines.append(("    " * self.indent + "; ".join(statements), node))
+
+    def function(self, header, title, device_name):
+        """Compile the lines as the body of ``header``; returns the function. A failure on
+        a node's line is raised located (``wrap_error``) at that node."""
+        body = "\n".join("        " + line for line, _ in self.lines) or "        pass"
+        source = (f"{header}:\n    try:\n{body}\n"
+                  "    except Exception as exc:\n        _locate(exc)\n        raise\n")
+        # The failing node is found from the line that raised (one node per line, from
+        # line 3) rather than stored per kernel: the code and constants stay small per node.
+        node_at = {line: node for line, (_, node) in enumerate(self.lines, start=3)
+                   if node is not None}
+
+        def locate(exc):
+            node = node_at.get(exc.__traceback__.tb_lineno)
+            err = exc if node is None else wrap_error(exc, node.op, device_name)
+            if err is not exc:
+                raise err
+        self.env["_locate"] = locate
+        exec(compile(source, f"<asyncflow {title}>", "exec"), self.env)  # noqa: S102
+        return self.env[header.split("(")[0].split()[-1]]  # (source from integers, fixed names)
 
 
 def _waiting_kernel_last(plan):
@@ -47,64 +102,42 @@ def _waiting_kernel_last(plan):
     return before + [waiting] + [n for n in schedule if n.index in downstream]
 
 
-def _large(node):
-    cost = estimate_static_cost(node.op)
-    return cost is not None and cost >= timeslice.LARGE_KERNEL_COST
-
-
 def compile_schedule(plan, traced=False):
-    """Generate the straight-line step function of ``plan``.
+    """Generate the straight-line step function of ``plan`` (``plan.static``).
 
-    Args:
-        plan: an ExecutionPlan whose ``static`` flag is set.
-        traced: make the traced twin, which calls ``record(node, start[, waited])`` after
-            each kernel (the waiting kernel's ``wait`` records it itself, given its start).
+    ``traced``: the traced twin, which calls ``record(node, start[, waited])`` after each
+    kernel (the waiting kernel's ``wait`` records it itself, given its start).
 
     Returns:
         ``async fn(slots, offload, wait, pause, record)``: reads feeds from ``slots``, writes
         fetched values back; awaits ``offload(node, args)`` for a kernel whose actual inputs
         are large, ``wait(node, args)`` for the plan's one waiting kernel and ``pause()`` once
         per time slice (checked every ``2 * CHECK_EVERY`` kernels and after each possibly
-        large one), nothing else. A failure raises the kernel's exception with
-        ``exc._asyncflow_node`` set to its NodePlan (None outside any kernel).
+        large one), nothing else. A kernel's failure raises a located OpError.
     """
-    env = {"_OFFLOAD_COST": OFFLOAD_COST, "_cost": runtime_cost, "_due": timeslice.due,
-           "_ts": timeslice, "_B": timeslice.BUDGET, "_now": now_us}
+    gen = Generator()
+    gen.env.update(_OFFLOAD_COST=OFFLOAD_COST, _cost=runtime_cost, _due=timeslice.due,
+                   _ts=timeslice, _B=timeslice.BUDGET, _now=now_us)
     # Kernels here cost no interpretation (~0.5 us for a small one): twice as many per check.
     every = max(1, 2 * timeslice.CHECK_EVERY)
     count = 0  # kernels since the last slice check
     last_check = -1
-    names = {}          # slot -> expression holding its value
+    names = {slot: f"slots[{slot}]" for slot in plan.feed_slots}  # slot -> its expression
     fetch_slots = set(plan.fetch_slots)
     schedule = _waiting_kernel_last(plan)
-    last_use = {}
-    for node in schedule:
-        for slot in node.inputs:
-            last_use[slot] = node.index
-    lines = []          # (source line, the NodePlan it runs or None)
-    kernels = {}        # kernel function -> its global's name (one per distinct kernel)
-    dead = []           # locals whose value died: reused before a new one is made
-    made = 0            # locals made (``v0``...): at most the values alive at once
-    for slot in plan.feed_slots:
-        names[slot] = f"slots[{slot}]"
+    last_use = {slot: node.index for node in schedule for slot in node.inputs}
+    dead = []   # locals whose value died: reused before a new one is made
+    made = 0    # locals made (``v0``...): at most the values alive at once
     for node in schedule:
         i = node.index
-        if _is_const(node) and not traced:  # (traced: run, so that the trace shows it)
-            env[f"K{i}"] = node.fn(node.ctx)[0]
+        if node.op.type == "Const" and not node.inputs and not traced:  # (traced: shown)
             if node.outputs[0] >= 0:
-                names[node.outputs[0]] = f"K{i}"
+                names[node.outputs[0]] = gen.constant(node)
             continue
-        fn = kernels.get(node.fn)
-        if fn is None:
-            fn = kernels[node.fn] = f"F{len(kernels)}"
-            env[fn] = node.fn
-        env[f"c{i}"] = node.ctx
-        args = []
-        for position, slot in enumerate(node.inputs):
-            expr = names[slot]
-            args.append(f"{expr}.read()" if position in node.deref else expr)
+        args = [f"{names[slot]}.read()" if position in node.deref else names[slot]
+                for position, slot in enumerate(node.inputs)]
         if node.is_async or node.offload or traced:
-            env[f"N{i}"] = node
+            gen.env[f"N{i}"] = node
         # Values read here for the last time free their locals (before the outputs take
         # theirs: the call's arguments are evaluated before its result is stored).
         dying = [names[slot] for slot in dict.fromkeys(node.inputs)
@@ -125,50 +158,32 @@ def compile_schedule(plan, traced=False):
             call = f"(await _wait(N{i}, [{', '.join(args)}]{', _t' if traced else ''}))"
         elif node.offload:
             call = (f"((await _offload(N{i}, _a)) if _cost(N{i}, _a) >= _OFFLOAD_COST "
-                    f"else {fn}(c{i}, *_a))")
+                    f"else {gen.call(node, ['*_a'])})")
         else:
-            call = f"{fn}({', '.join([f'c{i}'] + args)})"
-        stored = [(position, t) for position, t in enumerate(targets) if t is not None]
-        if len(stored) == 1:
-            statements = [f"{stored[0][1]} = {call}[{stored[0][0]}]"]
-        elif stored:
-            statements = [f"_r = {call}"] + [f"{t} = _r[{p}]" for p, t in stored] + ["_r = None"]
-        else:
-            statements = [call]
+            call = gen.call(node, args)
+        statements = gen.store(call, targets)
         if traced and node.offload and not node.is_async:
             statements.append(f"_rec(N{i}, _t, _cost(N{i}, _a) >= _OFFLOAD_COST)")
         elif traced and not node.is_async:
             statements.append(f"_rec(N{i}, _t)")
+        # A value dies right after its last reader, unless a new one took its local.
+        statements += [f"{name} = None" for name in dying if name not in targets]
         if node.offload and not node.is_async:
             statements = [f"_a = [{', '.join(args)}]"] + statements + ["_a = None"]
         if traced:
             statements.insert(0, "_t = _now()")
-        # A value dies right after its last reader, unless a new one took its local.
-        statements += [f"{name} = None" for name in dying if name not in targets]
-        lines.append(("; ".join(statements), node))
-        count = every if node.offload or _large(node) else count + 1
+        gen.line(statements, node)
+        cost = estimate_static_cost(node.op)
+        large = node.offload or (cost is not None and cost >= timeslice.LARGE_KERNEL_COST)
+        count = every if large else count + 1
         if count >= every:
             # Within an open slice, one clock read; ``_due`` opens it or says it is over.
-            lines.append(("if _ts.clock() >= _B.end and _due(): await _pause()", None))
-            count, last_check = 0, len(lines)
-    if last_check >= 0 and all(node is None for _, node in lines[last_check:]):
-        del lines[last_check - 1]  # no kernel after it: the run's end is near enough
+            gen.line(["if _ts.clock() >= _B.end and _due(): await _pause()"])
+            count, last_check = 0, len(gen.lines)
+    if last_check >= 0 and all(node is None for _, node in gen.lines[last_check:]):
+        del gen.lines[last_check - 1]  # no kernel after it: the run's end is near enough
     for slot in plan.fetch_slots:
         if slot in names and names[slot] != f"slots[{slot}]":
-            lines.append((f"slots[{slot}] = {names[slot]}", None))
-    body = "\n".join("        " + line for line, _ in lines) or "        pass"
-    source = (
-        "async def _step(slots, _offload, _wait, _pause, _rec=None):\n"
-        "    try:\n"
-        f"{body}\n"
-        "    except BaseException as exc:\n"
-        "        exc._asyncflow_node = _NODE_AT.get(exc.__traceback__.tb_lineno)\n"
-        "        raise\n"
-    )
-    # The failing node is found from the line that raised (one node per line, from line 3)
-    # rather than stored per kernel: the schedule's code and constants stay small per node.
-    env["_NODE_AT"] = {line: node for line, (_, node) in enumerate(lines, start=3)
-                       if node is not None}
-    code = compile(source, f"<asyncflow static schedule of {len(plan.schedule)} nodes>", "exec")
-    exec(code, env)  # noqa: S102 - source generated above from integers and fixed names
-    return env["_step"]
+            gen.line([f"slots[{slot}] = {names[slot]}"])
+    return gen.function("async def _step(slots, _offload, _wait, _pause, _rec=None)",
+                        f"static schedule of {len(plan.schedule)} nodes", plan.device.name)

@@ -6,6 +6,7 @@ frames propagator is stepped one entry at a time, so whole states can be compare
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import asyncflow as af
@@ -90,11 +91,41 @@ def test_simple_loop_compiles_to_cond_and_body_parts():
     _, result = loop_graph()
     plan = compile_for([result])
     runner = plan.frame_tables.runners["while"]
-    assert [step[4].op.name for step in runner.cond_part] == ["while/Less", "while/LoopCond"]
-    assert [step[4].op.name for step in runner.body_part] == ["while/Identity", "while/add"]
-    # Constants give the same value in every iteration: evaluated once per run.
-    assert [step[4].op.name for step in runner.constants] == ["while/Const", "while/Const_1"]
-    assert [node.op.name for node, _ in runner.exits] == ["while/Exit"]
+    assert [node.op.name for node in runner.cond_part] == ["while/Less", "while/LoopCond"]
+    assert [node.op.name for node in runner.body_part] == ["while/Identity", "while/add"]
+    # Constants give the same value in every iteration: folded into the loop's code.
+    assert [node.op.name for node in runner.constants] == ["while/Const", "while/Const_1"]
+    # Run by hand from the Enter's value (resumed whenever it yields at a slice's end): the
+    # Exit's value, and the iterations it took.
+    exits, iterations = yield_from(runner.run({by_name(plan)["while/Enter"].index: np.int32(0)}))
+    assert [(node.op.name, int(value)) for node, value in exits] == [("while/Exit", 3)]
+    assert iterations == 3
+
+
+def test_a_failure_inside_a_compiled_loop_names_its_op():
+    with af.Graph().as_default():
+        result = af.while_loop(
+            lambda i: i < 3,
+            lambda i: af.reshape(af.py_func(_fail, [i], af.int32, name="in_the_body"), []),
+            [af.constant(0)])
+    plan = compile_for([result])
+    runner = plan.frame_tables.runners["while"]
+    enter = next(node for node in plan.nodes if node.kind == ENTER)
+    with pytest.raises(af.errors.InvalidArgumentError, match="PyFunc 'while/in_the_body'"):
+        yield_from(runner.run({enter.index: np.int32(0)}))
+
+
+def _fail(value):
+    raise ValueError(f"boom at {value}")
+
+
+def yield_from(generator):
+    """The return value of ``generator``, resumed every time it yields."""
+    while True:
+        try:
+            next(generator)
+        except StopIteration as done:
+            return done.value
 
 
 def test_a_loop_with_a_cond_inside_is_not_compiled():

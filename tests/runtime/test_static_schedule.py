@@ -85,9 +85,10 @@ async def test_a_failure_names_its_node_wherever_it_sits(position):
             else:
                 y = y + 1.0
     plan = static_plan([y], [x])
-    with pytest.raises(Exception) as caught:
+    with pytest.raises(errors.InvalidArgumentError, match="PyFunc 'the_failing_op'") as caught:
         await run_by_hand(plan, [np.zeros([1], np.float32)])
-    assert caught.value._asyncflow_node.op.name == "the_failing_op"
+    assert caught.value.op.name == "the_failing_op"
+    assert isinstance(caught.value.__cause__, ValueError)
 
     # and through a session, the error a user sees names the op
     with x.graph.as_default():
