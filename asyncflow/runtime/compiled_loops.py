@@ -1,16 +1,13 @@
 """The compiled form of a simple loop frame: its iterations as one generated generator.
 
 A frame is *simple* when it holds one loop and nothing that needs the general machinery (no
-nested frame, no Merge but the loop's own, every Switch keyed on its one LoopCond, every node
-a synchronous inline kernel reading no reference and nothing from outside but through its
-Enters; ``docs/architecture.md``). Once its Enters arrived live, ``LoopRunner.run`` runs::
+nested frame, no Merge but the loop's own, every Switch keyed on its one LoopCond, only
+synchronous inline kernels reading nothing from outside but through its Enters). Once its
+Enters arrived live, ``LoopRunner.run`` runs the iterations one after another (which
+``parallel_iterations``, an upper bound, allows) and yields when the time slice is over.
+Its code comes from ``schedule.Generator``::
 
-    merges <- entered values; cond part; if not pred: exits <- switch data; stop;
-    body part (downstream of a Switch's true port); merges <- next values
-
-one iteration after another (``parallel_iterations`` is an upper bound), and yields when the
-time slice is over so that its owner checkpoints. Its code is generated like the static
-schedule's (``schedule.generate``): one line per kernel, a local per value, constants folded.
+    while True: cond part; if not pred: break; body part; merges <- next values
 """
 from __future__ import annotations
 

@@ -1,25 +1,11 @@
 """The executor's one core: a synchronous drain over a propagator, and one async ``finish``.
 
-Theory of operation (the paper's ready-queue executor; TF's ``ExecutorState`` over its
-two propagators; ``docs/architecture.md`` has the whole picture):
-- A ``Run`` is one partition's run for one step over a *propagator*, ``Flat`` (slots and
-  pending counts) or ``frames.Frames`` (values per frame and iteration, dead tensors). Its
-  ``ready`` is a LIFO stack of entries ``(node, args, where)``: arguments gathered when
-  the node became ready, ``where`` what ``complete(node, where, outputs)`` and
-  ``frame_iter(where)`` (the rendezvous keys' "frame:iteration") need. An ``Own`` entry is
-  the propagator's own work, handed back to it (a dead node, a compiled loop's step).
-- ``Run.drain`` (trio's ``*_nowait`` style) runs plain kernels inline; a waiting kernel
-  (``is_async``) tries its synchronous twin, then its subscribing form (a Recv hands the
-  rendezvous a ``Delivery``), else joins ``waiting``, as does a kernel whose actual inputs
-  are large. It stops when nothing is ready, on the first failure, or when the slice is over.
-- ``finish(run)`` awaits the rest, and opens what it needs only then: ``Step.park`` (the
-  owner's close-cancellable scope), a report channel, a nursery for the ``waiting`` kernels.
-- CPU partitions of one step drain each other inline (``drive``, a trampoline over
-  ``Step.runnable``): a Send that delivers to another CPU run's subscribed Recv completes
-  it at once and makes that run runnable, so a ping-pong of any length stays one drain
-  deep. A run's task is woken only when it must act; a GPU run keeps to its own task.
-- The first failure stops scheduling and is one located ``OpError``; tasks report errors
-  instead of raising into the nursery. Tracing is a hook (``record``) on the same path.
+Theory of operation (``docs/architecture.md``, "Plans and the executor"): a ``Run`` drains
+its propagator's ``ready`` stack of entries ``(node, args, where)`` in the calling task,
+awaiting nothing (trio's ``*_nowait`` style); what cannot complete inline joins ``waiting``
+or subscribes, and ``finish`` awaits it. CPU runs of one step drain each other (``drive``),
+so a Send/Recv ping-pong stays one drain deep. The first failure stops scheduling and is one
+located ``OpError``. This module knows nothing of frames, wires or event loops but trio's.
 """
 from __future__ import annotations
 
@@ -42,8 +28,8 @@ _due = timeslice.due
 
 
 class Own:
-    """The head of a propagator's own entry ``(Own(fn), payload, where)`` in ``ready``: the
-    core calls ``fn(payload, where)`` instead of a kernel (a dead node, a loop's step)."""
+    """Heads a propagator's own entry ``(Own(fn), payload, where)``: run as ``fn(payload,
+    where)`` (a dead node, a loop's step)."""
 
     __slots__ = ("fn",)
     plain = False
@@ -201,9 +187,25 @@ class Run:
             self.waiting.append((node, args, where))
 
     def subscribe(self, form, node, ctx, args, where, start):
-        """Try ``node``'s subscribing ``form``; True if it will deliver (inline or reported)."""
+        """Try ``node``'s subscribing ``form``; True if it will deliver, once: inside a drain
+        of this step (a Send run inline) a sharing run completes it at once and joins
+        ``step.runnable``; otherwise (a task, an abort, an error) it reports."""
+        step = self.step
+
+        def deliver(outputs, exc=None):
+            if exc is None and self.shares and step.draining and self.failure is None:
+                self.outstanding -= 1
+                self.complete(node, where, outputs)
+                if self.record is not None:
+                    self.record(node, start, True)
+                if not self.scheduled and self is not step.current:
+                    self.scheduled = True
+                    step.runnable.append(self)
+                return
+            self.report((node, outputs, exc, start, where))
+
         self.outstanding += 1
-        cancel = form(ctx, *args, Delivery(self, node, where, start))
+        cancel = form(ctx, *args, deliver)
         if cancel is WOULD_BLOCK:
             self.outstanding -= 1
             return False
@@ -211,8 +213,8 @@ class Run:
         return True
 
     def open_report(self):
-        """The channel on which tasks and subscriptions report ``(node, outputs, exc, start,
-        where)``."""
+        """The channel of reports ``(node, outputs, exc, start, where)`` from tasks and
+        subscriptions."""
         if self.report_send is None:
             self.report_send, self.report_receive = trio.open_memory_channel(math.inf)
         return self.report_send
@@ -262,34 +264,6 @@ class Run:
         self.cancels.clear()  # they refer back to this run: let it go without the GC
 
 
-class Delivery:
-    """``deliver(outputs, exc=None)`` of one subscribed node, called once by its producer.
-
-    From inside a drain of this step (a Send run inline), a sharing run completes the node
-    at once and joins ``step.runnable``; otherwise (a task, an abort, a GPU run, an error)
-    the report goes on the run's channel.
-    """
-
-    __slots__ = ("run", "node", "where", "start")
-
-    def __init__(self, run, node, where, start):
-        self.run, self.node, self.where, self.start = run, node, where, start
-
-    def __call__(self, outputs, exc=None):
-        run = self.run
-        step = run.step
-        if exc is None and run.shares and step.draining and run.failure is None:
-            run.outstanding -= 1
-            run.complete(self.node, self.where, outputs)
-            if run.record is not None:
-                run.record(self.node, self.start, True)
-            if not run.scheduled and run is not step.current:
-                run.scheduled = True
-                step.runnable.append(run)
-            return
-        run.report((self.node, outputs, exc, self.start, self.where))
-
-
 def drive(run):
     """Drain ``run``, then every run of its step made runnable meanwhile (the trampoline).
 
@@ -298,11 +272,7 @@ def drive(run):
     """
     step = run.step
     runnable = step.runnable
-    if step.draining:  # not reached from task code; kept safe: the running drain takes it
-        if not run.scheduled:
-            run.scheduled = True
-            runnable.append(run)
-        return
+    assert not step.draining, "a drain never starts another (a delivery schedules the run)"
     step.draining = True
     try:
         step.current = run

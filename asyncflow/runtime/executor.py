@@ -1,20 +1,10 @@
 """Running one compiled partition for one step: the plan's compiled form, else the core.
 
-Theory of operation:
-- ``prepare(plan)`` gives a plan its compiled forms once, when it is built (``compiler``):
-  a *static* plan (no control flow, at most one kernel known to be large, at most one
-  waiting kernel other than Send/Recv) gets its straight-line step function
-  (``schedule.compile_schedule``); a plan with control flow gets the frames propagator's
-  tables, with a compiled loop for each simple frame unless the session's
-  ``compile_loops`` is off.
-- ``run_plan`` runs a static plan's step function, awaited by whatever loop awaits the step
-  (``Step.offload``, ``Step.pause``: trio's, or asyncio's for ``asyncflow.aio``); its one
-  waiting kernel tries its synchronous twin, else is awaited in place inside ``Step.park``
-  (no nursery, no task). A traced run takes the same path, through the step function's
-  traced twin (made on the first traced run). Every other plan runs in the core
-  (``core.py``) over the flat or the frames propagator.
-- ``start_plan`` starts a CPU partition of a multi-partition step in the calling task (one
-  drain of the core, awaiting nothing); ``core.finish`` awaits the rest (``finish_plan``).
+``prepare`` gives a plan its compiled forms once, when it is built; ``run_plan`` runs a
+static plan's step function (awaited in place: no nursery, no task; traced through its
+traced twin) and every other plan in the core over the flat or the frames propagator;
+``start_plan`` starts a CPU partition of a multi-partition step in the calling task
+(``docs/architecture.md``, "Plans and the executor").
 """
 from __future__ import annotations
 
@@ -61,10 +51,8 @@ def start_plan(plan, feed_values, step):
     """Start one partition of a multi-partition step in the calling task, awaiting nothing.
 
     Returns:
-        The ``core.Run`` after its first drain (which may also have drained the step's
-        other CPU runs its Sends fed), to be awaited with ``finish_plan`` unless ``done``
-        (else closed by the caller); or None when the plan must run whole as a task
-        through ``run_plan``: a device other than a CPU.
+        The ``core.Run`` after its first drain, to be awaited with ``finish_plan`` unless
+        ``done``; or None for a device other than a CPU: it runs whole through ``run_plan``.
     """
     if plan.device.kind != "CPU":
         return None

@@ -1,27 +1,11 @@
 """The frames propagator: values keyed by (node output, frame, iteration), dead tensors.
 
-Theory of operation (the paper's control flow, TF's ``propagator_state``), for the core
-(``core.py``), whose entries here are ``(node, args, iteration)``:
-- Each live ``_Frame`` keeps its ``_Iteration``s; an iteration holds the values that nodes
-  with several inputs gather, its nodes' pending and dead-input counts (lazily from the
-  plan), each Merge's first live input, its ``outstanding`` nodes and its live child frames.
-- A node whose inputs are not all live is dead: it runs no kernel (the propagator's own
-  entry) and its outputs are all ``DEAD``; Send/Recv (``runs_on_dead``) run anyway. A Merge
-  fires once per iteration, on its first live input (in its position, ``DEAD`` elsewhere)
-  once its control inputs arrived, or dead when all data inputs are dead.
-- ``complete`` routes outputs by node kind: ordinary nodes feed their iteration; ``Enter``
-  feeds iteration 0 of the child frame (a constant Enter, every iteration); ``Exit`` feeds
-  the parent iteration (a dead Exit of the newest iteration is held until the frame is done);
-  ``NextIteration`` feeds iteration i+1, parked while ``parallel_iterations`` are in
-  flight; a dead one ends the loop.
-- An iteration is done when nothing in it is outstanding, no child frame is live and its
-  predecessor is done; it is deleted then (memory flat in the iteration count). A frame is
-  done when all its Enters arrived and no iteration is left.
-- A simple frame's compiled loop (``compiled_loops``) runs once its Enters arrived live, as
-  an own entry that answers ``PAUSE`` when the slice runs out.
-- Frame ids hash (parent id, parent iteration, name) with blake2b: every process names a
-  frame alike. The root frame frees a value after its last reader; a dead fetch is an
-  InvalidArgumentError.
+Theory of operation: ``docs/control_flow.md`` ("Executor semantics") gives the rules this
+implements (TF's ``propagator_state``): dead nodes run no kernel, a Merge fires once per
+iteration, ``parallel_iterations`` windows, iterations deleted as they finish (memory flat
+in the iteration count), a simple frame run by its compiled loop. Entries are
+``(node, args, iteration)``. Frame ids hash (parent id, parent iteration, name) with
+blake2b, so every process names a frame alike.
 """
 from __future__ import annotations
 
@@ -54,23 +38,8 @@ class _Iteration:
                  "frames")
 
     def __init__(self, frame, number):
-        self.frame = frame
-        self.number = number
-        self.values = {}
-        self.pending = {}
-        self.dead = {}
-        self.merge_live = {}
-        self.outstanding = 0
-        self.frames = {}
-
-
-class _DeadAt:
-    """The ``where`` of a Send or Recv that runs although an input is dead."""
-
-    __slots__ = ("iteration",)
-
-    def __init__(self, iteration):
-        self.iteration = iteration
+        self.frame, self.number, self.outstanding = frame, number, 0
+        self.values, self.pending, self.dead, self.merge_live, self.frames = {}, {}, {}, {}, {}
 
 
 class _Frame:
@@ -79,17 +48,12 @@ class _Frame:
                  "next_iter_roots", "invariants", "exits", "runner", "arrived")
 
     def __init__(self, frame_id_, name, parent, parent_iteration, max_parallel, pending_enters):
-        self.frame_id = frame_id_
-        self.name = name
-        self.parent = parent
-        self.parent_iteration = parent_iteration
-        self.max_parallel = max_parallel
+        self.frame_id, self.name, self.max_parallel = frame_id_, name, max_parallel
+        self.parent, self.parent_iteration = parent, parent_iteration
         self.iterations = {0: _Iteration(self, 0)}
-        self.iteration_count = 0
-        self.outstanding_iterations = 1
+        self.iteration_count, self.outstanding_iterations = 0, 1
         self.pending_enters = pending_enters
-        self.next_iter_roots = []
-        self.invariants = []
+        self.next_iter_roots, self.invariants = [], []
         self.exits = []      # delivered when the frame is done: (node, outputs, dead)
         self.runner = None   # a compiled_loops.LoopRunner when the frame is simple
         self.arrived = []    # Enters held for the runner: (node, outputs, dead)
@@ -107,11 +71,10 @@ class FrameStatistics:
 
 
 class Tables(typing.NamedTuple):
-    """A plan's tables for ``Frames``, per node index: the ``(slot, output index)`` pairs
-    an iteration stores (those some counted consumer gathers, and fetches); data edges
-    ``(output index, consumer index, consumer, position, how, consumer's pending)``;
-    control edges ``(consumer index, consumer, is a Merge, pending)``; per slot the reads
-    that gather it; and the compiled loops ``{frame name: LoopRunner}``."""
+    """A plan's tables for ``Frames``, per node: the ``(slot, output index)`` an iteration
+    stores (what a counted consumer gathers, fetches); data edges ``(output, consumer index,
+    consumer, position, how, its pending)``; control edges ``(consumer index, consumer, is a
+    Merge, pending)``; per slot, the reads that gather it; ``{frame name: LoopRunner}``."""
 
     stores: list
     edges: list
@@ -124,13 +87,9 @@ def tables(plan, compile_loops=True):
     """The ``Tables`` of ``plan``; no compiled loop without ``compile_loops``."""
     nodes = plan.nodes
 
-    def how(dst):
-        node = nodes[dst]
-        if node.kind == MERGE:
-            return _MERGE_IN
-        return _SOLE if node.pending == 1 and len(node.inputs) == 1 else _COUNTED
-
-    edges = [tuple((out, dst, nodes[dst], pos, how(dst), nodes[dst].pending)
+    how = [_MERGE_IN if n.kind == MERGE else _SOLE if n.pending == 1 and len(n.inputs) == 1
+           else _COUNTED for n in nodes]
+    edges = [tuple((out, dst, nodes[dst], pos, how[dst], nodes[dst].pending)
                    for out, dst, pos in n.out_edges) for n in nodes]
     readers = list(plan.slot_readers)
     for node, out_edges in zip(nodes, edges):
@@ -151,13 +110,8 @@ class Frames:
     """The propagator of a partition with control flow (see the module docstring)."""
 
     def __init__(self, plan, feed_values, step):
-        self.plan = plan
-        self.step = step
-        self.nodes = plan.nodes
-        self.tables = plan.frame_tables
-        self.ready = []
-        self.stats = FrameStatistics()
-        self.live_iterations = 1
+        self.plan, self.step, self.nodes, self.tables = plan, step, plan.nodes, plan.frame_tables
+        self.ready, self.stats, self.live_iterations = [], FrameStatistics(), 1
         self.root = _Frame(0, "", None, None, 1, 0)
         root_iteration = self.root.iterations[0]
         self.root_values = root_iteration.values
@@ -170,12 +124,9 @@ class Frames:
 
     def _hot_paths(self):
         """``complete(node, where, outputs)``, ``activate(node, iteration, outputs, dead)``
-        and ``push(node, iteration, dead)``, over locals.
-
-        A ready node's entry is ``(node, args, where)``, ``where`` its iteration (a
-        ``_DeadAt`` for a Send or Recv that runs dead); a dead node is the propagator's own
-        entry ``(dead_entry, node, iteration)``.
-        """
+        and ``push(node, iteration, dead)``, over locals. An entry's ``where`` is its
+        iteration, or ``(iteration,)`` for a Send or Recv that runs dead; a dead node's
+        entry is ``(dead_entry, node, iteration)``."""
         root_values, readers, fetched = self.root_values, self.readers, self.plan.fetched
         stores, edges, controls, _, _ = self.tables
         ready, stats, dead_entry = self.ready, self.stats, self.dead_entry
@@ -202,7 +153,7 @@ class Frames:
                     readers[slot] -= 1
                     if readers[slot] == 0 and slot not in fetched:
                         values.pop(slot, None)  # its last reader has it: free the buffer
-            ready.append((node, args, _DeadAt(iteration) if dead else iteration))
+            ready.append((node, args, (iteration,) if dead else iteration))
 
         def fire(merge, iteration, dead):
             """Merge ``merge`` fires: on its first live input, in its position (DEAD
@@ -230,7 +181,7 @@ class Frames:
                     if value is not DEAD:
                         ready.append((consumer, [value], iteration))
                     elif consumer.runs_on_dead:
-                        ready.append((consumer, [value], _DeadAt(iteration)))
+                        ready.append((consumer, [value], (iteration,)))
                     else:
                         ready.append((dead_entry, consumer, iteration))
                     continue
@@ -273,8 +224,8 @@ class Frames:
         def complete(node, where, outputs):
             stats.nodes_run += 1
             if node.runs_on_dead:  # dead if it ran dead, or all it gave is dead
-                if where.__class__ is _DeadAt:
-                    self.propagate(node, where.iteration, outputs, True)
+                if where.__class__ is tuple:  # it ran dead
+                    self.propagate(node, where[0], outputs, True)
                 else:
                     self.propagate(node, where, outputs,
                                    bool(outputs) and all(value is DEAD for value in outputs))
@@ -291,7 +242,7 @@ class Frames:
     @staticmethod
     def frame_iter(where):
         """What a waiting kernel's rendezvous keys name: "frame id:iteration"."""
-        iteration = where.iteration if where.__class__ is _DeadAt else where
+        iteration = where[0] if where.__class__ is tuple else where
         return f"{iteration.frame.frame_id}:{iteration.number}"
 
     def values(self):
@@ -313,12 +264,18 @@ class Frames:
         self.propagate(node, iteration, (DEAD,) * len(node.outputs), True)
 
     def _step_loop(self, steps, child):
-        """Step a compiled loop; ``PAUSE`` when the slice ran out (it stays queued)."""
+        """Step a compiled loop: ``PAUSE`` when the slice ran out (it stays queued); at its
+        end, delete its frame and deliver the Exits."""
         try:
             next(steps)
         except StopIteration as done:
             exits, iterations = done.value
-            self.finish_compiled(child, exits, iterations)
+            self.stats.iterations_created += iterations
+            self.stats.nodes_run += child.runner.iteration_nodes * iterations
+            del child.iterations[0]
+            self.live_iterations -= 1
+            child.exits = [(node, (value,), False) for node, value in exits]
+            self._delete_frame(child)
             return None
         self.ready.append((self.loop_entry, steps, child))
         return PAUSE
@@ -386,15 +343,6 @@ class Frames:
             return
         steps = child.runner.run({node.index: outputs[0] for node, outputs, _ in arrived})
         self.ready.append((self.loop_entry, steps, child))
-
-    def finish_compiled(self, child, exits, iterations):
-        """A simple frame's loop ran to its end: delete the frame, deliver its Exits."""
-        self.stats.iterations_created += iterations
-        self.stats.nodes_run += child.runner.iteration_nodes * iterations
-        del child.iterations[0]
-        self.live_iterations -= 1
-        child.exits = [(node, (value,), False) for node, value in exits]
-        self._delete_frame(child)
 
     def _next_iteration(self, node, iteration, outputs):
         frame = iteration.frame

@@ -1,20 +1,15 @@
 """The compiled forms' code: a static plan's schedule as one straight-line Python function.
 
-For a partition without control flow (and at most one waiting kernel) the order of nodes is
-fixed, so its code is generated once instead of interpreting the plan on every step::
+The order of a static plan's nodes is fixed, so its code is generated once::
 
     async def _step(slots, _offload, _wait, _pause, _rec=None):
         v0 = F0(c1, slots[0], K0)[0]
         v0 = F0(c2, v0, K0)[0]
         slots[7] = v0
 
-Values live in locals reused as values die (a 25,000-op chain needs one), so the per-op cost
-does not grow with the graph; constants are evaluated at compile time (``K``), one global per
-distinct kernel (``F``) beside each node's context (``c``); each node is one source line, so
-a failure names the op of the line that raised. A compiled loop (``compiled_loops``) is
-generated the same way (``Generator``). The step function awaits only what the caller passes
-in, so a plan without a waiting kernel runs under any event loop; the traced twin times each
-kernel.
+Values live in locals reused as values die, so the per-op cost does not grow with the graph;
+one line per node, so the line that raised names the failing op. It awaits only what the
+caller passes in. ``Generator`` writes compiled loops too.
 """
 from __future__ import annotations
 
@@ -82,38 +77,28 @@ class Generator:
 
 
 def _waiting_kernel_last(plan):
-    """The plan's order with its waiting kernel, if any, as late as possible.
-
-    Every node that does not depend on the waiting kernel runs before it, so while the step
-    waits nothing else of it could have run (a failure elsewhere surfaces before the wait,
-    as in the core, where the waiting kernel would be a task).
-    """
+    """The plan's order with its waiting kernel, if any, as late as possible: every node
+    that does not depend on it runs before it (a failure elsewhere surfaces before the wait,
+    as in the core, where the waiting kernel would be a task)."""
     schedule = list(plan.schedule)
     waiting = next((n for n in schedule if n.is_async), None)
-    if waiting is None:
-        return schedule
-    downstream, stack = set(), [waiting.index]
-    while stack:
-        for consumer in plan.nodes[stack.pop()].consumers:
-            if consumer not in downstream:
-                downstream.add(consumer)
-                stack.append(consumer)
-    before = [n for n in schedule if n is not waiting and n.index not in downstream]
-    return before + [waiting] + [n for n in schedule if n.index in downstream]
+    after = set() if waiting is None else {waiting.index}
+    for node in schedule:  # (in topological order: a consumer comes after its producer)
+        if node.index in after:
+            after.update(node.consumers)
+    return [n for n in schedule if n.index not in after] + [n for n in schedule
+                                                            if n.index in after]
 
 
 def compile_schedule(plan, traced=False):
-    """Generate the straight-line step function of ``plan`` (``plan.static``).
-
-    ``traced``: the traced twin, which calls ``record(node, start[, waited])`` after each
-    kernel (the waiting kernel's ``wait`` records it itself, given its start).
+    """The step function of ``plan`` (``plan.static``), or its ``traced`` twin, which calls
+    ``record(node, start[, waited])`` after each kernel (``wait`` records its own).
 
     Returns:
         ``async fn(slots, offload, wait, pause, record)``: reads feeds from ``slots``, writes
         fetched values back; awaits ``offload(node, args)`` for a kernel whose actual inputs
-        are large, ``wait(node, args)`` for the plan's one waiting kernel and ``pause()`` once
-        per time slice (checked every ``2 * CHECK_EVERY`` kernels and after each possibly
-        large one), nothing else. A kernel's failure raises a located OpError.
+        are large, ``wait(node, args)`` for its one waiting kernel and ``pause()`` once per
+        time slice, nothing else. A kernel's failure raises a located OpError.
     """
     gen = Generator()
     gen.env.update(_OFFLOAD_COST=OFFLOAD_COST, _cost=runtime_cost, _due=timeslice.due,

@@ -1,10 +1,6 @@
-"""What one step shares between the partitions that run it in this process.
-
-``Step`` is the per-step state (rendezvous, trace, the hooks of the event loop that awaits
-it, the runnable list of its CPU partitions); ``StepContext`` is what a waiting kernel
-receives; ``NodeStats`` is one traced node; ``wrap_error`` turns a kernel's exception into
-the one located ``OpError`` a caller sees. Nothing here schedules anything: the core
-(``core.py``) and the compiled forms (``executor.py``) do.
+"""What one step shares between the partitions that run it in this process: ``Step``, the
+context a waiting kernel receives, traced ``NodeStats``, and the located ``OpError``.
+Nothing here schedules anything.
 """
 from __future__ import annotations
 
@@ -31,15 +27,12 @@ class Step:
     """Per-step state shared by the partitions of one run in this process.
 
     Attributes:
-        step_id, rendezvous: the step's id; its rendezvous for Send/Recv (None: one partition).
-        trace: a list receiving ``NodeStats`` when tracing, else None.
-        park: ``park()``, a context manager entered only while the step waits, yielding a
-            cancel scope its owner may cancel (a session closing); None: not tracked.
-        offload, pause: what the awaiting event loop provides: ``async offload(node, args)``
-            runs a large kernel on a worker thread (default: trio's, under the device's
-            limiter); ``async pause()`` ends a time slice (default: trio's checkpoint).
-        runnable, draining, current: the CPU runs of this step delivered to by the drain
-            that is running, whether one is, and which run it drains (``core.drive``).
+        rendezvous: for Send/Recv (None: one partition); trace: a list of ``NodeStats``.
+        park: a context manager entered only while the step waits, yielding a cancel scope
+            its owner may cancel (a session closing); None: not tracked.
+        offload, pause: from the awaiting event loop: ``async offload(node, args)`` runs a
+            large kernel on a worker thread, ``async pause()`` ends a time slice.
+        runnable, draining, current: ``core.drive``'s runnable list and state.
         extras: per-step services a waiting kernel may need, and statistics.
     """
 
