@@ -81,7 +81,7 @@ def _build(nodes, simple, enters, device_name):
                     or node.inputs[1] not in back_of:
                 return None
             names[node.outputs[0]] = f"m{len(merges)}"
-            if len(node.outputs) > 1:
+            if node.outputs[1] != DROP:
                 names[node.outputs[1]] = "_index"
             merges.append((f"m{len(merges)}", enter.index, back_of[node.inputs[1]]))
         elif node.kind == SWITCH:
@@ -103,9 +103,11 @@ def _build(nodes, simple, enters, device_name):
     # (a NextIteration leads to the next iteration, not further into this one)
     body = _reach(nodes, body_roots, NEXT_ITERATION, set(members))
     runner = LoopRunner()
-    runner.constants = [n for n in kernels if n.op.type == "Const" and not n.inputs]
-    runner.cond_part = [n for n in kernels if n.index not in body and n not in runner.constants]
-    runner.body_part = [n for n in kernels if n.index in body and n not in runner.constants]
+    runner.constants, runner.cond_part, runner.body_part = [], [], []
+    for node in kernels:
+        into = (runner.constants if node.op.type == "Const" and not node.inputs
+                else runner.body_part if node.index in body else runner.cond_part)
+        into.append(node)
     runner.iteration_nodes = len(kernels) + 2 * len(merges)
     gen = schedule.Generator()
     for node in runner.constants:
@@ -120,7 +122,7 @@ def _build(nodes, simple, enters, device_name):
             call = gen.call(node, [name(slot) for slot in node.inputs])
             gen.line(gen.store(call, [name(s) if s != DROP else None for s in node.outputs]), node)
 
-    exits = [(gen.add("X", node), name(false_ports[node.inputs[0]])) for node in exits]
+    exit_values = [(gen.add("X", node), name(false_ports[node.inputs[0]])) for node in exits]
     gen.env.update(_B=timeslice.BUDGET, _due=timeslice.due, _ts=timeslice, _Z=np.int32(0),
                    _O=np.int32(1), _W=max(1, runner.iteration_nodes))
     gen.line(["_index = _Z", "_n = 0", "_left = _B.left"]
@@ -138,7 +140,8 @@ def _build(nodes, simple, enters, device_name):
     gen.line(["    if _due(): yield; _left = _B.left"])  # (the owner's checkpoint restarted it)
     gen.line(["    else: _left = _ts.CHECK_EVERY"])
     gen.indent = 0
-    gen.line(["_B.left = _left", f"return [{', '.join(f'({x}, {v})' for x, v in exits)}], _n"])
+    returned = ", ".join(f"({x}, {v})" for x, v in exit_values)
+    gen.line(["_B.left = _left", f"return [{returned}], _n"])
     runner.run = gen.function("def _loop(entered)", f"loop {enters[0].ctx.attrs['frame_name']}",
                               device_name)
     return runner
