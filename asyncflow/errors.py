@@ -152,3 +152,43 @@ def error_code_name(error):
 def from_code(code, message, op=None):
     """Build the OpError subclass named by ``code`` (int or name)."""
     return exception_type_from_error_code(code)(None, op, message)
+
+
+_PYTHON_ERRORS = (
+    (MemoryError, ResourceExhaustedError),
+    ((ValueError, IndexError, TypeError, ZeroDivisionError, FloatingPointError, KeyError),
+     InvalidArgumentError),
+)
+
+
+def located(exc, op, device_name):
+    """One OpError naming ``op``, its type, device and creation site; keeps ``exc`` as its
+    cause. ``op`` None: not a kernel's failure (the executor's own work).
+
+    An error already located (by a nested path: a compiled loop, a static schedule, a remote
+    task) is returned as it is, whatever ``op`` says.
+    """
+    if getattr(exc, "_asyncflow_located", False):
+        return exc
+    if isinstance(exc, OpError):
+        cls, message = type(exc), exc.message
+    else:
+        cls = next((target for source, target in _PYTHON_ERRORS if isinstance(exc, source)),
+                   UnknownError)
+        message = f"{type(exc).__name__}: {exc}"
+    if op is None:
+        err = cls(None, None, f"on {device_name}: {message}")
+    else:
+        err = cls(None, op, f"{op.type} '{op.name}' on {device_name}: {message}\n"
+                            f"\t[created at {op.creation_site()}]")
+    err._asyncflow_located = True
+    err.__cause__ = exc
+    return err
+
+
+def session_closed(op=None):
+    """The error of a step cancelled because its session was closed while it ran."""
+    err = CancelledError(None, op, "The session was closed while this step was running "
+                         "(e.g. waiting on a queue)")
+    err._asyncflow_located = True
+    return err

@@ -63,7 +63,7 @@ from asyncflow.distributed.control_edges import carry_fewer_control_edges
 from asyncflow.graph.rewrite import materialize
 from asyncflow.graph.serialize import encode_attr, node_def
 from asyncflow.runtime import compiler as _compiler
-from asyncflow.runtime.step import NodeStats
+from asyncflow.runtime.options import NodeStats
 from transports.messages import (
     AbortStep, DeregisterGraph, GraphConfig, GraphOptions, RegisterGraph, RemoteCallError, Reset,
     RunGraph, TensorEntry,

@@ -9,8 +9,8 @@ step crosses the wire, so the whole step sits in the session's close-cancellable
 """
 from __future__ import annotations
 
+from asyncflow import errors
 from asyncflow.distributed import master as _master
-from asyncflow.runtime.step import closed_error
 
 
 class ClusterTarget:
@@ -64,4 +64,4 @@ class ClusterTarget:
                     self.graph, *compiled.signature)
             return await self.master.run_step(self.graph, compiled, feed_values, timeout_ms,
                                               trace)
-        raise closed_error()
+        raise errors.session_closed()

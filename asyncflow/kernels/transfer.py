@@ -21,6 +21,7 @@ Non-float32 values cross unchanged.
 from __future__ import annotations
 
 import functools
+import hashlib
 
 import numpy as np
 
@@ -29,6 +30,20 @@ from asyncflow.kernels.registry import (WOULD_BLOCK, register_kernel, register_n
                                        register_prepare, register_subscribe)
 
 ROOT_FRAME_ITER = "0:0"
+
+
+def frame_iter(frame_id, iteration):
+    """A key's ``"frame_id:iter_id"``: where its value lives (``ROOT_FRAME_ITER`` outside
+    loops)."""
+    return f"{frame_id}:{iteration}"
+
+
+def frame_id(parent_id, parent_iteration, frame_name):
+    """The id of a child frame, the same on every process (blake2b, never Python's salted
+    hash): the frame id of ``frame_iter``."""
+    digest = hashlib.blake2b(f"{parent_id}:{parent_iteration}:{frame_name}".encode(),
+                             digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
 
 
 def make_key(src_device, src_incarnation, dst_device, tensor_name, frame_iter=ROOT_FRAME_ITER):

@@ -50,12 +50,11 @@ from asyncflow.graph.graph import Operation
 from asyncflow.graph.rewrite import NodeGraph, materialize
 from asyncflow.kernels.registry import get_kernel, supported_device_kinds
 from asyncflow.ops.control_flow import is_loop_back_edge
-from asyncflow.runtime import executor
+from asyncflow.runtime import core, executor
 from asyncflow.runtime import timeslice
 from asyncflow.runtime.context import NodeContext
 from asyncflow.runtime.plan import compile_plan
 from asyncflow.runtime.rendezvous import LocalRendezvous
-from asyncflow.runtime.step import closed_error
 
 
 @dataclasses.dataclass
@@ -318,6 +317,8 @@ def _start_inline(compiled, feed_values, step, runs):
     """
     started = []
     for index, plan in enumerate(compiled.plans):
+        if plan.device.kind != "CPU":
+            continue  # another device's partition runs whole through run_plan, in a task
         try:
             run = executor.start_plan(
                 plan, [plan.device.put(feed_values[i]) for i in compiled.feed_routes[index]],
@@ -325,8 +326,6 @@ def _start_inline(compiled, feed_values, step, runs):
         except Exception as exc:  # noqa: BLE001 - becomes the step's error, as in a task
             failure = exc
         else:
-            if run is None:
-                continue
             runs[index] = run
             started.append(run)
             # This drain may have run (and failed) partitions started before.
@@ -365,7 +364,8 @@ async def _go_on_inline(step, runs):
             if failure is not None:
                 return _abandon_inline(step, runs, failure)
     if parked is not None and parked.cancelled_caught:
-        return _abandon_inline(step, [run for run in runs if run is not None], closed_error())
+        started = [run for run in runs if run is not None]
+        return _abandon_inline(step, started, errors.session_closed())
     return None
 
 
@@ -381,7 +381,7 @@ async def _finish_in_tasks(compiled, feed_values, step, runs, left, results):
                 feeds = [plan.device.put(feed_values[i]) for i in compiled.feed_routes[index]]
                 values = await executor.run_plan(plan, feeds, step)
             else:
-                values = await executor.finish_plan(run)
+                values = await core.finish(run)
             results[index] = await _fetch_to_host(plan, values)
         except Exception as exc:  # reported once; the rest of the step is torn down
             if not failures:

@@ -1,4 +1,5 @@
-"""What a kernel sees: ``NodeContext`` (one per node of a compiled plan).
+"""What a kernel sees: ``NodeContext`` (one per node of a compiled plan), and a waiting
+kernel ``StepContext`` (its node's context plus the running step).
 
 The context is built once per plan, so the hot loop passes it without allocating. It holds
 the op's attrs and identity, the device's array module, the resource manager, and per-node
@@ -101,3 +102,26 @@ class NodeContext:
     def reader_resource(self):
         """The reader resource this reader node names (see ``runtime/readers.py``)."""
         return readers.lookup_or_create(self)
+
+
+class StepContext:
+    """The context a waiting kernel receives: its node's context plus the running step and,
+    inside a loop, ``frame_iter`` ("frame id:iteration", for rendezvous keys)."""
+
+    __slots__ = ("node", "step", "name", "type", "attrs", "xp", "device", "output_dtypes",
+                 "resources", "frame_iter")
+
+    def __init__(self, node_ctx, step, frame_iter=None):
+        self.node = node_ctx
+        self.step = step
+        self.name = node_ctx.name
+        self.type = node_ctx.type
+        self.attrs = node_ctx.attrs
+        self.xp = node_ctx.xp
+        self.device = node_ctx.device
+        self.output_dtypes = node_ctx.output_dtypes
+        self.resources = node_ctx.resources
+        self.frame_iter = frame_iter
+
+    def __getattr__(self, item):
+        return getattr(self.node, item)

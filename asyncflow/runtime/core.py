@@ -10,19 +10,19 @@ located ``OpError``. This module knows nothing of frames, wires or event loops b
 from __future__ import annotations
 
 import contextlib
-import math
 import types
 
 import trio
 
+from asyncflow import errors
 from asyncflow.kernels.control_flow import DEAD
 from asyncflow.kernels.registry import WOULD_BLOCK
 from asyncflow.runtime import timeslice
+from asyncflow.runtime.context import StepContext
 from asyncflow.runtime.plan import OFFLOAD_COST, runtime_cost
-from asyncflow.runtime.step import StepContext, closed_error, now_us, recorder, wrap_error
+from asyncflow.runtime.step import now_us, recorder
 
 PAUSE = object()  # what an ``Own`` entry answers when the slice ran out there (a loop)
-WAKE = (None, None, None, 0, None)  # on a report channel: "your run changed, look again"
 _BUDGET = timeslice.BUDGET
 _due = timeslice.due
 
@@ -83,27 +83,27 @@ def fetched_values(plan, slots):
 
 
 class Run:
-    """One partition's run for one step: its propagator, waits, failure and report channel."""
+    """One partition's run for one step: its propagator, waits, failure and reports."""
 
     __slots__ = ("step", "prop", "ready", "complete", "frame_iter", "waiting", "failure",
-                 "outstanding", "record", "device_name", "shares", "report_send",
-                 "report_receive", "cancels", "scheduled", "woken", "closed")
+                 "outstanding", "record", "device_name", "shares", "reports", "lot", "cancels",
+                 "scheduled", "closed")
 
     def __init__(self, plan, prop, step):
         self.step = step
         self.prop = prop
         self.ready, self.complete, self.frame_iter = prop.ready, prop.complete, prop.frame_iter
-        self.waiting = []       # (node, args, where) to start as tasks
+        self.waiting = []       # (node, its StepContext or None, args, where): to be tasks
         self.failure = None
         self.outstanding = 0    # kernels waiting, running as tasks or subscribed
         self.device_name = plan.device.name
         self.record = None if step.trace is None else recorder(step.trace, self.device_name)
         # The CPU runs of a step with a rendezvous drain each other (``drive``).
         self.shares = step.rendezvous is not None and plan.device.kind == "CPU"
-        self.report_send = self.report_receive = None
+        self.reports = []       # (node, outputs, exc, start, where) from tasks and subscriptions
+        self.lot = None         # where ``finish`` parks its task between reports
         self.cancels = []       # cancel callables of subscriptions
         self.scheduled = False  # on ``step.runnable``
-        self.woken = False      # a ``WAKE`` is on the channel, not yet received
         self.closed = False
 
     @property
@@ -161,10 +161,16 @@ class Run:
                             continue
                         outputs = WOULD_BLOCK if node.nowait is None else node.nowait(ctx, *args)
                         if outputs is WOULD_BLOCK:
-                            self.wait(form, node, ctx, args, where, start)
+                            # Not sharing, subscribe now (sharing, that was tried first); else
+                            # it runs as a task.
+                            if form is None or self.shares \
+                                    or not self.subscribe(form, node, ctx, args, where, start):
+                                self.outstanding += 1
+                                self.waiting.append((node, ctx, args, where))
                             continue
                     elif node.offload and runtime_cost(node, args) >= OFFLOAD_COST:
-                        self.wait(None, node, None, args, where, start)
+                        self.outstanding += 1
+                        self.waiting.append((node, None, args, where))
                         continue
                     else:
                         outputs = node.fn(node.ctx, *args)
@@ -172,19 +178,12 @@ class Run:
             except (trio.Cancelled, KeyboardInterrupt):
                 raise
             except BaseException as exc:
-                self.failure = wrap_error(exc, node.op, self.device_name)
+                self.failure = errors.located(exc, node.op, self.device_name)
                 budget.left = left
                 return
             if record is not None:
                 record(node, start)
         budget.left = left
-
-    def wait(self, form, node, ctx, args, where, start):
-        """``node`` cannot complete inline: subscribe (not sharing; sharing, that was tried
-        first), else queue it in ``waiting``, to start as a task."""
-        if form is None or self.shares or not self.subscribe(form, node, ctx, args, where, start):
-            self.outstanding += 1
-            self.waiting.append((node, args, where))
 
     def subscribe(self, form, node, ctx, args, where, start):
         """Try ``node``'s subscribing ``form``; True if it will deliver, once: inside a drain
@@ -194,10 +193,7 @@ class Run:
 
         def deliver(outputs, exc=None):
             if exc is None and self.shares and step.draining and self.failure is None:
-                self.outstanding -= 1
-                self.complete(node, where, outputs)
-                if self.record is not None:
-                    self.record(node, start, True)
+                self.completed(node, where, outputs, start)
                 if not self.scheduled and self is not step.current:
                     self.scheduled = True
                     step.runnable.append(self)
@@ -212,52 +208,42 @@ class Run:
         self.cancels.append(cancel)
         return True
 
-    def open_report(self):
-        """The channel of reports ``(node, outputs, exc, start, where)`` from tasks and
-        subscriptions."""
-        if self.report_send is None:
-            self.report_send, self.report_receive = trio.open_memory_channel(math.inf)
-        return self.report_send
-
     def report(self, item):
-        if self.closed:
-            return  # the run is over (failed or cancelled): nobody waits for this value
-        try:
-            self.open_report().send_nowait(item)
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            pass
+        if not self.closed:  # (over, failed or cancelled: nobody waits for this value)
+            self.reports.append(item)
+            self.wake()
 
-    def wake(self, force=False):
-        """Put a ``WAKE`` on the channel (once until received, unless ``force``). Without a
-        channel no task waits on this run: whoever starts one looks at its state first."""
-        if (self.woken and not force) or self.report_send is None or self.closed:
-            return
-        self.woken = True
-        self.report(WAKE)
+    def wake(self):
+        """Wake the task parked on this run ("it changed, look again"), if one is. Without a
+        lot no task waits on this run: whoever starts one looks at its state first."""
+        if self.lot is not None:
+            self.lot.unpark_all()
 
-    def take_report(self, report):
-        """Apply one report: a finished kernel, or a ``WAKE``; then drain."""
-        node, outputs, exc, start, where = report
-        if node is None:
-            self.woken = False
-        if self.failure is not None:
-            return  # failed meanwhile, in a drain run by another partition's task
-        if node is not None:
-            self.outstanding -= 1
+    def take_reports(self):
+        """Apply the reports (finished kernels) in order, stopping at a failure; drain."""
+        reports, self.reports = self.reports, []
+        for node, outputs, exc, start, where in reports:
+            if self.failure is not None:
+                return  # (also: failed meanwhile, in a drain run by another partition's task)
             if exc is not None:
-                self.failure = wrap_error(exc, node.op, self.device_name)
+                self.outstanding -= 1
+                self.failure = errors.located(exc, node.op, self.device_name)
                 return
-            self.complete(node, where, outputs)
-            if self.record is not None:
-                self.record(node, start, True)
-        self.drain()
+            self.completed(node, where, outputs, start)
+        if self.failure is None:
+            self.drain()
+
+    def completed(self, node, where, outputs, start):
+        """A kernel that waited (a task, a subscription) gave ``outputs``."""
+        self.outstanding -= 1
+        self.complete(node, where, outputs)
+        if self.record is not None:
+            self.record(node, start, True)
 
     def close(self):
-        """Cancel pending subscriptions and close the channel (the run is over); idempotent."""
+        """The run is over: drop its reports and pending subscriptions; idempotent."""
         self.closed = True
-        if self.report_send is not None:
-            self.report_send.close()
-            self.report_receive.close()
+        self.reports.clear()
         if self.outstanding:  # failed or cancelled: drop the subscriptions not delivered
             for cancel in self.cancels:
                 cancel()
@@ -273,11 +259,9 @@ def drive(run):
     step = run.step
     runnable = step.runnable
     assert not step.draining, "a drain never starts another (a delivery schedules the run)"
-    step.draining = True
+    step.draining, over = True, False
+    runnable.append(run)
     try:
-        step.current = run
-        run.drain_own()
-        over = bool(run.ready) and run.failure is None
         while runnable and not over:
             other = runnable.pop()
             other.scheduled = False
@@ -294,7 +278,7 @@ def drive(run):
         while runnable:  # the slice ran out, or an exception escaped: their tasks go on
             other = runnable.pop()
             other.scheduled = False
-            other.wake(force=True)
+            other.wake()
 
 
 def start(plan, prop, step):
@@ -324,7 +308,7 @@ async def finish(run):
             with (park() if park is not None else contextlib.nullcontext()) as parked:
                 await _wait(run)
             if parked is not None and parked.cancelled_caught:
-                raise closed_error()
+                raise errors.session_closed()
     finally:
         run.close()
     if run.failure is not None:
@@ -333,13 +317,13 @@ async def finish(run):
 
 
 async def _wait(run):
-    run.open_report()
+    run.lot = trio.lowlevel.ParkingLot()
     while run.failure is None and not run.done:
         if run.waiting:  # a kernel must run as a task: go on inside a nursery
             async with trio.open_nursery() as nursery:
                 while run.failure is None and not run.done:
-                    for node, args, where in run.waiting:
-                        nursery.start_soon(_task, run, node, args, where)
+                    for entry in run.waiting:
+                        nursery.start_soon(_task, run, *entry)
                     run.waiting.clear()
                     await _next(run)
                 nursery.cancel_scope.cancel()
@@ -348,28 +332,23 @@ async def _wait(run):
 
 
 async def _next(run):
-    """Drain again after a checkpoint (the slice ran out), else after the next report."""
+    """Drain again after a checkpoint (the slice ran out), else after a report or a wake."""
     if run.ready:
         await timeslice.checkpoint()
-        if run.failure is None:
-            run.drain()
-        return
-    report = await run.report_receive.receive()
-    timeslice.restart()  # receiving gave the event loop back
-    run.take_report(report)
+    elif not run.reports:
+        await run.lot.park()
+        timeslice.restart()  # parking gave the event loop back
+    run.take_reports()
 
 
-async def _task(run, node, args, where):
-    """Run a waiting or offloaded kernel as a task; report, never raise into the nursery.
-
-    A traced offloaded kernel's start is when its worker thread begins (after the device's
-    limiter let it in), so a trace shows how the devices really overlap.
+async def _task(run, node, ctx, args, where):
+    """Run a waiting (``ctx``) or offloaded kernel as a task; report, never raise into the
+    nursery. A traced offloaded kernel's start is when its worker thread begins (after the
+    device's limiter let it in), so a trace shows how the devices really overlap.
     """
     start = now_us() if run.record is not None else 0
     try:
-        if node.is_async:
-            frame_iter = run.frame_iter
-            ctx = StepContext(node.ctx, run.step, None if frame_iter is None else frame_iter(where))
+        if ctx is not None:
             outputs = await node.fn(ctx, *args)
         elif run.record is not None:
             start, outputs = await trio.to_thread.run_sync(_timed, node, args,

@@ -8,13 +8,15 @@ traced twin) and every other plan in the core over the flat or the frames propag
 """
 from __future__ import annotations
 
+import contextlib
+
+from asyncflow import errors
 from asyncflow.kernels.registry import WOULD_BLOCK
 from asyncflow.runtime import core, timeslice
+from asyncflow.runtime.context import StepContext
 from asyncflow.runtime.frames import Frames, tables
 from asyncflow.runtime.schedule import compile_schedule
-from asyncflow.runtime.step import StepContext, closed_error, now_us, recorder
-
-finish_plan = core.finish
+from asyncflow.runtime.step import now_us, recorder
 
 
 def prepare(plan, compile_loops=True):
@@ -27,18 +29,17 @@ def prepare(plan, compile_loops=True):
 
 
 async def run_plan(plan, feed_values, step):
-    """Run ``plan`` once; returns the fetched values in ``plan.fetch_slots`` order.
+    """Run ``plan`` (prepared) once; returns the fetched values in ``plan.fetch_slots`` order.
 
     Raises:
         OpError: the first kernel failure, located (op, type, device, creation site).
     """
     timeslice.begin()
     if not plan.static:
-        return await core.finish(_start(plan, feed_values, step))
+        return await core.finish(start_plan(plan, feed_values, step))
     slots = _slots(plan, feed_values)
-    if step.trace is None:
-        step_fn, record = plan.static_fn or prepare(plan).static_fn, None
-    else:
+    step_fn, record = plan.static_fn, None
+    if step.trace is not None:
         if plan.traced_fn is None:
             plan.traced_fn = compile_schedule(plan, traced=True)
         step_fn, record = plan.traced_fn, recorder(step.trace, plan.device.name)
@@ -48,23 +49,12 @@ async def run_plan(plan, feed_values, step):
 
 
 def start_plan(plan, feed_values, step):
-    """Start one partition of a multi-partition step in the calling task, awaiting nothing.
-
-    Returns:
-        The ``core.Run`` after its first drain, to be awaited with ``finish_plan`` unless
-        ``done``; or None for a device other than a CPU: it runs whole through ``run_plan``.
-    """
-    if plan.device.kind != "CPU":
-        return None
-    return _start(plan, feed_values, step)
-
-
-def _start(plan, feed_values, step):
-    if plan.control_flow:
-        if plan.frame_tables is None:
-            prepare(plan)
-        return core.start(plan, Frames(plan, feed_values, step), step)
-    return core.start(plan, core.Flat(plan, _slots(plan, feed_values)), step)
+    """Start ``plan`` (prepared) in the core in the calling task, awaiting nothing; returns
+    the ``core.Run`` after its first drain, to be awaited with ``core.finish`` unless
+    ``done``."""
+    prop = (Frames(plan, feed_values, step) if plan.control_flow
+            else core.Flat(plan, _slots(plan, feed_values)))
+    return core.start(plan, prop, step)
 
 
 def _slots(plan, feed_values):
@@ -89,13 +79,10 @@ def _waiter(step, record):
                 if record is not None:
                     record(node, start)
                 return result
-        if step.park is None:
+        with (step.park() if step.park is not None else contextlib.nullcontext()) as parked:
             result = await node.fn(ctx, *args)
-        else:
-            with step.park() as parked:
-                result = await node.fn(ctx, *args)
-            if parked.cancelled_caught:
-                raise closed_error(node.op)
+        if parked is not None and parked.cancelled_caught:
+            raise errors.session_closed(node.op)
         timeslice.restart()  # it waited: the task gave the loop back
         if record is not None:
             record(node, start or now_us(), True)

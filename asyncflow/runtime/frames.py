@@ -4,19 +4,18 @@ Theory of operation: ``docs/control_flow.md`` ("Executor semantics") gives the r
 implements (TF's ``propagator_state``): dead nodes run no kernel, a Merge fires once per
 iteration, ``parallel_iterations`` windows, iterations deleted as they finish (memory flat
 in the iteration count), a simple frame run by its compiled loop. Entries are
-``(node, args, iteration)``. Frame ids hash (parent id, parent iteration, name) with
-blake2b, so every process names a frame alike.
+``(node, args, iteration)``; frame ids are ``transfer.frame_id``'s, the same on every process.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
-import hashlib
-import typing
 
 from asyncflow import errors
+from asyncflow.kernels import transfer
 from asyncflow.kernels.control_flow import DEAD
-from asyncflow.runtime import compiled_loops
-from asyncflow.runtime.core import PAUSE, Own
+from asyncflow.runtime import schedule
+from asyncflow.runtime.core import PAUSE, Own, fetched_values
 from asyncflow.runtime.plan import DROP, ENTER, EXIT, MERGE, NORMAL, SWITCH
 
 _FIRED = -(1 << 40)  # a Merge's pending count once it has fired in an iteration
@@ -24,13 +23,6 @@ _FIRED = -(1 << 40)  # a Merge's pending count once it has fired in an iteration
 # value itself), counted with its other inputs (gathered from the iteration once all are
 # there), or as one of a Merge's inputs.
 _SOLE, _COUNTED, _MERGE_IN = range(3)
-
-
-def frame_id(parent_id, parent_iteration, frame_name):
-    """The id of a child frame: the same on every process (never Python's salted hash)."""
-    digest = hashlib.blake2b(f"{parent_id}:{parent_iteration}:{frame_name}".encode(),
-                             digest_size=8).digest()
-    return int.from_bytes(digest, "big") >> 1
 
 
 class _Iteration:
@@ -55,7 +47,7 @@ class _Frame:
         self.pending_enters = pending_enters
         self.next_iter_roots, self.invariants = [], []
         self.exits = []      # delivered when the frame is done: (node, outputs, dead)
-        self.runner = None   # a compiled_loops.LoopRunner when the frame is simple
+        self.runner = None   # a schedule.LoopRunner when the frame is simple
         self.arrived = []    # Enters held for the runner: (node, outputs, dead)
 
 
@@ -70,17 +62,11 @@ class FrameStatistics:
     nodes_dead: int = 0
 
 
-class Tables(typing.NamedTuple):
-    """A plan's tables for ``Frames``, per node: the ``(slot, output index)`` an iteration
-    stores (what a counted consumer gathers, fetches); data edges ``(output, consumer index,
-    consumer, position, how, its pending)``; control edges ``(consumer index, consumer, is a
-    Merge, pending)``; per slot, the reads that gather it; ``{frame name: LoopRunner}``."""
-
-    stores: list
-    edges: list
-    controls: list
-    readers: list
-    runners: dict
+# A plan's tables for ``Frames``, per node: the ``(slot, output index)`` an iteration stores
+# (what a counted consumer gathers, fetches); data edges ``(output, consumer index, consumer,
+# position, how, its pending)``; control edges ``(consumer index, consumer, is a Merge,
+# pending)``; per slot, the reads that gather it; ``{frame name: LoopRunner}``.
+Tables = collections.namedtuple("Tables", "stores edges controls readers runners")
 
 
 def tables(plan, compile_loops=True):
@@ -102,7 +88,7 @@ def tables(plan, compile_loops=True):
                       for dst in n.control_out) for n in nodes]
     simple = [n.kind in (NORMAL, SWITCH) and not (n.is_async or n.offload or n.deref
                                                   or n.runs_on_dead) for n in nodes]
-    runners = compiled_loops.build_runners(nodes, simple, plan.device.name) if compile_loops else {}
+    runners = schedule.build_runners(nodes, simple, plan.device.name) if compile_loops else {}
     return Tables(stores, edges, controls, readers, runners)
 
 
@@ -241,22 +227,19 @@ class Frames:
 
     @staticmethod
     def frame_iter(where):
-        """What a waiting kernel's rendezvous keys name: "frame id:iteration"."""
+        """Where a waiting kernel's rendezvous keys say it runs."""
         iteration = where[0] if where.__class__ is tuple else where
-        return f"{iteration.frame.frame_id}:{iteration.number}"
+        return transfer.frame_iter(iteration.frame.frame_id, iteration.number)
 
     def values(self):
         """The fetched values, from the root frame; the step's FrameStatistics are kept."""
         self.step.extras["frame_statistics"] = self.stats
-        plan, out = self.plan, []
-        for slot, deref, name in zip(plan.fetch_slots, plan.fetch_deref, plan.fetch_names):
-            value = self.root_values.get(slot, DEAD)
-            if value is DEAD:
+        for slot, name in zip(self.plan.fetch_slots, self.plan.fetch_names):
+            if self.root_values.get(slot, DEAD) is DEAD:
                 raise errors.InvalidArgumentError(
                     None, None, f"The tensor returned for {name} was not valid: it is dead "
                     "(computed on an untaken cond branch or outside the iterations that ran)")
-            out.append(value.read() if deref else value)
-        return out
+        return fetched_values(self.plan, self.root_values)
 
     def _run_dead(self, node, iteration):
         """A dead node runs no kernel: its outputs are all ``DEAD``."""
@@ -306,14 +289,13 @@ class Frames:
         child = iteration.frames.get(name)
         if child is None:
             frame = iteration.frame
-            child = _Frame(frame_id(frame.frame_id, iteration.number, name), name, frame,
+            child = _Frame(transfer.frame_id(frame.frame_id, iteration.number, name), name, frame,
                            iteration, max(1, int(attrs.get("parallel_iterations", 10))),
                            self.plan.enter_counts.get(name, 1))
             iteration.frames[name] = child
             child.runner = self.tables.runners.get(name)
             self.stats.frames_created += 1
-            self.stats.iterations_created += 1
-            self._count_live(1)
+            self._count_iteration()
         child.pending_enters -= 1
         if child.runner is not None:
             child.arrived.append((node, outputs, node_dead))
@@ -361,8 +343,7 @@ class Frames:
         frame.iterations[iteration.number] = iteration
         frame.outstanding_iterations += 1
         frame.exits = []
-        self.stats.iterations_created += 1
-        self._count_live(1)
+        self._count_iteration()
         roots, frame.next_iter_roots = frame.next_iter_roots, []
         for node, outputs in roots:
             self.activate(node, iteration, outputs, False)
@@ -370,8 +351,9 @@ class Frames:
             self.activate(node, iteration, outputs, node_dead)
         return iteration
 
-    def _count_live(self, delta):
-        self.live_iterations += delta
+    def _count_iteration(self):
+        self.stats.iterations_created += 1
+        self.live_iterations += 1
         if self.live_iterations > self.stats.max_live_iterations:
             self.stats.max_live_iterations = self.live_iterations
 

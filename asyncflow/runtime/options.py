@@ -1,4 +1,4 @@
-"""Plain configuration records: SessionConfig, RunOptions, RunMetadata."""
+"""Plain configuration records: SessionConfig, RunOptions, RunMetadata and its NodeStats."""
 from __future__ import annotations
 
 import dataclasses
@@ -58,8 +58,23 @@ class RunOptions:
         return f"RunOptions(timeout_in_ms={self.timeout_in_ms}, trace_level={self.trace_level})"
 
 
+@dataclasses.dataclass(slots=True)
+class NodeStats:
+    """One executed node in a traced step (TF1's NodeExecStats), a record of
+    ``RunMetadata.step_stats``; ``waited``: the kernel could not finish inline (it waited or
+    was offloaded)."""
+
+    node_name: str
+    op_type: str
+    device: str
+    start_us: int
+    end_us: int
+    timeline_label: str = ""
+    waited: bool = False
+
+
 class RunMetadata:
-    """Receives ``step_stats`` (one record per executed node) when a run is traced."""
+    """Receives ``step_stats`` (one ``NodeStats`` per executed node) when a run is traced."""
 
     def __init__(self):
         self.step_stats = []

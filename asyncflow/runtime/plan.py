@@ -7,10 +7,11 @@ Theory of operation:
 - Each node records its kernel, its per-node context, the slots it reads, which of those
   it must dereference (variable references read by value consumers), the slots it writes,
   the nodes waiting on it (one entry per edge) and its initial pending count.
-- ``schedule`` is the nodes in topological order. When the partition has no waiting kernels,
-  no control flow and at most one kernel that may be large enough to offload, the executor
-  runs this schedule straight through (the static form, ``schedule.py``, which frees
-  each value after its last reader). Otherwise it runs the core's flat propagator, with
+- ``schedule`` is the nodes in topological order, a waiting kernel and what depends on it
+  last. When the partition has at most one waiting kernel (not a Send/Recv), no control
+  flow and at most one kernel that may be large enough to offload, the executor runs this
+  schedule straight through (the static form, ``schedule.py``, which frees each value
+  after its last reader). Otherwise it runs the core's flat propagator, with
   ``slot_readers`` counting the reads of each slot so buffers die after their last consumer.
 - A partition with control flow (``control_flow``) runs over the frames propagator of
   ``frames.py``, which also needs each node's ``kind``, its data edges with ports
@@ -206,6 +207,13 @@ def compile_plan(ops, feeds, fetches, device, resources):
     waiting = [n for n in nodes if n.is_async]
     static = (not control_flow and known_large <= 1 and len(waiting) <= 1
               and not any(n.op.type in _TRANSFER_TYPES for n in waiting))
+    # The static form's order: the waiting kernel and what depends on it as late as possible,
+    # so a failure elsewhere surfaces before the wait (as in the core, where it is a task).
+    after = {waiting[0].index} if waiting else set()
+    for node in nodes:  # (in topological order: a consumer comes after its producer)
+        if node.index in after:
+            after.update(node.consumers)
+    schedule = [n for n in nodes if n.index not in after] + [n for n in nodes if n.index in after]
     enter_counts = {}
     for node in nodes:
         if node.kind == ENTER:
@@ -218,7 +226,7 @@ def compile_plan(ops, feeds, fetches, device, resources):
         roots=tuple(n.index for n in reversed(nodes) if n.pending == 0 and n.kind != MERGE),
         slot_readers=slot_readers, fetched=frozenset(fetch_slots), static=static,
         waits=bool(waiting), may_offload=any(n.offload for n in nodes),
-        schedule=tuple(nodes), control_flow=control_flow, enter_counts=enter_counts,
+        schedule=tuple(schedule), control_flow=control_flow, enter_counts=enter_counts,
         fetch_names=tuple(t.name for t in fetches))
 
 

@@ -1,6 +1,7 @@
-"""The compiled forms' code: a static plan's schedule as one straight-line Python function.
-
-The order of a static plan's nodes is fixed, so its code is generated once::
+"""The compiled forms' code, generated once per plan by ``Generator``: a static plan's
+schedule as one straight-line function, and a simple loop frame's iterations as a generator
+(which frames are simple: ``docs/control_flow.md``, "Simple loops run straight-line").
+A static plan's step function::
 
     async def _step(slots, _offload, _wait, _pause, _rec=None):
         v0 = F0(c1, slots[0], K0)[0]
@@ -9,13 +10,20 @@ The order of a static plan's nodes is fixed, so its code is generated once::
 
 Values live in locals reused as values die, so the per-op cost does not grow with the graph;
 one line per node, so the line that raised names the failing op. It awaits only what the
-caller passes in. ``Generator`` writes compiled loops too.
+caller passes in. A loop's generator runs the iterations one after another (which
+``parallel_iterations``, an upper bound, allows), yielding when the time slice is over::
+
+    while True: cond part; if not pred: break; body part; merges <- next values
 """
 from __future__ import annotations
 
+import numpy as np
+
+from asyncflow import errors
 from asyncflow.runtime import timeslice
-from asyncflow.runtime.plan import OFFLOAD_COST, estimate_static_cost, runtime_cost
-from asyncflow.runtime.step import now_us, wrap_error
+from asyncflow.runtime.plan import (DROP, ENTER, EXIT, MERGE, NEXT_ITERATION, NORMAL, OFFLOAD_COST,
+                                    SWITCH, estimate_static_cost, runtime_cost)
+from asyncflow.runtime.step import now_us
 
 
 class Generator:
@@ -57,7 +65,7 @@ class Generator:
 
     def function(self, header, title, device_name):
         """Compile the lines as the body of ``header``; returns the function. A failure on
-        a node's line is raised located (``wrap_error``) at that node."""
+        a node's line is raised located (``errors.located``) at that node."""
         body = "\n".join("        " + line for line, _ in self.lines) or "        pass"
         source = (f"{header}:\n    try:\n{body}\n"
                   "    except Exception as exc:\n        _locate(exc)\n        raise\n")
@@ -68,26 +76,12 @@ class Generator:
 
         def locate(exc):
             node = node_at.get(exc.__traceback__.tb_lineno)
-            err = exc if node is None else wrap_error(exc, node.op, device_name)
+            err = exc if node is None else errors.located(exc, node.op, device_name)
             if err is not exc:
                 raise err
         self.env["_locate"] = locate
         exec(compile(source, f"<asyncflow {title}>", "exec"), self.env)  # noqa: S102
         return self.env[header.split("(")[0].split()[-1]]  # (source from integers, fixed names)
-
-
-def _waiting_kernel_last(plan):
-    """The plan's order with its waiting kernel, if any, as late as possible: every node
-    that does not depend on it runs before it (a failure elsewhere surfaces before the wait,
-    as in the core, where the waiting kernel would be a task)."""
-    schedule = list(plan.schedule)
-    waiting = next((n for n in schedule if n.is_async), None)
-    after = set() if waiting is None else {waiting.index}
-    for node in schedule:  # (in topological order: a consumer comes after its producer)
-        if node.index in after:
-            after.update(node.consumers)
-    return [n for n in schedule if n.index not in after] + [n for n in schedule
-                                                            if n.index in after]
 
 
 def compile_schedule(plan, traced=False):
@@ -109,7 +103,7 @@ def compile_schedule(plan, traced=False):
     last_check = -1
     names = {slot: f"slots[{slot}]" for slot in plan.feed_slots}  # slot -> its expression
     fetch_slots = set(plan.fetch_slots)
-    schedule = _waiting_kernel_last(plan)
+    schedule = plan.schedule
     last_use = {slot: node.index for node in schedule for slot in node.inputs}
     dead = []   # locals whose value died: reused before a new one is made
     made = 0    # locals made (``v0``...): at most the values alive at once
@@ -147,10 +141,9 @@ def compile_schedule(plan, traced=False):
         else:
             call = gen.call(node, args)
         statements = gen.store(call, targets)
-        if traced and node.offload and not node.is_async:
-            statements.append(f"_rec(N{i}, _t, _cost(N{i}, _a) >= _OFFLOAD_COST)")
-        elif traced and not node.is_async:
-            statements.append(f"_rec(N{i}, _t)")
+        if traced and not node.is_async:  # (an offloaded kernel waited if it was large)
+            waited = f", _cost(N{i}, _a) >= _OFFLOAD_COST" if node.offload else ""
+            statements.append(f"_rec(N{i}, _t{waited})")
         # A value dies right after its last reader, unless a new one took its local.
         statements += [f"{name} = None" for name in dying if name not in targets]
         if node.offload and not node.is_async:
@@ -172,3 +165,133 @@ def compile_schedule(plan, traced=False):
             gen.line([f"slots[{slot}] = {names[slot]}"])
     return gen.function("async def _step(slots, _offload, _wait, _pause, _rec=None)",
                         f"static schedule of {len(plan.schedule)} nodes", plan.device.name)
+
+
+class LoopRunner:
+    """``run(entered)``: a generator over {Enter node index: value} that yields at the end
+    of a slice and returns ``([(exit node, value)], iterations)``; raises a located OpError.
+    ``cond_part``, ``body_part``, ``constants``: the nodes of each part, in order."""
+
+    __slots__ = ("run", "iteration_nodes", "cond_part", "body_part", "constants")
+
+
+def build_runners(nodes, simple, device_name):
+    """``{frame name: LoopRunner}`` for every simple frame of a plan's ``nodes``
+    (``simple[i]``: node ``i`` is an ordinary synchronous inline kernel)."""
+    frames = {}
+    for node in nodes:
+        if node.kind == ENTER:
+            frames.setdefault(node.ctx.attrs["frame_name"], []).append(node)
+    built = {name: _build(nodes, simple, enters, device_name) for name, enters in frames.items()}
+    return {name: runner for name, runner in built.items() if runner is not None}
+
+
+def _reach(nodes, roots, stop, within=None):
+    """The nodes reachable from ``roots`` along data and control edges, not past a node of
+    kind ``stop`` (which is included) nor outside ``within``."""
+    seen, stack = set(), list(roots)
+    while stack:
+        index = stack.pop()
+        if index in seen or (within is not None and index not in within):
+            continue
+        seen.add(index)
+        node = nodes[index]
+        if node.kind != stop:
+            stack.extend(dst for _, dst, _ in node.out_edges)
+            stack.extend(node.control_out)
+    return seen
+
+
+def _build(nodes, simple, enters, device_name):
+    # The frame's nodes, up to its Exits; an Enter among them: a nested frame, left dynamic.
+    members = sorted(_reach(nodes, [dst for enter in enters for dst in enter.consumers], EXIT))
+    if not members or any(nodes[index].kind == ENTER for index in members):
+        return None
+    enter_of = {enter.outputs[0]: enter for enter in enters}
+    produced = {slot for index in members for slot in nodes[index].outputs} | set(enter_of)
+    pivots = [nodes[i] for i in members if nodes[i].op.type == "LoopCond"]
+    if len(pivots) != 1:
+        return None
+    pivot = pivots[0].outputs[0]
+    back_of = {n.outputs[0]: n.inputs[0] for n in nodes if n.kind == NEXT_ITERATION}
+    # The locals of the values: an invariant Enter's, a Merge's (its index output: 0 in the
+    # first iteration, 1 after); a Switch's true port is its data's.
+    invariants = [enter for enter in enters if enter.ctx.attrs.get("is_constant")]
+    names = {enter.outputs[0]: f"e{k}" for k, enter in enumerate(invariants)}
+    variant = set(enter_of) - set(names)  # read only by their Merges
+    merges, false_ports, body_roots, kernels, exits = [], {}, [], [], []
+    for index in members:
+        node = nodes[index]
+        if any(slot not in produced or (slot in variant and node.kind != MERGE)
+               for slot in node.inputs):
+            return None
+        if node.kind == MERGE:
+            enter = enter_of.get(node.inputs[0])
+            if len(node.inputs) != 2 or enter is None or enter.outputs[0] in names \
+                    or node.inputs[1] not in back_of:
+                return None
+            names[node.outputs[0]] = f"m{len(merges)}"
+            if node.outputs[1] != DROP:
+                names[node.outputs[1]] = "_index"
+            merges.append((f"m{len(merges)}", enter.index, back_of[node.inputs[1]]))
+        elif node.kind == SWITCH:
+            if node.inputs[1] != pivot:
+                return None
+            false_ports[node.outputs[0]] = node.inputs[0]
+            if node.outputs[1] != DROP:
+                names[node.outputs[1]] = node.inputs[0]  # (resolved below: its data's name)
+            body_roots.extend(dst for out, dst, _ in node.out_edges if out == 1)
+            body_roots.extend(node.control_out)
+        elif node.kind == EXIT:
+            exits.append(node)
+        elif node.kind == NORMAL and simple[index]:
+            kernels.append(node)
+        elif node.kind != NEXT_ITERATION:
+            return None
+    if not merges or any(node.inputs[0] not in false_ports for node in exits):
+        return None
+    # (a NextIteration leads to the next iteration, not further into this one)
+    body = _reach(nodes, body_roots, NEXT_ITERATION, set(members))
+    runner = LoopRunner()
+    runner.constants, runner.cond_part, runner.body_part = [], [], []
+    for node in kernels:
+        into = (runner.constants if node.op.type == "Const" and not node.inputs
+                else runner.body_part if node.index in body else runner.cond_part)
+        into.append(node)
+    runner.iteration_nodes = len(kernels) + 2 * len(merges)
+    gen = Generator()
+    for node in runner.constants:
+        names[node.outputs[0]] = gen.constant(node)
+
+    def name(slot):
+        expr = names.get(slot, f"v{slot}")
+        return name(expr) if isinstance(expr, int) else expr  # a true port: its data's
+
+    def part(kernels_):
+        for node in kernels_:
+            call = gen.call(node, [name(slot) for slot in node.inputs])
+            gen.line(gen.store(call, [name(s) if s != DROP else None for s in node.outputs]), node)
+
+    exit_values = [(gen.add("X", node), name(false_ports[node.inputs[0]])) for node in exits]
+    gen.env.update(_B=timeslice.BUDGET, _due=timeslice.due, _ts=timeslice, _Z=np.int32(0),
+                   _O=np.int32(1), _W=max(1, runner.iteration_nodes))
+    gen.line(["_index = _Z", "_n = 0", "_left = _B.left"]
+             + [f"e{k} = entered[{enter.index}]" for k, enter in enumerate(invariants)]
+             + [f"{m} = entered[{enter}]" for m, enter, _ in merges])
+    gen.line(["while True:"])
+    gen.indent = 1
+    part(runner.cond_part)
+    gen.line([f"if not {name(pivot)}: break"])
+    part(runner.body_part)
+    gen.line([", ".join(m for m, _, _ in merges) + " = "
+              + ", ".join(name(slot) for _, _, slot in merges),
+              "_index = _O", "_n += 1", "_left -= _W"])
+    gen.line(["if _left <= 0:"])
+    gen.line(["    if _due(): yield; _left = _B.left"])  # (the owner's checkpoint restarted it)
+    gen.line(["    else: _left = _ts.CHECK_EVERY"])
+    gen.indent = 0
+    returned = ", ".join(f"({x}, {v})" for x, v in exit_values)
+    gen.line(["_B.left = _left", f"return [{returned}], _n"])
+    runner.run = gen.function("def _loop(entered)", f"loop {enters[0].ctx.attrs['frame_name']}",
+                              device_name)
+    return runner

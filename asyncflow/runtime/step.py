@@ -1,16 +1,14 @@
-"""What one step shares between the partitions that run it in this process: ``Step``, the
-context a waiting kernel receives, traced ``NodeStats``, and the located ``OpError``.
-Nothing here schedules anything.
+"""What one step shares between the partitions that run it in this process (``Step``) and
+how it records a traced kernel. Nothing here schedules anything.
 """
 from __future__ import annotations
 
-import dataclasses
 import time
 
 import trio
 
-from asyncflow import errors
 from asyncflow.runtime import timeslice
+from asyncflow.runtime.options import NodeStats
 
 
 def now_us():
@@ -53,84 +51,9 @@ class Step:
         self.extras = {}
 
 
-@dataclasses.dataclass(slots=True)
-class NodeStats:
-    """One executed node in a traced step (TF1's NodeExecStats); ``waited``: the kernel could
-    not finish inline (it waited or was offloaded)."""
-
-    node_name: str
-    op_type: str
-    device: str
-    start_us: int
-    end_us: int
-    timeline_label: str = ""
-    waited: bool = False
-
-
 def recorder(trace, device_name):
     """``record(node, start, waited=False)``: append ``node``'s NodeStats, ending now."""
     def record(node, start, waited=False):
         op = node.op
         trace.append(NodeStats(op.name, op.type, device_name, start, now_us(), waited=waited))
     return record
-
-
-class StepContext:
-    """The context a waiting kernel receives: its node's context plus the running step."""
-
-    __slots__ = ("node", "step", "name", "type", "attrs", "xp", "device", "output_dtypes",
-                 "resources", "frame_iter")
-
-    def __init__(self, node_ctx, step, frame_iter=None):
-        self.node = node_ctx
-        self.step = step
-        self.name = node_ctx.name
-        self.type = node_ctx.type
-        self.attrs = node_ctx.attrs
-        self.xp = node_ctx.xp
-        self.device = node_ctx.device
-        self.output_dtypes = node_ctx.output_dtypes
-        self.resources = node_ctx.resources
-        self.frame_iter = frame_iter  # "frame_id:iteration" inside a loop (rendezvous keys)
-
-    def __getattr__(self, item):
-        return getattr(self.node, item)
-
-
-_ERROR_MAP = (
-    (MemoryError, errors.ResourceExhaustedError),
-    ((ValueError, IndexError, TypeError, ZeroDivisionError, FloatingPointError, KeyError),
-     errors.InvalidArgumentError),
-)
-
-
-def wrap_error(exc, op, device_name):
-    """One OpError naming ``op``, its type, device and creation site; keeps the cause.
-
-    An error already located (by a nested path: a compiled loop, a static schedule) is
-    returned as it is, whatever ``op`` says.
-    """
-    if getattr(exc, "_asyncflow_located", False):
-        return exc
-    if isinstance(exc, errors.OpError):
-        cls, message = type(exc), exc.message
-    else:
-        cls = next((target for source, target in _ERROR_MAP if isinstance(exc, source)),
-                   errors.UnknownError)
-        message = f"{type(exc).__name__}: {exc}"
-    if op is None:  # not a kernel's failure (the propagator's own work)
-        err = cls(None, None, f"on {device_name}: {message}")
-    else:
-        err = cls(None, op, f"{op.type} '{op.name}' on {device_name}: {message}\n"
-                            f"\t[created at {op.creation_site()}]")
-    err._asyncflow_located = True
-    err.__cause__ = exc
-    return err
-
-
-def closed_error(op=None):
-    """The error of a step cancelled because its session was closed while it ran."""
-    err = errors.CancelledError(None, op, "The session was closed while this step was "
-                                "running (e.g. waiting on a queue)")
-    err._asyncflow_located = True
-    return err

@@ -11,6 +11,7 @@ import pytest
 
 import asyncflow as af
 from asyncflow.graph import prune
+from asyncflow.kernels import transfer
 from asyncflow.ops import control_flow as cf
 from asyncflow.runtime import executor, frames
 from asyncflow.runtime.device import make_local_devices
@@ -76,12 +77,12 @@ def test_plan_without_control_flow_keeps_the_static_path():
 
 
 def test_frame_ids_are_stable_across_processes():
-    here = frames.frame_id(0, 3, "while/inner")
-    assert here == frames.frame_id(0, 3, "while/inner")
-    assert here != frames.frame_id(0, 4, "while/inner")
-    assert here != frames.frame_id(1, 3, "while/inner")
-    code = ("from asyncflow.runtime import frames; "
-            "print(frames.frame_id(0, 3, 'while/inner'))")
+    here = transfer.frame_id(0, 3, "while/inner")
+    assert here == transfer.frame_id(0, 3, "while/inner")
+    assert here != transfer.frame_id(0, 4, "while/inner")
+    assert here != transfer.frame_id(1, 3, "while/inner")
+    code = ("from asyncflow.kernels import transfer; "
+            "print(transfer.frame_id(0, 3, 'while/inner'))")
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            check=True, env={"PYTHONHASHSEED": "12345", "PATH": ""})
     assert int(other.stdout) == here
@@ -239,9 +240,7 @@ async def test_the_core_frees_a_value_after_its_last_reader(propagator):
 
 
 def test_a_failure_outside_any_kernel_is_still_one_located_op_error():
-    from asyncflow.runtime.step import wrap_error
-
-    err = wrap_error(ValueError("bad table"), None, "/device:CPU:0")
+    err = af.errors.located(ValueError("bad table"), None, "/device:CPU:0")
     assert isinstance(err, af.errors.InvalidArgumentError)
     assert "on /device:CPU:0: ValueError: bad table" in err.message
-    assert wrap_error(err, None, "/device:CPU:1") is err  # located once
+    assert af.errors.located(err, None, "/device:CPU:1") is err  # located once

@@ -84,7 +84,8 @@ def _recv_context(rendezvous):
     """A StepContext of a real ``_Recv`` op planned on CPU:1 of a two-device session."""
     from asyncflow.runtime.device import make_local_devices
     from asyncflow.runtime.context import NodeContext
-    from asyncflow.runtime.step import Step, StepContext
+    from asyncflow.runtime.context import StepContext
+    from asyncflow.runtime.step import Step
     from asyncflow.runtime.resources import ResourceManager
     graph = af.Graph()
     with graph.as_default():
