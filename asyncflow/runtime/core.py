@@ -193,7 +193,10 @@ class Run:
 
         def deliver(outputs, exc=None):
             if exc is None and self.shares and step.draining and self.failure is None:
-                self.completed(node, where, outputs, start)
+                self.outstanding -= 1
+                self.complete(node, where, outputs)
+                if self.record is not None:
+                    self.record(node, start, True)
                 if not self.scheduled and self is not step.current:
                     self.scheduled = True
                     step.runnable.append(self)
@@ -225,20 +228,15 @@ class Run:
         for node, outputs, exc, start, where in reports:
             if self.failure is not None:
                 return  # (also: failed meanwhile, in a drain run by another partition's task)
+            self.outstanding -= 1
             if exc is not None:
-                self.outstanding -= 1
                 self.failure = errors.located(exc, node.op, self.device_name)
                 return
-            self.completed(node, where, outputs, start)
+            self.complete(node, where, outputs)
+            if self.record is not None:
+                self.record(node, start, True)
         if self.failure is None:
             self.drain()
-
-    def completed(self, node, where, outputs, start):
-        """A kernel that waited (a task, a subscription) gave ``outputs``."""
-        self.outstanding -= 1
-        self.complete(node, where, outputs)
-        if self.record is not None:
-            self.record(node, start, True)
 
     def close(self):
         """The run is over: drop its reports and pending subscriptions; idempotent."""
