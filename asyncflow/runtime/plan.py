@@ -209,7 +209,7 @@ def compile_plan(ops, feeds, fetches, device, resources):
               and not any(n.op.type in _TRANSFER_TYPES for n in waiting))
     # The static form's order: the waiting kernel and what depends on it as late as possible,
     # so a failure elsewhere surfaces before the wait (as in the core, where it is a task).
-    after = {waiting[0].index} if waiting else set()
+    after = {waiting[0].index} if static and waiting else set()
     for node in nodes:  # (in topological order: a consumer comes after its producer)
         if node.index in after:
             after.update(node.consumers)
