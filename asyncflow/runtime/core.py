@@ -257,8 +257,9 @@ def drive(run):
     step = run.step
     runnable = step.runnable
     assert not step.draining, "a drain never starts another (a delivery schedules the run)"
-    step.draining, over = True, False
-    runnable.append(run)
+    step.draining = True
+    runnable.append(run)  # (popped first)
+    over = False  # the slice ran out in a drain: stop, wake what is left
     try:
         while runnable and not over:
             other = runnable.pop()
