@@ -35,17 +35,32 @@ The library validates a file's header before it maps anything (a 100 MB header c
 that cover the data exactly); a malformed file raises ``DataLossError`` with its reason, a
 missing one ``NotFoundError``.
 
+Checksums (TF's tensor bundle keeps a CRC32C per tensor the same way): the writer stores in
+``__metadata__`` a ``crc32c`` entry, a JSON map ``{tensor name: CRC32C of its bytes as 8 hex
+digits}``, and a ``header_crc32c`` entry, the CRC32C of the header's meaning (every tensor's
+name, dtype code and shape, the other metadata and the ``crc32c`` map, as canonical JSON), so
+a flipped bit in a name, a shape, the step or a stored checksum is caught like one in the
+data. A restore checks the header when it opens a file and each tensor as it copies it out of
+the mapping (the copy is in cache: no second read from disk) and fails with
+``DataLossError`` naming the file, the tensor and the stored and computed checksums. A file
+written before checksums existed restores with one warning (``UncheckedCheckpointWarning``).
+``verify_file`` checks a whole file without a graph (``asyncflow checkpoint verify``). The
+checksum runs in C (``google-crc32c``, with the CPU's CRC instruction) at several GB/s.
+
 The kernels run on a worker thread (the ops declare an unbounded cost and the kernels are
 ``offload`` kernels), so the event loop never blocks on the disk.
 """
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import tempfile
 import time
+import warnings
 
+import google_crc32c
 import numpy as np
 import safetensors
 import safetensors.numpy
@@ -60,6 +75,8 @@ MAX_INDEX_BYTES = 64 * 1024 * 1024
 MAPPED_WINDOW_BYTES = 64 * 1024 * 1024  # of a file mapped at once while restoring
 DATA_SUFFIX = ".safetensors"
 INDEX_SUFFIX = ".index.json"
+CRC_KEY = "crc32c"                # __metadata__ entry: JSON {tensor name: 8 hex digits}
+HEADER_CRC_KEY = "header_crc32c"  # __metadata__ entry: CRC32C of the canonical header
 # safetensors' dtype codes of asyncflow's dtypes (what a header's "dtype" says).
 _FROM_SAFETENSORS = {
     "F64": dtypes.float64, "F32": dtypes.float32, "F16": dtypes.float16,
@@ -67,6 +84,69 @@ _FROM_SAFETENSORS = {
     "I8": dtypes.int8, "U64": dtypes.uint64, "U32": dtypes.uint32, "U16": dtypes.uint16,
     "U8": dtypes.uint8, "BOOL": dtypes.bool,
 }
+
+
+_TO_SAFETENSORS = {dtype: code for code, dtype in _FROM_SAFETENSORS.items()}
+
+
+class UncheckedCheckpointWarning(UserWarning):
+    """A checkpoint file without checksums (written before they existed) was restored."""
+
+
+# -- checksums ---------------------------------------------------------------------------------
+def crc32c(array, crc=0):
+    """CRC32C of a C-contiguous array's bytes (extending ``crc``), without copying them.
+
+    ``google_crc32c`` only takes ``bytes``-like objects that need no buffer release; a ctypes
+    array laid over the array's memory is one, so large tensors are never copied to be summed.
+    """
+    array = np.asarray(array)
+    if not array.flags.c_contiguous:
+        array = np.ascontiguousarray(array)
+    if not array.nbytes:
+        return crc
+    view = (ctypes.c_char * array.nbytes).from_address(array.ctypes.data)
+    return google_crc32c.extend(crc, view)
+
+
+def _header_crc(entries, metadata):
+    """CRC32C of what a header means: ``{name: (dtype code, shape)}`` and every metadata entry
+    but ``header_crc32c`` itself, as canonical JSON (sorted keys, no spaces)."""
+    meaning = {"tensors": {name: [code, list(shape)] for name, (code, shape) in entries.items()},
+               "metadata": {k: v for k, v in metadata.items() if k != HEADER_CRC_KEY}}
+    return google_crc32c.value(json.dumps(meaning, sort_keys=True,
+                                          separators=(",", ":")).encode())
+
+
+def _checksums(path, codes, metadata):
+    """The stored ``{name: crc}`` of a file whose header checks out; None if it has none.
+
+    Raises:
+        DataLossError: if the header's checksum does not match it or the map is malformed.
+    """
+    if CRC_KEY not in metadata and HEADER_CRC_KEY not in metadata:
+        return None
+    try:
+        stored_header = metadata[HEADER_CRC_KEY]
+        sums = {name: int(value, 16) for name, value in json.loads(metadata[CRC_KEY]).items()}
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise _corrupt(path, f"its checksum metadata is malformed ({exc!r})") from None
+    found = f"{_header_crc(codes, metadata):08x}"
+    if found != stored_header:  # compared as text: "C" for "c" is a flipped bit too
+        raise _corrupt(path, f"the header (names, dtypes, shapes, metadata): Checksum does not "
+                       f"match: stored {stored_header!r:.20}, computed {found!r}")
+    if set(sums) != set(codes):
+        raise _corrupt(path, "its checksums name other tensors than its header")
+    return sums
+
+
+def _check_tensor(path, name, array, sums):
+    if sums is None:
+        return
+    found = crc32c(array)
+    if found != sums[name]:
+        raise _corrupt(path, f"tensor {name!r}: Checksum does not match: stored "
+                       f"{sums[name]:08x}, computed {found:08x}")
 
 
 # -- atomic files ----------------------------------------------------------------------------
@@ -160,7 +240,13 @@ def write_safetensors(path, tensors, metadata=None):
                             "cannot hold (safetensors has no string dtype)")
         # The library reads the arrays through their data pointers: C order, no copy if so.
         arrays[name] = array if array.flags.c_contiguous else array.copy(order="C")
-    metadata = {str(k): str(v) for k, v in (metadata or {}).items()} or None
+    metadata = {str(k): str(v) for k, v in (metadata or {}).items()
+                if str(k) not in (CRC_KEY, HEADER_CRC_KEY)}
+    metadata[CRC_KEY] = json.dumps({name: f"{crc32c(a):08x}" for name, a in arrays.items()},
+                                   sort_keys=True, separators=(",", ":"))
+    codes = {name: (_TO_SAFETENSORS[dtypes.as_dtype(a.dtype)], a.shape)
+             for name, a in arrays.items()}
+    metadata[HEADER_CRC_KEY] = f"{_header_crc(codes, metadata):08x}"
     atomic_replace(path, lambda tmp: safetensors.numpy.save_file(arrays, tmp, metadata))
 
 
@@ -185,25 +271,67 @@ def _open(path):
             raise _corrupt(path, exc) from None
 
 
-def _entries(handle):
-    """``{name: (DType or the file's code if asyncflow has none, shape)}``."""
+def _codes(handle):
+    """``{name: (the file's dtype code, shape)}``."""
     out = {}
     for name in handle.keys():
         view = handle.get_slice(name)
-        code = view.get_dtype()
-        out[name] = (_FROM_SAFETENSORS.get(code, code), tuple(view.get_shape()))
+        out[name] = (view.get_dtype(), tuple(view.get_shape()))
     return out
 
 
+def _entries(handle, codes=None):
+    """``{name: (DType or the file's code if asyncflow has none, shape)}``."""
+    codes = _codes(handle) if codes is None else codes
+    return {name: (_FROM_SAFETENSORS.get(code, code), shape)
+            for name, (code, shape) in codes.items()}
+
+
 def read_safetensors_entries(path):
-    """``(entries, metadata)`` of a safetensors file: its header, no tensor read.
+    """``(entries, metadata)`` of a safetensors file: its header (checksum checked), no
+    tensor read.
 
     Raises:
         NotFoundError: if the file does not exist.
-        DataLossError: if it is malformed.
+        DataLossError: if it is malformed or its header does not match its checksum.
     """
     with _open(path) as handle:
-        return _entries(handle), dict(handle.metadata() or {})
+        codes, metadata = _codes(handle), dict(handle.metadata() or {})
+        _checksums(path, codes, metadata)
+        return _entries(handle, codes), metadata
+
+
+def verify_file(path):
+    """Check every tensor of a checkpoint file against its stored checksum, no graph needed.
+
+    Reads the file in windows (as a restore does) and keeps no tensor.
+
+    Returns:
+        ``{"path", "tensors", "bytes", "checked" (False: the file has no checksums),
+        "global_step" (None if absent), "skipped" (names of dtypes asyncflow lacks)}``.
+
+    Raises:
+        NotFoundError: if the file does not exist.
+        DataLossError: naming the tensor (or the header) whose bytes do not match.
+        AbortedError: if the file was replaced during each of three reads.
+    """
+    for _ in range(3):
+        counted = [0, 0]
+
+        def keep(name, array):
+            counted[0] += 1
+            counted[1] += array.nbytes
+
+        try:
+            metadata, entries, checked = _read_all(path, None, keep, warn=False)
+        except _Replaced:
+            continue
+        skipped = sorted(n for n, (dtype, _) in entries.items()
+                         if not isinstance(dtype, dtypes.DType))
+        return {"path": path, "tensors": counted[0], "bytes": counted[1], "checked": checked,
+                "global_step": metadata.get("global_step"), "skipped": skipped}
+    raise errors.AbortedError(None, None, f"Checkpoint file {path} was replaced while it was "
+                              "being verified, three times; verify it again")
 
 
 def _identity(path):
@@ -230,8 +358,9 @@ def _open_file(path, identity=None):
         yield handle, after
 
 
-def _read_window(handle, pending, out):
-    """Copy tensors named in ``pending`` into ``out`` until ``MAPPED_WINDOW_BYTES`` were read.
+def _read_window(handle, pending, keep):
+    """Copy tensors named in ``pending`` out of the mapping, handing each to ``keep(name,
+    array)``, until ``MAPPED_WINDOW_BYTES`` were read.
 
     The pages a handle touches stay mapped until it closes: reading in windows of one handle
     each keeps at most a window of the file mapped next to the copies being made.
@@ -240,22 +369,44 @@ def _read_window(handle, pending, out):
     while pending and mapped < MAPPED_WINDOW_BYTES:
         name = pending.pop()
         array = handle.get_tensor(name)
-        array.flags.writeable = False  # nobody else holds it: Assign need not copy it
-        out[name] = array
+        keep(name, array)
         mapped += array.nbytes
 
 
-def _read_once(path, names):
+def _read_all(path, names, keep, warn):
+    """Read ``names`` (None: all) of one version of a file, checking each tensor's checksum
+    before ``keep(name, array)`` gets it; returns ``(metadata, entries, checked)``."""
     with _open_file(path) as (handle, identity):
-        entries, metadata = _entries(handle), dict(handle.metadata() or {})
+        codes, metadata = _codes(handle), dict(handle.metadata() or {})
+        entries = _entries(handle, codes)
+        sums = _checksums(path, codes, metadata)
+        if sums is None and warn:
+            warnings.warn(f"Checkpoint file {path} has no checksums (it was written before "
+                          "asyncflow stored them): its tensors are restored unverified",
+                          UncheckedCheckpointWarning, stacklevel=4)
+
+        def check_and_keep(name, array):
+            _check_tensor(path, name, array, sums)
+            keep(name, array)
+
         # A dtype asyncflow lacks is not read: the caller reports it as a mismatch.
         pending = [name for name in (entries if names is None else names)
                    if name in entries and isinstance(entries[name][0], dtypes.DType)][::-1]
-        out = {}
-        _read_window(handle, pending, out)
+        _read_window(handle, pending, check_and_keep)
     while pending:
         with _open_file(path, identity) as (handle, _):
-            _read_window(handle, pending, out)
+            _read_window(handle, pending, check_and_keep)
+    return metadata, entries, sums is not None
+
+
+def _read_once(path, names):
+    out = {}
+
+    def keep(name, array):
+        array.flags.writeable = False  # nobody else holds it: Assign need not copy it
+        out[name] = array
+
+    metadata, entries, _ = _read_all(path, names, keep, warn=True)
     return out, metadata, entries
 
 
