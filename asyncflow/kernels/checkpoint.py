@@ -20,7 +20,8 @@ Atomicity: a file is written to a temporary name in the same directory, fsynced,
 the final name with ``os.replace`` (atomic on POSIX), and then the directory is fsynced so the
 rename itself is durable. A reader therefore sees either the old complete file or the new
 complete file, never a torn one; a crash leaves at most a stray ``.*.tmp`` file, which the
-next save of that name removes once it is a minute old.
+next save of that name removes once it is ``STALE_TEMPORARY_S`` (a minute) old, and so does
+the next ``Saver.save`` into the directory for every checkpoint file's temporaries.
 
 Sharded checkpoints (``Saver(sharded=True)``, TF1's sharded saving): each task writes the
 variables it holds into its own shard, ``<prefix>-0000i-of-0000n.safetensors`` (a whole
@@ -183,6 +184,28 @@ def remove_stale_temporaries(directory, name):
             with contextlib.suppress(OSError):
                 if now - entry.stat(follow_symlinks=False).st_mtime > STALE_TEMPORARY_S:
                     os.unlink(entry.path)
+
+
+def remove_stale_temporaries_ending(directory, endings):
+    """Delete stale temporaries (as ``remove_stale_temporaries``) of any file in ``directory``
+    whose name ends with one of ``endings``: a Saver calls it after each durable save, since
+    the killed save of ``model-7`` left ``.model-7.safetensors.*.tmp``, a name no later save
+    writes again. Returns the names removed."""
+    now, removed = time.time(), []
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not (entry.name.startswith(".") and entry.name.endswith(".tmp")):
+            continue
+        target = entry.name[1:-len(".tmp")].rpartition(".")[0]  # drop mkstemp's random part
+        if target and target.endswith(tuple(endings)):
+            with contextlib.suppress(OSError):
+                if now - entry.stat(follow_symlinks=False).st_mtime > STALE_TEMPORARY_S:
+                    os.unlink(entry.path)
+                    removed.append(entry.name)
+    return removed
 
 
 def atomic_replace(path, fill):
