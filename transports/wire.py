@@ -19,12 +19,17 @@ entries of its one ``list[TensorEntry]`` field, in order. A descriptor is ``{"ke
 bin) and have no raw segment; empty tensors have none either. Offsets are implied by the order, so a
 receiver knows where each array starts as soon as it has the header.
 
-Checksums: a descriptor may carry ``"crc32c"``, the CRC32C of its raw segment (the encoder
-adds it unless :func:`transports.checksum.set_enabled` turned it off, or
-``ASYNCFLOW_WIRE_CHECKSUMS=0``). The decoder sums each segment's bytes as they land in the
-destination array (in chunks, while they are in cache: no second pass over a large tensor) and
-raises :class:`ChecksumMismatch` (a RemoteProtocolError) naming the tensor when the segment is
-complete and the sums differ. A descriptor without the key is not checked (a sender with
+Checksums: a descriptor with ``"crc32c": true`` says its raw segment is followed by a 4-byte
+little-endian trailer, the CRC32C of the segment's bytes (before the next segment's padding,
+which still counts from the frame start). The encoder adds them unless
+:func:`transports.checksum.set_enabled` turned them off (``ASYNCFLOW_WIRE_CHECKSUMS=0``).
+Because the sum comes *after* the bytes, a sender can compute it while it writes them:
+``encode(..., defer_checksums=True)`` leaves each :class:`ChecksumTrailer` to be filled by
+the writer (:func:`transports.http_protocol.send_pieces` sums each chunk as it hands it to
+``send``), so the sum hides in the time the sender waits for the socket. The decoder sums each
+segment's bytes as they land in the destination array (no second pass over a large tensor) and
+raises :class:`ChecksumMismatch` (a RemoteProtocolError) naming the tensor when the trailer
+differs. A descriptor without the key has no trailer and is not checked (a sender with
 checksums off); string tensors travel in the header and have no checksum.
 
 Zero copies: :func:`encode` returns the header and *views* of the arrays (only non-contiguous or
@@ -74,7 +79,7 @@ from transports.schema import (
 __all__ = [
     "ALIGNMENT", "CHECKSUM_KEY", "CLOSED", "ChecksumMismatch", "DEFAULT_LIMITS", "FORMAT_VERSION", "MAGIC", "NEED_DATA",
     "SMALL_HEADER_BYTES", "STRING_DTYPE",
-    "WIRE_DTYPES", "Decoder", "FrameTooLarge", "Limits", "LocalProtocolError",
+    "WIRE_DTYPES", "ChecksumTrailer", "Decoder", "FrameTooLarge", "Limits", "LocalProtocolError",
     "RemoteProtocolError", "WireError", "decode", "encode", "frame_size", *_message_names,
 ]
 
@@ -103,8 +108,34 @@ CLOSED: Final = _Sentinel("CLOSED")
 # ----------------------------------------------------------------------------- encoding
 
 
-def encode(message: Message, limits: Limits = DEFAULT_LIMITS,
-           checksums: bool | None = None) -> list[bytes | memoryview]:
+class ChecksumTrailer(bytearray):
+    """The 4 bytes after a raw segment: the CRC32C of ``segment``, little-endian.
+
+    ``encode`` fills it, unless asked to defer: then ``pending`` is true and the writer must
+    :meth:`fill` it (or :meth:`set` the sum it computed while writing) before sending it.
+    """
+
+    __slots__ = ("segment", "pending")
+
+    def __init__(self, segment: memoryview, pending: bool) -> None:
+        super().__init__(4)
+        self.segment, self.pending = segment, pending
+        if not pending:
+            self.fill()
+
+    def set(self, crc: int) -> None:
+        self[:] = crc.to_bytes(4, "little")
+
+    def fill(self) -> None:
+        """Sum the whole segment now (for segments too small to be written in chunks)."""
+        self.set(_checksum.extend(0, self.segment))
+
+
+TRAILER_BYTES: Final = 4
+
+
+def encode(message: Message, limits: Limits = DEFAULT_LIMITS, checksums: bool | None = None,
+           defer_checksums: bool = False) -> list[bytes | memoryview]:
     """Turn a message into the buffers of one frame, to be written in order.
 
     Tensor bytes are not copied: the result holds views of the arrays, which the caller must not
@@ -114,8 +145,10 @@ def encode(message: Message, limits: Limits = DEFAULT_LIMITS,
     Args:
         message: an instance of a class in :data:`MESSAGE_TYPES`.
         limits: the receiver's limits; a frame that would exceed them is refused here.
-        checksums: put each raw segment's CRC32C in its descriptor (None: this process's
-            setting, :func:`transports.checksum.enabled`).
+        checksums: follow each raw segment with its CRC32C (None: this process's setting,
+            :func:`transports.checksum.enabled`).
+        defer_checksums: leave the trailers ``pending`` for the writer to fill as it sends
+            (see :class:`ChecksumTrailer`); only for writers that do.
 
     Returns:
         Buffers (``bytes`` or byte-format ``memoryview``) whose concatenation is the frame.
@@ -146,7 +179,7 @@ def encode(message: Message, limits: Limits = DEFAULT_LIMITS,
         if segment is not None:
             segments.append(segment)
             if checksums:
-                descriptor[CHECKSUM_KEY] = _checksum.extend(0, segment)
+                descriptor[CHECKSUM_KEY] = True
     if sum(len(s) for s in segments) > limits.max_body_bytes:
         raise LocalProtocolError(f"{schema.kind} carries more than {limits.max_body_bytes} "
                                  "tensor bytes")
@@ -170,6 +203,9 @@ def encode(message: Message, limits: Limits = DEFAULT_LIMITS,
             buffers.append(_ZEROS[:pad])
         buffers.append(segment)
         offset += pad + len(segment)
+        if checksums:
+            buffers.append(ChecksumTrailer(segment, pending=defer_checksums))
+            offset += TRAILER_BYTES
     return buffers
 
 
@@ -258,7 +294,7 @@ class _PendingFrame:
     """A frame whose header is parsed; its arrays are allocated as their bytes start to arrive.
 
     A segment is ``[padding still to skip, destination view or None, bytes filled, index,
-    running CRC32C or None when the descriptor carries none]``:
+    running CRC32C or None without a trailer, trailer bytes received (a bytearray)]``:
     the destination is allocated when the segment's first raw byte arrives, so a frame that
     declares gigabytes but never sends them costs nothing (not even address space).
     """
@@ -267,7 +303,7 @@ class _PendingFrame:
     payload: dict
     plans: list  # (descriptor, dtype, nbytes) per tensor entry
     values: list  # per entry: the array, or None until its segment starts
-    segments: deque  # of [padding to skip, destination or None, bytes filled, index, crc]
+    segments: deque  # of [padding to skip, destination or None, filled, index, crc, trailer]
 
     def destination(self, segment: list) -> memoryview:
         """The segment's array memory, allocating the array on first use."""
@@ -372,7 +408,8 @@ class Decoder:
         if self._eof or self._error is not None:
             raise LocalProtocolError("get_buffer called after end of stream or a protocol error")
         segment = self._frame.segments[0] if self._frame and self._frame.segments else None
-        if segment is not None and segment[0] == 0:
+        if segment is not None and segment[0] == 0 and segment[2] < self._frame.plans[
+                segment[3]][2]:
             try:
                 self._lent = self._frame.destination(segment)[segment[2]:]
             except RemoteProtocolError as exc:
@@ -413,7 +450,9 @@ class Decoder:
     def _expected(self) -> str:
         if self._frame is None:
             return ""
-        remaining = sum(s[0] + self._frame.plans[s[3]][2] - s[2] for s in self._frame.segments)
+        remaining = sum(s[0] + self._frame.plans[s[3]][2] - s[2]
+                        + (0 if s[4] is None else TRAILER_BYTES - len(s[5]))
+                        for s in self._frame.segments)
         return f" ({remaining} more bytes were announced)"
 
     def _consume(self, view: memoryview) -> None:
@@ -429,6 +468,9 @@ class Decoder:
                 if view[pos:pos + take] != _ZEROS[:take]:
                     raise RemoteProtocolError("non-zero alignment padding before a tensor")
                 self._frame.segments[0][0] -= take
+            elif filled == self._frame.plans[segment[3]][2]:  # the checksum trailer
+                take = min(TRAILER_BYTES - len(segment[5]), len(view) - pos)
+                segment[5] += view[pos:pos + take]
             else:
                 dest = self._frame.destination(segment)
                 take = min(len(dest) - filled, len(view) - pos)
@@ -443,13 +485,14 @@ class Decoder:
     def _advance_segments(self) -> None:
         segments = self._frame.segments
         while segments and segments[0][0] == 0 and segments[0][2] == self._frame.plans[
-                segments[0][3]][2]:
+                segments[0][3]][2] and (segments[0][4] is None
+                                        or len(segments[0][5]) == TRAILER_BYTES):
             done = segments.popleft()
             if done[4] is not None:
                 descriptor, _, nbytes = self._frame.plans[done[3]]
-                if done[4] != descriptor[CHECKSUM_KEY]:
-                    raise ChecksumMismatch(descriptor["key"], nbytes, descriptor[CHECKSUM_KEY],
-                                           done[4])
+                stored = int.from_bytes(done[5], "little")
+                if done[4] != stored:
+                    raise ChecksumMismatch(descriptor["key"], nbytes, stored, done[4])
         if not segments:
             frame, self._frame, self._frame_bytes = self._frame, None, 0
             self._events.append(frame.build())
@@ -506,9 +549,9 @@ class Decoder:
             values.append(None if nbytes else _allocate(descriptor, dtype))
             if nbytes:
                 pad = -offset % ALIGNMENT
-                segments.append([pad, None, 0, index,
-                                 0 if descriptor.get(CHECKSUM_KEY) is not None else None])
-                offset += pad + nbytes
+                checked = descriptor.get(CHECKSUM_KEY) is True
+                segments.append([pad, None, 0, index, 0 if checked else None, bytearray()])
+                offset += pad + nbytes + (TRAILER_BYTES if checked else 0)
         self._frame = _PendingFrame(schema, payload, plans, values, segments)
         self._advance_segments()
 
@@ -554,11 +597,10 @@ class Decoder:
             raise RemoteProtocolError(f"{where}: descriptor must be a map with keys "
                                       f"{sorted(DESCRIPTOR_KEYS)} and optionally "
                                       f"{CHECKSUM_KEY!r}")
-        crc = d.get(CHECKSUM_KEY)
-        if crc is not None and (not isinstance(crc, int) or isinstance(crc, bool)
-                                or not 0 <= crc < 1 << 32 or not d["nbytes"]):
-            raise RemoteProtocolError(f"{where}: {CHECKSUM_KEY} must be a 32-bit unsigned int "
-                                      f"and only describes raw bytes, got {crc!r:.40}")
+        if CHECKSUM_KEY in d and (d[CHECKSUM_KEY] is not True or not d["nbytes"]):
+            raise RemoteProtocolError(f"{where}: {CHECKSUM_KEY} must be true (a CRC32C trailer "
+                                      f"follows the raw bytes) and only describes raw bytes, "
+                                      f"got {d[CHECKSUM_KEY]!r:.40}")
         key, dtype, shape, nbytes, strings = (d["key"], d["dtype"], d["shape"], d["nbytes"],
                                               d["strings"])
         if not isinstance(key, str) or not isinstance(d["dead"], bool):
