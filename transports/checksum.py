@@ -21,9 +21,10 @@ from typing import Final
 import google_crc32c
 import numpy as np
 
-__all__ = ["ENV", "enabled", "extend", "set_enabled"]
+__all__ = ["ENV", "TRAILER_BYTES", "ChecksumTrailer", "enabled", "extend", "set_enabled"]
 
 ENV: Final = "ASYNCFLOW_WIRE_CHECKSUMS"
+TRAILER_BYTES: Final = 4  # a CRC32C after a tensor's raw bytes in a frame
 _enabled = os.environ.get(ENV, "1").strip().lower() not in ("0", "off", "false", "no")
 
 
@@ -49,3 +50,26 @@ def extend(crc: int, data: bytes | bytearray | memoryview) -> int:
         return google_crc32c.extend(crc, view.tobytes())
     address = np.frombuffer(view.cast("B") if view.format != "B" else view, np.uint8).ctypes.data
     return google_crc32c.extend(crc, (ctypes.c_char * view.nbytes).from_address(address))
+
+
+class ChecksumTrailer(bytearray):
+    """The 4 bytes after a raw segment: the CRC32C of ``segment``, little-endian.
+
+    ``encode`` fills it, unless asked to defer: then ``pending`` is true and the writer must
+    :meth:`fill` it (or :meth:`set` the sum it computed while writing) before sending it.
+    """
+
+    __slots__ = ("segment", "pending")
+
+    def __init__(self, segment: memoryview, pending: bool) -> None:
+        super().__init__(4)
+        self.segment, self.pending = segment, pending
+        if not pending:
+            self.fill()
+
+    def set(self, crc: int) -> None:
+        self[:] = crc.to_bytes(4, "little")
+
+    def fill(self) -> None:
+        """Sum the whole segment now (for segments too small to be written in chunks)."""
+        self.set(extend(0, self.segment))

@@ -65,6 +65,7 @@ import msgpack
 import numpy as np
 
 from transports import checksum as _checksum
+from transports.checksum import TRAILER_BYTES, ChecksumTrailer
 from transports.counted_unpack import unpack_counted
 from transports.messages import *  # noqa: F403 -- the message classes are part of this API
 from transports.messages import CANONICAL_CODES, Message, Status, TensorEntry
@@ -106,32 +107,6 @@ CLOSED: Final = _Sentinel("CLOSED")
 
 
 # ----------------------------------------------------------------------------- encoding
-
-
-class ChecksumTrailer(bytearray):
-    """The 4 bytes after a raw segment: the CRC32C of ``segment``, little-endian.
-
-    ``encode`` fills it, unless asked to defer: then ``pending`` is true and the writer must
-    :meth:`fill` it (or :meth:`set` the sum it computed while writing) before sending it.
-    """
-
-    __slots__ = ("segment", "pending")
-
-    def __init__(self, segment: memoryview, pending: bool) -> None:
-        super().__init__(4)
-        self.segment, self.pending = segment, pending
-        if not pending:
-            self.fill()
-
-    def set(self, crc: int) -> None:
-        self[:] = crc.to_bytes(4, "little")
-
-    def fill(self) -> None:
-        """Sum the whole segment now (for segments too small to be written in chunks)."""
-        self.set(_checksum.extend(0, self.segment))
-
-
-TRAILER_BYTES: Final = 4
 
 
 def encode(message: Message, limits: Limits = DEFAULT_LIMITS, checksums: bool | None = None,

@@ -188,3 +188,18 @@ async def test_a_damaged_request_is_a_400_and_the_server_keeps_serving():
             assert answer.startswith(b"HTTP/1.1 400") and b"Checksum does not match" in answer
             async with TrioHttpChannel(server.address) as channel:
                 assert (await channel.health()).task
+
+
+def test_the_environment_turns_a_process_checksums_off():
+    import os
+    import subprocess
+    import sys
+    code = ("import numpy as np; from transports import wire; "
+            "b = wire.encode(wire.RunGraph('g', 1, [wire.TensorEntry('x', np.ones(3))], [])); "
+            "print(any(isinstance(x, wire.ChecksumTrailer) for x in b))")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for value, expected in (("0", "False"), ("1", "True")):
+        env = dict(os.environ, ASYNCFLOW_WIRE_CHECKSUMS=value, PYTHONPATH=root)
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=60, check=True).stdout
+        assert out.strip() == expected
