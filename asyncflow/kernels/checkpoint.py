@@ -27,7 +27,8 @@ Sharded checkpoints (``Saver(sharded=True)``, TF1's sharded saving): each task w
 variables it holds into its own shard, ``<prefix>-0000i-of-0000n.safetensors`` (a whole
 safetensors file, written atomically as above), and after every shard is on disk one
 ``MergeCheckpointShards`` op writes the index ``<prefix>.safetensors.index.json`` (the Hugging
-Face layout: ``{"metadata": {...}, "weight_map": {tensor name: shard file name}}``), atomically
+Face layout: ``{"metadata": {...}, "weight_map": {tensor name: shard file name}}``, plus
+``"crc32c"``, the CRC32C of the rest as canonical JSON, checked by ``read_index``), atomically
 too. The index is the commit point: shards without an index are no checkpoint. ``Restore``
 given ``<prefix>.safetensors`` reads that file if it exists, else the index, and then each
 tensor from whichever shard holds it, so a checkpoint restores onto any cluster layout.
@@ -522,6 +523,13 @@ def index_path(data_file):
     return data_file + INDEX_SUFFIX
 
 
+def _index_crc(index):
+    """CRC32C (8 hex digits) of an index's meaning: every key but the sum, canonical JSON."""
+    meaning = {k: v for k, v in index.items() if k != CRC_KEY}
+    text = json.dumps(meaning, sort_keys=True, separators=(",", ":"))
+    return f"{google_crc32c.value(text.encode()):08x}"
+
+
 def read_index(path):
     """``{tensor name: shard file path}`` of a sharded checkpoint's index file.
 
@@ -544,6 +552,13 @@ def read_index(path):
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict):
         raise _corrupt(path, "the index has no weight_map object")
+    if not set(index) <= {"metadata", "weight_map", CRC_KEY}:
+        raise _corrupt(path, f"the index has keys {sorted(index)!r:.200}")
+    if CRC_KEY in index:  # indexes written before checksums have none
+        found = _index_crc(index)
+        if index[CRC_KEY] != found:
+            raise _corrupt(path, f"the index: Checksum does not match: stored "
+                           f"{index[CRC_KEY]!r:.20}, computed {found!r}")
     directory = os.path.dirname(os.path.abspath(path))
     out = {}
     for name, shard in weight_map.items():
@@ -605,6 +620,7 @@ def _merge_shards(ctx, filename, global_step):
                           "global_step": str(int(_host(global_step))),
                           "num_shards": str(len(shards))},
              "weight_map": dict(sorted(weight_map.items()))}
+    index[CRC_KEY] = _index_crc(index)
     content = json.dumps(index, indent=1).encode()
     atomic_write(index_path(path), lambda fileobj: fileobj.write(content))
     return ()

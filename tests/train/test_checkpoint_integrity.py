@@ -171,3 +171,27 @@ def test_verify_reports_files_without_checksums_and_sharded_checkpoints(tmp_path
     reports = checkpoint_verify.verify_checkpoint(str(tmp_path / "s-3"))
     assert [r.ok for r in reports] == [True, True, False]
     assert "tensor 'b': Checksum does not match" in reports[2].problem
+
+
+def test_a_bit_flipped_anywhere_in_a_sharded_checkpoints_index_is_data_loss(tmp_path):
+    import trio
+    with af.Graph().as_default():
+        af.Variable(np.arange(8, dtype=np.float32), name="a")
+        af.Variable(np.ones(3, np.int64), name="b")
+        saver = af.train.Saver(sharded=True)
+
+        async def save():
+            async with af.Session() as sess:
+                await sess.run(af.global_variables_initializer())
+                return await saver.save(sess, str(tmp_path / "s"), global_step=3)
+        prefix = trio.run(save)
+    index = tmp_path / "s-3.safetensors.index.json"
+    raw = index.read_bytes()
+    assert ckpt_io.read_index(str(index)).keys() == {"a", "b"}
+    assert '"crc32c"' in raw.decode()
+    for offset in range(len(raw)):
+        _flip(index, raw, offset, offset % 7)  # bit 7 would make most bytes non-UTF-8
+        with pytest.raises(errors.DataLossError, match="index.json is corrupt"):
+            ckpt_io.read_index(str(index))
+    index.write_bytes(raw)
+    assert [r.ok for r in checkpoint_verify.verify_checkpoint(prefix)] == [True, True]
