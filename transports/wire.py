@@ -73,14 +73,14 @@ from transports.messages import __all__ as _message_names
 from transports.schema import (
     ALIGNMENT, CHECKSUM_KEY, DEFAULT_LIMITS, DESCRIPTOR_KEYS, FORMAT_VERSION, HEADER_KEYS, MAGIC,
     MAX_SHAPE_PRODUCT, PREFIX, SCHEMA_BY_CLASS, SCHEMAS, STRING_DTYPE, WIRE_DTYPES, WIRE_NAMES,
-    ChecksumMismatch, FrameTooLarge, Limits, LocalProtocolError, RemoteProtocolError, Schema, SchemaMismatch,
-    WireError, check_depth, record_from_wire, record_to_wire,
+    ChecksumMismatch, FrameTooLarge, Limits, LocalProtocolError, RemoteProtocolError, Schema,
+    SchemaMismatch, WireError, check_depth, record_from_wire, record_to_wire,
 )
 
 __all__ = [
-    "ALIGNMENT", "CHECKSUM_KEY", "CLOSED", "ChecksumMismatch", "DEFAULT_LIMITS", "FORMAT_VERSION", "MAGIC", "NEED_DATA",
-    "SMALL_HEADER_BYTES", "STRING_DTYPE",
-    "WIRE_DTYPES", "ChecksumTrailer", "Decoder", "FrameTooLarge", "Limits", "LocalProtocolError",
+    "ALIGNMENT", "CHECKSUM_KEY", "CLOSED", "DEFAULT_LIMITS", "FORMAT_VERSION", "MAGIC",
+    "NEED_DATA", "SMALL_HEADER_BYTES", "STRING_DTYPE", "WIRE_DTYPES", "ChecksumMismatch",
+    "ChecksumTrailer", "Decoder", "FrameTooLarge", "Limits", "LocalProtocolError",
     "RemoteProtocolError", "WireError", "decode", "encode", "frame_size", *_message_names,
 ]
 

@@ -483,11 +483,12 @@ class _StepDriver:
             await self._failed(error)
         except ChecksumMismatch as exc:
             # Never retried here (the step may have side effects); the caller may run it again.
+            address = getattr(task.channel, "address", "?")
             await self._failed(errors.DataLossError(None, None, (
-                f"RunGraph on {task.name} at {getattr(task.channel, 'address', '?')}: fetch "
-                f"{exc.key!r}: Checksum does not match: the worker's CRC32C is {exc.stored:08x}, the bytes "
-                f"received give {exc.computed:08x}; the reply was damaged in transit and the "
-                "step failed (not retried: run it again)")))
+                f"RunGraph on {task.name} at {address}: fetch {exc.key!r}: Checksum does not "
+                f"match: the worker's CRC32C is {exc.stored:08x}, the bytes received give "
+                f"{exc.computed:08x}; the reply was damaged in transit and the step failed "
+                "(not retried: run it again)")))
         except TransportDeadlineExceeded as exc:
             await self._failed(errors.DeadlineExceededError(None, None, f"RunGraph on "
                                f"{task.name}: {exc}"))

@@ -208,11 +208,12 @@ class StepRendezvous:
             raise derived(from_remote(exc, f"RecvTensors from {task}: {exc.message}"))
         except ChecksumMismatch as exc:
             # Not retried: the producer drops what was pulled, and the step fails instead.
+            address = getattr(channel, "address", "?")
             raise errors.DataLossError(None, None, (
-                f"RecvTensors from {task} at {getattr(channel, 'address', '?')}: edge "
-                f"{exc.key!r}: Checksum does not match: the sender's CRC32C is {exc.stored:08x}, the bytes received "
-                f"give {exc.computed:08x}; the tensor was damaged in transit and the step "
-                "failed (not retried: run it again)")) from None
+                f"RecvTensors from {task} at {address}: edge {exc.key!r}: Checksum does not "
+                f"match: the sender's CRC32C is {exc.stored:08x}, the bytes received give "
+                f"{exc.computed:08x}; the tensor was damaged in transit and the step failed "
+                "(not retried: run it again)")) from None
         except TransportDeadlineExceeded as exc:
             raise errors.DeadlineExceededError(None, None, f"RecvTensors from {task}: {exc}")
         except TransportError as exc:

@@ -262,6 +262,8 @@ def write_safetensors(path, tensors, metadata=None):
         if dtype is None or dtype.is_string:
             raise TypeError(f"tensor {name!r} has dtype {array.dtype}, which a checkpoint "
                             "cannot hold (safetensors has no string dtype)")
+        if array.dtype.byteorder == ">" or (array.dtype.byteorder == "=" and not np.little_endian):
+            array = array.astype(array.dtype.newbyteorder("<"))  # the format is little-endian
         # The library reads the arrays through their data pointers: C order, no copy if so.
         arrays[name] = array if array.flags.c_contiguous else array.copy(order="C")
     metadata = {str(k): str(v) for k, v in (metadata or {}).items()

@@ -51,6 +51,16 @@ def test_the_checksums_sit_in_the_header_metadata(tmp_path):
         np.testing.assert_array_equal(got[name], value)
 
 
+def test_big_endian_arrays_are_written_little_endian_and_check_out(tmp_path):
+    path = str(tmp_path / "be.safetensors")
+    ckpt_io.write_safetensors(path, {"a": np.arange(5, dtype=">f4"),
+                                     "b": np.arange(3, dtype=">i8")})
+    got, _, _ = ckpt_io.read_safetensors(path)
+    np.testing.assert_array_equal(got["a"], np.arange(5, dtype=np.float32))
+    np.testing.assert_array_equal(got["b"], np.arange(3))
+    assert ckpt_io.verify_file(path)["checked"]
+
+
 def test_a_bit_flipped_at_any_offset_is_data_loss(tmp_path):
     """Every byte of the file, one bit each (the bit rotating with the offset): the length
     prefix, the JSON header (names, dtypes, shapes, offsets, metadata, checksums, padding),
