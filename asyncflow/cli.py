@@ -11,6 +11,10 @@ Without ``--cluster`` the worker resolves its cluster and task from the environm
 address peers dial is the one the cluster spec advertises. A worker started with a token exits
 (status 0) when the chief sends Shutdown: ``asyncflow shutdown --job ps``.
 
+``asyncflow checkpoint verify PATH...`` reads every tensor of a checkpoint (a prefix, a file, a
+sharded checkpoint's index, or a directory's listed checkpoints) and compares it with its
+stored CRC32C, without a graph: one line per file, exit status 1 if one is corrupt or missing.
+
 ``asyncflow`` with no command prints the help on stdout and exits 0 (as pip and kubectl do);
 a usage error (an unknown command or option) exits 2, as argparse does.
 

@@ -2,10 +2,16 @@
 
 Two server processes answer RecvTensors with the same 64 MiB float32 tensor over HTTP on
 loopback; one encodes with checksums (``transports.checksum`` on, the default), the other
-without. This process pulls from both, alternating round by round so both see the same load
+without. This process pulls from both through the trio HTTP channel the workers use,
+alternating round by round so both see the same load
 (shared machines are noisy: compare the columns, not absolute values), and decodes each reply
 (summing the bytes as they land when the frame carries checksums). Reported: MiB/s of the
 median and best pull of each, and their ratio.
+
+Then the same pull inside the runtime: two clusters of two ``asyncflow worker`` processes, one
+started with ``ASYNCFLOW_WIRE_CHECKSUMS=0``; on each, a 64 MiB float32 variable on worker 0 is
+read by a ``reduce_sum`` on worker 1 (one RecvTensors pull of 64 MiB per step), and the step
+times of the two clusters are measured alternately (medians).
 
 Also, in this process and without sockets, the codec's own cost: encode and decode of the
 same 64 MiB message with and without checksums (medians), which is the whole of the work the
@@ -23,13 +29,17 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(_HERE, ".."))
+sys.path.insert(0, os.path.join(_HERE, "..", "demos"))
 
 import numpy as np  # noqa: E402
 import trio  # noqa: E402
 
+import asyncflow as af  # noqa: E402
+import local_cluster as clusters  # noqa: E402  (worker processes, one BLAS thread each)
 from transports import checksum, wire  # noqa: E402
-from transports.http import HttpChannel  # noqa: E402
+from transports.http_client import TrioHttpChannel  # noqa: E402  (what workers use)
 from transports.http_server import open_http_server  # noqa: E402
 
 MIB = 1 << 20
@@ -61,7 +71,7 @@ def server(checksums: bool, ports) -> None:
 
 async def _pulls(ports: dict, rounds: int) -> dict[str, list[float]]:
     times: dict[str, list[float]] = {kind: [] for kind in ports}
-    channels = {kind: HttpChannel(f"127.0.0.1:{port}") for kind, port in ports.items()}
+    channels = {kind: TrioHttpChannel(f"127.0.0.1:{port}") for kind, port in ports.items()}
     try:
         for kind, channel in channels.items():  # warm up: connections, allocations
             await channel.recv_tensors(wire.RecvTensors(1, ["k"]), timeout=60)
@@ -79,6 +89,46 @@ async def _pulls(ports: dict, rounds: int) -> dict[str, list[float]]:
         for channel in channels.values():
             await channel.aclose()
     return times
+
+
+async def _steps(specs: dict, rounds: int) -> dict[str, list[float]]:
+    """Step times of ``reduce_sum`` on worker 1 of a 64 MiB variable on worker 0, per cluster."""
+    sessions, fetches, times = {}, {}, {kind: [] for kind in specs}
+    try:
+        for kind, spec in specs.items():
+            graph = af.Graph()
+            with graph.as_default():
+                with af.device("/job:worker/task:0"):
+                    big = af.Variable(af.zeros([BIG // 4], af.float32), name="big")
+                with af.device("/job:worker/task:1"):
+                    fetches[kind] = af.reduce_sum(big)
+            sessions[kind] = af.Session(graph=graph, cluster=af.ClusterSpec(spec))
+            await sessions[kind].__aenter__()
+            await sessions[kind].run(big.initializer)
+            await sessions[kind].run(fetches[kind])  # registration, first pull
+        for step in range(rounds):
+            order = list(specs) if step % 2 == 0 else list(reversed(specs))
+            for kind in order:
+                start = time.perf_counter()
+                await sessions[kind].run(fetches[kind])
+                times[kind].append(time.perf_counter() - start)
+    finally:
+        for session in sessions.values():
+            await session.__aexit__(None, None, None)
+    return times
+
+
+def runtime_steps(rounds: int) -> dict[str, list[float]]:
+    with clusters.local_cluster({"worker": 2}) as with_sums:
+        plain = dict(clusters._ENV)
+        clusters._ENV = {**plain, checksum.ENV: "0"}
+        try:
+            with clusters.local_cluster({"worker": 2}) as without:
+                clusters._ENV = plain
+                return trio.run(_steps, {"with checksum": with_sums, "without": without},
+                                rounds)
+        finally:
+            clusters._ENV = plain
 
 
 def codec_times(rounds: int) -> dict[str, float]:
@@ -123,6 +173,7 @@ def main() -> None:
         for process in processes:
             process.terminate()
             process.join(timeout=5)
+    steps = runtime_steps(6 if quick else 20)
     codec = codec_times(3 if quick else 9)
     on, off = times["with checksum"], times["without"]
     print("| 64 MiB pull over HTTP on loopback | with checksum | without | ratio |")
@@ -133,6 +184,12 @@ def main() -> None:
     print(f"| pull time, median (ms) | {1e3 * statistics.median(on):.1f} | "
           f"{1e3 * statistics.median(off):.1f} | "
           f"{statistics.median(on) / statistics.median(off):.3f} |")
+    print()
+    print("| 64 MiB pull between two worker processes | with checksum | without | ratio |")
+    print("|---|---|---|---|")
+    for label, pick in (("step ms, median", statistics.median), ("step ms, best", min)):
+        a, b = 1e3 * pick(steps["with checksum"]), 1e3 * pick(steps["without"])
+        print(f"| {label} | {a:.1f} | {b:.1f} | {a / b:.3f} |")
     print()
     print("| codec alone, 64 MiB (ms, median) | with checksum | without | added |")
     print("|---|---|---|---|")
