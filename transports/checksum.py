@@ -1,9 +1,9 @@
 """CRC32C of tensor bytes on the wire, computed from memory views without copying them.
 
-``google_crc32c`` (C, with the CPU's CRC instruction: several GB/s) takes only objects whose
-buffer needs no release, such as ``bytes``; a ctypes array laid over a view's memory is one,
-so a received chunk is summed where it landed. :func:`extend` carries a running checksum
-across the chunks of a tensor as they arrive.
+``google_crc32c`` (C, with the CPU's CRC instruction: several GB/s) takes only ``bytes``-like
+objects whose buffer needs no release; :func:`extend` calls the C function it wraps through
+ctypes with the view's address instead, so a received chunk is summed where it landed. It
+carries a running checksum across the chunks of a tensor as they arrive.
 
 Checksums are on by default; ``ASYNCFLOW_WIRE_CHECKSUMS=0`` in a process's environment (or
 ``set_enabled(False)``) makes its encoder send frames without them (a receiver checks
@@ -39,6 +39,23 @@ def set_enabled(value: bool) -> None:
     _enabled = bool(value)
 
 
+def _direct_extend():
+    """``crc32c_extend(crc, address, length)`` of the C library ``google_crc32c`` wraps, through
+    ctypes: no copy, no per-size ctypes type, the GIL released while it sums; None where that
+    library cannot be found (then views are copied to ``bytes`` to be summed)."""
+    try:
+        from google_crc32c import _crc32c
+        function = ctypes.CDLL(_crc32c.__file__).crc32c_extend
+    except (ImportError, OSError, AttributeError):
+        return None
+    function.restype = ctypes.c_uint32
+    function.argtypes = (ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t)
+    return function
+
+
+_EXTEND = _direct_extend()
+
+
 def extend(crc: int, data: bytes | bytearray | memoryview) -> int:
     """The CRC32C of the bytes summed into ``crc`` followed by ``data`` (no copy)."""
     if isinstance(data, bytes):
@@ -46,10 +63,10 @@ def extend(crc: int, data: bytes | bytearray | memoryview) -> int:
     view = memoryview(data)
     if not view.nbytes:
         return crc
-    if not view.c_contiguous:
+    if _EXTEND is None or not view.c_contiguous:
         return google_crc32c.extend(crc, view.tobytes())
     address = np.frombuffer(view.cast("B") if view.format != "B" else view, np.uint8).ctypes.data
-    return google_crc32c.extend(crc, (ctypes.c_char * view.nbytes).from_address(address))
+    return _EXTEND(crc, address, view.nbytes)
 
 
 class ChecksumTrailer(bytearray):

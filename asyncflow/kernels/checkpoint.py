@@ -96,19 +96,37 @@ class UncheckedCheckpointWarning(UserWarning):
 
 
 # -- checksums ---------------------------------------------------------------------------------
+def _direct_extend():
+    """``crc32c_extend(crc, address, length)`` of the C library ``google_crc32c`` wraps, via
+    ctypes (no copy, the GIL released while it sums); None where it cannot be found.
+    (``transports/checksum.py`` does the same for the wire; kernels cannot import it.)"""
+    try:
+        from google_crc32c import _crc32c
+        function = ctypes.CDLL(_crc32c.__file__).crc32c_extend
+    except (ImportError, OSError, AttributeError):
+        return None
+    function.restype = ctypes.c_uint32
+    function.argtypes = (ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t)
+    return function
+
+
+_EXTEND = _direct_extend()
+
+
 def crc32c(array, crc=0):
     """CRC32C of a C-contiguous array's bytes (extending ``crc``), without copying them.
 
-    ``google_crc32c`` only takes ``bytes``-like objects that need no buffer release; a ctypes
-    array laid over the array's memory is one, so large tensors are never copied to be summed.
+    ``google_crc32c``'s Python functions take only ``bytes``; the C function they wrap is
+    called with the array's address instead (copying to ``bytes`` only if it is missing).
     """
     array = np.asarray(array)
     if not array.flags.c_contiguous:
         array = np.ascontiguousarray(array)
     if not array.nbytes:
         return crc
-    view = (ctypes.c_char * array.nbytes).from_address(array.ctypes.data)
-    return google_crc32c.extend(crc, view)
+    if _EXTEND is None:
+        return google_crc32c.extend(crc, array.tobytes())
+    return _EXTEND(crc, array.ctypes.data, array.nbytes)
 
 
 def _header_crc(entries, metadata):

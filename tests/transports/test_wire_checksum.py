@@ -169,6 +169,12 @@ def test_extend_sums_views_of_any_layout_like_bytes():
     assert checksum.extend(0, b"") == 0 and checksum.extend(9, memoryview(b"")) == 9
 
 
+def test_without_the_c_function_views_are_summed_from_a_copy(monkeypatch):
+    array = np.arange(999, dtype=np.int32)
+    monkeypatch.setattr(checksum, "_EXTEND", None)
+    assert checksum.extend(0, memoryview(array)) == google_crc32c.value(array.tobytes())
+
+
 async def test_a_damaged_request_is_a_400_and_the_server_keeps_serving():
     async with open_http_server(FakeWorker()) as server:
         body = _frame(RunGraph("g/1", 1, [TensorEntry("x:0", np.ones(4096, np.float32))], []))
