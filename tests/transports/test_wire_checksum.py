@@ -209,3 +209,10 @@ def test_the_environment_turns_a_process_checksums_off():
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                              text=True, timeout=60, check=True).stdout
         assert out.strip() == expected
+
+
+def test_a_frame_cut_in_its_trailer_is_truncated_and_counts_the_trailer():
+    data = bytes(_frame(RunGraph("g", 1, [TensorEntry("x", np.ones(100, np.float32))], [])))
+    for missing in (1, 4, 5):
+        with pytest.raises(RemoteProtocolError, match=f"{missing} more bytes were announced"):
+            decode(data[:-missing])
