@@ -63,6 +63,9 @@ def _kill_loop(tmp_path, kills, seed):
             proc.send_signal(signal.SIGKILL)
             proc.communicate(timeout=30)
         steps.append(_check_latest(tmp_path))
+        seen = [s for s in steps[:-1] if s is not None]
+        if seen:  # a kill never loses the latest checkpoint nor moves it back
+            assert steps[-1] is not None and steps[-1] >= seen[-1], steps
     return steps
 
 
