@@ -11,6 +11,10 @@ Without ``--cluster`` the worker resolves its cluster and task from the environm
 address peers dial is the one the cluster spec advertises. A worker started with a token exits
 (status 0) when the chief sends Shutdown: ``asyncflow shutdown --job ps``.
 
+``asyncflow checkpoint verify PATH...`` reads every tensor of a checkpoint (a prefix, a file, a
+sharded checkpoint's index, or a directory's listed checkpoints) and compares it with its
+stored CRC32C, without a graph: one line per file, exit status 1 if one is corrupt or missing.
+
 ``asyncflow`` with no command prints the help on stdout and exits 0 (as pip and kubectl do);
 a usage error (an unknown command or option) exits 2, as argparse does.
 
@@ -87,7 +91,34 @@ def build_parser():
     _add_resolver_options(shutdown)
     shutdown.add_argument("--job", action="append", dest="jobs_to_stop", metavar="JOB",
                           help="a job to stop (repeatable; default: every job)")
+    _add_checkpoint_command(commands)
     return parser
+
+
+def _add_checkpoint_command(commands):
+    checkpoint = commands.add_parser(
+        "checkpoint", help="check checkpoint files without a graph",
+        description="Tools for checkpoint files that need no graph.")
+    actions = checkpoint.add_subparsers(dest="checkpoint_command", title="actions")
+    verify = actions.add_parser(
+        "verify", help="read every tensor and compare it with its stored CRC32C",
+        description="Read every tensor of a checkpoint and compare its bytes with the CRC32C "
+                    "stored beside it. Exit status 0 if every file checks out, 1 if one is "
+                    "corrupt or missing; files written before checksums existed are "
+                    "reported UNCHECKED and do not fail it.")
+    verify.add_argument("paths", nargs="+", metavar="PATH",
+                        help="a checkpoint prefix, a .safetensors file, a sharded "
+                             "checkpoint's index, or a directory (every checkpoint its "
+                             "'checkpoint' state file lists)")
+
+
+def run_checkpoint(args, parser):
+    """``asyncflow checkpoint verify PATH...``; returns the exit status."""
+    if args.checkpoint_command != "verify":
+        parser.parse_args(["checkpoint", "--help"])
+        return 2
+    from asyncflow.train import checkpoint_verify
+    return checkpoint_verify.main(args.paths, sys.stdout)
 
 
 RESOLVER_CHOICES = ("auto", "tf_config", "slurm", "kubernetes")
@@ -277,5 +308,7 @@ def main(argv=None):
             return 130
     if args.command == "shutdown":
         return run_shutdown(args)
+    if args.command == "checkpoint":
+        return run_checkpoint(args, parser)
     parser.print_help(sys.stderr)
     return 2

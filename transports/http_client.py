@@ -218,7 +218,8 @@ class TrioHttpChannel(Channel):
     async def _exchange(self, rpc: Rpc, request: Message | None) -> Message:
         path = request_path(rpc, request)
         # Bodiless requests are encoded too: the same field checks, whatever the route.
-        buffers = None if request is None else encode(request, self._limits)
+        buffers = None if request is None else encode(request, self._limits,
+                                                      defer_checksums=True)
         return await self._request(rpc.http_method, path,
                                    buffers if rpc.has_body else None, self._read_reply)
 

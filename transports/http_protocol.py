@@ -30,7 +30,10 @@ from urllib.parse import quote
 
 from transports.messages import Message, RemoteCallError
 from transports.service import METRICS_PATH, RPCS, Rpc
-from transports.wire import CLOSED, NEED_DATA, Decoder, RemoteProtocolError
+from collections.abc import Iterator
+
+from transports import checksum as _checksum
+from transports.wire import CLOSED, NEED_DATA, ChecksumTrailer, Decoder, RemoteProtocolError
 
 __all__ = ["FRAME_CONTENT_TYPE", "take_one_frame", "JOIN_BYTES", "LITERAL_ROUTES", "MAX_TEXT", "PATH_FIELDS",
            "ROUTES", "TEXT_STATUS_CODE", "Route", "parse_address", "request_path", "send_pieces",
@@ -74,26 +77,47 @@ def text_error(status: int, address: str, body: bytes) -> RemoteCallError:
     return RemoteCallError(code, f"HTTP {status} from {address}: {text}")
 
 
-def send_pieces(head: bytes, buffers: list[bytes | memoryview]) -> list[bytes | memoryview]:
+SUM_CHUNK_BYTES: Final = 1 << 20  # a large segment with a pending trailer goes in such chunks
+
+
+def send_pieces(head: bytes, buffers: list[bytes | memoryview]) -> Iterator[bytes | memoryview]:
     """What to ``send_all``, in order, for a message of ``head`` and a frame's ``buffers``.
 
-    Consecutive buffers under :data:`JOIN_BYTES` (the frame's header, padding) are joined with
-    the head into one piece; a larger buffer (a view of a tensor) is a piece of its own, so
-    tensor bytes are never copied and a small message is one ``send``.
+    Consecutive buffers under :data:`JOIN_BYTES` (the frame's header, padding, checksum
+    trailers) are joined with the head into one piece; a larger buffer (a view of a tensor) is
+    a piece of its own, so tensor bytes are never copied and a small message is one ``send``.
+
+    A pending :class:`~transports.wire.ChecksumTrailer` (``encode(..., defer_checksums=True)``)
+    is filled here, while its segment is written: a large segment is handed out in chunks of
+    :data:`SUM_CHUNK_BYTES`, each summed just before it is sent (the send then reads it from
+    cache), so the checksum costs no pass of its own over the tensor and is done in the time
+    the writer would otherwise wait for the socket. Iterate lazily: a trailer is only right
+    once the pieces before it were taken.
     """
-    pieces: list[bytes | memoryview] = []
     small: list[bytes | memoryview] = [head]
-    for buffer in buffers:
+    for index, buffer in enumerate(buffers):
+        following = buffers[index + 1] if index + 1 < len(buffers) else None
+        trailer = following if isinstance(following, ChecksumTrailer) and \
+            following.pending and following.segment is buffer else None
         if len(buffer) < JOIN_BYTES:
+            if trailer is not None:
+                trailer.fill()
             small.append(buffer)
             continue
         if small:
-            pieces.append(b"".join(small))
+            yield b"".join(small)
             small = []
-        pieces.append(buffer)
+        if trailer is None:
+            yield buffer
+            continue
+        view, crc = memoryview(buffer), 0
+        for start in range(0, len(view), SUM_CHUNK_BYTES):
+            chunk = view[start:start + SUM_CHUNK_BYTES]
+            crc = _checksum.extend(crc, chunk)
+            yield chunk
+        trailer.set(crc)
     if small:
-        pieces.append(b"".join(small))
-    return pieces
+        yield b"".join(small)
 
 
 @dataclass(frozen=True, slots=True)

@@ -311,8 +311,9 @@ class HttpServer:
             result = await self._call(conn, getattr(self._handler, route.rpc.method),
                                       () if message is None else (message,))
             try:
+                # Trailers are summed as the reply is written (send_pieces), not here.
                 status, buffers = 200, encode(reply_for_result(route.rpc, result.unwrap()),
-                                              self._limits)
+                                              self._limits, defer_checksums=True)
             except Exception as exc:  # noqa: BLE001 -- handler failures and unsendable replies
                 error = error_reply_for(exc)
                 status, buffers = _HTTP_STATUS[error.code], encode(error, self._limits)

@@ -38,6 +38,7 @@ WIRE_DTYPES: Final[dict[str, np.dtype]] = {
 }
 STRING_DTYPE: Final = "string"  # numpy object arrays whose items are all bytes
 DESCRIPTOR_KEYS = frozenset({"key", "dtype", "shape", "nbytes", "dead", "error", "strings"})
+CHECKSUM_KEY: Final = "crc32c"  # optional descriptor key: CRC32C of the raw segment
 HEADER_KEYS = frozenset({"version", "kind", "payload", "tensors"})
 # The product of a shape's non-zero dimensions stays below this, so numpy (intp byte counts,
 # itemsize <= 8) can make the shape even when a zero dimension empties it.
@@ -59,6 +60,22 @@ class RemoteProtocolError(WireError):
 
 class FrameTooLarge(RemoteProtocolError):
     """The peer's frame is well formed but exceeds this side's :class:`Limits`."""
+
+
+class ChecksumMismatch(RemoteProtocolError):
+    """A tensor's bytes do not match the CRC32C its sender put in the descriptor: they were
+    damaged on the way (a flipped bit that TCP's 16-bit checksum let through).
+
+    Attributes:
+        key: the tensor entry's key (a fetch name or a rendezvous key).
+        stored: the sender's checksum; ``computed``: the checksum of the bytes received.
+    """
+
+    def __init__(self, key: str, nbytes: int, stored: int, computed: int) -> None:
+        super().__init__(f"tensor {key!r:.200}: Checksum does not match: the sender's CRC32C "
+                         f"of its {nbytes} bytes is {stored:08x}, the bytes received give "
+                         f"{computed:08x} (damaged in transit)")
+        self.key, self.stored, self.computed = key, stored, computed
 
 
 @dataclass(frozen=True, slots=True)

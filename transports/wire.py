@@ -19,6 +19,19 @@ entries of its one ``list[TensorEntry]`` field, in order. A descriptor is ``{"ke
 bin) and have no raw segment; empty tensors have none either. Offsets are implied by the order, so a
 receiver knows where each array starts as soon as it has the header.
 
+Checksums: a descriptor with ``"crc32c": true`` says its raw segment is followed by a 4-byte
+little-endian trailer, the CRC32C of the segment's bytes (before the next segment's padding,
+which still counts from the frame start). The encoder adds them unless
+:func:`transports.checksum.set_enabled` turned them off (``ASYNCFLOW_WIRE_CHECKSUMS=0``).
+Because the sum comes *after* the bytes, a sender can compute it while it writes them:
+``encode(..., defer_checksums=True)`` leaves each :class:`ChecksumTrailer` to be filled by
+the writer (:func:`transports.http_protocol.send_pieces` sums each chunk as it hands it to
+``send``), so the sum hides in the time the sender waits for the socket. The decoder sums each
+segment's bytes as they land in the destination array (no second pass over a large tensor) and
+raises :class:`ChecksumMismatch` (a RemoteProtocolError) naming the tensor when the trailer
+differs. A descriptor without the key has no trailer and is not checked (a sender with
+checksums off); string tensors travel in the header and have no checksum.
+
 Zero copies: :func:`encode` returns the header and *views* of the arrays (only non-contiguous or
 big-endian arrays are converted). :class:`Decoder` validates the whole header -- schema, dtype
 allowlist, shapes, byte counts and size :class:`Limits` -- before it allocates anything, then
@@ -51,21 +64,23 @@ from typing import Any, Final
 import msgpack
 import numpy as np
 
+from transports import checksum as _checksum
+from transports.checksum import TRAILER_BYTES, ChecksumTrailer
 from transports.counted_unpack import unpack_counted
 from transports.messages import *  # noqa: F403 -- the message classes are part of this API
 from transports.messages import CANONICAL_CODES, Message, Status, TensorEntry
 from transports.messages import __all__ as _message_names
 from transports.schema import (
-    ALIGNMENT, DEFAULT_LIMITS, DESCRIPTOR_KEYS, FORMAT_VERSION, HEADER_KEYS, MAGIC,
+    ALIGNMENT, CHECKSUM_KEY, DEFAULT_LIMITS, DESCRIPTOR_KEYS, FORMAT_VERSION, HEADER_KEYS, MAGIC,
     MAX_SHAPE_PRODUCT, PREFIX, SCHEMA_BY_CLASS, SCHEMAS, STRING_DTYPE, WIRE_DTYPES, WIRE_NAMES,
-    FrameTooLarge, Limits, LocalProtocolError, RemoteProtocolError, Schema, SchemaMismatch,
-    WireError, check_depth, record_from_wire, record_to_wire,
+    ChecksumMismatch, FrameTooLarge, Limits, LocalProtocolError, RemoteProtocolError, Schema,
+    SchemaMismatch, WireError, check_depth, record_from_wire, record_to_wire,
 )
 
 __all__ = [
-    "ALIGNMENT", "CLOSED", "DEFAULT_LIMITS", "FORMAT_VERSION", "MAGIC", "NEED_DATA",
-    "SMALL_HEADER_BYTES", "STRING_DTYPE",
-    "WIRE_DTYPES", "Decoder", "FrameTooLarge", "Limits", "LocalProtocolError",
+    "ALIGNMENT", "CHECKSUM_KEY", "CLOSED", "DEFAULT_LIMITS", "FORMAT_VERSION", "MAGIC",
+    "NEED_DATA", "SMALL_HEADER_BYTES", "STRING_DTYPE", "WIRE_DTYPES", "ChecksumMismatch",
+    "ChecksumTrailer", "Decoder", "FrameTooLarge", "Limits", "LocalProtocolError",
     "RemoteProtocolError", "WireError", "decode", "encode", "frame_size", *_message_names,
 ]
 
@@ -94,7 +109,8 @@ CLOSED: Final = _Sentinel("CLOSED")
 # ----------------------------------------------------------------------------- encoding
 
 
-def encode(message: Message, limits: Limits = DEFAULT_LIMITS) -> list[bytes | memoryview]:
+def encode(message: Message, limits: Limits = DEFAULT_LIMITS, checksums: bool | None = None,
+           defer_checksums: bool = False) -> list[bytes | memoryview]:
     """Turn a message into the buffers of one frame, to be written in order.
 
     Tensor bytes are not copied: the result holds views of the arrays, which the caller must not
@@ -104,6 +120,10 @@ def encode(message: Message, limits: Limits = DEFAULT_LIMITS) -> list[bytes | me
     Args:
         message: an instance of a class in :data:`MESSAGE_TYPES`.
         limits: the receiver's limits; a frame that would exceed them is refused here.
+        checksums: follow each raw segment with its CRC32C (None: this process's setting,
+            :func:`transports.checksum.enabled`).
+        defer_checksums: leave the trailers ``pending`` for the writer to fill as it sends
+            (see :class:`ChecksumTrailer`); only for writers that do.
 
     Returns:
         Buffers (``bytes`` or byte-format ``memoryview``) whose concatenation is the frame.
@@ -126,11 +146,15 @@ def encode(message: Message, limits: Limits = DEFAULT_LIMITS) -> list[bytes | me
     if len(entries) > limits.max_tensors:
         raise LocalProtocolError(f"{len(entries)} tensors exceed the limit of {limits.max_tensors}")
     descriptors, segments = [], []
+    if checksums is None:
+        checksums = _checksum.enabled()
     for entry in entries:
         descriptor, segment = _describe_entry(entry, limits)
         descriptors.append(descriptor)
         if segment is not None:
             segments.append(segment)
+            if checksums:
+                descriptor[CHECKSUM_KEY] = True
     if sum(len(s) for s in segments) > limits.max_body_bytes:
         raise LocalProtocolError(f"{schema.kind} carries more than {limits.max_body_bytes} "
                                  "tensor bytes")
@@ -154,6 +178,9 @@ def encode(message: Message, limits: Limits = DEFAULT_LIMITS) -> list[bytes | me
             buffers.append(_ZEROS[:pad])
         buffers.append(segment)
         offset += pad + len(segment)
+        if checksums:
+            buffers.append(ChecksumTrailer(segment, pending=defer_checksums))
+            offset += TRAILER_BYTES
     return buffers
 
 
@@ -241,7 +268,8 @@ def decode(buffer: bytes | bytearray | memoryview, limits: Limits = DEFAULT_LIMI
 class _PendingFrame:
     """A frame whose header is parsed; its arrays are allocated as their bytes start to arrive.
 
-    A segment is ``[padding still to skip, destination view or None, bytes filled, index]``:
+    A segment is ``[padding still to skip, destination view or None, bytes filled, index,
+    running CRC32C or None without a trailer, trailer bytes received (a bytearray)]``:
     the destination is allocated when the segment's first raw byte arrives, so a frame that
     declares gigabytes but never sends them costs nothing (not even address space).
     """
@@ -250,7 +278,7 @@ class _PendingFrame:
     payload: dict
     plans: list  # (descriptor, dtype, nbytes) per tensor entry
     values: list  # per entry: the array, or None until its segment starts
-    segments: deque  # of [padding still to skip, destination view or None, bytes filled, index]
+    segments: deque  # of [padding to skip, destination or None, filled, index, crc, trailer]
 
     def destination(self, segment: list) -> memoryview:
         """The segment's array memory, allocating the array on first use."""
@@ -355,7 +383,8 @@ class Decoder:
         if self._eof or self._error is not None:
             raise LocalProtocolError("get_buffer called after end of stream or a protocol error")
         segment = self._frame.segments[0] if self._frame and self._frame.segments else None
-        if segment is not None and segment[0] == 0:
+        if segment is not None and segment[0] == 0 and segment[2] < self._frame.plans[
+                segment[3]][2]:
             try:
                 self._lent = self._frame.destination(segment)[segment[2]:]
             except RemoteProtocolError as exc:
@@ -381,7 +410,10 @@ class Decoder:
         if lent is self._scratch:
             self.receive_data(lent[:nbytes])
         else:
-            self._frame.segments[0][2] += nbytes
+            segment = self._frame.segments[0]
+            segment[2] += nbytes
+            if segment[4] is not None:  # summed where it landed, while it is in cache
+                segment[4] = _checksum.extend(segment[4], lent[:nbytes])
             self._frame_bytes += nbytes
             try:
                 self._advance_segments()
@@ -393,7 +425,9 @@ class Decoder:
     def _expected(self) -> str:
         if self._frame is None:
             return ""
-        remaining = sum(s[0] + self._frame.plans[s[3]][2] - s[2] for s in self._frame.segments)
+        remaining = sum(s[0] + self._frame.plans[s[3]][2] - s[2]
+                        + (0 if s[4] is None else TRAILER_BYTES - len(s[5]))
+                        for s in self._frame.segments)
         return f" ({remaining} more bytes were announced)"
 
     def _consume(self, view: memoryview) -> None:
@@ -409,11 +443,16 @@ class Decoder:
                 if view[pos:pos + take] != _ZEROS[:take]:
                     raise RemoteProtocolError("non-zero alignment padding before a tensor")
                 self._frame.segments[0][0] -= take
+            elif filled == self._frame.plans[segment[3]][2]:  # the checksum trailer
+                take = min(TRAILER_BYTES - len(segment[5]), len(view) - pos)
+                segment[5] += view[pos:pos + take]
             else:
                 dest = self._frame.destination(segment)
                 take = min(len(dest) - filled, len(view) - pos)
                 dest[filled:filled + take] = view[pos:pos + take]
-                self._frame.segments[0][2] += take
+                segment[2] += take
+                if segment[4] is not None:
+                    segment[4] = _checksum.extend(segment[4], view[pos:pos + take])
             pos += take
             self._frame_bytes += take
             self._advance_segments()
@@ -421,8 +460,14 @@ class Decoder:
     def _advance_segments(self) -> None:
         segments = self._frame.segments
         while segments and segments[0][0] == 0 and segments[0][2] == self._frame.plans[
-                segments[0][3]][2]:
-            segments.popleft()
+                segments[0][3]][2] and (segments[0][4] is None
+                                        or len(segments[0][5]) == TRAILER_BYTES):
+            done = segments.popleft()
+            if done[4] is not None:
+                descriptor, _, nbytes = self._frame.plans[done[3]]
+                stored = int.from_bytes(done[5], "little")
+                if done[4] != stored:
+                    raise ChecksumMismatch(descriptor["key"], nbytes, stored, done[4])
         if not segments:
             frame, self._frame, self._frame_bytes = self._frame, None, 0
             self._events.append(frame.build())
@@ -479,8 +524,9 @@ class Decoder:
             values.append(None if nbytes else _allocate(descriptor, dtype))
             if nbytes:
                 pad = -offset % ALIGNMENT
-                segments.append([pad, None, 0, index])
-                offset += pad + nbytes
+                checked = descriptor.get(CHECKSUM_KEY) is True
+                segments.append([pad, None, 0, index, 0 if checked else None, bytearray()])
+                offset += pad + nbytes + (TRAILER_BYTES if checked else 0)
         self._frame = _PendingFrame(schema, payload, plans, values, segments)
         self._advance_segments()
 
@@ -522,9 +568,14 @@ class Decoder:
     def _check_descriptor(self, index: int, d: Any) -> tuple[dict, np.dtype | None, int]:
         """Validate one descriptor; return it with the dtype to allocate and its raw bytes."""
         where = f"tensor #{index}"
-        if not isinstance(d, dict) or d.keys() != DESCRIPTOR_KEYS:
+        if not isinstance(d, dict) or (d.keys() != DESCRIPTOR_KEYS and d.keys() != _CHECKED_KEYS):
             raise RemoteProtocolError(f"{where}: descriptor must be a map with keys "
-                                      f"{sorted(DESCRIPTOR_KEYS)}")
+                                      f"{sorted(DESCRIPTOR_KEYS)} and optionally "
+                                      f"{CHECKSUM_KEY!r}")
+        if CHECKSUM_KEY in d and (d[CHECKSUM_KEY] is not True or not d["nbytes"]):
+            raise RemoteProtocolError(f"{where}: {CHECKSUM_KEY} must be true (a CRC32C trailer "
+                                      f"follows the raw bytes) and only describes raw bytes, "
+                                      f"got {d[CHECKSUM_KEY]!r:.40}")
         key, dtype, shape, nbytes, strings = (d["key"], d["dtype"], d["shape"], d["nbytes"],
                                               d["strings"])
         if not isinstance(key, str) or not isinstance(d["dead"], bool):
@@ -572,6 +623,9 @@ class Decoder:
         if math.prod(n for n in shape if n) > MAX_SHAPE_PRODUCT:
             raise RemoteProtocolError(f"{where}: shape {shape} has more than "
                                       f"{MAX_SHAPE_PRODUCT} elements per non-empty slice")
+
+
+_CHECKED_KEYS = DESCRIPTOR_KEYS | {CHECKSUM_KEY}
 
 
 def _allocate(descriptor: dict, dtype: np.dtype | None) -> np.ndarray | None:

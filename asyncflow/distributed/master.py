@@ -69,6 +69,7 @@ from transports.messages import (
     RunGraph, TensorEntry,
 )
 from transports.service import TransportDeadlineExceeded, TransportError
+from transports.wire import ChecksumMismatch
 
 _log = logging.getLogger("asyncflow.master")
 ABORT_GRACE_S = 1.0
@@ -480,6 +481,14 @@ class _StepDriver:
                     error = errors.AbortedError(None, None, f"{error.message} (graph "
                                                 "registered again on the next run)")
             await self._failed(error)
+        except ChecksumMismatch as exc:
+            # Never retried here (the step may have side effects); the caller may run it again.
+            address = getattr(task.channel, "address", "?")
+            await self._failed(errors.DataLossError(None, None, (
+                f"RunGraph on {task.name} at {address}: fetch {exc.key!r}: Checksum does not "
+                f"match: the worker's CRC32C is {exc.stored:08x}, the bytes received give "
+                f"{exc.computed:08x}; the reply was damaged in transit and the step failed "
+                "(not retried: run it again)")))
         except TransportDeadlineExceeded as exc:
             await self._failed(errors.DeadlineExceededError(None, None, f"RunGraph on "
                                f"{task.name}: {exc}"))

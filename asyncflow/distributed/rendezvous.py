@@ -31,6 +31,7 @@ from asyncflow.kernels.transfer import parse_key, source_device  # the key forma
 from asyncflow.runtime.rendezvous import LocalRendezvous
 from transports.messages import RecvTensors, RemoteCallError
 from transports.service import TransportDeadlineExceeded, TransportError
+from transports.wire import ChecksumMismatch
 
 
 def is_derived(error):
@@ -205,6 +206,14 @@ class StepRendezvous:
             reply = await channel.recv_tensors(RecvTensors(self.step_id, keys))
         except RemoteCallError as exc:
             raise derived(from_remote(exc, f"RecvTensors from {task}: {exc.message}"))
+        except ChecksumMismatch as exc:
+            # Not retried: the producer drops what was pulled, and the step fails instead.
+            address = getattr(channel, "address", "?")
+            raise errors.DataLossError(None, None, (
+                f"RecvTensors from {task} at {address}: edge {exc.key!r}: Checksum does not "
+                f"match: the sender's CRC32C is {exc.stored:08x}, the bytes received give "
+                f"{exc.computed:08x}; the tensor was damaged in transit and the step failed "
+                "(not retried: run it again)")) from None
         except TransportDeadlineExceeded as exc:
             raise errors.DeadlineExceededError(None, None, f"RecvTensors from {task}: {exc}")
         except TransportError as exc:

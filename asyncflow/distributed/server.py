@@ -103,6 +103,14 @@ class Server:
 
     @contextlib.asynccontextmanager
     async def _serving(self):
+        # Idle graphs of vanished clients expire even when no request arrives. A system task
+        # (not a nursery around the yield) so the errors of the block keep their types.
+        expiry = trio.CancelScope()
+
+        async def expire():
+            with expiry:
+                await self.service.expire_idle_graphs()
+        trio.lowlevel.spawn_system_task(expire)
         try:
             if self._inprocess:
                 _channels.register_inprocess(self.address, self.service)
@@ -121,6 +129,7 @@ class Server:
                 _log.debug("%s listening on %s", self.service.task, http.address)
                 yield self
         finally:
+            expiry.cancel()
             with trio.CancelScope(shield=True):
                 await self.service.aclose()
 

@@ -13,8 +13,12 @@ Theory of operation (reference §6):
   ``max_graph_nodes`` nodes is refused before.
 - **Graph leases.** A graph lives ``graph_lease_s`` seconds (default 600) past its last
   registration or RunGraph; then it is dropped (never while it runs), so the graphs of a
-  client killed with -9 do not stay forever. The master registers a graph again when it
-  has been idle for half the lease (Health's ``stats.graph_lease_s`` says how long).
+  client killed with -9 do not stay forever. ``expire_idle_graphs`` (a task the Server runs)
+  checks every ``lease_check_period_s`` (a quarter of the lease, between 0.05 and 30 s), so a
+  vanished client's graph is gone within its lease plus that margin even when no request
+  arrives; Health and ``/metrics`` check too, and show the count falling. The master
+  registers a graph again when it has been idle for half the lease (Health's
+  ``stats.graph_lease_s`` says how long), so a live session never sees its graph expire.
 - **Replay.** Every RunGraph carries a ``request_id`` > 0, unique per graph handle (the master
   counts from 1 per registration). The worker keeps an anti-replay window per handle (the
   highest id and the ids seen within ``REPLAY_WINDOW`` below it, as IPsec does): a repeated
@@ -79,6 +83,9 @@ def _fail(code, message, derived=False):
 REPLAY_WINDOW = 4096
 # Graphs up to this size are imported on the loop (tens of ms); larger ones in a thread.
 INLINE_GRAPH_NODES = 500
+# expire_idle_graphs looks every quarter lease, within these bounds (seconds).
+LEASE_CHECK_MIN_S = 0.05
+LEASE_CHECK_MAX_S = 30.0
 
 
 class _ReplayWindow:
@@ -234,6 +241,17 @@ class WorkerService:
         compiled = _compiler.compile_run(graph, feeds, fetches, targets, self._state,
                                          self._compile_config(options), self.resources)
         return graph, feeds, fetches, targets, compiled
+
+    @property
+    def lease_check_period_s(self):
+        """How often ``expire_idle_graphs`` looks: the margin past a lease before a drop."""
+        return min(max(self._graph_lease_s / 4, LEASE_CHECK_MIN_S), LEASE_CHECK_MAX_S)
+
+    async def expire_idle_graphs(self):
+        """Drop graphs whose lease ran out, every ``lease_check_period_s``, until cancelled."""
+        while True:
+            await trio.sleep(self.lease_check_period_s)
+            self._sweep_graphs()
 
     def _sweep_graphs(self):
         now = trio.current_time()
@@ -528,6 +546,7 @@ class WorkerService:
             graph_lease_s=float(self._graph_lease_s))
 
     async def metrics_text(self):
+        self._sweep_graphs()
         stats = self.statistics()
         rows = [("asyncflow_worker_steps_total", "counter", "Steps run to completion",
                  stats.steps_run),

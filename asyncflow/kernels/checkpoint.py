@@ -20,13 +20,15 @@ Atomicity: a file is written to a temporary name in the same directory, fsynced,
 the final name with ``os.replace`` (atomic on POSIX), and then the directory is fsynced so the
 rename itself is durable. A reader therefore sees either the old complete file or the new
 complete file, never a torn one; a crash leaves at most a stray ``.*.tmp`` file, which the
-next save of that name removes once it is a minute old.
+next save of that name removes once it is ``STALE_TEMPORARY_S`` (a minute) old, and so does
+the next ``Saver.save`` into the directory for every checkpoint file's temporaries.
 
 Sharded checkpoints (``Saver(sharded=True)``, TF1's sharded saving): each task writes the
 variables it holds into its own shard, ``<prefix>-0000i-of-0000n.safetensors`` (a whole
 safetensors file, written atomically as above), and after every shard is on disk one
 ``MergeCheckpointShards`` op writes the index ``<prefix>.safetensors.index.json`` (the Hugging
-Face layout: ``{"metadata": {...}, "weight_map": {tensor name: shard file name}}``), atomically
+Face layout: ``{"metadata": {...}, "weight_map": {tensor name: shard file name}}``, plus
+``"crc32c"``, the CRC32C of the rest as canonical JSON, checked by ``read_index``), atomically
 too. The index is the commit point: shards without an index are no checkpoint. ``Restore``
 given ``<prefix>.safetensors`` reads that file if it exists, else the index, and then each
 tensor from whichever shard holds it, so a checkpoint restores onto any cluster layout.
@@ -35,17 +37,32 @@ The library validates a file's header before it maps anything (a 100 MB header c
 that cover the data exactly); a malformed file raises ``DataLossError`` with its reason, a
 missing one ``NotFoundError``.
 
+Checksums (TF's tensor bundle keeps a CRC32C per tensor the same way): the writer stores in
+``__metadata__`` a ``crc32c`` entry, a JSON map ``{tensor name: CRC32C of its bytes as 8 hex
+digits}``, and a ``header_crc32c`` entry, the CRC32C of the header's meaning (every tensor's
+name, dtype code and shape, the other metadata and the ``crc32c`` map, as canonical JSON), so
+a flipped bit in a name, a shape, the step or a stored checksum is caught like one in the
+data. A restore checks the header when it opens a file and each tensor as it copies it out of
+the mapping (the copy is in cache: no second read from disk) and fails with
+``DataLossError`` naming the file, the tensor and the stored and computed checksums. A file
+written before checksums existed restores with one warning (``UncheckedCheckpointWarning``).
+``verify_file`` checks a whole file without a graph (``asyncflow checkpoint verify``). The
+checksum runs in C (``google-crc32c``, with the CPU's CRC instruction) at several GB/s.
+
 The kernels run on a worker thread (the ops declare an unbounded cost and the kernels are
 ``offload`` kernels), so the event loop never blocks on the disk.
 """
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import tempfile
 import time
+import warnings
 
+import google_crc32c
 import numpy as np
 import safetensors
 import safetensors.numpy
@@ -60,6 +77,8 @@ MAX_INDEX_BYTES = 64 * 1024 * 1024
 MAPPED_WINDOW_BYTES = 64 * 1024 * 1024  # of a file mapped at once while restoring
 DATA_SUFFIX = ".safetensors"
 INDEX_SUFFIX = ".index.json"
+CRC_KEY = "crc32c"                # __metadata__ entry: JSON {tensor name: 8 hex digits}
+HEADER_CRC_KEY = "header_crc32c"  # __metadata__ entry: CRC32C of the canonical header
 # safetensors' dtype codes of asyncflow's dtypes (what a header's "dtype" says).
 _FROM_SAFETENSORS = {
     "F64": dtypes.float64, "F32": dtypes.float32, "F16": dtypes.float16,
@@ -67,6 +86,87 @@ _FROM_SAFETENSORS = {
     "I8": dtypes.int8, "U64": dtypes.uint64, "U32": dtypes.uint32, "U16": dtypes.uint16,
     "U8": dtypes.uint8, "BOOL": dtypes.bool,
 }
+
+
+_TO_SAFETENSORS = {dtype: code for code, dtype in _FROM_SAFETENSORS.items()}
+
+
+class UncheckedCheckpointWarning(UserWarning):
+    """A checkpoint file without checksums (written before they existed) was restored."""
+
+
+# -- checksums ---------------------------------------------------------------------------------
+def _direct_extend():
+    """``crc32c_extend(crc, address, length)`` of the C library ``google_crc32c`` wraps, via
+    ctypes (no copy, the GIL released while it sums); None where it cannot be found.
+    (``transports/checksum.py`` does the same for the wire; kernels cannot import it.)"""
+    try:
+        from google_crc32c import _crc32c
+        function = ctypes.CDLL(_crc32c.__file__).crc32c_extend
+    except (ImportError, OSError, AttributeError):
+        return None
+    function.restype = ctypes.c_uint32
+    function.argtypes = (ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t)
+    return function
+
+
+_EXTEND = _direct_extend()
+
+
+def crc32c(array, crc=0):
+    """CRC32C of a C-contiguous array's bytes (extending ``crc``), without copying them.
+
+    ``google_crc32c``'s Python functions take only ``bytes``; the C function they wrap is
+    called with the array's address instead (copying to ``bytes`` only if it is missing).
+    """
+    array = np.asarray(array)
+    if not array.flags.c_contiguous:
+        array = np.ascontiguousarray(array)
+    if not array.nbytes:
+        return crc
+    if _EXTEND is None:
+        return google_crc32c.extend(crc, array.tobytes())
+    return _EXTEND(crc, array.ctypes.data, array.nbytes)
+
+
+def _header_crc(entries, metadata):
+    """CRC32C of what a header means: ``{name: (dtype code, shape)}`` and every metadata entry
+    but ``header_crc32c`` itself, as canonical JSON (sorted keys, no spaces)."""
+    meaning = {"tensors": {name: [code, list(shape)] for name, (code, shape) in entries.items()},
+               "metadata": {k: v for k, v in metadata.items() if k != HEADER_CRC_KEY}}
+    return google_crc32c.value(json.dumps(meaning, sort_keys=True,
+                                          separators=(",", ":")).encode())
+
+
+def _checksums(path, codes, metadata):
+    """The stored ``{name: crc}`` of a file whose header checks out; None if it has none.
+
+    Raises:
+        DataLossError: if the header's checksum does not match it or the map is malformed.
+    """
+    if CRC_KEY not in metadata and HEADER_CRC_KEY not in metadata:
+        return None
+    try:
+        stored_header = metadata[HEADER_CRC_KEY]
+        sums = {name: int(value, 16) for name, value in json.loads(metadata[CRC_KEY]).items()}
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise _corrupt(path, f"its checksum metadata is malformed ({exc!r})") from None
+    found = f"{_header_crc(codes, metadata):08x}"
+    if found != stored_header:  # compared as text: "C" for "c" is a flipped bit too
+        raise _corrupt(path, f"the header (names, dtypes, shapes, metadata): Checksum does not "
+                       f"match: stored {stored_header!r:.20}, computed {found!r}")
+    if set(sums) != set(codes):
+        raise _corrupt(path, "its checksums name other tensors than its header")
+    return sums
+
+
+def _check_tensor(path, name, array, sums):
+    if sums is None:
+        return
+    found = crc32c(array)
+    if found != sums[name]:
+        raise _corrupt(path, f"tensor {name!r}: Checksum does not match: stored "
+                       f"{sums[name]:08x}, computed {found:08x}")
 
 
 # -- atomic files ----------------------------------------------------------------------------
@@ -103,6 +203,28 @@ def remove_stale_temporaries(directory, name):
             with contextlib.suppress(OSError):
                 if now - entry.stat(follow_symlinks=False).st_mtime > STALE_TEMPORARY_S:
                     os.unlink(entry.path)
+
+
+def remove_stale_temporaries_ending(directory, endings):
+    """Delete stale temporaries (as ``remove_stale_temporaries``) of any file in ``directory``
+    whose name ends with one of ``endings``: a Saver calls it after each durable save, since
+    the killed save of ``model-7`` left ``.model-7.safetensors.*.tmp``, a name no later save
+    writes again. Returns the names removed."""
+    now, removed = time.time(), []
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not (entry.name.startswith(".") and entry.name.endswith(".tmp")):
+            continue
+        target = entry.name[1:-len(".tmp")].rpartition(".")[0]  # drop mkstemp's random part
+        if target and target.endswith(tuple(endings)):
+            with contextlib.suppress(OSError):
+                if now - entry.stat(follow_symlinks=False).st_mtime > STALE_TEMPORARY_S:
+                    os.unlink(entry.path)
+                    removed.append(entry.name)
+    return removed
 
 
 def atomic_replace(path, fill):
@@ -158,9 +280,17 @@ def write_safetensors(path, tensors, metadata=None):
         if dtype is None or dtype.is_string:
             raise TypeError(f"tensor {name!r} has dtype {array.dtype}, which a checkpoint "
                             "cannot hold (safetensors has no string dtype)")
+        if array.dtype.byteorder == ">" or (array.dtype.byteorder == "=" and not np.little_endian):
+            array = array.astype(array.dtype.newbyteorder("<"))  # the format is little-endian
         # The library reads the arrays through their data pointers: C order, no copy if so.
         arrays[name] = array if array.flags.c_contiguous else array.copy(order="C")
-    metadata = {str(k): str(v) for k, v in (metadata or {}).items()} or None
+    metadata = {str(k): str(v) for k, v in (metadata or {}).items()
+                if str(k) not in (CRC_KEY, HEADER_CRC_KEY)}
+    metadata[CRC_KEY] = json.dumps({name: f"{crc32c(a):08x}" for name, a in arrays.items()},
+                                   sort_keys=True, separators=(",", ":"))
+    codes = {name: (_TO_SAFETENSORS[dtypes.as_dtype(a.dtype)], a.shape)
+             for name, a in arrays.items()}
+    metadata[HEADER_CRC_KEY] = f"{_header_crc(codes, metadata):08x}"
     atomic_replace(path, lambda tmp: safetensors.numpy.save_file(arrays, tmp, metadata))
 
 
@@ -185,25 +315,67 @@ def _open(path):
             raise _corrupt(path, exc) from None
 
 
-def _entries(handle):
-    """``{name: (DType or the file's code if asyncflow has none, shape)}``."""
+def _codes(handle):
+    """``{name: (the file's dtype code, shape)}``."""
     out = {}
     for name in handle.keys():
         view = handle.get_slice(name)
-        code = view.get_dtype()
-        out[name] = (_FROM_SAFETENSORS.get(code, code), tuple(view.get_shape()))
+        out[name] = (view.get_dtype(), tuple(view.get_shape()))
     return out
 
 
+def _entries(handle, codes=None):
+    """``{name: (DType or the file's code if asyncflow has none, shape)}``."""
+    codes = _codes(handle) if codes is None else codes
+    return {name: (_FROM_SAFETENSORS.get(code, code), shape)
+            for name, (code, shape) in codes.items()}
+
+
 def read_safetensors_entries(path):
-    """``(entries, metadata)`` of a safetensors file: its header, no tensor read.
+    """``(entries, metadata)`` of a safetensors file: its header (checksum checked), no
+    tensor read.
 
     Raises:
         NotFoundError: if the file does not exist.
-        DataLossError: if it is malformed.
+        DataLossError: if it is malformed or its header does not match its checksum.
     """
     with _open(path) as handle:
-        return _entries(handle), dict(handle.metadata() or {})
+        codes, metadata = _codes(handle), dict(handle.metadata() or {})
+        _checksums(path, codes, metadata)
+        return _entries(handle, codes), metadata
+
+
+def verify_file(path):
+    """Check every tensor of a checkpoint file against its stored checksum, no graph needed.
+
+    Reads the file in windows (as a restore does) and keeps no tensor.
+
+    Returns:
+        ``{"path", "tensors", "bytes", "checked" (False: the file has no checksums),
+        "global_step" (None if absent), "skipped" (names of dtypes asyncflow lacks)}``.
+
+    Raises:
+        NotFoundError: if the file does not exist.
+        DataLossError: naming the tensor (or the header) whose bytes do not match.
+        AbortedError: if the file was replaced during each of three reads.
+    """
+    for _ in range(3):
+        counted = [0, 0]
+
+        def keep(name, array):
+            counted[0] += 1
+            counted[1] += array.nbytes
+
+        try:
+            metadata, entries, checked = _read_all(path, None, keep, warn=False)
+        except _Replaced:
+            continue
+        skipped = sorted(n for n, (dtype, _) in entries.items()
+                         if not isinstance(dtype, dtypes.DType))
+        return {"path": path, "tensors": counted[0], "bytes": counted[1], "checked": checked,
+                "global_step": metadata.get("global_step"), "skipped": skipped}
+    raise errors.AbortedError(None, None, f"Checkpoint file {path} was replaced while it was "
+                              "being verified, three times; verify it again")
 
 
 def _identity(path):
@@ -230,8 +402,9 @@ def _open_file(path, identity=None):
         yield handle, after
 
 
-def _read_window(handle, pending, out):
-    """Copy tensors named in ``pending`` into ``out`` until ``MAPPED_WINDOW_BYTES`` were read.
+def _read_window(handle, pending, keep):
+    """Copy tensors named in ``pending`` out of the mapping, handing each to ``keep(name,
+    array)``, until ``MAPPED_WINDOW_BYTES`` were read.
 
     The pages a handle touches stay mapped until it closes: reading in windows of one handle
     each keeps at most a window of the file mapped next to the copies being made.
@@ -240,22 +413,44 @@ def _read_window(handle, pending, out):
     while pending and mapped < MAPPED_WINDOW_BYTES:
         name = pending.pop()
         array = handle.get_tensor(name)
-        array.flags.writeable = False  # nobody else holds it: Assign need not copy it
-        out[name] = array
+        keep(name, array)
         mapped += array.nbytes
 
 
-def _read_once(path, names):
+def _read_all(path, names, keep, warn):
+    """Read ``names`` (None: all) of one version of a file, checking each tensor's checksum
+    before ``keep(name, array)`` gets it; returns ``(metadata, entries, checked)``."""
     with _open_file(path) as (handle, identity):
-        entries, metadata = _entries(handle), dict(handle.metadata() or {})
+        codes, metadata = _codes(handle), dict(handle.metadata() or {})
+        entries = _entries(handle, codes)
+        sums = _checksums(path, codes, metadata)
+        if sums is None and warn:
+            warnings.warn(f"Checkpoint file {path} has no checksums (it was written before "
+                          "asyncflow stored them): its tensors are restored unverified",
+                          UncheckedCheckpointWarning, stacklevel=4)
+
+        def check_and_keep(name, array):
+            _check_tensor(path, name, array, sums)
+            keep(name, array)
+
         # A dtype asyncflow lacks is not read: the caller reports it as a mismatch.
         pending = [name for name in (entries if names is None else names)
                    if name in entries and isinstance(entries[name][0], dtypes.DType)][::-1]
-        out = {}
-        _read_window(handle, pending, out)
+        _read_window(handle, pending, check_and_keep)
     while pending:
         with _open_file(path, identity) as (handle, _):
-            _read_window(handle, pending, out)
+            _read_window(handle, pending, check_and_keep)
+    return metadata, entries, sums is not None
+
+
+def _read_once(path, names):
+    out = {}
+
+    def keep(name, array):
+        array.flags.writeable = False  # nobody else holds it: Assign need not copy it
+        out[name] = array
+
+    metadata, entries, _ = _read_all(path, names, keep, warn=True)
     return out, metadata, entries
 
 
@@ -348,6 +543,13 @@ def index_path(data_file):
     return data_file + INDEX_SUFFIX
 
 
+def _index_crc(index):
+    """CRC32C (8 hex digits) of an index's meaning: every key but the sum, canonical JSON."""
+    meaning = {k: v for k, v in index.items() if k != CRC_KEY}
+    text = json.dumps(meaning, sort_keys=True, separators=(",", ":"))
+    return f"{google_crc32c.value(text.encode()):08x}"
+
+
 def read_index(path):
     """``{tensor name: shard file path}`` of a sharded checkpoint's index file.
 
@@ -370,6 +572,13 @@ def read_index(path):
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict):
         raise _corrupt(path, "the index has no weight_map object")
+    if not set(index) <= {"metadata", "weight_map", CRC_KEY}:
+        raise _corrupt(path, f"the index has keys {sorted(index)!r:.200}")
+    if CRC_KEY in index:  # indexes written before checksums have none
+        found = _index_crc(index)
+        if index[CRC_KEY] != found:
+            raise _corrupt(path, f"the index: Checksum does not match: stored "
+                           f"{index[CRC_KEY]!r:.20}, computed {found!r}")
     directory = os.path.dirname(os.path.abspath(path))
     out = {}
     for name, shard in weight_map.items():
@@ -431,6 +640,7 @@ def _merge_shards(ctx, filename, global_step):
                           "global_step": str(int(_host(global_step))),
                           "num_shards": str(len(shards))},
              "weight_map": dict(sorted(weight_map.items()))}
+    index[CRC_KEY] = _index_crc(index)
     content = json.dumps(index, indent=1).encode()
     atomic_write(index_path(path), lambda fileobj: fileobj.write(content))
     return ()

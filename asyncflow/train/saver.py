@@ -10,8 +10,11 @@ Theory of operation:
   writes ``<prefix>-<step>.safetensors`` atomically (temp file, fsync, rename, fsync dir).
   Only then is the ``checkpoint`` state file in the same directory rewritten, atomically
   the same way, to point at it. Old checkpoints beyond ``max_to_keep`` are deleted after the
-  state file no longer lists them. So at every instant the state file names only complete
-  files: a crash mid-save leaves the previous checkpoint as the latest.
+  state file no longer lists them (the state file's rename and the directory are fsynced
+  first). So at every instant the state file names only complete files: a crash mid-save
+  leaves the previous checkpoint as the latest. The temporaries a killed save leaves
+  (``.<file>.<random>.tmp``) are deleted by a later save into the directory once they are
+  ``STALE_TEMPORARY_S`` (60 s) old; younger ones may belong to a live writer.
 - ``Saver(sharded=True)`` (TF1's sharded saving) groups the variables by the task their
   device names and builds, per task, a ``Save`` of that group's variables on that task's
   CPU writing its own shard (``<prefix>-0000i-of-0000n.safetensors``) and a ``Restore`` of
@@ -42,7 +45,10 @@ from asyncflow import errors
 
 from asyncflow.devices import DeviceSpec
 from asyncflow.graph.graph import GraphKeys, Tensor, get_default_graph
-from asyncflow.kernels.checkpoint import DATA_SUFFIX, atomic_write, index_path, read_index
+from asyncflow.kernels.checkpoint import (
+    DATA_SUFFIX, INDEX_SUFFIX, atomic_write, index_path, read_index,
+    remove_stale_temporaries_ending,
+)
 from asyncflow.ops import checkpoint as _ops
 from asyncflow.ops.array import identity
 from asyncflow.ops.control import control_dependencies, group
@@ -425,9 +431,13 @@ class Saver:
 
     @staticmethod
     def _commit_state(directory, latest, kept, doomed, latest_filename, meta_graph_suffix):
+        # The state file is written (temporary, fsync, rename, directory fsync) only after
+        # every file of the checkpoint is: it is durable before anything old is deleted.
         _write_state(directory, latest, kept, latest_filename)
         for prefix in doomed:
             _remove_checkpoint(prefix, meta_graph_suffix)
+        remove_stale_temporaries_ending(directory, (
+            DATA_SUFFIX, INDEX_SUFFIX, "." + meta_graph_suffix, latest_filename or STATE_FILENAME))
 
     async def restore(self, sess, save_path):
         """Assign the variables their values in checkpoint ``save_path``.

@@ -18,9 +18,10 @@ import trio
 import trio.testing
 from transport_fakes import FakeWorker
 
-from transports import wire
+from transports import checksum, wire
 from transports.http_client import TrioHttpChannel, _Connection
 from transports.http_head import head_end, parse_response_head
+from transports.http_protocol import SUM_CHUNK_BYTES
 from transports.http_server import MAX_HEAD, ConnectionLimits, HttpServer, open_http_server
 from transports.wire import TensorEntry, decode, encode
 
@@ -174,8 +175,12 @@ async def test_a_request_dripped_in_small_pieces_is_served(server):
     assert status == 200 and decode(body) == wire.RegisterGraphReply("graph/0")
 
 
-async def test_a_large_answer_goes_out_as_the_encoders_buffers(server, monkeypatch):
-    """One send for the head and small buffers, one per tensor view: no slicing, no join."""
+@pytest.mark.parametrize("checksums", [True, False])
+async def test_a_large_answer_goes_out_as_the_encoders_buffers(server, monkeypatch, checksums):
+    """One send for the head and small buffers, then the tensor's views: whole without
+    checksums; with them, in chunks of SUM_CHUNK_BYTES (each summed as it is sent) and then
+    the 4-byte trailer. No copy, no join of tensor bytes."""
+    monkeypatch.setattr(checksum, "_enabled", checksums)
     sends = []  # (side, bytes) per send call of the server and the trio client
     client_send_all, server_send_all = _Connection.send_all, HttpServer._send_all
 
@@ -195,10 +200,14 @@ async def test_a_large_answer_goes_out_as_the_encoders_buffers(server, monkeypat
             monkeypatch.setattr(HttpServer, "_send_all", server_send)
             reply = await channel.run_graph(request)
     np.testing.assert_array_equal(reply.tensors[0].value, value)
-    (_, client_head), (_, client_tensor), (_, server_head), (_, server_tensor) = sends
-    assert [side for side, _ in sends] == ["client", "client", "server", "server"], sends
-    assert client_head < 1024 and server_head < 1024, sends
-    assert client_tensor == server_tensor == value.nbytes
+    for side in ("client", "server"):
+        sizes = [n for who, n in sends if who == side]
+        assert sizes[0] < 1024, sends  # the head and the frame header
+        if checksums:
+            assert sizes[1:] == [SUM_CHUNK_BYTES] * (value.nbytes // SUM_CHUNK_BYTES) + [4]
+        else:
+            assert sizes[1:] == [value.nbytes], sends
+    assert [side for side, _ in sends] == sorted(side for side, _ in sends)  # client first
 
 
 async def test_a_client_that_stops_reading_its_answer_is_dropped():

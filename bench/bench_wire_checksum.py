@@ -1,0 +1,202 @@
+"""What the wire's CRC32C costs: a 64 MiB pull with and without the checksum.
+
+Two server processes answer RecvTensors with the same 64 MiB float32 tensor over HTTP on
+loopback; one encodes with checksums (``transports.checksum`` on, the default), the other
+without. This process pulls from both through the trio HTTP channel the workers use,
+alternating round by round so both see the same load
+(shared machines are noisy: compare the columns, not absolute values), and decodes each reply
+(summing the bytes as they land when the frame carries checksums). Reported: MiB/s of the
+median and best pull of each, and their ratio.
+
+Then the same pull inside the runtime: two clusters of two ``asyncflow worker`` processes, one
+started with ``ASYNCFLOW_WIRE_CHECKSUMS=0``; on each, a 64 MiB float32 variable on worker 0 is
+read by a ``reduce_sum`` on worker 1 (one RecvTensors pull of 64 MiB per step), and the step
+times of the two clusters are measured alternately (medians).
+
+Also, in this process and without sockets, the codec's own cost: encode and decode of the
+same 64 MiB message with and without checksums (medians), which is the whole of the work the
+checksum adds.
+
+Run: ``.venv/bin/python bench/bench_wire_checksum.py [--quick]`` (well under a minute).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(_HERE, ".."))
+sys.path.insert(0, os.path.join(_HERE, "..", "demos"))
+
+import numpy as np  # noqa: E402
+import trio  # noqa: E402
+
+import asyncflow as af  # noqa: E402
+import local_cluster as clusters  # noqa: E402  (worker processes, one BLAS thread each)
+from transports import checksum, wire  # noqa: E402
+from transports.http_client import TrioHttpChannel  # noqa: E402  (what workers use)
+from transports.http_server import open_http_server  # noqa: E402
+
+MIB = 1 << 20
+BIG = 64 * MIB
+
+
+class PullWorker:
+    """Answers every RecvTensors with the one 64 MiB tensor."""
+
+    def __init__(self) -> None:
+        self.value = np.random.default_rng(0).random(BIG // 4, dtype=np.float32)
+
+    async def recv_tensors(self, request: wire.RecvTensors) -> wire.RecvTensorsReply:
+        return wire.RecvTensorsReply([wire.TensorEntry(request.keys[0], self.value)])
+
+    async def health(self, request: wire.Health) -> wire.HealthReply:
+        return wire.HealthReply(os.getpid(), "bench", [], wire.WorkerStatistics())
+
+
+def server(checksums: bool, ports) -> None:
+    checksum.set_enabled(checksums)
+
+    async def main() -> None:
+        async with open_http_server(PullWorker()) as running:
+            ports.put(running.port)
+            await trio.sleep_forever()
+    trio.run(main)
+
+
+async def _pulls(ports: dict, rounds: int) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {kind: [] for kind in ports}
+    channels = {kind: TrioHttpChannel(f"127.0.0.1:{port}") for kind, port in ports.items()}
+    try:
+        for kind, channel in channels.items():  # warm up: connections, allocations
+            await channel.recv_tensors(wire.RecvTensors(1, ["k"]), timeout=60)
+        for step in range(rounds):
+            order = list(channels.items())
+            if step % 2:
+                order.reverse()
+            for kind, channel in order:
+                start = time.perf_counter()
+                reply = await channel.recv_tensors(wire.RecvTensors(1, ["k"]), timeout=60)
+                times[kind].append(time.perf_counter() - start)
+                assert reply.tensors[0].value.nbytes == BIG
+                del reply
+    finally:
+        for channel in channels.values():
+            await channel.aclose()
+    return times
+
+
+async def _steps(specs: dict, rounds: int) -> dict[str, list[float]]:
+    """Step times of ``reduce_sum`` on worker 1 of a 64 MiB variable on worker 0, per cluster."""
+    sessions, fetches, times = {}, {}, {kind: [] for kind in specs}
+    try:
+        for kind, spec in specs.items():
+            graph = af.Graph()
+            with graph.as_default():
+                with af.device("/job:worker/task:0"):
+                    big = af.Variable(af.zeros([BIG // 4], af.float32), name="big")
+                with af.device("/job:worker/task:1"):
+                    fetches[kind] = af.reduce_sum(big)
+            sessions[kind] = af.Session(graph=graph, cluster=af.ClusterSpec(spec))
+            await sessions[kind].__aenter__()
+            await sessions[kind].run(big.initializer)
+            await sessions[kind].run(fetches[kind])  # registration, first pull
+        for step in range(rounds):
+            order = list(specs) if step % 2 == 0 else list(reversed(specs))
+            for kind in order:
+                start = time.perf_counter()
+                await sessions[kind].run(fetches[kind])
+                times[kind].append(time.perf_counter() - start)
+    finally:
+        for session in sessions.values():
+            await session.__aexit__(None, None, None)
+    return times
+
+
+def runtime_steps(rounds: int) -> dict[str, list[float]]:
+    with clusters.local_cluster({"worker": 2}) as with_sums:
+        plain = dict(clusters._ENV)
+        clusters._ENV = {**plain, checksum.ENV: "0"}
+        try:
+            with clusters.local_cluster({"worker": 2}) as without:
+                clusters._ENV = plain
+                return trio.run(_steps, {"with checksum": with_sums, "without": without},
+                                rounds)
+        finally:
+            clusters._ENV = plain
+
+
+def codec_times(rounds: int) -> dict[str, float]:
+    value = np.random.default_rng(0).random(BIG // 4, dtype=np.float32)
+    message = wire.RecvTensorsReply([wire.TensorEntry("k", value)])
+    out: dict[str, list[float]] = {"encode on": [], "encode off": [], "decode on": [],
+                                   "decode off": []}
+    for _ in range(rounds):
+        for flag, name in ((True, "on"), (False, "off")):
+            start = time.perf_counter()
+            buffers = wire.encode(message, checksums=flag)
+            out[f"encode {name}"].append(time.perf_counter() - start)
+            decoder = wire.Decoder()
+            start = time.perf_counter()
+            pos, data = 0, b"".join(bytes(b) for b in buffers)
+            while pos < len(data):  # as a socket reader does: into the lent buffers
+                view = decoder.get_buffer()
+                n = min(len(view), 1 << 20, len(data) - pos)
+                view[:n] = data[pos:pos + n]
+                decoder.buffer_updated(n)
+                pos += n
+            decoder.next_event()
+            out[f"decode {name}"].append(time.perf_counter() - start)
+    return {k: 1e3 * statistics.median(v) for k, v in out.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer rounds")
+    quick = parser.parse_args().quick
+    context = multiprocessing.get_context("spawn")
+    processes, ports = [], {}
+    try:
+        for kind, flag in (("with checksum", True), ("without", False)):
+            queue = context.Queue()
+            process = context.Process(target=server, args=(flag, queue), daemon=True)
+            process.start()
+            processes.append(process)
+            ports[kind] = queue.get(timeout=60)
+        times = trio.run(_pulls, ports, 6 if quick else 20)
+    finally:
+        for process in processes:
+            process.terminate()
+            process.join(timeout=5)
+    steps = runtime_steps(6 if quick else 20)
+    codec = codec_times(3 if quick else 9)
+    on, off = times["with checksum"], times["without"]
+    print("| 64 MiB pull over HTTP on loopback | with checksum | without | ratio |")
+    print("|---|---|---|---|")
+    for label, pick in (("MiB/s, median", statistics.median), ("MiB/s, best", min)):
+        a, b = BIG / MIB / pick(on), BIG / MIB / pick(off)
+        print(f"| {label} | {a:.0f} | {b:.0f} | {a / b:.3f} |")
+    print(f"| pull time, median (ms) | {1e3 * statistics.median(on):.1f} | "
+          f"{1e3 * statistics.median(off):.1f} | "
+          f"{statistics.median(on) / statistics.median(off):.3f} |")
+    print()
+    print("| 64 MiB pull between two worker processes | with checksum | without | ratio |")
+    print("|---|---|---|---|")
+    for label, pick in (("step ms, median", statistics.median), ("step ms, best", min)):
+        a, b = 1e3 * pick(steps["with checksum"]), 1e3 * pick(steps["without"])
+        print(f"| {label} | {a:.1f} | {b:.1f} | {a / b:.3f} |")
+    print()
+    print("| codec alone, 64 MiB (ms, median) | with checksum | without | added |")
+    print("|---|---|---|---|")
+    for step in ("encode", "decode"):
+        a, b = codec[f"{step} on"], codec[f"{step} off"]
+        print(f"| {step} | {a:.2f} | {b:.2f} | {a - b:+.2f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""Tensors damaged on the wire are never returned as values: a proxy flips one bit of a
+RunGraph answer (a fetch) or of a RecvTensors answer (an edge between workers) and the step
+fails with DataLossError naming the peer and the tensor; running it again works."""
+import numpy as np
+import pytest
+import trio
+
+import asyncflow as af
+from bitflip_proxy import BitFlipProxy
+
+ELEMENTS = 256 * 1024  # float32: 1 MiB, so a flip 300 kB into the answer hits tensor bytes
+
+
+async def _serve(nursery, spec, job, port=0):
+    return await nursery.start(af.Server(spec, job, 0, port=port).serve)
+
+
+async def test_a_flipped_bit_in_a_fetched_tensor_fails_the_step_with_data_loss():
+    proxy = BitFlipProxy()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(proxy.serve)
+        spec = af.ClusterSpec({"worker": [f"127.0.0.1:{proxy.port}"]})
+        server = await _serve(nursery, spec, "worker")
+        proxy.target = server.address
+        graph = af.Graph()
+        with graph.as_default(), af.device("/job:worker/task:0"):
+            v = af.Variable(np.arange(ELEMENTS, dtype=np.float32), name="v")
+        async with af.Session(graph=graph, cluster=spec) as sess:
+            await sess.run(v.initializer)
+            np.testing.assert_array_equal(await sess.run(v), np.arange(ELEMENTS))
+            proxy.arm(300_000)
+            with pytest.raises(af.errors.DataLossError) as info:
+                await sess.run(v)
+            assert proxy.flipped == 1
+            message = str(info.value)
+            assert "RunGraph on /job:worker/replica:0/task:0" in message
+            assert f"127.0.0.1:{proxy.port}" in message and "'v" in message
+            assert "Checksum does not match" in message and "not retried" in message
+            # The client may retry: the next run gets the true value.
+            np.testing.assert_array_equal(await sess.run(v), np.arange(ELEMENTS))
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_flipped_bit_in_a_pulled_tensor_fails_the_step_with_data_loss():
+    proxy = BitFlipProxy()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(proxy.serve)
+        from loopback_ports import free_ports
+        (worker_port,) = free_ports(1)
+        spec = af.ClusterSpec({"ps": [f"127.0.0.1:{proxy.port}"],
+                               "worker": [f"127.0.0.1:{worker_port}"]})
+        ps = await _serve(nursery, spec, "ps")
+        proxy.target = ps.address
+        await _serve(nursery, spec, "worker", port=worker_port)
+        graph = af.Graph()
+        with graph.as_default():
+            with af.device("/job:ps/task:0"):
+                v = af.Variable(np.ones(ELEMENTS, np.float32), name="v")
+            with af.device("/job:worker/task:0"):
+                total = af.reduce_sum(v * 2.0)
+        async with af.Session(graph=graph, cluster=spec) as sess:
+            await sess.run(v.initializer)
+            assert await sess.run(total) == 2.0 * ELEMENTS
+            proxy.arm(300_000)
+            with pytest.raises(af.errors.DataLossError) as info:
+                await sess.run(total)
+            assert proxy.flipped == 1
+            message = str(info.value)
+            assert "RecvTensors from /job:ps/replica:0/task:0" in message
+            assert "edge" in message and "Checksum does not match" in message
+            assert await sess.run(total) == 2.0 * ELEMENTS
+        nursery.cancel_scope.cancel()
+
+
+async def test_without_checksums_the_same_flip_goes_unnoticed(monkeypatch):
+    """What turning checksums off costs: the damaged value is returned as if it were true."""
+    from transports import checksum
+    monkeypatch.setattr(checksum, "_enabled", False)
+    proxy = BitFlipProxy()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(proxy.serve)
+        spec = af.ClusterSpec({"worker": [f"127.0.0.1:{proxy.port}"]})
+        server = await _serve(nursery, spec, "worker")
+        proxy.target = server.address
+        graph = af.Graph()
+        with graph.as_default(), af.device("/job:worker/task:0"):
+            v = af.Variable(np.arange(ELEMENTS, dtype=np.float32), name="v")
+        async with af.Session(graph=graph, cluster=spec) as sess:
+            await sess.run(v.initializer)
+            await sess.run(v)
+            proxy.arm(300_000)
+            damaged = await sess.run(v)
+            assert proxy.flipped == 1
+            assert (damaged != np.arange(ELEMENTS)).sum() == 1
+        nursery.cancel_scope.cancel()

@@ -1,0 +1,218 @@
+"""Every raw tensor segment is followed by the CRC32C of its bytes, summed by the decoder as
+they land (whole, one byte at a time, or through ``get_buffer``): a flipped bit anywhere in
+them or in the trailer is ``ChecksumMismatch`` naming the tensor; a writer that defers the
+trailers fills them while it hands out the pieces; hostile checksum fields are protocol
+errors; a server given a damaged request answers 400 and keeps serving."""
+
+from __future__ import annotations
+
+import google_crc32c
+import msgpack
+import numpy as np
+import pytest
+import trio
+from transport_fakes import FakeWorker
+
+from transports import checksum, wire
+from transports.http_client import TrioHttpChannel
+from transports.http_protocol import SUM_CHUNK_BYTES, send_pieces
+from transports.http_server import open_http_server
+from transports.wire import (
+    CHECKSUM_KEY, ChecksumMismatch, Decoder, RemoteProtocolError, RunGraph, TensorEntry, decode,
+    encode,
+)
+
+GENEROUS = 20
+
+
+def _message():
+    return RunGraph("g/1", 7, [
+        TensorEntry("a:0", np.arange(1000, dtype=np.float32)),
+        TensorEntry("s:0", np.array([b"x", b"yz"], dtype=object)),
+        TensorEntry("e:0", np.zeros((0, 3), np.int64)),
+        TensorEntry("b:0", np.linspace(0, 1, 77).astype(np.float64))], ["a:0"])
+
+
+def _frame(message, checksums=None):
+    return bytearray(b"".join(bytes(b) for b in encode(message, checksums=checksums)))
+
+
+def _header(data):
+    length = int.from_bytes(data[4:8], "little")
+    return msgpack.unpackb(bytes(data[8:8 + length])), 8 + length
+
+
+def _segments(data):
+    """``[(key, start, nbytes)]`` of the raw segments of a frame (a trailer after each)."""
+    header, offset = _header(data)
+    out = []
+    for d in header["tensors"]:
+        if d["nbytes"]:
+            offset += -offset % wire.ALIGNMENT
+            out.append((d["key"], offset, d["nbytes"]))
+            offset += d["nbytes"] + (4 if d.get(CHECKSUM_KEY) else 0)
+    return out
+
+
+def _feed(data, how):
+    decoder = Decoder()
+    if how == "whole":
+        decoder.receive_data(bytes(data))
+    elif how == "bytewise":
+        for i in range(len(data)):
+            decoder.receive_data(data[i:i + 1])
+    else:  # what the HTTP transports do: recv_into the lent buffer, in odd-sized pieces
+        pos = 0
+        while pos < len(data):
+            try:
+                view = decoder.get_buffer()
+            except wire.LocalProtocolError:
+                break  # the frame broke the protocol: next_event raises it
+            n = min(len(view), 333, len(data) - pos)
+            view[:n] = data[pos:pos + n]
+            decoder.buffer_updated(n)
+            pos += n
+    if how != "lent" or pos == len(data):
+        decoder.receive_data(b"")
+    return decoder.next_event()
+
+
+def test_raw_segments_carry_their_crc32c_and_others_none():
+    data = _frame(_message())
+    header, _ = _header(data)
+    by_key = {d["key"]: d for d in header["tensors"]}
+    assert by_key["a:0"][CHECKSUM_KEY] is True
+    assert CHECKSUM_KEY not in by_key["s:0"] and CHECKSUM_KEY not in by_key["e:0"]
+    _, start, nbytes = _segments(data)[0]
+    assert bytes(data[start + nbytes:start + nbytes + 4]) == google_crc32c.value(
+        np.arange(1000, dtype=np.float32).tobytes()).to_bytes(4, "little")
+    got = decode(bytes(data))
+    np.testing.assert_array_equal(got.feeds[3].value, _message().feeds[3].value)
+
+
+@pytest.mark.parametrize("how", ["whole", "bytewise", "lent"])
+def test_a_flipped_bit_in_any_raw_segment_is_a_checksum_mismatch(how):
+    clean = _frame(_message())
+    for key, start, nbytes in _segments(clean):
+        offsets = [start, start + nbytes // 2, start + nbytes - 1, start + nbytes + 3]
+        if how == "bytewise":
+            offsets = offsets[1:2]  # a byte at a time is slow: one offset per tensor
+        for offset in offsets:
+            damaged = bytearray(clean)
+            damaged[offset] ^= 1 << (offset % 8)
+            with pytest.raises(ChecksumMismatch) as info:
+                _feed(damaged, how)
+            assert info.value.key == key and f"tensor {key!r}" in str(info.value)
+            assert isinstance(info.value, RemoteProtocolError)
+        assert _feed(clean, how).feeds[0].key == "a:0"
+
+
+def test_checksums_off_sends_the_old_descriptors_and_nothing_is_checked(monkeypatch):
+    data = _frame(_message(), checksums=False)
+    header, _ = _header(data)
+    assert all(CHECKSUM_KEY not in d for d in header["tensors"])
+    monkeypatch.setattr(checksum, "_enabled", False)
+    assert _frame(_message()) == data
+    key, start, _ = _segments(data)[0]
+    data[start] ^= 1
+    assert decode(bytes(data)).feeds[0].value[0] != 0  # damaged, and nobody can tell
+
+
+def _header_only(header):
+    """Feed a frame's prefix and (edited) header: the decoder judges it before any byte."""
+    packed = msgpack.packb(header, use_bin_type=True)
+    decoder = Decoder()
+    decoder.receive_data(wire.MAGIC + len(packed).to_bytes(4, "little") + packed)
+    return decoder.next_event()
+
+
+@pytest.mark.parametrize("bad", [-1, 1 << 32, False, 1, "0", 1.5, None])
+def test_hostile_checksum_fields_are_protocol_errors(bad):
+    data = _frame(_message())
+    header, _ = _header(data)
+    header["tensors"][0][CHECKSUM_KEY] = bad
+    with pytest.raises(RemoteProtocolError, match="crc32c must be true"):
+        _header_only(header)
+
+
+def test_a_checksum_on_a_tensor_without_raw_bytes_is_refused():
+    data = _frame(_message())
+    header, _ = _header(data)
+    header["tensors"][1][CHECKSUM_KEY] = True  # the string tensor
+    with pytest.raises(RemoteProtocolError, match="only describes raw bytes"):
+        _header_only(header)
+
+
+def test_deferred_trailers_are_filled_while_the_pieces_are_handed_out():
+    big = np.random.default_rng(1).random(3 * SUM_CHUNK_BYTES // 8 + 5)  # chunks and a tail
+    message = RunGraph("g/1", 7, [TensorEntry("big:0", big),
+                                  TensorEntry("small:0", np.arange(9, dtype=np.int16))], [])
+    buffers = encode(message, defer_checksums=True)
+    trailers = [b for b in buffers if isinstance(b, wire.ChecksumTrailer)]
+    assert len(trailers) == 2 and all(t.pending and t == bytes(4) for t in trailers)
+    pieces = [bytes(p) for p in send_pieces(b"HEAD", buffers)]
+    assert pieces[0].startswith(b"HEAD")
+    assert max(len(p) for p in pieces) == SUM_CHUNK_BYTES  # the big tensor went in chunks
+    assert b"".join(pieces)[4:] == bytes(_frame(message))  # the same bytes as summed eagerly
+    got = decode(b"".join(pieces)[4:])
+    np.testing.assert_array_equal(got.feeds[0].value, big)
+
+
+def test_extend_sums_views_of_any_layout_like_bytes():
+    array = np.arange(4096, dtype=np.float64)
+    whole = google_crc32c.value(array.tobytes())
+    view = memoryview(array.view(np.uint8))
+    assert checksum.extend(0, view) == whole
+    assert checksum.extend(checksum.extend(0, view[:1000]), view[1000:]) == whole
+    assert checksum.extend(0, memoryview(array)) == whole  # a typed view
+    assert checksum.extend(0, bytearray(array.tobytes())) == whole
+    assert checksum.extend(0, b"") == 0 and checksum.extend(9, memoryview(b"")) == 9
+
+
+def test_without_the_c_function_views_are_summed_from_a_copy(monkeypatch):
+    array = np.arange(999, dtype=np.int32)
+    monkeypatch.setattr(checksum, "_EXTEND", None)
+    assert checksum.extend(0, memoryview(array)) == google_crc32c.value(array.tobytes())
+
+
+async def test_a_damaged_request_is_a_400_and_the_server_keeps_serving():
+    async with open_http_server(FakeWorker()) as server:
+        body = _frame(RunGraph("g/1", 1, [TensorEntry("x:0", np.ones(4096, np.float32))], []))
+        _, start, _ = _segments(body)[0]
+        body[start + 100] ^= 0x20
+        with trio.fail_after(GENEROUS):
+            stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+            async with stream:
+                await stream.send_all(b"POST /v1/steps/1/run HTTP/1.1\r\nContent-Length: %d\r\n"
+                                      b"\r\n" % len(body) + bytes(body))
+                answer = b""
+                while b"\r\n\r\n" not in answer or b"Checksum" not in answer:
+                    data = await stream.receive_some()
+                    if not data:
+                        break
+                    answer += data
+            assert answer.startswith(b"HTTP/1.1 400") and b"Checksum does not match" in answer
+            async with TrioHttpChannel(server.address) as channel:
+                assert (await channel.health()).task
+
+
+def test_the_environment_turns_a_process_checksums_off():
+    import os
+    import subprocess
+    import sys
+    code = ("import numpy as np; from transports import wire; "
+            "b = wire.encode(wire.RunGraph('g', 1, [wire.TensorEntry('x', np.ones(3))], [])); "
+            "print(any(isinstance(x, wire.ChecksumTrailer) for x in b))")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for value, expected in (("0", "False"), ("1", "True")):
+        env = dict(os.environ, ASYNCFLOW_WIRE_CHECKSUMS=value, PYTHONPATH=root)
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=60, check=True).stdout
+        assert out.strip() == expected
+
+
+def test_a_frame_cut_in_its_trailer_is_truncated_and_counts_the_trailer():
+    data = bytes(_frame(RunGraph("g", 1, [TensorEntry("x", np.ones(100, np.float32))], [])))
+    for missing in (1, 4, 5):
+        with pytest.raises(RemoteProtocolError, match=f"{missing} more bytes were announced"):
+            decode(data[:-missing])
