@@ -396,10 +396,22 @@ class WorkerService:
         deadline = trio.current_time() + timeout_ms / 1000 if timeout_ms else float("inf")
         with trio.CancelScope(deadline=deadline) as scope:
             state.scope = scope
-            try:
-                return await _compiler.run_partitions(wg.graph, wg.compiled, feed_values, step)
-            except errors.OpError as exc:
-                raise _rdv.remote_call_error(exc) from None
+            failure = None
+            # The step's pulls run in this nursery: one task per request, started by the
+            # Recvs' subscriptions (``StepRendezvous.subscribe``), none per edge.
+            async with trio.open_nursery() as pulls:
+                state.rendezvous.spawn = pulls.start_soon
+                try:
+                    values = await _compiler.run_partitions(wg.graph, wg.compiled, feed_values,
+                                                            step)
+                except errors.OpError as exc:
+                    failure = exc
+                finally:
+                    state.rendezvous.spawn = None
+                    pulls.cancel_scope.cancel()
+            if failure is not None:
+                raise _rdv.remote_call_error(failure) from None
+            return values
         if state.rendezvous.aborted:
             reason = state.rendezvous.abort_error  # a Reset says so itself; an AbortStep is derived
             if reason is not None and not _rdv.is_derived(reason):

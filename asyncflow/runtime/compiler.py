@@ -290,6 +290,8 @@ async def run_partitions(graph, compiled, feed_values, step):
         if failure is None:
             failure = await _go_on_inline(step, runs)
         if failure is None:
+            failure = await _finish_in_this_task(step, runs)
+        if failure is None:
             left = []
             for index, run in enumerate(runs):
                 if run is None or not run.done:
@@ -363,6 +365,52 @@ async def _go_on_inline(step, runs):
             failure = next((run.failure for run in runs if run.failure is not None), None)
             if failure is not None:
                 return _abandon_inline(step, runs, failure)
+    if parked is not None and parked.cancelled_caught:
+        started = [run for run in runs if run is not None]
+        return _abandon_inline(step, started, errors.session_closed())
+    return None
+
+
+async def _finish_in_this_task(step, runs):
+    """While every unfinished run is a started one that waits only for deliveries (Recvs
+    subscribed to values from elsewhere: a pull, another device), park this task on one lot
+    they all wake and apply what they report, draining inline; returns the first failure.
+
+    A run that needs a task of its own (``waiting``: a kernel to await) or a partition not
+    started inline stops this and leaves the rest to ``_finish_in_tasks``.
+    """
+    pending = [run for run in runs if run is None or not run.done]
+    if not pending or any(run is None for run in pending):
+        return None
+    lot = trio.lowlevel.ParkingLot()
+    for run in pending:
+        run.lot = lot
+    with (step.park() if step.park is not None else contextlib.nullcontext()) as parked:
+        while True:
+            pending = [run for run in pending if not run.done]
+            failure = next((run.failure for run in runs if run.failure is not None), None)
+            if failure is not None:
+                return _abandon_inline(step, [run for run in runs if run is not None], failure)
+            if not pending or any(run.waiting for run in pending):
+                break
+            reporting = [run for run in pending if run.reports]
+            if reporting:
+                for run in reporting:
+                    if run.failure is None:
+                        run.take_reports()
+                continue
+            paused = [run for run in pending if run.ready]
+            if paused:
+                await timeslice.checkpoint()
+                for run in paused:
+                    if run.ready and run.failure is None:
+                        run.drain()
+                continue
+            await lot.park()
+            timeslice.restart()  # parking gave the event loop back
+    for run in runs:
+        if run is not None:
+            run.lot = None  # a task of ``core.finish`` parks on its own
     if parked is not None and parked.cancelled_caught:
         started = [run for run in runs if run is not None]
         return _abandon_inline(step, started, errors.session_closed())

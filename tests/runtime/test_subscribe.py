@@ -110,8 +110,9 @@ async def test_recv_kernel_subscribes_and_delivers():
     assert delivered == [((np.float32(2.5),),)]
 
 
-async def test_recv_kernel_declines_on_a_rendezvous_without_subscribe():
-    # The distributed step rendezvous has no subscribe: the Recv runs as a task there.
+async def test_recv_kernel_declines_a_remote_key_outside_a_worker_step():
+    # The worker's step rendezvous pulls a remote key only in a step's run (its ``spawn``);
+    # outside one its subscribe answers False and the Recv awaits ``recv`` instead.
     rdv = StepRendezvous(1, ["/job:localhost/replica:0/task:0/device:CPU:1"])
     assert get_kernel("_Recv", "CPU").subscribe(_recv_context(rdv), print) is WOULD_BLOCK
 
