@@ -402,8 +402,7 @@ class WorkerService:
             async with trio.open_nursery() as pulls:
                 state.rendezvous.spawn = pulls.start_soon
                 try:
-                    values = await _compiler.run_partitions(wg.graph, wg.compiled, feed_values,
-                                                            step)
+                    values = await wg.compiled.runner.run(feed_values, step)
                 except errors.OpError as exc:
                     failure = exc
                 finally:

@@ -32,13 +32,15 @@ class Step:
             large kernel on a worker thread, ``async pause()`` ends a time slice.
         runnable, draining, current: ``core.drive``'s runnable list and state.
         extras: per-step services a waiting kernel may need, and statistics.
+        timeout_ms: the step's deadline for runners that pass it on (a cluster's workers);
+            0: none. Local runners leave deadlines to their caller's cancel scope.
     """
 
     __slots__ = ("step_id", "rendezvous", "trace", "park", "offload", "pause", "runnable",
-                 "draining", "current", "extras")
+                 "draining", "current", "extras", "timeout_ms")
 
     def __init__(self, step_id, rendezvous=None, trace=None, park=None, offload=None,
-                 pause=None):
+                 pause=None, timeout_ms=0):
         self.step_id = step_id
         self.rendezvous = rendezvous
         self.trace = trace
@@ -49,6 +51,7 @@ class Step:
         self.draining = False
         self.current = None
         self.extras = {}
+        self.timeout_ms = timeout_ms
 
 
 def recorder(trace, device_name):
