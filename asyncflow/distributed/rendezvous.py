@@ -181,8 +181,7 @@ class StepRendezvous:
             task (no ``spawn`` or no binding yet): the caller awaits ``recv`` instead.
         """
         if self._is_local(key):
-            self.local.subscribe(key, callback)
-            return True
+            return self.local.subscribe(key, callback)
         if self._error is not None:
             callback(None, self._error)
             return True
