@@ -29,7 +29,6 @@ stream event on a GPU).
 """
 from __future__ import annotations
 
-import contextlib
 
 import trio
 
@@ -38,6 +37,7 @@ from asyncflow.graph.graph import Operation
 from asyncflow.runtime import core, executor
 from asyncflow.runtime import timeslice
 from asyncflow.runtime.rendezvous import LocalRendezvous
+from asyncflow.runtime.step import closed, waiting
 
 
 def choose(graph, compiled):
@@ -184,7 +184,7 @@ async def _go_on_inline(step, runs):
     """
     if not any(run is not None and run.paused for run in runs):
         return None
-    with (step.park() if step.park is not None else contextlib.nullcontext()) as parked:
+    with waiting(step) as parked:
         while all(run is not None and not run.waiting for run in runs):
             paused = [run for run in runs if run.paused]
             if not paused:
@@ -196,7 +196,7 @@ async def _go_on_inline(step, runs):
             failure = next((run.failure for run in runs if run.failure is not None), None)
             if failure is not None:
                 return _abandon_inline(step, runs, failure)
-    if parked is not None and parked.cancelled_caught:
+    if closed(parked):
         started = [run for run in runs if run is not None]
         return _abandon_inline(step, started, errors.session_closed())
     return None
@@ -216,7 +216,7 @@ async def _finish_in_this_task(step, runs):
     lot = trio.lowlevel.ParkingLot()
     for run in pending:
         run.lot = lot
-    with (step.park() if step.park is not None else contextlib.nullcontext()) as parked:
+    with waiting(step) as parked:
         while True:
             pending = [run for run in pending if not run.done]
             failure = next((run.failure for run in runs if run.failure is not None), None)
@@ -242,7 +242,7 @@ async def _finish_in_this_task(step, runs):
     for run in runs:
         if run is not None:
             run.lot = None  # a task of ``core.finish`` parks on its own
-    if parked is not None and parked.cancelled_caught:
+    if closed(parked):
         started = [run for run in runs if run is not None]
         return _abandon_inline(step, started, errors.session_closed())
     return None

@@ -3,6 +3,7 @@ how it records a traced kernel. Nothing here schedules anything.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 
 import trio
@@ -52,6 +53,19 @@ class Step:
         self.current = None
         self.extras = {}
         self.timeout_ms = timeout_ms
+
+
+def waiting(step):
+    """The one close-cancellable idiom: ``with waiting(step) as parked:`` around a wait
+    enters ``step.park`` (the owner's scope, which a closing session cancels), or nothing
+    when the step is not tracked; ``closed(parked)`` says afterwards whether it was closed."""
+    park = step.park
+    return park() if park is not None else contextlib.nullcontext()
+
+
+def closed(parked):
+    """True if the wait of ``with waiting(step) as parked`` ended because the owner closed."""
+    return parked is not None and parked.cancelled_caught
 
 
 def recorder(trace, device_name):
