@@ -134,3 +134,55 @@ async def test_partitions_on_one_workers_devices_never_touch_the_wire(two_worker
     assert len(service._graphs[handle].compiled.plans) == 2
     assert opened == [] and service.counters.pull_requests == 0
     assert counter.spawned == 0
+
+
+async def _ps_and_worker_graph(spec):
+    graph = af.Graph()
+    with graph.as_default():
+        with af.device("/job:ps/task:0"):
+            x = af.placeholder(af.float32, [3], name="x")
+            parts = [af.multiply(x, float(i), name=f"part{i}") for i in range(3)]
+        with af.device("/job:worker/task:0"):
+            total = af.add_n(parts, name="total")
+    return await _registered(spec, graph, (x,), (total,))
+
+
+async def test_a_pull_the_peer_aborts_fails_every_subscribed_recv(two_workers):
+    from transports.messages import AbortStep, RemoteCallError
+    spec, services = two_workers
+    handles = await _ps_and_worker_graph(spec)
+    ps_channel = handles["ps"][0]
+    w_channel, w_handle, w_options = handles["worker"]
+    outcome = {}
+
+    async def worker_step():
+        try:
+            await w_channel.run_graph(RunGraph(w_handle, 9, [], list(w_options.fetches),
+                                               request_id=1))
+        except RemoteCallError as exc:
+            outcome["error"] = exc
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(worker_step)
+            await trio.testing.wait_all_tasks_blocked()  # its one pull waits on the ps
+            pending = services["worker"]._steps[9].rendezvous._subscribed
+            assert len(pending) == 3 and len(set(map(id, pending.values()))) == 1
+            await ps_channel.abort_step(AbortStep(9, "CANCELLED", "the client went away"))
+    assert outcome["error"].code == "CANCELLED" and outcome["error"].derived
+    assert services["worker"].counters.steps_failed == 1
+    assert not services["worker"]._steps  # the step's state is gone, no Recv left waiting
+
+
+async def test_a_worker_step_past_its_deadline_cancels_its_pull(two_workers, autojump_clock):
+    from transports.messages import RemoteCallError
+    spec, services = two_workers
+    handles = await _ps_and_worker_graph(spec)
+    w_channel, w_handle, w_options = handles["worker"]
+    with pytest.raises(RemoteCallError, match="DEADLINE_EXCEEDED|deadline"):
+        await w_channel.run_graph(RunGraph(w_handle, 10, [], list(w_options.fetches),
+                                           request_id=1, timeout_ms=500))
+    # The ps saw the pull arrive and go away: no RecvTensors waits there any more.
+    await trio.testing.wait_all_tasks_blocked()
+    ps_steps = services["ps"]._steps
+    assert all(s.rendezvous.statistics().waiting_recvs == 0 for s in ps_steps.values())
