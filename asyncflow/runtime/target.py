@@ -80,7 +80,7 @@ class LocalTarget:
                 self.graph, feeds, fetches, targets, self._state, self.config, self.resources)
         return compiled
 
-    async def run_inline(self, compiled, feed_values, offload=None, pause=None, park=None):
+    def run_inline(self, compiled, feed_values, offload=None, pause=None, park=None):
         """One step of an ``inline`` runner's plan in the calling task, under whatever loop
         awaits this: no rendezvous, no deadline scope, no partition runner.
 
@@ -93,7 +93,8 @@ class LocalTarget:
         plan = runner.plan
         step = Step(next(_STEP_IDS), offload=offload, pause=pause,
                     park=park if plan.waits or not plan.static else None)
-        return await runner.run(feed_values, step)
+        # The runner's coroutine itself, for the caller to await: no frame of ours between.
+        return runner.run(feed_values, step)
 
     async def run(self, compiled, feed_values, trace, timeout_ms, parked):
         """One step of ``compiled`` (any number of plans) in the calling task's trio run.
