@@ -70,19 +70,46 @@ def listen(port: int) -> tuple[trio.SocketListener, str] | None:
     if not _private(folder):
         return None
     path = socket_path(port)
+    _sweep(folder)
+    # Bound and listening under a temporary name, then renamed: a file under a port's name
+    # always has a listener behind it or is a dead server's (what ``_sweep`` relies on).
+    staging = f"{path}.{os.getpid()}.tmp"
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        # The TCP port is ours, so a file under its name is a dead server's: replace it.
         with contextlib.suppress(OSError):
-            if stat.S_ISSOCK(os.lstat(path).st_mode):
-                os.unlink(path)
-        sock.bind(path)
-        os.chmod(path, 0o600)
+            os.unlink(staging)
+        sock.bind(staging)
+        os.chmod(staging, 0o600)
         sock.listen(128)
+        os.replace(staging, path)  # (the TCP port is ours: a file under its name is stale)
     except OSError:
         sock.close()
+        with contextlib.suppress(OSError):
+            os.unlink(staging)
         return None
     return trio.SocketListener(trio.socket.from_stdlib_socket(sock)), path
+
+
+def _sweep(folder: str, most: int = 256) -> None:
+    """Remove the sockets of servers that died without removing theirs (killed): nobody
+    accepts on them (a connection is refused). At most ``most`` files are looked at."""
+    try:
+        names = [name for name in os.listdir(folder) if name.endswith(".sock")][:most]
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(folder, name)
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.setblocking(False)
+        try:
+            probe.connect(path)
+        except (ConnectionRefusedError, FileNotFoundError):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        except OSError:
+            pass  # (a full backlog, EAGAIN: someone listens)
+        finally:
+            probe.close()
 
 
 def unlink(path: str) -> None:

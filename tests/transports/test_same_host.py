@@ -101,3 +101,14 @@ async def test_the_environment_switch_and_a_shared_directory_disable_it(monkeypa
 async def test_non_loopback_hosts_never_try_it():
     assert await same_host.connect("10.1.2.3", 80) is None
     assert not TrioHttpChannel("10.1.2.3:80")._same_host
+
+
+async def test_a_new_server_sweeps_the_sockets_of_killed_servers():
+    async with open_http_server(FakeWorker(), same_host=False) as server:
+        stale = same_host.socket_path(server.port)  # this port's: no server listens there
+        dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        dead.bind(stale)
+        dead.close()
+        async with open_http_server(FakeWorker()) as other:
+            assert not os.path.exists(stale)  # swept by the other server's start
+            assert os.path.exists(other.same_host_path)  # while its own stays
