@@ -184,8 +184,8 @@ class PreparedRun:
         self.timeout_ms = timeout_ms
         self.run_metadata = run_metadata
         # Runs straight in the caller's task (``target.run_inline``), or takes ``target.run``.
-        self.inline = trace is None and not timeout_ms and compiled.inline is not None
-        self.loop_free = self.inline and compiled.loop_free is not None
+        self.inline = trace is None and not timeout_ms and compiled.runner.inline
+        self.loop_free = self.inline and compiled.runner.loop_free
 
     def result(self, computed):
         """The caller's fetch structure holding host values of what the step computed."""

@@ -39,7 +39,7 @@ from typing import Any, Final
 
 import trio
 
-from transports import bulk_io
+from transports import bulk_io, same_host as _same_host
 from transports.bulk_io import BULK_BYTES, BulkReader
 from transports.http_head import parse_chunk_size, parse_response_head
 from transports.http_protocol import (
@@ -191,13 +191,16 @@ class TrioHttpChannel(Channel):
         token: bearer token to send, if the server requires one.
         connect_timeout: seconds to establish a connection before TransportUnavailable.
         limits: codec limits for replies (and the requests this side builds).
+        same_host: reach a server on this host through its Unix socket when it has one
+            (:mod:`transports.same_host`), falling back to TCP; None: unless the environment
+            disables it.
 
     Raises:
         ValueError: ``address`` is not ``host:port``.
     """
 
     def __init__(self, address: str, *, token: str | None = None, connect_timeout: float = 5.0,
-                 limits: Limits = DEFAULT_LIMITS) -> None:
+                 limits: Limits = DEFAULT_LIMITS, same_host: bool | None = None) -> None:
         super().__init__()
         self._host, self._port = parse_address(address)
         self.address = address
@@ -206,6 +209,10 @@ class TrioHttpChannel(Channel):
         self._connect_timeout = connect_timeout
         self._limits = limits
         self._idle: list[_Connection] = []
+        # Try the server's same-host Unix socket first (``transports.same_host``) until a
+        # connection to it fails; then TCP only.
+        self._same_host = (_same_host.enabled(same_host)
+                           and self._host in _same_host.LOOPBACK_HOSTS)
 
     async def aclose(self) -> None:
         await super().aclose()
@@ -261,7 +268,12 @@ class TrioHttpChannel(Channel):
             return self._idle.pop()
         try:
             with trio.fail_after(self._connect_timeout):
-                stream = await trio.open_tcp_stream(self._host, self._port)
+                stream = None
+                if self._same_host:
+                    stream = await _same_host.connect(self._host, self._port)
+                    self._same_host = stream is not None
+                if stream is None:
+                    stream = await trio.open_tcp_stream(self._host, self._port)
         except trio.TooSlowError:
             raise TransportUnavailable(f"{what}: no connection within "
                                        f"{self._connect_timeout} s") from None

@@ -56,7 +56,7 @@ from urllib.parse import unquote
 import outcome
 import trio
 
-from transports import bulk_io
+from transports import bulk_io, same_host as _same_host
 from transports.bulk_io import BULK_BYTES
 from transports.http_body import BodyTimeout, BufferedConnection, PeerGone, RequestBody, \
     read_frame
@@ -154,6 +154,7 @@ class HttpServer:
         self._by_status: Counter[tuple[str, int]] = Counter()
         self._in_flight = self._bytes_received = self._bytes_sent = 0
         self.host, self.port = "", 0
+        self.same_host_path: str | None = None  # the Unix socket beside the TCP listener
 
     @property
     def address(self) -> str:
@@ -177,9 +178,14 @@ class HttpServer:
 
     # -- lifecycle ------------------------------------------------------------------------------
 
-    async def _start(self, host: str, port: int) -> None:
+    async def _start(self, host: str, port: int, same_host: bool | None = None) -> None:
         listeners = await trio.open_tcp_listeners(port, host=host)
         self.host, self.port = listeners[0].socket.getsockname()[:2]
+        if _same_host.enabled(same_host) and host in _same_host.SERVING_HOSTS:
+            made = _same_host.listen(self.port)  # (None: TCP only; clients fall back)
+            if made is not None:
+                listeners.append(made[0])
+                self.same_host_path = made[1]
         await self._nursery.start(self._run, listeners)
         rate_limit_logs()
         if self._authorization is None and host not in _LOOPBACK:
@@ -192,6 +198,8 @@ class HttpServer:
         self._closing = True
         for scope in self._accepting:
             scope.cancel()
+        if self.same_host_path is not None:
+            _same_host.unlink(self.same_host_path)
         for call in list(self._calls):
             call.cancel()
         for conn in list(self._guard.connections):
@@ -559,7 +567,7 @@ async def open_http_server(handler: WorkerServiceProtocol, host: str = "127.0.0.
                            port: int = 0, *, token: str | None = None,
                            limits: Limits = DEFAULT_LIMITS,
                            connection_limits: ConnectionLimits = DEFAULT_CONNECTION_LIMITS,
-                           ) -> AsyncIterator[HttpServer]:
+                           same_host: bool | None = None) -> AsyncIterator[HttpServer]:
     """Serve ``handler`` over HTTP for the duration of the ``async with`` block.
 
     Handler methods run in the calling trio run (in a guest run too: ``asyncflow.aio``), in a
@@ -573,6 +581,9 @@ async def open_http_server(handler: WorkerServiceProtocol, host: str = "127.0.0.
         token: when set, every request must carry ``Authorization: Bearer <token>`` (else 401).
         limits: codec limits for request bodies and replies.
         connection_limits: read timeouts and the connection limit (:class:`ConnectionLimits`).
+        same_host: also listen on this port's same-host Unix socket (:mod:`transports.same_host`)
+            when ``host`` is a loopback or wildcard address; None: unless the environment
+            disables it.
 
     Returns:
         An async context manager yielding the running :class:`HttpServer`.
@@ -583,7 +594,7 @@ async def open_http_server(handler: WorkerServiceProtocol, host: str = "127.0.0.
     async with trio.open_nursery() as nursery:
         server = HttpServer(handler, token=token, limits=limits, nursery=nursery,
                             connection_limits=connection_limits)
-        await server._start(host, port)
+        await server._start(host, port, same_host)
         try:
             yield server
         finally:
@@ -594,12 +605,14 @@ async def open_http_server(handler: WorkerServiceProtocol, host: str = "127.0.0.
 async def serve_http(handler: WorkerServiceProtocol, host: str = "127.0.0.1", port: int = 0, *,
                      token: str | None = None, limits: Limits = DEFAULT_LIMITS,
                      connection_limits: ConnectionLimits = DEFAULT_CONNECTION_LIMITS,
+                     same_host: bool | None = None,
                      task_status: trio.TaskStatus[HttpServer] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve until cancelled; ``await nursery.start(serve_http, handler)`` returns the server.
 
     Args and Raises are those of :func:`open_http_server`.
     """
     async with open_http_server(handler, host, port, token=token, limits=limits,
-                                connection_limits=connection_limits) as server:
+                                connection_limits=connection_limits,
+                                same_host=same_host) as server:
         task_status.started(server)
         await trio.sleep_forever()

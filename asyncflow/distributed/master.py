@@ -111,9 +111,30 @@ class RemoteRun:
     incarnations: dict     # task -> incarnation the run was compiled against
     placement: dict
     signature: tuple = ()  # (feeds, fetches, targets)
-    # No step of a cluster runs inline in the client (``runtime/target.py``'s interface).
-    inline = loop_free = None
     start_order: tuple = ()  # task graph indices in the order their RunGraphs go out
+    master: object = dataclasses.field(default=None, repr=False)
+    graph: object = dataclasses.field(default=None, repr=False)
+    # Its step runner (``runtime/runner.py``'s interface), chosen once here.
+    runner: object = dataclasses.field(init=False, repr=False)
+
+    def __post_init__(self):
+        self.runner = RemoteRunner(self)
+
+
+class RemoteRunner:
+    """A cluster step: a RunGraph on every task of the run, driven by the master. Never
+    inline in the client; the step's ``timeout_ms`` rides in the RunGraphs."""
+
+    __slots__ = ("remote",)
+    inline = loop_free = False
+
+    def __init__(self, remote):
+        self.remote = remote
+
+    async def run(self, feed_values, step):
+        remote = self.remote
+        return await remote.master.run_step(remote.graph, remote, feed_values, step.timeout_ms,
+                                            step.trace)
 
 
 async def _all(fn, items):
@@ -287,7 +308,8 @@ class Master:
             task_graphs.append(TaskGraph(task_name, graph_def, options, feed_indices))
         return RemoteRun(task_graphs, fetch_routes, self.incarnations(), placed.placement,
                          (tuple(feeds), tuple(fetches), tuple(targets)),
-                         start_order([tg.task for tg in task_graphs], parts.partitions, batchable))
+                         start_order([tg.task for tg in task_graphs], parts.partitions, batchable),
+                         master=self, graph=graph)
 
     # -- steps ------------------------------------------------------------------------
     async def refresh(self, run):

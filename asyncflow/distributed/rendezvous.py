@@ -11,6 +11,15 @@ Theory of operation (TF's ``BaseRemoteRendezvous``, reference §5):
   all. The master gives each batchable key a level (``batching.py``): a batched reply waits
   for every key, and keys of one level never depend on one another, so batching by level
   cannot deadlock.
+- ``subscribe(key, callback)`` is the taskless form of ``recv`` (the contract of
+  ``LocalRendezvous.subscribe``, TF's ``RecvAsync``): a local key subscribes in the local
+  rendezvous (called at once when its value is there, else by the Send); a remote key joins
+  the step's open pull for its peer and level, and only a *new* pull starts a task (through
+  ``spawn``, which the worker sets for the step's run). The pull calls every callback of its
+  keys when the reply arrives, so a step on a worker with N edges starts one task per pull
+  request, never one per edge, and none for edges between its own devices. Without
+  ``spawn`` (a rendezvous used outside a worker step) a remote ``subscribe`` answers False
+  and the Recv awaits ``recv`` instead.
 - Every pulled value is checked against the Recv's declared dtype and static shape.
 - ``abort(error)`` fails local waiters and every later pull with the step's error. Errors that
   arrive from a peer are *derived* (:func:`derived` marks them, :func:`is_derived` asks; on the
@@ -101,6 +110,18 @@ class _Batch:
         self.error = None
 
 
+class _Pull:
+    """One RecvTensors request of subscribed keys: its peer, keys and callbacks (None once
+    called or unsubscribed)."""
+
+    __slots__ = ("task", "keys", "callbacks")
+
+    def __init__(self, task):
+        self.task = task
+        self.keys = []
+        self.callbacks = []
+
+
 class StepRendezvous:
     """One step's rendezvous on a worker (see the module docstring).
 
@@ -115,6 +136,9 @@ class StepRendezvous:
         self._local_devices = frozenset(local_devices)
         self.binding = None
         self._open_batches = {}   # (task, level) -> _Batch still collecting keys
+        self._open_pulls = {}     # (task, level) -> _Pull of subscriptions not yet sent
+        self._subscribed = {}     # remote key -> its _Pull, until its callback is called
+        self.spawn = None         # spawn(async_fn, *args): a task of the step (the worker's)
         self._error = None
         self.pulls = 0
         self.pull_requests = 0
@@ -149,10 +173,93 @@ class StepRendezvous:
             entry = (await self._request(task_of_device(src), [key]))[0]
         return self._checked(entry, declaration, key)
 
+    def subscribe(self, key, callback):
+        """Have ``callback(item, error)`` called once with ``key``'s ``(value, is_dead)`` (or
+        ``(None, error)``), as ``LocalRendezvous.subscribe``; a remote key joins a pull.
+
+        Returns:
+            False if the key is remote and this rendezvous cannot pull without a caller's
+            task (no ``spawn`` or no binding yet): the caller awaits ``recv`` instead.
+        """
+        if self._is_local(key):
+            return self.local.subscribe(key, callback)
+        if self._error is not None:
+            callback(None, self._error)
+            return True
+        if self.spawn is None or self.binding is None:
+            return False
+        if key in self._subscribed:
+            raise RuntimeError(f"Two receivers for rendezvous key {key}")
+        src, _, _, tensor_name, _ = parse_key(key)
+        task = task_of_device(src)
+        level = self.binding.batchable.get(tensor_name)
+        group = (task, level)
+        pull = self._open_pulls.get(group) if level is not None else None
+        if pull is None:
+            pull = _Pull(task)
+            if level is not None:
+                self._open_pulls[group] = pull
+            self.spawn(self._pull, pull, group)
+        pull.keys.append(key)
+        pull.callbacks.append(callback)
+        self._subscribed[key] = pull
+        return True
+
+    def unsubscribe(self, key, callback):
+        """Drop ``callback`` from ``key`` if it was not called yet (a cancelled receiver)."""
+        if self._is_local(key):
+            self.local.unsubscribe(key, callback)
+            return
+        pull = self._subscribed.get(key)
+        if pull is not None:
+            position = pull.keys.index(key)
+            if pull.callbacks[position] is callback:
+                pull.callbacks[position] = None
+                del self._subscribed[key]
+
+    async def _pull(self, pull, group):
+        """The task of one pull: everything subscribed before it runs rides in its request
+        (the drains that subscribed never wait); then each callback gets its value."""
+        if self._open_pulls.get(group) is pull:
+            del self._open_pulls[group]
+        if self._error is not None:
+            return  # (``abort`` called the callbacks)
+        try:
+            entries = await self._request(pull.task, list(pull.keys))
+        except Exception as exc:  # noqa: BLE001 - each Recv of the pull fails with it
+            self._deliver_error(pull, exc if isinstance(exc, errors.OpError) else
+                                errors.InternalError(None, None, f"RecvTensors from "
+                                                     f"{pull.task}: {type(exc).__name__}: {exc}"))
+            return
+        declarations = self.binding.declarations
+        for position, (key, entry) in enumerate(zip(pull.keys, entries)):
+            callback = pull.callbacks[position]
+            if callback is None:
+                continue
+            pull.callbacks[position] = None
+            del self._subscribed[key]
+            try:
+                item = self._checked(entry, declarations.get(parse_key(key)[3]), key)
+            except errors.OpError as exc:
+                callback(None, exc)
+            else:
+                callback(item, None)
+
+    def _deliver_error(self, pull, error):
+        for position, callback in enumerate(pull.callbacks):
+            if callback is not None:
+                pull.callbacks[position] = None
+                self._subscribed.pop(pull.keys[position], None)
+                callback(None, error)
+
     def abort(self, error):
         if self._error is None:
             self._error = error
         self.local.abort(error)
+        pulls = {id(pull): pull for pull in self._subscribed.values()}
+        self._open_pulls.clear()
+        for pull in pulls.values():
+            self._deliver_error(pull, error)
 
     @property
     def aborted(self):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from asyncflow import errors
 from asyncflow.distributed import master as _master
+from asyncflow.runtime.step import Step
 
 
 class ClusterTarget:
@@ -62,6 +63,6 @@ class ClusterTarget:
             if not await self.master.refresh(compiled):  # a worker restarted: recompile
                 compiled = self.cache[compiled.signature] = self.master.compile(
                     self.graph, *compiled.signature)
-            return await self.master.run_step(self.graph, compiled, feed_values, timeout_ms,
-                                              trace)
+            return await compiled.runner.run(feed_values, Step(0, trace=trace,
+                                                               timeout_ms=timeout_ms))
         raise errors.session_closed()

@@ -25,7 +25,9 @@ Theory of operation (reference §6):
   or too-old id is refused with ABORTED, so a recorded RunGraph cannot run twice.
 - **RunGraph.** Validates feeds against their placeholders, finds or creates the step's
   state, binds the step's ``StepRendezvous`` to the graph (peers, Recv declarations) and runs
-  the partitions under the request's deadline. A failure aborts the step's rendezvous (so
+  the partitions with the compiled run's step runner under the request's deadline; a graph
+  with Recvs from peers runs inside a nursery of the step where its pulls run, one task per
+  request (the Recvs subscribe). A failure aborts the step's rendezvous (so
   pulls from peers see it), is logged once and answered with its canonical code; the reply's
   ``op`` field names the op to blame (the master names the user's op from it) and its
   ``derived`` field says the failure only follows from another one.
@@ -414,10 +416,17 @@ class WorkerService:
         deadline = trio.current_time() + timeout_ms / 1000 if timeout_ms else float("inf")
         with trio.CancelScope(deadline=deadline) as scope:
             state.scope = scope
+            failure = None
             try:
-                return await _compiler.run_partitions(wg.graph, wg.compiled, feed_values, step)
+                if wg.binding.declarations:  # Recvs from peers: their pulls need a nursery
+                    values = await self._run_with_pulls(state, wg, feed_values, step)
+                else:
+                    values = await wg.compiled.runner.run(feed_values, step)
             except errors.OpError as exc:
-                raise _rdv.remote_call_error(exc) from None
+                failure = exc
+            if failure is not None:
+                raise _rdv.remote_call_error(failure) from None
+            return values
         if state.rendezvous.aborted:
             reason = state.rendezvous.abort_error  # a Reset says so itself; an AbortStep is derived
             if reason is not None and not _rdv.is_derived(reason):
@@ -425,6 +434,25 @@ class WorkerService:
             _fail("ABORTED", f"step {state.step_id} was aborted on {self.task}", derived=True)
         _fail("DEADLINE_EXCEEDED", f"step {state.step_id} ran past its {timeout_ms} ms deadline "
               f"on {self.task}")
+
+    @staticmethod
+    async def _run_with_pulls(state, wg, feed_values, step):
+        """Run the step with a nursery for its pulls: one task per request, started by the
+        Recvs' subscriptions (``StepRendezvous.subscribe``), none per edge; the pulls left
+        when the step ends (it failed) are cancelled."""
+        failure = None
+        async with trio.open_nursery() as pulls:
+            state.rendezvous.spawn = pulls.start_soon
+            try:
+                values = await wg.compiled.runner.run(feed_values, step)
+            except errors.OpError as exc:
+                failure = exc  # (raised outside the nursery: never an ExceptionGroup)
+            finally:
+                state.rendezvous.spawn = None
+                pulls.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+        return values
 
     def _step_failed(self, state, exc):
         self.counters.steps_failed += 1

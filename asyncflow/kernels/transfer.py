@@ -6,9 +6,10 @@ rendezvous only through ``ctx.step.rendezvous`` and the device only through ``ct
 so they import no trio scheduling.
 
 A Recv tries its nowait twin (the value is already there) and its subscribing form
-(``LocalRendezvous.subscribe``: the Send's ``rendezvous.send`` calls the executor back
-directly, no task; the executor tries it first on local CPU partitions), and only on a
-rendezvous without ``subscribe`` (the distributed one) runs the async kernel as a task.
+(``subscribe``, the one contract of the local and the worker's rendezvous: the Send's
+``rendezvous.send``, or the worker's pull of a remote key, calls the executor back directly,
+no task per Recv; the executor tries it first on CPU partitions), and only where
+``subscribe`` answers False (a remote key outside a worker step) runs the async kernel.
 The subscription is one ``_Subscription`` object (the rendezvous callback), not closures.
 
 Lossy transfer (the paper's §5.5): float32 values cross as the high 16 bits (bfloat16).
@@ -193,7 +194,8 @@ def _recv_subscribe(ctx, deliver):
     if subscribe is None:
         return WOULD_BLOCK
     subscription = _Subscription(ctx, deliver, rendezvous, _key_of(ctx))
-    subscribe(subscription.key, subscription)
+    if subscribe(subscription.key, subscription) is False:
+        return WOULD_BLOCK  # a remote key this rendezvous cannot pull without a task
     return subscription.cancel
 
 

@@ -20,41 +20,23 @@ devices, for the share the master registered there). The stages:
 Operations (``materialize``) and an ExecutionPlan; the master instead groups the partitions
 by task and ships them as graph_defs.
 
-``run_partitions`` runs the partitions of a step around one ``LocalRendezvous``. It first
-*starts* every CPU partition inline in the calling task (``executor.start_plan``), one
-after the other: a partition's Recv whose Send has not run yet subscribes, and a later
-partition's Send completes it there, the running drain draining the partition it fed
-(``core.drive``). Partitions that finish this way need no task; a
-step whose partitions all finish (the common small step) opens no nursery at all. Runs
-that stopped only because the time slice ran out (``Run.paused``) go on in the same
-task after a checkpoint, one slice at a time, for as long as nothing else stops them. The
-partitions left (kernels that must run as tasks, Recvs from elsewhere, GPU devices)
-each get a task in one nursery and finish there. The first failure
-aborts the rendezvous (waking every Recv) and cancels the other partitions, and is the
-error raised: the root cause, never a derived cancellation and never an ExceptionGroup.
-Fetched values leave their device through ``device.to_host`` (an awaited stream event on
-a GPU).
+Each CompiledRun chooses its step runner once, when it is built (``runtime/runner.py``):
+this module only compiles.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import secrets
-
-import trio
 
 from asyncflow import errors
 from asyncflow.graph import optimize, partition as _partition, placement as _placement
 from asyncflow.graph import prune as _prune
-from asyncflow.graph.graph import Operation
 from asyncflow.graph.rewrite import NodeGraph, materialize
 from asyncflow.kernels.registry import get_kernel, supported_device_kinds
 from asyncflow.ops.control_flow import is_loop_back_edge
-from asyncflow.runtime import core, executor
-from asyncflow.runtime import timeslice
+from asyncflow.runtime import executor, runner as _runner
 from asyncflow.runtime.context import NodeContext
 from asyncflow.runtime.plan import compile_plan
-from asyncflow.runtime.rendezvous import LocalRendezvous
 
 
 @dataclasses.dataclass
@@ -88,19 +70,14 @@ class CompiledRun:
     feed_routes: list      # per plan: indices into the run's feed list
     fetch_routes: list     # per fetch: (plan index, position in that plan's fetches)
     placement: dict = dataclasses.field(default_factory=dict)   # op name -> device
-    # The one plan when the run is a single CPU plan without control flow: it runs inline,
-    # without a rendezvous or a partition runner (``LocalTarget.run_inline``); else None.
-    inline: object = None
-    # ``inline`` when its plan is static and never waits: any event loop may await it.
-    loop_free: object = None
+    graph: object = dataclasses.field(default=None, repr=False)  # what errors name ops of
+    # How a step runs (``runtime/runner.py``), chosen once here; it also says whether a
+    # Session may run it straight in the caller's task (``runner.inline``: one CPU plan
+    # without control flow) under any event loop (``runner.loop_free``: static, no wait).
+    runner: object = dataclasses.field(init=False, repr=False)
 
     def __post_init__(self):
-        if len(self.plans) == 1:
-            plan = self.plans[0]
-            if plan.device.kind == "CPU" and not plan.control_flow:
-                self.inline = plan
-                if plan.static and not plan.waits:
-                    self.loop_free = plan
+        self.runner = _runner.choose(self.graph, self)
 
 
 def _contains_control_flow(ops):
@@ -220,7 +197,7 @@ def compile_run(graph, feeds, fetches, targets, state, config, resources):
         plan = _compile_plan(run.ops, feeds, fetches, state.by_name(run.single_device),
                              resources, config)
         return CompiledRun([plan], [list(range(len(feeds)))],
-                           [(0, i) for i in range(len(fetches))], run.placement)
+                           [(0, i) for i in range(len(fetches))], run.placement, graph)
     parts = run.partitioned()
     plans, feed_routes, fetch_lists = [], [], []
     for part in parts.partitions:
@@ -237,7 +214,7 @@ def compile_run(graph, feeds, fetches, targets, state, config, resources):
     for index, port in parts.fetches:
         part_fetches, tensor_of = fetch_lists[index]
         fetch_routes.append((index, part_fetches.index(tensor_of(port))))
-    return CompiledRun(plans, feed_routes, fetch_routes, run.placement)
+    return CompiledRun(plans, feed_routes, fetch_routes, run.placement, graph)
 
 
 def _compile_plan(ops, feeds, fetches, device, resources, config):
@@ -248,148 +225,3 @@ def _compile_plan(ops, feeds, fetches, device, resources, config):
     return executor.prepare(plan, config.compile_loops)
 
 
-def _original_op(exc, graph):
-    """Errors from a partition name the user's Operation, not its compile-time copy."""
-    op = getattr(exc, "op", None)
-    if isinstance(op, Operation):
-        original = graph._ops_by_name.get(op.name)
-        if original is not None and original is not op:
-            exc.op = original
-    return exc
-
-
-async def _fetch_to_host(plan, values):
-    to_host = plan.device.to_host
-    return [await to_host(v) for v in values]
-
-
-async def run_partitions(graph, compiled, feed_values, step):
-    """Run every plan of ``compiled`` for ``step``; returns the fetched values in order.
-
-    Raises:
-        OpError: the first failure of any partition (its root cause).
-    """
-    plans = compiled.plans
-    timeslice.begin()
-    if len(plans) == 1:
-        device = plans[0].device
-        try:
-            values = await executor.run_plan(plans[0], [device.put(v) for v in feed_values], step)
-        except errors.OpError as exc:
-            _original_op(exc, graph)
-            raise
-        host = await _fetch_to_host(plans[0], values)
-        # CSE may have merged fetches: the routes map each requested fetch to its value.
-        return [host[position] for _, position in compiled.fetch_routes]
-    if step.rendezvous is None:
-        step.rendezvous = LocalRendezvous()
-    results = [None] * len(plans)
-    runs = [None] * len(plans)  # runs started inline; None: runs whole as a task
-    try:
-        failure = _start_inline(compiled, feed_values, step, runs)
-        if failure is None:
-            failure = await _go_on_inline(step, runs)
-        if failure is None:
-            left = []
-            for index, run in enumerate(runs):
-                if run is None or not run.done:
-                    left.append(index)
-                else:  # finished inline: a CPU device's ``to_host`` does not suspend
-                    run.close()
-                    results[index] = await _fetch_to_host(plans[index], run.prop.values())
-            if left:
-                failure = await _finish_in_tasks(compiled, feed_values, step, runs, left,
-                                                 results)
-    finally:
-        for run in runs:
-            if run is not None:
-                run.close()  # idempotent; drops the subscriptions of a cancelled step
-    if failure is not None:
-        raise _original_op(failure, graph)
-    return [results[plan_index][position] for plan_index, position in compiled.fetch_routes]
-
-
-def _start_inline(compiled, feed_values, step, runs):
-    """Start the CPU partitions in the calling task (``runs[i]``); returns the first failure.
-
-    On a failure the started runs are closed (their subscriptions dropped) and the rendezvous
-    is aborted, waking anything else waiting on it (nothing runs as a task yet).
-    """
-    started = []
-    for index, plan in enumerate(compiled.plans):
-        if plan.device.kind != "CPU":
-            continue  # another device's partition runs whole through run_plan, in a task
-        try:
-            run = executor.start_plan(
-                plan, [plan.device.put(feed_values[i]) for i in compiled.feed_routes[index]],
-                step)
-        except Exception as exc:  # noqa: BLE001 - becomes the step's error, as in a task
-            failure = exc
-        else:
-            runs[index] = run
-            started.append(run)
-            # This drain may have run (and failed) partitions started before.
-            failure = next((r.failure for r in started if r.failure is not None), None)
-        if failure is not None:
-            return _abandon_inline(step, started, failure)
-    return None
-
-
-def _abandon_inline(step, runs, failure):
-    """Close the inline ``runs`` (dropping their subscriptions) and abort the step's rendezvous
-    with ``failure``, waking anything waiting on it; returns ``failure``."""
-    for run in runs:
-        run.close()
-    step.rendezvous.abort(failure)
-    return failure
-
-
-async def _go_on_inline(step, runs):
-    """While every unfinished run only paused at the end of a time slice (none needs a task),
-    checkpoint and resume them in this task, inside ``Step.park`` (a long loop can be closed);
-    returns the first failure (see ``_start_inline``).
-    """
-    if not any(run is not None and run.paused for run in runs):
-        return None
-    with (step.park() if step.park is not None else contextlib.nullcontext()) as parked:
-        while all(run is not None and not run.waiting for run in runs):
-            paused = [run for run in runs if run.paused]
-            if not paused:
-                break
-            await timeslice.checkpoint()
-            for run in paused:
-                if run.paused:  # (another's drain may have drained it meanwhile)
-                    run.drain()
-            failure = next((run.failure for run in runs if run.failure is not None), None)
-            if failure is not None:
-                return _abandon_inline(step, runs, failure)
-    if parked is not None and parked.cancelled_caught:
-        started = [run for run in runs if run is not None]
-        return _abandon_inline(step, started, errors.session_closed())
-    return None
-
-
-async def _finish_in_tasks(compiled, feed_values, step, runs, left, results):
-    """Finish the partitions ``left`` (started or not), one task each; the first failure."""
-    plans, rendezvous = compiled.plans, step.rendezvous
-    failures = []
-
-    async def finish_one(index, nursery):
-        plan, run = plans[index], runs[index]
-        try:
-            if run is None:
-                feeds = [plan.device.put(feed_values[i]) for i in compiled.feed_routes[index]]
-                values = await executor.run_plan(plan, feeds, step)
-            else:
-                values = await core.finish(run)
-            results[index] = await _fetch_to_host(plan, values)
-        except Exception as exc:  # reported once; the rest of the step is torn down
-            if not failures:
-                failures.append(exc)
-                rendezvous.abort(exc)
-                nursery.cancel_scope.cancel()
-
-    async with trio.open_nursery() as nursery:
-        for index in left:
-            nursery.start_soon(finish_one, index, nursery)
-    return failures[0] if failures else None

@@ -9,7 +9,6 @@ located ``OpError``. This module knows nothing of frames, wires or event loops b
 """
 from __future__ import annotations
 
-import contextlib
 import types
 
 import trio
@@ -20,7 +19,7 @@ from asyncflow.kernels.registry import WOULD_BLOCK
 from asyncflow.runtime import timeslice
 from asyncflow.runtime.context import StepContext
 from asyncflow.runtime.plan import OFFLOAD_COST, runtime_cost
-from asyncflow.runtime.step import now_us, recorder
+from asyncflow.runtime.step import closed, now_us, recorder, waiting
 
 PAUSE = object()  # what an ``Own`` entry answers when the slice ran out there (a loop)
 _BUDGET = timeslice.BUDGET
@@ -303,10 +302,9 @@ async def finish(run):
     """
     try:
         if run.failure is None and not run.done:
-            park = run.step.park
-            with (park() if park is not None else contextlib.nullcontext()) as parked:
+            with waiting(run.step) as parked:
                 await _wait(run)
-            if parked is not None and parked.cancelled_caught:
+            if closed(parked):
                 raise errors.session_closed()
     finally:
         run.close()

@@ -8,7 +8,6 @@ traced twin) and every other plan in the core over the flat or the frames propag
 """
 from __future__ import annotations
 
-import contextlib
 
 from asyncflow import errors
 from asyncflow.kernels.registry import WOULD_BLOCK
@@ -16,7 +15,7 @@ from asyncflow.runtime import core, timeslice
 from asyncflow.runtime.context import StepContext
 from asyncflow.runtime.frames import Frames, tables
 from asyncflow.runtime.schedule import compile_schedule
-from asyncflow.runtime.step import now_us, recorder
+from asyncflow.runtime.step import closed, now_us, recorder, waiting
 
 
 def prepare(plan, compile_loops=True):
@@ -79,9 +78,9 @@ def _waiter(step, record):
                 if record is not None:
                     record(node, start)
                 return result
-        with (step.park() if step.park is not None else contextlib.nullcontext()) as parked:
+        with waiting(step) as parked:
             result = await node.fn(ctx, *args)
-        if parked is not None and parked.cancelled_caught:
+        if closed(parked):
             raise errors.session_closed(node.op)
         timeslice.restart()  # it waited: the task gave the loop back
         if record is not None:

@@ -22,15 +22,46 @@ Theory of operation (the paper's §3.2.2 and TF's ``LocalRendezvousImpl``):
   cause, not a derived one) and makes later sends no-ops: the step is being torn down.
 
 A rendezvous lives for one step; it knows nothing of devices, graphs or executors.
+
+``Rendezvous`` (below) is the one contract of every rendezvous a step may hold: this local
+one and the worker's ``distributed/rendezvous.StepRendezvous``, which keeps it for local keys
+and adds pulls for remote ones. The key format has its one place in ``kernels/transfer.py``
+(``make_key``/``parse_key``), re-exported here.
 """
 from __future__ import annotations
 
 import dataclasses
+import typing
 
 import trio
 
 from asyncflow import errors
-from asyncflow.kernels.transfer import make_key  # noqa: F401 - the key format, for callers here
+from asyncflow.kernels.transfer import make_key, parse_key  # noqa: F401 - the key format
+
+
+class Rendezvous(typing.Protocol):
+    """What the Send/Recv kernels, the executor and the step runner use of a rendezvous.
+
+    - ``send(key, value, is_dead)``: deposit; never blocks, never starts a task.
+    - ``poll(key)``: ``(value, is_dead)`` when it is already there (a Recv completes inline),
+      else None.
+    - ``subscribe(key, callback)``: ``callback(item, error)`` called exactly once, never
+      from a task of its own for a local key; returns False only when this rendezvous cannot
+      deliver ``key`` without the caller's task (then the Recv awaits ``recv``).
+    - ``unsubscribe(key, callback)``: drop a callback not yet called (a cancelled Recv).
+    - ``await recv(key)``: the awaiting form.
+    - ``abort(error)``: every present and future receiver fails with ``error``.
+    """
+
+    def send(self, key, value, is_dead=False): ...
+    def poll(self, key): ...
+    def subscribe(self, key, callback): ...
+    def unsubscribe(self, key, callback): ...
+    async def recv(self, key): ...
+    def abort(self, error): ...
+    @property
+    def aborted(self): ...
+    def statistics(self): ...
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RendezvousStatistics:
@@ -136,15 +167,16 @@ class LocalRendezvous:
         """
         if self._error is not None:
             callback(None, self._error)
-            return
+            return True
         item = self._items.pop(key, None)
         if item is not None:
             self._recvs += 1
             callback(item, None)
-            return
+            return True
         if key in self._waiters:
             raise RuntimeError(f"Two receivers for rendezvous key {key}")
         self._waiters[key] = callback
+        return True
 
     def unsubscribe(self, key, callback):
         """Drop ``callback`` from ``key`` if it was not called yet (a cancelled receiver)."""

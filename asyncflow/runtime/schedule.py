@@ -14,8 +14,22 @@ caller passes in. A loop's generator runs the iterations one after another (whic
 ``parallel_iterations``, an upper bound, allows), yielding when the time slice is over::
 
     while True: cond part; if not pred: break; body part; merges <- next values
+
+Generated code is debuggable: each function gets its own file name (``<asyncflow 3: static
+schedule of 12 nodes on /job:...>``) registered in ``linecache`` for as long as the function
+lives, so tracebacks, ``pdb`` and profilers show its lines; its globals are named after the
+ops and kernels they hold (``F_MatMul(c_dense_MatMul, v0, v1)``) and every node's line ends
+with a comment naming the op and its type. With the environment variable
+``ASYNCFLOW_DUMP_CODE`` set to a directory, each function's source is also written there as
+a ``.py`` file, which then is the function's file name (``source_of`` returns it too).
 """
 from __future__ import annotations
+
+import itertools
+import linecache
+import os
+import re
+import weakref
 
 import numpy as np
 
@@ -26,28 +40,47 @@ from asyncflow.runtime.plan import (DROP, ENTER, EXIT, MERGE, NEXT_ITERATION, NO
 from asyncflow.runtime.step import now_us
 
 
+DUMP_ENV = "ASYNCFLOW_DUMP_CODE"  # a directory: every generated function's source lands there
+_functions = itertools.count(1)
+_NOT_IDENTIFIER = re.compile(r"[^0-9A-Za-z_]+")
+
+
+def source_of(fn):
+    """The generated source of a function made here (a step or loop function), or None."""
+    filename = fn.__code__.co_filename
+    lines = linecache.getlines(filename)
+    return "".join(lines) or None
+
+
 class Generator:
     """The source of one generated function, a line per statement group, and its globals."""
 
     def __init__(self):
         self.env, self.lines, self.kernels, self.indent = {}, [], {}, 0
 
-    def add(self, prefix, value, name=None):
-        """A global holding ``value`` (a new name unless ``name``); returns its name."""
+    def add(self, prefix, value, name=None, label=None):
+        """A global holding ``value``; returns its name: ``name``, else ``prefix`` and
+        ``label`` (an op's name, made an identifier, unique here), else a numbered one."""
+        if name is None and label:
+            base = f"{prefix}_{_NOT_IDENTIFIER.sub('_', label).strip('_')[:60]}"
+            name, suffix = base, 1
+            while name in self.env:
+                suffix += 1
+                name = f"{base}_{suffix}"
         name = name or f"{prefix}{len(self.env)}"
         self.env[name] = value
         return name
 
     def constant(self, node):
         """A Const node's value, evaluated now, as a global."""
-        return self.add("K", node.fn(node.ctx)[0])
+        return self.add("K", node.fn(node.ctx)[0], label=node.op.name)
 
     def call(self, node, args):
         """The expression calling ``node``'s kernel (one global per distinct kernel)."""
         fn = self.kernels.get(node.fn)
         if fn is None:
-            fn = self.kernels[node.fn] = self.add("F", node.fn, f"F{len(self.kernels)}")
-        return f"{fn}({', '.join([self.add('c', node.ctx)] + args)})"
+            fn = self.kernels[node.fn] = self.add("F", node.fn, label=node.op.type)
+        return f"{fn}({', '.join([self.add('c', node.ctx, label=node.op.name)] + args)})"
 
     @staticmethod
     def store(call, targets):
@@ -60,8 +93,12 @@ class Generator:
         return [call]
 
     def line(self, statements, node=None):
-        """One source line; a failure on a line of ``node`` names ``node``."""
-        self.lines.append(("    " * self.indent + "; ".join(statements), node))
+        """One source line; a failure on a line of ``node`` names ``node`` (and the line
+        ends with a comment naming its op)."""
+        text = "    " * self.indent + "; ".join(statements)
+        if node is not None:
+            text += f"  # {node.op.name} ({node.op.type})"
+        self.lines.append((text, node))
 
     def function(self, header, title, device_name):
         """Compile the lines as the body of ``header``; returns the function. A failure on
@@ -80,8 +117,32 @@ class Generator:
             if err is not exc:
                 raise err
         self.env["_locate"] = locate
-        exec(compile(source, f"<asyncflow {title}>", "exec"), self.env)  # noqa: S102
-        return self.env[header.split("(")[0].split()[-1]]  # (source from integers, fixed names)
+        number = next(_functions)
+        filename = _dump(number, title, source) or f"<asyncflow {number}: {title} on {device_name}>"
+        exec(compile(source, filename, "exec"), self.env)  # noqa: S102
+        fn = self.env[header.split("(")[0].split()[-1]]  # (source from integers, fixed names)
+        # Registered for as long as the function lives (``checkcache`` keeps entries without
+        # an mtime): tracebacks, pdb and profilers show the generated lines.
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        weakref.finalize(fn, _forget, filename)
+        return fn
+
+
+def _forget(filename):
+    linecache.cache.pop(filename, None)
+
+
+def _dump(number, title, source):
+    """With ``ASYNCFLOW_DUMP_CODE`` set, write ``source`` there; returns the file's path."""
+    directory = os.environ.get(DUMP_ENV)
+    if not directory:
+        return None
+    os.makedirs(directory, exist_ok=True)
+    name = _NOT_IDENTIFIER.sub("_", title).strip("_")[:80]
+    path = os.path.join(os.path.abspath(directory), f"asyncflow_{os.getpid()}_{number}_{name}.py")
+    with open(path, "w", encoding="utf-8") as file:
+        file.write(source)
+    return path
 
 
 def compile_schedule(plan, traced=False):

@@ -3,6 +3,7 @@ how it records a traced kernel. Nothing here schedules anything.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 
 import trio
@@ -32,13 +33,15 @@ class Step:
             large kernel on a worker thread, ``async pause()`` ends a time slice.
         runnable, draining, current: ``core.drive``'s runnable list and state.
         extras: per-step services a waiting kernel may need, and statistics.
+        timeout_ms: the step's deadline for runners that pass it on (a cluster's workers);
+            0: none. Local runners leave deadlines to their caller's cancel scope.
     """
 
     __slots__ = ("step_id", "rendezvous", "trace", "park", "offload", "pause", "runnable",
-                 "draining", "current", "extras")
+                 "draining", "current", "extras", "timeout_ms")
 
     def __init__(self, step_id, rendezvous=None, trace=None, park=None, offload=None,
-                 pause=None):
+                 pause=None, timeout_ms=0):
         self.step_id = step_id
         self.rendezvous = rendezvous
         self.trace = trace
@@ -49,6 +52,20 @@ class Step:
         self.draining = False
         self.current = None
         self.extras = {}
+        self.timeout_ms = timeout_ms
+
+
+def waiting(step):
+    """The one close-cancellable idiom: ``with waiting(step) as parked:`` around a wait
+    enters ``step.park`` (the owner's scope, which a closing session cancels), or nothing
+    when the step is not tracked; ``closed(parked)`` says afterwards whether it was closed."""
+    park = step.park
+    return park() if park is not None else contextlib.nullcontext()
+
+
+def closed(parked):
+    """True if the wait of ``with waiting(step) as parked`` ended because the owner closed."""
+    return parked is not None and parked.cancelled_caught
 
 
 def recorder(trace, device_name):

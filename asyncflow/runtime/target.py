@@ -13,9 +13,11 @@ The interface (what ``session.py`` uses, and nothing else):
   a local target's resources, a cluster session's graphs on the workers).
 - ``device_names()``: full names of the devices steps may run on.
 - ``prepare(feeds, fetches, targets)``: the compiled run of a signature, compiled once.
-  Every compiled run answers ``inline`` (the one plan a step may run straight in the
-  caller's task, or None) and ``loop_free`` (the same when it also never waits on trio:
-  any event loop may await it, see ``asyncflow.aio``).
+  Every compiled run holds its step runner, chosen once when it was compiled
+  (``runtime/runner.py``; a cluster's in ``distributed/master.py``): ``runner.inline``
+  says a step may run straight in the caller's task, ``runner.loop_free`` that it also never
+  waits on trio (any event loop may await it, see ``asyncflow.aio``), and
+  ``await runner.run(feed_values, step)`` runs one step, whichever way.
 - ``await run_inline(compiled, feed_values, offload, pause, park)``: a step of an ``inline``
   run; ``offload``/``pause`` are the awaiting loop's (None: trio's).
 - ``await run(compiled, feed_values, trace, timeout_ms, parked)``: any other step; returns
@@ -31,10 +33,8 @@ from __future__ import annotations
 import itertools
 import secrets
 
-from asyncflow import errors
 from asyncflow.runtime import compiler as _compiler
 from asyncflow.runtime import device as _device
-from asyncflow.runtime import executor
 from asyncflow.runtime.resources import ResourceManager
 from asyncflow.runtime.step import Step
 
@@ -80,8 +80,8 @@ class LocalTarget:
                 self.graph, feeds, fetches, targets, self._state, self.config, self.resources)
         return compiled
 
-    async def run_inline(self, compiled, feed_values, offload=None, pause=None, park=None):
-        """One step of ``compiled.inline``'s plan in the calling task, under whatever loop
+    def run_inline(self, compiled, feed_values, offload=None, pause=None, park=None):
+        """One step of an ``inline`` runner's plan in the calling task, under whatever loop
         awaits this: no rendezvous, no deadline scope, no partition runner.
 
         ``offload(node, args)`` runs a large kernel on that loop's worker threads (default:
@@ -89,15 +89,12 @@ class LocalTarget:
         once per time slice (default: trio's); ``park`` the session's close-cancellable
         scope, entered only if the plan waits.
         """
-        plan = compiled.inline
+        runner = compiled.runner
+        plan = runner.plan
         step = Step(next(_STEP_IDS), offload=offload, pause=pause,
-                             park=park if plan.waits or not plan.static else None)
-        try:
-            values = await executor.run_plan(plan, feed_values, step)
-        except errors.OpError as exc:
-            _compiler._original_op(exc, self.graph)
-            raise
-        return [values[position] for _, position in compiled.fetch_routes]
+                    park=park if plan.waits or not plan.static else None)
+        # The runner's coroutine itself, for the caller to await: no frame of ours between.
+        return runner.run(feed_values, step)
 
     async def run(self, compiled, feed_values, trace, timeout_ms, parked):
         """One step of ``compiled`` (any number of plans) in the calling task's trio run.
@@ -108,4 +105,4 @@ class LocalTarget:
         # end of a slice), so steps that finish inline, nearly all of them, pay for no cancel
         # scope (~10 us of a small run).
         step = Step(next(_STEP_IDS), trace=trace, park=parked)
-        return await _compiler.run_partitions(self.graph, compiled, feed_values, step)
+        return await compiled.runner.run(feed_values, step)

@@ -1,4 +1,4 @@
-"""Multi-partition local steps start every partition inline (``compiler.run_partitions``).
+"""Multi-partition local steps start every partition inline (``runner.run_partitions``).
 
 Each CPU partition is first started in the calling task (``executor.start_plan``); a Send
 completes a Recv of a partition started earlier and the step's driver drains it there. A
@@ -15,7 +15,7 @@ import trio
 import asyncflow as af
 from partition_graphs import (
     THREE_CPUS, TWO_CPUS, counting_tasks, later, mixed_graph, long_time_slice)
-from asyncflow.runtime import compiler
+from asyncflow.runtime import runner
 
 # These tests count tasks and task steps: one long time slice keeps them deterministic.
 pytestmark = pytest.mark.usefixtures("long_time_slice")
@@ -86,13 +86,13 @@ async def test_static_partitions_run_inline():
 
 async def test_failure_while_starting_is_located_and_aborts_the_rendezvous(monkeypatch):
     steps = []
-    original = compiler._start_inline
+    original = runner._start_inline
 
     def spy(compiled, feed_values, step, runs):
         steps.append(step)
         return original(compiled, feed_values, step, runs)
 
-    monkeypatch.setattr(compiler, "_start_inline", spy)
+    monkeypatch.setattr(runner, "_start_inline", spy)
     with af.Graph().as_default():
         x = af.placeholder(af.float32, [None], name="x")
         with af.device("/device:CPU:0"):

@@ -50,7 +50,7 @@ def test_what_the_schedule_keeps_per_node_does_not_grow_with_the_graph():
     assert small.__code__.co_nlocals == large.__code__.co_nlocals <= 7  # (5 of them arguments)
     # One global per distinct kernel (plus the node's context), no constant per node.
     for fn in (small, large):
-        assert sorted(name for name in fn.__globals__ if name.startswith("F")) == ["F0"]
+        assert sorted(name for name in fn.__globals__ if name.startswith("F")) == ["F_Add"]
     assert len(large.__code__.co_consts) == len(small.__code__.co_consts)
     # The code itself: the same bytes per node at either size.
     per_node = [len(fn.__code__.co_code) / n for fn, n in ((small, 300), (large, 3000))]

@@ -110,8 +110,9 @@ async def test_recv_kernel_subscribes_and_delivers():
     assert delivered == [((np.float32(2.5),),)]
 
 
-async def test_recv_kernel_declines_on_a_rendezvous_without_subscribe():
-    # The distributed step rendezvous has no subscribe: the Recv runs as a task there.
+async def test_recv_kernel_declines_a_remote_key_outside_a_worker_step():
+    # The worker's step rendezvous pulls a remote key only in a step's run (its ``spawn``);
+    # outside one its subscribe answers False and the Recv awaits ``recv`` instead.
     rdv = StepRendezvous(1, ["/job:localhost/replica:0/task:0/device:CPU:1"])
     assert get_kernel("_Recv", "CPU").subscribe(_recv_context(rdv), print) is WOULD_BLOCK
 
@@ -162,3 +163,29 @@ async def test_timeout_drops_a_waiting_subscription(autojump_clock):
             with pytest.raises(af.errors.DeadlineExceededError):
                 await sess.run(out, options=af.RunOptions(timeout_in_ms=300))
             assert await sess.run(quick) == 2.0
+
+
+@pytest.mark.parametrize("kind", ["local", "worker"])
+async def test_both_rendezvous_keep_one_contract_for_local_keys(kind):
+    from asyncflow.runtime.rendezvous import Rendezvous
+    devices = ["/job:localhost/replica:0/task:0/device:CPU:0",
+               "/job:localhost/replica:0/task:0/device:CPU:1"]
+    rdv = LocalRendezvous() if kind == "local" else StepRendezvous(1, devices)
+    assert all(callable(getattr(rdv, name)) for name in
+               ("send", "poll", "subscribe", "unsubscribe", "recv", "abort", "statistics"))
+    assert {n for n in vars(Rendezvous) if not n.startswith("_")} <= set(dir(rdv))
+    calls = []
+    assert rdv.subscribe(KEY, lambda item, error: calls.append(item)) is True
+    rdv.send(KEY, 1.0)  # delivered by the send, synchronously
+    rdv.send("/job:localhost/replica:0/task:0/device:CPU:0;01;x;t;0:0", 2.0)
+    assert rdv.poll("/job:localhost/replica:0/task:0/device:CPU:0;01;x;t;0:0") == (2.0, False)
+    other = make_key(devices[0], 1, devices[1], "edge_2")
+    rdv.send(other, 3.0)
+    assert rdv.subscribe(other, lambda item, error: calls.append(item)) is True  # at once
+    assert calls == [(1.0, False), (3.0, False)]
+    cause = errors.CancelledError(None, None, "gone")
+    late = []
+    rdv.abort(cause)
+    rdv.subscribe(make_key(devices[0], 1, devices[1], "edge_3"),
+                  lambda item, error: late.append(error))
+    assert late == [cause] and rdv.aborted

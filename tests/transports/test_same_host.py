@@ -1,0 +1,114 @@
+"""The same-host fast path (``transports.same_host``): a loopback server also listens on a Unix
+socket named after its port; a client to a loopback address uses it when it is there and falls
+back to TCP when it is not (disabled, stale, not private)."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import numpy as np
+import pytest
+import trio
+from transport_fakes import FakeWorker
+
+from transports import same_host
+from transports.http_client import TrioHttpChannel
+from transports.http_server import open_http_server
+from transports.messages import RegisterGraph, RunGraph, TensorEntry
+
+GENEROUS = 20
+
+
+def _family(channel):
+    (conn,) = channel._idle
+    return conn.stream.socket.family
+
+
+async def test_a_loopback_call_goes_through_the_unix_socket_with_its_token():
+    async with open_http_server(FakeWorker(), token="s3cret") as server:
+        path = server.same_host_path
+        assert path == same_host.socket_path(server.port) and os.path.exists(path)
+        assert os.stat(path).st_mode & 0o077 == 0
+        async with TrioHttpChannel(server.address, token="s3cret") as channel:
+            with trio.fail_after(GENEROUS):
+                reply = await channel.health()
+            assert reply.task and _family(channel) == socket.AF_UNIX
+        async with TrioHttpChannel(server.address, token="wrong") as channel:
+            with pytest.raises(Exception, match="401|nauthori"):
+                await channel.health()
+    assert not os.path.exists(path)  # removed when the server stops
+
+
+async def test_bulk_tensors_cross_the_unix_socket_intact():
+    worker = FakeWorker()
+    async with open_http_server(worker) as server:
+        async with TrioHttpChannel(server.address) as channel:
+            big = np.arange(3 << 20, dtype=np.float32)  # 12 MiB: the bulk path
+            with trio.fail_after(GENEROUS):
+                handle = (await channel.register_graph(RegisterGraph({"nodes": []}, "s"))
+                          ).graph_handle
+                reply = await channel.run_graph(RunGraph(handle, 1, [TensorEntry("x", big)],
+                                                         ["x"], request_id=1))
+            assert _family(channel) == socket.AF_UNIX
+    np.testing.assert_array_equal(reply.tensors[0].value, big)
+
+
+async def test_without_the_socket_the_client_falls_back_to_tcp():
+    async with open_http_server(FakeWorker(), same_host=False) as server:
+        assert server.same_host_path is None
+        assert not os.path.exists(same_host.socket_path(server.port))
+        async with TrioHttpChannel(server.address) as channel:
+            with trio.fail_after(GENEROUS):
+                await channel.health()
+            assert _family(channel) == socket.AF_INET and not channel._same_host
+
+
+async def test_a_stale_socket_file_falls_back_to_tcp():
+    async with open_http_server(FakeWorker(), same_host=False) as server:
+        path = same_host.socket_path(server.port)
+        dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        dead.bind(path)  # a file nobody listens on: what a killed server leaves
+        dead.close()
+        try:
+            async with TrioHttpChannel(server.address) as channel:
+                with trio.fail_after(GENEROUS):
+                    await channel.health()
+                    await channel.health()
+                assert _family(channel) == socket.AF_INET
+        finally:
+            os.unlink(path)
+
+
+async def test_the_environment_switch_and_a_shared_directory_disable_it(monkeypatch, tmp_path):
+    assert same_host.ENV == "ASYNCFLOW_SAME_HOST"
+    monkeypatch.setenv("ASYNCFLOW_SAME_HOST", "0")
+    async with open_http_server(FakeWorker()) as server:
+        assert server.same_host_path is None
+    monkeypatch.delenv(same_host.ENV)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # others may write: a socket there could be anyone's
+    monkeypatch.setattr(same_host, "directory", lambda: str(shared))
+    async with open_http_server(FakeWorker()) as server:
+        assert server.same_host_path is None
+        assert await same_host.connect("127.0.0.1", server.port) is None
+        async with TrioHttpChannel(server.address) as channel:
+            await channel.health()
+            assert _family(channel) == socket.AF_INET
+
+
+async def test_non_loopback_hosts_never_try_it():
+    assert await same_host.connect("10.1.2.3", 80) is None
+    assert not TrioHttpChannel("10.1.2.3:80")._same_host
+
+
+async def test_a_new_server_sweeps_the_sockets_of_killed_servers():
+    async with open_http_server(FakeWorker(), same_host=False) as server:
+        stale = same_host.socket_path(server.port)  # this port's: no server listens there
+        dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        dead.bind(stale)
+        dead.close()
+        async with open_http_server(FakeWorker()) as other:
+            assert not os.path.exists(stale)  # swept by the other server's start
+            assert os.path.exists(other.same_host_path)  # while its own stays

@@ -1,0 +1,133 @@
+"""The same-host fast path: a Unix socket beside each loopback HTTP listener.
+
+Theory of operation
+-------------------
+A worker server that listens on a loopback or wildcard address also listens on a Unix socket
+named after its TCP port, in a directory private to the user (``<tmp>/asyncflow-<uid>/``, mode
+0700, owned by the user: checked on both sides before use, so another user cannot plant a
+socket there). A client channel to ``127.0.0.1:P`` (or ``localhost``, ``::1``) first tries that
+socket and speaks the same HTTP/1.1 to it, token included; it falls back to TCP when there is
+none, or when connecting fails (a stale file of a server that died, a server that could not
+bind one), and then stays on TCP. Nothing else changes: same frames, same limits, the server
+treats the connection like any other. On Linux a Unix socket moves bulk bytes faster than
+loopback TCP (no TCP/IP stack, no checksums; ``bench/bench_transport.py``).
+
+``enabled(flag)``: the constructors' ``same_host`` argument; None reads the environment
+variable ``ASYNCFLOW_SAME_HOST`` ("0" disables the path on both sides).
+
+Nothing here knows about asyncflow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import stat
+import tempfile
+
+import trio
+
+ENV: str = "ASYNCFLOW_SAME_HOST"
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+SERVING_HOSTS = LOOPBACK_HOSTS | {"", "0.0.0.0", "::"}
+
+
+def enabled(flag: bool | None = None) -> bool:
+    """``flag``, or, when None, whether the environment allows the path (the default)."""
+    if flag is not None:
+        return bool(flag)
+    return hasattr(socket, "AF_UNIX") and os.environ.get(ENV, "1") != "0"
+
+
+def directory() -> str:
+    return os.path.join(tempfile.gettempdir(), f"asyncflow-{os.getuid()}")
+
+
+def socket_path(port: int) -> str:
+    """Where the server of TCP port ``port`` on this host listens for same-host clients."""
+    return os.path.join(directory(), f"http-{int(port)}.sock")
+
+
+def _private(path: str) -> bool:
+    """True if ``path`` is a real directory of this user that nobody else may write."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return (stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
+            and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+
+
+def listen(port: int) -> tuple[trio.SocketListener, str] | None:
+    """A listener on ``socket_path(port)`` and its path, or None when one cannot be made (a
+    directory that is not private, no Unix sockets): the server stays TCP only."""
+    folder = directory()
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+    except OSError:
+        return None
+    if not _private(folder):
+        return None
+    path = socket_path(port)
+    _sweep(folder)
+    # Bound and listening under a temporary name, then renamed: a file under a port's name
+    # always has a listener behind it or is a dead server's (what ``_sweep`` relies on).
+    staging = f"{path}.{os.getpid()}.tmp"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        with contextlib.suppress(OSError):
+            os.unlink(staging)
+        sock.bind(staging)
+        os.chmod(staging, 0o600)
+        sock.listen(128)
+        os.replace(staging, path)  # (the TCP port is ours: a file under its name is stale)
+    except OSError:
+        sock.close()
+        with contextlib.suppress(OSError):
+            os.unlink(staging)
+        return None
+    return trio.SocketListener(trio.socket.from_stdlib_socket(sock)), path
+
+
+def _sweep(folder: str, most: int = 256) -> None:
+    """Remove the sockets of servers that died without removing theirs (killed): nobody
+    accepts on them (a connection is refused). At most ``most`` files are looked at."""
+    try:
+        names = [name for name in os.listdir(folder) if name.endswith(".sock")][:most]
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(folder, name)
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.setblocking(False)
+        try:
+            probe.connect(path)
+        except (ConnectionRefusedError, FileNotFoundError):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        except OSError:
+            pass  # (a full backlog, EAGAIN: someone listens)
+        finally:
+            probe.close()
+
+
+def unlink(path: str) -> None:
+    """Remove a listener's socket file (the server stops)."""
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+async def connect(host: str, port: int) -> trio.SocketStream | None:
+    """A stream to the same-host socket of ``host:port``, or None (not a loopback host, no
+    private directory, nobody listening): the caller connects over TCP instead."""
+    if host not in LOOPBACK_HOSTS or not _private(directory()):
+        return None
+    path = socket_path(port)
+    try:
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):
+            return None
+        return await trio.open_unix_socket(path)
+    except OSError:
+        return None
+
