@@ -97,18 +97,28 @@ MESSAGE_CLASSES = tuple(MESSAGE_TYPES.values())
 
 
 def _decode_within_budget(data: bytes) -> None:
-    """Decode damaged bytes: a message or RemoteProtocolError, never more than ~1 MiB allocated."""
-    tracemalloc.start()
-    try:
-        result = decode(data, SMALL)
-    except RemoteProtocolError:
-        pass
-    else:
-        assert isinstance(result, MESSAGE_CLASSES)
-    finally:
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
-    assert peak < 1 << 20, f"decoding {len(data)} damaged bytes allocated {peak} bytes"
+    """Decode damaged bytes: a message or RemoteProtocolError, never more than ~1 MiB allocated.
+
+    tracemalloc counts every thread's allocations, and threads that earlier tests left running
+    (the aiohttp bridge's event loop, trio's thread cache) may allocate while this one decodes.
+    Decoding is deterministic, so a decoder that overspends does it on every try: the budget
+    holds when one of three tries stays within it.
+    """
+    peaks = []
+    for _ in range(3):
+        tracemalloc.start()
+        try:
+            result = decode(data, SMALL)
+        except RemoteProtocolError:
+            pass
+        else:
+            assert isinstance(result, MESSAGE_CLASSES)
+        finally:
+            peaks.append(tracemalloc.get_traced_memory()[1])
+            tracemalloc.stop()
+        if peaks[-1] < 1 << 20:
+            return
+    raise AssertionError(f"decoding {len(data)} damaged bytes allocated {min(peaks)} bytes")
 
 
 @settings(max_examples=10 * EXAMPLES, deadline=None,
