@@ -48,14 +48,17 @@ import collections
 import dataclasses
 import functools
 import itertools
+import json
 import logging
 import secrets
+import time
 
 import numpy as np
 import trio
 
 from asyncflow import errors
 from asyncflow.distributed import rendezvous as _rdv
+from asyncflow.distributed import status as _status
 from asyncflow.graph.graph import Graph
 from asyncflow.graph.serialize import import_graph_def
 from asyncflow.runtime import compiler as _compiler
@@ -125,6 +128,8 @@ class _WorkerGraph:
     lease_expires: float = 0.0  # trio time after which an idle graph is dropped
     feed_checks: list = dataclasses.field(default_factory=list)  # per feed, see _feed_checks
     running: int = 0     # RunGraphs in progress
+    runs: int = 0        # RunGraphs started
+    op_count: int = 0    # ops of the partition as registered
     replay: _ReplayWindow = dataclasses.field(default_factory=lambda: _ReplayWindow())
 
 
@@ -164,10 +169,13 @@ class WorkerService:
         data_dir: the directory the worker's file ops are confined to (None: unconfined).
         graph_lease_s: seconds a graph lives past its last registration or run.
         max_graph_nodes: the most nodes a RegisterGraph may carry.
+        status_trace_every: while someone watches the status, trace the steps whose id is a
+            multiple of it (0: never; ``status.py``).
     """
 
     def __init__(self, job_name, task_index, connect, config=None, step_ttl=120.0,
-                 max_steps=4096, data_dir=None, graph_lease_s=600.0, max_graph_nodes=100_000):
+                 max_steps=4096, data_dir=None, graph_lease_s=600.0, max_graph_nodes=100_000,
+                 status_trace_every=_status.DEFAULT_TRACE_EVERY):
         self.job_name = job_name
         self.task_index = int(task_index)
         self.task = f"/job:{job_name}/replica:0/task:{self.task_index}"
@@ -193,6 +201,8 @@ class WorkerService:
         self._step_ttl = step_ttl
         self._max_steps = max_steps
         self.counters = _Counters()
+        self.status = _status.StatusRecorder(status_trace_every)
+        self.transport_statistics = None  # set by a Server: () -> its transport's statistics
 
     # -- graphs -----------------------------------------------------------------------
     async def register_graph(self, request):
@@ -221,7 +231,7 @@ class WorkerService:
             handle, graph, compiled, feeds, list(options.feeds),
             [t.name for t in fetches], binding, peers,
             lease_expires=trio.current_time() + self._graph_lease_s,
-            feed_checks=_feed_checks(list(options.feeds), feeds))
+            feed_checks=_feed_checks(list(options.feeds), feeds), op_count=len(ops))
         self.counters.graphs_registered += 1
         _log.info("%s registered graph %s: %d ops on %s", self.task, handle, len(ops),
                   ", ".join(sorted({op.device for op in ops})) or "no devices")
@@ -370,12 +380,15 @@ class WorkerService:
             _fail("ALREADY_EXISTS", f"step {request.step_id} already ran on {self.task}")
         state.rendezvous.binding = wg.binding  # built once, at registration
         state.running = True
-        trace = [] if request.trace else None
+        trace = [] if request.trace or self.status.wants_trace(request.step_id) else None
         step = Step(request.step_id, rendezvous=state.rendezvous, trace=trace)
         wg.running += 1
+        wg.runs += 1
+        started = time.perf_counter()
         try:
             values = await self._execute(state, wg, feed_values, step, request.timeout_ms)
         except BaseException as exc:
+            self.status.step_done(request.step_id, time.perf_counter() - started, failed=True)
             self._step_failed(state, exc)
             raise
         finally:
@@ -386,10 +399,11 @@ class WorkerService:
             self.counters.pull_requests += state.rendezvous.pull_requests
             self.counters.tensors_pulled += state.rendezvous.pulls
         self.counters.steps_run += 1
+        self.status.step_done(request.step_id, time.perf_counter() - started, trace)
         tensors = [TensorEntry(name, _host(value)) for name, value in zip(wg.fetch_names, values)]
         self.counters.bytes_sent += sum(t.value.nbytes for t in tensors)
         self._maybe_done(state)
-        stats = None if trace is None else StepStats([_node_stats(s) for s in trace])
+        stats = StepStats([_node_stats(s) for s in trace]) if request.trace else None
         return RunGraphReply(tensors, stats)
 
     async def _execute(self, state, wg, feed_values, step, timeout_ms):
@@ -418,13 +432,18 @@ class WorkerService:
         else:
             error = errors.InternalError(None, None, f"{type(exc).__name__}: {exc}")
         state.rendezvous.abort(error)
+        op = exc.op if isinstance(exc, RemoteCallError) else ""
+        self.status.error(state.step_id, errors.error_code_name(error), op, error.message,
+                          _rdv.is_derived(error))
         level = logging.INFO if _rdv.is_derived(error) else logging.WARNING
         _log.log(level, "%s step %d failed: %s", self.task, state.step_id,
                  error.message.splitlines()[0])
         self._drop(state.step_id, "failed")
 
-    def _count_received(self, nbytes):
+    def _count_received(self, nbytes, peer=None):
         self.counters.bytes_received += nbytes
+        if peer is not None:
+            self.status.pulled(peer, nbytes)
 
     async def recv_tensors(self, request):
         keys = list(request.keys)
@@ -527,6 +546,27 @@ class WorkerService:
             tensors_pulled=self.counters.tensors_pulled, max_rss_mib=_max_rss_mib(),
             graph_lease_s=float(self._graph_lease_s))
 
+    async def status_json(self):
+        """This task's live status as JSON (``GET /v1/status``; ``status.py`` says what)."""
+        self.status.viewed()
+        self._sweep_graphs()
+        now = trio.current_time()
+        transport = self.transport_statistics() if self.transport_statistics else None
+        status = self.status.snapshot()
+        status.update(
+            task=self.task, job=self.job_name, index=self.task_index,
+            incarnation=f"{self.incarnation:x}", devices=list(self.device_names),
+            stats=self.statistics().as_dict(), rss_mib=_status.current_rss_mib(),
+            connections=None if transport is None else transport.connections,
+            requests=None if transport is None else transport.requests,
+            graphs=[{"handle": wg.handle, "ops": wg.op_count, "runs": wg.runs,
+                     "running": wg.running, "lease_left_s": max(0.0, wg.lease_expires - now),
+                     "peers": sorted(wg.peers)} for wg in self._graphs.values()],
+            queues=[{"container": container, "name": name, **_queue_row(resource)}
+                    for container, name, resource in self.resources.items()
+                    if hasattr(resource, "capacity") and hasattr(resource, "size")])
+        return json.dumps(status, default=str)
+
     async def metrics_text(self):
         stats = self.statistics()
         rows = [("asyncflow_worker_steps_total", "counter", "Steps run to completion",
@@ -559,6 +599,12 @@ def _feed_checks(names, placeholders):
     registered graph so that a RunGraph's feed validation is a few comparisons."""
     return [(name, object if t.dtype.is_string else t.dtype.np, t.shape.dims, t)
             for name, t in zip(names, placeholders)]
+
+
+def _queue_row(queue):
+    """A queue's size, capacity and state for the status page."""
+    return {"kind": getattr(queue, "kind", type(queue).__name__), "size": queue.size(),
+            "capacity": queue.capacity, "closed": bool(getattr(queue, "closed", False))}
 
 
 def _max_rss_mib():
