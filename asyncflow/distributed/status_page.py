@@ -56,7 +56,7 @@ class StatusPages:
             return Page(200, content_type, self._assets[name])
         if path in ("/", "/status"):
             if not authenticated:
-                return Page(401, _HTML, login_page(self.service.task, note))
+                return Page(401, _HTML, login_page(note))
             return Page(200, _HTML, _static("status.html").replace(
                 b"{{task}}", html.escape(self.service.task).encode()))
         if path not in ("/status/api/cluster", "/status/api/task"):
@@ -73,15 +73,16 @@ class StatusPages:
         await self.watcher.aclose()
 
 
-def login_page(task, note=""):
-    """The login form (the token goes in a POST body, never in a URL)."""
+def login_page(note=""):
+    """The login form (the token goes in a POST body, never in a URL); it shows no data, not
+    even the task's name."""
     warning = f'<p class="error" id="login-error">{html.escape(note)}</p>' if note else ""
     return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>asyncflow {html.escape(task)}: log in</title>
+<html lang="en"><head><meta charset="utf-8"><title>asyncflow status: log in</title>
 <link rel="stylesheet" href="/status/status.css"></head>
 <body class="login"><main>
 <h1>asyncflow status</h1>
-<p>{html.escape(task)} asks for the cluster's token (<code>ASYNCFLOW_TOKEN</code>).</p>
+<p>This worker asks for the cluster's token (<code>ASYNCFLOW_TOKEN</code>).</p>
 {warning}
 <form method="post" action="{LOGIN_PATH}" id="login">
 <label>token <input type="password" name="token" id="token" autocomplete="current-password"
