@@ -157,7 +157,8 @@ function renderPlots(view) {
 }
 
 function opColor(type) {
-  if (type === "_Send" || type === "_Recv") return "#d62728";
+  if (type === "_Send") return "#d62728";
+  if (type === "_Recv") return "#f3c1c1";  // mostly waiting for the value: drawn light
   let h = 0;
   for (const c of type) h = (h * 31 + c.charCodeAt(0)) >>> 0;
   return COLORS[h % COLORS.length];
