@@ -50,6 +50,7 @@ import functools
 import itertools
 import json
 import logging
+import os
 import secrets
 import time
 
@@ -554,7 +555,7 @@ class WorkerService:
         transport = self.transport_statistics() if self.transport_statistics else None
         status = self.status.snapshot()
         status.update(
-            task=self.task, job=self.job_name, index=self.task_index,
+            task=self.task, job=self.job_name, index=self.task_index, pid=os.getpid(),
             incarnation=f"{self.incarnation:x}", devices=list(self.device_names),
             stats=self.statistics().as_dict(), rss_mib=_status.current_rss_mib(),
             connections=None if transport is None else transport.connections,
