@@ -11,8 +11,9 @@ errors with the op they blame. It keeps only bounded state, so it can stay on in
   decade from 10 us), so p50/p99 of a bucket or of a minute come from summed histograms, never
   from a list of every step. :data:`WINDOW_BUCKETS` buckets (five minutes) are kept.
 * **Timelines.** While someone looks (a status request within :data:`VIEW_TTL_S`), a step is
-  traced when ``step_id % trace_every == 0``. Step ids are the master's, so every task of the
-  cluster traces the same steps, and the cluster view can draw one step across tasks with its
+  traced when a hash of its id is a multiple of ``trace_every`` (:func:`sampled`; the master's
+  ids are random and odd, local ones may count up: the hash mixes the bits of both). Step ids
+  are the master's, so every task of the cluster traces the same steps, and the cluster view can draw one step across tasks with its
   Send->Recv edges. Nobody looking: nothing is traced. The last :data:`KEPT_TRACES` traces are
   kept, each cut at :data:`MAX_TRACE_NODES` nodes, with times converted from the executor's
   ``perf_counter`` microseconds to wall-clock microseconds (comparable across processes as far
@@ -53,6 +54,12 @@ MAX_TRACE_NODES = 2000
 KEPT_ERRORS = 20
 DEFAULT_TRACE_EVERY = 8
 _SEND_SUFFIX, _RECV_SUFFIX = "/_Send", "/_Recv"
+
+
+def sampled(step_id, every):
+    """Whether step ``step_id`` is one of the 1-in-``every`` steps traced (Fibonacci hashing:
+    one multiply, so every bit of the id counts)."""
+    return (((step_id * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF) >> 40) % every == 0
 
 
 def _bin(seconds):
@@ -151,8 +158,8 @@ class StatusRecorder:
 
     def wants_trace(self, step_id):
         """Whether to trace step ``step_id`` (a few comparisons: called for every RunGraph)."""
-        return (self.trace_every > 0 and step_id % self.trace_every == 0
-                and time.monotonic() < self._viewed_until)
+        return (self.trace_every > 0 and time.monotonic() < self._viewed_until
+                and sampled(step_id, self.trace_every))
 
     def step_done(self, step_id, duration_s, trace=None, failed=False):
         """Count a RunGraph that just ended; keep its trace (executor NodeStats) if any."""
@@ -172,7 +179,7 @@ class StatusRecorder:
 
     def error(self, step_id, code, op, message, derived):
         """Remember a failed step (its op, canonical code and first message line)."""
-        self.errors.append({"time": time.time(), "step_id": step_id, "code": code, "op": op,
+        self.errors.append({"time": time.time(), "step_id": str(step_id), "code": code, "op": op,
                             "message": message.splitlines()[0] if message else "",
                             "derived": bool(derived)})
 

@@ -53,9 +53,12 @@ def test_old_buckets_fall_out_of_the_window():
 
 def test_steps_are_traced_only_while_someone_looks_and_by_step_id():
     recorder = _status.StatusRecorder(trace_every=4)
-    assert not recorder.wants_trace(8)  # nobody looked yet: nothing is traced
+    odd_ids = [(i * 0x5851F42D4C957F2D) % (1 << 62) | 1 for i in range(4000)]  # the master's
+    assert not any(map(recorder.wants_trace, odd_ids))  # nobody looked yet: nothing is traced
     recorder.viewed()
-    assert recorder.wants_trace(8) and not recorder.wants_trace(9)
+    for ids in (odd_ids, range(4000)):  # random odd ids, and ids counting up
+        assert 800 < sum(map(recorder.wants_trace, ids)) < 1200
+    assert recorder.wants_trace(odd_ids[0]) == _status.sampled(odd_ids[0], 4)  # every task agrees
     assert not _status.StatusRecorder(trace_every=0).wants_trace(0)
 
 
