@@ -265,3 +265,33 @@ async def test_status_command_prints_the_table_and_json_and_exits_1_when_a_task_
     assert code == 1 and "1 DOWN" in out and "/job:worker/replica:0/task:1 at" in out
     code, _, err = await _cli("--cluster", "{not json")
     assert code == 2 and "asyncflow status:" in err
+
+
+def test_the_table_renders_as_plain_text_and_as_a_rich_table():
+    from asyncflow import cluster_status
+    now = 1_800_000_000.0
+    view = {"time": now, "tasks": [
+        {"task": "/job:ps/replica:0/task:0", "address": "127.0.0.1:1", "up": True,
+         "incarnation": "ab12", "last_heartbeat": now,
+         "status": {"rates": {"last_minute": {"steps_per_s": 3.5, "p50_s": 0.002,
+                                              "p99_s": 0.0105}},
+                    "stats": {"steps_run": 10, "steps_in_flight": 1}, "graphs": [{}],
+                    "rss_mib": 50.2,
+                    "errors": [{"time": now, "step_id": "5", "code": "INVALID_ARGUMENT",
+                                "op": "dense/mm", "message": "inner dimensions differ"}]}},
+        {"task": "/job:worker/replica:0/task:0", "address": "127.0.0.1:2", "up": False,
+         "error": "connection refused", "last_heartbeat": now - 12}]}
+    assert cluster_status.rows(view) == [
+        ["/job:ps/replica:0/task:0", "127.0.0.1:1", "ab12", "up", "now", "10", "3.50",
+         "2.0 ms", "10.5 ms", "1", "1", "50 MiB"],
+        ["/job:worker/replica:0/task:0", "127.0.0.1:2", "", "DOWN", "12 s ago", "", "", "",
+         "", "", "", ""]]
+    text = cluster_status.plain_text(view)
+    assert text.startswith("asyncflow cluster: 2 tasks, 1 up, 1 DOWN")
+    assert "is down: connection refused" in text
+    assert "step 5: INVALID_ARGUMENT op 'dense/mm': inner dimensions differ" in text
+    rich_console = pytest.importorskip("rich.console", reason="rich is not installed")
+    import io
+    out = io.StringIO()
+    cluster_status._print_rich(view, rich_console.Console(file=out, width=200))
+    assert "127.0.0.1:2" in out.getvalue() and "DOWN" in out.getvalue()
