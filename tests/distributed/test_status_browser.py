@@ -6,10 +6,8 @@ step's timeline appear, runs steps and checks that the page updates, and saves a
 (``status.png`` in the test's tmp folder). Skipped, saying why, where Selenium, Chromium or
 its driver is missing (``.ci/run`` installs them on Debian).
 """
-import json
 import os
 import shutil
-import tempfile
 
 import numpy as np
 import pytest
@@ -82,11 +80,15 @@ def _run_steps(spec, count, initialize=False):
                     await sess.run(w.initializer)
                 for _ in range(count):
                     await sess.run(train, feed_dict={x: np.ones((4, 8), np.float32)})
-    os.environ["ASYNCFLOW_TOKEN"] = TOKEN
+    before = os.environ.get("ASYNCFLOW_TOKEN")
+    os.environ["ASYNCFLOW_TOKEN"] = TOKEN  # the session's token, as a client process reads it
     try:
         trio.run(steps)
     finally:
-        del os.environ["ASYNCFLOW_TOKEN"]
+        if before is None:
+            del os.environ["ASYNCFLOW_TOKEN"]
+        else:
+            os.environ["ASYNCFLOW_TOKEN"] = before
 
 
 def _steps_of(driver, task):
