@@ -127,6 +127,12 @@ def test_the_status_page_shows_tasks_plots_and_a_timeline_and_updates(cluster, b
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#timeline path.edge"))
     devices = {t.text for t in browser.find_elements(By.CSS_SELECTOR, "#timeline text.device")}
     assert devices == {"ps:0 CPU:0", "worker:0 CPU:0"}
+    link = browser.find_element(By.ID, "trace-download")
+    assert link.get_attribute("href").startswith("blob:") and link.is_displayed()
+    assert link.get_attribute("download").endswith(".trace.json")
+    trace = browser.execute_script("return chromeTrace(window.statusView.timeline)")
+    phases = {event["ph"] for event in trace["traceEvents"]}
+    assert {"M", "X", "s", "f"} <= phases  # ops, and Send->Recv flow arrows for Perfetto
     first_step = browser.find_element(By.ID, "timeline-step").text
     assert first_step.startswith("step ")
     edges = [td.text for td in browser.find_elements(By.CSS_SELECTOR, "#edges td")]

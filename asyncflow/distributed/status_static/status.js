@@ -226,6 +226,34 @@ function renderTimeline(view) {
   box.replaceChildren(root);
 }
 
+// The timeline as Chrome trace events (what af.timeline.write makes), for Perfetto.
+function chromeTrace(tl) {
+  const events = tl.devices.map((device, pid) => ({ph: "M", name: "process_name", pid: pid,
+                                                  tid: 0, args: {name: device}}));
+  tl.ops.forEach(([pid, name, type, start, stop]) => events.push(
+    {ph: "X", cat: "Op", name: name, pid: pid, tid: 0, ts: start, dur: stop - start,
+     args: {name: name, op: type}}));
+  tl.edges.forEach(([send, recv], id) => {
+    const s = tl.ops[send], r = tl.ops[recv];
+    const common = {cat: "DataFlow", name: s[1].replace(/\/_Send$/, ""), id: id};
+    events.push(Object.assign({ph: "s", pid: s[0], tid: 0, ts: s[3]}, common));
+    events.push(Object.assign({ph: "f", bp: "e", pid: r[0], tid: 0,
+                               ts: Math.min(Math.max(r[3], s[3]), r[4])}, common));
+  });
+  return {traceEvents: events, displayTimeUnit: "ms"};
+}
+
+function renderTraceLink(view) {
+  const link = document.getElementById("trace-download");
+  if (!view.timeline) { link.hidden = true; return; }
+  if (link.href) URL.revokeObjectURL(link.href);
+  const blob = new Blob([JSON.stringify(chromeTrace(view.timeline))],
+                        {type: "application/json"});
+  link.href = URL.createObjectURL(blob);
+  link.download = `step-${view.timeline.step_id}.trace.json`;
+  link.hidden = false;
+}
+
 function renderDetails(view) {
   const edges = [], queues = [], graphs = [], errors = [];
   for (const row of view.tasks) {
@@ -266,9 +294,11 @@ async function poll() {
     if (response.status === 401) { window.location.reload(); return; }
     if (!response.ok) throw new Error("HTTP " + response.status);
     const view = await response.json();
+    window.statusView = view;  // the last view, for the console (and the tests)
     renderTasks(view);
     renderPlots(view);
     renderTimeline(view);
+    renderTraceLink(view);
     renderDetails(view);
     polls += 1;
     const updated = document.getElementById("updated");
