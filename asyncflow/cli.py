@@ -84,8 +84,8 @@ def build_parser():
     worker.add_argument("--graph-lease-s", type=float, default=600.0,
                         help="seconds a registered graph lives without being used (default 600)")
     worker.add_argument("--status-trace-every", type=int, default=8, metavar="N",
-                        help="while someone watches the status page, trace every step whose "
-                             "id is a multiple of N for its timeline (default 8; 0: never)")
+                        help="while someone watches the status page, trace 1 step in N for "
+                             "its timeline (default 8; 0: never)")
     worker.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     shutdown = commands.add_parser("shutdown", help="tell tasks of a cluster to exit (the job "
                                    "is done); needs the workers' ASYNCFLOW_TOKEN")

@@ -92,7 +92,7 @@ _ACCEPT_RETRY_S: Final = 0.1
 _CAPACITY_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 _BROKEN: Final = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 _LOOPBACK: Final = frozenset({"127.0.0.1", "::1", "localhost"})
-TEXT_CALLS_BY_ROUTE: Final = {"metrics": "metrics_text", "status_json": "status_json"}
+_TEXT_CALLS_BY_ROUTE: Final = {"metrics": "metrics_text", "status_json": "status_json"}
 _log = logging.getLogger("transports.http")
 
 
@@ -455,7 +455,9 @@ class HttpServer:
                                name: str) -> tuple[int, bool]:
         """``/metrics`` (Prometheus text) or ``/v1/status`` (JSON): the handler's text."""
         metrics = name == "metrics"
-        result = await self._call(conn, getattr(self._handler, TEXT_CALLS_BY_ROUTE[name]), ())
+        if (fn := getattr(self._handler, _TEXT_CALLS_BY_ROUTE[name], None)) is None:
+            raise _Reject(404, "404: Not Found")  # a handler that predates the call
+        result = await self._call(conn, fn, ())
         keep = keep and not self._closing
         try:
             text = result.unwrap() + (self._transport_metrics() if metrics else "")

@@ -48,8 +48,8 @@ class Server:
             to; default: the current directory. Requests from other processes never touch
             files outside it.
         graph_lease_s: seconds a registered graph lives past its last use (default 600).
-        status_trace_every: while someone watches the status page, trace the steps whose id
-            is a multiple of it (default 8; 0: never), for the page's timeline.
+        status_trace_every: while someone watches the status page, trace 1 step in this
+            many (default 8; 0: never), for the page's timeline.
 
     Raises:
         ValueError: if the cluster has no such task, the token is unusable or ``data_dir``

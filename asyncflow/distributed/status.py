@@ -139,8 +139,8 @@ class StatusRecorder:
     """What one worker records for its status (see the module docstring).
 
     Args:
-        trace_every: trace the steps whose id is a multiple of it while someone looks
-            (0: never).
+        trace_every: while someone looks, trace 1 step in this many (:func:`sampled`; 0:
+            never).
     """
 
     def __init__(self, trace_every=DEFAULT_TRACE_EVERY):

@@ -170,8 +170,8 @@ class WorkerService:
         data_dir: the directory the worker's file ops are confined to (None: unconfined).
         graph_lease_s: seconds a graph lives past its last registration or run.
         max_graph_nodes: the most nodes a RegisterGraph may carry.
-        status_trace_every: while someone watches the status, trace the steps whose id is a
-            multiple of it (0: never; ``status.py``).
+        status_trace_every: while someone watches the status, trace 1 step in this many,
+            chosen by a hash of the step id (0: never; ``status.py``).
     """
 
     def __init__(self, job_name, task_index, connect, config=None, step_ttl=120.0,
