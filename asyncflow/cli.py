@@ -10,6 +10,7 @@ Without ``--cluster`` the worker resolves its cluster and task from the environm
 (``asyncflow.distribute.cluster_resolver``). ``--bind HOST`` is the listen address; the
 address peers dial is the one the cluster spec advertises. A worker started with a token exits
 (status 0) when the chief sends Shutdown: ``asyncflow shutdown --job ps``.
+``asyncflow status`` shows every task of a running cluster (``cluster_status.py``).
 
 ``asyncflow checkpoint verify PATH...`` reads every tensor of a checkpoint (a prefix, a file, a
 sharded checkpoint's index, or a directory's listed checkpoints) and compares it with its
@@ -51,6 +52,8 @@ environment:
   ASYNCFLOW_TOKEN   shared secret: when set, every request must carry it as a bearer token
                     (sessions and the other workers send the same variable)
 
+The status page is at http://HOST:PORT/status on the same port (log in with the token).
+
 Once serving, the worker prints "asyncflow worker /job:JOB/task:N listening on HOST:PORT".
 Ctrl-C stops it, and so does `asyncflow shutdown` when the worker has a token.
 See docs/distributed.md and docs/deploy.md.
@@ -84,6 +87,9 @@ def build_parser():
                              "it are refused")
     worker.add_argument("--graph-lease-s", type=float, default=600.0,
                         help="seconds a registered graph lives without being used (default 600)")
+    worker.add_argument("--status-trace-every", type=int, default=8, metavar="N",
+                        help="while someone watches the status page, trace 1 step in N for "
+                             "its timeline (default 8; 0: never)")
     worker.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     shutdown = commands.add_parser("shutdown", help="tell tasks of a cluster to exit (the job "
                                    "is done); needs the workers' ASYNCFLOW_TOKEN")
@@ -92,6 +98,8 @@ def build_parser():
     shutdown.add_argument("--job", action="append", dest="jobs_to_stop", metavar="JOB",
                           help="a job to stop (repeatable; default: every job)")
     _add_checkpoint_command(commands)
+    from asyncflow import cluster_status
+    cluster_status.add_parser(commands, _add_resolver_options)
     return parser
 
 
@@ -216,7 +224,8 @@ def run_worker(args):
                         port=args.port,
                         config=SessionConfig(device_count={"CPU": args.cpus}),
                         data_dir=args.data_dir or os.environ.get(DATA_DIR_ENV) or None,
-                        graph_lease_s=args.graph_lease_s)
+                        graph_lease_s=args.graph_lease_s,
+                        status_trace_every=args.status_trace_every)
     except (ValueError, TypeError, RuntimeError) as exc:
         print(f"asyncflow worker: {exc}", file=sys.stderr)
         return 2
@@ -290,6 +299,19 @@ def run_shutdown(args):
     return 0
 
 
+def run_status(args):
+    """Print the cluster's status (``asyncflow/cluster_status.py``); returns the exit status."""
+    from asyncflow import cluster_status
+    from asyncflow.distributed.cluster import ClusterSpec
+    try:
+        cluster = (ClusterSpec.from_json(args.cluster) if args.cluster
+                   else make_resolver(args).cluster_spec())
+    except (ValueError, TypeError) as exc:
+        print(f"asyncflow status: {exc}", file=sys.stderr)
+        return 2
+    return cluster_status.run(args, cluster)
+
+
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -310,5 +332,7 @@ def main(argv=None):
         return run_shutdown(args)
     if args.command == "checkpoint":
         return run_checkpoint(args, parser)
+    if args.command == "status":
+        return run_status(args)
     parser.print_help(sys.stderr)
     return 2

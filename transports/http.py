@@ -41,7 +41,7 @@ from transports.http_protocol import (
 )
 from transports.messages import ErrorReply, Message
 from transports.service import (
-    METRICS_PATH, Channel, Rpc, TransportDeadlineExceeded, TransportUnavailable,
+    TEXT_CALLS, Channel, Rpc, TransportDeadlineExceeded, TransportUnavailable,
 )
 from transports.wire import (
     DEFAULT_LIMITS, SMALL_HEADER_BYTES, Decoder, Limits, RemoteProtocolError,
@@ -141,9 +141,9 @@ class HttpChannel(Channel):
         return await run_on_loop(self._aio_request(
             rpc.http_method, path, buffers, self._read_reply, self._total_timeout()))
 
-    async def _exchange_metrics(self) -> str:
+    async def _exchange_text(self, method: str) -> str:
         return await run_on_loop(self._aio_request(
-            "GET", METRICS_PATH, None, self._read_text, self._total_timeout()))
+            "GET", TEXT_CALLS[method], None, self._read_text, self._total_timeout()))
 
     def _total_timeout(self) -> float | None:
         # A backstop for the asyncio side; the trio deadline normally cancels the call first.

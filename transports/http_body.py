@@ -147,3 +147,12 @@ async def read_frame(body: RequestBody, limits: Limits, decoders: trio.CapacityL
     if message is None:
         raise RemoteProtocolError("empty body: expected one frame")
     return message
+
+
+async def read_small_body(body: RequestBody, length: int) -> bytes:
+    """A short body (a login form) whole: ``length`` bytes, fewer if the client stops."""
+    data = bytearray(length)
+    view, got = memoryview(data), 0
+    while got < length and (n := await body.read_into(view[got:])):
+        got += n
+    return bytes(data[:got])

@@ -46,7 +46,7 @@ from transports.http_protocol import (
     FRAME_CONTENT_TYPE, MAX_TEXT, parse_address, request_path, send_pieces, text_error,
 )
 from transports.messages import ErrorReply, Message
-from transports.service import METRICS_PATH, Channel, Rpc, TransportUnavailable
+from transports.service import TEXT_CALLS, Channel, Rpc, TransportUnavailable
 from transports.wire import (
     CLOSED, DEFAULT_LIMITS, NEED_DATA, Decoder, Limits, LocalProtocolError, RemoteProtocolError,
     encode, frame_size,
@@ -230,8 +230,8 @@ class TrioHttpChannel(Channel):
         return await self._request(rpc.http_method, path,
                                    buffers if rpc.has_body else None, self._read_reply)
 
-    async def _exchange_metrics(self) -> str:
-        return await self._request("GET", METRICS_PATH, None, self._read_metrics)
+    async def _exchange_text(self, method: str) -> str:
+        return await self._request("GET", TEXT_CALLS[method], None, self._read_metrics)
 
     async def _request(self, method: str, path: str, buffers: list | None, read: Any) -> Any:
         what = f"{method} {path} to {self.address}"
@@ -328,7 +328,7 @@ class TrioHttpChannel(Channel):
             await self._raise_for_text(body, status)
         text = await body.read_text(self._limits.max_header_bytes)
         if await body.read_into(memoryview(bytearray(1))):
-            raise RemoteProtocolError(f"metrics text longer than {self._limits.max_header_bytes}")
+            raise RemoteProtocolError(f"text answer longer than {self._limits.max_header_bytes}")
         return text.decode("utf-8")
 
     async def _raise_for_text(self, body: _Body, status: int) -> typing.NoReturn:

@@ -13,6 +13,7 @@ live here once (message heads are :mod:`transports.http_head`):
 * :func:`text_error`, the :class:`~transports.messages.RemoteCallError` for an answer that came
   as text rather than a frame (auth failures, unknown routes, the connection guard's 408), its
   canonical code read from the HTTP status by :data:`TEXT_STATUS_CODE`;
+* :data:`HTTP_STATUS` and :data:`REASONS`, the server's status codes and reason phrases;
 * :func:`send_pieces`, how the trio client and the server cut a message into ``send`` calls;
 * :data:`ROUTES` (and :data:`LITERAL_ROUTES`, those without path fields, by method and path),
   the server's view of the same table: a :class:`Route` matches a decoded path and parses its
@@ -24,20 +25,19 @@ from __future__ import annotations
 
 import string
 import typing
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import quote
 
-from transports.messages import Message, RemoteCallError
-from transports.service import METRICS_PATH, RPCS, Rpc
-from collections.abc import Iterator
-
 from transports import checksum as _checksum
+from transports.messages import Message, RemoteCallError
+from transports.service import METRICS_PATH, RPCS, STATUS_PATH, Rpc
 from transports.wire import CLOSED, NEED_DATA, ChecksumTrailer, Decoder, RemoteProtocolError
 
-__all__ = ["FRAME_CONTENT_TYPE", "take_one_frame", "JOIN_BYTES", "LITERAL_ROUTES", "MAX_TEXT", "PATH_FIELDS",
+__all__ = ["FRAME_CONTENT_TYPE", "HTTP_STATUS", "REASONS", "take_one_frame", "JOIN_BYTES", "LITERAL_ROUTES", "MAX_TEXT", "PATH_FIELDS",
            "ROUTES", "TEXT_STATUS_CODE", "Route", "parse_address", "request_path", "send_pieces",
-           "text_error"]
+           "text_error", "transport_metrics_text"]
 
 FRAME_CONTENT_TYPE: Final = "application/x-asyncflow-frame"
 MAX_TEXT: Final = 64 * 1024  # the most of a text error body a client reads
@@ -46,6 +46,21 @@ JOIN_BYTES: Final = 64 * 1024  # message buffers below this are joined into one 
 TEXT_STATUS_CODE: Final = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 408: "UNAVAILABLE",
                            403: "PERMISSION_DENIED", 404: "UNIMPLEMENTED",
                            405: "UNIMPLEMENTED", 413: "RESOURCE_EXHAUSTED", 503: "UNAVAILABLE"}
+# The server's canonical code -> HTTP status (the grpc-gateway mapping); the way back, for
+# text-only answers, is TEXT_STATUS_CODE.
+HTTP_STATUS: Final = {
+    "CANCELLED": 499, "UNKNOWN": 500, "INVALID_ARGUMENT": 400, "DEADLINE_EXCEEDED": 504,
+    "NOT_FOUND": 404, "ALREADY_EXISTS": 409, "PERMISSION_DENIED": 403, "RESOURCE_EXHAUSTED": 429,
+    "FAILED_PRECONDITION": 400, "ABORTED": 409, "OUT_OF_RANGE": 400, "UNIMPLEMENTED": 501,
+    "INTERNAL": 500, "UNAVAILABLE": 503, "DATA_LOSS": 500, "UNAUTHENTICATED": 401,
+}
+REASONS: Final = {
+    200: "OK", 303: "See Other", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
+    404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout", 409: "Conflict", 413: "Content Too Large",
+    429: "Too Many Requests", 431: "Request Header Fields Too Large", 499: "Client Closed Request",
+    500: "Internal Server Error", 501: "Not Implemented", 503: "Service Unavailable",
+    504: "Gateway Timeout",
+}
 # rpc method -> {path field: its annotation}, e.g. {"step_id": int}
 PATH_FIELDS: Final = {rpc.method: {name: typing.get_type_hints(rpc.request)[name]
                                    for _, name, _, _ in string.Formatter().parse(rpc.path)
@@ -122,7 +137,8 @@ def send_pieces(head: bytes, buffers: list[bytes | memoryview]) -> Iterator[byte
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """A route as the server matches it: the rpc (None for ``/metrics``), its path in segments."""
+    """A route as the server matches it: the rpc (None for the text calls ``/metrics`` and
+    ``/v1/status``), its path in segments."""
 
     rpc: Rpc | None
     name: str
@@ -152,7 +168,8 @@ class Route:
 
 ROUTES: Final = tuple(Route(rpc, rpc.method, rpc.http_method, tuple(rpc.path.split("/")))
                        for rpc in RPCS) + (
-    Route(None, "metrics", "GET", tuple(METRICS_PATH.split("/"))),)
+    Route(None, "metrics", "GET", tuple(METRICS_PATH.split("/"))),
+    Route(None, "status_json", "GET", tuple(STATUS_PATH.split("/"))))
 # (method, path) -> route, for the routes without path fields: one lookup for most requests
 LITERAL_ROUTES: Final = {(route.http_method, "/".join(route.segments)): route for route in ROUTES
                    if not any(segment.startswith("{") for segment in route.segments)}
@@ -178,3 +195,19 @@ def take_one_frame(decoder: Decoder, message: Message | None) -> Message | None:
             raise
         raise RemoteProtocolError(f"bytes after the frame: {exc}") from exc
     return message
+
+
+def transport_metrics_text(stats: Any, by_status: dict[tuple[str, int], int]) -> str:
+    """The server's own lines of ``/metrics`` (Prometheus text): requests answered by route and
+    status, and the connection and byte counts of ``stats`` (an ``HttpServerStatistics``)."""
+    lines = ["# HELP asyncflow_transport_requests_total HTTP requests answered.",
+             "# TYPE asyncflow_transport_requests_total counter"]
+    lines += [f'asyncflow_transport_requests_total{{route="{route}",status="{status}"}} {n}'
+              for (route, status), n in sorted(by_status.items())]
+    for name, kind, value in (("in_flight", "gauge", stats.in_flight),
+                              ("connections", "gauge", stats.connections),
+                              ("connections_closed_total", "counter", stats.connections_closed),
+                              ("received_bytes_total", "counter", stats.bytes_received),
+                              ("sent_bytes_total", "counter", stats.bytes_sent)):
+        lines += [f"# TYPE asyncflow_transport_{name} {kind}", f"asyncflow_transport_{name} {value}"]
+    return "\n" + "\n".join(lines) + "\n"

@@ -14,7 +14,8 @@ connection:
    it for the whole head; past either it is closed without an answer.
 2. **Route and token.** The route comes from :data:`transports.service.RPCS` (404 unknown, 405
    wrong method); with a token, ``Authorization: Bearer <token>`` is compared in constant time
-   first (401 on every route).
+   first (401 on every route). With a page handler, ``/``, ``/status`` and ``/status/...``
+   are pages instead (:mod:`transports.http_pages`: a login form sets a session cookie).
 3. **Body.** A ``Content-Length`` over the codec's limits is a 413 before any byte is read.
    Otherwise (after ``100 Continue`` when asked) the body is received with ``recv_into``
    straight into the :class:`~transports.wire.Decoder` 's destination arrays, each wait bounded
@@ -59,14 +60,17 @@ import trio
 from transports import bulk_io, same_host as _same_host
 from transports.bulk_io import BULK_BYTES
 from transports.http_body import BodyTimeout, BufferedConnection, PeerGone, RequestBody, \
-    read_frame
+    read_frame, read_small_body
 from transports.http_disconnect import DisconnectMonitor
 from transports.http_guard import (
     DEFAULT_CONNECTION_LIMITS, ConnectionGuard, ConnectionLimits, rate_limit_logs,
 )
 from transports.http_head import HeadTooLarge, RequestHead, head_end, parse_request_head
+from transports.http_pages import LOGIN_PATH, MAX_LOGIN_BODY, SECURITY_HEADERS, Page, PageGate, \
+    PageHandler, is_page_path
 from transports.http_protocol import FRAME_CONTENT_TYPE, LITERAL_ROUTES, ROUTES, Route, \
-    send_pieces
+    send_pieces, transport_metrics_text
+from transports.http_protocol import HTTP_STATUS as _HTTP_STATUS, REASONS as _REASONS
 from transports.messages import Message, RemoteCallError
 from transports.service import Rpc, WorkerServiceProtocol, error_reply_for, reply_for_result
 from transports.wire import (
@@ -86,22 +90,8 @@ _DECODE_THREADS: Final = 2  # large headers decoded at once (each bounded by Lim
 _ACCEPT_RETRY_S: Final = 0.1
 _CAPACITY_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 _BROKEN: Final = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
-# Canonical code -> HTTP status (the grpc-gateway mapping); the way back, for text-only
-# answers, is http_protocol.TEXT_STATUS_CODE.
-_HTTP_STATUS: Final = {
-    "CANCELLED": 499, "UNKNOWN": 500, "INVALID_ARGUMENT": 400, "DEADLINE_EXCEEDED": 504,
-    "NOT_FOUND": 404, "ALREADY_EXISTS": 409, "PERMISSION_DENIED": 403, "RESOURCE_EXHAUSTED": 429,
-    "FAILED_PRECONDITION": 400, "ABORTED": 409, "OUT_OF_RANGE": 400, "UNIMPLEMENTED": 501,
-    "INTERNAL": 500, "UNAVAILABLE": 503, "DATA_LOSS": 500, "UNAUTHENTICATED": 401,
-}
-_REASONS: Final = {
-    200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
-    405: "Method Not Allowed", 408: "Request Timeout", 409: "Conflict", 413: "Content Too Large",
-    429: "Too Many Requests", 431: "Request Header Fields Too Large", 499: "Client Closed Request",
-    500: "Internal Server Error", 501: "Not Implemented", 503: "Service Unavailable",
-    504: "Gateway Timeout",
-}
 _LOOPBACK: Final = frozenset({"127.0.0.1", "::1", "localhost"})
+_TEXT_CALLS_BY_ROUTE: Final = {"metrics": "metrics_text", "status_json": "status_json"}
 _log = logging.getLogger("transports.http")
 
 
@@ -136,11 +126,14 @@ class HttpServer:
 
     def __init__(self, handler: WorkerServiceProtocol, *, token: str | None, limits: Limits,
                  nursery: trio.Nursery,
-                 connection_limits: ConnectionLimits = DEFAULT_CONNECTION_LIMITS) -> None:
+                 connection_limits: ConnectionLimits = DEFAULT_CONNECTION_LIMITS,
+                 pages: PageHandler | None = None) -> None:
         self._handler, self._limits, self._nursery = handler, limits, nursery
+        self._pages = pages
         self._connection_limits = connection_limits
         self._guard = ConnectionGuard(connection_limits)
         self._authorization = None if token is None else f"Bearer {token}".encode()
+        self._gate = PageGate(self._authorization)
         self._calls: set[trio.CancelScope] = set()
         self._closing = False
         self._accepting: list[trio.CancelScope] = []  # one per listener's accept loop
@@ -307,13 +300,17 @@ class HttpServer:
         self._in_flight += 1
         name, status, keep, body = "unmatched", 500, head.keep_alive, None
         try:
+            if self._pages is not None and is_page_path(head.path.partition("?")[0]):
+                name = "page"
+                status, keep = await self._serve_page(conn, head, keep)
+                return keep
             route, fields = self._route(head)
             name = route.name
             self._check_token(head)
             if route.rpc is None:
                 if _has_body(head):
                     raise _Reject(400, f"{head.method} {head.path} takes no body")
-                status, keep = await self._serve_metrics(conn, keep)
+                status, keep = await self._serve_text_call(conn, keep, route.name)
                 return keep
             message, body = await self._read_request(conn, head, route.rpc, fields)
             result = await self._call(conn, getattr(self._handler, route.rpc.method),
@@ -462,32 +459,58 @@ class HttpServer:
                 self._calls.discard(call.cancel_scope)
         return self._cancelled_result() if result is None else result
 
-    async def _serve_metrics(self, conn: BufferedConnection, keep: bool) -> tuple[int, bool]:
-        result = await self._call(conn, self._handler.metrics_text, ())
+    async def _serve_text_call(self, conn: BufferedConnection, keep: bool,
+                               name: str) -> tuple[int, bool]:
+        """``/metrics`` (Prometheus text) or ``/v1/status`` (JSON): the handler's text."""
+        metrics = name == "metrics"
+        if (fn := getattr(self._handler, _TEXT_CALLS_BY_ROUTE[name], None)) is None:
+            raise _Reject(404, "404: Not Found")  # a handler that predates the call
+        result = await self._call(conn, fn, ())
         keep = keep and not self._closing
         try:
-            text = result.unwrap() + self._transport_metrics()
+            text = result.unwrap() + (transport_metrics_text(self.statistics(), self._by_status)
+                                      if metrics else "")
         except Exception as exc:  # noqa: BLE001 -- reported to the scraper as a 500
             await self._send_text(conn, 500, error_reply_for(exc).message, keep)
             return 500, keep
-        await self._send_text(conn, 200, text, keep, "X-Prometheus-Format: 0.0.4\r\n")
+        if metrics:
+            await self._send_text(conn, 200, text, keep, "X-Prometheus-Format: 0.0.4\r\n")
+        else:
+            await self._send_body(conn, 200, "application/json", text.encode("utf-8"), keep)
         return 200, keep
 
-    def _transport_metrics(self) -> str:
-        stats = self.statistics()
-        lines = ["# HELP asyncflow_transport_requests_total HTTP requests answered.",
-                 "# TYPE asyncflow_transport_requests_total counter"]
-        lines += [f'asyncflow_transport_requests_total{{route="{route}",status="{status}"}} {n}'
-                  for (route, status), n in sorted(self._by_status.items())]
-        for name, kind, value in (("in_flight", "gauge", stats.in_flight),
-                                  ("connections", "gauge", stats.connections),
-                                  ("connections_closed_total", "counter",
-                                   stats.connections_closed),
-                                  ("received_bytes_total", "counter", stats.bytes_received),
-                                  ("sent_bytes_total", "counter", stats.bytes_sent)):
-            lines += [f"# TYPE asyncflow_transport_{name} {kind}",
-                      f"asyncflow_transport_{name} {value}"]
-        return "\n" + "\n".join(lines) + "\n"
+    async def _serve_page(self, conn: BufferedConnection, head: RequestHead,
+                          keep: bool) -> tuple[int, bool]:
+        """A page (``transports.http_pages``): the login, or what the page handler answers."""
+        path, note = unquote(head.path.partition("?")[0]), ""
+        if head.method == "POST" and path == LOGIN_PATH:
+            length = int(head.headers.get("content-length", "0"))
+            if "transfer-encoding" in head.headers or length > MAX_LOGIN_BODY:
+                raise _Reject(413, f"a login form has a Content-Length of at most {MAX_LOGIN_BODY}")
+            try:
+                cookie = self._gate.login(await read_small_body(
+                    RequestBody(conn, length, self._connection_limits.body_timeout_s), length))
+            except (BodyTimeout, PeerGone) as exc:
+                raise _Reject(408, f"POST {path}: {exc}") from None
+            if cookie is not None:
+                await self._send_body(conn, 303, "text/plain; charset=utf-8", b"logged in\n",
+                                       keep, "Location: /status\r\n" + cookie)
+                return 303, keep
+            path, note = "/status", "wrong token"
+        elif head.method != "GET" or _has_body(head):
+            raise _Reject(405, "405: Method Not Allowed (pages take GET)", "Allow: GET\r\n")
+        result = await self._call(conn, self._pages.page,
+                                  (path, self._gate.admits(head.headers), note))
+        keep = keep and not self._closing
+        try:
+            page = result.unwrap()
+        except Exception as exc:  # noqa: BLE001 -- a page that failed is a 500, the server lives
+            page = Page(500, "text/plain; charset=utf-8", error_reply_for(exc).message.encode())
+        if page is None:
+            raise _Reject(404, "404: Not Found")
+        await self._send_body(conn, page.status, page.content_type, page.body, keep)
+        return page.status, keep
+
 
     # -- answers --------------------------------------------------------------------------------
 
@@ -503,6 +526,12 @@ class HttpServer:
         body = text.encode("utf-8")
         await self._send_all(
             conn, _head(status, "text/plain; charset=utf-8", len(body), keep, headers) + body)
+
+    async def _send_body(self, conn: BufferedConnection, status: int, content_type: str,
+                         body: bytes, keep: bool, headers: str = "") -> None:
+        """A page or JSON answer, with the pages' security headers."""
+        await self._send_all(conn, _head(status, content_type, len(body), keep,
+                                         headers + SECURITY_HEADERS) + body)
 
     async def _send_all(self, conn: BufferedConnection, data: bytes | memoryview) -> None:
         """Send ``data`` whole; a client that takes none of it for ``body_timeout_s`` is
@@ -567,7 +596,8 @@ async def open_http_server(handler: WorkerServiceProtocol, host: str = "127.0.0.
                            port: int = 0, *, token: str | None = None,
                            limits: Limits = DEFAULT_LIMITS,
                            connection_limits: ConnectionLimits = DEFAULT_CONNECTION_LIMITS,
-                           same_host: bool | None = None) -> AsyncIterator[HttpServer]:
+                           same_host: bool | None = None,
+                           pages: PageHandler | None = None) -> AsyncIterator[HttpServer]:
     """Serve ``handler`` over HTTP for the duration of the ``async with`` block.
 
     Handler methods run in the calling trio run (in a guest run too: ``asyncflow.aio``), in a
@@ -584,6 +614,8 @@ async def open_http_server(handler: WorkerServiceProtocol, host: str = "127.0.0.
         same_host: also listen on this port's same-host Unix socket (:mod:`transports.same_host`)
             when ``host`` is a loopback or wildcard address; None: unless the environment
             disables it.
+        pages: serves ``/``, ``/status`` and ``/status/...`` to browsers and scripts
+            (:mod:`transports.http_pages`: login form, session cookie); None: no pages.
 
     Returns:
         An async context manager yielding the running :class:`HttpServer`.
@@ -593,7 +625,7 @@ async def open_http_server(handler: WorkerServiceProtocol, host: str = "127.0.0.
     """
     async with trio.open_nursery() as nursery:
         server = HttpServer(handler, token=token, limits=limits, nursery=nursery,
-                            connection_limits=connection_limits)
+                            connection_limits=connection_limits, pages=pages)
         await server._start(host, port, same_host)
         try:
             yield server

@@ -49,9 +49,9 @@ class InProcessChannel(Channel):
         except Exception as exc:  # noqa: BLE001 -- every handler failure becomes an ErrorReply
             return self._transfer(error_reply_for(exc))
 
-    async def _exchange_metrics(self) -> str:
+    async def _exchange_text(self, method: str) -> str:
         try:
-            text = await self._handler.metrics_text()
+            text = await getattr(self._handler, method)()
         except Exception as exc:  # noqa: BLE001 -- reported like the HTTP server's 500
             error = error_reply_for(exc)
             raise error.error() from exc

@@ -75,6 +75,7 @@ class WorkerServiceProtocol(Protocol):
     async def shutdown(self, request: Shutdown) -> None: ...
     async def devices(self) -> list[str]: ...
     async def metrics_text(self) -> str: ...
+    async def status_json(self) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +115,9 @@ RPCS: Final[tuple[Rpc, ...]] = (
 )
 _BY_METHOD: Final = {rpc.method: rpc for rpc in RPCS}
 METRICS_PATH: Final = "/metrics"  # Prometheus text; outside the message protocol
+STATUS_PATH: Final = "/v1/status"  # the task's live status as JSON; outside it too
+# The calls answered with text (a path each) rather than a frame.
+TEXT_CALLS: Final = {"metrics_text": METRICS_PATH, "status_json": STATUS_PATH}
 
 
 def reply_for_result(rpc: Rpc, result: Any) -> Message:
@@ -237,6 +241,10 @@ class Channel:
         """The worker's metrics in Prometheus text format."""
         return await self._call("metrics_text", None, timeout)
 
+    async def status_json(self, *, timeout: float | None = None) -> str:
+        """The worker's live status, a JSON document (its fields: the worker's docs)."""
+        return await self._call("status_json", None, timeout)
+
     async def aclose(self) -> None:
         """Close the channel: calls in flight and later calls raise TransportUnavailable."""
         self._closed = True
@@ -256,8 +264,8 @@ class Channel:
         with trio.CancelScope(deadline=deadline) as scope:
             self._in_flight.add(scope)
             try:
-                if method == "metrics_text":
-                    return await self._exchange_metrics()
+                if method in TEXT_CALLS:
+                    return await self._exchange_text(method)
                 rpc = _BY_METHOD[method]
                 return result_for_reply(rpc, await self._exchange(rpc, request))
             finally:
@@ -271,5 +279,6 @@ class Channel:
         """Deliver ``request`` (None for rpcs without one) and return the decoded reply."""
         raise NotImplementedError
 
-    async def _exchange_metrics(self) -> str:
+    async def _exchange_text(self, method: str) -> str:
+        """The text answer of a call of :data:`TEXT_CALLS` (``GET`` of its path)."""
         raise NotImplementedError

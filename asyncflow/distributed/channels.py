@@ -51,11 +51,11 @@ class _InProcess(InProcessChannel):
             raise TransportUnavailable(f"no worker at {self.address} (connection refused)")
         return await super()._exchange(rpc, request)
 
-    async def _exchange_metrics(self):
+    async def _exchange_text(self, method):
         self._handler = _services.get(self.address)
         if self._handler is None:
             raise TransportUnavailable(f"no worker at {self.address} (connection refused)")
-        return await super()._exchange_metrics()
+        return await super()._exchange_text(method)
 
 
 def connect(address, token=None, connect_timeout=5.0):

@@ -99,7 +99,7 @@ class RemoteBinding:
     channel: object                        # callable: task name -> transports Channel
     declarations: dict                     # tensor_name -> RecvDeclaration
     batchable: dict                        # tensor name -> level (same level: may share)
-    on_bytes: object = None                # callable(nbytes) counting received bytes
+    on_bytes: object = None                # callable(nbytes, peer task) counting pulled bytes
 
 
 class _Batch:
@@ -331,7 +331,8 @@ class StepRendezvous:
             raise errors.InternalError(None, None, f"RecvTensors from {task} answered other "
                                        "keys than it was asked for")
         if self.binding.on_bytes is not None:
-            self.binding.on_bytes(sum(e.value.nbytes for e in entries if e.value is not None))
+            self.binding.on_bytes(sum(e.value.nbytes for e in entries if e.value is not None),
+                                  task)
         return entries
 
     def _checked(self, entry, declaration, key):

@@ -6,6 +6,8 @@ The address comes from the ClusterSpec (its port; the host binds 127.0.0.1 unles
 says otherwise), or ``port=`` overrides it (``0`` picks a free port: read ``server.address``).
 An address with the host ``inprocess`` serves in this process without a socket (tests).
 ``token`` (default ``ASYNCFLOW_TOKEN``) is required on every request when set.
+Over HTTP the same port serves the status page (``/status``, ``status_page.py``): this task
+and, gathered from every task of the cluster, the cluster's live view.
 
 When the job is done, ``await shutdown_cluster(cluster, jobs=["ps"])`` (the chief) sends each
 task a Shutdown request; a server with a token honours it, so ``await server.join()`` and
@@ -21,7 +23,9 @@ import trio
 
 from asyncflow import errors
 from asyncflow.distributed import channels as _channels
+from asyncflow.distributed import status as _status
 from asyncflow.distributed.cluster import ClusterSpec, task_name
+from asyncflow.distributed.status_page import StatusPages
 from asyncflow.distributed.worker import WorkerService
 from transports.messages import RemoteCallError, Shutdown
 from transports.service import TransportError
@@ -44,6 +48,8 @@ class Server:
             to; default: the current directory. Requests from other processes never touch
             files outside it.
         graph_lease_s: seconds a registered graph lives past its last use (default 600).
+        status_trace_every: while someone watches the status page, trace 1 step in this
+            many (default 8; 0: never), for the page's timeline.
 
     Raises:
         ValueError: if the cluster has no such task, the token is unusable or ``data_dir``
@@ -51,7 +57,8 @@ class Server:
     """
 
     def __init__(self, cluster, job_name, task_index=0, host=None, port=None, token=None,
-                 config=None, data_dir=None, graph_lease_s=600.0):
+                 config=None, data_dir=None, graph_lease_s=600.0,
+                 status_trace_every=_status.DEFAULT_TRACE_EVERY):
         self.cluster = ClusterSpec(cluster)
         self.job_name = job_name
         self.task_index = int(task_index)
@@ -64,7 +71,8 @@ class Server:
             token if token is not None else (os.environ.get(_channels.TOKEN_ENV) or None))
         self.service = WorkerService(job_name, self.task_index, self._connect, config=config,
                                      data_dir=os.getcwd() if data_dir is None else data_dir,
-                                     graph_lease_s=graph_lease_s)
+                                     graph_lease_s=graph_lease_s,
+                                     status_trace_every=status_trace_every)
         self.address = spec_address if self._inprocess else None
         self._cm = None
         self._scope = None
@@ -120,14 +128,20 @@ class Server:
                     _channels.unregister_inprocess(self.address, self.service)
                 return
             from transports.http_server import open_http_server
-            async with open_http_server(self.service, self.host, self.port,
-                                        token=self.token) as http:
-                self.http = http
-                self.address = http.address
-                self.port = http.port
-                # DEBUG: ``asyncflow worker`` prints the same event on stdout.
-                _log.debug("%s listening on %s", self.service.task, http.address)
-                yield self
+            pages = StatusPages(self.service, self.cluster, self._connect)
+            try:
+                async with open_http_server(self.service, self.host, self.port,
+                                            token=self.token, pages=pages) as http:
+                    self.http = http
+                    self.service.transport_statistics = http.statistics
+                    self.address = http.address
+                    self.port = http.port
+                    # DEBUG: ``asyncflow worker`` prints the same event on stdout.
+                    _log.debug("%s listening on %s", self.service.task, http.address)
+                    yield self
+            finally:
+                with trio.CancelScope(shield=True):
+                    await pages.aclose()
         finally:
             expiry.cancel()
             with trio.CancelScope(shield=True):

@@ -27,12 +27,12 @@ Theory of operation (reference §6):
   state, binds the step's ``StepRendezvous`` to the graph (peers, Recv declarations) and runs
   the partitions with the compiled run's step runner under the request's deadline; a graph
   with Recvs from peers runs inside a nursery of the step where its pulls run, one task per
-  request (the Recvs subscribe). A failure aborts the step's rendezvous (so
-  pulls from peers see it), is logged once and answered with its canonical code; the reply's
-  ``op`` field names the op to blame (the master names the user's op from it) and its
-  ``derived`` field says the failure only follows from another one.
-- **RecvTensors.** Receiver-initiated: waits in the step's local rendezvous until each key
-  has been sent. A pull that arrives before the step's RunGraph creates the step's state.
+  request (the Recvs subscribe). A failure aborts the step's rendezvous (so pulls from peers
+  see it), is logged once and answered with its canonical code; the reply's ``op`` names the
+  op to blame (the master names the user's op from it), ``derived`` says the failure only
+  follows from another one.
+- **RecvTensors.** Receiver-initiated: waits in the step's local rendezvous until each key has
+  been sent; a pull that arrives before the step's RunGraph creates the step's state.
 - **Step state is bounded.** A step is dropped when its RunGraph is done and every tensor it
   sent has been pulled, on AbortStep/CleanupStep, or after ``step_ttl`` seconds. Dropped
   steps leave a tombstone (a bounded LRU) so late RunGraphs and pulls fail fast with
@@ -44,9 +44,7 @@ Theory of operation (reference §6):
 - **Files.** With a ``data_dir``, every file an op opens must resolve inside it
   (``runtime/files.py``): Save, Restore and the readers fail with PERMISSION_DENIED otherwise.
 - Resources (variables, queues) live in the worker's ResourceManager and outlive sessions
-  until Reset.
-
-This module knows transports' messages and errors, never HTTP.
+  until Reset. This module knows transports' messages and errors, never HTTP.
 """
 from __future__ import annotations
 
@@ -56,12 +54,14 @@ import functools
 import itertools
 import logging
 import secrets
+import time
 
 import numpy as np
 import trio
 
 from asyncflow import errors
 from asyncflow.distributed import rendezvous as _rdv
+from asyncflow.distributed import status as _status
 from asyncflow.graph.graph import Graph
 from asyncflow.graph.serialize import import_graph_def
 from asyncflow.runtime import compiler as _compiler
@@ -134,6 +134,8 @@ class _WorkerGraph:
     lease_expires: float = 0.0  # trio time after which an idle graph is dropped
     feed_checks: list = dataclasses.field(default_factory=list)  # per feed, see _feed_checks
     running: int = 0     # RunGraphs in progress
+    runs: int = 0        # RunGraphs started
+    op_count: int = 0    # ops of the partition as registered
     replay: _ReplayWindow = dataclasses.field(default_factory=lambda: _ReplayWindow())
 
 
@@ -173,10 +175,13 @@ class WorkerService:
         data_dir: the directory the worker's file ops are confined to (None: unconfined).
         graph_lease_s: seconds a graph lives past its last registration or run.
         max_graph_nodes: the most nodes a RegisterGraph may carry.
+        status_trace_every: while someone watches the status, trace 1 step in this many,
+            chosen by a hash of the step id (0: never; ``status.py``).
     """
 
     def __init__(self, job_name, task_index, connect, config=None, step_ttl=120.0,
-                 max_steps=4096, data_dir=None, graph_lease_s=600.0, max_graph_nodes=100_000):
+                 max_steps=4096, data_dir=None, graph_lease_s=600.0, max_graph_nodes=100_000,
+                 status_trace_every=_status.DEFAULT_TRACE_EVERY):
         self.job_name = job_name
         self.task_index = int(task_index)
         self.task = f"/job:{job_name}/replica:0/task:{self.task_index}"
@@ -202,6 +207,8 @@ class WorkerService:
         self._step_ttl = step_ttl
         self._max_steps = max_steps
         self.counters = _Counters()
+        self.status = _status.StatusRecorder(status_trace_every)
+        self.transport_statistics = None  # set by a Server: () -> its transport's statistics
 
     # -- graphs -----------------------------------------------------------------------
     async def register_graph(self, request):
@@ -230,7 +237,7 @@ class WorkerService:
             handle, graph, compiled, feeds, list(options.feeds),
             [t.name for t in fetches], binding, peers,
             lease_expires=trio.current_time() + self._graph_lease_s,
-            feed_checks=_feed_checks(list(options.feeds), feeds))
+            feed_checks=_feed_checks(list(options.feeds), feeds), op_count=len(ops))
         self.counters.graphs_registered += 1
         _log.info("%s registered graph %s: %d ops on %s", self.task, handle, len(ops),
                   ", ".join(sorted({op.device for op in ops})) or "no devices")
@@ -390,12 +397,15 @@ class WorkerService:
             _fail("ALREADY_EXISTS", f"step {request.step_id} already ran on {self.task}")
         state.rendezvous.binding = wg.binding  # built once, at registration
         state.running = True
-        trace = [] if request.trace else None
+        trace = [] if request.trace or self.status.wants_trace(request.step_id) else None
         step = Step(request.step_id, rendezvous=state.rendezvous, trace=trace)
         wg.running += 1
+        wg.runs += 1
+        started = time.perf_counter()
         try:
             values = await self._execute(state, wg, feed_values, step, request.timeout_ms)
         except BaseException as exc:
+            self.status.step_done(request.step_id, time.perf_counter() - started, failed=True)
             self._step_failed(state, exc)
             raise
         finally:
@@ -406,10 +416,11 @@ class WorkerService:
             self.counters.pull_requests += state.rendezvous.pull_requests
             self.counters.tensors_pulled += state.rendezvous.pulls
         self.counters.steps_run += 1
+        self.status.step_done(request.step_id, time.perf_counter() - started, trace)
         tensors = [TensorEntry(name, _host(value)) for name, value in zip(wg.fetch_names, values)]
         self.counters.bytes_sent += sum(t.value.nbytes for t in tensors)
         self._maybe_done(state)
-        stats = None if trace is None else StepStats([_node_stats(s) for s in trace])
+        stats = StepStats([_node_stats(s) for s in trace]) if request.trace else None
         return RunGraphReply(tensors, stats)
 
     async def _execute(self, state, wg, feed_values, step, timeout_ms):
@@ -437,9 +448,8 @@ class WorkerService:
 
     @staticmethod
     async def _run_with_pulls(state, wg, feed_values, step):
-        """Run the step with a nursery for its pulls: one task per request, started by the
-        Recvs' subscriptions (``StepRendezvous.subscribe``), none per edge; the pulls left
-        when the step ends (it failed) are cancelled."""
+        """Run the step with a nursery for its pulls (a task per request, none per edge: see
+        ``StepRendezvous.subscribe``); pulls left when the step ends (it failed) are cancelled."""
         failure = None
         async with trio.open_nursery() as pulls:
             state.rendezvous.spawn = pulls.start_soon
@@ -464,13 +474,18 @@ class WorkerService:
         else:
             error = errors.InternalError(None, None, f"{type(exc).__name__}: {exc}")
         state.rendezvous.abort(error)
+        op = exc.op if isinstance(exc, RemoteCallError) else ""
+        self.status.error(state.step_id, errors.error_code_name(error), op, error.message,
+                          _rdv.is_derived(error))
         level = logging.INFO if _rdv.is_derived(error) else logging.WARNING
         _log.log(level, "%s step %d failed: %s", self.task, state.step_id,
                  error.message.splitlines()[0])
         self._drop(state.step_id, "failed")
 
-    def _count_received(self, nbytes):
+    def _count_received(self, nbytes, peer=None):
         self.counters.bytes_received += nbytes
+        if peer is not None:
+            self.status.pulled(peer, nbytes)
 
     async def recv_tensors(self, request):
         keys = list(request.keys)
@@ -570,8 +585,14 @@ class WorkerService:
             steps_held=len(self._steps), graphs=len(self._graphs),
             bytes_sent=self.counters.bytes_sent, bytes_received=self.counters.bytes_received,
             pull_requests=self.counters.pull_requests,
-            tensors_pulled=self.counters.tensors_pulled, max_rss_mib=_max_rss_mib(),
+            tensors_pulled=self.counters.tensors_pulled, max_rss_mib=_status.max_rss_mib(),
             graph_lease_s=float(self._graph_lease_s))
+
+    async def status_json(self):
+        """This task's live status as JSON (``GET /v1/status``; ``status.py`` says what)."""
+        self.status.viewed()
+        self._sweep_graphs()
+        return _status.task_status_json(self, self._graphs.values())
 
     async def metrics_text(self):
         self._sweep_graphs()
@@ -606,14 +627,6 @@ def _feed_checks(names, placeholders):
     registered graph so that a RunGraph's feed validation is a few comparisons."""
     return [(name, object if t.dtype.is_string else t.dtype.np, t.shape.dims, t)
             for name, t in zip(names, placeholders)]
-
-
-def _max_rss_mib():
-    try:
-        import resource
-    except ImportError:  # not on every platform
-        return None
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _only_cancelled(exc):

@@ -120,6 +120,12 @@ class ResourceManager:
                 if close is not None:
                     close()
 
+    def items(self):
+        """``(container, name, resource)`` of every resource, in sorted order."""
+        return [(container, name, resource)
+                for container, bucket in sorted(self._containers.items())
+                for name, resource in sorted(bucket.items())]
+
     def containers(self):
         return sorted(self._containers)
 

@@ -33,18 +33,18 @@ class WorkerProcesses:
     def __init__(self):
         self.procs = {}
 
-    def start(self, spec, tasks, env=None, flags=True):
+    def start(self, spec, tasks, env=None, flags=True, extra=()):
         """Start ``tasks`` (``[(job, index)]``) of ``spec``; returns their listening lines.
 
         With ``flags=False`` the command has no --cluster/--job/--task (``env`` supplies
-        ``ASYNCFLOW_CONFIG``).
+        ``ASYNCFLOW_CONFIG``); ``extra``: more command-line arguments for each worker.
         """
         lines = {}
         for job, index in tasks:
             where = ["--cluster", json.dumps(spec), "--job", job, "--task", str(index)]
             proc = subprocess.Popen(
                 [sys.executable, "-m", "asyncflow", "worker", *(where if flags else []),
-                 "--log-level", "WARNING", "--data-dir", tempfile.gettempdir()],
+                 "--log-level", "WARNING", "--data-dir", tempfile.gettempdir(), *extra],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                 env={**os.environ, **ONE_BLAS_THREAD, **(env or {})})
             self.procs[(job, index)] = proc

@@ -254,3 +254,23 @@ async def test_a_client_that_resets_mid_body_is_counted_as_gone_not_as_a_server_
             text = await channel.metrics_text()
     assert 'asyncflow_transport_requests_total{route="register_graph",status="499"} 1' in text
     assert server.statistics().errors == 1 and server.worker.calls == []
+
+
+class _WorkerWithoutStatus(FakeWorker):
+    status_json = None  # a handler written before GET /v1/status existed
+
+
+async def test_status_of_a_handler_without_it_is_404_and_pages_need_a_page_handler():
+    with trio.fail_after(GENEROUS):
+        async with open_http_server(_WorkerWithoutStatus()) as server:
+            async with TrioHttpChannel(server.address) as channel:
+                with pytest.raises(wire.RemoteCallError) as caught:
+                    await channel.status_json()
+                assert caught.value.code == "UNIMPLEMENTED"  # HTTP 404
+                # No page handler: /status is an unknown route like any other.
+                reader = await connect(server)
+                async with reader.stream:
+                    await reader.stream.send_all(b"GET /status HTTP/1.1\r\n\r\n")
+                    status, _, _ = await reader.answer()
+                assert status == 404
+                assert (await channel.health()).incarnation == 7  # still serving

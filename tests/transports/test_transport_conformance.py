@@ -2,8 +2,9 @@
 
 Runs on real time because of the HTTP case; every wait is bounded by ``trio.fail_after``.
 """
-
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
@@ -31,6 +32,7 @@ async def test_health_devices_and_metrics(worker_and_channel):
                                           wire.WorkerStatistics())
         assert await channel.devices() == ["/job:worker/task:0/device:CPU:0"]
         assert "fake_calls_total 1\n" in await channel.metrics_text()
+        assert json.loads(await channel.status_json()) == {"calls": 1, "text": "\u00e9t\u00e9"}
 
 
 async def test_graph_lifecycle_and_error_codes(worker_and_channel):

@@ -116,6 +116,9 @@ class FakeWorker:
     async def metrics_text(self) -> str:
         return "# TYPE fake_calls_total counter\nfake_calls_total %d\n" % len(self.calls)
 
+    async def status_json(self) -> str:
+        return '{"calls": %d, "text": "\u00e9t\u00e9"}' % len(self.calls)
+
 
 class WrongReplyWorker(FakeWorker):
     """Returns Ack where a HealthReply is due (a handler bug the transport must report)."""
