@@ -48,6 +48,10 @@ from asyncflow.ops.state import (  # noqa: F401
     report_uninitialized_variables, scatter_add, scatter_sub, scatter_update,
     trainable_variables, variables_initializer,
 )
+from asyncflow.ops.state import (  # noqa: F401,E402  (sparse updates)
+    scatter_div, scatter_max, scatter_min, scatter_mul,
+)
+from asyncflow.graph.indexed_slices import IndexedSlices  # noqa: F401,E402
 from asyncflow.runtime.options import ConfigProto, RunMetadata, RunOptions, SessionConfig  # noqa: F401
 from asyncflow.session import Session  # noqa: F401
 from asyncflow.distributed import ClusterSpec, Server  # noqa: F401,E402
