@@ -34,8 +34,12 @@ from asyncflow.ops.construct import as_tensor
 from asyncflow.ops.control import group
 from asyncflow.ops.control import tuple as tuple_  # noqa: A004
 from asyncflow.ops.math import cast
-from asyncflow.ops.sources import constant, zeros_like
+from asyncflow.ops.sources import constant, fill, zeros_like
 from asyncflow.ops.state import Variable, assign_add
+
+
+# A slot up to this size starts as a constant in the graph; a larger one is filled on its device.
+SMALL_SLOT_BYTES = 1 << 16
 
 
 class Optimizer:
@@ -194,11 +198,15 @@ class Optimizer:
         key = _key(var)
         if key not in slots:
             graph = var.graph
-            if var.shape.is_fully_defined():
-                value = np.full(var.shape.as_list(), initial_value, var.dtype.np)
-            else:
-                value = zeros_like(var.initial_value) + initial_value
             with graph.colocate_with(var.op):
+                if not var.shape.is_fully_defined():
+                    value = zeros_like(var.initial_value) + initial_value
+                elif var.shape.num_elements() * var.dtype.size <= SMALL_SLOT_BYTES:
+                    value = np.full(var.shape.as_list(), initial_value, var.dtype.np)
+                else:
+                    # Filled where the variable lives: a big table's slot never travels
+                    # inside the graph that a worker registers.
+                    value = fill(var.shape.as_list(), constant(initial_value, var.dtype))
                 slots[key] = Variable(value, trainable=False, name=f"{var.op.name}/{self._name}",
                                       dtype=var.dtype, validate_shape=var.shape.is_fully_defined())
         return slots[key]
