@@ -69,15 +69,29 @@ def _scatter_update(ctx, ref, indices, updates):
     return _scatter(ctx, ref, indices, updates, lambda a, i, u: a.__setitem__(i, u))
 
 
+def _add_rows(xp, target, indices, values, subtract=False):
+    """``target[indices] += values``; repeated indices accumulate. Without repeats (the
+    usual batch) plain fancy indexing is several times faster than ``ufunc.at``."""
+    flat = indices.reshape(-1)
+    if xp.unique(flat).shape[0] == flat.shape[0]:
+        rows = values.reshape(flat.shape + target.shape[1:])
+        if subtract:
+            target[flat] -= rows
+        else:
+            target[flat] += rows
+        return
+    _accumulate(xp, target, indices, values, subtract=subtract)
+
+
 @register_kernel("ScatterAdd")
 def _scatter_add(ctx, ref, indices, updates):
-    return _scatter(ctx, ref, indices, updates, lambda a, i, u: _accumulate(ctx.xp, a, i, u))
+    return _scatter(ctx, ref, indices, updates, lambda a, i, u: _add_rows(ctx.xp, a, i, u))
 
 
 @register_kernel("ScatterSub")
 def _scatter_sub(ctx, ref, indices, updates):
     return _scatter(ctx, ref, indices, updates,
-                    lambda a, i, u: _accumulate(ctx.xp, a, i, u, subtract=True))
+                    lambda a, i, u: _add_rows(ctx.xp, a, i, u, subtract=True))
 
 
 for _type, _ufunc in (("ScatterMul", "multiply"), ("ScatterDiv", "true_divide"),

@@ -1,0 +1,225 @@
+"""Sparse training on a parameter server: asyncflow against TF1's gRPC runtime, same graph.
+
+Workload (issue 31): one ps and one worker process on loopback; on the ps a ``[V, 64]``
+embedding table (``random_uniform`` initializer, run on the ps) and a 64x10 softmax layer;
+the worker looks up a batch of 256 ids, computes a softmax cross entropy and runs one
+optimizer step (SGD or Adagrad) per ``run``. The gradient of the lookup is an IndexedSlices
+and the update runs on the ps, so a step should cost the batch, not the table.
+
+Figures per table size V (100,000, 500,000 and 2,000,000 rows) and optimizer:
+
+* ``*_ms``: the median step (fetching the loss and running the train op);
+* ``*_over_100k``: the step at V over the step at V = 100,000 (the cost follows the batch
+  when it stays near 1; the issue asks for at most 1.3 at 2,000,000);
+* ``*_ps_kib_step``: tensor bytes the ps sent and received per step (its Health counters);
+* ``*_ps_rss_rise_mib``: how much the ps's peak RSS rose during the timed steps (a dense
+  gradient or a copy of the table per step would show here as the table's size).
+
+TF1 side: ``tf.compat.v1`` graphs on ``tf.distribute.Server`` processes, a ``grpc://``
+session on the worker; the same file runs in the interpreter given by ``--tf-python`` or
+``ASYNCFLOW_TF_PYTHON``; without one only asyncflow's figures are printed. Ratios are
+asyncflow / TF1 (below 1: asyncflow is faster).
+
+Run: ``.venv/bin/python bench/bench_sparse.py [--quick] [--rows 100000,500000,2000000]``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+BATCH, WIDTH, CLASSES = 256, 64, 10
+OPTIMIZERS = ("sgd", "adagrad")
+
+
+def _graph(fw, rows, optimizer):
+    """The issue's graph, built with asyncflow or TF1 (``fw`` is the module)."""
+    graph = fw.Graph()
+    with graph.as_default():
+        with fw.device("/job:ps/task:0"):
+            table = fw.get_variable("table", [rows, WIDTH],
+                                    initializer=fw.random_uniform_initializer(-1.0, 1.0))
+            weights = fw.get_variable("weights", [WIDTH, CLASSES],
+                                      initializer=fw.random_uniform_initializer(-0.1, 0.1))
+        with fw.device("/job:worker/task:0"):
+            ids = fw.placeholder(fw.int32, [BATCH])
+            labels = fw.placeholder(fw.int32, [BATCH])
+            logits = fw.matmul(fw.nn.embedding_lookup(table, ids), weights)
+            loss = fw.reduce_mean(fw.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=labels, logits=logits))
+            opt = (fw.train.GradientDescentOptimizer(0.1) if optimizer == "sgd"
+                   else fw.train.AdagradOptimizer(0.1))
+            train = opt.minimize(loss)
+        init = fw.global_variables_initializer()
+    return graph, ids, labels, loss, train, init
+
+
+def _feeds(rows, step):
+    rng = np.random.default_rng(step)
+    return rng.integers(0, rows, BATCH).astype(np.int32), \
+        rng.integers(0, CLASSES, BATCH).astype(np.int32)
+
+
+def _steps(quick):
+    return (5, 20) if quick else (10, 60)
+
+
+# -- asyncflow ------------------------------------------------------------------------------
+def asyncflow_side(rows_list, quick):
+    import trio
+    sys.path.insert(0, os.path.join(_HERE, ".."))
+    sys.path.insert(0, os.path.join(_HERE, "..", "demos"))
+    from local_cluster import local_cluster
+    out = {}
+    with local_cluster({"ps": 1, "worker": 1}) as spec:
+        for rows in rows_list:
+            for optimizer in OPTIMIZERS:
+                out.update(trio.run(_asyncflow_measure, spec, rows, optimizer, quick))
+    return out
+
+
+async def _asyncflow_measure(spec, rows, optimizer, quick):
+    import asyncflow as af
+    from asyncflow.distributed import channels
+    cluster = af.ClusterSpec(spec)
+    graph, ids, labels, loss, train, init = _graph(af, rows, optimizer)
+    warm, timed = _steps(quick)
+
+    async def ps_stats():
+        channel = channels.connect(spec["ps"][0])
+        try:
+            return (await channel.health(timeout=30.0)).stats
+        finally:
+            await channel.aclose()
+
+    async with af.Session(cluster=cluster, graph=graph) as sess:
+        await sess.run(init)
+        for step in range(warm):
+            i, y = _feeds(rows, step)
+            await sess.run([loss, train], {ids: i, labels: y})
+        before = await ps_stats()
+        times = []
+        for step in range(timed):
+            i, y = _feeds(rows, warm + step)
+            start = time.perf_counter()
+            await sess.run([loss, train], {ids: i, labels: y})
+            times.append(time.perf_counter() - start)
+        after = await ps_stats()
+    await af.Session.reset(cluster)
+    key = f"{optimizer}_{rows // 1000}k"
+    moved = (after.bytes_sent - before.bytes_sent) + (after.bytes_received - before.bytes_received)
+    return {f"{key}_ms": statistics.median(times) * 1e3,
+            f"{key}_ps_kib_step": moved / timed / 1024,
+            f"{key}_ps_rss_rise_mib": after.max_rss_mib - before.max_rss_mib}
+
+
+# -- TF1 --------------------------------------------------------------------------------------
+_TF_SERVER = """
+import json, sys, os
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import tensorflow as tf
+spec, job, index = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+server = tf.distribute.Server(tf.train.ClusterSpec(spec), job_name=job, task_index=index,
+                              protocol="grpc", start=True)
+print("ready", flush=True)
+server.join()
+"""
+
+
+def tf_side(rows_list, quick):
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import socket
+    import tensorflow as tf
+    tf1 = tf.compat.v1
+    tf1.disable_eager_execution()
+
+    def free_port():
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return sock.getsockname()[1]
+
+    spec = {"ps": [f"127.0.0.1:{free_port()}"], "worker": [f"127.0.0.1:{free_port()}"]}
+    procs = [subprocess.Popen([sys.executable, "-c", _TF_SERVER, json.dumps(spec), job, "0"],
+                              stdout=subprocess.PIPE, text=True, env={**os.environ})
+             for job in spec]
+    try:
+        for proc in procs:
+            if proc.stdout.readline().strip() != "ready":
+                raise RuntimeError("a TF server did not start")
+        out = {}
+        warm, timed = _steps(quick)
+        for rows in rows_list:
+            for optimizer in OPTIMIZERS:
+                graph, ids, labels, loss, train, init = _graph(tf1, rows, optimizer)
+                with tf1.Session(f"grpc://{spec['worker'][0]}", graph=graph) as sess:
+                    sess.run(init)
+                    for step in range(warm):
+                        i, y = _feeds(rows, step)
+                        sess.run([loss, train], {ids: i, labels: y})
+                    times = []
+                    for step in range(timed):
+                        i, y = _feeds(rows, warm + step)
+                        start = time.perf_counter()
+                        sess.run([loss, train], {ids: i, labels: y})
+                        times.append(time.perf_counter() - start)
+                tf1.Session.reset(f"grpc://{spec['worker'][0]}")
+                out[f"{optimizer}_{rows // 1000}k_ms"] = statistics.median(times) * 1e3
+        return out
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+def run_tf(tf_python, rows_list, quick):
+    command = [tf_python, os.path.abspath(__file__), "--tf-side",
+               "--rows", ",".join(map(str, rows_list))] + (["--quick"] if quick else [])
+    result = subprocess.run(command, capture_output=True, text=True, timeout=1800,
+                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2",
+                                 "CUDA_VISIBLE_DEVICES": ""})
+    lines = result.stdout.strip().splitlines()
+    if result.returncode or not lines:
+        print(f"TF side failed (exit {result.returncode}): {result.stderr[-2000:]}")
+        return None
+    return json.loads(lines[-1])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer steps")
+    parser.add_argument("--rows", default="100000,500000,2000000", help="table sizes V")
+    parser.add_argument("--tf-python", default=None,
+                        help="a Python that can import tensorflow (else $ASYNCFLOW_TF_PYTHON)")
+    parser.add_argument("--no-tf", action="store_true", help="asyncflow figures only")
+    parser.add_argument("--tf-side", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    rows_list = [int(r) for r in args.rows.split(",")]
+    if args.tf_side:
+        print(json.dumps(tf_side(rows_list, args.quick)))
+        return
+    tf_python = None if args.no_tf else (args.tf_python or os.environ.get("ASYNCFLOW_TF_PYTHON"))
+    ours = asyncflow_side(rows_list, args.quick)
+    base = rows_list[0] // 1000
+    for optimizer in OPTIMIZERS:
+        for rows in rows_list[1:]:
+            ours[f"{optimizer}_{rows // 1000}k_over_{base}k"] = \
+                ours[f"{optimizer}_{rows // 1000}k_ms"] / ours[f"{optimizer}_{base}k_ms"]
+    theirs = run_tf(tf_python, rows_list, args.quick) if tf_python else None
+    print(f"TF1 side: {tf_python or 'none (asyncflow figures only)'}")
+    print(f"{'metric':<30} {'asyncflow':>12} {'TF1 gRPC':>12} {'ratio':>8}")
+    for key, value in ours.items():
+        other = None if theirs is None else theirs.get(key)
+        ratio = "-" if not other else f"{value / other:.2f}"
+        print(f"{key:<30} {value:>12.2f} {'-' if other is None else f'{other:.2f}':>12} "
+              f"{ratio:>8}")
+
+
+if __name__ == "__main__":
+    main()
