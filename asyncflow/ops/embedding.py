@@ -110,7 +110,8 @@ def embedding_lookup(params, ids, partition_strategy="mod", name=None, validate_
     """Rows of an embedding table, possibly sharded over a list of tensors or variables.
 
     Args:
-        params: a tensor/variable, or a list of them (shards of one table along dim 0).
+        params: a tensor/variable, a list of them (shards of one table along dim 0), or a
+            ``PartitionedVariable`` (its parts; they are contiguous, so say ``"div"``).
         ids: an int tensor of row ids into the whole table.
         partition_strategy: ``"mod"`` (id ``i`` lives in shard ``i % n``, row ``i // n``) or
             ``"div"`` (shards hold contiguous id ranges, the first ones one row longer).
@@ -126,6 +127,8 @@ def embedding_lookup(params, ids, partition_strategy="mod", name=None, validate_
         InvalidArgumentError: at run time when an id falls outside its shard.
     """
     del validate_indices
+    if hasattr(params, "_get_variable_list"):  # a PartitionedVariable: its parts
+        params = params._get_variable_list()
     if not isinstance(params, (list, tuple)):
         params = [params]
     if not params:
