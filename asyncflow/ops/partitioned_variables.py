@@ -1,6 +1,6 @@
 """Partitioned variables: one logical table stored as several variables (TF1's mechanism).
 
-Theory of operation: a *partitioner* maps a variable's full shape and dtype to a list of
+Theory of operation: a *partitioner* (``fn(shape=, dtype=)``) maps a variable's full shape and dtype to a list of
 partition counts, one per dimension, at most one of them above 1 (TF1's three:
 ``fixed_size_partitioner``, ``variable_axis_size_partitioner`` and
 ``min_max_variable_partitioner``). ``get_variable(name, shape, partitioner=...)`` then
@@ -75,6 +75,7 @@ class PartitionedVariable:
 
     name = property(lambda self: self._name)
     dtype = property(lambda self: self._dtype)
+    graph = property(lambda self: self._variables[0].graph)
 
     @property
     def shape(self):
@@ -146,6 +147,9 @@ def check_partitions(full_name, full_shape, partitions):
     if len(partitions) != len(full_shape):
         raise ValueError(f"Variable {full_name}: the partitioner returned {partitions}, which "
                          f"does not have one entry per dimension of shape {full_shape}")
+    if sum(p > 1 for p in partitions) > 1:
+        raise ValueError(f"Variable {full_name}: can only slice a variable along one "
+                         f"dimension, but partitions {partitions} cut several")
     if any(p < 1 for p in partitions):
         raise ValueError(f"Variable {full_name}: partitions {partitions} must all be >= 1")
     for p, d in zip(partitions, full_shape):
@@ -157,7 +161,7 @@ def check_partitions(full_name, full_shape, partitions):
 # -- the partitioners ------------------------------------------------------------------------
 def fixed_size_partitioner(num_shards, axis=0):
     """A partitioner cutting ``axis`` into ``num_shards`` parts (fewer if it is shorter)."""
-    def partitioner(shape, dtype=None):
+    def partitioner(shape, dtype=None, **unused):
         dims = _dims(shape)
         partitions = [1] * len(dims)
         partitions[axis] = min(int(num_shards), dims[axis])
@@ -175,9 +179,9 @@ def variable_axis_size_partitioner(max_shard_bytes, axis=0, bytes_per_string_ele
     if max_shard_bytes < 1 or (max_shards is not None and max_shards < 1):
         raise ValueError("Both max_shard_bytes and max_shards must be positive.")
 
-    def partitioner(shape, dtype):
+    def partitioner(shape, dtype=None, **unused):
         dims = _dims(shape)
-        element = _element_size(dtype, bytes_per_string_element)
+        element = _element_size(dtype or dtypes.float32, bytes_per_string_element)
         slice_dim = dims[axis]
         bytes_per_slice = 1.0 * (math.prod(dims) / max(slice_dim, 1)) * element
         slices_per_shard = max(1, math.floor(max_shard_bytes / bytes_per_slice))
@@ -194,9 +198,10 @@ def min_max_variable_partitioner(max_partitions=1, axis=0, min_slice_size=256 <<
                                  bytes_per_string_element=16):
     """A partitioner making as many parts of at least ``min_slice_size`` bytes as fit, at
     most ``max_partitions``."""
-    def partitioner(shape, dtype):
+    def partitioner(shape, dtype=None, **unused):
         dims = _dims(shape)
-        total = math.prod(dims) * _element_size(dtype, bytes_per_string_element)
+        total = math.prod(dims) * _element_size(dtype or dtypes.float32,
+                                                bytes_per_string_element)
         partitions = [1] * len(dims)
         partitions[axis] = max(1, min(dims[axis], max_partitions,
                                       int(math.ceil(total / min_slice_size))))

@@ -207,7 +207,7 @@ def get_variable(name, shape=None, dtype=None, initializer=None, regularizer=Non
             collection.
         trainable: also add it to ``TRAINABLE_VARIABLES``.
         collections: collections to add it to (default ``[GLOBAL_VARIABLES]``).
-        partitioner: ``fn(shape, dtype) -> partitions per dim`` (default: the scope's); when
+        partitioner: ``fn(shape=, dtype=) -> partitions per dim`` (default: the scope's); when
             it cuts the variable, its parts ``name/part_i`` are created and a
             ``PartitionedVariable`` is returned (see ops/partitioned_variables.py).
 
@@ -230,7 +230,8 @@ def get_variable(name, shape=None, dtype=None, initializer=None, regularizer=Non
     existing = store.variables.get(full_name)
     if existing is not None:
         if scope.reuse is not True and scope.reuse is not AUTO_REUSE:
-            site = existing.op.creation_site()
+            site = (existing[0] if hasattr(existing, "_get_variable_list") else existing) \
+                .op.creation_site()
             raise ValueError(f"Variable {full_name} already exists, disallowed. Did you mean to "
                              f"set reuse=True or reuse=af.AUTO_REUSE in VarScope? Originally "
                              f"defined at:\n\n  {site}")
@@ -314,7 +315,8 @@ def _create_partitioned(graph, full_name, shape, dtype, initializer, partitioner
     if dims is None or any(d is None for d in dims):
         raise ValueError(f"Shape of a new partitioned variable ({full_name}) must be fully "
                          f"defined, but instead was {dims}.")
-    partitions = partitioned.check_partitions(full_name, dims, partitioner(dims, dtype))
+    partitions = partitioned.check_partitions(full_name, dims,
+                                              partitioner(shape=dims, dtype=dtype))
     initializer = initializer or _default_initializer(full_name, dtype)
     parts = []
     for index, (offset, part_shape) in enumerate(partitioned.part_slices(dims, partitions)):

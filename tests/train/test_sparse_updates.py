@@ -228,3 +228,27 @@ def test_densifying_a_huge_or_unknown_gradient_warns_as_tf1():
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             af.convert_to_tensor(small)
+
+
+@pytest.mark.parametrize("optimizer", ["Adagrad", "Momentum", "Adam", "RMSProp", "Ftrl"])
+def test_a_huge_table_and_its_slots_are_initialized_on_their_device(optimizer):
+    """Registering the graph never carries the table: every Const stays small."""
+    import msgpack
+    with af.Graph().as_default() as graph:
+        with af.device("/job:ps/task:0"):
+            table = af.get_variable("table", [2_000_000, 64],
+                                    initializer=af.initializers.random_uniform(-1.0, 1.0))
+        loss = af.reduce_sum(af.nn.embedding_lookup(table, [3, 5]))
+        opt = {"Adagrad": lambda: af.train.AdagradOptimizer(0.1),
+               "Momentum": lambda: af.train.MomentumOptimizer(0.1, 0.9),
+               "Adam": lambda: af.train.AdamOptimizer(0.1),
+               "RMSProp": lambda: af.train.RMSPropOptimizer(0.1),
+               "Ftrl": lambda: af.train.FtrlOptimizer(0.1)}[optimizer]()
+        opt.minimize(loss)
+        biggest = max(np.asarray(op.get_attr("value")).nbytes
+                      for op in graph.get_operations() if op.type == "Const")
+        assert biggest < 1 << 16
+        for slot in opt.variables():
+            assert slot.device == "/job:ps/task:0", slot
+        size = len(msgpack.packb(graph.as_graph_def(), default=lambda o: repr(o)))
+        assert size < 1 << 20
