@@ -52,6 +52,7 @@ from asyncflow.ops.state import (  # noqa: F401,E402  (sparse updates)
     scatter_div, scatter_max, scatter_min, scatter_mul,
 )
 from asyncflow.graph.indexed_slices import IndexedSlices  # noqa: F401,E402
+from asyncflow.ops.sparse_ops import sparse_to_dense  # noqa: F401,E402
 from asyncflow.ops.partitioned_variables import (  # noqa: F401,E402
     PartitionedVariable, fixed_size_partitioner, min_max_variable_partitioner,
     variable_axis_size_partitioner,
