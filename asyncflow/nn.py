@@ -23,3 +23,4 @@ from asyncflow.ops.candidate_sampling import (  # noqa: F401,E402  (samplers, is
     log_uniform_candidate_sampler, uniform_candidate_sampler,
 )
 from asyncflow.ops.sampled_losses import nce_loss, sampled_softmax_loss  # noqa: F401,E402
+from asyncflow.ops.sparse_ops import embedding_lookup_sparse  # noqa: F401,E402
