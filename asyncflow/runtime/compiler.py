@@ -103,6 +103,15 @@ class CompiledRun:
                     self.loop_free = plan
 
 
+def plan_feeds(compiled, feed_values):
+    """The values the single plan of ``compiled`` reads: a rewritten signature's plan reads
+    only the feeds it uses (``feed_routes``), not every feed of the run."""
+    routes = compiled.feed_routes[0]
+    if len(routes) == len(feed_values):
+        return feed_values  # routes are then 0..n-1 (sorted, unique)
+    return [feed_values[i] for i in routes]
+
+
 def _contains_control_flow(ops):
     return any(op.op_def.control_flow or op._control_flow_context is not None for op in ops)
 
@@ -274,7 +283,8 @@ async def run_partitions(graph, compiled, feed_values, step):
     if len(plans) == 1:
         device = plans[0].device
         try:
-            values = await executor.run_plan(plans[0], [device.put(v) for v in feed_values], step)
+            values = await executor.run_plan(
+                plans[0], [device.put(v) for v in plan_feeds(compiled, feed_values)], step)
         except errors.OpError as exc:
             _original_op(exc, graph)
             raise

@@ -93,7 +93,8 @@ class LocalTarget:
         step = Step(next(_STEP_IDS), offload=offload, pause=pause,
                              park=park if plan.waits or not plan.static else None)
         try:
-            values = await executor.run_plan(plan, feed_values, step)
+            values = await executor.run_plan(plan, _compiler.plan_feeds(compiled, feed_values),
+                                             step)
         except errors.OpError as exc:
             _compiler._original_op(exc, self.graph)
             raise
