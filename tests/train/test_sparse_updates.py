@@ -252,3 +252,25 @@ def test_a_huge_table_and_its_slots_are_initialized_on_their_device(optimizer):
             assert slot.device == "/job:ps/task:0", slot
         size = len(msgpack.packb(graph.as_graph_def(), default=lambda o: repr(o)))
         assert size < 1 << 20
+
+
+def test_writable_is_the_stored_array_only_while_no_one_else_holds_it():
+    from asyncflow.runtime.resources import VariableResource
+    resource = VariableResource("table", np.float32, (3, 2))
+    resource.assign(np.zeros((3, 2), np.float32))
+    array = resource.writable()
+    assert array is resource.value and array.flags.writeable  # a sparse update costs its rows
+    array[1] = 5.0
+    resource.assign(array, fresh=True)
+    assert not resource.value.flags.writeable
+    del array
+    reader = resource.read()  # a fetched value or a pending op's input
+    copy = resource.writable()
+    assert copy is not resource.value
+    copy[0] = 7.0
+    np.testing.assert_array_equal(reader[0], [0.0, 0.0])
+    del reader, copy
+    view = resource.value[1:]
+    assert resource.writable() is not resource.value  # a view would see the write
+    del view
+    assert resource.writable() is resource.value
