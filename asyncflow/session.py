@@ -78,8 +78,9 @@ class _FetchStructure:
         if isinstance(fetch, collections.abc.Mapping):
             return ("mapping", type(fetch), [(k, self._flatten(v)) for k, v in fetch.items()])
         if isinstance(fetch, (SparseTensor, IndexedSlices)):  # a value of three tensors
-            parts = [fetch.indices, fetch.values, fetch.dense_shape] if \
-                isinstance(fetch, SparseTensor) else [fetch.values, fetch.indices, fetch.dense_shape]
+            parts = [fetch.indices, fetch.values, fetch.dense_shape]
+            if isinstance(fetch, IndexedSlices):
+                parts = [fetch.values, fetch.indices, fetch.dense_shape]
             kind = SparseTensorValue if isinstance(fetch, SparseTensor) else IndexedSlicesValue
             return ("namedtuple", kind, [None if p is None else self._flatten(p) for p in parts])
         try:

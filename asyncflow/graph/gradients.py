@@ -16,9 +16,10 @@ Theory of operation:
    registered ``grad(op, *out_grads)`` under the name scope ``<name>/<op>_grad`` and hand the
    results to the producers of its inputs, decrementing their counts.
 5. *Collect.* The gradient of ``xs[i]`` is the sum of its contributions, or None when none
-   reached it. A gather's gradient is an ``IndexedSlices`` (graph/indexed_slices.py); it stays
-   sparse through the ops that accept it (a variable's read) and up to ``xs``, several sparse
-   contributions are concatenated, and any other op receives it densified. An ``x`` lying on another ``x``'s path does not stop the walk.
+   reached it. An ``x`` lying on another ``x``'s path does not stop the walk. A gather's
+   gradient is an ``IndexedSlices`` (graph/indexed_slices.py): it stays sparse through the
+   ops that accept one (a variable's read) up to ``xs``, several sparse contributions are
+   concatenated, and any other op receives it densified.
 6. *Units.* A while loop is differentiated as one unit (``_unit``): its Enter and Exit ops map
    to a composite whose gradient function (ops/control_flow_grad.py) builds the gradient
    loop, so the walk never enters the loop's cycle.

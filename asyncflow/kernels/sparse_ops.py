@@ -49,7 +49,7 @@ def _sparse_to_dense(ctx, indices, output_shape, values, default):
                                 f"is out of bounds: need 0 <= index < "
                                 f"[{','.join(map(str, shape))}]")
     out = ctx.xp.full(shape, default, dtype=values.dtype)
-    out[tuple(indices.T)] = values
+    out[tuple(ctx.xp.asarray(indices).T)] = values
     return (out,)
 
 

@@ -1,8 +1,8 @@
 """Partitioned variables: one logical table stored as several variables (TF1's mechanism).
 
-Theory of operation: a *partitioner* (``fn(shape=, dtype=)``) maps a variable's full shape and dtype to a list of
-partition counts, one per dimension, at most one of them above 1 (TF1's three:
-``fixed_size_partitioner``, ``variable_axis_size_partitioner`` and
+Theory of operation: a *partitioner* (``fn(shape=, dtype=)``) maps a variable's full shape
+and dtype to a list of partition counts, one per dimension, at most one of them above 1
+(TF1's three: ``fixed_size_partitioner``, ``variable_axis_size_partitioner`` and
 ``min_max_variable_partitioner``). ``get_variable(name, shape, partitioner=...)`` then
 creates ``name/part_0 .. name/part_{k-1}``: the axis of ``n`` rows is cut into contiguous
 slices, the first ``n % k`` of them one row longer (so an ``embedding_lookup`` over the
@@ -10,8 +10,8 @@ parts must say ``partition_strategy="div"``, as in TF1). Each part is an ordinar
 its initializer runs where it is placed (``replica_device_setter`` spreads the parts over
 the ps tasks round-robin, like any variables), is given a ``PartitionInfo`` (the full shape
 and this part's offset, so variance-scaling initializers use the whole table's fans) and
-carries a ``SaveSliceInfo`` (full name, full shape, offset, part shape) that the Saver uses
-to write and read the parts as slices of one logical tensor.
+carries a ``SaveSliceInfo`` (full name, full shape, offset, part shape): the Saver writes
+the logical tensor under its full name and each part restores its own slice of it.
 
 The ``PartitionedVariable`` returned behaves as the list of its parts for
 ``embedding_lookup`` and converts to the concatenated tensor elsewhere.
