@@ -210,6 +210,8 @@ def test_indexed_slices_aggregate_and_densify():
         mixed, = af.gradients(af.reduce_sum(a) + af.reduce_sum(var * 2.0), [var])
         assert isinstance(mixed, af.Tensor) and mixed.op.type == "AddN"
         assert af.convert_to_tensor(grad).shape.as_list() == [4, 2]
+        summed = af.add_n([grad, grad])  # add_n densifies, as TF1's does
+        assert isinstance(summed, af.Tensor) and summed.shape.as_list() == [4, 2]
         assert isinstance(af.train.GradientDescentOptimizer(0.1).compute_gradients(
             af.reduce_sum(a), [var])[0][0], af.IndexedSlices)
 
