@@ -419,6 +419,8 @@ def _sparse_gather_grad(params, indices, grad, p_dims, i_dims):
     """
     count = dims_product(i_dims)
     values = reshape(grad, dims_vector([count] + p_dims[1:]))
+    if params.shape.ndims is not None and indices.shape.ndims is not None:
+        values.set_shape(TensorShape([indices.shape.num_elements()] + list(params.shape.dims[1:])))
     flat_ids = reshape(indices, dims_vector([count]))
     if params.shape.is_fully_defined():
         dense_shape = sources.constant(np.asarray(params.shape.as_list(), np.int32))
@@ -434,7 +436,10 @@ def _densify(slices):
     known = static_value(shape)
     rows = int(np.asarray(known).reshape(-1)[0]) if known is not None else \
         strided_slice(shape, [0], [1], shrink_axis_mask=1)
-    return unsorted_segment_sum(slices.values, slices.indices, rows)
+    dense = unsorted_segment_sum(slices.values, slices.indices, rows)
+    if known is not None:
+        dense.set_shape(TensorShape([int(d) for d in np.asarray(known).reshape(-1)]))
+    return dense
 
 
 register_densifier(_densify)
