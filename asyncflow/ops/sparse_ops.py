@@ -11,7 +11,7 @@ tensor into an ``UnsortedSegmentSum`` (repeats add up, differentiable in the val
 ``sparse_tensor_dense_matmul`` gathers one row of the dense operand per entry (so its gradient
 is an IndexedSlices); ``embedding_lookup_sparse`` looks up every id and sums each row's
 weighted embeddings with a segment sum. ``SparseReorder``, ``SparseReshape`` and ``SparseAdd``
-are kernels (not differentiable here).
+are kernels (not differentiable here); ``SparseToDense`` has TF1's gradient for its values.
 
 Kernels live in ``asyncflow/kernels/sparse_ops.py``.
 """
@@ -22,7 +22,7 @@ import collections
 import numpy as np
 
 from asyncflow import dtypes
-from asyncflow.graph import not_differentiable, register_op
+from asyncflow.graph import not_differentiable, register_gradient, register_op
 from asyncflow.graph.shape import TensorShape
 from asyncflow.ops import math as math_ops
 from asyncflow.ops import sources
@@ -31,6 +31,7 @@ from asyncflow.ops.construct import as_tensor, make, make_op, static_value
 from asyncflow.ops.embedding import dynamic_partition, embedding_lookup
 from asyncflow.ops.indexing import gather, unsorted_segment_sum
 from asyncflow.ops.layout import concat, expand_dims, stack, transpose
+from asyncflow.ops.shapes import shape_of
 from asyncflow.ops.tiling import one_hot
 
 
@@ -50,7 +51,25 @@ def _infer_sparse_to_dense(op):
 
 
 register_op("SparseToDense", infer=_infer_sparse_to_dense)
-not_differentiable("SparseToDense")
+
+
+@register_gradient("SparseToDense")
+def _sparse_to_dense_grad(op, grad):
+    """TF1's: the values' gradient is ``grad`` at their indices (a gather of the flat grad)."""
+    indices, output_shape, values, _ = op._inputs
+    if values.shape.ndims == 0:
+        return [None, None, None, None]  # a broadcast scalar value: TF1 has none either
+    flat_grad = reshape(grad, [-1])
+    if indices.shape.ndims == 2 and indices.shape[1] is not None:
+        shape = math_ops.cast(output_shape, indices.dtype)
+        strides = stack([math_ops.reduce_prod(shape[i + 1:]) for i in range(indices.shape[1])])
+        linear = math_ops.reduce_sum(math_ops.multiply(indices, strides), axis=1)
+    elif indices.shape.ndims in (0, 1):
+        linear = reshape(indices, [-1])
+    else:
+        raise LookupError(f"SparseToDense '{op.name}': the gradient needs the rank of "
+                          "sparse_indices to be known")
+    return [None, None, reshape(gather(flat_grad, linear), shape_of(values)), None]
 
 
 def sparse_to_dense(sparse_indices, output_shape, sparse_values, default_value=0,

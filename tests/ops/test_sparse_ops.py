@@ -107,3 +107,14 @@ async def test_a_fetched_indexed_slices_is_a_value_of_three_arrays():
             value = await sess.run(grad)
     assert value.indices.tolist() == [4, 1] and value.values.shape == (2, 3)
     assert value.dense_shape.tolist() == [6, 3]
+
+
+async def test_sparse_to_dense_is_differentiable_in_its_values():
+    from gradcheck import check_gradients
+    indices = np.array([[0, 1], [1, 0], [2, 3]], np.int64)
+    await check_gradients(
+        lambda v: af.sparse_to_dense(indices, [3, 4], v, default_value=0.5) ** 2,
+        [np.array([0.5, -1.5, 2.0])])
+    await check_gradients(
+        lambda v: af.sparse_to_dense(np.array([1, 4]), [6], v) * np.arange(6.0),
+        [np.array([1.0, 2.0])])
