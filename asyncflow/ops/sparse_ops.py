@@ -11,7 +11,8 @@ tensor into an ``UnsortedSegmentSum`` (repeats add up, differentiable in the val
 ``sparse_tensor_dense_matmul`` gathers one row of the dense operand per entry (so its gradient
 is an IndexedSlices); ``embedding_lookup_sparse`` looks up every id and sums each row's
 weighted embeddings with a segment sum. ``SparseReorder``, ``SparseReshape`` and ``SparseAdd``
-are kernels (not differentiable here); ``SparseToDense`` has TF1's gradient for its values.
+are kernels; ``SparseToDense`` and ``SparseReorder`` have TF1's gradients for their values,
+``SparseReshape`` needs none (the values pass through) and ``SparseAdd`` has none here.
 
 Kernels live in ``asyncflow/kernels/sparse_ops.py``.
 """
@@ -385,4 +386,15 @@ def _infer_sparse_add(op):
 register_op("SparseReorder", infer=_infer_reorder)
 register_op("SparseReshape", infer=_infer_reshape)
 register_op("SparseAdd", infer=_infer_sparse_add)
-not_differentiable("SparseReorder", "SparseReshape", "SparseAdd")
+not_differentiable("SparseReshape", "SparseAdd")
+
+
+@register_gradient("SparseReorder")
+def _sparse_reorder_grad(op, indices_grad, values_grad):
+    """TF1's: reorder the entry numbers too, and send each output's gradient back to its entry."""
+    indices, values, dense_shape = op._inputs
+    count = shape_of(values)[0]
+    entries = sources.range(0, count)
+    order = make_op("SparseReorder", (indices, entries, dense_shape), None, None,
+                    "SparseReorder")._outputs[1]
+    return [None, unsorted_segment_sum(values_grad, order, count), None]

@@ -118,3 +118,14 @@ async def test_sparse_to_dense_is_differentiable_in_its_values():
     await check_gradients(
         lambda v: af.sparse_to_dense(np.array([1, 4]), [6], v) * np.arange(6.0),
         [np.array([1.0, 2.0])])
+
+
+async def test_sparse_reorder_sends_each_gradient_back_to_its_entry():
+    from gradcheck import check_gradients
+    unsorted = np.array([[2, 0], [0, 3], [1, 1], [0, 1]], np.int64)
+
+    def build(v):
+        ordered = af.sparse_reorder(af.SparseTensor(unsorted, v, [3, 4]))
+        return ordered.values * np.array([1.0, 2.0, 3.0, 4.0])
+    grads = await check_gradients(build, [np.array([0.5, -1.0, 2.0, 3.0])])
+    np.testing.assert_allclose(grads[0] != 0, True)
