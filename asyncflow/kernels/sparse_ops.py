@@ -104,3 +104,18 @@ def _sparse_add(ctx, a_indices, a_values, a_shape, b_indices, b_values, b_shape,
     xp = ctx.xp
     return (xp.asarray(indices.astype(np.int64).reshape(-1, len(a_shape))), xp.asarray(values),
             xp.asarray(a_shape.astype(np.int64)))
+
+
+@register_kernel("SparseAddGrad")
+def _sparse_add_grad(ctx, grad, a_indices, b_indices, sum_indices):
+    position = {tuple(index): n for n, index in enumerate(_host(sum_indices).tolist())}
+    grad = _host(grad)
+
+    def pick(indices):
+        rows = [position.get(tuple(index)) for index in _host(indices).tolist()]
+        out = np.zeros(len(rows), grad.dtype)
+        for n, row in enumerate(rows):
+            if row is not None:
+                out[n] = grad[row]
+        return ctx.xp.asarray(out)
+    return pick(a_indices), pick(b_indices)

@@ -12,7 +12,8 @@ tensor into an ``UnsortedSegmentSum`` (repeats add up, differentiable in the val
 is an IndexedSlices); ``embedding_lookup_sparse`` looks up every id and sums each row's
 weighted embeddings with a segment sum. ``SparseReorder``, ``SparseReshape`` and ``SparseAdd``
 are kernels; ``SparseToDense`` and ``SparseReorder`` have TF1's gradients for their values,
-``SparseReshape`` needs none (the values pass through) and ``SparseAdd`` has none here.
+``SparseAdd`` too (``SparseAddGrad``); ``SparseReshape`` needs none (the values pass
+through).
 
 Kernels live in ``asyncflow/kernels/sparse_ops.py``.
 """
@@ -386,7 +387,29 @@ def _infer_sparse_add(op):
 register_op("SparseReorder", infer=_infer_reorder)
 register_op("SparseReshape", infer=_infer_reshape)
 register_op("SparseAdd", infer=_infer_sparse_add)
-not_differentiable("SparseReshape", "SparseAdd")
+not_differentiable("SparseReshape")
+
+
+def _infer_sparse_add_grad(op):
+    grad, a_indices, b_indices, _ = op._inputs
+
+    def rows(indices):
+        return TensorShape([indices.shape[0] if indices.shape.ndims == 2 else None])
+    return [(grad.dtype, rows(a_indices)), (grad.dtype, rows(b_indices))]
+
+
+register_op("SparseAddGrad", infer=_infer_sparse_add_grad)
+not_differentiable("SparseAddGrad")
+
+
+@register_gradient("SparseAdd")
+def _sparse_add_grad(op, indices_grad, values_grad, shape_grad):
+    """TF1's: each entry of ``a`` and ``b`` gets the gradient of the sum's entry at its index
+    (zero when that entry fell under the threshold)."""
+    a_indices, b_indices = op._inputs[0], op._inputs[3]
+    grads = make_op("SparseAddGrad", (values_grad, a_indices, b_indices, op._outputs[0]), None,
+                    None, "SparseAddGrad")._outputs
+    return [None, grads[0], None, None, grads[1], None, None]
 
 
 @register_gradient("SparseReorder")

@@ -129,3 +129,15 @@ async def test_sparse_reorder_sends_each_gradient_back_to_its_entry():
         return ordered.values * np.array([1.0, 2.0, 3.0, 4.0])
     grads = await check_gradients(build, [np.array([0.5, -1.0, 2.0, 3.0])])
     np.testing.assert_allclose(grads[0] != 0, True)
+
+
+async def test_sparse_add_sends_the_sum_gradient_to_both_operands():
+    from gradcheck import check_gradients
+    a_indices = np.array([[0, 1], [1, 2], [2, 0]], np.int64)
+    b_indices = np.array([[0, 1], [2, 3]], np.int64)
+
+    def build(a, b):
+        total = af.sparse_add(af.SparseTensor(a_indices, a, [3, 4]),
+                              af.SparseTensor(b_indices, b, [3, 4]))
+        return af.sparse_tensor_to_dense(total) * np.arange(12.0).reshape(3, 4)
+    await check_gradients(build, [np.array([0.5, -1.0, 2.0]), np.array([1.5, 3.0])])
