@@ -8,6 +8,7 @@ below the table's size.
 """
 import numpy as np
 import pytest
+import trio
 
 import asyncflow as af
 
@@ -77,3 +78,37 @@ async def test_a_sparse_step_moves_rows_not_the_table(cluster, make_optimizer):
     assert rows_bytes <= ps_sent < 2 * rows_bytes, large
     assert rows_bytes <= ps_received < 2 * rows_bytes, large
     assert ps_sent + ps_received < 100_000 * WIDTH * 4 // 100
+
+
+@pytest.mark.parametrize("sharded", [False, True], ids=["one_file", "sharded"])
+async def test_a_partitioned_table_saves_on_two_ps_and_restores_into_three_parts(
+        tmp_path, sharded):
+    """Parts on two ps tasks; the checkpoint restores into three parts on a worker."""
+    spec = af.ClusterSpec({"ps": ["inprocess:31001", "inprocess:31002"],
+                           "worker": ["inprocess:31003"]})
+    async with trio.open_nursery() as nursery:
+        for job, index, _ in spec.tasks():
+            await nursery.start(af.Server(spec, job, index, data_dir=str(tmp_path)).serve)
+        graph = af.Graph()
+        with graph.as_default(), af.device(af.train.replica_device_setter(cluster=spec)):
+            table = af.get_variable("table", [10, 3], partitioner=af.fixed_size_partitioner(2))
+            saver = af.train.Saver(sharded=sharded)
+            whole = af.convert_to_tensor(table)
+            init = af.global_variables_initializer()
+        assert [v.device for v in table] == ["/job:ps/task:0", "/job:ps/task:1"]
+        async with af.Session(cluster=spec, graph=graph) as sess:
+            await sess.run(init)
+            expected = await sess.run(whole)
+            path = await saver.save(sess, str(tmp_path / "model"))
+        await af.Session.reset(spec)
+        graph = af.Graph()
+        with graph.as_default():
+            with af.device("/job:worker/task:0"):
+                table = af.get_variable("table", [10, 3],
+                                        partitioner=af.fixed_size_partitioner(3))
+            saver = af.train.Saver(sharded=sharded)
+            whole = af.convert_to_tensor(table)
+        async with af.Session(cluster=spec, graph=graph) as sess:
+            await saver.restore(sess, path)
+            np.testing.assert_array_equal(await sess.run(whole), expected)
+        nursery.cancel_scope.cancel()
