@@ -48,6 +48,20 @@ from asyncflow.ops.state import (  # noqa: F401
     report_uninitialized_variables, scatter_add, scatter_sub, scatter_update,
     trainable_variables, variables_initializer,
 )
+from asyncflow.ops.state import (  # noqa: F401,E402  (sparse updates)
+    scatter_div, scatter_max, scatter_min, scatter_mul,
+)
+from asyncflow.graph.indexed_slices import IndexedSlices  # noqa: F401,E402
+from asyncflow.ops.sparse_ops import (  # noqa: F401,E402
+    SparseTensor, SparseTensorValue, sparse_add, sparse_concat, sparse_placeholder,
+    sparse_reduce_sum, sparse_reorder, sparse_reshape, sparse_retain,
+    sparse_tensor_dense_matmul, sparse_tensor_to_dense, sparse_to_dense,
+)
+from asyncflow import sparse  # noqa: F401,E402  (af.sparse.to_indicator ...)
+from asyncflow.ops.partitioned_variables import (  # noqa: F401,E402
+    PartitionedVariable, fixed_size_partitioner, min_max_variable_partitioner,
+    variable_axis_size_partitioner,
+)
 from asyncflow.runtime.options import ConfigProto, RunMetadata, RunOptions, SessionConfig  # noqa: F401
 from asyncflow.session import Session  # noqa: F401
 from asyncflow.distributed import ClusterSpec, Server  # noqa: F401,E402

@@ -18,3 +18,9 @@ from asyncflow.ops import rnn_cell  # noqa: F401  (af.nn.rnn_cell.BasicLSTMCell 
 from asyncflow.ops.rnn import (  # noqa: F401
     bidirectional_dynamic_rnn, dynamic_rnn, static_rnn,
 )
+from asyncflow.ops.candidate_sampling import (  # noqa: F401,E402  (samplers, issue 31)
+    compute_accidental_hits, fixed_unigram_candidate_sampler, learned_unigram_candidate_sampler,
+    log_uniform_candidate_sampler, uniform_candidate_sampler,
+)
+from asyncflow.ops.sampled_losses import nce_loss, sampled_softmax_loss  # noqa: F401,E402
+from asyncflow.ops.sparse_ops import embedding_lookup_sparse  # noqa: F401,E402

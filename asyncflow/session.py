@@ -32,6 +32,8 @@ import trio
 
 from asyncflow import dtypes, errors
 from asyncflow.graph.graph import Operation, Tensor, get_default_graph
+from asyncflow.graph.indexed_slices import IndexedSlices
+from asyncflow.ops.sparse_ops import SparseTensor, SparseTensorValue, sparse_feeds
 from asyncflow.runtime import timeslice
 from asyncflow.runtime.options import SessionConfig
 from asyncflow.runtime.resources import process_resources
@@ -75,6 +77,12 @@ class _FetchStructure:
             return ("namedtuple", type(fetch), [self._flatten(f) for f in fetch])
         if isinstance(fetch, collections.abc.Mapping):
             return ("mapping", type(fetch), [(k, self._flatten(v)) for k, v in fetch.items()])
+        if isinstance(fetch, (SparseTensor, IndexedSlices)):  # a value of three tensors
+            parts = [fetch.indices, fetch.values, fetch.dense_shape]
+            if isinstance(fetch, IndexedSlices):
+                parts = [fetch.values, fetch.indices, fetch.dense_shape]
+            kind = SparseTensorValue if isinstance(fetch, SparseTensor) else IndexedSlicesValue
+            return ("namedtuple", kind, [None if p is None else self._flatten(p) for p in parts])
         try:
             element = self._graph.as_graph_element(fetch)
         except (TypeError, ValueError, KeyError) as exc:
@@ -104,7 +112,7 @@ class _FetchStructure:
         if kind == "op":
             return None
         if kind == "namedtuple":
-            return node[1](*[self._build(n, values) for n in node[2]])
+            return node[1](*[None if n is None else self._build(n, values) for n in node[2]])
         if kind == "mapping":
             items = [(k, self._build(n, values)) for k, n in node[2]]
             try:
@@ -113,6 +121,11 @@ class _FetchStructure:
                 return dict(items)
         seq = [self._build(n, values) for n in node[1]]
         return seq if kind is list else kind(seq)
+
+
+class IndexedSlicesValue(collections.namedtuple("IndexedSlicesValue",
+                                                ["values", "indices", "dense_shape"])):
+    """A fetched IndexedSlices: its values, indices and dense shape as arrays."""
 
 
 def _fits(dims, shape):
@@ -402,7 +415,10 @@ class Session:
         if not feed_dict:
             return [], []
         tensors, values, seen = [], [], set()
-        for key, value in feed_dict.items():
+        items = []
+        for key, value in feed_dict.items():  # a SparseTensor is fed as its three tensors
+            items += sparse_feeds(key, value) if isinstance(key, SparseTensor) else [(key, value)]
+        for key, value in items:
             if hasattr(key, "_as_tensor") and not isinstance(key, Tensor):
                 key = key._as_tensor()
             try:

@@ -294,3 +294,17 @@ async def test_a_cancelled_caller_does_not_start_the_step(graph):
             scope.cancel()
             await sess.run(bump)
         assert await sess.run(counter) == 0
+
+
+async def test_an_unused_feed_does_not_shift_the_others_after_folding():
+    """A folded (rewritten) signature's plan reads only the feeds it uses; an unused feed
+    listed first must not hand its value to the next placeholder (fed SparseTensors leave
+    some of their three parts unused)."""
+    with af.Graph().as_default():
+        unused = af.placeholder(af.float32, [None], name="unused")
+        used = af.placeholder(af.float32, [None], name="used")
+        out = used * (af.constant(2.0) + 1.0)  # constant folding rewrites the signature
+        async with af.Session() as sess:
+            for feeds in ({unused: [9.0, 9.0], used: [1.0, 2.0, 3.0]},
+                          {used: [1.0, 2.0, 3.0], unused: [9.0, 9.0]}):
+                np.testing.assert_array_equal(await sess.run(out, feeds), [3.0, 6.0, 9.0])

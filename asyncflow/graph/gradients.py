@@ -16,7 +16,10 @@ Theory of operation:
    registered ``grad(op, *out_grads)`` under the name scope ``<name>/<op>_grad`` and hand the
    results to the producers of its inputs, decrementing their counts.
 5. *Collect.* The gradient of ``xs[i]`` is the sum of its contributions, or None when none
-   reached it. An ``x`` lying on another ``x``'s path does not stop the walk.
+   reached it. An ``x`` lying on another ``x``'s path does not stop the walk. A gather's
+   gradient is an ``IndexedSlices`` (graph/indexed_slices.py): it stays sparse through the
+   ops that accept one (a variable's read) up to ``xs``, several sparse contributions are
+   concatenated, and any other op receives it densified.
 6. *Units.* A while loop is differentiated as one unit (``_unit``): its Enter and Exit ops map
    to a composite whose gradient function (ops/control_flow_grad.py) builds the gradient
    loop, so the walk never enters the loop's cycle.
@@ -35,6 +38,7 @@ import numpy as np
 
 from asyncflow.graph.conversion import convert_to_tensor
 from asyncflow.graph.graph import Operation, Tensor
+from asyncflow.graph.indexed_slices import IndexedSlices, aggregate, takes_indexed_slices
 
 
 def gradients(ys, xs, grad_ys=None, name="gradients", stop_gradients=None):
@@ -52,8 +56,9 @@ def gradients(ys, xs, grad_ys=None, name="gradients", stop_gradients=None):
             through the ops that produce them.
 
     Returns:
-        A list aligned with ``xs``: the gradient Tensor of each, or None where ``xs[i]`` does
-        not reach any ``y`` through differentiable floating-point paths.
+        A list aligned with ``xs``: the gradient Tensor of each (an ``IndexedSlices`` where
+        only gathers reach ``xs[i]``, as in TF1), or None where ``xs[i]`` does not reach any
+        ``y`` through differentiable floating-point paths.
 
     Raises:
         LookupError: if an op on a path has no registered gradient, naming the op, its type
@@ -217,6 +222,9 @@ def _output_grads(graph, op, grads):
     for out, grad in zip(op._outputs, summed):
         if grad is not None:
             grads[out] = [grad]  # an x among these outputs reuses the sum
+    if not takes_indexed_slices(op.type):
+        # Only ops that declare it see a sparse gradient; the others get the dense tensor.
+        summed = [g._as_tensor() if isinstance(g, IndexedSlices) else g for g in summed]
     if all(g is None for g in summed) or op.type in ("Switch", "RefSwitch"):
         # A Switch fills its missing branch itself: zeros of its other output would read a
         # value that is dead whenever the branch it belongs to is taken.
@@ -231,6 +239,8 @@ def _aggregate(graph, contributions, name):
         return None
     if len(contributions) == 1:
         return contributions[0]
+    if any(isinstance(c, IndexedSlices) for c in contributions):
+        return aggregate(graph, contributions, name)
     return graph.create_op("AddN", tuple(contributions), None, name=name)._outputs[0]
 
 

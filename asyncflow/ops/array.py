@@ -10,6 +10,7 @@ import numpy as np
 from asyncflow import dtypes
 from asyncflow.graph import register_gradient, register_op, not_differentiable
 from asyncflow.graph.conversion import contains_tensor
+from asyncflow.graph.indexed_slices import accepts_indexed_slices
 from asyncflow.graph.shape import TensorShape
 from asyncflow.ops.construct import as_tensor, make, static_value
 
@@ -102,6 +103,9 @@ def reshape(tensor, shape, name=None):  # noqa: F811 - parameter named like TF1
 @register_gradient("Identity")
 def _identity_grad(op, grad):
     return [grad]
+
+
+accepts_indexed_slices("Identity")  # a variable's read passes a sparse gradient on as is
 
 
 @register_gradient("Reshape")

@@ -5,7 +5,9 @@ strategies: ``"mod"`` puts id ``i`` in shard ``i % n`` at row ``i // n``; ``"div
 shard a contiguous range of ids, the first ``total % n`` shards one row more. The lookup
 partitions the flat ids by shard (DynamicPartition), gathers from each shard (GatherV2) and
 puts the rows back in id order (DynamicStitch), so each shard receives the gradient of just
-the rows it served. A single tensor or variable is a plain gather.
+the rows it served. A single tensor or variable is a plain gather. Each gather is colocated
+with its shard (TF1), so on a parameter server only the looked-up rows leave the table's task,
+and the gradient (an ``IndexedSlices``) comes back as rows and ids.
 
 Kernels live in ``asyncflow/kernels/embedding.py``.
 """
@@ -108,7 +110,8 @@ def embedding_lookup(params, ids, partition_strategy="mod", name=None, validate_
     """Rows of an embedding table, possibly sharded over a list of tensors or variables.
 
     Args:
-        params: a tensor/variable, or a list of them (shards of one table along dim 0).
+        params: a tensor/variable, a list of them (shards of one table along dim 0), or a
+            ``PartitionedVariable`` (its parts; they are contiguous, so say ``"div"``).
         ids: an int tensor of row ids into the whole table.
         partition_strategy: ``"mod"`` (id ``i`` lives in shard ``i % n``, row ``i // n``) or
             ``"div"`` (shards hold contiguous id ranges, the first ones one row longer).
@@ -124,6 +127,8 @@ def embedding_lookup(params, ids, partition_strategy="mod", name=None, validate_
         InvalidArgumentError: at run time when an id falls outside its shard.
     """
     del validate_indices
+    if hasattr(params, "_get_variable_list"):  # a PartitionedVariable: its parts
+        params = params._get_variable_list()
     if not isinstance(params, (list, tuple)):
         params = [params]
     if not params:
@@ -133,7 +138,9 @@ def embedding_lookup(params, ids, partition_strategy="mod", name=None, validate_
     shards = [as_tensor(p) for p in params]
     ids = as_tensor(ids)
     if len(shards) == 1:
-        result = gather(shards[0], ids, name=name or "embedding_lookup")
+        # Colocated with the table (TF1): the rows cross the wire, not the table.
+        with shards[0].graph.colocate_with(shards[0].op):
+            result = gather(shards[0], ids, name=name or "embedding_lookup")
     else:
         result = _sharded_lookup(shards, ids, partition_strategy, name)
     if max_norm is not None:
@@ -169,7 +176,10 @@ def _sharded_lookup(shards, ids, strategy, name):
     count = len(shards)
     gather_ids = dynamic_partition(rows, assign, count)
     positions = dynamic_partition(sources.range(0, dims_product(dims_of(flat))), assign, count)
-    parts = [gather(shard, part_ids) for shard, part_ids in zip(shards, gather_ids)]
+    parts = []
+    for shard, part_ids in zip(shards, gather_ids):
+        with shard.graph.colocate_with(shard.op):
+            parts.append(gather(shard, part_ids))
     merged = dynamic_stitch(positions, parts)
     row_dims = dims_of(shards[0])[1:]
     result = reshape(merged, dims_vector(dims_of(ids) + row_dims),

@@ -8,8 +8,10 @@ Theory of operation:
   clamping, negative steps and shrinking follow numpy exactly. When some indices are tensors,
   begin/end/strides are ``Pack`` ops whose constant elements shape inference still reads.
 - ``GatherV2`` checks every index at run time (an out-of-range index is an
-  ``InvalidArgumentError`` naming the op, like TF1 on CPU). Its gradient is dense: an
-  ``UnsortedSegmentSum`` of the incoming gradient into the gathered rows (repeated indices add).
+  ``InvalidArgumentError`` naming the op, like TF1 on CPU). Along axis 0 its gradient is an
+  ``IndexedSlices`` (the incoming rows and the flat ids, never a dense table); along another
+  axis or with batch dims it is dense: an ``UnsortedSegmentSum`` of the incoming gradient into
+  the gathered rows (repeated indices add), which is also how an IndexedSlices densifies.
 
 Kernels live in ``asyncflow/kernels/indexing.py``.
 """
@@ -23,6 +25,7 @@ from asyncflow import dtypes
 from asyncflow.graph import register_gradient, register_op, register_tensor_operators
 from asyncflow.graph.shape import TensorShape
 from asyncflow.graph.conversion import contains_tensor
+from asyncflow.graph.indexed_slices import IndexedSlices, register_densifier
 from asyncflow.ops import math as math_ops
 from asyncflow.ops import sources
 from asyncflow.ops.array import reshape
@@ -385,6 +388,8 @@ def _gather_grad(op, grad):
     params, indices = op._inputs
     a, b = op.get_attr("axis"), op.get_attr("batch_dims")
     p_dims, i_dims = dims_of(params), dims_of(indices)
+    if a == 0 and b == 0:
+        return [_sparse_gather_grad(params, indices, grad, p_dims, i_dims), None]
     k = len(i_dims) - b
     # grad is B + P[b:a] + I' + P[a+1:]: move I' next to B, flatten them, sum into rows.
     perm = list(builtins.range(b)) + list(builtins.range(a, a + k)) + \
@@ -404,6 +409,40 @@ def _gather_grad(op, grad):
     back = list(builtins.range(b)) + list(builtins.range(b + 1, a + 1)) + [b] + \
         list(builtins.range(a + 1, len(p_dims)))
     return [unflat if back == sorted(back) else transpose(unflat, back), None]
+
+
+def _sparse_gather_grad(params, indices, grad, p_dims, i_dims):
+    """TF1's sparse gradient of a gather along axis 0: the incoming rows at the flat ids.
+
+    The dense shape is a constant when known, else computed colocated with ``params`` (so it
+    never crosses the wire); a sparse optimizer update does not even read it.
+    """
+    count = dims_product(i_dims)
+    values = reshape(grad, dims_vector([count] + p_dims[1:]))
+    if params.shape.ndims is not None and indices.shape.ndims is not None:
+        values.set_shape(TensorShape([indices.shape.num_elements()] + list(params.shape.dims[1:])))
+    flat_ids = reshape(indices, dims_vector([count]))
+    if params.shape.is_fully_defined():
+        dense_shape = sources.constant(np.asarray(params.shape.as_list(), np.int32))
+    else:
+        with params.graph.colocate_with(params.op):
+            dense_shape = shape_of(params)
+    return IndexedSlices(values, flat_ids, dense_shape)
+
+
+def _densify(slices):
+    """``convert_to_tensor(IndexedSlices)``: the values summed into their rows."""
+    shape = slices.dense_shape
+    known = static_value(shape)
+    rows = int(np.asarray(known).reshape(-1)[0]) if known is not None else \
+        strided_slice(shape, [0], [1], shrink_axis_mask=1)
+    dense = unsorted_segment_sum(slices.values, slices.indices, rows)
+    if known is not None:
+        dense.set_shape(TensorShape([int(d) for d in np.asarray(known).reshape(-1)]))
+    return dense
+
+
+register_densifier(_densify)
 
 
 # -- unsorted segment sum ----------------------------------------------------------------------

@@ -156,7 +156,9 @@ class VarianceScaling(Initializer):
     def __call__(self, shape, dtype=None, partition_info=None):
         dims = _dims(shape)
         dtype = self._dtype(dtype)
-        fan_in, fan_out = compute_fans(dims)
+        # A partition is scaled by the whole variable's fans (TF1's partition_info.full_shape).
+        fan_in, fan_out = compute_fans(dims if partition_info is None
+                                       else _dims(partition_info.full_shape))
         n = {"fan_in": fan_in, "fan_out": fan_out, "fan_avg": (fan_in + fan_out) / 2}[self.mode]
         variance = self.scale / max(1.0, n)
         if self.distribution in ("normal", "truncated_normal"):

@@ -12,6 +12,7 @@ Kernels live in ``asyncflow/kernels/numerics.py``.
 from __future__ import annotations
 
 from asyncflow.graph import register_gradient, register_op
+from asyncflow.graph.indexed_slices import IndexedSlices
 from asyncflow.ops import math as math_ops
 from asyncflow.ops import sources
 from asyncflow.ops.array import identity
@@ -61,11 +62,15 @@ def clip_by_norm(t, clip_norm, axes=None, name=None):
         name: op name scope.
 
     Returns:
-        ``t * clip_norm / max(norm, clip_norm)``, the shape of ``t``.
+        ``t * clip_norm / max(norm, clip_norm)``, the shape of ``t``. An ``IndexedSlices``
+        stays one: its values are clipped by their own norm (TF1).
 
     Raises:
         TypeError: if ``t`` is not floating.
     """
+    if isinstance(t, IndexedSlices):
+        values = clip_by_norm(t.values, clip_norm, axes, name)
+        return IndexedSlices(values, t.indices, t.dense_shape)
     t = as_tensor(t)
     check_dtype("clip_by_norm", t, FLOATING, "t")
     with graph_of((t,)).name_scope(name or "clip_by_norm"):
@@ -86,7 +91,7 @@ def global_norm(t_list, name=None):
     """
     if not isinstance(t_list, (list, tuple)):
         raise TypeError("global_norm: t_list must be a list or tuple of tensors")
-    tensors = [as_tensor(t) for t in t_list if t is not None]
+    tensors = [as_tensor(_values_of(t)) for t in t_list if t is not None]
     if not tensors:
         raise ValueError("global_norm: t_list has no tensors")
     with graph_of(tensors).name_scope(name or "global_norm"):
@@ -98,7 +103,8 @@ def clip_by_global_norm(t_list, clip_norm, use_norm=None, name=None):
     """Scale every tensor of ``t_list`` by ``clip_norm / max(global_norm, clip_norm)``.
 
     Args:
-        t_list: a list or tuple of tensors (None entries pass through as None).
+        t_list: a list or tuple of tensors or ``IndexedSlices`` (None entries pass through
+            as None; IndexedSlices stay sparse).
         clip_norm: a positive scalar.
         use_norm: a precomputed global norm to use instead of computing it.
         name: op name scope.
@@ -123,9 +129,16 @@ def clip_by_global_norm(t_list, clip_norm, use_norm=None, name=None):
             if t is None:
                 clipped.append(None)
                 continue
-            t = as_tensor(t)
-            clipped.append(identity(math_ops.multiply(t, math_ops.cast(scale, t.dtype))))
+            values = as_tensor(_values_of(t))
+            values = identity(math_ops.multiply(values, math_ops.cast(scale, values.dtype)))
+            clipped.append(IndexedSlices(values, t.indices, t.dense_shape)
+                           if isinstance(t, IndexedSlices) else values)
     return clipped, norm
+
+
+def _values_of(t):
+    """An IndexedSlices counts by its values (TF1: duplicates are not merged first)."""
+    return t.values if isinstance(t, IndexedSlices) else t
 
 
 def _infer_check_numerics(op):

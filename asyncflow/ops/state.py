@@ -11,6 +11,7 @@ from __future__ import annotations
 from asyncflow import dtypes
 from asyncflow.graph import GraphKeys, register_op, not_differentiable
 from asyncflow.graph.graph import Tensor, _OPERATOR_NAMES, get_default_graph
+from asyncflow.graph.indexed_slices import IndexedSlices
 from asyncflow.graph.shape import TensorShape
 from asyncflow.ops.array import identity
 from asyncflow.ops.construct import as_tensor, make, make_op
@@ -53,7 +54,9 @@ def _infer_scatter(op):
     return [(ref.dtype, ref.shape)]
 
 
-for _type in ("ScatterUpdate", "ScatterAdd", "ScatterSub"):
+SCATTER_OPS = ("ScatterUpdate", "ScatterAdd", "ScatterSub", "ScatterMul", "ScatterDiv",
+               "ScatterMin", "ScatterMax")
+for _type in SCATTER_OPS:
     register_op(_type, infer=_infer_scatter, stateful=True, ref_inputs=(0,))
 
 
@@ -70,8 +73,8 @@ def _infer_report(op):
 
 register_op("ReportUninitializedVariables", infer=_infer_report, stateful=True,
             ref_inputs="all")
-not_differentiable("Assign", "AssignAdd", "AssignSub", "ScatterUpdate", "ScatterAdd",
-                   "ScatterSub", "IsVariableInitialized", "ReportUninitializedVariables")
+not_differentiable("Assign", "AssignAdd", "AssignSub", *SCATTER_OPS, "IsVariableInitialized",
+                   "ReportUninitializedVariables")
 
 
 def _assign_op(op_type, ref, value, use_locking, name, validate_shape=True):
@@ -209,8 +212,29 @@ class Variable:
     def assign_sub(self, delta, use_locking=False, name=None, read_value=True):
         return _assign_op("AssignSub", self._variable, delta, use_locking, name)
 
-    def scatter_update(self, indices, updates, name=None):
-        return scatter_update(self, indices, updates, name=name)
+    def scatter_update(self, indices, updates=None, name=None):
+        """``scatter_update(IndexedSlices)`` as in TF1, or ``scatter_update(indices, updates)``."""
+        return _scatter_method(scatter_update, self, indices, updates, name)
+
+    def scatter_add(self, sparse_delta, use_locking=False, name=None):
+        """Add an ``IndexedSlices`` to the rows it names (TF1's ``Variable.scatter_add``)."""
+        return _scatter_method(scatter_add, self, sparse_delta, None, name)
+
+    def scatter_sub(self, sparse_delta, use_locking=False, name=None):
+        """Subtract an ``IndexedSlices`` from the rows it names."""
+        return _scatter_method(scatter_sub, self, sparse_delta, None, name)
+
+    def scatter_mul(self, sparse_delta, use_locking=False, name=None):
+        return _scatter_method(scatter_mul, self, sparse_delta, None, name)
+
+    def scatter_div(self, sparse_delta, use_locking=False, name=None):
+        return _scatter_method(scatter_div, self, sparse_delta, None, name)
+
+    def scatter_min(self, sparse_delta, use_locking=False, name=None):
+        return _scatter_method(scatter_min, self, sparse_delta, None, name)
+
+    def scatter_max(self, sparse_delta, use_locking=False, name=None):
+        return _scatter_method(scatter_max, self, sparse_delta, None, name)
 
     def is_variable_initialized(self):
         return is_variable_initialized(self)
@@ -281,6 +305,18 @@ def _scatter(op_type, ref, indices, updates, name):
         return make(op_type, (ref, indices, updates), {"use_locking": False}, name, op_type)
 
 
+def _scatter_method(builder, variable, indices, updates, name):
+    if isinstance(indices, IndexedSlices):
+        if updates is not None:
+            raise TypeError(f"{builder.__name__}: pass an IndexedSlices or indices and updates, "
+                            "not both")
+        return builder(variable, indices.indices, indices.values, name=name)
+    if updates is None:
+        raise TypeError(f"{builder.__name__}: expected an IndexedSlices sparse_delta, got "
+                        f"{indices!r}")
+    return builder(variable, indices, updates, name=name)
+
+
 def scatter_update(ref, indices, updates, use_locking=False, name=None):
     """Set rows ``indices`` of the variable to ``updates``."""
     return _scatter("ScatterUpdate", ref, indices, updates, name)
@@ -292,7 +328,28 @@ def scatter_add(ref, indices, updates, use_locking=False, name=None):
 
 
 def scatter_sub(ref, indices, updates, use_locking=False, name=None):
+    """Subtract ``updates`` from rows ``indices`` of the variable (repeats accumulate)."""
     return _scatter("ScatterSub", ref, indices, updates, name)
+
+
+def scatter_mul(ref, indices, updates, use_locking=False, name=None):
+    """Multiply rows ``indices`` of the variable by ``updates`` (repeats multiply)."""
+    return _scatter("ScatterMul", ref, indices, updates, name)
+
+
+def scatter_div(ref, indices, updates, use_locking=False, name=None):
+    """Divide rows ``indices`` of the variable by ``updates`` (repeats divide)."""
+    return _scatter("ScatterDiv", ref, indices, updates, name)
+
+
+def scatter_min(ref, indices, updates, use_locking=False, name=None):
+    """Rows ``indices`` of the variable become ``minimum(row, updates)``."""
+    return _scatter("ScatterMin", ref, indices, updates, name)
+
+
+def scatter_max(ref, indices, updates, use_locking=False, name=None):
+    """Rows ``indices`` of the variable become ``maximum(row, updates)``."""
+    return _scatter("ScatterMax", ref, indices, updates, name)
 
 
 def is_variable_initialized(variable):

@@ -12,6 +12,7 @@ These ops are stateful and not differentiable.
 from __future__ import annotations
 
 from asyncflow.graph import not_differentiable, register_op
+from asyncflow.graph.shape import TensorShape
 from asyncflow.ops.construct import as_tensor, make
 
 # op type -> (reference input names, value input names after them)
@@ -24,6 +25,25 @@ TRAINING_OPS = {
     "ApplyRMSProp": (("var", "ms", "mom"), ("lr", "rho", "momentum", "epsilon", "grad")),
     "ApplyCenteredRMSProp": (("var", "mg", "ms", "mom"), ("lr", "rho", "momentum", "epsilon",
                                                           "grad")),
+    "ApplyFtrlV2": (("var", "accum", "linear"), ("grad", "lr", "l1", "l2", "l2_shrinkage",
+                                                 "lr_power")),
+}
+
+# Sparse forms: the same rule applied to the rows ``indices`` only, ``grad`` holding one row
+# per index. Duplicate indices are summed first, as TF1's optimizers do (``unique`` and
+# ``unsorted_segment_sum`` before each ``SparseApply*``). Adam is not lazy, as in TF1's core
+# optimizer: ``m`` and ``v`` decay everywhere, only the touched rows get the new gradient.
+SPARSE_TRAINING_OPS = {
+    "SparseApplyMomentum": (("var", "accum"), ("lr", "grad", "indices", "momentum")),
+    "SparseApplyAdagrad": (("var", "accum"), ("lr", "grad", "indices")),
+    "SparseApplyRMSProp": (("var", "ms", "mom"), ("lr", "rho", "momentum", "epsilon", "grad",
+                                                  "indices")),
+    "SparseApplyCenteredRMSProp": (("var", "mg", "ms", "mom"), ("lr", "rho", "momentum",
+                                                                "epsilon", "grad", "indices")),
+    "SparseApplyAdam": (("var", "m", "v"), ("beta1_power", "beta2_power", "lr", "beta1",
+                                            "beta2", "epsilon", "grad", "indices")),
+    "SparseApplyFtrlV2": (("var", "accum", "linear"), ("grad", "indices", "lr", "l1", "l2",
+                                                       "l2_shrinkage", "lr_power")),
 }
 
 
@@ -46,19 +66,49 @@ def _infer_apply(op):
     return [(var.dtype, var.shape)]
 
 
+def _infer_sparse_apply(op):
+    refs, values = SPARSE_TRAINING_OPS[op.type]
+    var = op._inputs[0]
+    if not var.dtype.is_floating:
+        raise TypeError(f"variable {var.op.name} must be floating, got {var.dtype.name}")
+    for name, tensor in zip(refs + values, op._inputs):
+        if name in refs and not tensor._is_ref:
+            raise TypeError(f"input {name!r} must be a variable reference, got {tensor.name}")
+        if name == "indices":
+            if not tensor.dtype.is_integer or tensor.shape.ndims not in (None, 1):
+                raise TypeError(f"indices must be an int vector, got {tensor.dtype.name} of "
+                                f"shape {tensor.shape}")
+            continue
+        if tensor.dtype is not var.dtype:
+            raise TypeError(f"input {name!r} has dtype {tensor.dtype.name}, but the variable "
+                            f"{var.op.name} has {var.dtype.name}")
+        if name in refs[1:] and not tensor.shape.is_compatible_with(var.shape):
+            raise ValueError(f"slot {name!r} has shape {tensor.shape}, but the variable "
+                             f"{var.op.name} has shape {var.shape}")
+        if name == "grad" and var.shape.ndims is not None and not tensor.shape.is_compatible_with(
+                TensorShape([None] + list(var.shape.dims[1:]))):
+            raise ValueError(f"grad has shape {tensor.shape}, but rows of the variable "
+                             f"{var.op.name} have shape {var.shape[1:]}")
+        if name not in refs and name != "grad" and tensor.shape.ndims not in (None, 0):
+            raise ValueError(f"hyperparameter {name!r} must be a scalar, got shape {tensor.shape}")
+    return [(var.dtype, var.shape)]
+
+
 for _type, (_refs, _values) in TRAINING_OPS.items():
     register_op(_type, infer=_infer_apply, stateful=True, ref_inputs=range(len(_refs)))
-not_differentiable(*TRAINING_OPS)
+for _type, (_refs, _values) in SPARSE_TRAINING_OPS.items():
+    register_op(_type, infer=_infer_sparse_apply, stateful=True, ref_inputs=range(len(_refs)))
+not_differentiable(*TRAINING_OPS, *SPARSE_TRAINING_OPS)
 
 
 def apply_update(op_type, refs, values, name=None, **attrs):
     """Add one fused update op, colocated with the variable.
 
     Args:
-        op_type: a key of ``TRAINING_OPS``.
+        op_type: a key of ``TRAINING_OPS`` or ``SPARSE_TRAINING_OPS``.
         refs: the variable's reference tensor, then its slots' reference tensors.
-        values: hyperparameters (Python numbers or scalar tensors) and the gradient, in the
-            order of ``TRAINING_OPS[op_type][1]``.
+        values: hyperparameters (Python numbers or scalar tensors), the gradient (and for a
+            sparse op its row indices), in the order of ``TRAINING_OPS[op_type][1]``.
         name: the op name.
         **attrs: op attrs (``use_locking``, ``use_nesterov``).
 
@@ -66,7 +116,9 @@ def apply_update(op_type, refs, values, name=None, **attrs):
         The variable's new value (a Tensor).
     """
     var = refs[0]
-    inputs = tuple(refs) + tuple(as_tensor(v, dtype=var.dtype) for v in values)
+    names = (TRAINING_OPS.get(op_type) or SPARSE_TRAINING_OPS[op_type])[1]
+    inputs = tuple(refs) + tuple(as_tensor(v) if n == "indices" else as_tensor(v, dtype=var.dtype)
+                                 for n, v in zip(names, values))
     with var.graph.colocate_with(var.op):
         return make(op_type, inputs, {"use_locking": False, "use_nesterov": False, **attrs},
                     name, op_type)

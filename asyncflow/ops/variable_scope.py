@@ -25,6 +25,7 @@ import inspect
 from asyncflow import dtypes
 from asyncflow.graph.graph import Tensor, get_default_graph
 from asyncflow.ops import init_ops
+from asyncflow.ops import partitioned_variables as partitioned
 from asyncflow.ops.construct import as_tensor, graph_of
 from asyncflow.ops.state import Variable
 
@@ -40,7 +41,8 @@ class VariableScope:
     """A variable scope's settings: name, reuse, default initializer and dtype."""
 
     def __init__(self, reuse, name="", initializer=None, dtype=dtypes.float32,
-                 name_scope="", regularizer=None):
+                 name_scope="", regularizer=None, partitioner=None):
+        self._partitioner = partitioner
         self._reuse = reuse
         self._name = name
         self._initializer = initializer
@@ -53,6 +55,10 @@ class VariableScope:
     initializer = property(lambda self: self._initializer)
     dtype = property(lambda self: self._dtype)
     regularizer = property(lambda self: self._regularizer)
+    partitioner = property(lambda self: self._partitioner)
+
+    def set_partitioner(self, partitioner):
+        self._partitioner = partitioner
     original_name_scope = property(lambda self: self._name_scope)
 
     def reuse_variables(self):
@@ -118,7 +124,8 @@ def get_variable_scope():
 
 @contextlib.contextmanager
 def variable_scope(name_or_scope, default_name=None, values=None, initializer=None,
-                   regularizer=None, reuse=None, dtype=None, auxiliary_name_scope=True):
+                   regularizer=None, reuse=None, dtype=None, auxiliary_name_scope=True,
+                   partitioner=None):
     """Open a variable scope (and a name scope of the same name) for ``get_variable``.
 
     Args:
@@ -130,6 +137,7 @@ def variable_scope(name_or_scope, default_name=None, values=None, initializer=No
         initializer: the default initializer for variables created inside.
         reuse: True, ``AUTO_REUSE`` or None/False (inherit; True is inherited by sub-scopes).
         dtype: the default dtype for variables created inside.
+        partitioner: the default partitioner for variables created inside.
 
     Yields:
         The new ``VariableScope``.
@@ -168,7 +176,8 @@ def variable_scope(name_or_scope, default_name=None, values=None, initializer=No
             new_reuse, new_name,
             initializer if initializer is not None else template.initializer,
             dtype if dtype is not None else template.dtype, opened,
-            regularizer if regularizer is not None else template.regularizer)
+            regularizer if regularizer is not None else template.regularizer,
+            partitioner if partitioner is not None else template.partitioner)
         saved_counts = dict(store.scope_counts) if isinstance(name_or_scope, VariableScope) \
             else None
         store.open_scope(new_name)
@@ -184,7 +193,8 @@ def variable_scope(name_or_scope, default_name=None, values=None, initializer=No
 
 
 def get_variable(name, shape=None, dtype=None, initializer=None, regularizer=None,
-                 trainable=True, collections=None, validate_shape=True, **unsupported):
+                 trainable=True, collections=None, validate_shape=True, partitioner=None,
+                 **unsupported):
     """Create a variable ``scope/name``, or return it when the scope reuses variables.
 
     Args:
@@ -197,15 +207,18 @@ def get_variable(name, shape=None, dtype=None, initializer=None, regularizer=Non
             collection.
         trainable: also add it to ``TRAINABLE_VARIABLES``.
         collections: collections to add it to (default ``[GLOBAL_VARIABLES]``).
+        partitioner: ``fn(shape=, dtype=) -> partitions per dim`` (default: the scope's); when
+            it cuts the variable, its parts ``name/part_i`` are created and a
+            ``PartitionedVariable`` is returned (see ops/partitioned_variables.py).
 
     Returns:
-        An ``af.Variable``.
+        An ``af.Variable``, or a ``PartitionedVariable``.
 
     Raises:
         ValueError: "Variable ... already exists, disallowed" when re-created without reuse;
             "Variable ... does not exist" under ``reuse=True``; shape or dtype mismatches when
             sharing; a shape that is not fully defined.
-        TypeError: for an unsupported keyword (partitioner, custom_getter, ...).
+        TypeError: for an unsupported keyword (custom_getter, ...).
     """
     if unsupported:
         raise TypeError(f"get_variable: unsupported arguments {sorted(unsupported)}")
@@ -217,7 +230,8 @@ def get_variable(name, shape=None, dtype=None, initializer=None, regularizer=Non
     existing = store.variables.get(full_name)
     if existing is not None:
         if scope.reuse is not True and scope.reuse is not AUTO_REUSE:
-            site = existing.op.creation_site()
+            site = (existing[0] if hasattr(existing, "_get_variable_list") else existing) \
+                .op.creation_site()
             raise ValueError(f"Variable {full_name} already exists, disallowed. Did you mean to "
                              f"set reuse=True or reuse=af.AUTO_REUSE in VarScope? Originally "
                              f"defined at:\n\n  {site}")
@@ -228,8 +242,13 @@ def get_variable(name, shape=None, dtype=None, initializer=None, regularizer=Non
                          f"VarScope?")
     if initializer is None:
         initializer = scope.initializer
-    variable = _create(graph, full_name, shape, requested_dtype, scope.dtype, initializer,
-                       trainable, collections, validate_shape)
+    partitioner = partitioner if partitioner is not None else scope.partitioner
+    if partitioner is not None and (initializer is None or callable(initializer)):
+        variable = _create_partitioned(graph, full_name, shape, requested_dtype or scope.dtype,
+                                       initializer, partitioner, trainable, collections)
+    else:
+        variable = _create(graph, full_name, shape, requested_dtype, scope.dtype, initializer,
+                           trainable, collections, validate_shape)
     store.variables[full_name] = variable
     regularizer = regularizer if regularizer is not None else scope.regularizer
     if regularizer is not None:
@@ -289,6 +308,32 @@ def _create(graph, full_name, shape, requested_dtype, scope_dtype, initializer, 
                         validate_shape=validate_shape, name=full_name + "/", dtype=dtype)
 
 
+def _create_partitioned(graph, full_name, shape, dtype, initializer, partitioner, trainable,
+                        collections):
+    """``full_name/part_i`` Variables, each initialized with its PartitionInfo."""
+    dims = None if shape is None else _as_dims(shape)
+    if dims is None or any(d is None for d in dims):
+        raise ValueError(f"Shape of a new partitioned variable ({full_name}) must be fully "
+                         f"defined, but instead was {dims}.")
+    partitions = partitioned.check_partitions(full_name, dims,
+                                              partitioner(shape=dims, dtype=dtype))
+    initializer = initializer or _default_initializer(full_name, dtype)
+    parts = []
+    for index, (offset, part_shape) in enumerate(partitioned.part_slices(dims, partitions)):
+        info = partitioned.PartitionInfo(dims, offset)
+
+        def initial_value(part_shape=part_shape, info=info):
+            with graph.name_scope("Initializer"):
+                return _call_initializer(initializer, part_shape, dtype, info)
+        with graph.name_scope(None), graph.control_dependencies(None), \
+                graph._push(control_flow_context=None):
+            part = Variable(initial_value, trainable=trainable, collections=collections,
+                            name=f"{full_name}/part_{index}/", dtype=dtype)
+        part._save_slice_info = partitioned.SaveSliceInfo(full_name, dims, offset, part_shape)
+        parts.append(part)
+    return partitioned.PartitionedVariable(full_name, dims, dtype, parts, partitions)
+
+
 def _default_initializer(full_name, dtype):
     if dtype.is_floating:
         return init_ops.GlorotUniform()
@@ -297,12 +342,12 @@ def _default_initializer(full_name, dtype):
     raise ValueError(f"An initializer for variable {full_name} of {dtype.name} is required")
 
 
-def _call_initializer(initializer, dims, dtype):
+def _call_initializer(initializer, dims, dtype, partition_info=None):
     try:
         parameters = inspect.signature(initializer).parameters
     except (TypeError, ValueError):
         parameters = {}
     if "partition_info" in parameters:
-        return initializer(dims, dtype=dtype, partition_info=None)
+        return initializer(dims, dtype=dtype, partition_info=partition_info)
     return initializer(dims, dtype=dtype)
 

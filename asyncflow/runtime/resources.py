@@ -8,6 +8,7 @@ sessions in one process can share them; ``reset(containers)`` clears named conta
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 import numpy as np
 
@@ -69,6 +70,23 @@ class VariableResource:
             value = value.copy()  # CuPy: no read-only flag, so keep a copy no caller holds
         self.value = value
         return value
+
+    def writable(self):
+        """The value as an array the caller may update in place and then ``assign(fresh=True)``.
+
+        A sparse update must cost the rows it touches, not the table, so when nothing but
+        this resource holds the current array (no reader, fetch, view or wire buffer: the
+        reference count says so) it is handed out itself; otherwise a private copy is. Readers
+        therefore still never see a value change under them.
+        """
+        value = self.read()
+        # References: self.value, the local name, getrefcount's argument.
+        if sys.getrefcount(value) <= 3 and getattr(value, "base", None) is None:
+            flags = getattr(value, "flags", None)
+            if flags is not None and getattr(flags, "writeable", None) is not None:
+                flags.writeable = True  # numpy: an array that owns its data may be reopened
+            return value
+        return value.copy()
 
     @property
     def initialized(self):

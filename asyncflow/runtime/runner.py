@@ -43,18 +43,22 @@ from asyncflow.runtime.step import closed, waiting
 def choose(graph, compiled):
     """The runner of ``compiled`` (a CompiledRun of ``graph``), decided once."""
     if len(compiled.plans) == 1:
-        return PlanRunner(graph, compiled.plans[0], compiled.fetch_routes)
+        return PlanRunner(graph, compiled.plans[0], compiled.fetch_routes,
+                          compiled.feed_routes[0])
     return PartitionsRunner(graph, compiled)
 
 
 class PlanRunner:
     """A step of one plan (see the module docstring)."""
 
-    __slots__ = ("graph", "plan", "positions", "inline", "loop_free", "on_host")
+    __slots__ = ("graph", "plan", "feed_routes", "positions", "inline", "loop_free", "on_host")
 
-    def __init__(self, graph, plan, fetch_routes):
+    def __init__(self, graph, plan, fetch_routes, feed_routes):
         self.graph = graph
         self.plan = plan
+        # The plan of a rewritten signature (constants folded) may read fewer feeds than the
+        # run has: it reads ``feed_values[i] for i in feed_routes`` (sorted, unique).
+        self.feed_routes = feed_routes
         # CSE may have merged fetches: the routes map each requested fetch to its value.
         self.positions = [position for _, position in fetch_routes]
         self.on_host = plan.device.kind == "CPU"  # feeds and fetches need no copy
@@ -63,6 +67,8 @@ class PlanRunner:
 
     async def run(self, feed_values, step):
         plan = self.plan
+        if len(self.feed_routes) != len(feed_values):  # else the routes are 0..n-1
+            feed_values = [feed_values[i] for i in self.feed_routes]
         if not self.on_host:
             feed_values = [plan.device.put(v) for v in feed_values]
         try:

@@ -7,7 +7,7 @@ from asyncflow.train.saver import (  # noqa: F401
 from asyncflow.train.optimizer import Optimizer  # noqa: F401
 from asyncflow.train.optimizers import (  # noqa: F401
     AdagradOptimizer, AdamOptimizer, GradientDescentOptimizer, MomentumOptimizer,
-    RMSPropOptimizer,
+    RMSPropOptimizer, FtrlOptimizer,
 )
 from asyncflow.train.training_util import (  # noqa: F401
     create_global_step, get_global_step, get_or_create_global_step,

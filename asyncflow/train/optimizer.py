@@ -14,8 +14,13 @@ Theory of operation (TF1's ``tf.train.Optimizer``):
   ``global_variables_initializer()`` and savers cover them. They are created at the root name
   scope and outside any control dependencies, whatever the caller's scopes.
 
-Subclasses implement ``_create_slots(var_list)``, ``_prepare()`` and
-``_apply_dense(grad, var)``, and may override ``_finish(update_ops, name)``.
+Subclasses implement ``_create_slots(var_list)``, ``_prepare()``, ``_apply_dense(grad, var)``
+and ``_apply_sparse(grad, var)``, and may override ``_finish(update_ops, name)``.
+
+A sparse gradient (``IndexedSlices``, the gradient of a gather or embedding lookup) passes
+through ``compute_gradients`` as is and is applied by ``_apply_sparse`` under
+``colocate_with(var)``: the update runs where the variable lives, so a step moves the touched
+rows and their indices, never the table.
 """
 from __future__ import annotations
 
@@ -24,12 +29,17 @@ import numpy as np
 from asyncflow.graph import GraphKeys
 from asyncflow.graph.gradients import gradients
 from asyncflow.graph.graph import Tensor
+from asyncflow.graph.indexed_slices import IndexedSlices
 from asyncflow.ops.construct import as_tensor
 from asyncflow.ops.control import group
 from asyncflow.ops.control import tuple as tuple_  # noqa: A004
 from asyncflow.ops.math import cast
-from asyncflow.ops.sources import constant, zeros_like
+from asyncflow.ops.sources import constant, fill, zeros_like
 from asyncflow.ops.state import Variable, assign_add
+
+
+# A slot up to this size starts as a constant in the graph; a larger one is filled on its device.
+SMALL_SLOT_BYTES = 1 << 16
 
 
 class Optimizer:
@@ -90,8 +100,12 @@ class Optimizer:
         grads = gradients(loss, var_list, grad_ys=None if grad_loss is None else [grad_loss],
                           stop_gradients=stop_gradients)
         if gate_gradients == self.GATE_GRAPH and any(g is not None for g in grads):
-            gated = iter(tuple_([g for g in grads if g is not None]))
-            grads = [None if g is None else next(gated) for g in grads]
+            parts = [t for g in grads if g is not None
+                     for t in ((g.values, g.indices) if isinstance(g, IndexedSlices) else (g,))]
+            gated = iter(tuple_(parts))
+            grads = [None if g is None else
+                     IndexedSlices(next(gated), next(gated), g.dense_shape)
+                     if isinstance(g, IndexedSlices) else next(gated) for g in grads]
         return list(zip(grads, var_list))
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
@@ -118,8 +132,9 @@ class Optimizer:
                              f"that do not support gradients, between variables {names} and "
                              "the loss.")
         for grad, var in pairs:
-            if not isinstance(grad, Tensor):
-                raise TypeError(f"Gradient for {var.name} must be a Tensor, got {grad!r}")
+            if not isinstance(grad, (Tensor, IndexedSlices)):
+                raise TypeError(f"Gradient for {var.name} must be a Tensor or IndexedSlices, "
+                                f"got {grad!r}")
         graph = pairs[0][1].graph
         var_list = [v for _, v in pairs]
         with graph.as_default():
@@ -131,7 +146,7 @@ class Optimizer:
                 updates = []
                 for grad, var in pairs:
                     with graph.name_scope("update_" + var.op.name):
-                        updates.append(self._apply_dense(cast(grad, var.dtype), var))
+                        updates.append(self._apply_one(grad, var))
                 # A name ending in "/" names the op exactly: the step op is "<scope>".
                 apply_op = self._finish(updates, scope if global_step is None else "update")
             if global_step is not None:
@@ -139,6 +154,14 @@ class Optimizer:
                     apply_op = assign_add(global_step, 1, name=scope).op
         graph.add_to_collection(GraphKeys.TRAIN_OP, apply_op)
         return apply_op
+
+    def _apply_one(self, grad, var):
+        if not isinstance(grad, IndexedSlices):
+            return self._apply_dense(cast(grad, var.dtype), var)
+        # Built where the variable lives: only the rows and their indices cross the wire.
+        with var.graph.colocate_with(var.op):
+            grad = IndexedSlices(cast(grad.values, var.dtype), grad.indices, grad.dense_shape)
+            return self._apply_sparse_duplicate_indices(grad, var)
 
     def minimize(self, loss, global_step=None, var_list=None, gate_gradients=GATE_OP,
                  name=None, grad_loss=None):
@@ -175,11 +198,15 @@ class Optimizer:
         key = _key(var)
         if key not in slots:
             graph = var.graph
-            if var.shape.is_fully_defined():
-                value = np.full(var.shape.as_list(), initial_value, var.dtype.np)
-            else:
-                value = zeros_like(var.initial_value) + initial_value
             with graph.colocate_with(var.op):
+                if not var.shape.is_fully_defined():
+                    value = zeros_like(var.initial_value) + initial_value
+                elif var.shape.num_elements() * var.dtype.size <= SMALL_SLOT_BYTES:
+                    value = np.full(var.shape.as_list(), initial_value, var.dtype.np)
+                else:
+                    # Filled where the variable lives: a big table's slot never travels
+                    # inside the graph that a worker registers.
+                    value = fill(var.shape.as_list(), constant(initial_value, var.dtype))
                 slots[key] = Variable(value, trainable=False, name=f"{var.op.name}/{self._name}",
                                       dtype=var.dtype, validate_shape=var.shape.is_fully_defined())
         return slots[key]
@@ -219,6 +246,20 @@ class Optimizer:
 
     def _apply_dense(self, grad, var):
         raise NotImplementedError(f"{type(self).__name__} must implement _apply_dense")
+
+    def _apply_sparse_duplicate_indices(self, grad, var):
+        """Apply an ``IndexedSlices`` gradient whose indices may repeat (repeats add up).
+
+        The ``SparseApply*`` kernels sum repeated rows themselves, so by default this is
+        ``_apply_sparse``; an optimizer whose update adds up repeats anyway (plain gradient
+        descent's ``scatter_sub``) may override it.
+        """
+        return self._apply_sparse(grad, var)
+
+    def _apply_sparse(self, grad, var):
+        raise NotImplementedError(f"{type(self).__name__} has no sparse update for "
+                                  f"{var.name}: implement _apply_sparse, or densify the gradient "
+                                  "with af.convert_to_tensor before apply_gradients")
 
     def _finish(self, update_ops, name):
         """The op that completes a step once all ``update_ops`` (Tensors) have run."""

@@ -10,10 +10,15 @@ Update rules (``g`` the gradient, ``lr`` the learning rate):
 - Adagrad: ``accum += g^2; var -= lr g / sqrt(accum)``.
 - RMSProp: ``ms = decay ms + (1 - decay) g^2; mom = momentum mom + lr g / sqrt(ms + eps);
   var -= mom`` (centered: ``mg = decay mg + (1 - decay) g`` and ``ms - mg^2`` under the root).
+- Ftrl: TF1's FTRL-Proximal with l1, l2 and l2 shrinkage (``ApplyFtrlV2``).
+
+A sparse gradient (``IndexedSlices``) is applied by the ``SparseApply*`` form of the same rule
+on the touched rows (gradient descent: ``scatter_sub``), where the variable lives.
 """
 from __future__ import annotations
 
 from asyncflow.ops.control import group
+from asyncflow.ops.state import scatter_sub
 from asyncflow.ops.training import apply_update
 from asyncflow.train.optimizer import Optimizer
 
@@ -28,6 +33,11 @@ class GradientDescentOptimizer(Optimizer):
     def _apply_dense(self, grad, var):
         lr = self._hyper(self._learning_rate, var.dtype, "learning_rate")
         return apply_update("ApplyGradientDescent", [var._ref()], [lr, grad])
+
+    def _apply_sparse_duplicate_indices(self, grad, var):
+        # TF1: scatter_sub adds up repeated rows, so no dedup is needed.
+        lr = self._hyper(self._learning_rate, var.dtype, "learning_rate")
+        return scatter_sub(var, grad.indices, grad.values * lr)
 
 
 class MomentumOptimizer(Optimizer):
@@ -49,6 +59,14 @@ class MomentumOptimizer(Optimizer):
         momentum = self._hyper(self._momentum, var.dtype, "momentum")
         accum = self.get_slot(var, "momentum")
         return apply_update("ApplyMomentum", [var._ref(), accum._ref()], [lr, grad, momentum],
+                            use_nesterov=self._use_nesterov)
+
+    def _apply_sparse(self, grad, var):
+        lr = self._hyper(self._learning_rate, var.dtype, "learning_rate")
+        momentum = self._hyper(self._momentum, var.dtype, "momentum")
+        accum = self.get_slot(var, "momentum")
+        return apply_update("SparseApplyMomentum", [var._ref(), accum._ref()],
+                            [lr, grad.values, grad.indices, momentum],
                             use_nesterov=self._use_nesterov)
 
 
@@ -84,6 +102,18 @@ class AdamOptimizer(Optimizer):
         refs = [var._ref(), self.get_slot(var, "m")._ref(), self.get_slot(var, "v")._ref()]
         return apply_update("ApplyAdam", refs, values)
 
+    def _apply_sparse(self, grad, var):
+        beta1_power, beta2_power = self._get_beta_accumulators(var.graph)
+        dtype = var.dtype
+        values = [self._hyper(beta1_power, dtype, "beta1_power"),
+                  self._hyper(beta2_power, dtype, "beta2_power"),
+                  self._hyper(self._learning_rate, dtype, "learning_rate"),
+                  self._hyper(self._beta1, dtype, "beta1"),
+                  self._hyper(self._beta2, dtype, "beta2"),
+                  self._hyper(self._epsilon, dtype, "epsilon"), grad.values, grad.indices]
+        refs = [var._ref(), self.get_slot(var, "m")._ref(), self.get_slot(var, "v")._ref()]
+        return apply_update("SparseApplyAdam", refs, values)
+
     def _finish(self, update_ops, name):
         graph = update_ops[0].graph
         beta1_power, beta2_power = self._get_beta_accumulators(graph)
@@ -117,6 +147,12 @@ class AdagradOptimizer(Optimizer):
         accum = self.get_slot(var, "accumulator")
         return apply_update("ApplyAdagrad", [var._ref(), accum._ref()], [lr, grad])
 
+    def _apply_sparse(self, grad, var):
+        lr = self._hyper(self._learning_rate, var.dtype, "learning_rate")
+        accum = self.get_slot(var, "accumulator")
+        return apply_update("SparseApplyAdagrad", [var._ref(), accum._ref()],
+                            [lr, grad.values, grad.indices])
+
 
 class RMSPropOptimizer(Optimizer):
     """RMSProp; slots ``"rms"`` (starts at 1), ``"momentum"`` and, when centered, ``"mg"``."""
@@ -136,13 +172,75 @@ class RMSPropOptimizer(Optimizer):
                 self._slot(var, "mg")
 
     def _apply_dense(self, grad, var):
+        return self._apply(var, [grad], "")
+
+    def _apply_sparse(self, grad, var):
+        return self._apply(var, [grad.values, grad.indices], "Sparse")
+
+    def _apply(self, var, grad, prefix):
         dtype = var.dtype
         values = [self._hyper(self._learning_rate, dtype, "learning_rate"),
                   self._hyper(self._decay, dtype, "decay"),
                   self._hyper(self._momentum, dtype, "momentum"),
-                  self._hyper(self._epsilon, dtype, "epsilon"), grad]
+                  self._hyper(self._epsilon, dtype, "epsilon")] + grad
         rms, mom = self.get_slot(var, "rms")._ref(), self.get_slot(var, "momentum")._ref()
         if self._centered:
             mg = self.get_slot(var, "mg")._ref()
-            return apply_update("ApplyCenteredRMSProp", [var._ref(), mg, rms, mom], values)
-        return apply_update("ApplyRMSProp", [var._ref(), rms, mom], values)
+            return apply_update(prefix + "ApplyCenteredRMSProp", [var._ref(), mg, rms, mom],
+                                values)
+        return apply_update(prefix + "ApplyRMSProp", [var._ref(), rms, mom], values)
+
+
+class FtrlOptimizer(Optimizer):
+    """FTRL-Proximal (McMahan et al. 2013) as TF1's ``FtrlOptimizer``; slots ``"accum"``
+    (starts at ``initial_accumulator_value``) and ``"linear"``.
+
+    Raises:
+        ValueError: on a positive ``learning_rate_power``, a negative initial accumulator or
+            negative regularization strengths.
+    """
+
+    def __init__(self, learning_rate, learning_rate_power=-0.5, initial_accumulator_value=0.1,
+                 l1_regularization_strength=0.0, l2_regularization_strength=0.0,
+                 use_locking=False, name="Ftrl", accum_name=None, linear_name=None,
+                 l2_shrinkage_regularization_strength=0.0):
+        super().__init__(use_locking, name)
+        checks = (("initial_accumulator_value", initial_accumulator_value),
+                  ("l1_regularization_strength", l1_regularization_strength),
+                  ("l2_regularization_strength", l2_regularization_strength),
+                  ("l2_shrinkage_regularization_strength", l2_shrinkage_regularization_strength))
+        for what, value in checks:
+            if not isinstance(value, (int, float)) or value < 0.0:
+                raise ValueError(f"{what} {value} must be a non-negative number")
+        if learning_rate_power > 0.0:
+            raise ValueError(f"learning_rate_power {learning_rate_power} must be <= 0")
+        self._learning_rate = learning_rate
+        self._learning_rate_power = learning_rate_power
+        self._initial_accumulator_value = initial_accumulator_value
+        self._l1, self._l2 = l1_regularization_strength, l2_regularization_strength
+        self._l2_shrinkage = l2_shrinkage_regularization_strength
+        self._accum_name, self._linear_name = accum_name or "accum", linear_name or "linear"
+
+    def _create_slots(self, var_list):
+        for var in var_list:
+            self._slot(var, self._accum_name, self._initial_accumulator_value)
+            self._slot(var, self._linear_name)
+
+    def _hypers(self, var):
+        dtype = var.dtype
+        return [self._hyper(self._learning_rate, dtype, "learning_rate"),
+                self._hyper(self._l1, dtype, "l1_regularization_strength"),
+                self._hyper(self._l2, dtype, "l2_regularization_strength"),
+                self._hyper(self._l2_shrinkage, dtype, "l2_shrinkage_regularization_strength"),
+                self._hyper(self._learning_rate_power, dtype, "learning_rate_power")]
+
+    def _refs(self, var):
+        return [var._ref(), self.get_slot(var, self._accum_name)._ref(),
+                self.get_slot(var, self._linear_name)._ref()]
+
+    def _apply_dense(self, grad, var):
+        return apply_update("ApplyFtrlV2", self._refs(var), [grad] + self._hypers(var))
+
+    def _apply_sparse(self, grad, var):
+        return apply_update("SparseApplyFtrlV2", self._refs(var),
+                            [grad.values, grad.indices] + self._hypers(var))

@@ -27,6 +27,11 @@ Theory of operation:
   ``all_model_checkpoint_paths: "..."`` lines); paths inside the directory are relative.
 - All file work runs on worker threads (``trio.to_thread.run_sync``), never on the loop.
   Given an ``asyncflow.aio.Session``, ``save`` runs in that session's trio guest.
+- A partitioned variable (``get_variable(partitioner=...)``) is saved under its one logical
+  name as the whole tensor, its parts concatenated on the task of its first part; each part
+  restores its own slice (``SaveSliceInfo``: offset and shape) of that tensor, so a
+  checkpoint restores into any number of parts, or into an unpartitioned variable of the
+  full shape. The whole table passes through that one task when saved and restored.
 - ``saver.as_saver_def()`` names the ops, so ``import_meta_graph`` rebuilds a Saver around
   an imported graph without the code that built it.
 """
@@ -52,6 +57,8 @@ from asyncflow.kernels.checkpoint import (
 from asyncflow.ops import checkpoint as _ops
 from asyncflow.ops.array import identity
 from asyncflow.ops.control import control_dependencies, group
+from asyncflow.ops.indexing import strided_slice
+from asyncflow.ops.partitioned_variables import PartitionedVariable
 from asyncflow.ops.sources import placeholder, placeholder_with_default
 from asyncflow.ops.state import Variable, assign
 from asyncflow.train import meta_graph
@@ -213,9 +220,18 @@ def _named_saveables(var_list):
     if isinstance(var_list, dict):
         items = list(var_list.items())
     else:
-        items = []
+        items, logical = [], {}
         for var in var_list:
-            if isinstance(var, Variable):
+            info = getattr(var, "_save_slice_info", None)
+            if isinstance(var, PartitionedVariable):
+                items.append((var.name, var))
+            elif isinstance(var, Variable) and info is not None:
+                # A part of a partitioned variable: saved under the logical name.
+                if info.full_name not in logical:
+                    logical[info.full_name] = []
+                    items.append((info.full_name, logical[info.full_name]))
+                logical[info.full_name].append(var)
+            elif isinstance(var, Variable):
                 items.append((var.op.name, var))
             elif isinstance(var, Tensor) and var._is_ref:
                 items.append((var.op.name, var))
@@ -228,11 +244,33 @@ def _named_saveables(var_list):
         if key in seen:
             raise ValueError(f"The same saveable will be restored with two names: {seen[key]}")
         seen[key] = name
+    items = [(name, _logical(name, var) if isinstance(var, list) else var)
+             for name, var in items]
     names = [name for name, _ in items]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ValueError(f"At least two variables have the same name: {', '.join(duplicates)}")
     return items
+
+
+def _logical(name, parts):
+    """The parts met in a variable list as one PartitionedVariable, in offset order."""
+    parts = sorted(parts, key=lambda v: v._save_slice_info.var_offset)
+    info = parts[0]._save_slice_info
+    axis = next((i for i, (p, f) in enumerate(zip(info.var_shape, info.full_shape)) if p != f), 0)
+    partitions = [1] * len(info.full_shape)
+    partitions[axis] = len(parts)
+    return PartitionedVariable(name, info.full_shape, parts[0].dtype, parts, partitions)
+
+
+def _saved_tensor(var):
+    """What a Save op reads: a variable's reference, or a partitioned variable's whole value
+    (its parts concatenated where its first part lives)."""
+    if isinstance(var, PartitionedVariable):
+        first = var._get_variable_list()[0]
+        with first.graph.colocate_with(first.op):
+            return var._as_tensor()
+    return var._ref() if isinstance(var, Variable) else var
 
 
 class Saver:
@@ -277,7 +315,10 @@ class Saver:
 
     def _build(self, items, name):
         graph = self._graph
-        refs = [v._ref() if isinstance(v, Variable) else v for _, v in items]
+        with graph.as_default():
+            refs = [_saved_tensor(v) for _, v in items]
+        self._partitioned = {id(t): v for t, (_, v) in zip(refs, items)
+                             if isinstance(v, PartitionedVariable)}
         names = [n for n, _ in items]
         with graph.as_default(), graph.name_scope(name):
             self._filename = placeholder("string", shape=[], name="filename")
@@ -295,8 +336,19 @@ class Saver:
     def _restore_group(self, names, refs, name):
         restored = _ops.restore(self._filename, names, [r.dtype for r in refs],
                                 [r.shape for r in refs], name=name)
-        return [assign(ref, value, validate_shape=ref.shape.is_fully_defined())
-                for ref, value in zip(refs, restored)]
+        assigns = []
+        for ref, value in zip(refs, restored):
+            whole = self._partitioned.get(id(ref))
+            if whole is None:
+                assigns.append(assign(ref, value, validate_shape=ref.shape.is_fully_defined()))
+                continue
+            # Each part takes its slice of the logical tensor, whatever the saved layout.
+            for part in whole:
+                info = part._save_slice_info
+                begin = info.var_offset
+                rows = strided_slice(value, begin, [b + n for b, n in zip(begin, info.var_shape)])
+                assigns.append(assign(part._ref(), rows))
+        return assigns
 
     def _build_shards(self, names, refs):
         """Per task a Save of its variables into its shard and their Restore, then the merge."""

@@ -1,0 +1,143 @@
+"""SparseTensor, sparse_placeholder and the sparse_* ops against TF1 (values and gradients)."""
+import inspect
+
+import numpy as np
+import pytest
+
+import asyncflow as af
+from tests.tf1_reference import tf1_run
+
+INDICES = np.array([[0, 1], [0, 3], [2, 0], [2, 2]], np.int64)
+VALUES = np.array([1.5, -2.0, 3.0, 0.5], np.float32)
+SHAPE = np.array([3, 4], np.int64)
+TABLE = np.linspace(-1.0, 1.0, 6 * 3).reshape(6, 3).astype(np.float32)
+DENSE = np.linspace(0.5, 3.0, 8).reshape(4, 2).astype(np.float32)
+
+
+def _sparse_graph(tf, indices, values, shape, table, dense):
+    sp = tf.SparseTensor(tf.constant(indices), tf.constant(values), tf.constant(shape))
+    b = tf.constant(dense)
+    params = tf.Variable(table)
+    ids = tf.SparseTensor(tf.constant(indices), tf.constant([1, 5, 1, 0], tf.int64),
+                          tf.constant(shape))
+    weights = tf.SparseTensor(tf.constant(indices), tf.constant(values), tf.constant(shape))
+    other = tf.SparseTensor(tf.constant([[0, 1], [1, 1]], tf.int64),
+                            tf.constant([-1.5, 4.0]), tf.constant(shape))
+    unsorted = tf.SparseTensor(tf.constant(indices[::-1].copy()), tf.constant(values[::-1].copy()),
+                               tf.constant(shape))
+    concat = tf.sparse_concat(1, [sp, other])
+    reshaped = tf.sparse_reshape(sp, [2, -1])
+    reordered = tf.sparse_reorder(unsorted)
+    retained = tf.sparse_retain(sp, tf.constant([True, False, True, True]))
+    added = tf.sparse_add(sp, other)
+    lookups = [tf.nn.embedding_lookup_sparse(params, ids, None, combiner=c)
+               for c in ("sum", "mean", "sqrtn")]
+    lookups += [tf.nn.embedding_lookup_sparse(params, ids, weights, combiner=c)
+                for c in ("sum", "mean", "sqrtn")]
+    products = [tf.sparse_tensor_dense_matmul(sp, b),
+                tf.sparse_tensor_dense_matmul(sp, tf.transpose(b), adjoint_b=True),
+                tf.sparse_tensor_dense_matmul(sp, tf.constant(dense[:3]), adjoint_a=True)]
+    scalar = (tf.reduce_sum(products[0] * 2.0) + tf.sparse_reduce_sum(sp) +
+              tf.reduce_sum(tf.sparse_reduce_sum(sp, axis=0) * tf.constant([1.0, 2, 3, 4])) +
+              sum(tf.reduce_sum(tf.where(tf.is_nan(x), tf.zeros_like(x), x)) for x in lookups))
+    grads = tf.gradients(scalar, [params, b])
+    fetches = [tf.sparse_tensor_to_dense(sp), tf.sparse.to_indicator(ids, 6),
+               tf.sparse_to_dense(tf.constant([1, 3]), [5], tf.constant([7.0, 8.0]), 0.5),
+               tf.sparse_reduce_sum(sp, axis=1), tf.sparse_reduce_sum(sp, axis=0, keepdims=True),
+               concat.indices, concat.values, concat.dense_shape,
+               reshaped.indices, reshaped.dense_shape, reordered.indices, reordered.values,
+               retained.indices, retained.values, added.indices, added.values, added.dense_shape,
+               tf.sparse_add(sp, tf.constant(np.ones((3, 4), np.float32)))]
+    return fetches + lookups + products + [tf.convert_to_tensor(g) for g in grads]
+
+
+async def test_sparse_ops_match_tf1(tmp_path):
+    args = (INDICES, VALUES, SHAPE, TABLE, DENSE)
+    with af.Graph().as_default():
+        fetches = _sparse_graph(af, *args)
+        async with af.Session() as sess:
+            await sess.run(af.global_variables_initializer())
+            ours = await sess.run(fetches)
+    theirs = tf1_run(inspect.getsource(_sparse_graph) + """
+fetches = _sparse_graph(tf, inputs["i"], inputs["v"], inputs["s"], inputs["t"], inputs["d"])
+with tf.Session() as sess:
+    sess.run(tf.global_variables_initializer())
+    outputs["values"] = sess.run(fetches)
+""", tmp_path, i=INDICES, v=VALUES, s=SHAPE, t=TABLE, d=DENSE)
+    assert len(ours) == len(theirs["values"])
+    for index, (mine, reference) in enumerate(zip(ours, theirs["values"])):
+        assert np.shape(mine) == np.shape(reference), index
+        np.testing.assert_allclose(mine, reference, rtol=1e-5, atol=1e-6, err_msg=str(index))
+
+
+async def test_sparse_placeholder_feeds_and_fetches_sparse_values():
+    with af.Graph().as_default():
+        sp = af.sparse_placeholder(af.float32, [3, None], name="sp")
+        dense = af.sparse_tensor_to_dense(sp)
+        value = af.SparseTensorValue(INDICES, VALUES, [3, 5])
+        async with af.Session() as sess:
+            got = await sess.run(dense, {sp: value})
+            fetched = await sess.run(sp, {sp: tuple(value)})
+            with pytest.raises(af.errors.InvalidArgumentError,
+                               match=r"sp/values: values must be a vector of the 4 entries"):
+                await sess.run(dense, {sp: (INDICES, VALUES[:3], [3, 5])})
+            with pytest.raises(af.errors.InvalidArgumentError,
+                               match=r"dense_shape must have rank 2 entries"):
+                await sess.run(dense, {sp: (INDICES, VALUES, [3, 5, 1])})
+            with pytest.raises(af.errors.InvalidArgumentError,
+                               match=r"indices\[1\] = \[0, 3\] is out of bounds"):
+                await sess.run(dense, {sp: (INDICES, VALUES, [3, 3])})
+            with pytest.raises(af.errors.InvalidArgumentError,
+                               match=r"indices\[1\] = \[0,1\] is out of order"):
+                await sess.run(dense, {sp: (INDICES[[1, 0, 2, 3]], VALUES, [3, 5])})
+            with pytest.raises(TypeError, match="SparseTensorValue or an"):
+                await sess.run(dense, {sp: 3.0})
+    assert got.shape == (3, 5) and got[0, 3] == -2.0
+    assert isinstance(fetched, af.SparseTensorValue)
+    np.testing.assert_array_equal(fetched.indices, INDICES)
+    np.testing.assert_array_equal(fetched.values, VALUES)
+
+
+async def test_a_fetched_indexed_slices_is_a_value_of_three_arrays():
+    with af.Graph().as_default():
+        table = af.Variable(TABLE)
+        grad, = af.gradients(af.reduce_sum(af.gather(table, [4, 1])), [table])
+        async with af.Session() as sess:
+            await sess.run(table.initializer)
+            value = await sess.run(grad)
+    assert value.indices.tolist() == [4, 1] and value.values.shape == (2, 3)
+    assert value.dense_shape.tolist() == [6, 3]
+
+
+async def test_sparse_to_dense_is_differentiable_in_its_values():
+    from gradcheck import check_gradients
+    indices = np.array([[0, 1], [1, 0], [2, 3]], np.int64)
+    await check_gradients(
+        lambda v: af.sparse_to_dense(indices, [3, 4], v, default_value=0.5) ** 2,
+        [np.array([0.5, -1.5, 2.0])])
+    await check_gradients(
+        lambda v: af.sparse_to_dense(np.array([1, 4]), [6], v) * np.arange(6.0),
+        [np.array([1.0, 2.0])])
+
+
+async def test_sparse_reorder_sends_each_gradient_back_to_its_entry():
+    from gradcheck import check_gradients
+    unsorted = np.array([[2, 0], [0, 3], [1, 1], [0, 1]], np.int64)
+
+    def build(v):
+        ordered = af.sparse_reorder(af.SparseTensor(unsorted, v, [3, 4]))
+        return ordered.values * np.array([1.0, 2.0, 3.0, 4.0])
+    grads = await check_gradients(build, [np.array([0.5, -1.0, 2.0, 3.0])])
+    np.testing.assert_allclose(grads[0] != 0, True)
+
+
+async def test_sparse_add_sends_the_sum_gradient_to_both_operands():
+    from gradcheck import check_gradients
+    a_indices = np.array([[0, 1], [1, 2], [2, 0]], np.int64)
+    b_indices = np.array([[0, 1], [2, 3]], np.int64)
+
+    def build(a, b):
+        total = af.sparse_add(af.SparseTensor(a_indices, a, [3, 4]),
+                              af.SparseTensor(b_indices, b, [3, 4]))
+        return af.sparse_tensor_to_dense(total) * np.arange(12.0).reshape(3, 4)
+    await check_gradients(build, [np.array([0.5, -1.0, 2.0]), np.array([1.5, 3.0])])
