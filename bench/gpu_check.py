@@ -220,7 +220,8 @@ async def family_state():
             step = af.group(af.assign_sub(v, x * 0.5), af.assign(w, v * 2.0))
         with af.control_dependencies([step]):
             w_now = af.identity(w.value())
-        saver = af.train.Saver([v, w])
+        with af.device(None):  # Save/Restore have CPU kernels only (as in TF1): build the
+            saver = af.train.Saver([v, w])  # saver outside the GPU scope, as TF1 programs do
         clobber, read = af.assign(v, af.zeros([6, 4])), v.value()
 
         async def checkpoint(sess):   # Save reads GPU variables, Restore assigns them

@@ -6,17 +6,22 @@ Theory of operation (paper §3.2.1, TF's constraint placer, reference §4):
    ScatterAdd that takes its reference), so a variable and its updates never split.
 2. **Constraints per group.** The members' requested specs (``/job:../device:GPU:1``) merge;
    two that contradict each other are an error unless ``allow_soft_placement``. Each member's
-   kernel availability (``supported_kinds(op_type)``, ``"ANY"`` meaning every kind) narrows
-   the device kinds. A stateful op placed by an earlier compile of the same session keeps its
+   kernel availability (``supported_kinds(op_type, dtypes)``, ``"ANY"`` meaning every kind;
+   no GPU kernel takes strings, and Save, summaries, queues, readers and PyFunc have CPU
+   kernels only) narrows the device kinds, so with a GPU present such ops go to the CPU
+   unless the user asked otherwise. A stateful op placed by an earlier compile of the same session keeps its
    device (``pinned``), or its state would be lost.
 3. **Infeasible requests.** Without soft placement a request no device satisfies is an
    ``InvalidArgumentError`` ("Could not satisfy explicit device specification ..."); with it,
    the request's device part is dropped and any supported device may be chosen.
-4. **Greedy choice** (the paper's cost model). Simulate the run in topological order: for each
-   group still undecided, when its first member comes up, estimate on every candidate device
+4. **Kind.** Without a requested device type, a group goes to the highest-priority kind that
+   has its kernels (GPU before CPU), as TF1's placer does on a machine with a GPU; int32
+   shape arithmetic placed on a GPU runs in its host memory there (``runtime/gpu.py``).
+5. **Greedy choice** among the devices left (the paper's cost model). Simulate the run in
+   topological order: for each group still undecided, when its first member comes up, estimate on every candidate device
    the finish time = max(device free, inputs ready + transfer time of inputs living on other
    devices) + compute time (from static shapes: ``OpDef.cost`` or the input elements), and
-   take the earliest; ties go to the faster device kind (GPU), then the lower device.
+   take the earliest; ties go to the lower device.
    Unconstrained, stateless ops computed only from constants (Const, Fill of Consts) follow
    their first consumer instead, so constants are not shipped across devices.
 
@@ -116,10 +121,14 @@ def _merged_request(group, soft):
     return merged, asker
 
 
+def _dtypes(op):
+    return tuple(t.dtype for t in op._inputs) + tuple(t.dtype for t in op._outputs)
+
+
 def _supported(group, devices, supported_kinds):
     kinds = None
     for op in group:
-        op_kinds = set(supported_kinds(op.type))
+        op_kinds = set(supported_kinds(op.type, _dtypes(op)))
         if ANY_KIND not in op_kinds:
             kinds = op_kinds if kinds is None else kinds & op_kinds
     return [d for d in devices if kinds is None or device_kind(d) in kinds], kinds
@@ -138,14 +147,17 @@ def _candidates(group, devices, supported_kinds, soft, pinned):
             return [pinned[op.name]]
     request, asker = _merged_request(group, soft)
     if request.is_empty:
-        return supported
+        return _preferred_kind(supported)
     matching = [d for d in supported if request.is_compatible_with(d)]
     if matching:
-        return matching
+        return matching if request.device_type else _preferred_kind(matching)
     if not soft:
         if any(request.is_compatible_with(d) for d in devices):
+            host = dataclasses.replace(request, device_type=None, device_index=None)
+            having = [d for d in supported if host.is_compatible_with(d)] or supported
             reason = (f"no supported kernel for {request.device_type} devices is available "
-                      f"(kernels exist for {sorted(kinds)})")
+                      f"(kernels exist for {sorted(kinds)}: devices that have it: "
+                      f"{', '.join(having)})")
         else:
             reason = ("no devices matching that specification are registered in this process; "
                       f"available devices: {', '.join(devices)}")
@@ -155,7 +167,15 @@ def _candidates(group, devices, supported_kinds, soft, pinned):
             "allow_soft_placement=True to let the placer choose another device")
     # Soft placement: keep the job/replica/task part of the request, drop the device part.
     host = dataclasses.replace(request, device_type=None, device_index=None)
-    return [d for d in supported if host.is_compatible_with(d)] or supported
+    return _preferred_kind([d for d in supported if host.is_compatible_with(d)] or supported)
+
+
+def _preferred_kind(candidates):
+    """The candidates of the highest-priority kind among them (GPU before CPU), as TF1's
+    placer prefers a GPU for every op that has a GPU kernel; the cost model then chooses
+    among devices of that kind."""
+    best = min(_KIND_PRIORITY.get(device_kind(d), 2) for d in candidates)
+    return [d for d in candidates if _KIND_PRIORITY.get(device_kind(d), 2) == best]
 
 
 def _elements(shape):
@@ -204,8 +224,8 @@ def place(ops, devices, supported_kinds, allow_soft_placement=True, pinned=None)
     Args:
         ops: the pruned Operations of a run, in topological order.
         devices: full names of the available devices (the first is the default).
-        supported_kinds: ``fn(op_type) -> iterable of device kinds`` with a kernel
-            (``"ANY"`` meaning all kinds).
+        supported_kinds: ``fn(op_type, dtypes) -> iterable of device kinds`` with a kernel
+            for that type and those DTypes (``"ANY"`` meaning all kinds).
         allow_soft_placement: drop requests no device can satisfy instead of failing.
         pinned: ``{op name: device}`` of stateful ops placed by earlier compiles; the ops
             keep those devices.
