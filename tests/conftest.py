@@ -29,3 +29,11 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def cpu_only(monkeypatch):
+    """Sessions see no GPU, even under ``make test-gpu``: for tests of the CPU executor's own
+    paths (inline starts, the static path, time slices, splits across CPU devices), which a
+    GPU taking their ops would bypass. Everything else runs with the GPU there."""
+    monkeypatch.setattr("asyncflow.runtime.device.cuda_device_count", lambda: 0)

@@ -125,9 +125,23 @@ def _dtypes(op):
     return tuple(t.dtype for t in op._inputs) + tuple(t.dtype for t in op._outputs)
 
 
+def _ref_readers(op):
+    """Ops anywhere in the graph that take a reference output of ``op`` (a variable's Assign,
+    CountUpTo): a run that does not include them still must not put the variable where they
+    have no kernel, or a later run would find its state on a device they cannot use."""
+    out = []
+    for tensor in op._outputs:
+        if tensor._is_ref:
+            for consumer in tensor._consumers:
+                if any(source is tensor and consumer.op_def.is_ref_input(position)
+                       for position, source in enumerate(consumer._inputs)):
+                    out.append(consumer)
+    return out
+
+
 def _supported(group, devices, supported_kinds):
     kinds = None
-    for op in group:
+    for op in group + [r for member in group for r in _ref_readers(member)]:
         op_kinds = set(supported_kinds(op.type, _dtypes(op)))
         if ANY_KIND not in op_kinds:
             kinds = op_kinds if kinds is None else kinds & op_kinds
@@ -135,7 +149,9 @@ def _supported(group, devices, supported_kinds):
 
 
 def _candidates(group, devices, supported_kinds, soft, pinned):
-    """Devices the group may go to, best first; raises when none fits."""
+    """``(devices the group may go to, whether to prefer a kind among them)``: the second is
+    False where the user named a device type or an earlier compile pinned the group; raises
+    when none fits."""
     supported, kinds = _supported(group, devices, supported_kinds)
     if not supported:
         op = group[0]
@@ -144,13 +160,13 @@ def _candidates(group, devices, supported_kinds, soft, pinned):
             f"for {sorted(kinds or ())}; devices: {', '.join(devices)})")
     for op in group:
         if op.op_def.stateful and pinned.get(op.name) in supported:
-            return [pinned[op.name]]
+            return [pinned[op.name]], False
     request, asker = _merged_request(group, soft)
     if request.is_empty:
-        return _preferred_kind(supported)
+        return supported, True
     matching = [d for d in supported if request.is_compatible_with(d)]
     if matching:
-        return matching if request.device_type else _preferred_kind(matching)
+        return matching, not request.device_type
     if not soft:
         if any(request.is_compatible_with(d) for d in devices):
             host = dataclasses.replace(request, device_type=None, device_index=None)
@@ -167,7 +183,7 @@ def _candidates(group, devices, supported_kinds, soft, pinned):
             "allow_soft_placement=True to let the placer choose another device")
     # Soft placement: keep the job/replica/task part of the request, drop the device part.
     host = dataclasses.replace(request, device_type=None, device_index=None)
-    return _preferred_kind([d for d in supported if host.is_compatible_with(d)] or supported)
+    return [d for d in supported if host.is_compatible_with(d)] or supported, True
 
 
 def _preferred_kind(candidates):
@@ -241,13 +257,17 @@ def place(ops, devices, supported_kinds, allow_soft_placement=True, pinned=None)
     pinned = dict(pinned or {})
     members = set(ops)
     order = {op: i for i, op in enumerate(ops)}
-    group_of, choices, size = {}, {}, {}
+    group_of, choices, allowed, size = {}, {}, {}, {}
     for group in _groups(ops):
         key = group[0]
         size[key] = len(group)
         for op in group:
             group_of[op] = key
-        choices[key] = _candidates(group, devices, supported_kinds, allow_soft_placement, pinned)
+        allowed[key], prefer = _candidates(group, devices, supported_kinds,
+                                           allow_soft_placement, pinned)
+        # Ops with a choice go to the preferred kind (GPU); a follower may join its consumer
+        # on any device it has a kernel for (a Const feeding a CPU-only queue op).
+        choices[key] = _preferred_kind(allowed[key]) if prefer else allowed[key]
     rank = {d: (_KIND_PRIORITY.get(device_kind(d), 2), i) for i, d in enumerate(devices)}
     chosen, finish, free = {}, {}, {d: 0.0 for d in devices}
     assignment, followers, follower_set, log = {}, [], set(), []
@@ -284,7 +304,7 @@ def place(ops, devices, supported_kinds, allow_soft_placement=True, pinned=None)
                        key=lambda c: order[c], default=None)
         key = group_of[op]
         assignment[op] = consumer and assignment[consumer] or choices[key][0]
-        if assignment[op] not in choices[key]:
+        if assignment[op] not in allowed[key]:
             assignment[op] = choices[key][0]
     placed = {op: assignment[op] for op in ops}
     for op in ops:
