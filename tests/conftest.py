@@ -1,4 +1,6 @@
-"""Test configuration: hypothesis profiles and the ``--runslow`` switch for long forms."""
+"""Test configuration: hypothesis profiles, the ``--runslow`` switch for long forms, and the
+second pass ``make test-gpu`` (``ASYNCFLOW_FAKE_GPU=1``: a fake GPU visible, see
+``tests/fake_gpu``), which leaves out the files that never create a device."""
 import os
 
 import pytest
@@ -22,7 +24,25 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long form of a soak or chaos test")
 
 
+# Files whose tests create no device (codecs, the import layers, CLI help, resolvers' pure
+# parsing, placement as data over listed names): under ``make test-gpu`` they would run exactly
+# as in ``make test``, so the second pass leaves them out to stay inside CI's time.
+DEVICE_FREE = ("tests/transports/", "tests/test_layers.py", "tests/test_cli_help.py",
+               "tests/distribute/test_cluster_resolver.py", "tests/graph/test_placement.py")
+
+
+def fake_gpu_pass():
+    """True under ``make test-gpu``."""
+    return os.environ.get("ASYNCFLOW_FAKE_GPU") == "1"
+
+
 def pytest_collection_modifyitems(config, items):
+    if fake_gpu_pass():
+        same = pytest.mark.skip(reason="creates no device: runs the same in make test")
+        for item in items:
+            path = item.nodeid.replace(os.sep, "/")
+            if path.startswith(DEVICE_FREE) or ("tests/" + path).startswith(DEVICE_FREE):
+                item.add_marker(same)
     if config.getoption("--runslow"):
         return
     skip = pytest.mark.skip(reason="long form: run with --runslow")
