@@ -179,3 +179,17 @@ def test_make_test_gpu_sees_the_fake_gpu():
     import cupy  # noqa: F401
     assert _device.cuda_device_count() == 1
     assert any(d.kind == "GPU" for d in _device.make_local_devices())
+
+
+def test_the_fake_refuses_what_the_h200_refused(cupy):
+    x = cupy.asarray(np.ones((2, 2), np.float32))
+    widths = cupy.asarray(np.array([[1, 1], [0, 0]], np.int32))
+    with pytest.raises(TypeError, match="Implicit conversion to a NumPy array"):
+        cupy.pad(x, widths)                               # PadV2 on the H200
+    with pytest.raises(TypeError, match="Implicit conversion to a NumPy array"):
+        cupy.arange(cupy.asarray(np.int32(0)), cupy.asarray(np.int32(3)))   # Range
+    with pytest.raises(TypeError, match="Implicit conversion to a NumPy array"):
+        x.reshape(cupy.asarray(np.array([4], np.int32)))
+    with pytest.raises(ValueError, match="Unsupported dtype object"):
+        cupy.asarray(np.array([b"ckpt"], dtype=object))   # Saver's file name
+    assert cupy.pad(x, np.array([[1, 1], [0, 0]])).shape == (4, 2)   # host widths are fine
