@@ -6,7 +6,8 @@ Theory of operation (paper §3.2.1, TF's constraint placer, reference §4):
    ScatterAdd that takes its reference), so a variable and its updates never split.
 2. **Constraints per group.** The members' requested specs (``/job:../device:GPU:1``) merge;
    two that contradict each other are an error unless ``allow_soft_placement``. Each member's
-   kernel availability (``supported_kinds(op_type, dtypes)``, ``"ANY"`` meaning every kind;
+   kernel availability (``supported_kinds(op_type, input dtypes, output dtypes)``, ``"ANY"``
+   meaning every kind;
    no GPU kernel takes strings, and Save, summaries, queues, readers and PyFunc have CPU
    kernels only) narrows the device kinds, so with a GPU present such ops go to the CPU
    unless the user asked otherwise. A stateful op placed by an earlier compile of the same session keeps its
@@ -121,8 +122,6 @@ def _merged_request(group, soft):
     return merged, asker
 
 
-def _dtypes(op):
-    return tuple(t.dtype for t in op._inputs) + tuple(t.dtype for t in op._outputs)
 
 
 def _ref_readers(op):
@@ -142,7 +141,8 @@ def _ref_readers(op):
 def _supported(group, devices, supported_kinds):
     kinds = None
     for op in group + [r for member in group for r in _ref_readers(member)]:
-        op_kinds = set(supported_kinds(op.type, _dtypes(op)))
+        op_kinds = set(supported_kinds(op.type, tuple(t.dtype for t in op._inputs),
+                                       tuple(t.dtype for t in op._outputs)))
         if ANY_KIND not in op_kinds:
             kinds = op_kinds if kinds is None else kinds & op_kinds
     return [d for d in devices if kinds is None or device_kind(d) in kinds], kinds
@@ -240,8 +240,8 @@ def place(ops, devices, supported_kinds, allow_soft_placement=True, pinned=None)
     Args:
         ops: the pruned Operations of a run, in topological order.
         devices: full names of the available devices (the first is the default).
-        supported_kinds: ``fn(op_type, dtypes) -> iterable of device kinds`` with a kernel
-            for that type and those DTypes (``"ANY"`` meaning all kinds).
+        supported_kinds: ``fn(op_type, input_dtypes, output_dtypes) -> iterable of device
+            kinds`` with a kernel for that type and those DTypes (``"ANY"``: all kinds).
         allow_soft_placement: drop requests no device can satisfy instead of failing.
         pinned: ``{op name: device}`` of stateful ops placed by earlier compiles; the ops
             keep those devices.

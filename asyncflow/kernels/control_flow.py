@@ -127,4 +127,6 @@ def _case_exclusive(ctx, *preds):
 host_memory("Switch", inputs=(1,))
 host_memory("LoopCond", inputs=(0,), outputs=(0,))
 host_memory("CaseExclusive", inputs="all")
-host_memory("StackV2", inputs=(0,))
+host_memory("StackV2", inputs=(0,), outputs=(0,))
+host_memory("StackPushV2", inputs=(0,))
+host_memory("StackPopV2", inputs=(0,))

@@ -29,7 +29,7 @@ the executor decides, the kernel does not know.
 
 Device kinds and dtypes (TF's kernel registrations, reference §4): a kernel registered for
 ``ANY`` runs on every kind for numeric dtypes, but no GPU kernel takes strings, so an op with
-a string input or output has only its host kinds (``supported_device_kinds(type, dtypes)``);
+a string input or output has only its host kinds (``supported_device_kinds``);
 a kernel registered for ``"CPU"`` (Save, Restore, summaries, queues, readers, PyFunc) runs
 only there, and placement puts it there unless the user asked otherwise.
 
@@ -180,11 +180,16 @@ def get_kernel(op_type, device_kind):
 HOST_KINDS = ("CPU",)
 
 
-def supported_device_kinds(op_type, dtypes=()):
-    """Device kinds with a kernel for ``op_type`` and ``dtypes`` (its inputs' and outputs'
-    DTypes): ``ANY`` means every kind; a string dtype leaves only the host kinds."""
+def supported_device_kinds(op_type, input_dtypes=(), output_dtypes=()):
+    """Device kinds with a kernel for ``op_type`` and its inputs' and outputs' DTypes:
+    ``ANY`` means every kind; a string argument leaves only the host kinds.
+
+    TensorArray and stack handles are strings here, so those ops stay on the host too (TF
+    has GPU kernels for them, with the handle in host memory): moving them needs the loop
+    ops that forward a handle (Enter, Switch, Merge) on the GPU as well, or a loop splits
+    across devices around its handle."""
     kinds = sorted(kind for (t, kind) in _KERNELS if t == op_type)
-    if any(getattr(dtype, "is_string", False) for dtype in dtypes):
+    if any(getattr(dtype, "is_string", False) for dtype in (*input_dtypes, *output_dtypes)):
         kinds = sorted({k for k in kinds if k in HOST_KINDS}
                        | (set(HOST_KINDS) if ANY in kinds else set()))
     return kinds

@@ -224,10 +224,12 @@ def _size(ctx, handle, flow):
 
 
 # Arguments kept in host memory on a GPU (TF's HostMemory registrations; runtime/gpu.py).
-host_memory("TensorArrayV3", inputs=(0,))
-host_memory("TensorArrayReadV3", inputs=(1,))
-host_memory("TensorArrayWriteV3", inputs=(1,))
-host_memory("TensorArrayGatherV3", inputs=(1,))
-host_memory("TensorArrayScatterV3", inputs=(1,))
-host_memory("TensorArraySplitV3", inputs=(2,))
-host_memory("TensorArraySizeV3", outputs=(0,))
+host_memory("TensorArrayV3", inputs=(0,), outputs=(0,))
+host_memory("TensorArrayReadV3", inputs=(0, 1))
+host_memory("TensorArrayWriteV3", inputs=(0, 1))
+host_memory("TensorArrayGatherV3", inputs=(0, 1))
+host_memory("TensorArrayScatterV3", inputs=(0, 1))
+host_memory("TensorArraySplitV3", inputs=(0, 2))
+host_memory("TensorArraySizeV3", inputs=(0,), outputs=(0,))
+host_memory("TensorArrayConcatV3", inputs=(0,))
+host_memory("TensorArrayGradV3", inputs=(0,), outputs=(0,))

@@ -42,7 +42,7 @@ import trio
 
 from asyncflow import devices as _names
 from asyncflow import errors
-from asyncflow.kernels.registry import memory_types
+from asyncflow.kernels.registry import MemoryTypes, memory_types
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,11 +56,15 @@ class GpuStatistics:
 
 
 _HOST_DTYPE = np.dtype(np.int32)
+_NO_HOST_MEMORY = MemoryTypes()
 
 
 def _is_host_op(op):
-    """An op a GPU runs on the host: int32-only (bools beside) or with a string argument."""
-    dtypes = [t.dtype for t in op._inputs] + [t.dtype for t in op._outputs]
+    """An op a GPU runs on the host: its arguments other than host-memory ones are int32
+    (bools beside), or one of them is a string."""
+    types = memory_types(op.type) or _NO_HOST_MEMORY
+    dtypes = [t.dtype for i, t in enumerate(op._inputs) if i not in types.host_inputs] + [
+        t.dtype for i, t in enumerate(op._outputs) if i not in types.host_outputs]
     if not op._outputs:
         return False
     if any(d.is_string for d in dtypes):
@@ -151,10 +155,8 @@ class GpuDevice:
         if getattr(array, "device", None) is not None and getattr(array.device, "id", None) == self.index:
             return array
         kind = getattr(getattr(array, "dtype", None), "kind", None)
-        if kind is None:
-            array = np.asarray(array)
-            kind = array.dtype.kind
-        if kind not in "biufc" or array.dtype == _HOST_DTYPE:
+        if kind is None or kind not in "biufc" or array.dtype == _HOST_DTYPE:
+            # (not an array: a TensorArray's or stack's handle, which lives on the host)
             return array
         with self._use():
             return self._device_array(array)
