@@ -42,7 +42,7 @@ import numpy as np  # noqa: E402
 import trio  # noqa: E402
 
 import asyncflow as af  # noqa: E402
-from asyncflow.runtime.device import cuda_device_count  # noqa: E402
+from asyncflow.runtime.device import cuda_device_count, cuda_status  # noqa: E402
 from asyncflow.runtime.gpu import stream_done  # noqa: E402
 
 GPU, CPU = "/device:GPU:0", "/device:CPU:0"
@@ -571,7 +571,8 @@ def summary_table(results):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if cuda_device_count() == 0:
-        print("gpu_check: CuPy finds no CUDA device here; nothing to check.")
+        reason = cuda_status()[1] or "CuPy finds no CUDA device on this machine"
+        print(f"gpu_check: no CUDA device here ({reason}); nothing to check.")
         return 0
     results = trio.run(lambda: run_checks(timings="--no-timings" not in argv))
     print()
