@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PIP_INSTALL := $(PY) -m pip install --progress-bar on
 
-.PHONY: demo test bench clean
+.PHONY: demo test test-gpu bench clean
 
 $(STAMP): pyproject.toml
 	@if test -x $(PY); then echo "==> using the virtual environment $(VENV)"; \
@@ -27,6 +27,14 @@ demo: $(STAMP)
 test: $(STAMP)
 	@echo "==> running the test suite (pytest, including the docs check tests/test_docs.py)"
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+# The suite again as on a machine with a GPU: tests/fake_gpu on PYTHONPATH makes `import cupy`
+# find the strict fake CuPy (tests/runtime/fake_cupy.py) with one device, in this process and
+# in every worker process it starts, so default placement chooses GPU:0 as on a user's GPU
+# machine. Tests that run the same without a GPU are left to `make test` (tests/conftest.py).
+test-gpu: $(STAMP)
+	@echo "==> running the test suite with a fake GPU visible (strict fake CuPy; see tests/fake_gpu)"
+	PYTHONPATH=tests/fake_gpu ASYNCFLOW_FAKE_GPU=1 $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	@echo "==> running the benchmarks (bench/run_all.py; results in bench/RESULTS.md)"

@@ -1,5 +1,7 @@
-"""Test configuration: hypothesis profiles, the ``--runslow`` switch for long forms, and a
-SIGINT that reaches the processes the tests start."""
+"""Test configuration: hypothesis profiles, the ``--runslow`` switch for long forms, a SIGINT
+that reaches the processes the tests start, and the second pass ``make test-gpu``
+(``ASYNCFLOW_FAKE_GPU=1``: a fake GPU visible, see ``tests/fake_gpu``), which leaves out the
+files that never create a device."""
 import os
 import signal
 
@@ -33,10 +35,36 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long form of a soak or chaos test")
 
 
+# Files whose tests create no device (codecs, the import layers, CLI help, resolvers' pure
+# parsing, placement as data over listed names): under ``make test-gpu`` they would run exactly
+# as in ``make test``, so the second pass leaves them out to stay inside CI's time.
+DEVICE_FREE = ("tests/transports/", "tests/test_layers.py", "tests/test_cli_help.py",
+               "tests/distribute/test_cluster_resolver.py", "tests/graph/test_placement.py")
+
+
+def fake_gpu_pass():
+    """True under ``make test-gpu``."""
+    return os.environ.get("ASYNCFLOW_FAKE_GPU") == "1"
+
+
 def pytest_collection_modifyitems(config, items):
+    if fake_gpu_pass():
+        same = pytest.mark.skip(reason="creates no device: runs the same in make test")
+        for item in items:
+            path = item.nodeid.replace(os.sep, "/")
+            if path.startswith(DEVICE_FREE) or ("tests/" + path).startswith(DEVICE_FREE):
+                item.add_marker(same)
     if config.getoption("--runslow"):
         return
     skip = pytest.mark.skip(reason="long form: run with --runslow")
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def cpu_only(monkeypatch):
+    """Sessions see no GPU, even under ``make test-gpu``: for tests of the CPU executor's own
+    paths (inline starts, the static path, time slices, splits across CPU devices), which a
+    GPU taking their ops would bypass. Everything else runs with the GPU there."""
+    monkeypatch.setattr("asyncflow.runtime.device.cuda_device_count", lambda: 0)

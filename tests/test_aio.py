@@ -144,7 +144,7 @@ def test_aio_server_serves_a_cluster_session_from_asyncio():
     np.testing.assert_allclose(out, [3.0, 6.0])
 
 
-def test_static_steps_run_on_the_asyncio_loop_without_crossing_into_trio():
+def test_static_steps_run_on_the_asyncio_loop_without_crossing_into_trio(cpu_only):
     async def main():
         with af.Graph().as_default():
             x, y = build()
@@ -182,7 +182,7 @@ def test_inline_step_errors_name_the_op():
     assert asyncio.run(main()) == ("bad_reshape", 0)
 
 
-def test_large_kernel_of_an_inline_step_runs_on_a_worker_thread():
+def test_large_kernel_of_an_inline_step_runs_on_a_worker_thread(cpu_only):
     import threading
 
     from asyncflow.kernels import registry
@@ -318,7 +318,7 @@ def test_saver_saves_and_restores_from_asyncio(tmp_path):
     assert value == 3.0
 
 
-def test_a_loop_of_inline_runs_lets_other_asyncio_tasks_run(monkeypatch):
+def test_a_loop_of_inline_runs_lets_other_asyncio_tasks_run(monkeypatch, cpu_only):
     # The time-slice clock advances a quarter slice per read, so a slice ends after a fixed
     # number of reads instead of at a wall-clock moment (deterministic on a loaded machine).
     reads = itertools.count()

@@ -55,7 +55,8 @@ DEADLINE = af.RunOptions(timeout_in_ms=60_000)
     (_loop, None, False, False),        # control flow: the frame-aware path
     (_two_devices, None, False, False),  # several partitions: the partition runner
 ], ids=["const", "traced", "deadline", "queue", "loop", "two-devices"])
-async def test_a_prepared_run_says_which_path_it_takes(build, options, inline, loop_free):
+async def test_a_prepared_run_says_which_path_it_takes(build, options, inline, loop_free,
+                                                      cpu_only):
     config = af.SessionConfig(device_count={"CPU": 2})
     with af.Graph().as_default():
         fetch, setup, want = build()
@@ -111,7 +112,7 @@ async def test_closing_the_session_cancels_an_inline_run_that_waits(autojump_clo
             assert sess.statistics().runs_in_flight == 0
 
 
-def test_a_loop_free_run_runs_under_asyncio_without_trio():
+def test_a_loop_free_run_runs_under_asyncio_without_trio(cpu_only):
     with af.Graph().as_default():
         x = af.placeholder(af.float32, [3])
         y = af.reduce_sum(x * x)
@@ -131,7 +132,7 @@ def test_a_loop_free_run_runs_under_asyncio_without_trio():
         assert asyncio.run(main()) == 5.0
 
 
-async def test_cluster_runs_go_through_the_cluster_target():
+async def test_cluster_runs_go_through_the_cluster_target(cpu_only):
     spec = af.ClusterSpec({"worker": ["inprocess:201"]})
     async with trio.open_nursery() as nursery:
         await nursery.start(af.Server(spec, "worker", 0).serve)
@@ -187,7 +188,7 @@ def test_the_session_does_not_ask_which_target_it_holds():
                 and "Target" in ast.unparse(n)]
 
 
-async def test_session_master_and_workers_compile_through_one_pipeline(monkeypatch):
+async def test_session_master_and_workers_compile_through_one_pipeline(monkeypatch, cpu_only):
     from asyncflow.runtime import compiler
     calls = []  # the device names each compile placed over
     original = compiler.partition_run

@@ -6,17 +6,23 @@ Theory of operation (paper §3.2.1, TF's constraint placer, reference §4):
    ScatterAdd that takes its reference), so a variable and its updates never split.
 2. **Constraints per group.** The members' requested specs (``/job:../device:GPU:1``) merge;
    two that contradict each other are an error unless ``allow_soft_placement``. Each member's
-   kernel availability (``supported_kinds(op_type)``, ``"ANY"`` meaning every kind) narrows
-   the device kinds. A stateful op placed by an earlier compile of the same session keeps its
+   kernel availability (``supported_kinds(op_type, input dtypes, output dtypes)``, ``"ANY"``
+   meaning every kind;
+   no GPU kernel takes strings, and Save, summaries, queues, readers and PyFunc have CPU
+   kernels only) narrows the device kinds, so with a GPU present such ops go to the CPU
+   unless the user asked otherwise. A stateful op placed by an earlier compile of the same session keeps its
    device (``pinned``), or its state would be lost.
 3. **Infeasible requests.** Without soft placement a request no device satisfies is an
    ``InvalidArgumentError`` ("Could not satisfy explicit device specification ..."); with it,
    the request's device part is dropped and any supported device may be chosen.
-4. **Greedy choice** (the paper's cost model). Simulate the run in topological order: for each
-   group still undecided, when its first member comes up, estimate on every candidate device
+4. **Kind.** Without a requested device type, a group goes to the highest-priority kind that
+   has its kernels (GPU before CPU), as TF1's placer does on a machine with a GPU; int32
+   shape arithmetic placed on a GPU runs in its host memory there (``runtime/gpu.py``).
+5. **Greedy choice** among the devices left (the paper's cost model). Simulate the run in
+   topological order: for each group still undecided, when its first member comes up, estimate on every candidate device
    the finish time = max(device free, inputs ready + transfer time of inputs living on other
    devices) + compute time (from static shapes: ``OpDef.cost`` or the input elements), and
-   take the earliest; ties go to the faster device kind (GPU), then the lower device.
+   take the earliest; ties go to the lower device.
    Unconstrained, stateless ops computed only from constants (Const, Fill of Consts) follow
    their first consumer instead, so constants are not shipped across devices.
 
@@ -116,17 +122,36 @@ def _merged_request(group, soft):
     return merged, asker
 
 
+
+
+def _ref_readers(op):
+    """Ops anywhere in the graph that take a reference output of ``op`` (a variable's Assign,
+    CountUpTo): a run that does not include them still must not put the variable where they
+    have no kernel, or a later run would find its state on a device they cannot use."""
+    out = []
+    for tensor in op._outputs:
+        if tensor._is_ref:
+            for consumer in tensor._consumers:
+                if any(source is tensor and consumer.op_def.is_ref_input(position)
+                       for position, source in enumerate(consumer._inputs)):
+                    out.append(consumer)
+    return out
+
+
 def _supported(group, devices, supported_kinds):
     kinds = None
-    for op in group:
-        op_kinds = set(supported_kinds(op.type))
+    for op in group + [r for member in group for r in _ref_readers(member)]:
+        op_kinds = set(supported_kinds(op.type, tuple(t.dtype for t in op._inputs),
+                                       tuple(t.dtype for t in op._outputs)))
         if ANY_KIND not in op_kinds:
             kinds = op_kinds if kinds is None else kinds & op_kinds
     return [d for d in devices if kinds is None or device_kind(d) in kinds], kinds
 
 
 def _candidates(group, devices, supported_kinds, soft, pinned):
-    """Devices the group may go to, best first; raises when none fits."""
+    """``(devices the group may go to, whether to prefer a kind among them)``: the second is
+    False where the user named a device type or an earlier compile pinned the group; raises
+    when none fits."""
     supported, kinds = _supported(group, devices, supported_kinds)
     if not supported:
         op = group[0]
@@ -135,17 +160,20 @@ def _candidates(group, devices, supported_kinds, soft, pinned):
             f"for {sorted(kinds or ())}; devices: {', '.join(devices)})")
     for op in group:
         if op.op_def.stateful and pinned.get(op.name) in supported:
-            return [pinned[op.name]]
+            return [pinned[op.name]], False
     request, asker = _merged_request(group, soft)
     if request.is_empty:
-        return supported
+        return supported, True
     matching = [d for d in supported if request.is_compatible_with(d)]
     if matching:
-        return matching
+        return matching, not request.device_type
     if not soft:
         if any(request.is_compatible_with(d) for d in devices):
+            host = dataclasses.replace(request, device_type=None, device_index=None)
+            having = [d for d in supported if host.is_compatible_with(d)] or supported
             reason = (f"no supported kernel for {request.device_type} devices is available "
-                      f"(kernels exist for {sorted(kinds)})")
+                      f"(kernels exist for {sorted(kinds)}: devices that have it: "
+                      f"{', '.join(having)})")
         else:
             reason = ("no devices matching that specification are registered in this process; "
                       f"available devices: {', '.join(devices)}")
@@ -155,7 +183,15 @@ def _candidates(group, devices, supported_kinds, soft, pinned):
             "allow_soft_placement=True to let the placer choose another device")
     # Soft placement: keep the job/replica/task part of the request, drop the device part.
     host = dataclasses.replace(request, device_type=None, device_index=None)
-    return [d for d in supported if host.is_compatible_with(d)] or supported
+    return [d for d in supported if host.is_compatible_with(d)] or supported, True
+
+
+def _preferred_kind(candidates):
+    """The candidates of the highest-priority kind among them (GPU before CPU), as TF1's
+    placer prefers a GPU for every op that has a GPU kernel; the cost model then chooses
+    among devices of that kind."""
+    best = min(_KIND_PRIORITY.get(device_kind(d), 2) for d in candidates)
+    return [d for d in candidates if _KIND_PRIORITY.get(device_kind(d), 2) == best]
 
 
 def _elements(shape):
@@ -204,8 +240,8 @@ def place(ops, devices, supported_kinds, allow_soft_placement=True, pinned=None)
     Args:
         ops: the pruned Operations of a run, in topological order.
         devices: full names of the available devices (the first is the default).
-        supported_kinds: ``fn(op_type) -> iterable of device kinds`` with a kernel
-            (``"ANY"`` meaning all kinds).
+        supported_kinds: ``fn(op_type, input_dtypes, output_dtypes) -> iterable of device
+            kinds`` with a kernel for that type and those DTypes (``"ANY"``: all kinds).
         allow_soft_placement: drop requests no device can satisfy instead of failing.
         pinned: ``{op name: device}`` of stateful ops placed by earlier compiles; the ops
             keep those devices.
@@ -221,13 +257,17 @@ def place(ops, devices, supported_kinds, allow_soft_placement=True, pinned=None)
     pinned = dict(pinned or {})
     members = set(ops)
     order = {op: i for i, op in enumerate(ops)}
-    group_of, choices, size = {}, {}, {}
+    group_of, choices, allowed, size = {}, {}, {}, {}
     for group in _groups(ops):
         key = group[0]
         size[key] = len(group)
         for op in group:
             group_of[op] = key
-        choices[key] = _candidates(group, devices, supported_kinds, allow_soft_placement, pinned)
+        allowed[key], prefer = _candidates(group, devices, supported_kinds,
+                                           allow_soft_placement, pinned)
+        # Ops with a choice go to the preferred kind (GPU); a follower may join its consumer
+        # on any device it has a kernel for (a Const feeding a CPU-only queue op).
+        choices[key] = _preferred_kind(allowed[key]) if prefer else allowed[key]
     rank = {d: (_KIND_PRIORITY.get(device_kind(d), 2), i) for i, d in enumerate(devices)}
     chosen, finish, free = {}, {}, {d: 0.0 for d in devices}
     assignment, followers, follower_set, log = {}, [], set(), []
@@ -264,7 +304,7 @@ def place(ops, devices, supported_kinds, allow_soft_placement=True, pinned=None)
                        key=lambda c: order[c], default=None)
         key = group_of[op]
         assignment[op] = consumer and assignment[consumer] or choices[key][0]
-        if assignment[op] not in choices[key]:
+        if assignment[op] not in allowed[key]:
             assignment[op] = choices[key][0]
     placed = {op: assignment[op] for op in ops}
     for op in ops:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from asyncflow import errors
-from asyncflow.kernels.registry import register_kernel
+from asyncflow.kernels.registry import host_memory, register_kernel
 
 
 @register_kernel("Identity")
@@ -39,3 +39,10 @@ def _reshape(ctx, x, shape):
         raise errors.InvalidArgumentError(
             None, ctx.name, f"Input to reshape is a tensor with {x.size} values, but the "
             f"requested shape is {dims}") from None
+
+
+# Arguments kept in host memory on a GPU (TF's HostMemory registrations; runtime/gpu.py).
+host_memory("Shape", outputs=(0,), shape_only=(0,))
+host_memory("Size", outputs=(0,), shape_only=(0,))
+host_memory("Rank", outputs=(0,), shape_only=(0,))
+host_memory("Reshape", inputs=(1,))

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from asyncflow import errors
-from asyncflow.kernels.registry import register_kernel
+from asyncflow.kernels.registry import host_memory, register_kernel
 
 
 class _Dead:
@@ -121,3 +121,12 @@ def _case_exclusive(ctx, *preds):
             None, ctx.name, f"Input error: exclusive=True: more than 1 conditions "
                             f"(predicates {true}) evaluated as True")
     return ()
+
+
+# Arguments kept in host memory on a GPU (TF's HostMemory registrations; runtime/gpu.py).
+host_memory("Switch", inputs=(1,))
+host_memory("LoopCond", inputs=(0,), outputs=(0,))
+host_memory("CaseExclusive", inputs="all")
+host_memory("StackV2", inputs=(0,), outputs=(0,))
+host_memory("StackPushV2", inputs=(0,))
+host_memory("StackPopV2", inputs=(0,))

@@ -10,7 +10,7 @@ import numpy as np
 
 from asyncflow.kernels.arguments import host as _host, ints as _ints, invalid as _invalid
 from asyncflow.kernels.arguments import scatter_add as _scatter_add
-from asyncflow.kernels.registry import register_kernel
+from asyncflow.kernels.registry import host_memory, register_kernel
 
 
 def check_range(ctx, indices, limit, what="indices"):
@@ -126,3 +126,10 @@ def _unsorted_segment_sum(ctx, data, segment_ids, num_segments):
     kept = ids >= 0  # TF1 drops negative ids
     _scatter_add(xp, out, ids[kept], rows[kept])
     return (out,)
+
+
+# Arguments kept in host memory on a GPU (TF's HostMemory registrations; runtime/gpu.py).
+host_memory("Slice", inputs=(1, 2))
+host_memory("StridedSlice", inputs=(1, 2, 3))
+host_memory("StridedSliceGrad", inputs=(0, 1, 2, 3))
+host_memory("UnsortedSegmentSum", inputs=(2,))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from asyncflow.kernels.arguments import ints as _ints, invalid as _invalid
-from asyncflow.kernels.registry import register_kernel
+from asyncflow.kernels.registry import host_memory, register_kernel
 
 
 def _axis(ctx, axis, ndims):
@@ -107,3 +107,7 @@ def _squeeze(ctx, x):
             raise _invalid(ctx, f"can not squeeze dim[{a}], expected a dimension of 1, got "
                                 f"{x.shape[a]}")
     return (x.reshape([d for i, d in enumerate(x.shape) if i not in axes]),)
+
+
+# Arguments kept in host memory on a GPU (TF's HostMemory registrations; runtime/gpu.py).
+host_memory("Transpose", inputs=(1,))

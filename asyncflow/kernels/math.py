@@ -7,7 +7,7 @@ import numpy as np
 
 from asyncflow import dtypes, errors
 from asyncflow.kernels.arguments import host as _host
-from asyncflow.kernels.registry import register_kernel
+from asyncflow.kernels.registry import host_memory, register_kernel
 
 # op type -> name of the array-module function computing it
 _UNARY = {
@@ -290,3 +290,8 @@ def _reduced_shape(ctx, shape):
     else:
         out[list(axes)] = 1
     return (out,)
+
+
+# Arguments kept in host memory on a GPU (TF's HostMemory registrations; runtime/gpu.py).
+host_memory("SumToShape", inputs=(1,))
+host_memory("BroadcastToLike", shape_only=(1,))

@@ -23,7 +23,7 @@ import functools
 import numpy as np
 
 from asyncflow import errors
-from asyncflow.kernels.registry import register_kernel
+from asyncflow.kernels.registry import host_memory, register_kernel
 
 
 # -- spatial geometry -----------------------------------------------------------------------
@@ -222,3 +222,9 @@ def _avg_pool_grad(ctx, input_shape, grad):
         for view in _taps(result, *_tap_args(ctx, kernel_hw, rows, cols)):
             view += share
     return (xp.ascontiguousarray(_crop(result, rows, cols, shape[1], shape[2])),)
+
+
+# Arguments kept in host memory on a GPU (TF's HostMemory registrations; runtime/gpu.py).
+host_memory("Conv2DBackpropInput", inputs=(0,))
+host_memory("Conv2DBackpropFilter", inputs=(1,))
+host_memory("AvgPoolGrad", inputs=(0,))

@@ -27,6 +27,18 @@ the op's attrs and device: a Send/Recv's root-frame rendezvous key, a queue's sp
 ``offload=True`` marks kernels that may run on a worker thread when their inputs are large;
 the executor decides, the kernel does not know.
 
+Device kinds and dtypes (TF's kernel registrations, reference §4): a kernel registered for
+``ANY`` runs on every kind for numeric dtypes, but no GPU kernel takes strings, so an op with
+a string input or output has only its host kinds (``supported_device_kinds``);
+a kernel registered for ``"CPU"`` (Save, Restore, summaries, queues, readers, PyFunc) runs
+only there, and placement puts it there unless the user asked otherwise.
+
+Host memory (TF's ``.HostMemory("...")``): ``host_memory(type, inputs=..., outputs=...)``
+declares the arguments a kernel reads or writes as small host values even when it runs on a
+GPU (shapes, paddings, axes, ``Range`` bounds); ``shape_only=...`` the inputs it reads only
+for their shape (left wherever they live). ``memory_types(type)`` gives the declaration (or
+None); the GPU device keeps such values on the host (``runtime/gpu.py``).
+
 Kernels never import the executor, trio or graph objects.
 """
 from __future__ import annotations
@@ -54,6 +66,19 @@ class KernelDef:
 
 
 _KERNELS: dict[tuple[str, str], KernelDef] = {}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MemoryTypes:
+    """Arguments a kernel keeps in host memory on a GPU (positions), and inputs it reads only
+    for their shape (``shape_only``: never moved)."""
+
+    host_inputs: frozenset = frozenset()
+    host_outputs: frozenset = frozenset()
+    shape_only: frozenset = frozenset()
+
+
+_MEMORY_TYPES: dict[str, MemoryTypes] = {}
 
 
 def register_kernel(op_type, device=ANY, *, is_async=False, offload=False, runs_on_dead=False):
@@ -128,11 +153,43 @@ def _attach_form(op_type, device, form, needs_async=True):
     return decorate
 
 
+def host_memory(op_type, inputs=(), outputs=(), shape_only=()):
+    """Declare ``op_type``'s host-memory inputs and outputs and its shape-only inputs
+    (positions; ``inputs="all"`` for every input), as TF's ``.HostMemory`` does.
+
+    Raises:
+        KeyError: if ``op_type`` already has a declaration.
+    """
+    if op_type in _MEMORY_TYPES:
+        raise KeyError(f"host_memory({op_type!r}) declared twice")
+    every = range(64) if inputs == "all" else inputs
+    _MEMORY_TYPES[op_type] = MemoryTypes(frozenset(every), frozenset(outputs),
+                                         frozenset(shape_only))
+
+
+def memory_types(op_type):
+    """``op_type``'s MemoryTypes, or None when all its arguments live on its device."""
+    return _MEMORY_TYPES.get(op_type)
+
+
 def get_kernel(op_type, device_kind):
     """The kernel for ``op_type`` on a device kind, falling back to the ANY kernel; or None."""
     return _KERNELS.get((op_type, device_kind)) or _KERNELS.get((op_type, ANY))
 
 
-def supported_device_kinds(op_type):
-    """Device kinds with a kernel for ``op_type`` (``ANY`` means every kind)."""
-    return sorted(kind for (t, kind) in _KERNELS if t == op_type)
+HOST_KINDS = ("CPU",)
+
+
+def supported_device_kinds(op_type, input_dtypes=(), output_dtypes=()):
+    """Device kinds with a kernel for ``op_type`` and its inputs' and outputs' DTypes:
+    ``ANY`` means every kind; a string argument leaves only the host kinds.
+
+    TensorArray and stack handles are strings here, so those ops stay on the host too (TF
+    has GPU kernels for them, with the handle in host memory): moving them needs the loop
+    ops that forward a handle (Enter, Switch, Merge) on the GPU as well, or a loop splits
+    across devices around its handle."""
+    kinds = sorted(kind for (t, kind) in _KERNELS if t == op_type)
+    if any(getattr(dtype, "is_string", False) for dtype in (*input_dtypes, *output_dtypes)):
+        kinds = sorted({k for k in kinds if k in HOST_KINDS}
+                       | (set(HOST_KINDS) if ANY in kinds else set()))
+    return kinds

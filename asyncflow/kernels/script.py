@@ -93,7 +93,9 @@ async def _async_py_func(ctx, *inputs):
     return _convert(ctx, result)
 
 
-register_kernel("PyFunc")(_py_func)
-register_kernel("PyFuncStateless")(_py_func)
-register_kernel("AsyncPyFunc", is_async=True)(_async_py_func)
-register_kernel("AsyncPyFuncStateless", is_async=True)(_async_py_func)
+# CPU kernels only, as TF1 registers PyFunc: with a GPU present placement keeps a py_func on
+# the CPU (its inputs cross from the GPU by Send/Recv) unless asked otherwise.
+register_kernel("PyFunc", "CPU")(_py_func)
+register_kernel("PyFuncStateless", "CPU")(_py_func)
+register_kernel("AsyncPyFunc", "CPU", is_async=True)(_async_py_func)
+register_kernel("AsyncPyFuncStateless", "CPU", is_async=True)(_async_py_func)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from asyncflow import errors
-from asyncflow.kernels.registry import register_kernel
+from asyncflow.kernels.registry import host_memory, register_kernel
 
 
 @register_kernel("Const")
@@ -83,3 +83,14 @@ def _truncated_normal(ctx, dims):
         out[bad] = rng.standard_normal(int(bad.sum()))
         bad = abs(out) > 2.0
     return (ctx.to_device(out.astype(ctx.output_dtypes[0])),)
+
+
+# Arguments kept in host memory on a GPU (TF's HostMemory registrations; runtime/gpu.py).
+host_memory("Fill", inputs=(0,))
+host_memory("Range", inputs=(0, 1, 2))
+host_memory("ZerosLike", shape_only=(0,))
+host_memory("OnesLike", shape_only=(0,))
+host_memory("RandomStandardNormal", inputs=(0,))
+host_memory("RandomUniform", inputs=(0,))
+host_memory("TruncatedNormal", inputs=(0,))
+host_memory("RandomUniformInt", inputs=(0, 1, 2))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from asyncflow import errors
-from asyncflow.kernels.registry import register_kernel
+from asyncflow.kernels.registry import host_memory, register_kernel
 
 _FLOW = np.float32(0.0)
 
@@ -221,3 +221,15 @@ def _split(ctx, handle, value, lengths, flow):
 @register_kernel("TensorArraySizeV3")
 def _size(ctx, handle, flow):
     return (np.int32(len(handle.elements)),)
+
+
+# Arguments kept in host memory on a GPU (TF's HostMemory registrations; runtime/gpu.py).
+host_memory("TensorArrayV3", inputs=(0,), outputs=(0,))
+host_memory("TensorArrayReadV3", inputs=(0, 1))
+host_memory("TensorArrayWriteV3", inputs=(0, 1))
+host_memory("TensorArrayGatherV3", inputs=(0, 1))
+host_memory("TensorArrayScatterV3", inputs=(0, 1))
+host_memory("TensorArraySplitV3", inputs=(0, 2))
+host_memory("TensorArraySizeV3", inputs=(0,), outputs=(0,))
+host_memory("TensorArrayConcatV3", inputs=(0,))
+host_memory("TensorArrayGradV3", inputs=(0,), outputs=(0,))

@@ -5,7 +5,7 @@ import numpy as np
 
 from asyncflow.kernels.arguments import host as _host, ints as _ints, invalid as _invalid
 from asyncflow.kernels.arguments import scatter_add as _scatter_add
-from asyncflow.kernels.registry import register_kernel
+from asyncflow.kernels.registry import host_memory, register_kernel
 
 
 @register_kernel("Tile")
@@ -86,3 +86,11 @@ def _one_hot(ctx, indices, depth, on_value, off_value):
     if axis != -1:
         out = xp.moveaxis(out, -1, axis)
     return (out,)
+
+
+# Arguments kept in host memory on a GPU (TF's HostMemory registrations; runtime/gpu.py).
+host_memory("Tile", inputs=(1,))
+host_memory("PadV2", inputs=(1, 2))
+host_memory("MirrorPad", inputs=(1,))
+host_memory("MirrorPadGrad", inputs=(1,))
+host_memory("OneHot", inputs=(1,))

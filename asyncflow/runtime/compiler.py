@@ -36,6 +36,7 @@ from asyncflow.kernels.registry import get_kernel, supported_device_kinds
 from asyncflow.ops.control_flow import is_loop_back_edge
 from asyncflow.runtime import executor, runner as _runner
 from asyncflow.runtime.context import NodeContext
+from asyncflow.runtime.device import cuda_status
 from asyncflow.runtime.plan import compile_plan
 
 
@@ -104,6 +105,18 @@ def _host_evaluator(graph, device, resources):
     return evaluate
 
 
+def _explain_missing_gpu(exc, state):
+    """``exc`` (a placement error), saying why this process has no GPU when a GPU request
+    failed for lack of one: CuPy missing or not matching the driver, and the extra to install."""
+    if not state.devices or "GPU" not in exc.message or any(
+            placement_kind == "GPU" for placement_kind in map(_placement.device_kind, state.names)):
+        return exc
+    reason = cuda_status()[1]
+    if reason is None:
+        return exc
+    return type(exc)(None, exc.op, f"{exc.message}. No GPU in this process: {reason}")
+
+
 @dataclasses.dataclass
 class PartitionedRun:
     """``partition_run``'s result: a signature pruned, placed and rewritten."""
@@ -155,9 +168,12 @@ def partition_run(graph, feeds, fetches, targets, state, config, resources=None,
         ops = _prune.prune(fetches, targets, feeds, skip_edge=is_loop_back_edge)
     except ValueError as exc:
         raise errors.InvalidArgumentError(None, None, str(exc)) from None
-    placed = _placement.place(ops, state.names, supported_device_kinds,
-                              allow_soft_placement=config.allow_soft_placement,
-                              pinned=state.pinned)
+    try:
+        placed = _placement.place(ops, state.names, supported_device_kinds,
+                                  allow_soft_placement=config.allow_soft_placement,
+                                  pinned=state.pinned)
+    except errors.InvalidArgumentError as exc:
+        raise _explain_missing_gpu(exc, state) from None
     for op, device in placed.assignment.items():
         if op.op_def.stateful:
             state.pinned.setdefault(op.name, device)

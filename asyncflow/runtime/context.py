@@ -58,9 +58,10 @@ class NodeContext:
         return self._rng
 
     def device_constant(self, value):
-        """``value`` on this device, transferred once per plan."""
+        """``value`` on this device, transferred once per plan (on the host for a node a GPU
+        runs on the host, whose ``xp`` is numpy: see ``runtime/gpu.py``)."""
         if self._constant is None:
-            self._constant = self.device.constant(value)
+            self._constant = value if self.xp is np else self.device.constant(value)
         return self._constant
 
     def resolve_path(self, path):

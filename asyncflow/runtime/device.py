@@ -1,6 +1,7 @@
 """Devices of one process: CPU devices (numpy) and, when CuPy finds CUDA, GPU devices.
 
-This is the only module that imports CuPy, and only lazily. A device offers its array module
+This is the only module that imports CuPy, and only lazily; ``cuda_status`` says why no GPU
+is there (CuPy missing or built for another CUDA than the driver), naming the extra to install. A device offers its array module
 (``xp``), moves arrays onto and off itself, and owns a ``CapacityLimiter`` for kernels that
 run on worker threads, so each device uses at most its share of cores.
 """
@@ -60,11 +61,49 @@ class Device:
 
 def cuda_device_count():
     """How many CUDA devices CuPy sees (0 when CuPy is missing or finds none)."""
+    return cuda_status()[0]
+
+
+# The extras that install CuPy, one per CUDA major version of the driver (pyproject.toml).
+GPU_EXTRAS = {"12": "gpu-cuda12", "13": "gpu-cuda13"}
+_CHOOSE = ("install the CuPy extra matching the CUDA version that `nvidia-smi` prints: "
+           "pip install 'asyncflow-dataflow[gpu-cuda12]' for CUDA 12.x drivers, "
+           "'asyncflow-dataflow[gpu-cuda13]' for CUDA 13.x (only one of the two)")
+
+
+def cuda_status():
+    """``(count, reason)``: the CUDA devices CuPy sees, and when there are none, why, naming
+    the extra to install where CuPy is missing or does not match the driver."""
     try:
         import cupy  # noqa: F401  (optional dependency)
-        return int(cupy.cuda.runtime.getDeviceCount())
-    except Exception:  # ImportError, CUDARuntimeError: no usable GPU
-        return 0
+    except ImportError as exc:
+        if getattr(exc, "name", None) == "cupy":
+            return 0, f"CuPy is not installed: {_CHOOSE}"
+        return 0, (f"CuPy is installed but does not load ({exc}): its CUDA libraries do not "
+                   f"match this machine; {_CHOOSE}")
+    except Exception as exc:  # noqa: BLE001 - a broken install must not stop a CPU session
+        return 0, f"CuPy does not load ({type(exc).__name__}: {exc}); {_CHOOSE}"
+    try:
+        count = int(cupy.cuda.runtime.getDeviceCount())
+    except Exception as exc:  # noqa: BLE001 - CUDARuntimeError: no usable GPU
+        text = f"{type(exc).__name__}: {exc}"
+        if "InsufficientDriver" in text or "driver" in text.lower():
+            built = _cuda_major(cupy)
+            extra = next((e for major, e in GPU_EXTRAS.items() if major != built), None)
+            hint = f"; install [{extra}] instead" if built and extra else ""
+            return 0, (f"CuPy {getattr(cupy, '__version__', '?')} (built for CUDA "
+                       f"{built or '?'}) does not match this machine's CUDA driver ({text}): "
+                       f"{_CHOOSE}{hint}")
+        return 0, f"CuPy finds no usable CUDA device ({text})"
+    return count, None if count else "CuPy finds no CUDA device on this machine"
+
+
+def _cuda_major(cupy):
+    """The CUDA major version CuPy was built for ("12", "13"), or None."""
+    try:
+        return str(int(cupy.cuda.runtime.runtimeGetVersion()) // 1000)
+    except Exception:  # noqa: BLE001 - older CuPy or a broken runtime
+        return None
 
 
 def make_local_devices(device_count=None, job="localhost", replica=0, task=0):

@@ -10,6 +10,7 @@ import trio
 import asyncflow as af
 from asyncflow.distributed.rendezvous import is_derived
 from transports.messages import DeregisterGraph
+from device_kinds import placed_kind, task_devices
 
 W0, W1, PS = "/job:worker/task:0", "/job:worker/task:1", "/job:ps/task:0"
 TIMEOUT = af.RunOptions(timeout_in_ms=20000)
@@ -32,9 +33,9 @@ async def test_feeds_and_fetches_across_workers(cluster):
         w, x, h, y = _model()
         async with af.Session(graph=graph, cluster=spec) as sess:
             assert set(sess.list_devices()) == {
-                "/job:ps/replica:0/task:0/device:CPU:0",
-                "/job:worker/replica:0/task:0/device:CPU:0",
-                "/job:worker/replica:0/task:1/device:CPU:0"}
+                *task_devices("/job:ps/replica:0/task:0"),
+                *task_devices("/job:worker/replica:0/task:0"),
+                *task_devices("/job:worker/replica:0/task:1")}
             await sess.run(w.initializer, options=TIMEOUT)
             batch = np.arange(6, dtype=np.float32).reshape(2, 3)
             out = await sess.run({"h": h, "y": [y, y], "op": w.initializer},
@@ -82,7 +83,7 @@ async def test_errors_name_the_op_and_its_worker_device(cluster):
         with pytest.raises(af.errors.InvalidArgumentError) as info:
             await sess.run(out, {x: np.ones(4, np.float32)}, options=TIMEOUT)
         assert info.value.op is graph.get_operation_by_name("bad_reshape")
-        assert "/job:worker/replica:0/task:1/device:CPU:0" in info.value.message
+        assert f"/job:worker/replica:0/task:1/device:{placed_kind()}:0" in info.value.message
         # The root cause, not task 0's echo of it (its pull of bad_reshape's output failed).
         assert not is_derived(info.value) and "RecvTensors" not in info.value.message
         # The session stays usable after a failed step.
@@ -237,8 +238,8 @@ async def test_traced_steps_report_every_workers_nodes_and_concurrent_steps_run(
                                                           trace_level=af.RunOptions.FULL_TRACE),
                        run_metadata=metadata)
         devices = {s.device for s in metadata.step_stats}
-        assert {"/job:worker/replica:0/task:0/device:CPU:0",
-                "/job:worker/replica:0/task:1/device:CPU:0"} <= devices
+        assert {f"/job:worker/replica:0/task:0/device:{placed_kind()}:0",
+                f"/job:worker/replica:0/task:1/device:{placed_kind()}:0"} <= devices
         assert {"_Send", "_Recv"} <= {s.op_type for s in metadata.step_stats}
         results = {}
 

@@ -17,6 +17,7 @@ for generously: ``MARGIN_S`` plus ``WIRE_FACTOR`` times a raw loopback socket mo
 bytes between two processes, also measured here. The margin stays well below the 40 ms of a
 delayed-ACK stall, so the stall fails the test at every size.
 """
+import os
 import socket
 import subprocess
 import sys
@@ -106,6 +107,9 @@ def ps_and_worker():
     workers.stop_all()
 
 
+@pytest.mark.skipif(os.environ.get("ASYNCFLOW_FAKE_GPU") == "1",
+                    reason="times the wire path; under make test-gpu it would time the fake "
+                           "GPU's numpy copies instead (make test runs it)")
 async def test_big_tensors_cost_their_wire_time_not_a_stall(ps_and_worker):
     spec = ps_and_worker
     graph, x, paths = _graph()

@@ -20,6 +20,7 @@ from transports.messages import (
     RemoteCallError, Reset, RunGraph, TensorEntry,
 )
 from transports.wire import MAGIC, RemoteProtocolError, decode
+from device_kinds import task_devices
 
 
 @pytest.fixture
@@ -212,7 +213,7 @@ async def test_health_metrics_and_reset(cluster):
     health = await w0.health()
     assert health.task == "/job:worker/replica:0/task:0"
     assert health.incarnation == services[0].incarnation
-    assert health.devices == ["/job:worker/replica:0/task:0/device:CPU:0"]
+    assert health.devices == task_devices("/job:worker/replica:0/task:0")
     assert health.stats.steps_run == 0
     assert health.stats == dataclasses.replace(services[0].statistics(),
                                                max_rss_mib=health.stats.max_rss_mib)
@@ -231,8 +232,7 @@ async def test_health_metrics_and_reset(cluster):
 
 def test_worker_service_names_its_devices():
     service = WorkerService("ps", 2, channels.connect, af.SessionConfig(device_count={"CPU": 2}))
-    assert service.device_names == ["/job:ps/replica:0/task:2/device:CPU:0",
-                                    "/job:ps/replica:0/task:2/device:CPU:1"]
+    assert service.device_names == task_devices("/job:ps/replica:0/task:2", cpus=2)
 
 
 def test_pulled_values_must_match_the_recv_declaration():

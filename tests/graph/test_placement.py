@@ -51,7 +51,7 @@ def test_soft_placement_falls_back():
 
 
 def test_kernel_availability_per_kind():
-    def kinds(op_type):
+    def kinds(op_type, input_dtypes=(), output_dtypes=()):
         return ["CPU"] if op_type == "MatMul" else ["ANY"]
     with af.Graph().as_default():
         with af.device("/device:GPU:0"):

@@ -17,8 +17,16 @@ What it imitates:
   to CuPy (``__array_ufunc__``/``__array_function__``). ``ufunc.at`` is not supported (older
   CuPy has none): kernels use ``cupyx.scatter_add``, which ``FakeCupyX`` provides.
 
+- What the H200 refused where an earlier fake let it pass: a string or object array handed to
+  ``asarray``/``array`` (``ValueError: Unsupported dtype object``), and a device array where
+  CuPy needs host values (``pad``'s ``pad_width``, ``tile``'s ``reps``, ``reshape``'s shape,
+  ``arange``'s bounds, ``axis``/``axes``/``shape`` arguments: ``TypeError: Implicit
+  conversion to a NumPy array is not allowed``); TF keeps those in host memory.
+- ``memory_limit`` (bytes, per fake module): an array larger than that raises
+  ``cupy.cuda.memory.OutOfMemoryError`` as CuPy's pool does.
+
 What it cannot show: real kernels, real asynchrony (work here is done at launch, so a
-stream is always finished), memory limits, dtype support of CUDA kernels, timings.
+stream is always finished), dtype support of CUDA kernels, timings.
 
 ``install(monkeypatch)`` puts the fake in ``sys.modules`` as ``cupy`` and ``cupyx``, so
 ``import cupy`` anywhere (``runtime/device.cuda_device_count``, ``GpuDevice``, gpu_check)
@@ -120,6 +128,75 @@ _IMPLICIT = ("Implicit conversion to a NumPy array is not allowed. Please use `.
              "construct a NumPy array explicitly.")
 
 
+class OutOfMemoryError(MemoryError):
+    """``cupy.cuda.memory.OutOfMemoryError``: ``(size, total, limit=0)``."""
+
+    def __init__(self, size, total, limit=0):
+        super().__init__(f"Out of memory allocating {size:,} bytes (allocated so far: "
+                         f"{total:,} bytes, limit set to: {limit:,} bytes).")
+        self.size, self.total, self.limit = size, total, limit
+
+
+# CuPy's parameters that must be host values: (function or method name) -> positions and
+# keywords. A device array there makes CuPy convert it to numpy, which it refuses.
+_HOST_KEYWORDS = frozenset({"axis", "axes", "shape", "newshape", "reps", "pad_width",
+                            "constant_values",
+                            "repeats", "indices_or_sections", "source", "destination"})
+_HOST_POSITIONS = {"pad": (1,), "tile": (1,), "reshape": (1,), "broadcast_to": (1,),
+                   "transpose": (1,), "expand_dims": (1,), "squeeze": (1,), "split": (1,),
+                   "array_split": (1,), "moveaxis": (1, 2), "zeros": (0,), "ones": (0,),
+                   "empty": (0,), "full": (0,), "arange": (0, 1, 2), "sum": (1,), "mean": (1,),
+                   "max": (1,), "min": (1,), "prod": (1,), "amax": (1,), "amin": (1,),
+                   "any": (1,), "all": (1,), "argmax": (1,), "argmin": (1,), "flip": (1,),
+                   "roll": (1, 2), "cumsum": (1,), "cumprod": (1,)}
+# Methods (``a.reshape(...)``): every argument of these is a host value.
+_HOST_METHODS = frozenset({"reshape", "transpose", "sum", "mean", "max", "min", "prod",
+                           "any", "all", "argmax", "argmin", "squeeze", "cumsum", "cumprod",
+                           "repeat", "swapaxes"})
+
+
+def _has_device_array(value):
+    if isinstance(value, FakeArray):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(_has_device_array(v) for v in value)
+    return False
+
+
+def _check_host_args(name, args, kwargs, positions=None):
+    """Raise, as CuPy does, for a device array where ``name`` needs a host value."""
+    positions = _HOST_POSITIONS.get(name, ()) if positions is None else positions
+    for position in positions:
+        if position < len(args) and _has_device_array(args[position]):
+            raise TypeError(_IMPLICIT)
+    for key, value in kwargs.items():
+        if key in _HOST_KEYWORDS and _has_device_array(value):
+            raise TypeError(_IMPLICIT)
+
+
+def _check_dtype(value, dtype=None):
+    """Raise, as CuPy does, for strings and objects: CUDA has no such arrays."""
+    kind = np.dtype(dtype).kind if dtype is not None else None
+    if kind is None:
+        if isinstance(value, np.ndarray):
+            kind = value.dtype.kind
+        elif isinstance(value, (str, bytes)) or (
+                isinstance(value, (list, tuple)) and value and isinstance(value[0], (str, bytes))):
+            kind = "O"
+    if kind in ("O", "S", "U", "V"):
+        shown = value.dtype if isinstance(value, np.ndarray) and dtype is None else "object"
+        raise ValueError(f"Unsupported dtype {shown}")
+
+
+_MEMORY = {"limit": None}
+
+
+def _check_memory(array):
+    limit = _MEMORY["limit"]
+    if limit is not None and array.nbytes > limit:
+        raise OutOfMemoryError(array.nbytes, 0, limit)
+
+
 def _check(value):
     """Raise, as CuPy does, for a host numpy array given where a device array is needed."""
     if isinstance(value, np.ndarray):
@@ -139,6 +216,7 @@ def _unwrap(value, strict=True):
 
 def _wrap(value, device=0):
     if isinstance(value, np.ndarray):
+        _check_memory(value)
         return FakeArray(value, device)
     if isinstance(value, np.generic):  # CuPy returns 0-d arrays, never numpy scalars
         return FakeArray(np.asarray(value), device)
@@ -214,8 +292,11 @@ class FakeArray:
             return attr
 
         def method(*args, **kwargs):
-            args = tuple(_unwrap(a) for a in args)
-            kwargs = {k: _unwrap(v) for k, v in kwargs.items()}
+            host = name in _HOST_METHODS
+            if host:
+                _check_host_args(name, args, kwargs, positions=range(len(args)))
+            args = tuple(_unwrap(a, strict=not host) for a in args)
+            kwargs = {k: _unwrap(v, strict=not host) for k, v in kwargs.items()}
             if name in ("tolist", "item", "tobytes"):
                 return attr(*args, **kwargs)
             return _wrap(attr(*args, **kwargs), self.device.id)
@@ -282,8 +363,9 @@ class FakeCupy(types.ModuleType):
     def __init__(self, device_count=1):
         super().__init__("cupy")
         runtime = types.SimpleNamespace(getDeviceCount=lambda: device_count)
+        memory = types.SimpleNamespace(OutOfMemoryError=OutOfMemoryError)
         self.cuda = types.SimpleNamespace(
-            Device=FakeCudaDevice, Stream=FakeStream, runtime=runtime,
+            Device=FakeCudaDevice, Stream=FakeStream, runtime=runtime, memory=memory,
             get_current_stream=lambda: (_CURRENT.stream or [NULL_STREAM])[-1])
         self.random = types.SimpleNamespace(standard_normal=self._standard_normal)
 
@@ -295,15 +377,21 @@ class FakeCupy(types.ModuleType):
         if isinstance(value, FakeArray):
             out = value._a if dtype is None else value._a.astype(dtype, copy=False)
             return value if out is value._a else FakeArray(out)
-        return FakeArray(np.array(value, dtype=dtype, order=order, copy=True))
+        _check_dtype(value, dtype)
+        host = np.array(value, dtype=dtype, order=order, copy=True)
+        _check_dtype(host)
+        return _wrap(host)
 
     def array(self, value, dtype=None, copy=True, order="K", ndmin=0):
         host = value._a if isinstance(value, FakeArray) else value
-        return FakeArray(np.array(host, dtype=dtype, copy=copy, order=order, ndmin=ndmin))
+        _check_dtype(host, dtype)
+        host = np.array(host, dtype=dtype, copy=copy, order=order, ndmin=ndmin)
+        _check_dtype(host)
+        return _wrap(host)
 
     def ascontiguousarray(self, value, dtype=None):
         _check(value)
-        return FakeArray(np.ascontiguousarray(_unwrap(value), dtype=dtype))
+        return _wrap(np.ascontiguousarray(_unwrap(value), dtype=dtype))
 
     def __getattr__(self, name):
         if name.startswith("__"):
@@ -313,9 +401,11 @@ class FakeCupy(types.ModuleType):
             return target            # dtypes (cupy.float32 is numpy's), constants
 
         def function(*args, **kwargs):
-            args = tuple(_unwrap(a) for a in args)
+            _check_host_args(name, args, kwargs)
+            host = _HOST_POSITIONS.get(name, ())
+            args = tuple(_unwrap(a, strict=i not in host) for i, a in enumerate(args))
             out = kwargs.get("out")
-            kwargs = {k: _unwrap(v) for k, v in kwargs.items()}
+            kwargs = {k: _unwrap(v, strict=k not in _HOST_KEYWORDS) for k, v in kwargs.items()}
             result = target(*args, **kwargs)
             return out if out is not None else _wrap(result)
         function.__name__ = name
@@ -345,6 +435,11 @@ def fake_cupy(device_count=1, manual_streams=False):
         module.cuda = types.SimpleNamespace(
             **{**vars(cuda), "Stream": lambda non_blocking=False: FakeStream(non_blocking, True)})
     return module
+
+
+def set_memory_limit(limit):
+    """Arrays larger than ``limit`` bytes raise OutOfMemoryError (None: no limit)."""
+    _MEMORY["limit"] = limit
 
 
 def install(monkeypatch, device_count=1):

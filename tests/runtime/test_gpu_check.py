@@ -45,3 +45,16 @@ def test_gpu_check_says_so_and_exits_zero_without_cuda(monkeypatch, capsys):
     monkeypatch.setattr(gpu_check, "cuda_device_count", lambda: 0)
     assert gpu_check.main([]) == 0
     assert "no CUDA device" in capsys.readouterr().out
+
+
+async def test_bench_gpu_runs_its_parts_on_the_fake(monkeypatch):
+    # The script's code paths only (the fake's timings mean nothing); a real GPU measures.
+    cupy = fake_cupy.install(monkeypatch)
+    spec = importlib.util.spec_from_file_location(
+        "bench_gpu_under_test", os.path.join(os.path.dirname(_PATH), "bench_gpu.py"))
+    bench_gpu = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_gpu)
+    figures = await bench_gpu.run(cupy, rounds=1, steps=1, chain=10, kernels=2, mib=1)
+    assert set(figures) == {"mlp step", "conv step", "per op", "two streams", "copy"}
+    assert all(ours > 0 for ours, _ in figures.values())
+    assert "ratio" in bench_gpu.report(figures, 1)

@@ -64,8 +64,11 @@ async def test_gpu_device_to_host_waits_for_the_stream():
 def test_bind_plan_runs_kernels_on_the_device_stream():
     gpu = GpuDevice("/job:localhost/replica:0/task:0/device:GPU:0", 0, cupy=_fake_cupy())
     seen = []
+    with af.Graph().as_default():
+        op = af.add(af.constant(1.0), 2.0).op  # float: a device node
     node = types.SimpleNamespace(fn=lambda ctx, x: seen.append(gpu.stream.entered) or (x,),
-                                 is_async=False, offload=True)
+                                 is_async=False, offload=True, op=op,
+                                 ctx=types.SimpleNamespace(xp=gpu.xp))
     gpu.bind_plan(types.SimpleNamespace(nodes=[node]))
     assert node.fn(None, 5) == (5,) and seen == [1] and node.offload is False
     assert gpu.stream.entered == 0

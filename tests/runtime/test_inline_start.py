@@ -18,7 +18,8 @@ from partition_graphs import (
 from asyncflow.runtime import runner
 
 # These tests count tasks and task steps: one long time slice keeps them deterministic.
-pytestmark = pytest.mark.usefixtures("long_time_slice")
+# Inline starts of CPU partitions: a GPU would take these ops off them (conftest.cpu_only).
+pytestmark = pytest.mark.usefixtures("long_time_slice", "cpu_only")
 
 
 async def _run_counting(sess, fetches, feeds=None, **kwargs):

@@ -135,7 +135,8 @@ async def test_an_enter_feeding_two_devices_is_an_error():
                 await sess.run([result, count, count_1], options=TIMEOUT)
 
 
-async def test_nested_gradient_with_counters_not_colocated(monkeypatch, capsys):
+async def test_nested_gradient_with_counters_not_colocated(monkeypatch, capsys, cpu_only):
+    # The split across two CPU devices is the graph under test (a GPU would take it whole).
     with af.Graph().as_default() as graph:
         x = af.placeholder(af.float64, [])
         y = nested_loops_across_devices(x)

@@ -5,6 +5,9 @@ import trio
 
 import asyncflow as af
 
+# The CPU executor's paths: a GPU would take these ops off them (conftest.cpu_only).
+pytestmark = pytest.mark.usefixtures("cpu_only")
+
 
 def _plan(sess, fetch):
     compiled = list(sess._cache.values())

@@ -26,6 +26,9 @@ from asyncflow.runtime import timeslice
 from partition_graphs import TWO_CPUS, counting_tasks
 import loop_modes
 
+# The CPU executor's paths: a GPU would take these ops off them (conftest.cpu_only).
+pytestmark = pytest.mark.usefixtures("cpu_only")
+
 CHAIN = 2000  # kernels of the long straight-line steps: 125 slice checks
 PARTS = 600   # the same across partitions (partitioning a long ping-pong takes a while)
 
