@@ -173,8 +173,9 @@ class WorkerService:
         self.task = f"/job:{job_name}/replica:0/task:{self.task_index}"
         self.incarnation = secrets.randbits(63) | 1
         self.config = config or SessionConfig()
-        self.local_devices = _device.make_local_devices(self.config.device_count, job=job_name,
-                                                        task=self.task_index)
+        self.local_devices = _device.make_local_devices(
+            self.config.device_count, job=job_name, task=self.task_index,
+            intra_op_threads=self.config.intra_op_parallelism_threads)
         self.device_names = [d.name for d in self.local_devices]
         self._state = _compiler.DeviceState.local(self.local_devices, self.incarnation)
         self.data_directory = None if data_dir is None else DataDirectory(data_dir)

@@ -1,0 +1,159 @@
+"""The intra-op thread pool of a CPU device (TF1's ``intra_op_parallelism_threads``).
+
+A kernel splits its work with ``kernels/intra_op.py``; the pieces run here. ``run(fn,
+bounds)`` hands every chunk but the first to the pool's worker threads, runs the first on the
+calling thread (the executor's thread, or the worker thread an offloaded kernel runs on), and
+waits for the rest; the first error of a chunk is raised after all chunks finished, so no
+chunk still writes into an output the kernel gave up. Workers never wait on the pool, so
+kernels splitting at the same time (independent ops overlapping: inter-op parallelism)
+cannot deadlock; they share the threads.
+
+BLAS: numpy's BLAS (OpenBLAS) has a thread pool of its own, as large as the cores. While any
+split runs, BLAS is held at one thread (``threadpoolctl``): the split already gives each
+core a GEMM, and two pools of ``cores`` threads each would oversubscribe the cores. (Measured
+here: OpenBLAS's own threads make a skinny GEMM such as ``[25088, 64] @ [64, 32]`` 4x
+slower than one thread; split by rows over our threads it is 2x faster instead.) A pool of
+one thread (``intra_op_parallelism_threads=1``) runs a large kernel inline as one chunk,
+BLAS held at one thread too: one thread means one. The limit
+is process-wide, so it is counted: the first split to start sets it and the last to finish
+restores the previous setting. A kernel that does not split keeps BLAS's own threads.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import threading
+
+_blas_lock = threading.Lock()
+_blas_users = 0
+_blas_restore = None  # threadpoolctl's limiter of the running splits (restores on exit)
+
+
+def _hold_blas_single_thread():
+    global _blas_users, _blas_restore
+    with _blas_lock:
+        _blas_users += 1
+        if _blas_users == 1:
+            _blas_restore = _blas_limiter()
+
+
+def _release_blas():
+    global _blas_users, _blas_restore
+    with _blas_lock:
+        _blas_users -= 1
+        if _blas_users == 0 and _blas_restore is not None:
+            _blas_restore.restore_original_limits()
+            _blas_restore = None
+
+
+_controller = None
+
+
+def _blas_limiter():
+    """Limit BLAS to one thread; returns the limiter that restores it (None: no threadpoolctl
+    or no BLAS found, then nothing is limited)."""
+    global _controller
+    try:
+        import threadpoolctl
+    except ImportError:  # optional: without it BLAS keeps its threads
+        return None
+    if _controller is None:
+        _controller = threadpoolctl.ThreadpoolController()
+    return _controller.limit(limits=1, user_api="blas")
+
+
+def blas_info():
+    """``[{'internal_api', 'version', 'architecture', 'num_threads', ...}]`` of the BLAS
+    libraries numpy loaded (threadpoolctl's view; empty without threadpoolctl)."""
+    try:
+        import threadpoolctl
+    except ImportError:
+        return []
+    return [info for info in threadpoolctl.threadpool_info() if info.get("user_api") == "blas"]
+
+
+def default_threads():
+    """The cores this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class IntraOpPool:
+    """``threads`` threads for one kernel's chunks: the caller's and ``threads - 1`` workers
+    (started on the first split)."""
+
+    def __init__(self, threads, name="asyncflow-intra-op"):
+        if int(threads) < 1:
+            raise ValueError(f"intra_op_parallelism_threads must be >= 1, got {threads}")
+        self.threads = int(threads)
+        self._name = name
+        self._executor = None
+        self._lock = threading.Lock()
+        self.splits = 0  # kernels split so far (statistics)
+
+    def run(self, fn, bounds):
+        """Run ``fn(start, stop)`` for every ``(start, stop)`` in ``bounds``: thread ``t`` takes
+        chunks ``t, t + threads, ...`` in order (the calling thread is thread 0); return when
+        all finished, raising the first error."""
+        lanes = [bounds[lane::self.threads] for lane in range(min(self.threads, len(bounds)))]
+        executor = self._workers() if len(lanes) > 1 else None
+        _hold_blas_single_thread()
+        try:
+            futures = [executor.submit(_run_lane, fn, lane) for lane in lanes[1:]]
+            first_error = None
+            try:
+                _run_lane(fn, lanes[0])
+            except BaseException as exc:  # noqa: BLE001 -- re-raised once the others finished
+                first_error = exc
+            for future in futures:
+                try:
+                    future.result()
+                except BaseException as exc:  # noqa: BLE001
+                    first_error = first_error or exc
+        finally:
+            _release_blas()
+        self.splits += 1
+        if first_error is not None:
+            raise first_error
+
+    def _workers(self):
+        with self._lock:
+            if self._executor is None:
+                self._executor = concurrent.futures.ThreadPoolExecutor(
+                    max(1, self.threads - 1), thread_name_prefix=self._name)
+            return self._executor
+
+    def close(self):
+        """Stop the worker threads (idle ones exit; a running chunk finishes first)."""
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False)
+
+    def __repr__(self):
+        return f"<IntraOpPool threads={self.threads}>"
+
+
+def _run_lane(fn, bounds):
+    for start, stop in bounds:
+        fn(start, stop)
+
+
+_shared = {}
+_shared_lock = threading.Lock()
+
+
+def shared_pool(threads):
+    """The process's pool of ``threads`` threads (devices and sessions asking for the same
+    count share it, as TF1's sessions share their intra-op pool). A pool of one thread has
+    no workers: large kernels run inline as one chunk, BLAS held at one thread as well."""
+    threads = int(threads)
+    if threads < 1:
+        raise ValueError(f"intra_op_parallelism_threads must be >= 1, got {threads}")
+    with _shared_lock:
+        pool = _shared.get(threads)
+        if pool is None:
+            pool = _shared[threads] = IntraOpPool(threads, f"asyncflow-intra-op{threads}")
+        return pool
