@@ -299,8 +299,8 @@ def main(argv=None):
     servers = [Server(label, sys.executable, "af", models, args.intra_op, env)
                for label, env in environments(args.openblas)]
     if args.tf_python:
-        servers.append(Server("tf1", args.tf_python, "tf", models, args.intra_op,
-                              environments("as-is")[0][1]))
+        tf_env = {**environments("as-is")[0][1], "TF_CPP_MIN_LOG_LEVEL": "2"}
+        servers.append(Server("tf1", args.tf_python, "tf", models, args.intra_op, tf_env))
     print(f"load average at start: {os.getloadavg()}")
     for server in servers:
         print(f"{server.label}: {json.dumps(server.info)}")

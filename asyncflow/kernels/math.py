@@ -6,6 +6,7 @@ import math
 import numpy as np
 
 from asyncflow import dtypes, errors
+from asyncflow.kernels import intra_op
 from asyncflow.kernels.arguments import host as _host
 from asyncflow.kernels.registry import register_kernel
 
@@ -152,7 +153,26 @@ def _matmul(ctx, a, b):
     if a.shape[-1] != b.shape[-2]:
         raise errors.InvalidArgumentError(
             None, ctx.name, f"Matrix size-incompatible: In[0]: {list(a.shape)}, In[1]: {list(b.shape)}")
-    return (a @ b,)
+    if a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype or a.dtype.kind not in "fc":
+        return (a @ b,)
+    return (_split_matmul(ctx, a, b),)
+
+
+def _split_matmul(ctx, a, b):
+    """``a @ b`` over the intra-op threads: by rows of ``a`` (each chunk a GEMM writing its
+    rows of the output), or by columns of ``b`` when ``a`` has too few rows to share out."""
+    xp = ctx.xp
+    (rows, inner), cols = a.shape, b.shape[1]
+    out = xp.empty((rows, cols), dtype=a.dtype)
+    if rows >= 64 or rows >= cols:
+        def by_rows(start, stop):
+            xp.matmul(a[start:stop], b, out=out[start:stop])
+        intra_op.for_batch(ctx, rows, inner * cols, by_rows)
+    else:
+        def by_columns(start, stop):
+            out[:, start:stop] = xp.matmul(a, b[:, start:stop])
+        intra_op.for_batch(ctx, cols, inner * rows, by_columns)
+    return out
 
 
 _HALF_FLOATS = (np.dtype(np.float16), dtypes.bfloat16.np)

@@ -241,6 +241,13 @@ def _max_pool_grad(ctx, x, _output, grad):
     out = xp.empty(x.shape, dtype=grad.dtype)
     tap_args = _tap_args(ctx, kernel_hw, rows, cols)
     finite = grad.dtype.kind != "f" or bool(xp.isfinite(grad).all())
+    # Windows that do not overlap and tile the padded input: each tap writes its cells once,
+    # so the taps assign into an uninitialized buffer instead of adding into a zeroed one.
+    strides = ctx.attrs["strides"]
+    tiled = (strides[1] == kernel_hw[0] and strides[2] == kernel_hw[1]
+             and x.shape[1] + rows[1] + rows[2] == rows[0] * strides[1]
+             and x.shape[2] + cols[1] + cols[2] == cols[0] * strides[2])
+    floating = x.dtype.kind == "f"
 
     def chunk(start, stop):
         padded = _pad(xp, x[start:stop], rows, cols, _lowest(x.dtype))
@@ -250,23 +257,33 @@ def _max_pool_grad(ctx, x, _output, grad):
         best = xp.array(taps[0], copy=True)
         for view in taps[1:]:
             xp.maximum(best, view, out=best)
+        has_nan = floating and bool(xp.isnan(best).any())
         g = grad[start:stop]
-        result = xp.zeros(padded.shape, dtype=grad.dtype)
+        result = (xp.empty if tiled else xp.zeros)(padded.shape, dtype=grad.dtype)
         remaining = xp.ones(best.shape, dtype=grad.dtype)  # 1 until a window's cell has won
         routed = xp.empty(best.shape, dtype=grad.dtype)
-        for view, target in zip(taps, _taps(result, *tap_args)):
+        last = len(taps) - 1
+        for tap, (view, target) in enumerate(zip(taps, _taps(result, *tap_args))):
             hit = view == best
-            if x.dtype.kind == "f":
+            if has_nan:
                 hit |= view != view
             if finite:
                 xp.multiply(remaining, hit, out=routed)
-                remaining -= routed
-                routed *= g
-                target += routed
+                if tap != last:
+                    remaining -= routed
+                if tiled:
+                    xp.multiply(routed, g, out=target)
+                else:
+                    routed *= g
+                    target += routed
             else:
                 won = hit & (remaining != 0)
                 remaining[won] = 0
-                target += xp.where(won, g, g.dtype.type(0))
+                chosen = xp.where(won, g, g.dtype.type(0))
+                if tiled:
+                    target[...] = chosen
+                else:
+                    target += chosen
         out[start:stop] = _crop(result, rows, cols, x.shape[1], x.shape[2])
     intra_op.for_batch(ctx, x.shape[0], grad[0].size * kernel_hw[0] * kernel_hw[1] * 6, chunk,
                        (2 * x[0].size + 3 * grad[0].size) * grad.itemsize)

@@ -130,6 +130,8 @@ POOL_CASES = [
     (4, 9, 7, 8, 3, 2, 1, 1, "VALID"),
     (2, 5, 5, 2, 5, 5, 1, 1, "SAME"),
     (5, 6, 11, 9, 2, 3, 3, 2, "VALID"),
+    (3, 7, 7, 5, 2, 2, 2, 2, "SAME"),     # windows tile the padded input
+    (2, 9, 6, 3, 3, 3, 3, 3, "VALID"),    # windows tile the input exactly
 ]
 
 
