@@ -59,3 +59,44 @@ def chunk_bounds(count, parts):
         bounds.append((start, stop))
         start = stop
     return bounds
+
+
+def elementwise(ctx, fn, *inputs, dtype=None):
+    """``fn(*inputs)`` for an elementwise ufunc ``fn`` (or any ``fn(*chunks, out=)`` with the
+    result ``dtype``), split over the intra-op threads by
+    chunks of the flattened arrays when large; None when it does not apply (no pool, small,
+    or inputs that are not one shape of C-contiguous arrays, up to 0-d or 1-element operands,
+    which broadcast), and then the caller computes it whole. Exact: the same bits."""
+    pool = getattr(ctx.device, "intra_op", None)
+    if pool is None or pool.threads < 2:
+        return None
+    shape, arrays = None, []
+    for value in inputs:
+        size = getattr(value, "size", 1)
+        if size == 1:
+            arrays.append(value.reshape(()) if hasattr(value, "reshape") else value)
+            continue
+        if not value.flags.c_contiguous or (shape is not None and value.shape != shape):
+            return None
+        shape = value.shape
+        arrays.append(value.reshape(-1))
+    if shape is None or _size(shape) < MIN_SPLIT_WORK:
+        return None
+    count = _size(shape)
+    if dtype is None:
+        dtype = fn(*(a[:1] if getattr(a, "ndim", 0) else a for a in arrays)).dtype
+    out = ctx.xp.empty(count, dtype=dtype)
+    itemsize = out.itemsize
+
+    def chunk(start, stop):
+        fn(*(a[start:stop] if getattr(a, "ndim", 0) else a for a in arrays),
+           out=out[start:stop])
+    for_batch(ctx, count, 1, chunk, itemsize * (len(arrays) + 1))
+    return out.reshape(shape)
+
+
+def _size(shape):
+    total = 1
+    for dim in shape:
+        total *= dim
+    return total

@@ -28,15 +28,25 @@ _BINARY = {
 
 def _unary_kernel(fn_name):
     def kernel(ctx, x):
-        return (getattr(ctx.xp, fn_name)(x),)
+        fn = getattr(ctx.xp, fn_name)
+        if x.size >= intra_op.MIN_SPLIT_WORK:
+            split = intra_op.elementwise(ctx, fn, x)
+            if split is not None:
+                return (split,)
+        return (fn(x),)
     kernel.__name__ = f"_{fn_name}"
     return kernel
 
 
 def _binary_kernel(fn_name):
     def kernel(ctx, x, y):
+        fn = getattr(ctx.xp, fn_name)
+        if max(getattr(x, "size", 1), getattr(y, "size", 1)) >= intra_op.MIN_SPLIT_WORK:
+            split = intra_op.elementwise(ctx, fn, x, y)
+            if split is not None:
+                return (split,)
         try:
-            return (getattr(ctx.xp, fn_name)(x, y),)
+            return (fn(x, y),)
         except ValueError:
             if _broadcastable(x, y):
                 raise
