@@ -85,17 +85,39 @@ def _sigmoid(ctx, x):
     xp = ctx.xp
     if x.ndim == 0:  # ufuncs give 0-d inputs numpy scalars, which out= cannot write
         return (_sigmoid(ctx, x.reshape(1))[0].reshape(()),)
+    return (sigmoid_into(xp, x, xp.empty(x.shape, dtype=x.dtype)),)
+
+
+def sigmoid_into(xp, x, result):
+    """Write ``sigmoid(x)`` into ``result`` (which may be ``x`` itself); returns it."""
     one = x.dtype.type(1)
     e = xp.abs(x)
     xp.negative(e, out=e)
     xp.exp(e, out=e)
-    result = xp.add(e, one)
-    xp.reciprocal(result, out=result)       # 1 / (1 + e)
     factor = xp.subtract(one, e)            # e + (1 - e) * [x >= 0]: 1 or e
     factor *= x >= 0
     factor += e
+    xp.add(e, one, out=result)
+    xp.reciprocal(result, out=result)       # 1 / (1 + e)
     result *= factor
-    return (result,)
+    return result
+
+
+def fused_epilogue(xp, fused_ops, bias):
+    """``apply(rows)``: the steps after a fused product (``fused_ops``: "BiasAdd" and maybe an
+    activation), in place on a chunk of its output rows ``[r, C]``: the same operations, in
+    the same order, as the separate BiasAdd/Add and activation kernels, so the same bits."""
+    activation = fused_ops[1] if len(fused_ops) > 1 else None
+
+    def apply(rows):
+        rows += bias
+        if activation == "Relu":
+            xp.maximum(rows, rows.dtype.type(0), out=rows)
+        elif activation == "Sigmoid":
+            sigmoid_into(xp, rows, rows)
+        elif activation == "Tanh":
+            xp.tanh(rows, out=rows)
+    return apply
 
 
 @register_kernel("SigmoidGrad")
@@ -168,21 +190,40 @@ def _matmul(ctx, a, b):
     return (_split_matmul(ctx, a, b),)
 
 
-def _split_matmul(ctx, a, b):
+def _split_matmul(ctx, a, b, epilogue=None):
     """``a @ b`` over the intra-op threads: by rows of ``a`` (each chunk a GEMM writing its
-    rows of the output), or by columns of ``b`` when ``a`` has too few rows to share out."""
+    rows of the output, then ``epilogue(rows)`` on them while they are in cache), or by
+    columns of ``b`` when ``a`` has too few rows to share out."""
     xp = ctx.xp
     (rows, inner), cols = a.shape, b.shape[1]
     out = xp.empty((rows, cols), dtype=a.dtype)
-    if rows >= 64 or rows >= cols:
+    if rows >= 64 or rows >= cols or epilogue is not None:
         def by_rows(start, stop):
             xp.matmul(a[start:stop], b, out=out[start:stop])
-        intra_op.for_batch(ctx, rows, inner * cols, by_rows)
+            if epilogue is not None:
+                epilogue(out[start:stop])
+        intra_op.for_batch(ctx, rows, inner * cols, by_rows, cols * a.itemsize * 2)
     else:
         def by_columns(start, stop):
             out[:, start:stop] = xp.matmul(a, b[:, start:stop])
         intra_op.for_batch(ctx, cols, inner * rows, by_columns)
     return out
+
+
+@register_kernel("_FusedMatMul", offload=True)
+def _fused_matmul(ctx, a, b, bias):
+    attrs = ctx.attrs
+    if attrs["transpose_a"]:
+        a = a.swapaxes(-1, -2)
+    if attrs["transpose_b"]:
+        b = b.swapaxes(-1, -2)
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise errors.InvalidArgumentError(
+            None, ctx.name, f"Matrix size-incompatible: In[0]: {list(a.shape)}, In[1]: {list(b.shape)}")
+    if bias.shape != (b.shape[1],):
+        raise errors.InvalidArgumentError(
+            None, ctx.name, f"bias has shape {list(bias.shape)}, expected [{b.shape[1]}]")
+    return (_split_matmul(ctx, a, b, fused_epilogue(ctx.xp, attrs["fused_ops"], bias)),)
 
 
 _HALF_FLOATS = (np.dtype(np.float16), dtypes.bfloat16.np)

@@ -35,6 +35,7 @@ import numpy as np
 
 from asyncflow import errors
 from asyncflow.kernels import intra_op
+from asyncflow.kernels.math import fused_epilogue
 from asyncflow.kernels.registry import register_kernel
 
 
@@ -122,23 +123,44 @@ def _check_depth(ctx, x_shape, filter_shape):
 # -- convolution ----------------------------------------------------------------------------
 @register_kernel("Conv2D", offload=True)
 def _conv2d(ctx, x, filters):
+    return (_convolve(ctx, x, filters),)
+
+
+@register_kernel("_FusedConv2D", offload=True)
+def _fused_conv2d(ctx, x, filters, bias):
+    """Conv2D, BiasAdd [, Relu] in one pass over each chunk (graph/optimize.py fuses them)."""
+    if bias.shape != (filters.shape[3],):
+        raise errors.InvalidArgumentError(
+            None, ctx.name, f"bias has shape {list(bias.shape)}, expected [{filters.shape[3]}]")
+    return (_convolve(ctx, x, filters, fused_epilogue(ctx.xp, ctx.attrs["fused_ops"], bias)),)
+
+
+def _convolve(ctx, x, filters, epilogue=None):
+    """Conv2D by batch chunks: patches, one GEMM into the chunk's output rows, then
+    ``epilogue(rows)`` on them while they are in cache."""
     xp = ctx.xp
     _check_depth(ctx, x.shape, filters.shape)
     kh, kw, _, depth_out = filters.shape
     rows, cols = _spatial(ctx, x.shape, (kh, kw))
     out_shape = (x.shape[0], rows[0], cols[0], depth_out)
     if 0 in out_shape or x.size == 0:
-        return (xp.zeros(out_shape, dtype=x.dtype),)
+        out = xp.zeros(out_shape, dtype=x.dtype)
+        if epilogue is not None and out.size:
+            epilogue(out.reshape(-1, depth_out))
+        return out
     matrix = filters.reshape(-1, depth_out)
     out = xp.empty(out_shape, dtype=xp.result_type(x.dtype, filters.dtype))
     per_image = rows[0] * cols[0]
 
     def chunk(start, stop):
         patches = _patches(xp, x[start:stop], ctx, (kh, kw), rows, cols)
-        xp.matmul(patches, matrix, out=out[start:stop].reshape(-1, depth_out))
+        result = out[start:stop].reshape(-1, depth_out)
+        xp.matmul(patches, matrix, out=result)
+        if epilogue is not None:
+            epilogue(result)
     intra_op.for_batch(ctx, x.shape[0], per_image * matrix.size, chunk,
                        per_image * filters.shape[0] * filters.shape[1] * x.shape[3] * x.itemsize)
-    return (out,)
+    return out
 
 
 @register_kernel("Conv2DBackpropInput", offload=True)
