@@ -94,12 +94,16 @@ def _crop(padded, rows, cols, height, width):
 
 
 def _patches(xp, x, ctx, kernel_hw, rows, cols):
-    """The ``[N*OH*OW, KH*KW*C]`` patch matrix of ``x``: one strided view, copied once."""
+    """The ``[N*OH*OW, KH*KW*C]`` patch matrix of ``x``: one strided view, copied once (numpy;
+    other array modules stack the tap views, as portable basic slicing)."""
     padded = xp.ascontiguousarray(_pad(xp, x, rows, cols))
     (kh, kw), strides, dilations, (oh, ow) = _tap_args(ctx, kernel_hw, rows, cols)
     n, _, _, depth = padded.shape
+    if type(padded) is not np.ndarray:
+        views = list(_taps(padded, *_tap_args(ctx, kernel_hw, rows, cols)))
+        return xp.stack(views, axis=3).reshape(n * oh * ow, kh * kw * depth)
     s_n, s_h, s_w, s_c = padded.strides
-    view = xp.lib.stride_tricks.as_strided(
+    view = np.lib.stride_tricks.as_strided(
         padded, (n, oh, ow, kh, kw, depth),
         (s_n, s_h * strides[1], s_w * strides[2], s_h * dilations[1], s_w * dilations[2], s_c))
     return view.reshape(n * oh * ow, kh * kw * depth)
