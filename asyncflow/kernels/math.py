@@ -185,7 +185,8 @@ def _matmul(ctx, a, b):
     if a.shape[-1] != b.shape[-2]:
         raise errors.InvalidArgumentError(
             None, ctx.name, f"Matrix size-incompatible: In[0]: {list(a.shape)}, In[1]: {list(b.shape)}")
-    if a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype or a.dtype.kind not in "fc":
+    if (a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype or a.dtype.kind not in "fc"
+            or a.size * b.shape[1] < intra_op.MIN_SPLIT_WORK):
         return (a @ b,)
     return (_split_matmul(ctx, a, b),)
 
