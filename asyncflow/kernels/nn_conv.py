@@ -333,10 +333,17 @@ def _avg_pool(ctx, x):
     out_shape = (x.shape[0], rows[0], cols[0], x.shape[3])
     if 0 in out_shape:
         return (xp.zeros(out_shape, dtype=x.dtype),)
-    padded = _pad(xp, x, rows, cols)
-    total = functools.reduce(xp.add, _taps(padded, *_tap_args(ctx, kernel_hw, rows, cols)))
     counts = _window_counts(xp, rows, cols, x.shape, ctx, kernel_hw, x.dtype)
-    return (xp.ascontiguousarray(total / counts),)
+    tap_args = _tap_args(ctx, kernel_hw, rows, cols)
+    out = xp.empty(out_shape, dtype=x.dtype)
+
+    def chunk(start, stop):
+        padded = _pad(xp, x[start:stop], rows, cols)
+        total = functools.reduce(xp.add, _taps(padded, *tap_args))
+        xp.divide(total, counts, out=out[start:stop])
+    intra_op.for_batch(ctx, x.shape[0], out[0].size * kernel_hw[0] * kernel_hw[1], chunk,
+                       2 * x[0].size * x.itemsize)
+    return (out,)
 
 
 @register_kernel("AvgPoolGrad", offload=True)
@@ -344,10 +351,19 @@ def _avg_pool_grad(ctx, input_shape, grad):
     xp = ctx.xp
     shape = _sizes(ctx, input_shape, "orig_input_shape")
     kernel_hw, rows, cols = _pool_setup(ctx, shape)
-    padded_shape = (shape[0], shape[1] + rows[1] + rows[2], shape[2] + cols[1] + cols[2], shape[3])
-    result = xp.zeros(padded_shape, dtype=grad.dtype)
-    if grad.size:
-        share = grad / _window_counts(xp, rows, cols, shape, ctx, kernel_hw, grad.dtype)
-        for view in _taps(result, *_tap_args(ctx, kernel_hw, rows, cols)):
+    if not grad.size:
+        return (xp.zeros(shape, dtype=grad.dtype),)
+    counts = _window_counts(xp, rows, cols, shape, ctx, kernel_hw, grad.dtype)
+    tap_args = _tap_args(ctx, kernel_hw, rows, cols)
+    out = xp.empty(shape, dtype=grad.dtype)
+
+    def chunk(start, stop):
+        result = xp.zeros(_padded_shape([stop - start] + shape[1:], rows, cols),
+                          dtype=grad.dtype)
+        share = grad[start:stop] / counts
+        for view in _taps(result, *tap_args):
             view += share
-    return (xp.ascontiguousarray(_crop(result, rows, cols, shape[1], shape[2])),)
+        out[start:stop] = _crop(result, rows, cols, shape[1], shape[2])
+    intra_op.for_batch(ctx, shape[0], grad[0].size * kernel_hw[0] * kernel_hw[1], chunk,
+                       2 * grad[0].size * kernel_hw[0] * kernel_hw[1] * grad.itemsize)
+    return (out,)

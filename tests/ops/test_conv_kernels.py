@@ -198,6 +198,22 @@ def test_max_pool_grad_routes_inf_and_nan_gradients_like_before(threads, small_c
         np.testing.assert_array_equal(new, old, err_msg=f"{case}")
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_avg_pool_kernels_match_bit_for_bit(threads, small_chunks):
+    rng = np.random.default_rng(9)
+    for case in POOL_CASES:
+        n, h, w, c, kh, kw, sh, sw, padding = case
+        attrs = pool_attrs(kh, kw, sh, sw, padding)
+        x = rng.standard_normal((n, h, w, c)).astype(np.float32)
+        old_ctx, new_ctx = KernelContext(attrs, 1), KernelContext(attrs, threads)
+        pooled = before._avg_pool(old_ctx, x)[0]
+        np.testing.assert_array_equal(rebuilt._avg_pool(new_ctx, x)[0], pooled)
+        grad = rng.standard_normal(pooled.shape).astype(np.float32)
+        np.testing.assert_array_equal(
+            rebuilt._avg_pool_grad(new_ctx, np.array(x.shape), grad)[0],
+            before._avg_pool_grad(old_ctx, np.array(x.shape), grad)[0], err_msg=f"{case}")
+
+
 def test_max_pool_of_integers_matches():
     rng = np.random.default_rng(5)
     attrs = pool_attrs(3, 3, 2, 2, "SAME")
