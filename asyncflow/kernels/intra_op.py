@@ -20,8 +20,12 @@ the pool keeps BLAS at one thread of its own while a split runs (no oversubscrip
 from __future__ import annotations
 
 # Element-operations below which a kernel runs as one chunk on the calling thread: a hand-off
-# to another thread and back costs tens of microseconds.
+# to another thread and back costs tens of microseconds (about 0.5 ms of elementwise work).
 MIN_SPLIT_WORK = 1 << 20
+# A GEMM's multiply-adds per element-operation of the work above: BLAS does some 50 G
+# multiply-adds a second per core here, numpy's elementwise loops 1-3 G elements, so GEMM
+# kernels count their multiply-adds divided by this (split from about 16 M: ~0.3 ms).
+MACS_PER_WORK = 16
 # Bytes of temporaries (patch matrices, padded buffers) one chunk should stay under, so that
 # a chunk's working set stays in cache: measured here, a MaxPoolGrad over a [128, 28, 28, 32]
 # batch runs 4x faster in 32-image chunks than in one piece, on one thread.
@@ -59,6 +63,18 @@ def chunk_bounds(count, parts):
         bounds.append((start, stop))
         start = stop
     return bounds
+
+
+def may_be_large(ctx):
+    """A prepare hook (``kernels/registry.py``) for cheap kernels that split when large:
+    whether the node's outputs can reach ``MIN_SPLIT_WORK`` elements (a dim unknown or the
+    static size that large). Decided once per plan node, so a small node pays one attribute
+    test per run, not a size check."""
+    for tensor in ctx.op.outputs:
+        count = tensor.shape.num_elements()
+        if count is None or count >= MIN_SPLIT_WORK:
+            return True
+    return False
 
 
 def elementwise(ctx, fn, *inputs, dtype=None):

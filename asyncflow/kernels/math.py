@@ -8,7 +8,7 @@ import numpy as np
 from asyncflow import dtypes, errors
 from asyncflow.kernels import intra_op
 from asyncflow.kernels.arguments import host as _host
-from asyncflow.kernels.registry import register_kernel
+from asyncflow.kernels.registry import register_kernel, register_prepare
 
 # op type -> name of the array-module function computing it
 _UNARY = {
@@ -29,7 +29,7 @@ _BINARY = {
 def _unary_kernel(fn_name):
     def kernel(ctx, x):
         fn = getattr(ctx.xp, fn_name)
-        if x.size >= intra_op.MIN_SPLIT_WORK:
+        if ctx.prepared:  # the node may be large (intra_op.may_be_large)
             split = intra_op.elementwise(ctx, fn, x)
             if split is not None:
                 return (split,)
@@ -41,7 +41,7 @@ def _unary_kernel(fn_name):
 def _binary_kernel(fn_name):
     def kernel(ctx, x, y):
         fn = getattr(ctx.xp, fn_name)
-        if max(getattr(x, "size", 1), getattr(y, "size", 1)) >= intra_op.MIN_SPLIT_WORK:
+        if ctx.prepared:  # the node may be large (intra_op.may_be_large)
             split = intra_op.elementwise(ctx, fn, x, y)
             if split is not None:
                 return (split,)
@@ -71,8 +71,10 @@ def _dims(array):
 
 for _type, _fn in _UNARY.items():
     register_kernel(_type)(_unary_kernel(_fn))
+    register_prepare(_type)(intra_op.may_be_large)
 for _type, _fn in _BINARY.items():
     register_kernel(_type)(_binary_kernel(_fn))
+    register_prepare(_type)(intra_op.may_be_large)
 
 
 @register_kernel("Sigmoid")
@@ -186,7 +188,7 @@ def _matmul(ctx, a, b):
         raise errors.InvalidArgumentError(
             None, ctx.name, f"Matrix size-incompatible: In[0]: {list(a.shape)}, In[1]: {list(b.shape)}")
     if (a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype or a.dtype.kind not in "fc"
-            or a.size * b.shape[1] < intra_op.MIN_SPLIT_WORK):
+            or a.size * b.shape[1] < intra_op.MIN_SPLIT_WORK * intra_op.MACS_PER_WORK):
         return (a @ b,)
     return (_split_matmul(ctx, a, b),)
 
@@ -203,11 +205,12 @@ def _split_matmul(ctx, a, b, epilogue=None):
             xp.matmul(a[start:stop], b, out=out[start:stop])
             if epilogue is not None:
                 epilogue(out[start:stop])
-        intra_op.for_batch(ctx, rows, inner * cols, by_rows, cols * a.itemsize * 2)
+        intra_op.for_batch(ctx, rows, inner * cols // intra_op.MACS_PER_WORK, by_rows,
+                           cols * a.itemsize * 2)
     else:
         def by_columns(start, stop):
             out[:, start:stop] = xp.matmul(a, b[:, start:stop])
-        intra_op.for_batch(ctx, cols, inner * rows, by_columns)
+        intra_op.for_batch(ctx, cols, inner * rows // intra_op.MACS_PER_WORK, by_columns)
     return out
 
 
@@ -224,7 +227,12 @@ def _fused_matmul(ctx, a, b, bias):
     if bias.shape != (b.shape[1],):
         raise errors.InvalidArgumentError(
             None, ctx.name, f"bias has shape {list(bias.shape)}, expected [{b.shape[1]}]")
-    return (_split_matmul(ctx, a, b, fused_epilogue(ctx.xp, attrs["fused_ops"], bias)),)
+    epilogue = fused_epilogue(ctx.xp, attrs["fused_ops"], bias)
+    if a.size * b.shape[1] < intra_op.MIN_SPLIT_WORK * intra_op.MACS_PER_WORK:
+        out = a @ b
+        epilogue(out)
+        return (out,)
+    return (_split_matmul(ctx, a, b, epilogue),)
 
 
 _HALF_FLOATS = (np.dtype(np.float16), dtypes.bfloat16.np)

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from asyncflow import errors
 from asyncflow.kernels import intra_op
-from asyncflow.kernels.registry import register_kernel
+from asyncflow.kernels.registry import register_kernel, register_prepare
 
 
 # -- activations ----------------------------------------------------------------------------
 @register_kernel("Relu")
 def _relu(ctx, x):
     zero = x.dtype.type(0)
-    if x.size >= intra_op.MIN_SPLIT_WORK:
+    if ctx.prepared:  # the node may be large (intra_op.may_be_large)
         split = intra_op.elementwise(ctx, ctx.xp.maximum, x, zero)
         if split is not None:
             return (split,)
@@ -26,13 +26,17 @@ def _relu(ctx, x):
 @register_kernel("ReluGrad")
 def _relu_grad(ctx, grad, features):
     xp = ctx.xp
-    if grad.size >= intra_op.MIN_SPLIT_WORK and grad.shape == features.shape:
+    if ctx.prepared and grad.shape == features.shape:
         def masked(g, f, out):
             xp.multiply(g, f > 0, out=out)
         split = intra_op.elementwise(ctx, masked, grad, features, dtype=grad.dtype)
         if split is not None:
             return (split,)
     return (grad * (features > 0),)
+
+
+register_prepare("Relu")(intra_op.may_be_large)
+register_prepare("ReluGrad")(intra_op.may_be_large)
 
 
 @register_kernel("Relu6")

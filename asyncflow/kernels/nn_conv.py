@@ -162,7 +162,7 @@ def _convolve(ctx, x, filters, epilogue=None):
         xp.matmul(patches, matrix, out=result)
         if epilogue is not None:
             epilogue(result)
-    intra_op.for_batch(ctx, x.shape[0], per_image * matrix.size, chunk,
+    intra_op.for_batch(ctx, x.shape[0], per_image * matrix.size // intra_op.MACS_PER_WORK, chunk,
                        per_image * filters.shape[0] * filters.shape[1] * x.shape[3] * x.itemsize)
     return out
 
@@ -197,7 +197,8 @@ def _conv2d_backprop_input(ctx, input_sizes, filters, grad):
             view += columns.reshape(count, rows[0], cols[0], depth_in)
         out[start:stop] = _crop(padded, rows, cols, x_shape[1], x_shape[2])
     padded_cells = (x_shape[1] + rows[1] + rows[2]) * (x_shape[2] + cols[1] + cols[2])
-    intra_op.for_batch(ctx, x_shape[0], rows[0] * cols[0] * filters.size, chunk,
+    intra_op.for_batch(ctx, x_shape[0],
+                       rows[0] * cols[0] * filters.size // intra_op.MACS_PER_WORK, chunk,
                        (padded_cells * depth_in + rows[0] * cols[0] * depth_in) * grad.itemsize)
     return (out,)
 
@@ -216,8 +217,8 @@ def _conv2d_backprop_filter(ctx, x, filter_sizes, grad):
     def chunk(start, stop):
         patches = _patches(xp, x[start:stop], ctx, (kh, kw), rows, cols)
         partials[start] = xp.matmul(patches.T, grad[start:stop].reshape(-1, depth_out))
-    intra_op.for_batch(ctx, x.shape[0], rows[0] * cols[0] * kh * kw * depth_in * depth_out,
-                       chunk, rows[0] * cols[0] * kh * kw * depth_in * x.itemsize)
+    intra_op.for_batch(ctx, x.shape[0], rows[0] * cols[0] * kh * kw * depth_in * depth_out
+                       // intra_op.MACS_PER_WORK, chunk, rows[0] * cols[0] * kh * kw * depth_in * x.itemsize)
     ordered = [partials[start] for start in sorted(partials)]
     total = ordered[0]
     for partial in ordered[1:]:
