@@ -28,25 +28,23 @@ _BINARY = {
 
 def _unary_kernel(fn_name):
     def kernel(ctx, x):
-        fn = getattr(ctx.xp, fn_name)
         if ctx.prepared:  # the node may be large (intra_op.may_be_large)
-            split = intra_op.elementwise(ctx, fn, x)
+            split = intra_op.elementwise(ctx, getattr(ctx.xp, fn_name), x)
             if split is not None:
                 return (split,)
-        return (fn(x),)
+        return (getattr(ctx.xp, fn_name)(x),)
     kernel.__name__ = f"_{fn_name}"
     return kernel
 
 
 def _binary_kernel(fn_name):
     def kernel(ctx, x, y):
-        fn = getattr(ctx.xp, fn_name)
         if ctx.prepared:  # the node may be large (intra_op.may_be_large)
-            split = intra_op.elementwise(ctx, fn, x, y)
+            split = intra_op.elementwise(ctx, getattr(ctx.xp, fn_name), x, y)
             if split is not None:
                 return (split,)
         try:
-            return (fn(x, y),)
+            return (getattr(ctx.xp, fn_name)(x, y),)
         except ValueError:
             if _broadcastable(x, y):
                 raise
