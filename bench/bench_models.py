@@ -26,8 +26,12 @@ TF's oneDNN; ``--openblas both`` runs a second asyncflow server with both unset.
 TensorFlow is never imported by the driver: the TF server runs in the interpreter given by
 ``--tf-python`` or ``ASYNCFLOW_TF_PYTHON``; without one only asyncflow's figures are printed.
 
+``--baseline-tree PATH`` adds servers running asyncflow from another source tree (an earlier
+commit, exported), so before and after are timed in the same run, interleaved.
+
 Run: ``.venv/bin/python bench/bench_models.py [--rounds 3] [--steps 10] [--models
-convnet,autoencoder,mlp] [--openblas as-is|unset|both] [--tf-python PATH] [--intra-op N]``.
+convnet,autoencoder,mlp] [--openblas as-is|unset|both] [--tf-python PATH] [--intra-op N]
+[--baseline-tree PATH]``.
 """
 from __future__ import annotations
 
@@ -179,8 +183,15 @@ def serve_tf(models, intra_op):
 def serve_af(models, intra_op):
     import trio
 
+    import threadpoolctl
+
     import asyncflow as af
-    from asyncflow.runtime import intra_op as pool
+
+    def config():
+        try:
+            return af.ConfigProto(intra_op_parallelism_threads=intra_op)
+        except TypeError:  # a tree from before the intra-op pool (--baseline-tree)
+            return af.ConfigProto()
 
     async def main():
         built = {}
@@ -190,12 +201,13 @@ def serve_af(models, intra_op):
             with graph.as_default():
                 feeds, loss, train = build(af, model, weights(model, rng))
                 init = af.global_variables_initializer()
-            session = af.Session(graph=graph, config=af.ConfigProto(
-                intra_op_parallelism_threads=intra_op))
+            session = af.Session(graph=graph, config=config())
             await session.__aenter__()
             await session.run(init)
             built[model] = (session, dict(zip(feeds, data(model, rng))), loss, train)
-        reply({"framework": "af", "version": af.__version__, "blas": pool.blas_info(),
+        blas = [info for info in threadpoolctl.threadpool_info() if info.get("user_api") == "blas"]
+        reply({"framework": "af", "version": af.__version__, "tree": os.path.dirname(
+            os.path.dirname(os.path.abspath(af.__file__))), "blas": blas,
                "env": {key: os.environ.get(key) for key in ("OPENBLAS_CORETYPE",
                                                             "OPENBLAS_L2_SIZE")}})
         while True:
@@ -263,9 +275,9 @@ class Server:
             self.process.wait(timeout=10)
 
 
-def environments(mode):
+def environments(mode, tree=None):
     base = dict(os.environ)
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo = tree or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     base["PYTHONPATH"] = repo + os.pathsep + base.get("PYTHONPATH", "")
     unset = {k: v for k, v in base.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
     coretype = base.get("OPENBLAS_CORETYPE", "unset")
@@ -285,6 +297,9 @@ def main(argv=None):
     parser.add_argument("--tf-python", default=os.environ.get("ASYNCFLOW_TF_PYTHON"))
     parser.add_argument("--intra-op", type=int, default=0,
                         help="intra_op_parallelism_threads of both frameworks (0: cores)")
+    parser.add_argument("--baseline-tree", metavar="PATH",
+                        help="also time asyncflow imported from this source tree (e.g. a "
+                             "checkout of an earlier commit), labelled af-before")
     parser.add_argument("--serve", choices=("af", "tf"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     models = [m for m in args.models.split(",") if m]
@@ -298,6 +313,10 @@ def main(argv=None):
 
     servers = [Server(label, sys.executable, "af", models, args.intra_op, env)
                for label, env in environments(args.openblas)]
+    if args.baseline_tree:
+        servers += [Server(label.replace("af", "af-before", 1), sys.executable, "af", models,
+                           args.intra_op, env)
+                    for label, env in environments(args.openblas, args.baseline_tree)]
     if args.tf_python:
         tf_env = {**environments("as-is")[0][1], "TF_CPP_MIN_LOG_LEVEL": "2"}
         servers.append(Server("tf1", args.tf_python, "tf", models, args.intra_op, tf_env))
