@@ -344,7 +344,8 @@ def main(argv=None):
         tf_ms = best.get((model, "tf1"), {}).get("step_ms")
         for server in servers:
             result = best[(model, server.label)]
-            ratio = f"  {result['step_ms'] / tf_ms:.2f}x TF1" if tf_ms and server.label != "tf1" else ""
+            ratio = (f"  {result['step_ms'] / tf_ms:.2f}x TF1"
+                     if tf_ms and server.label != "tf1" else "")
             print(f"  {server.label:>32}: {result['step_ms']:8.2f} ms/step  cpu/wall "
                   f"{result['cpu_over_wall']:.2f}  loss {result['loss']:.4f}{ratio}")
             summary[f"{model}/{server.label}"] = {k: v for k, v in result.items()
@@ -354,16 +355,15 @@ def main(argv=None):
         op_types = set()
         for server in servers:
             op_types |= set((best[(model, server.label)].get("ops_ms") or {}))
-        first = servers[0].label
 
         def weight(op_type):
             return -max((best[(model, s.label)].get("ops_ms") or {}).get(op_type, 0.0)
                         for s in servers)
         for op_type in sorted(op_types, key=weight)[:14]:
-            cells = "  ".join(f"{(best[(model, s.label)].get('ops_ms') or {}).get(op_type, 0.0):8.2f}"
-                              for s in servers)
+            cells = "  ".join(
+                f"{(best[(model, s.label)].get('ops_ms') or {}).get(op_type, 0.0):8.2f}"
+                for s in servers)
             print(f"    {op_type:>28}: {cells}")
-        del first
     print("\nJSON " + json.dumps(summary))
     return 0
 

@@ -220,8 +220,8 @@ def _fused_matmul(ctx, a, b, bias):
     if attrs["transpose_b"]:
         b = b.swapaxes(-1, -2)
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
-        raise errors.InvalidArgumentError(
-            None, ctx.name, f"Matrix size-incompatible: In[0]: {list(a.shape)}, In[1]: {list(b.shape)}")
+        raise errors.InvalidArgumentError(None, ctx.name, f"Matrix size-incompatible: In[0]: "
+                                          f"{list(a.shape)}, In[1]: {list(b.shape)}")
     if bias.shape != (b.shape[1],):
         raise errors.InvalidArgumentError(
             None, ctx.name, f"bias has shape {list(bias.shape)}, expected [{b.shape[1]}]")

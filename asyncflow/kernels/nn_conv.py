@@ -217,8 +217,10 @@ def _conv2d_backprop_filter(ctx, x, filter_sizes, grad):
     def chunk(start, stop):
         patches = _patches(xp, x[start:stop], ctx, (kh, kw), rows, cols)
         partials[start] = xp.matmul(patches.T, grad[start:stop].reshape(-1, depth_out))
-    intra_op.for_batch(ctx, x.shape[0], rows[0] * cols[0] * kh * kw * depth_in * depth_out
-                       // intra_op.MACS_PER_WORK, chunk, rows[0] * cols[0] * kh * kw * depth_in * x.itemsize)
+    patch_row = kh * kw * depth_in
+    intra_op.for_batch(ctx, x.shape[0],
+                       rows[0] * cols[0] * patch_row * depth_out // intra_op.MACS_PER_WORK,
+                       chunk, rows[0] * cols[0] * patch_row * x.itemsize)
     ordered = [partials[start] for start in sorted(partials)]
     total = ordered[0]
     for partial in ordered[1:]:
