@@ -6,11 +6,10 @@ of a matrix) calls ``for_batch(ctx, count, work_per_item, fn)``: ``fn(start, sto
 once per chunk, on the device's intra-op pool (``runtime/intra_op.py``, reached as
 ``ctx.device.intra_op``) when the work is large enough to repay a hand-off (a pool of one
 thread runs it inline as one chunk); inline as one chunk ``(0, count)`` otherwise, and on a
-device without a pool (a GPU). Chunks are
-contiguous and in order, sized to stay in cache (``CHUNK_BYTES``), dealt to the threads in
-turn; each writes only its own rows of an output the
-kernel allocated before, so where the per-row computation is exact a split gives the same
-bits as one thread. Kernels that reduce across chunks (a filter gradient) combine the
+device without a pool (a GPU). Chunks are contiguous and in order, sized to stay in cache
+(``CHUNK_BYTES``), taken from one queue by the calling thread and the pool's workers; each
+writes only its own rows of an output the kernel allocated before, so where the per-row
+computation is exact a split gives the same bits as one thread. Kernels that reduce across chunks (a filter gradient) combine the
 chunks' partial results in chunk order, so they are deterministic, and independent of the
 thread count whenever the batch is larger than one chunk.
 

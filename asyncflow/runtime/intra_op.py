@@ -1,12 +1,14 @@
 """The intra-op thread pool of a CPU device (TF1's ``intra_op_parallelism_threads``).
 
 A kernel splits its work with ``kernels/intra_op.py``; the pieces run here. ``run(fn,
-bounds)`` hands every chunk but the first to the pool's worker threads, runs the first on the
-calling thread (the executor's thread, or the worker thread an offloaded kernel runs on), and
-waits for the rest; the first error of a chunk is raised after all chunks finished, so no
-chunk still writes into an output the kernel gave up. Workers never wait on the pool, so
-kernels splitting at the same time (independent ops overlapping: inter-op parallelism)
-cannot deadlock; they share the threads.
+bounds)`` puts the chunks in a queue that the calling thread (the executor's thread, or the
+worker thread an offloaded kernel runs on) and the pool's workers drain together; the caller
+waits only for chunks a worker is computing, never for a worker still to be scheduled (it
+withdraws those hand-offs), and the first error of a chunk is raised after every started
+chunk finished, so no chunk still writes into an output the kernel gave up. Which thread
+computes a chunk does not change its bits: chunks are fixed before the split and BLAS runs
+one thread each. Workers never wait on the pool, so kernels splitting at the same time
+(independent ops overlapping: inter-op parallelism) cannot deadlock; they share the threads.
 
 BLAS: numpy's BLAS (OpenBLAS) has a thread pool of its own, as large as the cores. While any
 split runs, BLAS is held at one thread (``threadpoolctl``): the split already gives each
@@ -94,29 +96,30 @@ class IntraOpPool:
         self.splits = 0  # kernels split so far (statistics)
 
     def run(self, fn, bounds):
-        """Run ``fn(start, stop)`` for every ``(start, stop)`` in ``bounds``: thread ``t`` takes
-        chunks ``t, t + threads, ...`` in order (the calling thread is thread 0); return when
-        all finished, raising the first error."""
-        lanes = [bounds[lane::self.threads] for lane in range(min(self.threads, len(bounds)))]
-        executor = self._workers() if len(lanes) > 1 else None
+        """Run ``fn(start, stop)`` for every ``(start, stop)`` in ``bounds`` and return when all
+        finished, raising the first error (chunks not yet started are then skipped).
+
+        The chunks form one queue that the calling thread and up to ``threads - 1`` workers
+        take from in order. The caller never waits for a worker that has not started: once
+        the queue is empty it withdraws the hand-offs no worker picked up, and waits only for
+        chunks being computed. On a loaded machine, where a woken worker may not get a core
+        for milliseconds, the caller then does the work itself instead of idling.
+        """
+        queue = _ChunkQueue(bounds)
+        helpers = min(self.threads, len(bounds)) - 1
+        executor = self._workers() if helpers > 0 else None
         _hold_blas_single_thread()
         try:
-            futures = [executor.submit(_run_lane, fn, lane) for lane in lanes[1:]]
-            first_error = None
-            try:
-                _run_lane(fn, lanes[0])
-            except BaseException as exc:  # noqa: BLE001 -- re-raised once the others finished
-                first_error = exc
+            futures = [executor.submit(queue.drain, fn) for _ in range(helpers)]
+            queue.drain(fn)
             for future in futures:
-                try:
+                if not future.cancel():  # started: wait for the chunk it is computing
                     future.result()
-                except BaseException as exc:  # noqa: BLE001
-                    first_error = first_error or exc
         finally:
             _release_blas()
         self.splits += 1
-        if first_error is not None:
-            raise first_error
+        if queue.error is not None:
+            raise queue.error
 
     def _workers(self):
         with self._lock:
@@ -136,9 +139,30 @@ class IntraOpPool:
         return f"<IntraOpPool threads={self.threads}>"
 
 
-def _run_lane(fn, bounds):
-    for start, stop in bounds:
-        fn(start, stop)
+class _ChunkQueue:
+    """The chunks of one split, taken in order by whichever thread asks next."""
+
+    def __init__(self, bounds):
+        self._bounds = list(bounds)
+        self._next = 0
+        self._lock = threading.Lock()
+        self.error = None
+
+    def _take(self):
+        with self._lock:
+            if self.error is not None or self._next >= len(self._bounds):
+                return None
+            self._next += 1
+            return self._bounds[self._next - 1]
+
+    def drain(self, fn):
+        while (chunk := self._take()) is not None:
+            try:
+                fn(*chunk)
+            except BaseException as exc:  # noqa: BLE001 -- the caller re-raises the first
+                with self._lock:
+                    if self.error is None:
+                        self.error = exc
 
 
 _shared = {}

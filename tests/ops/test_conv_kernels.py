@@ -230,24 +230,40 @@ def test_chunk_bounds_cover_the_range_in_order():
     assert kernel_intra_op.chunk_bounds(2, 2) == [(0, 1), (1, 2)]
 
 
-def test_pool_runs_the_chunks_and_raises_the_first_error_after_all_lanes_finished():
+def test_pool_runs_every_chunk_once_and_raises_the_first_error():
     pool = intra_op.IntraOpPool(3)
     seen, lock = [], threading.Lock()
 
     def work(start, stop):
         with lock:
-            seen.append((start, stop, threading.current_thread().name))
+            seen.append((start, stop))
+    bounds = [(i, i + 1) for i in range(7)]
+    pool.run(work, bounds)
+    assert sorted(seen) == bounds
+
+    def failing(start, stop):
         if start == 2:
             raise ValueError("chunk 2 failed")
-    bounds = [(i, i + 1) for i in range(7)]
     with pytest.raises(ValueError, match="chunk 2 failed"):
-        pool.run(work, bounds)
-    # Thread t takes chunks t, t + 3, ...; thread 2 stops at its failed chunk 2 (skipping
-    # 5), the others run all of theirs: the caller's chunks are 0, 3 and 6.
-    assert sorted((a, b) for a, b, _ in seen) == [b for b in bounds if b != (5, 6)]
-    caller = threading.current_thread().name
-    assert sorted(a for a, _, name in seen if name == caller) == [0, 3, 6]
+        pool.run(failing, bounds)
     pool.close()
+
+
+def test_the_caller_does_the_chunks_when_no_worker_gets_to_them():
+    """A worker that cannot start (here: busy with something else) is not waited for: the
+    calling thread drains the queue and withdraws the hand-off."""
+    pool = intra_op.IntraOpPool(2)
+    release = threading.Event()
+    blocker = pool._workers().submit(release.wait)  # the pool's only worker, kept busy
+    try:
+        threads = []
+        pool.run(lambda start, stop: threads.append(threading.current_thread().name),
+                 [(i, i + 1) for i in range(5)])
+        assert threads == [threading.current_thread().name] * 5
+    finally:
+        release.set()
+        blocker.result()
+        pool.close()
 
 
 def test_blas_is_held_at_one_thread_during_a_split_and_restored_after():
