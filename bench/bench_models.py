@@ -300,6 +300,9 @@ def main(argv=None):
     parser.add_argument("--baseline-tree", metavar="PATH",
                         help="also time asyncflow imported from this source tree (e.g. a "
                              "checkout of an earlier commit), labelled af-before")
+    parser.add_argument("--af-env", action="append", default=[], metavar="KEY=VALUE",
+                        help="also time asyncflow with this environment variable set "
+                             "(repeatable: one more server each, e.g. OPENBLAS_NUM_THREADS=1)")
     parser.add_argument("--serve", choices=("af", "tf"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     models = [m for m in args.models.split(",") if m]
@@ -313,6 +316,11 @@ def main(argv=None):
 
     servers = [Server(label, sys.executable, "af", models, args.intra_op, env)
                for label, env in environments(args.openblas)]
+    for assignment in args.af_env:
+        key, _, value = assignment.partition("=")
+        env = {**environments("as-is")[0][1], key: value}
+        servers.append(Server(f"af[{assignment}]", sys.executable, "af", models, args.intra_op,
+                              env))
     if args.baseline_tree:
         servers += [Server(label.replace("af", "af-before", 1), sys.executable, "af", models,
                            args.intra_op, env)

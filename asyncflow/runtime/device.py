@@ -32,6 +32,7 @@ class Device:
         self._limiter = None
         self._pool = None
         self.intra_op = _intra_op.shared_pool(intra_op_threads or self._threads)
+        _intra_op.claim_blas()  # the intra-op pool splits large kernels; BLAS runs 1 thread
 
     @property
     def limiter(self):

@@ -10,13 +10,19 @@ computes a chunk does not change its bits: chunks are fixed before the split and
 one thread each. Workers never wait on the pool, so kernels splitting at the same time
 (independent ops overlapping: inter-op parallelism) cannot deadlock; they share the threads.
 
-BLAS: numpy's BLAS (OpenBLAS) has a thread pool of its own, as large as the cores. While any
-split runs, BLAS is held at one thread (``threadpoolctl``): the split already gives each
-core a GEMM, and two pools of ``cores`` threads each would oversubscribe the cores. (Measured
-here: OpenBLAS's own threads make a skinny GEMM such as ``[25088, 64] @ [64, 32]`` 4x
-slower than one thread; split by rows over our threads it is 2x faster instead.) A pool of
-one thread (``intra_op_parallelism_threads=1``) runs a large kernel inline as one chunk,
-BLAS held at one thread too: one thread means one. The limit
+BLAS: numpy's BLAS (OpenBLAS) has a thread pool of its own, as large as the cores. Once a
+process has an asyncflow CPU device (``claim_blas``, called when one is made), BLAS is held at
+one thread per calling thread (``threadpoolctl``) for the life of the process: this pool
+splits the large kernels instead, and two pools of ``cores`` threads each would
+oversubscribe the cores. Measured here: OpenBLAS's own threads make a skinny GEMM such as
+``[25088, 64] @ [64, 32]`` 4x slower than one thread (split by rows over our threads it is
+2x faster instead), and on a loaded machine (load average 6-9 on 2 cores) they made whole
+training steps 8x slower (an autoencoder step 96 ms against 11 ms with one BLAS thread; TF1
+8.5 ms). Every split also counts a hold of its own, so the limit holds even where no device
+claimed BLAS (a pool used directly); the last hold to end restores the previous setting. A
+process that wants BLAS's threads back for its own numpy work sets them with threadpoolctl
+itself. A pool of one thread (``intra_op_parallelism_threads=1``) runs a large kernel inline
+as one chunk: one thread means one. The limit
 is process-wide, so it is counted: the first split to start sets it and the last to finish
 restores the previous setting. A kernel that does not split keeps BLAS's own threads.
 """
@@ -49,6 +55,20 @@ def _release_blas():
 
 
 _controller = None
+
+
+_claimed = False
+
+
+def claim_blas():
+    """Hold BLAS at one thread for the rest of the process (see the module docstring); the
+    first call does it, later calls do nothing."""
+    global _claimed
+    with _blas_lock:
+        if _claimed:
+            return
+        _claimed = True
+    _hold_blas_single_thread()
 
 
 def _blas_limiter():

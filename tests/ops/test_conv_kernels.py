@@ -280,6 +280,14 @@ def test_blas_is_held_at_one_thread_during_a_split_and_restored_after():
     pool.close()
 
 
+def test_a_cpu_device_holds_blas_at_one_thread():
+    if not intra_op.blas_info():
+        pytest.skip("no BLAS library seen by threadpoolctl")
+    af.Session(config=af.ConfigProto(intra_op_parallelism_threads=2))
+    assert [info["num_threads"] for info in intra_op.blas_info()] == [1] * len(
+        intra_op.blas_info())
+
+
 def test_intra_op_threads_must_be_positive():
     with pytest.raises(ValueError, match="intra_op_parallelism_threads"):
         intra_op.IntraOpPool(0)
