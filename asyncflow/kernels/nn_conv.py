@@ -289,30 +289,29 @@ def _max_pool_grad(ctx, x, _output, grad):
         has_nan = floating and bool(xp.isnan(best).any())
         g = grad[start:stop]
         result = (xp.empty if tiled else xp.zeros)(padded.shape, dtype=grad.dtype)
-        remaining = xp.ones(best.shape, dtype=grad.dtype)  # 1 until a window's cell has won
-        routed = xp.empty(best.shape, dtype=grad.dtype)
+        remaining = xp.ones(best.shape, dtype=bool)  # until a cell of the window has won
+        hit = xp.empty(best.shape, dtype=bool)
+        routed = None if tiled else xp.empty(best.shape, dtype=grad.dtype)
         last = len(taps) - 1
         for tap, (view, target) in enumerate(zip(taps, _taps(result, *tap_args))):
-            hit = view == best
+            xp.equal(view, best, out=hit)
             if has_nan:
                 hit |= view != view
-            if finite:
-                xp.multiply(remaining, hit, out=routed)
-                if tap != last:
-                    remaining -= routed
-                if tiled:
-                    xp.multiply(routed, g, out=target)
+            hit &= remaining                         # the first maximal cell wins
+            if tap != last:
+                remaining ^= hit
+            # Masks on bools (a byte a cell) and one multiply; where() only for inf/NaN
+            # gradients, since 0 * inf is NaN.
+            if tiled:
+                if finite:
+                    xp.multiply(g, hit, out=target)
                 else:
-                    routed *= g
-                    target += routed
+                    target[...] = xp.where(hit, g, g.dtype.type(0))
+            elif finite:
+                xp.multiply(g, hit, out=routed)
+                target += routed
             else:
-                won = hit & (remaining != 0)
-                remaining[won] = 0
-                chosen = xp.where(won, g, g.dtype.type(0))
-                if tiled:
-                    target[...] = chosen
-                else:
-                    target += chosen
+                target += xp.where(hit, g, g.dtype.type(0))
         out[start:stop] = _crop(result, rows, cols, x.shape[1], x.shape[2])
     intra_op.for_batch(ctx, x.shape[0], grad[0].size * kernel_hw[0] * kernel_hw[1] * 6, chunk,
                        (2 * x[0].size + 3 * grad[0].size) * grad.itemsize)
