@@ -29,12 +29,13 @@ restores the previous setting. A kernel that does not split keeps BLAS's own thr
 from __future__ import annotations
 
 import concurrent.futures
-import os
 import threading
 
 _blas_lock = threading.Lock()
-_blas_users = 0
-_blas_restore = None  # threadpoolctl's limiter of the running splits (restores on exit)
+_blas_users = 0        # holds: the process's claim and every running split
+_blas_restore = None   # threadpoolctl's limiter of the holds (restores the first setting)
+_controller = None     # threadpoolctl's ThreadpoolController, made on first use
+_claimed = False
 
 
 def _hold_blas_single_thread():
@@ -52,12 +53,6 @@ def _release_blas():
         if _blas_users == 0 and _blas_restore is not None:
             _blas_restore.restore_original_limits()
             _blas_restore = None
-
-
-_controller = None
-
-
-_claimed = False
 
 
 def claim_blas():
@@ -92,14 +87,6 @@ def blas_info():
     except ImportError:
         return []
     return [info for info in threadpoolctl.threadpool_info() if info.get("user_api") == "blas"]
-
-
-def default_threads():
-    """The cores this process may use."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
 
 
 class IntraOpPool:
@@ -137,7 +124,8 @@ class IntraOpPool:
                     future.result()
         finally:
             _release_blas()
-        self.splits += 1
+        with self._lock:
+            self.splits += 1
         if queue.error is not None:
             raise queue.error
 
