@@ -85,9 +85,7 @@ def _fail(code, message, derived=False):
 REPLAY_WINDOW = 4096
 # Graphs up to this size are imported on the loop (tens of ms); larger ones in a thread.
 INLINE_GRAPH_NODES = 500
-# expire_idle_graphs looks every quarter lease, within these bounds (seconds).
-LEASE_CHECK_MIN_S = 0.05
-LEASE_CHECK_MAX_S = 30.0
+LEASE_CHECK_MIN_S, LEASE_CHECK_MAX_S = 0.05, 30.0  # expire_idle_graphs looks every quarter lease
 
 
 class _ReplayWindow:
@@ -187,8 +185,9 @@ class WorkerService:
         self.task = f"/job:{job_name}/replica:0/task:{self.task_index}"
         self.incarnation = secrets.randbits(63) | 1
         self.config = config or SessionConfig()
-        self.local_devices = _device.make_local_devices(self.config.device_count, job=job_name,
-                                                        task=self.task_index)
+        self.local_devices = _device.make_local_devices(
+            self.config.device_count, job=job_name, task=self.task_index,
+            intra_op_threads=self.config.intra_op_parallelism_threads)
         self.device_names = [d.name for d in self.local_devices]
         self._state = _compiler.DeviceState.local(self.local_devices, self.incarnation)
         self.data_directory = None if data_dir is None else DataDirectory(data_dir)

@@ -13,6 +13,16 @@ Theory of operation (paper §5, reference §9):
   device. A folded node whose inputs live on another device is left alone (never fold
   across a device boundary), as are huge results, Send/Recv, control flow and targets.
   A fetched folded tensor is fetched from its Const, so results do not change.
+- **Fusion** (``fuse_activations``, TF's remapper). ``Conv2D -> BiasAdd [-> Relu]`` becomes
+  one ``_FusedConv2D`` and ``MatMul -> BiasAdd (or Add of a 1-D bias over the last dim)
+  [-> Relu | Sigmoid | Tanh]`` one ``_FusedMatMul``, named after the chain's last node (its
+  consumers and fetches read the fused node), with ``fused_ops`` naming the fused steps. The
+  fused kernel adds the bias and applies the activation to each chunk of the product while
+  it is in cache, with no intermediate arrays. A chain fuses only where each intermediate has
+  no other consumer (a ``Shape`` of it may read the fused output instead: every tensor of the
+  chain has the same shape), is neither fetched nor a target nor a control input, has no
+  control inputs of its own, and the chain sits on one device outside any loop, as TF's
+  remapper requires.
 - **Recv scheduling** (``schedule_recvs``, ALAP). A Recv otherwise starts at step start and
   holds its buffer for the whole step. Each Recv gets a control edge from the latest local
   input of its first consumer, so it starts just before that consumer needs it. An edge is
@@ -203,6 +213,114 @@ def fold_constants(node_graph, evaluate, max_bytes=MAX_FOLDED_BYTES):
     graph.fetches = [(port_map[p], 0) if p in port_map else p for p in graph.fetches]
     needed = _needed(graph)
     graph.nodes = [n for n in graph.nodes if n in needed]
+    graph.changed = True
+    return graph
+
+
+_FUSED_ACTIVATIONS = {"Conv2D": ("Relu",), "MatMul": ("Relu", "Sigmoid", "Tanh")}
+_FUSED_TYPE = {"Conv2D": "_FusedConv2D", "MatMul": "_FusedMatMul"}
+
+
+def _uses(graph):
+    """``port -> [(consumer, position)]`` and the nodes used as control inputs."""
+    uses, controlling = {}, set()
+    for node in graph.nodes:
+        for position, port in enumerate(node.inputs):
+            uses.setdefault(port, []).append((node, position))
+        controlling.update(node.control_inputs)
+    return uses, controlling
+
+
+def _sole_consumer(node, uses, controlling, pinned):
+    """The one non-Shape consumer of ``node``'s only output, or None when ``node`` must stay
+    (fetched, a target, a control input, or read by anything else)."""
+    if node in pinned or node in controlling or len(node.out_specs) != 1:
+        return None
+    readers = [(c, i) for c, i in uses.get((node, 0), []) if c.type != "Shape"]
+    if len(readers) != 1:
+        return None
+    return readers[0][0]
+
+
+def _bias_port(node, adder):
+    """The bias port when ``adder`` adds a 1-D bias over ``node``'s last dim, else None."""
+    if adder.type == "BiasAdd":
+        data_format = adder.attrs.get("data_format", "NHWC")
+        if (adder.inputs[0][0] is node and data_format in (None, "NHWC")
+                and (node.type != "MatMul" or node.out_specs[0][1].ndims == 2)):
+            return adder.inputs[1]
+        return None
+    if adder.type not in ("Add", "AddV2") or node.type != "MatMul":
+        return None
+    (first, second) = adder.inputs
+    bias = second if first[0] is node else first
+    if bias[0] is node:
+        return None
+    product_shape = node.out_specs[0][1]
+    bias_dtype, bias_shape, bias_ref = bias[0].out_spec(bias[1])
+    if (bias_ref or bias_shape.ndims != 1 or product_shape.ndims != 2
+            or bias_shape.dims[0] is None or bias_shape.dims[0] != product_shape.dims[1]
+            or adder.out_specs[0][1] != product_shape):
+        return None
+    return bias
+
+
+def _fusible(node):
+    dtype = node.out_specs[0][0]
+    return (node.control_flow_context is None and not node.control_inputs
+            and dtype.is_floating and not node.out_specs[0][2])
+
+
+def fuse_activations(node_graph):
+    """TF's remapper fusions (see the module docstring); returns a new NodeGraph."""
+    graph = node_graph.copy()
+    uses, controlling = _uses(graph)
+    pinned = set(graph.targets) | {p for p, _ in graph.fetches}
+    replacement, fused_away = {}, set()
+    for node in graph.nodes:
+        if node.type not in _FUSED_TYPE or node in fused_away or not _fusible(node):
+            continue
+        adder = _sole_consumer(node, uses, controlling, pinned)
+        if (adder is None or adder.device != node.device or not _fusible(adder)
+                or adder in fused_away):
+            continue
+        bias = _bias_port(node, adder)
+        if bias is None or bias[0].out_spec(bias[1])[0] != node.out_specs[0][0]:
+            continue
+        chain = [node, adder]
+        activation = _sole_consumer(adder, uses, controlling, pinned)
+        if (activation is not None and activation.type in _FUSED_ACTIVATIONS[node.type]
+                and activation.device == node.device and _fusible(activation)):
+            chain.append(activation)
+        last = chain[-1]
+        fused_type = _FUSED_TYPE[node.type]
+        fused = Node(last.name, fused_type, get_op_def(fused_type),
+                     {**node.attrs, "fused_ops": ("BiasAdd",) + tuple(n.type for n in chain[2:])},
+                     list(node.inputs) + [bias], [], node.device, last.out_specs,
+                     last.traceback, last.seq, origin=last.origin,
+                     requested_device=last.requested_device)
+        for member in chain:
+            replacement[member] = fused
+            fused_away.add(member)
+    if not replacement:
+        return graph
+    fused_nodes = list(dict.fromkeys(replacement.values()))
+    nodes = []
+    for node in graph.nodes:
+        if node in replacement:
+            continue
+        node.inputs = [(replacement[p], 0) if p in replacement else (p, i)
+                       for p, i in node.inputs]
+        node.control_inputs = list(dict.fromkeys(replacement.get(c, c)
+                                                 for c in node.control_inputs))
+        nodes.append(node)
+    for fused in fused_nodes:
+        fused.inputs = [(replacement[p], 0) if p in replacement else (p, i)
+                        for p, i in fused.inputs]
+    graph.nodes = topological(nodes + fused_nodes)
+    graph.fetches = [(replacement[p], 0) if p in replacement else (p, i)
+                     for p, i in graph.fetches]
+    graph.targets = [replacement.get(t, t) for t in graph.targets]
     graph.changed = True
     return graph
 

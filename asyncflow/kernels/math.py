@@ -6,8 +6,9 @@ import math
 import numpy as np
 
 from asyncflow import dtypes, errors
+from asyncflow.kernels import intra_op
 from asyncflow.kernels.arguments import host as _host
-from asyncflow.kernels.registry import host_memory, register_kernel
+from asyncflow.kernels.registry import host_memory, register_kernel, register_prepare
 
 # op type -> name of the array-module function computing it
 _UNARY = {
@@ -27,6 +28,10 @@ _BINARY = {
 
 def _unary_kernel(fn_name):
     def kernel(ctx, x):
+        if ctx.prepared:  # the node may be large (intra_op.may_be_large)
+            split = intra_op.elementwise(ctx, getattr(ctx.xp, fn_name), x)
+            if split is not None:
+                return (split,)
         return (getattr(ctx.xp, fn_name)(x),)
     kernel.__name__ = f"_{fn_name}"
     return kernel
@@ -34,6 +39,10 @@ def _unary_kernel(fn_name):
 
 def _binary_kernel(fn_name):
     def kernel(ctx, x, y):
+        if ctx.prepared:  # the node may be large (intra_op.may_be_large)
+            split = intra_op.elementwise(ctx, getattr(ctx.xp, fn_name), x, y)
+            if split is not None:
+                return (split,)
         try:
             return (getattr(ctx.xp, fn_name)(x, y),)
         except ValueError:
@@ -60,15 +69,70 @@ def _dims(array):
 
 for _type, _fn in _UNARY.items():
     register_kernel(_type)(_unary_kernel(_fn))
+    register_prepare(_type)(intra_op.may_be_large)
 for _type, _fn in _BINARY.items():
     register_kernel(_type)(_binary_kernel(_fn))
+    register_prepare(_type)(intra_op.may_be_large)
 
 
 @register_kernel("Sigmoid")
 def _sigmoid(ctx, x):
+    """``1 / (1 + e)`` for x >= 0 and ``e / (1 + e)`` below, with ``e = exp(-|x|)`` in (0, 1]:
+    never overflows, keeps full relative precision of tiny results (``sigmoid(-30)``), and the
+    branch is an arithmetic mask: 11x faster than ``exp(-logaddexp(0, -x))`` on [256, 784]
+    float32 here (0.37 against 4.0 ms), no less accurate. (``0.5 * tanh(x / 2) + 0.5`` is
+    faster still but loses all relative precision below about -17.)"""
     xp = ctx.xp
-    # exp(-log(1 + exp(-x))) never overflows.
-    return (xp.exp(-xp.logaddexp(x.dtype.type(0), -x)).astype(x.dtype, copy=False),)
+    if x.ndim == 0:  # ufuncs give 0-d inputs numpy scalars, which out= cannot write
+        return (_sigmoid(ctx, x.reshape(1))[0].reshape(()),)
+    return (sigmoid_into(xp, x, xp.empty(x.shape, dtype=x.dtype)),)
+
+
+def sigmoid_into(xp, x, result):
+    """Write ``sigmoid(x)`` into ``result`` (which may be ``x`` itself); returns it."""
+    one = x.dtype.type(1)
+    e = xp.abs(x)
+    xp.negative(e, out=e)
+    xp.exp(e, out=e)
+    factor = xp.subtract(one, e)            # e + (1 - e) * [x >= 0]: 1 or e
+    factor *= x >= 0
+    factor += e
+    xp.add(e, one, out=result)
+    xp.reciprocal(result, out=result)       # 1 / (1 + e)
+    result *= factor
+    return result
+
+
+def fused_epilogue(xp, fused_ops, bias):
+    """``apply(rows)``: the steps after a fused product (``fused_ops``: "BiasAdd" and maybe an
+    activation), in place on a chunk of its output rows ``[r, C]``: the same operations, in
+    the same order, as the separate BiasAdd/Add and activation kernels, so the same bits."""
+    activation = fused_ops[1] if len(fused_ops) > 1 else None
+
+    def apply(rows):
+        rows += bias
+        if activation == "Relu":
+            xp.maximum(rows, rows.dtype.type(0), out=rows)
+        elif activation == "Sigmoid":
+            sigmoid_into(xp, rows, rows)
+        elif activation == "Tanh":
+            xp.tanh(rows, out=rows)
+    return apply
+
+
+@register_kernel("SigmoidGrad")
+def _sigmoid_grad(ctx, y, dy):
+    result = ctx.xp.subtract(y.dtype.type(1), y)
+    result *= y
+    result *= dy
+    return (result,)
+
+
+@register_kernel("TanhGrad")
+def _tanh_grad(ctx, y, dy):
+    result = y.dtype.type(1) - ctx.xp.square(y)
+    result *= dy
+    return (result,)
 
 
 @register_kernel("Rsqrt")
@@ -121,7 +185,52 @@ def _matmul(ctx, a, b):
     if a.shape[-1] != b.shape[-2]:
         raise errors.InvalidArgumentError(
             None, ctx.name, f"Matrix size-incompatible: In[0]: {list(a.shape)}, In[1]: {list(b.shape)}")
-    return (a @ b,)
+    if (a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype or a.dtype.kind not in "fc"
+            or a.size * b.shape[1] < intra_op.MIN_SPLIT_WORK * intra_op.MACS_PER_WORK):
+        return (a @ b,)
+    return (_split_matmul(ctx, a, b),)
+
+
+def _split_matmul(ctx, a, b, epilogue=None):
+    """``a @ b`` over the intra-op threads: by rows of ``a`` (each chunk a GEMM writing its
+    rows of the output, then ``epilogue(rows)`` on them while they are in cache), or by
+    columns of ``b`` when ``a`` has too few rows to share out."""
+    xp = ctx.xp
+    (rows, inner), cols = a.shape, b.shape[1]
+    out = xp.empty((rows, cols), dtype=a.dtype)
+    if rows >= 64 or rows >= cols or epilogue is not None:
+        def by_rows(start, stop):
+            xp.matmul(a[start:stop], b, out=out[start:stop])
+            if epilogue is not None:
+                epilogue(out[start:stop])
+        intra_op.for_batch(ctx, rows, inner * cols // intra_op.MACS_PER_WORK, by_rows,
+                           cols * a.itemsize * 2)
+    else:
+        def by_columns(start, stop):
+            out[:, start:stop] = xp.matmul(a, b[:, start:stop])
+        intra_op.for_batch(ctx, cols, inner * rows // intra_op.MACS_PER_WORK, by_columns)
+    return out
+
+
+@register_kernel("_FusedMatMul", offload=True)
+def _fused_matmul(ctx, a, b, bias):
+    attrs = ctx.attrs
+    if attrs["transpose_a"]:
+        a = a.swapaxes(-1, -2)
+    if attrs["transpose_b"]:
+        b = b.swapaxes(-1, -2)
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise errors.InvalidArgumentError(None, ctx.name, f"Matrix size-incompatible: In[0]: "
+                                          f"{list(a.shape)}, In[1]: {list(b.shape)}")
+    if bias.shape != (b.shape[1],):
+        raise errors.InvalidArgumentError(
+            None, ctx.name, f"bias has shape {list(bias.shape)}, expected [{b.shape[1]}]")
+    epilogue = fused_epilogue(ctx.xp, attrs["fused_ops"], bias)
+    if a.size * b.shape[1] < intra_op.MIN_SPLIT_WORK * intra_op.MACS_PER_WORK:
+        out = a @ b
+        epilogue(out)
+        return (out,)
+    return (_split_matmul(ctx, a, b, epilogue),)
 
 
 _HALF_FLOATS = (np.dtype(np.float16), dtypes.bfloat16.np)

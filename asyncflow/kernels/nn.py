@@ -6,20 +6,37 @@ kernels/nn_conv.py. Kernels never modify their inputs; outputs are fresh arrays.
 from __future__ import annotations
 
 from asyncflow import errors
-from asyncflow.kernels.registry import register_kernel
+from asyncflow.kernels import intra_op
+from asyncflow.kernels.registry import register_kernel, register_prepare
 
 
 # -- activations ----------------------------------------------------------------------------
 @register_kernel("Relu")
 def _relu(ctx, x):
-    return (ctx.xp.maximum(x, x.dtype.type(0)),)
+    zero = x.dtype.type(0)
+    if ctx.prepared:  # the node may be large (intra_op.may_be_large)
+        split = intra_op.elementwise(ctx, ctx.xp.maximum, x, zero)
+        if split is not None:
+            return (split,)
+    return (ctx.xp.maximum(x, zero),)
 
 
 # Masks multiply rather than select: numpy's where() is ~7x slower than a multiply here, and
 # TF's own ReluGrad functor is `gradients * (features > 0)` too.
 @register_kernel("ReluGrad")
 def _relu_grad(ctx, grad, features):
+    xp = ctx.xp
+    if ctx.prepared and grad.shape == features.shape:
+        def masked(g, f, out):
+            xp.multiply(g, f > 0, out=out)
+        split = intra_op.elementwise(ctx, masked, grad, features, dtype=grad.dtype)
+        if split is not None:
+            return (split,)
     return (grad * (features > 0),)
+
+
+register_prepare("Relu")(intra_op.may_be_large)
+register_prepare("ReluGrad")(intra_op.may_be_large)
 
 
 @register_kernel("Relu6")
@@ -152,13 +169,41 @@ def _bias_add(ctx, value, bias):
         raise errors.InvalidArgumentError(
             None, ctx.name, f"Must provide as many biases as the last dimension of the input "
             f"tensor: {list(bias.shape)} vs. {list(value.shape)}")
+    xp = ctx.xp
+    if (value.size >= intra_op.MIN_SPLIT_WORK and value.flags.c_contiguous
+            and value.dtype == bias.dtype):
+        rows = value.reshape(-1, value.shape[-1])
+        out = xp.empty(rows.shape, dtype=value.dtype)
+
+        def chunk(start, stop):
+            xp.add(rows[start:stop], bias, out=out[start:stop])
+        intra_op.for_batch(ctx, rows.shape[0], rows.shape[1], chunk,
+                           2 * rows.shape[1] * value.itemsize)
+        return (out.reshape(value.shape),)
     return (value + bias,)
 
 
 @register_kernel("BiasAddGrad")
 def _bias_add_grad(ctx, grad):
+    xp = ctx.xp
+    if (grad.size >= intra_op.MIN_SPLIT_WORK and grad.flags.c_contiguous and grad.ndim > 1
+            and grad.dtype.kind == "f" and grad.itemsize >= 4):
+        # Partial column sums per chunk of rows, added in chunk order (a reduction: close to
+        # one whole sum, deterministic for a given chunking).
+        rows = grad.reshape(-1, grad.shape[-1])
+        partials = {}
+
+        def chunk(start, stop):
+            partials[start] = rows[start:stop].sum(axis=0)
+        intra_op.for_batch(ctx, rows.shape[0], rows.shape[1], chunk,
+                           rows.shape[1] * grad.itemsize)
+        ordered = [partials[start] for start in sorted(partials)]
+        total = ordered[0]
+        for partial in ordered[1:]:
+            total += partial
+        return (total,)
     axes = tuple(range(grad.ndim - 1))
-    return (ctx.xp.asarray(ctx.xp.sum(grad, axis=axes), dtype=grad.dtype),)
+    return (xp.asarray(xp.sum(grad, axis=axes), dtype=grad.dtype),)
 
 
 @register_kernel("L2Loss")

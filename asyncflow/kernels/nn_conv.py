@@ -6,13 +6,24 @@ Theory of operation for the spatial kernels (Conv2D, pooling and their gradients
 - ``_taps`` yields, for every kernel tap (i, j), a strided view of the padded input whose
   element ``[n, y, x, c]`` is the input cell that tap reads for output ``[n, y, x]``. Taps are
   plain basic slicing, so they cost nothing and work for numpy and cupy alike.
-- Conv2D stacks the taps into an im2col matrix ``[N*OH*OW, KH*KW*C]`` and does one matmul with
-  the filter reshaped to ``[KH*KW*C, O]`` (BLAS does the work). The input gradient is the
-  transposed matmul scattered back tap by tap (for one tap the strided positions are distinct,
-  so ``+=`` on the view is exact); the filter gradient is ``im2col.T @ grad``.
-- Pooling reduces over the taps elementwise; MaxPoolGrad routes each output's gradient to the
-  first maximal cell of its window (row-major), as TF's CPU kernel; AvgPool divides by the number
-  of real (unpadded) cells, as TF.
+- ``_patches`` is the im2col matrix ``[N*OH*OW, KH*KW*C]``: one ``as_strided`` view
+  ``[N, OH, OW, KH, KW, C]`` of the padded input, copied once by the reshape (no list of tap
+  views, no ``stack``). Conv2D is one matmul with the filter reshaped to ``[KH*KW*C, O]``;
+  the filter gradient is ``patches.T @ grad``.
+- Conv2DBackpropInput does one GEMM per tap, ``grad[N*OH*OW, O] @ filter[i, j].T``, and adds
+  the contiguous ``[N, OH, OW, C]`` result into that tap's strided view of a zero padded
+  buffer (for one tap the strided positions are distinct, so ``+=`` on the view is exact);
+  each row of the view is a run of ``OW*C`` cells at stride 1, not a run of ``C``.
+- Pooling reduces over the taps elementwise. MaxPoolGrad routes each output's gradient to the
+  first maximal cell of its window in row-major tap order, as TF's CPU kernel (a NaN counts
+  as the maximum, as ``argmax`` has it): taps are visited in order with a ``remaining`` mask,
+  and the masks are applied by multiplication (10-20x cheaper than ``where``) unless the
+  gradient holds an inf or NaN, where ``0 * inf`` would leak a NaN; then ``where`` routes it.
+  AvgPool divides by the number of real (unpadded) cells, as TF.
+- Every kernel splits its batch into contiguous chunks over the device's intra-op threads
+  (``kernels/intra_op.py``): each chunk writes its own rows of a preallocated output, so
+  the split changes no bits where the per-row work is exact; the filter gradient adds the
+  chunks' partial sums in chunk order.
 
 Kernels never modify their inputs; outputs are fresh arrays.
 """
@@ -23,6 +34,8 @@ import functools
 import numpy as np
 
 from asyncflow import errors
+from asyncflow.kernels import intra_op
+from asyncflow.kernels.math import fused_epilogue
 from asyncflow.kernels.registry import host_memory, register_kernel
 
 
@@ -57,6 +70,10 @@ def _pad(xp, x, rows, cols, value=0):
     return xp.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)), constant_values=value)
 
 
+def _padded_shape(shape, rows, cols):
+    return (shape[0], shape[1] + rows[1] + rows[2], shape[2] + cols[1] + cols[2], shape[3])
+
+
 def _taps(padded, kernel_hw, strides, dilations, out_hw):
     """Yield one strided view per kernel tap, in row-major tap order (see module docstring)."""
     (kh, kw), (oh, ow) = kernel_hw, out_hw
@@ -76,12 +93,20 @@ def _crop(padded, rows, cols, height, width):
     return padded[:, rows[1]:rows[1] + height, cols[1]:cols[1] + width, :]
 
 
-def _im2col(xp, x, ctx, kernel_hw, rows, cols):
-    """The ``[N*OH*OW, KH*KW*C]`` patch matrix of ``x``."""
-    views = list(_taps(_pad(xp, x, rows, cols), *_tap_args(ctx, kernel_hw, rows, cols)))
-    if len(views) == 1:
-        return xp.ascontiguousarray(views[0]).reshape(-1, x.shape[3])
-    return xp.stack(views, axis=3).reshape(-1, len(views) * x.shape[3])
+def _patches(xp, x, ctx, kernel_hw, rows, cols):
+    """The ``[N*OH*OW, KH*KW*C]`` patch matrix of ``x``: one strided view, copied once (numpy;
+    other array modules stack the tap views, as portable basic slicing)."""
+    padded = xp.ascontiguousarray(_pad(xp, x, rows, cols))
+    (kh, kw), strides, dilations, (oh, ow) = _tap_args(ctx, kernel_hw, rows, cols)
+    n, _, _, depth = padded.shape
+    if type(padded) is not np.ndarray:
+        views = list(_taps(padded, *_tap_args(ctx, kernel_hw, rows, cols)))
+        return xp.stack(views, axis=3).reshape(n * oh * ow, kh * kw * depth)
+    s_n, s_h, s_w, s_c = padded.strides
+    view = np.lib.stride_tricks.as_strided(
+        padded, (n, oh, ow, kh, kw, depth),
+        (s_n, s_h * strides[1], s_w * strides[2], s_h * dilations[1], s_w * dilations[2], s_c))
+    return view.reshape(n * oh * ow, kh * kw * depth)
 
 
 def _sizes(ctx, tensor, what):
@@ -102,15 +127,44 @@ def _check_depth(ctx, x_shape, filter_shape):
 # -- convolution ----------------------------------------------------------------------------
 @register_kernel("Conv2D", offload=True)
 def _conv2d(ctx, x, filters):
+    return (_convolve(ctx, x, filters),)
+
+
+@register_kernel("_FusedConv2D", offload=True)
+def _fused_conv2d(ctx, x, filters, bias):
+    """Conv2D, BiasAdd [, Relu] in one pass over each chunk (graph/optimize.py fuses them)."""
+    if bias.shape != (filters.shape[3],):
+        raise errors.InvalidArgumentError(
+            None, ctx.name, f"bias has shape {list(bias.shape)}, expected [{filters.shape[3]}]")
+    return (_convolve(ctx, x, filters, fused_epilogue(ctx.xp, ctx.attrs["fused_ops"], bias)),)
+
+
+def _convolve(ctx, x, filters, epilogue=None):
+    """Conv2D by batch chunks: patches, one GEMM into the chunk's output rows, then
+    ``epilogue(rows)`` on them while they are in cache."""
     xp = ctx.xp
     _check_depth(ctx, x.shape, filters.shape)
     kh, kw, _, depth_out = filters.shape
     rows, cols = _spatial(ctx, x.shape, (kh, kw))
     out_shape = (x.shape[0], rows[0], cols[0], depth_out)
     if 0 in out_shape or x.size == 0:
-        return (xp.zeros(out_shape, dtype=x.dtype),)
-    patches = _im2col(xp, x, ctx, (kh, kw), rows, cols)
-    return (xp.matmul(patches, filters.reshape(-1, depth_out)).reshape(out_shape),)
+        out = xp.zeros(out_shape, dtype=x.dtype)
+        if epilogue is not None and out.size:
+            epilogue(out.reshape(-1, depth_out))
+        return out
+    matrix = filters.reshape(-1, depth_out)
+    out = xp.empty(out_shape, dtype=xp.result_type(x.dtype, filters.dtype))
+    per_image = rows[0] * cols[0]
+
+    def chunk(start, stop):
+        patches = _patches(xp, x[start:stop], ctx, (kh, kw), rows, cols)
+        result = out[start:stop].reshape(-1, depth_out)
+        xp.matmul(patches, matrix, out=result)
+        if epilogue is not None:
+            epilogue(result)
+    intra_op.for_batch(ctx, x.shape[0], per_image * matrix.size // intra_op.MACS_PER_WORK, chunk,
+                       per_image * filters.shape[0] * filters.shape[1] * x.shape[3] * x.itemsize)
+    return out
 
 
 @register_kernel("Conv2DBackpropInput", offload=True)
@@ -124,15 +178,29 @@ def _conv2d_backprop_input(ctx, input_sizes, filters, grad):
     if list(grad.shape) != expected:
         raise errors.InvalidArgumentError(None, ctx.name, f"out_backprop has shape "
                                           f"{list(grad.shape)}, expected {expected}")
-    padded_shape = (x_shape[0], x_shape[1] + rows[1] + rows[2], x_shape[2] + cols[1] + cols[2],
-                    depth_in)
-    padded = xp.zeros(padded_shape, dtype=grad.dtype)
-    if grad.size and filters.size:
-        columns = xp.matmul(grad.reshape(-1, depth_out), filters.reshape(-1, depth_out).T)
-        columns = columns.reshape(expected[:3] + [kh * kw, depth_in])
-        for tap, view in enumerate(_taps(padded, *_tap_args(ctx, (kh, kw), rows, cols))):
-            view += columns[:, :, :, tap, :]
-    return (xp.ascontiguousarray(_crop(padded, rows, cols, x_shape[1], x_shape[2])),)
+    dtype = xp.result_type(grad.dtype, filters.dtype)
+    if not (grad.size and filters.size):
+        return (xp.zeros(x_shape, dtype=dtype),)
+    out = xp.empty(x_shape, dtype=dtype)
+    # One [O, C] matrix per tap, transposed once: the GEMMs below read it contiguously.
+    per_tap = xp.ascontiguousarray(filters.reshape(kh * kw, depth_in, depth_out)
+                                   .transpose(0, 2, 1))
+    tap_args = _tap_args(ctx, (kh, kw), rows, cols)
+
+    def chunk(start, stop):
+        count = stop - start
+        padded = xp.zeros(_padded_shape([count] + x_shape[1:], rows, cols), dtype=dtype)
+        flat = grad[start:stop].reshape(-1, depth_out)
+        columns = xp.empty((flat.shape[0], depth_in), dtype=dtype)
+        for tap, view in enumerate(_taps(padded, *tap_args)):
+            xp.matmul(flat, per_tap[tap], out=columns)
+            view += columns.reshape(count, rows[0], cols[0], depth_in)
+        out[start:stop] = _crop(padded, rows, cols, x_shape[1], x_shape[2])
+    padded_cells = (x_shape[1] + rows[1] + rows[2]) * (x_shape[2] + cols[1] + cols[2])
+    intra_op.for_batch(ctx, x_shape[0],
+                       rows[0] * cols[0] * filters.size // intra_op.MACS_PER_WORK, chunk,
+                       (padded_cells * depth_in + rows[0] * cols[0] * depth_in) * grad.itemsize)
+    return (out,)
 
 
 @register_kernel("Conv2DBackpropFilter", offload=True)
@@ -144,8 +212,20 @@ def _conv2d_backprop_filter(ctx, x, filter_sizes, grad):
     rows, cols = _spatial(ctx, x.shape, (kh, kw))
     if grad.size == 0 or x.size == 0:
         return (xp.zeros(f_shape, dtype=x.dtype),)
-    patches = _im2col(xp, x, ctx, (kh, kw), rows, cols)
-    return (xp.matmul(patches.T, grad.reshape(-1, depth_out)).reshape(f_shape),)
+    partials = {}
+
+    def chunk(start, stop):
+        patches = _patches(xp, x[start:stop], ctx, (kh, kw), rows, cols)
+        partials[start] = xp.matmul(patches.T, grad[start:stop].reshape(-1, depth_out))
+    patch_row = kh * kw * depth_in
+    intra_op.for_batch(ctx, x.shape[0],
+                       rows[0] * cols[0] * patch_row * depth_out // intra_op.MACS_PER_WORK,
+                       chunk, rows[0] * cols[0] * patch_row * x.itemsize)
+    ordered = [partials[start] for start in sorted(partials)]
+    total = ordered[0]
+    for partial in ordered[1:]:
+        total += partial
+    return (total.reshape(f_shape),)
 
 
 # -- pooling ----------------------------------------------------------------------------------
@@ -166,25 +246,76 @@ def _max_pool(ctx, x):
     out_shape = (x.shape[0], rows[0], cols[0], x.shape[3])
     if 0 in out_shape:
         return (xp.zeros(out_shape, dtype=x.dtype),)
-    padded = _pad(xp, x, rows, cols, _lowest(x.dtype))
-    views = _taps(padded, *_tap_args(ctx, kernel_hw, rows, cols))
-    return (xp.ascontiguousarray(functools.reduce(xp.maximum, views)),)
+    out = xp.empty(out_shape, dtype=x.dtype)
+    tap_args = _tap_args(ctx, kernel_hw, rows, cols)
+
+    def chunk(start, stop):
+        padded = _pad(xp, x[start:stop], rows, cols, _lowest(x.dtype))
+        views = _taps(padded, *tap_args)
+        result = out[start:stop]
+        xp.copyto(result, next(views))
+        for view in views:
+            xp.maximum(result, view, out=result)
+    intra_op.for_batch(ctx, x.shape[0], out[0].size * kernel_hw[0] * kernel_hw[1], chunk,
+                       x[0].size * x.itemsize)
+    return (out,)
 
 
 @register_kernel("MaxPoolGrad", offload=True)
 def _max_pool_grad(ctx, x, _output, grad):
     xp = ctx.xp
     kernel_hw, rows, cols = _pool_setup(ctx, x.shape)
-    padded = _pad(xp, x, rows, cols, _lowest(x.dtype))
-    result = xp.zeros(padded.shape, dtype=grad.dtype)
     if grad.size == 0:
-        return (xp.ascontiguousarray(_crop(result, rows, cols, x.shape[1], x.shape[2])),)
+        return (xp.zeros(x.shape, dtype=grad.dtype),)
+    out = xp.empty(x.shape, dtype=grad.dtype)
     tap_args = _tap_args(ctx, kernel_hw, rows, cols)
-    winners = xp.argmax(xp.stack(list(_taps(padded, *tap_args)), axis=0), axis=0)
-    zero = grad.dtype.type(0)
-    for tap, view in enumerate(_taps(result, *tap_args)):
-        view += xp.where(winners == tap, grad, zero)
-    return (xp.ascontiguousarray(_crop(result, rows, cols, x.shape[1], x.shape[2])),)
+    finite = grad.dtype.kind != "f" or bool(xp.isfinite(grad).all())
+    # Windows that do not overlap and tile the padded input: each tap writes its cells once,
+    # so the taps assign into an uninitialized buffer instead of adding into a zeroed one.
+    strides = ctx.attrs["strides"]
+    tiled = (strides[1] == kernel_hw[0] and strides[2] == kernel_hw[1]
+             and x.shape[1] + rows[1] + rows[2] == rows[0] * strides[1]
+             and x.shape[2] + cols[1] + cols[2] == cols[0] * strides[2])
+    floating = x.dtype.kind == "f"
+
+    def chunk(start, stop):
+        padded = _pad(xp, x[start:stop], rows, cols, _lowest(x.dtype))
+        taps = list(_taps(padded, *tap_args))
+        # The window maximum, NaN when any cell is NaN (maximum propagates NaN, as argmax
+        # takes the first NaN for the maximum).
+        best = xp.array(taps[0], copy=True)
+        for view in taps[1:]:
+            xp.maximum(best, view, out=best)
+        has_nan = floating and bool(xp.isnan(best).any())
+        g = grad[start:stop]
+        result = (xp.empty if tiled else xp.zeros)(padded.shape, dtype=grad.dtype)
+        remaining = xp.ones(best.shape, dtype=bool)  # until a cell of the window has won
+        hit = xp.empty(best.shape, dtype=bool)
+        routed = None if tiled else xp.empty(best.shape, dtype=grad.dtype)
+        last = len(taps) - 1
+        for tap, (view, target) in enumerate(zip(taps, _taps(result, *tap_args))):
+            xp.equal(view, best, out=hit)
+            if has_nan:
+                hit |= view != view
+            hit &= remaining                         # the first maximal cell wins
+            if tap != last:
+                remaining ^= hit
+            # Masks on bools (a byte a cell) and one multiply; where() only for inf/NaN
+            # gradients, since 0 * inf is NaN.
+            if tiled:
+                if finite:
+                    xp.multiply(g, hit, out=target)
+                else:
+                    target[...] = xp.where(hit, g, g.dtype.type(0))
+            elif finite:
+                xp.multiply(g, hit, out=routed)
+                target += routed
+            else:
+                target += xp.where(hit, g, g.dtype.type(0))
+        out[start:stop] = _crop(result, rows, cols, x.shape[1], x.shape[2])
+    intra_op.for_batch(ctx, x.shape[0], grad[0].size * kernel_hw[0] * kernel_hw[1] * 6, chunk,
+                       (2 * x[0].size + 3 * grad[0].size) * grad.itemsize)
+    return (out,)
 
 
 def _window_counts(xp, rows, cols, shape, ctx, kernel_hw, dtype):
@@ -204,10 +335,17 @@ def _avg_pool(ctx, x):
     out_shape = (x.shape[0], rows[0], cols[0], x.shape[3])
     if 0 in out_shape:
         return (xp.zeros(out_shape, dtype=x.dtype),)
-    padded = _pad(xp, x, rows, cols)
-    total = functools.reduce(xp.add, _taps(padded, *_tap_args(ctx, kernel_hw, rows, cols)))
     counts = _window_counts(xp, rows, cols, x.shape, ctx, kernel_hw, x.dtype)
-    return (xp.ascontiguousarray(total / counts),)
+    tap_args = _tap_args(ctx, kernel_hw, rows, cols)
+    out = xp.empty(out_shape, dtype=x.dtype)
+
+    def chunk(start, stop):
+        padded = _pad(xp, x[start:stop], rows, cols)
+        total = functools.reduce(xp.add, _taps(padded, *tap_args))
+        xp.divide(total, counts, out=out[start:stop])
+    intra_op.for_batch(ctx, x.shape[0], out[0].size * kernel_hw[0] * kernel_hw[1], chunk,
+                       2 * x[0].size * x.itemsize)
+    return (out,)
 
 
 @register_kernel("AvgPoolGrad", offload=True)
@@ -215,13 +353,22 @@ def _avg_pool_grad(ctx, input_shape, grad):
     xp = ctx.xp
     shape = _sizes(ctx, input_shape, "orig_input_shape")
     kernel_hw, rows, cols = _pool_setup(ctx, shape)
-    padded_shape = (shape[0], shape[1] + rows[1] + rows[2], shape[2] + cols[1] + cols[2], shape[3])
-    result = xp.zeros(padded_shape, dtype=grad.dtype)
-    if grad.size:
-        share = grad / _window_counts(xp, rows, cols, shape, ctx, kernel_hw, grad.dtype)
-        for view in _taps(result, *_tap_args(ctx, kernel_hw, rows, cols)):
+    if not grad.size:
+        return (xp.zeros(shape, dtype=grad.dtype),)
+    counts = _window_counts(xp, rows, cols, shape, ctx, kernel_hw, grad.dtype)
+    tap_args = _tap_args(ctx, kernel_hw, rows, cols)
+    out = xp.empty(shape, dtype=grad.dtype)
+
+    def chunk(start, stop):
+        result = xp.zeros(_padded_shape([stop - start] + shape[1:], rows, cols),
+                          dtype=grad.dtype)
+        share = grad[start:stop] / counts
+        for view in _taps(result, *tap_args):
             view += share
-    return (xp.ascontiguousarray(_crop(result, rows, cols, shape[1], shape[2])),)
+        out[start:stop] = _crop(result, rows, cols, shape[1], shape[2])
+    intra_op.for_batch(ctx, shape[0], grad[0].size * kernel_hw[0] * kernel_hw[1], chunk,
+                       2 * grad[0].size * kernel_hw[0] * kernel_hw[1] * grad.itemsize)
+    return (out,)
 
 
 # Arguments kept in host memory on a GPU (TF's HostMemory registrations; runtime/gpu.py).

@@ -270,6 +270,32 @@ def _matmul_cost(shapes, op):
 register_op("MatMul", infer=_infer_matmul, cost=_matmul_cost)
 
 
+class _FirstTwoInputs:
+    """An op seen with only its first two inputs (the fused MatMul's a and b)."""
+
+    def __init__(self, op):
+        self._op = op
+        self._inputs = op._inputs[:2]
+        self._attrs = op._attrs
+        self.type = op.type
+
+    def get_attr(self, name):
+        return self._op.get_attr(name)
+
+
+def _infer_fused_matmul(op):
+    """``_FusedMatMul(a, b, bias)``: MatMul, then ``fused_ops`` (BiasAdd [, an activation]);
+    made only by the fusion pass (graph/optimize.py), never by users."""
+    return _infer_matmul(_FirstTwoInputs(op))
+
+
+def _fused_matmul_cost(shapes, op):
+    return _matmul_cost(shapes[:2], op)
+
+
+register_op("_FusedMatMul", infer=_infer_fused_matmul, cost=_fused_matmul_cost)
+
+
 def matmul(a, b, transpose_a=False, transpose_b=False, name=None):
     """Matrix product of the last two dims (batched over leading dims)."""
     a, b = operands((a, b), "MatMul")

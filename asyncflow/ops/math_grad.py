@@ -183,15 +183,53 @@ def _log1p_grad(op, grad):
     return [divide(grad, add(op._inputs[0], 1))]
 
 
+# ``SigmoidGrad(y, dy) = dy * y * (1 - y)`` and ``TanhGrad(y, dy) = dy * (1 - y^2)`` (TF's
+# names): one kernel with one output array instead of three ops and three temporaries.
+def _infer_activation_grad(op):
+    y, dy = op._inputs
+    if y.dtype is not dy.dtype:
+        raise TypeError(f"{op.type}: y ({y.dtype.name}) and dy ({dy.dtype.name}) must have the "
+                        f"same dtype")
+    if y.shape.is_fully_defined() and dy.shape.is_fully_defined() and y.shape != dy.shape:
+        raise ValueError(f"{op.type}: y has shape {y.shape} but dy has shape {dy.shape}")
+    return [(y.dtype, y.shape if y.shape.is_fully_defined() else dy.shape)]
+
+
+register_op("SigmoidGrad", infer=_infer_activation_grad)
+register_op("TanhGrad", infer=_infer_activation_grad)
+
+
+def sigmoid_grad(y, dy, name=None):
+    """``dy * y * (1 - y)``: the gradient of Sigmoid from its output ``y``."""
+    return make("SigmoidGrad", (as_tensor(y), as_tensor(dy)), None, name, "SigmoidGrad")
+
+
+def tanh_grad(y, dy, name=None):
+    """``dy * (1 - y^2)``: the gradient of Tanh from its output ``y``."""
+    return make("TanhGrad", (as_tensor(y), as_tensor(dy)), None, name, "TanhGrad")
+
+
 @register_gradient("Tanh")
 def _tanh_grad(op, grad):
-    return [multiply(grad, subtract(1, square(op._outputs[0])))]
+    return [tanh_grad(op._outputs[0], grad)]
 
 
 @register_gradient("Sigmoid")
 def _sigmoid_grad(op, grad):
-    y = op._outputs[0]
-    return [multiply(grad, multiply(y, subtract(1, y)))]
+    return [sigmoid_grad(op._outputs[0], grad)]
+
+
+@register_gradient("SigmoidGrad")
+def _sigmoid_grad_grad(op, grad):
+    y, dy = op._inputs
+    # d/dy: dy * (1 - 2y); d/ddy: y * (1 - y), itself a SigmoidGrad of the incoming grad.
+    return [multiply(grad, multiply(dy, subtract(1, multiply(2, y)))), sigmoid_grad(y, grad)]
+
+
+@register_gradient("TanhGrad")
+def _tanh_grad_grad(op, grad):
+    y, dy = op._inputs
+    return [multiply(grad, multiply(-2, multiply(dy, y))), tanh_grad(y, grad)]
 
 
 @register_gradient("Reciprocal")

@@ -125,6 +125,14 @@ def _infer_conv2d(op):
     return [(x.dtype, _spatial_shape(x.shape, filter_shape[:2], op._attrs, filter_shape[3]))]
 
 
+def _infer_fused_conv2d(op):
+    """``_FusedConv2D(x, filter, bias)``: Conv2D, then ``fused_ops`` (BiasAdd [, Relu]); made
+    only by the fusion pass (graph/optimize.py), never by users."""
+    x, filters, _bias = op._inputs
+    _, filter_shape = _check_pair(op, x, filters)
+    return [(x.dtype, _spatial_shape(x.shape, filter_shape[:2], op._attrs, filter_shape[3]))]
+
+
 def _infer_backprop_input(op):
     sizes, filters, grad = op._inputs
     shape = _sizes_shape(sizes).with_rank(4)
@@ -147,6 +155,7 @@ def _infer_backprop_filter(op):
     return [(grad.dtype, shape)]
 
 
+register_op("_FusedConv2D", infer=_infer_fused_conv2d)
 register_op("Conv2D", infer=_infer_conv2d)
 register_op("Conv2DBackpropInput", infer=_infer_backprop_input)
 register_op("Conv2DBackpropFilter", infer=_infer_backprop_filter)

@@ -189,6 +189,7 @@ def partition_run(graph, feeds, fetches, targets, state, config, resources=None,
         node_graph = optimize.eliminate_common_subexpressions(node_graph)
         host = state.by_name(state.names[0])
         node_graph = optimize.fold_constants(node_graph, _host_evaluator(graph, host, resources))
+        node_graph = optimize.fuse_activations(node_graph)
     used = {n.device for n in node_graph.nodes}
     single = None
     if len(used) <= 1 and not node_graph.changed:

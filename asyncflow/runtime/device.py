@@ -3,7 +3,9 @@
 This is the only module that imports CuPy, and only lazily; ``cuda_status`` says why no GPU
 is there (CuPy missing or built for another CUDA than the driver), naming the extra to install. A device offers its array module
 (``xp``), moves arrays onto and off itself, and owns a ``CapacityLimiter`` for kernels that
-run on worker threads, so each device uses at most its share of cores.
+run on worker threads, so each device uses at most its share of cores. A CPU device also has
+an intra-op pool (``intra_op``, ``runtime/intra_op.py``) over which large kernels split their
+work.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import numpy as np
 import trio
 
 from asyncflow import devices as _names
+from asyncflow.runtime import intra_op as _intra_op
 
 
 class Device:
@@ -21,7 +24,7 @@ class Device:
 
     kind = "CPU"
 
-    def __init__(self, full_name, index, threads=None):
+    def __init__(self, full_name, index, threads=None, intra_op_threads=None):
         self.name = full_name
         self.index = index
         self.spec = _names.DeviceSpec.from_string(full_name)
@@ -29,6 +32,8 @@ class Device:
         self._threads = threads or max(1, os.cpu_count() or 1)
         self._limiter = None
         self._pool = None
+        self.intra_op = _intra_op.shared_pool(intra_op_threads or self._threads)
+        _intra_op.claim_blas()  # the intra-op pool splits large kernels; BLAS runs 1 thread
 
     @property
     def limiter(self):
@@ -106,15 +111,23 @@ def _cuda_major(cupy):
         return None
 
 
-def make_local_devices(device_count=None, job="localhost", replica=0, task=0):
-    """The devices of one process: ``device_count={"CPU": n, "GPU": m}`` (GPUs capped by CUDA)."""
+def make_local_devices(device_count=None, job="localhost", replica=0, task=0,
+                       intra_op_threads=0):
+    """The devices of one process: ``device_count={"CPU": n, "GPU": m}`` (GPUs capped by CUDA).
+
+    ``intra_op_threads``: threads each CPU device's large kernels split over (0: its share of
+    the cores, as ``inter_op`` threads are shared out).
+    """
+    if int(intra_op_threads or 0) < 0:
+        raise ValueError(f"intra_op_parallelism_threads must be >= 0, got {intra_op_threads}")
     device_count = dict(device_count or {})
     n_cpu = int(device_count.get("CPU", 1))
     if n_cpu < 1:
         raise ValueError(f"device_count['CPU'] must be >= 1, got {n_cpu}")
     cores = max(1, os.cpu_count() or 1)
     per_device = max(1, cores // n_cpu)
-    out = [Device(_names.local_device_name("CPU", i, job, replica, task), i, per_device)
+    out = [Device(_names.local_device_name("CPU", i, job, replica, task), i, per_device,
+                  int(intra_op_threads or 0) or per_device)
            for i in range(n_cpu)]
     n_gpu = min(int(device_count.get("GPU", 1 << 30)), cuda_device_count())
     if n_gpu:

@@ -14,6 +14,9 @@ class SessionConfig:
             (off by default, as in TF1: a mistyped device name is an error, not a silent move).
         log_device_placement: print each op's device when a run is compiled.
         inter_op_parallelism_threads: worker threads per device for large kernels (0: cores).
+        intra_op_parallelism_threads: threads one large kernel (Conv2D and its gradients,
+            pools, MatMul) splits its work over, per CPU device (0: the device's share of the
+            cores; 1: no splitting). See ``runtime/intra_op.py``.
         operation_timeout_in_ms: default deadline of every run (0: none).
         compress_transfers: send float32 across devices as bfloat16 (the paper's lossy
             transfer); ``"truncate"`` (the paper) or ``"round"`` (nearest even), or None.
@@ -30,6 +33,7 @@ class SessionConfig:
     allow_soft_placement: bool = False
     log_device_placement: bool = False
     inter_op_parallelism_threads: int = 0
+    intra_op_parallelism_threads: int = 0
     operation_timeout_in_ms: int = 0
     compress_transfers: str | None = None
     connect_timeout_s: float = 5.0

@@ -55,7 +55,8 @@ class LocalTarget:
         self.graph = graph
         self.config = config
         self.resources = ResourceManager(local=True)
-        self.devices = _device.make_local_devices(config.device_count)
+        self.devices = _device.make_local_devices(
+            config.device_count, intra_op_threads=config.intra_op_parallelism_threads)
         self.cache = {}
         self._state = None  # incarnations and pinned placements, made by the first compile
 

@@ -23,6 +23,7 @@ def _evaluate(nodes, ports):
         def __init__(self, op):
             self.attrs, self.name, self.xp = op._attrs, op.name, np
             self.output_dtypes = tuple(t.dtype.np for t in op._outputs)
+            self.prepared = None  # no prepare hook ran: kernels take their small-node path
 
         def device_constant(self, value):
             return value

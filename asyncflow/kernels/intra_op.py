@@ -1,0 +1,117 @@
+"""Splitting one kernel's work over the device's intra-op threads (TF1's
+``intra_op_parallelism_threads``).
+
+A kernel that can cut its work into independent contiguous ranges (images of a batch, rows
+of a matrix) calls ``for_batch(ctx, count, work_per_item, fn)``: ``fn(start, stop)`` then runs
+once per chunk, on the device's intra-op pool (``runtime/intra_op.py``, reached as
+``ctx.device.intra_op``) when the work is large enough to repay a hand-off (a pool of one
+thread runs it inline as one chunk); inline as one chunk ``(0, count)`` otherwise, and on a
+device without a pool (a GPU). Chunks are contiguous and in order, sized to stay in cache
+(``CHUNK_BYTES``), taken from one queue by the calling thread and the pool's workers; each
+writes only its own rows of an output the kernel allocated before, so where the per-row
+computation is exact a split gives the same bits as one thread. Kernels that reduce across chunks (a filter gradient) combine the
+chunks' partial results in chunk order, so they are deterministic, and independent of the
+thread count whenever the batch is larger than one chunk.
+
+numpy releases the GIL inside its loops and BLAS calls, so the chunks run on separate cores;
+the pool keeps BLAS at one thread of its own while a split runs (no oversubscription).
+"""
+from __future__ import annotations
+
+# Element-operations below which a kernel runs as one chunk on the calling thread: a hand-off
+# to another thread and back costs tens of microseconds (about 0.5 ms of elementwise work).
+MIN_SPLIT_WORK = 1 << 20
+# A GEMM's multiply-adds per element-operation of the work above: BLAS does some 50 G
+# multiply-adds a second per core here, numpy's elementwise loops 1-3 G elements, so GEMM
+# kernels count their multiply-adds divided by this (split from about 16 M: ~0.3 ms).
+MACS_PER_WORK = 16
+# Bytes of temporaries (patch matrices, padded buffers) one chunk should stay under, so that
+# a chunk's working set stays in cache: measured here, a MaxPoolGrad over a [128, 28, 28, 32]
+# batch runs 4x faster in 32-image chunks than in one piece, on one thread.
+CHUNK_BYTES = 4 << 20
+
+
+def for_batch(ctx, count, work_per_item, fn, bytes_per_item=0):
+    """Call ``fn(start, stop)`` over contiguous chunks covering ``range(count)``.
+
+    ``work_per_item``: estimated element-operations per item, to leave small kernels inline;
+    ``bytes_per_item``: the temporaries one item needs, to size chunks for the cache. Chunks
+    depend on the thread count only when the whole batch fits in one chunk's bytes (then one
+    chunk per thread). Returns the chunks' ``(start, stop)`` bounds, in order.
+    """
+    pool = getattr(ctx.device, "intra_op", None)
+    if pool is None or count * work_per_item < MIN_SPLIT_WORK:
+        fn(0, count)
+        return [(0, count)]
+    per_chunk = max(1, CHUNK_BYTES // bytes_per_item) if bytes_per_item else count
+    # A multiple of the thread count, so the threads get equal shares.
+    chunks = -(-count // per_chunk)
+    rounds = -(-chunks // pool.threads)
+    parts = min(count, rounds * pool.threads)
+    bounds = chunk_bounds(count, parts)
+    pool.run(fn, bounds)
+    return bounds
+
+
+def chunk_bounds(count, parts):
+    """``parts`` contiguous ``(start, stop)`` ranges covering ``range(count)``, sizes within one."""
+    base, extra = divmod(count, parts)
+    bounds, start = [], 0
+    for part in range(parts):
+        stop = start + base + (1 if part < extra else 0)
+        bounds.append((start, stop))
+        start = stop
+    return bounds
+
+
+def may_be_large(ctx):
+    """A prepare hook (``kernels/registry.py``) for cheap kernels that split when large:
+    whether the node's outputs can reach ``MIN_SPLIT_WORK`` elements (a dim unknown or the
+    static size that large). Decided once per plan node, so a small node pays one attribute
+    test per run, not a size check."""
+    for tensor in ctx.op.outputs:
+        count = tensor.shape.num_elements()
+        if count is None or count >= MIN_SPLIT_WORK:
+            return True
+    return False
+
+
+def elementwise(ctx, fn, *inputs, dtype=None):
+    """``fn(*inputs)`` for an elementwise ufunc ``fn`` (or any ``fn(*chunks, out=)`` with the
+    result ``dtype``), split over the intra-op threads by
+    chunks of the flattened arrays when large; None when it does not apply (no pool, small,
+    or inputs that are not one shape of C-contiguous arrays, up to 0-d or 1-element operands,
+    which broadcast), and then the caller computes it whole. Exact: the same bits."""
+    pool = getattr(ctx.device, "intra_op", None)
+    if pool is None or pool.threads < 2:
+        return None
+    shape, arrays = None, []
+    for value in inputs:
+        size = getattr(value, "size", 1)
+        if size == 1:
+            arrays.append(value.reshape(()) if hasattr(value, "reshape") else value)
+            continue
+        if not value.flags.c_contiguous or (shape is not None and value.shape != shape):
+            return None
+        shape = value.shape
+        arrays.append(value.reshape(-1))
+    if shape is None or _size(shape) < MIN_SPLIT_WORK:
+        return None
+    count = _size(shape)
+    if dtype is None:
+        dtype = fn(*(a[:1] if getattr(a, "ndim", 0) else a for a in arrays)).dtype
+    out = ctx.xp.empty(count, dtype=dtype)
+    itemsize = out.itemsize
+
+    def chunk(start, stop):
+        fn(*(a[start:stop] if getattr(a, "ndim", 0) else a for a in arrays),
+           out=out[start:stop])
+    for_batch(ctx, count, 1, chunk, itemsize * (len(arrays) + 1))
+    return out.reshape(shape)
+
+
+def _size(shape):
+    total = 1
+    for dim in shape:
+        total *= dim
+    return total

@@ -1,0 +1,191 @@
+"""The intra-op thread pool of a CPU device (TF1's ``intra_op_parallelism_threads``).
+
+A kernel splits its work with ``kernels/intra_op.py``; the pieces run here. ``run(fn,
+bounds)`` puts the chunks in a queue that the calling thread (the executor's thread, or the
+worker thread an offloaded kernel runs on) and the pool's workers drain together; the caller
+waits only for chunks a worker is computing, never for a worker still to be scheduled (it
+withdraws those hand-offs), and the first error of a chunk is raised after every started
+chunk finished, so no chunk still writes into an output the kernel gave up. Which thread
+computes a chunk does not change its bits: chunks are fixed before the split and BLAS runs
+one thread each. Workers never wait on the pool, so kernels splitting at the same time
+(independent ops overlapping: inter-op parallelism) cannot deadlock; they share the threads.
+
+BLAS: numpy's BLAS (OpenBLAS) has a thread pool of its own, as large as the cores. Once a
+process has an asyncflow CPU device (``claim_blas``, called when one is made), BLAS is held at
+one thread per calling thread (``threadpoolctl``) for the life of the process: this pool
+splits the large kernels instead, and two pools of ``cores`` threads each would
+oversubscribe the cores. Measured here: OpenBLAS's own threads make a skinny GEMM such as
+``[25088, 64] @ [64, 32]`` 4x slower than one thread (split by rows over our threads it is
+2x faster instead), and on a loaded machine (load average 6-9 on 2 cores) they made whole
+training steps 8x slower (an autoencoder step 96 ms against 11 ms with one BLAS thread; TF1
+8.5 ms). Every split also counts a hold of its own, so the limit holds even where no device
+claimed BLAS (a pool used directly); the last hold to end restores the previous setting. A
+process that wants BLAS's threads back for its own numpy work sets them with threadpoolctl
+itself. A pool of one thread (``intra_op_parallelism_threads=1``) runs a large kernel inline
+as one chunk: one thread means one. The limit
+is process-wide, so it is counted: the first split to start sets it and the last to finish
+restores the previous setting. A kernel that does not split keeps BLAS's own threads.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+
+_blas_lock = threading.Lock()
+_blas_users = 0        # holds: the process's claim and every running split
+_blas_restore = None   # threadpoolctl's limiter of the holds (restores the first setting)
+_controller = None     # threadpoolctl's ThreadpoolController, made on first use
+_claimed = False
+
+
+def _hold_blas_single_thread():
+    global _blas_users, _blas_restore
+    with _blas_lock:
+        _blas_users += 1
+        if _blas_users == 1:
+            _blas_restore = _blas_limiter()
+
+
+def _release_blas():
+    global _blas_users, _blas_restore
+    with _blas_lock:
+        _blas_users -= 1
+        if _blas_users == 0 and _blas_restore is not None:
+            _blas_restore.restore_original_limits()
+            _blas_restore = None
+
+
+def claim_blas():
+    """Hold BLAS at one thread for the rest of the process (see the module docstring); the
+    first call does it, later calls do nothing."""
+    global _claimed
+    with _blas_lock:
+        if _claimed:
+            return
+        _claimed = True
+    _hold_blas_single_thread()
+
+
+def _blas_limiter():
+    """Limit BLAS to one thread; returns the limiter that restores it (None: no threadpoolctl
+    or no BLAS found, then nothing is limited)."""
+    global _controller
+    try:
+        import threadpoolctl
+    except ImportError:  # optional: without it BLAS keeps its threads
+        return None
+    if _controller is None:
+        _controller = threadpoolctl.ThreadpoolController()
+    return _controller.limit(limits=1, user_api="blas")
+
+
+def blas_info():
+    """``[{'internal_api', 'version', 'architecture', 'num_threads', ...}]`` of the BLAS
+    libraries numpy loaded (threadpoolctl's view; empty without threadpoolctl)."""
+    try:
+        import threadpoolctl
+    except ImportError:
+        return []
+    return [info for info in threadpoolctl.threadpool_info() if info.get("user_api") == "blas"]
+
+
+class IntraOpPool:
+    """``threads`` threads for one kernel's chunks: the caller's and ``threads - 1`` workers
+    (started on the first split)."""
+
+    def __init__(self, threads, name="asyncflow-intra-op"):
+        if int(threads) < 1:
+            raise ValueError(f"intra_op_parallelism_threads must be >= 1, got {threads}")
+        self.threads = int(threads)
+        self._name = name
+        self._executor = None
+        self._lock = threading.Lock()
+        self.splits = 0  # kernels split so far (statistics)
+
+    def run(self, fn, bounds):
+        """Run ``fn(start, stop)`` for every ``(start, stop)`` in ``bounds`` and return when all
+        finished, raising the first error (chunks not yet started are then skipped).
+
+        The chunks form one queue that the calling thread and up to ``threads - 1`` workers
+        take from in order. The caller never waits for a worker that has not started: once
+        the queue is empty it withdraws the hand-offs no worker picked up, and waits only for
+        chunks being computed. On a loaded machine, where a woken worker may not get a core
+        for milliseconds, the caller then does the work itself instead of idling.
+        """
+        queue = _ChunkQueue(bounds)
+        helpers = min(self.threads, len(bounds)) - 1
+        executor = self._workers() if helpers > 0 else None
+        _hold_blas_single_thread()
+        try:
+            futures = [executor.submit(queue.drain, fn) for _ in range(helpers)]
+            queue.drain(fn)
+            for future in futures:
+                if not future.cancel():  # started: wait for the chunk it is computing
+                    future.result()
+        finally:
+            _release_blas()
+        with self._lock:
+            self.splits += 1
+        if queue.error is not None:
+            raise queue.error
+
+    def _workers(self):
+        with self._lock:
+            if self._executor is None:
+                self._executor = concurrent.futures.ThreadPoolExecutor(
+                    max(1, self.threads - 1), thread_name_prefix=self._name)
+            return self._executor
+
+    def close(self):
+        """Stop the worker threads (idle ones exit; a running chunk finishes first)."""
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False)
+
+    def __repr__(self):
+        return f"<IntraOpPool threads={self.threads}>"
+
+
+class _ChunkQueue:
+    """The chunks of one split, taken in order by whichever thread asks next."""
+
+    def __init__(self, bounds):
+        self._bounds = list(bounds)
+        self._next = 0
+        self._lock = threading.Lock()
+        self.error = None
+
+    def _take(self):
+        with self._lock:
+            if self.error is not None or self._next >= len(self._bounds):
+                return None
+            self._next += 1
+            return self._bounds[self._next - 1]
+
+    def drain(self, fn):
+        while (chunk := self._take()) is not None:
+            try:
+                fn(*chunk)
+            except BaseException as exc:  # noqa: BLE001 -- the caller re-raises the first
+                with self._lock:
+                    if self.error is None:
+                        self.error = exc
+
+
+_shared = {}
+_shared_lock = threading.Lock()
+
+
+def shared_pool(threads):
+    """The process's pool of ``threads`` threads (devices and sessions asking for the same
+    count share it, as TF1's sessions share their intra-op pool). A pool of one thread has
+    no workers: large kernels run inline as one chunk, BLAS held at one thread as well."""
+    threads = int(threads)
+    if threads < 1:
+        raise ValueError(f"intra_op_parallelism_threads must be >= 1, got {threads}")
+    with _shared_lock:
+        pool = _shared.get(threads)
+        if pool is None:
+            pool = _shared[threads] = IntraOpPool(threads, f"asyncflow-intra-op{threads}")
+        return pool

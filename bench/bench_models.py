@@ -1,0 +1,380 @@
+"""Training steps of real model shapes, asyncflow against TF1 in the same run (issue 37).
+
+Models (digits-sized data: random 28x28 images and one-hot labels of 10 classes, float32;
+weights drawn once in numpy and given to both frameworks):
+
+* **mlp**: 784-256-256-10, ReLU, dropout (rate 0.25) after each hidden layer, softmax
+  cross-entropy, RMSProp (lr 0.001), batch 128.
+* **autoencoder**: 784-256-128-256-784, sigmoid everywhere, mean squared error, RMSProp
+  (lr 0.01), batch 256.
+* **convnet**: conv 5x5x32 + ReLU, max pool 2x2, conv 5x5x64 + ReLU, max pool 2x2, dense
+  1024 + ReLU, dense 10, softmax cross-entropy, Adam (lr 1e-4), batch 128, SAME padding.
+
+Each framework runs in a server process of its own (this same file with ``--serve af`` or
+``--serve tf``) that builds all models once and then times what the driver asks for, so the
+driver interleaves the frameworks round by round and machine noise hits both alike. A round
+of a model is ``--steps`` training steps (feeds fed each step, the train op and the loss
+fetched); the figure is the best round's mean step time. For each it reports the process's
+CPU time over wall time during the timed steps, and per op type the time inside kernels
+from each framework's own tracer (``FULL_TRACE`` step stats, a few traced steps after the
+timed ones, summed per op type and averaged per step).
+
+BLAS: the asyncflow server reports numpy's BLAS (threadpoolctl: library, version, core type,
+threads). ``OPENBLAS_CORETYPE`` (and ``OPENBLAS_L2_SIZE``) change OpenBLAS's kernels and not
+TF's oneDNN; ``--openblas both`` runs a second asyncflow server with both unset.
+
+TensorFlow is never imported by the driver: the TF server runs in the interpreter given by
+``--tf-python`` or ``ASYNCFLOW_TF_PYTHON``; without one only asyncflow's figures are printed.
+
+``--baseline-tree PATH`` adds servers running asyncflow from another source tree (an earlier
+commit, exported), so before and after are timed in the same run, interleaved.
+
+Run: ``.venv/bin/python bench/bench_models.py [--rounds 3] [--steps 10] [--models
+convnet,autoencoder,mlp] [--openblas as-is|unset|both] [--tf-python PATH] [--intra-op N]
+[--baseline-tree PATH]``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+MODELS = ("convnet", "autoencoder", "mlp")
+BATCH = {"mlp": 128, "autoencoder": 256, "convnet": 128}
+TRACED_STEPS = 3
+
+
+# -- the models, written once against TF1's names (asyncflow keeps them) ----------------------
+def weights(model, rng):
+    def dense(n_in, n_out):
+        scale = np.sqrt(2.0 / (n_in + n_out))
+        return [(rng.standard_normal((n_in, n_out)) * scale).astype(np.float32),
+                np.zeros(n_out, np.float32)]
+    if model == "mlp":
+        return dense(784, 256) + dense(256, 256) + dense(256, 10)
+    if model == "autoencoder":
+        return dense(784, 256) + dense(256, 128) + dense(128, 256) + dense(256, 784)
+    conv1 = (rng.standard_normal((5, 5, 1, 32)) * 0.1).astype(np.float32)
+    conv2 = (rng.standard_normal((5, 5, 32, 64)) * 0.05).astype(np.float32)
+    return ([conv1, np.zeros(32, np.float32), conv2, np.zeros(64, np.float32)]
+            + dense(7 * 7 * 64, 1024) + dense(1024, 10))
+
+
+def data(model, rng):
+    batch = BATCH[model]
+    images = rng.random((batch, 784), dtype=np.float32)
+    labels = np.eye(10, dtype=np.float32)[rng.integers(0, 10, size=batch)]
+    return images, labels
+
+
+def build(tf, model, initial):
+    """``(feeds, loss, train_op)`` of ``model`` in the default graph of ``tf``."""
+    params = [tf.Variable(value) for value in initial]
+    x = tf.placeholder(tf.float32, [None, 784])
+    y = tf.placeholder(tf.float32, [None, 10])
+    if model == "mlp":
+        w1, b1, w2, b2, w3, b3 = params
+        h = tf.nn.dropout(tf.nn.relu(tf.matmul(x, w1) + b1), rate=0.25)
+        h = tf.nn.dropout(tf.nn.relu(tf.matmul(h, w2) + b2), rate=0.25)
+        loss = tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(
+            labels=y, logits=tf.matmul(h, w3) + b3))
+        return (x, y), loss, tf.train.RMSPropOptimizer(0.001).minimize(loss)
+    if model == "autoencoder":
+        h = x
+        for w, b in zip(params[0::2], params[1::2]):
+            h = tf.nn.sigmoid(tf.matmul(h, w) + b)
+        loss = tf.reduce_mean(tf.square(h - x))
+        return (x, y), loss, tf.train.RMSPropOptimizer(0.01).minimize(loss)
+    c1, cb1, c2, cb2, w1, b1, w2, b2 = params
+    h = tf.reshape(x, [-1, 28, 28, 1])
+    for kernel, bias in ((c1, cb1), (c2, cb2)):
+        h = tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(h, kernel, strides=[1, 1, 1, 1],
+                                                   padding="SAME"), bias))
+        h = tf.nn.max_pool(h, ksize=[1, 2, 2, 1], strides=[1, 2, 2, 1], padding="SAME")
+    h = tf.nn.relu(tf.matmul(tf.reshape(h, [-1, 7 * 7 * 64]), w1) + b1)
+    loss = tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(
+        labels=y, logits=tf.matmul(h, w2) + b2))
+    return (x, y), loss, tf.train.AdamOptimizer(1e-4).minimize(loss)
+
+
+def cpu_seconds():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+# -- the servers: one per framework, models built once, rounds on request ---------------------
+class Timing:
+    """Times ``steps`` calls of ``run_step`` (a blocking or awaited step)."""
+
+    @staticmethod
+    def record(wall, cpu, steps, losses):
+        return {"step_ms": 1e3 * wall / steps, "cpu_over_wall": cpu / wall,
+                "loss": float(losses[-1])}
+
+
+def op_times_tf(graph, run_metadata):
+    times = {}
+    for device in run_metadata.step_stats.dev_stats:
+        for node in device.node_stats:
+            name = node.node_name.split(":")[0]
+            try:
+                op_type = graph.get_operation_by_name(name).type
+            except (KeyError, ValueError):
+                continue
+            times[op_type] = times.get(op_type, 0.0) + node.op_end_rel_micros / 1e3
+    return times
+
+
+def op_times_af(run_metadata):
+    times = {}
+    for node in run_metadata.step_stats:
+        times[node.op_type] = times.get(node.op_type, 0.0) + (node.end_us - node.start_us) / 1e3
+    return times
+
+
+def add_times(total, times, scale):
+    for op_type, ms in times.items():
+        total[op_type] = total.get(op_type, 0.0) + ms * scale
+
+
+def serve_tf(models, intra_op):
+    import tensorflow.compat.v1 as tf
+    tf.disable_eager_execution()
+    tf.logging.set_verbosity(tf.logging.ERROR)
+    built = {}
+    for model in models:
+        graph = tf.Graph()
+        rng = np.random.default_rng(0)
+        with graph.as_default():
+            feeds, loss, train = build(tf, model, weights(model, rng))
+            config = tf.ConfigProto(intra_op_parallelism_threads=intra_op)
+            session = tf.Session(graph=graph, config=config)
+            session.run(tf.global_variables_initializer())
+        built[model] = (graph, session, dict(zip(feeds, data(model, rng))), loss, train)
+    reply({"framework": "tf", "version": tf.__version__, "blas": "oneDNN (TF's own)"})
+    for line in sys.stdin:
+        request = json.loads(line)
+        graph, session, feed, loss, train = built[request["model"]]
+        for _ in range(2):  # warm-up
+            session.run([loss, train], feed)
+        losses = []
+        cpu, wall = cpu_seconds(), time.perf_counter()
+        for _ in range(request["steps"]):
+            losses.append(session.run([loss, train], feed)[0])
+        wall, cpu = time.perf_counter() - wall, cpu_seconds() - cpu
+        result = Timing.record(wall, cpu, request["steps"], losses)
+        if request.get("trace"):
+            ops = {}
+            for _ in range(TRACED_STEPS):
+                metadata = tf.RunMetadata()
+                session.run([loss, train], feed, options=tf.RunOptions(
+                    trace_level=tf.RunOptions.FULL_TRACE), run_metadata=metadata)
+                add_times(ops, op_times_tf(graph, metadata), 1 / TRACED_STEPS)
+            result["ops_ms"] = ops
+        reply(result)
+
+
+def serve_af(models, intra_op):
+    import trio
+
+    import threadpoolctl
+
+    import asyncflow as af
+
+    def config():
+        try:
+            return af.ConfigProto(intra_op_parallelism_threads=intra_op)
+        except TypeError:  # a tree from before the intra-op pool (--baseline-tree)
+            return af.ConfigProto()
+
+    async def main():
+        built = {}
+        for model in models:
+            graph = af.Graph()
+            rng = np.random.default_rng(0)
+            with graph.as_default():
+                feeds, loss, train = build(af, model, weights(model, rng))
+                init = af.global_variables_initializer()
+            session = af.Session(graph=graph, config=config())
+            await session.__aenter__()
+            await session.run(init)
+            built[model] = (session, dict(zip(feeds, data(model, rng))), loss, train)
+        blas = [info for info in threadpoolctl.threadpool_info() if info.get("user_api") == "blas"]
+        reply({"framework": "af", "version": af.__version__, "tree": os.path.dirname(
+            os.path.dirname(os.path.abspath(af.__file__))), "blas": blas,
+               "env": {key: os.environ.get(key) for key in ("OPENBLAS_CORETYPE",
+                                                            "OPENBLAS_L2_SIZE")}})
+        while True:
+            line = await trio.to_thread.run_sync(sys.stdin.readline)
+            if not line:
+                break
+            request = json.loads(line)
+            session, feed, loss, train = built[request["model"]]
+            for _ in range(2):
+                await session.run([loss, train], feed)
+            losses = []
+            cpu, wall = cpu_seconds(), time.perf_counter()
+            for _ in range(request["steps"]):
+                losses.append((await session.run([loss, train], feed))[0])
+            wall, cpu = time.perf_counter() - wall, cpu_seconds() - cpu
+            result = Timing.record(wall, cpu, request["steps"], losses)
+            if request.get("trace"):
+                ops = {}
+                for _ in range(TRACED_STEPS):
+                    metadata = af.RunMetadata()
+                    await session.run([loss, train], feed, options=af.RunOptions(
+                        trace_level=af.RunOptions.FULL_TRACE), run_metadata=metadata)
+                    add_times(ops, op_times_af(metadata), 1 / TRACED_STEPS)
+                result["ops_ms"] = ops
+            reply(result)
+        for session, *_ in built.values():
+            await session.__aexit__(None, None, None)
+    trio.run(main)
+
+
+def reply(record):
+    sys.stdout.write(json.dumps(record) + "\n")
+    sys.stdout.flush()
+
+
+# -- the driver -----------------------------------------------------------------------------
+class Server:
+    def __init__(self, label, python, framework, models, intra_op, env):
+        self.label = label
+        self.process = subprocess.Popen(
+            [python, os.path.abspath(__file__), "--serve", framework, "--models",
+             ",".join(models), "--intra-op", str(intra_op)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        self.info = self._read()
+
+    def _read(self):
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the {self.label} server exited "
+                               f"(code {self.process.wait(timeout=30)})")
+        return json.loads(line)
+
+    def ask(self, **request):
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        return self._read()
+
+    def close(self):
+        self.process.stdin.close()
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+
+def environments(mode, tree=None):
+    base = dict(os.environ)
+    repo = tree or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    base["PYTHONPATH"] = repo + os.pathsep + base.get("PYTHONPATH", "")
+    unset = {k: v for k, v in base.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    coretype = base.get("OPENBLAS_CORETYPE", "unset")
+    if mode == "unset":
+        return [("af", unset)]
+    if mode == "both":
+        return [(f"af[OPENBLAS_CORETYPE={coretype}]", base), ("af[unset]", unset)]
+    return [("af", base)]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--openblas", choices=("as-is", "unset", "both"), default="as-is")
+    parser.add_argument("--tf-python", default=os.environ.get("ASYNCFLOW_TF_PYTHON"))
+    parser.add_argument("--intra-op", type=int, default=0,
+                        help="intra_op_parallelism_threads of both frameworks (0: cores)")
+    parser.add_argument("--baseline-tree", metavar="PATH",
+                        help="also time asyncflow imported from this source tree (e.g. a "
+                             "checkout of an earlier commit), labelled af-before")
+    parser.add_argument("--af-env", action="append", default=[], metavar="KEY=VALUE",
+                        help="also time asyncflow with this environment variable set "
+                             "(repeatable: one more server each, e.g. OPENBLAS_NUM_THREADS=1)")
+    parser.add_argument("--serve", choices=("af", "tf"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    models = [m for m in args.models.split(",") if m]
+    for model in models:
+        if model not in MODELS:
+            parser.error(f"unknown model {model!r}; choose from {', '.join(MODELS)}")
+    if args.serve == "tf":
+        return serve_tf(models, args.intra_op)
+    if args.serve == "af":
+        return serve_af(models, args.intra_op)
+
+    servers = [Server(label, sys.executable, "af", models, args.intra_op, env)
+               for label, env in environments(args.openblas)]
+    for assignment in args.af_env:
+        key, _, value = assignment.partition("=")
+        env = {**environments("as-is")[0][1], key: value}
+        servers.append(Server(f"af[{assignment}]", sys.executable, "af", models, args.intra_op,
+                              env))
+    if args.baseline_tree:
+        servers += [Server(label.replace("af", "af-before", 1), sys.executable, "af", models,
+                           args.intra_op, env)
+                    for label, env in environments(args.openblas, args.baseline_tree)]
+    if args.tf_python:
+        tf_env = {**environments("as-is")[0][1], "TF_CPP_MIN_LOG_LEVEL": "2"}
+        servers.append(Server("tf1", args.tf_python, "tf", models, args.intra_op, tf_env))
+    print(f"load average at start: {os.getloadavg()}")
+    for server in servers:
+        print(f"{server.label}: {json.dumps(server.info)}")
+    best = {}
+    for round_index in range(args.rounds):
+        for model in models:
+            for server in servers:
+                result = server.ask(model=model, steps=args.steps,
+                                    trace=round_index == args.rounds - 1)
+                key = (model, server.label)
+                if key not in best or result["step_ms"] < best[key]["step_ms"]:
+                    best[key] = {**result, "ops_ms": best.get(key, {}).get("ops_ms")}
+                if "ops_ms" in result:
+                    best[key]["ops_ms"] = result["ops_ms"]
+    for server in servers:
+        server.close()
+    print(f"load average at end: {os.getloadavg()}")
+    summary = {}
+    for model in models:
+        print(f"\n{model} (batch {BATCH[model]}, best of {args.rounds} rounds of "
+              f"{args.steps} steps)")
+        tf_ms = best.get((model, "tf1"), {}).get("step_ms")
+        for server in servers:
+            result = best[(model, server.label)]
+            ratio = (f"  {result['step_ms'] / tf_ms:.2f}x TF1"
+                     if tf_ms and server.label != "tf1" else "")
+            print(f"  {server.label:>32}: {result['step_ms']:8.2f} ms/step  cpu/wall "
+                  f"{result['cpu_over_wall']:.2f}  loss {result['loss']:.4f}{ratio}")
+            summary[f"{model}/{server.label}"] = {k: v for k, v in result.items()
+                                                  if k != "ops_ms"}
+        print("    per op type, ms per step (tracers): "
+              + "  ".join(server.label for server in servers))
+        op_types = set()
+        for server in servers:
+            op_types |= set((best[(model, server.label)].get("ops_ms") or {}))
+
+        def weight(op_type):
+            return -max((best[(model, s.label)].get("ops_ms") or {}).get(op_type, 0.0)
+                        for s in servers)
+        for op_type in sorted(op_types, key=weight)[:14]:
+            cells = "  ".join(
+                f"{(best[(model, s.label)].get('ops_ms') or {}).get(op_type, 0.0):8.2f}"
+                for s in servers)
+            print(f"    {op_type:>28}: {cells}")
+    print("\nJSON " + json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

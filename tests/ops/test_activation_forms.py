@@ -1,0 +1,84 @@
+"""The fast elementwise forms of issue 37: Sigmoid as ``1/(1+e)`` / ``e/(1+e)`` with
+``e = exp(-|x|)`` and an arithmetic mask, and the fused SigmoidGrad/TanhGrad kernels, against
+float64 references, the old form, and finite differences (first and second order)."""
+import numpy as np
+import pytest
+
+import asyncflow as af
+from gradcheck import check_gradients
+
+
+async def run(fetch):
+    async with af.Session() as session:
+        return await session.run(fetch)
+
+
+SPECIAL = [-1e4, -100.0, -88.0, -30.0, -17.5, -5.0, -1e-8, -0.0, 0.0, 1e-8, 3.0, 17.5, 30.0,
+           100.0, 1e4, np.inf, -np.inf, np.nan]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+async def test_sigmoid_keeps_relative_precision_everywhere(dtype):
+    rng = np.random.default_rng(0)
+    x = np.concatenate([np.array(SPECIAL), rng.standard_normal(997) * 12]).astype(dtype)
+    with af.Graph().as_default():
+        value = await run(af.sigmoid(af.constant(x.reshape(5, 203))))
+    assert value.dtype == dtype and value.shape == (5, 203)
+    with np.errstate(over="ignore"):
+        exact = 1 / (1 + np.exp(-x.astype(np.float64)))
+    tiny = np.finfo(dtype).tiny
+    # Relative error within a few ulps wherever the exact result is a normal number.
+    normal = np.isfinite(x) & (exact > tiny * 4)
+    eps = np.finfo(dtype).eps
+    rel = np.abs(value.reshape(-1)[normal].astype(np.float64) - exact[normal]) / exact[normal]
+    assert rel.max() <= 4 * eps
+    flat = value.reshape(-1)
+    assert flat[SPECIAL.index(np.inf)] == 1 and flat[SPECIAL.index(-np.inf)] == 0
+    assert np.isnan(flat[len(SPECIAL) - 1])
+
+
+async def test_sigmoid_matches_the_old_form_and_handles_scalars():
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((64, 33)) * 8).astype(np.float32)
+    old = np.exp(-np.logaddexp(np.float32(0), -x)).astype(np.float32)
+    with af.Graph().as_default():
+        value, scalar = await run([af.sigmoid(af.constant(x)),
+                                   af.sigmoid(af.constant(np.float32(-3.0)))])
+    # The old form is itself off by up to 6e-7 relative (the new one by 3e-7, see above).
+    np.testing.assert_allclose(value, old, rtol=1.5e-6, atol=0)
+    assert scalar.shape == () and abs(float(scalar) - 1 / (1 + np.exp(3.0))) < 1e-7
+
+
+@pytest.mark.parametrize("activation", [af.sigmoid, af.tanh])
+async def test_activation_gradients_first_and_second_order(activation):
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((3, 4)) * 2
+    await check_gradients(lambda a: activation(a), [x])
+
+    def first_derivative(a):
+        return af.gradients(af.reduce_sum(activation(a) * af.constant(np.linspace(
+            -1, 1, 12).reshape(3, 4))), [a])[0]
+    await check_gradients(first_derivative, [x])
+
+
+@pytest.mark.parametrize("activation, op_type", [(af.sigmoid, "SigmoidGrad"),
+                                                 (af.tanh, "TanhGrad")])
+async def test_activation_gradient_is_one_fused_op(activation, op_type):
+    with af.Graph().as_default() as graph:
+        x = af.constant(np.array([[-2.0, 0.5], [3.0, -0.25]], np.float32))
+        y = activation(x)
+        (grad,) = af.gradients(af.reduce_sum(y * 3.0), [x])
+        assert grad.op.type == op_type or op_type in {op.type for op in graph.get_operations()}
+        value, y_value = await run([grad, y])
+    expected = (3 * y_value * (1 - y_value) if op_type == "SigmoidGrad"
+                else 3 * (1 - y_value ** 2))
+    np.testing.assert_allclose(value, expected, rtol=1e-6)
+
+
+def test_activation_grad_ops_check_their_operands():
+    from asyncflow.ops.math_grad import sigmoid_grad
+    with af.Graph().as_default():
+        with pytest.raises(TypeError, match="SigmoidGrad"):
+            sigmoid_grad(af.constant([1.0], af.float32), af.constant([1.0], af.float64))
+        with pytest.raises(ValueError, match="SigmoidGrad"):
+            sigmoid_grad(af.constant([1.0, 2.0]), af.constant([1.0, 2.0, 3.0]))

@@ -1,0 +1,43 @@
+"""MatMul split over intra-op threads (issue 37): by rows of ``a``, or by columns of ``b``
+when ``a`` has few rows; the same values as numpy's ``a @ b`` (close: a GEMM's rounding may
+depend on the block it is given), with transposes, odd sizes and integer fallbacks."""
+import numpy as np
+import pytest
+
+import asyncflow as af
+from asyncflow.kernels import intra_op as kernel_intra_op
+from asyncflow.runtime import intra_op
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("m, k, n", [(131, 17, 9), (3, 40, 257), (1, 5, 1), (70, 1, 33)])
+@pytest.mark.parametrize("transpose_a, transpose_b", [(False, False), (True, False),
+                                                      (False, True), (True, True)])
+async def test_split_matmul_matches_numpy(m, k, n, transpose_a, transpose_b, threads,
+                                          monkeypatch):
+    monkeypatch.setattr(kernel_intra_op, "MIN_SPLIT_WORK", 0)
+    rng = np.random.default_rng(m * k + n)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    a_in = np.ascontiguousarray(a.T) if transpose_a else a
+    b_in = np.ascontiguousarray(b.T) if transpose_b else b
+    splits = intra_op.shared_pool(threads).splits
+    with af.Graph().as_default():
+        product = af.matmul(af.constant(a_in), af.constant(b_in), transpose_a=transpose_a,
+                            transpose_b=transpose_b)
+        config = af.ConfigProto(intra_op_parallelism_threads=threads)
+        async with af.Session(config=config) as session:
+            value = await session.run(product)
+    assert value.shape == (m, n) and value.dtype == np.float32
+    np.testing.assert_allclose(value, a @ b, rtol=1e-5, atol=1e-5)
+    assert intra_op.shared_pool(threads).splits > splits
+
+
+async def test_integer_matmul_is_not_split(monkeypatch):
+    monkeypatch.setattr(kernel_intra_op, "MIN_SPLIT_WORK", 0)
+    a = np.arange(12, dtype=np.int32).reshape(3, 4)
+    b = np.arange(8, dtype=np.int32).reshape(4, 2)
+    with af.Graph().as_default():
+        async with af.Session() as session:
+            value = await session.run(af.matmul(af.constant(a), af.constant(b)))
+    np.testing.assert_array_equal(value, a @ b)
