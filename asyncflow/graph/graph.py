@@ -26,6 +26,7 @@ import sys
 
 from asyncflow import devices as _devices
 from asyncflow.graph import graph_def, registry
+from asyncflow.graph.default_session import run_in_session as _run_in_session
 from asyncflow.graph.shape import as_shape
 
 _VALID_OP_NAME = re.compile(r"^[A-Za-z0-9.][A-Za-z0-9_.\-/]*$")
@@ -96,6 +97,11 @@ class Tensor:
     @property
     def name(self):
         return f"{self._op.name}:{self._value_index}"
+
+    def eval(self, feed_dict=None, session=None):
+        """TF1's ``t.eval()``: this tensor's value, computed by ``session`` or the default
+        session (a synchronous one, ``asyncflow.compat.v1.Session``)."""
+        return _run_in_session(self, "eval()", feed_dict, session)
 
     @property
     def shape(self):
@@ -193,6 +199,10 @@ class Operation:
     op_def = property(lambda self: self._op_def)
     traceback = property(lambda self: self._traceback)
     attrs = property(lambda self: dict(self._attrs))
+
+    def run(self, feed_dict=None, session=None):
+        """TF1's ``op.run()``: run this op in ``session`` or the default (synchronous) session."""
+        _run_in_session(self, "run()", feed_dict, session)
 
     @property
     def inputs(self):

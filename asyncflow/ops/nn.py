@@ -462,7 +462,11 @@ def dropout(x, rate=None, keep_prob=None, noise_shape=None, seed=None, name=None
             noise_shape = x.shape.as_list() if x.shape.is_fully_defined() else _array.shape(x)
         random = random_uniform(noise_shape, dtype=x.dtype, seed=seed)
         mask = _math.floor(_math.add(random, keep))
-        return _math.multiply(_math.divide(x, keep), mask, name=scope)
+        result = _math.multiply(_math.divide(x, keep), mask, name=scope)
+        # The rate is a scalar, so the output has x's shape even when the rate's shape is
+        # unknown (an unshaped keep_prob placeholder), as in TF1.
+        result.set_shape(x.shape)
+        return result
 
 
 def moments(x, axes, shift=None, name=None, keep_dims=None, keepdims=False):
