@@ -175,6 +175,7 @@ def run_worker(args):
 
     import trio
 
+    from asyncflow import aio
     from asyncflow.distributed.server import Server
     from asyncflow.runtime.options import SessionConfig
     logging.basicConfig(level=args.log_level.upper(),
@@ -205,7 +206,7 @@ def run_worker(args):
                     nursery.cancel_scope.cancel()
 
     try:
-        trio.run(serve)
+        aio.run_trio(serve)
     except BaseException as exc:  # noqa: BLE001 -- sorted out below, re-raised if unknown
         return _exit_status(exc, f"{server.host}:{server.port}")
     return 0
@@ -242,15 +243,13 @@ def _leaves(exc):
 
 def run_shutdown(args):
     """Send Shutdown to the named jobs' tasks; returns the exit status."""
-    import trio
-
-    from asyncflow import errors
+    from asyncflow import aio, errors
     from asyncflow.distributed.cluster import ClusterSpec
     from asyncflow.distributed.server import shutdown_cluster
     try:
         cluster = (ClusterSpec.from_json(args.cluster) if args.cluster
                    else make_resolver(args).cluster_spec())
-        result = trio.run(shutdown_cluster, cluster, args.jobs_to_stop)
+        result = aio.run_trio(shutdown_cluster, cluster, args.jobs_to_stop)
     except (ValueError, TypeError, RuntimeError, errors.OpError) as exc:
         print(f"asyncflow shutdown: {exc}", file=sys.stderr)
         return 1
