@@ -88,6 +88,10 @@ class Session:
 
     def __init__(self, target="", graph=None, config=None, cluster=None):
         refuse_inside_event_loop("tf.Session()")
+        if target and cluster is None:
+            from asyncflow.compat.v1 import train as _train_v1
+            cluster = _train_v1.cluster_of_target(target)  # a tf.train.Server of this process
+            target = "" if cluster is not None else target
         self._session = _session.Session(target, graph=graph, config=config, cluster=cluster)
         self._prepare_lock = threading.Lock()
         self._default = None

@@ -120,6 +120,8 @@ class MonitoredTrainingSession:
                  save_checkpoint_steps=_monitored_session._USE_DEFAULT, summary_dir=None,
                  cluster=None, graph=None):
         refuse_inside_event_loop("MonitoredTrainingSession")
+        if master and cluster is None and cluster_of_target(master) is not None:
+            master, cluster = "", cluster_of_target(master)  # a tf.train.Server of this process
         self._session = _train.MonitoredTrainingSession(
             master, is_chief, checkpoint_dir, scaffold=scaffold, hooks=hooks,
             chief_only_hooks=chief_only_hooks, save_checkpoint_secs=save_checkpoint_secs,
@@ -156,6 +158,16 @@ class MonitoredTrainingSession:
             self._held.release()
 
 
+# target ("grpc://host:port") -> ClusterSpec of the Servers this process started: a session
+# on one of them is the master of that server's whole cluster, as TF1's is.
+_LOCAL_SERVERS = {}
+
+
+def cluster_of_target(target):
+    """The ClusterSpec of the Server of this process at ``target``, or None."""
+    return _LOCAL_SERVERS.get(target)
+
+
 class Server:
     """TF1's ``tf.train.Server(cluster, job_name, task_index)``: serves at once, on the
     background loop, until ``join()`` ends (a Shutdown request) or the program exits.
@@ -170,11 +182,14 @@ class Server:
         self._server = _server.Server(server_or_cluster_def, job_name,
                                       0 if task_index is None else task_index, config=config,
                                       **kwargs)
-        self._held = LOOP.hold(self._server) if start else None
+        self._held = None
+        if start:
+            self.start()
 
     def start(self):
         if self._held is None:
             self._held = LOOP.hold(self._server)
+            _LOCAL_SERVERS[self.target] = self._server.cluster
 
     @property
     def target(self):
@@ -193,6 +208,7 @@ class Server:
 
     def stop(self):
         if self._held is not None:
+            _LOCAL_SERVERS.pop(self.target, None)
             self._held.release()
             self._held = None
 
