@@ -20,6 +20,7 @@ loss = tf.reduce_mean(tf.square(tf.matmul(x, W) + b - y))
 train_op = tf.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=global_step)
 saver = tf.train.Saver(max_to_keep=2)
 model_dir = os.path.join(tempfile.mkdtemp(), "run", "model")
+os.makedirs(model_dir)
 
 with tf.Session() as sess:
     sess.run(tf.global_variables_initializer())
