@@ -40,7 +40,7 @@ class LoopClosedError(RuntimeError):
 class _Call:
     """One call's task on the loop: its outcome, and a way to cancel it from any thread."""
 
-    __slots__ = ("done", "value", "error", "scope", "cancel_requested")
+    __slots__ = ("done", "value", "error", "scope", "cancel_requested", "submitted")
 
     def __init__(self):
         self.done = threading.Event()
@@ -48,6 +48,7 @@ class _Call:
         self.error = None
         self.scope = None
         self.cancel_requested = False
+        self.submitted = False
 
     def cancel(self):  # on the loop
         self.cancel_requested = True
@@ -142,10 +143,10 @@ class BackgroundLoop:
     def in_loop_thread(self):
         return threading.current_thread() is self._thread
 
-    def submit(self, async_fn, *args):
+    def submit(self, async_fn, *args, call=None):
         """Start ``async_fn(*args)`` as a task on the loop; returns its ``_Call``."""
         self._ensure_started()
-        call = _Call()
+        call = call if call is not None else _Call()
 
         async def task():
             try:
@@ -163,6 +164,9 @@ class BackgroundLoop:
             finally:
                 call.done.set()
 
+        # Marked before it is handed over: Ctrl-C may land inside run_sync_soon, after the
+        # task was queued, and the interrupted caller must then cancel it.
+        call.submitted = True
         try:
             self._token.run_sync_soon(self._start_soon, task)
         except trio.RunFinishedError:
@@ -186,6 +190,8 @@ class BackgroundLoop:
 
     def cancel(self, call):
         """Cancel ``call`` on the loop and wait (bounded) until its task has ended."""
+        if not call.submitted:
+            return  # interrupted before it reached the loop: nothing runs there
         try:
             self._token.run_sync_soon(call.cancel)
         except trio.RunFinishedError:
@@ -210,7 +216,14 @@ class BackgroundLoop:
         if self.in_loop_thread():
             raise RuntimeError("a synchronous asyncflow.compat.v1 call was made from a task of "
                                "its own event loop; await the async form instead")
-        return self.wait(self.submit(async_fn, *args))
+        call = _Call()
+        try:  # Ctrl-C may land anywhere from here on: the call is cancelled wherever it is
+            self.submit(async_fn, *args, call=call)
+            call.done.wait()
+        except KeyboardInterrupt:
+            self.cancel(call)
+            raise
+        return call.outcome()
 
     def hold(self, async_cm):
         """Enter ``async_cm`` in a task of its own; returns a ``Held`` (its value, release)."""

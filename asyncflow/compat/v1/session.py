@@ -52,6 +52,16 @@ def _drive(coro):
     raise RuntimeError("internal error: a loop-free step suspended outside an event loop")
 
 
+# target ("grpc://host:port") -> ClusterSpec of the Servers this process started: a session
+# on one of them is the master of that server's whole cluster, as TF1's is.
+_LOCAL_SERVERS = {}
+
+
+def cluster_of_target(target):
+    """The ClusterSpec of the Server of this process at ``target``, or None."""
+    return _LOCAL_SERVERS.get(target)
+
+
 def refuse_inside_event_loop(what):
     """Raise a RuntimeError naming the async form if an event loop runs in this thread."""
     if trio.lowlevel.in_trio_run():
@@ -89,8 +99,7 @@ class Session:
     def __init__(self, target="", graph=None, config=None, cluster=None):
         refuse_inside_event_loop("tf.Session()")
         if target and cluster is None:
-            from asyncflow.compat.v1 import train as _train_v1
-            cluster = _train_v1.cluster_of_target(target)  # a tf.train.Server of this process
+            cluster = cluster_of_target(target)  # a tf.train.Server of this process
             target = "" if cluster is not None else target
         self._session = _session.Session(target, graph=graph, config=config, cluster=cluster)
         self._prepare_lock = threading.Lock()

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from asyncflow import train as _train
 from asyncflow.compat.background_loop import LOOP
-from asyncflow.compat.v1.session import Session, refuse_inside_event_loop
+from asyncflow.compat.v1.session import (
+    _LOCAL_SERVERS, Session, cluster_of_target, refuse_inside_event_loop,
+)
 from asyncflow.distributed import ClusterSpec  # noqa: F401  (tf.train.ClusterSpec)
 from asyncflow.distributed import server as _server
 from asyncflow.graph import GraphKeys
@@ -156,16 +158,6 @@ class MonitoredTrainingSession:
     def close(self):
         if self._held is not None:
             self._held.release()
-
-
-# target ("grpc://host:port") -> ClusterSpec of the Servers this process started: a session
-# on one of them is the master of that server's whole cluster, as TF1's is.
-_LOCAL_SERVERS = {}
-
-
-def cluster_of_target(target):
-    """The ClusterSpec of the Server of this process at ``target``, or None."""
-    return _LOCAL_SERVERS.get(target)
 
 
 class Server:
