@@ -113,6 +113,15 @@ class _Reject(Exception):
         self.status, self.text, self.headers = status, text, headers
 
 
+def _peer_host(conn: BufferedConnection) -> str:
+    """The client's address as ``host:port`` (``?`` when the socket cannot say)."""
+    try:
+        peer = conn.stream.socket.getpeername()
+    except OSError:
+        return "?"
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+
+
 @dataclass(frozen=True, slots=True)
 class HttpServerStatistics:
     """Counters of an :class:`HttpServer` (all since it started)."""
@@ -141,6 +150,7 @@ class HttpServer:
         self._connection_limits = connection_limits
         self._guard = ConnectionGuard(connection_limits)
         self._authorization = None if token is None else f"Bearer {token}".encode()
+        self._unauthenticated_peers: set[str] = set()  # hosts whose first 401 was logged
         self._calls: set[trio.CancelScope] = set()
         self._closing = False
         self._accepting: list[trio.CancelScope] = []  # one per listener's accept loop
@@ -299,9 +309,9 @@ class HttpServer:
         self._in_flight += 1
         name, status, keep, body = "unmatched", 500, head.keep_alive, None
         try:
-            route, fields = self._route(head)
+            route, fields = self._route(head, conn)
             name = route.name
-            self._check_token(head)
+            self._check_token(head, conn)
             if route.rpc is None:
                 if _has_body(head):
                     raise _Reject(400, f"{head.method} {head.path} takes no body")
@@ -335,7 +345,7 @@ class HttpServer:
             self._by_status[name, status] += 1
             conn.active, conn.idle_since = False, trio.current_time()
 
-    def _route(self, head: RequestHead) -> tuple[Route, dict[str, Any]]:
+    def _route(self, head: RequestHead, conn: BufferedConnection) -> tuple[Route, dict[str, Any]]:
         route = LITERAL_ROUTES.get((head.method, head.path))
         if route is not None:
             return route, {}
@@ -348,18 +358,29 @@ class HttpServer:
             if route.http_method == head.method:
                 return route, fields
             allowed.append(route.http_method)
-        self._check_token(head)  # an unknown route without the token is a 401 too
+        self._check_token(head, conn)  # an unknown route without the token is a 401 too
         if allowed:
             raise _Reject(405, "405: Method Not Allowed", f"Allow: {', '.join(allowed)}\r\n")
         raise _Reject(404, "404: Not Found")
 
-    def _check_token(self, head: RequestHead) -> None:
+    def _check_token(self, head: RequestHead, conn: BufferedConnection) -> None:
         if self._authorization is None:
             return
         offered = head.headers.get("authorization", "").encode("latin-1")
         if not hmac.compare_digest(offered, self._authorization):
-            raise _Reject(401, "missing or wrong bearer token: send 'Authorization: Bearer "
-                               "<token>'", 'WWW-Authenticate: Bearer realm="asyncflow"\r\n')
+            peer = _peer_host(conn)
+            host = peer.rpartition(":")[0] or peer
+            # Once per peer host (bounded): a misconfigured client retrying cannot flood the log.
+            if host not in self._unauthenticated_peers and len(self._unauthenticated_peers) < 1024:
+                self._unauthenticated_peers.add(host)
+                _log.warning("401 for %s %s from %s: %s bearer token (the worker's "
+                             "ASYNCFLOW_TOKEN); later ones from this address are not logged",
+                             head.method, head.path, peer,
+                             "wrong" if offered else "missing")
+            raise _Reject(401, "missing or wrong bearer token: set ASYNCFLOW_TOKEN (or pass "
+                               "--token/--token-file) to the worker's token on the client, "
+                               "which sends it as 'Authorization: Bearer <token>'",
+                          'WWW-Authenticate: Bearer realm="asyncflow"\r\n')
 
     async def _read_request(self, conn: BufferedConnection, head: RequestHead, rpc: Rpc,
                             fields: dict[str, Any]) -> tuple[Message | None, RequestBody | None]:
