@@ -469,6 +469,18 @@ def dropout(x, rate=None, keep_prob=None, noise_shape=None, seed=None, name=None
         return result
 
 
+def l2_normalize(x, axis=None, epsilon=1e-12, name=None, dim=None):
+    """``x / sqrt(max(sum(x**2, axis), epsilon))`` (TF1's ``tf.nn.l2_normalize``; ``dim`` is
+    its older name for ``axis``)."""
+    axis = dim if axis is None else axis
+    graph = graph_of((x,))
+    with graph.name_scope(name or "l2_normalize") as scope:
+        x = as_tensor(x)
+        square_sum = _math.reduce_sum(_math.square(x), axis=axis, keepdims=True)
+        inverse = _math.rsqrt(_math.maximum(square_sum, as_tensor(epsilon, dtype=x.dtype)))
+        return _math.multiply(x, inverse, name=scope)
+
+
 def moments(x, axes, shift=None, name=None, keep_dims=None, keepdims=False):
     """Mean and variance of ``x`` over ``axes`` (half precision is computed in float32).
 

@@ -1,0 +1,113 @@
+"""TF1 names a new user's programs use, against TF1 itself where TensorFlow is installed."""
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import asyncflow as af
+import asyncflow.compat.v1 as tf
+from tf1_reference import tf1_run
+
+SNIPPET = """
+x = tf.constant(inputs["x"])
+values, indices = tf.nn.top_k(x, 3)
+grad = tf.gradients(tf.reduce_sum(values * inputs["w"]), x)[0]
+hits = tf.nn.in_top_k(x, inputs["targets"], 2)
+unit = tf.nn.l2_normalize(x, 1)
+mask = tf.sequence_mask(inputs["lengths"], 5, dtype=tf.float32)
+row_sums = tf.reduce_sum(x, reduction_indices=[1])
+with tf.Session() as sess:
+    outputs["values"], outputs["indices"], outputs["grad"], outputs["hits"], \\
+        outputs["unit"], outputs["mask"], outputs["row_sums"] = sess.run(
+            [values, indices, grad, hits, unit, mask, row_sums])
+"""
+
+
+def _inputs():
+    rng = np.random.RandomState(0)
+    x = rng.normal(size=[4, 6]).astype(np.float32)
+    x[1, 2] = x[1, 4]  # a tie: both orders must agree with TF's
+    return {"x": x, "w": rng.normal(size=[4, 3]).astype(np.float32),
+            "targets": np.array([0, 4, 5, 1], np.int32), "lengths": np.array([0, 2, 5, 3])}
+
+
+def _ours(inputs):
+    af.reset_default_graph()
+    outputs = {}
+    exec(compile(SNIPPET, "snippet", "exec"), {"tf": tf, "inputs": inputs, "outputs": outputs})  # noqa: S102
+    return outputs
+
+
+def test_names_match_numpy():
+    inputs = _inputs()
+    out = _ours(inputs)
+    x = inputs["x"]
+    order = np.argsort(-x, axis=1, kind="stable")[:, :3]
+    assert np.array_equal(out["indices"], order)
+    assert np.array_equal(out["values"], np.take_along_axis(x, order, 1))
+    expected_grad = np.zeros_like(x)
+    np.put_along_axis(expected_grad, order, inputs["w"], 1)
+    assert np.allclose(out["grad"], expected_grad)
+    ranks = (x > x[np.arange(4), inputs["targets"]][:, None]).sum(1)
+    assert np.array_equal(out["hits"], ranks < 2)
+    assert np.allclose(out["unit"], x / np.linalg.norm(x, axis=1, keepdims=True), atol=1e-6)
+    assert np.array_equal(out["mask"], (np.arange(5) < inputs["lengths"][:, None]).astype(np.float32))
+    assert np.allclose(out["row_sums"], x.sum(1), atol=1e-5)
+
+
+def test_names_match_tf1(tmp_path):
+    inputs = _inputs()
+    theirs = tf1_run(SNIPPET, tmp_path, **inputs)
+    ours = _ours(inputs)
+    for key, value in theirs.items():
+        assert np.allclose(ours[key], value, atol=1e-6), key
+
+
+def test_small_tf1_forms():
+    x = tf.zeros([2, 3])
+    assert tf.expand_dims(x, [0]).shape.as_list() == [1, 2, 3]
+    first, second = tf.no_op(), tf.no_op()
+    grouped = tf.group([first, [second]])
+    assert set(grouped.control_inputs) == {first, second}
+    config = tf.ConfigProto(allow_soft_placement=True)
+    config.gpu_options.allow_growth = True
+    with tf.Session(config=config) as sess:
+        assert sess.run(tf.constant(1.0)) == 1.0
+    with pytest.raises(ValueError, match="axis or reduction_indices"):
+        tf.reduce_sum(x, axis=0, reduction_indices=0)
+
+
+def test_app_flags_logging_gfile(tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text(textwrap.dedent("""
+        import asyncflow.compat.v1 as tf
+        tf.flags.DEFINE_integer("steps", 3, "steps")
+        tf.flags.DEFINE_boolean("fast", False, "fast")
+        tf.app.flags.DEFINE_string("name", "x", "name")
+        FLAGS = tf.flags.FLAGS
+
+        def main(argv):
+            tf.logging.set_verbosity(tf.logging.INFO)
+            tf.logging.info("steps=%d", FLAGS.steps)
+            path = "out/sub"
+            tf.gfile.MakeDirs(path)
+            with tf.gfile.GFile(path + "/f.txt", "w") as f:
+                f.write(FLAGS.name)
+            print(FLAGS.steps, FLAGS.fast, tf.gfile.Exists(path + "/f.txt"),
+                  tf.gfile.ListDirectory(path), argv[1:])
+            return 0
+
+        if __name__ == "__main__":
+            tf.app.run()
+    """))
+    done = subprocess.run([sys.executable, str(script), "--steps=7", "--fast", "--name", "n",
+                           "rest"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[0] == "7 True True ['f.txt'] ['rest']"
+    assert "steps=7" in done.stderr
+    assert (tmp_path / "out" / "sub" / "f.txt").read_text() == "n"
+    bad = subprocess.run([sys.executable, str(script), "--steps=many"], capture_output=True,
+                         text=True, timeout=120, cwd=tmp_path)
+    assert bad.returncode != 0 and "--steps=many" in bad.stderr
