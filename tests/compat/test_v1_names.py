@@ -111,3 +111,59 @@ def test_app_flags_logging_gfile(tmp_path):
     bad = subprocess.run([sys.executable, str(script), "--steps=many"], capture_output=True,
                          text=True, timeout=120, cwd=tmp_path)
     assert bad.returncode != 0 and "--steps=many" in bad.stderr
+
+
+def test_py_func_gets_a_scalar_string_as_bytes():
+    seen = []
+
+    def record(value):
+        seen.append(value)
+        return value
+
+    out = tf.py_func(record, [tf.constant("abc")], tf.string)
+    with tf.Session() as sess:
+        assert sess.run(out) == b"abc"
+    assert seen == [b"abc"] and isinstance(seen[0], bytes)
+
+
+def test_slice_input_producer_yields_matching_rows():
+    images = tf.constant(np.arange(12, dtype=np.float32).reshape(6, 2))
+    labels = tf.constant(np.arange(6, dtype=np.int32))
+    image, label = tf.train.slice_input_producer([images, labels], num_epochs=1, shuffle=False)
+    rows = []
+    with tf.Session() as sess:
+        sess.run(tf.local_variables_initializer())
+        coord = tf.train.Coordinator()
+        threads = tf.train.start_queue_runners(sess=sess, coord=coord)
+        with pytest.raises(tf.errors.OutOfRangeError):
+            for _ in range(7):
+                rows.append(sess.run([image, label]))
+        coord.request_stop()
+        coord.join(threads)
+    assert [int(label) for _, label in rows] == list(range(6))
+    assert all(np.array_equal(im, [2 * lb, 2 * lb + 1]) for im, lb in rows)
+
+
+def test_a_queue_runner_error_is_logged_and_raised_by_join(caplog):
+    def broken(value):
+        raise AttributeError("no attribute 'decode'")
+
+    queue = tf.FIFOQueue(4, tf.float32)
+    enqueue = queue.enqueue(tf.py_func(broken, [tf.constant(1.0)], tf.float32))
+    tf.train.add_queue_runner(tf.train.QueueRunner(queue, [enqueue]))
+    with tf.Session() as sess:
+        coord = tf.train.Coordinator()
+        threads = tf.train.start_queue_runners(sess=sess, coord=coord)
+        with pytest.raises(tf.errors.OpError, match="no attribute 'decode'"):
+            coord.join(threads)
+    logged = [r for r in caplog.records if "Exception in QueueRunner" in r.getMessage()]
+    assert len(logged) == 1 and logged[0].exc_info is not None
+
+
+def test_saver_set_last_checkpoints():
+    tf.Variable(1.0)
+    saver = tf.train.Saver()
+    saver.set_last_checkpoints(["a", "b"])
+    assert saver.last_checkpoints == ["a", "b"]
+    with pytest.raises(TypeError):
+        saver.set_last_checkpoints("a")
