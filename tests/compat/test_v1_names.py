@@ -18,10 +18,13 @@ hits = tf.nn.in_top_k(x, inputs["targets"], 2)
 unit = tf.nn.l2_normalize(x, 1)
 mask = tf.sequence_mask(inputs["lengths"], 5, dtype=tf.float32)
 row_sums = tf.reduce_sum(x, reduction_indices=[1])
+picked = tf.boolean_mask(x, x > 0.5)
+rows = tf.boolean_mask(x, inputs["lengths"] > 2)
 with tf.Session() as sess:
     outputs["values"], outputs["indices"], outputs["grad"], outputs["hits"], \\
-        outputs["unit"], outputs["mask"], outputs["row_sums"] = sess.run(
-            [values, indices, grad, hits, unit, mask, row_sums])
+        outputs["unit"], outputs["mask"], outputs["row_sums"], outputs["picked"], \\
+        outputs["rows"] = sess.run([values, indices, grad, hits, unit, mask, row_sums,
+                                    picked, rows])
 """
 
 
@@ -55,6 +58,8 @@ def test_names_match_numpy():
     assert np.allclose(out["unit"], x / np.linalg.norm(x, axis=1, keepdims=True), atol=1e-6)
     assert np.array_equal(out["mask"], (np.arange(5) < inputs["lengths"][:, None]).astype(np.float32))
     assert np.allclose(out["row_sums"], x.sum(1), atol=1e-5)
+    assert np.array_equal(out["picked"], x[x > 0.5])
+    assert np.array_equal(out["rows"], x[inputs["lengths"] > 2])
 
 
 def test_names_match_tf1(tmp_path):

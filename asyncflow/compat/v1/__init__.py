@@ -20,6 +20,7 @@ import asyncflow.compat.v1.train  # noqa: F401,E402
 from asyncflow.compat.v1 import tf_logging as logging  # noqa: F401
 from asyncflow.compat.v1.config import ConfigProto, GPUOptions  # noqa: F401
 from asyncflow.compat.v1.session import InteractiveSession, Session  # noqa: F401
+from asyncflow.ops.indexing import boolean_mask  # noqa: F401
 from asyncflow.ops.tiling import sequence_mask  # noqa: F401
 from asyncflow.graph.default_session import get_default_session  # noqa: F401
 
