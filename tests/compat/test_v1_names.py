@@ -10,6 +10,11 @@ import asyncflow as af
 import asyncflow.compat.v1 as tf
 from tf1_reference import tf1_run
 
+@pytest.fixture(autouse=True)
+def fresh_graph():
+    af.reset_default_graph()
+
+
 SNIPPET = """
 x = tf.constant(inputs["x"])
 values, indices = tf.nn.top_k(x, 3)

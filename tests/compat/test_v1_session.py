@@ -235,3 +235,36 @@ def test_the_loop_is_one_per_process():
         first.run(tf.FIFOQueue(1, tf.float32).size())
         second.run(tf.FIFOQueue(1, tf.float32).size())
     assert LOOP.running and LOOP.thread.daemon
+
+
+def test_monitored_training_session_runs_synchronously(tmp_path):
+    step = tf.train.get_or_create_global_step()
+    weight = tf.Variable(0.0)
+    loss = tf.square(weight - 3.0)
+    train_op = tf.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=step)
+    hooks = [tf.train.StopAtStepHook(last_step=20)]
+    saver = tf.train.Saver()  # before the session finalizes the graph, as in TF1
+    with tf.train.MonitoredTrainingSession(checkpoint_dir=str(tmp_path), hooks=hooks) as sess:
+        runs = 0
+        while not sess.should_stop():
+            sess.run(train_op)
+            runs += 1
+    assert runs == 20
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("-20")
+    with tf.Session() as sess:  # the final checkpoint restores into a plain session
+        saver.restore(sess, tf.train.latest_checkpoint(str(tmp_path)))
+        assert abs(sess.run(weight) - 3.0) < 0.1
+
+
+def test_a_local_server_target_is_a_session_target():
+    server = tf.train.Server.create_local_server()
+    try:
+        with tf.device("/job:localhost/task:0"):
+            total = tf.Variable(1.0)
+            bump = total.assign_add(2.0)
+        with tf.Session(server.target) as sess:
+            assert server.target.startswith("grpc://127.0.0.1:")
+            sess.run(total.initializer)
+            assert sess.run(bump) == 3.0
+    finally:
+        server.stop()

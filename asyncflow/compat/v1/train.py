@@ -6,6 +6,9 @@ wrappers that run the async forms on the background loop (``compat/background_lo
 """
 from __future__ import annotations
 
+import trio
+
+from asyncflow import session as _session_module
 from asyncflow import train as _train
 from asyncflow.compat.background_loop import LOOP
 from asyncflow.compat.v1.session import (
@@ -34,20 +37,35 @@ def _async_session(sess, what):
     return sess.async_session
 
 
+def _is_async_use(sess):
+    """An ``af.Session`` (not a synchronous one) used from trio code: the async form applies."""
+    return isinstance(sess, _session_module.Session) and trio.lowlevel.in_trio_run()
+
+
 class Saver(_train.Saver):
     """TF1's ``tf.train.Saver`` with synchronous ``save`` and ``restore``."""
 
     def save(self, sess, save_path, global_step=None, latest_filename=None,
              meta_graph_suffix="meta", write_meta_graph=True, write_state=True,
              strip_default_attrs=False):
-        """Write a checkpoint; returns its path (see ``af.train.Saver.save``)."""
+        """Write a checkpoint; returns its path (see ``af.train.Saver.save``).
+
+        Given an ``af.Session`` inside trio (a MonitoredTrainingSession's hooks on the loop,
+        async code), it is the async form: the caller awaits what it returns.
+        """
+        if _is_async_use(sess):
+            return super().save(sess, save_path, global_step, latest_filename,
+                                meta_graph_suffix, write_meta_graph, write_state)
         refuse_inside_event_loop("Saver.save")
         return LOOP.call(super().save, _async_session(sess, "Saver.save"), save_path,
                          global_step, latest_filename, meta_graph_suffix, write_meta_graph,
                          write_state)
 
     def restore(self, sess, save_path):
-        """Restore the variables from a checkpoint (see ``af.train.Saver.restore``)."""
+        """Restore the variables from a checkpoint (see ``af.train.Saver.restore``); the
+        async form for an ``af.Session`` inside trio, as ``save``."""
+        if _is_async_use(sess):
+            return super().restore(sess, save_path)
         refuse_inside_event_loop("Saver.restore")
         return LOOP.call(super().restore, _async_session(sess, "Saver.restore"), save_path)
 
@@ -181,7 +199,20 @@ class Server:
     def start(self):
         if self._held is None:
             self._held = LOOP.hold(self._server)
-            _LOCAL_SERVERS[self.target] = self._server.cluster
+            _LOCAL_SERVERS[self.target] = self._bound_cluster()
+
+    def _bound_cluster(self):
+        """The cluster with this task at the address it bound (port 0 picks one)."""
+        jobs = self._server.cluster.as_dict()
+        job, index = self._server.job_name, self._server.task_index
+        tasks = jobs[job]
+        if isinstance(tasks, list):
+            tasks = list(tasks)
+        else:
+            tasks = dict(tasks)
+        tasks[index] = self._server.address
+        jobs[job] = tasks
+        return ClusterSpec(jobs)
 
     @property
     def target(self):
