@@ -18,5 +18,5 @@ from asyncflow.ops.selection import in_top_k, top_k  # noqa: F401
 
 from asyncflow.ops import rnn_cell  # noqa: F401  (af.nn.rnn_cell.BasicLSTMCell ...)
 from asyncflow.ops.rnn import (  # noqa: F401
-    bidirectional_dynamic_rnn, dynamic_rnn, static_rnn,
+    bidirectional_dynamic_rnn, dynamic_rnn, static_bidirectional_rnn, static_rnn,
 )

@@ -177,3 +177,30 @@ def test_saver_set_last_checkpoints():
     assert saver.last_checkpoints == ["a", "b"]
     with pytest.raises(TypeError):
         saver.set_last_checkpoints("a")
+
+
+BIRNN = """
+steps = [tf.constant(row) for row in inputs["x"]]
+with tf.variable_scope("net", initializer=tf.constant_initializer(0.1)):
+    cell_fw, cell_bw = tf.nn.rnn_cell.BasicRNNCell(3), tf.nn.rnn_cell.BasicRNNCell(2)
+    outs, state_fw, state_bw = tf.nn.static_bidirectional_rnn(
+        cell_fw, cell_bw, steps, dtype=tf.float32, sequence_length=inputs["lengths"])
+grad = tf.gradients(tf.reduce_sum(tf.stack(outs)), steps[0])[0]
+with tf.Session() as sess:
+    sess.run(tf.global_variables_initializer())
+    outputs["outs"], outputs["fw"], outputs["bw"], outputs["grad"] = sess.run(
+        [tf.stack(outs), state_fw, state_bw, grad])
+"""
+
+
+def test_static_bidirectional_rnn_matches_tf1(tmp_path):
+    rng = np.random.RandomState(1)
+    inputs = {"x": rng.normal(size=[4, 2, 3]).astype(np.float32),
+              "lengths": np.array([4, 2], np.int32)}
+    ours = {}
+    exec(compile(BIRNN, "birnn", "exec"), {"tf": tf, "inputs": inputs, "outputs": ours})  # noqa: S102
+    assert ours["outs"].shape == (4, 2, 5)
+    assert np.all(ours["outs"][2:, 1] == 0)  # past row 1's length: zeros, as TF1
+    theirs = tf1_run(BIRNN, tmp_path, **inputs)
+    for key, value in theirs.items():
+        assert np.allclose(ours[key], value, atol=1e-5), key
