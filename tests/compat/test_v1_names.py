@@ -204,3 +204,17 @@ def test_static_bidirectional_rnn_matches_tf1(tmp_path):
     theirs = tf1_run(BIRNN, tmp_path, **inputs)
     for key, value in theirs.items():
         assert np.allclose(ours[key], value, atol=1e-5), key
+
+
+def test_compute_gradient_error_is_small_for_a_right_gradient_and_large_for_a_wrong_one():
+    x = tf.placeholder(tf.float64, [2, 3])
+    y = tf.reduce_sum(tf.tanh(x) * x, axis=1)
+    value = np.random.RandomState(0).normal(size=[2, 3])
+    with tf.Session():
+        theoretical, numerical = tf.test.compute_gradient(x, [2, 3], y, [2], x_init_value=value)
+        assert theoretical.shape == (6, 2)
+        assert tf.test.compute_gradient_error(x, [2, 3], y, [2], x_init_value=value) < 1e-6
+        wrong = tf.stop_gradient(y) + tf.reduce_sum(x, axis=1)  # the gradient misses tanh
+        assert tf.test.compute_gradient_error(x, [2, 3], wrong, [2], x_init_value=value) > 0.1
+    with pytest.raises(ValueError, match="default session"):
+        tf.test.compute_gradient_error(x, [2, 3], y, [2])
