@@ -33,6 +33,7 @@ import collections
 
 import numpy as np
 
+from asyncflow.graph import registry
 from asyncflow.graph.conversion import convert_to_tensor
 from asyncflow.graph.graph import Operation, Tensor
 
@@ -235,7 +236,8 @@ def _aggregate(graph, contributions, name):
 
 
 def _call_grad(op, out_grads, on_path):
-    grad_fn = op.op_def.grad
+    override = op._attrs.get("_gradient_op_type")
+    grad_fn = registry.override_gradient(override) if override else op.op_def.grad
     if grad_fn is None:
         index = next((i for i, t in enumerate(op._inputs)
                       if on_path(t) and _differentiable_tensor(t)), 0)

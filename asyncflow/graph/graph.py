@@ -71,6 +71,7 @@ class _Scopes:
     device_stack: tuple = ()          # strings or callables, outermost first
     colocate_with: object = None      # an Operation or None
     control_flow_context: object = None
+    gradient_overrides: tuple = ()    # (op type, registered gradient name) pairs
 
 
 class Tensor:
@@ -386,6 +387,13 @@ class Graph:
     def _current(self):
         return self._scopes.get()
 
+    def gradient_override_map(self, op_type_map):
+        """Ops of the mapped types created inside use the gradient registered under the new
+        name (``RegisterGradient``) instead of their type's, as TF1's context manager."""
+        pairs = dict(self._current().gradient_overrides)
+        pairs.update(op_type_map)
+        return self._push(gradient_overrides=tuple(pairs.items()))
+
     @contextlib.contextmanager
     def _push(self, **changes):
         token = self._scopes.set(dataclasses.replace(self._scopes.get(), **changes))
@@ -554,6 +562,10 @@ class Graph:
         if device is not None:
             op._device = _devices.merge(device, op._device)
         op._control_flow_context = scopes.control_flow_context
+        if scopes.gradient_overrides:
+            override = dict(scopes.gradient_overrides).get(op_type)
+            if override is not None:
+                op._attrs["_gradient_op_type"] = override  # TF1's attr for the override
         for tensor in inputs:
             tensor._consumers.append(op)
         for control in controls:

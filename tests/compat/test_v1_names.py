@@ -218,3 +218,24 @@ def test_compute_gradient_error_is_small_for_a_right_gradient_and_large_for_a_wr
         assert tf.test.compute_gradient_error(x, [2, 3], wrong, [2], x_init_value=value) > 0.1
     with pytest.raises(ValueError, match="default session"):
         tf.test.compute_gradient_error(x, [2, 3], y, [2])
+
+
+def test_gradient_override_map_uses_a_registered_gradient():
+    @tf.RegisterGradient("TestDoubledSquareGrad")
+    def _doubled(op, grad):
+        return [grad * 4.0 * op.inputs[0]]  # twice Square's own
+
+    x = tf.constant([1.0, 3.0])
+    graph = tf.get_default_graph()
+    plain = tf.square(x)
+    with graph.gradient_override_map({"Square": "TestDoubledSquareGrad"}):
+        overridden = tf.square(x)
+    with tf.Session() as sess:
+        assert sess.run(tf.gradients(plain, x)[0]).tolist() == [2.0, 6.0]
+        assert sess.run(tf.gradients(overridden, x)[0]).tolist() == [4.0, 12.0]
+    with pytest.raises(KeyError, match="TestDoubledSquareGrad"):
+        tf.RegisterGradient("TestDoubledSquareGrad")(_doubled)
+    with graph.gradient_override_map({"Square": "NoSuchGradient"}):
+        missing = tf.square(x)
+    with pytest.raises(LookupError, match="NoSuchGradient"):
+        tf.gradients(missing, x)

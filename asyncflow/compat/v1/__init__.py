@@ -24,6 +24,7 @@ from asyncflow.compat.v1.session import InteractiveSession, Session  # noqa: F40
 from asyncflow.ops.indexing import boolean_mask  # noqa: F401
 from asyncflow.ops.tiling import sequence_mask  # noqa: F401
 from asyncflow.graph.default_session import get_default_session  # noqa: F401
+from asyncflow.graph.registry import RegisterGradient  # noqa: F401
 
 
 def disable_v2_behavior():
