@@ -239,3 +239,16 @@ def test_gradient_override_map_uses_a_registered_gradient():
         missing = tf.square(x)
     with pytest.raises(LookupError, match="NoSuchGradient"):
         tf.gradients(missing, x)
+
+
+def test_assert_less_equal_passes_or_fails_the_step_with_its_data():
+    x = tf.placeholder(tf.float32, [3])
+    check = tf.assert_less_equal(x, 2.0, message="too big")
+    with tf.control_dependencies([check]):
+        doubled = x * 2.0
+    with tf.Session() as sess:
+        assert sess.run(doubled, {x: [1.0, 2.0, 0.0]}).tolist() == [2.0, 4.0, 0.0]
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=r"assertion failed: \[too big\] \[Condition x <= y did not "
+                                 r"hold element-wise:\] \[x \(Placeholder:0\) = \] \[1 3 0\]"):
+            sess.run(doubled, {x: [1.0, 3.0, 0.0]})
