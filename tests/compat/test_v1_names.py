@@ -252,3 +252,15 @@ def test_assert_less_equal_passes_or_fails_the_step_with_its_data():
                            match=r"assertion failed: \[too big\] \[Condition x <= y did not "
                                  r"hold element-wise:\] \[x \(Placeholder:0\) = \] \[1 3 0\]"):
             sess.run(doubled, {x: [1.0, 3.0, 0.0]})
+
+
+def test_read_file_and_write_file(tmp_path):
+    target = str(tmp_path / "a" / "b.txt")
+    write = tf.write_file(target, tf.constant(b"hello"))
+    read = tf.read_file(target)
+    missing = tf.read_file(str(tmp_path / "nope"))
+    with tf.Session() as sess:
+        sess.run(write)  # creates the parent folders
+        assert sess.run(read) == b"hello"
+        with pytest.raises(tf.errors.NotFoundError, match="nope"):
+            sess.run(missing)
