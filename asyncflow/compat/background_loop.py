@@ -271,6 +271,16 @@ class Held:
             raise RuntimeError("the context manager ended while it was being entered")
         return self.value
 
+    def release_soon(self):
+        """Ask the task to exit the context manager, without waiting (from a finalizer)."""
+        if self.released or self._release is None:
+            return
+        self.released = True
+        try:
+            self._loop._token.run_sync_soon(self._release.set)
+        except (trio.RunFinishedError, AttributeError):
+            pass  # the loop stopped (or never ran): nothing is held any more
+
     def release(self):
         """Exit the context manager (in its task) and wait for it; raises its exit error."""
         if self.released:

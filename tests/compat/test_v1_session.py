@@ -268,3 +268,17 @@ def test_a_local_server_target_is_a_session_target():
             assert sess.run(bump) == 3.0
     finally:
         server.stop()
+
+
+def test_a_dropped_session_is_closed_on_the_loop():
+    import gc
+    sess = tf.Session()
+    inner = sess.async_session
+    sess.run(tf.constant(1.0))
+    del sess
+    gc.collect()
+    for _ in range(1000):  # bounded: until the loop's task has closed it
+        if inner.closed:
+            break
+        threading.Event().wait(0.005)
+    assert inner.closed

@@ -188,6 +188,13 @@ class Session:
         """Close the session (its variables go with it); later runs raise RuntimeError."""
         self._held.release()
 
+    def __del__(self):
+        # TF1 closes a session that is garbage collected; here its loop task is told to close
+        # it, without waiting (a finalizer may run in any thread, or during exit).
+        held = getattr(self, "_held", None)
+        if held is not None:
+            held.release_soon()
+
     def as_default(self):
         """``with sess.as_default():`` makes ``t.eval()``/``op.run()`` use this session."""
         return _graph.default_session(self)
