@@ -236,7 +236,8 @@ def _aggregate(graph, contributions, name):
 
 
 def _call_grad(op, out_grads, on_path):
-    override = op._attrs.get("_gradient_op_type")
+    # A loop's composite (LoopUnit) has no attrs; an Operation may carry TF1's override.
+    override = getattr(op, "_attrs", {}).get("_gradient_op_type")
     grad_fn = registry.override_gradient(override) if override else op.op_def.grad
     if grad_fn is None:
         index = next((i for i, t in enumerate(op._inputs)
