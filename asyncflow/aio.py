@@ -144,6 +144,22 @@ class _Guest:
         await asyncio.shield(self._finished)
 
 
+def run_trio(async_fn, *args):
+    """``trio.run(async_fn, *args)`` for the project's entry points (CLI, demos).
+
+    Raises:
+        RuntimeError: inside a running asyncio loop (a notebook, an asyncio app), where
+            ``trio.run`` cannot start; the message names the two ways that work.
+    """
+    if asyncio._get_running_loop() is not None:
+        raise RuntimeError(
+            "trio.run cannot start inside a running asyncio event loop (a notebook, an asyncio "
+            "application): use asyncflow.aio (`async with aio.Session() as sess: await "
+            "sess.run(...)`, which runs trio as a guest of your loop), or the synchronous "
+            "surface (`import asyncflow.compat.v1 as tf`, `tf.Session()`)")
+    return trio.run(async_fn, *args)
+
+
 async def _pause():
     """The asyncio loop's checkpoint, awaited by an inline step once per time slice; raises
     ``asyncio.CancelledError`` if the awaiting task was cancelled."""

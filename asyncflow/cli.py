@@ -91,16 +91,62 @@ def build_parser():
                         help="while someone watches the status page, trace 1 step in N for "
                              "its timeline (default 8; 0: never)")
     worker.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
-    shutdown = commands.add_parser("shutdown", help="tell tasks of a cluster to exit (the job "
-                                   "is done); needs the workers' ASYNCFLOW_TOKEN")
+    _add_token_options(worker)
+    worker.set_defaults(command_parser=worker)
+    shutdown = commands.add_parser(
+        "shutdown", help="tell tasks of a cluster to exit (the job is done); needs the "
+        "workers' ASYNCFLOW_TOKEN",
+        description="Tell tasks of a cluster to stop serving (the job is done). Only workers "
+                    "started with a token accept it, and the request must carry the same "
+                    "token (ASYNCFLOW_TOKEN, --token or --token-file).",
+        epilog=SHUTDOWN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     shutdown.add_argument("--cluster", help="cluster spec: a JSON string or a JSON file")
     _add_resolver_options(shutdown)
     shutdown.add_argument("--job", action="append", dest="jobs_to_stop", metavar="JOB",
                           help="a job to stop (repeatable; default: every job)")
+    _add_token_options(shutdown)
+    shutdown.set_defaults(command_parser=shutdown)
     _add_checkpoint_command(commands)
     from asyncflow import cluster_status
     cluster_status.add_parser(commands, _add_resolver_options)
     return parser
+
+
+SHUTDOWN_EPILOG = """\
+examples:
+  asyncflow shutdown --cluster cluster.json
+  asyncflow shutdown --cluster cluster.json --job ps --token-file token.txt
+
+Prints each task's state ("stopping", or why it did not answer); exits 1 if one failed.
+"""
+
+
+def _add_token_options(command):
+    group = command.add_mutually_exclusive_group()
+    group.add_argument("--token", default=None,
+                       help="shared secret of the cluster (default: ASYNCFLOW_TOKEN); visible "
+                            "to other users in the process list, prefer --token-file")
+    group.add_argument("--token-file", default=None, metavar="PATH",
+                       help="read the shared secret from this file (surrounding whitespace "
+                            "is stripped)")
+
+
+def token_of(args):
+    """The token the options name (--token, --token-file), else None (ASYNCFLOW_TOKEN then).
+
+    Raises:
+        ValueError: the token file cannot be read.
+    """
+    if getattr(args, "token", None):
+        return args.token
+    path = getattr(args, "token_file", None)
+    if path:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                return handle.read()
+        except OSError as exc:
+            raise ValueError(f"--token-file {path}: {exc.strerror or exc}") from None
+    return None
 
 
 def _add_checkpoint_command(commands):
@@ -214,6 +260,7 @@ def run_worker(args):
 
     import trio
 
+    from asyncflow import aio
     from asyncflow.distributed.server import Server
     from asyncflow.runtime.options import SessionConfig
     logging.basicConfig(level=args.log_level.upper(),
@@ -221,7 +268,7 @@ def run_worker(args):
     try:
         cluster, job, task, default_bind = _worker_spec(args)
         server = Server(cluster, job, task, host=args.bind or args.host or default_bind,
-                        port=args.port,
+                        port=args.port, token=token_of(args),
                         config=SessionConfig(device_count={"CPU": args.cpus}),
                         data_dir=args.data_dir or os.environ.get(DATA_DIR_ENV) or None,
                         graph_lease_s=args.graph_lease_s,
@@ -245,7 +292,7 @@ def run_worker(args):
                     nursery.cancel_scope.cancel()
 
     try:
-        trio.run(serve)
+        aio.run_trio(serve)
     except BaseException as exc:  # noqa: BLE001 -- sorted out below, re-raised if unknown
         return _exit_status(exc, f"{server.host}:{server.port}")
     return 0
@@ -282,15 +329,13 @@ def _leaves(exc):
 
 def run_shutdown(args):
     """Send Shutdown to the named jobs' tasks; returns the exit status."""
-    import trio
-
-    from asyncflow import errors
+    from asyncflow import aio, errors
     from asyncflow.distributed.cluster import ClusterSpec
     from asyncflow.distributed.server import shutdown_cluster
     try:
         cluster = (ClusterSpec.from_json(args.cluster) if args.cluster
                    else make_resolver(args).cluster_spec())
-        result = trio.run(shutdown_cluster, cluster, args.jobs_to_stop)
+        result = aio.run_trio(shutdown_cluster, cluster, args.jobs_to_stop, token_of(args))
     except (ValueError, TypeError, RuntimeError, errors.OpError) as exc:
         print(f"asyncflow shutdown: {exc}", file=sys.stderr)
         return 1
@@ -314,7 +359,10 @@ def run_status(args):
 
 def main(argv=None):
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:  # a misspelt option: the command's own usage, not the top-level one
+        (getattr(args, "command_parser", None) or parser).error(
+            f"unrecognized arguments: {' '.join(extras)}")
     if args.version:
         from asyncflow import __version__
         print(f"asyncflow {__version__}")

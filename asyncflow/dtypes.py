@@ -95,6 +95,9 @@ ALL = (float16, bfloat16, float32, float64, int8, int16, int32, int64, uint8, ui
        uint64, bool, string)
 _BY_NAME = {d.name: d for d in ALL}
 _BY_NAME.update(half=float16, double=float64, bool_=bool, str=string, bytes=string)
+# TF1 reads "float" as float32 (numpy reads it as float64: a silent difference), and refuses
+# numpy's other spellings ("int", "f4", "<f8"), whose width is not what a TF1 reader expects.
+_BY_NAME["float"] = float32
 _BY_NP = {d.np: d for d in ALL if not d.is_string}
 _BY_PY = {float: float32, int: int32, builtins.bool: bool,
           bytes: string, str: string}
@@ -102,6 +105,9 @@ _BY_PY = {float: float32, int: int32, builtins.bool: bool,
 
 def as_dtype(value):
     """Convert a DType, name, numpy dtype or Python type into a ``DType``.
+
+    Names are TF1's: ``"float"`` is float32 and ``"double"`` float64; a name TF1 refuses
+    (``"int"``, numpy's ``"f4"``) is refused.
 
     Raises:
         TypeError: when ``value`` names no supported dtype.
@@ -112,6 +118,8 @@ def as_dtype(value):
         found = _BY_NAME.get(value)
         if found is not None:
             return found
+        raise TypeError(f"Cannot convert value {value!r} to a dtype: a dtype string is one of "
+                        f"{', '.join(sorted(_BY_NAME))} (TF1's names: 'float' is float32)")
     if isinstance(value, type) and value in _BY_PY:
         return _BY_PY[value]
     try:

@@ -13,10 +13,12 @@ from asyncflow.ops.nn_conv import (  # noqa: F401
     avg_pool, conv2d, conv2d_backprop_filter, conv2d_backprop_input, conv2d_transpose, max_pool,
 )
 from asyncflow.ops.embedding import embedding_lookup  # noqa: F401
+from asyncflow.ops.nn import l2_normalize  # noqa: F401
+from asyncflow.ops.selection import in_top_k, top_k  # noqa: F401
 
 from asyncflow.ops import rnn_cell  # noqa: F401  (af.nn.rnn_cell.BasicLSTMCell ...)
 from asyncflow.ops.rnn import (  # noqa: F401
-    bidirectional_dynamic_rnn, dynamic_rnn, static_rnn,
+    bidirectional_dynamic_rnn, dynamic_rnn, static_bidirectional_rnn, static_rnn,
 )
 from asyncflow.ops.candidate_sampling import (  # noqa: F401,E402  (samplers, issue 31)
     compute_accidental_hits, fixed_unigram_candidate_sampler, learned_unigram_candidate_sampler,

@@ -26,6 +26,8 @@ from __future__ import annotations
 import collections.abc
 import contextlib
 import dataclasses
+import sys
+import warnings
 
 import numpy as np
 import trio
@@ -175,6 +177,64 @@ def _to_feed_array(tensor, value):
     return arr
 
 
+_UNAWAITED = ("Session.run(...) returns something to await: write `await sess.run(...)` in an "
+              "async function, or use `import asyncflow.compat.v1 as tf` and `tf.Session()` "
+              "for a synchronous run")
+
+
+class RunHandle:
+    """What ``Session.run`` returns: an awaitable for the step's results.
+
+    It is a coroutine by protocol (``send``/``throw``/``close``/``__await__``), so
+    ``nursery.start_soon(sess.run, op)`` and ``asyncio.create_task`` take it. Used as a value
+    (truth, iteration, indexing, ``float()``, ``np.asarray``) it raises a TypeError that says
+    to ``await`` it; dropped without being awaited, it warns with the line that called ``run``
+    (Python's own warning would name neither the line nor the fix).
+    """
+
+    __slots__ = ("_coro", "_filename", "_lineno", "_awaited")
+
+    def __init__(self, coro, filename, lineno):
+        self._coro = coro
+        self._filename = filename
+        self._lineno = lineno
+        self._awaited = False
+
+    def __await__(self):
+        self._awaited = True
+        return self._coro.__await__()
+
+    def send(self, value):
+        self._awaited = True
+        return self._coro.send(value)
+
+    def throw(self, *exc_info):
+        self._awaited = True
+        return self._coro.throw(*exc_info)
+
+    def close(self):
+        self._awaited = True
+        self._coro.close()
+
+    def __del__(self):
+        if not self._awaited:
+            self._coro.close()  # no second, line-less warning from Python
+            warnings.warn_explicit(f"Session.run(...) at {self._filename}:{self._lineno} was "
+                                   f"never awaited. {_UNAWAITED}", RuntimeWarning,
+                                   self._filename, self._lineno)
+
+    def __repr__(self):
+        return f"<RunHandle of Session.run at {self._filename}:{self._lineno}: not a value; " \
+               "write `await sess.run(...)`>"
+
+    def _used_as_value(self, *args, **kwargs):
+        raise TypeError(f"the result of Session.run(...) at {self._filename}:{self._lineno} "
+                        f"was used without `await`. {_UNAWAITED}")
+
+    __bool__ = __iter__ = __len__ = __getitem__ = __float__ = __int__ = __index__ = \
+        __array__ = _used_as_value
+
+
 class PreparedRun:
     """One run, prepared (``Session.prepare``): what to feed, what to compute, how to return it.
 
@@ -265,6 +325,15 @@ class Session:
         self._owned_tasks = []  # stop callbacks of background tasks this session owns
 
     # -- lifecycle ----------------------------------------------------------------------
+    def __enter__(self):
+        raise TypeError(
+            "af.Session is asynchronous: open it with `async with af.Session() as sess:` in an "
+            "async function and `await sess.run(...)`; for a synchronous TF1-style program, "
+            "`import asyncflow.compat.v1 as tf` and use `with tf.Session() as sess:`")
+
+    def __exit__(self, *exc_info):
+        return False
+
     async def __aenter__(self):
         _require_trio("async with af.Session()")
         await self._target.open()
@@ -302,14 +371,22 @@ class Session:
         process_resources().reset(containers)
 
     # -- running --------------------------------------------------------------------------
-    async def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
+    def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
         """Run the ops needed for ``fetches`` and return their values in the same structure.
+
+        Returns a ``RunHandle`` to ``await`` (``await sess.run(...)``); one dropped without
+        being awaited warns, naming the line that called ``run``.
 
         Raises:
             OpError: the failing op's error (InvalidArgumentError for bad feeds,
                 DeadlineExceededError past ``options.timeout_in_ms``, ...).
             RuntimeError: if the session is closed.
         """
+        caller = sys._getframe(1)
+        return RunHandle(self._run(fetches, feed_dict, options, run_metadata),
+                         caller.f_code.co_filename, caller.f_lineno)
+
+    async def _run(self, fetches, feed_dict, options, run_metadata):
         _require_trio("Session.run")
         return await self.run_prepared(self.prepare(fetches, feed_dict, options, run_metadata))
 

@@ -313,6 +313,9 @@ def main(argv=None):
     parser.add_argument("--train-steps", type=int, default=300)
     args = parser.parse_args(argv)
     if args.model_dir is not None:
+        problem = model_dir_problem(args.model_dir)
+        if problem is not None:
+            parser.error(problem)  # one line and exit status 2, no traceback
         serve(args, args.model_dir)
         return
     # No model given: train one into a temporary directory, removed when the service stops.
@@ -323,6 +326,22 @@ def main(argv=None):
         trio.run(train_and_export, model_dir, args.train_steps)
         print(f"  ({time.perf_counter() - start:.1f} s)", flush=True)
         serve(args, model_dir)
+
+
+def model_dir_problem(model_dir):
+    """What is missing for ``--model-dir`` to be served, in one line; None when nothing is."""
+    if not os.path.exists(model_dir):
+        return f"--model-dir {model_dir}: no such folder"
+    if not os.path.isdir(model_dir):
+        return f"--model-dir {model_dir}: not a folder"
+    checkpoint = af.train.latest_checkpoint(model_dir)
+    if checkpoint is None:
+        return (f"--model-dir {model_dir}: no checkpoint in it (no 'checkpoint' state file "
+                "naming a complete checkpoint); omit --model-dir to train one first")
+    if not os.path.exists(checkpoint + ".meta"):
+        return (f"--model-dir {model_dir}: the checkpoint {os.path.basename(checkpoint)} has "
+                "no meta graph (.meta) to rebuild the model from")
+    return None
 
 
 def serve(args, model_dir):

@@ -8,22 +8,26 @@ a connection may idle ``idle_timeout_s``; each connection task enforces these as
 deadlines. :class:`ConnectionGuard` holds what spans connections: at ``max_connections``
 (default: the file limit less an eighth) a new connection evicts the longest-idle one that has
 no request in progress, so that a complete request still gets in, and when every connection is
-busy the new one is refused. :func:`rate_limit_logs` keeps a flood of such events from writing
-megabytes of log lines.
+busy the new one is refused. :class:`BearerToken` checks each request's token and logs the
+first refusal from each peer host. :func:`rate_limit_logs` keeps a flood of such events from
+writing megabytes of log lines.
 
 Nothing here knows about asyncflow.
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
+import socket
+import struct
 import threading
 from dataclasses import dataclass
 from typing import Any, Final
 
 import trio
 
-__all__ = ["DEFAULT_CONNECTION_LIMITS", "ConnectionGuard", "ConnectionLimits", "GuardedConnection",
+__all__ = ["DEFAULT_CONNECTION_LIMITS", "BearerToken", "ConnectionGuard", "ConnectionLimits", "GuardedConnection",
            "rate_limit_logs"]
 
 _log = logging.getLogger("transports.http")
@@ -117,6 +121,50 @@ class ConnectionGuard:
     def closed(self, connection: GuardedConnection) -> None:
         if self.connections.pop(connection, False) is None and not self.connections:
             self.empty.set()
+
+
+class BearerToken:
+    """The token every request must carry (``Authorization: Bearer <token>``), compared in
+    constant time; the first refusal from each peer host is logged (at most 1,024 hosts, so a
+    misconfigured client retrying cannot flood the log)."""
+
+    MAX_LOGGED_HOSTS: Final = 1024
+
+    def __init__(self, token: str | None) -> None:
+        self.authorization = None if token is None else f"Bearer {token}".encode()
+        self._logged_hosts: set[str] = set()
+
+    def admits(self, method: str, path: str, offered: str, conn: Any) -> bool:
+        """Whether a request with the ``Authorization`` value ``offered`` may go on."""
+        if self.authorization is None:
+            return True
+        offered_bytes = offered.encode("latin-1")
+        if hmac.compare_digest(offered_bytes, self.authorization):
+            return True
+        peer = peer_address(conn)
+        host = peer.rpartition(":")[0] or peer  # (over a Unix socket: one entry per process)
+        if host not in self._logged_hosts and len(self._logged_hosts) < self.MAX_LOGGED_HOSTS:
+            self._logged_hosts.add(host)
+            _log.warning("401 for %s %s from %s: %s bearer token (the worker's ASYNCFLOW_TOKEN); "
+                         "later ones from this address are not logged", method, path, peer,
+                         "wrong" if offered_bytes else "missing")
+        return False
+
+
+def peer_address(conn: Any) -> str:
+    """A connection's client as ``host:port``, or ``pid N on this host`` over a same-host Unix
+    socket (whose peer has no address; the kernel says its process), ``?`` when neither is known.
+    """
+    sock = conn.stream.socket
+    try:
+        if sock.family == socket.AF_UNIX:
+            pid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                      struct.calcsize("3i")))[0]
+            return f"pid {pid} on this host"
+        peer = sock.getpeername()
+    except (OSError, AttributeError):  # (no SO_PEERCRED outside Linux)
+        return "?"
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer) or "?"
 
 
 class _RateLimit(logging.Filter):

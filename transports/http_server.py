@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hmac
 import logging
 import math
 import socket
@@ -63,7 +62,7 @@ from transports.http_body import BodyTimeout, BufferedConnection, PeerGone, Requ
     read_frame, read_small_body
 from transports.http_disconnect import DisconnectMonitor
 from transports.http_guard import (
-    DEFAULT_CONNECTION_LIMITS, ConnectionGuard, ConnectionLimits, rate_limit_logs,
+    DEFAULT_CONNECTION_LIMITS, BearerToken, ConnectionGuard, ConnectionLimits, rate_limit_logs,
 )
 from transports.http_head import HeadTooLarge, RequestHead, head_end, parse_request_head
 from transports.http_pages import LOGIN_PATH, MAX_LOGIN_BODY, SECURITY_HEADERS, Page, PageGate, \
@@ -132,7 +131,8 @@ class HttpServer:
         self._pages = pages
         self._connection_limits = connection_limits
         self._guard = ConnectionGuard(connection_limits)
-        self._authorization = None if token is None else f"Bearer {token}".encode()
+        self._token = BearerToken(token)
+        self._authorization = self._token.authorization
         self._gate = PageGate(self._authorization)
         self._calls: set[trio.CancelScope] = set()
         self._closing = False
@@ -304,9 +304,9 @@ class HttpServer:
                 name = "page"
                 status, keep = await self._serve_page(conn, head, keep)
                 return keep
-            route, fields = self._route(head)
+            route, fields = self._route(head, conn)
             name = route.name
-            self._check_token(head)
+            self._check_token(head, conn)
             if route.rpc is None:
                 if _has_body(head):
                     raise _Reject(400, f"{head.method} {head.path} takes no body")
@@ -341,7 +341,7 @@ class HttpServer:
             self._by_status[name, status] += 1
             conn.active, conn.idle_since = False, trio.current_time()
 
-    def _route(self, head: RequestHead) -> tuple[Route, dict[str, Any]]:
+    def _route(self, head: RequestHead, conn: BufferedConnection) -> tuple[Route, dict[str, Any]]:
         route = LITERAL_ROUTES.get((head.method, head.path))
         if route is not None:
             return route, {}
@@ -354,18 +354,18 @@ class HttpServer:
             if route.http_method == head.method:
                 return route, fields
             allowed.append(route.http_method)
-        self._check_token(head)  # an unknown route without the token is a 401 too
+        self._check_token(head, conn)  # an unknown route without the token is a 401 too
         if allowed:
             raise _Reject(405, "405: Method Not Allowed", f"Allow: {', '.join(allowed)}\r\n")
         raise _Reject(404, "404: Not Found")
 
-    def _check_token(self, head: RequestHead) -> None:
-        if self._authorization is None:
-            return
-        offered = head.headers.get("authorization", "").encode("latin-1")
-        if not hmac.compare_digest(offered, self._authorization):
-            raise _Reject(401, "missing or wrong bearer token: send 'Authorization: Bearer "
-                               "<token>'", 'WWW-Authenticate: Bearer realm="asyncflow"\r\n')
+    def _check_token(self, head: RequestHead, conn: BufferedConnection) -> None:
+        if not self._token.admits(head.method, head.path, head.headers.get("authorization", ""),
+                                  conn):
+            raise _Reject(401, "missing or wrong bearer token: set ASYNCFLOW_TOKEN (or pass "
+                               "--token/--token-file) to the worker's token on the client, "
+                               "which sends it as 'Authorization: Bearer <token>'",
+                          'WWW-Authenticate: Bearer realm="asyncflow"\r\n')
 
     async def _read_request(self, conn: BufferedConnection, head: RequestHead, rpc: Rpc,
                             fields: dict[str, Any]) -> tuple[Message | None, RequestBody | None]:

@@ -36,6 +36,7 @@ import collections
 
 import numpy as np
 
+from asyncflow.graph import registry
 from asyncflow.graph.conversion import convert_to_tensor
 from asyncflow.graph.graph import Operation, Tensor
 from asyncflow.graph.indexed_slices import IndexedSlices, aggregate, takes_indexed_slices
@@ -245,7 +246,9 @@ def _aggregate(graph, contributions, name):
 
 
 def _call_grad(op, out_grads, on_path):
-    grad_fn = op.op_def.grad
+    # A loop's composite (LoopUnit) has no attrs; an Operation may carry TF1's override.
+    override = getattr(op, "_attrs", {}).get("_gradient_op_type")
+    grad_fn = registry.override_gradient(override) if override else op.op_def.grad
     if grad_fn is None:
         index = next((i for i, t in enumerate(op._inputs)
                       if on_path(t) and _differentiable_tensor(t)), 0)

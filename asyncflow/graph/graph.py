@@ -26,6 +26,7 @@ import sys
 
 from asyncflow import devices as _devices
 from asyncflow.graph import graph_def, registry
+from asyncflow.graph.default_session import run_in_session as _run_in_session
 from asyncflow.graph.shape import as_shape
 
 _VALID_OP_NAME = re.compile(r"^[A-Za-z0-9.][A-Za-z0-9_.\-/]*$")
@@ -70,6 +71,7 @@ class _Scopes:
     device_stack: tuple = ()          # strings or callables, outermost first
     colocate_with: object = None      # an Operation or None
     control_flow_context: object = None
+    gradient_overrides: tuple = ()    # (op type, registered gradient name) pairs
 
 
 class Tensor:
@@ -96,6 +98,11 @@ class Tensor:
     @property
     def name(self):
         return f"{self._op.name}:{self._value_index}"
+
+    def eval(self, feed_dict=None, session=None):
+        """TF1's ``t.eval()``: this tensor's value, computed by ``session`` or the default
+        session (a synchronous one, ``asyncflow.compat.v1.Session``)."""
+        return _run_in_session(self, "eval()", feed_dict, session)
 
     @property
     def shape(self):
@@ -193,6 +200,10 @@ class Operation:
     op_def = property(lambda self: self._op_def)
     traceback = property(lambda self: self._traceback)
     attrs = property(lambda self: dict(self._attrs))
+
+    def run(self, feed_dict=None, session=None):
+        """TF1's ``op.run()``: run this op in ``session`` or the default (synchronous) session."""
+        _run_in_session(self, "run()", feed_dict, session)
 
     @property
     def inputs(self):
@@ -376,6 +387,13 @@ class Graph:
     def _current(self):
         return self._scopes.get()
 
+    def gradient_override_map(self, op_type_map):
+        """Ops of the mapped types created inside use the gradient registered under the new
+        name (``RegisterGradient``) instead of their type's, as TF1's context manager."""
+        pairs = dict(self._current().gradient_overrides)
+        pairs.update(op_type_map)
+        return self._push(gradient_overrides=tuple(pairs.items()))
+
     @contextlib.contextmanager
     def _push(self, **changes):
         token = self._scopes.set(dataclasses.replace(self._scopes.get(), **changes))
@@ -544,6 +562,10 @@ class Graph:
         if device is not None:
             op._device = _devices.merge(device, op._device)
         op._control_flow_context = scopes.control_flow_context
+        if scopes.gradient_overrides:
+            override = dict(scopes.gradient_overrides).get(op_type)
+            if override is not None:
+                op._attrs["_gradient_op_type"] = override  # TF1's attr for the override
         for tensor in inputs:
             tensor._consumers.append(op)
         for control in controls:

@@ -175,8 +175,7 @@ def _candidates(group, devices, supported_kinds, soft, pinned):
                       f"(kernels exist for {sorted(kinds)}: devices that have it: "
                       f"{', '.join(having)})")
         else:
-            reason = ("no devices matching that specification are registered in this process; "
-                      f"available devices: {', '.join(devices)}")
+            reason = _no_match_reason(request, devices)
         raise errors.InvalidArgumentError(
             None, asker, f"Could not satisfy explicit device specification '{asker.device}' "
             f"for op '{asker.name}' ({asker.type}) because {reason}. Set "
@@ -192,6 +191,31 @@ def _preferred_kind(candidates):
     among devices of that kind."""
     best = min(_KIND_PRIORITY.get(device_kind(d), 2) for d in candidates)
     return [d for d in candidates if _KIND_PRIORITY.get(device_kind(d), 2) == best]
+
+
+def _task_of(name):
+    """``/job:J/task:N`` of a full device name (replica dropped), or None for a bare one."""
+    spec = _names.DeviceSpec.from_string(name)
+    return None if spec.job is None else f"/job:{spec.job}/task:{spec.task or 0}"
+
+
+def _no_match_reason(request, devices):
+    """Why no device matches ``request``: worded for a cluster when the devices span tasks."""
+    tasks = sorted({t for t in map(_task_of, devices) if t is not None})
+    if all(t.startswith("/job:localhost/") for t in tasks):  # one process, no cluster
+        return ("no devices matching that specification are registered in this process; "
+                f"available devices: {', '.join(devices)}")
+    if request.job is None:
+        return f"no device of the cluster's tasks matches it (devices: {', '.join(devices)})"
+    wanted = f"/job:{request.job}" + ("" if request.task is None else f"/task:{request.task}")
+    same_task = [d for d in devices
+                 if _names.DeviceSpec.from_string(d).job == request.job and
+                 (request.task is None or (_names.DeviceSpec.from_string(d).task or 0) == request.task)]
+    if same_task:
+        return (f"task {wanted} of the cluster has no such device (its devices: "
+                f"{', '.join(same_task)})")
+    return (f"the cluster has no task {wanted}: add it to the ClusterSpec, or place the op on "
+            f"one of the tasks that exist: {', '.join(tasks)}")
 
 
 def _elements(shape):

@@ -85,6 +85,42 @@ def register_gradient(op_type):
     return decorate
 
 
+_OVERRIDE_GRADIENTS = {}  # name -> gradient function, for Graph.gradient_override_map
+
+
+class RegisterGradient:
+    """TF1's ``@tf.RegisterGradient("Name")``: a gradient function under a new name, used by
+    ops created inside ``graph.gradient_override_map({"OpType": "Name"})``.
+
+    Raises:
+        KeyError: if the name is registered twice.
+    """
+
+    def __init__(self, op_type):
+        if not isinstance(op_type, str):
+            raise TypeError("RegisterGradient takes the gradient's name, a string")
+        self._name = op_type
+
+    def __call__(self, fn):
+        if self._name in _OVERRIDE_GRADIENTS:
+            raise KeyError(f"Registering two gradient with name {self._name!r}")
+        _OVERRIDE_GRADIENTS[self._name] = fn
+        return fn
+
+
+def override_gradient(name):
+    """The gradient function registered as ``name`` by ``RegisterGradient``.
+
+    Raises:
+        LookupError: if none is.
+    """
+    try:
+        return _OVERRIDE_GRADIENTS[name]
+    except KeyError:
+        raise LookupError(f"No gradient registered as {name!r} (gradient_override_map names "
+                          "it; register it with @RegisterGradient)") from None
+
+
 def not_differentiable(*op_types):
     """Declare op types that have no gradient (integer/bool outputs, shape queries, ...)."""
     for op_type in op_types:

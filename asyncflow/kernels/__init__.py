@@ -15,3 +15,4 @@ from asyncflow.kernels import linalg, logging_ops  # noqa: F401,E402  (einsum, P
 from asyncflow.kernels import tensor_array  # noqa: F401,E402  (TensorArray)
 from asyncflow.kernels import lstm_ops  # noqa: F401,E402  (fused LSTM step)
 from asyncflow.kernels import candidate_sampling, sparse_ops  # noqa: F401,E402  (issue 31)
+from asyncflow.kernels import selection  # noqa: F401,E402  (top_k, in_top_k)

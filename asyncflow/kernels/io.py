@@ -78,3 +78,35 @@ def _work_units_completed(ctx, reader):
 def _reset(ctx, reader):
     reader.reset()
     return ()
+
+
+def _scalar_string(value):
+    item = np.asarray(value, dtype=object).reshape(()).item()
+    return item.decode() if isinstance(item, bytes) else str(item)
+
+
+@register_kernel("ReadFile", offload=True)
+def _read_file(ctx, filename):
+    path = ctx.resolve_path(_scalar_string(filename))
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        raise errors.NotFoundError(None, ctx.name, f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise errors.FailedPreconditionError(None, ctx.name, f"{path}: is a folder") from None
+    value = np.empty((), dtype=object)
+    value[()] = data
+    return (value,)
+
+
+@register_kernel("WriteFile", offload=True)
+def _write_file(ctx, filename, contents):
+    import os
+    path = ctx.resolve_path(_scalar_string(filename))
+    data = np.asarray(contents, dtype=object).reshape(()).item()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "wb") as handle:
+        handle.write(data if isinstance(data, bytes) else str(data).encode())
+    return ()
+

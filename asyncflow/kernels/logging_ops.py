@@ -1,10 +1,11 @@
-"""Kernel of ``Print`` (see ops/logging_ops.py): TF1's format, to stderr."""
+"""Kernels of ``Print`` (TF1's format, to stderr) and ``Assert`` (see ops/logging_ops.py)."""
 from __future__ import annotations
 
 import sys
 
 import numpy as np
 
+from asyncflow import errors
 from asyncflow.kernels.registry import register_kernel
 
 
@@ -59,3 +60,18 @@ def _print(ctx, first, *data):
     parts = [summarize(value, ctx.attrs["summarize"]) for value in data]
     print(ctx.attrs["message"] + "".join(parts), file=sys.stderr, flush=True)
     return (first,)
+
+
+@register_kernel("Assert", "CPU")
+def _assert(ctx, condition, *data):
+    if bool(np.all(condition)):
+        return ()
+    # TF1's form: each item in brackets, which an array's summary already has.
+    parts = " ".join(_bracketed(summarize(value, ctx.attrs["summarize"]), value)
+                     for value in data)
+    raise errors.InvalidArgumentError(None, ctx.name, f"assertion failed: {parts}")
+
+
+def _bracketed(text, value):
+    return text if np.ndim(value) else f"[{text}]"
+

@@ -20,6 +20,9 @@ def _arguments(inputs):
         host = value.get() if hasattr(value, "get") and not isinstance(value, np.ndarray) \
             else value
         view = np.asarray(host).view()
+        if view.ndim == 0 and view.dtype == object:  # a scalar string: TF1 passes bytes
+            out.append(view[()])
+            continue
         view.flags.writeable = False
         out.append(view)
     return out

@@ -1,6 +1,8 @@
 """Grouping and ordering: NoOp, group, tuple, control_dependencies."""
 from __future__ import annotations
 
+import builtins
+
 from asyncflow.graph import register_op
 from asyncflow.graph.graph import Operation, Tensor, get_default_graph
 from asyncflow.ops.array import identity
@@ -25,12 +27,21 @@ def _as_op(item):
 
 
 def group(*inputs, name=None):
-    """An op that runs after all ``inputs`` (ops or tensors) have run."""
-    ops = [_as_op(item) for item in inputs]
+    """An op that runs after all ``inputs`` (ops or tensors, or nested lists of them, as TF1
+    takes: BERT's and GPT-2's ``tf.group([ops, [more]])``) have run."""
+    ops = [_as_op(item) for item in _flatten(inputs)]
     graph = ops[0].graph if ops else get_default_graph()
     with graph.control_dependencies(None):
         return graph.create_op("NoOp", (), None, name=name or "group_deps",
                                control_inputs=ops)
+
+
+def _flatten(items):
+    for item in items:
+        if isinstance(item, (list, builtins.tuple)) and not hasattr(item, "op"):
+            yield from _flatten(item)
+        elif item is not None:
+            yield item
 
 
 def tuple(tensors, name=None, control_inputs=None):  # noqa: A001 - TF1 spelling

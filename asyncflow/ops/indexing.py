@@ -485,3 +485,31 @@ def _segment_sum_grad(op, grad):
     extra = (data.shape.ndims or 0) - (ids.shape.ndims or 0)
     mask = reshape(math_ops.cast(kept, grad.dtype), dims_vector(dims_of(ids) + [1] * extra))
     return [math_ops.multiply(rows, mask), None, None]
+
+
+def boolean_mask(tensor, mask, name=None, axis=None):
+    """The entries (slices) of ``tensor`` where the boolean ``mask`` is true, flattened along
+    the mask's dimensions starting at ``axis`` (TF1's ``tf.boolean_mask``).
+
+    Raises:
+        ValueError: if the mask's rank is unknown or 0, or its shape does not fit the tensor's.
+    """
+    from asyncflow.ops.array import shape as _shape
+    from asyncflow.ops.layout import concat, squeeze
+    tensor, mask = as_tensor(tensor), as_tensor(mask)
+    axis = 0 if axis is None else int(axis)
+    k = mask.shape.ndims
+    if k is None or k == 0:
+        raise ValueError(f"boolean_mask: the mask needs a known rank >= 1, got {mask.shape}")
+    if tensor.shape.ndims is not None:
+        inner = TensorShape(tensor.shape.dims[axis:axis + k])
+        if not inner.is_compatible_with(mask.shape):
+            raise ValueError(f"boolean_mask: mask shape {mask.shape} does not fit tensor shape "
+                             f"{tensor.shape} at axis {axis}")
+    with tensor.graph.name_scope(name or "boolean_mask"):
+        dims = _shape(tensor)
+        flat_shape = concat([dims[:axis], [-1], dims[axis + k:]], 0)
+        flat = reshape(tensor, flat_shape)
+        picked = squeeze(math_ops.where(reshape(mask, [-1])), axis=[1])
+        return gather(flat, picked, axis=axis)
+

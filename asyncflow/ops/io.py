@@ -178,3 +178,30 @@ class NumpyRecordReader(ReaderBase):
             "component_types": dtypes, "shapes": shapes, "names": tuple(names or ()),
             "container": "", "shared_name": shared_name or ""}, name, "NumpyRecordReader")
         super().__init__(ref, dtypes, shapes, names)
+
+
+# -- whole files: TF1's tf.read_file / tf.write_file ---------------------------------------
+def _infer_read_file(op):
+    if op._inputs[0].dtype is not _dtypes.string:
+        raise TypeError(f"filename must be a string tensor, got {op._inputs[0].dtype.name}")
+    return [(_dtypes.string, TensorShape([]))]
+
+
+register_op("ReadFile", infer=_infer_read_file, stateful=True)
+register_op("WriteFile", infer=lambda op: [], stateful=True)
+not_differentiable("ReadFile", "WriteFile")
+
+
+def read_file(filename, name=None):
+    """The bytes of the file ``filename`` (a scalar string); a worker reads within its data
+    folder. Fails the step with NotFoundError naming a missing file."""
+    return make("ReadFile", (as_tensor(filename, dtype=_dtypes.string),), None, name, "ReadFile")
+
+
+def write_file(filename, contents, name=None):
+    """An op that writes the scalar string ``contents`` to ``filename``, creating its parent
+    folders (a worker writes within its data folder)."""
+    return make_op("WriteFile", (as_tensor(filename, dtype=_dtypes.string),
+                                 as_tensor(contents, dtype=_dtypes.string)), None, name,
+                   "WriteFile")
+

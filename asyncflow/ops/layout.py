@@ -471,6 +471,8 @@ def expand_dims(input, axis=None, name=None, dim=None):  # noqa: A002 - TF1 spel
     if axis is None:
         raise ValueError("ExpandDims: axis is required")
     x = as_tensor(input)
+    if isinstance(axis, (list, tuple)) and len(axis) == 1:  # TF1 takes a one-element list
+        axis = axis[0]
     axis = normalize_axis(_axis_value(axis, "ExpandDims"), x.shape.ndims, "ExpandDims", extra=1)
     return make("ExpandDims", (x,), {"axis": axis}, name, "ExpandDims")
 

@@ -339,10 +339,15 @@ def _infer_reduction(op):
 
 
 def _reduction_builder(op_type, builder_name):
-    def build(input_tensor, axis=None, keepdims=False, name=None, keep_dims=None):
+    def build(input_tensor, axis=None, keepdims=False, name=None, keep_dims=None,
+              reduction_indices=None):
         x = as_tensor(input_tensor)
         if keep_dims is not None:
             keepdims = keep_dims
+        if reduction_indices is not None:  # TF1's older spelling of axis
+            if axis is not None:
+                raise ValueError(f"{builder_name}: give axis or reduction_indices, not both")
+            axis = reduction_indices
         if hasattr(axis, "op"):
             value = static_value(axis)
             if value is None:

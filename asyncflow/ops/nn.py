@@ -462,7 +462,23 @@ def dropout(x, rate=None, keep_prob=None, noise_shape=None, seed=None, name=None
             noise_shape = x.shape.as_list() if x.shape.is_fully_defined() else _array.shape(x)
         random = random_uniform(noise_shape, dtype=x.dtype, seed=seed)
         mask = _math.floor(_math.add(random, keep))
-        return _math.multiply(_math.divide(x, keep), mask, name=scope)
+        result = _math.multiply(_math.divide(x, keep), mask, name=scope)
+        # The rate is a scalar, so the output has x's shape even when the rate's shape is
+        # unknown (an unshaped keep_prob placeholder), as in TF1.
+        result.set_shape(x.shape)
+        return result
+
+
+def l2_normalize(x, axis=None, epsilon=1e-12, name=None, dim=None):
+    """``x / sqrt(max(sum(x**2, axis), epsilon))`` (TF1's ``tf.nn.l2_normalize``; ``dim`` is
+    its older name for ``axis``)."""
+    axis = dim if axis is None else axis
+    graph = graph_of((x,))
+    with graph.name_scope(name or "l2_normalize") as scope:
+        x = as_tensor(x)
+        square_sum = _math.reduce_sum(_math.square(x), axis=axis, keepdims=True)
+        inverse = _math.rsqrt(_math.maximum(square_sum, as_tensor(epsilon, dtype=x.dtype)))
+        return _math.multiply(x, inverse, name=scope)
 
 
 def moments(x, axes, shift=None, name=None, keep_dims=None, keepdims=False):

@@ -140,6 +140,43 @@ def static_rnn(cell, inputs, initial_state=None, dtype=None, sequence_length=Non
         return outputs, state
 
 
+def static_bidirectional_rnn(cell_fw, cell_bw, inputs, initial_state_fw=None,
+                             initial_state_bw=None, dtype=None, sequence_length=None,
+                             scope=None):
+    """A forward and a backward ``static_rnn`` over a list of inputs (TF1).
+
+    The backward cell reads the list reversed (each row within its ``sequence_length`` when
+    given); its outputs are put back in time order and each step's two outputs concatenated.
+
+    Returns:
+        ``(outputs, output_state_fw, output_state_bw)``: ``outputs[t]`` is
+        ``[batch, fw_depth + bw_depth]``.
+    """
+    if not isinstance(inputs, (list, tuple)) or not inputs:
+        raise TypeError("static_bidirectional_rnn: inputs must be a non-empty list of tensors")
+    inputs = [as_tensor(x) for x in inputs]
+    with variable_scope(scope or "bidirectional_rnn"):
+        with variable_scope("fw"):
+            outputs_fw, state_fw = static_rnn(cell_fw, inputs, initial_state_fw, dtype,
+                                              sequence_length)
+        with variable_scope("bw"):
+            reversed_inputs = _reverse_list(inputs, sequence_length)
+            outputs_bw, state_bw = static_rnn(cell_bw, reversed_inputs, initial_state_bw,
+                                              dtype, sequence_length)
+            outputs_bw = _reverse_list(outputs_bw, sequence_length)
+    outputs = [layout.concat([fw, bw], 1) for fw, bw in zip(outputs_fw, outputs_bw)]
+    return outputs, state_fw, state_bw
+
+
+def _reverse_list(tensors, sequence_length):
+    """The list reversed in time (within each row's length when lengths are given)."""
+    if sequence_length is None:
+        return list(reversed(tensors))
+    stacked = layout.stack(tensors, axis=1)                          # [B, T, ...]
+    flipped = reverse_sequence(stacked, sequence_length, seq_axis=1, batch_axis=0)
+    return layout.unstack(flipped, num=len(tensors), axis=1)
+
+
 def reverse_sequence(input, seq_lengths, seq_axis=1, batch_axis=0, name=None):  # noqa: A002
     """Reverse the first ``seq_lengths[b]`` steps of each batch row (TF1, ``seq_axis=1``,
     ``batch_axis=0`` or the time-major transpose ``seq_axis=0``, ``batch_axis=1``)."""

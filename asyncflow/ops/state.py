@@ -252,6 +252,10 @@ class Variable:
             return cond(is_variable_initialized(self), self.read_value,
                         lambda: self._initial_value)
 
+    def eval(self, session=None):
+        """TF1's ``v.eval()``: the value in ``session`` or the default (synchronous) session."""
+        return self._as_tensor().eval(session=session)
+
     async def load(self, value, session):
         """Assign ``value`` (numpy-convertible) to the variable in ``session`` (TF1's
         ``Variable.load``): runs the initializer with its initial value fed."""

@@ -249,3 +249,19 @@ def one_hot(indices, depth, on_value=None, off_value=None, axis=None, dtype=None
         raise ValueError(f"OneHot: axis {axis} must be -1 or in [0, {ndims}]")
     depth = as_tensor(depth, dtype=dtypes.int32) if not hasattr(depth, "op") else depth
     return make("OneHot", (indices, depth, on, off), {"axis": axis}, name, "one_hot")
+
+
+def sequence_mask(lengths, maxlen=None, dtype=dtypes.bool, name=None):
+    """``mask[..., j] = j < lengths[...]`` with ``maxlen`` columns (default: the largest
+    length), as TF1's ``tf.sequence_mask``."""
+    lengths = as_tensor(lengths)
+    with lengths.graph.name_scope(name or "SequenceMask"):
+        if maxlen is None:
+            maxlen = math_ops.reduce_max(lengths)
+        from asyncflow.ops.layout import expand_dims
+        from asyncflow.ops.sources import range as _range
+        columns = math_ops.cast(_range(0, maxlen, 1), lengths.dtype)
+        mask = math_ops.less(columns, expand_dims(lengths, -1))
+        dtype = dtypes.as_dtype(dtype)
+        return mask if dtype is dtypes.bool else math_ops.cast(mask, dtype)
+

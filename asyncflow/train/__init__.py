@@ -14,7 +14,7 @@ from asyncflow.train.training_util import (  # noqa: F401
 )
 from asyncflow.train.input import (  # noqa: F401  (input pipelines)
     batch, input_producer, limit_epochs, range_input_producer, shuffle_batch,
-    string_input_producer,
+    slice_input_producer, string_input_producer,
 )
 from asyncflow.train.queue_runner import (  # noqa: F401  (queue runners)
     Coordinator, QueueRunner, add_queue_runner, start_queue_runners,

@@ -117,6 +117,27 @@ def range_input_producer(limit, num_epochs=None, shuffle=True, seed=None, capaci
                           shared_name, name=name or "input_producer")
 
 
+def slice_input_producer(tensor_list, num_epochs=None, shuffle=True, seed=None, capacity=32,
+                         shared_name=None, name=None):
+    """TF1's ``tf.train.slice_input_producer``: one row (slice along the first axis) of every
+    tensor of ``tensor_list`` at a time, the same row of each, from a producer of row indices.
+
+    Raises:
+        ValueError: for an empty list or a first dimension that is not known.
+    """
+    from asyncflow.ops.indexing import gather
+    tensors = [as_tensor(t) for t in tensor_list]
+    if not tensors:
+        raise ValueError("slice_input_producer: expected at least one tensor")
+    rows = tensors[0].shape.dims[0] if tensors[0].shape.ndims else None
+    if rows is None:
+        raise ValueError("slice_input_producer: the first dimension of the first tensor must "
+                         f"be known, got shape {tensors[0].shape}")
+    index = range_input_producer(rows, num_epochs, shuffle, seed, capacity, shared_name,
+                                 name=name or "input_producer").dequeue()
+    return [gather(t, index) for t in tensors]
+
+
 def _flatten(tensors):
     """``(list of tensors, names or None, how to rebuild)``."""
     if isinstance(tensors, dict):

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import logging
 
 import trio
 
@@ -36,6 +37,7 @@ from asyncflow.graph import GraphKeys
 from asyncflow.graph.graph import get_default_graph
 from asyncflow.runtime.options import RunMetadata
 
+_LOG = logging.getLogger(__name__)
 _CLOSED_TYPES = (errors.OutOfRangeError, errors.CancelledError, errors.AbortedError)
 
 
@@ -178,6 +180,9 @@ class QueueRunner:
                     except errors.OpError as exc:
                         coord.request_stop(exc)
             except Exception as exc:  # noqa: BLE001 - recorded, raised once on exit
+                # Logged here, with its traceback, as TF1's runner threads do: a consumer of
+                # the queue sees only that it was closed.
+                _LOG.error("Exception in QueueRunner %s: %s", self.name, exc, exc_info=exc)
                 coord.request_stop(exc)
 
     async def cancel(self, sess):

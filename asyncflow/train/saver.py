@@ -401,6 +401,21 @@ class Saver:
         """Prefixes of the checkpoints this Saver keeps, oldest first."""
         return [path for path, _ in self._last_checkpoints]
 
+    def set_last_checkpoints(self, last_checkpoints):
+        """Replace the list of kept checkpoints (TF1's deprecated ``set_last_checkpoints``).
+
+        Raises:
+            TypeError: if ``last_checkpoints`` is not a list.
+        """
+        if not isinstance(last_checkpoints, list):
+            raise TypeError(f"last_checkpoints must be a list, got {type(last_checkpoints).__name__}")
+        # TF1 gives them an infinite time: they leave the list but are never deleted.
+        self._last_checkpoints = [(path, float("inf")) for path in last_checkpoints]
+
+    def set_last_checkpoints_with_time(self, last_checkpoints_with_time):
+        """Replace the kept checkpoints with ``[(path, timestamp), ...]``."""
+        self._last_checkpoints = [(path, when) for path, when in last_checkpoints_with_time]
+
     def recover_last_checkpoints(self, checkpoint_paths):
         """Adopt existing checkpoints (e.g. after a restart) so ``max_to_keep`` covers them."""
         found = [(p, os.path.getmtime(_committed_file(p))) for p in checkpoint_paths
