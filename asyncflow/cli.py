@@ -108,7 +108,9 @@ def build_parser():
     shutdown.set_defaults(command_parser=shutdown)
     _add_checkpoint_command(commands)
     from asyncflow import cluster_status
-    cluster_status.add_parser(commands, _add_resolver_options)
+    status = cluster_status.add_parser(commands, _add_resolver_options)
+    _add_token_options(status)
+    status.set_defaults(command_parser=status)
     return parser
 
 
@@ -351,10 +353,11 @@ def run_status(args):
     try:
         cluster = (ClusterSpec.from_json(args.cluster) if args.cluster
                    else make_resolver(args).cluster_spec())
+        token = token_of(args)
     except (ValueError, TypeError) as exc:
         print(f"asyncflow status: {exc}", file=sys.stderr)
         return 2
-    return cluster_status.run(args, cluster)
+    return cluster_status.run(args, cluster, token)
 
 
 def main(argv=None):

@@ -22,7 +22,8 @@ examples:
   asyncflow status --cluster cluster.json --json | jq '.tasks[] | {task, up}'
 
 environment:
-  ASYNCFLOW_TOKEN   the workers' shared secret, sent as a bearer token
+  ASYNCFLOW_TOKEN   the workers' shared secret, sent as a bearer token (or --token,
+                    --token-file)
   ASYNCFLOW_CONFIG, TF_CONFIG   stand in for --cluster
 
 Exit status 1 when a task is down. The same view is on every worker's page:
@@ -152,8 +153,11 @@ def _printer(as_json, watch):
     return lambda view: print(plain_text(view), flush=True)
 
 
-def run(args, cluster):
-    """Gather and print (repeatedly with ``--watch``); returns the exit status."""
+def run(args, cluster, token=None):
+    """Gather and print (repeatedly with ``--watch``); returns the exit status. ``token``: the
+    workers' shared secret (None: ``ASYNCFLOW_TOKEN``)."""
+    import functools
+
     import trio
 
     from asyncflow.distributed import channels
@@ -162,7 +166,8 @@ def run(args, cluster):
     last = [1]
 
     async def main():
-        watcher = ClusterWatcher(cluster, channels.connect, timeout=args.timeout, cache_s=0.0)
+        watcher = ClusterWatcher(cluster, functools.partial(channels.connect, token=token),
+                                 timeout=args.timeout, cache_s=0.0)
         try:
             gathers = 0
             while True:

@@ -5,6 +5,7 @@ Servers run in the test's trio loop on loopback ports (real HTTP, real time, dea
 ``asyncflow status`` runs as a real process against them.
 """
 import json
+import os
 import subprocess
 import sys
 
@@ -241,10 +242,10 @@ async def test_garbage_at_the_pages_is_4xx_and_the_worker_keeps_serving(status_c
     assert status == 200 and json.loads(body)["task"] == "/job:worker/replica:0/task:0"
 
 
-async def _cli(*args):
+async def _cli(*args, env=None):
     result = await trio.run_process(
         [sys.executable, "-m", "asyncflow", "status", *args], capture_stdout=True,
-        capture_stderr=True, check=False)
+        capture_stderr=True, check=False, env=env)
     return result.returncode, result.stdout.decode(), result.stderr.decode()
 
 
@@ -265,6 +266,22 @@ async def test_status_command_prints_the_table_and_json_and_exits_1_when_a_task_
     assert code == 1 and "1 DOWN" in out and "/job:worker/replica:0/task:1 at" in out
     code, _, err = await _cli("--cluster", "{not json")
     assert code == 2 and "asyncflow status:" in err
+
+
+async def test_status_command_takes_the_token_from_its_options(status_cluster, tmp_path):
+    spec, _ = status_cluster
+    env = {k: v for k, v in os.environ.items() if k != "ASYNCFLOW_TOKEN"}
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    with trio.fail_after(60):
+        code, out, err = await _cli("--cluster", json.dumps(spec), "--token-file",
+                                    str(token_file), env=env)
+        assert code == 0 and "2 tasks, 2 up" in out, out + err
+        code, out, _ = await _cli("--cluster", json.dumps(spec), "--token", "not-it", env=env)
+    assert code == 1 and "2 DOWN" in out, out
+    code, _, err = await _cli("--cluster", json.dumps(spec), "--token", "a", "--token-file",
+                              str(token_file), env=env)
+    assert code == 2 and "not allowed with argument" in err, err
 
 
 def test_the_table_renders_as_plain_text_and_as_a_rich_table():
