@@ -54,7 +54,10 @@ def _metric(text, name):
 
 
 async def test_graphs_of_vanished_clients_expire_with_no_request_and_live_sessions_go_on(
-        autojump_clock):
+        autojump_clock, cpu_only):
+    # On the CPU: a GPU's stream events complete on another thread, and while the test waits
+    # for them the autojump clock would jump to the next lease deadline (its waits must all be
+    # inside trio).
     spec = af.ClusterSpec({"worker": [f"inprocess:{next(_next_address)}"]})
     async with trio.open_nursery() as nursery:
         server = await nursery.start(af.Server(spec, "worker", 0, graph_lease_s=5.0).serve)

@@ -16,6 +16,7 @@ import trio
 import asyncflow as af
 
 from cluster_processes import WorkerProcesses, loopback_spec
+from device_kinds import placed_kind
 
 TOKEN = "browser-test-token"
 WAIT_S = 60  # a loaded 2-core CI machine: page loads and polls (every 2 s) can be slow
@@ -126,7 +127,9 @@ def test_the_status_page_shows_tasks_plots_and_a_timeline_and_updates(cluster, b
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#timeline rect.op"))
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#timeline path.edge"))
     devices = {t.text for t in browser.find_elements(By.CSS_SELECTOR, "#timeline text.device")}
-    assert devices == {"ps:0 CPU:0", "worker:0 CPU:0"}
+    kind = placed_kind()  # GPU under make test-gpu (its fake is visible to the workers too)
+    assert {f"ps:0 {kind}:0", f"worker:0 {kind}:0"} <= devices, devices
+    assert all(label.split()[0] in ("ps:0", "worker:0") for label in devices), devices
     link = browser.find_element(By.ID, "trace-download")
     assert link.get_attribute("href").startswith("blob:") and link.is_displayed()
     assert link.get_attribute("download").endswith(".trace.json")

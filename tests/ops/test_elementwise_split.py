@@ -10,7 +10,9 @@ from asyncflow.runtime import intra_op
 
 
 @pytest.fixture
-def split_small(monkeypatch):
+def split_small(monkeypatch, cpu_only):
+    """Splits at small sizes, on the CPU device (a GPU visible under make test-gpu would take
+    these ops, and its kernels are not split over intra-op threads)."""
     monkeypatch.setattr(kernel_intra_op, "MIN_SPLIT_WORK", 64)
     monkeypatch.setattr(kernel_intra_op, "CHUNK_BYTES", 1024)
 
