@@ -52,19 +52,19 @@ def _shape_of(dims):
     return shape
 
 
-@register_kernel("RandomStandardNormal")
+@register_kernel("RandomStandardNormal", offload=True)
 def _random_normal(ctx, dims):
     rng = ctx.random_generator()
     return (ctx.to_device(rng.standard_normal(_shape_of(dims)).astype(ctx.output_dtypes[0])),)
 
 
-@register_kernel("RandomUniform")
+@register_kernel("RandomUniform", offload=True)
 def _random_uniform(ctx, dims):
     rng = ctx.random_generator()
     return (ctx.to_device(rng.random(_shape_of(dims)).astype(ctx.output_dtypes[0])),)
 
 
-@register_kernel("RandomUniformInt")
+@register_kernel("RandomUniformInt", offload=True)
 def _random_uniform_int(ctx, dims, minval, maxval):
     if not minval < maxval:
         raise errors.InvalidArgumentError(None, ctx.name, f"Need minval < maxval, got {minval} >= {maxval}")
@@ -73,7 +73,7 @@ def _random_uniform_int(ctx, dims, minval, maxval):
     return (ctx.to_device(out),)
 
 
-@register_kernel("TruncatedNormal")
+@register_kernel("TruncatedNormal", offload=True)
 def _truncated_normal(ctx, dims):
     rng = ctx.random_generator()
     shape = _shape_of(dims)

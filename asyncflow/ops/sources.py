@@ -220,15 +220,22 @@ def _infer_random(op):
     return [(op.get_attr("dtype"), _shape_from_tensor(op._inputs[0]))]
 
 
+def _random_cost(shapes, op):
+    """The work of a random op is the tensor it makes, not its small shape input: the elements
+    of its static shape (0 when unknown: the kernel runs inline). A large initializer then runs
+    on a worker thread and a parameter server's event loop keeps answering (OFFLOAD_COST)."""
+    return op._outputs[0].shape.num_elements() or 0
+
+
 for _type in ("RandomStandardNormal", "RandomUniform", "TruncatedNormal"):
-    register_op(_type, infer=_infer_random, stateful=True)
+    register_op(_type, infer=_infer_random, stateful=True, cost=_random_cost)
 
 
 def _infer_random_int(op):
     return [(op._inputs[1].dtype, _shape_from_tensor(op._inputs[0]))]
 
 
-register_op("RandomUniformInt", infer=_infer_random_int, stateful=True)
+register_op("RandomUniformInt", infer=_infer_random_int, stateful=True, cost=_random_cost)
 not_differentiable("RandomStandardNormal", "RandomUniform", "TruncatedNormal",
                    "RandomUniformInt", "ZerosLike", "OnesLike", "Range", "Placeholder", "Const")
 

@@ -124,3 +124,35 @@ async def test_variable_initialized_from_another_variable_and_validate_shape():
             await sess.run([b.initializer, c.initializer])
             np.testing.assert_array_equal(await sess.run(b), [2.0, 4.0])
             np.testing.assert_array_equal(await sess.run(grow), [1.0, 2.0, 3.0])
+
+
+@pytest.mark.parametrize("make", [
+    lambda shape: af.random_uniform(shape, seed=1),
+    lambda shape: af.random_normal(shape, seed=1),
+    lambda shape: af.truncated_normal(shape, seed=1),
+    lambda shape: af.random_uniform(shape, maxval=10, dtype=af.int32, seed=1),
+])
+async def test_a_large_random_tensor_is_made_on_a_worker_thread(make, monkeypatch, cpu_only):
+    # A variable's random initializer of millions of elements takes tens of milliseconds: on the
+    # event loop it would stall a parameter server's Health answers. Its cost is the tensor it
+    # makes (OFFLOAD_COST elements or more: a worker thread), not its small shape input.
+    import threading
+
+    from asyncflow.runtime.context import NodeContext
+    from asyncflow.runtime.plan import OFFLOAD_COST
+    threads = []
+    generator = NodeContext.random_generator
+
+    def recorded(self):
+        threads.append(threading.current_thread())
+        return generator(self)
+    monkeypatch.setattr(NodeContext, "random_generator", recorded)
+    with af.Graph().as_default():
+        large, small = make([OFFLOAD_COST // 1024, 1024]), make([3, 4])
+        async with af.Session() as sess:
+            large_value = await sess.run(large)
+            assert threads.pop() is not threading.main_thread()
+            small_value = await sess.run(small)
+            assert threads.pop() is threading.main_thread()  # small ones stay inline
+    assert large_value.shape == (OFFLOAD_COST // 1024, 1024) and small_value.shape == (3, 4)
+    assert np.isfinite(large_value.astype(np.float64)).all()
