@@ -91,28 +91,25 @@ class AdamOptimizer(Optimizer):
         return self._non_slots[("beta1_power", graph)], self._non_slots[("beta2_power", graph)]
 
     def _apply_dense(self, grad, var):
-        beta1_power, beta2_power = self._get_beta_accumulators(var.graph)
-        dtype = var.dtype
-        values = [self._hyper(beta1_power, dtype, "beta1_power"),
-                  self._hyper(beta2_power, dtype, "beta2_power"),
-                  self._hyper(self._learning_rate, dtype, "learning_rate"),
-                  self._hyper(self._beta1, dtype, "beta1"),
-                  self._hyper(self._beta2, dtype, "beta2"),
-                  self._hyper(self._epsilon, dtype, "epsilon"), grad]
-        refs = [var._ref(), self.get_slot(var, "m")._ref(), self.get_slot(var, "v")._ref()]
-        return apply_update("ApplyAdam", refs, values)
+        return apply_update("ApplyAdam", self._refs(var), self._hypers(var) + [grad])
 
     def _apply_sparse(self, grad, var):
+        return apply_update("SparseApplyAdam", self._refs(var),
+                            self._hypers(var) + [grad.values, grad.indices])
+
+    def _refs(self, var):
+        return [var._ref(), self.get_slot(var, "m")._ref(), self.get_slot(var, "v")._ref()]
+
+    def _hypers(self, var):
+        """The update's scalar inputs, in ApplyAdam's order, in ``var``'s dtype."""
         beta1_power, beta2_power = self._get_beta_accumulators(var.graph)
         dtype = var.dtype
-        values = [self._hyper(beta1_power, dtype, "beta1_power"),
-                  self._hyper(beta2_power, dtype, "beta2_power"),
-                  self._hyper(self._learning_rate, dtype, "learning_rate"),
-                  self._hyper(self._beta1, dtype, "beta1"),
-                  self._hyper(self._beta2, dtype, "beta2"),
-                  self._hyper(self._epsilon, dtype, "epsilon"), grad.values, grad.indices]
-        refs = [var._ref(), self.get_slot(var, "m")._ref(), self.get_slot(var, "v")._ref()]
-        return apply_update("SparseApplyAdam", refs, values)
+        return [self._hyper(beta1_power, dtype, "beta1_power"),
+                self._hyper(beta2_power, dtype, "beta2_power"),
+                self._hyper(self._learning_rate, dtype, "learning_rate"),
+                self._hyper(self._beta1, dtype, "beta1"),
+                self._hyper(self._beta2, dtype, "beta2"),
+                self._hyper(self._epsilon, dtype, "epsilon")]
 
     def _finish(self, update_ops, name):
         graph = update_ops[0].graph

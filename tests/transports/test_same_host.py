@@ -99,8 +99,9 @@ async def test_the_environment_switch_and_a_shared_directory_disable_it(monkeypa
 
 
 async def test_non_loopback_hosts_never_try_it():
-    assert await same_host.connect("10.1.2.3", 80) is None
-    assert not TrioHttpChannel("10.1.2.3:80")._same_host
+    # (192.0.2.1: TEST-NET-1, a documentation address; nothing is sent to it)
+    assert await same_host.connect("192.0.2.1", 80) is None
+    assert not TrioHttpChannel("192.0.2.1:80")._same_host
 
 
 async def test_a_new_server_sweeps_the_sockets_of_killed_servers():
