@@ -13,8 +13,9 @@ A leaf package: it never imports asyncflow. Modules, lowest first:
   ``http_body`` (request bodies into the decoder's arrays) and ``http_guard`` (timeouts,
   connection limit, rate-limited logs).
 * ``http_client``: the trio HTTP/1.1 client channel asyncflow uses (``TrioHttpChannel``).
-* ``http``: ``HttpChannel``, the same protocol through aiohttp on an asyncio thread
-  (``aio_bridge``); an independent client for interop tests.
+
+An aiohttp client of the same protocol, which shares no HTTP code with the server, lives with
+the tests (``tests/transports/aiohttp_channel.py``).
 
 ``docs/protocol.md`` specifies the framing, routes, status codes and the token.
 """

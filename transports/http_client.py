@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-:class:`~transports.http.HttpChannel` runs every call on aiohttp's asyncio thread: two thread
+An aiohttp client (the tests' ``HttpChannel``) runs every call on an asyncio thread: two thread
 hops per call (trio -> asyncio, and back) plus aiohttp's own request machinery, which together
 are most of a small step's fixed cost. :class:`TrioHttpChannel` speaks the same protocol to the
 same server (routes from :data:`transports.service.RPCS`, bodies as single

@@ -1,6 +1,6 @@
 """A worker's per-step rendezvous: local Sends and Recvs, and Recvs pulled from peer workers.
 
-Theory of operation (TF's ``BaseRemoteRendezvous``, reference §5):
+Theory of operation (TF's ``BaseRemoteRendezvous``; docs/distributed.md):
 - ``send`` always deposits locally (the receiver pulls; senders never push unsolicited data).
 - ``recv(key)`` looks at the key's source device (``src;incarnation;dst;tensor;frame:iter``):
   a device of this worker means a local wait in the ``LocalRendezvous``; any other device is

@@ -1,6 +1,6 @@
 """Partitioning: split a placed NodeGraph per device, with Send/Recv on every crossing edge.
 
-Theory of operation (paper §3.2.2, reference §5):
+Theory of operation (paper §3.2.2; docs/architecture.md):
 - A data edge from a producer on device A to a consumer on device B becomes
   ``producer -> _Send`` on A and ``_Recv -> consumer`` on B. There is one Send/Recv pair per
   (tensor, destination device): every consumer of that tensor on B shares the one Recv, so

@@ -1,6 +1,6 @@
 """Placement: choose a device for every op of a run, as data (``op -> full device name``).
 
-Theory of operation (paper §3.2.1, TF's constraint placer, reference §4):
+Theory of operation (paper §3.2.1, TF's constraint placer; docs/devices.md):
 1. **Groups.** Union-find joins each colocation group (``op.colocation_groups``, from
    ``colocate_with``) and both ends of every reference edge (a Variable and the Assign or
    ScatterAdd that takes its reference), so a variable and its updates never split.
