@@ -36,6 +36,7 @@ import dataclasses
 import trio
 
 from asyncflow import errors
+from asyncflow.devices import task_of as task_of_device  # noqa: F401 (master, worker)
 from asyncflow.kernels.transfer import parse_key, source_device  # the key format's one place
 from asyncflow.runtime.rendezvous import LocalRendezvous
 from transports.messages import RecvTensors, RemoteCallError
@@ -77,9 +78,6 @@ def remote_call_error(error, message=None, derived=None):
                            derived=is_derived(error) if derived is None else derived)
 
 
-def task_of_device(device_name):
-    """``/job:w/replica:0/task:1`` of ``/job:w/replica:0/task:1/device:CPU:0``."""
-    return device_name.split("/device:", 1)[0]
 
 
 @dataclasses.dataclass(frozen=True)
