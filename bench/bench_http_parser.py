@@ -15,12 +15,24 @@ end of message), as the server and the client need them:
 
 Reported: microseconds per message (best of ``--repeat`` runs of ``--n`` messages) and the
 ratio to find-only (to httptools for the chunked request, which find-only cannot read).
-Run: ``.venv/bin/python bench/bench_http_parser.py [--n 20000]``.
+
+``--tree DIR`` (repeatable) measures whole round trips instead, server and client in one
+process with each checkout's ``transports`` (a child process per round, trees alternating
+round by round): the worker's HTTP server (a handler that answers at once) and the trio client
+on loopback, ``--calls`` each of Health, ``AbortStep`` (a POST with a small frame body) and
+``RunGraph`` with a 4 KiB tensor that comes back as the reply's; the figure is process CPU time per call (user + system: both sides' framing, robust to
+a loaded machine, where wall time is mostly waiting for a core), median over ``--rounds``.
+
+Run: ``.venv/bin/python bench/bench_http_parser.py [--n 20000]`` or
+``.venv/bin/python bench/bench_http_parser.py --tree OLD_CHECKOUT --tree . [--rounds 5]``.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import statistics
+import subprocess
 import sys
 import time
 
@@ -109,11 +121,81 @@ def with_httptools(data: bytes, n: int, server: bool) -> None:
         assert protocol.done and sum(map(len, protocol.body)) == 300
 
 
+def round_trips(calls: int) -> dict[str, float]:
+    """CPU seconds per call of the server and client together (this process's transports)."""
+    import numpy as np
+    import trio
+
+    from transports import wire
+    from transports.http_client import TrioHttpChannel
+    from transports.http_server import open_http_server
+
+    class Handler:
+        async def health(self, request):
+            return wire.HealthReply(1, "/job:w/replica:0/task:0", ["CPU:0"])
+
+        async def abort_step(self, request):
+            return None
+
+        async def run_graph(self, request):  # the feeds come back as the fetches
+            return wire.RunGraphReply(list(request.feeds))
+
+    async def main() -> dict[str, float]:
+        out = {}
+        async with open_http_server(Handler(), same_host=False) as server:
+            async with TrioHttpChannel(server.address, same_host=False) as channel:
+                run = wire.RunGraph("g", 1, [wire.TensorEntry("x", np.ones(1024, np.float32))],
+                                    ["x"])
+                for name, call in (("health", lambda: channel.health()),
+                                   ("abort_post", lambda: channel.abort_step(
+                                       wire.AbortStep(1, "CANCELLED", "x" * 200))),
+                                   ("run_graph_4k", lambda: channel.run_graph(run))):
+                    for _ in range(50):
+                        await call()
+                    start = time.process_time()
+                    for _ in range(calls):
+                        await call()
+                    out[name + "_cpu_us"] = (time.process_time() - start) / calls * 1e6
+        return out
+    return trio.run(main)
+
+
+def compare_trees(trees: list[str], rounds: int, calls: int) -> None:
+    results: dict[str, list[dict[str, float]]] = {tree: [] for tree in trees}
+    for index in range(rounds):
+        for tree in trees:
+            env = dict(os.environ, PYTHONPATH=os.path.abspath(tree))
+            out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child",
+                                  "--calls", str(calls)], env=env, cwd=os.path.abspath(tree),
+                                 capture_output=True, text=True, timeout=600, check=True)
+            figures = json.loads(out.stdout.strip().splitlines()[-1])
+            results[tree].append(figures)
+            print(json.dumps({"round": index, "tree": tree, **figures}), flush=True)
+    print("\nmedian [min-max] CPU per call over rounds")
+    for tree, rows in results.items():
+        print(tree)
+        for key in rows[0]:
+            values = [row[key] for row in rows]
+            print(f"  {key:<18} {statistics.median(values):8.1f} "
+                  f"[{min(values):.1f}-{max(values):.1f}]")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=20000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--tree", action="append", default=None,
+                        help="a checkout whose transports to measure round trips with")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        print(json.dumps(round_trips(args.calls)))
+        return
+    if args.tree:
+        compare_trees(args.tree, args.rounds, args.calls)
+        return
     candidates = {"find-only": find_only, "hand-written": hand_written, "h11": with_h11,
                   "httptools": with_httptools}
     cases = {"request": (REQUEST, True), "response": (RESPONSE, False),
