@@ -195,7 +195,8 @@ class Operation:
     name = property(lambda self: self._name)
     type = property(lambda self: self._type)
     graph = property(lambda self: self._graph)
-    outputs = property(lambda self: list(self._outputs))
+    # The op's own tuples: reading them copies nothing (the graph's passes read them per op).
+    outputs = property(lambda self: self._outputs, doc="The output tensors (a tuple).")
     control_inputs = property(lambda self: list(self._control_inputs))
     op_def = property(lambda self: self._op_def)
     traceback = property(lambda self: self._traceback)
@@ -207,7 +208,8 @@ class Operation:
 
     @property
     def inputs(self):
-        return list(self._inputs)
+        """The input tensors, in order (a tuple; TF1's ``_InputList`` is no list either)."""
+        return self._inputs
 
     @property
     def device(self):
