@@ -159,7 +159,7 @@ class TrioHttpChannel(Channel):
             disables it.
 
     Raises:
-        ValueError: ``address`` is not ``host:port``.
+        ValueError: ``address`` is not ``host:port``, or ``token`` could break the head.
     """
 
     def __init__(self, address: str, *, token: str | None = None, connect_timeout: float = 5.0,
@@ -167,6 +167,9 @@ class TrioHttpChannel(Channel):
         super().__init__()
         self._host, self._port = parse_address(address)
         self.address = address
+        if token is not None and not (token and all(32 < ord(c) < 127 for c in token)):
+            raise ValueError("token must be printable ASCII without spaces: it is written into "
+                             "the Authorization header")
         auth = "" if token is None else f"Authorization: Bearer {token}\r\n"
         self._fixed_headers = f"Host: {address}\r\n{auth}"
         self._connect_timeout = connect_timeout

@@ -204,3 +204,9 @@ async def test_a_closed_server_is_unavailable_fast():
 def test_channel_addresses_are_host_and_port():
     with pytest.raises(ValueError, match="address must be 'host:port', got 'localhost'"):
         TrioHttpChannel("localhost")
+
+
+@pytest.mark.parametrize("token", ["", "two words", "line\r\nX-Injected: 1", "caf\xe9"])
+def test_a_token_that_could_break_the_head_is_refused(token):
+    with pytest.raises(ValueError, match="token must be printable ASCII"):
+        TrioHttpChannel("127.0.0.1:1", token=token)
