@@ -23,6 +23,7 @@ import itertools
 import os
 import re
 import sys
+import types
 
 from asyncflow import devices as _devices
 from asyncflow.graph import graph_def, registry
@@ -200,7 +201,8 @@ class Operation:
     control_inputs = property(lambda self: list(self._control_inputs))
     op_def = property(lambda self: self._op_def)
     traceback = property(lambda self: self._traceback)
-    attrs = property(lambda self: dict(self._attrs))
+    attrs = property(lambda self: types.MappingProxyType(self._attrs),
+                     doc="The attrs, name -> value: a read-only view (no copy).")
 
     def run(self, feed_dict=None, session=None):
         """TF1's ``op.run()``: run this op in ``session`` or the default (synchronous) session."""

@@ -157,9 +157,9 @@ def node_def(op, add_shapes=False, debug_info=False):
         ValueError: naming the op and attr when an attr value cannot be serialized.
     """
     attr = {}
-    for key in sorted(op._attrs):
+    for key in sorted(op.attrs):
         try:
-            attr[key] = encode_attr(op._attrs[key])
+            attr[key] = encode_attr(op.attrs[key])
         except TypeError as exc:
             raise ValueError(f"{op.type} '{op.name}': attr {key!r}: {exc}") from None
     if op._colocation:
