@@ -20,8 +20,9 @@ ratio to find-only (to httptools for the chunked request, which find-only cannot
 process with each checkout's ``transports`` (a child process per round, trees alternating
 round by round): the worker's HTTP server (a handler that answers at once) and the trio client
 on loopback, ``--calls`` each of Health, ``AbortStep`` (a POST with a small frame body) and
-``RunGraph`` with a 4 KiB tensor that comes back as the reply's; the figure is process CPU time per call (user + system: both sides' framing, robust to
-a loaded machine, where wall time is mostly waiting for a core), median over ``--rounds``.
+``RunGraph`` with a 4 KiB tensor that comes back as the reply's; the figure is process CPU
+time per call (user + system: both sides' framing, robust to a loaded machine, where wall time
+is mostly waiting for a core), median over ``--rounds``.
 
 Run: ``.venv/bin/python bench/bench_http_parser.py [--n 20000]`` or
 ``.venv/bin/python bench/bench_http_parser.py --tree OLD_CHECKOUT --tree . [--rounds 5]``.

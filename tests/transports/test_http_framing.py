@@ -132,7 +132,8 @@ def test_the_requests_before_a_broken_one_are_handed_out_first():
 def test_heads_past_the_bounds_are_too_large():
     lines = b"".join(b"X-%d: 1\r\n" % i for i in range(MAX_HEADERS + 1))
     for head, match in ((b"GET / HTTP/1.1\r\n" + lines + b"\r\n", "header lines"),
-                        (b"GET / HTTP/1.1\r\nX: " + b"y" * MAX_LINE + b"\r\n\r\n", "header line of"),
+                        (b"GET / HTTP/1.1\r\nX: " + b"y" * MAX_LINE + b"\r\n\r\n",
+                         "header line of"),
                         (b"GET /" + b"a" * MAX_LINE + b" HTTP/1.1\r\n\r\n", "request target")):
         reader = MessageReader()
         reader.feed(head)
