@@ -1,6 +1,6 @@
 """asyncflow: the 2015 TensorFlow paper's dataflow system as an async executor on trio.
 
-``import asyncflow as af`` gives the TF1-style API described in API.md: build a graph with
+``import asyncflow as af`` gives the TF1-style API described in README.md: build a graph with
 ops, then ``async with af.Session() as sess: await sess.run(fetches, feed_dict)``.
 """
 from asyncflow import dtypes, errors  # noqa: F401

@@ -106,6 +106,24 @@ def merge(inner, outer):
     return DeviceSpec.from_string(inner).merge_from(outer).to_string()
 
 
+def task_of(name):
+    """The task of a device name: ``/job:w/replica:0/task:1`` of
+    ``/job:w/replica:0/task:1/device:CPU:0`` (the whole name when it names no device, ``""``
+    for None). Every split of a device name into its task and device is this one."""
+    return (name or "").partition("/device:")[0]
+
+
+def device_of(name):
+    """The device within its task: ``CPU:1`` of ``/job:w/replica:0/task:0/device:CPU:1`` (the
+    whole name when it has no ``/device:`` part)."""
+    return name.rpartition("/device:")[2]
+
+
+def device_type_of(name):
+    """The device type of a device name: ``GPU`` of ``/job:w/replica:0/task:0/device:GPU:1``."""
+    return device_of(name).split(":")[0]
+
+
 def local_device_name(device_type, index, job="localhost", replica=0, task=0):
     """The full name of a device: ``/job:localhost/replica:0/task:0/device:CPU:0``."""
     return f"/job:{job}/replica:{replica}/task:{task}/device:{device_type}:{index}"

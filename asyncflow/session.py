@@ -33,6 +33,7 @@ import numpy as np
 import trio
 
 from asyncflow import dtypes, errors
+from asyncflow.devices import device_type_of
 from asyncflow.graph.graph import Operation, Tensor, get_default_graph
 from asyncflow.graph.indexed_slices import IndexedSlices
 from asyncflow.ops.sparse_ops import SparseTensor, SparseTensorValue, sparse_feeds
@@ -51,7 +52,7 @@ class DeviceName(str):
 
     @property
     def device_type(self):
-        return self.rsplit("/device:", 1)[-1].split(":")[0]
+        return device_type_of(self)
 
 
 def _message(exc):

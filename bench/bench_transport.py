@@ -1,5 +1,8 @@
 """Benchmark the HTTP transport against a raw trio TCP baseline that uses the same framing.
 
+The HTTP side is the worker's server and the trio client asyncflow uses (``TrioHttpChannel``;
+before 2026-12-04 it was the aiohttp client that now lives with the tests).
+
 Each transport gets a fresh server process and a fresh client process (so peak-RSS rises are its
 own). The parent drives both clients round by round, alternating raw and HTTP, so the two see the
 same machine load (shared CI machines are noisy; compare the columns, not absolute values).
@@ -36,7 +39,7 @@ import numpy as np  # noqa: E402
 import trio  # noqa: E402
 
 from transports import wire  # noqa: E402
-from transports.http import HttpChannel  # noqa: E402
+from transports.http_client import TrioHttpChannel  # noqa: E402
 from transports.http_server import open_http_server  # noqa: E402
 from transports.wire import NEED_DATA, Decoder, TensorEntry, encode  # noqa: E402
 
@@ -186,7 +189,7 @@ def client(kind: str, port: int, control) -> None:
 
     async def main() -> None:
         if kind == "http":
-            async with HttpChannel(f"127.0.0.1:{port}") as channel:
+            async with TrioHttpChannel(f"127.0.0.1:{port}") as channel:
                 await serve(Workload(channel))
         else:
             async with await trio.open_tcp_stream("127.0.0.1", port) as stream:

@@ -183,6 +183,41 @@ def test_every_path_the_docs_mention_exists(doc):
     assert not problems, "\n".join(problems)
 
 
+# Docstrings and comments of the package cite files too: a path from the root
+# (``docs/protocol.md``, ``bench/bench_server.py``) or a bare document name (``security.md``)
+# must exist, and no citation may point into documents the repository does not hold.
+SOURCES = sorted(p for base in ("asyncflow", "transports") for p in (ROOT / base).rglob("*.py"))
+_BARE_DOC = re.compile(r"(?<![\w/.-])([\w-]+\.md)\b")
+_FOREIGN = re.compile(r"\breference §|\btransport-spike\b|\b(?:DESIGN|STYLE|API)\.md\b")
+
+
+def source_problems(path, name=None):
+    problems, name = [], name or path.relative_to(ROOT).as_posix()
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        found = [m.group(1) for m in _ROOTED_PATH.finditer(line)
+                 if m.group(1).rstrip(".,:;)/") not in ROOTED
+                 and not _exists_from_root(m.group(1))]
+        found += [m.group(1) for m in _BARE_DOC.finditer(line)
+                  if not _exists_anywhere(m.group(1))]
+        found += [m.group(0) for m in _FOREIGN.finditer(line)]
+        problems += [f"{name}:{number}: cites {cited!r}, which is not in the repository"
+                     for cited in found]
+    return problems
+
+
+def test_every_file_the_sources_cite_exists():
+    problems = [problem for path in SOURCES for problem in source_problems(path)]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_source_check_sees_a_missing_file(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text('"""See docs/nowhere.md, NOTES.md and reference §4."""\n', encoding="utf-8")
+    problems = source_problems(bad, "bad.py")
+    assert [p.split("cites ")[1].split(",")[0] for p in problems] == [
+        "'docs/nowhere.md'", "'NOTES.md'", "'reference §'"]
+
+
 # -- command-line options -----------------------------------------------------------------
 def _parser_options(parser):
     return {option for action in parser._actions for option in action.option_strings}

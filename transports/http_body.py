@@ -16,7 +16,7 @@ from typing import Final
 import trio
 
 from transports.http_guard import GuardedConnection
-from transports.http_head import parse_chunk_size
+from transports.http_framing import MessageReader
 from transports.http_protocol import take_one_frame
 from transports.messages import Message
 from transports.wire import (
@@ -38,21 +38,17 @@ class PeerGone(Exception):
 
 
 class BufferedConnection(GuardedConnection):
-    """A connection with its read buffer (bytes received past the last request)."""
+    """A connection with its reader (what was received past the last request is fed to it)."""
 
-    __slots__ = ("buffer",)
+    __slots__ = ("reader",)
 
     def __init__(self, stream: trio.SocketStream, now: float) -> None:
         super().__init__(stream, now)
-        self.buffer = bytearray()
+        self.reader = MessageReader()
 
     async def receive_into(self, view: memoryview, timeout: float) -> int:
-        """Fill the start of ``view`` from the buffer, else from the socket (one read)."""
-        if self.buffer:
-            n = min(len(view), len(self.buffer))
-            view[:n] = self.buffer[:n]
-            del self.buffer[:n]
-            return n
+        """Receive into the start of ``view`` from the socket (one read; the reader holds
+        nothing of the body)."""
         with trio.move_on_after(timeout):
             n = await self.stream.socket.recv_into(view)
             if not n:
@@ -61,58 +57,43 @@ class BufferedConnection(GuardedConnection):
         raise BodyTimeout(f"no body bytes for {timeout} s")
 
     async def fill(self, timeout: float) -> None:
-        """Append at least one byte from the socket to the buffer."""
+        """Feed the reader at least one more byte from the socket."""
         with trio.move_on_after(timeout):
             data = await self.stream.receive_some(_RECV)
             if not data:
                 raise PeerGone("the client closed the connection in the middle of the body")
-            self.buffer += data
+            self.reader.feed(data)
             return
         raise BodyTimeout(f"no body bytes for {timeout} s")
 
 
 class RequestBody:
-    """A request body, ``Content-Length`` (``length``) or chunked (``length`` None)."""
+    """The body of the request whose head the connection's reader handed out last."""
 
-    def __init__(self, conn: BufferedConnection, length: int | None, timeout: float) -> None:
+    def __init__(self, conn: BufferedConnection, timeout: float) -> None:
         self._conn, self._timeout = conn, timeout
-        self._chunked = length is None
-        self._left = 0 if length is None else length
-        self.done = length == 0  # every byte of the body was read
-
-    async def _next_chunk(self) -> None:
-        conn = self._conn
-        while (end := conn.buffer.find(b"\r\n")) < 0:
-            if len(conn.buffer) > 1024:
-                raise RemoteProtocolError("chunk size line too long")
-            await conn.fill(self._timeout)
-        self._left = parse_chunk_size(conn.buffer[:end + 2])
-        del conn.buffer[:end + 2]
-        if self._left == 0:
-            await self._expect_crlf()  # no trailers are accepted
-            self.done = True
-
-    async def _expect_crlf(self) -> None:
-        while len(self._conn.buffer) < 2:
-            await self._conn.fill(self._timeout)
-        if self._conn.buffer[:2] != b"\r\n":
-            raise RemoteProtocolError("chunk not followed by CRLF")
-        del self._conn.buffer[:2]
+        self.done = False  # every byte of the body was read
 
     async def read_into(self, view: memoryview) -> int:
-        """Up to ``len(view)`` body bytes into ``view``; 0 at the end of the body."""
-        while not self.done and self._left == 0:
-            await self._next_chunk()
-        if self.done:
-            return 0
-        n = await self._conn.receive_into(view[:self._left], self._timeout)
-        self._left -= n
-        if self._left == 0:
-            if self._chunked:
-                await self._expect_crlf()
-            else:
-                self.done = True
-        return n
+        """Up to ``len(view)`` body bytes into ``view``; 0 at the end of the body.
+
+        Raises:
+            RemoteProtocolError: the body breaks the framing (a bad chunk).
+            BodyTimeout, PeerGone: as :meth:`BufferedConnection.fill`.
+        """
+        conn, reader = self._conn, self._conn.reader
+        while not self.done:
+            n = reader.read_body(view)
+            if n is not None:
+                self.done = n == 0
+                return n
+            left = reader.body_left
+            if left:  # a Content-Length body not yet received: straight into place
+                n = await conn.receive_into(view[:left], self._timeout)
+                reader.skipped(n)
+                return n
+            await conn.fill(self._timeout)  # a chunked body goes through the parser
+        return 0
 
 
 async def read_frame(body: RequestBody, limits: Limits, decoders: trio.CapacityLimiter,

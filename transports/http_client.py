@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-:class:`~transports.http.HttpChannel` runs every call on aiohttp's asyncio thread: two thread
+An aiohttp client (the tests' ``HttpChannel``) runs every call on an asyncio thread: two thread
 hops per call (trio -> asyncio, and back) plus aiohttp's own request machinery, which together
 are most of a small step's fixed cost. :class:`TrioHttpChannel` speaks the same protocol to the
 same server (routes from :data:`transports.service.RPCS`, bodies as single
@@ -19,11 +19,13 @@ trio task:
 * **Requests.** The head and the frame's small buffers (header, padding) go in one ``send``;
   each tensor of 64 KiB or more is sent from a view of its array (no copy), with
   ``Content-Length`` (:func:`transports.http_protocol.send_pieces`).
-* **Replies.** The head is read up to ``_MAX_HEAD`` bytes and parsed by
-  :mod:`transports.http_head` (shared with the server); a frame body must have a
-  ``Content-Length`` (or chunked encoding, decoded), and is received with ``recv_into``
-  straight into the :class:`~transports.wire.Decoder` 's destination arrays (socket ->
-  array, no intermediate chunk); the decoder's :class:`~transports.wire.Limits` bound it.
+* **Replies.** What arrives is fed to the connection's
+  :class:`~transports.http_framing.MessageReader` (llhttp through httptools, as on the server;
+  a head of at most ``_MAX_HEAD`` bytes); a frame body must have a ``Content-Length`` (or
+  chunked encoding, decoded by llhttp). The body bytes that came with the head are copied out of
+  the reader; the rest is received with ``recv_into`` straight into the
+  :class:`~transports.wire.Decoder` 's destination arrays (socket -> array, no intermediate
+  chunk); the decoder's :class:`~transports.wire.Limits` bound it.
   Tensors of :data:`~transports.bulk_io.BULK_BYTES` or more are read and sent by
   :mod:`transports.bulk_io` (a parked read wakes per MiB, not per segment).
 * **Deadlines** are trio's: :class:`~transports.service.Channel` wraps each call in a cancel
@@ -41,7 +43,7 @@ import trio
 
 from transports import bulk_io, same_host as _same_host
 from transports.bulk_io import BULK_BYTES, BulkReader
-from transports.http_head import parse_chunk_size, parse_response_head
+from transports.http_framing import MessageReader
 from transports.http_protocol import (
     FRAME_CONTENT_TYPE, MAX_TEXT, parse_address, request_path, send_pieces, text_error,
 )
@@ -65,14 +67,14 @@ class _StaleConnection(Exception):
 
 
 class _Connection:
-    """One keep-alive connection with its read buffer."""
+    """One keep-alive connection with its reader."""
 
-    __slots__ = ("stream", "buffer", "reused", "answered", "bulk")
+    __slots__ = ("stream", "reader", "reused", "answered", "bulk")
 
     def __init__(self, stream: trio.SocketStream) -> None:
         self.stream = stream
         self.bulk = BulkReader(stream.socket)
-        self.buffer = bytearray()
+        self.reader = MessageReader(response=True, max_head=_MAX_HEAD)
         self.reused = False    # it carried a complete call before this one
         self.answered = False  # a byte of this call's answer has arrived
 
@@ -84,30 +86,23 @@ class _Connection:
 
     async def receive_head(self) -> tuple[int, dict[str, str]]:
         """Read the status line and headers; returns (status, lowercase headers)."""
-        while True:
-            end = self.buffer.find(b"\r\n\r\n")
-            if end >= 0:
-                break
-            if len(self.buffer) > _MAX_HEAD:
-                raise RemoteProtocolError(f"response head longer than {_MAX_HEAD} bytes")
-            data = await self.stream.receive_some(_RECV)
-            if not data:
-                if not self.answered and self.reused:
-                    raise _StaleConnection
-                raise TransportUnavailable("connection closed before the response head ended")
-            self.answered = True
-            self.buffer += data
-        head = self.buffer[:end + 4]
-        del self.buffer[:end + 4]
-        return parse_response_head(head)
+        while (head := self.reader.next_head()) is None:
+            await self.feed("before the response head ended")
+        return head.status, head.headers
+
+    async def feed(self, where: str) -> None:
+        """Feed the reader what the socket has next (at least one byte); an EOF is an error
+        naming ``where`` the response was."""
+        data = await self.stream.receive_some(_RECV)
+        if not data:
+            if not self.answered and self.reused:
+                raise _StaleConnection
+            raise TransportUnavailable(f"connection closed {where}")
+        self.answered = True
+        self.reader.feed(data)
 
     async def receive_into(self, view: memoryview) -> int:
-        """Fill the start of ``view`` from the buffer, else from the socket; returns the count."""
-        if self.buffer:
-            n = min(len(view), len(self.buffer))
-            view[:n] = self.buffer[:n]
-            del self.buffer[:n]
-            return n
+        """Receive body bytes still due straight into ``view``; returns the count."""
         if len(view) >= BULK_BYTES:  # a large tensor: woken per LOW_WATER bytes, not per segment
             n = await self.bulk.receive_into(view)
         else:
@@ -116,61 +111,29 @@ class _Connection:
             raise TransportUnavailable("connection closed in the middle of the response body")
         return n
 
-    async def receive_bytes(self, limit: int) -> bytes:
-        if self.buffer:
-            data = bytes(self.buffer[:limit])
-            del self.buffer[:limit]
-            return data
-        data = await self.stream.receive_some(min(limit, _RECV))
-        if not data:
-            raise TransportUnavailable("connection closed in the middle of the response body")
-        return data
-
 
 class _Body:
     """The body of one response: ``Content-Length`` or chunked, read piece by piece."""
 
-    def __init__(self, conn: _Connection, headers: dict[str, str]) -> None:
+    def __init__(self, conn: _Connection) -> None:
         self._conn = conn
-        self._chunked = "chunked" in headers.get("transfer-encoding", "").lower()
-        length = headers.get("content-length")
-        if not self._chunked and (length is None or not length.isdigit()):
-            raise RemoteProtocolError("response has neither Content-Length nor chunked encoding")
-        self._left = 0 if self._chunked else int(length)
-        self._done = not self._chunked and self._left == 0
-
-    async def _next_chunk(self) -> None:
-        line = bytearray()
-        while not line.endswith(b"\r\n"):
-            line += await self._conn.receive_bytes(1)
-            if len(line) > 1024:
-                raise RemoteProtocolError("chunk size line too long")
-        self._left = parse_chunk_size(line)
-        if self._left == 0:
-            await self._expect_crlf()
-            self._done = True
-
-    async def _expect_crlf(self) -> None:
-        crlf = bytearray()
-        while len(crlf) < 2:
-            crlf += await self._conn.receive_bytes(2 - len(crlf))
-        if crlf != b"\r\n":
-            raise RemoteProtocolError("chunk not followed by CRLF")
+        self._done = False
 
     async def read_into(self, view: memoryview) -> int:
         """Up to ``len(view)`` body bytes into ``view``; 0 at the end of the body."""
-        while not self._done and self._left == 0:
-            await self._next_chunk()
-        if self._done:
-            return 0
-        n = await self._conn.receive_into(view[:self._left])
-        self._left -= n
-        if self._left == 0:
-            if self._chunked:
-                await self._expect_crlf()
-            else:
-                self._done = True
-        return n
+        conn, reader = self._conn, self._conn.reader
+        while not self._done:
+            n = reader.read_body(view)
+            if n is not None:
+                self._done = n == 0
+                return n
+            left = reader.body_left
+            if left:  # not yet received: straight into place, past the parser
+                n = await conn.receive_into(view[:left])
+                reader.skipped(n)
+                return n
+            await conn.feed("in the middle of the response body")  # chunked: through llhttp
+        return 0
 
     async def read_text(self, limit: int) -> bytes:
         out = bytearray()
@@ -196,7 +159,7 @@ class TrioHttpChannel(Channel):
             disables it.
 
     Raises:
-        ValueError: ``address`` is not ``host:port``.
+        ValueError: ``address`` is not ``host:port``, or ``token`` could break the head.
     """
 
     def __init__(self, address: str, *, token: str | None = None, connect_timeout: float = 5.0,
@@ -204,6 +167,9 @@ class TrioHttpChannel(Channel):
         super().__init__()
         self._host, self._port = parse_address(address)
         self.address = address
+        if token is not None and not (token and all(32 < ord(c) < 127 for c in token)):
+            raise ValueError("token must be printable ASCII without spaces: it is written into "
+                             "the Authorization header")
         auth = "" if token is None else f"Authorization: Bearer {token}\r\n"
         self._fixed_headers = f"Host: {address}\r\n{auth}"
         self._connect_timeout = connect_timeout
@@ -297,7 +263,7 @@ class TrioHttpChannel(Channel):
 
     async def _read_reply(self, conn: _Connection, status: int,
                           headers: dict[str, str]) -> Message:
-        body = _Body(conn, headers)
+        body = _Body(conn)
         if headers.get("content-type", "").split(";")[0].strip() != FRAME_CONTENT_TYPE:
             await self._raise_for_text(body, status)
         decoder, received = Decoder(self._limits), 0
@@ -323,7 +289,7 @@ class TrioHttpChannel(Channel):
         return message
 
     async def _read_metrics(self, conn: _Connection, status: int, headers: dict[str, str]) -> str:
-        body = _Body(conn, headers)
+        body = _Body(conn)
         if status != 200:
             await self._raise_for_text(body, status)
         text = await body.read_text(self._limits.max_header_bytes)

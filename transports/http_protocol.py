@@ -1,9 +1,9 @@
 """What the HTTP clients and the server of the worker protocol agree on, with no socket.
 
-:class:`~transports.http.HttpChannel` (aiohttp on its asyncio thread) and
+The tests' aiohttp ``HttpChannel`` (``tests/transports/aiohttp_channel.py``) and
 :class:`~transports.http_client.TrioHttpChannel` (HTTP/1.1 straight from trio) speak the same
 protocol to the same server (:mod:`transports.http_server`); the pieces of it that are not I/O
-live here once (message heads are :mod:`transports.http_head`):
+live here once (message framing is :mod:`transports.http_framing`):
 
 * :data:`FRAME_CONTENT_TYPE`, the content type of a :mod:`transports.wire` frame body;
 * :func:`parse_address`, a channel's ``"host:port"`` checked and split;

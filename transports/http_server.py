@@ -7,9 +7,10 @@ service: a request's handler is awaited by the task that read the request, so th
 thread hop between the socket and the handler. The task loops over requests on a keep-alive
 connection:
 
-1. **Head.** Bytes are buffered until the empty line (:func:`transports.http_head.head_end`),
-   at most :data:`MAX_HEAD` bytes (else 431), and parsed by
-   :func:`~transports.http_head.parse_request_head` (else 400, and the connection closes). A
+1. **Head.** What arrives is fed to the connection's
+   :class:`~transports.http_framing.MessageReader` (llhttp through httptools: heads, chunked
+   bodies, pipelined requests, the smuggling forms refused) until it hands out a head: a head
+   over :data:`MAX_HEAD` bytes is a 431, a broken one a 400, and the connection closes. A
    connection waits ``idle_timeout_s`` for a request's first byte and ``header_timeout_s`` from
    it for the whole head; past either it is closed without an answer.
 2. **Route and token.** The route comes from :data:`transports.service.RPCS` (404 unknown, 405
@@ -17,8 +18,9 @@ connection:
    first (401 on every route). With a page handler, ``/``, ``/status`` and ``/status/...``
    are pages instead (:mod:`transports.http_pages`: a login form sets a session cookie).
 3. **Body.** A ``Content-Length`` over the codec's limits is a 413 before any byte is read.
-   Otherwise (after ``100 Continue`` when asked) the body is received with ``recv_into``
-   straight into the :class:`~transports.wire.Decoder` 's destination arrays, each wait bounded
+   Otherwise (after ``100 Continue`` when asked) the body bytes not already read with the head
+   are received with ``recv_into`` straight into the :class:`~transports.wire.Decoder` 's
+   destination arrays (llhttp only counts them; a chunked body goes through it), each wait bounded
    by ``body_timeout_s`` (408). A header over ``SMALL_HEADER_BYTES`` is fed from a worker
    thread (two at a time), so a huge RegisterGraph never stalls Health.
 4. **Handler.** Awaited inside a cancel scope while the server's
@@ -35,7 +37,7 @@ connection:
 A request whose body was not read to its end is answered with ``Connection: close``; the server
 then shuts its side and drains what the client still sends for a moment (a lingering close), so
 the client reads the answer instead of a reset. The connection guard and timeouts are
-:mod:`transports.http_guard`; heads are :mod:`transports.http_head`; bodies
+:mod:`transports.http_guard`; framing is :mod:`transports.http_framing`; bodies
 :mod:`transports.http_body`; routes :data:`transports.http_protocol.ROUTES`. Nothing here knows
 about asyncflow.
 """
@@ -64,7 +66,7 @@ from transports.http_disconnect import DisconnectMonitor
 from transports.http_guard import (
     DEFAULT_CONNECTION_LIMITS, BearerToken, ConnectionGuard, ConnectionLimits, rate_limit_logs,
 )
-from transports.http_head import HeadTooLarge, RequestHead, head_end, parse_request_head
+from transports.http_framing import MAX_HEAD, HeadTooLarge, RequestHead
 from transports.http_pages import LOGIN_PATH, MAX_LOGIN_BODY, SECURITY_HEADERS, Page, PageGate, \
     PageHandler, is_page_path
 from transports.http_protocol import FRAME_CONTENT_TYPE, LITERAL_ROUTES, ROUTES, Route, \
@@ -80,7 +82,6 @@ from transports.wire import (
 __all__ = ["DEFAULT_CONNECTION_LIMITS", "MAX_HEAD", "ConnectionLimits", "HttpServer",
            "HttpServerStatistics", "open_http_server", "serve_http"]
 
-MAX_HEAD: Final = 64 * 1024  # the most of a request head the server buffers (else 431)
 _RECV: Final = 64 * 1024
 _LINGER_S: Final = 1.0  # how long a closing connection drains a body it did not read
 _LINGER_BYTES: Final = 4 << 20
@@ -256,42 +257,31 @@ class HttpServer:
 
     async def _receive_head(self, conn: BufferedConnection) -> RequestHead | None:
         """The next request's head; None at EOF or past the idle or header timeout."""
-        limits, buffer = self._connection_limits, conn.buffer
-        while buffer[:2] == b"\r\n":  # empty lines between requests are allowed (RFC 9112)
-            del buffer[:2]
-        searched = 0
-        if (end := head_end(buffer)) < 0:
-            # The connection's own scope carries the deadline (no scope per read): when it
-            # expires the task ends and _serve_connection counts a timeout.
-            now = trio.current_time()
-            conn.partial_since = now if buffer else None
-            conn.scope.deadline = now + (limits.header_timeout_s if buffer
-                                         else limits.idle_timeout_s)
+        limits, reader = self._connection_limits, conn.reader
         try:
-            while end < 0:
-                if len(buffer) > MAX_HEAD:
-                    raise _Reject(431, f"request head longer than {MAX_HEAD} bytes")
-                searched = len(buffer)
+            head = reader.next_head()
+            if head is None:
+                # The connection's own scope carries the deadline (no scope per read): when it
+                # expires the task ends and _serve_connection counts a timeout.
+                now = trio.current_time()
+                conn.partial_since = now if reader.in_head else None
+                conn.scope.deadline = now + (limits.header_timeout_s if reader.in_head
+                                             else limits.idle_timeout_s)
+            while head is None:
                 data = await conn.stream.receive_some(_RECV)
                 if not data:
                     return None
-                if not buffer:
+                reader.feed(data)
+                if conn.partial_since is None and reader.in_head:
                     conn.partial_since = trio.current_time()
                     conn.scope.deadline = conn.partial_since + limits.header_timeout_s
-                buffer += data
-                while buffer[:2] == b"\r\n":
-                    del buffer[:2]
-                end = head_end(buffer, searched)
-        finally:
-            conn.scope.deadline = math.inf
-        try:
-            head = parse_request_head(buffer[:end])
+                head = reader.next_head()
         except HeadTooLarge as exc:
             raise _Reject(431, str(exc)) from None
         except RemoteProtocolError as exc:
             raise _Reject(400, f"bad request head: {exc}") from None
         finally:
-            del buffer[:end]
+            conn.scope.deadline = math.inf
         return head
 
     async def _serve_request(self, conn: BufferedConnection, head: RequestHead) -> bool:
@@ -389,7 +379,7 @@ class HttpServer:
                                f"{self._limits.max_frame_bytes}")
         if length and head.headers.get("expect", "").lower() == "100-continue":
             await self._send_all(conn, b"HTTP/1.1 100 Continue\r\n\r\n")
-        body = RequestBody(conn, length, self._connection_limits.body_timeout_s)
+        body = RequestBody(conn, self._connection_limits.body_timeout_s)
         try:
             message = await read_frame(body, self._limits, self._decoders, self._count_received)
         except BodyTimeout as exc:
@@ -420,7 +410,7 @@ class HttpServer:
         with trio.CancelScope() as call:  # cancelled by the monitor (client gone) or _stop
             self._calls.add(call)
             # A pipelined request is already here: a close behind it cannot be seen.
-            watched = not conn.buffer and self._monitor.watch(conn.stream.socket, call)
+            watched = not conn.reader.pending and self._monitor.watch(conn.stream.socket, call)
             try:
                 if self._closing:
                     call.cancel()
@@ -489,9 +479,11 @@ class HttpServer:
                 raise _Reject(413, f"a login form has a Content-Length of at most {MAX_LOGIN_BODY}")
             try:
                 cookie = self._gate.login(await read_small_body(
-                    RequestBody(conn, length, self._connection_limits.body_timeout_s), length))
+                    RequestBody(conn, self._connection_limits.body_timeout_s), length))
             except (BodyTimeout, PeerGone) as exc:
                 raise _Reject(408, f"POST {path}: {exc}") from None
+            except RemoteProtocolError as exc:
+                raise _Reject(400, f"POST {path}: bad body: {exc}") from None
             if cookie is not None:
                 await self._send_body(conn, 303, "text/plain; charset=utf-8", b"logged in\n",
                                        keep, "Location: /status\r\n" + cookie)
@@ -579,7 +571,7 @@ def _head(status: int, content_type: str, length: int, keep: bool, headers: str 
 
 async def _watch_for_disconnect(conn: BufferedConnection, call: trio.CancelScope) -> None:
     """Cancel ``call`` when the client closes or resets the connection while it runs."""
-    if conn.buffer:
+    if conn.reader.pending:
         return  # a pipelined request is already here: a close behind it cannot be seen
     sock = conn.stream.socket
     await trio.lowlevel.wait_readable(sock)

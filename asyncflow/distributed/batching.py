@@ -36,12 +36,11 @@ Pure data over the partitioned nodes: no trio, no transports.
 """
 from __future__ import annotations
 
+from asyncflow.devices import task_of
 from asyncflow.graph.partition_loops import loop_of
 from asyncflow.graph.rewrite import FeedNode
 
 
-def task_of(device):
-    return device.split("/device:", 1)[0]
 
 
 def _producers(node, send_of):

@@ -42,12 +42,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from asyncflow.graph.partition import CONST_COPY_BYTES, short_device
+from asyncflow.devices import device_of, task_of as _task
+from asyncflow.graph.partition import CONST_COPY_BYTES
 from asyncflow.graph.rewrite import Node
 
 
-def _task(device):
-    return (device or "").split("/device:", 1)[0]
 
 
 def sink_groups(node_graph):
@@ -138,7 +137,7 @@ def copy_gated_consts(node_graph):
             copy = made.get(reader.device)
             if copy is None:
                 copy = made[reader.device] = Node(
-                    f"{node.name}/_copy_{short_device(reader.device)}", "Const", node.op_def,
+                    f"{node.name}/_copy_{device_of(reader.device)}", "Const", node.op_def,
                     dict(node.attrs), [], list(node.control_inputs), reader.device,
                     node.out_specs, node.traceback, node.seq + 0.5)
                 order.append(copy)

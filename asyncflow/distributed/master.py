@@ -1,6 +1,6 @@
 """The master: compiles a run for a cluster and drives each step on the workers.
 
-Theory of operation (reference §6; DESIGN.md "Distribution"):
+Theory of operation (paper §3.3; docs/distributed.md):
 - **Open.** Health of every task in the cluster (in parallel, under the connect timeout):
   its incarnation, its device names (the placer's candidates) and its task name, which must
   agree with the ClusterSpec.

@@ -1,6 +1,6 @@
 """A worker's per-step rendezvous: local Sends and Recvs, and Recvs pulled from peer workers.
 
-Theory of operation (TF's ``BaseRemoteRendezvous``, reference §5):
+Theory of operation (TF's ``BaseRemoteRendezvous``; docs/distributed.md):
 - ``send`` always deposits locally (the receiver pulls; senders never push unsolicited data).
 - ``recv(key)`` looks at the key's source device (``src;incarnation;dst;tensor;frame:iter``):
   a device of this worker means a local wait in the ``LocalRendezvous``; any other device is
@@ -36,6 +36,7 @@ import dataclasses
 import trio
 
 from asyncflow import errors
+from asyncflow.devices import task_of as task_of_device  # noqa: F401 (master, worker)
 from asyncflow.kernels.transfer import parse_key, source_device  # the key format's one place
 from asyncflow.runtime.rendezvous import LocalRendezvous
 from transports.messages import RecvTensors, RemoteCallError
@@ -77,9 +78,6 @@ def remote_call_error(error, message=None, derived=None):
                            derived=is_derived(error) if derived is None else derived)
 
 
-def task_of_device(device_name):
-    """``/job:w/replica:0/task:1`` of ``/job:w/replica:0/task:1/device:CPU:0``."""
-    return device_name.split("/device:", 1)[0]
 
 
 @dataclasses.dataclass(frozen=True)

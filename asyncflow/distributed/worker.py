@@ -1,6 +1,6 @@
 """The worker service: the logic behind every transport (``transports.service`` handler protocol).
 
-Theory of operation (reference §6):
+Theory of operation (paper §3.3; docs/distributed.md):
 - **RegisterGraph.** The master sends one partition per worker as plain data:
   ``graph`` is a graph_def (``Graph.as_graph_def`` format) of already placed nodes, its
   Send/Recv pairs included; ``options`` names the feeds (placeholders standing for client
@@ -166,7 +166,7 @@ class WorkerService:
     Args:
         job_name: this task's job.
         task_index: this task's index.
-        connect: ``connect(address) -> Channel`` for pulls from peers (e.g. an HttpChannel).
+        connect: ``connect(address) -> Channel`` for pulls from peers (e.g. a TrioHttpChannel).
         config: a SessionConfig for the local devices (``device_count``) and compiler.
         step_ttl: seconds a step's state may live without finishing.
         max_steps: steps alive at once before pulls for new steps are refused.

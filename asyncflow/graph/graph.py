@@ -23,6 +23,7 @@ import itertools
 import os
 import re
 import sys
+import types
 
 from asyncflow import devices as _devices
 from asyncflow.graph import graph_def, registry
@@ -195,11 +196,13 @@ class Operation:
     name = property(lambda self: self._name)
     type = property(lambda self: self._type)
     graph = property(lambda self: self._graph)
-    outputs = property(lambda self: list(self._outputs))
+    # The op's own tuples: reading them copies nothing (the graph's passes read them per op).
+    outputs = property(lambda self: self._outputs, doc="The output tensors (a tuple).")
     control_inputs = property(lambda self: list(self._control_inputs))
     op_def = property(lambda self: self._op_def)
     traceback = property(lambda self: self._traceback)
-    attrs = property(lambda self: dict(self._attrs))
+    attrs = property(lambda self: types.MappingProxyType(self._attrs),
+                     doc="The attrs, name -> value: a read-only view (no copy).")
 
     def run(self, feed_dict=None, session=None):
         """TF1's ``op.run()``: run this op in ``session`` or the default (synchronous) session."""
@@ -207,7 +210,8 @@ class Operation:
 
     @property
     def inputs(self):
-        return list(self._inputs)
+        """The input tensors, in order (a tuple; TF1's ``_InputList`` is no list either)."""
+        return self._inputs
 
     @property
     def device(self):

@@ -157,16 +157,16 @@ def node_def(op, add_shapes=False, debug_info=False):
         ValueError: naming the op and attr when an attr value cannot be serialized.
     """
     attr = {}
-    for key in sorted(op._attrs):
+    for key in sorted(op.attrs):
         try:
-            attr[key] = encode_attr(op._attrs[key])
+            attr[key] = encode_attr(op.attrs[key])
         except TypeError as exc:
             raise ValueError(f"{op.type} '{op.name}': attr {key!r}: {exc}") from None
     if op._colocation:
         attr[_COLOCATION_ATTR] = {"list": [{"s": f"loc:@{name}"} for name in op._colocation]}
     if add_shapes:
-        attr[_SHAPES_ATTR] = {"list": [encode_attr(t.shape) for t in op._outputs]}
-    inputs = [f"{t.op.name}:{t.value_index}" for t in op._inputs]
+        attr[_SHAPES_ATTR] = {"list": [encode_attr(t.shape) for t in op.outputs]}
+    inputs = [f"{t.op.name}:{t.value_index}" for t in op.inputs]
     inputs += [f"^{c.name}" for c in op._control_inputs]
     node = {"name": op.name, "op": op.type, "input": inputs, "device": op.device or "",
             "attr": attr}

@@ -1,6 +1,6 @@
 """Graph optimizations run at compile time, each a pass from a NodeGraph to a new one.
 
-Theory of operation (paper §5, reference §9):
+Theory of operation (paper §5; docs/architecture.md):
 - **CSE** (``eliminate_common_subexpressions``). Walk nodes in topological order and key each
   by (type, device, input ports, sorted control inputs, attrs); a later node with the key of
   an earlier one is dropped and its consumers, fetches and targets read the earlier one.

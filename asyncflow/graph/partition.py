@@ -1,6 +1,6 @@
 """Partitioning: split a placed NodeGraph per device, with Send/Recv on every crossing edge.
 
-Theory of operation (paper §3.2.2, reference §5):
+Theory of operation (paper §3.2.2; docs/architecture.md):
 - A data edge from a producer on device A to a consumer on device B becomes
   ``producer -> _Send`` on A and ``_Recv -> consumer`` on B. There is one Send/Recv pair per
   (tensor, destination device): every consumer of that tensor on B shares the one Recv, so
@@ -30,6 +30,7 @@ import dataclasses
 import numpy as np
 
 from asyncflow import dtypes
+from asyncflow.devices import device_of, task_of
 from asyncflow.graph.partition_loops import add_control_loops, colocate_loop_edges
 from asyncflow.graph.registry import get_op_def
 from asyncflow.graph.rewrite import FeedNode, Node, NodeGraph, topological
@@ -82,11 +83,6 @@ class Partitioned:
         return {p.device: [(n.name, n.type) for n in p.nodes] for p in self.partitions}
 
 
-def short_device(name):
-    """``CPU:1`` from a full device name (for readable node names)."""
-    return name.rsplit("/device:", 1)[-1]
-
-
 class _Builder:
     def __init__(self, incarnations, compress, per_edge):
         self.incarnations = incarnations
@@ -120,7 +116,7 @@ class _Builder:
         return recv
 
     def data_input(self, producer, index, consumer):
-        if _task(producer.device) != _task(consumer.device) and _copyable_const(producer):
+        if task_of(producer.device) != task_of(consumer.device) and _copyable_const(producer):
             return (self._const_copy(producer, consumer.device), 0)
         key = (producer, index, consumer.device)
         recv = self.recv_of.get(key)
@@ -135,7 +131,7 @@ class _Builder:
         copy = self.copy_of.get((const, device))
         if copy is None:
             copy = self.copy_of[(const, device)] = Node(
-                f"{const.name}/_copy_{short_device(device)}", "Const", const.op_def,
+                f"{const.name}/_copy_{device_of(device)}", "Const", const.op_def,
                 dict(const.attrs), [], [], device, const.out_specs, const.traceback,
                 const.seq + 0.5)
             self.added.append(copy)
@@ -161,8 +157,6 @@ class _Builder:
         return identity
 
 
-def _task(device):
-    return device.split("/device:", 1)[0]
 
 
 def _copyable_const(node):

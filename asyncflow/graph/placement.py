@@ -1,6 +1,6 @@
 """Placement: choose a device for every op of a run, as data (``op -> full device name``).
 
-Theory of operation (paper §3.2.1, TF's constraint placer, reference §4):
+Theory of operation (paper §3.2.1, TF's constraint placer; docs/devices.md):
 1. **Groups.** Union-find joins each colocation group (``op.colocation_groups``, from
    ``colocate_with``) and both ends of every reference edge (a Variable and the Assign or
    ScatterAdd that takes its reference), so a variable and its updates never split.
@@ -94,7 +94,7 @@ def _groups(ops):
         uf.find(op)
         for name in op._colocation:
             uf.union(by_name.get(name, "loc:@" + name), op)
-        for position, tensor in enumerate(op._inputs):
+        for position, tensor in enumerate(op.inputs):
             if tensor._is_ref and op.op_def.is_ref_input(position) and tensor.op in members:
                 uf.union(tensor.op, op)
     grouped = {}
@@ -129,11 +129,11 @@ def _ref_readers(op):
     CountUpTo): a run that does not include them still must not put the variable where they
     have no kernel, or a later run would find its state on a device they cannot use."""
     out = []
-    for tensor in op._outputs:
+    for tensor in op.outputs:
         if tensor._is_ref:
             for consumer in tensor._consumers:
                 if any(source is tensor and consumer.op_def.is_ref_input(position)
-                       for position, source in enumerate(consumer._inputs)):
+                       for position, source in enumerate(consumer.inputs)):
                     out.append(consumer)
     return out
 
@@ -141,8 +141,8 @@ def _ref_readers(op):
 def _supported(group, devices, supported_kinds):
     kinds = None
     for op in group + [r for member in group for r in _ref_readers(member)]:
-        op_kinds = set(supported_kinds(op.type, tuple(t.dtype for t in op._inputs),
-                                       tuple(t.dtype for t in op._outputs)))
+        op_kinds = set(supported_kinds(op.type, tuple(t.dtype for t in op.inputs),
+                                       tuple(t.dtype for t in op.outputs)))
         if ANY_KIND not in op_kinds:
             kinds = op_kinds if kinds is None else kinds & op_kinds
     return [d for d in devices if kinds is None or device_kind(d) in kinds], kinds
@@ -225,7 +225,7 @@ def _elements(shape):
 
 def compute_cost(op):
     """Estimated element-operations of ``op`` from static shapes (placement's cost model)."""
-    shapes = [t.shape for t in op._inputs]
+    shapes = [t.shape for t in op.inputs]
     if op.op_def.cost is not None and all(s.is_fully_defined() for s in shapes):
         try:
             return float(op.op_def.cost([s.as_list() for s in shapes], op))
@@ -249,12 +249,12 @@ def _is_follower(op, members, followers):
     """An unconstrained, stateless op computed only from such ops (a Const, a Fill of
     Consts): it sits with its first consumer rather than being shipped to it."""
     return (not op._control_inputs and not op.device and not op.op_def.stateful
-            and compute_cost(op) <= _FOLLOWER_MAX_COST and all(t.op in followers for t in op._inputs)
+            and compute_cost(op) <= _FOLLOWER_MAX_COST and all(t.op in followers for t in op.inputs)
             and any(c in members for c in _consumers_of(op)))
 
 
 def _consumers_of(op):
-    out = [c for t in op._outputs for c in t._consumers]
+    out = [c for t in op.outputs for c in t._consumers]
     return out + list(op._control_outputs)
 
 
@@ -305,7 +305,7 @@ def place(ops, devices, supported_kinds, allow_soft_placement=True, pinned=None)
         best = None
         for device in ([chosen[key]] if key in chosen else choices[key]):
             ready = 0.0
-            for tensor in op._inputs:
+            for tensor in op.inputs:
                 producer = tensor.op
                 if producer in finish:
                     moved = assignment[producer] != device

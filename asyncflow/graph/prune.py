@@ -21,11 +21,11 @@ def needed_ops(fetch_tensors, target_ops, fed_tensors):
         if op in needed:
             continue
         needed.add(op)
-        for tensor in op._inputs:
+        for tensor in op.inputs:
             if tensor not in fed and tensor.op not in needed:
                 stack.append(tensor.op)
         for control in op._control_inputs:
-            if control not in needed and not any(t in fed for t in control._outputs):
+            if control not in needed and not any(t in fed for t in control.outputs):
                 stack.append(control)
     return needed
 
@@ -44,7 +44,7 @@ def topological_order(ops, skip_edge=None):
     indegree = {op: 0 for op in ops}
     consumers = {op: [] for op in ops}
     for op in ops:
-        for index, tensor in enumerate(op._inputs):
+        for index, tensor in enumerate(op.inputs):
             if tensor.op in indegree and not (skip_edge and skip_edge(op, index)):
                 indegree[op] += 1
                 consumers[tensor.op].append(op)

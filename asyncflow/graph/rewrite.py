@@ -105,7 +105,7 @@ class NodeGraph:
         nodes = []
         for op in ops:
             node = Node(op.name, op.type, op.op_def, op._attrs, [], [],
-                        placement[op], [(t.dtype, t.shape, t._is_ref) for t in op._outputs],
+                        placement[op], [(t.dtype, t.shape, t._is_ref) for t in op.outputs],
                         op._traceback, op._id, origin=op, requested_device=op.device)
             node.control_flow_context = op._control_flow_context
             node.colocation = op._colocation
@@ -114,7 +114,7 @@ class NodeGraph:
         # Inputs in a second pass: a loop's Merge reads a NextIteration that comes after it.
         for op, node in zip(ops, nodes):
             node.inputs = [(feed_nodes[t], 0) if t in feed_nodes
-                           else (node_of[t.op], t.value_index) for t in op._inputs]
+                           else (node_of[t.op], t.value_index) for t in op.inputs]
             node.control_inputs = [node_of[c] for c in op._control_inputs if c in node_of]
         fetch_ports = [(feed_nodes[t], 0) if t in feed_nodes else (node_of[t.op], t.value_index)
                        for t in fetches]

@@ -64,10 +64,10 @@ class _Importer:
             return None
         if index is None:
             return op
-        if index >= len(op._outputs):
+        if index >= len(op.outputs):
             raise ValueError(f"input '{src}:{index}' names output {index} of node '{src}', "
-                             f"which has {len(op._outputs)} outputs")
-        return op._outputs[index]
+                             f"which has {len(op.outputs)} outputs")
+        return op.outputs[index]
 
     def build(self, node, names):
         name, op_type = node["name"], node["op"]
@@ -113,7 +113,7 @@ class _Importer:
         if colocation:
             op._colocation = colocation
         if shapes is not None:
-            for tensor, shape in zip(op._outputs, shapes):
+            for tensor, shape in zip(op.outputs, shapes):
                 tensor.set_shape(shape)
         self.created[name] = op
         return op
@@ -121,9 +121,9 @@ class _Importer:
     def finish(self):
         for op, position, src, index in self.patches:
             tensor = self.resolve(src, index)
-            if tensor.dtype is not op._inputs[position].dtype:
+            if tensor.dtype is not op.inputs[position].dtype:
                 raise ValueError(f"{op.type} '{op.name}': back edge {src}:{index} has dtype "
-                                 f"{tensor.dtype.name}, expected {op._inputs[position].dtype.name}")
+                                 f"{tensor.dtype.name}, expected {op.inputs[position].dtype.name}")
             op._update_input(position, tensor)
         unused = set(self.input_map) - self.used_keys
         if unused:
@@ -175,9 +175,9 @@ def import_graph_def(graph_def, input_map=None, return_elements=None, name=None)
         src, index = _parse_input(element)
         if ":" in element:
             target = importer.created.get(src)
-            if target is None or index >= len(target._outputs):
+            if target is None or index >= len(target.outputs):
                 raise ValueError(f"Requested return_element {element!r} not found in graph_def.")
-            results.append(target._outputs[index])
+            results.append(target.outputs[index])
         else:
             target = importer.created.get(element)
             if target is None:

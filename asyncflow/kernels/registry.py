@@ -27,7 +27,7 @@ the op's attrs and device: a Send/Recv's root-frame rendezvous key, a queue's sp
 ``offload=True`` marks kernels that may run on a worker thread when their inputs are large;
 the executor decides, the kernel does not know.
 
-Device kinds and dtypes (TF's kernel registrations, reference §4): a kernel registered for
+Device kinds and dtypes (TF's kernel registrations; docs/devices.md): a kernel registered for
 ``ANY`` runs on every kind for numeric dtypes, but no GPU kernel takes strings, so an op with
 a string input or output has only its host kinds (``supported_device_kinds``);
 a kernel registered for ``"CPU"`` (Save, Restore, summaries, queues, readers, PyFunc) runs

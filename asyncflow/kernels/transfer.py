@@ -26,6 +26,7 @@ import hashlib
 
 import numpy as np
 
+from asyncflow.devices import device_type_of
 from asyncflow.kernels.control_flow import DEAD
 from asyncflow.kernels.registry import (WOULD_BLOCK, register_kernel, register_nowait,
                                        register_prepare, register_subscribe)
@@ -145,7 +146,7 @@ async def _send(ctx, value):
     device = ctx.device
     if device.kind != "CPU":
         # The value leaves this device's stream: wait for it by an event, never by polling.
-        recv_kind = attrs["recv_device"].rsplit("/device:", 1)[-1].split(":")[0]
+        recv_kind = device_type_of(attrs["recv_device"])
         if recv_kind == "CPU":
             value = await device.to_host(value)
         else:

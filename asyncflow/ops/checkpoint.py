@@ -16,7 +16,7 @@ index that makes them one checkpoint (see ``asyncflow.kernels.checkpoint``).
 
 Save, Restore and MergeCheckpointShards do file I/O. Their kernels are ``offload`` kernels and the ops declare an unbounded
 cost, so the executor always runs them on a worker thread and the event loop never waits on
-the disk (kernels may not import trio themselves; see STYLE.md's layer table).
+the disk (kernels may not import trio themselves; see the layer table of docs/architecture.md).
 """
 from __future__ import annotations
 

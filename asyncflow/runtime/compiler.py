@@ -1,6 +1,6 @@
 """One compile pipeline for every target, and running a step's local partitions.
 
-Theory of operation (DESIGN.md, data flow steps 2-3). Every target compiles through
+Theory of operation (docs/architecture.md, "One run"). Every target compiles through
 ``partition_run``: the local Session (``runtime/target.py``), the master
 (``distributed/master.py``, over the cluster's devices) and each worker (over its own
 devices, for the share the master registered there). The stages:

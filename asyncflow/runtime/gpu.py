@@ -1,6 +1,6 @@
 """GPU devices (CuPy): kernels on the device's stream, values awaited by events, never polled.
 
-Theory of operation (reference §11, transport-spike "awaiting GPU work from trio"):
+Theory of operation (docs/devices.md):
 - Kernels are the same functions as on CPU, written against ``ctx.xp``; here ``xp`` is CuPy.
   ``bind_plan`` wraps every kernel of a compiled plan so it runs with this device current
   and this device's stream current: launches are asynchronous and ordered on the stream,
@@ -13,7 +13,7 @@ Theory of operation (reference §11, transport-spike "awaiting GPU work from tri
   polls or blocks. The callback never raises and makes no CUDA calls.
 - A cancelled wait does not stop GPU work already queued; the arrays it uses stay alive
   through the references the caller holds.
-- Host memory (TF's ``HostMemory`` registrations, reference §4). ``bind_plan`` gives every
+- Host memory (TF's ``HostMemory`` registrations; docs/devices.md). ``bind_plan`` gives every
   node one of three forms. A *host node* runs its kernel with ``xp = numpy`` on host values:
   an op whose data inputs and outputs are all int32 (bools allowed beside them: shape
   arithmetic, loop counters, comparisons of counters), an op with a string argument, and a

@@ -55,7 +55,11 @@ def test_tensor_properties(graph):
         x.set_shape([4, 3])
     assert x.graph is graph
     assert x.op.type == "Placeholder"
-    assert x.op.outputs == [x]
+    assert x.op.outputs == (x,) and x.op.outputs is x.op.outputs  # its own tuple: no copy
+    assert x.op.inputs is x.op.inputs
+    assert x.op.attrs["dtype"] == x.op.get_attr("dtype")
+    with pytest.raises(TypeError):  # a read-only view of the op's own attrs
+        x.op.attrs["dtype"] = None
 
 
 def test_creation_site_points_at_user_code(graph):

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from aiohttp_channel import HttpChannel
 from transport_fakes import FakeWorker
 
-from transports.http import HttpChannel
 from transports.http_client import TrioHttpChannel
 from transports.http_server import open_http_server
 from transports.inprocess import InProcessChannel

@@ -150,11 +150,11 @@ HEALTH = frame(wire.HealthReply(9, "/job:w/replica:0/task:0", ["cpu"]))
     (b"", TransportUnavailable, "connection closed before the response head"),
     (_head("Content-Length: 5000\r\n") + HEALTH[:10], TransportUnavailable,
      "in the middle of the response body"),
-    (b"SMTP ready\r\n\r\n", RemoteProtocolError, "bad status line"),
+    (b"SMTP ready\r\n\r\n", RemoteProtocolError, "Expected HTTP/"),
     (_head("") + HEALTH, RemoteProtocolError, "neither Content-Length nor chunked"),
     (_head(f"Content-Length: {len(HEALTH) + 3}\r\n") + HEALTH + b"AFW", RemoteProtocolError,
      "more than one frame|truncated|stream ended"),
-    (b"HTTP/1.1 200 OK\r\n" + b"X: " + b"y" * (70 << 10), RemoteProtocolError,
+    (b"HTTP/1.1 200 OK\r\n" + b"X: " + b"y" * (200 << 10), RemoteProtocolError,
      "response head longer"),
     (_head("Content-Length: 70000\r\n") + b"NOPE" * 17500, RemoteProtocolError, "bad magic"),
 ], ids=["hang_up", "died_mid_body", "not_http", "no_length", "trailing_bytes", "huge_head",
@@ -204,3 +204,9 @@ async def test_a_closed_server_is_unavailable_fast():
 def test_channel_addresses_are_host_and_port():
     with pytest.raises(ValueError, match="address must be 'host:port', got 'localhost'"):
         TrioHttpChannel("localhost")
+
+
+@pytest.mark.parametrize("token", ["", "two words", "line\r\nX-Injected: 1", "caf\xe9"])
+def test_a_token_that_could_break_the_head_is_refused(token):
+    with pytest.raises(ValueError, match="token must be printable ASCII"):
+        TrioHttpChannel("127.0.0.1:1", token=token)

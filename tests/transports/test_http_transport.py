@@ -12,10 +12,11 @@ import msgpack
 import numpy as np
 import pytest
 import trio
+from aiohttp_channel import HttpChannel
 from transport_fakes import FakeWorker, WrongReplyWorker
 
 from transports import wire
-from transports.http import FRAME_CONTENT_TYPE, HttpChannel
+from transports.http_protocol import FRAME_CONTENT_TYPE
 from transports.http_server import open_http_server, serve_http
 from transports.service import TransportUnavailable
 from transports.wire import MAGIC, Limits, RemoteCallError, TensorEntry, decode, encode

@@ -1,18 +1,18 @@
-"""HTTP transport, aiohttp client: :class:`HttpChannel` on one asyncio thread, bridged to trio.
+"""The tests' aiohttp client: :class:`HttpChannel` on one asyncio thread, bridged to trio.
 
 Theory of operation
 -------------------
 trio owns the process. aiohttp cannot run inside trio, so the channel's requests run on one
-daemon thread with an ``asyncio.SelectorEventLoop`` (:func:`transports.aio_bridge.aio_thread`,
+daemon thread with an ``asyncio.SelectorEventLoop`` (:func:`aio_bridge.aio_thread`, beside this module,
 started lazily, one per process, with one ``ClientSession`` whose connector pools connections to
-every worker), reached through :func:`transports.aio_bridge.run_on_loop`: if the trio caller is
+every worker), reached through :func:`aio_bridge.run_on_loop`: if the trio caller is
 cancelled, the asyncio task is cancelled too and awaited (shielded, bounded), so arrays being
 sent stay owned until they are sent.
 
 asyncflow itself speaks to workers with :class:`transports.http_client.TrioHttpChannel` (no
 thread hop) and serves them with :mod:`transports.http_server`; this channel is the same
 protocol through a third-party HTTP stack, which the tests use to check the trio server against
-a client that shares none of its code.
+a client that shares none of its code (it lives with the tests: nothing shipped uses it).
 
 Bodies are single frames of :mod:`transports.wire`. Replies are read by feeding ``readchunk()``
 chunks to a :class:`~transports.wire.Decoder`, which validates the header before allocating and
@@ -34,8 +34,8 @@ from typing import Any, Final
 
 import aiohttp
 import trio
+from aio_bridge import aio_thread, run_on_loop
 
-from transports.aio_bridge import aio_thread, run_on_loop
 from transports.http_protocol import (
     FRAME_CONTENT_TYPE, MAX_TEXT, parse_address, request_path, take_one_frame, text_error,
 )

@@ -1,7 +1,7 @@
 """The asyncio thread that hosts aiohttp for a trio process, and the call from trio onto it.
 
 trio owns the process. aiohttp cannot run inside trio, so every aiohttp object of
-:mod:`transports.http` lives on one daemon thread running an ``asyncio.SelectorEventLoop``
+:mod:`aiohttp_channel` (the tests' aiohttp client) lives on one daemon thread running an ``asyncio.SelectorEventLoop``
 (:func:`aio_thread`, started lazily, one per process, with one ``ClientSession`` whose
 connector pools connections to every worker). :func:`run_on_loop` is the trio -> asyncio
 direction: ``asyncio.run_coroutine_threadsafe`` starts the coroutine, and its done-callback wakes
