@@ -134,3 +134,44 @@ async def test_a_prefix_outside_the_data_directory_is_refused(cluster):
             with trio.fail_after(60):
                 await saver.save(sess, "../elsewhere/model")
     assert not (root / "elsewhere").exists()
+
+
+async def test_monitored_training_sessions_save_and_recover_on_the_workers(cluster, monkeypatch):
+    """The chief's checkpoints land in the ps's data directory; a new MonitoredTrainingSession
+    (a restarted chief in another folder) restores the latest one from there."""
+    spec, dirs, root = cluster
+    client = root / "client_monitored"
+    client.mkdir()
+    monkeypatch.chdir(client)
+    await af.Session.reset(spec)
+
+    def build():
+        graph = af.Graph()
+        with graph.as_default():
+            with af.device(af.train.replica_device_setter(cluster=af.ClusterSpec(spec))):
+                step = af.train.get_or_create_global_step()
+                weight = af.Variable(0.0, name="weight")
+            train = af.group(step.assign_add(1), weight.assign_add(0.5))
+        return graph, step, weight, train
+
+    graph, step, weight, train = build()
+    hooks = [af.train.StopAtStepHook(last_step=4)]
+    with trio.fail_after(120):
+        async with af.train.MonitoredTrainingSession(
+                cluster=spec, checkpoint_dir="monitored", hooks=hooks, graph=graph,
+                save_checkpoint_steps=2) as sess:
+            while not sess.should_stop():
+                await sess.run(train)
+    assert os.listdir(client) == []
+    state = (dirs["ps"] / "monitored" / "checkpoint").read_text()
+    assert 'model_checkpoint_path: "model.ckpt-4"' in state
+    assert (dirs["ps"] / "monitored" / "model.ckpt-4.meta").is_file()
+
+    await af.Session.reset(spec)
+    graph, step, weight, train = build()
+    with trio.fail_after(120):
+        async with af.train.MonitoredTrainingSession(
+                cluster=spec, checkpoint_dir="monitored", graph=graph,
+                save_checkpoint_secs=None) as sess:
+            assert sess.statistics().restored_checkpoint == "monitored/model.ckpt-4"
+            assert await sess.run([step, weight]) == [4, 2.0]
