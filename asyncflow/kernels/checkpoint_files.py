@@ -12,8 +12,9 @@ second client could not find them: ``CommitCheckpoint`` and ``LatestCheckpoint``
 ops that do so, colocated with the Saver's Save op. Every path they take is resolved by
 ``ctx.resolve_path`` (relative to the worker's data directory, confined to it).
 
-- ``CommitCheckpoint(prefix, meta_graph, kept, doomed, latest_filename, meta_graph_suffix)``:
-  writes ``meta_graph`` (bytes; empty: none) to
+- ``CommitCheckpoint(prefix, meta_graph, kept, doomed, latest_filename, meta_graph_suffix)``
+  (``prefix`` may end in ``.safetensors``, the Save op's file name, which the Saver feeds to
+  both, so that one step runs Save and then this): writes ``meta_graph`` (bytes; empty: none) to
   ``<prefix>.<suffix>``; unless ``kept`` is empty, rewrites the state file to name ``prefix``
   as the latest and ``kept`` as all kept checkpoints; then deletes the files of every prefix
   in ``doomed`` and the directory's stale temporaries. Each write is atomic.
@@ -171,6 +172,7 @@ def _texts(values):
 @register_kernel("CommitCheckpoint", offload=True)
 def _commit_checkpoint(ctx, prefix, meta_graph, kept, doomed, latest_filename, suffix):
     path = ctx.resolve_path(_text(prefix))
+    path = path[:-len(DATA_SUFFIX)] if path.endswith(DATA_SUFFIX) else path  # Save's file name
     suffix = _text(suffix)
     meta = np.asarray(meta_graph, dtype=object).reshape(()).item()
     if meta:

@@ -6,7 +6,8 @@ data directory of the worker that wrote its data (the Saver colocates them with 
 see ``asyncflow.kernels.checkpoint_files`` for what each does).
 
 - ``CommitCheckpoint(prefix, meta_graph, kept, doomed, latest_filename, meta_graph_suffix)``:
-  string scalars ``prefix`` and ``meta_graph`` (the serialized meta graph, empty for none),
+  string scalars ``prefix`` (or the checkpoint's data file name) and ``meta_graph`` (the
+  serialized meta graph, empty for none),
   string vectors ``kept`` (the checkpoints the state file lists, empty: leave the state file
   alone) and ``doomed`` (checkpoints to delete), string scalars naming the state file (empty:
   ``checkpoint``) and the meta graph's suffix; no outputs.

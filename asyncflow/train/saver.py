@@ -273,9 +273,11 @@ class Saver:
                 ("meta_graph", ()), ("kept", (None,)), ("doomed", (None,)),
                 ("latest_filename", ()), ("meta_graph_suffix", ()), ("checkpoint_dir", ()))}
             feeds = self._commit_feeds
-            self._commit_op = _file_ops.commit_checkpoint(
-                self._filename, feeds["meta_graph"], feeds["kept"], feeds["doomed"],
-                feeds["latest_filename"], feeds["meta_graph_suffix"], name="CommitCheckpoint")
+            with control_dependencies([save_op]):  # one step saves, then commits
+                self._commit_op = _file_ops.commit_checkpoint(
+                    self._filename, feeds["meta_graph"], feeds["kept"], feeds["doomed"],
+                    feeds["latest_filename"], feeds["meta_graph_suffix"],
+                    name="CommitCheckpoint")
             self._latest = _file_ops.latest_checkpoint(
                 feeds["checkpoint_dir"], feeds["latest_filename"], name="LatestCheckpoint")
 
@@ -437,22 +439,26 @@ class Saver:
 
     async def _save_on_cluster(self, sess, path, step, latest_filename, meta_graph_suffix,
                                write_meta_graph, write_state):
-        """``save`` on a cluster: the Save op writes the data (creating its folder), then
-        ``CommitCheckpoint`` writes the meta graph and the state file beside it, on the same
-        worker, relative to that worker's data directory."""
+        """``save`` on a cluster, in one step: the Save op writes the data (creating its
+        folder), then ``CommitCheckpoint`` (ordered after it) writes the meta graph and the
+        state file beside it, on the same worker, relative to that worker's data directory."""
         async with self._lock:
-            await sess.run(self._save_tensor, feed_dict={
-                self._filename: data_path(path), self._step: -1 if step is None else step})
             feeds = self._commit_feeds
-            feed = {self._filename: path, feeds["meta_graph_suffix"]: meta_graph_suffix,
+            feed = {self._filename: data_path(path), self._step: -1 if step is None else step,
+                    feeds["meta_graph_suffix"]: meta_graph_suffix,
                     feeds["latest_filename"]: latest_filename or ""}
             if write_meta_graph:
                 feed[feeds["meta_graph"]] = self._meta_graph_bytes(f"{path}.{meta_graph_suffix}")
+            kept_before = (list(self._last_checkpoints), self._next_keep_time)
             if write_state:
                 doomed = self._record(path)
                 feed[feeds["kept"]] = _byte_strings(self.last_checkpoints)
                 feed[feeds["doomed"]] = _byte_strings(doomed)
-            await sess.run(self._commit_op, feed_dict=feed)
+            try:
+                await sess.run(self._commit_op, feed_dict=feed)
+            except BaseException:  # nothing was committed: the kept list stays as it was
+                self._last_checkpoints, self._next_keep_time = kept_before
+                raise
         return path
 
     def _meta_graph_bytes(self, filename):

@@ -134,6 +134,7 @@ async def test_a_prefix_outside_the_data_directory_is_refused(cluster):
             with trio.fail_after(60):
                 await saver.save(sess, "../elsewhere/model")
     assert not (root / "elsewhere").exists()
+    assert saver.last_checkpoints == []  # a failed save keeps nothing
 
 
 async def test_monitored_training_sessions_save_and_recover_on_the_workers(cluster, monkeypatch):
