@@ -100,6 +100,7 @@ async def test_all_files_of_a_checkpoint_land_on_the_owning_worker(cluster, shar
             await sess.run(bump, options=TIMEOUT)
             path = await saver.save(sess, f"{ckpt}/model", global_step=2)
             assert await saver.latest_checkpoint(sess, ckpt) == path == f"{ckpt}/model-2"
+            assert await saver.latest_checkpoint(sess, "nowhere") is None
     assert first == f"{ckpt}/model-1"
     assert os.listdir(client) == []  # nothing of the checkpoint on the client's side
     folder = dirs["ps"] / ckpt   # the data directory of the variables' task
