@@ -56,8 +56,6 @@ import time
 import numpy as np
 import trio
 
-from asyncflow import errors
-
 from asyncflow.devices import DeviceSpec
 from asyncflow.graph.graph import GraphKeys, Tensor, get_default_graph
 from asyncflow.kernels.checkpoint_files import (
