@@ -33,7 +33,10 @@ Theory of operation:
   (``kernels/checkpoint_files.py``), so nothing lands in the client's directory.
   ``await saver.latest_checkpoint(sess, dir)`` (and, inside a ``tf.Session`` block,
   ``asyncflow.compat.v1``'s ``tf.train.latest_checkpoint(dir)``) reads the state file there,
-  and a second client restores from it, whatever its working directory.
+  and a second client restores from it, whatever its working directory. A sharded Saver
+  over several tasks writes each shard on its own task and the index where the first shard
+  is, whose merge reads every shard: as in TF1, the tasks' data directories must then be one
+  shared folder (a volume every task mounts at the same path, as ``deploy/`` does).
 - The state file is TF's text format (``model_checkpoint_path: "..."`` then
   ``all_model_checkpoint_paths: "..."`` lines); paths inside the directory are relative.
 - All file work runs on worker threads (``trio.to_thread.run_sync``), never on the loop.
