@@ -20,7 +20,7 @@ from asyncflow.ops.array import identity, rank, reshape, shape, size, stop_gradi
 from asyncflow.ops.embedding import (  # noqa: F401
     dynamic_partition, dynamic_stitch, embedding_lookup,
 )
-from asyncflow.ops.indexing import gather, slice, strided_slice, unsorted_segment_sum  # noqa: F401
+from asyncflow.ops.indexing import gather, gather_nd, slice, strided_slice, unsorted_segment_sum  # noqa: F401
 from asyncflow.ops.layout import (  # noqa: F401
     concat, expand_dims, invert_permutation, split, squeeze, stack, transpose, unstack,
 )
@@ -74,6 +74,7 @@ from asyncflow.ops.io import NumpyRecordReader, ReaderBase, TextLineReader  # no
 # Namespaces: af.train, af.summary, af.nn, af.initializers, af.timeline, af.serving.
 from asyncflow import initializers, layers, nn, serving, summary, timeline, train  # noqa: F401,E402
 from asyncflow import distribute  # noqa: F401,E402  (af.distribute.cluster_resolver)
+from asyncflow import image  # noqa: F401,E402  (af.image: decode_jpeg, resize_images)
 from asyncflow.ops.init_ops import (  # noqa: F401,E402
     Constant as constant_initializer, GlorotNormal as glorot_normal_initializer,
     GlorotUniform as glorot_uniform_initializer, Ones as ones_initializer,

@@ -26,10 +26,10 @@ import textwrap
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np
-import trio
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 import asyncflow as af
+from asyncflow import aio
 
 
 def corpus(size="full"):
@@ -182,6 +182,6 @@ def parse_args():
 
 if __name__ == "__main__":
     args = parse_args()
-    losses, text = trio.run(main, args.epochs, args.hidden, args.layers, args.batch_size,
-                            args.seq_len, args.text, args.sample_length)
+    losses, text = aio.run_trio(main, args.epochs, args.hidden, args.layers, args.batch_size,
+                                args.seq_len, args.text, args.sample_length)
     print("\nsample:\n" + text)

@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-import trio
 
 import asyncflow as af
+from asyncflow import aio
 
 
 def build_rnn(length, hidden=16, batch=32, seed=0):
@@ -90,4 +90,4 @@ if __name__ == "__main__":
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--length", type=int, default=8)
     args = parser.parse_args()
-    trio.run(main, args.steps, args.length)
+    aio.run_trio(main, args.steps, args.length)

@@ -49,7 +49,6 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
-import trio  # noqa: E402
 from aiohttp import web  # noqa: E402
 
 import asyncflow as af  # noqa: E402
@@ -323,7 +322,7 @@ def main(argv=None):
         print(f"no --model-dir: training a digits MLP into {model_dir} (removed when the "
               "service stops)", flush=True)
         start = time.perf_counter()
-        trio.run(train_and_export, model_dir, args.train_steps)
+        aio.run_trio(train_and_export, model_dir, args.train_steps)
         print(f"  ({time.perf_counter() - start:.1f} s)", flush=True)
         serve(args, model_dir)
 

@@ -17,10 +17,10 @@ import tempfile
 import time
 
 import numpy as np
-import trio
 from sklearn.datasets import load_digits
 
 import asyncflow as af
+from asyncflow import aio
 
 SHARDS = 8
 BATCH = 32
@@ -124,6 +124,6 @@ if __name__ == "__main__":
                         help="write a Chrome trace of the training steps and the queue runners "
                              "to FILE (about 9 MB for 30 epochs)")
     args = parser.parse_args()
-    trio.run(main, args.epochs, args.timeline)
+    aio.run_trio(main, args.epochs, args.timeline)
     if not args.timeline:
         print("(--timeline FILE writes a trace of the pipeline to open in https://ui.perfetto.dev)")

@@ -14,11 +14,11 @@ import argparse
 import time
 
 import numpy as np
-import trio
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 import asyncflow as af
+from asyncflow import aio
 from local_cluster import local_cluster
 
 
@@ -89,7 +89,7 @@ def cli():
     print("starting two workers:")
     started = time.perf_counter()
     with local_cluster({"worker": 2}) as spec:
-        accuracy = trio.run(main, af.ClusterSpec(spec), args.steps)
+        accuracy = aio.run_trio(main, af.ClusterSpec(spec), args.steps)
     print(f"done in {time.perf_counter() - started:.1f} s")
     if accuracy < 0.9:
         raise SystemExit(f"accuracy {accuracy:.4f} is below 0.9")

@@ -25,6 +25,7 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 import asyncflow as af
+from asyncflow import aio
 from local_cluster import local_cluster
 
 BATCH = 128
@@ -170,7 +171,7 @@ def cli():
     started = time.perf_counter()
     with local_cluster({"ps": 1, "worker": 2}) as spec:
         cluster = af.ClusterSpec(spec)
-        accuracy = trio.run(main, cluster, args.steps)
+        accuracy = aio.run_trio(main, cluster, args.steps)
     print(f"done in {time.perf_counter() - started:.1f} s")
     if accuracy < 0.9:
         raise SystemExit(f"accuracy {accuracy:.4f} is below 0.9")

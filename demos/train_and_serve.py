@@ -25,6 +25,7 @@ import numpy as np
 import trio
 
 import asyncflow as af
+from asyncflow import aio
 from asyncflow.serving import Batcher
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -100,7 +101,7 @@ def main(argv=None):
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--report-every", type=int, default=40)
     args = parser.parse_args(argv)
-    trio.run(train_and_serve, args.steps, args.clients, args.report_every)
+    aio.run_trio(train_and_serve, args.steps, args.clients, args.report_every)
 
 
 if __name__ == "__main__":

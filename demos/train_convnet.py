@@ -8,9 +8,9 @@ import argparse
 import time
 
 import numpy as np
-import trio
 
 import asyncflow as af
+from asyncflow import aio
 from train_digits import load_data
 
 
@@ -66,6 +66,6 @@ if __name__ == "__main__":
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--batch-size", type=int, default=128)
     args = parser.parse_args()
-    accuracy = trio.run(main, args.steps, args.batch_size)
+    accuracy = aio.run_trio(main, args.steps, args.batch_size)
     if accuracy < 0.95:
         raise SystemExit(f"accuracy {accuracy:.4f} is below 0.95")

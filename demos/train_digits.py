@@ -18,12 +18,12 @@ import time
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np
-import trio
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 import asyncflow as af
+from asyncflow import aio
 
 
 def load_data(seed=0):
@@ -117,7 +117,7 @@ def cli():
     with tempfile.TemporaryDirectory(prefix="asyncflow-digits-") as scratch:
         logdir = args.logdir or os.path.join(scratch, "logs")
         checkpoint_dir = args.checkpoint_dir or os.path.join(scratch, "checkpoints")
-        accuracy = trio.run(main, args.steps, args.batch_size, logdir, checkpoint_dir)
+        accuracy = aio.run_trio(main, args.steps, args.batch_size, logdir, checkpoint_dir)
     if args.logdir:
         print(f"view it with: tensorboard --logdir {args.logdir}")
     else:

@@ -33,6 +33,7 @@ import numpy as np
 import trio
 
 import asyncflow as af
+from asyncflow import aio
 from local_cluster import local_cluster
 
 MODULES = ("os", "re", "json", "collections", "itertools", "functools", "string", "textwrap",
@@ -170,7 +171,7 @@ def main(steps=8000, vocabulary=2000):
     print(f"corpus: {len(ids):,} words, vocabulary {len(names):,} "
           f"({np.mean(ids == 0):.1%} UNK)")
     with local_cluster({"ps": 2, "worker": 2}) as spec:
-        vectors, first, last = trio.run(train, spec, ids, names, steps)
+        vectors, first, last = aio.run_trio(train, spec, ids, names, steps)
     found = nearest(vectors, names, PROBES)
     for word, neighbours in found.items():
         print(f"  {word:>10}: {', '.join(neighbours)}")

@@ -27,6 +27,7 @@ import numpy as np
 import trio
 
 import asyncflow as af
+from asyncflow import aio
 from asyncflow.distribute import cluster_resolver as resolvers
 
 
@@ -95,7 +96,7 @@ def run_on_ray(args):
     if not ray.is_initialized():
         ray.init(address=os.environ.get("RAY_ADDRESS", "auto"))
     with start_cluster(json.loads(args.ray)) as cluster:
-        step, loss = trio.run(train, cluster, args.steps, args.checkpoint_dir)
+        step, loss = aio.run_trio(train, cluster, args.steps, args.checkpoint_dir)
     return {"global_step": step, "loss": loss, "shutdown": "the Ray actors were removed"}
 
 
@@ -109,7 +110,7 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--checkpoint-dir", default="checkpoints")
     args = parser.parse_args(argv)
-    result = run_on_ray(args) if args.ray else trio.run(run_chief, make_resolver(args), args)
+    result = run_on_ray(args) if args.ray else aio.run_trio(run_chief, make_resolver(args), args)
     print(json.dumps(result), flush=True)
     return 0
 

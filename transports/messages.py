@@ -329,12 +329,15 @@ class WorkerStatistics:
 
 @dataclass(frozen=True, slots=True)
 class HealthReply:
-    """``incarnation`` changes whenever the worker process restarts."""
+    """``incarnation`` changes whenever the worker process restarts; ``cluster`` (when the
+    worker knows it) maps each job to ``{task index as text: address}``, so a client given
+    one worker's address can be the master of the whole cluster (as a TF1 server target)."""
 
     incarnation: int
     task: str
     devices: list[str]
     stats: WorkerStatistics = field(default_factory=WorkerStatistics)
+    cluster: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -165,6 +165,22 @@ def task_name(job_name, task_index):
     return f"/job:{job_name}/replica:0/task:{int(task_index)}"
 
 
+def health_cluster(cluster, this_task, address):
+    """The jobs a worker sends in its Health: ``{job: {"index": address}}``, this task
+    (``/job:J/replica:0/task:N``) at the address it bound (its spec may say port 0)."""
+    jobs = {}
+    for job, index, spec_address in cluster.tasks():
+        jobs.setdefault(job, {})[str(index)] = (
+            address if task_name(job, index) == this_task else spec_address)
+    return jobs
+
+
+def tasks_of_health(jobs):
+    """``[(task name, address)]`` of the jobs in a Health reply (None: none)."""
+    return [(task_name(job, index), address) for job, table in (jobs or {}).items()
+            for index, address in table.items()]
+
+
 def config_from_env(environ=None):
     """``(ClusterSpec, job, index)`` from ``ASYNCFLOW_CONFIG``, or None when it is unset.
 

@@ -58,7 +58,7 @@ from asyncflow import errors
 from asyncflow.distributed import channels as _channels
 from asyncflow.distributed import rendezvous as _rdv
 from asyncflow.distributed.batching import start_order, transfer_levels
-from asyncflow.distributed.cluster import ClusterSpec
+from asyncflow.distributed.cluster import ClusterSpec, tasks_of_health
 from asyncflow.distributed.control_edges import carry_fewer_control_edges
 from asyncflow.graph.rewrite import materialize
 from asyncflow.graph.serialize import encode_attr, node_def
@@ -211,6 +211,10 @@ class Master:
                 raise _unavailable(probe, exc) from None
             probe.name = reply.task
             self.tasks[reply.task] = probe
+            for name, address in tasks_of_health(reply.cluster):  # the target's whole cluster
+                if name != reply.task:
+                    self.tasks[name] = _Task(name, address, _channels.connect(
+                        address, connect_timeout=self.config.connect_timeout_s))
         await _all(self._health, self.tasks.values())
         self.opened = True
 

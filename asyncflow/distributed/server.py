@@ -24,7 +24,7 @@ import trio
 from asyncflow import errors
 from asyncflow.distributed import channels as _channels
 from asyncflow.distributed import status as _status
-from asyncflow.distributed.cluster import ClusterSpec, task_name
+from asyncflow.distributed.cluster import ClusterSpec, health_cluster, task_name
 from asyncflow.distributed.status_page import StatusPages
 from asyncflow.distributed.worker import WorkerService
 from transports.messages import RemoteCallError, Shutdown
@@ -136,6 +136,8 @@ class Server:
                     self.service.transport_statistics = http.statistics
                     self.address = http.address
                     self.port = http.port
+                    self.service.cluster = health_cluster(self.cluster, self.service.task,
+                                                          http.address)
                     # DEBUG: ``asyncflow worker`` prints the same event on stdout.
                     _log.debug("%s listening on %s", self.service.task, http.address)
                     yield self

@@ -208,6 +208,7 @@ class WorkerService:
         self.counters = _Counters()
         self.status = _status.StatusRecorder(status_trace_every)
         self.transport_statistics = None  # set by a Server: () -> its transport's statistics
+        self.cluster = None  # set by a Server: its ClusterSpec's jobs, sent in Health
 
     # -- graphs -----------------------------------------------------------------------
     async def register_graph(self, request):
@@ -544,7 +545,7 @@ class WorkerService:
     async def health(self, request):
         self._sweep_graphs()
         return HealthReply(self.incarnation, self.task, list(self.device_names),
-                           self.statistics())
+                           self.statistics(), self.cluster)
 
     async def devices(self):
         return list(self.device_names)

@@ -2,8 +2,32 @@
 
 A ``TensorShape`` has unknown rank (``dims is None``) or a tuple of dims, each an ``int`` or
 ``None`` (unknown). Shapes are immutable values.
+
+Indexing or iterating a shape gives each known dim as a ``Dimension``: an ``int`` that also
+has TF1's ``.value``, so ``x.shape[1].value`` of TF1 code works; an unknown dim is ``None``
+(TF1's ``Dimension(None)``; ``dimension_value`` reads either). ``dims`` and ``as_list()`` hold
+plain ints.
 """
 from __future__ import annotations
+
+
+class Dimension(int):
+    """A known dimension: an ``int`` with TF1's ``.value`` (itself, as a plain int)."""
+
+    __slots__ = ()
+
+    @property
+    def value(self):
+        return int(self)
+
+
+def dimension_value(dim):
+    """TF1's ``tf.compat.dimension_value``: the int (or None) of a dim of any spelling."""
+    return dim.value if hasattr(dim, "value") else (None if dim is None else int(dim))
+
+
+def _dimension(dim):
+    return None if dim is None else Dimension(dim)
 
 
 class TensorShape:
@@ -108,14 +132,14 @@ class TensorShape:
     def __iter__(self):
         if self._dims is None:
             raise ValueError("Cannot iterate over a shape with unknown rank.")
-        return iter(self._dims)
+        return map(_dimension, self._dims)
 
     def __getitem__(self, key):
         if self._dims is None:
             return TensorShape(None) if isinstance(key, slice) else None
         if isinstance(key, slice):
             return TensorShape(self._dims[key])
-        return self._dims[key]
+        return _dimension(self._dims[key])
 
     def __eq__(self, other):
         try:

@@ -490,10 +490,8 @@ def _save(ctx, filename, global_step, *values):
         tensors[name] = _host(value.read() if hasattr(value, "read") else value)
     metadata = {"format": FORMAT, "format_version": FORMAT_VERSION,
                 "global_step": str(int(_host(global_step)))}
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise errors.NotFoundError(None, ctx.name, f"Parent directory of {path} doesn't "
-                                   "exist, can't save.")
+    # The folder is made as a local Saver.save makes it (on a worker: inside its data dir).
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     write_safetensors(path, tensors, metadata)
     return ()
 
@@ -623,7 +621,7 @@ def _sharded_filename(ctx, filename):
 
 @register_kernel("MergeCheckpointShards", offload=True)
 def _merge_shards(ctx, filename, global_step):
-    path = _string(filename)
+    path = ctx.resolve_path(_string(filename))
     shards = ctx.attrs["shard_tensor_names"]
     weight_map = {}
     for shard, names in enumerate(shards):

@@ -107,6 +107,20 @@ def _gather(ctx, params, indices):
     return (out.reshape(batch + out.shape[1:]),)
 
 
+@register_kernel("GatherNd")
+def _gather_nd(ctx, params, indices):
+    depth = indices.shape[-1]
+    if depth > params.ndim:
+        raise _invalid(ctx, f"the last dim of indices ({depth}) is above the rank of params "
+                            f"({params.ndim})")
+    for k in range(depth):
+        check_range(ctx, indices[..., k], params.shape[k], f"indices[..., {k}]")
+    tuples = tuple(indices[..., k] for k in range(depth))
+    if depth == 0:  # every empty tuple picks the whole of params
+        return (ctx.xp.broadcast_to(params, indices.shape[:-1] + params.shape).copy(),)
+    return (params[tuples],)
+
+
 @register_kernel("UnsortedSegmentSum")
 def _unsorted_segment_sum(ctx, data, segment_ids, num_segments):
     xp = ctx.xp

@@ -6,6 +6,8 @@ from asyncflow.ops import array, control, math, math_grad, sources, state  # noq
 from asyncflow.ops import control_flow, control_flow_grad  # noqa: F401,E402  (cond, case)
 from asyncflow.ops import while_grad, while_loop  # noqa: F401,E402  (while_loop, its gradient)
 from asyncflow.ops import checkpoint, summary_ops  # noqa: F401,E402  (checkpoint and summary families)
+from asyncflow.ops import checkpoint_files  # noqa: F401,E402  (a checkpoint's meta graph and state file)
+from asyncflow.ops import image  # noqa: F401,E402  (tf.image: decoding, resizing)
 from asyncflow.ops import nn, nn_conv  # noqa: F401,E402  (nn family)
 from asyncflow.ops import embedding, indexing, layout, numerics, script, tiling  # noqa: F401,E402  (array family, py_func)
 from asyncflow.ops import transfer  # noqa: F401,E402  (Send/Recv for partitions)

@@ -7,6 +7,8 @@ Theory of operation:
   and scalar int tensors into that encoding; the kernel turns it back into a numpy index, so
   clamping, negative steps and shrinking follow numpy exactly. When some indices are tensors,
   begin/end/strides are ``Pack`` ops whose constant elements shape inference still reads.
+- ``GatherNd`` (TF1's ``gather_nd``) checks its indices the same way; its gradient is the
+  ``UnsortedSegmentSum`` of the incoming slices at each tuple's row-major position.
 - ``GatherV2`` checks every index at run time (an out-of-range index is an
   ``InvalidArgumentError`` naming the op, like TF1 on CPU). Along axis 0 its gradient is an
   ``IndexedSlices`` (the incoming rows and the flat ids, never a dense table); along another
@@ -409,6 +411,63 @@ def _gather_grad(op, grad):
     back = list(builtins.range(b)) + list(builtins.range(b + 1, a + 1)) + [b] + \
         list(builtins.range(a + 1, len(p_dims)))
     return [unflat if back == sorted(back) else transpose(unflat, back), None]
+
+
+# -- gather_nd -----------------------------------------------------------------------------------
+def _infer_gather_nd(op):
+    params, indices = op._inputs
+    check_dtype(op.type, indices, INTEGER, "indices")
+    if params.shape.ndims is None or indices.shape.ndims is None:
+        return [(params.dtype, TensorShape(None))]
+    if indices.shape.ndims == 0:
+        raise ValueError(f"GatherNd {op.name}: indices must have rank >= 1, got a scalar")
+    depth = indices.shape.dims[-1]
+    if depth is not None and depth > params.shape.ndims:
+        raise ValueError(f"GatherNd {op.name}: the last dim of indices ({depth}) must be <= "
+                         f"the rank of params ({params.shape.ndims})")
+    tail = None if depth is None else list(params.shape.dims[depth:])
+    if tail is None:
+        return [(params.dtype, TensorShape(None))]
+    return [(params.dtype, TensorShape(list(indices.shape.dims[:-1]) + tail))]
+
+
+register_op("GatherNd", infer=_infer_gather_nd)
+
+
+def gather_nd(params, indices, name=None, batch_dims=0):
+    """TF1's ``tf.gather_nd``: slices of ``params`` at the index tuples of ``indices``.
+
+    ``indices`` has shape ``I + [K]``: each row of length K indexes the first K dims of
+    ``params``; the result has shape ``I + params.shape[K:]``. Every index is checked at run
+    time (``InvalidArgumentError`` naming the op and the bad position, as TF1 on CPU). The
+    gradient with respect to ``params`` adds the incoming slices at their positions.
+
+    Raises:
+        ValueError: at build time, for a scalar ``indices``, a K above the rank of
+            ``params`` or ``batch_dims`` other than 0.
+    """
+    if batch_dims:
+        raise ValueError("gather_nd: batch_dims other than 0 is not supported")
+    return make("GatherNd", (as_tensor(params), as_tensor(indices)), None, name, "GatherNd")
+
+
+@register_gradient("GatherNd")
+def _gather_nd_grad(op, grad):
+    params, indices = op._inputs
+    depth = indices.shape.dims[-1] if indices.shape.ndims else None
+    if depth is None or params.shape.ndims is None:
+        raise ValueError(f"the gradient of GatherNd {op.name} needs the static last dim of "
+                         "its indices and the rank of its params")
+    p_dims = dims_of(params)
+    flat = None  # row-major position of each index tuple among the first ``depth`` dims
+    for k in builtins.range(depth):
+        column = math_ops.cast(indices[..., k], dtypes.int32)
+        flat = column if flat is None else math_ops.add(math_ops.multiply(flat, p_dims[k]),
+                                                        column)
+    rest = p_dims[depth:]
+    rows = reshape(grad, dims_vector([-1] + rest))
+    summed = unsorted_segment_sum(rows, reshape(flat, [-1]), dims_product(p_dims[:depth]))
+    return [reshape(summed, dims_vector(p_dims)), None]
 
 
 def _sparse_gather_grad(params, indices, grad, p_dims, i_dims):

@@ -76,8 +76,12 @@ def _prefixed(prefix, name):
 def _saver_def_with_prefix(saver_def, prefix):
     out = dict(saver_def)
     for key in ("filename_tensor_name", "step_tensor_name", "save_tensor_name",
-                "restore_op_name"):
-        out[key] = _prefixed(prefix, saver_def[key])
+                "restore_op_name", "commit_op_name", "latest_tensor_name"):
+        if key in saver_def:
+            out[key] = _prefixed(prefix, saver_def[key])
+    if "commit_feed_names" in saver_def:
+        out["commit_feed_names"] = {k: _prefixed(prefix, name)
+                                    for k, name in saver_def["commit_feed_names"].items()}
     return out
 
 
@@ -177,6 +181,12 @@ def _encode_file(data, as_text):
     if as_text:
         return json.dumps(_to_json(data), indent=1).encode()
     return msgpack.packb(data, use_bin_type=True)
+
+
+def encode_file(meta, as_text=False):
+    """The bytes of a meta graph file (msgpack, or JSON text), as ``write_meta_graph_file``
+    writes them."""
+    return _encode_file(meta, as_text)
 
 
 def write_meta_graph_file(filename, meta, as_text=False):

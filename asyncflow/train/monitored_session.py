@@ -312,7 +312,11 @@ class MonitoredTrainingSession:
         self._generation += 1
 
     async def _restore_or_initialize(self, sess):
-        path = latest_checkpoint(self._dir) if self._dir is not None else None
+        path = None
+        if self._dir is not None:  # on a cluster, the Saver reads where its Save op writes
+            find = getattr(self._scaffold.saver, "latest_checkpoint", None)
+            path = (await find(sess, self._dir)) if find is not None else \
+                latest_checkpoint(self._dir)
         if path is not None:
             await self._scaffold.saver.restore(sess, path)
             self._restored = path
@@ -351,7 +355,7 @@ class MonitoredTrainingSession:
                     what = "start" if first else f"recover from: {cause}"
                     raise errors.UnavailableError(
                         None, None, f"The cluster was not whole within {self._recovery_wait} s "
-                        f"(trying to {what}); last error: {exc}") from exc
+                        f"(recovery_wait_secs, trying to {what}); last error: {exc}") from exc
                 logger.info("session creation failed (%s); retrying in %.2f s", exc, delay)
                 await trio.sleep(delay)
                 delay = min(delay * 2, _BACKOFF_MAX_S)

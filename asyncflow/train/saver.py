@@ -23,6 +23,20 @@ Theory of operation:
   only ever writes and reads the files of its own variables' values, nothing crosses the
   network, and either kind of checkpoint restores with either kind of Saver on any layout
   (the Restore kernel finds each tensor's shard through the index).
+- On a cluster (a session with a ``cluster`` or a worker target) every file of a checkpoint
+  lands where its data does, as in TF1: the Save op runs on the CPU of the task of the first
+  variable (a sharded Saver's index on the first shard's task), and the path the caller gave
+  is resolved there, relative to that worker's data directory (``asyncflow worker
+  --data-dir``) and confined to it; the folder is created as a local save creates it. Then
+  ``CommitCheckpoint``, colocated with Save, writes the ``.meta`` and the ``checkpoint``
+  state file beside the data and deletes what ``max_to_keep`` drops
+  (``kernels/checkpoint_files.py``), so nothing lands in the client's directory.
+  ``await saver.latest_checkpoint(sess, dir)`` (and, inside a ``tf.Session`` block,
+  ``asyncflow.compat.v1``'s ``tf.train.latest_checkpoint(dir)``) reads the state file there,
+  and a second client restores from it, whatever its working directory. A sharded Saver
+  over several tasks writes each shard on its own task and the index where the first shard
+  is, whose merge reads every shard: as in TF1, the tasks' data directories must then be one
+  shared folder (a volume every task mounts at the same path, as ``deploy/`` does).
 - The state file is TF's text format (``model_checkpoint_path: "..."`` then
   ``all_model_checkpoint_paths: "..."`` lines); paths inside the directory are relative.
 - All file work runs on worker threads (``trio.to_thread.run_sync``), never on the loop.
@@ -41,29 +55,27 @@ import dataclasses
 import logging
 import os
 import time
-import warnings
 
 import numpy as np
 import trio
 
-from asyncflow import errors
-
 from asyncflow.devices import DeviceSpec
 from asyncflow.graph.graph import GraphKeys, Tensor, get_default_graph
-from asyncflow.kernels.checkpoint import (
-    DATA_SUFFIX, INDEX_SUFFIX, atomic_write, index_path, read_index,
-    remove_stale_temporaries_ending,
+from asyncflow.kernels.checkpoint_files import (
+    STATE_FILENAME, commit_state, committed_file as _committed_file, data_path, parse_state,
+    write_state,
 )
 from asyncflow.ops import checkpoint as _ops
+from asyncflow.ops import checkpoint_files as _file_ops
 from asyncflow.ops.array import identity
 from asyncflow.ops.control import control_dependencies, group
 from asyncflow.ops.indexing import strided_slice
 from asyncflow.ops.partitioned_variables import PartitionedVariable
 from asyncflow.ops.sources import placeholder, placeholder_with_default
 from asyncflow.ops.state import Variable, assign
+from asyncflow.runtime.target import LocalTarget
 from asyncflow.train import meta_graph
 
-STATE_FILENAME = "checkpoint"
 SAVER_DEF_VERSION = 1
 
 
@@ -75,72 +87,12 @@ class CheckpointState:
     all_model_checkpoint_paths: list
 
 
-def data_path(checkpoint_path):
-    """The data file of a checkpoint prefix (a path already ending in the suffix is kept)."""
-    return checkpoint_path if checkpoint_path.endswith(DATA_SUFFIX) else checkpoint_path + DATA_SUFFIX
-
-
 def checkpoint_exists(checkpoint_path):
     """True if the checkpoint's data file (or, for a sharded one, its index) exists."""
     return _committed_file(checkpoint_path) is not None
 
 
-def _committed_file(checkpoint_path):
-    """The data file of a checkpoint, or the index of a sharded one; None if neither."""
-    for path in (data_path(checkpoint_path), index_path(data_path(checkpoint_path))):
-        if os.path.isfile(path):
-            return path
-    return None
-
-
-# -- the state file -----------------------------------------------------------------------
-def _quote(text):
-    out = []
-    for byte in text.encode():
-        char = chr(byte)
-        if char in '"\\':
-            out.append("\\" + char)
-        elif 32 <= byte < 127:
-            out.append(char)
-        else:
-            out.append(f"\\{byte:03o}")
-    return '"' + "".join(out) + '"'
-
-
-def _unquote(text):
-    text = text.strip()
-    if len(text) < 2 or text[0] != '"' or text[-1] != '"':
-        raise ValueError(f"expected a quoted string, got {text!r}")
-    body, out, i = text[1:-1], bytearray(), 0
-    escapes = {"n": 10, "t": 9, "r": 13, '"': 34, "'": 39, "\\": 92}
-    while i < len(body):
-        char = body[i]
-        if char != "\\":
-            out += char.encode()
-            i += 1
-        elif body[i + 1:i + 2] in escapes:
-            out.append(escapes[body[i + 1]])
-            i += 2
-        elif body[i + 1:i + 4].isdigit():
-            out.append(int(body[i + 1:i + 4], 8))
-            i += 4
-        else:
-            raise ValueError(f"bad escape in {text!r}")
-    return out.decode()
-
-
-def _relative(path, directory):
-    if os.path.dirname(os.path.abspath(path)) == os.path.abspath(directory):
-        return os.path.basename(path)
-    return path
-
-
-def _write_state(directory, latest, all_paths, latest_filename=None):
-    lines = [f"model_checkpoint_path: {_quote(_relative(latest, directory))}"]
-    lines += [f"all_model_checkpoint_paths: {_quote(_relative(p, directory))}" for p in all_paths]
-    content = ("\n".join(lines) + "\n").encode()
-    atomic_write(os.path.join(directory, latest_filename or STATE_FILENAME),
-                 lambda f: f.write(content))
+_write_state = write_state
 
 
 def get_checkpoint_state(checkpoint_dir, latest_filename=None):
@@ -155,28 +107,10 @@ def get_checkpoint_state(checkpoint_dir, latest_filename=None):
             text = fileobj.read()
     except OSError:
         return None
-    latest, all_paths = None, []
-    try:
-        for line in text.splitlines():
-            if not line.strip():
-                continue
-            key, sep, value = line.partition(":")
-            if not sep:
-                raise ValueError(f"bad line {line!r}")
-            value = _unquote(value)
-            if not os.path.isabs(value):
-                value = os.path.join(checkpoint_dir, value)
-            if key.strip() == "model_checkpoint_path":
-                latest = value
-            elif key.strip() == "all_model_checkpoint_paths":
-                all_paths.append(value)
-    except (ValueError, UnicodeDecodeError) as exc:
-        warnings.warn(f"{path}: checkpoint state ignored: {exc}", stacklevel=2)
+    parsed = parse_state(text, checkpoint_dir, path)
+    if parsed is None:
         return None
-    if latest is None:
-        return None
-    if latest not in all_paths:
-        all_paths.append(latest)
+    latest, all_paths = parsed
     return CheckpointState(latest, all_paths)
 
 
@@ -186,22 +120,6 @@ def latest_checkpoint(checkpoint_dir, latest_filename=None):
     if state is not None and checkpoint_exists(state.model_checkpoint_path):
         return state.model_checkpoint_path
     return None
-
-
-def _remove_checkpoint(prefix, meta_graph_suffix):
-    paths = [data_path(prefix), f"{prefix}.{meta_graph_suffix}"]
-    index = index_path(data_path(prefix))
-    if os.path.isfile(index):
-        try:
-            shards = sorted(set(read_index(index).values()))
-        except errors.OpError:
-            shards = []
-        paths[1:1] = [index] + shards  # the index first: then the shards are no checkpoint
-    for path in paths:
-        try:
-            os.remove(path)
-        except FileNotFoundError:
-            pass
 
 
 # -- the Saver ---------------------------------------------------------------------------------
@@ -273,6 +191,13 @@ def _saved_tensor(var):
     return var._ref() if isinstance(var, Variable) else var
 
 
+def _byte_strings(texts):
+    """A string vector feed (bytes items, as the wire carries them)."""
+    out = np.empty(len(texts), dtype=object)
+    out[:] = [os.fsencode(text) for text in texts]
+    return out
+
+
 class Saver:
     """Saves and restores variables (TF1 ``tf.train.Saver``).
 
@@ -326,16 +251,41 @@ class Saver:
             if self._sharded and names:
                 save_op, assigns = self._build_shards(names, refs)
             else:
-                save_op = _ops.save(self._filename, self._step, names, refs, name="Save")
-                assigns = self._restore_group(names, refs, "Restore")
+                # On the CPU of the first variable's task (when it names one): the worker that
+                # owns the variables holds the checkpoint, for this client and the next.
+                with graph.device(_save_device(refs[0].op.device) if refs else ""):
+                    save_op = _ops.save(self._filename, self._step, names, refs, name="Save")
+                assigns = self._restore_group(names, refs, "Restore", save_op)
             with control_dependencies([save_op]):
                 self._save_tensor = identity(self._filename, name="control_dependency")
             self._restore_op = group(*assigns, name="restore_all")
+            self._build_bookkeeping(save_op)
         self._names = names
 
-    def _restore_group(self, names, refs, name):
-        restored = _ops.restore(self._filename, names, [r.dtype for r in refs],
-                                [r.shape for r in refs], name=name)
+    def _build_bookkeeping(self, save_op):
+        """The ops that write the meta graph and state file, and find the latest checkpoint,
+        where ``save_op`` writes the data (used by sessions on a cluster)."""
+        graph = self._graph
+        with graph.colocate_with(save_op):
+            def text(name, shape=()):
+                value = np.array(b"", dtype=object) if shape == () else np.array([], dtype=object)
+                return placeholder_with_default(value, shape=list(shape), name=name)
+            self._commit_feeds = {k: text(k, s) for k, s in (
+                ("meta_graph", ()), ("kept", (None,)), ("doomed", (None,)),
+                ("latest_filename", ()), ("meta_graph_suffix", ()), ("checkpoint_dir", ()))}
+            feeds = self._commit_feeds
+            with control_dependencies([save_op]):  # one step saves, then commits
+                self._commit_op = _file_ops.commit_checkpoint(
+                    self._filename, feeds["meta_graph"], feeds["kept"], feeds["doomed"],
+                    feeds["latest_filename"], feeds["meta_graph_suffix"],
+                    name="CommitCheckpoint")
+            self._latest = _file_ops.latest_checkpoint(
+                feeds["checkpoint_dir"], feeds["latest_filename"], name="LatestCheckpoint")
+
+    def _restore_group(self, names, refs, name, save_op=None):
+        with self._graph.colocate_with(save_op):  # None: no colocation (placed by the scope)
+            restored = _ops.restore(self._filename, names, [r.dtype for r in refs],
+                                    [r.shape for r in refs], name=name)
         assigns = []
         for ref, value in zip(refs, restored):
             whole = self._partitioned.get(id(ref))
@@ -383,6 +333,12 @@ class Saver:
             self._keep_every_seconds = hours * 3600.0
             self._next_keep_time = time.time() + self._keep_every_seconds
         self._sharded = bool(saver_def.get("sharded", False))
+        self._commit_op = self._latest = None  # a meta graph of before the bookkeeping ops
+        if "commit_op_name" in saver_def:
+            self._commit_op = graph.get_operation_by_name(saver_def["commit_op_name"])
+            self._latest = graph.get_tensor_by_name(saver_def["latest_tensor_name"])
+            self._commit_feeds = {key: graph.get_tensor_by_name(name)
+                                  for key, name in saver_def["commit_feed_names"].items()}
 
     def as_saver_def(self):
         """The names of this Saver's ops and its settings, as plain data."""
@@ -394,7 +350,11 @@ class Saver:
                 "tensor_names": list(self._names),
                 "max_to_keep": self._max_to_keep,
                 "keep_checkpoint_every_n_hours": self._keep_every_seconds / 3600.0,
-                "sharded": self._sharded}
+                "sharded": self._sharded,
+                **({} if self._commit_op is None else {
+                    "commit_op_name": self._commit_op.name,
+                    "latest_tensor_name": self._latest.name,
+                    "commit_feed_names": {k: t.name for k, t in self._commit_feeds.items()}})}
 
     @property
     def last_checkpoints(self):
@@ -454,6 +414,9 @@ class Saver:
                 await sess.run(global_step)
             step = int(step)
         path = save_path if step is None else f"{save_path}-{step}"
+        if self._on_cluster(sess):
+            return await self._save_on_cluster(sess, path, step, latest_filename,
+                                               meta_graph_suffix, write_meta_graph, write_state)
         directory = os.path.dirname(os.path.abspath(path))
         await trio.to_thread.run_sync(lambda: os.makedirs(directory, exist_ok=True))
         async with self._lock:
@@ -467,6 +430,70 @@ class Saver:
                 await trio.to_thread.run_sync(self._commit_state, directory, path, kept,
                                               doomed, latest_filename, meta_graph_suffix)
         return path
+
+    def _on_cluster(self, sess):
+        """Whether ``sess`` runs on a cluster's workers, where this Saver keeps all of a
+        checkpoint's files on the worker its Save op runs on (a Saver rebuilt from an old
+        meta graph without the bookkeeping ops keeps the client-side files)."""
+        return self._commit_op is not None and not isinstance(
+            getattr(sess, "_target", None), LocalTarget)
+
+    async def _save_on_cluster(self, sess, path, step, latest_filename, meta_graph_suffix,
+                               write_meta_graph, write_state):
+        """``save`` on a cluster, in one step: the Save op writes the data (creating its
+        folder), then ``CommitCheckpoint`` (ordered after it) writes the meta graph and the
+        state file beside it, on the same worker, relative to that worker's data directory."""
+        async with self._lock:
+            feeds = self._commit_feeds
+            feed = {self._filename: data_path(path), self._step: -1 if step is None else step,
+                    feeds["meta_graph_suffix"]: meta_graph_suffix,
+                    feeds["latest_filename"]: latest_filename or ""}
+            if write_meta_graph:
+                feed[feeds["meta_graph"]] = self._meta_graph_bytes(f"{path}.{meta_graph_suffix}")
+            kept_before = (list(self._last_checkpoints), self._next_keep_time)
+            if write_state:
+                doomed = self._record(path)
+                feed[feeds["kept"]] = _byte_strings(self.last_checkpoints)
+                feed[feeds["doomed"]] = _byte_strings(doomed)
+            try:
+                await sess.run(self._commit_op, feed_dict=feed)
+            except BaseException:  # nothing was committed: the kept list stays as it was
+                self._last_checkpoints, self._next_keep_time = kept_before
+                raise
+        return path
+
+    def _meta_graph_bytes(self, filename):
+        try:
+            meta = meta_graph.export_meta_graph(graph=self._graph, saver_def=self.as_saver_def())
+        except (TypeError, ValueError) as exc:
+            logging.getLogger(__name__).warning(
+                "Saver.save: no meta graph written to %s: %s (pass write_meta_graph=False to "
+                "skip it)", filename, exc)
+            return b""
+        return meta_graph.encode_file(meta)
+
+    async def latest_checkpoint(self, sess, checkpoint_dir, latest_filename=None):
+        """``af.train.latest_checkpoint`` read where this Saver writes with ``sess``.
+
+        On a cluster, the state file is read by the worker that runs this Saver's Save op,
+        relative to its data directory (where ``save`` wrote it); in a local session this is
+        ``af.train.latest_checkpoint(checkpoint_dir)``.
+
+        Returns:
+            The latest complete checkpoint's prefix, or None.
+        """
+        in_trio = getattr(sess, "in_trio", None)
+        if in_trio is not None:
+            return await in_trio(self.latest_checkpoint, sess.trio_session, checkpoint_dir,
+                                 latest_filename)
+        if not self._on_cluster(sess):
+            return latest_checkpoint(checkpoint_dir, latest_filename)
+        feeds = self._commit_feeds
+        found = await sess.run(self._latest, feed_dict={
+            feeds["checkpoint_dir"]: checkpoint_dir,
+            feeds["latest_filename"]: latest_filename or ""})
+        found = found.decode() if isinstance(found, bytes) else str(found)
+        return found or None
 
     async def _write_meta_graph(self, filename):
         """Export the meta graph next to the checkpoint; a graph that cannot be serialized
@@ -496,15 +523,7 @@ class Saver:
                 doomed.append(old)
         return doomed
 
-    @staticmethod
-    def _commit_state(directory, latest, kept, doomed, latest_filename, meta_graph_suffix):
-        # The state file is written (temporary, fsync, rename, directory fsync) only after
-        # every file of the checkpoint is: it is durable before anything old is deleted.
-        _write_state(directory, latest, kept, latest_filename)
-        for prefix in doomed:
-            _remove_checkpoint(prefix, meta_graph_suffix)
-        remove_stale_temporaries_ending(directory, (
-            DATA_SUFFIX, INDEX_SUFFIX, "." + meta_graph_suffix, latest_filename or STATE_FILENAME))
+    _commit_state = staticmethod(commit_state)
 
     async def restore(self, sess, save_path):
         """Assign the variables their values in checkpoint ``save_path``.

@@ -37,6 +37,8 @@ EXPECTED = {
     "lstm": {"accuracy": (0.9, 1.0)},
     "word2vec": {"loss": (0.0, 1.6)},
     "input_pipeline": {"total": (190.0, 190.0), "batches": (10, 10)},
+    "jpeg_pipeline": {"batches": (3, 3), "positives": (6, 6), "mean_pixel": (100.0, 120.0),
+                      "red_minus_blue": (70.0, 85.0)},
     "save_restore": {"step": (50, 50), "kept": (2, 2)},
     "control_flow": {"collatz27": (111, 111), "collatz6": (8, 8), "power": (5.0625, 5.0625),
                      "grad": (13.5, 13.5), "clipped": (4.0, 4.0)},

@@ -29,6 +29,7 @@ from asyncflow.ops.logging_ops import (  # noqa: F401
 from asyncflow.ops.tiling import sequence_mask  # noqa: F401
 from asyncflow.graph.default_session import get_default_session  # noqa: F401
 from asyncflow.graph.registry import RegisterGradient  # noqa: F401
+from asyncflow.graph.shape import Dimension, dimension_value  # noqa: F401
 
 
 def disable_v2_behavior():

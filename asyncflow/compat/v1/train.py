@@ -70,6 +70,23 @@ class Saver(_train.Saver):
         return LOOP.call(super().restore, _async_session(sess, "Saver.restore"), save_path)
 
 
+def latest_checkpoint(checkpoint_dir, latest_filename=None):
+    """TF1's ``tf.train.latest_checkpoint``: the latest complete checkpoint's prefix, or None.
+
+    Inside ``with tf.Session(target) as sess:`` on a cluster it is read where the graph's
+    Saver writes: on the worker that runs its Save op, relative to that worker's data
+    directory (see ``af.train.Saver.latest_checkpoint``); elsewhere from local files.
+    """
+    sess = get_default_session()
+    savers = [] if sess is None else [
+        s for s in sess.graph.get_collection(GraphKeys.SAVERS) if isinstance(s, _train.Saver)]
+    if isinstance(sess, Session) and savers and savers[0]._on_cluster(sess.async_session):
+        refuse_inside_event_loop("latest_checkpoint")
+        return LOOP.call(savers[0].latest_checkpoint, sess.async_session, checkpoint_dir,
+                         latest_filename)
+    return _train.latest_checkpoint(checkpoint_dir, latest_filename)
+
+
 def import_meta_graph(meta_graph_or_file, clear_devices=False, import_scope=None, **kwargs):
     """``af.train.import_meta_graph`` whose Saver saves and restores synchronously."""
     saver = _train.import_meta_graph(meta_graph_or_file, clear_devices=clear_devices,
@@ -129,8 +146,10 @@ def start_queue_runners(sess=None, coord=None, daemon=True, start=True,
 class MonitoredTrainingSession:
     """TF1's ``tf.train.MonitoredTrainingSession``, synchronous: ``with ... as sess:``,
     ``while not sess.should_stop(): sess.run(train_op)``. Arguments as
-    ``af.train.MonitoredTrainingSession`` (``master`` may be ``server.target``); TF1's
-    summary arguments are accepted and ignored."""
+    ``af.train.MonitoredTrainingSession`` (``master`` may be ``server.target`` of this or
+    another process, or ``"grpc://host:port"``); TF1's summary arguments are accepted and
+    ignored. A master that cannot be reached fails after ``recovery_wait_secs`` (120 s, an
+    asyncflow argument: TF1 waits forever) with ``UnavailableError`` naming its address."""
 
     def __init__(self, master="", is_chief=True, checkpoint_dir=None, scaffold=None, hooks=None,
                  chief_only_hooks=None,
@@ -138,7 +157,7 @@ class MonitoredTrainingSession:
                  save_summaries_steps=None, save_summaries_secs=None, config=None,
                  stop_grace_period_secs=120, log_step_count_steps=100, max_wait_secs=7200,
                  save_checkpoint_steps=_monitored_session._USE_DEFAULT, summary_dir=None,
-                 cluster=None, graph=None):
+                 cluster=None, graph=None, recovery_wait_secs=120.0):
         refuse_inside_event_loop("MonitoredTrainingSession")
         if master and cluster is None and cluster_of_target(master) is not None:
             master, cluster = "", cluster_of_target(master)  # a tf.train.Server of this process
@@ -147,7 +166,7 @@ class MonitoredTrainingSession:
             chief_only_hooks=chief_only_hooks, save_checkpoint_secs=save_checkpoint_secs,
             save_checkpoint_steps=save_checkpoint_steps, config=config, cluster=cluster,
             graph=graph, log_step_count_steps=log_step_count_steps,
-            max_wait_secs=float(max_wait_secs))
+            max_wait_secs=float(max_wait_secs), recovery_wait_secs=float(recovery_wait_secs))
         self._held = None
 
     def __enter__(self):

@@ -1,0 +1,141 @@
+"""Kernels of the image ops (see ops/image.py): decoding with Pillow, TF1's resize formulas."""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+
+from asyncflow.kernels.arguments import host as _host, invalid as _invalid
+from asyncflow.kernels.registry import register_kernel
+
+
+def _pillow(ctx):
+    try:
+        from PIL import Image
+    except ImportError:
+        raise _invalid(ctx, "decoding images needs Pillow: pip install "
+                            "'asyncflow-dataflow[image]' (or pip install Pillow)") from None
+    return Image
+
+
+def _open(ctx, contents, kind):
+    image_module = _pillow(ctx)
+    data = np.asarray(_host(contents), dtype=object).reshape(()).item()
+    data = data if isinstance(data, bytes) else str(data).encode()
+    try:
+        image = image_module.open(io.BytesIO(data))
+        if image.format != kind:
+            raise ValueError(f"not a {kind} image (Pillow reads {image.format})")
+        return image
+    except Exception as exc:  # Pillow raises several kinds for undecodable data
+        raise _invalid(ctx, f"Invalid {kind} data ({len(data)} bytes): {exc}") from None
+
+
+@register_kernel("DecodeJpeg", offload=True)
+def _decode_jpeg(ctx, contents):
+    image = _open(ctx, contents, "JPEG")
+    channels, ratio = ctx.attrs["channels"], ctx.attrs["ratio"]
+    # libjpeg converts to gray and scales by 1/ratio while decoding, as TF's kernel asks it to.
+    mode = {1: "L", 3: "RGB"}.get(channels, "L" if image.mode == "L" else "RGB")
+    width, height = image.size
+    image.draft(mode, (-(-width // ratio), -(-height // ratio)) if ratio > 1 else image.size)
+    try:
+        array = np.asarray(image.convert(mode), dtype=np.uint8)
+    except Exception as exc:
+        raise _invalid(ctx, f"Invalid JPEG data: {exc}") from None
+    return (ctx.to_device(array.reshape(array.shape[:2] + (-1,))),)
+
+
+@register_kernel("EncodeJpeg", offload=True)
+def _encode_jpeg(ctx, image):
+    image_module = _pillow(ctx)
+    array = np.ascontiguousarray(_host(image))
+    if array.ndim != 3 or array.shape[2] not in (1, 3):
+        raise _invalid(ctx, f"image must be [height, width, 1 or 3], got shape "
+                            f"{list(array.shape)}")
+    picture = image_module.fromarray(array[:, :, 0] if array.shape[2] == 1 else array)
+    buffer = io.BytesIO()
+    picture.save(buffer, "JPEG", quality=ctx.attrs["quality"],
+                 subsampling=2 if ctx.attrs["chroma_downsampling"] else 0)
+    out = np.empty((), dtype=object)
+    out[()] = buffer.getvalue()
+    return (out,)
+
+
+_PNG_MODES = {1: "L", 2: "LA", 3: "RGB", 4: "RGBA"}
+
+
+@register_kernel("DecodePng", offload=True)
+def _decode_png(ctx, contents):
+    image = _open(ctx, contents, "PNG")
+    channels, wide = ctx.attrs["channels"], ctx.attrs["dtype"].name == "uint16"
+    try:
+        if image.mode in ("I", "I;16", "I;16B") and channels in (0, 1):
+            array = np.asarray(image, dtype=np.int64)  # 16-bit gray
+            array = array if wide else (array >> 8)   # TF scales 16 bits to 8 by the high byte
+        else:
+            if image.mode == "P":
+                image = image.convert("RGBA" if "transparency" in image.info else "RGB")
+            mode = _PNG_MODES.get(channels) or (image.mode if image.mode in
+                                                _PNG_MODES.values() else "RGB")
+            array = np.asarray(image.convert(mode), dtype=np.int64)
+            array = array * 257 if wide else array   # 8 bits to 16 as TF: v * 65535 / 255
+    except Exception as exc:
+        raise _invalid(ctx, f"Invalid PNG data: {exc}") from None
+    array = array.astype(np.uint16 if wide else np.uint8)
+    return (ctx.to_device(array.reshape(array.shape[:2] + (-1,))),)
+
+
+def _size(ctx, size):
+    size = [int(v) for v in np.asarray(_host(size)).reshape(-1)]
+    if len(size) != 2 or min(size) <= 0:
+        raise _invalid(ctx, f"size must be 2 positive ints [new_height, new_width], got {size}")
+    return size
+
+
+def _scale(in_size, out_size, align_corners):
+    if align_corners and out_size > 1:
+        return np.float32((in_size - 1) / (out_size - 1))
+    return np.float32(in_size / out_size)
+
+
+def _check_images(ctx, images):
+    if images.ndim != 4:
+        raise _invalid(ctx, f"images must be 4-D [batch, height, width, channels], got "
+                            f"shape {list(images.shape)}")
+
+
+@register_kernel("ResizeBilinear")
+def _resize_bilinear(ctx, images, size):
+    xp = ctx.xp
+    _check_images(ctx, images)
+    (out_h, out_w), align = _size(ctx, size), ctx.attrs["align_corners"]
+
+    def axis(in_size, out_size):
+        where = xp.arange(out_size, dtype=xp.float32) * _scale(in_size, out_size, align)
+        low = xp.floor(where).astype(np.int64)
+        high = xp.minimum(low + 1, in_size - 1)
+        return low, high, (where - low.astype(xp.float32)).astype(xp.float32)
+
+    top, bottom, y_lerp = axis(images.shape[1], out_h)
+    left, right, x_lerp = axis(images.shape[2], out_w)
+    data = images.astype(xp.float32)
+    x_lerp = x_lerp[None, None, :, None]
+    upper = data[:, top][:, :, left] + (data[:, top][:, :, right] - data[:, top][:, :, left]) * x_lerp
+    lower = data[:, bottom][:, :, left] + \
+        (data[:, bottom][:, :, right] - data[:, bottom][:, :, left]) * x_lerp
+    return (upper + (lower - upper) * y_lerp[None, :, None, None],)
+
+
+@register_kernel("ResizeNearestNeighbor")
+def _resize_nearest(ctx, images, size):
+    xp = ctx.xp
+    _check_images(ctx, images)
+    (out_h, out_w), align = _size(ctx, size), ctx.attrs["align_corners"]
+
+    def axis(in_size, out_size):
+        where = xp.arange(out_size, dtype=xp.float32) * _scale(in_size, out_size, align)
+        picked = xp.floor(where + np.float32(0.5)) if align else xp.floor(where)
+        return xp.minimum(picked.astype(np.int64), in_size - 1)
+
+    return (images[:, axis(images.shape[1], out_h)][:, :, axis(images.shape[2], out_w)],)
