@@ -5,7 +5,7 @@ registers every kernel.
 """
 from asyncflow.kernels import array, control, math, sources, state  # noqa: F401
 from asyncflow.kernels import control_flow  # noqa: F401,E402  (Switch/Merge/Enter/Exit, stacks)
-from asyncflow.kernels import checkpoint, summary_ops  # noqa: F401,E402  (checkpoint and summary families)
+from asyncflow.kernels import checkpoint, checkpoint_slices, summary_ops  # noqa: F401,E402  (checkpoint and summary families)
 from asyncflow.kernels import nn, nn_conv  # noqa: F401,E402  (nn family)
 from asyncflow.kernels import embedding, indexing, layout, numerics, script, tiling  # noqa: F401,E402  (array family, py_func)
 from asyncflow.kernels import transfer  # noqa: F401,E402  (Send/Recv for partitions)
