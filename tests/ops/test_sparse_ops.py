@@ -141,3 +141,65 @@ async def test_sparse_add_sends_the_sum_gradient_to_both_operands():
                               af.SparseTensor(b_indices, b, [3, 4]))
         return af.sparse_tensor_to_dense(total) * np.arange(12.0).reshape(3, 4)
     await check_gradients(build, [np.array([0.5, -1.0, 2.0]), np.array([1.5, 3.0])])
+
+
+def _unsorted_lookups(tf, table, indices):
+    """embedding_lookup_sparse with every combiner, without and with weights, over ``indices``
+    (ids 3, 5, 1, 0); then a sorted segment sum and its gradient. An entry that fails is the
+    first line of the error saying why ('segment ids ...')."""
+    params = tf.constant(table)
+    out = []
+    for combiner in ("sum", "mean", "sqrtn"):
+        for weighted in (False, True):
+            ids = tf.SparseTensor(tf.constant(indices), tf.constant([3, 5, 1, 0], tf.int64),
+                                  [3, 4])
+            weights = tf.SparseTensor(tf.constant(indices), tf.constant([1.0, 2.0, 0.5, 4.0]),
+                                      [3, 4]) if weighted else None
+            out.append(tf.nn.embedding_lookup_sparse(params, ids, weights, combiner=combiner))
+    data = tf.constant(table[:4])
+    summed = tf.segment_sum(data, tf.constant([0, 0, 2, 2]))
+    out += [summed, tf.gradients(tf.reduce_sum(summed * summed), data)[0]]
+    return out
+
+
+def _run_each(sess, fetches):
+    results = []
+    for fetch in fetches:
+        try:
+            results.append(sess.run(fetch))
+        except Exception as exc:  # the error kind and TF1's reason, as text
+            reason = [line for line in str(getattr(exc, "message", exc)).splitlines()
+                      if "segment ids" in line][0]
+            reason = reason[reason.index("segment ids"):][:30]
+            results.append(np.array(f"{type(exc).__name__}: {reason}"))
+    return results
+
+
+@pytest.mark.parametrize("indices", [[[0, 3], [0, 1], [2, 0], [2, 2]],
+                                     [[2, 0], [0, 1], [0, 3], [2, 2]],
+                                     [[0, 1], [2, 0], [0, 3], [2, 2]]],
+                         ids=["columns_unsorted", "rows_unsorted", "rows_interleaved"])
+async def test_lookup_sparse_rows_out_of_order_fail_as_in_tf1(tmp_path, indices):
+    indices = np.array(indices, np.int64)
+    with af.Graph().as_default():
+        fetches = _unsorted_lookups(af, TABLE, indices)
+        async with af.Session() as sess:
+            ours = []
+            for fetch in fetches:
+                try:
+                    ours.append(await sess.run(fetch))
+                except af.errors.InvalidArgumentError as exc:
+                    assert "SegmentSum" in str(exc), exc  # names the op
+                    reason = exc.message[exc.message.index("segment ids"):][:30]
+                    ours.append(np.array(f"InvalidArgumentError: {reason}"))
+    theirs = tf1_run(inspect.getsource(_unsorted_lookups) + inspect.getsource(_run_each) + """
+with tf.Session() as sess:
+    outputs["values"] = _run_each(sess, _unsorted_lookups(tf, inputs["t"], inputs["i"]))
+""", tmp_path, t=TABLE, i=indices)
+    assert len(ours) == len(theirs["values"]) == 8
+    for index, (mine, reference) in enumerate(zip(ours, theirs["values"])):
+        if reference.dtype.kind in "US":
+            assert str(mine) == str(reference) == \
+                "InvalidArgumentError: segment ids are not increasing", index
+        else:
+            np.testing.assert_allclose(mine, reference, rtol=1e-5, atol=1e-6, err_msg=str(index))
