@@ -189,3 +189,19 @@ def test_slice_specs_parse_as_tf1_writes_them():
         with pytest.raises(ValueError, match="slice spec"):
             parse_spec(bad)
     assert split_key("table") is None and split_key("a|b") is None
+
+
+async def test_an_imported_meta_graph_restores_its_parts(tmp_path):
+    """The Restore ops' slice specs survive export_meta_graph/import_meta_graph."""
+    with af.Graph().as_default():
+        table = _table_variable(af, 3, TABLE)
+        saver = af.train.Saver(sharded=True)
+        async with af.Session() as sess:
+            await sess.run(af.global_variables_initializer())
+            path = await saver.save(sess, str(tmp_path / "model"))
+    with af.Graph().as_default() as graph:
+        saver = af.train.import_meta_graph(path + ".meta")
+        parts = [graph.get_tensor_by_name(f"table/part_{i}:0") for i in range(3)]
+        async with af.Session() as sess:
+            await saver.restore(sess, path)
+            np.testing.assert_array_equal(np.concatenate(await sess.run(parts)), TABLE)
