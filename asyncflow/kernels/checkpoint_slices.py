@@ -89,6 +89,23 @@ def checkpoint_keys(path):
     return set(read_index(index_path(path)))
 
 
+def saved_variables(path):
+    """``{logical name: (dtype, full shape)}`` of a checkpoint, its slices merged (the
+    headers only are read: of the file, or of every shard of a sharded checkpoint)."""
+    if os.path.exists(path) or not os.path.isfile(index_path(path)):
+        entries = read_safetensors_entries(path)[0]
+    else:
+        entries = {}
+        for shard in sorted(set(read_index(index_path(path)).values())):
+            entries.update(read_safetensors_entries(shard)[0])
+    out = {}
+    for key, (dtype, shape) in entries.items():
+        parsed = split_key(key)
+        out[key if parsed is None else parsed[0]] = \
+            (dtype, tuple(shape) if parsed is None else parsed[1][0])
+    return out
+
+
 def _slices_by_name(keys):
     out = {}
     for key in keys:
