@@ -14,13 +14,14 @@ TABLE = np.arange(10 * 4, dtype=np.float32).reshape(10, 4) / 7.0
 
 
 def _table_variable(fw, parts, table, name="table"):
-    """``name`` of ``table``'s shape in ``parts`` parts (1: unpartitioned), each initialised
-    with its rows of ``table``."""
+    """``name`` of ``table``'s shape in ``parts`` parts (1: unpartitioned; a negative count:
+    cut along axis 1), each initialised with its region of ``table``."""
     def rows_of_table(shape, dtype=None, partition_info=None):
-        start = partition_info.var_offset[0] if partition_info is not None else 0
-        return fw.constant(table[start:start + shape[0]])
+        start = partition_info.var_offset if partition_info is not None else [0, 0]
+        return fw.constant(table[start[0]:start[0] + shape[0], start[1]:start[1] + shape[1]])
 
-    partitioner = fw.fixed_size_partitioner(parts) if parts > 1 else None
+    partitioner = fw.fixed_size_partitioner(abs(parts), axis=int(parts < 0)) \
+        if abs(parts) > 1 else None
     return fw.get_variable(name, shape=table.shape, initializer=rows_of_table,
                            partitioner=partitioner)
 
@@ -32,7 +33,7 @@ def _layouts(fw, table, saved_parts, restored_parts, directory):
     with graph.as_default():
         var = _table_variable(fw, saved_parts, table)
         saver = fw.train.Saver()
-        specs = [v._save_slice_info.spec for v in var] if saved_parts > 1 else []
+        specs = [v._save_slice_info.spec for v in var] if abs(saved_parts) > 1 else []
         with fw.Session(graph=graph) as sess:
             sess.run(fw.global_variables_initializer())
             path = saver.save(sess, directory + "/model")
@@ -45,7 +46,7 @@ def _layouts(fw, table, saved_parts, restored_parts, directory):
             with fw.Session(graph=graph) as sess:
                 sess.run(fw.global_variables_initializer())
                 saver.restore(sess, path)
-                restored.append([sess.run(v) for v in (var if parts > 1 else [var])])
+                restored.append([sess.run(v) for v in (var if abs(parts) > 1 else [var])])
     return specs, restored, path
 
 
@@ -54,7 +55,7 @@ async def _our_layouts(table, saved_parts, restored_parts, directory):
     with graph.as_default():
         var = _table_variable(af, saved_parts, table)
         saver = af.train.Saver()
-        specs = [v._save_slice_info.spec for v in var] if saved_parts > 1 else []
+        specs = [v._save_slice_info.spec for v in var] if abs(saved_parts) > 1 else []
         async with af.Session(graph=graph) as sess:
             await sess.run(af.global_variables_initializer())
             path = await saver.save(sess, directory + "/model")
@@ -67,12 +68,12 @@ async def _our_layouts(table, saved_parts, restored_parts, directory):
             async with af.Session(graph=graph) as sess:
                 await sess.run(af.global_variables_initializer())
                 await saver.restore(sess, path)
-                restored.append([await sess.run(v) for v in (var if parts > 1 else [var])])
+                restored.append([await sess.run(v) for v in (var if abs(parts) > 1 else [var])])
     return specs, restored, path
 
 
-@pytest.mark.parametrize("saved, restored", [(4, (3, 1, 4)), (1, (4, 3))],
-                         ids=["4_parts", "unpartitioned"])
+@pytest.mark.parametrize("saved, restored", [(4, (3, 1, 4)), (1, (4, 3)), (-3, (1, 2, -2))],
+                         ids=["4_parts", "unpartitioned", "3_columns"])
 async def test_layouts_restore_as_in_tf1(tmp_path, saved, restored):
     ours_dir, theirs_dir = tmp_path / "ours", tmp_path / "theirs"
     ours_dir.mkdir()
@@ -91,14 +92,14 @@ outputs["listed"] = [np.array(f"{{n}} {{s}}") for n, s in tf.train.list_variable
     assert len(flat) == len(theirs["values"])
     for mine, reference in zip(flat, theirs["values"]):
         np.testing.assert_array_equal(mine, reference)
-    for layout in values:  # every layout holds the whole table
-        np.testing.assert_array_equal(np.concatenate(layout), TABLE)
+    for parts, layout in zip(restored, values):  # every layout holds the whole table
+        np.testing.assert_array_equal(np.concatenate(layout, axis=int(parts < 0)), TABLE)
     # One logical name with its full shape, as TF1's checkpoint lists it.
     listed = af.train.list_variables(path)
     assert [f"{n} {s}" for n, s in listed] == [str(s) for s in theirs["listed"]]
     np.testing.assert_array_equal(af.train.load_variable(path, "table"), TABLE)
     keys = checkpoint_keys(path + ".safetensors")
-    if saved > 1:
+    if abs(saved) > 1:
         assert sorted(keys) == sorted(f"table|{s}" for s in specs)
 
 
@@ -201,3 +202,20 @@ async def test_an_imported_meta_graph_restores_its_parts(tmp_path):
         async with af.Session() as sess:
             await saver.restore(sess, path)
             np.testing.assert_array_equal(np.concatenate(await sess.run(parts)), TABLE)
+
+
+async def test_another_dtype_of_a_sliced_variable_names_both(tmp_path):
+    with af.Graph().as_default():
+        _table_variable(af, 2, TABLE)
+        saver = af.train.Saver()
+        async with af.Session() as sess:
+            await sess.run(af.global_variables_initializer())
+            path = await saver.save(sess, str(tmp_path / "model"))
+    with af.Graph().as_default():
+        af.get_variable("table", [10, 4], dtype=af.float64,
+                        partitioner=af.fixed_size_partitioner(3))
+        saver = af.train.Saver()
+        async with af.Session() as sess:
+            with pytest.raises(af.errors.InvalidArgumentError,
+                               match="table: dtype float32 in the checkpoint, float64 in the graph"):
+                await saver.restore(sess, path)
