@@ -20,7 +20,9 @@ from asyncflow.ops.array import identity, rank, reshape, shape, size, stop_gradi
 from asyncflow.ops.embedding import (  # noqa: F401
     dynamic_partition, dynamic_stitch, embedding_lookup,
 )
-from asyncflow.ops.indexing import gather, gather_nd, slice, strided_slice, unsorted_segment_sum  # noqa: F401
+from asyncflow.ops.indexing import (  # noqa: F401
+    gather, gather_nd, segment_sum, slice, strided_slice, unsorted_segment_sum,
+)
 from asyncflow.ops.layout import (  # noqa: F401
     concat, expand_dims, invert_permutation, split, squeeze, stack, transpose, unstack,
 )

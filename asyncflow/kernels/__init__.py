@@ -5,7 +5,7 @@ registers every kernel.
 """
 from asyncflow.kernels import array, control, math, sources, state  # noqa: F401
 from asyncflow.kernels import control_flow  # noqa: F401,E402  (Switch/Merge/Enter/Exit, stacks)
-from asyncflow.kernels import checkpoint, summary_ops  # noqa: F401,E402  (checkpoint and summary families)
+from asyncflow.kernels import checkpoint, checkpoint_slices, summary_ops  # noqa: F401,E402  (checkpoint and summary families)
 from asyncflow.kernels import checkpoint_files  # noqa: F401,E402  (a checkpoint's meta graph and state file)
 from asyncflow.kernels import image  # noqa: F401,E402  (tf.image: decoding, resizing)
 from asyncflow.kernels import nn, nn_conv  # noqa: F401,E402  (nn family)

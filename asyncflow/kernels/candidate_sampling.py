@@ -103,7 +103,16 @@ def _learned_unigram_state(ctx):
 @register_kernel("FixedUnigramCandidateSampler")
 def _fixed_unigram(ctx, true_classes):
     weights = ctx.prepared
-    probability, draw = _weighted(weights)
+    if weights.size != ctx.attrs["range_max"]:
+        raise _invalid(ctx, f"range is {ctx.attrs['range_max']} must be equal to weights "
+                            f"size {weights.size} (the ids of shard {ctx.attrs.get('shard', 0)} "
+                            f"of {ctx.attrs.get('num_shards', 1)}, reserved ids included)")
+    weighted, draw = _weighted(weights)
+
+    def probability(ids):  # an id outside the shard's list has probability 0, as in TF
+        ids = np.asarray(ids, np.int64)
+        inside = (ids >= 0) & (ids < weights.size)
+        return np.where(inside, weighted(np.where(inside, ids, 0)), 0.0)
     return _sample(ctx, true_classes, probability, draw, int(np.count_nonzero(weights)))
 
 
@@ -114,12 +123,13 @@ def _fixed_unigram_weights(ctx):
     if attrs["vocab_file"]:
         with open(ctx.resolve_path(attrs["vocab_file"]), encoding="utf-8") as vocab:
             counts = [float(line.rstrip("\n").split(",")[-1]) for line in vocab if line.strip()]
-    weights = np.concatenate([np.zeros(attrs["num_reserved_ids"]),
-                              np.power(np.asarray(counts, np.float64), attrs["distortion"])])
-    if weights.size != attrs["range_max"]:
-        raise ValueError(f"range_max {attrs['range_max']} differs from the "
-                         f"{weights.size} ids of the unigrams (reserved ids included)")
-    return weights
+    num_shards, shard = attrs.get("num_shards", 1), attrs.get("shard", 0)
+    # TF1's rule: the reserved ids of this shard, then the entries whose id, counted on from
+    # the number of those (not from num_reserved_ids), falls in this shard.
+    reserved = len(range(shard, attrs["num_reserved_ids"], num_shards))
+    mine = [c for i, c in enumerate(counts, start=reserved) if i % num_shards == shard]
+    return np.concatenate([np.zeros(reserved),
+                           np.power(np.asarray(mine, np.float64), attrs["distortion"])])
 
 
 @register_kernel("ComputeAccidentalHits")

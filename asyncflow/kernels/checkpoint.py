@@ -49,7 +49,8 @@ written before checksums existed restores with one warning (``UncheckedCheckpoin
 ``verify_file`` checks a whole file without a graph (``asyncflow checkpoint verify``). The
 checksum runs in C (``google-crc32c``, with the CPU's CRC instruction) at several GB/s.
 
-The kernels run on a worker thread (the ops declare an unbounded cost and the kernels are
+The ``Restore`` kernel, which also reads slices of partitioned variables, is in
+``checkpoint_slices.py``. The kernels run on a worker thread (the ops declare an unbounded cost and the kernels are
 ``offload`` kernels), so the event loop never blocks on the disk.
 """
 from __future__ import annotations
@@ -494,39 +495,6 @@ def _save(ctx, filename, global_step, *values):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     write_safetensors(path, tensors, metadata)
     return ()
-
-
-def _mismatches(entries, names, kinds, shapes):
-    missing, wrong = [], []
-    for name, dtype, shape in zip(names, kinds, shapes):
-        if name not in entries:
-            missing.append(name)
-            continue
-        got_dtype, got_shape = entries[name]
-        if got_dtype is not dtype:
-            got = got_dtype.name if isinstance(got_dtype, dtypes.DType) else got_dtype
-            wrong.append(f"{name}: dtype {got} in the checkpoint, {dtype.name} in the graph")
-        elif not shape.is_compatible_with(got_shape):
-            wrong.append(f"{name}: shape {list(got_shape)} in the checkpoint, {shape} in the graph")
-    return missing, wrong
-
-
-@register_kernel("Restore", offload=True)
-def _restore(ctx, filename):
-    path = ctx.resolve_path(_string(filename))
-    names, kinds, shapes = (ctx.attrs[k] for k in ("tensor_names", "dtypes", "shapes"))
-    tensors, entries = read_checkpoint(path, names)
-    missing, wrong = _mismatches(entries, names, kinds, shapes)
-    if missing:
-        raise errors.NotFoundError(
-            None, ctx.name, f"Restoring from checkpoint {path} failed: {len(missing)} key(s) "
-            f"not found in the checkpoint: {', '.join(missing)}"
-            + (f"; also mismatched: {'; '.join(wrong)}" if wrong else ""))
-    if wrong:
-        raise errors.InvalidArgumentError(
-            None, ctx.name, f"Restoring from checkpoint {path} failed: {len(wrong)} "
-            f"mismatch(es) between the checkpoint and the graph: {'; '.join(wrong)}")
-    return tuple(ctx.to_device(tensors[name]) for name in names)
 
 
 # -- sharded checkpoints -----------------------------------------------------------------------

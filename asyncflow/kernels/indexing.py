@@ -142,6 +142,26 @@ def _unsorted_segment_sum(ctx, data, segment_ids, num_segments):
     return (out,)
 
 
+@register_kernel("SegmentSum")
+def _segment_sum(ctx, data, segment_ids):
+    ids = _host(segment_ids).reshape(-1)
+    if data.ndim == 0 or data.shape[0] != ids.size:
+        raise _invalid(ctx, f"segment_ids should be the same size as dimension 0 of input: "
+                            f"{ids.size} ids for data shape {list(data.shape)}")
+    if ids.size and ids[0] < 0:
+        raise _invalid(ctx, f"segment ids must be >= 0: segment_ids[0] = {ids[0]}")
+    falls = np.flatnonzero(ids[1:] < ids[:-1])
+    if falls.size:  # TF1's message; the position says where
+        at = int(falls[0]) + 1
+        raise _invalid(ctx, f"segment ids are not increasing: segment_ids[{at}] = {ids[at]} "
+                            f"after segment_ids[{at - 1}] = {ids[at - 1]}")
+    xp = ctx.xp
+    count = int(ids[-1]) + 1 if ids.size else 0
+    out = xp.zeros((count,) + tuple(data.shape[1:]), dtype=data.dtype)
+    _scatter_add(xp, out, xp.asarray(ids), data)
+    return (out,)
+
+
 # Arguments kept in host memory on a GPU (TF's HostMemory registrations; runtime/gpu.py).
 host_memory("Slice", inputs=(1, 2))
 host_memory("StridedSlice", inputs=(1, 2, 3))

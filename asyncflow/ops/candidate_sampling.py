@@ -13,7 +13,11 @@ came up after ``tries`` draws, and the count is ``1 - (1 - p) ** tries``, comput
 - ``learned_unigram``: weights start at 1 and each true class seen adds 1 after the draw (the
   state lives in the op's kernel for the life of the plan, like TF1's);
 - ``fixed_unigram``: weights from a list or a vocabulary file (``word,count`` lines), raised
-  to ``distortion``, after ``num_reserved_ids`` ids of weight 0.
+  to ``distortion``, after ``num_reserved_ids`` ids of weight 0. With ``num_shards`` > 1 the
+  sampler keeps only the ids of its ``shard`` (TF1's rule, kept exactly: the reserved ids
+  ``i`` with ``i % num_shards == shard``, then, counting on from the number of those, the
+  entries whose running id falls in the shard) and ``range_max`` is the shard's size; the
+  sampled ids index the shard's own list.
 
 The samplers are stateful random ops (``seed`` as for every random op) and have no gradient.
 Kernels live in ``asyncflow/kernels/candidate_sampling.py``.
@@ -107,24 +111,39 @@ def fixed_unigram_candidate_sampler(true_classes, num_true, num_sampled, unique,
                                     num_shards=1, shard=0, unigrams=(), seed=None, name=None):
     """Sample ids by fixed weights: ``unigrams`` or the counts of a ``word,count`` file.
 
+    ``num_shards``/``shard`` keep one shard of the ids (TF1's rule, see the module
+    docstring); ``range_max`` is then the number of ids of that shard.
+
     Raises:
-        ValueError: without exactly one of ``vocab_file`` and ``unigrams``, or when sharded
-            (``num_shards`` > 1 is not supported).
+        ValueError: without exactly one of ``vocab_file`` and ``unigrams``, for a shard
+            outside ``[0, num_shards)``, or when ``range_max`` is not the number of ids
+            ``unigrams`` gives this shard.
     """
     if bool(vocab_file) == bool(len(unigrams)):
         raise ValueError("fixed_unigram_candidate_sampler: give exactly one of vocab_file "
                          "and unigrams")
-    if num_shards != 1 or shard != 0:
-        raise ValueError("fixed_unigram_candidate_sampler: num_shards > 1 is not supported")
-    if unigrams and len(unigrams) + int(num_reserved_ids) != int(range_max):
-        raise ValueError(f"fixed_unigram_candidate_sampler: range_max ({range_max}) must be "
-                         f"num_reserved_ids ({num_reserved_ids}) + len(unigrams) "
-                         f"({len(unigrams)})")
+    num_shards, shard = int(num_shards), int(shard)
+    if num_shards < 1 or not 0 <= shard < num_shards:
+        raise ValueError(f"fixed_unigram_candidate_sampler: shard {shard} is not one of "
+                         f"num_shards {num_shards} shards")
+    size = _shard_size(int(num_reserved_ids), len(unigrams), num_shards, shard)
+    if unigrams and size != int(range_max):
+        raise ValueError(f"fixed_unigram_candidate_sampler: range is {range_max} must be "
+                         f"equal to weights size {size} (num_reserved_ids "
+                         f"{num_reserved_ids}, {len(unigrams)} unigrams, shard {shard} of "
+                         f"{num_shards})")
     return _sampler("FixedUnigramCandidateSampler", true_classes, num_true, num_sampled,
                     unique, range_max, seed, name, "FixedUnigramCandidateSampler",
                     vocab_file=str(vocab_file), distortion=float(distortion),
-                    num_reserved_ids=int(num_reserved_ids),
-                    unigrams=[float(u) for u in unigrams])
+                    num_reserved_ids=int(num_reserved_ids), num_shards=num_shards,
+                    shard=shard, unigrams=[float(u) for u in unigrams])
+
+
+def _shard_size(num_reserved_ids, count, num_shards, shard):
+    """How many of ``num_reserved_ids`` + ``count`` ids shard ``shard`` keeps (TF1's rule:
+    the entries are numbered on from the number of reserved ids the shard kept)."""
+    reserved = len(range(shard, num_reserved_ids, num_shards))
+    return reserved + sum(1 for i in range(reserved, reserved + count) if i % num_shards == shard)
 
 
 def compute_accidental_hits(true_classes, sampled_candidates, num_true, seed=None, name=None):

@@ -7,7 +7,9 @@ outputs: a client orders on it through a control dependency.
 
 ``Restore(filename)`` reads the tensors named by its ``tensor_names`` attr and outputs them
 with the dtypes and static shapes given by its ``dtypes``/``shapes`` attrs; the Saver feeds
-them to ``Assign`` ops, so restoring needs no initializer.
+them to ``Assign`` ops, so restoring needs no initializer. An optional ``shape_and_slices``
+attr asks for one region of a tensor per name (a part of a partitioned variable), from the
+whole tensor or the slices saved (``asyncflow.kernels.checkpoint_slices``).
 
 Sharded saving adds two ops: ``ShardedFilename(filename)`` (attrs ``shard``, ``num_shards``)
 names one shard's file, and ``MergeCheckpointShards(filename, global_step)`` (attr
@@ -61,7 +63,27 @@ def _infer_restore(op):
     names, kinds, shapes = (op.get_attr(k) for k in ("tensor_names", "dtypes", "shapes"))
     if not len(names) == len(kinds) == len(shapes):
         raise ValueError("tensor_names, dtypes and shapes must have the same length")
+    specs = op._attrs.get("shape_and_slices") or ("",) * len(names)
+    if len(specs) != len(names):
+        raise ValueError(f"{len(specs)} shape_and_slices for {len(names)} tensor_names")
+    for name, spec, shape in zip(names, specs, shapes):
+        if spec and not _spec_fits(spec, as_shape(shape)):
+            raise ValueError(f"Restore of {name!r}: slice spec {spec!r} does not have the "
+                             f"shape {as_shape(shape)} of its output")
     return [(dtypes.as_dtype(d), as_shape(s)) for d, s in zip(kinds, shapes)]
+
+
+def _spec_fits(spec, shape):
+    """Whether TF1 slice spec ``spec`` (``"10 4 0,5:0,4"``) cuts a region of ``shape``."""
+    head, _, slices = spec.strip().rpartition(" ")
+    full, parts = head.split(), slices.split(":")
+    if len(full) != len(parts) or (shape.ndims is not None and shape.ndims != len(full)):
+        return False
+    try:
+        lengths = [int(f) if p == "-" else int(p.split(",")[1]) for f, p in zip(full, parts)]
+    except (ValueError, IndexError):
+        return False
+    return shape.is_compatible_with(lengths)
 
 
 def _infer_sharded_filename(op):
@@ -107,8 +129,13 @@ def save(filename, global_step, tensor_names, tensors, name=None):
                    "Save")
 
 
-def restore(filename, tensor_names, dtypes_list, shapes, name=None):
+def restore(filename, tensor_names, dtypes_list, shapes, shape_and_slices=None, name=None):
     """A ``Restore`` op reading ``tensor_names`` from ``filename``.
+
+    Args:
+        shape_and_slices: per name, ``""`` for the whole tensor or a TF1 slice spec (full
+            shape, then ``offset,length`` per dimension) for one region of it (TF1's
+            ``RestoreV2``); the checkpoint may hold the tensor whole or as any slices.
 
     Returns:
         The list of output tensors, aligned with ``tensor_names``.
@@ -116,6 +143,8 @@ def restore(filename, tensor_names, dtypes_list, shapes, name=None):
     attrs = {"tensor_names": tuple(tensor_names),
              "dtypes": tuple(dtypes.as_dtype(d) for d in dtypes_list),
              "shapes": tuple(s if isinstance(s, TensorShape) else as_shape(s) for s in shapes)}
+    if shape_and_slices is not None and any(shape_and_slices):
+        attrs["shape_and_slices"] = tuple(str(spec) for spec in shape_and_slices)
     op = make_op("Restore", (as_tensor(filename, dtype=dtypes.string),), attrs, name, "Restore")
     return list(op._outputs)
 

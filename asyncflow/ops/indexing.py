@@ -546,6 +546,40 @@ def _segment_sum_grad(op, grad):
     return [math_ops.multiply(rows, mask), None, None]
 
 
+# -- sorted segment sum ------------------------------------------------------------------------
+def _infer_sorted_segment_sum(op):
+    data, ids = op._inputs
+    check_dtype(op.type, ids, INTEGER, "segment_ids")
+    if ids.shape.ndims not in (None, 1):
+        raise ValueError(f"segment_ids must be a vector, got shape {ids.shape}")
+    if data.shape.ndims is None:
+        return [(data.dtype, TensorShape(None))]
+    if data.shape.ndims == 0 or not data.shape[:1].is_compatible_with(ids.shape):
+        raise ValueError(f"segment_ids shape {ids.shape} must be the first dimension of data "
+                         f"shape {data.shape}")
+    return [(data.dtype, TensorShape([None] + list(data.shape.dims[1:])))]
+
+
+register_op("SegmentSum", infer=_infer_sorted_segment_sum)
+
+
+def segment_sum(data, segment_ids, name=None):
+    """``out[j] = sum of data[i] where segment_ids[i] == j`` for sorted ``segment_ids`` (TF1's
+    ``tf.segment_sum``): ``last id + 1`` rows, a row without entries is zeros.
+
+    Raises:
+        InvalidArgumentError: at run time, with TF1's message, when the ids are not
+            increasing (``"segment ids are not increasing"``) or one is negative.
+    """
+    return make("SegmentSum", (as_tensor(data), as_tensor(segment_ids)), None, name,
+                "SegmentSum")
+
+
+@register_gradient("SegmentSum")
+def _sorted_segment_sum_grad(op, grad):
+    return [gather(grad, op._inputs[1]), None]
+
+
 def boolean_mask(tensor, mask, name=None, axis=None):
     """The entries (slices) of ``tensor`` where the boolean ``mask`` is true, flattened along
     the mask's dimensions starting at ``axis`` (TF1's ``tf.boolean_mask``).

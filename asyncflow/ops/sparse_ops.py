@@ -10,7 +10,7 @@ Most ops are compositions: a row-major *linear index* (``indices @ strides``) tu
 tensor into an ``UnsortedSegmentSum`` (repeats add up, differentiable in the values);
 ``sparse_tensor_dense_matmul`` gathers one row of the dense operand per entry (so its gradient
 is an IndexedSlices); ``embedding_lookup_sparse`` looks up every id and sums each row's
-weighted embeddings with a segment sum. ``SparseReorder``, ``SparseReshape`` and ``SparseAdd``
+weighted embeddings with a sorted segment sum (rows out of order fail as in TF1). ``SparseReorder``, ``SparseReshape`` and ``SparseAdd``
 are kernels; ``SparseToDense`` and ``SparseReorder`` have TF1's gradients for their values,
 ``SparseAdd`` too (``SparseAddGrad``); ``SparseReshape`` needs none (the values pass
 through).
@@ -31,7 +31,7 @@ from asyncflow.ops import sources
 from asyncflow.ops.array import reshape
 from asyncflow.ops.construct import as_tensor, make, make_op, static_value
 from asyncflow.ops.embedding import dynamic_partition, embedding_lookup
-from asyncflow.ops.indexing import gather, unsorted_segment_sum
+from asyncflow.ops.indexing import gather, segment_sum, unsorted_segment_sum
 from asyncflow.ops.layout import concat, expand_dims, stack, transpose
 from asyncflow.ops.shapes import shape_of
 from asyncflow.ops.tiling import one_hot
@@ -318,7 +318,8 @@ def embedding_lookup_sparse(params, sp_ids, sp_weights, partition_strategy="mod"
 
     Args:
         params: an embedding table, a list of shards or a PartitionedVariable.
-        sp_ids: int SparseTensor ``[batch, max_ids]`` of ids (row-major order).
+        sp_ids: int SparseTensor ``[batch, max_ids]`` of ids, its rows in increasing order
+            (the order within a row is free), as TF1 requires.
         sp_weights: a float SparseTensor with the same indices, or None (weights 1).
         partition_strategy: ``"mod"`` or ``"div"`` for sharded params.
         name: the name scope.
@@ -332,27 +333,29 @@ def embedding_lookup_sparse(params, sp_ids, sp_weights, partition_strategy="mod"
 
     Raises:
         ValueError: on an unknown combiner.
+        InvalidArgumentError: at run time when the rows of ``sp_ids`` are not increasing
+            (TF1's ``segment ids are not increasing``; ``sparse_reorder`` sorts them).
     """
     if combiner not in ("sum", "mean", "sqrtn"):
         raise ValueError(f"combiner must be one of 'mean', 'sqrtn' or 'sum', got {combiner!r}")
     graph = sp_ids.graph
     with graph.name_scope(name or "embedding_lookup_sparse"):
+        # TF1 sums each row's entries with a sorted segment sum: rows out of order fail
+        # with its "segment ids are not increasing", never a silently reordered answer.
         segments = sp_ids.indices[:, 0]
-        count = math_ops.add(math_ops.reduce_max(segments), 1)
         embeddings = embedding_lookup(params, sp_ids.values, partition_strategy=partition_strategy,
                                       max_norm=max_norm)
         if sp_weights is None:
             weights = sources.ones_like(sp_ids.values, dtype=embeddings.dtype)
         else:
             weights = math_ops.cast(sp_weights.values, embeddings.dtype)
-        summed = unsorted_segment_sum(math_ops.multiply(embeddings, expand_dims(weights, 1)),
-                                      segments, count)
+        summed = segment_sum(math_ops.multiply(embeddings, expand_dims(weights, 1)), segments)
         if combiner == "sum":
             return summed
         if combiner == "mean":
-            total = unsorted_segment_sum(weights, segments, count)
+            total = segment_sum(weights, segments)
         else:
-            total = math_ops.sqrt(unsorted_segment_sum(math_ops.square(weights), segments, count))
+            total = math_ops.sqrt(segment_sum(math_ops.square(weights), segments))
         # TF1's div_no_nan: a row whose weights sum to zero (or that has no ids) is zeros.
         empty = math_ops.equal(total, sources.zeros_like(total))
         safe = math_ops.where(empty, sources.ones_like(total), total)

@@ -4,6 +4,7 @@ from asyncflow.train.saver import (  # noqa: F401
     CheckpointState, Saver, checkpoint_exists, get_checkpoint_state, import_meta_graph,
     latest_checkpoint,
 )
+from asyncflow.train.checkpoint_utils import list_variables, load_variable  # noqa: F401
 from asyncflow.train.optimizer import Optimizer  # noqa: F401
 from asyncflow.train.optimizers import (  # noqa: F401
     AdagradOptimizer, AdamOptimizer, GradientDescentOptimizer, MomentumOptimizer,

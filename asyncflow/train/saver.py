@@ -42,10 +42,15 @@ Theory of operation:
 - All file work runs on worker threads (``trio.to_thread.run_sync``), never on the loop.
   Given an ``asyncflow.aio.Session``, ``save`` runs in that session's trio guest.
 - A partitioned variable (``get_variable(partitioner=...)``) is saved under its one logical
-  name as the whole tensor, its parts concatenated on the task of its first part; each part
-  restores its own slice (``SaveSliceInfo``: offset and shape) of that tensor, so a
-  checkpoint restores into any number of parts, or into an unpartitioned variable of the
-  full shape. The whole table passes through that one task when saved and restored.
+  name with TF1's slice information: each part is written as the slice ``"<name>|<spec>"``
+  (``spec``: the full shape, then ``offset,length`` per dimension, as TF1's
+  ``save_slice_info``), by the Save of the task where the part lives when ``sharded=True``
+  (no part crosses the network; with one file, as in TF1, every variable goes to the one
+  Save). Each part restores its own region of the logical tensor with a ``Restore`` whose
+  ``shape_and_slices`` names it, reading only the saved slices (or the whole tensor) that
+  overlap it, so a checkpoint restores into any number of parts, or into an unpartitioned
+  variable of the full shape, and the other way round; a different full shape fails naming
+  the variable and both shapes (``asyncflow.kernels.checkpoint_slices``).
 - ``saver.as_saver_def()`` names the ops, so ``import_meta_graph`` rebuilds a Saver around
   an imported graph without the code that built it.
 """
@@ -65,11 +70,11 @@ from asyncflow.kernels.checkpoint_files import (
     STATE_FILENAME, commit_state, committed_file as _committed_file, data_path, parse_state,
     write_state,
 )
+from asyncflow.kernels.checkpoint_slices import slice_key
 from asyncflow.ops import checkpoint as _ops
 from asyncflow.ops import checkpoint_files as _file_ops
 from asyncflow.ops.array import identity
 from asyncflow.ops.control import control_dependencies, group
-from asyncflow.ops.indexing import strided_slice
 from asyncflow.ops.partitioned_variables import PartitionedVariable
 from asyncflow.ops.sources import placeholder, placeholder_with_default
 from asyncflow.ops.state import Variable, assign
@@ -181,14 +186,29 @@ def _logical(name, parts):
     return PartitionedVariable(name, info.full_shape, parts[0].dtype, parts, partitions)
 
 
-def _saved_tensor(var):
-    """What a Save op reads: a variable's reference, or a partitioned variable's whole value
-    (its parts concatenated where its first part lives)."""
-    if isinstance(var, PartitionedVariable):
-        first = var._get_variable_list()[0]
-        with first.graph.colocate_with(first.op):
-            return var._as_tensor()
-    return var._ref() if isinstance(var, Variable) else var
+@dataclasses.dataclass
+class _Saved:
+    """One tensor a Saver writes: its key in the file, the variable's reference, the logical
+    name it restores from and the slice of that name it is (``""``: the whole)."""
+
+    key: str
+    ref: Tensor
+    name: str
+    spec: str
+
+
+def _saved_entries(items):
+    """The tensors to write for ``[(name, var)]``: a partitioned variable's parts each as a
+    slice of its logical name (TF1's ``save_slice_info``)."""
+    out = []
+    for name, var in items:
+        if isinstance(var, PartitionedVariable):
+            for part in var:
+                spec = part._save_slice_info.spec
+                out.append(_Saved(slice_key(name, spec), part._ref(), name, spec))
+        else:
+            out.append(_Saved(name, var._ref() if isinstance(var, Variable) else var, name, ""))
+    return out
 
 
 def _byte_strings(texts):
@@ -240,22 +260,21 @@ class Saver:
 
     def _build(self, items, name):
         graph = self._graph
-        with graph.as_default():
-            refs = [_saved_tensor(v) for _, v in items]
-        self._partitioned = {id(t): v for t, (_, v) in zip(refs, items)
-                             if isinstance(v, PartitionedVariable)}
+        entries = _saved_entries(items)
         names = [n for n, _ in items]
         with graph.as_default(), graph.name_scope(name):
             self._filename = placeholder("string", shape=[], name="filename")
             self._step = placeholder_with_default(np.int64(-1), shape=[], name="global_step")
-            if self._sharded and names:
-                save_op, assigns = self._build_shards(names, refs)
+            if self._sharded and entries:
+                save_op, assigns = self._build_shards(entries)
             else:
                 # On the CPU of the first variable's task (when it names one): the worker that
                 # owns the variables holds the checkpoint, for this client and the next.
-                with graph.device(_save_device(refs[0].op.device) if refs else ""):
-                    save_op = _ops.save(self._filename, self._step, names, refs, name="Save")
-                assigns = self._restore_group(names, refs, "Restore", save_op)
+                first = entries[0].ref.op.device if entries else None
+                with graph.device(_save_device(first) if entries else ""):
+                    save_op = _ops.save(self._filename, self._step, [e.key for e in entries],
+                                        [e.ref for e in entries], name="Save")
+                assigns = self._restore_group(entries, "Restore", save_op)
             with control_dependencies([save_op]):
                 self._save_tensor = identity(self._filename, name="control_dependency")
             self._restore_op = group(*assigns, name="restore_all")
@@ -282,41 +301,34 @@ class Saver:
             self._latest = _file_ops.latest_checkpoint(
                 feeds["checkpoint_dir"], feeds["latest_filename"], name="LatestCheckpoint")
 
-    def _restore_group(self, names, refs, name, save_op=None):
-        with self._graph.colocate_with(save_op):  # None: no colocation (placed by the scope)
-            restored = _ops.restore(self._filename, names, [r.dtype for r in refs],
-                                    [r.shape for r in refs], name=name)
-        assigns = []
-        for ref, value in zip(refs, restored):
-            whole = self._partitioned.get(id(ref))
-            if whole is None:
-                assigns.append(assign(ref, value, validate_shape=ref.shape.is_fully_defined()))
-                continue
-            # Each part takes its slice of the logical tensor, whatever the saved layout.
-            for part in whole:
-                info = part._save_slice_info
-                begin = info.var_offset
-                rows = strided_slice(value, begin, [b + n for b, n in zip(begin, info.var_shape)])
-                assigns.append(assign(part._ref(), rows))
-        return assigns
+    def _restore_group(self, entries, name, save_op=None):
+        """One Restore of ``entries`` (a part: its region of the logical tensor) and their
+        Assigns, beside ``save_op`` when given (None: placed by the scope)."""
+        refs = [e.ref for e in entries]
+        with self._graph.colocate_with(save_op):
+            restored = _ops.restore(self._filename, [e.name for e in entries],
+                                    [r.dtype for r in refs], [r.shape for r in refs],
+                                    [e.spec for e in entries], name=name)
+        return [assign(ref, value, validate_shape=ref.shape.is_fully_defined())
+                for ref, value in zip(refs, restored)]
 
-    def _build_shards(self, names, refs):
-        """Per task a Save of its variables into its shard and their Restore, then the merge."""
+    def _build_shards(self, entries):
+        """Per task a Save of its variables (and parts) into its shard and their Restore,
+        then the merge."""
         shards = {}
-        for name, ref in zip(names, refs):
-            shards.setdefault(_save_device(ref.op.device), []).append((name, ref))
+        for entry in entries:
+            shards.setdefault(_save_device(entry.ref.op.device), []).append(entry)
         saves, assigns, count = [], [], len(shards)
         for shard, (where, members) in enumerate(shards.items()):
-            shard_names, shard_refs = [n for n, _ in members], [r for _, r in members]
             with self._graph.device(where):
                 shard_file = _ops.sharded_filename(self._filename, shard, count,
                                                    name=f"sharded_filename_{shard}")
-                saves.append(_ops.save(shard_file, self._step, shard_names, shard_refs,
-                                       name=f"Save_{shard}"))
-                assigns += self._restore_group(shard_names, shard_refs, f"Restore_{shard}")
+                saves.append(_ops.save(shard_file, self._step, [e.key for e in members],
+                                       [e.ref for e in members], name=f"Save_{shard}"))
+                assigns += self._restore_group(members, f"Restore_{shard}")
         with self._graph.device(next(iter(shards))), control_dependencies(saves):
             merge = _ops.merge_checkpoint_shards(
-                self._filename, self._step, [[n for n, _ in m] for m in shards.values()],
+                self._filename, self._step, [[e.key for e in m] for m in shards.values()],
                 name="MergeCheckpointShards")
         return merge, assigns
 

@@ -11,6 +11,7 @@ import pytest
 import trio
 
 import asyncflow as af
+from asyncflow.kernels.checkpoint import index_path, read_index
 
 BATCH, WIDTH = 64, 32
 STEPS = 3
@@ -100,6 +101,10 @@ async def test_a_partitioned_table_saves_on_two_ps_and_restores_into_three_parts
             await sess.run(init)
             expected = await sess.run(whole)
             path = await saver.save(sess, str(tmp_path / "model"))
+        if sharded:  # each ps wrote the slice of its own part, under the logical name
+            where = read_index(index_path(path + ".safetensors"))
+            assert sorted(where) == ["table|10 3 0,5:0,3", "table|10 3 5,5:0,3"]
+            assert len(set(where.values())) == 2
         await af.Session.reset(spec)
         graph = af.Graph()
         with graph.as_default():

@@ -129,3 +129,50 @@ async def test_sampler_arguments_and_impossible_draws_fail_clearly():
             with pytest.raises(af.errors.InvalidArgumentError,
                                match="few.*cannot sample 2 unique ids: only 1 of range_max 3"):
                 await sess.run(sparse)
+
+
+def _sharded_counts(tf, vocab_file):
+    """Each shard of 3 of a fixed unigram sampler over 2 reserved ids and 10 unigrams (and
+    of 2 over a vocabulary file): its expected counts for every id it holds."""
+    out = []
+    for num_shards, shard, size, source in [(3, 0, 4, "u"), (3, 1, 5, "u"), (3, 2, 3, "u"),
+                                            (2, 1, 6, "f")]:
+        true_classes = tf.constant(np.arange(size, dtype=np.int64).reshape(size, 1))
+        kwargs = dict(vocab_file=vocab_file) if source == "f" else \
+            dict(unigrams=[float(u) for u in range(1, 11)])
+        sampler = tf.nn.fixed_unigram_candidate_sampler(
+            true_classes, 1, 3, False, size, num_reserved_ids=2, distortion=0.5,
+            num_shards=num_shards, shard=shard, seed=5, **kwargs)
+        out.append(sampler[1])
+    return out
+
+
+async def test_fixed_unigram_shards_match_tf1(tmp_path):
+    vocab = tmp_path / "vocab.csv"
+    vocab.write_text("".join(f"w{i},{i * i + 1}\n" for i in range(10)))
+    with af.Graph().as_default():
+        fetches = _sharded_counts(af, str(vocab))
+        async with af.Session() as sess:
+            ours = await sess.run(fetches)
+            draws = np.concatenate([(await sess.run(
+                af.get_default_graph().get_operations()[-1].outputs[0])) for _ in range(50)])
+    theirs = tf1_run(inspect.getsource(_sharded_counts) + f"""
+with tf.Session() as sess:
+    outputs["counts"] = sess.run(_sharded_counts(tf, {str(vocab)!r}))
+""", tmp_path)
+    assert len(ours) == len(theirs["counts"]) == 4
+    for index, (mine, reference) in enumerate(zip(ours, theirs["counts"])):
+        np.testing.assert_allclose(mine, reference, rtol=1e-5, err_msg=str(index))
+    assert draws.min() >= 0 and draws.max() < 6  # ids of the shard's own list
+
+
+def test_fixed_unigram_shard_arguments_fail_clearly():
+    with af.Graph().as_default():
+        labels = af.constant([[0]], af.int64)
+        with pytest.raises(ValueError, match="shard 3 is not one of num_shards 3 shards"):
+            af.nn.fixed_unigram_candidate_sampler(labels, 1, 1, False, 4, unigrams=[1.0] * 10,
+                                                  num_shards=3, shard=3)
+        with pytest.raises(ValueError, match="range is 12 must be equal to weights size 4"):
+            af.nn.fixed_unigram_candidate_sampler(labels, 1, 1, False, 12,
+                                                  unigrams=[1.0] * 10, num_reserved_ids=2,
+                                                  num_shards=3, shard=0)

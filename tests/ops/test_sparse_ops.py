@@ -141,3 +141,132 @@ async def test_sparse_add_sends_the_sum_gradient_to_both_operands():
                               af.SparseTensor(b_indices, b, [3, 4]))
         return af.sparse_tensor_to_dense(total) * np.arange(12.0).reshape(3, 4)
     await check_gradients(build, [np.array([0.5, -1.0, 2.0]), np.array([1.5, 3.0])])
+
+
+def _unsorted_lookups(tf, table, indices):
+    """embedding_lookup_sparse with every combiner, without and with weights, over ``indices``
+    (ids 3, 5, 1, 0); then a sorted segment sum and its gradient. An entry that fails is the
+    first line of the error saying why ('segment ids ...')."""
+    params = tf.constant(table)
+    out = []
+    for combiner in ("sum", "mean", "sqrtn"):
+        for weighted in (False, True):
+            ids = tf.SparseTensor(tf.constant(indices), tf.constant([3, 5, 1, 0], tf.int64),
+                                  [3, 4])
+            weights = tf.SparseTensor(tf.constant(indices), tf.constant([1.0, 2.0, 0.5, 4.0]),
+                                      [3, 4]) if weighted else None
+            out.append(tf.nn.embedding_lookup_sparse(params, ids, weights, combiner=combiner))
+    data = tf.constant(table[:4])
+    summed = tf.segment_sum(data, tf.constant([0, 0, 2, 2]))
+    out += [summed, tf.gradients(tf.reduce_sum(summed * summed), data)[0]]
+    return out
+
+
+def _run_each(sess, fetches):
+    results = []
+    for fetch in fetches:
+        try:
+            results.append(sess.run(fetch))
+        except Exception as exc:  # the error kind and TF1's reason, as text
+            reason = [line for line in str(getattr(exc, "message", exc)).splitlines()
+                      if "segment ids" in line][0]
+            reason = reason[reason.index("segment ids"):][:30]
+            results.append(np.array(f"{type(exc).__name__}: {reason}"))
+    return results
+
+
+@pytest.mark.parametrize("indices", [[[0, 3], [0, 1], [2, 0], [2, 2]],
+                                     [[2, 0], [0, 1], [0, 3], [2, 2]],
+                                     [[0, 1], [2, 0], [0, 3], [2, 2]]],
+                         ids=["columns_unsorted", "rows_unsorted", "rows_interleaved"])
+async def test_lookup_sparse_rows_out_of_order_fail_as_in_tf1(tmp_path, indices):
+    indices = np.array(indices, np.int64)
+    with af.Graph().as_default():
+        fetches = _unsorted_lookups(af, TABLE, indices)
+        async with af.Session() as sess:
+            ours = []
+            for fetch in fetches:
+                try:
+                    ours.append(await sess.run(fetch))
+                except af.errors.InvalidArgumentError as exc:
+                    assert "SegmentSum" in str(exc), exc  # names the op
+                    reason = exc.message[exc.message.index("segment ids"):][:30]
+                    ours.append(np.array(f"InvalidArgumentError: {reason}"))
+    theirs = tf1_run(inspect.getsource(_unsorted_lookups) + inspect.getsource(_run_each) + """
+with tf.Session() as sess:
+    outputs["values"] = _run_each(sess, _unsorted_lookups(tf, inputs["t"], inputs["i"]))
+""", tmp_path, t=TABLE, i=indices)
+    assert len(ours) == len(theirs["values"]) == 8
+    for index, (mine, reference) in enumerate(zip(ours, theirs["values"])):
+        if reference.dtype.kind in "US":
+            assert str(mine) == str(reference) == \
+                "InvalidArgumentError: segment ids are not increasing", index
+        else:
+            np.testing.assert_allclose(mine, reference, rtol=1e-5, atol=1e-6, err_msg=str(index))
+
+
+def _values_gradients(tf, indices, values, shape, table, dense):
+    """The gradient of each sparse op's result with respect to the sparse values (and the
+    lookup weights), each through a weighted sum so that every entry counts differently."""
+    v = tf.constant(values)
+    w = tf.constant(values * 0.5 + 1.0)
+    sp = tf.SparseTensor(tf.constant(indices), v, tf.constant(shape))
+    other_values = tf.constant([-1.5, 4.0])
+    other = tf.SparseTensor(tf.constant([[0, 1], [1, 1]], tf.int64), other_values,
+                            tf.constant(shape))
+    unsorted = tf.SparseTensor(tf.constant(indices[::-1].copy()), v, tf.constant(shape))
+    ids = tf.SparseTensor(tf.constant(indices), tf.constant([1, 5, 1, 0], tf.int64),
+                          tf.constant(shape))
+    weights = tf.SparseTensor(tf.constant(indices), w, tf.constant(shape))
+    scale = tf.constant(np.arange(1.0, 13.0, dtype=np.float32).reshape(3, 4))
+
+    def weighted(x):
+        x = tf.reshape(x, [-1])
+        return tf.reduce_sum(x * tf.cast(tf.range(tf.size(x)), tf.float32) / 7.0
+                             + tf.square(x))
+
+    added = tf.sparse_add(sp, other)
+    results = [
+        tf.reduce_sum(tf.sparse_tensor_to_dense(sp) * scale),
+        tf.reduce_sum(tf.sparse_to_dense(tf.constant(indices), tf.constant(shape), v) * scale),
+        weighted(tf.sparse_reduce_sum(sp, axis=1)),
+        weighted(tf.sparse_tensor_dense_matmul(sp, tf.constant(dense))),
+        weighted(tf.sparse_concat(1, [sp, other]).values),
+        weighted(tf.sparse_reorder(unsorted).values),
+        weighted(tf.sparse_retain(sp, tf.constant([True, False, True, True])).values),
+        weighted(tf.sparse_reshape(sp, [2, -1]).values),
+        weighted(added.values),
+        weighted(tf.sparse_add(sp, tf.constant(dense.reshape(2, 4)[:, :4].repeat(2, 0)[:3]))),
+    ]
+    grads = [tf.gradients(r, v)[0] for r in results]
+    grads.append(tf.gradients(weighted(added.values), other_values)[0])
+    for combiner in ("sum", "mean", "sqrtn"):
+        lookup = tf.nn.embedding_lookup_sparse(tf.constant(table), ids, weights,
+                                               combiner=combiner)
+        grads.append(tf.gradients(weighted(lookup), w)[0])
+    # No gradient (TF1 has none for that op): an empty vector, told apart from any gradient.
+    return [tf.zeros([0]) if g is None else tf.convert_to_tensor(g) for g in grads]
+
+
+async def test_gradients_in_the_sparse_values_match_tf1(tmp_path):
+    args = (INDICES, VALUES, SHAPE, TABLE, DENSE)
+    with af.Graph().as_default():
+        fetches = _values_gradients(af, *args)
+        async with af.Session() as sess:
+            ours = await sess.run(fetches)
+    theirs = tf1_run(inspect.getsource(_values_gradients) + """
+fetches = _values_gradients(tf, inputs["i"], inputs["v"], inputs["s"], inputs["t"], inputs["d"])
+with tf.Session() as sess:
+    outputs["values"] = sess.run(fetches)
+""", tmp_path, i=INDICES, v=VALUES, s=SHAPE, t=TABLE, d=DENSE)
+    assert len(ours) == len(theirs["values"]) == 14
+    without = []
+    for index, (mine, reference) in enumerate(zip(ours, theirs["values"])):
+        if reference.size == 0 and mine.size:
+            without.append(index)  # TF1 has no gradient there; asyncflow has one
+            continue
+        np.testing.assert_allclose(mine, reference, rtol=1e-5, atol=1e-6, err_msg=str(index))
+    # TF1 registers no gradient for SparseConcat; asyncflow's is each entry's own gradient
+    # (position p of the row-major result gets p / 7 + 2 x): [3, 1/7 - 4, 4/7 + 6, 5/7 + 1].
+    assert without == [4], without
+    np.testing.assert_allclose(ours[4], [3.0, 1 / 7 - 4.0, 4 / 7 + 6.0, 5 / 7 + 1.0], rtol=1e-6)
