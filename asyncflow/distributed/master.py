@@ -507,9 +507,9 @@ class _StepDriver:
             # Never retried here (the step may have side effects); the caller may run it again.
             address = getattr(task.channel, "address", "?")
             await self._failed(errors.DataLossError(None, None, (
-                f"RunGraph on {task.name} at {address}: fetch {exc.key!r}: Checksum does not "
-                f"match: the worker's CRC32C is {exc.stored:08x}, the bytes received give "
-                f"{exc.computed:08x}; the reply was damaged in transit and the step failed "
+                f"RunGraph on {task.name} at {address}: "  # a fetch's bytes, or the header's
+                f"{f'fetch {exc.key!r}' if exc.key is not None else f'the reply: {exc.part}'}"
+                f": {exc.detail}; the reply was damaged in transit and the step failed "
                 "(not retried: run it again)")))
         except TransportDeadlineExceeded as exc:
             await self._failed(errors.DeadlineExceededError(None, None, f"RunGraph on "

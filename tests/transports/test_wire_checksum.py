@@ -39,7 +39,8 @@ def _frame(message, checksums=None):
 
 def _header(data):
     length = int.from_bytes(data[4:8], "little")
-    return msgpack.unpackb(bytes(data[8:8 + length])), 8 + length
+    start = 16 if bytes(data[:4]) == wire.CHECKED_MAGIC else 8
+    return msgpack.unpackb(bytes(data[start:start + length])), start + length
 
 
 def _segments(data):
@@ -216,3 +217,86 @@ def test_a_frame_cut_in_its_trailer_is_truncated_and_counts_the_trailer():
     for missing in (1, 4, 5):
         with pytest.raises(RemoteProtocolError, match=f"{missing} more bytes were announced"):
             decode(data[:-missing])
+
+
+# -- every byte of a checked frame is covered: prefix, header (strings in it), padding, tensors
+
+
+def _regions(data):
+    """``{offset: region}`` of every byte of a checked frame (see docs/protocol.md)."""
+    header, end = _header(data)
+    regions = {i: "prefix" for i in range(16)}
+    regions.update({i: "header" for i in range(16, end)})
+    strings = [s for d in header["tensors"] if d["strings"] for s in d["strings"]]
+    for item in strings:  # where the string items lie inside the header
+        at = bytes(data).find(item, 16)
+        regions.update({i: "string" for i in range(at, at + len(item))})
+    offset = end
+    for d in header["tensors"]:
+        if d["nbytes"]:
+            pad = -offset % wire.ALIGNMENT
+            regions.update({i: "padding" for i in range(offset, offset + pad)})
+            offset += pad
+            regions.update({i: "tensor" for i in range(offset, offset + d["nbytes"])})
+            offset += d["nbytes"]
+            regions.update({i: "trailer" for i in range(offset, offset + 4)})
+            offset += 4
+    assert offset == len(data) == len(regions)
+    return regions
+
+
+def _small_message():
+    return RunGraph("g/1", 7, [
+        TensorEntry("s:0", np.array([b"first string", b"\x00\xff" * 20], dtype=object)),
+        TensorEntry("a:0", np.arange(5, dtype=np.float32))], ["a:0", "s:0"])
+
+
+@pytest.mark.parametrize("how", ["whole", "bytewise", "lent"])
+def test_a_flipped_bit_at_any_offset_of_a_checked_frame_is_caught(how):
+    """Prefix, header, a string tensor's items, padding, numeric bytes, trailer: one flipped
+    bit anywhere is ChecksumMismatch (never a value, never another error) naming what was hit."""
+    clean = _frame(_small_message())
+    assert bytes(clean[:4]) == wire.CHECKED_MAGIC
+    regions = _regions(clean)
+    assert set(regions.values()) == {"prefix", "header", "string", "padding", "tensor",
+                                     "trailer"}
+    expected = {"prefix": ("frame magic", "frame prefix"), "header": ("frame header",),
+                "string": ("frame header",), "padding": ("padding before tensor 'a:0'",),
+                "tensor": ("tensor 'a:0'",), "trailer": ("tensor 'a:0'",)}
+    offsets = range(len(clean)) if how != "bytewise" else range(0, len(clean), 3)
+    for offset in offsets:
+        for bit in ((offset % 8,) if how != "whole" else range(8)):
+            damaged = bytearray(clean)
+            damaged[offset] ^= 1 << bit
+            with pytest.raises(ChecksumMismatch) as info:
+                _feed(damaged, how)
+            assert info.value.part.startswith(expected[regions[offset]]), (offset, info.value)
+            assert (info.value.key == "a:0") == (regions[offset] in ("tensor", "trailer"))
+    got = _feed(clean, how)
+    assert got.feeds[0].value.tolist() == [b"first string", b"\x00\xff" * 20]
+
+
+def test_a_checked_frame_cut_anywhere_is_truncated_never_a_value():
+    clean = bytes(_frame(_small_message()))
+    for end in range(1, len(clean)):
+        with pytest.raises(RemoteProtocolError):
+            decode(clean[:end])
+
+
+def test_checksums_off_sends_the_unchecked_prefix_and_both_kinds_decode():
+    message = _small_message()
+    plain, checked = _frame(message, checksums=False), _frame(message)
+    assert bytes(plain[:4]) == wire.MAGIC and bytes(checked[:4]) == wire.CHECKED_MAGIC
+    assert len(checked) > len(plain)
+    decoder = Decoder()
+    decoder.receive_data(bytes(plain + checked + plain))  # one stream, mixed frames
+    for _ in range(3):
+        assert decoder.next_event().feeds[0].value[1] == b"\x00\xff" * 20
+    assert decoder.next_event() is wire.NEED_DATA
+
+
+def test_junk_that_is_not_one_bit_from_the_magic_is_still_a_protocol_error():
+    for junk in (b"GET / HTTP/1.1\r\n\r\n", b"AFWX" + bytes(20), b"\x00" * 32):
+        with pytest.raises(RemoteProtocolError, match="bad magic") as info:
+            decode(junk)
+        assert not isinstance(info.value, ChecksumMismatch)
