@@ -15,7 +15,7 @@ from transport_fakes import FakeWorker
 
 from transports import checksum, wire
 from transports.http_client import TrioHttpChannel
-from transports.http_protocol import SUM_CHUNK_BYTES, send_pieces
+from transports.http_protocol import SEND_CHUNK_BYTES, send_pieces
 from transports.http_server import open_http_server
 from transports.wire import (
     CHECKSUM_KEY, ChecksumMismatch, Decoder, RemoteProtocolError, RunGraph, TensorEntry, decode,
@@ -145,7 +145,7 @@ def test_a_checksum_on_a_tensor_without_raw_bytes_is_refused():
 
 
 def test_deferred_trailers_are_filled_while_the_pieces_are_handed_out():
-    big = np.random.default_rng(1).random(3 * SUM_CHUNK_BYTES // 8 + 5)  # chunks and a tail
+    big = np.random.default_rng(1).random(3 * SEND_CHUNK_BYTES // 8 + 5)  # chunks and a tail
     message = RunGraph("g/1", 7, [TensorEntry("big:0", big),
                                   TensorEntry("small:0", np.arange(9, dtype=np.int16))], [])
     buffers = encode(message, defer_checksums=True)
@@ -153,7 +153,7 @@ def test_deferred_trailers_are_filled_while_the_pieces_are_handed_out():
     assert len(trailers) == 2 and all(t.pending and t == bytes(4) for t in trailers)
     pieces = [bytes(p) for p in send_pieces(b"HEAD", buffers)]
     assert pieces[0].startswith(b"HEAD")
-    assert max(len(p) for p in pieces) == SUM_CHUNK_BYTES  # the big tensor went in chunks
+    assert max(len(p) for p in pieces) == SEND_CHUNK_BYTES  # the big tensor went in chunks
     assert b"".join(pieces)[4:] == bytes(_frame(message))  # the same bytes as summed eagerly
     got = decode(b"".join(pieces)[4:])
     np.testing.assert_array_equal(got.feeds[0].value, big)
@@ -172,8 +172,31 @@ def test_extend_sums_views_of_any_layout_like_bytes():
 
 def test_without_the_c_function_views_are_summed_from_a_copy(monkeypatch):
     array = np.arange(999, dtype=np.int32)
+    monkeypatch.setattr(checksum, "_FOLDING", None)
     monkeypatch.setattr(checksum, "_EXTEND", None)
+    assert checksum.implementation() == "google_crc32c (copies)"
     assert checksum.extend(0, memoryview(array)) == google_crc32c.value(array.tobytes())
+
+
+@pytest.mark.parametrize("folding", [True, False])
+def test_every_implementation_gives_google_crc32c_s_sums(monkeypatch, folding):
+    """crc32c_rs (when installed) and google_crc32c through ctypes agree at every size and
+    alignment, chained or whole, typed or strided views."""
+    if folding and checksum._FOLDING is None:
+        pytest.skip("crc32c_rs is not installed (google_crc32c sums the wire)")
+    if not folding:
+        monkeypatch.setattr(checksum, "_FOLDING", None)
+    data = np.random.default_rng(3).integers(0, 256, 5000, dtype=np.uint8)
+    view = memoryview(data)
+    for start, stop in ((0, 0), (0, 1), (3, 68), (1, 4097), (7, 5000), (0, 5000)):
+        whole = google_crc32c.value(data[start:stop].tobytes())
+        assert checksum.extend(0, view[start:stop]) == whole
+        middle = (start + stop) // 2
+        assert checksum.extend(checksum.extend(0, view[start:middle]), view[middle:stop]) == whole
+    floats = np.arange(600, dtype=np.float32)
+    assert checksum.extend(0, memoryview(floats)[::3]) == google_crc32c.value(
+        floats[::3].tobytes())
+    assert checksum.implementation() == ("crc32c_rs" if folding else "google_crc32c")
 
 
 async def test_a_damaged_request_is_a_400_and_the_server_keeps_serving():
