@@ -11,12 +11,22 @@ from __future__ import annotations
 
 import os
 
+from asyncflow import errors
 from transports.inprocess import InProcessChannel
 from transports.service import TransportUnavailable
 
 TOKEN_ENV = "ASYNCFLOW_TOKEN"
 INPROCESS_HOST = "inprocess"
 _services = {}
+
+
+def damaged_reply(call, address, exc):
+    """The DataLossError for a reply that a ``transports.wire.ChecksumMismatch`` ``exc`` says
+    was damaged in transit; ``call`` names the RPC and the worker, ``address`` where it is.
+    Never retried (0 times): the caller may run it again."""
+    return errors.DataLossError(None, None, (
+        f"{call} at {address}: the reply: {exc.part}: {exc.detail}; the reply was damaged in "
+        "transit and the call failed (not retried: run it again)"))
 
 
 def is_inprocess(address):

@@ -220,6 +220,8 @@ class Master:
             reply = await task.channel.health(timeout=self.config.worker_dead_after_s)
         except TransportError as exc:
             raise _unavailable(task, exc) from None
+        except ChecksumMismatch as exc:
+            raise _channels.damaged_reply(f"Health of {task.name}", task.address, exc) from None
         except RemoteCallError as exc:
             raise errors.from_code(exc.code, f"Health of {task.name}: {exc.message}") from None
         if reply.task != task.name:
@@ -342,6 +344,9 @@ class Master:
                         timeout=self.config.worker_dead_after_s)
             except TransportError as exc:
                 raise _unavailable(task, exc) from None
+            except ChecksumMismatch as exc:
+                raise _channels.damaged_reply(f"RegisterGraph on {task.name}", task.address,
+                                              exc) from None
             except RemoteCallError as exc:
                 raise errors.from_code(exc.code, f"RegisterGraph on {task.name}: "
                                        f"{exc.message}") from None

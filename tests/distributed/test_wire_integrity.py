@@ -151,3 +151,32 @@ async def test_a_flipped_bit_in_a_pulled_frames_header_names_the_edge():
             assert "edge '" in message and "frame header" in message, message
             assert await sess.run(total) == 2.0 * ELEMENTS
         nursery.cancel_scope.cancel()
+
+
+async def test_a_damaged_registration_or_health_reply_is_data_loss_not_a_crash():
+    """Every reply is checked, not only tensors: a flip in RegisterGraph's or Health's answer
+    fails the call with DataLossError naming the worker; the next run works."""
+    proxy = BitFlipProxy()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(proxy.serve)
+        spec = af.ClusterSpec({"worker": [f"127.0.0.1:{proxy.port}"]})
+        server = await _serve(nursery, spec, "worker")
+        proxy.target = server.address
+        graph = af.Graph()
+        with graph.as_default(), af.device("/job:worker/task:0"):
+            doubled = af.constant(np.arange(10, dtype=np.float32)) * 2.0
+        proxy.arm(20, in_body=True, path="/v1/health")
+        with pytest.raises(af.errors.DataLossError, match="Health of /job:worker/replica:0/"
+                           "task:0 at 127.0.0.1:.*the reply: frame header"):
+            async with af.Session(graph=graph, cluster=spec) as sess:
+                pass
+        async with af.Session(graph=graph, cluster=spec) as sess:
+            proxy.arm(20, in_body=True, path="/v1/graphs")
+            with pytest.raises(af.errors.DataLossError) as info:
+                await sess.run(doubled)
+            message = str(info.value)
+            assert "RegisterGraph on /job:worker/replica:0/task:0" in message, message
+            assert "frame header" in message and "not retried" in message
+            assert (await sess.run(doubled)).tolist() == list(range(0, 20, 2))
+        assert proxy.flipped == 2
+        nursery.cancel_scope.cancel()
