@@ -199,11 +199,12 @@ def test_every_implementation_gives_google_crc32c_s_sums(monkeypatch, folding):
     assert checksum.implementation() == ("crc32c_rs" if folding else "google_crc32c")
 
 
-async def test_a_damaged_request_is_a_400_and_the_server_keeps_serving():
+@pytest.mark.parametrize("region", ["tensor", "header", "prefix"])
+async def test_a_damaged_request_is_a_400_and_the_server_keeps_serving(region):
     async with open_http_server(FakeWorker()) as server:
         body = _frame(RunGraph("g/1", 1, [TensorEntry("x:0", np.ones(4096, np.float32))], []))
         _, start, _ = _segments(body)[0]
-        body[start + 100] ^= 0x20
+        body[{"tensor": start + 100, "header": 30, "prefix": 6}[region]] ^= 0x20
         with trio.fail_after(GENEROUS):
             stream = await trio.open_tcp_stream("127.0.0.1", server.port)
             async with stream:
