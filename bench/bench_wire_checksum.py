@@ -50,6 +50,7 @@ from transports.http_server import open_http_server  # noqa: E402
 MIB = 1 << 20
 BIG = 64 * MIB
 PATHS = ("tcp", "unix")
+GOOGLE = "with google_crc32c"  # checksums on, summed by google_crc32c at both ends
 
 
 class PullWorker:
@@ -78,8 +79,10 @@ def timed_sums(total) -> None:
     checksum.extend = extend  # (the codec and the writers look it up at each call)
 
 
-def server(checksums: bool, ports, sums) -> None:
+def server(checksums: bool, folding: bool, ports, sums) -> None:
     checksum.set_enabled(checksums)
+    if not folding:
+        checksum._FOLDING = None  # google_crc32c's sums
     timed_sums(sums)
 
     async def main() -> None:
@@ -108,6 +111,7 @@ async def _pulls(ports: dict, pids: dict, sums: dict, rounds: int) -> tuple[dict
     summing: dict[tuple[str, str], list[float]] = {key: [] for key in channels}
     mine = multiprocessing.Value("d", 0.0, lock=False)
     timed_sums(mine)
+    folding = checksum._FOLDING
     try:
         for kind, channel in channels.items():  # warm up: connections, allocations
             await channel.recv_tensors(wire.RecvTensors(1, ["k"]), timeout=60)
@@ -116,6 +120,7 @@ async def _pulls(ports: dict, pids: dict, sums: dict, rounds: int) -> tuple[dict
             if step % 2:
                 order.reverse()
             for key, channel in order:
+                checksum._FOLDING = None if key[1] == GOOGLE else folding  # both ends alike
                 used = time.process_time_ns() + _cpu_ns(pids[key[1]])
                 summed = mine.value + sums[key[1]].value
                 start = time.perf_counter()
@@ -126,6 +131,7 @@ async def _pulls(ports: dict, pids: dict, sums: dict, rounds: int) -> tuple[dict
                 assert reply.tensors[0].value.nbytes == BIG
                 del reply
     finally:
+        checksum._FOLDING = folding
         for channel in channels.values():
             await channel.aclose()
     return times, cpu, summing
@@ -227,10 +233,14 @@ def main() -> None:
     context = multiprocessing.get_context("spawn")
     processes, ports, pids, sums = [], {}, {}, {}
     try:
-        for kind, flag in (("with checksum", True), ("without", False)):
+        kinds = [("with checksum", True, True), ("without", False, True)]
+        if checksum._FOLDING is not None:  # crc32c_rs installed: compare with google_crc32c
+            kinds.append((GOOGLE, True, False))
+        for kind, flag, folding in kinds:
             queue = context.Queue()
             sums[kind] = context.Value("d", 0.0, lock=False)
-            process = context.Process(target=server, args=(flag, queue, sums[kind]), daemon=True)
+            process = context.Process(target=server, args=(flag, folding, queue, sums[kind]),
+                                      daemon=True)
             process.start()
             processes.append(process)
             ports[kind], pids[kind] = queue.get(timeout=60), process.pid
@@ -242,20 +252,26 @@ def main() -> None:
     print(f"CRC32C: {checksum.implementation()}; GB/s on cached data: "
           + ", ".join(f"{name} {rate:.1f}" for name, rate in crc_rates().items()))
     print()
-    print(f"| 64 MiB pull over HTTP ({rounds} rounds) | with checksum | without | ratio |")
-    print("|---|---|---|---|")
+    kinds = [kind for kind in ("with checksum", GOOGLE) if kind in ports]
+    print(f"| 64 MiB pull over HTTP ({rounds} rounds) | without | "
+          + " | ".join(f"{kind} | ratio" for kind in kinds) + " |")
+    print("|---|---|" + "---|---|" * len(kinds))
     for path in PATHS:
-        on, off = times[(path, "with checksum")], times[(path, "without")]
         name = "TCP loopback" if path == "tcp" else "same-host Unix socket"
+        off = times[(path, "without")]
         for label, pick in (("MiB/s, median", statistics.median), ("MiB/s, best", min)):
-            a, b = BIG / MIB / pick(on), BIG / MIB / pick(off)
-            print(f"| {name}, {label} | {a:.0f} | {b:.0f} | {a / b:.3f} |")
-        a, b = (1e-6 * statistics.median(cpu[(path, kind)]) for kind in ("with checksum",
-                                                                          "without"))
-        print(f"| {name}, CPU ms of both ends, median | {a:.1f} | {b:.1f} | {a / b:.3f} |")
-        crc = 1e3 * statistics.median(summing[(path, "with checksum")])
-        print(f"| {name}, ms summing (both ends), median | {crc:.2f} | 0 | "
-              f"{crc / 1e3 / statistics.median(off):.1%} of the pull |")
+            b = BIG / MIB / pick(off)
+            cells = [f"{BIG / MIB / pick(times[(path, k)]):.0f} | "
+                     f"{BIG / MIB / pick(times[(path, k)]) / b:.3f}" for k in kinds]
+            print(f"| {name}, {label} | {b:.0f} | " + " | ".join(cells) + " |")
+        b = 1e-6 * statistics.median(cpu[(path, "without")])
+        cells = [f"{1e-6 * statistics.median(cpu[(path, k)]):.1f} | "
+                 f"{1e-6 * statistics.median(cpu[(path, k)]) / b:.3f}" for k in kinds]
+        print(f"| {name}, CPU ms of both ends, median | {b:.1f} | " + " | ".join(cells) + " |")
+        cells = [f"{1e3 * statistics.median(summing[(path, k)]):.2f} | "
+                 f"{statistics.median(summing[(path, k)]) / statistics.median(off):.1%} of the "
+                 "pull" for k in kinds]
+        print(f"| {name}, ms summing (both ends), median | 0 | " + " | ".join(cells) + " |")
     if args.pulls_only:
         return
     steps = runtime_steps(rounds)
