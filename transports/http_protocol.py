@@ -105,11 +105,10 @@ def send_pieces(head: bytes, buffers: list[bytes | memoryview]) -> Iterator[byte
 
     A pending :class:`~transports.wire.ChecksumTrailer` (``encode(..., defer_checksums=True)``)
     is filled here, while its segment is written: each chunk is summed right after it was
-    sent, while the kernel's copy has left it in the CPU's cache (512 KiB: with the copy's
-    destination, within a core's L2), so the checksum reads no byte from memory: summed
-    before the send, it read the whole tensor from memory (CPU time of a 64 MiB pull +15-20%
-    on the project's machine, against a few percent so; ``bench/bench_wire_checksum.py``).
-    Iterate lazily: a trailer is only right once the pieces before it were taken.
+    sent, while the kernel's copy has left it in the CPU's cache, so the checksum mostly reads
+    cached bytes; summed before the send, it read the whole tensor from memory (about 5 ms of
+    the sender's CPU per 64 MiB pull on the project's machine; bench/RESULTS.md). Iterate
+    lazily: a trailer is only right once the pieces before it were taken.
     """
     small: list[bytes | memoryview] = [head]
     for index, buffer in enumerate(buffers):
