@@ -1,12 +1,15 @@
 """What the wire's CRC32C costs: a 64 MiB pull with and without the checksum.
 
-Two server processes answer RecvTensors with the same 64 MiB float32 tensor over HTTP on
-loopback; one encodes with checksums (``transports.checksum`` on, the default), the other
-without. This process pulls from both through the trio HTTP channel the workers use,
-alternating round by round so both see the same load
-(shared machines are noisy: compare the columns, not absolute values), and decodes each reply
-(summing the bytes as they land when the frame carries checksums). Reported: MiB/s of the
-median and best pull of each, and their ratio.
+Two server processes answer RecvTensors with the same 64 MiB float32 tensor over HTTP, both
+over TCP on loopback and over their same-host Unix sockets; one encodes with checksums
+(``transports.checksum`` on, the default), the other without. This process pulls from both
+through the trio HTTP channel the workers use, alternating round by round so both see the
+same load (shared machines are noisy: compare the columns, not absolute values), and decodes
+each reply (summing the bytes as they land when the frame carries checksums). Reported: MiB/s
+of the median and best pull of each and their ratio; the CPU time of both ends per pull
+(Linux schedstat of the server, process time here), which other programs disturb less; and
+the time both ends spent in ``checksum.extend`` per pull, the checksum's own cost, as a
+share of the pull without it. First, the rate of each CRC32C implementation installed.
 
 Then the same pull inside the runtime: two clusters of two ``asyncflow worker`` processes, one
 started with ``ASYNCFLOW_WIRE_CHECKSUMS=0``; on each, a 64 MiB float32 variable on worker 0 is
@@ -17,12 +20,14 @@ Also, in this process and without sockets, the codec's own cost: encode and deco
 same 64 MiB message with and without checksums (medians), which is the whole of the work the
 checksum adds.
 
-Run: ``.venv/bin/python bench/bench_wire_checksum.py [--quick]`` (well under a minute).
+Run: ``.venv/bin/python bench/bench_wire_checksum.py [--quick] [--rounds N] [--pulls-only]``
+(about a minute).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import multiprocessing
 import os
 import statistics
@@ -44,6 +49,8 @@ from transports.http_server import open_http_server  # noqa: E402
 
 MIB = 1 << 20
 BIG = 64 * MIB
+PATHS = ("tcp", "unix")
+GOOGLE = "with google_crc32c"  # checksums on, summed by google_crc32c at both ends
 
 
 class PullWorker:
@@ -59,8 +66,24 @@ class PullWorker:
         return wire.HealthReply(os.getpid(), "bench", [], wire.WorkerStatistics())
 
 
-def server(checksums: bool, ports) -> None:
+def timed_sums(total) -> None:
+    """Count the seconds this process spends in ``checksum.extend`` into ``total.value``."""
+    plain = checksum.extend
+
+    def extend(crc, data):
+        start = time.perf_counter()
+        try:
+            return plain(crc, data)
+        finally:
+            total.value += time.perf_counter() - start
+    checksum.extend = extend  # (the codec and the writers look it up at each call)
+
+
+def server(checksums: bool, folding: bool, ports, sums) -> None:
     checksum.set_enabled(checksums)
+    if not folding:
+        checksum._FOLDING = None  # google_crc32c's sums
+    timed_sums(sums)
 
     async def main() -> None:
         async with open_http_server(PullWorker()) as running:
@@ -69,9 +92,26 @@ def server(checksums: bool, ports) -> None:
     trio.run(main)
 
 
-async def _pulls(ports: dict, rounds: int) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {kind: [] for kind in ports}
-    channels = {kind: TrioHttpChannel(f"127.0.0.1:{port}") for kind, port in ports.items()}
+def _cpu_ns(pid: int) -> int:
+    """Nanoseconds process ``pid``'s main thread has run on a CPU (Linux schedstat)."""
+    with open(f"/proc/{pid}/schedstat") as stat:
+        return int(stat.read().split()[0])
+
+
+async def _pulls(ports: dict, pids: dict, sums: dict, rounds: int) -> tuple[dict, dict, dict]:
+    """Pull times per (path, checksum kind): TCP on loopback and the same-host Unix socket
+    (``transports.same_host``) to the same two servers, in alternating order; and the CPU
+    time both ends spent per pull (this process's plus the server's), which the other
+    programs on a shared machine disturb far less than wall time; and the time both ends
+    spent summing (in ``checksum.extend``)."""
+    channels = {(path, kind): TrioHttpChannel(f"127.0.0.1:{port}", same_host=path == "unix")
+                for path in PATHS for kind, port in ports.items()}
+    times: dict[tuple[str, str], list[float]] = {key: [] for key in channels}
+    cpu: dict[tuple[str, str], list[float]] = {key: [] for key in channels}
+    summing: dict[tuple[str, str], list[float]] = {key: [] for key in channels}
+    mine = multiprocessing.Value("d", 0.0, lock=False)
+    timed_sums(mine)
+    folding = checksum._FOLDING
     try:
         for kind, channel in channels.items():  # warm up: connections, allocations
             await channel.recv_tensors(wire.RecvTensors(1, ["k"]), timeout=60)
@@ -79,16 +119,43 @@ async def _pulls(ports: dict, rounds: int) -> dict[str, list[float]]:
             order = list(channels.items())
             if step % 2:
                 order.reverse()
-            for kind, channel in order:
+            for key, channel in order:
+                checksum._FOLDING = None if key[1] == GOOGLE else folding  # both ends alike
+                used = time.process_time_ns() + _cpu_ns(pids[key[1]])
+                summed = mine.value + sums[key[1]].value
                 start = time.perf_counter()
                 reply = await channel.recv_tensors(wire.RecvTensors(1, ["k"]), timeout=60)
-                times[kind].append(time.perf_counter() - start)
+                times[key].append(time.perf_counter() - start)
+                cpu[key].append(time.process_time_ns() + _cpu_ns(pids[key[1]]) - used)
+                summing[key].append(mine.value + sums[key[1]].value - summed)
                 assert reply.tensors[0].value.nbytes == BIG
                 del reply
     finally:
+        checksum._FOLDING = folding
         for channel in channels.values():
             await channel.aclose()
-    return times
+    return times, cpu, summing
+
+
+def crc_rates() -> dict[str, float]:
+    """GB/s of each CRC32C this machine has, on a cached 1 MiB buffer (best of 5 runs)."""
+    data = memoryview(np.random.default_rng(0).integers(0, 255, MIB, dtype=np.uint8))
+    rates, saved = {}, checksum._FOLDING
+    try:
+        for name, folding in (("crc32c_rs", saved), ("google_crc32c", None)):
+            if name == "crc32c_rs" and saved is None:
+                continue
+            checksum._FOLDING = folding
+            best = math.inf
+            for _ in range(5):
+                start = time.perf_counter()
+                for _ in range(50):
+                    checksum.extend(0, data)
+                best = min(best, time.perf_counter() - start)
+            rates[name] = 50 * MIB / best / 1e9
+    finally:
+        checksum._FOLDING = saved
+    return rates
 
 
 async def _steps(specs: dict, rounds: int) -> dict[str, list[float]]:
@@ -158,32 +225,57 @@ def codec_times(rounds: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds")
-    quick = parser.parse_args().quick
+    parser.add_argument("--rounds", type=int, default=0, help="pull rounds (default 20)")
+    parser.add_argument("--pulls-only", action="store_true",
+                        help="only the pulls over HTTP (not the workers, nor the codec)")
+    args = parser.parse_args()
+    quick, rounds = args.quick, args.rounds or (6 if args.quick else 20)
     context = multiprocessing.get_context("spawn")
-    processes, ports = [], {}
+    processes, ports, pids, sums = [], {}, {}, {}
     try:
-        for kind, flag in (("with checksum", True), ("without", False)):
+        kinds = [("with checksum", True, True), ("without", False, True)]
+        if checksum._FOLDING is not None:  # crc32c_rs installed: compare with google_crc32c
+            kinds.append((GOOGLE, True, False))
+        for kind, flag, folding in kinds:
             queue = context.Queue()
-            process = context.Process(target=server, args=(flag, queue), daemon=True)
+            sums[kind] = context.Value("d", 0.0, lock=False)
+            process = context.Process(target=server, args=(flag, folding, queue, sums[kind]),
+                                      daemon=True)
             process.start()
             processes.append(process)
-            ports[kind] = queue.get(timeout=60)
-        times = trio.run(_pulls, ports, 6 if quick else 20)
+            ports[kind], pids[kind] = queue.get(timeout=60), process.pid
+        times, cpu, summing = trio.run(_pulls, ports, pids, sums, rounds)
     finally:
         for process in processes:
             process.terminate()
             process.join(timeout=5)
-    steps = runtime_steps(6 if quick else 20)
+    print(f"CRC32C: {checksum.implementation()}; GB/s on cached data: "
+          + ", ".join(f"{name} {rate:.1f}" for name, rate in crc_rates().items()))
+    print()
+    kinds = [kind for kind in ("with checksum", GOOGLE) if kind in ports]
+    print(f"| 64 MiB pull over HTTP ({rounds} rounds) | without | "
+          + " | ".join(f"{kind} | ratio" for kind in kinds) + " |")
+    print("|---|---|" + "---|---|" * len(kinds))
+    for path in PATHS:
+        name = "TCP loopback" if path == "tcp" else "same-host Unix socket"
+        off = times[(path, "without")]
+        for label, pick in (("MiB/s, median", statistics.median), ("MiB/s, best", min)):
+            b = BIG / MIB / pick(off)
+            cells = [f"{BIG / MIB / pick(times[(path, k)]):.0f} | "
+                     f"{BIG / MIB / pick(times[(path, k)]) / b:.3f}" for k in kinds]
+            print(f"| {name}, {label} | {b:.0f} | " + " | ".join(cells) + " |")
+        b = 1e-6 * statistics.median(cpu[(path, "without")])
+        cells = [f"{1e-6 * statistics.median(cpu[(path, k)]):.1f} | "
+                 f"{1e-6 * statistics.median(cpu[(path, k)]) / b:.3f}" for k in kinds]
+        print(f"| {name}, CPU ms of both ends, median | {b:.1f} | " + " | ".join(cells) + " |")
+        cells = [f"{1e3 * statistics.median(summing[(path, k)]):.2f} | "
+                 f"{statistics.median(summing[(path, k)]) / statistics.median(off):.1%} of the "
+                 "pull" for k in kinds]
+        print(f"| {name}, ms summing (both ends), median | 0 | " + " | ".join(cells) + " |")
+    if args.pulls_only:
+        return
+    steps = runtime_steps(rounds)
     codec = codec_times(3 if quick else 9)
-    on, off = times["with checksum"], times["without"]
-    print("| 64 MiB pull over HTTP on loopback | with checksum | without | ratio |")
-    print("|---|---|---|---|")
-    for label, pick in (("MiB/s, median", statistics.median), ("MiB/s, best", min)):
-        a, b = BIG / MIB / pick(on), BIG / MIB / pick(off)
-        print(f"| {label} | {a:.0f} | {b:.0f} | {a / b:.3f} |")
-    print(f"| pull time, median (ms) | {1e3 * statistics.median(on):.1f} | "
-          f"{1e3 * statistics.median(off):.1f} | "
-          f"{statistics.median(on) / statistics.median(off):.3f} |")
     print()
     print("| 64 MiB pull between two worker processes | with checksum | without | ratio |")
     print("|---|---|---|---|")

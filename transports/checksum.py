@@ -1,9 +1,14 @@
 """CRC32C of tensor bytes on the wire, computed from memory views without copying them.
 
-``google_crc32c`` (C, with the CPU's CRC instruction: several GB/s) takes only ``bytes``-like
-objects whose buffer needs no release; :func:`extend` calls the C function it wraps through
-ctypes with the view's address instead, so a received chunk is summed where it landed. It
-carries a running checksum across the chunks of a tensor as they arrive.
+:func:`extend` carries a running checksum across the chunks of a tensor as they arrive, summing
+each chunk where it landed. It uses ``crc32c_rs`` where installed: it folds 64 bytes at a time
+with carry-less multiplies (AVX-512 VPCLMULQDQ where the CPU has them), about 70 GB/s on
+cached data on the project's machine against 24 GB/s for the CPU's CRC instruction that
+``google_crc32c`` uses (``bench/bench_wire_checksum.py`` prints both): the sums of a 64 MiB
+pull took 3-9% of its time (by the load) with the former, 10-26% with the latter. Otherwise ``google_crc32c`` (C, with the
+CPU's CRC instruction) does it: its Python functions take only ``bytes``-like objects whose
+buffer needs no release, so :func:`extend` calls the C function it wraps through ctypes with
+the view's address instead. Both release the GIL while they sum.
 
 Checksums are on by default; ``ASYNCFLOW_WIRE_CHECKSUMS=0`` in a process's environment (or
 ``set_enabled(False)``) makes its encoder send frames without them (a receiver checks
@@ -21,7 +26,8 @@ from typing import Final
 import google_crc32c
 import numpy as np
 
-__all__ = ["ENV", "TRAILER_BYTES", "ChecksumTrailer", "enabled", "extend", "set_enabled"]
+__all__ = ["ENV", "TRAILER_BYTES", "ChecksumTrailer", "enabled", "extend", "implementation",
+           "set_enabled"]
 
 ENV: Final = "ASYNCFLOW_WIRE_CHECKSUMS"
 TRAILER_BYTES: Final = 4  # a CRC32C after a tensor's raw bytes in a frame
@@ -56,8 +62,34 @@ def _direct_extend():
 _EXTEND = _direct_extend()
 
 
+def _folding_crc32c():
+    """``crc32c_rs.crc32c(buffer, crc)`` (any C-contiguous buffer), or None where crc32c-rs is
+    not installed (then google_crc32c sums)."""
+    try:
+        import crc32c_rs
+    except ImportError:
+        return None
+    return crc32c_rs.crc32c
+
+
+_FOLDING = _folding_crc32c()
+
+
+def implementation() -> str:
+    """Which CRC32C sums this process's wire bytes: ``crc32c_rs``, ``google_crc32c`` (through
+    ctypes) or ``google_crc32c (copies)``."""
+    if _FOLDING is not None:
+        return "crc32c_rs"
+    return "google_crc32c" if _EXTEND is not None else "google_crc32c (copies)"
+
+
 def extend(crc: int, data: bytes | bytearray | memoryview) -> int:
     """The CRC32C of the bytes summed into ``crc`` followed by ``data`` (no copy)."""
+    if _FOLDING is not None:
+        try:
+            return _FOLDING(data, crc)
+        except BufferError:  # a non-contiguous view: summed from a copy below
+            pass
     if isinstance(data, bytes):
         return google_crc32c.extend(crc, data)
     view = memoryview(data)

@@ -92,7 +92,7 @@ def text_error(status: int, address: str, body: bytes) -> RemoteCallError:
     return RemoteCallError(code, f"HTTP {status} from {address}: {text}")
 
 
-SUM_CHUNK_BYTES: Final = 1 << 20  # a large segment with a pending trailer goes in such chunks
+SEND_CHUNK_BYTES: Final = 512 * 1024  # a large segment is handed to send_all in such chunks
 
 
 def send_pieces(head: bytes, buffers: list[bytes | memoryview]) -> Iterator[bytes | memoryview]:
@@ -100,14 +100,15 @@ def send_pieces(head: bytes, buffers: list[bytes | memoryview]) -> Iterator[byte
 
     Consecutive buffers under :data:`JOIN_BYTES` (the frame's header, padding, checksum
     trailers) are joined with the head into one piece; a larger buffer (a view of a tensor) is
-    a piece of its own, so tensor bytes are never copied and a small message is one ``send``.
+    handed out in views of :data:`SEND_CHUNK_BYTES`, so tensor bytes are never copied and a
+    small message is one ``send``.
 
     A pending :class:`~transports.wire.ChecksumTrailer` (``encode(..., defer_checksums=True)``)
-    is filled here, while its segment is written: a large segment is handed out in chunks of
-    :data:`SUM_CHUNK_BYTES`, each summed just before it is sent (the send then reads it from
-    cache), so the checksum costs no pass of its own over the tensor and is done in the time
-    the writer would otherwise wait for the socket. Iterate lazily: a trailer is only right
-    once the pieces before it were taken.
+    is filled here, while its segment is written: each chunk is summed right after it was
+    sent, while the kernel's copy has left it in the CPU's cache, so the checksum mostly reads
+    cached bytes; summed before the send, it read the whole tensor from memory (about 5 ms of
+    the sender's CPU per 64 MiB pull on the project's machine; bench/RESULTS.md). Iterate
+    lazily: a trailer is only right once the pieces before it were taken.
     """
     small: list[bytes | memoryview] = [head]
     for index, buffer in enumerate(buffers):
@@ -122,15 +123,14 @@ def send_pieces(head: bytes, buffers: list[bytes | memoryview]) -> Iterator[byte
         if small:
             yield b"".join(small)
             small = []
-        if trailer is None:
-            yield buffer
-            continue
         view, crc = memoryview(buffer), 0
-        for start in range(0, len(view), SUM_CHUNK_BYTES):
-            chunk = view[start:start + SUM_CHUNK_BYTES]
-            crc = _checksum.extend(crc, chunk)
+        for start in range(0, len(view), SEND_CHUNK_BYTES):
+            chunk = view[start:start + SEND_CHUNK_BYTES]
             yield chunk
-        trailer.set(crc)
+            if trailer is not None:
+                crc = _checksum.extend(crc, chunk)  # sent: the kernel's copy left it in cache
+        if trailer is not None:
+            trailer.set(crc)
     if small:
         yield b"".join(small)
 

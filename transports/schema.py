@@ -11,6 +11,7 @@ This module must not know about asyncflow, trio or HTTP.
 from __future__ import annotations
 
 import dataclasses
+import math
 import struct
 import types
 import typing
@@ -21,9 +22,10 @@ from typing import Any, Final, Union
 import ml_dtypes
 import numpy as np
 
-from transports.messages import MESSAGE_TYPES, RECORD_TYPES, TensorEntry
+from transports.messages import CANONICAL_CODES, MESSAGE_TYPES, RECORD_TYPES, TensorEntry
 
-MAGIC: Final = b"AFWF"
+MAGIC: Final = b"AFWF"  # a frame whose prefix and header carry no checksum
+CHECKED_MAGIC: Final = b"AFWC"  # a frame whose prefix and header are checksummed (two bits away)
 FORMAT_VERSION: Final = 1
 ALIGNMENT: Final = 64
 # Wire dtypes: explicitly little-endian, so a big-endian host still speaks the same bytes.
@@ -39,11 +41,14 @@ WIRE_DTYPES: Final[dict[str, np.dtype]] = {
 STRING_DTYPE: Final = "string"  # numpy object arrays whose items are all bytes
 DESCRIPTOR_KEYS = frozenset({"key", "dtype", "shape", "nbytes", "dead", "error", "strings"})
 CHECKSUM_KEY: Final = "crc32c"  # optional descriptor key: CRC32C of the raw segment
+CHECKED_DESCRIPTOR_KEYS = DESCRIPTOR_KEYS | {CHECKSUM_KEY}
 HEADER_KEYS = frozenset({"version", "kind", "payload", "tensors"})
 # The product of a shape's non-zero dimensions stays below this, so numpy (intp byte counts,
 # itemsize <= 8) can make the shape even when a zero dimension empties it.
 MAX_SHAPE_PRODUCT: Final = 1 << 59
 PREFIX: Final = struct.Struct("<4sI")  # magic, header length
+# magic, header length, CRC32C of the header, CRC32C of the 12 bytes before it
+CHECKED_PREFIX: Final = struct.Struct("<4sIII")
 
 
 class WireError(Exception):
@@ -63,19 +68,30 @@ class FrameTooLarge(RemoteProtocolError):
 
 
 class ChecksumMismatch(RemoteProtocolError):
-    """A tensor's bytes do not match the CRC32C its sender put in the descriptor: they were
-    damaged on the way (a flipped bit that TCP's 16-bit checksum let through).
+    """Bytes of a frame do not match the CRC32C its sender put beside them: they were damaged
+    on the way (a flipped bit that TCP's 16-bit checksum let through).
 
     Attributes:
-        key: the tensor entry's key (a fetch name or a rendezvous key).
-        stored: the sender's checksum; ``computed``: the checksum of the bytes received.
+        key: the tensor entry's key (a fetch name or a rendezvous key) whose raw bytes or
+            trailer were damaged; None when the damage is in the frame's prefix or header (its
+            descriptors and string tensors), which belong to no single tensor.
+        part: what was damaged, in words (``"tensor 'x:0'"``, ``"frame header"``...);
+            ``detail``: the rest of the message (the two checksums).
+        stored: the sender's checksum; ``computed``: the checksum of the bytes received (None
+            where the damage is found otherwise: a magic one bit off, non-zero padding).
     """
 
-    def __init__(self, key: str, nbytes: int, stored: int, computed: int) -> None:
-        super().__init__(f"tensor {key!r:.200}: Checksum does not match: the sender's CRC32C "
-                         f"of its {nbytes} bytes is {stored:08x}, the bytes received give "
-                         f"{computed:08x} (damaged in transit)")
+    def __init__(self, key: str | None, nbytes: int, stored: int | None,
+                 computed: int | None, part: str | None = None) -> None:
         self.key, self.stored, self.computed = key, stored, computed
+        self.part = f"tensor {key!r:.200}" if part is None else part
+        if stored is None or computed is None:
+            self.detail = "damaged in transit (Checksum does not match)"
+        else:
+            self.detail = (f"Checksum does not match: the sender's CRC32C of its {nbytes} "
+                           f"bytes is {stored:08x}, the bytes received give {computed:08x} "
+                           "(damaged in transit)")
+        super().__init__(f"{self.part}: {self.detail}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,3 +371,69 @@ def check_depth(obj: Any, max_depth: int, start: int) -> None:
             raise RemoteProtocolError(f"payload nests maps/lists deeper than {max_depth} levels")
         children = item.values() if isinstance(item, dict) else item
         stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+
+
+def check_descriptor(index: int, d: Any, limits: Limits) -> tuple[dict, np.dtype | None, int]:
+    """Validate one descriptor of a frame's header against ``limits``; return it with the dtype
+    to allocate and its raw byte count.
+
+    Raises:
+        RemoteProtocolError: a descriptor that breaks the format (FrameTooLarge: limits).
+    """
+    where = f"tensor #{index}"
+    if not isinstance(d, dict) or d.keys() not in (DESCRIPTOR_KEYS, CHECKED_DESCRIPTOR_KEYS):
+        raise RemoteProtocolError(f"{where}: descriptor must be a map with keys "
+                                  f"{sorted(DESCRIPTOR_KEYS)} and optionally "
+                                  f"{CHECKSUM_KEY!r}")
+    if CHECKSUM_KEY in d and (d[CHECKSUM_KEY] is not True or not d["nbytes"]):
+        raise RemoteProtocolError(f"{where}: {CHECKSUM_KEY} must be true (a CRC32C trailer "
+                                  f"follows the raw bytes) and only describes raw bytes, "
+                                  f"got {d[CHECKSUM_KEY]!r:.40}")
+    key, dtype, shape, nbytes, strings = (d["key"], d["dtype"], d["shape"], d["nbytes"],
+                                          d["strings"])
+    if not isinstance(key, str) or not isinstance(d["dead"], bool):
+        raise RemoteProtocolError(f"{where}: key must be str and dead bool")
+    where = f"tensor {key!r:.80}"
+    error = d["error"]
+    if error is not None and not (
+            isinstance(error, dict) and set(error) == {"code", "message"}
+            and isinstance(error["code"], str) and error["code"] in CANONICAL_CODES
+            and isinstance(error["message"], str)):
+        raise RemoteProtocolError(f"{where}: error must be {{code: canonical code name, "
+                                  f"message: str}}, got {error!r:.80}")
+    if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes < 0:
+        raise RemoteProtocolError(f"{where}: nbytes must be a non-negative int")
+    if dtype is None:
+        if shape is not None or nbytes or strings is not None:
+            raise RemoteProtocolError(f"{where}: an entry without dtype has no shape or data")
+        return d, None, 0
+    _check_shape(where, shape, limits)
+    count = math.prod(shape)
+    if dtype == STRING_DTYPE:
+        if nbytes or not isinstance(strings, list) or len(strings) != count or not all(
+                isinstance(s, bytes) for s in strings):
+            raise RemoteProtocolError(f"{where}: a string tensor of shape {shape} needs "
+                                      f"{count} bin items in 'strings' and nbytes 0")
+        return d, np.dtype(object), 0
+    wire = WIRE_DTYPES.get(dtype) if isinstance(dtype, str) else None
+    if wire is None:
+        raise RemoteProtocolError(f"{where}: dtype {dtype!r:.40} is not allowed; allowed: "
+                                  f"{', '.join([*WIRE_DTYPES, STRING_DTYPE])}")
+    if strings is not None or count * wire.itemsize != nbytes:
+        raise RemoteProtocolError(f"{where}: shape {shape} of {dtype} needs "
+                                  f"{count * wire.itemsize} bytes, header says {nbytes}")
+    if nbytes > limits.max_tensor_bytes:
+        raise FrameTooLarge(f"{where} is {nbytes} bytes, over the limit of "
+                            f"{limits.max_tensor_bytes}")
+    return d, wire, nbytes
+
+
+def _check_shape(where: str, shape: Any, limits: Limits) -> None:
+    if not isinstance(shape, list) or len(shape) > limits.max_rank or not all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape):
+        raise RemoteProtocolError(f"{where}: shape must be a list of at most "
+                                  f"{limits.max_rank} non-negative ints, got {shape!r:.80}")
+    # numpy must be able to make the shape even when a zero dimension empties it.
+    if math.prod(n for n in shape if n) > MAX_SHAPE_PRODUCT:
+        raise RemoteProtocolError(f"{where}: shape {shape} has more than "
+                                  f"{MAX_SHAPE_PRODUCT} elements per non-empty slice")

@@ -4,9 +4,11 @@ Theory of operation
 -------------------
 Every message, in every direction and over every transport, is one *frame*::
 
-    offset 0        b"AFWF"                     magic
+    offset 0        b"AFWC" (b"AFWF")           magic: a checked frame (one without checksums)
     offset 4        u32 little-endian H         header length
-    offset 8        H bytes                     msgpack header map
+    offset 8        u32 CRC32C of the header    (AFWC only)
+    offset 12       u32 CRC32C of bytes 0-11    (AFWC only)
+    offset 16 (8)   H bytes                     msgpack header map
     then, per tensor that has raw bytes:
                     zero padding up to the next multiple of 64 (counted from the frame start)
                     nbytes raw little-endian element bytes, C order
@@ -30,7 +32,10 @@ the writer (:func:`transports.http_protocol.send_pieces` sums each chunk as it h
 segment's bytes as they land in the destination array (no second pass over a large tensor) and
 raises :class:`ChecksumMismatch` (a RemoteProtocolError) naming the tensor when the trailer
 differs. A descriptor without the key has no trailer and is not checked (a sender with
-checksums off); string tensors travel in the header and have no checksum.
+checksums off). The prefix and the header (descriptors, fields and the items of string
+tensors, which travel in it) are checked before they are used, and non-zero padding or a
+magic one bit from ``AFWC`` is damage too: one flipped bit anywhere in a checked frame is a
+:class:`ChecksumMismatch` whose ``part`` says where.
 
 Zero copies: :func:`encode` returns the header and *views* of the arrays (only non-contiguous or
 big-endian arrays are converted). :class:`Decoder` validates the whole header -- schema, dtype
@@ -56,10 +61,9 @@ This module must not know about asyncflow, trio or HTTP.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 import msgpack
 import numpy as np
@@ -68,18 +72,18 @@ from transports import checksum as _checksum
 from transports.checksum import TRAILER_BYTES, ChecksumTrailer
 from transports.counted_unpack import unpack_counted
 from transports.messages import *  # noqa: F403 -- the message classes are part of this API
-from transports.messages import CANONICAL_CODES, Message, Status, TensorEntry
+from transports.messages import Message, Status, TensorEntry
 from transports.messages import __all__ as _message_names
 from transports.schema import (
-    ALIGNMENT, CHECKSUM_KEY, DEFAULT_LIMITS, DESCRIPTOR_KEYS, FORMAT_VERSION, HEADER_KEYS, MAGIC,
-    MAX_SHAPE_PRODUCT, PREFIX, SCHEMA_BY_CLASS, SCHEMAS, STRING_DTYPE, WIRE_DTYPES, WIRE_NAMES,
+    ALIGNMENT, CHECKED_MAGIC, CHECKED_PREFIX, CHECKSUM_KEY, DEFAULT_LIMITS, FORMAT_VERSION,
+    HEADER_KEYS, MAGIC, PREFIX, SCHEMA_BY_CLASS, SCHEMAS, STRING_DTYPE, WIRE_DTYPES, WIRE_NAMES,
     ChecksumMismatch, FrameTooLarge, Limits, LocalProtocolError, RemoteProtocolError, Schema,
-    SchemaMismatch, WireError, check_depth, record_from_wire, record_to_wire,
+    SchemaMismatch, WireError, check_depth, check_descriptor, record_from_wire, record_to_wire,
 )
 
 __all__ = [
-    "ALIGNMENT", "CHECKSUM_KEY", "CLOSED", "DEFAULT_LIMITS", "FORMAT_VERSION", "MAGIC",
-    "NEED_DATA", "SMALL_HEADER_BYTES", "STRING_DTYPE", "WIRE_DTYPES", "ChecksumMismatch",
+    "ALIGNMENT", "CHECKED_MAGIC", "CHECKSUM_KEY", "CLOSED", "DEFAULT_LIMITS", "FORMAT_VERSION",
+    "MAGIC", "NEED_DATA", "SMALL_HEADER_BYTES", "STRING_DTYPE", "WIRE_DTYPES", "ChecksumMismatch",
     "ChecksumTrailer", "Decoder", "FrameTooLarge", "Limits", "LocalProtocolError",
     "RemoteProtocolError", "WireError", "decode", "encode", "frame_size", *_message_names,
 ]
@@ -168,7 +172,7 @@ def encode(message: Message, limits: Limits = DEFAULT_LIMITS, checksums: bool | 
     if len(packed) > limits.max_header_bytes:
         raise LocalProtocolError(f"{schema.kind} header is {len(packed)} bytes, over the limit "
                                  f"of {limits.max_header_bytes}")
-    prefix = PREFIX.pack(MAGIC, len(packed))
+    prefix = _checked_prefix(packed) if checksums else PREFIX.pack(MAGIC, len(packed))
     buffers: list[bytes | memoryview] = (
         [prefix + packed] if len(packed) < _COALESCE_BYTES else [prefix, packed])
     offset = len(prefix) + len(packed)
@@ -182,6 +186,13 @@ def encode(message: Message, limits: Limits = DEFAULT_LIMITS, checksums: bool | 
             buffers.append(ChecksumTrailer(segment, pending=defer_checksums))
             offset += TRAILER_BYTES
     return buffers
+
+
+def _checked_prefix(packed: bytes) -> bytes:
+    """The prefix of a checksummed frame: magic, header length, the header's CRC32C and the
+    CRC32C of those 12 bytes (so a damaged length is caught before it is used)."""
+    start = CHECKED_PREFIX.pack(CHECKED_MAGIC, len(packed), _checksum.extend(0, packed), 0)[:12]
+    return start + _checksum.extend(0, start).to_bytes(4, "little")
 
 
 def _describe_entry(entry: TensorEntry, limits: Limits) -> tuple[dict, memoryview | None]:
@@ -279,6 +290,7 @@ class _PendingFrame:
     plans: list  # (descriptor, dtype, nbytes) per tensor entry
     values: list  # per entry: the array, or None until its segment starts
     segments: deque  # of [padding to skip, destination or None, filled, index, crc, trailer]
+    checked: bool  # the prefix and header were checksummed: damaged padding is damage too
 
     def destination(self, segment: list) -> memoryview:
         """The segment's array memory, allocating the array on first use."""
@@ -323,6 +335,7 @@ class Decoder:
         self._eof = False
         self._head = bytearray()  # prefix, then header bytes of the current frame
         self._header_len: int | None = None
+        self._prefix_size = PREFIX.size  # CHECKED_PREFIX.size once its magic says so
         self._frame: _PendingFrame | None = None
         self._frame_bytes = 0  # bytes of the current frame seen so far
         self._scratch: memoryview | None = None  # allocated by the first get_buffer
@@ -441,6 +454,10 @@ class Decoder:
             if padding:
                 take = min(padding, len(view) - pos)
                 if view[pos:pos + take] != _ZEROS[:take]:
+                    if self._frame.checked:  # every bit of a checked frame is covered
+                        key = self._frame.plans[segment[3]][0]["key"]
+                        raise ChecksumMismatch(None, 0, None, None, f"padding before tensor "
+                                               f"{key!r:.200} (must be zero bytes)")
                     raise RemoteProtocolError("non-zero alignment padding before a tensor")
                 self._frame.segments[0][0] -= take
             elif filled == self._frame.plans[segment[3]][2]:  # the checksum trailer
@@ -477,33 +494,60 @@ class Decoder:
             # Fast path: the prefix (and usually the whole header) is in this buffer, so it is
             # read in place instead of being gathered in _head first. Same checks.
             magic, header_len = PREFIX.unpack_from(view, pos)
-            if magic == MAGIC and 0 < header_len <= self._limits.max_header_bytes \
-                    and len(view) - pos >= PREFIX.size + header_len:
-                end = pos + PREFIX.size + header_len
-                self._frame_bytes += end - pos
-                self._start_frame(view[pos + PREFIX.size:end])
-                return end
-        want = PREFIX.size if self._header_len is None else PREFIX.size + self._header_len
+            size = CHECKED_PREFIX.size if magic == CHECKED_MAGIC else PREFIX.size
+            if (magic == MAGIC or size != PREFIX.size) and len(view) - pos >= size:
+                stored = self._check_prefix(view[pos:pos + size]) if size != PREFIX.size else None
+                if 0 < header_len <= self._limits.max_header_bytes \
+                        and len(view) - pos >= size + header_len:
+                    end = pos + size + header_len
+                    self._frame_bytes += end - pos
+                    self._start_frame(view[pos + size:end], stored, size)
+                    return end
+        want = self._prefix_size + (self._header_len or 0)
         take = min(want - len(self._head), len(view) - pos)
         self._head += view[pos:pos + take]
         self._frame_bytes += take
         if self._header_len is None:
-            if not MAGIC.startswith(bytes(self._head[:len(MAGIC)])):
-                raise RemoteProtocolError(f"bad magic {bytes(self._head[:4])!r}: not an "
-                                          f"asyncflow frame (expected {MAGIC!r})")
-            if len(self._head) == PREFIX.size:
-                _, self._header_len = PREFIX.unpack(self._head)
+            magic = bytes(self._head[:len(MAGIC)])
+            if not (MAGIC.startswith(magic) or CHECKED_MAGIC.startswith(magic)):
+                _refuse_magic(magic)
+            if magic == CHECKED_MAGIC:
+                self._prefix_size = CHECKED_PREFIX.size
+            if len(self._head) == self._prefix_size:
+                if self._prefix_size != PREFIX.size:
+                    self._check_prefix(bytes(self._head))
+                _, self._header_len = PREFIX.unpack_from(self._head)
                 if self._header_len > self._limits.max_header_bytes:
                     raise FrameTooLarge(f"header of {self._header_len} bytes exceeds the limit "
                                         f"of {self._limits.max_header_bytes}")
                 if self._header_len == 0:
                     raise RemoteProtocolError("empty header")
         elif len(self._head) == want:
-            self._start_frame(memoryview(self._head)[PREFIX.size:])
-            self._head, self._header_len = bytearray(), None
+            head = memoryview(self._head)
+            stored = (None if self._prefix_size == PREFIX.size
+                      else CHECKED_PREFIX.unpack_from(head)[2])
+            self._start_frame(head[self._prefix_size:], stored, self._prefix_size)
+            self._head, self._header_len, self._prefix_size = bytearray(), None, PREFIX.size
         return pos + take
 
-    def _start_frame(self, header_bytes: memoryview) -> None:
+    @staticmethod
+    def _check_prefix(prefix: bytes | memoryview) -> int:
+        """The header's CRC32C from a checked frame's ``prefix``, once the prefix's own CRC32C
+        says its header length and header checksum arrived intact."""
+        _, _, header_crc, stored = CHECKED_PREFIX.unpack_from(prefix)
+        computed = _checksum.extend(0, prefix[:12])
+        if computed != stored:
+            raise ChecksumMismatch(None, 12, stored, computed, "frame prefix (header length "
+                                   "and checksum)")
+        return header_crc
+
+    def _start_frame(self, header_bytes: memoryview, stored: int | None,
+                     prefix_size: int) -> None:
+        if stored is not None:  # the header holds the descriptors and the string tensors
+            computed = _checksum.extend(0, header_bytes)
+            if computed != stored:
+                raise ChecksumMismatch(None, len(header_bytes), stored, computed,
+                                       "frame header (descriptors, fields, string tensors)")
         header = self._unpack_header(header_bytes)
         schema = SCHEMAS[header["kind"]]
         payload = self._check_payload(schema, header["payload"], self._limits.max_depth)
@@ -513,13 +557,13 @@ class Decoder:
         if len(descriptors) > self._limits.max_tensors:
             raise FrameTooLarge(f"{len(descriptors)} tensors exceed the limit of "
                                 f"{self._limits.max_tensors}")
-        plans = [self._check_descriptor(i, d) for i, d in enumerate(descriptors)]
+        plans = [check_descriptor(i, d, self._limits) for i, d in enumerate(descriptors)]
         total = sum(nbytes for _, _, nbytes in plans)
         if total > self._limits.max_body_bytes:
             raise FrameTooLarge(f"tensors total {total} bytes, over the limit of "
                                 f"{self._limits.max_body_bytes}")
         # Everything is validated. Arrays with raw bytes are allocated when those bytes arrive.
-        values, segments, offset = [], deque(), PREFIX.size + len(header_bytes)
+        values, segments, offset = [], deque(), prefix_size + len(header_bytes)
         for index, (descriptor, dtype, nbytes) in enumerate(plans):
             values.append(None if nbytes else _allocate(descriptor, dtype))
             if nbytes:
@@ -527,7 +571,7 @@ class Decoder:
                 checked = descriptor.get(CHECKSUM_KEY) is True
                 segments.append([pad, None, 0, index, 0 if checked else None, bytearray()])
                 offset += pad + nbytes + (TRAILER_BYTES if checked else 0)
-        self._frame = _PendingFrame(schema, payload, plans, values, segments)
+        self._frame = _PendingFrame(schema, payload, plans, values, segments, stored is not None)
         self._advance_segments()
 
     def _unpack_header(self, header_bytes: memoryview) -> dict:
@@ -565,67 +609,16 @@ class Decoder:
         except SchemaMismatch as exc:
             raise RemoteProtocolError(exc.describe(schema.kind)) from None
 
-    def _check_descriptor(self, index: int, d: Any) -> tuple[dict, np.dtype | None, int]:
-        """Validate one descriptor; return it with the dtype to allocate and its raw bytes."""
-        where = f"tensor #{index}"
-        if not isinstance(d, dict) or (d.keys() != DESCRIPTOR_KEYS and d.keys() != _CHECKED_KEYS):
-            raise RemoteProtocolError(f"{where}: descriptor must be a map with keys "
-                                      f"{sorted(DESCRIPTOR_KEYS)} and optionally "
-                                      f"{CHECKSUM_KEY!r}")
-        if CHECKSUM_KEY in d and (d[CHECKSUM_KEY] is not True or not d["nbytes"]):
-            raise RemoteProtocolError(f"{where}: {CHECKSUM_KEY} must be true (a CRC32C trailer "
-                                      f"follows the raw bytes) and only describes raw bytes, "
-                                      f"got {d[CHECKSUM_KEY]!r:.40}")
-        key, dtype, shape, nbytes, strings = (d["key"], d["dtype"], d["shape"], d["nbytes"],
-                                              d["strings"])
-        if not isinstance(key, str) or not isinstance(d["dead"], bool):
-            raise RemoteProtocolError(f"{where}: key must be str and dead bool")
-        where = f"tensor {key!r:.80}"
-        error = d["error"]
-        if error is not None and not (
-                isinstance(error, dict) and set(error) == {"code", "message"}
-                and isinstance(error["code"], str) and error["code"] in CANONICAL_CODES
-                and isinstance(error["message"], str)):
-            raise RemoteProtocolError(f"{where}: error must be {{code: canonical code name, "
-                                      f"message: str}}, got {error!r:.80}")
-        if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes < 0:
-            raise RemoteProtocolError(f"{where}: nbytes must be a non-negative int")
-        if dtype is None:
-            if shape is not None or nbytes or strings is not None:
-                raise RemoteProtocolError(f"{where}: an entry without dtype has no shape or data")
-            return d, None, 0
-        self._check_shape(where, shape)
-        count = math.prod(shape)
-        if dtype == STRING_DTYPE:
-            if nbytes or not isinstance(strings, list) or len(strings) != count or not all(
-                    isinstance(s, bytes) for s in strings):
-                raise RemoteProtocolError(f"{where}: a string tensor of shape {shape} needs "
-                                          f"{count} bin items in 'strings' and nbytes 0")
-            return d, np.dtype(object), 0
-        wire = WIRE_DTYPES.get(dtype) if isinstance(dtype, str) else None
-        if wire is None:
-            raise RemoteProtocolError(f"{where}: dtype {dtype!r:.40} is not allowed; allowed: "
-                                      f"{', '.join([*WIRE_DTYPES, STRING_DTYPE])}")
-        if strings is not None or count * wire.itemsize != nbytes:
-            raise RemoteProtocolError(f"{where}: shape {shape} of {dtype} needs "
-                                      f"{count * wire.itemsize} bytes, header says {nbytes}")
-        if nbytes > self._limits.max_tensor_bytes:
-            raise FrameTooLarge(f"{where} is {nbytes} bytes, over the limit of "
-                                f"{self._limits.max_tensor_bytes}")
-        return d, wire, nbytes
 
-    def _check_shape(self, where: str, shape: Any) -> None:
-        if not isinstance(shape, list) or len(shape) > self._limits.max_rank or not all(
-                isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape):
-            raise RemoteProtocolError(f"{where}: shape must be a list of at most "
-                                      f"{self._limits.max_rank} non-negative ints, got {shape!r:.80}")
-        # numpy must be able to make the shape even when a zero dimension empties it.
-        if math.prod(n for n in shape if n) > MAX_SHAPE_PRODUCT:
-            raise RemoteProtocolError(f"{where}: shape {shape} has more than "
-                                      f"{MAX_SHAPE_PRODUCT} elements per non-empty slice")
-
-
-_CHECKED_KEYS = DESCRIPTOR_KEYS | {CHECKSUM_KEY}
+def _refuse_magic(magic: bytes) -> None:
+    """Raise for a frame start that is neither magic: damage when one bit from the checked
+    magic (a checked frame's first bytes, damaged), else not an asyncflow frame at all."""
+    flipped = sum(bin(a ^ b).count("1") for a, b in zip(magic, CHECKED_MAGIC))
+    if flipped == 1:
+        raise ChecksumMismatch(None, len(magic), None, None, f"frame magic {magic!r} (one bit "
+                               f"from {CHECKED_MAGIC!r})")
+    raise RemoteProtocolError(f"bad magic {magic!r}: not an asyncflow frame (expected "
+                              f"{MAGIC!r} or {CHECKED_MAGIC!r})")
 
 
 def _allocate(descriptor: dict, dtype: np.dtype | None) -> np.ndarray | None:

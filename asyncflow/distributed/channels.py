@@ -11,12 +11,40 @@ from __future__ import annotations
 
 import os
 
+from asyncflow import errors
 from transports.inprocess import InProcessChannel
-from transports.service import TransportUnavailable
+from transports.service import TransportError, TransportUnavailable
+from transports.wire import ChecksumMismatch
 
 TOKEN_ENV = "ASYNCFLOW_TOKEN"
 INPROCESS_HOST = "inprocess"
 _services = {}
+
+
+def damaged_reply(call, address, exc):
+    """The DataLossError for a reply that a ``transports.wire.ChecksumMismatch`` ``exc`` says
+    was damaged in transit; ``call`` names the RPC and the worker, ``address`` where it is.
+    Never retried (0 times): the caller may run it again."""
+    return errors.DataLossError(None, None, (
+        f"{call} at {address}: the reply: {exc.part}: {exc.detail}; the reply was damaged in "
+        "transit and the call failed (not retried: run it again)"))
+
+
+def unavailable(task, exc):
+    """The UnavailableError for a master's ``task`` that ``exc`` says cannot be reached."""
+    task.down_reported = True
+    # A session target's task has no name until its Health answers.
+    worker = f"worker {task.name} at {task.address}" if task.name else f"worker at {task.address}"
+    return errors.UnavailableError(None, None, f"{worker} is unavailable: {exc}")
+
+
+def call_error(what, task, exc):
+    """The error a failed control call (``what``: Health, RegisterGraph) to ``task`` raises."""
+    if isinstance(exc, TransportError):
+        return unavailable(task, exc)
+    if isinstance(exc, ChecksumMismatch):  # damaged in transit: never retried
+        return damaged_reply(what, task.address, exc)
+    return errors.from_code(exc.code, f"{what}: {exc.message}")
 
 
 def is_inprocess(address):

@@ -155,13 +155,6 @@ async def _all(fn, items):
         raise failures[0]
 
 
-def _unavailable(task, exc):
-    task.down_reported = True
-    # A session target's task has no name until its Health answers.
-    worker = f"worker {task.name} at {task.address}" if task.name else f"worker at {task.address}"
-    return errors.UnavailableError(None, None, f"{worker} is unavailable: {exc}")
-
-
 class Master:
     """The master side of a cluster session.
 
@@ -208,7 +201,7 @@ class Master:
             try:
                 reply = await channel.health(timeout=self.config.worker_dead_after_s)
             except TransportError as exc:
-                raise _unavailable(probe, exc) from None
+                raise _channels.unavailable(probe, exc) from None
             probe.name = reply.task
             self.tasks[reply.task] = probe
             for name, address in tasks_of_health(reply.cluster):  # the target's whole cluster
@@ -222,10 +215,8 @@ class Master:
         """Refresh ``task``'s incarnation and devices; returns True if it restarted."""
         try:
             reply = await task.channel.health(timeout=self.config.worker_dead_after_s)
-        except TransportError as exc:
-            raise _unavailable(task, exc) from None
-        except RemoteCallError as exc:
-            raise errors.from_code(exc.code, f"Health of {task.name}: {exc.message}") from None
+        except (TransportError, ChecksumMismatch, RemoteCallError) as exc:
+            raise _channels.call_error(f"Health of {task.name}", task, exc) from None
         if reply.task != task.name:
             raise errors.InvalidArgumentError(
                 None, None, f"the worker at {task.address} is {reply.task}, but the cluster "
@@ -344,11 +335,8 @@ class Master:
                     reply = await task.channel.register_graph(
                         RegisterGraph(tg.graph_def, self.session_handle, tg.options),
                         timeout=self.config.worker_dead_after_s)
-            except TransportError as exc:
-                raise _unavailable(task, exc) from None
-            except RemoteCallError as exc:
-                raise errors.from_code(exc.code, f"RegisterGraph on {task.name}: "
-                                       f"{exc.message}") from None
+            except (TransportError, ChecksumMismatch, RemoteCallError) as exc:
+                raise _channels.call_error(f"RegisterGraph on {task.name}", task, exc) from None
             if reply.incarnation and reply.incarnation != task.incarnation:
                 # Restarted since the run was compiled: its keys name the old incarnation.
                 self._forgotten.append((task, reply.graph_handle, reply.incarnation))
@@ -511,15 +499,15 @@ class _StepDriver:
             # Never retried here (the step may have side effects); the caller may run it again.
             address = getattr(task.channel, "address", "?")
             await self._failed(errors.DataLossError(None, None, (
-                f"RunGraph on {task.name} at {address}: fetch {exc.key!r}: Checksum does not "
-                f"match: the worker's CRC32C is {exc.stored:08x}, the bytes received give "
-                f"{exc.computed:08x}; the reply was damaged in transit and the step failed "
+                f"RunGraph on {task.name} at {address}: "  # a fetch's bytes, or the header's
+                f"{f'fetch {exc.key!r}' if exc.key is not None else f'the reply: {exc.part}'}"
+                f": {exc.detail}; the reply was damaged in transit and the step failed "
                 "(not retried: run it again)")))
         except TransportDeadlineExceeded as exc:
             await self._failed(errors.DeadlineExceededError(None, None, f"RunGraph on "
                                f"{task.name}: {exc}"))
         except TransportError as exc:
-            await self._failed(_unavailable(task, exc), dead_task=task.name)
+            await self._failed(_channels.unavailable(task, exc), dead_task=task.name)
         return None
 
     async def _check_restart(self, task):

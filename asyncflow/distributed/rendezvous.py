@@ -314,11 +314,11 @@ class StepRendezvous:
         except ChecksumMismatch as exc:
             # Not retried: the producer drops what was pulled, and the step fails instead.
             address = getattr(channel, "address", "?")
+            edge = exc.key if exc.key is not None else ", ".join(keys)  # (header: all of them)
             raise errors.DataLossError(None, None, (
-                f"RecvTensors from {task} at {address}: edge {exc.key!r}: Checksum does not "
-                f"match: the sender's CRC32C is {exc.stored:08x}, the bytes received give "
-                f"{exc.computed:08x}; the tensor was damaged in transit and the step failed "
-                "(not retried: run it again)")) from None
+                f"RecvTensors from {task} at {address}: edge {edge!r}: {exc.part}: "
+                f"{exc.detail}; the tensor was damaged in transit and the "
+                "step failed (not retried: run it again)")) from None
         except TransportDeadlineExceeded as exc:
             raise errors.DeadlineExceededError(None, None, f"RecvTensors from {task}: {exc}")
         except TransportError as exc:

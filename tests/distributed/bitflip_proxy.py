@@ -1,6 +1,7 @@
 """A TCP proxy on loopback that damages what a worker answers, as a faulty NIC or switch
 would behind TCP's 16-bit checksum: once armed, it flips one bit of the Nth byte it forwards
-from the server to the client (counted from the arming), then forwards faithfully again."""
+from the server to the client (counted from the arming, or from the end of the next HTTP
+head: into the frame), then forwards faithfully again."""
 from __future__ import annotations
 
 import trio
@@ -19,9 +20,15 @@ class BitFlipProxy:
         self.flipped = 0
         self._countdown = None  # bytes still to forward before the one to damage
         self._bit = 0
+        self._head_due = False  # the countdown starts after the next b"\r\n\r\n"
+        self._tail = b""  # the last bytes seen while looking for it
+        self._path = None  # damage only answers to requests for this path
 
-    def arm(self, offset, bit=3):
-        self._countdown, self._bit = offset, bit
+    def arm(self, offset, bit=3, in_body=False, path=None):
+        """``in_body``: count ``offset`` from the end of the next HTTP head (into the frame);
+        ``path``: only in an answer on a connection whose last request line holds it."""
+        self._countdown, self._bit, self._path = offset, bit, path
+        self._head_due, self._tail = in_body, b""
 
     async def serve(self, task_status=trio.TASK_STATUS_IGNORED):
         listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
@@ -34,21 +41,40 @@ class BitFlipProxy:
         host, _, port = self.target.rpartition(":")
         async with client, await trio.open_tcp_stream(host, int(port)) as server:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._pump, client, server, False, nursery.cancel_scope)
-                nursery.start_soon(self._pump, server, client, True, nursery.cancel_scope)
+                last = [b""]  # this connection's last request line
+                nursery.start_soon(self._pump, client, server, last, False, nursery.cancel_scope)
+                nursery.start_soon(self._pump, server, client, last, True, nursery.cancel_scope)
 
-    async def _pump(self, source, sink, damage, scope):
+    async def _pump(self, source, sink, last, damage, scope):
         try:
             while data := await source.receive_some(1 << 16):
-                if damage and self._countdown is not None:
-                    if self._countdown < len(data):
+                if not damage and data.split(b" ", 1)[0] in (b"GET", b"POST", b"DELETE"):
+                    last[0] = data.split(b"\r\n", 1)[0]  # (a request's head comes first)
+                if damage and self._countdown is not None and (
+                        self._path is None or self._path.encode() in last[0]):
+                    start = self._skip_head(data)
+                    if start is None:
+                        pass
+                    elif self._countdown < len(data) - start:
                         data = bytearray(data)
-                        data[self._countdown] ^= 1 << self._bit
+                        data[start + self._countdown] ^= 1 << self._bit
                         self._countdown = None
                         self.flipped += 1
                     else:
-                        self._countdown -= len(data)
+                        self._countdown -= len(data) - start
                 await sink.send_all(bytes(data))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         scope.cancel()  # one side closed: close both
+
+    def _skip_head(self, data):
+        """Where the counted bytes start in ``data`` (None: all of it is still HTTP head)."""
+        if not self._head_due:
+            return 0
+        seen = self._tail + bytes(data)
+        end = seen.find(b"\r\n\r\n")
+        if end < 0:
+            self._tail = seen[-3:]
+            return None
+        self._head_due = False
+        return end + 4 - len(self._tail)

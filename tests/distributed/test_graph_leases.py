@@ -18,7 +18,7 @@ import asyncflow as af
 from asyncflow.distributed.master import Master
 from killable_workers import WorkerProcess
 from test_hostile_input import http
-from transports.messages import RunGraph, TensorEntry
+from transports.messages import Health, RunGraph, TensorEntry
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _next_address = iter(range(5100, 5200))
@@ -69,6 +69,9 @@ async def test_graphs_of_vanished_clients_expire_with_no_request_and_live_sessio
             for _ in range(3):
                 await _client_that_dies(spec)
             assert service.statistics().graphs == 4
+            assert (await service.health(Health())).stats.graphs == 4
+            assert _metric(await service.metrics_text(),
+                           "asyncflow_worker_registered_graphs") == 4
             await trio.sleep(4.9)  # nothing reaches the worker meanwhile
             assert service.statistics().graphs == 4
             # Within the lease plus the margin (and a hair, for who wakes first at the bound).
@@ -76,6 +79,7 @@ async def test_graphs_of_vanished_clients_expire_with_no_request_and_live_sessio
             assert service.statistics().graphs == 0  # dropped by the worker on its own
             assert _metric(await service.metrics_text(),
                            "asyncflow_worker_registered_graphs") == 0
+            assert (await service.health(Health())).stats.graphs == 0
             await trio.sleep(60)
             # The live session idled past its lease: it registers again and runs.
             assert (await live.run(y, {x: [3.0]})).tolist() == [6.0]

@@ -93,3 +93,90 @@ async def test_without_checksums_the_same_flip_goes_unnoticed(monkeypatch):
             assert proxy.flipped == 1
             assert (damaged != np.arange(ELEMENTS)).sum() == 1
         nursery.cancel_scope.cancel()
+
+
+async def test_a_flipped_bit_in_a_fetched_string_tensor_or_a_frame_header_fails_the_step():
+    """String tensors travel in the frame's header: its CRC32C covers them, the descriptors
+    and the prefix, so a flip there is DataLossError too, never a wrong string."""
+    proxy = BitFlipProxy()
+    long_string = b"s" * 4000
+    async with trio.open_nursery() as nursery:
+        await nursery.start(proxy.serve)
+        spec = af.ClusterSpec({"worker": [f"127.0.0.1:{proxy.port}"]})
+        server = await _serve(nursery, spec, "worker")
+        proxy.target = server.address
+        graph = af.Graph()
+        with graph.as_default(), af.device("/job:worker/task:0"):
+            words = af.identity(af.constant([b"short", long_string]), name="words")
+        async with af.Session(graph=graph, cluster=spec) as sess:
+            assert (await sess.run(words)).tolist() == [b"short", long_string]
+            for offset, part in ((2000, "frame header"), (6, "frame prefix"),
+                                 (1, "frame magic")):
+                proxy.arm(offset, in_body=True)  # into the string's bytes, the prefix, magic
+                with pytest.raises(af.errors.DataLossError) as info:
+                    await sess.run(words)
+                message = str(info.value)
+                assert proxy.flipped and f"the reply: {part}" in message, message
+                assert f"127.0.0.1:{proxy.port}" in message and "not retried" in message
+                assert (await sess.run(words)).tolist() == [b"short", long_string]
+            assert proxy.flipped == 3
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_flipped_bit_in_a_pulled_frames_header_names_the_edge():
+    proxy = BitFlipProxy()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(proxy.serve)
+        from loopback_ports import free_ports
+        (worker_port,) = free_ports(1)
+        spec = af.ClusterSpec({"ps": [f"127.0.0.1:{proxy.port}"],
+                               "worker": [f"127.0.0.1:{worker_port}"]})
+        ps = await _serve(nursery, spec, "ps")
+        proxy.target = ps.address
+        await _serve(nursery, spec, "worker", port=worker_port)
+        graph = af.Graph()
+        with graph.as_default():
+            with af.device("/job:ps/task:0"):
+                v = af.Variable(np.ones(ELEMENTS, np.float32), name="v")
+            with af.device("/job:worker/task:0"):
+                total = af.reduce_sum(v * 2.0)
+        async with af.Session(graph=graph, cluster=spec) as sess:
+            await sess.run(v.initializer)
+            assert await sess.run(total) == 2.0 * ELEMENTS
+            proxy.arm(20, in_body=True, path="/recv")  # the header: the descriptors
+            with pytest.raises(af.errors.DataLossError) as info:
+                await sess.run(total)
+            message = str(info.value)
+            assert proxy.flipped == 1 and "RecvTensors from /job:ps/replica:0/task:0" in message
+            assert "edge '" in message and "frame header" in message, message
+            assert await sess.run(total) == 2.0 * ELEMENTS
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_damaged_registration_or_health_reply_is_data_loss_not_a_crash():
+    """Every reply is checked, not only tensors: a flip in RegisterGraph's or Health's answer
+    fails the call with DataLossError naming the worker; the next run works."""
+    proxy = BitFlipProxy()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(proxy.serve)
+        spec = af.ClusterSpec({"worker": [f"127.0.0.1:{proxy.port}"]})
+        server = await _serve(nursery, spec, "worker")
+        proxy.target = server.address
+        graph = af.Graph()
+        with graph.as_default(), af.device("/job:worker/task:0"):
+            doubled = af.constant(np.arange(10, dtype=np.float32)) * 2.0
+        proxy.arm(20, in_body=True, path="/v1/health")
+        with pytest.raises(af.errors.DataLossError, match="Health of /job:worker/replica:0/"
+                           "task:0 at 127.0.0.1:.*the reply: frame header"):
+            async with af.Session(graph=graph, cluster=spec) as sess:
+                pass
+        async with af.Session(graph=graph, cluster=spec) as sess:
+            proxy.arm(20, in_body=True, path="/v1/graphs")
+            with pytest.raises(af.errors.DataLossError) as info:
+                await sess.run(doubled)
+            message = str(info.value)
+            assert "RegisterGraph on /job:worker/replica:0/task:0" in message, message
+            assert "frame header" in message and "not retried" in message
+            assert (await sess.run(doubled)).tolist() == list(range(0, 20, 2))
+        assert proxy.flipped == 2
+        nursery.cancel_scope.cancel()

@@ -21,7 +21,7 @@ from transport_fakes import FakeWorker
 from transports import checksum, wire
 from transports.http_client import TrioHttpChannel, _Connection
 from transports.http_framing import MessageReader
-from transports.http_protocol import SUM_CHUNK_BYTES
+from transports.http_protocol import SEND_CHUNK_BYTES
 from transports.http_server import MAX_HEAD, ConnectionLimits, HttpServer, open_http_server
 from transports.wire import TensorEntry, decode, encode
 
@@ -179,9 +179,9 @@ async def test_a_request_dripped_in_small_pieces_is_served(server):
 
 @pytest.mark.parametrize("checksums", [True, False])
 async def test_a_large_answer_goes_out_as_the_encoders_buffers(server, monkeypatch, checksums):
-    """One send for the head and small buffers, then the tensor's views: whole without
-    checksums; with them, in chunks of SUM_CHUNK_BYTES (each summed as it is sent) and then
-    the 4-byte trailer. No copy, no join of tensor bytes."""
+    """One send for the head and small buffers, then the tensor's views in chunks of
+    SEND_CHUNK_BYTES (each summed once it is sent when checksums are on) and then the 4-byte
+    trailer. No copy, no join of tensor bytes."""
     monkeypatch.setattr(checksum, "_enabled", checksums)
     sends = []  # (side, bytes) per send call of the server and the trio client
     client_send_all, server_send_all = _Connection.send_all, HttpServer._send_all
@@ -205,10 +205,8 @@ async def test_a_large_answer_goes_out_as_the_encoders_buffers(server, monkeypat
     for side in ("client", "server"):
         sizes = [n for who, n in sends if who == side]
         assert sizes[0] < 1024, sends  # the head and the frame header
-        if checksums:
-            assert sizes[1:] == [SUM_CHUNK_BYTES] * (value.nbytes // SUM_CHUNK_BYTES) + [4]
-        else:
-            assert sizes[1:] == [value.nbytes], sends
+        chunks = [SEND_CHUNK_BYTES] * (value.nbytes // SEND_CHUNK_BYTES)
+        assert sizes[1:] == chunks + ([4] if checksums else []), sends
     assert [side for side, _ in sends] == sorted(side for side, _ in sends)  # client first
 
 

@@ -15,7 +15,7 @@ from transport_fakes import FakeWorker
 
 from transports import checksum, wire
 from transports.http_client import TrioHttpChannel
-from transports.http_protocol import SUM_CHUNK_BYTES, send_pieces
+from transports.http_protocol import SEND_CHUNK_BYTES, send_pieces
 from transports.http_server import open_http_server
 from transports.wire import (
     CHECKSUM_KEY, ChecksumMismatch, Decoder, RemoteProtocolError, RunGraph, TensorEntry, decode,
@@ -39,7 +39,8 @@ def _frame(message, checksums=None):
 
 def _header(data):
     length = int.from_bytes(data[4:8], "little")
-    return msgpack.unpackb(bytes(data[8:8 + length])), 8 + length
+    start = 16 if bytes(data[:4]) == wire.CHECKED_MAGIC else 8
+    return msgpack.unpackb(bytes(data[start:start + length])), start + length
 
 
 def _segments(data):
@@ -144,7 +145,7 @@ def test_a_checksum_on_a_tensor_without_raw_bytes_is_refused():
 
 
 def test_deferred_trailers_are_filled_while_the_pieces_are_handed_out():
-    big = np.random.default_rng(1).random(3 * SUM_CHUNK_BYTES // 8 + 5)  # chunks and a tail
+    big = np.random.default_rng(1).random(3 * SEND_CHUNK_BYTES // 8 + 5)  # chunks and a tail
     message = RunGraph("g/1", 7, [TensorEntry("big:0", big),
                                   TensorEntry("small:0", np.arange(9, dtype=np.int16))], [])
     buffers = encode(message, defer_checksums=True)
@@ -152,7 +153,7 @@ def test_deferred_trailers_are_filled_while_the_pieces_are_handed_out():
     assert len(trailers) == 2 and all(t.pending and t == bytes(4) for t in trailers)
     pieces = [bytes(p) for p in send_pieces(b"HEAD", buffers)]
     assert pieces[0].startswith(b"HEAD")
-    assert max(len(p) for p in pieces) == SUM_CHUNK_BYTES  # the big tensor went in chunks
+    assert max(len(p) for p in pieces) == SEND_CHUNK_BYTES  # the big tensor went in chunks
     assert b"".join(pieces)[4:] == bytes(_frame(message))  # the same bytes as summed eagerly
     got = decode(b"".join(pieces)[4:])
     np.testing.assert_array_equal(got.feeds[0].value, big)
@@ -171,15 +172,39 @@ def test_extend_sums_views_of_any_layout_like_bytes():
 
 def test_without_the_c_function_views_are_summed_from_a_copy(monkeypatch):
     array = np.arange(999, dtype=np.int32)
+    monkeypatch.setattr(checksum, "_FOLDING", None)
     monkeypatch.setattr(checksum, "_EXTEND", None)
+    assert checksum.implementation() == "google_crc32c (copies)"
     assert checksum.extend(0, memoryview(array)) == google_crc32c.value(array.tobytes())
 
 
-async def test_a_damaged_request_is_a_400_and_the_server_keeps_serving():
+@pytest.mark.parametrize("folding", [True, False])
+def test_every_implementation_gives_google_crc32c_s_sums(monkeypatch, folding):
+    """crc32c_rs (when installed) and google_crc32c through ctypes agree at every size and
+    alignment, chained or whole, typed or strided views."""
+    if folding and checksum._FOLDING is None:
+        pytest.skip("crc32c_rs is not installed (google_crc32c sums the wire)")
+    if not folding:
+        monkeypatch.setattr(checksum, "_FOLDING", None)
+    data = np.random.default_rng(3).integers(0, 256, 5000, dtype=np.uint8)
+    view = memoryview(data)
+    for start, stop in ((0, 0), (0, 1), (3, 68), (1, 4097), (7, 5000), (0, 5000)):
+        whole = google_crc32c.value(data[start:stop].tobytes())
+        assert checksum.extend(0, view[start:stop]) == whole
+        middle = (start + stop) // 2
+        assert checksum.extend(checksum.extend(0, view[start:middle]), view[middle:stop]) == whole
+    floats = np.arange(600, dtype=np.float32)
+    assert checksum.extend(0, memoryview(floats)[::3]) == google_crc32c.value(
+        floats[::3].tobytes())
+    assert checksum.implementation() == ("crc32c_rs" if folding else "google_crc32c")
+
+
+@pytest.mark.parametrize("region", ["tensor", "header", "prefix"])
+async def test_a_damaged_request_is_a_400_and_the_server_keeps_serving(region):
     async with open_http_server(FakeWorker()) as server:
         body = _frame(RunGraph("g/1", 1, [TensorEntry("x:0", np.ones(4096, np.float32))], []))
         _, start, _ = _segments(body)[0]
-        body[start + 100] ^= 0x20
+        body[{"tensor": start + 100, "header": 30, "prefix": 6}[region]] ^= 0x20
         with trio.fail_after(GENEROUS):
             stream = await trio.open_tcp_stream("127.0.0.1", server.port)
             async with stream:
@@ -216,3 +241,86 @@ def test_a_frame_cut_in_its_trailer_is_truncated_and_counts_the_trailer():
     for missing in (1, 4, 5):
         with pytest.raises(RemoteProtocolError, match=f"{missing} more bytes were announced"):
             decode(data[:-missing])
+
+
+# -- every byte of a checked frame is covered: prefix, header (strings in it), padding, tensors
+
+
+def _regions(data):
+    """``{offset: region}`` of every byte of a checked frame (see docs/protocol.md)."""
+    header, end = _header(data)
+    regions = {i: "prefix" for i in range(16)}
+    regions.update({i: "header" for i in range(16, end)})
+    strings = [s for d in header["tensors"] if d["strings"] for s in d["strings"]]
+    for item in strings:  # where the string items lie inside the header
+        at = bytes(data).find(item, 16)
+        regions.update({i: "string" for i in range(at, at + len(item))})
+    offset = end
+    for d in header["tensors"]:
+        if d["nbytes"]:
+            pad = -offset % wire.ALIGNMENT
+            regions.update({i: "padding" for i in range(offset, offset + pad)})
+            offset += pad
+            regions.update({i: "tensor" for i in range(offset, offset + d["nbytes"])})
+            offset += d["nbytes"]
+            regions.update({i: "trailer" for i in range(offset, offset + 4)})
+            offset += 4
+    assert offset == len(data) == len(regions)
+    return regions
+
+
+def _small_message():
+    return RunGraph("g/1", 7, [
+        TensorEntry("s:0", np.array([b"first string", b"\x00\xff" * 20], dtype=object)),
+        TensorEntry("a:0", np.arange(5, dtype=np.float32))], ["a:0", "s:0"])
+
+
+@pytest.mark.parametrize("how", ["whole", "bytewise", "lent"])
+def test_a_flipped_bit_at_any_offset_of_a_checked_frame_is_caught(how):
+    """Prefix, header, a string tensor's items, padding, numeric bytes, trailer: one flipped
+    bit anywhere is ChecksumMismatch (never a value, never another error) naming what was hit."""
+    clean = _frame(_small_message())
+    assert bytes(clean[:4]) == wire.CHECKED_MAGIC
+    regions = _regions(clean)
+    assert set(regions.values()) == {"prefix", "header", "string", "padding", "tensor",
+                                     "trailer"}
+    expected = {"prefix": ("frame magic", "frame prefix"), "header": ("frame header",),
+                "string": ("frame header",), "padding": ("padding before tensor 'a:0'",),
+                "tensor": ("tensor 'a:0'",), "trailer": ("tensor 'a:0'",)}
+    offsets = range(len(clean)) if how != "bytewise" else range(0, len(clean), 3)
+    for offset in offsets:
+        for bit in ((offset % 8,) if how != "whole" else range(8)):
+            damaged = bytearray(clean)
+            damaged[offset] ^= 1 << bit
+            with pytest.raises(ChecksumMismatch) as info:
+                _feed(damaged, how)
+            assert info.value.part.startswith(expected[regions[offset]]), (offset, info.value)
+            assert (info.value.key == "a:0") == (regions[offset] in ("tensor", "trailer"))
+    got = _feed(clean, how)
+    assert got.feeds[0].value.tolist() == [b"first string", b"\x00\xff" * 20]
+
+
+def test_a_checked_frame_cut_anywhere_is_truncated_never_a_value():
+    clean = bytes(_frame(_small_message()))
+    for end in range(1, len(clean)):
+        with pytest.raises(RemoteProtocolError):
+            decode(clean[:end])
+
+
+def test_checksums_off_sends_the_unchecked_prefix_and_both_kinds_decode():
+    message = _small_message()
+    plain, checked = _frame(message, checksums=False), _frame(message)
+    assert bytes(plain[:4]) == wire.MAGIC and bytes(checked[:4]) == wire.CHECKED_MAGIC
+    assert len(checked) > len(plain)
+    decoder = Decoder()
+    decoder.receive_data(bytes(plain + checked + plain))  # one stream, mixed frames
+    for _ in range(3):
+        assert decoder.next_event().feeds[0].value[1] == b"\x00\xff" * 20
+    assert decoder.next_event() is wire.NEED_DATA
+
+
+def test_junk_that_is_not_one_bit_from_the_magic_is_still_a_protocol_error():
+    for junk in (b"GET / HTTP/1.1\r\n\r\n", b"AFWX" + bytes(20), b"\x00" * 32):
+        with pytest.raises(RemoteProtocolError, match="bad magic") as info:
+            decode(junk)
+        assert not isinstance(info.value, ChecksumMismatch)

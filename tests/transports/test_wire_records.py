@@ -25,7 +25,8 @@ def frame_of(message) -> bytes:
 
 def header_of(data: bytes) -> dict:
     (length,) = struct.unpack_from("<I", data, 4)
-    return msgpack.unpackb(data[8:8 + length], raw=False)
+    start = 16 if data[:4] == wire.CHECKED_MAGIC else 8  # the checked prefix holds two CRC32Cs
+    return msgpack.unpackb(data[start:start + length], raw=False)
 
 
 def raw_frame(kind: str, payload: dict) -> bytes:
