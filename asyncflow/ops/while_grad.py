@@ -21,10 +21,15 @@ hands them to the outer one, which saves them on its own stacks and pops them. E
 gradient loop thus pops the stacks its own outer iteration pushed, with that iteration's
 trip count; any depth recurses the same way.
 
+A loop inside a cond inside a loop works the same way: its stacks, trip count and invariants
+are values of the cond's branch, pushed by the outer loop only in the iterations that take
+the branch and popped under the saved predicate; in the other gradient iterations the inner
+gradient loop receives dead inputs and stays dead, as the branch did.
+
 Limits: forward values read by the backward body must be live once per iteration: computed
-in the loop body (after the Switch), or the result of a loop or cond nested in it; values
-computed inside a cond in the body are a LookupError naming the loop, and so is a loop inside
-such a cond, or ``af.gradients`` of an inner loop called inside the outer loop's body.
+in the loop body (after the Switch), or the result of a loop or cond nested in it. The
+gradient of an inner loop asked for inside the outer loop's body from outside its gradient
+(a tensor of the outer body differentiated after the loop) is a LookupError naming the loops.
 """
 from __future__ import annotations
 
@@ -290,20 +295,7 @@ def _gradient_parent(ctx):
                           f"while_loop '{enclosing.frame_name}' is differentiable only as part "
                           f"of the gradient of '{enclosing.frame_name}' (differentiate a "
                           "tensor computed after the outer loop, not inside its body)")
-    if _conditional(ctx.outer, enclosing):
-        raise LookupError(f"Gradient of while_loop '{ctx.frame_name}': a loop inside a cond "
-                          f"inside while_loop '{enclosing.frame_name}' is not differentiable "
-                          "(its forward values are saved only when the branch is taken)")
     return current
-
-
-def _conditional(ctx, loop):
-    """Whether a cond context lies between ``ctx`` and the loop context ``loop``."""
-    while ctx is not None and ctx is not loop:
-        if isinstance(ctx, cf.CondContext):
-            return True
-        ctx = ctx.outer
-    return False
 
 
 def _shaped(grad, shape):
