@@ -411,6 +411,57 @@ def is_loop_back_edge(op, index):
                                                                "RefNextIteration")
 
 
+def _loop_around(ctx):
+    """The innermost while loop context at or around ``ctx``, or None."""
+    while ctx is not None and not isinstance(ctx, WhileContext):
+        ctx = ctx.outer
+    return ctx
+
+
+def _where(ctx):
+    loop = _loop_around(ctx)
+    return f"while_loop '{loop.frame_name}'" if loop is not None else "a cond"
+
+
+def check_fetchable(op):
+    """Raise TF1's ValueError when ``op`` (a fetch's op, or a target) may not be fetched.
+
+    TF1 marks every op built inside a cond branch or a while loop as not fetchable, except
+    a loop's Enters and the Exits of a top-level loop (a cond's Merge lies outside its
+    branches): a value inside a loop exists once per iteration, and only while it runs.
+    """
+    ctx = op._control_flow_context
+    if ctx is None:
+        if op.type not in ("Switch", "RefSwitch", "Identity"):
+            return
+        ctx = _cond_imports(op.graph).get(op)
+        if ctx is None and op not in _cond_internals(op.graph):
+            return
+    elif op.type in ("Enter", "RefEnter") or \
+            (op.type in ("Exit", "RefExit") and ctx.outer is None):
+        return
+    raise ValueError(f"Operation '{op.name}' has been marked as not fetchable: it is computed "
+                     f"inside {_where(ctx)}. Fetch a result of the loop or cond (return the "
+                     "value from its body or branch) instead.")
+
+
+def check_feedable(tensor):
+    """Raise TF1's ValueError when ``tensor`` may not be fed: a loop's Enter, or any value
+    computed inside a while loop but the Exits of a top-level loop (cond branch values
+    outside loops may be fed, as in TF1)."""
+    op = tensor.op
+    ctx = op._control_flow_context
+    if op.type in ("Enter", "RefEnter"):
+        where = f"an Enter of while_loop '{op._attrs.get('frame_name')}'"
+    elif ctx is None or (op.type in ("Exit", "RefExit") and ctx.outer is None) \
+            or _loop_around(ctx) is None:
+        return
+    else:
+        where = f"computed inside {_where(ctx)}"
+    raise ValueError(f"Tensor '{tensor.name}' may not be fed: it is {where}. Feed a tensor "
+                     "the loop reads (its initial values or a placeholder) instead.")
+
+
 def _current_context(graph):
     return graph._current().control_flow_context
 
@@ -492,6 +543,7 @@ def cond(pred, true_fn=None, false_fn=None, strict=False, name=None, fn1=None, f
         pivot_t = identity(switch_t, name="switch_t")
         pivot_f = identity(switch_f, name="switch_f")
         pred_id = identity(pred, name="pred_id")
+        _cond_internals(graph).update((switch_t.op, pivot_t.op, pivot_f.op, pred_id.op))
         outer = _current_context(graph)
         ctx_t = CondContext(graph, outer, pred_id, pivot_t, 1)
         ctx_f = CondContext(graph, outer, pred_id, pivot_f, 0)
@@ -519,6 +571,12 @@ def cond(pred, true_fn=None, false_fn=None, strict=False, name=None, fn1=None, f
 def _cond_imports(graph):
     """``{Switch op: CondContext}`` of the Switches that bring outer values into a branch."""
     return graph._extensions.setdefault("cond_imports", {})
+
+
+def _cond_internals(graph):
+    """The ops a cond builds around its branches (its predicate's Switch and pivots), which
+    TF1 counts as inside the cond (not fetchable)."""
+    return graph._extensions.setdefault("cond_internals", set())
 
 
 def _cond_merges(graph):
