@@ -36,6 +36,8 @@ from asyncflow.graph.graph import Operation, Tensor
 from asyncflow.graph.shape import TensorShape
 from asyncflow.ops.array import identity
 from asyncflow.ops.construct import as_tensor, make, make_op
+from asyncflow.ops.control_flow_structure import (  # noqa: F401 (cf.flatten etc. are used)
+    _is_namedtuple, _same_structure, composite_invariants, flatten, pack_as, register_composite)
 from asyncflow.ops.sources import constant
 
 STRUCTURE_TYPES = frozenset({"Enter", "RefEnter", "Exit", "RefExit", "Merge", "NextIteration",
@@ -159,48 +161,6 @@ def _next_iteration(data, name=None):
 def loop_cond(pred, name=None):
     """The pivot of a loop: ``pred`` marked as the predicate every loop Switch uses."""
     return make("LoopCond", (as_tensor(pred),), None, name, "LoopCond")
-
-
-# -- nested structures ------------------------------------------------------------------
-def _is_namedtuple(value):
-    return isinstance(value, tuple) and hasattr(value, "_fields")
-
-
-def flatten(structure):
-    """Leaves of nested lists, tuples, namedtuples and dicts (dicts by sorted key)."""
-    if isinstance(structure, collections.abc.Mapping):
-        return [leaf for key in sorted(structure) for leaf in flatten(structure[key])]
-    if isinstance(structure, (list, tuple)):
-        return [leaf for item in structure for leaf in flatten(item)]
-    return [structure]
-
-
-def pack_as(structure, leaves):
-    """``leaves`` arranged like ``structure`` (the inverse of ``flatten``)."""
-    iterator = iter(leaves)
-
-    def build(node):
-        if isinstance(node, collections.abc.Mapping):
-            built = {key: build(node[key]) for key in sorted(node)}
-            return type(node)((key, built[key]) for key in node) \
-                if type(node) is not dict else {key: built[key] for key in node}
-        if _is_namedtuple(node):
-            return type(node)(*[build(item) for item in node])
-        if isinstance(node, (list, tuple)):
-            return type(node)(build(item) for item in node)
-        return next(iterator)
-    return build(structure)
-
-
-def _same_structure(a, b):
-    if isinstance(a, collections.abc.Mapping) or isinstance(b, collections.abc.Mapping):
-        return (isinstance(a, collections.abc.Mapping) and isinstance(b, collections.abc.Mapping)
-                and sorted(a) == sorted(b) and all(_same_structure(a[k], b[k]) for k in a))
-    a_seq = isinstance(a, (list, tuple))
-    b_seq = isinstance(b, (list, tuple))
-    if a_seq or b_seq:
-        return a_seq and b_seq and len(a) == len(b) and all(map(_same_structure, a, b))
-    return True
 
 
 # -- contexts ---------------------------------------------------------------------------
@@ -561,6 +521,8 @@ def cond(pred, true_fn=None, false_fn=None, strict=False, name=None, fn1=None, f
             out, _ = merge([f, t], name="Merge")
             _cond_merges(graph)[out.op] = pred_id
             merged.append(out)
+    if composite_invariants(res_t) is not None:
+        return pack_as(res_t, merged)
     if not isinstance(res_t, (list, tuple, collections.abc.Mapping)):
         return merged[0]
     if not strict and isinstance(res_t, (list, tuple)) and len(res_t) == 1:
