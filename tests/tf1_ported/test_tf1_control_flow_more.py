@@ -1,0 +1,392 @@
+"""More of TensorFlow 1.x's ``control_flow_ops_py_test.py``, ported to asyncflow: loops and
+conds with control dependencies, queues, variables, nested structures, and loop gradients of
+shapes and multiple uses (the rest of that file is ``test_tf1_control_flow_ops.py`` and
+``test_tf1_control_flow_grad.py``).
+
+Each test keeps TF's inputs and expected values; its docstring names the TF method (TF's
+``control_flow_ops.with_dependencies`` is ``af.control_dependencies`` around an identity).
+Every test runs with simple loops compiled and all dynamic.
+"""
+import collections
+
+import numpy as np
+import pytest
+
+import asyncflow as af
+from asyncflow.ops import control_flow as cf
+import loop_modes
+
+
+@pytest.fixture(autouse=True, params=["compiled", "dynamic"])
+def loop_mode(request):
+    loop_modes.use(request.param)
+    yield request.param
+    loop_modes.use("compiled")
+
+
+async def ev(fetches, feed_dict=None, init=False):
+    async with af.Session(config=loop_modes.config()) as sess:
+        if init:
+            await sess.run(af.global_variables_initializer())
+        return await sess.run(fetches, feed_dict)
+
+
+def isum(s, maximum_iterations=None):
+    i = af.constant(0, name="i")
+    _, r_s = af.while_loop(lambda i, s: af.less(i, 10), lambda i, s: [af.add(i, 1), af.add(i, s)],
+                           [i, s], maximum_iterations=maximum_iterations)
+    return r_s
+
+
+async def test_while_with_maximum_iterations():
+    """control_flow_ops_py_test.py ControlFlowTest.testWhileWithMaximumIterations"""
+    with af.Graph().as_default():
+        r = isum(af.constant([1, 2, 3, 4, 5]), maximum_iterations=3)
+        assert list(await ev(r)) == [4, 5, 6, 7, 8]
+
+
+async def test_while_with_maximum_iterations_and_single_argument():
+    """control_flow_ops_py_test.py
+    ControlFlowTest.testWhileWithMaximumIterationsAndSingleArgument"""
+    with af.Graph().as_default():
+        r = af.while_loop(lambda i: i < 3, lambda i: i + 1, [0], maximum_iterations=1)
+        assert await ev(r) == 1
+
+
+async def test_while_shape():
+    """control_flow_ops_py_test.py ControlFlowTest.testWhileShape"""
+    with af.Graph().as_default():
+        i = af.constant(0)
+        m = af.ones([2, 2])
+        r = af.while_loop(lambda i, j: af.less(i, 2),
+                          lambda i, j: [af.add(i, 1), af.tile(j, [2, 2])], [i, m],
+                          [i.get_shape(), af.TensorShape(None)])
+        r = r[1] * af.ones([8, 8])
+        assert (await ev(r) == np.ones((8, 8))).all()
+
+
+async def test_while_with_non_tensor_input_scalar():
+    """control_flow_ops_py_test.py ControlFlowTest.testWhileWithNonTensorInput_Scalar"""
+    with af.Graph().as_default():
+        r = af.while_loop(lambda x: x < 10000, lambda x: x + 1, [0], parallel_iterations=20)
+        assert await ev(r) == 10000
+
+
+async def test_while_with_non_tensor_input_vector():
+    """control_flow_ops_py_test.py ControlFlowTest.testWhileWithNonTensorInput_Vector"""
+    with af.Graph().as_default():
+        n = np.array([0])
+        r = af.while_loop(lambda x: x[0] < 10000, lambda x: af.stack([x[0] + 1]), [n],
+                          parallel_iterations=20)
+        assert list(await ev(r)) == [10000]
+
+
+async def test_while_external_control_dependencies():
+    """control_flow_ops_py_test.py ControlFlowTest.testWhileExternalControlDependencies"""
+    with af.Graph().as_default():
+        v = af.Variable(0.0)
+        increment = v.assign_add(1.0)
+        def body_fn(i):
+            with af.control_dependencies([increment]):
+                return i + i
+        result = af.while_loop(cond=lambda i: i < 1, body=body_fn, loop_vars=[1])
+        async with af.Session(config=loop_modes.config()) as s:
+            await s.run(v.initializer)
+            await s.run(result)
+            assert await s.run(v) == 1.0
+
+
+async def test_while_external_control_dependencies_no_input():
+    """control_flow_ops_py_test.py ControlFlowTest.testWhileExternalControlDependenciesNoInput"""
+    with af.Graph().as_default():
+        v = af.Variable(0.0)
+        increment = v.assign_add(1.0)
+        def body_fn(unused_i):
+            with af.control_dependencies([increment]):
+                return af.constant(5, name="five")
+        result = af.while_loop(cond=lambda i: i < 5, body=body_fn, loop_vars=[0])
+        async with af.Session(config=loop_modes.config()) as s:
+            await s.run(v.initializer)
+            await s.run(result)
+            assert await s.run(v) == 1.0
+
+
+async def test_cond_int():
+    """control_flow_ops_py_test.py ControlFlowTest.testCondInt"""
+    with af.Graph().as_default():
+        p = af.placeholder(af.bool, shape=[])
+        v = af.constant(10)
+        y = af.cond(p, lambda: af.add(v, 1), lambda: af.subtract(v, 1))
+        assert af.gradients(y, [v]) == [None]
+
+
+async def test_cond_grad_3():
+    """control_flow_ops_py_test.py ControlFlowTest.testCondGrad_3"""
+    with af.Graph().as_default():
+        c = af.placeholder(af.int32, shape=[])
+        ox = af.constant(10.0)
+        pred = af.less(c, 2)
+        def fn1(x):
+            m = x * x
+            return af.gradients(m, [ox])[0]
+        fn2 = lambda: af.multiply(ox, 3.0)
+        y = af.multiply(7.0, ox)
+        r = af.cond(pred, lambda: fn1(y), fn2)
+        assert await ev(r, {c: 1}) == 980.0
+        assert await ev(r, {c: 3}) == 30.0
+
+
+async def test_nested_cond_simple():
+    """control_flow_ops_py_test.py ControlFlowTest.testNestedCond_Simple"""
+    with af.Graph().as_default():
+        x = af.constant(0., name="X")
+        y = af.cond(af.constant(True), lambda: x, lambda: af.cond(x < 1., lambda: x, lambda: x))
+        assert await ev(af.gradients(y, x)[0]) == 1.0
+        z = af.cond(af.constant(False), lambda: x, lambda: af.cond(x < 1., lambda: x, lambda: x))
+        assert await ev(af.gradients(z, x)[0]) == 1.0
+
+
+async def test_cond_with_control():
+    """control_flow_ops_py_test.py ControlFlowTest.testCondWithControl"""
+    with af.Graph().as_default():
+        control_holder = af.placeholder(af.float32, shape=())
+        a = af.constant(3)
+        def true_branch():
+            with af.control_dependencies([control_holder]):
+                _ = a + 1
+            return a + 2
+        r = af.cond(af.constant(True), true_branch, lambda: af.constant(1))
+        assert await ev(r) == 5
+
+
+async def test_nested_while_2():
+    """control_flow_ops_py_test.py ControlFlowTest.testNestedWhile_2"""
+    with af.Graph().as_default():
+        s0 = af.constant(2.0)
+        def inner_loop(s):
+            return af.while_loop(lambda s: af.less(s, 20.0), lambda s: af.add(s, s), [s],
+                                 parallel_iterations=1)
+        def outer_b(x):
+            x = af.Print(x, [x])
+            x = inner_loop(x)
+            with af.device("/cpu:0"):
+                x = af.square(x)
+            return x
+        r = af.while_loop(lambda x: af.less(x, 3000.0), outer_b, [s0], parallel_iterations=1)
+        assert await ev(r) == 1048576.0
+
+
+async def test_while_with_control_3():
+    """control_flow_ops_py_test.py ControlFlowTest.testWhileWithControl_3"""
+    with af.Graph().as_default():
+        b = af.placeholder(af.bool)
+        c = af.constant(1)
+        x0 = af.constant(0)
+        with af.control_dependencies([b]):
+            r = af.while_loop(lambda x: x < 10, lambda x: x + c, [x0])
+        assert await ev(r, {b: True}) == 10
+
+
+async def test_while_with_control_4():
+    """control_flow_ops_py_test.py ControlFlowTest.testWhileWithControl_4"""
+    with af.Graph().as_default():
+        b = af.placeholder(af.bool)
+        c = af.constant(1)
+        x0 = af.constant(0)
+        with af.control_dependencies([b]):
+            r = af.while_loop(lambda x: x < 10, lambda x: x + af.identity(c), [x0])
+        assert await ev(r, {b: True}) == 10
+
+
+async def test_while_with_control_5():
+    """control_flow_ops_py_test.py ControlFlowTest.testWhileWithControl_5"""
+    with af.Graph().as_default():
+        b = af.placeholder(af.bool)
+        c = af.constant(1)
+        x0 = af.constant(0)
+        def body(x):
+            with af.control_dependencies([b]):
+                return x + c
+        r = af.while_loop(lambda x: x < 10, body, [x0])
+        assert await ev(r, {b: True}) == 10
+
+
+async def test_while_cond_with_control():
+    """control_flow_ops_py_test.py ControlFlowTest.testWhileCondWithControl"""
+    with af.Graph().as_default():
+        const_true = lambda: af.constant(True)
+        const_false = lambda: af.constant(False)
+        cond = lambda i: af.cond(i > 0, const_true, const_false)
+        body = lambda i: af.cond(i > 0, lambda: i - 1, lambda: i)
+        with af.control_dependencies([af.no_op()]):
+            loop = af.while_loop(cond, body, (af.constant(5),))
+        assert await ev(loop) == 0
+
+
+async def test_while_cond_with_control_1():
+    """control_flow_ops_py_test.py ControlFlowTest.testWhileCondWithControl_1"""
+    with af.Graph().as_default():
+        v = af.get_variable("v", [], initializer=af.constant_initializer(2))
+        i0 = af.constant(0)
+        with af.control_dependencies([i0]):
+            def loop_condition(i): return i < 4
+            def loop_body(i):
+                some_cond = af.cond(af.constant(True), lambda: af.assign(v, af.square(v)),
+                                    lambda: v)
+                with af.control_dependencies([some_cond]):
+                    return i + 1
+        r = af.while_loop(loop_condition, loop_body, (i0,))
+        async with af.Session(config=loop_modes.config()) as s:
+            await s.run(af.global_variables_initializer())
+            assert await s.run(r) == 4
+            assert abs(await s.run(v) - 65536.0) < 1e-3
+
+
+async def test_while_cond_exit_control():
+    """control_flow_ops_py_test.py ControlFlowTest.testWhileCondExitControl"""
+    with af.Graph().as_default():
+        v = af.Variable(1)
+        def false_branch():
+            def body(i):
+                x = af.assign(v, i)
+                return x + 1
+            loop = af.while_loop(lambda i: i < 100, body, [0])
+            with af.control_dependencies([loop]):
+                return af.constant(6.0)
+        r = af.cond(af.constant(False), lambda: af.constant(1.0), false_branch)
+        async with af.Session(config=loop_modes.config()) as s:
+            await s.run(af.global_variables_initializer())
+            assert await s.run(r) == 6.0
+            assert await s.run(v) == 99
+
+
+async def test_while_queue_1():
+    """control_flow_ops_py_test.py ControlFlowTest.testWhileQueue_1"""
+    with af.Graph().as_default():
+        q = af.FIFOQueue(-1, af.int32)
+        i = af.constant(0)
+        def b(i):
+            ni = af.add(i, 1)
+            with af.control_dependencies([q.enqueue((i,))]):
+                ni = af.identity(ni)
+            return ni
+        r = af.while_loop(lambda i: af.less(i, 10), b, [i], parallel_iterations=1)
+        async with af.Session(config=loop_modes.config()) as s:
+            assert await s.run(r) == 10
+            for k in range(10):
+                assert await s.run(q.dequeue()) == k
+
+
+async def test_while_grad_shape():
+    """control_flow_ops_py_test.py ControlFlowTest.testWhileGrad_Shape"""
+    with af.Graph().as_default():
+        x = af.placeholder(af.float32, shape=[None])
+        v = af.constant([2.0], name="v")
+        n = af.constant(0, name="n")
+        r = af.while_loop(lambda i, v: af.less(i, 5), lambda i, v: [i + 1, af.multiply(x, v)],
+                          [n, v], [n.get_shape(), af.TensorShape(None)], parallel_iterations=1)
+        r = af.gradients(r[1], x)[0]
+        assert r.get_shape().as_list() == [None], r.get_shape()
+        assert np.allclose(await ev(r, {x: [3.0, 4.0]}), [810.0, 2560.0])
+
+
+async def test_while_grad_base_shape():
+    """control_flow_ops_py_test.py ControlFlowTest.testWhileGrad_BaseShape"""
+    with af.Graph().as_default():
+        x = af.placeholder(af.float32, [None])
+        v0 = af.constant([2.0, 2.0], name="v")
+        r = af.while_loop(lambda v: af.constant(False), lambda v: af.multiply(v, x), [v0])
+        y = af.square(x)
+        r = af.gradients([r, y], x)[0]
+        assert np.allclose(await ev(r, {x: [1.0, 2.0]}), [2.0, 4.0])
+
+
+async def test_while_grad_multiple_uses():
+    """control_flow_ops_py_test.py ControlFlowTest.testWhileGrad_MultipleUses"""
+    with af.Graph().as_default():
+        v = af.constant(2.0, name="v")
+        r = af.while_loop(lambda v: af.less(v, 100.0), af.square, [v], parallel_iterations=1)
+        r = af.multiply(r, r)
+        assert await ev(af.gradients(r, v)[0]) == 524288.0
+
+
+async def test_while_grad_loop_add():
+    """control_flow_ops_py_test.py ControlFlowTest.testWhileGrad_LoopAdd"""
+    with af.Graph().as_default():
+        v = af.constant(2.0, name="v")
+        r = af.while_loop(lambda v: af.less(v, 100.0), af.square, [v], parallel_iterations=1)
+        r = af.add(r, r)
+        assert await ev(af.gradients(r, v)[0]) == 2048.0
+
+
+async def test_while_nested_input():
+    """control_flow_ops_py_test.py ControlFlowTest.testWhile_NestedInput"""
+    with af.Graph().as_default():
+        named = collections.namedtuple("named", ("a", "b"))
+        loop_vars = [named(a=af.constant(0.0), b=af.constant(1.0)),
+                     (af.constant(2.0), af.constant(3.0)), af.constant(4.0)]
+        c = lambda lv0, _1, _2: lv0.a < 100.0
+        def b(lv0, lv1, lv2):
+            lv0 = named(a=lv0.a + 1, b=lv0.b)
+            lv1 = (lv1[0] + 1, lv1[1])
+            lv2 += 2
+            return [lv0, lv1, lv2]
+        r = af.while_loop(c, b, loop_vars)
+        assert isinstance(r, list) and isinstance(r[0], named) and isinstance(r[1], tuple)
+        assert await ev(cf.flatten(r)) == [100.0, 1.0, 102.0, 3.0, 4.0 + 100 * 2.0]
+
+
+async def test_while_nested_bad_arity_fails():
+    """control_flow_ops_py_test.py ControlFlowTest.testWhile_NestedBadArityFails"""
+    with af.Graph().as_default():
+        named = collections.namedtuple("named", ("a", "b"))
+        loop_vars = [named(a=af.constant(0.0), b=af.constant(1.0)),
+                     (af.constant(2.0), af.constant(3.0)), af.constant(4.0)]
+        c = lambda lv0, _1, _2: lv0.a < 100.0
+        def b(lv0, lv1, _): return [lv0, lv1]
+        with pytest.raises(ValueError, match="the same number of elements"):
+            af.while_loop(c, b, loop_vars)
+
+
+async def test_while_grad_no_dependency():
+    """control_flow_ops_py_test.py ControlFlowTest.testWhileGrad_NoDependency"""
+    with af.Graph().as_default():
+        variable = af.Variable(af.ones([2, 3]))
+        duration = af.zeros([], dtype=af.int32)
+        def cond(duration, tensor, _): return duration < 10
+        def body(duration, tensor, _): return (duration + 1, tensor, tensor)
+        tensors = af.while_loop(cond=cond, body=body, loop_vars=[duration, variable, variable])
+        cost = af.reduce_sum(tensors[2])
+        grad = af.gradients(cost, [variable])
+        assert np.allclose(await ev(grad[0], init=True), np.ones([2, 3]))
+
+
+async def test_while_grad_const():
+    """control_flow_ops_py_test.py ControlFlowTest.testWhileGrad_Const"""
+    with af.Graph().as_default():
+        c0 = af.constant(0.0, name="c0")
+        c1 = af.constant(1.0, name="c1")
+        duration = af.constant(0, name="t")
+        tensors = af.while_loop(cond=lambda d, _: d < 1, body=lambda d, _: (d + 1, c1),
+                                loop_vars=[duration, c0])
+        grad = af.gradients(af.reduce_sum(tensors[1]), [c0])
+        assert await ev(grad[0]) == 0.0
+
+
+async def test_while_grad_one_output_with_control_dependency_on_second():
+    """control_flow_ops_py_test.py ControlFlowTest.testWhileGrad_OneOutputWithControlDependencyOnSecond"""
+    with af.Graph().as_default():
+        i = af.constant(0, name="i")
+        x = af.constant(1.0, name="x")
+        y = af.constant(1.0, name="y")
+        c = lambda i, *_: af.less(i, 1, name="cond_less")
+        def b(i, xi, yi):
+            return (af.add(i, 1, name="inc"), af.identity(xi, name="xi"),
+                    af.add(xi, yi, name="xi_plus_yi"))
+        _, x_f, y_f = af.while_loop(c, b, [i, x, y])
+        with af.control_dependencies([x_f]):
+            y_f_d = af.identity(y_f, name="y_f_d")
+        assert await ev(y_f_d) == 2.0
+        g = af.gradients([y_f_d], [x])[0]
+        assert g is not None
+        assert await ev(g) == 1.0
