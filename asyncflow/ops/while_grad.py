@@ -62,7 +62,10 @@ class LoopUnit:
         self.type = "WhileLoop"
         self._id = ctx.loop_exits[0].op._id
         self._outputs = tuple(ctx.loop_exits)
-        self.op_def = _UnitDef(_while_grad if ctx.back_prop else None, ctx.back_prop)
+        if isinstance(ctx, GradWhileContext):  # TF1 refuses rather than answer None
+            self.op_def = _UnitDef(_second_order, True)
+        else:
+            self.op_def = _UnitDef(_while_grad if ctx.back_prop else None, ctx.back_prop)
 
     @property
     def _inputs(self):
@@ -71,6 +74,13 @@ class LoopUnit:
 
     def __repr__(self):
         return f"<while_loop unit '{self.name}'>"
+
+
+def _second_order(unit, *grads):
+    raise TypeError(f"Second-order gradient for while loops not supported: "
+                    f"'{unit.name}' is the gradient loop of while_loop "
+                    f"'{unit.ctx.forward.frame_name}' (wrap the first gradient in "
+                    "af.stop_gradient where it is used as a value)")
 
 
 def _float_invariants(ctx):

@@ -4,7 +4,8 @@ shapes and multiple uses (the rest of that file is ``test_tf1_control_flow_ops.p
 ``test_tf1_control_flow_grad.py``).
 
 Each test keeps TF's inputs and expected values; its docstring names the TF method (TF's
-``control_flow_ops.with_dependencies`` is ``af.control_dependencies`` around an identity).
+``control_flow_ops.with_dependencies`` is ``af.control_dependencies`` around an identity,
+``linalg_ops.norm`` the square root of a sum of squares).
 Every test runs with simple loops compiled and all dynamic.
 """
 import collections
@@ -374,7 +375,8 @@ async def test_while_grad_const():
 
 
 async def test_while_grad_one_output_with_control_dependency_on_second():
-    """control_flow_ops_py_test.py ControlFlowTest.testWhileGrad_OneOutputWithControlDependencyOnSecond"""
+    """control_flow_ops_py_test.py
+    ControlFlowTest.testWhileGrad_OneOutputWithControlDependencyOnSecond"""
     with af.Graph().as_default():
         i = af.constant(0, name="i")
         x = af.constant(1.0, name="x")
@@ -390,3 +392,210 @@ async def test_while_grad_one_output_with_control_dependency_on_second():
         g = af.gradients([y_f_d], [x])[0]
         assert g is not None
         assert await ev(g) == 1.0
+
+
+async def test_nested_while_grad_parallel_iterations():
+    """control_flow_ops_py_test.py ControlFlowTest.testNestedWhileGrad_ParallelIterations"""
+    with af.Graph().as_default():
+        def inner_loop(t):
+            return af.map_fn(fn=lambda n: n + af.square(var), elems=t, parallel_iterations=10)
+        def outer_loop(inp):
+            return af.map_fn(fn=inner_loop, elems=inp, parallel_iterations=10)
+        var = af.Variable(af.constant(3.0))
+        inp = af.constant([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+        res = outer_loop(inp)
+        optimizer = af.train.AdamOptimizer(learning_rate=0.001)
+        train_op = optimizer.minimize(af.reduce_mean(af.square(res)))
+        async with af.Session(config=loop_modes.config()) as s:
+            await s.run(af.global_variables_initializer())
+            await s.run(train_op)
+            assert abs(await s.run(var) - 2.999) < 1e-5
+
+
+async def test_while_grad_concat():
+    """control_flow_ops_py_test.py ControlFlowTest.testWhileGrad_Concat"""
+    with af.Graph().as_default():
+        x = af.get_variable("x", initializer=[[1., 2.]])
+        i0 = af.constant(0)
+        h0 = af.zeros([0, 2])
+        _, h = af.while_loop(lambda i, _: i < 2, lambda i, h: (i + 1, af.concat([h, x], 0)),
+                             [i0, h0], [i0.get_shape(), af.TensorShape([None, 2])])
+        s_ = af.reduce_sum(h)
+        op = af.train.GradientDescentOptimizer(0.01).minimize(s_)
+        async with af.Session(config=loop_modes.config()) as s:
+            await s.run(af.global_variables_initializer())
+            await s.run(op)
+            assert np.allclose(await s.run(x), [[0.98000002, 1.98000002]])
+
+
+async def test_while_grad_indexed_slices():
+    """control_flow_ops_py_test.py ControlFlowTest.testWhileGrad_IndexedSlices"""
+    with af.Graph().as_default():
+        values = af.constant([2.0, 4.0], name="values")
+        indices = af.constant([0, 3], name="indices")
+        shape = af.constant([10], name="dense_shape")
+        i = af.constant(0)
+        x = af.IndexedSlices(values, indices, dense_shape=shape)
+        _, r = af.while_loop(
+            lambda i, _: i < 10,
+            lambda i, x: [i + 1, af.IndexedSlices(x.values * 2.0, x.indices, x.dense_shape)],
+            [i, x])
+        r = af.gradients(r.values, values)[0]
+        assert np.allclose(await ev(r), [1024.0, 1024.0])
+
+
+async def test_while_grad_sparse_tensor():
+    """control_flow_ops_py_test.py ControlFlowTest.testWhileGrad_SparseTensor"""
+    with af.Graph().as_default():
+        values = af.constant([2.0, 4.0], name="values")
+        indices = af.constant([[0], [3]], dtype=af.int64)
+        shape = af.constant([10], dtype=af.int64)
+        i = af.constant(0)
+        x = af.SparseTensor(indices, values, dense_shape=shape)
+        _, r = af.while_loop(
+            lambda i, _: i < 10,
+            lambda i, x: [i + 1, af.SparseTensor(x.indices, x.values * 2.0, x.dense_shape)],
+            [i, x])
+        r = af.gradients(r.values, values)[0]
+        assert np.allclose(await ev(r), [1024.0, 1024.0])
+
+
+async def test_call_grad_in_loop():
+    """control_flow_ops_py_test.py ControlFlowTest.testCallGradInLoop"""
+    with af.Graph().as_default():
+        i0 = af.constant(0)
+        params = af.constant(5.0)
+        params_1 = af.square(params)
+        def b(i, x):
+            data = af.constant([1.0, 2.0, 3.0])
+            data = af.multiply(data, params_1)
+            return i + 1, x + af.gradients(data, params)[0]
+        out = af.while_loop(lambda i, _: i < 10, b, [i0, af.constant(0.0)])
+        assert abs((await ev(out))[1] - 600.0) < 1e-3
+
+
+async def test_while_and_tensor_array():
+    """control_flow_ops_py_test.py ControlFlowTest.testWhileAndTensorArray"""
+    with af.Graph().as_default():
+        param = af.constant(2.0)
+        n0 = af.constant(0)
+        y0 = af.constant([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], name="elems")
+        r = af.while_loop(lambda i, _: i < 10,
+                          lambda i, y: [i + 1, af.map_fn(lambda x: af.multiply(x, param), y)],
+                          [n0, y0], parallel_iterations=1)
+        r = af.gradients(r, param)[0]
+        assert abs(await ev(r) - 107520.0) < 1e-2
+
+
+async def test_while_grad_stop_grad():
+    """control_flow_ops_py_test.py ControlFlowTest.testWhileGrad_StopGrad"""
+    with af.Graph().as_default():
+        x = af.constant(3.0, name="x")
+        y = af.constant(2.0, name="y")
+        def b(x, y):
+            y1 = af.square(y)
+            return af.add(af.square(x), y1), y1
+        rx, ry = af.while_loop(lambda x, y: af.less(x, 100.0), b, [x, y])
+        assert await ev(af.gradients(rx, y)[0]) == 136.0
+        assert await ev(af.gradients(ry, y)[0]) == 32.0
+        assert af.gradients(af.stop_gradient(rx), y)[0] is None
+        assert af.gradients(af.stop_gradient(ry), y)[0] is None
+        assert af.gradients(af.stop_gradient(af.square(rx)), y)[0] is None
+        assert af.gradients(af.stop_gradient(af.add(rx, ry)), x)[0] is None
+        assert af.gradients(af.stop_gradient(af.add(rx, ry)), y)[0] is None
+        assert await ev(af.gradients(af.add(rx, ry), y)[0]) == 168.0
+        assert await ev(af.gradients(af.add(rx, af.stop_gradient(ry)), y)[0]) == 136.0
+        assert await ev(af.gradients(af.add(af.stop_gradient(rx), ry), y)[0]) == 32.0
+
+
+async def test_while_grad_stop_grad_inside():
+    """control_flow_ops_py_test.py ControlFlowTest.testWhileGrad_StopGradInside"""
+    with af.Graph().as_default():
+        x = af.constant(3.0, name="x")
+        y = af.constant(2.0, name="y")
+        def b(x, y):
+            y1 = af.stop_gradient(af.square(y))
+            return af.add(af.square(x), y1), y1
+        rx, _ = af.while_loop(lambda x, y: af.less(x, 100.0), b, [x, y])
+        assert await ev(af.gradients(rx, y)[0]) == 0.0
+        assert await ev(af.gradients(rx, x)[0]) == 156.0
+
+
+async def test_while_grad_stop_grad_inside_no_shape():
+    """control_flow_ops_py_test.py ControlFlowTest.testWhileGrad_StopGradInsideNoShape"""
+    with af.Graph().as_default():
+        x = af.placeholder(af.float32)
+        y = af.placeholder(af.float32)
+        def b(x, y):
+            y1 = af.stop_gradient(af.square(y, name="stopped"))
+            return af.add(af.square(x), y1), y1
+        rx, _ = af.while_loop(lambda x, y: af.less(af.reduce_sum(x), 100.0), b, [x, y])
+        fd = {x: [3.0, 4.0], y: [2.0, 3.0]}
+        assert np.allclose(await ev(af.gradients(rx, y)[0], fd), [0.0, 0.0])
+        assert np.allclose(await ev(af.gradients(rx, x)[0], fd), [156.0, 400.0])
+        assert not any("gradients/while/stopped_grad" in op.name for op in x.graph.get_operations())
+
+
+async def test_while_grad_grad_fail():
+    """control_flow_ops_py_test.py ControlFlowTest.testWhileGradGradFail"""
+    with af.Graph().as_default():
+        theta = af.Variable(initial_value=1.)
+        result = af.scan(lambda prev, x: prev + x * theta, np.array([1., 2., 3.], dtype=np.float32))
+        grad_theta = af.gradients(result, theta)
+        with pytest.raises(TypeError, match="Second-order gradient"):
+            af.gradients(grad_theta, theta)
+        af.gradients(af.stop_gradient(grad_theta), theta)
+
+
+async def test_stop_grad_on_while_grad():
+    """control_flow_ops_py_test.py ControlFlowTest.testStopGradOnWhileGrad"""
+    with af.Graph().as_default():
+        x = af.constant(2.0, name="x")
+        y = af.constant(2.0, name="y")
+        rx = af.while_loop(lambda x: af.less(x, 100.0), lambda x: af.multiply(x, y), [x])
+        rg = af.stop_gradient(af.gradients(rx, y)[0])
+        r = af.add(af.add(af.square(y), rx), rg)
+        assert await ev(af.gradients(r, y)[0]) == 388.0
+
+
+async def test_stop_grad_multi_flows():
+    """control_flow_ops_py_test.py ControlFlowTest.testStopGradMultiFlows"""
+    with af.Graph().as_default():
+        def body(i, y, r):
+            x = af.get_variable("x", shape=(), dtype=af.float32, initializer=af.ones_initializer())
+            y *= x
+            return [i + 1, y, r + af.reduce_sum(y)]
+        _, _, r = af.while_loop(lambda i, y, r: i < 1, body,
+                                [af.constant(0), af.ones(5), af.constant(0.0)], back_prop=True)
+        vars_ = af.global_variables()
+        grads = af.sqrt(af.reduce_sum(af.square(af.gradients(r, vars_)[0])))  # linalg_ops.norm
+        z = af.add(r, af.stop_gradient(af.reduce_sum(grads)))
+        result = af.gradients(z, vars_)[0]
+        assert await ev(result, init=True) == 5.0
+
+
+async def test_case():
+    """control_flow_ops_py_test.py ControlFlowTest.testCase"""
+    with af.Graph().as_default():
+        x = af.constant(1)
+        y = af.constant(2)
+        z = af.constant(3)
+        f1 = lambda: af.constant(17)
+        f2 = lambda: af.constant(23)
+        f3 = lambda: af.constant(-1)
+        r1 = af.case({x < y: f1, x > z: f2}, default=f3, exclusive=True)
+        assert await ev(r1) == 17
+        assert await ev(af.case([(y > z, f1), (y > x, f2)], default=f3)) == 23
+        assert await ev(af.case([(x < y, f1), (x < y, f2)], default=f3)) == 17
+        r4 = af.case([(x < y, f1), (x < y, f2)], default=f3, exclusive=True)
+        with pytest.raises(af.errors.OpError, match="Input error:"):
+            await ev(r4)
+        assert await ev(af.case({x > y: f1}, default=f3)) == -1
+        ran_once = [False, False, False]
+        def brt(ix):
+            def _break():
+                ran_once[ix] = True
+                return af.constant(ix)
+            return _break
+        r6 = af.case([(x < y, brt(0)), (x > y, brt(1))], default=lambda: af.constant(2))
+        assert await ev(r6) == 0
