@@ -599,3 +599,154 @@ async def test_case():
             return _break
         r6 = af.case([(x < y, brt(0)), (x > y, brt(1))], default=lambda: af.constant(2))
         assert await ev(r6) == 0
+
+
+def _while_tensor():
+    tensor = []
+    def body(i):
+        if not tensor:
+            tensor.append(af.constant(1))
+        return i + tensor[0]
+    af.while_loop(lambda i: i < 10, body, [0])
+    return tensor[0]
+
+def _cond_tensor():
+    cond_tensor = []
+    def true_fn():
+        if not cond_tensor:
+            cond_tensor.append(af.constant(1))
+        return cond_tensor[0]
+    af.cond(af.less(1, 2), true_fn, lambda: af.constant(0))
+    return cond_tensor[0]
+
+
+async def test_case_side_effects():
+    """control_flow_ops_py_test.py ControlFlowTest.testCaseSideEffects"""
+    with af.Graph().as_default():
+        v0 = af.Variable(-1)
+        v1 = af.Variable(-1)
+        v2 = af.Variable(-1)
+        def dep(v, k):
+            def f():
+                with af.control_dependencies([af.assign(v, k)]):
+                    return af.identity(af.constant(k))
+            return f
+        a, b, c = dep(v0, 0), dep(v1, 1), dep(v2, 2)
+        x = af.constant(1)
+        y = af.constant(2)
+        r0 = af.case(((x < y, a), (x > y, b)), default=c, exclusive=True)
+        r1 = af.case(((x > y, a), (x < y, b)), default=c, exclusive=True)
+        r2 = af.case(((x > y, a), (x > y, b)), default=c, exclusive=True)
+        async with af.Session(config=loop_modes.config()) as s:
+            init = af.global_variables_initializer()
+            await s.run(init)
+            assert await s.run([v0, v1, v2]) == [-1] * 3
+            assert await s.run(r2) == 2
+            assert await s.run([v0, v1, v2]) == [-1, -1, 2]
+            await s.run(init)
+            assert await s.run(r1) == 1
+            assert await s.run([v0, v1, v2]) == [-1, 1, -1]
+            await s.run(init)
+            assert await s.run(r0) == 0
+            assert await s.run([v0, v1, v2]) == [0, -1, -1]
+
+
+async def test_one_op_cond():
+    """control_flow_ops_py_test.py ControlFlowTest.testOneOpCond"""
+    with af.Graph().as_default():
+        v = af.Variable(0)
+        c = af.convert_to_tensor(0)
+        one = af.convert_to_tensor(1)
+        two = af.convert_to_tensor(2)
+        p = af.greater_equal(c, 1)
+        i = af.cond(p, lambda: af.assign(v, one), lambda: af.assign(v, two))
+        assert isinstance(i, af.Tensor)
+        async with af.Session(config=loop_modes.config()) as s:
+            await s.run(af.global_variables_initializer())
+            assert await s.run(v) == 0
+            assert await s.run(i, {c.name: 2}) == 1
+            assert await s.run(v) == 1
+            assert await s.run(i, {c.name: 0}) == 2
+            assert await s.run(v) == 2
+
+
+async def test_group_empty():
+    """control_flow_ops_py_test.py ControlFlowTest.testGroupEmpty"""
+    with af.Graph().as_default():
+        op = af.group()
+        assert op.type == "NoOp"
+        assert op.control_inputs == []
+
+
+async def test_run_loop_tensor():
+    """control_flow_ops_py_test.py ControlFlowTest.testRunLoopTensor"""
+    with af.Graph().as_default():
+        tensor_list = []
+        def body(_):
+            tensor_list.append(af.constant(5))
+            return af.constant(10)
+        result = af.while_loop(lambda t: t < af.constant(5), body, [af.constant(4)])
+        async with af.Session(config=loop_modes.config()) as s:
+            assert await s.run(result) == 10
+            with pytest.raises(ValueError, match="has been marked as not fetchable"):
+                await s.run(tensor_list[0])
+
+
+async def test_while_py_func_basic():
+    """control_flow_ops_py_test.py ControlFlowTest.testWhilePyFuncBasic"""
+    with af.Graph().as_default():
+        def func(x):
+            return np.square(x)
+        r = af.while_loop(lambda i, v: i < 4,
+                          lambda i, v: [i + 1, af.py_func(func, [v], [af.float32])[0]],
+                          [af.constant(0), af.constant(2.0, af.float32)],
+                          [af.TensorShape(None), af.TensorShape(None)])
+        assert await ev(r[1]) == 65536.0
+
+
+async def test_valid_cond_context():
+    """control_flow_ops_py_test.py ControlFlowContextCheckTest.testValidCondContext"""
+    with af.Graph().as_default():
+        af.add(1, _cond_tensor())
+
+
+async def test_valid_cond_context_branches():
+    """control_flow_ops_py_test.py ControlFlowContextCheckTest.testValidCondContextBranches"""
+    with af.Graph().as_default():
+        cond_tensor = []
+        def branch_fn():
+            if not cond_tensor:
+                cond_tensor.append(af.constant(1))
+            return cond_tensor[0]
+        af.cond(af.less(1, 2), branch_fn, branch_fn)
+
+
+async def test_valid_while_context():
+    """control_flow_ops_py_test.py ControlFlowContextCheckTest.testValidWhileContext"""
+    with af.Graph().as_default():
+        def body(_):
+            c = af.constant(1)
+            return af.while_loop(lambda i: i < 3, lambda i: i + c, [0])
+        af.while_loop(lambda i: i < 5, body, [0])
+
+
+async def test_valid_nested_contexts():
+    """control_flow_ops_py_test.py ControlFlowContextCheckTest.testValidNestedContexts"""
+    with af.Graph().as_default():
+        def body(_):
+            cond_tensor = _cond_tensor()
+            return af.cond(af.less(1, 2),
+                           lambda: af.while_loop(lambda i: i < 3, lambda i: i + cond_tensor, [0]),
+                           lambda: af.constant(0))
+        r = af.while_loop(lambda i: i < 5, body, [0])
+        assert r.dtype == af.int32
+
+
+async def test_invalid_nested_contexts():
+    """control_flow_ops_py_test.py ControlFlowContextCheckTest.testInvalidNestedContexts"""
+    with af.Graph().as_default():
+        def true_fn():
+            while_tensor = _while_tensor()
+            return af.while_loop(lambda i: i < 3, lambda i: i + while_tensor, [0])
+        with pytest.raises(ValueError, match="because they are in different while loops"):
+            af.cond(af.less(1, 2), true_fn, lambda: af.constant(0))
