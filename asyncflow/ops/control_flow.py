@@ -275,6 +275,7 @@ class CondContext(_Context):
         imported = switch(tensor, self.pred)[self.branch]
         # The loop gradient saves such a value only when this branch is taken.
         _cond_imports(self.graph)[imported.op] = self
+        _cond_internals(self.graph)[imported.op] = self
         return imported
 
     def control_pivot(self):
@@ -391,14 +392,13 @@ def check_fetchable(op):
     branches): a value inside a loop exists once per iteration, and only while it runs.
     """
     ctx = op._control_flow_context
-    if ctx is None:
-        if op.type not in ("Switch", "RefSwitch", "Identity"):
+    if ctx is None:  # the common case: one dict lookup at most
+        internals = op._graph._extensions.get("cond_internals")
+        if internals is None or op not in internals:
             return
-        ctx = _cond_imports(op.graph).get(op)
-        if ctx is None and op not in _cond_internals(op.graph):
-            return
-    elif op.type in ("Enter", "RefEnter") or \
-            (op.type in ("Exit", "RefExit") and ctx.outer is None):
+        ctx = internals[op]
+    elif op._type in ("Enter", "RefEnter") or \
+            (op._type in ("Exit", "RefExit") and ctx.outer is None):
         return
     raise ValueError(f"Operation '{op.name}' has been marked as not fetchable: it is computed "
                      f"inside {_where(ctx)}. Fetch a result of the loop or cond (return the "
@@ -503,7 +503,8 @@ def cond(pred, true_fn=None, false_fn=None, strict=False, name=None, fn1=None, f
         pivot_t = identity(switch_t, name="switch_t")
         pivot_f = identity(switch_f, name="switch_f")
         pred_id = identity(pred, name="pred_id")
-        _cond_internals(graph).update((switch_t.op, pivot_t.op, pivot_f.op, pred_id.op))
+        _cond_internals(graph).update(dict.fromkeys((switch_t.op, pivot_t.op, pivot_f.op,
+                                                     pred_id.op)))
         outer = _current_context(graph)
         ctx_t = CondContext(graph, outer, pred_id, pivot_t, 1)
         ctx_f = CondContext(graph, outer, pred_id, pivot_f, 0)
@@ -536,9 +537,10 @@ def _cond_imports(graph):
 
 
 def _cond_internals(graph):
-    """The ops a cond builds around its branches (its predicate's Switch and pivots), which
-    TF1 counts as inside the cond (not fetchable)."""
-    return graph._extensions.setdefault("cond_internals", set())
+    """``{op: CondContext or None}`` of the ops a cond builds around its branches, outside
+    them (its predicate's Switch and pivots, the Switches importing values), which TF1
+    counts as inside the cond (not fetchable)."""
+    return graph._extensions.setdefault("cond_internals", {})
 
 
 def _cond_merges(graph):
