@@ -348,10 +348,12 @@ def _while_grad(unit, *exit_grads):
                      for g, old, shape in zip(found[:n_vars], grads, shapes[1:])]
         new_accs = [acc if g is None else _shaped(add(acc, g), shape)
                     for g, acc, shape in zip(found[n_vars:], accs, shapes[1 + n_vars:])]
+        connected[:] = [g is not None for g in found[n_vars:]]
         for pop in grad_ctx.pops:
             next_step.op._add_control_input(pop)
         return [next_step] + new_grads + new_accs
 
+    connected = []  # per float invariant: whether the body passes it any gradient
     loop_vars = [count] + grads_in + accumulators
     shapes = [count.shape] + [ctx.loop_merges[k].shape for k in floats] + \
         [enter.shape for enter in invariants]
@@ -363,7 +365,9 @@ def _while_grad(unit, *exit_grads):
         register_unit(grad_ctx)
     var_grads = dict(zip(floats, results[1:1 + n_vars]))
     out = [var_grads.get(k) for k in range(len(exits))]
-    out += results[1 + n_vars:]
+    # An invariant the body never differentiates (read only through an integer cast, say)
+    # gets None, as in TF1, not the accumulator's zeros.
+    out += [acc if used else None for acc, used in zip(results[1 + n_vars:], connected)]
     return out
 
 
