@@ -32,6 +32,20 @@ def composite_invariants(value):
     return None if found is None else found[2]
 
 
+def find_composite(structure):
+    """The first composite value (IndexedSlices, SparseTensor) in a nested structure, or
+    None."""
+    if type(structure) in _COMPOSITES:
+        return structure
+    items = structure.values() if isinstance(structure, collections.abc.Mapping) else \
+        structure if isinstance(structure, (list, tuple)) else ()
+    for item in items:
+        found = find_composite(item)
+        if found is not None:
+            return found
+    return None
+
+
 def _indexed_slices_parts(value):
     dense_shape = [] if value.dense_shape is None else [value.dense_shape]
     return [value.values, value.indices] + dense_shape

@@ -122,3 +122,14 @@ def test_composite_structures_must_match():
         with pytest.raises(ValueError, match="a shape with 1 dimension"):
             af.while_loop(lambda i, _: i < 10, _double_sparse, [af.constant(0), x],
                           [af.TensorShape([]), af.TensorShape([None, None])])
+
+
+def test_map_fn_and_scan_refuse_composite_elems():
+    """TF1's map_fn and scan take tensors; a composite is refused by name, not split into
+    its parts."""
+    with af.Graph().as_default():
+        x = _sparse()
+        with pytest.raises(TypeError, match=r"map_fn: elems holds a composite value \(Sparse"):
+            af.map_fn(lambda v: v, x)
+        with pytest.raises(TypeError, match=r"scan: elems holds a composite value \(Indexed"):
+            af.scan(lambda a, v: a, af.IndexedSlices(x.values, af.constant([0, 1])))
