@@ -36,6 +36,7 @@ from asyncflow import dtypes, errors
 from asyncflow.devices import device_type_of
 from asyncflow.graph.graph import Operation, Tensor, get_default_graph
 from asyncflow.graph.indexed_slices import IndexedSlices
+from asyncflow.ops.control_flow import check_feedable, check_fetchable
 from asyncflow.ops.sparse_ops import SparseTensor, SparseTensorValue, sparse_feeds
 from asyncflow.runtime import timeslice
 from asyncflow.runtime.options import SessionConfig
@@ -94,6 +95,11 @@ class _FetchStructure:
             kind = TypeError if isinstance(exc, TypeError) else ValueError
             raise kind(f"Fetch argument {fetch!r} cannot be interpreted as a Tensor or "
                        f"Operation: {_message(exc)}") from None
+        op = element if isinstance(element, Operation) else element.op
+        check_fetchable(op)
+        if op._type == "Enter" and element is not op and \
+                op._inputs[0].op._control_flow_context is None:
+            element = op._inputs[0]  # the value entering a top-level loop (TF1 fetches it)
         if isinstance(element, Operation):
             if element not in self._target_set:
                 self._target_set.add(element)
@@ -507,6 +513,7 @@ class Session:
             if tensor in seen:
                 raise errors.InvalidArgumentError(None, tensor.op, f"Tensor {tensor.name} is fed twice")
             seen.add(tensor)
+            check_feedable(tensor)
             tensors.append(tensor)
             values.append(_to_feed_array(tensor, value))
         return tensors, values

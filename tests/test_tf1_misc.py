@@ -166,10 +166,66 @@ async def test_summary_image_writes_pngs_tf1_scales(tmp_path):
         assert value.tag == f"pictures/image/{k}"
         assert (value.image.height, value.image.width, value.image.colorspace) == (3, 4, 3)
         pixels = _png_pixels(value.image.encoded_image_string)
-        expected = np.floor(images[k] * 255.0 / 2.0 + 0.5).astype(np.uint8)
+        # each image on its own scale: its largest value becomes 255, then truncated
+        expected = np.trunc(images[k] * np.float32(255.0 / images[k].max())).astype(np.uint8)
         np.testing.assert_array_equal(pixels, expected)
     with af.Graph().as_default(), pytest.raises(ValueError, match="4-D"):
         af.summary.image("bad", af.zeros([3, 4]))
+    with af.Graph().as_default(), pytest.raises(ValueError, match="max_outputs must be at"):
+        af.summary.image("none", af.zeros([1, 2, 2, 1]), max_outputs=0)
+
+
+def _image_cases():
+    """``(images, max_outputs)``: float with negatives and a NaN pixel, non-negative, a dark
+    image (below TF1's 1e-6 threshold), uint8, float64, 1 and 4 channels, one image."""
+    rng = np.random.default_rng(3)
+    mixed = rng.uniform(-1.5, 2.0, (3, 4, 5, 3)).astype(np.float32)
+    mixed[1, 2, 3, 1] = np.nan
+    mixed[2, 0, 0, 0] = np.inf
+    return [(mixed, 3), (mixed, 2), (mixed[:1], 3), (mixed, 1),
+            (np.abs(mixed[:2]), 4), (np.full((1, 2, 2, 1), 1e-7, np.float32), 1),
+            (rng.integers(0, 256, (2, 3, 2, 4)).astype(np.uint8), 2),
+            (rng.uniform(-3, 1, (2, 3, 3, 1)), 2)]
+
+
+async def test_summary_image_values_match_tf1(tmp_path):
+    """Tags, sizes, colorspaces and decoded PNG pixels of ``summary.image`` against TF1's
+    (``summary_image_op_test.py``'s normalization: per image, truncated, NaN painted red)."""
+    cases = _image_cases()
+    with af.Graph().as_default():
+        summaries = [af.summary.image("pics", af.constant(images), max_outputs=limit)
+                     for images, limit in cases]
+        async with af.Session() as sess:
+            datas = await sess.run(summaries)
+    ours = []
+    for data in datas:
+        for value in summary_pb2.Summary.FromString(data).value:
+            image = value.image
+            ours.append((value.tag, [image.height, image.width, image.colorspace],
+                         _png_pixels(image.encoded_image_string)))
+    theirs = tf1_run("""
+from tensorflow.core.framework import summary_pb2
+count = len([k for k in inputs if k.startswith("images")])
+tags, sizes, pixels = [], [], []
+with tf.Session() as sess:
+    for k in range(count):
+        data = sess.run(tf.summary.image("pics", tf.constant(inputs[f"images{k}"]),
+                                         max_outputs=int(inputs[f"limit{k}"])))
+        for value in summary_pb2.Summary.FromString(data).value:
+            tags.append(value.tag)
+            sizes.append([value.image.height, value.image.width, value.image.colorspace])
+            pixels.append(sess.run(tf.image.decode_png(value.image.encoded_image_string)))
+outputs["tags"] = np.array(tags)
+outputs["sizes"] = sizes
+outputs["pixels"] = pixels
+""", tmp_path, **{f"images{k}": images for k, (images, _) in enumerate(cases)},
+        **{f"limit{k}": limit for k, (_, limit) in enumerate(cases)})
+    # TF1 names each summary op uniquely (pics, pics_1...), as asyncflow does
+    assert [tag for tag, _, _ in ours] == [str(tag) for tag in theirs["tags"]]
+    assert len(ours) == len(theirs["pixels"]) == 14
+    for (tag, size, pixels), tf_size, tf_pixels in zip(ours, theirs["sizes"], theirs["pixels"]):
+        assert size == list(tf_size), tag
+        np.testing.assert_array_equal(pixels, tf_pixels, err_msg=tag)
 
 
 async def test_variable_initialized_value_and_load():

@@ -33,6 +33,7 @@ builds itself (``AddN``, ``Const``, ``OnesLike``, ``ZerosLike``) are created by 
 from __future__ import annotations
 
 import collections
+import enum
 
 import numpy as np
 
@@ -42,7 +43,15 @@ from asyncflow.graph.graph import Operation, Tensor
 from asyncflow.graph.indexed_slices import IndexedSlices, aggregate, takes_indexed_slices
 
 
-def gradients(ys, xs, grad_ys=None, name="gradients", stop_gradients=None):
+class UnconnectedGradients(str, enum.Enum):
+    """What ``gradients`` gives an ``x`` no ``y`` depends on (TF1's ``tf.UnconnectedGradients``)."""
+
+    NONE = "none"
+    ZERO = "zero"
+
+
+def gradients(ys, xs, grad_ys=None, name="gradients", stop_gradients=None,
+              unconnected_gradients="none"):
     """Symbolic partial derivatives of ``sum(ys)`` with respect to each of ``xs``.
 
     Args:
@@ -55,6 +64,9 @@ def gradients(ys, xs, grad_ys=None, name="gradients", stop_gradients=None):
         name: the name scope under which the gradient ops are grouped.
         stop_gradients: a Tensor or list of Tensors held constant: gradients do not flow
             through the ops that produce them.
+        unconnected_gradients: ``"none"`` (TF1's default) or ``"zero"``: what an ``xs[i]``
+            that reaches no ``y`` gets, None or ``zeros_like(xs[i])`` (TF 1.13's argument;
+            ``af.UnconnectedGradients.ZERO`` and ``.NONE`` are the same strings).
 
     Returns:
         A list aligned with ``xs``: the gradient Tensor of each (an ``IndexedSlices`` where
@@ -64,10 +76,14 @@ def gradients(ys, xs, grad_ys=None, name="gradients", stop_gradients=None):
     Raises:
         LookupError: if an op on a path has no registered gradient, naming the op, its type
             and the input index.
-        ValueError: if ``grad_ys`` does not align with ``ys``, or tensors come from different
-            graphs.
+        ValueError: if ``grad_ys`` does not align with ``ys``, tensors come from different
+            graphs, or ``unconnected_gradients`` is neither "none" nor "zero".
         TypeError: if an element cannot be converted to a Tensor.
     """
+    unconnected = getattr(unconnected_gradients, "value", unconnected_gradients)
+    if unconnected not in ("none", "zero"):
+        raise ValueError(f"gradients: unconnected_gradients must be 'none' or 'zero', got "
+                         f"{unconnected_gradients!r}")
     ys = [_as_tensor(y, "ys") for y in _as_list(ys)]
     xs = [_as_tensor(x, "xs", prefer_ref=True) for x in _as_list(xs)]
     stops = [_as_tensor(t, "stop_gradients") for t in _as_list(stop_gradients or [])]
@@ -88,8 +104,13 @@ def gradients(ys, xs, grad_ys=None, name="gradients", stop_gradients=None):
         for index, (y, grad_y) in enumerate(zip(ys, grad_ys)):
             grads[y].append(_seed(graph, y, grad_y, index))
         _backprop(graph, between, pending, grads, ys, set(xs))
-        return [_aggregate(graph, grads.get(x), f"{_short(x)}_sum") if _differentiable_tensor(x)
-                else None for x in xs]
+        found = [_aggregate(graph, grads.get(x), f"{_short(x)}_sum") if _differentiable_tensor(x)
+                 else None for x in xs]
+        if unconnected == "zero":
+            found = [graph.create_op("ZerosLike", (x,), {"dtype": None},
+                                     name="zeros_like")._outputs[0] if g is None else g
+                     for x, g in zip(xs, found)]
+        return found
 
 
 # -- argument conversion -------------------------------------------------------------------

@@ -101,24 +101,38 @@ def image_proto(image):
                                        encoded_image_string=png(image))
 
 
-def to_uint8_images(images):
-    """TF1's image normalization: floats >= 0 scale so the largest is 255; with negatives,
-    0 maps to 127 and the values scale so the smallest is 0 or the largest 255."""
-    images = np.asarray(images)
-    if images.dtype == np.uint8:
-        return images
-    values = images.astype(np.float64)
-    finite = values[np.isfinite(values)]
-    low = finite.min() if finite.size else 0.0
-    high = finite.max() if finite.size else 0.0
-    if low >= 0:
-        scale = 255.0 / high if high > 0 else 0.0
-        offset = 0.0
+_BAD_COLOR = np.array([255, 0, 0, 255], np.uint8)  # TF1's default: opaque red
+
+
+def to_uint8_image(image):
+    """One ``[height, width, channels]`` image as TF1's ImageSummary writes it.
+
+    uint8 passes as it is. A float image is scaled on its own (not with the batch): if its
+    smallest value is >= 0, by 255 / its largest; else by 127 / its largest absolute value,
+    then shifted by 128 (0 becomes 128). A scale below 1e-6 of range writes zeros. Values
+    are truncated to uint8 (C's cast), the arithmetic is in the image's own float type, and
+    a pixel with a non-finite channel is left out of the range and painted red.
+    """
+    image = np.asarray(image)
+    if image.dtype == np.uint8:
+        return image
+    depth = image.shape[-1]
+    pixels = image.reshape(-1, depth)
+    finite = np.isfinite(pixels).all(axis=1)
+    seen = pixels[finite]
+    low = float(seen.min()) if seen.size else np.inf
+    high = float(seen.max()) if seen.size else -np.inf
+    if low < 0:
+        largest = max(abs(low), abs(high))
+        scale, offset = (0.0 if largest < 1e-6 else 127.0 / largest), 128.0
     else:
-        scale = min(128.0 / -low if low < 0 else np.inf, 127.0 / high if high > 0 else np.inf)
-        offset = 128.0
-    out = np.where(np.isfinite(values), values * scale + offset, 0.0)
-    return np.clip(np.floor(out + 0.5), 0, 255).astype(np.uint8)
+        scale, offset = (0.0 if high < 1e-6 else 255.0 / high), 0.0
+    kind = pixels.dtype.type
+    with np.errstate(invalid="ignore", over="ignore"):
+        scaled = pixels * kind(scale) + kind(offset)
+    out = np.clip(np.trunc(np.where(finite[:, None], scaled, 0)), 0, 255).astype(np.uint8)
+    out[~finite] = _BAD_COLOR[:depth]
+    return out.reshape(image.shape)
 
 
 def summary_tags(serialized):
@@ -166,11 +180,13 @@ def _histogram_summary(ctx, values):
 
 @register_kernel("ImageSummary", "CPU")
 def _image_summary(ctx, images):
-    images = to_uint8_images(images)
-    count = min(ctx.attrs["max_images"], images.shape[0])
+    images = np.asarray(images)
+    limit = ctx.attrs["max_images"]
+    count = min(limit, images.shape[0])
     tag = ctx.attrs["tag"]
-    parts = [summary_value(tag + ("/image" if count == 1 else f"/image/{k}"),
-                           image=image_proto(images[k])) for k in range(count)]
+    # TF1 names the images by max_outputs, not by how many there are
+    parts = [summary_value(tag + ("/image" if limit == 1 else f"/image/{k}"),
+                           image=image_proto(to_uint8_image(images[k]))) for k in range(count)]
     return (_string_scalar(b"".join(parts)),)
 
 

@@ -36,6 +36,8 @@ from asyncflow.graph.graph import Operation, Tensor
 from asyncflow.graph.shape import TensorShape
 from asyncflow.ops.array import identity
 from asyncflow.ops.construct import as_tensor, make, make_op
+from asyncflow.ops.control_flow_structure import (  # noqa: F401 (cf.flatten etc. are used)
+    _is_namedtuple, _same_structure, composite_invariants, flatten, pack_as, register_composite)
 from asyncflow.ops.sources import constant
 
 STRUCTURE_TYPES = frozenset({"Enter", "RefEnter", "Exit", "RefExit", "Merge", "NextIteration",
@@ -161,48 +163,6 @@ def loop_cond(pred, name=None):
     return make("LoopCond", (as_tensor(pred),), None, name, "LoopCond")
 
 
-# -- nested structures ------------------------------------------------------------------
-def _is_namedtuple(value):
-    return isinstance(value, tuple) and hasattr(value, "_fields")
-
-
-def flatten(structure):
-    """Leaves of nested lists, tuples, namedtuples and dicts (dicts by sorted key)."""
-    if isinstance(structure, collections.abc.Mapping):
-        return [leaf for key in sorted(structure) for leaf in flatten(structure[key])]
-    if isinstance(structure, (list, tuple)):
-        return [leaf for item in structure for leaf in flatten(item)]
-    return [structure]
-
-
-def pack_as(structure, leaves):
-    """``leaves`` arranged like ``structure`` (the inverse of ``flatten``)."""
-    iterator = iter(leaves)
-
-    def build(node):
-        if isinstance(node, collections.abc.Mapping):
-            built = {key: build(node[key]) for key in sorted(node)}
-            return type(node)((key, built[key]) for key in node) \
-                if type(node) is not dict else {key: built[key] for key in node}
-        if _is_namedtuple(node):
-            return type(node)(*[build(item) for item in node])
-        if isinstance(node, (list, tuple)):
-            return type(node)(build(item) for item in node)
-        return next(iterator)
-    return build(structure)
-
-
-def _same_structure(a, b):
-    if isinstance(a, collections.abc.Mapping) or isinstance(b, collections.abc.Mapping):
-        return (isinstance(a, collections.abc.Mapping) and isinstance(b, collections.abc.Mapping)
-                and sorted(a) == sorted(b) and all(_same_structure(a[k], b[k]) for k in a))
-    a_seq = isinstance(a, (list, tuple))
-    b_seq = isinstance(b, (list, tuple))
-    if a_seq or b_seq:
-        return a_seq and b_seq and len(a) == len(b) and all(map(_same_structure, a, b))
-    return True
-
-
 # -- contexts ---------------------------------------------------------------------------
 def _inside(ctx, ancestor):
     """Whether context ``ctx`` is ``ancestor`` or nested in it."""
@@ -315,6 +275,7 @@ class CondContext(_Context):
         imported = switch(tensor, self.pred)[self.branch]
         # The loop gradient saves such a value only when this branch is taken.
         _cond_imports(self.graph)[imported.op] = self
+        _cond_internals(self.graph)[imported.op] = self
         return imported
 
     def control_pivot(self):
@@ -411,6 +372,56 @@ def is_loop_back_edge(op, index):
                                                                "RefNextIteration")
 
 
+def _loop_around(ctx):
+    """The innermost while loop context at or around ``ctx``, or None."""
+    while ctx is not None and not isinstance(ctx, WhileContext):
+        ctx = ctx.outer
+    return ctx
+
+
+def _where(ctx):
+    loop = _loop_around(ctx)
+    return f"while_loop '{loop.frame_name}'" if loop is not None else "a cond"
+
+
+def check_fetchable(op):
+    """Raise TF1's ValueError when ``op`` (a fetch's op, or a target) may not be fetched.
+
+    TF1 marks every op built inside a cond branch or a while loop as not fetchable, except
+    a loop's Enters and the Exits of a top-level loop (a cond's Merge lies outside its
+    branches): a value inside a loop exists once per iteration, and only while it runs.
+    """
+    ctx = op._control_flow_context
+    if ctx is None:  # the common case: one dict lookup at most
+        internals = op._graph._extensions.get("cond_internals")
+        if internals is None or op not in internals:
+            return
+        ctx = internals[op]
+    elif op._type in ("Enter", "RefEnter") or \
+            (op._type in ("Exit", "RefExit") and ctx.outer is None):
+        return
+    raise ValueError(f"Operation '{op.name}' has been marked as not fetchable: it is computed "
+                     f"inside {_where(ctx)}. Fetch a result of the loop or cond (return the "
+                     "value from its body or branch) instead.")
+
+
+def check_feedable(tensor):
+    """Raise TF1's ValueError when ``tensor`` may not be fed: a loop's Enter, or any value
+    computed inside a while loop but the Exits of a top-level loop (cond branch values
+    outside loops may be fed, as in TF1)."""
+    op = tensor.op
+    ctx = op._control_flow_context
+    if op.type in ("Enter", "RefEnter"):
+        where = f"an Enter of while_loop '{op._attrs.get('frame_name')}'"
+    elif ctx is None or (op.type in ("Exit", "RefExit") and ctx.outer is None) \
+            or _loop_around(ctx) is None:
+        return
+    else:
+        where = f"computed inside {_where(ctx)}"
+    raise ValueError(f"Tensor '{tensor.name}' may not be fed: it is {where}. Feed a tensor "
+                     "the loop reads (its initial values or a placeholder) instead.")
+
+
 def _current_context(graph):
     return graph._current().control_flow_context
 
@@ -492,6 +503,8 @@ def cond(pred, true_fn=None, false_fn=None, strict=False, name=None, fn1=None, f
         pivot_t = identity(switch_t, name="switch_t")
         pivot_f = identity(switch_f, name="switch_f")
         pred_id = identity(pred, name="pred_id")
+        _cond_internals(graph).update(dict.fromkeys((switch_t.op, pivot_t.op, pivot_f.op,
+                                                     pred_id.op)))
         outer = _current_context(graph)
         ctx_t = CondContext(graph, outer, pred_id, pivot_t, 1)
         ctx_f = CondContext(graph, outer, pred_id, pivot_f, 0)
@@ -509,6 +522,8 @@ def cond(pred, true_fn=None, false_fn=None, strict=False, name=None, fn1=None, f
             out, _ = merge([f, t], name="Merge")
             _cond_merges(graph)[out.op] = pred_id
             merged.append(out)
+    if composite_invariants(res_t) is not None:
+        return pack_as(res_t, merged)
     if not isinstance(res_t, (list, tuple, collections.abc.Mapping)):
         return merged[0]
     if not strict and isinstance(res_t, (list, tuple)) and len(res_t) == 1:
@@ -519,6 +534,13 @@ def cond(pred, true_fn=None, false_fn=None, strict=False, name=None, fn1=None, f
 def _cond_imports(graph):
     """``{Switch op: CondContext}`` of the Switches that bring outer values into a branch."""
     return graph._extensions.setdefault("cond_imports", {})
+
+
+def _cond_internals(graph):
+    """``{op: CondContext or None}`` of the ops a cond builds around its branches, outside
+    them (its predicate's Switch and pivots, the Switches importing values), which TF1
+    counts as inside the cond (not fetchable)."""
+    return graph._extensions.setdefault("cond_internals", {})
 
 
 def _cond_merges(graph):

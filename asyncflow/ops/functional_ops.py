@@ -13,6 +13,7 @@ from asyncflow.graph.graph import Tensor
 from asyncflow.ops import control_flow as cf
 from asyncflow.ops.array import shape
 from asyncflow.ops.construct import as_tensor, graph_of
+from asyncflow.ops.control_flow_structure import find_composite
 from asyncflow.ops.indexing import gather, strided_slice
 from asyncflow.ops.sources import range as range_
 from asyncflow.ops.tensor_array import TensorArray
@@ -20,6 +21,11 @@ from asyncflow.ops.while_loop import while_loop
 
 
 def _leaves(elems, what):
+    composite = find_composite(elems)
+    if composite is not None:
+        raise TypeError(f"{what}: elems holds a composite value ({type(composite).__name__}); "
+                        f"{what} takes tensors (as TF1's): map over its values or densify it "
+                        "first")
     flat = [as_tensor(e) for e in cf.flatten(elems)]
     if not flat:
         raise ValueError(f"{what}: elems must hold at least one tensor")

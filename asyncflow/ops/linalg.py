@@ -3,13 +3,18 @@
 ``Einsum`` takes the equation as an attr and any number of operands; its kernel is
 ``xp.einsum``. Its gradient for operand ``i`` is another einsum: the output gradient
 contracted with the other operands down to the labels of operand ``i`` that appear anywhere
-else, then broadcast over the labels that only operand ``i`` has (they were summed away).
-Repeated labels inside one operand (a diagonal) and ``...`` run forward but have no gradient.
+else, then broadcast over the labels that only operand ``i`` has (they were summed away),
+summed back over the dimensions operand ``i`` broadcast (a size 1 against a larger one, in
+``...`` or a label), and put on the diagonals of a label repeated in operand ``i`` (an
+einsum with identity matrices). ``...`` is first spelled out as letters of its own, which
+needs the ranks of the operands that hold it.
 
 ``tensordot`` is TF1's composition: transpose both operands so the contracted axes meet,
 reshape to matrices, ``matmul``, reshape back; its gradient comes from those ops.
 """
 from __future__ import annotations
+
+import string
 
 import numpy as np
 
@@ -19,8 +24,9 @@ from asyncflow.ops.array import reshape, shape
 from asyncflow.ops.construct import as_tensor, graph_of, make, operands
 from asyncflow.ops.indexing import gather
 from asyncflow.ops.layout import concat, expand_dims, transpose
-from asyncflow.ops.math import matmul, multiply
-from asyncflow.ops.sources import ones_like
+from asyncflow.ops.math import cast, equal, matmul
+from asyncflow.ops.sources import ones
+from asyncflow.ops.sources import range as af_range
 
 
 def _parse(equation, count):
@@ -52,11 +58,13 @@ def _infer_einsum(op):
         if tensor.dtype is not dtype:
             raise TypeError(f"einsum operands must share a dtype, got {dtype.name} and "
                             f"{tensor.dtype.name}")
-    if "..." in output:
-        return [(dtype, TensorShape(None))]
+    explicit = _explicit(op.get_attr("equation"), [t.shape for t in tensors])
+    if explicit is None:
+        return [(dtype, TensorShape(None if "..." in output else [None] * len(output)))]
+    inputs, output = explicit
     sizes = {}
     for subscripts, tensor in zip(inputs, tensors):
-        if "..." in subscripts or tensor.shape.ndims is None:
+        if tensor.shape.ndims is None:
             continue
         if tensor.shape.ndims != len(subscripts):
             raise ValueError(f"einsum: operand {tensor.name} has rank {tensor.shape.ndims} but "
@@ -95,27 +103,102 @@ def einsum(equation, *inputs, **kwargs):
 
 @register_gradient("Einsum")
 def _einsum_grad(op, grad):
-    inputs, output = _parse(op.get_attr("equation"), len(op._inputs))
-    if "..." in op.get_attr("equation"):
-        raise LookupError(f"Einsum '{op.name}': no gradient for equations with '...'")
+    tensors = op._inputs
+    explicit = _explicit(op.get_attr("equation"), [t.shape for t in tensors])
+    if explicit is None:
+        raise LookupError(f"Einsum '{op.name}': the gradient of an equation with '...' needs "
+                          "the ranks of the operands that '...' stands in")
+    inputs, output = explicit
     grads = []
     for index, subscripts in enumerate(inputs):
-        if len(set(subscripts)) != len(subscripts):
-            raise LookupError(f"Einsum '{op.name}': no gradient for operand {index} with a "
-                              f"repeated label ({subscripts!r})")
+        x = tensors[index]
+        unique = "".join(dict.fromkeys(subscripts))
+        first = [subscripts.index(label) for label in unique]
         others = [s for k, s in enumerate(inputs) if k != index]
-        elsewhere = set(output).union(*others) if others else set(output)
-        kept = "".join(c for c in subscripts if c in elsewhere)
-        equation = ",".join([output] + others) + "->" + kept
-        partial = make("Einsum", (grad,) + tuple(t for k, t in enumerate(op._inputs) if k != index),
-                       {"equation": equation}, None, "Einsum_grad")
-        if kept != subscripts:  # labels only this operand has: broadcast back over them
-            for position, label in enumerate(subscripts):
-                if label not in kept:
-                    partial = expand_dims(partial, position)
-            partial = multiply(partial, ones_like(op._inputs[index]))
+        elsewhere = set(output).union(*others)
+        kept = "".join(label for label in unique if label in elsewhere)
+        partial = make("Einsum", (grad,) + tuple(t for k, t in enumerate(tensors) if k != index),
+                       {"equation": ",".join([output] + others) + "->" + kept}, None,
+                       "Einsum_grad")
+        dims = x.shape.dims
+        unique_shape = None
+        if kept != unique or _may_broadcast(partial, kept, dims, subscripts):
+            unique_shape = shape(x) if unique == subscripts else gather(shape(x), first)
+        if kept != unique:  # labels only this operand has were summed: broadcast back
+            partial = make("Einsum", (partial, ones(unique_shape, dtype=x.dtype)),
+                           {"equation": f"{kept},{unique}->{unique}"}, None, "Einsum_grad")
+        if _may_broadcast(partial, unique, dims, subscripts):
+            partial = make("SumToShape", (partial, unique_shape), None, None, "SumToShape")
+        if unique != subscripts:  # a label repeated in this operand (a diagonal)
+            partial = _to_diagonal(partial, unique, subscripts, x, set(op.get_attr("equation")))
         grads.append(partial)
     return grads
+
+
+def _explicit(equation, shapes):
+    """``(input subscripts, output subscripts)`` with ``...`` replaced by letters of their own
+    (numpy's broadcasting: right-aligned, the output gets the longest); None when an operand
+    holding ``...`` has an unknown rank."""
+    inputs, output = _parse(equation, len(shapes))
+    if "..." not in equation:
+        return inputs, output
+    ranks = []
+    for subscripts, static in zip(inputs, shapes):
+        if "..." not in subscripts:
+            ranks.append(0)
+        elif static.ndims is None:
+            return None
+        else:
+            rank = static.ndims - len(subscripts.replace("...", ""))
+            if rank < 0:
+                raise ValueError(f"einsum: operand of rank {static.ndims} is too small for "
+                                 f"subscripts {subscripts!r} in {equation!r}")
+            ranks.append(rank)
+    width = max(ranks)
+    fresh = [c for c in string.ascii_letters if c not in equation][:width]
+    if len(fresh) < width:
+        raise ValueError(f"einsum: too many labels in {equation!r}")
+    inputs = [s.replace("...", "".join(fresh[width - rank:])) for s, rank in zip(inputs, ranks)]
+    return inputs, output.replace("...", "".join(fresh))
+
+
+def _may_broadcast(partial, labels, dims, subscripts):
+    """Whether ``partial`` (with ``labels``) may be larger than the operand (``dims`` for
+    ``subscripts``) along a label the operand broadcast (a size 1 against a larger one)."""
+    if dims is None or partial.shape.ndims is None:
+        return True
+    for label, have in zip(labels, partial.shape.dims):
+        want = dims[subscripts.index(label)]
+        if want is None or (want == 1 and have != 1):
+            return True
+    return False
+
+
+def _to_diagonal(partial, unique, subscripts, x, used):
+    """``partial`` (labels ``unique``) placed on the diagonals of ``x``'s ``subscripts``:
+    each repeat of a label gets a letter of its own, tied to the first by an identity."""
+    fresh = iter(c for c in string.ascii_letters if c not in used and c not in subscripts)
+    renamed, seen, eyes, eye_subscripts = [], set(), [], []
+    for position, label in enumerate(subscripts):
+        if label not in seen:
+            seen.add(label)
+            renamed.append(label)
+            continue
+        letter = next(fresh)
+        renamed.append(letter)
+        eye_subscripts.append(label + letter)
+        eyes.append(_eye(x, subscripts.index(label)))
+    equation = ",".join([unique] + eye_subscripts) + "->" + "".join(renamed)
+    return make("Einsum", (partial,) + tuple(eyes), {"equation": equation}, None, "Einsum_grad")
+
+
+def _eye(x, axis):
+    """An identity matrix of ``x``'s dtype, as large as ``x``'s dimension ``axis``."""
+    size = x.shape.dims[axis] if x.shape.ndims is not None else None
+    if size is not None:
+        return as_tensor(np.eye(size, dtype=x.dtype.np))
+    index = af_range(gather(shape(x), axis))
+    return cast(equal(expand_dims(index, 1), expand_dims(index, 0)), x.dtype)
 
 
 def tensordot(a, b, axes, name=None):

@@ -26,6 +26,7 @@ import numpy as np
 from asyncflow import dtypes
 from asyncflow.graph import not_differentiable, register_gradient, register_op
 from asyncflow.graph.shape import TensorShape
+from asyncflow.ops import control_flow
 from asyncflow.ops import math as math_ops
 from asyncflow.ops import sources
 from asyncflow.ops.array import reshape
@@ -154,6 +155,21 @@ def sparse_placeholder(dtype, shape=None, name=None):
             dense_shape = sources.constant(np.asarray(dims, np.int64), name=f"{prefix}/shape")
     return SparseTensor(sources.placeholder(dtypes.int64, [None, rank], name=f"{prefix}/indices"),
                         sources.placeholder(dtype, [None], name=f"{prefix}/values"), dense_shape)
+
+
+def _sparse_invariants(value, shape):
+    """TF1: a SparseTensor's shape invariant is that of its ``dense_shape`` vector."""
+    if shape.ndims != 1:
+        raise ValueError(f"while_loop: the shape invariant of a SparseTensor is the shape of "
+                         f"its dense_shape, a vector: expected a shape with 1 dimension, got "
+                         f"{shape}")
+    rank = shape.dims[0]
+    return [TensorShape([None, rank]), TensorShape([None]), TensorShape([rank])]
+
+
+control_flow.register_composite(
+    SparseTensor, lambda value: [value.indices, value.values, value.dense_shape],
+    lambda value, parts: SparseTensor(*parts), _sparse_invariants)
 
 
 def sparse_feeds(sparse, value):

@@ -72,6 +72,9 @@ def histogram_summary(tag, values, name=None):
 
 def image_summary(tag, images, max_outputs=3, name=None):
     """An ImageSummary op's output: a serialized Summary with up to ``max_outputs`` PNGs."""
+    if int(max_outputs) < 1:
+        raise ValueError(f"ImageSummary '{tag}': max_outputs must be at least 1, got "
+                         f"{max_outputs}")
     return make("ImageSummary", (as_tensor(images),), {"tag": str(tag),
                                                         "max_images": int(max_outputs)},
                 name, "ImageSummary")

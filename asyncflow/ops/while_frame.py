@@ -81,8 +81,12 @@ def build_loop(ctx, cond, body, loop_vars, flat, invariants, loop_name):
                 and len(loop_vars) == 1 and not isinstance(result, (list, tuple)):
             result = [result]
         if not cf._same_structure(loop_vars, result) or len(cf.flatten(result)) != len(flat):
+            count = len(cf.flatten(result))
+            why = (f"don't have the same number of elements ({len(flat)} and {count})"
+                   if count != len(flat) else "don't have the same nested structure")
             raise ValueError(f"while_loop '{loop_name}': body must return the structure of "
-                             f"loop_vars {loop_vars!r}, got {result!r}")
+                             f"loop_vars: the two structures {why}. loop_vars: "
+                             f"{loop_vars!r}, body returned: {result!r}")
         outputs = []
         for index, (value, var, shape) in enumerate(zip(cf.flatten(result), flat, invariants)):
             value = _body_output(ctx, value, var, shape, loop_name, index)

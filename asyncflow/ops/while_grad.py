@@ -21,10 +21,15 @@ hands them to the outer one, which saves them on its own stacks and pops them. E
 gradient loop thus pops the stacks its own outer iteration pushed, with that iteration's
 trip count; any depth recurses the same way.
 
+A loop inside a cond inside a loop works the same way: its stacks, trip count and invariants
+are values of the cond's branch, pushed by the outer loop only in the iterations that take
+the branch and popped under the saved predicate; in the other gradient iterations the inner
+gradient loop receives dead inputs and stays dead, as the branch did.
+
 Limits: forward values read by the backward body must be live once per iteration: computed
-in the loop body (after the Switch), or the result of a loop or cond nested in it; values
-computed inside a cond in the body are a LookupError naming the loop, and so is a loop inside
-such a cond, or ``af.gradients`` of an inner loop called inside the outer loop's body.
+in the loop body (after the Switch), or the result of a loop or cond nested in it. The
+gradient of an inner loop asked for inside the outer loop's body from outside its gradient
+(a tensor of the outer body differentiated after the loop) is a LookupError naming the loops.
 """
 from __future__ import annotations
 
@@ -57,7 +62,10 @@ class LoopUnit:
         self.type = "WhileLoop"
         self._id = ctx.loop_exits[0].op._id
         self._outputs = tuple(ctx.loop_exits)
-        self.op_def = _UnitDef(_while_grad if ctx.back_prop else None, ctx.back_prop)
+        if isinstance(ctx, GradWhileContext):  # TF1 refuses rather than answer None
+            self.op_def = _UnitDef(_second_order, True)
+        else:
+            self.op_def = _UnitDef(_while_grad if ctx.back_prop else None, ctx.back_prop)
 
     @property
     def _inputs(self):
@@ -66,6 +74,13 @@ class LoopUnit:
 
     def __repr__(self):
         return f"<while_loop unit '{self.name}'>"
+
+
+def _second_order(unit, *grads):
+    raise TypeError(f"Second-order gradient for while loops not supported: "
+                    f"'{unit.name}' is the gradient loop of while_loop "
+                    f"'{unit.ctx.forward.frame_name}' (wrap the first gradient in "
+                    "af.stop_gradient where it is used as a value)")
 
 
 def _float_invariants(ctx):
@@ -290,20 +305,7 @@ def _gradient_parent(ctx):
                           f"while_loop '{enclosing.frame_name}' is differentiable only as part "
                           f"of the gradient of '{enclosing.frame_name}' (differentiate a "
                           "tensor computed after the outer loop, not inside its body)")
-    if _conditional(ctx.outer, enclosing):
-        raise LookupError(f"Gradient of while_loop '{ctx.frame_name}': a loop inside a cond "
-                          f"inside while_loop '{enclosing.frame_name}' is not differentiable "
-                          "(its forward values are saved only when the branch is taken)")
     return current
-
-
-def _conditional(ctx, loop):
-    """Whether a cond context lies between ``ctx`` and the loop context ``loop``."""
-    while ctx is not None and ctx is not loop:
-        if isinstance(ctx, cf.CondContext):
-            return True
-        ctx = ctx.outer
-    return False
 
 
 def _shaped(grad, shape):
@@ -346,10 +348,12 @@ def _while_grad(unit, *exit_grads):
                      for g, old, shape in zip(found[:n_vars], grads, shapes[1:])]
         new_accs = [acc if g is None else _shaped(add(acc, g), shape)
                     for g, acc, shape in zip(found[n_vars:], accs, shapes[1 + n_vars:])]
+        connected[:] = [g is not None for g in found[n_vars:]]
         for pop in grad_ctx.pops:
             next_step.op._add_control_input(pop)
         return [next_step] + new_grads + new_accs
 
+    connected = []  # per float invariant: whether the body passes it any gradient
     loop_vars = [count] + grads_in + accumulators
     shapes = [count.shape] + [ctx.loop_merges[k].shape for k in floats] + \
         [enter.shape for enter in invariants]
@@ -361,7 +365,9 @@ def _while_grad(unit, *exit_grads):
         register_unit(grad_ctx)
     var_grads = dict(zip(floats, results[1:1 + n_vars]))
     out = [var_grads.get(k) for k in range(len(exits))]
-    out += results[1 + n_vars:]
+    # An invariant the body never differentiates (read only through an integer cast, say)
+    # gets None, as in TF1, not the accumulator's zeros.
+    out += [acc if used else None for acc, used in zip(results[1 + n_vars:], connected)]
     return out
 
 

@@ -110,7 +110,10 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
 def _invariants(flat, loop_vars, shape_invariants, loop_name):
     if shape_invariants is None:
         return [t.shape for t in flat]
-    shapes = [as_shape(s) for s in cf.flatten(_shape_leaves(shape_invariants))]
+    if any(cf.composite_invariants(v) is not None for v in _nodes(loop_vars)):
+        shapes = _composite_leaves(loop_vars, _shape_leaves(shape_invariants), loop_name)
+    else:
+        shapes = [as_shape(s) for s in cf.flatten(_shape_leaves(shape_invariants))]
     if len(shapes) != len(flat):
         raise ValueError(f"while_loop '{loop_name}': shape_invariants must have the structure "
                          f"of loop_vars ({len(flat)} tensors), got {len(shapes)} shapes")
@@ -120,6 +123,36 @@ def _invariants(flat, loop_vars, shape_invariants, loop_name):
                              f"compatible with the initial shape {tensor.shape} of loop "
                              f"variable {tensor.name}")
     return shapes
+
+
+def _nodes(structure):
+    """Every node of a nested structure of loop variables (containers and leaves)."""
+    yield structure
+    if isinstance(structure, dict):
+        for value in structure.values():
+            yield from _nodes(value)
+    elif isinstance(structure, (list, tuple)):
+        for value in structure:
+            yield from _nodes(value)
+
+
+def _composite_leaves(loop_vars, invariants, loop_name):
+    """The invariants of the loop's tensors when some loop variables are composites: each
+    composite's invariant becomes its parts' (TF1's rules, see ``register_composite``)."""
+    expand = cf.composite_invariants(loop_vars)
+    if expand is not None:
+        return expand(loop_vars, as_shape(invariants))
+    if isinstance(loop_vars, dict) and isinstance(invariants, dict) and \
+            sorted(loop_vars) == sorted(invariants):
+        return [shape for key in sorted(loop_vars)
+                for shape in _composite_leaves(loop_vars[key], invariants[key], loop_name)]
+    if isinstance(loop_vars, (list, tuple)):
+        if not isinstance(invariants, (list, tuple)) or len(invariants) != len(loop_vars):
+            raise ValueError(f"while_loop '{loop_name}': shape_invariants must have the "
+                             f"structure of loop_vars, got {invariants!r}")
+        return [shape for var, inv in zip(loop_vars, invariants)
+                for shape in _composite_leaves(var, inv, loop_name)]
+    return [as_shape(invariants)]
 
 
 def _shape_leaves(structure):

@@ -68,8 +68,10 @@ def image(name, tensor, max_outputs=3, collections=None, family=None):
     """An image summary of a ``[batch, height, width, channels]`` tensor (TF1 ``tf.summary.image``).
 
     Up to ``max_outputs`` images are PNG-encoded, tagged ``<tag>/image/<k>`` (``<tag>/image``
-    for one). uint8 images are written as they are; floats are scaled as TF1 does (values
-    >= 0 so the largest is 255; with negatives, 0 becomes 127).
+    when ``max_outputs`` is 1). uint8 images are written as they are; floats are scaled as
+    TF1 does, each image on its own (values >= 0 so the largest is 255; with negatives,
+    0 becomes 128 and the largest absolute value 127 away), truncated, a pixel with a
+    non-finite channel painted red.
 
     Returns:
         A string scalar tensor holding a serialized Summary.

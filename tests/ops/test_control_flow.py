@@ -418,7 +418,8 @@ async def test_cond_branches_returning_ops_run_only_the_taken_one():
             assert await sess.run(v.value()) == 6
 
 
-async def test_fetching_a_value_inside_a_loop_body_is_not_valid():
+async def test_fetching_a_value_inside_a_loop_body_is_refused():
+    """TF1 marks it not fetchable: refused before anything runs, naming the loop."""
     with af.Graph().as_default():
         captured = []
 
@@ -426,7 +427,8 @@ async def test_fetching_a_value_inside_a_loop_body_is_not_valid():
             captured.append(i * 2)
             return i + 1
         af.while_loop(lambda i: i < 3, body, [af.constant(0)])
-        with pytest.raises(errors.InvalidArgumentError, match="was not valid"):
+        with pytest.raises(ValueError, match="'while/mul' has been marked as not fetchable: "
+                                             "it is computed inside while_loop 'while'"):
             await run(captured[0])
 
 

@@ -179,7 +179,8 @@ async def test_gradient_inside_the_outer_body_is_an_inner_gradient_loop():
         assert await run(y) == pytest.approx(52.0)
 
 
-def test_loop_in_a_cond_in_a_loop_names_the_loop():
+async def test_loop_in_a_cond_in_a_loop():
+    """The cond takes the inner loop in the first outer iteration only: y = x ** 3."""
     with af.Graph().as_default():
         x = af.constant(2.0)
 
@@ -188,5 +189,22 @@ def test_loop_in_a_cond_in_a_loop_names_the_loop():
                 lambda j, u: j < 2, lambda j, u: (j + 1, u * x), (af.constant(0), v),
                 name="inner")[1], lambda: v)
         y = af.while_loop(lambda i, v: i < 2, body, (af.constant(0), x), name="outer")[1]
-        with pytest.raises(LookupError, match="outer"):
-            af.gradients(y, [x])
+        assert await run([y, af.gradients(y, [x])[0]]) == [8.0, 12.0]
+
+
+@given(st.lists(st.booleans(), min_size=1, max_size=4))
+@SETTINGS
+async def test_loop_in_a_cond_in_a_loop_matches_finite_differences(taken):
+    """Which outer iterations take the branch (and so run the inner loop, whose trip count
+    is the outer iteration's index) is drawn; the gradient matches central differences."""
+    def build(x):
+        pattern = af.constant(taken)
+
+        def body(i, v):
+            inner = lambda: af.while_loop(  # noqa: E731
+                lambda j, u: j <= i, lambda j, u: (j + 1, af.sin(u) * x), (af.constant(0), v),
+                name="inner")[1]
+            return i + 1, af.cond(af.gather(pattern, i), inner, lambda: v * x)
+        return af.while_loop(lambda i, v: i < len(taken), body, (af.constant(0), x),
+                             name="outer")[1]
+    await check_gradients(build, [np.array([0.7, -0.4])])

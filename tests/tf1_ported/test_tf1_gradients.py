@@ -6,6 +6,7 @@ and IndexedSlices tests options asyncflow does not have: gradients are dense and
 with AddN.)
 """
 import numpy as np
+import pytest
 
 import asyncflow as af
 
@@ -107,3 +108,63 @@ async def test_gradients_in_while_body_without_crossing_a_loop():
         r = af.while_loop(lambda i, x: i < 3, body, [af.constant(0), af.constant(1.0)])
         async with af.Session() as sess:
             assert await sess.run(r) == [3, 216.0]
+
+
+async def test_dependent_ys():
+    """gradients_test.py GradientsTest.testDependentYs"""
+    with af.Graph().as_default():
+        x = af.constant(3.0)
+        y = af.square(x)
+        y1 = af.square(y)
+        y2 = af.square(y1)
+        z = af.identity(y)
+        z2 = af.identity(y2)
+        async with af.Session() as sess:
+            assert await sess.run(af.gradients([y, y2], x)[0]) == 17502.0
+            assert await sess.run(af.gradients(y + y2, x)[0]) == 17502.0
+            assert await sess.run(af.gradients([z, z2], x)[0]) == 17502.0
+
+
+async def test_partial_derivatives():
+    """gradients_test.py GradientsTest.testPartialDerivatives"""
+    with af.Graph().as_default():
+        x = af.constant(1.)
+        y = 2 * x
+        z = x + y
+        async with af.Session() as sess:
+            assert await sess.run(af.gradients(z, [x, y])) == [3.0, 1.0]
+            assert await sess.run(af.gradients(z, [x, y], stop_gradients=[x, y])) == [1.0, 1.0]
+
+
+def test_non_differentiable_switch_in_while_loop():
+    """gradients_test.py GradientsTest.testNonDifferentiableSwitchInWhileLoop: a loop
+    invariant read only through an integer cast has no gradient (None, not zeros)."""
+    with af.Graph().as_default():
+        v = af.placeholder(af.float32, [])
+
+        def step(i, a, ta):
+            a += af.cast(v, af.int32)
+            return (i + 1, a, ta.write(i, a))
+        n = 4
+        i, _, ta = af.while_loop(lambda i, *_: i < n, step,
+                                 [0, 0, af.TensorArray(af.int32, size=n)])
+        target = ta.read(i - 1)
+        grad, = af.gradients(target, v)
+        assert grad is None
+
+
+async def test_unconnected_gradients_zero():
+    """gradients_test.py GradientsTest.testUnconnectedGradientsZerosUnconnectedGradients and
+    testUnconnectedGradientsZeroConnectedGradients (TF 1.13's ``unconnected_gradients``)"""
+    with af.Graph().as_default():
+        x = af.constant(1.0, shape=[2, 2])
+        y = af.constant(3.0, shape=[3, 1])
+        assert af.gradients([y], [x]) == [None]
+        grads = af.gradients([y], [x], unconnected_gradients="zero")
+        connected = af.gradients(x * 3.0, [x],
+                                 unconnected_gradients=af.UnconnectedGradients.ZERO)
+        async with af.Session() as sess:
+            np.testing.assert_array_equal((await sess.run(grads))[0], np.zeros([2, 2]))
+            np.testing.assert_array_equal((await sess.run(connected))[0], np.full([2, 2], 3.0))
+        with pytest.raises(ValueError, match="unconnected_gradients must be"):
+            af.gradients([y], [x], unconnected_gradients="nothing")

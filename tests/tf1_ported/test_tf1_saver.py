@@ -4,6 +4,8 @@ cases; sharded and distributed checkpoints are tested in tests/train and tests/d
 Each test keeps TF's inputs, expected values and error classes; its docstring names the TF
 method. Files go to pytest's ``tmp_path``.
 """
+import os
+
 import numpy as np
 import pytest
 
@@ -130,9 +132,17 @@ async def test_variables_are_independent_of_the_graph_that_saved_them(tmp_path):
 
 
 async def test_max_to_keep(tmp_path):
-    """saver_test.py MaxToKeepTest.testNonSharded (the kept-list bookkeeping)"""
+    """saver_test.py MaxToKeepTest.testNonSharded: the kept-list bookkeeping of one Saver,
+    of a second built from its saver_def and told its list by ``set_last_checkpoints``, and
+    of a third built the same way that knows of no earlier checkpoint."""
     save_dir = tmp_path / "max_to_keep_non_sharded"
     save_dir.mkdir()
+    exists = af.train.checkpoint_exists
+
+    def state():
+        ckpt = af.train.get_checkpoint_state(str(save_dir))
+        return ckpt.model_checkpoint_path, list(ckpt.all_model_checkpoint_paths)
+
     with af.Graph().as_default():
         v = af.Variable(10.0, name="v")
         save = af.train.Saver({"v": v}, max_to_keep=2)
@@ -141,13 +151,57 @@ async def test_max_to_keep(tmp_path):
             assert save.last_checkpoints == []
             s1 = await save.save(sess, str(save_dir / "s1"))
             assert save.last_checkpoints == [s1]
+            assert exists(s1)
+            assert state() == (s1, [s1])
             s2 = await save.save(sess, str(save_dir / "s2"))
             assert save.last_checkpoints == [s1, s2]
+            assert exists(s1) and exists(s2)
+            assert state() == (s2, [s1, s2])
             s3 = await save.save(sess, str(save_dir / "s3"))
             assert save.last_checkpoints == [s2, s3]
-            assert af.train.latest_checkpoint(str(save_dir)) == s3
-            s2 = await save.save(sess, str(save_dir / "s2"))  # re-saving moves it last
+            assert not exists(s1) and not os.path.exists(s1 + ".meta")
+            assert exists(s2) and os.path.exists(s2 + ".meta")
+            assert exists(s3) and os.path.exists(s3 + ".meta")
+            assert state() == (s3, [s2, s3])
+
+            # A second helper, identical to the first; a third that knows of nothing.
+            save2 = af.train.Saver(saver_def=save.as_saver_def())
+            save2.set_last_checkpoints(save.last_checkpoints)
+            save3 = af.train.Saver(saver_def=save.as_saver_def())
+
+            # The first helper: s2 again (the old s2 goes first, the new one is appended).
+            s2 = await save.save(sess, str(save_dir / "s2"))
             assert save.last_checkpoints == [s3, s2]
+            assert not exists(s1) and exists(s3) and exists(s2)
+            assert state() == (s2, [s3, s2])
+            # s1: s3 is the oldest of the list, so it is deleted.
+            s1 = await save.save(sess, str(save_dir / "s1"))
+            assert save.last_checkpoints == [s2, s1]
+            assert not exists(s3) and not os.path.exists(s3 + ".meta")
+            assert exists(s2) and exists(s1)
+            assert state() == (s1, [s2, s1])
+
+            # The second helper: its list is the one it was given ([s2, s3]).
+            s2 = await save2.save(sess, str(save_dir / "s2"))
+            assert save2.last_checkpoints == [s3, s2]
+            assert exists(s1)  # made by the first helper
+            assert not exists(s3)  # deleted by the first helper
+            assert exists(s2)
+            assert state() == (s2, [s3, s2])
+            s1 = await save2.save(sess, str(save_dir / "s1"))
+            assert save2.last_checkpoints == [s2, s1]
+            assert not exists(s3) and exists(s2) and exists(s1)
+            assert state() == (s1, [s2, s1])
+
+            # The third helper knows of no earlier checkpoint: it deletes none of them.
+            s2 = await save3.save(sess, str(save_dir / "s2"))
+            assert save3.last_checkpoints == [s2]
+            assert exists(s1) and exists(s2) and not exists(s3)
+            assert state() == (s2, [s2])
+            s1 = await save3.save(sess, str(save_dir / "s1"))
+            assert save3.last_checkpoints == [s2, s1]
+            assert exists(s2) and exists(s1)
+            assert state() == (s1, [s2, s1])
 
 
 async def test_restore_from_missing_path_is_an_error(tmp_path):
