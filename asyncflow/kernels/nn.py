@@ -5,8 +5,13 @@ kernels/nn_conv.py. Kernels never modify their inputs; outputs are fresh arrays.
 """
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from asyncflow import errors
 from asyncflow.kernels import intra_op
+from asyncflow.kernels.math import sigmoid_into
 from asyncflow.kernels.registry import register_kernel, register_prepare
 
 
@@ -72,6 +77,97 @@ def _leaky_relu(ctx, x):
 def _leaky_relu_grad(ctx, grad, features):
     alpha = grad.dtype.type(ctx.attrs["alpha"])
     return (ctx.xp.where(features > 0, grad, grad * alpha),)
+
+
+# Softplus as max(x, 0) + log1p(exp(-|x|)): exp never overflows, and for large negative x
+# log1p keeps exp(x)'s full relative precision (TF switches between x, exp(x) and
+# log1p(exp(x)) by thresholds instead). Every step writes in place: one result array.
+@register_kernel("Softplus")
+def _softplus(ctx, x):
+    xp = ctx.xp
+    if x.ndim == 0:  # ufuncs give 0-d inputs numpy scalars, which out= cannot write
+        return (_softplus(ctx, x.reshape(1))[0].reshape(()),)
+    tail = xp.abs(x)
+    xp.negative(tail, out=tail)
+    xp.exp(tail, out=tail)
+    xp.log1p(tail, out=tail)
+    result = xp.maximum(x, x.dtype.type(0))
+    result += tail
+    return (result,)
+
+
+@register_kernel("SoftplusGrad")
+def _softplus_grad(ctx, grad, features):
+    """``grad * sigmoid(features)`` (TF's SoftplusGrad), the sigmoid in its stable form."""
+    xp = ctx.xp
+    if features.ndim == 0:
+        features = features.reshape(1)
+    result = sigmoid_into(xp, features, xp.empty(features.shape, dtype=features.dtype))
+    return ((result * grad).astype(grad.dtype, copy=False),)
+
+
+_SQRT_TWO = math.sqrt(2)
+_TANH_SCALE = math.sqrt(2 / math.pi)
+_erfc_exact = np.frompyfunc(math.erfc, 1, 1)
+
+
+def _erfc(xp, z):
+    """``erfc(z)`` elementwise, as float64. float64 inputs: the C library's erfc, exact but
+    one Python call per element; narrower ones: Numerical Recipes' Chebyshev form (relative
+    error below 1.2e-7 everywhere, under one float32 ulp), vectorized."""
+    if z.dtype == np.float64 or type(z) is not np.ndarray:
+        host = np.asarray(z.get() if hasattr(z, "get") else z, dtype=np.float64)
+        return xp.asarray(_erfc_exact(host).astype(np.float64))
+    z = z.astype(np.float64)
+    a = np.abs(z)
+    t = 1.0 / (1.0 + 0.5 * a)
+    poly = 0.17087277
+    for c in (-0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806, 0.09678418,
+              0.37409196, 1.00002368, -1.26551223):
+        poly = c + t * poly
+    with np.errstate(over="ignore", invalid="ignore"):
+        tail = t * np.exp(poly - a * a)
+    return np.where(z >= 0, tail, 2.0 - tail)
+
+
+def _gelu_parts(ctx, x):
+    """``(cdf, pdf_term)``: Phi(x) (or the tanh form's ``sigmoid(2u)``) and what the
+    gradient adds to it, both float64 (gelu = x * cdf)."""
+    xp = ctx.xp
+    wide = x.astype(np.float64) if hasattr(x, "astype") else x
+    if ctx.attrs.get("approximate"):
+        with np.errstate(over="ignore", invalid="ignore"):
+            u = _TANH_SCALE * (wide + 0.044715 * wide ** 3)
+            cdf = sigmoid_into(xp, 2 * u, xp.empty(wide.shape, dtype=np.float64))
+            slope = 2 * cdf * (1 - cdf) * _TANH_SCALE * (1 + 3 * 0.044715 * wide * wide)
+        return wide, cdf, slope
+    cdf = 0.5 * _erfc(xp, -wide / _SQRT_TWO)  # divided, as TF: the same rounded argument
+    with np.errstate(over="ignore", invalid="ignore"):
+        density = xp.exp(-0.5 * wide * wide) / math.sqrt(2 * math.pi)
+    return wide, cdf, density
+
+
+@register_kernel("Gelu")
+def _gelu(ctx, x):
+    """``x * Phi(x)``, written ``0.5 * x * erfc(-x / sqrt 2)`` so that large negative ``x``
+    keeps its tiny result's precision (``1 + erf`` would cancel to 0); the tanh form as
+    ``x * sigmoid(2u)`` (= ``0.5 x (1 + tanh u)``) for the same reason. Computed in float64,
+    rounded once to the input's dtype."""
+    if x.ndim == 0:
+        return (_gelu(ctx, x.reshape(1))[0].reshape(()),)
+    wide, cdf, _ = _gelu_parts(ctx, x)
+    with np.errstate(invalid="ignore"):
+        return ((wide * cdf).astype(x.dtype),)
+
+
+@register_kernel("GeluGrad")
+def _gelu_grad(ctx, grad, features):
+    """``grad * (Phi(x) + x * phi(x))`` (the tanh form: its own derivative)."""
+    if features.ndim == 0:
+        return (_gelu_grad(ctx, grad.reshape(1), features.reshape(1))[0].reshape(()),)
+    wide, cdf, slope = _gelu_parts(ctx, features)
+    with np.errstate(invalid="ignore"):
+        return ((grad * (cdf + wide * slope)).astype(grad.dtype),)
 
 
 # -- softmax family -----------------------------------------------------------------------

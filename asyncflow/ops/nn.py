@@ -34,7 +34,8 @@ def _real(dtype):
     return dtype.is_numeric and not dtype.is_unsigned and not dtype.is_bool
 
 
-_ACTIVATIONS = {"Relu": _real, "Relu6": _real, "Elu": FLOATING, "LeakyRelu": FLOATING}
+_ACTIVATIONS = {"Relu": _real, "Relu6": _real, "Elu": FLOATING, "LeakyRelu": FLOATING,
+                "Softplus": FLOATING, "Gelu": FLOATING}
 
 
 def _infer_activation(op):
@@ -76,6 +77,28 @@ def leaky_relu(features, alpha=0.2, name=None):
     return make("LeakyRelu", (as_tensor(features),), {"alpha": float(alpha)}, name, "LeakyRelu")
 
 
+def softplus(features, name=None):
+    """``log(1 + exp(features))``, computed as ``max(x, 0) + log1p(exp(-|x|))``: no overflow,
+    full precision for large negative ``x`` (kernels/nn.py)."""
+    return make("Softplus", (as_tensor(features),), None, name, "Softplus")
+
+
+def log_sigmoid(x, name=None):
+    """``log(sigmoid(x))`` as TF computes it: ``-softplus(-x)``, stable for every ``x``."""
+    x = as_tensor(x)
+    with graph_of((x,)).name_scope(name or "LogSigmoid"):
+        return _math.negative(softplus(_math.negative(x)))
+
+
+def gelu(features, approximate=False, name=None):
+    """Gaussian error linear unit: ``x * P(X <= x)`` for a standard normal X, i.e.
+    ``0.5 * x * (1 + erf(x / sqrt(2)))``; with ``approximate=True`` the tanh form
+    ``0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x**3)))`` (TF2's ``tf.nn.gelu``).
+    One op, ``Gelu``, with its gradient ``GeluGrad`` (kernels/nn.py)."""
+    return make("Gelu", (as_tensor(features),), {"approximate": bool(approximate)}, name,
+                "Gelu")
+
+
 @register_gradient("Relu")
 def _relu_grad(op, grad):
     return [make("ReluGrad", (grad, op._outputs[0]))]
@@ -94,6 +117,16 @@ def _elu_grad(op, grad):
 @register_gradient("LeakyRelu")
 def _leaky_relu_grad(op, grad):
     return [make("LeakyReluGrad", (grad, op._inputs[0]), {"alpha": op.get_attr("alpha")})]
+
+
+@register_gradient("Softplus")
+def _softplus_grad(op, grad):
+    return [make("SoftplusGrad", (grad, op._inputs[0]))]
+
+
+@register_gradient("Gelu")
+def _gelu_grad(op, grad):
+    return [make("GeluGrad", (grad, op._inputs[0]), {"approximate": op.get_attr("approximate")})]
 
 
 @register_gradient("ReluGrad")
