@@ -24,6 +24,11 @@ Theory of operation for the spatial kernels (Conv2D, pooling and their gradients
   (``kernels/intra_op.py``): each chunk writes its own rows of a preallocated output, so
   the split changes no bits where the per-row work is exact; the filter gradient adds the
   chunks' partial sums in chunk order.
+- ``data_format="NCHW"`` (``_layout``): the kernel transposes its NCHW arguments to NHWC
+  (one contiguous copy each), runs the NHWC computation with the attrs reordered, and
+  transposes the result back: the same bits as transposing around an NHWC op, and what an
+  NHWC op costs plus the two copies (no NCHW-specific path is faster with numpy's GEMMs,
+  which want the channels contiguous).
 
 Kernels never modify their inputs; outputs are fresh arrays.
 """
@@ -37,6 +42,62 @@ from asyncflow import errors
 from asyncflow.kernels import intra_op
 from asyncflow.kernels.math import fused_epilogue
 from asyncflow.kernels.registry import host_memory, register_kernel
+
+
+# -- layouts ----------------------------------------------------------------------------------
+_TO_NHWC = (0, 2, 3, 1)
+_TO_NCHW = (0, 3, 1, 2)
+
+
+class _NhwcContext:
+    """A kernel context whose attrs read as NHWC (strides, ksize, dilations reordered);
+    everything else is the real context's."""
+
+    __slots__ = ("_ctx", "attrs")
+
+    def __init__(self, ctx):
+        self._ctx = ctx
+        attrs = dict(ctx.attrs)
+        for key in ("strides", "ksize", "dilations"):
+            if key in attrs:
+                attrs[key] = tuple(attrs[key][i] for i in _TO_NHWC)
+        attrs["data_format"] = "NHWC"
+        self.attrs = attrs
+
+    def __getattr__(self, name):
+        return getattr(self._ctx, name)
+
+
+def _layout(arrays=(), sizes=(), output=True):
+    """Decorator: run an NHWC kernel on ``data_format="NCHW"`` arguments (module docstring).
+    ``arrays``: positions of 4-d data inputs; ``sizes``: positions of size vectors in the
+    data's layout; ``output``: whether the result is data (a filter gradient is not)."""
+    def decorate(kernel):
+        @functools.wraps(kernel)
+        def run(ctx, *args):
+            data_format = ctx.attrs.get("data_format")
+            if data_format in (None, "NHWC"):
+                return kernel(ctx, *args)
+            if data_format != "NCHW":
+                raise errors.InvalidArgumentError(
+                    None, ctx.name, f"data_format {data_format!r} is not supported; use NHWC "
+                    "or NCHW")
+            xp, args = ctx.xp, list(args)
+            for position in arrays:
+                if args[position].ndim != 4:
+                    raise errors.InvalidArgumentError(
+                        None, ctx.name, f"input {position} must be 4-dimensional (NCHW), got "
+                        f"shape {list(args[position].shape)}")
+                args[position] = xp.ascontiguousarray(args[position].transpose(_TO_NHWC))
+            for position in sizes:
+                dims = np.asarray(args[position]).reshape(-1)
+                args[position] = dims[list(_TO_NHWC)] if dims.size == 4 else dims
+            results = kernel(_NhwcContext(ctx), *args)
+            if not output:
+                return results
+            return tuple(xp.ascontiguousarray(r.transpose(_TO_NCHW)) for r in results)
+        return run
+    return decorate
 
 
 # -- spatial geometry -----------------------------------------------------------------------
@@ -126,6 +187,7 @@ def _check_depth(ctx, x_shape, filter_shape):
 
 # -- convolution ----------------------------------------------------------------------------
 @register_kernel("Conv2D", offload=True)
+@_layout(arrays=(0,))
 def _conv2d(ctx, x, filters):
     return (_convolve(ctx, x, filters),)
 
@@ -168,6 +230,7 @@ def _convolve(ctx, x, filters, epilogue=None):
 
 
 @register_kernel("Conv2DBackpropInput", offload=True)
+@_layout(arrays=(2,), sizes=(0,))
 def _conv2d_backprop_input(ctx, input_sizes, filters, grad):
     xp = ctx.xp
     x_shape = _sizes(ctx, input_sizes, "input_sizes")
@@ -204,6 +267,7 @@ def _conv2d_backprop_input(ctx, input_sizes, filters, grad):
 
 
 @register_kernel("Conv2DBackpropFilter", offload=True)
+@_layout(arrays=(0, 2), output=False)
 def _conv2d_backprop_filter(ctx, x, filter_sizes, grad):
     xp = ctx.xp
     f_shape = _sizes(ctx, filter_sizes, "filter_sizes")
@@ -240,6 +304,7 @@ def _pool_setup(ctx, shape):
 
 
 @register_kernel("MaxPool", offload=True)
+@_layout(arrays=(0,))
 def _max_pool(ctx, x):
     xp = ctx.xp
     kernel_hw, rows, cols = _pool_setup(ctx, x.shape)
@@ -262,6 +327,7 @@ def _max_pool(ctx, x):
 
 
 @register_kernel("MaxPoolGrad", offload=True)
+@_layout(arrays=(0, 1, 2))
 def _max_pool_grad(ctx, x, _output, grad):
     xp = ctx.xp
     kernel_hw, rows, cols = _pool_setup(ctx, x.shape)
@@ -329,6 +395,7 @@ def _window_counts(xp, rows, cols, shape, ctx, kernel_hw, dtype):
 
 
 @register_kernel("AvgPool", offload=True)
+@_layout(arrays=(0,))
 def _avg_pool(ctx, x):
     xp = ctx.xp
     kernel_hw, rows, cols = _pool_setup(ctx, x.shape)
@@ -349,6 +416,7 @@ def _avg_pool(ctx, x):
 
 
 @register_kernel("AvgPoolGrad", offload=True)
+@_layout(arrays=(1,), sizes=(0,))
 def _avg_pool_grad(ctx, input_shape, grad):
     xp = ctx.xp
     shape = _sizes(ctx, input_shape, "orig_input_shape")
