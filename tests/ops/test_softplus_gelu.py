@@ -32,7 +32,7 @@ def _softplus64(x):
 def _gelu64(x, approximate):
     x = x.astype(np.float64)
     if approximate:
-        u = math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)
+        u = math.sqrt(2 / math.pi) * (x + 0.044715 * (x * x * x))
         with np.errstate(over="ignore", invalid="ignore"):
             return x / (1 + np.exp(-2 * u))
     with np.errstate(invalid="ignore"):
@@ -83,7 +83,16 @@ async def test_gelu_values_everywhere(dtype, approximate):
     assert value.dtype == dtype and value.shape == x.shape
     exact = _gelu64(x, approximate)
     # Within a few ulps even where 1 + erf(x) would cancel (x < -5: gelu(-30) ~ 1e-197).
-    assert _relative_error(value, exact, dtype) <= 8 * np.finfo(dtype).eps
+    # The tanh form's sigmoid(2u) is ill-conditioned in float64 itself: an ulp of u moves
+    # it by |2u| ulps, so that much is allowed on top.
+    eps = np.finfo(dtype).eps
+    if approximate and dtype == np.float64:
+        u = np.abs(math.sqrt(2 / math.pi) * (x + 0.044715 * (x * x * x)))
+        normal = np.isfinite(exact) & (np.abs(exact) > np.finfo(dtype).tiny * 4)
+        error = np.abs(value[normal] - exact[normal]) / np.abs(exact[normal])
+        assert (error <= 8 * eps * (1 + 2 * u[normal])).all()
+    else:
+        assert _relative_error(value, exact, dtype) <= 8 * eps
     at = {v: i for i, v in enumerate(SPECIAL) if not np.isnan(v)}
     assert value[at[np.inf]] == np.inf and value[at[1e4]] == 1e4
     assert value[at[-1e4]] == 0 and np.isnan(value[len(SPECIAL) - 1])
