@@ -343,6 +343,9 @@ def _max_pool_grad(ctx, x, _output, grad):
              and x.shape[1] + rows[1] + rows[2] == rows[0] * strides[1]
              and x.shape[2] + cols[1] + cols[2] == cols[0] * strides[2])
     floating = x.dtype.kind == "f"
+    # Without padding the chunk's gradient is written straight into its rows of ``out``
+    # (no padded buffer, no copy of it back).
+    unpadded = not (rows[1] or rows[2] or cols[1] or cols[2])
 
     def chunk(start, stop):
         padded = _pad(xp, x[start:stop], rows, cols, _lowest(x.dtype))
@@ -354,7 +357,12 @@ def _max_pool_grad(ctx, x, _output, grad):
             xp.maximum(best, view, out=best)
         has_nan = floating and bool(xp.isnan(best).any())
         g = grad[start:stop]
-        result = (xp.empty if tiled else xp.zeros)(padded.shape, dtype=grad.dtype)
+        if unpadded:
+            result = out[start:stop]
+            if not tiled:
+                result.fill(0)
+        else:
+            result = (xp.empty if tiled else xp.zeros)(padded.shape, dtype=grad.dtype)
         remaining = xp.ones(best.shape, dtype=bool)  # until a cell of the window has won
         hit = xp.empty(best.shape, dtype=bool)
         routed = None if tiled else xp.empty(best.shape, dtype=grad.dtype)
@@ -378,7 +386,8 @@ def _max_pool_grad(ctx, x, _output, grad):
                 target += routed
             else:
                 target += xp.where(hit, g, g.dtype.type(0))
-        out[start:stop] = _crop(result, rows, cols, x.shape[1], x.shape[2])
+        if not unpadded:
+            out[start:stop] = _crop(result, rows, cols, x.shape[1], x.shape[2])
     intra_op.for_batch(ctx, x.shape[0], grad[0].size * kernel_hw[0] * kernel_hw[1] * 6, chunk,
                        (2 * x[0].size + 3 * grad[0].size) * grad.itemsize)
     return (out,)
@@ -427,13 +436,20 @@ def _avg_pool_grad(ctx, input_shape, grad):
     tap_args = _tap_args(ctx, kernel_hw, rows, cols)
     out = xp.empty(shape, dtype=grad.dtype)
 
+    unpadded = not (rows[1] or rows[2] or cols[1] or cols[2])
+
     def chunk(start, stop):
-        result = xp.zeros(_padded_shape([stop - start] + shape[1:], rows, cols),
-                          dtype=grad.dtype)
+        if unpadded:  # accumulate straight into the chunk's rows of ``out``
+            result = out[start:stop]
+            result.fill(0)
+        else:
+            result = xp.zeros(_padded_shape([stop - start] + shape[1:], rows, cols),
+                              dtype=grad.dtype)
         share = grad[start:stop] / counts
         for view in _taps(result, *tap_args):
             view += share
-        out[start:stop] = _crop(result, rows, cols, shape[1], shape[2])
+        if not unpadded:
+            out[start:stop] = _crop(result, rows, cols, shape[1], shape[2])
     intra_op.for_batch(ctx, shape[0], grad[0].size * kernel_hw[0] * kernel_hw[1], chunk,
                        2 * grad[0].size * kernel_hw[0] * kernel_hw[1] * grad.itemsize)
     return (out,)
