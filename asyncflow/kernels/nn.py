@@ -153,7 +153,8 @@ def _gelu_parts(ctx, x):
             cdf = sigmoid_into(xp, 2 * u, xp.empty(wide.shape, dtype=np.float64))
             slope = 2 * cdf * (1 - cdf) * _TANH_SCALE * (1 + 3 * 0.044715 * wide * wide)
         return wide, cdf, slope
-    cdf = 0.5 * _erfc(xp, -wide / _SQRT_TWO, x.dtype == np.float64)  # divided, as TF: the same rounded argument
+    # x / sqrt(2) divided, as TF does: the same rounded argument.
+    cdf = 0.5 * _erfc(xp, -wide / _SQRT_TWO, x.dtype == np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
         density = xp.exp(-0.5 * wide * wide) / math.sqrt(2 * math.pi)
     return wide, cdf, density

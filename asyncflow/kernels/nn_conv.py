@@ -186,13 +186,13 @@ def _check_depth(ctx, x_shape, filter_shape):
 
 
 # -- convolution ----------------------------------------------------------------------------
-@register_kernel("Conv2D", offload=True)
+@register_kernel("Conv2D", offload=True, offload_scale=intra_op.MACS_PER_WORK)
 @_layout(arrays=(0,))
 def _conv2d(ctx, x, filters):
     return (_convolve(ctx, x, filters),)
 
 
-@register_kernel("_FusedConv2D", offload=True)
+@register_kernel("_FusedConv2D", offload=True, offload_scale=intra_op.MACS_PER_WORK)
 def _fused_conv2d(ctx, x, filters, bias):
     """Conv2D, BiasAdd [, Relu] in one pass over each chunk (graph/optimize.py fuses them)."""
     if bias.shape != (filters.shape[3],):
@@ -229,7 +229,7 @@ def _convolve(ctx, x, filters, epilogue=None):
     return out
 
 
-@register_kernel("Conv2DBackpropInput", offload=True)
+@register_kernel("Conv2DBackpropInput", offload=True, offload_scale=intra_op.MACS_PER_WORK)
 @_layout(arrays=(2,), sizes=(0,))
 def _conv2d_backprop_input(ctx, input_sizes, filters, grad):
     xp = ctx.xp
@@ -266,7 +266,7 @@ def _conv2d_backprop_input(ctx, input_sizes, filters, grad):
     return (out,)
 
 
-@register_kernel("Conv2DBackpropFilter", offload=True)
+@register_kernel("Conv2DBackpropFilter", offload=True, offload_scale=intra_op.MACS_PER_WORK)
 @_layout(arrays=(0, 2), output=False)
 def _conv2d_backprop_filter(ctx, x, filter_sizes, grad):
     xp = ctx.xp

@@ -170,10 +170,49 @@ def _infer_backprop_filter(op):
     return [(grad.dtype, shape)]
 
 
-register_op("_FusedConv2D", infer=_infer_fused_conv2d)
-register_op("Conv2D", infer=_infer_conv2d)
-register_op("Conv2DBackpropInput", infer=_infer_backprop_input)
-register_op("Conv2DBackpropFilter", infer=_infer_backprop_filter)
+def _product(dims):
+    total = 1
+    for dim in dims:
+        total *= dim
+    return total
+
+
+def _conv_cost(shapes, op):
+    """Multiply-adds of Conv2D (and _FusedConv2D): ``N*OH*OW * KH*KW*C * O``, the output's
+    size estimated as the input's over the strides; the same unit as MatMul's cost
+    (placement's cost model and the offload threshold; the kernels' ``offload_scale``).
+    Called on the hot path with the actual shapes, so it stays cheap."""
+    x, filters = shapes[0], shapes[1]
+    if len(x) != 4 or len(filters) != 4:
+        return _product(x) + _product(filters)
+    h, w, _ = _hw(op._attrs)
+    strides = op._attrs["strides"]
+    cells = x[0] * -(-x[h] // strides[h]) * -(-x[w] // strides[w])
+    return cells * _product(filters)
+
+
+def _backprop_input_cost(shapes, op):
+    """``grad`` elements times a filter's ``KH*KW*C``: the forward's multiply-adds."""
+    filters, grad = shapes[1], shapes[2]
+    if len(filters) != 4:
+        return _product(grad) + _product(filters)
+    return _product(grad) * filters[0] * filters[1] * filters[2]
+
+
+def _backprop_filter_cost(shapes, op):
+    """``grad`` elements times ``KH*KW*C`` (the filter's shape from its static output shape;
+    a 3x3 window when unknown)."""
+    x, grad = shapes[0], shapes[2]
+    dims = op._outputs[0].shape.dims if op._outputs else None
+    taps = dims[0] * dims[1] if dims and len(dims) == 4 and None not in dims[:2] else 9
+    depth = x[_hw(op._attrs)[2]] if len(x) == 4 else 1
+    return _product(grad) * taps * depth
+
+
+register_op("_FusedConv2D", infer=_infer_fused_conv2d, cost=_conv_cost)
+register_op("Conv2D", infer=_infer_conv2d, cost=_conv_cost)
+register_op("Conv2DBackpropInput", infer=_infer_backprop_input, cost=_backprop_input_cost)
+register_op("Conv2DBackpropFilter", infer=_infer_backprop_filter, cost=_backprop_filter_cost)
 
 
 def _conv_attrs(strides, padding, dilations, data_format, op_name):
