@@ -2,14 +2,16 @@
 
 Theory of operation:
 - Ops that dominate training time are primitives with fused kernels (kernels/nn.py): Relu,
-  Relu6, Elu, LeakyRelu, Softmax, LogSoftmax, BiasAdd, L2Loss, the two softmax cross entropies
-  (each outputs the loss and its ``backprop``, the gradient w.r.t. the logits, so the gradient
-  is one multiply), Conv2D, MaxPool and AvgPool. Each one's gradient sits beside it and is built
+  Relu6, Elu, LeakyRelu, Softplus, Gelu (log_sigmoid is TF's ``-softplus(-x)``), Softmax,
+  LogSoftmax, BiasAdd, L2Loss, the two softmax cross entropies (each outputs the loss and
+  its ``backprop``, the gradient w.r.t. the logits, so the gradient is one multiply),
+  Conv2D, MaxPool and AvgPool. Each one's gradient sits beside it and is built
   from dedicated gradient ops (ReluGrad, Conv2DBackpropInput/Filter, MaxPoolGrad, ...), as in TF.
 - Everything else (sigmoid cross entropy, dropout, moments, batch normalization) is a composite
   of existing ops, so it is differentiable through their gradients.
-- Layout is NHWC. Strides/ksize/dilations are stored as 4-tuples; SAME/VALID geometry is the
-  same function at build time (static shapes) and run time (kernels/nn.py ``_geometry``).
+- Layout is NHWC (convolution and pooling also take ``data_format="NCHW"``).
+  Strides/ksize/dilations are stored as 4-tuples; SAME/VALID geometry is the same function
+  at build time (static shapes) and run time (kernels/nn.py ``_geometry``).
 """
 from __future__ import annotations
 
