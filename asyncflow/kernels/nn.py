@@ -101,7 +101,7 @@ def _softplus_grad(ctx, grad, features):
     """``grad * sigmoid(features)`` (TF's SoftplusGrad), the sigmoid in its stable form."""
     xp = ctx.xp
     if features.ndim == 0:
-        features = features.reshape(1)
+        return (_softplus_grad(ctx, grad.reshape(1), features.reshape(1))[0].reshape(()),)
     result = sigmoid_into(xp, features, xp.empty(features.shape, dtype=features.dtype))
     return ((result * grad).astype(grad.dtype, copy=False),)
 
@@ -142,8 +142,8 @@ def _erfc(xp, z, exact):
 
 
 def _gelu_parts(ctx, x):
-    """``(cdf, pdf_term)``: Phi(x) (or the tanh form's ``sigmoid(2u)``) and what the
-    gradient adds to it, both float64 (gelu = x * cdf)."""
+    """``(wide, cdf, slope)``: ``x`` as float64, Phi(x) (the tanh form: ``sigmoid(2u)``)
+    and d(cdf)/dx, all float64: gelu = ``wide * cdf``, its derivative ``cdf + wide * slope``."""
     xp = ctx.xp
     wide = x.astype(np.float64) if hasattr(x, "astype") else x
     if ctx.attrs.get("approximate"):

@@ -159,3 +159,15 @@ def _build_af(c):
     outs = [af.nn.softplus(c), af.nn.log_sigmoid(c), af.nn.gelu(c),
             af.nn.gelu(c, approximate=True)]
     return outs + [af.gradients(af.reduce_sum(o * o), [c])[0] for o in outs]
+
+
+async def test_scalars_keep_their_shape():
+    with af.Graph().as_default():
+        c = af.constant(np.float32(-1.5))
+        fetches = []
+        for f in (af.nn.softplus, af.nn.log_sigmoid, af.nn.gelu):
+            y = f(c)
+            fetches += [y, af.gradients(y, [c])[0]]
+        values = await run(fetches)
+    assert all(np.shape(v) == () for v in values)
+    assert values[1] == pytest.approx(1 / (1 + math.exp(1.5)), rel=1e-6)
