@@ -126,6 +126,16 @@ def _softplus_grad(op, grad):
     return [make("SoftplusGrad", (grad, op._inputs[0]))]
 
 
+@register_gradient("SoftplusGrad")
+def _softplus_grad_grad(op, grad):
+    # SoftplusGrad(dy, x) = dy * sigmoid(x): linear in dy; d/dx = dy * s * (1 - s).
+    dy, features = op._inputs
+    s = _math.sigmoid(features)
+    slope = _math.multiply(s, _math.subtract(1.0, s))
+    return [make("SoftplusGrad", (grad, features)),
+            _math.multiply(_math.multiply(grad, dy), slope)]
+
+
 @register_gradient("Gelu")
 def _gelu_grad(op, grad):
     return [make("GeluGrad", (grad, op._inputs[0]), {"approximate": op.get_attr("approximate")})]

@@ -171,3 +171,13 @@ async def test_scalars_keep_their_shape():
         values = await run(fetches)
     assert all(np.shape(v) == () for v in values)
     assert values[1] == pytest.approx(1 / (1 + math.exp(1.5)), rel=1e-6)
+
+
+async def test_softplus_second_order_against_finite_differences():
+    direction = np.linspace(-1, 1, 12).reshape(3, 4)
+
+    def first_derivative(a):
+        return af.gradients(af.reduce_sum(af.nn.softplus(a) * af.constant(direction)), [a])[0]
+    await check_gradients(first_derivative, [_smooth_point((3, 4), 13)])
+    await check_gradients(lambda a: af.gradients(af.reduce_sum(af.nn.log_sigmoid(a)), [a])[0],
+                          [_smooth_point((3, 4), 14)])
