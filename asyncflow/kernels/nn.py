@@ -274,6 +274,12 @@ def _expand_dims_mul(ctx, x, y):
 
 @register_kernel("BiasAdd")
 def _bias_add(ctx, value, bias):
+    if ctx.attrs.get("data_format") == "NCHW" and value.ndim >= 3:
+        if bias.shape != (value.shape[1],):
+            raise errors.InvalidArgumentError(
+                None, ctx.name, f"Must provide as many biases as the channel dimension (1, "
+                f"NCHW) of the input tensor: {list(bias.shape)} vs. {list(value.shape)}")
+        return (value + bias.reshape((-1,) + (1,) * (value.ndim - 2)),)
     if value.shape[-1] != bias.shape[0]:
         raise errors.InvalidArgumentError(
             None, ctx.name, f"Must provide as many biases as the last dimension of the input "
@@ -295,6 +301,9 @@ def _bias_add(ctx, value, bias):
 @register_kernel("BiasAddGrad")
 def _bias_add_grad(ctx, grad):
     xp = ctx.xp
+    if ctx.attrs.get("data_format") == "NCHW" and grad.ndim >= 3:
+        axes = (0,) + tuple(range(2, grad.ndim))
+        return (xp.asarray(xp.sum(grad, axis=axes), dtype=grad.dtype),)
     if (grad.size >= intra_op.MIN_SPLIT_WORK and grad.flags.c_contiguous and grad.ndim > 1
             and grad.dtype.kind == "f" and grad.itemsize >= 4):
         # Partial column sums per chunk of rows, added in chunk order (a reduction: close to

@@ -167,3 +167,33 @@ async def test_an_nchw_conv_is_not_fused_with_an_nhwc_bias_add():
                                data_format="NCHW")
         value, plain = await run([y, unfused])
     np.testing.assert_allclose(value, np.maximum(plain + bias, 0), rtol=1e-6)
+
+
+async def test_bias_add_nchw_adds_along_dimension_1_and_sums_its_gradient():
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal((3, 4, 5, 6)).astype(np.float32)  # NCHW
+    f = rng.standard_normal((3, 3, 4, 2)).astype(np.float32)
+    bias = np.array([0.5, -1.0], np.float32)
+    with af.Graph().as_default():
+        data, b = af.constant(x), af.constant(bias)
+        nchw = af.nn.relu(af.nn.bias_add(af.nn.conv2d(data, af.constant(f), strides=1,
+                                                      padding="SAME", data_format="NCHW"),
+                                         b, data_format="NCHW"))
+        nhwc = af.transpose(af.nn.relu(af.nn.bias_add(af.nn.conv2d(
+            af.transpose(data, TO_NHWC), af.constant(f), strides=1, padding="SAME"), b)),
+            TO_NCHW)
+        weights = af.constant(rng.standard_normal((3, 2, 5, 6)).astype(np.float32))
+        grads = [af.gradients(af.reduce_sum(y * weights), [data, b]) for y in (nchw, nhwc)]
+        assert nchw.shape.as_list() == [3, 2, 5, 6] and grads[0][1].shape.as_list() == [2]
+        ours, theirs, (g_ours, g_theirs) = await run([nchw, nhwc, grads])
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-6)
+    for mine, reference in zip(g_ours, g_theirs):
+        np.testing.assert_allclose(mine, reference, rtol=1e-5, atol=1e-5)
+    await check_gradients(lambda v, c: af.nn.bias_add(v, c, data_format="NCHW"),
+                          [rng.standard_normal((2, 3, 4)), rng.standard_normal(3)])
+    with af.Graph().as_default():
+        with pytest.raises(ValueError, match="bias has 2 elements but the dimension 1"):
+            af.nn.bias_add(af.constant(x), af.constant(bias), data_format="NCHW")
+        # A rank-2 value has its channels last in either layout (TF's rule).
+        assert af.nn.bias_add(af.constant(np.zeros((4, 2), np.float32)), af.constant(bias),
+                              data_format="NCHW").shape.as_list() == [4, 2]
