@@ -197,3 +197,30 @@ async def test_bias_add_nchw_adds_along_dimension_1_and_sums_its_gradient():
         # A rank-2 value has its channels last in either layout (TF's rule).
         assert af.nn.bias_add(af.constant(np.zeros((4, 2), np.float32)), af.constant(bias),
                               data_format="NCHW").shape.as_list() == [4, 2]
+
+
+async def test_layers_channels_first_match_channels_last():
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2, 3, 9, 8)).astype(np.float32)  # NCHW
+    outputs = {}
+    for data_format in ("channels_first", "channels_last"):
+        with af.Graph().as_default():
+            data = af.constant(x if data_format == "channels_first" else x.transpose(TO_NHWC))
+            init = af.constant_initializer(np.linspace(-1, 1, 3 * 3 * 3 * 4).reshape(3, 3, 3, 4))
+            y = af.layers.conv2d(data, 4, 3, strides=(1, 2), padding="same",
+                                 data_format=data_format, kernel_initializer=init,
+                                 bias_initializer=af.constant_initializer([0.1, 0.2, 0.3, 0.4]),
+                                 activation=af.nn.relu)
+            y = af.layers.max_pooling2d(y, 2, 2, data_format=data_format)
+            flat = af.layers.flatten(y, data_format=data_format)
+            (grad,) = af.gradients(af.reduce_sum(flat * flat), [data])
+            async with af.Session() as session:
+                await session.run(af.global_variables_initializer())
+                outputs[data_format] = await session.run([y, flat, grad])
+    first, last = outputs["channels_first"], outputs["channels_last"]
+    np.testing.assert_allclose(first[0], last[0].transpose(TO_NCHW), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(first[1], last[1], rtol=1e-6, atol=1e-6)  # same feature order
+    np.testing.assert_allclose(first[2], last[2].transpose(TO_NCHW), rtol=1e-5, atol=1e-5)
+    with af.Graph().as_default():
+        with pytest.raises(ValueError, match="conv2d: data_format must be"):
+            af.layers.conv2d(af.constant(x), 4, 3, data_format="NWHC")
