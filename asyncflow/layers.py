@@ -39,6 +39,14 @@ def _get(name, shape, dtype, initializer, regularizer=None, trainable=True, coll
                         regularizer=regularizer, trainable=trainable, collections=collections)
 
 
+def _channel_dim(inputs, layer):
+    dims = inputs.shape.as_list() if inputs.shape.ndims is not None else None
+    if not dims or len(dims) < 2 or dims[1] is None:
+        raise ValueError(f"The channel dimension (1, channels_first) of the inputs to "
+                         f"`{layer}` should be defined. Found `None` (shape {inputs.shape}).")
+    return dims[1]
+
+
 def _last_dim(inputs, layer):
     dims = inputs.shape.as_list() if inputs.shape.ndims is not None else None
     if not dims or dims[-1] is None:
@@ -84,9 +92,14 @@ def _padding(padding):
     return upper
 
 
-def _channels_last(data_format, layer):
-    if data_format not in ("channels_last", "NHWC", None):
-        raise NotImplementedError(f"{layer}: only data_format='channels_last' is supported")
+def _data_layout(data_format, layer):
+    """``"NHWC"`` for channels_last, ``"NCHW"`` for channels_first."""
+    if data_format in ("channels_last", "NHWC", None):
+        return "NHWC"
+    if data_format in ("channels_first", "NCHW"):
+        return "NCHW"
+    raise ValueError(f"{layer}: data_format must be 'channels_last' or 'channels_first', got "
+                     f"{data_format!r}")
 
 
 def conv2d(inputs, filters, kernel_size, strides=(1, 1), padding="valid",
@@ -94,45 +107,48 @@ def conv2d(inputs, filters, kernel_size, strides=(1, 1), padding="valid",
            kernel_initializer=None, bias_initializer=None, kernel_regularizer=None,
            bias_regularizer=None, activity_regularizer=None, kernel_constraint=None,
            bias_constraint=None, trainable=True, name=None, reuse=None):
-    """2-D convolution layer on NHWC inputs (TF1 ``tf.layers.conv2d``)."""
+    """2-D convolution layer (TF1 ``tf.layers.conv2d``) on NHWC inputs, or NCHW ones with
+    ``data_format="channels_first"``; the kernel is ``[kh, kw, in, out]`` either way."""
     inputs = as_tensor(inputs)
-    _channels_last(data_format, "conv2d")
+    layout = _data_layout(data_format, "conv2d")
     if _pair(dilation_rate, "dilation_rate") != [1, 1]:
         raise NotImplementedError("conv2d: dilation_rate other than 1 is not supported")
     kh, kw = _pair(kernel_size, "kernel_size")
     sh, sw = _pair(strides, "strides")
-    depth = _last_dim(inputs, "Conv2D")
+    depth = (_last_dim(inputs, "Conv2D") if layout == "NHWC"
+             else _channel_dim(inputs, "Conv2D"))
     with _scope(name, "conv2d", reuse):
         kernel = _get("kernel", [kh, kw, depth, filters], inputs.dtype, kernel_initializer,
                       kernel_regularizer, trainable)
-        outputs = _nn_conv.conv2d(inputs, kernel, [1, sh, sw, 1], _padding(padding))
+        outputs = _nn_conv.conv2d(inputs, kernel, [sh, sw], _padding(padding),
+                                  data_format=layout)
         if use_bias:
             bias = _get("bias", [filters], inputs.dtype, bias_initializer or Zeros(),
                         bias_regularizer, trainable)
-            outputs = _nn.bias_add(outputs, bias)
+            outputs = _nn.bias_add(outputs, bias, data_format=layout)
         return activation(outputs) if activation is not None else outputs
 
 
 def _pool(pool, inputs, pool_size, strides, padding, data_format, name, default):
-    _channels_last(data_format, default)
+    layout = _data_layout(data_format, default)
     ph, pw = _pair(pool_size, "pool_size")
     sh, sw = _pair(strides, "strides")
     inputs = as_tensor(inputs)
     with graph_of([inputs]).name_scope(name or default):
-        return pool(inputs, ksize=[1, ph, pw, 1], strides=[1, sh, sw, 1],
-                    padding=_padding(padding))
+        return pool(inputs, ksize=[ph, pw], strides=[sh, sw], padding=_padding(padding),
+                    data_format=layout)
 
 
 def max_pooling2d(inputs, pool_size, strides, padding="valid", data_format="channels_last",
                   name=None):
-    """Max pooling on NHWC inputs (TF1 ``tf.layers.max_pooling2d``)."""
+    """Max pooling on NHWC (or channels_first: NCHW) inputs (TF1 ``tf.layers.max_pooling2d``)."""
     return _pool(_nn_conv.max_pool, inputs, pool_size, strides, padding, data_format, name,
                  "max_pooling2d")
 
 
 def average_pooling2d(inputs, pool_size, strides, padding="valid", data_format="channels_last",
                       name=None):
-    """Average pooling on NHWC inputs (TF1 ``tf.layers.average_pooling2d``)."""
+    """Average pooling on NHWC (or NCHW) inputs (TF1 ``tf.layers.average_pooling2d``)."""
     return _pool(_nn_conv.avg_pool, inputs, pool_size, strides, padding, data_format, name,
                  "average_pooling2d")
 
@@ -155,9 +171,14 @@ def dropout(inputs, rate=0.5, noise_shape=None, seed=None, training=False, name=
 
 
 def flatten(inputs, name=None, data_format="channels_last"):
-    """``[batch, ...]`` reshaped to ``[batch, everything else]`` (TF1 ``tf.layers.flatten``)."""
+    """``[batch, ...]`` reshaped to ``[batch, everything else]`` (TF1 ``tf.layers.flatten``);
+    channels_first inputs are first moved to channels last, as TF's Flatten does, so the
+    features come in the same order in both layouts."""
     inputs = as_tensor(inputs)
     with graph_of([inputs]).name_scope(name or "flatten"):
+        rank = inputs.shape.ndims
+        if _data_layout(data_format, "flatten") == "NCHW" and rank is not None and rank >= 3:
+            inputs = _layout.transpose(inputs, [0] + list(range(2, rank)) + [1])
         dims = inputs.shape.as_list() if inputs.shape.ndims is not None else None
         if dims is not None and all(d is not None for d in dims[1:]):
             return _array.reshape(inputs, [-1, int(np.prod(dims[1:], dtype=np.int64))])

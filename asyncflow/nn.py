@@ -14,6 +14,7 @@ from asyncflow.ops.nn_conv import (  # noqa: F401
 )
 from asyncflow.ops.embedding import embedding_lookup  # noqa: F401
 from asyncflow.ops.nn import l2_normalize  # noqa: F401
+from asyncflow.ops.nn import gelu, log_sigmoid, softplus  # noqa: F401,E402  (issue 37)
 from asyncflow.ops.selection import in_top_k, top_k  # noqa: F401
 
 from asyncflow.ops import rnn_cell  # noqa: F401  (af.nn.rnn_cell.BasicLSTMCell ...)

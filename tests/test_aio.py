@@ -192,11 +192,12 @@ def test_large_kernel_of_an_inline_step_runs_on_a_worker_thread(cpu_only):
 
     async def main():
         with af.Graph().as_default():
-            a = af.placeholder(af.float32, [256, 256], name="a")
-            b = af.placeholder(af.float32, [256, 256], name="b")
+            # 512^3 multiply-adds: above MatMul's offload threshold (kernels/registry.py)
+            a = af.placeholder(af.float32, [512, 512], name="a")
+            b = af.placeholder(af.float32, [512, 512], name="b")
             product = af.matmul(a, b)
             rng = np.random.default_rng(0)
-            av, bv = rng.random((256, 256), np.float32), rng.random((256, 256), np.float32)
+            av, bv = rng.random((512, 512), np.float32), rng.random((512, 512), np.float32)
             async with aio.Session() as sess:
                 ticks = 0
                 task = asyncio.create_task(sess.run(product, {a: av, b: bv}))

@@ -247,6 +247,7 @@ def _bias_port(node, adder):
     if adder.type == "BiasAdd":
         data_format = adder.attrs.get("data_format", "NHWC")
         if (adder.inputs[0][0] is node and data_format in (None, "NHWC")
+                and node.attrs.get("data_format") in (None, "NHWC")  # an NCHW Conv2D stays
                 and (node.type != "MatMul" or node.out_specs[0][1].ndims == 2)):
             return adder.inputs[1]
         return None

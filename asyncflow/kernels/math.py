@@ -175,7 +175,7 @@ def _add_n(ctx, *inputs):
     return (total,)
 
 
-@register_kernel("MatMul", offload=True)
+@register_kernel("MatMul", offload=True, offload_scale=intra_op.MACS_PER_WORK)
 def _matmul(ctx, a, b):
     attrs = ctx.attrs
     if attrs["transpose_a"]:
@@ -212,7 +212,7 @@ def _split_matmul(ctx, a, b, epilogue=None):
     return out
 
 
-@register_kernel("_FusedMatMul", offload=True)
+@register_kernel("_FusedMatMul", offload=True, offload_scale=intra_op.MACS_PER_WORK)
 def _fused_matmul(ctx, a, b, bias):
     attrs = ctx.attrs
     if attrs["transpose_a"]:

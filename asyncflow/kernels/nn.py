@@ -5,8 +5,13 @@ kernels/nn_conv.py. Kernels never modify their inputs; outputs are fresh arrays.
 """
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from asyncflow import errors
 from asyncflow.kernels import intra_op
+from asyncflow.kernels.math import sigmoid_into
 from asyncflow.kernels.registry import register_kernel, register_prepare
 
 
@@ -72,6 +77,110 @@ def _leaky_relu(ctx, x):
 def _leaky_relu_grad(ctx, grad, features):
     alpha = grad.dtype.type(ctx.attrs["alpha"])
     return (ctx.xp.where(features > 0, grad, grad * alpha),)
+
+
+# Softplus as max(x, 0) + log1p(exp(-|x|)): exp never overflows, and for large negative x
+# log1p keeps exp(x)'s full relative precision (TF switches between x, exp(x) and
+# log1p(exp(x)) by thresholds instead). Every step writes in place: one result array.
+@register_kernel("Softplus")
+def _softplus(ctx, x):
+    xp = ctx.xp
+    if x.ndim == 0:  # ufuncs give 0-d inputs numpy scalars, which out= cannot write
+        return (_softplus(ctx, x.reshape(1))[0].reshape(()),)
+    tail = xp.abs(x)
+    xp.negative(tail, out=tail)
+    xp.exp(tail, out=tail)
+    xp.log1p(tail, out=tail)
+    result = xp.maximum(x, x.dtype.type(0))
+    result += tail
+    return (result,)
+
+
+@register_kernel("SoftplusGrad")
+def _softplus_grad(ctx, grad, features):
+    """``grad * sigmoid(features)`` (TF's SoftplusGrad), the sigmoid in its stable form."""
+    xp = ctx.xp
+    if features.ndim == 0:
+        return (_softplus_grad(ctx, grad.reshape(1), features.reshape(1))[0].reshape(()),)
+    result = sigmoid_into(xp, features, xp.empty(features.shape, dtype=features.dtype))
+    return ((result * grad).astype(grad.dtype, copy=False),)
+
+
+_SQRT_TWO = math.sqrt(2)
+_TANH_SCALE = math.sqrt(2 / math.pi)
+_erfc_exact = np.frompyfunc(math.erfc, 1, 1)
+
+
+def _erfc(xp, z, exact):
+    """``erfc(z)`` elementwise for float64 ``z``. ``exact`` (float64 results): the C
+    library's erfc, one Python call per element; else Numerical Recipes' Chebyshev form
+    (relative error below 1.2e-7 everywhere, under one float32 ulp), vectorized."""
+    if exact or type(z) is not np.ndarray:
+        host = np.asarray(z.get() if hasattr(z, "get") else z, dtype=np.float64)
+        return xp.asarray(_erfc_exact(host).astype(np.float64))
+    a = np.abs(z)
+    t = a * 0.5
+    t += 1.0
+    np.reciprocal(t, out=t)                     # t = 1 / (1 + a/2)
+    poly = np.multiply(t, 0.17087277)
+    for c in (-0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806, 0.09678418,
+              0.37409196, 1.00002368):
+        poly += c
+        poly *= t
+    poly -= 1.26551223
+    with np.errstate(over="ignore", invalid="ignore"):
+        np.multiply(a, a, out=a)
+        np.subtract(poly, a, out=poly)
+        np.exp(poly, out=poly)
+        poly *= t                               # erfc(|z|)
+        below = np.less(z, 0).astype(np.float64)  # erfc(-a) = 2 - erfc(a): a mask, no where()
+        np.multiply(poly, -2.0, out=t)
+        t += 2.0
+        below *= t
+    poly += below
+    return poly
+
+
+def _gelu_parts(ctx, x):
+    """``(wide, cdf, slope)``: ``x`` as float64, Phi(x) (the tanh form: ``sigmoid(2u)``)
+    and d(cdf)/dx, all float64: gelu = ``wide * cdf``, its derivative ``cdf + wide * slope``."""
+    xp = ctx.xp
+    wide = x.astype(np.float64) if hasattr(x, "astype") else x
+    if ctx.attrs.get("approximate"):
+        with np.errstate(over="ignore", invalid="ignore"):
+            cube = wide * wide * wide  # (``** 3`` is numpy's generic power: 200x slower)
+            u = _TANH_SCALE * (wide + 0.044715 * cube)
+            cdf = sigmoid_into(xp, 2 * u, xp.empty(wide.shape, dtype=np.float64))
+            slope = 2 * cdf * (1 - cdf) * _TANH_SCALE * (1 + 3 * 0.044715 * wide * wide)
+        return wide, cdf, slope
+    # x / sqrt(2) divided, as TF does: the same rounded argument.
+    cdf = 0.5 * _erfc(xp, -wide / _SQRT_TWO, x.dtype == np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        density = xp.exp(-0.5 * wide * wide) / math.sqrt(2 * math.pi)
+    return wide, cdf, density
+
+
+@register_kernel("Gelu")
+def _gelu(ctx, x):
+    """``x * Phi(x)``, written ``0.5 * x * erfc(-x / sqrt 2)`` so that large negative ``x``
+    keeps its tiny result's precision (``1 + erf`` would cancel to 0); the tanh form as
+    ``x * sigmoid(2u)`` (= ``0.5 x (1 + tanh u)``) for the same reason. Computed in float64,
+    rounded once to the input's dtype."""
+    if x.ndim == 0:
+        return (_gelu(ctx, x.reshape(1))[0].reshape(()),)
+    wide, cdf, _ = _gelu_parts(ctx, x)
+    with np.errstate(invalid="ignore"):
+        return ((wide * cdf).astype(x.dtype),)
+
+
+@register_kernel("GeluGrad")
+def _gelu_grad(ctx, grad, features):
+    """``grad * (Phi(x) + x * phi(x))`` (the tanh form: its own derivative)."""
+    if features.ndim == 0:
+        return (_gelu_grad(ctx, grad.reshape(1), features.reshape(1))[0].reshape(()),)
+    wide, cdf, slope = _gelu_parts(ctx, features)
+    with np.errstate(invalid="ignore"):
+        return ((grad * (cdf + wide * slope)).astype(grad.dtype),)
 
 
 # -- softmax family -----------------------------------------------------------------------
@@ -165,6 +274,12 @@ def _expand_dims_mul(ctx, x, y):
 
 @register_kernel("BiasAdd")
 def _bias_add(ctx, value, bias):
+    if ctx.attrs.get("data_format") == "NCHW" and value.ndim >= 3:
+        if bias.shape != (value.shape[1],):
+            raise errors.InvalidArgumentError(
+                None, ctx.name, f"Must provide as many biases as the channel dimension (1, "
+                f"NCHW) of the input tensor: {list(bias.shape)} vs. {list(value.shape)}")
+        return (value + bias.reshape((-1,) + (1,) * (value.ndim - 2)),)
     if value.shape[-1] != bias.shape[0]:
         raise errors.InvalidArgumentError(
             None, ctx.name, f"Must provide as many biases as the last dimension of the input "
@@ -186,15 +301,27 @@ def _bias_add(ctx, value, bias):
 @register_kernel("BiasAddGrad")
 def _bias_add_grad(ctx, grad):
     xp = ctx.xp
+    if ctx.attrs.get("data_format") == "NCHW" and grad.ndim >= 3:
+        axes = (0,) + tuple(range(2, grad.ndim))
+        return (xp.asarray(xp.sum(grad, axis=axes), dtype=grad.dtype),)
     if (grad.size >= intra_op.MIN_SPLIT_WORK and grad.flags.c_contiguous and grad.ndim > 1
             and grad.dtype.kind == "f" and grad.itemsize >= 4):
         # Partial column sums per chunk of rows, added in chunk order (a reduction: close to
-        # one whole sum, deterministic for a given chunking).
+        # one whole sum, deterministic for a given chunking). Each is a GEMV with a vector of
+        # ones: BLAS streams the rows 10x faster than numpy's axis-0 sum here ([32768, 32]
+        # float32: 0.05 against 0.53 ms), and its blocked sums are no less accurate.
         rows = grad.reshape(-1, grad.shape[-1])
         partials = {}
+        ones = xp.ones(min(rows.shape[0], max(1, intra_op.CHUNK_BYTES // (rows.shape[1]
+                                                                      * grad.itemsize))),
+                       dtype=grad.dtype)
 
         def chunk(start, stop):
-            partials[start] = rows[start:stop].sum(axis=0)
+            count = stop - start
+            if count <= ones.shape[0]:
+                partials[start] = xp.matmul(ones[:count], rows[start:stop])
+            else:  # a chunk larger than the cache-sized ones (thread count above chunks)
+                partials[start] = rows[start:stop].sum(axis=0)
         intra_op.for_batch(ctx, rows.shape[0], rows.shape[1], chunk,
                            rows.shape[1] * grad.itemsize)
         ordered = [partials[start] for start in sorted(partials)]
@@ -202,6 +329,10 @@ def _bias_add_grad(ctx, grad):
         for partial in ordered[1:]:
             total += partial
         return (total,)
+    if grad.ndim > 1 and grad.flags.c_contiguous and grad.dtype.kind == "f" \
+            and grad.itemsize >= 4 and grad.size:
+        rows = grad.reshape(-1, grad.shape[-1])  # one GEMV with ones, as the chunks above
+        return (xp.matmul(xp.ones(rows.shape[0], dtype=grad.dtype), rows),)
     axes = tuple(range(grad.ndim - 1))
     return (xp.asarray(xp.sum(grad, axis=axes), dtype=grad.dtype),)
 

@@ -24,6 +24,11 @@ Theory of operation for the spatial kernels (Conv2D, pooling and their gradients
   (``kernels/intra_op.py``): each chunk writes its own rows of a preallocated output, so
   the split changes no bits where the per-row work is exact; the filter gradient adds the
   chunks' partial sums in chunk order.
+- ``data_format="NCHW"`` (``_layout``): the kernel transposes its NCHW arguments to NHWC
+  (one contiguous copy each), runs the NHWC computation with the attrs reordered, and
+  transposes the result back: the same bits as transposing around an NHWC op, and what an
+  NHWC op costs plus the two copies (no NCHW-specific path is faster with numpy's GEMMs,
+  which want the channels contiguous).
 
 Kernels never modify their inputs; outputs are fresh arrays.
 """
@@ -37,6 +42,62 @@ from asyncflow import errors
 from asyncflow.kernels import intra_op
 from asyncflow.kernels.math import fused_epilogue
 from asyncflow.kernels.registry import host_memory, register_kernel
+
+
+# -- layouts ----------------------------------------------------------------------------------
+_TO_NHWC = (0, 2, 3, 1)
+_TO_NCHW = (0, 3, 1, 2)
+
+
+class _NhwcContext:
+    """A kernel context whose attrs read as NHWC (strides, ksize, dilations reordered);
+    everything else is the real context's."""
+
+    __slots__ = ("_ctx", "attrs")
+
+    def __init__(self, ctx):
+        self._ctx = ctx
+        attrs = dict(ctx.attrs)
+        for key in ("strides", "ksize", "dilations"):
+            if key in attrs:
+                attrs[key] = tuple(attrs[key][i] for i in _TO_NHWC)
+        attrs["data_format"] = "NHWC"
+        self.attrs = attrs
+
+    def __getattr__(self, name):
+        return getattr(self._ctx, name)
+
+
+def _layout(arrays=(), sizes=(), output=True):
+    """Decorator: run an NHWC kernel on ``data_format="NCHW"`` arguments (module docstring).
+    ``arrays``: positions of 4-d data inputs; ``sizes``: positions of size vectors in the
+    data's layout; ``output``: whether the result is data (a filter gradient is not)."""
+    def decorate(kernel):
+        @functools.wraps(kernel)
+        def run(ctx, *args):
+            data_format = ctx.attrs.get("data_format")
+            if data_format in (None, "NHWC"):
+                return kernel(ctx, *args)
+            if data_format != "NCHW":
+                raise errors.InvalidArgumentError(
+                    None, ctx.name, f"data_format {data_format!r} is not supported; use NHWC "
+                    "or NCHW")
+            xp, args = ctx.xp, list(args)
+            for position in arrays:
+                if args[position].ndim != 4:
+                    raise errors.InvalidArgumentError(
+                        None, ctx.name, f"input {position} must be 4-dimensional (NCHW), got "
+                        f"shape {list(args[position].shape)}")
+                args[position] = xp.ascontiguousarray(args[position].transpose(_TO_NHWC))
+            for position in sizes:
+                dims = np.asarray(args[position]).reshape(-1)
+                args[position] = dims[list(_TO_NHWC)] if dims.size == 4 else dims
+            results = kernel(_NhwcContext(ctx), *args)
+            if not output:
+                return results
+            return tuple(xp.ascontiguousarray(r.transpose(_TO_NCHW)) for r in results)
+        return run
+    return decorate
 
 
 # -- spatial geometry -----------------------------------------------------------------------
@@ -125,12 +186,13 @@ def _check_depth(ctx, x_shape, filter_shape):
 
 
 # -- convolution ----------------------------------------------------------------------------
-@register_kernel("Conv2D", offload=True)
+@register_kernel("Conv2D", offload=True, offload_scale=intra_op.MACS_PER_WORK)
+@_layout(arrays=(0,))
 def _conv2d(ctx, x, filters):
     return (_convolve(ctx, x, filters),)
 
 
-@register_kernel("_FusedConv2D", offload=True)
+@register_kernel("_FusedConv2D", offload=True, offload_scale=intra_op.MACS_PER_WORK)
 def _fused_conv2d(ctx, x, filters, bias):
     """Conv2D, BiasAdd [, Relu] in one pass over each chunk (graph/optimize.py fuses them)."""
     if bias.shape != (filters.shape[3],):
@@ -167,7 +229,8 @@ def _convolve(ctx, x, filters, epilogue=None):
     return out
 
 
-@register_kernel("Conv2DBackpropInput", offload=True)
+@register_kernel("Conv2DBackpropInput", offload=True, offload_scale=intra_op.MACS_PER_WORK)
+@_layout(arrays=(2,), sizes=(0,))
 def _conv2d_backprop_input(ctx, input_sizes, filters, grad):
     xp = ctx.xp
     x_shape = _sizes(ctx, input_sizes, "input_sizes")
@@ -203,7 +266,8 @@ def _conv2d_backprop_input(ctx, input_sizes, filters, grad):
     return (out,)
 
 
-@register_kernel("Conv2DBackpropFilter", offload=True)
+@register_kernel("Conv2DBackpropFilter", offload=True, offload_scale=intra_op.MACS_PER_WORK)
+@_layout(arrays=(0, 2), output=False)
 def _conv2d_backprop_filter(ctx, x, filter_sizes, grad):
     xp = ctx.xp
     f_shape = _sizes(ctx, filter_sizes, "filter_sizes")
@@ -240,6 +304,7 @@ def _pool_setup(ctx, shape):
 
 
 @register_kernel("MaxPool", offload=True)
+@_layout(arrays=(0,))
 def _max_pool(ctx, x):
     xp = ctx.xp
     kernel_hw, rows, cols = _pool_setup(ctx, x.shape)
@@ -262,6 +327,7 @@ def _max_pool(ctx, x):
 
 
 @register_kernel("MaxPoolGrad", offload=True)
+@_layout(arrays=(0, 1, 2))
 def _max_pool_grad(ctx, x, _output, grad):
     xp = ctx.xp
     kernel_hw, rows, cols = _pool_setup(ctx, x.shape)
@@ -277,6 +343,9 @@ def _max_pool_grad(ctx, x, _output, grad):
              and x.shape[1] + rows[1] + rows[2] == rows[0] * strides[1]
              and x.shape[2] + cols[1] + cols[2] == cols[0] * strides[2])
     floating = x.dtype.kind == "f"
+    # Without padding the chunk's gradient is written straight into its rows of ``out``
+    # (no padded buffer, no copy of it back).
+    unpadded = not (rows[1] or rows[2] or cols[1] or cols[2])
 
     def chunk(start, stop):
         padded = _pad(xp, x[start:stop], rows, cols, _lowest(x.dtype))
@@ -288,7 +357,12 @@ def _max_pool_grad(ctx, x, _output, grad):
             xp.maximum(best, view, out=best)
         has_nan = floating and bool(xp.isnan(best).any())
         g = grad[start:stop]
-        result = (xp.empty if tiled else xp.zeros)(padded.shape, dtype=grad.dtype)
+        if unpadded:
+            result = out[start:stop]
+            if not tiled:
+                result.fill(0)
+        else:
+            result = (xp.empty if tiled else xp.zeros)(padded.shape, dtype=grad.dtype)
         remaining = xp.ones(best.shape, dtype=bool)  # until a cell of the window has won
         hit = xp.empty(best.shape, dtype=bool)
         routed = None if tiled else xp.empty(best.shape, dtype=grad.dtype)
@@ -312,7 +386,8 @@ def _max_pool_grad(ctx, x, _output, grad):
                 target += routed
             else:
                 target += xp.where(hit, g, g.dtype.type(0))
-        out[start:stop] = _crop(result, rows, cols, x.shape[1], x.shape[2])
+        if not unpadded:
+            out[start:stop] = _crop(result, rows, cols, x.shape[1], x.shape[2])
     intra_op.for_batch(ctx, x.shape[0], grad[0].size * kernel_hw[0] * kernel_hw[1] * 6, chunk,
                        (2 * x[0].size + 3 * grad[0].size) * grad.itemsize)
     return (out,)
@@ -329,6 +404,7 @@ def _window_counts(xp, rows, cols, shape, ctx, kernel_hw, dtype):
 
 
 @register_kernel("AvgPool", offload=True)
+@_layout(arrays=(0,))
 def _avg_pool(ctx, x):
     xp = ctx.xp
     kernel_hw, rows, cols = _pool_setup(ctx, x.shape)
@@ -349,6 +425,7 @@ def _avg_pool(ctx, x):
 
 
 @register_kernel("AvgPoolGrad", offload=True)
+@_layout(arrays=(1,), sizes=(0,))
 def _avg_pool_grad(ctx, input_shape, grad):
     xp = ctx.xp
     shape = _sizes(ctx, input_shape, "orig_input_shape")
@@ -359,13 +436,20 @@ def _avg_pool_grad(ctx, input_shape, grad):
     tap_args = _tap_args(ctx, kernel_hw, rows, cols)
     out = xp.empty(shape, dtype=grad.dtype)
 
+    unpadded = not (rows[1] or rows[2] or cols[1] or cols[2])
+
     def chunk(start, stop):
-        result = xp.zeros(_padded_shape([stop - start] + shape[1:], rows, cols),
-                          dtype=grad.dtype)
+        if unpadded:  # accumulate straight into the chunk's rows of ``out``
+            result = out[start:stop]
+            result.fill(0)
+        else:
+            result = xp.zeros(_padded_shape([stop - start] + shape[1:], rows, cols),
+                              dtype=grad.dtype)
         share = grad[start:stop] / counts
         for view in _taps(result, *tap_args):
             view += share
-        out[start:stop] = _crop(result, rows, cols, shape[1], shape[2])
+        if not unpadded:
+            out[start:stop] = _crop(result, rows, cols, shape[1], shape[2])
     intra_op.for_batch(ctx, shape[0], grad[0].size * kernel_hw[0] * kernel_hw[1], chunk,
                        2 * grad[0].size * kernel_hw[0] * kernel_hw[1] * grad.itemsize)
     return (out,)

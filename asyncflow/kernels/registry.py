@@ -25,7 +25,11 @@ run once per plan node when the plan is built (not per run); the value is the no
 the op's attrs and device: a Send/Recv's root-frame rendezvous key, a queue's spec.
 
 ``offload=True`` marks kernels that may run on a worker thread when their inputs are large;
-the executor decides, the kernel does not know.
+the executor decides, the kernel does not know. ``offload_scale`` says how many units of the
+op's cost make one element-operation of the offload threshold: a GEMM's cost counts
+multiply-adds, which BLAS does some 16 times faster than numpy's elementwise loops, so MatMul
+registers 16 and stays on the calling thread until it is as long as an elementwise kernel
+that would be offloaded (a hand-off to a worker thread and back costs 30-100 us).
 
 Device kinds and dtypes (TF's kernel registrations; docs/devices.md): a kernel registered for
 ``ANY`` runs on every kind for numeric dtypes, but no GPU kernel takes strings, so an op with
@@ -63,6 +67,7 @@ class KernelDef:
     runs_on_dead: bool = False
     subscribe: Callable | None = None
     prepare: Callable | None = None
+    offload_scale: int = 1
 
 
 _KERNELS: dict[tuple[str, str], KernelDef] = {}
@@ -81,7 +86,8 @@ class MemoryTypes:
 _MEMORY_TYPES: dict[str, MemoryTypes] = {}
 
 
-def register_kernel(op_type, device=ANY, *, is_async=False, offload=False, runs_on_dead=False):
+def register_kernel(op_type, device=ANY, *, is_async=False, offload=False, runs_on_dead=False,
+                    offload_scale=1):
     """Decorator registering ``fn`` as the kernel of ``op_type`` on ``device`` kind.
 
     ``runs_on_dead=True`` (Send/Recv): the executor runs the kernel even when an input is a
@@ -100,7 +106,8 @@ def register_kernel(op_type, device=ANY, *, is_async=False, offload=False, runs_
             raise KeyError(f"Kernel for {op_type!r} on {device} registered twice: at "
                            f"{_KERNELS[key].where} and at {where}")
         _KERNELS[key] = KernelDef(op_type, device, fn, is_async=is_async, offload=offload,
-                                  where=where, runs_on_dead=runs_on_dead)
+                                  where=where, runs_on_dead=runs_on_dead,
+                                  offload_scale=offload_scale)
         return fn
     return decorate
 

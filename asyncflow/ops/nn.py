@@ -2,14 +2,16 @@
 
 Theory of operation:
 - Ops that dominate training time are primitives with fused kernels (kernels/nn.py): Relu,
-  Relu6, Elu, LeakyRelu, Softmax, LogSoftmax, BiasAdd, L2Loss, the two softmax cross entropies
-  (each outputs the loss and its ``backprop``, the gradient w.r.t. the logits, so the gradient
-  is one multiply), Conv2D, MaxPool and AvgPool. Each one's gradient sits beside it and is built
+  Relu6, Elu, LeakyRelu, Softplus, Gelu (log_sigmoid is TF's ``-softplus(-x)``), Softmax,
+  LogSoftmax, BiasAdd, L2Loss, the two softmax cross entropies (each outputs the loss and
+  its ``backprop``, the gradient w.r.t. the logits, so the gradient is one multiply),
+  Conv2D, MaxPool and AvgPool. Each one's gradient sits beside it and is built
   from dedicated gradient ops (ReluGrad, Conv2DBackpropInput/Filter, MaxPoolGrad, ...), as in TF.
 - Everything else (sigmoid cross entropy, dropout, moments, batch normalization) is a composite
   of existing ops, so it is differentiable through their gradients.
-- Layout is NHWC. Strides/ksize/dilations are stored as 4-tuples; SAME/VALID geometry is the
-  same function at build time (static shapes) and run time (kernels/nn.py ``_geometry``).
+- Layout is NHWC (convolution and pooling also take ``data_format="NCHW"``).
+  Strides/ksize/dilations are stored as 4-tuples; SAME/VALID geometry is the same function
+  at build time (static shapes) and run time (kernels/nn.py ``_geometry``).
 """
 from __future__ import annotations
 
@@ -34,7 +36,8 @@ def _real(dtype):
     return dtype.is_numeric and not dtype.is_unsigned and not dtype.is_bool
 
 
-_ACTIVATIONS = {"Relu": _real, "Relu6": _real, "Elu": FLOATING, "LeakyRelu": FLOATING}
+_ACTIVATIONS = {"Relu": _real, "Relu6": _real, "Elu": FLOATING, "LeakyRelu": FLOATING,
+                "Softplus": FLOATING, "Gelu": FLOATING}
 
 
 def _infer_activation(op):
@@ -76,6 +79,28 @@ def leaky_relu(features, alpha=0.2, name=None):
     return make("LeakyRelu", (as_tensor(features),), {"alpha": float(alpha)}, name, "LeakyRelu")
 
 
+def softplus(features, name=None):
+    """``log(1 + exp(features))``, computed as ``max(x, 0) + log1p(exp(-|x|))``: no overflow,
+    full precision for large negative ``x`` (kernels/nn.py)."""
+    return make("Softplus", (as_tensor(features),), None, name, "Softplus")
+
+
+def log_sigmoid(x, name=None):
+    """``log(sigmoid(x))`` as TF computes it: ``-softplus(-x)``, stable for every ``x``."""
+    x = as_tensor(x)
+    with graph_of((x,)).name_scope(name or "LogSigmoid"):
+        return _math.negative(softplus(_math.negative(x)))
+
+
+def gelu(features, approximate=False, name=None):
+    """Gaussian error linear unit: ``x * P(X <= x)`` for a standard normal X, i.e.
+    ``0.5 * x * (1 + erf(x / sqrt(2)))``; with ``approximate=True`` the tanh form
+    ``0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x**3)))`` (TF2's ``tf.nn.gelu``).
+    One op, ``Gelu``, with its gradient ``GeluGrad`` (kernels/nn.py)."""
+    return make("Gelu", (as_tensor(features),), {"approximate": bool(approximate)}, name,
+                "Gelu")
+
+
 @register_gradient("Relu")
 def _relu_grad(op, grad):
     return [make("ReluGrad", (grad, op._outputs[0]))]
@@ -94,6 +119,26 @@ def _elu_grad(op, grad):
 @register_gradient("LeakyRelu")
 def _leaky_relu_grad(op, grad):
     return [make("LeakyReluGrad", (grad, op._inputs[0]), {"alpha": op.get_attr("alpha")})]
+
+
+@register_gradient("Softplus")
+def _softplus_grad(op, grad):
+    return [make("SoftplusGrad", (grad, op._inputs[0]))]
+
+
+@register_gradient("SoftplusGrad")
+def _softplus_grad_grad(op, grad):
+    # SoftplusGrad(dy, x) = dy * sigmoid(x): linear in dy; d/dx = dy * s * (1 - s).
+    dy, features = op._inputs
+    s = _math.sigmoid(features)
+    slope = _math.multiply(s, _math.subtract(1.0, s))
+    return [make("SoftplusGrad", (grad, features)),
+            _math.multiply(_math.multiply(grad, dy), slope)]
+
+
+@register_gradient("Gelu")
+def _gelu_grad(op, grad):
+    return [make("GeluGrad", (grad, op._inputs[0]), {"approximate": op.get_attr("approximate")})]
 
 
 @register_gradient("ReluGrad")
@@ -154,6 +199,12 @@ def _log_softmax_grad(op, grad):
     return [_math.subtract(grad, _math.multiply(total, _math.exp(y)))]
 
 
+def _channel_axis(op, ndims):
+    """The bias's axis: 1 for NCHW values of rank 3 or more (TF's rule), else the last."""
+    nchw = op._attrs.get("data_format") == "NCHW"
+    return 1 if nchw and ndims is not None and ndims >= 3 else -1
+
+
 def _infer_bias_add(op):
     value, bias = op._inputs
     check_dtype(op.type, value, NUMERIC, "value")
@@ -164,16 +215,20 @@ def _infer_bias_add(op):
         raise ValueError(f"value must be at least 2-D, got shape {value.shape}")
     if bias.shape.ndims not in (None, 1):
         raise ValueError(f"bias must be 1-D, got shape {bias.shape}")
-    last = value.shape[-1] if value.shape.ndims else None
-    if last is not None and bias.shape.ndims and bias.shape[0] not in (None, last):
-        raise ValueError(f"bias has {bias.shape[0]} elements but the last dimension of value "
-                         f"is {last} (shapes {value.shape} and {bias.shape})")
+    axis = _channel_axis(op, value.shape.ndims)
+    channels = value.shape[axis] if value.shape.ndims else None
+    if channels is not None and bias.shape.ndims and bias.shape[0] not in (None, channels):
+        where = "dimension 1" if axis == 1 else "last dimension"
+        raise ValueError(f"bias has {bias.shape[0]} elements but the {where} of value "
+                         f"is {channels} (shapes {value.shape} and {bias.shape})")
     return [(value.dtype, value.shape)]
 
 
 def _infer_bias_add_grad(op):
     grad = op._inputs[0]
-    return [(grad.dtype, TensorShape([grad.shape[-1]] if grad.shape.ndims else [None]))]
+    if not grad.shape.ndims:
+        return [(grad.dtype, TensorShape([None]))]
+    return [(grad.dtype, TensorShape([grad.shape[_channel_axis(op, grad.shape.ndims)]]))]
 
 
 register_op("BiasAdd", infer=_infer_bias_add)
@@ -181,21 +236,25 @@ register_op("BiasAddGrad", infer=_infer_bias_add_grad)
 
 
 def bias_add(value, bias, data_format=None, name=None):
-    """Add the 1-D ``bias`` along the last (channel) dimension of ``value`` (NHWC).
+    """Add the 1-D ``bias`` along the channel dimension of ``value``: the last one (NHWC,
+    ``N...C``), or dimension 1 with ``data_format="NCHW"`` (``NC...``) for values of rank 3 or
+    more, as TF.
 
     Raises:
-        ValueError: for a data_format other than NHWC/N...C or mismatched sizes.
+        ValueError: for another data_format, or mismatched sizes.
     """
-    if data_format not in (None, "NHWC", "N...C"):
-        raise ValueError(f"bias_add: data_format {data_format!r} is not supported; use NHWC")
+    if data_format not in (None, "NHWC", "N...C", "NCHW", "NC..."):
+        raise ValueError(f"bias_add: data_format {data_format!r} is not supported; use NHWC "
+                         "or NCHW")
     value = as_tensor(value)
     bias = as_tensor(bias, dtype=value.dtype)
-    return make("BiasAdd", (value, bias), {"data_format": "NHWC"}, name, "BiasAdd")
+    layout = "NCHW" if data_format in ("NCHW", "NC...") else "NHWC"
+    return make("BiasAdd", (value, bias), {"data_format": layout}, name, "BiasAdd")
 
 
 @register_gradient("BiasAdd")
 def _bias_add_grad(op, grad):
-    return [grad, make("BiasAddGrad", (grad,), {"data_format": "NHWC"})]
+    return [grad, make("BiasAddGrad", (grad,), {"data_format": op.get_attr("data_format")})]
 
 
 def _infer_l2_loss(op):

@@ -1,8 +1,11 @@
-"""Convolution and pooling ops (NHWC), re-exported by ``af.nn``.
+"""Convolution and pooling ops (NHWC or NCHW), re-exported by ``af.nn``.
 
 Theory of operation:
 - ``Conv2D(input, filter)``, ``MaxPool(value)`` and ``AvgPool(value)`` carry ``strides``,
-  ``ksize`` and ``dilations`` as 4-tuples ``(1, h, w, 1)`` and ``padding`` ``"SAME"``/``"VALID"``.
+  ``ksize`` and ``dilations`` as 4-tuples in the data's layout (``(1, h, w, 1)`` for NHWC,
+  ``(1, 1, h, w)`` for ``data_format="NCHW"``, as TF) and ``padding`` ``"SAME"``/``"VALID"``.
+  Filters are ``[h, w, in, out]`` in both layouts. The kernels compute NCHW by transposing
+  to NHWC and back (kernels/nn_conv.py ``_layout``).
 - Their gradients are ops of their own, as in TF: ``Conv2DBackpropInput(input_sizes, filter,
   out_backprop)``, ``Conv2DBackpropFilter(input, filter_sizes, out_backprop)``,
   ``MaxPoolGrad(orig_input, orig_output, grad)`` and ``AvgPoolGrad(orig_input_shape, grad)``.
@@ -27,40 +30,47 @@ from asyncflow.ops.sources import constant
 _PADDINGS = ("SAME", "VALID")
 
 
-def _four(value, what, op_name):
-    """An int, 2-list or 4-list as a 4-tuple ``(1, h, w, 1)``.
+def _four(value, what, op_name, data_format="NHWC"):
+    """An int, 2-list or 4-list as a 4-tuple in the layout: ``(1, h, w, 1)`` for NHWC,
+    ``(1, 1, h, w)`` for NCHW.
 
     Raises:
         ValueError: for another length or batch/depth entries other than 1.
     """
+    nchw = data_format == "NCHW"
     if isinstance(value, (int, np.integer)):
-        out = (1, int(value), int(value), 1)
+        value = [int(value)] * 2
+    value = [int(v) for v in value]
+    if len(value) == 1:
+        value = value * 2
+    if len(value) == 2:
+        out = (1, 1, value[0], value[1]) if nchw else (1, value[0], value[1], 1)
+    elif len(value) == 4:
+        out = tuple(value)
     else:
-        value = [int(v) for v in value]
-        if len(value) == 1:
-            value = value * 2
-        if len(value) == 2:
-            out = (1, value[0], value[1], 1)
-        elif len(value) == 4:
-            out = tuple(value)
-        else:
-            raise ValueError(f"{op_name}: {what} must be an int or a list of 1, 2 or 4 ints, "
-                             f"got {value}")
-    if out[0] != 1 or out[3] != 1:
+        raise ValueError(f"{op_name}: {what} must be an int or a list of 1, 2 or 4 ints, "
+                         f"got {value}")
+    if out[0] != 1 or out[1 if nchw else 3] != 1:
         raise ValueError(f"{op_name}: {what} in the batch and depth dimensions must be 1, "
-                         f"got {list(out)}")
+                         f"got {list(out)} ({data_format or 'NHWC'})")
     if min(out) < 1:
         raise ValueError(f"{op_name}: {what} must be positive, got {list(out)}")
     return out
 
 
 def _check_format(padding, data_format, op_name):
-    if data_format not in (None, "NHWC"):
-        raise ValueError(f"{op_name}: data_format {data_format!r} is not supported; use NHWC")
+    if data_format not in (None, "NHWC", "NCHW"):
+        raise ValueError(f"{op_name}: data_format {data_format!r} is not supported; use NHWC "
+                         "or NCHW")
     padding = padding.upper() if isinstance(padding, str) else padding
     if padding not in _PADDINGS:
         raise ValueError(f"{op_name}: padding must be 'SAME' or 'VALID', got {padding!r}")
     return padding
+
+
+def _hw(attrs):
+    """The positions of height, width and depth in the op's layout."""
+    return (2, 3, 1) if attrs.get("data_format") == "NCHW" else (1, 2, 3)
 
 
 def output_size(size, kernel, stride, dilation, padding):
@@ -83,9 +93,12 @@ def output_size(size, kernel, stride, dilation, padding):
 def _spatial_shape(x_shape, kernel_hw, attrs, depth):
     x_shape = x_shape.with_rank(4)
     dilations = attrs.get("dilations", (1, 1, 1, 1))
-    dims = [output_size(x_shape[1 + d], kernel_hw[d], attrs["strides"][1 + d],
-                        dilations[1 + d], attrs["padding"]) for d in range(2)]
-    return TensorShape([x_shape[0], dims[0], dims[1], depth])
+    h, w, c = _hw(attrs)
+    dims = [output_size(x_shape[axis], kernel_hw[d], attrs["strides"][axis], dilations[axis],
+                        attrs["padding"]) for d, axis in enumerate((h, w))]
+    out = [x_shape[0], None, None, None]
+    out[h], out[w], out[c] = dims[0], dims[1], depth
+    return TensorShape(out)
 
 
 def _sizes_shape(tensor):
@@ -112,8 +125,9 @@ def _check_pair(op, x, filters):
     check_dtype(op.type, x, FLOATING, "input")
     filter_shape = filters.shape.with_rank(4)
     x_shape = x.shape.with_rank(4)
-    if None not in (x_shape[3], filter_shape[2]) and x_shape[3] != filter_shape[2]:
-        raise ValueError(f"input depth {x_shape[3]} does not match the filter's input depth "
+    depth = x_shape[_hw(op._attrs)[2]]
+    if None not in (depth, filter_shape[2]) and depth != filter_shape[2]:
+        raise ValueError(f"input depth {depth} does not match the filter's input depth "
                          f"{filter_shape[2]} (input {x.shape}, filter {filters.shape})")
     return x_shape, filter_shape
 
@@ -137,8 +151,9 @@ def _infer_backprop_input(op):
     sizes, filters, grad = op._inputs
     shape = _sizes_shape(sizes).with_rank(4)
     filter_shape = filters.shape.with_rank(4)
-    if None not in (shape[3], filter_shape[2]) and shape[3] != filter_shape[2]:
-        raise ValueError(f"input depth {shape[3]} does not match the filter's input depth "
+    depth = shape[_hw(op._attrs)[2]]
+    if None not in (depth, filter_shape[2]) and depth != filter_shape[2]:
+        raise ValueError(f"input depth {depth} does not match the filter's input depth "
                          f"{filter_shape[2]}")
     expected = _spatial_shape(shape, filter_shape[:2], op._attrs, filter_shape[3])
     if not expected.is_compatible_with(grad.shape):
@@ -155,34 +170,77 @@ def _infer_backprop_filter(op):
     return [(grad.dtype, shape)]
 
 
-register_op("_FusedConv2D", infer=_infer_fused_conv2d)
-register_op("Conv2D", infer=_infer_conv2d)
-register_op("Conv2DBackpropInput", infer=_infer_backprop_input)
-register_op("Conv2DBackpropFilter", infer=_infer_backprop_filter)
+def _product(dims):
+    total = 1
+    for dim in dims:
+        total *= dim
+    return total
+
+
+def _conv_cost(shapes, op):
+    """Multiply-adds of Conv2D (and _FusedConv2D): ``N*OH*OW * KH*KW*C * O``, the output's
+    size estimated as the input's over the strides; the same unit as MatMul's cost
+    (placement's cost model and the offload threshold; the kernels' ``offload_scale``).
+    Called on the hot path with the actual shapes, so it stays cheap."""
+    x, filters = shapes[0], shapes[1]
+    if len(x) != 4 or len(filters) != 4:
+        return _product(x) + _product(filters)
+    h, w, _ = _hw(op._attrs)
+    strides = op._attrs["strides"]
+    cells = x[0] * -(-x[h] // strides[h]) * -(-x[w] // strides[w])
+    return cells * _product(filters)
+
+
+def _backprop_input_cost(shapes, op):
+    """``grad`` elements times a filter's ``KH*KW*C``: the forward's multiply-adds."""
+    filters, grad = shapes[1], shapes[2]
+    if len(filters) != 4:
+        return _product(grad) + _product(filters)
+    return _product(grad) * filters[0] * filters[1] * filters[2]
+
+
+def _backprop_filter_cost(shapes, op):
+    """``grad`` elements times ``KH*KW*C`` (the filter's shape from its static output shape;
+    a 3x3 window when unknown)."""
+    x, grad = shapes[0], shapes[2]
+    dims = op._outputs[0].shape.dims if op._outputs else None
+    taps = dims[0] * dims[1] if dims and len(dims) == 4 and None not in dims[:2] else 9
+    depth = x[_hw(op._attrs)[2]] if len(x) == 4 else 1
+    return _product(grad) * taps * depth
+
+
+register_op("_FusedConv2D", infer=_infer_fused_conv2d, cost=_conv_cost)
+register_op("Conv2D", infer=_infer_conv2d, cost=_conv_cost)
+register_op("Conv2DBackpropInput", infer=_infer_backprop_input, cost=_backprop_input_cost)
+register_op("Conv2DBackpropFilter", infer=_infer_backprop_filter, cost=_backprop_filter_cost)
 
 
 def _conv_attrs(strides, padding, dilations, data_format, op_name):
     if strides is None or padding is None:
         raise ValueError(f"{op_name}: strides and padding must be given")
-    return {"strides": _four(strides, "strides", op_name),
-            "padding": _check_format(padding, data_format, op_name),
-            "dilations": _four(dilations if dilations is not None else 1, "dilations", op_name),
-            "data_format": "NHWC"}
+    padding = _check_format(padding, data_format, op_name)
+    return {"strides": _four(strides, "strides", op_name, data_format),
+            "padding": padding,
+            "dilations": _four(dilations if dilations is not None else 1, "dilations", op_name,
+                               data_format),
+            "data_format": data_format or "NHWC"}
 
 
 def conv2d(input, filter=None, strides=None, padding=None, use_cudnn_on_gpu=True,  # noqa: A002
            data_format="NHWC", dilations=None, name=None, filters=None):
-    """2-D convolution (cross-correlation, as TF) of NHWC ``input`` with ``filter``.
+    """2-D convolution (cross-correlation, as TF) of ``input`` with ``filter``.
 
     Args:
-        input: ``[batch, height, width, in_channels]``, floating.
+        input: ``[batch, height, width, in_channels]`` (``data_format="NHWC"``) or
+            ``[batch, in_channels, height, width]`` (``"NCHW"``), floating.
         filter: ``[filter_height, filter_width, in_channels, out_channels]`` (alias ``filters``).
-        strides: an int, ``[h, w]`` or ``[1, h, w, 1]``.
+        strides: an int, ``[h, w]``, or 4 ints in the data's layout (``[1, h, w, 1]`` NHWC,
+            ``[1, 1, h, w]`` NCHW).
         padding: ``"SAME"`` or ``"VALID"``.
         dilations: like ``strides``; default 1.
 
     Returns:
-        ``[batch, out_height, out_width, out_channels]``.
+        ``[batch, out_height, out_width, out_channels]`` (NCHW: channels second).
 
     Raises:
         ValueError: bad strides/padding/format, depth mismatch, or a VALID window larger
@@ -261,7 +319,9 @@ def _infer_pool(op):
     x = op._inputs[0]
     check_dtype(op.type, x, NUMERIC if op.type == "MaxPool" else FLOATING, "value")
     ksize = op.get_attr("ksize")
-    return [(x.dtype, _spatial_shape(x.shape, ksize[1:3], op._attrs, x.shape.with_rank(4)[3]))]
+    h, w, c = _hw(op._attrs)
+    return [(x.dtype, _spatial_shape(x.shape, (ksize[h], ksize[w]), op._attrs,
+                                     x.shape.with_rank(4)[c]))]
 
 
 def _infer_max_pool_grad(op):
@@ -283,14 +343,17 @@ register_op("AvgPoolGrad", infer=_infer_avg_pool_grad)
 def _pool(op_type, value, ksize, strides, padding, data_format, name, builder):
     if ksize is None or strides is None or padding is None:
         raise ValueError(f"{builder}: ksize, strides and padding must be given")
-    attrs = {"ksize": _four(ksize, "ksize", builder), "strides": _four(strides, "strides", builder),
-             "padding": _check_format(padding, data_format, builder), "data_format": "NHWC"}
+    padding = _check_format(padding, data_format, builder)
+    attrs = {"ksize": _four(ksize, "ksize", builder, data_format),
+             "strides": _four(strides, "strides", builder, data_format),
+             "padding": padding, "data_format": data_format or "NHWC"}
     return make(op_type, (as_tensor(value),), attrs, name, op_type)
 
 
 def max_pool(value=None, ksize=None, strides=None, padding=None, data_format="NHWC", name=None,
              input=None):  # noqa: A002
-    """Max over ``ksize`` windows of NHWC ``value`` (padded cells never win).
+    """Max over ``ksize`` windows of ``value`` (NHWC, or NCHW with ``data_format="NCHW"``;
+    ``ksize``/``strides`` then ``[1, 1, h, w]``); padded cells never win.
 
     Raises:
         ValueError: bad ksize/strides/padding, or a VALID window larger than the input.

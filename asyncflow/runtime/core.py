@@ -18,7 +18,7 @@ from asyncflow.kernels.control_flow import DEAD
 from asyncflow.kernels.registry import WOULD_BLOCK
 from asyncflow.runtime import timeslice
 from asyncflow.runtime.context import StepContext
-from asyncflow.runtime.plan import OFFLOAD_COST, runtime_cost
+from asyncflow.runtime.plan import runtime_cost
 from asyncflow.runtime.step import closed, now_us, recorder, waiting
 
 PAUSE = object()  # what an ``Own`` entry answers when the slice ran out there (a loop)
@@ -167,7 +167,7 @@ class Run:
                                 self.outstanding += 1
                                 self.waiting.append((node, ctx, args, where))
                             continue
-                    elif node.offload and runtime_cost(node, args) >= OFFLOAD_COST:
+                    elif node.offload and runtime_cost(node, args) >= node.offload_cost:
                         self.outstanding += 1
                         self.waiting.append((node, None, args, where))
                         continue

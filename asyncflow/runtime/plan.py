@@ -62,6 +62,7 @@ class NodePlan:
     subscribe: object = None    # an async kernel's subscribing form (registry), or None
     plain: bool = False         # none of is_async, offload, deref: the kernel just runs
     gather: object = None       # with 2 or more inputs: ``itemgetter`` of their slots
+    offload_cost: int = OFFLOAD_COST  # runtime cost from which an offload kernel goes to a thread
 
 
 @dataclasses.dataclass(slots=True)
@@ -159,6 +160,7 @@ def compile_plan(ops, feeds, fetches, device, resources):
                         num_inputs=len(inputs), runs_on_dead=kernel.runs_on_dead,
                         nowait=kernel.nowait, subscribe=kernel.subscribe,
                         plain=not (kernel.is_async or kernel.offload or deref),
+                        offload_cost=OFFLOAD_COST * kernel.offload_scale,
                         gather=operator.itemgetter(*inputs) if len(inputs) > 1 else None)
         nodes.append(node)
         node_of[op] = node
@@ -195,7 +197,7 @@ def compile_plan(ops, feeds, fetches, device, resources):
     for node in nodes:
         if node.offload:
             cost = estimate_static_cost(node.op)
-            if cost is not None and cost >= OFFLOAD_COST:
+            if cost is not None and cost >= node.offload_cost:
                 known_large += 1
     # A partition holding only part of a cond branch (its Switch on another device) still
     # sees dead tensors arrive through Recv: it needs the frames propagator too.

@@ -35,8 +35,8 @@ import numpy as np
 
 from asyncflow import errors
 from asyncflow.runtime import timeslice
-from asyncflow.runtime.plan import (DROP, ENTER, EXIT, MERGE, NEXT_ITERATION, NORMAL, OFFLOAD_COST,
-                                    SWITCH, estimate_static_cost, runtime_cost)
+from asyncflow.runtime.plan import (DROP, ENTER, EXIT, MERGE, NEXT_ITERATION, NORMAL, SWITCH,
+                                    estimate_static_cost, runtime_cost)
 from asyncflow.runtime.step import now_us
 
 
@@ -156,7 +156,7 @@ def compile_schedule(plan, traced=False):
         time slice, nothing else. A kernel's failure raises a located OpError.
     """
     gen = Generator()
-    gen.env.update(_OFFLOAD_COST=OFFLOAD_COST, _cost=runtime_cost, _due=timeslice.due,
+    gen.env.update(_cost=runtime_cost, _due=timeslice.due,
                    _ts=timeslice, _B=timeslice.BUDGET, _now=now_us)
     # Kernels here cost no interpretation (~0.5 us for a small one): twice as many per check.
     every = max(1, 2 * timeslice.CHECK_EVERY)
@@ -197,13 +197,13 @@ def compile_schedule(plan, traced=False):
         if node.is_async:
             call = f"(await _wait(N{i}, [{', '.join(args)}]{', _t' if traced else ''}))"
         elif node.offload:
-            call = (f"((await _offload(N{i}, _a)) if _cost(N{i}, _a) >= _OFFLOAD_COST "
+            call = (f"((await _offload(N{i}, _a)) if _cost(N{i}, _a) >= {node.offload_cost} "
                     f"else {gen.call(node, ['*_a'])})")
         else:
             call = gen.call(node, args)
         statements = gen.store(call, targets)
         if traced and not node.is_async:  # (an offloaded kernel waited if it was large)
-            waited = f", _cost(N{i}, _a) >= _OFFLOAD_COST" if node.offload else ""
+            waited = f", _cost(N{i}, _a) >= {node.offload_cost}" if node.offload else ""
             statements.append(f"_rec(N{i}, _t{waited})")
         # A value dies right after its last reader, unless a new one took its local.
         statements += [f"{name} = None" for name in dying if name not in targets]

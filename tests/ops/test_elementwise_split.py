@@ -72,3 +72,22 @@ async def test_split_bias_add_grad_is_close(threads, split_small):
             await session.run(af.global_variables_initializer())
             value = await session.run(bias_grad, {holder: grad})
     np.testing.assert_allclose(value, grad.sum(axis=(0, 1, 2)), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("batch", [40, 90])
+async def test_large_bias_add_grad_matches_float64_and_the_old_form(batch):
+    # The whole-array GEMV path (below the split threshold) and the chunked one.
+    rng = np.random.default_rng(9)
+    grad = (rng.standard_normal((batch, 28, 28, 32)) + 0.5).astype(np.float32)
+    with af.Graph().as_default():
+        holder = af.placeholder(af.float32, grad.shape)
+        bias = af.Variable(np.zeros(32, np.float32))
+        (bias_grad,) = af.gradients(af.nn.bias_add(holder, bias), [bias], grad_ys=[holder])
+        async with af.Session() as session:
+            await session.run(af.global_variables_initializer())
+            value = await session.run(bias_grad, {holder: grad})
+    exact = grad.astype(np.float64).sum(axis=(0, 1, 2))
+    old = grad.sum(axis=(0, 1, 2))  # numpy's float32 sum: the kernel's form before
+    assert value.dtype == np.float32 and value.shape == (32,)
+    np.testing.assert_allclose(value, exact, rtol=1e-5)
+    assert np.abs(value - exact).max() <= np.abs(old - exact).max() * 4 + 1e-3

@@ -227,11 +227,11 @@ async def test_trace_of_an_inline_step_names_each_nodes_device():
 
 async def test_large_kernel_started_inline_is_offloaded_in_a_task():
     rng = np.random.default_rng(0)
-    a = rng.standard_normal((256, 256)).astype(np.float32)
+    a = rng.standard_normal((512, 512)).astype(np.float32)
     with af.Graph().as_default():
-        x = af.placeholder(af.float32, [256, 256], name="x")
+        x = af.placeholder(af.float32, [512, 512], name="x")
         with af.device("/device:CPU:1"):
-            big = af.matmul(x, x)  # ~16M multiply-adds: runs on a worker thread
+            big = af.matmul(x, x)  # ~134M multiply-adds: runs on a worker thread
         with af.device("/device:CPU:0"):
             total = af.reduce_sum(big) + af.reduce_sum(x)
         async with af.Session(config=TWO_CPUS) as sess:
