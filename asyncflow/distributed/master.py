@@ -60,8 +60,8 @@ from asyncflow.distributed import rendezvous as _rdv
 from asyncflow.distributed.batching import start_order, transfer_levels
 from asyncflow.distributed.cluster import ClusterSpec
 from asyncflow.distributed.control_edges import carry_fewer_control_edges
-from asyncflow.graph.rewrite import materialize
-from asyncflow.graph.serialize import encode_attr, node_def
+from asyncflow.distributed.step_monitor import StepMonitor
+from asyncflow.distributed.task_graph import task_graph_def as _task_graph_def
 from asyncflow.runtime import compiler as _compiler
 from asyncflow.runtime.options import NodeStats
 from transports.messages import (
@@ -187,6 +187,7 @@ class Master:
         #                        restarted after the run was compiled; never used
         self._register_lock = trio.Lock()
         self.opened = False
+        self.monitor = StepMonitor(config.health_check_interval_s)  # single-call steps' timer
 
     @classmethod
     def for_cluster_or_target(cls, cluster, target, config):
@@ -390,6 +391,7 @@ class Master:
 
     async def close(self):
         """Forget this session's graphs on the workers (best effort) and close channels."""
+        self.monitor.close()
         handles = [(self.tasks[tg.task], tg.handle) for run in self._runs
                    for tg in run.task_graphs if tg.handle is not None
                    and tg.registered_incarnation == self.tasks[tg.task].incarnation]
@@ -425,6 +427,8 @@ class _StepDriver:
         self.watchdog_scope = trio.CancelScope()
 
     async def run(self):
+        if len(self.run_.task_graphs) == 1:
+            return await self._run_single()
         done = False
         try:
             async with trio.open_nursery() as outer:
@@ -450,6 +454,30 @@ class _StepDriver:
         if self.failures:
             raise self._root()
         return [self.results[i][p] for i, p in self.run_.fetch_routes]
+
+    async def _run_single(self):
+        """A step of one RunGraph, sent from this task: no nursery, no task, no Event (the
+        master's ``StepMonitor`` starts the watchdog if the step outlives the interval)."""
+        done = False
+        self.calls_left = 1
+        self.master.monitor.watch(self)
+        try:
+            await self._run_one(0)
+            done = not self.failures
+        finally:
+            self.master.monitor.unwatch(self)
+            if not done:
+                with trio.CancelScope(shield=True):
+                    await self._abort("CANCELLED", f"step {self.step_id} was cancelled by the "
+                                      "client" if not self.failures else self._root().message)
+        if self.failures:
+            raise self._root()
+        return [self.results[i][p] for i, p in self.run_.fetch_routes]
+
+    def start_watchdog(self, nursery):
+        """The monitor's call: the step outlived the health interval."""
+        if self.calls_left:
+            nursery.start_soon(self._watchdog)
 
     def _root(self):
         for is_derived, error in self.failures:
@@ -537,7 +565,7 @@ class _StepDriver:
             scope = self.call_scopes.get(dead_task)
             if scope is not None:
                 scope.cancel()
-        if len(self.failures) == 1:
+        if len(self.failures) == 1 and self.outer is not None:  # (single: its caller aborts)
             # Others now fail fast (aborted rendezvous); give their root causes a moment.
             scope = self.outer.cancel_scope
             scope.deadline = min(scope.deadline, trio.current_time() + 2 * ABORT_GRACE_S + 1)
@@ -580,28 +608,6 @@ class _StepDriver:
                                            dead_task=task.name)
                         return
                 await trio.sleep(interval)
-
-
-def _task_graph_def(graph, nodes, feeds, feed_indices, fetch_ports):
-    """One task's graph_def; fed tensors become ``_feed_<i>`` placeholders."""
-    ops, tensor_of = materialize(nodes, graph)
-    renamed = {feeds[i].name: f"_feed_{i}:0" for i in feed_indices}
-    defs = []
-    for i in feed_indices:
-        tensor = feeds[i]
-        defs.append({"name": f"_feed_{i}", "op": "Placeholder", "input": [], "device": "",
-                     "attr": {"dtype": encode_attr(tensor.dtype),
-                              "shape": encode_attr(tensor.shape)}})
-    for op in ops:
-        try:
-            nd = node_def(op, debug_info=True)  # errors on the worker name the user's line
-        except ValueError as exc:
-            raise errors.UnimplementedError(None, op, f"{exc}: this op cannot be sent to a "
-                                            "worker") from None
-        nd["input"] = [renamed.get(name, name) for name in nd["input"]]
-        defs.append(nd)
-    fetch_names = [renamed.get(tensor_of(port).name, tensor_of(port).name) for port in fetch_ports]
-    return {"node": defs}, fetch_names
 
 
 def target_address(target):

@@ -1,0 +1,110 @@
+"""A step of one RunGraph runs in its caller's task, and still gets its health watchdog.
+
+The master sends a one-task step from the caller's task (no nursery, no spawned task: two
+scheduler passes fewer); ``StepMonitor``, one timer per master, starts the step's health
+watchdog once it outlives ``health_check_interval_s``, as the per-step timer did.
+"""
+import contextlib
+
+import pytest
+import trio
+
+import asyncflow as af
+
+W0 = "/job:worker/task:0"
+_ports = iter(range(7100, 7200))
+
+
+class _Spawned(trio.abc.Instrument):
+    def __init__(self):
+        self.names = []
+
+    def task_spawned(self, task):
+        self.names.append(task.name)
+
+
+@contextlib.contextmanager
+def counting_tasks():
+    counts = _Spawned()
+    trio.lowlevel.add_instrument(counts)
+    try:
+        yield counts
+    finally:
+        trio.lowlevel.remove_instrument(counts)
+
+
+@pytest.fixture
+async def one_worker():
+    """One in-process worker (the in-process transport spawns nothing of its own)."""
+    spec = af.ClusterSpec({"worker": [f"inprocess:{next(_ports)}"]})
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(af.Server(spec, "worker", 0).serve)
+        yield spec, server
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_one_task_step_spawns_no_task_on_the_master(one_worker):
+    spec, _ = one_worker
+    graph = af.Graph()
+    with graph.as_default(), af.device(W0):
+        p = af.placeholder(af.float32, [], name="p")
+        doubled = p * 2.0
+    async with af.Session(graph=graph, cluster=spec) as sess:
+        assert await sess.run(doubled, {p: 1.0}) == 2.0  # opens, registers, monitor started
+        with counting_tasks() as counter:
+            for value in range(5):
+                assert await sess.run(doubled, {p: float(value)}) == 2.0 * value
+    # Five steps, no task: before, every step spawned its RunGraph call as a task.
+    assert counter.names == []
+
+
+async def test_a_long_one_task_step_gets_its_watchdog(one_worker, autojump_clock):
+    """A step blocked on the worker (an empty queue) past several health intervals: the
+    monitor starts its watchdog after one interval, which asks Health every interval."""
+    spec, server = one_worker
+    graph = af.Graph()
+    with graph.as_default(), af.device(W0):
+        queue = af.FIFOQueue(2, [af.float32], shapes=[[]])
+        blocked = queue.dequeue()
+    asked = []
+    health = server.service.health
+
+    async def counted_health(request):
+        asked.append(trio.current_time())
+        return await health(request)
+
+    server.service.health = counted_health
+    config = af.SessionConfig(health_check_interval_s=1.0)
+    async with af.Session(graph=graph, cluster=spec, config=config) as sess:
+        start = trio.current_time()
+        with pytest.raises(af.errors.DeadlineExceededError):
+            await sess.run(blocked, options=af.RunOptions(timeout_in_ms=4500))
+        during = [t - start for t in asked if t > start]
+        # Health at 1, 2, 3 and 4 s into the step (open's Health came before it).
+        assert len(during) == 4 and during[0] == pytest.approx(1.0, abs=0.05)
+        asked.clear()
+        await trio.sleep(5.0)
+        assert asked == []  # the step ended: so did its watchdog
+
+
+async def test_the_watchdog_fails_a_one_task_step_whose_worker_is_gone(one_worker,
+                                                                         autojump_clock):
+    spec, server = one_worker
+    graph = af.Graph()
+    with graph.as_default(), af.device(W0):
+        queue = af.FIFOQueue(2, [af.float32], shapes=[[]])
+        blocked = queue.dequeue()
+
+    async def gone(request):
+        raise af.errors.UnavailableError(None, None, "the worker is gone")
+
+    config = af.SessionConfig(health_check_interval_s=1.0)
+    async with af.Session(graph=graph, cluster=spec, config=config) as sess:
+        await sess.run(queue.size())
+        server.service.health = gone
+        start = trio.current_time()
+        with pytest.raises(af.errors.OpError) as caught:
+            await sess.run(blocked, options=af.RunOptions(timeout_in_ms=60_000))
+        # The watchdog's first Health, one interval in, ended the step (not its deadline).
+        assert trio.current_time() - start == pytest.approx(1.0, abs=0.5)
+        assert not isinstance(caught.value, af.errors.DeadlineExceededError)
