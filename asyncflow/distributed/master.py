@@ -423,46 +423,24 @@ class _StepDriver:
         self.call_scopes = {}   # task -> the cancel scope of its RunGraph call
         self.dead = set()       # tasks declared dead: not waited for, not sent AbortStep
         self.calls_left = 0     # RunGraph calls not yet returned
-        self.calls_done = trio.Event()
         self.watchdog_scope = trio.CancelScope()
 
     async def run(self):
-        if len(self.run_.task_graphs) == 1:
-            return await self._run_single()
-        done = False
-        try:
-            async with trio.open_nursery() as outer:
-                self.outer = outer
-                order = self.run_.start_order or range(len(self.run_.task_graphs))
-                self.calls_left = len(order)
-                for position, index in enumerate(order):
-                    if position:  # the one started before sends first (its request is
-                        await trio.lowlevel.checkpoint()  # written before it yields)
-                    outer.start_soon(self._run_one, index)
-                # The watchdog is a task only for a step that outlives the health interval:
-                # spawning and cancelling one per step cost ~0.1 ms of the master's CPU.
-                with trio.move_on_after(self.master.config.health_check_interval_s):
-                    await self.calls_done.wait()
-                if not self.calls_done.is_set():
-                    outer.start_soon(self._watchdog)
-            done = not self.failures
-        finally:
-            if not done:
-                with trio.CancelScope(shield=True):
-                    await self._abort("CANCELLED", f"step {self.step_id} was cancelled by the "
-                                      "client" if not self.failures else self._root().message)
-        if self.failures:
-            raise self._root()
-        return [self.results[i][p] for i, p in self.run_.fetch_routes]
-
-    async def _run_single(self):
-        """A step of one RunGraph, sent from this task: no nursery, no task, no Event (the
-        master's ``StepMonitor`` starts the watchdog if the step outlives the interval)."""
-        done = False
-        self.calls_left = 1
+        """Each RunGraph but the last from a task of its own, sent in order (each is written
+        before its task yields), the last from this task: a one-task step needs no nursery.
+        The master's ``StepMonitor`` starts the watchdog if the step outlives the interval."""
+        order = self.run_.start_order or range(len(self.run_.task_graphs))
+        self.calls_left, done = len(order), False
         self.master.monitor.watch(self)
         try:
-            await self._run_one(0)
+            if len(order) == 1:
+                await self._run_one(order[0])
+            else:
+                async with trio.open_nursery() as self.outer:
+                    for index in order[:-1]:
+                        self.outer.start_soon(self._run_one, index)
+                        await trio.lowlevel.checkpoint()
+                    await self._run_one(order[-1])
             done = not self.failures
         finally:
             self.master.monitor.unwatch(self)
@@ -491,7 +469,6 @@ class _StepDriver:
         finally:
             self.calls_left -= 1
             if not self.calls_left:
-                self.calls_done.set()
                 self.watchdog_scope.cancel()
 
     async def _run_graph(self, index):
@@ -565,7 +542,7 @@ class _StepDriver:
             scope = self.call_scopes.get(dead_task)
             if scope is not None:
                 scope.cancel()
-        if len(self.failures) == 1 and self.outer is not None:  # (single: its caller aborts)
+        if len(self.failures) == 1 and self.outer is not None:  # (one task: run() aborts)
             # Others now fail fast (aborted rendezvous); give their root causes a moment.
             scope = self.outer.cancel_scope
             scope.deadline = min(scope.deadline, trio.current_time() + 2 * ABORT_GRACE_S + 1)

@@ -1,11 +1,12 @@
-"""The master's one timer for steps that run in their caller's task.
+"""The master's one timer for the health watchdogs of its steps.
 
-Why: a step with a single RunGraph needs no task of its own: the caller's task sends it and
-waits for the reply. A nursery, a spawned task and an Event to learn that it ended cost two
-extra passes of trio's scheduler per step (~60 us of the client's CPU measured on the 2-core
-container, a tenth of a trivial remote step). What that task also did was the health
-watchdog's timer: a step that outlives ``health_check_interval_s`` gets a watchdog that asks
-its tasks for their Health (a worker that hangs, or restarted behind a live connection).
+Why: a step sends its last (or only) RunGraph from the caller's task, which waits for the
+reply; a one-task step has no nursery at all. A nursery, a spawned task and an Event per
+step, to wait for the calls under a timer, cost two extra passes of trio's scheduler (~60 us
+of the client's CPU measured on the 2-core container, a tenth of a trivial remote step).
+What the timer was for: a step that outlives ``health_check_interval_s`` gets a watchdog
+that asks its tasks for their Health (a worker that hangs, or restarted behind a live
+connection).
 
 How: ``watch(step)`` notes the step and when it started; one task per master and trio run
 (a system task, spawned on first use) sleeps until the oldest noted step has run for an

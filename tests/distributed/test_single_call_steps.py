@@ -1,8 +1,9 @@
-"""A step of one RunGraph runs in its caller's task, and still gets its health watchdog.
+"""A step of one RunGraph runs in its caller's task, and steps still get their watchdog.
 
 The master sends a one-task step from the caller's task (no nursery, no spawned task: two
-scheduler passes fewer); ``StepMonitor``, one timer per master, starts the step's health
-watchdog once it outlives ``health_check_interval_s``, as the per-step timer did.
+scheduler passes fewer) and a step on several tasks spawns a task for each RunGraph but the
+last; ``StepMonitor``, one timer per master, starts a step's health watchdog once it outlives
+``health_check_interval_s``, as the per-step timer did.
 """
 import contextlib
 
@@ -108,3 +109,49 @@ async def test_the_watchdog_fails_a_one_task_step_whose_worker_is_gone(one_worke
         # The watchdog's first Health, one interval in, ended the step (not its deadline).
         assert trio.current_time() - start == pytest.approx(1.0, abs=0.5)
         assert not isinstance(caught.value, af.errors.DeadlineExceededError)
+
+
+@pytest.fixture
+async def two_workers():
+    spec = af.ClusterSpec({"worker": [f"inprocess:{next(_ports)}" for _ in range(2)]})
+    async with trio.open_nursery() as nursery:
+        servers = [await nursery.start(af.Server(spec, "worker", i).serve) for i in range(2)]
+        yield spec, servers
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_two_task_step_spawns_one_task_and_gets_its_watchdog(two_workers,
+                                                                      autojump_clock):
+    spec, servers = two_workers
+    graph = af.Graph()
+    with graph.as_default():
+        with af.device(W0):
+            p = af.placeholder(af.float32, [], name="p")
+            doubled = p * 2.0
+        with af.device("/job:worker/task:1"):
+            plus = p + 1.0
+            queue = af.FIFOQueue(2, [af.float32], shapes=[[]])
+            blocked = queue.dequeue()
+    asked = []
+    for index, server in enumerate(servers):
+        def counted(request, health=server.service.health, index=index):
+            asked.append((index, trio.current_time()))
+            return health(request)
+        server.service.health = counted
+    config = af.SessionConfig(health_check_interval_s=1.0)
+    async with af.Session(graph=graph, cluster=spec, config=config) as sess:
+        assert await sess.run([doubled, plus], {p: 1.0}) == [2.0, 2.0]
+        with counting_tasks() as counter:
+            for value in range(3):
+                assert await sess.run([doubled, plus], {p: float(value)}) == [
+                    2.0 * value, value + 1.0]
+        # One task a step: the first RunGraph's; the second goes from the caller's task.
+        assert counter.names == ["asyncflow.distributed.master._StepDriver._run_one"] * 3
+        asked.clear()
+        start = trio.current_time()
+        with pytest.raises(af.errors.DeadlineExceededError):
+            await sess.run([doubled, blocked], {p: 1.0},
+                           options=af.RunOptions(timeout_in_ms=2500))
+        # The watchdog asked both tasks at 1 and 2 s into the step.
+        assert sorted((i, round(t - start, 1)) for i, t in asked) == [
+            (0, 1.0), (0, 2.0), (1, 1.0), (1, 2.0)]
