@@ -455,7 +455,16 @@ class _StepDriver:
     def start_watchdog(self, nursery):
         """The monitor's call: the step outlived the health interval."""
         if self.calls_left:
-            nursery.start_soon(self._watchdog)
+            nursery.start_soon(self._guarded_watchdog)
+
+    async def _guarded_watchdog(self):
+        try:
+            await self._watchdog()
+        except Exception as exc:  # noqa: BLE001 - not the monitor's other steps' watchdogs
+            await self._failed(errors.InternalError(None, None, f"the watchdog of step "
+                               f"{self.step_id} failed: {type(exc).__name__}: {exc}"))
+            for scope in self.call_scopes.values():  # (as a crash in its nursery did)
+                scope.cancel()
 
     def _root(self):
         for is_derived, error in self.failures:

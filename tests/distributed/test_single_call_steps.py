@@ -155,3 +155,37 @@ async def test_a_two_task_step_spawns_one_task_and_gets_its_watchdog(two_workers
         # The watchdog asked both tasks at 1 and 2 s into the step.
         assert sorted((i, round(t - start, 1)) for i, t in asked) == [
             (0, 1.0), (0, 2.0), (1, 1.0), (1, 2.0)]
+
+
+async def test_a_watchdog_that_breaks_fails_its_step_not_the_monitor(one_worker, autojump_clock,
+                                                                     monkeypatch):
+    from asyncflow.distributed.master import Master
+    spec, server = one_worker
+    graph = af.Graph()
+    with graph.as_default(), af.device(W0):
+        queue = af.FIFOQueue(2, [af.float32], shapes=[[]])
+        blocked = queue.dequeue()
+
+    async def broken(self, task):  # a bug in the watchdog's path, not a worker's error
+        raise ZeroDivisionError("not an OpError")
+
+    config = af.SessionConfig(health_check_interval_s=1.0)
+    async with af.Session(graph=graph, cluster=spec, config=config) as sess:
+        await sess.run(queue.size())
+        with monkeypatch.context() as patch:
+            patch.setattr(Master, "_health", broken)
+            with pytest.raises(af.errors.InternalError,
+                               match="watchdog of step .*ZeroDivisionError"):
+                await sess.run(blocked, options=af.RunOptions(timeout_in_ms=60_000))
+        health = server.service.health
+        # The monitor survived: the next long step still gets its watchdog.
+        asked = []
+
+        async def counted(request):
+            asked.append(trio.current_time())
+            return await health(request)
+
+        server.service.health = counted
+        with pytest.raises(af.errors.DeadlineExceededError):
+            await sess.run(blocked, options=af.RunOptions(timeout_in_ms=2500))
+        assert len(asked) == 2
