@@ -187,7 +187,7 @@ class Master:
         #                        restarted after the run was compiled; never used
         self._register_lock = trio.Lock()
         self.opened = False
-        self.monitor = StepMonitor(config.health_check_interval_s)  # single-call steps' timer
+        self.monitor = StepMonitor(config.health_check_interval_s)  # times the steps' watchdogs
 
     @classmethod
     def for_cluster_or_target(cls, cluster, target, config):
