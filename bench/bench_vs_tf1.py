@@ -7,7 +7,10 @@ Workloads (one ps and worker processes on loopback; one BLAS thread per asyncflo
 * **pull**: a 64 MiB float32 variable on the ps, ``reduce_sum`` on the worker. Throughput =
   64 MiB / (step - the same step with a 4-element variable - a local 64 MiB reduce, each
   measured in the same framework), next to a raw loopback socket moving 64 MiB between two
-  processes (``sendall``/``recv_into``), measured in the same run.
+  processes (``sendall``/``recv_into``), measured in the same run. ``worker_unix_conns`` /
+  ``worker_tcp_conns`` (asyncflow only, Linux): the worker process's connected Unix and TCP
+  sockets after the pulls (read from ``/proc``): the pulls from the ps take the same-host Unix
+  socket when the first is above 0 and the second is 0.
 * **mlp**: MLP 64-128-10, batch 256, parameters on the ps, forward + backward + SGD update
   on the worker side (updates colocated with the parameters, as TF places them); one step
   fetches the loss and runs the train op. ``mlp_requests_per_step`` (asyncflow only): the
@@ -169,6 +172,37 @@ async def _timed(fn, repeats):
     return statistics.median(times)
 
 
+def _connections(address):
+    """(connected Unix sockets, established TCP sockets) of the worker process serving
+    ``address`` on this host, read from /proc; (-1, -1) where that cannot be read."""
+    try:
+        pids = [pid for pid in os.listdir("/proc") if pid.isdigit()]
+        for pid in pids:
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as handle:
+                argv = handle.read().split(b"\0")
+                if b"worker" in argv and b"--job" in argv and \
+                        argv[argv.index(b"--job") + 1] == b"worker" and address.encode() in \
+                        b" ".join(argv):
+                    break
+        else:
+            return -1, -1
+        inodes = set()
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        counts = []
+        for table, inode_col, state_col, connected in (("unix", 6, 5, "03"), ("tcp", 9, 3, "01")):
+            rows = [line.split() for line in open(f"/proc/{pid}/net/{table}").read()
+                    .splitlines()[1:]]
+            counts.append(sum(1 for r in rows if len(r) > inode_col and r[inode_col] in inodes
+                              and r[state_col] == connected))
+        return tuple(counts)
+    except OSError:
+        return -1, -1
+
+
 async def _pull_requests(cluster):
     """The RecvTensors requests every task of ``cluster`` has made (Health's statistics)."""
     from asyncflow.distributed import channels
@@ -201,6 +235,7 @@ async def _asyncflow_measure(spec, sizes, worker_counts, out):
         big_step = await _timed(lambda: sess.run(big_sum), sizes["big_rounds"])
         out["pull_mib_s"] = 64 / max(big_step - small_step - local_reduce, 1e-9)
         out["pull_step_ms"] = big_step * 1e3
+        out["worker_unix_conns"], out["worker_tcp_conns"] = _connections(spec["worker"][0])
     xs, ys = _mlp_data()
     mlp = _mlp(af, 0)
     g, x, y, loss, train, init = mlp

@@ -79,10 +79,9 @@ class _Connection:
         self.answered = False  # a byte of this call's answer has arrived
 
     async def send_all(self, data: bytes | memoryview) -> None:
-        if len(data) >= BULK_BYTES:  # a tensor: sent in a row while the kernel takes it
-            await bulk_io.send_all(self.stream.socket, memoryview(data))
-        else:
-            await self.stream.send_all(data)
+        # Sent in a row while the kernel takes it; a small request taken whole costs no pass
+        # of trio's scheduler (trio's ``send_all`` yields after it): the reply's read waits.
+        await bulk_io.send_all(self.stream.socket, memoryview(data))
 
     async def receive_head(self) -> tuple[int, dict[str, str]]:
         """Read the status line and headers; returns (status, lowercase headers)."""

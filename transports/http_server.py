@@ -29,10 +29,10 @@ connection:
    leak). Closing the server cancels the scopes of calls in flight and answers them
    ``UNAVAILABLE``.
 5. **Answer.** The head and the frame's small buffers go out in one ``send``; every large
-   buffer (a view of a tensor) on its own: no copy of tensor bytes. One of ``BULK_BYTES`` or
-   more goes by :func:`transports.bulk_io.send_all` (``send`` calls in a row, parking only
-   when the kernel takes nothing). A client that reads nothing of it for ``body_timeout_s``
-   is dropped.
+   buffer (a view of a tensor) on its own: no copy of tensor bytes. All go by
+   :func:`transports.bulk_io.send_all` (``send`` calls in a row, parking only when the kernel
+   takes nothing, so a small answer costs no scheduler pass). A client that reads nothing of
+   it for ``body_timeout_s`` is dropped.
 
 A request whose body was not read to its end is answered with ``Connection: close``; the server
 then shuts its side and drains what the client still sends for a moment (a lingering close), so
@@ -59,7 +59,6 @@ import outcome
 import trio
 
 from transports import bulk_io, same_host as _same_host
-from transports.bulk_io import BULK_BYTES
 from transports.http_body import BodyTimeout, BufferedConnection, PeerGone, RequestBody, \
     read_frame, read_small_body
 from transports.http_disconnect import DisconnectMonitor
@@ -530,18 +529,15 @@ class HttpServer:
         dropped (the connection's own deadline, so a slow reader cannot hold an answer's
         arrays and its connection slot forever)."""
         timeout = self._connection_limits.body_timeout_s
+
+        def renew() -> None:
+            conn.scope.deadline = trio.current_time() + timeout
+        # Small answers too: a send the kernel takes whole costs no pass of trio's scheduler
+        # (trio's own ``send`` yields after every call); the next request's read checkpoints.
         with memoryview(data) as view:
-            sent = 0
             try:
-                if len(view) >= BULK_BYTES:
-                    def renew() -> None:
-                        conn.scope.deadline = trio.current_time() + timeout
-                    renew()
-                    await bulk_io.send_all(conn.stream.socket, view, renew)
-                    return
-                while sent < len(view):
-                    conn.scope.deadline = trio.current_time() + timeout
-                    sent += await conn.stream.socket.send(view[sent:])
+                renew()
+                await bulk_io.send_all(conn.stream.socket, view, renew)
             finally:
                 conn.scope.deadline = math.inf
 

@@ -60,8 +60,8 @@ from asyncflow.distributed import rendezvous as _rdv
 from asyncflow.distributed.batching import start_order, transfer_levels
 from asyncflow.distributed.cluster import ClusterSpec, tasks_of_health
 from asyncflow.distributed.control_edges import carry_fewer_control_edges
-from asyncflow.graph.rewrite import materialize
-from asyncflow.graph.serialize import encode_attr, node_def
+from asyncflow.distributed.step_monitor import StepMonitor
+from asyncflow.distributed.task_graph import task_graph_def as _task_graph_def
 from asyncflow.runtime import compiler as _compiler
 from asyncflow.runtime.options import NodeStats
 from transports.messages import (
@@ -180,6 +180,7 @@ class Master:
         #                        restarted after the run was compiled; never used
         self._register_lock = trio.Lock()
         self.opened = False
+        self.monitor = StepMonitor(config.health_check_interval_s)  # times the steps' watchdogs
 
     @classmethod
     def for_cluster_or_target(cls, cluster, target, config):
@@ -382,6 +383,7 @@ class Master:
 
     async def close(self):
         """Forget this session's graphs on the workers (best effort) and close channels."""
+        self.monitor.close()
         handles = [(self.tasks[tg.task], tg.handle) for run in self._runs
                    for tg in run.task_graphs if tg.handle is not None
                    and tg.registered_incarnation == self.tasks[tg.task].incarnation]
@@ -413,28 +415,27 @@ class _StepDriver:
         self.call_scopes = {}   # task -> the cancel scope of its RunGraph call
         self.dead = set()       # tasks declared dead: not waited for, not sent AbortStep
         self.calls_left = 0     # RunGraph calls not yet returned
-        self.calls_done = trio.Event()
         self.watchdog_scope = trio.CancelScope()
 
     async def run(self):
-        done = False
+        """Each RunGraph but the last from a task of its own, sent in order (each is written
+        before its task yields), the last from this task: a one-task step needs no nursery.
+        The master's ``StepMonitor`` starts the watchdog if the step outlives the interval."""
+        order = self.run_.start_order or range(len(self.run_.task_graphs))
+        self.calls_left, done = len(order), False
+        self.master.monitor.watch(self)
         try:
-            async with trio.open_nursery() as outer:
-                self.outer = outer
-                order = self.run_.start_order or range(len(self.run_.task_graphs))
-                self.calls_left = len(order)
-                for position, index in enumerate(order):
-                    if position:  # the one started before sends first (its request is
-                        await trio.lowlevel.checkpoint()  # written before it yields)
-                    outer.start_soon(self._run_one, index)
-                # The watchdog is a task only for a step that outlives the health interval:
-                # spawning and cancelling one per step cost ~0.1 ms of the master's CPU.
-                with trio.move_on_after(self.master.config.health_check_interval_s):
-                    await self.calls_done.wait()
-                if not self.calls_done.is_set():
-                    outer.start_soon(self._watchdog)
+            if len(order) == 1:
+                await self._run_one(order[0])
+            else:
+                async with trio.open_nursery() as self.outer:
+                    for index in order[:-1]:
+                        self.outer.start_soon(self._run_one, index)
+                        await trio.lowlevel.checkpoint()
+                    await self._run_one(order[-1])
             done = not self.failures
         finally:
+            self.master.monitor.unwatch(self)
             if not done:
                 with trio.CancelScope(shield=True):
                     await self._abort("CANCELLED", f"step {self.step_id} was cancelled by the "
@@ -442,6 +443,20 @@ class _StepDriver:
         if self.failures:
             raise self._root()
         return [self.results[i][p] for i, p in self.run_.fetch_routes]
+
+    def start_watchdog(self, nursery):
+        """The monitor's call: the step outlived the health interval."""
+        if self.calls_left:
+            nursery.start_soon(self._guarded_watchdog)
+
+    async def _guarded_watchdog(self):
+        try:
+            await self._watchdog()
+        except Exception as exc:  # noqa: BLE001 - not the monitor's other steps' watchdogs
+            await self._failed(errors.InternalError(None, None, f"the watchdog of step "
+                               f"{self.step_id} failed: {type(exc).__name__}: {exc}"))
+            for scope in self.call_scopes.values():  # (as a crash in its nursery did)
+                scope.cancel()
 
     def _root(self):
         for is_derived, error in self.failures:
@@ -455,7 +470,6 @@ class _StepDriver:
         finally:
             self.calls_left -= 1
             if not self.calls_left:
-                self.calls_done.set()
                 self.watchdog_scope.cancel()
 
     async def _run_graph(self, index):
@@ -529,7 +543,7 @@ class _StepDriver:
             scope = self.call_scopes.get(dead_task)
             if scope is not None:
                 scope.cancel()
-        if len(self.failures) == 1:
+        if len(self.failures) == 1 and self.outer is not None:  # (one task: run() aborts)
             # Others now fail fast (aborted rendezvous); give their root causes a moment.
             scope = self.outer.cancel_scope
             scope.deadline = min(scope.deadline, trio.current_time() + 2 * ABORT_GRACE_S + 1)
@@ -572,28 +586,6 @@ class _StepDriver:
                                            dead_task=task.name)
                         return
                 await trio.sleep(interval)
-
-
-def _task_graph_def(graph, nodes, feeds, feed_indices, fetch_ports):
-    """One task's graph_def; fed tensors become ``_feed_<i>`` placeholders."""
-    ops, tensor_of = materialize(nodes, graph)
-    renamed = {feeds[i].name: f"_feed_{i}:0" for i in feed_indices}
-    defs = []
-    for i in feed_indices:
-        tensor = feeds[i]
-        defs.append({"name": f"_feed_{i}", "op": "Placeholder", "input": [], "device": "",
-                     "attr": {"dtype": encode_attr(tensor.dtype),
-                              "shape": encode_attr(tensor.shape)}})
-    for op in ops:
-        try:
-            nd = node_def(op, debug_info=True)  # errors on the worker name the user's line
-        except ValueError as exc:
-            raise errors.UnimplementedError(None, op, f"{exc}: this op cannot be sent to a "
-                                            "worker") from None
-        nd["input"] = [renamed.get(name, name) for name in nd["input"]]
-        defs.append(nd)
-    fetch_names = [renamed.get(tensor_of(port).name, tensor_of(port).name) for port in fetch_ports]
-    return {"node": defs}, fetch_names
 
 
 def target_address(target):

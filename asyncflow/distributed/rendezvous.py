@@ -17,7 +17,10 @@ Theory of operation (TF's ``BaseRemoteRendezvous``; docs/distributed.md):
   the step's open pull for its peer and level, and only a *new* pull starts a task (through
   ``spawn``, which the worker sets for the step's run). The pull calls every callback of its
   keys when the reply arrives, so a step on a worker with N edges starts one task per pull
-  request, never one per edge, and none for edges between its own devices. Without
+  request, never one per edge, and none for edges between its own devices. A pull task
+  that is done parks and takes the step's next pull (a loop pulls once per iteration): a
+  task is spawned only while every pull task of the step is busy, so in-flight pulls never
+  wait for one another, and a loop's iterations reuse the same few tasks. Without
   ``spawn`` (a rendezvous used outside a worker step) a remote ``subscribe`` answers False
   and the Recv awaits ``recv`` instead.
 - Every pulled value is checked against the Recv's declared dtype and static shape.
@@ -31,6 +34,7 @@ worker service hands it.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 
 import trio
@@ -137,6 +141,9 @@ class StepRendezvous:
         self._open_pulls = {}     # (task, level) -> _Pull of subscriptions not yet sent
         self._subscribed = {}     # remote key -> its _Pull, until its callback is called
         self.spawn = None         # spawn(async_fn, *args): a task of the step (the worker's)
+        self._pulls_due = collections.deque()  # (pull, group) not yet taken by a pull task
+        self._idle = trio.lowlevel.ParkingLot()  # pull tasks waiting for the next pull
+        self._spare = False       # a pull task calls its callbacks: it takes one pull next
         self._error = None
         self.pulls = 0
         self.pull_requests = 0
@@ -197,7 +204,13 @@ class StepRendezvous:
             pull = _Pull(task)
             if level is not None:
                 self._open_pulls[group] = pull
-            self.spawn(self._pull, pull, group)
+            self._pulls_due.append((pull, group))
+            if self._spare and level is None:  # a pull task delivering a reply takes it
+                self._spare = False                # next (a batch waits for its round)
+            elif self._idle:
+                self._idle.unpark(count=1)
+            else:
+                self.spawn(self._puller)
         pull.keys.append(key)
         pull.callbacks.append(callback)
         self._subscribed[key] = pull
@@ -215,6 +228,14 @@ class StepRendezvous:
                 pull.callbacks[position] = None
                 del self._subscribed[key]
 
+    async def _puller(self):
+        """A pull task: takes due pulls until there are none, then parks for the next (it
+        ends with the step's nursery)."""
+        while True:
+            while self._pulls_due:
+                await self._pull(*self._pulls_due.popleft())
+            await self._idle.park()
+
     async def _pull(self, pull, group):
         """The task of one pull: everything subscribed before it runs rides in its request
         (the drains that subscribed never wait); then each callback gets its value."""
@@ -230,6 +251,9 @@ class StepRendezvous:
                                                      f"{pull.task}: {type(exc).__name__}: {exc}"))
             return
         declarations = self.binding.declarations
+        # The callbacks run the step on (no await until this task looks at the queue again):
+        # the first pull they start is this task's next, not a new task's.
+        self._spare = True
         for position, (key, entry) in enumerate(zip(pull.keys, entries)):
             callback = pull.callbacks[position]
             if callback is None:
@@ -242,6 +266,7 @@ class StepRendezvous:
                 callback(None, exc)
             else:
                 callback(item, None)
+        self._spare = False
 
     def _deliver_error(self, pull, error):
         for position, callback in enumerate(pull.callbacks):

@@ -22,6 +22,7 @@ def prepare(plan, compile_loops=True):
     """Give ``plan`` its compiled forms (see the module docstring); returns it."""
     if plan.static and plan.static_fn is None:
         plan.static_fn = compile_schedule(plan)
+        plan.traced_fn = TracedForm()
     if plan.control_flow and plan.frame_tables is None:
         plan.frame_tables = tables(plan, compile_loops)
     return plan
@@ -39,12 +40,29 @@ async def run_plan(plan, feed_values, step):
     slots = _slots(plan, feed_values)
     step_fn, record = plan.static_fn, None
     if step.trace is not None:
-        if plan.traced_fn is None:
-            plan.traced_fn = compile_schedule(plan, traced=True)
-        step_fn, record = plan.traced_fn, recorder(step.trace, plan.device.name)
+        step_fn, record = plan.traced_fn.of(plan), recorder(step.trace, plan.device.name)
     wait = _waiter(step, record) if plan.waits else None
     await step_fn(slots, step.offload, wait, step.pause, record)
     return core.fetched_values(plan, slots)
+
+
+class TracedForm:
+    """A static plan's traced step function: set with the plan's compiled forms, compiled on
+    its first traced run (most plans never run traced, and compiling costs as much again)."""
+
+    __slots__ = ("_fn",)
+
+    def __init__(self):
+        self._fn = None
+
+    @property
+    def compiled(self):
+        return self._fn is not None
+
+    def of(self, plan):
+        if self._fn is None:
+            self._fn = compile_schedule(plan, traced=True)
+        return self._fn
 
 
 def start_plan(plan, feed_values, step):

@@ -79,7 +79,8 @@ class ExecutionPlan:
     static: bool
     schedule: tuple
     static_fn: object = None    # compiled forms (``executor.prepare``): the step function,
-    traced_fn: object = None    # its traced twin (made on the first traced run)
+    traced_fn: object = None    # its traced twin (``executor.TracedForm``: compiled on the
+    #                             first traced run, the field itself set with static_fn)
     control_flow: bool = False  # run over the frames propagator (frames.py)
     waits: bool = False  # holds a waiting (async) kernel
     enter_counts: dict = dataclasses.field(default_factory=dict)  # frame name -> Enter nodes

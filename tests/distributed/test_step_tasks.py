@@ -186,3 +186,37 @@ async def test_a_worker_step_past_its_deadline_cancels_its_pull(two_workers, aut
     await trio.testing.wait_all_tasks_blocked()
     ps_steps = services["ps"]._steps
     assert all(s.rendezvous.statistics().waiting_recvs == 0 for s in ps_steps.values())
+
+
+@pytest.mark.parametrize("iterations", [50, 150])
+async def test_a_loop_across_workers_reuses_its_pull_tasks(iterations):
+    """A Recv in a loop pulls once per iteration; a pull task that is done takes the next
+    pull, so a step spawns as many as pulls are in flight at once (the loop's
+    ``parallel_iterations`` window), not one per iteration (before: 4 per iteration)."""
+    spec = af.ClusterSpec({"worker": [f"inprocess:{613 + i}" for i in range(2)]})
+    async with trio.open_nursery() as nursery:
+        for index in range(2):
+            await nursery.start(af.Server(spec, "worker", index).serve)
+        with af.Graph().as_default() as graph:
+            with af.device("/job:worker/task:0"):
+                n = af.constant(iterations)
+
+            def body(i, acc):
+                with af.device("/job:worker/task:1"):
+                    scaled = acc * 1.001
+                return i + 1, scaled
+
+            with af.device("/job:worker/task:0"):
+                i, acc = af.while_loop(lambda i, acc: i < n, body,
+                                       [af.constant(0), af.constant(1.0)],
+                                       parallel_iterations=10)
+        async with af.Session(graph=graph, cluster=spec) as sess:
+            await sess.run([i, acc])
+            with counting_tasks() as counter:
+                got_i, got_acc = await sess.run([i, acc])
+        nursery.cancel_scope.cancel()
+    assert got_i == iterations
+    np.testing.assert_allclose(got_acc, 1.001 ** iterations, rtol=1e-4)
+    # Two workers, each with at most a window of pulls in flight: 22 here at 50 and at 150
+    # iterations alike (one RunGraph task of the master's besides).
+    assert counter.spawned <= 4 * 10 < iterations

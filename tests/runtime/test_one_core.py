@@ -66,7 +66,7 @@ async def test_a_traced_static_run_takes_the_static_path():
             got = await sess.run(y, feeds, options=TRACE, run_metadata=metadata)
             (plan,) = plans_of(sess, y, feeds)
     np.testing.assert_array_equal(got, [3.0, 3.0])
-    assert plan.static and plan.traced_fn is not None  # the step function's traced twin
+    assert plan.static and plan.traced_fn.compiled  # the step function's traced twin
     # One record per node of the schedule, constants included, in the schedule's order.
     assert [s.node_name for s in metadata.step_stats] == [n.op.name for n in plan.schedule]
     assert all(s.start_us <= s.end_us for s in metadata.step_stats)
