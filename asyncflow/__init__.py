@@ -131,3 +131,4 @@ def get_collection_ref(key):
 def set_random_seed(seed):
     """The graph-level seed, combined with per-op seeds as in TF1."""
     get_default_graph().seed = seed
+from asyncflow import losses  # noqa: F401,E402  (af.losses: TF1's tf.losses, issue 36)

@@ -51,6 +51,7 @@ class GraphKeys:
     LOCAL_INIT_OP = "local_init_op"
     TRAIN_OP = "train_op"
     LOSSES = "losses"
+    REGULARIZATION_LOSSES = "regularization_losses"
 
 
 def _creation_site():
