@@ -52,6 +52,7 @@ class GraphKeys:
     TRAIN_OP = "train_op"
     LOSSES = "losses"
     REGULARIZATION_LOSSES = "regularization_losses"
+    METRIC_VARIABLES = "metric_variables"
 
 
 def _creation_site():
