@@ -32,3 +32,4 @@ from asyncflow.ops.nn_conv import atrous_conv2d, conv1d  # noqa: F401,E402  (iss
 from asyncflow.ops.normalization import (  # noqa: F401,E402  (issue 36)
     fused_batch_norm, local_response_normalization, lrn,
 )
+from asyncflow.ops.nn_conv import depthwise_conv2d, separable_conv2d  # noqa: F401,E402

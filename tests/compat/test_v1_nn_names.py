@@ -125,3 +125,75 @@ def test_nn_name_errors_name_the_op():
         tf.nn.conv1d(tf.zeros([2, 3, 3]), tf.zeros([1, 3, 2]), 1, "SAME", data_format="NHC")
     with pytest.raises(ValueError, match="atrous_conv2d: rate must be at least 1"):
         tf.nn.atrous_conv2d(tf.zeros([1, 4, 4, 1]), tf.zeros([2, 2, 1, 1]), 0, "SAME")
+
+
+DEPTHWISE_SNIPPET = """
+img, dw, pw = (tf.constant(inputs[k]) for k in ("img", "dw", "pw"))
+results = [tf.nn.depthwise_conv2d(img, dw, [1, 1, 1, 1], "SAME"),
+           tf.nn.depthwise_conv2d(img, dw, [1, 2, 2, 1], "VALID"),
+           tf.nn.depthwise_conv2d(img, dw, [1, 1, 1, 1], "SAME", rate=[2, 2]),
+           tf.nn.separable_conv2d(img, dw, pw, [1, 1, 1, 1], "SAME"),
+           tf.nn.separable_conv2d(img, dw, pw, [1, 2, 2, 1], "VALID")]
+grads = tf.gradients(tf.reduce_sum(results[0] ** 2) + tf.reduce_sum(results[3] * results[3]),
+                     [img, dw, pw])
+with tf.Session() as sess:
+    outputs["results"], outputs["grads"] = sess.run([results, grads])
+"""
+
+
+def _depthwise_inputs():
+    rng = np.random.RandomState(9)
+    return {"img": rng.normal(size=[2, 7, 6, 3]).astype(np.float32),
+            "dw": rng.normal(size=[3, 2, 3, 2]).astype(np.float32),
+            "pw": rng.normal(size=[1, 1, 6, 4]).astype(np.float32)}
+
+
+def _run_depthwise(inputs):
+    outputs = {}
+    exec(compile(DEPTHWISE_SNIPPET, "snippet", "exec"),  # noqa: S102
+         {"tf": tf, "np": np, "inputs": inputs, "outputs": outputs})
+    return outputs
+
+
+def test_depthwise_and_separable_match_tf1(tmp_path):
+    inputs = _depthwise_inputs()
+    ours = _run_depthwise(inputs)
+    theirs = tf1_run(DEPTHWISE_SNIPPET, tmp_path, **inputs)
+    for name in ("results", "grads"):
+        for i, (mine, tfs) in enumerate(zip(ours[name], theirs[name])):
+            assert mine.dtype == tfs.dtype and mine.shape == tfs.shape, (name, i)
+            np.testing.assert_allclose(mine, tfs, rtol=1e-4, atol=1e-4, err_msg=f"{name} {i}")
+
+
+def test_depthwise_and_separable_against_numpy():
+    inputs = _depthwise_inputs()
+    out = _run_depthwise(inputs)["results"]
+    img, dw, pw = (inputs[k].astype(np.float64) for k in ("img", "dw", "pw"))
+    padded = np.pad(img, [(0, 0), (1, 1), (0, 1), (0, 0)])  # SAME for a 3x2 window
+    same = sum(padded[:, i:i + 7, j:j + 6, :, None] * dw[i, j] for i in range(3) for j in range(2))
+    np.testing.assert_allclose(out[0], same.reshape(2, 7, 6, 6), rtol=1e-4, atol=1e-5)
+    valid = sum(img[:, i:i + 5:2, j:j + 5:2, :, None] * dw[i, j]
+                for i in range(3) for j in range(2))
+    np.testing.assert_allclose(out[1], valid.reshape(2, 3, 3, 6), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(out[3], same.reshape(2, 7, 6, 6) @ pw[0, 0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.trio
+async def test_depthwise_gradients_against_finite_differences():
+    rng = np.random.RandomState(10)
+    await check_gradients(lambda i, f: af.nn.depthwise_conv2d(i, f, [1, 1, 1, 1], "SAME"),
+                          [rng.normal(size=[1, 4, 5, 2]), rng.normal(size=[2, 3, 2, 2])])
+    await check_gradients(lambda i, d, p: af.nn.separable_conv2d(i, d, p, [1, 2, 2, 1], "SAME"),
+                          [rng.normal(size=[1, 5, 4, 2]), rng.normal(size=[3, 3, 2, 1]),
+                           rng.normal(size=[1, 1, 2, 3])])
+
+
+def test_depthwise_errors_name_the_op():
+    with pytest.raises(ValueError, match="depthwise_conv2d: input must be 4-D"):
+        tf.nn.depthwise_conv2d(tf.zeros([4, 4, 2]), tf.zeros([2, 2, 2, 1]), [1, 1, 1, 1], "SAME")
+    with pytest.raises(ValueError, match="depthwise_conv2d: filter in_channels 3"):
+        tf.nn.depthwise_conv2d(tf.zeros([1, 4, 4, 2]), tf.zeros([2, 2, 3, 1]), [1, 1, 1, 1],
+                               "SAME")
+    with pytest.raises(ValueError, match="separable_conv2d: pointwise_filter"):
+        tf.nn.separable_conv2d(tf.zeros([1, 4, 4, 2]), tf.zeros([2, 2, 2, 1]),
+                               tf.zeros([2, 2, 2, 3]), [1, 1, 1, 1], "SAME")
