@@ -3,5 +3,5 @@
 Builders live in their op family (ops/metrics.py); this module only gathers them.
 """
 from asyncflow.ops.metrics import (  # noqa: F401
-    accuracy, mean, mean_squared_error, precision, recall,
+    accuracy, auc, mean, mean_squared_error, precision, recall,
 )

@@ -6,8 +6,9 @@ Theory of operation: each metric keeps running sums in float32 variables created
 ``update_op`` adds one batch to the sums and gives the metric including that batch; ``value``
 reads the sums without changing them. ``mean`` keeps a weighted total and a count;
 ``accuracy`` and ``mean_squared_error`` are means of per-element results; ``precision`` and
-``recall`` count true/false positives/negatives of boolean-cast labels and predictions. A
-ratio whose denominator is 0 is 0, as in TF1. No new op types: variables, assigns and math.
+``recall`` count true/false positives/negatives of boolean-cast labels and predictions;
+``auc`` counts all four at each of ``num_thresholds`` thresholds and sums the area under the
+ROC or PR curve through them. A ratio whose denominator is 0 is 0, as in TF1. No new op types: variables, assigns and math.
 """
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ from asyncflow import dtypes
 from asyncflow.graph.graph import GraphKeys
 from asyncflow.ops import math as math_ops
 from asyncflow.ops import sources
-from asyncflow.ops.array import identity, size
+from asyncflow.ops.array import identity, reshape, size
 from asyncflow.ops.construct import as_tensor, graph_of
 from asyncflow.ops.control import control_dependencies
 from asyncflow.ops.layout import squeeze
+from asyncflow.ops.logging_ops import assert_less_equal
 from asyncflow.ops.state import Variable, assign_add
 
 
@@ -176,3 +178,104 @@ def recall(labels, predictions, weights=None, metrics_collections=None,
     """TF1's ``tf.metrics.recall``: true positives / (true positives + false negatives)."""
     return _ratio_metric("recall", labels, predictions, weights, metrics_collections,
                          updates_collections, name, "fn")
+
+
+_AUC_SUMS = ("trapezoidal", "careful_interpolation", "minoring", "majoring")
+
+
+def auc(labels, predictions, weights=None, num_thresholds=200, metrics_collections=None,
+        updates_collections=None, curve="ROC", name=None, summation_method="trapezoidal",
+        thresholds=None):
+    """TF1's ``tf.metrics.auc``: the area under the ROC (or PR) curve, streamed.
+
+    ``num_thresholds`` thresholds ``-eps, 1/(n-1), ..., (n-2)/(n-1), 1 + eps`` (or the given
+    ``thresholds``, with ``-eps`` and ``1 + eps`` added) count true/false positives and
+    negatives in four ``[num_thresholds]`` local variables; the area is a Riemann sum over
+    them (``trapezoidal``; ``minoring``/``majoring`` take the lower/upper point). Predictions
+    must lie in [0, 1] (checked when the update runs, as TF1's assertions do).
+
+    Raises:
+        ValueError: an unknown curve or summation method, fewer than 2 thresholds, or
+            ``careful_interpolation`` on a PR curve (not implemented here).
+    """
+    if curve not in ("ROC", "PR"):
+        raise ValueError(f"auc: curve must be 'ROC' or 'PR', got {curve!r}")
+    if summation_method not in _AUC_SUMS:
+        raise ValueError(f"auc: summation_method must be one of {_AUC_SUMS}, got "
+                         f"{summation_method!r}")
+    if curve == "PR" and summation_method == "careful_interpolation":
+        raise ValueError("auc: careful_interpolation of a PR curve is not supported; use "
+                         "summation_method='trapezoidal', 'minoring' or 'majoring'")
+    eps = 1e-7
+    if thresholds is not None:
+        cuts = [0.0 - eps] + [float(t) for t in thresholds] + [1.0 + eps]
+    else:
+        if int(num_thresholds) < 2:
+            raise ValueError(f"auc: num_thresholds must be > 1, got {num_thresholds}")
+        count = int(num_thresholds)
+        cuts = [0.0 - eps] + [(i + 1) * 1.0 / (count - 1) for i in range(count - 2)] + [1.0 + eps]
+    labels, predictions = _bools_and_scores(labels, predictions)
+    graph = graph_of([labels, predictions])
+    with graph.name_scope(name or "auc"):
+        checks = [assert_less_equal(math_ops.cast(0.0, dtypes.float32), predictions,
+                                    message="auc: predictions must be in [0, 1]"),
+                  assert_less_equal(predictions, math_ops.cast(1.0, dtypes.float32),
+                                    message="auc: predictions must be in [0, 1]")]
+        with control_dependencies(checks):
+            scores = reshape(predictions, [1, -1])
+        truth = reshape(labels, [1, -1])
+        above = math_ops.greater(scores, sources.constant([[c] for c in cuts], dtypes.float32))
+        below = math_ops.logical_not(above)
+        falsy = math_ops.logical_not(truth)
+        row_weights = None
+        if weights is not None:
+            row_weights = reshape(_weights_for("auc", weights, predictions), [1, -1])
+        sums, updates = [], []
+        for key, cond in (("true_positives", math_ops.logical_and(truth, above)),
+                          ("false_negatives", math_ops.logical_and(truth, below)),
+                          ("true_negatives", math_ops.logical_and(falsy, below)),
+                          ("false_positives", math_ops.logical_and(falsy, above))):
+            variable = Variable(sources.zeros([len(cuts)], dtypes.float32), trainable=False,
+                                name=key,
+                                collections=[GraphKeys.LOCAL_VARIABLES,
+                                             GraphKeys.METRIC_VARIABLES])
+            hits = math_ops.cast(cond, dtypes.float32)
+            if row_weights is not None:
+                hits = math_ops.multiply(hits, row_weights)
+            sums.append(identity(variable))
+            updates.append(assign_add(variable, math_ops.reduce_sum(hits, axis=1)))
+        value = _auc_area(*sums, curve, summation_method, len(cuts), "value")
+        update_op = _auc_area(*updates, curve, summation_method, len(cuts), "update_op")
+        _collect(graph, metrics_collections, value)
+        _collect(graph, updates_collections, update_op)
+        return value, update_op
+
+
+def _bools_and_scores(labels, predictions):
+    labels, predictions = _checked("auc", labels, predictions)
+    if not (predictions.dtype.is_floating or predictions.dtype.is_integer):
+        raise TypeError(f"auc: predictions must be numeric, got {predictions.dtype.name}")
+    if labels.dtype != dtypes.bool:
+        if not (labels.dtype.is_floating or labels.dtype.is_integer):
+            raise TypeError(f"auc: labels must be bool or numeric, got {labels.dtype.name}")
+        labels = math_ops.not_equal(labels, math_ops.cast(0, labels.dtype))
+    return labels, math_ops.cast(predictions, dtypes.float32)
+
+
+def _auc_area(tp, fn, tn, fp, curve, method, count, name):
+    eps = 1.0e-6
+    recall = math_ops.divide(math_ops.add(tp, eps), math_ops.add(math_ops.add(tp, fn), eps))
+    if curve == "ROC":
+        x = math_ops.divide(fp, math_ops.add(math_ops.add(fp, tn), eps))
+        y = recall
+    else:
+        x = recall
+        y = math_ops.divide(math_ops.add(tp, eps), math_ops.add(math_ops.add(tp, fp), eps))
+    width = math_ops.subtract(x[:count - 1], x[1:])
+    if method in ("trapezoidal", "careful_interpolation"):
+        height = math_ops.divide(math_ops.add(y[:count - 1], y[1:]), 2.0)
+    elif method == "minoring":
+        height = math_ops.minimum(y[:count - 1], y[1:])
+    else:
+        height = math_ops.maximum(y[:count - 1], y[1:])
+    return math_ops.reduce_sum(math_ops.multiply(width, height), name=name)

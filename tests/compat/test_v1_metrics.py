@@ -106,3 +106,76 @@ def test_metric_collections_and_errors():
         tf.metrics.precision(tf.constant(["a"]), tf.constant([True]))
     with pytest.raises(ValueError, match="recall: labels and predictions must not be None"):
         tf.metrics.recall(None, tf.constant([True]))
+
+
+AUC_SNIPPET = """
+labels = tf.placeholder(tf.int64, [None])
+scores = tf.placeholder(tf.float32, [None])
+weights = tf.placeholder(tf.float32, [None])
+metrics = [tf.metrics.auc(labels, scores), tf.metrics.auc(labels, scores, weights=weights),
+           tf.metrics.auc(labels, scores, num_thresholds=7, summation_method="minoring"),
+           tf.metrics.auc(labels, scores, curve="PR", num_thresholds=50),
+           tf.metrics.auc(labels, scores, curve="PR", summation_method="majoring"),
+           tf.metrics.auc(labels, scores, thresholds=[0.25, 0.5, 0.75])]
+with tf.Session() as sess:
+    sess.run(tf.local_variables_initializer())
+    steps = []
+    for i in range(3):
+        feed = {labels: inputs["labels"][i], scores: inputs["scores"][i],
+                weights: inputs["weights"][i]}
+        steps.append(sess.run([u for _, u in metrics], feed))
+    outputs["steps"] = np.array(steps)
+    outputs["finals"] = np.array(sess.run([v for v, _ in metrics]))
+"""
+
+
+def _auc_inputs():
+    rng = np.random.RandomState(21)
+    labels = rng.randint(0, 2, [3, 40]).astype(np.int64)
+    scores = np.clip(labels * 0.3 + rng.rand(3, 40) * 0.7, 0, 1).astype(np.float32)
+    return {"labels": labels, "scores": scores,
+            "weights": rng.rand(3, 40).astype(np.float32)}
+
+
+def _auc_ours(inputs):
+    outputs = {}
+    exec(compile(AUC_SNIPPET, "snippet", "exec"),  # noqa: S102
+         {"tf": tf, "np": np, "inputs": inputs, "outputs": outputs})
+    return outputs
+
+
+def test_auc_matches_tf1(tmp_path):
+    inputs = _auc_inputs()
+    ours = _auc_ours(inputs)
+    theirs = tf1_run(AUC_SNIPPET, tmp_path, **inputs)
+    for name in ("steps", "finals"):
+        assert ours[name].dtype == theirs[name].dtype
+        np.testing.assert_allclose(ours[name], theirs[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_auc_against_numpy():
+    """With many thresholds the ROC area is the rank statistic P(score+ > score-)."""
+    inputs = _auc_inputs()
+    out = _auc_ours(inputs)
+    for step in range(3):
+        y = inputs["labels"][:step + 1].ravel().astype(bool)
+        s = inputs["scores"][:step + 1].ravel().astype(np.float64)
+        pos, neg = s[y], s[~y]
+        exact = ((pos[:, None] > neg[None]) + 0.5 * (pos[:, None] == neg[None])).mean()
+        assert abs(out["steps"][step][0] - exact) < 0.02, step
+    np.testing.assert_allclose(out["finals"], out["steps"][-1], rtol=1e-6)
+    assert out["finals"][2] <= out["finals"][0] + 1e-6  # minoring never exceeds trapezoids
+
+
+def test_auc_errors():
+    with pytest.raises(ValueError, match="auc: curve must be"):
+        tf.metrics.auc([1, 0], [0.5, 0.5], curve="DET")
+    with pytest.raises(ValueError, match="auc: careful_interpolation of a PR curve"):
+        tf.metrics.auc([1, 0], [0.5, 0.5], curve="PR", summation_method="careful_interpolation")
+    with pytest.raises(TypeError, match="auc: predictions must be numeric"):
+        tf.metrics.auc([True], tf.constant(["a"]))
+    value, update = tf.metrics.auc([1, 0], [0.5, 1.5])
+    with tf.Session() as sess:
+        sess.run(tf.local_variables_initializer())
+        with pytest.raises(tf.errors.InvalidArgumentError, match="predictions must be in"):
+            sess.run(update)
