@@ -197,3 +197,44 @@ def test_depthwise_errors_name_the_op():
     with pytest.raises(ValueError, match="separable_conv2d: pointwise_filter"):
         tf.nn.separable_conv2d(tf.zeros([1, 4, 4, 2]), tf.zeros([2, 2, 2, 1]),
                                tf.zeros([2, 2, 2, 3]), [1, 1, 1, 1], "SAME")
+
+
+# Every TF1 name of issue 36's nn/image/losses/metrics group, as TF1 spells it.
+GROUP_NAMES = [
+    "losses.softmax_cross_entropy", "losses.sparse_softmax_cross_entropy",
+    "losses.sigmoid_cross_entropy", "losses.mean_squared_error", "losses.absolute_difference",
+    "losses.huber_loss", "losses.log_loss", "losses.hinge_loss", "losses.compute_weighted_loss",
+    "losses.Reduction.SUM_BY_NONZERO_WEIGHTS", "losses.Reduction.MEAN", "losses.add_loss",
+    "losses.get_losses", "losses.get_regularization_loss", "losses.get_regularization_losses",
+    "losses.get_total_loss", "GraphKeys.LOSSES", "GraphKeys.REGULARIZATION_LOSSES",
+    "GraphKeys.METRIC_VARIABLES", "metrics.accuracy", "metrics.mean",
+    "metrics.mean_squared_error", "metrics.precision", "metrics.recall", "metrics.auc",
+    "nn.softsign", "nn.selu", "nn.swish", "nn.silu", "nn.lrn", "nn.local_response_normalization",
+    "nn.conv1d", "nn.depthwise_conv2d", "nn.separable_conv2d", "nn.atrous_conv2d",
+    "nn.fused_batch_norm", "image.flip_left_right", "image.flip_up_down",
+    "image.random_flip_left_right", "image.random_flip_up_down",
+    "image.per_image_standardization", "image.crop_to_bounding_box", "image.pad_to_bounding_box",
+    "image.resize_image_with_crop_or_pad", "image.central_crop", "image.random_crop",
+    "random_crop", "image.rgb_to_grayscale", "image.convert_image_dtype",
+]
+
+NAMES_SNIPPET = """
+missing = []
+for name in inputs["names"].tolist():
+    owner = tf
+    for part in name.split("."):
+        owner = getattr(owner, part, None)
+    if owner is None:
+        missing.append(name)
+outputs["missing"] = np.array(missing or [""])
+"""
+
+
+def test_every_group_name_exists_here_and_in_tf1(tmp_path):
+    names = np.array(GROUP_NAMES)
+    ours = {}
+    exec(compile(NAMES_SNIPPET, "names", "exec"), {"tf": tf, "np": np, "inputs": {  # noqa: S102
+        "names": names}, "outputs": ours})
+    assert ours["missing"].tolist() == [""]
+    theirs = tf1_run(NAMES_SNIPPET, tmp_path, names=names)
+    assert theirs["missing"].tolist() == [""]  # the same spellings as TF1's
