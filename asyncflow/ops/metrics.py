@@ -8,7 +8,8 @@ reads the sums without changing them. ``mean`` keeps a weighted total and a coun
 ``accuracy`` and ``mean_squared_error`` are means of per-element results; ``precision`` and
 ``recall`` count true/false positives/negatives of boolean-cast labels and predictions;
 ``auc`` counts all four at each of ``num_thresholds`` thresholds and sums the area under the
-ROC or PR curve through them. A ratio whose denominator is 0 is 0, as in TF1. No new op types: variables, assigns and math.
+ROC or PR curve through them. A ratio whose denominator is 0 is 0, as in TF1. No new op
+types: variables, assigns and math.
 """
 from __future__ import annotations
 

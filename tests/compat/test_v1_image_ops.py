@@ -127,7 +127,8 @@ def test_random_flips_and_crops_are_seeded():
     assert len(seen) > 1  # per-image draws differ from step to step
     af.reset_default_graph()
     af.set_random_seed(7)
-    again = [tf.image.random_flip_left_right(img, seed=1), tf.image.random_flip_up_down(img, seed=1),
+    again = [tf.image.random_flip_left_right(img, seed=1),
+             tf.image.random_flip_up_down(img, seed=1),
              tf.image.random_flip_left_right(batch, seed=2), tf.image.random_flip_up_down(batch),
              tf.random_crop(batch, [3, 2, 3, 3], seed=4)]
     with tf.Session() as sess:

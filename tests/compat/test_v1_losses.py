@@ -24,7 +24,8 @@ results = [
     L.absolute_difference(y, p), L.absolute_difference(y, p, weights=w),
     L.mean_squared_error(y, p, weights=w, reduction=R.MEAN),
     L.mean_squared_error(y, p, weights=2.0, reduction=R.SUM),
-    L.huber_loss(y, p, weights=w, delta=0.5), L.huber_loss(y, p, reduction=R.NONE, loss_collection=None),
+    L.huber_loss(y, p, weights=w, delta=0.5),
+    L.huber_loss(y, p, reduction=R.NONE, loss_collection=None),
     L.log_loss(binary, inputs["prob"], weights=w[:, :1]),
     L.hinge_loss(binary, p, reduction=R.SUM_OVER_BATCH_SIZE),
     L.sigmoid_cross_entropy(binary, p, weights=w, label_smoothing=0.2),
@@ -162,9 +163,10 @@ async def test_loss_gradients_against_finite_differences():
     await check_gradients(lambda p: af.losses.log_loss(onehot, p),
                           [rng.uniform(0.2, 0.8, [3, 4])])
     await check_gradients(lambda z: af.losses.sigmoid_cross_entropy(
-        onehot, z, label_smoothing=0.1, reduction=af.losses.Reduction.MEAN), [rng.normal(size=[3, 4])])
-    await check_gradients(lambda z: af.losses.softmax_cross_entropy(onehot, z, weights=weights[:, 0],
-                                                                    label_smoothing=0.2),
+        onehot, z, label_smoothing=0.1, reduction=af.losses.Reduction.MEAN),
+        [rng.normal(size=[3, 4])])
+    await check_gradients(lambda z: af.losses.softmax_cross_entropy(
+        onehot, z, weights=weights[:, 0], label_smoothing=0.2),
                           [rng.normal(size=[3, 4])])
     await check_gradients(lambda z: af.losses.sparse_softmax_cross_entropy([1, 3, 0], z),
                           [rng.normal(size=[3, 4])])
