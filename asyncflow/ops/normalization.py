@@ -85,6 +85,10 @@ def fused_batch_norm(x, scale, offset, mean=None, variance=None, epsilon=0.001,
     epsilon = max(float(epsilon), 1.001e-5)  # TF1 raises smaller epsilons to cuDNN's minimum
     axes, channel = ([0, 1, 2], 3) if data_format == "NHWC" else ([0, 2, 3], 1)
     with graph_of((x, scale, offset)).name_scope(name or "FusedBatchNorm"):
+        # TF1: half-precision x with float32 scale, offset and statistics; y in x's dtype.
+        given = x.dtype
+        if given in (dtypes.float16, dtypes.bfloat16):
+            x = _math.cast(x, dtypes.float32)
         scale, offset = as_tensor(scale, dtype=x.dtype), as_tensor(offset, dtype=x.dtype)
         for what, tensor in (("scale", scale), ("offset", offset)):
             if tensor.shape.ndims is not None and tensor.shape.ndims != 1:
@@ -112,11 +116,11 @@ def fused_batch_norm(x, scale, offset, mean=None, variance=None, epsilon=0.001,
                 corrected = _math.add(_math.multiply(as_tensor(variance, dtype=x.dtype),
                                                      1.0 - factor),
                                       _math.multiply(corrected, factor))
-            return y, batch_mean, corrected
+            return _math.cast(y, given), batch_mean, corrected
         if mean is None or variance is None:
             raise ValueError("fused_batch_norm: mean and variance are required when "
                              "is_training=False")
         mean, variance = as_tensor(mean, dtype=x.dtype), as_tensor(variance, dtype=x.dtype)
         y = batch_normalization(x, per_channel(mean), per_channel(variance),
                                 per_channel(offset), per_channel(scale), epsilon)
-        return y, mean, variance
+        return _math.cast(y, given), mean, variance

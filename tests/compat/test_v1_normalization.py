@@ -100,6 +100,18 @@ async def test_normalization_gradients_against_finite_differences():
         v, np.ones(2), np.zeros(2), data_format="NCHW")[0], [rng.normal(size=[3, 2, 2, 2])])
 
 
+def test_fused_batch_norm_half_keeps_float32_statistics():
+    x = np.random.RandomState(1).rand(2, 3, 3, 4).astype(np.float16)
+    y, mean, var = tf.nn.fused_batch_norm(x, np.ones(4, np.float32), np.zeros(4, np.float32))
+    assert (y.dtype, mean.dtype, var.dtype) == (tf.float16, tf.float32, tf.float32)
+    with tf.Session() as sess:
+        y, mean = sess.run([y, mean])
+    wide = x.astype(np.float64)
+    expected = (wide - wide.mean((0, 1, 2))) / np.sqrt(wide.var((0, 1, 2)) + 0.001)
+    np.testing.assert_allclose(y, expected, atol=1e-2)
+    np.testing.assert_allclose(mean, wide.mean((0, 1, 2)), rtol=1e-3)
+
+
 def test_normalization_errors_name_the_op():
     with pytest.raises(ValueError, match="LRN.*4-D"):
         tf.nn.lrn(tf.zeros([3, 4]))
