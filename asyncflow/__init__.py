@@ -131,3 +131,8 @@ def get_collection_ref(key):
 def set_random_seed(seed):
     """The graph-level seed, combined with per-op seeds as in TF1."""
     get_default_graph().seed = seed
+
+
+# TF1's tf.losses and tf.metrics (issue 36)
+from asyncflow import losses  # noqa: F401,E402  (af.losses: TF1's tf.losses, issue 36)
+from asyncflow import metrics  # noqa: F401,E402  (af.metrics: TF1's tf.metrics, issue 36)

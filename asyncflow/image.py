@@ -3,3 +3,8 @@ from asyncflow.ops.image import (  # noqa: F401
     ResizeMethod, decode_jpeg, decode_png, encode_jpeg, resize_bilinear, resize_images,
     resize_nearest_neighbor,
 )
+from asyncflow.ops.image import (  # noqa: F401,E402  (issue 36)
+    central_crop, convert_image_dtype, crop_to_bounding_box, flip_left_right, flip_up_down,
+    pad_to_bounding_box, per_image_standardization, random_crop, random_flip_left_right,
+    random_flip_up_down, resize_image_with_crop_or_pad, rgb_to_grayscale,
+)

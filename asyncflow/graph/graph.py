@@ -51,6 +51,8 @@ class GraphKeys:
     LOCAL_INIT_OP = "local_init_op"
     TRAIN_OP = "train_op"
     LOSSES = "losses"
+    REGULARIZATION_LOSSES = "regularization_losses"
+    METRIC_VARIABLES = "metric_variables"
 
 
 def _creation_site():

@@ -67,6 +67,38 @@ def _elu_grad(ctx, grad, outputs):
     return (grad * (ctx.xp.minimum(outputs, outputs.dtype.type(0)) + outputs.dtype.type(1)),)
 
 
+@register_kernel("Softsign")
+def _softsign(ctx, x):
+    return (x / (x.dtype.type(1) + ctx.xp.abs(x)),)
+
+
+@register_kernel("SoftsignGrad")
+def _softsign_grad(ctx, grad, features):
+    denominator = features.dtype.type(1) + ctx.xp.abs(features)
+    return (grad / (denominator * denominator),)
+
+
+# TF's SELU constants (Klambauer et al. 2017).
+SELU_SCALE = 1.0507009873554804934193349852946
+SELU_ALPHA = 1.6732632423543772848170429916717
+
+
+@register_kernel("Selu")
+def _selu(ctx, x):
+    xp = ctx.xp
+    scale, alpha = x.dtype.type(SELU_SCALE), x.dtype.type(SELU_SCALE * SELU_ALPHA)
+    zero = x.dtype.type(0)
+    return (scale * xp.maximum(x, zero) + alpha * xp.expm1(xp.minimum(x, zero)),)
+
+
+@register_kernel("SeluGrad")
+def _selu_grad(ctx, grad, outputs):
+    # outputs < 0: grad * (outputs + scale * alpha); else grad * scale, as TF's SeluGrad.
+    scale = outputs.dtype.type(SELU_SCALE)
+    below = outputs + outputs.dtype.type(SELU_SCALE * SELU_ALPHA)
+    return (grad * ctx.xp.where(outputs < 0, below, scale),)
+
+
 @register_kernel("LeakyRelu")
 def _leaky_relu(ctx, x):
     alpha = x.dtype.type(ctx.attrs["alpha"])

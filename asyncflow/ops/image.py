@@ -17,14 +17,23 @@
   ``method`` a ``ResizeMethod``, and images already of the size returned unchanged.
 
 Kernels live in ``asyncflow/kernels/image.py``. No op here has a gradient.
+- TF1's flips, crops, pads, ``per_image_standardization``, ``rgb_to_grayscale`` and
+  ``convert_image_dtype`` are composites of slicing, padding and math (differentiable through
+  them); the random ones draw with ``random_uniform`` and the given op seed.
 """
 from __future__ import annotations
 
 from asyncflow import dtypes
 from asyncflow.graph import not_differentiable, register_op
 from asyncflow.graph.shape import TensorShape
+from asyncflow.ops import math as math_ops
+from asyncflow.ops.array import shape as shape_of
 from asyncflow.ops.construct import as_tensor, make, static_value
-from asyncflow.ops.layout import expand_dims, squeeze
+from asyncflow.ops.indexing import slice as slice_
+from asyncflow.ops.layout import expand_dims, squeeze, stack
+from asyncflow.ops.linalg import tensordot
+from asyncflow.ops.sources import random_uniform
+from asyncflow.ops.tiling import pad
 
 
 class ResizeMethod:
@@ -181,3 +190,210 @@ def resize_images(images, size, method=ResizeMethod.BILINEAR, align_corners=Fals
     batched = images if rank == 4 else expand_dims(images, 0)
     out = builders[method](batched, size, align_corners=align_corners, name=name)
     return out if rank == 4 else squeeze(out, [0])
+
+
+
+# -- TF1's geometric and dtype helpers (issue 36) -------------------------------------------
+def _image(what, image, ranks=(3, 4)):
+    image = as_tensor(image)
+    if image.shape.ndims not in ranks:
+        wanted = " or ".join(f"{r}-D" for r in ranks)
+        raise ValueError(f"{what}: image must be {wanted} with a known rank, got shape "
+                         f"{image.shape}")
+    return image
+
+
+def _hw(what, image):
+    height, width = image.shape.dims[-3:-1]
+    if height is None or width is None:
+        raise ValueError(f"{what}: image needs a known height and width, got shape "
+                         f"{image.shape}")
+    return int(height), int(width)
+
+
+def flip_left_right(image):
+    """TF1's ``tf.image.flip_left_right``: reverse the width axis of 3-D or 4-D images."""
+    return _image("flip_left_right", image)[..., ::-1, :]
+
+
+def flip_up_down(image):
+    """TF1's ``tf.image.flip_up_down``: reverse the height axis of 3-D or 4-D images."""
+    return _image("flip_up_down", image)[..., ::-1, :, :]
+
+
+def _random_flip(what, image, seed, flip):
+    image = _image(what, image)
+    count = [] if image.shape.ndims == 3 else stack([shape_of(image)[0]])
+    mirror = math_ops.less(random_uniform(count, 0, 1.0, seed=seed), 0.5)
+    return math_ops.where(mirror, flip(image), image)
+
+
+def random_flip_left_right(image, seed=None):
+    """TF1's ``tf.image.random_flip_left_right``: each image flipped with probability 1/2
+    (one draw for a 3-D image, one per image of a 4-D batch; ``seed`` is the op seed)."""
+    return _random_flip("random_flip_left_right", image, seed, flip_left_right)
+
+
+def random_flip_up_down(image, seed=None):
+    """TF1's ``tf.image.random_flip_up_down`` (see ``random_flip_left_right``)."""
+    return _random_flip("random_flip_up_down", image, seed, flip_up_down)
+
+
+def per_image_standardization(image):
+    """TF1's ``tf.image.per_image_standardization``: ``(x - mean) / max(stddev, 1/sqrt(N))``
+    per image over its ``N = height * width * channels`` values (float32; float16 stays)."""
+    image = _image("per_image_standardization", image)
+    kind = dtypes.float16 if image.dtype == dtypes.float16 else dtypes.float32
+    values = math_ops.cast(image, kind)
+    axes = [-1, -2, -3]
+    count = math_ops.cast(math_ops.reduce_prod(shape_of(values)[-3:]), kind)
+    mean = math_ops.reduce_mean(values, axis=axes, keepdims=True)
+    variance = math_ops.reduce_mean(math_ops.squared_difference(values, mean), axis=axes,
+                                    keepdims=True)
+    stddev = math_ops.maximum(math_ops.sqrt(variance), math_ops.rsqrt(count))
+    return math_ops.divide(math_ops.subtract(values, mean), stddev)
+
+
+def _box_ints(what, **values):
+    out = []
+    for key, value in values.items():
+        if not isinstance(value, (int,)) and static_value(as_tensor(value)) is None:
+            raise ValueError(f"{what}: {key} must be a known integer")
+        number = int(value if isinstance(value, int) else static_value(as_tensor(value)))
+        if number < 0:
+            raise ValueError(f"{what}: {key} must be >= 0, got {number}")
+        out.append(number)
+    return out
+
+
+def crop_to_bounding_box(image, offset_height, offset_width, target_height, target_width):
+    """TF1's ``tf.image.crop_to_bounding_box``: the ``target`` box at ``offset`` of each image.
+
+    Raises:
+        ValueError: a box that does not fit in the image, or a non-3-D/4-D image.
+    """
+    what = "crop_to_bounding_box"
+    image = _image(what, image)
+    top, left, height, width = _box_ints(what, offset_height=offset_height,
+                                         offset_width=offset_width,
+                                         target_height=target_height, target_width=target_width)
+    if height == 0 or width == 0:
+        raise ValueError(f"{what}: target_height and target_width must be > 0")
+    image_h, image_w = _hw(what, image)
+    if top + height > image_h or left + width > image_w:
+        raise ValueError(f"{what}: the box [{top}:{top + height}, {left}:{left + width}] does "
+                         f"not fit in a {image_h}x{image_w} image")
+    return image[..., top:top + height, left:left + width, :]
+
+
+def pad_to_bounding_box(image, offset_height, offset_width, target_height, target_width):
+    """TF1's ``tf.image.pad_to_bounding_box``: zeros around each image, which lands at
+    ``offset`` of a ``target_height x target_width`` image."""
+    what = "pad_to_bounding_box"
+    image = _image(what, image)
+    top, left, height, width = _box_ints(what, offset_height=offset_height,
+                                         offset_width=offset_width,
+                                         target_height=target_height, target_width=target_width)
+    image_h, image_w = _hw(what, image)
+    bottom, right = height - top - image_h, width - left - image_w
+    if bottom < 0 or right < 0:
+        raise ValueError(f"{what}: a {image_h}x{image_w} image at ({top}, {left}) does not fit "
+                         f"in {height}x{width}")
+    paddings = [[top, bottom], [left, right], [0, 0]]
+    if image.shape.ndims == 4:
+        paddings = [[0, 0]] + paddings
+    return pad(image, paddings)
+
+
+def resize_image_with_crop_or_pad(image, target_height, target_width):
+    """TF1's ``tf.image.resize_image_with_crop_or_pad``: crop or zero-pad evenly around the
+    center to ``target_height x target_width``."""
+    what = "resize_image_with_crop_or_pad"
+    image = _image(what, image)
+    height, width = _box_ints(what, target_height=target_height, target_width=target_width)
+    if height == 0 or width == 0:
+        raise ValueError(f"{what}: target_height and target_width must be > 0")
+    image_h, image_w = _hw(what, image)
+    dh, dw = height - image_h, width - image_w
+    cropped = crop_to_bounding_box(image, max(-dh // 2, 0), max(-dw // 2, 0),
+                                   min(height, image_h), min(width, image_w))
+    return pad_to_bounding_box(cropped, max(dh // 2, 0), max(dw // 2, 0), height, width)
+
+
+def central_crop(image, central_fraction):
+    """TF1's ``tf.image.central_crop``: the central ``central_fraction`` (in (0, 1]) of each
+    image's height and width."""
+    what = "central_crop"
+    image = _image(what, image)
+    fraction = float(central_fraction)
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"{what}: central_fraction must be within (0, 1], got {fraction}")
+    if fraction == 1.0:
+        return image
+    image_h, image_w = _hw(what, image)
+    top = int((image_h - image_h * fraction) / 2)
+    left = int((image_w - image_w * fraction) / 2)
+    return image[..., top:image_h - top, left:image_w - left, :]
+
+
+def random_crop(value, size, seed=None, name=None):
+    """TF1's ``tf.random_crop``: a ``size`` slice of ``value`` at a uniformly random offset.
+
+    Raises:
+        ValueError: ``size`` of another rank than ``value`` or larger than it.
+    """
+    value = as_tensor(value)
+    size = [int(s) for s in (size if not hasattr(size, "shape") else static_value(size))]
+    dims = value.shape.dims if value.shape.ndims is not None else None
+    if dims is None or len(dims) != len(size) or None in dims:
+        raise ValueError(f"random_crop: size {size} must have the rank of value (shape "
+                         f"{value.shape}, fully known)")
+    if any(s > int(d) or s < 0 for s, d in zip(size, dims)):
+        raise ValueError(f"random_crop: size {size} does not fit in value of shape "
+                         f"{value.shape}")
+    limit = [int(d) - s + 1 for s, d in zip(size, dims)]
+    draw = random_uniform([len(size)], 0, dtypes.int32.max, dtype=dtypes.int32, seed=seed)
+    offset = math_ops.floormod(draw, limit)
+    return slice_(value, offset, size, name=name or "random_crop")
+
+
+def convert_image_dtype(image, dtype, saturate=False, name=None):
+    """TF1's ``tf.image.convert_image_dtype``: floats are in [0, 1), integers in [0, MAX].
+
+    Integers rescale by powers of two (shift down, or multiply up), integer to float divides
+    by the input's MAX, float to integer multiplies by ``MAX + 0.5`` and truncates
+    (``saturate`` clips first).
+    """
+    image = as_tensor(image)
+    dtype = dtypes.as_dtype(dtype)
+    for what, kind in (("image", image.dtype), ("dtype", dtype)):
+        if not (kind.is_floating or kind.is_integer):
+            raise TypeError(f"convert_image_dtype: {what} must be a float or integer type, "
+                            f"got {kind.name}")
+    if image.dtype == dtype:
+        return image
+    if image.dtype.is_integer and dtype.is_integer:
+        scale_in, scale_out = image.dtype.max + 1, dtype.max + 1
+        if scale_in > scale_out:
+            return math_ops.cast(math_ops.floordiv(image, scale_in // scale_out), dtype)
+        return math_ops.multiply(math_ops.cast(image, dtype), scale_out // scale_in)
+    if image.dtype.is_floating and dtype.is_floating:
+        return math_ops.cast(image, dtype)
+    if image.dtype.is_integer:
+        return math_ops.multiply(math_ops.cast(image, dtype), 1.0 / image.dtype.max)
+    scaled = math_ops.multiply(image, dtype.max + 0.5)
+    if saturate:
+        scaled = math_ops.minimum(math_ops.maximum(scaled, float(dtype.min)), float(dtype.max))
+    return math_ops.cast(scaled, dtype)
+
+
+def rgb_to_grayscale(images, name=None):
+    """TF1's ``tf.image.rgb_to_grayscale``: ``[..., 3]`` to ``[..., 1]`` with the weights
+    0.2989, 0.5870, 0.1140, computed in float32 and converted back to the images' dtype."""
+    images = as_tensor(images)
+    if images.shape.ndims is not None and images.shape.dims[-1] not in (None, 3):
+        raise ValueError(f"rgb_to_grayscale: images must have 3 channels, got shape "
+                         f"{images.shape}")
+    values = convert_image_dtype(images, dtypes.float32)
+    gray = expand_dims(tensordot(values, [0.2989, 0.5870, 0.1140], [[-1], [-1]]), -1)
+    return convert_image_dtype(gray, images.dtype)

@@ -37,7 +37,7 @@ def _real(dtype):
 
 
 _ACTIVATIONS = {"Relu": _real, "Relu6": _real, "Elu": FLOATING, "LeakyRelu": FLOATING,
-                "Softplus": FLOATING, "Gelu": FLOATING}
+                "Softplus": FLOATING, "Gelu": FLOATING, "Softsign": FLOATING, "Selu": FLOATING}
 
 
 def _infer_activation(op):
@@ -99,6 +99,38 @@ def gelu(features, approximate=False, name=None):
     One op, ``Gelu``, with its gradient ``GeluGrad`` (kernels/nn.py)."""
     return make("Gelu", (as_tensor(features),), {"approximate": bool(approximate)}, name,
                 "Gelu")
+
+
+def softsign(features, name=None):
+    """``features / (1 + |features|)`` (op ``Softsign``, gradient ``SoftsignGrad``)."""
+    return make("Softsign", (as_tensor(features),), None, name, "Softsign")
+
+
+def selu(features, name=None):
+    """Scaled ELU: ``scale * x`` where positive, else ``scale * alpha * (exp(x) - 1)``, with
+    TF's ``scale ~ 1.0507`` and ``alpha ~ 1.6733`` (op ``Selu``, gradient ``SeluGrad``)."""
+    return make("Selu", (as_tensor(features),), None, name, "Selu")
+
+
+def swish(features, beta=1.0, name=None):
+    """``features * sigmoid(beta * features)`` (TF's ``swish``/``silu``), composed."""
+    features = as_tensor(features)
+    with graph_of((features,)).name_scope(name or "swish"):
+        scaled = features if beta == 1.0 else _math.multiply(features, float(beta))
+        return _math.multiply(features, _math.sigmoid(scaled))
+
+
+silu = swish
+
+
+@register_gradient("Softsign")
+def _softsign_grad(op, grad):
+    return [make("SoftsignGrad", (grad, op._inputs[0]))]
+
+
+@register_gradient("Selu")
+def _selu_grad(op, grad):
+    return [make("SeluGrad", (grad, op._outputs[0]))]
 
 
 @register_gradient("Relu")

@@ -22,9 +22,11 @@ from asyncflow import dtypes
 from asyncflow.graph import register_gradient, register_op
 from asyncflow.graph.shape import TensorShape
 from asyncflow.ops import array as _array
+from asyncflow.ops import math as _math
 from asyncflow.ops.construct import (
-    FLOATING, NUMERIC, as_tensor, check_dtype, make, operands, static_value,
+    FLOATING, NUMERIC, as_tensor, check_dtype, graph_of, make, operands, static_value,
 )
+from asyncflow.ops.layout import expand_dims, squeeze
 from asyncflow.ops.sources import constant
 
 _PADDINGS = ("SAME", "VALID")
@@ -393,3 +395,110 @@ def _avg_pool_grad_grad(op, grad):
     # AvgPoolGrad is linear in its gradient input: its adjoint is AvgPool itself.
     attrs = _attrs_of(op, *_POOL_ATTRS)
     return [None, make("AvgPool", (grad,), attrs)]
+
+
+# -- TF1's composites over Conv2D (issue 36) -------------------------------------------------
+def conv1d(value=None, filters=None, stride=None, padding=None, use_cudnn_on_gpu=None,
+           data_format=None, name=None, input=None, dilations=None):  # noqa: A002
+    """TF1's ``tf.nn.conv1d``: a Conv2D over a height of 1, as TF1 builds it.
+
+    ``value`` is ``[batch, width, in_channels]`` (``data_format="NWC"``, the default) or
+    ``[batch, in_channels, width]`` (``"NCW"``); ``filters`` ``[width, in, out]``; ``stride``
+    and ``dilations`` an int (or a 1- or 3-list in the data's layout).
+    """
+    value = input if value is None else value
+    if value is None or filters is None:
+        raise ValueError("conv1d: value and filters must be given")
+    value, filters = operands((value, filters), "conv1d")
+    if data_format in (None, "NWC", "NHWC"):
+        axis, layout = 1, "NHWC"
+    elif data_format in ("NCW", "NCHW"):
+        axis, layout = 2, "NCHW"
+    else:
+        raise ValueError(f"conv1d: data_format must be 'NWC' or 'NCW', got {data_format!r}")
+    for what, tensor, rank in (("value", value, 3), ("filters", filters, 3)):
+        if tensor.shape.ndims is not None and tensor.shape.ndims != rank:
+            raise ValueError(f"conv1d: {what} must have rank {rank}, got shape {tensor.shape}")
+
+    def spatial(number, what):
+        if number is None:
+            return 1
+        items = list(number) if isinstance(number, (list, tuple)) else [number]
+        if len(items) == 3:
+            items = [items[1 if layout == "NHWC" else 2]]
+        if len(items) != 1:
+            raise ValueError(f"conv1d: {what} must be an int or a list of 1 or 3, got {number}")
+        return int(items[0])
+
+    step, rate = spatial(stride, "stride"), spatial(dilations, "dilations")
+    ones = [1, 1, 1, 1]
+    strides, dilation = list(ones), list(ones)
+    strides[axis + 1], dilation[axis + 1] = step, rate
+    with graph_of((value, filters)).name_scope(name or "conv1d"):
+        out = conv2d(expand_dims(value, axis), expand_dims(filters, 0), strides, padding,
+                     data_format=layout, dilations=dilation)
+        return squeeze(out, [axis])
+
+
+def atrous_conv2d(value, filters, rate, padding, name=None):
+    """TF1's ``tf.nn.atrous_conv2d``: a stride-1 NHWC convolution with ``dilations=rate``."""
+    if int(rate) < 1:
+        raise ValueError(f"atrous_conv2d: rate must be at least 1, got {rate}")
+    return conv2d(value, filters, [1, 1, 1, 1], padding, dilations=[1, int(rate), int(rate), 1],
+                  name=name or "atrous_conv2d")
+
+
+def _block_diagonal(filters, what):
+    """``[fh, fw, C, M]`` depthwise filters as a ``[fh, fw, C, C * M]`` Conv2D filter whose
+    output channel ``c * M + m`` sees only input channel ``c`` (differentiable: a product
+    with the identity and a reshape)."""
+    dims = filters.shape.as_list() if filters.shape.ndims is not None else None
+    if dims is None or len(dims) != 4 or None in dims:
+        raise ValueError(f"{what}: filter must be 4-D [height, width, in_channels, "
+                         f"channel_multiplier] with a known shape, got {filters.shape}")
+    height, width, channels, multiplier = dims
+    eye = constant(np.eye(channels, dtype=filters.dtype.as_numpy_dtype)[:, :, None])
+    spread = _math.multiply(expand_dims(filters, 3), eye)  # [fh, fw, C, C, M]
+    return _array.reshape(spread, [height, width, channels, channels * multiplier])
+
+
+def depthwise_conv2d(input, filter, strides, padding, rate=None, name=None,  # noqa: A002
+                     data_format=None, dilations=None):
+    """TF1's ``tf.nn.depthwise_conv2d``: each input channel convolved with its own
+    ``channel_multiplier`` filters; output channel ``c * M + m`` (as TF1 orders them).
+
+    Built as one Conv2D with a block-diagonal filter, so it shares Conv2D's kernels and
+    gradients (at ``in_channels`` times Conv2D's arithmetic).
+    """
+    x, filters = operands((input, filter), "depthwise_conv2d")
+    if x.shape.ndims is not None and x.shape.ndims != 4:
+        raise ValueError(f"depthwise_conv2d: input must be 4-D, got shape {x.shape}")
+    if dilations is None and rate is not None:
+        rate = list(rate) if isinstance(rate, (list, tuple)) else [rate, rate]
+        dilations = rate
+    layout = data_format or "NHWC"
+    channel = 3 if layout == "NHWC" else 1
+    dims = x.shape.as_list() if x.shape.ndims is not None else None
+    fdims = filters.shape.as_list() if filters.shape.ndims == 4 else None
+    if dims and fdims and dims[channel] is not None and fdims[2] != dims[channel]:
+        raise ValueError(f"depthwise_conv2d: filter in_channels {fdims[2]} does not match the "
+                         f"input's {dims[channel]} channels")
+    with graph_of((x, filters)).name_scope(name or "depthwise"):
+        return conv2d(x, _block_diagonal(filters, "depthwise_conv2d"), strides, padding,
+                      data_format=layout, dilations=dilations)
+
+
+def separable_conv2d(input, depthwise_filter, pointwise_filter, strides, padding,  # noqa: A002
+                     rate=None, name=None, data_format=None, dilations=None):
+    """TF1's ``tf.nn.separable_conv2d``: ``depthwise_conv2d`` then a 1x1 Conv2D with
+    ``pointwise_filter`` ``[1, 1, in_channels * multiplier, out_channels]``."""
+    pointwise = as_tensor(pointwise_filter)
+    dims = pointwise.shape.as_list() if pointwise.shape.ndims == 4 else None
+    if dims is None or dims[:2] != [1, 1]:
+        raise ValueError(f"separable_conv2d: pointwise_filter must be [1, 1, in, out], got "
+                         f"shape {pointwise.shape}")
+    with graph_of((input, depthwise_filter, pointwise)).name_scope(name or "separable_conv2d"):
+        depthwise = depthwise_conv2d(input, depthwise_filter, strides, padding, rate=rate,
+                                     data_format=data_format, dilations=dilations)
+        return conv2d(depthwise, pointwise, [1, 1, 1, 1], "VALID",
+                      data_format=data_format or "NHWC")

@@ -27,6 +27,7 @@ from asyncflow.ops.logging_ops import (  # noqa: F401
     Assert, assert_equal, assert_less, assert_less_equal,
 )
 from asyncflow.ops.tiling import sequence_mask  # noqa: F401
+from asyncflow.ops.image import random_crop  # noqa: F401,E402  (tf.random_crop, issue 36)
 from asyncflow.graph.default_session import get_default_session  # noqa: F401
 from asyncflow.graph.registry import RegisterGradient  # noqa: F401
 from asyncflow.graph.shape import Dimension, dimension_value  # noqa: F401
