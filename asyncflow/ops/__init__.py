@@ -17,3 +17,4 @@ from asyncflow.ops import linalg, logging_ops  # noqa: F401,E402  (einsum, Print
 from asyncflow.ops import tensor_array  # noqa: F401,E402  (TensorArray)
 from asyncflow.ops import lstm_ops  # noqa: F401,E402  (fused LSTM step)
 from asyncflow.ops import selection  # noqa: F401,E402  (top_k, in_top_k)
+from asyncflow.ops import cumulative  # noqa: F401,E402  (cumsum, cumprod: issue 36)
