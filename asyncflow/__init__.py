@@ -95,6 +95,10 @@ from asyncflow.ops.variable_scope import (  # noqa: F401,E402
 from asyncflow import linalg, math  # noqa: F401,E402  (af.math.softplus, af.linalg.norm ...)
 from asyncflow.ops.cumulative import cumprod, cumsum  # noqa: F401,E402
 from asyncflow.ops.numerics import norm  # noqa: F401,E402
+from asyncflow.ops.diagonal import (  # noqa: F401,E402
+    diag, diag_part, eye, matrix_band_part, matrix_diag, matrix_diag_part, matrix_set_diag, trace,
+)
+from asyncflow.ops.layout import reverse  # noqa: F401,E402
 
 from asyncflow.version import __version__  # noqa: F401,E402
 
