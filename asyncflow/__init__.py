@@ -99,6 +99,8 @@ from asyncflow.ops.diagonal import (  # noqa: F401,E402
     diag, diag_part, eye, matrix_band_part, matrix_diag, matrix_diag_part, matrix_set_diag, trace,
 )
 from asyncflow.ops.layout import reverse  # noqa: F401,E402
+from asyncflow.ops.scatter_nd import scatter_nd, tensor_scatter_nd_update  # noqa: F401,E402
+from asyncflow.ops.unique import bincount, setdiff1d, unique, unique_with_counts  # noqa: F401,E402
 
 from asyncflow.version import __version__  # noqa: F401,E402
 
