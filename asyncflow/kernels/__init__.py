@@ -22,3 +22,4 @@ from asyncflow.kernels import cumulative  # noqa: F401,E402  (cumsum, cumprod: i
 from asyncflow.kernels import diagonal  # noqa: F401,E402  (matrix_diag, band_part ...: issue 36)
 from asyncflow.kernels import scatter_nd  # noqa: F401,E402  (scatter_nd, tensor_scatter_nd_update: issue 36)
 from asyncflow.kernels import unique  # noqa: F401,E402  (unique, setdiff1d, bincount: issue 36)
+from asyncflow.kernels import matrix_linalg  # noqa: F401,E402  (matrix_inverse, svd ...: issue 36)
