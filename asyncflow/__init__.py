@@ -101,6 +101,7 @@ from asyncflow.ops.diagonal import (  # noqa: F401,E402
 from asyncflow.ops.layout import reverse  # noqa: F401,E402
 from asyncflow.ops.scatter_nd import scatter_nd, tensor_scatter_nd_update  # noqa: F401,E402
 from asyncflow.ops.unique import bincount, setdiff1d, unique, unique_with_counts  # noqa: F401,E402
+from asyncflow.ops.special import digamma, erf, lgamma  # noqa: F401,E402
 from asyncflow.ops.matrix_linalg import (  # noqa: F401,E402
     cholesky, matrix_determinant, matrix_inverse, qr, svd,
 )
