@@ -91,7 +91,7 @@ from asyncflow.ops.functional_ops import foldl, foldr, map_fn, scan  # noqa: F40
 from asyncflow.ops.variable_scope import (  # noqa: F401,E402
     AUTO_REUSE, VariableScope, get_variable, get_variable_scope, variable_scope,
 )
-# Issue 36 (TF1 names: math, linalg, array): af.math, af.linalg, norms, running sums.
+# Issue 36 (TF1 names: math, linalg, array): af.math, af.linalg and the names below.
 from asyncflow import linalg, math  # noqa: F401,E402  (af.math.softplus, af.linalg.norm ...)
 from asyncflow.ops.cumulative import cumprod, cumsum  # noqa: F401,E402
 from asyncflow.ops.numerics import norm  # noqa: F401,E402

@@ -20,7 +20,7 @@ from asyncflow.kernels import candidate_sampling, sparse_ops  # noqa: F401,E402 
 from asyncflow.kernels import selection  # noqa: F401,E402  (top_k, in_top_k)
 from asyncflow.kernels import cumulative  # noqa: F401,E402  (cumsum, cumprod: issue 36)
 from asyncflow.kernels import diagonal  # noqa: F401,E402  (matrix_diag, band_part ...: issue 36)
-from asyncflow.kernels import scatter_nd  # noqa: F401,E402  (scatter_nd, tensor_scatter_nd_update: issue 36)
+from asyncflow.kernels import scatter_nd  # noqa: F401,E402  (tensor_scatter_nd_update: issue 36)
 from asyncflow.kernels import unique  # noqa: F401,E402  (unique, setdiff1d, bincount: issue 36)
 from asyncflow.kernels import matrix_linalg  # noqa: F401,E402  (matrix_inverse, svd ...: issue 36)
 from asyncflow.kernels import special  # noqa: F401,E402  (erf, lgamma, digamma: issue 36)

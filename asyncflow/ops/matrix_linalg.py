@@ -2,8 +2,9 @@
 ``tf.matrix_inverse`` (``tf.linalg.inv``), ``tf.matrix_determinant`` (``tf.linalg.det``),
 ``tf.cholesky``, ``tf.qr`` and ``tf.svd`` for float32 and float64.
 
-Gradients are TF1's for the inverse (``-A^-T g A^-T``) and the determinant
-(``g det(A) A^-T``); the factorizations (Cholesky, QR, SVD) have no gradient here. A singular
+Gradients are TF1's for the inverse (``-A^-T g A^-T``), the determinant (``g det(A) A^-T``)
+and the Cholesky factor (TF1's ``_CholeskyGrad``, symmetric: the input is taken as a
+symmetric matrix); QR and SVD have no gradient here. A singular
 matrix (inverse) or one that is not positive definite (Cholesky) fails the run with an
 ``InvalidArgumentError`` naming the op, as in TF1. The kernels run on the host (numpy's
 LAPACK).
@@ -75,7 +76,7 @@ register_op("MatrixDeterminant", infer=_infer_determinant)
 register_op("Cholesky", infer=_infer_same_square)
 register_op("Qr", infer=_infer_qr)
 register_op("Svd", infer=_infer_svd)
-not_differentiable("Cholesky", "Qr", "Svd")
+not_differentiable("Qr", "Svd")
 
 
 def matrix_inverse(input, adjoint=False, name=None):  # noqa: A002 - TF1's argument name
@@ -132,3 +133,23 @@ def _matrix_determinant_grad(op, grad):
     from asyncflow.ops.math import multiply
     scale = expand_dims(expand_dims(multiply(grad, op._outputs[0]), -1), -1)
     return [multiply(scale, matrix_inverse(op._inputs[0], adjoint=True))]
+
+
+@register_gradient("Cholesky")
+def _cholesky_grad(op, grad):
+    """TF1's: with ``P = Phi(L^T g)`` (the lower triangle, half the diagonal),
+    ``dA = sym(L^-T P L^-1) / 2``, ``sym(X) = X + X^T``."""
+    from asyncflow.ops.diagonal import matrix_band_part, matrix_diag_part, matrix_set_diag
+    from asyncflow.ops.layout import transpose
+    from asyncflow.ops.math import add, matmul, multiply
+    lower = op._outputs[0]
+    l_inverse = matrix_inverse(lower)
+    middle = matmul(lower, grad, transpose_a=True)
+    middle = matrix_set_diag(middle, multiply(matrix_diag_part(middle), 0.5))
+    middle = matrix_band_part(middle, -1, 0)
+    grad_a = matmul(matmul(l_inverse, middle, transpose_a=True), l_inverse)
+    rank = grad_a.shape.ndims
+    if rank is None:
+        raise ValueError(f"the gradient of Cholesky {op.name} needs a known rank")
+    perm = list(range(rank - 2)) + [rank - 1, rank - 2]
+    return [multiply(add(grad_a, transpose(grad_a, perm)), 0.5)]

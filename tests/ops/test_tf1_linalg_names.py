@@ -1,7 +1,8 @@
 """Issue 36's TF1 linear algebra names: ``tf.matrix_inverse``/``tf.linalg.inv``,
 ``tf.matrix_determinant``/``tf.linalg.det``, ``tf.cholesky``, ``tf.qr`` and ``tf.svd``:
-values against numpy (always) and TF1 (when TensorFlow is installed), the inverse's and
-determinant's gradients against finite differences, and bad input named."""
+values against numpy (always) and TF1 (when TensorFlow is installed), the inverse's,
+determinant's and Cholesky factor's gradients against finite differences, and bad input
+named."""
 import numpy as np
 import pytest
 
@@ -57,7 +58,9 @@ async def test_values_against_numpy():
 @pytest.mark.parametrize("build", [
     tf.matrix_inverse, lambda t: tf.matrix_inverse(t, adjoint=True), tf.matrix_determinant,
     lambda t: tf.matrix_determinant(tf.matrix_inverse(t)),
-], ids=["inverse", "inverse_adjoint", "determinant", "det_of_inverse"])
+    # Cholesky's gradient is symmetric (TF1's): check it on symmetric inputs, as TF1 does.
+    lambda t: tf.cholesky(tf.matmul(t, t, transpose_b=True) + tf.eye(3, dtype=tf.float64)),
+], ids=["inverse", "inverse_adjoint", "determinant", "det_of_inverse", "cholesky"])
 async def test_gradients(build):
     await check_gradients(build, [A], rtol=1e-5)
 
@@ -95,8 +98,9 @@ outs = [tf.matrix_inverse(a), tf.linalg.inv(a, adjoint=True), tf.matrix_determin
         tf.linalg.det(tf.cast(a, tf.float32)), tf.cholesky(inputs["spd"]),
         tf.svd(inputs["wide"], compute_uv=False)]
 q, r = tf.qr(inputs["wide"])
+spd = tf.matmul(a, a, transpose_b=True) + tf.eye(3, dtype=tf.float64)
 grads = tf.gradients(tf.reduce_sum(tf.sin(outs[0])) + tf.reduce_sum(tf.sin(outs[1]))
-                     + tf.reduce_sum(tf.sin(outs[2])), a)
+                     + tf.reduce_sum(tf.sin(outs[2])) + tf.reduce_sum(tf.sin(tf.cholesky(spd))), a)
 with tf.Session() as sess:
     outputs["outs"], outputs["grads"], outputs["qr"] = sess.run([outs, grads, [q, r]])
 """
