@@ -202,7 +202,7 @@ def norm(tensor, ord="euclidean", axis=None, keepdims=None, name=None,  # noqa: 
 
     Vector norms: ``'euclidean'`` (= 2), 1, ``np.inf`` and any real p > 0. Matrix norms:
     ``'euclidean'``/``'fro'`` (Frobenius), 1 (largest column sum) and ``np.inf`` (largest row
-    sum); the spectral norm (``ord=2`` over two axes) needs an SVD and is refused.
+    sum); the spectral norm (``ord=2`` over two axes) needs the SVD's gradient and is refused.
 
     Raises:
         ValueError: for an unsupported ``ord`` or ``axis``, or a spectral matrix norm.
@@ -218,8 +218,8 @@ def norm(tensor, ord="euclidean", axis=None, keepdims=None, name=None,  # noqa: 
             raise ValueError("norm: 'ord' must be a supported matrix norm in "
                              f"['euclidean', 'fro', 1, 2, inf], got {ord}")
         if ord == 2:
-            raise ValueError("norm: the spectral matrix norm (ord=2 over two axes) needs an "
-                             "SVD, which asyncflow does not have")
+            raise ValueError("norm: the spectral matrix norm (ord=2 over two axes) is not "
+                             "supported (it needs the SVD's gradient, which asyncflow lacks)")
     elif ord != "euclidean" and not (real and ord > 0):
         raise ValueError(f"norm: 'ord' must be a supported vector norm, got {ord}")
     t = as_tensor(tensor)
