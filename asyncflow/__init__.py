@@ -91,6 +91,20 @@ from asyncflow.ops.functional_ops import foldl, foldr, map_fn, scan  # noqa: F40
 from asyncflow.ops.variable_scope import (  # noqa: F401,E402
     AUTO_REUSE, VariableScope, get_variable, get_variable_scope, variable_scope,
 )
+# Issue 36 (TF1 names: math, linalg, array): af.math, af.linalg and the names below.
+from asyncflow import linalg, math  # noqa: F401,E402  (af.math.softplus, af.linalg.norm ...)
+from asyncflow.ops.cumulative import cumprod, cumsum  # noqa: F401,E402
+from asyncflow.ops.numerics import norm  # noqa: F401,E402
+from asyncflow.ops.diagonal import (  # noqa: F401,E402
+    diag, diag_part, eye, matrix_band_part, matrix_diag, matrix_diag_part, matrix_set_diag, trace,
+)
+from asyncflow.ops.layout import reverse  # noqa: F401,E402
+from asyncflow.ops.scatter_nd import scatter_nd, tensor_scatter_nd_update  # noqa: F401,E402
+from asyncflow.ops.unique import bincount, setdiff1d, unique, unique_with_counts  # noqa: F401,E402
+from asyncflow.ops.special import digamma, erf, lgamma  # noqa: F401,E402
+from asyncflow.ops.matrix_linalg import (  # noqa: F401,E402
+    cholesky, matrix_determinant, matrix_inverse, qr, svd,
+)
 
 from asyncflow.version import __version__  # noqa: F401,E402
 

@@ -111,3 +111,11 @@ def _squeeze(ctx, x):
 
 # Arguments kept in host memory on a GPU (TF's HostMemory registrations; runtime/gpu.py).
 host_memory("Transpose", inputs=(1,))
+
+
+@register_kernel("ReverseV2")
+def _reverse(ctx, x):
+    axes = tuple(_axis(ctx, a, x.ndim) for a in ctx.attrs["axis"])
+    if len(set(axes)) != len(axes):
+        raise _invalid(ctx, f"axis {list(ctx.attrs['axis'])} lists an axis twice")
+    return (ctx.xp.ascontiguousarray(ctx.xp.flip(x, axes)) if axes else x,)

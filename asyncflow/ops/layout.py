@@ -518,3 +518,40 @@ def _reshape_like_input_grad(op, grad):
 
 register_gradient("ExpandDims")(_reshape_like_input_grad)
 register_gradient("Squeeze")(_reshape_like_input_grad)
+
+
+# -- reverse (issue 36) ------------------------------------------------------------------------
+def _infer_reverse(op):
+    x = op._inputs[0]
+    if x.shape.ndims == 0 and op.get_attr("axis"):
+        raise ValueError(f"ReverseV2 '{op.name}': a scalar has no axis to reverse")
+    return [(x.dtype, x.shape)]
+
+
+register_op("ReverseV2", infer=_infer_reverse)
+
+
+def reverse(tensor, axis, name=None):
+    """TF1's ``tf.reverse`` (``tf.reverse_v2``): ``tensor`` with the listed axes reversed.
+
+    Raises:
+        ValueError: for an axis out of range or listed twice.
+        TypeError: for an axis that is not a list of integers.
+    """
+    x = as_tensor(tensor)
+    if hasattr(axis, "op"):
+        axis = static_value(axis)
+        if axis is None:
+            raise ValueError("reverse: axis must be a constant")
+    values = np.asarray(axis).reshape(-1).tolist()
+    if not all(isinstance(a, int) and not isinstance(a, bool) for a in values):
+        raise TypeError(f"reverse: axis must be a list of integers, got {axis!r}")
+    axes = [normalize_axis(a, x.shape.ndims, "ReverseV2") for a in values]
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"ReverseV2: axis {values} lists an axis twice")
+    return make("ReverseV2", (x,), {"axis": tuple(axes)}, name, "ReverseV2")
+
+
+@register_gradient("ReverseV2")
+def _reverse_grad(op, grad):
+    return [reverse(grad, list(op.get_attr("axis")))]

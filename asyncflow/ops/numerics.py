@@ -1,4 +1,5 @@
-"""Numerics: clipping by value and by norm, global norms, and NaN/Inf checks.
+"""Numerics: clipping by value and by norm, global norms, TF1's ``norm`` and
+``reduce_euclidean_norm`` (compositions of math ops), and NaN/Inf checks.
 
 Theory of operation: the clipping functions are compositions of math ops exactly as TF1
 writes them (``minimum(maximum(...))``, a norm computed with ``where`` so a zero norm has a
@@ -11,12 +12,14 @@ Kernels live in ``asyncflow/kernels/numerics.py``.
 """
 from __future__ import annotations
 
+from asyncflow import dtypes
 from asyncflow.graph import register_gradient, register_op
 from asyncflow.graph.indexed_slices import IndexedSlices
 from asyncflow.ops import math as math_ops
 from asyncflow.ops import sources
 from asyncflow.ops.array import identity
-from asyncflow.ops.construct import FLOATING, as_tensor, check_dtype, graph_of, make
+from asyncflow.ops.construct import FLOATING, NUMERIC, as_tensor, check_dtype, graph_of, make
+from asyncflow.ops.layout import squeeze
 
 
 def clip_by_value(t, clip_value_min, clip_value_max, name=None):
@@ -172,3 +175,95 @@ def check_numerics(tensor, message, name=None):
 def _check_numerics_grad(op, grad):
     return [check_numerics(grad, "Not a number (NaN) or infinity (Inf) values detected in "
                                  f"gradient. {op.get_attr('message')}")]
+
+
+def _norm_axes(axis):
+    """TF1's checks: None, an int (a vector norm) or a pair of distinct ints (a matrix norm)."""
+    if isinstance(axis, (tuple, list)) and len(axis) == 2:
+        if not all(isinstance(a, int) and not isinstance(a, bool) for a in axis) \
+                or axis[0] == axis[1]:
+            raise ValueError("norm: 'axis' must be None, an integer, or a tuple of 2 unique "
+                             f"integers, got {axis}")
+        return tuple(axis), True
+    if axis is not None and (isinstance(axis, bool) or not isinstance(axis, int)):
+        raise ValueError("norm: 'axis' must be None, an integer, or a tuple of 2 unique "
+                         f"integers, got {axis}")
+    return (None if axis is None else (axis,)), False
+
+
+def _is_inf(ord):  # noqa: A002 - TF1's argument name
+    return isinstance(ord, (int, float)) and not isinstance(ord, bool) and ord == float("inf")
+
+
+def norm(tensor, ord="euclidean", axis=None, keepdims=None, name=None,  # noqa: A002
+         keep_dims=None):
+    """TF1's ``tf.norm``: a vector norm over ``axis`` (None: all entries) or, for a pair of
+    axes, a matrix norm.
+
+    Vector norms: ``'euclidean'`` (= 2), 1, ``np.inf`` and any real p > 0. Matrix norms:
+    ``'euclidean'``/``'fro'`` (Frobenius), 1 (largest column sum) and ``np.inf`` (largest row
+    sum); the spectral norm (``ord=2`` over two axes) needs the SVD's gradient and is refused.
+
+    Raises:
+        ValueError: for an unsupported ``ord`` or ``axis``, or a spectral matrix norm.
+        TypeError: for a non-floating tensor with a norm that takes a square root or power.
+    """
+    if keep_dims is not None:
+        keepdims = keep_dims
+    keepdims = bool(keepdims)
+    axes, is_matrix = _norm_axes(axis)
+    real = isinstance(ord, (int, float)) and not isinstance(ord, bool)
+    if is_matrix:
+        if ord not in ("euclidean", "fro", 1, 2) and not _is_inf(ord):
+            raise ValueError("norm: 'ord' must be a supported matrix norm in "
+                             f"['euclidean', 'fro', 1, 2, inf], got {ord}")
+        if ord == 2:
+            raise ValueError("norm: the spectral matrix norm (ord=2 over two axes) is not "
+                             "supported (it needs the SVD's gradient, which asyncflow lacks)")
+    elif ord != "euclidean" and not (real and ord > 0):
+        raise ValueError(f"norm: 'ord' must be a supported vector norm, got {ord}")
+    t = as_tensor(tensor)
+    sums = ord == 1 or _is_inf(ord)
+    check_dtype("norm", t, NUMERIC if sums else FLOATING, "tensor")
+    with graph_of((t,)).name_scope(name or "norm"):
+        if ord in ("euclidean", "fro", 2):
+            result = math_ops.sqrt(math_ops.reduce_sum(math_ops.multiply(t, t), axes,
+                                                       keepdims=True))
+        elif sums:
+            result = math_ops.abs(t)
+            if ord == 1:  # the largest column sum for a matrix
+                result = math_ops.reduce_sum(result, None if axes is None else axes[0], True)
+                if is_matrix:
+                    result = math_ops.reduce_max(result, axes[1], keepdims=True)
+            else:  # the largest row sum for a matrix
+                if is_matrix:
+                    result = math_ops.reduce_sum(result, axes[1], keepdims=True)
+                result = math_ops.reduce_max(result, None if axes is None else axes[0], True)
+        else:
+            powered = math_ops.pow(math_ops.abs(t), as_tensor(ord, dtype=t.dtype))
+            result = math_ops.pow(math_ops.reduce_sum(powered, axes, keepdims=True),
+                                  as_tensor(1.0 / ord, dtype=t.dtype))
+        if not keepdims:
+            result = squeeze(result, None if axes is None else list(axes))
+        return result
+
+
+def reduce_euclidean_norm(input_tensor, axis=None, keepdims=False, name=None):
+    """TF's ``tf.math.reduce_euclidean_norm``: ``sqrt(sum(x * x))`` over ``axis``.
+
+    Integer tensors give the square root truncated to their dtype (TF's integer kernel).
+
+    Raises:
+        TypeError: for a non-numeric tensor.
+    """
+    x = as_tensor(input_tensor)
+    check_dtype("reduce_euclidean_norm", x, NUMERIC, "input_tensor")
+    if x.dtype.is_bool:
+        raise TypeError("reduce_euclidean_norm: value passed to input_tensor has dtype bool, "
+                        "which is not allowed here")
+    with graph_of((x,)).name_scope(name or "EuclideanNorm"):
+        squares = math_ops.reduce_sum(math_ops.multiply(x, x), axis, keepdims=keepdims)
+        if x.dtype.is_floating:
+            return math_ops.sqrt(squares)
+        root = math_ops.sqrt(math_ops.cast(squares, dtypes.float64))
+        return math_ops.cast(math_ops.floor(root), x.dtype)

@@ -1,0 +1,54 @@
+"""Kernels of the scatter_nd family (see ops/scatter_nd.py), written once against ``ctx.xp``."""
+from __future__ import annotations
+
+import numpy as np
+
+from asyncflow.kernels.arguments import ints as _ints, invalid as _invalid
+from asyncflow.kernels.arguments import scatter_add as _scatter_add
+from asyncflow.kernels.indexing import check_range
+from asyncflow.kernels.registry import host_memory, register_kernel
+
+
+def _rows(ctx, indices, updates, shape):
+    """The row-major position of each index tuple among ``shape[:K]`` and the updates as
+    rows ``[count, *shape[K:]]`` (checking shapes and ranges)."""
+    xp = ctx.xp
+    if indices.ndim == 0:
+        raise _invalid(ctx, "indices must have rank >= 1, got a scalar")
+    depth = indices.shape[-1]
+    if depth > len(shape):
+        raise _invalid(ctx, f"the last dim of indices ({depth}) must be <= the rank of the "
+                            f"output ({len(shape)})")
+    tail = tuple(shape[depth:])
+    if updates.shape != indices.shape[:-1] + tail:
+        raise _invalid(ctx, f"updates must have shape {list(indices.shape[:-1] + tail)} for "
+                            f"indices of shape {list(indices.shape)} into shape {list(shape)},"
+                            f" got {list(updates.shape)}")
+    flat = xp.zeros(indices.shape[:-1], dtype=np.int64)
+    for k in range(depth):
+        check_range(ctx, indices[..., k], shape[k], f"indices[..., {k}]")
+        flat = flat * shape[k] + indices[..., k].astype(np.int64)
+    count = int(np.prod(shape[:depth], dtype=np.int64))
+    return flat.reshape(-1), updates.reshape((-1,) + tail), count, tail
+
+
+@register_kernel("ScatterNd")
+def _scatter_nd(ctx, indices, updates, shape):
+    shape = tuple(_ints(shape))
+    if any(d < 0 for d in shape):
+        raise _invalid(ctx, f"shape must be non-negative, got {list(shape)}")
+    positions, rows, count, tail = _rows(ctx, indices, updates, shape)
+    out = ctx.xp.zeros((count,) + tail, dtype=updates.dtype)
+    _scatter_add(ctx.xp, out, positions, rows)
+    return (out.reshape(shape),)
+
+
+@register_kernel("TensorScatterUpdate")
+def _tensor_scatter_update(ctx, tensor, indices, updates):
+    positions, rows, count, tail = _rows(ctx, indices, updates, tensor.shape)
+    out = tensor.copy().reshape((count,) + tail)
+    out[positions] = rows
+    return (out.reshape(tensor.shape),)
+
+
+host_memory("ScatterNd", inputs=(2,))

@@ -1,0 +1,16 @@
+"""``af.linalg``: TF1's ``tf.linalg`` namespace.
+
+Builders live in their op families (ops/linalg.py, ops/diagonal.py, ops/math.py,
+ops/matrix_linalg.py, ops/numerics.py); this module only gathers them under TF1's
+``tf.linalg`` names.
+"""
+from asyncflow.ops.diagonal import (  # noqa: F401
+    eye, matrix_band_part as band_part, matrix_diag as diag, matrix_diag_part as diag_part,
+    matrix_set_diag as set_diag, trace,
+)
+from asyncflow.ops.linalg import einsum, tensordot  # noqa: F401
+from asyncflow.ops.math import matmul  # noqa: F401
+from asyncflow.ops.matrix_linalg import (  # noqa: F401
+    cholesky, matrix_determinant as det, matrix_inverse as inv, qr, svd,
+)
+from asyncflow.ops.numerics import norm  # noqa: F401

@@ -1,0 +1,19 @@
+"""``af.math``: TF1's ``tf.math`` namespace.
+
+Builders live in their op families (ops/math.py, ops/cumulative.py, ops/numerics.py,
+ops/nn.py, ops/selection.py, ops/special.py); this module only gathers them under TF1's
+``tf.math`` names.
+"""
+from asyncflow.ops.math import (  # noqa: F401
+    abs, add, add_n, argmax, argmin, ceil, cos, divide, equal, exp, floor, floordiv, floormod,
+    greater, greater_equal, is_finite, is_nan, less, less_equal, log, log1p, logical_and,
+    logical_not, logical_or, logical_xor, maximum, minimum, multiply, negative, not_equal, pow,
+    reciprocal, reduce_all, reduce_any, reduce_max, reduce_mean, reduce_min, reduce_prod,
+    reduce_sum, round, rsqrt, sigmoid, sign, sin, sqrt, square, squared_difference, subtract,
+    tanh, truediv,
+)
+from asyncflow.ops.cumulative import cumprod, cumsum  # noqa: F401
+from asyncflow.ops.nn import log_sigmoid, softplus  # noqa: F401
+from asyncflow.ops.numerics import reduce_euclidean_norm  # noqa: F401
+from asyncflow.ops.selection import in_top_k, top_k  # noqa: F401
+from asyncflow.ops.special import digamma, erf, lgamma  # noqa: F401

@@ -1,0 +1,90 @@
+"""Running sums and products along an axis: ``cumsum`` and ``cumprod`` (TF1's ``tf.cumsum``,
+``tf.cumprod``, ``tf.math.cumsum``, ``tf.math.cumprod``).
+
+``Cumsum``/``Cumprod`` keep their input's dtype and shape. ``exclusive`` leaves each entry out
+of its own result (the first result is 0 for a sum, 1 for a product); ``reverse`` runs from the
+end of the axis. The axis is an attribute (TF1 takes a tensor: a constant one is accepted).
+The gradients are TF1's: a sum's is the running sum of the gradient in the other direction;
+a product's is ``cumsum(cumprod(x) * grad, reverse=not reverse) / x`` (NaN where x is 0, as in
+TF1).
+"""
+from __future__ import annotations
+
+import numbers
+
+from asyncflow.graph import register_gradient, register_op
+from asyncflow.ops.construct import NUMERIC, as_tensor, check_dtype, make, static_value
+
+
+def _infer_cumulative(op):
+    x = op._inputs[0]
+    check_dtype(op.type, x, NUMERIC)
+    if x.dtype.is_bool:
+        raise TypeError(f"{op.type}: value passed to x has dtype bool, which is not allowed here")
+    axis, ndims = op.get_attr("axis"), x.shape.ndims
+    if ndims is not None:
+        if ndims == 0:
+            raise ValueError(f"{op.type} '{op.name}': input must have at least 1 dimension, "
+                             f"got shape {x.shape}")
+        if not -ndims <= axis < ndims:
+            raise ValueError(f"{op.type} '{op.name}': axis {axis} is out of range for a tensor "
+                             f"of rank {ndims}")
+    return [(x.dtype, x.shape)]
+
+
+register_op("Cumsum", infer=_infer_cumulative)
+register_op("Cumprod", infer=_infer_cumulative)
+
+
+def _axis_value(axis, builder_name):
+    if hasattr(axis, "op"):
+        value = static_value(axis)
+        if value is None:
+            raise ValueError(f"{builder_name}: axis must be a constant")
+        axis = value
+    if hasattr(axis, "ndim") and axis.ndim == 0:
+        axis = axis.item()
+    if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
+        raise TypeError(f"{builder_name}: axis must be a scalar integer, got {axis!r}")
+    return int(axis)
+
+
+def _cumulative(op_type, builder_name, x, axis, exclusive, reverse, name):
+    attrs = {"axis": _axis_value(axis, builder_name), "exclusive": bool(exclusive),
+             "reverse": bool(reverse)}
+    return make(op_type, (as_tensor(x),), attrs, name, op_type)
+
+
+def cumsum(x, axis=0, exclusive=False, reverse=False, name=None):
+    """The running sum of ``x`` along ``axis`` (TF1's ``tf.cumsum``).
+
+    Raises:
+        TypeError: for a non-numeric ``x`` or a non-integer ``axis``.
+        ValueError: for a scalar ``x`` or an axis out of range.
+    """
+    return _cumulative("Cumsum", "cumsum", x, axis, exclusive, reverse, name)
+
+
+def cumprod(x, axis=0, exclusive=False, reverse=False, name=None):
+    """The running product of ``x`` along ``axis`` (TF1's ``tf.cumprod``).
+
+    Raises:
+        TypeError: for a non-numeric ``x`` or a non-integer ``axis``.
+        ValueError: for a scalar ``x`` or an axis out of range.
+    """
+    return _cumulative("Cumprod", "cumprod", x, axis, exclusive, reverse, name)
+
+
+@register_gradient("Cumsum")
+def _cumsum_grad(op, grad):
+    return [cumsum(grad, op.get_attr("axis"), op.get_attr("exclusive"),
+                   not op.get_attr("reverse"))]
+
+
+@register_gradient("Cumprod")
+def _cumprod_grad(op, grad):
+    from asyncflow.ops.math import divide, multiply
+    x = op._inputs[0]
+    axis, exclusive, reverse = (op.get_attr(a) for a in ("axis", "exclusive", "reverse"))
+    product = cumprod(x, axis, exclusive, reverse)
+    return [divide(cumsum(multiply(product, grad), axis, exclusive, not reverse), x)]

@@ -1,0 +1,101 @@
+"""Scattering slices into a tensor at index tuples: TF1's ``tf.scatter_nd`` (into zeros, adding
+repeated tuples) and ``tf.tensor_scatter_nd_update`` (into a copy of a tensor, replacing).
+
+``indices`` has shape ``I + [K]``; each row of length K addresses a slice of the first K dims
+of the result, and ``updates`` has shape ``I + shape[K:]``. Every tuple is checked at run time
+(an ``InvalidArgumentError`` naming the op, as TF1 on CPU). Gradients are TF1's: the updates'
+gradient gathers the incoming gradient at the tuples (``gather_nd``); a tensor updated in
+place passes the incoming gradient on with the replaced slices zeroed.
+
+Kernels live in ``asyncflow/kernels/scatter_nd.py``.
+"""
+from __future__ import annotations
+
+from asyncflow.graph import register_gradient, register_op
+from asyncflow.graph.shape import TensorShape
+from asyncflow.ops.construct import INTEGER, NUMERIC, as_tensor, check_dtype, make
+from asyncflow.ops.shapes import int_const, static_ints
+
+
+def _check_updates(op, indices, updates, shape):
+    """Check ``updates`` against ``indices.shape[:-1] + shape[K:]`` where both are known."""
+    check_dtype(op.type, indices, INTEGER, "indices")
+    if indices.shape.ndims == 0:
+        raise ValueError(f"{op.type} '{op.name}': indices must have rank >= 1, got a scalar")
+    depth = indices.shape.dims[-1] if indices.shape.ndims else None
+    if depth is None or shape.ndims is None or indices.shape.ndims is None:
+        return
+    if depth > shape.ndims:
+        raise ValueError(f"{op.type} '{op.name}': the last dim of indices ({depth}) must be <= "
+                         f"the rank of the output ({shape.ndims})")
+    expected = TensorShape(list(indices.shape.dims[:-1]) + list(shape.dims[depth:]))
+    if not expected.is_compatible_with(updates.shape):
+        raise ValueError(f"{op.type} '{op.name}': updates must have shape {expected} for "
+                         f"indices of shape {indices.shape} into shape {shape}, got "
+                         f"{updates.shape}")
+
+
+def _infer_scatter_nd(op):
+    indices, updates, shape = op._inputs
+    check_dtype(op.type, updates, NUMERIC, "updates")
+    check_dtype(op.type, shape, INTEGER, "shape")
+    dims = static_ints(shape)
+    if dims is not None and any(d < 0 for d in dims):
+        raise ValueError(f"{op.type} '{op.name}': shape must be non-negative, got {dims}")
+    out = TensorShape(None) if dims is None else TensorShape(dims)
+    _check_updates(op, indices, updates, out)
+    return [(updates.dtype, out)]
+
+
+def _infer_tensor_scatter(op):
+    tensor, indices, updates = op._inputs
+    if tensor.dtype != updates.dtype:
+        raise TypeError(f"{op.type} '{op.name}': tensor and updates must have the same dtype, "
+                        f"got {tensor.dtype.name} and {updates.dtype.name}")
+    _check_updates(op, indices, updates, tensor.shape)
+    return [(tensor.dtype, tensor.shape)]
+
+
+register_op("ScatterNd", infer=_infer_scatter_nd)
+register_op("TensorScatterUpdate", infer=_infer_tensor_scatter)
+
+
+def scatter_nd(indices, updates, shape, name=None):
+    """A tensor of ``shape``, zero but for ``updates`` added at the tuples of ``indices``.
+
+    Raises:
+        ValueError, TypeError: for shapes or dtypes that do not fit (named after ``ScatterNd``).
+    """
+    shape = shape if hasattr(shape, "op") else int_const(shape)
+    return make("ScatterNd", (as_tensor(indices), as_tensor(updates), shape), None, name,
+                "ScatterNd")
+
+
+def tensor_scatter_nd_update(tensor, indices, updates, name=None):
+    """A copy of ``tensor`` with the slices at the tuples of ``indices`` replaced by
+    ``updates`` (TF1's ``tf.tensor_scatter_nd_update``, also ``tf.tensor_scatter_update``).
+
+    Raises:
+        ValueError, TypeError: for shapes or dtypes that do not fit (named after
+            ``TensorScatterUpdate``).
+    """
+    t = as_tensor(tensor)
+    # A Python or numpy value takes the tensor's dtype; a tensor keeps its own (checked).
+    updates = as_tensor(updates) if hasattr(updates, "op") else as_tensor(updates, t.dtype)
+    return make("TensorScatterUpdate", (t, as_tensor(indices), updates), None, name,
+                "TensorScatterUpdate")
+
+
+@register_gradient("ScatterNd")
+def _scatter_nd_grad(op, grad):
+    from asyncflow.ops.indexing import gather_nd
+    return [None, gather_nd(grad, op._inputs[0]), None]
+
+
+@register_gradient("TensorScatterUpdate")
+def _tensor_scatter_update_grad(op, grad):
+    from asyncflow.ops.indexing import gather_nd
+    from asyncflow.ops.sources import zeros_like
+    _, indices, updates = op._inputs
+    return [tensor_scatter_nd_update(grad, indices, zeros_like(updates)), None,
+            gather_nd(grad, indices)]
