@@ -474,15 +474,20 @@ class Saver:
                 raise
         return path
 
-    def _meta_graph_bytes(self, filename):
+    def _export_meta_graph(self, filename):
+        """This Saver's meta graph, or None (logged) when the graph cannot be serialized (a
+        py_func's Python callable): the checkpoint itself stands without it."""
         try:
-            meta = meta_graph.export_meta_graph(graph=self._graph, saver_def=self.as_saver_def())
+            return meta_graph.export_meta_graph(graph=self._graph, saver_def=self.as_saver_def())
         except (TypeError, ValueError) as exc:
             logging.getLogger(__name__).warning(
                 "Saver.save: no meta graph written to %s: %s (pass write_meta_graph=False to "
                 "skip it)", filename, exc)
-            return b""
-        return meta_graph.encode_file(meta)
+            return None
+
+    def _meta_graph_bytes(self, filename):
+        meta = self._export_meta_graph(filename)
+        return b"" if meta is None else meta_graph.encode_file(meta)
 
     async def latest_checkpoint(self, sess, checkpoint_dir, latest_filename=None):
         """``af.train.latest_checkpoint`` read where this Saver writes with ``sess``.
@@ -508,14 +513,10 @@ class Saver:
         return found or None
 
     async def _write_meta_graph(self, filename):
-        """Export the meta graph next to the checkpoint; a graph that cannot be serialized
-        (a py_func's Python callable) is logged and skipped: the checkpoint itself stands."""
-        try:
-            meta = meta_graph.export_meta_graph(graph=self._graph, saver_def=self.as_saver_def())
-        except (TypeError, ValueError) as exc:
-            logging.getLogger(__name__).warning(
-                "Saver.save: no meta graph written to %s: %s (pass write_meta_graph=False to "
-                "skip it)", filename, exc)
+        """Export the meta graph next to the checkpoint (skipped, logged, where it cannot be
+        serialized)."""
+        meta = self._export_meta_graph(filename)
+        if meta is None:
             return
         await trio.to_thread.run_sync(meta_graph.write_meta_graph_file, filename, meta)
 
