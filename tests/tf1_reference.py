@@ -93,3 +93,13 @@ def tf1_run(snippet, tmp_path, **inputs):
         else:
             out[key] = value
     return {k: [v[i] for i in sorted(v)] if isinstance(v, dict) else v for k, v in out.items()}
+
+
+def compat_run(snippet, inputs):
+    """Run ``snippet`` here under ``asyncflow.compat.v1`` (``tf``), with ``np`` and ``inputs``
+    as ``tf1_run`` gives them; returns its ``outputs``: the same program as TF1's side."""
+    import asyncflow.compat.v1 as tf  # here, not at import: this module also serves TF-only checks
+    outputs = {}
+    exec(compile(textwrap.dedent(snippet), "snippet", "exec"),  # noqa: S102
+         {"tf": tf, "np": np, "inputs": inputs, "outputs": outputs})
+    return outputs

@@ -8,7 +8,7 @@ import pytest
 
 import asyncflow as af
 import asyncflow.compat.v1 as tf
-from tf1_reference import tf1_run
+from tf1_reference import compat_run, tf1_run
 
 Image = pytest.importorskip("PIL.Image")
 
@@ -69,10 +69,7 @@ def _inputs():
 
 
 def _ours(inputs):
-    outputs = {}
-    exec(compile(SNIPPET, "snippet", "exec"), {"tf": tf, "np": np, "inputs": inputs,  # noqa: S102
-                                               "outputs": outputs})
-    return outputs
+    return compat_run(SNIPPET, inputs)
 
 
 def test_image_and_gather_nd_names_match_tf1(tmp_path):

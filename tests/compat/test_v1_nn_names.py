@@ -7,7 +7,7 @@ import pytest
 import asyncflow as af
 import asyncflow.compat.v1 as tf
 from gradcheck import check_gradients
-from tf1_reference import tf1_run
+from tf1_reference import compat_run, tf1_run
 
 
 @pytest.fixture(autouse=True)
@@ -44,10 +44,7 @@ def _inputs():
 
 
 def _ours(inputs):
-    outputs = {}
-    exec(compile(SNIPPET, "snippet", "exec"), {"tf": tf, "np": np, "inputs": inputs,  # noqa: S102
-                                               "outputs": outputs})
-    return outputs
+    return compat_run(SNIPPET, inputs)
 
 
 def test_nn_names_match_tf1(tmp_path):
