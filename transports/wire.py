@@ -40,7 +40,9 @@ magic one bit from ``AFWC`` is damage too: one flipped bit anywhere in a checked
 Zero copies: :func:`encode` returns the header and *views* of the arrays (only non-contiguous or
 big-endian arrays are converted). :class:`Decoder` validates the whole header -- schema, dtype
 allowlist, shapes, byte counts and size :class:`Limits` -- before it allocates anything, then
-``np.empty``-allocates every array and copies incoming bytes straight into them. A socket reader
+``np.empty``-allocates every array and copies incoming bytes straight into them. A header
+byte-identical to one validated before under the same limits (a reply of a repeated step) is
+not parsed again: its validated fields and descriptors are reused. A socket reader
 can even skip that copy: :meth:`Decoder.get_buffer` lends it the destination array's memory to
 ``recv_into`` (the ``asyncio.BufferedProtocol`` shape).
 
@@ -548,6 +550,30 @@ class Decoder:
             if computed != stored:
                 raise ChecksumMismatch(None, len(header_bytes), stored, computed,
                                        "frame header (descriptors, fields, string tensors)")
+        key = (self._limits, bytes(header_bytes)) \
+            if len(header_bytes) <= _CACHED_HEADER_BYTES else None
+        parsed = None if key is None else _HEADERS.get(key)
+        if parsed is None:
+            parsed = self._parse_header(header_bytes)
+            if key is not None and _reusable(parsed):
+                if len(_HEADERS) >= _CACHED_HEADERS:
+                    _HEADERS.clear()
+                _HEADERS[key] = parsed
+        schema, payload, plans = parsed
+        # Everything is validated. Arrays with raw bytes are allocated when those bytes arrive.
+        values, segments, offset = [], deque(), prefix_size + len(header_bytes)
+        for index, (descriptor, dtype, nbytes) in enumerate(plans):
+            values.append(None if nbytes else _allocate(descriptor, dtype))
+            if nbytes:
+                pad = -offset % ALIGNMENT
+                checked = descriptor.get(CHECKSUM_KEY) is True
+                segments.append([pad, None, 0, index, 0 if checked else None, bytearray()])
+                offset += pad + nbytes + (TRAILER_BYTES if checked else 0)
+        self._frame = _PendingFrame(schema, payload, plans, values, segments, stored is not None)
+        self._advance_segments()
+
+    def _parse_header(self, header_bytes: memoryview) -> tuple[Schema, dict, list]:
+        """(schema, payload, plans) of a header, every field and descriptor validated."""
         header = self._unpack_header(header_bytes)
         schema = SCHEMAS[header["kind"]]
         payload = self._check_payload(schema, header["payload"], self._limits.max_depth)
@@ -562,17 +588,7 @@ class Decoder:
         if total > self._limits.max_body_bytes:
             raise FrameTooLarge(f"tensors total {total} bytes, over the limit of "
                                 f"{self._limits.max_body_bytes}")
-        # Everything is validated. Arrays with raw bytes are allocated when those bytes arrive.
-        values, segments, offset = [], deque(), prefix_size + len(header_bytes)
-        for index, (descriptor, dtype, nbytes) in enumerate(plans):
-            values.append(None if nbytes else _allocate(descriptor, dtype))
-            if nbytes:
-                pad = -offset % ALIGNMENT
-                checked = descriptor.get(CHECKSUM_KEY) is True
-                segments.append([pad, None, 0, index, 0 if checked else None, bytearray()])
-                offset += pad + nbytes + (TRAILER_BYTES if checked else 0)
-        self._frame = _PendingFrame(schema, payload, plans, values, segments, stored is not None)
-        self._advance_segments()
+        return schema, payload, plans
 
     def _unpack_header(self, header_bytes: memoryview) -> dict:
         size = len(header_bytes)
@@ -608,6 +624,23 @@ class Decoder:
             return record_from_wire(schema.plain, payload)
         except SchemaMismatch as exc:
             raise RemoteProtocolError(exc.describe(schema.kind)) from None
+
+
+# Headers seen before, validated: (limits, header bytes) -> (schema, payload, plans). A step
+# repeated with the same signature gets byte-identical reply headers (the same keys, dtypes,
+# shapes and fields; only the tensors' bytes differ), and validation is a function of the
+# header bytes and the limits alone, so a repeat skips msgpack, the payload's schema and the
+# descriptors' checks (about half of a small reply's decoding). Only headers whose payload
+# holds no mutable value (lists, maps) are kept: the decoded messages share the payload's
+# values and the descriptors, which nothing writes to.
+_HEADERS: dict = {}
+_CACHED_HEADERS: Final = 256      # cleared when full: a bound, not an LRU
+_CACHED_HEADER_BYTES: Final = 2048
+
+
+def _reusable(parsed: tuple) -> bool:
+    return all(value is None or isinstance(value, (str, int, float, bytes))
+               for value in parsed[1].values())
 
 
 def _refuse_magic(magic: bytes) -> None:
