@@ -77,10 +77,11 @@ from transports.messages import *  # noqa: F403 -- the message classes are part 
 from transports.messages import Message, Status, TensorEntry
 from transports.messages import __all__ as _message_names
 from transports.schema import (
-    ALIGNMENT, CHECKED_MAGIC, CHECKED_PREFIX, CHECKSUM_KEY, DEFAULT_LIMITS, FORMAT_VERSION,
-    HEADER_KEYS, MAGIC, PREFIX, SCHEMA_BY_CLASS, SCHEMAS, STRING_DTYPE, WIRE_DTYPES, WIRE_NAMES,
-    ChecksumMismatch, FrameTooLarge, Limits, LocalProtocolError, RemoteProtocolError, Schema,
-    SchemaMismatch, WireError, check_depth, check_descriptor, record_from_wire, record_to_wire,
+    ALIGNMENT, CACHED_HEADER_BYTES, CHECKED_MAGIC, CHECKED_PREFIX, CHECKSUM_KEY, DEFAULT_LIMITS,
+    FORMAT_VERSION, HEADER_KEYS, MAGIC, PREFIX, SCHEMA_BY_CLASS, SCHEMAS, STRING_DTYPE,
+    VALIDATED_HEADERS, WIRE_DTYPES, WIRE_NAMES, ChecksumMismatch, FrameTooLarge, Limits,
+    LocalProtocolError, RemoteProtocolError, Schema, SchemaMismatch, WireError, check_depth,
+    check_descriptor, record_from_wire, record_to_wire, remember_header,
 )
 
 __all__ = [
@@ -551,14 +552,12 @@ class Decoder:
                 raise ChecksumMismatch(None, len(header_bytes), stored, computed,
                                        "frame header (descriptors, fields, string tensors)")
         key = (self._limits, bytes(header_bytes)) \
-            if len(header_bytes) <= _CACHED_HEADER_BYTES else None
-        parsed = None if key is None else _HEADERS.get(key)
+            if len(header_bytes) <= CACHED_HEADER_BYTES else None
+        parsed = None if key is None else VALIDATED_HEADERS.get(key)
         if parsed is None:
             parsed = self._parse_header(header_bytes)
-            if key is not None and _reusable(parsed):
-                if len(_HEADERS) >= _CACHED_HEADERS:
-                    _HEADERS.clear()
-                _HEADERS[key] = parsed
+            if key is not None:
+                remember_header(key, parsed)
         schema, payload, plans = parsed
         # Everything is validated. Arrays with raw bytes are allocated when those bytes arrive.
         values, segments, offset = [], deque(), prefix_size + len(header_bytes)
@@ -624,23 +623,6 @@ class Decoder:
             return record_from_wire(schema.plain, payload)
         except SchemaMismatch as exc:
             raise RemoteProtocolError(exc.describe(schema.kind)) from None
-
-
-# Headers seen before, validated: (limits, header bytes) -> (schema, payload, plans). A step
-# repeated with the same signature gets byte-identical reply headers (the same keys, dtypes,
-# shapes and fields; only the tensors' bytes differ), and validation is a function of the
-# header bytes and the limits alone, so a repeat skips msgpack, the payload's schema and the
-# descriptors' checks (about half of a small reply's decoding). Only headers whose payload
-# holds no mutable value (lists, maps) are kept: the decoded messages share the payload's
-# values and the descriptors, which nothing writes to.
-_HEADERS: dict = {}
-_CACHED_HEADERS: Final = 256      # cleared when full: a bound, not an LRU
-_CACHED_HEADER_BYTES: Final = 2048
-
-
-def _reusable(parsed: tuple) -> bool:
-    return all(value is None or isinstance(value, (str, int, float, bytes))
-               for value in parsed[1].values())
 
 
 def _refuse_magic(magic: bytes) -> None:
