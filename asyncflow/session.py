@@ -24,7 +24,6 @@ session. Many runs may be in flight at once; they share variables.
 from __future__ import annotations
 
 import collections.abc
-import contextlib
 import dataclasses
 import sys
 import warnings
