@@ -24,7 +24,6 @@ session. Many runs may be in flight at once; they share variables.
 from __future__ import annotations
 
 import collections.abc
-import contextlib
 import dataclasses
 import sys
 import warnings
@@ -182,6 +181,27 @@ def _to_feed_array(tensor, value):
             None, tensor.op, f"Cannot feed value of shape {arr.shape} for Tensor "
             f"'{tensor.name}', which has shape {tensor.shape}")
     return arr
+
+
+class _Parked:
+    """``with`` it: a fresh cancel scope, in ``scopes`` while entered (for ``close()``). A
+    class rather than a generator context manager: entered once per remote step."""
+
+    __slots__ = ("_scopes", "_scope")
+
+    def __init__(self, scopes):
+        self._scopes = scopes
+
+    def __enter__(self):
+        self._scope = trio.CancelScope()
+        self._scopes.add(self._scope)
+        return self._scope.__enter__()
+
+    def __exit__(self, *exc_info):
+        try:
+            return self._scope.__exit__(*exc_info)
+        finally:
+            self._scopes.discard(self._scope)
 
 
 _UNAWAITED = ("Session.run(...) returns something to await: write `await sess.run(...)` in an "
@@ -471,16 +491,9 @@ class Session:
             None, None, f"Timed out after {timeout_ms} ms waiting for the step to finish "
             "(RunOptions.timeout_in_ms)")
 
-    @contextlib.contextmanager
     def _parked(self):
         """A cancel scope ``close()`` cancels, entered by a target while a step waits."""
-        scope = trio.CancelScope()
-        self._run_scopes.add(scope)
-        try:
-            with scope:
-                yield scope
-        finally:
-            self._run_scopes.discard(scope)
+        return _Parked(self._run_scopes)
 
     async def _share_the_loop(self):
         """Yield to other tasks once per time slice of runs that finished without waiting.

@@ -18,6 +18,8 @@ Workloads (one ps and worker processes on loopback; one BLAS thread per asyncflo
 * **batch sweep**: the same MLP step at batch 1, 64 and 256 (a 256 B, 16 KiB and 64 KiB
   feed), interleaved step by step so each size sees the same load: the issue-15 "cliff" check
   (``mlp_b256_over_b1`` near 1: no stall; a 40 ms delayed-ACK stall would make it several).
+* **chain**: ``p * 2.0`` on ``/job:worker/task:0``, then ``* 2.0`` again on ``/job:ps/task:0``,
+  fetched: a step through two tasks in turn (Ray's two-actor chain below).
 * **scaling**: steps/s of the MLP step with 1, 2 and 4 worker processes against one ps,
   between-graph replication (one client session per worker, all in one client process,
   running concurrently). On a 2-core machine this measures contention, not scaling.
@@ -30,7 +32,16 @@ are printed. Each of ``--runs`` rounds measures both frameworks back to back and
 ratios (asyncflow / TF1: below 1 is faster for step times, above 1 is faster for throughput);
 the summary gives median [min-max] over the rounds.
 
-Run: ``.venv/bin/python bench/bench_vs_tf1.py [--quick] [--runs 3] [--tf-python PATH]``.
+Ray side (``--ray-python`` or ``ASYNCFLOW_RAY_PYTHON``: any Python with ``ray`` importable; never
+a dependency of this project): Ray's Compiled Graphs (``ray.dag``, ``experimental_compile``)
+with actors in their own processes on this machine, in each round after TF1's: ``trivial_ms``
+(one actor doubles the input) and ``chain_ms`` (two actors in turn), each the median of
+``--ray-steps`` executions after 100 warm-up ones; printed as ``ray_trivial_ms`` and
+``ray_chain_ms`` beside asyncflow's ``trivial_ms`` and ``chain_ms`` with their ratios.
+Without one, the Ray columns are skipped and the reason is printed.
+
+Run: ``.venv/bin/python bench/bench_vs_tf1.py [--quick] [--runs 3] [--tf-python PATH]
+[--ray-python PATH]``.
 """
 from __future__ import annotations
 
@@ -99,6 +110,19 @@ def _trivial_and_pull(fw):
         local_big = fw.Variable(fw.zeros([BIG], fw.float32))
         local_sum = fw.reduce_sum(local_big)
     return graph, p, doubled, big, small, big_sum, small_sum, local_graph, local_big, local_sum
+
+
+def _chain(fw):
+    """The chain workload: (graph, p, twice) with ``p * 2.0`` on the worker, then ``* 2.0`` on
+    the ps, so a step runs on two tasks in turn."""
+    graph = fw.Graph()
+    with graph.as_default():
+        p = fw.placeholder(fw.float32, [], name="p")
+        with fw.device("/job:worker/task:0"):
+            doubled = p * 2.0
+        with fw.device("/job:ps/task:0"):
+            twice = doubled * 2.0
+    return graph, p, twice
 
 
 def _mlp(fw, worker):
@@ -236,6 +260,10 @@ async def _asyncflow_measure(spec, sizes, worker_counts, out):
         out["pull_mib_s"] = 64 / max(big_step - small_step - local_reduce, 1e-9)
         out["pull_step_ms"] = big_step * 1e3
         out["worker_unix_conns"], out["worker_tcp_conns"] = _connections(spec["worker"][0])
+    graph, p, twice = _chain(af)
+    async with af.Session(graph=graph, cluster=cluster) as sess:
+        await sess.run(twice, {p: 1.0})
+        out["chain_ms"] = await _timed(lambda: sess.run(twice, {p: 1.0}), repeats) * 1e3
     xs, ys = _mlp_data()
     mlp = _mlp(af, 0)
     g, x, y, loss, train, init = mlp
@@ -350,6 +378,10 @@ def _tf_measure(tf, tf1, spec, sizes, worker_counts):
         big_step = _median_time(lambda: sess.run(big_sum), sizes["big_rounds"])
         out["pull_mib_s"] = 64 / max(big_step - small_step - local_reduce, 1e-9)
         out["pull_step_ms"] = big_step * 1e3
+    graph, p, twice = _chain(tf1)
+    with tf1.Session(target, graph=graph) as sess:
+        sess.run(twice, {p: 1.0})
+        out["chain_ms"] = _median_time(lambda: sess.run(twice, {p: 1.0}), repeats) * 1e3
     xs, ys = _mlp_data()
     g, x, y, loss, train, init = _mlp(tf1, 0)
     with tf1.Session(target, graph=g) as sess:
@@ -395,6 +427,63 @@ def _tf_measure(tf, tf1, spec, sizes, worker_counts):
     return out
 
 
+# ----------------------------------------------------------------------------- Ray side
+# Runs in the Ray interpreter (``--ray-side``): imports ray, never asyncflow or tensorflow.
+
+
+def ray_side(steps):
+    import ray
+    from ray.dag import InputNode
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             logging_level="ERROR")
+    try:
+        @ray.remote
+        class Doubler:
+            def double(self, value):
+                return value * 2.0
+
+        first, second = Doubler.remote(), Doubler.remote()
+        out = {}
+        for name, build in (("ray_trivial_ms", lambda node: first.double.bind(node)),
+                            ("ray_chain_ms",
+                             lambda node: second.double.bind(first.double.bind(node)))):
+            with InputNode() as node:
+                compiled = build(node).experimental_compile()
+            try:
+                for _ in range(100):
+                    if ray.get(compiled.execute(1.0)) != (2.0 if "trivial" in name else 4.0):
+                        raise RuntimeError(f"{name}: wrong result")
+                out[name] = _median_time(lambda: ray.get(compiled.execute(1.0)), steps) * 1e3
+            finally:
+                compiled.teardown()
+        return out
+    finally:
+        ray.shutdown()
+
+
+def find_ray_python(option):
+    """The interpreter that runs the Ray side and why there is none: the option, else
+    $ASYNCFLOW_RAY_PYTHON, else this one when it can import ray."""
+    for candidate in (option, os.environ.get("ASYNCFLOW_RAY_PYTHON")):
+        if candidate:
+            return candidate, None
+    probe = subprocess.run([sys.executable, "-c", "import ray"], capture_output=True)
+    if probe.returncode == 0:
+        return sys.executable, None
+    return None, ("no --ray-python, no ASYNCFLOW_RAY_PYTHON, and ray is not importable here "
+                  "(it is never a dependency: install it in a separate environment)")
+
+
+def run_ray(ray_python, steps):
+    command = [ray_python, os.path.abspath(__file__), "--ray-side", "--ray-steps", str(steps)]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    lines = result.stdout.strip().splitlines()
+    if result.returncode or not lines:
+        print(f"Ray side failed (exit {result.returncode}): {result.stderr[-2000:]}")
+        return None
+    return json.loads(lines[-1])
+
+
 # ----------------------------------------------------------------------------- driver
 
 
@@ -421,7 +510,7 @@ def run_tf(tf_python, quick, worker_counts):
     return json.loads(lines[-1])
 
 
-LOWER_IS_BETTER = ("trivial_ms", "pull_step_ms", "mlp_ms", "mlp_b1_ms", "mlp_b64_ms",
+LOWER_IS_BETTER = ("trivial_ms", "chain_ms", "pull_step_ms", "mlp_ms", "mlp_b1_ms", "mlp_b64_ms",
                    "mlp_b256_ms", "mlp_b256_over_b1")
 
 
@@ -437,21 +526,37 @@ def main():
                         help="a Python that can import tensorflow (else $ASYNCFLOW_TF_PYTHON)")
     parser.add_argument("--no-tf", action="store_true", help="asyncflow figures only")
     parser.add_argument("--workers", default="1,2,4", help="worker counts for scaling")
+    parser.add_argument("--ray-python", default=None,
+                        help="a Python that can import ray (else $ASYNCFLOW_RAY_PYTHON)")
+    parser.add_argument("--no-ray", action="store_true", help="skip Ray's Compiled Graphs")
+    parser.add_argument("--ray-steps", type=int, default=1000,
+                        help="timed executions per Ray figure")
     parser.add_argument("--tf-side", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--ray-side", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     worker_counts = [int(n) for n in args.workers.split(",")]
     if args.tf_side:
         print(json.dumps(tf_side(args.quick, worker_counts)))
         return
+    if args.ray_side:
+        print(json.dumps(ray_side(args.ray_steps)))
+        return
     tf_python = None if args.no_tf else find_tf_python(args.tf_python)
     print(f"TF1 side: {tf_python}" if tf_python else "TF1 side: none (no --tf-python, no "
           "ASYNCFLOW_TF_PYTHON, no tensorflow here): asyncflow figures only")
+    ray_python, why_not = (None, "--no-ray") if args.no_ray else find_ray_python(args.ray_python)
+    print(f"Ray side: {ray_python}" if ray_python else f"Ray side: skipped ({why_not})")
     rounds = []
     for run in range(args.runs):
         ours = asyncflow_side(args.quick, worker_counts)
         ours["raw_socket_mib_s"] = raw_socket_mib_s(64 * MIB, 3 if args.quick else 7)
         ours["pull_vs_raw"] = ours["pull_mib_s"] / ours["raw_socket_mib_s"]
         theirs = run_tf(tf_python, args.quick, worker_counts) if tf_python else None
+        ray = run_ray(ray_python, args.ray_steps) if ray_python else None
+        if ray is not None:
+            ours.update(ray)
+            ours["trivial_over_ray"] = ours["trivial_ms"] / ray["ray_trivial_ms"]
+            ours["chain_over_ray"] = ours["chain_ms"] / ray["ray_chain_ms"]
         rounds.append((ours, theirs))
         print(f"\n-- round {run + 1}/{args.runs}")
         print(f"{'metric':<22} {'asyncflow':>12} {'TF1 gRPC':>12} {'ratio':>8}")
@@ -463,8 +568,12 @@ def main():
           f"({', '.join(LOWER_IS_BETTER)}: lower is better; the others: higher is better)")
     print("   scaling: 1, 2, 4 worker processes and one ps share this machine's cores, so "
           "on a 2-core box it is a contention figure")
+    print("   ray_*: Ray Compiled Graphs in the same round; trivial_over_ray, chain_over_ray = "
+          "asyncflow / Ray (lower is better)")
     for key in rounds[0][0]:
-        ours = [r[0][key] for r in rounds]
+        ours = [r[0][key] for r in rounds if key in r[0]]
+        if not ours:
+            continue
         line = f"{key:<22} {_spread(ours):>28}"
         if all(r[1] is not None and key in r[1] for r in rounds):
             theirs = [r[1][key] for r in rounds]

@@ -3,7 +3,8 @@
 Each benchmark measures its own baseline in the same run (plain numpy, a raw socket, ...)
 and prints ratios, because the machines these run on are shared and noisy. ``bench_vs_tf1.py``
 compares with TensorFlow's runtime when ``ASYNCFLOW_TF_PYTHON`` names a Python that can import
-``tensorflow`` (asyncflow's figures only otherwise). Record notable
+``tensorflow`` (asyncflow's figures only otherwise), and with Ray's Compiled Graphs when
+``ASYNCFLOW_RAY_PYTHON`` names a Python that can import ``ray``. Record notable
 results in bench/RESULTS.md with the date, the command and the machine.
 """
 from __future__ import annotations

@@ -528,18 +528,20 @@ class HttpServer:
         """Send ``data`` whole; a client that takes none of it for ``body_timeout_s`` is
         dropped (the connection's own deadline, so a slow reader cannot hold an answer's
         arrays and its connection slot forever)."""
-        timeout = self._connection_limits.body_timeout_s
+        timeout, renewed = self._connection_limits.body_timeout_s, False
 
-        def renew() -> None:
+        def renew() -> None:  # before each wait: a send the kernel takes whole sets none
+            nonlocal renewed
+            renewed = True
             conn.scope.deadline = trio.current_time() + timeout
         # Small answers too: a send the kernel takes whole costs no pass of trio's scheduler
         # (trio's own ``send`` yields after every call); the next request's read checkpoints.
         with memoryview(data) as view:
             try:
-                renew()
                 await bulk_io.send_all(conn.stream.socket, view, renew)
             finally:
-                conn.scope.deadline = math.inf
+                if renewed:
+                    conn.scope.deadline = math.inf
 
     async def _linger(self, conn: BufferedConnection) -> None:
         """Shut our side, then drain what the client still sends for a moment, so that it

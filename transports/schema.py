@@ -437,3 +437,25 @@ def _check_shape(where: str, shape: Any, limits: Limits) -> None:
     if math.prod(n for n in shape if n) > MAX_SHAPE_PRODUCT:
         raise RemoteProtocolError(f"{where}: shape {shape} has more than "
                                   f"{MAX_SHAPE_PRODUCT} elements per non-empty slice")
+
+
+# Headers seen before, validated: (limits, header bytes) -> (schema, payload, plans). A step
+# repeated with the same signature gets byte-identical reply headers (the same keys, dtypes,
+# shapes and fields; only the tensors' bytes differ), and validation is a function of the
+# header bytes and the limits alone, so a repeat skips msgpack, the payload's schema and the
+# descriptors' checks (about half of a small reply's decoding). Only headers whose payload
+# holds no mutable value (lists, maps) are kept: the decoded messages share the payload's
+# values and the descriptors, which nothing writes to.
+VALIDATED_HEADERS: dict = {}
+_CACHED_HEADERS: Final = 256  # cleared when full: a bound, not an LRU
+CACHED_HEADER_BYTES: Final = 2048
+
+
+def remember_header(key: tuple, parsed: tuple) -> None:
+    """Keep a validated header's ``(schema, payload, plans)`` under ``(limits, header bytes)``
+    (the decoder's), unless its payload holds a list or a map."""
+    if all(value is None or isinstance(value, (str, int, float, bytes))
+           for value in parsed[1].values()):
+        if len(VALIDATED_HEADERS) >= _CACHED_HEADERS:
+            VALIDATED_HEADERS.clear()
+        VALIDATED_HEADERS[key] = parsed

@@ -40,7 +40,9 @@ magic one bit from ``AFWC`` is damage too: one flipped bit anywhere in a checked
 Zero copies: :func:`encode` returns the header and *views* of the arrays (only non-contiguous or
 big-endian arrays are converted). :class:`Decoder` validates the whole header -- schema, dtype
 allowlist, shapes, byte counts and size :class:`Limits` -- before it allocates anything, then
-``np.empty``-allocates every array and copies incoming bytes straight into them. A socket reader
+``np.empty``-allocates every array and copies incoming bytes straight into them. A header
+byte-identical to one validated before under the same limits (a reply of a repeated step) is
+not parsed again: its validated fields and descriptors are reused. A socket reader
 can even skip that copy: :meth:`Decoder.get_buffer` lends it the destination array's memory to
 ``recv_into`` (the ``asyncio.BufferedProtocol`` shape).
 
@@ -75,10 +77,11 @@ from transports.messages import *  # noqa: F403 -- the message classes are part 
 from transports.messages import Message, Status, TensorEntry
 from transports.messages import __all__ as _message_names
 from transports.schema import (
-    ALIGNMENT, CHECKED_MAGIC, CHECKED_PREFIX, CHECKSUM_KEY, DEFAULT_LIMITS, FORMAT_VERSION,
-    HEADER_KEYS, MAGIC, PREFIX, SCHEMA_BY_CLASS, SCHEMAS, STRING_DTYPE, WIRE_DTYPES, WIRE_NAMES,
-    ChecksumMismatch, FrameTooLarge, Limits, LocalProtocolError, RemoteProtocolError, Schema,
-    SchemaMismatch, WireError, check_depth, check_descriptor, record_from_wire, record_to_wire,
+    ALIGNMENT, CACHED_HEADER_BYTES, CHECKED_MAGIC, CHECKED_PREFIX, CHECKSUM_KEY, DEFAULT_LIMITS,
+    FORMAT_VERSION, HEADER_KEYS, MAGIC, PREFIX, SCHEMA_BY_CLASS, SCHEMAS, STRING_DTYPE,
+    VALIDATED_HEADERS, WIRE_DTYPES, WIRE_NAMES, ChecksumMismatch, FrameTooLarge, Limits,
+    LocalProtocolError, RemoteProtocolError, Schema, SchemaMismatch, WireError, check_depth,
+    check_descriptor, record_from_wire, record_to_wire, remember_header,
 )
 
 __all__ = [
@@ -548,6 +551,28 @@ class Decoder:
             if computed != stored:
                 raise ChecksumMismatch(None, len(header_bytes), stored, computed,
                                        "frame header (descriptors, fields, string tensors)")
+        key = (self._limits, bytes(header_bytes)) \
+            if len(header_bytes) <= CACHED_HEADER_BYTES else None
+        parsed = None if key is None else VALIDATED_HEADERS.get(key)
+        if parsed is None:
+            parsed = self._parse_header(header_bytes)
+            if key is not None:
+                remember_header(key, parsed)
+        schema, payload, plans = parsed
+        # Everything is validated. Arrays with raw bytes are allocated when those bytes arrive.
+        values, segments, offset = [], deque(), prefix_size + len(header_bytes)
+        for index, (descriptor, dtype, nbytes) in enumerate(plans):
+            values.append(None if nbytes else _allocate(descriptor, dtype))
+            if nbytes:
+                pad = -offset % ALIGNMENT
+                checked = descriptor.get(CHECKSUM_KEY) is True
+                segments.append([pad, None, 0, index, 0 if checked else None, bytearray()])
+                offset += pad + nbytes + (TRAILER_BYTES if checked else 0)
+        self._frame = _PendingFrame(schema, payload, plans, values, segments, stored is not None)
+        self._advance_segments()
+
+    def _parse_header(self, header_bytes: memoryview) -> tuple[Schema, dict, list]:
+        """(schema, payload, plans) of a header, every field and descriptor validated."""
         header = self._unpack_header(header_bytes)
         schema = SCHEMAS[header["kind"]]
         payload = self._check_payload(schema, header["payload"], self._limits.max_depth)
@@ -562,17 +587,7 @@ class Decoder:
         if total > self._limits.max_body_bytes:
             raise FrameTooLarge(f"tensors total {total} bytes, over the limit of "
                                 f"{self._limits.max_body_bytes}")
-        # Everything is validated. Arrays with raw bytes are allocated when those bytes arrive.
-        values, segments, offset = [], deque(), prefix_size + len(header_bytes)
-        for index, (descriptor, dtype, nbytes) in enumerate(plans):
-            values.append(None if nbytes else _allocate(descriptor, dtype))
-            if nbytes:
-                pad = -offset % ALIGNMENT
-                checked = descriptor.get(CHECKSUM_KEY) is True
-                segments.append([pad, None, 0, index, 0 if checked else None, bytearray()])
-                offset += pad + nbytes + (TRAILER_BYTES if checked else 0)
-        self._frame = _PendingFrame(schema, payload, plans, values, segments, stored is not None)
-        self._advance_segments()
+        return schema, payload, plans
 
     def _unpack_header(self, header_bytes: memoryview) -> dict:
         size = len(header_bytes)

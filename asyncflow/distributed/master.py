@@ -415,7 +415,7 @@ class _StepDriver:
         self.call_scopes = {}   # task -> the cancel scope of its RunGraph call
         self.dead = set()       # tasks declared dead: not waited for, not sent AbortStep
         self.calls_left = 0     # RunGraph calls not yet returned
-        self.watchdog_scope = trio.CancelScope()
+        self.watchdog_scope = None  # made when the watchdog starts (most steps never need it)
 
     async def run(self):
         """Each RunGraph but the last from a task of its own, sent in order (each is written
@@ -447,6 +447,7 @@ class _StepDriver:
     def start_watchdog(self, nursery):
         """The monitor's call: the step outlived the health interval."""
         if self.calls_left:
+            self.watchdog_scope = trio.CancelScope()  # here: _run_one cancels what exists
             nursery.start_soon(self._guarded_watchdog)
 
     async def _guarded_watchdog(self):
@@ -469,7 +470,7 @@ class _StepDriver:
             await self._run_graph(index)
         finally:
             self.calls_left -= 1
-            if not self.calls_left:
+            if not self.calls_left and self.watchdog_scope is not None:
                 self.watchdog_scope.cancel()
 
     async def _run_graph(self, index):

@@ -332,3 +332,40 @@ def test_non_zero_padding_is_rejected():
     data[header_end] = 1
     with pytest.raises(RemoteProtocolError, match="non-zero alignment padding"):
         decode(data)
+
+
+def test_a_repeated_header_decodes_to_equal_messages_with_fresh_arrays():
+    """Reply headers repeat step after step; the decoder validates one once (per limits) and
+    the messages decoded from it still own their arrays."""
+    reply = wire.RunGraphReply([TensorEntry("y:0", np.arange(6, dtype=np.float32)),
+                                TensorEntry("dead", None, is_dead=True),
+                                TensorEntry("failed", None, error=Status("ABORTED", "x"))])
+    frame = b"".join(bytes(b) for b in encode(reply))
+    first, second = decode(frame), decode(frame)
+    assert first == second == reply
+    assert first.tensors[0].value is not second.tensors[0].value
+    first.tensors[0].value[:] = -1
+    assert second.tensors[0].value.tolist() == list(range(6))
+    assert any(key[1] in frame for key in wire.VALIDATED_HEADERS)
+    # A header is checked against the limits it arrives under, whatever was seen before.
+    with pytest.raises(FrameTooLarge):
+        decode(frame, Limits(max_tensor_bytes=8))
+
+
+def test_headers_with_lists_or_maps_are_not_shared_between_messages():
+    request = wire.RunGraph("graph/1", 7, [], ["a:0", "b:0"])
+    frame = b"".join(bytes(b) for b in encode(request))
+    first, second = decode(frame), decode(frame)
+    first.fetch_keys.append("c:0")
+    assert second.fetch_keys == ["a:0", "b:0"]
+
+
+def test_a_bad_header_is_refused_every_time():
+    good = b"".join(bytes(b) for b in encode(wire.RunGraphReply([TensorEntry("y:0", None)])))
+    header = msgpack.packb({"version": 1, "kind": "run_graph_reply", "payload": {},
+                            "tensors": [{"key": 5}]})
+    frame = struct.pack("<4sI", MAGIC, len(header)) + header
+    for _ in range(2):
+        with pytest.raises(RemoteProtocolError, match="descriptor"):
+            decode(frame)
+    assert decode(good).tensors[0].key == "y:0"

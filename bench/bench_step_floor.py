@@ -1,0 +1,169 @@
+"""Where a trivial remote step's time goes, layer by layer, with each process's CPU per call.
+
+One worker process (``asyncflow worker``, on loopback; the channel takes its same-host Unix
+socket) and this client process. Each figure is measured over ``--calls`` calls, client CPU
+from ``time.process_time`` and the worker's from ``/proc/<pid>/stat`` (utime + stime, Linux):
+
+* ``floor``: a bare trio ping-pong between two processes over a Unix socket (260 bytes out,
+  200 back: a trivial RunGraph's and its reply's sizes), no HTTP, no codec: what any trio
+  request/reply costs on this machine (a second helper process, not the worker);
+* ``health``: ``channel.health()``, the smallest worker call (HTTP head, a small frame each
+  way, a handler that reads counters);
+* ``run_graph``: ``channel.run_graph`` of the trivial step's registered partition
+  (``p * 2.0``), the RunGraph built by hand: the wire codec and the worker's step on top of
+  ``health``;
+* ``session``: ``await sess.run(doubled, {p: 1.0})``, the whole client path (session, master,
+  step driver) on top of ``run_graph``.
+
+The differences between rows are the layers' costs; the ``floor`` row is what no change to
+asyncflow's Python can remove while both ends are trio processes.
+
+Usage: ``.venv/bin/python bench/bench_step_floor.py [--calls 4000] [--rounds 3]``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+_REPLY, _REQUEST = 200, 260
+
+_ECHO = """
+import os, socket, sys, trio
+async def serve(path):
+    listener = trio.socket.socket(socket.AF_UNIX)
+    await listener.bind(path)
+    listener.listen()
+    print("ready", flush=True)
+    conn, _ = await listener.accept()
+    reply = b"r" * {reply}
+    while await conn.recv(65536):
+        os.write(conn.fileno(), reply)
+trio.run(serve, sys.argv[1])
+""".format(reply=_REPLY)
+
+
+def _cpu_s(pid):
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def _timed(call, calls, pid):
+    """(wall, client CPU, peer CPU) per call in microseconds."""
+    start_cpu, start_peer, start = time.process_time(), _cpu_s(pid), time.perf_counter()
+    for _ in range(calls):
+        await call()
+    wall = time.perf_counter() - start
+    return (wall / calls * 1e6, (time.process_time() - start_cpu) / calls * 1e6,
+            (_cpu_s(pid) - start_peer) / calls * 1e6)
+
+
+async def _floor(calls, path, pid):
+    import trio
+    sock = trio.socket.socket(socket.AF_UNIX)
+    await sock.connect(path)
+    request = b"q" * _REQUEST
+
+    async def ping():
+        os.write(sock.fileno(), request)
+        await sock.recv(65536)
+
+    with sock:
+        for _ in range(200):
+            await ping()
+        return await _timed(ping, calls, pid)
+
+
+async def _layers(calls, spec, pid):
+    import numpy as np
+
+    import asyncflow as af
+    from bench_vs_tf1 import _trivial_and_pull
+    from transports.wire import RunGraph, TensorEntry
+    graph, p, doubled = _trivial_and_pull(af)[:3]
+    out = {}
+    async with af.Session(graph=graph, cluster=spec) as sess:
+        for _ in range(200):
+            await sess.run(doubled, {p: 1.0})
+        run = next(iter(sess._target.cache.values()))  # the one compiled signature
+        tg = run.task_graphs[0]
+        channel = sess._target.master.tasks[tg.task].channel
+        feed = np.asarray(np.float32(1.0))
+        step_ids = iter(range(1 << 40, 1 << 41, 2))
+
+        async def run_graph():
+            await channel.run_graph(RunGraph(
+                tg.handle, next(step_ids), [TensorEntry(tg.options.feeds[0], feed)],
+                list(tg.options.fetches), request_id=next(tg.request_ids)))
+
+        out["health"] = await _timed(channel.health, calls, pid)
+        out["run_graph"] = await _timed(run_graph, calls, pid)
+        out["session"] = await _timed(lambda: sess.run(doubled, {p: 1.0}), calls, pid)
+    return out
+
+
+def measure(calls):
+    import trio
+    sys.path.insert(0, HERE)
+    out = {}
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "echo.sock")
+        echo = subprocess.Popen([sys.executable, "-c", _ECHO, path], stdout=subprocess.PIPE,
+                                text=True)
+        try:
+            if echo.stdout.readline().strip() != "ready":
+                raise RuntimeError("the echo process did not start")
+            out["floor"] = trio.run(_floor, calls, path, echo.pid)
+        finally:
+            echo.kill()
+            echo.wait()
+    spec = {"worker": [f"127.0.0.1:{_free_port()}"]}
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    worker = subprocess.Popen([sys.executable, "-m", "asyncflow", "worker", "--cluster",
+                               json.dumps(spec), "--job", "worker", "--task", "0",
+                               "--log-level", "WARNING"], stdout=subprocess.PIPE, text=True,
+                              env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while "listening on" not in worker.stdout.readline():
+            if worker.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the worker did not start")
+        out.update(trio.run(_layers, calls, spec, worker.pid))
+    finally:
+        worker.kill()
+        worker.wait()
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=4000, help="calls per figure and round")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds (medians are printed)")
+    args = parser.parse_args()
+    rounds = []
+    for index in range(args.rounds):
+        rounds.append(measure(args.calls))
+        print(f"round {index + 1}/{args.rounds} done (load average {os.getloadavg()[0]:.1f})",
+              flush=True)
+    print(f"\n{'figure':<10} {'wall us':>9} {'client CPU us':>14} {'peer CPU us':>12}   "
+          f"medians of {args.rounds} rounds of {args.calls} calls")
+    for name in rounds[0]:
+        medians = [statistics.median(r[name][i] for r in rounds) for i in range(3)]
+        print(f"{name:<10} {medians[0]:>9.1f} {medians[1]:>14.1f} {medians[2]:>12.1f}")
+
+
+if __name__ == "__main__":
+    main()
