@@ -17,19 +17,26 @@ with the request header ``X-Asyncflow-Lend: 1``. A server that answers with a fr
 raw segment of :data:`LEND_BYTES` or more then sends, instead of the frame, a *lent body*
 (content type :data:`CONTENT_TYPE`)::
 
-    u32 the server's pid, u32 count, then count records of (u64 address, u64 length): the
-    frame's buffers in order;
+    u32 the server's pid, u32 count, u32 flags (1: lent segments are summed), then count
+    records of (u64 address, u64 length): the frame's buffers in order;
     address 0: the buffer's bytes follow in this body (header, padding, checksum trailers);
     then those in-body bytes, in order.
 
 The client walks the records with a :class:`~transports.wire.Decoder`, reading in-body bytes
 from the socket and copying lent ones from the server process (its pid from the socket's
 ``SO_PEERCRED``, set by the kernel; a body naming another pid is refused: the socket was made
-by another process) into the buffers the decoder lends, 1 MiB per call, each
-chunk summed by the decoder while it is in cache. Checksums are kept: a lent segment's trailer
-is summed by the server *after* the records are sent, while the client copies, and sent in the
-body; the decoder checks it as for any frame (a mismatch is a ``ChecksumMismatch``, e.g. if
-the lent memory changed during the copy).
+by another process) into the buffers the decoder lends, 1 MiB per call.
+
+Checksums: the frame's prefix, header and every in-body byte are checked as on any path. Lent
+segments cross no wire: they are one kernel copy between two processes' memory on one host,
+as a tensor moves between two devices of one process, which no one sums (nor does TF's local
+copy); summing them was measured to cost more than the copy itself (the server reads 64 MiB
+from memory, the client sums 64 MiB more: a pull at 0.55-0.65x the speed of an unsummed one,
+``bench/RESULTS.md``). So a lent segment's trailer is sent as zeros and not checked
+(:meth:`~transports.wire.Decoder.trust_segment`). ``ASYNCFLOW_CROSS_MEMORY=checked`` on the
+server sums them anyway: the server sums each lent segment after the records left, while the
+client copies, and the client's decoder sums its copy and checks the trailer
+(``ChecksumMismatch``, e.g. if the lent memory changed during the copy).
 
 The server keeps the frame's arrays until the client's *verdict*, one byte it sends when the
 body is read: :data:`COPIED`, or :data:`RESEND` when a copy failed (``EPERM``: the server is
@@ -37,7 +44,8 @@ not readable by us, e.g. not dumpable or under Yama's ptrace scope; ``ESRCH``; `
 server then sends the plain frame (no new head) and the client decodes it from the socket and
 stops asking on that channel. So a refused copy costs one step a resend, never a failure.
 
-``ASYNCFLOW_CROSS_MEMORY=0`` in either process's environment turns the path off there.
+``ASYNCFLOW_CROSS_MEMORY=0`` in either process's environment turns the path off there (pulls
+take the Unix socket, checked as over TCP).
 
 Nothing here knows about asyncflow or HTTP heads; trio only for checkpoints.
 """
@@ -62,7 +70,7 @@ from transports.schema import LocalProtocolError
 
 __all__ = ["CONTENT_TYPE", "COPIED", "ENV", "LEND_BYTES", "REQUEST_HEADER", "RESEND",
            "available", "lendable", "peer_pid", "read_remote", "receive_lent", "send_lent",
-           "wanted"]
+           "sum_lent", "wanted"]
 
 ENV: Final = "ASYNCFLOW_CROSS_MEMORY"
 CONTENT_TYPE: Final = "application/x-asyncflow-lent-frame"
@@ -73,7 +81,8 @@ SUM_CHUNK: Final = 4 << 20  # the server sums a lent segment this much per check
 COPIES_PER_CHECKPOINT: Final = 8
 COPIED: Final = b"K"
 RESEND: Final = b"R"
-_START = struct.Struct("<II")  # pid, count
+_START = struct.Struct("<III")  # pid, count, flags
+_SUMMED = 1  # flag: lent segments are summed (their trailers are checked)
 _RECORD = struct.Struct("<QQ")
 
 
@@ -95,6 +104,11 @@ def _readv_function():
 
 
 _READV = _readv_function()
+
+
+def sum_lent() -> bool:
+    """Whether this server sums the segments it lends (``ASYNCFLOW_CROSS_MEMORY=checked``)."""
+    return os.environ.get(ENV, "1") == "checked"
 
 
 def available() -> bool:
@@ -170,18 +184,22 @@ async def send_lent(buffers: list, head: Callable[[int], bytes],
         lent = len(buffer) >= LEND_BYTES
         records.append(_RECORD.pack(_address(buffer) if lent else 0, len(buffer)))
         in_body += 0 if lent else len(buffer)
+    summed = sum_lent()
     size = _START.size + _RECORD.size * len(records) + in_body
-    pending = [head(size), _START.pack(os.getpid(), len(records)), *records]
+    pending = [head(size), _START.pack(os.getpid(), len(records), _SUMMED if summed else 0),
+               *records]
     for buffer in buffers:
         if len(buffer) >= LEND_BYTES:
             continue
         if isinstance(buffer, ChecksumTrailer) and buffer.pending:
-            if len(buffer.segment) >= LEND_BYTES:
+            if len(buffer.segment) < LEND_BYTES:
+                buffer.fill()
+            elif summed:
                 await send_all(b"".join(pending))  # the peer copies while this sums
                 pending = []
                 await _sum_into(buffer)
-            else:
-                buffer.fill()
+            else:  # not checked by the peer (a resend sums it: send_pieces)
+                buffer = bytes(4)
         pending.append(buffer)
     await send_all(b"".join(pending))
     data = await receive_some()
@@ -215,20 +233,22 @@ async def _read_exactly(read_into: Callable[[memoryview], Awaitable[int]], n: in
 
 
 async def receive_lent(read_into: Callable[[memoryview], Awaitable[int]], pid: int,
-                       decoder, max_records: int) -> tuple[bool, int]:
+                       decoder, max_records: int) -> tuple[bool | None, int]:
     """Feed ``decoder`` the frame a lent body describes (see the module docstring).
 
     ``read_into`` reads the body (0 at its end); ``pid`` is the peer's, from
     :func:`peer_pid`. Returns (every lent copy succeeded, the frame's length). When a copy is
     refused, the rest of the body is read and dropped and the first item is False: the caller
     sends :data:`RESEND` and decodes the frame, of that length, from the socket with a fresh
-    decoder. A protocol error stops feeding (``decoder.next_event`` raises it).
+    decoder. A protocol error (a checksum mismatch too) stops feeding, the first item None:
+    ``decoder.next_event`` raises it, and the connection must be closed.
 
     Raises:
         EOFError: the body ended before its records did.
         ValueError: more records than ``max_records``.
     """
-    sender, count = _START.unpack(await _read_exactly(read_into, _START.size))
+    sender, count, flags = _START.unpack(await _read_exactly(read_into, _START.size))
+    summed = bool(flags & _SUMMED)
     if count > max_records:
         raise ValueError(f"lent body lists {count} buffers, over the limit of {max_records}")
     table = await _read_exactly(read_into, _RECORD.size * count)
@@ -244,10 +264,12 @@ async def receive_lent(read_into: Callable[[memoryview], Awaitable[int]], pid: i
                 try:
                     view = decoder.get_buffer()[:length - done]
                 except LocalProtocolError:
-                    return copied, total  # the frame broke the protocol: next_event raises
+                    return None, total  # the frame broke the protocol: next_event raises
             else:
                 view = drop[:length - done]  # in-body bytes after a refused copy: dropped
             if address:
+                if not done and not summed:
+                    decoder.trust_segment()
                 try:
                     n = read_remote(pid, view[:COPY_CHUNK], address + done)
                 except OSError:
@@ -264,3 +286,4 @@ async def receive_lent(read_into: Callable[[memoryview], Awaitable[int]], pid: i
                 decoder.buffer_updated(n)
             done += n
     return copied, total
+

@@ -304,6 +304,8 @@ class TrioHttpChannel(Channel):
                 body.read_into, conn.peer, decoder, 3 * self._limits.max_tensors + 2)
         except (EOFError, ValueError) as exc:
             raise RemoteProtocolError(f"lent reply from {self.address}: {exc}") from None
+        if copied is None:
+            return decoder  # it raises what broke the frame (the connection is not reused)
         if await body.read_into(memoryview(bytearray(1))):
             raise RemoteProtocolError(f"lent reply from {self.address} longer than its records")
         await conn.send_all(cross_memory.COPIED if copied else cross_memory.RESEND)

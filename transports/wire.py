@@ -89,6 +89,7 @@ __all__ = [
 ]
 
 _ZEROS = bytes(ALIGNMENT)
+_TRUSTED: Final = object()  # in place of a segment's running CRC32C: received unsummed
 _SCRATCH_BYTES = 64 * 1024
 _COALESCE_BYTES = 64 * 1024  # headers smaller than this share one buffer with the prefix
 SMALL_HEADER_BYTES: Final = 64 * 1024  # larger headers are unpacked value by value (counted)
@@ -375,6 +376,13 @@ class Decoder:
         """
         return self._header_len or 0
 
+    def trust_segment(self) -> None:
+        """Receive the current tensor segment unsummed, its trailer read but not checked (bytes
+        the caller copies from the sender's memory: ``transports.cross_memory``)."""
+        if self._frame is not None and self._frame.segments and \
+                self._frame.segments[0][4] is not None:
+            self._frame.segments[0][4] = _TRUSTED
+
     def next_event(self) -> Message | _Sentinel:
         """Return the next complete message, :data:`NEED_DATA` or :data:`CLOSED`.
 
@@ -425,7 +433,7 @@ class Decoder:
         else:
             segment = self._frame.segments[0]
             segment[2] += nbytes
-            if segment[4] is not None:  # summed where it landed, while it is in cache
+            if segment[4] is not None and segment[4] is not _TRUSTED:  # summed where it landed
                 segment[4] = _checksum.extend(segment[4], lent[:nbytes])
             self._frame_bytes += nbytes
             try:
@@ -468,7 +476,7 @@ class Decoder:
                 take = min(len(dest) - filled, len(view) - pos)
                 dest[filled:filled + take] = view[pos:pos + take]
                 segment[2] += take
-                if segment[4] is not None:
+                if segment[4] is not None and segment[4] is not _TRUSTED:
                     segment[4] = _checksum.extend(segment[4], view[pos:pos + take])
             pos += take
             self._frame_bytes += take
@@ -480,7 +488,7 @@ class Decoder:
                 segments[0][3]][2] and (segments[0][4] is None
                                         or len(segments[0][5]) == TRAILER_BYTES):
             done = segments.popleft()
-            if done[4] is not None:
+            if done[4] is not None and done[4] is not _TRUSTED:
                 descriptor, _, nbytes = self._frame.plans[done[3]]
                 stored = int.from_bytes(done[5], "little")
                 if done[4] != stored:

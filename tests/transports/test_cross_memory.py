@@ -163,9 +163,11 @@ async def test_a_bad_verdict_closes_that_connection_and_the_server_keeps_serving
                 assert channel.lent_replies == 1
 
 
-async def _lending_peer(listener, address: int | None, pid: int, verdicts: list) -> None:
+async def _lending_peer(listener, address: int | None, pid: int, verdicts: list,
+                        bad_trailer: bool = False) -> None:
     """Answer one RecvTensors with a lent body whose large record points at ``address`` (None:
-    the real one) and names ``pid``; after a RESEND verdict, send the plain frame."""
+    the real one) and names ``pid``, lent segments summed (flag 1; with ``bad_trailer`` the
+    first trailer is off by one bit); after a RESEND verdict, send the plain frame."""
     stream = await listener.accept()
     async with stream:
         request = b""
@@ -184,7 +186,9 @@ async def _lending_peer(listener, address: int | None, pid: int, verdicts: list)
             else:
                 records.append(struct.pack("<QQ", 0, len(buffer)))
                 in_body.append(bytes(buffer))
-        body = struct.pack("<II", pid, len(records)) + b"".join(records + in_body)
+                if bad_trailer and len(in_body[-1]) == 4 and len(in_body) == 3:
+                    in_body[-1] = bytes([in_body[-1][0] ^ 1]) + in_body[-1][1:]
+        body = struct.pack("<III", pid, len(records), 1) + b"".join(records + in_body)
         await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Type: " + cross_memory.CONTENT_TYPE
                               .encode() + b"\r\nContent-Length: " + str(len(body)).encode()
                               + b"\r\n\r\n" + body)
@@ -219,3 +223,39 @@ async def test_a_copy_that_fails_falls_back_to_the_plain_frame(address, pid):
             await listener.aclose()
             same_host.unlink(path)
     assert verdicts == [cross_memory.RESEND if refused else cross_memory.COPIED]
+
+
+async def test_a_checked_lent_segment_that_differs_is_a_checksum_mismatch():
+    """With lent segments summed (flag 1), a trailer that does not match the copied bytes fails
+    the call as damage, naming the tensor."""
+    with socket.socket() as reserved:
+        reserved.bind(("127.0.0.1", 0))
+        port = reserved.getsockname()[1]
+        listener, path = same_host.listen(port)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_lending_peer, listener, None, os.getpid(), [], True)
+                async with TrioHttpChannel(f"127.0.0.1:{port}") as channel:
+                    with pytest.raises(wire.ChecksumMismatch, match="t0"):
+                        await _pull(channel)
+                nursery.cancel_scope.cancel()
+        finally:
+            await listener.aclose()
+            same_host.unlink(path)
+
+
+@pytest.mark.parametrize("mode", ["1", "checked"])
+async def test_lent_segments_are_summed_only_when_asked(monkeypatch, mode):
+    """By default a lent segment's trailer is zeros and not checked; ``checked`` sums both
+    sides (the bits arrive intact either way)."""
+    monkeypatch.setenv(cross_memory.ENV, mode)
+    summed = []
+    plain = cross_memory._checksum.extend
+    monkeypatch.setattr(cross_memory._checksum, "extend",
+                        lambda crc, data: summed.append(len(data)) or plain(crc, data))
+    async with open_http_server(_Holder()) as server:
+        async with TrioHttpChannel(server.address) as channel:
+            await _pull(channel)
+            assert channel.lent_replies == 1
+    big = sum(n for n in summed if n >= cross_memory.COPY_CHUNK)
+    assert big == (2 * ((24 << 20) + (2 << 20)) if mode == "checked" else 0)
