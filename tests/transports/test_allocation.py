@@ -50,7 +50,7 @@ def test_without_glibc_nothing_is_set(monkeypatch):
 
 
 def test_the_environment_sets_or_refuses_the_size(monkeypatch):
-    monkeypatch.setenv(allocation.ENV, "0")
+    monkeypatch.setenv("ASYNCFLOW_KEEP_FREED_MIB", "0")  # (allocation.ENV)
     assert allocation.keep_freed_memory() == 0
     monkeypatch.setenv(allocation.ENV, "lots")
     with pytest.raises(ValueError, match=allocation.ENV):

@@ -125,7 +125,7 @@ async def test_a_server_that_cannot_be_read_sends_the_frame_again():
 
 
 async def test_the_switch_turns_it_off(monkeypatch):
-    monkeypatch.setenv(cross_memory.ENV, "0")
+    monkeypatch.setenv("ASYNCFLOW_CROSS_MEMORY", "0")  # (cross_memory.ENV)
     async with open_http_server(_Holder()) as server:
         async with TrioHttpChannel(server.address) as channel:
             await _pull(channel)
