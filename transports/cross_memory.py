@@ -170,11 +170,12 @@ async def send_lent(buffers: list, head: Callable[[int], bytes],
                     leftover: Callable[[bytes], None]) -> bool:
     """Send a frame's lent body (after ``head(body length)``) and wait for the verdict.
 
-    Pending checksum trailers of lent segments are summed after the records left, while the
-    peer copies. ``receive_some`` reads the connection (the caller bounds it with a deadline);
+    A lent segment's pending trailer is sent as zeros, or, where this server sums lent
+    segments (:func:`sum_lent`), summed after the records left, while the peer copies.
+    ``receive_some`` reads the connection (the caller bounds it with a deadline);
     bytes after the verdict (the next request) go to ``leftover``. Returns True when the peer
     copied everything; False when it asked for the frame again: the caller sends it plainly
-    (its trailers are filled by then).
+    with ``send_pieces``, which sums the trailers still pending as it writes.
 
     Raises:
         trio.BrokenResourceError: the peer closed the connection or sent another verdict.
