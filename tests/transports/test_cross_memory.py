@@ -164,7 +164,7 @@ async def test_a_bad_verdict_closes_that_connection_and_the_server_keeps_serving
 
 
 async def _lending_peer(listener, address: int | None, pid: int, verdicts: list,
-                        bad_trailer: bool = False) -> None:
+                        bad_trailer: bool = False, extra: tuple = ()) -> None:
     """Answer one RecvTensors with a lent body whose large record points at ``address`` (None:
     the real one) and names ``pid``, lent segments summed (flag 1; with ``bad_trailer`` the
     first trailer is off by one bit); after a RESEND verdict, send the plain frame."""
@@ -188,10 +188,16 @@ async def _lending_peer(listener, address: int | None, pid: int, verdicts: list,
                 in_body.append(bytes(buffer))
                 if bad_trailer and len(in_body[-1]) == 4 and len(in_body) == 3:
                     in_body[-1] = bytes([in_body[-1][0] ^ 1]) + in_body[-1][1:]
+        records += [struct.pack("<QQ", *record) for record in extra]  # declared, not sent
         body = struct.pack("<III", pid, len(records), 1) + b"".join(records + in_body)
-        await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Type: " + cross_memory.CONTENT_TYPE
-                              .encode() + b"\r\nContent-Length: " + str(len(body)).encode()
-                              + b"\r\n\r\n" + body)
+        try:
+            await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Type: " + cross_memory
+                                  .CONTENT_TYPE.encode() + b"\r\nContent-Length: "
+                                  + str(len(body)).encode() + b"\r\n\r\n" + body)
+        except trio.BrokenResourceError:
+            assert extra  # the client refused the body before its end and closed
+        if extra:
+            return
         verdict = await stream.receive_some(1)
         verdicts.append(verdict)
         if verdict == cross_memory.RESEND:
@@ -259,3 +265,28 @@ async def test_lent_segments_are_summed_only_when_asked(monkeypatch, mode):
             assert channel.lent_replies == 1
     big = sum(n for n in summed if n >= cross_memory.COPY_CHUNK)
     assert big == (2 * ((24 << 20) + (2 << 20)) if mode == "checked" else 0)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (((0, 1),) * 200_000, "lists 2000[0-9]+ buffers, over the limit"),
+    (((8, 1 << 62),), "more than a frame within the limits"),
+], ids=["records", "bytes"])
+async def test_a_lent_body_over_the_limits_is_refused(extra, message):
+    """More records than a frame within the limits can have, or more bytes: a protocol error
+    naming the server, before anything is copied or allocated."""
+    with socket.socket() as reserved:
+        reserved.bind(("127.0.0.1", 0))
+        port = reserved.getsockname()[1]
+        listener, path = same_host.listen(port)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_lending_peer, listener, None, os.getpid(), [], False,
+                                   extra)
+                async with TrioHttpChannel(f"127.0.0.1:{port}") as channel:
+                    with pytest.raises(wire.RemoteProtocolError,
+                                       match=f"lent reply from 127.0.0.1:{port}.*{message}"):
+                        with trio.fail_after(GENEROUS):
+                            await channel.recv_tensors(wire.RecvTensors(1, ["t0"]))
+        finally:
+            await listener.aclose()
+            same_host.unlink(path)
