@@ -278,8 +278,10 @@ def run_worker(args):
     except (ValueError, TypeError, RuntimeError) as exc:
         print(f"asyncflow worker: {exc}", file=sys.stderr)
         return 2
+    from transports.allocation import keep_freed_memory
     from transports.http_guard import rate_limit_logs
     rate_limit_logs("asyncflow.worker")
+    keep_freed_memory()  # received tensors reuse freed pages (transports/allocation.py)
 
     async def serve():
         with trio.open_signal_receiver(signal.SIGTERM) as signals:

@@ -20,8 +20,15 @@ Also, in this process and without sockets, the codec's own cost: encode and deco
 same 64 MiB message with and without checksums (medians), which is the whole of the work the
 checksum adds.
 
-Run: ``.venv/bin/python bench/bench_wire_checksum.py [--quick] [--rounds N] [--pulls-only]``
-(about a minute).
+Same-host pulls take the Unix socket, and their 64 MiB tensor is copied from the server's
+memory (``transports.cross_memory``); this process keeps freed memory as ``asyncflow worker``
+does (``transports.allocation``). Each round pulls once from every server on every path, so
+the ratio of a round (with / without, the two pulls a moment apart) is paired: the table gives
+its median and quartiles over the rounds, which resolve a few percent where the medians of
+the two columns, each moved by the load, do not.
+
+Run: ``.venv/bin/python bench/bench_wire_checksum.py [--quick] [--rounds N] [--pulls-only]
+[--paths unix] [--no-google]`` (about a minute).
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ import trio  # noqa: E402
 
 import asyncflow as af  # noqa: E402
 import local_cluster as clusters  # noqa: E402  (worker processes, one BLAS thread each)
-from transports import checksum, wire  # noqa: E402
+from transports import allocation, checksum, wire  # noqa: E402
 from transports.http_client import TrioHttpChannel  # noqa: E402  (what workers use)
 from transports.http_server import open_http_server  # noqa: E402
 
@@ -98,14 +105,15 @@ def _cpu_ns(pid: int) -> int:
         return int(stat.read().split()[0])
 
 
-async def _pulls(ports: dict, pids: dict, sums: dict, rounds: int) -> tuple[dict, dict, dict]:
+async def _pulls(ports: dict, pids: dict, sums: dict, rounds: int,
+                 paths=PATHS) -> tuple[dict, dict, dict]:
     """Pull times per (path, checksum kind): TCP on loopback and the same-host Unix socket
     (``transports.same_host``) to the same two servers, in alternating order; and the CPU
     time both ends spent per pull (this process's plus the server's), which the other
     programs on a shared machine disturb far less than wall time; and the time both ends
     spent summing (in ``checksum.extend``)."""
     channels = {(path, kind): TrioHttpChannel(f"127.0.0.1:{port}", same_host=path == "unix")
-                for path in PATHS for kind, port in ports.items()}
+                for path in paths for kind, port in ports.items()}
     times: dict[tuple[str, str], list[float]] = {key: [] for key in channels}
     cpu: dict[tuple[str, str], list[float]] = {key: [] for key in channels}
     summing: dict[tuple[str, str], list[float]] = {key: [] for key in channels}
@@ -222,19 +230,34 @@ def codec_times(rounds: int) -> dict[str, float]:
     return {k: 1e3 * statistics.median(v) for k, v in out.items()}
 
 
+def _paired(without: list[float], with_: list[float]) -> str:
+    """Median and quartiles of the per-round throughput ratio (with / without)."""
+    ratios = sorted(a / b for a, b in zip(without, with_))
+    q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+    return f"{statistics.median(ratios):.3f} [{q[0]:.3f}-{q[2]:.3f}]"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds")
     parser.add_argument("--rounds", type=int, default=0, help="pull rounds (default 20)")
     parser.add_argument("--pulls-only", action="store_true",
                         help="only the pulls over HTTP (not the workers, nor the codec)")
+    parser.add_argument("--paths", default=",".join(PATHS),
+                        help="pull paths, of tcp and unix (default both)")
+    parser.add_argument("--no-google", action="store_true",
+                        help="no third server summing with google_crc32c")
     args = parser.parse_args()
+    paths = tuple(p for p in args.paths.split(",") if p)
+    if not paths or set(paths) - set(PATHS):
+        parser.error(f"--paths takes {', '.join(PATHS)}")
+    print(f"freed memory kept here (as a worker does): {allocation.keep_freed_memory()} bytes")
     quick, rounds = args.quick, args.rounds or (6 if args.quick else 20)
     context = multiprocessing.get_context("spawn")
     processes, ports, pids, sums = [], {}, {}, {}
     try:
         kinds = [("with checksum", True, True), ("without", False, True)]
-        if checksum._FOLDING is not None:  # crc32c_rs installed: compare with google_crc32c
+        if checksum._FOLDING is not None and not args.no_google:  # compare with google_crc32c
             kinds.append((GOOGLE, True, False))
         for kind, flag, folding in kinds:
             queue = context.Queue()
@@ -244,7 +267,7 @@ def main() -> None:
             process.start()
             processes.append(process)
             ports[kind], pids[kind] = queue.get(timeout=60), process.pid
-        times, cpu, summing = trio.run(_pulls, ports, pids, sums, rounds)
+        times, cpu, summing = trio.run(_pulls, ports, pids, sums, rounds, paths)
     finally:
         for process in processes:
             process.terminate()
@@ -256,7 +279,7 @@ def main() -> None:
     print(f"| 64 MiB pull over HTTP ({rounds} rounds) | without | "
           + " | ".join(f"{kind} | ratio" for kind in kinds) + " |")
     print("|---|---|" + "---|---|" * len(kinds))
-    for path in PATHS:
+    for path in paths:
         name = "TCP loopback" if path == "tcp" else "same-host Unix socket"
         off = times[(path, "without")]
         for label, pick in (("MiB/s, median", statistics.median), ("MiB/s, best", min)):
@@ -272,6 +295,9 @@ def main() -> None:
                  f"{statistics.median(summing[(path, k)]) / statistics.median(off):.1%} of the "
                  "pull" for k in kinds]
         print(f"| {name}, ms summing (both ends), median | 0 | " + " | ".join(cells) + " |")
+        cells = [_paired(times[(path, "without")], times[(path, k)]) for k in kinds]
+        print(f"| {name}, MiB/s ratio per round, median [quartiles] | 1 | | "
+              + " | | ".join(cells) + " |")
     if args.pulls_only:
         return
     steps = runtime_steps(rounds)

@@ -13,6 +13,9 @@ A leaf package: it never imports asyncflow. Modules, lowest first:
   ``http_body`` (request bodies into the decoder's arrays) and ``http_guard`` (timeouts,
   connection limit, rate-limited logs).
 * ``http_client``: the trio HTTP/1.1 client channel asyncflow uses (``TrioHttpChannel``).
+* ``cross_memory``: same-host answers whose large tensors the client copies from the server's
+  memory (``process_vm_readv``); ``allocation``: a process keeps freed memory for its next
+  large tensor (glibc ``mallopt``, set by ``asyncflow worker``).
 
 An aiohttp client of the same protocol, which shares no HTTP code with the server, lives with
 the tests (``tests/transports/aiohttp_channel.py``).

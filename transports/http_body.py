@@ -56,6 +56,12 @@ class BufferedConnection(GuardedConnection):
             return n
         raise BodyTimeout(f"no body bytes for {timeout} s")
 
+    async def receive_some(self, timeout: float) -> bytes:
+        """The next bytes from the socket past the reader; b"" at EOF or after ``timeout``."""
+        with trio.move_on_after(timeout):
+            return await self.stream.receive_some(_RECV)
+        return b""
+
     async def fill(self, timeout: float) -> None:
         """Feed the reader at least one more byte from the socket."""
         with trio.move_on_after(timeout):

@@ -41,7 +41,7 @@ from typing import Any, Final
 
 import trio
 
-from transports import bulk_io, same_host as _same_host
+from transports import bulk_io, cross_memory, same_host as _same_host
 from transports.bulk_io import BULK_BYTES, BulkReader
 from transports.http_framing import MessageReader
 from transports.http_protocol import (
@@ -69,10 +69,11 @@ class _StaleConnection(Exception):
 class _Connection:
     """One keep-alive connection with its reader."""
 
-    __slots__ = ("stream", "reader", "reused", "answered", "bulk")
+    __slots__ = ("stream", "reader", "reused", "answered", "bulk", "peer")
 
     def __init__(self, stream: trio.SocketStream) -> None:
         self.stream = stream
+        self.peer = cross_memory.peer_pid(stream.socket)  # a same-host server's pid, or None
         self.bulk = BulkReader(stream.socket)
         self.reader = MessageReader(response=True, max_head=_MAX_HEAD)
         self.reused = False    # it carried a complete call before this one
@@ -178,6 +179,10 @@ class TrioHttpChannel(Channel):
         # connection to it fails; then TCP only.
         self._same_host = (_same_host.enabled(same_host)
                            and self._host in _same_host.LOOPBACK_HOSTS)
+        # Over the Unix socket, ask for large tensors to be copied from the server's memory
+        # (``transports.cross_memory``) until a copy is refused; then sockets only.
+        self._lend = self._same_host and cross_memory.available()
+        self.lent_replies = self.lent_refused = 0  # replies copied / refused and sent again
 
     async def aclose(self) -> None:
         await super().aclose()
@@ -248,12 +253,13 @@ class TrioHttpChannel(Channel):
 
     async def _send(self, conn: _Connection, method: str, path: str,
                     buffers: list | None) -> None:
+        lend = "X-Asyncflow-Lend: 1\r\n" if self._lend and conn.peer is not None else ""
         if buffers is None:
-            head = f"{method} {path} HTTP/1.1\r\n{self._fixed_headers}\r\n"
+            head = f"{method} {path} HTTP/1.1\r\n{self._fixed_headers}{lend}\r\n"
             await conn.send_all(head.encode("latin-1"))
             return
         size = frame_size(buffers)
-        head = (f"{method} {path} HTTP/1.1\r\n{self._fixed_headers}Content-Type: "
+        head = (f"{method} {path} HTTP/1.1\r\n{self._fixed_headers}{lend}Content-Type: "
                 f"{FRAME_CONTENT_TYPE}\r\nContent-Length: {size}\r\n\r\n").encode("latin-1")
         for piece in send_pieces(head, buffers):
             await conn.send_all(piece)
@@ -263,10 +269,13 @@ class TrioHttpChannel(Channel):
     async def _read_reply(self, conn: _Connection, status: int,
                           headers: dict[str, str]) -> Message:
         body = _Body(conn)
-        if headers.get("content-type", "").split(";")[0].strip() != FRAME_CONTENT_TYPE:
-            await self._raise_for_text(body, status)
+        kind = headers.get("content-type", "").split(";")[0].strip()
         decoder, received = Decoder(self._limits), 0
-        while True:
+        if kind == cross_memory.CONTENT_TYPE and conn.peer is not None:
+            decoder = await self._read_lent(conn, body, decoder)
+        elif kind != FRAME_CONTENT_TYPE:
+            await self._raise_for_text(body, status)
+        while kind == FRAME_CONTENT_TYPE:
             try:
                 view = decoder.get_buffer()
             except LocalProtocolError:
@@ -286,6 +295,36 @@ class TrioHttpChannel(Channel):
             raise RemoteProtocolError(f"HTTP {status} with a {type(message).__name__} frame "
                                       "instead of an ErrorReply")
         return message
+
+    async def _read_lent(self, conn: _Connection, body: _Body, decoder: Decoder) -> Decoder:
+        """A lent reply's frame: copied from the server's memory, or, where a copy is
+        refused, sent again plainly after the body (``transports.cross_memory``)."""
+        try:
+            copied, size = await cross_memory.receive_lent(
+                body.read_into, conn.peer, decoder, 3 * self._limits.max_tensors + 2)
+        except (EOFError, ValueError) as exc:
+            raise RemoteProtocolError(f"lent reply from {self.address}: {exc}") from None
+        if copied is None:
+            return decoder  # it raises what broke the frame (the connection is not reused)
+        most = self._limits.max_header_bytes + self._limits.max_body_bytes + 16 + 68 * (
+            self._limits.max_tensors + 1)  # prefix, header, tensors, padding and trailers
+        if size > most:
+            raise RemoteProtocolError(f"lent reply from {self.address} lists {size} bytes, "
+                                      f"more than a frame within the limits ({most})")
+        if await body.read_into(memoryview(bytearray(1))):
+            raise RemoteProtocolError(f"lent reply from {self.address} longer than its records")
+        await conn.send_all(cross_memory.COPIED if copied else cross_memory.RESEND)
+        if copied:
+            self.lent_replies += 1
+            return decoder
+        self.lent_refused += 1
+        self._lend = False  # this server's memory cannot be read from here: sockets only
+        decoder = Decoder(self._limits)
+        while size:  # the plain frame, with no head, past the parser
+            n = await conn.receive_into(decoder.get_buffer()[:size])
+            decoder.buffer_updated(n)
+            size -= n
+        return decoder
 
     async def _read_metrics(self, conn: _Connection, status: int, headers: dict[str, str]) -> str:
         body = _Body(conn)

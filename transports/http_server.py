@@ -58,7 +58,7 @@ from urllib.parse import unquote
 import outcome
 import trio
 
-from transports import bulk_io, same_host as _same_host
+from transports import bulk_io, cross_memory, same_host as _same_host
 from transports.http_body import BodyTimeout, BufferedConnection, PeerGone, RequestBody, \
     read_frame, read_small_body
 from transports.http_disconnect import DisconnectMonitor
@@ -312,7 +312,8 @@ class HttpServer:
                 error = error_reply_for(exc)
                 status, buffers = _HTTP_STATUS[error.code], encode(error, self._limits)
             keep = keep and not self._closing
-            await self._send_frame(conn, status, buffers, keep)
+            await self._send_frame(conn, status, buffers, keep,
+                                   cross_memory.wanted(head.headers, conn.stream.socket))
             return keep
         except _Reject as reject:
             status = reject.status
@@ -506,10 +507,18 @@ class HttpServer:
     # -- answers --------------------------------------------------------------------------------
 
     async def _send_frame(self, conn: BufferedConnection, status: int, buffers: list[bytes | memoryview],
-                          keep: bool) -> None:
+                          keep: bool, lend: bool = False) -> None:
         size = frame_size(buffers)
         self._bytes_sent += size
-        for piece in send_pieces(_head(status, FRAME_CONTENT_TYPE, size, keep), buffers):
+        head = _head(status, FRAME_CONTENT_TYPE, size, keep)
+        if lend and cross_memory.lendable(buffers):  # same host: copied from our memory
+            if await cross_memory.send_lent(  # the peer's verdict bounded like a body's read
+                    buffers, lambda n: _head(status, cross_memory.CONTENT_TYPE, n, keep),
+                    lambda data: self._send_all(conn, data), lambda: conn.receive_some(
+                        self._connection_limits.body_timeout_s), conn.reader.feed):
+                return
+            head = b""  # refused: the plain frame follows
+        for piece in send_pieces(head, buffers):
             await self._send_all(conn, piece)
 
     async def _send_text(self, conn: BufferedConnection, status: int, text: str, keep: bool,

@@ -459,3 +459,14 @@ def remember_header(key: tuple, parsed: tuple) -> None:
         if len(VALIDATED_HEADERS) >= _CACHED_HEADERS:
             VALIDATED_HEADERS.clear()
         VALIDATED_HEADERS[key] = parsed
+
+
+def refuse_magic(magic: bytes) -> None:
+    """Raise for a frame start that is neither magic: damage when one bit from the checked
+    magic (a checked frame's first bytes, damaged), else not an asyncflow frame at all."""
+    flipped = sum(bin(a ^ b).count("1") for a, b in zip(magic, CHECKED_MAGIC))
+    if flipped == 1:
+        raise ChecksumMismatch(None, len(magic), None, None, f"frame magic {magic!r} (one bit "
+                               f"from {CHECKED_MAGIC!r})")
+    raise RemoteProtocolError(f"bad magic {magic!r}: not an asyncflow frame (expected "
+                              f"{MAGIC!r} or {CHECKED_MAGIC!r})")

@@ -81,7 +81,7 @@ from transports.schema import (
     FORMAT_VERSION, HEADER_KEYS, MAGIC, PREFIX, SCHEMA_BY_CLASS, SCHEMAS, STRING_DTYPE,
     VALIDATED_HEADERS, WIRE_DTYPES, WIRE_NAMES, ChecksumMismatch, FrameTooLarge, Limits,
     LocalProtocolError, RemoteProtocolError, Schema, SchemaMismatch, WireError, check_depth,
-    check_descriptor, record_from_wire, record_to_wire, remember_header,
+    check_descriptor, record_from_wire, record_to_wire, refuse_magic, remember_header,
 )
 
 __all__ = [
@@ -92,6 +92,7 @@ __all__ = [
 ]
 
 _ZEROS = bytes(ALIGNMENT)
+_TRUSTED: Final = object()  # in place of a segment's running CRC32C: received unsummed
 _SCRATCH_BYTES = 64 * 1024
 _COALESCE_BYTES = 64 * 1024  # headers smaller than this share one buffer with the prefix
 SMALL_HEADER_BYTES: Final = 64 * 1024  # larger headers are unpacked value by value (counted)
@@ -378,6 +379,13 @@ class Decoder:
         """
         return self._header_len or 0
 
+    def trust_segment(self) -> None:
+        """Receive the current tensor segment unsummed, its trailer read but not checked (bytes
+        the caller copies from the sender's memory: ``transports.cross_memory``)."""
+        if self._frame is not None and self._frame.segments and \
+                self._frame.segments[0][4] is not None:
+            self._frame.segments[0][4] = _TRUSTED
+
     def next_event(self) -> Message | _Sentinel:
         """Return the next complete message, :data:`NEED_DATA` or :data:`CLOSED`.
 
@@ -428,7 +436,7 @@ class Decoder:
         else:
             segment = self._frame.segments[0]
             segment[2] += nbytes
-            if segment[4] is not None:  # summed where it landed, while it is in cache
+            if segment[4] is not None and segment[4] is not _TRUSTED:  # summed where it landed
                 segment[4] = _checksum.extend(segment[4], lent[:nbytes])
             self._frame_bytes += nbytes
             try:
@@ -471,7 +479,7 @@ class Decoder:
                 take = min(len(dest) - filled, len(view) - pos)
                 dest[filled:filled + take] = view[pos:pos + take]
                 segment[2] += take
-                if segment[4] is not None:
+                if segment[4] is not None and segment[4] is not _TRUSTED:
                     segment[4] = _checksum.extend(segment[4], view[pos:pos + take])
             pos += take
             self._frame_bytes += take
@@ -483,7 +491,7 @@ class Decoder:
                 segments[0][3]][2] and (segments[0][4] is None
                                         or len(segments[0][5]) == TRAILER_BYTES):
             done = segments.popleft()
-            if done[4] is not None:
+            if done[4] is not None and done[4] is not _TRUSTED:
                 descriptor, _, nbytes = self._frame.plans[done[3]]
                 stored = int.from_bytes(done[5], "little")
                 if done[4] != stored:
@@ -513,7 +521,7 @@ class Decoder:
         if self._header_len is None:
             magic = bytes(self._head[:len(MAGIC)])
             if not (MAGIC.startswith(magic) or CHECKED_MAGIC.startswith(magic)):
-                _refuse_magic(magic)
+                refuse_magic(magic)
             if magic == CHECKED_MAGIC:
                 self._prefix_size = CHECKED_PREFIX.size
             if len(self._head) == self._prefix_size:
@@ -623,17 +631,6 @@ class Decoder:
             return record_from_wire(schema.plain, payload)
         except SchemaMismatch as exc:
             raise RemoteProtocolError(exc.describe(schema.kind)) from None
-
-
-def _refuse_magic(magic: bytes) -> None:
-    """Raise for a frame start that is neither magic: damage when one bit from the checked
-    magic (a checked frame's first bytes, damaged), else not an asyncflow frame at all."""
-    flipped = sum(bin(a ^ b).count("1") for a, b in zip(magic, CHECKED_MAGIC))
-    if flipped == 1:
-        raise ChecksumMismatch(None, len(magic), None, None, f"frame magic {magic!r} (one bit "
-                               f"from {CHECKED_MAGIC!r})")
-    raise RemoteProtocolError(f"bad magic {magic!r}: not an asyncflow frame (expected "
-                              f"{MAGIC!r} or {CHECKED_MAGIC!r})")
 
 
 def _allocate(descriptor: dict, dtype: np.dtype | None) -> np.ndarray | None:

@@ -1,0 +1,292 @@
+"""Same-host replies copied from the server's memory (``transports.cross_memory``): the bits
+arrive intact, checked; a server whose memory cannot be read sends the frame again and the
+channel stops asking; the switch turns it off; a peer that answers a lent frame with garbage
+loses its connection and the server keeps serving."""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import struct
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import trio
+
+from transports import cross_memory, same_host, wire
+from transports.http_client import TrioHttpChannel
+from transports.http_server import open_http_server
+
+pytestmark = pytest.mark.skipif(not cross_memory.available(),
+                                reason="no process_vm_readv on this system")
+
+GENEROUS = 30
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _values():
+    """A 24 MiB tensor (lent), a small one (in the body) and a 2 MiB one (lent)."""
+    rng = np.random.default_rng(7)
+    return [rng.random(6 << 20, dtype=np.float32), np.arange(5, dtype=np.int64),
+            rng.integers(0, 255, 2 << 20, dtype=np.uint8)]
+
+
+class _Holder:
+    """Answers RecvTensors with the same three arrays (as a ps answers with a variable)."""
+
+    def __init__(self) -> None:
+        self.values = _values()
+
+    async def recv_tensors(self, request: wire.RecvTensors) -> wire.RecvTensorsReply:
+        return wire.RecvTensorsReply([wire.TensorEntry(f"t{i}", v)
+                                      for i, v in enumerate(self.values)])
+
+    async def health(self, request: wire.Health) -> wire.HealthReply:
+        return wire.HealthReply(os.getpid(), "holder", [], wire.WorkerStatistics())
+
+
+async def _pull(channel):
+    with trio.fail_after(GENEROUS):
+        reply = await channel.recv_tensors(wire.RecvTensors(1, ["t0", "t1", "t2"]))
+    for got, want in zip(reply.tensors, _values()):
+        assert got.value.dtype == want.dtype and got.value.tobytes() == want.tobytes()
+    return reply
+
+
+async def test_a_large_reply_is_copied_from_the_servers_memory_intact():
+    async with open_http_server(_Holder()) as server:
+        async with TrioHttpChannel(server.address) as channel:
+            for _ in range(3):
+                await _pull(channel)
+            (conn,) = channel._idle
+            assert conn.stream.socket.family == socket.AF_UNIX and conn.peer == os.getpid()
+            assert (channel.lent_replies, channel.lent_refused) == (3, 0)
+            await channel.health()  # small answers stay plain frames on the same connection
+            assert channel.lent_replies == 3
+
+
+_SERVER = textwrap.dedent("""
+    import ctypes, os, sys
+    sys.path[:0] = [sys.argv[1], os.path.join(sys.argv[1], "tests", "transports")]
+    import trio
+    from test_cross_memory import _Holder
+    from transports.http_server import open_http_server
+    if sys.argv[2] == "private":  # not dumpable: no other process may read this one
+        assert ctypes.CDLL(None).prctl(4, 0, 0, 0, 0) == 0  # PR_SET_DUMPABLE
+    async def main():
+        async with open_http_server(_Holder()) as server:
+            print(server.port, flush=True)
+            await trio.sleep(120)
+    trio.run(main)
+""")
+
+
+class _ServerProcess:
+    """A server in a process of its own, stopped (by its pid) on exit."""
+
+    def __init__(self, mode: str) -> None:
+        self.process = subprocess.Popen([sys.executable, "-c", _SERVER, ROOT, mode],
+                                        stdout=subprocess.PIPE, text=True)
+
+    def __enter__(self) -> str:
+        ready, _, _ = select.select([self.process.stdout], [], [], GENEROUS)
+        assert ready, "the server process did not start"
+        return f"127.0.0.1:{int(self.process.stdout.readline())}"
+
+    def __exit__(self, *exc_info) -> None:
+        self.process.kill()
+        self.process.wait(timeout=GENEROUS)
+        self.process.stdout.close()
+
+
+async def test_a_server_in_another_process_lends_its_arrays():
+    with _ServerProcess("plain") as address:
+        async with TrioHttpChannel(address) as channel:
+            await _pull(channel)
+            await _pull(channel)
+            (conn,) = channel._idle
+            assert conn.peer not in (None, os.getpid())
+            assert (channel.lent_replies, channel.lent_refused) == (2, 0)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may read a process that is not dumpable")
+async def test_a_server_that_cannot_be_read_sends_the_frame_again():
+    with _ServerProcess("private") as address:
+        async with TrioHttpChannel(address) as channel:
+            await _pull(channel)  # the copy is refused (EPERM): the plain frame follows
+            assert (channel.lent_replies, channel.lent_refused) == (0, 1)
+            await _pull(channel)  # then the channel no longer asks
+            await channel.health()
+            assert (channel.lent_replies, channel.lent_refused) == (0, 1)
+
+
+async def test_the_switch_turns_it_off(monkeypatch):
+    monkeypatch.setenv("ASYNCFLOW_CROSS_MEMORY", "0")  # (cross_memory.ENV)
+    async with open_http_server(_Holder()) as server:
+        async with TrioHttpChannel(server.address) as channel:
+            await _pull(channel)
+            assert (channel.lent_replies, channel.lent_refused) == (0, 0)
+
+
+async def _raw_lent_call(path: str, verdict: bytes) -> bytes:
+    """A RecvTensors asking for a lent answer over the Unix socket; answers ``verdict``."""
+    body = b"".join(bytes(b) for b in wire.encode(wire.RecvTensors(1, ["t0"])))
+    sock = trio.socket.socket(socket.AF_UNIX)
+    await sock.connect(path)
+    with sock:
+        await sock.send(b"POST /v1/steps/1/recv HTTP/1.1\r\nHost: x\r\nX-Asyncflow-Lend: 1\r\n"
+                        b"Content-Type: application/x-asyncflow-frame\r\nContent-Length: "
+                        + str(len(body)).encode() + b"\r\n\r\n" + body)
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += await sock.recv(1 << 16)
+        assert cross_memory.CONTENT_TYPE.encode() in head
+        length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+        got = len(head.split(b"\r\n\r\n", 1)[1])
+        while got < length:
+            got += len(await sock.recv(1 << 16))
+        await sock.send(verdict)
+        return await sock.recv(1 << 16)
+
+
+async def test_a_bad_verdict_closes_that_connection_and_the_server_keeps_serving():
+    async with open_http_server(_Holder()) as server:
+        path = same_host.socket_path(server.port)
+        with trio.fail_after(GENEROUS):
+            assert await _raw_lent_call(path, b"?") == b""  # closed, nothing sent
+            async with TrioHttpChannel(server.address) as channel:
+                await _pull(channel)
+                assert channel.lent_replies == 1
+
+
+async def _lending_peer(listener, address: int | None, pid: int, verdicts: list,
+                        bad_trailer: bool = False, extra: tuple = ()) -> None:
+    """Answer one RecvTensors with a lent body whose large record points at ``address`` (None:
+    the real one) and names ``pid``, lent segments summed (flag 1; with ``bad_trailer`` the
+    first trailer is off by one bit); after a RESEND verdict, send the plain frame."""
+    stream = await listener.accept()
+    async with stream:
+        request = b""
+        while b"\r\n\r\n" not in request:
+            request += await stream.receive_some(1 << 16)
+        assert b"x-asyncflow-lend: 1" in request.lower()
+        values = _values()
+        buffers = wire.encode(wire.RecvTensorsReply([wire.TensorEntry(f"t{i}", v)
+                                                     for i, v in enumerate(values)]))
+        records, in_body = [], []
+        for buffer in buffers:
+            if len(buffer) >= cross_memory.LEND_BYTES:
+                real = np.frombuffer(buffer, np.uint8).ctypes.data
+                records.append(struct.pack("<QQ", real if address is None else address,
+                                           len(buffer)))
+            else:
+                records.append(struct.pack("<QQ", 0, len(buffer)))
+                in_body.append(bytes(buffer))
+                if bad_trailer and len(in_body[-1]) == 4 and len(in_body) == 3:
+                    in_body[-1] = bytes([in_body[-1][0] ^ 1]) + in_body[-1][1:]
+        records += [struct.pack("<QQ", *record) for record in extra]  # declared, not sent
+        body = struct.pack("<III", pid, len(records), 1) + b"".join(records + in_body)
+        try:
+            await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Type: " + cross_memory
+                                  .CONTENT_TYPE.encode() + b"\r\nContent-Length: "
+                                  + str(len(body)).encode() + b"\r\n\r\n" + body)
+        except trio.BrokenResourceError:
+            assert extra  # the client refused the body before its end and closed
+        if extra:
+            return
+        verdict = await stream.receive_some(1)
+        verdicts.append(verdict)
+        if verdict == cross_memory.RESEND:
+            await stream.send_all(b"".join(bytes(b) for b in buffers))
+        assert await stream.receive_some(1) == b""  # the client closes its channel
+
+
+@pytest.mark.parametrize("address, pid", [(None, None), (8, None), (None, 1)],
+                         ids=["real", "unmapped-address", "another-pid"])
+async def test_a_copy_that_fails_falls_back_to_the_plain_frame(address, pid):
+    """EFAULT from the kernel, or a body naming a process that is not the socket's peer: the
+    client asks for the frame again and decodes it from the socket, intact."""
+    with socket.socket() as reserved:
+        reserved.bind(("127.0.0.1", 0))
+        port = reserved.getsockname()[1]
+        listener, path = same_host.listen(port)
+        verdicts = []
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_lending_peer, listener, address, pid or os.getpid(),
+                                   verdicts)
+                async with TrioHttpChannel(f"127.0.0.1:{port}") as channel:
+                    await _pull(channel)
+                    refused = (address, pid) != (None, None)
+                    assert (channel.lent_replies, channel.lent_refused) == (
+                        int(not refused), int(refused))
+                    assert channel._lend is not refused
+        finally:
+            await listener.aclose()
+            same_host.unlink(path)
+    assert verdicts == [cross_memory.RESEND if refused else cross_memory.COPIED]
+
+
+async def test_a_checked_lent_segment_that_differs_is_a_checksum_mismatch():
+    """With lent segments summed (flag 1), a trailer that does not match the copied bytes fails
+    the call as damage, naming the tensor."""
+    with socket.socket() as reserved:
+        reserved.bind(("127.0.0.1", 0))
+        port = reserved.getsockname()[1]
+        listener, path = same_host.listen(port)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_lending_peer, listener, None, os.getpid(), [], True)
+                async with TrioHttpChannel(f"127.0.0.1:{port}") as channel:
+                    with pytest.raises(wire.ChecksumMismatch, match="t0"):
+                        await _pull(channel)
+                nursery.cancel_scope.cancel()
+        finally:
+            await listener.aclose()
+            same_host.unlink(path)
+
+
+@pytest.mark.parametrize("mode", ["1", "checked"])
+async def test_lent_segments_are_summed_only_when_asked(monkeypatch, mode):
+    """By default a lent segment's trailer is zeros and not checked; ``checked`` sums both
+    sides (the bits arrive intact either way)."""
+    monkeypatch.setenv(cross_memory.ENV, mode)
+    summed = []
+    plain = cross_memory._checksum.extend
+    monkeypatch.setattr(cross_memory._checksum, "extend",
+                        lambda crc, data: summed.append(len(data)) or plain(crc, data))
+    async with open_http_server(_Holder()) as server:
+        async with TrioHttpChannel(server.address) as channel:
+            await _pull(channel)
+            assert channel.lent_replies == 1
+    big = sum(n for n in summed if n >= cross_memory.COPY_CHUNK)
+    assert big == (2 * ((24 << 20) + (2 << 20)) if mode == "checked" else 0)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (((0, 1),) * 200_000, "lists 2000[0-9]+ buffers, over the limit"),
+    (((8, 1 << 62),), "more than a frame within the limits"),
+], ids=["records", "bytes"])
+async def test_a_lent_body_over_the_limits_is_refused(extra, message):
+    """More records than a frame within the limits can have, or more bytes: a protocol error
+    naming the server, before anything is copied or allocated."""
+    with socket.socket() as reserved:
+        reserved.bind(("127.0.0.1", 0))
+        port = reserved.getsockname()[1]
+        listener, path = same_host.listen(port)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_lending_peer, listener, None, os.getpid(), [], False,
+                                   extra)
+                async with TrioHttpChannel(f"127.0.0.1:{port}") as channel:
+                    with pytest.raises(wire.RemoteProtocolError,
+                                       match=f"lent reply from 127.0.0.1:{port}.*{message}"):
+                        with trio.fail_after(GENEROUS):
+                            await channel.recv_tensors(wire.RecvTensors(1, ["t0"]))
+        finally:
+            await listener.aclose()
+            same_host.unlink(path)
