@@ -132,6 +132,11 @@ POOL_CASES = [
     (5, 6, 11, 9, 2, 3, 3, 2, "VALID"),
     (3, 7, 7, 5, 2, 2, 2, 2, "SAME"),     # windows tile the padded input
     (2, 9, 6, 3, 3, 3, 3, 3, "VALID"),    # windows tile the input exactly
+    # Windows that tile the input without padding take the row-then-column routing:
+    (3, 8, 12, 32, 2, 2, 2, 2, "SAME"),   # the convnet's pools (channels in runs of 32)
+    (2, 6, 9, 1, 2, 3, 2, 3, "VALID"),    # one channel, a 2x3 window
+    (3, 9, 4, 5, 3, 1, 3, 1, "VALID"),    # a column of taps (KW = 1)
+    (2, 4, 10, 3, 1, 5, 1, 5, "SAME"),    # a row of taps (KH = 1)
 ]
 
 
