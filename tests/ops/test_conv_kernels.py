@@ -57,6 +57,8 @@ CONV_CASES = [
     (2, 13, 7, 1, 32, 5, 5, 2, 1, 1, 1, "SAME"),
     (3, 5, 5, 12, 2, 5, 5, 1, 1, 1, 1, "VALID"),
     (7, 8, 9, 10, 6, 2, 3, 2, 2, 2, 1, "VALID"),
+    (3, 12, 10, 1, 6, 3, 3, 1, 1, 2, 2, "VALID"),   # one channel (tap-major patches), dilated
+    (4, 9, 11, 1, 5, 4, 2, 3, 2, 1, 1, "SAME"),     # one channel, even window, strides
 ]
 
 
