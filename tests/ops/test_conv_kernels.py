@@ -91,6 +91,34 @@ def test_conv_kernels_match_the_kernels_they_replaced(case, threads, small_chunk
         np.testing.assert_allclose(new, old, rtol=2e-5, atol=2e-5, err_msg=f"{name} {case}")
 
 
+def test_one_channel_conv_carries_nan_and_inf_like_before(small_chunks):
+    """The one-channel (tap-major) patches carry an input's NaN and inf into the products
+    and the filter gradient exactly where the old patches did."""
+    for case in [c for c in CONV_CASES if c[3] == 1]:
+        attrs, x, f, grad = conv_inputs(case, seed=4)
+        x = x.copy()
+        flat = x.reshape(-1)
+        flat[::11], flat[3::17], flat[5::23] = np.nan, np.inf, -np.inf
+        with np.errstate(invalid="ignore"):  # inf - inf in the GEMMs, both kernels alike
+            results = zip(("Conv2D", "BackpropInput", "BackpropFilter"),
+                          conv_results(rebuilt, attrs, x, f, grad, 2),
+                          conv_results(before, attrs, x, f, grad, 1))
+        for name, new, old in results:
+            np.testing.assert_array_equal(np.isnan(new), np.isnan(old), err_msg=name)
+            np.testing.assert_allclose(new, old, rtol=2e-5, atol=2e-5, equal_nan=True,
+                                       err_msg=f"{name} {case}")
+
+
+@pytest.mark.parametrize("padding, strides, dilations", [("SAME", 1, 1), ("VALID", 2, 1),
+                                                         ("SAME", 1, 2), ("VALID", [2, 1], 1)])
+async def test_one_channel_conv_gradients_match_finite_differences(padding, strides, dilations):
+    from gradcheck import check_gradients
+    rng = np.random.default_rng(5)
+    x, f = rng.standard_normal((2, 7, 6, 1)), rng.standard_normal((3, 2, 1, 4))
+    await check_gradients(lambda a, b: af.nn.conv2d(a, b, strides, padding,
+                                                    dilations=dilations), [x, f])
+
+
 @pytest.mark.parametrize("case", CONV_CASES[:4])
 def test_conv_kernels_match_in_float64(case, small_chunks):
     attrs, x, f, grad = conv_inputs(case, seed=1, dtype=np.float64)
