@@ -9,7 +9,9 @@ Theory of operation for the spatial kernels (Conv2D, pooling and their gradients
 - ``_patches`` is the im2col matrix ``[N*OH*OW, KH*KW*C]``: one ``as_strided`` view
   ``[N, OH, OW, KH, KW, C]`` of the padded input, copied once by the reshape (no list of tap
   views, no ``stack``). Conv2D is one matmul with the filter reshaped to ``[KH*KW*C, O]``;
-  the filter gradient is ``patches.T @ grad``.
+  the filter gradient is ``patches.T @ grad``. With one input channel (grayscale images)
+  that copy would move runs of KW cells, so the patches are built tap-major instead (one copy
+  of OW-cell rows per tap) and handed to the GEMMs transposed.
 - Conv2DBackpropInput does one GEMM per tap, ``grad[N*OH*OW, O] @ filter[i, j].T``, and adds
   the contiguous ``[N, OH, OW, C]`` result into that tap's strided view of a zero padded
   buffer (for one tap the strided positions are distinct, so ``+=`` on the view is exact);
