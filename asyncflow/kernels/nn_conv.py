@@ -9,7 +9,9 @@ Theory of operation for the spatial kernels (Conv2D, pooling and their gradients
 - ``_patches`` is the im2col matrix ``[N*OH*OW, KH*KW*C]``: one ``as_strided`` view
   ``[N, OH, OW, KH, KW, C]`` of the padded input, copied once by the reshape (no list of tap
   views, no ``stack``). Conv2D is one matmul with the filter reshaped to ``[KH*KW*C, O]``;
-  the filter gradient is ``patches.T @ grad``.
+  the filter gradient is ``patches.T @ grad``. With one input channel (grayscale images)
+  that copy would move runs of KW cells, so the patches are built tap-major instead (one copy
+  of OW-cell rows per tap) and handed to the GEMMs transposed.
 - Conv2DBackpropInput does one GEMM per tap, ``grad[N*OH*OW, O] @ filter[i, j].T``, and adds
   the contiguous ``[N, OH, OW, C]`` result into that tap's strided view of a zero padded
   buffer (for one tap the strided positions are distinct, so ``+=`` on the view is exact);
@@ -163,6 +165,15 @@ def _patches(xp, x, ctx, kernel_hw, rows, cols):
     if type(padded) is not np.ndarray:
         views = list(_taps(padded, *_tap_args(ctx, kernel_hw, rows, cols)))
         return xp.stack(views, axis=3).reshape(n * oh * ow, kh * kw * depth)
+    if depth == 1:
+        # One channel (grayscale images): the as_strided copy below would move runs of KW
+        # cells; one copy per tap moves rows of OW cells instead (4.3x faster for the
+        # convnet's first layer, [128, 28, 28, 1] 5x5: 0.57 against 2.47 ms). Built tap-major
+        # [KH*KW, N*OH*OW] and returned transposed: the GEMMs take it as it is.
+        taps = np.empty((kh * kw, n, oh, ow), dtype=padded.dtype)
+        for tap, view in enumerate(_taps(padded, *_tap_args(ctx, kernel_hw, rows, cols))):
+            taps[tap] = view[..., 0]
+        return taps.reshape(kh * kw, n * oh * ow).T
     s_n, s_h, s_w, s_c = padded.strides
     view = np.lib.stride_tricks.as_strided(
         padded, (n, oh, ow, kh, kw, depth),

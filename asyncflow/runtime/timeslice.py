@@ -34,7 +34,9 @@ Theory of operation:
 A count bounds time only as well as kernels are small: the static schedule also checks after
 every kernel its static shapes say is large (``LARGE_KERNEL_COST``) or that may be offloaded;
 elsewhere, and for shapes known only at run time, ``CHECK_EVERY`` large kernels may run
-between two checks.
+between two checks. One kernel is never cut: a GEMM runs inline up to its offload threshold
+(67M multiply-adds), about 0.75 ms split over two free cores and 1.3 ms on one, because an
+offload costs 0.14-0.38 ms a kernel (docs/architecture.md, ``bench/bench_inline_gemm.py``).
 
 ``TIME_SLICE_S`` is read at each check, so an embedding application may set it (e.g.
 ``asyncflow.runtime.timeslice.TIME_SLICE_S = 0.005``) to trade latency of other tasks for

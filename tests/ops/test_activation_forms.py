@@ -37,6 +37,33 @@ async def test_sigmoid_keeps_relative_precision_everywhere(dtype):
     assert np.isnan(flat[len(SPECIAL) - 1])
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+async def test_sigmoid_without_overflowing_values_keeps_its_precision(dtype):
+    # No NaN and nothing below -log(max): the in-place 1 / (1 + exp(-x)) form.
+    bound = float(np.log(np.finfo(dtype).max))
+    rng = np.random.default_rng(2)
+    x = np.clip(rng.standard_normal(1015) * bound / 3, -bound * 0.999, None)
+    x = np.concatenate([x, [-bound * 0.999, -30.0, -17.5, -0.0, 0.0, 1e4, np.inf]]).astype(dtype)
+    with af.Graph().as_default():
+        value = (await run(af.sigmoid(af.constant(x.reshape(2, -1))))).reshape(-1)
+    exact = 1 / (1 + np.exp(-x.astype(np.float64)))
+    normal = np.isfinite(x) & (exact > np.finfo(dtype).tiny * 4)
+    rel = np.abs(value[normal].astype(np.float64) - exact[normal]) / exact[normal]
+    assert rel.max() <= 4 * np.finfo(dtype).eps
+    assert value[-1] == 1 and value[-2] == 1
+
+
+async def test_sigmoid_keeps_subnormal_results_without_nan():
+    # One value whose exp(-x) overflows sends the array to the masked form: sigmoid(-100)
+    # is 3.7e-44 in float32 (subnormal), not the 0 that 1 / (1 + inf) would give.
+    x = np.array([-100.0, -95.0, 0.5, 3.0], np.float32)
+    with af.Graph().as_default():
+        value = await run(af.sigmoid(af.constant(x)))
+    exact = 1 / (1 + np.exp(-x.astype(np.float64)))
+    assert value[0] > 0 and value[1] > 0
+    np.testing.assert_allclose(value, exact, rtol=0.05)
+
+
 async def test_sigmoid_matches_the_old_form_and_handles_scalars():
     rng = np.random.default_rng(1)
     x = (rng.standard_normal((64, 33)) * 8).astype(np.float32)

@@ -57,6 +57,8 @@ CONV_CASES = [
     (2, 13, 7, 1, 32, 5, 5, 2, 1, 1, 1, "SAME"),
     (3, 5, 5, 12, 2, 5, 5, 1, 1, 1, 1, "VALID"),
     (7, 8, 9, 10, 6, 2, 3, 2, 2, 2, 1, "VALID"),
+    (3, 12, 10, 1, 6, 3, 3, 1, 1, 2, 2, "VALID"),   # one channel (tap-major patches), dilated
+    (4, 9, 11, 1, 5, 4, 2, 3, 2, 1, 1, "SAME"),     # one channel, even window, strides
 ]
 
 
@@ -87,6 +89,34 @@ def test_conv_kernels_match_the_kernels_they_replaced(case, threads, small_chunk
                               conv_results(before, attrs, x, f, grad, 1)):
         assert new.shape == old.shape and new.dtype == old.dtype, name
         np.testing.assert_allclose(new, old, rtol=2e-5, atol=2e-5, err_msg=f"{name} {case}")
+
+
+# inf - inf in the GEMMs, both kernels alike (on the pool's threads too: no errstate there)
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_one_channel_conv_carries_nan_and_inf_like_before(small_chunks):
+    """The one-channel (tap-major) patches carry an input's NaN and inf into the products
+    and the filter gradient exactly where the old patches did."""
+    for case in [c for c in CONV_CASES if c[3] == 1]:
+        attrs, x, f, grad = conv_inputs(case, seed=4)
+        x = x.copy()
+        flat = x.reshape(-1)
+        flat[::11], flat[3::17], flat[5::23] = np.nan, np.inf, -np.inf
+        for name, new, old in zip(("Conv2D", "BackpropInput", "BackpropFilter"),
+                                  conv_results(rebuilt, attrs, x, f, grad, 2),
+                                  conv_results(before, attrs, x, f, grad, 1)):
+            np.testing.assert_array_equal(np.isnan(new), np.isnan(old), err_msg=name)
+            np.testing.assert_allclose(new, old, rtol=2e-5, atol=2e-5, equal_nan=True,
+                                       err_msg=f"{name} {case}")
+
+
+@pytest.mark.parametrize("padding, strides, dilations", [("SAME", 1, 1), ("VALID", 2, 1),
+                                                         ("SAME", 1, 2), ("VALID", [2, 1], 1)])
+async def test_one_channel_conv_gradients_match_finite_differences(padding, strides, dilations):
+    from gradcheck import check_gradients
+    rng = np.random.default_rng(5)
+    x, f = rng.standard_normal((2, 7, 6, 1)), rng.standard_normal((3, 2, 1, 4))
+    await check_gradients(lambda a, b: af.nn.conv2d(a, b, strides, padding,
+                                                    dilations=dilations), [x, f])
 
 
 @pytest.mark.parametrize("case", CONV_CASES[:4])
@@ -132,6 +162,11 @@ POOL_CASES = [
     (5, 6, 11, 9, 2, 3, 3, 2, "VALID"),
     (3, 7, 7, 5, 2, 2, 2, 2, "SAME"),     # windows tile the padded input
     (2, 9, 6, 3, 3, 3, 3, 3, "VALID"),    # windows tile the input exactly
+    # Windows that tile the input without padding take the row-then-column routing:
+    (3, 8, 12, 32, 2, 2, 2, 2, "SAME"),   # the convnet's pools (channels in runs of 32)
+    (2, 6, 9, 1, 2, 3, 2, 3, "VALID"),    # one channel, a 2x3 window
+    (3, 9, 4, 5, 3, 1, 3, 1, "VALID"),    # a column of taps (KW = 1)
+    (2, 4, 10, 3, 1, 5, 1, 5, "SAME"),    # a row of taps (KH = 1)
 ]
 
 

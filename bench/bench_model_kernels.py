@@ -1,0 +1,107 @@
+"""Single kernels of the models in ``bench_models.py``, one source tree against another (issue 37).
+
+Times, called directly on one and two intra-op threads (the convnet's and the autoencoder's
+shapes, float32): the convnet's first Conv2D ([128, 28, 28, 1] 5x5 -> 32, SAME) and its
+filter gradient, its two MaxPoolGrads ([128, 28, 28, 32] and [128, 14, 14, 64], 2x2), and
+Sigmoid on [256, 784] (and [32, 128]). Each tree is imported in a process of its own
+(``PYTHONPATH=TREE``); rounds alternate the trees, so load phases hit both alike; the figure
+is the best round's median call time.
+
+Run: ``.venv/bin/python bench/bench_model_kernels.py --tree OLD --tree . [--rounds 3]``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+
+class _Context:
+    def __init__(self, attrs, threads):
+        from asyncflow.runtime.device import Device
+        self.attrs, self.name, self.xp = attrs, "bench", np
+        self.device = Device("/job:localhost/replica:0/task:0/device:CPU:0", 0, threads,
+                             intra_op_threads=threads)
+
+
+def _median_ms(fn, calls):
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    times.sort()
+    return 1e3 * times[len(times) // 2]
+
+
+def measure(calls):
+    from asyncflow.kernels import math as kmath
+    from asyncflow.kernels import nn_conv
+    rng = np.random.default_rng(0)
+    conv = {"strides": (1, 1, 1, 1), "dilations": (1, 1, 1, 1), "padding": "SAME"}
+    pool = {"ksize": (1, 2, 2, 1), "strides": (1, 2, 2, 1), "padding": "SAME"}
+    x = rng.standard_normal((128, 28, 28, 1)).astype(np.float32)
+    f = rng.standard_normal((5, 5, 1, 32)).astype(np.float32)
+    g = rng.standard_normal((128, 28, 28, 32)).astype(np.float32)
+    results = {}
+    for threads in (1, 2):
+        ctx = _Context(conv, threads)
+        results[f"Conv2D 28x28x1 5x5x32, {threads} thr"] = _median_ms(
+            lambda: nn_conv._conv2d(ctx, x, f), calls)
+        results[f"BackpropFilter 28x28x1 5x5x32, {threads} thr"] = _median_ms(
+            lambda: nn_conv._conv2d_backprop_filter(ctx, x, np.array(f.shape), g), calls)
+        for shape in ((128, 28, 28, 32), (128, 14, 14, 64)):
+            pctx = _Context(pool, threads)
+            value = np.maximum(rng.standard_normal(shape).astype(np.float32), 0)  # ReLU'd
+            pooled = nn_conv._max_pool(pctx, value)[0]
+            grad = rng.standard_normal(pooled.shape).astype(np.float32)
+            results[f"MaxPoolGrad {shape[1]}x{shape[2]}x{shape[3]}, {threads} thr"] = _median_ms(
+                lambda: nn_conv._max_pool_grad(pctx, value, pooled, grad), calls)
+    for shape in ((256, 784), (32, 128)):
+        value = rng.standard_normal(shape).astype(np.float32) * 4
+        out = np.empty_like(value)
+        results[f"Sigmoid {shape[0]}x{shape[1]}"] = _median_ms(
+            lambda: kmath.sigmoid_into(np, value, out), calls * 10)
+    return results
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tree", action="append", default=[], metavar="PATH")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--calls", type=int, default=9)
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve:
+        print(json.dumps(measure(args.calls)))
+        return 0
+    trees = args.tree or ["."]
+    print(f"load average at start: {os.getloadavg()}")
+    best = {}
+    for _ in range(args.rounds):
+        for tree in trees:
+            env = {**os.environ, "PYTHONPATH": os.path.abspath(tree)}
+            out = subprocess.run([sys.executable, os.path.abspath(__file__), "--serve",
+                                  "--calls", str(args.calls)], env=env, check=True,
+                                 capture_output=True, text=True, timeout=600).stdout
+            for key, value in json.loads(out).items():
+                cell = (tree, key)
+                best[cell] = min(best.get(cell, value), value)
+    print(f"load average at end: {os.getloadavg()}")
+    keys = [key for (tree, key) in best if tree == trees[0]]
+    print("| kernel (ms) | " + " | ".join(trees) + (" | last / first |" if len(trees) > 1 else " |"))
+    print("|---" * (len(trees) + 1 + (len(trees) > 1)) + "|")
+    for key in keys:
+        cells = [best[(tree, key)] for tree in trees]
+        ratio = f" | {cells[-1] / cells[0]:.2f}" if len(trees) > 1 else ""
+        print(f"| {key} | " + " | ".join(f"{c:.3f}" for c in cells) + ratio + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
