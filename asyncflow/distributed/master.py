@@ -531,7 +531,7 @@ class _StepDriver:
             pass
 
     def _remote_error(self, exc, task):
-        op = self.graph._ops_by_name.get(exc.op, exc.op) if exc.op else None
+        op = (self.graph.find_operation(exc.op) or exc.op) if exc.op else None
         error = _rdv.from_remote(exc, op=op)
         error._asyncflow_located = True
         return error

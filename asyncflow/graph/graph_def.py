@@ -162,16 +162,16 @@ def node_def(op, add_shapes=False, debug_info=False):
             attr[key] = encode_attr(op.attrs[key])
         except TypeError as exc:
             raise ValueError(f"{op.type} '{op.name}': attr {key!r}: {exc}") from None
-    if op._colocation:
-        attr[_COLOCATION_ATTR] = {"list": [{"s": f"loc:@{name}"} for name in op._colocation]}
+    if op.colocation_groups:
+        attr[_COLOCATION_ATTR] = {"list": [{"s": f"loc:@{name}"} for name in op.colocation_groups]}
     if add_shapes:
         attr[_SHAPES_ATTR] = {"list": [encode_attr(t.shape) for t in op.outputs]}
     inputs = [f"{t.op.name}:{t.value_index}" for t in op.inputs]
-    inputs += [f"^{c.name}" for c in op._control_inputs]
+    inputs += [f"^{c.name}" for c in op.control_inputs]
     node = {"name": op.name, "op": op.type, "input": inputs, "device": op.device or "",
             "attr": attr}
-    if debug_info and op._traceback is not None:
-        filename, lineno, function = op._traceback
+    if debug_info and op.traceback is not None:
+        filename, lineno, function = op.traceback
         node["debug_info"] = [str(filename), int(lineno), str(function)]
     return node
 

@@ -82,7 +82,7 @@ class CompiledRun:
 
 
 def _contains_control_flow(ops):
-    return any(op.op_def.control_flow or op._control_flow_context is not None for op in ops)
+    return any(op.op_def.control_flow or op.control_flow_context is not None for op in ops)
 
 
 def _host_evaluator(graph, device, resources):
@@ -95,8 +95,8 @@ def _host_evaluator(graph, device, resources):
                 kernel = get_kernel(op.type, device.kind)
                 if kernel is None or kernel.is_async:
                     return None
-                args = [values[t] for t in op._inputs]
-                for tensor, value in zip(op._outputs, kernel.fn(NodeContext(op, device, resources),
+                args = [values[t] for t in op.inputs]
+                for tensor, value in zip(op.outputs, kernel.fn(NodeContext(op, device, resources),
                                                                  *args)):
                     values[tensor] = value
             return [values[tensor_of(p)] for p in ports]

@@ -31,10 +31,10 @@ class NodeContext:
         self.op = op
         self.name = op.name
         self.type = op.type
-        self.attrs = op._attrs
+        self.attrs = op.attrs
         self.device = device
         self.xp = device.xp
-        self.output_dtypes = tuple(None if t.dtype.is_string else t.dtype.np for t in op._outputs)
+        self.output_dtypes = tuple(None if t.dtype.is_string else t.dtype.np for t in op.outputs)
         self.resources = resources
         self._rng = None
         self._constant = None

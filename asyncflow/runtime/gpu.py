@@ -63,9 +63,9 @@ def _is_host_op(op):
     """An op a GPU runs on the host: its arguments other than host-memory ones are int32
     (bools beside), or one of them is a string."""
     types = memory_types(op.type) or _NO_HOST_MEMORY
-    dtypes = [t.dtype for i, t in enumerate(op._inputs) if i not in types.host_inputs] + [
-        t.dtype for i, t in enumerate(op._outputs) if i not in types.host_outputs]
-    if not op._outputs:
+    dtypes = [t.dtype for i, t in enumerate(op.inputs) if i not in types.host_inputs] + [
+        t.dtype for i, t in enumerate(op.outputs) if i not in types.host_outputs]
+    if not op.outputs:
         return False
     if any(d.is_string for d in dtypes):
         return True
@@ -76,10 +76,10 @@ def _is_host_op(op):
 def _read_as_host_memory(op):
     """Every reader of ``op``'s outputs takes them as a host-memory input."""
     readers = 0
-    for tensor in op._outputs:
-        for consumer in tensor._consumers:
+    for tensor in op.outputs:
+        for consumer in tensor.consumers():
             types = memory_types(consumer.type)
-            for position, source in enumerate(consumer._inputs):
+            for position, source in enumerate(consumer.inputs):
                 if source is tensor:
                     readers += 1
                     if types is None or position not in types.host_inputs:

@@ -94,7 +94,7 @@ _TRANSFER_TYPES = frozenset({"_Send", "_Recv"})
 
 def estimate_static_cost(op):
     """Estimated work from static shapes, or None when a shape is unknown."""
-    shapes = [t.shape for t in op._inputs]
+    shapes = [t.shape for t in op.inputs]
     if any(not s.is_fully_defined() for s in shapes):
         return None
     if op.op_def.cost is not None:
@@ -130,10 +130,10 @@ def compile_plan(ops, feeds, fetches, device, resources):
     outputs_of = []
     for op in ops:  # all outputs first: a loop's Merge reads a NextIteration created later
         outputs = []
-        for tensor in op._outputs:
+        for tensor in op.outputs:
             if tensor in fed:
                 outputs.append(DROP)
-            elif tensor in fetch_set or any(c in in_plan for c in tensor._consumers):
+            elif tensor in fetch_set or any(c in in_plan for c in tensor.consumers()):
                 slot_of[tensor] = num_slots
                 outputs.append(num_slots)
                 num_slots += 1
@@ -148,12 +148,12 @@ def compile_plan(ops, feeds, fetches, device, resources):
                 f"{device.name} (created at {op.creation_site()})")
         outputs = outputs_of[index]
         inputs, deref = [], []
-        for position, tensor in enumerate(op._inputs):
+        for position, tensor in enumerate(op.inputs):
             slot = slot_of.get(tensor)
             if slot is None:
                 raise errors.InternalError(None, op, f"{op.name}: input {tensor.name} has no slot")
             inputs.append(slot)
-            if tensor._is_ref and not op.op_def.is_ref_input(position):
+            if tensor.is_ref and not op.op_def.is_ref_input(position):
                 deref.append(position)
         node = NodePlan(index, op, kernel.fn, NodeContext(op, device, resources, kernel),
                         tuple(inputs), tuple(deref), tuple(outputs), is_async=kernel.is_async,
@@ -170,14 +170,14 @@ def compile_plan(ops, feeds, fetches, device, resources):
     control_out = [[] for _ in nodes]
     for node in nodes:
         op = node.op
-        for position, tensor in enumerate(op._inputs):
+        for position, tensor in enumerate(op.inputs):
             if tensor not in fed and tensor.op in node_of:
                 producer = node_of[tensor.op].index
                 consumers[producer].append(node.index)
                 out_edges[producer].append((tensor.value_index, node.index, position))
                 if node.kind != MERGE:  # a Merge waits for its first live input only
                     node.pending += 1
-        for control in op._control_inputs:
+        for control in op.control_inputs:
             if control in node_of:
                 consumers[node_of[control].index].append(node.index)
                 control_out[node_of[control].index].append(node.index)
@@ -202,7 +202,7 @@ def compile_plan(ops, feeds, fetches, device, resources):
                 known_large += 1
     # A partition holding only part of a cond branch (its Switch on another device) still
     # sees dead tensors arrive through Recv: it needs the frames propagator too.
-    control_flow = any(n.op.op_def.control_flow or n.op._control_flow_context is not None
+    control_flow = any(n.op.op_def.control_flow or n.op.control_flow_context is not None
                        for n in nodes)
     # One waiting kernel (a queue op, an async py_func) may stay on the static path: its
     # schedule awaits it in place. Send/Recv rely on the core's subscriptions and its
@@ -220,12 +220,12 @@ def compile_plan(ops, feeds, fetches, device, resources):
     enter_counts = {}
     for node in nodes:
         if node.kind == ENTER:
-            frame = node.op._attrs["frame_name"]
+            frame = node.op.attrs["frame_name"]
             enter_counts[frame] = enter_counts.get(frame, 0) + 1
     return ExecutionPlan(
         device=device, nodes=nodes, num_slots=num_slots,
         feed_slots=tuple(range(len(feeds))), fetch_slots=fetch_slots,
-        fetch_deref=tuple(t._is_ref for t in fetches),
+        fetch_deref=tuple(t.is_ref for t in fetches),
         roots=tuple(n.index for n in reversed(nodes) if n.pending == 0 and n.kind != MERGE),
         slot_readers=slot_readers, fetched=frozenset(fetch_slots), static=static,
         waits=bool(waiting), may_offload=any(n.offload for n in nodes),

@@ -21,8 +21,8 @@ def _node_graph(fetches, feeds=(), targets=(), devices=None):
 def _evaluate(nodes, ports):
     class Ctx:
         def __init__(self, op):
-            self.attrs, self.name, self.xp = op._attrs, op.name, np
-            self.output_dtypes = tuple(t.dtype.np for t in op._outputs)
+            self.attrs, self.name, self.xp = op.attrs, op.name, np
+            self.output_dtypes = tuple(t.dtype.np for t in op.outputs)
             self.prepared = None  # no prepare hook ran: kernels take their small-node path
 
         def device_constant(self, value):
@@ -30,8 +30,8 @@ def _evaluate(nodes, ports):
     ops, tensor_of = materialize(nodes, af.Graph())
     values = {}
     for op in ops:
-        outs = get_kernel(op.type, "CPU").fn(Ctx(op), *[values[t] for t in op._inputs])
-        values.update(zip(op._outputs, outs))
+        outs = get_kernel(op.type, "CPU").fn(Ctx(op), *[values[t] for t in op.inputs])
+        values.update(zip(op.outputs, outs))
     return [values[tensor_of(p)] for p in ports]
 
 
