@@ -20,6 +20,7 @@ import contextlib
 import contextvars
 import dataclasses
 import itertools
+import operator
 import os
 import re
 import sys
@@ -35,6 +36,9 @@ _VALID_OP_NAME = re.compile(r"^[A-Za-z0-9.][A-Za-z0-9_.\-/]*$")
 _VALID_SCOPE_NAME = re.compile(r"^[A-Za-z0-9_.\-/>]*$")
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _graph_ids = itertools.count()
+# A property's getter reading one private field, in C (accessors are on hot paths: a fetch's
+# checks, the compile passes): as cheap as reading the field itself.
+_field = operator.attrgetter
 
 
 def _creation_site():
@@ -74,13 +78,13 @@ class Tensor:
         self._consumers = []
         self._is_ref = is_ref
 
-    op = property(lambda self: self._op)
-    value_index = property(lambda self: self._value_index)
-    dtype = property(lambda self: self._dtype)
-    graph = property(lambda self: self._op._graph)
-    is_ref = property(lambda self: self._is_ref,
+    op = property(_field("_op"))
+    value_index = property(_field("_value_index"))
+    dtype = property(_field("_dtype"))
+    graph = property(_field("_op._graph"))
+    is_ref = property(_field("_is_ref"),
                       doc="True for a reference output (a Variable's, read by assigning ops).")
-    device = property(lambda self: self._op.device)
+    device = property(_field("_op._device"))
 
     @property
     def name(self):
@@ -91,9 +95,7 @@ class Tensor:
         session (a synchronous one, ``asyncflow.compat.v1.Session``)."""
         return _run_in_session(self, "eval()", feed_dict, session)
 
-    @property
-    def shape(self):
-        return self._shape
+    shape = property(_field("_shape"))
 
     def get_shape(self):
         return self._shape
@@ -185,18 +187,18 @@ class Operation:
         self._control_outputs = []
         self._control_flow_context = None
 
-    name = property(lambda self: self._name)
-    type = property(lambda self: self._type)
-    graph = property(lambda self: self._graph)
+    name = property(_field("_name"))
+    type = property(_field("_type"))
+    graph = property(_field("_graph"))
     # The op's own tuples: reading them copies nothing (the graph's passes read them per op).
-    outputs = property(lambda self: self._outputs, doc="The output tensors (a tuple).")
+    outputs = property(_field("_outputs"), doc="The output tensors (a tuple).")
     control_inputs = property(lambda self: list(self._control_inputs))
-    op_def = property(lambda self: self._op_def)
-    traceback = property(lambda self: self._traceback,
+    op_def = property(_field("_op_def"))
+    traceback = property(_field("_traceback"),
                          doc="``(filename, lineno, function)`` where the user created the op.")
-    seq = property(lambda self: self._id,
+    seq = property(_field("_id"),
                    doc="The op's creation index in its graph (a deterministic order key).")
-    control_flow_context = property(lambda self: self._control_flow_context,
+    control_flow_context = property(_field("_control_flow_context"),
                                     doc="The cond branch or while loop it is in, or None.")
     attrs = property(lambda self: types.MappingProxyType(self._attrs),
                      doc="The attrs, name -> value: a read-only view (no copy).")
@@ -205,16 +207,11 @@ class Operation:
         """TF1's ``op.run()``: run this op in ``session`` or the default (synchronous) session."""
         _run_in_session(self, "run()", feed_dict, session)
 
-    @property
-    def inputs(self):
-        """The input tensors, in order (a tuple; TF1's ``_InputList`` is no list either)."""
-        return self._inputs
+    inputs = property(_field("_inputs"), doc="The input tensors, in order (a tuple; TF1's "
+                      "``_InputList`` is no list either).")
+    device = property(_field("_device"))
 
-    @property
-    def device(self):
-        return self._device
-
-    colocation_groups = property(lambda self: self._colocation, doc="Names of the ops this "
+    colocation_groups = property(_field("_colocation"), doc="Names of the ops this "
                                  "op must share a device with (``loc:@name`` in TF1), a tuple.")
 
     control_outputs = property(lambda self: tuple(self._control_outputs),
@@ -283,13 +280,11 @@ class Graph:
         # Lets ops (e.g. control flow) attach per-graph bookkeeping without a god object.
         self._extensions = {}
 
-    id = property(lambda self: self._id, doc="A number unique to this graph in this process.")
+    id = property(_field("_id"), doc="A number unique to this graph in this process.")
 
-    @property
-    def extensions(self):
-        """A dict where op families keep per-graph bookkeeping (control flow's loop and
-        gradient records), keyed by a name of their own; the dict itself, not a copy."""
-        return self._extensions
+    extensions = property(_field("_extensions"), doc="A dict where op families keep per-graph "
+                          "bookkeeping (control flow's loops, the variable store), keyed by a "
+                          "name of their own; the dict itself, not a copy.")
 
     def find_operation(self, name):
         """The op named ``name``, or None (``get_operation_by_name`` raises instead)."""
