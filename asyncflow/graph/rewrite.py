@@ -151,12 +151,15 @@ class NodeGraph:
 
     @classmethod
     def from_ops(cls, ops, feeds, fetches, targets, placement):
-        """Copy ``ops`` (topologically ordered) into Nodes placed by ``placement`` (op -> name)."""
+        """Copy ``ops`` (topologically ordered) into Nodes placed by ``placement`` (op -> name).
+
+        Each node gets its own plain dict of the op's attrs: kernels read ``ctx.attrs`` on
+        every run, and a dict lookup is cheaper than one through the op's read-only view."""
         feed_nodes = {t: FeedNode(t) for t in feeds}
         node_of = {}
         nodes = []
         for op in ops:
-            node = Node(op.name, op.type, op.op_def, op.attrs, [], [],
+            node = Node(op.name, op.type, op.op_def, dict(op.attrs), [], [],
                         placement[op], [(t.dtype, t.shape, t.is_ref) for t in op.outputs],
                         op.traceback, op.seq, origin=op, requested_device=op.device)
             node.control_flow_context = op.control_flow_context
