@@ -277,14 +277,12 @@ class Graph:
         self._scopes = contextvars.ContextVar(f"asyncflow_graph_scopes_{self._id}", default=_Scopes())
         self._seed = None
         self._last_op_seed = itertools.count()
-        # Lets ops (e.g. control flow) attach per-graph bookkeeping without a god object.
-        self._extensions = {}
+        # Public: a dict where op families keep per-graph bookkeeping (control flow's loops,
+        # the variable store), keyed by a name of their own, without a god object.
+        self.extensions = {}
 
     id = property(_field("_id"), doc="A number unique to this graph in this process.")
 
-    extensions = property(_field("_extensions"), doc="A dict where op families keep per-graph "
-                          "bookkeeping (control flow's loops, the variable store), keyed by a "
-                          "name of their own; the dict itself, not a copy.")
 
     def find_operation(self, name):
         """The op named ``name``, or None (``get_operation_by_name`` raises instead)."""
