@@ -74,7 +74,7 @@ def _package_sources():
 
 def test_the_private_names_are_found_by_introspection():
     assert {"_inputs", "_outputs", "_attrs", "_control_inputs", "_consumers", "_is_ref",
-            "_ops_by_name", "_extensions", "_control_flow_context"} <= GRAPH_PRIVATE
+            "_ops_by_name", "_scopes", "_control_flow_context"} <= GRAPH_PRIVATE
 
 
 def test_the_checks_catch_a_private_read():
