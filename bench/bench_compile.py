@@ -11,8 +11,9 @@ two devices         the chain alternates CPU:0/CPU:1 every 50 ops (Send/Recv pai
 rewritten           one device, with a duplicate of every op for CSE to merge (rewritten)
 ==================  ==========================================================================
 
-Each figure is the median of ``--repeats`` compiles after a first one, in ms of process CPU; ``--trees OLD NEW``
-measures each tree in a fresh process (``PYTHONPATH=TREE``), alternating, and prints NEW/OLD.
+Each figure is the median of ``--repeats`` compiles after a first one, in ms of process
+CPU; ``--trees OLD NEW`` measures each tree in a fresh process (``PYTHONPATH=TREE``),
+alternating, and prints NEW/OLD.
 Only what both trees have is called: ``compile_run(graph, feeds, fetches, targets, state,
 config, resources)``.
 """

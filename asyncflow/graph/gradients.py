@@ -253,7 +253,8 @@ def _output_grads(graph, op, grads):
         # value that is dead whenever the branch it belongs to is taken.
         return summed
     return [g if g is not None or not _differentiable_tensor(out)
-            else graph.create_op("ZerosLike", (out,), {"dtype": None}, name="zeros_like").outputs[0]
+            else graph.create_op("ZerosLike", (out,), {"dtype": None},
+                                 name="zeros_like").outputs[0]
             for out, g in zip(op.outputs, summed)]
 
 

@@ -74,7 +74,7 @@ class Node:
     """
 
     __slots__ = ("name", "type", "op_def", "attrs", "inputs", "control_inputs", "device",
-                 "requested_device", "origin", "out_specs", "_outputs", "traceback", "seq",
+                 "requested_device", "origin", "out_specs", "_output_views", "traceback", "seq",
                  "control_flow_context", "colocation_groups")
 
     def __init__(self, name, type, op_def, attrs, inputs, control_inputs, device,  # noqa: A002
@@ -88,7 +88,7 @@ class Node:
         self.device = device                      # full device name
         self.requested_device = requested_device  # what the user asked for ("" if nothing)
         self.out_specs = tuple(out_specs)         # [(DType, TensorShape, is_ref)]
-        self._outputs = None                      # made on first read (passes copy nodes)
+        self._output_views = None                 # made on first read (passes copy nodes)
         self.traceback = traceback
         self.seq = seq                            # creation order, for deterministic ties
         self.origin = origin                      # the user's Operation, or None
@@ -100,9 +100,9 @@ class Node:
 
     @property
     def outputs(self):
-        outputs = self._outputs
+        outputs = self._output_views
         if outputs is None:
-            outputs = self._outputs = tuple(NodeOutput(self, i, *spec)
+            outputs = self._output_views = tuple(NodeOutput(self, i, *spec)
                                             for i, spec in enumerate(self.out_specs))
         return outputs
 

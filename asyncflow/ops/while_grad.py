@@ -275,7 +275,8 @@ def _forward_barrier(op, branches):
         with graph.push_scopes(control_flow_context=branch.outer), \
                 graph.control_dependencies([op]):
             taken = identity(branch.pivot, name="push_done")
-        with graph.push_scopes(control_flow_context=branch.outer), graph.control_dependencies(None):
+        with graph.push_scopes(control_flow_context=branch.outer), \
+                graph.control_dependencies(None):
             op = cf.merge([branch.sibling.pivot, taken], name="push_barrier")[0].op
     return op
 

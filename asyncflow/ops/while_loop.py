@@ -161,8 +161,8 @@ def _shape_leaves(structure):
         return structure
     if isinstance(structure, dict):
         return {k: _shape_leaves(v) for k, v in structure.items()}
-    if isinstance(structure, (list, tuple)) and all(
-            d is None or isinstance(d, int) for d in structure) and not cf.is_namedtuple(structure):
+    if isinstance(structure, (list, tuple)) and not cf.is_namedtuple(structure) and all(
+            d is None or isinstance(d, int) for d in structure):
         return TensorShape(list(structure))
     if isinstance(structure, (list, tuple)):
         return type(structure)(_shape_leaves(s) for s in structure) \
