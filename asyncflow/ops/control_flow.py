@@ -186,6 +186,10 @@ class _Context:
     def is_internal(self, tensor):
         return tensor in self._imported or inside(tensor.op.control_flow_context, self)
 
+    def imported_values(self):
+        """The outer tensors used inside, as seen inside (their Switch/Enter outputs)."""
+        return tuple(self._values.values())
+
     def add_value(self, tensor):
         """``tensor`` as seen from inside this context (through Switch/Enter if external)."""
         if self.is_internal(tensor):

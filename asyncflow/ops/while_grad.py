@@ -93,7 +93,7 @@ def register_unit(ctx):
     extensions = ctx.graph.extensions
     units = extensions.setdefault("loop_units", {})
     unit = LoopUnit(ctx)
-    for tensor in list(ctx.loop_enters) + list(ctx.loop_exits) + list(ctx._values.values()):
+    for tensor in list(ctx.loop_enters) + list(ctx.loop_exits) + list(ctx.imported_values()):
         units[tensor.op] = unit
     extensions["gradient_unit"] = lambda op: units.get(op, op)
 
