@@ -8,6 +8,7 @@ of ``*`` means any. Pure data: no knowledge of which devices exist.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 
 _FIELD_RE = re.compile(r"^(job|replica|task|device):(.+)$")
@@ -35,39 +36,18 @@ class DeviceSpec:
             return cls()
         if isinstance(spec, DeviceSpec):
             return spec
-        fields = {}
-        for part in spec.strip().split("/"):
-            if not part:
-                continue
-            legacy = _LEGACY_RE.match(part)
-            if legacy:
-                fields["device_type"] = legacy.group(1).upper()
-                fields["device_index"] = None if legacy.group(2) == "*" else int(legacy.group(2))
-                continue
-            match = _FIELD_RE.match(part)
-            if not match:
-                raise ValueError(f"Invalid device specification {spec!r}: cannot parse {part!r}; "
-                                 "expected /job:NAME/replica:N/task:N/device:TYPE:N")
-            key, value = match.groups()
-            try:
-                if key == "job":
-                    fields["job"] = value
-                elif key in ("replica", "task"):
-                    fields[key] = int(value)
-                else:
-                    dtype, _, index = value.partition(":")
-                    fields["device_type"] = dtype.upper()
-                    fields["device_index"] = None if index in ("", "*") else int(index)
-            except ValueError:
-                raise ValueError(f"Invalid device specification {spec!r}: bad value in {part!r}") from None
-        return cls(**fields)
+        return _parse(cls, spec)  # specs are few and immutable: each string parsed once
+
+    def _fields(self):
+        """The five fields, in order (``dataclasses.astuple`` deep-copies: placement calls
+        this per op and candidate device)."""
+        return (self.job, self.replica, self.task, self.device_type, self.device_index)
 
     def merge_from(self, outer):
         """A spec with this spec's fields, falling back to ``outer``'s where this has none."""
         outer = DeviceSpec.from_string(outer)
         return DeviceSpec(*(mine if mine is not None else theirs
-                            for mine, theirs in zip(dataclasses.astuple(self),
-                                                    dataclasses.astuple(outer))))
+                            for mine, theirs in zip(self._fields(), outer._fields())))
 
     def to_string(self):
         parts = []
@@ -86,14 +66,51 @@ class DeviceSpec:
         """True when no field set in both specs differs."""
         other = DeviceSpec.from_string(other)
         return all(a is None or b is None or a == b
-                   for a, b in zip(dataclasses.astuple(self), dataclasses.astuple(other)))
+                   for a, b in zip(self._fields(), other._fields()))
 
     @property
     def is_empty(self):
-        return all(value is None for value in dataclasses.astuple(self))
+        return all(value is None for value in self._fields())
 
     def __str__(self):
         return self.to_string()
+
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse(cls, spec):
+    """``DeviceSpec.from_string`` of a string (cached: a DeviceSpec is immutable).
+
+    Raises:
+        ValueError: naming the spec and the part that does not parse.
+    """
+    fields = {}
+    for part in spec.strip().split("/"):
+        if not part:
+            continue
+        legacy = _LEGACY_RE.match(part)
+        if legacy:
+            fields["device_type"] = legacy.group(1).upper()
+            fields["device_index"] = None if legacy.group(2) == "*" else int(legacy.group(2))
+            continue
+        match = _FIELD_RE.match(part)
+        if not match:
+            raise ValueError(f"Invalid device specification {spec!r}: cannot parse {part!r}; "
+                             "expected /job:NAME/replica:N/task:N/device:TYPE:N")
+        key, value = match.groups()
+        try:
+            if key == "job":
+                fields["job"] = value
+            elif key in ("replica", "task"):
+                fields[key] = int(value)
+            else:
+                dtype, _, index = value.partition(":")
+                fields["device_type"] = dtype.upper()
+                fields["device_index"] = None if index in ("", "*") else int(index)
+        except ValueError:
+            raise ValueError(f"Invalid device specification {spec!r}: bad value in "
+                             f"{part!r}") from None
+    return cls(**fields)
 
 
 def canonical_name(spec):

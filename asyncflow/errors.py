@@ -32,7 +32,9 @@ class OpError(Exception):
 
     Args:
         node_def: unused, kept for TF1 signature compatibility (may be None).
-        op: the failing ``Operation`` or its name, or None.
+        op: the failing ``Operation`` or its name, or None. A compile-time node
+            (``graph/rewrite.py``'s ``Node``, what plans run) is replaced by the user's
+            Operation it stands for, its public ``origin``, when it has one.
         message: what happened, where, and how to fix it.
         error_code: a canonical code (see module constants).
     """
@@ -42,7 +44,7 @@ class OpError(Exception):
     def __init__(self, node_def=None, op=None, message="", error_code=None):
         super().__init__(message)
         self.node_def = node_def
-        self.op = op
+        self.op = getattr(op, "origin", None) or op
         self.message = message
         if error_code is not None:
             self.error_code = error_code

@@ -96,9 +96,9 @@ class _FetchStructure:
                        f"Operation: {_message(exc)}") from None
         op = element if isinstance(element, Operation) else element.op
         check_fetchable(op)
-        if op._type == "Enter" and element is not op and \
-                op._inputs[0].op._control_flow_context is None:
-            element = op._inputs[0]  # the value entering a top-level loop (TF1 fetches it)
+        if op.type == "Enter" and element is not op and \
+                op.inputs[0].op.control_flow_context is None:
+            element = op.inputs[0]  # the value entering a top-level loop (TF1 fetches it)
         if isinstance(element, Operation):
             if element not in self._target_set:
                 self._target_set.add(element)

@@ -292,7 +292,7 @@ class Master:
             nodes = [n for i in indices for n in parts.partitions[i].nodes]
             feed_indices = sorted({f for i in indices for f in parts.partitions[i].feeds})
             fetch_positions = [k for k, (i, _) in enumerate(parts.fetches) if i in indices]
-            graph_def, fetch_names = _task_graph_def(graph, nodes, feeds, feed_indices,
+            graph_def, fetch_names = _task_graph_def(nodes, feeds, feed_indices,
                                                      [parts.fetches[k][1] for k in fetch_positions])
             for k, name in zip(fetch_positions, fetch_names):
                 fetch_routes[k] = (len(task_graphs), list(dict.fromkeys(fetch_names)).index(name))
@@ -532,7 +532,7 @@ class _StepDriver:
             pass
 
     def _remote_error(self, exc, task):
-        op = self.graph._ops_by_name.get(exc.op, exc.op) if exc.op else None
+        op = (self.graph.find_operation(exc.op) or exc.op) if exc.op else None
         error = _rdv.from_remote(exc, op=op)
         error._asyncflow_located = True
         return error

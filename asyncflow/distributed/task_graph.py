@@ -7,27 +7,31 @@ worker names the user's line). Used by ``master.py`` when it compiles a run.
 from __future__ import annotations
 
 from asyncflow import errors
-from asyncflow.graph.rewrite import materialize
 from asyncflow.graph.serialize import encode_attr, node_def
 
 
-def task_graph_def(graph, nodes, feeds, feed_indices, fetch_ports):
-    """One task's graph_def; fed tensors become ``_feed_<i>`` placeholders."""
-    ops, tensor_of = materialize(nodes, graph)
-    renamed = {feeds[i].name: f"_feed_{i}:0" for i in feed_indices}
+def task_graph_def(nodes, feeds, feed_indices, fetch_ports):
+    """One task's graph_def, from its compile-time nodes (``graph/rewrite.py``, topological);
+    fed tensors become ``_feed_<i>`` placeholders. Returns ``(graph_def, fetch names)``."""
+    feed_index = {id(feeds[i]): i for i in feed_indices}
+
+    def name_of(port):
+        producer, index = port
+        tensor = getattr(producer, "tensor", None)  # a FeedNode: the client feeds it
+        if tensor is not None:
+            return f"_feed_{feed_index[id(tensor)]}:0"
+        return f"{producer.name}:{index}"
     defs = []
     for i in feed_indices:
         tensor = feeds[i]
         defs.append({"name": f"_feed_{i}", "op": "Placeholder", "input": [], "device": "",
                      "attr": {"dtype": encode_attr(tensor.dtype),
                               "shape": encode_attr(tensor.shape)}})
-    for op in ops:
-        try:
-            nd = node_def(op, debug_info=True)  # errors on the worker name the user's line
+    for node in nodes:
+        try:  # debug_info: errors on the worker name the user's line
+            nd = node_def(node, debug_info=True, inputs=[name_of(p) for p in node.inputs])
         except ValueError as exc:
-            raise errors.UnimplementedError(None, op, f"{exc}: this op cannot be sent to a "
+            raise errors.UnimplementedError(None, node, f"{exc}: this op cannot be sent to a "
                                             "worker") from None
-        nd["input"] = [renamed.get(name, name) for name in nd["input"]]
         defs.append(nd)
-    fetch_names = [renamed.get(tensor_of(port).name, tensor_of(port).name) for port in fetch_ports]
-    return {"node": defs}, fetch_names
+    return {"node": defs}, [name_of(port) for port in fetch_ports]

@@ -295,7 +295,7 @@ class WorkerService:
             if op.type == "_Recv" and op.get_attr("send_device") not in self.device_names:
                 declarations[op.get_attr("tensor_name")] = _rdv.RecvDeclaration(
                     op.name, op.get_attr("dtype"), op.get_attr("shape"),
-                    op._attrs.get("compress") or "")
+                    op.attrs.get("compress") or "")
         return declarations, dict(options.batchable)
 
     async def deregister_graph(self, request):

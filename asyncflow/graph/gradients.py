@@ -108,7 +108,7 @@ def gradients(ys, xs, grad_ys=None, name="gradients", stop_gradients=None,
                  else None for x in xs]
         if unconnected == "zero":
             found = [graph.create_op("ZerosLike", (x,), {"dtype": None},
-                                     name="zeros_like")._outputs[0] if g is None else g
+                                     name="zeros_like").outputs[0] if g is None else g
                      for x, g in zip(xs, found)]
         return found
 
@@ -145,12 +145,12 @@ def _unit(op):
     """The op itself, or the composite unit it is a boundary of.
 
     A subgraph differentiated as a whole (a while loop: its Enter and Exit ops) registers
-    ``graph._extensions["gradient_unit"]``, a function ``op -> op or unit``. A unit looks like
+    ``graph.extensions["gradient_unit"]``, a function ``op -> op or unit``. A unit looks like
     an op to this walk (``_inputs``, ``_outputs``, ``op_def.grad``, ``name``, ``_id``): its
     inputs are the tensors entering the subgraph, its outputs those leaving it, and its
     gradient function builds the whole backward subgraph (the gradient loop).
     """
-    hook = op._graph._extensions.get("gradient_unit")
+    hook = op.graph.extensions.get("gradient_unit")
     return op if hook is None else hook(op)
 
 
@@ -168,12 +168,12 @@ def _between_ops(ys, xs, stop_ops):
         if tensor in seen_tensors:
             continue
         seen_tensors.add(tensor)
-        for consumer in tensor._consumers:
+        for consumer in tensor.consumers():
             consumer = _unit(consumer)
             if consumer in reached or not _passes_gradient(consumer, stop_ops):
                 continue
             reached.add(consumer)
-            stack.extend(out for out in consumer._outputs if _differentiable_tensor(out))
+            stack.extend(out for out in consumer.outputs if _differentiable_tensor(out))
     between = set()
     stack = [_unit(y.op) for y in ys if _unit(y.op) in reached]
     while stack:
@@ -181,7 +181,7 @@ def _between_ops(ys, xs, stop_ops):
         if op in between:
             continue
         between.add(op)
-        stack.extend(_unit(t.op) for t in op._inputs
+        stack.extend(_unit(t.op) for t in op.inputs
                      if _unit(t.op) in reached and _unit(t.op) not in between
                      and _differentiable_tensor(t))
     return between
@@ -190,7 +190,7 @@ def _between_ops(ys, xs, stop_ops):
 def _pending_counts(between):
     pending = dict.fromkeys(between, 0)
     for op in between:
-        for tensor in op._inputs:
+        for tensor in op.inputs:
             if _unit(tensor.op) in pending and _differentiable_tensor(tensor):
                 pending[_unit(tensor.op)] += 1
     return pending
@@ -201,12 +201,13 @@ def _seed(graph, y, grad_y, index):
         # A constant seed is always live; OnesLike of a y computed in a cond or loop (or a
         # Switch output) is dead exactly when y is, as in TF1.
         if y.shape.is_fully_defined() and y.dtype.is_floating and \
-                y.op._control_flow_context is None and y.op.type not in ("Switch", "RefSwitch"):
+                y.op.control_flow_context is None and y.op.type not in ("Switch", "RefSwitch"):
             ones = np.ones(y.shape.as_list(), dtype=y.dtype.np)
             ones.flags.writeable = False
             return graph.create_op("Const", (), {"value": ones, "dtype": y.dtype},
-                                   name=f"grad_ys_{index}")._outputs[0]
-        return graph.create_op("OnesLike", (y,), {"dtype": None}, name=f"grad_ys_{index}")._outputs[0]
+                                   name=f"grad_ys_{index}").outputs[0]
+        return graph.create_op("OnesLike", (y,), {"dtype": None},
+                               name=f"grad_ys_{index}").outputs[0]
     grad_y = convert_to_tensor(grad_y, dtype=y.dtype)
     if not grad_y.shape.is_compatible_with(y.shape):
         raise ValueError(f"gradients: grad_ys[{index}] has shape {grad_y.shape}, which is not "
@@ -219,17 +220,17 @@ def _backprop(graph, between, pending, grads, ys, x_set):
     # Creation order among the initially ready ops keeps the backward graph deterministic.
     ready = collections.deque(sorted({_unit(y.op) for y in ys
                                       if _unit(y.op) in between and not pending[_unit(y.op)]},
-                                     key=lambda op: op._id))
+                                     key=lambda op: op.seq))
     while ready:
         op = ready.popleft()
         out_grads = _output_grads(graph, op, grads)
         if any(g is not None for g in out_grads):
             with graph.name_scope(f"{op.name}_grad"):
                 in_grads = _call_grad(op, out_grads, lambda t: t.op in between or t in x_set)
-            for tensor, grad in zip(op._inputs, in_grads):
+            for tensor, grad in zip(op.inputs, in_grads):
                 if grad is not None and _differentiable_tensor(tensor):
                     grads[tensor].append(grad)
-        for tensor in op._inputs:
+        for tensor in op.inputs:
             producer = _unit(tensor.op)
             if producer in pending and _differentiable_tensor(tensor):
                 pending[producer] -= 1
@@ -240,8 +241,8 @@ def _backprop(graph, between, pending, grads, ys, x_set):
 def _output_grads(graph, op, grads):
     """One gradient per output: contributions summed, missing float siblings zero-filled."""
     summed = [_aggregate(graph, grads.get(out), f"{op.name}_{i}_sum".replace("/", "_"))
-              for i, out in enumerate(op._outputs)]
-    for out, grad in zip(op._outputs, summed):
+              for i, out in enumerate(op.outputs)]
+    for out, grad in zip(op.outputs, summed):
         if grad is not None:
             grads[out] = [grad]  # an x among these outputs reuses the sum
     if not takes_indexed_slices(op.type):
@@ -252,8 +253,9 @@ def _output_grads(graph, op, grads):
         # value that is dead whenever the branch it belongs to is taken.
         return summed
     return [g if g is not None or not _differentiable_tensor(out)
-            else graph.create_op("ZerosLike", (out,), {"dtype": None}, name="zeros_like")._outputs[0]
-            for out, g in zip(op._outputs, summed)]
+            else graph.create_op("ZerosLike", (out,), {"dtype": None},
+                                 name="zeros_like").outputs[0]
+            for out, g in zip(op.outputs, summed)]
 
 
 def _aggregate(graph, contributions, name):
@@ -263,7 +265,7 @@ def _aggregate(graph, contributions, name):
         return contributions[0]
     if any(isinstance(c, IndexedSlices) for c in contributions):
         return aggregate(graph, contributions, name)
-    return graph.create_op("AddN", tuple(contributions), None, name=name)._outputs[0]
+    return graph.create_op("AddN", tuple(contributions), None, name=name).outputs[0]
 
 
 def _call_grad(op, out_grads, on_path):
@@ -271,17 +273,17 @@ def _call_grad(op, out_grads, on_path):
     override = getattr(op, "_attrs", {}).get("_gradient_op_type")
     grad_fn = registry.override_gradient(override) if override else op.op_def.grad
     if grad_fn is None:
-        index = next((i for i, t in enumerate(op._inputs)
+        index = next((i for i, t in enumerate(op.inputs)
                       if on_path(t) and _differentiable_tensor(t)), 0)
         raise LookupError(f"No gradient defined for operation '{op.name}' (op type: {op.type}) "
                           f"input {index}. Register one with @register_gradient({op.type!r}) or "
                           f"declare the type with not_differentiable({op.type!r}).")
     in_grads = grad_fn(op, *out_grads)
     in_grads = list(in_grads) if isinstance(in_grads, (list, tuple)) else [in_grads]
-    if len(in_grads) != len(op._inputs):
+    if len(in_grads) != len(op.inputs):
         raise ValueError(f"Gradient function for {op.type} '{op.name}' returned {len(in_grads)} "
-                         f"gradients, but the op has {len(op._inputs)} inputs")
-    for index, (tensor, grad) in enumerate(zip(op._inputs, in_grads)):
+                         f"gradients, but the op has {len(op.inputs)} inputs")
+    for index, (tensor, grad) in enumerate(zip(op.inputs, in_grads)):
         if grad is not None and _differentiable_tensor(tensor) and grad.dtype is not tensor.dtype:
             raise TypeError(f"Gradient function for {op.type} '{op.name}' returned a "
                             f"{grad.dtype.name} gradient for input {index} of dtype "

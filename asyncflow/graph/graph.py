@@ -20,6 +20,7 @@ import contextlib
 import contextvars
 import dataclasses
 import itertools
+import operator
 import os
 import re
 import sys
@@ -28,31 +29,16 @@ import types
 from asyncflow import devices as _devices
 from asyncflow.graph import graph_def, registry
 from asyncflow.graph.default_session import run_in_session as _run_in_session
+from asyncflow.graph.keys import GraphKeys  # noqa: F401  (its home for the graph's users)
 from asyncflow.graph.shape import as_shape
 
 _VALID_OP_NAME = re.compile(r"^[A-Za-z0-9.][A-Za-z0-9_.\-/]*$")
 _VALID_SCOPE_NAME = re.compile(r"^[A-Za-z0-9_.\-/>]*$")
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _graph_ids = itertools.count()
-
-
-class GraphKeys:
-    """Standard collection names, as in TF1."""
-
-    GLOBAL_VARIABLES = "variables"
-    LOCAL_VARIABLES = "local_variables"
-    TRAINABLE_VARIABLES = "trainable_variables"
-    SUMMARIES = "summaries"
-    QUEUE_RUNNERS = "queue_runners"
-    UPDATE_OPS = "update_ops"
-    GLOBAL_STEP = "global_step"
-    SAVERS = "savers"
-    INIT_OP = "init_op"
-    LOCAL_INIT_OP = "local_init_op"
-    TRAIN_OP = "train_op"
-    LOSSES = "losses"
-    REGULARIZATION_LOSSES = "regularization_losses"
-    METRIC_VARIABLES = "metric_variables"
+# A property's getter reading one private field, in C (accessors are on hot paths: a fetch's
+# checks, the compile passes): as cheap as reading the field itself.
+_field = operator.attrgetter
 
 
 def _creation_site():
@@ -92,11 +78,13 @@ class Tensor:
         self._consumers = []
         self._is_ref = is_ref
 
-    op = property(lambda self: self._op)
-    value_index = property(lambda self: self._value_index)
-    dtype = property(lambda self: self._dtype)
-    graph = property(lambda self: self._op._graph)
-    device = property(lambda self: self._op.device)
+    op = property(_field("_op"))
+    value_index = property(_field("_value_index"))
+    dtype = property(_field("_dtype"))
+    graph = property(_field("_op._graph"))
+    is_ref = property(_field("_is_ref"),
+                      doc="True for a reference output (a Variable's, read by assigning ops).")
+    device = property(_field("_op._device"))
 
     @property
     def name(self):
@@ -107,9 +95,7 @@ class Tensor:
         session (a synchronous one, ``asyncflow.compat.v1.Session``)."""
         return _run_in_session(self, "eval()", feed_dict, session)
 
-    @property
-    def shape(self):
-        return self._shape
+    shape = property(_field("_shape"))
 
     def get_shape(self):
         return self._shape
@@ -126,7 +112,13 @@ class Tensor:
             raise ValueError(f"Tensor {self.name}: cannot set shape {as_shape(shape)}: {exc}") from None
 
     def consumers(self):
+        """The ops reading this tensor (a new list, as TF1's)."""
         return list(self._consumers)
+
+    def relax_shape(self, shape):
+        """Replace the static shape with ``shape``, which may be less specific than the
+        inferred one (a loop variable's shape invariant); ``set_shape`` only narrows."""
+        self._shape = as_shape(shape)
 
     def __repr__(self):
         return f"<af.Tensor '{self.name}' shape={self._shape} dtype={self._dtype.name}>"
@@ -154,7 +146,7 @@ class Tensor:
 
 
 # Operators are installed by asyncflow.ops.math (the graph layer cannot import ops).
-_OPERATOR_NAMES = (
+OPERATOR_NAMES = (
     "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
     "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__pow__",
     "__rpow__", "__matmul__", "__rmatmul__", "__neg__", "__abs__", "__lt__", "__le__",
@@ -166,7 +158,7 @@ _OPERATOR_NAMES = (
 def register_tensor_operators(table):
     """Install operator overloads on Tensor: ``{"__add__": fn, ...}``."""
     for name, fn in table.items():
-        if name not in _OPERATOR_NAMES:
+        if name not in OPERATOR_NAMES:
             raise KeyError(f"{name} is not an overloadable Tensor operator")
         setattr(Tensor, name, fn)
 
@@ -195,14 +187,19 @@ class Operation:
         self._control_outputs = []
         self._control_flow_context = None
 
-    name = property(lambda self: self._name)
-    type = property(lambda self: self._type)
-    graph = property(lambda self: self._graph)
+    name = property(_field("_name"))
+    type = property(_field("_type"))
+    graph = property(_field("_graph"))
     # The op's own tuples: reading them copies nothing (the graph's passes read them per op).
-    outputs = property(lambda self: self._outputs, doc="The output tensors (a tuple).")
+    outputs = property(_field("_outputs"), doc="The output tensors (a tuple).")
     control_inputs = property(lambda self: list(self._control_inputs))
-    op_def = property(lambda self: self._op_def)
-    traceback = property(lambda self: self._traceback)
+    op_def = property(_field("_op_def"))
+    traceback = property(_field("_traceback"),
+                         doc="``(filename, lineno, function)`` where the user created the op.")
+    seq = property(_field("_id"),
+                   doc="The op's creation index in its graph (a deterministic order key).")
+    control_flow_context = property(_field("_control_flow_context"),
+                                    doc="The cond branch or while loop it is in, or None.")
     attrs = property(lambda self: types.MappingProxyType(self._attrs),
                      doc="The attrs, name -> value: a read-only view (no copy).")
 
@@ -210,19 +207,21 @@ class Operation:
         """TF1's ``op.run()``: run this op in ``session`` or the default (synchronous) session."""
         _run_in_session(self, "run()", feed_dict, session)
 
-    @property
-    def inputs(self):
-        """The input tensors, in order (a tuple; TF1's ``_InputList`` is no list either)."""
-        return self._inputs
+    inputs = property(_field("_inputs"), doc="The input tensors, in order (a tuple; TF1's "
+                      "``_InputList`` is no list either).")
+    device = property(_field("_device"))
 
-    @property
-    def device(self):
-        return self._device
+    colocation_groups = property(_field("_colocation"), doc="Names of the ops this "
+                                 "op must share a device with (``loc:@name`` in TF1), a tuple.")
 
-    @property
-    def colocation_groups(self):
-        """Names of the ops this op must share a device with (``loc:@name`` in TF1)."""
-        return tuple(self._colocation)
+    control_outputs = property(lambda self: tuple(self._control_outputs),
+                               doc="The ops that have this op as a control input.")
+
+    def set_creation_site(self, traceback, colocation=None):
+        """Set where the user made the op (``traceback``) and its colocation (an import)."""
+        self._traceback = traceback
+        if colocation is not None:
+            self._colocation = tuple(colocation)
 
     def get_attr(self, name):
         """The value of attr ``name``.
@@ -236,13 +235,20 @@ class Operation:
             raise ValueError(f"Operation '{self._name}' ({self._type}) has no attr named "
                              f"{name!r}; it has {sorted(self._attrs)}") from None
 
-    def _add_control_input(self, op):
+    def add_control_input(self, op):
+        """Make ``op`` a control input of this op (once)."""
         if op not in self._control_inputs:
             self._control_inputs.append(op)
             op._control_outputs.append(self)
 
-    def _update_input(self, index, tensor):
-        """Rewire input ``index`` (used when patching loop back edges)."""
+    def remove_control_input(self, op):
+        """Drop ``op`` from this op's control inputs (control flow re-routes the edge)."""
+        self._control_inputs.remove(op)
+        op._control_outputs.remove(self)
+
+    def update_input(self, index, tensor):
+        """Rewire input ``index`` to ``tensor`` (a loop's back edge, patched once the body
+        exists)."""
         old = self._inputs[index]
         old._consumers.remove(self)
         inputs = list(self._inputs)
@@ -271,9 +277,16 @@ class Graph:
         self._scopes = contextvars.ContextVar(f"asyncflow_graph_scopes_{self._id}", default=_Scopes())
         self._seed = None
         self._last_op_seed = itertools.count()
-        self._variable_store = None
-        # Lets ops (e.g. control flow) attach per-graph bookkeeping without a god object.
-        self._extensions = {}
+        # Public: a dict where op families keep per-graph bookkeeping (control flow's loops,
+        # the variable store), keyed by a name of their own, without a god object.
+        self.extensions = {}
+
+    id = property(_field("_id"), doc="A number unique to this graph in this process.")
+
+
+    def find_operation(self, name):
+        """The op named ``name``, or None (``get_operation_by_name`` raises instead)."""
+        return self._ops_by_name.get(name)
 
     # -- defaults -----------------------------------------------------------------------
     @contextlib.contextmanager
@@ -292,6 +305,10 @@ class Graph:
     def finalize(self):
         """Freeze the graph: adding an op afterwards raises RuntimeError."""
         self._finalized = True
+
+    def next_op_seed(self):
+        """The next op seed drawn for an op without one (TF1's per-graph counter)."""
+        return next(self._last_op_seed)
 
     @property
     def seed(self):
@@ -390,18 +407,22 @@ class Graph:
         self._collections.pop(name, None)
 
     # -- names and scopes ---------------------------------------------------------------
-    def _current(self):
+    def current_scopes(self):
+        """The build-time scopes of this context (an immutable ``_Scopes`` record: name
+        scope, control inputs, device stack, colocation, control-flow context)."""
         return self._scopes.get()
 
     def gradient_override_map(self, op_type_map):
         """Ops of the mapped types created inside use the gradient registered under the new
         name (``RegisterGradient``) instead of their type's, as TF1's context manager."""
-        pairs = dict(self._current().gradient_overrides)
+        pairs = dict(self.current_scopes().gradient_overrides)
         pairs.update(op_type_map)
-        return self._push(gradient_overrides=tuple(pairs.items()))
+        return self.push_scopes(gradient_overrides=tuple(pairs.items()))
 
     @contextlib.contextmanager
-    def _push(self, **changes):
+    def push_scopes(self, **changes):
+        """Within the block, the build-time scopes with ``changes`` (fields of ``_Scopes``,
+        e.g. ``control_flow_context=``): how control flow enters and leaves its contexts."""
         token = self._scopes.set(dataclasses.replace(self._scopes.get(), **changes))
         try:
             yield
@@ -409,11 +430,11 @@ class Graph:
             self._scopes.reset(token)
 
     def get_name_scope(self):
-        return self._current().name_scope.rstrip("/")
+        return self.current_scopes().name_scope.rstrip("/")
 
     def unique_name(self, name, mark_as_used=True):
         """``name`` under the current scope, suffixed ``_1``, ``_2``... until unused."""
-        scope = self._current().name_scope
+        scope = self.current_scopes().name_scope
         if scope:
             name = scope + name
         key = name.lower()
@@ -445,14 +466,14 @@ class Graph:
             if not _VALID_SCOPE_NAME.match(name):
                 raise ValueError(f"{name!r} is not a valid scope name")
             new_scope = self.unique_name(name) + "/"
-        with self._push(name_scope=new_scope):
+        with self.push_scopes(name_scope=new_scope):
             yield new_scope
 
     @contextlib.contextmanager
     def control_dependencies(self, control_inputs):
         """Ops created inside get ``control_inputs`` as control inputs; ``None`` clears."""
         if control_inputs is None:
-            with self._push(control_inputs=()):
+            with self.push_scopes(control_inputs=()):
                 yield
             return
         ops = []
@@ -466,9 +487,9 @@ class Graph:
             if item.graph is not self:
                 raise ValueError(f"Control input {item.name} is from another graph")
             ops.append(item)
-        current = self._current().control_inputs
+        current = self.current_scopes().control_inputs
         merged = current + tuple(op for op in ops if op not in current)
-        with self._push(control_inputs=merged):
+        with self.push_scopes(control_inputs=merged):
             yield
 
     @contextlib.contextmanager
@@ -476,28 +497,28 @@ class Graph:
         """Request a device for ops created inside; partial specs merge with outer scopes."""
         if spec is not None and not callable(spec):
             _devices.DeviceSpec.from_string(spec)  # validate now, name the bad spec
-        stack = self._current().device_stack
+        stack = self.current_scopes().device_stack
         new_stack = () if spec is None else stack + (spec,)
-        with self._push(device_stack=new_stack):
+        with self.push_scopes(device_stack=new_stack):
             yield
 
     @contextlib.contextmanager
     def colocate_with(self, op, ignore_existing=False):
         """Ops created inside share a device with ``op`` (a Tensor, Operation or Variable)."""
         if op is None:
-            with self._push(colocate_with=None):
+            with self.push_scopes(colocate_with=None):
                 yield
             return
         if hasattr(op, "_as_graph_element"):
             op = op._as_graph_element()
         if isinstance(op, Tensor):
             op = op.op
-        with self._push(colocate_with=op):
+        with self.push_scopes(colocate_with=op):
             yield
 
     def _apply_device(self, op):
         spec = ""
-        for entry in self._current().device_stack:
+        for entry in self.current_scopes().device_stack:
             requested = entry(op) if callable(entry) else entry
             if hasattr(requested, "to_string"):
                 requested = requested.to_string()
@@ -536,7 +557,7 @@ class Graph:
         if name is not None and not _VALID_OP_NAME.match(name.split("/")[-1] or "x"):
             raise ValueError(f"{name!r} is not a valid op name: names match "
                              "[A-Za-z0-9.][A-Za-z0-9_.\\-/]*")
-        scopes = self._current()
+        scopes = self.current_scopes()
         if name is not None and name.endswith("/"):
             # TF1: a name scope string names the op exactly (``with name_scope(n) as scope``).
             unique = name[:-1]
@@ -615,15 +636,3 @@ def reset_default_graph():
         raise RuntimeError("Do not use reset_default_graph() to clear a graph that is the "
                            "default in a nested `with graph.as_default()` block.")
     _global_default_graph = Graph()
-
-
-def _op_seed_pair(graph, op_seed):
-    """TF1's seed rules: combine the graph seed with an op seed."""
-    graph_seed = graph.seed
-    if graph_seed is None and op_seed is None:
-        return None, None
-    if graph_seed is None:
-        return 87654321, int(op_seed)
-    if op_seed is None:
-        op_seed = next(graph._last_op_seed)
-    return graph_seed, int(op_seed)

@@ -147,8 +147,10 @@ def decode_attr(value):
 
 
 # -- export -------------------------------------------------------------------------------
-def node_def(op, add_shapes=False, debug_info=False):
-    """The plain-data node of one Operation.
+def node_def(op, add_shapes=False, debug_info=False, inputs=None):
+    """The plain-data node of one Operation (or compile-time ``Node``: pass ``inputs``).
+
+    ``inputs``: the data inputs' names (``"op:i"``), when they are not ``op.inputs``'s.
 
     With ``debug_info`` the node also carries ``"debug_info": [file, line, function]``, where
     the op was created, so that a worker that imports it names the user's line in errors.
@@ -162,16 +164,17 @@ def node_def(op, add_shapes=False, debug_info=False):
             attr[key] = encode_attr(op.attrs[key])
         except TypeError as exc:
             raise ValueError(f"{op.type} '{op.name}': attr {key!r}: {exc}") from None
-    if op._colocation:
-        attr[_COLOCATION_ATTR] = {"list": [{"s": f"loc:@{name}"} for name in op._colocation]}
+    if op.colocation_groups:
+        attr[_COLOCATION_ATTR] = {"list": [{"s": f"loc:@{name}"} for name in op.colocation_groups]}
     if add_shapes:
         attr[_SHAPES_ATTR] = {"list": [encode_attr(t.shape) for t in op.outputs]}
-    inputs = [f"{t.op.name}:{t.value_index}" for t in op.inputs]
-    inputs += [f"^{c.name}" for c in op._control_inputs]
+    if inputs is None:
+        inputs = [f"{t.op.name}:{t.value_index}" for t in op.inputs]
+    inputs = list(inputs) + [f"^{c.name}" for c in op.control_inputs]
     node = {"name": op.name, "op": op.type, "input": inputs, "device": op.device or "",
             "attr": attr}
-    if debug_info and op._traceback is not None:
-        filename, lineno, function = op._traceback
+    if debug_info and op.traceback is not None:
+        filename, lineno, function = op.traceback
         node["debug_info"] = [str(filename), int(lineno), str(function)]
     return node
 

@@ -118,13 +118,13 @@ def aggregate(graph, contributions, name):
         if len({t.dtype for t in indices}) > 1:
             int64 = dtypes.int64
             indices = [graph.create_op("Cast", (t,), {"DstT": int64, "SrcT": t.dtype},
-                                       name=f"{name}/cast")._outputs[0]
+                                       name=f"{name}/cast").outputs[0]
                        if t.dtype is not int64 else t for t in indices]
         values = graph.create_op("ConcatV2", tuple(c.values for c in contributions),
-                                 {"axis": 0}, name=f"{name}/values")._outputs[0]
+                                 {"axis": 0}, name=f"{name}/values").outputs[0]
         index = graph.create_op("ConcatV2", tuple(indices), {"axis": 0},
-                                name=f"{name}/indices")._outputs[0]
+                                name=f"{name}/indices").outputs[0]
         return IndexedSlices(values, index, contributions[0].dense_shape)
     dense = [c._as_tensor() if isinstance(c, IndexedSlices) else c for c in contributions]
-    return graph.create_op("AddN", tuple(dense), None, name=name)._outputs[0]
+    return graph.create_op("AddN", tuple(dense), None, name=name).outputs[0]
 

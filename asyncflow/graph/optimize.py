@@ -33,6 +33,8 @@ Passes never modify their input; they set ``changed`` when they rewrote somethin
 """
 from __future__ import annotations
 
+import collections.abc
+
 import numpy as np
 
 from asyncflow import dtypes
@@ -60,7 +62,7 @@ def _canonical(value):
         return ("array", value.dtype.str, value.shape, value.tobytes())
     if isinstance(value, (list, tuple)):
         return (type(value).__name__, tuple(_canonical(v) for v in value))
-    if isinstance(value, dict):
+    if isinstance(value, collections.abc.Mapping):  # a dict, or an op's attrs view
         return ("dict", tuple(sorted((k, _canonical(v)) for k, v in value.items())))
     if isinstance(value, (bool, int, float, str, bytes, type(None), np.generic)):
         return (type(value).__name__, value)

@@ -52,13 +52,13 @@ def set_transfer_compression(tensor, mode):
     """
     if mode not in COMPRESSION_MODES + ("", None):
         raise ValueError(f"compression mode must be one of {COMPRESSION_MODES} or '', got {mode!r}")
-    table = tensor.graph._extensions.setdefault(_EDGE_COMPRESSION, {})
+    table = tensor.graph.extensions.setdefault(_EDGE_COMPRESSION, {})
     table[tensor.name] = mode or ""
 
 
 def edge_compression(graph):
     """``{tensor name: mode}`` chosen with ``set_transfer_compression`` in ``graph``."""
-    return dict(graph._extensions.get(_EDGE_COMPRESSION, {}))
+    return dict(graph.extensions.get(_EDGE_COMPRESSION, {}))
 
 
 @dataclasses.dataclass

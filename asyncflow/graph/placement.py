@@ -92,13 +92,13 @@ def _groups(ops):
     uf = _UnionFind()
     for op in ops:
         uf.find(op)
-        for name in op._colocation:
+        for name in op.colocation_groups:
             uf.union(by_name.get(name, "loc:@" + name), op)
         for position, tensor in enumerate(op.inputs):
-            if tensor._is_ref and op.op_def.is_ref_input(position) and tensor.op in members:
+            if tensor.is_ref and op.op_def.is_ref_input(position) and tensor.op in members:
                 uf.union(tensor.op, op)
     grouped = {}
-    for op in sorted(ops, key=lambda o: o._id):
+    for op in sorted(ops, key=lambda o: o.seq):
         grouped.setdefault(uf.find(op), []).append(op)
     return list(grouped.values())
 
@@ -130,8 +130,8 @@ def _ref_readers(op):
     have no kernel, or a later run would find its state on a device they cannot use."""
     out = []
     for tensor in op.outputs:
-        if tensor._is_ref:
-            for consumer in tensor._consumers:
+        if tensor.is_ref:
+            for consumer in tensor.consumers():
                 if any(source is tensor and consumer.op_def.is_ref_input(position)
                        for position, source in enumerate(consumer.inputs)):
                     out.append(consumer)
@@ -248,14 +248,14 @@ def _compute_us(cost, device):
 def _is_follower(op, members, followers):
     """An unconstrained, stateless op computed only from such ops (a Const, a Fill of
     Consts): it sits with its first consumer rather than being shipped to it."""
-    return (not op._control_inputs and not op.device and not op.op_def.stateful
+    return (not op.control_inputs and not op.device and not op.op_def.stateful
             and compute_cost(op) <= _FOLLOWER_MAX_COST and all(t.op in followers for t in op.inputs)
             and any(c in members for c in _consumers_of(op)))
 
 
 def _consumers_of(op):
-    out = [c for t in op.outputs for c in t._consumers]
-    return out + list(op._control_outputs)
+    out = [c for t in op.outputs for c in t.consumers()]
+    return out + list(op.control_outputs)
 
 
 def place(ops, devices, supported_kinds, allow_soft_placement=True, pinned=None):
@@ -310,7 +310,7 @@ def place(ops, devices, supported_kinds, allow_soft_placement=True, pinned=None)
                 if producer in finish:
                     moved = assignment[producer] != device
                     ready = max(ready, finish[producer] + (transfer_us(tensor) if moved else 0.0))
-            for control in op._control_inputs:
+            for control in op.control_inputs:
                 if control in finish:
                     moved = assignment[control] != device
                     ready = max(ready, finish[control] + (_TRANSFER_FIXED_US if moved else 0.0))

@@ -24,7 +24,7 @@ def needed_ops(fetch_tensors, target_ops, fed_tensors):
         for tensor in op.inputs:
             if tensor not in fed and tensor.op not in needed:
                 stack.append(tensor.op)
-        for control in op._control_inputs:
+        for control in op.control_inputs:
             if control not in needed and not any(t in fed for t in control.outputs):
                 stack.append(control)
     return needed
@@ -48,11 +48,11 @@ def topological_order(ops, skip_edge=None):
             if tensor.op in indegree and not (skip_edge and skip_edge(op, index)):
                 indegree[op] += 1
                 consumers[tensor.op].append(op)
-        for control in op._control_inputs:
+        for control in op.control_inputs:
             if control in indegree:
                 indegree[op] += 1
                 consumers[control].append(op)
-    heap = [(op._id, op) for op, degree in indegree.items() if degree == 0]
+    heap = [(op.seq, op) for op, degree in indegree.items() if degree == 0]
     heapq.heapify(heap)
     order = []
     while heap:
@@ -61,9 +61,9 @@ def topological_order(ops, skip_edge=None):
         for consumer in consumers[op]:
             indegree[consumer] -= 1
             if indegree[consumer] == 0:
-                heapq.heappush(heap, (consumer._id, consumer))
+                heapq.heappush(heap, (consumer.seq, consumer))
     if len(order) != len(ops):
-        stuck = min((op for op, d in indegree.items() if d > 0), key=lambda op: op._id)
+        stuck = min((op for op, d in indegree.items() if d > 0), key=lambda op: op.seq)
         raise ValueError(f"Graph has a cycle through {stuck.type} '{stuck.name}' "
                          "(only while_loop back edges may form cycles)")
     return order

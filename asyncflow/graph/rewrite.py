@@ -8,11 +8,14 @@ Theory of operation:
 - A fed tensor is a ``FeedNode``: a port whose value the caller supplies; it is never
   scheduled. Fetches are ports too, so a pass that replaces a node also keeps what the
   caller fetches (fetching a folded tensor returns the folded constant).
-- ``materialize`` turns a list of nodes (one partition) back into ``Operation`` objects the
-  runtime compiles: fresh ops outside any graph's op list (so the user's graph is never
-  touched), with the original op's name, attrs and creation site, so errors still point at
-  the user's code. ``NodeGraph.changed`` stays False while no pass rewrote anything, so a
-  single-device run can keep using the original ops.
+- Nodes are also what the runtime compiles (``runtime/plan.py``) and what the master ships
+  to a worker (``distributed/task_graph.py``): there is no second graph of Operations. A
+  Node therefore answers what kernels, cost functions and errors read of an op: ``name``,
+  ``type``, ``op_def``, ``attrs``/``get_attr``, ``device``, ``outputs`` (``NodeOutput``s:
+  dtype, shape, is_ref) and ``creation_site()``. ``origin`` is the user's Operation the
+  node stands for (the op it was copied from; a node a pass made carries the origin of the
+  node it replaces; Send/Recv and other plumbing have None): errors name it
+  (``errors.OpError``), so they point at the user's op and line.
 
 Pure data: no trio, no kernels, no runtime.
 """
@@ -20,7 +23,6 @@ from __future__ import annotations
 
 import heapq
 
-from asyncflow.graph.graph import Operation, Tensor
 
 
 class FeedNode:
@@ -44,12 +46,36 @@ class FeedNode:
         return f"<FeedNode {self.tensor.name}>"
 
 
+class NodeOutput:
+    """One output of a Node, as kernels and cost functions read an output Tensor."""
+
+    __slots__ = ("node", "value_index", "dtype", "shape", "is_ref")
+
+    def __init__(self, node, value_index, dtype, shape, is_ref):
+        self.node = node
+        self.value_index = value_index
+        self.dtype = dtype
+        self.shape = shape
+        self.is_ref = is_ref
+
+    @property
+    def name(self):
+        return f"{self.node.name}:{self.value_index}"
+
+
 class Node:
-    """One op of a NodeGraph."""
+    """One op of a NodeGraph (see the module docstring for what it answers).
+
+    Attributes:
+        origin: the user's Operation this node stands for, or None for plumbing a pass
+            added (Send/Recv, control-edge constants): the op errors name.
+        inputs: data inputs as ports ``(Node or FeedNode, output index)``.
+        outputs: ``NodeOutput``s, one per ``out_specs`` entry.
+    """
 
     __slots__ = ("name", "type", "op_def", "attrs", "inputs", "control_inputs", "device",
-                 "requested_device", "origin", "out_specs", "traceback", "seq",
-                 "control_flow_context", "colocation")
+                 "requested_device", "origin", "out_specs", "_output_views", "traceback", "seq",
+                 "control_flow_context", "colocation_groups")
 
     def __init__(self, name, type, op_def, attrs, inputs, control_inputs, device,  # noqa: A002
                  out_specs, traceback, seq, origin=None, requested_device=""):
@@ -62,18 +88,44 @@ class Node:
         self.device = device                      # full device name
         self.requested_device = requested_device  # what the user asked for ("" if nothing)
         self.out_specs = tuple(out_specs)         # [(DType, TensorShape, is_ref)]
+        self._output_views = None                 # made on first read (passes copy nodes)
         self.traceback = traceback
         self.seq = seq                            # creation order, for deterministic ties
         self.origin = origin                      # the user's Operation, or None
         self.control_flow_context = None
-        self.colocation = ()
+        self.colocation_groups = ()
 
     def out_spec(self, index):
         return self.out_specs[index]
 
     @property
+    def outputs(self):
+        outputs = self._output_views
+        if outputs is None:
+            outputs = self._output_views = tuple(NodeOutput(self, i, *spec)
+                                            for i, spec in enumerate(self.out_specs))
+        return outputs
+
+    @property
     def stateful(self):
         return self.op_def.stateful
+
+    def get_attr(self, name):
+        """The value of attr ``name``.
+
+        Raises:
+            ValueError: naming the node and the missing attr.
+        """
+        try:
+            return self.attrs[name]
+        except KeyError:
+            raise ValueError(f"Operation '{self.name}' ({self.type}) has no attr named "
+                             f"{name!r}; it has {sorted(self.attrs)}") from None
+
+    def creation_site(self):
+        """Where the user created the op this node stands for: ``file:line in function``."""
+        filename, lineno, function = self.traceback or ("<unknown>", 0, "<unknown>")
+        return f"{filename}:{lineno} in {function}"
 
     def __repr__(self):
         return f"<Node {self.type} '{self.name}' on {self.device}>"
@@ -99,23 +151,26 @@ class NodeGraph:
 
     @classmethod
     def from_ops(cls, ops, feeds, fetches, targets, placement):
-        """Copy ``ops`` (topologically ordered) into Nodes placed by ``placement`` (op -> name)."""
+        """Copy ``ops`` (topologically ordered) into Nodes placed by ``placement`` (op -> name).
+
+        Each node gets its own plain dict of the op's attrs: kernels read ``ctx.attrs`` on
+        every run, and a dict lookup is cheaper than one through the op's read-only view."""
         feed_nodes = {t: FeedNode(t) for t in feeds}
         node_of = {}
         nodes = []
         for op in ops:
-            node = Node(op.name, op.type, op.op_def, op._attrs, [], [],
-                        placement[op], [(t.dtype, t.shape, t._is_ref) for t in op.outputs],
-                        op._traceback, op._id, origin=op, requested_device=op.device)
-            node.control_flow_context = op._control_flow_context
-            node.colocation = op._colocation
+            node = Node(op.name, op.type, op.op_def, dict(op.attrs), [], [],
+                        placement[op], [(t.dtype, t.shape, t.is_ref) for t in op.outputs],
+                        op.traceback, op.seq, origin=op, requested_device=op.device)
+            node.control_flow_context = op.control_flow_context
+            node.colocation_groups = op.colocation_groups
             node_of[op] = node
             nodes.append(node)
         # Inputs in a second pass: a loop's Merge reads a NextIteration that comes after it.
         for op, node in zip(ops, nodes):
             node.inputs = [(feed_nodes[t], 0) if t in feed_nodes
                            else (node_of[t.op], t.value_index) for t in op.inputs]
-            node.control_inputs = [node_of[c] for c in op._control_inputs if c in node_of]
+            node.control_inputs = [node_of[c] for c in op.control_inputs if c in node_of]
         fetch_ports = [(feed_nodes[t], 0) if t in feed_nodes else (node_of[t.op], t.value_index)
                        for t in fetches]
         return cls(nodes, feeds, fetch_ports, [node_of[op] for op in targets])
@@ -128,7 +183,7 @@ class NodeGraph:
                         node.out_specs, node.traceback, node.seq, node.origin,
                         node.requested_device)
             twin.control_flow_context = node.control_flow_context
-            twin.colocation = node.colocation
+            twin.colocation_groups = node.colocation_groups
             clone[node] = twin
         for node in self.nodes:  # second pass: a loop's Merge reads a later NextIteration
             twin = clone[node]
@@ -179,57 +234,3 @@ def topological(nodes):
         stuck = next(n for n in nodes if indegree[n] > 0)
         raise ValueError(f"compile produced a cycle through {stuck.type} '{stuck.name}'")
     return order
-
-
-def materialize(nodes, graph):
-    """Fresh Operations for ``nodes`` (topologically ordered, e.g. one partition).
-
-    Args:
-        nodes: Nodes whose producers are in ``nodes`` or are FeedNodes.
-        graph: the user's Graph (ops point at it for names and errors, but are not added).
-
-    Returns:
-        ``(ops, tensor_of)``: the Operations in order, and a function mapping a port
-        ``(node, index)`` to the Tensor to feed or fetch in this partition.
-    """
-    op_of = {}
-    ops = []
-    back_edges = []  # a loop's Merge is created before the NextIteration it reads
-    for node in nodes:
-        inputs = []
-        for position, (producer, index) in enumerate(node.inputs):
-            if isinstance(producer, FeedNode):
-                inputs.append(producer.tensor)
-            elif producer not in op_of:
-                back_edges.append((node, position))
-                inputs.append(None)
-            else:
-                inputs.append(op_of[producer]._outputs[index])
-        controls = [op_of[c] for c in node.control_inputs]
-        op = Operation(graph, node.seq, node.name, node.type, inputs, controls,
-                       node.attrs, node.device, node.op_def, node.traceback)
-        op._outputs = tuple(Tensor(op, i, dtype, shape, is_ref=is_ref)
-                            for i, (dtype, shape, is_ref) in enumerate(node.out_specs))
-        op._control_flow_context = node.control_flow_context
-        op._colocation = node.colocation
-        for producer, index in node.inputs:
-            if not isinstance(producer, FeedNode) and producer in op_of:
-                op_of[producer]._outputs[index]._consumers.append(op)
-        for control in controls:
-            control._control_outputs.append(op)
-        op_of[node] = op
-        ops.append(op)
-    for node, position in back_edges:
-        producer, index = node.inputs[position]
-        op = op_of[node]
-        inputs = list(op._inputs)
-        inputs[position] = op_of[producer]._outputs[index]
-        op._inputs = tuple(inputs)
-        inputs[position]._consumers.append(op)
-
-    def tensor_of(port):
-        producer, index = port
-        if isinstance(producer, FeedNode):
-            return producer.tensor
-        return op_of[producer]._outputs[index]
-    return ops, tensor_of

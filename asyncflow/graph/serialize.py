@@ -109,9 +109,9 @@ class _Importer:
         for position, src, index in deferred:
             self.patches.append((op, position, src, index))
         if "debug_info" in node:  # where the exporter's user created it, for errors
-            op._traceback = _debug_info(name, node["debug_info"])
+            op.set_creation_site(_debug_info(name, node["debug_info"]))
         if colocation:
-            op._colocation = colocation
+            op.set_creation_site(op.traceback, colocation)
         if shapes is not None:
             for tensor, shape in zip(op.outputs, shapes):
                 tensor.set_shape(shape)
@@ -124,7 +124,7 @@ class _Importer:
             if tensor.dtype is not op.inputs[position].dtype:
                 raise ValueError(f"{op.type} '{op.name}': back edge {src}:{index} has dtype "
                                  f"{tensor.dtype.name}, expected {op.inputs[position].dtype.name}")
-            op._update_input(position, tensor)
+            op.update_input(position, tensor)
         unused = set(self.input_map) - self.used_keys
         if unused:
             names = sorted(s if i is None else f"{s}:{i}" for s, i in unused)

@@ -16,7 +16,7 @@ from asyncflow.ops.construct import as_tensor, make, static_value
 
 
 def _infer_same(op):
-    x = op._inputs[0]
+    x = op.inputs[0]
     return [(x.dtype, x.shape)]
 
 
@@ -37,7 +37,7 @@ def stop_gradient(input, name=None):  # noqa: A002
 
 
 def _infer_shape(op):
-    x = op._inputs[0]
+    x = op.inputs[0]
     return [(op.get_attr("out_type"), TensorShape([x.shape.ndims]))]
 
 
@@ -65,7 +65,7 @@ def rank(input, name=None):  # noqa: A002
 
 
 def _infer_reshape(op):
-    x, shape_tensor = op._inputs
+    x, shape_tensor = op.inputs
     target = static_value(shape_tensor)
     if target is None:
         n = shape_tensor.shape[0] if shape_tensor.shape.ndims == 1 else None
@@ -110,7 +110,7 @@ accepts_indexed_slices("Identity")  # a variable's read passes a sparse gradient
 
 @register_gradient("Reshape")
 def _reshape_grad(op, grad):
-    x = op._inputs[0]
+    x = op.inputs[0]
     if x.shape.is_fully_defined():
         return [reshape(grad, x.shape.as_list()), None]
     return [make("Reshape", (grad, shape(x)), None, None, "Reshape"), None]

@@ -35,7 +35,7 @@ SAMPLERS = ("UniformCandidateSampler", "LogUniformCandidateSampler",
 
 
 def _infer_sampler(op):
-    true_classes = op._inputs[0]
+    true_classes = op.inputs[0]
     if true_classes.dtype is not dtypes.int64:
         raise TypeError(f"true_classes must be int64, got {true_classes.dtype.name}")
     num_true, num_sampled = op.get_attr("num_true"), op.get_attr("num_sampled")
@@ -77,7 +77,7 @@ def _sampler(op_type, true_classes, num_true, num_sampled, unique, range_max, se
                  {"num_true": num_true, "num_sampled": num_sampled, "unique": bool(unique),
                   "range_max": range_max, "seed": seed1, "seed2": seed2, **attrs},
                  name, default_name)
-    return tuple(op._outputs)
+    return tuple(op.outputs)
 
 
 def uniform_candidate_sampler(true_classes, num_true, num_sampled, unique, range_max,
@@ -158,4 +158,4 @@ def compute_accidental_hits(true_classes, sampled_candidates, num_true, seed=Non
     sampled_candidates = cast(as_tensor(sampled_candidates), dtypes.int64)
     op = make_op("ComputeAccidentalHits", (true_classes, sampled_candidates),
                  {"num_true": int(num_true)}, name, "ComputeAccidentalHits")
-    return tuple(op._outputs)
+    return tuple(op.outputs)

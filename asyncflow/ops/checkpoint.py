@@ -34,7 +34,7 @@ def _io_cost(shapes, op):
 
 
 def _check_filename(op):
-    filename = op._inputs[0]
+    filename = op.inputs[0]
     if not filename.dtype.is_string or filename.shape.ndims not in (None, 0):
         raise TypeError(f"filename must be a string scalar, got {filename.dtype.name} "
                         f"{filename.shape}")
@@ -42,11 +42,11 @@ def _check_filename(op):
 
 def _infer_save(op):
     _check_filename(op)
-    step = op._inputs[1]
+    step = op.inputs[1]
     if step.dtype is not dtypes.int64 or step.shape.ndims not in (None, 0):
         raise TypeError(f"global_step must be an int64 scalar, got {step.dtype.name} {step.shape}")
     names = op.get_attr("tensor_names")
-    tensors = op._inputs[2:]
+    tensors = op.inputs[2:]
     if len(names) != len(tensors):
         raise ValueError(f"{len(names)} tensor_names for {len(tensors)} tensors")
     if len(set(names)) != len(names):
@@ -63,7 +63,7 @@ def _infer_restore(op):
     names, kinds, shapes = (op.get_attr(k) for k in ("tensor_names", "dtypes", "shapes"))
     if not len(names) == len(kinds) == len(shapes):
         raise ValueError("tensor_names, dtypes and shapes must have the same length")
-    specs = op._attrs.get("shape_and_slices") or ("",) * len(names)
+    specs = op.attrs.get("shape_and_slices") or ("",) * len(names)
     if len(specs) != len(names):
         raise ValueError(f"{len(specs)} shape_and_slices for {len(names)} tensor_names")
     for name, spec, shape in zip(names, specs, shapes):
@@ -146,14 +146,14 @@ def restore(filename, tensor_names, dtypes_list, shapes, shape_and_slices=None, 
     if shape_and_slices is not None and any(shape_and_slices):
         attrs["shape_and_slices"] = tuple(str(spec) for spec in shape_and_slices)
     op = make_op("Restore", (as_tensor(filename, dtype=dtypes.string),), attrs, name, "Restore")
-    return list(op._outputs)
+    return list(op.outputs)
 
 
 def sharded_filename(filename, shard, num_shards, name=None):
     """The file name of shard ``shard`` of ``num_shards`` of checkpoint file ``filename``."""
     return make_op("ShardedFilename", (as_tensor(filename, dtype=dtypes.string),),
                    {"shard": int(shard), "num_shards": int(num_shards)}, name,
-                   "ShardedFilename")._outputs[0]
+                   "ShardedFilename").outputs[0]
 
 
 def merge_checkpoint_shards(filename, global_step, shard_tensor_names, name=None):

@@ -30,7 +30,7 @@ def _io_cost(shapes, op):
 
 
 def _check_strings(op, ranks):
-    for number, (tensor, rank) in enumerate(zip(op._inputs, ranks), 1):
+    for number, (tensor, rank) in enumerate(zip(op.inputs, ranks), 1):
         if not tensor.dtype.is_string or tensor.shape.ndims not in (None, rank):
             kind = "scalar" if rank == 0 else "vector"
             raise TypeError(f"{op.type}: input {number} must be a string {kind}, got "
@@ -63,4 +63,4 @@ def commit_checkpoint(prefix, meta_graph, kept, doomed, latest_filename, meta_gr
 def latest_checkpoint(directory, latest_filename, name=None):
     """A ``LatestCheckpoint`` op's output: the latest checkpoint prefix in ``directory``."""
     inputs = tuple(as_tensor(v, dtype=dtypes.string) for v in (directory, latest_filename))
-    return make_op("LatestCheckpoint", inputs, None, name, "LatestCheckpoint")._outputs[0]
+    return make_op("LatestCheckpoint", inputs, None, name, "LatestCheckpoint").outputs[0]

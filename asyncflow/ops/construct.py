@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 
 from asyncflow import dtypes
-from asyncflow.graph import graph as _graph
 from asyncflow.graph.conversion import convert_to_tensor
 from asyncflow.graph.graph import Tensor, get_default_graph
 
@@ -76,12 +75,21 @@ def make_op(op_type, inputs=(), attrs=None, name=None, default_name=None, graph=
 
 def make(op_type, inputs=(), attrs=None, name=None, default_name=None, graph=None):
     """Create a one-output op and return its output tensor."""
-    return make_op(op_type, inputs, attrs, name, default_name, graph)._outputs[0]
+    return make_op(op_type, inputs, attrs, name, default_name, graph).outputs[0]
 
 
 def seeds(seed, graph=None):
-    """TF1's (graph seed, op seed) pair for a random op."""
-    return _graph._op_seed_pair(graph or get_default_graph(), seed)
+    """TF1's (graph seed, op seed) pair for a random op: the graph's seed and ``seed``, a
+    fixed graph seed when only ``seed`` is set, the graph's next op seed when only the
+    graph's is."""
+    graph = graph or get_default_graph()
+    if graph.seed is None and seed is None:
+        return None, None
+    if graph.seed is None:
+        return 87654321, int(seed)
+    if seed is None:
+        seed = graph.next_op_seed()
+    return graph.seed, int(seed)
 
 
 def static_value(tensor):

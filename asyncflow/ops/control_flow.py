@@ -9,7 +9,7 @@ Theory of operation:
   iteration. ``LoopCond`` marks a loop's predicate (the pivot). ``Ref*`` variants carry
   variable references.
 - Builders work through *control flow contexts*. While a branch or loop body is built, its
-  context is pushed on the graph (``graph._push(control_flow_context=ctx)``) and
+  context is pushed on the graph (``graph.push_scopes(control_flow_context=ctx)``) and
   ``Graph.create_op`` hands every new op to ``ctx.add_op``. The context rewrites inputs that
   come from outside (``add_value``): a cond branch inserts a ``Switch`` on the branch's
   predicate (so the op is dead when the branch is not taken), a loop inserts a constant
@@ -37,7 +37,7 @@ from asyncflow.graph.shape import TensorShape
 from asyncflow.ops.array import identity
 from asyncflow.ops.construct import as_tensor, make, make_op
 from asyncflow.ops.control_flow_structure import (  # noqa: F401 (cf.flatten etc. are used)
-    _is_namedtuple, _same_structure, composite_invariants, flatten, pack_as, register_composite)
+    is_namedtuple, same_structure, composite_invariants, flatten, pack_as, register_composite)
 from asyncflow.ops.sources import constant
 
 STRUCTURE_TYPES = frozenset({"Enter", "RefEnter", "Exit", "RefExit", "Merge", "NextIteration",
@@ -46,7 +46,7 @@ STRUCTURE_TYPES = frozenset({"Enter", "RefEnter", "Exit", "RefExit", "Merge", "N
 
 # -- primitives -------------------------------------------------------------------------
 def _infer_switch(op):
-    data, pred = op._inputs
+    data, pred = op.inputs
     if not pred.dtype.is_bool:
         raise TypeError(f"the predicate must be bool, got {pred.dtype.name}")
     if pred.shape.ndims not in (None, 0):
@@ -68,7 +68,7 @@ def _merged_shape(shapes):
 
 
 def _infer_merge(op):
-    inputs = op._inputs
+    inputs = op.inputs
     if not inputs:
         raise ValueError("Merge needs at least one input")
     dtype = inputs[0].dtype
@@ -80,11 +80,11 @@ def _infer_merge(op):
 
 
 def _infer_same(op):
-    return [(op._inputs[0].dtype, op._inputs[0].shape)]
+    return [(op.inputs[0].dtype, op.inputs[0].shape)]
 
 
 def _infer_loop_cond(op):
-    pred = op._inputs[0]
+    pred = op.inputs[0]
     if not pred.dtype.is_bool or pred.shape.ndims not in (None, 0):
         raise TypeError(f"the loop condition must be a scalar bool, got {pred.dtype.name} "
                         f"with shape {pred.shape}")
@@ -107,7 +107,7 @@ def _infer_stack(op):
 
 
 def _infer_push(op):
-    return [(op._inputs[1].dtype, op._inputs[1].shape)]
+    return [(op.inputs[1].dtype, op.inputs[1].shape)]
 
 
 def _infer_pop(op):
@@ -125,10 +125,10 @@ def switch(data, pred, name=None):
     Raises:
         TypeError: if ``pred`` is not bool.
     """
-    data = data if isinstance(data, Tensor) and data._is_ref else as_tensor(data)
-    op_type = "RefSwitch" if data._is_ref else "Switch"
+    data = data if isinstance(data, Tensor) and data.is_ref else as_tensor(data)
+    op_type = "RefSwitch" if data.is_ref else "Switch"
     op = make_op(op_type, (data, as_tensor(pred)), None, name, "Switch")
-    return op._outputs[0], op._outputs[1]
+    return op.outputs[0], op.outputs[1]
 
 
 def merge(inputs, name=None):
@@ -139,22 +139,22 @@ def merge(inputs, name=None):
     """
     inputs = [as_tensor(t) for t in inputs]
     op = make_op("Merge", inputs, None, name, "Merge")
-    return op._outputs[0], op._outputs[1]
+    return op.outputs[0], op.outputs[1]
 
 
-def _enter(data, frame_name, is_constant=False, parallel_iterations=10, name=None):
-    op_type = "RefEnter" if data._is_ref else "Enter"
+def enter_frame(data, frame_name, is_constant=False, parallel_iterations=10, name=None):
+    op_type = "RefEnter" if data.is_ref else "Enter"
     return make(op_type, (data,), {"frame_name": frame_name, "is_constant": bool(is_constant),
                                    "parallel_iterations": int(parallel_iterations)},
                 name, "Enter")
 
 
-def _exit(data, name=None):
-    return make("RefExit" if data._is_ref else "Exit", (data,), None, name, "Exit")
+def exit_frame(data, name=None):
+    return make("RefExit" if data.is_ref else "Exit", (data,), None, name, "Exit")
 
 
-def _next_iteration(data, name=None):
-    return make("RefNextIteration" if data._is_ref else "NextIteration", (data,), None, name,
+def next_iteration(data, name=None):
+    return make("RefNextIteration" if data.is_ref else "NextIteration", (data,), None, name,
                 "NextIteration")
 
 
@@ -164,7 +164,7 @@ def loop_cond(pred, name=None):
 
 
 # -- contexts ---------------------------------------------------------------------------
-def _inside(ctx, ancestor):
+def inside(ctx, ancestor):
     """Whether context ``ctx`` is ``ancestor`` or nested in it."""
     while ctx is not None:
         if ctx is ancestor:
@@ -184,7 +184,11 @@ class _Context:
         self._consumer = None   # the op add_op is rewiring
 
     def is_internal(self, tensor):
-        return tensor in self._imported or _inside(tensor.op._control_flow_context, self)
+        return tensor in self._imported or inside(tensor.op.control_flow_context, self)
+
+    def imported_values(self):
+        """The outer tensors used inside, as seen inside (their Switch/Enter outputs)."""
+        return tuple(self._values.values())
 
     def add_value(self, tensor):
         """``tensor`` as seen from inside this context (through Switch/Enter if external)."""
@@ -192,11 +196,11 @@ class _Context:
             return tensor
         found = self._values.get(tensor)
         if found is None:
-            source = tensor.op._control_flow_context
+            source = tensor.op.control_flow_context
             if source is not None and self._consumer is not None and self._checks_escapes():
                 source.check_use(tensor, self._consumer, self)  # before any import op
             outer_value = self.outer.add_value(tensor) if self.outer is not None else tensor
-            with self.graph._push(control_flow_context=self.outer), \
+            with self.graph.push_scopes(control_flow_context=self.outer), \
                     self.graph.control_dependencies(None):
                 found = self._import(outer_value)
             self._values[tensor] = found
@@ -216,7 +220,7 @@ class _Context:
 
     @contextlib.contextmanager
     def entered(self):
-        with self.graph._push(control_flow_context=self):
+        with self.graph.push_scopes(control_flow_context=self):
             yield self
 
     def add_op(self, op):
@@ -225,15 +229,15 @@ class _Context:
             return
         self._consumer = op  # named by check_use if an input may not be imported
         try:
-            for index, tensor in enumerate(op._inputs):
+            for index, tensor in enumerate(op.inputs):
                 real = self.add_value(tensor)
                 if real is not tensor:
-                    op._update_input(index, real)
+                    op.update_input(index, real)
         finally:
             self._consumer = None
         self._fix_control_inputs(op)
         if self._needs_pivot(op):
-            op._add_control_input(self.control_pivot())
+            op.add_control_input(self.control_pivot())
 
     def _fix_control_inputs(self, op):
         """Control edges from outside a loop would cross frames: route them through Enters."""
@@ -245,7 +249,7 @@ class _Context:
         ctx = self.outer if tensor.op.type in ("Exit", "RefExit") else self
         while ctx is not None and not isinstance(ctx, WhileContext):
             ctx = ctx.outer
-        if ctx is not None and not _inside(consumer_ctx, ctx):
+        if ctx is not None and not inside(consumer_ctx, ctx):
             other = consumer_ctx
             while other is not None and not isinstance(other, WhileContext):
                 other = other.outer
@@ -257,8 +261,8 @@ class _Context:
                 "to use its final value.")
 
     def _needs_pivot(self, op):
-        return not op._inputs and not any(
-            _inside(c._control_flow_context, self) for c in op._control_inputs)
+        return not op.inputs and not any(
+            inside(c.control_flow_context, self) for c in op.control_inputs)
 
 
 class CondContext(_Context):
@@ -274,7 +278,7 @@ class CondContext(_Context):
     def _import(self, tensor):
         imported = switch(tensor, self.pred)[self.branch]
         # The loop gradient saves such a value only when this branch is taken.
-        _cond_imports(self.graph)[imported.op] = self
+        cond_imports(self.graph)[imported.op] = self
         _cond_internals(self.graph)[imported.op] = self
         return imported
 
@@ -300,27 +304,27 @@ class WhileContext(_Context):
         self.grad_state = None       # set by gradients (the forward loop's counter and stacks)
 
     def _import(self, tensor):
-        return _enter(tensor, self.frame_name, is_constant=True,
+        return enter_frame(tensor, self.frame_name, is_constant=True,
                       parallel_iterations=self.parallel_iterations)
 
     def is_internal(self, tensor):
         op = tensor.op
-        if op.type in ("Enter", "RefEnter") and op._attrs.get("frame_name") == self.frame_name:
+        if op.type in ("Enter", "RefEnter") and op.attrs.get("frame_name") == self.frame_name:
             return True  # Enter outputs live in this loop's frame
         return super().is_internal(tensor)
 
     def control_pivot(self):
         return self.pivot_for_body or self.pivot_for_pred
 
-    def _is_invariant(self, tensor):
+    def is_invariant(self, tensor):
         op = tensor.op
-        return (op.type in ("Enter", "RefEnter") and op._attrs.get("is_constant")
-                and op._attrs.get("frame_name") == self.frame_name)
+        return (op.type in ("Enter", "RefEnter") and op.attrs.get("is_constant")
+                and op.attrs.get("frame_name") == self.frame_name)
 
     def _needs_pivot(self, op):
-        if any(_inside(c._control_flow_context, self) for c in op._control_inputs):
+        if any(inside(c.control_flow_context, self) for c in op.control_inputs):
             return False
-        return all(self._is_invariant(t) for t in op._inputs)
+        return all(self.is_invariant(t) for t in op.inputs)
 
     def settle_variable_reads(self):
         """Read once at loop entry each variable the loop only reads.
@@ -337,12 +341,12 @@ class WhileContext(_Context):
         for ref, entered in list(self._values.items()):
             if entered.op.type != "RefEnter":
                 continue
-            reads = [op for op in entered._consumers]
-            if not reads or any(op.type != "Identity" or op._control_flow_context is not self
+            reads = [op for op in entered.consumers()]
+            if not reads or any(op.type != "Identity" or op.control_flow_context is not self
                                 for op in reads):
                 continue  # assigned, read in a cond, or in a nested loop: stays a fresh read
             graph = self.graph
-            with graph._push(control_flow_context=None), \
+            with graph.push_scopes(control_flow_context=None), \
                     graph.control_dependencies(self.loop_enters[0].op.control_inputs), \
                     graph.colocate_with(ref.op):
                 value = identity(ref, name="read")
@@ -350,25 +354,24 @@ class WhileContext(_Context):
             self._imported.discard(entered)
             invariant = self.add_value(value)
             for op in reads:
-                op._update_input(0, invariant)
+                op.update_input(0, invariant)
 
     def _fix_control_inputs(self, op):
-        external = [c for c in op._control_inputs
-                    if not _inside(c._control_flow_context, self)
+        external = [c for c in op.control_inputs
+                    if not inside(c.control_flow_context, self)
                     and not (c.type in ("Enter", "RefEnter")
-                             and c._attrs.get("frame_name") == self.frame_name)]
+                             and c.attrs.get("frame_name") == self.frame_name)]
         for control in external:
-            op._control_inputs.remove(control)
-            control._control_outputs.remove(op)
-            with self.graph._push(control_flow_context=control._control_flow_context), \
+            op.remove_control_input(control)
+            with self.graph.push_scopes(control_flow_context=control.control_flow_context), \
                     self.graph.control_dependencies([control]):
                 token = constant(0, name="control_token")
-            op._add_control_input(self.add_value(token).op)
+            op.add_control_input(self.add_value(token).op)
 
 
 def is_loop_back_edge(op, index):
     """Whether input ``index`` of ``op`` is a loop's back edge (NextIteration -> Merge)."""
-    return op.type == "Merge" and op._inputs[index].op.type in ("NextIteration",
+    return op.type == "Merge" and op.inputs[index].op.type in ("NextIteration",
                                                                "RefNextIteration")
 
 
@@ -391,14 +394,14 @@ def check_fetchable(op):
     a loop's Enters and the Exits of a top-level loop (a cond's Merge lies outside its
     branches): a value inside a loop exists once per iteration, and only while it runs.
     """
-    ctx = op._control_flow_context
+    ctx = op.control_flow_context
     if ctx is None:  # the common case: one dict lookup at most
-        internals = op._graph._extensions.get("cond_internals")
+        internals = op.graph.extensions.get("cond_internals")
         if internals is None or op not in internals:
             return
         ctx = internals[op]
-    elif op._type in ("Enter", "RefEnter") or \
-            (op._type in ("Exit", "RefExit") and ctx.outer is None):
+    elif op.type in ("Enter", "RefEnter") or \
+            (op.type in ("Exit", "RefExit") and ctx.outer is None):
         return
     raise ValueError(f"Operation '{op.name}' has been marked as not fetchable: it is computed "
                      f"inside {_where(ctx)}. Fetch a result of the loop or cond (return the "
@@ -410,9 +413,9 @@ def check_feedable(tensor):
     computed inside a while loop but the Exits of a top-level loop (cond branch values
     outside loops may be fed, as in TF1)."""
     op = tensor.op
-    ctx = op._control_flow_context
+    ctx = op.control_flow_context
     if op.type in ("Enter", "RefEnter"):
-        where = f"an Enter of while_loop '{op._attrs.get('frame_name')}'"
+        where = f"an Enter of while_loop '{op.attrs.get('frame_name')}'"
     elif ctx is None or (op.type in ("Exit", "RefExit") and ctx.outer is None) \
             or _loop_around(ctx) is None:
         return
@@ -422,8 +425,8 @@ def check_feedable(tensor):
                      "the loop reads (its initial values or a placeholder) instead.")
 
 
-def _current_context(graph):
-    return graph._current().control_flow_context
+def current_context(graph):
+    return graph.current_scopes().control_flow_context
 
 
 # -- cond and case ------------------------------------------------------------------------
@@ -505,13 +508,13 @@ def cond(pred, true_fn=None, false_fn=None, strict=False, name=None, fn1=None, f
         pred_id = identity(pred, name="pred_id")
         _cond_internals(graph).update(dict.fromkeys((switch_t.op, pivot_t.op, pivot_f.op,
                                                      pred_id.op)))
-        outer = _current_context(graph)
+        outer = current_context(graph)
         ctx_t = CondContext(graph, outer, pred_id, pivot_t, 1)
         ctx_f = CondContext(graph, outer, pred_id, pivot_f, 0)
         ctx_t.sibling, ctx_f.sibling = ctx_f, ctx_t
         res_t, out_t, _ = _build_branch(ctx_t, true_fn, "true_fn", cond_name)
         res_f, out_f, _ = _build_branch(ctx_f, false_fn, "false_fn", cond_name)
-        if not _same_structure(res_t, res_f) or len(out_t) != len(out_f):
+        if not same_structure(res_t, res_f) or len(out_t) != len(out_f):
             raise ValueError(f"cond '{cond_name}': true_fn and false_fn must return the same "
                              f"structure, got {res_t!r} and {res_f!r}")
         merged = []
@@ -520,7 +523,7 @@ def cond(pred, true_fn=None, false_fn=None, strict=False, name=None, fn1=None, f
                 raise TypeError(f"cond '{cond_name}': outputs of true_fn and false_fn must "
                                 f"have the same type: {t.dtype.name}, {f.dtype.name}")
             out, _ = merge([f, t], name="Merge")
-            _cond_merges(graph)[out.op] = pred_id
+            cond_merges(graph)[out.op] = pred_id
             merged.append(out)
     if composite_invariants(res_t) is not None:
         return pack_as(res_t, merged)
@@ -531,21 +534,21 @@ def cond(pred, true_fn=None, false_fn=None, strict=False, name=None, fn1=None, f
     return pack_as(res_t, merged)
 
 
-def _cond_imports(graph):
+def cond_imports(graph):
     """``{Switch op: CondContext}`` of the Switches that bring outer values into a branch."""
-    return graph._extensions.setdefault("cond_imports", {})
+    return graph.extensions.setdefault("cond_imports", {})
 
 
 def _cond_internals(graph):
     """``{op: CondContext or None}`` of the ops a cond builds around its branches, outside
     them (its predicate's Switch and pivots, the Switches importing values), which TF1
     counts as inside the cond (not fetchable)."""
-    return graph._extensions.setdefault("cond_internals", {})
+    return graph.extensions.setdefault("cond_internals", {})
 
 
-def _cond_merges(graph):
+def cond_merges(graph):
     """``{merge op: predicate}`` of every cond in ``graph`` (for the Merge gradient)."""
-    return graph._extensions.setdefault("cond_merges", {})
+    return graph.extensions.setdefault("cond_merges", {})
 
 
 def case(pred_fn_pairs, default=None, exclusive=False, name="case"):
@@ -594,7 +597,7 @@ def case(pred_fn_pairs, default=None, exclusive=False, name="case"):
 
 
 def _infer_case_exclusive(op):
-    for tensor in op._inputs:
+    for tensor in op.inputs:
         if not tensor.dtype.is_bool:
             raise TypeError(f"predicates must be bool, got {tensor.dtype.name}")
     return []

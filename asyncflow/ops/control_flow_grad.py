@@ -9,7 +9,7 @@ A missing branch gradient is filled with ``zeros_like`` of that Switch output, w
 itself live exactly when that branch is taken.
 
 Loops are differentiated as a whole: the gradients core maps a loop's Enter and Exit ops to
-one ``LoopUnit`` (``graph._extensions["gradient_unit"]``), whose gradient function builds the
+one ``LoopUnit`` (``graph.extensions["gradient_unit"]``), whose gradient function builds the
 gradient loop (TF1's GradLoopState, simplified):
 - a forward iteration counter is added to the loop, and every forward value the backward body
   reads is pushed on a per-step stack (StackV2/StackPushV2) in each forward iteration; each
@@ -55,7 +55,7 @@ def _branch_zeros(op, branch):
     Built from the Switch's input, not its output: inside a loop's gradient the output is a
     value of one branch only, while the input (and the predicate) are saved every iteration.
     """
-    data, pred = op._inputs
+    data, pred = op.inputs
     if data.shape.is_fully_defined():
         filler = zeros(data.shape.as_list(), dtype=data.dtype)
     else:
@@ -65,12 +65,12 @@ def _branch_zeros(op, branch):
 
 @register_gradient("Merge")
 def _merge_grad(op, grad, _grad_index=None):
-    pred = cf._cond_merges(op.graph).get(op)
+    pred = cf.cond_merges(op.graph).get(op)
     if pred is None:
         raise LookupError(f"Gradient of Merge '{op.name}': only Merges built by af.cond/af.case "
                           "can be differentiated outside a while_loop gradient")
     if grad is None:
-        return [None] * len(op._inputs)
+        return [None] * len(op.inputs)
     grad_false, grad_true = cf.switch(grad, pred)
     return [grad_false, grad_true]
 
@@ -84,7 +84,7 @@ def _enter_grad(op, grad):
     within one iteration the value passes through unchanged (TF1's ``_EnterGrad`` without
     a grad state)."""
     frame = op.get_attr("frame_name")
-    ctx = cf._current_context(op.graph)
+    ctx = cf.current_context(op.graph)
     while ctx is not None:
         if isinstance(ctx, cf.WhileContext) and ctx.frame_name == frame:
             return [grad]

@@ -11,7 +11,7 @@ from asyncflow.graph.indexed_slices import IndexedSlices
 from asyncflow.graph.shape import TensorShape
 
 
-def _is_namedtuple(value):
+def is_namedtuple(value):
     return isinstance(value, tuple) and hasattr(value, "_fields")
 
 
@@ -87,7 +87,7 @@ def pack_as(structure, leaves):
             built = {key: build(node[key]) for key in sorted(node)}
             return type(node)((key, built[key]) for key in node) \
                 if type(node) is not dict else {key: built[key] for key in node}
-        if _is_namedtuple(node):
+        if is_namedtuple(node):
             return type(node)(*[build(item) for item in node])
         if isinstance(node, (list, tuple)):
             return type(node)(build(item) for item in node)
@@ -95,14 +95,14 @@ def pack_as(structure, leaves):
     return build(structure)
 
 
-def _same_structure(a, b):
+def same_structure(a, b):
     if type(a) in _COMPOSITES or type(b) in _COMPOSITES:
         return type(a) is type(b) and len(flatten(a)) == len(flatten(b))
     if isinstance(a, collections.abc.Mapping) or isinstance(b, collections.abc.Mapping):
         return (isinstance(a, collections.abc.Mapping) and isinstance(b, collections.abc.Mapping)
-                and sorted(a) == sorted(b) and all(_same_structure(a[k], b[k]) for k in a))
+                and sorted(a) == sorted(b) and all(same_structure(a[k], b[k]) for k in a))
     a_seq = isinstance(a, (list, tuple))
     b_seq = isinstance(b, (list, tuple))
     if a_seq or b_seq:
-        return a_seq and b_seq and len(a) == len(b) and all(map(_same_structure, a, b))
+        return a_seq and b_seq and len(a) == len(b) and all(map(same_structure, a, b))
     return True

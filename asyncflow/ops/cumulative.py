@@ -17,7 +17,7 @@ from asyncflow.ops.construct import NUMERIC, as_tensor, check_dtype, make, stati
 
 
 def _infer_cumulative(op):
-    x = op._inputs[0]
+    x = op.inputs[0]
     check_dtype(op.type, x, NUMERIC)
     if x.dtype.is_bool:
         raise TypeError(f"{op.type}: value passed to x has dtype bool, which is not allowed here")
@@ -84,7 +84,7 @@ def _cumsum_grad(op, grad):
 @register_gradient("Cumprod")
 def _cumprod_grad(op, grad):
     from asyncflow.ops.math import divide, multiply
-    x = op._inputs[0]
+    x = op.inputs[0]
     axis, exclusive, reverse = (op.get_attr(a) for a in ("axis", "exclusive", "reverse"))
     product = cumprod(x, axis, exclusive, reverse)
     return [divide(cumsum(multiply(product, grad), axis, exclusive, not reverse), x)]

@@ -47,7 +47,7 @@ def _infer_dequeue(op):
 
 
 def _infer_dequeue_many(op):
-    n = static_value(op._inputs[1]) if op.type == "QueueDequeueMany" else None
+    n = static_value(op.inputs[1]) if op.type == "QueueDequeueMany" else None
     batch = TensorShape([None if n is None else int(n)])
     return [(dtype, batch.concatenate(shape))
             for dtype, shape in zip(op.get_attr("component_types"), _component_shapes(op))]
@@ -226,11 +226,11 @@ class QueueBase:
                                                bool(cancel_pending_enqueues)}, name, "Close")
 
     def is_closed(self, name=None):
-        return self._access("QueueIsClosed", (), None, name, "IsClosed")._outputs[0]
+        return self._access("QueueIsClosed", (), None, name, "IsClosed").outputs[0]
 
     def size(self, name=None):
         """The number of elements in the queue (an int32 scalar)."""
-        return self._access("QueueSize", (), None, name, "Size")._outputs[0]
+        return self._access("QueueSize", (), None, name, "Size").outputs[0]
 
 
 def _make_queue(op_type, dtypes, shapes, attrs, shared_name, name):
@@ -312,15 +312,15 @@ not_differentiable(*_QUEUE_TYPES, "QueueEnqueue", "QueueEnqueueMany", "QueueDequ
 
 # -- input-pipeline helpers -------------------------------------------------------------------
 def _infer_count_up_to(op):
-    ref = op._inputs[0]
-    if not ref._is_ref or not ref.dtype.is_integer:
+    ref = op.inputs[0]
+    if not ref.is_ref or not ref.dtype.is_integer:
         raise TypeError(f"input must be an integer variable reference, got {ref.name} "
                         f"({ref.dtype.name})")
     return [(ref.dtype, TensorShape([]))]
 
 
 def _infer_same(op):
-    return [(op._inputs[0].dtype, op._inputs[0].shape)]
+    return [(op.inputs[0].dtype, op.inputs[0].shape)]
 
 
 register_op("CountUpTo", infer=_infer_count_up_to, stateful=True, ref_inputs=(0,))
@@ -334,7 +334,7 @@ def count_up_to(ref, limit, name=None):
     Running it once the variable has reached ``limit`` fails with OutOfRangeError.
     """
     ref = ref._ref() if hasattr(ref, "_ref") else ref
-    if not isinstance(ref, Tensor) or not ref._is_ref:
+    if not isinstance(ref, Tensor) or not ref.is_ref:
         raise TypeError(f"count_up_to needs a Variable, got {ref!r}")
     with ref.graph.colocate_with(ref.op):
         return make("CountUpTo", (ref,), {"limit": int(limit)}, name, "CountUpTo")

@@ -29,7 +29,7 @@ def _check_rank(op, tensor, least, what):
 
 
 def _infer_matrix_diag(op):
-    d = op._inputs[0]
+    d = op.inputs[0]
     check_dtype(op.type, d, ANY, "diagonal")
     _check_rank(op, d, 1, "diagonal")
     if d.shape.ndims is None:
@@ -38,7 +38,7 @@ def _infer_matrix_diag(op):
 
 
 def _infer_matrix_diag_part(op):
-    x = op._inputs[0]
+    x = op.inputs[0]
     _check_rank(op, x, 2, "input")
     if x.shape.ndims is None:
         return [(x.dtype, TensorShape(None))]
@@ -48,7 +48,7 @@ def _infer_matrix_diag_part(op):
 
 
 def _infer_matrix_set_diag(op):
-    x, d = op._inputs
+    x, d = op.inputs
     _check_rank(op, x, 2, "input")
     _check_rank(op, d, 1, "diagonal")
     if x.dtype != d.dtype:
@@ -63,7 +63,7 @@ def _infer_matrix_set_diag(op):
 
 
 def _infer_band(op):
-    x = op._inputs[0]
+    x = op.inputs[0]
     _check_rank(op, x, 2, "input")
     return [(x.dtype, x.shape)]
 
@@ -135,13 +135,13 @@ def _matrix_diag_grad(op, grad):
 @register_gradient("MatrixDiagPart")
 def _matrix_diag_part_grad(op, grad):
     from asyncflow.ops.sources import zeros_like
-    return [matrix_set_diag(zeros_like(op._inputs[0]), grad)]
+    return [matrix_set_diag(zeros_like(op.inputs[0]), grad)]
 
 
 @register_gradient("MatrixSetDiag")
 def _matrix_set_diag_grad(op, grad):
     from asyncflow.ops.sources import zeros_like
-    return [matrix_set_diag(grad, zeros_like(op._inputs[1])), matrix_diag_part(grad)]
+    return [matrix_set_diag(grad, zeros_like(op.inputs[1])), matrix_diag_part(grad)]
 
 
 @register_gradient("MatrixBandPart")

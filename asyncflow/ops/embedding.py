@@ -31,7 +31,7 @@ from asyncflow.ops.shapes import dims_of, dims_product, dims_vector, shape_of
 
 # -- dynamic partition / stitch ----------------------------------------------------------------
 def _infer_partition(op):
-    data, partitions = op._inputs
+    data, partitions = op.inputs
     check_dtype(op.type, partitions, lambda d: d is dtypes.int32, "partitions")
     count = op.get_attr("num_partitions")
     if data.shape.ndims is None or partitions.shape.ndims is None:
@@ -53,12 +53,12 @@ def dynamic_partition(data, partitions, num_partitions, name=None):
         else partitions
     op = make_op("DynamicPartition", (data, partitions), {"num_partitions": int(num_partitions)},
                  name, "DynamicPartition")
-    return list(op._outputs)
+    return list(op.outputs)
 
 
 def _infer_stitch(op):
     count = op.get_attr("N")
-    indices, data = op._inputs[:count], op._inputs[count:]
+    indices, data = op.inputs[:count], op.inputs[count:]
     dtype = data[0].dtype
     for tensor in indices:
         check_dtype(op.type, tensor, lambda d: d is dtypes.int32, "indices")
@@ -90,14 +90,14 @@ def dynamic_stitch(indices, data, name=None):
 @register_gradient("DynamicStitch")
 def _stitch_grad(op, grad):
     count = op.get_attr("N")
-    indices = op._inputs[:count]
+    indices = op.inputs[:count]
     return [None] * count + [gather(grad, i) for i in indices]
 
 
 @register_gradient("DynamicPartition")
 def _partition_grad(op, *grads):
-    data, partitions = op._inputs
-    grads = [g if g is not None else sources.zeros_like(out) for g, out in zip(grads, op._outputs)]
+    data, partitions = op.inputs
+    grads = [g if g is not None else sources.zeros_like(out) for g, out in zip(grads, op.outputs)]
     positions = reshape(sources.range(0, dims_product(dims_of(partitions))),
                         shape_of(partitions))
     spread = dynamic_partition(positions, partitions, op.get_attr("num_partitions"))

@@ -46,7 +46,7 @@ class ResizeMethod:
 
 
 def _check_contents(op):
-    contents = op._inputs[0]
+    contents = op.inputs[0]
     if not contents.dtype.is_string or contents.shape.ndims not in (None, 0):
         raise TypeError(f"{op.type} {op.name}: contents must be a string scalar, got "
                         f"{contents.dtype.name} {contents.shape}")
@@ -60,7 +60,7 @@ def _infer_decode(op):
 
 
 def _infer_resize(op):
-    images, size = op._inputs
+    images, size = op.inputs
     if images.shape.ndims not in (None, 4):
         raise ValueError(f"{op.type} {op.name}: images must be 4-D [batch, height, width, "
                          f"channels], got shape {images.shape}")
@@ -78,7 +78,7 @@ def _infer_resize(op):
 register_op("DecodeJpeg", infer=_infer_decode)
 register_op("DecodePng", infer=_infer_decode)
 def _infer_encode(op):
-    image = op._inputs[0]
+    image = op.inputs[0]
     if image.dtype is not dtypes.uint8 or image.shape.ndims not in (None, 3):
         raise TypeError(f"EncodeJpeg {op.name}: image must be a uint8 [height, width, "
                         f"channels] tensor, got {image.dtype.name} {image.shape}")

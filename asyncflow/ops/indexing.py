@@ -45,7 +45,7 @@ def _elements(tensor):
     if value is not None:
         return [int(v) for v in np.asarray(value).reshape(-1)]
     if tensor.op.type == "Pack":
-        values = [static_value(t) for t in tensor.op._inputs]
+        values = [static_value(t) for t in tensor.op.inputs]
         return [None if v is None else int(v) for v in values]
     n = tensor.shape[0] if tensor.shape.ndims == 1 else None
     return None if n is None else [None] * n
@@ -64,7 +64,7 @@ def _int_vector(values, what, op_name):
 
 # -- slice -------------------------------------------------------------------------------------
 def _infer_slice(op):
-    x, begin_t, size_t = op._inputs
+    x, begin_t, size_t = op.inputs
     if begin_t.dtype is not size_t.dtype:
         raise TypeError(f"begin ({begin_t.dtype.name}) and size ({size_t.dtype.name}) must "
                         "have the same dtype")
@@ -113,14 +113,14 @@ def slice(input_, begin, size, name=None):  # noqa: A001 - TF1 spelling
 
 @register_gradient("Slice")
 def _slice_grad(op, grad):
-    x, begin = op._inputs[0], op._inputs[1]
+    x, begin = op.inputs[0], op.inputs[1]
     begin = math_ops.cast(begin, dtypes.int32)
-    after = math_ops.subtract(math_ops.subtract(shape_of(x), begin), shape_of(op._outputs[0]))
+    after = math_ops.subtract(math_ops.subtract(shape_of(x), begin), shape_of(op.outputs[0]))
     if static_value(begin) is not None and x.shape.is_fully_defined() and \
-            op._outputs[0].shape.is_fully_defined():
+            op.outputs[0].shape.is_fully_defined():
         before = np.asarray(static_value(begin), np.int64)
         after = np.asarray(x.shape.dims, np.int64) - before - \
-            np.asarray(op._outputs[0].shape.dims, np.int64)
+            np.asarray(op.outputs[0].shape.dims, np.int64)
         paddings = int_const(np.stack([before, after], axis=1).reshape(-1, 2))
     else:
         paddings = stack([begin, after], axis=1)
@@ -132,7 +132,7 @@ _MASKS = ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask", "shrink_ax
 
 
 def _infer_strided_slice(op):
-    x, begin_t, end_t, strides_t = op._inputs[:4]
+    x, begin_t, end_t, strides_t = op.inputs[:4]
     if not begin_t.dtype is end_t.dtype is strides_t.dtype:
         raise TypeError("begin, end and strides must have the same dtype")
     begin, end, strides = _elements(begin_t), _elements(end_t), _elements(strides_t)
@@ -295,7 +295,7 @@ register_tensor_operators({"__getitem__": _getitem})
 
 
 def _infer_strided_slice_grad(op):
-    shape_t, dy = op._inputs[0], op._inputs[4]
+    shape_t, dy = op.inputs[0], op.inputs[4]
     dims = _elements(shape_t)
     return [(dy.dtype, TensorShape(dims))]
 
@@ -305,7 +305,7 @@ register_op("StridedSliceGrad", infer=_infer_strided_slice_grad)
 
 @register_gradient("StridedSlice")
 def _strided_slice_grad(op, grad):
-    x, begin, end, strides = op._inputs
+    x, begin, end, strides = op.inputs
     attrs = {m: op.get_attr(m) for m in _MASKS}
     shape_vector = math_ops.cast(shape_of(x), begin.dtype)
     out = make("StridedSliceGrad", (shape_vector, begin, end, strides, grad), attrs, None,
@@ -315,14 +315,14 @@ def _strided_slice_grad(op, grad):
 
 @register_gradient("StridedSliceGrad")
 def _strided_slice_grad_grad(op, grad):
-    _, begin, end, strides, _ = op._inputs
+    _, begin, end, strides, _ = op.inputs
     attrs = {m: op.get_attr(m) for m in _MASKS}
     return [None, None, None, None, strided_slice(grad, begin, end, strides, **attrs)]
 
 
 # -- gather ------------------------------------------------------------------------------------
 def _infer_gather(op):
-    params, indices = op._inputs
+    params, indices = op.inputs
     check_dtype(op.type, indices, INTEGER, "indices")
     axis, batch_dims = op.get_attr("axis"), op.get_attr("batch_dims")
     if params.shape.ndims is None or indices.shape.ndims is None:
@@ -387,7 +387,7 @@ def gather(params, indices, axis=0, batch_dims=0, name=None, validate_indices=No
 
 @register_gradient("GatherV2")
 def _gather_grad(op, grad):
-    params, indices = op._inputs
+    params, indices = op.inputs
     a, b = op.get_attr("axis"), op.get_attr("batch_dims")
     p_dims, i_dims = dims_of(params), dims_of(indices)
     if a == 0 and b == 0:
@@ -415,7 +415,7 @@ def _gather_grad(op, grad):
 
 # -- gather_nd -----------------------------------------------------------------------------------
 def _infer_gather_nd(op):
-    params, indices = op._inputs
+    params, indices = op.inputs
     check_dtype(op.type, indices, INTEGER, "indices")
     if params.shape.ndims is None or indices.shape.ndims is None:
         return [(params.dtype, TensorShape(None))]
@@ -453,7 +453,7 @@ def gather_nd(params, indices, name=None, batch_dims=0):
 
 @register_gradient("GatherNd")
 def _gather_nd_grad(op, grad):
-    params, indices = op._inputs
+    params, indices = op.inputs
     depth = indices.shape.dims[-1] if indices.shape.ndims else None
     if depth is None or params.shape.ndims is None:
         raise ValueError(f"the gradient of GatherNd {op.name} needs the static last dim of "
@@ -506,7 +506,7 @@ register_densifier(_densify)
 
 # -- unsorted segment sum ----------------------------------------------------------------------
 def _infer_segment_sum(op):
-    data, ids, num = op._inputs
+    data, ids, num = op.inputs
     check_dtype(op.type, ids, INTEGER, "segment_ids")
     check_dtype(op.type, num, INTEGER, "num_segments")
     count = static_value(num)
@@ -538,7 +538,7 @@ def unsorted_segment_sum(data, segment_ids, num_segments, name=None):
 
 @register_gradient("UnsortedSegmentSum")
 def _segment_sum_grad(op, grad):
-    data, ids, _ = op._inputs
+    data, ids, _ = op.inputs
     kept = math_ops.greater_equal(ids, 0)
     rows = gather(grad, math_ops.maximum(ids, 0))
     extra = (data.shape.ndims or 0) - (ids.shape.ndims or 0)
@@ -548,7 +548,7 @@ def _segment_sum_grad(op, grad):
 
 # -- sorted segment sum ------------------------------------------------------------------------
 def _infer_sorted_segment_sum(op):
-    data, ids = op._inputs
+    data, ids = op.inputs
     check_dtype(op.type, ids, INTEGER, "segment_ids")
     if ids.shape.ndims not in (None, 1):
         raise ValueError(f"segment_ids must be a vector, got shape {ids.shape}")
@@ -577,7 +577,7 @@ def segment_sum(data, segment_ids, name=None):
 
 @register_gradient("SegmentSum")
 def _sorted_segment_sum_grad(op, grad):
-    return [gather(grad, op._inputs[1]), None]
+    return [gather(grad, op.inputs[1]), None]
 
 
 def boolean_mask(tensor, mask, name=None, axis=None):

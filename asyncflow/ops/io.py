@@ -182,8 +182,8 @@ class NumpyRecordReader(ReaderBase):
 
 # -- whole files: TF1's tf.read_file / tf.write_file ---------------------------------------
 def _infer_read_file(op):
-    if op._inputs[0].dtype is not _dtypes.string:
-        raise TypeError(f"filename must be a string tensor, got {op._inputs[0].dtype.name}")
+    if op.inputs[0].dtype is not _dtypes.string:
+        raise TypeError(f"filename must be a string tensor, got {op.inputs[0].dtype.name}")
     return [(_dtypes.string, TensorShape([]))]
 
 

@@ -44,7 +44,7 @@ def _axis_value(axis, op_name):
 
 # -- transpose ---------------------------------------------------------------------------------
 def _infer_transpose(op):
-    x, perm_t = op._inputs
+    x, perm_t = op.inputs
     perm = static_ints(perm_t)
     if perm is None:
         n = perm_t.shape[0] if perm_t.shape.ndims == 1 else x.shape.ndims
@@ -89,7 +89,7 @@ def transpose(a, perm=None, name="transpose"):
 
 
 def _infer_invert_permutation(op):
-    x = op._inputs[0]
+    x = op.inputs[0]
     check_dtype(op.type, x, INTEGER)
     return [(x.dtype, x.shape.with_rank(1) if x.shape.ndims is not None else TensorShape([None]))]
 
@@ -105,9 +105,9 @@ def invert_permutation(x, name=None):
 
 @register_gradient("Transpose")
 def _transpose_grad(op, grad):
-    perm = static_ints(op._inputs[1])
+    perm = static_ints(op.inputs[1])
     inverse = int_const(np.argsort(perm).tolist()) if perm is not None else \
-        invert_permutation(op._inputs[1])
+        invert_permutation(op.inputs[1])
     return [transpose(grad, inverse), None]
 
 
@@ -130,7 +130,7 @@ def _known_rank(tensors):
 
 
 def _infer_concat(op):
-    values = op._inputs
+    values = op.inputs
     dtype = _merge_dtypes(op, values)
     ndims = _known_rank(values)
     if ndims is None:
@@ -200,13 +200,13 @@ def _axis_one_hot(axis, x):
 @register_gradient("ConcatV2")
 def _concat_grad(op, grad):
     axis = op.get_attr("axis")
-    sizes = [t.shape[axis] if t.shape.ndims is not None else None for t in op._inputs]
+    sizes = [t.shape[axis] if t.shape.ndims is not None else None for t in op.inputs]
     if all(s is not None for s in sizes):
         return split(grad, sizes, axis=axis)
-    unit = _axis_one_hot(axis, op._inputs[0])
+    unit = _axis_one_hot(axis, op.inputs[0])
     offset = int_const(0)
     out = []
-    for tensor in op._inputs:
+    for tensor in op.inputs:
         size_vector = shape_of(tensor)
         # Slice by its op type: ops/indexing.py, which owns it, builds on this module.
         begin = math_ops.multiply(unit, offset)
@@ -218,7 +218,7 @@ def _concat_grad(op, grad):
 
 # -- stack / unstack ---------------------------------------------------------------------------
 def _infer_pack(op):
-    values = op._inputs
+    values = op.inputs
     dtype = _merge_dtypes(op, values)
     merged = TensorShape(None)
     for tensor in values:
@@ -288,7 +288,7 @@ register_pack_builder(_autopack)
 
 
 def _infer_unpack(op):
-    x = op._inputs[0]
+    x = op.inputs[0]
     num = op.get_attr("num")
     if x.shape.ndims is None:
         return [(x.dtype, TensorShape(None))] * num
@@ -330,11 +330,11 @@ def unstack(value, num=None, axis=0, name="unstack"):
         if num is None:
             raise ValueError(f"Unpack: cannot infer num from shape {value.shape}; pass num=")
     op = make_op("Unpack", (value,), {"num": int(num), "axis": axis}, name, "unstack")
-    return list(op._outputs)
+    return list(op.outputs)
 
 
 def _zero_filled(op, grads):
-    return [g if g is not None else sources.zeros_like(out) for g, out in zip(grads, op._outputs)]
+    return [g if g is not None else sources.zeros_like(out) for g, out in zip(grads, op.outputs)]
 
 
 @register_gradient("Pack")
@@ -367,7 +367,7 @@ def _resolve_sizes(sizes, dim):
 
 
 def _infer_split(op):
-    x = op._inputs[0]
+    x = op.inputs[0]
     if op.type == "Split":
         count = op.get_attr("num_split")
     else:
@@ -435,7 +435,7 @@ def split(value, num_or_size_splits, axis=0, num=None, name="split"):
             raise ValueError("Split: size_splits must not be empty")
         op = make_op("SplitV", (value,), {"size_splits": tuple(sizes), "axis": axis}, name,
                      "split")
-    return list(op._outputs)
+    return list(op.outputs)
 
 
 @register_gradient("Split")
@@ -448,7 +448,7 @@ register_gradient("SplitV")(_split_grad)
 
 # -- expand_dims / squeeze ---------------------------------------------------------------------
 def _infer_expand_dims(op):
-    x = op._inputs[0]
+    x = op.inputs[0]
     if x.shape.ndims is None:
         return [(x.dtype, TensorShape(None))]
     axis = normalize_axis(op.get_attr("axis"), x.shape.ndims, op.type, extra=1)
@@ -478,7 +478,7 @@ def expand_dims(input, axis=None, name=None, dim=None):  # noqa: A002 - TF1 spel
 
 
 def _infer_squeeze(op):
-    x = op._inputs[0]
+    x = op.inputs[0]
     axes = op.get_attr("squeeze_dims")
     if x.shape.ndims is None:
         return [(x.dtype, TensorShape(None))]
@@ -513,7 +513,7 @@ def squeeze(input, axis=None, name=None, squeeze_dims=None):  # noqa: A002
 
 
 def _reshape_like_input_grad(op, grad):
-    return [reshape(grad, shape_of(op._inputs[0]))]
+    return [reshape(grad, shape_of(op.inputs[0]))]
 
 
 register_gradient("ExpandDims")(_reshape_like_input_grad)
@@ -522,7 +522,7 @@ register_gradient("Squeeze")(_reshape_like_input_grad)
 
 # -- reverse (issue 36) ------------------------------------------------------------------------
 def _infer_reverse(op):
-    x = op._inputs[0]
+    x = op.inputs[0]
     if x.shape.ndims == 0 and op.get_attr("axis"):
         raise ValueError(f"ReverseV2 '{op.name}': a scalar has no axis to reverse")
     return [(x.dtype, x.shape)]

@@ -51,7 +51,7 @@ def _parse(equation, count):
 
 
 def _infer_einsum(op):
-    tensors = op._inputs
+    tensors = op.inputs
     inputs, output = _parse(op.get_attr("equation"), len(tensors))
     dtype = tensors[0].dtype
     for tensor in tensors[1:]:
@@ -103,7 +103,7 @@ def einsum(equation, *inputs, **kwargs):
 
 @register_gradient("Einsum")
 def _einsum_grad(op, grad):
-    tensors = op._inputs
+    tensors = op.inputs
     explicit = _explicit(op.get_attr("equation"), [t.shape for t in tensors])
     if explicit is None:
         raise LookupError(f"Einsum '{op.name}': the gradient of an equation with '...' needs "

@@ -13,7 +13,7 @@ from asyncflow.ops.construct import as_tensor, make
 
 
 def _infer_print(op):
-    first = op._inputs[0]
+    first = op.inputs[0]
     return [(first.dtype, first.shape)]
 
 
@@ -22,7 +22,7 @@ register_op("Print", infer=_infer_print, stateful=True)
 
 @register_gradient("Print")
 def _print_grad(op, grad):
-    return [grad] + [None] * (len(op._inputs) - 1)
+    return [grad] + [None] * (len(op.inputs) - 1)
 
 
 def Print(input_, data, message=None, first_n=None, summarize=None, name=None):  # noqa: N802

@@ -24,14 +24,14 @@ from asyncflow.ops.sources import zeros_like
 
 
 def _units(op, kernel_index):
-    kernel = op._inputs[kernel_index]
+    kernel = op.inputs[kernel_index]
     dims = kernel.shape.as_list() if kernel.shape.ndims == 2 else [None, None]
     return None if dims[1] is None else dims[1] // 4
 
 
 def _infer_cell(op):
-    x, c_prev, h_prev, kernel, bias = op._inputs
-    for tensor in op._inputs[1:]:
+    x, c_prev, h_prev, kernel, bias = op.inputs
+    for tensor in op.inputs[1:]:
         if tensor.dtype is not x.dtype:
             raise TypeError(f"FusedLSTMCell: all inputs must be {x.dtype.name}, got "
                             f"{tensor.name} of {tensor.dtype.name}")
@@ -43,7 +43,7 @@ def _infer_cell(op):
 
 
 def _infer_grad(op):
-    x, c_prev, h_prev, kernel = op._inputs[:4]
+    x, c_prev, h_prev, kernel = op.inputs[:4]
     return [(x.dtype, x.shape), (x.dtype, c_prev.shape), (x.dtype, h_prev.shape),
             (x.dtype, kernel.shape), (x.dtype, TensorShape([kernel.shape.as_list()[1]
                                                             if kernel.shape.ndims == 2
@@ -60,7 +60,7 @@ def fused_lstm_cell(x, c_prev, h_prev, kernel, bias, forget_bias=1.0, name=None)
     x, c_prev, h_prev, kernel, bias = (as_tensor(t) for t in (x, c_prev, h_prev, kernel, bias))
     op = make_op("FusedLSTMCell", (x, c_prev, h_prev, kernel, bias),
                  {"forget_bias": float(forget_bias)}, name, "FusedLSTMCell")
-    return op._outputs[0], op._outputs[1]
+    return op.outputs[0], op.outputs[1]
 
 
 @register_gradient("FusedLSTMCell")
@@ -68,13 +68,13 @@ def _fused_lstm_cell_grad(op, grad_c, grad_h, grad_activations):
     if grad_activations is not None and grad_activations.op.type not in ("ZerosLike",):
         raise LookupError(f"FusedLSTMCell '{op.name}': its activations output is internal and "
                           "has no gradient")
-    c, h, activations = op._outputs
+    c, h, activations = op.outputs
     grad_c = grad_c if grad_c is not None else zeros_like(c)
     grad_h = grad_h if grad_h is not None else zeros_like(h)
-    x, c_prev, h_prev, kernel, _ = op._inputs
+    x, c_prev, h_prev, kernel, _ = op.inputs
     grad = make_op("FusedLSTMCellGrad", (x, c_prev, h_prev, kernel, activations, c, grad_c,
                                          grad_h), None, None, "FusedLSTMCellGrad")
-    return list(grad._outputs)
+    return list(grad.outputs)
 
 
 __all__ = ["fused_lstm_cell"]

@@ -48,7 +48,7 @@ _BOOL_RESULT = {"IsNan", "IsFinite"}
 
 
 def _infer_unary(op):
-    x = op._inputs[0]
+    x = op.inputs[0]
     check_dtype(op.type, x, UNARY[op.type][1])
     return [(dtypes.bool if op.type in _BOOL_RESULT else x.dtype, x.shape)]
 
@@ -94,7 +94,7 @@ _TF_DEFAULT_NAMES = {"Sub": "sub", "Mul": "mul", "Add": "add", "RealDiv": "trued
 
 
 def _infer_binary(op):
-    x, y = op._inputs
+    x, y = op.inputs
     _, allowed, to_bool = BINARY[op.type]
     if x.dtype is not y.dtype:
         raise TypeError(f"operands have different dtypes {x.dtype.name} and {y.dtype.name}; "
@@ -145,7 +145,7 @@ def mod(x, y, name=None):
 
 # -- casts, selection, add_n ----------------------------------------------------------------
 def _infer_cast(op):
-    return [(op.get_attr("DstT"), op._inputs[0].shape)]
+    return [(op.get_attr("DstT"), op.inputs[0].shape)]
 
 
 register_op("Cast", infer=_infer_cast)
@@ -167,7 +167,7 @@ def to_float(x, name=None):
 
 
 def _infer_select(op):
-    cond, x, y = op._inputs
+    cond, x, y = op.inputs
     if not cond.dtype.is_bool:
         raise TypeError(f"condition must be bool, got {cond.dtype.name}")
     if x.dtype is not y.dtype:
@@ -187,7 +187,7 @@ register_op("Select", infer=_infer_select)
 
 
 def _infer_where_indices(op):
-    cond = op._inputs[0]
+    cond = op.inputs[0]
     rank = cond.shape.ndims
     return [(dtypes.int64, TensorShape([None, rank]))]
 
@@ -208,7 +208,7 @@ def where(condition, x=None, y=None, name=None):
 
 
 def _infer_add_n(op):
-    inputs = op._inputs
+    inputs = op.inputs
     if not inputs:
         raise ValueError("needs at least one input")
     dtype = inputs[0].dtype
@@ -235,7 +235,7 @@ def add_n(inputs, name=None):
 
 # -- matmul -----------------------------------------------------------------------------------
 def _infer_matmul(op):
-    a, b = op._inputs
+    a, b = op.inputs
     ta, tb = op.get_attr("transpose_a"), op.get_attr("transpose_b")
     if a.dtype is not b.dtype:
         raise TypeError(f"operands have different dtypes {a.dtype.name} and {b.dtype.name}")
@@ -261,7 +261,7 @@ def _matmul_cost(shapes, op):
     a, b = shapes
     if len(a) < 2 or len(b) < 2:
         return _prod(a) + _prod(b)
-    attrs = op._attrs
+    attrs = op.attrs
     m, k = (a[-1], a[-2]) if attrs["transpose_a"] else (a[-2], a[-1])
     n = b[-2] if attrs["transpose_b"] else b[-1]
     return _prod(a[:-2]) * m * k * n
@@ -275,8 +275,8 @@ class _FirstTwoInputs:
 
     def __init__(self, op):
         self._op = op
-        self._inputs = op._inputs[:2]
-        self._attrs = op._attrs
+        self._inputs = op.inputs[:2]
+        self._attrs = op.attrs
         self.type = op.type
 
     def get_attr(self, name):
@@ -326,7 +326,7 @@ def normalize_axes(axis, ndims, op_name):
 
 
 def _infer_reduction(op):
-    x = op._inputs[0]
+    x = op.inputs[0]
     check_dtype(op.type, x, REDUCTIONS[op.type][1])
     axes = op.get_attr("axis")
     keepdims = op.get_attr("keepdims")
@@ -369,7 +369,7 @@ not_differentiable("All", "Any")
 
 
 def _infer_arg(op):
-    x = op._inputs[0]
+    x = op.inputs[0]
     check_dtype(op.type, x, NUMERIC)
     axis = op.get_attr("axis")
     if x.shape.ndims is None:

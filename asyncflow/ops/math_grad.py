@@ -35,9 +35,9 @@ from asyncflow.ops.math import (
 # which axes were broadcast, plain Sum ops do it; otherwise (an unknown dim that might have been
 # 1) ``SumToShape`` finds the axes at run time from the input's dynamic shape.
 def _infer_sum_to_shape(op):
-    grad, target = op._inputs
+    grad, target = op.inputs
     if target.op.type == "Shape":
-        return [(grad.dtype, target.op._inputs[0].shape)]
+        return [(grad.dtype, target.op.inputs[0].shape)]
     value = static_value(target)
     if value is not None:
         return [(grad.dtype, TensorShape([int(d) for d in value.reshape(-1)]))]
@@ -49,7 +49,7 @@ register_op("SumToShape", infer=_infer_sum_to_shape)
 
 
 def _infer_reduced_shape(op):
-    return [(op._inputs[0].dtype, op._inputs[0].shape)]
+    return [(op.inputs[0].dtype, op.inputs[0].shape)]
 
 
 register_op("ReducedShape", infer=_infer_reduced_shape)
@@ -58,7 +58,7 @@ not_differentiable("ReducedShape")
 
 def _infer_broadcast_to_like(op):
     """``BroadcastToLike(grad, like)``: the shape of ``like``, the dtype shared by both."""
-    grad, like = op._inputs
+    grad, like = op.inputs
     if grad.dtype is not like.dtype:
         raise TypeError(f"grad ({grad.dtype.name}) and like ({like.dtype.name}) must have the "
                         f"same dtype")
@@ -130,15 +130,15 @@ def _ones_like(x):
 
 def _binary_grads(op, grad_x, grad_y):
     """Each input's gradient summed over the axes along which that input was broadcast."""
-    x, y = op._inputs
-    out_shape = op._outputs[0].shape
+    x, y = op.inputs
+    out_shape = op.outputs[0].shape
     return [None if grad_x is None else _sum_to(grad_x, x, [y.shape], out_shape),
             None if grad_y is None else _sum_to(grad_y, y, [x.shape], out_shape)]
 
 
 @register_gradient("SumToShape")
 def _sum_to_shape_grad(op, grad):
-    return [add(grad, _zeros_like(op._inputs[0])), None]
+    return [add(grad, _zeros_like(op.inputs[0])), None]
 
 
 # -- unary gradients ------------------------------------------------------------------------
@@ -149,44 +149,44 @@ def _neg_grad(op, grad):
 
 @register_gradient("Abs")
 def _abs_grad(op, grad):
-    return [multiply(grad, sign(op._inputs[0]))]
+    return [multiply(grad, sign(op.inputs[0]))]
 
 
 @register_gradient("Square")
 def _square_grad(op, grad):
-    return [multiply(grad, multiply(op._inputs[0], 2))]
+    return [multiply(grad, multiply(op.inputs[0], 2))]
 
 
 @register_gradient("Sqrt")
 def _sqrt_grad(op, grad):
-    return [divide(multiply(grad, 0.5), op._outputs[0])]
+    return [divide(multiply(grad, 0.5), op.outputs[0])]
 
 
 @register_gradient("Rsqrt")
 def _rsqrt_grad(op, grad):
-    y = op._outputs[0]
+    y = op.outputs[0]
     return [multiply(grad, multiply(multiply(square(y), y), -0.5))]
 
 
 @register_gradient("Exp")
 def _exp_grad(op, grad):
-    return [multiply(grad, op._outputs[0])]
+    return [multiply(grad, op.outputs[0])]
 
 
 @register_gradient("Log")
 def _log_grad(op, grad):
-    return [divide(grad, op._inputs[0])]
+    return [divide(grad, op.inputs[0])]
 
 
 @register_gradient("Log1p")
 def _log1p_grad(op, grad):
-    return [divide(grad, add(op._inputs[0], 1))]
+    return [divide(grad, add(op.inputs[0], 1))]
 
 
 # ``SigmoidGrad(y, dy) = dy * y * (1 - y)`` and ``TanhGrad(y, dy) = dy * (1 - y^2)`` (TF's
 # names): one kernel with one output array instead of three ops and three temporaries.
 def _infer_activation_grad(op):
-    y, dy = op._inputs
+    y, dy = op.inputs
     if y.dtype is not dy.dtype:
         raise TypeError(f"{op.type}: y ({y.dtype.name}) and dy ({dy.dtype.name}) must have the "
                         f"same dtype")
@@ -211,40 +211,40 @@ def tanh_grad(y, dy, name=None):
 
 @register_gradient("Tanh")
 def _tanh_grad(op, grad):
-    return [tanh_grad(op._outputs[0], grad)]
+    return [tanh_grad(op.outputs[0], grad)]
 
 
 @register_gradient("Sigmoid")
 def _sigmoid_grad(op, grad):
-    return [sigmoid_grad(op._outputs[0], grad)]
+    return [sigmoid_grad(op.outputs[0], grad)]
 
 
 @register_gradient("SigmoidGrad")
 def _sigmoid_grad_grad(op, grad):
-    y, dy = op._inputs
+    y, dy = op.inputs
     # d/dy: dy * (1 - 2y); d/ddy: y * (1 - y), itself a SigmoidGrad of the incoming grad.
     return [multiply(grad, multiply(dy, subtract(1, multiply(2, y)))), sigmoid_grad(y, grad)]
 
 
 @register_gradient("TanhGrad")
 def _tanh_grad_grad(op, grad):
-    y, dy = op._inputs
+    y, dy = op.inputs
     return [multiply(grad, multiply(-2, multiply(dy, y))), tanh_grad(y, grad)]
 
 
 @register_gradient("Reciprocal")
 def _reciprocal_grad(op, grad):
-    return [negative(multiply(grad, square(op._outputs[0])))]
+    return [negative(multiply(grad, square(op.outputs[0])))]
 
 
 @register_gradient("Sin")
 def _sin_grad(op, grad):
-    return [multiply(grad, cos(op._inputs[0]))]
+    return [multiply(grad, cos(op.inputs[0]))]
 
 
 @register_gradient("Cos")
 def _cos_grad(op, grad):
-    return [negative(multiply(grad, sin(op._inputs[0])))]
+    return [negative(multiply(grad, sin(op.inputs[0])))]
 
 
 # -- binary gradients -----------------------------------------------------------------------
@@ -260,21 +260,21 @@ def _sub_grad(op, grad):
 
 @register_gradient("Mul")
 def _mul_grad(op, grad):
-    x, y = op._inputs
+    x, y = op.inputs
     return _binary_grads(op, multiply(grad, y), multiply(x, grad))
 
 
 @register_gradient("RealDiv")
 def _real_div_grad(op, grad):
-    x, y = op._inputs
+    x, y = op.inputs
     grad_y = negative(multiply(grad, divide(divide(x, y), y)))
     return _binary_grads(op, divide(grad, y), grad_y)
 
 
 @register_gradient("Pow")
 def _pow_grad(op, grad):
-    x, y = op._inputs
-    z = op._outputs[0]
+    x, y = op.inputs
+    z = op.outputs[0]
     grad_x = multiply(grad, multiply(y, pow(x, subtract(y, 1))))
     positive = greater(x, 0)
     # log(x) only where x > 0; elsewhere 0 (and no NaN for gradients of this gradient).
@@ -290,17 +290,17 @@ def _select_by(mask, grad):
 
 @register_gradient("Maximum")
 def _maximum_grad(op, grad):
-    return _binary_grads(op, *_select_by(greater_equal(*op._inputs), grad))
+    return _binary_grads(op, *_select_by(greater_equal(*op.inputs), grad))
 
 
 @register_gradient("Minimum")
 def _minimum_grad(op, grad):
-    return _binary_grads(op, *_select_by(less_equal(*op._inputs), grad))
+    return _binary_grads(op, *_select_by(less_equal(*op.inputs), grad))
 
 
 @register_gradient("SquaredDifference")
 def _squared_difference_grad(op, grad):
-    x, y = op._inputs
+    x, y = op.inputs
     scaled = multiply(grad, multiply(subtract(x, y), 2))
     return _binary_grads(op, scaled, negative(scaled))
 
@@ -308,7 +308,7 @@ def _squared_difference_grad(op, grad):
 # -- matmul, add_n, cast, select ------------------------------------------------------------
 @register_gradient("MatMul")
 def _matmul_grad(op, grad):
-    a, b = op._inputs
+    a, b = op.inputs
     ta, tb = op.get_attr("transpose_a"), op.get_attr("transpose_b")
     if not ta and not tb:
         grad_a, grad_b = matmul(grad, b, transpose_b=True), matmul(a, grad, transpose_a=True)
@@ -328,7 +328,7 @@ def _matmul_grad(op, grad):
 
 @register_gradient("AddN")
 def _add_n_grad(op, grad):
-    return [grad] * len(op._inputs)
+    return [grad] * len(op.inputs)
 
 
 @register_gradient("Cast")
@@ -341,8 +341,8 @@ def _cast_grad(op, grad):
 
 @register_gradient("Select")
 def _select_grad(op, grad):
-    cond, x, y = op._inputs
-    out_shape = op._outputs[0].shape
+    cond, x, y = op.inputs
+    out_shape = op.outputs[0].shape
     cond_shape = _select_cond_shape(cond, x)
     grad_x, grad_y = _select_by(cond, grad)
     return [None, _sum_to(grad_x, x, [y.shape, cond_shape], out_shape),
@@ -354,7 +354,7 @@ def _kept(op, tensor):
     """The reduction's output (or its gradient) reshaped with 1s at the reduced axes."""
     if op.get_attr("keepdims"):
         return tensor
-    x = op._inputs[0]
+    x = op.inputs[0]
     axes = op.get_attr("axis")
     if x.shape.ndims is not None:
         dims = [1 if axes is None or i in axes else d for i, d in enumerate(x.shape.dims)]
@@ -366,7 +366,7 @@ def _kept(op, tensor):
 
 def _unreduce(op, grad, mean):
     attrs = {"axis": op.get_attr("axis"), "keepdims": op.get_attr("keepdims"), "mean": mean}
-    return make("BroadcastToLike", (grad, op._inputs[0]), attrs, None, "BroadcastToLike")
+    return make("BroadcastToLike", (grad, op.inputs[0]), attrs, None, "BroadcastToLike")
 
 
 @register_gradient("Sum")
@@ -389,8 +389,8 @@ def _broadcast_to_like_grad(op, grad):
 
 def _extreme_grad(op, grad):
     """Max/Min: the gradient goes to the positions equal to the result, split among ties."""
-    x = op._inputs[0]
-    indicators = cast(equal(x, _kept(op, op._outputs[0])), x.dtype)
+    x = op.inputs[0]
+    indicators = cast(equal(x, _kept(op, op.outputs[0])), x.dtype)
     count = make("Sum", (indicators,), {"axis": op.get_attr("axis"), "keepdims": True},
                  None, "Sum")
     return [multiply(divide(indicators, count), _kept(op, grad))]
@@ -403,7 +403,7 @@ register_gradient("Min")(_extreme_grad)
 @register_gradient("Prod")
 def _prod_grad(op, grad):
     """d prod / d x_i is the product of the others; zeros are counted, never divided by."""
-    x = op._inputs[0]
+    x = op.inputs[0]
     axes = op.get_attr("axis")
     is_zero = equal(x, 0)
     zero_flags = cast(is_zero, x.dtype)

@@ -19,7 +19,7 @@ from asyncflow.ops.construct import FLOATING, as_tensor, check_dtype, make, make
 
 
 def _matrices(op, square):
-    x = op._inputs[0]
+    x = op.inputs[0]
     check_dtype(op.type, x, FLOATING, "input")
     if x.dtype.name not in ("float32", "float64"):
         raise TypeError(f"{op.type} '{op.name}': input must be float32 or float64, got "
@@ -104,7 +104,7 @@ def cholesky(input, name=None):  # noqa: A002
 def qr(input, full_matrices=False, name=None):  # noqa: A002
     """``(q, r)``: orthonormal ``q`` and upper-triangular ``r`` with ``q r = input``."""
     op = make_op("Qr", (as_tensor(input),), {"full_matrices": bool(full_matrices)}, name, "Qr")
-    return op._outputs[0], op._outputs[1]
+    return op.outputs[0], op.outputs[1]
 
 
 def svd(tensor, full_matrices=False, compute_uv=True, name=None):
@@ -113,14 +113,14 @@ def svd(tensor, full_matrices=False, compute_uv=True, name=None):
     op = make_op("Svd", (as_tensor(tensor),), {"full_matrices": bool(full_matrices),
                                               "compute_uv": bool(compute_uv)}, name, "Svd")
     if not compute_uv:
-        return op._outputs[0]
-    return op._outputs[0], op._outputs[1], op._outputs[2]
+        return op.outputs[0]
+    return op.outputs[0], op.outputs[1], op.outputs[2]
 
 
 @register_gradient("MatrixInverse")
 def _matrix_inverse_grad(op, grad):
     from asyncflow.ops.math import matmul, negative
-    inverse = op._outputs[0]
+    inverse = op.outputs[0]
     if op.get_attr("adjoint"):  # B = (A^T)^-1: dA = -B g^T B
         return [negative(matmul(inverse, matmul(grad, inverse, transpose_a=True)))]
     return [negative(matmul(inverse, matmul(grad, inverse, transpose_b=True),
@@ -131,8 +131,8 @@ def _matrix_inverse_grad(op, grad):
 def _matrix_determinant_grad(op, grad):
     from asyncflow.ops.layout import expand_dims
     from asyncflow.ops.math import multiply
-    scale = expand_dims(expand_dims(multiply(grad, op._outputs[0]), -1), -1)
-    return [multiply(scale, matrix_inverse(op._inputs[0], adjoint=True))]
+    scale = expand_dims(expand_dims(multiply(grad, op.outputs[0]), -1), -1)
+    return [multiply(scale, matrix_inverse(op.inputs[0], adjoint=True))]
 
 
 @register_gradient("Cholesky")
@@ -142,7 +142,7 @@ def _cholesky_grad(op, grad):
     from asyncflow.ops.diagonal import matrix_band_part, matrix_diag_part, matrix_set_diag
     from asyncflow.ops.layout import transpose
     from asyncflow.ops.math import add, matmul, multiply
-    lower = op._outputs[0]
+    lower = op.outputs[0]
     l_inverse = matrix_inverse(lower)
     middle = matmul(lower, grad, transpose_a=True)
     middle = matrix_set_diag(middle, multiply(matrix_diag_part(middle), 0.5))

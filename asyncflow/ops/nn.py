@@ -41,13 +41,13 @@ _ACTIVATIONS = {"Relu": _real, "Relu6": _real, "Elu": FLOATING, "LeakyRelu": FLO
 
 
 def _infer_activation(op):
-    x = op._inputs[0]
+    x = op.inputs[0]
     check_dtype(op.type, x, _ACTIVATIONS[op.type], "features")
     return [(x.dtype, x.shape)]
 
 
 def _infer_activation_grad(op):
-    grad, features = op._inputs
+    grad, features = op.inputs
     if grad.dtype is not features.dtype:
         raise TypeError(f"gradients ({grad.dtype.name}) and features ({features.dtype.name}) "
                         "must have the same dtype")
@@ -125,43 +125,43 @@ silu = swish
 
 @register_gradient("Softsign")
 def _softsign_grad(op, grad):
-    return [make("SoftsignGrad", (grad, op._inputs[0]))]
+    return [make("SoftsignGrad", (grad, op.inputs[0]))]
 
 
 @register_gradient("Selu")
 def _selu_grad(op, grad):
-    return [make("SeluGrad", (grad, op._outputs[0]))]
+    return [make("SeluGrad", (grad, op.outputs[0]))]
 
 
 @register_gradient("Relu")
 def _relu_grad(op, grad):
-    return [make("ReluGrad", (grad, op._outputs[0]))]
+    return [make("ReluGrad", (grad, op.outputs[0]))]
 
 
 @register_gradient("Relu6")
 def _relu6_grad(op, grad):
-    return [make("Relu6Grad", (grad, op._inputs[0]))]
+    return [make("Relu6Grad", (grad, op.inputs[0]))]
 
 
 @register_gradient("Elu")
 def _elu_grad(op, grad):
-    return [make("EluGrad", (grad, op._outputs[0]))]
+    return [make("EluGrad", (grad, op.outputs[0]))]
 
 
 @register_gradient("LeakyRelu")
 def _leaky_relu_grad(op, grad):
-    return [make("LeakyReluGrad", (grad, op._inputs[0]), {"alpha": op.get_attr("alpha")})]
+    return [make("LeakyReluGrad", (grad, op.inputs[0]), {"alpha": op.get_attr("alpha")})]
 
 
 @register_gradient("Softplus")
 def _softplus_grad(op, grad):
-    return [make("SoftplusGrad", (grad, op._inputs[0]))]
+    return [make("SoftplusGrad", (grad, op.inputs[0]))]
 
 
 @register_gradient("SoftplusGrad")
 def _softplus_grad_grad(op, grad):
     # SoftplusGrad(dy, x) = dy * sigmoid(x): linear in dy; d/dx = dy * s * (1 - s).
-    dy, features = op._inputs
+    dy, features = op.inputs
     s = _math.sigmoid(features)
     slope = _math.multiply(s, _math.subtract(1.0, s))
     return [make("SoftplusGrad", (grad, features)),
@@ -170,13 +170,13 @@ def _softplus_grad_grad(op, grad):
 
 @register_gradient("Gelu")
 def _gelu_grad(op, grad):
-    return [make("GeluGrad", (grad, op._inputs[0]), {"approximate": op.get_attr("approximate")})]
+    return [make("GeluGrad", (grad, op.inputs[0]), {"approximate": op.get_attr("approximate")})]
 
 
 @register_gradient("ReluGrad")
 def _relu_grad_grad(op, grad):
     # ReluGrad is linear in its first input and piecewise constant in the second.
-    return [make("ReluGrad", (grad, op._inputs[1])), None]
+    return [make("ReluGrad", (grad, op.inputs[1])), None]
 
 
 # -- softmax, bias_add, l2_loss ------------------------------------------------------------
@@ -189,7 +189,7 @@ def _normalize_axis(axis, ndims, what):
 
 
 def _infer_softmax(op):
-    x = op._inputs[0]
+    x = op.inputs[0]
     check_dtype(op.type, x, FLOATING, "logits")
     if x.shape.ndims == 0:
         raise ValueError("logits must have >= 1 dimension, got a scalar")
@@ -219,26 +219,26 @@ def log_softmax(logits, axis=None, name=None, dim=None):
 
 @register_gradient("Softmax")
 def _softmax_grad(op, grad):
-    y, axis = op._outputs[0], op.get_attr("axis")
+    y, axis = op.outputs[0], op.get_attr("axis")
     dot = _math.reduce_sum(_math.multiply(grad, y), axis=axis, keepdims=True)
     return [_math.multiply(_math.subtract(grad, dot), y)]
 
 
 @register_gradient("LogSoftmax")
 def _log_softmax_grad(op, grad):
-    y, axis = op._outputs[0], op.get_attr("axis")
+    y, axis = op.outputs[0], op.get_attr("axis")
     total = _math.reduce_sum(grad, axis=axis, keepdims=True)
     return [_math.subtract(grad, _math.multiply(total, _math.exp(y)))]
 
 
 def _channel_axis(op, ndims):
     """The bias's axis: 1 for NCHW values of rank 3 or more (TF's rule), else the last."""
-    nchw = op._attrs.get("data_format") == "NCHW"
+    nchw = op.attrs.get("data_format") == "NCHW"
     return 1 if nchw and ndims is not None and ndims >= 3 else -1
 
 
 def _infer_bias_add(op):
-    value, bias = op._inputs
+    value, bias = op.inputs
     check_dtype(op.type, value, NUMERIC, "value")
     if value.dtype is not bias.dtype:
         raise TypeError(f"value ({value.dtype.name}) and bias ({bias.dtype.name}) must have "
@@ -257,7 +257,7 @@ def _infer_bias_add(op):
 
 
 def _infer_bias_add_grad(op):
-    grad = op._inputs[0]
+    grad = op.inputs[0]
     if not grad.shape.ndims:
         return [(grad.dtype, TensorShape([None]))]
     return [(grad.dtype, TensorShape([grad.shape[_channel_axis(op, grad.shape.ndims)]]))]
@@ -290,7 +290,7 @@ def _bias_add_grad(op, grad):
 
 
 def _infer_l2_loss(op):
-    x = op._inputs[0]
+    x = op.inputs[0]
     check_dtype(op.type, x, FLOATING, "t")
     return [(x.dtype, TensorShape([]))]
 
@@ -305,7 +305,7 @@ def l2_loss(t, name=None):
 
 @register_gradient("L2Loss")
 def _l2_loss_grad(op, grad):
-    return [_math.multiply(op._inputs[0], grad)]
+    return [_math.multiply(op.inputs[0], grad)]
 
 
 # -- cross entropies ----------------------------------------------------------------------
@@ -316,7 +316,7 @@ def _without_axis(shape, axis):
 
 
 def _infer_softmax_xent(op):
-    logits, labels = op._inputs
+    logits, labels = op.inputs
     check_dtype(op.type, logits, FLOATING, "logits")
     if labels.dtype is not logits.dtype:
         raise TypeError(f"labels ({labels.dtype.name}) and logits ({logits.dtype.name}) must "
@@ -331,7 +331,7 @@ def _infer_softmax_xent(op):
 
 
 def _infer_sparse_xent(op):
-    logits, labels = op._inputs
+    logits, labels = op.inputs
     check_dtype(op.type, logits, FLOATING, "logits")
     check_dtype(op.type, labels, INTEGER, "labels")
     if logits.shape.ndims == 0:
@@ -371,7 +371,7 @@ def softmax_cross_entropy_with_logits_v2(_sentinel=None, labels=None, logits=Non
         raise ValueError("softmax_cross_entropy_with_logits: a negative axis needs a known rank")
     op = make_op("SoftmaxCrossEntropyWithLogits", (logits, labels), {"axis": axis}, name,
                  "SoftmaxCrossEntropyWithLogits")
-    return op._outputs[0]
+    return op.outputs[0]
 
 
 def softmax_cross_entropy_with_logits(_sentinel=None, labels=None, logits=None, dim=-1,
@@ -413,11 +413,11 @@ def sparse_softmax_cross_entropy_with_logits(_sentinel=None, labels=None, logits
     labels = as_tensor(labels)
     op = make_op("SparseSoftmaxCrossEntropyWithLogits", (logits, labels), None, name,
                  "SparseSoftmaxCrossEntropyWithLogits")
-    return op._outputs[0]
+    return op.outputs[0]
 
 
 def _infer_expand_dims_mul(op):
-    x, y = op._inputs
+    x, y = op.inputs
     if x.dtype is not y.dtype:
         raise TypeError(f"x ({x.dtype.name}) and y ({y.dtype.name}) must have the same dtype")
     axis = op.get_attr("axis")
@@ -442,7 +442,7 @@ def _expand_dims_mul(x, y, axis):
 
 @register_gradient("ExpandDimsMul")
 def _expand_dims_mul_grad(op, grad):
-    x, y = op._inputs
+    x, y = op.inputs
     axis = op.get_attr("axis")
     return [_math.reduce_sum(_math.multiply(grad, y), axis=axis),
             _expand_dims_mul(x, grad, axis)]
@@ -463,8 +463,8 @@ def _expand_at(tensor, axis, like):
 
 @register_gradient("SoftmaxCrossEntropyWithLogits")
 def _softmax_xent_grad(op, grad_loss, grad_backprop=None):
-    logits, axis = op._inputs[0], op.get_attr("axis")
-    backprop = op._outputs[1]
+    logits, axis = op.inputs[0], op.get_attr("axis")
+    backprop = op.outputs[1]
     grad_logits = _math.multiply(_expand_at(grad_loss, axis, backprop), backprop)
     if grad_backprop is not None and grad_backprop.op.type != "ZerosLike":
         # d(backprop)/d(logits) is the softmax Jacobian.
@@ -481,7 +481,7 @@ def _softmax_xent_grad(op, grad_loss, grad_backprop=None):
 
 @register_gradient("SparseSoftmaxCrossEntropyWithLogits")
 def _sparse_softmax_xent_grad(op, grad_loss, grad_backprop=None):
-    backprop = op._outputs[1]
+    backprop = op.outputs[1]
     axis = backprop.shape.ndims - 1 if backprop.shape.ndims is not None else -1
     if axis < 0:
         raise ValueError("the gradient of sparse_softmax_cross_entropy_with_logits needs "

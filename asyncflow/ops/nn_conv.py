@@ -109,7 +109,7 @@ def _sizes_shape(tensor):
     if value is not None:
         return TensorShape([int(d) for d in np.reshape(value, -1)])
     if tensor.op.type == "Shape":
-        return tensor.op._inputs[0].shape.with_rank(4)
+        return tensor.op.inputs[0].shape.with_rank(4)
     return TensorShape([None] * 4)
 
 
@@ -127,7 +127,7 @@ def _check_pair(op, x, filters):
     check_dtype(op.type, x, FLOATING, "input")
     filter_shape = filters.shape.with_rank(4)
     x_shape = x.shape.with_rank(4)
-    depth = x_shape[_hw(op._attrs)[2]]
+    depth = x_shape[_hw(op.attrs)[2]]
     if None not in (depth, filter_shape[2]) and depth != filter_shape[2]:
         raise ValueError(f"input depth {depth} does not match the filter's input depth "
                          f"{filter_shape[2]} (input {x.shape}, filter {filters.shape})")
@@ -136,37 +136,37 @@ def _check_pair(op, x, filters):
 
 # -- Conv2D -----------------------------------------------------------------------------------
 def _infer_conv2d(op):
-    x, filters = op._inputs
+    x, filters = op.inputs
     _, filter_shape = _check_pair(op, x, filters)
-    return [(x.dtype, _spatial_shape(x.shape, filter_shape[:2], op._attrs, filter_shape[3]))]
+    return [(x.dtype, _spatial_shape(x.shape, filter_shape[:2], op.attrs, filter_shape[3]))]
 
 
 def _infer_fused_conv2d(op):
     """``_FusedConv2D(x, filter, bias)``: Conv2D, then ``fused_ops`` (BiasAdd [, Relu]); made
     only by the fusion pass (graph/optimize.py), never by users."""
-    x, filters, _bias = op._inputs
+    x, filters, _bias = op.inputs
     _, filter_shape = _check_pair(op, x, filters)
-    return [(x.dtype, _spatial_shape(x.shape, filter_shape[:2], op._attrs, filter_shape[3]))]
+    return [(x.dtype, _spatial_shape(x.shape, filter_shape[:2], op.attrs, filter_shape[3]))]
 
 
 def _infer_backprop_input(op):
-    sizes, filters, grad = op._inputs
+    sizes, filters, grad = op.inputs
     shape = _sizes_shape(sizes).with_rank(4)
     filter_shape = filters.shape.with_rank(4)
-    depth = shape[_hw(op._attrs)[2]]
+    depth = shape[_hw(op.attrs)[2]]
     if None not in (depth, filter_shape[2]) and depth != filter_shape[2]:
         raise ValueError(f"input depth {depth} does not match the filter's input depth "
                          f"{filter_shape[2]}")
-    expected = _spatial_shape(shape, filter_shape[:2], op._attrs, filter_shape[3])
+    expected = _spatial_shape(shape, filter_shape[:2], op.attrs, filter_shape[3])
     if not expected.is_compatible_with(grad.shape):
         raise ValueError(f"out_backprop has shape {grad.shape}, expected {expected}")
     return [(grad.dtype, shape)]
 
 
 def _infer_backprop_filter(op):
-    x, sizes, grad = op._inputs
+    x, sizes, grad = op.inputs
     shape = _sizes_shape(sizes).with_rank(4)
-    expected = _spatial_shape(x.shape, shape[:2], op._attrs, shape[3])
+    expected = _spatial_shape(x.shape, shape[:2], op.attrs, shape[3])
     if not expected.is_compatible_with(grad.shape):
         raise ValueError(f"out_backprop has shape {grad.shape}, expected {expected}")
     return [(grad.dtype, shape)]
@@ -187,8 +187,8 @@ def _conv_cost(shapes, op):
     x, filters = shapes[0], shapes[1]
     if len(x) != 4 or len(filters) != 4:
         return _product(x) + _product(filters)
-    h, w, _ = _hw(op._attrs)
-    strides = op._attrs["strides"]
+    h, w, _ = _hw(op.attrs)
+    strides = op.attrs["strides"]
     cells = x[0] * -(-x[h] // strides[h]) * -(-x[w] // strides[w])
     return cells * _product(filters)
 
@@ -205,9 +205,9 @@ def _backprop_filter_cost(shapes, op):
     """``grad`` elements times ``KH*KW*C`` (the filter's shape from its static output shape;
     a 3x3 window when unknown)."""
     x, grad = shapes[0], shapes[2]
-    dims = op._outputs[0].shape.dims if op._outputs else None
+    dims = op.outputs[0].shape.dims if op.outputs else None
     taps = dims[0] * dims[1] if dims and len(dims) == 4 and None not in dims[:2] else 9
-    depth = x[_hw(op._attrs)[2]] if len(x) == 4 else 1
+    depth = x[_hw(op.attrs)[2]] if len(x) == 4 else 1
     return _product(grad) * taps * depth
 
 
@@ -292,7 +292,7 @@ _CONV_ATTRS = ("strides", "padding", "dilations", "data_format")
 
 @register_gradient("Conv2D")
 def _conv2d_grad(op, grad):
-    x, filters = op._inputs
+    x, filters = op.inputs
     attrs = _attrs_of(op, *_CONV_ATTRS)
     return [make("Conv2DBackpropInput", (_sizes_of(x), filters, grad), attrs),
             make("Conv2DBackpropFilter", (x, _sizes_of(filters), grad), attrs)]
@@ -300,7 +300,7 @@ def _conv2d_grad(op, grad):
 
 @register_gradient("Conv2DBackpropInput")
 def _conv2d_backprop_input_grad(op, grad):
-    _, filters, out_backprop = op._inputs
+    _, filters, out_backprop = op.inputs
     attrs = _attrs_of(op, *_CONV_ATTRS)
     return [None,
             make("Conv2DBackpropFilter", (grad, _sizes_of(filters), out_backprop), attrs),
@@ -309,7 +309,7 @@ def _conv2d_backprop_input_grad(op, grad):
 
 @register_gradient("Conv2DBackpropFilter")
 def _conv2d_backprop_filter_grad(op, grad):
-    x, _, out_backprop = op._inputs
+    x, _, out_backprop = op.inputs
     attrs = _attrs_of(op, *_CONV_ATTRS)
     return [make("Conv2DBackpropInput", (_sizes_of(x), grad, out_backprop), attrs),
             None,
@@ -318,21 +318,21 @@ def _conv2d_backprop_filter_grad(op, grad):
 
 # -- pooling --------------------------------------------------------------------------------
 def _infer_pool(op):
-    x = op._inputs[0]
+    x = op.inputs[0]
     check_dtype(op.type, x, NUMERIC if op.type == "MaxPool" else FLOATING, "value")
     ksize = op.get_attr("ksize")
-    h, w, c = _hw(op._attrs)
-    return [(x.dtype, _spatial_shape(x.shape, (ksize[h], ksize[w]), op._attrs,
+    h, w, c = _hw(op.attrs)
+    return [(x.dtype, _spatial_shape(x.shape, (ksize[h], ksize[w]), op.attrs,
                                      x.shape.with_rank(4)[c]))]
 
 
 def _infer_max_pool_grad(op):
-    x, _, grad = op._inputs
+    x, _, grad = op.inputs
     return [(grad.dtype, x.shape)]
 
 
 def _infer_avg_pool_grad(op):
-    sizes, grad = op._inputs
+    sizes, grad = op.inputs
     return [(grad.dtype, _sizes_shape(sizes))]
 
 
@@ -381,13 +381,13 @@ _POOL_ATTRS = ("ksize", "strides", "padding", "data_format")
 @register_gradient("MaxPool")
 def _max_pool_grad(op, grad):
     attrs = _attrs_of(op, *_POOL_ATTRS)
-    return [make("MaxPoolGrad", (op._inputs[0], op._outputs[0], grad), attrs)]
+    return [make("MaxPoolGrad", (op.inputs[0], op.outputs[0], grad), attrs)]
 
 
 @register_gradient("AvgPool")
 def _avg_pool_grad(op, grad):
     attrs = _attrs_of(op, *_POOL_ATTRS)
-    return [make("AvgPoolGrad", (_sizes_of(op._inputs[0]), grad), attrs)]
+    return [make("AvgPoolGrad", (_sizes_of(op.inputs[0]), grad), attrs)]
 
 
 @register_gradient("AvgPoolGrad")

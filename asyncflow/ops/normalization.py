@@ -24,7 +24,7 @@ _LRN_DTYPES = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
 
 
 def _infer_lrn(op):
-    x = op._inputs[0]
+    x = op.inputs[0]
     if x.dtype not in _LRN_DTYPES:
         raise TypeError(f"input must be float16, bfloat16, float32 or float64, got "
                         f"{x.dtype.name}")
@@ -34,7 +34,7 @@ def _infer_lrn(op):
 
 
 def _infer_lrn_grad(op):
-    grad, x, y = op._inputs
+    grad, x, y = op.inputs
     return [(x.dtype, grad.shape.merge_with(x.shape).merge_with(y.shape))]
 
 
@@ -59,7 +59,7 @@ lrn = local_response_normalization
 @register_gradient("LRN")
 def _lrn_grad(op, grad):
     attrs = {k: op.get_attr(k) for k in ("depth_radius", "bias", "alpha", "beta")}
-    return [make("LRNGrad", (grad, op._inputs[0], op._outputs[0]), attrs)]
+    return [make("LRNGrad", (grad, op.inputs[0], op.outputs[0]), attrs)]
 
 
 def fused_batch_norm(x, scale, offset, mean=None, variance=None, epsilon=0.001,

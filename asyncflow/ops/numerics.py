@@ -145,7 +145,7 @@ def _values_of(t):
 
 
 def _infer_check_numerics(op):
-    x = op._inputs[0]
+    x = op.inputs[0]
     check_dtype(op.type, x, FLOATING)
     return [(x.dtype, x.shape)]
 

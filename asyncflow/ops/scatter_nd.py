@@ -36,7 +36,7 @@ def _check_updates(op, indices, updates, shape):
 
 
 def _infer_scatter_nd(op):
-    indices, updates, shape = op._inputs
+    indices, updates, shape = op.inputs
     check_dtype(op.type, updates, NUMERIC, "updates")
     check_dtype(op.type, shape, INTEGER, "shape")
     dims = static_ints(shape)
@@ -48,7 +48,7 @@ def _infer_scatter_nd(op):
 
 
 def _infer_tensor_scatter(op):
-    tensor, indices, updates = op._inputs
+    tensor, indices, updates = op.inputs
     if tensor.dtype != updates.dtype:
         raise TypeError(f"{op.type} '{op.name}': tensor and updates must have the same dtype, "
                         f"got {tensor.dtype.name} and {updates.dtype.name}")
@@ -89,13 +89,13 @@ def tensor_scatter_nd_update(tensor, indices, updates, name=None):
 @register_gradient("ScatterNd")
 def _scatter_nd_grad(op, grad):
     from asyncflow.ops.indexing import gather_nd
-    return [None, gather_nd(grad, op._inputs[0]), None]
+    return [None, gather_nd(grad, op.inputs[0]), None]
 
 
 @register_gradient("TensorScatterUpdate")
 def _tensor_scatter_update_grad(op, grad):
     from asyncflow.ops.indexing import gather_nd
     from asyncflow.ops.sources import zeros_like
-    _, indices, updates = op._inputs
+    _, indices, updates = op.inputs
     return [tensor_scatter_nd_update(grad, indices, zeros_like(updates)), None,
             gather_nd(grad, indices)]

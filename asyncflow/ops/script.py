@@ -80,6 +80,6 @@ def py_func(func, inp, Tout, stateful=True, name=None):  # noqa: N803 - TF1 spel
     attrs = {"func": func, "token": f"pyfunc_{next(_tokens)}", "Tout": touts,
              "is_async": is_async}
     op = make_op(_TYPES[(is_async, bool(stateful))], inputs, attrs, name, "PyFunc")
-    if not op._outputs:
+    if not op.outputs:
         return op
-    return list(op._outputs) if as_list else op._outputs[0]
+    return list(op.outputs) if as_list else op.outputs[0]

@@ -17,7 +17,7 @@ from asyncflow.ops.tiling import one_hot
 
 
 def _infer_top_k(op):
-    x = op._inputs[0]
+    x = op.inputs[0]
     check_dtype(op.type, x, NUMERIC)
     k = op.get_attr("k")
     if x.shape.ndims is None:
@@ -45,17 +45,17 @@ def top_k(input, k=1, sorted=True, name=None):  # noqa: A002 - TF1's argument na
         raise ValueError(f"top_k: k must be >= 0, got {k}")
     op = make_op("TopKV2", (as_tensor(input),), {"k": k, "sorted": bool(sorted)}, name,
                  "TopKV2")
-    return op._outputs[0], op._outputs[1]
+    return op.outputs[0], op.outputs[1]
 
 
 @register_gradient("TopKV2")
 def _top_k_grad(op, grad_values, grad_indices=None):
-    x = op._inputs[0]
+    x = op.inputs[0]
     depth = x.shape.dims[-1] if x.shape.ndims is not None else None
     if depth is None:
         raise ValueError(f"TopKV2 '{op.name}': the gradient needs a known last dimension")
     # grad[..., j] goes to position indices[..., j]: one_hot spreads it, the sum over j folds.
-    spread = one_hot(op._outputs[1], depth, dtype=x.dtype)
+    spread = one_hot(op.outputs[1], depth, dtype=x.dtype)
     expanded = _math.multiply(spread, _expand_last(grad_values))
     return [_math.reduce_sum(expanded, axis=-2)]
 
@@ -66,7 +66,7 @@ def _expand_last(tensor):
 
 
 def _infer_in_top_k(op):
-    predictions, targets = op._inputs
+    predictions, targets = op.inputs
     check_dtype(op.type, predictions, NUMERIC, "predictions")
     check_dtype(op.type, targets, INTEGER, "targets")
     if predictions.shape.ndims not in (None, 2):
@@ -82,4 +82,4 @@ not_differentiable("InTopKV2")
 def in_top_k(predictions, targets, k, name=None):
     """Whether ``predictions[i, targets[i]]`` is among the ``k`` largest of row ``i``."""
     return make_op("InTopKV2", (as_tensor(predictions), as_tensor(targets)), {"k": int(k)},
-                   name, "InTopKV2")._outputs[0]
+                   name, "InTopKV2").outputs[0]

@@ -114,7 +114,7 @@ def placeholder(dtype, shape=None, name=None):
 
 
 def _infer_placeholder_with_default(op):
-    default = op._inputs[0]
+    default = op.inputs[0]
     shape = op.get_attr("shape")
     if not shape.is_compatible_with(default.shape):
         raise ValueError(f"default value of shape {default.shape} is not compatible with {shape}")
@@ -137,7 +137,7 @@ def placeholder_with_default(value, shape, name=None):
 
 
 def _infer_fill(op):
-    dims, value = op._inputs
+    dims, value = op.inputs
     if value.shape.ndims not in (None, 0):
         raise ValueError(f"value must be a scalar, got shape {value.shape}")
     return [(value.dtype, _shape_from_tensor(dims))]
@@ -164,7 +164,7 @@ def ones(shape, dtype=dtypes.float32, name=None):
 
 
 def _infer_like(op):
-    x = op._inputs[0]
+    x = op.inputs[0]
     return [(op.get_attr("dtype") or x.dtype, x.shape)]
 
 
@@ -185,8 +185,8 @@ def ones_like(tensor, dtype=None, name=None):
 
 
 def _infer_range(op):
-    start, limit, delta = (static_value(t) for t in op._inputs)
-    dtype = op._inputs[0].dtype
+    start, limit, delta = (static_value(t) for t in op.inputs)
+    dtype = op.inputs[0].dtype
     if start is not None and limit is not None and delta is not None:
         if delta == 0:
             raise ValueError("delta must not be zero")
@@ -217,14 +217,14 @@ def range(start, limit=None, delta=1, dtype=None, name=None):  # noqa: A001 - TF
 
 
 def _infer_random(op):
-    return [(op.get_attr("dtype"), _shape_from_tensor(op._inputs[0]))]
+    return [(op.get_attr("dtype"), _shape_from_tensor(op.inputs[0]))]
 
 
 def _random_cost(shapes, op):
     """The work of a random op is the tensor it makes, not its small shape input: the elements
     of its static shape (0 when unknown: the kernel runs inline). A large initializer then runs
     on a worker thread and a parameter server's event loop keeps answering (OFFLOAD_COST)."""
-    return op._outputs[0].shape.num_elements() or 0
+    return op.outputs[0].shape.num_elements() or 0
 
 
 for _type in ("RandomStandardNormal", "RandomUniform", "TruncatedNormal"):
@@ -232,7 +232,7 @@ for _type in ("RandomStandardNormal", "RandomUniform", "TruncatedNormal"):
 
 
 def _infer_random_int(op):
-    return [(op._inputs[1].dtype, _shape_from_tensor(op._inputs[0]))]
+    return [(op.inputs[1].dtype, _shape_from_tensor(op.inputs[0]))]
 
 
 register_op("RandomUniformInt", infer=_infer_random_int, stateful=True, cost=_random_cost)

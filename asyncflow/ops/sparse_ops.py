@@ -39,7 +39,7 @@ from asyncflow.ops.tiling import one_hot
 
 
 def _infer_sparse_to_dense(op):
-    indices, shape, values, default = op._inputs
+    indices, shape, values, default = op.inputs
     if not indices.dtype.is_integer or not shape.dtype.is_integer:
         raise TypeError(f"sparse_indices and output_shape must be integers, got "
                         f"{indices.dtype.name} and {shape.dtype.name}")
@@ -59,7 +59,7 @@ register_op("SparseToDense", infer=_infer_sparse_to_dense)
 @register_gradient("SparseToDense")
 def _sparse_to_dense_grad(op, grad):
     """TF1's: the values' gradient is ``grad`` at their indices (a gather of the flat grad)."""
-    indices, output_shape, values, _ = op._inputs
+    indices, output_shape, values, _ = op.inputs
     if values.shape.ndims == 0:
         return [None, None, None, None]  # a broadcast scalar value: TF1 has none either
     flat_grad = reshape(grad, [-1])
@@ -261,7 +261,7 @@ def sparse_reorder(sp_input, name=None):
     """The same SparseTensor with its entries in row-major order (TF1's canonical order)."""
     op = make_op("SparseReorder", (sp_input.indices, sp_input.values, sp_input.dense_shape),
                  None, name, "SparseReorder")
-    return SparseTensor(op._outputs[0], op._outputs[1], sp_input.dense_shape)
+    return SparseTensor(op.outputs[0], op.outputs[1], sp_input.dense_shape)
 
 
 def sparse_reshape(sp_input, shape, name=None):
@@ -269,7 +269,7 @@ def sparse_reshape(sp_input, shape, name=None):
     op = make_op("SparseReshape", (sp_input.indices, sp_input.dense_shape,
                                    math_ops.cast(as_tensor(shape), dtypes.int64)),
                  None, name, "SparseReshape")
-    return SparseTensor(op._outputs[0], sp_input.values, op._outputs[1])
+    return SparseTensor(op.outputs[0], sp_input.values, op.outputs[1])
 
 
 def sparse_retain(sp_input, to_retain):
@@ -315,7 +315,7 @@ def sparse_add(a, b, threshold=0, thresh=None):
     op = make_op("SparseAdd", (a.indices, a.values, a.dense_shape, b.indices, b.values,
                                b.dense_shape, as_tensor(threshold, dtype=a.dtype)),
                  None, None, "SparseAdd")
-    return SparseTensor(op._outputs[0], op._outputs[1], op._outputs[2])
+    return SparseTensor(op.outputs[0], op.outputs[1], op.outputs[2])
 
 
 def to_indicator(sp_input, vocab_size, name=None):
@@ -382,22 +382,22 @@ def embedding_lookup_sparse(params, sp_ids, sp_weights, partition_strategy="mod"
 
 # -- op registrations of the kernels above ---------------------------------------------------------
 def _infer_reorder(op):
-    indices, values, _ = op._inputs
+    indices, values, _ = op.inputs
     return [(dtypes.int64, indices.shape), (values.dtype, values.shape)]
 
 
 def _infer_reshape(op):
-    indices, _, new_shape = op._inputs
+    indices, _, new_shape = op.inputs
     rank = new_shape.shape[0] if new_shape.shape.ndims == 1 else None
     return [(dtypes.int64, TensorShape([indices.shape[0] if indices.shape.ndims == 2 else None,
                                         rank])), (dtypes.int64, TensorShape([rank]))]
 
 
 def _infer_sparse_add(op):
-    a_indices, a_values, a_shape = op._inputs[:3]
-    if a_values.dtype is not op._inputs[4].dtype:
+    a_indices, a_values, a_shape = op.inputs[:3]
+    if a_values.dtype is not op.inputs[4].dtype:
         raise TypeError(f"both SparseTensors must have one dtype, got {a_values.dtype.name} "
-                        f"and {op._inputs[4].dtype.name}")
+                        f"and {op.inputs[4].dtype.name}")
     rank = a_indices.shape[1] if a_indices.shape.ndims == 2 else None
     return [(dtypes.int64, TensorShape([None, rank])), (a_values.dtype, TensorShape([None])),
             (dtypes.int64, a_shape.shape)]
@@ -410,7 +410,7 @@ not_differentiable("SparseReshape")
 
 
 def _infer_sparse_add_grad(op):
-    grad, a_indices, b_indices, _ = op._inputs
+    grad, a_indices, b_indices, _ = op.inputs
 
     def rows(indices):
         return TensorShape([indices.shape[0] if indices.shape.ndims == 2 else None])
@@ -425,18 +425,18 @@ not_differentiable("SparseAddGrad")
 def _sparse_add_grad(op, indices_grad, values_grad, shape_grad):
     """TF1's: each entry of ``a`` and ``b`` gets the gradient of the sum's entry at its index
     (zero when that entry fell under the threshold)."""
-    a_indices, b_indices = op._inputs[0], op._inputs[3]
-    grads = make_op("SparseAddGrad", (values_grad, a_indices, b_indices, op._outputs[0]), None,
-                    None, "SparseAddGrad")._outputs
+    a_indices, b_indices = op.inputs[0], op.inputs[3]
+    grads = make_op("SparseAddGrad", (values_grad, a_indices, b_indices, op.outputs[0]), None,
+                    None, "SparseAddGrad").outputs
     return [None, grads[0], None, None, grads[1], None, None]
 
 
 @register_gradient("SparseReorder")
 def _sparse_reorder_grad(op, indices_grad, values_grad):
     """TF1's: reorder the entry numbers too, and send each output's gradient back to its entry."""
-    indices, values, dense_shape = op._inputs
+    indices, values, dense_shape = op.inputs
     count = shape_of(values)[0]
     entries = sources.range(0, count)
     order = make_op("SparseReorder", (indices, entries, dense_shape), None, None,
-                    "SparseReorder")._outputs[1]
+                    "SparseReorder").outputs[1]
     return [None, unsorted_segment_sum(values_grad, order, count), None]

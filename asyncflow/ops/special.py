@@ -16,7 +16,7 @@ from asyncflow.ops.construct import FLOATING, as_tensor, check_dtype, make
 
 
 def _infer_special(op):
-    x = op._inputs[0]
+    x = op.inputs[0]
     check_dtype(op.type, x, FLOATING)
     return [(x.dtype, x.shape)]
 
@@ -44,7 +44,7 @@ def digamma(x, name=None):
 @register_gradient("Erf")
 def _erf_grad(op, grad):
     from asyncflow.ops.math import exp, multiply, negative, square
-    x = op._inputs[0]
+    x = op.inputs[0]
     scale = as_tensor(2 / math.sqrt(math.pi), x.dtype)
     return [multiply(grad, multiply(scale, exp(negative(square(x)))))]
 
@@ -52,4 +52,4 @@ def _erf_grad(op, grad):
 @register_gradient("Lgamma")
 def _lgamma_grad(op, grad):
     from asyncflow.ops.math import multiply
-    return [multiply(grad, digamma(op._inputs[0]))]
+    return [multiply(grad, digamma(op.inputs[0]))]

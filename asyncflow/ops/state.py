@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from asyncflow import dtypes
 from asyncflow.graph import GraphKeys, register_op, not_differentiable
-from asyncflow.graph.graph import Tensor, _OPERATOR_NAMES, get_default_graph
+from asyncflow.graph.graph import Tensor, OPERATOR_NAMES, get_default_graph
 from asyncflow.graph.indexed_slices import IndexedSlices
 from asyncflow.graph.shape import TensorShape
 from asyncflow.ops.array import identity
@@ -28,8 +28,8 @@ register_op("VariableV2", infer=_infer_variable, stateful=True, ref_outputs=(0,)
 
 
 def _infer_assign(op):
-    ref, value = op._inputs
-    if not ref._is_ref:
+    ref, value = op.inputs
+    if not ref.is_ref:
         raise TypeError(f"input 0 must be a variable reference, got {ref.name}")
     if ref.dtype is not value.dtype:
         raise TypeError(f"variable {ref.op.name} has dtype {ref.dtype.name} but the value has "
@@ -46,7 +46,7 @@ for _type in ("Assign", "AssignAdd", "AssignSub"):
 
 
 def _infer_scatter(op):
-    ref, indices, updates = op._inputs
+    ref, indices, updates = op.inputs
     if not indices.dtype.is_integer:
         raise TypeError(f"indices must be integers, got {indices.dtype.name}")
     if ref.dtype is not updates.dtype:
@@ -97,14 +97,14 @@ class Variable:
         if initial_value is None:
             raise ValueError("Variable: initial_value must be given")
         graph = _graph_for(initial_value)
-        if isinstance(initial_value, Tensor) and initial_value.op._control_flow_context is not None:
+        if isinstance(initial_value, Tensor) and initial_value.op.control_flow_context is not None:
             raise ValueError(
                 f"Initializer for variable {name or 'Variable'} is from inside a control-flow "
                 "construct, such as a loop or conditional. When creating a variable inside a "
                 "loop or conditional, use a lambda as the initializer.")
         # TF1's init_scope: a variable made inside a cond branch or loop body lives outside
         # it, so its initializer runs on its own (no predicate, no frame).
-        with graph._push(control_flow_context=None), graph.control_dependencies(None), \
+        with graph.push_scopes(control_flow_context=None), graph.control_dependencies(None), \
                 graph.name_scope(name or "Variable") as scope:
             if callable(initial_value):
                 initial_value = initial_value()
@@ -149,7 +149,7 @@ class Variable:
         if variable_op.type != "VariableV2":
             raise TypeError(f"{variable_op.name} is a {variable_op.type}, not a VariableV2")
         self = cls.__new__(cls)
-        self._variable = variable_op._outputs[0]
+        self._variable = variable_op.outputs[0]
         self._initializer_op = initializer_op
         self._snapshot = snapshot
         self._initial_value = initial_value
@@ -166,7 +166,7 @@ class Variable:
         context: its input, the reference, enters through RefEnter/RefSwitch, and it reads
         the value when it runs, ordered by the enclosing control dependencies.
         """
-        if self._variable.graph._current().control_flow_context is None:
+        if self._variable.graph.current_scopes().control_flow_context is None:
             return self._snapshot
         with self.graph.colocate_with(self._variable.op):
             return identity(self._variable, name="read")
@@ -269,7 +269,7 @@ class Variable:
 
 def _install_variable_operators():
     """Arithmetic, comparison and slicing on a Variable work on its snapshot."""
-    for name in _OPERATOR_NAMES:
+    for name in OPERATOR_NAMES:
         def forward(self, *args, _name=name):
             return getattr(self._as_tensor(), _name)(*args)
         setattr(Variable, name, forward)
@@ -284,7 +284,7 @@ def _graph_for(value):
 def _ref_of(variable):
     if isinstance(variable, Variable):
         return variable._variable
-    if isinstance(variable, Tensor) and variable._is_ref:
+    if isinstance(variable, Tensor) and variable.is_ref:
         return variable
     raise TypeError(f"Expected a Variable, got {variable!r}")
 

@@ -15,7 +15,7 @@ from asyncflow.ops.construct import as_tensor, make
 
 
 def _infer_scalar(op):
-    value = op._inputs[0]
+    value = op.inputs[0]
     if not value.dtype.is_numeric and not value.dtype.is_bool:
         raise TypeError(f"summary value must be numeric, got {value.dtype.name}")
     if value.shape.ndims not in (None, 0):
@@ -25,14 +25,14 @@ def _infer_scalar(op):
 
 
 def _infer_histogram(op):
-    values = op._inputs[0]
+    values = op.inputs[0]
     if not values.dtype.is_numeric and not values.dtype.is_bool:
         raise TypeError(f"histogram values must be numeric, got {values.dtype.name}")
     return [(dtypes.string, TensorShape([]))]
 
 
 def _infer_merge(op):
-    for tensor in op._inputs:
+    for tensor in op.inputs:
         if not tensor.dtype.is_string:
             raise TypeError(f"MergeSummary inputs must be string tensors, got {tensor.name} "
                             f"({tensor.dtype.name})")
@@ -45,7 +45,7 @@ register_op("MergeSummary", infer=_infer_merge, stateful=True)
 
 
 def _infer_image(op):
-    images = op._inputs[0]
+    images = op.inputs[0]
     if images.shape.ndims not in (None, 4) or (
             images.shape.ndims == 4 and images.shape.as_list()[3] not in (None, 1, 3, 4)):
         raise ValueError(f"images must be 4-D [batch, height, width, channels] with 1, 3 or 4 "

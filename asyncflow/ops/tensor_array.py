@@ -43,7 +43,7 @@ def _element_shape(op):
 
 
 def _infer_create(op):
-    size = op._inputs[0]
+    size = op.inputs[0]
     if not size.dtype.is_integer or size.shape.ndims not in (None, 0):
         raise TypeError(f"TensorArray size must be a scalar integer, got {size.dtype.name} "
                         f"{size.shape}")
@@ -51,7 +51,7 @@ def _infer_create(op):
 
 
 def _infer_write(op):
-    value, element = op._inputs[2], _element_shape(op)
+    value, element = op.inputs[2], _element_shape(op)
     if value.dtype is not op.get_attr("dtype"):
         raise TypeError(f"TensorArray has dtype {op.get_attr('dtype').name} but the value "
                         f"written has {value.dtype.name}")
@@ -66,7 +66,7 @@ def _infer_read(op):
 
 
 def _infer_gather(op):
-    indices, element = op._inputs[1], _element_shape(op)
+    indices, element = op.inputs[1], _element_shape(op)
     count = indices.shape.as_list()[0] if indices.shape.ndims == 1 else None
     shape = TensorShape([count]).concatenate(element) if element.dims is not None else \
         TensorShape(None)
@@ -74,7 +74,7 @@ def _infer_gather(op):
 
 
 def _infer_scatter(op):
-    value, element = op._inputs[2], _element_shape(op)
+    value, element = op.inputs[2], _element_shape(op)
     if value.dtype is not op.get_attr("dtype"):
         raise TypeError(f"TensorArray has dtype {op.get_attr('dtype').name} but the value "
                         f"scattered has {value.dtype.name}")
@@ -159,7 +159,7 @@ class TensorArray:
                 "clear_after_read": self._clear_after_read,
                 "tensor_array_name": tensor_array_name or scope.rstrip("/")},
                 name="TensorArray", graph=graph)
-        self._handle, self._flow = op._outputs
+        self._handle, self._flow = op.outputs
 
     # -- properties -------------------------------------------------------------------------
     dtype = property(lambda self: self._dtype)
@@ -173,7 +173,7 @@ class TensorArray:
     def _attrs(self):
         return {"dtype": self._dtype, "element_shape": self._element_shape}
 
-    def _with_flow(self, flow):
+    def with_flow(self, flow):
         out = TensorArray(self._dtype, handle=self._handle, flow=flow,
                           infer_shape=self._infer_shape, element_shape=self._element_shape,
                           dynamic_size=self._dynamic_size,
@@ -196,13 +196,13 @@ class TensorArray:
     # -- element access -----------------------------------------------------------------------
     def identity(self):
         """This array with its flow passed through an Identity (TF1)."""
-        return self._with_flow(identity(self._flow))
+        return self.with_flow(identity(self._flow))
 
     def read(self, index, name=None):
         """The element at ``index``."""
         index = as_tensor(index, dtype=dtypes.int32)
         value = self._make("TensorArrayReadV3", (self._handle, index, self._flow), name,
-                           "TensorArrayReadV3")._outputs[0]
+                           "TensorArrayReadV3").outputs[0]
         return value
 
     def write(self, index, value, name=None):
@@ -211,8 +211,8 @@ class TensorArray:
         value = as_tensor(value, dtype=self._dtype)
         self._merge_shape(value.shape)
         flow = self._make("TensorArrayWriteV3", (self._handle, index, value, self._flow), name,
-                          "TensorArrayWrite")._outputs[0]
-        return self._with_flow(flow)
+                          "TensorArrayWrite").outputs[0]
+        return self.with_flow(flow)
 
     def stack(self, name=None):
         """All elements stacked along a new first axis (``gather(range(size()))``)."""
@@ -224,12 +224,12 @@ class TensorArray:
         """The elements at ``indices``, stacked."""
         indices = as_tensor(indices, dtype=dtypes.int32)
         return self._make("TensorArrayGatherV3", (self._handle, indices, self._flow), name,
-                          "TensorArrayGatherV3")._outputs[0]
+                          "TensorArrayGatherV3").outputs[0]
 
     def concat(self, name=None):
         """All elements concatenated along their first axis."""
         return self._make("TensorArrayConcatV3", (self._handle, self._flow), name,
-                          "TensorArrayConcatV3")._outputs[0]
+                          "TensorArrayConcatV3").outputs[0]
 
     def unstack(self, value, name=None):
         """A TensorArray holding ``value[i]`` at index ``i`` (``scatter(range(n), value)``)."""
@@ -248,8 +248,8 @@ class TensorArray:
         if value.shape.ndims:
             self._merge_shape(TensorShape(value.shape.dims[1:]))
         flow = self._make("TensorArrayScatterV3", (self._handle, indices, value, self._flow),
-                          name, "TensorArrayScatter")._outputs[0]
-        return self._with_flow(flow)
+                          name, "TensorArrayScatter").outputs[0]
+        return self.with_flow(flow)
 
     def split(self, value, lengths, name=None):
         """A TensorArray holding consecutive pieces of ``value`` of the given ``lengths``."""
@@ -259,20 +259,20 @@ class TensorArray:
         if value.shape.ndims:
             self._merge_shape(TensorShape([None] + list(value.shape.dims[1:])))
         flow = self._make("TensorArraySplitV3", (self._handle, value, lengths, self._flow),
-                          name, "TensorArraySplit")._outputs[0]
-        return self._with_flow(flow)
+                          name, "TensorArraySplit").outputs[0]
+        return self.with_flow(flow)
 
     def size(self, name=None):
         """The number of elements (a scalar int32)."""
         return self._make("TensorArraySizeV3", (self._handle, self._flow), name,
-                          "TensorArraySizeV3")._outputs[0]
+                          "TensorArraySizeV3").outputs[0]
 
     def grad(self, source, flow=None, name=None):
         """The gradient TensorArray of this one for the gradient computation ``source``."""
         flow = self._flow if flow is None else flow
         op = self._make("TensorArrayGradV3", (self._handle, flow), name, "TensorArrayGrad",
                         {"source": source})
-        return TensorArray(self._dtype, handle=op._outputs[0], flow=op._outputs[1],
+        return TensorArray(self._dtype, handle=op.outputs[0], flow=op.outputs[1],
                            infer_shape=False, element_shape=self._element_shape)
 
     def close(self, name=None):
@@ -293,48 +293,48 @@ def _grad_source(op):
 
 
 def _forward(op, flow):
-    return TensorArray(op.get_attr("dtype"), handle=op._inputs[0], flow=flow,
+    return TensorArray(op.get_attr("dtype"), handle=op.inputs[0], flow=flow,
                        element_shape=op.get_attr("element_shape"))
 
 
 @register_gradient("TensorArrayReadV3")
 def _read_grad(op, grad):
-    handle, index, flow = op._inputs
+    handle, index, flow = op.inputs
     g = _forward(op, flow).grad(_grad_source(op), flow=flow)
     return [None, None, g.write(index, grad).flow]
 
 
 @register_gradient("TensorArrayWriteV3")
 def _write_grad(op, flow_grad):
-    index = op._inputs[1]
-    g = _forward(op, op._inputs[3]).grad(_grad_source(op), flow=flow_grad)
+    index = op.inputs[1]
+    g = _forward(op, op.inputs[3]).grad(_grad_source(op), flow=flow_grad)
     return [None, None, g.read(index), flow_grad]
 
 
 @register_gradient("TensorArrayGatherV3")
 def _gather_grad(op, grad):
-    handle, indices, flow = op._inputs
+    handle, indices, flow = op.inputs
     g = _forward(op, flow).grad(_grad_source(op), flow=flow)
     return [None, None, g.scatter(indices, grad).flow]
 
 
 @register_gradient("TensorArrayScatterV3")
 def _scatter_grad(op, flow_grad):
-    indices = op._inputs[1]
-    g = _forward(op, op._inputs[3]).grad(_grad_source(op), flow=flow_grad)
+    indices = op.inputs[1]
+    g = _forward(op, op.inputs[3]).grad(_grad_source(op), flow=flow_grad)
     return [None, None, g.gather(indices), flow_grad]
 
 
 @register_gradient("TensorArrayConcatV3")
 def _concat_grad(op, grad, unused_lengths_grad):
-    handle, flow = op._inputs
+    handle, flow = op.inputs
     g = _forward(op, flow).grad(_grad_source(op), flow=flow)
-    return [None, g.split(grad, op._outputs[1]).flow]
+    return [None, g.split(grad, op.outputs[1]).flow]
 
 
 @register_gradient("TensorArraySplitV3")
 def _split_grad(op, flow_grad):
-    g = _forward(op, op._inputs[3]).grad(_grad_source(op), flow=flow_grad)
+    g = _forward(op, op.inputs[3]).grad(_grad_source(op), flow=flow_grad)
     return [None, g.concat(), None, flow_grad]
 
 
@@ -363,12 +363,12 @@ class _LoopAdapter:
     def _to_arrays(self, leaves):
         """Flat loop values arranged like ``loop_vars``, flows turned back into arrays."""
         return cf.pack_as(self._structure, [
-            template._with_flow(leaf) if isinstance(template, TensorArray) else leaf
+            template.with_flow(leaf) if isinstance(template, TensorArray) else leaf
             for template, leaf in zip(self._templates, leaves)])
 
     def _args(self, args):
         structure = self._structure
-        if isinstance(structure, (list, tuple)) and not cf._is_namedtuple(structure):
+        if isinstance(structure, (list, tuple)) and not cf.is_namedtuple(structure):
             return self._to_arrays(cf.flatten(list(args)))
         return self._to_arrays(cf.flatten(args[0]))
 
@@ -381,7 +381,7 @@ class _LoopAdapter:
     def body(self, *args):
         result = self._call(self._body, args)
         structure = self._structure
-        if isinstance(structure, (list, tuple)) and not cf._is_namedtuple(structure) \
+        if isinstance(structure, (list, tuple)) and not cf.is_namedtuple(structure) \
                 and len(structure) == 1 and not isinstance(result, (list, tuple)):
             result = type(structure)([result])
         leaves = cf.flatten(result)
@@ -393,7 +393,7 @@ class _LoopAdapter:
     def restore(self, results):
         if len(self._templates) == 1 and not isinstance(results, (list, tuple, dict)):
             template = self._templates[0]
-            return template._with_flow(results) if isinstance(template, TensorArray) else results
+            return template.with_flow(results) if isinstance(template, TensorArray) else results
         return self._to_arrays(cf.flatten(results))
 
 

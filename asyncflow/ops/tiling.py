@@ -28,7 +28,7 @@ from asyncflow.ops.shapes import int_const, shape_of, static_ints
 
 # -- tile --------------------------------------------------------------------------------------
 def _infer_tile(op):
-    x, multiples_t = op._inputs
+    x, multiples_t = op.inputs
     multiples = static_ints(multiples_t)
     ndims = x.shape.ndims
     if multiples is None:
@@ -63,7 +63,7 @@ def tile(input, multiples, name=None):  # noqa: A002
 
 @register_gradient("Tile")
 def _tile_grad(op, grad):
-    x, multiples = op._inputs
+    x, multiples = op.inputs
     ndims = x.shape.ndims
     if ndims is None:
         raise ValueError(f"Tile '{op.name}': the gradient needs the input's rank")
@@ -85,9 +85,9 @@ _PAD_MODES = ("CONSTANT", "REFLECT", "SYMMETRIC")
 
 
 def _infer_pad(op):
-    x, paddings_t = op._inputs[0], op._inputs[1]
-    if op.type == "PadV2" and op._inputs[2].dtype is not x.dtype:
-        raise TypeError(f"constant_values has dtype {op._inputs[2].dtype.name}, but the input "
+    x, paddings_t = op.inputs[0], op.inputs[1]
+    if op.type == "PadV2" and op.inputs[2].dtype is not x.dtype:
+        raise TypeError(f"constant_values has dtype {op.inputs[2].dtype.name}, but the input "
                         f"has {x.dtype.name}")
     paddings = static_value(paddings_t)
     if op.type == "MirrorPadGrad":
@@ -178,25 +178,25 @@ def _unpad(grad, x, paddings):
 
 @register_gradient("PadV2")
 def _pad_grad(op, grad):
-    x, paddings, _ = op._inputs
+    x, paddings, _ = op.inputs
     return [_unpad(grad, x, paddings), None, None]
 
 
 @register_gradient("MirrorPad")
 def _mirror_pad_grad(op, grad):
-    paddings = op._inputs[1]
+    paddings = op.inputs[1]
     return [make("MirrorPadGrad", (grad, paddings), {"mode": op.get_attr("mode")}, None,
                  "MirrorPadGrad"), None]
 
 
 @register_gradient("MirrorPadGrad")
 def _mirror_pad_grad_grad(op, grad):
-    return [pad(grad, op._inputs[1], mode=op.get_attr("mode")), None]
+    return [pad(grad, op.inputs[1], mode=op.get_attr("mode")), None]
 
 
 # -- one_hot -----------------------------------------------------------------------------------
 def _infer_one_hot(op):
-    indices, depth_t, on_value, off_value = op._inputs
+    indices, depth_t, on_value, off_value = op.inputs
     check_dtype(op.type, indices, INTEGER, "indices")
     if on_value.dtype is not off_value.dtype:
         raise TypeError(f"on_value ({on_value.dtype.name}) and off_value "

@@ -49,9 +49,9 @@ SPARSE_TRAINING_OPS = {
 
 def _infer_apply(op):
     refs, values = TRAINING_OPS[op.type]
-    var = op._inputs[0]
-    for name, tensor in zip(refs + values, op._inputs):
-        if name in refs and not tensor._is_ref:
+    var = op.inputs[0]
+    for name, tensor in zip(refs + values, op.inputs):
+        if name in refs and not tensor.is_ref:
             raise TypeError(f"input {name!r} must be a variable reference, got {tensor.name}")
         if tensor.dtype is not var.dtype:
             raise TypeError(f"input {name!r} has dtype {tensor.dtype.name}, but the variable "
@@ -68,11 +68,11 @@ def _infer_apply(op):
 
 def _infer_sparse_apply(op):
     refs, values = SPARSE_TRAINING_OPS[op.type]
-    var = op._inputs[0]
+    var = op.inputs[0]
     if not var.dtype.is_floating:
         raise TypeError(f"variable {var.op.name} must be floating, got {var.dtype.name}")
-    for name, tensor in zip(refs + values, op._inputs):
-        if name in refs and not tensor._is_ref:
+    for name, tensor in zip(refs + values, op.inputs):
+        if name in refs and not tensor.is_ref:
             raise TypeError(f"input {name!r} must be a variable reference, got {tensor.name}")
         if name == "indices":
             if not tensor.dtype.is_integer or tensor.shape.ndims not in (None, 1):

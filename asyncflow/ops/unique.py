@@ -35,7 +35,7 @@ def _out_idx(op):
 
 
 def _infer_unique(op):
-    x = op._inputs[0]
+    x = op.inputs[0]
     check_dtype(op.type, x, ANY)
     _vector(op, x, "x")
     out_idx = _out_idx(op)
@@ -46,7 +46,7 @@ def _infer_unique(op):
 
 
 def _infer_list_diff(op):
-    x, y = op._inputs
+    x, y = op.inputs
     _vector(op, x, "x")
     _vector(op, y, "y")
     if x.dtype != y.dtype:
@@ -56,7 +56,7 @@ def _infer_list_diff(op):
 
 
 def _infer_bincount(op):
-    arr, size, weights = op._inputs
+    arr, size, weights = op.inputs
     if arr.dtype != dtypes.int32:
         raise TypeError(f"{op.type} '{op.name}': arr must be int32, got {arr.dtype.name}")
     check_dtype(op.type, size, INTEGER, "size")
@@ -85,7 +85,7 @@ def unique(x, out_idx=dtypes.int32, name=None):
     """
     op = make_op("Unique", (as_tensor(x),), {"out_idx": dtypes.as_dtype(out_idx)}, name,
                  "Unique")
-    return op._outputs[0], op._outputs[1]
+    return op.outputs[0], op.outputs[1]
 
 
 def unique_with_counts(x, out_idx=dtypes.int32, name=None):
@@ -96,7 +96,7 @@ def unique_with_counts(x, out_idx=dtypes.int32, name=None):
     """
     op = make_op("UniqueWithCounts", (as_tensor(x),), {"out_idx": dtypes.as_dtype(out_idx)},
                  name, "UniqueWithCounts")
-    return op._outputs[0], op._outputs[1], op._outputs[2]
+    return op.outputs[0], op.outputs[1], op.outputs[2]
 
 
 def setdiff1d(x, y, index_dtype=dtypes.int32, name=None):
@@ -110,7 +110,7 @@ def setdiff1d(x, y, index_dtype=dtypes.int32, name=None):
     y = as_tensor(y) if hasattr(y, "op") else as_tensor(y, x.dtype)
     op = make_op("ListDiff", (x, y),
                  {"out_idx": dtypes.as_dtype(index_dtype)}, name, "ListDiff")
-    return op._outputs[0], op._outputs[1]
+    return op.outputs[0], op.outputs[1]
 
 
 def bincount(arr, weights=None, minlength=None, maxlength=None, dtype=dtypes.int32,
@@ -136,7 +136,7 @@ def bincount(arr, weights=None, minlength=None, maxlength=None, dtype=dtypes.int
             size = math_ops.minimum(as_tensor(maxlength, dtypes.int32), size)
         weights = (as_tensor([], dtypes.as_dtype(dtype)) if weights is None
                    else as_tensor(weights, dtypes.as_dtype(dtype)))
-        return make_op("Bincount", (arr, size, weights), None, None, "Bincount")._outputs[0]
+        return make_op("Bincount", (arr, size, weights), None, None, "Bincount").outputs[0]
 
 
 def _size(tensor):

@@ -1,11 +1,11 @@
 """Variable scopes and ``get_variable`` with TF1's sharing rules.
 
 Theory of operation:
-- Each graph has one ``_VariableStore`` (``graph._variable_store``, created on first use). It
-  maps full variable names (``"layer1/w"``) to the ``Variable`` that ``get_variable`` created,
-  counts how often each variable-scope name was opened (to uniquify ``default_name`` scopes as
-  TF1 does), and holds the current ``VariableScope`` in a ContextVar, so trio tasks building in
-  the same graph each see their own scope stack.
+- Each graph has one ``_VariableStore`` (``graph.extensions["variable_store"]``, created on
+  first use). It maps full variable names (``"layer1/w"``) to the ``Variable`` that
+  ``get_variable`` created, counts how often each variable-scope name was opened (to
+  uniquify ``default_name`` scopes as TF1 does), and holds the current ``VariableScope`` in
+  a ContextVar, so trio tasks building in the same graph each see their own scope stack.
 - ``variable_scope(name)`` pushes a scope named ``parent/name`` and opens a name scope of the
   same name (uniquified for ops, so re-entering gives ``name_1/`` op names while variables keep
   ``name/``). Passing a ``VariableScope`` object jumps to that scope (not nested) and re-enters
@@ -112,9 +112,10 @@ class _VariableStore:
 
 
 def _store(graph):
-    if graph._variable_store is None:
-        graph._variable_store = _VariableStore(graph._id)
-    return graph._variable_store
+    store = graph.extensions.get("variable_store")
+    if store is None:
+        store = graph.extensions["variable_store"] = _VariableStore(graph.id)
+    return store
 
 
 def get_variable_scope():
@@ -303,7 +304,7 @@ def _create(graph, full_name, shape, requested_dtype, scope_dtype, initializer, 
     # initializer must not wait for the enclosing control dependencies, nor live in an
     # enclosing while loop or cond (TF1's init_scope: an RNN cell built in a loop body).
     with graph.name_scope(None), graph.control_dependencies(None), \
-            graph._push(control_flow_context=None):
+            graph.push_scopes(control_flow_context=None):
         return Variable(initial_value, trainable=trainable, collections=collections,
                         validate_shape=validate_shape, name=full_name + "/", dtype=dtype)
 
@@ -326,7 +327,7 @@ def _create_partitioned(graph, full_name, shape, dtype, initializer, partitioner
             with graph.name_scope("Initializer"):
                 return _call_initializer(initializer, part_shape, dtype, info)
         with graph.name_scope(None), graph.control_dependencies(None), \
-                graph._push(control_flow_context=None):
+                graph.push_scopes(control_flow_context=None):
             part = Variable(initial_value, trainable=trainable, collections=collections,
                             name=f"{full_name}/part_{index}/", dtype=dtype)
         part._save_slice_info = partitioned.SaveSliceInfo(full_name, dims, offset, part_shape)

@@ -36,7 +36,7 @@ def shape_allows(invariant, shape):
 
 def call_unpacked(fn, structure):
     """``fn(*structure)`` for a list or tuple of loop variables, else ``fn(structure)`` (TF1)."""
-    if isinstance(structure, (list, tuple)) and not cf._is_namedtuple(structure):
+    if isinstance(structure, (list, tuple)) and not cf.is_namedtuple(structure):
         return fn(*structure)
     return fn(structure)
 
@@ -49,11 +49,11 @@ def build_loop(ctx, cond, body, loop_vars, flat, invariants, loop_name):
     graph = ctx.graph
     outer = ctx.outer
     real = [outer.add_value(t) if outer is not None else t for t in flat]
-    with graph._push(control_flow_context=outer):
-        enters = [cf._enter(t, ctx.frame_name, False, ctx.parallel_iterations)
+    with graph.push_scopes(control_flow_context=outer):
+        enters = [cf.enter_frame(t, ctx.frame_name, False, ctx.parallel_iterations)
                   for t in real]
     for enter, shape in zip(enters, invariants):
-        enter._shape = shape
+        enter.relax_shape(shape)
     ctx.loop_enters = enters
     with ctx.entered(), graph.control_dependencies(None):
         # Each loop variable's Enter, Merge, Switch, NextIteration and Exit share a device:
@@ -63,7 +63,7 @@ def build_loop(ctx, cond, body, loop_vars, flat, invariants, loop_name):
             with graph.colocate_with(e.op):
                 merges.append(cf.merge([e, e])[0])
         for merge, shape in zip(merges, invariants):
-            merge._shape = shape
+            merge.relax_shape(shape)
         ctx.pivot_for_pred = merges[0].op
         pred = call_unpacked(cond, cf.pack_as(loop_vars, merges))
         pred = _check_loop_pred(pred, loop_name)
@@ -77,10 +77,10 @@ def build_loop(ctx, cond, body, loop_vars, flat, invariants, loop_name):
         ctx.pivot_for_body = body_vars[0].op
         ctx.loop_merges, ctx.body_vars = merges, body_vars
         result = call_unpacked(body, cf.pack_as(loop_vars, body_vars))
-        if isinstance(loop_vars, (list, tuple)) and not cf._is_namedtuple(loop_vars) \
+        if isinstance(loop_vars, (list, tuple)) and not cf.is_namedtuple(loop_vars) \
                 and len(loop_vars) == 1 and not isinstance(result, (list, tuple)):
             result = [result]
-        if not cf._same_structure(loop_vars, result) or len(cf.flatten(result)) != len(flat):
+        if not cf.same_structure(loop_vars, result) or len(cf.flatten(result)) != len(flat):
             count = len(cf.flatten(result))
             why = (f"don't have the same number of elements ({len(flat)} and {count})"
                    if count != len(flat) else "don't have the same nested structure")
@@ -94,13 +94,13 @@ def build_loop(ctx, cond, body, loop_vars, flat, invariants, loop_name):
         exits = []
         for merge, value, switch_pair in zip(merges, outputs, switches):
             with graph.colocate_with(merge.op):
-                merge.op._update_input(1, cf._next_iteration(value))
-                exits.append(cf._exit(switch_pair[0]))
+                merge.op.update_input(1, cf.next_iteration(value))
+                exits.append(cf.exit_frame(switch_pair[0]))
         for exit_tensor, shape in zip(exits, invariants):
-            exit_tensor._shape = shape
+            exit_tensor.relax_shape(shape)
     ctx.loop_exits = exits
     ctx.settle_variable_reads()
-    _loops(graph)[pivot.op] = ctx
+    loops(graph)[pivot.op] = ctx
     return exits
 
 
@@ -125,11 +125,11 @@ def _body_output(ctx, value, var, shape, loop_name, index):
                          "`shape_invariants` argument of while_loop to specify a less-specific "
                          "shape.")
     value = ctx.add_value(value)
-    if ctx._is_invariant(value) or value.op.type in cf.STRUCTURE_TYPES - {"Merge"}:
+    if ctx.is_invariant(value) or value.op.type in cf.STRUCTURE_TYPES - {"Merge"}:
         value = identity(value)
     return value
 
 
-def _loops(graph):
+def loops(graph):
     """``{LoopCond op: WhileContext}`` of every loop in ``graph`` (for gradients)."""
-    return graph._extensions.setdefault("while_loops", {})
+    return graph.extensions.setdefault("while_loops", {})

@@ -2,7 +2,7 @@
 
 See ``control_flow_grad`` for the theory. Pieces:
 - ``register_unit(ctx)`` (called when a loop is built) maps the loop's Enter and Exit ops to a
-  ``LoopUnit`` through ``graph._extensions["gradient_unit"]``.
+  ``LoopUnit`` through ``graph.extensions["gradient_unit"]``.
 - ``_forward_counter(ctx)`` adds an iteration counter to the forward loop (once).
 - ``GradWhileContext`` is the gradient loop's context: forward in-loop values become stack
   pops, forward loop invariants become their outer tensors.
@@ -57,20 +57,20 @@ class LoopUnit:
 
     def __init__(self, ctx):
         self.ctx = ctx
-        self._graph = ctx.graph
+        self.graph = ctx.graph
         self.name = ctx.frame_name
         self.type = "WhileLoop"
-        self._id = ctx.loop_exits[0].op._id
-        self._outputs = tuple(ctx.loop_exits)
+        self.seq = ctx.loop_exits[0].op.seq
+        self.outputs = tuple(ctx.loop_exits)
         if isinstance(ctx, GradWhileContext):  # TF1 refuses rather than answer None
             self.op_def = _UnitDef(_second_order, True)
         else:
             self.op_def = _UnitDef(_while_grad if ctx.back_prop else None, ctx.back_prop)
 
     @property
-    def _inputs(self):
-        loop_inits = [enter.op._inputs[0] for enter in self.ctx.loop_enters]
-        return tuple(loop_inits + [enter.op._inputs[0] for enter in _float_invariants(self.ctx)])
+    def inputs(self):
+        loop_inits = [enter.op.inputs[0] for enter in self.ctx.loop_enters]
+        return tuple(loop_inits + [enter.op.inputs[0] for enter in _float_invariants(self.ctx)])
 
     def __repr__(self):
         return f"<while_loop unit '{self.name}'>"
@@ -90,10 +90,10 @@ def _float_invariants(ctx):
 
 def register_unit(ctx):
     """Make the gradients core treat the loop of ``ctx`` as one unit."""
-    extensions = ctx.graph._extensions
+    extensions = ctx.graph.extensions
     units = extensions.setdefault("loop_units", {})
     unit = LoopUnit(ctx)
-    for tensor in list(ctx.loop_enters) + list(ctx.loop_exits) + list(ctx._values.values()):
+    for tensor in list(ctx.loop_enters) + list(ctx.loop_exits) + list(ctx.imported_values()):
         units[tensor.op] = unit
     extensions["gradient_unit"] = lambda op: units.get(op, op)
 
@@ -111,9 +111,9 @@ def _forward_counter(ctx):
     graph = ctx.graph
     # The counter lives with the loop's predicate (like a loop variable's Enter, Merge,
     # Switch, NextIteration and Exit, it must not straddle devices).
-    with graph._push(control_flow_context=ctx.outer), graph.control_dependencies(None), \
+    with graph.push_scopes(control_flow_context=ctx.outer), graph.control_dependencies(None), \
             graph.name_scope(ctx.frame_name + "/"), graph.colocate_with(ctx.pivot.op):
-        enter = cf._enter(constant(0, name="f_count_init"), ctx.frame_name, False,
+        enter = cf.enter_frame(constant(0, name="f_count_init"), ctx.frame_name, False,
                           ctx.parallel_iterations, name="f_count_enter")
     with ctx.entered(), graph.control_dependencies(None), \
             graph.name_scope(ctx.frame_name + "/"), graph.colocate_with(ctx.pivot.op):
@@ -121,8 +121,8 @@ def _forward_counter(ctx):
         switch_false, switch_true = cf.switch(merge, ctx.pivot, name="f_count_switch")
         current = identity(switch_true, name="f_count_body")
         increment = add(current, 1, name="f_count_add")
-        merge.op._update_input(1, cf._next_iteration(increment))
-        count = cf._exit(switch_false, name="f_count_exit")
+        merge.op.update_input(1, cf.next_iteration(increment))
+        count = cf.exit_frame(switch_false, name="f_count_exit")
     ctx.grad_state = (count, increment.op, current.op)
     return ctx.grad_state
 
@@ -142,8 +142,8 @@ class GradWhileContext(cf.WhileContext):
     def add_value(self, tensor):
         if self.is_internal(tensor) or not self.forward.is_internal(tensor):
             return super().add_value(tensor)
-        if self.forward._is_invariant(tensor):
-            return super().add_value(tensor.op._inputs[0])
+        if self.forward.is_invariant(tensor):
+            return super().add_value(tensor.op.inputs[0])
         found = self._popped.get(tensor)
         if found is None:
             variable = _variable_read(tensor, self.forward)
@@ -172,19 +172,20 @@ class GradWhileContext(cf.WhileContext):
             raise LookupError(f"Gradient of while_loop '{forward.frame_name}': the backward "
                               f"body reads {tensor.name}, {reason}")
         branches = _branches(home, forward)  # conds around the value, innermost first
-        with graph._push(control_flow_context=forward.outer), graph.control_dependencies(None):
+        with graph.push_scopes(control_flow_context=forward.outer), \
+                graph.control_dependencies(None):
             handle = make("StackV2", (constant(-1, name="stack_size"),),
                           {"elem_type": tensor.dtype,
                            "stack_name": f"{tensor.op.name}_{tensor.value_index}"},
                           None, "stack")
-        with graph._push(control_flow_context=home), graph.control_dependencies(None):
+        with graph.push_scopes(control_flow_context=home), graph.control_dependencies(None):
             push = make_op("StackPushV2", (handle, tensor), None, None, "stack_push")
         # Pushes keep iteration order: push i gates the count's increment, which gates the
         # count of iteration i+1, which gates push i+1 (iterations may otherwise overlap).
         # A push inside a cond runs only when its branch is taken: the count waits for a
         # Merge that is live after the push, or at once when the branch is not taken.
-        forward.grad_state[1]._add_control_input(_forward_barrier(push, branches))
-        push._add_control_input(forward.grad_state[2])
+        forward.grad_state[1].add_control_input(_forward_barrier(push, branches))
+        push.add_control_input(forward.grad_state[2])
         with self.entered(), graph.control_dependencies(None):
             popped = make("StackPopV2", (handle,), {"elem_type": tensor.dtype}, None, "stack_pop")
         popped.set_shape(tensor.shape)
@@ -192,7 +193,7 @@ class GradWhileContext(cf.WhileContext):
         if branches:
             # Pop only in the gradient iterations whose forward iteration took the branch
             # (the saved predicates replay the forward choices), so pops match pushes.
-            popped.op._add_control_input(self._branch_pivots(branches[0])[0].op)
+            popped.op.add_control_input(self._branch_pivots(branches[0])[0].op)
             for branch in branches:
                 taken, other = self._branch_pivots(branch)
                 with self.entered(), graph.control_dependencies([gate]):
@@ -222,13 +223,13 @@ def _variable_read(tensor, forward):
     RefEnter, and a cond's RefSwitch maybe), or the outer read when it is an Identity of
     a loop invariant (a read settled at loop entry); else None."""
     op = tensor.op
-    if op.type == "Identity" and forward._is_invariant(op._inputs[0]):
-        return op._inputs[0].op._inputs[0]  # a read settled at loop entry
-    if op.type != "Identity" or not op._inputs[0]._is_ref:
+    if op.type == "Identity" and forward.is_invariant(op.inputs[0]):
+        return op.inputs[0].op.inputs[0]  # a read settled at loop entry
+    if op.type != "Identity" or not op.inputs[0].is_ref:
         return None
-    ref = op._inputs[0]
+    ref = op.inputs[0]
     while ref.op.type in ("RefEnter", "RefSwitch") and forward.is_internal(ref):
-        ref = ref.op._inputs[0]
+        ref = ref.op.inputs[0]
     return None if forward.is_internal(ref) else ref
 
 
@@ -244,13 +245,13 @@ def _saved_home(tensor, forward):
     same, saved, predicate.
     """
     op = tensor.op
-    home = op._control_flow_context
+    home = op.control_flow_context
     if op.type in ("Exit", "RefExit") and home is not forward:
         home = home.outer  # a nested loop's result lives in the loop's parent context
-    elif op in cf._cond_imports(op.graph):
-        home = cf._cond_imports(op.graph)[op]
+    elif op in cf.cond_imports(op.graph):
+        home = cf.cond_imports(op.graph)[op]
     elif op.type in cf.STRUCTURE_TYPES or op.type in ("Switch", "RefSwitch"):
-        if not (op.type == "Merge" and op in cf._cond_merges(op.graph)):
+        if not (op.type == "Merge" and op in cf.cond_merges(op.graph)):
             return home, "which is not computed in the loop body; only body values can be saved"
     return home, None
 
@@ -271,10 +272,11 @@ def _forward_barrier(op, branches):
     regardless of ``op`` otherwise (a Merge of the branch pivots per level)."""
     graph = op.graph
     for branch in branches:
-        with graph._push(control_flow_context=branch.outer), \
+        with graph.push_scopes(control_flow_context=branch.outer), \
                 graph.control_dependencies([op]):
             taken = identity(branch.pivot, name="push_done")
-        with graph._push(control_flow_context=branch.outer), graph.control_dependencies(None):
+        with graph.push_scopes(control_flow_context=branch.outer), \
+                graph.control_dependencies(None):
             op = cf.merge([branch.sibling.pivot, taken], name="push_barrier")[0].op
     return op
 
@@ -292,11 +294,11 @@ def _gradient_parent(ctx):
     enclosing = _enclosing_loop(ctx.outer)
     if enclosing is None:
         return ctx.outer
-    current = cf._current_context(ctx.graph)
+    current = cf.current_context(ctx.graph)
     grad = current
     while grad is not None and not isinstance(grad, GradWhileContext):
         grad = grad.outer
-    if grad is None and cf._inside(current, enclosing):
+    if grad is None and cf.inside(current, enclosing):
         # af.gradients called inside the outer loop's body: the gradient loop is an ordinary
         # nested loop of that body, next to the forward one (stacks per outer iteration).
         return ctx.outer
@@ -331,9 +333,9 @@ def _while_grad(unit, *exit_grads):
     invariants = _float_invariants(ctx)
     grads_in = [exit_grads[k] if exit_grads[k] is not None else zeros_like(exits[k])
                 for k in floats]
-    accumulators = [zeros_like(enter.op._inputs[0]) for enter in invariants]
+    accumulators = [zeros_like(enter.op.inputs[0]) for enter in invariants]
     body_vars = [ctx.body_vars[k] for k in floats]
-    body_outputs = [ctx.loop_merges[k].op._inputs[1].op._inputs[0] for k in floats]
+    body_outputs = [ctx.loop_merges[k].op.inputs[1].op.inputs[0] for k in floats]
     n_vars = len(floats)
 
     def grad_cond(step, *_):
@@ -350,14 +352,14 @@ def _while_grad(unit, *exit_grads):
                     for g, acc, shape in zip(found[n_vars:], accs, shapes[1 + n_vars:])]
         connected[:] = [g is not None for g in found[n_vars:]]
         for pop in grad_ctx.pops:
-            next_step.op._add_control_input(pop)
+            next_step.op.add_control_input(pop)
         return [next_step] + new_grads + new_accs
 
     connected = []  # per float invariant: whether the body passes it any gradient
     loop_vars = [count] + grads_in + accumulators
     shapes = [count.shape] + [ctx.loop_merges[k].shape for k in floats] + \
         [enter.shape for enter in invariants]
-    with graph.control_dependencies(None), graph._push(control_flow_context=grad_outer), \
+    with graph.control_dependencies(None), graph.push_scopes(control_flow_context=grad_outer), \
             graph.name_scope("grad_loop") as scope:
         grad_ctx = GradWhileContext(graph, ctx, scope.rstrip("/"), grad_outer)
         results = build_loop(grad_ctx, grad_cond, grad_body, loop_vars, loop_vars, shapes,

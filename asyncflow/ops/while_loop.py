@@ -15,7 +15,7 @@ from asyncflow.ops.construct import as_tensor, graph_of
 from asyncflow.ops.math import add, cast, less, logical_and
 from asyncflow.ops.tensor_array import adapt_loop
 from asyncflow.ops.while_frame import build_loop, call_unpacked, shape_allows
-from asyncflow.ops.while_frame import _loops  # noqa: F401  (a graph's loops, read by tests)
+from asyncflow.ops.while_frame import loops  # noqa: F401  (a graph's loops, read by tests)
 from asyncflow.ops.while_grad import register_unit
 
 
@@ -38,7 +38,7 @@ def _with_counter(cond, body, loop_vars, maximum_iterations, loop_name):
 
     def counted_body(i, inner):
         result = call_unpacked(body, inner)
-        if isinstance(inner, (list, tuple)) and not cf._is_namedtuple(inner) \
+        if isinstance(inner, (list, tuple)) and not cf.is_namedtuple(inner) \
                 and len(inner) == 1 and not isinstance(result, (list, tuple)):
             result = type(inner)([result])
         return (add(i, 1), result)
@@ -93,7 +93,7 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
         if not flat:
             raise ValueError(f"while_loop '{loop_name}': loop_vars must not be empty")
         invariants = _invariants(flat, loop_vars, shape_invariants, loop_name)
-        outer = cf._current_context(graph)
+        outer = cf.current_context(graph)
         ctx = cf.WhileContext(graph, outer, loop_name, parallel_iterations, back_prop)
         exits = build_loop(ctx, cond, body, loop_vars, flat, invariants, loop_name)
         register_unit(ctx)
@@ -101,7 +101,7 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
     structure = loop_vars
     if maximum_iterations is not None:
         packed, structure = packed[1], loop_vars[1]
-    if isinstance(structure, (list, tuple)) and not cf._is_namedtuple(structure) \
+    if isinstance(structure, (list, tuple)) and not cf.is_namedtuple(structure) \
             and len(structure) == 1 and len(cf.flatten(packed)) == 1:
         return cf.flatten(packed)[0]
     return packed
@@ -161,12 +161,12 @@ def _shape_leaves(structure):
         return structure
     if isinstance(structure, dict):
         return {k: _shape_leaves(v) for k, v in structure.items()}
-    if isinstance(structure, (list, tuple)) and all(
-            d is None or isinstance(d, int) for d in structure) and not cf._is_namedtuple(structure):
+    if isinstance(structure, (list, tuple)) and not cf.is_namedtuple(structure) and all(
+            d is None or isinstance(d, int) for d in structure):
         return TensorShape(list(structure))
     if isinstance(structure, (list, tuple)):
         return type(structure)(_shape_leaves(s) for s in structure) \
-            if not cf._is_namedtuple(structure) else type(structure)(*map(_shape_leaves, structure))
+            if not cf.is_namedtuple(structure) else type(structure)(*map(_shape_leaves, structure))
     return structure
 
 

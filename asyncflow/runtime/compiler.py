@@ -14,11 +14,13 @@ devices, for the share the master registered there). The stages:
    kernels.
 4. ``PartitionedRun.partitioned()`` splits per device with Send/Recv pairs (ALAP Recv
    scheduling follows with ``optimize_graph``). When everything sits on one device and no pass
-   changed anything, local targets compile the user's own ops directly
-   (``single_device``): the common case costs nothing extra.
-``compile_run`` (local targets: a Session, a worker) then makes each partition fresh
-Operations (``materialize``) and an ExecutionPlan; the master instead groups the partitions
-by task and ships them as graph_defs.
+   changed anything (``single_device``), there is nothing to split: the placed nodes are
+   the one partition.
+One representation from here on: the ``Node``s of ``graph.rewrite``. ``compile_run`` (local
+targets: a Session, a worker) compiles each partition's nodes straight into an
+ExecutionPlan (``runtime/plan.py``); the master instead groups the partitions by task and
+ships their nodes as graph_defs (``distributed/task_graph.py``). No second graph of
+Operations is made, and an error names the user's op through ``Node.origin``.
 
 Each CompiledRun chooses its step runner once, when it is built (``runtime/runner.py``):
 this module only compiles.
@@ -31,7 +33,7 @@ import secrets
 from asyncflow import errors
 from asyncflow.graph import optimize, partition as _partition, placement as _placement
 from asyncflow.graph import prune as _prune
-from asyncflow.graph.rewrite import NodeGraph, materialize
+from asyncflow.graph.rewrite import NodeGraph
 from asyncflow.kernels.registry import get_kernel, supported_device_kinds
 from asyncflow.ops.control_flow import is_loop_back_edge
 from asyncflow.runtime import executor, runner as _runner
@@ -82,24 +84,22 @@ class CompiledRun:
 
 
 def _contains_control_flow(ops):
-    return any(op.op_def.control_flow or op._control_flow_context is not None for op in ops)
+    return any(op.op_def.control_flow or op.control_flow_context is not None for op in ops)
 
 
-def _host_evaluator(graph, device, resources):
+def _host_evaluator(device, resources):
     """``evaluate(nodes, ports)`` for constant folding: run host kernels inline, or None."""
     def evaluate(nodes, ports):
         try:
-            ops, tensor_of = materialize(nodes, graph)
             values = {}
-            for op in ops:
-                kernel = get_kernel(op.type, device.kind)
+            for node in nodes:
+                kernel = get_kernel(node.type, device.kind)
                 if kernel is None or kernel.is_async:
                     return None
-                args = [values[t] for t in op._inputs]
-                for tensor, value in zip(op._outputs, kernel.fn(NodeContext(op, device, resources),
-                                                                 *args)):
-                    values[tensor] = value
-            return [values[tensor_of(p)] for p in ports]
+                args = [values[port] for port in node.inputs]
+                outs = kernel.fn(NodeContext(node, device, resources, kernel), *args)
+                values.update(((node, i), value) for i, value in enumerate(outs))
+            return [values[port] for port in ports]
         except Exception:  # leave the error to the run, which reports it with its op
             return None
     return evaluate
@@ -188,7 +188,7 @@ def partition_run(graph, feeds, fetches, targets, state, config, resources=None,
     if optimize_graph and not _contains_control_flow(ops):
         node_graph = optimize.eliminate_common_subexpressions(node_graph)
         host = state.by_name(state.names[0])
-        node_graph = optimize.fold_constants(node_graph, _host_evaluator(graph, host, resources))
+        node_graph = optimize.fold_constants(node_graph, _host_evaluator(host, resources))
         node_graph = optimize.fuse_activations(node_graph)
     used = {n.device for n in node_graph.nodes}
     single = None
@@ -211,31 +211,27 @@ def compile_run(graph, feeds, fetches, targets, state, config, resources):
     run = partition_run(graph, feeds, fetches, targets, state, config, resources)
     feeds, fetches = run.feeds, run.fetches
     if run.single_device is not None:
-        plan = _compile_plan(run.ops, feeds, fetches, state.by_name(run.single_device),
-                             resources, config)
+        nodes = run.node_graph
+        plan = _compile_plan(nodes.nodes, feeds, nodes.fetches,
+                             state.by_name(run.single_device), resources, config)
         return CompiledRun([plan], [list(range(len(feeds)))],
                            [(0, i) for i in range(len(fetches))], run.placement, graph)
     parts = run.partitioned()
     plans, feed_routes, fetch_lists = [], [], []
     for part in parts.partitions:
-        part_ops, tensor_of = materialize(part.nodes, graph)
-        part_fetches = [tensor_of(port) for index, port in parts.fetches
-                        if parts.partitions[index] is part]
-        part_fetches = list(dict.fromkeys(part_fetches))
+        part_fetches = list(dict.fromkeys(port for index, port in parts.fetches
+                                          if parts.partitions[index] is part))
         part_feeds = [feeds[i] for i in part.feeds]
-        plans.append(_compile_plan(part_ops, part_feeds, part_fetches,
+        plans.append(_compile_plan(part.nodes, part_feeds, part_fetches,
                                    state.by_name(part.device), resources, config))
         feed_routes.append(list(part.feeds))
-        fetch_lists.append((part_fetches, tensor_of))
-    fetch_routes = []
-    for index, port in parts.fetches:
-        part_fetches, tensor_of = fetch_lists[index]
-        fetch_routes.append((index, part_fetches.index(tensor_of(port))))
+        fetch_lists.append(part_fetches)
+    fetch_routes = [(index, fetch_lists[index].index(port)) for index, port in parts.fetches]
     return CompiledRun(plans, feed_routes, fetch_routes, run.placement, graph)
 
 
-def _compile_plan(ops, feeds, fetches, device, resources, config):
-    plan = compile_plan(ops, feeds, fetches, device, resources)
+def _compile_plan(nodes, feeds, fetches, device, resources, config):
+    plan = compile_plan(nodes, feeds, fetches, device, resources)
     bind = getattr(device, "bind_plan", None)
     if bind is not None:
         bind(plan)  # (before the compiled forms: it may wrap kernels)

@@ -22,7 +22,8 @@ class NodeContext:
                  "_rng", "_constant", "op", "prepared")
 
     def __init__(self, op, device, resources, kernel=None):
-        """``kernel``: the node's KernelDef (looked up in the registry when not given), whose
+        """``op``: the plan node's compile-time ``Node`` (``graph/rewrite.py``). ``kernel``:
+        the node's KernelDef (looked up in the registry when not given), whose
         prepare hook runs here.
 
         Raises:
@@ -31,10 +32,11 @@ class NodeContext:
         self.op = op
         self.name = op.name
         self.type = op.type
-        self.attrs = op._attrs
+        self.attrs = op.attrs
         self.device = device
         self.xp = device.xp
-        self.output_dtypes = tuple(None if t.dtype.is_string else t.dtype.np for t in op._outputs)
+        self.output_dtypes = tuple(None if dtype.is_string else dtype.np
+                                   for dtype, _, _ in op.out_specs)
         self.resources = resources
         self._rng = None
         self._constant = None

@@ -59,13 +59,14 @@ _HOST_DTYPE = np.dtype(np.int32)
 _NO_HOST_MEMORY = MemoryTypes()
 
 
-def _is_host_op(op):
-    """An op a GPU runs on the host: its arguments other than host-memory ones are int32
-    (bools beside), or one of them is a string."""
-    types = memory_types(op.type) or _NO_HOST_MEMORY
-    dtypes = [t.dtype for i, t in enumerate(op._inputs) if i not in types.host_inputs] + [
-        t.dtype for i, t in enumerate(op._outputs) if i not in types.host_outputs]
-    if not op._outputs:
+def _is_host_op(node):
+    """A node a GPU runs on the host: its arguments other than host-memory ones are int32
+    (bools beside), or one of them is a string. ``node``: a compile-time ``Node``."""
+    types = memory_types(node.type) or _NO_HOST_MEMORY
+    dtypes = [producer.out_spec(index)[0] for i, (producer, index) in enumerate(node.inputs)
+              if i not in types.host_inputs] + [
+        t.dtype for i, t in enumerate(node.outputs) if i not in types.host_outputs]
+    if not node.outputs:
         return False
     if any(d.is_string for d in dtypes):
         return True
@@ -73,17 +74,15 @@ def _is_host_op(op):
     return bool(numeric) and all(not d.is_string and d.np == _HOST_DTYPE for d in numeric)
 
 
-def _read_as_host_memory(op):
-    """Every reader of ``op``'s outputs takes them as a host-memory input."""
+def _read_as_host_memory(plan, node):
+    """Every reader of ``node``'s outputs in ``plan`` (a NodePlan's data edges) takes them
+    as a host-memory input."""
     readers = 0
-    for tensor in op._outputs:
-        for consumer in tensor._consumers:
-            types = memory_types(consumer.type)
-            for position, source in enumerate(consumer._inputs):
-                if source is tensor:
-                    readers += 1
-                    if types is None or position not in types.host_inputs:
-                        return False
+    for _, consumer, position in node.out_edges:
+        readers += 1
+        types = memory_types(plan.nodes[consumer].op.type)
+        if types is None or position not in types.host_inputs:
+            return False
     return readers > 0
 
 
@@ -195,7 +194,7 @@ class GpuDevice:
         for node in plan.nodes:
             op = node.op
             if op.type not in ("_Send", "_Recv") and (
-                    _is_host_op(op) or (op.type == "Const" and _read_as_host_memory(op))):
+                    _is_host_op(op) or (op.type == "Const" and _read_as_host_memory(plan, node))):
                 node.ctx.xp = np
                 convert = self._on_host
                 self._host_nodes += 1

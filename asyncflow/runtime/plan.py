@@ -42,7 +42,7 @@ OFFLOAD_COST = 1 << 22
 @dataclasses.dataclass(slots=True)
 class NodePlan:
     index: int
-    op: object
+    op: object  # the compile-time Node (``graph/rewrite.py``); ``op.origin``: the user's op
     fn: object
     ctx: NodeContext
     inputs: tuple
@@ -92,23 +92,31 @@ class ExecutionPlan:
 _TRANSFER_TYPES = frozenset({"_Send", "_Recv"})
 
 
-def estimate_static_cost(op):
+def estimate_static_cost(node):
     """Estimated work from static shapes, or None when a shape is unknown."""
-    shapes = [t.shape for t in op._inputs]
+    shapes = [producer.out_spec(index)[1] for producer, index in node.inputs]
     if any(not s.is_fully_defined() for s in shapes):
         return None
-    if op.op_def.cost is not None:
-        return op.op_def.cost([s.as_list() for s in shapes], op)
+    if node.op_def.cost is not None:
+        return node.op_def.cost([s.as_list() for s in shapes], node)
     return sum(s.num_elements() for s in shapes)
 
 
-def compile_plan(ops, feeds, fetches, device, resources):
-    """Compile ``ops`` (topologically ordered, all on ``device``).
+def _slot_key(port):
+    """A port's key in the slot table: a fed tensor (``FeedNode``) by its Tensor."""
+    tensor = getattr(port[0], "tensor", None)  # a FeedNode's
+    return port if tensor is None else tensor
+
+
+def compile_plan(nodes, feeds, fetches, device, resources):
+    """Compile ``nodes`` (topologically ordered, all on ``device``).
 
     Args:
-        ops: the pruned Operations of the partition, in topological order.
+        nodes: the compile-time ``Node``s of the partition (``graph/rewrite.py``), in
+            topological order; their producers are in ``nodes`` or are ``FeedNode``s.
         feeds: Tensors whose values the caller supplies, in order.
-        fetches: Tensors whose values the step returns, in order (unique).
+        fetches: ports ``(node, output index)`` whose values the step returns, in order
+            (unique; a fed tensor's port is its ``FeedNode``'s).
         device: the runtime Device the partition runs on.
         resources: the ResourceManager stateful kernels use.
 
@@ -122,65 +130,62 @@ def compile_plan(ops, feeds, fetches, device, resources):
     for i, tensor in enumerate(feeds):
         slot_of[tensor] = i
     num_slots = len(feeds)
-    fed = set(feeds)
-    in_plan = set(ops)
-    fetch_set = set(fetches)
-    node_of = {}
-    nodes = []
+    fetch_keys = [_slot_key(port) for port in fetches]
+    read = set(fetch_keys)
+    for node in nodes:
+        read.update(node.inputs)
     outputs_of = []
-    for op in ops:  # all outputs first: a loop's Merge reads a NextIteration created later
+    for node in nodes:  # all outputs first: a loop's Merge reads a NextIteration made later
         outputs = []
-        for tensor in op._outputs:
-            if tensor in fed:
-                outputs.append(DROP)
-            elif tensor in fetch_set or any(c in in_plan for c in tensor._consumers):
-                slot_of[tensor] = num_slots
+        for index in range(len(node.out_specs)):
+            if (node, index) in read:
+                slot_of[(node, index)] = num_slots
                 outputs.append(num_slots)
                 num_slots += 1
             else:
                 outputs.append(DROP)
         outputs_of.append(outputs)
-    for index, op in enumerate(ops):
-        kernel = get_kernel(op.type, device.kind)
+    plan_of = {}
+    for index, node in enumerate(nodes):
+        kernel = get_kernel(node.type, device.kind)
         if kernel is None:
             raise errors.NotFoundError(
-                None, op, f"No kernel registered for {op.type} '{op.name}' on device "
-                f"{device.name} (created at {op.creation_site()})")
-        outputs = outputs_of[index]
+                None, node, f"No kernel registered for {node.type} '{node.name}' on device "
+                f"{device.name} (created at {node.creation_site()})")
         inputs, deref = [], []
-        for position, tensor in enumerate(op._inputs):
-            slot = slot_of.get(tensor)
+        for position, port in enumerate(node.inputs):
+            slot = slot_of.get(_slot_key(port))
             if slot is None:
-                raise errors.InternalError(None, op, f"{op.name}: input {tensor.name} has no slot")
+                raise errors.InternalError(None, node, f"{node.name}: input "
+                                           f"{port[0].name}:{port[1]} has no slot")
             inputs.append(slot)
-            if tensor._is_ref and not op.op_def.is_ref_input(position):
+            if port[0].out_spec(port[1])[2] and not node.op_def.is_ref_input(position):
                 deref.append(position)
-        node = NodePlan(index, op, kernel.fn, NodeContext(op, device, resources, kernel),
-                        tuple(inputs), tuple(deref), tuple(outputs), is_async=kernel.is_async,
-                        offload=kernel.offload, kind=_KINDS.get(op.type, NORMAL),
-                        num_inputs=len(inputs), runs_on_dead=kernel.runs_on_dead,
-                        nowait=kernel.nowait, subscribe=kernel.subscribe,
-                        plain=not (kernel.is_async or kernel.offload or deref),
-                        offload_cost=OFFLOAD_COST * kernel.offload_scale,
-                        gather=operator.itemgetter(*inputs) if len(inputs) > 1 else None)
-        nodes.append(node)
-        node_of[op] = node
+        plan_of[node] = NodePlan(
+            index, node, kernel.fn, NodeContext(node, device, resources, kernel),
+            tuple(inputs), tuple(deref), tuple(outputs_of[index]), is_async=kernel.is_async,
+            offload=kernel.offload, kind=_KINDS.get(node.type, NORMAL),
+            num_inputs=len(inputs), runs_on_dead=kernel.runs_on_dead, nowait=kernel.nowait,
+            subscribe=kernel.subscribe, plain=not (kernel.is_async or kernel.offload or deref),
+            offload_cost=OFFLOAD_COST * kernel.offload_scale,
+            gather=operator.itemgetter(*inputs) if len(inputs) > 1 else None)
+    nodes = list(plan_of.values())
     consumers = [[] for _ in nodes]
     out_edges = [[] for _ in nodes]
     control_out = [[] for _ in nodes]
     for node in nodes:
-        op = node.op
-        for position, tensor in enumerate(op._inputs):
-            if tensor not in fed and tensor.op in node_of:
-                producer = node_of[tensor.op].index
-                consumers[producer].append(node.index)
-                out_edges[producer].append((tensor.value_index, node.index, position))
+        for position, (producer, value_index) in enumerate(node.op.inputs):
+            source = plan_of.get(producer)
+            if source is not None:
+                consumers[source.index].append(node.index)
+                out_edges[source.index].append((value_index, node.index, position))
                 if node.kind != MERGE:  # a Merge waits for its first live input only
                     node.pending += 1
-        for control in op._control_inputs:
-            if control in node_of:
-                consumers[node_of[control].index].append(node.index)
-                control_out[node_of[control].index].append(node.index)
+        for control in node.op.control_inputs:
+            source = plan_of.get(control)
+            if source is not None:
+                consumers[source.index].append(node.index)
+                control_out[source.index].append(node.index)
                 node.pending += 1
     for node, waiting, edges, controls in zip(nodes, consumers, out_edges, control_out):
         node.consumers = tuple(waiting)
@@ -190,7 +195,7 @@ def compile_plan(ops, feeds, fetches, device, resources):
     for node in nodes:
         for slot in node.inputs:
             slot_readers[slot] += 1
-    fetch_slots = tuple(slot_of[t] for t in fetches)
+    fetch_slots = tuple(slot_of[key] for key in fetch_keys)
     # Two or more kernels known to be large could overlap on worker threads: that needs the
     # core's flat propagator. Unknown shapes (a [None, 64] batch) count as small: the fast path
     # still sends a kernel whose actual inputs are large to a thread, one at a time.
@@ -202,7 +207,7 @@ def compile_plan(ops, feeds, fetches, device, resources):
                 known_large += 1
     # A partition holding only part of a cond branch (its Switch on another device) still
     # sees dead tensors arrive through Recv: it needs the frames propagator too.
-    control_flow = any(n.op.op_def.control_flow or n.op._control_flow_context is not None
+    control_flow = any(n.op.op_def.control_flow or n.op.control_flow_context is not None
                        for n in nodes)
     # One waiting kernel (a queue op, an async py_func) may stay on the static path: its
     # schedule awaits it in place. Send/Recv rely on the core's subscriptions and its
@@ -220,17 +225,18 @@ def compile_plan(ops, feeds, fetches, device, resources):
     enter_counts = {}
     for node in nodes:
         if node.kind == ENTER:
-            frame = node.op._attrs["frame_name"]
+            frame = node.op.attrs["frame_name"]
             enter_counts[frame] = enter_counts.get(frame, 0) + 1
     return ExecutionPlan(
         device=device, nodes=nodes, num_slots=num_slots,
         feed_slots=tuple(range(len(feeds))), fetch_slots=fetch_slots,
-        fetch_deref=tuple(t._is_ref for t in fetches),
+        fetch_deref=tuple(bool(node.out_spec(index)[2]) for node, index in fetches),
         roots=tuple(n.index for n in reversed(nodes) if n.pending == 0 and n.kind != MERGE),
         slot_readers=slot_readers, fetched=frozenset(fetch_slots), static=static,
         waits=bool(waiting), may_offload=any(n.offload for n in nodes),
         schedule=tuple(schedule), control_flow=control_flow, enter_counts=enter_counts,
-        fetch_names=tuple(t.name for t in fetches))
+        fetch_names=tuple(getattr(key, "name", None) or f"{key[0].name}:{key[1]}"
+                          for key in fetch_keys))
 
 
 def runtime_cost(node, args):

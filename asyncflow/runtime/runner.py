@@ -33,7 +33,6 @@ from __future__ import annotations
 import trio
 
 from asyncflow import errors
-from asyncflow.graph.graph import Operation
 from asyncflow.runtime import core, executor
 from asyncflow.runtime import timeslice
 from asyncflow.runtime.rendezvous import LocalRendezvous
@@ -71,11 +70,7 @@ class PlanRunner:
             feed_values = [feed_values[i] for i in self.feed_routes]
         if not self.on_host:
             feed_values = [plan.device.put(v) for v in feed_values]
-        try:
-            values = await executor.run_plan(plan, feed_values, step)
-        except errors.OpError as exc:
-            _original_op(exc, self.graph)
-            raise
+        values = await executor.run_plan(plan, feed_values, step)
         if not self.on_host:
             values = await _fetch_to_host(plan, values)
         return [values[position] for position in self.positions]
@@ -93,16 +88,6 @@ class PartitionsRunner:
 
     async def run(self, feed_values, step):
         return await run_partitions(self.graph, self.compiled, feed_values, step)
-
-
-def _original_op(exc, graph):
-    """Errors from a partition name the user's Operation, not its compile-time copy."""
-    op = getattr(exc, "op", None)
-    if isinstance(op, Operation):
-        original = graph._ops_by_name.get(op.name)
-        if original is not None and original is not op:
-            exc.op = original
-    return exc
 
 
 async def _fetch_to_host(plan, values):
@@ -144,7 +129,7 @@ async def run_partitions(graph, compiled, feed_values, step):
             if run is not None:
                 run.close()  # idempotent; drops the subscriptions of a cancelled step
     if failure is not None:
-        raise _original_op(failure, graph)
+        raise failure
     return [results[plan_index][position] for plan_index, position in compiled.fetch_routes]
 
 

@@ -188,12 +188,12 @@ def node_def_proto(op):
     """The NodeDef of an Operation (attrs, colocation and output shapes)."""
     node = _pb().NodeDef(name=op.name, op=op.type, device=op.device or "")
     node.input.extend(f"{tensor.op.name}:{tensor.value_index}" if tensor.value_index
-                      else tensor.op.name for tensor in op._inputs)
-    node.input.extend(f"^{control.name}" for control in op._control_inputs)
-    attrs = dict(op._attrs)
-    if op._colocation:
-        attrs["_class"] = [f"loc:@{name}" for name in op._colocation]
-    attrs["_output_shapes"] = [t.shape for t in op._outputs]
+                      else tensor.op.name for tensor in op.inputs)
+    node.input.extend(f"^{control.name}" for control in op.control_inputs)
+    attrs = dict(op.attrs)
+    if op.colocation_groups:
+        attrs["_class"] = [f"loc:@{name}" for name in op.colocation_groups]
+    attrs["_output_shapes"] = [t.shape for t in op.outputs]
     for key in sorted(attrs):
         value = attr_value(attrs[key])
         if value is not None:

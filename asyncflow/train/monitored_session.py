@@ -58,7 +58,7 @@ from asyncflow.train.training_util import get_global_step
 logger = logging.getLogger("asyncflow.train")
 
 PREEMPTION_ERRORS = (errors.AbortedError, errors.UnavailableError)
-_USE_DEFAULT = object()
+USE_DEFAULT = object()
 _READY_OP = "ready_op"
 _BACKOFF_START_S, _BACKOFF_MAX_S = 0.05, 1.0
 
@@ -171,13 +171,13 @@ class MonitoredTrainingSession:
     """
 
     def __init__(self, master="", is_chief=True, checkpoint_dir=None, *, scaffold=None,
-                 hooks=None, chief_only_hooks=None, save_checkpoint_secs=_USE_DEFAULT,
-                 save_checkpoint_steps=_USE_DEFAULT, config=None, cluster=None, graph=None,
+                 hooks=None, chief_only_hooks=None, save_checkpoint_secs=USE_DEFAULT,
+                 save_checkpoint_steps=USE_DEFAULT, config=None, cluster=None, graph=None,
                  log_step_count_steps=100, max_wait_secs=7200.0, recovery_wait_secs=120.0):
-        if save_checkpoint_secs is _USE_DEFAULT:
-            both_default = save_checkpoint_steps is _USE_DEFAULT
+        if save_checkpoint_secs is USE_DEFAULT:
+            both_default = save_checkpoint_steps is USE_DEFAULT
             save_checkpoint_secs = 600 if both_default or save_checkpoint_steps is None else None
-        if save_checkpoint_steps is _USE_DEFAULT:
+        if save_checkpoint_steps is USE_DEFAULT:
             save_checkpoint_steps = None
         self._master, self._is_chief, self._dir = master, is_chief, checkpoint_dir
         self._scaffold = scaffold or Scaffold()

@@ -156,7 +156,7 @@ def _named_saveables(var_list):
                 logical[info.full_name].append(var)
             elif isinstance(var, Variable):
                 items.append((var.op.name, var))
-            elif isinstance(var, Tensor) and var._is_ref:
+            elif isinstance(var, Tensor) and var.is_ref:
                 items.append((var.op.name, var))
             else:
                 raise TypeError(f"Saver: var_list entries must be Variables or variable "

@@ -293,8 +293,8 @@ def test_integer_tensors_are_not_differentiated():
 
 
 def test_missing_gradient_names_op_type_and_input():
-    af.graph.register_op("GradTestNoGradient", infer=lambda op: [(op._inputs[1].dtype,
-                                                                   op._inputs[1].shape)])
+    af.graph.register_op("GradTestNoGradient", infer=lambda op: [(op.inputs[1].dtype,
+                                                                   op.inputs[1].shape)])
     with af.Graph().as_default():
         i = af.constant(1)
         x = af.placeholder(af.float32, [2])
@@ -315,7 +315,7 @@ async def test_x_on_another_x_path_does_not_stop_the_walk():
 
 async def test_unused_sibling_outputs_get_zeros():
     def infer(op):
-        x = op._inputs[0]
+        x = op.inputs[0]
         return [(x.dtype, x.shape), (x.dtype, x.shape)]
 
     af.graph.register_op("GradTestTwoOutputs", infer=infer)

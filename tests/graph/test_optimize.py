@@ -5,7 +5,7 @@ import asyncflow as af
 from asyncflow.graph import optimize
 from asyncflow.graph.partition import partition
 from asyncflow.graph.prune import prune
-from asyncflow.graph.rewrite import NodeGraph, materialize
+from asyncflow.graph.rewrite import NodeGraph
 from asyncflow.kernels.registry import get_kernel
 
 CPU0 = "/job:localhost/replica:0/task:0/device:CPU:0"
@@ -20,19 +20,18 @@ def _node_graph(fetches, feeds=(), targets=(), devices=None):
 
 def _evaluate(nodes, ports):
     class Ctx:
-        def __init__(self, op):
-            self.attrs, self.name, self.xp = op._attrs, op.name, np
-            self.output_dtypes = tuple(t.dtype.np for t in op._outputs)
+        def __init__(self, node):
+            self.attrs, self.name, self.xp = node.attrs, node.name, np
+            self.output_dtypes = tuple(t.dtype.np for t in node.outputs)
             self.prepared = None  # no prepare hook ran: kernels take their small-node path
 
         def device_constant(self, value):
             return value
-    ops, tensor_of = materialize(nodes, af.Graph())
     values = {}
-    for op in ops:
-        outs = get_kernel(op.type, "CPU").fn(Ctx(op), *[values[t] for t in op._inputs])
-        values.update(zip(op._outputs, outs))
-    return [values[tensor_of(p)] for p in ports]
+    for node in nodes:
+        outs = get_kernel(node.type, "CPU").fn(Ctx(node), *[values[p] for p in node.inputs])
+        values.update(((node, i), value) for i, value in enumerate(outs))
+    return [values[p] for p in ports]
 
 
 def test_cse_merges_duplicates_and_commutative_inputs():

@@ -20,7 +20,7 @@ def _partitioned(fetches, targets=(), feeds=(), compress=None, graph=None):
     ops = prune(fetches, targets, feeds)
     placed = place(ops, [CPU0, CPU1], supported_device_kinds)
     node_graph = NodeGraph.from_ops(ops, feeds, fetches, targets, placed.assignment)
-    per_edge = graph._extensions.get("transfer_compression", {}) if graph else {}
+    per_edge = graph.extensions.get("transfer_compression", {}) if graph else {}
     return partition(node_graph, [CPU0, CPU1], INCARNATIONS, compress, per_edge)
 
 

@@ -188,7 +188,7 @@ def test_variable_store_is_per_graph():
         with af.variable_scope("a"):
             af.get_variable("w", [1])  # no clash: another graph's store
         assert af.get_variable_scope().name == ""
-    assert first._variable_store is not second._variable_store
+    assert first.extensions["variable_store"] is not second.extensions["variable_store"]
 
 
 async def test_two_tasks_building_in_one_graph_keep_their_own_scopes():

@@ -14,17 +14,15 @@ from asyncflow.graph import prune
 from asyncflow.kernels import transfer
 from asyncflow.ops import control_flow as cf
 from asyncflow.runtime import executor, frames
-from asyncflow.runtime.device import make_local_devices
-from asyncflow.runtime.plan import ENTER, EXIT, MERGE, NEXT_ITERATION, NORMAL, SWITCH, compile_plan
-from asyncflow.runtime.resources import ResourceManager
+from asyncflow.runtime.plan import ENTER, EXIT, MERGE, NEXT_ITERATION, NORMAL, SWITCH
 from asyncflow.runtime.step import Step
 from lifetimes import lifetimes_graph
+from one_device import plan_of_ops
 
 
 def compile_for(fetches, feeds=(), compile_loops=True):
     ops = prune.prune(list(fetches), [], list(feeds), skip_edge=cf.is_loop_back_edge)
-    return executor.prepare(compile_plan(ops, list(feeds), list(fetches), make_local_devices()[0],
-                                         ResourceManager(local=True)), compile_loops)
+    return executor.prepare(plan_of_ops(ops, feeds, fetches), compile_loops)
 
 
 def loop_graph(limit=3, parallel_iterations=10):

@@ -12,6 +12,7 @@ import trio.testing
 
 import asyncflow as af
 import fake_cupy
+from asyncflow.graph.rewrite import NodeGraph
 from asyncflow.runtime import device as _device
 from asyncflow.runtime.gpu import GpuDevice, stream_done
 from fake_cupy import FakeStream
@@ -65,10 +66,13 @@ def test_bind_plan_runs_kernels_on_the_device_stream():
     gpu = GpuDevice("/job:localhost/replica:0/task:0/device:GPU:0", 0, cupy=_fake_cupy())
     seen = []
     with af.Graph().as_default():
-        op = af.add(af.constant(1.0), 2.0).op  # float: a device node
+        total = af.add(af.constant(1.0), 2.0)  # float: a device node
+    ops = [total.op.inputs[0].op, total.op.inputs[1].op, total.op]
+    op = NodeGraph.from_ops(ops, [], [total], [], {o: gpu.name for o in ops}).nodes[-1]
     node = types.SimpleNamespace(fn=lambda ctx, x: seen.append(gpu.stream.entered) or (x,),
                                  is_async=False, offload=True, op=op,
                                  ctx=types.SimpleNamespace(xp=gpu.xp))
+    node.out_edges = ()
     gpu.bind_plan(types.SimpleNamespace(nodes=[node]))
     assert node.fn(None, 5) == (5,) and seen == [1] and node.offload is False
     assert gpu.stream.entered == 0

@@ -54,18 +54,18 @@ def loop_with_counter(pred_device, enter_device, merge_device, add_device, next_
     with af.device(pred_device):
         result = af.while_loop(lambda i: i < limit, lambda i: i + 1, [af.constant(0)],
                                name="loop")
-    ctx = next(iter(while_loop._loops(graph).values()))
-    with graph._push(control_flow_context=ctx.outer), af.device(enter_device):
-        enter = cf._enter(af.constant(0), ctx.frame_name, False, ctx.parallel_iterations)
+    ctx = next(iter(while_loop.loops(graph).values()))
+    with graph.push_scopes(control_flow_context=ctx.outer), af.device(enter_device):
+        enter = cf.enter_frame(af.constant(0), ctx.frame_name, False, ctx.parallel_iterations)
     with ctx.entered():
         with af.device(merge_device):
             merge = cf.merge([enter, enter], name="counter")[0]
             done, going = cf.switch(merge, ctx.pivot)
-            count = cf._exit(done)
+            count = cf.exit_frame(done)
         with af.device(add_device):
             increment = af.identity(going) + 1
         with af.device(next_device):
-            merge.op._update_input(1, cf._next_iteration(increment))
+            merge.op.update_input(1, cf.next_iteration(increment))
     return result, count
 
 
@@ -115,21 +115,21 @@ async def test_an_enter_feeding_two_devices_is_an_error():
     with af.Graph().as_default() as graph:
         with af.device("/cpu:0"):
             result = af.while_loop(lambda i: i < 3, lambda i: i + 1, [af.constant(0)])
-        ctx = next(iter(while_loop._loops(graph).values()))
-        with graph._push(control_flow_context=ctx.outer), af.device("/cpu:0"):
-            enter = cf._enter(af.constant(0), ctx.frame_name, False, ctx.parallel_iterations,
+        ctx = next(iter(while_loop.loops(graph).values()))
+        with graph.push_scopes(control_flow_context=ctx.outer), af.device("/cpu:0"):
+            enter = cf.enter_frame(af.constant(0), ctx.frame_name, False, ctx.parallel_iterations,
                               name="shared_enter")
         with ctx.entered():
             with af.device("/cpu:0"):
                 merge = cf.merge([enter, enter])[0]
                 done, going = cf.switch(merge, ctx.pivot)
-                merge.op._update_input(1, cf._next_iteration(going + 1))
-                count = cf._exit(done)
+                merge.op.update_input(1, cf.next_iteration(going + 1))
+                count = cf.exit_frame(done)
             with af.device("/cpu:1"):
                 merge_1 = cf.merge([enter, enter])[0]
                 done_1, going_1 = cf.switch(merge_1, ctx.pivot)
-                merge_1.op._update_input(1, cf._next_iteration(going_1 + 1))
-                count_1 = cf._exit(done_1)
+                merge_1.op.update_input(1, cf.next_iteration(going_1 + 1))
+                count_1 = cf.exit_frame(done_1)
         async with af.Session(config=loop_modes.config(TWO_CPUS)) as sess:
             with pytest.raises(errors.InvalidArgumentError, match="shared_enter.*several devices"):
                 await sess.run([result, count, count_1], options=TIMEOUT)

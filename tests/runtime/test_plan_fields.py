@@ -15,9 +15,7 @@ from asyncflow.distributed import rendezvous as distributed_rendezvous
 from asyncflow.graph import prune
 from asyncflow.kernels import registry, transfer
 from asyncflow.runtime import rendezvous as local_rendezvous
-from asyncflow.runtime.device import make_local_devices
-from asyncflow.runtime.plan import compile_plan
-from asyncflow.runtime.resources import ResourceManager
+from one_device import plan_of_ops
 
 CPU0 = "/job:localhost/replica:0/task:0/device:CPU:0"
 CPU1 = "/job:localhost/replica:0/task:0/device:CPU:1"
@@ -25,8 +23,7 @@ CPU1 = "/job:localhost/replica:0/task:0/device:CPU:1"
 
 def plan_of(fetches, feeds=()):
     ops = prune.prune(list(fetches), [], list(feeds))
-    return compile_plan(ops, list(feeds), list(fetches), make_local_devices()[0],
-                        ResourceManager(local=True))
+    return plan_of_ops(ops, feeds, fetches)
 
 
 def counting_prepare(monkeypatch, op_type, device=registry.ANY):

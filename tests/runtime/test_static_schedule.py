@@ -12,17 +12,14 @@ import trio
 import asyncflow as af
 from asyncflow import errors
 from asyncflow.graph import prune
-from asyncflow.runtime.device import make_local_devices
-from asyncflow.runtime.plan import compile_plan
 from asyncflow.runtime.schedule import compile_schedule
-from asyncflow.runtime.resources import ResourceManager
 from lifetimes import lifetimes_graph
+from one_device import plan_of_ops
 
 
 def static_plan(fetches, feeds):
     ops = prune.prune(list(fetches), [], list(feeds))
-    plan = compile_plan(ops, list(feeds), list(fetches), make_local_devices()[0],
-                        ResourceManager(local=True))
+    plan = plan_of_ops(ops, feeds, fetches)
     assert plan.static
     return plan
 

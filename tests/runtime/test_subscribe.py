@@ -83,6 +83,7 @@ async def test_second_receiver_on_a_key_is_refused():
 def _recv_context(rendezvous):
     """A StepContext of a real ``_Recv`` op planned on CPU:1 of a two-device session."""
     from asyncflow.runtime.device import make_local_devices
+    from asyncflow.graph.rewrite import NodeGraph
     from asyncflow.runtime.context import NodeContext
     from asyncflow.runtime.context import StepContext
     from asyncflow.runtime.step import Step
@@ -96,8 +97,9 @@ def _recv_context(rendezvous):
             "recv_device": "/job:localhost/replica:0/task:0/device:CPU:1",
             "shape": af.TensorShape([])}, name="recv")
     device = make_local_devices({"CPU": 2})[1]
+    node = NodeGraph.from_ops([recv], [], [recv.outputs[0]], [], {recv: device.name}).nodes[0]
     step = Step(1, rendezvous=rendezvous)
-    return StepContext(NodeContext(recv, device, ResourceManager()), step)
+    return StepContext(NodeContext(node, device, ResourceManager()), step)
 
 
 async def test_recv_kernel_subscribes_and_delivers():

@@ -107,17 +107,17 @@ async def test_loop_1():
     """control_flow_ops_py_test.py ControlFlowTest.testLoop_1 (a loop from primitives)"""
     with af.Graph().as_default():
         zero, one, n = af.constant(0), af.constant(1), af.constant(10)
-        enter_i = cf._enter(zero, "foo", False)
-        enter_one = cf._enter(one, "foo", True)
-        enter_n = cf._enter(n, "foo", True)
+        enter_i = cf.enter_frame(zero, "foo", False)
+        enter_one = cf.enter_frame(one, "foo", True)
+        enter_n = cf.enter_frame(n, "foo", True)
         merge_i = cf.merge([enter_i, enter_i])[0]
         less_op = af.less(merge_i, enter_n)
         cond_op = cf.loop_cond(less_op)
         switch_i = cf.switch(merge_i, cond_op)
         add_i = af.add(switch_i[1], enter_one)
-        next_i = cf._next_iteration(add_i)
-        merge_i.op._update_input(1, next_i)
-        exit_i = cf._exit(switch_i[0])
+        next_i = cf.next_iteration(add_i)
+        merge_i.op.update_input(1, next_i)
+        exit_i = cf.exit_frame(switch_i[0])
         assert await run(exit_i) == 10
 
 
@@ -642,8 +642,8 @@ async def test_loop_reading_a_variable_sees_assignments_it_depends_on():
             r = af.while_loop(lambda i, x: i < 3, lambda i, x: (i + 1, x + v),
                               [af.constant(0), af.constant(0.0)])[1]
         reads = [op for op in graph.get_operations()
-                 if op.type == "Identity" and op._control_flow_context is not None
-                 and op._inputs[0].op.type == "RefEnter"]
+                 if op.type == "Identity" and op.control_flow_context is not None
+                 and op.inputs[0].op.type == "RefEnter"]
         assert reads == []  # settled: the body reads a loop invariant
         assert await run(r, init=True) == 15.0
 
@@ -706,7 +706,7 @@ async def test_while_grad_variable_read_is_not_stacked():
         r = af.while_loop(lambda i, x: i < 5, lambda i, x: (i + 1, af.tanh(af.matmul(x, w))),
                           [af.constant(0), x0])[1]
         grad_w, grad_x = af.gradients(af.reduce_sum(r), [w, x0])
-        pushed = [op._inputs[1] for op in graph.get_operations() if op.type == "StackPushV2"]
+        pushed = [op.inputs[1] for op in graph.get_operations() if op.type == "StackPushV2"]
         assert all(t.shape.as_list() != [3, 3] for t in pushed), pushed
         got_w, got_x = await run([grad_w, grad_x], init=True)
     np.testing.assert_allclose(got_w, np.full((3, 3), 0.03867681), rtol=1e-5)

@@ -51,7 +51,7 @@ async def test_fetchable():
                 for t in op.inputs:
                     # TF1's graph.is_fetchable: false for the branches' ops and the Switches
                     # and pivots the cond builds around them
-                    if t.op._control_flow_context is None and t.op.type != "Switch" and \
+                    if t.op.control_flow_context is None and t.op.type != "Switch" and \
                             t.op.name not in ("cond/switch_t", "cond/switch_f", "cond/pred_id"):
                         await sess.run(t, feed_dict={x: 3})
                     else:
@@ -71,7 +71,7 @@ async def test_feedable():
         async with af.Session() as sess:
             assert await sess.run(r, feed_dict={i0: 0}) == 1000
             outside = [t for op in graph.get_operations() for t in op.outputs
-                       if op._control_flow_context is None and op.type != "Enter"] + [r]
+                       if op.control_flow_context is None and op.type != "Enter"] + [r]
             assert i0 in outside and c in outside
             for t in outside:
                 await sess.run(r, feed_dict={t: 3})

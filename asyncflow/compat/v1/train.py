@@ -153,10 +153,10 @@ class MonitoredTrainingSession:
 
     def __init__(self, master="", is_chief=True, checkpoint_dir=None, scaffold=None, hooks=None,
                  chief_only_hooks=None,
-                 save_checkpoint_secs=_monitored_session._USE_DEFAULT,
+                 save_checkpoint_secs=_monitored_session.USE_DEFAULT,
                  save_summaries_steps=None, save_summaries_secs=None, config=None,
                  stop_grace_period_secs=120, log_step_count_steps=100, max_wait_secs=7200,
-                 save_checkpoint_steps=_monitored_session._USE_DEFAULT, summary_dir=None,
+                 save_checkpoint_steps=_monitored_session.USE_DEFAULT, summary_dir=None,
                  cluster=None, graph=None, recovery_wait_secs=120.0):
         refuse_inside_event_loop("MonitoredTrainingSession")
         if master and cluster is None and cluster_of_target(master) is not None:
