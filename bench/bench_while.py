@@ -19,7 +19,7 @@ import numpy as np
 import trio
 
 import asyncflow as af
-from asyncflow.runtime import executor
+from asyncflow.exec import dispatch as executor
 
 
 def build_loop(iterations):
@@ -63,7 +63,7 @@ async def loop_peak_bytes(iterations):
 
 async def main(iterations, repeats):
     # (imported here: ``bench_issue18`` imports this module against older trees, which lack it)
-    from asyncflow.runtime.step import Step
+    from asyncflow.exec.step import Step
     loop_graph, loop_result = build_loop(iterations)
     chain_graph, x0, chain = build_chain()
     feed = {x0: np.zeros(1, np.float32)}

@@ -44,8 +44,8 @@ import trio  # noqa: E402
 import asyncflow as af  # noqa: E402
 import local_cluster as clusters  # noqa: E402  (worker processes, one BLAS thread each)
 from transports import checksum, wire  # noqa: E402
-from transports.http_client import TrioHttpChannel  # noqa: E402  (what workers use)
-from transports.http_server import open_http_server  # noqa: E402
+from transports.http.client import TrioHttpChannel  # noqa: E402  (what workers use)
+from transports.http.server import open_http_server  # noqa: E402
 
 MIB = 1 << 20
 BIG = 64 * MIB
@@ -100,7 +100,7 @@ def _cpu_ns(pid: int) -> int:
 
 async def _pulls(ports: dict, pids: dict, sums: dict, rounds: int) -> tuple[dict, dict, dict]:
     """Pull times per (path, checksum kind): TCP on loopback and the same-host Unix socket
-    (``transports.same_host``) to the same two servers, in alternating order; and the CPU
+    (``transports.http.same_host``) to the same two servers, in alternating order; and the CPU
     time both ends spent per pull (this process's plus the server's), which the other
     programs on a shared machine disturb far less than wall time; and the time both ends
     spent summing (in ``checksum.extend``)."""

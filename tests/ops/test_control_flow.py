@@ -283,8 +283,8 @@ async def test_ten_thousand_iterations_keep_memory_flat():
 
 
 async def test_frame_statistics_show_the_window_bound(loop_mode):
-    from asyncflow.runtime import executor
-    from asyncflow.runtime.step import Step
+    from asyncflow.exec import dispatch as executor
+    from asyncflow.exec.step import Step
     with af.Graph().as_default() as graph:
         x = af.while_loop(lambda i: i < 50, lambda i: i + 1, [af.constant(0)],
                           parallel_iterations=3)
