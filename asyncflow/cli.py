@@ -107,8 +107,8 @@ def build_parser():
     _add_token_options(shutdown)
     shutdown.set_defaults(command_parser=shutdown)
     _add_checkpoint_command(commands)
-    from asyncflow.cluster import status_cli as cluster_status
-    status = cluster_status.add_parser(commands, _add_resolver_options)
+    from asyncflow.cluster import status_cli
+    status = status_cli.add_parser(commands, _add_resolver_options)
     _add_token_options(status)
     status.set_defaults(command_parser=status)
     return parser
@@ -348,7 +348,7 @@ def run_shutdown(args):
 
 def run_status(args):
     """Print the cluster's status (``asyncflow/cluster/status_cli.py``); returns the exit status."""
-    from asyncflow.cluster import status_cli as cluster_status
+    from asyncflow.cluster import status_cli
     from asyncflow.cluster.spec import ClusterSpec
     try:
         cluster = (ClusterSpec.from_json(args.cluster) if args.cluster
@@ -357,7 +357,7 @@ def run_status(args):
     except (ValueError, TypeError) as exc:
         print(f"asyncflow status: {exc}", file=sys.stderr)
         return 2
-    return cluster_status.run(args, cluster, token)
+    return status_cli.run(args, cluster, token)
 
 
 def main(argv=None):

@@ -8,7 +8,7 @@ Data flow of ``await sess.run(fetches, feed_dict)``:
 3. The signature (feeds, fetches, targets) maps to a compiled run, built once by the
    session's *target* (``exec/local_target.py``): a ``LocalTarget`` (this process's devices)
    or a ``ClusterTarget`` (``cluster/cluster_target.py``: workers, through the master). Both
-   compile through the same pipeline (``compiler.partition_run``) and answer the same
+   compile through the same pipeline (``compiled_run.partition_run``) and answer the same
    interface, so nothing here asks which one it holds.
 4. A run whose compiled form has an ``inline`` plan runs it in the calling task
    (``target.run_inline``); any other gets the step machinery (``target.run``) under the

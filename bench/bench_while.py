@@ -19,7 +19,7 @@ import numpy as np
 import trio
 
 import asyncflow as af
-from asyncflow.exec import dispatch as executor
+from asyncflow.exec import dispatch
 
 
 def build_loop(iterations):
@@ -79,7 +79,7 @@ async def main(iterations, repeats):
         dyn_wall, dyn_cpu = await best_of(lambda: dyn_sess.run(loop_result), repeats)
         compiled = loop_sess.prepare(loop_result).compiled
         step = Step(1)
-        await executor.run_plan(compiled.plans[0], [], step)
+        await dispatch.run_plan(compiled.plans[0], [], step)
     stats = step.extras["frame_statistics"]
     per_op = chain_cpu / 1000 * 1e6
     per_iter = loop_cpu / iterations * 1e6

@@ -2,7 +2,7 @@
 address), the counterpart of ``exec.local_target.LocalTarget`` behind the same interface.
 
 It owns the session's ``Master`` (``master.py``): ``prepare`` compiles through the master
-(the shared ``compiler.partition_run`` over the cluster's devices, then one graph per task),
+(the shared ``compiled_run.partition_run`` over the cluster's devices, then one graph per task),
 ``run`` checks the tasks' incarnations first (a restarted worker makes the run compile and
 register again) and drives the step on the workers. No cluster run is ``inline``: every
 step crosses the wire, so the whole step sits in the session's close-cancellable scope.

@@ -269,7 +269,7 @@ class Master:
     # -- compile ----------------------------------------------------------------------
     def compile(self, graph, feeds, fetches, targets):
         """Compile ``(feeds, fetches, targets)`` with the shared pipeline
-        (``compiler.partition_run`` over the cluster's devices), then split it by task.
+        (``compiled_run.partition_run`` over the cluster's devices), then split it by task.
 
         Raises:
             InvalidArgumentError: bad device requests or a graph that cannot be shipped.

@@ -14,7 +14,7 @@ import dataclasses
 from asyncflow import errors
 from asyncflow.kernels import transfer
 from asyncflow.kernels.control_flow import DEAD
-from asyncflow.exec import codegen as schedule
+from asyncflow.exec import codegen
 from asyncflow.exec.core import PAUSE, Own, fetched_values
 from asyncflow.exec.plan import DROP, ENTER, EXIT, MERGE, NORMAL, SWITCH
 
@@ -47,7 +47,7 @@ class _Frame:
         self.pending_enters = pending_enters
         self.next_iter_roots, self.invariants = [], []
         self.exits = []      # delivered when the frame is done: (node, outputs, dead)
-        self.runner = None   # a schedule.LoopRunner when the frame is simple
+        self.runner = None   # a codegen.LoopRunner when the frame is simple
         self.arrived = []    # Enters held for the runner: (node, outputs, dead)
 
 
@@ -88,7 +88,7 @@ def tables(plan, compile_loops=True):
                       for dst in n.control_out) for n in nodes]
     simple = [n.kind in (NORMAL, SWITCH) and not (n.is_async or n.offload or n.deref
                                                   or n.runs_on_dead) for n in nodes]
-    runners = schedule.build_runners(nodes, simple, plan.device.name) if compile_loops else {}
+    runners = codegen.build_runners(nodes, simple, plan.device.name) if compile_loops else {}
     return Tables(stores, edges, controls, readers, runners)
 
 

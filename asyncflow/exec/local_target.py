@@ -2,10 +2,10 @@
 
 A Session compiles and runs through one *target* and never asks which kind it holds. Two
 kinds implement the same interface:
-- ``LocalTarget`` (here): this process's devices. It compiles with ``compiler.compile_run``
+- ``LocalTarget`` (here): this process's devices. It compiles with ``compiled_run.compile_run``
   and runs the plans with the executor, in the calling task.
 - ``ClusterTarget`` (``cluster/cluster_target.py``): a cluster's workers, through the master,
-  which compiles with the same ``compiler.partition_run`` and ships each task its share.
+  which compiles with the same ``compiled_run.partition_run`` and ships each task its share.
 
 The interface (what ``session.py`` uses, and nothing else):
 - ``cache``: signature ``(feeds, fetches, targets)`` -> compiled run, filled by ``prepare``.

@@ -285,7 +285,7 @@ async def test_status_command_takes_the_token_from_its_options(status_cluster, t
 
 
 def test_the_table_renders_as_plain_text_and_as_a_rich_table():
-    from asyncflow.cluster import status_cli as cluster_status
+    from asyncflow.cluster import status_cli
     now = 1_800_000_000.0
     view = {"time": now, "tasks": [
         {"task": "/job:ps/replica:0/task:0", "address": "127.0.0.1:1", "up": True,
@@ -298,17 +298,17 @@ def test_the_table_renders_as_plain_text_and_as_a_rich_table():
                                 "op": "dense/mm", "message": "inner dimensions differ"}]}},
         {"task": "/job:worker/replica:0/task:0", "address": "127.0.0.1:2", "up": False,
          "error": "connection refused", "last_heartbeat": now - 12}]}
-    assert cluster_status.rows(view) == [
+    assert status_cli.rows(view) == [
         ["/job:ps/replica:0/task:0", "127.0.0.1:1", "ab12", "up", "now", "10", "3.50",
          "2.0 ms", "10.5 ms", "1", "1", "50 MiB"],
         ["/job:worker/replica:0/task:0", "127.0.0.1:2", "", "DOWN", "12 s ago", "", "", "",
          "", "", "", ""]]
-    text = cluster_status.plain_text(view)
+    text = status_cli.plain_text(view)
     assert text.startswith("asyncflow cluster: 2 tasks, 1 up, 1 DOWN")
     assert "is down: connection refused" in text
     assert "step 5: INVALID_ARGUMENT op 'dense/mm': inner dimensions differ" in text
     rich_console = pytest.importorskip("rich.console", reason="rich is not installed")
     import io
     out = io.StringIO()
-    cluster_status._print_rich(view, rich_console.Console(file=out, width=200))
+    status_cli._print_rich(view, rich_console.Console(file=out, width=200))
     assert "127.0.0.1:2" in out.getvalue() and "DOWN" in out.getvalue()

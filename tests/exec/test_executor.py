@@ -13,7 +13,7 @@ import asyncflow as af
 from asyncflow.compile import prune
 from asyncflow.kernels import transfer
 from asyncflow.ops import control_flow as cf
-from asyncflow.exec import dispatch as executor, frames
+from asyncflow.exec import dispatch, frames
 from asyncflow.exec.devices import make_local_devices
 from asyncflow.exec.plan import ENTER, EXIT, MERGE, NEXT_ITERATION, NORMAL, SWITCH, compile_plan
 from asyncflow.exec.resources import ResourceManager
@@ -23,7 +23,7 @@ from lifetimes import lifetimes_graph
 
 def compile_for(fetches, feeds=(), compile_loops=True):
     ops = prune.prune(list(fetches), [], list(feeds), skip_edge=cf.is_loop_back_edge)
-    return executor.prepare(compile_plan(ops, list(feeds), list(fetches), make_local_devices()[0],
+    return dispatch.prepare(compile_plan(ops, list(feeds), list(fetches), make_local_devices()[0],
                                          ResourceManager(local=True)), compile_loops)
 
 
@@ -211,7 +211,7 @@ async def test_dead_fetch_is_invalid_argument_naming_the_tensor():
         false_out, _ = cf.switch(af.constant(1.0), af.constant(True))
     plan = compile_for([false_out])
     with pytest.raises(af.errors.InvalidArgumentError, match="Switch:0 was not valid"):
-        await executor.run_plan(plan, [], Step(1))
+        await dispatch.run_plan(plan, [], Step(1))
 
 
 def test_the_compiled_loops_are_chosen_when_the_plan_is_built():
@@ -233,7 +233,7 @@ async def test_the_core_frees_a_value_after_its_last_reader(propagator):
         assert plan.control_flow
         prop = frames.Frames(plan, feeds, Step(1))
     else:
-        prop = core.Flat(plan, executor._slots(plan, feeds))
+        prop = core.Flat(plan, dispatch._slots(plan, feeds))
     checked, summed = await core.finish(core.start(plan, prop, Step(1)))
     assert summed.tolist() == [3.0] * 4
     assert checked.tolist() == [False, False]  # both buffers were gone when ``check`` ran

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import asyncflow as af
-from asyncflow.exec import codegen as schedule
+from asyncflow.exec import codegen
 
 
 def _failing_graph():
@@ -45,17 +45,17 @@ async def test_each_function_has_its_own_file_dropped_with_it():
     names = {fn.__code__.co_filename for fn in fns}
     assert len(names) == len(fns) == 2
     for fn in fns:
-        source = schedule.source_of(fn)
+        source = codegen.source_of(fn)
         assert source.startswith("async def _step(") and linecache.getlines(
             fn.__code__.co_filename)
-    assert "F_Add(c_first, " in "".join(schedule.source_of(fn) for fn in fns)
+    assert "F_Add(c_first, " in "".join(codegen.source_of(fn) for fn in fns)
     del fns, fn, sess
     gc.collect()
     assert not any(name in linecache.cache for name in names)
 
 
 async def test_dump_switch_writes_step_and_loop_sources(tmp_path, monkeypatch):
-    monkeypatch.setenv(schedule.DUMP_ENV, str(tmp_path / "code"))
+    monkeypatch.setenv(codegen.DUMP_ENV, str(tmp_path / "code"))
     with af.Graph().as_default():
         x = af.placeholder(af.float32, [], name="x")
         y = af.multiply(x, 2.0, name="double_it")

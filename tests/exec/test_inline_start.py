@@ -1,6 +1,6 @@
 """Multi-partition local steps start every partition inline (``runner.run_partitions``).
 
-Each CPU partition is first started in the calling task (``executor.start_plan``); a Send
+Each CPU partition is first started in the calling task (``dispatch.start_plan``); a Send
 completes a Recv of a partition started earlier and the step's driver drains it there. A
 step whose partitions all finish that way spawns no task. Covered here: 2- and 3-partition
 steps spawn nothing and match one device; static partitions; failures located and

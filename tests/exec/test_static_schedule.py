@@ -1,4 +1,4 @@
-"""The generated straight-line schedule (``schedule.compile_schedule``), run by hand.
+"""The generated straight-line schedule (``codegen.compile_schedule``), run by hand.
 
 The plan is compiled directly and its step function awaited with plain callables, so these
 tests see the generated function itself: what it keeps per node (its size must not grow with

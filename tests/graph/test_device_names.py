@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from asyncflow import device_names as devices
+from asyncflow import device_names
 from asyncflow.device_names import DeviceSpec, device_of, device_type_of, task_of
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -28,11 +28,11 @@ def test_a_full_name_splits_into_its_task_and_device():
     ("", ""),
 ])
 def test_specs_parse_and_print(spec, canonical):
-    assert devices.canonical_name(spec) == canonical
+    assert device_names.canonical_name(spec) == canonical
 
 
 def test_specs_merge_inner_over_outer_and_bad_ones_are_named():
-    assert devices.merge("/device:GPU:0", "/job:ps/task:2/device:CPU:0") == \
+    assert device_names.merge("/device:GPU:0", "/job:ps/task:2/device:CPU:0") == \
         "/job:ps/task:2/device:GPU:0"
     assert DeviceSpec.from_string(FULL).task == 1
     with pytest.raises(ValueError, match="bogus"):

@@ -12,7 +12,7 @@ import trio
 import trio.testing
 from transport_fakes import FakeWorker
 
-from transports.http import disconnect as http_disconnect
+from transports.http import disconnect
 from transports import wire
 from transports.http.disconnect import DisconnectMonitor
 from transports.http.server import open_http_server
@@ -38,7 +38,7 @@ async def start_waiting_call(server):
 @pytest.fixture(params=["epoll", "watcher task"])
 async def server(request, monkeypatch):
     if request.param == "watcher task":
-        monkeypatch.setattr(http_disconnect, "_EPOLL", None)
+        monkeypatch.setattr(disconnect, "_EPOLL", None)
     worker = FakeWorker()
     async with open_http_server(worker) as running:
         running.worker = worker
