@@ -10,7 +10,7 @@ import importlib.util
 import os
 import sys
 
-_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "runtime",
+_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "exec",
                      "fake_cupy.py")
 
 
