@@ -29,7 +29,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 # The suite again as on a machine with a GPU: tests/fake_gpu on PYTHONPATH makes `import cupy`
-# find the strict fake CuPy (tests/runtime/fake_cupy.py) with one device, in this process and
+# find the strict fake CuPy (tests/exec/fake_cupy.py) with one device, in this process and
 # in every worker process it starts, so default placement chooses GPU:0 as on a user's GPU
 # machine. Tests that run the same without a GPU are left to `make test` (tests/conftest.py).
 test-gpu: $(STAMP)

@@ -9,7 +9,7 @@ from asyncflow.dtypes import (  # noqa: F401
     DType, as_dtype, bfloat16, bool, double, float16, float32, float64, half, int8, int16,
     int32, int64, string, uint8, uint16, uint32, uint64,
 )
-from asyncflow.devices import DeviceSpec  # noqa: F401
+from asyncflow.device_names import DeviceSpec  # noqa: F401
 from asyncflow.graph import (  # noqa: F401
     Graph, GraphKeys, Operation, Tensor, TensorShape, get_default_graph, reset_default_graph,
 )
@@ -64,9 +64,9 @@ from asyncflow.ops.partitioned_variables import (  # noqa: F401,E402
     PartitionedVariable, fixed_size_partitioner, min_max_variable_partitioner,
     variable_axis_size_partitioner,
 )
-from asyncflow.runtime.options import ConfigProto, RunMetadata, RunOptions, SessionConfig  # noqa: F401
+from asyncflow.exec.options import ConfigProto, RunMetadata, RunOptions, SessionConfig  # noqa: F401
 from asyncflow.session import Session  # noqa: F401
-from asyncflow.distributed import ClusterSpec, Server  # noqa: F401,E402
+from asyncflow.cluster import ClusterSpec, Server  # noqa: F401,E402
 from asyncflow.ops.control_flow import case, cond  # noqa: F401,E402
 from asyncflow.ops.while_loop import while_loop  # noqa: F401,E402
 from asyncflow.ops.data_flow import (  # noqa: F401,E402  (queues)

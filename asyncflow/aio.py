@@ -21,7 +21,7 @@ Theory of operation:
 - ``aio.Batcher`` keeps its queue and serving task on asyncio (futures, no trio hop per
   request); each batch is one ``aio.Session.run``.
 - ``aio.Server`` runs a worker server as a long-lived task of the guest: its trio HTTP server
-  (``transports.http_server``) serves in the guest run, on the caller's loop (no thread of its
+  (``transports.http.server``) serves in the guest run, on the caller's loop (no thread of its
   own), and hands each request to the worker service in that same run.
 """
 from __future__ import annotations
@@ -35,8 +35,8 @@ import trio
 
 from asyncflow import serving as _serving
 from asyncflow import session as _session
-from asyncflow.distributed import server as _server
-from asyncflow.runtime import timeslice as _timeslice
+from asyncflow.cluster import server as _server
+from asyncflow.exec import timeslice as _timeslice
 
 _GUESTS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Guest]" = weakref.WeakKeyDictionary()
 

@@ -10,7 +10,7 @@ Without ``--cluster`` the worker resolves its cluster and task from the environm
 (``asyncflow.distribute.cluster_resolver``). ``--bind HOST`` is the listen address; the
 address peers dial is the one the cluster spec advertises. A worker started with a token exits
 (status 0) when the chief sends Shutdown: ``asyncflow shutdown --job ps``.
-``asyncflow status`` shows every task of a running cluster (``cluster_status.py``).
+``asyncflow status`` shows every task of a running cluster (``cluster/status_cli.py``).
 
 ``asyncflow checkpoint verify PATH...`` reads every tensor of a checkpoint (a prefix, a file, a
 sharded checkpoint's index, or a directory's listed checkpoints) and compares it with its
@@ -107,8 +107,8 @@ def build_parser():
     _add_token_options(shutdown)
     shutdown.set_defaults(command_parser=shutdown)
     _add_checkpoint_command(commands)
-    from asyncflow import cluster_status
-    status = cluster_status.add_parser(commands, _add_resolver_options)
+    from asyncflow.cluster import status_cli
+    status = status_cli.add_parser(commands, _add_resolver_options)
     _add_token_options(status)
     status.set_defaults(command_parser=status)
     return parser
@@ -197,7 +197,7 @@ def make_resolver(args):
     import os
 
     from asyncflow.distribute import cluster_resolver as resolvers
-    from asyncflow.distributed.cluster import CONFIG_ENV
+    from asyncflow.cluster.spec import CONFIG_ENV
     name = args.resolver or "auto"
     jobs = None
     if args.jobs:
@@ -237,7 +237,7 @@ def _resolved_worker_spec(args):
 def _worker_spec(args):
     """``(cluster, job, task, default bind host)`` of this worker."""
     from asyncflow.distribute.cluster_resolver import bind_host_for
-    from asyncflow.distributed.cluster import ClusterSpec
+    from asyncflow.cluster.spec import ClusterSpec
     if not args.cluster:
         return _resolved_worker_spec(args)
     if args.resolver is not None:
@@ -263,8 +263,8 @@ def run_worker(args):
     import trio
 
     from asyncflow import aio
-    from asyncflow.distributed.server import Server
-    from asyncflow.runtime.options import SessionConfig
+    from asyncflow.cluster.server import Server
+    from asyncflow.exec.options import SessionConfig
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
@@ -279,7 +279,7 @@ def run_worker(args):
         print(f"asyncflow worker: {exc}", file=sys.stderr)
         return 2
     from transports.allocation import keep_freed_memory
-    from transports.http_guard import rate_limit_logs
+    from transports.http.guard import rate_limit_logs
     rate_limit_logs("asyncflow.worker")
     keep_freed_memory()  # received tensors reuse freed pages (transports/allocation.py)
 
@@ -334,8 +334,8 @@ def _leaves(exc):
 def run_shutdown(args):
     """Send Shutdown to the named jobs' tasks; returns the exit status."""
     from asyncflow import aio, errors
-    from asyncflow.distributed.cluster import ClusterSpec
-    from asyncflow.distributed.server import shutdown_cluster
+    from asyncflow.cluster.spec import ClusterSpec
+    from asyncflow.cluster.server import shutdown_cluster
     try:
         cluster = (ClusterSpec.from_json(args.cluster) if args.cluster
                    else make_resolver(args).cluster_spec())
@@ -349,9 +349,9 @@ def run_shutdown(args):
 
 
 def run_status(args):
-    """Print the cluster's status (``asyncflow/cluster_status.py``); returns the exit status."""
-    from asyncflow import cluster_status
-    from asyncflow.distributed.cluster import ClusterSpec
+    """Print the cluster's status (``asyncflow/cluster/status_cli.py``); returns the exit status."""
+    from asyncflow.cluster import status_cli
+    from asyncflow.cluster.spec import ClusterSpec
     try:
         cluster = (ClusterSpec.from_json(args.cluster) if args.cluster
                    else make_resolver(args).cluster_spec())
@@ -359,7 +359,7 @@ def run_status(args):
     except (ValueError, TypeError) as exc:
         print(f"asyncflow status: {exc}", file=sys.stderr)
         return 2
-    return cluster_status.run(args, cluster, token)
+    return status_cli.run(args, cluster, token)
 
 
 def main(argv=None):

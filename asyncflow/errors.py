@@ -33,7 +33,7 @@ class OpError(Exception):
     Args:
         node_def: unused, kept for TF1 signature compatibility (may be None).
         op: the failing ``Operation`` or its name, or None. A compile-time node
-            (``graph/rewrite.py``'s ``Node``, what plans run) is replaced by the user's
+            (``compile/node_graph.py``'s ``Node``, what plans run) is replaced by the user's
             Operation it stands for, its public ``origin``, when it has one.
         message: what happened, where, and how to fix it.
         error_code: a canonical code (see module constants).

@@ -35,8 +35,8 @@ import signal
 import socket
 import threading
 
-from asyncflow.distributed.cluster import ClusterSpec
-from asyncflow.distributed.channels import TOKEN_ENV
+from asyncflow.cluster.spec import ClusterSpec
+from asyncflow.cluster.channels import TOKEN_ENV
 
 DEFAULT_RESOURCES = {"CPU": 1}
 
@@ -56,8 +56,8 @@ class _TaskActor:
     def __init__(self, job, index, port, token, cpus, start_timeout_s, data_dir):
         import trio
 
-        from asyncflow.distributed.server import Server
-        from asyncflow.runtime.options import SessionConfig
+        from asyncflow.cluster.server import Server
+        from asyncflow.exec.options import SessionConfig
         ray = _import_ray()
         self.host = ray.util.get_node_ip_address()
         self.node_id = ray.get_runtime_context().get_node_id()

@@ -6,9 +6,9 @@ Data flow of ``await sess.run(fetches, feed_dict)``:
    caller's structure around the results.
 2. Feeds are resolved and validated (dtype, shape) before anything runs.
 3. The signature (feeds, fetches, targets) maps to a compiled run, built once by the
-   session's *target* (``runtime/target.py``): a ``LocalTarget`` (this process's devices)
-   or a ``ClusterTarget`` (``distributed/target.py``: workers, through the master). Both
-   compile through the same pipeline (``compiler.partition_run``) and answer the same
+   session's *target* (``exec/local_target.py``): a ``LocalTarget`` (this process's devices)
+   or a ``ClusterTarget`` (``cluster/cluster_target.py``: workers, through the master). Both
+   compile through the same pipeline (``compiled_run.partition_run``) and answer the same
    interface, so nothing here asks which one it holds.
 4. A run whose compiled form has an ``inline`` plan runs it in the calling task
    (``target.run_inline``); any other gets the step machinery (``target.run``) under the
@@ -32,15 +32,15 @@ import numpy as np
 import trio
 
 from asyncflow import dtypes, errors
-from asyncflow.devices import device_type_of
+from asyncflow.device_names import device_type_of
 from asyncflow.graph.graph import Operation, Tensor, get_default_graph
 from asyncflow.graph.indexed_slices import IndexedSlices
 from asyncflow.ops.control_flow import check_feedable, check_fetchable
 from asyncflow.ops.sparse_ops import SparseTensor, SparseTensorValue, sparse_feeds
-from asyncflow.runtime import timeslice
-from asyncflow.runtime.options import SessionConfig
-from asyncflow.runtime.resources import process_resources
-from asyncflow.runtime.target import LocalTarget
+from asyncflow.exec import timeslice
+from asyncflow.exec.options import SessionConfig
+from asyncflow.exec.resources import process_resources
+from asyncflow.exec.local_target import LocalTarget
 
 
 class DeviceName(str):
@@ -330,7 +330,7 @@ class Session:
         graph: the graph to run (default: the context's default graph).
         config: a SessionConfig.
         cluster: a ClusterSpec (or dict) to run as the master of a cluster: ops run on the
-            workers their devices name (``asyncflow.distributed.master``).
+            workers their devices name (``asyncflow.cluster.master``).
         target: ``"host:port"`` (``grpc://`` or ``http://`` prefixes accepted) of one worker,
             used as a one-task cluster whose job and task come from its Health.
     """
@@ -341,7 +341,7 @@ class Session:
         self.graph = graph if graph is not None else get_default_graph()
         self.config = config or SessionConfig()
         if cluster is not None or target:
-            from asyncflow.distributed.target import ClusterTarget
+            from asyncflow.cluster.cluster_target import ClusterTarget
             self._target = ClusterTarget(self.graph, cluster, target, self.config)
         else:
             self._target = LocalTarget(self.graph, self.config)
@@ -392,7 +392,7 @@ class Session:
     async def reset(target=None, containers=None):
         """Clear resource containers (all when None) of a local process or a cluster."""
         if target not in (None, "", "local"):
-            from asyncflow.distributed import master as _master
+            from asyncflow.cluster import master as _master
             await _master.reset(target, containers)
             return
         process_resources().reset(containers)

@@ -1,4 +1,4 @@
-"""Compile time of a large graph: ``compiler.compile_run`` (prune, place, rewrite, partition,
+"""Compile time of a large graph: ``compiled_run.compile_run`` (prune, place, rewrite, partition,
 plans), the first ``Session.run`` of a signature minus running it.
 
 Issue 35 builds plans straight from the compile-time nodes instead of materialising a
@@ -53,10 +53,10 @@ def build(case, n):
 
 
 def measure(n, repeats):
-    from asyncflow.runtime import compiler
-    from asyncflow.runtime.device import make_local_devices
-    from asyncflow.runtime.options import SessionConfig
-    from asyncflow.runtime.resources import ResourceManager
+    from asyncflow.exec import compiled_run
+    from asyncflow.exec.devices import make_local_devices
+    from asyncflow.exec.options import SessionConfig
+    from asyncflow.exec.resources import ResourceManager
 
     figures = {}
     for case in CASES:
@@ -64,9 +64,9 @@ def measure(n, repeats):
         config = SessionConfig(device_count={"CPU": 2})
         times = []
         for repeat in range(repeats + 1):  # the first compile warms caches: not counted
-            state = compiler.DeviceState.local(make_local_devices({"CPU": 2}))
+            state = compiled_run.DeviceState.local(make_local_devices({"CPU": 2}))
             start = time.process_time()
-            compiler.compile_run(graph, [x], [fetch], [], state, config,
+            compiled_run.compile_run(graph, [x], [fetch], [], state, config,
                                  ResourceManager(local=True))
             if repeat:
                 times.append(time.process_time() - start)

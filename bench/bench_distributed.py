@@ -32,7 +32,7 @@ import numpy as np  # noqa: E402
 import trio  # noqa: E402
 
 import asyncflow as af  # noqa: E402
-from asyncflow.distributed import channels  # noqa: E402
+from asyncflow.cluster import channels  # noqa: E402
 from local_cluster import local_cluster  # noqa: E402  (worker processes, one BLAS thread each)
 from raw_socket import raw_socket_mib_s  # noqa: E402  (the loopback baseline)
 

@@ -37,8 +37,8 @@ import numpy as np  # noqa: E402
 import trio  # noqa: E402
 
 import asyncflow as af  # noqa: E402
-from asyncflow.runtime.device import cuda_status  # noqa: E402
-from asyncflow.runtime.gpu import GpuDevice  # noqa: E402
+from asyncflow.exec.devices import cuda_status  # noqa: E402
+from asyncflow.exec.gpu import GpuDevice  # noqa: E402
 
 GPU = "/device:GPU:0"
 BATCH, IN, HIDDEN, OUT, LR = 256, 64, 128, 10, 0.1

@@ -128,8 +128,8 @@ def round_trips(calls: int) -> dict[str, float]:
     import trio
 
     from transports import wire
-    from transports.http_client import TrioHttpChannel
-    from transports.http_server import open_http_server
+    from transports.http.client import TrioHttpChannel
+    from transports.http.server import open_http_server
 
     class Handler:
         async def health(self, request):

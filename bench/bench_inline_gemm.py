@@ -14,7 +14,7 @@ time. For GEMM sizes around the threshold, in one process, this measures (median
   GEMM forced inline and forced onto a worker thread (``plan.OFFLOAD_COST`` set for that
   session), so their difference is what one offload round trip costs at that size.
 
-The executor's time slice (``runtime/timeslice.py``, 1 ms) bounds the kernels run between two
+The executor's time slice (``exec/timeslice.py``, 1 ms) bounds the kernels run between two
 checkpoints; one kernel longer than a slice holds the loop for its whole duration.
 
 Run: ``.venv/bin/python bench/bench_inline_gemm.py [--steps 100] [--rounds 3]``.
@@ -31,7 +31,7 @@ import trio
 
 import asyncflow as af
 from asyncflow.kernels import intra_op
-from asyncflow.runtime import plan
+from asyncflow.exec import plan
 
 # (rows, inner, cols): the MLP's and the autoencoder's GEMMs and a sweep past the threshold.
 SHAPES = [(128, 256, 256), (128, 784, 256), (256, 784, 256), (384, 784, 256),

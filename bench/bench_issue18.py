@@ -124,7 +124,7 @@ def _loop_config(compiled):
     try:
         return af.SessionConfig(compile_loops=compiled)
     except TypeError:  # a tree from before the option: its module flag
-        from asyncflow.runtime import frames
+        from asyncflow.exec import frames
         frames.COMPILE_LOOPS = compiled
         return af.SessionConfig()
 

@@ -23,7 +23,7 @@ import numpy as np
 
 class _Context:
     def __init__(self, attrs, threads):
-        from asyncflow.runtime.device import Device
+        from asyncflow.exec.devices import Device
         self.attrs, self.name, self.xp = attrs, "bench", np
         self.device = Device("/job:localhost/replica:0/task:0/device:CPU:0", 0, threads,
                              intra_op_threads=threads)

@@ -7,7 +7,7 @@ the workers use, over:
 * ``tcp``: loopback TCP;
 * ``unix``: the same-host Unix socket, the tensor sent through it (lending off);
 * ``lent``: the Unix socket, the tensor copied from the server's memory
-  (``transports.cross_memory``, what a worker does by default);
+  (``transports.http.cross_memory``, what a worker does by default);
 
 each with the received array in fresh pages (``fresh``: glibc's default, a 64 MiB array is a
 new ``mmap``) or in freed memory kept by ``transports.allocation`` (``kept``, what
@@ -37,8 +37,8 @@ import numpy as np  # noqa: E402
 import trio  # noqa: E402
 
 from transports import allocation, wire  # noqa: E402
-from transports.http_client import TrioHttpChannel  # noqa: E402
-from transports.http_server import open_http_server  # noqa: E402
+from transports.http.client import TrioHttpChannel  # noqa: E402
+from transports.http.server import open_http_server  # noqa: E402
 
 MIB = 1 << 20
 BIG = 64 * MIB

@@ -1,7 +1,7 @@
 """The same-host fast path against loopback TCP: one server process, one client, same run.
 
-The server (``transports.http_server``, a minimal handler) listens on 127.0.0.1 and, as every
-loopback worker server does, on its same-host Unix socket (``transports.same_host``). The
+The server (``transports.http.server``, a minimal handler) listens on 127.0.0.1 and, as every
+loopback worker server does, on its same-host Unix socket (``transports.http.same_host``). The
 client alternates, round by round, a channel forced onto TCP (``same_host=False``) and the
 default one (which takes the Unix socket), so both see the same machine load, and measures:
 
@@ -28,8 +28,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import numpy as np  # noqa: E402
 import trio  # noqa: E402
 
-from transports.http_client import TrioHttpChannel  # noqa: E402
-from transports.http_server import open_http_server  # noqa: E402
+from transports.http.client import TrioHttpChannel  # noqa: E402
+from transports.http.server import open_http_server  # noqa: E402
 from transports.messages import HealthReply, RunGraph, RunGraphReply, TensorEntry  # noqa: E402
 
 MIB = 1 << 20

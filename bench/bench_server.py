@@ -40,7 +40,7 @@ import trio  # noqa: E402
 
 import asyncflow as af  # noqa: E402
 from raw_socket import raw_socket_mib_s  # noqa: E402
-from transports.http_client import TrioHttpChannel  # noqa: E402
+from transports.http.client import TrioHttpChannel  # noqa: E402
 
 MIB = 1 << 20
 BIG = 64 * MIB

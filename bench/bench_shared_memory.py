@@ -1,7 +1,7 @@
 """Moving a 64 MiB tensor to another process on this host: Unix socket against shared memory.
 
 The question behind it (issue 34): should same-host pulls go through shared memory instead of
-the same-host Unix socket (``transports/same_host.py``)? Each way moves the same float32
+the same-host Unix socket (``transports/http/same_host.py``)? Each way moves the same float32
 array from a sender process to a receiver process that ends up holding it as an array and
 reads it once (a sum, as the pull benchmark's ``reduce_sum`` does), per round:
 

@@ -92,7 +92,7 @@ def asyncflow_side(rows_list, quick):
 
 async def _asyncflow_measure(spec, rows, optimizer, quick):
     import asyncflow as af
-    from asyncflow.distributed import channels
+    from asyncflow.cluster import channels
     cluster = af.ClusterSpec(spec)
     graph, ids, labels, loss, train, init = _graph(af, rows, optimizer)
     warm, timed = _steps(quick)

@@ -45,7 +45,7 @@ import numpy as np  # noqa: E402
 import trio  # noqa: E402
 
 import asyncflow as af  # noqa: E402
-from asyncflow.distributed.status import VIEW_TTL_S  # noqa: E402
+from asyncflow.cluster.status import VIEW_TTL_S  # noqa: E402
 from local_cluster import local_cluster  # noqa: E402
 
 

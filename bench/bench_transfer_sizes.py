@@ -17,7 +17,7 @@ measured in the same run. A stall shows as an excess of 40 ms or more at every s
 small the tensor; the ``stall?`` column flags an excess above 35 ms.
 
 This was a timed assertion in the test suite; the suite keeps the check that the values
-arrive whole (``tests/distributed/test_transfer_size.py``), and the timing lives here.
+arrive whole (``tests/cluster/test_transfer_size.py``), and the timing lives here.
 
 Run: ``.venv/bin/python bench/bench_transfer_sizes.py [--steps 7]``.
 """

@@ -39,8 +39,8 @@ import numpy as np  # noqa: E402
 import trio  # noqa: E402
 
 from transports import wire  # noqa: E402
-from transports.http_client import TrioHttpChannel  # noqa: E402
-from transports.http_server import open_http_server  # noqa: E402
+from transports.http.client import TrioHttpChannel  # noqa: E402
+from transports.http.server import open_http_server  # noqa: E402
 from transports.wire import NEED_DATA, Decoder, TensorEntry, encode  # noqa: E402
 
 MIB = 1 << 20

@@ -233,7 +233,7 @@ def _connections(address):
 
 async def _pull_requests(cluster):
     """The RecvTensors requests every task of ``cluster`` has made (Health's statistics)."""
-    from asyncflow.distributed import channels
+    from asyncflow.cluster import channels
     total = 0
     for addresses in cluster.values():
         for address in addresses:

@@ -19,7 +19,7 @@ import numpy as np
 import trio
 
 import asyncflow as af
-from asyncflow.runtime import executor
+from asyncflow.exec import dispatch
 
 
 def build_loop(iterations):
@@ -63,7 +63,7 @@ async def loop_peak_bytes(iterations):
 
 async def main(iterations, repeats):
     # (imported here: ``bench_issue18`` imports this module against older trees, which lack it)
-    from asyncflow.runtime.step import Step
+    from asyncflow.exec.step import Step
     loop_graph, loop_result = build_loop(iterations)
     chain_graph, x0, chain = build_chain()
     feed = {x0: np.zeros(1, np.float32)}
@@ -79,7 +79,7 @@ async def main(iterations, repeats):
         dyn_wall, dyn_cpu = await best_of(lambda: dyn_sess.run(loop_result), repeats)
         compiled = loop_sess.prepare(loop_result).compiled
         step = Step(1)
-        await executor.run_plan(compiled.plans[0], [], step)
+        await dispatch.run_plan(compiled.plans[0], [], step)
     stats = step.extras["frame_statistics"]
     per_op = chain_cpu / 1000 * 1e6
     per_iter = loop_cpu / iterations * 1e6

@@ -21,7 +21,7 @@ same 64 MiB message with and without checksums (medians), which is the whole of 
 checksum adds.
 
 Same-host pulls take the Unix socket, and their 64 MiB tensor is copied from the server's
-memory (``transports.cross_memory``); this process keeps freed memory as ``asyncflow worker``
+memory (``transports.http.cross_memory``); this process keeps freed memory as ``asyncflow worker``
 does (``transports.allocation``). Each round pulls once from every server on every path, so
 the ratio of a round (with / without, the two pulls a moment apart) is paired: the table gives
 its median and quartiles over the rounds, which resolve a few percent where the medians of
@@ -51,8 +51,8 @@ import trio  # noqa: E402
 import asyncflow as af  # noqa: E402
 import local_cluster as clusters  # noqa: E402  (worker processes, one BLAS thread each)
 from transports import allocation, checksum, wire  # noqa: E402
-from transports.http_client import TrioHttpChannel  # noqa: E402  (what workers use)
-from transports.http_server import open_http_server  # noqa: E402
+from transports.http.client import TrioHttpChannel  # noqa: E402  (what workers use)
+from transports.http.server import open_http_server  # noqa: E402
 
 MIB = 1 << 20
 BIG = 64 * MIB
@@ -108,7 +108,7 @@ def _cpu_ns(pid: int) -> int:
 async def _pulls(ports: dict, pids: dict, sums: dict, rounds: int,
                  paths=PATHS) -> tuple[dict, dict, dict]:
     """Pull times per (path, checksum kind): TCP on loopback and the same-host Unix socket
-    (``transports.same_host``) to the same two servers, in alternating order; and the CPU
+    (``transports.http.same_host``) to the same two servers, in alternating order; and the CPU
     time both ends spent per pull (this process's plus the server's), which the other
     programs on a shared machine disturb far less than wall time; and the time both ends
     spent summing (in ``checksum.extend``)."""

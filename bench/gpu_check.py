@@ -25,7 +25,7 @@ with a notice when CuPy finds no CUDA device; otherwise exits 1 if any check fai
 
 A failing check prints its error and the rest go on; a summary table ends the run.
 ``run_checks(timings=...)`` is the entry point tests use with a fake CuPy
-(tests/runtime/test_gpu_check.py).
+(tests/exec/test_gpu_check.py).
 """
 from __future__ import annotations
 
@@ -42,8 +42,8 @@ import numpy as np  # noqa: E402
 import trio  # noqa: E402
 
 import asyncflow as af  # noqa: E402
-from asyncflow.runtime.device import cuda_device_count, cuda_status  # noqa: E402
-from asyncflow.runtime.gpu import stream_done  # noqa: E402
+from asyncflow.exec.devices import cuda_device_count, cuda_status  # noqa: E402
+from asyncflow.exec.gpu import stream_done  # noqa: E402
 
 GPU, CPU = "/device:GPU:0", "/device:CPU:0"
 RNG = np.random.default_rng(0)

@@ -39,7 +39,7 @@ def pytest_configure(config):
 # parsing, placement as data over listed names): under ``make test-gpu`` they would run exactly
 # as in ``make test``, so the second pass leaves them out to stay inside CI's time.
 DEVICE_FREE = ("tests/transports/", "tests/test_layers.py", "tests/test_cli_help.py",
-               "tests/distribute/test_cluster_resolver.py", "tests/graph/test_placement.py")
+               "tests/distribute/test_cluster_resolver.py", "tests/compile/test_placement.py")
 
 
 def fake_gpu_pass():
@@ -67,4 +67,4 @@ def cpu_only(monkeypatch):
     """Sessions see no GPU, even under ``make test-gpu``: for tests of the CPU executor's own
     paths (inline starts, the static path, time slices, splits across CPU devices), which a
     GPU taking their ops would bypass. Everything else runs with the GPU there."""
-    monkeypatch.setattr("asyncflow.runtime.device.cuda_device_count", lambda: 0)
+    monkeypatch.setattr("asyncflow.exec.devices.cuda_device_count", lambda: 0)

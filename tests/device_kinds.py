@@ -1,6 +1,6 @@
 """Device names the tests expect with or without a GPU visible (``make test-gpu`` shows one
 fake GPU to this process and to every worker process it starts)."""
-from asyncflow.runtime.device import cuda_device_count
+from asyncflow.exec.devices import cuda_device_count
 
 
 def placed_kind():

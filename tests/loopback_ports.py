@@ -1,7 +1,7 @@
 """Free TCP ports on 127.0.0.1 for tests that must know a worker's address before it starts.
 
 Import from tests as ``from loopback_ports import free_ports`` (pytest puts the tests directory on
-``sys.path``); ``tests/distributed/killable_workers.py`` and ``tests/distribute/cli_workers.py``
+``sys.path``); ``tests/cluster/killable_workers.py`` and ``tests/distribute/cli_workers.py``
 re-export it for their tests.
 """
 from __future__ import annotations

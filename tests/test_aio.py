@@ -9,7 +9,7 @@ from aiohttp import web
 
 import asyncflow as af
 from asyncflow import aio
-from asyncflow.runtime import timeslice
+from asyncflow.exec import timeslice
 
 
 def build():
@@ -297,7 +297,7 @@ def test_aio_server_serves_http_on_the_callers_loop():
             return type(server._server.http).__module__, garbage, devices
 
     module, garbage, devices = asyncio.run(main())
-    assert module == "transports.http_server"
+    assert module == "transports.http.server"
     assert garbage == 400 and devices == 200
 
 

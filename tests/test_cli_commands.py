@@ -84,7 +84,7 @@ def test_token_file_guards_the_worker_and_a_401_names_asyncflow_token(tmp_path):
     assert proc.returncode == 0, err
     refusals = [line for line in err.splitlines() if "401 for" in line]
     assert len(refusals) == 1, err
-    # The client came over TCP, or over the same-host Unix socket (transports/same_host.py),
+    # The client came over TCP, or over the same-host Unix socket (transports/http/same_host.py),
     # whose peer is named by its process.
     assert re.search(rf"from (127\.0\.0\.1:\d+|pid {os.getpid()} on this host):",
                      refusals[0]), refusals[0]

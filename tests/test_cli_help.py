@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from asyncflow import cli
-from asyncflow.distributed.cluster import ClusterSpec
+from asyncflow.cluster.spec import ClusterSpec
 
 CLI_DEADLINE_S = 60  # guards against a hang only; the commands return at once
 

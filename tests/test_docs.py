@@ -4,7 +4,7 @@
   fresh directory, and must exit 0 within ``SNIPPET_DEADLINE_S``.
 * Every repository path the docs mention exists: paths from the root (``asyncflow/...``,
   ``docs/...``, ``demos/...``, ``bench/...``, ``tests/...``, ``transports/...``) anywhere in
-  the text, and file or folder names in inline code (```runtime/plan.py```, ```graph/```,
+  the text, and file or folder names in inline code (```exec/plan.py```, ```graph/```,
   ```devices.md```), which may be relative to any folder of the repository.
 * Every option given to ``asyncflow`` (``asyncflow worker --cluster ...``) or to a demo or
   bench script (``python demos/x.py --steps 5``) exists in that command's parser, and an

@@ -10,19 +10,21 @@ ALLOWED = {
     "graph": {"base", "graph"},
     "ops": {"base", "graph", "ops"},
     "kernels": {"base", "kernels"},
-    "runtime": {"base", "graph", "ops", "kernels", "runtime"},
-    "distributed": {"base", "graph", "ops", "kernels", "runtime", "distributed", "transports"},
-    "session": {"base", "graph", "ops", "kernels", "runtime", "distributed", "session"},
-    "top": {"base", "graph", "ops", "kernels", "runtime", "distributed", "session", "top",
+    "compile": {"base", "graph", "ops", "compile"},
+    "exec": {"base", "graph", "ops", "kernels", "compile", "exec"},
+    "cluster": {"base", "graph", "ops", "kernels", "compile", "exec", "cluster", "transports"},
+    "session": {"base", "graph", "ops", "kernels", "compile", "exec", "cluster", "session"},
+    "top": {"base", "graph", "ops", "kernels", "compile", "exec", "cluster", "session", "top",
             "transports"},
     "transports": {"transports"},
 }
-BASE = {"errors", "dtypes", "devices"}
+BASE = {"errors", "dtypes", "device_names"}
 FORBIDDEN_THIRD_PARTY = {
     "graph": {"trio", "aiohttp", "cupy"},
     "ops": {"trio", "aiohttp", "cupy"},
     "kernels": {"trio", "aiohttp", "cupy"},
-    "runtime": {"aiohttp"},
+    "compile": {"trio", "aiohttp", "cupy"},
+    "exec": {"aiohttp"},
 }
 
 
@@ -37,7 +39,7 @@ def layer_of(module):
     head = parts[1]
     if head in BASE:
         return "base"
-    if head in ("graph", "ops", "kernels", "runtime", "distributed"):
+    if head in ("graph", "ops", "kernels", "compile", "exec", "cluster"):
         return head
     if head == "session":
         return "session"

@@ -8,7 +8,7 @@ import pytest
 import trio
 
 import asyncflow as af
-from asyncflow.runtime import timeslice
+from asyncflow.exec import timeslice
 
 
 @pytest.fixture

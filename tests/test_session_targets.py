@@ -1,4 +1,4 @@
-"""The seam between a Session and where its steps run (``runtime/target.py``).
+"""The seam between a Session and where its steps run (``exec/local_target.py``).
 
 A Session prepares a request and hands it to its target, a LocalTarget or a ClusterTarget,
 without asking which; the compiled run says which path a step takes. ``asyncflow.aio``
@@ -15,8 +15,8 @@ import pytest
 import trio
 
 import asyncflow as af
-from asyncflow.distributed.target import ClusterTarget
-from asyncflow.runtime.target import LocalTarget
+from asyncflow.cluster.cluster_target import ClusterTarget
+from asyncflow.exec.local_target import LocalTarget
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -189,14 +189,14 @@ def test_the_session_does_not_ask_which_target_it_holds():
 
 
 async def test_session_master_and_workers_compile_through_one_pipeline(monkeypatch, cpu_only):
-    from asyncflow.runtime import compiler
+    from asyncflow.exec import compiled_run
     calls = []  # the device names each compile placed over
-    original = compiler.partition_run
+    original = compiled_run.partition_run
 
     def recording(graph, feeds, fetches, targets, state, config, *args, **kwargs):
         calls.append(list(state.names))
         return original(graph, feeds, fetches, targets, state, config, *args, **kwargs)
-    monkeypatch.setattr(compiler, "partition_run", recording)
+    monkeypatch.setattr(compiled_run, "partition_run", recording)
 
     spec = af.ClusterSpec({"worker": ["inprocess:211", "inprocess:212"]})
     task = "/job:worker/replica:0/task:{}/device:CPU:0".format

@@ -4,7 +4,7 @@ import json
 import numpy as np
 
 import asyncflow as af
-from asyncflow.runtime.options import NodeStats
+from asyncflow.exec.options import NodeStats
 
 
 def _check_trace(trace):

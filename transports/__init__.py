@@ -7,15 +7,12 @@ A leaf package: it never imports asyncflow. Modules, lowest first:
 * ``wire``: the sans-IO codec (``encode``, ``Decoder``, ``decode``); re-exports the two above.
 * ``service``: the handler protocol, the table of calls, and the client ``Channel`` base.
 * ``inprocess``: the protocol through direct trio calls (tests, one-process clusters).
-* ``http_framing``: HTTP/1.1 framing by llhttp (httptools), sans-IO (shared by the trio
-  client and server).
-* ``http_server``: the worker's HTTP/1.1 server in trio (``open_http_server``), with
-  ``http_body`` (request bodies into the decoder's arrays) and ``http_guard`` (timeouts,
-  connection limit, rate-limited logs).
-* ``http_client``: the trio HTTP/1.1 client channel asyncflow uses (``TrioHttpChannel``).
-* ``cross_memory``: same-host answers whose large tensors the client copies from the server's
-  memory (``process_vm_readv``); ``allocation``: a process keeps freed memory for its next
-  large tensor (glibc ``mallopt``, set by ``asyncflow worker``).
+* ``http/``: the protocol over HTTP/1.1 in trio (``transports/http/__init__.py`` lists its
+  modules): the worker's server (``open_http_server``) and the client channel asyncflow uses
+  (``TrioHttpChannel``), framing by llhttp (httptools), and same-host answers whose large
+  tensors the client copies from the server's memory (``cross_memory``).
+* ``allocation``: a process keeps freed memory for its next large tensor (glibc ``mallopt``,
+  set by ``asyncflow worker``).
 
 An aiohttp client of the same protocol, which shares no HTTP code with the server, lives with
 the tests (``tests/transports/aiohttp_channel.py``).

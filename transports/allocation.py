@@ -7,7 +7,7 @@ more (``M_MMAP_THRESHOLD``'s ceiling for its dynamic threshold) with a fresh ``m
 it back with ``munmap`` when the array is freed, so every pull of a 64 MiB tensor writes into
 pages the kernel must first find and zero: on the project's machine filling a fresh 64 MiB
 array cost 16 ms against 10 ms for a copy into touched memory, and a same-host copy
-(:mod:`transports.cross_memory`) into fresh pages ran at 5.9-6.1 GB/s against 9.4-10.1 into
+(:mod:`transports.http.cross_memory`) into fresh pages ran at 5.9-6.1 GB/s against 9.4-10.1 into
 reused ones (``bench/RESULTS.md``). TF's BFC allocator keeps freed regions for the next
 tensor; :func:`keep_freed_memory` gets the same from glibc: allocations up to
 ``max_bytes`` come from the heap, and freed heap memory is kept (not trimmed) up to

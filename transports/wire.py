@@ -27,7 +27,7 @@ which still counts from the frame start). The encoder adds them unless
 :func:`transports.checksum.set_enabled` turned them off (``ASYNCFLOW_WIRE_CHECKSUMS=0``).
 Because the sum comes *after* the bytes, a sender can compute it while it writes them:
 ``encode(..., defer_checksums=True)`` leaves each :class:`ChecksumTrailer` to be filled by
-the writer (:func:`transports.http_protocol.send_pieces` sums each chunk as it hands it to
+the writer (:func:`transports.http.protocol.send_pieces` sums each chunk as it hands it to
 ``send``), so the sum hides in the time the sender waits for the socket. The decoder sums each
 segment's bytes as they land in the destination array (no second pass over a large tensor) and
 raises :class:`ChecksumMismatch` (a RemoteProtocolError) naming the tensor when the trailer
@@ -381,7 +381,7 @@ class Decoder:
 
     def trust_segment(self) -> None:
         """Receive the current tensor segment unsummed, its trailer read but not checked (bytes
-        the caller copies from the sender's memory: ``transports.cross_memory``)."""
+        the caller copies from the sender's memory: ``transports.http.cross_memory``)."""
         if self._frame is not None and self._frame.segments and \
                 self._frame.segments[0][4] is not None:
             self._frame.segments[0][4] = _TRUSTED

@@ -5,4 +5,4 @@
   each task (started with a token) stops serving and its process exits.
 """
 from asyncflow.distribute import cluster_resolver  # noqa: F401
-from asyncflow.distributed.server import shutdown_cluster  # noqa: F401
+from asyncflow.cluster.server import shutdown_cluster  # noqa: F401

@@ -35,7 +35,7 @@ import re
 import shutil
 import subprocess
 
-from asyncflow.distributed.cluster import ClusterSpec
+from asyncflow.cluster.spec import ClusterSpec
 
 TF_CONFIG_ENV = "TF_CONFIG"
 _LOOPBACK_HOSTS = ("localhost", "::1", "[::1]")

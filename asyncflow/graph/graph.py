@@ -26,7 +26,7 @@ import re
 import sys
 import types
 
-from asyncflow import devices as _devices
+from asyncflow import device_names as _devices
 from asyncflow.graph import graph_def, registry
 from asyncflow.graph.default_session import run_in_session as _run_in_session
 from asyncflow.graph.keys import GraphKeys  # noqa: F401  (its home for the graph's users)

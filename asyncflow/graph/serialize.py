@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from asyncflow.graph.graph import Operation, Tensor, get_default_graph
 from asyncflow.graph.graph_def import _COLOCATION_ATTR, _SHAPES_ATTR, _debug_info, decode_attr
-from asyncflow.graph.graph_def import encode_attr, node_def  # noqa: F401  (distributed/master.py)
+from asyncflow.graph.graph_def import encode_attr, node_def  # noqa: F401  (cluster/master.py)
 
 
 # -- import -------------------------------------------------------------------------------

@@ -41,7 +41,7 @@ def _reshape(ctx, x, shape):
             f"requested shape is {dims}") from None
 
 
-# Arguments kept in host memory on a GPU (TF's HostMemory registrations; runtime/gpu.py).
+# Arguments kept in host memory on a GPU (TF's HostMemory registrations; exec/gpu.py).
 host_memory("Shape", outputs=(0,), shape_only=(0,))
 host_memory("Size", outputs=(0,), shape_only=(0,))
 host_memory("Rank", outputs=(0,), shape_only=(0,))

@@ -123,7 +123,7 @@ def _case_exclusive(ctx, *preds):
     return ()
 
 
-# Arguments kept in host memory on a GPU (TF's HostMemory registrations; runtime/gpu.py).
+# Arguments kept in host memory on a GPU (TF's HostMemory registrations; exec/gpu.py).
 host_memory("Switch", inputs=(1,))
 host_memory("LoopCond", inputs=(0,), outputs=(0,))
 host_memory("CaseExclusive", inputs="all")

@@ -1,4 +1,4 @@
-"""Kernels of queues (see ops/data_flow.py); the queue itself is ``runtime/queues.py``.
+"""Kernels of queues (see ops/data_flow.py); the queue itself is ``exec/queues.py``.
 
 The queue op's kernel returns the queue resource (found or created through
 ``ctx.queue_resource()``). Access kernels receive it as input 0. The waiting ones are async

@@ -162,7 +162,7 @@ def _segment_sum(ctx, data, segment_ids):
     return (out,)
 
 
-# Arguments kept in host memory on a GPU (TF's HostMemory registrations; runtime/gpu.py).
+# Arguments kept in host memory on a GPU (TF's HostMemory registrations; exec/gpu.py).
 host_memory("Slice", inputs=(1, 2))
 host_memory("StridedSlice", inputs=(1, 2, 3))
 host_memory("StridedSliceGrad", inputs=(0, 1, 2, 3))

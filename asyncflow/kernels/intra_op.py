@@ -3,7 +3,7 @@
 
 A kernel that can cut its work into independent contiguous ranges (images of a batch, rows
 of a matrix) calls ``for_batch(ctx, count, work_per_item, fn)``: ``fn(start, stop)`` then runs
-once per chunk, on the device's intra-op pool (``runtime/intra_op.py``, reached as
+once per chunk, on the device's intra-op pool (``exec/intra_op.py``, reached as
 ``ctx.device.intra_op``) when the work is large enough to repay a hand-off (a pool of one
 thread runs it inline as one chunk); inline as one chunk ``(0, count)`` otherwise, and on a
 device without a pool (a GPU). Chunks are contiguous and in order, sized to stay in cache

@@ -1,4 +1,4 @@
-"""Kernels of readers (see ops/io.py); the reader state is ``runtime/readers.py``.
+"""Kernels of readers (see ops/io.py); the reader state is ``exec/readers.py``.
 
 The reader op's kernel returns the reader resource (``ctx.reader_resource()``). ``ReaderRead``
 and ``ReaderReadUpTo`` are async: they await the resource, which dequeues filenames from the

@@ -109,7 +109,7 @@ def _squeeze(ctx, x):
     return (x.reshape([d for i, d in enumerate(x.shape) if i not in axes]),)
 
 
-# Arguments kept in host memory on a GPU (TF's HostMemory registrations; runtime/gpu.py).
+# Arguments kept in host memory on a GPU (TF's HostMemory registrations; exec/gpu.py).
 host_memory("Transpose", inputs=(1,))
 
 

@@ -423,6 +423,6 @@ def _reduced_shape(ctx, shape):
     return (out,)
 
 
-# Arguments kept in host memory on a GPU (TF's HostMemory registrations; runtime/gpu.py).
+# Arguments kept in host memory on a GPU (TF's HostMemory registrations; exec/gpu.py).
 host_memory("SumToShape", inputs=(1,))
 host_memory("BroadcastToLike", shape_only=(1,))

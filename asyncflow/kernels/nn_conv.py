@@ -205,7 +205,7 @@ def _conv2d(ctx, x, filters):
 
 @register_kernel("_FusedConv2D", offload=True, offload_scale=intra_op.MACS_PER_WORK)
 def _fused_conv2d(ctx, x, filters, bias):
-    """Conv2D, BiasAdd [, Relu] in one pass over each chunk (graph/optimize.py fuses them)."""
+    """Conv2D, BiasAdd [, Relu] in one pass over each chunk (compile/optimize.py fuses them)."""
     if bias.shape != (filters.shape[3],):
         raise errors.InvalidArgumentError(
             None, ctx.name, f"bias has shape {list(bias.shape)}, expected [{filters.shape[3]}]")
@@ -466,7 +466,7 @@ def _avg_pool_grad(ctx, input_shape, grad):
     return (out,)
 
 
-# Arguments kept in host memory on a GPU (TF's HostMemory registrations; runtime/gpu.py).
+# Arguments kept in host memory on a GPU (TF's HostMemory registrations; exec/gpu.py).
 host_memory("Conv2DBackpropInput", inputs=(0,))
 host_memory("Conv2DBackpropFilter", inputs=(1,))
 host_memory("AvgPoolGrad", inputs=(0,))

@@ -41,7 +41,7 @@ Host memory (TF's ``.HostMemory("...")``): ``host_memory(type, inputs=..., outpu
 declares the arguments a kernel reads or writes as small host values even when it runs on a
 GPU (shapes, paddings, axes, ``Range`` bounds); ``shape_only=...`` the inputs it reads only
 for their shape (left wherever they live). ``memory_types(type)`` gives the declaration (or
-None); the GPU device keeps such values on the host (``runtime/gpu.py``).
+None); the GPU device keeps such values on the host (``exec/gpu.py``).
 
 Kernels never import the executor, trio or graph objects.
 """

@@ -85,7 +85,7 @@ def _truncated_normal(ctx, dims):
     return (ctx.to_device(out.astype(ctx.output_dtypes[0])),)
 
 
-# Arguments kept in host memory on a GPU (TF's HostMemory registrations; runtime/gpu.py).
+# Arguments kept in host memory on a GPU (TF's HostMemory registrations; exec/gpu.py).
 host_memory("Fill", inputs=(0,))
 host_memory("Range", inputs=(0, 1, 2))
 host_memory("ZerosLike", shape_only=(0,))

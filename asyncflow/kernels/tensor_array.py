@@ -223,7 +223,7 @@ def _size(ctx, handle, flow):
     return (np.int32(len(handle.elements)),)
 
 
-# Arguments kept in host memory on a GPU (TF's HostMemory registrations; runtime/gpu.py).
+# Arguments kept in host memory on a GPU (TF's HostMemory registrations; exec/gpu.py).
 host_memory("TensorArrayV3", inputs=(0,), outputs=(0,))
 host_memory("TensorArrayReadV3", inputs=(0, 1))
 host_memory("TensorArrayWriteV3", inputs=(0, 1))

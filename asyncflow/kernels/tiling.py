@@ -88,7 +88,7 @@ def _one_hot(ctx, indices, depth, on_value, off_value):
     return (out,)
 
 
-# Arguments kept in host memory on a GPU (TF's HostMemory registrations; runtime/gpu.py).
+# Arguments kept in host memory on a GPU (TF's HostMemory registrations; exec/gpu.py).
 host_memory("Tile", inputs=(1,))
 host_memory("PadV2", inputs=(1, 2))
 host_memory("MirrorPad", inputs=(1,))

@@ -26,7 +26,7 @@ import hashlib
 
 import numpy as np
 
-from asyncflow.devices import device_type_of
+from asyncflow.device_names import device_type_of
 from asyncflow.kernels.control_flow import DEAD
 from asyncflow.kernels.registry import (WOULD_BLOCK, register_kernel, register_nowait,
                                        register_prepare, register_subscribe)

@@ -5,7 +5,7 @@ session's (or, with ``shared_name``, the process's) resource manager, the way ``
 outputs a variable reference. Every access op takes that reference as input 0 (a
 ``ref_input``) and is colocated with the queue: ``QueueEnqueue``/``QueueEnqueueMany`` and
 ``QueueDequeue``/``QueueDequeueMany``/``QueueDequeueUpTo`` may wait, and run as async kernels
-that park on the resource (``runtime/queues.py``) without blocking a thread or the loop;
+that park on the resource (``exec/queues.py``) without blocking a thread or the loop;
 ``QueueClose``, ``QueueSize`` and ``QueueIsClosed`` never wait.
 
 An element is a tuple of components with fixed dtypes (checked at build time) and optional

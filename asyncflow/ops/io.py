@@ -1,7 +1,7 @@
 """Readers as graph ops (TF1's io_ops): files named in a queue turned into records.
 
 A reader op (``TextLineReader``, ``NumpyRecordReader``) outputs a reference to a reader
-resource (``runtime/readers.py``), the way a queue op outputs a queue reference. ``read``
+resource (``exec/readers.py``), the way a queue op outputs a queue reference. ``read``
 builds ``ReaderRead(reader, queue)``: it returns the next record and its key, dequeuing the
 next filename from ``queue`` when the current file is used up; ``read_up_to`` builds
 ``ReaderReadUpTo``, which returns up to ``num_records`` records stacked along a new

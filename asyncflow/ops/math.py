@@ -285,7 +285,7 @@ class _FirstTwoInputs:
 
 def _infer_fused_matmul(op):
     """``_FusedMatMul(a, b, bias)``: MatMul, then ``fused_ops`` (BiasAdd [, an activation]);
-    made only by the fusion pass (graph/optimize.py), never by users."""
+    made only by the fusion pass (compile/optimize.py), never by users."""
     return _infer_matmul(_FirstTwoInputs(op))
 
 

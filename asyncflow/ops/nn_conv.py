@@ -143,7 +143,7 @@ def _infer_conv2d(op):
 
 def _infer_fused_conv2d(op):
     """``_FusedConv2D(x, filter, bias)``: Conv2D, then ``fused_ops`` (BiasAdd [, Relu]); made
-    only by the fusion pass (graph/optimize.py), never by users."""
+    only by the fusion pass (compile/optimize.py), never by users."""
     x, filters, _bias = op.inputs
     _, filter_shape = _check_pair(op, x, filters)
     return [(x.dtype, _spatial_shape(x.shape, filter_shape[:2], op.attrs, filter_shape[3]))]

@@ -1,6 +1,6 @@
 """Transfer ops: ``_Send`` and ``_Recv``, inserted by the partitioner on cross-device edges.
 
-Users never build these; ``graph/partition.py`` does, one Send per crossing edge on the
+Users never build these; ``compile/partition.py`` does, one Send per crossing edge on the
 producer's device and one Recv per (tensor, destination device) on the consumer's side.
 Both carry the same attrs, from which the kernels build the rendezvous key:
 

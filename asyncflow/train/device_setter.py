@@ -9,7 +9,7 @@ A device the op asked for itself (an inner ``af.device``) wins over both, field 
 """
 from __future__ import annotations
 
-from asyncflow import devices as _devices
+from asyncflow import device_names as _devices
 
 VARIABLE_OP_TYPES = ("VariableV2", "Variable", "VarHandleOp")
 
@@ -44,7 +44,7 @@ def replica_device_setter(ps_tasks=0, ps_device="/job:ps", worker_device="/job:w
         ValueError: for a malformed device spec.
     """
     if cluster is not None:
-        from asyncflow.distributed.cluster import ClusterSpec
+        from asyncflow.cluster.spec import ClusterSpec
         spec = ClusterSpec(cluster)
         if "ps" not in spec.jobs:
             return None

@@ -45,7 +45,7 @@ from asyncflow.graph.graph import GraphKeys, get_default_graph
 from asyncflow.ops.state import (
     global_variables_initializer, local_variables_initializer, report_uninitialized_variables,
 )
-from asyncflow.runtime.options import RunOptions
+from asyncflow.exec.options import RunOptions
 from asyncflow.session import Session
 from asyncflow.train.hooks import (
     CheckpointSaverHook, SessionRunArgs, SessionRunContext, SessionRunValues, StepCounterHook,

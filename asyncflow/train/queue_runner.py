@@ -35,7 +35,7 @@ import trio
 from asyncflow import errors
 from asyncflow.graph import GraphKeys
 from asyncflow.graph.graph import get_default_graph
-from asyncflow.runtime.options import RunMetadata
+from asyncflow.exec.options import RunMetadata
 
 _LOG = logging.getLogger(__name__)
 _CLOSED_TYPES = (errors.OutOfRangeError, errors.CancelledError, errors.AbortedError)

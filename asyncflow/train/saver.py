@@ -64,7 +64,7 @@ import time
 import numpy as np
 import trio
 
-from asyncflow.devices import DeviceSpec
+from asyncflow.device_names import DeviceSpec
 from asyncflow.graph.graph import GraphKeys, Tensor, get_default_graph
 from asyncflow.kernels.checkpoint_files import (
     STATE_FILENAME, commit_state, committed_file as _committed_file, data_path, parse_state,
@@ -78,7 +78,7 @@ from asyncflow.ops.control import control_dependencies, group
 from asyncflow.ops.partitioned_variables import PartitionedVariable
 from asyncflow.ops.sources import placeholder, placeholder_with_default
 from asyncflow.ops.state import Variable, assign
-from asyncflow.runtime.target import LocalTarget
+from asyncflow.exec.local_target import LocalTarget
 from asyncflow.train import meta_graph
 
 SAVER_DEF_VERSION = 1

@@ -18,7 +18,7 @@ import trio
 
 import asyncflow as af
 import asyncflow.compat.v1 as tf
-from asyncflow.distributed.server import shutdown_cluster
+from asyncflow.cluster.server import shutdown_cluster
 from loopback_ports import free_ports
 
 START_TIMEOUT_S = 90

@@ -1,4 +1,4 @@
-"""Device names are parsed in one place (``asyncflow/devices.py``): specs, tasks, devices."""
+"""Device names are parsed in one place (``asyncflow/device_names.py``): specs, tasks, devices."""
 from __future__ import annotations
 
 import pathlib
@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from asyncflow import devices
-from asyncflow.devices import DeviceSpec, device_of, device_type_of, task_of
+from asyncflow import device_names
+from asyncflow.device_names import DeviceSpec, device_of, device_type_of, task_of
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FULL = "/job:worker/replica:0/task:1/device:GPU:2"
@@ -28,11 +28,11 @@ def test_a_full_name_splits_into_its_task_and_device():
     ("", ""),
 ])
 def test_specs_parse_and_print(spec, canonical):
-    assert devices.canonical_name(spec) == canonical
+    assert device_names.canonical_name(spec) == canonical
 
 
 def test_specs_merge_inner_over_outer_and_bad_ones_are_named():
-    assert devices.merge("/device:GPU:0", "/job:ps/task:2/device:CPU:0") == \
+    assert device_names.merge("/device:GPU:0", "/job:ps/task:2/device:CPU:0") == \
         "/job:ps/task:2/device:GPU:0"
     assert DeviceSpec.from_string(FULL).task == 1
     with pytest.raises(ValueError, match="bogus"):
@@ -42,7 +42,7 @@ def test_specs_merge_inner_over_outer_and_bad_ones_are_named():
 def test_no_module_splits_a_device_name_by_hand():
     by_hand = re.compile(r"""(?:split|partition)\(\s*["']/(?:device|task|job):""")
     found = [f"{path.relative_to(ROOT)}:{number}" for base in ("asyncflow", "transports")
-             for path in sorted((ROOT / base).rglob("*.py")) if path.name != "devices.py"
+             for path in sorted((ROOT / base).rglob("*.py")) if path.name != "device_names.py"
              for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
              if by_hand.search(line)]
-    assert not found, f"use asyncflow.devices (task_of, device_of): {found}"
+    assert not found, f"use asyncflow.device_names (task_of, device_of): {found}"

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import asyncflow as af
-from asyncflow.graph import optimize
-from asyncflow.graph.prune import prune
-from asyncflow.graph.rewrite import NodeGraph
+from asyncflow.compile import optimize
+from asyncflow.compile.prune import prune
+from asyncflow.compile.node_graph import NodeGraph
 
 CPU0 = "/job:localhost/replica:0/task:0/device:CPU:0"
 

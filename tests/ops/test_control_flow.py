@@ -283,15 +283,15 @@ async def test_ten_thousand_iterations_keep_memory_flat():
 
 
 async def test_frame_statistics_show_the_window_bound(loop_mode):
-    from asyncflow.runtime import executor
-    from asyncflow.runtime.step import Step
+    from asyncflow.exec import dispatch
+    from asyncflow.exec.step import Step
     with af.Graph().as_default() as graph:
         x = af.while_loop(lambda i: i < 50, lambda i: i + 1, [af.constant(0)],
                           parallel_iterations=3)
     async with af.Session(graph=graph, config=loop_modes.config()) as sess:
         compiled = sess.prepare(x).compiled
         step = Step(1)
-        assert await executor.run_plan(compiled.plans[0], [], step) == [50]
+        assert await dispatch.run_plan(compiled.plans[0], [], step) == [50]
     stats = step.extras["frame_statistics"]
     assert stats.iterations_created == 51  # iterations 0..50 of the loop (the last one exits)
     assert stats.frames_created == 1

@@ -15,8 +15,8 @@ import pytest
 import asyncflow as af
 from asyncflow.kernels import intra_op as kernel_intra_op
 from asyncflow.kernels import nn_conv as rebuilt
-from asyncflow.runtime import intra_op
-from asyncflow.runtime.device import Device
+from asyncflow.exec import intra_op
+from asyncflow.exec.devices import Device
 
 import conv_kernels_before as before  # same folder
 

@@ -6,7 +6,7 @@ import pytest
 
 import asyncflow as af
 from asyncflow.kernels import intra_op as kernel_intra_op
-from asyncflow.runtime import intra_op
+from asyncflow.exec import intra_op
 
 
 @pytest.fixture

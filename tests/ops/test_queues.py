@@ -6,7 +6,7 @@ import trio
 import trio.testing
 
 import asyncflow as af
-from asyncflow.runtime import queues as rq
+from asyncflow.exec import queues as rq
 from blocked_tasks import start_blocked
 
 

@@ -138,8 +138,8 @@ async def test_a_large_random_tensor_is_made_on_a_worker_thread(make, monkeypatc
     # makes (OFFLOAD_COST elements or more: a worker thread), not its small shape input.
     import threading
 
-    from asyncflow.runtime.context import NodeContext
-    from asyncflow.runtime.plan import OFFLOAD_COST
+    from asyncflow.exec.context import NodeContext
+    from asyncflow.exec.plan import OFFLOAD_COST
     threads = []
     generator = NodeContext.random_generator
 

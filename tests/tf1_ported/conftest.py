@@ -3,7 +3,7 @@ resource manager (as in one TF process), so each test starts with it empty (what
 ``await af.Session.reset()`` does, here callable from synchronous tests too)."""
 import pytest
 
-from asyncflow.runtime.resources import process_resources
+from asyncflow.exec.resources import process_resources
 
 
 @pytest.fixture(autouse=True)

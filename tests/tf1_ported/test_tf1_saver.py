@@ -1,5 +1,5 @@
 """TensorFlow 1.x's ``python/training/saver_test.py``, ported to asyncflow (the single-task
-cases; sharded and distributed checkpoints are tested in tests/train and tests/distributed).
+cases; sharded and distributed checkpoints are tested in tests/train and tests/cluster).
 
 Each test keeps TF's inputs, expected values and error classes; its docstring names the TF
 method. Files go to pytest's ``tmp_path``.

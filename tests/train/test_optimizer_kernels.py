@@ -7,8 +7,8 @@ import pytest
 from asyncflow import dtypes
 from asyncflow.kernels import intra_op as kernel_intra_op
 from asyncflow.kernels import training as rebuilt
-from asyncflow.runtime.device import Device
-from asyncflow.runtime.resources import VariableResource
+from asyncflow.exec.devices import Device
+from asyncflow.exec.resources import VariableResource
 
 import optimizer_kernels_before as before  # same folder
 

@@ -257,7 +257,7 @@ def test_a_huge_table_and_its_slots_are_initialized_on_their_device(optimizer):
 
 
 def test_writable_is_the_stored_array_only_while_no_one_else_holds_it():
-    from asyncflow.runtime.resources import VariableResource
+    from asyncflow.exec.resources import VariableResource
     resource = VariableResource("table", np.float32, (3, 2))
     resource.assign(np.zeros((3, 2), np.float32))
     array = resource.writable()

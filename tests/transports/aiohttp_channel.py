@@ -9,8 +9,8 @@ every worker), reached through :func:`aio_bridge.run_on_loop`: if the trio calle
 cancelled, the asyncio task is cancelled too and awaited (shielded, bounded), so arrays being
 sent stay owned until they are sent.
 
-asyncflow itself speaks to workers with :class:`transports.http_client.TrioHttpChannel` (no
-thread hop) and serves them with :mod:`transports.http_server`; this channel is the same
+asyncflow itself speaks to workers with :class:`transports.http.client.TrioHttpChannel` (no
+thread hop) and serves them with :mod:`transports.http.server`; this channel is the same
 protocol through a third-party HTTP stack, which the tests use to check the trio server against
 a client that shares none of its code (it lives with the tests: nothing shipped uses it).
 
@@ -36,7 +36,7 @@ import aiohttp
 import trio
 from aio_bridge import aio_thread, run_on_loop
 
-from transports.http_protocol import (
+from transports.http.protocol import (
     FRAME_CONTENT_TYPE, MAX_TEXT, parse_address, request_path, take_one_frame, text_error,
 )
 from transports.messages import ErrorReply, Message

@@ -6,8 +6,8 @@ import pytest
 from aiohttp_channel import HttpChannel
 from transport_fakes import FakeWorker
 
-from transports.http_client import TrioHttpChannel
-from transports.http_server import open_http_server
+from transports.http.client import TrioHttpChannel
+from transports.http.server import open_http_server
 from transports.inprocess import InProcessChannel
 
 

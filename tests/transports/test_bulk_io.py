@@ -1,4 +1,4 @@
-"""transports.bulk_io: large reads wake at the low-water mark, sends run in a row, both stay
+"""transports.http.bulk_io: large reads wake at the low-water mark, sends run in a row, both stay
 cancellable and fair to other tasks. Real TCP sockets on 127.0.0.1 (``SO_RCVLOWAT`` is a TCP
 behaviour); every wait is bounded."""
 
@@ -11,8 +11,8 @@ import pytest
 import trio
 import trio.testing
 
-from transports import bulk_io
-from transports.bulk_io import CALLS_PER_CHECKPOINT, BulkReader
+from transports.http import bulk_io
+from transports.http.bulk_io import CALLS_PER_CHECKPOINT, BulkReader
 
 GENEROUS = 20
 

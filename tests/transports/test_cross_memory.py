@@ -1,4 +1,4 @@
-"""Same-host replies copied from the server's memory (``transports.cross_memory``): the bits
+"""Same-host replies copied from the server's memory (``transports.http.cross_memory``): the bits
 arrive intact, checked; a server whose memory cannot be read sends the frame again and the
 channel stops asking; the switch turns it off; a peer that answers a lent frame with garbage
 loses its connection and the server keeps serving."""
@@ -17,9 +17,10 @@ import numpy as np
 import pytest
 import trio
 
-from transports import cross_memory, same_host, wire
-from transports.http_client import TrioHttpChannel
-from transports.http_server import open_http_server
+from transports.http import cross_memory, same_host
+from transports import wire
+from transports.http.client import TrioHttpChannel
+from transports.http.server import open_http_server
 
 pytestmark = pytest.mark.skipif(not cross_memory.available(),
                                 reason="no process_vm_readv on this system")
@@ -74,7 +75,7 @@ _SERVER = textwrap.dedent("""
     sys.path[:0] = [sys.argv[1], os.path.join(sys.argv[1], "tests", "transports")]
     import trio
     from test_cross_memory import _Holder
-    from transports.http_server import open_http_server
+    from transports.http.server import open_http_server
     if sys.argv[2] == "private":  # not dumpable: no other process may read this one
         assert ctypes.CDLL(None).prctl(4, 0, 0, 0, 0) == 0  # PR_SET_DUMPABLE
     async def main():

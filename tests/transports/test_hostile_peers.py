@@ -27,8 +27,8 @@ from transport_fakes import FakeWorker
 
 from transports import wire
 from transports.counted_unpack import unpack_counted
-from transports.http_server import ConnectionLimits, open_http_server
-from transports.http_guard import _RateLimit
+from transports.http.server import ConnectionLimits, open_http_server
+from transports.http.guard import _RateLimit
 from transports.wire import (
     MAGIC, SMALL_HEADER_BYTES, Decoder, FrameTooLarge, GraphOptions, Limits, RegisterGraph,
     RemoteProtocolError, decode, encode,

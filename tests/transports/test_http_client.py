@@ -13,9 +13,9 @@ import trio
 from transport_fakes import FakeWorker
 
 from transports import wire
-from transports.http_client import TrioHttpChannel
-from transports.http_protocol import FRAME_CONTENT_TYPE
-from transports.http_server import open_http_server
+from transports.http.client import TrioHttpChannel
+from transports.http.protocol import FRAME_CONTENT_TYPE
+from transports.http.server import open_http_server
 from transports.service import TransportUnavailable
 from transports.wire import RemoteCallError, RemoteProtocolError, TensorEntry, encode
 

@@ -1,4 +1,4 @@
-"""The server notices a client leaving while its handler runs (transports.http_disconnect):
+"""The server notices a client leaving while its handler runs (transports.http.disconnect):
 a FIN or a reset cancels the handler, a pipelined request does not, and without epoll the
 per-call watcher task does the same. Real server on 127.0.0.1; every wait is bounded."""
 
@@ -12,9 +12,10 @@ import trio
 import trio.testing
 from transport_fakes import FakeWorker
 
-from transports import http_disconnect, wire
-from transports.http_disconnect import DisconnectMonitor
-from transports.http_server import open_http_server
+from transports.http import disconnect
+from transports import wire
+from transports.http.disconnect import DisconnectMonitor
+from transports.http.server import open_http_server
 from transports.wire import encode
 
 GENEROUS = 20
@@ -37,7 +38,7 @@ async def start_waiting_call(server):
 @pytest.fixture(params=["epoll", "watcher task"])
 async def server(request, monkeypatch):
     if request.param == "watcher task":
-        monkeypatch.setattr(http_disconnect, "_EPOLL", None)
+        monkeypatch.setattr(disconnect, "_EPOLL", None)
     worker = FakeWorker()
     async with open_http_server(worker) as running:
         running.worker = worker

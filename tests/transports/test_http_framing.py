@@ -1,11 +1,11 @@
-"""transports.http_framing, sans-IO: llhttp's framing fed whole, byte by byte, pipelined, broken,
+"""transports.http.framing, sans-IO: llhttp's framing fed whole, byte by byte, pipelined, broken,
 and the zero-copy body path (bytes received past the parser)."""
 
 from __future__ import annotations
 
 import pytest
 
-from transports.http_framing import (
+from transports.http.framing import (
     MAX_HEAD, MAX_HEADERS, MAX_LINE, HeadTooLarge, MessageReader, RequestHead, ResponseHead,
 )
 from transports.wire import RemoteProtocolError

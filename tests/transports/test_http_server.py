@@ -19,10 +19,10 @@ import trio.testing
 from transport_fakes import FakeWorker
 
 from transports import checksum, wire
-from transports.http_client import TrioHttpChannel, _Connection
-from transports.http_framing import MessageReader
-from transports.http_protocol import SEND_CHUNK_BYTES
-from transports.http_server import MAX_HEAD, ConnectionLimits, HttpServer, open_http_server
+from transports.http.client import TrioHttpChannel, _Connection
+from transports.http.framing import MessageReader
+from transports.http.protocol import SEND_CHUNK_BYTES
+from transports.http.server import MAX_HEAD, ConnectionLimits, HttpServer, open_http_server
 from transports.wire import TensorEntry, decode, encode
 
 GENEROUS = 20
@@ -109,7 +109,7 @@ async def test_expect_100_continue_is_answered_before_the_body(server):
 
 
 @pytest.mark.parametrize("request_bytes, status, text", [
-    # (refused once MAX_HEAD bytes came after the first read of it: see http_framing)
+    # (refused once MAX_HEAD bytes came after the first read of it: see transports/http/framing.py)
     (b"GET /v1/health HTTP/1.1\r\nX-Big: " + b"y" * 3 * MAX_HEAD, 431, b"longer than"),
     (b"GET /v1/health HTTP/1.1\r\n" + b"X: 1\r\n" * 200 + b"\r\n", 431, b"header lines"),
     (b"POST /v1/graphs HTTP/1.1\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n"

@@ -16,8 +16,8 @@ from aiohttp_channel import HttpChannel
 from transport_fakes import FakeWorker, WrongReplyWorker
 
 from transports import wire
-from transports.http_protocol import FRAME_CONTENT_TYPE
-from transports.http_server import open_http_server, serve_http
+from transports.http.protocol import FRAME_CONTENT_TYPE
+from transports.http.server import open_http_server, serve_http
 from transports.service import TransportUnavailable
 from transports.wire import MAGIC, Limits, RemoteCallError, TensorEntry, decode, encode
 

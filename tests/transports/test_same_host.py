@@ -1,4 +1,4 @@
-"""The same-host fast path (``transports.same_host``): a loopback server also listens on a Unix
+"""The same-host fast path (``transports.http.same_host``): a loopback server also listens on a Unix
 socket named after its port; a client to a loopback address uses it when it is there and falls
 back to TCP when it is not (disabled, stale, not private)."""
 
@@ -12,9 +12,9 @@ import pytest
 import trio
 from transport_fakes import FakeWorker
 
-from transports import same_host
-from transports.http_client import TrioHttpChannel
-from transports.http_server import open_http_server
+from transports.http import same_host
+from transports.http.client import TrioHttpChannel
+from transports.http.server import open_http_server
 from transports.messages import RegisterGraph, RunGraph, TensorEntry
 
 GENEROUS = 20

@@ -14,9 +14,9 @@ import trio
 from transport_fakes import FakeWorker
 
 from transports import checksum, wire
-from transports.http_client import TrioHttpChannel
-from transports.http_protocol import SEND_CHUNK_BYTES, send_pieces
-from transports.http_server import open_http_server
+from transports.http.client import TrioHttpChannel
+from transports.http.protocol import SEND_CHUNK_BYTES, send_pieces
+from transports.http.server import open_http_server
 from transports.wire import (
     CHECKSUM_KEY, ChecksumMismatch, Decoder, RemoteProtocolError, RunGraph, TensorEntry, decode,
     encode,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from asyncflow.runtime.options import SessionConfig
+from asyncflow.exec.options import SessionConfig
 
 
 @dataclasses.dataclass

@@ -29,7 +29,7 @@ import trio
 from asyncflow import session as _session
 from asyncflow.compat.background_loop import LOOP
 from asyncflow.graph import default_session as _graph
-from asyncflow.runtime import timeslice as _timeslice
+from asyncflow.exec import timeslice as _timeslice
 
 
 async def _offload_inline(node, args):

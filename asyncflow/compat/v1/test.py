@@ -76,5 +76,5 @@ def compute_gradient_error(x, x_shape, y, y_shape, x_init_value=None, delta=1e-3
 
 def is_gpu_available(cuda_only=False, min_cuda_compute_capability=None):
     """Whether a GPU device exists in this process (CuPy finds a CUDA device)."""
-    from asyncflow.runtime.device import cuda_device_count
+    from asyncflow.exec.devices import cuda_device_count
     return cuda_device_count() > 0

@@ -14,8 +14,8 @@ from asyncflow.compat.background_loop import LOOP
 from asyncflow.compat.v1.session import (
     _LOCAL_SERVERS, Session, cluster_of_target, refuse_inside_event_loop,
 )
-from asyncflow.distributed import ClusterSpec  # noqa: F401  (tf.train.ClusterSpec)
-from asyncflow.distributed import server as _server
+from asyncflow.cluster import ClusterSpec  # noqa: F401  (tf.train.ClusterSpec)
+from asyncflow.cluster import server as _server
 from asyncflow.graph import GraphKeys
 from asyncflow.graph.default_session import get_default_session
 from asyncflow.train import *  # noqa: F401,F403  (the rest of tf.train, unchanged)

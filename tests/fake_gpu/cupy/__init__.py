@@ -1,5 +1,5 @@
 """``import cupy`` finds this package when ``tests/fake_gpu`` is on ``PYTHONPATH`` (``make
-test-gpu``): it replaces itself with the strict fake of ``tests/runtime/fake_cupy.py`` with one
+test-gpu``): it replaces itself with the strict fake of ``tests/exec/fake_cupy.py`` with one
 visible device, so the whole suite, worker processes and demos included, runs as on a machine
 with a GPU where default placement chooses it.
 
@@ -10,7 +10,7 @@ import importlib.util
 import os
 import sys
 
-_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "runtime",
+_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "exec",
                      "fake_cupy.py")
 
 

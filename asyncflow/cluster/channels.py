@@ -1,0 +1,121 @@
+"""How asyncflow reaches a worker address: HTTP, or an in-process service for tests.
+
+An address ``host:port`` is an HTTP worker, spoken to from trio directly
+(``transports.http.client.TrioHttpChannel``: keep-alive connections, no thread hop), with the
+shared token of ``ASYNCFLOW_TOKEN`` when set. The host ``inprocess`` (``inprocess:7``) names a
+worker service living in this process (``af.Server`` with such an address registers itself
+here instead of binding a socket): the same protocol and codec through
+``transports.inprocess.InProcessChannel``, so one test suite runs over both transports.
+"""
+from __future__ import annotations
+
+import os
+
+from asyncflow import errors
+from transports.inprocess import InProcessChannel
+from transports.service import TransportError, TransportUnavailable
+from transports.wire import ChecksumMismatch
+
+TOKEN_ENV = "ASYNCFLOW_TOKEN"
+INPROCESS_HOST = "inprocess"
+_services = {}
+
+
+def damaged_reply(call, address, exc):
+    """The DataLossError for a reply that a ``transports.wire.ChecksumMismatch`` ``exc`` says
+    was damaged in transit; ``call`` names the RPC and the worker, ``address`` where it is.
+    Never retried (0 times): the caller may run it again."""
+    return errors.DataLossError(None, None, (
+        f"{call} at {address}: the reply: {exc.part}: {exc.detail}; the reply was damaged in "
+        "transit and the call failed (not retried: run it again)"))
+
+
+def unavailable(task, exc):
+    """The UnavailableError for a master's ``task`` that ``exc`` says cannot be reached."""
+    task.down_reported = True
+    # A session target's task has no name until its Health answers.
+    worker = f"worker {task.name} at {task.address}" if task.name else f"worker at {task.address}"
+    return errors.UnavailableError(None, None, f"{worker} is unavailable: {exc}")
+
+
+def call_error(what, task, exc):
+    """The error a failed control call (``what``: Health, RegisterGraph) to ``task`` raises."""
+    if isinstance(exc, TransportError):
+        return unavailable(task, exc)
+    if isinstance(exc, ChecksumMismatch):  # damaged in transit: never retried
+        return damaged_reply(what, task.address, exc)
+    return errors.from_code(exc.code, f"{what}: {exc.message}")
+
+
+def is_inprocess(address):
+    return address.rpartition(":")[0] == INPROCESS_HOST
+
+
+def register_inprocess(address, service):
+    """Make ``service`` reachable at ``address`` (``inprocess:N``) in this process.
+
+    Raises:
+        OSError: if another service holds the address (like a port in use).
+    """
+    if address in _services:
+        raise OSError(f"in-process address {address} is already in use")
+    _services[address] = service
+
+
+def unregister_inprocess(address, service):
+    if _services.get(address) is service:
+        del _services[address]
+
+
+class _InProcess(InProcessChannel):
+    """Looks the service up per call, so a stopped (or restarted) worker behaves as over HTTP."""
+
+    def __init__(self, address):
+        super().__init__(None, address=address)
+
+    async def _exchange(self, rpc, request):
+        self._handler = _services.get(self.address)
+        if self._handler is None:
+            raise TransportUnavailable(f"no worker at {self.address} (connection refused)")
+        return await super()._exchange(rpc, request)
+
+    async def _exchange_text(self, method):
+        self._handler = _services.get(self.address)
+        if self._handler is None:
+            raise TransportUnavailable(f"no worker at {self.address} (connection refused)")
+        return await super()._exchange_text(method)
+
+
+def connect(address, token=None, connect_timeout=5.0):
+    """A transports Channel to the worker at ``address``.
+
+    Args:
+        address: ``host:port``, or ``inprocess:N``.
+        token: the shared secret (default: ``ASYNCFLOW_TOKEN`` from the environment).
+        connect_timeout: seconds to establish a connection.
+    """
+    if is_inprocess(address):
+        return _InProcess(address)
+    from transports.http.client import TrioHttpChannel
+    token = check_token(token if token is not None else (os.environ.get(TOKEN_ENV) or None))
+    return TrioHttpChannel(address, token=token, connect_timeout=connect_timeout)
+
+
+def check_token(token):
+    """``token`` without surrounding whitespace; None and ``""`` mean no token.
+
+    HTTP strips the whitespace around a header value, so a token read with its trailing
+    newline (``ASYNCFLOW_TOKEN=$(cat file)`` keeps none, a file read in Python does) could
+    never match; it is stripped on both sides.
+
+    Raises:
+        ValueError: the token is empty or holds characters an HTTP header cannot carry.
+    """
+    if token is None or token == "":
+        return None
+    stripped = token.strip()
+    if not stripped or not all(33 <= ord(c) < 127 for c in stripped):
+        raise ValueError(f"{TOKEN_ENV} must be printable ASCII without spaces (an HTTP header "
+                         "carries it); generate one with: python -c \"import secrets; "
+                         "print(secrets.token_urlsafe(32))\"")
+    return stripped

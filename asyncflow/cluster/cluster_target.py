@@ -1,0 +1,68 @@
+"""``ClusterTarget``: a Session's target when it runs on a cluster (``cluster=`` or a worker
+address), the counterpart of ``exec.local_target.LocalTarget`` behind the same interface.
+
+It owns the session's ``Master`` (``master.py``): ``prepare`` compiles through the master
+(the shared ``compiled_run.partition_run`` over the cluster's devices, then one graph per task),
+``run`` checks the tasks' incarnations first (a restarted worker makes the run compile and
+register again) and drives the step on the workers. No cluster run is ``inline``: every
+step crosses the wire, so the whole step sits in the session's close-cancellable scope.
+"""
+from __future__ import annotations
+
+from asyncflow import errors
+from asyncflow.cluster import master as _master
+from asyncflow.exec.step import Step
+
+
+class ClusterTarget:
+    """The workers of ``cluster`` (a ClusterSpec or dict), or of the one worker ``address``.
+
+    Args:
+        graph: the session's Graph.
+        cluster: a ClusterSpec or dict, or None with ``address``.
+        address: ``"host:port"`` (``grpc://``/``http://`` prefixes accepted) of one worker,
+            used as a one-task cluster whose job and task come from its Health.
+        config: the SessionConfig (timeouts, soft placement, compression).
+    """
+
+    def __init__(self, graph, cluster, address, config):
+        self.graph = graph
+        self.master = _master.Master.for_cluster_or_target(cluster, address, config)
+        self.cache = {}
+
+    async def open(self):
+        await self.master.open()
+
+    async def close(self):
+        self.cache.clear()
+        await self.master.close()
+
+    def device_names(self):
+        return self.master.device_names()
+
+    def prepare(self, feeds, fetches, targets):
+        """The RemoteRun of ``(feeds, fetches, targets)`` (tuples), compiled once per set of
+        incarnations (``run`` compiles again after a restart)."""
+        key = (feeds, fetches, targets)
+        compiled = self.cache.get(key)
+        if compiled is None:
+            compiled = self.cache[key] = self.master.compile(self.graph, feeds, fetches, targets)
+        return compiled
+
+    async def run(self, compiled, feed_values, trace, timeout_ms, parked):
+        """One step on the workers; returns the fetched values in order.
+
+        Raises:
+            AbortedError: a task of the run restarted since the session last used it.
+            UnavailableError: a task cannot be reached.
+            OpError: the root cause of the step's failure.
+        """
+        with parked():
+            if not self.master.opened:
+                await self.master.open()
+            if not await self.master.refresh(compiled):  # a worker restarted: recompile
+                compiled = self.cache[compiled.signature] = self.master.compile(
+                    self.graph, *compiled.signature)
+            return await compiled.runner.run(feed_values, Step(0, trace=trace,
+                                                               timeout_ms=timeout_ms))
+        raise errors.session_closed()

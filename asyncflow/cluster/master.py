@@ -1,0 +1,628 @@
+"""The master: compiles a run for a cluster and drives each step on the workers.
+
+Theory of operation (paper §3.3; docs/distributed.md):
+- **Open.** Health of every task in the cluster (in parallel, under the connect timeout):
+  its incarnation, its device names (the placer's candidates) and its task name, which must
+  agree with the ClusterSpec.
+- **Compile** (once per signature and set of incarnations): prune, place over every device of
+  the cluster, partition per device (crossing edges become Send/Recv; keys carry the sending
+  worker's incarnation), then group the partitions by task. Each task gets one graph_def of
+  its nodes, where client feeds become placeholders ``_feed_<i>``, plus the names to feed and
+  fetch, every task's address (``peers``, for pulls) and the transfers whose pulls may share
+  a request without risking a deadlock, with their levels (``compile/transfer_order.py``).
+- **Register** lazily before the first step, per task and incarnation, and again when the
+  graph sat idle for half the lease the worker grants (``stats.graph_lease_s`` of its
+  Health): a worker drops graphs nobody uses, and the old handle expires there on its own.
+  Each RunGraph carries the next ``request_id`` of its registration (the worker's replay
+  check).
+- **Step.** A fresh random step id; RunGraph on every involved task at once, sent in a fixed
+  order (producers of early values first, ``batching.start_order``); client feeds ride in the
+  RunGraph of the task that reads them; fetches come back in the replies. Control edges that
+  order nothing are not carried (``control_edges.py``, at compile): waiting for every RunGraph
+  covers them. A health watchdog starts once a step outlives ``health_check_interval_s``.
+  On the first failure the master sends AbortStep everywhere,
+  gives the other RunGraphs a moment to report, then cancels them, and raises the first
+  root-cause error (errors the worker marked ``derived`` lose to it). A transport failure is
+  ``UnavailableError`` naming the task. A caller's cancellation aborts the step everywhere.
+- **Restarts** (TF1's semantics). Every task has an *incarnation*, a random number drawn when
+  its process starts, reported by Health and by RegisterGraph. The master remembers per task
+  the incarnation its session state belongs to (``acknowledged``: the one seen at open). A
+  task found with another one (by Health before a step when the last contact is older than
+  the health interval, by the watchdog during a step, by a registration reply, or after a
+  RunGraph the worker refused because it does not know the graph handle) has lost this
+  session's graphs and its variables: the step fails with ``AbortedError`` naming the task
+  ("restarted"), the new incarnation becomes the acknowledged one, and the next run compiles
+  (rendezvous keys carry incarnations) and registers again. So a restart is reported exactly
+  once, as an error recovery loops catch (never NotFound or an uninitialized variable), and
+  the recovery's own runs (a Saver restore, the initializers) go through. A task the session
+  has already reported as ``UnavailableError`` (it died) comes back acknowledged silently:
+  the caller has been told it failed.
+- **Unknown handles.** A worker answers RunGraph for a graph handle it does not hold with
+  ``NOT_FOUND`` (no op named); the master turns that into ``AbortedError`` (TF1's "graph handle
+  not found"): a restart as above, or, with the incarnation unchanged (the registration expired
+  or was removed), the task graph is registered again on the next run.
+
+Knows transports' messages and the graph/runtime layers; never HTTP (channels come from
+``channels.connect``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import secrets
+
+import trio
+
+from asyncflow import errors
+from asyncflow.cluster import channels as _channels
+from asyncflow.cluster import remote_rendezvous as _rdv
+from asyncflow.compile.transfer_order import start_order, transfer_levels
+from asyncflow.cluster.spec import ClusterSpec, tasks_of_health
+from asyncflow.compile.control_edges import carry_fewer_control_edges
+from asyncflow.cluster.step_monitor import StepMonitor
+from asyncflow.compile.task_graph import task_graph_def as _task_graph_def
+from asyncflow.exec import compiled_run
+from asyncflow.exec.options import NodeStats
+from transports.messages import (
+    AbortStep, DeregisterGraph, GraphConfig, GraphOptions, RegisterGraph, RemoteCallError, Reset,
+    RunGraph, TensorEntry,
+)
+from transports.service import TransportDeadlineExceeded, TransportError
+from transports.wire import ChecksumMismatch
+
+_log = logging.getLogger("asyncflow.master")
+ABORT_GRACE_S = 1.0
+
+
+@dataclasses.dataclass
+class _Task:
+    name: str            # /job:worker/replica:0/task:1
+    address: str
+    channel: object
+    incarnation: int = 0    # the latest one seen
+    acknowledged: int = 0   # the one this session's graphs and state on the task belong to
+    down_reported: bool = False  # an UnavailableError naming the task reached the caller
+    devices: list = dataclasses.field(default_factory=list)
+    last_ok: float = float("-inf")
+    graph_lease_s: float | None = None  # how long the worker keeps an idle graph
+
+
+@dataclasses.dataclass
+class TaskGraph:
+    """One task's share of a compiled run."""
+
+    task: str
+    graph_def: dict
+    options: GraphOptions
+    feed_indices: list     # indices into the run's feed list, in ``options.feeds`` order
+    handle: str | None = None
+    registered_incarnation: int = 0
+    request_ids: object = None  # itertools.count(1) per registration: RunGraph request ids
+    last_used: float = 0.0      # trio time of the registration or the last RunGraph reply
+
+
+@dataclasses.dataclass
+class RemoteRun:
+    """A signature compiled for the cluster: per task its graph, and where fetches come from."""
+
+    task_graphs: list
+    fetch_routes: list     # per fetch: (task graph index, position in its fetches)
+    incarnations: dict     # task -> incarnation the run was compiled against
+    placement: dict
+    signature: tuple = ()  # (feeds, fetches, targets)
+    start_order: tuple = ()  # task graph indices in the order their RunGraphs go out
+    master: object = dataclasses.field(default=None, repr=False)
+    graph: object = dataclasses.field(default=None, repr=False)
+    # Its step runner (``exec/runner.py``'s interface), chosen once here.
+    runner: object = dataclasses.field(init=False, repr=False)
+
+    def __post_init__(self):
+        self.runner = RemoteRunner(self)
+
+
+class RemoteRunner:
+    """A cluster step: a RunGraph on every task of the run, driven by the master. Never
+    inline in the client; the step's ``timeout_ms`` rides in the RunGraphs."""
+
+    __slots__ = ("remote",)
+    inline = loop_free = False
+
+    def __init__(self, remote):
+        self.remote = remote
+
+    async def run(self, feed_values, step):
+        remote = self.remote
+        return await remote.master.run_step(remote.graph, remote, feed_values, step.timeout_ms,
+                                            step.trace)
+
+
+async def _all(fn, items):
+    """``fn(item)`` for every item at once; the first OpError cancels the rest and is raised."""
+    failures = []
+
+    async def one(item, nursery):
+        try:
+            await fn(item)
+        except errors.OpError as exc:
+            failures.append(exc)
+            nursery.cancel_scope.cancel()
+
+    async with trio.open_nursery() as nursery:
+        for item in items:
+            nursery.start_soon(one, item, nursery)
+    if failures:
+        raise failures[0]
+
+
+class Master:
+    """The master side of a cluster session.
+
+    Args:
+        cluster: a ClusterSpec.
+        config: the SessionConfig (timeouts, soft placement, compression).
+        session_handle: a name for this session's graphs on the workers.
+    """
+
+    def __init__(self, cluster, config, session_handle=None):
+        self.cluster = cluster
+        self.config = config
+        self.session_handle = session_handle or f"session-{secrets.token_hex(4)}"
+        self.tasks = {}
+        for job, index, address in (cluster.tasks() if cluster is not None else ()):
+            name = f"/job:{job}/replica:0/task:{index}"
+            self.tasks[name] = _Task(name, address, _channels.connect(
+                address, connect_timeout=config.connect_timeout_s))
+        self._target = None
+        self._pinned = {}
+        self._runs = []
+        self._forgotten = []   # (task, handle, incarnation): registered on a process that
+        #                        restarted after the run was compiled; never used
+        self._register_lock = trio.Lock()
+        self.opened = False
+        self.monitor = StepMonitor(config.health_check_interval_s)  # times the steps' watchdogs
+
+    @classmethod
+    def for_cluster_or_target(cls, cluster, target, config):
+        """A master for ``cluster`` (a ClusterSpec or dict), or for one worker ``target``
+        (``"host:port"``, ``"http://host:port"`` or ``"grpc://host:port"``), whose job and
+        task are read from its Health when the session opens."""
+        if cluster is not None:
+            return cls(ClusterSpec(cluster), config)
+        master = cls(None, config)
+        master._target = target_address(target)
+        return master
+
+    # -- cluster state ----------------------------------------------------------------
+    async def open(self):
+        """Ask every task for its health; raises UnavailableError naming unreachable tasks."""
+        if self._target is not None and not self.tasks:
+            channel = _channels.connect(self._target, connect_timeout=self.config.connect_timeout_s)
+            probe = _Task("", self._target, channel)
+            try:
+                reply = await channel.health(timeout=self.config.worker_dead_after_s)
+            except TransportError as exc:
+                raise _channels.unavailable(probe, exc) from None
+            probe.name = reply.task
+            self.tasks[reply.task] = probe
+            for name, address in tasks_of_health(reply.cluster):  # the target's whole cluster
+                if name != reply.task:
+                    self.tasks[name] = _Task(name, address, _channels.connect(
+                        address, connect_timeout=self.config.connect_timeout_s))
+        await _all(self._health, self.tasks.values())
+        self.opened = True
+
+    async def _health(self, task):
+        """Refresh ``task``'s incarnation and devices; returns True if it restarted."""
+        try:
+            reply = await task.channel.health(timeout=self.config.worker_dead_after_s)
+        except (TransportError, ChecksumMismatch, RemoteCallError) as exc:
+            raise _channels.call_error(f"Health of {task.name}", task, exc) from None
+        if reply.task != task.name:
+            raise errors.InvalidArgumentError(
+                None, None, f"the worker at {task.address} is {reply.task}, but the cluster "
+                f"spec says {task.name}")
+        restarted = task.incarnation not in (0, reply.incarnation)
+        if restarted:
+            _log.warning("worker %s restarted (incarnation %x -> %x); its graphs will be "
+                         "registered again", task.name, task.incarnation, reply.incarnation)
+        self._seen(task, reply.incarnation)
+        task.devices = list(reply.devices)
+        lease = reply.stats.graph_lease_s
+        task.graph_lease_s = lease if lease is not None and lease > 0 else None
+        task.last_ok = trio.current_time()
+        return restarted
+
+    @staticmethod
+    def _seen(task, incarnation):
+        """Record a reply's incarnation (see "Restarts" in the module docstring)."""
+        if task.acknowledged == 0 or (task.down_reported and incarnation != task.acknowledged):
+            task.acknowledged = incarnation  # first contact, or a death already reported
+        task.incarnation = incarnation
+        task.down_reported = False
+
+    def restart_error(self, tasks, step_id=None):
+        """The AbortedError reporting ``tasks``' restarts; their new incarnations become the
+        acknowledged ones, so each restart is reported once."""
+        names = []
+        for task in {task.name: task for task in tasks}.values():
+            names.append(f"{task.name} at {task.address} (incarnation {task.acknowledged:x} "
+                         f"-> {task.incarnation:x})")
+            task.acknowledged = task.incarnation
+        during = f"during step {step_id}" if step_id is not None else "since its last step"
+        return errors.AbortedError(
+            None, None, f"worker {', '.join(names)} restarted {during}: its graphs, variables "
+            "and queues are gone. The next run registers the graphs again; restore a "
+            "checkpoint or run the initializers first (MonitoredTrainingSession does both)")
+
+    def restarted(self, task_names):
+        """The tasks among ``task_names`` whose incarnation is not the acknowledged one."""
+        return [self.tasks[name] for name in dict.fromkeys(task_names)
+                if self.tasks[name].incarnation != self.tasks[name].acknowledged]
+
+    def device_names(self):
+        return [d for task in self.tasks.values() for d in task.devices]
+
+    def incarnations(self):
+        return {name: task.incarnation for name, task in self.tasks.items()}
+
+    # -- compile ----------------------------------------------------------------------
+    def compile(self, graph, feeds, fetches, targets):
+        """Compile ``(feeds, fetches, targets)`` with the shared pipeline
+        (``compiled_run.partition_run`` over the cluster's devices), then split it by task.
+
+        Raises:
+            InvalidArgumentError: bad device requests or a graph that cannot be shipped.
+        """
+        device_incarnations = {d: task.incarnation for task in self.tasks.values()
+                               for d in task.devices}
+        state = compiled_run.DeviceState(self.device_names(), device_incarnations, self._pinned)
+        # The workers optimize their shares: they hold the kernels constant folding runs.
+        placed = compiled_run.partition_run(graph, feeds, fetches, targets, state, self.config,
+                                            optimize_graph=False,
+                                            rewrite=carry_fewer_control_edges)
+        parts = placed.partitioned()
+        by_task = {}
+        for index, part in enumerate(parts.partitions):
+            by_task.setdefault(_rdv.task_of_device(part.device), []).append(index)
+        batchable = dict(sorted(transfer_levels(parts.partitions).items()))
+        peers = {name: task.address for name, task in self.tasks.items()}
+        task_graphs, fetch_routes = [], [None] * len(parts.fetches)
+        for task_name, indices in by_task.items():
+            nodes = [n for i in indices for n in parts.partitions[i].nodes]
+            feed_indices = sorted({f for i in indices for f in parts.partitions[i].feeds})
+            fetch_positions = [k for k, (i, _) in enumerate(parts.fetches) if i in indices]
+            graph_def, fetch_names = _task_graph_def(nodes, feeds, feed_indices,
+                                                     [parts.fetches[k][1] for k in fetch_positions])
+            for k, name in zip(fetch_positions, fetch_names):
+                fetch_routes[k] = (len(task_graphs), list(dict.fromkeys(fetch_names)).index(name))
+            options = GraphOptions(
+                feeds=[f"_feed_{i}:0" for i in feed_indices],
+                fetches=list(dict.fromkeys(fetch_names)), peers=peers, batchable=batchable,
+                config=GraphConfig(self.config.allow_soft_placement,
+                                   self.config.compress_transfers or ""))
+            task_graphs.append(TaskGraph(task_name, graph_def, options, feed_indices))
+        return RemoteRun(task_graphs, fetch_routes, self.incarnations(), placed.placement,
+                         (tuple(feeds), tuple(fetches), tuple(targets)),
+                         start_order([tg.task for tg in task_graphs], parts.partitions, batchable),
+                         master=self, graph=graph)
+
+    # -- steps ------------------------------------------------------------------------
+    async def refresh(self, run):
+        """Health of tasks not heard from lately; returns False when the run must recompile.
+
+        Raises:
+            AbortedError: a task of the run restarted since the session last used it.
+            UnavailableError: a task of the run cannot be reached.
+        """
+        now = trio.current_time()
+        stale = [self.tasks[tg.task] for tg in run.task_graphs
+                 if now - self.tasks[tg.task].last_ok > self.config.health_check_interval_s]
+        if stale:
+            await _all(self._health, stale)
+        restarted = self.restarted(tg.task for tg in run.task_graphs)
+        if restarted:
+            raise self.restart_error(restarted)
+        return all(run.incarnations[name] == task.incarnation
+                   for name, task in self.tasks.items() if name in run.incarnations)
+
+    async def _register(self, run):
+        async def register(tg):
+            task = self.tasks[tg.task]
+            try:
+                # Shielded (the call has its own deadline): a registration the worker made
+                # must reach tg.handle, or the graph would outlive the session there.
+                with trio.CancelScope(shield=True):
+                    reply = await task.channel.register_graph(
+                        RegisterGraph(tg.graph_def, self.session_handle, tg.options),
+                        timeout=self.config.worker_dead_after_s)
+            except (TransportError, ChecksumMismatch, RemoteCallError) as exc:
+                raise _channels.call_error(f"RegisterGraph on {task.name}", task, exc) from None
+            if reply.incarnation and reply.incarnation != task.incarnation:
+                # Restarted since the run was compiled: its keys name the old incarnation.
+                self._forgotten.append((task, reply.graph_handle, reply.incarnation))
+                self._seen(task, reply.incarnation)
+                raise self.restart_error([task])
+            tg.handle, tg.registered_incarnation = reply.graph_handle, task.incarnation
+            tg.request_ids, tg.last_used = itertools.count(1), trio.current_time()
+
+        def lease_running_out(tg):
+            lease = self.tasks[tg.task].graph_lease_s
+            return lease is not None and trio.current_time() - tg.last_used > lease / 2
+
+        def pending():
+            return [tg for tg in run.task_graphs if tg.handle is None
+                    or tg.registered_incarnation != self.tasks[tg.task].incarnation
+                    or lease_running_out(tg)]
+
+        if not pending():
+            return
+        # Concurrent first steps of one run would each register it (and leak all handles
+        # but the last, never deregistered): the first registers, the others wait for it.
+        async with self._register_lock:
+            if run not in self._runs:  # before registering: close() must see partial ones
+                self._runs.append(run)
+            if pending():
+                await _all(register, pending())
+
+    async def run_step(self, graph, run, feed_values, timeout_ms=0, trace=None):
+        """Run one step of ``run``; returns the fetched numpy values in order.
+
+        Raises:
+            OpError: the root cause of the step's failure.
+        """
+        await self._register(run)
+        step = _StepDriver(self, graph, run, secrets.randbits(62) | 1, feed_values,
+                           timeout_ms, trace)
+        return await step.run()
+
+    @staticmethod
+    def forget_registration(tg):
+        """Register ``tg`` again on its next run (its worker did not know the handle)."""
+        tg.registered_incarnation = 0
+
+    async def close(self):
+        """Forget this session's graphs on the workers (best effort) and close channels."""
+        self.monitor.close()
+        handles = [(self.tasks[tg.task], tg.handle) for run in self._runs
+                   for tg in run.task_graphs if tg.handle is not None
+                   and tg.registered_incarnation == self.tasks[tg.task].incarnation]
+        handles += [(task, handle) for task, handle, incarnation in self._forgotten
+                    if task.incarnation == incarnation]
+        with trio.move_on_after(2):
+            for task, handle in handles:
+                try:
+                    await task.channel.deregister_graph(DeregisterGraph(handle), timeout=1.0)
+                except (TransportError, RemoteCallError):
+                    pass
+        for task in self.tasks.values():
+            await task.channel.aclose()
+
+
+class _StepDriver:
+    """One step across the cluster (see the module docstring)."""
+
+    def __init__(self, master, graph, run, step_id, feed_values, timeout_ms, trace):
+        self.master, self.graph, self.run_ = master, graph, run
+        self.step_id = step_id
+        self.feed_values = feed_values
+        self.timeout_ms = timeout_ms
+        self.trace = trace
+        self.results = [None] * len(run.task_graphs)
+        self.failures = []      # (derived?, OpError) in arrival order
+        self.aborted = False
+        self.outer = None
+        self.call_scopes = {}   # task -> the cancel scope of its RunGraph call
+        self.dead = set()       # tasks declared dead: not waited for, not sent AbortStep
+        self.calls_left = 0     # RunGraph calls not yet returned
+        self.watchdog_scope = None  # made when the watchdog starts (most steps never need it)
+
+    async def run(self):
+        """Each RunGraph but the last from a task of its own, sent in order (each is written
+        before its task yields), the last from this task: a one-task step needs no nursery.
+        The master's ``StepMonitor`` starts the watchdog if the step outlives the interval."""
+        order = self.run_.start_order or range(len(self.run_.task_graphs))
+        self.calls_left, done = len(order), False
+        self.master.monitor.watch(self)
+        try:
+            if len(order) == 1:
+                await self._run_one(order[0])
+            else:
+                async with trio.open_nursery() as self.outer:
+                    for index in order[:-1]:
+                        self.outer.start_soon(self._run_one, index)
+                        await trio.lowlevel.checkpoint()
+                    await self._run_one(order[-1])
+            done = not self.failures
+        finally:
+            self.master.monitor.unwatch(self)
+            if not done:
+                with trio.CancelScope(shield=True):
+                    await self._abort("CANCELLED", f"step {self.step_id} was cancelled by the "
+                                      "client" if not self.failures else self._root().message)
+        if self.failures:
+            raise self._root()
+        return [self.results[i][p] for i, p in self.run_.fetch_routes]
+
+    def start_watchdog(self, nursery):
+        """The monitor's call: the step outlived the health interval."""
+        if self.calls_left:
+            self.watchdog_scope = trio.CancelScope()  # here: _run_one cancels what exists
+            nursery.start_soon(self._guarded_watchdog)
+
+    async def _guarded_watchdog(self):
+        try:
+            await self._watchdog()
+        except Exception as exc:  # noqa: BLE001 - not the monitor's other steps' watchdogs
+            await self._failed(errors.InternalError(None, None, f"the watchdog of step "
+                               f"{self.step_id} failed: {type(exc).__name__}: {exc}"))
+            for scope in self.call_scopes.values():  # (as a crash in its nursery did)
+                scope.cancel()
+
+    def _root(self):
+        for is_derived, error in self.failures:
+            if not is_derived:
+                return error
+        return self.failures[0][1]
+
+    async def _run_one(self, index):
+        try:
+            await self._run_graph(index)
+        finally:
+            self.calls_left -= 1
+            if not self.calls_left and self.watchdog_scope is not None:
+                self.watchdog_scope.cancel()
+
+    async def _run_graph(self, index):
+        tg = self.run_.task_graphs[index]
+        task = self.master.tasks[tg.task]
+        feeds = [TensorEntry(name, self.feed_values[i])
+                 for name, i in zip(tg.options.feeds, tg.feed_indices)]
+        request = RunGraph(tg.handle, self.step_id, feeds, list(tg.options.fetches),
+                           timeout_ms=self.timeout_ms or None, trace=self.trace is not None,
+                           request_id=next(tg.request_ids))
+        timeout = self.timeout_ms / 1000 + 1.0 if self.timeout_ms else None
+        reply = None
+        with trio.CancelScope() as self.call_scopes[tg.task]:
+            reply = await self._call(task, tg, request, timeout)
+        if reply is None:
+            return
+        task.last_ok = tg.last_used = trio.current_time()
+        self.results[index] = [entry.value for entry in reply.tensors]
+        if self.trace is not None and reply.step_stats:
+            self.trace.extend(NodeStats(s.node_name, s.op_type, s.device, s.start_us, s.end_us)
+                              for s in reply.step_stats.nodes)
+
+    async def _call(self, task, tg, request, timeout):
+        """RunGraph on ``task``; returns its reply, or None after reporting the failure."""
+        try:
+            return await task.channel.run_graph(request, timeout=timeout)
+        except RemoteCallError as exc:
+            error = self._remote_error(exc, task)
+            if exc.code in ("NOT_FOUND", "ABORTED") and not exc.op and not exc.derived:
+                # Not an op's error nor a peer's abort: the worker lost the graph handle
+                # (NOT_FOUND) or the step. Restarted? Then say so, as TF1 does.
+                await self._check_restart(task)
+                if self.master.restarted([task.name]):
+                    error = self.master.restart_error([task])
+                elif exc.code == "NOT_FOUND":
+                    self.master.forget_registration(tg)
+                    error = errors.AbortedError(None, None, f"{error.message} (graph "
+                                                "registered again on the next run)")
+            await self._failed(error)
+        except ChecksumMismatch as exc:
+            # Never retried here (the step may have side effects); the caller may run it again.
+            address = getattr(task.channel, "address", "?")
+            await self._failed(errors.DataLossError(None, None, (
+                f"RunGraph on {task.name} at {address}: "  # a fetch's bytes, or the header's
+                f"{f'fetch {exc.key!r}' if exc.key is not None else f'the reply: {exc.part}'}"
+                f": {exc.detail}; the reply was damaged in transit and the step failed "
+                "(not retried: run it again)")))
+        except TransportDeadlineExceeded as exc:
+            await self._failed(errors.DeadlineExceededError(None, None, f"RunGraph on "
+                               f"{task.name}: {exc}"))
+        except TransportError as exc:
+            await self._failed(_channels.unavailable(task, exc), dead_task=task.name)
+        return None
+
+    async def _check_restart(self, task):
+        try:
+            await self.master._health(task)
+        except errors.OpError:
+            pass
+
+    def _remote_error(self, exc, task):
+        op = (self.graph.find_operation(exc.op) or exc.op) if exc.op else None
+        error = _rdv.from_remote(exc, op=op)
+        error._asyncflow_located = True
+        return error
+
+    async def _failed(self, error, dead_task=None):
+        self.failures.append((_rdv.is_derived(error), error))
+        if dead_task is not None:  # nothing to wait for there, nobody to tell
+            self.dead.add(dead_task)
+            scope = self.call_scopes.get(dead_task)
+            if scope is not None:
+                scope.cancel()
+        if len(self.failures) == 1 and self.outer is not None:  # (one task: run() aborts)
+            # Others now fail fast (aborted rendezvous); give their root causes a moment.
+            scope = self.outer.cancel_scope
+            scope.deadline = min(scope.deadline, trio.current_time() + 2 * ABORT_GRACE_S + 1)
+            self.outer.start_soon(self._abort, errors.error_code_name(error), error.message)
+
+    async def _abort(self, code, message):
+        if self.aborted:
+            return
+        self.aborted = True
+
+        async def abort_one(tg):
+            task = self.master.tasks[tg.task]
+            try:
+                await task.channel.abort_step(AbortStep(self.step_id, code, message[:4000]),
+                                              timeout=ABORT_GRACE_S)
+            except (TransportError, RemoteCallError):
+                pass
+
+        with trio.CancelScope(shield=True), trio.move_on_after(ABORT_GRACE_S + 0.5):
+            async with trio.open_nursery() as nursery:
+                for tg in self.run_.task_graphs:
+                    if tg.task not in self.dead:
+                        nursery.start_soon(abort_one, tg)
+
+    async def _watchdog(self):
+        """Health of the step's tasks every ``health_check_interval_s`` until its calls end
+        (started once the first interval has passed)."""
+        interval = self.master.config.health_check_interval_s
+        with self.watchdog_scope:
+            while True:
+                for tg in self.run_.task_graphs:
+                    task = self.master.tasks[tg.task]
+                    try:
+                        restarted = await self.master._health(task)
+                    except errors.OpError as exc:
+                        await self._failed(exc, dead_task=task.name)
+                        return
+                    if restarted or self.master.restarted([task.name]):
+                        await self._failed(self.master.restart_error([task], self.step_id),
+                                           dead_task=task.name)
+                        return
+                await trio.sleep(interval)
+
+
+def target_address(target):
+    """``host:port`` of a session target (``grpc://`` and ``http://`` prefixes accepted)."""
+    for prefix in ("grpc://", "http://", "asyncflow://"):
+        if target.startswith(prefix):
+            target = target[len(prefix):]
+    return target.rstrip("/")
+
+
+async def reset(target, containers=None, config=None):
+    """Clear resource containers on every task of ``target`` (a ClusterSpec, dict or address).
+
+    Raises:
+        UnavailableError: a task could not be reached.
+    """
+    from asyncflow.exec.options import SessionConfig
+    config = config or SessionConfig()
+    if isinstance(target, str):
+        addresses = [target_address(target)]
+    else:
+        addresses = [address for _, _, address in ClusterSpec(target).tasks()]
+    request = Reset(None if containers is None else list(containers))
+
+    async def reset_one(address):
+        channel = _channels.connect(address, connect_timeout=config.connect_timeout_s)
+        try:
+            await channel.reset(request, timeout=config.worker_dead_after_s)
+        except TransportError as exc:
+            raise errors.UnavailableError(None, None, f"worker at {address} is unavailable: "
+                                          f"{exc}") from None
+        except RemoteCallError as exc:
+            raise errors.from_code(exc.code, f"Reset on {address}: {exc.message}") from None
+        finally:
+            await channel.aclose()
+
+    async with trio.open_nursery() as nursery:
+        for address in addresses:
+            nursery.start_soon(reset_one, address)

@@ -1,0 +1,379 @@
+"""A worker's per-step rendezvous: local Sends and Recvs, and Recvs pulled from peer workers.
+
+Theory of operation (TF's ``BaseRemoteRendezvous``; docs/distributed.md):
+- ``send`` always deposits locally (the receiver pulls; senders never push unsolicited data).
+- ``recv(key)`` looks at the key's source device (``src;incarnation;dst;tensor;frame:iter``):
+  a device of this worker means a local wait in the ``LocalRendezvous``; any other device is
+  pulled from the worker that owns it with ``RecvTensors``.
+- Pulls of *batchable* keys for the same peer and of the same level that start in the same
+  scheduling round go out in one request: the first Recv task of a round becomes the batch's
+  leader, yields so the Recvs the executor started with it add their keys, then sends them
+  all. The master gives each batchable key a level (``compile/transfer_order.py``): a batched reply waits
+  for every key, and keys of one level never depend on one another, so batching by level
+  cannot deadlock.
+- ``subscribe(key, callback)`` is the taskless form of ``recv`` (the contract of
+  ``LocalRendezvous.subscribe``, TF's ``RecvAsync``): a local key subscribes in the local
+  rendezvous (called at once when its value is there, else by the Send); a remote key joins
+  the step's open pull for its peer and level, and only a *new* pull starts a task (through
+  ``spawn``, which the worker sets for the step's run). The pull calls every callback of its
+  keys when the reply arrives, so a step on a worker with N edges starts one task per pull
+  request, never one per edge, and none for edges between its own devices. A pull task
+  that is done parks and takes the step's next pull (a loop pulls once per iteration): a
+  task is spawned only while every pull task of the step is busy, so in-flight pulls never
+  wait for one another, and a loop's iterations reuse the same few tasks. Without
+  ``spawn`` (a rendezvous used outside a worker step) a remote ``subscribe`` answers False
+  and the Recv awaits ``recv`` instead.
+- Every pulled value is checked against the Recv's declared dtype and static shape.
+- ``abort(error)`` fails local waiters and every later pull with the step's error. Errors that
+  arrive from a peer are *derived* (:func:`derived` marks them, :func:`is_derived` asks; on the
+  wire it is ErrorReply's ``derived`` field, never a text prefix): the peer reports its own
+  root cause to the master, which prefers root causes.
+
+The rendezvous knows nothing of HTTP: it reaches peers through ``transports`` Channels that the
+worker service hands it.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+import trio
+
+from asyncflow import errors
+from asyncflow.device_names import task_of as task_of_device  # noqa: F401 (master, worker)
+from asyncflow.kernels.transfer import parse_key, source_device  # the key format's one place
+from asyncflow.exec.rendezvous import LocalRendezvous
+from transports.messages import RecvTensors, RemoteCallError
+from transports.service import TransportDeadlineExceeded, TransportError
+from transports.wire import ChecksumMismatch
+
+
+def is_derived(error):
+    """True for an error that only follows from another failure (a peer's abort, a cancelled
+    pull): the master prefers any other error as the step's root cause."""
+    return getattr(error, "_asyncflow_derived", False)
+
+
+def derived(error):
+    """``error`` marked as derived, in place (any other exception becomes an AbortedError).
+
+    Marked errors count as located, so the executor passes them on unchanged (and marked).
+    """
+    if not isinstance(error, errors.OpError):
+        error = errors.AbortedError(None, None, str(error))
+    error._asyncflow_derived = True
+    error._asyncflow_located = True
+    return error
+
+
+def from_remote(exc, message=None, op=None):
+    """The OpError for a RemoteCallError, derived when the reply said so."""
+    error = errors.from_code(exc.code, exc.message if message is None else message, op=op)
+    return derived(error) if exc.derived else error
+
+
+def remote_call_error(error, message=None, derived=None):
+    """The RemoteCallError that reports an OpError on the wire: the op to blame and whether it
+    is derived travel as fields (``derived`` overrides the error's own mark)."""
+    op = getattr(error, "op", None)
+    name = getattr(op, "name", op if isinstance(op, str) else "") or ""
+    return RemoteCallError(errors.error_code_name(error),
+                           error.message if message is None else message, op=name,
+                           derived=is_derived(error) if derived is None else derived)
+
+
+
+
+@dataclasses.dataclass(frozen=True)
+class RecvDeclaration:
+    """What a Recv on this worker expects from a peer: its op name, dtype, shape, compression."""
+
+    op_name: str
+    dtype: object
+    shape: object
+    compress: str = ""
+
+
+@dataclasses.dataclass
+class RemoteBinding:
+    """How a step reaches peers: ``channel(task) -> Channel`` and the graph's declarations."""
+
+    channel: object                        # callable: task name -> transports Channel
+    declarations: dict                     # tensor_name -> RecvDeclaration
+    batchable: dict                        # tensor name -> level (same level: may share)
+    on_bytes: object = None                # callable(nbytes, peer task) counting pulled bytes
+
+
+class _Batch:
+    def __init__(self):
+        self.keys = []
+        self.done = trio.Event()
+        self.entries = None
+        self.error = None
+
+
+class _Pull:
+    """One RecvTensors request of subscribed keys: its peer, keys and callbacks (None once
+    called or unsubscribed)."""
+
+    __slots__ = ("task", "keys", "callbacks")
+
+    def __init__(self, task):
+        self.task = task
+        self.keys = []
+        self.callbacks = []
+
+
+class StepRendezvous:
+    """One step's rendezvous on a worker (see the module docstring).
+
+    Args:
+        step_id: the step.
+        local_devices: full names of this worker's devices.
+    """
+
+    def __init__(self, step_id, local_devices):
+        self.step_id = step_id
+        self.local = LocalRendezvous()
+        self._local_devices = frozenset(local_devices)
+        self.binding = None
+        self._open_batches = {}   # (task, level) -> _Batch still collecting keys
+        self._open_pulls = {}     # (task, level) -> _Pull of subscriptions not yet sent
+        self._subscribed = {}     # remote key -> its _Pull, until its callback is called
+        self.spawn = None         # spawn(async_fn, *args): a task of the step (the worker's)
+        self._pulls_due = collections.deque()  # (pull, group) not yet taken by a pull task
+        self._idle = trio.lowlevel.ParkingLot()  # pull tasks waiting for the next pull
+        self._spare = False       # a pull task calls its callbacks: it takes one pull next
+        self._error = None
+        self.pulls = 0
+        self.pull_requests = 0
+
+    def send(self, key, value, is_dead=False):
+        self.local.send(key, value, is_dead)
+
+    def poll(self, key):
+        """``(value, is_dead)`` of a local key already sent, else None (remote keys: None, so
+        the Recv runs its async kernel and pulls)."""
+        if self._is_local(key):
+            return self.local.poll(key)
+        if self._error is not None:
+            raise self._error
+        return None
+
+    async def recv(self, key):
+        """``(value, is_dead)`` for ``key``: a local wait, or a pull from the owning worker."""
+        if self._is_local(key):
+            return await self.local.recv(key)
+        if self._error is not None:
+            raise self._error
+        if self.binding is None:
+            raise errors.InternalError(None, None, f"step {self.step_id}: a remote Recv ran "
+                                       "before the step was bound to its graph")
+        src, _, _, tensor_name, _ = parse_key(key)
+        declaration = self.binding.declarations.get(tensor_name)
+        level = self.binding.batchable.get(tensor_name)
+        if level is not None:
+            entry = await self._pull_batched(task_of_device(src), level, key)
+        else:
+            entry = (await self._request(task_of_device(src), [key]))[0]
+        return self._checked(entry, declaration, key)
+
+    def subscribe(self, key, callback):
+        """Have ``callback(item, error)`` called once with ``key``'s ``(value, is_dead)`` (or
+        ``(None, error)``), as ``LocalRendezvous.subscribe``; a remote key joins a pull.
+
+        Returns:
+            False if the key is remote and this rendezvous cannot pull without a caller's
+            task (no ``spawn`` or no binding yet): the caller awaits ``recv`` instead.
+        """
+        if self._is_local(key):
+            return self.local.subscribe(key, callback)
+        if self._error is not None:
+            callback(None, self._error)
+            return True
+        if self.spawn is None or self.binding is None:
+            return False
+        if key in self._subscribed:
+            raise RuntimeError(f"Two receivers for rendezvous key {key}")
+        src, _, _, tensor_name, _ = parse_key(key)
+        task = task_of_device(src)
+        level = self.binding.batchable.get(tensor_name)
+        group = (task, level)
+        pull = self._open_pulls.get(group) if level is not None else None
+        if pull is None:
+            pull = _Pull(task)
+            if level is not None:
+                self._open_pulls[group] = pull
+            self._pulls_due.append((pull, group))
+            if self._spare and level is None:  # a pull task delivering a reply takes it
+                self._spare = False                # next (a batch waits for its round)
+            elif self._idle:
+                self._idle.unpark(count=1)
+            else:
+                self.spawn(self._puller)
+        pull.keys.append(key)
+        pull.callbacks.append(callback)
+        self._subscribed[key] = pull
+        return True
+
+    def unsubscribe(self, key, callback):
+        """Drop ``callback`` from ``key`` if it was not called yet (a cancelled receiver)."""
+        if self._is_local(key):
+            self.local.unsubscribe(key, callback)
+            return
+        pull = self._subscribed.get(key)
+        if pull is not None:
+            position = pull.keys.index(key)
+            if pull.callbacks[position] is callback:
+                pull.callbacks[position] = None
+                del self._subscribed[key]
+
+    async def _puller(self):
+        """A pull task: takes due pulls until there are none, then parks for the next (it
+        ends with the step's nursery)."""
+        while True:
+            while self._pulls_due:
+                await self._pull(*self._pulls_due.popleft())
+            await self._idle.park()
+
+    async def _pull(self, pull, group):
+        """The task of one pull: everything subscribed before it runs rides in its request
+        (the drains that subscribed never wait); then each callback gets its value."""
+        if self._open_pulls.get(group) is pull:
+            del self._open_pulls[group]
+        if self._error is not None:
+            return  # (``abort`` called the callbacks)
+        try:
+            entries = await self._request(pull.task, list(pull.keys))
+        except Exception as exc:  # noqa: BLE001 - each Recv of the pull fails with it
+            self._deliver_error(pull, exc if isinstance(exc, errors.OpError) else
+                                errors.InternalError(None, None, f"RecvTensors from "
+                                                     f"{pull.task}: {type(exc).__name__}: {exc}"))
+            return
+        declarations = self.binding.declarations
+        # The callbacks run the step on (no await until this task looks at the queue again):
+        # the first pull they start is this task's next, not a new task's.
+        self._spare = True
+        for position, (key, entry) in enumerate(zip(pull.keys, entries)):
+            callback = pull.callbacks[position]
+            if callback is None:
+                continue
+            pull.callbacks[position] = None
+            del self._subscribed[key]
+            try:
+                item = self._checked(entry, declarations.get(parse_key(key)[3]), key)
+            except errors.OpError as exc:
+                callback(None, exc)
+            else:
+                callback(item, None)
+        self._spare = False
+
+    def _deliver_error(self, pull, error):
+        for position, callback in enumerate(pull.callbacks):
+            if callback is not None:
+                pull.callbacks[position] = None
+                self._subscribed.pop(pull.keys[position], None)
+                callback(None, error)
+
+    def abort(self, error):
+        if self._error is None:
+            self._error = error
+        self.local.abort(error)
+        pulls = {id(pull): pull for pull in self._subscribed.values()}
+        self._open_pulls.clear()
+        for pull in pulls.values():
+            self._deliver_error(pull, error)
+
+    @property
+    def aborted(self):
+        return self._error is not None or self.local.aborted
+
+    @property
+    def abort_error(self):
+        """The error the step was aborted with (None while it is not)."""
+        return self._error
+
+    def statistics(self):
+        return self.local.statistics()
+
+    def _is_local(self, key):
+        return source_device(key) in self._local_devices
+
+    async def _pull_batched(self, task, level, key):
+        group = (task, level)
+        batch = self._open_batches.get(group)
+        if batch is not None:
+            position = len(batch.keys)
+            batch.keys.append(key)
+            await batch.done.wait()
+            if batch.error is not None:
+                raise batch.error
+            return batch.entries[position]
+        batch = self._open_batches[group] = _Batch()
+        batch.keys.append(key)
+        try:
+            await trio.lowlevel.checkpoint()  # let the Recvs started with this one join
+            await trio.lowlevel.checkpoint()
+            if self._open_batches.get(group) is batch:
+                del self._open_batches[group]
+            batch.entries = await self._request(task, list(batch.keys))
+        except BaseException as exc:
+            if self._open_batches.get(group) is batch:
+                del self._open_batches[group]
+            batch.error = exc if isinstance(exc, errors.OpError) else derived(
+                errors.CancelledError(None, None,
+                                      f"step {self.step_id}: the pull batch was cancelled"))
+            raise
+        finally:
+            batch.done.set()
+        return batch.entries[0]
+
+    async def _request(self, task, keys):
+        channel = self.binding.channel(task)
+        self.pull_requests += 1
+        self.pulls += len(keys)
+        try:
+            reply = await channel.recv_tensors(RecvTensors(self.step_id, keys))
+        except RemoteCallError as exc:
+            raise derived(from_remote(exc, f"RecvTensors from {task}: {exc.message}"))
+        except ChecksumMismatch as exc:
+            # Not retried: the producer drops what was pulled, and the step fails instead.
+            address = getattr(channel, "address", "?")
+            edge = exc.key if exc.key is not None else ", ".join(keys)  # (header: all of them)
+            raise errors.DataLossError(None, None, (
+                f"RecvTensors from {task} at {address}: edge {edge!r}: {exc.part}: "
+                f"{exc.detail}; the tensor was damaged in transit and the "
+                "step failed (not retried: run it again)")) from None
+        except TransportDeadlineExceeded as exc:
+            raise errors.DeadlineExceededError(None, None, f"RecvTensors from {task}: {exc}")
+        except TransportError as exc:
+            raise errors.UnavailableError(None, None, f"worker {task} is unavailable "
+                                          f"(RecvTensors failed: {exc})") from exc
+        entries = reply.tensors
+        if len(entries) != len(keys) or any(e.key != k for e, k in zip(entries, keys)):
+            raise errors.InternalError(None, None, f"RecvTensors from {task} answered other "
+                                       "keys than it was asked for")
+        if self.binding.on_bytes is not None:
+            self.binding.on_bytes(sum(e.value.nbytes for e in entries if e.value is not None),
+                                  task)
+        return entries
+
+    def _checked(self, entry, declaration, key):
+        if entry.error is not None:
+            raise derived(errors.from_code(entry.error.code, entry.error.message))
+        value = entry.value
+        if entry.is_dead or declaration is None or value is None:
+            return value, entry.is_dead
+        expected = declaration.dtype.np if not declaration.compress else None
+        if expected is not None and (declaration.dtype.is_string != (value.dtype == object) or (
+                not declaration.dtype.is_string and value.dtype != expected)):
+            raise errors.InvalidArgumentError(
+                None, None, f"_Recv '{declaration.op_name}': received dtype {value.dtype} for "
+                f"{key}, but the Recv declares {declaration.dtype.name}")
+        shape = declaration.shape
+        if shape is not None and not shape.is_compatible_with(value.shape):
+            raise errors.InvalidArgumentError(
+                None, None, f"_Recv '{declaration.op_name}': received shape {list(value.shape)} "
+                f"for {key}, but the Recv declares {shape}")
+        return value, entry.is_dead
+

@@ -1,0 +1,650 @@
+"""The worker service: the logic behind every transport (``transports.service`` handler protocol).
+
+Theory of operation (paper §3.3; docs/distributed.md):
+- **RegisterGraph.** The master sends one partition per worker as plain data:
+  ``graph`` is a graph_def (``Graph.as_graph_def`` format) of already placed nodes, its
+  Send/Recv pairs included; ``options`` names the feeds (placeholders standing for client
+  feeds), fetches, the Recvs' batchable tensor names with their levels, the peers and the
+  session's settings.
+  The worker rebuilds it with ``import_graph_def`` in a fresh Graph, then compiles it with
+  the local compiler, which re-partitions by local device. One log line per graph. Import
+  and compile of a graph of more than ``INLINE_GRAPH_NODES`` nodes run in a worker thread (one
+  registration at a time), so the trio loop keeps answering Health; a graph of more than
+  ``max_graph_nodes`` nodes is refused before.
+- **Graph leases.** A graph lives ``graph_lease_s`` seconds (default 600) past its last
+  registration or RunGraph; then it is dropped (never while it runs), so the graphs of a
+  client killed with -9 do not stay forever. ``expire_idle_graphs`` (a task the Server runs)
+  checks every ``lease_check_period_s`` (a quarter of the lease, between 0.05 and 30 s), so a
+  vanished client's graph is gone within its lease plus that margin even when no request
+  arrives; Health and ``/metrics`` check too, and show the count falling. The master
+  registers a graph again when it has been idle for half the lease (Health's
+  ``stats.graph_lease_s`` says how long), so a live session never sees its graph expire.
+- **Replay.** Every RunGraph carries a ``request_id`` > 0, unique per graph handle (the master
+  counts from 1 per registration). The worker keeps an anti-replay window per handle (the
+  highest id and the ids seen within ``REPLAY_WINDOW`` below it, as IPsec does): a repeated
+  or too-old id is refused with ABORTED, so a recorded RunGraph cannot run twice.
+- **RunGraph.** Validates feeds against their placeholders, finds or creates the step's
+  state, binds the step's ``StepRendezvous`` to the graph (peers, Recv declarations) and runs
+  the partitions with the compiled run's step runner under the request's deadline; a graph
+  with Recvs from peers runs inside a nursery of the step where its pulls run, one task per
+  request (the Recvs subscribe). A failure aborts the step's rendezvous (so pulls from peers
+  see it), is logged once and answered with its canonical code; the reply's ``op`` names the
+  op to blame (the master names the user's op from it), ``derived`` says the failure only
+  follows from another one.
+- **RecvTensors.** Receiver-initiated: waits in the step's local rendezvous until each key has
+  been sent; a pull that arrives before the step's RunGraph creates the step's state.
+- **Step state is bounded.** A step is dropped when its RunGraph is done and every tensor it
+  sent has been pulled, on AbortStep/CleanupStep, or after ``step_ttl`` seconds. Dropped
+  steps leave a tombstone (a bounded LRU) so late RunGraphs and pulls fail fast with
+  ABORTED instead of recreating state; at most ``max_steps`` steps live at once. An AbortStep
+  for a step this worker never saw leaves its mark in a second LRU, so flooding AbortStep
+  with made-up ids cannot evict the tombstones of steps that ran.
+- **Reset** clears the resource containers, aborts every live step (its RunGraph answers
+  ABORTED instead of finishing into dropped state) and drops every graph.
+- **Files.** With a ``data_dir``, every file an op opens must resolve inside it
+  (``exec/files.py``): Save, Restore and the readers fail with PERMISSION_DENIED otherwise.
+- Resources (variables, queues) live in the worker's ResourceManager and outlive sessions
+  until Reset. This module knows transports' messages and errors, never HTTP.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import itertools
+import logging
+import secrets
+import time
+
+import numpy as np
+import trio
+
+from asyncflow import errors
+from asyncflow.cluster import remote_rendezvous as _rdv
+from asyncflow.cluster import status as _status
+from asyncflow.graph.graph import Graph
+from asyncflow.graph.serialize import import_graph_def
+from asyncflow.exec import compiled_run
+from asyncflow.exec import devices as _device
+from asyncflow.exec.step import Step
+from asyncflow.exec.options import SessionConfig
+from asyncflow.exec.files import DataDirectory
+from asyncflow.exec.resources import ResourceManager
+from transports.messages import (
+    HealthReply, NodeExecStats, RecvTensorsReply, RegisterGraphReply, RemoteCallError,
+    RunGraphReply, StepStats, TensorEntry, WorkerStatistics,
+)
+
+_log = logging.getLogger("asyncflow.worker")
+
+
+def _fail(code, message, derived=False):
+    raise RemoteCallError(code, message, derived=derived)
+
+
+REPLAY_WINDOW = 4096
+# Graphs up to this size are imported on the loop (tens of ms); larger ones in a thread.
+INLINE_GRAPH_NODES = 500
+LEASE_CHECK_MIN_S, LEASE_CHECK_MAX_S = 0.05, 30.0  # expire_idle_graphs looks every quarter lease
+
+
+class _ReplayWindow:
+    """The request ids of one graph handle's RunGraphs, as an anti-replay window.
+
+    Ids at or below ``highest - REPLAY_WINDOW`` are refused as too old; within the window each
+    id is accepted once. Memory is bounded by the window, whatever a client sends.
+    """
+
+    __slots__ = ("highest", "seen")
+
+    def __init__(self):
+        self.highest = 0
+        self.seen = set()
+
+    def admit(self, request_id):
+        """None if ``request_id`` is fresh (and now used), else why it is refused."""
+        if request_id <= 0:
+            return "a RunGraph needs a request_id > 0, unique per graph handle"
+        if request_id <= self.highest - REPLAY_WINDOW:
+            return (f"request_id {request_id} is older than the last {REPLAY_WINDOW} "
+                    f"(highest {self.highest})")
+        if request_id in self.seen:
+            return f"request_id {request_id} was already used: a replayed RunGraph"
+        self.seen.add(request_id)
+        if request_id > self.highest:
+            self.highest = request_id
+            if len(self.seen) > 2 * REPLAY_WINDOW:
+                floor = self.highest - REPLAY_WINDOW
+                self.seen = {seen for seen in self.seen if seen > floor}
+        return None
+
+
+@dataclasses.dataclass
+class _WorkerGraph:
+    handle: str
+    graph: Graph
+    compiled: object
+    feeds: list          # placeholder tensors, in the order of feed_names
+    feed_names: list
+    fetch_names: list
+    binding: object      # the RemoteBinding every step of the graph shares (peers, Recvs)
+    peers: dict          # task name -> address
+    lease_expires: float = 0.0  # trio time after which an idle graph is dropped
+    feed_checks: list = dataclasses.field(default_factory=list)  # per feed, see _feed_checks
+    running: int = 0     # RunGraphs in progress
+    runs: int = 0        # RunGraphs started
+    op_count: int = 0    # ops of the partition as registered
+    replay: _ReplayWindow = dataclasses.field(default_factory=lambda: _ReplayWindow())
+
+
+class _StepState:
+    __slots__ = ("step_id", "rendezvous", "created", "running", "ran", "scope")
+
+    def __init__(self, step_id, devices, now):
+        self.step_id = step_id
+        self.rendezvous = _rdv.StepRendezvous(step_id, devices)
+        self.created = now
+        self.running = False
+        self.ran = False
+        self.scope = None
+
+
+@dataclasses.dataclass
+class _Counters:
+    steps_run: int = 0
+    steps_failed: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    graphs_registered: int = 0
+    pull_requests: int = 0
+    tensors_pulled: int = 0
+
+
+class WorkerService:
+    """One worker task's service state (implements ``WorkerServiceProtocol``).
+
+    Args:
+        job_name: this task's job.
+        task_index: this task's index.
+        connect: ``connect(address) -> Channel`` for pulls from peers (e.g. a TrioHttpChannel).
+        config: a SessionConfig for the local devices (``device_count``) and compiler.
+        step_ttl: seconds a step's state may live without finishing.
+        max_steps: steps alive at once before pulls for new steps are refused.
+        data_dir: the directory the worker's file ops are confined to (None: unconfined).
+        graph_lease_s: seconds a graph lives past its last registration or run.
+        max_graph_nodes: the most nodes a RegisterGraph may carry.
+        status_trace_every: while someone watches the status, trace 1 step in this many,
+            chosen by a hash of the step id (0: never; ``status.py``).
+    """
+
+    def __init__(self, job_name, task_index, connect, config=None, step_ttl=120.0,
+                 max_steps=4096, data_dir=None, graph_lease_s=600.0, max_graph_nodes=100_000,
+                 status_trace_every=_status.DEFAULT_TRACE_EVERY):
+        self.job_name = job_name
+        self.task_index = int(task_index)
+        self.task = f"/job:{job_name}/replica:0/task:{self.task_index}"
+        self.incarnation = secrets.randbits(63) | 1
+        self.config = config or SessionConfig()
+        self.local_devices = _device.make_local_devices(
+            self.config.device_count, job=job_name, task=self.task_index,
+            intra_op_threads=self.config.intra_op_parallelism_threads)
+        self.device_names = [d.name for d in self.local_devices]
+        self._state = compiled_run.DeviceState.local(self.local_devices, self.incarnation)
+        self.data_directory = None if data_dir is None else DataDirectory(data_dir)
+        self.resources = ResourceManager(local=False, data_directory=self.data_directory)
+        self._graph_lease_s = float(graph_lease_s)
+        self._max_graph_nodes = int(max_graph_nodes)
+        self._registrations = trio.CapacityLimiter(1)
+        self._abort_marks = collections.OrderedDict()  # AbortStep for steps never seen
+        self._connect = connect
+        self._channels = {}
+        self._graphs = {}
+        self._steps = {}
+        self._tombstones = collections.OrderedDict()
+        self._handles = itertools.count(1)
+        self.on_shutdown = None  # set by a Server with a token: Shutdown ends its join()
+        self._step_ttl = step_ttl
+        self._max_steps = max_steps
+        self.counters = _Counters()
+        self.status = _status.StatusRecorder(status_trace_every)
+        self.transport_statistics = None  # set by a Server: () -> its transport's statistics
+        self.cluster = None  # set by a Server: its ClusterSpec's jobs, sent in Health
+
+    # -- graphs -----------------------------------------------------------------------
+    async def register_graph(self, request):
+        options = request.options
+        nodes = request.graph.get("node") if isinstance(request.graph, dict) else None
+        if isinstance(nodes, list) and len(nodes) > self._max_graph_nodes:
+            _fail("RESOURCE_EXHAUSTED", f"RegisterGraph: {len(nodes)} nodes exceed this "
+                  f"worker's limit of {self._max_graph_nodes}")
+        self._sweep_graphs()
+        try:
+            if isinstance(nodes, list) and len(nodes) <= INLINE_GRAPH_NODES:
+                graph, feeds, fetches, ops, compiled = self._build(request.graph, options)
+            else:
+                graph, feeds, fetches, ops, compiled = await trio.to_thread.run_sync(
+                    self._build, request.graph, options, limiter=self._registrations)
+        except errors.OpError as exc:
+            raise _rdv.remote_call_error(exc, f"RegisterGraph: {exc.message}") from None
+        except (ValueError, TypeError, KeyError) as exc:
+            _fail("INVALID_ARGUMENT", f"RegisterGraph: malformed graph: {type(exc).__name__}: {exc}")
+        handle = f"{request.session_handle or 'graph'}/{next(self._handles)}/{secrets.token_hex(4)}"
+        peers = dict(options.peers)
+        declarations, batchable = self._declarations(graph, options)
+        binding = _rdv.RemoteBinding(functools.partial(self._channel, peers=peers),
+                                     declarations, batchable, self._count_received)
+        self._graphs[handle] = _WorkerGraph(
+            handle, graph, compiled, feeds, list(options.feeds),
+            [t.name for t in fetches], binding, peers,
+            lease_expires=trio.current_time() + self._graph_lease_s,
+            feed_checks=_feed_checks(list(options.feeds), feeds), op_count=len(ops))
+        self.counters.graphs_registered += 1
+        _log.info("%s registered graph %s: %d ops on %s", self.task, handle, len(ops),
+                  ", ".join(sorted({op.device for op in ops})) or "no devices")
+        return RegisterGraphReply(handle, self.incarnation)
+
+    def _build(self, graph_def, options):
+        """Import and compile a graph (in a worker thread)."""
+        graph, feeds, fetches, targets = self._import(graph_def, options)
+        # Every shipped node is a target: a Send's consumer lives on another worker.
+        compiled = compiled_run.compile_run(graph, feeds, fetches, targets, self._state,
+                                         self._compile_config(options), self.resources)
+        return graph, feeds, fetches, targets, compiled
+
+    @property
+    def lease_check_period_s(self):
+        """How often ``expire_idle_graphs`` looks: the margin past a lease before a drop."""
+        return min(max(self._graph_lease_s / 4, LEASE_CHECK_MIN_S), LEASE_CHECK_MAX_S)
+
+    async def expire_idle_graphs(self):
+        """Drop graphs whose lease ran out, every ``lease_check_period_s``, until cancelled."""
+        while True:
+            await trio.sleep(self.lease_check_period_s)
+            self._sweep_graphs()
+
+    def _sweep_graphs(self):
+        now = trio.current_time()
+        for handle, wg in list(self._graphs.items()):
+            if not wg.running and now > wg.lease_expires:
+                del self._graphs[handle]
+                _log.info("%s dropped graph %s: its lease of %g s expired", self.task, handle,
+                          self._graph_lease_s)
+
+    def _import(self, graph_def, options):
+        graph = Graph()
+        with graph.as_default():
+            import_graph_def(graph_def, name="")
+        feeds = [graph.get_tensor_by_name(name) for name in options.feeds]
+        fetches = [graph.get_tensor_by_name(name) for name in options.fetches]
+        fed_ops = {t.op for t in feeds}
+        targets = [op for op in graph.get_operations() if op not in fed_ops]
+        for op in targets:
+            if op.device and _rdv.task_of_device(op.device) != self.task:
+                raise ValueError(f"op {op.name!r} is placed on {op.device}, not on {self.task}")
+        return graph, feeds, fetches, targets
+
+    def _compile_config(self, options):
+        settings = options.config
+        return dataclasses.replace(
+            self.config, allow_soft_placement=settings.allow_soft_placement,
+            compress_transfers=settings.compress_transfers or None)
+
+    def _declarations(self, graph, options):
+        declarations = {}
+        for op in graph.get_operations():
+            if op.type == "_Recv" and op.get_attr("send_device") not in self.device_names:
+                declarations[op.get_attr("tensor_name")] = _rdv.RecvDeclaration(
+                    op.name, op.get_attr("dtype"), op.get_attr("shape"),
+                    op.attrs.get("compress") or "")
+        return declarations, dict(options.batchable)
+
+    async def deregister_graph(self, request):
+        if self._graphs.pop(request.graph_handle, None) is None:
+            _fail("NOT_FOUND", f"no graph with handle {request.graph_handle!r} on {self.task}")
+
+    # -- steps ------------------------------------------------------------------------
+    def _channel(self, task, peers):
+        address = peers.get(task)
+        if address is None:
+            raise errors.UnavailableError(None, None, f"{self.task} has no address for {task}")
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._channels[address] = self._connect(address)
+        return channel
+
+    def _sweep(self):
+        now = trio.current_time()
+        for step_id, state in list(self._steps.items()):
+            if now - state.created > self._step_ttl and not state.running:
+                self._drop(step_id, "expired")
+
+    def _drop(self, step_id, reason):
+        state = self._steps.pop(step_id, None)
+        if state is not None and not state.rendezvous.aborted:
+            state.rendezvous.abort(_rdv.derived(errors.AbortedError(
+                None, None, f"step {step_id} was {reason} on {self.task}")))
+        self._tombstones[step_id] = reason
+        while len(self._tombstones) > 4 * self._max_steps:
+            self._tombstones.popitem(last=False)
+
+    def _find_or_create(self, step_id):
+        reason = self._tombstones.get(step_id) or self._abort_marks.get(step_id)
+        if reason is not None:
+            _fail("ABORTED", f"step {step_id} was already {reason} on {self.task}")
+        state = self._steps.get(step_id)
+        if state is None:
+            self._sweep()
+            if len(self._steps) >= self._max_steps:
+                _fail("RESOURCE_EXHAUSTED", f"{self.task} already holds {len(self._steps)} "
+                      "steps; refusing state for another")
+            state = self._steps[step_id] = _StepState(step_id, self.device_names,
+                                                      trio.current_time())
+        return state
+
+    def _maybe_done(self, state):
+        stats = state.rendezvous.statistics()
+        if state.ran and stats.pending_sends == 0 and stats.waiting_recvs == 0:
+            self._drop(state.step_id, "finished")
+
+    def _feed_values(self, wg, entries):
+        if [entry.key for entry in entries] == wg.feed_names:  # the master's order: no lookup
+            ordered = entries
+        else:
+            by_key = {}
+            for entry in entries:
+                if entry.key in by_key:
+                    _fail("INVALID_ARGUMENT", f"feed {entry.key!r} is given twice")
+                by_key[entry.key] = entry
+            unknown = sorted(set(by_key) - set(wg.feed_names))
+            missing = [n for n in wg.feed_names if n not in by_key]
+            if unknown or missing:
+                _fail("INVALID_ARGUMENT", f"RunGraph feeds of graph {wg.handle} must be "
+                      f"exactly {wg.feed_names}; unknown {unknown}, missing {missing}")
+            ordered = [by_key[name] for name in wg.feed_names]
+        values = []
+        for entry, (name, expected, dims, tensor) in zip(ordered, wg.feed_checks):
+            value = entry.value
+            if value is None:
+                _fail("INVALID_ARGUMENT", f"feed {name!r} carries no value")
+            if value.dtype != expected:
+                _fail("INVALID_ARGUMENT", f"feed {name!r} has dtype {value.dtype}, but its "
+                      f"placeholder declares {tensor.dtype.name}")
+            shape = value.shape
+            if dims is not None and (len(dims) != len(shape) or any(
+                    d is not None and d != n for d, n in zip(dims, shape))):
+                _fail("INVALID_ARGUMENT", f"feed {name!r} has shape {list(shape)}, but "
+                      f"its placeholder declares {tensor.shape}")
+            self.counters.bytes_received += value.nbytes
+            values.append(value)
+        return values
+
+    async def run_graph(self, request):
+        wg = self._graphs.get(request.graph_handle)
+        if wg is None:
+            _fail("NOT_FOUND", f"no graph with handle {request.graph_handle!r} on {self.task} "
+                  f"(incarnation {self.incarnation:x}); register it again")
+        if list(request.fetch_keys) != wg.fetch_names[:len(request.fetch_keys)] or \
+                len(request.fetch_keys) != len(wg.fetch_names):
+            _fail("INVALID_ARGUMENT", f"RunGraph fetch keys {list(request.fetch_keys)} differ "
+                  f"from the registered {wg.fetch_names}")
+        feed_values = self._feed_values(wg, request.feeds)
+        refused = wg.replay.admit(request.request_id)
+        if refused is not None:
+            _fail("INVALID_ARGUMENT" if request.request_id <= 0 else "ABORTED",
+                  f"RunGraph of step {request.step_id} on {self.task}: {refused}")
+        state = self._find_or_create(request.step_id)
+        if state.running or state.ran:
+            _fail("ALREADY_EXISTS", f"step {request.step_id} already ran on {self.task}")
+        state.rendezvous.binding = wg.binding  # built once, at registration
+        state.running = True
+        trace = [] if request.trace or self.status.wants_trace(request.step_id) else None
+        step = Step(request.step_id, rendezvous=state.rendezvous, trace=trace)
+        wg.running += 1
+        wg.runs += 1
+        started = time.perf_counter()
+        try:
+            values = await self._execute(state, wg, feed_values, step, request.timeout_ms)
+        except BaseException as exc:
+            self.status.step_done(request.step_id, time.perf_counter() - started, failed=True)
+            self._step_failed(state, exc)
+            raise
+        finally:
+            wg.running -= 1
+            wg.lease_expires = trio.current_time() + self._graph_lease_s
+            state.running = False
+            state.ran = True
+            self.counters.pull_requests += state.rendezvous.pull_requests
+            self.counters.tensors_pulled += state.rendezvous.pulls
+        self.counters.steps_run += 1
+        self.status.step_done(request.step_id, time.perf_counter() - started, trace)
+        tensors = [TensorEntry(name, _host(value)) for name, value in zip(wg.fetch_names, values)]
+        self.counters.bytes_sent += sum(t.value.nbytes for t in tensors)
+        self._maybe_done(state)
+        stats = StepStats([_node_stats(s) for s in trace]) if request.trace else None
+        return RunGraphReply(tensors, stats)
+
+    async def _execute(self, state, wg, feed_values, step, timeout_ms):
+        deadline = trio.current_time() + timeout_ms / 1000 if timeout_ms else float("inf")
+        with trio.CancelScope(deadline=deadline) as scope:
+            state.scope = scope
+            failure = None
+            try:
+                if wg.binding.declarations:  # Recvs from peers: their pulls need a nursery
+                    values = await self._run_with_pulls(state, wg, feed_values, step)
+                else:
+                    values = await wg.compiled.runner.run(feed_values, step)
+            except errors.OpError as exc:
+                failure = exc
+            if failure is not None:
+                raise _rdv.remote_call_error(failure) from None
+            return values
+        if state.rendezvous.aborted:
+            reason = state.rendezvous.abort_error  # a Reset says so itself; an AbortStep is derived
+            if reason is not None and not _rdv.is_derived(reason):
+                _fail("ABORTED", reason.message)
+            _fail("ABORTED", f"step {state.step_id} was aborted on {self.task}", derived=True)
+        _fail("DEADLINE_EXCEEDED", f"step {state.step_id} ran past its {timeout_ms} ms deadline "
+              f"on {self.task}")
+
+    @staticmethod
+    async def _run_with_pulls(state, wg, feed_values, step):
+        """Run the step with a nursery for its pulls (a task per request, none per edge: see
+        ``StepRendezvous.subscribe``); pulls left when the step ends (it failed) are cancelled."""
+        failure = None
+        async with trio.open_nursery() as pulls:
+            state.rendezvous.spawn = pulls.start_soon
+            try:
+                values = await wg.compiled.runner.run(feed_values, step)
+            except errors.OpError as exc:
+                failure = exc  # (raised outside the nursery: never an ExceptionGroup)
+            finally:
+                state.rendezvous.spawn = None
+                pulls.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+        return values
+
+    def _step_failed(self, state, exc):
+        self.counters.steps_failed += 1
+        if isinstance(exc, RemoteCallError):
+            error = _rdv.from_remote(exc)
+        elif _only_cancelled(exc):
+            error = _rdv.derived(errors.CancelledError(
+                None, None, f"step {state.step_id} was cancelled on {self.task}"))
+        else:
+            error = errors.InternalError(None, None, f"{type(exc).__name__}: {exc}")
+        state.rendezvous.abort(error)
+        op = exc.op if isinstance(exc, RemoteCallError) else ""
+        self.status.error(state.step_id, errors.error_code_name(error), op, error.message,
+                          _rdv.is_derived(error))
+        level = logging.INFO if _rdv.is_derived(error) else logging.WARNING
+        _log.log(level, "%s step %d failed: %s", self.task, state.step_id,
+                 error.message.splitlines()[0])
+        self._drop(state.step_id, "failed")
+
+    def _count_received(self, nbytes, peer=None):
+        self.counters.bytes_received += nbytes
+        if peer is not None:
+            self.status.pulled(peer, nbytes)
+
+    async def recv_tensors(self, request):
+        keys = list(request.keys)
+        if not keys:
+            _fail("INVALID_ARGUMENT", "RecvTensors asks for no keys")
+        for key in keys:
+            try:
+                src, incarnation, _, _, _ = _rdv.parse_key(key)
+            except ValueError as exc:
+                _fail("INVALID_ARGUMENT", str(exc))
+            if src not in self.device_names:
+                _fail("INVALID_ARGUMENT", f"rendezvous key {key!r} names source device {src}, "
+                      f"which is not on {self.task}")
+            if incarnation != self.incarnation:
+                _fail("ABORTED", f"RecvTensors for {key!r} expects a different device "
+                      f"incarnation ({incarnation:x}) than {self.task}'s ({self.incarnation:x}): "
+                      "the worker restarted")
+        state = self._find_or_create(request.step_id)
+        if len(set(keys)) != len(keys):
+            _fail("INVALID_ARGUMENT", "RecvTensors names a rendezvous key twice")
+        entries = []
+        try:
+            for key in keys:
+                value, is_dead = await state.rendezvous.local.recv(key)
+                value = None if is_dead else _host(value)
+                entries.append(TensorEntry(key, value, is_dead=is_dead))
+        except RuntimeError as exc:  # another RecvTensors already waits on the key
+            _fail("ALREADY_EXISTS", f"step {request.step_id} on {self.task}: {exc}")
+        except errors.OpError as exc:  # the step failed here: the pulling peer's is derived
+            raise _rdv.remote_call_error(exc, derived=True) from None
+        self.counters.bytes_sent += sum(e.value.nbytes for e in entries if e.value is not None)
+        self._maybe_done(state)
+        return RecvTensorsReply(entries)
+
+    async def abort_step(self, request):
+        state = self._steps.get(request.step_id)
+        error = _rdv.derived(errors.from_code(request.code, request.message))
+        if state is None:
+            if request.step_id not in self._tombstones:
+                self._abort_marks[request.step_id] = "aborted"
+                self._abort_marks.move_to_end(request.step_id)
+                while len(self._abort_marks) > 4 * self._max_steps:
+                    self._abort_marks.popitem(last=False)
+            return
+        state.rendezvous.abort(error)
+        if state.scope is not None:
+            state.scope.cancel()
+        self._drop(request.step_id, "aborted")
+
+    async def cleanup_step(self, request):
+        if request.step_id not in self._steps and request.step_id not in self._tombstones:
+            _fail("NOT_FOUND", f"no step {request.step_id} on {self.task}")
+        if request.step_id in self._steps:
+            self._drop(request.step_id, "cleaned up")
+
+    # -- status -----------------------------------------------------------------------
+    async def health(self, request):
+        self._sweep_graphs()
+        return HealthReply(self.incarnation, self.task, list(self.device_names),
+                           self.statistics(), self.cluster)
+
+    async def devices(self):
+        return list(self.device_names)
+
+    async def shutdown(self, request):
+        """Stop serving once this reply is sent: the job is done (``Server.join`` returns).
+
+        Only a worker that requires a token honours it (``on_shutdown`` is set by the Server
+        then): on a token-less worker anyone who can connect could end the task.
+        """
+        if request.task and request.task != self.task:
+            _fail("INVALID_ARGUMENT", f"Shutdown for {request.task} reached {self.task}")
+        if self.on_shutdown is None:
+            _fail("FAILED_PRECONDITION", f"{self.task} serves without a token, so it refuses "
+                  "Shutdown; start it with ASYNCFLOW_TOKEN set")
+        _log.info("%s shutting down: %s", self.task, request.reason or "Shutdown requested")
+        self.on_shutdown()
+
+    async def reset(self, request):
+        containers = request.containers
+        for step_id, state in list(self._steps.items()):
+            state.rendezvous.abort(errors.AbortedError(
+                None, None, f"step {step_id} was aborted by a Reset of {self.task}"))
+            if state.scope is not None:
+                state.scope.cancel()
+            self._drop(step_id, "aborted by a reset")
+        dropped, self._graphs = len(self._graphs), {}
+        self.resources.reset(containers)
+        _log.info("%s reset containers %s and dropped %d graphs", self.task,
+                  "all" if containers is None else containers, dropped)
+
+    def statistics(self):
+        """A WorkerStatistics snapshot (Health's ``stats``)."""
+        return WorkerStatistics(
+            steps_run=self.counters.steps_run, steps_failed=self.counters.steps_failed,
+            steps_in_flight=sum(s.running for s in self._steps.values()),
+            steps_held=len(self._steps), graphs=len(self._graphs),
+            bytes_sent=self.counters.bytes_sent, bytes_received=self.counters.bytes_received,
+            pull_requests=self.counters.pull_requests,
+            tensors_pulled=self.counters.tensors_pulled, max_rss_mib=_status.max_rss_mib(),
+            graph_lease_s=float(self._graph_lease_s))
+
+    async def status_json(self):
+        """This task's live status as JSON (``GET /v1/status``; ``status.py`` says what)."""
+        self.status.viewed()
+        self._sweep_graphs()
+        return _status.task_status_json(self, self._graphs.values())
+
+    async def metrics_text(self):
+        self._sweep_graphs()
+        stats = self.statistics()
+        rows = [("asyncflow_worker_steps_total", "counter", "Steps run to completion",
+                 stats.steps_run),
+                ("asyncflow_worker_steps_failed_total", "counter", "Steps that failed",
+                 stats.steps_failed),
+                ("asyncflow_worker_steps_in_flight", "gauge", "Steps running now",
+                 stats.steps_in_flight),
+                ("asyncflow_worker_registered_graphs", "gauge", "Registered graphs",
+                 stats.graphs),
+                ("asyncflow_worker_tensor_bytes_sent_total", "counter",
+                 "Tensor bytes sent (fetches and pulls)", stats.bytes_sent),
+                ("asyncflow_worker_tensor_bytes_received_total", "counter",
+                 "Tensor bytes received (feeds and pulls)", stats.bytes_received)]
+        lines = []
+        for name, kind, text, value in rows:
+            lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}",
+                      f'{name}{{task="{self.task}"}} {value}']
+        return "\n".join(lines) + "\n"
+
+    async def aclose(self):
+        """Close the channels to peers."""
+        channels, self._channels = self._channels, {}
+        for channel in channels.values():
+            await channel.aclose()
+
+
+def _feed_checks(names, placeholders):
+    """Per feed ``(name, numpy dtype, static dims or None, placeholder)``, computed once per
+    registered graph so that a RunGraph's feed validation is a few comparisons."""
+    return [(name, object if t.dtype.is_string else t.dtype.np, t.shape.dims, t)
+            for name, t in zip(names, placeholders)]
+
+
+def _only_cancelled(exc):
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_only_cancelled(e) for e in exc.exceptions)
+    return isinstance(exc, trio.Cancelled)
+
+
+def _host(value):
+    to_numpy = getattr(value, "get", None)
+    if to_numpy is not None and not isinstance(value, np.ndarray):
+        value = to_numpy()
+    array = np.asarray(value)
+    if array.dtype == object or array.dtype.kind in "SU":
+        array = np.asarray(value, dtype=object)
+    return array
+
+
+def _node_stats(stats):
+    return NodeExecStats(stats.node_name, stats.op_type, stats.device, int(stats.start_us),
+                         int(stats.end_us))

@@ -1,0 +1,358 @@
+"""The compiled forms' code, generated once per plan by ``Generator``: a static plan's
+schedule as one straight-line function, and a simple loop frame's iterations as a generator
+(which frames are simple: ``docs/control_flow.md``, "Simple loops run straight-line").
+A static plan's step function::
+
+    async def _step(slots, _offload, _wait, _pause, _rec=None):
+        v0 = F0(c1, slots[0], K0)[0]
+        v0 = F0(c2, v0, K0)[0]
+        slots[7] = v0
+
+Values live in locals reused as values die, so the per-op cost does not grow with the graph;
+one line per node, so the line that raised names the failing op. It awaits only what the
+caller passes in. A loop's generator runs the iterations one after another (which
+``parallel_iterations``, an upper bound, allows), yielding when the time slice is over::
+
+    while True: cond part; if not pred: break; body part; merges <- next values
+
+Generated code is debuggable: each function gets its own file name (``<asyncflow 3: static
+schedule of 12 nodes on /job:...>``) registered in ``linecache`` for as long as the function
+lives, so tracebacks, ``pdb`` and profilers show its lines; its globals are named after the
+ops and kernels they hold (``F_MatMul(c_dense_MatMul, v0, v1)``) and every node's line ends
+with a comment naming the op and its type. With the environment variable
+``ASYNCFLOW_DUMP_CODE`` set to a directory, each function's source is also written there as
+a ``.py`` file, which then is the function's file name (``source_of`` returns it too).
+"""
+from __future__ import annotations
+
+import itertools
+import linecache
+import os
+import re
+import weakref
+
+import numpy as np
+
+from asyncflow import errors
+from asyncflow.exec import timeslice
+from asyncflow.exec.plan import (DROP, ENTER, EXIT, MERGE, NEXT_ITERATION, NORMAL, SWITCH,
+                                    estimate_static_cost, runtime_cost)
+from asyncflow.exec.step import now_us
+
+
+DUMP_ENV = "ASYNCFLOW_DUMP_CODE"  # a directory: every generated function's source lands there
+_functions = itertools.count(1)
+_NOT_IDENTIFIER = re.compile(r"[^0-9A-Za-z_]+")
+
+
+def source_of(fn):
+    """The generated source of a function made here (a step or loop function), or None."""
+    filename = fn.__code__.co_filename
+    lines = linecache.getlines(filename)
+    return "".join(lines) or None
+
+
+class Generator:
+    """The source of one generated function, a line per statement group, and its globals."""
+
+    def __init__(self):
+        self.env, self.lines, self.kernels, self.indent = {}, [], {}, 0
+
+    def add(self, prefix, value, name=None, label=None):
+        """A global holding ``value``; returns its name: ``name``, else ``prefix`` and
+        ``label`` (an op's name, made an identifier, unique here), else a numbered one."""
+        if name is None and label:
+            base = f"{prefix}_{_NOT_IDENTIFIER.sub('_', label).strip('_')[:60]}"
+            name, suffix = base, 1
+            while name in self.env:
+                suffix += 1
+                name = f"{base}_{suffix}"
+        name = name or f"{prefix}{len(self.env)}"
+        self.env[name] = value
+        return name
+
+    def constant(self, node):
+        """A Const node's value, evaluated now, as a global."""
+        return self.add("K", node.fn(node.ctx)[0], label=node.op.name)
+
+    def call(self, node, args):
+        """The expression calling ``node``'s kernel (one global per distinct kernel)."""
+        fn = self.kernels.get(node.fn)
+        if fn is None:
+            fn = self.kernels[node.fn] = self.add("F", node.fn, label=node.op.type)
+        return f"{fn}({', '.join([self.add('c', node.ctx, label=node.op.name)] + args)})"
+
+    @staticmethod
+    def store(call, targets):
+        """Statements storing the outputs of ``call`` in ``targets`` (None: not kept)."""
+        stored = [(position, t) for position, t in enumerate(targets) if t is not None]
+        if len(stored) == 1:
+            return [f"{stored[0][1]} = {call}[{stored[0][0]}]"]
+        if stored:
+            return [f"_r = {call}"] + [f"{t} = _r[{p}]" for p, t in stored] + ["_r = None"]
+        return [call]
+
+    def line(self, statements, node=None):
+        """One source line; a failure on a line of ``node`` names ``node`` (and the line
+        ends with a comment naming its op)."""
+        text = "    " * self.indent + "; ".join(statements)
+        if node is not None:
+            text += f"  # {node.op.name} ({node.op.type})"
+        self.lines.append((text, node))
+
+    def function(self, header, title, device_name):
+        """Compile the lines as the body of ``header``; returns the function. A failure on
+        a node's line is raised located (``errors.located``) at that node."""
+        body = "\n".join("        " + line for line, _ in self.lines) or "        pass"
+        source = (f"{header}:\n    try:\n{body}\n"
+                  "    except Exception as exc:\n        _locate(exc)\n        raise\n")
+        # The failing node is found from the line that raised (one node per line, from
+        # line 3) rather than stored per kernel: the code and constants stay small per node.
+        node_at = {line: node for line, (_, node) in enumerate(self.lines, start=3)
+                   if node is not None}
+
+        def locate(exc):
+            node = node_at.get(exc.__traceback__.tb_lineno)
+            err = exc if node is None else errors.located(exc, node.op, device_name)
+            if err is not exc:
+                raise err
+        self.env["_locate"] = locate
+        number = next(_functions)
+        filename = _dump(number, title, source) or f"<asyncflow {number}: {title} on {device_name}>"
+        exec(compile(source, filename, "exec"), self.env)  # noqa: S102
+        fn = self.env[header.split("(")[0].split()[-1]]  # (source from integers, fixed names)
+        # Registered for as long as the function lives (``checkcache`` keeps entries without
+        # an mtime): tracebacks, pdb and profilers show the generated lines.
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        weakref.finalize(fn, _forget, filename)
+        return fn
+
+
+def _forget(filename):
+    linecache.cache.pop(filename, None)
+
+
+def _dump(number, title, source):
+    """With ``ASYNCFLOW_DUMP_CODE`` set, write ``source`` there; returns the file's path."""
+    directory = os.environ.get(DUMP_ENV)
+    if not directory:
+        return None
+    os.makedirs(directory, exist_ok=True)
+    name = _NOT_IDENTIFIER.sub("_", title).strip("_")[:80]
+    path = os.path.join(os.path.abspath(directory), f"asyncflow_{os.getpid()}_{number}_{name}.py")
+    with open(path, "w", encoding="utf-8") as file:
+        file.write(source)
+    return path
+
+
+def compile_schedule(plan, traced=False):
+    """The step function of ``plan`` (``plan.static``), or its ``traced`` twin, which calls
+    ``record(node, start[, waited])`` after each kernel (``wait`` records its own).
+
+    Returns:
+        ``async fn(slots, offload, wait, pause, record)``: reads feeds from ``slots``, writes
+        fetched values back; awaits ``offload(node, args)`` for a kernel whose actual inputs
+        are large, ``wait(node, args)`` for its one waiting kernel and ``pause()`` once per
+        time slice, nothing else. A kernel's failure raises a located OpError.
+    """
+    gen = Generator()
+    gen.env.update(_cost=runtime_cost, _due=timeslice.due,
+                   _ts=timeslice, _B=timeslice.BUDGET, _now=now_us)
+    # Kernels here cost no interpretation (~0.5 us for a small one): twice as many per check.
+    every = max(1, 2 * timeslice.CHECK_EVERY)
+    count = 0  # kernels since the last slice check
+    last_check = -1
+    names = {slot: f"slots[{slot}]" for slot in plan.feed_slots}  # slot -> its expression
+    fetch_slots = set(plan.fetch_slots)
+    schedule = plan.schedule
+    last_use = {slot: node.index for node in schedule for slot in node.inputs}
+    dead = []   # locals whose value died: reused before a new one is made
+    made = 0    # locals made (``v0``...): at most the values alive at once
+    for node in schedule:
+        i = node.index
+        if node.op.type == "Const" and not node.inputs and not traced:  # (traced: shown)
+            if node.outputs[0] >= 0:
+                names[node.outputs[0]] = gen.constant(node)
+            continue
+        args = [f"{names[slot]}.read()" if position in node.deref else names[slot]
+                for position, slot in enumerate(node.inputs)]
+        if node.is_async or node.offload or traced:
+            gen.env[f"N{i}"] = node
+        # Values read here for the last time free their locals (before the outputs take
+        # theirs: the call's arguments are evaluated before its result is stored).
+        dying = [names[slot] for slot in dict.fromkeys(node.inputs)
+                 if last_use[slot] == i and slot not in fetch_slots
+                 and names[slot].startswith("v")]
+        dead.extend(dying)
+        targets = []
+        for slot in node.outputs:
+            if slot < 0 or (slot not in last_use and slot not in fetch_slots):
+                targets.append(None)  # nobody reads it
+                continue
+            if dead:
+                names[slot] = dead.pop()
+            else:
+                names[slot], made = f"v{made}", made + 1
+            targets.append(names[slot])
+        if node.is_async:
+            call = f"(await _wait(N{i}, [{', '.join(args)}]{', _t' if traced else ''}))"
+        elif node.offload:
+            call = (f"((await _offload(N{i}, _a)) if _cost(N{i}, _a) >= {node.offload_cost} "
+                    f"else {gen.call(node, ['*_a'])})")
+        else:
+            call = gen.call(node, args)
+        statements = gen.store(call, targets)
+        if traced and not node.is_async:  # (an offloaded kernel waited if it was large)
+            waited = f", _cost(N{i}, _a) >= {node.offload_cost}" if node.offload else ""
+            statements.append(f"_rec(N{i}, _t{waited})")
+        # A value dies right after its last reader, unless a new one took its local.
+        statements += [f"{name} = None" for name in dying if name not in targets]
+        if node.offload and not node.is_async:
+            statements = [f"_a = [{', '.join(args)}]"] + statements + ["_a = None"]
+        if traced:
+            statements.insert(0, "_t = _now()")
+        gen.line(statements, node)
+        cost = estimate_static_cost(node.op)
+        large = node.offload or (cost is not None and cost >= timeslice.LARGE_KERNEL_COST)
+        count = every if large else count + 1
+        if count >= every:
+            # Within an open slice, one clock read; ``_due`` opens it or says it is over.
+            gen.line(["if _ts.clock() >= _B.end and _due(): await _pause()"])
+            count, last_check = 0, len(gen.lines)
+    if last_check >= 0 and all(node is None for _, node in gen.lines[last_check:]):
+        del gen.lines[last_check - 1]  # no kernel after it: the run's end is near enough
+    for slot in plan.fetch_slots:
+        if slot in names and names[slot] != f"slots[{slot}]":
+            gen.line([f"slots[{slot}] = {names[slot]}"])
+    return gen.function("async def _step(slots, _offload, _wait, _pause, _rec=None)",
+                        f"static schedule of {len(plan.schedule)} nodes", plan.device.name)
+
+
+class LoopRunner:
+    """``run(entered)``: a generator over {Enter node index: value} that yields at the end
+    of a slice and returns ``([(exit node, value)], iterations)``; raises a located OpError.
+    ``cond_part``, ``body_part``, ``constants``: the nodes of each part, in order."""
+
+    __slots__ = ("run", "iteration_nodes", "cond_part", "body_part", "constants")
+
+
+def build_runners(nodes, simple, device_name):
+    """``{frame name: LoopRunner}`` for every simple frame of a plan's ``nodes``
+    (``simple[i]``: node ``i`` is an ordinary synchronous inline kernel)."""
+    frames = {}
+    for node in nodes:
+        if node.kind == ENTER:
+            frames.setdefault(node.ctx.attrs["frame_name"], []).append(node)
+    built = {name: _build(nodes, simple, enters, device_name) for name, enters in frames.items()}
+    return {name: runner for name, runner in built.items() if runner is not None}
+
+
+def _reach(nodes, roots, stop, within=None):
+    """The nodes reachable from ``roots`` along data and control edges, not past a node of
+    kind ``stop`` (which is included) nor outside ``within``."""
+    seen, stack = set(), list(roots)
+    while stack:
+        index = stack.pop()
+        if index in seen or (within is not None and index not in within):
+            continue
+        seen.add(index)
+        node = nodes[index]
+        if node.kind != stop:
+            stack.extend(dst for _, dst, _ in node.out_edges)
+            stack.extend(node.control_out)
+    return seen
+
+
+def _build(nodes, simple, enters, device_name):
+    # The frame's nodes, up to its Exits; an Enter among them: a nested frame, left dynamic.
+    members = sorted(_reach(nodes, [dst for enter in enters for dst in enter.consumers], EXIT))
+    if not members or any(nodes[index].kind == ENTER for index in members):
+        return None
+    enter_of = {enter.outputs[0]: enter for enter in enters}
+    produced = {slot for index in members for slot in nodes[index].outputs} | set(enter_of)
+    pivots = [nodes[i] for i in members if nodes[i].op.type == "LoopCond"]
+    if len(pivots) != 1:
+        return None
+    pivot = pivots[0].outputs[0]
+    back_of = {n.outputs[0]: n.inputs[0] for n in nodes if n.kind == NEXT_ITERATION}
+    # The locals of the values: an invariant Enter's, a Merge's (its index output: 0 in the
+    # first iteration, 1 after); a Switch's true port is its data's.
+    invariants = [enter for enter in enters if enter.ctx.attrs.get("is_constant")]
+    names = {enter.outputs[0]: f"e{k}" for k, enter in enumerate(invariants)}
+    variant = set(enter_of) - set(names)  # read only by their Merges
+    merges, false_ports, body_roots, kernels, exits = [], {}, [], [], []
+    for index in members:
+        node = nodes[index]
+        if any(slot not in produced or (slot in variant and node.kind != MERGE)
+               for slot in node.inputs):
+            return None
+        if node.kind == MERGE:
+            enter = enter_of.get(node.inputs[0])
+            if len(node.inputs) != 2 or enter is None or enter.outputs[0] in names \
+                    or node.inputs[1] not in back_of:
+                return None
+            names[node.outputs[0]] = f"m{len(merges)}"
+            if node.outputs[1] != DROP:
+                names[node.outputs[1]] = "_index"
+            merges.append((f"m{len(merges)}", enter.index, back_of[node.inputs[1]]))
+        elif node.kind == SWITCH:
+            if node.inputs[1] != pivot:
+                return None
+            false_ports[node.outputs[0]] = node.inputs[0]
+            if node.outputs[1] != DROP:
+                names[node.outputs[1]] = node.inputs[0]  # (resolved below: its data's name)
+            body_roots.extend(dst for out, dst, _ in node.out_edges if out == 1)
+            body_roots.extend(node.control_out)
+        elif node.kind == EXIT:
+            exits.append(node)
+        elif node.kind == NORMAL and simple[index]:
+            kernels.append(node)
+        elif node.kind != NEXT_ITERATION:
+            return None
+    if not merges or any(node.inputs[0] not in false_ports for node in exits):
+        return None
+    # (a NextIteration leads to the next iteration, not further into this one)
+    body = _reach(nodes, body_roots, NEXT_ITERATION, set(members))
+    runner = LoopRunner()
+    runner.constants, runner.cond_part, runner.body_part = [], [], []
+    for node in kernels:
+        into = (runner.constants if node.op.type == "Const" and not node.inputs
+                else runner.body_part if node.index in body else runner.cond_part)
+        into.append(node)
+    runner.iteration_nodes = len(kernels) + 2 * len(merges)
+    gen = Generator()
+    for node in runner.constants:
+        names[node.outputs[0]] = gen.constant(node)
+
+    def name(slot):
+        expr = names.get(slot, f"v{slot}")
+        return name(expr) if isinstance(expr, int) else expr  # a true port: its data's
+
+    def part(kernels_):
+        for node in kernels_:
+            call = gen.call(node, [name(slot) for slot in node.inputs])
+            gen.line(gen.store(call, [name(s) if s != DROP else None for s in node.outputs]), node)
+
+    exit_values = [(gen.add("X", node), name(false_ports[node.inputs[0]])) for node in exits]
+    gen.env.update(_B=timeslice.BUDGET, _due=timeslice.due, _ts=timeslice, _Z=np.int32(0),
+                   _O=np.int32(1), _W=max(1, runner.iteration_nodes))
+    gen.line(["_index = _Z", "_n = 0", "_left = _B.left"]
+             + [f"e{k} = entered[{enter.index}]" for k, enter in enumerate(invariants)]
+             + [f"{m} = entered[{enter}]" for m, enter, _ in merges])
+    gen.line(["while True:"])
+    gen.indent = 1
+    part(runner.cond_part)
+    gen.line([f"if not {name(pivot)}: break"])
+    part(runner.body_part)
+    gen.line([", ".join(m for m, _, _ in merges) + " = "
+              + ", ".join(name(slot) for _, _, slot in merges),
+              "_index = _O", "_n += 1", "_left -= _W"])
+    gen.line(["if _left <= 0:"])
+    gen.line(["    if _due(): yield; _left = _B.left"])  # (the owner's checkpoint restarted it)
+    gen.line(["    else: _left = _ts.CHECK_EVERY"])
+    gen.indent = 0
+    returned = ", ".join(f"({x}, {v})" for x, v in exit_values)
+    gen.line(["_B.left = _left", f"return [{returned}], _n"])
+    runner.run = gen.function("def _loop(entered)", f"loop {enters[0].ctx.attrs['frame_name']}",
+                              device_name)
+    return runner

@@ -1,0 +1,247 @@
+"""Compile a partition (ops placed on one device) into an ``ExecutionPlan`` of integers.
+
+Theory of operation:
+- Every value the step produces or receives lives in a *slot* (an index into a list made
+  fresh per step). Feeds get the first slots; each op output that someone reads or fetches
+  gets the next; outputs nobody reads map to ``DROP`` and are discarded.
+- Each node records its kernel, its per-node context, the slots it reads, which of those
+  it must dereference (variable references read by value consumers), the slots it writes,
+  the nodes waiting on it (one entry per edge) and its initial pending count.
+- ``schedule`` is the nodes in topological order, a waiting kernel and what depends on it
+  last. When the partition has at most one waiting kernel (not a Send/Recv), no control
+  flow and at most one kernel that may be large enough to offload, the executor runs this
+  schedule straight through (the static form, ``codegen.py``, which frees each value
+  after its last reader). Otherwise it runs the core's flat propagator, with
+  ``slot_readers`` counting the reads of each slot so buffers die after their last consumer.
+- A partition with control flow (``control_flow``) runs over the frames propagator of
+  ``frames.py``, which also needs each node's ``kind``, its data edges with ports
+  (``out_edges``), its control edges (``control_out``) and the number of Enter nodes per
+  frame name (``enter_counts``: a frame's first iteration is not done before all arrived).
+  A Merge's ``pending`` counts only its control inputs: it fires on its first live input.
+
+The plan holds no trio objects.
+"""
+from __future__ import annotations
+
+import dataclasses
+import operator
+
+from asyncflow import errors
+from asyncflow.kernels.registry import get_kernel
+from asyncflow.exec.context import NodeContext
+
+DROP = -1
+NORMAL, MERGE, ENTER, EXIT, NEXT_ITERATION, SWITCH = range(6)
+_KINDS = {"Merge": MERGE, "Enter": ENTER, "RefEnter": ENTER, "Exit": EXIT, "RefExit": EXIT,
+          "NextIteration": NEXT_ITERATION, "RefNextIteration": NEXT_ITERATION,
+          "Switch": SWITCH, "RefSwitch": SWITCH}
+# Estimated element-operations above which an offloadable kernel runs on a worker thread.
+OFFLOAD_COST = 1 << 22
+
+
+@dataclasses.dataclass(slots=True)
+class NodePlan:
+    index: int
+    op: object  # the compile-time Node (``compile/node_graph.py``); ``op.origin``: the user's op
+    fn: object
+    ctx: NodeContext
+    inputs: tuple
+    deref: tuple
+    outputs: tuple
+    consumers: tuple = ()
+    pending: int = 0
+    is_async: bool = False
+    offload: bool = False
+    # Control flow (used by the frames propagator, ``exec/frames.py``, only):
+    kind: int = 0               # NORMAL, MERGE, ENTER, EXIT, NEXT_ITERATION, SWITCH
+    out_edges: tuple = ()       # (output index, consumer index, consumer input position)
+    control_out: tuple = ()     # consumers through control edges
+    num_inputs: int = 0         # data inputs (Merge readiness)
+    runs_on_dead: bool = False  # Send/Recv: run even when an input is dead
+    nowait: object = None       # an async kernel's synchronous twin, tried inline first
+    subscribe: object = None    # an async kernel's subscribing form (registry), or None
+    plain: bool = False         # none of is_async, offload, deref: the kernel just runs
+    gather: object = None       # with 2 or more inputs: ``itemgetter`` of their slots
+    offload_cost: int = OFFLOAD_COST  # runtime cost from which an offload kernel goes to a thread
+
+
+@dataclasses.dataclass(slots=True)
+class ExecutionPlan:
+    device: object
+    nodes: list
+    num_slots: int
+    feed_slots: tuple
+    fetch_slots: tuple
+    fetch_deref: tuple
+    roots: tuple
+    slot_readers: list
+    fetched: frozenset
+    static: bool
+    schedule: tuple
+    static_fn: object = None    # compiled forms (``executor.prepare``): the step function,
+    traced_fn: object = None    # its traced twin (``executor.TracedForm``: compiled on the
+    #                             first traced run, the field itself set with static_fn)
+    control_flow: bool = False  # run over the frames propagator (frames.py)
+    waits: bool = False  # holds a waiting (async) kernel
+    enter_counts: dict = dataclasses.field(default_factory=dict)  # frame name -> Enter nodes
+    fetch_names: tuple = ()
+    frame_tables: object = None  # the frames propagator's tables and compiled loops
+    may_offload: bool = False  # some kernel may run on a worker thread (inputs large enough)
+
+
+_TRANSFER_TYPES = frozenset({"_Send", "_Recv"})
+
+
+def estimate_static_cost(node):
+    """Estimated work from static shapes, or None when a shape is unknown."""
+    shapes = [producer.out_spec(index)[1] for producer, index in node.inputs]
+    if any(not s.is_fully_defined() for s in shapes):
+        return None
+    if node.op_def.cost is not None:
+        return node.op_def.cost([s.as_list() for s in shapes], node)
+    return sum(s.num_elements() for s in shapes)
+
+
+def _slot_key(port):
+    """A port's key in the slot table: a fed tensor (``FeedNode``) by its Tensor."""
+    tensor = getattr(port[0], "tensor", None)  # a FeedNode's
+    return port if tensor is None else tensor
+
+
+def compile_plan(nodes, feeds, fetches, device, resources):
+    """Compile ``nodes`` (topologically ordered, all on ``device``).
+
+    Args:
+        nodes: the compile-time ``Node``s of the partition (``compile/node_graph.py``), in
+            topological order; their producers are in ``nodes`` or are ``FeedNode``s.
+        feeds: Tensors whose values the caller supplies, in order.
+        fetches: ports ``(node, output index)`` whose values the step returns, in order
+            (unique; a fed tensor's port is its ``FeedNode``'s).
+        device: the runtime Device the partition runs on.
+        resources: the ResourceManager stateful kernels use.
+
+    Returns:
+        An ExecutionPlan.
+
+    Raises:
+        NotFoundError: naming an op whose type has no kernel for the device.
+    """
+    slot_of = {}
+    for i, tensor in enumerate(feeds):
+        slot_of[tensor] = i
+    num_slots = len(feeds)
+    fetch_keys = [_slot_key(port) for port in fetches]
+    read = set(fetch_keys)
+    for node in nodes:
+        read.update(node.inputs)
+    outputs_of = []
+    for node in nodes:  # all outputs first: a loop's Merge reads a NextIteration made later
+        outputs = []
+        for index in range(len(node.out_specs)):
+            if (node, index) in read:
+                slot_of[(node, index)] = num_slots
+                outputs.append(num_slots)
+                num_slots += 1
+            else:
+                outputs.append(DROP)
+        outputs_of.append(outputs)
+    plan_of = {}
+    for index, node in enumerate(nodes):
+        kernel = get_kernel(node.type, device.kind)
+        if kernel is None:
+            raise errors.NotFoundError(
+                None, node, f"No kernel registered for {node.type} '{node.name}' on device "
+                f"{device.name} (created at {node.creation_site()})")
+        inputs, deref = [], []
+        for position, port in enumerate(node.inputs):
+            slot = slot_of.get(_slot_key(port))
+            if slot is None:
+                raise errors.InternalError(None, node, f"{node.name}: input "
+                                           f"{port[0].name}:{port[1]} has no slot")
+            inputs.append(slot)
+            if port[0].out_spec(port[1])[2] and not node.op_def.is_ref_input(position):
+                deref.append(position)
+        plan_of[node] = NodePlan(
+            index, node, kernel.fn, NodeContext(node, device, resources, kernel),
+            tuple(inputs), tuple(deref), tuple(outputs_of[index]), is_async=kernel.is_async,
+            offload=kernel.offload, kind=_KINDS.get(node.type, NORMAL),
+            num_inputs=len(inputs), runs_on_dead=kernel.runs_on_dead, nowait=kernel.nowait,
+            subscribe=kernel.subscribe, plain=not (kernel.is_async or kernel.offload or deref),
+            offload_cost=OFFLOAD_COST * kernel.offload_scale,
+            gather=operator.itemgetter(*inputs) if len(inputs) > 1 else None)
+    nodes = list(plan_of.values())
+    consumers = [[] for _ in nodes]
+    out_edges = [[] for _ in nodes]
+    control_out = [[] for _ in nodes]
+    for node in nodes:
+        for position, (producer, value_index) in enumerate(node.op.inputs):
+            source = plan_of.get(producer)
+            if source is not None:
+                consumers[source.index].append(node.index)
+                out_edges[source.index].append((value_index, node.index, position))
+                if node.kind != MERGE:  # a Merge waits for its first live input only
+                    node.pending += 1
+        for control in node.op.control_inputs:
+            source = plan_of.get(control)
+            if source is not None:
+                consumers[source.index].append(node.index)
+                control_out[source.index].append(node.index)
+                node.pending += 1
+    for node, waiting, edges, controls in zip(nodes, consumers, out_edges, control_out):
+        node.consumers = tuple(waiting)
+        node.out_edges = tuple(edges)
+        node.control_out = tuple(controls)
+    slot_readers = [0] * num_slots
+    for node in nodes:
+        for slot in node.inputs:
+            slot_readers[slot] += 1
+    fetch_slots = tuple(slot_of[key] for key in fetch_keys)
+    # Two or more kernels known to be large could overlap on worker threads: that needs the
+    # core's flat propagator. Unknown shapes (a [None, 64] batch) count as small: the fast path
+    # still sends a kernel whose actual inputs are large to a thread, one at a time.
+    known_large = 0
+    for node in nodes:
+        if node.offload:
+            cost = estimate_static_cost(node.op)
+            if cost is not None and cost >= node.offload_cost:
+                known_large += 1
+    # A partition holding only part of a cond branch (its Switch on another device) still
+    # sees dead tensors arrive through Recv: it needs the frames propagator too.
+    control_flow = any(n.op.op_def.control_flow or n.op.control_flow_context is not None
+                       for n in nodes)
+    # One waiting kernel (a queue op, an async py_func) may stay on the static path: its
+    # schedule awaits it in place. Send/Recv rely on the core's subscriptions and its
+    # trampoline across partitions, so plans holding them never do.
+    waiting = [n for n in nodes if n.is_async]
+    static = (not control_flow and known_large <= 1 and len(waiting) <= 1
+              and not any(n.op.type in _TRANSFER_TYPES for n in waiting))
+    # The static form's order: the waiting kernel and what depends on it as late as possible,
+    # so a failure elsewhere surfaces before the wait (as in the core, where it is a task).
+    after = {waiting[0].index} if static and waiting else set()
+    for node in nodes:  # (in topological order: a consumer comes after its producer)
+        if node.index in after:
+            after.update(node.consumers)
+    schedule = [n for n in nodes if n.index not in after] + [n for n in nodes if n.index in after]
+    enter_counts = {}
+    for node in nodes:
+        if node.kind == ENTER:
+            frame = node.op.attrs["frame_name"]
+            enter_counts[frame] = enter_counts.get(frame, 0) + 1
+    return ExecutionPlan(
+        device=device, nodes=nodes, num_slots=num_slots,
+        feed_slots=tuple(range(len(feeds))), fetch_slots=fetch_slots,
+        fetch_deref=tuple(bool(node.out_spec(index)[2]) for node, index in fetches),
+        roots=tuple(n.index for n in reversed(nodes) if n.pending == 0 and n.kind != MERGE),
+        slot_readers=slot_readers, fetched=frozenset(fetch_slots), static=static,
+        waits=bool(waiting), may_offload=any(n.offload for n in nodes),
+        schedule=tuple(schedule), control_flow=control_flow, enter_counts=enter_counts,
+        fetch_names=tuple(getattr(key, "name", None) or f"{key[0].name}:{key[1]}"
+                          for key in fetch_keys))
+
+
+def runtime_cost(node, args):
+    """Estimated work of running ``node`` on ``args`` (actual arrays)."""
+    cost_fn = node.op.op_def.cost
+    if cost_fn is not None:
+        return cost_fn([a.shape for a in args], node.op)
+    return sum(getattr(a, "size", 1) for a in args)

@@ -1,0 +1,76 @@
+"""What one step shares between the partitions that run it in this process (``Step``) and
+how it records a traced kernel. Nothing here schedules anything.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+
+import trio
+
+from asyncflow.exec import timeslice
+from asyncflow.exec.options import NodeStats
+
+
+def now_us():
+    return time.perf_counter_ns() // 1000
+
+
+async def offloaded(node, args):
+    """Run ``node``'s kernel on a trio worker thread under its device's limiter."""
+    return await trio.to_thread.run_sync(node.fn, node.ctx, *args,
+                                         limiter=node.ctx.device.limiter)
+
+
+class Step:
+    """Per-step state shared by the partitions of one run in this process.
+
+    Attributes:
+        rendezvous: for Send/Recv (None: one partition); trace: a list of ``NodeStats``.
+        park: a context manager entered only while the step waits, yielding a cancel scope
+            its owner may cancel (a session closing); None: not tracked.
+        offload, pause: from the awaiting event loop: ``async offload(node, args)`` runs a
+            large kernel on a worker thread, ``async pause()`` ends a time slice.
+        runnable, draining, current: ``core.drive``'s runnable list and state.
+        extras: per-step services a waiting kernel may need, and statistics.
+        timeout_ms: the step's deadline for runners that pass it on (a cluster's workers);
+            0: none. Local runners leave deadlines to their caller's cancel scope.
+    """
+
+    __slots__ = ("step_id", "rendezvous", "trace", "park", "offload", "pause", "runnable",
+                 "draining", "current", "extras", "timeout_ms")
+
+    def __init__(self, step_id, rendezvous=None, trace=None, park=None, offload=None,
+                 pause=None, timeout_ms=0):
+        self.step_id = step_id
+        self.rendezvous = rendezvous
+        self.trace = trace
+        self.park = park
+        self.offload = offload or offloaded
+        self.pause = pause or timeslice.checkpoint
+        self.runnable = []
+        self.draining = False
+        self.current = None
+        self.extras = {}
+        self.timeout_ms = timeout_ms
+
+
+def waiting(step):
+    """The one close-cancellable idiom: ``with waiting(step) as parked:`` around a wait
+    enters ``step.park`` (the owner's scope, which a closing session cancels), or nothing
+    when the step is not tracked; ``closed(parked)`` says afterwards whether it was closed."""
+    park = step.park
+    return park() if park is not None else contextlib.nullcontext()
+
+
+def closed(parked):
+    """True if the wait of ``with waiting(step) as parked`` ended because the owner closed."""
+    return parked is not None and parked.cancelled_caught
+
+
+def recorder(trace, device_name):
+    """``record(node, start, waited=False)``: append ``node``'s NodeStats, ending now."""
+    def record(node, start, waited=False):
+        op = node.op
+        trace.append(NodeStats(op.name, op.type, device_name, start, now_us(), waited=waited))
+    return record

@@ -1,0 +1,191 @@
+"""A step of one RunGraph runs in its caller's task, and steps still get their watchdog.
+
+The master sends a one-task step from the caller's task (no nursery, no spawned task: two
+scheduler passes fewer) and a step on several tasks spawns a task for each RunGraph but the
+last; ``StepMonitor``, one timer per master, starts a step's health watchdog once it outlives
+``health_check_interval_s``, as the per-step timer did.
+"""
+import contextlib
+
+import pytest
+import trio
+
+import asyncflow as af
+
+W0 = "/job:worker/task:0"
+_ports = iter(range(7100, 7200))
+
+
+class _Spawned(trio.abc.Instrument):
+    def __init__(self):
+        self.names = []
+
+    def task_spawned(self, task):
+        self.names.append(task.name)
+
+
+@contextlib.contextmanager
+def counting_tasks():
+    counts = _Spawned()
+    trio.lowlevel.add_instrument(counts)
+    try:
+        yield counts
+    finally:
+        trio.lowlevel.remove_instrument(counts)
+
+
+@pytest.fixture
+async def one_worker():
+    """One in-process worker (the in-process transport spawns nothing of its own)."""
+    spec = af.ClusterSpec({"worker": [f"inprocess:{next(_ports)}"]})
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(af.Server(spec, "worker", 0).serve)
+        yield spec, server
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_one_task_step_spawns_no_task_on_the_master(one_worker):
+    spec, _ = one_worker
+    graph = af.Graph()
+    with graph.as_default(), af.device(W0):
+        p = af.placeholder(af.float32, [], name="p")
+        doubled = p * 2.0
+    async with af.Session(graph=graph, cluster=spec) as sess:
+        assert await sess.run(doubled, {p: 1.0}) == 2.0  # opens, registers, monitor started
+        with counting_tasks() as counter:
+            for value in range(5):
+                assert await sess.run(doubled, {p: float(value)}) == 2.0 * value
+    # Five steps, no task: before, every step spawned its RunGraph call as a task.
+    assert counter.names == []
+
+
+async def test_a_long_one_task_step_gets_its_watchdog(one_worker, autojump_clock):
+    """A step blocked on the worker (an empty queue) past several health intervals: the
+    monitor starts its watchdog after one interval, which asks Health every interval."""
+    spec, server = one_worker
+    graph = af.Graph()
+    with graph.as_default(), af.device(W0):
+        queue = af.FIFOQueue(2, [af.float32], shapes=[[]])
+        blocked = queue.dequeue()
+    asked = []
+    health = server.service.health
+
+    async def counted_health(request):
+        asked.append(trio.current_time())
+        return await health(request)
+
+    server.service.health = counted_health
+    config = af.SessionConfig(health_check_interval_s=1.0)
+    async with af.Session(graph=graph, cluster=spec, config=config) as sess:
+        start = trio.current_time()
+        with pytest.raises(af.errors.DeadlineExceededError):
+            await sess.run(blocked, options=af.RunOptions(timeout_in_ms=4500))
+        during = [t - start for t in asked if t > start]
+        # Health at 1, 2, 3 and 4 s into the step (open's Health came before it).
+        assert len(during) == 4 and during[0] == pytest.approx(1.0, abs=0.05)
+        asked.clear()
+        await trio.sleep(5.0)
+        assert asked == []  # the step ended: so did its watchdog
+
+
+async def test_the_watchdog_fails_a_one_task_step_whose_worker_is_gone(one_worker,
+                                                                         autojump_clock):
+    spec, server = one_worker
+    graph = af.Graph()
+    with graph.as_default(), af.device(W0):
+        queue = af.FIFOQueue(2, [af.float32], shapes=[[]])
+        blocked = queue.dequeue()
+
+    async def gone(request):
+        raise af.errors.UnavailableError(None, None, "the worker is gone")
+
+    config = af.SessionConfig(health_check_interval_s=1.0)
+    async with af.Session(graph=graph, cluster=spec, config=config) as sess:
+        await sess.run(queue.size())
+        server.service.health = gone
+        start = trio.current_time()
+        with pytest.raises(af.errors.OpError) as caught:
+            await sess.run(blocked, options=af.RunOptions(timeout_in_ms=60_000))
+        # The watchdog's first Health, one interval in, ended the step (not its deadline).
+        assert trio.current_time() - start == pytest.approx(1.0, abs=0.5)
+        assert not isinstance(caught.value, af.errors.DeadlineExceededError)
+
+
+@pytest.fixture
+async def two_workers():
+    spec = af.ClusterSpec({"worker": [f"inprocess:{next(_ports)}" for _ in range(2)]})
+    async with trio.open_nursery() as nursery:
+        servers = [await nursery.start(af.Server(spec, "worker", i).serve) for i in range(2)]
+        yield spec, servers
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_two_task_step_spawns_one_task_and_gets_its_watchdog(two_workers,
+                                                                      autojump_clock):
+    spec, servers = two_workers
+    graph = af.Graph()
+    with graph.as_default():
+        with af.device(W0):
+            p = af.placeholder(af.float32, [], name="p")
+            doubled = p * 2.0
+        with af.device("/job:worker/task:1"):
+            plus = p + 1.0
+            queue = af.FIFOQueue(2, [af.float32], shapes=[[]])
+            blocked = queue.dequeue()
+    asked = []
+    for index, server in enumerate(servers):
+        def counted(request, health=server.service.health, index=index):
+            asked.append((index, trio.current_time()))
+            return health(request)
+        server.service.health = counted
+    config = af.SessionConfig(health_check_interval_s=1.0)
+    async with af.Session(graph=graph, cluster=spec, config=config) as sess:
+        assert await sess.run([doubled, plus], {p: 1.0}) == [2.0, 2.0]
+        with counting_tasks() as counter:
+            for value in range(3):
+                assert await sess.run([doubled, plus], {p: float(value)}) == [
+                    2.0 * value, value + 1.0]
+        # One task a step: the first RunGraph's; the second goes from the caller's task.
+        assert counter.names == ["asyncflow.cluster.master._StepDriver._run_one"] * 3
+        asked.clear()
+        start = trio.current_time()
+        with pytest.raises(af.errors.DeadlineExceededError):
+            await sess.run([doubled, blocked], {p: 1.0},
+                           options=af.RunOptions(timeout_in_ms=2500))
+        # The watchdog asked both tasks at 1 and 2 s into the step.
+        assert sorted((i, round(t - start, 1)) for i, t in asked) == [
+            (0, 1.0), (0, 2.0), (1, 1.0), (1, 2.0)]
+
+
+async def test_a_watchdog_that_breaks_fails_its_step_not_the_monitor(one_worker, autojump_clock,
+                                                                     monkeypatch):
+    from asyncflow.cluster.master import Master
+    spec, server = one_worker
+    graph = af.Graph()
+    with graph.as_default(), af.device(W0):
+        queue = af.FIFOQueue(2, [af.float32], shapes=[[]])
+        blocked = queue.dequeue()
+
+    async def broken(self, task):  # a bug in the watchdog's path, not a worker's error
+        raise ZeroDivisionError("not an OpError")
+
+    config = af.SessionConfig(health_check_interval_s=1.0)
+    async with af.Session(graph=graph, cluster=spec, config=config) as sess:
+        await sess.run(queue.size())
+        with monkeypatch.context() as patch:
+            patch.setattr(Master, "_health", broken)
+            with pytest.raises(af.errors.InternalError,
+                               match="watchdog of step .*ZeroDivisionError"):
+                await sess.run(blocked, options=af.RunOptions(timeout_in_ms=60_000))
+        health = server.service.health
+        # The monitor survived: the next long step still gets its watchdog.
+        asked = []
+
+        async def counted(request):
+            asked.append(trio.current_time())
+            return await health(request)
+
+        server.service.health = counted
+        with pytest.raises(af.errors.DeadlineExceededError):
+            await sess.run(blocked, options=af.RunOptions(timeout_in_ms=2500))
+        assert len(asked) == 2

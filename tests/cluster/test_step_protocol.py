@@ -1,0 +1,238 @@
+"""The distributed step's messages: which cross-task edges travel, and in how many requests.
+
+The compile-side tests check ``control_edges.py`` on placed node graphs; the others run real
+``asyncflow worker`` processes on loopback ports and read the workers' own counters (Health's
+``pull_requests`` / ``tensors_pulled``) before and after a step. Every wait has a deadline.
+"""
+import numpy as np
+import pytest
+import trio
+
+import asyncflow as af
+from asyncflow.cluster import channels
+from asyncflow.compile.control_edges import drop_remote_controls_of_sinks, sink_groups
+from asyncflow.compile import prune
+from asyncflow.compile.node_graph import NodeGraph
+
+PS, W0, W1 = "/job:ps/task:0", "/job:worker/task:0", "/job:worker/task:1"
+TIMEOUT = af.RunOptions(timeout_in_ms=20000)
+DEVICES = {task: f"{task.replace('/task', '/replica:0/task')}/device:CPU:0"
+           for task in (PS, W0, W1)}
+
+
+def _node_graph(fetches, targets):
+    ops = prune.prune(fetches, targets, [])
+    placement = {op: DEVICES[op.device.split("/device")[0]] for op in ops}
+    return NodeGraph.from_ops(ops, [], fetches, targets, placement)
+
+
+def _ps_training_graph():
+    graph = af.Graph()
+    with graph.as_default():
+        with af.device(PS):
+            params = [af.Variable(np.full((2, 2), i + 1.0, np.float32), name=f"proto_p{i}")
+                      for i in range(3)]
+        with af.device(W0):
+            x = af.placeholder(af.float32, [None, 2], name="x")
+            loss = af.add_n([af.reduce_sum(af.matmul(x, p)) for p in params])
+            train = af.train.GradientDescentOptimizer(0.5).minimize(loss)
+    return graph, params, x, loss, train
+
+
+def test_a_train_ops_control_edges_from_the_ps_are_dropped():
+    graph, params, x, loss, train = _ps_training_graph()
+    node_graph = _node_graph([loss], [train])
+    (train_node,) = [n for n in node_graph.nodes if n.name == train.name]
+    assert {c.device for c in train_node.control_inputs} == {DEVICES[PS]}
+    assert train_node in sink_groups(node_graph)
+    assert drop_remote_controls_of_sinks(node_graph) == 3
+    assert train_node.control_inputs == [] and node_graph.changed
+    # The updates stay in the run (targets on the ps once shipped).
+    assert sum(n.type == "ApplyGradientDescent" for n in node_graph.nodes) == 3
+
+
+def test_control_edges_into_ops_with_effects_or_readers_are_kept():
+    with af.Graph().as_default():
+        with af.device(PS):
+            v = af.Variable(1.0, name="v")
+            bump = v.assign_add(1.0, name="bump")
+        with af.device(W0):
+            w = af.Variable(0.0, name="w")
+            with af.control_dependencies([bump]):
+                copy = w.assign(3.0, name="copy")        # stateful: must wait for bump
+            group = af.group(bump, name="group")          # a NoOp, but read below
+            with af.control_dependencies([group]):
+                read = af.identity(af.constant(2.0), name="read")
+            outer = af.group(af.group(bump, name="inner"), name="outer")  # groups of groups
+    node_graph = _node_graph([read], [copy.op, outer])
+    nodes = {n.name: n for n in node_graph.nodes}
+    assert drop_remote_controls_of_sinks(node_graph) == 1
+    assert [c.name for c in nodes["copy"].control_inputs] == ["bump"]
+    assert [c.name for c in nodes["group"].control_inputs] == ["bump"]
+    assert nodes["inner"].control_inputs == []
+    assert {n.name for n in sink_groups(node_graph)} == {"inner", "outer"}
+
+
+async def _pull_counters(spec):
+    out = {}
+    for job, addresses in spec.items():
+        for index, address in enumerate(addresses):
+            async with channels.connect(address) as channel:
+                stats = (await channel.health(timeout=10)).stats
+            out[f"{job}:{index}"] = (stats.pull_requests, stats.tensors_pulled)
+    return out
+
+
+def _delta(before, after):
+    return {task: (after[task][0] - before[task][0], after[task][1] - before[task][1])
+            for task in after if after[task] != before[task]}
+
+
+async def test_a_training_step_across_processes_makes_one_pull_per_direction(process_cluster):
+    spec, _ = process_cluster
+    graph, params, x, loss, train = _ps_training_graph()
+    feed = {x: np.ones((1, 2), np.float32)}
+    async with af.Session(graph=graph, cluster=spec) as sess:
+        await sess.run([p.initializer for p in params], options=TIMEOUT)
+        await sess.run([loss, train], feed, options=TIMEOUT)   # registers the graphs
+        before = await _pull_counters(spec)
+        with trio.fail_after(30):
+            await sess.run([loss, train], feed, options=TIMEOUT)
+        after = await _pull_counters(spec)
+        # The updates of both steps were applied when run returned: -0.5 per step.
+        values = await sess.run(params, options=TIMEOUT)
+    for i, value in enumerate(values):
+        np.testing.assert_allclose(value, np.full((2, 2), i + 1.0 - 1.0))
+    # worker: one request for the three parameters; ps: one for the three gradients; no pull
+    # for the train op's "updates done" control edges.
+    assert _delta(before, after) == {"worker:0": (1, 3), "ps:0": (1, 3)}
+
+
+async def test_a_failing_update_still_fails_the_step(process_cluster):
+    # The train op no longer waits for the ps's updates; the step still fails when one does.
+    spec, _ = process_cluster
+    with af.Graph().as_default() as graph:
+        with af.device(PS):
+            v = af.Variable(np.ones(2, np.float32), name="proto_failing")
+        with af.device(W0):
+            x = af.placeholder(af.float32, [2], name="x")
+            grad = v * x
+        with af.device(PS):
+            update = v.assign_sub(af.check_numerics(grad, "bad gradient"), name="update")
+        with af.device(W0):
+            train = af.group(update, name="train")
+    async with af.Session(graph=graph, cluster=spec) as sess:
+        await sess.run(v.initializer, options=TIMEOUT)
+        with trio.fail_after(30):
+            await sess.run(train, {x: np.ones(2, np.float32)}, options=TIMEOUT)
+            with pytest.raises(af.errors.InvalidArgumentError, match="bad gradient"):
+                await sess.run(train, {x: np.array([np.nan, 1.0], np.float32)}, options=TIMEOUT)
+        np.testing.assert_array_equal(await sess.run(v, options=TIMEOUT), [0.0, 0.0])
+
+
+async def test_a_control_edge_into_a_stateful_op_still_travels(process_cluster):
+    spec, _ = process_cluster
+    with af.Graph().as_default() as graph:
+        with af.device(PS):
+            v = af.Variable(1.0, name="proto_bumped")
+            bump = v.assign_add(1.0, name="bump")
+        with af.device(W1):
+            w = af.Variable(0.0, name="proto_marked")
+            with af.control_dependencies([bump]):
+                mark = w.assign_add(1.0, name="mark")
+    async with af.Session(graph=graph, cluster=spec) as sess:
+        await sess.run([v.initializer, w.initializer], options=TIMEOUT)
+        await sess.run(mark, options=TIMEOUT)
+        before = await _pull_counters(spec)
+        with trio.fail_after(30):
+            await sess.run(mark, options=TIMEOUT)
+        after = await _pull_counters(spec)
+        assert await sess.run([v, w], options=TIMEOUT) == [3.0, 2.0]
+    assert _delta(before, after) == {"worker:1": (1, 1)}
+
+
+def test_run_graphs_go_out_in_a_fixed_order_producers_first():
+    # The ps receives only the gradients (level 1); the worker the parameters (level 0) and
+    # the second worker, which only feeds a value to the first, nothing: it goes first.
+    from asyncflow.cluster.master import Master
+    from asyncflow.exec.options import SessionConfig
+    graph, params, x, loss, train = _ps_training_graph()
+    with graph.as_default():
+        with af.device(W1):
+            offset = af.add(af.constant(1.0), 0.0, name="offset")
+        with af.device(W0):
+            shifted = af.add(loss, offset, name="shifted")
+    master = Master(af.ClusterSpec({"ps": ["127.0.0.1:1"], "worker": ["127.0.0.1:2",
+                                                                        "127.0.0.1:3"]}),
+                    SessionConfig())
+    for name, task in master.tasks.items():
+        task.devices, task.incarnation = [f"{name}/device:CPU:0"], 1
+    run = master.compile(graph, [x], [shifted], [train])
+    order = [run.task_graphs[i].task for i in run.start_order]
+    assert order == ["/job:worker/replica:0/task:1", "/job:ps/replica:0/task:0",
+                     "/job:worker/replica:0/task:0"]
+
+
+def _global_step_graph():
+    graph = af.Graph()
+    with graph.as_default():
+        with af.device(PS):
+            params = [af.Variable(np.full((2, 2), i + 1.0, np.float32), name=f"proto_gs_p{i}")
+                      for i in range(2)]
+            step = af.Variable(0, dtype=af.int64, trainable=False, name="proto_global_step")
+        with af.device(W0):
+            x = af.placeholder(af.float32, [None, 2], name="x")
+            loss = af.add_n([af.reduce_sum(af.matmul(x, p)) for p in params])
+            train = af.train.GradientDescentOptimizer(0.5).minimize(loss, global_step=step)
+    return graph, params, step, x, loss, train
+
+
+def test_the_global_steps_control_ping_pong_is_bypassed():
+    # minimize(global_step=...) puts a NoOp "update" on the worker (after the ps's updates)
+    # and the step counter's AssignAdd on the ps (after "update"): ps -> worker -> ps.
+    from asyncflow.compile.control_edges import carry_fewer_control_edges
+    graph, params, step, x, loss, train = _global_step_graph()
+    node_graph = _node_graph([loss], [train])
+    nodes = {n.name: n for n in node_graph.nodes}
+    (noop,) = [c for c in nodes[train.name].control_inputs]
+    assert noop.type == "NoOp" and noop.device == DEVICES[W0]
+    assert carry_fewer_control_edges(node_graph) == (1, 2, 2)
+    increment = nodes[train.name]
+    assert {c.type for c in increment.control_inputs} == {"ApplyGradientDescent"}
+    crossing = [(c.name, n.name) for n in node_graph.nodes for c in n.control_inputs
+                if c.device.split("/device:")[0] != n.device.split("/device:")[0]]
+    assert crossing == []
+
+
+def test_a_noop_is_not_bypassed_when_that_would_carry_more():
+    from asyncflow.compile.control_edges import bypass_remote_noops
+    with af.Graph().as_default():
+        with af.device(W0):
+            parts = [af.constant(float(i), name=f"part{i}") for i in range(3)]
+            gather = af.group(*parts, name="gather")      # three local inputs on w0
+        with af.device(W1):
+            with af.control_dependencies([gather]):
+                after = af.identity(af.constant(1.0), name="after")
+    node_graph = _node_graph([after], [])
+    # Through "gather": one w0 -> w1 transfer; bypassed: three.
+    assert bypass_remote_noops(node_graph) == 0
+    assert [c.name for c in {n.name: n for n in node_graph.nodes}["after"].control_inputs] \
+        == ["gather"]
+
+
+async def test_a_global_step_training_step_carries_no_control_edge(process_cluster):
+    spec, _ = process_cluster
+    graph, params, step, x, loss, train = _global_step_graph()
+    feed = {x: np.ones((1, 2), np.float32)}
+    async with af.Session(graph=graph, cluster=spec) as sess:
+        await sess.run([p.initializer for p in params] + [step.initializer], options=TIMEOUT)
+        await sess.run([loss, train], feed, options=TIMEOUT)
+        before = await _pull_counters(spec)
+        with trio.fail_after(30):
+            await sess.run([loss, train], feed, options=TIMEOUT)
+        after = await _pull_counters(spec)
+        values = await sess.run(params + [step], options=TIMEOUT)
+    for i, value in enumerate(values[:2]):
+        np.testing.assert_allclose(value, np.full((2, 2), i + 1.0 - 1.0))
+    assert values[2] == 2
+    assert _delta(before, after) == {"worker:0": (1, 2), "ps:0": (1, 2)}

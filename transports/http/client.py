@@ -1,0 +1,339 @@
+"""A trio-native HTTP/1.1 client channel for the worker protocol (no asyncio thread, no aiohttp).
+
+Theory of operation
+-------------------
+An aiohttp client (the tests' ``HttpChannel``) runs every call on an asyncio thread: two thread
+hops per call (trio -> asyncio, and back) plus aiohttp's own request machinery, which together
+are most of a small step's fixed cost. :class:`TrioHttpChannel` speaks the same protocol to the
+same server (routes from :data:`transports.service.RPCS`, bodies as single
+:mod:`transports.wire` frames, the same statuses and bearer token) straight from the calling
+trio task:
+
+* **Connections.** Keep-alive ``trio.SocketStream`` s (``TCP_NODELAY``, as trio sets it), kept
+  in a per-channel idle pool; each call checks one out, so concurrent calls use concurrent
+  connections (a long ``recv_tensors`` never queues another call), and returns it after a
+  complete response. A call that fails or is cancelled midway closes its connection (the
+  server sees the disconnect and cancels the handler). A reused connection that the server
+  closed while idle (EOF or a reset before any byte of the answer) is retried once on a fresh
+  one; anything else is :class:`~transports.service.TransportUnavailable`.
+* **Requests.** The head and the frame's small buffers (header, padding) go in one ``send``;
+  each tensor of 64 KiB or more is sent from a view of its array (no copy), with
+  ``Content-Length`` (:func:`transports.http.protocol.send_pieces`).
+* **Replies.** What arrives is fed to the connection's
+  :class:`~transports.http.framing.MessageReader` (llhttp through httptools, as on the server;
+  a head of at most ``_MAX_HEAD`` bytes); a frame body must have a ``Content-Length`` (or
+  chunked encoding, decoded by llhttp). The body bytes that came with the head are copied out of
+  the reader; the rest is received with ``recv_into`` straight into the
+  :class:`~transports.wire.Decoder` 's destination arrays (socket -> array, no intermediate
+  chunk); the decoder's :class:`~transports.wire.Limits` bound it.
+  Tensors of :data:`~transports.http.bulk_io.BULK_BYTES` or more are read and sent by
+  :mod:`transports.http.bulk_io` (a parked read wakes per MiB, not per segment).
+* **Deadlines** are trio's: :class:`~transports.service.Channel` wraps each call in a cancel
+  scope; connecting has its own ``connect_timeout``.
+
+Nothing here knows about asyncflow.
+"""
+
+from __future__ import annotations
+
+import typing
+from typing import Any, Final
+
+import trio
+
+from transports.http import bulk_io, cross_memory, same_host as _same_host
+from transports.http.bulk_io import BULK_BYTES, BulkReader
+from transports.http.framing import MessageReader
+from transports.http.protocol import (
+    FRAME_CONTENT_TYPE, MAX_TEXT, parse_address, request_path, send_pieces, text_error,
+)
+from transports.messages import ErrorReply, Message
+from transports.service import TEXT_CALLS, Channel, Rpc, TransportUnavailable
+from transports.wire import (
+    CLOSED, DEFAULT_LIMITS, NEED_DATA, Decoder, Limits, LocalProtocolError, RemoteProtocolError,
+    encode, frame_size,
+)
+
+__all__ = ["TrioHttpChannel"]
+
+_MAX_HEAD: Final = 64 * 1024     # the most of a response head this client reads
+_RECV: Final = 64 * 1024
+_MAX_IDLE: Final = 16            # idle keep-alive connections kept per channel
+_BROKEN = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+
+
+class _StaleConnection(Exception):
+    """A reused connection was found closed before any byte of the answer arrived."""
+
+
+class _Connection:
+    """One keep-alive connection with its reader."""
+
+    __slots__ = ("stream", "reader", "reused", "answered", "bulk", "peer")
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.peer = cross_memory.peer_pid(stream.socket)  # a same-host server's pid, or None
+        self.bulk = BulkReader(stream.socket)
+        self.reader = MessageReader(response=True, max_head=_MAX_HEAD)
+        self.reused = False    # it carried a complete call before this one
+        self.answered = False  # a byte of this call's answer has arrived
+
+    async def send_all(self, data: bytes | memoryview) -> None:
+        # Sent in a row while the kernel takes it; a small request taken whole costs no pass
+        # of trio's scheduler (trio's ``send_all`` yields after it): the reply's read waits.
+        await bulk_io.send_all(self.stream.socket, memoryview(data))
+
+    async def receive_head(self) -> tuple[int, dict[str, str]]:
+        """Read the status line and headers; returns (status, lowercase headers)."""
+        while (head := self.reader.next_head()) is None:
+            await self.feed("before the response head ended")
+        return head.status, head.headers
+
+    async def feed(self, where: str) -> None:
+        """Feed the reader what the socket has next (at least one byte); an EOF is an error
+        naming ``where`` the response was."""
+        data = await self.stream.receive_some(_RECV)
+        if not data:
+            if not self.answered and self.reused:
+                raise _StaleConnection
+            raise TransportUnavailable(f"connection closed {where}")
+        self.answered = True
+        self.reader.feed(data)
+
+    async def receive_into(self, view: memoryview) -> int:
+        """Receive body bytes still due straight into ``view``; returns the count."""
+        if len(view) >= BULK_BYTES:  # a large tensor: woken per LOW_WATER bytes, not per segment
+            n = await self.bulk.receive_into(view)
+        else:
+            n = await self.stream.socket.recv_into(view)
+        if not n:
+            raise TransportUnavailable("connection closed in the middle of the response body")
+        return n
+
+
+class _Body:
+    """The body of one response: ``Content-Length`` or chunked, read piece by piece."""
+
+    def __init__(self, conn: _Connection) -> None:
+        self._conn = conn
+        self._done = False
+
+    async def read_into(self, view: memoryview) -> int:
+        """Up to ``len(view)`` body bytes into ``view``; 0 at the end of the body."""
+        conn, reader = self._conn, self._conn.reader
+        while not self._done:
+            n = reader.read_body(view)
+            if n is not None:
+                self._done = n == 0
+                return n
+            left = reader.body_left
+            if left:  # not yet received: straight into place, past the parser
+                n = await conn.receive_into(view[:left])
+                reader.skipped(n)
+                return n
+            await conn.feed("in the middle of the response body")  # chunked: through llhttp
+        return 0
+
+    async def read_text(self, limit: int) -> bytes:
+        out = bytearray()
+        scratch = memoryview(bytearray(_RECV))
+        while len(out) < limit:
+            n = await self.read_into(scratch[:limit - len(out)])
+            if not n:
+                break
+            out += scratch[:n]
+        return bytes(out)
+
+
+class TrioHttpChannel(Channel):
+    """A channel to a worker's HTTP server, spoken from trio (see the module docstring).
+
+    Args:
+        address: ``"host:port"`` (IPv6 hosts in brackets).
+        token: bearer token to send, if the server requires one.
+        connect_timeout: seconds to establish a connection before TransportUnavailable.
+        limits: codec limits for replies (and the requests this side builds).
+        same_host: reach a server on this host through its Unix socket when it has one
+            (:mod:`transports.http.same_host`), falling back to TCP; None: unless the environment
+            disables it.
+
+    Raises:
+        ValueError: ``address`` is not ``host:port``, or ``token`` could break the head.
+    """
+
+    def __init__(self, address: str, *, token: str | None = None, connect_timeout: float = 5.0,
+                 limits: Limits = DEFAULT_LIMITS, same_host: bool | None = None) -> None:
+        super().__init__()
+        self._host, self._port = parse_address(address)
+        self.address = address
+        if token is not None and not (token and all(32 < ord(c) < 127 for c in token)):
+            raise ValueError("token must be printable ASCII without spaces: it is written into "
+                             "the Authorization header")
+        auth = "" if token is None else f"Authorization: Bearer {token}\r\n"
+        self._fixed_headers = f"Host: {address}\r\n{auth}"
+        self._connect_timeout = connect_timeout
+        self._limits = limits
+        self._idle: list[_Connection] = []
+        # Try the server's same-host Unix socket first (``transports.http.same_host``) until a
+        # connection to it fails; then TCP only.
+        self._same_host = (_same_host.enabled(same_host)
+                           and self._host in _same_host.LOOPBACK_HOSTS)
+        # Over the Unix socket, ask for large tensors to be copied from the server's memory
+        # (``transports.http.cross_memory``) until a copy is refused; then sockets only.
+        self._lend = self._same_host and cross_memory.available()
+        self.lent_replies = self.lent_refused = 0  # replies copied / refused and sent again
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            await conn.stream.aclose()
+
+    # -- calls ----------------------------------------------------------------------------------
+
+    async def _exchange(self, rpc: Rpc, request: Message | None) -> Message:
+        path = request_path(rpc, request)
+        # Bodiless requests are encoded too: the same field checks, whatever the route.
+        buffers = None if request is None else encode(request, self._limits,
+                                                      defer_checksums=True)
+        return await self._request(rpc.http_method, path,
+                                   buffers if rpc.has_body else None, self._read_reply)
+
+    async def _exchange_text(self, method: str) -> str:
+        return await self._request("GET", TEXT_CALLS[method], None, self._read_metrics)
+
+    async def _request(self, method: str, path: str, buffers: list | None, read: Any) -> Any:
+        what = f"{method} {path} to {self.address}"
+        for attempt in (0, 1):
+            conn = await self._checkout(what, fresh=attempt > 0)
+            conn.answered, done = False, False
+            try:
+                await self._send(conn, method, path, buffers)
+                status, headers = await conn.receive_head()
+                result = await read(conn, status, headers)
+                done = True
+            except _StaleConnection:
+                continue  # the server closed it while idle; say it again on a new one
+            except _BROKEN as exc:
+                if conn.reused and not conn.answered and attempt == 0:
+                    continue  # reset while idle (the send or the first read saw it)
+                raise TransportUnavailable(f"{what}: connection lost: {exc}") from exc
+            except TransportUnavailable as exc:
+                raise TransportUnavailable(f"{what}: {exc}") from None
+            finally:
+                if not done:
+                    conn.stream.socket.close()
+            if headers.get("connection", "").lower() == "close" or len(self._idle) >= _MAX_IDLE \
+                    or self._closed:
+                await conn.stream.aclose()
+            else:
+                conn.reused = True
+                self._idle.append(conn)
+            return result
+        raise TransportUnavailable(f"{what}: the connection closed before the answer")
+
+    async def _checkout(self, what: str, fresh: bool) -> _Connection:
+        if self._idle and not fresh:
+            return self._idle.pop()
+        try:
+            with trio.fail_after(self._connect_timeout):
+                stream = None
+                if self._same_host:
+                    stream = await _same_host.connect(self._host, self._port)
+                    self._same_host = stream is not None
+                if stream is None:
+                    stream = await trio.open_tcp_stream(self._host, self._port)
+        except trio.TooSlowError:
+            raise TransportUnavailable(f"{what}: no connection within "
+                                       f"{self._connect_timeout} s") from None
+        except OSError as exc:
+            raise TransportUnavailable(f"{what}: cannot connect: {exc}") from None
+        return _Connection(stream)
+
+    async def _send(self, conn: _Connection, method: str, path: str,
+                    buffers: list | None) -> None:
+        lend = "X-Asyncflow-Lend: 1\r\n" if self._lend and conn.peer is not None else ""
+        if buffers is None:
+            head = f"{method} {path} HTTP/1.1\r\n{self._fixed_headers}{lend}\r\n"
+            await conn.send_all(head.encode("latin-1"))
+            return
+        size = frame_size(buffers)
+        head = (f"{method} {path} HTTP/1.1\r\n{self._fixed_headers}{lend}Content-Type: "
+                f"{FRAME_CONTENT_TYPE}\r\nContent-Length: {size}\r\n\r\n").encode("latin-1")
+        for piece in send_pieces(head, buffers):
+            await conn.send_all(piece)
+
+    # -- replies --------------------------------------------------------------------------------
+
+    async def _read_reply(self, conn: _Connection, status: int,
+                          headers: dict[str, str]) -> Message:
+        body = _Body(conn)
+        kind = headers.get("content-type", "").split(";")[0].strip()
+        decoder, received = Decoder(self._limits), 0
+        if kind == cross_memory.CONTENT_TYPE and conn.peer is not None:
+            decoder = await self._read_lent(conn, body, decoder)
+        elif kind != FRAME_CONTENT_TYPE:
+            await self._raise_for_text(body, status)
+        while kind == FRAME_CONTENT_TYPE:
+            try:
+                view = decoder.get_buffer()
+            except LocalProtocolError:
+                break  # the body broke the protocol: next_event raises it below
+            n = await body.read_into(view)
+            if not n:
+                break
+            received += n
+            decoder.buffer_updated(n)
+        decoder.receive_data(b"")
+        message = decoder.next_event()
+        if message is NEED_DATA or message is CLOSED:
+            raise RemoteProtocolError(f"empty or truncated reply body ({received} bytes)")
+        if decoder.next_event() is not CLOSED:
+            raise RemoteProtocolError("reply body holds more than one frame")
+        if status != 200 and not isinstance(message, ErrorReply):
+            raise RemoteProtocolError(f"HTTP {status} with a {type(message).__name__} frame "
+                                      "instead of an ErrorReply")
+        return message
+
+    async def _read_lent(self, conn: _Connection, body: _Body, decoder: Decoder) -> Decoder:
+        """A lent reply's frame: copied from the server's memory, or, where a copy is
+        refused, sent again plainly after the body (``transports.http.cross_memory``)."""
+        try:
+            copied, size = await cross_memory.receive_lent(
+                body.read_into, conn.peer, decoder, 3 * self._limits.max_tensors + 2)
+        except (EOFError, ValueError) as exc:
+            raise RemoteProtocolError(f"lent reply from {self.address}: {exc}") from None
+        if copied is None:
+            return decoder  # it raises what broke the frame (the connection is not reused)
+        most = self._limits.max_header_bytes + self._limits.max_body_bytes + 16 + 68 * (
+            self._limits.max_tensors + 1)  # prefix, header, tensors, padding and trailers
+        if size > most:
+            raise RemoteProtocolError(f"lent reply from {self.address} lists {size} bytes, "
+                                      f"more than a frame within the limits ({most})")
+        if await body.read_into(memoryview(bytearray(1))):
+            raise RemoteProtocolError(f"lent reply from {self.address} longer than its records")
+        await conn.send_all(cross_memory.COPIED if copied else cross_memory.RESEND)
+        if copied:
+            self.lent_replies += 1
+            return decoder
+        self.lent_refused += 1
+        self._lend = False  # this server's memory cannot be read from here: sockets only
+        decoder = Decoder(self._limits)
+        while size:  # the plain frame, with no head, past the parser
+            n = await conn.receive_into(decoder.get_buffer()[:size])
+            decoder.buffer_updated(n)
+            size -= n
+        return decoder
+
+    async def _read_metrics(self, conn: _Connection, status: int, headers: dict[str, str]) -> str:
+        body = _Body(conn)
+        if status != 200:
+            await self._raise_for_text(body, status)
+        text = await body.read_text(self._limits.max_header_bytes)
+        if await body.read_into(memoryview(bytearray(1))):
+            raise RemoteProtocolError(f"text answer longer than {self._limits.max_header_bytes}")
+        return text.decode("utf-8")
+
+    async def _raise_for_text(self, body: _Body, status: int) -> typing.NoReturn:
+        raise text_error(status, self.address, await body.read_text(MAX_TEXT))
