@@ -299,18 +299,15 @@ class TrioHttpChannel(Channel):
     async def _read_lent(self, conn: _Connection, body: _Body, decoder: Decoder) -> Decoder:
         """A lent reply's frame: copied from the server's memory, or, where a copy is
         refused, sent again plainly after the body (``transports.http.cross_memory``)."""
+        most = self._limits.max_header_bytes + self._limits.max_body_bytes + 16 + 68 * (
+            self._limits.max_tensors + 1)  # prefix, header, tensors, padding and trailers
         try:
             copied, size = await cross_memory.receive_lent(
-                body.read_into, conn.peer, decoder, 3 * self._limits.max_tensors + 2)
+                body.read_into, conn.peer, decoder, 3 * self._limits.max_tensors + 2, most)
         except (EOFError, ValueError) as exc:
             raise RemoteProtocolError(f"lent reply from {self.address}: {exc}") from None
         if copied is None:
             return decoder  # it raises what broke the frame (the connection is not reused)
-        most = self._limits.max_header_bytes + self._limits.max_body_bytes + 16 + 68 * (
-            self._limits.max_tensors + 1)  # prefix, header, tensors, padding and trailers
-        if size > most:
-            raise RemoteProtocolError(f"lent reply from {self.address} lists {size} bytes, "
-                                      f"more than a frame within the limits ({most})")
         if await body.read_into(memoryview(bytearray(1))):
             raise RemoteProtocolError(f"lent reply from {self.address} longer than its records")
         await conn.send_all(cross_memory.COPIED if copied else cross_memory.RESEND)

@@ -234,7 +234,7 @@ async def _read_exactly(read_into: Callable[[memoryview], Awaitable[int]], n: in
 
 
 async def receive_lent(read_into: Callable[[memoryview], Awaitable[int]], pid: int,
-                       decoder, max_records: int) -> tuple[bool | None, int]:
+                       decoder, max_records: int, max_bytes: int) -> tuple[bool | None, int]:
     """Feed ``decoder`` the frame a lent body describes (see the module docstring).
 
     ``read_into`` reads the body (0 at its end); ``pid`` is the peer's, from
@@ -246,7 +246,8 @@ async def receive_lent(read_into: Callable[[memoryview], Awaitable[int]], pid: i
 
     Raises:
         EOFError: the body ended before its records did.
-        ValueError: more records than ``max_records``.
+        ValueError: more records than ``max_records``, or more bytes than ``max_bytes``
+            (checked before anything is copied).
     """
     sender, count, flags = _START.unpack(await _read_exactly(read_into, _START.size))
     summed = bool(flags & _SUMMED)
@@ -255,6 +256,9 @@ async def receive_lent(read_into: Callable[[memoryview], Awaitable[int]], pid: i
     table = await _read_exactly(read_into, _RECORD.size * count)
     records = [_RECORD.unpack_from(table, i * _RECORD.size) for i in range(count)]
     total = sum(length for _, length in records)
+    if total > max_bytes:
+        raise ValueError(f"lent body lists {total} bytes, more than a frame within the limits "
+                         f"({max_bytes})")
     copied, copies, drop = sender == pid, 0, memoryview(bytearray(64 * 1024))
     for address, length in records:
         if address and not copied:
