@@ -235,6 +235,6 @@ def _compile_plan(nodes, feeds, fetches, device, resources, config):
     bind = getattr(device, "bind_plan", None)
     if bind is not None:
         bind(plan)  # (before the compiled forms: it may wrap kernels)
-    return dispatch.prepare(plan, config.compile_loops)
+    return dispatch.generate_forms(plan, config.compile_loops)
 
 

@@ -1,6 +1,6 @@
 """Running one compiled partition for one step: the plan's compiled form, else the core.
 
-``prepare`` gives a plan its compiled forms once, when it is built; ``run_plan`` runs a
+``generate_forms`` gives a plan its compiled forms once, when it is built; ``run_plan`` runs a
 static plan's step function (awaited in place: no nursery, no task; traced through its
 traced twin) and every other plan in the core over the flat or the frames propagator;
 ``start_plan`` starts a CPU partition of a multi-partition step in the calling task
@@ -18,7 +18,7 @@ from asyncflow.exec.codegen import compile_schedule
 from asyncflow.exec.step import closed, now_us, recorder, waiting
 
 
-def prepare(plan, compile_loops=True):
+def generate_forms(plan, compile_loops=True):
     """Give ``plan`` its compiled forms (see the module docstring); returns it."""
     if plan.static and plan.static_fn is None:
         plan.static_fn = compile_schedule(plan)
@@ -29,7 +29,7 @@ def prepare(plan, compile_loops=True):
 
 
 async def run_plan(plan, feed_values, step):
-    """Run ``plan`` (prepared) once; returns the fetched values in ``plan.fetch_slots`` order.
+    """Run ``plan`` (its forms generated) once; returns the fetched values in ``plan.fetch_slots`` order.
 
     Raises:
         OpError: the first kernel failure, located (op, type, device, creation site).

@@ -22,7 +22,7 @@ from one_device import plan_of_ops
 
 def compile_for(fetches, feeds=(), compile_loops=True):
     ops = prune.prune(list(fetches), [], list(feeds), skip_edge=cf.is_loop_back_edge)
-    return dispatch.prepare(plan_of_ops(ops, feeds, fetches), compile_loops)
+    return dispatch.generate_forms(plan_of_ops(ops, feeds, fetches), compile_loops)
 
 
 def loop_graph(limit=3, parallel_iterations=10):
