@@ -15,7 +15,7 @@ from asyncflow.graph import (  # noqa: F401
 )
 from asyncflow.graph.conversion import convert_to_tensor  # noqa: F401
 from asyncflow.graph.gradients import UnconnectedGradients, gradients  # noqa: F401
-from asyncflow.graph.serialize import import_graph_def  # noqa: F401
+from asyncflow.graph.importer import import_graph_def  # noqa: F401
 from asyncflow.ops.array import identity, rank, reshape, shape, size, stop_gradient  # noqa: F401
 from asyncflow.ops.embedding import (  # noqa: F401
     dynamic_partition, dynamic_stitch, embedding_lookup,

@@ -41,8 +41,8 @@ import trio
 
 from asyncflow import errors
 from asyncflow.device_names import task_of as task_of_device  # noqa: F401 (master, worker)
-from asyncflow.kernels.transfer import parse_key, source_device  # the key format's one place
 from asyncflow.exec.rendezvous import LocalRendezvous
+from asyncflow.rendezvous_keys import parse_key, source_device
 from transports.messages import RecvTensors, RemoteCallError
 from transports.service import TransportDeadlineExceeded, TransportError
 from transports.wire import ChecksumMismatch

@@ -5,14 +5,14 @@ A cluster is ``{job name: [address, ...]}`` (task index = list position) or, as 
 is plain data: it never connects to anything. Device names follow from it: task ``i`` of job
 ``j`` owns ``/job:j/replica:0/task:i/device:CPU:0`` and whatever devices its Health reports.
 
-``ASYNCFLOW_CONFIG`` (the shape of TF_CONFIG) names a cluster and this process's task::
+``ASYNCFLOW_CONFIG`` (the shape of TF_CONFIG) names a cluster and this process's task; the CLI
+reads it with ``distribute/cluster_resolver.py``'s ``TFConfigClusterResolver``::
 
     {"cluster": {"ps": ["127.0.0.1:2222"], "worker": [...]}, "task": {"type": "worker", "index": 0}}
 """
 from __future__ import annotations
 
 import json
-import os
 
 CONFIG_ENV = "ASYNCFLOW_CONFIG"
 _JSON_TYPES = {list: "list", str: "string", int: "number", float: "number", bool: "boolean",
@@ -179,26 +179,3 @@ def tasks_of_health(jobs):
     """``[(task name, address)]`` of the jobs in a Health reply (None: none)."""
     return [(task_name(job, index), address) for job, table in (jobs or {}).items()
             for index, address in table.items()]
-
-
-def config_from_env(environ=None):
-    """``(ClusterSpec, job, index)`` from ``ASYNCFLOW_CONFIG``, or None when it is unset.
-
-    Raises:
-        ValueError: if the variable is set but malformed.
-    """
-    text = (environ if environ is not None else os.environ).get(CONFIG_ENV)
-    if not text:
-        return None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{CONFIG_ENV} is not valid JSON: {exc}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("cluster"), dict):
-        raise ValueError(f'{CONFIG_ENV} must look like {{"cluster": {{...}}, "task": '
-                         '{"type": "worker", "index": 0}}')
-    task = data.get("task") or {}
-    job, index = task.get("type"), task.get("index", 0)
-    if not isinstance(job, str) or not isinstance(index, int) or isinstance(index, bool):
-        raise ValueError(f'{CONFIG_ENV}: "task" must be {{"type": JOB, "index": N}}, got {task!r}')
-    return ClusterSpec(data["cluster"]), job, index

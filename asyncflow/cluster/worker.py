@@ -63,7 +63,7 @@ from asyncflow import errors
 from asyncflow.cluster import remote_rendezvous as _rdv
 from asyncflow.cluster import status as _status
 from asyncflow.graph.graph import Graph
-from asyncflow.graph.serialize import import_graph_def
+from asyncflow.graph.importer import import_graph_def
 from asyncflow.exec import compiled_run
 from asyncflow.exec import devices as _device
 from asyncflow.exec.step import Step

@@ -203,11 +203,6 @@ class NodeGraph:
         return out
 
 
-def port_name(port):
-    node, index = port
-    return f"{node.name}:{index}"
-
-
 def topological(nodes):
     """``nodes`` in dependency order (data and control edges among them), ties by ``seq``."""
     members = set(nodes)

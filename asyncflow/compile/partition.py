@@ -79,9 +79,6 @@ class Partitioned:
     fetches: list
     graph: NodeGraph
 
-    def describe(self):
-        return {p.device: [(n.name, n.type) for n in p.nodes] for p in self.partitions}
-
 
 class _Builder:
     def __init__(self, incarnations, compress, per_edge):

@@ -7,7 +7,7 @@ worker names the user's line). Used by ``master.py`` when it compiles a run.
 from __future__ import annotations
 
 from asyncflow import errors
-from asyncflow.graph.serialize import encode_attr, node_def
+from asyncflow.graph.graph_def import encode_attr, node_def
 
 
 def task_graph_def(nodes, feeds, feed_indices, fetch_ports):

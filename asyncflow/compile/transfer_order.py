@@ -100,11 +100,6 @@ def transfer_levels(partitions):
     return levels
 
 
-def batchable_transfers(partitions):
-    """Tensor names of the transfers whose pulls may share a request (any level)."""
-    return set(transfer_levels(partitions))
-
-
 def start_order(tasks, partitions, levels):
     """Indices into ``tasks`` (task names) in the order the master sends their RunGraphs.
 

@@ -21,7 +21,7 @@ lives, so tracebacks, ``pdb`` and profilers show its lines; its globals are name
 ops and kernels they hold (``F_MatMul(c_dense_MatMul, v0, v1)``) and every node's line ends
 with a comment naming the op and its type. With the environment variable
 ``ASYNCFLOW_DUMP_CODE`` set to a directory, each function's source is also written there as
-a ``.py`` file, which then is the function's file name (``source_of`` returns it too).
+a ``.py`` file, which then is the function's file name.
 """
 from __future__ import annotations
 
@@ -43,13 +43,6 @@ from asyncflow.exec.step import now_us
 DUMP_ENV = "ASYNCFLOW_DUMP_CODE"  # a directory: every generated function's source lands there
 _functions = itertools.count(1)
 _NOT_IDENTIFIER = re.compile(r"[^0-9A-Za-z_]+")
-
-
-def source_of(fn):
-    """The generated source of a function made here (a step or loop function), or None."""
-    filename = fn.__code__.co_filename
-    lines = linecache.getlines(filename)
-    return "".join(lines) or None
 
 
 class Generator:

@@ -4,15 +4,15 @@ Theory of operation: ``docs/control_flow.md`` ("Executor semantics") gives the r
 implements (TF's ``propagator_state``): dead nodes run no kernel, a Merge fires once per
 iteration, ``parallel_iterations`` windows, iterations deleted as they finish (memory flat
 in the iteration count), a simple frame run by its compiled loop. Entries are
-``(node, args, iteration)``; frame ids are ``transfer.frame_id``'s, the same on every process.
+``(node, args, iteration)``; frame ids are ``rendezvous_keys.frame_id``'s, the same on every
+process.
 """
 from __future__ import annotations
 
 import collections
 import dataclasses
 
-from asyncflow import errors
-from asyncflow.kernels import transfer
+from asyncflow import errors, rendezvous_keys
 from asyncflow.kernels.control_flow import DEAD
 from asyncflow.exec import codegen
 from asyncflow.exec.core import PAUSE, Own, fetched_values
@@ -229,7 +229,7 @@ class Frames:
     def frame_iter(where):
         """Where a waiting kernel's rendezvous keys say it runs."""
         iteration = where[0] if where.__class__ is tuple else where
-        return transfer.frame_iter(iteration.frame.frame_id, iteration.number)
+        return rendezvous_keys.frame_iter(iteration.frame.frame_id, iteration.number)
 
     def values(self):
         """The fetched values, from the root frame; the step's FrameStatistics are kept."""
@@ -289,7 +289,7 @@ class Frames:
         child = iteration.frames.get(name)
         if child is None:
             frame = iteration.frame
-            child = _Frame(transfer.frame_id(frame.frame_id, iteration.number, name), name, frame,
+            child = _Frame(rendezvous_keys.frame_id(frame.frame_id, iteration.number, name), name, frame,
                            iteration, max(1, int(attrs.get("parallel_iterations", 10))),
                            self.plan.enter_counts.get(name, 1))
             iteration.frames[name] = child

@@ -79,16 +79,6 @@ def _blas_limiter():
     return _controller.limit(limits=1, user_api="blas")
 
 
-def blas_info():
-    """``[{'internal_api', 'version', 'architecture', 'num_threads', ...}]`` of the BLAS
-    libraries numpy loaded (threadpoolctl's view; empty without threadpoolctl)."""
-    try:
-        import threadpoolctl
-    except ImportError:
-        return []
-    return [info for info in threadpoolctl.threadpool_info() if info.get("user_api") == "blas"]
-
-
 class IntraOpPool:
     """``threads`` threads for one kernel's chunks: the caller's and ``threads - 1`` workers
     (started on the first split)."""

@@ -9,10 +9,10 @@ Theory of operation
   enqueue attempt while there is room, then the head dequeue attempt while elements are
   available, and repeats until neither moves. Attempts are served strictly in arrival order,
   so a waiting ``dequeue_many`` is never starved by later single dequeues.
-- trio's pattern: each operation has a synchronous core (``enqueue_nowait``, ...) that either
-  completes at once or raises ``trio.WouldBlock`` (also when others are already waiting, so
-  order is kept), and an async wrapper that registers an attempt and parks the task with
-  ``wait_task_rescheduled``. Completing an attempt reschedules its task with the result.
+- trio's pattern: each operation has a synchronous core (``enqueue_many_nowait``, ...)
+  that either completes at once or raises ``trio.WouldBlock`` (also when others are already
+  waiting, so order is kept), and an async wrapper that registers an attempt and parks the
+  task with ``wait_task_rescheduled``. Completing an attempt reschedules its task with the result.
 - Cancellation (the step was cancelled or failed elsewhere, or the session closed) runs the
   abort callback: the attempt leaves its list, and a partly served dequeue puts the elements
   it took back at the front of the queue, in order, so no element is lost.
@@ -326,9 +326,6 @@ class QueueResource:
         if self._dequeuers:
             self._flush()
 
-    def enqueue_nowait(self, element):
-        self.enqueue_many_nowait((element,))
-
     def dequeue_many_nowait(self, n, allow_small=False):
         """Take ``n`` elements now (fewer for ``allow_small`` once closed), or raise.
 
@@ -350,11 +347,8 @@ class QueueResource:
             self._flush()
         return taken
 
-    def dequeue_nowait(self):
-        return self.dequeue_many_nowait(1)[0]
-
     def peek_nowait(self):
-        """The element ``dequeue_nowait`` would return now, without taking it, or None.
+        """The element ``dequeue_many_nowait(1)`` would return now, without taking it, or None.
 
         None also for a RandomShuffleQueue (its next element is drawn when taken).
         """

@@ -2,9 +2,9 @@
 
 Theory of operation (the paper's §3.2.2 and TF's ``LocalRendezvousImpl``):
 - A table from a rendezvous *key* (``src_device;src_incarnation_hex;dst_device;tensor_name;
-  frame_id:iter``, built by ``kernels/transfer.make_key``, the one place of the format) to
-  either a deposited ``(value, is_dead)`` or one parked waiter. One Recv reads each key once; reading removes the entry, so the table only holds
-  tensors in flight.
+  frame_id:iter``, written by ``rendezvous_keys.make_key``) to either a deposited
+  ``(value, is_dead)`` or one parked waiter. One Recv reads each key once; reading removes
+  the entry, so the table only holds tensors in flight.
 - ``send`` never blocks: it deposits, or hands the value to the waiter already parked. A second
   send to the same key before its receive is an ``AbortedError`` ("Duplicated send"), as in
   the 2015 runtime.
@@ -25,8 +25,12 @@ A rendezvous lives for one step; it knows nothing of devices, graphs or executor
 
 ``Rendezvous`` (below) is the one contract of every rendezvous a step may hold: this local
 one and the worker's ``cluster/remote_rendezvous.StepRendezvous``, which keeps it for local keys
-and adds pulls for remote ones. The key format has its one place in ``kernels/transfer.py``
-(``make_key``/``parse_key``), re-exported here.
+and adds pulls for remote ones.
+
+The key format is not here but in the base module ``rendezvous_keys.py``: the Send/Recv
+kernels build keys and kernels may not import the executor, and the worker's rendezvous
+parses them; a base module all three import reads as one place, where a re-export here would
+be a second name for it. This module holds the interface and the local implementation.
 """
 from __future__ import annotations
 
@@ -36,7 +40,6 @@ import typing
 import trio
 
 from asyncflow import errors
-from asyncflow.kernels.transfer import make_key, parse_key  # noqa: F401 - the key format
 
 
 class Rendezvous(typing.Protocol):

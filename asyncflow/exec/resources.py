@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import sys
 
-import numpy as np
 
 from asyncflow import errors
 
@@ -160,6 +159,3 @@ def process_resources():
     """The process-wide manager holding resources created with a ``shared_name``."""
     return _process_resources
 
-
-def as_array(value, dtype):
-    return np.asarray(value, dtype=dtype)

@@ -1,4 +1,4 @@
-"""GraphDef writing: a graph as plain data, and the attr codec both directions share.
+"""The GraphDef format: a graph as plain data, its attr codec, and writing a def.
 
 Theory of operation:
 - ``as_graph_def(graph)`` (``Graph.as_graph_def``) walks the ops in creation order (a
@@ -15,9 +15,13 @@ Theory of operation:
   takes it as is. Colocation travels as TF's ``_class: ["loc:@name"]`` attr, and static
   output shapes (which ``set_shape`` may have refined past inference) as ``_output_shapes``.
 
-It reads a graph only through its ops' fields and never imports ``graph.py``, so ``Graph``
-can offer ``as_graph_def`` without an import circle; reading a def back into a graph is
-``serialize.import_graph_def``. Part of the graph layer: never trio, never the runtime.
+The format is one concept with two directions. This module is its one place: the node and
+attr layout, the codec (``encode_attr``/``decode_attr``), the reserved attr names
+(``COLOCATION_ATTR``, ``SHAPES_ATTR``) and the writer. It reads a graph only through its ops'
+fields and never imports ``graph.py``, so ``Graph`` can offer ``as_graph_def`` without an
+import circle. The reader, ``graph/importer.py`` (``import_graph_def``), must build into a
+``Graph`` and so sits above ``graph.py``; it uses only this module's public names.
+Part of the graph layer: never trio, never the runtime.
 """
 from __future__ import annotations
 
@@ -27,8 +31,8 @@ from asyncflow import dtypes as _dtypes
 from asyncflow.graph.shape import TensorShape
 
 GRAPH_DEF_VERSION = {"producer": 1, "min_consumer": 1}
-_COLOCATION_ATTR = "_class"
-_SHAPES_ATTR = "_output_shapes"
+COLOCATION_ATTR = "_class"
+SHAPES_ATTR = "_output_shapes"
 
 
 # -- attr encoding ------------------------------------------------------------------------
@@ -165,9 +169,9 @@ def node_def(op, add_shapes=False, debug_info=False, inputs=None):
         except TypeError as exc:
             raise ValueError(f"{op.type} '{op.name}': attr {key!r}: {exc}") from None
     if op.colocation_groups:
-        attr[_COLOCATION_ATTR] = {"list": [{"s": f"loc:@{name}"} for name in op.colocation_groups]}
+        attr[COLOCATION_ATTR] = {"list": [{"s": f"loc:@{name}"} for name in op.colocation_groups]}
     if add_shapes:
-        attr[_SHAPES_ATTR] = {"list": [encode_attr(t.shape) for t in op.outputs]}
+        attr[SHAPES_ATTR] = {"list": [encode_attr(t.shape) for t in op.outputs]}
     if inputs is None:
         inputs = [f"{t.op.name}:{t.value_index}" for t in op.inputs]
     inputs = list(inputs) + [f"^{c.name}" for c in op.control_inputs]
@@ -177,18 +181,6 @@ def node_def(op, add_shapes=False, debug_info=False, inputs=None):
         filename, lineno, function = op.traceback
         node["debug_info"] = [str(filename), int(lineno), str(function)]
     return node
-
-
-_MAX_DEBUG_TEXT = 1000
-
-
-def _debug_info(name, value):
-    """The ``(file, line, function)`` of a node's ``debug_info``; ValueError if malformed."""
-    if not (isinstance(value, list) and len(value) == 3 and isinstance(value[0], str)
-            and isinstance(value[1], int) and not isinstance(value[1], bool)
-            and isinstance(value[2], str)):
-        raise ValueError(f"node '{name}': debug_info must be [file, line, function]")
-    return (value[0][:_MAX_DEBUG_TEXT], value[1], value[2][:_MAX_DEBUG_TEXT])
 
 
 def as_graph_def(graph, add_shapes=False):

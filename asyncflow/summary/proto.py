@@ -13,8 +13,8 @@ The messages are TensorBoard's own protobuf classes as ``tensorboardX`` ships th
   The CRC32C comes from ``google-crc32c`` (C, with the CPU's CRC instruction where there is
   one).
 
-``iter_records`` reads the framing back for tests and tools, checking every CRC; parse each
-payload with ``tensorboardX.proto.event_pb2.Event.FromString``.
+TensorBoard reads the files; the tests read the framing back with their own reader, checking
+every CRC.
 """
 from __future__ import annotations
 
@@ -62,30 +62,6 @@ def tfrecord(data):
     header = struct.pack("<Q", len(data))
     return (header + struct.pack("<I", masked_crc32c(header)) + bytes(data)
             + struct.pack("<I", masked_crc32c(data)))
-
-
-def iter_records(fileobj):
-    """Yield the payloads of the TFRecords in a binary file object.
-
-    Raises:
-        ValueError: on a CRC mismatch (a partial last record written by a crashed writer ends
-            the iteration silently instead).
-    """
-    while True:
-        header = fileobj.read(12)
-        if len(header) < 12:
-            return
-        length_bytes, crc = header[:8], struct.unpack("<I", header[8:])[0]
-        if masked_crc32c(length_bytes) != crc:
-            raise ValueError("TFRecord length CRC mismatch")
-        length, = struct.unpack("<Q", length_bytes)
-        data = fileobj.read(length)
-        footer = fileobj.read(4)
-        if len(data) < length or len(footer) < 4:
-            return
-        if masked_crc32c(data) != struct.unpack("<I", footer)[0]:
-            raise ValueError("TFRecord data CRC mismatch")
-        yield data
 
 
 # -- Event ---------------------------------------------------------------------------------------

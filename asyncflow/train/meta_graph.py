@@ -29,7 +29,7 @@ import warnings
 import msgpack
 
 from asyncflow.graph import graph_def as _graph_def
-from asyncflow.graph import serialize
+from asyncflow.graph import importer
 from asyncflow.graph.graph import Graph, GraphKeys, Operation, Tensor, get_default_graph
 from asyncflow.kernels.checkpoint import atomic_write
 from asyncflow.ops.state import Variable
@@ -243,7 +243,7 @@ def import_scoped_meta_graph(meta_graph_or_file, make_saver, clear_devices=False
     if clear_devices:
         graph_def = dict(graph_def, node=[dict(n, device="") for n in graph_def["node"]])
     graph = get_default_graph()
-    serialize.import_graph_def(graph_def, name=import_scope or "")
+    importer.import_graph_def(graph_def, name=import_scope or "")
     prefix = f"{import_scope}/" if import_scope else ""
     decoder = _CollectionDecoder(graph, prefix, make_saver)
     for key, items in (meta.get("collection_def") or {}).items():

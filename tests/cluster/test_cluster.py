@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import asyncflow as af
-from asyncflow.cluster.spec import config_from_env, task_name
+from asyncflow.cluster.spec import task_name
+from asyncflow.distribute.cluster_resolver import TFConfigClusterResolver
 
 SPEC = {"ps": ["127.0.0.1:2222"], "worker": ["127.0.0.1:2223", "127.0.0.1:2224"]}
 
@@ -58,14 +59,19 @@ def test_cluster_spec_from_json_string_file_and_tf_config(tmp_path):
         af.ClusterSpec.from_json("{oops")
 
 
-def test_config_from_env():
+def test_asyncflow_config_is_read_by_the_tf_config_resolver():
+    """``ASYNCFLOW_CONFIG`` has TF_CONFIG's shape; the CLI reads it with that resolver."""
     env = {"ASYNCFLOW_CONFIG": json.dumps({"cluster": SPEC, "task": {"type": "worker",
                                                                       "index": 1}})}
-    cluster, job, index = config_from_env(env)
-    assert (cluster.as_dict(), job, index) == (SPEC, "worker", 1)
-    assert config_from_env({}) is None
-    with pytest.raises(ValueError, match="task"):
-        config_from_env({"ASYNCFLOW_CONFIG": json.dumps({"cluster": SPEC, "task": {"index": 0}})})
+    resolver = TFConfigClusterResolver(variable="ASYNCFLOW_CONFIG", environ=env)
+    assert (resolver.cluster_spec().as_dict(), resolver.task_type, resolver.task_id) == (
+        SPEC, "worker", 1)
+    with pytest.raises(ValueError, match="ASYNCFLOW_CONFIG.*task"):
+        TFConfigClusterResolver(variable="ASYNCFLOW_CONFIG",
+                                environ={"ASYNCFLOW_CONFIG": json.dumps({"task": 3})}).task_type
+    with pytest.raises(ValueError, match="ASYNCFLOW_CONFIG is not valid JSON"):
+        TFConfigClusterResolver(variable="ASYNCFLOW_CONFIG",
+                                environ={"ASYNCFLOW_CONFIG": "{oops"}).cluster_spec()
 
 
 def test_replica_device_setter_round_robins_variables():

@@ -144,7 +144,7 @@ async def test_loop_spanning_two_devices_of_a_remote_worker():
 
 
 def test_transfers_inside_a_loop_are_never_batched():
-    from asyncflow.compile.transfer_order import batchable_transfers
+    from asyncflow.compile.transfer_order import transfer_levels
     from asyncflow.compile import partition, prune
     from asyncflow.compile.node_graph import NodeGraph
     from asyncflow.ops.control_flow import is_loop_back_edge
@@ -173,7 +173,7 @@ def test_transfers_inside_a_loop_are_never_batched():
     outside = {n.attrs["tensor_name"] for n in recvs} - in_loop
     by_producer = {name.split("_", 2)[2].rsplit("_", 1)[0]: name for name in outside}
     assert in_loop and set(by_producer) == {"side", "while/Exit_1"}
-    names = batchable_transfers(parts.partitions)   # terminates on the loop's cycles
+    names = set(transfer_levels(parts.partitions))   # terminates on the loop's cycles
     assert not names & in_loop
     # The loop's result waits on w1's pulls inside the loop; "side" waits on nothing of w1.
     assert names == {by_producer["side"]}

@@ -24,6 +24,11 @@ def _partitioned(fetches, targets=(), feeds=(), compress=None, graph=None):
     return partition(node_graph, [CPU0, CPU1], INCARNATIONS, compress, per_edge)
 
 
+def _described(parts):
+    """``{device: [(node name, type)]}`` of each partition."""
+    return {p.device: [(n.name, n.type) for n in p.nodes] for p in parts.partitions}
+
+
 def test_one_recv_per_tensor_and_destination():
     with af.Graph().as_default():
         with af.device("/device:CPU:0"):
@@ -34,7 +39,7 @@ def test_one_recv_per_tensor_and_destination():
             z = af.subtract(x, 1.0, name="z")
             out = af.add(y, z, name="out")
     parts = _partitioned([out])
-    described = parts.describe()
+    described = _described(parts)
     assert [n for n, t in described[CPU0] if t == "_Send"] == ["edge_0_x_0/_Send"]
     assert [n for n, t in described[CPU1] if t == "_Recv"] == ["edge_0_x_0/_Recv"]
     recv = next(n for n in parts.partitions[1].nodes if n.type == "_Recv")

@@ -11,11 +11,11 @@ import pytest
 
 import asyncflow as af
 from asyncflow.compile import prune
-from asyncflow.kernels import transfer
 from asyncflow.ops import control_flow as cf
 from asyncflow.exec import dispatch, frames
 from asyncflow.exec.plan import ENTER, EXIT, MERGE, NEXT_ITERATION, NORMAL, SWITCH
 from asyncflow.exec.step import Step
+from asyncflow.rendezvous_keys import frame_id
 from lifetimes import lifetimes_graph
 from one_device import plan_of_ops
 
@@ -75,12 +75,12 @@ def test_plan_without_control_flow_keeps_the_static_path():
 
 
 def test_frame_ids_are_stable_across_processes():
-    here = transfer.frame_id(0, 3, "while/inner")
-    assert here == transfer.frame_id(0, 3, "while/inner")
-    assert here != transfer.frame_id(0, 4, "while/inner")
-    assert here != transfer.frame_id(1, 3, "while/inner")
-    code = ("from asyncflow.kernels import transfer; "
-            "print(transfer.frame_id(0, 3, 'while/inner'))")
+    here = frame_id(0, 3, "while/inner")
+    assert here == frame_id(0, 3, "while/inner")
+    assert here != frame_id(0, 4, "while/inner")
+    assert here != frame_id(1, 3, "while/inner")
+    code = ("from asyncflow.rendezvous_keys import frame_id; "
+            "print(frame_id(0, 3, 'while/inner'))")
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            check=True, env={"PYTHONHASHSEED": "12345", "PATH": ""})
     assert int(other.stdout) == here

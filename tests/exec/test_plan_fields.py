@@ -11,10 +11,9 @@ import pytest
 
 import asyncflow as af
 from asyncflow import errors
-from asyncflow.cluster import remote_rendezvous as distributed_rendezvous
 from asyncflow.compile import prune
-from asyncflow.kernels import registry, transfer
-from asyncflow.exec import rendezvous as local_rendezvous
+from asyncflow.kernels import registry
+from asyncflow.rendezvous_keys import make_key, parse_key, source_device
 from one_device import plan_of_ops
 
 CPU0 = "/job:localhost/replica:0/task:0/device:CPU:0"
@@ -69,18 +68,15 @@ def test_recv_key_is_prepared_with_the_plan_in_the_one_key_format():
             "shape": af.TensorShape([])}, name="recv")
         plan = plan_of([recv.outputs[0]])
     key = plan.nodes[0].ctx.prepared
-    assert key == transfer.make_key(CPU0, 0xABC, CPU1, "edge_1_x_0")
-    assert transfer.parse_key(key) == (CPU0, 0xABC, CPU1, "edge_1_x_0", "0:0")
-    assert transfer.source_device(key) == CPU0
-    # The local and the distributed rendezvous use that same pair of functions.
-    assert local_rendezvous.make_key is transfer.make_key
-    assert distributed_rendezvous.parse_key is transfer.parse_key
+    assert key == make_key(CPU0, 0xABC, CPU1, "edge_1_x_0")
+    assert parse_key(key) == (CPU0, 0xABC, CPU1, "edge_1_x_0", "0:0")
+    assert source_device(key) == CPU0
 
 
 @pytest.mark.parametrize("key", ["a;1;b;t", "a;zz;b;t;0:0", "a;1;;t;0:0"])
 def test_malformed_key_is_refused_naming_it(key):
     with pytest.raises(ValueError, match="rendezvous key"):
-        transfer.parse_key(key)
+        parse_key(key)
 
 
 async def test_send_recv_keys_are_prepared_once_per_plan_node_not_per_run(monkeypatch):

@@ -22,7 +22,7 @@ def test_fifo_keeps_order_across_blocks_single_elements_and_growth():
     queue = _fifo()
     assert queue.columnar
     queue.enqueue_many_nowait(_ints(range(10)))
-    queue.enqueue_nowait((np.asarray(10), np.full(3, 10, np.float32)))
+    queue.enqueue_many_nowait(((np.asarray(10), np.full(3, 10, np.float32)),))
     queue.enqueue_many_nowait(_ints(range(11, 200)))  # beyond the first allocation
     got = []
     while queue.size():
@@ -71,6 +71,7 @@ def test_shuffle_draws_the_same_elements_as_the_element_storage():
 
 def test_strings_keep_their_length():
     queue = queues.QueueResource(queues.FIFO, "f", 4, ("string",), shapes=((),))
-    queue.enqueue_nowait((np.asarray(b"a"),))
+    queue.enqueue_many_nowait(((np.asarray(b"a"),),))
     queue.enqueue_many_nowait(queues.Rows([np.array([b"longer name", b"b"], dtype=object)]))
-    assert [queue.dequeue_nowait()[0].item() for _ in range(3)] == [b"a", b"longer name", b"b"]
+    taken = [queue.dequeue_many_nowait(1)[0][0].item() for _ in range(3)]
+    assert taken == [b"a", b"longer name", b"b"]

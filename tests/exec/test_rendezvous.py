@@ -4,7 +4,8 @@ import trio
 import trio.testing
 
 from asyncflow import errors
-from asyncflow.exec.rendezvous import LocalRendezvous, RendezvousStatistics, make_key
+from asyncflow.exec.rendezvous import LocalRendezvous, RendezvousStatistics
+from asyncflow.rendezvous_keys import make_key
 
 KEY = make_key("/job:localhost/replica:0/task:0/device:CPU:0", 0xABC,
                "/job:localhost/replica:0/task:0/device:CPU:1", "edge_0_x_0")

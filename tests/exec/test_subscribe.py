@@ -13,7 +13,8 @@ import asyncflow as af
 from asyncflow import errors
 from asyncflow.cluster.remote_rendezvous import StepRendezvous
 from asyncflow.kernels.registry import WOULD_BLOCK, get_kernel
-from asyncflow.exec.rendezvous import LocalRendezvous, RendezvousStatistics, make_key
+from asyncflow.exec.rendezvous import LocalRendezvous, RendezvousStatistics
+from asyncflow.rendezvous_keys import make_key
 from partition_graphs import counting_tasks, long_time_slice
 
 # These tests count tasks and task steps: one long time slice keeps them deterministic.

@@ -381,20 +381,20 @@ async def test_padding_fifo_queue_pads_to_the_largest():
 # -- the resource alone ---------------------------------------------------------------------------
 async def test_resource_nowait_cores_and_statistics():
     queue = rq.QueueResource(rq.FIFO, "q", 2, ("int32",))
-    queue.enqueue_nowait((1,))
+    queue.enqueue_many_nowait(((1,),))
     queue.enqueue_many_nowait([(2,)])
     with pytest.raises(trio.WouldBlock):
-        queue.enqueue_nowait((3,))
+        queue.enqueue_many_nowait(((3,),))
     stats = queue.statistics()
     assert stats == rq.QueueStatistics("q", 2, 2, False, 0, 0, 2, 0)
     with pytest.raises(AttributeError):
         stats.size = 5  # frozen
-    assert queue.dequeue_nowait() == (1,)
+    assert queue.dequeue_many_nowait(1)[0] == (1,)
     with pytest.raises(trio.WouldBlock):
         queue.dequeue_many_nowait(2)
     queue.close()
     with pytest.raises(af.errors.CancelledError):
-        queue.enqueue_nowait((4,))
+        queue.enqueue_many_nowait(((4,),))
     with pytest.raises(af.errors.OutOfRangeError):
         queue.dequeue_many_nowait(2)
     assert queue.dequeue_many_nowait(2, allow_small=True) == [(2,)]
@@ -419,7 +419,7 @@ async def test_resource_waiters_are_served_in_arrival_order(autojump_clock):
 
 async def test_resource_reset_fails_every_waiter(autojump_clock):
     full = rq.QueueResource(rq.FIFO, "full", 1, ("int32",))
-    full.enqueue_nowait((1,))
+    full.enqueue_many_nowait(((1,),))
     empty = rq.QueueResource(rq.RANDOM_SHUFFLE, "empty", 5, ("int32",), seed=1)
     errors_seen = []
 

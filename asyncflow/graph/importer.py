@@ -1,8 +1,15 @@
 """GraphDef reading: ``import_graph_def`` rebuilds a graph from the plain data of ``graph_def``.
 
 Theory of operation:
-- The format (nodes, tagged attrs) is described and written by ``graph/graph_def.py``
-  (``Graph.as_graph_def``); its attr codec is shared from there.
+- The format (nodes, tagged attrs) is one concept, described in ``graph/graph_def.py``: that
+  module writes a def (``Graph.as_graph_def``) and holds the attr codec and the reserved attr
+  names under public names; this module reads a def back through the same names.
+- Why two modules and not one: writing is a method of ``Graph`` (``graph.py`` imports
+  ``graph_def.py``), and reading builds into a ``Graph`` (this module imports ``graph.py``).
+  One module doing both would form an import circle with ``graph.py``, which the layer test
+  forbids even through a function-level import. So the format and its writer live below
+  ``graph.py`` and the reader above it, as TF keeps ``import_graph_def`` in its own
+  ``importer.py``.
 - ``import_graph_def`` rebuilds every node through ``Graph.create_op``, so shape and dtype
   inference rerun and the same validation applies as when building by hand. Nodes are
   created in the def's order; an input that names a node defined later (a loop back edge)
@@ -13,8 +20,18 @@ This module is part of the graph layer: it never imports trio or the runtime.
 from __future__ import annotations
 
 from asyncflow.graph.graph import Operation, Tensor, get_default_graph
-from asyncflow.graph.graph_def import _COLOCATION_ATTR, _SHAPES_ATTR, _debug_info, decode_attr
-from asyncflow.graph.graph_def import encode_attr, node_def  # noqa: F401  (cluster/master.py)
+from asyncflow.graph.graph_def import COLOCATION_ATTR, SHAPES_ATTR, decode_attr
+
+_MAX_DEBUG_TEXT = 1000
+
+
+def _debug_info(name, value):
+    """The ``(file, line, function)`` of a node's ``debug_info``; ValueError if malformed."""
+    if not (isinstance(value, list) and len(value) == 3 and isinstance(value[0], str)
+            and isinstance(value[1], int) and not isinstance(value[1], bool)
+            and isinstance(value[2], str)):
+        raise ValueError(f"node '{name}': debug_info must be [file, line, function]")
+    return (value[0][:_MAX_DEBUG_TEXT], value[1], value[2][:_MAX_DEBUG_TEXT])
 
 
 # -- import -------------------------------------------------------------------------------
@@ -73,9 +90,9 @@ class _Importer:
         name, op_type = node["name"], node["op"]
         attrs, colocation, shapes = {}, (), None
         for key, value in (node.get("attr") or {}).items():
-            if key == _COLOCATION_ATTR:
+            if key == COLOCATION_ATTR:
                 colocation = tuple(self.prefix + v["s"][len("loc:@"):] for v in value["list"])
-            elif key == _SHAPES_ATTR:
+            elif key == SHAPES_ATTR:
                 shapes = decode_attr(value)
             else:
                 attrs[key] = decode_attr(value)
