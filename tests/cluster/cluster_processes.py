@@ -6,11 +6,12 @@ directory's conftest shares; ``conftest.py`` here makes fixtures of it.
 import json
 import os
 import select
-import socket
 import subprocess
 import sys
 import tempfile
 import time
+
+from loopback_ports import free_ports
 
 LISTEN_DEADLINE_S = 60.0
 # Worker processes share the machine's cores: one BLAS thread each (spinning pools starve).
@@ -18,9 +19,8 @@ ONE_BLAS_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
 
 def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A free loopback port below the ephemeral range (``tests/loopback_ports.py`` says why)."""
+    return free_ports(1)[0]
 
 
 def loopback_spec(jobs):
