@@ -60,6 +60,9 @@ def _message(exc):
     return exc.args[0] if isinstance(exc, KeyError) and len(exc.args) == 1 else str(exc)
 
 
+_SINGLE_FETCHES_KEPT = 4096  # lone fetches whose structure a session keeps
+
+
 class _FetchStructure:
     """Flattens a nested fetch into unique elements and rebuilds results in its shape."""
 
@@ -350,6 +353,7 @@ class Session:
         self._in_flight = 0
         self._run_scopes = set()  # one per run in flight: close() cancels them (queue waits)
         self._owned_tasks = []  # stop callbacks of background tasks this session owns
+        self._single_fetches = {}  # a lone Tensor/Operation fetch -> its _FetchStructure
 
     # -- lifecycle ----------------------------------------------------------------------
     def __enter__(self):
@@ -431,7 +435,7 @@ class Session:
         """
         if self._closed:
             raise RuntimeError("Attempted to use a closed Session.")
-        structure = _FetchStructure(self.graph, fetches)
+        structure = self._fetch_structure(fetches)
         feed_tensors, feed_values = self._resolve_feeds(feed_dict)
         fed_positions = {t: i for i, t in enumerate(feed_tensors)}
         to_compute = [t for t in structure.tensors if t not in fed_positions]
@@ -442,6 +446,22 @@ class Session:
             or self.config.operation_timeout_in_ms
         return PreparedRun(structure, feed_values, fed_positions, to_compute, compiled, trace,
                            timeout_ms, run_metadata)
+
+    def _fetch_structure(self, fetches):
+        """The flattened fetch; for a lone Tensor or Operation, flattened once per session.
+
+        What flattening decides of one graph element never changes (its graph, whether it may
+        be fetched, the Enter it stands for), and a structure is only read after it is built,
+        so a repeated lone fetch, the common case of a training loop, reuses its structure.
+        """
+        if type(fetches) is not Tensor and type(fetches) is not Operation:
+            return _FetchStructure(self.graph, fetches)
+        structure = self._single_fetches.get(fetches)
+        if structure is None:
+            structure = _FetchStructure(self.graph, fetches)  # raises for a bad fetch: not kept
+            if len(self._single_fetches) < _SINGLE_FETCHES_KEPT:
+                self._single_fetches[fetches] = structure
+        return structure
 
     async def run_prepared(self, request):
         """Run a PreparedRun in this trio task; returns the fetches in the caller's structure.

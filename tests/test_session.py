@@ -40,6 +40,30 @@ async def test_single_fetch_and_op_fetch(graph):
         assert await sess.run([]) == []
 
 
+async def test_a_repeated_lone_fetch_runs_again_each_time(graph):
+    """A lone fetch's flattening is kept by the session; its values are not: each run
+    computes afresh, and a fetch refused once is refused every time (nothing kept for it)."""
+    counter = af.Variable(0, name="counter")
+    bump = counter.assign_add(1)
+    x = af.placeholder(af.int32, [])
+    doubled = x * 2
+    loop = af.while_loop(lambda i: i < 3, lambda i: i + 1, [af.constant(0)])
+    inside = [op for op in graph.get_operations() if op.type == "Add" and
+              op.control_flow_context is not None][0].outputs[0]
+    async with af.Session() as sess:
+        await sess.run(counter.initializer)
+        assert [await sess.run(bump) for _ in range(3)] == [1, 2, 3]
+        await sess.run(bump.op)
+        assert await sess.run(counter) == 4
+        assert [await sess.run(doubled, {x: v}) for v in (1, 5)] == [2, 10]
+        assert await sess.run(loop) == 3
+        for _ in range(2):
+            with pytest.raises(ValueError, match="fetch"):
+                await sess.run(inside)
+        # the initializer, bump, its op, doubled and loop (a Variable is flattened each time)
+        assert len(sess._single_fetches) == 5
+
+
 async def test_same_tensor_fetched_twice_is_computed_once(graph):
     counter = af.Variable(0, name="counter")
     bump = counter.assign_add(1)
