@@ -40,22 +40,9 @@ from transports import allocation, wire  # noqa: E402
 from transports.http.client import TrioHttpChannel  # noqa: E402
 from transports.http.server import open_http_server  # noqa: E402
 
-MIB = 1 << 20
-BIG = 64 * MIB
+from bench_wire_checksum import BIG, MIB, PullWorker, cpu_ns  # noqa: E402  (the same server)
+
 _DEFAULT_THRESHOLD = 128 * 1024  # glibc's initial mmap and trim thresholds
-
-
-class PullWorker:
-    """Answers every RecvTensors with the one 64 MiB tensor."""
-
-    def __init__(self) -> None:
-        self.value = np.random.default_rng(0).random(BIG // 4, dtype=np.float32)
-
-    async def recv_tensors(self, request: wire.RecvTensors) -> wire.RecvTensorsReply:
-        return wire.RecvTensorsReply([wire.TensorEntry(request.keys[0], self.value)])
-
-    async def health(self, request: wire.Health) -> wire.HealthReply:
-        return wire.HealthReply(os.getpid(), "bench", [], wire.WorkerStatistics())
 
 
 def server(ports) -> None:
@@ -64,11 +51,6 @@ def server(ports) -> None:
             ports.put(running.port)
             await trio.sleep_forever()
     trio.run(main)
-
-
-def _server_cpu_ns(pid: int) -> int:
-    with open(f"/proc/{pid}/schedstat") as stat:
-        return int(stat.read().split()[0])
 
 
 def _memory(kind: str) -> None:
@@ -97,13 +79,13 @@ async def _pulls(port: int, pid: int, rounds: int) -> dict:
                 reply = await channels[path].recv_tensors(wire.RecvTensors(1, ["k"]),
                                                           timeout=60)
                 del reply  # freed: what the next pull of this variant finds
-                mine, theirs = time.process_time_ns(), _server_cpu_ns(pid)
+                mine, theirs = time.process_time_ns(), cpu_ns(pid)
                 start = time.perf_counter()
                 reply = await channels[path].recv_tensors(wire.RecvTensors(1, ["k"]),
                                                           timeout=60)
                 out[path, memory]["wall"].append(time.perf_counter() - start)
                 out[path, memory]["client"].append(time.process_time_ns() - mine)
-                out[path, memory]["server"].append(_server_cpu_ns(pid) - theirs)
+                out[path, memory]["server"].append(cpu_ns(pid) - theirs)
                 assert reply.tensors[0].value.nbytes == BIG
                 del reply
         assert channels["lent"].lent_replies >= rounds and channels["unix"].lent_replies == 0

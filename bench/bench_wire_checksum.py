@@ -99,7 +99,7 @@ def server(checksums: bool, folding: bool, ports, sums) -> None:
     trio.run(main)
 
 
-def _cpu_ns(pid: int) -> int:
+def cpu_ns(pid: int) -> int:
     """Nanoseconds process ``pid``'s main thread has run on a CPU (Linux schedstat)."""
     with open(f"/proc/{pid}/schedstat") as stat:
         return int(stat.read().split()[0])
@@ -129,12 +129,12 @@ async def _pulls(ports: dict, pids: dict, sums: dict, rounds: int,
                 order.reverse()
             for key, channel in order:
                 checksum._FOLDING = None if key[1] == GOOGLE else folding  # both ends alike
-                used = time.process_time_ns() + _cpu_ns(pids[key[1]])
+                used = time.process_time_ns() + cpu_ns(pids[key[1]])
                 summed = mine.value + sums[key[1]].value
                 start = time.perf_counter()
                 reply = await channel.recv_tensors(wire.RecvTensors(1, ["k"]), timeout=60)
                 times[key].append(time.perf_counter() - start)
-                cpu[key].append(time.process_time_ns() + _cpu_ns(pids[key[1]]) - used)
+                cpu[key].append(time.process_time_ns() + cpu_ns(pids[key[1]]) - used)
                 summing[key].append(mine.value + sums[key[1]].value - summed)
                 assert reply.tensors[0].value.nbytes == BIG
                 del reply
