@@ -7,12 +7,33 @@ import trio
 
 import asyncflow as af
 from bitflip_proxy import BitFlipProxy
+from loopback_ports import free_ports
 
 ELEMENTS = 256 * 1024  # float32: 1 MiB, so a flip 300 kB into the answer hits tensor bytes
 
 
 async def _serve(nursery, spec, job, port=0):
     return await nursery.start(af.Server(spec, job, 0, port=port).serve)
+
+
+async def _ps_behind_a_proxy(nursery):
+    """A ps reached through a BitFlipProxy and a worker that pulls ``v`` from it to sum it:
+    (proxy, spec, graph, v, total)."""
+    proxy = BitFlipProxy()
+    await nursery.start(proxy.serve)
+    (worker_port,) = free_ports(1)
+    spec = af.ClusterSpec({"ps": [f"127.0.0.1:{proxy.port}"],
+                           "worker": [f"127.0.0.1:{worker_port}"]})
+    ps = await _serve(nursery, spec, "ps")
+    proxy.target = ps.address
+    await _serve(nursery, spec, "worker", port=worker_port)
+    graph = af.Graph()
+    with graph.as_default():
+        with af.device("/job:ps/task:0"):
+            v = af.Variable(np.ones(ELEMENTS, np.float32), name="v")
+        with af.device("/job:worker/task:0"):
+            total = af.reduce_sum(v * 2.0)
+    return proxy, spec, graph, v, total
 
 
 async def test_a_flipped_bit_in_a_fetched_tensor_fails_the_step_with_data_loss():
@@ -42,22 +63,8 @@ async def test_a_flipped_bit_in_a_fetched_tensor_fails_the_step_with_data_loss()
 
 
 async def test_a_flipped_bit_in_a_pulled_tensor_fails_the_step_with_data_loss():
-    proxy = BitFlipProxy()
     async with trio.open_nursery() as nursery:
-        await nursery.start(proxy.serve)
-        from loopback_ports import free_ports
-        (worker_port,) = free_ports(1)
-        spec = af.ClusterSpec({"ps": [f"127.0.0.1:{proxy.port}"],
-                               "worker": [f"127.0.0.1:{worker_port}"]})
-        ps = await _serve(nursery, spec, "ps")
-        proxy.target = ps.address
-        await _serve(nursery, spec, "worker", port=worker_port)
-        graph = af.Graph()
-        with graph.as_default():
-            with af.device("/job:ps/task:0"):
-                v = af.Variable(np.ones(ELEMENTS, np.float32), name="v")
-            with af.device("/job:worker/task:0"):
-                total = af.reduce_sum(v * 2.0)
+        proxy, spec, graph, v, total = await _ps_behind_a_proxy(nursery)
         async with af.Session(graph=graph, cluster=spec) as sess:
             await sess.run(v.initializer)
             assert await sess.run(total) == 2.0 * ELEMENTS
@@ -124,22 +131,8 @@ async def test_a_flipped_bit_in_a_fetched_string_tensor_or_a_frame_header_fails_
 
 
 async def test_a_flipped_bit_in_a_pulled_frames_header_names_the_edge():
-    proxy = BitFlipProxy()
     async with trio.open_nursery() as nursery:
-        await nursery.start(proxy.serve)
-        from loopback_ports import free_ports
-        (worker_port,) = free_ports(1)
-        spec = af.ClusterSpec({"ps": [f"127.0.0.1:{proxy.port}"],
-                               "worker": [f"127.0.0.1:{worker_port}"]})
-        ps = await _serve(nursery, spec, "ps")
-        proxy.target = ps.address
-        await _serve(nursery, spec, "worker", port=worker_port)
-        graph = af.Graph()
-        with graph.as_default():
-            with af.device("/job:ps/task:0"):
-                v = af.Variable(np.ones(ELEMENTS, np.float32), name="v")
-            with af.device("/job:worker/task:0"):
-                total = af.reduce_sum(v * 2.0)
+        proxy, spec, graph, v, total = await _ps_behind_a_proxy(nursery)
         async with af.Session(graph=graph, cluster=spec) as sess:
             await sess.run(v.initializer)
             assert await sess.run(total) == 2.0 * ELEMENTS
