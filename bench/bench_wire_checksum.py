@@ -100,9 +100,17 @@ def server(checksums: bool, folding: bool, ports, sums) -> None:
 
 
 def cpu_ns(pid: int) -> int:
-    """Nanoseconds process ``pid``'s main thread has run on a CPU (Linux schedstat)."""
-    with open(f"/proc/{pid}/schedstat") as stat:
-        return int(stat.read().split()[0])
+    """Nanoseconds process ``pid``'s threads have run on a CPU (Linux schedstat of each live
+    thread: a helper thread that sums counts too; its threads are the server's own, not ended
+    between two readings)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as stat:
+                total += int(stat.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):  # the thread ended meanwhile
+            pass
+    return total
 
 
 async def _pulls(ports: dict, pids: dict, sums: dict, rounds: int,
