@@ -51,7 +51,6 @@ import trio  # noqa: E402
 import asyncflow as af  # noqa: E402
 import local_cluster as clusters  # noqa: E402  (worker processes, one BLAS thread each)
 from transports import allocation, checksum, wire  # noqa: E402
-from transports.http import frame_writer  # noqa: E402
 from transports.http.client import TrioHttpChannel  # noqa: E402  (what workers use)
 from transports.http.server import open_http_server  # noqa: E402
 
@@ -87,12 +86,8 @@ def timed_sums(total) -> None:
     checksum.extend = extend  # (the codec and the writers look it up at each call)
 
 
-def server(checksums: bool, folding: bool, ports, sums, thread: int | None = None) -> None:
+def server(checksums: bool, folding: bool, ports, sums) -> None:
     checksum.set_enabled(checksums)
-    if thread is not None:  # the sender's sums on a helper thread, woken per ``thread`` bytes
-        checksum.WAKE_BYTES = checksum.SUM_STEP_BYTES = thread
-    else:  # summed by the sending task after each chunk
-        frame_writer.THREAD_BYTES = math.inf
     if not folding:
         checksum._FOLDING = None  # google_crc32c's sums
     timed_sums(sums)
@@ -260,8 +255,6 @@ def main() -> None:
                         help="pull paths, of tcp and unix (default both)")
     parser.add_argument("--no-google", action="store_true",
                         help="no third server summing with google_crc32c")
-    parser.add_argument("--threads", type=float, nargs="*", default=[], metavar="MIB",
-                        help="also servers whose sums run on a helper thread woken per MIB")
     args = parser.parse_args()
     paths = tuple(p for p in args.paths.split(",") if p)
     if not paths or set(paths) - set(PATHS):
@@ -271,16 +264,13 @@ def main() -> None:
     context = multiprocessing.get_context("spawn")
     processes, ports, pids, sums = [], {}, {}, {}
     try:
-        kinds = [("with checksum", True, True, None), ("without", False, True, None)]
+        kinds = [("with checksum", True, True), ("without", False, True)]
         if checksum._FOLDING is not None and not args.no_google:  # compare with google_crc32c
-            kinds.append((GOOGLE, True, False, None))
-        for mib in args.threads:
-            kinds.append((f"sums on a thread, {mib} MiB", True, True, int(mib * MIB)))
-        for kind, flag, folding, thread in kinds:
+            kinds.append((GOOGLE, True, False))
+        for kind, flag, folding in kinds:
             queue = context.Queue()
             sums[kind] = context.Value("d", 0.0, lock=False)
-            process = context.Process(target=server,
-                                      args=(flag, folding, queue, sums[kind], thread),
+            process = context.Process(target=server, args=(flag, folding, queue, sums[kind]),
                                       daemon=True)
             process.start()
             processes.append(process)
@@ -293,7 +283,7 @@ def main() -> None:
     print(f"CRC32C: {checksum.implementation()}; GB/s on cached data: "
           + ", ".join(f"{name} {rate:.1f}" for name, rate in crc_rates().items()))
     print()
-    kinds = [kind for kind in ports if kind != "without"]
+    kinds = [kind for kind in ("with checksum", GOOGLE) if kind in ports]
     print(f"| 64 MiB pull over HTTP ({rounds} rounds) | without | "
           + " | ".join(f"{kind} | ratio" for kind in kinds) + " |")
     print("|---|---|" + "---|---|" * len(kinds))

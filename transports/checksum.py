@@ -19,23 +19,18 @@ Nothing here knows about asyncflow, trio or HTTP.
 
 from __future__ import annotations
 
-import collections
 import ctypes
 import os
-import queue
-from collections.abc import Callable
 from typing import Final
 
 import google_crc32c
 import numpy as np
 
-__all__ = ["ENV", "SUM_STEP_BYTES", "TRAILER_BYTES", "ChecksumTrailer", "TrailingSums", "WAKE_BYTES",
-           "enabled", "extend", "implementation", "set_enabled"]
+__all__ = ["ENV", "TRAILER_BYTES", "ChecksumTrailer", "enabled", "extend", "implementation",
+           "set_enabled"]
 
 ENV: Final = "ASYNCFLOW_WIRE_CHECKSUMS"
 TRAILER_BYTES: Final = 4  # a CRC32C after a tensor's raw bytes in a frame
-SUM_STEP_BYTES: Final = 1 << 20  # the most a TrailingSums thread sums between two looks
-WAKE_BYTES: Final = 1 << 20  # written past the summed bytes before a sleeping thread is woken
 _enabled = os.environ.get(ENV, "1").strip().lower() not in ("0", "off", "false", "no")
 
 
@@ -127,80 +122,3 @@ class ChecksumTrailer(bytearray):
     def fill(self) -> None:
         """Sum the whole segment now (for segments too small to be written in chunks)."""
         self.set(extend(0, self.segment))
-
-
-class TrailingSums:
-    """Fills pending trailers on another thread, summing each segment behind its writer.
-
-    A writer that hands a large segment to the kernel chunk by chunk says where it got to
-    (:meth:`begin` a segment, :meth:`advance` after each chunk the kernel took); the thread
-    running :meth:`run` sums the bytes written so far (at most :data:`SUM_STEP_BYTES` per call,
-    the GIL released while it sums), sets the trailer once the whole segment is summed, and
-    calls ``on_done`` (from that thread). So the sums leave the writer's own path: the writer
-    pays an int store per chunk and a wake-up when the thread sleeps, and the bytes are summed
-    just after the kernel's copy read them, while they are still in the CPU's caches.
-
-    :meth:`stop` ends :meth:`run` within one step's sum (a cancelled send); a trailer not
-    summed by then stays pending (zeros) and must not be sent.
-    """
-
-    __slots__ = ("_jobs", "_wake", "_sleeping", "_stopped", "_summed", "on_done")
-
-    def __init__(self) -> None:
-        self._jobs: collections.deque = collections.deque()  # [trailer, view, written]
-        self._wake: queue.SimpleQueue = queue.SimpleQueue()
-        self._sleeping = False
-        self._stopped = False
-        self._summed = 0  # of the first job's segment, by the thread
-        self.on_done: Callable[[], None] | None = None
-
-    # -- the writer's side --------------------------------------------------------------------
-
-    def begin(self, trailer: ChecksumTrailer) -> list:
-        """Start summing ``trailer``'s segment; returns the job to :meth:`advance`."""
-        job = [trailer, memoryview(trailer.segment).cast("B"), 0]
-        self._jobs.append(job)
-        return job
-
-    def advance(self, job: list, written: int) -> None:
-        """The first ``written`` bytes of ``job``'s segment were handed to the kernel."""
-        job[2] = written
-        # Read after the store: the thread sets its flag before it looks at the jobs again.
-        # Woken per WAKE_BYTES (each wake-up is a system call here), and at the segment's end.
-        if self._sleeping and (written - self._summed >= WAKE_BYTES or written == len(job[1])):
-            self._wake.put(None)
-
-    def pending(self) -> bool:
-        """Whether a trailer begun here is not yet set."""
-        return bool(self._jobs)
-
-    def stop(self) -> None:
-        """Make :meth:`run` return after at most one more step's sum."""
-        self._stopped = True
-        self._wake.put(None)
-
-    # -- the thread's side --------------------------------------------------------------------
-
-    def run(self) -> None:
-        """Sum the jobs' written bytes as they come, until :meth:`stop`."""
-        crc, summed, jobs = 0, 0, self._jobs
-        self._summed = 0
-        while not self._stopped:
-            job = jobs[0] if jobs else None
-            if job is None or summed >= job[2]:
-                self._sleeping = True  # then look again: an advance before it sent no wake-up
-                job = jobs[0] if jobs else None
-                if not self._stopped and (job is None or summed >= job[2]):
-                    self._wake.get()
-                self._sleeping = False
-                continue
-            end = min(job[2], summed + SUM_STEP_BYTES)
-            crc, summed = extend(crc, job[1][summed:end]), end
-            self._summed = summed
-            if summed == len(job[1]):
-                job[0].set(crc)
-                job[1].release()
-                jobs.popleft()
-                crc, summed, self._summed = 0, 0, 0
-                if (callback := self.on_done) is not None:
-                    callback()

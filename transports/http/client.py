@@ -18,7 +18,7 @@ trio task:
   one; anything else is :class:`~transports.service.TransportUnavailable`.
 * **Requests.** The head and the frame's small buffers (header, padding) go in one ``send``;
   each tensor of 64 KiB or more is sent from a view of its array (no copy), with
-  ``Content-Length`` (:func:`transports.http.frame_writer.send_frame`).
+  ``Content-Length`` (:func:`transports.http.protocol.send_pieces`).
 * **Replies.** What arrives is fed to the connection's
   :class:`~transports.http.framing.MessageReader` (llhttp through httptools, as on the server;
   a head of at most ``_MAX_HEAD`` bytes); a frame body must have a ``Content-Length`` (or
@@ -43,10 +43,9 @@ import trio
 
 from transports.http import bulk_io, cross_memory, same_host as _same_host
 from transports.http.bulk_io import BULK_BYTES, BulkReader
-from transports.http.frame_writer import send_frame
 from transports.http.framing import MessageReader
 from transports.http.protocol import (
-    FRAME_CONTENT_TYPE, MAX_TEXT, parse_address, request_path, text_error,
+    FRAME_CONTENT_TYPE, MAX_TEXT, parse_address, request_path, send_pieces, text_error,
 )
 from transports.messages import ErrorReply, Message
 from transports.service import TEXT_CALLS, Channel, Rpc, TransportUnavailable
@@ -262,7 +261,8 @@ class TrioHttpChannel(Channel):
         size = frame_size(buffers)
         head = (f"{method} {path} HTTP/1.1\r\n{self._fixed_headers}{lend}Content-Type: "
                 f"{FRAME_CONTENT_TYPE}\r\nContent-Length: {size}\r\n\r\n").encode("latin-1")
-        await send_frame(head, buffers, conn.send_all)
+        for piece in send_pieces(head, buffers):
+            await conn.send_all(piece)
 
     # -- replies --------------------------------------------------------------------------------
 

@@ -36,8 +36,7 @@ from transports.service import METRICS_PATH, RPCS, STATUS_PATH, Rpc
 from transports.wire import CLOSED, NEED_DATA, ChecksumTrailer, Decoder, RemoteProtocolError
 
 __all__ = ["FRAME_CONTENT_TYPE", "HTTP_STATUS", "REASONS", "take_one_frame", "JOIN_BYTES", "LITERAL_ROUTES", "MAX_TEXT", "PATH_FIELDS",
-           "ROUTES", "SEND_CHUNK_BYTES", "SUMS_PENDING", "TEXT_STATUS_CODE", "Route", "parse_address",
-           "request_path", "send_pieces",
+           "ROUTES", "TEXT_STATUS_CODE", "Route", "parse_address", "request_path", "send_pieces",
            "text_error", "transport_metrics_text"]
 
 FRAME_CONTENT_TYPE: Final = "application/x-asyncflow-frame"
@@ -94,11 +93,9 @@ def text_error(status: int, address: str, body: bytes) -> RemoteCallError:
 
 
 SEND_CHUNK_BYTES: Final = 512 * 1024  # a large segment is handed to send_all in such chunks
-SUMS_PENDING: Final = memoryview(b"")  # send_pieces' "await the TrailingSums first" (sends nothing)
 
 
-def send_pieces(head: bytes, buffers: list[bytes | memoryview],
-                sums: _checksum.TrailingSums | None = None) -> Iterator[bytes | memoryview]:
+def send_pieces(head: bytes, buffers: list[bytes | memoryview]) -> Iterator[bytes | memoryview]:
     """What to ``send_all``, in order, for a message of ``head`` and a frame's ``buffers``.
 
     Consecutive buffers under :data:`JOIN_BYTES` (the frame's header, padding, checksum
@@ -107,19 +104,13 @@ def send_pieces(head: bytes, buffers: list[bytes | memoryview],
     small message is one ``send``.
 
     A pending :class:`~transports.wire.ChecksumTrailer` (``encode(..., defer_checksums=True)``)
-    is filled while its segment is written: each chunk is summed right after it was sent,
-    while the kernel's copy has left it in the CPU's cache, so the checksum mostly reads
-    cached bytes (summed before the send, it read the whole tensor from memory: about 5 ms of
-    the sender's CPU per 64 MiB pull on the project's machine; bench/RESULTS.md). Without
-    ``sums`` this generator sums each chunk itself; with ``sums`` (whose thread runs
-    :meth:`~transports.checksum.TrailingSums.run`) it only tells the thread how far the segment
-    was sent, and yields :data:`SUMS_PENDING` before the first piece that holds a trailer the
-    thread may not have set yet: the caller waits for ``sums.pending()`` to be false there
-    (:func:`transports.http.frame_writer.send_frame`). Iterate lazily: a trailer is only right
-    once the pieces before it were taken.
+    is filled here, while its segment is written: each chunk is summed right after it was
+    sent, while the kernel's copy has left it in the CPU's cache, so the checksum mostly reads
+    cached bytes; summed before the send, it read the whole tensor from memory (about 5 ms of
+    the sender's CPU per 64 MiB pull on the project's machine; bench/RESULTS.md). Iterate
+    lazily: a trailer is only right once the pieces before it were taken.
     """
     small: list[bytes | memoryview] = [head]
-    waiting = False  # a trailer in ``small`` is the thread's to set
     for index, buffer in enumerate(buffers):
         following = buffers[index + 1] if index + 1 < len(buffers) else None
         trailer = following if isinstance(following, ChecksumTrailer) and \
@@ -130,27 +121,17 @@ def send_pieces(head: bytes, buffers: list[bytes | memoryview],
             small.append(buffer)
             continue
         if small:
-            if waiting:
-                yield SUMS_PENDING
-                waiting = False
             yield b"".join(small)
             small = []
         view, crc = memoryview(buffer), 0
-        job = None if sums is None or trailer is None else sums.begin(trailer)
         for start in range(0, len(view), SEND_CHUNK_BYTES):
             chunk = view[start:start + SEND_CHUNK_BYTES]
             yield chunk
-            if job is not None:
-                sums.advance(job, start + len(chunk))
-            elif trailer is not None:
+            if trailer is not None:
                 crc = _checksum.extend(crc, chunk)  # sent: the kernel's copy left it in cache
-        if job is not None:
-            waiting = True
-        elif trailer is not None:
+        if trailer is not None:
             trailer.set(crc)
     if small:
-        if waiting:
-            yield SUMS_PENDING
         yield b"".join(small)
 
 

@@ -68,9 +68,8 @@ from transports.http.guard import (
 from transports.http.framing import MAX_HEAD, HeadTooLarge, RequestHead
 from transports.http.pages import LOGIN_PATH, MAX_LOGIN_BODY, SECURITY_HEADERS, Page, PageGate, \
     PageHandler, is_page_path
-from transports.http.frame_writer import send_frame
 from transports.http.protocol import FRAME_CONTENT_TYPE, LITERAL_ROUTES, ROUTES, Route, \
-    transport_metrics_text
+    send_pieces, transport_metrics_text
 from transports.http.protocol import HTTP_STATUS as _HTTP_STATUS, REASONS as _REASONS
 from transports.messages import Message, RemoteCallError
 from transports.service import Rpc, WorkerServiceProtocol, error_reply_for, reply_for_result
@@ -306,7 +305,7 @@ class HttpServer:
             result = await self._call(conn, getattr(self._handler, route.rpc.method),
                                       () if message is None else (message,))
             try:
-                # Trailers are summed as the reply is written (send_frame), not here.
+                # Trailers are summed as the reply is written (send_pieces), not here.
                 status, buffers = 200, encode(reply_for_result(route.rpc, result.unwrap()),
                                               self._limits, defer_checksums=True)
             except Exception as exc:  # noqa: BLE001 -- handler failures and unsendable replies
@@ -519,7 +518,8 @@ class HttpServer:
                         self._connection_limits.body_timeout_s), conn.reader.feed):
                 return
             head = b""  # refused: the plain frame follows
-        await send_frame(head, buffers, lambda piece: self._send_all(conn, piece))
+        for piece in send_pieces(head, buffers):
+            await self._send_all(conn, piece)
 
     async def _send_text(self, conn: BufferedConnection, status: int, text: str, keep: bool,
                          headers: str = "") -> None:
