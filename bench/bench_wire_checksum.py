@@ -27,8 +27,12 @@ the ratio of a round (with / without, the two pulls a moment apart) is paired: t
 its median and quartiles over the rounds, which resolve a few percent where the medians of
 the two columns, each moved by the load, do not.
 
+``--pace-gbit 10`` paces the servers' sends (Linux TCP pacing, ``SO_MAX_PACING_RATE``) to the
+rate of a 10 Gb/s link, still on loopback: what the checksum costs where the link, not the
+two ends' CPUs, sets the pull's time (a pull between two hosts; same-host pulls are lent).
+
 Run: ``.venv/bin/python bench/bench_wire_checksum.py [--quick] [--rounds N] [--pulls-only]
-[--paths unix] [--no-google]`` (about a minute).
+[--paths unix] [--no-google] [--pace-gbit G]`` (about a minute).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import argparse
 import math
 import multiprocessing
 import os
+import socket
 import statistics
 import sys
 import time
@@ -51,6 +56,7 @@ import trio  # noqa: E402
 import asyncflow as af  # noqa: E402
 import local_cluster as clusters  # noqa: E402  (worker processes, one BLAS thread each)
 from transports import allocation, checksum, wire  # noqa: E402
+from transports.http import bulk_io  # noqa: E402
 from transports.http.client import TrioHttpChannel  # noqa: E402  (what workers use)
 from transports.http.server import open_http_server  # noqa: E402
 
@@ -58,6 +64,7 @@ MIB = 1 << 20
 BIG = 64 * MIB
 PATHS = ("tcp", "unix")
 GOOGLE = "with google_crc32c"  # checksums on, summed by google_crc32c at both ends
+SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)  # (Linux; not in Python's names)
 
 
 class PullWorker:
@@ -86,8 +93,21 @@ def timed_sums(total) -> None:
     checksum.extend = extend  # (the codec and the writers look it up at each call)
 
 
-def server(checksums: bool, folding: bool, ports, sums) -> None:
+def pace(gbit: float) -> None:
+    """Pace what this process's server sends to ``gbit`` Gb/s per connection (Linux TCP's own
+    pacing through ``SO_MAX_PACING_RATE``): a link of that rate, on loopback."""
+    plain = bulk_io.send_all
+
+    async def send_all(sock, view, on_wait=None):
+        sock.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, int(gbit * 1e9 / 8))
+        await plain(sock, view, on_wait)
+    bulk_io.send_all = send_all  # (the server looks it up at each call)
+
+
+def server(checksums: bool, folding: bool, ports, sums, gbit: float = 0.0) -> None:
     checksum.set_enabled(checksums)
+    if gbit:
+        pace(gbit)
     if not folding:
         checksum._FOLDING = None  # google_crc32c's sums
     timed_sums(sums)
@@ -255,6 +275,8 @@ def main() -> None:
                         help="pull paths, of tcp and unix (default both)")
     parser.add_argument("--no-google", action="store_true",
                         help="no third server summing with google_crc32c")
+    parser.add_argument("--pace-gbit", type=float, default=0.0, metavar="G",
+                        help="pace the servers' sends to G Gb/s (a link of that rate; TCP)")
     args = parser.parse_args()
     paths = tuple(p for p in args.paths.split(",") if p)
     if not paths or set(paths) - set(PATHS):
@@ -270,7 +292,8 @@ def main() -> None:
         for kind, flag, folding in kinds:
             queue = context.Queue()
             sums[kind] = context.Value("d", 0.0, lock=False)
-            process = context.Process(target=server, args=(flag, folding, queue, sums[kind]),
+            process = context.Process(target=server,
+                                      args=(flag, folding, queue, sums[kind], args.pace_gbit),
                                       daemon=True)
             process.start()
             processes.append(process)
