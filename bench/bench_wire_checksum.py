@@ -43,6 +43,7 @@ import multiprocessing
 import os
 import socket
 import statistics
+import struct
 import sys
 import time
 
@@ -96,10 +97,11 @@ def timed_sums(total) -> None:
 def pace(gbit: float) -> None:
     """Pace what this process's server sends to ``gbit`` Gb/s per connection (Linux TCP's own
     pacing through ``SO_MAX_PACING_RATE``): a link of that rate, on loopback."""
-    plain = bulk_io.send_all
+    plain, rate = bulk_io.send_all, int(gbit * 1e9 / 8)  # bytes/s: an unsigned 32 or 64 bits
+    value = struct.pack("=I" if rate <= 0xFFFFFFFF else "=Q", rate)
 
     async def send_all(sock, view, on_wait=None):
-        sock.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, int(gbit * 1e9 / 8))
+        sock.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, value)
         await plain(sock, view, on_wait)
     bulk_io.send_all = send_all  # (the server looks it up at each call)
 
