@@ -31,8 +31,11 @@ the two columns, each moved by the load, do not.
 rate of a 10 Gb/s link, still on loopback: what the checksum costs where the link, not the
 two ends' CPUs, sets the pull's time (a pull between two hosts; same-host pulls are lent).
 
+``--split`` adds pulls from the checked server whose receiver (this process) does not sum
+(``Decoder.trust_segment``): the sender's share of the cost, the rest being the receiver's.
+
 Run: ``.venv/bin/python bench/bench_wire_checksum.py [--quick] [--rounds N] [--pulls-only]
-[--paths unix] [--no-google] [--pace-gbit G]`` (about a minute).
+[--paths unix] [--no-google] [--pace-gbit G] [--split]`` (about a minute).
 """
 
 from __future__ import annotations
@@ -65,6 +68,8 @@ MIB = 1 << 20
 BIG = 64 * MIB
 PATHS = ("tcp", "unix")
 GOOGLE = "with google_crc32c"  # checksums on, summed by google_crc32c at both ends
+SENDER = "sender's sums only"  # the checked server, this receiver not summing (--split)
+_TRUSTING = [False]  # while true, this process's decoders receive tensor bytes unsummed
 SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)  # (Linux; not in Python's names)
 
 
@@ -79,6 +84,18 @@ class PullWorker:
 
     async def health(self, request: wire.Health) -> wire.HealthReply:
         return wire.HealthReply(os.getpid(), "bench", [], wire.WorkerStatistics())
+
+
+def _trusting_get_buffer(plain):
+    def get_buffer(self):
+        view = plain(self)
+        if _TRUSTING[0]:
+            self.trust_segment()  # (as a lent segment is received: not summed, not checked)
+        return view
+    return get_buffer
+
+
+wire.Decoder.get_buffer = _trusting_get_buffer(wire.Decoder.get_buffer)
 
 
 def timed_sums(total) -> None:
@@ -159,6 +176,7 @@ async def _pulls(ports: dict, pids: dict, sums: dict, rounds: int,
                 order.reverse()
             for key, channel in order:
                 checksum._FOLDING = None if key[1] == GOOGLE else folding  # both ends alike
+                _TRUSTING[0] = key[1] == SENDER
                 used = time.process_time_ns() + cpu_ns(pids[key[1]])
                 summed = mine.value + sums[key[1]].value
                 start = time.perf_counter()
@@ -169,7 +187,7 @@ async def _pulls(ports: dict, pids: dict, sums: dict, rounds: int,
                 assert reply.tensors[0].value.nbytes == BIG
                 del reply
     finally:
-        checksum._FOLDING = folding
+        checksum._FOLDING, _TRUSTING[0] = folding, False
         for channel in channels.values():
             await channel.aclose()
     return times, cpu, summing
@@ -279,6 +297,8 @@ def main() -> None:
                         help="no third server summing with google_crc32c")
     parser.add_argument("--pace-gbit", type=float, default=0.0, metavar="G",
                         help="pace the servers' sends to G Gb/s (a link of that rate; TCP)")
+    parser.add_argument("--split", action="store_true",
+                        help="also pulls whose receiver does not sum: the sender's share")
     args = parser.parse_args()
     paths = tuple(p for p in args.paths.split(",") if p)
     if not paths or set(paths) - set(PATHS):
@@ -300,6 +320,9 @@ def main() -> None:
             process.start()
             processes.append(process)
             ports[kind], pids[kind] = queue.get(timeout=60), process.pid
+        if args.split:  # the same checked server; the receiver's sums left out
+            ports[SENDER], pids[SENDER] = ports["with checksum"], pids["with checksum"]
+            sums[SENDER] = sums["with checksum"]
         times, cpu, summing = trio.run(_pulls, ports, pids, sums, rounds, paths)
     finally:
         for process in processes:
@@ -308,7 +331,7 @@ def main() -> None:
     print(f"CRC32C: {checksum.implementation()}; GB/s on cached data: "
           + ", ".join(f"{name} {rate:.1f}" for name, rate in crc_rates().items()))
     print()
-    kinds = [kind for kind in ("with checksum", GOOGLE) if kind in ports]
+    kinds = [kind for kind in ("with checksum", SENDER, GOOGLE) if kind in ports]
     print(f"| 64 MiB pull over HTTP ({rounds} rounds) | without | "
           + " | ".join(f"{kind} | ratio" for kind in kinds) + " |")
     print("|---|---|" + "---|---|" * len(kinds))
