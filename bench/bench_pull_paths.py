@@ -96,7 +96,8 @@ async def _pulls(port: int, pid: int, rounds: int) -> dict:
 
 
 def _spread(values: list[float]) -> str:
-    q = statistics.quantiles(values, n=4)
+    """Median [quartiles]; with one round the one value three times (quantiles needs two)."""
+    q = statistics.quantiles(values, n=4) if len(values) > 1 else values * 3
     return f"{statistics.median(values):,.0f} [{q[0]:,.0f}-{q[2]:,.0f}]"
 
 
@@ -104,6 +105,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     if allocation._mallopt() is None:
         sys.exit("needs glibc (mallopt) on Linux")
     context = multiprocessing.get_context("spawn")

@@ -27,8 +27,15 @@ the ratio of a round (with / without, the two pulls a moment apart) is paired: t
 its median and quartiles over the rounds, which resolve a few percent where the medians of
 the two columns, each moved by the load, do not.
 
+``--pace-gbit 10`` paces the servers' sends (Linux TCP pacing, ``SO_MAX_PACING_RATE``) to the
+rate of a 10 Gb/s link, still on loopback: what the checksum costs where the link, not the
+two ends' CPUs, sets the pull's time (a pull between two hosts; same-host pulls are lent).
+
+``--split`` adds pulls from the checked server whose receiver (this process) does not sum
+(``Decoder.trust_segment``): the sender's share of the cost, the rest being the receiver's.
+
 Run: ``.venv/bin/python bench/bench_wire_checksum.py [--quick] [--rounds N] [--pulls-only]
-[--paths unix] [--no-google]`` (about a minute).
+[--paths unix] [--no-google] [--pace-gbit G] [--split]`` (about a minute).
 """
 
 from __future__ import annotations
@@ -37,7 +44,9 @@ import argparse
 import math
 import multiprocessing
 import os
+import socket
 import statistics
+import struct
 import sys
 import time
 
@@ -51,6 +60,7 @@ import trio  # noqa: E402
 import asyncflow as af  # noqa: E402
 import local_cluster as clusters  # noqa: E402  (worker processes, one BLAS thread each)
 from transports import allocation, checksum, wire  # noqa: E402
+from transports.http import bulk_io  # noqa: E402
 from transports.http.client import TrioHttpChannel  # noqa: E402  (what workers use)
 from transports.http.server import open_http_server  # noqa: E402
 
@@ -58,6 +68,9 @@ MIB = 1 << 20
 BIG = 64 * MIB
 PATHS = ("tcp", "unix")
 GOOGLE = "with google_crc32c"  # checksums on, summed by google_crc32c at both ends
+SENDER = "sender's sums only"  # the checked server, this receiver not summing (--split)
+_TRUSTING = [False]  # while true, this process's decoders receive tensor bytes unsummed
+SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)  # (Linux; not in Python's names)
 
 
 class PullWorker:
@@ -73,6 +86,15 @@ class PullWorker:
         return wire.HealthReply(os.getpid(), "bench", [], wire.WorkerStatistics())
 
 
+def _trusting_get_buffer(plain):
+    def get_buffer(self):
+        view = plain(self)
+        if _TRUSTING[0]:
+            self.trust_segment()  # (as a lent segment is received: not summed, not checked)
+        return view
+    return get_buffer
+
+
 def timed_sums(total) -> None:
     """Count the seconds this process spends in ``checksum.extend`` into ``total.value``."""
     plain = checksum.extend
@@ -86,8 +108,22 @@ def timed_sums(total) -> None:
     checksum.extend = extend  # (the codec and the writers look it up at each call)
 
 
-def server(checksums: bool, folding: bool, ports, sums) -> None:
+def pace(gbit: float) -> None:
+    """Pace what this process's server sends to ``gbit`` Gb/s per connection (Linux TCP's own
+    pacing through ``SO_MAX_PACING_RATE``): a link of that rate, on loopback."""
+    plain, rate = bulk_io.send_all, int(gbit * 1e9 / 8)  # bytes/s: an unsigned 32 or 64 bits
+    value = struct.pack("=I" if rate <= 0xFFFFFFFF else "=Q", rate)
+
+    async def send_all(sock, view, on_wait=None):
+        sock.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, value)
+        await plain(sock, view, on_wait)
+    bulk_io.send_all = send_all  # (the server looks it up at each call)
+
+
+def server(checksums: bool, folding: bool, ports, sums, gbit: float = 0.0) -> None:
     checksum.set_enabled(checksums)
+    if gbit:
+        pace(gbit)
     if not folding:
         checksum._FOLDING = None  # google_crc32c's sums
     timed_sums(sums)
@@ -100,9 +136,17 @@ def server(checksums: bool, folding: bool, ports, sums) -> None:
 
 
 def cpu_ns(pid: int) -> int:
-    """Nanoseconds process ``pid``'s main thread has run on a CPU (Linux schedstat)."""
-    with open(f"/proc/{pid}/schedstat") as stat:
-        return int(stat.read().split()[0])
+    """Nanoseconds process ``pid``'s threads have run on a CPU (Linux schedstat of each live
+    thread: a helper thread that sums counts too; its threads are the server's own, not ended
+    between two readings)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as stat:
+                total += int(stat.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):  # the thread ended meanwhile
+            pass
+    return total
 
 
 async def _pulls(ports: dict, pids: dict, sums: dict, rounds: int,
@@ -129,6 +173,7 @@ async def _pulls(ports: dict, pids: dict, sums: dict, rounds: int,
                 order.reverse()
             for key, channel in order:
                 checksum._FOLDING = None if key[1] == GOOGLE else folding  # both ends alike
+                _TRUSTING[0] = key[1] == SENDER
                 used = time.process_time_ns() + cpu_ns(pids[key[1]])
                 summed = mine.value + sums[key[1]].value
                 start = time.perf_counter()
@@ -139,7 +184,7 @@ async def _pulls(ports: dict, pids: dict, sums: dict, rounds: int,
                 assert reply.tensors[0].value.nbytes == BIG
                 del reply
     finally:
-        checksum._FOLDING = folding
+        checksum._FOLDING, _TRUSTING[0] = folding, False
         for channel in channels.values():
             await channel.aclose()
     return times, cpu, summing
@@ -247,6 +292,10 @@ def main() -> None:
                         help="pull paths, of tcp and unix (default both)")
     parser.add_argument("--no-google", action="store_true",
                         help="no third server summing with google_crc32c")
+    parser.add_argument("--pace-gbit", type=float, default=0.0, metavar="G",
+                        help="pace the servers' sends to G Gb/s (a link of that rate; TCP)")
+    parser.add_argument("--split", action="store_true",
+                        help="also pulls whose receiver does not sum: the sender's share")
     args = parser.parse_args()
     paths = tuple(p for p in args.paths.split(",") if p)
     if not paths or set(paths) - set(PATHS):
@@ -262,11 +311,16 @@ def main() -> None:
         for kind, flag, folding in kinds:
             queue = context.Queue()
             sums[kind] = context.Value("d", 0.0, lock=False)
-            process = context.Process(target=server, args=(flag, folding, queue, sums[kind]),
+            process = context.Process(target=server,
+                                      args=(flag, folding, queue, sums[kind], args.pace_gbit),
                                       daemon=True)
             process.start()
             processes.append(process)
             ports[kind], pids[kind] = queue.get(timeout=60), process.pid
+        if args.split:  # the same checked server; the receiver's sums left out
+            wire.Decoder.get_buffer = _trusting_get_buffer(wire.Decoder.get_buffer)
+            ports[SENDER], pids[SENDER] = ports["with checksum"], pids["with checksum"]
+            sums[SENDER] = sums["with checksum"]
         times, cpu, summing = trio.run(_pulls, ports, pids, sums, rounds, paths)
     finally:
         for process in processes:
@@ -275,7 +329,7 @@ def main() -> None:
     print(f"CRC32C: {checksum.implementation()}; GB/s on cached data: "
           + ", ".join(f"{name} {rate:.1f}" for name, rate in crc_rates().items()))
     print()
-    kinds = [kind for kind in ("with checksum", GOOGLE) if kind in ports]
+    kinds = [kind for kind in ("with checksum", SENDER, GOOGLE) if kind in ports]
     print(f"| 64 MiB pull over HTTP ({rounds} rounds) | without | "
           + " | ".join(f"{kind} | ratio" for kind in kinds) + " |")
     print("|---|---|" + "---|---|" * len(kinds))

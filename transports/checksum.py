@@ -4,8 +4,9 @@
 each chunk where it landed. It uses ``crc32c_rs`` where installed: it folds 64 bytes at a time
 with carry-less multiplies (AVX-512 VPCLMULQDQ where the CPU has them), about 70 GB/s on
 cached data on the project's machine against 24 GB/s for the CPU's CRC instruction that
-``google_crc32c`` uses (``bench/bench_wire_checksum.py`` prints both): the sums of a 64 MiB
-pull took 3-9% of its time (by the load) with the former, 10-26% with the latter. Otherwise ``google_crc32c`` (C, with the
+``google_crc32c`` uses (``bench/bench_wire_checksum.py`` prints both): both ends of a 64 MiB
+pull sum for about 2.5 ms of CPU with the former, about 10 ms with the latter (what that
+costs a pull's time, by path: docs/protocol.md). Otherwise ``google_crc32c`` (C, with the
 CPU's CRC instruction) does it: its Python functions take only ``bytes``-like objects whose
 buffer needs no release, so :func:`extend` calls the C function it wraps through ctypes with
 the view's address instead. Both release the GIL while they sum.

@@ -25,8 +25,11 @@ class BitFlipProxy:
         self._path = None  # damage only answers to requests for this path
 
     def arm(self, offset, bit=3, in_body=False, path=None):
-        """``in_body``: count ``offset`` from the end of the next HTTP head (into the frame);
-        ``path``: only in an answer on a connection whose last request line holds it."""
+        """``in_body``: count ``offset`` from the end of the next HTTP head (into the frame),
+        or, when negative, back from the end of its body (-1: the body's last byte, by its
+        Content-Length); ``path``: only in an answer on a connection whose last request line
+        holds it."""
+        assert in_body or offset >= 0, "an offset from the body's end needs in_body"
         self._countdown, self._bit, self._path = offset, bit, path
         self._head_due, self._tail = in_body, b""
 
@@ -74,7 +77,13 @@ class BitFlipProxy:
         seen = self._tail + bytes(data)
         end = seen.find(b"\r\n\r\n")
         if end < 0:
-            self._tail = seen[-3:]
+            self._tail = seen[-3:] if self._countdown >= 0 else seen  # the whole head: its length
             return None
         self._head_due = False
+        if self._countdown < 0:  # counted back from the body's end
+            for line in seen[:end].split(b"\r\n"):
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    self._countdown += int(value)
+            assert self._countdown >= 0, "the answer's body is shorter than the offset back"
         return end + 4 - len(self._tail)

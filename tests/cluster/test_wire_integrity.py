@@ -16,9 +16,9 @@ async def _serve(nursery, spec, job, port=0):
     return await nursery.start(af.Server(spec, job, 0, port=port).serve)
 
 
-async def _ps_behind_a_proxy(nursery):
-    """A ps reached through a BitFlipProxy and a worker that pulls ``v`` from it to sum it:
-    (proxy, spec, graph, v, total)."""
+async def _ps_behind_a_proxy(nursery, elements=ELEMENTS):
+    """A ps reached through a BitFlipProxy and a worker that pulls ``v`` (``elements`` ones,
+    float32) from it to sum it: (proxy, spec, graph, v, total)."""
     proxy = BitFlipProxy()
     await nursery.start(proxy.serve)
     (worker_port,) = free_ports(1)
@@ -30,7 +30,7 @@ async def _ps_behind_a_proxy(nursery):
     graph = af.Graph()
     with graph.as_default():
         with af.device("/job:ps/task:0"):
-            v = af.Variable(np.ones(ELEMENTS, np.float32), name="v")
+            v = af.Variable(af.ones([elements], af.float32), name="v")
         with af.device("/job:worker/task:0"):
             total = af.reduce_sum(v * 2.0)
     return proxy, spec, graph, v, total
@@ -76,6 +76,31 @@ async def test_a_flipped_bit_in_a_pulled_tensor_fails_the_step_with_data_loss():
             assert "RecvTensors from /job:ps/replica:0/task:0" in message
             assert "edge" in message and "Checksum does not match" in message
             assert await sess.run(total) == 2.0 * ELEMENTS
+        nursery.cancel_scope.cancel()
+
+
+BIG = 16 * 1024 * 1024  # float32: a 64 MiB pull, its tensor sent and summed in chunks
+TAIL = 4 + 4 * BIG  # the tensor's bytes and its trailer end the RecvTensors frame
+
+
+@pytest.mark.parametrize("where, back", [("first", TAIL), ("middle", TAIL - 2 * BIG),
+                                         ("last", 5)])
+async def test_a_flipped_bit_anywhere_in_a_pulled_64_mib_tensor_is_data_loss(where, back):
+    """The chunked sums of a large tensor (the sender's per sent chunk, the receiver's per
+    read) cover its first byte, a byte in the middle and its last byte over TCP."""
+    async with trio.open_nursery() as nursery:
+        proxy, spec, graph, v, total = await _ps_behind_a_proxy(nursery, BIG)
+        async with af.Session(graph=graph, cluster=spec) as sess:
+            await sess.run(v.initializer)
+            assert await sess.run(total) == 2.0 * BIG
+            proxy.arm(-back, bit=5, in_body=True, path="/recv")  # the tensor's `where` byte
+            with pytest.raises(af.errors.DataLossError) as info:
+                await sess.run(total)
+            message = str(info.value)
+            assert proxy.flipped == 1 and "RecvTensors from /job:ps/replica:0/task:0" in message
+            assert "edge '" in message and "Checksum does not match" in message, message
+            assert "tensor '" in message and f"{4 * BIG} bytes" in message, message
+            assert await sess.run(total) == 2.0 * BIG  # the client may retry: intact again
         nursery.cancel_scope.cancel()
 
 
