@@ -13,13 +13,14 @@ hand-off for both (measured on this 2-core VM, ``bench/bench_gemm_floor.py``: a
 [256,128]x[128,256] weight gradient and its [128,256]x[256,256] input gradient, 0.357 ms one
 after the other, 0.305 each split over both threads, 0.254 paired).
 
-Which kernels pair (``pair_schedule``): offloadable kernels (pure numerical work that already may run off the
-event loop) of stateless ops, not waiting ones, whose actual cost lies between
-``1 / PAIR_SHARE`` of the offload threshold and the threshold (a larger one is offloaded; a
-smaller one costs less than the hand-off). A partner moves up only past nodes that do not
-feed it (no data or control edge) and are not stateful (so what it reads, a variable's value
-included, is what it read in its old place). Inside a pair a kernel does not split again
-(``intra_op.run_alone``): each runs whole on its thread.
+Which kernels pair (``pair_schedule``): offloadable kernels (pure numerical work that already
+may run off the event loop) of stateless ops with a cost function (GEMMs, convolutions), not
+waiting ones, whose actual cost lies between ``1 / PAIR_SHARE`` of the offload threshold and
+the threshold (a larger one is offloaded; a smaller one costs less than the hand-off). A
+partner moves up only past nodes that do not feed it (no data or control edge) and are not
+stateful (so what it reads, a variable's value included, is what it read in its old place).
+Inside a pair a kernel does not split again (``intra_op.run_alone``): each runs whole on its
+thread.
 """
 from __future__ import annotations
 
@@ -33,7 +34,11 @@ LOOKAHEAD = 8
 
 
 def _pairable(node):
-    if not node.offload or node.is_async or node.op.op_def.stateful:
+    op_def = node.op.op_def
+    # Only kernels that count their own cost (GEMMs, convolutions: multiply-adds): a
+    # reduction's or an elementwise op's never repays the hand-off at these sizes, and a
+    # candidate whose batch is unknown costs two cost estimates a step to refuse.
+    if not node.offload or node.is_async or op_def.stateful or op_def.cost is None:
         return False
     cost = estimate_static_cost(node.op)  # None: a dim unknown (a batch), decided when run
     return cost is None or node.offload_cost // PAIR_SHARE <= cost < node.offload_cost

@@ -91,20 +91,22 @@ async def test_small_gemms_run_alone(paired, cpu_only):
 
 
 class FakeOpDef:
-    def __init__(self, stateful):
-        self.stateful = stateful
+    def __init__(self, stateful, cost):
+        self.stateful, self.cost = stateful, cost
 
 
 class FakeOp:
-    def __init__(self, name, stateful):
-        self.name, self.op_def = name, FakeOpDef(stateful)
+    def __init__(self, name, stateful, cost):
+        self.name, self.op_def = name, FakeOpDef(stateful, cost)
 
 
 class FakeNode:
     """The fields of a ``NodePlan`` that ``pair_schedule`` reads."""
 
     def __init__(self, index, name, gemm=False, stateful=False, consumers=()):
-        self.index, self.op, self.consumers = index, FakeOp(name, stateful), tuple(consumers)
+        cost = (lambda shapes, op: 0) if gemm else None
+        self.index, self.consumers = index, tuple(consumers)
+        self.op = FakeOp(name, stateful, cost)
         self.offload, self.is_async, self.offload_cost = gemm, False, 1 << 26
 
 
