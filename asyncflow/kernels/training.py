@@ -4,7 +4,8 @@ Each dense kernel reads the variable (and its slots) once, computes the new valu
 arithmetic in the variable's dtype, assigns them and returns the variable's new value. A
 value someone else holds (a reader, a fetch, a view, a wire buffer) never changes under it:
 a new value goes into the stored array itself only when nothing but the variable holds it
-(``reusable``, the reference count), into a new array otherwise.
+(``reusable``, the reference count) and it is larger than ``SMALL_BYTES``, into a new array
+otherwise. SGD keeps its two passes into one new array.
 
 The dense applies run in blocks of ``BLOCK`` elements of the flattened arrays with two
 block-sized scratch arrays per thread (kept between steps), so every pass of an update stays
