@@ -34,7 +34,7 @@ import weakref
 import numpy as np
 
 from asyncflow import errors
-from asyncflow.exec import timeslice
+from asyncflow.exec import pairs, timeslice
 from asyncflow.exec.plan import (DROP, ENTER, EXIT, MERGE, NEXT_ITERATION, NORMAL, SWITCH,
                                     estimate_static_cost, runtime_cost)
 from asyncflow.exec.step import now_us
@@ -157,11 +157,13 @@ def compile_schedule(plan, traced=False):
     last_check = -1
     names = {slot: f"slots[{slot}]" for slot in plan.feed_slots}  # slot -> its expression
     fetch_slots = set(plan.fetch_slots)
-    schedule = plan.schedule
+    schedule, firsts = (plan.schedule, ()) if traced else pairs.pair_schedule(plan.schedule)
+    gen.env.update(_pair=pairs.run_pair, _out=pairs.outputs)
+    partner = None  # the second node of the pair being generated
     last_use = {slot: node.index for node in schedule for slot in node.inputs}
     dead = []   # locals whose value died: reused before a new one is made
     made = 0    # locals made (``v0``...): at most the values alive at once
-    for node in schedule:
+    for position, node in enumerate(schedule):
         i = node.index
         if node.op.type == "Const" and not node.inputs and not traced:  # (traced: shown)
             if node.outputs[0] >= 0:
@@ -190,17 +192,33 @@ def compile_schedule(plan, traced=False):
         if node.is_async:
             call = f"(await _wait(N{i}, [{', '.join(args)}]{', _t' if traced else ''}))"
         elif node.offload:
-            call = (f"((await _offload(N{i}, _a)) if _cost(N{i}, _a) >= {node.offload_cost} "
-                    f"else {gen.call(node, ['*_a'])})")
+            given = "_b" if node is partner else "_a"  # (a pair's second: read with the first)
+            call = (f"((await _offload(N{i}, {given})) if _cost(N{i}, {given}) >= "
+                    f"{node.offload_cost} else {gen.call(node, ['*' + given])})")
         else:
             call = gen.call(node, args)
+        pair_first = i in firsts
+        if pair_first:  # (untraced, synchronous, offloadable: see exec/pairs.py)
+            partner = schedule[position + 1]
+            b_args = [f"{names[slot]}.read()" if p in partner.deref else names[slot]
+                      for p, slot in enumerate(partner.inputs)]
+            call = f"(_out(_p, 0) if _p is not None else {call})"
+        elif node is partner:
+            call = f"(_out(_p, 1) if _p is not None else {call})"
         statements = gen.store(call, targets)
         if traced and not node.is_async:  # (an offloaded kernel waited if it was large)
             waited = f", _cost(N{i}, _a) >= {node.offload_cost}" if node.offload else ""
             statements.append(f"_rec(N{i}, _t{waited})")
         # A value dies right after its last reader, unless a new one took its local.
         statements += [f"{name} = None" for name in dying if name not in targets]
-        if node.offload and not node.is_async:
+        if pair_first:
+            statements = [f"_a = [{', '.join(args)}]", f"_b = [{', '.join(b_args)}]",
+                          f"_p = _pair(N{i}, _a, N{partner.index}, _b)"] + statements + \
+                ["_a = None"]
+        elif node is partner:
+            statements = statements + ["_b = None", "_p = None"]
+            partner = None
+        elif node.offload and not node.is_async:
             statements = [f"_a = [{', '.join(args)}]"] + statements + ["_a = None"]
         if traced:
             statements.insert(0, "_t = _now()")
@@ -208,7 +226,7 @@ def compile_schedule(plan, traced=False):
         cost = estimate_static_cost(node.op)
         large = node.offload or (cost is not None and cost >= timeslice.LARGE_KERNEL_COST)
         count = every if large else count + 1
-        if count >= every:
+        if count >= every and not pair_first:  # (a pair's second line follows at once)
             # Within an open slice, one clock read; ``_due`` opens it or says it is over.
             gen.line(["if _ts.clock() >= _B.end and _due(): await _pause()"])
             count, last_check = 0, len(gen.lines)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 
+_alone = threading.local()  # ``active``: this thread runs a chunk of ``run_alone``
 _blas_lock = threading.Lock()
 _blas_users = 0        # holds: the process's claim and every running split
 _blas_restore = None   # threadpoolctl's limiter of the holds (restores the first setting)
@@ -103,7 +104,9 @@ class IntraOpPool:
         for milliseconds, the caller then does the work itself instead of idling.
         """
         queue = _ChunkQueue(bounds)
-        helpers = min(self.threads, len(bounds)) - 1
+        # Inside a chunk of ``run_alone`` every thread is taken: no helpers (the same chunks,
+        # in order, on this thread: the same bits).
+        helpers = 0 if getattr(_alone, "active", False) else min(self.threads, len(bounds)) - 1
         executor = self._workers() if helpers > 0 else None
         _hold_blas_single_thread()
         try:
@@ -118,6 +121,18 @@ class IntraOpPool:
             self.splits += 1
         if queue.error is not None:
             raise queue.error
+
+    def run_alone(self, fn, bounds):
+        """``run``, where a kernel running inside a chunk does not split again (its own
+        ``run`` computes all its chunks on its thread): for whole kernels run at once, one
+        per thread (``exec/pairs.py``)."""
+        def alone(start, stop):
+            _alone.active = True
+            try:
+                fn(start, stop)
+            finally:
+                _alone.active = False
+        self.run(alone, bounds)
 
     def _workers(self):
         with self._lock:

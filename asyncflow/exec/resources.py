@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 
+import numpy as np
 
 from asyncflow import errors
 
@@ -78,14 +79,25 @@ class VariableResource:
         reference count says so) it is handed out itself; otherwise a private copy is. Readers
         therefore still never see a value change under them.
         """
+        value = self.reusable()
+        return value if value is not None else self.read().copy()
+
+    def reusable(self):
+        """The stored array itself, writable, when nothing but this resource holds it (no
+        reader, fetch, view or wire buffer: the reference count says so); None otherwise.
+        A dense update then writes its new value into it in place and ``assign(fresh=True)``s
+        it, instead of a new array of the variable's size. Call it before taking any other
+        reference to the value."""
         value = self.read()
+        if isinstance(value, np.generic):  # a numpy scalar: immutable
+            return None
         # References: self.value, the local name, getrefcount's argument.
         if sys.getrefcount(value) <= 3 and getattr(value, "base", None) is None:
             flags = getattr(value, "flags", None)
             if flags is not None and getattr(flags, "writeable", None) is not None:
                 flags.writeable = True  # numpy: an array that owns its data may be reopened
             return value
-        return value.copy()
+        return None
 
     @property
     def initialized(self):

@@ -91,6 +91,24 @@ async def test_random_distributions():
     assert set(np.unique(out[3])) <= {2, 3, 4} and out[3].dtype == np.int32
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+async def test_random_uniform_draws_in_its_dtype(dtype):
+    """float32 and float64 are drawn in the dtype itself (float32: numpy's 24-bit draws, no
+    float64 array and cast); the others from float64 draws. Values in [0, 1), the same per
+    seed, spread over the interval."""
+    with af.Graph().as_default():
+        u = af.random_uniform([4096], dtype=getattr(af, dtype), seed=5)
+        first, second = await run([u]), await run([u])
+    np.testing.assert_array_equal(first[0], second[0])
+    values = first[0].astype(np.float64)
+    assert first[0].dtype == getattr(af, dtype).np
+    assert values.min() >= 0.0 and values.max() <= 1.0 and 0.45 < values.mean() < 0.55
+    if dtype == "float32":
+        # every value a multiple of 2^-24: one 32-bit draw each, not a rounded float64
+        np.testing.assert_array_equal(values * 2.0 ** 24, np.floor(values * 2.0 ** 24))
+        assert values.max() < 1.0
+
+
 async def test_assign_family_and_scatter():
     with af.Graph().as_default():
         v = af.Variable(np.zeros((4, 2), np.float32), name="v")

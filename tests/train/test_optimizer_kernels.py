@@ -69,6 +69,81 @@ def scalars_for(name, dtype):
     return [t(0.01), t(0.9), t(0.5), t(1e-6)]  # lr, rho, momentum, epsilon
 
 
+def initial_values(name, dtype, shape, rng):
+    slots = KERNELS[name]
+    initial = [rng.standard_normal(shape).astype(dtype)]
+    for slot in range(slots):
+        value = rng.standard_normal(shape).astype(dtype)
+        # Second-moment slots must be non-negative (ms >= mg^2 for the centered form).
+        positive = (name in ("_apply_adagrad",) or (name == "_apply_adam" and slot == 1)
+                    or (name == "_apply_rms_prop" and slot == 0)
+                    or (name == "_apply_centered_rms_prop" and slot == 1))
+        initial.append(np.abs(value) + (16 if positive else 0))
+    return initial
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("shape", [(), (7,), (13, 11), (3, 5, 17)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("nesterov", [False, True])
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_apply_in_place_matches_the_kernel_it_replaced_bit_for_bit(name, nesterov, dtype, shape,
+                                                                   threads, small_chunks,
+                                                                   monkeypatch):
+    """Nothing but the variables holds their values: the update writes into the stored
+    arrays themselves (in blocks of 5 elements here, so blocks end inside every chunk), with
+    the same bits as the old kernel's new arrays, over several steps."""
+    if nesterov and name not in ("_apply_momentum", "_apply_adam"):
+        pytest.skip("no nesterov form")
+    monkeypatch.setattr(rebuilt, "BLOCK", 5)
+    monkeypatch.setattr(rebuilt, "SMALL_BYTES", 0)  # (small ones get new arrays: cheaper)
+    rng = np.random.default_rng(len(shape) * 11 + threads)
+    old_vars = resources(initial_values(name, dtype, shape, rng), dtype)
+    new_vars = resources([np.array(r.read(), dtype=dtype) for r in old_vars], dtype)
+    stored = [id(r.value) for r in new_vars]
+    scalars = scalars_for(name, dtype)
+    for _ in range(3):
+        grad = rng.standard_normal(shape).astype(dtype)
+        old_out = call(before, name, KernelContext(1, nesterov), old_vars, scalars, grad)[0]
+        new_out = call(rebuilt, name, KernelContext(threads, nesterov), new_vars, scalars,
+                       grad)[0]
+        np.testing.assert_array_equal(new_out, old_out)
+        del new_out, old_out  # a held result keeps the next step from updating in place
+    assert [id(r.value) for r in new_vars] == stored  # updated in place, every step
+    for old_resource, new_resource in zip(old_vars, new_vars):
+        np.testing.assert_array_equal(new_resource.read(), old_resource.read())
+        assert not new_resource.read().flags.writeable
+
+
+def test_apply_leaves_a_view_of_the_stored_value_alone(small_chunks, monkeypatch):
+    """A view of the stored array (a fetch, a wire buffer) makes the update write a new
+    array: the view keeps showing the value it was taken of."""
+    monkeypatch.setattr(rebuilt, "SMALL_BYTES", 0)
+    rng = np.random.default_rng(3)
+    variables = resources(initial_values("_apply_rms_prop", np.float32, (64,), rng), np.float32)
+    view = variables[1].read()[8:16]
+    before_view = view.copy()
+    stored = [id(r.value) for r in variables]  # ids: a reference would stop the reuse
+    rebuilt._apply_rms_prop(KernelContext(2), *variables,
+                            *scalars_for("_apply_rms_prop", np.float32),
+                            rng.standard_normal(64).astype(np.float32))
+    np.testing.assert_array_equal(view, before_view)
+    assert [id(r.value) == i for r, i in zip(variables, stored)] == [True, False, True]
+
+
+@pytest.mark.parametrize("held", [False, True])
+def test_gradient_descent_matches_the_kernel_it_replaced(held):
+    rng = np.random.default_rng(4)
+    old_var, new_var = resources([rng.standard_normal((9, 5)).astype(np.float32)] * 2, np.float32)
+    fetched = new_var.read() if held else None
+    delta, alpha = rng.standard_normal((9, 5)).astype(np.float32), np.float32(0.3)
+    old = before._apply_gradient_descent(KernelContext(1), old_var, alpha, delta)[0]
+    new = rebuilt._apply_gradient_descent(KernelContext(2), new_var, alpha, delta)[0]
+    np.testing.assert_array_equal(new, old)
+    if held:
+        assert not np.array_equal(fetched, new)
+
+
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("shape", [(), (7,), (13, 11), (3, 5, 17)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -1,0 +1,150 @@
+"""Two independent GEMMs of a static schedule run at once on the intra-op pool, one hand-off
+for the pair (issue 37, ``exec/pairs.py``): the same values as one after the other; never a
+kernel that depends on the other, nor one moved past a stateful op; a paired kernel's error
+names its own op."""
+import dataclasses
+import threading
+
+import numpy as np
+import pytest
+
+import asyncflow as af
+from asyncflow.exec import pairs
+from asyncflow.kernels import registry
+
+# [64, 256] x [256, 256]: 4M multiply-adds, the smallest GEMM that pairs.
+M, K, N = 64, 256, 256
+
+
+@pytest.fixture
+def paired(monkeypatch):
+    """The op names of each pair that ran at once, and the threads MatMuls ran on."""
+    seen = {"pairs": [], "threads": {}}
+    run_pair = pairs.run_pair
+
+    def spy(first, a, second, b):
+        result = run_pair(first, a, second, b)
+        if result is not None:
+            seen["pairs"].append((first.op.name, second.op.name))
+        return result
+    monkeypatch.setattr(pairs, "run_pair", spy)
+    kernel = registry._KERNELS[("MatMul", registry.ANY)]
+
+    def where(ctx, *args, _fn=kernel.fn):
+        seen["threads"][ctx.name] = threading.get_ident()
+        return _fn(ctx, *args)
+    monkeypatch.setitem(registry._KERNELS, ("MatMul", registry.ANY),
+                        dataclasses.replace(kernel, fn=where))
+    return seen
+
+
+def operands(seed):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(shape).astype(np.float32)
+            for shape in ((M, K), (K, N), (M, K), (K, N))]
+
+
+async def run(fetches_of, feed_values, threads):
+    with af.Graph().as_default():
+        feeds = [af.placeholder(af.float32, [None, K]), af.placeholder(af.float32, [K, N]),
+                 af.placeholder(af.float32, [None, K]), af.placeholder(af.float32, [None, N])]
+        fetches = fetches_of(*feeds)
+        config = af.ConfigProto(intra_op_parallelism_threads=threads)
+        async with af.Session(config=config) as session:
+            return await session.run(fetches, dict(zip(feeds, feed_values)))
+
+
+async def test_independent_gemms_run_at_once_with_the_bits_of_one_thread(paired, cpu_only):
+    values = operands(0)
+
+    def two(a, b, c, d):
+        return [af.matmul(a, b, name="first"), af.matmul(c, d, name="second")]
+    together = await run(two, values, threads=2)
+    assert paired["pairs"] == [("first", "second")]
+    assert paired["threads"]["first"] != paired["threads"]["second"]
+    alone = await run(two, values, threads=1)  # no pool of 2: one after the other
+    assert paired["pairs"] == [("first", "second")]
+    for got, want, (x, y) in zip(together, alone, (values[:2], values[2:])):
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_allclose(got, x @ y, rtol=1e-4, atol=1e-3)
+
+
+async def test_a_gemm_that_reads_the_other_never_pairs(paired, cpu_only):
+    values = operands(1)
+
+    def chain(a, b, c, d):
+        first = af.matmul(a, b, name="first")
+        return af.matmul(first, d, name="second")
+    out = await run(chain, values, threads=2)
+    assert paired["pairs"] == []
+    np.testing.assert_allclose(out, values[0] @ values[1] @ values[3], rtol=1e-3, atol=1e-2)
+
+
+async def test_small_gemms_run_alone(paired, cpu_only):
+    rng = np.random.default_rng(2)
+    small = [rng.standard_normal((4, K)).astype(np.float32), *operands(2)[1:2]] * 2
+
+    def two(a, b, c, d):
+        return [af.matmul(a, b, name="first"), af.matmul(c, d, name="second")]
+    await run(two, small, threads=2)  # 256k multiply-adds each: a hand-off would cost more
+    assert paired["pairs"] == []
+
+
+class FakeOpDef:
+    def __init__(self, stateful, cost):
+        self.stateful, self.cost = stateful, cost
+
+
+class FakeOp:
+    def __init__(self, name, stateful, cost):
+        self.name, self.op_def = name, FakeOpDef(stateful, cost)
+
+
+class FakeNode:
+    """The fields of a ``NodePlan`` that ``pair_schedule`` reads."""
+
+    def __init__(self, index, name, gemm=False, stateful=False, consumers=()):
+        cost = (lambda shapes, op: 0) if gemm else None
+        self.index, self.consumers = index, tuple(consumers)
+        self.op = FakeOp(name, stateful, cost)
+        self.offload, self.is_async, self.offload_cost = gemm, False, 1 << 26
+
+
+def names(order):
+    return [node.op.name for node in order]
+
+
+@pytest.mark.parametrize("between, moves", [
+    ("pure", True),        # an elementwise op that does not feed the partner
+    ("stateful", False),   # an assign: the partner would read what it read before it
+    ("feeds", False),      # it produces the partner's input
+])
+def test_a_partner_moves_up_only_past_pure_ops_that_do_not_feed_it(between, moves,
+                                                                  monkeypatch):
+    monkeypatch.setattr(pairs, "estimate_static_cost", lambda op: None)  # a batch dim unknown
+    nodes = [FakeNode(0, "first", gemm=True),
+             FakeNode(1, between, stateful=between == "stateful",
+                      consumers=(2,) if between == "feeds" else ()),
+             FakeNode(2, "second", gemm=True)]
+    order, firsts = pairs.pair_schedule(nodes)
+    if moves:
+        assert names(order) == ["first", "second", "pure"] and firsts == {0}
+    else:
+        assert names(order) == ["first", between, "second"] and firsts == set()
+
+
+def test_a_gemm_feeding_the_next_never_pairs_with_it(monkeypatch):
+    monkeypatch.setattr(pairs, "estimate_static_cost", lambda op: None)
+    nodes = [FakeNode(0, "first", gemm=True, consumers=(1,)), FakeNode(1, "second", gemm=True)]
+    assert pairs.pair_schedule(nodes) == (nodes, set())
+
+
+async def test_a_paired_kernel_failure_names_its_own_op(paired, cpu_only):
+    values = operands(4)
+    values[3] = values[3][:100]  # [100, 256]: not [256, 256]
+
+    def two(a, b, c, d):
+        return [af.matmul(a, b, name="first"), af.matmul(c, d, name="second")]
+    with pytest.raises(af.errors.InvalidArgumentError, match="second"):
+        await run(two, values, threads=2)
+    assert paired["pairs"] == [("first", "second")]  # it failed inside the pair
