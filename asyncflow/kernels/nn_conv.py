@@ -41,7 +41,7 @@ import functools
 import numpy as np
 
 from asyncflow import errors
-from asyncflow.kernels import intra_op
+from asyncflow.kernels import intra_op, nn_conv_fft
 from asyncflow.kernels.math import fused_epilogue
 from asyncflow.kernels.registry import host_memory, register_kernel
 
@@ -225,8 +225,12 @@ def _convolve(ctx, x, filters, epilogue=None):
         if epilogue is not None and out.size:
             epilogue(out.reshape(-1, depth_out))
         return out
-    matrix = filters.reshape(-1, depth_out)
     out = xp.empty(out_shape, dtype=xp.result_type(x.dtype, filters.dtype))
+    plan = nn_conv_fft.choose(ctx, (x, filters), x.shape, filters.shape, rows, cols,
+                              out.dtype)
+    if plan is not None:
+        return nn_conv_fft.conv2d(ctx, plan, x, filters, out, epilogue)
+    matrix = filters.reshape(-1, depth_out)
     per_image = rows[0] * cols[0]
 
     def chunk(start, stop):
@@ -256,6 +260,9 @@ def _conv2d_backprop_input(ctx, input_sizes, filters, grad):
     if not (grad.size and filters.size):
         return (xp.zeros(x_shape, dtype=dtype),)
     out = xp.empty(x_shape, dtype=dtype)
+    plan = nn_conv_fft.choose(ctx, (grad, filters), x_shape, filters.shape, rows, cols, dtype)
+    if plan is not None:
+        return (nn_conv_fft.backprop_input(ctx, plan, filters, grad, out),)
     # One [O, C] matrix per tap, transposed once: the GEMMs below read it contiguously.
     per_tap = xp.ascontiguousarray(filters.reshape(kh * kw, depth_in, depth_out)
                                    .transpose(0, 2, 1))
@@ -287,6 +294,10 @@ def _conv2d_backprop_filter(ctx, x, filter_sizes, grad):
     rows, cols = _spatial(ctx, x.shape, (kh, kw))
     if grad.size == 0 or x.size == 0:
         return (xp.zeros(f_shape, dtype=x.dtype),)
+    dtype = xp.result_type(x.dtype, grad.dtype)
+    plan = nn_conv_fft.choose(ctx, (x, grad), x.shape, f_shape, rows, cols, dtype)
+    if plan is not None:
+        return (nn_conv_fft.backprop_filter(ctx, plan, x, grad, f_shape, dtype),)
     partials = {}
 
     def chunk(start, stop):
