@@ -90,6 +90,9 @@ def _conv2_rows(ctx, threads, calls):
         "BackpropInput": lambda: nn_conv._conv2d_backprop_input(ctx, np.array(x.shape), f, g),
         "BackpropFilter": lambda: nn_conv._conv2d_backprop_filter(ctx, x, np.array(f.shape), g),
     }
+    if hasattr(nn_conv, "_fused_conv2d_backprop"):  # both gradients as one node
+        calls_of["both gradients fused"] = lambda: nn_conv._fused_conv2d_backprop(
+            ctx, np.array(x.shape), f, g, x, np.array(f.shape))
     results = {}
     for force in (None, "direct") if nn_conv_fft is not None else (None,):
         if nn_conv_fft is not None:

@@ -314,6 +314,28 @@ def _conv2d_backprop_filter(ctx, x, filter_sizes, grad):
     return (total.reshape(f_shape),)
 
 
+@register_kernel("_FusedConv2DBackprop", offload=True, offload_scale=intra_op.MACS_PER_WORK)
+def _fused_conv2d_backprop(ctx, input_sizes, filters, grad, x, filter_sizes):
+    """Conv2DBackpropInput and Conv2DBackpropFilter on one ``grad`` (compile/optimize.py
+    fuses them, NHWC only): by FFT where both apply, ``grad`` is transformed once for both;
+    otherwise the two kernels above, one after the other (the same bits as unfused)."""
+    xp = ctx.xp
+    f_shape = _sizes(ctx, filter_sizes, "filter_sizes")
+    x_shape = _sizes(ctx, input_sizes, "input_sizes")
+    if (list(x.shape) == x_shape and list(filters.shape) == f_shape and grad.size and x.size
+            and filters.size and x.dtype == filters.dtype == grad.dtype):
+        _check_depth(ctx, x_shape, f_shape)
+        rows, cols = _spatial(ctx, x_shape, f_shape[:2])
+        expected = [x_shape[0], rows[0], cols[0], f_shape[3]]
+        plan = (nn_conv_fft.choose(ctx, (x, filters, grad), x_shape, f_shape, rows, cols,
+                                   x.dtype) if list(grad.shape) == expected else None)
+        if plan is not None:
+            dx = xp.empty(x_shape, dtype=x.dtype)
+            return nn_conv_fft.backprop_both(ctx, plan, x, filters, grad, dx)
+    return (_conv2d_backprop_input(ctx, input_sizes, filters, grad)[0],
+            _conv2d_backprop_filter(ctx, x, filter_sizes, grad)[0])
+
+
 # -- pooling ----------------------------------------------------------------------------------
 def _lowest(dtype):
     return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
@@ -480,4 +502,5 @@ def _avg_pool_grad(ctx, input_shape, grad):
 # Arguments kept in host memory on a GPU (TF's HostMemory registrations; exec/gpu.py).
 host_memory("Conv2DBackpropInput", inputs=(0,))
 host_memory("Conv2DBackpropFilter", inputs=(1,))
+host_memory("_FusedConv2DBackprop", inputs=(0, 4))
 host_memory("AvgPoolGrad", inputs=(0,))

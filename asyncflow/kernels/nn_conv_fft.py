@@ -218,8 +218,6 @@ def backprop_input(ctx, plan, filters, grad, out):
 def backprop_filter(ctx, plan, x, grad, f_shape, dtype):
     """Conv2DBackpropFilter by FFT: the ``f_shape`` filter gradient."""
     n, c, o = x.shape[0], x.shape[3], grad.shape[3]
-    kh, kw = plan.kernel_hw
-    (_, top, _), (_, left, _) = plan.rows, plan.cols
     partials = {}
 
     def chunk(start, stop):
@@ -233,14 +231,45 @@ def backprop_filter(ctx, plan, x, grad, f_shape, dtype):
     # its GEMMs sum over the chunk's images: chunks 4x larger than the transforms alone would
     # want (conv2, one thread: 64-image chunks 16.9 ms, 32-image 24.7, 16-image 53).
     intra_op.for_batch(ctx, n, _work(plan, n), chunk, _item_bytes(plan, c, o, x.itemsize) // 4)
+    return _filter_from_products(partials, plan, c, o, f_shape, dtype)
+
+
+def _filter_from_products(partials, plan, c, o, f_shape, dtype):
+    """The filter gradient from the chunks' interleaved product matrices (summed in chunk
+    order): ``sum_n x * conj(g) = (xr gr + xi gi) + i (xi gr - xr gi)`` per frequency, one
+    inverse transform, read at (i - top) mod P."""
+    kh, kw = plan.kernel_hw
+    (_, top, _), (_, left, _) = plan.rows, plan.cols
     ordered = [partials[start] for start in sorted(partials)]
     products = ordered[0]
     for partial in ordered[1:]:
         products += partial
     total = np.empty((plan.freqs, c, o), dtype=np.result_type(products.dtype, np.complex64))
-    # sum_n x * conj(g) = (xr gr + xi gi) + i (xi gr - xr gi)
     np.add(products[:, 0::2, 0::2], products[:, 1::2, 1::2], out=total.real)
     np.subtract(products[:, 1::2, 0::2], products[:, 0::2, 1::2], out=total.imag)
     planes = _inverse(total, plan, o)  # [P_h, P_w, C, O]
     index = plan.out_index(-top, -left, kh, kw)
     return np.ascontiguousarray(planes[index]).reshape(f_shape).astype(dtype, copy=False)
+
+
+def backprop_both(ctx, plan, x, filters, grad, dx):
+    """Conv2DBackpropInput into ``dx`` and Conv2DBackpropFilter together, each chunk's
+    ``grad`` transformed once for both (``_FusedConv2DBackprop``): returns ``(dx, dw)``."""
+    n, c, o = x.shape[0], x.shape[3], grad.shape[3]
+    kh, kw = plan.kernel_hw
+    (_, top, _), (_, left, _) = plan.rows, plan.cols
+    weights = _filter_spectrum(filters, plan, False, True)
+    index = plan.out_index(top, left, plan.in_h, plan.in_w)
+    partials = {}
+    real = np.dtype(x.dtype)
+
+    def chunk(start, stop):
+        errors = _forward(grad[start:stop], plan)
+        planes = _inverse(_complex_gemm(errors, weights), plan, c)
+        dx[start:stop] = planes[index].transpose(2, 0, 1, 3)
+        image = _forward(x[start:stop], plan)
+        partials[start] = np.matmul(image.view(real).transpose(0, 2, 1), errors.view(real))
+    # Chunks as the filter gradient's (backprop_filter): its product matrices want them large.
+    intra_op.for_batch(ctx, n, 2 * _work(plan, n), chunk,
+                       _item_bytes(plan, c, o, x.itemsize) // 4)
+    return dx, _filter_from_products(partials, plan, c, o, (kh, kw, c, o), real)

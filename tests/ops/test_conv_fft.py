@@ -201,3 +201,21 @@ async def test_a_session_step_by_fft_matches_the_direct_step(monkeypatch):
                 values[algorithm] = await session.run([loss] + grads)
     for a, b in zip(values["fft"], values["direct"]):
         assert_scaled_close(np.asarray(a), np.asarray(b), 2e-5, "step")
+
+
+@pytest.mark.parametrize("case", [FFT_CASES[0], FFT_CASES[4], FFT_CASES[6]])
+def test_fused_backprop_by_fft_matches_the_two_kernels(case, monkeypatch):
+    """``_FusedConv2DBackprop`` transforms the gradient once for both outputs."""
+    attrs, x, f, grad = inputs(*case, seed=8)
+    monkeypatch.setattr(nn_conv_fft, "FORCE", "fft")
+    ctx = KernelContext(attrs, 2)
+    dx, dw = nn_conv._fused_conv2d_backprop(ctx, np.array(x.shape), f, grad, x,
+                                            np.array(f.shape))
+    monkeypatch.setattr(nn_conv_fft, "FORCE", "direct")
+    _, direct_dx, direct_dw = results(attrs, x, f, grad, threads=2)
+    assert_scaled_close(dx, direct_dx, 5e-6, "input gradient")
+    assert_scaled_close(dw, direct_dw, 5e-6, "filter gradient")
+    fused_direct = nn_conv._fused_conv2d_backprop(ctx, np.array(x.shape), f, grad, x,
+                                                  np.array(f.shape))
+    assert np.array_equal(fused_direct[0], direct_dx) and np.array_equal(fused_direct[1],
+                                                                         direct_dw)
