@@ -22,7 +22,10 @@ Theory of operation (paper §5; docs/architecture.md):
   no other consumer (a ``Shape`` of it may read the fused output instead: every tensor of the
   chain has the same shape), is neither fetched nor a target nor a control input, has no
   control inputs of its own, and the chain sits on one device outside any loop, as TF's
-  remapper requires.
+  remapper requires. A conv's ``Conv2DBackpropInput`` and ``Conv2DBackpropFilter`` reading
+  one gradient port (same attrs, NHWC, one device, neither a target nor reaching the other)
+  become one ``_FusedConv2DBackprop`` with both outputs: by FFT its kernel transforms the
+  gradient once for both (kernels/nn_conv_fft.py).
 - **Recv scheduling** (``schedule_recvs``, ALAP). A Recv otherwise starts at step start and
   holds its buffer for the whole step. Each Recv gets a control edge from the latest local
   input of its first consumer, so it starts just before that consumer needs it. An edge is
