@@ -219,3 +219,32 @@ def test_fused_backprop_by_fft_matches_the_two_kernels(case, monkeypatch):
                                                   np.array(f.shape))
     assert np.array_equal(fused_direct[0], direct_dx) and np.array_equal(fused_direct[1],
                                                                          direct_dw)
+
+
+async def test_the_convnets_second_layer_and_its_gradients_match_tf1(tmp_path):
+    """Differential: the model's own choice (FFT at this shape) through a session (forward
+    fused with bias and ReLU, both gradients fused) against TF1's oneDNN kernels."""
+    from tests.tf1_reference import tf1_run
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal((32, 14, 14, 32)).astype(np.float32)
+    f = (0.1 * rng.standard_normal((5, 5, 32, 64))).astype(np.float32)
+    b = rng.standard_normal(64).astype(np.float32)
+    r = rng.standard_normal((32, 14, 14, 64)).astype(np.float32)
+    assert plan_for(x.shape, f.shape) is not None
+    with af.Graph().as_default():
+        images, kernel = af.constant(x), af.constant(f)
+        out = af.nn.relu(af.nn.bias_add(af.nn.conv2d(images, kernel, 1, "SAME"), b))
+        grads = af.gradients(af.reduce_sum(out * r), [images, kernel])
+        async with af.Session() as session:
+            ours = await session.run([out] + grads)
+    theirs = tf1_run("""
+images, kernel = tf.constant(inputs["x"]), tf.constant(inputs["f"])
+out = tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(images, kernel, [1, 1, 1, 1], "SAME"),
+                                inputs["b"]))
+grads = tf.gradients(tf.reduce_sum(out * inputs["r"]), [images, kernel])
+with tf.Session() as sess:
+    outputs["all"] = sess.run([out] + grads)
+""", tmp_path, x=x, f=f, b=b, r=r)["all"]
+    for name, mine, reference in zip(("output", "input gradient", "filter gradient"), ours,
+                                     theirs):
+        assert_scaled_close(np.asarray(mine), reference, 5e-6, name)
