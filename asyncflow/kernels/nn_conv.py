@@ -16,6 +16,10 @@ Theory of operation for the spatial kernels (Conv2D, pooling and their gradients
   the contiguous ``[N, OH, OW, C]`` result into that tap's strided view of a zero padded
   buffer (for one tap the strided positions are distinct, so ``+=`` on the view is exact);
   each row of the view is a run of ``OW*C`` cells at stride 1, not a run of ``C``.
+- Conv2D, its two gradients and ``_FusedConv2DBackprop`` (both gradients on one output
+  gradient, fused at compile time) first ask ``nn_conv_fft.choose``: for stride 1, no
+  dilation and shapes where its cost model predicts the FFT algorithm faster (the convnet's
+  14x14 5x5 layer), ``kernels/nn_conv_fft.py`` computes them; otherwise the code below.
 - Pooling reduces over the taps elementwise. MaxPoolGrad routes each output's gradient to the
   first maximal cell of its window in row-major tap order, as TF's CPU kernel (a NaN counts
   as the maximum, as ``argmax`` has it): taps are visited in order with a ``remaining`` mask,
