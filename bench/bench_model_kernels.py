@@ -2,7 +2,8 @@
 
 Times, called directly on one and two intra-op threads (the convnet's and the autoencoder's
 shapes, float32): the convnet's first Conv2D ([128, 28, 28, 1] 5x5 -> 32, SAME) and its
-filter gradient, its two MaxPoolGrads ([128, 28, 28, 32] and [128, 14, 14, 64], 2x2), and
+filter gradient, its second ([128, 14, 14, 32] 5x5 -> 64) and both gradients (in a tree with
+the FFT algorithm, also with the direct kernels forced), its two MaxPoolGrads ([128, 28, 28, 32] and [128, 14, 14, 64], 2x2), and
 Sigmoid on [256, 784] (and [32, 128]). Each tree is imported in a process of its own
 (``PYTHONPATH=TREE``); rounds alternate the trees, so load phases hit both alike; the figure
 is the best round's median call time.
@@ -62,11 +63,47 @@ def measure(calls):
             grad = rng.standard_normal(pooled.shape).astype(np.float32)
             results[f"MaxPoolGrad {shape[1]}x{shape[2]}x{shape[3]}, {threads} thr"] = _median_ms(
                 lambda: nn_conv._max_pool_grad(pctx, value, pooled, grad), calls)
+        results.update(_conv2_rows(ctx, threads, calls))
     for shape in ((256, 784), (32, 128)):
         value = rng.standard_normal(shape).astype(np.float32) * 4
         out = np.empty_like(value)
         results[f"Sigmoid {shape[0]}x{shape[1]}"] = _median_ms(
             lambda: kmath.sigmoid_into(np, value, out), calls * 10)
+    return results
+
+
+def _conv2_rows(ctx, threads, calls):
+    """The convnet's second convolution ([128, 14, 14, 32] 5x5 -> 64, SAME) and its gradients
+    as the tree runs them, and, in a tree with the FFT algorithm (``kernels/nn_conv_fft.py``),
+    again with the direct kernels forced."""
+    from asyncflow.kernels import nn_conv
+    try:
+        from asyncflow.kernels import nn_conv_fft
+    except ImportError:
+        nn_conv_fft = None
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((128, 14, 14, 32)).astype(np.float32)
+    f = rng.standard_normal((5, 5, 32, 64)).astype(np.float32)
+    g = rng.standard_normal((128, 14, 14, 64)).astype(np.float32)
+    calls_of = {
+        "Conv2D": lambda: nn_conv._conv2d(ctx, x, f),
+        "BackpropInput": lambda: nn_conv._conv2d_backprop_input(ctx, np.array(x.shape), f, g),
+        "BackpropFilter": lambda: nn_conv._conv2d_backprop_filter(ctx, x, np.array(f.shape), g),
+    }
+    if hasattr(nn_conv, "_fused_conv2d_backprop"):  # both gradients as one node
+        calls_of["both gradients fused"] = lambda: nn_conv._fused_conv2d_backprop(
+            ctx, np.array(x.shape), f, g, x, np.array(f.shape))
+    results = {}
+    for force in (None, "direct") if nn_conv_fft is not None else (None,):
+        if nn_conv_fft is not None:
+            nn_conv_fft.FORCE = force
+        suffix = ", direct forced" if force else ""
+        try:
+            for name, call in calls_of.items():
+                results[f"{name} 14x14x32 5x5x64, {threads} thr{suffix}"] = _median_ms(call, calls)
+        finally:
+            if nn_conv_fft is not None:
+                nn_conv_fft.FORCE = None
     return results
 
 
@@ -93,13 +130,15 @@ def main(argv=None):
                 cell = (tree, key)
                 best[cell] = min(best.get(cell, value), value)
     print(f"load average at end: {os.getloadavg()}")
-    keys = [key for (tree, key) in best if tree == trees[0]]
+    keys = list(dict.fromkeys(key for (_, key) in best))
     print("| kernel (ms) | " + " | ".join(trees) + (" | last / first |" if len(trees) > 1 else " |"))
     print("|---" * (len(trees) + 1 + (len(trees) > 1)) + "|")
     for key in keys:
-        cells = [best[(tree, key)] for tree in trees]
-        ratio = f" | {cells[-1] / cells[0]:.2f}" if len(trees) > 1 else ""
-        print(f"| {key} | " + " | ".join(f"{c:.3f}" for c in cells) + ratio + " |")
+        cells = [best.get((tree, key)) for tree in trees]
+        ratio = (f" | {cells[-1] / cells[0]:.2f}" if None not in cells else " | -") \
+            if len(trees) > 1 else ""
+        print(f"| {key} | " + " | ".join("-" if c is None else f"{c:.3f}" for c in cells)
+              + ratio + " |")
     return 0
 
 

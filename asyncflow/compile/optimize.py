@@ -22,7 +22,10 @@ Theory of operation (paper §5; docs/architecture.md):
   no other consumer (a ``Shape`` of it may read the fused output instead: every tensor of the
   chain has the same shape), is neither fetched nor a target nor a control input, has no
   control inputs of its own, and the chain sits on one device outside any loop, as TF's
-  remapper requires.
+  remapper requires. A conv's ``Conv2DBackpropInput`` and ``Conv2DBackpropFilter`` reading
+  one gradient port (same attrs, NHWC, one device, neither a target nor reaching the other)
+  become one ``_FusedConv2DBackprop`` with both outputs: by FFT its kernel transforms the
+  gradient once for both (kernels/nn_conv_fft.py).
 - **Recv scheduling** (``schedule_recvs``, ALAP). A Recv otherwise starts at step start and
   holds its buffer for the whole step. Each Recv gets a control edge from the latest local
   input of its first consumer, so it starts just before that consumer needs it. An edge is
@@ -276,6 +279,10 @@ def _fusible(node):
 
 def fuse_activations(node_graph):
     """TF's remapper fusions (see the module docstring); returns a new NodeGraph."""
+    return _fuse_conv_backprops(_fuse_chains(node_graph))
+
+
+def _fuse_chains(node_graph):
     graph = node_graph.copy()
     uses, controlling = _uses(graph)
     pinned = set(graph.targets) | {p for p, _ in graph.fetches}
@@ -324,6 +331,63 @@ def fuse_activations(node_graph):
     graph.fetches = [(replacement[p], 0) if p in replacement else (p, i)
                      for p, i in graph.fetches]
     graph.targets = [replacement.get(t, t) for t in graph.targets]
+    graph.changed = True
+    return graph
+
+
+_CONV_ATTRS = ("strides", "padding", "dilations", "data_format", "explicit_paddings")
+
+
+def _fuse_conv_backprops(graph):
+    """Conv2DBackpropInput and Conv2DBackpropFilter reading the same gradient port (a conv's
+    two gradients) become one ``_FusedConv2DBackprop`` with both outputs, so the gradient's
+    transform (the FFT algorithm, kernels/nn_conv_fft.py) is computed once. Only where both
+    are NHWC with the same attrs on one device, neither is a target or a control input nor
+    has control inputs, and neither reaches the other (no cycle); fetches of either output
+    read the fused node's."""
+    _, controlling = _uses(graph)
+    pinned = set(graph.targets) | controlling
+    filters_by_grad = {}
+    for node in graph.nodes:
+        if node.type == "Conv2DBackpropFilter" and node not in pinned and _fusible(node):
+            filters_by_grad.setdefault(node.inputs[2], []).append(node)
+    pairs, succ = [], None
+    for node in graph.nodes:
+        if node.type != "Conv2DBackpropInput" or node in pinned or not _fusible(node):
+            continue
+        attrs = tuple(node.attrs.get(key) for key in _CONV_ATTRS)
+        if node.attrs.get("data_format") not in (None, "NHWC"):
+            continue
+        for partner in filters_by_grad.get(node.inputs[2], ()):
+            if (partner.device != node.device or partner in (p for _, p in pairs)
+                    or tuple(partner.attrs.get(key) for key in _CONV_ATTRS) != attrs):
+                continue
+            succ = succ if succ is not None else _successors(graph.nodes)
+            if partner in _descendants(node, succ) or node in _descendants(partner, succ):
+                continue
+            pairs.append((node, partner))
+            break
+    if not pairs:
+        return graph
+    ports, fused_nodes = {}, []  # ``graph`` is _fuse_chains' own copy: rewired in place
+    for data, weights in pairs:
+        sizes, filters, grad = data.inputs
+        fused = Node(data.name, "_FusedConv2DBackprop", get_op_def("_FusedConv2DBackprop"),
+                     dict(data.attrs), [sizes, filters, grad, weights.inputs[0],
+                                        weights.inputs[1]], [], data.device,
+                     (data.out_specs[0], weights.out_specs[0]), data.traceback, data.seq,
+                     origin=data.origin, requested_device=data.requested_device)
+        fused.colocation_groups = data.colocation_groups
+        ports[data], ports[weights] = (fused, 0), (fused, 1)
+        fused_nodes.append(fused)
+    nodes = []
+    for node in graph.nodes:
+        if node in ports:
+            continue
+        node.inputs = [ports[p] if p in ports else (p, i) for p, i in node.inputs]
+        nodes.append(node)
+    graph.nodes = topological(nodes + fused_nodes)
+    graph.fetches = [ports[p] if p in ports else (p, i) for p, i in graph.fetches]
     graph.changed = True
     return graph
 

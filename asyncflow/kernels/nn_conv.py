@@ -16,6 +16,10 @@ Theory of operation for the spatial kernels (Conv2D, pooling and their gradients
   the contiguous ``[N, OH, OW, C]`` result into that tap's strided view of a zero padded
   buffer (for one tap the strided positions are distinct, so ``+=`` on the view is exact);
   each row of the view is a run of ``OW*C`` cells at stride 1, not a run of ``C``.
+- Conv2D, its two gradients and ``_FusedConv2DBackprop`` (both gradients on one output
+  gradient, fused at compile time) first ask ``nn_conv_fft.choose``: for stride 1, no
+  dilation and shapes where its cost model predicts the FFT algorithm faster (the convnet's
+  14x14 5x5 layer), ``kernels/nn_conv_fft.py`` computes them; otherwise the code below.
 - Pooling reduces over the taps elementwise. MaxPoolGrad routes each output's gradient to the
   first maximal cell of its window in row-major tap order, as TF's CPU kernel (a NaN counts
   as the maximum, as ``argmax`` has it): taps are visited in order with a ``remaining`` mask,
@@ -41,7 +45,7 @@ import functools
 import numpy as np
 
 from asyncflow import errors
-from asyncflow.kernels import intra_op
+from asyncflow.kernels import intra_op, nn_conv_fft
 from asyncflow.kernels.math import fused_epilogue
 from asyncflow.kernels.registry import host_memory, register_kernel
 
@@ -225,8 +229,12 @@ def _convolve(ctx, x, filters, epilogue=None):
         if epilogue is not None and out.size:
             epilogue(out.reshape(-1, depth_out))
         return out
-    matrix = filters.reshape(-1, depth_out)
     out = xp.empty(out_shape, dtype=xp.result_type(x.dtype, filters.dtype))
+    plan = nn_conv_fft.choose(ctx, (x, filters), x.shape, filters.shape, rows, cols,
+                              out.dtype)
+    if plan is not None:
+        return nn_conv_fft.conv2d(ctx, plan, x, filters, out, epilogue)
+    matrix = filters.reshape(-1, depth_out)
     per_image = rows[0] * cols[0]
 
     def chunk(start, stop):
@@ -256,6 +264,9 @@ def _conv2d_backprop_input(ctx, input_sizes, filters, grad):
     if not (grad.size and filters.size):
         return (xp.zeros(x_shape, dtype=dtype),)
     out = xp.empty(x_shape, dtype=dtype)
+    plan = nn_conv_fft.choose(ctx, (grad, filters), x_shape, filters.shape, rows, cols, dtype)
+    if plan is not None:
+        return (nn_conv_fft.backprop_input(ctx, plan, filters, grad, out),)
     # One [O, C] matrix per tap, transposed once: the GEMMs below read it contiguously.
     per_tap = xp.ascontiguousarray(filters.reshape(kh * kw, depth_in, depth_out)
                                    .transpose(0, 2, 1))
@@ -287,6 +298,10 @@ def _conv2d_backprop_filter(ctx, x, filter_sizes, grad):
     rows, cols = _spatial(ctx, x.shape, (kh, kw))
     if grad.size == 0 or x.size == 0:
         return (xp.zeros(f_shape, dtype=x.dtype),)
+    dtype = xp.result_type(x.dtype, grad.dtype)
+    plan = nn_conv_fft.choose(ctx, (x, grad), x.shape, f_shape, rows, cols, dtype)
+    if plan is not None:
+        return (nn_conv_fft.backprop_filter(ctx, plan, x, grad, f_shape, dtype),)
     partials = {}
 
     def chunk(start, stop):
@@ -301,6 +316,28 @@ def _conv2d_backprop_filter(ctx, x, filter_sizes, grad):
     for partial in ordered[1:]:
         total += partial
     return (total.reshape(f_shape),)
+
+
+@register_kernel("_FusedConv2DBackprop", offload=True, offload_scale=intra_op.MACS_PER_WORK)
+def _fused_conv2d_backprop(ctx, input_sizes, filters, grad, x, filter_sizes):
+    """Conv2DBackpropInput and Conv2DBackpropFilter on one ``grad`` (compile/optimize.py
+    fuses them, NHWC only): by FFT where both apply, ``grad`` is transformed once for both;
+    otherwise the two kernels above, one after the other (the same bits as unfused)."""
+    xp = ctx.xp
+    f_shape = _sizes(ctx, filter_sizes, "filter_sizes")
+    x_shape = _sizes(ctx, input_sizes, "input_sizes")
+    if (list(x.shape) == x_shape and list(filters.shape) == f_shape and grad.size and x.size
+            and filters.size and x.dtype == filters.dtype == grad.dtype):
+        _check_depth(ctx, x_shape, f_shape)
+        rows, cols = _spatial(ctx, x_shape, f_shape[:2])
+        expected = [x_shape[0], rows[0], cols[0], f_shape[3]]
+        plan = (nn_conv_fft.choose(ctx, (x, filters, grad), x_shape, f_shape, rows, cols,
+                                   x.dtype) if list(grad.shape) == expected else None)
+        if plan is not None:
+            dx = xp.empty(x_shape, dtype=x.dtype)
+            return nn_conv_fft.backprop_both(ctx, plan, x, filters, grad, dx)
+    return (_conv2d_backprop_input(ctx, input_sizes, filters, grad)[0],
+            _conv2d_backprop_filter(ctx, x, filter_sizes, grad)[0])
 
 
 # -- pooling ----------------------------------------------------------------------------------
@@ -469,4 +506,5 @@ def _avg_pool_grad(ctx, input_shape, grad):
 # Arguments kept in host memory on a GPU (TF's HostMemory registrations; exec/gpu.py).
 host_memory("Conv2DBackpropInput", inputs=(0,))
 host_memory("Conv2DBackpropFilter", inputs=(1,))
+host_memory("_FusedConv2DBackprop", inputs=(0, 4))
 host_memory("AvgPoolGrad", inputs=(0,))

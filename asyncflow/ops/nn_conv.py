@@ -211,7 +211,26 @@ def _backprop_filter_cost(shapes, op):
     return _product(grad) * taps * depth
 
 
+def _infer_fused_backprop(op):
+    """``_FusedConv2DBackprop(input_sizes, filter, grad, x, filter_sizes)``: the two outputs
+    of Conv2DBackpropInput and Conv2DBackpropFilter on one ``grad``; made only by the fusion
+    pass (compile/optimize.py), never by users."""
+    input_sizes, filters, grad, x, filter_sizes = op.inputs
+    return [(grad.dtype, _sizes_shape(input_sizes).with_rank(4)),
+            (x.dtype, _sizes_shape(filter_sizes).with_rank(4))]
+
+
+def _fused_backprop_cost(shapes, op):
+    """Both gradients' multiply-adds: twice the forward's."""
+    filters, grad = shapes[1], shapes[2]
+    if len(filters) != 4:
+        return _product(grad) + _product(filters)
+    return 2 * _product(grad) * filters[0] * filters[1] * filters[2]
+
+
 register_op("_FusedConv2D", infer=_infer_fused_conv2d, cost=_conv_cost)
+register_op("_FusedConv2DBackprop", infer=_infer_fused_backprop, cost=_fused_backprop_cost,
+            differentiable=False)
 register_op("Conv2D", infer=_infer_conv2d, cost=_conv_cost)
 register_op("Conv2DBackpropInput", infer=_infer_backprop_input, cost=_backprop_input_cost)
 register_op("Conv2DBackpropFilter", infer=_infer_backprop_filter, cost=_backprop_filter_cost)

@@ -150,3 +150,64 @@ async def test_fused_training_gives_the_same_bits_as_unfused():
     np.testing.assert_array_equal(fused_losses, plain_losses)
     for a, b in zip(fused_params, plain_params):
         np.testing.assert_array_equal(a, b)
+
+
+def two_conv_gradients():
+    """A conv's input and filter gradients on one output gradient (the second layer's)."""
+    rng = np.random.default_rng(8)
+    x = af.placeholder(af.float32, [None, 7, 6, 3], name="x")
+    first = af.Variable((rng.standard_normal((3, 3, 3, 4)) * 0.3).astype(np.float32))
+    second = af.Variable((rng.standard_normal((5, 5, 4, 6)) * 0.3).astype(np.float32))
+    hidden = af.nn.relu(af.nn.conv2d(x, first, 1, "SAME"))
+    loss = af.reduce_sum(af.nn.conv2d(hidden, second, 1, "SAME") ** 2)
+    return x, loss, af.gradients(loss, [first, second])
+
+
+def test_a_convs_two_gradients_become_one_node():
+    with af.Graph().as_default():
+        x, _, grads = two_conv_gradients()
+    before = node_graph(grads, feeds=[x])
+    after = optimize.fuse_activations(before)
+    (fused,) = [n for n in after.nodes if n.type == "_FusedConv2DBackprop"]
+    assert len(fused.inputs) == 5 and after.changed
+    assert not any(n.type == "Conv2DBackpropInput" for n in after.nodes)
+    # The first conv's filter gradient has no input-gradient partner: it stays.
+    assert [n.type for n in after.nodes].count("Conv2DBackpropFilter") == 1
+    assert after.fetches[1] == (fused, 1)  # the second filter's gradient
+    readers = [n for n in after.nodes if (fused, 0) in n.inputs]
+    assert readers  # the first layer's ReluGrad reads the input gradient
+    assert any(n.type == "Conv2DBackpropInput" for n in before.nodes)  # input untouched
+
+
+def test_backprop_fusion_keeps_fetches_and_leaves_targets():
+    with af.Graph().as_default():
+        x, loss, grads = two_conv_gradients()
+        input_grad = af.get_default_graph().get_tensor_by_name(
+            "gradients/Conv2D_1_grad/Conv2DBackpropInput:0")
+    after = optimize.fuse_activations(node_graph(grads + [input_grad], feeds=[x]))
+    (fused,) = [n for n in after.nodes if n.type == "_FusedConv2DBackprop"]
+    assert after.fetches[1:] == [(fused, 1), (fused, 0)]
+    targeted = optimize.fuse_activations(node_graph(grads, feeds=[x],
+                                                    targets=[input_grad.op]))
+    assert not any(n.type == "_FusedConv2DBackprop" for n in targeted.nodes)
+
+
+async def test_fused_backprops_give_the_same_bits_as_unfused():
+    """Small shapes take the direct kernels: the fused node runs the same two kernels."""
+    rng = np.random.default_rng(9)
+    images = rng.standard_normal((5, 7, 6, 3)).astype(np.float32)
+    results = {}
+    for optimize_graph in (True, False):
+        with af.Graph().as_default():
+            x, loss, grads = two_conv_gradients()
+            config = af.ConfigProto(optimize_graph=optimize_graph)
+            async with af.Session(config=config) as session:
+                await session.run(af.global_variables_initializer())
+                metadata = af.RunMetadata()
+                values = await session.run([loss] + grads, {x: images}, options=af.RunOptions(
+                    trace_level=af.RunOptions.FULL_TRACE), run_metadata=metadata)
+                results[optimize_graph] = values, {s.op_type for s in metadata.step_stats}
+    assert "_FusedConv2DBackprop" in results[True][1]
+    assert "_FusedConv2DBackprop" not in results[False][1]
+    for a, b in zip(results[True][0], results[False][0]):
+        np.testing.assert_array_equal(a, b)

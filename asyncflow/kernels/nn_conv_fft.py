@@ -1,0 +1,295 @@
+"""FFT convolution: Conv2D and its two gradients with fewer multiplies (see kernels/nn_conv.py).
+
+Theory of operation (NHWC, stride 1, no dilation; the kernels in ``nn_conv.py`` call
+``choose`` and hand over the shapes where it picks ``"fft"``):
+- Along one spatial dimension of size H, kernel K, padding ``top`` and output OH, every sum of
+  a convolution and its gradients is a *circular* correlation or convolution of period P,
+  computed exactly by the DFT, once P is large enough that no term wraps onto a real cell:
+  P >= max(H + top, OH + K - 1 - top) (``_period``; 16 for the convnet's 14x14 5x5 SAME). The
+  data sits at [0, H) of a zero-filled period (the transform pads), so the padding costs
+  nothing, and output y is read at index (y - top) mod P.
+- Conv2D: ``out[y] = sum_i x[y - top + i] w[i]``, so OUT = conj(W) * X per frequency, summed
+  over the input channels: one complex GEMM ``[n, C] @ [C, O]`` per frequency.
+- Conv2DBackpropInput: ``dx[a] = sum_y g[y] w[a + top - y]``, a full convolution: DX = G * W,
+  ``[n, O] @ [O, C]`` per frequency, read at (a + top) mod P.
+- Conv2DBackpropFilter: ``dw[i] = sum_y g[y] x[y - top + i]``: DW = conj(G) * X summed over
+  the batch, ``[C, n] @ [n, O]`` per frequency, read at (i - top) mod P.
+- The transforms are scipy's pocketfft (``scipy.fft``, real-to-complex over the two spatial
+  axes of a ``[H, W, n, C]`` view, so each frequency's ``[n, C]`` block is contiguous for the
+  GEMMs); the GEMMs are numpy's stacked complex matmul, which calls BLAS's cgemm per frequency.
+  Multiply-adds for the convnet's second layer ([128, 14, 14, 32], 5x5 -> 64): 1,280 M real
+  against 151 M (144 frequencies x 128 x 32 x 64 complex, 4 real each), plus the transforms.
+- Each kernel splits its batch over the intra-op threads like the direct ones; the filter
+  gradient adds the chunks' per-frequency sums in chunk order before its one inverse
+  transform. Results are not the direct kernel's bits: float32 rounding of a transform of
+  P*P points, measured ~1e-6 of the output's scale (tests/ops/test_conv_fft.py), as cuDNN's
+  FFT algorithms differ from its GEMM ones.
+
+The choice (``choose``) is a cost model, not a timed trial: a trial per shape (TF's autotune,
+cuDNN's ``cudnnFind``) would make a step's bits depend on the machine's load at the first run.
+The model's rates were fitted to shapes timed on the project's 2-core x86_64 machine
+(bench/RESULTS.md, 2026-12-05): the direct kernels do ~45 G multiply-adds a second plus their
+patch copies; the FFT path costs per transformed point, per plane and per complex
+multiply-add (constants below). Where the two are close it picks direct. Shapes with strides or dilations, 1x1 (and Kx1) kernels,
+dtypes other than float32/float64, arrays that are not numpy's, or no scipy stay direct.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+try:  # scipy's pocketfft is 3-5x faster than numpy's on these stacked small planes
+    import scipy.fft as _fft
+except ImportError:  # pragma: no cover - then every shape runs the direct kernels
+    _fft = None
+
+from asyncflow.kernels import intra_op
+
+# "direct" or "fft" forces that algorithm wherever the FFT one applies (benchmarks, tests);
+# None: the cost model decides.
+FORCE = None
+
+# The cost model's rates, fitted to eight shapes timed on one thread here (bench/RESULTS.md,
+# 2026-12-05), in nanoseconds: the direct kernels per multiply-add (sgemm) and per patch cell
+# copied; the FFT path per transformed point (in and out, with its copies), per plane (a
+# transform's fixed cost) and per complex multiply-add of its GEMMs.
+_DIRECT_NS_PER_MAC = 1 / 45
+_DIRECT_NS_PER_PATCH_CELL = 0.2
+_FFT_NS_PER_POINT = 2.8
+_FFT_NS_PER_PLANE = 250
+_FFT_NS_PER_COMPLEX_MAC = 0.085
+_FAST_SIZES = sorted({2 ** a * 3 ** b * 5 ** c for a in range(12) for b in range(7)
+                      for c in range(5)})
+
+
+def _fast_size(n):
+    """The smallest 5-smooth size >= n (pocketfft's fast lengths)."""
+    for size in _FAST_SIZES:
+        if size >= n:
+            return size
+    return n
+
+
+def _period(size, kernel, out, top):
+    """The DFT length along one dimension with no wrapped term (module docstring)."""
+    return _fast_size(max(size + top, out + kernel - 1 - top, kernel))
+
+
+class Plan:
+    """One shape's FFT geometry: periods, the read-out indices, the model's costs."""
+
+    __slots__ = ("p_h", "p_w", "freqs", "rows", "cols", "in_h", "in_w", "kernel_hw",
+                 "direct_s", "fft_s")
+
+    def __init__(self, x_shape, f_shape, rows, cols):
+        n, h, w, c = x_shape
+        kh, kw, _, o = f_shape
+        (oh, top, _), (ow, left, _) = rows, cols
+        self.p_h, self.p_w = _period(h, kh, oh, top), _period(w, kw, ow, left)
+        self.freqs = self.p_h * (self.p_w // 2 + 1)
+        self.rows, self.cols, self.in_h, self.in_w = rows, cols, h, w
+        self.kernel_hw = (kh, kw)
+        planes = n * c + n * o + c * o
+        self.fft_s = 1e-9 * (planes * self.p_h * self.p_w * _FFT_NS_PER_POINT
+                             + planes * _FFT_NS_PER_PLANE
+                             + self.freqs * n * c * o * _FFT_NS_PER_COMPLEX_MAC)
+        patch_cells = n * oh * ow * kh * kw * c
+        self.direct_s = 1e-9 * (patch_cells * o * _DIRECT_NS_PER_MAC
+                                + patch_cells * _DIRECT_NS_PER_PATCH_CELL)
+
+    def out_index(self, shift_h, shift_w, count_h, count_w):
+        """Index arrays reading ``count`` cells from (index + shift) mod P, per dimension."""
+        return (np.ix_((np.arange(count_h) + shift_h) % self.p_h,
+                       (np.arange(count_w) + shift_w) % self.p_w))
+
+
+def choose(ctx, arrays, x_shape, f_shape, rows, cols, dtype):
+    """``Plan`` when the FFT algorithm applies to the op's ``arrays`` (its data inputs) and is
+    predicted (or forced) faster; else None, and the direct kernel runs."""
+    if _fft is None or FORCE == "direct" or any(type(a) is not np.ndarray for a in arrays):
+        return None
+    strides = ctx.attrs["strides"]
+    dilations = ctx.attrs.get("dilations", (1, 1, 1, 1))
+    if (tuple(strides[1:3]) != (1, 1) or tuple(dilations[1:3]) != (1, 1)
+            or np.dtype(dtype) not in (np.float32, np.float64)
+            or f_shape[0] < 2 or f_shape[1] < 2 or 0 in x_shape or 0 in f_shape):
+        return None
+    plan = Plan(x_shape, f_shape, rows, cols)
+    if FORCE != "fft" and plan.fft_s >= plan.direct_s:
+        return None
+    if not all(_tame(a) for a in arrays):
+        return None
+    return plan
+
+
+def _tame(array):
+    """Whether every value is finite and far from overflow: a transform spreads one NaN or inf
+    over its whole plane (and a huge value's products may overflow where the direct sums do
+    not), so such inputs take the direct kernel, whose NaN and inf stay in the windows that
+    read them. Two passes (max and min propagate NaN), ~0.1 ms a million floats."""
+    limit = 1e15 if array.dtype == np.float32 else 1e150
+    return bool(abs(float(array.max())) < limit and abs(float(array.min())) < limit)
+
+
+def _rfft2(planes, plan):
+    """The real 2-D DFT over axes 0 and 1 of ``[h, w, ...]`` (h, w <= the periods, zero padded):
+    the real pass over the h rows that hold data, then the complex pass over the period (scipy's
+    rfft2 with ``s=`` pads first and transforms the zero rows too: 0.9 against 1.4 ms for a
+    5x5 filter bank here)."""
+    half = _fft.rfft(planes, n=plan.p_w, axis=1)
+    return _fft.fft(half, n=plan.p_h, axis=0, overwrite_x=True)
+
+
+def _forward(array, plan):
+    """rfft2 of a ``[n, H, W, C]`` batch over H and W, as ``[freqs, n, C]``."""
+    spectrum = _rfft2(array.transpose(1, 2, 0, 3), plan)
+    return spectrum.reshape(plan.freqs, array.shape[0], array.shape[3])
+
+
+def _inverse(spectrum, plan, last):
+    """irfft2 of ``[freqs, n, last]`` back to ``[P_h, P_w, n, last]`` real planes."""
+    planes = spectrum.reshape(plan.p_h, plan.p_w // 2 + 1, -1, last)
+    return _fft.irfft2(planes, s=(plan.p_h, plan.p_w), axes=(0, 1))
+
+
+def _filter_spectrum(ctx, filters, plan, conjugate, transpose):
+    """The filter's spectrum ``[freqs, C, O]`` (``[freqs, O, C]`` transposed) as the real
+    ``[freqs, 2C, 2O]`` matrices that multiply interleaved complex rows (``_complex_gemm``):
+    row 2c holds (re, im) of w[c, o], row 2c+1 those of i*w[c, o] = (-im, re). Split over the
+    intra-op threads by output channels (1.5 ms on one thread for conv2's 5x5x32x64 filter:
+    a fifth of the kernel on two threads when it ran before the split)."""
+    _, _, c, o = filters.shape
+    rows, cols = (o, c) if transpose else (c, o)
+    complex_type = np.result_type(filters.dtype, np.complex64)
+    matrix = np.empty((plan.freqs, rows, 2, cols), dtype=complex_type)
+
+    def chunk(start, stop):
+        spectrum = _rfft2(filters[..., start:stop], plan).reshape(plan.freqs, c, stop - start)
+        if conjugate:
+            np.conjugate(spectrum, out=spectrum)
+        if transpose:
+            spectrum = spectrum.transpose(0, 2, 1)
+            real, turned = matrix[:, start:stop, 0], matrix[:, start:stop, 1]
+        else:
+            real, turned = matrix[:, :, 0, start:stop], matrix[:, :, 1, start:stop]
+        real[...] = spectrum
+        np.multiply(spectrum, 1j, out=turned)
+    intra_op.for_batch(ctx, o, c * plan.p_h * plan.p_w * 8, chunk,
+                       c * plan.freqs * 6 * matrix.itemsize)
+    return matrix.view(filters.dtype).reshape(plan.freqs, 2 * rows, 2 * cols)
+
+
+def _complex_gemm(spectrum, matrix):
+    """``spectrum [freqs, n, C] @ W [freqs, C, O]`` as one real sgemm per frequency on the
+    interleaved (re, im) floats: ``[n, 2C] @ [2C, 2O]``, the same 4 real multiplies per
+    complex one as cgemm, measured 25% faster than numpy's complex matmul here."""
+    return np.matmul(spectrum.view(spectrum.real.dtype), matrix).view(spectrum.dtype)
+
+
+def _item_bytes(plan, c, o, itemsize):
+    return plan.freqs * (c + o) * 2 * itemsize + plan.p_h * plan.p_w * max(c, o) * itemsize
+
+
+def _work(plan, n):
+    return int(plan.fft_s * 1e9) // max(n, 1)  # ~1 element-operation a nanosecond
+
+
+def conv2d(ctx, plan, x, filters, out, epilogue=None):
+    """Conv2D of ``x`` into ``out`` (``[N, OH, OW, O]``, preallocated) by FFT."""
+    n, c, o = x.shape[0], x.shape[3], filters.shape[3]
+    weights = _filter_spectrum(ctx, filters.astype(out.dtype, copy=False), plan, True, False)
+    (oh, top, _), (ow, left, _) = plan.rows, plan.cols
+    index = plan.out_index(-top, -left, oh, ow)
+
+    def chunk(start, stop):
+        spectrum = _complex_gemm(_forward(x[start:stop], plan), weights)
+        planes = _inverse(spectrum, plan, o)
+        result = out[start:stop]
+        result[...] = planes[index].transpose(2, 0, 1, 3)
+        if epilogue is not None:
+            epilogue(result.reshape(-1, o))
+    intra_op.for_batch(ctx, n, _work(plan, n), chunk, _item_bytes(plan, c, o, x.itemsize))
+    return out
+
+
+def backprop_input(ctx, plan, filters, grad, out):
+    """Conv2DBackpropInput into ``out`` (``[N, H, W, C]``, preallocated) by FFT."""
+    n, c, o = out.shape[0], filters.shape[2], filters.shape[3]
+    weights = _filter_spectrum(ctx, filters.astype(out.dtype, copy=False), plan, False,
+                               True)
+    (_, top, _), (_, left, _) = plan.rows, plan.cols
+    index = plan.out_index(top, left, plan.in_h, plan.in_w)
+
+    def chunk(start, stop):
+        spectrum = _complex_gemm(_forward(grad[start:stop], plan), weights)
+        planes = _inverse(spectrum, plan, c)
+        out[start:stop] = planes[index].transpose(2, 0, 1, 3)
+    intra_op.for_batch(ctx, n, _work(plan, n), chunk, _item_bytes(plan, c, o, grad.itemsize))
+    return out
+
+
+def backprop_filter(ctx, plan, x, grad, f_shape, dtype):
+    """Conv2DBackpropFilter by FFT: the ``f_shape`` filter gradient."""
+    n, c, o = x.shape[0], x.shape[3], grad.shape[3]
+    partials = {}
+
+    def chunk(start, stop):
+        image = _forward(x[start:stop].astype(dtype, copy=False), plan)
+        errors = _forward(grad[start:stop].astype(dtype, copy=False), plan)
+        # One real GEMM on the interleaved floats: [2C, n] @ [n, 2O] holds every product of
+        # the (re, im) parts; conj(G) * X is assembled from its four quarters below.
+        real = image.real.dtype
+        partials[start] = np.matmul(image.view(real).transpose(0, 2, 1), errors.view(real))
+    # Each chunk writes a [freqs, 2C, 2O] product matrix (4.7 MB for the convnet's conv2) and
+    # its GEMMs sum over the chunk's images: chunks 4x larger than the transforms alone would
+    # want (conv2, one thread: 64-image chunks 16.9 ms, 32-image 24.7, 16-image 53).
+    intra_op.for_batch(ctx, n, _work(plan, n), chunk, _item_bytes(plan, c, o, x.itemsize) // 4)
+    return _filter_from_products(ctx, partials, plan, c, o, f_shape, dtype)
+
+
+def _filter_from_products(ctx, partials, plan, c, o, f_shape, dtype):
+    """The filter gradient from the chunks' interleaved product matrices (summed in chunk
+    order): ``sum_n x * conj(g) = (xr gr + xi gi) + i (xi gr - xr gi)`` per frequency, one
+    inverse transform, read at (i - top) mod P; split over the threads by output channels
+    (each column's sum and transform are independent: the same bits as one piece)."""
+    kh, kw = plan.kernel_hw
+    (_, top, _), (_, left, _) = plan.rows, plan.cols
+    ordered = [partials[start] for start in sorted(partials)]
+    index = plan.out_index(-top, -left, kh, kw)
+    result = np.empty((kh, kw, c, o), dtype=dtype)
+    complex_type = np.result_type(ordered[0].dtype, np.complex64)
+
+    def chunk(start, stop):
+        products = ordered[0][:, :, 2 * start:2 * stop].copy()
+        for partial in ordered[1:]:
+            products += partial[:, :, 2 * start:2 * stop]
+        total = np.empty((plan.freqs, c, stop - start), dtype=complex_type)
+        np.add(products[:, 0::2, 0::2], products[:, 1::2, 1::2], out=total.real)
+        np.subtract(products[:, 1::2, 0::2], products[:, 0::2, 1::2], out=total.imag)
+        planes = _inverse(total, plan, stop - start)  # [P_h, P_w, C, stop - start]
+        result[..., start:stop] = planes[index]
+    intra_op.for_batch(ctx, o, c * plan.p_h * plan.p_w * (8 + 2 * len(ordered)), chunk,
+                       c * plan.freqs * 8 * (len(ordered) + 2))
+    return result.reshape(f_shape)
+
+
+def backprop_both(ctx, plan, x, filters, grad, dx):
+    """Conv2DBackpropInput into ``dx`` and Conv2DBackpropFilter together, each chunk's
+    ``grad`` transformed once for both (``_FusedConv2DBackprop``): returns ``(dx, dw)``."""
+    n, c, o = x.shape[0], x.shape[3], grad.shape[3]
+    kh, kw = plan.kernel_hw
+    (_, top, _), (_, left, _) = plan.rows, plan.cols
+    weights = _filter_spectrum(ctx, filters, plan, False, True)
+    index = plan.out_index(top, left, plan.in_h, plan.in_w)
+    partials = {}
+    real = np.dtype(x.dtype)
+
+    def chunk(start, stop):
+        errors = _forward(grad[start:stop], plan)
+        planes = _inverse(_complex_gemm(errors, weights), plan, c)
+        dx[start:stop] = planes[index].transpose(2, 0, 1, 3)
+        image = _forward(x[start:stop], plan)
+        partials[start] = np.matmul(image.view(real).transpose(0, 2, 1), errors.view(real))
+    # Chunks as the filter gradient's (backprop_filter): its product matrices want them large.
+    intra_op.for_batch(ctx, n, 2 * _work(plan, n), chunk,
+                       _item_bytes(plan, c, o, x.itemsize) // 4)
+    return dx, _filter_from_products(ctx, partials, plan, c, o, (kh, kw, c, o), real)

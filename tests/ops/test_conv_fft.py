@@ -1,0 +1,250 @@
+"""FFT convolution (kernels/nn_conv_fft.py): Conv2D and both gradients against the direct
+kernels and finite differences, the algorithm choice, NaN and inf, and splits over threads.
+
+The kernels are called directly with a real CPU device (``KernelContext`` of
+test_conv_kernels.py); ``nn_conv_fft.FORCE`` picks the algorithm where the test compares them.
+"""
+import numpy as np
+import pytest
+
+import asyncflow as af
+from asyncflow.kernels import intra_op as kernel_intra_op
+from asyncflow.kernels import nn_conv, nn_conv_fft
+
+from test_conv_kernels import KernelContext, conv_attrs  # same folder
+
+
+def results(attrs, x, f, grad, threads=1):
+    ctx = KernelContext(attrs, threads)
+    return (nn_conv._conv2d(ctx, x, f)[0],
+            nn_conv._conv2d_backprop_input(ctx, np.array(x.shape), f, grad)[0],
+            nn_conv._conv2d_backprop_filter(ctx, x, np.array(f.shape), grad)[0])
+
+
+def inputs(n, h, w, c, o, kh, kw, padding, seed=0, dtype=np.float32):
+    rng = np.random.default_rng(seed)
+    attrs = conv_attrs(1, 1, 1, 1, padding)
+    x = rng.standard_normal((n, h, w, c)).astype(dtype)
+    f = rng.standard_normal((kh, kw, c, o)).astype(dtype)
+    rows, cols = nn_conv._spatial(KernelContext(attrs, 1), x.shape, (kh, kw))
+    grad = rng.standard_normal((n, rows[0], cols[0], o)).astype(dtype)
+    return attrs, x, f, grad
+
+
+def with_algorithm(monkeypatch, algorithm, attrs, x, f, grad, threads=1):
+    monkeypatch.setattr(nn_conv_fft, "FORCE", algorithm)
+    return results(attrs, x, f, grad, threads)
+
+
+def assert_scaled_close(actual, expected, tolerance, what):
+    """Close relative to the output's scale (an FFT's rounding is spread over the plane)."""
+    assert actual.shape == expected.shape and actual.dtype == expected.dtype, what
+    scale = float(np.abs(expected).max())
+    error = float(np.abs(actual.astype(np.float64) - expected).max())
+    assert error <= tolerance * scale, f"{what}: error {error:.3g} of scale {scale:.3g}"
+
+
+# (n, h, w, c, o, kh, kw, padding): odd sizes, rectangular and even kernels, a kernel as
+# large as the input, VALID and SAME, and the convnet's second layer at a smaller batch.
+FFT_CASES = [
+    (3, 7, 9, 2, 3, 3, 4, "SAME"),
+    (3, 7, 9, 2, 3, 3, 4, "VALID"),
+    (2, 5, 6, 3, 2, 5, 2, "SAME"),
+    (2, 11, 13, 4, 5, 6, 3, "SAME"),
+    (4, 5, 5, 3, 4, 5, 5, "VALID"),
+    (1, 9, 4, 5, 2, 2, 7, "SAME"),   # kernel wider than the input
+    (5, 14, 14, 32, 64, 5, 5, "SAME"),
+]
+
+
+@pytest.mark.parametrize("case", FFT_CASES)
+def test_fft_matches_the_direct_kernels(case, monkeypatch):
+    attrs, x, f, grad = inputs(*case)
+    direct = with_algorithm(monkeypatch, "direct", attrs, x, f, grad)
+    fft = with_algorithm(monkeypatch, "fft", attrs, x, f, grad)
+    for name, a, b in zip(("Conv2D", "BackpropInput", "BackpropFilter"), fft, direct):
+        # Measured: at most ~7e-7 of the output's scale in float32 on these cases.
+        assert_scaled_close(a, b, 5e-6, f"{name} {case}")
+
+
+@pytest.mark.parametrize("case", FFT_CASES[::3])
+def test_fft_matches_the_direct_kernels_in_float64(case, monkeypatch):
+    attrs, x, f, grad = inputs(*case, seed=1, dtype=np.float64)
+    direct = with_algorithm(monkeypatch, "direct", attrs, x, f, grad)
+    fft = with_algorithm(monkeypatch, "fft", attrs, x, f, grad)
+    for a, b in zip(fft, direct):
+        assert_scaled_close(a, b, 1e-13, str(case))
+
+
+@pytest.mark.parametrize("padding, shape, kernel", [("SAME", (2, 6, 7, 3), (3, 4, 3, 2)),
+                                                    ("VALID", (2, 7, 5, 2), (4, 2, 2, 3))])
+async def test_fft_gradients_match_finite_differences(padding, shape, kernel, monkeypatch):
+    """The gradient graph's three kernels all by FFT (float64) against central differences."""
+    from gradcheck import check_gradients
+    monkeypatch.setattr(nn_conv_fft, "FORCE", "fft")
+    rng = np.random.default_rng(5)
+    x, f = rng.standard_normal(shape), rng.standard_normal(kernel)
+    await check_gradients(lambda a, b: af.nn.conv2d(a, b, 1, padding), [x, f])
+
+
+def plan_for(x_shape, f_shape, strides=1, dilations=1, padding="SAME", dtype=np.float32):
+    ctx = KernelContext(conv_attrs(strides, strides, dilations, dilations, padding), 1)
+    arrays = (np.zeros(x_shape, dtype), np.zeros(f_shape, dtype))
+    rows, cols = nn_conv._spatial(ctx, x_shape, f_shape[:2])
+    return nn_conv_fft.choose(ctx, arrays, x_shape, f_shape, rows, cols, dtype)
+
+
+def test_the_cost_model_picks_fft_for_the_convnets_second_layer_only():
+    conv2 = plan_for((128, 14, 14, 32), (5, 5, 32, 64))
+    assert conv2 is not None and (conv2.p_h, conv2.p_w) == (16, 16)  # 14 + 2 rows of padding
+    assert conv2.fft_s < conv2.direct_s / 1.5
+    # The first layer (one channel: the transforms outweigh 80 M multiply-adds), 3x3 kernels
+    # on small images, 1x1, strides, dilations, half floats: direct.
+    assert plan_for((128, 28, 28, 1), (5, 5, 1, 32)) is None
+    assert plan_for((128, 7, 7, 64), (3, 3, 64, 128)) is None
+    assert plan_for((32, 28, 28, 32), (3, 3, 32, 32)) is None
+    assert plan_for((128, 14, 14, 32), (1, 1, 32, 64)) is None
+    assert plan_for((128, 14, 14, 32), (5, 5, 32, 64), strides=2) is None
+    assert plan_for((128, 14, 14, 32), (5, 5, 32, 64), dilations=2) is None
+    assert plan_for((128, 14, 14, 32), (5, 5, 32, 64), dtype=np.float16) is None
+
+
+def test_forcing_the_algorithm(monkeypatch):
+    monkeypatch.setattr(nn_conv_fft, "FORCE", "direct")
+    assert plan_for((128, 14, 14, 32), (5, 5, 32, 64)) is None
+    monkeypatch.setattr(nn_conv_fft, "FORCE", "fft")
+    assert plan_for((1, 4, 4, 1), (3, 3, 1, 1)) is not None
+    assert plan_for((1, 4, 4, 1), (3, 3, 1, 1), strides=2) is None  # does not apply
+
+
+def test_periods_leave_no_wrapped_term():
+    """P >= max(H + top, OH + K - 1 - top): the smallest such 5-smooth size."""
+    assert nn_conv_fft._period(14, 5, 14, 2) == 16
+    assert nn_conv_fft._period(14, 5, 10, 0) == 15   # VALID: 14 suffice, 15 is 5-smooth
+    assert nn_conv_fft._period(4, 7, 4, 3) == 8      # window wider than the input: 4+3 -> 8
+    assert nn_conv_fft._period(28, 5, 28, 2) == 30
+    assert nn_conv_fft._period(3, 2, 3, 0) == 4
+
+
+# inf - inf in the direct kernels' GEMMs
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_nan_and_inf_stay_where_the_direct_kernels_put_them(monkeypatch):
+    """A shape where the model picks FFT: an input holding NaN or inf (or a value near
+    overflow) takes the direct kernel, so NaN and inf reach only the windows that read them."""
+    attrs, x, f, grad = inputs(128, 14, 14, 32, 64, 5, 5, "SAME", seed=3)
+    assert plan_for(x.shape, f.shape) is not None
+    for poison in (np.nan, np.inf, -np.inf, 1e30):
+        bad_x, bad_g = x.copy(), grad.copy()
+        bad_x[3, 4, 5, 6] = poison
+        bad_g[7, 1, 2, 3] = poison
+        chosen = with_algorithm(monkeypatch, None, attrs, bad_x, f, bad_g)
+        direct = with_algorithm(monkeypatch, "direct", attrs, bad_x, f, bad_g)
+        for name, a, b in zip(("Conv2D", "BackpropInput", "BackpropFilter"), chosen, direct):
+            np.testing.assert_array_equal(a, b, err_msg=f"{name} {poison}")
+        assert np.isfinite(chosen[0][0]).all()  # an image without the poisoned cell
+
+
+def test_chosen_without_forcing_on_the_convnet_shape(monkeypatch):
+    """The default choice runs the FFT kernels (not the direct bits) and stays close."""
+    attrs, x, f, grad = inputs(128, 14, 14, 32, 64, 5, 5, "SAME", seed=4)
+    chosen = with_algorithm(monkeypatch, None, attrs, x, f, grad)
+    fft = with_algorithm(monkeypatch, "fft", attrs, x, f, grad)
+    direct = with_algorithm(monkeypatch, "direct", attrs, x, f, grad)
+    for a, b, c in zip(chosen, fft, direct):
+        assert np.array_equal(a, b) and not np.array_equal(a, c)
+        assert_scaled_close(a, c, 5e-6, "chosen against direct")
+
+
+def test_split_over_threads_gives_the_same_bits_with_fixed_chunks(monkeypatch):
+    """Chunks fixed by size (more than the threads): every thread count runs the same chunks,
+    the same transforms and GEMMs, so even the filter gradient's sum is the same bits."""
+    monkeypatch.setattr(kernel_intra_op, "MIN_SPLIT_WORK", 0)
+    monkeypatch.setattr(kernel_intra_op, "CHUNK_BYTES", 512)  # one image a chunk
+    attrs, x, f, grad = inputs(9, 6, 7, 4, 5, 3, 3, "SAME", seed=2)
+    one = with_algorithm(monkeypatch, "fft", attrs, x, f, grad, threads=1)
+    for threads in (2, 3):
+        for a, b in zip(one, with_algorithm(monkeypatch, "fft", attrs, x, f, grad, threads)):
+            assert np.array_equal(a, b)
+
+
+def test_split_by_thread_count_is_close_to_one_thread(monkeypatch):
+    """Default chunks on the convnet's shape: two threads cut the batch differently from
+    one (the filter gradient sums other partials): close, not the same bits."""
+    attrs, x, f, grad = inputs(128, 14, 14, 32, 64, 5, 5, "SAME", seed=6)
+    one = with_algorithm(monkeypatch, "fft", attrs, x, f, grad, threads=1)
+    two = with_algorithm(monkeypatch, "fft", attrs, x, f, grad, threads=2)
+    for a, b in zip(one, two):
+        assert_scaled_close(b, a, 1e-6, "two threads against one")
+
+
+async def test_a_session_step_by_fft_matches_the_direct_step(monkeypatch):
+    """Through the graph: conv, bias, ReLU (fused by the optimizer), pool, loss and the
+    filter's gradient, the convolutions by FFT against the direct kernels."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((8, 10, 10, 6)).astype(np.float32)
+    filters = (0.2 * rng.standard_normal((5, 5, 6, 8))).astype(np.float32)
+    bias = rng.standard_normal(8).astype(np.float32)
+    second = (0.2 * rng.standard_normal((3, 3, 8, 4))).astype(np.float32)
+    values = {}
+    for algorithm in ("direct", "fft"):
+        monkeypatch.setattr(nn_conv_fft, "FORCE", algorithm)
+        with af.Graph().as_default():
+            kernel = af.Variable(filters)
+            images = af.Variable(x)
+            hidden = af.nn.relu(af.nn.bias_add(af.nn.conv2d(images, kernel, 1, "SAME"), bias))
+            pooled = af.nn.max_pool(hidden, [1, 2, 2, 1], [1, 2, 2, 1], "SAME")
+            kernel2 = af.Variable(second)
+            loss = af.reduce_sum(af.nn.conv2d(pooled, kernel2, 1, "VALID") ** 2)
+            grads = af.gradients(loss, [kernel, images, kernel2])
+            async with af.Session() as session:
+                await session.run(af.global_variables_initializer())
+                values[algorithm] = await session.run([loss] + grads)
+    for a, b in zip(values["fft"], values["direct"]):
+        assert_scaled_close(np.asarray(a), np.asarray(b), 2e-5, "step")
+
+
+@pytest.mark.parametrize("case", [FFT_CASES[0], FFT_CASES[4], FFT_CASES[6]])
+def test_fused_backprop_by_fft_matches_the_two_kernels(case, monkeypatch):
+    """``_FusedConv2DBackprop`` transforms the gradient once for both outputs."""
+    attrs, x, f, grad = inputs(*case, seed=8)
+    monkeypatch.setattr(nn_conv_fft, "FORCE", "fft")
+    ctx = KernelContext(attrs, 2)
+    dx, dw = nn_conv._fused_conv2d_backprop(ctx, np.array(x.shape), f, grad, x,
+                                            np.array(f.shape))
+    monkeypatch.setattr(nn_conv_fft, "FORCE", "direct")
+    _, direct_dx, direct_dw = results(attrs, x, f, grad, threads=2)
+    assert_scaled_close(dx, direct_dx, 5e-6, "input gradient")
+    assert_scaled_close(dw, direct_dw, 5e-6, "filter gradient")
+    fused_direct = nn_conv._fused_conv2d_backprop(ctx, np.array(x.shape), f, grad, x,
+                                                  np.array(f.shape))
+    assert np.array_equal(fused_direct[0], direct_dx) and np.array_equal(fused_direct[1],
+                                                                         direct_dw)
+
+
+async def test_the_convnets_second_layer_and_its_gradients_match_tf1(tmp_path):
+    """Differential: the model's own choice (FFT at this shape) through a session (forward
+    fused with bias and ReLU, both gradients fused) against TF1's oneDNN kernels."""
+    from tests.tf1_reference import tf1_run
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal((32, 14, 14, 32)).astype(np.float32)
+    f = (0.1 * rng.standard_normal((5, 5, 32, 64))).astype(np.float32)
+    b = rng.standard_normal(64).astype(np.float32)
+    r = rng.standard_normal((32, 14, 14, 64)).astype(np.float32)
+    assert plan_for(x.shape, f.shape) is not None
+    with af.Graph().as_default():
+        images, kernel = af.constant(x), af.constant(f)
+        out = af.nn.relu(af.nn.bias_add(af.nn.conv2d(images, kernel, 1, "SAME"), b))
+        grads = af.gradients(af.reduce_sum(out * r), [images, kernel])
+        async with af.Session() as session:
+            ours = await session.run([out] + grads)
+    theirs = tf1_run("""
+images, kernel = tf.constant(inputs["x"]), tf.constant(inputs["f"])
+out = tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(images, kernel, [1, 1, 1, 1], "SAME"),
+                                inputs["b"]))
+grads = tf.gradients(tf.reduce_sum(out * inputs["r"]), [images, kernel])
+with tf.Session() as sess:
+    outputs["all"] = sess.run([out] + grads)
+""", tmp_path, x=x, f=f, b=b, r=r)["all"]
+    for name, mine, reference in zip(("output", "input gradient", "filter gradient"), ours,
+                                     theirs):
+        assert_scaled_close(np.asarray(mine), reference, 5e-6, name)
