@@ -325,8 +325,8 @@ async def handshake(stream: trio.SocketStream, token: str | None) -> bool:
         MAGIC + _TOKEN_LENGTH.pack(len(offered)) + offered))
     answer = await stream.receive_some(1)
     if answer == REFUSED:
-        raise RemoteCallError("UNAUTHENTICATED", "same-host call refused: missing or wrong "
-                              "token: set ASYNCFLOW_TOKEN on the client to the worker's token")
+        raise RemoteCallError("UNAUTHENTICATED", "same-host call refused (401): missing or "
+                              "wrong token: set ASYNCFLOW_TOKEN on the client to the worker's")
     return answer == ACCEPTED
 
 
