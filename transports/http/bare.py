@@ -53,12 +53,12 @@ from transports.http import bulk_io, cross_memory
 from transports.http.body import BodyTimeout, PeerGone, read_frame
 from transports.http.bulk_io import BULK_BYTES, BulkReader
 from transports.http.guard import GuardedConnection
-from transports.http.protocol import HTTP_STATUS, send_pieces
+from transports.http.protocol import HTTP_STATUS, send_pieces, take_one_frame
 from transports.messages import ErrorReply, Message, RemoteCallError
 from transports.service import RPCS, Rpc, TransportUnavailable, error_reply_for, \
     reply_for_result
-from transports.wire import CLOSED, NEED_DATA, Decoder, FrameTooLarge, Limits, \
-    LocalProtocolError, RemoteProtocolError, encode, frame_size
+from transports.wire import CLOSED, NEED_DATA, SMALL_HEADER_BYTES, Decoder, FrameTooLarge, \
+    Limits, LocalProtocolError, RemoteProtocolError, encode, frame_size
 
 __all__ = ["ACCEPTED", "MAGIC", "REFUSED", "REPLY", "REQUEST", "BareConnection", "BareService",
            "handshake"]
@@ -245,11 +245,22 @@ class BareService:
             if length:
                 raise _Garbage(f"{rpc.method} takes no frame")
             return None
-        body = _Body(conn, length, timeout)
-        message = await read_frame(body, server._limits, server._decoders,
-                                   server._count_received)
-        if not body.done:
-            raise _Garbage(f"{rpc.method}: the frame ended before its announced length")
+        if length <= min(len(conn.pending), SMALL_HEADER_BYTES):  # here whole: decoded at once
+            decoder = Decoder(server._limits)
+            if length:
+                decoder.receive_data(memoryview(conn.pending)[:length])
+            conn.pending = conn.pending[length:]
+            server._count_received(length)
+            decoder.receive_data(b"")
+            message = take_one_frame(decoder, None)
+            if message is None:
+                raise _Garbage(f"{rpc.method}: an empty frame")
+        else:
+            body = _Body(conn, length, timeout)
+            message = await read_frame(body, server._limits, server._decoders,
+                                       server._count_received)
+            if not body.done:
+                raise _Garbage(f"{rpc.method}: the frame ended before its announced length")
         if not isinstance(message, rpc.request):
             raise _Garbage(f"{rpc.method} takes a {rpc.request.__name__} frame, got "
                            f"{type(message).__name__}")
@@ -412,6 +423,10 @@ class BareConnection:
     async def _read_frame(self, decoder: Decoder, length: int, limits: Limits) -> None:
         if length > limits.max_frame_bytes:
             raise RemoteProtocolError(f"answer of {length} bytes exceeds the frame limit")
+        if length <= len(self.pending):  # here whole (a small answer): decoded at once
+            decoder.receive_data(memoryview(self.pending)[:length])
+            self.pending = self.pending[length:]
+            return
         while length:
             try:
                 view = decoder.get_buffer()
