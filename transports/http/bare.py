@@ -76,6 +76,17 @@ _RECV: Final = 64 * 1024
 _BROKEN: Final = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
 
+async def _read(sock: Any) -> bytes:
+    """The next bytes of a trio socket that had none a moment ago (b"" at EOF): one wait, one
+    read (trio's ``recv`` would try the read again before waiting)."""
+    while True:
+        await trio.lowlevel.wait_readable(sock)
+        try:
+            return os.read(sock.fileno(), _RECV)
+        except BlockingIOError:
+            continue
+
+
 class _Garbage(Exception):
     """What the client sent breaks the protocol: answered (when it can be) and closed."""
 
@@ -99,7 +110,7 @@ class _Connection(GuardedConnection):
             pass
         self.scope.deadline = trio.current_time() + timeout
         try:
-            return await sock.recv(_RECV)
+            return await _read(sock)
         finally:
             self.scope.deadline = math.inf
 
@@ -396,7 +407,7 @@ class BareConnection:
         try:  # what is there already costs no scheduler pass
             data = os.read(self.sock.fileno(), _RECV)
         except BlockingIOError:
-            data = await self.sock.recv(_RECV)
+            data = await _read(self.sock)
         if not data:
             raise TransportUnavailable("connection closed before the answer ended")
         self.answered = True
