@@ -69,6 +69,7 @@ REFUSED: Final = b"T"
 MAX_TOKEN: Final = 4096
 REQUEST: Final = struct.Struct("<QIHHd")  # frame length, call id, rpc index, flags, timeout s
 REPLY: Final = struct.Struct("<QIHH")  # frame length, call id, kind, flags
+DEADLINE_GRACE_S: Final = 1.0  # the server's deadline trails the client's (see _call)
 LEND: Final = 1  # request flag: large reply segments may be lent (cross_memory)
 FRAME, ERROR, LENT = 0, 1, 2  # reply kinds
 _TOKEN_LENGTH: Final = struct.Struct("<I")
@@ -223,6 +224,9 @@ class BareService:
                 if not timeout > 0:
                     raise _Garbage(f"{name}: timeout {timeout} is not positive")
                 message = await self._read_request(conn, rpc, length, limits.body_timeout_s)
+            except PeerGone:
+                status = 499  # the client left in the middle of its frame
+                raise
             except (_Garbage, RemoteProtocolError, BodyTimeout) as exc:
                 keep = False  # the frame's end is unknown or unread: answer, then close
                 code = "RESOURCE_EXHAUSTED" if isinstance(exc, FrameTooLarge) else (
@@ -279,11 +283,15 @@ class BareService:
 
     async def _call(self, conn: _Connection, rpc: Rpc, message: Message | None,
                     timeout: float) -> tuple[Message, int]:
-        """The handler's answer; one cancel scope: the deadline, the client leaving, closing."""
+        """The handler's answer; one cancel scope: the deadline, the client leaving, closing.
+
+        The deadline is the call's timeout plus :data:`DEADLINE_GRACE_S`: the client gives up
+        at the timeout itself (and closes the connection, which cancels the handler), so its
+        verdict is never raced by ours; ours ends a handler whose client cannot say so."""
         server = self._server
         fn = getattr(server._handler, rpc.method)
         result: Any = _CANCELLED
-        with trio.CancelScope(deadline=trio.current_time() + timeout) as call:
+        with trio.CancelScope(deadline=trio.current_time() + timeout + DEADLINE_GRACE_S) as call:
             server._calls.add(call)
             watched = not conn.pending and server._monitor.watch(conn.stream.socket, call)
             try:
