@@ -41,7 +41,6 @@ Nothing here knows about asyncflow.
 
 from __future__ import annotations
 
-import hmac
 import math
 import os
 import struct
@@ -163,8 +162,6 @@ class BareService:
 
     def __init__(self, server: Any) -> None:
         self._server = server
-        token = server._token.authorization
-        self._token = None if token is None else token[len(b"Bearer "):]
         self.calls = 0
 
     async def serve_connection(self, stream: trio.SocketStream) -> None:
@@ -194,7 +191,9 @@ class BareService:
             self._server._by_status["unmatched", 400] += 1
             return False
         offered = await conn.receive_exactly(length, timeout)
-        if self._token is not None and not hmac.compare_digest(offered, self._token):
+        # The HTTP server's check (constant time, the first refusal per peer logged).
+        if not self._server._token.admits("same-host", "handshake", (
+                "Bearer " + offered.decode("latin-1")) if offered else "", conn):
             self._server._by_status["handshake", 401] += 1
             await self._server._send_all(conn, REFUSED)
             return False
