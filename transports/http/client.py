@@ -28,6 +28,10 @@ trio task:
   chunk); the decoder's :class:`~transports.wire.Limits` bound it.
   Tensors of :data:`~transports.http.bulk_io.BULK_BYTES` or more are read and sent by
   :mod:`transports.http.bulk_io` (a parked read wakes per MiB, not per segment).
+* **Same host.** To a loopback address every call but the two text ones first goes over the
+  bare-frame protocol of :mod:`transports.http.bare` (no HTTP head, one frame each way, the
+  token checked once per connection); where the server has no such socket, or hangs up at its
+  handshake, the channel speaks HTTP from then on.
 * **Deadlines** are trio's: :class:`~transports.service.Channel` wraps each call in a cancel
   scope; connecting has its own ``connect_timeout``.
 
