@@ -15,6 +15,10 @@ from ``time.process_time`` and the worker's from ``/proc/<pid>/stat`` (utime + s
 * ``session``: ``await sess.run(doubled, {p: 1.0})``, the whole client path (session, master,
   step driver) on top of ``run_graph``.
 
+These three go over the bare-frame same-host protocol (``transports.http.bare``), what a
+channel takes by default; the ``/http`` rows repeat them over HTTP on the same-host Unix
+socket (the path before it, and the fallback).
+
 The differences between rows are the layers' costs; the ``floor`` row is what no change to
 asyncflow's Python can remove while both ends are trio processes.
 
@@ -109,9 +113,14 @@ async def _layers(calls, spec, pid):
                 tg.handle, next(step_ids), [TensorEntry(tg.options.feeds[0], feed)],
                 list(tg.options.fetches), request_id=next(tg.request_ids)))
 
-        out["health"] = await _timed(channel.health, calls, pid)
-        out["run_graph"] = await _timed(run_graph, calls, pid)
-        out["session"] = await _timed(lambda: sess.run(doubled, {p: 1.0}), calls, pid)
+        for suffix in ("", "/http"):  # the bare same-host protocol, then HTTP on its socket
+            if suffix and channel.bare_calls == 0:
+                raise RuntimeError("the calls did not take the bare same-host protocol")
+            channel._bare = not suffix
+            out["health" + suffix] = await _timed(channel.health, calls, pid)
+            out["run_graph" + suffix] = await _timed(run_graph, calls, pid)
+            out["session" + suffix] = await _timed(lambda: sess.run(doubled, {p: 1.0}), calls,
+                                                   pid)
     return out
 
 
@@ -158,11 +167,11 @@ def main():
         rounds.append(measure(args.calls))
         print(f"round {index + 1}/{args.rounds} done (load average {os.getloadavg()[0]:.1f})",
               flush=True)
-    print(f"\n{'figure':<10} {'wall us':>9} {'client CPU us':>14} {'peer CPU us':>12}   "
+    print(f"\n{'figure':<15} {'wall us':>9} {'client CPU us':>14} {'peer CPU us':>12}   "
           f"medians of {args.rounds} rounds of {args.calls} calls")
     for name in rounds[0]:
         medians = [statistics.median(r[name][i] for r in rounds) for i in range(3)]
-        print(f"{name:<10} {medians[0]:>9.1f} {medians[1]:>14.1f} {medians[2]:>12.1f}")
+        print(f"{name:<15} {medians[0]:>9.1f} {medians[1]:>14.1f} {medians[2]:>12.1f}")
 
 
 if __name__ == "__main__":

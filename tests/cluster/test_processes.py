@@ -46,6 +46,10 @@ async def test_cli_workers_run_a_step_and_export_metrics(process_cluster):
     text = await channel.metrics_text(timeout=10)
     assert 'asyncflow_worker_steps_total{task="/job:worker/replica:0/task:1"} 1' in text
     assert "asyncflow_transport_requests_total" in text
+    # The master's calls (and the pull from worker 0) took the bare same-host protocol.
+    (calls,) = [int(line.split()[1]) for line in text.splitlines()
+                if line.startswith("asyncflow_transport_same_host_calls_total ")]
+    assert calls >= 2  # (RegisterGraph and RunGraph at least)
     await channel.aclose()
 
 

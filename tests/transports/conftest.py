@@ -11,15 +11,21 @@ from transports.http.server import open_http_server
 from transports.inprocess import InProcessChannel
 
 
-@pytest.fixture(params=["inprocess", "http", "http-trio"])
+@pytest.fixture(params=["inprocess", "http", "http-trio", "bare"])
 async def worker_and_channel(request):
-    """(FakeWorker, channel to it) over each transport."""
+    """(FakeWorker, channel to it) over each transport ("http-trio": HTTP over the same-host
+    Unix socket; "bare": the same-host bare-frame protocol, ``transports.http.bare``)."""
     worker = FakeWorker()
     if request.param == "inprocess":
         async with InProcessChannel(worker) as channel:
             yield worker, channel
         return
-    channel_class = HttpChannel if request.param == "http" else TrioHttpChannel
     async with open_http_server(worker) as server:
-        async with channel_class(server.address) as channel:
+        if request.param == "http":
+            channel = HttpChannel(server.address)
+        else:
+            channel = TrioHttpChannel(server.address, bare=request.param == "bare")
+        async with channel:
             yield worker, channel
+            if request.param == "bare":  # it did not fall back to HTTP
+                assert channel._bare

@@ -60,7 +60,7 @@ async def _pull(channel):
 
 async def test_a_large_reply_is_copied_from_the_servers_memory_intact():
     async with open_http_server(_Holder()) as server:
-        async with TrioHttpChannel(server.address) as channel:
+        async with TrioHttpChannel(server.address, bare=False) as channel:
             for _ in range(3):
                 await _pull(channel)
             (conn,) = channel._idle
@@ -106,7 +106,7 @@ class _ServerProcess:
 
 async def test_a_server_in_another_process_lends_its_arrays():
     with _ServerProcess("plain") as address:
-        async with TrioHttpChannel(address) as channel:
+        async with TrioHttpChannel(address, bare=False) as channel:
             await _pull(channel)
             await _pull(channel)
             (conn,) = channel._idle

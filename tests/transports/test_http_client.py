@@ -28,7 +28,7 @@ def frame(message) -> bytes:
 
 async def test_sequential_calls_share_one_keep_alive_connection():
     async with open_http_server(FakeWorker()) as server:
-        async with TrioHttpChannel(server.address) as channel:
+        async with TrioHttpChannel(server.address, bare=False) as channel:
             with trio.fail_after(GENEROUS):
                 await channel.health()
                 (first,) = channel._idle
@@ -43,7 +43,7 @@ async def test_concurrent_calls_use_concurrent_connections():
     # A recv_tensors that waits must not hold up a health call on the same channel.
     worker = FakeWorker()
     async with open_http_server(worker) as server:
-        async with TrioHttpChannel(server.address) as channel:
+        async with TrioHttpChannel(server.address, bare=False) as channel:
             with trio.fail_after(GENEROUS):
                 async with trio.open_nursery() as nursery:
                     replies = []
@@ -66,7 +66,7 @@ async def test_a_connection_the_server_closed_while_idle_is_replaced():
     worker = FakeWorker()
     async with open_http_server(worker) as server:
         port = server.port
-        channel = TrioHttpChannel(server.address)
+        channel = TrioHttpChannel(server.address, bare=False)
         with trio.fail_after(GENEROUS):
             await channel.health()
     assert len(channel._idle) == 1
@@ -101,7 +101,7 @@ async def test_a_call_past_its_timeout_is_deadline_exceeded():
 async def test_tokens_and_text_errors_become_remote_call_errors():
     async with open_http_server(FakeWorker(), token="s3cret") as server:
         with trio.fail_after(GENEROUS):
-            async with TrioHttpChannel(server.address) as channel:
+            async with TrioHttpChannel(server.address, bare=False) as channel:
                 with pytest.raises(RemoteCallError, match="UNAUTHENTICATED: HTTP 401"):
                     await channel.health()
                 with pytest.raises(RemoteCallError, match="UNAUTHENTICATED"):

@@ -288,7 +288,7 @@ async def test_large_bodies_go_past_the_parser_into_their_arrays(server, monkeyp
     monkeypatch.setattr(MessageReader, "feed", counting_feed)
     tensor = np.arange(1 << 20, dtype=np.float32)
     with trio.fail_after(GENEROUS):
-        async with TrioHttpChannel(server.address) as channel:
+        async with TrioHttpChannel(server.address, bare=False) as channel:
             registered = await channel.register_graph(wire.RegisterGraph({"nodes": []}, "s"))
             handle = registered.graph_handle
             fed.clear()

@@ -30,11 +30,11 @@ async def test_a_loopback_call_goes_through_the_unix_socket_with_its_token():
         path = server.same_host_path
         assert path == same_host.socket_path(server.port) and os.path.exists(path)
         assert os.stat(path).st_mode & 0o077 == 0
-        async with TrioHttpChannel(server.address, token="s3cret") as channel:
+        async with TrioHttpChannel(server.address, token="s3cret", bare=False) as channel:
             with trio.fail_after(GENEROUS):
                 reply = await channel.health()
             assert reply.task and _family(channel) == socket.AF_UNIX
-        async with TrioHttpChannel(server.address, token="wrong") as channel:
+        async with TrioHttpChannel(server.address, token="wrong", bare=False) as channel:
             with pytest.raises(Exception, match="401|nauthori"):
                 await channel.health()
     assert not os.path.exists(path)  # removed when the server stops
@@ -43,7 +43,7 @@ async def test_a_loopback_call_goes_through_the_unix_socket_with_its_token():
 async def test_bulk_tensors_cross_the_unix_socket_intact():
     worker = FakeWorker()
     async with open_http_server(worker) as server:
-        async with TrioHttpChannel(server.address) as channel:
+        async with TrioHttpChannel(server.address, bare=False) as channel:
             big = np.arange(3 << 20, dtype=np.float32)  # 12 MiB: the bulk path
             with trio.fail_after(GENEROUS):
                 handle = (await channel.register_graph(RegisterGraph({"nodes": []}, "s"))
@@ -58,7 +58,7 @@ async def test_without_the_socket_the_client_falls_back_to_tcp():
     async with open_http_server(FakeWorker(), same_host=False) as server:
         assert server.same_host_path is None
         assert not os.path.exists(same_host.socket_path(server.port))
-        async with TrioHttpChannel(server.address) as channel:
+        async with TrioHttpChannel(server.address, bare=False) as channel:
             with trio.fail_after(GENEROUS):
                 await channel.health()
             assert _family(channel) == socket.AF_INET and not channel._same_host
@@ -71,7 +71,7 @@ async def test_a_stale_socket_file_falls_back_to_tcp():
         dead.bind(path)  # a file nobody listens on: what a killed server leaves
         dead.close()
         try:
-            async with TrioHttpChannel(server.address) as channel:
+            async with TrioHttpChannel(server.address, bare=False) as channel:
                 with trio.fail_after(GENEROUS):
                     await channel.health()
                     await channel.health()
@@ -93,7 +93,7 @@ async def test_the_environment_switch_and_a_shared_directory_disable_it(monkeypa
     async with open_http_server(FakeWorker()) as server:
         assert server.same_host_path is None
         assert await same_host.connect("127.0.0.1", server.port) is None
-        async with TrioHttpChannel(server.address) as channel:
+        async with TrioHttpChannel(server.address, bare=False) as channel:
             await channel.health()
             assert _family(channel) == socket.AF_INET
 

@@ -5,7 +5,8 @@
 with ``body`` for request bodies, ``guard`` for timeouts, connection limits and rate-limited
 logs, ``disconnect`` for clients that leave mid-call, ``pages`` for the status page's routes
 and login), ``client`` (``TrioHttpChannel``), and for both ends ``bulk_io`` (large tensors in
-few wake-ups) ``same_host`` (a Unix socket beside a loopback listener) and ``cross_memory`` (a same-host
+few wake-ups) ``same_host`` (a Unix socket beside a loopback listener), ``bare`` (same-host
+calls as bare frames on a second such socket, no HTTP) and ``cross_memory`` (a same-host
 answer's large tensors copied from the server's memory).
 ``docs/protocol.md`` specifies the framing, routes, status codes and the token.
 """

@@ -28,6 +28,10 @@ trio task:
   chunk); the decoder's :class:`~transports.wire.Limits` bound it.
   Tensors of :data:`~transports.http.bulk_io.BULK_BYTES` or more are read and sent by
   :mod:`transports.http.bulk_io` (a parked read wakes per MiB, not per segment).
+* **Same host.** To a loopback address every call but the two text ones first goes over the
+  bare-frame protocol of :mod:`transports.http.bare` (no HTTP head, one frame each way, the
+  token checked once per connection); where the server has no such socket, or hangs up at its
+  handshake, the channel speaks HTTP from then on.
 * **Deadlines** are trio's: :class:`~transports.service.Channel` wraps each call in a cancel
   scope; connecting has its own ``connect_timeout``.
 
@@ -41,14 +45,14 @@ from typing import Any, Final
 
 import trio
 
-from transports.http import bulk_io, cross_memory, same_host as _same_host
+from transports.http import bare, bulk_io, cross_memory, same_host as _same_host
 from transports.http.bulk_io import BULK_BYTES, BulkReader
 from transports.http.framing import MessageReader
 from transports.http.protocol import (
     FRAME_CONTENT_TYPE, MAX_TEXT, parse_address, request_path, send_pieces, text_error,
 )
 from transports.messages import ErrorReply, Message
-from transports.service import TEXT_CALLS, Channel, Rpc, TransportUnavailable
+from transports.service import RPCS, TEXT_CALLS, Channel, Rpc, TransportUnavailable
 from transports.wire import (
     CLOSED, DEFAULT_LIMITS, NEED_DATA, Decoder, Limits, LocalProtocolError, RemoteProtocolError,
     encode, frame_size,
@@ -60,6 +64,7 @@ _MAX_HEAD: Final = 64 * 1024     # the most of a response head this client reads
 _RECV: Final = 64 * 1024
 _MAX_IDLE: Final = 16            # idle keep-alive connections kept per channel
 _BROKEN = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+_RPC_INDEX: Final = {rpc.method: index for index, rpc in enumerate(RPCS)}
 
 
 class _StaleConnection(Exception):
@@ -157,13 +162,16 @@ class TrioHttpChannel(Channel):
         same_host: reach a server on this host through its Unix socket when it has one
             (:mod:`transports.http.same_host`), falling back to TCP; None: unless the environment
             disables it.
+        bare: on the same host, try the bare-frame protocol (:mod:`transports.http.bare`)
+            before HTTP; None: whenever the same-host path is on.
 
     Raises:
         ValueError: ``address`` is not ``host:port``, or ``token`` could break the head.
     """
 
     def __init__(self, address: str, *, token: str | None = None, connect_timeout: float = 5.0,
-                 limits: Limits = DEFAULT_LIMITS, same_host: bool | None = None) -> None:
+                 limits: Limits = DEFAULT_LIMITS, same_host: bool | None = None,
+                 bare: bool | None = None) -> None:
         super().__init__()
         self._host, self._port = parse_address(address)
         self.address = address
@@ -174,7 +182,9 @@ class TrioHttpChannel(Channel):
         self._fixed_headers = f"Host: {address}\r\n{auth}"
         self._connect_timeout = connect_timeout
         self._limits = limits
+        self._token = token
         self._idle: list[_Connection] = []
+        self._bare_idle: list[bare.BareConnection] = []
         # Try the server's same-host Unix socket first (``transports.http.same_host``) until a
         # connection to it fails; then TCP only.
         self._same_host = (_same_host.enabled(same_host)
@@ -183,22 +193,86 @@ class TrioHttpChannel(Channel):
         # (``transports.http.cross_memory``) until a copy is refused; then sockets only.
         self._lend = self._same_host and cross_memory.available()
         self.lent_replies = self.lent_refused = 0  # replies copied / refused and sent again
+        # Calls go over the bare-frame protocol (``transports.http.bare``) while the server
+        # has its socket; else HTTP.
+        self._bare = self._same_host and bare is not False
+        self.bare_calls = 0  # calls answered over it
 
     async def aclose(self) -> None:
         await super().aclose()
         idle, self._idle = self._idle, []
-        for conn in idle:
+        bare_idle, self._bare_idle = self._bare_idle, []
+        for conn in [*idle, *bare_idle]:
             await conn.stream.aclose()
 
     # -- calls ----------------------------------------------------------------------------------
 
     async def _exchange(self, rpc: Rpc, request: Message | None) -> Message:
-        path = request_path(rpc, request)
         # Bodiless requests are encoded too: the same field checks, whatever the route.
         buffers = None if request is None else encode(request, self._limits,
                                                       defer_checksums=True)
+        if self._bare:
+            reply = await self._bare_call(rpc, buffers)
+            if reply is not None:
+                return reply
+        path = request_path(rpc, request)
         return await self._request(rpc.http_method, path,
                                    buffers if rpc.has_body else None, self._read_reply)
+
+    async def _bare_call(self, rpc: Rpc, buffers: list | None) -> Message | None:
+        """The call over the bare protocol; None when the server does not speak it."""
+        what = f"{rpc.method} to {self.address} (same-host call)"
+        timeout = max(trio.current_effective_deadline() - trio.current_time(), 1e-3)
+        for attempt in (0, 1):
+            conn = await self._bare_checkout(what, fresh=attempt > 0)
+            if conn is None:
+                return None
+            done = False
+            try:
+                reply, lent = await conn.call(_RPC_INDEX[rpc.method], buffers, timeout,
+                                              self._lend, self._limits)
+                done = True
+            except (*_BROKEN, TransportUnavailable) as exc:
+                if conn.reused and not conn.answered and attempt == 0:
+                    continue  # the server closed it while idle: say it again on a new one
+                raise TransportUnavailable(f"{what}: connection lost: {exc}") from None
+            finally:
+                if not done:
+                    conn.stream.socket.close()
+            if lent is not None:
+                self.lent_replies += lent
+                self.lent_refused += not lent
+                self._lend = self._lend and lent
+            self.bare_calls += 1
+            if self._closed or len(self._bare_idle) >= _MAX_IDLE:
+                await conn.stream.aclose()
+            else:
+                conn.reused = True
+                self._bare_idle.append(conn)
+            return reply
+        raise TransportUnavailable(f"{what}: the connection closed before the answer")
+
+    async def _bare_checkout(self, what: str, fresh: bool) -> bare.BareConnection | None:
+        if self._bare_idle and not fresh:
+            return self._bare_idle.pop()
+        stream, accepted = None, False
+        try:
+            with trio.fail_after(self._connect_timeout):
+                stream = await _same_host.connect(self._host, self._port, "bare")
+                if stream is not None:
+                    accepted = await bare.handshake(stream, self._token)
+        except trio.TooSlowError:
+            raise TransportUnavailable(f"{what}: no handshake within "
+                                       f"{self._connect_timeout} s") from None
+        except _BROKEN:
+            pass  # (closed at the handshake: it does not speak the protocol)
+        finally:
+            if stream is not None and not accepted:
+                stream.socket.close()
+        if not accepted:
+            self._bare = False  # an older server, or none on the socket: HTTP from now on
+            return None
+        return bare.BareConnection(stream)
 
     async def _exchange_text(self, method: str) -> str:
         return await self._request("GET", TEXT_CALLS[method], None, self._read_metrics)

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import contextlib
 import select
+import socket
 import struct
 from typing import Any, Final
 
 import trio
 
-__all__ = ["DisconnectMonitor"]
+__all__ = ["DisconnectMonitor", "watch_for_disconnect"]
 
 _EPOLL: Final = getattr(select, "epoll", None)
 _WATCH: Final = getattr(select, "EPOLLIN", 0) | getattr(select, "EPOLLRDHUP", 0)
@@ -103,3 +104,18 @@ def _queued(fd: int) -> int:
     with contextlib.suppress(OSError):
         return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
     return 0
+
+
+async def watch_for_disconnect(conn: Any, call: trio.CancelScope) -> None:
+    """Without epoll: cancel ``call`` when the client of ``conn`` (a server connection with a
+    reader) closes or resets the connection while it runs (a watcher task per call)."""
+    if conn.reader.pending:
+        return  # a pipelined request is already here: a close behind it cannot be seen
+    sock = conn.stream.socket
+    await trio.lowlevel.wait_readable(sock)
+    try:
+        peeked = await sock.recv(1, socket.MSG_PEEK)
+    except OSError:
+        peeked = b""
+    if not peeked:
+        call.cancel()

@@ -208,6 +208,8 @@ def transport_metrics_text(stats: Any, by_status: dict[tuple[str, int], int]) ->
                               ("connections", "gauge", stats.connections),
                               ("connections_closed_total", "counter", stats.connections_closed),
                               ("received_bytes_total", "counter", stats.bytes_received),
-                              ("sent_bytes_total", "counter", stats.bytes_sent)):
+                              ("sent_bytes_total", "counter", stats.bytes_sent),
+                              ("same_host_calls_total", "counter",
+                               getattr(stats, "same_host_calls", 0))):
         lines += [f"# TYPE asyncflow_transport_{name} {kind}", f"asyncflow_transport_{name} {value}"]
     return "\n" + "\n".join(lines) + "\n"

@@ -8,7 +8,9 @@ named after its TCP port, in a directory private to the user (``<tmp>/asyncflow-
 socket there). A client channel to ``127.0.0.1:P`` (or ``localhost``, ``::1``) first tries that
 socket and speaks the same HTTP/1.1 to it, token included; it falls back to TCP when there is
 none, or when connecting fails (a stale file of a server that died, a server that could not
-bind one), and then stays on TCP. Nothing else changes: same frames, same limits, the server
+bind one), and then stays on TCP. A second socket beside it, ``bare-<port>.sock``, speaks the
+bare-frame protocol of :mod:`transports.http.bare` (no HTTP), which a channel tries before this
+one. Nothing else changes: same frames, same limits, the server
 treats the connection like any other. On Linux a Unix socket moves bulk bytes faster than
 loopback TCP (no TCP/IP stack, no checksums; ``bench/bench_transport.py``).
 
@@ -44,9 +46,10 @@ def directory() -> str:
     return os.path.join(tempfile.gettempdir(), f"asyncflow-{os.getuid()}")
 
 
-def socket_path(port: int) -> str:
-    """Where the server of TCP port ``port`` on this host listens for same-host clients."""
-    return os.path.join(directory(), f"http-{int(port)}.sock")
+def socket_path(port: int, kind: str = "http") -> str:
+    """Where the server of TCP port ``port`` on this host listens for same-host clients:
+    ``kind`` "http" for HTTP, "bare" for the bare-frame protocol (:mod:`transports.http.bare`)."""
+    return os.path.join(directory(), f"{kind}-{int(port)}.sock")
 
 
 def _private(path: str) -> bool:
@@ -59,8 +62,8 @@ def _private(path: str) -> bool:
             and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
 
 
-def listen(port: int) -> tuple[trio.SocketListener, str] | None:
-    """A listener on ``socket_path(port)`` and its path, or None when one cannot be made (a
+def listen(port: int, kind: str = "http") -> tuple[trio.SocketListener, str] | None:
+    """A listener on ``socket_path(port, kind)`` and its path, or None when one cannot be made (a
     directory that is not private, no Unix sockets): the server stays TCP only."""
     folder = directory()
     try:
@@ -69,7 +72,7 @@ def listen(port: int) -> tuple[trio.SocketListener, str] | None:
         return None
     if not _private(folder):
         return None
-    path = socket_path(port)
+    path = socket_path(port, kind)
     _sweep(folder)
     # Bound and listening under a temporary name, then renamed: a file under a port's name
     # always has a listener behind it or is a dead server's (what ``_sweep`` relies on).
@@ -118,12 +121,12 @@ def unlink(path: str) -> None:
         os.unlink(path)
 
 
-async def connect(host: str, port: int) -> trio.SocketStream | None:
-    """A stream to the same-host socket of ``host:port``, or None (not a loopback host, no
+async def connect(host: str, port: int, kind: str = "http") -> trio.SocketStream | None:
+    """A stream to the same-host socket (``kind``) of ``host:port``, or None (not a loopback host, no
     private directory, nobody listening): the caller connects over TCP instead."""
     if host not in LOOPBACK_HOSTS or not _private(directory()):
         return None
-    path = socket_path(port)
+    path = socket_path(port, kind)
     try:
         if not stat.S_ISSOCK(os.lstat(path).st_mode):
             return None

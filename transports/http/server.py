@@ -59,9 +59,10 @@ import outcome
 import trio
 
 from transports.http import bulk_io, cross_memory, same_host as _same_host
+from transports.http.bare import BareService
 from transports.http.body import BodyTimeout, BufferedConnection, PeerGone, RequestBody, \
     read_frame, read_small_body
-from transports.http.disconnect import DisconnectMonitor
+from transports.http.disconnect import DisconnectMonitor, watch_for_disconnect
 from transports.http.guard import (
     DEFAULT_CONNECTION_LIMITS, BearerToken, ConnectionGuard, ConnectionLimits, rate_limit_logs,
 )
@@ -113,6 +114,7 @@ class HttpServerStatistics:
     bytes_sent: int  # reply frame bytes
     connections: int = 0  # open now
     connections_closed: int = 0  # closed by the server: evicted at the limit, idle or too slow
+    same_host_calls: int = 0  # calls over the bare same-host protocol (transports.http.bare)
 
 
 class HttpServer:
@@ -148,6 +150,8 @@ class HttpServer:
         self._in_flight = self._bytes_received = self._bytes_sent = 0
         self.host, self.port = "", 0
         self.same_host_path: str | None = None  # the Unix socket beside the TCP listener
+        self.bare_path: str | None = None  # and the bare-frame protocol's beside it
+        self._bare, self._bare_listener = BareService(self), None
 
     @property
     def address(self) -> str:
@@ -167,7 +171,8 @@ class HttpServer:
             errors=sum(n for (_, status), n in self._by_status.items() if status >= 400),
             in_flight=self._in_flight, bytes_received=self._bytes_received,
             bytes_sent=self._bytes_sent, connections=len(guard.connections),
-            connections_closed=guard.evicted + guard.refused + guard.timed_out)
+            connections_closed=guard.evicted + guard.refused + guard.timed_out,
+            same_host_calls=self._bare.calls)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -179,6 +184,11 @@ class HttpServer:
             if made is not None:
                 listeners.append(made[0])
                 self.same_host_path = made[1]
+                # (the bare protocol notices a client leaving through the monitor only)
+                bare = _same_host.listen(self.port, "bare") if self._monitor.available else None
+                if bare is not None:
+                    self._bare_listener, self.bare_path = bare
+                    listeners.append(bare[0])
         await self._nursery.start(self._run, listeners)
         rate_limit_logs()
         if self._authorization is None and host not in _LOOPBACK:
@@ -191,8 +201,9 @@ class HttpServer:
         self._closing = True
         for scope in self._accepting:
             scope.cancel()
-        if self.same_host_path is not None:
-            _same_host.unlink(self.same_host_path)
+        for path in (self.same_host_path, self.bare_path):
+            if path is not None:
+                _same_host.unlink(path)
         for call in list(self._calls):
             call.cancel()
         for conn in list(self._guard.connections):
@@ -212,6 +223,8 @@ class HttpServer:
                 task_status.started()
 
     async def _accept(self, listener: trio.SocketListener) -> None:
+        serve = (self._bare.serve_connection if listener is self._bare_listener
+                 else self._serve_connection)
         async with listener:
             with trio.CancelScope() as scope:
                 self._accepting.append(scope)
@@ -225,7 +238,7 @@ class HttpServer:
                                    exc.strerror, _ACCEPT_RETRY_S)
                         await trio.sleep(_ACCEPT_RETRY_S)
                         continue
-                    self._connections.start_soon(self._serve_connection, stream)
+                    self._connections.start_soon(serve, stream)
 
     # -- one connection -------------------------------------------------------------------------
 
@@ -439,7 +452,7 @@ class HttpServer:
             try:
                 if self._closing:
                     call.cancel_scope.cancel()
-                call.start_soon(_watch_for_disconnect, conn, call.cancel_scope)
+                call.start_soon(watch_for_disconnect, conn, call.cancel_scope)
                 try:
                     result = outcome.Value(await fn(*args))
                 except Exception as exc:  # noqa: BLE001 -- the client gets an ErrorReply
@@ -574,20 +587,6 @@ def _head(status: int, content_type: str, length: int, keep: bool, headers: str 
     return (f"HTTP/1.1 {status} {_REASONS.get(status, 'Unknown')}\r\nContent-Type: "
             f"{content_type}\r\nContent-Length: {length}\r\n{headers}{close}\r\n"
             ).encode("latin-1")
-
-
-async def _watch_for_disconnect(conn: BufferedConnection, call: trio.CancelScope) -> None:
-    """Cancel ``call`` when the client closes or resets the connection while it runs."""
-    if conn.reader.pending:
-        return  # a pipelined request is already here: a close behind it cannot be seen
-    sock = conn.stream.socket
-    await trio.lowlevel.wait_readable(sock)
-    try:
-        peeked = await sock.recv(1, socket.MSG_PEEK)
-    except OSError:
-        peeked = b""
-    if not peeked:
-        call.cancel()
 
 
 @contextlib.asynccontextmanager

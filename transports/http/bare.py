@@ -1,0 +1,481 @@
+"""The same-host call protocol without HTTP: one bare frame per call on a Unix socket.
+
+Why
+---
+A trivial distributed step spent ~110 us of CPU per side in the HTTP request/response machinery
+(heads formatted and parsed, routes, cancel scopes, the disconnect watch, counters), where a bare
+trio round trip over the same Unix socket costs ~21 us (``bench/bench_step_floor.py``). Between
+two processes of one user on one host none of HTTP's generality is needed.
+
+How
+---
+A worker server that has a same-host Unix socket (:mod:`transports.http.same_host`) listens on
+a second one beside it, ``bare-<port>.sock`` (same private directory, mode 0600). A client
+channel to a loopback address connects there first; when there is none (an older server,
+``ASYNCFLOW_SAME_HOST=0`` on either side, refused) it takes the HTTP path (Unix socket, then
+TCP) and stays on it. On a connection:
+
+* **Handshake**, once: the client sends :data:`MAGIC`, a u32 length and the token (empty when
+  none); the server compares it in constant time (as the HTTP server compares the bearer token)
+  and answers one byte: :data:`ACCEPTED`, or :data:`REFUSED` and closes (the client raises
+  ``UNAUTHENTICATED``). Anything else, or nothing within the header timeout, is closed.
+* **A call** is :data:`REQUEST` (frame length, call id, the index of the rpc in
+  :data:`transports.service.RPCS`, flags, the call's timeout in seconds, ``inf`` for none)
+  followed by the request's :mod:`transports.wire` frame, checksums as on any path; the answer
+  is :data:`REPLY` (length, the same call id, kind, flags) and one frame: the reply, an
+  ``ErrorReply``, or (:data:`LENT`, asked for with the :data:`LEND` flag) a lent body of
+  :mod:`transports.http.cross_memory`, the client's one-byte verdict and, when refused, the
+  plain frame. One call at a time per connection; the client pools connections.
+
+The server keeps what the HTTP server enforces: the connection guard and its timeouts (idle,
+header, body; a client that reads no answer is dropped), the codec's frame limits (a frame over
+``max_frame_bytes`` is refused before a byte of it is read), one cancel scope per call that
+carries the call's deadline and is cancelled when the client leaves
+(:class:`~transports.http.disconnect.DisconnectMonitor`) or the server closes, and the same
+counters (requests by route and status, bytes, in flight; ``same_host_calls`` counts these
+calls). Garbage (a wrong magic, a bad header, an unknown rpc, a broken frame) gets an
+``ErrorReply`` where the connection can still be read, and is closed; the server serves on.
+
+Nothing here knows about asyncflow.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import struct
+from typing import Any, Final
+
+import trio
+
+from transports.http import bulk_io, cross_memory
+from transports.http.body import BodyTimeout, PeerGone, read_frame
+from transports.http.bulk_io import BULK_BYTES, BulkReader
+from transports.http.guard import GuardedConnection
+from transports.http.protocol import HTTP_STATUS, send_pieces, take_one_frame
+from transports.messages import ErrorReply, Message, RemoteCallError
+from transports.service import RPCS, Rpc, TransportUnavailable, error_reply_for, \
+    reply_for_result
+from transports.wire import CLOSED, NEED_DATA, SMALL_HEADER_BYTES, Decoder, FrameTooLarge, \
+    Limits, LocalProtocolError, RemoteProtocolError, encode, frame_size
+
+__all__ = ["ACCEPTED", "MAGIC", "REFUSED", "REPLY", "REQUEST", "BareConnection", "BareService",
+           "handshake"]
+
+MAGIC: Final = b"AFBARE01"
+ACCEPTED: Final = b"K"
+REFUSED: Final = b"T"
+MAX_TOKEN: Final = 4096
+REQUEST: Final = struct.Struct("<QIHHd")  # frame length, call id, rpc index, flags, timeout s
+REPLY: Final = struct.Struct("<QIHH")  # frame length, call id, kind, flags
+DEADLINE_GRACE_S: Final = 1.0  # the server's deadline trails the client's (see _call)
+LEND: Final = 1  # request flag: large reply segments may be lent (cross_memory)
+FRAME, ERROR, LENT = 0, 1, 2  # reply kinds
+_TOKEN_LENGTH: Final = struct.Struct("<I")
+_RECV: Final = 64 * 1024
+_BROKEN: Final = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+
+
+async def _read(sock: Any) -> bytes:
+    """The next bytes of a trio socket that had none a moment ago (b"" at EOF): one wait, one
+    read (trio's ``recv`` would try the read again before waiting)."""
+    while True:
+        await trio.lowlevel.wait_readable(sock)
+        try:
+            return os.read(sock.fileno(), _RECV)
+        except BlockingIOError:
+            continue
+
+
+class _Garbage(Exception):
+    """What the client sent breaks the protocol: answered (when it can be) and closed."""
+
+
+# ------------------------------------------------------------------------------ the server's half
+
+
+class _Connection(GuardedConnection):
+    __slots__ = ("pending",)
+
+    def __init__(self, stream: Any, now: float) -> None:
+        super().__init__(stream, now)
+        self.pending = b""  # received past the last call's request
+
+    async def receive(self, timeout: float) -> bytes:
+        """The next bytes; b"" at EOF. Past ``timeout`` the connection's scope ends it."""
+        sock = self.stream.socket
+        try:  # what is there already costs no deadline and no scheduler pass
+            return os.read(sock.fileno(), _RECV)
+        except BlockingIOError:
+            pass
+        self.scope.deadline = trio.current_time() + timeout
+        try:
+            return await _read(sock)
+        finally:
+            self.scope.deadline = math.inf
+
+    async def receive_exactly(self, n: int, timeout: float) -> bytes:
+        while len(self.pending) < n:
+            data = await self.receive(timeout)
+            if not data:
+                raise PeerGone("the client closed the connection")
+            self.pending += data
+        data, self.pending = self.pending[:n], self.pending[n:]
+        return data
+
+
+class _Body:
+    """A request frame of known length: first what came with its header, then the socket."""
+
+    def __init__(self, conn: _Connection, length: int, timeout: float) -> None:
+        self._conn, self._left, self._timeout = conn, length, timeout
+        self.done = length == 0
+
+    async def read_into(self, view: memoryview) -> int:
+        conn, want = self._conn, min(len(view), self._left)
+        if not want:
+            self.done = True
+            return 0
+        if conn.pending:
+            n = min(want, len(conn.pending))
+            view[:n] = conn.pending[:n]
+            conn.pending = conn.pending[n:]
+        else:
+            n = await self._receive_into(view[:want])
+        self._left -= n
+        self.done = not self._left
+        return n
+
+    async def _receive_into(self, view: memoryview) -> int:
+        with trio.move_on_after(self._timeout):
+            n = await self._conn.stream.socket.recv_into(view)
+            if not n:
+                raise PeerGone("the client closed the connection in the middle of a frame")
+            return n
+        raise BodyTimeout(f"no frame bytes for {self._timeout} s")
+
+
+class BareService:
+    """The bare protocol's half of an :class:`~transports.http.server.HttpServer`: it serves
+    the connections of the server's ``bare-<port>.sock`` with the server's handler, token,
+    limits, guard, disconnect monitor and counters."""
+
+    def __init__(self, server: Any) -> None:
+        self._server = server
+        self.calls = 0
+
+    async def serve_connection(self, stream: trio.SocketStream) -> None:
+        server = self._server
+        guard, limits = server._guard, server._connection_limits
+        conn = _Connection(stream, trio.current_time())
+        if server._closing or not guard.admit(conn):
+            stream.socket.close()
+            return
+        try:
+            with conn.scope:
+                if await self._handshake(conn, limits.header_timeout_s):
+                    while not server._closing and await self._serve_call(conn, limits):
+                        pass
+        except (*_BROKEN, PeerGone):
+            pass  # the client went away
+        finally:
+            if conn.scope.cancelled_caught and conn in guard.connections:
+                guard.timed_out += 1
+            guard.closed(conn)
+            stream.socket.close()
+
+    async def _handshake(self, conn: _Connection, timeout: float) -> bool:
+        start = await conn.receive_exactly(len(MAGIC) + _TOKEN_LENGTH.size, timeout)
+        (length,) = _TOKEN_LENGTH.unpack_from(start, len(MAGIC))
+        if start[:len(MAGIC)] != MAGIC or length > MAX_TOKEN:
+            self._server._by_status["unmatched", 400] += 1
+            return False
+        offered = await conn.receive_exactly(length, timeout)
+        # The HTTP server's check (constant time, the first refusal per peer logged).
+        if not self._server._token.admits("same-host", "handshake", (
+                "Bearer " + offered.decode("latin-1")) if offered else "", conn):
+            self._server._by_status["handshake", 401] += 1
+            await self._server._send_all(conn, REFUSED)
+            return False
+        await self._server._send_all(conn, ACCEPTED)
+        return True
+
+    async def _serve_call(self, conn: _Connection, limits: Any) -> bool:
+        """Answer one call; returns whether the connection carries on."""
+        server = self._server
+        conn.idle_since = trio.current_time()
+        if not conn.pending:
+            conn.pending = await conn.receive(limits.idle_timeout_s)
+            if not conn.pending:
+                return False  # the client closed an idle connection
+        head = await conn.receive_exactly(REQUEST.size, limits.header_timeout_s)
+        length, call_id, index, flags, timeout = REQUEST.unpack(head)
+        conn.active = True
+        server._in_flight += 1
+        self.calls += 1
+        name, status, keep = "unmatched", 500, True
+        try:
+            try:
+                if index >= len(RPCS):
+                    raise _Garbage(f"unknown rpc index {index}")
+                rpc = RPCS[index]
+                name = rpc.method
+                if not timeout > 0:
+                    raise _Garbage(f"{name}: timeout {timeout} is not positive")
+                message = await self._read_request(conn, rpc, length, limits.body_timeout_s)
+            except PeerGone:
+                status = 499  # the client left in the middle of its frame
+                raise
+            except (_Garbage, RemoteProtocolError, BodyTimeout) as exc:
+                keep = False  # the frame's end is unknown or unread: answer, then close
+                code = "RESOURCE_EXHAUSTED" if isinstance(exc, FrameTooLarge) else (
+                    "UNAVAILABLE" if isinstance(exc, BodyTimeout) else "INVALID_ARGUMENT")
+                reply, kind = ErrorReply(code, f"same-host call: {exc}"), ERROR
+            else:
+                reply, kind = await self._call(conn, rpc, message, timeout)
+            try:
+                buffers = encode(reply, server._limits, defer_checksums=kind == FRAME)
+            except Exception as exc:  # noqa: BLE001 -- an unsendable reply is INTERNAL
+                reply, kind = error_reply_for(exc), ERROR
+                buffers = encode(reply, server._limits)
+            status = 200 if kind == FRAME else HTTP_STATUS[reply.code]
+            await self._send(conn, call_id, kind, buffers, flags & LEND and kind == FRAME)
+            return keep
+        except _BROKEN:
+            status = 499
+            raise
+        finally:
+            server._in_flight -= 1
+            server._by_status[name, status] += 1
+            conn.active = False
+
+    async def _read_request(self, conn: _Connection, rpc: Rpc, length: int,
+                            timeout: float) -> Message | None:
+        server = self._server
+        if length > server._limits.max_frame_bytes:
+            raise FrameTooLarge(f"{rpc.method}: frame of {length} bytes exceeds the limit of "
+                                f"{server._limits.max_frame_bytes}")
+        if rpc.request is None:
+            if length:
+                raise _Garbage(f"{rpc.method} takes no frame")
+            return None
+        if length <= min(len(conn.pending), SMALL_HEADER_BYTES):  # here whole: decoded at once
+            decoder = Decoder(server._limits)
+            if length:
+                decoder.receive_data(memoryview(conn.pending)[:length])
+            conn.pending = conn.pending[length:]
+            server._count_received(length)
+            decoder.receive_data(b"")
+            message = take_one_frame(decoder, None)
+            if message is None:
+                raise _Garbage(f"{rpc.method}: an empty frame")
+        else:
+            body = _Body(conn, length, timeout)
+            message = await read_frame(body, server._limits, server._decoders,
+                                       server._count_received)
+            if not body.done:
+                raise _Garbage(f"{rpc.method}: the frame ended before its announced length")
+        if not isinstance(message, rpc.request):
+            raise _Garbage(f"{rpc.method} takes a {rpc.request.__name__} frame, got "
+                           f"{type(message).__name__}")
+        return message
+
+    async def _call(self, conn: _Connection, rpc: Rpc, message: Message | None,
+                    timeout: float) -> tuple[Message, int]:
+        """The handler's answer; one cancel scope: the deadline, the client leaving, closing.
+
+        The deadline is the call's timeout plus :data:`DEADLINE_GRACE_S`: the client gives up
+        at the timeout itself (and closes the connection, which cancels the handler), so its
+        verdict is never raced by ours; ours ends a handler whose client cannot say so."""
+        server = self._server
+        fn = getattr(server._handler, rpc.method)
+        result: Any = _CANCELLED
+        with trio.CancelScope(deadline=trio.current_time() + timeout + DEADLINE_GRACE_S) as call:
+            server._calls.add(call)
+            watched = not conn.pending and server._monitor.watch(conn.stream.socket, call)
+            try:
+                if server._closing:
+                    call.cancel()
+                try:
+                    result = reply_for_result(rpc, await (fn() if message is None
+                                                           else fn(message)))
+                except Exception as exc:  # noqa: BLE001 -- the client gets an ErrorReply
+                    result = error_reply_for(exc)
+            finally:
+                if watched:
+                    server._monitor.unwatch(conn.stream.socket)
+                server._calls.discard(call)
+        if result is _CANCELLED:
+            result = ErrorReply(*(
+                ("UNAVAILABLE", "server is shutting down") if server._closing else
+                ("DEADLINE_EXCEEDED", f"{rpc.method}: no answer within {timeout} s")
+                if trio.current_time() >= call.deadline else ("CANCELLED", "request cancelled")))
+        return result, ERROR if isinstance(result, ErrorReply) else FRAME
+
+    async def _send(self, conn: _Connection, call_id: int, kind: int, buffers: list,
+                    lend: bool) -> None:
+        server = self._server
+        size = frame_size(buffers)
+        server._bytes_sent += size
+        if lend and cross_memory.lendable(buffers):
+            timeout = server._connection_limits.body_timeout_s
+
+            async def verdict() -> bytes:
+                return await conn.receive(timeout)
+
+            def leftover(data: bytes) -> None:
+                conn.pending += data
+
+            if await cross_memory.send_lent(
+                    buffers, lambda n: REPLY.pack(n, call_id, LENT, 0),
+                    lambda data: server._send_all(conn, data), verdict, leftover):
+                return
+            head = b""  # refused: the plain frame follows
+        else:
+            head = REPLY.pack(size, call_id, kind, 0)
+        for piece in send_pieces(head, buffers):
+            await server._send_all(conn, piece)
+
+
+_CANCELLED: Final = object()
+
+
+# ------------------------------------------------------------------------------ the client's half
+
+
+async def handshake(stream: trio.SocketStream, token: str | None) -> bool:
+    """Offer ``token``; True when accepted, False when the peer does not speak the protocol.
+
+    Raises:
+        RemoteCallError: UNAUTHENTICATED, the token was refused.
+    """
+    offered = b"" if token is None else token.encode("ascii")
+    await bulk_io.send_all(stream.socket, memoryview(
+        MAGIC + _TOKEN_LENGTH.pack(len(offered)) + offered))
+    answer = await stream.receive_some(1)
+    if answer == REFUSED:
+        raise RemoteCallError("UNAUTHENTICATED", "same-host call refused (401): missing or "
+                              "wrong token: set ASYNCFLOW_TOKEN on the client to the worker's")
+    return answer == ACCEPTED
+
+
+class BareConnection:
+    """A client connection that passed the handshake; one call at a time."""
+
+    __slots__ = ("stream", "sock", "peer", "bulk", "pending", "next_id", "reused", "answered",
+                 "_lent_size")
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream, self.sock = stream, stream.socket
+        self.peer = cross_memory.peer_pid(self.sock)  # the server's pid, for lent replies
+        self.bulk = BulkReader(self.sock)
+        self.pending = b""
+        self.next_id = 0
+        self.reused = False  # it carried a complete call before this one
+        self.answered = False  # a byte of this call's answer has arrived
+        self._lent_size = 0
+
+    async def call(self, rpc_index: int, buffers: list | None, timeout: float, lend: bool,
+                   limits: Limits) -> tuple[Message, bool | None]:
+        """Send one request and read its answer: (the reply, whether it was lent: True copied,
+        False refused, None not lent)."""
+        self.next_id = call_id = (self.next_id + 1) & 0xFFFF_FFFF
+        self.answered = False
+        size = 0 if buffers is None else frame_size(buffers)
+        head = REQUEST.pack(size, call_id, rpc_index, LEND if lend and self.peer else 0,
+                            timeout)
+        for piece in send_pieces(head, buffers or []):
+            await bulk_io.send_all(self.sock, memoryview(piece))
+        length, answered_id, kind, _ = REPLY.unpack(await self._exactly(REPLY.size))
+        if answered_id != call_id:
+            raise RemoteProtocolError(f"answer to call {answered_id} where {call_id} was due")
+        decoder, lent = Decoder(limits), None
+        if kind == LENT and self.peer is not None:
+            lent = await self._read_lent(decoder, length, limits)
+            if lent is False:
+                decoder = Decoder(limits)
+                length = self._lent_size
+                await self._read_frame(decoder, length, limits)
+        elif kind in (FRAME, ERROR):
+            await self._read_frame(decoder, length, limits)
+        else:
+            raise RemoteProtocolError(f"unknown answer kind {kind}")
+        decoder.receive_data(b"")
+        message = decoder.next_event()
+        if message is NEED_DATA or message is CLOSED:
+            raise RemoteProtocolError(f"empty or truncated answer ({length} bytes)")
+        if decoder.next_event() is not CLOSED:
+            raise RemoteProtocolError("answer holds more than one frame")
+        if (kind == ERROR) != isinstance(message, ErrorReply):
+            raise RemoteProtocolError(f"answer of kind {kind} holds a {type(message).__name__}")
+        return message, lent
+
+    async def _fill(self) -> None:
+        try:  # what is there already costs no scheduler pass
+            data = os.read(self.sock.fileno(), _RECV)
+        except BlockingIOError:
+            data = await _read(self.sock)
+        if not data:
+            raise TransportUnavailable("connection closed before the answer ended")
+        self.answered = True
+        self.pending += data
+
+    async def _exactly(self, n: int) -> bytes:
+        while len(self.pending) < n:
+            await self._fill()
+        data, self.pending = self.pending[:n], self.pending[n:]
+        return data
+
+    async def _read_into(self, view: memoryview) -> int:
+        if self.pending:
+            n = min(len(view), len(self.pending))
+            view[:n] = self.pending[:n]
+            self.pending = self.pending[n:]
+            return n
+        n = await (self.bulk.receive_into(view) if len(view) >= BULK_BYTES
+                   else self.sock.recv_into(view))
+        if not n:
+            raise TransportUnavailable("connection closed in the middle of the answer")
+        return n
+
+    async def _read_frame(self, decoder: Decoder, length: int, limits: Limits) -> None:
+        if length > limits.max_frame_bytes:
+            raise RemoteProtocolError(f"answer of {length} bytes exceeds the frame limit")
+        if length <= len(self.pending):  # here whole (a small answer): decoded at once
+            decoder.receive_data(memoryview(self.pending)[:length])
+            self.pending = self.pending[length:]
+            return
+        while length:
+            try:
+                view = decoder.get_buffer()
+            except LocalProtocolError:
+                return  # the frame broke the protocol: next_event raises it
+            n = await self._read_into(view[:length])
+            decoder.buffer_updated(n)
+            length -= n
+
+    async def _read_lent(self, decoder: Decoder, length: int, limits: Limits) -> bool | None:
+        left = length
+
+        async def read_into(view: memoryview) -> int:
+            nonlocal left
+            if not left:
+                return 0
+            n = await self._read_into(view[:left])
+            left -= n
+            return n
+
+        most = limits.max_header_bytes + limits.max_body_bytes + 16 + 68 * (
+            limits.max_tensors + 1)
+        try:
+            copied, self._lent_size = await cross_memory.receive_lent(
+                read_into, self.peer, decoder, 3 * limits.max_tensors + 2, most)
+        except (EOFError, ValueError) as exc:
+            raise RemoteProtocolError(f"lent answer: {exc}") from None
+        if copied is None:
+            return None
+        if left:
+            raise RemoteProtocolError("lent answer longer than its records")
+        await bulk_io.send_all(self.sock, memoryview(
+            cross_memory.COPIED if copied else cross_memory.RESEND))
+        return copied
