@@ -154,15 +154,7 @@ def test_apply_matches_the_kernel_it_replaced_bit_for_bit(name, nesterov, dtype,
     if nesterov and name not in ("_apply_momentum", "_apply_adam"):
         pytest.skip("no nesterov form")
     rng = np.random.default_rng(len(shape) * 7 + threads)
-    slots = KERNELS[name]
-    initial = [rng.standard_normal(shape).astype(dtype)]
-    for slot in range(slots):
-        value = rng.standard_normal(shape).astype(dtype)
-        # Second-moment slots must be non-negative (ms >= mg^2 for the centered form).
-        positive = (name in ("_apply_adagrad",) or (name == "_apply_adam" and slot == 1)
-                    or (name == "_apply_rms_prop" and slot == 0)
-                    or (name == "_apply_centered_rms_prop" and slot == 1))
-        initial.append(np.abs(value) + (16 if positive else 0))
+    initial = initial_values(name, dtype, shape, rng)
     grad = rng.standard_normal(shape).astype(dtype)
     scalars = scalars_for(name, dtype)
 
