@@ -560,6 +560,22 @@ def dropout(x, rate=None, keep_prob=None, noise_shape=None, seed=None, name=None
         return result
 
 
+def _infer_fused_dropout(op):
+    """``_FusedDropout(x, shape, keep) -> (output, mask)``: ``dropout``'s chain
+    ``(x / keep) * floor(keep + random_uniform(shape))`` in one kernel, made only by the
+    fusion pass (compile/fuse_dropout.py) where ``shape`` is ``x``'s and ``keep`` a scalar."""
+    x = op.inputs[0]
+    return [(x.dtype, x.shape), (x.dtype, x.shape)]
+
+
+def _fused_dropout_cost(shapes, op):
+    return op.outputs[0].shape.num_elements() or 0
+
+
+register_op("_FusedDropout", infer=_infer_fused_dropout, stateful=True, differentiable=False,
+            cost=_fused_dropout_cost)
+
+
 def l2_normalize(x, axis=None, epsilon=1e-12, name=None, dim=None):
     """``x / sqrt(max(sum(x**2, axis), epsilon))`` (TF1's ``tf.nn.l2_normalize``; ``dim`` is
     its older name for ``axis``)."""
