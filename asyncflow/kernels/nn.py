@@ -246,9 +246,33 @@ def _softmax_xent(ctx, logits, labels):
         raise errors.InvalidArgumentError(
             None, ctx.name, f"logits and labels must be the same size: logits_size="
             f"{list(logits.shape)} labels_size={list(labels.shape)}")
+    if logits.ndim == 2 and axis in (1, -1) and logits.size and logits.dtype.kind == "f":
+        return _softmax_xent_rows(xp, logits, labels)
     log_probs = _log_softmax_of(xp, logits, axis)
     loss = -xp.sum(labels * log_probs, axis=axis)
     return (xp.asarray(loss, dtype=logits.dtype), xp.exp(log_probs) - labels)
+
+
+def _softmax_xent_rows(xp, logits, labels):
+    """Rows of ``[batch, classes]``: ``log p = shifted - log(sum(exp(shifted)))`` in one
+    array, the loss from it, and ``backprop = exp(shifted) / sum - labels`` in the exp's
+    array (one exp, as TF's kernel), in place after the first copy. Few classes go
+    class-major as in the sparse kernel: numpy reduces a short last axis row by row (~5x
+    slower). [128, 10] float32: 13 us against 25 for the whole-array form; within float32
+    rounding of it (the sums' order, and ``exp(s) / sum`` for ``exp(s - log(sum))``)."""
+    major = logits.shape[1] <= _CLASS_MAJOR_MAX
+    shifted, labels = (logits.T.copy(), labels.T) if major else (logits.copy(), labels)
+    axis = 0 if major else 1
+    shifted -= shifted.max(axis=axis, keepdims=True)
+    exp = xp.exp(shifted)
+    total = exp.sum(axis=axis, keepdims=True)
+    shifted -= xp.log(total)                       # log p
+    shifted *= labels
+    loss = shifted.sum(axis=axis)
+    xp.negative(loss, out=loss)
+    exp /= total
+    exp -= labels
+    return (loss, exp.T if major else exp)
 
 
 _CLASS_MAJOR_MAX = 32  # measured: class-major wins up to ~32 classes, loses from ~64

@@ -465,7 +465,11 @@ def _expand_at(tensor, axis, like):
 def _softmax_xent_grad(op, grad_loss, grad_backprop=None):
     logits, axis = op.inputs[0], op.get_attr("axis")
     backprop = op.outputs[1]
-    grad_logits = _math.multiply(_expand_at(grad_loss, axis, backprop), backprop)
+    ndims = backprop.shape.ndims
+    if ndims:  # one kernel, not Sum + Shape + Reshape + Mul when the batch is unknown
+        grad_logits = _expand_dims_mul(grad_loss, backprop, axis % ndims)
+    else:
+        grad_logits = _math.multiply(_expand_at(grad_loss, axis, backprop), backprop)
     if grad_backprop is not None and grad_backprop.op.type != "ZerosLike":
         # d(backprop)/d(logits) is the softmax Jacobian.
         probs = softmax(logits, axis=axis)
