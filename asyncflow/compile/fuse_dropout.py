@@ -126,7 +126,10 @@ def _match(mul, readers, controlling, pinned):
 
 
 def fuse_dropout(node_graph):
-    """The dropout fusion (see the module docstring); returns a new NodeGraph."""
+    """The dropout fusion (see the module docstring); returns a new NodeGraph, or the one
+    given when it has no RandomUniform (no copy: most graphs have none)."""
+    if not any(n.type == "RandomUniform" for n in node_graph.nodes):
+        return node_graph
     graph = node_graph.copy()
     readers, controlling = _readers(graph)
     pinned = set(graph.targets) | {p for p, _ in graph.fetches}

@@ -159,3 +159,14 @@ async def test_the_fused_gradient_is_the_mask_over_keep():
             shifted.append(await first_run(moved, lambda x, out, loss: loss))
         numeric = (shifted[0] - shifted[1]) / (2 * eps)
         np.testing.assert_allclose(grad[index], numeric, rtol=1e-6, atol=1e-8)
+
+
+def test_a_graph_without_dropout_is_left_as_it_is():
+    with af.Graph().as_default():
+        x = af.placeholder(af.float32, [4, 5], name="x")
+        out = af.floor(af.random_uniform([4, 5]) + 0.5) * x     # no RealDiv: not dropout
+        plain = af.nn.relu(x)
+    for fetches in ([out], [plain]):
+        before = node_graph(fetches, feeds=[x])
+        after = fuse_dropout(before)
+        assert types(after) == types(before) and not after.changed
