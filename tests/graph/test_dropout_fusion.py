@@ -170,3 +170,15 @@ def test_a_graph_without_dropout_is_left_as_it_is():
         before = node_graph(fetches, feeds=[x])
         after = fuse_dropout(before)
         assert types(after) == types(before) and not after.changed
+
+
+def test_no_fusion_across_devices():
+    with af.Graph().as_default():
+        x = af.placeholder(af.float32, [4, 5], name="x")
+        out = af.nn.dropout(x, rate=0.5, seed=1, name="drop")
+    ops = prune([out], [], [x])
+    cpu1 = CPU0.replace("CPU:0", "CPU:1")
+    placement = {op: cpu1 if op.type == "RandomUniform" else CPU0 for op in ops}
+    graph = fuse_dropout(NodeGraph.from_ops(ops, [x], [out], [], placement))
+    assert "_FusedDropout" not in types(graph) and "RandomUniform" in types(graph)
+    assert "_FusedDropout" in types(fuse_dropout(node_graph([out], feeds=[x])))
