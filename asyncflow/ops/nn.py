@@ -465,7 +465,11 @@ def _expand_at(tensor, axis, like):
 def _softmax_xent_grad(op, grad_loss, grad_backprop=None):
     logits, axis = op.inputs[0], op.get_attr("axis")
     backprop = op.outputs[1]
-    grad_logits = _math.multiply(_expand_at(grad_loss, axis, backprop), backprop)
+    ndims = backprop.shape.ndims
+    if ndims:  # one kernel, not Sum + Shape + Reshape + Mul when the batch is unknown
+        grad_logits = _expand_dims_mul(grad_loss, backprop, axis % ndims)
+    else:
+        grad_logits = _math.multiply(_expand_at(grad_loss, axis, backprop), backprop)
     if grad_backprop is not None and grad_backprop.op.type != "ZerosLike":
         # d(backprop)/d(logits) is the softmax Jacobian.
         probs = softmax(logits, axis=axis)
@@ -558,6 +562,22 @@ def dropout(x, rate=None, keep_prob=None, noise_shape=None, seed=None, name=None
         # unknown (an unshaped keep_prob placeholder), as in TF1.
         result.set_shape(x.shape)
         return result
+
+
+def _infer_fused_dropout(op):
+    """``_FusedDropout(x, shape, keep) -> (output, mask)``: ``dropout``'s chain
+    ``(x / keep) * floor(keep + random_uniform(shape))`` in one kernel, made only by the
+    fusion pass (compile/fuse_dropout.py) where ``shape`` is ``x``'s and ``keep`` a scalar."""
+    x = op.inputs[0]
+    return [(x.dtype, x.shape), (x.dtype, x.shape)]
+
+
+def _fused_dropout_cost(shapes, op):
+    return op.outputs[0].shape.num_elements() or 0
+
+
+register_op("_FusedDropout", infer=_infer_fused_dropout, stateful=True, differentiable=False,
+            cost=_fused_dropout_cost)
 
 
 def l2_normalize(x, axis=None, epsilon=1e-12, name=None, dim=None):

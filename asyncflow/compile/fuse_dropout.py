@@ -1,0 +1,173 @@
+"""The dropout fusion: ``dropout``'s five ops become one ``_FusedDropout`` (TF's remapper style).
+
+Theory of operation (issue 37):
+- ``af.nn.dropout`` (and TF1's ``tf.nn.dropout`` of ``compat.v1``) builds
+  ``Mul(RealDiv(x, keep), Floor(Add(RandomUniform(shape), keep)))``. Run as five kernels,
+  that is five arrays and five executor dispatches for one mask. The pass replaces the chain
+  with one ``_FusedDropout(x, shape, keep)`` node whose kernel (kernels/nn.py) draws the
+  same uniforms from the same seeded generator and applies the same operations in the same
+  order in two arrays: the same bits as the unfused ops.
+- The fused node has two outputs: 0 is the ``Mul``'s (it takes the ``Mul``'s name, so
+  consumers, fetches and traces read it under the same name), 1 is the ``Floor``'s mask.
+  The gradient built before this pass multiplies by the mask (``Mul``'s gradient reads
+  ``Floor``): every reader of ``Floor`` (the gradient included, fetches and control edges
+  too) reads output 1, so the backward graph still finds the mask.
+- It fires only where nothing else needs an intermediate: ``RandomUniform``, ``Add`` and
+  ``RealDiv`` have no other reader (a ``Shape`` of ``RealDiv``, which the gradient builds,
+  reads output 0 instead: with a scalar ``keep`` and the mask shaped as ``x``, every tensor
+  of the chain has ``x``'s shape), are neither fetched, targets nor control inputs; no node
+  of the chain has control inputs; all five sit on one device outside any loop; ``keep``
+  is one scalar port read by both ``Add`` and ``RealDiv`` (or two constants of the same
+  bits); the random shape is ``Shape(x)`` or a constant equal to ``x``'s static shape; the
+  dtype is floating. Otherwise the ops run as built.
+
+Pure data, as every compile pass: no trio, no kernels.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from asyncflow.compile.node_graph import FeedNode, Node, topological
+from asyncflow.graph.registry import get_op_def
+
+FUSED_TYPE = "_FusedDropout"
+
+
+def _readers(graph):
+    """``port -> [consumer]`` (one entry per input position) and the controlling nodes."""
+    readers, controlling = {}, set()
+    for node in graph.nodes:
+        for port in node.inputs:
+            readers.setdefault(port, []).append(node)
+        controlling.update(node.control_inputs)
+    return readers, controlling
+
+
+def _plain(node, device):
+    return (not isinstance(node, FeedNode) and node.device == device
+            and node.control_flow_context is None and not node.control_inputs
+            and not any(ref for _, _, ref in node.out_specs))
+
+
+def _only_reader(node, reader, readers, controlling, pinned, allow_shape=False):
+    """Whether ``reader`` is the one reader of ``node``'s output (``Shape`` nodes aside when
+    ``allow_shape``) and ``node`` is not fetched, a target or a control input."""
+    if node in pinned or node in controlling or len(node.out_specs) != 1:
+        return False
+    others = [c for c in readers.get((node, 0), [])
+              if c is not reader and not (allow_shape and c.type == "Shape")]
+    return not others and readers.get((node, 0), []).count(reader) == 1
+
+
+def _shape_is_x(shape_port, x_port):
+    """Whether the random shape is ``x``'s: ``Shape(x)`` or a constant equal to its shape."""
+    producer, index = shape_port
+    if isinstance(producer, FeedNode):
+        return False
+    if producer.type == "Shape" and producer.inputs == [x_port]:
+        return True
+    static = x_port[0].out_spec(x_port[1])[1]
+    if producer.type != "Const" or not static.is_fully_defined():
+        return False
+    value = np.asarray(producer.attrs["value"]).reshape(-1)
+    return value.tolist() == static.as_list()
+
+
+def _same_scalar(port, keep_port):
+    """Whether ``port`` holds ``keep``: the same port, or a Const of the same dtype and bits
+    (``dropout`` with a float rate converts it twice; CSE merges the two in a session)."""
+    if port == keep_port:
+        return True
+    a, b = port[0], keep_port[0]
+    if isinstance(a, FeedNode) or isinstance(b, FeedNode) or a.type != "Const" or b.type != "Const":
+        return False
+    a, b = np.asarray(a.attrs["value"]), np.asarray(b.attrs["value"])
+    return a.dtype == b.dtype and a.shape == b.shape == () and a.tobytes() == b.tobytes()
+
+
+def _match(mul, readers, controlling, pinned):
+    """``(random, add, floor, div, x_port, keep_port)`` when ``mul`` ends a dropout chain
+    that may fuse, else None."""
+    if mul.type != "Mul" or len(mul.inputs) != 2 or not _plain(mul, mul.device):
+        return None
+    device = mul.device
+    for div_port, floor_port in (mul.inputs, mul.inputs[::-1]):
+        div, floor = div_port[0], floor_port[0]
+        if (isinstance(div, FeedNode) or isinstance(floor, FeedNode) or div.type != "RealDiv"
+                or floor.type != "Floor" or div is floor):
+            continue
+        add = floor.inputs[0][0]
+        if isinstance(add, FeedNode) or add.type not in ("Add", "AddV2"):
+            continue
+        x_port, keep_port = div.inputs
+        if _same_scalar(add.inputs[1], keep_port):
+            random = add.inputs[0][0]
+        elif _same_scalar(add.inputs[0], keep_port):
+            random = add.inputs[1][0]
+        else:
+            continue
+        if isinstance(random, FeedNode) or random.type != "RandomUniform":
+            continue
+        dtype, x_shape, _ = x_port[0].out_spec(x_port[1])
+        keep_dtype, keep_shape, keep_ref = keep_port[0].out_spec(keep_port[1])
+        if (not all(_plain(n, device) for n in (div, floor, add, random))
+                or not dtype.is_floating or keep_dtype != dtype or keep_ref
+                or keep_shape.ndims != 0 or x_shape.ndims in (None, 0)
+                or random.attrs.get("dtype") != dtype
+                or any(spec[0] != dtype for n in (mul, div, floor, add) for spec in n.out_specs)
+                or not _shape_is_x(random.inputs[0], x_port)):
+            continue
+        if (_only_reader(random, add, readers, controlling, pinned)
+                and _only_reader(add, floor, readers, controlling, pinned)
+                and _only_reader(div, mul, readers, controlling, pinned, allow_shape=True)
+                and len(floor.out_specs) == 1 and len(mul.out_specs) == 1):
+            return random, add, floor, div, x_port, keep_port
+    return None
+
+
+def fuse_dropout(node_graph):
+    """The dropout fusion (see the module docstring); returns a new NodeGraph, or the one
+    given when it has no RandomUniform (no copy: most graphs have none)."""
+    if not any(n.type == "RandomUniform" for n in node_graph.nodes):
+        return node_graph
+    graph = node_graph.copy()
+    readers, controlling = _readers(graph)
+    pinned = set(graph.targets) | {p for p, _ in graph.fetches}
+    ports, dropped = {}, set()   # (old node, old index) -> new port; nodes fused away
+    fused_nodes = []
+    for mul in graph.nodes:
+        found = _match(mul, readers, controlling, pinned) if mul not in dropped else None
+        if found is None:
+            continue
+        random, add, floor, div, x_port, keep_port = found
+        if {random, add, floor, div} & dropped:
+            continue
+        fused = Node(mul.name, FUSED_TYPE, get_op_def(FUSED_TYPE),
+                     {"dtype": random.attrs["dtype"], "seed": random.attrs.get("seed"),
+                      "seed2": random.attrs.get("seed2")},
+                     [x_port, random.inputs[0], keep_port], [], mul.device,
+                     [mul.out_specs[0], floor.out_specs[0]], mul.traceback, mul.seq,
+                     origin=mul.origin, requested_device=mul.requested_device)
+        ports[(mul, 0)] = (fused, 0)
+        ports[(floor, 0)] = (fused, 1)
+        ports[(div, 0)] = (fused, 0)   # read only by Shape nodes (checked): the same shape
+        dropped.update((random, add, floor, div, mul))
+        fused_nodes.append((fused, {mul: fused, floor: fused}))
+    if not fused_nodes:
+        return graph
+    control_map = {}
+    for _, mapping in fused_nodes:
+        control_map.update(mapping)
+    nodes = []
+    for node in graph.nodes + [f for f, _ in fused_nodes]:
+        if node in dropped:
+            continue
+        node.inputs = [ports.get(p, p) for p in node.inputs]
+        node.control_inputs = list(dict.fromkeys(control_map.get(c, c)
+                                                 for c in node.control_inputs))
+        nodes.append(node)
+    graph.nodes = topological(nodes)
+    graph.fetches = [ports.get(p, p) for p in graph.fetches]
+    graph.targets = [control_map.get(t, t) for t in graph.targets]
+    graph.changed = True
+    return graph

@@ -1,0 +1,184 @@
+"""The dropout fusion (compile/fuse_dropout.py, issue 37): ``dropout``'s RandomUniform, Add,
+Floor, RealDiv and Mul become one ``_FusedDropout`` where no intermediate has another use;
+as data (the rewritten NodeGraph: the gradient reads the fused node's mask) and end to end
+(the same bits as the unfused ops for a seed, forward and training steps; the gradient the
+mask over keep)."""
+import numpy as np
+import pytest
+
+import asyncflow as af
+import asyncflow.compat.v1 as tf1
+from asyncflow.compile.fuse_dropout import fuse_dropout
+from asyncflow.compile.node_graph import NodeGraph
+from asyncflow.compile.prune import prune
+
+CPU0 = "/job:localhost/replica:0/task:0/device:CPU:0"
+CHAIN = {"RandomUniform", "Floor", "RealDiv", "Add", "Mul"}
+
+
+def node_graph(fetches, feeds=(), targets=()):
+    ops = prune(fetches, targets, feeds)
+    placement = {op: CPU0 for op in ops}
+    return NodeGraph.from_ops(ops, list(feeds), list(fetches), list(targets), placement)
+
+
+def types(graph):
+    return [n.type for n in graph.nodes]
+
+
+def test_dropout_and_its_gradient_read_one_fused_node():
+    with af.Graph().as_default():
+        x = af.placeholder(af.float32, [None, 6], name="x")
+        out = af.nn.dropout(x * 2.0, rate=0.25, seed=3, name="drop")
+        (grad,) = af.gradients(af.reduce_sum(out * out), [x])
+    before = node_graph([out, grad], feeds=[x])
+    after = fuse_dropout(before)
+    (fused,) = [n for n in after.nodes if n.type == "_FusedDropout"]
+    assert after.changed and fused.name == out.op.name
+    assert after.fetches[0] == (fused, 0)
+    assert not {"RandomUniform", "Floor"} & set(types(after))
+    assert {"RandomUniform", "Floor"} <= set(types(before))  # the input graph is untouched
+    # The gradient's Mul reads the mask (output 1); Shape nodes read output 0.
+    readers = [(n, i) for n in after.nodes for i, p in enumerate(n.inputs) if p[0] is fused]
+    assert any(n.type == "Mul" and n.inputs[i] == (fused, 1) for n, i in readers)
+    assert all(n.inputs[i] == (fused, 0) for n, i in readers if n.type == "Shape")
+    assert fused.attrs["seed"] is not None
+
+
+def test_no_fusion_where_an_intermediate_is_used_elsewhere():
+    def build(extra):
+        graph = af.Graph()
+        with graph.as_default():
+            x = af.placeholder(af.float32, [4, 5], name="x")
+            out = af.nn.dropout(x, rate=0.5, seed=1, name="drop")
+            ops = {n.type: graph.get_operation_by_name(n.name) for n in graph.get_operations()
+                   if n.name.startswith("drop/")}
+            fetches = [out] + extra(ops, x)
+        return fuse_dropout(node_graph(fetches, feeds=[x]))
+
+    # Each intermediate read by another op, fetched, or a control input: nothing fuses.
+    cases = [
+        lambda ops, x: [af.reduce_sum(ops["RandomUniform"].outputs[0])],
+        lambda ops, x: [ops["Add"].outputs[0]],
+        lambda ops, x: [af.reduce_sum(ops["RealDiv"].outputs[0])],
+        lambda ops, x: [_after(ops["Add"], x)],
+    ]
+    for extra in cases:
+        assert "_FusedDropout" not in types(build(extra))
+    # The mask read elsewhere or fetched is fine: it is the fused node's second output.
+    graph = build(lambda ops, x: [ops["Floor"].outputs[0]])
+    (fused,) = [n for n in graph.nodes if n.type == "_FusedDropout"]
+    assert graph.fetches[1] == (fused, 1)
+
+
+def _after(op, x):
+    with af.control_dependencies([op]):
+        return af.identity(x)
+
+
+def test_no_fusion_for_another_noise_shape_or_a_tensor_rate():
+    with af.Graph().as_default():
+        x = af.placeholder(af.float32, [4, 5], name="x")
+        broadcast = af.nn.dropout(x, rate=0.5, noise_shape=[4, 1], seed=1)
+        rate = af.placeholder(af.float32, [2], name="rate")   # not a scalar
+        vector = af.nn.dropout(x, rate=rate[:1], seed=2)
+        scalar_rate = af.placeholder(af.float32, [], name="scalar_rate")
+        fed = af.nn.dropout(x, rate=scalar_rate, seed=3)
+    graph = fuse_dropout(node_graph([broadcast, vector], feeds=[x, rate]))
+    assert "_FusedDropout" not in types(graph)
+    graph = fuse_dropout(node_graph([fed], feeds=[x, scalar_rate]))
+    assert types(graph).count("_FusedDropout") == 1
+
+
+async def run_dropout(optimize_graph, dtype, shape, rate, steps=3):
+    rng = np.random.default_rng(5)
+    value = (rng.standard_normal(shape) * 3).astype(dtype)
+    value.reshape(-1)[:3] = [0.0, -0.0, np.inf]
+    with af.Graph().as_default():
+        af.set_random_seed(11)
+        x = af.placeholder(dtype, [None] + list(shape[1:]))
+        scale = af.Variable(np.ones(shape[1:], dtype))
+        out = af.nn.dropout(x * scale, rate=rate)
+        twice = tf1.nn.dropout(out, keep_prob=0.5)                       # chained
+        (grad,) = af.gradients(af.reduce_sum(twice), [scale])
+        config = af.ConfigProto(optimize_graph=optimize_graph)
+        async with af.Session(config=config) as session:
+            await session.run(af.global_variables_initializer())
+            results = [await session.run([out, twice, grad], {x: value}) for _ in range(steps)]
+            metadata = af.RunMetadata()
+            await session.run(twice, {x: value}, options=af.RunOptions(
+                trace_level=af.RunOptions.FULL_TRACE), run_metadata=metadata)
+    return results, {s.op_type for s in metadata.step_stats}
+
+
+@pytest.mark.parametrize("dtype, shape, rate", [
+    (np.float32, (128, 256), 0.25), (np.float32, (3, 5, 7), 0.9), (np.float64, (33, 17), 0.5),
+    (np.float16, (9, 4), 0.1)])
+async def test_fused_dropout_gives_the_same_bits_as_unfused(dtype, shape, rate):
+    fused, fused_types = await run_dropout(True, dtype, shape, rate)
+    plain, plain_types = await run_dropout(False, dtype, shape, rate)
+    assert "_FusedDropout" in fused_types and "RandomUniform" not in fused_types
+    assert "_FusedDropout" not in plain_types and "RandomUniform" in plain_types
+    for fused_step, plain_step in zip(fused, plain):
+        for a, b in zip(fused_step, plain_step):
+            assert a.dtype == b.dtype and a.shape == b.shape
+            np.testing.assert_array_equal(a, b)
+            assert a.tobytes() == b.tobytes()
+    # The draws move on each step, and some units are dropped, some kept.
+    assert not np.array_equal(fused[0][0], fused[1][0])
+    kept = fused[0][0][np.isfinite(fused[0][0])] != 0
+    assert kept.any() and not kept.all()
+
+
+async def first_run(value, fetches_of):
+    """The first run of a fresh session (the same seeded draws every time)."""
+    with af.Graph().as_default():
+        x = af.placeholder(af.float64, value.shape)
+        out = af.nn.dropout(x, rate=0.4, seed=7)
+        loss = af.reduce_sum(out * out)
+        async with af.Session() as session:
+            return await session.run(fetches_of(x, out, loss), {x: value})
+
+
+async def test_the_fused_gradient_is_the_mask_over_keep():
+    # d(sum(dropout(x)^2))/dx is 2 x mask / keep^2: the mask read from the forward output of
+    # the same run (x has no zeros), and central differences over fresh sessions, whose first
+    # run draws the same mask.
+    rng = np.random.default_rng(2)
+    value = rng.uniform(0.5, 2.0, (16, 8))
+    grad, forward = await first_run(value, lambda x, out, loss: [af.gradients(loss, [x])[0], out])
+    mask = (forward != 0).astype(np.float64)
+    assert 0 < mask.sum() < mask.size
+    np.testing.assert_allclose(grad, 2 * value * mask / 0.6 ** 2, rtol=1e-12)
+    eps = 1e-5
+    for index in [(0, 0), tuple(np.argwhere(mask == 0)[0]), tuple(np.argwhere(mask == 1)[-1])]:
+        shifted = []
+        for sign in (1, -1):
+            moved = value.copy()
+            moved[index] += sign * eps
+            shifted.append(await first_run(moved, lambda x, out, loss: loss))
+        numeric = (shifted[0] - shifted[1]) / (2 * eps)
+        np.testing.assert_allclose(grad[index], numeric, rtol=1e-6, atol=1e-8)
+
+
+def test_a_graph_without_dropout_is_left_as_it_is():
+    with af.Graph().as_default():
+        x = af.placeholder(af.float32, [4, 5], name="x")
+        out = af.floor(af.random_uniform([4, 5]) + 0.5) * x     # no RealDiv: not dropout
+        plain = af.nn.relu(x)
+    for fetches in ([out], [plain]):
+        before = node_graph(fetches, feeds=[x])
+        after = fuse_dropout(before)
+        assert types(after) == types(before) and not after.changed
+
+
+def test_no_fusion_across_devices():
+    with af.Graph().as_default():
+        x = af.placeholder(af.float32, [4, 5], name="x")
+        out = af.nn.dropout(x, rate=0.5, seed=1, name="drop")
+    ops = prune([out], [], [x])
+    cpu1 = CPU0.replace("CPU:0", "CPU:1")
+    placement = {op: cpu1 if op.type == "RandomUniform" else CPU0 for op in ops}
+    graph = fuse_dropout(NodeGraph.from_ops(ops, [x], [out], [], placement))
+    assert "_FusedDropout" not in types(graph) and "RandomUniform" in types(graph)
+    assert "_FusedDropout" in types(fuse_dropout(node_graph([out], feeds=[x])))
