@@ -15,6 +15,10 @@ Theory of operation:
   very MaxPool's output 0 and input, ``ksize``/``strides``/``padding``/``data_format`` are
   equal, and the window has at most 256 taps (uint8). Anything else stays as it was (a
   MaxPoolGrad fed a tensor of the user's, or of another pool, recomputes).
+- Where the pooled input is a Relu's output and the routed gradient's only reader is that
+  Relu's ReluGrad, the two become ``_MaxPoolReluGradByTaps`` (input, taps, grad, pooled):
+  with windows that tile, a cell's ``x > 0`` is its window's ``pooled > 0``, so the mask is
+  applied to the pooled-size gradient before routing (the same bits; see its kernel).
 - The MaxPool keeps its name, inputs, control inputs and consumers (they read output 0 as
   before); fetches and targets of either node move to its replacement.
 
@@ -77,8 +81,55 @@ def route_max_pool_grads(graph):
         node.inputs = [(replaced.get(p, p), i) for p, i in node.inputs]
         node.control_inputs = [replaced.get(c, c) for c in node.control_inputs]
         nodes.append(node)
-    graph.nodes = topological(nodes)
     graph.fetches = [(replaced.get(p, p), i) for p, i in graph.fetches]
     graph.targets = [replaced.get(t, t) for t in graph.targets]
+    graph.nodes = topological(_fold_relu_grads(nodes, graph, replaced))
     graph.changed = True
     return graph
+
+
+def _fold_relu_grads(nodes, graph, replaced):
+    """``ReluGrad(_MaxPoolGradByTaps(x, taps, g), x)`` -> ``_MaxPoolReluGradByTaps(x, taps,
+    g, pooled)`` (module docstring), where the routed gradient has no other reader and is
+    neither fetched, a target, a control input nor has control inputs; the ReluGrad's
+    fetches, target and control uses move to the folded node, which keeps its control
+    inputs."""
+    readers, controlling = {}, set()
+    for node in nodes:
+        for port in node.inputs:
+            readers.setdefault(port, []).append(node)
+        controlling.update(node.control_inputs)
+    pinned = controlling | set(graph.targets) | {p for p, _ in graph.fetches}
+    pools = {fused: pool for pool, fused in replaced.items() if fused.type == "_MaxPoolWithTaps"}
+    folded = {}
+    for node in nodes:
+        if node.type != "ReluGrad":
+            continue
+        (routed, index), features = node.inputs
+        if (getattr(routed, "type", None) != "_MaxPoolGradByTaps" or index != 0
+                or routed in pinned or routed.control_inputs or routed in folded
+                or routed.inputs[0] != features or routed.device != node.device
+                or node.control_flow_context is not None
+                or readers.get((routed, 0)) != [node]):
+            continue
+        fused_pool = routed.inputs[1][0]
+        if fused_pool not in pools:
+            continue
+        both = Node(node.name, "_MaxPoolReluGradByTaps", get_op_def("_MaxPoolReluGradByTaps"),
+                    dict(routed.attrs), list(routed.inputs) + [(fused_pool, 0)],
+                    node.control_inputs, node.device, node.out_specs, node.traceback, node.seq, origin=node.origin,
+                    requested_device=node.requested_device)
+        both.colocation_groups = node.colocation_groups
+        folded[routed], folded[node] = both, both
+    if not folded:
+        return nodes
+    kept = []
+    for node in nodes:
+        if node in folded:
+            continue
+        node.inputs = [(folded.get(p, p), i) for p, i in node.inputs]
+        node.control_inputs = [folded.get(c, c) for c in node.control_inputs]
+        kept.append(node)
+    graph.fetches = [(folded.get(p, p), i) for p, i in graph.fetches]
+    graph.targets = list(dict.fromkeys(folded.get(t, t) for t in graph.targets))
+    return kept + list(dict.fromkeys(folded.values()))

@@ -25,7 +25,8 @@ Theory of operation for the spatial kernels (Conv2D, pooling and their gradients
   as the maximum, as ``argmax`` has it): taps are visited in order with a ``remaining`` mask,
   and the masks are applied by multiplication (10-20x cheaper than ``where``) unless the
   gradient holds an inf or NaN, where ``0 * inf`` would leak a NaN; then ``where`` routes it.
-  AvgPool divides by the number of real (unpadded) cells, as TF.
+  AvgPool divides by the number of real (unpadded) cells, as TF. Where the compile pass pairs
+  a MaxPool with its own gradient, ``kernels/nn_pool_taps.py`` routes by the forward's taps.
 - Every kernel splits its batch into contiguous chunks over the device's intra-op threads
   (``kernels/intra_op.py``): each chunk writes its own rows of a preallocated output, so
   the split changes no bits where the per-row work is exact; the filter gradient adds the
@@ -438,116 +439,6 @@ def _max_pool_grad(ctx, x, _output, grad):
             out[start:stop] = _crop(result, rows, cols, x.shape[1], x.shape[2])
     intra_op.for_batch(ctx, x.shape[0], grad[0].size * kernel_hw[0] * kernel_hw[1] * 6, chunk,
                        (2 * x[0].size + 3 * grad[0].size) * grad.itemsize)
-    return (out,)
-
-
-# MaxPool's window winners kept for its gradient (compile/pool_taps.py pairs them): the
-# forward emits, per output cell, the uint8 index (row-major tap order) of the cell
-# MaxPoolGrad would route to (the first maximal cell; the first NaN where the window has
-# one), and the gradient writes each tap's cells by ``taps == t`` instead of recomputing
-# the window maximum and masking with equalities.
-MAX_TAPS = 256
-
-
-def _tap_count(ctx, kernel_hw):
-    if kernel_hw[0] * kernel_hw[1] > MAX_TAPS:
-        raise errors.InvalidArgumentError(
-            None, ctx.name, f"{ctx.name}: a {kernel_hw[0]}x{kernel_hw[1]} window has more than "
-            f"{MAX_TAPS} taps; its winners do not fit uint8")
-
-
-@register_kernel("_MaxPoolWithTaps", offload=True)
-@_layout(arrays=(0,))
-def _max_pool_with_taps(ctx, x):
-    xp = ctx.xp
-    kernel_hw, rows, cols = _pool_setup(ctx, x.shape)
-    _tap_count(ctx, kernel_hw)
-    out_shape = (x.shape[0], rows[0], cols[0], x.shape[3])
-    if 0 in out_shape:
-        return xp.zeros(out_shape, dtype=x.dtype), xp.zeros(out_shape, dtype=np.uint8)
-    out = xp.empty(out_shape, dtype=x.dtype)
-    winners = xp.empty(out_shape, dtype=np.uint8)
-    tap_args = _tap_args(ctx, kernel_hw, rows, cols)
-    floating = x.dtype.kind == "f"
-
-    def chunk(start, stop):
-        padded = _pad(xp, x[start:stop], rows, cols, _lowest(x.dtype))
-        views = list(_taps(padded, *tap_args))
-        best, index = out[start:stop], winners[start:stop]
-        xp.copyto(best, views[0])            # the same passes as MaxPool: the same bits
-        index.fill(0)
-        hit = xp.empty(best.shape, dtype=bool)
-        won = xp.empty(best.shape, dtype=np.uint8)
-        for tap, view in enumerate(views[1:], 1):
-            xp.greater(view, best, out=hit)  # strictly greater: the first maximum stays
-            xp.maximum(best, view, out=best)
-            xp.multiply(hit, np.uint8(tap), out=won)
-            xp.maximum(index, won, out=index)  # later taps carry larger indices
-        if floating and bool(xp.isnan(best).any()):
-            # A NaN never compares greater: where the maximum is NaN, the first NaN wins.
-            nan_window = xp.isnan(best)
-            for tap in range(len(views) - 1, -1, -1):
-                xp.copyto(index, np.uint8(tap), where=nan_window & xp.isnan(views[tap]))
-    intra_op.for_batch(ctx, x.shape[0], out[0].size * kernel_hw[0] * kernel_hw[1] * 4, chunk,
-                       x[0].size * x.itemsize)
-    return out, winners
-
-
-@register_kernel("_MaxPoolGradByTaps", offload=True)
-@_layout(arrays=(0, 1, 2))
-def _max_pool_grad_by_taps(ctx, x, winners, grad):
-    xp = ctx.xp
-    kernel_hw, rows, cols = _pool_setup(ctx, x.shape)
-    _tap_count(ctx, kernel_hw)
-    expected = (x.shape[0], rows[0], cols[0], x.shape[3])
-    for what, value in (("taps", winners), ("grad", grad)):
-        if tuple(value.shape) != expected:
-            raise errors.InvalidArgumentError(
-                None, ctx.name, f"{ctx.name}: {what} has shape {list(value.shape)}, the pooled "
-                f"input's windows give {list(expected)}")
-    if winners.dtype != np.uint8:
-        raise errors.InvalidArgumentError(
-            None, ctx.name, f"{ctx.name}: taps must be uint8, got {winners.dtype}")
-    if grad.size == 0:
-        return (xp.zeros(x.shape, dtype=grad.dtype),)
-    out = xp.empty(x.shape, dtype=grad.dtype)
-    tap_args = _tap_args(ctx, kernel_hw, rows, cols)
-    finite = grad.dtype.kind != "f" or bool(xp.isfinite(grad).all())
-    strides = ctx.attrs["strides"]
-    tiled = (strides[1] == kernel_hw[0] and strides[2] == kernel_hw[1]
-             and x.shape[1] + rows[1] + rows[2] == rows[0] * strides[1]
-             and x.shape[2] + cols[1] + cols[2] == cols[0] * strides[2])
-    unpadded = not (rows[1] or rows[2] or cols[1] or cols[2])
-
-    def chunk(start, stop):
-        g, index = grad[start:stop], winners[start:stop]
-        if unpadded:
-            result = out[start:stop]
-            if not tiled:
-                result.fill(0)
-        else:
-            result = (xp.empty if tiled else xp.zeros)(
-                _padded_shape((stop - start,) + tuple(x.shape[1:]), rows, cols),
-                dtype=grad.dtype)
-        hit = xp.empty(g.shape, dtype=bool)
-        routed = None if tiled else xp.empty(g.shape, dtype=grad.dtype)
-        # The same arithmetic as MaxPoolGrad, tap by tap: the same bits.
-        for tap, target in enumerate(_taps(result, *tap_args)):
-            xp.equal(index, np.uint8(tap), out=hit)
-            if tiled:
-                if finite:
-                    xp.multiply(g, hit, out=target)
-                else:
-                    target[...] = xp.where(hit, g, g.dtype.type(0))
-            elif finite:
-                xp.multiply(g, hit, out=routed)
-                target += routed
-            else:
-                target += xp.where(hit, g, g.dtype.type(0))
-        if not unpadded:
-            out[start:stop] = _crop(result, rows, cols, x.shape[1], x.shape[2])
-    intra_op.for_batch(ctx, x.shape[0], grad[0].size * kernel_hw[0] * kernel_hw[1] * 2, chunk,
-                       (x[0].size + 2 * grad[0].size) * grad.itemsize)
     return (out,)
 
 

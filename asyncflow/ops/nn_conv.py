@@ -358,13 +358,16 @@ def _infer_avg_pool_grad(op):
 def _infer_pool_with_taps(op):
     """``_MaxPoolWithTaps(value)``: MaxPool's output and, per output cell, the uint8 tap
     (row-major in the window) its gradient goes to; ``_MaxPoolGradByTaps(orig_input, taps,
-    grad)`` routes by it. Made only by compile/pool_taps.py, never by users."""
+    grad)`` routes by it, ``_MaxPoolReluGradByTaps(orig_input, taps, grad, orig_output)``
+    also applies ReluGrad where ``orig_input`` is a Relu's output. Made only by
+    compile/pool_taps.py, never by users."""
     ((dtype, shape),) = _infer_pool(op)
     return [(dtype, shape), (dtypes.uint8, shape)]
 
 
 register_op("_MaxPoolWithTaps", infer=_infer_pool_with_taps, differentiable=False)
 register_op("_MaxPoolGradByTaps", infer=_infer_max_pool_grad, differentiable=False)
+register_op("_MaxPoolReluGradByTaps", infer=_infer_max_pool_grad, differentiable=False)
 register_op("MaxPool", infer=_infer_pool)
 register_op("AvgPool", infer=_infer_pool)
 register_op("MaxPoolGrad", infer=_infer_max_pool_grad)

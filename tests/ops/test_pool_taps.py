@@ -10,7 +10,7 @@ from asyncflow import errors
 from asyncflow.compile import optimize
 from asyncflow.compile.node_graph import NodeGraph
 from asyncflow.compile.prune import prune
-from asyncflow.kernels import nn_conv
+from asyncflow.kernels import nn_conv, nn_pool_taps
 from asyncflow.ops.construct import make
 
 from test_conv_kernels import (  # same folder
@@ -23,9 +23,9 @@ assert small_chunks  # a fixture, used by name below
 
 def by_taps(attrs, x, grad, threads):
     ctx = KernelContext(attrs, threads)
-    pooled, taps = nn_conv._max_pool_with_taps(ctx, x)
+    pooled, taps = nn_pool_taps._max_pool_with_taps(ctx, x)
     assert taps.dtype == np.uint8 and taps.shape == pooled.shape
-    return pooled, nn_conv._max_pool_grad_by_taps(ctx, x, taps, grad)[0]
+    return pooled, nn_pool_taps._max_pool_grad_by_taps(ctx, x, taps, grad)[0]
 
 
 def recomputed(attrs, x, grad):
@@ -58,6 +58,21 @@ def test_inf_and_nan_gradients_go_where_maxpoolgrad_sends_them(threads, small_ch
         assert_same_bits(by_taps(attrs, x, grad, threads), recomputed(attrs, x, grad), case)
 
 
+@pytest.mark.parametrize("special", [no_special, with_nan_and_inf, all_minus_inf])
+def test_relu_grad_folded_into_the_routing_gives_the_same_bits(special, small_chunks):
+    """``ReluGrad(MaxPoolGrad(x, pooled, g), x)``, zeros' signs included: the inputs hold
+    ties at 0 and below (a Relu's zeros), gradients of both signs, infs and NaNs."""
+    for case, attrs, x, grad in pool_cases_with(special):
+        x = x - 1.0  # values -1, 0, 1: windows of zeros and of negatives
+        for g in (grad, np.where(np.arange(grad.size).reshape(grad.shape) % 6 == 0,
+                                 np.float32(np.inf), -grad).astype(np.float32)):
+            ctx = KernelContext(attrs, 2)
+            pooled, taps = nn_pool_taps._max_pool_with_taps(ctx, x)
+            new = nn_pool_taps._max_pool_relu_grad_by_taps(ctx, x, taps, g, pooled)[0]
+            old = recomputed(attrs, x, g)[1] * (x > 0)
+            assert new.tobytes() == old.tobytes(), case
+
+
 def test_integers_and_float64_route_alike():
     rng = np.random.default_rng(5)
     attrs = pool_attrs(3, 3, 2, 2, "SAME")
@@ -82,11 +97,11 @@ def test_taps_of_the_wrong_shape_or_type_are_refused_by_name():
     x = np.zeros((2, 4, 4, 3), np.float32)
     grad = np.zeros((2, 2, 2, 3), np.float32)
     with pytest.raises(errors.InvalidArgumentError, match="test_op: taps has shape"):
-        nn_conv._max_pool_grad_by_taps(ctx, x, np.zeros((2, 2, 3, 3), np.uint8), grad)
+        nn_pool_taps._max_pool_grad_by_taps(ctx, x, np.zeros((2, 2, 3, 3), np.uint8), grad)
     with pytest.raises(errors.InvalidArgumentError, match="test_op: taps must be uint8"):
-        nn_conv._max_pool_grad_by_taps(ctx, x, np.zeros((2, 2, 2, 3), np.int32), grad)
+        nn_pool_taps._max_pool_grad_by_taps(ctx, x, np.zeros((2, 2, 2, 3), np.int32), grad)
     with pytest.raises(errors.InvalidArgumentError, match="more than 256 taps"):
-        nn_conv._max_pool_with_taps(KernelContext(pool_attrs(17, 17, 1, 1, "SAME"), 1), x)
+        nn_pool_taps._max_pool_with_taps(KernelContext(pool_attrs(17, 17, 1, 1, "SAME"), 1), x)
 
 
 # -- the pass -----------------------------------------------------------------------------------
@@ -119,6 +134,26 @@ async def run_both_ways(build, images):
     return results
 
 
+@pytest.mark.parametrize("window, stride, padding", [(2, 2, "SAME"), (3, 2, "SAME"),
+                                                     (2, 2, "VALID")])
+async def test_a_relu_pool_and_its_gradients_fold_with_the_same_bits(window, stride, padding):
+    rng = np.random.default_rng(8)
+    images = rng.integers(-2, 3, size=(4, 9, 10, 3)).astype(np.float32)
+    filters = rng.standard_normal((1, 1, 3, 2)).astype(np.float32)  # gradients of both signs
+
+    def build(x):
+        pooled = af.nn.max_pool(af.nn.relu(x), [1, window, window, 1], [1, stride, stride, 1],
+                                padding)
+        weights = af.constant(filters)
+        loss = af.reduce_sum(af.nn.conv2d(pooled, weights, 1, "SAME") ** 2)
+        return [pooled] + af.gradients(loss, [x])
+    results = await run_both_ways(build, images)
+    assert "_MaxPoolReluGradByTaps" in results[True][1]
+    assert not {"ReluGrad", "MaxPoolGrad", "_MaxPoolGradByTaps"} & results[True][1]
+    for a, b in zip(results[True][0], results[False][0]):
+        assert a.tobytes() == b.tobytes()
+
+
 async def test_a_pools_own_gradient_reads_its_taps_with_the_same_bits():
     rng = np.random.default_rng(7)
     images = rng.integers(0, 4, size=(5, 11, 9, 3)).astype(np.float32)
@@ -142,7 +177,9 @@ def test_the_pass_pairs_only_a_pool_with_its_own_gradient():
         x = af.placeholder(af.float32, [4, 8, 8, 2], name="x")
         first, second = convnet_pools(x)
         grads = af.gradients(af.reduce_sum(second), [x])
-        assert types_of(grads, [x]).count("_MaxPoolGradByTaps") == 2
+        types = types_of(grads, [x])  # the second pool's input is a Relu's output
+        assert types.count("_MaxPoolGradByTaps") == 1 and "ReluGrad" not in types
+        assert types.count("_MaxPoolReluGradByTaps") == 1
         attrs = {"ksize": (1, 2, 2, 1), "strides": (1, 2, 2, 1), "padding": "SAME",
                  "data_format": "NHWC"}
         ones = af.ones_like(first)
