@@ -89,6 +89,13 @@ def test_nchw_routes_alike():
     x = rng.integers(0, 3, size=(2, 4, 7, 9)).astype(np.float32)
     grad = rng.standard_normal((2, 4, 4, 5)).astype(np.float32)
     assert_same_bits(by_taps(attrs, x, grad, 2), recomputed(attrs, x, grad), "NCHW")
+    for relu_attrs in ({**attrs, "ksize": (1, 1, 2, 2)}, attrs):  # tiling and overlapping
+        ctx = KernelContext(relu_attrs, 2)
+        y = x - 1.0
+        pooled, taps = nn_pool_taps._max_pool_with_taps(ctx, y)
+        g = rng.standard_normal(pooled.shape).astype(np.float32)
+        new = nn_pool_taps._max_pool_relu_grad_by_taps(ctx, y, taps, g, pooled)[0]
+        assert new.tobytes() == (recomputed(relu_attrs, y, g)[1] * (y > 0)).tobytes()
 
 
 def test_taps_of_the_wrong_shape_or_type_are_refused_by_name():
