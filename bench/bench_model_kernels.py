@@ -3,7 +3,8 @@
 Times, called directly on one and two intra-op threads (the convnet's and the autoencoder's
 shapes, float32): the convnet's first Conv2D ([128, 28, 28, 1] 5x5 -> 32, SAME) and its
 filter gradient, its second ([128, 14, 14, 32] 5x5 -> 64) and both gradients (in a tree with
-the FFT algorithm, also with the direct kernels forced), its two MaxPoolGrads ([128, 28, 28, 32] and [128, 14, 14, 64], 2x2), and
+the FFT algorithm, also with the direct kernels forced), its two MaxPoolGrads ([128, 28, 28, 32] and [128, 14, 14, 64], 2x2; with each pool's
+forward and the Relu's gradient, routed by the forward's taps where the tree has them), and
 Sigmoid on [256, 784] (and [32, 128]). Each tree is imported in a process of its own
 (``PYTHONPATH=TREE``); rounds alternate the trees, so load phases hit both alike; the figure
 is the best round's median call time.
@@ -63,12 +64,47 @@ def measure(calls):
             grad = rng.standard_normal(pooled.shape).astype(np.float32)
             results[f"MaxPoolGrad {shape[1]}x{shape[2]}x{shape[3]}, {threads} thr"] = _median_ms(
                 lambda: nn_conv._max_pool_grad(pctx, value, pooled, grad), calls)
+            results.update(_pool_pair_rows(pctx, value, pooled, grad, shape, threads, calls))
         results.update(_conv2_rows(ctx, threads, calls))
     for shape in ((256, 784), (32, 128)):
         value = rng.standard_normal(shape).astype(np.float32) * 4
         out = np.empty_like(value)
         results[f"Sigmoid {shape[0]}x{shape[1]}"] = _median_ms(
             lambda: kmath.sigmoid_into(np, value, out), calls * 10)
+    return results
+
+
+def _pool_pair_rows(ctx, value, pooled, grad, shape, threads, calls):
+    """A MaxPool of a Relu's output and its gradient as the convnet's step runs them: MaxPool,
+    MaxPoolGrad and ReluGrad (``grad * (x > 0)``), or, in a tree with
+    ``kernels/nn_pool_taps.py`` (compile/pool_taps.py), ``_MaxPoolWithTaps`` and
+    ``_MaxPoolReluGradByTaps``."""
+    from asyncflow.kernels import nn_conv
+    try:
+        from asyncflow.kernels import nn_pool_taps
+    except ImportError:
+        nn_pool_taps = None
+    name = f"{shape[1]}x{shape[2]}x{shape[3]}, {threads} thr"
+    results = {f"MaxPool {name}": _median_ms(lambda: nn_conv._max_pool(ctx, value), calls)}
+    if nn_pool_taps is None:
+        def pair():
+            routed = nn_conv._max_pool_grad(ctx, value, nn_conv._max_pool(ctx, value)[0], grad)
+            return routed[0] * (value > 0)
+    else:
+        pooled, taps = nn_pool_taps._max_pool_with_taps(ctx, value)
+        results[f"MaxPool with taps {name}"] = _median_ms(
+            lambda: nn_pool_taps._max_pool_with_taps(ctx, value), calls)
+        results[f"MaxPoolGrad by taps {name}"] = _median_ms(
+            lambda: nn_pool_taps._max_pool_grad_by_taps(ctx, value, taps, grad), calls)
+        results[f"MaxPoolGrad + ReluGrad by taps {name}"] = _median_ms(
+            lambda: nn_pool_taps._max_pool_relu_grad_by_taps(ctx, value, taps, grad, pooled),
+            calls)
+
+        def pair():
+            pooled, taps = nn_pool_taps._max_pool_with_taps(ctx, value)
+            return nn_pool_taps._max_pool_relu_grad_by_taps(ctx, value, taps, grad, pooled)
+    results[f"pool, its gradient and ReluGrad as the step runs them {name}"] = _median_ms(
+        pair, calls)
     return results
 
 

@@ -338,7 +338,7 @@ def _conv2d_backprop_filter_grad(op, grad):
 # -- pooling --------------------------------------------------------------------------------
 def _infer_pool(op):
     x = op.inputs[0]
-    check_dtype(op.type, x, NUMERIC if op.type == "MaxPool" else FLOATING, "value")
+    check_dtype(op.type, x, FLOATING if op.type == "AvgPool" else NUMERIC, "value")
     ksize = op.get_attr("ksize")
     h, w, c = _hw(op.attrs)
     return [(x.dtype, _spatial_shape(x.shape, (ksize[h], ksize[w]), op.attrs,
@@ -355,6 +355,19 @@ def _infer_avg_pool_grad(op):
     return [(grad.dtype, _sizes_shape(sizes))]
 
 
+def _infer_pool_with_taps(op):
+    """``_MaxPoolWithTaps(value)``: MaxPool's output and, per output cell, the uint8 tap
+    (row-major in the window) its gradient goes to; ``_MaxPoolGradByTaps(orig_input, taps,
+    grad)`` routes by it, ``_MaxPoolReluGradByTaps(orig_input, taps, grad, orig_output)``
+    also applies ReluGrad where ``orig_input`` is a Relu's output. Made only by
+    compile/pool_taps.py, never by users."""
+    ((dtype, shape),) = _infer_pool(op)
+    return [(dtype, shape), (dtypes.uint8, shape)]
+
+
+register_op("_MaxPoolWithTaps", infer=_infer_pool_with_taps, differentiable=False)
+register_op("_MaxPoolGradByTaps", infer=_infer_max_pool_grad, differentiable=False)
+register_op("_MaxPoolReluGradByTaps", infer=_infer_max_pool_grad, differentiable=False)
 register_op("MaxPool", infer=_infer_pool)
 register_op("AvgPool", infer=_infer_pool)
 register_op("MaxPoolGrad", infer=_infer_max_pool_grad)

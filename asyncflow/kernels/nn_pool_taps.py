@@ -1,0 +1,160 @@
+"""MaxPool's window winners kept for its gradient (compile/pool_taps.py pairs the ops; see
+ops/nn_conv.py ``_MaxPoolWithTaps``).
+
+Theory of operation: ``_MaxPoolWithTaps`` runs MaxPool's passes (the same bits) and, per
+output cell, keeps the uint8 index (row-major tap order) of the cell MaxPoolGrad routes to:
+the first maximal cell (a strictly greater tap takes over, so ties stay with the first), or
+the first NaN where the window holds one (a NaN never compares greater, so a window whose
+maximum came out NaN is looked at again). ``_MaxPoolGradByTaps`` then writes each tap's
+cells by one equality on bytes and one multiply, the arithmetic MaxPoolGrad applies after
+recomputing every window's maximum (kernels/nn_conv.py): the same bits, with ``where`` for
+inf/NaN gradients as there. ``_MaxPoolReluGradByTaps`` also applies ReluGrad by the pooled
+input (module docstring of compile/pool_taps.py). Every kernel splits the batch over the
+intra-op pool as MaxPool does.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from asyncflow import errors
+from asyncflow.kernels import intra_op
+from asyncflow.kernels.nn_conv import (
+    _crop, _layout, _lowest, _pad, _padded_shape, _pool_setup, _tap_args, _taps,
+)
+from asyncflow.kernels.registry import register_kernel
+
+MAX_TAPS = 256
+
+
+def _tap_count(ctx, kernel_hw):
+    if kernel_hw[0] * kernel_hw[1] > MAX_TAPS:
+        raise errors.InvalidArgumentError(
+            None, ctx.name, f"{ctx.name}: a {kernel_hw[0]}x{kernel_hw[1]} window has more than "
+            f"{MAX_TAPS} taps; its winners do not fit uint8")
+
+
+@register_kernel("_MaxPoolWithTaps", offload=True)
+@_layout(arrays=(0,))
+def _max_pool_with_taps(ctx, x):
+    xp = ctx.xp
+    kernel_hw, rows, cols = _pool_setup(ctx, x.shape)
+    _tap_count(ctx, kernel_hw)
+    out_shape = (x.shape[0], rows[0], cols[0], x.shape[3])
+    if 0 in out_shape:
+        return xp.zeros(out_shape, dtype=x.dtype), xp.zeros(out_shape, dtype=np.uint8)
+    out = xp.empty(out_shape, dtype=x.dtype)
+    winners = xp.empty(out_shape, dtype=np.uint8)
+    tap_args = _tap_args(ctx, kernel_hw, rows, cols)
+    floating = x.dtype.kind == "f"
+
+    def chunk(start, stop):
+        padded = _pad(xp, x[start:stop], rows, cols, _lowest(x.dtype))
+        views = list(_taps(padded, *tap_args))
+        best, index = out[start:stop], winners[start:stop]
+        xp.copyto(best, views[0])            # the same passes as MaxPool: the same bits
+        index.fill(0)
+        hit = xp.empty(best.shape, dtype=bool)
+        won = xp.empty(best.shape, dtype=np.uint8)
+        for tap, view in enumerate(views[1:], 1):
+            xp.greater(view, best, out=hit)  # strictly greater: the first maximum stays
+            xp.maximum(best, view, out=best)
+            xp.multiply(hit, np.uint8(tap), out=won)
+            xp.maximum(index, won, out=index)  # later taps carry larger indices
+        if floating and bool(xp.isnan(best).any()):
+            # A NaN never compares greater: where the maximum is NaN, the first NaN wins.
+            nan_window = xp.isnan(best)
+            for tap in range(len(views) - 1, -1, -1):
+                xp.copyto(index, np.uint8(tap), where=nan_window & xp.isnan(views[tap]))
+    intra_op.for_batch(ctx, x.shape[0], out[0].size * kernel_hw[0] * kernel_hw[1] * 4, chunk,
+                       x[0].size * x.itemsize)
+    return out, winners
+
+
+@register_kernel("_MaxPoolGradByTaps", offload=True)
+@_layout(arrays=(0, 1, 2))
+def _max_pool_grad_by_taps(ctx, x, winners, grad):
+    return (_route_by_taps(ctx, x, winners, grad),)
+
+
+def _tiled(ctx, shape, kernel_hw, rows, cols):
+    """Whether the windows do not overlap and tile the padded input."""
+    strides = ctx.attrs["strides"]
+    return (strides[1] == kernel_hw[0] and strides[2] == kernel_hw[1]
+            and shape[1] + rows[1] + rows[2] == rows[0] * strides[1]
+            and shape[2] + cols[1] + cols[2] == cols[0] * strides[2])
+
+
+@register_kernel("_MaxPoolReluGradByTaps", offload=True)
+@_layout(arrays=(0, 1, 2, 3))
+def _max_pool_relu_grad_by_taps(ctx, x, winners, grad, pooled):
+    """``ReluGrad(_MaxPoolGradByTaps(x, taps, grad), x)`` where ``x`` is a Relu's output: with
+    windows that tile, each cell gets at most its window's gradient, and its ``x > 0`` is the
+    window's ``pooled > 0``, so the mask goes on the pooled-size gradient (a quarter of the
+    cells for 2x2): the same bits. Overlapping windows sum several gradients into one cell,
+    where masking after the sum decides a zero's sign: there the mask follows the routing."""
+    kernel_hw, rows, cols = _pool_setup(ctx, x.shape)
+    if tuple(pooled.shape) != tuple(grad.shape):
+        raise errors.InvalidArgumentError(
+            None, ctx.name, f"{ctx.name}: pooled has shape {list(pooled.shape)}, grad "
+            f"{list(grad.shape)}")
+    if _tiled(ctx, x.shape, kernel_hw, rows, cols):
+        return (_route_by_taps(ctx, x, winners, grad, pooled),)
+    out = _route_by_taps(ctx, x, winners, grad)
+    return (out * (x > 0),)
+
+
+def _route_by_taps(ctx, x, winners, grad, pooled=None):
+    """``x``'s gradient, routed by ``winners``; with ``pooled``, each chunk's gradient is
+    first masked by ``pooled > 0`` (in cache: no full-size temporary)."""
+    xp = ctx.xp
+    kernel_hw, rows, cols = _pool_setup(ctx, x.shape)
+    _tap_count(ctx, kernel_hw)
+    expected = (x.shape[0], rows[0], cols[0], x.shape[3])
+    for what, value in (("taps", winners), ("grad", grad)):
+        if tuple(value.shape) != expected:
+            raise errors.InvalidArgumentError(
+                None, ctx.name, f"{ctx.name}: {what} has shape {list(value.shape)}, the pooled "
+                f"input's windows give {list(expected)}")
+    if winners.dtype != np.uint8:
+        raise errors.InvalidArgumentError(
+            None, ctx.name, f"{ctx.name}: taps must be uint8, got {winners.dtype}")
+    if grad.size == 0:
+        return xp.zeros(x.shape, dtype=grad.dtype)
+    out = xp.empty(x.shape, dtype=grad.dtype)
+    tap_args = _tap_args(ctx, kernel_hw, rows, cols)
+    finite = grad.dtype.kind != "f" or bool(xp.isfinite(grad).all())
+    tiled = _tiled(ctx, x.shape, kernel_hw, rows, cols)
+    unpadded = not (rows[1] or rows[2] or cols[1] or cols[2])
+
+    def chunk(start, stop):
+        g, index = grad[start:stop], winners[start:stop]
+        if pooled is not None:
+            g = g * (pooled[start:stop] > 0)
+        if unpadded:
+            result = out[start:stop]
+            if not tiled:
+                result.fill(0)
+        else:
+            result = (xp.empty if tiled else xp.zeros)(
+                _padded_shape((stop - start,) + tuple(x.shape[1:]), rows, cols),
+                dtype=grad.dtype)
+        hit = xp.empty(g.shape, dtype=bool)
+        routed = None if tiled else xp.empty(g.shape, dtype=grad.dtype)
+        # The same arithmetic as MaxPoolGrad, tap by tap: the same bits.
+        for tap, target in enumerate(_taps(result, *tap_args)):
+            xp.equal(index, np.uint8(tap), out=hit)
+            if tiled:
+                if finite:
+                    xp.multiply(g, hit, out=target)
+                else:
+                    target[...] = xp.where(hit, g, g.dtype.type(0))
+            elif finite:
+                xp.multiply(g, hit, out=routed)
+                target += routed
+            else:
+                target += xp.where(hit, g, g.dtype.type(0))
+        if not unpadded:
+            out[start:stop] = _crop(result, rows, cols, x.shape[1], x.shape[2])
+    intra_op.for_batch(ctx, x.shape[0], grad[0].size * kernel_hw[0] * kernel_hw[1] * 2, chunk,
+                       (x[0].size + 2 * grad[0].size) * grad.itemsize)
+    return out
