@@ -203,6 +203,7 @@ def _fields(cls: type, allow_tensors: bool = False) -> tuple[tuple[Field, ...], 
 
 
 _MISSING: Final = dataclasses.MISSING
+_FIELD_NAMES: dict = {}  # id(fields) -> (fields, names, required): the schemas' tuples live on
 
 
 def record_to_wire(fields: tuple[Field, ...], obj: Any) -> dict[str, Any]:
@@ -222,9 +223,13 @@ def record_to_wire(fields: tuple[Field, ...], obj: Any) -> dict[str, Any]:
 
 def record_from_wire(fields: tuple[Field, ...], plain: dict) -> dict[str, Any]:
     """The keyword arguments of a message or record from its plain map (checked whole)."""
-    names = {f.name for f in fields}
-    unknown = set(plain) - names
-    missing = {f.name for f in fields if f.default is dataclasses.MISSING} - set(plain)
+    known = _FIELD_NAMES.get(id(fields))
+    if known is None or known[0] is not fields:  # (names, required) once per fields tuple
+        known = _FIELD_NAMES[id(fields)] = (fields, frozenset(f.name for f in fields), frozenset(
+            f.name for f in fields if f.default is dataclasses.MISSING))
+    names, required = known[1], known[2]
+    keys = plain.keys()
+    unknown, missing = keys - names, required - keys
     if unknown or missing:
         raise SchemaMismatch(f": unknown fields {sorted(map(str, unknown))}, "
                              f"missing fields {sorted(missing)}")
