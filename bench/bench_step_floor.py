@@ -22,7 +22,14 @@ socket (the path before it, and the fallback).
 The differences between rows are the layers' costs; the ``floor`` row is what no change to
 asyncflow's Python can remove while both ends are trio processes.
 
-Usage: ``.venv/bin/python bench/bench_step_floor.py [--calls 4000] [--rounds 3]``.
+``--inprocess`` measures instead a trivial step with the worker (an ``af.Server``) and the
+session in this one trio run, over the bare same-host protocol on loopback: CPU per step of
+both sides together (``time.process_time``), without another process's scheduling in the
+figure, the probe the codec and the worker's step bookkeeping are tuned against;
+``--profile FILE`` writes that run's cProfile stats.
+
+Usage: ``.venv/bin/python bench/bench_step_floor.py [--calls 4000] [--rounds 3] [--inprocess
+[--profile FILE]]``.
 """
 from __future__ import annotations
 
@@ -157,11 +164,59 @@ def measure(calls):
     return out
 
 
+async def _inprocess(calls, profile):
+    import trio
+
+    import asyncflow as af
+    from bench_vs_tf1 import _trivial_and_pull
+    graph, p, doubled = _trivial_and_pull(af)[:3]
+    spec = {"worker": [f"127.0.0.1:{_free_port()}"]}
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(af.Server(spec, "worker", 0).serve)
+        async with af.Session(graph=graph, cluster=spec) as sess:
+            for _ in range(300):
+                await sess.run(doubled, {p: 1.0})
+            if sess._target.master.tasks[
+                    next(iter(sess._target.cache.values())).task_graphs[0].task
+            ].channel.bare_calls == 0:
+                raise RuntimeError("the steps did not take the bare same-host protocol")
+            if profile:
+                import cProfile
+                profiler = cProfile.Profile()
+                profiler.enable()
+            start_cpu, start = time.process_time(), time.perf_counter()
+            for _ in range(calls):
+                await sess.run(doubled, {p: 1.0})
+            cpu, wall = time.process_time() - start_cpu, time.perf_counter() - start
+            if profile:
+                profiler.disable()
+                profiler.dump_stats(profile)
+        await server.stop()
+    return wall / calls * 1e6, cpu / calls * 1e6
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=4000, help="calls per figure and round")
     parser.add_argument("--rounds", type=int, default=3, help="rounds (medians are printed)")
+    parser.add_argument("--inprocess", action="store_true",
+                        help="the worker and the session in this process: CPU per step")
+    parser.add_argument("--profile", metavar="FILE", help="with --inprocess: cProfile stats")
     args = parser.parse_args()
+    if args.inprocess:
+        import trio
+        sys.path.insert(0, HERE)
+        figures = []
+        for index in range(args.rounds):
+            figures.append(trio.run(_inprocess, args.calls,
+                                    args.profile if index == 0 else None))
+            print(f"round {index + 1}/{args.rounds}: {figures[-1][0]:.1f} us wall, "
+                  f"{figures[-1][1]:.1f} us CPU per step (load average "
+                  f"{os.getloadavg()[0]:.1f})", flush=True)
+        print(f"in-process trivial step, median of {args.rounds} rounds of {args.calls}: "
+              f"{statistics.median(f[0] for f in figures):.1f} us wall, "
+              f"{statistics.median(f[1] for f in figures):.1f} us CPU (both sides)")
+        return
     rounds = []
     for index in range(args.rounds):
         rounds.append(measure(args.calls))

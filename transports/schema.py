@@ -22,7 +22,7 @@ from typing import Any, Final, Union
 import ml_dtypes
 import numpy as np
 
-from transports.messages import CANONICAL_CODES, MESSAGE_TYPES, RECORD_TYPES, TensorEntry
+from transports.messages import CANONICAL_CODES, MESSAGE_TYPES, RECORD_TYPES, Status, TensorEntry
 
 MAGIC: Final = b"AFWF"  # a frame whose prefix and header carry no checksum
 CHECKED_MAGIC: Final = b"AFWC"  # a frame whose prefix and header are checksummed (two bits away)
@@ -202,6 +202,10 @@ def _fields(cls: type, allow_tensors: bool = False) -> tuple[tuple[Field, ...], 
     return tuple(plain), tensor_field
 
 
+_MISSING: Final = dataclasses.MISSING
+_FIELD_NAMES: dict = {}  # id(fields) -> (fields, names, required): the schemas' tuples live on
+
+
 def record_to_wire(fields: tuple[Field, ...], obj: Any) -> dict[str, Any]:
     """The plain map of a message's or record's fields, defaults left out."""
     plain = {}
@@ -211,16 +215,21 @@ def record_to_wire(fields: tuple[Field, ...], obj: Any) -> dict[str, Any]:
         except SchemaMismatch as exc:
             exc.where.insert(0, f.name)
             raise
-        if not f.omit(value):
+        default = f.default  # Field.omit, inlined: this runs for every field of every frame
+        if default is _MISSING or type(value) is not type(default) or value != default:
             plain[f.name] = value
     return plain
 
 
 def record_from_wire(fields: tuple[Field, ...], plain: dict) -> dict[str, Any]:
     """The keyword arguments of a message or record from its plain map (checked whole)."""
-    names = {f.name for f in fields}
-    unknown = set(plain) - names
-    missing = {f.name for f in fields if f.default is dataclasses.MISSING} - set(plain)
+    known = _FIELD_NAMES.get(id(fields))
+    if known is None or known[0] is not fields:  # (names, required) once per fields tuple
+        known = _FIELD_NAMES[id(fields)] = (fields, frozenset(f.name for f in fields), frozenset(
+            f.name for f in fields if f.default is dataclasses.MISSING))
+    names, required = known[1], known[2]
+    keys = plain.keys()
+    unknown, missing = keys - names, required - keys
     if unknown or missing:
         raise SchemaMismatch(f": unknown fields {sorted(map(str, unknown))}, "
                              f"missing fields {sorted(missing)}")
@@ -329,7 +338,12 @@ def checker(hint: Any) -> Callable[[Any], bool]:
         return lambda value: True
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (types.UnionType, Union):
-        alternatives = [checker(arg) for arg in args]
+        alternatives = [checker(arg) for arg in args if arg is not type(None)]
+        if len(alternatives) == 1 and len(args) == 2:  # X | None, without a generator
+            only = alternatives[0]
+            return lambda value: value is None or only(value)
+        if len(alternatives) < len(args):
+            alternatives.insert(0, checker(type(None)))
         return lambda value: any(check(value) for check in alternatives)
     if origin is list:
         item = checker(args[0])
@@ -341,9 +355,10 @@ def checker(hint: Any) -> Callable[[Any], bool]:
     if hint is type(None):
         return lambda value: value is None
     if hint in (int, float):  # bool is an int to Python, never to the protocol
-        return lambda value: isinstance(value, hint) and not isinstance(value, bool)
+        return lambda value: type(value) is hint or (
+            isinstance(value, hint) and not isinstance(value, bool))
     assert hint in (str, bytes, bool), f"no wire check for annotation {hint!r}"
-    return lambda value: isinstance(value, hint)
+    return lambda value: type(value) is hint or isinstance(value, hint)
 
 
 SCHEMAS: Final = {kind: build_schema(kind, cls) for kind, cls in MESSAGE_TYPES.items()}
@@ -437,6 +452,61 @@ def _check_shape(where: str, shape: Any, limits: Limits) -> None:
     if math.prod(n for n in shape if n) > MAX_SHAPE_PRODUCT:
         raise RemoteProtocolError(f"{where}: shape {shape} has more than "
                                   f"{MAX_SHAPE_PRODUCT} elements per non-empty slice")
+
+
+def describe_entry(entry: TensorEntry, limits: Limits) -> tuple[dict, memoryview | None]:
+    """The descriptor of an entry to send and the view of its raw bytes (None without any),
+    every field checked (LocalProtocolError: what this side must not send)."""
+    if not isinstance(entry.key, str) or not isinstance(entry.is_dead, bool):
+        raise LocalProtocolError(f"TensorEntry key must be str and is_dead bool: {entry!r:.120}")
+    if entry.error is not None and not isinstance(entry.error, Status):
+        raise LocalProtocolError(f"TensorEntry {entry.key!r}: error must be a Status")
+    descriptor = {"key": entry.key, "dtype": None, "shape": None, "nbytes": 0,
+                  "dead": entry.is_dead, "strings": None,
+                  "error": None if entry.error is None else
+                  {"code": entry.error.code, "message": entry.error.message}}
+    value = entry.value
+    if value is None:
+        return descriptor, None
+    if isinstance(value, np.generic):
+        value = np.asarray(value)
+    if not isinstance(value, np.ndarray):
+        raise LocalProtocolError(f"tensor {entry.key!r}: value must be a numpy array or None, "
+                                 f"got {type(value).__name__}")
+    if value.ndim > limits.max_rank:
+        raise LocalProtocolError(f"tensor {entry.key!r} has rank {value.ndim}, over the limit "
+                                 f"of {limits.max_rank}")
+    descriptor["shape"] = list(value.shape)
+    if value.dtype == object:
+        strings = value.ravel().tolist()
+        for item in strings:
+            if not isinstance(item, bytes):
+                raise LocalProtocolError(f"string tensor {entry.key!r} holds a "
+                                         f"{type(item).__name__}; only bytes items can be sent")
+        descriptor.update(dtype=STRING_DTYPE, strings=[bytes(s) for s in strings])
+        return descriptor, None
+    name = WIRE_NAMES.get(value.dtype)
+    if name is None:
+        raise LocalProtocolError(
+            f"tensor {entry.key!r} has dtype {value.dtype}, which the wire does not carry; "
+            f"allowed: {', '.join([*WIRE_DTYPES, STRING_DTYPE])}")
+    if value.nbytes > limits.max_tensor_bytes:
+        raise LocalProtocolError(f"tensor {entry.key!r} is {value.nbytes} bytes, over the limit "
+                                 f"of {limits.max_tensor_bytes}")
+    descriptor["dtype"] = name
+    if value.flags.c_contiguous and value.dtype == WIRE_DTYPES[name]:  # as it goes: no copy
+        descriptor["nbytes"] = value.nbytes
+        if value.nbytes == 0:
+            return descriptor, None
+        try:  # a plain buffer view is the cheapest; a dtype without a buffer code (bfloat16)
+            return descriptor, memoryview(value).cast("B")  # is viewed through numpy instead
+        except (ValueError, TypeError):
+            return descriptor, memoryview(value.reshape(-1).view(np.uint8))
+    value = np.ascontiguousarray(value, dtype=WIRE_DTYPES[name])
+    descriptor["nbytes"] = value.nbytes
+    if value.nbytes == 0:
+        return descriptor, None
+    return descriptor, memoryview(value.reshape(-1).view(np.uint8))
 
 
 # Headers seen before, validated: (limits, header bytes) -> (schema, payload, plans). A step

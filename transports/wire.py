@@ -81,7 +81,8 @@ from transports.schema import (
     FORMAT_VERSION, HEADER_KEYS, MAGIC, PREFIX, SCHEMA_BY_CLASS, SCHEMAS, STRING_DTYPE,
     VALIDATED_HEADERS, WIRE_DTYPES, WIRE_NAMES, ChecksumMismatch, FrameTooLarge, Limits,
     LocalProtocolError, RemoteProtocolError, Schema, SchemaMismatch, WireError, check_depth,
-    check_descriptor, record_from_wire, record_to_wire, refuse_magic, remember_header,
+    check_descriptor, describe_entry, record_from_wire, record_to_wire, refuse_magic,
+    remember_header,
 )
 
 __all__ = [
@@ -157,7 +158,7 @@ def encode(message: Message, limits: Limits = DEFAULT_LIMITS, checksums: bool | 
     if checksums is None:
         checksums = _checksum.enabled()
     for entry in entries:
-        descriptor, segment = _describe_entry(entry, limits)
+        descriptor, segment = describe_entry(entry, limits)
         descriptors.append(descriptor)
         if segment is not None:
             segments.append(segment)
@@ -197,50 +198,6 @@ def _checked_prefix(packed: bytes) -> bytes:
     CRC32C of those 12 bytes (so a damaged length is caught before it is used)."""
     start = CHECKED_PREFIX.pack(CHECKED_MAGIC, len(packed), _checksum.extend(0, packed), 0)[:12]
     return start + _checksum.extend(0, start).to_bytes(4, "little")
-
-
-def _describe_entry(entry: TensorEntry, limits: Limits) -> tuple[dict, memoryview | None]:
-    if not isinstance(entry.key, str) or not isinstance(entry.is_dead, bool):
-        raise LocalProtocolError(f"TensorEntry key must be str and is_dead bool: {entry!r:.120}")
-    if entry.error is not None and not isinstance(entry.error, Status):
-        raise LocalProtocolError(f"TensorEntry {entry.key!r}: error must be a Status")
-    descriptor = {"key": entry.key, "dtype": None, "shape": None, "nbytes": 0,
-                  "dead": entry.is_dead, "strings": None,
-                  "error": None if entry.error is None else
-                  {"code": entry.error.code, "message": entry.error.message}}
-    value = entry.value
-    if value is None:
-        return descriptor, None
-    if isinstance(value, np.generic):
-        value = np.asarray(value)
-    if not isinstance(value, np.ndarray):
-        raise LocalProtocolError(f"tensor {entry.key!r}: value must be a numpy array or None, "
-                                 f"got {type(value).__name__}")
-    if value.ndim > limits.max_rank:
-        raise LocalProtocolError(f"tensor {entry.key!r} has rank {value.ndim}, over the limit "
-                                 f"of {limits.max_rank}")
-    descriptor["shape"] = list(value.shape)
-    if value.dtype == object:
-        strings = value.ravel().tolist()
-        for item in strings:
-            if not isinstance(item, bytes):
-                raise LocalProtocolError(f"string tensor {entry.key!r} holds a "
-                                         f"{type(item).__name__}; only bytes items can be sent")
-        descriptor.update(dtype=STRING_DTYPE, strings=[bytes(s) for s in strings])
-        return descriptor, None
-    name = WIRE_NAMES.get(value.dtype)
-    if name is None:
-        raise LocalProtocolError(
-            f"tensor {entry.key!r} has dtype {value.dtype}, which the wire does not carry; "
-            f"allowed: {', '.join([*WIRE_DTYPES, STRING_DTYPE])}")
-    if value.nbytes > limits.max_tensor_bytes:
-        raise LocalProtocolError(f"tensor {entry.key!r} is {value.nbytes} bytes, over the limit "
-                                 f"of {limits.max_tensor_bytes}")
-    value = np.ascontiguousarray(value, dtype=WIRE_DTYPES[name])
-    descriptor.update(dtype=name, nbytes=value.nbytes)
-    if value.nbytes == 0:
-        return descriptor, None
-    return descriptor, memoryview(value.reshape(-1).view(np.uint8))
 
 
 def frame_size(buffers: list[bytes | memoryview]) -> int:
@@ -462,14 +419,28 @@ class Decoder:
                 continue
             segment = self._frame.segments[0]
             padding, filled = segment[0], segment[2]
+            if not filled and not segment[5]:  # a whole segment in `view` (a small frame's
+                crc, nbytes = segment[4], self._frame.plans[segment[3]][2]  # usual case): its
+                end = pos + padding + nbytes  # padding, bytes and trailer in one step
+                if len(view) - end >= (0 if crc is None else TRAILER_BYTES):
+                    if padding and view[pos:pos + padding] != _ZEROS[:padding]:
+                        self._refuse_padding(segment)
+                    segment[0] = 0
+                    self._frame.destination(segment)[:] = view[end - nbytes:end]
+                    segment[2] = nbytes
+                    if crc is not None:
+                        if crc is not _TRUSTED:
+                            segment[4] = _checksum.extend(crc, view[end - nbytes:end])
+                        segment[5] += view[end:end + TRAILER_BYTES]
+                        end += TRAILER_BYTES
+                    self._frame_bytes += end - pos
+                    pos = end
+                    self._advance_segments()
+                    continue
             if padding:
                 take = min(padding, len(view) - pos)
                 if view[pos:pos + take] != _ZEROS[:take]:
-                    if self._frame.checked:  # every bit of a checked frame is covered
-                        key = self._frame.plans[segment[3]][0]["key"]
-                        raise ChecksumMismatch(None, 0, None, None, f"padding before tensor "
-                                               f"{key!r:.200} (must be zero bytes)")
-                    raise RemoteProtocolError("non-zero alignment padding before a tensor")
+                    self._refuse_padding(segment)
                 self._frame.segments[0][0] -= take
             elif filled == self._frame.plans[segment[3]][2]:  # the checksum trailer
                 take = min(TRAILER_BYTES - len(segment[5]), len(view) - pos)
@@ -484,6 +455,13 @@ class Decoder:
             pos += take
             self._frame_bytes += take
             self._advance_segments()
+
+    def _refuse_padding(self, segment: list) -> None:
+        if self._frame.checked:  # every bit of a checked frame is covered
+            key = self._frame.plans[segment[3]][0]["key"]
+            raise ChecksumMismatch(None, 0, None, None, f"padding before tensor "
+                                   f"{key!r:.200} (must be zero bytes)")
+        raise RemoteProtocolError("non-zero alignment padding before a tensor")
 
     def _advance_segments(self) -> None:
         segments = self._frame.segments

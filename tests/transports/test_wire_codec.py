@@ -6,6 +6,7 @@ from __future__ import annotations
 import struct
 import tracemalloc
 
+import ml_dtypes
 import msgpack
 import numpy as np
 import pytest
@@ -172,6 +173,38 @@ def test_tensors_start_64_byte_aligned_and_are_not_copied_by_encode():
                 offsets[id(a)] = offset
         offset += len(buffer)
     assert len(offsets) == 3 and all(o % wire.ALIGNMENT == 0 for o in offsets.values())
+
+
+@pytest.mark.parametrize("checksums", [True, False])
+def test_a_frame_split_anywhere_in_two_reads_decodes_the_same(checksums):
+    """A segment whole in one read (padding, bytes and trailer in one step) and one spread
+    over two reads give the same message; damaged padding is refused either way."""
+    message = wire.RecvTensorsReply([TensorEntry("a", np.arange(3, dtype=np.float32)),
+                                     TensorEntry("b", np.float64(2.5)),
+                                     TensorEntry("c", np.ones((2, 2), ml_dtypes.bfloat16))])
+    data = b"".join(bytes(b) for b in encode(message, checksums=checksums))
+    header_end = (16 if checksums else 8) + struct.unpack_from("<I", data, 4)[0]
+    assert header_end % wire.ALIGNMENT  # there is padding before the first tensor
+    damaged = bytearray(data)
+    damaged[header_end] = 1
+    for cut in range(1, len(data)):
+        decoder = Decoder()
+        decoder.receive_data(data[:cut])
+        decoder.receive_data(data[cut:])
+        assert decoder.next_event() == message
+        decoder = Decoder()
+        decoder.receive_data(damaged[:cut])
+        decoder.receive_data(damaged[cut:])
+        with pytest.raises(RemoteProtocolError, match="padding"):
+            decoder.next_event()
+
+
+def test_contiguous_tensors_of_every_kind_are_sent_from_their_own_memory():
+    arrays = [np.asarray(np.float32(1.5)), np.ones((2, 3), ml_dtypes.bfloat16),
+              np.arange(4, dtype=np.int64), np.zeros(3, dtype=bool)]
+    buffers = encode(wire.RecvTensorsReply([TensorEntry(str(i), a) for i, a in enumerate(arrays)]))
+    views = [np.asarray(b) for b in buffers if isinstance(b, memoryview)]
+    assert all(any(np.shares_memory(v, a) for v in views) for a in arrays)
 
 
 def test_decoded_arrays_are_fresh_writable_and_little_endian():
