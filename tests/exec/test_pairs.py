@@ -19,7 +19,9 @@ M, K, N = 64, 256, 256
 @pytest.fixture
 def paired(monkeypatch):
     """The op names of each pair that ran at once, and the threads MatMuls ran on."""
-    seen = {"pairs": [], "threads": {}}
+    # ``meet``, when a test sets it: "first" waits (10 s at most) for "second" to start, so the
+    # two run at once whatever the load (the pool's caller takes a chunk no worker has taken).
+    seen = {"pairs": [], "threads": {}, "meet": None, "met": None}
     run_pair = pairs.run_pair
 
     def spy(first, a, second, b):
@@ -32,6 +34,11 @@ def paired(monkeypatch):
 
     def where(ctx, *args, _fn=kernel.fn):
         seen["threads"][ctx.name] = threading.get_ident()
+        if seen["meet"] is not None:
+            if ctx.name == "second":
+                seen["meet"].set()
+            elif ctx.name == "first":
+                seen["met"] = seen["meet"].wait(10)
         return _fn(ctx, *args)
     monkeypatch.setitem(registry._KERNELS, ("MatMul", registry.ANY),
                         dataclasses.replace(kernel, fn=where))
@@ -59,8 +66,11 @@ async def test_independent_gemms_run_at_once_with_the_bits_of_one_thread(paired,
 
     def two(a, b, c, d):
         return [af.matmul(a, b, name="first"), af.matmul(c, d, name="second")]
+    paired["meet"] = threading.Event()
     together = await run(two, values, threads=2)
+    paired["meet"] = None
     assert paired["pairs"] == [("first", "second")]
+    assert paired["met"], "the first GEMM finished before the second started"
     assert paired["threads"]["first"] != paired["threads"]["second"]
     alone = await run(two, values, threads=1)  # no pool of 2: one after the other
     assert paired["pairs"] == [("first", "second")]
