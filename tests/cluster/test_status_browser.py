@@ -92,10 +92,22 @@ def _run_steps(spec, count, initialize=False):
             os.environ["ASYNCFLOW_TOKEN"] = before
 
 
+def _texts(driver, selector):
+    """The text of every element ``selector`` matches, read in one script: the page redraws
+    its tables and timeline as new data arrives, so elements found first and read after may
+    be gone by then (selenium's StaleElementReferenceException)."""
+    # HTML elements: their rendered text (as selenium's .text); SVG ones: their text without
+    # the tooltip a <title> child holds.
+    return driver.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0]),"
+        " e => (e.innerText !== undefined"
+        " ? e.innerText : Array.from(e.childNodes, n => n.nodeName === 'title' ? ''"
+        " : n.textContent).join('')).replace(/\\s+/g, ' ').trim())", selector)
+
+
 def _steps_of(driver, task):
-    from selenium.webdriver.common.by import By
-    cells = driver.find_elements(By.CSS_SELECTOR, f'#tasks tr[data-task="{task}"] td')
-    return int(cells[5].text) if len(cells) > 5 and cells[5].text.isdigit() else -1
+    cells = _texts(driver, f'#tasks tr[data-task="{task}"] td')
+    return int(cells[5]) if len(cells) > 5 and cells[5].isdigit() else -1
 
 
 def test_the_status_page_shows_tasks_plots_and_a_timeline_and_updates(cluster, browser,
@@ -117,7 +129,7 @@ def test_the_status_page_shows_tasks_plots_and_a_timeline_and_updates(cluster, b
     browser.find_element(By.CSS_SELECTOR, "#login button").click()
     # Logged in: both tasks appear, up.
     wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#tasks tbody tr")) == 2)
-    states = [td.text for td in browser.find_elements(By.CSS_SELECTOR, "#tasks td.up")]
+    states = _texts(browser, "#tasks td.up")
     assert states == ["up", "up"]
     _run_steps(cluster, 5, initialize=True)
     ps, worker = "/job:ps/replica:0/task:0", "/job:worker/replica:0/task:0"
@@ -126,7 +138,7 @@ def test_the_status_page_shows_tasks_plots_and_a_timeline_and_updates(cluster, b
     wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#rate-plot path.series")) == 2)
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#timeline rect.op"))
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#timeline path.edge"))
-    devices = {t.text for t in browser.find_elements(By.CSS_SELECTOR, "#timeline text.device")}
+    devices = set(_texts(browser, "#timeline text.device"))
     kind = placed_kind()  # GPU under make test-gpu (its fake is visible to the workers too)
     assert {f"ps:0 {kind}:0", f"worker:0 {kind}:0"} <= devices, devices
     assert all(label.split()[0] in ("ps:0", "worker:0") for label in devices), devices
@@ -136,15 +148,15 @@ def test_the_status_page_shows_tasks_plots_and_a_timeline_and_updates(cluster, b
     trace = browser.execute_script("return chromeTrace(window.statusView.timeline)")
     phases = {event["ph"] for event in trace["traceEvents"]}
     assert {"M", "X", "s", "f"} <= phases  # ops, and Send->Recv flow arrows for Perfetto
-    first_step = browser.find_element(By.ID, "timeline-step").text
+    first_step = _texts(browser, "#timeline-step")[0]
     assert first_step.startswith("step ")
-    edges = [td.text for td in browser.find_elements(By.CSS_SELECTOR, "#edges td")]
+    edges = _texts(browser, "#edges td")
     assert "worker:0" in edges and "ps:0" in edges
     # More steps: the table's count and the timeline's step move on.
     before = _steps_of(browser, worker)
     _run_steps(cluster, 3)
     wait.until(lambda d: _steps_of(d, worker) >= before + 3)
-    wait.until(lambda d: d.find_element(By.ID, "timeline-step").text != first_step)
+    wait.until(lambda d: _texts(d, "#timeline-step") != [first_step])
     assert _steps_of(browser, ps) >= 8
     assert browser.get_screenshot_as_file(str(tmp_path / "status.png"))
     assert (tmp_path / "status.png").stat().st_size > 10_000
