@@ -168,7 +168,7 @@ probes = st.one_of(
 )
 
 
-@settings(max_examples=2 * EXAMPLES, deadline=None,
+@settings(max_examples=EXAMPLES, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.lists(st.tuples(probes, st.booleans()), min_size=1, max_size=3))
 def test_hostile_clients_get_clean_answers_and_the_server_serves_on(probe_list):
@@ -198,6 +198,9 @@ def test_bad_call_headers_are_answered_with_what_was_wrong():
         (_call("health", bare.REQUEST.pack(0, 0, 0, 0, 0) + health[:3]), "INVALID_ARGUMENT",
          "bad magic"),
         (_call("devices", health), "INVALID_ARGUMENT", "devices takes no frame"),
+        (_call("health", health + health), "INVALID_ARGUMENT", "more than one frame"),
+        (_call("health", health[:-1] + bytes([health[-1] ^ 4])), "INVALID_ARGUMENT",
+         "same-host call health: "),
     ]
     # Half-closed: the answer comes at once. Left open: a frame over the limits is refused
     # before its bytes come (none do), the others as they are.
@@ -246,3 +249,67 @@ async def test_a_client_that_trickles_a_header_is_cut_off_at_the_header_timeout(
             assert trio.current_time() - start <= limits.header_timeout_s + 0.9
         assert server._guard.timed_out == 1
         await _still_serves(server.bare_path)
+
+
+def test_wrong_or_broken_tokens_are_refused_and_the_right_one_is_served():
+    async def main() -> None:
+        async with open_http_server(FakeWorker(), token="s3cret",
+                                    connection_limits=SHORT) as server:
+            path = server.bare_path
+            for offered in (b"", b"s3cre", b"s3cret\0", b"\xff\xfe" * 10, b"x" * bare.MAX_TOKEN):
+                hello = bare.MAGIC + struct.pack("<I", len(offered)) + offered
+                for half_close in (True, False):
+                    assert await _exchange(path, hello + _call("health"), half_close) \
+                        == bare.REFUSED, offered
+            too_long = bare.MAX_TOKEN + 1  # refused before a byte of it is read: closed
+            assert await _exchange(path, bare.MAGIC + struct.pack("<I", too_long), False) == b""
+            good = bare.MAGIC + struct.pack("<I", 6) + b"s3cret" + _call("health")
+            (reply,) = _answers(await _exchange(path, good, half_close=True))
+            assert isinstance(reply, HealthReply)
+
+    trio.run(main)
+
+
+def test_a_lent_answer_without_a_verdict_or_with_a_wrong_one_ends_the_connection():
+    value = np.arange(1 << 18, dtype=np.float32)  # 1 MiB: a reply that fetches it is lent
+
+    async def exactly(stream: trio.SocketStream, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = await stream.receive_some(n - len(data))
+            assert chunk, f"closed after {len(data)} of {n} bytes"
+            data += chunk
+        return data
+
+    async def main() -> None:
+        async with open_http_server(FakeWorker(), connection_limits=SHORT) as server:
+            path = server.bare_path
+            (handle,) = _answers(await _exchange(path, HELLO + _call("register_graph"), True))
+            frame = b"".join(encode(wire.RunGraph(handle.graph_handle, 1, [wire.TensorEntry(
+                "x", value)], ["x"])))
+            call = bare.REQUEST.pack(len(frame), 5, INDEX["run_graph"], bare.LEND, 5.0) + frame
+            for verdict in (None, b"?", b"", b"\0\0\0"):
+                with trio.fail_after(BOUND):
+                    stream = await trio.open_unix_socket(path)
+                    async with stream:
+                        await stream.send_all(HELLO + call)
+                        assert await exactly(stream, 1) == bare.ACCEPTED
+                        length, call_id, kind, _ = bare.REPLY.unpack(
+                            await exactly(stream, bare.REPLY.size))
+                        assert (call_id, kind) == (5, bare.LENT)
+                        await exactly(stream, length)  # the records (the server's addresses)
+                        if verdict == b"":
+                            await stream.send_eof()
+                        elif verdict is not None:
+                            await stream.send_all(verdict)
+                        try:  # then the server closes: no answer, no waiting past its timeout
+                            assert await stream.receive_some(1 << 16) == b""
+                        except trio.BrokenResourceError:
+                            pass
+                await _still_serves(path)
+            with trio.fail_after(BOUND):
+                while server._guard.connections:
+                    await trio.sleep(0.01)
+            assert server._guard.timed_out >= 1  # the one that gave no verdict
+
+    trio.run(main)
