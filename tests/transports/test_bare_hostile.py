@@ -313,3 +313,24 @@ def test_a_lent_answer_without_a_verdict_or_with_a_wrong_one_ends_the_connection
             assert server._guard.timed_out >= 1  # the one that gave no verdict
 
     trio.run(main)
+
+
+def test_a_flood_of_silent_connections_cannot_lock_out_a_caller():
+    limits = ConnectionLimits(header_timeout_s=5.0, body_timeout_s=5.0, idle_timeout_s=5.0,
+                              max_connections=4)
+
+    async def main() -> None:
+        async with open_http_server(FakeWorker(), connection_limits=limits) as server:
+            path = server.bare_path
+            with trio.fail_after(BOUND):
+                silent = [await trio.open_unix_socket(path) for _ in range(4)]
+                cut = await trio.open_unix_socket(path)  # a handshake cut short
+                await cut.send_all(HELLO[:6])
+                while len(server._guard.connections) < 4 or not server._guard.evicted:
+                    await trio.sleep(0.01)
+                await _still_serves(path)  # (well within the 5 s the silent ones may wait)
+                assert server._guard.evicted >= 2
+                for stream in (*silent, cut):
+                    await stream.aclose()
+
+    trio.run(main)
