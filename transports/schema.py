@@ -533,8 +533,14 @@ def remember_header(key: tuple, parsed: tuple) -> None:
 
 def refuse_magic(magic: bytes) -> None:
     """Raise for a frame start that is neither magic: damage when one bit from the checked
-    magic (a checked frame's first bytes, damaged), else not an asyncflow frame at all."""
+    magic (a checked frame's first bytes, damaged), else not an asyncflow frame at all.
+
+    A start shorter than the magic that is one bit from the checked magic's start so far is not
+    judged yet (this returns): its last bytes decide, so a frame fed byte by byte gets the
+    verdict of the same frame fed whole."""
     flipped = sum(bin(a ^ b).count("1") for a, b in zip(magic, CHECKED_MAGIC))
+    if flipped == 1 and len(magic) < len(CHECKED_MAGIC):
+        return
     if flipped == 1:
         raise ChecksumMismatch(None, len(magic), None, None, f"frame magic {magic!r} (one bit "
                                f"from {CHECKED_MAGIC!r})")

@@ -101,22 +101,24 @@ class _Connection(GuardedConnection):
         super().__init__(stream, now)
         self.pending = b""  # received past the last call's request
 
-    async def receive(self, timeout: float) -> bytes:
-        """The next bytes; b"" at EOF. Past ``timeout`` the connection's scope ends it."""
+    async def receive(self, deadline: float) -> bytes:
+        """The next bytes; b"" at EOF. Past ``deadline`` the connection's scope ends it."""
         sock = self.stream.socket
         try:  # what is there already costs no deadline and no scheduler pass
             return os.read(sock.fileno(), _RECV)
         except BlockingIOError:
             pass
-        self.scope.deadline = trio.current_time() + timeout
+        self.scope.deadline = deadline
         try:
             return await _read(sock)
         finally:
             self.scope.deadline = math.inf
 
-    async def receive_exactly(self, n: int, timeout: float) -> bytes:
+    async def receive_exactly(self, n: int, deadline: float) -> bytes:
+        """``n`` bytes, all by ``deadline`` (one for the whole: a client that trickles a header
+        a byte at a time cannot stretch it, as HTTP's header timeout runs from its first byte)."""
         while len(self.pending) < n:
-            data = await self.receive(timeout)
+            data = await self.receive(deadline)
             if not data:
                 raise PeerGone("the client closed the connection")
             self.pending += data
@@ -185,12 +187,13 @@ class BareService:
             stream.socket.close()
 
     async def _handshake(self, conn: _Connection, timeout: float) -> bool:
-        start = await conn.receive_exactly(len(MAGIC) + _TOKEN_LENGTH.size, timeout)
+        deadline = trio.current_time() + timeout  # the whole handshake, from the connection
+        start = await conn.receive_exactly(len(MAGIC) + _TOKEN_LENGTH.size, deadline)
         (length,) = _TOKEN_LENGTH.unpack_from(start, len(MAGIC))
         if start[:len(MAGIC)] != MAGIC or length > MAX_TOKEN:
             self._server._by_status["unmatched", 400] += 1
             return False
-        offered = await conn.receive_exactly(length, timeout)
+        offered = await conn.receive_exactly(length, deadline)
         # The HTTP server's check (constant time, the first refusal per peer logged).
         if not self._server._token.admits("same-host", "handshake", (
                 "Bearer " + offered.decode("latin-1")) if offered else "", conn):
@@ -205,10 +208,11 @@ class BareService:
         server = self._server
         conn.idle_since = trio.current_time()
         if not conn.pending:
-            conn.pending = await conn.receive(limits.idle_timeout_s)
+            conn.pending = await conn.receive(conn.idle_since + limits.idle_timeout_s)
             if not conn.pending:
                 return False  # the client closed an idle connection
-        head = await conn.receive_exactly(REQUEST.size, limits.header_timeout_s)
+        head = await conn.receive_exactly(REQUEST.size,
+                                          trio.current_time() + limits.header_timeout_s)
         length, call_id, index, flags, timeout = REQUEST.unpack(head)
         conn.active = True
         server._in_flight += 1
@@ -230,7 +234,9 @@ class BareService:
                 keep = False  # the frame's end is unknown or unread: answer, then close
                 code = "RESOURCE_EXHAUSTED" if isinstance(exc, FrameTooLarge) else (
                     "UNAVAILABLE" if isinstance(exc, BodyTimeout) else "INVALID_ARGUMENT")
-                reply, kind = ErrorReply(code, f"same-host call: {exc}"), ERROR
+                text = str(exc)  # named by its rpc (once) where the index named one
+                what = "" if name == "unmatched" or text.startswith(name) else f" {name}"
+                reply, kind = ErrorReply(code, f"same-host call{what}: {text}"), ERROR
             else:
                 reply, kind = await self._call(conn, rpc, message, timeout)
             try:
@@ -321,7 +327,7 @@ class BareService:
             timeout = server._connection_limits.body_timeout_s
 
             async def verdict() -> bytes:
-                return await conn.receive(timeout)
+                return await conn.receive(trio.current_time() + timeout)
 
             def leftover(data: bytes) -> None:
                 conn.pending += data
