@@ -6,6 +6,7 @@ last; ``StepMonitor``, one timer per master, starts a step's health watchdog onc
 ``health_check_interval_s``, as the per-step timer did.
 """
 import contextlib
+import math
 
 import pytest
 import trio
@@ -141,10 +142,15 @@ async def test_a_two_task_step_spawns_one_task_and_gets_its_watchdog(two_workers
     config = af.SessionConfig(health_check_interval_s=1.0)
     async with af.Session(graph=graph, cluster=spec, config=config) as sess:
         assert await sess.run([doubled, plus], {p: 1.0}) == [2.0, 2.0]
+        # While the steps are counted, no virtual time passes: a step waiting on a thread (a
+        # fake GPU's stream) would otherwise let the clock jump past the health interval, and
+        # the next step would check the stale tasks' Health first (tasks of their own).
+        autojump_clock.autojump_threshold = math.inf
         with counting_tasks() as counter:
             for value in range(3):
                 assert await sess.run([doubled, plus], {p: float(value)}) == [
                     2.0 * value, value + 1.0]
+        autojump_clock.autojump_threshold = 0
         # One task a step: the first RunGraph's; the second goes from the caller's task.
         assert counter.names == ["asyncflow.cluster.master._StepDriver._run_one"] * 3
         asked.clear()
