@@ -423,23 +423,28 @@ def _max_pool_grad(ctx, x, _output, grad):
             hit &= remaining                         # the first maximal cell wins
             if tap != last:
                 remaining ^= hit
-            # Masks on bools (a byte a cell) and one multiply; where() only for inf/NaN
-            # gradients, since 0 * inf is NaN.
-            if tiled:
-                if finite:
-                    xp.multiply(g, hit, out=target)
-                else:
-                    target[...] = xp.where(hit, g, g.dtype.type(0))
-            elif finite:
-                xp.multiply(g, hit, out=routed)
-                target += routed
-            else:
-                target += xp.where(hit, g, g.dtype.type(0))
+            _route(xp, g, hit, target, tiled, finite, routed)
         if not unpadded:
             out[start:stop] = _crop(result, rows, cols, x.shape[1], x.shape[2])
     intra_op.for_batch(ctx, x.shape[0], grad[0].size * kernel_hw[0] * kernel_hw[1] * 6, chunk,
                        (2 * x[0].size + 3 * grad[0].size) * grad.itemsize)
     return (out,)
+
+
+def _route(xp, g, hit, target, tiled, finite, routed):
+    """Add (or, where the windows tile, write) ``g`` where ``hit`` into one tap's ``target``
+    view: masks on bools (a byte a cell) and one multiply, into the scratch ``routed`` where
+    windows overlap; where() only for inf/NaN gradients, since 0 * inf is NaN."""
+    if tiled:
+        if finite:
+            xp.multiply(g, hit, out=target)
+        else:
+            target[...] = xp.where(hit, g, g.dtype.type(0))
+    elif finite:
+        xp.multiply(g, hit, out=routed)
+        target += routed
+    else:
+        target += xp.where(hit, g, g.dtype.type(0))
 
 
 def _window_counts(xp, rows, cols, shape, ctx, kernel_hw, dtype):

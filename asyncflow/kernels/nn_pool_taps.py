@@ -19,7 +19,7 @@ import numpy as np
 from asyncflow import errors
 from asyncflow.kernels import intra_op
 from asyncflow.kernels.nn_conv import (
-    _crop, _layout, _lowest, _pad, _padded_shape, _pool_setup, _tap_args, _taps,
+    _crop, _layout, _lowest, _pad, _padded_shape, _pool_setup, _route, _tap_args, _taps,
 )
 from asyncflow.kernels.registry import register_kernel
 
@@ -143,16 +143,7 @@ def _route_by_taps(ctx, x, winners, grad, pooled=None):
         # The same arithmetic as MaxPoolGrad, tap by tap: the same bits.
         for tap, target in enumerate(_taps(result, *tap_args)):
             xp.equal(index, np.uint8(tap), out=hit)
-            if tiled:
-                if finite:
-                    xp.multiply(g, hit, out=target)
-                else:
-                    target[...] = xp.where(hit, g, g.dtype.type(0))
-            elif finite:
-                xp.multiply(g, hit, out=routed)
-                target += routed
-            else:
-                target += xp.where(hit, g, g.dtype.type(0))
+            _route(xp, g, hit, target, tiled, finite, routed)
         if not unpadded:
             out[start:stop] = _crop(result, rows, cols, x.shape[1], x.shape[2])
     intra_op.for_batch(ctx, x.shape[0], grad[0].size * kernel_hw[0] * kernel_hw[1] * 2, chunk,
