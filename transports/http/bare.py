@@ -52,11 +52,11 @@ from transports.http import bulk_io, cross_memory
 from transports.http.body import BodyTimeout, PeerGone, read_frame
 from transports.http.bulk_io import BULK_BYTES, BulkReader
 from transports.http.guard import GuardedConnection
-from transports.http.protocol import HTTP_STATUS, send_pieces, take_one_frame
+from transports.http.protocol import HTTP_STATUS, send_pieces, take_one_frame, the_frame
 from transports.messages import ErrorReply, Message, RemoteCallError
 from transports.service import RPCS, Rpc, TransportUnavailable, error_reply_for, \
     reply_for_result
-from transports.wire import CLOSED, NEED_DATA, SMALL_HEADER_BYTES, Decoder, FrameTooLarge, \
+from transports.wire import SMALL_HEADER_BYTES, Decoder, FrameTooLarge, \
     Limits, LocalProtocolError, RemoteProtocolError, encode, frame_size
 
 __all__ = ["ACCEPTED", "MAGIC", "REFUSED", "REPLY", "REQUEST", "BareConnection", "BareService",
@@ -406,12 +406,7 @@ class BareConnection:
             await self._read_frame(decoder, length, limits)
         else:
             raise RemoteProtocolError(f"unknown answer kind {kind}")
-        decoder.receive_data(b"")
-        message = decoder.next_event()
-        if message is NEED_DATA or message is CLOSED:
-            raise RemoteProtocolError(f"empty or truncated answer ({length} bytes)")
-        if decoder.next_event() is not CLOSED:
-            raise RemoteProtocolError("answer holds more than one frame")
+        message = the_frame(decoder, "answer", length)
         if (kind == ERROR) != isinstance(message, ErrorReply):
             raise RemoteProtocolError(f"answer of kind {kind} holds a {type(message).__name__}")
         return message, lent

@@ -49,12 +49,12 @@ from transports.http import bare, bulk_io, cross_memory, same_host as _same_host
 from transports.http.bulk_io import BULK_BYTES, BulkReader
 from transports.http.framing import MessageReader
 from transports.http.protocol import (
-    FRAME_CONTENT_TYPE, MAX_TEXT, parse_address, request_path, send_pieces, text_error,
+    FRAME_CONTENT_TYPE, MAX_TEXT, parse_address, request_path, send_pieces, text_error, the_frame,
 )
 from transports.messages import ErrorReply, Message
 from transports.service import RPCS, TEXT_CALLS, Channel, Rpc, TransportUnavailable
 from transports.wire import (
-    CLOSED, DEFAULT_LIMITS, NEED_DATA, Decoder, Limits, LocalProtocolError, RemoteProtocolError,
+    DEFAULT_LIMITS, Decoder, Limits, LocalProtocolError, RemoteProtocolError,
     encode, frame_size,
 )
 
@@ -359,12 +359,7 @@ class TrioHttpChannel(Channel):
                 break
             received += n
             decoder.buffer_updated(n)
-        decoder.receive_data(b"")
-        message = decoder.next_event()
-        if message is NEED_DATA or message is CLOSED:
-            raise RemoteProtocolError(f"empty or truncated reply body ({received} bytes)")
-        if decoder.next_event() is not CLOSED:
-            raise RemoteProtocolError("reply body holds more than one frame")
+        message = the_frame(decoder, "reply body", received)
         if status != 200 and not isinstance(message, ErrorReply):
             raise RemoteProtocolError(f"HTTP {status} with a {type(message).__name__} frame "
                                       "instead of an ErrorReply")

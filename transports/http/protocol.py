@@ -35,7 +35,7 @@ from transports.messages import Message, RemoteCallError
 from transports.service import METRICS_PATH, RPCS, STATUS_PATH, Rpc
 from transports.wire import CLOSED, NEED_DATA, ChecksumTrailer, Decoder, RemoteProtocolError
 
-__all__ = ["FRAME_CONTENT_TYPE", "HTTP_STATUS", "REASONS", "take_one_frame", "JOIN_BYTES", "LITERAL_ROUTES", "MAX_TEXT", "PATH_FIELDS",
+__all__ = ["FRAME_CONTENT_TYPE", "HTTP_STATUS", "REASONS", "take_one_frame", "the_frame", "JOIN_BYTES", "LITERAL_ROUTES", "MAX_TEXT", "PATH_FIELDS",
            "ROUTES", "TEXT_STATUS_CODE", "Route", "parse_address", "request_path", "send_pieces",
            "text_error", "transport_metrics_text"]
 
@@ -194,6 +194,22 @@ def take_one_frame(decoder: Decoder, message: Message | None) -> Message | None:
         if message is None:
             raise
         raise RemoteProtocolError(f"bytes after the frame: {exc}") from exc
+    return message
+
+
+def the_frame(decoder: Decoder, what: str, size: int) -> Message:
+    """The single frame of a ``size``-byte ``what`` (an answer, a reply body) whose bytes have
+    all been fed to ``decoder``; shared by the HTTP and the bare same-host clients.
+
+    Raises:
+        RemoteProtocolError: no complete frame, or more than one.
+    """
+    decoder.receive_data(b"")
+    message = decoder.next_event()
+    if message is NEED_DATA or message is CLOSED:
+        raise RemoteProtocolError(f"empty or truncated {what} ({size} bytes)")
+    if decoder.next_event() is not CLOSED:
+        raise RemoteProtocolError(f"{what} holds more than one frame")
     return message
 
 
