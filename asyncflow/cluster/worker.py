@@ -168,6 +168,7 @@ class WorkerService(StepRunning):
             self.config.device_count, job=job_name, task=self.task_index,
             intra_op_threads=self.config.intra_op_parallelism_threads)
         self.device_names = [d.name for d in self.local_devices]
+        self._device_set = frozenset(self.device_names)  # every step's rendezvous shares it
         self._state = compiled_run.DeviceState.local(self.local_devices, self.incarnation)
         self.data_directory = None if data_dir is None else DataDirectory(data_dir)
         self.resources = ResourceManager(local=False, data_directory=self.data_directory)

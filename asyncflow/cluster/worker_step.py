@@ -27,19 +27,16 @@ def _fail(code, message, derived=False):
     raise RemoteCallError(code, message, derived=derived)
 
 
-
 class _StepState:
     __slots__ = ("step_id", "rendezvous", "created", "running", "ran", "scope")
 
     def __init__(self, step_id, devices, now):
         self.step_id = step_id
-        self.rendezvous = _rdv.StepRendezvous(step_id, devices)
+        self.rendezvous = _rdv.StepRendezvous(step_id, devices)  # devices: a frozenset
         self.created = now
         self.running = False
         self.ran = False
         self.scope = None
-
-
 
 
 class StepRunning:
@@ -51,9 +48,11 @@ class StepRunning:
             if now - state.created > self._step_ttl and not state.running:
                 self._drop(step_id, "expired")
 
-    def _drop(self, step_id, reason):
+    def _drop(self, step_id, reason, abort=True):
+        """Forget ``step_id``'s state, leave its tombstone; ``abort=False``: nothing waits in
+        its rendezvous or is left in it (a finished step), so no error is made for it."""
         state = self._steps.pop(step_id, None)
-        if state is not None and not state.rendezvous.aborted:
+        if abort and state is not None and not state.rendezvous.aborted:
             state.rendezvous.abort(_rdv.derived(errors.AbortedError(
                 None, None, f"step {step_id} was {reason} on {self.task}")))
         self._tombstones[step_id] = reason
@@ -66,18 +65,19 @@ class StepRunning:
             _fail("ABORTED", f"step {step_id} was already {reason} on {self.task}")
         state = self._steps.get(step_id)
         if state is None:
-            self._sweep()
+            if self._steps:
+                self._sweep()
             if len(self._steps) >= self._max_steps:
                 _fail("RESOURCE_EXHAUSTED", f"{self.task} already holds {len(self._steps)} "
                       "steps; refusing state for another")
-            state = self._steps[step_id] = _StepState(step_id, self.device_names,
+            state = self._steps[step_id] = _StepState(step_id, self._device_set,
                                                       trio.current_time())
         return state
 
     def _maybe_done(self, state):
         stats = state.rendezvous.statistics()
         if state.ran and stats.pending_sends == 0 and stats.waiting_recvs == 0:
-            self._drop(state.step_id, "finished")
+            self._drop(state.step_id, "finished", abort=False)
 
     def _feed_values(self, wg, entries):
         if [entry.key for entry in entries] == wg.feed_names:  # the master's order: no lookup
@@ -116,8 +116,7 @@ class StepRunning:
         if wg is None:
             _fail("NOT_FOUND", f"no graph with handle {request.graph_handle!r} on {self.task} "
                   f"(incarnation {self.incarnation:x}); register it again")
-        if list(request.fetch_keys) != wg.fetch_names[:len(request.fetch_keys)] or \
-                len(request.fetch_keys) != len(wg.fetch_names):
+        if request.fetch_keys != wg.fetch_names and list(request.fetch_keys) != wg.fetch_names:
             _fail("INVALID_ARGUMENT", f"RunGraph fetch keys {list(request.fetch_keys)} differ "
                   f"from the registered {wg.fetch_names}")
         feed_values = self._feed_values(wg, request.feeds)
@@ -230,6 +229,8 @@ def _only_cancelled(exc):
 
 
 def _host(value):
+    if type(value) is np.ndarray and value.dtype.kind not in "OSU":
+        return value  # what np.asarray below would return (most fetches)
     to_numpy = getattr(value, "get", None)
     if to_numpy is not None and not isinstance(value, np.ndarray):
         value = to_numpy()
