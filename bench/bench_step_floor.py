@@ -26,7 +26,11 @@ asyncflow's Python can remove while both ends are trio processes.
 session in this one trio run, over the bare same-host protocol on loopback: CPU per step of
 both sides together (``time.process_time``), without another process's scheduling in the
 figure, the probe the codec and the worker's step bookkeeping are tuned against;
-``--profile FILE`` writes that run's cProfile stats.
+``--profile FILE`` writes that run's cProfile stats. Each round then times a trivial step's
+pieces alone in the same process: the worker's RunGraph handler called directly (the step
+bookkeeping and the runner, no transport), the codec's four calls (encode and decode of the
+RunGraph, its ids changing as a step's, and of its reply) and one cancel scope with a
+deadline (a step enters five).
 
 Usage: ``.venv/bin/python bench/bench_step_floor.py [--calls 4000] [--rounds 3] [--inprocess
 [--profile FILE]]``.
