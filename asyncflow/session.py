@@ -161,6 +161,8 @@ def _to_feed_array(tensor, value):
     if isinstance(value, np.ndarray) and value.dtype == dtype.np \
             and _fits(tensor.shape.dims, value.shape):
         return value  # the common case, checked without building shapes
+    if type(value) is float and dtype.np.kind == "f" and not tensor.shape.dims:
+        return np.asarray(value, dtype.np)  # a Python float for a scalar: as astype below
     if hasattr(value, "op") and isinstance(getattr(value, "op"), Operation):
         raise TypeError(f"The value of a feed cannot be an af.Tensor ({value.name}); "
                         "feed numpy arrays or Python values")

@@ -26,7 +26,11 @@ asyncflow's Python can remove while both ends are trio processes.
 session in this one trio run, over the bare same-host protocol on loopback: CPU per step of
 both sides together (``time.process_time``), without another process's scheduling in the
 figure, the probe the codec and the worker's step bookkeeping are tuned against;
-``--profile FILE`` writes that run's cProfile stats.
+``--profile FILE`` writes that run's cProfile stats. Each round then times a trivial step's
+pieces alone in the same process: the worker's RunGraph handler called directly (the step
+bookkeeping and the runner, no transport), the codec's four calls (encode and decode of the
+RunGraph, its ids changing as a step's, and of its reply) and one cancel scope with a
+deadline (a step enters five).
 
 Usage: ``.venv/bin/python bench/bench_step_floor.py [--calls 4000] [--rounds 3] [--inprocess
 [--profile FILE]]``.
@@ -191,8 +195,61 @@ async def _inprocess(calls, profile):
             if profile:
                 profiler.disable()
                 profiler.dump_stats(profile)
+            parts = await _parts(server.service, sess, doubled, p, calls)
         await server.stop()
-    return wall / calls * 1e6, cpu / calls * 1e6
+    return wall / calls * 1e6, cpu / calls * 1e6, parts
+
+
+async def _parts(service, sess, doubled, p, calls):
+    """CPU per call of a trivial step's pieces, each alone in this process: the worker's
+    RunGraph handler (no transport), the four codec calls (encode and decode of the RunGraph
+    and of its reply), and one cancel scope with a deadline (five per step)."""
+    import dataclasses
+
+    import trio
+
+    from transports import wire
+    captured = []
+    handler = service.run_graph
+
+    async def capture(request):
+        captured.append(request)
+        return await handler(request)
+
+    service.run_graph = capture
+    await sess.run(doubled, {p: 1.0})
+    service.run_graph = handler
+    request = captured[0]
+    step_ids = iter(range(request.step_id + 2, request.step_id + 2 + 4 * calls, 2))
+    request_ids = iter(range(request.request_id + 1, request.request_id + 1 + calls))
+    requests = [dataclasses.replace(request, step_id=next(step_ids), request_id=next(
+        request_ids)) for _ in range(calls)]
+    start = time.process_time()
+    for one in requests:
+        reply = await handler(one)
+    worker_us = (time.process_time() - start) / calls * 1e6
+    limits = wire.DEFAULT_LIMITS
+    def frame(message):
+        return b"".join(bytes(b) for b in wire.encode(message, limits))
+
+    frames = [(frame(one), frame(reply)) for one in requests[calls // 2:]]  # ids as a step's
+    start = time.process_time()
+    for one in requests[:calls // 2]:
+        wire.encode(one, limits)
+        wire.encode(reply, limits)
+    encode_us = (time.process_time() - start) / (calls // 2) * 1e6
+    start = time.process_time()
+    for request_frame, reply_frame in frames:
+        wire.decode(request_frame, limits)
+        wire.decode(reply_frame, limits)
+    decode_us = (time.process_time() - start) / (calls // 2) * 1e6
+    start = time.process_time()
+    for _ in range(calls):
+        with trio.CancelScope(deadline=trio.current_time() + 60):
+            pass
+    scope_us = (time.process_time() - start) / calls * 1e6
+    return {"worker RunGraph handler": worker_us, "codec (4 calls)": encode_us + decode_us,
+            "one cancel scope": scope_us}
 
 
 def main():
@@ -212,7 +269,9 @@ def main():
                                     args.profile if index == 0 else None))
             print(f"round {index + 1}/{args.rounds}: {figures[-1][0]:.1f} us wall, "
                   f"{figures[-1][1]:.1f} us CPU per step (load average "
-                  f"{os.getloadavg()[0]:.1f})", flush=True)
+                  f"{os.getloadavg()[0]:.1f}); alone: " + ", ".join(
+                      f"{name} {value:.1f} us" for name, value in figures[-1][2].items()),
+                  flush=True)
         print(f"in-process trivial step, median of {args.rounds} rounds of {args.calls}: "
               f"{statistics.median(f[0] for f in figures):.1f} us wall, "
               f"{statistics.median(f[1] for f in figures):.1f} us CPU (both sides)")

@@ -203,9 +203,15 @@ class Channel:
         """Forget a graph partition."""
         return await self._call("deregister_graph", request, timeout)
 
-    async def run_graph(self, request: RunGraph, *, timeout: float | None = None) -> RunGraphReply:
-        """Run a partition for one step; returns the fetched tensors."""
-        return await self._call("run_graph", request, timeout)
+    async def run_graph(self, request: RunGraph, *, timeout: float | None = None,
+                        scope: trio.CancelScope | None = None) -> RunGraphReply | None:
+        """Run a partition for one step; returns the fetched tensors.
+
+        ``scope``: a fresh cancel scope of the caller's, which the call runs in instead of one
+        of its own (one scope per call: a step's RunGraph is the hot path). Cancelling it
+        cancels the call, which then returns None; its deadline and closing are as above.
+        """
+        return await self._call("run_graph", request, timeout, scope)
 
     async def recv_tensors(self, request: RecvTensors, *,
                            timeout: float | None = None) -> RecvTensorsReply:
@@ -257,11 +263,18 @@ class Channel:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
-    async def _call(self, method: str, request: Message | None, timeout: float | None) -> Any:
+    async def _call(self, method: str, request: Message | None, timeout: float | None,
+                    scope: trio.CancelScope | None = None) -> Any:
         if self._closed:
             raise TransportUnavailable(f"channel to {self.address} is closed")
         deadline = math.inf if timeout is None else trio.current_time() + timeout
-        with trio.CancelScope(deadline=deadline) as scope:
+        lent = scope is not None  # the caller's: it may cancel it too
+        if lent:
+            if deadline < scope.deadline:
+                scope.deadline = deadline
+        else:
+            scope = trio.CancelScope(deadline=deadline)
+        with scope:
             self._in_flight.add(scope)
             try:
                 if method in TEXT_CALLS:
@@ -272,6 +285,8 @@ class Channel:
                 self._in_flight.discard(scope)
         if self._closed:
             raise TransportUnavailable(f"channel to {self.address} was closed during {method}")
+        if lent and trio.current_time() < deadline:
+            return None  # the caller cancelled its scope
         raise TransportDeadlineExceeded(
             f"{method} to {self.address} got no answer within {timeout} s")
 

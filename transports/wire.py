@@ -73,6 +73,7 @@ import numpy as np
 from transports import checksum as _checksum
 from transports.checksum import TRAILER_BYTES, ChecksumTrailer
 from transports.counted_unpack import unpack_counted
+from transports import header_templates as _templates
 from transports.messages import *  # noqa: F403 -- the message classes are part of this API
 from transports.messages import Message, Status, TensorEntry
 from transports.messages import __all__ as _message_names
@@ -539,11 +540,13 @@ class Decoder:
                                        "frame header (descriptors, fields, string tensors)")
         key = (self._limits, bytes(header_bytes)) \
             if len(header_bytes) <= CACHED_HEADER_BYTES else None
-        parsed = None if key is None else VALIDATED_HEADERS.get(key)
+        parsed = None if key is None else (VALIDATED_HEADERS.get(key)
+                                           or _templates.lookup(self._limits, key[1]))
         if parsed is None:
             parsed = self._parse_header(header_bytes)
             if key is not None:
                 remember_header(key, parsed)
+                _templates.remember(self._limits, key[1], parsed, self._unpack_header)
         schema, payload, plans = parsed
         # Everything is validated. Arrays with raw bytes are allocated when those bytes arrive.
         values, segments, offset = [], deque(), prefix_size + len(header_bytes)

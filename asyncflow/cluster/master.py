@@ -482,9 +482,9 @@ class _StepDriver:
                            timeout_ms=self.timeout_ms or None, trace=self.trace is not None,
                            request_id=next(tg.request_ids))
         timeout = self.timeout_ms / 1000 + 1.0 if self.timeout_ms else None
-        reply = None
-        with trio.CancelScope() as self.call_scopes[tg.task]:
-            reply = await self._call(task, tg, request, timeout)
+        # The call's scope is the channel's own (one per call): cancelling it ends the call.
+        scope = self.call_scopes[tg.task] = trio.CancelScope()
+        reply = await self._call(task, tg, request, timeout, scope)
         if reply is None:
             return
         task.last_ok = tg.last_used = trio.current_time()
@@ -493,11 +493,22 @@ class _StepDriver:
             self.trace.extend(NodeStats(s.node_name, s.op_type, s.device, s.start_us, s.end_us)
                               for s in reply.step_stats.nodes)
 
-    async def _call(self, task, tg, request, timeout):
-        """RunGraph on ``task``; returns its reply, or None after reporting the failure."""
+    async def _call(self, task, tg, request, timeout, scope):
+        """RunGraph on ``task`` in ``scope``; returns its reply, or None after reporting the
+        failure (or when ``scope`` was cancelled)."""
         try:
-            return await task.channel.run_graph(request, timeout=timeout)
-        except RemoteCallError as exc:
+            return await task.channel.run_graph(request, timeout=timeout, scope=scope)
+        except (RemoteCallError, ChecksumMismatch, TransportError) as exc:
+            failure = exc
+        # Reported in a scope of its own, cancellable as the call was (a restart check waits).
+        with trio.CancelScope() as self.call_scopes[tg.task]:
+            if scope.cancel_called:
+                self.call_scopes[tg.task].cancel()
+            await self._report(task, tg, failure)
+        return None
+
+    async def _report(self, task, tg, exc):
+        if isinstance(exc, RemoteCallError):
             error = self._remote_error(exc, task)
             if exc.code in ("NOT_FOUND", "ABORTED") and not exc.op and not exc.derived:
                 # Not an op's error nor a peer's abort: the worker lost the graph handle
@@ -510,7 +521,7 @@ class _StepDriver:
                     error = errors.AbortedError(None, None, f"{error.message} (graph "
                                                 "registered again on the next run)")
             await self._failed(error)
-        except ChecksumMismatch as exc:
+        elif isinstance(exc, ChecksumMismatch):
             # Never retried here (the step may have side effects); the caller may run it again.
             address = getattr(task.channel, "address", "?")
             await self._failed(errors.DataLossError(None, None, (
@@ -518,12 +529,11 @@ class _StepDriver:
                 f"{f'fetch {exc.key!r}' if exc.key is not None else f'the reply: {exc.part}'}"
                 f": {exc.detail}; the reply was damaged in transit and the step failed "
                 "(not retried: run it again)")))
-        except TransportDeadlineExceeded as exc:
+        elif isinstance(exc, TransportDeadlineExceeded):
             await self._failed(errors.DeadlineExceededError(None, None, f"RunGraph on "
                                f"{task.name}: {exc}"))
-        except TransportError as exc:
+        else:  # TransportError
             await self._failed(_channels.unavailable(task, exc), dead_task=task.name)
-        return None
 
     async def _check_restart(self, task):
         try:

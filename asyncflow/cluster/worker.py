@@ -54,9 +54,7 @@ import functools
 import itertools
 import logging
 import secrets
-import time
 
-import numpy as np
 import trio
 
 from asyncflow import errors
@@ -66,21 +64,15 @@ from asyncflow.graph.graph import Graph
 from asyncflow.graph.importer import import_graph_def
 from asyncflow.exec import compiled_run
 from asyncflow.exec import devices as _device
-from asyncflow.exec.step import Step
 from asyncflow.exec.options import SessionConfig
 from asyncflow.exec.files import DataDirectory
 from asyncflow.exec.resources import ResourceManager
+from asyncflow.cluster.worker_step import StepRunning, _fail, _feed_checks, _host
 from transports.messages import (
-    HealthReply, NodeExecStats, RecvTensorsReply, RegisterGraphReply, RemoteCallError,
-    RunGraphReply, StepStats, TensorEntry, WorkerStatistics,
+    HealthReply, RecvTensorsReply, RegisterGraphReply, TensorEntry, WorkerStatistics,
 )
 
 _log = logging.getLogger("asyncflow.worker")
-
-
-def _fail(code, message, derived=False):
-    raise RemoteCallError(code, message, derived=derived)
-
 
 REPLAY_WINDOW = 4096
 # Graphs up to this size are imported on the loop (tens of ms); larger ones in a thread.
@@ -137,19 +129,6 @@ class _WorkerGraph:
     replay: _ReplayWindow = dataclasses.field(default_factory=lambda: _ReplayWindow())
 
 
-class _StepState:
-    __slots__ = ("step_id", "rendezvous", "created", "running", "ran", "scope")
-
-    def __init__(self, step_id, devices, now):
-        self.step_id = step_id
-        self.rendezvous = _rdv.StepRendezvous(step_id, devices)
-        self.created = now
-        self.running = False
-        self.ran = False
-        self.scope = None
-
-
-@dataclasses.dataclass
 class _Counters:
     steps_run: int = 0
     steps_failed: int = 0
@@ -160,7 +139,7 @@ class _Counters:
     tensors_pulled: int = 0
 
 
-class WorkerService:
+class WorkerService(StepRunning):
     """One worker task's service state (implements ``WorkerServiceProtocol``).
 
     Args:
@@ -189,6 +168,7 @@ class WorkerService:
             self.config.device_count, job=job_name, task=self.task_index,
             intra_op_threads=self.config.intra_op_parallelism_threads)
         self.device_names = [d.name for d in self.local_devices]
+        self._device_set = frozenset(self.device_names)  # every step's rendezvous shares it
         self._state = compiled_run.DeviceState.local(self.local_devices, self.incarnation)
         self.data_directory = None if data_dir is None else DataDirectory(data_dir)
         self.resources = ResourceManager(local=False, data_directory=self.data_directory)
@@ -311,176 +291,6 @@ class WorkerService:
         if channel is None:
             channel = self._channels[address] = self._connect(address)
         return channel
-
-    def _sweep(self):
-        now = trio.current_time()
-        for step_id, state in list(self._steps.items()):
-            if now - state.created > self._step_ttl and not state.running:
-                self._drop(step_id, "expired")
-
-    def _drop(self, step_id, reason):
-        state = self._steps.pop(step_id, None)
-        if state is not None and not state.rendezvous.aborted:
-            state.rendezvous.abort(_rdv.derived(errors.AbortedError(
-                None, None, f"step {step_id} was {reason} on {self.task}")))
-        self._tombstones[step_id] = reason
-        while len(self._tombstones) > 4 * self._max_steps:
-            self._tombstones.popitem(last=False)
-
-    def _find_or_create(self, step_id):
-        reason = self._tombstones.get(step_id) or self._abort_marks.get(step_id)
-        if reason is not None:
-            _fail("ABORTED", f"step {step_id} was already {reason} on {self.task}")
-        state = self._steps.get(step_id)
-        if state is None:
-            self._sweep()
-            if len(self._steps) >= self._max_steps:
-                _fail("RESOURCE_EXHAUSTED", f"{self.task} already holds {len(self._steps)} "
-                      "steps; refusing state for another")
-            state = self._steps[step_id] = _StepState(step_id, self.device_names,
-                                                      trio.current_time())
-        return state
-
-    def _maybe_done(self, state):
-        stats = state.rendezvous.statistics()
-        if state.ran and stats.pending_sends == 0 and stats.waiting_recvs == 0:
-            self._drop(state.step_id, "finished")
-
-    def _feed_values(self, wg, entries):
-        if [entry.key for entry in entries] == wg.feed_names:  # the master's order: no lookup
-            ordered = entries
-        else:
-            by_key = {}
-            for entry in entries:
-                if entry.key in by_key:
-                    _fail("INVALID_ARGUMENT", f"feed {entry.key!r} is given twice")
-                by_key[entry.key] = entry
-            unknown = sorted(set(by_key) - set(wg.feed_names))
-            missing = [n for n in wg.feed_names if n not in by_key]
-            if unknown or missing:
-                _fail("INVALID_ARGUMENT", f"RunGraph feeds of graph {wg.handle} must be "
-                      f"exactly {wg.feed_names}; unknown {unknown}, missing {missing}")
-            ordered = [by_key[name] for name in wg.feed_names]
-        values = []
-        for entry, (name, expected, dims, tensor) in zip(ordered, wg.feed_checks):
-            value = entry.value
-            if value is None:
-                _fail("INVALID_ARGUMENT", f"feed {name!r} carries no value")
-            if value.dtype != expected:
-                _fail("INVALID_ARGUMENT", f"feed {name!r} has dtype {value.dtype}, but its "
-                      f"placeholder declares {tensor.dtype.name}")
-            shape = value.shape
-            if dims is not None and (len(dims) != len(shape) or any(
-                    d is not None and d != n for d, n in zip(dims, shape))):
-                _fail("INVALID_ARGUMENT", f"feed {name!r} has shape {list(shape)}, but "
-                      f"its placeholder declares {tensor.shape}")
-            self.counters.bytes_received += value.nbytes
-            values.append(value)
-        return values
-
-    async def run_graph(self, request):
-        wg = self._graphs.get(request.graph_handle)
-        if wg is None:
-            _fail("NOT_FOUND", f"no graph with handle {request.graph_handle!r} on {self.task} "
-                  f"(incarnation {self.incarnation:x}); register it again")
-        if list(request.fetch_keys) != wg.fetch_names[:len(request.fetch_keys)] or \
-                len(request.fetch_keys) != len(wg.fetch_names):
-            _fail("INVALID_ARGUMENT", f"RunGraph fetch keys {list(request.fetch_keys)} differ "
-                  f"from the registered {wg.fetch_names}")
-        feed_values = self._feed_values(wg, request.feeds)
-        refused = wg.replay.admit(request.request_id)
-        if refused is not None:
-            _fail("INVALID_ARGUMENT" if request.request_id <= 0 else "ABORTED",
-                  f"RunGraph of step {request.step_id} on {self.task}: {refused}")
-        state = self._find_or_create(request.step_id)
-        if state.running or state.ran:
-            _fail("ALREADY_EXISTS", f"step {request.step_id} already ran on {self.task}")
-        state.rendezvous.binding = wg.binding  # built once, at registration
-        state.running = True
-        trace = [] if request.trace or self.status.wants_trace(request.step_id) else None
-        step = Step(request.step_id, rendezvous=state.rendezvous, trace=trace)
-        wg.running += 1
-        wg.runs += 1
-        started = time.perf_counter()
-        try:
-            values = await self._execute(state, wg, feed_values, step, request.timeout_ms)
-        except BaseException as exc:
-            self.status.step_done(request.step_id, time.perf_counter() - started, failed=True)
-            self._step_failed(state, exc)
-            raise
-        finally:
-            wg.running -= 1
-            wg.lease_expires = trio.current_time() + self._graph_lease_s
-            state.running = False
-            state.ran = True
-            self.counters.pull_requests += state.rendezvous.pull_requests
-            self.counters.tensors_pulled += state.rendezvous.pulls
-        self.counters.steps_run += 1
-        self.status.step_done(request.step_id, time.perf_counter() - started, trace)
-        tensors = [TensorEntry(name, _host(value)) for name, value in zip(wg.fetch_names, values)]
-        self.counters.bytes_sent += sum(t.value.nbytes for t in tensors)
-        self._maybe_done(state)
-        stats = StepStats([_node_stats(s) for s in trace]) if request.trace else None
-        return RunGraphReply(tensors, stats)
-
-    async def _execute(self, state, wg, feed_values, step, timeout_ms):
-        deadline = trio.current_time() + timeout_ms / 1000 if timeout_ms else float("inf")
-        with trio.CancelScope(deadline=deadline) as scope:
-            state.scope = scope
-            failure = None
-            try:
-                if wg.binding.declarations:  # Recvs from peers: their pulls need a nursery
-                    values = await self._run_with_pulls(state, wg, feed_values, step)
-                else:
-                    values = await wg.compiled.runner.run(feed_values, step)
-            except errors.OpError as exc:
-                failure = exc
-            if failure is not None:
-                raise _rdv.remote_call_error(failure) from None
-            return values
-        if state.rendezvous.aborted:
-            reason = state.rendezvous.abort_error  # a Reset says so itself; an AbortStep is derived
-            if reason is not None and not _rdv.is_derived(reason):
-                _fail("ABORTED", reason.message)
-            _fail("ABORTED", f"step {state.step_id} was aborted on {self.task}", derived=True)
-        _fail("DEADLINE_EXCEEDED", f"step {state.step_id} ran past its {timeout_ms} ms deadline "
-              f"on {self.task}")
-
-    @staticmethod
-    async def _run_with_pulls(state, wg, feed_values, step):
-        """Run the step with a nursery for its pulls (a task per request, none per edge: see
-        ``StepRendezvous.subscribe``); pulls left when the step ends (it failed) are cancelled."""
-        failure = None
-        async with trio.open_nursery() as pulls:
-            state.rendezvous.spawn = pulls.start_soon
-            try:
-                values = await wg.compiled.runner.run(feed_values, step)
-            except errors.OpError as exc:
-                failure = exc  # (raised outside the nursery: never an ExceptionGroup)
-            finally:
-                state.rendezvous.spawn = None
-                pulls.cancel_scope.cancel()
-        if failure is not None:
-            raise failure
-        return values
-
-    def _step_failed(self, state, exc):
-        self.counters.steps_failed += 1
-        if isinstance(exc, RemoteCallError):
-            error = _rdv.from_remote(exc)
-        elif _only_cancelled(exc):
-            error = _rdv.derived(errors.CancelledError(
-                None, None, f"step {state.step_id} was cancelled on {self.task}"))
-        else:
-            error = errors.InternalError(None, None, f"{type(exc).__name__}: {exc}")
-        state.rendezvous.abort(error)
-        op = exc.op if isinstance(exc, RemoteCallError) else ""
-        self.status.error(state.step_id, errors.error_code_name(error), op, error.message,
-                          _rdv.is_derived(error))
-        level = logging.INFO if _rdv.is_derived(error) else logging.WARNING
-        _log.log(level, "%s step %d failed: %s", self.task, state.step_id,
-                 error.message.splitlines()[0])
-        self._drop(state.step_id, "failed")
 
     def _count_received(self, nbytes, peer=None):
         self.counters.bytes_received += nbytes
@@ -620,31 +430,3 @@ class WorkerService:
         channels, self._channels = self._channels, {}
         for channel in channels.values():
             await channel.aclose()
-
-
-def _feed_checks(names, placeholders):
-    """Per feed ``(name, numpy dtype, static dims or None, placeholder)``, computed once per
-    registered graph so that a RunGraph's feed validation is a few comparisons."""
-    return [(name, object if t.dtype.is_string else t.dtype.np, t.shape.dims, t)
-            for name, t in zip(names, placeholders)]
-
-
-def _only_cancelled(exc):
-    if isinstance(exc, BaseExceptionGroup):
-        return all(_only_cancelled(e) for e in exc.exceptions)
-    return isinstance(exc, trio.Cancelled)
-
-
-def _host(value):
-    to_numpy = getattr(value, "get", None)
-    if to_numpy is not None and not isinstance(value, np.ndarray):
-        value = to_numpy()
-    array = np.asarray(value)
-    if array.dtype == object or array.dtype.kind in "SU":
-        array = np.asarray(value, dtype=object)
-    return array
-
-
-def _node_stats(stats):
-    return NodeExecStats(stats.node_name, stats.op_type, stats.device, int(stats.start_us),
-                         int(stats.end_us))

@@ -1,0 +1,245 @@
+"""A worker's RunGraph step path: find or create the step's state, check the feeds, run the
+partition's step runner under the request's deadline, answer the fetches, drop the step's state
+when it is done (``worker.py``'s docstring says what RunGraph and step state guarantee).
+
+``StepRunning`` is a part of ``WorkerService`` (its base class): the methods here use the
+service's graphs, steps, tombstones, counters and status recorder.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+import trio
+
+from asyncflow import errors
+from asyncflow.cluster import remote_rendezvous as _rdv
+from asyncflow.exec.step import Step
+from transports.messages import (
+    NodeExecStats, RemoteCallError, RunGraphReply, StepStats, TensorEntry,
+)
+
+_log = logging.getLogger("asyncflow.worker")
+
+
+def _fail(code, message, derived=False):
+    raise RemoteCallError(code, message, derived=derived)
+
+
+class _StepState:
+    __slots__ = ("step_id", "rendezvous", "created", "running", "ran", "scope")
+
+    def __init__(self, step_id, devices, now):
+        self.step_id = step_id
+        self.rendezvous = _rdv.StepRendezvous(step_id, devices)  # devices: a frozenset
+        self.created = now
+        self.running = False
+        self.ran = False
+        self.scope = None
+
+
+class StepRunning:
+    """RunGraph and the step state behind it (mixed into ``WorkerService``)."""
+
+    def _sweep(self):
+        now = trio.current_time()
+        for step_id, state in list(self._steps.items()):
+            if now - state.created > self._step_ttl and not state.running:
+                self._drop(step_id, "expired")
+
+    def _drop(self, step_id, reason, abort=True):
+        """Forget ``step_id``'s state, leave its tombstone; ``abort=False``: nothing waits in
+        its rendezvous or is left in it (a finished step), so no error is made for it."""
+        state = self._steps.pop(step_id, None)
+        if abort and state is not None and not state.rendezvous.aborted:
+            state.rendezvous.abort(_rdv.derived(errors.AbortedError(
+                None, None, f"step {step_id} was {reason} on {self.task}")))
+        self._tombstones[step_id] = reason
+        while len(self._tombstones) > 4 * self._max_steps:
+            self._tombstones.popitem(last=False)
+
+    def _find_or_create(self, step_id):
+        reason = self._tombstones.get(step_id) or self._abort_marks.get(step_id)
+        if reason is not None:
+            _fail("ABORTED", f"step {step_id} was already {reason} on {self.task}")
+        state = self._steps.get(step_id)
+        if state is None:
+            if self._steps:
+                self._sweep()
+            if len(self._steps) >= self._max_steps:
+                _fail("RESOURCE_EXHAUSTED", f"{self.task} already holds {len(self._steps)} "
+                      "steps; refusing state for another")
+            state = self._steps[step_id] = _StepState(step_id, self._device_set,
+                                                      trio.current_time())
+        return state
+
+    def _maybe_done(self, state):
+        stats = state.rendezvous.statistics()
+        if state.ran and stats.pending_sends == 0 and stats.waiting_recvs == 0:
+            self._drop(state.step_id, "finished", abort=False)
+
+    def _feed_values(self, wg, entries):
+        if [entry.key for entry in entries] == wg.feed_names:  # the master's order: no lookup
+            ordered = entries
+        else:
+            by_key = {}
+            for entry in entries:
+                if entry.key in by_key:
+                    _fail("INVALID_ARGUMENT", f"feed {entry.key!r} is given twice")
+                by_key[entry.key] = entry
+            unknown = sorted(set(by_key) - set(wg.feed_names))
+            missing = [n for n in wg.feed_names if n not in by_key]
+            if unknown or missing:
+                _fail("INVALID_ARGUMENT", f"RunGraph feeds of graph {wg.handle} must be "
+                      f"exactly {wg.feed_names}; unknown {unknown}, missing {missing}")
+            ordered = [by_key[name] for name in wg.feed_names]
+        values = []
+        for entry, (name, expected, dims, tensor) in zip(ordered, wg.feed_checks):
+            value = entry.value
+            if value is None:
+                _fail("INVALID_ARGUMENT", f"feed {name!r} carries no value")
+            if value.dtype != expected:
+                _fail("INVALID_ARGUMENT", f"feed {name!r} has dtype {value.dtype}, but its "
+                      f"placeholder declares {tensor.dtype.name}")
+            shape = value.shape
+            if dims is not None and (len(dims) != len(shape) or any(
+                    d is not None and d != n for d, n in zip(dims, shape))):
+                _fail("INVALID_ARGUMENT", f"feed {name!r} has shape {list(shape)}, but "
+                      f"its placeholder declares {tensor.shape}")
+            self.counters.bytes_received += value.nbytes
+            values.append(value)
+        return values
+
+    async def run_graph(self, request):
+        wg = self._graphs.get(request.graph_handle)
+        if wg is None:
+            _fail("NOT_FOUND", f"no graph with handle {request.graph_handle!r} on {self.task} "
+                  f"(incarnation {self.incarnation:x}); register it again")
+        if request.fetch_keys != wg.fetch_names and list(request.fetch_keys) != wg.fetch_names:
+            _fail("INVALID_ARGUMENT", f"RunGraph fetch keys {list(request.fetch_keys)} differ "
+                  f"from the registered {wg.fetch_names}")
+        feed_values = self._feed_values(wg, request.feeds)
+        refused = wg.replay.admit(request.request_id)
+        if refused is not None:
+            _fail("INVALID_ARGUMENT" if request.request_id <= 0 else "ABORTED",
+                  f"RunGraph of step {request.step_id} on {self.task}: {refused}")
+        state = self._find_or_create(request.step_id)
+        if state.running or state.ran:
+            _fail("ALREADY_EXISTS", f"step {request.step_id} already ran on {self.task}")
+        state.rendezvous.binding = wg.binding  # built once, at registration
+        state.running = True
+        trace = [] if request.trace or self.status.wants_trace(request.step_id) else None
+        step = Step(request.step_id, rendezvous=state.rendezvous, trace=trace)
+        wg.running += 1
+        wg.runs += 1
+        started = time.perf_counter()
+        try:
+            values = await self._execute(state, wg, feed_values, step, request.timeout_ms)
+        except BaseException as exc:
+            self.status.step_done(request.step_id, time.perf_counter() - started, failed=True)
+            self._step_failed(state, exc)
+            raise
+        finally:
+            wg.running -= 1
+            wg.lease_expires = trio.current_time() + self._graph_lease_s
+            state.running = False
+            state.ran = True
+            self.counters.pull_requests += state.rendezvous.pull_requests
+            self.counters.tensors_pulled += state.rendezvous.pulls
+        self.counters.steps_run += 1
+        self.status.step_done(request.step_id, time.perf_counter() - started, trace)
+        tensors = [TensorEntry(name, _host(value)) for name, value in zip(wg.fetch_names, values)]
+        self.counters.bytes_sent += sum(t.value.nbytes for t in tensors)
+        self._maybe_done(state)
+        stats = StepStats([_node_stats(s) for s in trace]) if request.trace else None
+        return RunGraphReply(tensors, stats)
+
+    async def _execute(self, state, wg, feed_values, step, timeout_ms):
+        deadline = trio.current_time() + timeout_ms / 1000 if timeout_ms else float("inf")
+        with trio.CancelScope(deadline=deadline) as scope:
+            state.scope = scope
+            failure = None
+            try:
+                if wg.binding.declarations:  # Recvs from peers: their pulls need a nursery
+                    values = await self._run_with_pulls(state, wg, feed_values, step)
+                else:
+                    values = await wg.compiled.runner.run(feed_values, step)
+            except errors.OpError as exc:
+                failure = exc
+            if failure is not None:
+                raise _rdv.remote_call_error(failure) from None
+            return values
+        if state.rendezvous.aborted:
+            reason = state.rendezvous.abort_error  # a Reset says so itself; an AbortStep is derived
+            if reason is not None and not _rdv.is_derived(reason):
+                _fail("ABORTED", reason.message)
+            _fail("ABORTED", f"step {state.step_id} was aborted on {self.task}", derived=True)
+        _fail("DEADLINE_EXCEEDED", f"step {state.step_id} ran past its {timeout_ms} ms deadline "
+              f"on {self.task}")
+
+    @staticmethod
+    async def _run_with_pulls(state, wg, feed_values, step):
+        """Run the step with a nursery for its pulls (a task per request, none per edge: see
+        ``StepRendezvous.subscribe``); pulls left when the step ends (it failed) are cancelled."""
+        failure = None
+        async with trio.open_nursery() as pulls:
+            state.rendezvous.spawn = pulls.start_soon
+            try:
+                values = await wg.compiled.runner.run(feed_values, step)
+            except errors.OpError as exc:
+                failure = exc  # (raised outside the nursery: never an ExceptionGroup)
+            finally:
+                state.rendezvous.spawn = None
+                pulls.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+        return values
+
+    def _step_failed(self, state, exc):
+        self.counters.steps_failed += 1
+        if isinstance(exc, RemoteCallError):
+            error = _rdv.from_remote(exc)
+        elif _only_cancelled(exc):
+            error = _rdv.derived(errors.CancelledError(
+                None, None, f"step {state.step_id} was cancelled on {self.task}"))
+        else:
+            error = errors.InternalError(None, None, f"{type(exc).__name__}: {exc}")
+        state.rendezvous.abort(error)
+        op = exc.op if isinstance(exc, RemoteCallError) else ""
+        self.status.error(state.step_id, errors.error_code_name(error), op, error.message,
+                          _rdv.is_derived(error))
+        level = logging.INFO if _rdv.is_derived(error) else logging.WARNING
+        _log.log(level, "%s step %d failed: %s", self.task, state.step_id,
+                 error.message.splitlines()[0])
+        self._drop(state.step_id, "failed")
+
+
+def _feed_checks(names, placeholders):
+    """Per feed ``(name, numpy dtype, static dims or None, placeholder)``, computed once per
+    registered graph so that a RunGraph's feed validation is a few comparisons."""
+    return [(name, object if t.dtype.is_string else t.dtype.np, t.shape.dims, t)
+            for name, t in zip(names, placeholders)]
+
+
+def _only_cancelled(exc):
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_only_cancelled(e) for e in exc.exceptions)
+    return isinstance(exc, trio.Cancelled)
+
+
+def _host(value):
+    if type(value) is np.ndarray and value.dtype.kind not in "OSU":
+        return value  # what np.asarray below would return (most fetches)
+    to_numpy = getattr(value, "get", None)
+    if to_numpy is not None and not isinstance(value, np.ndarray):
+        value = to_numpy()
+    array = np.asarray(value)
+    if array.dtype == object or array.dtype.kind in "SU":
+        array = np.asarray(value, dtype=object)
+    return array
+
+
+def _node_stats(stats):
+    return NodeExecStats(stats.node_name, stats.op_type, stats.device, int(stats.start_us),
+                         int(stats.end_us))
