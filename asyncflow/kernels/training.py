@@ -13,7 +13,11 @@ in cache and no array of the variable's size is allocated when the values are up
 place. The blocks are split over the device's intra-op threads in contiguous chunks
 (``kernels/intra_op.py``); elementwise, so the bits do not depend on the split, and each
 formula keeps the operation order of TF's (and of the expressions these kernels had before),
-so the results are the same bits as those.
+so the results are the same bits as those. The RMSProp applies take the order of TF1's
+dense CPU functors (``ms + (grad^2 - ms) * (1 - rho)``, ``mg + (grad - mg) * (1 - rho)``,
+``mom * momentum + grad * lr / sqrt(...)``): as many passes as the expressions they had
+before (``ms * rho + (1 - rho) * grad^2``), and TF1's bits in float32 where those differed
+from them in about 2% of the values (up to 4096 ulps near 0 after three steps).
 
 A sparse kernel (``SparseApply*``) costs the rows it touches: it updates them in the array that
 ``writable()`` hands out, which is the stored value itself when no reader holds it and a private
@@ -237,9 +241,9 @@ def _apply_rms_prop(ctx, var, ms, mom, lr, rho, momentum, epsilon, grad):
             # Small: the same eleven operations in the same order on whole arrays, without
             # the blocks' machinery (RMSProp on 256 float32: 8.2 us a call against 11.7).
             t = xp.square(grad)
+            t -= ms0
             t *= one - rho
-            ms1 = xp.multiply(ms0, rho)
-            ms1 += t
+            ms1 = xp.add(ms0, t)
             xp.add(ms1, epsilon, out=t)
             xp.sqrt(t, out=t)
             u = xp.multiply(grad, lr)
@@ -253,9 +257,9 @@ def _apply_rms_prop(ctx, var, ms, mom, lr, rho, momentum, epsilon, grad):
 
     def update(x, ms0, mom0, g, x1, ms1, mom1, t, u):
         xp.square(g, out=t)
+        t -= ms0
         t *= one - rho
-        xp.multiply(ms0, rho, out=ms1)
-        ms1 += t                                   # ms * rho + (1 - rho) * grad^2
+        xp.add(ms0, t, out=ms1)                    # ms + (grad^2 - ms) * (1 - rho)
         xp.add(ms1, epsilon, out=t)
         xp.sqrt(t, out=t)
         xp.multiply(g, lr, out=u)
@@ -274,13 +278,13 @@ def _apply_centered_rms_prop(ctx, var, mg, ms, mom, lr, rho, momentum, epsilon, 
     rho, lr, momentum, epsilon = (_scalar(s, dtype) for s in (rho, lr, momentum, epsilon))
 
     def update(x, mg0, ms0, mom0, g, x1, mg1, ms1, mom1, t, u):
-        xp.multiply(g, one - rho, out=t)
-        xp.multiply(mg0, rho, out=mg1)
-        mg1 += t                                   # mg * rho + (1 - rho) * grad
         xp.square(g, out=t)
+        t -= ms0
         t *= one - rho
-        xp.multiply(ms0, rho, out=ms1)
-        ms1 += t                                   # ms * rho + (1 - rho) * grad^2
+        xp.add(ms0, t, out=ms1)                    # ms + (grad^2 - ms) * (1 - rho)
+        xp.subtract(g, mg0, out=t)
+        t *= one - rho
+        xp.add(mg0, t, out=mg1)                    # mg + (grad - mg) * (1 - rho)
         xp.square(mg1, out=t)
         xp.subtract(ms1, t, out=t)
         t += epsilon
