@@ -155,7 +155,10 @@ def _sigmoid_grad(ctx, y, dy):
 
 @register_kernel("TanhGrad")
 def _tanh_grad(ctx, y, dy):
-    result = y.dtype.type(1) - ctx.xp.square(y)
+    result = ctx.xp.square(y)
+    if result.ndim == 0:  # 0-d operands give numpy scalars, which out= cannot write
+        return (ctx.xp.asarray((y.dtype.type(1) - result) * dy),)
+    ctx.xp.subtract(y.dtype.type(1), result, out=result)   # 1 - y^2 in the squares' array
     result *= dy
     return (result,)
 

@@ -141,3 +141,23 @@ async def test_sigmoid_and_rsqrt_keep_the_bits_of_the_reciprocal_forms(dtype, si
     assert value.tobytes() == _sigmoid_with_reciprocal(x).tobytes()
     with np.errstate(all="ignore"):
         assert root.tobytes() == np.reciprocal(np.sqrt(positive)).tobytes()
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (7, 13), (3, 5, 9)])
+async def test_tanh_grad_in_the_squares_array_keeps_the_bits(shape):
+    # 1 - y^2 written into y^2's own array: the same bits as the two-array form, specials too.
+    rng = np.random.default_rng(4)
+    y = np.tanh(rng.standard_normal(shape) * 3).astype(np.float32)
+    dy = rng.standard_normal(shape).astype(np.float32)
+    if y.size > 3:
+        y.reshape(-1)[:4] = [-0.0, 1.0, np.nan, -1.0]
+        dy.reshape(-1)[:4] = [np.inf, -0.0, 2.0, 1e-40]
+    with af.Graph().as_default():
+        yt, dyt = af.constant(y), af.constant(dy)
+        (grad,) = af.gradients(af.tanh(yt), [yt], grad_ys=[dyt])
+        tanh_grad = [op for op in grad.graph.get_operations() if op.type == "TanhGrad"][0]
+        value = await run(tanh_grad.outputs[0])
+    with np.errstate(all="ignore"):
+        expected = (np.float32(1) - np.square(np.tanh(y))) * dy
+    assert np.asarray(value).shape == shape
+    assert np.asarray(value).tobytes() == np.asarray(expected, np.float32).tobytes()
