@@ -117,6 +117,21 @@ def _dense_rows(calls):
         label = "x".join(str(d) for d in shape)
         rows[f"ApplyRMSProp {label}"] = _median_ms(
             lambda: rms(ctx, *refs, *scalars, grad), calls)
+    # The convnet's largest variable ([3136, 1024]) under Adam, on one and two threads.
+    adam = kernel("ApplyAdam")
+    shape = (3136, 1024)
+    refs = []
+    for index, value in enumerate((rng.standard_normal(shape), np.zeros(shape),
+                                   np.ones(shape))):
+        ref = VariableResource(f"a{index}", dtypes.float32, shape)
+        ref.assign(value.astype(np.float32))
+        refs.append(ref)
+    grad = rng.standard_normal(shape).astype(np.float32)
+    scalars = [np.float32(v) for v in (0.9 ** 3, 0.999 ** 3, 1e-4, 0.9, 0.999, 1e-8)]
+    for threads in (1, 2):
+        actx = _Context({"use_nesterov": False}, threads)
+        rows[f"ApplyAdam 3136x1024, {threads} thr"] = _median_ms(
+            lambda: adam(actx, *refs, *scalars, grad), max(3, calls // 10))
     return rows
 
 
