@@ -5,7 +5,8 @@ shapes, float32): the convnet's first Conv2D ([128, 28, 28, 1] 5x5 -> 32, SAME) 
 filter gradient, its second ([128, 14, 14, 32] 5x5 -> 64) and both gradients (in a tree with
 the FFT algorithm, also with the direct kernels forced), its two MaxPoolGrads ([128, 28, 28, 32] and [128, 14, 14, 64], 2x2; with each pool's
 forward and the Relu's gradient, routed by the forward's taps where the tree has them), and
-Sigmoid on [256, 784] (and [32, 128]). Each tree is imported in a process of its own
+Sigmoid on [256, 784] (and [32, 128]); the autoencoder's mean squared error with its gradient
+and its RMSProp applies. Each tree is imported in a process of its own
 (``PYTHONPATH=TREE``); rounds alternate the trees, so load phases hit both alike; the figure
 is the best round's median call time.
 
@@ -71,7 +72,67 @@ def measure(calls):
         out = np.empty_like(value)
         results[f"Sigmoid {shape[0]}x{shape[1]}"] = _median_ms(
             lambda: kmath.sigmoid_into(np, value, out), calls * 10)
+    results.update(_dense_rows(calls * 10))
     return results
+
+
+def _dense_rows(calls):
+    """The autoencoder's non-GEMM kernels: its mean squared error's chain ([256, 784]
+    float32; fused where the tree has the fused kernels, else its six kernels) and RMSProp on
+    its largest variable ([784, 256], in place) and on a bias (256 values)."""
+    from asyncflow import dtypes
+    from asyncflow.exec.resources import VariableResource
+    from asyncflow.kernels.registry import get_kernel
+    rng = np.random.default_rng(1)
+    h, x = (rng.random((256, 784), dtype=np.float32) for _ in range(2))
+    one = np.asarray(1.0, np.float32)
+    ctx = _Context({"axis": None, "keepdims": False, "mean": True}, 1)
+    ctx.prepared, ctx.output_dtypes = False, (np.dtype(np.float32),)
+
+    def kernel(op_type):
+        return get_kernel(op_type, "CPU").fn
+
+    if get_kernel("_FusedMeanSquaredError", "CPU") is not None:
+        def chain():
+            diff = kernel("_FusedMeanSquaredError")(ctx, h, x)[1]
+            kernel("_FusedMeanSquaredErrorGrad")(ctx, one, diff)
+    else:
+        def chain():
+            diff = kernel("Sub")(ctx, h, x)[0]
+            squares = kernel("Square")(ctx, diff)[0]
+            kernel("Mean")(ctx, squares)
+            spread = kernel("BroadcastToLike")(ctx, one, squares)[0]
+            kernel("Mul")(ctx, spread, kernel("Mul")(ctx, diff, np.float32(2))[0])
+    rows = {"mean squared error and its gradient 256x784": _median_ms(chain, calls)}
+    rms = kernel("ApplyRMSProp")
+    scalars = [np.float32(v) for v in (0.01, 0.9, 0.0, 1e-10)]  # lr, rho, momentum, epsilon
+    for shape in ((784, 256), (256,)):
+        refs = []
+        for index, value in enumerate((rng.standard_normal(shape), np.ones(shape),
+                                       np.zeros(shape))):
+            ref = VariableResource(f"v{index}", dtypes.float32, shape)
+            ref.assign(value.astype(np.float32))
+            refs.append(ref)
+        grad = rng.standard_normal(shape).astype(np.float32)
+        label = "x".join(str(d) for d in shape)
+        rows[f"ApplyRMSProp {label}"] = _median_ms(
+            lambda: rms(ctx, *refs, *scalars, grad), calls)
+    # The convnet's largest variable ([3136, 1024]) under Adam, on one and two threads.
+    adam = kernel("ApplyAdam")
+    shape = (3136, 1024)
+    refs = []
+    for index, value in enumerate((rng.standard_normal(shape), np.zeros(shape),
+                                   np.ones(shape))):
+        ref = VariableResource(f"a{index}", dtypes.float32, shape)
+        ref.assign(value.astype(np.float32))
+        refs.append(ref)
+    grad = rng.standard_normal(shape).astype(np.float32)
+    scalars = [np.float32(v) for v in (0.9 ** 3, 0.999 ** 3, 1e-4, 0.9, 0.999, 1e-8)]
+    for threads in (1, 2):
+        actx = _Context({"use_nesterov": False}, threads)
+        rows[f"ApplyAdam 3136x1024, {threads} thr"] = _median_ms(
+            lambda: adam(actx, *refs, *scalars, grad), max(3, calls // 10))
+    return rows
 
 
 def _pool_pair_rows(ctx, value, pooled, grad, shape, threads, calls):

@@ -34,6 +34,7 @@ from asyncflow import errors
 from asyncflow.compile import optimize, partition as _partition, placement as _placement
 from asyncflow.compile import prune as _prune
 from asyncflow.compile.fuse_dropout import fuse_dropout
+from asyncflow.compile.fuse_squared_error import fuse_squared_error
 from asyncflow.compile.node_graph import NodeGraph
 from asyncflow.kernels.registry import get_kernel, supported_device_kinds
 from asyncflow.ops.control_flow import is_loop_back_edge
@@ -192,6 +193,7 @@ def partition_run(graph, feeds, fetches, targets, state, config, resources=None,
         node_graph = optimize.fold_constants(node_graph, _host_evaluator(host, resources))
         node_graph = optimize.fuse_activations(node_graph)
         node_graph = fuse_dropout(node_graph)
+        node_graph = fuse_squared_error(node_graph)
     used = {n.device for n in node_graph.nodes}
     single = None
     if len(used) <= 1 and not node_graph.changed:

@@ -153,7 +153,7 @@ def _erfc(xp, z, exact):
     a = np.abs(z)
     t = a * 0.5
     t += 1.0
-    np.reciprocal(t, out=t)                     # t = 1 / (1 + a/2)
+    np.divide(1.0, t, out=t)                    # t = 1 / (1 + a/2)
     poly = np.multiply(t, 0.17087277)
     for c in (-0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806, 0.09678418,
               0.37409196, 1.00002368):

@@ -296,6 +296,27 @@ def _fused_matmul_cost(shapes, op):
 register_op("_FusedMatMul", infer=_infer_fused_matmul, cost=_fused_matmul_cost)
 
 
+# The mean squared error's chain in two nodes, made only by the fusion pass
+# (compile/fuse_squared_error.py), never by users: ``Mean(Square(Sub(a, b)))`` over every
+# axis, and its gradient ``BroadcastToLike(grad) * (diff * 2)``.
+def _infer_fused_mean_squared_error(op):
+    """``_FusedMeanSquaredError(a, b) -> (loss, diff)``: the scalar mean of ``(a - b)**2``
+    and ``a - b`` itself (which the gradient reads)."""
+    a, b = op.inputs
+    return [(a.dtype, TensorShape([])), (a.dtype, broadcast_shapes(a.shape, b.shape))]
+
+
+def _infer_fused_mean_squared_error_grad(op):
+    """``_FusedMeanSquaredErrorGrad(grad, diff) -> grad * 2 * diff / diff.size``."""
+    return [(op.inputs[1].dtype, op.inputs[1].shape)]
+
+
+register_op("_FusedMeanSquaredError", infer=_infer_fused_mean_squared_error,
+            differentiable=False)
+register_op("_FusedMeanSquaredErrorGrad", infer=_infer_fused_mean_squared_error_grad,
+            differentiable=False)
+
+
 def matmul(a, b, transpose_a=False, transpose_b=False, name=None):
     """Matrix product of the last two dims (batched over leading dims)."""
     a, b = operands((a, b), "MatMul")

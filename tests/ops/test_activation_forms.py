@@ -3,6 +3,8 @@
 float64 references, the old form, and finite differences (first and second order)."""
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import asyncflow as af
 from gradcheck import check_gradients
@@ -109,3 +111,53 @@ def test_activation_grad_ops_check_their_operands():
             sigmoid_grad(af.constant([1.0], af.float32), af.constant([1.0], af.float64))
         with pytest.raises(ValueError, match="SigmoidGrad"):
             sigmoid_grad(af.constant([1.0, 2.0]), af.constant([1.0, 2.0, 3.0]))
+
+
+def _sigmoid_with_reciprocal(x):
+    """The Sigmoid kernel's two forms as they were with numpy's ``reciprocal``."""
+    one = x.dtype.type(1)
+    with np.errstate(all="ignore"):
+        if x.size and x.min() >= -float(np.log(np.finfo(x.dtype).max)):
+            return np.reciprocal(np.exp(np.negative(x)) + one)
+        e = np.exp(-np.abs(x))
+        factor = (one - e) * (x >= 0) + e
+        return np.reciprocal(e + one) * factor
+
+
+@settings(max_examples=40, deadline=None)
+@given(dtype=st.sampled_from([np.float16, np.float32, np.float64]),
+       size=st.integers(1, 300), seed=st.integers(0, 2 ** 16),
+       special=st.lists(st.sampled_from(SPECIAL + [-1e-40, 1e-45]), max_size=4))
+async def test_sigmoid_and_rsqrt_keep_the_bits_of_the_reciprocal_forms(dtype, size, seed,
+                                                                      special):
+    # ``1 / r`` as a division (vectorized) instead of numpy's reciprocal: the same bits, in
+    # the in-place form and the masked one (a NaN or a value below -log(max) in the array).
+    rng = np.random.default_rng(seed)
+    with np.errstate(all="ignore"):
+        x = np.concatenate([rng.standard_normal(size) * 20, special]).astype(dtype)
+        positive = np.abs(x)
+    with af.Graph().as_default():
+        value, root = await run([af.sigmoid(af.constant(x)), af.rsqrt(af.constant(positive))])
+    assert value.tobytes() == _sigmoid_with_reciprocal(x).tobytes()
+    with np.errstate(all="ignore"):
+        assert root.tobytes() == np.reciprocal(np.sqrt(positive)).tobytes()
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (7, 13), (3, 5, 9)])
+async def test_tanh_grad_in_the_squares_array_keeps_the_bits(shape):
+    # 1 - y^2 written into y^2's own array: the same bits as the two-array form, specials too.
+    rng = np.random.default_rng(4)
+    y = np.tanh(rng.standard_normal(shape) * 3).astype(np.float32)
+    dy = rng.standard_normal(shape).astype(np.float32)
+    if y.size > 3:
+        y.reshape(-1)[:4] = [-0.0, 1.0, np.nan, -1.0]
+        dy.reshape(-1)[:4] = [np.inf, -0.0, 2.0, 1e-40]
+    with af.Graph().as_default():
+        yt, dyt = af.constant(y), af.constant(dy)
+        (grad,) = af.gradients(af.tanh(yt), [yt], grad_ys=[dyt])
+        tanh_grad = [op for op in grad.graph.get_operations() if op.type == "TanhGrad"][0]
+        value = await run(tanh_grad.outputs[0])
+    with np.errstate(all="ignore"):
+        expected = (np.float32(1) - np.square(np.tanh(y))) * dy
+    assert np.asarray(value).shape == shape
+    assert np.asarray(value).tobytes() == np.asarray(expected, np.float32).tobytes()

@@ -1,6 +1,9 @@
 """The dense optimizer applies rebuilt without temporaries (issue 37) against the kernels
-they replaced, bit for bit, on one and several intra-op threads; and values read before an
-apply never change (variables are replaced, never mutated)."""
+they replaced (RMSProp: against TF1's functors' order, ``optimizer_kernels_tf1.py``), bit for
+bit, on one and several intra-op threads; and values read before an apply never change
+(variables are replaced, never mutated)."""
+import types
+
 import numpy as np
 import pytest
 
@@ -11,6 +14,11 @@ from asyncflow.exec.devices import Device
 from asyncflow.exec.resources import VariableResource
 
 import optimizer_kernels_before as before  # same folder
+import optimizer_kernels_tf1 as tf1_form  # same folder
+
+# The reference of each dense apply: the kernel it replaced, TF1's order for RMSProp.
+reference = types.SimpleNamespace(**{
+    name: getattr(tf1_form, name, getattr(before, name, None)) for name in dir(before)})
 
 
 class KernelContext:
@@ -104,7 +112,7 @@ def test_apply_in_place_matches_the_kernel_it_replaced_bit_for_bit(name, nestero
     scalars = scalars_for(name, dtype)
     for _ in range(3):
         grad = rng.standard_normal(shape).astype(dtype)
-        old_out = call(before, name, KernelContext(1, nesterov), old_vars, scalars, grad)[0]
+        old_out = call(reference, name, KernelContext(1, nesterov), old_vars, scalars, grad)[0]
         new_out = call(rebuilt, name, KernelContext(threads, nesterov), new_vars, scalars,
                        grad)[0]
         np.testing.assert_array_equal(new_out, old_out)
@@ -161,7 +169,7 @@ def test_apply_matches_the_kernel_it_replaced_bit_for_bit(name, nesterov, dtype,
     old_vars = resources(initial, dtype)
     new_vars = resources(initial, dtype)
     held = [r.read() for r in new_vars]  # values a client fetched before the apply
-    old_out = call(before, name, KernelContext(1, nesterov), old_vars, scalars, grad)[0]
+    old_out = call(reference, name, KernelContext(1, nesterov), old_vars, scalars, grad)[0]
     new_out = call(rebuilt, name, KernelContext(threads, nesterov), new_vars, scalars, grad)[0]
     assert new_out.dtype == old_out.dtype and new_out.shape == old_out.shape
     np.testing.assert_array_equal(new_out, old_out)

@@ -1,0 +1,168 @@
+"""The mean squared error fusion: ``Mean(Square(Sub(a, b)))`` and its gradient in two nodes.
+
+Theory of operation (issue 37):
+- ``af.reduce_mean(af.square(h - x))`` is Sub, Square and Mean; its gradient (built before
+  this pass, ``ops/math_grad.py``) is ``Mul(BroadcastToLike(grad, square), Mul(sub, 2))``.
+  Run as they are, that is six kernels and five arrays of the batch's size (the difference,
+  the squares, the broadcast gradient, twice the difference and the product). The pass makes
+  the forward one ``_FusedMeanSquaredError(a, b) -> (loss, diff)`` node and the gradient one
+  ``_FusedMeanSquaredErrorGrad(grad, diff)``; their kernels (kernels/math.py) apply the same
+  operations in the same order: the same bits, with two arrays of the batch's size.
+- The forward node takes the ``Mean``'s name (fetches and traces read the loss under it);
+  output 1 is the ``Sub``'s value, so every reader of the ``Sub`` (the gradient's ``Mul``,
+  ``Shape`` nodes, a fetch) reads it there. The gradient node takes the outer ``Mul``'s name.
+- It fires only where the ``Square`` has no reader but the ``Mean``, ``Shape`` nodes and the
+  ``like`` input of ``BroadcastToLike`` nodes (which read only its shape: the difference's),
+  is neither fetched, a target nor a control input; the ``Mean`` reduces every axis of an
+  input of known rank (at least 1) without ``keepdims``; the three nodes sit on one device
+  outside loops without control inputs, in a floating dtype. The gradient fuses where a
+  ``BroadcastToLike`` of that ``Square`` (a mean over the same axes) and a ``Mul`` of the
+  difference by a scalar constant 2 are each read only by one ``Mul`` (and are not fetched,
+  targets or control inputs). Otherwise the ops run as built.
+
+Pure data, as every compile pass: no trio, no kernels.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from asyncflow.compile.fuse_dropout import _plain, _readers
+from asyncflow.compile.node_graph import FeedNode, Node, topological
+from asyncflow.graph.registry import get_op_def
+
+FORWARD = "_FusedMeanSquaredError"
+BACKWARD = "_FusedMeanSquaredErrorGrad"
+
+
+def _node(port):
+    node = port[0]
+    return None if isinstance(node, FeedNode) else node
+
+
+def _every_axis(axis, rank):
+    return axis is None or sorted(int(a) % rank for a in np.atleast_1d(axis)) == list(range(rank))
+
+
+def _forward(mean, readers, controlling, pinned):
+    """``(square, sub)`` when ``mean`` ends a chain whose forward may fuse, else None."""
+    if mean.type != "Mean" or mean.attrs.get("keepdims") or not _plain(mean, mean.device):
+        return None
+    square = _node(mean.inputs[0])
+    if square is None or square.type != "Square" or mean.inputs[0][1] != 0:
+        return None
+    sub = _node(square.inputs[0])
+    if sub is None or sub.type != "Sub" or square.inputs[0][1] != 0:
+        return None
+    dtype, shape, _ = sub.out_specs[0]
+    if (not all(_plain(n, mean.device) for n in (square, sub)) or not dtype.is_floating
+            or shape.ndims in (None, 0) or not _every_axis(mean.attrs.get("axis"), shape.ndims)
+            or square in pinned or square in controlling or len(sub.out_specs) != 1
+            or any(spec[0] != dtype for n in (square, mean) for spec in n.out_specs)):
+        return None
+    for reader in readers.get((square, 0), []):
+        if reader is mean or reader.type == "Shape":
+            continue
+        if reader.type == "BroadcastToLike" and reader.inputs[1] == (square, 0) \
+                and reader.inputs[0] != (square, 0):
+            continue
+        return None
+    if readers.get((square, 0), []).count(mean) != 1:
+        return None
+    return square, sub
+
+
+def _only_reader(node, reader, readers, controlling, pinned):
+    return (node not in pinned and node not in controlling and len(node.out_specs) == 1
+            and readers.get((node, 0), []) == [reader])
+
+
+def _is_two(port, dtype):
+    const = _node(port)
+    if const is None or const.type != "Const":
+        return False
+    value = np.asarray(const.attrs["value"])
+    return value.shape == () and value.dtype == dtype.np and value == 2
+
+
+def _backward(btl, mean, square, sub, readers, controlling, pinned):
+    """``(outer, grad_port)`` when ``btl`` starts the chain's gradient that may fuse."""
+    if (btl.attrs.get("mean") is not True or btl.attrs.get("keepdims")
+            or not _every_axis(btl.attrs.get("axis"), sub.out_specs[0][1].ndims)
+            or not _plain(btl, mean.device)):
+        return None
+    outer = [r for r in readers.get((btl, 0), [])]
+    if len(outer) != 1 or outer[0].type != "Mul" or not _plain(outer[0], mean.device):
+        return None
+    outer = outer[0]
+    (other,) = [p for p in outer.inputs if p != (btl, 0)] or [None]
+    twice = _node(other) if other is not None else None
+    if (twice is None or twice.type != "Mul" or other[1] != 0 or len(outer.out_specs) != 1
+            or not _plain(twice, mean.device)
+            or not _only_reader(btl, outer, readers, controlling, pinned)
+            or not _only_reader(twice, outer, readers, controlling, pinned)):
+        return None
+    dtype = sub.out_specs[0][0]
+    a, b = twice.inputs
+    if not ((a == (sub, 0) and _is_two(b, dtype)) or (b == (sub, 0) and _is_two(a, dtype))):
+        return None
+    if any(spec[0] != dtype for n in (btl, twice, outer) for spec in n.out_specs):
+        return None
+    return outer, twice, btl.inputs[0]
+
+
+def fuse_squared_error(node_graph):
+    """The mean squared error fusion (see the module docstring); returns a new NodeGraph,
+    or the one given when it has no ``Square`` read by a ``Mean`` (no copy)."""
+    if not any(n.type == "Mean" for n in node_graph.nodes) or not any(
+            n.type == "Square" for n in node_graph.nodes):
+        return node_graph
+    graph = node_graph.copy()
+    readers, controlling = _readers(graph)
+    pinned = set(graph.targets) | {p for p, _ in graph.fetches}
+    ports, replaced, dropped, added = {}, {}, set(), []
+    for mean in list(graph.nodes):
+        found = _forward(mean, readers, controlling, pinned) if mean not in dropped else None
+        if found is None:
+            continue
+        square, sub = found
+        if {square, sub} & dropped:
+            continue
+        fused = Node(mean.name, FORWARD, get_op_def(FORWARD), {}, list(sub.inputs), [],
+                     mean.device, [mean.out_specs[0], sub.out_specs[0]], mean.traceback,
+                     mean.seq, origin=mean.origin, requested_device=mean.requested_device)
+        ports[(mean, 0)], ports[(sub, 0)], ports[(square, 0)] = (fused, 0), (fused, 1), (fused, 1)
+        replaced[mean], replaced[sub] = fused, fused
+        dropped.update((mean, square, sub))
+        added.append(fused)
+        for btl in readers.get((square, 0), []):
+            if btl.type != "BroadcastToLike" or btl in dropped:
+                continue
+            grad = _backward(btl, mean, square, sub, readers, controlling, pinned)
+            if grad is None:
+                continue
+            outer, twice, grad_port = grad
+            if {outer, twice} & dropped:
+                continue
+            fused_grad = Node(outer.name, BACKWARD, get_op_def(BACKWARD), {},
+                              [grad_port, (fused, 1)], [], outer.device, outer.out_specs,
+                              outer.traceback, outer.seq, origin=outer.origin,
+                              requested_device=outer.requested_device)
+            ports[(outer, 0)] = (fused_grad, 0)
+            replaced[outer] = fused_grad
+            dropped.update((btl, twice, outer))
+            added.append(fused_grad)
+    if not added:
+        return graph
+    nodes = []
+    for node in graph.nodes + added:
+        if node in dropped:
+            continue
+        node.inputs = [ports.get(p, p) for p in node.inputs]
+        node.control_inputs = list(dict.fromkeys(replaced.get(c, c)
+                                                 for c in node.control_inputs))
+        nodes.append(node)
+    graph.nodes = topological(nodes)
+    graph.fetches = [ports.get(p, p) for p in graph.fetches]
+    graph.targets = [replaced.get(t, t) for t in graph.targets]
+    graph.changed = True
+    return graph
