@@ -33,6 +33,8 @@ Theory of operation (paper §3.3; docs/distributed.md):
   follows from another one.
 - **RecvTensors.** Receiver-initiated: waits in the step's local rendezvous until each key has
   been sent; a pull that arrives before the step's RunGraph creates the step's state.
+- **PushTensors.** A peer's pushed Sends (``remote_rendezvous``), deposited in the step's
+  rendezvous at once; a push that arrives before the step's RunGraph creates its state.
 - **Step state is bounded.** A step is dropped when its RunGraph is done and every tensor it
   sent has been pulled, on AbortStep/CleanupStep, or after ``step_ttl`` seconds. Dropped
   steps leave a tombstone (a bounded LRU) so late RunGraphs and pulls fail fast with
@@ -56,11 +58,11 @@ import logging
 import secrets
 import time
 
-import numpy as np
 import trio
 
 from asyncflow import errors
 from asyncflow.cluster import remote_rendezvous as _rdv
+from asyncflow.cluster.remote_rendezvous import host_array as _host
 from asyncflow.cluster import status as _status
 from asyncflow.graph.graph import Graph
 from asyncflow.graph.importer import import_graph_def
@@ -158,6 +160,8 @@ class _Counters:
     graphs_registered: int = 0
     pull_requests: int = 0
     tensors_pulled: int = 0
+    push_requests: int = 0
+    tensors_pushed: int = 0
 
 
 class WorkerService:
@@ -231,8 +235,8 @@ class WorkerService:
         handle = f"{request.session_handle or 'graph'}/{next(self._handles)}/{secrets.token_hex(4)}"
         peers = dict(options.peers)
         declarations, batchable = self._declarations(graph, options)
-        binding = _rdv.RemoteBinding(functools.partial(self._channel, peers=peers),
-                                     declarations, batchable, self._count_received)
+        binding = _rdv.RemoteBinding(functools.partial(self._channel, peers=peers), declarations,
+                                     batchable, self._count_received, frozenset(options.pushed))
         self._graphs[handle] = _WorkerGraph(
             handle, graph, compiled, feeds, list(options.feeds),
             [t.name for t in fetches], binding, peers,
@@ -413,8 +417,7 @@ class WorkerService:
             wg.lease_expires = trio.current_time() + self._graph_lease_s
             state.running = False
             state.ran = True
-            self.counters.pull_requests += state.rendezvous.pull_requests
-            self.counters.tensors_pulled += state.rendezvous.pulls
+            state.rendezvous.count_into(self.counters)
         self.counters.steps_run += 1
         self.status.step_done(request.step_id, time.perf_counter() - started, trace)
         tensors = [TensorEntry(name, _host(value)) for name, value in zip(wg.fetch_names, values)]
@@ -429,7 +432,7 @@ class WorkerService:
             state.scope = scope
             failure = None
             try:
-                if wg.binding.declarations:  # Recvs from peers: their pulls need a nursery
+                if wg.binding.declarations or wg.binding.pushed:  # pulls and pushes: a nursery
                     values = await self._run_with_pulls(state, wg, feed_values, step)
                 else:
                     values = await wg.compiled.runner.run(feed_values, step)
@@ -455,6 +458,7 @@ class WorkerService:
             state.rendezvous.spawn = pulls.start_soon
             try:
                 values = await wg.compiled.runner.run(feed_values, step)
+                await state.rendezvous.flush_pushes()  # answered once its pushes landed
             except errors.OpError as exc:
                 failure = exc  # (raised outside the nursery: never an ExceptionGroup)
             finally:
@@ -519,6 +523,11 @@ class WorkerService:
         self.counters.bytes_sent += sum(e.value.nbytes for e in entries if e.value is not None)
         self._maybe_done(state)
         return RecvTensorsReply(entries)
+
+    async def push_tensors(self, request):
+        """PushTensors: a peer's Sends to this worker, deposited in the step's rendezvous."""
+        state = self._find_or_create(request.step_id)
+        self._count_received(*state.rendezvous.accept_push(request.tensors))
 
     async def abort_step(self, request):
         state = self._steps.get(request.step_id)
@@ -586,7 +595,8 @@ class WorkerService:
             bytes_sent=self.counters.bytes_sent, bytes_received=self.counters.bytes_received,
             pull_requests=self.counters.pull_requests,
             tensors_pulled=self.counters.tensors_pulled, max_rss_mib=_status.max_rss_mib(),
-            graph_lease_s=float(self._graph_lease_s))
+            graph_lease_s=float(self._graph_lease_s), push_requests=self.counters.push_requests,
+            tensors_pushed=self.counters.tensors_pushed)
 
     async def status_json(self):
         """This task's live status as JSON (``GET /v1/status``; ``status.py`` says what)."""
@@ -633,16 +643,6 @@ def _only_cancelled(exc):
     if isinstance(exc, BaseExceptionGroup):
         return all(_only_cancelled(e) for e in exc.exceptions)
     return isinstance(exc, trio.Cancelled)
-
-
-def _host(value):
-    to_numpy = getattr(value, "get", None)
-    if to_numpy is not None and not isinstance(value, np.ndarray):
-        value = to_numpy()
-    array = np.asarray(value)
-    if array.dtype == object or array.dtype.kind in "SU":
-        array = np.asarray(value, dtype=object)
-    return array
 
 
 def _node_stats(stats):
