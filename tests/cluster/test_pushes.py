@@ -312,3 +312,38 @@ async def test_a_push_to_a_peer_that_never_answers_fails_the_step_by_its_deadlin
             ps_options.feeds[0], np.ones(3, np.float32))], [], request_id=1, timeout_ms=300))
     assert info.value.code == "DEADLINE_EXCEEDED"
     assert 12 not in services["ps"]._steps
+
+
+async def test_a_flipped_bit_in_a_pushed_tensor_fails_the_step():
+    # The worker sits behind a proxy that damages one byte of the ps's PushTensors request:
+    # the worker's server refuses the frame, the ps's push fails, and so does the step.
+    from bitflip_proxy import BitFlipProxy
+    from loopback_ports import free_ports
+    proxy = BitFlipProxy()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(proxy.serve)
+        (ps_port,) = free_ports(1)
+        spec = af.ClusterSpec({"ps": [f"127.0.0.1:{ps_port}"],
+                               "worker": [f"127.0.0.1:{proxy.port}"]})
+        await nursery.start(af.Server(spec, "ps", 0, port=ps_port).serve)
+        worker = await nursery.start(af.Server(spec, "worker", 0, port=0).serve)
+        proxy.target = worker.address
+        with af.Graph().as_default() as graph:
+            with af.device(PS):
+                v = af.Variable(af.ones([1000], af.float32), name="v")
+            with af.device(W0):
+                total = af.reduce_sum(v * 2.0)
+        async with af.Session(graph=graph, cluster=spec) as sess:
+            await sess.run(v.initializer, options=TIMEOUT)
+            assert await sess.run(total, options=TIMEOUT) == 2000.0
+            proxy.arm(-12, in_body=True, path="/push", requests=True)  # in the tensor's bytes
+            # (The server answers a request whose frame fails its checks with 400,
+            # INVALID_ARGUMENT, as it does a damaged RunGraph feed; the message says why.)
+            with trio.fail_after(30), pytest.raises(af.errors.InvalidArgumentError) as info:
+                await sess.run(total, options=TIMEOUT)
+            assert proxy.flipped == 1
+            message = str(info.value)
+            assert "PushTensors to /job:worker/replica:0/task:0" in message, message
+            assert "edge_0_v" in message and "Checksum does not match" in message, message
+            assert await sess.run(total, options=TIMEOUT) == 2000.0  # intact again
+        nursery.cancel_scope.cancel()
