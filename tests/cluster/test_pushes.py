@@ -123,10 +123,11 @@ def _transfers(stats):
             stats.tensors_pushed)
 
 
-async def test_a_parameter_server_step_pushes_once_each_way_and_pulls_nothing(cluster):
+async def test_a_parameter_server_step_pushes_once_each_way_and_pulls_nothing(cluster, cpu_only):
     # The ps pushes the four parameters to the worker as its RunGraph starts (one request),
     # the worker pushes the four gradients to the ps once the backward pass made them (one
-    # request): no RecvTensors round trip on the step's critical path.
+    # request): no RecvTensors round trip on the step's critical path. (On CPUs: a Send that
+    # waits for a GPU pushes once its value is on the host, possibly in a request of its own.)
     spec, servers = cluster
     graph, params, x, loss, train = _ps_training_graph()
     feed = {x: np.ones((1, 2), np.float32)}
@@ -147,7 +148,8 @@ async def test_a_parameter_server_step_pushes_once_each_way_and_pulls_nothing(cl
         assert not server.service._steps  # every step's state dropped once done
 
 
-async def test_a_push_that_arrives_before_the_consumers_run_graph_is_waiting_for_it(two_tasks):
+async def test_a_push_that_arrives_before_the_consumers_run_graph_is_waiting_for_it(two_tasks,
+                                                                                   cpu_only):
     spec, services = two_tasks
     graph, x, total = _scaled_parts()
     handles = await _registered(spec, graph, (x,), (total,))

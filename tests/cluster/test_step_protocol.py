@@ -27,13 +27,16 @@ def _node_graph(fetches, targets):
     return NodeGraph.from_ops(ops, [], fetches, targets, placement)
 
 
-def _ps_training_graph():
+def _ps_training_graph(cpu=""):
+    """``cpu="/device:CPU:0"`` pins every op to the tasks' CPUs (the worker processes may see
+    a GPU: under ``make test-gpu`` a Send that waits for its device pushes when its value is
+    on the host, which can take one request per Send instead of one per round)."""
     graph = af.Graph()
     with graph.as_default():
-        with af.device(PS):
+        with af.device(PS + cpu):
             params = [af.Variable(np.full((2, 2), i + 1.0, np.float32), name=f"proto_p{i}")
                       for i in range(3)]
-        with af.device(W0):
+        with af.device(W0 + cpu):
             x = af.placeholder(af.float32, [None, 2], name="x")
             loss = af.add_n([af.reduce_sum(af.matmul(x, p)) for p in params])
             train = af.train.GradientDescentOptimizer(0.5).minimize(loss)
@@ -92,7 +95,7 @@ def _delta(before, after):
 
 async def test_a_training_step_across_processes_makes_one_push_per_direction(process_cluster):
     spec, _ = process_cluster
-    graph, params, x, loss, train = _ps_training_graph()
+    graph, params, x, loss, train = _ps_training_graph("/device:CPU:0")
     feed = {x: np.ones((1, 2), np.float32)}
     async with af.Session(graph=graph, cluster=spec) as sess:
         await sess.run([p.initializer for p in params], options=TIMEOUT)
@@ -116,12 +119,12 @@ async def test_the_benchmarks_mlp_step_makes_four_calls(process_cluster):
     RunGraphs, the ps's push of w1, b1, w2, b2 and the worker's push of their gradients."""
     spec, _ = process_cluster
     rng = np.random.default_rng(0)
-    with af.Graph().as_default() as graph:
-        with af.device(PS):
+    with af.Graph().as_default() as graph:  # (on the CPUs: see _ps_training_graph)
+        with af.device(PS + "/device:CPU:0"):
             params = [af.Variable(rng.standard_normal(shape).astype(np.float32) * 0.1, name=n)
                       for shape, n in (((64, 128), "mlp_w1"), ((128,), "mlp_b1"),
                                        ((128, 10), "mlp_w2"), ((10,), "mlp_b2"))]
-        with af.device(W0):
+        with af.device(W0 + "/device:CPU:0"):
             x = af.placeholder(af.float32, [None, 64], name="x")
             y = af.placeholder(af.int32, [None], name="y")
             w1, b1, w2, b2 = params
@@ -209,14 +212,14 @@ def test_run_graphs_go_out_in_a_fixed_order_producers_first():
                      "/job:worker/replica:0/task:0"]
 
 
-def _global_step_graph():
+def _global_step_graph(cpu=""):
     graph = af.Graph()
     with graph.as_default():
-        with af.device(PS):
+        with af.device(PS + cpu):  # (``cpu``: as _ps_training_graph's)
             params = [af.Variable(np.full((2, 2), i + 1.0, np.float32), name=f"proto_gs_p{i}")
                       for i in range(2)]
             step = af.Variable(0, dtype=af.int64, trainable=False, name="proto_global_step")
-        with af.device(W0):
+        with af.device(W0 + cpu):
             x = af.placeholder(af.float32, [None, 2], name="x")
             loss = af.add_n([af.reduce_sum(af.matmul(x, p)) for p in params])
             train = af.train.GradientDescentOptimizer(0.5).minimize(loss, global_step=step)
@@ -258,7 +261,7 @@ def test_a_noop_is_not_bypassed_when_that_would_carry_more():
 
 async def test_a_global_step_training_step_carries_no_control_edge(process_cluster):
     spec, _ = process_cluster
-    graph, params, step, x, loss, train = _global_step_graph()
+    graph, params, step, x, loss, train = _global_step_graph("/device:CPU:0")
     feed = {x: np.ones((1, 2), np.float32)}
     async with af.Session(graph=graph, cluster=spec) as sess:
         await sess.run([p.initializer for p in params] + [step.initializer], options=TIMEOUT)
