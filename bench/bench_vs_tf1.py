@@ -18,7 +18,7 @@ Workloads (one ps and worker processes on loopback; one BLAS thread per asyncflo
 * **mlp**: MLP 64-128-10, batch 256, parameters on the ps, forward + backward + SGD update
   on the worker side (updates colocated with the parameters, as TF places them); one step
   fetches the loss and runs the train op. ``mlp_requests_per_step`` (asyncflow only): the
-  step's HTTP requests, one RunGraph per task plus the RecvTensors the workers counted.
+  step's calls, one RunGraph per task plus the RecvTensors and PushTensors the workers counted.
 * **batch sweep**: the same MLP step at batch 1, 64 and 256 (a 256 B, 16 KiB and 64 KiB
   feed), interleaved step by step so each size sees the same load: the issue-15 "cliff" check
   (``mlp_b256_over_b1`` near 1: no stall; a 40 ms delayed-ACK stall would make it several).
@@ -232,13 +232,15 @@ def _connections(address):
 
 
 async def _pull_requests(cluster):
-    """The RecvTensors requests every task of ``cluster`` has made (Health's statistics)."""
+    """The RecvTensors and PushTensors requests every task of ``cluster`` has made (Health's
+    statistics; a tree without pushes counts none)."""
     from asyncflow.cluster import channels
     total = 0
     for addresses in cluster.values():
         for address in addresses:
             async with channels.connect(address) as channel:
-                total += (await channel.health(timeout=30)).stats.pull_requests
+                stats = (await channel.health(timeout=30)).stats
+                total += stats.pull_requests + getattr(stats, "push_requests", 0)
     return total
 
 
@@ -278,7 +280,7 @@ async def _asyncflow_measure(spec, sizes, worker_counts, out):
         pulls = await _pull_requests(cluster)
         out["mlp_ms"] = await _timed(lambda: sess.run([loss, train], {x: xs, y: ys}),
                                      sizes["mlp_steps"]) * 1e3
-        # Requests per step: a RunGraph per task, plus the pulls the workers counted.
+        # Requests per step: a RunGraph per task, plus the pulls and pushes the workers counted.
         out["mlp_requests_per_step"] = 2 + (await _pull_requests(cluster) - pulls) / \
             sizes["mlp_steps"]
         sweep = {b: _mlp_data(b) for b in SWEEP}

@@ -16,6 +16,7 @@ RegisterGraph         RegisterGraphReply      install a graph partition, get its
 DeregisterGraph       Ack                     forget a partition
 RunGraph              RunGraphReply           run a partition for one step
 RecvTensors           RecvTensorsReply        receiver-initiated rendezvous fetch
+PushTensors           Ack                     sender-initiated: a step's tensors, deposited
 AbortStep             Ack                     fail a step everywhere, wake its waiters
 CleanupStep           Ack                     drop a finished step's state
 Health                HealthReply             liveness, incarnation, devices, stats
@@ -47,7 +48,8 @@ import numpy as np
 __all__ = [
     "CANONICAL_CODES", "MESSAGE_TYPES", "Ack", "AbortStep", "CleanupStep", "DeregisterGraph",
     "DevicesReply", "ErrorReply", "GraphConfig", "GraphOptions", "Health", "HealthReply",
-    "Message", "NodeExecStats", "RECORD_TYPES", "RecvTensors", "RecvTensorsReply", "RegisterGraph",
+    "Message", "NodeExecStats", "PushTensors", "RECORD_TYPES", "RecvTensors", "RecvTensorsReply",
+    "RegisterGraph",
     "RegisterGraphReply", "RemoteCallError", "Reset", "RunGraph", "RunGraphReply", "Shutdown",
     "Status", "StepStats", "TensorEntry", "WorkerStatistics",
 ]
@@ -169,6 +171,8 @@ class GraphOptions:
         fetches: the tensor names a RunGraph fetches, in the order of its ``fetch_keys``.
         peers: task name -> ``host:port`` of every task the partition pulls from.
         batchable: tensor name -> level (>= 0) of the transfers whose pulls may share a request.
+        pushed: the tensor names of this partition's transfers that the producer pushes
+            (PushTensors) instead of the consumer pulling them (named to both of their tasks).
         config: the session's settings.
 
     Raises:
@@ -180,6 +184,7 @@ class GraphOptions:
     peers: dict[str, str] = field(default_factory=dict)
     batchable: dict[str, int] = field(default_factory=dict)
     config: GraphConfig = field(default_factory=GraphConfig)
+    pushed: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if len(set(self.feeds)) != len(self.feeds):
@@ -276,6 +281,15 @@ class RecvTensorsReply:
 
 
 @dataclass(frozen=True, slots=True)
+class PushTensors:
+    """A producer's rendezvous keys of a step, sent to the consumer's task as soon as they
+    exist (the edges ``GraphOptions.pushed`` names); the worker deposits them and answers Ack."""
+
+    step_id: int
+    tensors: list[TensorEntry]
+
+
+@dataclass(frozen=True, slots=True)
 class AbortStep:
     step_id: int
     code: str
@@ -305,6 +319,7 @@ class WorkerStatistics:
         graphs: partitions registered now.
         bytes_sent, bytes_received: tensor bytes of fetches, feeds and pulls.
         pull_requests, tensors_pulled: RecvTensors sent to peers and the tensors they fetched.
+        push_requests, tensors_pushed: PushTensors sent to peers and the tensors they carried.
         max_rss_mib: the process's peak resident memory (None where unknown).
         graph_lease_s: seconds a graph lives past its last use (None: not reported); a master
             registers a graph again once it sat idle for half of it.
@@ -321,6 +336,8 @@ class WorkerStatistics:
     tensors_pulled: int = 0
     max_rss_mib: float | None = None
     graph_lease_s: float | None = None
+    push_requests: int = 0
+    tensors_pushed: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """The fields as a plain dict (for logs and JSON)."""
@@ -386,8 +403,8 @@ class ErrorReply:
 
 
 Message = (RegisterGraph | RegisterGraphReply | DeregisterGraph | RunGraph | RunGraphReply
-           | RecvTensors | RecvTensorsReply | AbortStep | CleanupStep | Health | HealthReply
-           | Reset | Shutdown | DevicesReply | Ack | ErrorReply)
+           | RecvTensors | RecvTensorsReply | PushTensors | AbortStep | CleanupStep | Health
+           | HealthReply | Reset | Shutdown | DevicesReply | Ack | ErrorReply)
 
 # The records that type structured fields (not messages: they travel inside one).
 RECORD_TYPES: Final[tuple[type, ...]] = (
@@ -402,6 +419,7 @@ MESSAGE_TYPES: Final[dict[str, type]] = {
     "run_graph_reply": RunGraphReply,
     "recv_tensors": RecvTensors,
     "recv_tensors_reply": RecvTensorsReply,
+    "push_tensors": PushTensors,
     "abort_step": AbortStep,
     "cleanup_step": CleanupStep,
     "health": Health,

@@ -32,8 +32,8 @@ import trio
 
 from transports.messages import (
     AbortStep, Ack, CleanupStep, DeregisterGraph, DevicesReply, ErrorReply, Health, HealthReply,
-    Message, RecvTensors, RecvTensorsReply, RegisterGraph, RegisterGraphReply, RemoteCallError,
-    Reset, RunGraph, RunGraphReply, Shutdown,
+    Message, PushTensors, RecvTensors, RecvTensorsReply, RegisterGraph, RegisterGraphReply,
+    RemoteCallError, Reset, RunGraph, RunGraphReply, Shutdown,
 )
 from transports.wire import LocalProtocolError, RemoteProtocolError
 
@@ -68,6 +68,7 @@ class WorkerServiceProtocol(Protocol):
     async def deregister_graph(self, request: DeregisterGraph) -> None: ...
     async def run_graph(self, request: RunGraph) -> RunGraphReply: ...
     async def recv_tensors(self, request: RecvTensors) -> RecvTensorsReply: ...
+    async def push_tensors(self, request: PushTensors) -> None: ...
     async def abort_step(self, request: AbortStep) -> None: ...
     async def cleanup_step(self, request: CleanupStep) -> None: ...
     async def health(self, request: Health) -> HealthReply: ...
@@ -112,6 +113,7 @@ RPCS: Final[tuple[Rpc, ...]] = (
     Rpc("reset", Reset, Ack, "POST", "/v1/reset"),
     Rpc("shutdown", Shutdown, Ack, "POST", "/v1/shutdown"),
     Rpc("devices", None, DevicesReply, "GET", "/v1/devices"),
+    Rpc("push_tensors", PushTensors, Ack, "POST", "/v1/steps/{step_id}/push"),
 )
 _BY_METHOD: Final = {rpc.method: rpc for rpc in RPCS}
 METRICS_PATH: Final = "/metrics"  # Prometheus text; outside the message protocol
@@ -217,6 +219,10 @@ class Channel:
                            timeout: float | None = None) -> RecvTensorsReply:
         """Fetch rendezvous keys; waits until the producer has sent every one."""
         return await self._call("recv_tensors", request, timeout)
+
+    async def push_tensors(self, request: PushTensors, *, timeout: float | None = None) -> None:
+        """Hand a step's tensors to the worker that receives them (it deposits them)."""
+        return await self._call("push_tensors", request, timeout)
 
     async def abort_step(self, request: AbortStep, *, timeout: float | None = None) -> None:
         """Abort a step on the worker."""

@@ -57,7 +57,7 @@ import trio
 from asyncflow import errors
 from asyncflow.cluster import channels as _channels
 from asyncflow.cluster import remote_rendezvous as _rdv
-from asyncflow.compile.transfer_order import start_order, transfer_levels
+from asyncflow.compile.transfer_order import pushed_transfers, start_order, transfer_levels
 from asyncflow.cluster.spec import ClusterSpec, tasks_of_health
 from asyncflow.compile.control_edges import carry_fewer_control_edges
 from asyncflow.cluster.step_monitor import StepMonitor
@@ -286,6 +286,7 @@ class Master:
         for index, part in enumerate(parts.partitions):
             by_task.setdefault(_rdv.task_of_device(part.device), []).append(index)
         batchable = dict(sorted(transfer_levels(parts.partitions).items()))
+        pushed = set(pushed_transfers(parts.partitions, batchable))
         peers = {name: task.address for name, task in self.tasks.items()}
         task_graphs, fetch_routes = [], [None] * len(parts.fetches)
         for task_name, indices in by_task.items():
@@ -300,7 +301,8 @@ class Master:
                 feeds=[f"_feed_{i}:0" for i in feed_indices],
                 fetches=list(dict.fromkeys(fetch_names)), peers=peers, batchable=batchable,
                 config=GraphConfig(self.config.allow_soft_placement,
-                                   self.config.compress_transfers or ""))
+                                   self.config.compress_transfers or ""),
+                pushed=sorted(pushed.intersection(n.attrs.get("tensor_name") for n in nodes)))
             task_graphs.append(TaskGraph(task_name, graph_def, options, feed_indices))
         return RemoteRun(task_graphs, fetch_routes, self.incarnations(), placed.placement,
                          (tuple(feeds), tuple(fetches), tuple(targets)),
@@ -418,9 +420,10 @@ class _StepDriver:
         self.watchdog_scope = None  # made when the watchdog starts (most steps never need it)
 
     async def run(self):
-        """Each RunGraph but the last from a task of its own, sent in order (each is written
-        before its task yields), the last from this task: a one-task step needs no nursery.
-        The master's ``StepMonitor`` starts the watchdog if the step outlives the interval."""
+        """The first RunGraph of the start order from this task, written before it yields (the
+        producer's: its pushes start the step's critical path), the others from tasks of their
+        own, which run once it waits; a one-task step needs no nursery. The master's
+        ``StepMonitor`` starts the watchdog if the step outlives the interval."""
         order = self.run_.start_order or range(len(self.run_.task_graphs))
         self.calls_left, done = len(order), False
         self.master.monitor.watch(self)
@@ -429,10 +432,9 @@ class _StepDriver:
                 await self._run_one(order[0])
             else:
                 async with trio.open_nursery() as self.outer:
-                    for index in order[:-1]:
+                    for index in order[1:]:
                         self.outer.start_soon(self._run_one, index)
-                        await trio.lowlevel.checkpoint()
-                    await self._run_one(order[-1])
+                    await self._run_one(order[0])
             done = not self.failures
         finally:
             self.master.monitor.unwatch(self)

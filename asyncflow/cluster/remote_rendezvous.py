@@ -1,7 +1,17 @@
 """A worker's per-step rendezvous: local Sends and Recvs, and Recvs pulled from peer workers.
 
 Theory of operation (TF's ``BaseRemoteRendezvous``; docs/distributed.md):
-- ``send`` always deposits locally (the receiver pulls; senders never push unsolicited data).
+- ``send`` deposits locally (the receiver pulls), except for the edges the master marked
+  *pushed* (``RemoteBinding.pushed``, from ``compile/transfer_order.pushed_transfers``: small
+  tensors of known size outside loops): those go to the consumer's task in a ``PushTensors``
+  as soon as they are sent. The Sends of one scheduling round for one peer share a request
+  (one push task per request, spawned by the first: none per edge); ``flush_pushes`` waits
+  until every push is acknowledged, so a RunGraph never answers before its pushes landed, and
+  a failed push fails the step. The consumer's worker deposits pushed values in the step's
+  local rendezvous (``accept_push``; a push that arrives before the step's RunGraph creates
+  the step's state, as an early pull does), where its Recvs find them: a pushed edge costs the
+  step one one-way message instead of a request and its reply. Large tensors stay pulled (a
+  pull's reply may lend their memory).
 - ``recv(key)`` looks at the key's source device (``src;incarnation;dst;tensor;frame:iter``):
   a device of this worker means a local wait in the ``LocalRendezvous``; any other device is
   pulled from the worker that owns it with ``RecvTensors``.
@@ -37,13 +47,14 @@ from __future__ import annotations
 import collections
 import dataclasses
 
+import numpy as np
 import trio
 
 from asyncflow import errors
 from asyncflow.device_names import task_of as task_of_device  # noqa: F401 (master, worker)
 from asyncflow.exec.rendezvous import LocalRendezvous
 from asyncflow.rendezvous_keys import parse_key, source_device
-from transports.messages import RecvTensors, RemoteCallError
+from transports.messages import PushTensors, RecvTensors, RemoteCallError, TensorEntry
 from transports.service import TransportDeadlineExceeded, TransportError
 from transports.wire import ChecksumMismatch
 
@@ -102,6 +113,31 @@ class RemoteBinding:
     declarations: dict                     # tensor_name -> RecvDeclaration
     batchable: dict                        # tensor name -> level (same level: may share)
     on_bytes: object = None                # callable(nbytes, peer task) counting pulled bytes
+    pushed: frozenset = frozenset()        # tensor names whose producer pushes them
+    push_peers: dict = dataclasses.field(default_factory=dict)  # key -> peer task or "" (cache)
+    pushed_in: dict = dataclasses.field(default_factory=dict)  # key -> declaration/None (cache)
+
+
+# A push's deadline: the consumer only deposits and answers, so this is generous; the step's
+# own deadline (its cancel scope) ends a push sooner where it is shorter.
+PUSH_TIMEOUT_S = 60.0
+_KEY_CACHE = 4096  # rendezvous keys a binding remembers as pushed or not
+
+
+def host_array(value):
+    """``value`` as a host numpy array for the wire (a device array is copied to the host)."""
+    if type(value) is np.ndarray and value.dtype.kind not in "OSU":
+        return value  # what np.asarray below would return (most fetches)
+    to_numpy = getattr(value, "get", None)
+    if to_numpy is not None and not isinstance(value, np.ndarray):
+        value = to_numpy()
+    array = np.asarray(value)
+    if array.dtype == object or array.dtype.kind in "SU":
+        array = np.asarray(value, dtype=object)
+    return array
+
+
+_UNDECLARED = object()  # a pushed key whose Recv declares nothing to check
 
 
 class _Batch:
@@ -122,6 +158,34 @@ class _Pull:
         self.task = task
         self.keys = []
         self.callbacks = []
+
+
+class _PushBatch:
+    """One PushTensors request to ``task``: the entries sent before its task ran."""
+
+    __slots__ = ("task", "entries")
+
+    def __init__(self, task):
+        self.task = task
+        self.entries = []
+
+
+class _CheckedDelivery:
+    """A Recv's callback for a pushed key: the value is checked against the Recv's declaration
+    before the Recv sees it (as a pulled value is)."""
+
+    __slots__ = ("rendezvous", "key", "callback")
+
+    def __init__(self, rendezvous, key, callback):
+        self.rendezvous, self.key, self.callback = rendezvous, key, callback
+
+    def __call__(self, item, error):
+        if error is None:
+            try:
+                item = self.rendezvous._checked_pushed(self.key, item)
+            except errors.OpError as exc:
+                item, error = None, exc
+        self.callback(item, error)
 
 
 class StepRendezvous:
@@ -147,25 +211,176 @@ class StepRendezvous:
         self._error = None
         self.pulls = 0
         self.pull_requests = 0
+        self._open_pushes = {}    # peer task -> _PushBatch whose task has not run yet
+        self._pushing = 0         # push requests not yet answered
+        self._pushed_all = trio.lowlevel.ParkingLot()  # flush_pushes waits here
+        self._push_error = None
+        self._pushed_waiters = {}  # pushed remote key -> its _CheckedDelivery
+        self.pushes = 0
+        self.push_requests = 0
+        self.pushed_bytes = 0
 
     def send(self, key, value, is_dead=False):
+        binding = self.binding
+        if binding is not None and binding.pushed:
+            peer = binding.push_peers.get(key)
+            if peer is None:
+                if len(binding.push_peers) >= _KEY_CACHE:  # (a loop's keys differ per iteration)
+                    binding.push_peers.clear()
+                peer = binding.push_peers[key] = self._push_peer(key, binding)
+            if peer:
+                self._push_later(peer, key, value, is_dead)
+                return
         self.local.send(key, value, is_dead)
 
+    def _push_peer(self, key, binding):
+        """The task a key of this worker's Sends is pushed to, or "" (deposited here)."""
+        _, _, dst, tensor_name, _ = parse_key(key)
+        if tensor_name not in binding.pushed or dst in self._local_devices:
+            return ""
+        return task_of_device(dst)
+
+    def _push_later(self, peer, key, value, is_dead):
+        if self._error is not None:
+            return  # (a Send after an abort is a no-op, as locally)
+        if self.spawn is None:
+            raise errors.InternalError(None, None, f"step {self.step_id}: a pushed Send ran "
+                                       "outside a worker step (no task to push from)")
+        batch = self._open_pushes.get(peer)
+        if batch is None:
+            batch = self._open_pushes[peer] = _PushBatch(peer)
+            self._pushing += 1
+            self.spawn(self._push, batch)
+        batch.entries.append(TensorEntry(key, None if is_dead else host_array(value),
+                                         is_dead=is_dead))
+
+    async def _push(self, batch):
+        """The task of one push: every Send to its peer made before it ran rides along."""
+        if self._open_pushes.get(batch.task) is batch:
+            del self._open_pushes[batch.task]
+        try:
+            if self._error is None:
+                await self._push_request(batch.task, batch.entries)
+        except Exception as exc:  # noqa: BLE001 - the step fails with it
+            error = exc if isinstance(exc, errors.OpError) else errors.InternalError(
+                None, None, f"PushTensors to {batch.task}: {type(exc).__name__}: {exc}")
+            if self._push_error is None:
+                self._push_error = error
+            self.abort(error)
+        finally:
+            self._pushing -= 1
+            if not self._pushing:
+                self._pushed_all.unpark_all()
+
+    async def flush_pushes(self):
+        """Wait until every push of the step is answered; raises the first push's error."""
+        while self._pushing or self._open_pushes:
+            await self._pushed_all.park()
+        if self._push_error is not None:
+            raise self._push_error
+
+    async def _push_request(self, task, entries):
+        channel = self.binding.channel(task)
+        self.push_requests += 1
+        self.pushes += len(entries)
+        try:
+            await channel.push_tensors(PushTensors(self.step_id, entries),
+                                       timeout=PUSH_TIMEOUT_S)
+        except RemoteCallError as exc:  # the consumer's step ended first: derived
+            error = from_remote(exc, f"PushTensors to {task}: {exc.message}")
+            raise derived(error) if exc.code in ("ABORTED", "CANCELLED") else error
+        except TransportDeadlineExceeded as exc:
+            raise errors.DeadlineExceededError(None, None, f"PushTensors to {task}: {exc}")
+        except TransportError as exc:
+            raise errors.UnavailableError(None, None, f"worker {task} is unavailable "
+                                          f"(PushTensors failed: {exc})") from exc
+        self.pushed_bytes += sum(e.value.nbytes for e in entries if e.value is not None)
+
+    def count_into(self, counters):
+        """Add the step's pulls and pushes to a worker's counters (when its RunGraph ends)."""
+        counters.pull_requests += self.pull_requests
+        counters.tensors_pulled += self.pulls
+        counters.push_requests += self.push_requests
+        counters.tensors_pushed += self.pushes
+        counters.bytes_sent += self.pushed_bytes
+
+    def accept_push(self, entries):
+        """Deposit a peer's pushed tensors of this step (the PushTensors handler); returns
+        ``(their bytes, the pushing task)``.
+
+        Raises:
+            RemoteCallError: INVALID_ARGUMENT for a key that is not a peer's Send to a device
+                of this worker, a key given twice or an entry without a value;
+                ALREADY_EXISTS for a key already pushed.
+        """
+        seen = set()
+        for entry in entries:
+            try:
+                src, _, dst, _, _ = parse_key(entry.key)
+            except ValueError as exc:
+                raise RemoteCallError("INVALID_ARGUMENT", f"PushTensors: {exc}") from None
+            problem = ("names a source device of this worker" if src in self._local_devices
+                       else f"is for {dst}, not a device of this worker"
+                       if dst not in self._local_devices else "is given twice"
+                       if entry.key in seen else "carries an error" if entry.error is not None
+                       else "carries no value" if entry.value is None and not entry.is_dead
+                       else None)
+            if problem is not None:
+                raise RemoteCallError("INVALID_ARGUMENT", f"PushTensors of step "
+                                      f"{self.step_id}: key {entry.key!r} {problem}")
+            seen.add(entry.key)
+        try:
+            for entry in entries:
+                self.local.send(entry.key, entry.value, entry.is_dead)
+        except errors.AbortedError as exc:  # a key pushed twice
+            raise RemoteCallError("ALREADY_EXISTS", f"PushTensors of step {self.step_id}: "
+                                  f"{exc.message}") from None
+        return (sum(e.value.nbytes for e in entries if e.value is not None),
+                task_of_device(parse_key(entries[0].key)[0]) if entries else None)
+
+    def _pushed_in(self, key):
+        """The declaration of a remote key that its producer pushes here, else None."""
+        binding = self.binding
+        if binding is None or not binding.pushed:
+            return None
+        try:
+            return binding.pushed_in[key]
+        except KeyError:
+            tensor_name = parse_key(key)[3]
+            declaration = None if tensor_name not in binding.pushed else \
+                binding.declarations.get(tensor_name) or _UNDECLARED
+            if len(binding.pushed_in) >= _KEY_CACHE:  # (a loop's keys differ per iteration)
+                binding.pushed_in.clear()
+            binding.pushed_in[key] = declaration
+            return declaration
+
+    def _checked_pushed(self, key, item):
+        declaration = self._pushed_in(key)
+        if item[1] or declaration is _UNDECLARED or item[0] is None:
+            return item
+        return self._checked(TensorEntry(key, item[0]), declaration, key)
+
     def poll(self, key):
-        """``(value, is_dead)`` of a local key already sent, else None (remote keys: None, so
-        the Recv runs its async kernel and pulls)."""
+        """``(value, is_dead)`` of a local or pushed key already sent, else None (pulled keys:
+        None, so the Recv runs its async kernel and pulls)."""
         if self._is_local(key):
             return self.local.poll(key)
         if self._error is not None:
             raise self._error
+        if self._pushed_in(key) is not None:
+            item = self.local.poll(key)
+            return None if item is None else self._checked_pushed(key, item)
         return None
 
     async def recv(self, key):
-        """``(value, is_dead)`` for ``key``: a local wait, or a pull from the owning worker."""
+        """``(value, is_dead)`` for ``key``: a local wait (a local or pushed key), or a pull
+        from the owning worker."""
         if self._is_local(key):
             return await self.local.recv(key)
         if self._error is not None:
             raise self._error
+        if self._pushed_in(key) is not None:
+            return self._checked_pushed(key, await self.local.recv(key))
         if self.binding is None:
             raise errors.InternalError(None, None, f"step {self.step_id}: a remote Recv ran "
                                        "before the step was bound to its graph")
@@ -191,6 +406,10 @@ class StepRendezvous:
         if self._error is not None:
             callback(None, self._error)
             return True
+        if self._pushed_in(key) is not None:
+            delivery = _CheckedDelivery(self, key, callback)
+            self._pushed_waiters[key] = delivery
+            return self.local.subscribe(key, delivery)
         if self.spawn is None or self.binding is None:
             return False
         if key in self._subscribed:
@@ -220,6 +439,11 @@ class StepRendezvous:
         """Drop ``callback`` from ``key`` if it was not called yet (a cancelled receiver)."""
         if self._is_local(key):
             self.local.unsubscribe(key, callback)
+            return
+        delivery = self._pushed_waiters.get(key)
+        if delivery is not None and delivery.callback is callback:
+            del self._pushed_waiters[key]
+            self.local.unsubscribe(key, delivery)
             return
         pull = self._subscribed.get(key)
         if pull is not None:
@@ -279,6 +503,8 @@ class StepRendezvous:
         if self._error is None:
             self._error = error
         self.local.abort(error)
+        self._pushed_waiters.clear()
+        self._open_pushes.clear()  # (their tasks see the error and send nothing)
         pulls = {id(pull): pull for pull in self._subscribed.values()}
         self._open_pulls.clear()
         for pull in pulls.values():

@@ -173,7 +173,8 @@ class StatusRecorder:
                                 "truncated": len(trace) > MAX_TRACE_NODES})
 
     def pulled(self, task, nbytes):
-        """Count one RecvTensors answer of ``nbytes`` tensor bytes from peer ``task``."""
+        """Count one RecvTensors answer (or PushTensors) of ``nbytes`` tensor bytes from peer
+        ``task``."""
         entry = self.peers.setdefault(task, [0, 0])
         entry[0] += nbytes
         entry[1] += 1

@@ -33,6 +33,8 @@ Theory of operation (paper §3.3; docs/distributed.md):
   follows from another one.
 - **RecvTensors.** Receiver-initiated: waits in the step's local rendezvous until each key has
   been sent; a pull that arrives before the step's RunGraph creates the step's state.
+- **PushTensors.** A peer's pushed Sends (``remote_rendezvous``), deposited in the step's
+  rendezvous at once; a push that arrives before the step's RunGraph creates its state.
 - **Step state is bounded.** A step is dropped when its RunGraph is done and every tensor it
   sent has been pulled, on AbortStep/CleanupStep, or after ``step_ttl`` seconds. Dropped
   steps leave a tombstone (a bounded LRU) so late RunGraphs and pulls fail fast with
@@ -59,6 +61,7 @@ import trio
 
 from asyncflow import errors
 from asyncflow.cluster import remote_rendezvous as _rdv
+from asyncflow.cluster.remote_rendezvous import host_array as _host
 from asyncflow.cluster import status as _status
 from asyncflow.graph.graph import Graph
 from asyncflow.graph.importer import import_graph_def
@@ -67,7 +70,7 @@ from asyncflow.exec import devices as _device
 from asyncflow.exec.options import SessionConfig
 from asyncflow.exec.files import DataDirectory
 from asyncflow.exec.resources import ResourceManager
-from asyncflow.cluster.worker_step import StepRunning, _fail, _feed_checks, _host
+from asyncflow.cluster.worker_step import StepRunning, _fail, _feed_checks
 from transports.messages import (
     HealthReply, RecvTensorsReply, RegisterGraphReply, TensorEntry, WorkerStatistics,
 )
@@ -137,6 +140,8 @@ class _Counters:
     graphs_registered: int = 0
     pull_requests: int = 0
     tensors_pulled: int = 0
+    push_requests: int = 0
+    tensors_pushed: int = 0
 
 
 class WorkerService(StepRunning):
@@ -211,8 +216,8 @@ class WorkerService(StepRunning):
         handle = f"{request.session_handle or 'graph'}/{next(self._handles)}/{secrets.token_hex(4)}"
         peers = dict(options.peers)
         declarations, batchable = self._declarations(graph, options)
-        binding = _rdv.RemoteBinding(functools.partial(self._channel, peers=peers),
-                                     declarations, batchable, self._count_received)
+        binding = _rdv.RemoteBinding(functools.partial(self._channel, peers=peers), declarations,
+                                     batchable, self._count_received, frozenset(options.pushed))
         self._graphs[handle] = _WorkerGraph(
             handle, graph, compiled, feeds, list(options.feeds),
             [t.name for t in fetches], binding, peers,
@@ -330,6 +335,11 @@ class WorkerService(StepRunning):
         self._maybe_done(state)
         return RecvTensorsReply(entries)
 
+    async def push_tensors(self, request):
+        """PushTensors: a peer's Sends to this worker, deposited in the step's rendezvous."""
+        state = self._find_or_create(request.step_id)
+        self._count_received(*state.rendezvous.accept_push(request.tensors))
+
     async def abort_step(self, request):
         state = self._steps.get(request.step_id)
         error = _rdv.derived(errors.from_code(request.code, request.message))
@@ -396,7 +406,8 @@ class WorkerService(StepRunning):
             bytes_sent=self.counters.bytes_sent, bytes_received=self.counters.bytes_received,
             pull_requests=self.counters.pull_requests,
             tensors_pulled=self.counters.tensors_pulled, max_rss_mib=_status.max_rss_mib(),
-            graph_lease_s=float(self._graph_lease_s))
+            graph_lease_s=float(self._graph_lease_s), push_requests=self.counters.push_requests,
+            tensors_pushed=self.counters.tensors_pushed)
 
     async def status_json(self):
         """This task's live status as JSON (``GET /v1/status``; ``status.py`` says what)."""

@@ -15,6 +15,7 @@ import trio
 
 from asyncflow import errors
 from asyncflow.cluster import remote_rendezvous as _rdv
+from asyncflow.cluster.remote_rendezvous import host_array as _host
 from asyncflow.exec.step import Step
 from transports.messages import (
     NodeExecStats, RemoteCallError, RunGraphReply, StepStats, TensorEntry,
@@ -145,8 +146,7 @@ class StepRunning:
             wg.lease_expires = trio.current_time() + self._graph_lease_s
             state.running = False
             state.ran = True
-            self.counters.pull_requests += state.rendezvous.pull_requests
-            self.counters.tensors_pulled += state.rendezvous.pulls
+            state.rendezvous.count_into(self.counters)
         self.counters.steps_run += 1
         self.status.step_done(request.step_id, time.perf_counter() - started, trace)
         tensors = [TensorEntry(name, _host(value)) for name, value in zip(wg.fetch_names, values)]
@@ -161,7 +161,7 @@ class StepRunning:
             state.scope = scope
             failure = None
             try:
-                if wg.binding.declarations:  # Recvs from peers: their pulls need a nursery
+                if wg.binding.declarations or wg.binding.pushed:  # pulls and pushes: a nursery
                     values = await self._run_with_pulls(state, wg, feed_values, step)
                 else:
                     values = await wg.compiled.runner.run(feed_values, step)
@@ -187,6 +187,7 @@ class StepRunning:
             state.rendezvous.spawn = pulls.start_soon
             try:
                 values = await wg.compiled.runner.run(feed_values, step)
+                await state.rendezvous.flush_pushes()  # answered once its pushes landed
             except errors.OpError as exc:
                 failure = exc  # (raised outside the nursery: never an ExceptionGroup)
             finally:
@@ -226,18 +227,6 @@ def _only_cancelled(exc):
     if isinstance(exc, BaseExceptionGroup):
         return all(_only_cancelled(e) for e in exc.exceptions)
     return isinstance(exc, trio.Cancelled)
-
-
-def _host(value):
-    if type(value) is np.ndarray and value.dtype.kind not in "OSU":
-        return value  # what np.asarray below would return (most fetches)
-    to_numpy = getattr(value, "get", None)
-    if to_numpy is not None and not isinstance(value, np.ndarray):
-        value = to_numpy()
-    array = np.asarray(value)
-    if array.dtype == object or array.dtype.kind in "SU":
-        array = np.asarray(value, dtype=object)
-    return array
 
 
 def _node_stats(stats):

@@ -118,3 +118,36 @@ def start_order(tasks, partitions, levels):
                 waits[task] = min(waits.get(task, level), level)
     order = sorted(range(len(tasks)), key=lambda i: -waits.get(tasks[i], float("inf")))
     return tuple(order)
+
+
+# A transfer below this size (by its Recv's static shape) is pushed by its producer; larger
+# ones, and those of unknown size, are pulled: from this size on a same-host reply lends a
+# tensor's memory instead of copying it through the socket (transports' LEND_BYTES).
+PUSH_MAX_BYTES = 1 << 20
+
+
+def pushed_transfers(partitions, levels, max_bytes=None):
+    """The tensor names of the cross-task transfers whose producer pushes them (sorted).
+
+    A push (``PushTensors``) goes out as soon as the producer's Send runs, so the consumer's
+    Recv finds its value there instead of asking for it: the request leg of a pull leaves the
+    step's critical path. Pushed are the transfers with a level (``transfer_levels``: none in
+    or after a while loop, whose iterations also wait on edges the graph does not show) and a
+    static size below ``max_bytes`` (default ``PUSH_MAX_BYTES``; 0 pushes none); strings and
+    tensors of unknown shape are pulled. Pushes never wait on the consumer (it deposits
+    and answers), so they need no levels of their own.
+    """
+    limit = PUSH_MAX_BYTES if max_bytes is None else max_bytes
+    out = set()
+    for part in partitions:
+        for node in part.nodes:
+            if node.type != "_Recv" or node.attrs["tensor_name"] not in levels or \
+                    task_of(node.attrs["send_device"]) == task_of(node.device):
+                continue
+            dtype, shape = node.attrs.get("dtype"), node.attrs.get("shape")
+            if dtype is None or dtype.is_string or dtype.np in (None, object) or \
+                    shape is None or not shape.is_fully_defined():
+                continue
+            if shape.num_elements() * dtype.size < limit:
+                out.add(node.attrs["tensor_name"])
+    return sorted(out)

@@ -1,7 +1,8 @@
-"""A TCP proxy on loopback that damages what a worker answers, as a faulty NIC or switch
-would behind TCP's 16-bit checksum: once armed, it flips one bit of the Nth byte it forwards
-from the server to the client (counted from the arming, or from the end of the next HTTP
-head: into the frame), then forwards faithfully again."""
+"""A TCP proxy on loopback that damages what a worker answers (or, armed with
+``requests=True``, what it is sent), as a faulty NIC or switch would behind TCP's 16-bit
+checksum: once armed, it flips one bit of the Nth byte it forwards from the server to the
+client (counted from the arming, or from the end of the next HTTP head: into the frame), then
+forwards faithfully again."""
 from __future__ import annotations
 
 import trio
@@ -23,14 +24,16 @@ class BitFlipProxy:
         self._head_due = False  # the countdown starts after the next b"\r\n\r\n"
         self._tail = b""  # the last bytes seen while looking for it
         self._path = None  # damage only answers to requests for this path
+        self._requests = False  # damage requests (client to server) instead of answers
 
-    def arm(self, offset, bit=3, in_body=False, path=None):
+    def arm(self, offset, bit=3, in_body=False, path=None, requests=False):
         """``in_body``: count ``offset`` from the end of the next HTTP head (into the frame),
         or, when negative, back from the end of its body (-1: the body's last byte, by its
         Content-Length); ``path``: only in an answer on a connection whose last request line
-        holds it."""
+        holds it (with ``requests``: in a request whose line holds it)."""
         assert in_body or offset >= 0, "an offset from the body's end needs in_body"
         self._countdown, self._bit, self._path = offset, bit, path
+        self._requests = requests
         self._head_due, self._tail = in_body, b""
 
     async def serve(self, task_status=trio.TASK_STATUS_IGNORED):
@@ -53,7 +56,7 @@ class BitFlipProxy:
             while data := await source.receive_some(1 << 16):
                 if not damage and data.split(b" ", 1)[0] in (b"GET", b"POST", b"DELETE"):
                     last[0] = data.split(b"\r\n", 1)[0]  # (a request's head comes first)
-                if damage and self._countdown is not None and (
+                if damage != self._requests and self._countdown is not None and (
                         self._path is None or self._path.encode() in last[0]):
                     start = self._skip_head(data)
                     if start is None:

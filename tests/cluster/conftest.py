@@ -50,3 +50,11 @@ def process_cluster():
     workers.start(spec, [("ps", 0), ("worker", 0), ("worker", 1)])
     yield spec, workers
     workers.stop_all()
+
+
+@pytest.fixture
+def pulls_only(monkeypatch):
+    """The master (in this process) marks no transfer as pushed: every edge is pulled, as for
+    a tensor too large to push (tests of the pull path on small graphs)."""
+    from asyncflow.compile import transfer_order
+    monkeypatch.setattr(transfer_order, "PUSH_MAX_BYTES", 0)

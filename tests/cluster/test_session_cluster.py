@@ -140,7 +140,7 @@ async def test_a_stopped_worker_is_unavailable_and_a_restarted_one_is_used_again
 
 
 
-async def test_pulls_of_one_step_from_one_peer_share_a_request(cluster):
+async def test_pulls_of_one_step_from_one_peer_share_a_request(cluster, pulls_only):
     spec, servers = cluster
     with af.Graph().as_default() as graph:
         with af.device(PS):
@@ -194,7 +194,7 @@ async def test_workers_exchanging_values_crosswise_do_not_deadlock(cluster):
             assert await sess.run([out0, out1], options=TIMEOUT) == [210.0, 202.0]
 
 
-async def test_a_parameter_server_step_pulls_once_per_peer_and_level(cluster):
+async def test_a_parameter_server_step_pulls_once_per_peer_and_level(cluster, pulls_only):
     # The worker pulls the parameters (one request), the ps the gradients (one request). The
     # train op's four "update done" control edges are not carried at all (control_edges.py):
     # the step ends when the ps's RunGraph has applied the updates.

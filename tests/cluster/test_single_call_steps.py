@@ -2,7 +2,7 @@
 
 The master sends a one-task step from the caller's task (no nursery, no spawned task: two
 scheduler passes fewer) and a step on several tasks spawns a task for each RunGraph but the
-last; ``StepMonitor``, one timer per master, starts a step's health watchdog once it outlives
+first; ``StepMonitor``, one timer per master, starts a step's health watchdog once it outlives
 ``health_check_interval_s``, as the per-step timer did.
 """
 import contextlib
@@ -151,7 +151,7 @@ async def test_a_two_task_step_spawns_one_task_and_gets_its_watchdog(two_workers
                 assert await sess.run([doubled, plus], {p: float(value)}) == [
                     2.0 * value, value + 1.0]
         autojump_clock.autojump_threshold = 0
-        # One task a step: the first RunGraph's; the second goes from the caller's task.
+        # One task a step: the second RunGraph's; the first goes from the caller's task.
         assert counter.names == ["asyncflow.cluster.master._StepDriver._run_one"] * 3
         asked.clear()
         start = trio.current_time()

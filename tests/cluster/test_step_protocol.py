@@ -2,7 +2,8 @@
 
 The compile-side tests check ``control_edges.py`` on placed node graphs; the others run real
 ``asyncflow worker`` processes on loopback ports and read the workers' own counters (Health's
-``pull_requests`` / ``tensors_pulled``) before and after a step. Every wait has a deadline.
+``pull_requests`` / ``tensors_pulled`` / ``push_requests`` / ``tensors_pushed``) before and
+after a step. Every wait has a deadline.
 """
 import numpy as np
 import pytest
@@ -26,13 +27,16 @@ def _node_graph(fetches, targets):
     return NodeGraph.from_ops(ops, [], fetches, targets, placement)
 
 
-def _ps_training_graph():
+def _ps_training_graph(cpu=""):
+    """``cpu="/device:CPU:0"`` pins every op to the tasks' CPUs (the worker processes may see
+    a GPU: under ``make test-gpu`` a Send that waits for its device pushes when its value is
+    on the host, which can take one request per Send instead of one per round)."""
     graph = af.Graph()
     with graph.as_default():
-        with af.device(PS):
+        with af.device(PS + cpu):
             params = [af.Variable(np.full((2, 2), i + 1.0, np.float32), name=f"proto_p{i}")
                       for i in range(3)]
-        with af.device(W0):
+        with af.device(W0 + cpu):
             x = af.placeholder(af.float32, [None, 2], name="x")
             loss = af.add_n([af.reduce_sum(af.matmul(x, p)) for p in params])
             train = af.train.GradientDescentOptimizer(0.5).minimize(loss)
@@ -79,18 +83,19 @@ async def _pull_counters(spec):
         for index, address in enumerate(addresses):
             async with channels.connect(address) as channel:
                 stats = (await channel.health(timeout=10)).stats
-            out[f"{job}:{index}"] = (stats.pull_requests, stats.tensors_pulled)
+            out[f"{job}:{index}"] = (stats.pull_requests, stats.tensors_pulled,
+                                     stats.push_requests, stats.tensors_pushed)
     return out
 
 
 def _delta(before, after):
-    return {task: (after[task][0] - before[task][0], after[task][1] - before[task][1])
+    return {task: tuple(a - b for a, b in zip(after[task], before[task]))
             for task in after if after[task] != before[task]}
 
 
-async def test_a_training_step_across_processes_makes_one_pull_per_direction(process_cluster):
+async def test_a_training_step_across_processes_makes_one_push_per_direction(process_cluster):
     spec, _ = process_cluster
-    graph, params, x, loss, train = _ps_training_graph()
+    graph, params, x, loss, train = _ps_training_graph("/device:CPU:0")
     feed = {x: np.ones((1, 2), np.float32)}
     async with af.Session(graph=graph, cluster=spec) as sess:
         await sess.run([p.initializer for p in params], options=TIMEOUT)
@@ -103,9 +108,42 @@ async def test_a_training_step_across_processes_makes_one_pull_per_direction(pro
         values = await sess.run(params, options=TIMEOUT)
     for i, value in enumerate(values):
         np.testing.assert_allclose(value, np.full((2, 2), i + 1.0 - 1.0))
-    # worker: one request for the three parameters; ps: one for the three gradients; no pull
-    # for the train op's "updates done" control edges.
-    assert _delta(before, after) == {"worker:0": (1, 3), "ps:0": (1, 3)}
+    # ps: one push of the three parameters; worker: one push of the three gradients; no pull
+    # at all, and nothing for the train op's "updates done" control edges. (pulls, pulled
+    # tensors, pushes, pushed tensors); with the step's two RunGraphs: four calls a step.
+    assert _delta(before, after) == {"worker:0": (0, 0, 1, 3), "ps:0": (0, 0, 1, 3)}
+
+
+async def test_the_benchmarks_mlp_step_makes_four_calls(process_cluster):
+    """bench_vs_tf1.py's MLP (64-128-10, batch 256, SGD; parameters on the ps): per step two
+    RunGraphs, the ps's push of w1, b1, w2, b2 and the worker's push of their gradients."""
+    spec, _ = process_cluster
+    rng = np.random.default_rng(0)
+    with af.Graph().as_default() as graph:  # (on the CPUs: see _ps_training_graph)
+        with af.device(PS + "/device:CPU:0"):
+            params = [af.Variable(rng.standard_normal(shape).astype(np.float32) * 0.1, name=n)
+                      for shape, n in (((64, 128), "mlp_w1"), ((128,), "mlp_b1"),
+                                       ((128, 10), "mlp_w2"), ((10,), "mlp_b2"))]
+        with af.device(W0 + "/device:CPU:0"):
+            x = af.placeholder(af.float32, [None, 64], name="x")
+            y = af.placeholder(af.int32, [None], name="y")
+            w1, b1, w2, b2 = params
+            logits = af.matmul(af.nn.relu(af.matmul(x, w1) + b1), w2) + b2
+            loss = af.reduce_mean(af.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=y, logits=logits))
+            train = af.train.GradientDescentOptimizer(0.01).minimize(loss)
+    feed = {x: rng.standard_normal((256, 64)).astype(np.float32),
+            y: rng.integers(0, 10, 256).astype(np.int32)}
+    async with af.Session(graph=graph, cluster=spec) as sess:
+        await sess.run([p.initializer for p in params], options=TIMEOUT)
+        first = await sess.run([loss, train], feed, options=TIMEOUT)
+        before = await _pull_counters(spec)
+        with trio.fail_after(30):
+            for _ in range(3):
+                last = await sess.run([loss, train], feed, options=TIMEOUT)
+        after = await _pull_counters(spec)
+    assert last[0] < first[0]  # the updates were applied
+    assert _delta(before, after) == {"worker:0": (0, 0, 3, 12), "ps:0": (0, 0, 3, 12)}
 
 
 async def test_a_failing_update_still_fails_the_step(process_cluster):
@@ -148,7 +186,8 @@ async def test_a_control_edge_into_a_stateful_op_still_travels(process_cluster):
             await sess.run(mark, options=TIMEOUT)
         after = await _pull_counters(spec)
         assert await sess.run([v, w], options=TIMEOUT) == [3.0, 2.0]
-    assert _delta(before, after) == {"worker:1": (1, 1)}
+    # The control edge travels: the ps pushes its one (small, known-size) signal to worker:1.
+    assert _delta(before, after) == {"ps:0": (0, 0, 1, 1)}
 
 
 def test_run_graphs_go_out_in_a_fixed_order_producers_first():
@@ -173,14 +212,14 @@ def test_run_graphs_go_out_in_a_fixed_order_producers_first():
                      "/job:worker/replica:0/task:0"]
 
 
-def _global_step_graph():
+def _global_step_graph(cpu=""):
     graph = af.Graph()
     with graph.as_default():
-        with af.device(PS):
+        with af.device(PS + cpu):  # (``cpu``: as _ps_training_graph's)
             params = [af.Variable(np.full((2, 2), i + 1.0, np.float32), name=f"proto_gs_p{i}")
                       for i in range(2)]
             step = af.Variable(0, dtype=af.int64, trainable=False, name="proto_global_step")
-        with af.device(W0):
+        with af.device(W0 + cpu):
             x = af.placeholder(af.float32, [None, 2], name="x")
             loss = af.add_n([af.reduce_sum(af.matmul(x, p)) for p in params])
             train = af.train.GradientDescentOptimizer(0.5).minimize(loss, global_step=step)
@@ -222,7 +261,7 @@ def test_a_noop_is_not_bypassed_when_that_would_carry_more():
 
 async def test_a_global_step_training_step_carries_no_control_edge(process_cluster):
     spec, _ = process_cluster
-    graph, params, step, x, loss, train = _global_step_graph()
+    graph, params, step, x, loss, train = _global_step_graph("/device:CPU:0")
     feed = {x: np.ones((1, 2), np.float32)}
     async with af.Session(graph=graph, cluster=spec) as sess:
         await sess.run([p.initializer for p in params] + [step.initializer], options=TIMEOUT)
@@ -235,4 +274,5 @@ async def test_a_global_step_training_step_carries_no_control_edge(process_clust
     for i, value in enumerate(values[:2]):
         np.testing.assert_allclose(value, np.full((2, 2), i + 1.0 - 1.0))
     assert values[2] == 2
-    assert _delta(before, after) == {"worker:0": (1, 2), "ps:0": (1, 2)}
+    # One push each way (the parameters, the gradients), no control signal, no pull.
+    assert _delta(before, after) == {"worker:0": (0, 0, 1, 2), "ps:0": (0, 0, 1, 2)}

@@ -75,7 +75,7 @@ async def _registered(spec, graph, feeds, fetches):
     return handles
 
 
-async def test_a_worker_step_spawns_one_task_per_pull_not_per_edge(two_workers):
+async def test_a_worker_step_spawns_one_task_per_pull_not_per_edge(two_workers, pulls_only):
     spec, services = two_workers
     graph = af.Graph()
     with graph.as_default():
@@ -147,7 +147,7 @@ async def _ps_and_worker_graph(spec):
     return await _registered(spec, graph, (x,), (total,))
 
 
-async def test_a_pull_the_peer_aborts_fails_every_subscribed_recv(two_workers):
+async def test_a_pull_the_peer_aborts_fails_every_subscribed_recv(two_workers, pulls_only):
     from transports.messages import AbortStep, RemoteCallError
     spec, services = two_workers
     handles = await _ps_and_worker_graph(spec)
@@ -174,7 +174,8 @@ async def test_a_pull_the_peer_aborts_fails_every_subscribed_recv(two_workers):
     assert not services["worker"]._steps  # the step's state is gone, no Recv left waiting
 
 
-async def test_a_worker_step_past_its_deadline_cancels_its_pull(two_workers, autojump_clock):
+async def test_a_worker_step_past_its_deadline_cancels_its_pull(two_workers, pulls_only,
+                                                               autojump_clock):
     from transports.messages import RemoteCallError
     spec, services = two_workers
     handles = await _ps_and_worker_graph(spec)

@@ -22,6 +22,10 @@ from transports.messages import (
 from transports.wire import MAGIC, RemoteProtocolError, decode
 from device_kinds import task_devices
 
+# These tests drive pulls (RecvTensors) by hand: every edge is pulled, as for a large tensor
+# (the pushed edges have their own tests, test_pushes.py).
+pytestmark = pytest.mark.usefixtures("pulls_only")
+
 
 @pytest.fixture
 async def cluster():
