@@ -4,6 +4,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PIP_INSTALL := $(PY) -m pip install --progress-bar on
+# The suite runs in PYTEST_WORKERS pytest processes (pytest-xdist; 0: in this one), a test file's
+# tests all in the same process (--dist loadfile: module-scoped clusters are started once, and
+# a file's tests never race each other for its fixed resources). Two for CI's two cores: most
+# of the slow tests wait on the worker processes they start.
+PYTEST_WORKERS ?= 2
+PYTEST_XDIST := -n $(PYTEST_WORKERS) --dist loadfile
 
 .PHONY: demo test test-gpu bench clean
 
@@ -26,7 +32,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	@echo "==> running the test suite (pytest, including the docs check tests/test_docs.py)"
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 # The suite again as on a machine with a GPU: tests/fake_gpu on PYTHONPATH makes `import cupy`
 # find the strict fake CuPy (tests/exec/fake_cupy.py) with one device, in this process and
@@ -34,7 +40,7 @@ test: $(STAMP)
 # machine. Tests that run the same without a GPU are left to `make test` (tests/conftest.py).
 test-gpu: $(STAMP)
 	@echo "==> running the test suite with a fake GPU visible (strict fake CuPy; see tests/fake_gpu)"
-	PYTHONPATH=tests/fake_gpu ASYNCFLOW_FAKE_GPU=1 $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	PYTHONPATH=tests/fake_gpu ASYNCFLOW_FAKE_GPU=1 $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	@echo "==> running the benchmarks (bench/run_all.py; results in bench/RESULTS.md)"
