@@ -340,6 +340,26 @@ async def test_hung_up_on_at_the_connection_limit_it_speaks_http_then_goes_back(
     assert scopes[0].cancelled_caught and len(replies) == 1
 
 
+async def test_while_it_backs_off_the_bare_connections_it_has_serve_on(autojump_clock):
+    async with open_http_server(FakeWorker()) as server, \
+            TrioHttpChannel(server.address) as channel:
+        with trio.fail_after(GENEROUS):
+            await channel.health()  # one bare connection, pooled
+            channel._bare, channel._bare_again = False, trio.current_time() + 10  # (hung up on)
+            await channel.health()
+            assert channel.bare_calls == 2 and not channel._idle
+            async with trio.open_nursery() as nursery:  # two at once: one needs a new connection
+                nursery.start_soon(channel.health)
+                nursery.start_soon(channel.health)
+            assert channel.bare_calls == 3 and len(channel._idle) == 1  # ... over HTTP
+            assert len(channel._bare_idle) == 1 and not channel._bare
+            await trio.sleep(10)
+            async with trio.open_nursery() as nursery:  # after the back-off: a new bare one
+                nursery.start_soon(channel.health)
+                nursery.start_soon(channel.health)
+            assert channel.bare_calls == 5 and len(channel._bare_idle) == 2 and channel._bare
+
+
 async def test_the_back_off_doubles_while_the_server_hangs_up(autojump_clock):
     async with open_http_server(FakeWorker()) as server:
         same_host.unlink(server.bare_path)

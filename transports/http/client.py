@@ -33,8 +33,8 @@ trio task:
   token checked once per connection); where the server has no such socket the channel speaks
   HTTP from then on. A server that hangs up at the handshake (at its connection limit with
   every connection busy, or closing) is spoken to over HTTP for a back-off (``_BARE_RETRY_S``,
-  doubling to ``_BARE_RETRY_MAX_S``), and after it the next call tries the bare socket
-  again: a server with room again is spoken to over it.
+  doubling to ``_BARE_RETRY_MAX_S``; bare connections it already admitted serve on), and
+  after it the next call tries the bare socket again: a server with room is spoken to over it.
 * **Deadlines** are trio's: :class:`~transports.service.Channel` wraps each call in a cancel
   scope; connecting has its own ``connect_timeout``.
 
@@ -220,8 +220,7 @@ class TrioHttpChannel(Channel):
         # Bodiless requests are encoded too: the same field checks, whatever the route.
         buffers = None if request is None else encode(request, self._limits,
                                                       defer_checksums=True)
-        if self._bare or (self._bare_again is not None
-                          and trio.current_time() >= self._bare_again):
+        if self._bare or self._bare_idle or self._bare_again is not None:
             reply = await self._bare_call(rpc, buffers)
             if reply is not None:
                 return reply
@@ -261,6 +260,8 @@ class TrioHttpChannel(Channel):
     async def _bare_checkout(self, what: str, fresh: bool) -> bare.BareConnection | None:
         if self._bare_idle and not fresh:
             return self._bare_idle.pop()
+        if not self._bare and (self._bare_again is None or trio.current_time() < self._bare_again):
+            return None  # off, or backing off: connections already admitted serve meanwhile
         stream, accepted = None, False
         try:
             with trio.fail_after(self._connect_timeout):
