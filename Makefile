@@ -6,10 +6,12 @@ STAMP := $(VENV)/.installed
 PIP_INSTALL := $(PY) -m pip install --progress-bar on
 # The suite runs in PYTEST_WORKERS pytest processes (pytest-xdist; 0: in this one), a test file's
 # tests all in the same process (--dist loadfile: module-scoped clusters are started once, and
-# a file's tests never race each other for its fixed resources). Two for CI's two cores: most
-# of the slow tests wait on the worker processes they start.
+# a file's tests never race each other for its fixed resources), files handed out in collection
+# order (--no-loadscope-reorder: by default xdist hands out the files with most tests first,
+# which leaves the few-test, slow process files of tests/cluster to the end). Two for CI's two
+# cores: most of the slow tests wait on the worker processes they start.
 PYTEST_WORKERS ?= 2
-PYTEST_XDIST := -n $(PYTEST_WORKERS) --dist loadfile
+PYTEST_XDIST := -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 .PHONY: demo test test-gpu bench clean
 
