@@ -4,14 +4,15 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PIP_INSTALL := $(PY) -m pip install --progress-bar on
-# The suite runs in PYTEST_WORKERS pytest processes (pytest-xdist; 0: in this one), a test file's
-# tests all in the same process (--dist loadfile: module-scoped clusters are started once, and
-# a file's tests never race each other for its fixed resources), files handed out in collection
-# order (--no-loadscope-reorder: by default xdist hands out the files with most tests first,
-# which leaves the few-test, slow process files of tests/cluster to the end). Two for CI's two
-# cores: most of the slow tests wait on the worker processes they start.
-PYTEST_WORKERS ?= 2
-PYTEST_XDIST := -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
+# PYTEST_WORKERS=2 runs the suite in two pytest processes (pytest-xdist), a test file's tests
+# all in the same process (--dist loadfile: module-scoped clusters start once, and a file's
+# tests never race each other for its fixed resources), files handed out in collection order
+# (--no-loadscope-reorder: xdist's default, most tests first, leaves tests/cluster's few-test,
+# slow process files to the end). Off by default: on the shared, loaded 2-core container it
+# measured 8-24 % slower than one process (bench/RESULTS.md, 2026-12-05); an idle machine
+# with cores to spare is where it may pay.
+PYTEST_WORKERS ?= 0
+PYTEST_XDIST := $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 .PHONY: demo test test-gpu bench clean
 
