@@ -4,6 +4,15 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PIP_INSTALL := $(PY) -m pip install --progress-bar on
+# PYTEST_WORKERS=2 runs the suite in two pytest processes (pytest-xdist), a test file's tests
+# all in the same process (--dist loadfile: module-scoped clusters start once, and a file's
+# tests never race each other for its fixed resources), files handed out in collection order
+# (--no-loadscope-reorder: xdist's default, most tests first, leaves tests/cluster's few-test,
+# slow process files to the end). Off by default: on the shared, loaded 2-core container it
+# measured 8-24 % slower than one process (bench/RESULTS.md, 2026-12-05); an idle machine
+# with cores to spare is where it may pay.
+PYTEST_WORKERS ?= 0
+PYTEST_XDIST := $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 .PHONY: demo test test-gpu bench clean
 
@@ -26,7 +35,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	@echo "==> running the test suite (pytest, including the docs check tests/test_docs.py)"
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 # The suite again as on a machine with a GPU: tests/fake_gpu on PYTHONPATH makes `import cupy`
 # find the strict fake CuPy (tests/exec/fake_cupy.py) with one device, in this process and
@@ -34,7 +43,7 @@ test: $(STAMP)
 # machine. Tests that run the same without a GPU are left to `make test` (tests/conftest.py).
 test-gpu: $(STAMP)
 	@echo "==> running the test suite with a fake GPU visible (strict fake CuPy; see tests/fake_gpu)"
-	PYTHONPATH=tests/fake_gpu ASYNCFLOW_FAKE_GPU=1 $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	PYTHONPATH=tests/fake_gpu ASYNCFLOW_FAKE_GPU=1 $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	@echo "==> running the benchmarks (bench/run_all.py; results in bench/RESULTS.md)"

@@ -15,10 +15,11 @@ from transport_fakes import FakeWorker
 
 from transports.http import bare, cross_memory, same_host
 from transports.http.client import TrioHttpChannel
+from transports.http.guard import ConnectionLimits
 from transports.http.server import open_http_server
 from transports.messages import ErrorReply, RecvTensors, RegisterGraph, RemoteCallError, \
     RunGraph, TensorEntry
-from transports.service import RPCS, TransportDeadlineExceeded
+from transports.service import RPCS, TransportDeadlineExceeded, TransportUnavailable
 from transports.wire import Decoder, Limits, encode
 
 GENEROUS = 20
@@ -291,6 +292,93 @@ async def test_a_peer_that_does_not_speak_it_is_left_for_http():
                 with trio.fail_after(GENEROUS):
                     assert (await channel.health()).incarnation == 7
                 assert not channel._bare and len(channel._idle) == 1
+            nursery.cancel_scope.cancel()
+        same_host.unlink(path)
+
+
+async def test_hung_up_on_at_the_connection_limit_it_speaks_http_then_goes_back(autojump_clock):
+    # Two connections at most; a busy channel's two waiting calls hold both.
+    worker = FakeWorker()
+    async with open_http_server(worker, connection_limits=ConnectionLimits(max_connections=2)) \
+            as server, TrioHttpChannel(server.address) as busy, \
+            TrioHttpChannel(server.address) as channel, trio.open_nursery() as nursery:
+        scopes = [trio.CancelScope() for _ in range(2)]
+        replies = []
+
+        async def receive(scope):
+            with scope:
+                replies.append(await busy.recv_tensors(RecvTensors(1, ["k"])))
+
+        for scope in scopes:
+            nursery.start_soon(receive, scope)
+        with trio.fail_after(GENEROUS):
+            while worker.waiting < 2:
+                await worker.waiter_arrived.wait()
+                worker.waiter_arrived = trio.Event()
+            # Every connection is busy: the bare handshake is hung up on, and so is HTTP.
+            with pytest.raises(TransportUnavailable):
+                await channel.health()
+            assert not channel._bare and channel._bare_again is not None
+            assert server._guard.refused == 2 and channel.bare_calls == 0
+            scopes[0].cancel()  # one busy call leaves: room for one connection
+            while len(server._guard.connections) > 1:
+                await trio.sleep(0.01)
+            # Within the back-off the channel speaks HTTP without trying the bare socket.
+            assert (await channel.health()).incarnation == 7
+            assert channel.bare_calls == 0 and len(channel._idle) == 1
+            assert server._guard.refused == 2
+            # After it, the next call takes the bare socket again (the server evicts the idle
+            # HTTP connection to make room), and the calls after it stay there.
+            await trio.sleep(0.5)
+            for calls in (1, 2):
+                assert (await channel.health()).incarnation == 7
+                assert channel._bare and channel.bare_calls == calls
+            assert channel._bare_again is None and server._guard.evicted == 1
+            handle = (await channel.register_graph(RegisterGraph({"nodes": []}, "s"))).graph_handle
+            await channel.run_graph(RunGraph(handle, 1, [TensorEntry("k", np.arange(2.0))], []))
+    np.testing.assert_array_equal(replies[0].tensors[0].value, np.arange(2.0))
+    assert scopes[0].cancelled_caught and len(replies) == 1
+
+
+async def test_while_it_backs_off_the_bare_connections_it_has_serve_on(autojump_clock):
+    async with open_http_server(FakeWorker()) as server, \
+            TrioHttpChannel(server.address) as channel:
+        with trio.fail_after(GENEROUS):
+            await channel.health()  # one bare connection, pooled
+            channel._bare, channel._bare_again = False, trio.current_time() + 10  # (hung up on)
+            await channel.health()
+            assert channel.bare_calls == 2 and not channel._idle
+            async with trio.open_nursery() as nursery:  # two at once: one needs a new connection
+                nursery.start_soon(channel.health)
+                nursery.start_soon(channel.health)
+            assert channel.bare_calls == 3 and len(channel._idle) == 1  # ... over HTTP
+            assert len(channel._bare_idle) == 1 and not channel._bare
+            await trio.sleep(10)
+            async with trio.open_nursery() as nursery:  # after the back-off: a new bare one
+                nursery.start_soon(channel.health)
+                nursery.start_soon(channel.health)
+            assert channel.bare_calls == 5 and len(channel._bare_idle) == 2 and channel._bare
+
+
+async def test_the_back_off_doubles_while_the_server_hangs_up(autojump_clock):
+    async with open_http_server(FakeWorker()) as server:
+        same_host.unlink(server.bare_path)
+        listener, path = same_host.listen(server.port, "bare")
+
+        async def hang_up(stream):
+            await stream.aclose()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.serve_listeners, hang_up, [listener])
+            async with TrioHttpChannel(server.address) as channel:
+                waits = []
+                for _ in range(8):
+                    with trio.fail_after(GENEROUS):
+                        assert (await channel.health()).incarnation == 7  # over HTTP
+                    waits.append(channel._bare_again - trio.current_time())
+                    await trio.sleep(waits[-1])
+                assert waits == pytest.approx([0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0])
+                assert channel.bare_calls == 0 and len(channel._idle) == 1
             nursery.cancel_scope.cancel()
         same_host.unlink(path)
 

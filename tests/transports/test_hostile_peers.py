@@ -205,14 +205,19 @@ _values = st.recursive(
     max_leaves=40)
 
 
-@settings(max_examples=200)
+# Multiples of the profile's count (30 by default, 300 with HYPOTHESIS_PROFILE=thorough): a
+# damaged-bytes example costs ~12 ms, so the default run keeps to a second or so each.
+EXAMPLES = settings.default.max_examples
+
+
+@settings(max_examples=3 * EXAMPLES)
 @given(value=_values)
 def test_counted_unpacking_agrees_with_msgpack(value):
     data = msgpack.packb(value, use_bin_type=True)
     assert unpack_counted(memoryview(data), Limits()) == msgpack.unpackb(data, raw=False)
 
 
-@settings(max_examples=300)
+@settings(max_examples=4 * EXAMPLES)
 @given(value=_values, data=st.data())
 def test_counted_unpacking_of_damaged_bytes_fails_cleanly(value, data):
     raw = bytearray(msgpack.packb(value, use_bin_type=True))

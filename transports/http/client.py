@@ -30,8 +30,11 @@ trio task:
   :mod:`transports.http.bulk_io` (a parked read wakes per MiB, not per segment).
 * **Same host.** To a loopback address every call but the two text ones first goes over the
   bare-frame protocol of :mod:`transports.http.bare` (no HTTP head, one frame each way, the
-  token checked once per connection); where the server has no such socket, or hangs up at its
-  handshake, the channel speaks HTTP from then on.
+  token checked once per connection); where the server has no such socket the channel speaks
+  HTTP from then on. A server that hangs up at the handshake (at its connection limit with
+  every connection busy, or closing) is spoken to over HTTP for a back-off (``_BARE_RETRY_S``,
+  doubling to ``_BARE_RETRY_MAX_S``; bare connections it already admitted serve on), and
+  after it the next call tries the bare socket again: a server with room is spoken to over it.
 * **Deadlines** are trio's: :class:`~transports.service.Channel` wraps each call in a cancel
   scope; connecting has its own ``connect_timeout``.
 
@@ -63,6 +66,8 @@ __all__ = ["TrioHttpChannel"]
 _MAX_HEAD: Final = 64 * 1024     # the most of a response head this client reads
 _RECV: Final = 64 * 1024
 _MAX_IDLE: Final = 16            # idle keep-alive connections kept per channel
+_BARE_RETRY_S: Final = 0.5       # after a bare handshake was hung up on: HTTP for this long,
+_BARE_RETRY_MAX_S: Final = 30.0  # doubling (to this) while the server keeps hanging up
 _BROKEN = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 _RPC_INDEX: Final = {rpc.method: index for index, rpc in enumerate(RPCS)}
 
@@ -197,6 +202,10 @@ class TrioHttpChannel(Channel):
         # has its socket; else HTTP.
         self._bare = self._same_host and bare is not False
         self.bare_calls = 0  # calls answered over it
+        # Hung up on at the handshake: trio time after which to try it again (None: not
+        # waiting), and the next wait.
+        self._bare_again: float | None = None
+        self._bare_backoff = _BARE_RETRY_S
 
     async def aclose(self) -> None:
         await super().aclose()
@@ -211,7 +220,7 @@ class TrioHttpChannel(Channel):
         # Bodiless requests are encoded too: the same field checks, whatever the route.
         buffers = None if request is None else encode(request, self._limits,
                                                       defer_checksums=True)
-        if self._bare:
+        if self._bare or self._bare_idle or self._bare_again is not None:
             reply = await self._bare_call(rpc, buffers)
             if reply is not None:
                 return reply
@@ -244,17 +253,15 @@ class TrioHttpChannel(Channel):
                 self.lent_refused += not lent
                 self._lend = self._lend and lent
             self.bare_calls += 1
-            if self._closed or len(self._bare_idle) >= _MAX_IDLE:
-                await conn.stream.aclose()
-            else:
-                conn.reused = True
-                self._bare_idle.append(conn)
+            await self._pool(self._bare_idle, conn)
             return reply
         raise TransportUnavailable(f"{what}: the connection closed before the answer")
 
     async def _bare_checkout(self, what: str, fresh: bool) -> bare.BareConnection | None:
         if self._bare_idle and not fresh:
             return self._bare_idle.pop()
+        if not self._bare and (self._bare_again is None or trio.current_time() < self._bare_again):
+            return None  # off, or backing off: connections already admitted serve meanwhile
         stream, accepted = None, False
         try:
             with trio.fail_after(self._connect_timeout):
@@ -270,8 +277,14 @@ class TrioHttpChannel(Channel):
             if stream is not None and not accepted:
                 stream.socket.close()
         if not accepted:
-            self._bare = False  # an older server, or none on the socket: HTTP from now on
+            self._bare = False
+            if stream is None:  # an older server, or none on the socket: HTTP from now on
+                self._bare_again = None
+            else:  # hung up on (at its connection limit, closing): HTTP for a while
+                self._bare_again = trio.current_time() + self._bare_backoff
+                self._bare_backoff = min(2 * self._bare_backoff, _BARE_RETRY_MAX_S)
             return None
+        self._bare, self._bare_again, self._bare_backoff = True, None, _BARE_RETRY_S
         return bare.BareConnection(stream)
 
     async def _exchange_text(self, method: str) -> str:
@@ -298,14 +311,19 @@ class TrioHttpChannel(Channel):
             finally:
                 if not done:
                     conn.stream.socket.close()
-            if headers.get("connection", "").lower() == "close" or len(self._idle) >= _MAX_IDLE \
-                    or self._closed:
-                await conn.stream.aclose()
-            else:
-                conn.reused = True
-                self._idle.append(conn)
+            await self._pool(self._idle, conn,
+                             headers.get("connection", "").lower() != "close")
             return result
         raise TransportUnavailable(f"{what}: the connection closed before the answer")
+
+    async def _pool(self, idle: list, conn: Any, keep: bool = True) -> None:
+        """Return ``conn`` after a complete answer to its ``idle`` pool (HTTP or bare), or
+        close it: asked to (``Connection: close``), the pool full, or the channel closed."""
+        if keep and not self._closed and len(idle) < _MAX_IDLE:
+            conn.reused = True
+            idle.append(conn)
+        else:
+            await conn.stream.aclose()
 
     async def _checkout(self, what: str, fresh: bool) -> _Connection:
         if self._idle and not fresh:
