@@ -93,16 +93,20 @@ class Generator:
             text += f"  # {node.op.name} ({node.op.type})"
         self.lines.append((text, node))
 
-    def function(self, header, title, device_name):
+    def function(self, header, title, device_name, prologue=(), final=()):
         """Compile the lines as the body of ``header``; returns the function. A failure on
-        a node's line is raised located (``errors.located``) at that node."""
+        a node's line is raised located (``errors.located``) at that node. ``prologue``:
+        statements before the body's ``try``; ``final``: its ``finally`` clause."""
         body = "\n".join("        " + line for line, _ in self.lines) or "        pass"
-        source = (f"{header}:\n    try:\n{body}\n"
+        source = (f"{header}:\n" + "".join(f"    {line}\n" for line in prologue)
+                  + f"    try:\n{body}\n"
                   "    except Exception as exc:\n        _locate(exc)\n        raise\n")
+        if final:
+            source += "    finally:\n" + "".join(f"        {line}\n" for line in final)
         # The failing node is found from the line that raised (one node per line, from
         # line 3) rather than stored per kernel: the code and constants stay small per node.
-        node_at = {line: node for line, (_, node) in enumerate(self.lines, start=3)
-                   if node is not None}
+        node_at = {line: node for line, (_, node)
+                   in enumerate(self.lines, start=3 + len(prologue)) if node is not None}
 
         def locate(exc):
             node = node_at.get(exc.__traceback__.tb_lineno)

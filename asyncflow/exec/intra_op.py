@@ -134,6 +134,11 @@ class IntraOpPool:
                 _alone.active = False
         self.run(alone, bounds)
 
+    def submit(self, fn):
+        """Run ``fn()`` on a worker thread (a lane of a static schedule, ``exec/lanes.py``);
+        returns its future, which ``cancel()`` withdraws while no worker has started it."""
+        return self._workers().submit(fn)
+
     def _workers(self):
         with self._lock:
             if self._executor is None:
