@@ -130,7 +130,7 @@ def assign(plan):
     were picked, a topological order; ``deps``: each node's data, control and resource-order
     predecessors."""
     nodes = [n for n in plan.schedule if not _hoisted(n)]
-    if not 4 <= len(nodes) <= MAX_NODES or any(n.is_async for n in nodes):
+    if not 2 <= len(nodes) <= MAX_NODES or any(n.is_async for n in nodes):
         return None
     index_set = {n.index for n in nodes}
     by_index = {n.index: n for n in nodes}
@@ -163,7 +163,7 @@ def assign(plan):
     free, finish, lane_of, order = [0.0, WAKE_S], {}, {}, []
     candidates = []
     for n in nodes:
-        if waiting[n.index] == 0 and not (consumers[n.index] and cost[n.index] > OVERHEAD_S):
+        if waiting[n.index] == 0 and cost[n.index] <= OVERHEAD_S:
             finish[n.index] = free[0] = free[0] + SOURCE_S
             lane_of[n.index] = 0
             order.append(n)
