@@ -346,8 +346,9 @@ class LaneRun:
         self.waiters = 0
 
     def start(self):
-        """Hand lane 1 to a thread of the pool."""
-        self.future = self.pool.submit(self._work)
+        """Hand lane 1 to a thread of the pool (unless lane 0 already runs it)."""
+        if not self.inline and not self.done:
+            self.future = self.pool.submit(self._work)
 
     def give(self, k):
         """Lane ``k``'s flag is set: wake a waiter if there is one (the waiter counts itself
@@ -367,7 +368,7 @@ class LaneRun:
         intra_op._alone.active = True  # every pool thread is taken: kernels run whole
         gen, flags, cond = self.gen, self.flags, self.cond
         try:
-            while True:
+            while not self.abort:
                 try:
                     k = next(gen)
                 except StopIteration:
@@ -381,9 +382,8 @@ class LaneRun:
                         while not flags[k] and not self.abort:
                             cond.wait()
                         self.waiters -= 1
-                if self.abort:
-                    gen.close()
-                    break
+            if self.abort:
+                gen.close()
         finally:
             intra_op._alone.active = False
             self._finish()
