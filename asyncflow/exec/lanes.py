@@ -43,6 +43,7 @@ What stays as it is with one lane:
 """
 from __future__ import annotations
 
+import os
 import threading
 
 from asyncflow import errors
@@ -50,7 +51,9 @@ from asyncflow.exec import intra_op, timeslice
 from asyncflow.exec.codegen import Generator
 from asyncflow.exec.plan import OFFLOAD_COST, runtime_cost
 
-ENABLED = True          # tests and benchmarks switch lanes off here (one lane, as before)
+# Two lanes where they pay; ``ASYNCFLOW_LANES=0`` in the environment (or False here, before a
+# plan is built) keeps every static schedule in one lane, as before (benchmarks compare both).
+ENABLED = os.environ.get("ASYNCFLOW_LANES", "1") != "0"
 GUESS_DIM = 128         # an unknown dimension (a batch), for the cost estimates only
 OVERHEAD_S = 4e-6       # a kernel's call, whatever its size
 UNIT_S = 0.33e-9        # one unit of the offload threshold's cost (measured: GEMMs, applies)
