@@ -90,6 +90,7 @@ class IntraOpPool:
         self.threads = int(threads)
         self._name = name
         self._executor = None
+        self._lane = None  # the thread that runs lane 1 of static schedules (``submit``)
         self._lock = threading.Lock()
         self.splits = 0  # kernels split so far (statistics)
 
@@ -140,9 +141,16 @@ class IntraOpPool:
         return self.run(alone, bounds, caller_limit)
 
     def submit(self, fn):
-        """Run ``fn()`` on a worker thread (a lane of a static schedule, ``exec/lanes.py``);
-        returns its future, which ``cancel()`` withdraws while no worker has started it."""
-        return self._workers().submit(fn)
+        """Run ``fn()`` on the pool's lane thread (lane 1 of a static schedule,
+        ``exec/lanes.py``); returns its future, which ``cancel()`` withdraws while the thread
+        has not started it. The lane thread is not one of the split workers: a lane waiting
+        for the other keeps no split of a large kernel from the second core."""
+        with self._lock:
+            if self._lane is None:
+                self._lane = concurrent.futures.ThreadPoolExecutor(
+                    1, thread_name_prefix=f"{self._name}-lane")
+            lane = self._lane
+        return lane.submit(fn)
 
     def _workers(self):
         with self._lock:
@@ -154,9 +162,11 @@ class IntraOpPool:
     def close(self):
         """Stop the worker threads (idle ones exit; a running chunk finishes first)."""
         with self._lock:
-            executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=False)
+            executors = (self._executor, self._lane)
+            self._executor = self._lane = None
+        for executor in executors:
+            if executor is not None:
+                executor.shutdown(wait=False)
 
     def __repr__(self):
         return f"<IntraOpPool threads={self.threads}>"

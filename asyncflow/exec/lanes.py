@@ -36,10 +36,12 @@ What stays as it is with one lane:
 - the time slice (``exec/timeslice.py``): lane 0 checks the slice as the one-lane schedule
   does; a wait for lane 1 blocks at most until the slice ends, then awaits ``pause()``
   (a checkpoint: cancellation and other tasks get in), and resumes waiting.
-- one core: lane 1 is handed to the pool when lane 0 produces its first input. If no pool
-  thread has picked it up by the time lane 0 needs its first result (no free core), lane 0
-  withdraws the hand-off and runs lane 1's code itself, where the wait was, in the same
-  order: the step costs one submit and withdrawal more than one lane.
+- one core: lane 1 is handed to the pool's lane thread when lane 0 produces its first input.
+  Whenever lane 0 must wait for lane 1 and no thread is inside lane 1's generator (the thread
+  has not started, or has not woken after the flag it waited for was set: no free core),
+  lane 0 runs lane 1's kernels itself, in lane 1's order, up to the one it waits for; the
+  thread goes on from there when it gets a core. So a step costs at most a submit and a
+  few flags more than one lane when the second core is taken.
 """
 from __future__ import annotations
 
@@ -333,88 +335,95 @@ def _generate(plan, order, lane_of, deps, pool):
 
 
 class LaneRun:
-    """One step's lanes: lane 1's generator, the cross-lane flags, and who runs lane 1."""
+    """One step's lanes: lane 1's generator, the cross-lane flags, and who runs lane 1.
 
-    __slots__ = ("flags", "cond", "gen", "pool", "future", "error", "abort", "done",
-                 "waiters", "inline")
+    Whoever holds ``drive`` runs lane 1's generator: the pool's lane thread, or lane 0 when
+    it must wait for lane 1 and finds the generator free (the thread not started yet, or
+    not yet awake after a flag it waited for was set): lane 0 then runs lane 1's kernels
+    itself up to the one it waits for, instead of waiting for a thread without a core.
+    Both lanes follow one topological order, so the generator never waits there for a
+    flag lane 0 has still to set."""
+
+    __slots__ = ("flags", "cond", "drive", "gen", "pool", "future", "error", "abort", "done",
+                 "waiters", "stolen")
+    steal = True  # lane 0 may run lane 1 (tests switch it off to keep lane 1 on its thread)
 
     def __init__(self, lane1, slots, flags, pool):
         self.flags = [False] * flags
         self.cond = threading.Condition(threading.Lock())
+        self.drive = threading.Lock()
         self.gen = lane1(slots, self, self.flags)
         self.pool = pool
         self.future = None
         self.error = None
-        self.abort = self.done = self.inline = False
+        self.abort = self.done = self.stolen = False  # stolen: lane 0 ran some of lane 1
         self.waiters = 0
 
     def start(self):
-        """Hand lane 1 to a thread of the pool (unless lane 0 already runs it)."""
-        if not self.inline and not self.done:
+        """Hand lane 1 to the pool's lane thread."""
+        if not self.done:
             self.future = self.pool.submit(self._work)
 
     def give(self, k):
-        """Lane ``k``'s flag is set: wake a waiter if there is one (the waiter counts itself
-        before it reads the flag, the setter sets it before it reads the count)."""
+        """Flag ``k`` is set: wake a waiter if there is one (the waiter counts itself before
+        it reads the flag, the setter sets it before it reads the count)."""
         self.flags[k] = True
         if self.waiters:
             with self.cond:
                 self.cond.notify_all()
 
-    def _finish(self):
+    def _finish(self, error=None):
         with self.cond:
+            if error is not None and self.error is None:
+                self.error = error
             self.done = True
             self.cond.notify_all()
 
-    def _work(self):
-        """Lane 1 on a pool thread, to its end, its failure or lane 0's stop."""
-        intra_op._alone.active = True  # every pool thread is taken: kernels run whole
-        gen, flags, cond = self.gen, self.flags, self.cond
-        try:
-            while not self.abort:
-                try:
-                    k = next(gen)
-                except StopIteration:
-                    break
-                except Exception as exc:  # noqa: BLE001 -- lane 0 raises it (located)
-                    self.error = exc
-                    break
-                if k >= 0 and not flags[k]:
-                    with cond:
-                        self.waiters += 1
-                        while not flags[k] and not self.abort:
-                            cond.wait()
-                        self.waiters -= 1
+    def _run(self, until, check):
+        """Run lane 1 (``drive`` held) until flag ``until`` is set (None: to its end), it
+        waits for an unset flag (returned), it ends or fails (``done``), or ``check()``
+        says to stop at a kernel boundary (returns _CHECK)."""
+        gen, flags = self.gen, self.flags
+        while not self.done and (until is None or not flags[until]):
             if self.abort:
                 gen.close()
-        finally:
-            intra_op._alone.active = False
-            self._finish()
-
-    def _take_over(self):
-        """Whether lane 0 runs lane 1 itself: no thread picked it up (or none was asked)."""
-        if not self.inline and (self.future is None or self.future.cancel()):
-            self.inline = True
-        return self.inline
-
-    def _drive(self, until):
-        """Run lane 1 here until flag ``until`` is set (None: to its end); returns _CHECK when
-        the time slice is over first."""
-        gen, flags = self.gen, self.flags
-        while until is None or not flags[until]:
+                self._finish()
+                return None
             try:
                 k = next(gen)
             except StopIteration:
-                self.done = True
+                self._finish()
                 return None
-            except BaseException as exc:
-                self.error, self.done = exc, True
-                raise
-            if k >= 0 and not flags[k]:  # (both lanes follow one order: never)
-                raise errors.InternalError(None, None, "lane 1 waits for lane 0's future")
-            if timeslice.clock() >= timeslice.BUDGET.end and timeslice.due():
+            except BaseException as exc:  # noqa: BLE001 -- lane 0 raises it (located)
+                self._finish(exc)
+                return None
+            if k >= 0 and not flags[k]:
+                return k
+            if check is not None and check():
                 return _CHECK
         return None
+
+    def _work(self):
+        """Lane 1 on the lane thread, to its end, its failure or lane 0's stop."""
+        intra_op._alone.active = True  # every pool thread is taken: kernels run whole
+        flags, cond = self.flags, self.cond
+        try:
+            while not self.done:
+                with self.drive:
+                    k = self._run(None, None)
+                if k is None:
+                    continue
+                with cond:
+                    self.waiters += 1
+                    while not flags[k] and not self.abort and not self.done:
+                        cond.wait()
+                    self.waiters -= 1
+        finally:
+            intra_op._alone.active = False
+
+    @staticmethod
+    def _slice_over():
+        return timeslice.clock() >= timeslice.BUDGET.end and timeslice.due()
 
     async def need(self, k, pause):
         """Wait (lane 0) until lane 1 set flag ``k``."""
@@ -426,12 +435,17 @@ class LaneRun:
 
     async def _until(self, k, pause):
         flags = self.flags
-        while not (self.done if k is None else flags[k]):
-            if self.error is not None:
-                raise self.error
-            if self._take_over():
-                if self._drive(k) is _CHECK:
+        while not (self.done if k is None else flags[k] or self.done):
+            if self.steal and self.drive.acquire(False):  # lane 1 is nobody's: run it here
+                self.stolen = True
+                try:
+                    waits = self._run(k, self._slice_over)
+                finally:
+                    self.drive.release()
+                if waits is _CHECK:
                     await pause()
+                elif waits is not None:  # (one topological order: never)
+                    raise errors.InternalError(None, None, "lane 1 waits for lane 0's future")
                 continue
             end = timeslice.BUDGET.end
             left = end - timeslice.clock() if end else timeslice.TIME_SLICE_S
@@ -439,29 +453,28 @@ class LaneRun:
                 with self.cond:
                     self.waiters += 1
                     try:
-                        if not (self.done if k is None else flags[k]) and not self.done:
+                        if not (self.done if k is None else flags[k] or self.done):
                             self.cond.wait(left)
                     finally:
                         self.waiters -= 1
-            if self.done and self.error is None and k is not None and not flags[k]:
-                raise errors.InternalError(None, None, "lane 1 ended without a value of lane 0's")
-            if not (self.done if k is None else flags[k]) and self.error is None and \
-                    timeslice.clock() >= timeslice.BUDGET.end and timeslice.due():
+            if not (self.done if k is None else flags[k] or self.done) and self._slice_over():
                 await pause()
         if self.error is not None:
             raise self.error
+        if k is not None and not flags[k]:
+            raise errors.InternalError(None, None, "lane 1 ended without a value lane 0 needs")
 
     def stop(self):
         """The step ends (lane 0 returned or failed): stop lane 1 at its next kernel
-        boundary and wait for it; nothing of the step runs after this."""
+        boundary; nothing of the step runs after this returns."""
         if self.done:
             return
         self.abort = True
-        if self.inline or self.future is None or self.future.cancel():
-            self.done = True
-            self.gen.close()
-            return
+        if self.future is not None:
+            self.future.cancel()  # (not started yet: it never will)
         with self.cond:
-            self.cond.notify_all()
-            while not self.done:
-                self.cond.wait()
+            self.cond.notify_all()  # (the thread may wait for a flag that never comes)
+        with self.drive:  # the thread's kernel ends; it runs no other
+            if not self.done:
+                self.gen.close()
+                self._finish()

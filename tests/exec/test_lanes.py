@@ -39,7 +39,7 @@ def laned(monkeypatch):
 @pytest.fixture
 def on_the_worker(monkeypatch):
     """Lane 0 never takes lane 1 over once handed to the pool: it waits for the thread."""
-    monkeypatch.setattr(lanes.LaneRun, "_take_over", lambda self: self.future is None)
+    monkeypatch.setattr(lanes.LaneRun, "steal", False)
 
 
 def lane_of_op(seen):
@@ -109,7 +109,7 @@ async def test_two_lanes_give_the_bits_of_one_on_the_pool_thread(model, laned, o
     where = lane_of_op(laned)
     # The weight gradients and updates beside the backward pass, as the scheduler chose.
     assert any(lane == 1 and "ApplyRMSProp" in name for name, lane in where.items())
-    assert any(run.future is not None and not run.inline for run in laned["runs"])
+    assert all(run.future is not None and not run.stolen for run in laned["runs"])
     assert all(run.done for run in laned["runs"])
     assert_same_bits(one, two)
 
@@ -119,7 +119,7 @@ async def test_lane_0_runs_lane_1_when_no_pool_thread_is_free(laned, monkeypatch
     pool = intra_op.shared_pool(2)
     busy, release = threading.Event(), threading.Event()
 
-    def hold():  # the pool's one worker is taken for the whole run: no free core
+    def hold():  # the pool's lane thread is taken for the whole run: no free core
         busy.set()
         release.wait(30)
     held = pool.submit(hold)
@@ -129,7 +129,7 @@ async def test_lane_0_runs_lane_1_when_no_pool_thread_is_free(laned, monkeypatch
     finally:
         release.set()
         held.result(30)
-    steps = [run for run in laned["runs"] if run.inline]
+    steps = [run for run in laned["runs"] if run.stolen]
     assert len(steps) >= 3 and all(run.done for run in laned["runs"])
     assert_same_bits(one, two)
 
