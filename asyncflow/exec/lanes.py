@@ -447,8 +447,9 @@ class LaneRun:
                 elif waits is not None:  # (one topological order: never)
                     raise errors.InternalError(None, None, "lane 1 waits for lane 0's future")
                 continue
-            end = timeslice.BUDGET.end
-            left = end - timeslice.clock() if end else timeslice.TIME_SLICE_S
+            if not timeslice.BUDGET.end:
+                timeslice.due()  # (opens the slice the wait counts against)
+            left = timeslice.BUDGET.end - timeslice.clock()
             if left > 0:
                 with self.cond:
                     self.waiters += 1
