@@ -47,10 +47,11 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 from asyncflow import errors
 from asyncflow.exec import intra_op, timeslice
-from asyncflow.exec.codegen import Generator
+from asyncflow.exec.codegen import Generator, compile_schedule
 from asyncflow.exec.plan import OFFLOAD_COST, runtime_cost
 
 # Two lanes where they pay; ``ASYNCFLOW_LANES=0`` in the environment (or False here, before a
@@ -327,11 +328,45 @@ def _generate(plan, order, lane_of, deps, pool):
                 continue
             if slot in names and names[slot] != f"slots[{slot}]":
                 g.line([f"slots[{slot}] = {names[slot]}"])
-        g.env.update(_Lanes=LaneRun, _lane1=functions[0], _pool=pool, _n=len(flag))
+        g.line(["_A.end(_t)"])
+        g.env.update(_Lanes=LaneRun, _lane1=functions[0], _pool=pool, _n=len(flag),
+                     _A=Cores(), _one=compile_schedule(plan))
         return g.function("async def _step(slots, _offload, _wait, _pause, _rec=None)",
                           title, plan.device.name,
-                          prologue=["_L = _Lanes(_lane1, slots, _n, _pool)", "_f = _L.flags"],
+                          prologue=["if _A.skip: _A.skip -= 1; return await _one("
+                                    "slots, _offload, _wait, _pause, _rec)",
+                                    "_t = _A.begin()",
+                                    "_L = _Lanes(_lane1, slots, _n, _pool)", "_f = _L.flags"],
                           final=["_L.stop()"])
+
+
+class Cores:
+    """Whether a plan's lanes found a second core lately: every ``PROBE_STEPS`` two-lane
+    steps, their process CPU over wall time; under ``MIN_CPU_WALL`` (the lane thread ran
+    only where lane 0 did not: one core for both) the next ``SKIP_STEPS`` steps run the
+    one-lane schedule (the same bits), then the lanes are tried again. On one core the
+    lanes' synchronisation (a few percent of a step, measured) is then paid on one step in
+    eight. Counts are about timing only; concurrent steps may race on them harmlessly."""
+
+    __slots__ = ("skip", "steps", "cpu", "wall")
+    PROBE_STEPS, SKIP_STEPS, MIN_CPU_WALL = 4, 28, 1.1
+
+    def __init__(self):
+        self.skip = self.steps = 0
+        self.cpu = self.wall = 0.0
+
+    @staticmethod
+    def begin():
+        return time.perf_counter(), time.process_time()
+
+    def end(self, started):
+        self.wall += time.perf_counter() - started[0]
+        self.cpu += time.process_time() - started[1]
+        self.steps += 1
+        if self.steps >= self.PROBE_STEPS:
+            if self.cpu < self.wall * self.MIN_CPU_WALL:
+                self.skip = self.SKIP_STEPS
+            self.steps, self.cpu, self.wall = 0, 0.0, 0.0
 
 
 class LaneRun:

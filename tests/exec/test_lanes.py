@@ -33,6 +33,7 @@ def laned(monkeypatch):
         seen["runs"].append(self)
     monkeypatch.setattr(lanes, "_generate", spy)
     monkeypatch.setattr(lanes.LaneRun, "__init__", spy_init)
+    monkeypatch.setattr(lanes.Cores, "MIN_CPU_WALL", 0.0)  # always two lanes (see below)
     return seen
 
 
@@ -186,6 +187,23 @@ def failing(monkeypatch, op_type, name, error=ValueError("broken on purpose")):
         return _fn(ctx, *args)
     monkeypatch.setitem(registry._KERNELS, (op_type, registry.ANY),
                         dataclasses.replace(kernel, fn=fn))
+
+
+async def test_without_a_second_core_steps_go_back_to_one_lane_for_a_while(laned,
+                                                                          monkeypatch):
+    """Where two-lane steps ran at CPU/wall under ``MIN_CPU_WALL`` (here: any, the bar set
+    out of reach), the next ``SKIP_STEPS`` steps run the one-lane schedule, then lanes are
+    tried again; the bits stay those of one lane throughout."""
+    monkeypatch.setattr(lanes.Cores, "MIN_CPU_WALL", 1e9)
+    monkeypatch.setattr(lanes.Cores, "SKIP_STEPS", 3)
+    monkeypatch.setattr(lanes.Cores, "PROBE_STEPS", 2)
+    one = await train_steps("mlp", 9, False, monkeypatch)
+    laned["runs"].clear()
+    two = await train_steps("mlp", 9, True, monkeypatch)
+    assert_same_bits(one, two)
+    # The init run (its own plan, one step) and the training plan's steps 1-2, 6-7: two
+    # lanes; 3-5 and 8-9 in one lane.
+    assert len(laned["runs"]) == 1 + 4
 
 
 @pytest.mark.parametrize("lane, op_type", [(1, "ApplyRMSProp"), (0, "MatMul")])
