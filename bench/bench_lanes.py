@@ -3,8 +3,9 @@
 For each model (bench_models.py's MLP and autoencoder), two sessions of the same graph: one
 built with lanes switched off, one with them on. Their training steps alternate round by
 round (best round's mean step, and CPU ms a step: on a loaded machine the CPU a step costs
-tells what the lanes' synchronisation adds when no second core is free). Then the lanes'
-timeline: every kernel of the two-lane plan timed on the thread it ran on, per step the
+tells what the lanes' synchronisation adds when no second core is free; the two-lane plan
+falls back to one lane for a while where it finds no second core, ``lanes.Cores``). Then the
+lanes' timeline, every step in two lanes: every kernel of the two-lane plan timed on the thread it ran on, per step the
 time the loop's thread spent in kernels, the lane thread's, and how long both computed at
 once (the overlap), the median over the steps; ``--show`` prints the last step's kernels.
 
@@ -78,6 +79,7 @@ async def timeline(af, lanes, model, steps, show):
             node.fn = fn
         return generate(plan, order, lane_of, deps, pool)
     lanes._generate = timed
+    threshold, lanes.Cores.MIN_CPU_WALL = lanes.Cores.MIN_CPU_WALL, 0.0  # every step in lanes
     try:
         sess, feed, loss, train = await session(af, model)
         for _ in range(5):  # (the plan is built on the first)
@@ -98,6 +100,7 @@ async def timeline(af, lanes, model, steps, show):
                       sum(1 for lane, thread, *_ in records if lane == 1 and thread != loop_thread),
                       sum(1 for lane, *_ in records if lane == 1)))
     await sess.__aexit__(None, None, None)
+    lanes.Cores.MIN_CPU_WALL = threshold
     med = np.median(np.array(stats), axis=0) * 1e3
     on_thread = sum(s[4] for s in stats)
     print(f"{model} timeline, median of {steps} steps: wall {med[0]:.2f} ms, kernels on the "
