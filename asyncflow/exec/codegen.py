@@ -93,16 +93,20 @@ class Generator:
             text += f"  # {node.op.name} ({node.op.type})"
         self.lines.append((text, node))
 
-    def function(self, header, title, device_name):
+    def function(self, header, title, device_name, prologue=(), final=()):
         """Compile the lines as the body of ``header``; returns the function. A failure on
-        a node's line is raised located (``errors.located``) at that node."""
+        a node's line is raised located (``errors.located``) at that node. ``prologue``:
+        statements before the body's ``try``; ``final``: its ``finally`` clause."""
         body = "\n".join("        " + line for line, _ in self.lines) or "        pass"
-        source = (f"{header}:\n    try:\n{body}\n"
+        source = (f"{header}:\n" + "".join(f"    {line}\n" for line in prologue)
+                  + f"    try:\n{body}\n"
                   "    except Exception as exc:\n        _locate(exc)\n        raise\n")
+        if final:
+            source += "    finally:\n" + "".join(f"        {line}\n" for line in final)
         # The failing node is found from the line that raised (one node per line, from
         # line 3) rather than stored per kernel: the code and constants stay small per node.
-        node_at = {line: node for line, (_, node) in enumerate(self.lines, start=3)
-                   if node is not None}
+        node_at = {line: node for line, (_, node)
+                   in enumerate(self.lines, start=3 + len(prologue)) if node is not None}
 
         def locate(exc):
             node = node_at.get(exc.__traceback__.tb_lineno)
@@ -158,7 +162,7 @@ def compile_schedule(plan, traced=False):
     names = {slot: f"slots[{slot}]" for slot in plan.feed_slots}  # slot -> its expression
     fetch_slots = set(plan.fetch_slots)
     schedule, firsts = (plan.schedule, ()) if traced else pairs.pair_schedule(plan.schedule)
-    gen.env.update(_pair=pairs.run_pair, _out=pairs.outputs)
+    gen.env.update(_pair=pairs.run_pair, _out=pairs.outputs, _done=pairs.done)
     partner = None  # the second node of the pair being generated
     last_use = {slot: node.index for node in schedule for slot in node.inputs}
     dead = []   # locals whose value died: reused before a new one is made
@@ -202,9 +206,9 @@ def compile_schedule(plan, traced=False):
             partner = schedule[position + 1]
             b_args = [f"{names[slot]}.read()" if p in partner.deref else names[slot]
                       for p, slot in enumerate(partner.inputs)]
-            call = f"(_out(_p, 0) if _p is not None else {call})"
-        elif node is partner:
-            call = f"(_out(_p, 1) if _p is not None else {call})"
+            call = f"(_out(_p, 0) if _done(_p, 0) else {call})"
+        elif node is partner:  # (None: not paired, or handed back undone)
+            call = f"(_out(_p, 1) if _done(_p, 1) else {call})"
         statements = gen.store(call, targets)
         if traced and not node.is_async:  # (an offloaded kernel waited if it was large)
             waited = f", _cost(N{i}, _a) >= {node.offload_cost}" if node.offload else ""
@@ -226,7 +230,7 @@ def compile_schedule(plan, traced=False):
         cost = estimate_static_cost(node.op)
         large = node.offload or (cost is not None and cost >= timeslice.LARGE_KERNEL_COST)
         count = every if large else count + 1
-        if count >= every and not pair_first:  # (a pair's second line follows at once)
+        if count >= every or pair_first:  # (the pair's second may run on its own line)
             # Within an open slice, one clock read; ``_due`` opens it or says it is over.
             gen.line(["if _ts.clock() >= _B.end and _due(): await _pause()"])
             count, last_check = 0, len(gen.lines)

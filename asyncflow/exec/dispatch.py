@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from asyncflow import errors
 from asyncflow.kernels.registry import WOULD_BLOCK
-from asyncflow.exec import core, timeslice
+from asyncflow.exec import core, lanes, timeslice
 from asyncflow.exec.context import StepContext
 from asyncflow.exec.frames import Frames, tables
 from asyncflow.exec.codegen import compile_schedule
@@ -21,7 +21,7 @@ from asyncflow.exec.step import closed, now_us, recorder, waiting
 def generate_forms(plan, compile_loops=True):
     """Give ``plan`` its compiled forms (see the module docstring); returns it."""
     if plan.static and plan.static_fn is None:
-        plan.static_fn = compile_schedule(plan)
+        plan.static_fn = lanes.compile_lanes(plan) or compile_schedule(plan)
         plan.traced_fn = TracedForm()
     if plan.control_flow and plan.frame_tables is None:
         plan.frame_tables = tables(plan, compile_loops)

@@ -90,12 +90,16 @@ class IntraOpPool:
         self.threads = int(threads)
         self._name = name
         self._executor = None
+        self._lane = None  # the thread that runs lane 1 of static schedules (``submit``)
         self._lock = threading.Lock()
         self.splits = 0  # kernels split so far (statistics)
 
-    def run(self, fn, bounds):
+    def run(self, fn, bounds, caller_limit=None):
         """Run ``fn(start, stop)`` for every ``(start, stop)`` in ``bounds`` and return when all
-        finished, raising the first error (chunks not yet started are then skipped).
+        finished, raising the first error (chunks not yet started are then skipped). With
+        ``caller_limit``, the calling thread computes at most that many chunks: the chunks
+        no worker started by then are withdrawn and returned (run none of them), so a
+        caller on the event loop holds it for ``caller_limit`` chunks at most.
 
         The chunks form one queue that the calling thread and up to ``threads - 1`` workers
         take from in order. The caller never waits for a worker that has not started: once
@@ -111,7 +115,8 @@ class IntraOpPool:
         _hold_blas_single_thread()
         try:
             futures = [executor.submit(queue.drain, fn) for _ in range(helpers)]
-            queue.drain(fn)
+            queue.drain(fn, caller_limit)
+            withdrawn = queue.withdraw()
             for future in futures:
                 if not future.cancel():  # started: wait for the chunk it is computing
                     future.result()
@@ -121,8 +126,9 @@ class IntraOpPool:
             self.splits += 1
         if queue.error is not None:
             raise queue.error
+        return withdrawn
 
-    def run_alone(self, fn, bounds):
+    def run_alone(self, fn, bounds, caller_limit=None):
         """``run``, where a kernel running inside a chunk does not split again (its own
         ``run`` computes all its chunks on its thread): for whole kernels run at once, one
         per thread (``exec/pairs.py``)."""
@@ -132,7 +138,19 @@ class IntraOpPool:
                 fn(start, stop)
             finally:
                 _alone.active = False
-        self.run(alone, bounds)
+        return self.run(alone, bounds, caller_limit)
+
+    def submit(self, fn):
+        """Run ``fn()`` on the pool's lane thread (lane 1 of a static schedule,
+        ``exec/lanes.py``); returns its future, which ``cancel()`` withdraws while the thread
+        has not started it. The lane thread is not one of the split workers: a lane waiting
+        for the other keeps no split of a large kernel from the second core."""
+        with self._lock:
+            if self._lane is None:
+                self._lane = concurrent.futures.ThreadPoolExecutor(
+                    1, thread_name_prefix=f"{self._name}-lane")
+            lane = self._lane
+        return lane.submit(fn)
 
     def _workers(self):
         with self._lock:
@@ -144,9 +162,11 @@ class IntraOpPool:
     def close(self):
         """Stop the worker threads (idle ones exit; a running chunk finishes first)."""
         with self._lock:
-            executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=False)
+            executors = (self._executor, self._lane)
+            self._executor = self._lane = None
+        for executor in executors:
+            if executor is not None:
+                executor.shutdown(wait=False)
 
     def __repr__(self):
         return f"<IntraOpPool threads={self.threads}>"
@@ -168,8 +188,16 @@ class _ChunkQueue:
             self._next += 1
             return self._bounds[self._next - 1]
 
-    def drain(self, fn):
-        while (chunk := self._take()) is not None:
+    def withdraw(self):
+        """The chunks nobody took, taken out of the queue (none runs them now)."""
+        with self._lock:
+            left, self._next = self._bounds[self._next:], len(self._bounds)
+            return left
+
+    def drain(self, fn, limit=None):
+        taken = 0
+        while (limit is None or taken < limit) and (chunk := self._take()) is not None:
+            taken += 1
             try:
                 fn(*chunk)
             except BaseException as exc:  # noqa: BLE001 -- the caller re-raises the first

@@ -94,7 +94,11 @@ def run_pair(first, first_args, second, second_args):
     """Both kernels at once on the device's intra-op pool, each whole on one thread: their
     ``[outputs or Failed, outputs or Failed]``; None when they do not pair at these inputs
     (no pool of 2 or more threads, or a cost outside the pairing range): then the caller
-    runs each as it would alone."""
+    runs each as it would alone. The calling thread computes one of the two at most: when
+    no pool thread took the other by then (no free core), it is handed back undone (its
+    entry None) and the caller runs it on its own line, after a time-slice check, so a pair
+    holds the event loop no longer than one kernel (two GEMMs under the offload threshold
+    took up to ~2.6 ms here)."""
     pool = getattr(first.ctx.device, "intra_op", None)
     if pool is None or pool.threads < 2:
         return None
@@ -110,8 +114,13 @@ def run_pair(first, first_args, second, second_args):
             results[index] = node.fn(node.ctx, *args)
         except Exception as exc:  # noqa: BLE001 -- raised on the kernel's own line
             results[index] = Failed(exc)
-    pool.run_alone(run, ((0, 1), (1, 2)))
+    pool.run_alone(run, ((0, 1), (1, 2)), caller_limit=1)
     return results
+
+
+def done(pair, index):
+    """Whether the pair ran its ``index``th kernel (None: not paired, or handed back)."""
+    return pair is not None and pair[index] is not None
 
 
 def outputs(pair, index):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import asyncflow as af
-from asyncflow.exec import pairs
+from asyncflow.exec import intra_op, lanes, pairs
 from asyncflow.kernels import registry
 
 # [64, 256] x [256, 256]: 4M multiply-adds, the smallest GEMM that pairs.
@@ -21,13 +21,15 @@ def paired(monkeypatch):
     """The op names of each pair that ran at once, and the threads MatMuls ran on."""
     # ``meet``, when a test sets it: "first" waits (10 s at most) for "second" to start, so the
     # two run at once whatever the load (the pool's caller takes a chunk no worker has taken).
-    seen = {"pairs": [], "threads": {}, "meet": None, "met": None}
+    seen = {"pairs": [], "threads": {}, "meet": None, "met": None, "results": []}
     run_pair = pairs.run_pair
+    monkeypatch.setattr(lanes, "ENABLED", False)  # (two lanes would take the pair apart)
 
     def spy(first, a, second, b):
         result = run_pair(first, a, second, b)
         if result is not None:
             seen["pairs"].append((first.op.name, second.op.name))
+            seen["results"].append(list(result))
         return result
     monkeypatch.setattr(pairs, "run_pair", spy)
     kernel = registry._KERNELS[("MatMul", registry.ANY)]
@@ -77,6 +79,35 @@ async def test_independent_gemms_run_at_once_with_the_bits_of_one_thread(paired,
     for got, want, (x, y) in zip(together, alone, (values[:2], values[2:])):
         np.testing.assert_array_equal(got, want)
         np.testing.assert_allclose(got, x @ y, rtol=1e-4, atol=1e-3)
+
+
+async def test_a_pair_hands_its_second_back_when_no_thread_takes_it(paired, cpu_only):
+    """With the pool's one worker taken (no free core), the caller computes one kernel of
+    the pair and hands the other back undone: it runs on its own line, after a time-slice
+    check, so a pair holds the event loop for one GEMM at most."""
+    values = operands(4)
+
+    def two(a, b, c, d):
+        return [af.matmul(a, b, name="first"), af.matmul(c, d, name="second")]
+    pool = intra_op.shared_pool(2)
+    busy, release = threading.Event(), threading.Event()
+
+    def hold():
+        busy.set()
+        release.wait(30)
+    held = pool._workers().submit(hold)  # the split worker (not the lane thread)
+    assert busy.wait(30)
+    try:
+        handed_back = await run(two, values, threads=2)
+    finally:
+        release.set()
+        held.result(30)
+    assert paired["pairs"] == [("first", "second")]
+    (result,) = paired["results"]
+    assert result[0] is not None and result[1] is None
+    alone = await run(two, values, threads=1)
+    for got, want in zip(handed_back, alone):
+        np.testing.assert_array_equal(got, want)
 
 
 async def test_a_gemm_that_reads_the_other_never_pairs(paired, cpu_only):

@@ -1,0 +1,320 @@
+"""A static schedule in two lanes (issue 37, ``exec/lanes.py``): the same bits as one lane
+over training steps (lane 1 on a pool thread, or taken over by lane 0 when no thread is free),
+a variable's reads and writes in their one-lane order, an error in either lane named and the
+step ended with nothing of it still running, cancellation while lane 0 waits, and the event
+loop given back while it waits."""
+import dataclasses
+import threading
+
+import numpy as np
+import pytest
+import trio
+
+import asyncflow as af
+from asyncflow import errors
+from asyncflow.exec import intra_op, lanes, timeslice
+from asyncflow.kernels import registry
+
+pytestmark = pytest.mark.usefixtures("cpu_only")
+
+
+@pytest.fixture
+def laned(monkeypatch):
+    """Every two-lane plan compiled: ``(plan, order, lane_of)``; and every step's LaneRun."""
+    seen = {"plans": [], "runs": []}
+    generate, init = lanes._generate, lanes.LaneRun.__init__
+
+    def spy(plan, order, lane_of, deps, pool):
+        seen["plans"].append((plan, order, dict(lane_of)))
+        return generate(plan, order, lane_of, deps, pool)
+
+    def spy_init(self, *args):
+        init(self, *args)
+        seen["runs"].append(self)
+    monkeypatch.setattr(lanes, "_generate", spy)
+    monkeypatch.setattr(lanes.LaneRun, "__init__", spy_init)
+    monkeypatch.setattr(lanes.Cores, "MIN_CPU_WALL", 0.0)  # always two lanes (see below)
+    return seen
+
+
+@pytest.fixture
+def on_the_worker(monkeypatch):
+    """Lane 0 never takes lane 1 over once handed to the pool: it waits for the thread."""
+    monkeypatch.setattr(lanes.LaneRun, "steal", False)
+
+
+def lane_of_op(seen):
+    """``{op name: lane}`` of the training plan (the largest two-lane plan compiled)."""
+    plan, order, lane_of = max(seen["plans"], key=lambda entry: len(entry[1]))
+    return {node.op.name: lane_of[node.index] for node in order}
+
+
+def build(model):
+    """A training step of ``model`` (the MLP or the autoencoder of bench_models.py, seeded
+    dropout); returns ``(x, y, loss, train, variables)``."""
+    rng = np.random.default_rng(0)
+    af.set_random_seed(5)
+
+    def dense(n_in, n_out):
+        w = (rng.standard_normal((n_in, n_out)) * np.sqrt(2 / (n_in + n_out))).astype(np.float32)
+        return af.Variable(w), af.Variable(np.zeros(n_out, np.float32))
+    x = af.placeholder(af.float32, [None, 784])
+    y = af.placeholder(af.float32, [None, 10])
+    if model == "mlp":
+        (w1, b1), (w2, b2), (w3, b3) = dense(784, 256), dense(256, 256), dense(256, 10)
+        h = af.nn.dropout(af.nn.relu(af.matmul(x, w1) + b1), rate=0.25, seed=1)
+        h = af.nn.dropout(af.nn.relu(af.matmul(h, w2) + b2), rate=0.25, seed=2)
+        loss = af.reduce_mean(af.nn.softmax_cross_entropy_with_logits(
+            labels=y, logits=af.matmul(h, w3) + b3))
+        variables = [w1, b1, w2, b2, w3, b3]
+    else:
+        h, variables = x, []
+        for n_in, n_out in ((784, 256), (256, 128), (128, 256), (256, 784)):
+            w, b = dense(n_in, n_out)
+            variables += [w, b]
+            h = af.nn.sigmoid(af.matmul(h, w) + b)
+        loss = af.reduce_mean(af.square(h - x))
+    train = af.train.RMSPropOptimizer(0.01).minimize(loss)
+    return x, y, loss, train, variables
+
+
+async def train_steps(model, steps, enabled, monkeypatch, batch=128):
+    """Losses of ``steps`` training steps and the variables after them."""
+    monkeypatch.setattr(lanes, "ENABLED", enabled)
+    rng = np.random.default_rng(1)
+    feed_x = rng.random((batch, 784), dtype=np.float32)
+    feed_y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, size=batch)]
+    with af.Graph().as_default():
+        x, y, loss, train, variables = build(model)
+        config = af.ConfigProto(intra_op_parallelism_threads=2)
+        async with af.Session(config=config) as session:
+            await session.run(af.global_variables_initializer())
+            losses = [(await session.run([loss, train], {x: feed_x, y: feed_y}))[0]
+                      for _ in range(steps)]
+            return losses, await session.run(variables)
+
+
+def assert_same_bits(one, two):
+    (losses_1, values_1), (losses_2, values_2) = one, two
+    assert np.array(losses_1).tobytes() == np.array(losses_2).tobytes()
+    for a, b in zip(values_1, values_2):
+        assert a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize("model", ["mlp", "autoencoder"])
+async def test_two_lanes_give_the_bits_of_one_on_the_pool_thread(model, laned, on_the_worker,
+                                                                  monkeypatch):
+    one = await train_steps(model, 4, False, monkeypatch)
+    assert laned["plans"] == []
+    two = await train_steps(model, 4, True, monkeypatch)
+    where = lane_of_op(laned)
+    # The weight gradients and updates beside the backward pass, as the scheduler chose.
+    assert any(lane == 1 and "ApplyRMSProp" in name for name, lane in where.items())
+    assert all(run.future is not None and not run.stolen for run in laned["runs"])
+    assert all(run.done for run in laned["runs"])
+    assert_same_bits(one, two)
+
+
+async def test_lane_0_runs_lane_1_when_no_pool_thread_is_free(laned, monkeypatch):
+    one = await train_steps("mlp", 3, False, monkeypatch)
+    pool = intra_op.shared_pool(2)
+    busy, release = threading.Event(), threading.Event()
+
+    def hold():  # the pool's lane thread is taken for the whole run: no free core
+        busy.set()
+        release.wait(30)
+    held = pool.submit(hold)
+    assert busy.wait(30)
+    try:
+        two = await train_steps("mlp", 3, True, monkeypatch)
+    finally:
+        release.set()
+        held.result(30)
+    steps = [run for run in laned["runs"] if run.stolen]
+    assert len(steps) >= 3 and all(run.done for run in laned["runs"])
+    assert_same_bits(one, two)
+
+
+def big(rng, *shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+async def test_a_variables_updates_and_reads_keep_their_one_lane_order(laned, on_the_worker,
+                                                                       monkeypatch):
+    """Two updates of one variable, each after its own large GEMM (one per lane), and a read
+    after them: the same values as one lane, step after step."""
+    rng = np.random.default_rng(3)
+    a, b, c, d = big(rng, 256, 512), big(rng, 512, 256), big(rng, 256, 512), big(rng, 512, 256)
+
+    async def steps(enabled):
+        monkeypatch.setattr(lanes, "ENABLED", enabled)
+        with af.Graph().as_default():
+            v = af.Variable(np.full((256, 256), 0.1, np.float32), name="v")
+            fed = [af.placeholder(af.float32, value.shape) for value in (a, b, c, d)]
+            first = af.assign_add(v, af.matmul(fed[0], fed[1], name="first_gemm"),
+                                  name="first_update")
+            second = af.assign(v, v * 0.5 + af.matmul(fed[2], fed[3], name="second_gemm"),
+                               name="second_update")
+            with af.control_dependencies([second]):
+                read = af.identity(v.read_value() * 1.0, name="read_after")
+            config = af.ConfigProto(intra_op_parallelism_threads=2)
+            async with af.Session(config=config) as session:
+                await session.run(v.initializer)
+                feed = dict(zip(fed, (a, b, c, d)))
+                return [await session.run([read, first, second], feed) for _ in range(3)]
+
+    one = await steps(False)
+    two = await steps(True)
+    for got, want in zip(two, one):
+        for g, w in zip(got, want):
+            assert g.tobytes() == w.tobytes()
+    plan, order, lane_of = laned["plans"][-1]
+    assert {lane_of[n.index] for n in order if "gemm" in n.op.name} == {0, 1}
+    # Every node touching ``v`` (a ref in or out) in the schedule's order, whatever its lane.
+    touching = [n for n in plan.schedule if n in order and (
+        any(producer.out_spec(i)[2] for producer, i in n.op.inputs)
+        or any(spec[2] for spec in n.op.out_specs))]
+    assert len(touching) >= 5  # v, its read, two updates, the read after them
+    assert [n.index for n in order if n in touching] == [n.index for n in touching]
+
+
+def failing(monkeypatch, op_type, name, error=ValueError("broken on purpose")):
+    kernel = registry._KERNELS[(op_type, registry.ANY)]
+
+    def fn(ctx, *args, _fn=kernel.fn):
+        if ctx.name == name:
+            raise error
+        return _fn(ctx, *args)
+    monkeypatch.setitem(registry._KERNELS, (op_type, registry.ANY),
+                        dataclasses.replace(kernel, fn=fn))
+
+
+async def test_without_a_second_core_steps_go_back_to_one_lane_for_a_while(laned,
+                                                                          monkeypatch):
+    """Where two-lane steps ran at CPU/wall under ``MIN_CPU_WALL`` (here: any, the bar set
+    out of reach), the next ``SKIP_STEPS`` steps run the one-lane schedule, then lanes are
+    tried again; the bits stay those of one lane throughout."""
+    monkeypatch.setattr(lanes.Cores, "MIN_CPU_WALL", 1e9)
+    monkeypatch.setattr(lanes.Cores, "SKIP_STEPS", 3)
+    monkeypatch.setattr(lanes.Cores, "PROBE_STEPS", 2)
+    one = await train_steps("mlp", 9, False, monkeypatch)
+    laned["runs"].clear()
+    two = await train_steps("mlp", 9, True, monkeypatch)
+    assert_same_bits(one, two)
+    # The init run (its own plan, one step) and the training plan's steps 1-2, 6-7: two
+    # lanes; 3-5 and 8-9 in one lane.
+    assert len(laned["runs"]) == 1 + 4
+
+
+@pytest.mark.parametrize("lane, op_type", [(1, "ApplyRMSProp"), (0, "MatMul")])
+async def test_an_error_in_either_lane_names_its_op_and_ends_the_step(lane, op_type, laned,
+                                                                      on_the_worker, monkeypatch):
+    await train_steps("mlp", 1, True, monkeypatch)  # which op runs where
+    plan, order, lane_of = max(laned["plans"], key=lambda entry: len(entry[1]))
+    name = next(n.op.name for n in order if lane_of[n.index] == lane and n.op.type == op_type)
+    failing(monkeypatch, op_type, name)
+    laned["runs"].clear()
+    with pytest.raises(errors.OpError) as caught:
+        await train_steps("mlp", 2, True, monkeypatch)
+    assert name in str(caught.value) and "broken on purpose" in str(caught.value)
+    assert laned["runs"] and all(run.done for run in laned["runs"])
+
+
+async def test_cancelled_while_lane_0_waits_lane_1_stops_at_its_next_kernel(
+        laned, on_the_worker, monkeypatch):
+    await train_steps("mlp", 1, True, monkeypatch)
+    where = lane_of_op(laned)
+    blocked = sorted(n for n, l in where.items() if l == 1 and n.endswith("ApplyRMSProp"))[0]
+    entered, release, ran = threading.Event(), threading.Event(), []
+    kernel = registry._KERNELS[("ApplyRMSProp", registry.ANY)]
+
+    def fn(ctx, *args, _fn=kernel.fn):
+        ran.append(ctx.name)
+        if ctx.name == blocked and release is not None:
+            entered.set()
+            release.wait(30)  # until the test cancelled the step
+        return _fn(ctx, *args)
+    monkeypatch.setitem(registry._KERNELS, ("ApplyRMSProp", registry.ANY),
+                        dataclasses.replace(kernel, fn=fn))
+    stop = lanes.LaneRun.stop
+
+    def stopping(self):  # lane 0 stops lane 1 (cancelled): let the blocked kernel end
+        if not self.done and release is not None:
+            self.abort = True
+            release.set()
+        stop(self)
+    monkeypatch.setattr(lanes.LaneRun, "stop", stopping)
+    laned["runs"].clear()
+    monkeypatch.setattr(lanes, "ENABLED", True)
+    rng = np.random.default_rng(1)
+    feed = [rng.random((128, 784), dtype=np.float32),
+            np.eye(10, dtype=np.float32)[rng.integers(0, 10, size=128)]]
+    with af.Graph().as_default():
+        x, y, loss, train, _ = build("mlp")
+        async with af.Session(config=af.ConfigProto(intra_op_parallelism_threads=2)) as session:
+            await session.run(af.global_variables_initializer())
+            turns = []
+
+            async def canceller(scope):
+                while not entered.is_set():  # lane 0 waits for lane 1 with checkpoints
+                    turns.append(None)
+                    await trio.sleep(0)
+                scope.cancel()  # (the kernel goes on once lane 0 stops lane 1, below)
+            with trio.CancelScope() as scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(canceller, scope)
+                    await session.run([loss, train], dict(zip((x, y), feed)))
+            assert scope.cancelled_caught
+            run = laned["runs"][-1]
+            assert run.done and run.abort
+            after = [n for n in ran[ran.index(blocked) + 1:] if where[n] == 1]
+            assert not after  # nothing of lane 1 after the kernel that was running
+            # The session goes on: the next step runs both lanes to the end.
+            release = None
+            await session.run([loss, train], dict(zip((x, y), feed)))
+            assert laned["runs"][-1].done and not laned["runs"][-1].abort
+
+
+async def test_lane_0_gives_the_loop_back_while_it_waits(laned, on_the_worker, monkeypatch):
+    """Lane 1 holds a kernel until another task of the loop has run three times: the step
+    ends only if lane 0's wait awaits checkpoints (a blocking wait would hang it)."""
+    await train_steps("mlp", 1, True, monkeypatch)
+    where = lane_of_op(laned)
+    blocked = sorted(n for n, l in where.items() if l == 1 and n.endswith("ApplyRMSProp"))[0]
+    turns, go = [], threading.Event()
+    kernel = registry._KERNELS[("ApplyRMSProp", registry.ANY)]
+
+    def fn(ctx, *args, _fn=kernel.fn):
+        if ctx.name == blocked:
+            assert go.wait(30), "no other task ran while lane 0 waited"
+        return _fn(ctx, *args)
+    monkeypatch.setitem(registry._KERNELS, ("ApplyRMSProp", registry.ANY),
+                        dataclasses.replace(kernel, fn=fn))
+
+    async def ticker():
+        while len(turns) < 3:
+            turns.append(None)
+            await trio.sleep(0)
+        go.set()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ticker)
+        await train_steps("mlp", 1, True, monkeypatch)
+    assert go.is_set() and len(turns) == 3
+
+
+async def test_small_plans_and_one_thread_stay_in_one_lane():
+    """Where the predicted saving is under ``MIN_GAIN_S`` or no second thread exists, the
+    plan keeps the one-lane schedule (``compile_lanes`` answers None)."""
+    async def form(threads, m, k):
+        with af.Graph().as_default():
+            a, b = af.placeholder(af.float32, [m, k]), af.placeholder(af.float32, [k, m])
+            outs = [af.matmul(a, b), af.matmul(a * 2.0, b)]
+            config = af.ConfigProto(intra_op_parallelism_threads=threads)
+            async with af.Session(config=config) as session:
+                await session.run(outs, {a: np.ones((m, k), np.float32),
+                                         b: np.ones((k, m), np.float32)})
+                (compiled,) = session._cache.values()
+                return compiled.plans[0].static_fn.__code__.co_filename
+    assert "lane" not in await form(2, 8, 8)
+    assert "lane" not in await form(1, 256, 512)
+    assert "lane 0" in await form(2, 256, 512)
