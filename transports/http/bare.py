@@ -31,7 +31,8 @@ The server keeps what the HTTP server enforces: the connection guard and its tim
 header, body; a client that reads no answer is dropped), the codec's frame limits (a frame over
 ``max_frame_bytes`` is refused before a byte of it is read), one cancel scope per call that
 carries the call's deadline and is cancelled when the client leaves
-(:class:`~transports.http.disconnect.DisconnectMonitor`) or the server closes, and the same
+(:class:`~transports.http.disconnect.DisconnectMonitor`, the connection attached to it once, not
+per call) or the server closes, and the same
 counters (requests by route and status, bytes, in flight; ``same_host_calls`` counts these
 calls). Garbage (a wrong magic, a bad header, an unknown rpc, a broken frame) gets an
 ``ErrorReply`` where the connection can still be read, and is closed; the server serves on.
@@ -52,11 +53,12 @@ from transports.http import bulk_io, cross_memory
 from transports.http.body import BodyTimeout, PeerGone, read_frame
 from transports.http.bulk_io import BULK_BYTES, BulkReader
 from transports.http.guard import GuardedConnection
-from transports.http.protocol import HTTP_STATUS, send_pieces, take_one_frame, the_frame
+from transports.http.protocol import HTTP_STATUS, JOIN_BYTES, send_pieces, take_one_frame, \
+    the_frame
 from transports.messages import ErrorReply, Message, RemoteCallError
 from transports.service import RPCS, Rpc, TransportUnavailable, error_reply_for, \
     reply_for_result
-from transports.wire import SMALL_HEADER_BYTES, Decoder, FrameTooLarge, \
+from transports.wire import SMALL_HEADER_BYTES, ChecksumTrailer, Decoder, FrameTooLarge, \
     Limits, LocalProtocolError, RemoteProtocolError, encode, frame_size
 
 __all__ = ["ACCEPTED", "MAGIC", "REFUSED", "REPLY", "REQUEST", "BareConnection", "BareService",
@@ -85,6 +87,36 @@ async def _read(sock: Any) -> bytes:
             return os.read(sock.fileno(), _RECV)
         except BlockingIOError:
             continue
+
+
+_MAX_PIECES: Final = 64  # a small message's buffers, at most, written in one writev
+
+
+def _small_pieces(head: bytes, buffers: list) -> list | None:
+    """``[head, *buffers]``, their pending checksum trailers filled, for a small message (a
+    few buffers, each under :data:`JOIN_BYTES`: what :func:`send_pieces` would join into one
+    send); None for any other (sent by ``send_pieces``)."""
+    if len(buffers) > _MAX_PIECES:
+        return None
+    for buffer in buffers:
+        if len(buffer) >= JOIN_BYTES:
+            return None
+    for buffer in buffers:
+        if type(buffer) is ChecksumTrailer and buffer.pending:
+            buffer.fill()
+    return [head, *buffers]
+
+
+def _write_now(sock: Any, pieces: list) -> bytes:
+    """Write ``pieces`` with one ``writev`` (no join, no scheduler pass); what the kernel did
+    not take, joined (b"" when it took all). Raises OSError as ``writev`` does."""
+    try:
+        sent = os.writev(sock.fileno(), pieces)  # -1 once closed: EBADF
+    except BlockingIOError:
+        sent = 0
+    if sent == sum(map(len, pieces)):
+        return b""
+    return b"".join(pieces)[sent:]
 
 
 class _Garbage(Exception):
@@ -173,14 +205,19 @@ class BareService:
         if server._closing or not guard.admit(conn):
             stream.socket.close()
             return
+        attached = False
         try:
             with conn.scope:
                 if await self._handshake(conn, limits.header_timeout_s):
+                    # watched for its client leaving for its whole life, not per call
+                    attached = server._monitor.attach(stream.socket)
                     while not server._closing and await self._serve_call(conn, limits):
                         pass
         except (*_BROKEN, PeerGone):
             pass  # the client went away
         finally:
+            if attached:
+                server._monitor.detach(stream.socket)
             if conn.scope.cancelled_caught and conn in guard.connections:
                 guard.timed_out += 1
             guard.closed(conn)
@@ -298,7 +335,10 @@ class BareService:
         result: Any = _CANCELLED
         with trio.CancelScope(deadline=trio.current_time() + timeout + DEADLINE_GRACE_S) as call:
             server._calls.add(call)
-            watched = not conn.pending and server._monitor.watch(conn.stream.socket, call)
+            fd = conn.stream.socket.fileno()
+            watched = not conn.pending
+            if watched:
+                server._monitor.call_started(fd, call)
             try:
                 if server._closing:
                     call.cancel()
@@ -309,7 +349,7 @@ class BareService:
                     result = error_reply_for(exc)
             finally:
                 if watched:
-                    server._monitor.unwatch(conn.stream.socket)
+                    server._monitor.call_ended(fd)
                 server._calls.discard(call)
         if result is _CANCELLED:
             result = ErrorReply(*(
@@ -339,6 +379,12 @@ class BareService:
             head = b""  # refused: the plain frame follows
         else:
             head = REPLY.pack(size, call_id, kind, 0)
+            pieces = _small_pieces(head, buffers)
+            if pieces is not None:  # the usual answer: one writev
+                rest = _write_now(conn.stream.socket, pieces)
+                if rest:
+                    await server._send_all(conn, rest)
+                return
         for piece in send_pieces(head, buffers):
             await server._send_all(conn, piece)
 
@@ -390,8 +436,14 @@ class BareConnection:
         size = 0 if buffers is None else frame_size(buffers)
         head = REQUEST.pack(size, call_id, rpc_index, LEND if lend and self.peer else 0,
                             timeout)
-        for piece in send_pieces(head, buffers or []):
-            await bulk_io.send_all(self.sock, memoryview(piece))
+        pieces = _small_pieces(head, buffers or [])
+        if pieces is not None:  # the usual request: one writev
+            rest = _write_now(self.sock, pieces)
+            if rest:
+                await bulk_io.send_all(self.sock, memoryview(rest))
+        else:
+            for piece in send_pieces(head, buffers):
+                await bulk_io.send_all(self.sock, memoryview(piece))
         length, answered_id, kind, _ = REPLY.unpack(await self._exactly(REPLY.size))
         if answered_id != call_id:
             raise RemoteProtocolError(f"answer to call {answered_id} where {call_id} was due")
