@@ -133,13 +133,16 @@ class _Connection(GuardedConnection):
         super().__init__(stream, now)
         self.pending = b""  # received past the last call's request
 
-    async def receive(self, deadline: float) -> bytes:
-        """The next bytes; b"" at EOF. Past ``deadline`` the connection's scope ends it."""
+    async def receive(self, deadline: float, eager: bool = True) -> bytes:
+        """The next bytes; b"" at EOF. Past ``deadline`` the connection's scope ends it.
+        ``eager=False``: wait first, where nothing can be there yet (a failed read costs a
+        syscall and an exception, ~2.4 us)."""
         sock = self.stream.socket
-        try:  # what is there already costs no deadline and no scheduler pass
-            return os.read(sock.fileno(), _RECV)
-        except BlockingIOError:
-            pass
+        if eager:
+            try:  # what is there already costs no deadline and no scheduler pass
+                return os.read(sock.fileno(), _RECV)
+            except BlockingIOError:
+                pass
         self.scope.deadline = deadline
         try:
             return await _read(sock)
@@ -244,8 +247,9 @@ class BareService:
         """Answer one call; returns whether the connection carries on."""
         server = self._server
         conn.idle_since = trio.current_time()
-        if not conn.pending:
-            conn.pending = await conn.receive(conn.idle_since + limits.idle_timeout_s)
+        if not conn.pending:  # (one call at a time: the client is still reading our answer)
+            conn.pending = await conn.receive(conn.idle_since + limits.idle_timeout_s,
+                                              eager=False)
             if not conn.pending:
                 return False  # the client closed an idle connection
         head = await conn.receive_exactly(REQUEST.size,
@@ -444,6 +448,8 @@ class BareConnection:
         else:
             for piece in send_pieces(head, buffers):
                 await bulk_io.send_all(self.sock, memoryview(piece))
+        if not self.pending:  # the answer's first bytes: waited for, not tried first
+            await self._fill(eager=False)
         length, answered_id, kind, _ = REPLY.unpack(await self._exactly(REPLY.size))
         if answered_id != call_id:
             raise RemoteProtocolError(f"answer to call {answered_id} where {call_id} was due")
@@ -463,11 +469,14 @@ class BareConnection:
             raise RemoteProtocolError(f"answer of kind {kind} holds a {type(message).__name__}")
         return message, lent
 
-    async def _fill(self) -> None:
-        try:  # what is there already costs no scheduler pass
-            data = os.read(self.sock.fileno(), _RECV)
-        except BlockingIOError:
+    async def _fill(self, eager: bool = True) -> None:
+        if not eager:  # nothing can be there yet: the server has not seen the request run
             data = await _read(self.sock)
+        else:
+            try:  # what is there already costs no scheduler pass
+                data = os.read(self.sock.fileno(), _RECV)
+            except BlockingIOError:
+                data = await _read(self.sock)
         if not data:
             raise TransportUnavailable("connection closed before the answer ended")
         self.answered = True
