@@ -252,9 +252,14 @@ class BareService:
                                               eager=False)
             if not conn.pending:
                 return False  # the client closed an idle connection
-        head = await conn.receive_exactly(REQUEST.size,
-                                          trio.current_time() + limits.header_timeout_s)
-        length, call_id, index, flags, timeout = REQUEST.unpack(head)
+        pending = conn.pending
+        if len(pending) >= REQUEST.size:  # the usual case: the header came in the first read
+            length, call_id, index, flags, timeout = REQUEST.unpack_from(pending)
+            conn.pending = pending[REQUEST.size:]
+        else:
+            head = await conn.receive_exactly(REQUEST.size,
+                                              trio.current_time() + limits.header_timeout_s)
+            length, call_id, index, flags, timeout = REQUEST.unpack(head)
         conn.active = True
         server._in_flight += 1
         self.calls += 1
