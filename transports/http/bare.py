@@ -31,7 +31,8 @@ The server keeps what the HTTP server enforces: the connection guard and its tim
 header, body; a client that reads no answer is dropped), the codec's frame limits (a frame over
 ``max_frame_bytes`` is refused before a byte of it is read), one cancel scope per call that
 carries the call's deadline and is cancelled when the client leaves
-(:class:`~transports.http.disconnect.DisconnectMonitor`) or the server closes, and the same
+(:class:`~transports.http.disconnect.DisconnectMonitor`, the connection attached to it once, not
+per call) or the server closes, and the same
 counters (requests by route and status, bytes, in flight; ``same_host_calls`` counts these
 calls). Garbage (a wrong magic, a bad header, an unknown rpc, a broken frame) gets an
 ``ErrorReply`` where the connection can still be read, and is closed; the server serves on.
@@ -52,11 +53,12 @@ from transports.http import bulk_io, cross_memory
 from transports.http.body import BodyTimeout, PeerGone, read_frame
 from transports.http.bulk_io import BULK_BYTES, BulkReader
 from transports.http.guard import GuardedConnection
-from transports.http.protocol import HTTP_STATUS, send_pieces, take_one_frame, the_frame
+from transports.http.protocol import HTTP_STATUS, JOIN_BYTES, send_pieces, take_one_frame, \
+    the_frame
 from transports.messages import ErrorReply, Message, RemoteCallError
 from transports.service import RPCS, Rpc, TransportUnavailable, error_reply_for, \
     reply_for_result
-from transports.wire import SMALL_HEADER_BYTES, Decoder, FrameTooLarge, \
+from transports.wire import SMALL_HEADER_BYTES, ChecksumTrailer, Decoder, FrameTooLarge, \
     Limits, LocalProtocolError, RemoteProtocolError, encode, frame_size
 
 __all__ = ["ACCEPTED", "MAGIC", "REFUSED", "REPLY", "REQUEST", "BareConnection", "BareService",
@@ -87,6 +89,36 @@ async def _read(sock: Any) -> bytes:
             continue
 
 
+_MAX_PIECES: Final = 64  # a small message's buffers, at most, written in one writev
+
+
+def _small_pieces(head: bytes, buffers: list) -> list | None:
+    """``[head, *buffers]``, their pending checksum trailers filled, for a small message (a
+    few buffers, each under :data:`JOIN_BYTES`: what :func:`send_pieces` would join into one
+    send); None for any other (sent by ``send_pieces``)."""
+    if len(buffers) > _MAX_PIECES:
+        return None
+    for buffer in buffers:
+        if len(buffer) >= JOIN_BYTES:
+            return None
+    for buffer in buffers:
+        if type(buffer) is ChecksumTrailer and buffer.pending:
+            buffer.fill()
+    return [head, *buffers]
+
+
+def _write_now(sock: Any, pieces: list) -> bytes:
+    """Write ``pieces`` with one ``writev`` (no join, no scheduler pass); what the kernel did
+    not take, joined (b"" when it took all). Raises OSError as ``writev`` does."""
+    try:
+        sent = os.writev(sock.fileno(), pieces)  # -1 once closed: EBADF
+    except BlockingIOError:
+        sent = 0
+    if sent == sum(map(len, pieces)):
+        return b""
+    return b"".join(pieces)[sent:]
+
+
 class _Garbage(Exception):
     """What the client sent breaks the protocol: answered (when it can be) and closed."""
 
@@ -101,13 +133,16 @@ class _Connection(GuardedConnection):
         super().__init__(stream, now)
         self.pending = b""  # received past the last call's request
 
-    async def receive(self, deadline: float) -> bytes:
-        """The next bytes; b"" at EOF. Past ``deadline`` the connection's scope ends it."""
+    async def receive(self, deadline: float, eager: bool = True) -> bytes:
+        """The next bytes; b"" at EOF. Past ``deadline`` the connection's scope ends it.
+        ``eager=False``: wait first, where nothing can be there yet (a failed read costs a
+        syscall and an exception, ~2.4 us)."""
         sock = self.stream.socket
-        try:  # what is there already costs no deadline and no scheduler pass
-            return os.read(sock.fileno(), _RECV)
-        except BlockingIOError:
-            pass
+        if eager:
+            try:  # what is there already costs no deadline and no scheduler pass
+                return os.read(sock.fileno(), _RECV)
+            except BlockingIOError:
+                pass
         self.scope.deadline = deadline
         try:
             return await _read(sock)
@@ -173,14 +208,19 @@ class BareService:
         if server._closing or not guard.admit(conn):
             stream.socket.close()
             return
+        attached = False
         try:
             with conn.scope:
                 if await self._handshake(conn, limits.header_timeout_s):
+                    # watched for its client leaving for its whole life, not per call
+                    attached = server._monitor.attach(stream.socket)
                     while not server._closing and await self._serve_call(conn, limits):
                         pass
         except (*_BROKEN, PeerGone):
             pass  # the client went away
         finally:
+            if attached:
+                server._monitor.detach(stream.socket)
             if conn.scope.cancelled_caught and conn in guard.connections:
                 guard.timed_out += 1
             guard.closed(conn)
@@ -207,13 +247,19 @@ class BareService:
         """Answer one call; returns whether the connection carries on."""
         server = self._server
         conn.idle_since = trio.current_time()
-        if not conn.pending:
-            conn.pending = await conn.receive(conn.idle_since + limits.idle_timeout_s)
+        if not conn.pending:  # (one call at a time: the client is still reading our answer)
+            conn.pending = await conn.receive(conn.idle_since + limits.idle_timeout_s,
+                                              eager=False)
             if not conn.pending:
                 return False  # the client closed an idle connection
-        head = await conn.receive_exactly(REQUEST.size,
-                                          trio.current_time() + limits.header_timeout_s)
-        length, call_id, index, flags, timeout = REQUEST.unpack(head)
+        pending = conn.pending
+        if len(pending) >= REQUEST.size:  # the usual case: the header came in the first read
+            length, call_id, index, flags, timeout = REQUEST.unpack_from(pending)
+            conn.pending = pending[REQUEST.size:]
+        else:
+            head = await conn.receive_exactly(REQUEST.size,
+                                              trio.current_time() + limits.header_timeout_s)
+            length, call_id, index, flags, timeout = REQUEST.unpack(head)
         conn.active = True
         server._in_flight += 1
         self.calls += 1
@@ -298,7 +344,10 @@ class BareService:
         result: Any = _CANCELLED
         with trio.CancelScope(deadline=trio.current_time() + timeout + DEADLINE_GRACE_S) as call:
             server._calls.add(call)
-            watched = not conn.pending and server._monitor.watch(conn.stream.socket, call)
+            fd = conn.stream.socket.fileno()
+            watched = not conn.pending
+            if watched:
+                server._monitor.call_started(fd, call)
             try:
                 if server._closing:
                     call.cancel()
@@ -309,7 +358,7 @@ class BareService:
                     result = error_reply_for(exc)
             finally:
                 if watched:
-                    server._monitor.unwatch(conn.stream.socket)
+                    server._monitor.call_ended(fd)
                 server._calls.discard(call)
         if result is _CANCELLED:
             result = ErrorReply(*(
@@ -339,6 +388,12 @@ class BareService:
             head = b""  # refused: the plain frame follows
         else:
             head = REPLY.pack(size, call_id, kind, 0)
+            pieces = _small_pieces(head, buffers)
+            if pieces is not None:  # the usual answer: one writev
+                rest = _write_now(conn.stream.socket, pieces)
+                if rest:
+                    await server._send_all(conn, rest)
+                return
         for piece in send_pieces(head, buffers):
             await server._send_all(conn, piece)
 
@@ -390,8 +445,16 @@ class BareConnection:
         size = 0 if buffers is None else frame_size(buffers)
         head = REQUEST.pack(size, call_id, rpc_index, LEND if lend and self.peer else 0,
                             timeout)
-        for piece in send_pieces(head, buffers or []):
-            await bulk_io.send_all(self.sock, memoryview(piece))
+        pieces = _small_pieces(head, buffers or [])
+        if pieces is not None:  # the usual request: one writev
+            rest = _write_now(self.sock, pieces)
+            if rest:
+                await bulk_io.send_all(self.sock, memoryview(rest))
+        else:
+            for piece in send_pieces(head, buffers):
+                await bulk_io.send_all(self.sock, memoryview(piece))
+        if not self.pending:  # the answer's first bytes: waited for, not tried first
+            await self._fill(eager=False)
         length, answered_id, kind, _ = REPLY.unpack(await self._exactly(REPLY.size))
         if answered_id != call_id:
             raise RemoteProtocolError(f"answer to call {answered_id} where {call_id} was due")
@@ -411,11 +474,14 @@ class BareConnection:
             raise RemoteProtocolError(f"answer of kind {kind} holds a {type(message).__name__}")
         return message, lent
 
-    async def _fill(self) -> None:
-        try:  # what is there already costs no scheduler pass
-            data = os.read(self.sock.fileno(), _RECV)
-        except BlockingIOError:
+    async def _fill(self, eager: bool = True) -> None:
+        if not eager:  # nothing can be there yet: the server has not seen the request run
             data = await _read(self.sock)
+        else:
+            try:  # what is there already costs no scheduler pass
+                data = os.read(self.sock.fileno(), _RECV)
+            except BlockingIOError:
+                data = await _read(self.sock)
         if not data:
             raise TransportUnavailable("connection closed before the answer ended")
         self.answered = True

@@ -16,6 +16,15 @@ each socket that fired:
 * bytes are queued (a pipelined request): the socket stops being watched and the call runs to
   its end, as before (a close behind a pipelined request cannot be seen without reading it).
 
+A connection that carries many calls, one at a time (the bare same-host protocol,
+:mod:`transports.http.bare`), is instead put in the set once, by :meth:`DisconnectMonitor.attach`,
+for its whole life, and only for ``EPOLLRDHUP`` (a reset's ``EPOLLHUP``/``EPOLLERR`` are always
+reported), one-shot: the next request's bytes do not wake the monitor, and a call is watched by
+setting and clearing its entry (:meth:`~DisconnectMonitor.call_started`,
+:meth:`~DisconnectMonitor.call_ended`), no ``epoll_ctl`` per call. What fires between calls is
+kept, and the next call's start judges it as the per-call registration would have (gone, and no
+byte queued: cancelled at once).
+
 Where ``select.epoll`` does not exist (not Linux) :meth:`DisconnectMonitor.watch` returns False
 and the server falls back to the watcher task. Nothing here knows about asyncflow.
 """
@@ -36,6 +45,7 @@ _EPOLL: Final = getattr(select, "epoll", None)
 _WATCH: Final = getattr(select, "EPOLLIN", 0) | getattr(select, "EPOLLRDHUP", 0)
 _GONE: Final = getattr(select, "EPOLLHUP", 0) | getattr(select, "EPOLLERR", 0)
 _SHUT: Final = getattr(select, "EPOLLRDHUP", 0)
+_ATTACH: Final = _SHUT | getattr(select, "EPOLLONESHOT", 0)
 _MAX_EVENTS: Final = 64
 
 
@@ -45,6 +55,10 @@ class DisconnectMonitor:
     def __init__(self) -> None:
         self._epoll = None if _EPOLL is None else _EPOLL()
         self._watched: dict[int, trio.CancelScope] = {}
+        # attached connections' fds -> the call in flight (None between calls), and the events
+        # that fired on one with no call in flight
+        self._attached: dict[int, trio.CancelScope | None] = {}
+        self._fired: dict[int, int] = {}
         self._closed = False
         self.cancelled = 0  # calls cancelled because their client left
 
@@ -72,6 +86,40 @@ class DisconnectMonitor:
         if self._watched.pop(fd, None) is not None:
             self._forget(fd)
 
+    def attach(self, sock: Any) -> bool:
+        """Watch ``sock`` (a trio socket) for its client leaving until :meth:`detach`; its calls
+        are then marked by :meth:`call_started`/:meth:`call_ended`. False without epoll."""
+        if self._epoll is None or self._closed:
+            return False
+        fd = sock.fileno()
+        self._epoll.register(fd, _ATTACH)
+        self._attached[fd] = None
+        return True
+
+    def detach(self, sock: Any) -> None:
+        """Stop watching an attached ``sock``; call it before the socket is closed."""
+        fd = sock.fileno()
+        self._fired.pop(fd, None)
+        if self._attached.pop(fd, _NOT_ATTACHED) is not _NOT_ATTACHED and not self._closed:
+            self._forget(fd)
+
+    def call_started(self, fd: int, call: trio.CancelScope) -> None:
+        """A call of attached socket ``fd`` runs in ``call``: cancelled if its client leaves
+        (at once when it left already and no byte of it is queued)."""
+        if fd in self._fired:
+            events = self._fired.pop(fd)
+            if events & _GONE or not _queued(fd):
+                self.cancelled += 1
+                call.cancel()
+            return  # one-shot: not armed again (nothing more can come from that client)
+        if fd in self._attached:
+            self._attached[fd] = call
+
+    def call_ended(self, fd: int) -> None:
+        """The call of attached socket ``fd`` is over."""
+        if fd in self._attached:
+            self._attached[fd] = None
+
     def _forget(self, fd: int) -> None:
         with contextlib.suppress(OSError):  # closed meanwhile: epoll dropped it by itself
             self._epoll.unregister(fd)
@@ -84,6 +132,14 @@ class DisconnectMonitor:
             while True:
                 await trio.lowlevel.wait_readable(self._epoll.fileno())
                 for fd, events in self._epoll.poll(0, _MAX_EVENTS):
+                    if fd in self._attached:  # one-shot: disarmed by the kernel
+                        call = self._attached[fd]
+                        if call is None:
+                            self._fired[fd] = events  # between calls: the next one judges
+                        elif events & _GONE or not _queued(fd):
+                            self.cancelled += 1
+                            call.cancel()
+                        continue
                     call = self._watched.pop(fd, None)
                     if call is None:
                         continue
@@ -94,7 +150,12 @@ class DisconnectMonitor:
         finally:
             self._closed = True
             self._watched.clear()
+            self._attached.clear()
+            self._fired.clear()
             self._epoll.close()
+
+
+_NOT_ATTACHED: Final = object()
 
 
 def _queued(fd: int) -> int:
