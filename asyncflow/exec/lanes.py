@@ -24,7 +24,8 @@ kernel, and a predicted step at least ``MIN_GAIN_S`` shorter than one lane.
 
 What stays as it is with one lane:
 - the bits: every kernel gets the same inputs and runs whole (a kernel on lane 1 does not
-  split again: ``intra_op.run_alone``'s rule);
+  split again: ``intra_op.run_alone``'s rule; from lane 1's start to the step's end neither
+  does one of lane 0, whose thread and lane 1's take the two cores);
 - stateful order: nodes touching one variable (through a ref input or a read of it, the
   variable's own node included) keep their order among themselves; every other stateful op
   (random draws, queues, ``py_func``) stays on lane 0 in the schedule's order; control
@@ -65,7 +66,11 @@ WAKE_S = 100e-6         # lane 1's thread starts this late (a wake-up on a quiet
 SOURCE_S = 1e-6         # a variable's node (a source: returns its ref)
 MIN_LANE1_S = 20e-6     # a kernel this small goes to lane 1 only after a lane-1 producer
 #                         or before consumers that may all follow it there
-MIN_GAIN_S = 100e-6     # the predicted saving a step must show to run in two lanes
+# The predicted saving a step must show to run in two lanes. The model leaves out the
+# threads' wake-ups and the two lanes' shared caches: on a quiet machine
+# (``bench/bench_lanes.py``) the MLP's step, predicted 0.41 ms shorter, ran 2-6% longer in two
+# lanes, and the autoencoder's, predicted 1.27 ms shorter, 5-6% shorter.
+MIN_GAIN_S = 500e-6
 MAX_NODES = 400         # a larger schedule stays in one lane (the scheduler is quadratic)
 _CHECK = "check"
 # Kernels that return a view or a shape: a call's cost, whatever their inputs' size.
@@ -336,7 +341,8 @@ def _generate(plan, order, lane_of, deps, pool):
                           prologue=["if _A.skip: _A.skip -= 1; return await _one("
                                     "slots, _offload, _wait, _pause, _rec)",
                                     "_t = _A.begin()",
-                                    "_L = _Lanes(_lane1, slots, _n, _pool)", "_f = _L.flags"],
+                                    "_L = _Lanes(_lane1, slots, _n, _pool)", "_f = _L.flags",
+                                    "_pause = _L.pausing(_pause)"],
                           final=["_L.stop()"])
 
 
@@ -380,7 +386,7 @@ class LaneRun:
     flag lane 0 has still to set."""
 
     __slots__ = ("flags", "cond", "drive", "gen", "pool", "future", "error", "abort", "done",
-                 "waiters", "stolen")
+                 "waiters", "stolen", "alone")
     steal = True  # lane 0 may run lane 1 (tests switch it off to keep lane 1 on its thread)
 
     def __init__(self, lane1, slots, flags, pool):
@@ -393,11 +399,30 @@ class LaneRun:
         self.error = None
         self.abort = self.done = self.stolen = False  # stolen: lane 0 ran some of lane 1
         self.waiters = 0
+        self.alone = False  # lane 0's kernels run whole while lane 1 is live
 
     def start(self):
-        """Hand lane 1 to the pool's lane thread."""
+        """Hand lane 1 to the pool's lane thread. From here to the step's end lane 0's
+        kernels run whole on the loop's thread, as lane 1's do on its own: the two lanes
+        take the two cores, and a split of lane 0's would make three threads share them
+        (measured with ``bench/bench_lanes.py``, load 0.8: the autoencoder's two lanes
+        0.96-0.98 of one lane's time with lane 0's GEMMs split, 0.94-0.96 whole)."""
         if not self.done:
             self.future = self.pool.submit(self._work)
+            intra_op._alone.active = self.alone = True
+
+    def pausing(self, pause):
+        """``pause`` for lane 0: while the loop runs other tasks their kernels split as
+        usual (the thread-local flag is lane 0's only)."""
+        async def paused():
+            if self.alone:
+                intra_op._alone.active = False
+            try:
+                await pause()
+            finally:
+                if self.alone:
+                    intra_op._alone.active = True
+        return paused
 
     def give(self, k):
         """Flag ``k`` is set: wake a waiter if there is one (the waiter counts itself before
@@ -503,6 +528,8 @@ class LaneRun:
     def stop(self):
         """The step ends (lane 0 returned or failed): stop lane 1 at its next kernel
         boundary; nothing of the step runs after this returns."""
+        if self.alone:
+            intra_op._alone.active = self.alone = False
         if self.done:
             return
         self.abort = True

@@ -34,6 +34,7 @@ def laned(monkeypatch):
     monkeypatch.setattr(lanes, "_generate", spy)
     monkeypatch.setattr(lanes.LaneRun, "__init__", spy_init)
     monkeypatch.setattr(lanes.Cores, "MIN_CPU_WALL", 0.0)  # always two lanes (see below)
+    monkeypatch.setattr(lanes, "MIN_GAIN_S", 100e-6)  # the MLP's step too (predicted 0.41 ms)
     return seen
 
 
@@ -293,13 +294,35 @@ async def test_lane_0_gives_the_loop_back_while_it_waits(laned, on_the_worker, m
 
     async def ticker():
         while len(turns) < 3:
-            turns.append(None)
+            # Lane 0's kernels run whole while lane 1 is live; another task's, in lane 0's
+            # pauses, split as usual: the loop thread's flag is lane 0's only.
+            turns.append(getattr(intra_op._alone, "active", False))
             await trio.sleep(0)
         go.set()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ticker)
         await train_steps("mlp", 1, True, monkeypatch)
-    assert go.is_set() and len(turns) == 3
+    assert go.is_set() and turns == [False] * 3
+    assert not getattr(intra_op._alone, "active", False)  # reset when the step ended
+
+
+async def test_lane_0_kernels_run_whole_while_lane_1_is_live(laned, on_the_worker, monkeypatch):
+    """From lane 1's start to the step's end a kernel of lane 0 does not split (the two
+    lanes take the two threads); before lanes start and after the step it may."""
+    await train_steps("mlp", 1, True, monkeypatch)
+    where = lane_of_op(laned)
+    seen = {}
+    kernel = registry._KERNELS[("ApplyRMSProp", registry.ANY)]
+
+    def fn(ctx, *args, _fn=kernel.fn):
+        if where.get(ctx.name) == 0:
+            seen[ctx.name] = getattr(intra_op._alone, "active", False)
+        return _fn(ctx, *args)
+    monkeypatch.setitem(registry._KERNELS, ("ApplyRMSProp", registry.ANY),
+                        dataclasses.replace(kernel, fn=fn))
+    await train_steps("mlp", 1, True, monkeypatch)
+    assert seen and all(seen.values())  # (lane 0's applies run after lane 1 started)
+    assert not getattr(intra_op._alone, "active", False)
 
 
 async def test_small_plans_and_one_thread_stay_in_one_lane():
