@@ -12,8 +12,10 @@ How
 A worker server that has a same-host Unix socket (:mod:`transports.http.same_host`) listens on
 a second one beside it, ``bare-<port>.sock`` (same private directory, mode 0600). A client
 channel to a loopback address connects there first; when there is none (an older server,
-``ASYNCFLOW_SAME_HOST=0`` on either side, refused) it takes the HTTP path (Unix socket, then
-TCP) and stays on it. On a connection:
+``ASYNCFLOW_SAME_HOST=0`` on either side) it takes the HTTP path (Unix socket, then TCP) and
+stays on it; a server that hangs up at the handshake (at its connection limit, or closing) is
+spoken to over HTTP for a doubling back-off, then the bare socket is tried again
+(:mod:`transports.http.client`). On a connection:
 
 * **Handshake**, once: the client sends :data:`MAGIC`, a u32 length and the token (empty when
   none); the server compares it in constant time (as the HTTP server compares the bearer token)
