@@ -342,7 +342,8 @@ def _generate(plan, order, lane_of, deps, pool):
                                     "slots, _offload, _wait, _pause, _rec)",
                                     "_t = _A.begin()",
                                     "_L = _Lanes(_lane1, slots, _n, _pool)", "_f = _L.flags",
-                                    "_pause = _L.pausing(_pause)"],
+                                    "_pause = _L.pausing(_pause)",
+                                    "_offload = _L.pausing(_offload)"],
                           final=["_L.stop()"])
 
 
@@ -412,13 +413,13 @@ class LaneRun:
             intra_op._alone.active = self.alone = True
 
     def pausing(self, pause):
-        """``pause`` for lane 0: while the loop runs other tasks their kernels split as
-        usual (the thread-local flag is lane 0's only)."""
-        async def paused():
+        """``pause`` (or ``offload``) for lane 0: while the loop runs other tasks their
+        kernels split as usual (the thread-local flag is lane 0's only)."""
+        async def paused(*args):
             if self.alone:
                 intra_op._alone.active = False
             try:
-                await pause()
+                return await pause(*args)
             finally:
                 if self.alone:
                     intra_op._alone.active = True

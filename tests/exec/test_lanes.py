@@ -341,3 +341,30 @@ async def test_small_plans_and_one_thread_stay_in_one_lane():
     assert "lane" not in await form(2, 8, 8)
     assert "lane" not in await form(1, 256, 512)
     assert "lane 0" in await form(2, 256, 512)
+
+
+async def test_other_tasks_see_the_loop_threads_flag_unset_while_lane_0_awaits_an_offload(
+        laned, on_the_worker, monkeypatch):
+    """A kernel of lane 0 large enough to go to a worker thread (batch 1024: the first
+    layer's GEMMs) is awaited: other tasks of the loop run meanwhile, and their kernels
+    split as usual (the loop thread's flag is lane 0's only, as in lane 0's pauses)."""
+    offloads = []
+    generate = lanes._generate
+
+    def counting(plan, order, lane_of, deps, pool):
+        offloads.extend(n.op.name for n in order if lane_of[n.index] == 0 and n.offload)
+        return generate(plan, order, lane_of, deps, pool)
+    monkeypatch.setattr(lanes, "_generate", counting)
+    turns, done = [], []
+
+    async def ticker():
+        while not done:
+            turns.append(getattr(intra_op._alone, "active", False))
+            await trio.sleep(0)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ticker)
+        await train_steps("mlp", 2, True, monkeypatch, batch=1024)
+        done.append(True)
+    assert offloads and len(laned["runs"]) >= 2  # (lane 0 offloads in two-lane steps)
+    assert turns and not any(turns)
+    assert not getattr(intra_op._alone, "active", False)
