@@ -25,7 +25,8 @@ kernel, and a predicted step at least ``MIN_GAIN_S`` shorter than one lane.
 What stays as it is with one lane:
 - the bits: every kernel gets the same inputs and runs whole (a kernel on lane 1 does not
   split again: ``intra_op.run_alone``'s rule; from lane 1's start to the step's end neither
-  does one of lane 0, whose thread and lane 1's take the two cores);
+  does one of lane 0 on the loop's thread, whose thread and lane 1's take the two cores; a
+  kernel of lane 0 large enough to be offloaded to a worker thread may still split there);
 - stateful order: nodes touching one variable (through a ref input or a read of it, the
   variable's own node included) keep their order among themselves; every other stateful op
   (random draws, queues, ``py_func``) stays on lane 0 in the schedule's order; control
@@ -404,7 +405,8 @@ class LaneRun:
 
     def start(self):
         """Hand lane 1 to the pool's lane thread. From here to the step's end lane 0's
-        kernels run whole on the loop's thread, as lane 1's do on its own: the two lanes
+        kernels run whole on the loop's thread (an offloaded one runs on a worker thread,
+        which may split it), as lane 1's do on its own: the two lanes
         take the two cores, and a split of lane 0's would make three threads share them
         (measured with ``bench/bench_lanes.py``, load 0.8: the autoencoder's two lanes
         0.96-0.98 of one lane's time with lane 0's GEMMs split, 0.94-0.96 whole)."""
