@@ -25,7 +25,8 @@ kernel, and a predicted step at least ``MIN_GAIN_S`` shorter than one lane.
 What stays as it is with one lane:
 - the bits: every kernel gets the same inputs and runs whole (a kernel on lane 1 does not
   split again: ``intra_op.run_alone``'s rule; from lane 1's start to the step's end neither
-  does one of lane 0, whose thread and lane 1's take the two cores);
+  does one of lane 0 on the loop's thread, whose thread and lane 1's take the two cores; a
+  kernel of lane 0 large enough to be offloaded to a worker thread may still split there);
 - stateful order: nodes touching one variable (through a ref input or a read of it, the
   variable's own node included) keep their order among themselves; every other stateful op
   (random draws, queues, ``py_func``) stays on lane 0 in the schedule's order; control
@@ -40,8 +41,9 @@ What stays as it is with one lane:
 - one core: lane 1 is handed to the pool's lane thread when lane 0 produces its first input.
   Whenever lane 0 must wait for lane 1 and no thread is inside lane 1's generator (the thread
   has not started, or has not woken after the flag it waited for was set: no free core),
-  lane 0 runs lane 1's kernels itself, in lane 1's order, up to the one it waits for; the
-  thread goes on from there when it gets a core. So a step costs at most a submit and a
+  lane 0 runs lane 1's kernels itself, in lane 1's order, up to the one it waits for (a
+  kernel that one lane would offload goes to a worker thread from there, as in one lane:
+  the loop is not held for it); the thread goes on from there when it gets a core. So a step costs at most a submit and a
   few flags more than one lane when the second core is taken.
 """
 from __future__ import annotations
@@ -277,7 +279,8 @@ def _generate(plan, order, lane_of, deps, pool):
                 if lane_of[d] != lane and flag[d] not in waited:
                     k = flag[d]
                     waited.add(k)
-                    g.line([f"if not _f[{k}]: await _L.need({k}, _pause)" if lane == 0
+                    g.line([f"if not _f[{k}]: await _L.need({k}, _pause, _offload)"
+                            if lane == 0
                             else f"while not _f[{k}]: yield {k}"])
                     for slot in node_of[d].outputs:
                         if slot in crossing:
@@ -300,9 +303,13 @@ def _generate(plan, order, lane_of, deps, pool):
                     targets.append(names[slot])
                     if slot in crossing or slot in fetch_slots and lane == 1:
                         stores.append(f"slots[{slot}] = v{slot}")
-            if lane == 0 and node.offload:
+            if node.offload:
                 g.env[f"N{i}"] = node
-                call = (f"((await _offload(N{i}, _a)) if _cost(N{i}, _a) >= "
+                # Lane 1's generator hands a kernel one lane would offload to lane 0 when
+                # lane 0 runs it (``LaneRun._until``): it goes to a worker thread from there.
+                wait = "await _offload" if lane == 0 else "yield"
+                far = "" if lane == 0 else "_L.on_loop and "
+                call = (f"(({wait}(N{i}, _a)) if {far}_cost(N{i}, _a) >= "
                         f"{node.offload_cost} else {g.call(node, ['*_a'])})")
                 statements = ([f"_a = [{', '.join(args)}]"] + Generator.store(call, targets)
                               + ["_a = None"])
@@ -327,7 +334,7 @@ def _generate(plan, order, lane_of, deps, pool):
         if lane == 1:
             functions.append(g.function("def _lane1(slots, _L, _f)", title, plan.device.name))
             continue
-        g.line(["await _L.join(_pause)"])
+        g.line(["await _L.join(_pause, _offload)"])
         for slot in plan.fetch_slots:
             if slot in producer and lane_of[producer[slot]] == 1:
                 continue
@@ -342,7 +349,8 @@ def _generate(plan, order, lane_of, deps, pool):
                                     "slots, _offload, _wait, _pause, _rec)",
                                     "_t = _A.begin()",
                                     "_L = _Lanes(_lane1, slots, _n, _pool)", "_f = _L.flags",
-                                    "_pause = _L.pausing(_pause)"],
+                                    "_pause = _L.pausing(_pause)",
+                                    "_offload = _L.pausing(_offload)"],
                           final=["_L.stop()"])
 
 
@@ -386,7 +394,7 @@ class LaneRun:
     flag lane 0 has still to set."""
 
     __slots__ = ("flags", "cond", "drive", "gen", "pool", "future", "error", "abort", "done",
-                 "waiters", "stolen", "alone")
+                 "waiters", "stolen", "alone", "on_loop")
     steal = True  # lane 0 may run lane 1 (tests switch it off to keep lane 1 on its thread)
 
     def __init__(self, lane1, slots, flags, pool):
@@ -400,10 +408,12 @@ class LaneRun:
         self.abort = self.done = self.stolen = False  # stolen: lane 0 ran some of lane 1
         self.waiters = 0
         self.alone = False  # lane 0's kernels run whole while lane 1 is live
+        self.on_loop = False  # lane 0 runs lane 1's generator (its kernels on the loop)
 
     def start(self):
         """Hand lane 1 to the pool's lane thread. From here to the step's end lane 0's
-        kernels run whole on the loop's thread, as lane 1's do on its own: the two lanes
+        kernels run whole on the loop's thread (an offloaded one runs on a worker thread,
+        which may split it), as lane 1's do on its own: the two lanes
         take the two cores, and a split of lane 0's would make three threads share them
         (measured with ``bench/bench_lanes.py``, load 0.8: the autoencoder's two lanes
         0.96-0.98 of one lane's time with lane 0's GEMMs split, 0.94-0.96 whole)."""
@@ -412,13 +422,13 @@ class LaneRun:
             intra_op._alone.active = self.alone = True
 
     def pausing(self, pause):
-        """``pause`` for lane 0: while the loop runs other tasks their kernels split as
-        usual (the thread-local flag is lane 0's only)."""
-        async def paused():
+        """``pause`` (or ``offload``) for lane 0: while the loop runs other tasks their
+        kernels split as usual (the thread-local flag is lane 0's only)."""
+        async def paused(*args):
             if self.alone:
                 intra_op._alone.active = False
             try:
-                await pause()
+                return await pause(*args)
             finally:
                 if self.alone:
                     intra_op._alone.active = True
@@ -439,24 +449,32 @@ class LaneRun:
             self.done = True
             self.cond.notify_all()
 
-    def _run(self, until, check):
+    def _run(self, until, check, first=None):
         """Run lane 1 (``drive`` held) until flag ``until`` is set (None: to its end), it
         waits for an unset flag (returned), it ends or fails (``done``), or ``check()``
-        says to stop at a kernel boundary (returns _CHECK)."""
+        says to stop at a kernel boundary (returns _CHECK). ``first``: resumes the
+        generator first (with a kernel's outputs); where lane 0 drives (``on_loop``) the
+        generator hands out a kernel that one lane would offload: ``(node, args)`` is
+        returned, and the generator must be resumed with ``first`` before anything else."""
         gen, flags = self.gen, self.flags
-        while not self.done and (until is None or not flags[until]):
+        while not self.done and (first is not None or until is None or not flags[until]):
             if self.abort:
                 gen.close()
                 self._finish()
                 return None
             try:
-                k = next(gen)
+                if first is not None:
+                    k, first = first(), None
+                else:
+                    k = next(gen)
             except StopIteration:
                 self._finish()
                 return None
             except BaseException as exc:  # noqa: BLE001 -- lane 0 raises it (located)
                 self._finish(exc)
                 return None
+            if k.__class__ is tuple:
+                return k
             if k >= 0 and not flags[k]:
                 return k
             if check is not None and check():
@@ -485,22 +503,36 @@ class LaneRun:
     def _slice_over():
         return timeslice.clock() >= timeslice.BUDGET.end and timeslice.due()
 
-    async def need(self, k, pause):
+    async def need(self, k, pause, offload):
         """Wait (lane 0) until lane 1 set flag ``k``."""
-        await self._until(k, pause)
+        await self._until(k, pause, offload)
 
-    async def join(self, pause):
+    async def join(self, pause, offload):
         """Wait (lane 0) until lane 1 ended; raise its error."""
-        await self._until(None, pause)
+        await self._until(None, pause, offload)
 
-    async def _until(self, k, pause):
+    async def _until(self, k, pause, offload):
         flags = self.flags
         while not (self.done if k is None else flags[k] or self.done):
             if self.steal and self.drive.acquire(False):  # lane 1 is nobody's: run it here
-                self.stolen = True
+                self.stolen = self.on_loop = True
+                waits = None
                 try:
                     waits = self._run(k, self._slice_over)
+                    while waits.__class__ is tuple:  # a kernel one lane would offload
+                        node, args = waits
+                        try:
+                            out = await offload(node, args)
+                        except Exception as exc:  # noqa: BLE001 -- located on lane 1's line
+                            waits = self._run(k, self._slice_over,
+                                              lambda exc=exc: self.gen.throw(exc))
+                        else:
+                            waits = self._run(k, self._slice_over,
+                                              lambda out=out: self.gen.send(out))
                 finally:
+                    self.on_loop = False
+                    if waits.__class__ is tuple:  # (interrupted: none may resume it now)
+                        self.abort = True
                     self.drive.release()
                 if waits is _CHECK:
                     await pause()

@@ -341,3 +341,83 @@ async def test_small_plans_and_one_thread_stay_in_one_lane():
     assert "lane" not in await form(2, 8, 8)
     assert "lane" not in await form(1, 256, 512)
     assert "lane 0" in await form(2, 256, 512)
+
+
+async def test_other_tasks_see_the_loop_threads_flag_unset_while_lane_0_awaits_an_offload(
+        laned, on_the_worker, monkeypatch):
+    """A kernel of lane 0 large enough to go to a worker thread (batch 1024: the first
+    layer's GEMMs) is awaited: other tasks of the loop run meanwhile, and their kernels
+    split as usual (the loop thread's flag is lane 0's only, as in lane 0's pauses)."""
+    offloads = []
+    generate = lanes._generate
+
+    def counting(plan, order, lane_of, deps, pool):
+        offloads.extend(n.op.name for n in order if lane_of[n.index] == 0 and n.offload)
+        return generate(plan, order, lane_of, deps, pool)
+    monkeypatch.setattr(lanes, "_generate", counting)
+    turns, done = [], []
+
+    async def ticker():
+        while not done:
+            turns.append(getattr(intra_op._alone, "active", False))
+            await trio.sleep(0)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ticker)
+        await train_steps("mlp", 2, True, monkeypatch, batch=1024)
+        done.append(True)
+    assert offloads and len(laned["runs"]) >= 2  # (lane 0 offloads in two-lane steps)
+    assert turns and not any(turns)
+    assert not getattr(intra_op._alone, "active", False)
+
+
+async def test_lane_0_running_lane_1_offloads_the_kernels_one_lane_offloads(laned, monkeypatch):
+    """With the lane thread taken, lane 0 runs lane 1's kernels; one that one lane would run
+    on a worker thread (batch 1024: a weight gradient's GEMM at the offload threshold) goes
+    to a worker thread from lane 0 too, not onto the event loop's thread."""
+    where = []
+    for op_type in ("MatMul", "_FusedMatMul"):
+        kernel = registry._KERNELS[(op_type, registry.ANY)]
+
+        def fn(ctx, *args, _fn=kernel.fn):
+            where.append((ctx.name, threading.current_thread() is threading.main_thread()))
+            return _fn(ctx, *args)
+        monkeypatch.setitem(registry._KERNELS, (op_type, registry.ANY),
+                            dataclasses.replace(kernel, fn=fn))
+    one = await train_steps("mlp", 2, False, monkeypatch, batch=1024)
+    offloaded = {name for name, on_loop in where if not on_loop}
+    where.clear()
+    pool = intra_op.shared_pool(2)
+    busy, release = threading.Event(), threading.Event()
+
+    def hold():  # the pool's lane thread is taken for the whole run: lane 0 runs lane 1
+        busy.set()
+        release.wait(30)
+    held = pool.submit(hold)
+    assert busy.wait(30)
+    try:
+        two = await train_steps("mlp", 2, True, monkeypatch, batch=1024)
+    finally:
+        release.set()
+        held.result(30)
+    assert_same_bits(one, two)
+    trained = lane_of_op(laned)
+    stolen = [run for run in laned["runs"] if run.stolen]
+    assert stolen and all(run.done for run in laned["runs"])
+    assert any(trained.get(name) == 1 for name in offloaded)  # (lane 1 holds one of them)
+    assert offloaded and not {name for name, on_loop in where if on_loop} & offloaded
+    # Such a kernel failing on its worker thread ends the step named by its op.
+    name = next(name for name in sorted(offloaded) if trained.get(name) == 1)
+    failing(monkeypatch, "MatMul", name)
+    laned["runs"].clear()
+    busy.clear()
+    release.clear()
+    held = pool.submit(hold)
+    assert busy.wait(30)
+    try:
+        with pytest.raises(errors.OpError) as caught:
+            await train_steps("mlp", 1, True, monkeypatch, batch=1024)
+    finally:
+        release.set()
+        held.result(30)
+    assert name in str(caught.value) and "broken on purpose" in str(caught.value)
+    assert laned["runs"][-1].stolen and all(run.done for run in laned["runs"])
