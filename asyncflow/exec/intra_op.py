@@ -31,7 +31,7 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 
-_alone = threading.local()  # ``active``: this thread runs a chunk of ``run_alone``
+whole = threading.local()  # ``active``: kernels run whole here (``run_alone``, a lane)
 _blas_lock = threading.Lock()
 _blas_users = 0        # holds: the process's claim and every running split
 _blas_restore = None   # threadpoolctl's limiter of the holds (restores the first setting)
@@ -110,7 +110,7 @@ class IntraOpPool:
         queue = _ChunkQueue(bounds)
         # Inside a chunk of ``run_alone`` every thread is taken: no helpers (the same chunks,
         # in order, on this thread: the same bits).
-        helpers = 0 if getattr(_alone, "active", False) else min(self.threads, len(bounds)) - 1
+        helpers = 0 if getattr(whole, "active", False) else min(self.threads, len(bounds)) - 1
         executor = self._workers() if helpers > 0 else None
         _hold_blas_single_thread()
         try:
@@ -133,11 +133,11 @@ class IntraOpPool:
         ``run`` computes all its chunks on its thread): for whole kernels run at once, one
         per thread (``exec/pairs.py``)."""
         def alone(start, stop):
-            _alone.active = True
+            whole.active = True
             try:
                 fn(start, stop)
             finally:
-                _alone.active = False
+                whole.active = False
         return self.run(alone, bounds, caller_limit)
 
     def submit(self, fn):

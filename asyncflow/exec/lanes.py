@@ -419,19 +419,19 @@ class LaneRun:
         0.96-0.98 of one lane's time with lane 0's GEMMs split, 0.94-0.96 whole)."""
         if not self.done:
             self.future = self.pool.submit(self._work)
-            intra_op._alone.active = self.alone = True
+            intra_op.whole.active = self.alone = True
 
     def pausing(self, pause):
         """``pause`` (or ``offload``) for lane 0: while the loop runs other tasks their
         kernels split as usual (the thread-local flag is lane 0's only)."""
         async def paused(*args):
             if self.alone:
-                intra_op._alone.active = False
+                intra_op.whole.active = False
             try:
                 return await pause(*args)
             finally:
                 if self.alone:
-                    intra_op._alone.active = True
+                    intra_op.whole.active = True
         return paused
 
     def give(self, k):
@@ -483,7 +483,7 @@ class LaneRun:
 
     def _work(self):
         """Lane 1 on the lane thread, to its end, its failure or lane 0's stop."""
-        intra_op._alone.active = True  # every pool thread is taken: kernels run whole
+        intra_op.whole.active = True  # every pool thread is taken: kernels run whole
         flags, cond = self.flags, self.cond
         try:
             while not self.done:
@@ -497,7 +497,7 @@ class LaneRun:
                         cond.wait()
                     self.waiters -= 1
         finally:
-            intra_op._alone.active = False
+            intra_op.whole.active = False
 
     @staticmethod
     def _slice_over():
@@ -561,7 +561,7 @@ class LaneRun:
         """The step ends (lane 0 returned or failed): stop lane 1 at its next kernel
         boundary; nothing of the step runs after this returns."""
         if self.alone:
-            intra_op._alone.active = self.alone = False
+            intra_op.whole.active = self.alone = False
         if self.done:
             return
         self.abort = True

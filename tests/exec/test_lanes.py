@@ -296,14 +296,14 @@ async def test_lane_0_gives_the_loop_back_while_it_waits(laned, on_the_worker, m
         while len(turns) < 3:
             # Lane 0's kernels run whole while lane 1 is live; another task's, in lane 0's
             # pauses, split as usual: the loop thread's flag is lane 0's only.
-            turns.append(getattr(intra_op._alone, "active", False))
+            turns.append(getattr(intra_op.whole, "active", False))
             await trio.sleep(0)
         go.set()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ticker)
         await train_steps("mlp", 1, True, monkeypatch)
     assert go.is_set() and turns == [False] * 3
-    assert not getattr(intra_op._alone, "active", False)  # reset when the step ended
+    assert not getattr(intra_op.whole, "active", False)  # reset when the step ended
 
 
 async def test_lane_0_kernels_run_whole_while_lane_1_is_live(laned, on_the_worker, monkeypatch):
@@ -316,13 +316,13 @@ async def test_lane_0_kernels_run_whole_while_lane_1_is_live(laned, on_the_worke
 
     def fn(ctx, *args, _fn=kernel.fn):
         if where.get(ctx.name) == 0:
-            seen[ctx.name] = getattr(intra_op._alone, "active", False)
+            seen[ctx.name] = getattr(intra_op.whole, "active", False)
         return _fn(ctx, *args)
     monkeypatch.setitem(registry._KERNELS, ("ApplyRMSProp", registry.ANY),
                         dataclasses.replace(kernel, fn=fn))
     await train_steps("mlp", 1, True, monkeypatch)
     assert seen and all(seen.values())  # (lane 0's applies run after lane 1 started)
-    assert not getattr(intra_op._alone, "active", False)
+    assert not getattr(intra_op.whole, "active", False)
 
 
 async def test_small_plans_and_one_thread_stay_in_one_lane():
@@ -359,7 +359,7 @@ async def test_other_tasks_see_the_loop_threads_flag_unset_while_lane_0_awaits_a
 
     async def ticker():
         while not done:
-            turns.append(getattr(intra_op._alone, "active", False))
+            turns.append(getattr(intra_op.whole, "active", False))
             await trio.sleep(0)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ticker)
@@ -367,7 +367,7 @@ async def test_other_tasks_see_the_loop_threads_flag_unset_while_lane_0_awaits_a
         done.append(True)
     assert offloads and len(laned["runs"]) >= 2  # (lane 0 offloads in two-lane steps)
     assert turns and not any(turns)
-    assert not getattr(intra_op._alone, "active", False)
+    assert not getattr(intra_op.whole, "active", False)
 
 
 async def test_lane_0_running_lane_1_offloads_the_kernels_one_lane_offloads(laned, monkeypatch):
