@@ -43,8 +43,9 @@ What stays as it is with one lane:
   has not started, or has not woken after the flag it waited for was set: no free core),
   lane 0 runs lane 1's kernels itself, in lane 1's order, up to the one it waits for (a
   kernel that one lane would offload goes to a worker thread from there, as in one lane:
-  the loop is not held for it); the thread goes on from there when it gets a core. So a step costs at most a submit and a
-  few flags more than one lane when the second core is taken.
+  the loop is not held for it); the thread goes on from there when it gets a core. So a
+  step costs at most a submit and a few flags more than one lane when the second core is
+  taken.
 """
 from __future__ import annotations
 
