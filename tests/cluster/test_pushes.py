@@ -339,9 +339,10 @@ async def test_a_flipped_bit_in_a_pushed_tensor_fails_the_step():
             await sess.run(v.initializer, options=TIMEOUT)
             assert await sess.run(total, options=TIMEOUT) == 2000.0
             proxy.arm(-12, in_body=True, path="/push", requests=True)  # in the tensor's bytes
-            # (The server answers a request whose frame fails its checks with 400,
-            # INVALID_ARGUMENT, as it does a damaged RunGraph feed; the message says why.)
-            with trio.fail_after(30), pytest.raises(af.errors.InvalidArgumentError) as info:
+            # (A damaged push is DATA_LOSS, as a damaged pull is: the server answers 400 and
+            # keeps serving, but its answer names the code, so the step does not report a
+            # bit flip in transit as the user's invalid argument.)
+            with trio.fail_after(30), pytest.raises(af.errors.DataLossError) as info:
                 await sess.run(total, options=TIMEOUT)
             assert proxy.flipped == 1
             message = str(info.value)
