@@ -289,6 +289,12 @@ class StepRendezvous:
         except RemoteCallError as exc:  # the consumer's step ended first: derived
             error = from_remote(exc, f"PushTensors to {task}: {exc.message}")
             raise derived(error) if exc.code in ("ABORTED", "CANCELLED") else error
+        except ChecksumMismatch as exc:  # its answer was damaged: DATA_LOSS, as for a pull
+            address = getattr(channel, "address", "?")
+            raise errors.DataLossError(None, None, (
+                f"PushTensors to {task} at {address}: the answer: {exc.part}: {exc.detail}; "
+                "it was damaged in transit and the step failed (not retried: run it "
+                "again)")) from None
         except TransportDeadlineExceeded as exc:
             raise errors.DeadlineExceededError(None, None, f"PushTensors to {task}: {exc}")
         except TransportError as exc:

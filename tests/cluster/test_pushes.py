@@ -350,3 +350,35 @@ async def test_a_flipped_bit_in_a_pushed_tensor_fails_the_step():
             assert "edge_0_v" in message and "Checksum does not match" in message, message
             assert await sess.run(total, options=TIMEOUT) == 2000.0  # intact again
         nursery.cancel_scope.cancel()
+
+
+async def test_a_flipped_bit_in_a_pushs_answer_fails_the_step_with_data_loss():
+    # The push's Ack comes back damaged: the pushing task's step fails with DataLossError
+    # naming the push (as a damaged pull's reply does), not an internal error.
+    from bitflip_proxy import BitFlipProxy
+    from loopback_ports import free_ports
+    proxy = BitFlipProxy()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(proxy.serve)
+        (ps_port,) = free_ports(1)
+        spec = af.ClusterSpec({"ps": [f"127.0.0.1:{ps_port}"],
+                               "worker": [f"127.0.0.1:{proxy.port}"]})
+        await nursery.start(af.Server(spec, "ps", 0, port=ps_port).serve)
+        worker = await nursery.start(af.Server(spec, "worker", 0, port=0).serve)
+        proxy.target = worker.address
+        with af.Graph().as_default() as graph:
+            with af.device(PS):
+                v = af.Variable(af.ones([1000], af.float32), name="v")
+            with af.device(W0):
+                total = af.reduce_sum(v * 2.0)
+        async with af.Session(graph=graph, cluster=spec) as sess:
+            await sess.run(v.initializer, options=TIMEOUT)
+            assert await sess.run(total, options=TIMEOUT) == 2000.0
+            proxy.arm(8, in_body=True, path="/push")  # in the Ack's frame prefix
+            with trio.fail_after(30), pytest.raises(af.errors.DataLossError) as info:
+                await sess.run(total, options=TIMEOUT)
+            assert proxy.flipped == 1
+            message = str(info.value)
+            assert "PushTensors to /job:worker/replica:0/task:0" in message, message
+            assert await sess.run(total, options=TIMEOUT) == 2000.0  # intact again
+        nursery.cancel_scope.cancel()
