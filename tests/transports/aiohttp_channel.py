@@ -37,7 +37,8 @@ import trio
 from aio_bridge import aio_thread, run_on_loop
 
 from transports.http.protocol import (
-    CODE_HEADER, FRAME_CONTENT_TYPE, MAX_TEXT, parse_address, request_path, take_one_frame, text_error,
+    CODE_HEADER, FRAME_CONTENT_TYPE, MAX_TEXT, parse_address, request_path, take_one_frame,
+    text_error,
 )
 from transports.messages import ErrorReply, Message
 from transports.service import (

@@ -52,7 +52,8 @@ from transports.http import bare, bulk_io, cross_memory, same_host as _same_host
 from transports.http.bulk_io import BULK_BYTES, BulkReader
 from transports.http.framing import MessageReader
 from transports.http.protocol import (
-    CODE_HEADER, FRAME_CONTENT_TYPE, MAX_TEXT, parse_address, request_path, send_pieces, text_error, the_frame,
+    CODE_HEADER, FRAME_CONTENT_TYPE, MAX_TEXT, parse_address, request_path, send_pieces,
+    text_error, the_frame,
 )
 from transports.messages import ErrorReply, Message
 from transports.service import RPCS, TEXT_CALLS, Channel, Rpc, TransportUnavailable

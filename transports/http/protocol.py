@@ -40,7 +40,8 @@ from transports.wire import (
 )
 
 __all__ = ["FRAME_CONTENT_TYPE", "HTTP_STATUS", "REASONS", "take_one_frame", "the_frame", "JOIN_BYTES", "LITERAL_ROUTES", "MAX_TEXT", "PATH_FIELDS",
-           "ROUTES", "TEXT_STATUS_CODE", "CODE_HEADER", "Route", "code_header", "parse_address", "request_path", "send_pieces",
+           "ROUTES", "TEXT_STATUS_CODE", "CODE_HEADER", "Route", "code_header",
+           "parse_address", "request_path", "send_pieces",
            "text_error", "transport_metrics_text"]
 
 FRAME_CONTENT_TYPE: Final = "application/x-asyncflow-frame"
@@ -100,7 +101,8 @@ def code_header(exc: RemoteProtocolError) -> str:
     return "X-Asyncflow-Code: DATA_LOSS\r\n" if isinstance(exc, ChecksumMismatch) else ""
 
 
-def text_error(status: int, address: str, body: bytes, code: str | None = None) -> RemoteCallError:
+def text_error(status: int, address: str, body: bytes,
+               code: str | None = None) -> RemoteCallError:
     """The error for a text answer with HTTP ``status`` from ``address`` (``body``: its start;
     ``code``: its :data:`CODE_HEADER`, used where it is a canonical code of a 4xx or 5xx)."""
     text = body.decode("utf-8", "replace").strip()
