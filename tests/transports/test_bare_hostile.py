@@ -35,7 +35,7 @@ SHORT = ConnectionLimits(header_timeout_s=0.2, body_timeout_s=0.2, idle_timeout_
 HELLO = bare.MAGIC + struct.pack("<I", 0)
 INDEX = {rpc.method: index for index, rpc in enumerate(RPCS)}
 CODES = {"INVALID_ARGUMENT", "RESOURCE_EXHAUSTED", "UNAVAILABLE", "NOT_FOUND",
-         "DEADLINE_EXCEEDED"}
+         "DEADLINE_EXCEEDED", "DATA_LOSS"}  # (DATA_LOSS: a frame its checksums find damaged)
 
 # Valid request frames of calls the fake worker answers at once (never shutdown: it would).
 REQUESTS = {
