@@ -188,6 +188,35 @@ class _CheckedDelivery:
         self.callback(item, error)
 
 
+def check_push(step_id, entries, local_devices):
+    """Refuse a PushTensors for ``local_devices``' worker that is not well formed, before it
+    creates any state for its step (as a refused RecvTensors creates none).
+
+    Raises:
+        RemoteCallError: INVALID_ARGUMENT for no entries, a key that is not a peer's Send to a
+            device of this worker, a key given twice or an entry without a value.
+    """
+    if not entries:
+        raise RemoteCallError("INVALID_ARGUMENT", f"PushTensors of step {step_id} carries no "
+                              "tensors")
+    seen = set()
+    for entry in entries:
+        try:
+            src, _, dst, _, _ = parse_key(entry.key)
+        except ValueError as exc:
+            raise RemoteCallError("INVALID_ARGUMENT", f"PushTensors: {exc}") from None
+        problem = ("names a source device of this worker" if src in local_devices
+                   else f"is for {dst}, not a device of this worker"
+                   if dst not in local_devices else "is given twice"
+                   if entry.key in seen else "carries an error" if entry.error is not None
+                   else "carries no value" if entry.value is None and not entry.is_dead
+                   else None)
+        if problem is not None:
+            raise RemoteCallError("INVALID_ARGUMENT", f"PushTensors of step {step_id}: key "
+                                  f"{entry.key!r} {problem}")
+        seen.add(entry.key)
+
+
 class StepRendezvous:
     """One step's rendezvous on a worker (see the module docstring).
 
@@ -289,6 +318,12 @@ class StepRendezvous:
         except RemoteCallError as exc:  # the consumer's step ended first: derived
             error = from_remote(exc, f"PushTensors to {task}: {exc.message}")
             raise derived(error) if exc.code in ("ABORTED", "CANCELLED") else error
+        except ChecksumMismatch as exc:  # its answer was damaged: DATA_LOSS, as for a pull
+            address = getattr(channel, "address", "?")
+            raise errors.DataLossError(None, None, (
+                f"PushTensors to {task} at {address}: the answer: {exc.part}: {exc.detail}; "
+                "it was damaged in transit and the step failed (not retried: run it "
+                "again)")) from None
         except TransportDeadlineExceeded as exc:
             raise errors.DeadlineExceededError(None, None, f"PushTensors to {task}: {exc}")
         except TransportError as exc:
@@ -305,30 +340,12 @@ class StepRendezvous:
         counters.bytes_sent += self.pushed_bytes
 
     def accept_push(self, entries):
-        """Deposit a peer's pushed tensors of this step (the PushTensors handler); returns
-        ``(their bytes, the pushing task)``.
+        """Deposit a peer's pushed tensors of this step (the PushTensors handler), which
+        ``check_push`` found well formed; returns ``(their bytes, the pushing task)``.
 
         Raises:
-            RemoteCallError: INVALID_ARGUMENT for a key that is not a peer's Send to a device
-                of this worker, a key given twice or an entry without a value;
-                ALREADY_EXISTS for a key already pushed.
+            RemoteCallError: ALREADY_EXISTS for a key already pushed.
         """
-        seen = set()
-        for entry in entries:
-            try:
-                src, _, dst, _, _ = parse_key(entry.key)
-            except ValueError as exc:
-                raise RemoteCallError("INVALID_ARGUMENT", f"PushTensors: {exc}") from None
-            problem = ("names a source device of this worker" if src in self._local_devices
-                       else f"is for {dst}, not a device of this worker"
-                       if dst not in self._local_devices else "is given twice"
-                       if entry.key in seen else "carries an error" if entry.error is not None
-                       else "carries no value" if entry.value is None and not entry.is_dead
-                       else None)
-            if problem is not None:
-                raise RemoteCallError("INVALID_ARGUMENT", f"PushTensors of step "
-                                      f"{self.step_id}: key {entry.key!r} {problem}")
-            seen.add(entry.key)
         try:
             for entry in entries:
                 self.local.send(entry.key, entry.value, entry.is_dead)

@@ -337,6 +337,7 @@ class WorkerService(StepRunning):
 
     async def push_tensors(self, request):
         """PushTensors: a peer's Sends to this worker, deposited in the step's rendezvous."""
+        _rdv.check_push(request.step_id, request.tensors, self._device_set)  # before any state
         state = self._find_or_create(request.step_id)
         self._count_received(*state.rendezvous.accept_push(request.tensors))
 

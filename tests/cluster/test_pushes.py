@@ -188,9 +188,11 @@ async def test_pushed_values_of_a_step_the_consumer_never_runs_expire(two_tasks,
     await trio.sleep(worker._step_ttl + 1)  # (virtual time) the worker's RunGraph never came
     await ps_channel.run_graph(RunGraph(ps_handle, 8, [feed], [], request_id=2))
     assert 7 not in worker._steps and worker._tombstones[7] == "expired"
+    key = (f"{services['ps'].device_names[0]};1;{worker.device_names[0]};"
+           f"{ps_options.pushed[0]};0:0")
     with pytest.raises(RemoteCallError, match="ABORTED|already expired"):  # late: refused
         await channels.connect(spec.task_address("worker", 0)).push_tensors(
-            PushTensors(7, [TensorEntry(f"{ps_options.pushed[0]}", np.ones(3, np.float32))]))
+            PushTensors(7, [TensorEntry(key, np.ones(3, np.float32))]))
 
 
 async def test_a_push_that_names_no_device_of_the_worker_is_refused(two_tasks):
@@ -339,9 +341,10 @@ async def test_a_flipped_bit_in_a_pushed_tensor_fails_the_step():
             await sess.run(v.initializer, options=TIMEOUT)
             assert await sess.run(total, options=TIMEOUT) == 2000.0
             proxy.arm(-12, in_body=True, path="/push", requests=True)  # in the tensor's bytes
-            # (The server answers a request whose frame fails its checks with 400,
-            # INVALID_ARGUMENT, as it does a damaged RunGraph feed; the message says why.)
-            with trio.fail_after(30), pytest.raises(af.errors.InvalidArgumentError) as info:
+            # (A damaged push is DATA_LOSS, as a damaged pull is: the server answers 400 and
+            # keeps serving, but its answer names the code, so the step does not report a
+            # bit flip in transit as the user's invalid argument.)
+            with trio.fail_after(30), pytest.raises(af.errors.DataLossError) as info:
                 await sess.run(total, options=TIMEOUT)
             assert proxy.flipped == 1
             message = str(info.value)
@@ -349,3 +352,58 @@ async def test_a_flipped_bit_in_a_pushed_tensor_fails_the_step():
             assert "edge_0_v" in message and "Checksum does not match" in message, message
             assert await sess.run(total, options=TIMEOUT) == 2000.0  # intact again
         nursery.cancel_scope.cancel()
+
+
+async def test_a_flipped_bit_in_a_pushs_answer_fails_the_step_with_data_loss():
+    # The push's Ack comes back damaged: the pushing task's step fails with DataLossError
+    # naming the push (as a damaged pull's reply does), not an internal error.
+    from bitflip_proxy import BitFlipProxy
+    from loopback_ports import free_ports
+    proxy = BitFlipProxy()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(proxy.serve)
+        (ps_port,) = free_ports(1)
+        spec = af.ClusterSpec({"ps": [f"127.0.0.1:{ps_port}"],
+                               "worker": [f"127.0.0.1:{proxy.port}"]})
+        await nursery.start(af.Server(spec, "ps", 0, port=ps_port).serve)
+        worker = await nursery.start(af.Server(spec, "worker", 0, port=0).serve)
+        proxy.target = worker.address
+        with af.Graph().as_default() as graph:
+            with af.device(PS):
+                v = af.Variable(af.ones([1000], af.float32), name="v")
+            with af.device(W0):
+                total = af.reduce_sum(v * 2.0)
+        async with af.Session(graph=graph, cluster=spec) as sess:
+            await sess.run(v.initializer, options=TIMEOUT)
+            assert await sess.run(total, options=TIMEOUT) == 2000.0
+            proxy.arm(8, in_body=True, path="/push")  # in the Ack's frame prefix
+            with trio.fail_after(30), pytest.raises(af.errors.DataLossError) as info:
+                await sess.run(total, options=TIMEOUT)
+            assert proxy.flipped == 1
+            message = str(info.value)
+            assert "PushTensors to /job:worker/replica:0/task:0" in message, message
+            assert await sess.run(total, options=TIMEOUT) == 2000.0  # intact again
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_refused_push_leaves_no_step_state(two_tasks):
+    # As a refused RecvTensors: a push that is refused (no tensors, a bad key, an entry
+    # without a value) creates no state for its step, which would be held until step_ttl.
+    spec, services = two_tasks
+    channel = channels.connect(spec.task_address("worker", 0))
+    ps_device = services["ps"].device_names[0]
+    worker_device = services["worker"].device_names[0]
+    good = f"{ps_device};1;{worker_device};t;0:0"
+    refused = [
+        ([], "carries no tensors"),
+        ([TensorEntry("not a key", np.ones(2))], "key"),
+        ([TensorEntry(f"{worker_device};1;{worker_device};t;0:0", np.ones(2))], "source device"),
+        ([TensorEntry(good, None)], "carries no value"),
+        ([TensorEntry(good, np.ones(2)), TensorEntry(good, np.ones(2))], "given twice"),
+    ]
+    for step_id, (entries, message) in enumerate(refused, 30):
+        with pytest.raises(RemoteCallError, match=message) as info:
+            await channel.push_tensors(PushTensors(step_id, entries))
+        assert info.value.code == "INVALID_ARGUMENT"
+    assert not services["worker"]._steps
+    assert (await channel.health()).stats.steps_held == 0  # and still serving

@@ -37,7 +37,8 @@ import trio
 from aio_bridge import aio_thread, run_on_loop
 
 from transports.http.protocol import (
-    FRAME_CONTENT_TYPE, MAX_TEXT, parse_address, request_path, take_one_frame, text_error,
+    CODE_HEADER, FRAME_CONTENT_TYPE, MAX_TEXT, parse_address, request_path, take_one_frame,
+    text_error,
 )
 from transports.messages import ErrorReply, Message
 from transports.service import (
@@ -193,4 +194,5 @@ class HttpChannel(Channel):
         return (await response.content.read(self._limits.max_header_bytes)).decode("utf-8")
 
     async def _raise_for_text(self, response: aiohttp.ClientResponse) -> typing.NoReturn:
-        raise text_error(response.status, self.address, await response.content.read(MAX_TEXT))
+        raise text_error(response.status, self.address, await response.content.read(MAX_TEXT),
+                         response.headers.get(CODE_HEADER))

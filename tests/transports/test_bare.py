@@ -93,6 +93,12 @@ async def test_garbage_is_refused_and_the_server_keeps_serving():
                 sock.sendall(hello + bare.REQUEST.pack(len(frame), 4, _INDEX["health"], 0, 5.0)
                              + frame)
                 answers.append(_receive_all(sock))
+            with _connect(server.bare_path) as sock:  # a frame damaged in transit: DATA_LOSS
+                frame = bytearray(b"".join(encode(RecvTensors(1, ["k"] * 40))))
+                frame[40] ^= 0x20  # in its header, which its checksum covers
+                sock.sendall(hello + bare.REQUEST.pack(len(frame), 5, _INDEX["recv_tensors"],
+                                                       0, 5.0) + frame)
+                answers.append(_receive_all(sock))
             return answers
 
         with trio.fail_after(GENEROUS):
@@ -101,7 +107,9 @@ async def test_garbage_is_refused_and_the_server_keeps_serving():
             assert all(a[:1] == bare.ACCEPTED for a in answers[1:])
             errors = [_error_of(a[1:]) for a in answers[1:]]
             assert [e.code for e in errors] == ["INVALID_ARGUMENT", "RESOURCE_EXHAUSTED",
-                                                "INVALID_ARGUMENT", "INVALID_ARGUMENT"]
+                                                "INVALID_ARGUMENT", "INVALID_ARGUMENT",
+                                                "DATA_LOSS"]
+            assert "Checksum does not match" in errors[4].message, errors[4].message
             assert "unknown rpc index 999" in errors[0].message
             assert "health takes a Health frame, got RecvTensors" in errors[3].message
             async with TrioHttpChannel(server.address) as channel:

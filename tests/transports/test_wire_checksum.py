@@ -217,6 +217,8 @@ async def test_a_damaged_request_is_a_400_and_the_server_keeps_serving(region):
                         break
                     answer += data
             assert answer.startswith(b"HTTP/1.1 400") and b"Checksum does not match" in answer
+            # damaged in transit, not malformed: the answer names DATA_LOSS for the client
+            assert b"\r\nX-Asyncflow-Code: DATA_LOSS\r\n" in answer.partition(b"\r\n\r\n")[0]
             async with TrioHttpChannel(server.address) as channel:
                 assert (await channel.health()).task
 

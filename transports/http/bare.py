@@ -60,8 +60,8 @@ from transports.http.protocol import HTTP_STATUS, JOIN_BYTES, send_pieces, take_
 from transports.messages import ErrorReply, Message, RemoteCallError
 from transports.service import RPCS, Rpc, TransportUnavailable, error_reply_for, \
     reply_for_result
-from transports.wire import SMALL_HEADER_BYTES, ChecksumTrailer, Decoder, FrameTooLarge, \
-    Limits, LocalProtocolError, RemoteProtocolError, encode, frame_size
+from transports.wire import SMALL_HEADER_BYTES, ChecksumMismatch, ChecksumTrailer, Decoder, \
+    FrameTooLarge, Limits, LocalProtocolError, RemoteProtocolError, encode, frame_size
 
 __all__ = ["ACCEPTED", "MAGIC", "REFUSED", "REPLY", "REQUEST", "BareConnection", "BareService",
            "handshake"]
@@ -281,7 +281,8 @@ class BareService:
             except (_Garbage, RemoteProtocolError, BodyTimeout) as exc:
                 keep = False  # the frame's end is unknown or unread: answer, then close
                 code = "RESOURCE_EXHAUSTED" if isinstance(exc, FrameTooLarge) else (
-                    "UNAVAILABLE" if isinstance(exc, BodyTimeout) else "INVALID_ARGUMENT")
+                    "UNAVAILABLE" if isinstance(exc, BodyTimeout) else "DATA_LOSS"
+                    if isinstance(exc, ChecksumMismatch) else "INVALID_ARGUMENT")
                 text = str(exc)  # named by its rpc (once) where the index named one
                 what = "" if name == "unmatched" or text.startswith(name) else f" {name}"
                 reply, kind = ErrorReply(code, f"same-host call{what}: {text}"), ERROR

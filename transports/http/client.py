@@ -52,7 +52,8 @@ from transports.http import bare, bulk_io, cross_memory, same_host as _same_host
 from transports.http.bulk_io import BULK_BYTES, BulkReader
 from transports.http.framing import MessageReader
 from transports.http.protocol import (
-    FRAME_CONTENT_TYPE, MAX_TEXT, parse_address, request_path, send_pieces, text_error, the_frame,
+    CODE_HEADER, FRAME_CONTENT_TYPE, MAX_TEXT, parse_address, request_path, send_pieces,
+    text_error, the_frame,
 )
 from transports.messages import ErrorReply, Message
 from transports.service import RPCS, TEXT_CALLS, Channel, Rpc, TransportUnavailable
@@ -366,7 +367,7 @@ class TrioHttpChannel(Channel):
         if kind == cross_memory.CONTENT_TYPE and conn.peer is not None:
             decoder = await self._read_lent(conn, body, decoder)
         elif kind != FRAME_CONTENT_TYPE:
-            await self._raise_for_text(body, status)
+            await self._raise_for_text(body, status, headers.get(CODE_HEADER))
         while kind == FRAME_CONTENT_TYPE:
             try:
                 view = decoder.get_buffer()
@@ -419,5 +420,6 @@ class TrioHttpChannel(Channel):
             raise RemoteProtocolError(f"text answer longer than {self._limits.max_header_bytes}")
         return text.decode("utf-8")
 
-    async def _raise_for_text(self, body: _Body, status: int) -> typing.NoReturn:
-        raise text_error(status, self.address, await body.read_text(MAX_TEXT))
+    async def _raise_for_text(self, body: _Body, status: int,
+                              code: str | None = None) -> typing.NoReturn:
+        raise text_error(status, self.address, await body.read_text(MAX_TEXT), code)

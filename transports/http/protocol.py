@@ -12,7 +12,9 @@ live here once (message framing is :mod:`transports.http.framing`):
   their annotations (the server parses them back with it);
 * :func:`text_error`, the :class:`~transports.messages.RemoteCallError` for an answer that came
   as text rather than a frame (auth failures, unknown routes, the connection guard's 408), its
-  canonical code read from the HTTP status by :data:`TEXT_STATUS_CODE`;
+  canonical code read from the HTTP status by :data:`TEXT_STATUS_CODE`, or from the
+  :data:`CODE_HEADER` the server adds where the status alone would misname it (a request frame
+  damaged in transit: 400, but DATA_LOSS, see :func:`code_header`);
 * :data:`HTTP_STATUS` and :data:`REASONS`, the server's status codes and reason phrases;
 * :func:`send_pieces`, how the trio client and the server cut a message into ``send`` calls;
 * :data:`ROUTES` (and :data:`LITERAL_ROUTES`, those without path fields, by method and path),
@@ -33,10 +35,13 @@ from urllib.parse import quote
 from transports import checksum as _checksum
 from transports.messages import Message, RemoteCallError
 from transports.service import METRICS_PATH, RPCS, STATUS_PATH, Rpc
-from transports.wire import CLOSED, NEED_DATA, ChecksumTrailer, Decoder, RemoteProtocolError
+from transports.wire import (
+    CLOSED, NEED_DATA, ChecksumMismatch, ChecksumTrailer, Decoder, RemoteProtocolError,
+)
 
 __all__ = ["FRAME_CONTENT_TYPE", "HTTP_STATUS", "REASONS", "take_one_frame", "the_frame", "JOIN_BYTES", "LITERAL_ROUTES", "MAX_TEXT", "PATH_FIELDS",
-           "ROUTES", "TEXT_STATUS_CODE", "Route", "parse_address", "request_path", "send_pieces",
+           "ROUTES", "TEXT_STATUS_CODE", "CODE_HEADER", "Route", "code_header",
+           "parse_address", "request_path", "send_pieces",
            "text_error", "transport_metrics_text"]
 
 FRAME_CONTENT_TYPE: Final = "application/x-asyncflow-frame"
@@ -54,6 +59,7 @@ HTTP_STATUS: Final = {
     "FAILED_PRECONDITION": 400, "ABORTED": 409, "OUT_OF_RANGE": 400, "UNIMPLEMENTED": 501,
     "INTERNAL": 500, "UNAVAILABLE": 503, "DATA_LOSS": 500, "UNAUTHENTICATED": 401,
 }
+_HEADER_CODES: Final = frozenset({"DATA_LOSS"})  # the codes a CODE_HEADER may name
 REASONS: Final = {
     200: "OK", 303: "See Other", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
     404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout", 409: "Conflict", 413: "Content Too Large",
@@ -85,10 +91,23 @@ def request_path(rpc: Rpc, request: Message | None) -> str:
                               for name in PATH_FIELDS[rpc.method]})
 
 
-def text_error(status: int, address: str, body: bytes) -> RemoteCallError:
-    """The error for a text answer with HTTP ``status`` from ``address`` (``body``: its start)."""
+CODE_HEADER: Final = "x-asyncflow-code"  # a text answer's canonical code, where it has one
+
+
+def code_header(exc: RemoteProtocolError) -> str:
+    """The header line a 400 for a request frame that failed with ``exc`` carries: a
+    ``ChecksumMismatch`` (damaged in transit) is DATA_LOSS, as a damaged reply is, not the
+    INVALID_ARGUMENT of a malformed frame; other failures add nothing."""
+    return "X-Asyncflow-Code: DATA_LOSS\r\n" if isinstance(exc, ChecksumMismatch) else ""
+
+
+def text_error(status: int, address: str, body: bytes,
+               code: str | None = None) -> RemoteCallError:
+    """The error for a text answer with HTTP ``status`` from ``address`` (``body``: its start;
+    ``code``: its :data:`CODE_HEADER`, used where it is a canonical code of a 4xx or 5xx)."""
     text = body.decode("utf-8", "replace").strip()
-    code = TEXT_STATUS_CODE.get(status, "UNKNOWN")
+    if code not in _HEADER_CODES or status < 400:
+        code = TEXT_STATUS_CODE.get(status, "UNKNOWN")
     return RemoteCallError(code, f"HTTP {status} from {address}: {text}")
 
 

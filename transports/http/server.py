@@ -70,7 +70,7 @@ from transports.http.framing import MAX_HEAD, HeadTooLarge, RequestHead
 from transports.http.pages import LOGIN_PATH, MAX_LOGIN_BODY, SECURITY_HEADERS, Page, PageGate, \
     PageHandler, is_page_path
 from transports.http.protocol import FRAME_CONTENT_TYPE, LITERAL_ROUTES, ROUTES, Route, \
-    send_pieces, transport_metrics_text
+    code_header, send_pieces, transport_metrics_text
 from transports.http.protocol import HTTP_STATUS as _HTTP_STATUS, REASONS as _REASONS
 from transports.messages import Message, RemoteCallError
 from transports.service import Rpc, WorkerServiceProtocol, error_reply_for, reply_for_result
@@ -401,8 +401,8 @@ class HttpServer:
             raise _Reject(400, f"{where}: bad body: {exc}") from None
         except FrameTooLarge as exc:
             raise _Reject(413, f"{where}: frame too large: {exc}") from None
-        except RemoteProtocolError as exc:
-            raise _Reject(400, f"{where}: bad body: {exc}") from None
+        except RemoteProtocolError as exc:  # (damaged in transit: the answer says DATA_LOSS)
+            raise _Reject(400, f"{where}: bad body: {exc}", code_header(exc)) from None
         if not isinstance(message, rpc.request):
             raise _Reject(400, f"{where} takes a {rpc.request.__name__} frame, "
                                f"got {type(message).__name__}")
