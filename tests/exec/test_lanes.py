@@ -34,7 +34,8 @@ def laned(monkeypatch):
     monkeypatch.setattr(lanes, "_generate", spy)
     monkeypatch.setattr(lanes.LaneRun, "__init__", spy_init)
     monkeypatch.setattr(lanes.Cores, "MIN_CPU_WALL", 0.0)  # always two lanes (see below)
-    monkeypatch.setattr(lanes, "MIN_GAIN_S", 100e-6)  # the MLP's step too (predicted 0.41 ms)
+    monkeypatch.setattr(lanes, "MIN_GAIN_S", 100e-6)  # the MLP's step too (predicted 0.41 ms,
+    monkeypatch.setattr(lanes, "MIN_GAIN_SHARE", 0.0)  # 18% of its one-lane step)
     return seen
 
 
@@ -325,9 +326,10 @@ async def test_lane_0_kernels_run_whole_while_lane_1_is_live(laned, on_the_worke
     assert not getattr(intra_op.whole, "active", False)
 
 
-async def test_small_plans_and_one_thread_stay_in_one_lane():
-    """Where the predicted saving is under ``MIN_GAIN_S`` or no second thread exists, the
-    plan keeps the one-lane schedule (``compile_lanes`` answers None)."""
+async def test_small_plans_and_one_thread_stay_in_one_lane(monkeypatch):
+    """Where the predicted saving is under ``MIN_GAIN_S`` or ``MIN_GAIN_SHARE`` of the
+    one-lane step, or no second thread exists, the plan keeps the one-lane schedule
+    (``compile_lanes`` answers None)."""
     async def form(threads, m, k):
         with af.Graph().as_default():
             a, b = af.placeholder(af.float32, [m, k]), af.placeholder(af.float32, [k, m])
@@ -341,6 +343,14 @@ async def test_small_plans_and_one_thread_stay_in_one_lane():
     assert "lane" not in await form(2, 8, 8)
     assert "lane" not in await form(1, 256, 512)
     assert "lane 0" in await form(2, 256, 512)
+    # A prediction of 10 ms in one lane: 1 ms saved (10%) stays in one lane, 3 ms in two.
+    assign = lanes.assign
+    for saved, laned in ((1e-3, False), (3e-3, True)):
+        def predicted(plan, saved=saved):
+            order, lane_of, deps, _, _ = assign(plan)
+            return order, lane_of, deps, 10e-3 - saved, 10e-3
+        monkeypatch.setattr(lanes, "assign", predicted)
+        assert ("lane 0" in await form(2, 256, 512)) is laned
 
 
 async def test_other_tasks_see_the_loop_threads_flag_unset_while_lane_0_awaits_an_offload(
