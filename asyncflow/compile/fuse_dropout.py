@@ -27,26 +27,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from asyncflow.compile.node_graph import FeedNode, Node, topological
+from asyncflow.compile.node_graph import FeedNode, Node, plain_on, readers_of, rewire
 from asyncflow.graph.registry import get_op_def
 
 FUSED_TYPE = "_FusedDropout"
-
-
-def _readers(graph):
-    """``port -> [consumer]`` (one entry per input position) and the controlling nodes."""
-    readers, controlling = {}, set()
-    for node in graph.nodes:
-        for port in node.inputs:
-            readers.setdefault(port, []).append(node)
-        controlling.update(node.control_inputs)
-    return readers, controlling
-
-
-def _plain(node, device):
-    return (not isinstance(node, FeedNode) and node.device == device
-            and node.control_flow_context is None and not node.control_inputs
-            and not any(ref for _, _, ref in node.out_specs))
 
 
 def _only_reader(node, reader, readers, controlling, pinned, allow_shape=False):
@@ -88,7 +72,7 @@ def _same_scalar(port, keep_port):
 def _match(mul, readers, controlling, pinned):
     """``(random, add, floor, div, x_port, keep_port)`` when ``mul`` ends a dropout chain
     that may fuse, else None."""
-    if mul.type != "Mul" or len(mul.inputs) != 2 or not _plain(mul, mul.device):
+    if mul.type != "Mul" or len(mul.inputs) != 2 or not plain_on(mul, mul.device):
         return None
     device = mul.device
     for div_port, floor_port in (mul.inputs, mul.inputs[::-1]):
@@ -110,7 +94,7 @@ def _match(mul, readers, controlling, pinned):
             continue
         dtype, x_shape, _ = x_port[0].out_spec(x_port[1])
         keep_dtype, keep_shape, keep_ref = keep_port[0].out_spec(keep_port[1])
-        if (not all(_plain(n, device) for n in (div, floor, add, random))
+        if (not all(plain_on(n, device) for n in (div, floor, add, random))
                 or not dtype.is_floating or keep_dtype != dtype or keep_ref
                 or keep_shape.ndims != 0 or x_shape.ndims in (None, 0)
                 or random.attrs.get("dtype") != dtype
@@ -131,7 +115,7 @@ def fuse_dropout(node_graph):
     if not any(n.type == "RandomUniform" for n in node_graph.nodes):
         return node_graph
     graph = node_graph.copy()
-    readers, controlling = _readers(graph)
+    readers, controlling = readers_of(graph)
     pinned = set(graph.targets) | {p for p, _ in graph.fetches}
     ports, dropped = {}, set()   # (old node, old index) -> new port; nodes fused away
     fused_nodes = []
@@ -158,16 +142,4 @@ def fuse_dropout(node_graph):
     control_map = {}
     for _, mapping in fused_nodes:
         control_map.update(mapping)
-    nodes = []
-    for node in graph.nodes + [f for f, _ in fused_nodes]:
-        if node in dropped:
-            continue
-        node.inputs = [ports.get(p, p) for p in node.inputs]
-        node.control_inputs = list(dict.fromkeys(control_map.get(c, c)
-                                                 for c in node.control_inputs))
-        nodes.append(node)
-    graph.nodes = topological(nodes)
-    graph.fetches = [ports.get(p, p) for p in graph.fetches]
-    graph.targets = [control_map.get(t, t) for t in graph.targets]
-    graph.changed = True
-    return graph
+    return rewire(graph, [f for f, _ in fused_nodes], dropped, ports, control_map)

@@ -26,8 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from asyncflow.compile.fuse_dropout import _plain, _readers
-from asyncflow.compile.node_graph import FeedNode, Node, topological
+from asyncflow.compile.node_graph import FeedNode, Node, plain_on, readers_of, rewire
 from asyncflow.graph.registry import get_op_def
 
 FORWARD = "_FusedMeanSquaredError"
@@ -45,7 +44,7 @@ def _every_axis(axis, rank):
 
 def _forward(mean, readers, controlling, pinned):
     """``(square, sub)`` when ``mean`` ends a chain whose forward may fuse, else None."""
-    if mean.type != "Mean" or mean.attrs.get("keepdims") or not _plain(mean, mean.device):
+    if mean.type != "Mean" or mean.attrs.get("keepdims") or not plain_on(mean, mean.device):
         return None
     square = _node(mean.inputs[0])
     if square is None or square.type != "Square" or mean.inputs[0][1] != 0:
@@ -54,7 +53,7 @@ def _forward(mean, readers, controlling, pinned):
     if sub is None or sub.type != "Sub" or square.inputs[0][1] != 0:
         return None
     dtype, shape, _ = sub.out_specs[0]
-    if (not all(_plain(n, mean.device) for n in (square, sub)) or not dtype.is_floating
+    if (not all(plain_on(n, mean.device) for n in (square, sub)) or not dtype.is_floating
             or shape.ndims in (None, 0) or not _every_axis(mean.attrs.get("axis"), shape.ndims)
             or square in pinned or square in controlling or len(sub.out_specs) != 1
             or any(spec[0] != dtype for n in (square, mean) for spec in n.out_specs)):
@@ -88,16 +87,16 @@ def _backward(btl, mean, square, sub, readers, controlling, pinned):
     """``(outer, grad_port)`` when ``btl`` starts the chain's gradient that may fuse."""
     if (btl.attrs.get("mean") is not True or btl.attrs.get("keepdims")
             or not _every_axis(btl.attrs.get("axis"), sub.out_specs[0][1].ndims)
-            or not _plain(btl, mean.device)):
+            or not plain_on(btl, mean.device)):
         return None
     outer = [r for r in readers.get((btl, 0), [])]
-    if len(outer) != 1 or outer[0].type != "Mul" or not _plain(outer[0], mean.device):
+    if len(outer) != 1 or outer[0].type != "Mul" or not plain_on(outer[0], mean.device):
         return None
     outer = outer[0]
     (other,) = [p for p in outer.inputs if p != (btl, 0)] or [None]
     twice = _node(other) if other is not None else None
     if (twice is None or twice.type != "Mul" or other[1] != 0 or len(outer.out_specs) != 1
-            or not _plain(twice, mean.device)
+            or not plain_on(twice, mean.device)
             or not _only_reader(btl, outer, readers, controlling, pinned)
             or not _only_reader(twice, outer, readers, controlling, pinned)):
         return None
@@ -117,7 +116,7 @@ def fuse_squared_error(node_graph):
             n.type == "Square" for n in node_graph.nodes):
         return node_graph
     graph = node_graph.copy()
-    readers, controlling = _readers(graph)
+    readers, controlling = readers_of(graph)
     pinned = set(graph.targets) | {p for p, _ in graph.fetches}
     ports, replaced, dropped, added = {}, {}, set(), []
     for mean in list(graph.nodes):
@@ -153,16 +152,4 @@ def fuse_squared_error(node_graph):
             added.append(fused_grad)
     if not added:
         return graph
-    nodes = []
-    for node in graph.nodes + added:
-        if node in dropped:
-            continue
-        node.inputs = [ports.get(p, p) for p in node.inputs]
-        node.control_inputs = list(dict.fromkeys(replaced.get(c, c)
-                                                 for c in node.control_inputs))
-        nodes.append(node)
-    graph.nodes = topological(nodes)
-    graph.fetches = [ports.get(p, p) for p in graph.fetches]
-    graph.targets = [replaced.get(t, t) for t in graph.targets]
-    graph.changed = True
-    return graph
+    return rewire(graph, added, dropped, ports, replaced)

@@ -229,3 +229,41 @@ def topological(nodes):
         stuck = next(n for n in nodes if indegree[n] > 0)
         raise ValueError(f"compile produced a cycle through {stuck.type} '{stuck.name}'")
     return order
+
+
+def readers_of(graph):
+    """``port -> [consumer]`` (one entry per input position) and the controlling nodes: what a
+    graph rewrite (a fusion) asks before it takes an intermediate away."""
+    readers, controlling = {}, set()
+    for node in graph.nodes:
+        for port in node.inputs:
+            readers.setdefault(port, []).append(node)
+        controlling.update(node.control_inputs)
+    return readers, controlling
+
+
+def plain_on(node, device):
+    """Whether ``node`` is an op (not a feed) on ``device``, outside loops, with no control
+    inputs and no ref outputs: one a fusion may take into a fused node."""
+    return (not isinstance(node, FeedNode) and node.device == device
+            and node.control_flow_context is None and not node.control_inputs
+            and not any(ref for _, _, ref in node.out_specs))
+
+
+def rewire(graph, added, dropped, ports, replaced):
+    """Finish a rewrite of ``graph`` in place: ``added`` nodes join it, ``dropped`` ones
+    leave, every input and fetch reads ``ports``' new port for an old one, control inputs
+    and targets name ``replaced``'s new node for an old one; returns ``graph``."""
+    nodes = []
+    for node in graph.nodes + list(added):
+        if node in dropped:
+            continue
+        node.inputs = [ports.get(p, p) for p in node.inputs]
+        node.control_inputs = list(dict.fromkeys(replaced.get(c, c)
+                                                 for c in node.control_inputs))
+        nodes.append(node)
+    graph.nodes = topological(nodes)
+    graph.fetches = [ports.get(p, p) for p in graph.fetches]
+    graph.targets = [replaced.get(t, t) for t in graph.targets]
+    graph.changed = True
+    return graph
