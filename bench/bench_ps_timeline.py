@@ -137,10 +137,10 @@ async def client(spec, steps):
     from asyncflow.cluster import master
     original = master._StepDriver._call
 
-    async def call(self, task, tg, request, timeout):
+    async def call(self, task, tg, request, timeout, *rest):  # (rest: a newer tree's scope)
         _note(request.step_id, f"client.RunGraph[{task.name.split('/')[1][4:]}]>")
         try:
-            return await original(self, task, tg, request, timeout)
+            return await original(self, task, tg, request, timeout, *rest)
         finally:
             _note(request.step_id, f"client.RunGraph[{task.name.split('/')[1][4:]}]<")
 

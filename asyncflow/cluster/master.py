@@ -420,10 +420,12 @@ class _StepDriver:
         self.watchdog_scope = None  # made when the watchdog starts (most steps never need it)
 
     async def run(self):
-        """The first RunGraph of the start order from this task, written before it yields (the
-        producer's: its pushes start the step's critical path), the others from tasks of their
-        own, which run once it waits; a one-task step needs no nursery. The master's
-        ``StepMonitor`` starts the watchdog if the step outlives the interval."""
+        """Each RunGraph but the last of the start order from a task of its own, sent in order
+        (each is written before its task yields), the last from this task: a one-task step
+        needs no nursery. (Writing the first from this task and the others after it waits
+        measured worse: the first's receiver, woken, took the client's core for ~0.3 ms before
+        the second was written.) The master's ``StepMonitor`` starts the watchdog if the step
+        outlives the interval."""
         order = self.run_.start_order or range(len(self.run_.task_graphs))
         self.calls_left, done = len(order), False
         self.master.monitor.watch(self)
@@ -432,9 +434,10 @@ class _StepDriver:
                 await self._run_one(order[0])
             else:
                 async with trio.open_nursery() as self.outer:
-                    for index in order[1:]:
+                    for index in order[:-1]:
                         self.outer.start_soon(self._run_one, index)
-                    await self._run_one(order[0])
+                        await trio.lowlevel.checkpoint()
+                    await self._run_one(order[-1])
             done = not self.failures
         finally:
             self.master.monitor.unwatch(self)
