@@ -321,9 +321,11 @@ async def test_a_push_to_a_peer_that_never_answers_fails_the_step_by_its_deadlin
     assert 12 not in services["ps"]._steps
 
 
-async def test_a_flipped_bit_in_a_pushed_tensor_fails_the_step():
-    # The worker sits behind a proxy that damages one byte of the ps's PushTensors request:
-    # the worker's server refuses the frame, the ps's push fails, and so does the step.
+@contextlib.asynccontextmanager
+async def _worker_behind_a_bitflip_proxy():
+    """A ps and a worker whose server sits behind a ``BitFlipProxy``, and a session whose
+    step pushes the ps's ``v`` (1000 ones) to the worker: yields ``(proxy, sess, total)``
+    with one intact step run (``total`` is 2000)."""
     from bitflip_proxy import BitFlipProxy
     from loopback_ports import free_ports
     proxy = BitFlipProxy()
@@ -343,50 +345,38 @@ async def test_a_flipped_bit_in_a_pushed_tensor_fails_the_step():
         async with af.Session(graph=graph, cluster=spec) as sess:
             await sess.run(v.initializer, options=TIMEOUT)
             assert await sess.run(total, options=TIMEOUT) == 2000.0
-            proxy.arm(-12, in_body=True, path="/push", requests=True)  # in the tensor's bytes
-            # (A damaged push is DATA_LOSS, as a damaged pull is: the server answers 400 and
-            # keeps serving, but its answer names the code, so the step does not report a
-            # bit flip in transit as the user's invalid argument.)
-            with trio.fail_after(30), pytest.raises(af.errors.DataLossError) as info:
-                await sess.run(total, options=TIMEOUT)
-            assert proxy.flipped == 1
-            message = str(info.value)
-            assert "PushTensors to /job:worker/replica:0/task:0" in message, message
-            assert "edge_0_v" in message and "Checksum does not match" in message, message
-            assert await sess.run(total, options=TIMEOUT) == 2000.0  # intact again
+            yield proxy, sess, total
         nursery.cancel_scope.cancel()
+
+
+async def test_a_flipped_bit_in_a_pushed_tensor_fails_the_step():
+    # The worker sits behind a proxy that damages one byte of the ps's PushTensors request:
+    # the worker's server refuses the frame, the ps's push fails, and so does the step.
+    async with _worker_behind_a_bitflip_proxy() as (proxy, sess, total):
+        proxy.arm(-12, in_body=True, path="/push", requests=True)  # in the tensor's bytes
+        # (A damaged push is DATA_LOSS, as a damaged pull is: the server answers 400 and
+        # keeps serving, but its answer names the code, so the step does not report a
+        # bit flip in transit as the user's invalid argument.)
+        with trio.fail_after(30), pytest.raises(af.errors.DataLossError) as info:
+            await sess.run(total, options=TIMEOUT)
+        assert proxy.flipped == 1
+        message = str(info.value)
+        assert "PushTensors to /job:worker/replica:0/task:0" in message, message
+        assert "edge_0_v" in message and "Checksum does not match" in message, message
+        assert await sess.run(total, options=TIMEOUT) == 2000.0  # intact again
 
 
 async def test_a_flipped_bit_in_a_pushs_answer_fails_the_step_with_data_loss():
     # The push's Ack comes back damaged: the pushing task's step fails with DataLossError
     # naming the push (as a damaged pull's reply does), not an internal error.
-    from bitflip_proxy import BitFlipProxy
-    from loopback_ports import free_ports
-    proxy = BitFlipProxy()
-    async with trio.open_nursery() as nursery:
-        await nursery.start(proxy.serve)
-        (ps_port,) = free_ports(1)
-        spec = af.ClusterSpec({"ps": [f"127.0.0.1:{ps_port}"],
-                               "worker": [f"127.0.0.1:{proxy.port}"]})
-        await nursery.start(af.Server(spec, "ps", 0, port=ps_port).serve)
-        worker = await nursery.start(af.Server(spec, "worker", 0, port=0).serve)
-        proxy.target = worker.address
-        with af.Graph().as_default() as graph:
-            with af.device(PS):
-                v = af.Variable(af.ones([1000], af.float32), name="v")
-            with af.device(W0):
-                total = af.reduce_sum(v * 2.0)
-        async with af.Session(graph=graph, cluster=spec) as sess:
-            await sess.run(v.initializer, options=TIMEOUT)
-            assert await sess.run(total, options=TIMEOUT) == 2000.0
-            proxy.arm(8, in_body=True, path="/push")  # in the Ack's frame prefix
-            with trio.fail_after(30), pytest.raises(af.errors.DataLossError) as info:
-                await sess.run(total, options=TIMEOUT)
-            assert proxy.flipped == 1
-            message = str(info.value)
-            assert "PushTensors to /job:worker/replica:0/task:0" in message, message
-            assert await sess.run(total, options=TIMEOUT) == 2000.0  # intact again
-        nursery.cancel_scope.cancel()
+    async with _worker_behind_a_bitflip_proxy() as (proxy, sess, total):
+        proxy.arm(8, in_body=True, path="/push")  # in the Ack's frame prefix
+        with trio.fail_after(30), pytest.raises(af.errors.DataLossError) as info:
+            await sess.run(total, options=TIMEOUT)
+        assert proxy.flipped == 1
+        message = str(info.value)
+        assert "PushTensors to /job:worker/replica:0/task:0" in message, message
+        assert await sess.run(total, options=TIMEOUT) == 2000.0  # intact again
 
 
 async def test_a_refused_push_leaves_no_step_state(two_tasks):
