@@ -20,6 +20,7 @@ from asyncflow.cluster.master import Master
 from asyncflow.compile import transfer_order
 from asyncflow.exec import timeslice
 from cluster_processes import loopback_spec
+from instruments import installed
 from transports.messages import (
     AbortStep, PushTensors, RegisterGraph, RemoteCallError, RunGraph, TensorEntry,
 )
@@ -42,14 +43,8 @@ class _Spawned(trio.abc.Instrument):
         self.pushes.discard(task)
 
 
-@contextlib.contextmanager
 def counting_tasks():
-    counts = _Spawned()
-    trio.lowlevel.add_instrument(counts)
-    try:
-        yield counts
-    finally:
-        trio.lowlevel.remove_instrument(counts)
+    return installed(_Spawned())
 
 
 @pytest.fixture(autouse=True)

@@ -5,13 +5,13 @@ scheduler passes fewer) and a step on several tasks spawns a task for each RunGr
 first; ``StepMonitor``, one timer per master, starts a step's health watchdog once it outlives
 ``health_check_interval_s``, as the per-step timer did.
 """
-import contextlib
 import math
 
 import pytest
 import trio
 
 import asyncflow as af
+from instruments import installed
 
 W0 = "/job:worker/task:0"
 _ports = iter(range(7100, 7200))
@@ -25,14 +25,8 @@ class _Spawned(trio.abc.Instrument):
         self.names.append(task.name)
 
 
-@contextlib.contextmanager
 def counting_tasks():
-    counts = _Spawned()
-    trio.lowlevel.add_instrument(counts)
-    try:
-        yield counts
-    finally:
-        trio.lowlevel.remove_instrument(counts)
+    return installed(_Spawned())
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ one pull per peer and level, whose task calls every Recv back. The tests count t
 with an instrument while the worker runs its RunGraph (the in-process transport runs the
 peer's RecvTensors handler in the pulling task, so the count is the worker's alone).
 """
-import contextlib
 
 import numpy as np
 import pytest
@@ -17,6 +16,7 @@ from asyncflow.cluster import channels
 from asyncflow.cluster.master import Master
 from asyncflow.cluster.worker import WorkerService
 from asyncflow.exec import timeslice
+from instruments import installed
 from transports.messages import RegisterGraph, RunGraph, TensorEntry
 
 EDGES = 8
@@ -30,14 +30,8 @@ class _Spawned(trio.abc.Instrument):
         self.spawned += 1
 
 
-@contextlib.contextmanager
 def counting_tasks():
-    counts = _Spawned()
-    trio.lowlevel.add_instrument(counts)
-    try:
-        yield counts
-    finally:
-        trio.lowlevel.remove_instrument(counts)
+    return installed(_Spawned())
 
 
 @pytest.fixture(autouse=True)
