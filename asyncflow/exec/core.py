@@ -74,6 +74,9 @@ class Flat:
             pending[index] = 1
         complete(types.SimpleNamespace(outputs=(), consumers=plan.roots), None, ())
 
+    def release(self):
+        """The run is over (``values`` still answers): nothing here refers back to itself."""
+
 
 def fetched_values(plan, slots):
     """The fetched values of a finished flat run, in ``plan.fetch_slots`` order."""
@@ -245,6 +248,7 @@ class Run:
             for cancel in self.cancels:
                 cancel()
         self.cancels.clear()  # they refer back to this run: let it go without the GC
+        self.prop.release()
 
 
 def drive(run):

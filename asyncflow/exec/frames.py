@@ -92,6 +92,10 @@ def tables(plan, compile_loops=True):
     return Tables(stores, edges, controls, readers, runners)
 
 
+def _released(*_):
+    raise RuntimeError("a propagator's hot path was called after its run was closed")
+
+
 class Frames:
     """The propagator of a partition with control flow (see the module docstring)."""
 
@@ -224,6 +228,25 @@ class Frames:
                 self.propagate(node, where, outputs, False)
 
         return complete, activate, push
+
+    def release(self):
+        """The run is over: let go of what refers back to this propagator (the hot paths'
+        closures, the entries' bound methods, the frames and iterations, which refer to each
+        other), so that the step's state is freed when its last reference goes, not left in
+        cycles for the cyclic GC. ``values`` still answers (the root frame's values stay)."""
+        self.complete = self.activate = self.push = _released
+        self.dead_entry = self.loop_entry = None
+        self.ready.clear()
+        frames = [self.root]
+        while frames:
+            frame = frames.pop()
+            for iteration in frame.iterations.values():
+                frames.extend(iteration.frames.values())
+                iteration.frames.clear()
+            frame.iterations.clear()
+            frame.parent = frame.parent_iteration = frame.runner = None
+            frame.exits.clear()
+            frame.arrived.clear()
 
     @staticmethod
     def frame_iter(where):
