@@ -6,7 +6,7 @@ import threading
 
 import numpy as np
 
-from asyncflow import dtypes, errors
+from asyncflow import errors
 from asyncflow.kernels import intra_op
 from asyncflow.kernels.arguments import host as _host
 from asyncflow.kernels.registry import host_memory, register_kernel, register_prepare
