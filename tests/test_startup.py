@@ -61,7 +61,8 @@ print("ok")
 """
 
 # A convolution the cost model sends to the direct kernels leaves scipy.fft out; one sent to
-# the FFT path (the convnet's 14x14 5x5 layer) imports it, and agrees with the direct one.
+# the FFT path (the convnet's 14x14 5x5 layer) imports it, agrees with the direct one, and the
+# BLAS scipy brings is held at one thread like numpy's (exec/intra_op.py).
 _FFT_FIRST_USE = r"""
 import sys
 import numpy as np
@@ -90,6 +91,13 @@ assert "scipy.fft" in sys.modules
 nn_conv_fft.FORCE = "direct"
 direct = trio.run(run, big)
 np.testing.assert_allclose(fft, direct, rtol=1e-4, atol=1e-3)
+try:
+    import threadpoolctl
+except ImportError:
+    threadpoolctl = None
+if threadpoolctl is not None:  # scipy's own OpenBLAS, loaded after the device's hold, joins it
+    blas = [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+    assert len(blas) >= 1 and blas == [1] * len(blas), blas
 print("ok")
 """
 

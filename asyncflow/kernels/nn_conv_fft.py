@@ -115,19 +115,24 @@ def choose(ctx, arrays, x_shape, f_shape, rows, cols, dtype):
     plan = Plan(x_shape, f_shape, rows, cols)
     if FORCE != "fft" and plan.fft_s >= plan.direct_s:
         return None
-    if not all(_tame(a) for a in arrays) or not _load_fft():
+    if not all(_tame(a) for a in arrays) or not _load_fft(ctx):
         return None
     return plan
 
 
-def _load_fft():
-    """Import scipy.fft (once; the import lock serializes threads); False without scipy."""
+def _load_fft(ctx):
+    """Import scipy.fft (once; the import lock serializes threads); False without scipy.
+    scipy loads an OpenBLAS of its own, which the device's pool then holds at one thread as
+    it holds numpy's (``exec/intra_op.py``)."""
     global _fft
     if _fft is None:
         try:  # scipy's pocketfft is 3-5x faster than numpy's on these stacked small planes
             import scipy.fft as found
         except ImportError:  # pragma: no cover - then every shape runs the direct kernels
             found = False
+        pool = getattr(ctx.device, "intra_op", None)
+        if found is not False and pool is not None:
+            pool.hold_blas_loaded_since()
         _fft = found
     return _fft
 
