@@ -4,12 +4,18 @@ A ``DType`` is an interned, immutable value (``af.float32 is af.as_dtype("float3
 follow TF1 rather than numpy: two tensors of different dtypes never combine implicitly; a
 Python scalar takes the dtype of the tensor it meets. ``bfloat16`` comes from ``ml_dtypes``;
 ``string`` tensors are numpy object arrays of ``bytes``.
+
+``ml_dtypes`` is imported when bfloat16's numpy twin is first asked for (``.np``,
+``.as_numpy_dtype``, ``.size``, ``.min``, ``.max``), not with asyncflow: its import costs about
+0.6 s of CPU (bench/RESULTS.md, 2026-12-05), which every worker process would pay. The
+``DType`` itself (``af.bfloat16``, its name and kind) exists from the start; a numpy bfloat16
+array can only exist once ``ml_dtypes`` is loaded, so ``as_dtype`` of one finds it then.
 """
 from __future__ import annotations
 
 import builtins
+import sys
 
-import ml_dtypes
 import numpy as np
 
 
@@ -21,13 +27,25 @@ class DType:
 
     def __init__(self, name, np_dtype, kind):
         self.name = name
-        self._np = np.dtype(np_dtype)
+        if np_dtype is not None:  # None: loaded on first use (``_LATE``)
+            self._np = np.dtype(np_dtype)
         self.is_floating = kind == "f"
         self.is_integer = kind in ("i", "u")
         self.is_unsigned = kind == "u"
         self.is_bool = kind == "b"
         self.is_string = kind == "s"
         self.is_complex = False
+
+    def __getattr__(self, name):
+        # Reached only for a slot never set: ``_np`` of a dtype whose numpy twin comes from a
+        # module imported on first use (bfloat16). The import lock serializes the import and
+        # every thread stores the same dtype object.
+        if name != "_np" or self.name not in _LATE:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        npd = np.dtype(_LATE[self.name]())
+        self._np = npd
+        _BY_NP[npd] = self
+        return npd
 
     @property
     def as_numpy_dtype(self):
@@ -54,7 +72,7 @@ class DType:
     @property
     def min(self):
         if self.is_floating:
-            return float(ml_dtypes.finfo(self._np).min) if self is bfloat16 else float(np.finfo(self._np).min)
+            return float(_finfo(self).min)
         if self.is_integer:
             return int(np.iinfo(self._np).min)
         raise TypeError(f"dtype {self.name} has no min")
@@ -62,7 +80,7 @@ class DType:
     @property
     def max(self):
         if self.is_floating:
-            return float(ml_dtypes.finfo(self._np).max) if self is bfloat16 else float(np.finfo(self._np).max)
+            return float(_finfo(self).max)
         if self.is_integer:
             return int(np.iinfo(self._np).max)
         raise TypeError(f"dtype {self.name} has no max")
@@ -74,8 +92,20 @@ class DType:
         return (as_dtype, (self.name,))
 
 
+def _ml_dtypes():
+    import ml_dtypes
+    return ml_dtypes
+
+
+def _finfo(dtype):
+    return _ml_dtypes().finfo(dtype.np) if dtype is bfloat16 else np.finfo(dtype.np)
+
+
+# name -> loader of the numpy type, for the dtypes whose module is imported on first use
+_LATE = {"bfloat16": lambda: _ml_dtypes().bfloat16}
+
 float16 = DType("float16", np.float16, "f")
-bfloat16 = DType("bfloat16", ml_dtypes.bfloat16, "f")
+bfloat16 = DType("bfloat16", None, "f")
 float32 = DType("float32", np.float32, "f")
 float64 = DType("float64", np.float64, "f")
 int8 = DType("int8", np.int8, "i")
@@ -98,7 +128,7 @@ _BY_NAME.update(half=float16, double=float64, bool_=bool, str=string, bytes=stri
 # TF1 reads "float" as float32 (numpy reads it as float64: a silent difference), and refuses
 # numpy's other spellings ("int", "f4", "<f8"), whose width is not what a TF1 reader expects.
 _BY_NAME["float"] = float32
-_BY_NP = {d.np: d for d in ALL if not d.is_string}
+_BY_NP = {d.np: d for d in ALL if not d.is_string and d.name not in _LATE}
 _BY_PY = {float: float32, int: int32, builtins.bool: bool,
           bytes: string, str: string}
 
@@ -129,7 +159,12 @@ def as_dtype(value):
     if npd is not None:
         if npd.kind in ("O", "S", "U"):
             return string
-        found = _BY_NP.get(npd.newbyteorder("=") if npd.byteorder not in ("=", "|") else npd)
+        npd = npd.newbyteorder("=") if npd.byteorder not in ("=", "|") else npd
+        found = _BY_NP.get(npd)
+        if found is None and "ml_dtypes" in sys.modules:  # its dtypes may be met now
+            for late in _LATE:
+                _BY_NAME[late].np  # noqa: B018 - loads it into _BY_NP
+            found = _BY_NP.get(npd)
         if found is not None:
             return found
     raise TypeError(f"Cannot convert {value!r} to an asyncflow dtype; supported: "

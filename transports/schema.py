@@ -13,13 +13,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import struct
+import sys
 import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Union
 
-import ml_dtypes
 import numpy as np
 
 from transports.messages import CANONICAL_CODES, MESSAGE_TYPES, RECORD_TYPES, Status, TensorEntry
@@ -29,16 +29,24 @@ CHECKED_MAGIC: Final = b"AFWC"  # a frame whose prefix and header are checksumme
 FORMAT_VERSION: Final = 1
 ALIGNMENT: Final = 64
 # Wire dtypes: explicitly little-endian, so a big-endian host still speaks the same bytes.
-WIRE_DTYPES: Final[dict[str, np.dtype]] = {
+# ``WIRE_DTYPES`` (name -> numpy dtype) is built on first access (``__getattr__`` below): its
+# bfloat16 comes from ml_dtypes, whose import costs about 0.6 s of CPU (bench/RESULTS.md,
+# 2026-12-05). The codec looks names up in ``_WIRE``, which gains bfloat16 (``_load_late``)
+# when a descriptor names it or an array of it is sent (ml_dtypes is loaded then anyway).
+_WIRE: Final[dict[str, np.dtype]] = {
     "bool": np.dtype("|b1"),
     "int8": np.dtype("|i1"), "int16": np.dtype("<i2"),
     "int32": np.dtype("<i4"), "int64": np.dtype("<i8"),
     "uint8": np.dtype("|u1"), "uint16": np.dtype("<u2"),
     "uint32": np.dtype("<u4"), "uint64": np.dtype("<u8"),
-    "float16": np.dtype("<f2"), "bfloat16": np.dtype(ml_dtypes.bfloat16),
+    "float16": np.dtype("<f2"),
     "float32": np.dtype("<f4"), "float64": np.dtype("<f8"),
 }
+_LATE_WIRE: Final = ("bfloat16",)  # from ml_dtypes
+_WIRE_ORDER: Final = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                      "uint64", "float16", "bfloat16", "float32", "float64")
 STRING_DTYPE: Final = "string"  # numpy object arrays whose items are all bytes
+_ALLOWED: Final = ", ".join([*_WIRE_ORDER, STRING_DTYPE])  # for error messages
 DESCRIPTOR_KEYS = frozenset({"key", "dtype", "shape", "nbytes", "dead", "error", "strings"})
 CHECKSUM_KEY: Final = "crc32c"  # optional descriptor key: CRC32C of the raw segment
 CHECKED_DESCRIPTOR_KEYS = DESCRIPTOR_KEYS | {CHECKSUM_KEY}
@@ -364,8 +372,26 @@ def checker(hint: Any) -> Callable[[Any], bool]:
 SCHEMAS: Final = {kind: build_schema(kind, cls) for kind, cls in MESSAGE_TYPES.items()}
 SCHEMA_BY_CLASS: Final = {schema.cls: schema for schema in SCHEMAS.values()}
 # dtype -> wire name, big-endian twins included (encode converts them)
-WIRE_NAMES: Final = {**{d.newbyteorder(">"): n for n, d in WIRE_DTYPES.items()},
-                      **{d: n for n, d in WIRE_DTYPES.items()}}
+WIRE_NAMES: Final = {**{d.newbyteorder(">"): n for n, d in _WIRE.items()},
+                      **{d: n for n, d in _WIRE.items()}}
+
+
+def _load_late() -> None:
+    """Add bfloat16 to ``_WIRE`` and ``WIRE_NAMES`` (idempotent; the import lock serializes
+    ml_dtypes' import, and every thread stores the same values)."""
+    import ml_dtypes
+
+    dtype = np.dtype(ml_dtypes.bfloat16)
+    WIRE_NAMES[dtype.newbyteorder(">")] = "bfloat16"
+    WIRE_NAMES[dtype] = "bfloat16"
+    _WIRE["bfloat16"] = dtype
+
+
+def __getattr__(name: str) -> Any:
+    if name == "WIRE_DTYPES":  # the whole table, in the wire's order (bfloat16 after float16)
+        _load_late()
+        return {n: _WIRE[n] for n in _WIRE_ORDER}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def describe_hint(hint: Any) -> str:
@@ -430,10 +456,13 @@ def check_descriptor(index: int, d: Any, limits: Limits) -> tuple[dict, np.dtype
             raise RemoteProtocolError(f"{where}: a string tensor of shape {shape} needs "
                                       f"{count} bin items in 'strings' and nbytes 0")
         return d, np.dtype(object), 0
-    wire = WIRE_DTYPES.get(dtype) if isinstance(dtype, str) else None
+    wire = _WIRE.get(dtype) if isinstance(dtype, str) else None
+    if wire is None and dtype in _LATE_WIRE:
+        _load_late()
+        wire = _WIRE[dtype]
     if wire is None:
         raise RemoteProtocolError(f"{where}: dtype {dtype!r:.40} is not allowed; allowed: "
-                                  f"{', '.join([*WIRE_DTYPES, STRING_DTYPE])}")
+                                  f"{_ALLOWED}")
     if strings is not None or count * wire.itemsize != nbytes:
         raise RemoteProtocolError(f"{where}: shape {shape} of {dtype} needs "
                                   f"{count * wire.itemsize} bytes, header says {nbytes}")
@@ -486,15 +515,18 @@ def describe_entry(entry: TensorEntry, limits: Limits) -> tuple[dict, memoryview
         descriptor.update(dtype=STRING_DTYPE, strings=[bytes(s) for s in strings])
         return descriptor, None
     name = WIRE_NAMES.get(value.dtype)
+    if name is None and "ml_dtypes" in sys.modules:  # a bfloat16 array may exist now
+        _load_late()
+        name = WIRE_NAMES.get(value.dtype)
     if name is None:
         raise LocalProtocolError(
             f"tensor {entry.key!r} has dtype {value.dtype}, which the wire does not carry; "
-            f"allowed: {', '.join([*WIRE_DTYPES, STRING_DTYPE])}")
+            f"allowed: {_ALLOWED}")
     if value.nbytes > limits.max_tensor_bytes:
         raise LocalProtocolError(f"tensor {entry.key!r} is {value.nbytes} bytes, over the limit "
                                  f"of {limits.max_tensor_bytes}")
     descriptor["dtype"] = name
-    if value.flags.c_contiguous and value.dtype == WIRE_DTYPES[name]:  # as it goes: no copy
+    if value.flags.c_contiguous and value.dtype == _WIRE[name]:  # as it goes: no copy
         descriptor["nbytes"] = value.nbytes
         if value.nbytes == 0:
             return descriptor, None
@@ -502,7 +534,7 @@ def describe_entry(entry: TensorEntry, limits: Limits) -> tuple[dict, memoryview
             return descriptor, memoryview(value).cast("B")  # is viewed through numpy instead
         except (ValueError, TypeError):
             return descriptor, memoryview(value.reshape(-1).view(np.uint8))
-    value = np.ascontiguousarray(value, dtype=WIRE_DTYPES[name])
+    value = np.ascontiguousarray(value, dtype=_WIRE[name])
     descriptor["nbytes"] = value.nbytes
     if value.nbytes == 0:
         return descriptor, None

@@ -77,10 +77,11 @@ from transports import header_templates as _templates
 from transports.messages import *  # noqa: F403 -- the message classes are part of this API
 from transports.messages import Message, Status, TensorEntry
 from transports.messages import __all__ as _message_names
+from transports import schema as _schema
 from transports.schema import (
     ALIGNMENT, CACHED_HEADER_BYTES, CHECKED_MAGIC, CHECKED_PREFIX, CHECKSUM_KEY, DEFAULT_LIMITS,
     FORMAT_VERSION, HEADER_KEYS, MAGIC, PREFIX, SCHEMA_BY_CLASS, SCHEMAS, STRING_DTYPE,
-    VALIDATED_HEADERS, WIRE_DTYPES, WIRE_NAMES, ChecksumMismatch, FrameTooLarge, Limits,
+    VALIDATED_HEADERS, WIRE_NAMES, ChecksumMismatch, FrameTooLarge, Limits,
     LocalProtocolError, RemoteProtocolError, Schema, SchemaMismatch, WireError, check_depth,
     check_descriptor, describe_entry, record_from_wire, record_to_wire, refuse_magic,
     remember_header,
@@ -92,6 +93,13 @@ __all__ = [
     "ChecksumTrailer", "Decoder", "FrameTooLarge", "Limits", "LocalProtocolError",
     "RemoteProtocolError", "WireError", "decode", "encode", "frame_size", *_message_names,
 ]
+
+
+def __getattr__(name):  # WIRE_DTYPES loads ml_dtypes (bfloat16): built on first access
+    if name == "WIRE_DTYPES":
+        return _schema.WIRE_DTYPES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _ZEROS = bytes(ALIGNMENT)
 _TRUSTED: Final = object()  # in place of a segment's running CRC32C: received unsummed

@@ -34,7 +34,7 @@ import threading
 whole = threading.local()  # ``active``: kernels run whole here (``run_alone``, a lane)
 _blas_lock = threading.Lock()
 _blas_users = 0        # holds: the process's claim and every running split
-_blas_restore = None   # threadpoolctl's limiter of the holds (restores the first setting)
+_blas_restore = None   # threadpoolctl's limiters of the holds, oldest first (``_Limiters``)
 _controller = None     # threadpoolctl's ThreadpoolController, made on first use
 _claimed = False
 
@@ -44,7 +44,7 @@ def _hold_blas_single_thread():
     with _blas_lock:
         _blas_users += 1
         if _blas_users == 1:
-            _blas_restore = _blas_limiter()
+            _blas_restore = _Limiters(_blas_limiter())
 
 
 def _release_blas():
@@ -65,6 +65,33 @@ def claim_blas():
             return
         _claimed = True
     _hold_blas_single_thread()
+
+
+def hold_blas_loaded_since():
+    """Extend a hold in force to the BLAS libraries loaded since it was taken: scipy brings its
+    own OpenBLAS, and ``scipy.fft`` is imported when a convolution first takes the FFT path
+    (``kernels/nn_conv_fft.py``), long after a device claimed BLAS."""
+    global _controller
+    with _blas_lock:
+        _controller = None  # a new controller finds the libraries loaded now
+        if _blas_restore is not None:
+            _blas_restore.add(_blas_limiter())
+
+
+class _Limiters:
+    """threadpoolctl limiters taken one after the other; restored newest first, so each
+    library gets back the setting it had before the first."""
+
+    def __init__(self, limiter):
+        self._limiters = [limiter] if limiter is not None else []
+
+    def add(self, limiter):
+        if limiter is not None:
+            self._limiters.append(limiter)
+
+    def restore_original_limits(self):
+        while self._limiters:
+            self._limiters.pop().restore_original_limits()
 
 
 def _blas_limiter():
@@ -139,6 +166,11 @@ class IntraOpPool:
             finally:
                 whole.active = False
         return self.run(alone, bounds, caller_limit)
+
+    def hold_blas_loaded_since(self):
+        """The module's ``hold_blas_loaded_since`` (the hold is process-wide), for kernels,
+        which reach this module only through their device's pool."""
+        hold_blas_loaded_since()
 
     def submit(self, fn):
         """Run ``fn()`` on the pool's lane thread (lane 1 of a static schedule,

@@ -6,7 +6,7 @@ import threading
 
 import numpy as np
 
-from asyncflow import dtypes, errors
+from asyncflow import errors
 from asyncflow.kernels import intra_op
 from asyncflow.kernels.arguments import host as _host
 from asyncflow.kernels.registry import host_memory, register_kernel, register_prepare
@@ -264,12 +264,10 @@ def _fused_matmul(ctx, a, b, bias):
     return (_split_matmul(ctx, a, b, epilogue),)
 
 
-_HALF_FLOATS = (np.dtype(np.float16), dtypes.bfloat16.np)
-
-
 def _accumulation_dtype(dtype):
-    # Sums of half-precision values are accumulated in float32 (ml_dtypes' advice).
-    return np.float32 if dtype in _HALF_FLOATS else dtype
+    # Sums of half-precision values are accumulated in float32 (ml_dtypes' advice). bfloat16 is
+    # known by its name: comparing with its numpy dtype would import ml_dtypes (dtypes.py).
+    return np.float32 if dtype.itemsize == 2 and dtype.name in ("float16", "bfloat16") else dtype
 
 
 def _empty_reduction(ctx, x, axes, fill):

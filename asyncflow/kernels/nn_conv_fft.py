@@ -32,17 +32,16 @@ The model's rates were fitted to shapes timed on the project's 2-core x86_64 mac
 patch copies; the FFT path costs per transformed point, per plane and per complex
 multiply-add (constants below). Where the two are close it picks direct. Shapes with strides or dilations, 1x1 (and Kx1) kernels,
 dtypes other than float32/float64, arrays that are not numpy's, or no scipy stay direct.
+``scipy.fft`` is imported when the model first picks the FFT path (``_load_fft``), not with
+asyncflow: 0.15-0.3 s of CPU that every process would pay (bench/RESULTS.md, 2026-12-05).
 """
 from __future__ import annotations
 
 import numpy as np
 
-try:  # scipy's pocketfft is 3-5x faster than numpy's on these stacked small planes
-    import scipy.fft as _fft
-except ImportError:  # pragma: no cover - then every shape runs the direct kernels
-    _fft = None
-
 from asyncflow.kernels import intra_op
+
+_fft = None  # scipy.fft once _load_fft found it; False where scipy is missing
 
 # "direct" or "fft" forces that algorithm wherever the FFT one applies (benchmarks, tests);
 # None: the cost model decides.
@@ -105,7 +104,7 @@ class Plan:
 def choose(ctx, arrays, x_shape, f_shape, rows, cols, dtype):
     """``Plan`` when the FFT algorithm applies to the op's ``arrays`` (its data inputs) and is
     predicted (or forced) faster; else None, and the direct kernel runs."""
-    if _fft is None or FORCE == "direct" or any(type(a) is not np.ndarray for a in arrays):
+    if _fft is False or FORCE == "direct" or any(type(a) is not np.ndarray for a in arrays):
         return None
     strides = ctx.attrs["strides"]
     dilations = ctx.attrs.get("dilations", (1, 1, 1, 1))
@@ -116,9 +115,26 @@ def choose(ctx, arrays, x_shape, f_shape, rows, cols, dtype):
     plan = Plan(x_shape, f_shape, rows, cols)
     if FORCE != "fft" and plan.fft_s >= plan.direct_s:
         return None
-    if not all(_tame(a) for a in arrays):
+    if not all(_tame(a) for a in arrays) or not _load_fft(ctx):
         return None
     return plan
+
+
+def _load_fft(ctx):
+    """Import scipy.fft (once; the import lock serializes threads); False without scipy.
+    scipy loads an OpenBLAS of its own, which the device's pool then holds at one thread as
+    it holds numpy's (``exec/intra_op.py``)."""
+    global _fft
+    if _fft is None:
+        try:  # scipy's pocketfft is 3-5x faster than numpy's on these stacked small planes
+            import scipy.fft as found
+        except ImportError:  # pragma: no cover - then every shape runs the direct kernels
+            found = False
+        pool = getattr(ctx.device, "intra_op", None)
+        if found is not False and pool is not None:
+            pool.hold_blas_loaded_since()
+        _fft = found
+    return _fft
 
 
 def _tame(array):
