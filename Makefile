@@ -14,6 +14,13 @@ PIP_INSTALL := $(PY) -m pip install --progress-bar on
 PYTEST_WORKERS ?= 0
 PYTEST_XDIST := $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
+# Bytecode for the project's own packages before a target runs them: an environment that sets
+# PYTHONDONTWRITEBYTECODE (as some containers do) makes every process compile them again, about
+# half the CPU of `import asyncflow` in each of the many worker processes the suite starts
+# (bench/RESULTS.md, 2026-12-05). compileall writes it whatever that variable says, and only
+# for modules changed since.
+BYTECODE := $(PY) -m compileall -q -j 0 asyncflow transports
+
 .PHONY: demo test test-gpu bench clean
 
 $(STAMP): pyproject.toml
@@ -31,10 +38,12 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	@echo "==> running demos/train_digits.py: trains an MLP on scikit-learn's digits, saves and restores it"
+	@$(BYTECODE) >/dev/null
 	$(PY) demos/train_digits.py
 
 test: $(STAMP)
 	@echo "==> running the test suite (pytest, including the docs check tests/test_docs.py)"
+	@$(BYTECODE) >/dev/null
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 # The suite again as on a machine with a GPU: tests/fake_gpu on PYTHONPATH makes `import cupy`
@@ -43,10 +52,12 @@ test: $(STAMP)
 # machine. Tests that run the same without a GPU are left to `make test` (tests/conftest.py).
 test-gpu: $(STAMP)
 	@echo "==> running the test suite with a fake GPU visible (strict fake CuPy; see tests/fake_gpu)"
+	@$(BYTECODE) >/dev/null
 	PYTHONPATH=tests/fake_gpu ASYNCFLOW_FAKE_GPU=1 $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	@echo "==> running the benchmarks (bench/run_all.py; results in bench/RESULTS.md)"
+	@$(BYTECODE) >/dev/null
 	$(PY) bench/run_all.py
 
 clean:
