@@ -8,8 +8,9 @@ Theory of operation (TF's ``BaseRemoteRendezvous``; docs/distributed.md):
   (one push task per request, spawned by the first: none per edge); ``flush_pushes`` waits
   until every push is acknowledged, so a RunGraph never answers before its pushes landed, and
   a failed push fails the step. The consumer's worker deposits pushed values in the step's
-  local rendezvous (``accept_push``; a push that arrives before the step's RunGraph creates
-  the step's state, as an early pull does), where its Recvs find them: a pushed edge costs the
+  local rendezvous (``accept_push``, once ``push_acceptance.py`` accepted its keys; a push that
+  arrives before the step's RunGraph creates the step's state, within the limits that module
+  sets, as an early pull does), where its Recvs find them: a pushed edge costs the
   step one one-way message instead of a request and its reply. Large tensors stay pulled (a
   pull's reply may lend their memory).
 - ``recv(key)`` looks at the key's source device (``src;incarnation;dst;tensor;frame:iter``):
@@ -116,6 +117,7 @@ class RemoteBinding:
     pushed: frozenset = frozenset()        # tensor names whose producer pushes them
     push_peers: dict = dataclasses.field(default_factory=dict)  # key -> peer task or "" (cache)
     pushed_in: dict = dataclasses.field(default_factory=dict)  # key -> declaration/None (cache)
+    pushed_keys: frozenset = frozenset()   # the keys pushes may name (push_acceptance.py)
 
 
 # A push's deadline: the consumer only deposits and answers, so this is generous; the step's
@@ -186,35 +188,6 @@ class _CheckedDelivery:
             except errors.OpError as exc:
                 item, error = None, exc
         self.callback(item, error)
-
-
-def check_push(step_id, entries, local_devices):
-    """Refuse a PushTensors for ``local_devices``' worker that is not well formed, before it
-    creates any state for its step (as a refused RecvTensors creates none).
-
-    Raises:
-        RemoteCallError: INVALID_ARGUMENT for no entries, a key that is not a peer's Send to a
-            device of this worker, a key given twice or an entry without a value.
-    """
-    if not entries:
-        raise RemoteCallError("INVALID_ARGUMENT", f"PushTensors of step {step_id} carries no "
-                              "tensors")
-    seen = set()
-    for entry in entries:
-        try:
-            src, _, dst, _, _ = parse_key(entry.key)
-        except ValueError as exc:
-            raise RemoteCallError("INVALID_ARGUMENT", f"PushTensors: {exc}") from None
-        problem = ("names a source device of this worker" if src in local_devices
-                   else f"is for {dst}, not a device of this worker"
-                   if dst not in local_devices else "is given twice"
-                   if entry.key in seen else "carries an error" if entry.error is not None
-                   else "carries no value" if entry.value is None and not entry.is_dead
-                   else None)
-        if problem is not None:
-            raise RemoteCallError("INVALID_ARGUMENT", f"PushTensors of step {step_id}: key "
-                                  f"{entry.key!r} {problem}")
-        seen.add(entry.key)
 
 
 class StepRendezvous:
@@ -341,17 +314,18 @@ class StepRendezvous:
 
     def accept_push(self, entries):
         """Deposit a peer's pushed tensors of this step (the PushTensors handler), which
-        ``check_push`` found well formed; returns ``(their bytes, the pushing task)``.
+        ``push_acceptance`` accepted; returns ``(their bytes, the pushing task)``.
 
         Raises:
-            RemoteCallError: ALREADY_EXISTS for a key already pushed.
+            RemoteCallError: ALREADY_EXISTS for a key already pushed, before any entry is
+                deposited (what is stored under it stays).
         """
-        try:
-            for entry in entries:
-                self.local.send(entry.key, entry.value, entry.is_dead)
-        except errors.AbortedError as exc:  # a key pushed twice
-            raise RemoteCallError("ALREADY_EXISTS", f"PushTensors of step {self.step_id}: "
-                                  f"{exc.message}") from None
+        for entry in entries:
+            if self.local.holds(entry.key):
+                raise RemoteCallError("ALREADY_EXISTS", f"PushTensors of step {self.step_id}: "
+                                      f"Duplicated send: {entry.key}")
+        for entry in entries:
+            self.local.send(entry.key, entry.value, entry.is_dead)
         return (sum(e.value.nbytes for e in entries if e.value is not None),
                 task_of_device(parse_key(entries[0].key)[0]) if entries else None)
 
