@@ -21,12 +21,15 @@ from transports.messages import AbortStep, PushTensors, RemoteCallError, RunGrap
 VALUE = np.ones(3, np.float32)  # what a pushed part of ``_scaled_parts`` holds
 
 
-async def _registered_parts(spec):
-    """The worker's and ps's graphs of ``_scaled_parts`` registered; returns (handles, the four
-    keys the worker's graph accepts, sorted)."""
+async def _registered_parts(tasks):
+    """``_scaled_parts``' graphs registered on ``tasks`` (a fixture's ``(spec, services)``);
+    returns (the worker's service, {job: (channel, handle, options)}, the four keys the
+    worker's graph accepts, sorted)."""
+    spec, services = tasks
     graph, x, total = _scaled_parts()
     handles = await _registered(spec, graph, (x,), (total,))
-    return handles, handles["worker"][0]
+    worker = services["worker"]
+    return worker, handles, _keys(worker, handles["worker"][1])
 
 
 def _keys(service, handle):
@@ -69,11 +72,9 @@ def _refusals(key):
 
 
 async def test_a_push_must_name_a_pushed_recv_of_a_graph_registered_here(two_tasks):
-    spec, services = two_tasks
-    handles, channel = await _registered_parts(spec)
-    worker = services["worker"]
-    keys = _keys(worker, handles["worker"][1])
-    assert len(keys) == 4 and all(k.startswith(services["ps"].device_names[0]) for k in keys)
+    worker, handles, keys = await _registered_parts(two_tasks)
+    channel = handles["worker"][0]
+    assert len(keys) == 4 and all(k.startswith("/job:ps/replica:0/task:0/") for k in keys)
     for step_id, entries, code, message in _refusals(keys[0]):
         with pytest.raises(RemoteCallError, match=message) as info:
             await channel.push_tensors(PushTensors(step_id, entries))
@@ -90,10 +91,8 @@ async def test_a_push_must_name_a_pushed_recv_of_a_graph_registered_here(two_tas
 
 
 async def test_a_refused_push_over_http_is_a_400_and_the_worker_keeps_serving(ps_over_http):
-    spec, services = ps_over_http
-    handles, channel = await _registered_parts(spec)
-    worker = services["worker"]
-    (key, *_) = _keys(worker, handles["worker"][1])
+    worker, handles, (key, *_) = await _registered_parts(ps_over_http)
+    channel = handles["worker"][0]
     made_up = "/job:ghost/replica:0/task:0/device:CPU:0" + key[key.index(";"):]
     with trio.fail_after(20):
         for _ in range(3):  # (a made-up task per push once grew the status page's peer table)
@@ -108,24 +107,22 @@ async def test_a_refused_push_over_http_is_a_400_and_the_worker_keeps_serving(ps
 async def test_a_running_steps_push_must_name_a_recv_of_its_own_graph(two_tasks):
     # Once a step's RunGraph bound it to its graph, a key of another graph registered on the
     # same worker is refused (INVALID_ARGUMENT), and the step still runs on its own pushes.
-    spec, services = two_tasks
-    handles, channel = await _registered_parts(spec)
-    worker = services["worker"]
-    w_channel, w_handle, w_options = handles["worker"]
+    worker, handles, keys = await _registered_parts(two_tasks)
+    channel, w_handle, w_options = handles["worker"]
     with af.Graph().as_default() as graph:  # a second graph, with a transfer of its own
         with af.device(PS):
             y = af.placeholder(af.float32, [5], name="y")
             doubled = af.multiply(y, 2.0, name="doubled")
         with af.device(W0):
             total = af.reduce_sum(doubled)
-    second = await _registered(spec, graph, (y,), (total,))
+    second = await _registered(two_tasks[0], graph, (y,), (total,))
     foreign = _keys(worker, second["worker"][1])[0]
-    assert foreign not in _keys(worker, w_handle)
+    assert foreign not in keys
     ps_channel, ps_handle, ps_options = handles["ps"]
     replies = []
 
     async def worker_step():
-        replies.append(await w_channel.run_graph(RunGraph(w_handle, 61, [],
+        replies.append(await channel.run_graph(RunGraph(w_handle, 61, [],
                                                           list(w_options.fetches),
                                                           request_id=61)))
 
@@ -146,11 +143,8 @@ async def test_a_running_steps_push_must_name_a_recv_of_its_own_graph(two_tasks)
 
 
 async def test_a_key_pushed_again_is_refused_and_what_was_stored_stays(two_tasks):
-    spec, services = two_tasks
-    handles, channel = await _registered_parts(spec)
-    worker = services["worker"]
-    w_channel, w_handle, w_options = handles["worker"]
-    keys = _keys(worker, w_handle)
+    worker, handles, keys = await _registered_parts(two_tasks)
+    channel, w_handle, w_options = handles["worker"]
     values = [np.full(3, float(i + 1), np.float32) for i in range(4)]
     await channel.push_tensors(PushTensors(71, [TensorEntry(keys[0], values[0]),
                                                 TensorEntry(keys[1], values[1])]))
@@ -163,18 +157,15 @@ async def test_a_key_pushed_again_is_refused_and_what_was_stored_stays(two_tasks
     await channel.push_tensors(PushTensors(71, [TensorEntry(keys[2], values[2]),
                                                 TensorEntry(keys[3], values[3])]))
     with trio.fail_after(20):
-        reply = await w_channel.run_graph(RunGraph(w_handle, 71, [], list(w_options.fetches),
+        reply = await channel.run_graph(RunGraph(w_handle, 71, [], list(w_options.fetches),
                                                    request_id=71))
     np.testing.assert_allclose(reply.tensors[0].value, sum(values))  # the first values
     assert 71 not in worker._steps
 
 
 async def test_pushes_for_steps_not_yet_run_park_within_a_count_and_a_byte_limit(two_tasks):
-    spec, services = two_tasks
-    handles, channel = await _registered_parts(spec)
-    worker = services["worker"]
-    w_channel, w_handle, w_options = handles["worker"]
-    keys = _keys(worker, w_handle)
+    worker, handles, keys = await _registered_parts(two_tasks)
+    channel, w_handle, w_options = handles["worker"]
     worker.max_parked_steps, worker.max_parked_bytes = 2, 5 * VALUE.nbytes
 
     async def push(step_id, *chosen):
@@ -201,7 +192,7 @@ async def test_pushes_for_steps_not_yet_run_park_within_a_count_and_a_byte_limit
         await push(84, 0, 1)
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(w_channel.run_graph, RunGraph(w_handle, 82, [],
+            nursery.start_soon(channel.run_graph, RunGraph(w_handle, 82, [],
                                                              list(w_options.fetches),
                                                              request_id=82))
             await trio.testing.wait_all_tasks_blocked()

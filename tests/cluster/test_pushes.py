@@ -18,12 +18,13 @@ import asyncflow as af
 from asyncflow.cluster import channels
 from asyncflow.cluster.master import Master
 from asyncflow.compile import transfer_order
-from asyncflow.exec import timeslice
 from cluster_processes import loopback_spec
-from instruments import installed
+from instruments import installed, long_time_slice  # noqa: F401 (a fixture)
 from transports.messages import (
     AbortStep, PushTensors, RegisterGraph, RemoteCallError, RunGraph, TensorEntry,
 )
+
+pytestmark = pytest.mark.usefixtures("long_time_slice")  # every test: one long slice
 
 PS, W0 = "/job:ps/task:0", "/job:worker/task:0"
 TIMEOUT = af.RunOptions(timeout_in_ms=20000)
@@ -45,15 +46,6 @@ class _Spawned(trio.abc.Instrument):
 
 def counting_tasks():
     return installed(_Spawned())
-
-
-@pytest.fixture(autouse=True)
-def long_time_slice(monkeypatch):
-    """One long time slice: a loaded machine never makes a drain yield mid-count."""
-    monkeypatch.setattr(timeslice, "TIME_SLICE_S", 3600.0)
-    timeslice.restart()
-    yield
-    timeslice.restart()
 
 
 @pytest.fixture
