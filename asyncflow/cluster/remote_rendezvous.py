@@ -96,6 +96,32 @@ def remote_call_error(error, message=None, derived=None):
 
 
 
+def peer_call_error(exc, rpc, task, channel, keys=None, derived_codes=None):
+    """The OpError a pull (``rpc`` "RecvTensors", of ``keys``) or a push ("PushTensors") to
+    peer ``task`` fails with when its call raised ``exc``: the peer's error answer (derived
+    when its code is in ``derived_codes``; None: always, a pull's peer reports its own root
+    cause), DATA_LOSS for a ``ChecksumMismatch`` (never retried), DEADLINE_EXCEEDED, or
+    UNAVAILABLE naming the worker."""
+    call = f"{rpc} {'from' if keys is not None else 'to'} {task}"
+    if isinstance(exc, RemoteCallError):
+        error = from_remote(exc, f"{call}: {exc.message}")
+        return derived(error) if derived_codes is None or exc.code in derived_codes else error
+    if isinstance(exc, ChecksumMismatch):
+        if keys is None:
+            what, damaged = "the answer", "it"
+        else:  # the tensor the checksum failed (its header's: all of them)
+            what = f"edge {exc.key if exc.key is not None else ', '.join(keys)!r}"
+            damaged = "the tensor"
+        return errors.DataLossError(None, None, (
+            f"{call} at {getattr(channel, 'address', '?')}: {what}: {exc.part}: {exc.detail}; "
+            f"{damaged} was damaged in transit and the step failed (not retried: run it "
+            "again)"))
+    if isinstance(exc, TransportDeadlineExceeded):
+        return errors.DeadlineExceededError(None, None, f"{call}: {exc}")
+    return errors.UnavailableError(None, None, f"worker {task} is unavailable ({rpc} failed: "
+                                   f"{exc})")
+
+
 @dataclasses.dataclass(frozen=True)
 class RecvDeclaration:
     """What a Recv on this worker expects from a peer: its op name, dtype, shape, compression."""
@@ -288,20 +314,10 @@ class StepRendezvous:
         try:
             await channel.push_tensors(PushTensors(self.step_id, entries),
                                        timeout=PUSH_TIMEOUT_S)
-        except RemoteCallError as exc:  # the consumer's step ended first: derived
-            error = from_remote(exc, f"PushTensors to {task}: {exc.message}")
-            raise derived(error) if exc.code in ("ABORTED", "CANCELLED") else error
-        except ChecksumMismatch as exc:  # its answer was damaged: DATA_LOSS, as for a pull
-            address = getattr(channel, "address", "?")
-            raise errors.DataLossError(None, None, (
-                f"PushTensors to {task} at {address}: the answer: {exc.part}: {exc.detail}; "
-                "it was damaged in transit and the step failed (not retried: run it "
-                "again)")) from None
-        except TransportDeadlineExceeded as exc:
-            raise errors.DeadlineExceededError(None, None, f"PushTensors to {task}: {exc}")
-        except TransportError as exc:
-            raise errors.UnavailableError(None, None, f"worker {task} is unavailable "
-                                          f"(PushTensors failed: {exc})") from exc
+        except (RemoteCallError, ChecksumMismatch, TransportError) as exc:
+            # (An answer ABORTED or CANCELLED: the consumer's step ended first, derived.)
+            raise peer_call_error(exc, "PushTensors", task, channel,
+                                  derived_codes=("ABORTED", "CANCELLED")) from exc
         self.pushed_bytes += sum(e.value.nbytes for e in entries if e.value is not None)
 
     def count_into(self, counters):
@@ -551,21 +567,9 @@ class StepRendezvous:
         self.pulls += len(keys)
         try:
             reply = await channel.recv_tensors(RecvTensors(self.step_id, keys))
-        except RemoteCallError as exc:
-            raise derived(from_remote(exc, f"RecvTensors from {task}: {exc.message}"))
-        except ChecksumMismatch as exc:
-            # Not retried: the producer drops what was pulled, and the step fails instead.
-            address = getattr(channel, "address", "?")
-            edge = exc.key if exc.key is not None else ", ".join(keys)  # (header: all of them)
-            raise errors.DataLossError(None, None, (
-                f"RecvTensors from {task} at {address}: edge {edge!r}: {exc.part}: "
-                f"{exc.detail}; the tensor was damaged in transit and the "
-                "step failed (not retried: run it again)")) from None
-        except TransportDeadlineExceeded as exc:
-            raise errors.DeadlineExceededError(None, None, f"RecvTensors from {task}: {exc}")
-        except TransportError as exc:
-            raise errors.UnavailableError(None, None, f"worker {task} is unavailable "
-                                          f"(RecvTensors failed: {exc})") from exc
+        except (RemoteCallError, ChecksumMismatch, TransportError) as exc:
+            # (Not retried: the producer drops what was pulled, and the step fails instead.)
+            raise peer_call_error(exc, "RecvTensors", task, channel, keys) from exc
         entries = reply.tensors
         if len(entries) != len(keys) or any(e.key != k for e, k in zip(entries, keys)):
             raise errors.InternalError(None, None, f"RecvTensors from {task} answered other "
