@@ -16,7 +16,9 @@ from asyncflow.cluster import channels
 from test_pushes import (  # noqa: F401 (fixtures)
     PS, W0, _registered, _scaled_parts, ps_over_http, two_tasks,
 )
-from transports.messages import AbortStep, PushTensors, RemoteCallError, RunGraph, TensorEntry
+from transports.messages import (
+    AbortStep, DeregisterGraph, PushTensors, RemoteCallError, RunGraph, TensorEntry,
+)
 
 VALUE = np.ones(3, np.float32)  # what a pushed part of ``_scaled_parts`` holds
 
@@ -199,3 +201,34 @@ async def test_pushes_for_steps_not_yet_run_park_within_a_count_and_a_byte_limit
             await push(84, 0, 1)  # 82 is bound now: no longer parked
             await push(82, 3)     # and its last value is not counted as parked
     assert 82 not in worker._steps and set(worker._steps) == {83, 84}
+
+
+async def test_a_push_to_a_worker_that_lost_its_graph_leaves_the_loss_as_the_root_cause(cluster):
+    # The worker's registration is gone (as after an expired lease): the ps's push of ``v`` is
+    # refused ABORTED (no graph here names its key), which the ps reports as derived, so the
+    # step fails as a lost graph handle does, AbortedError (a recovery loop's error, never the
+    # push's refusal), and the next run registers the graph again and pushes as before.
+    spec, servers = cluster
+    with af.Graph().as_default() as graph:
+        with af.device(PS):
+            v = af.Variable(np.arange(4, dtype=np.float32), name="v")
+        with af.device(W0):
+            total = af.reduce_sum(v * 2.0)
+    config = af.SessionConfig(health_check_interval_s=60.0)
+    options = af.RunOptions(timeout_in_ms=20000)
+    async with af.Session(graph=graph, cluster=spec, config=config) as sess:
+        await sess.run(v.initializer, options=options)
+        assert await sess.run(total, options=options) == 12.0
+        worker = servers["worker:0"].service
+        assert worker.statistics().tensors_pushed == 0 and len(worker._graphs) == 1
+        for handle in list(worker._graphs):
+            await worker.deregister_graph(DeregisterGraph(handle))
+        with pytest.raises(af.errors.AbortedError, match="no graph with handle"):
+            await sess.run(total, options=options)
+        # The ps's step: its push refused (or, where its Send waits for a GPU, the step aborted
+        # by the master first): derived either way.
+        failed = servers["ps:0"].service.status.errors[-1]
+        assert failed["code"] == "ABORTED" and failed["derived"], failed
+        assert "names no pushed Recv of a graph registered" in failed["message"] or \
+            "was aborted on /job:ps" in failed["message"], failed
+        assert await sess.run(total, options=options) == 12.0
