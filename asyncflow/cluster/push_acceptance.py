@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from asyncflow.cluster.spec import tasks_of_health
 from asyncflow.device_names import task_of
-from asyncflow.rendezvous_keys import ROOT_FRAME_ITER, make_key, parse_key
+from asyncflow.rendezvous_keys import ROOT_FRAME_ITER, make_key, parse_key, source_device
 from transports.messages import RemoteCallError
 
 MAX_PARKED_STEPS = 256
@@ -49,6 +49,9 @@ _STEP_IDS = range(1, 1 << 63)  # a master draws odd 62-bit ids; any positive int
 def check_push(step_id, entries, local_devices):
     """Refuse a PushTensors for ``local_devices``' worker that is not well formed (rules 1-3
     of the module docstring), before it creates any state for its step.
+
+    Returns:
+        The set of the request's keys.
 
     Raises:
         RemoteCallError: INVALID_ARGUMENT naming the key (or the step).
@@ -76,6 +79,7 @@ def check_push(step_id, entries, local_devices):
             raise RemoteCallError("INVALID_ARGUMENT", f"PushTensors of step {step_id}: key "
                                   f"{entry.key!r} {problem}")
         seen.add(entry.key)
+    return seen
 
 
 def pushed_recv_keys(graph, pushed, local_devices):
@@ -102,25 +106,40 @@ class PushAcceptance:
     async def push_tensors(self, request):
         """PushTensors: a peer's Sends to this worker, deposited in the step's rendezvous."""
         step_id, entries = request.step_id, request.tensors
-        check_push(step_id, entries, self._device_set)  # before any state
+        keys = check_push(step_id, entries, self._device_set)  # before any state
         state = self._steps.get(step_id)
         binding = None if state is None else state.rendezvous.binding
+        nbytes = sum(e.value.nbytes for e in entries if e.value is not None)
         if binding is not None:  # the step runs (or ran) here: its graph names the keys
-            for entry in entries:
-                if entry.key not in binding.pushed_keys:
-                    raise self._unknown_key(step_id, entry.key, bound=True)
-        else:
-            graphs = self._graphs.values()
-            for entry in entries:
-                if not any(entry.key in wg.binding.pushed_keys for wg in graphs):
-                    raise self._unknown_key(step_id, entry.key, bound=False)
-            nbytes = sum(e.value.nbytes for e in entries if e.value is not None)
-            self._check_parking(step_id, state, nbytes)
+            if not keys <= binding.pushed_keys:
+                raise self._unknown_key(step_id, entries, [binding])
+        else:  # (one request's keys are one graph's: a subset test per graph, no key loop)
+            for wg in self._graphs.values():
+                if keys <= wg.binding.pushed_keys:
+                    break
+            else:
+                bindings = [wg.binding for wg in self._graphs.values()]
+                if any(not any(e.key in b.pushed_keys for b in bindings) for e in entries):
+                    raise self._unknown_key(step_id, entries, bindings)
+            parked = self._parked
+            if parked is None:
+                parked = self._parked = {}
+            entry = parked.get(step_id)
+            if entry is not None and entry[0] is not state:
+                entry = None  # a step of that id that is gone
+            if (entry is None and len(parked) >= self.max_parked_steps) or \
+                    self._parked_bytes + nbytes > self.max_parked_bytes:
+                self._make_room(step_id, nbytes)
         state = self._find_or_create(step_id)
-        received = state.rendezvous.accept_push(entries)
+        state.rendezvous.accept_push(entries)
         if binding is None:
-            self._park(step_id, state, received[0])
-        self._count_received(*received)
+            if entry is not None:
+                entry[1] += nbytes
+            else:
+                self._parked_bytes -= parked.pop(step_id, (None, 0))[1]
+                parked[step_id] = [state, nbytes]
+            self._parked_bytes += nbytes
+        self._count_received(nbytes, task_of(source_device(entries[0].key)))
 
     def _cluster_tasks(self):
         """The tasks this worker knows of: its ClusterSpec's and its graphs' peers."""
@@ -129,52 +148,39 @@ class PushAcceptance:
             tasks.update(wg.peers)
         return tasks
 
-    def _unknown_key(self, step_id, key, bound):
+    def _unknown_key(self, step_id, entries, bindings):
+        """The refusal of the first of ``entries`` whose key none of ``bindings`` names (the
+        step's graph's, when it runs here; else every registered graph's)."""
+        key = next(e.key for e in entries if not any(e.key in b.pushed_keys for b in bindings))
         task = task_of(parse_key(key)[0])
         known = self._cluster_tasks()
         where = f"PushTensors of step {step_id}: key {key!r}"
         if task == self.task or (known and task not in known):
             return RemoteCallError("INVALID_ARGUMENT", f"{where} names source task {task}, "
                                    f"which is not a peer task of {self.task}'s cluster")
-        if bound:
+        if self._steps.get(step_id) is not None and \
+                self._steps[step_id].rendezvous.binding is not None:
             return RemoteCallError("INVALID_ARGUMENT", f"{where} names no pushed Recv of the "
                                    f"step's graph on {self.task}")
         return RemoteCallError("ABORTED", f"{where} names no pushed Recv of a graph registered "
                                f"on {self.task} (the graph was dropped or the worker restarted, "
                                "or the key is not the cluster's)")
 
-    def _check_parking(self, step_id, state, nbytes):
-        """Refuse (RESOURCE_EXHAUSTED) a push that would park more than the limits allow."""
+    def _make_room(self, step_id, nbytes):
+        """Drop from the parked account the steps that are gone or whose RunGraph started
+        (steps past ``step_ttl`` are dropped first); then refuse (RESOURCE_EXHAUSTED) a push
+        that still exceeds a limit."""
         parked = self._parked
-        if parked is None:
-            parked = self._parked = {}
-        entry = parked.get(step_id)
-        new = entry is None or entry[0] is not state
-        if self._over(new, nbytes):
-            self._sweep()  # steps past step_ttl go first
-            for parked_id, (parked_state, held) in list(parked.items()):
-                if self._steps.get(parked_id) is not parked_state or \
-                        parked_state.rendezvous.binding is not None:
-                    del parked[parked_id]  # dropped, or its RunGraph started: not parked
-                    self._parked_bytes -= held
-            new = step_id not in parked
-            if self._over(new, nbytes):
-                raise RemoteCallError("RESOURCE_EXHAUSTED", (
-                    f"PushTensors of step {step_id}: {self.task} already parks the pushed "
-                    f"values of {len(parked)} steps whose RunGraph has not started here "
-                    f"({self._parked_bytes} bytes; at most {self.max_parked_steps} steps and "
-                    f"{self.max_parked_bytes} bytes); {nbytes} bytes more are refused"))
-
-    def _over(self, new, nbytes):
-        return ((new and len(self._parked) >= self.max_parked_steps)
-                or self._parked_bytes + nbytes > self.max_parked_bytes)
-
-    def _park(self, step_id, state, nbytes):
-        entry = self._parked.get(step_id)
-        if entry is not None and entry[0] is state:
-            entry[1] += nbytes
-        else:
-            if entry is not None:  # a step of that id that is gone
-                self._parked_bytes -= entry[1]
-            self._parked[step_id] = [state, nbytes]
-        self._parked_bytes += nbytes
+        self._sweep()
+        for parked_id, (parked_state, held) in list(parked.items()):
+            if self._steps.get(parked_id) is not parked_state or \
+                    parked_state.rendezvous.binding is not None:
+                del parked[parked_id]
+                self._parked_bytes -= held
+        if (step_id not in parked and len(parked) >= self.max_parked_steps) or \
+                self._parked_bytes + nbytes > self.max_parked_bytes:
+            raise RemoteCallError("RESOURCE_EXHAUSTED", (
+                f"PushTensors of step {step_id}: {self.task} already parks the pushed "
+                f"values of {len(parked)} steps whose RunGraph has not started here "
+                f"({self._parked_bytes} bytes; at most {self.max_parked_steps} steps and "
+                f"{self.max_parked_bytes} bytes); {nbytes} bytes more are refused"))

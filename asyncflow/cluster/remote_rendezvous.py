@@ -330,7 +330,7 @@ class StepRendezvous:
 
     def accept_push(self, entries):
         """Deposit a peer's pushed tensors of this step (the PushTensors handler), which
-        ``push_acceptance`` accepted; returns ``(their bytes, the pushing task)``.
+        ``push_acceptance`` accepted.
 
         Raises:
             RemoteCallError: ALREADY_EXISTS for a key already pushed, before any entry is
@@ -342,8 +342,6 @@ class StepRendezvous:
                                       f"Duplicated send: {entry.key}")
         for entry in entries:
             self.local.send(entry.key, entry.value, entry.is_dead)
-        return (sum(e.value.nbytes for e in entries if e.value is not None),
-                task_of_device(parse_key(entries[0].key)[0]) if entries else None)
 
     def _pushed_in(self, key):
         """The declaration of a remote key that its producer pushes here, else None."""

@@ -120,6 +120,10 @@ async def test_a_running_steps_push_must_name_a_recv_of_its_own_graph(two_tasks)
     second = await _registered(two_tasks[0], graph, (y,), (total,))
     foreign = _keys(worker, second["worker"][1])[0]
     assert foreign not in keys
+    # A step not yet run here may take keys of either graph (each a pushed Recv registered).
+    await channel.push_tensors(PushTensors(62, [TensorEntry(keys[0], VALUE), TensorEntry(
+        foreign, np.ones(5, np.float32))]))
+    assert worker._steps[62].rendezvous.statistics().pending_sends == 2
     ps_channel, ps_handle, ps_options = handles["ps"]
     replies = []
 
@@ -142,6 +146,7 @@ async def test_a_running_steps_push_must_name_a_recv_of_its_own_graph(two_tasks)
                 ps_options.feeds[0], np.arange(3, dtype=np.float32))], [], request_id=61))
     np.testing.assert_allclose(replies[0].tensors[0].value, np.arange(3) * sum(range(4)))
     assert 61 not in worker._steps  # done: nothing of the refused push was left
+    assert set(worker._parked) == {62} and worker._parked_bytes == VALUE.nbytes + 5 * 4
 
 
 async def test_a_key_pushed_again_is_refused_and_what_was_stored_stays(two_tasks):
