@@ -7,7 +7,8 @@ every peer holds the cluster's token. So the worker judges each pushed rendezvou
 ``BaseRemoteRendezvous`` checks a key's devices before it touches the table, and refuses the
 whole request, before it creates any state or deposits any value, unless every key
 
-1. is well formed and given once, with a value (or marked dead) and no error;
+1. is well formed and given once, with a value (or marked dead) and no error, a value smaller
+   than any the master pushes (``transfer_order.PUSH_MAX_BYTES``);
 2. names a destination device of this worker and a source device that is not one of its;
 3. lies in the root frame (pushed transfers are never in or after a loop:
    ``compile/transfer_order.pushed_transfers``), for a step id a master could have drawn
@@ -16,14 +17,17 @@ whole request, before it creates any state or deposits any value, unless every k
    the master named in a graph registered here, never this task itself;
 5. is, to the letter, the key of a pushed Recv (its source device and incarnation,
    destination, tensor name): of the step's own graph once the step's RunGraph has bound it,
-   else of a graph registered here.
+   else of a graph registered here; and the step's RunGraph has not ended here (each of its
+   Recvs took its value before it could).
 
 Rules 1-4 and a key of a bound step that is no Recv of its graph are INVALID_ARGUMENT (HTTP
 400) naming the key. A key that no registered graph names, from a task of the cluster, is
 ABORTED (409): that is what a genuine push meets when its consumer lost the graph (a restart,
 an expired lease, a Reset); the producer marks an ABORTED push derived, so the consumer's own
-error (its RunGraph's unknown handle, reported as a restart) stays the step's root cause. A
-key already pushed to the step is ALREADY_EXISTS, and what was stored under it stays.
+error (its RunGraph's unknown handle: AbortedError, as a restart or a graph registered
+again) stays the step's root cause. A push for a step that ended here is ABORTED too, as a late
+pull is. A key already pushed to the step is ALREADY_EXISTS, and what was stored under it
+stays.
 
 **Parked pushes are bounded.** A push for a step whose RunGraph has not started here parks its
 values in the step's state until it does (or ``step_ttl`` drops it). At most
@@ -37,6 +41,7 @@ within the limits costs a dictionary update.
 from __future__ import annotations
 
 from asyncflow.cluster.spec import tasks_of_health
+from asyncflow.compile.transfer_order import PUSH_MAX_BYTES
 from asyncflow.device_names import task_of
 from asyncflow.rendezvous_keys import ROOT_FRAME_ITER, make_key, parse_key, source_device
 from transports.messages import RemoteCallError
@@ -73,6 +78,9 @@ def check_push(step_id, entries, local_devices):
                    if dst not in local_devices else "is given twice"
                    if entry.key in seen else "carries an error" if entry.error is not None
                    else "carries no value" if entry.value is None and not entry.is_dead
+                   else f"carries {entry.value.nbytes} bytes, but pushed transfers are under "
+                   f"{PUSH_MAX_BYTES}" if entry.value is not None and
+                   entry.value.nbytes >= PUSH_MAX_BYTES
                    else f"is in frame {frame_iter}, but pushed transfers are never in a loop"
                    if frame_iter != ROOT_FRAME_ITER else None)
         if problem is not None:
@@ -110,9 +118,12 @@ class PushAcceptance:
         state = self._steps.get(step_id)
         binding = None if state is None else state.rendezvous.binding
         nbytes = sum(e.value.nbytes for e in entries if e.value is not None)
-        if binding is not None:  # the step runs (or ran) here: its graph names the keys
+        if binding is not None:  # the step runs here: its graph names the keys
             if not keys <= binding.pushed_keys:
                 raise self._unknown_key(step_id, entries, [binding])
+            if state.ran:  # (its Recvs took their values: this one would stay until step_ttl)
+                raise RemoteCallError("ABORTED", f"PushTensors of step {step_id}: the step "
+                                      f"already ran on {self.task}")
         else:  # (one request's keys are one graph's: a subset test per graph, no key loop)
             for wg in self._graphs.values():
                 if keys <= wg.binding.pushed_keys:

@@ -56,6 +56,8 @@ def _refusals(key):
          "given twice"),
         (36, [TensorEntry(f"{src};{incarnation};{dst};{tensor};77:1", VALUE)],
          "INVALID_ARGUMENT", "never in a loop"),
+        (29, [TensorEntry(key, np.zeros(1 << 18, np.float32))], "INVALID_ARGUMENT",
+         "carries 1048576 bytes, but pushed transfers are under 1048576"),
         (0, [TensorEntry(key, VALUE)], "INVALID_ARGUMENT", "step 0, which no master draws"),
         (-5, [TensorEntry(key, VALUE)], "INVALID_ARGUMENT", "which no master draws"),
         (1 << 63, [TensorEntry(key, VALUE)], "INVALID_ARGUMENT", "which no master draws"),
@@ -237,3 +239,32 @@ async def test_a_push_to_a_worker_that_lost_its_graph_leaves_the_loss_as_the_roo
         assert "names no pushed Recv of a graph registered" in failed["message"] or \
             "was aborted on /job:ps" in failed["message"], failed
         assert await sess.run(total, options=options) == 12.0
+
+
+async def test_a_push_for_a_step_that_already_ran_here_is_refused(two_tasks):
+    # The worker's RunGraph ended (each Recv took its pushed value) while its state waits for
+    # the ps to pull ``big`` (1 MiB: pulled, not pushed): a push naming one of its keys again
+    # would never be read, so it is refused and nothing is deposited.
+    spec, services = two_tasks
+    with af.Graph().as_default() as graph:
+        with af.device(PS):
+            x = af.placeholder(af.float32, [3], name="x")
+            part = af.multiply(x, 2.0, name="part")
+        with af.device(W0):
+            big = af.fill([1 << 18], af.reduce_sum(part))
+        with af.device(PS):
+            out = af.reduce_max(big)
+    handles = await _registered(spec, graph, (x,), (out,))
+    worker = services["worker"]
+    channel, w_handle, w_options = handles["worker"]
+    (key,) = _keys(worker, w_handle)
+    await channel.push_tensors(PushTensors(91, [TensorEntry(key, VALUE)]))
+    with trio.fail_after(20):
+        await channel.run_graph(RunGraph(w_handle, 91, [], list(w_options.fetches),
+                                         request_id=91))
+    state = worker._steps[91]
+    assert state.ran and state.rendezvous.statistics().pending_sends == 1  # big, for the ps
+    with pytest.raises(RemoteCallError, match="step 91: the step already ran") as info:
+        await channel.push_tensors(PushTensors(91, [TensorEntry(key, VALUE)]))
+    assert info.value.code == "ABORTED"
+    assert state.rendezvous.statistics().pending_sends == 1
