@@ -95,10 +95,13 @@ def pushed_recv_keys(graph, pushed, local_devices):
     (``pushed``: their tensor names): the only keys a push for the graph's steps may name."""
     keys = set()
     for op in graph.get_operations():
-        if op.type == "_Recv" and op.get_attr("tensor_name") in pushed and \
-                op.get_attr("send_device") not in local_devices:
-            keys.add(make_key(op.get_attr("send_device"), op.get_attr("send_device_incarnation"),
-                              op.get_attr("recv_device"), op.get_attr("tensor_name")))
+        if op.type != "_Recv":
+            continue
+        attrs = op.attrs
+        src, incarnation = attrs.get("send_device"), attrs.get("send_device_incarnation")
+        if attrs.get("tensor_name") in pushed and src not in local_devices and \
+                isinstance(incarnation, int):  # (else its Recv fails when it runs)
+            keys.add(make_key(src, incarnation, attrs.get("recv_device"), attrs["tensor_name"]))
     return frozenset(keys)
 
 
