@@ -9,6 +9,7 @@ import trio
 
 import asyncflow as af
 from asyncflow.exec import timeslice
+from instruments import installed
 
 
 @pytest.fixture
@@ -294,14 +295,10 @@ async def test_a_loop_of_quick_runs_lets_other_tasks_run(graph, stepped_clock, c
         async with trio.open_nursery() as nursery:
             nursery.start_soon(other)
             await trio.sleep(0)
-            steps = _TaskSteps(trio.lowlevel.current_task())
-            trio.lowlevel.add_instrument(steps)
-            ticks = 0
-            try:
+            with installed(_TaskSteps(trio.lowlevel.current_task())) as steps:
+                ticks = 0
                 for _ in range(runs):
                     await sess.run(c)
-            finally:
-                trio.lowlevel.remove_instrument(steps)
             nursery.cancel_scope.cancel()
     # One yield per slice of runs: not one per run (a quick run finishes inline), not none.
     yields = steps.steps

@@ -8,8 +8,9 @@ Theory of operation (TF's ``BaseRemoteRendezvous``; docs/distributed.md):
   (one push task per request, spawned by the first: none per edge); ``flush_pushes`` waits
   until every push is acknowledged, so a RunGraph never answers before its pushes landed, and
   a failed push fails the step. The consumer's worker deposits pushed values in the step's
-  local rendezvous (``accept_push``; a push that arrives before the step's RunGraph creates
-  the step's state, as an early pull does), where its Recvs find them: a pushed edge costs the
+  local rendezvous (``accept_push``, once ``push_acceptance.py`` accepted its keys; a push that
+  arrives before the step's RunGraph creates the step's state, within the limits that module
+  sets, as an early pull does), where its Recvs find them: a pushed edge costs the
   step one one-way message instead of a request and its reply. Large tensors stay pulled (a
   pull's reply may lend their memory).
 - ``recv(key)`` looks at the key's source device (``src;incarnation;dst;tensor;frame:iter``):
@@ -95,6 +96,32 @@ def remote_call_error(error, message=None, derived=None):
 
 
 
+def peer_call_error(exc, rpc, task, channel, keys=None, derived_codes=None):
+    """The OpError a pull (``rpc`` "RecvTensors", of ``keys``) or a push ("PushTensors") to
+    peer ``task`` fails with when its call raised ``exc``: the peer's error answer (derived
+    when its code is in ``derived_codes``; None: always, a pull's peer reports its own root
+    cause), DATA_LOSS for a ``ChecksumMismatch`` (never retried), DEADLINE_EXCEEDED, or
+    UNAVAILABLE naming the worker."""
+    call = f"{rpc} {'from' if keys is not None else 'to'} {task}"
+    if isinstance(exc, RemoteCallError):
+        error = from_remote(exc, f"{call}: {exc.message}")
+        return derived(error) if derived_codes is None or exc.code in derived_codes else error
+    if isinstance(exc, ChecksumMismatch):
+        if keys is None:
+            what, damaged = "the answer", "it"
+        else:  # the tensor the checksum failed (its header's: all of them)
+            what = f"edge {exc.key if exc.key is not None else ', '.join(keys)!r}"
+            damaged = "the tensor"
+        return errors.DataLossError(None, None, (
+            f"{call} at {getattr(channel, 'address', '?')}: {what}: {exc.part}: {exc.detail}; "
+            f"{damaged} was damaged in transit and the step failed (not retried: run it "
+            "again)"))
+    if isinstance(exc, TransportDeadlineExceeded):
+        return errors.DeadlineExceededError(None, None, f"{call}: {exc}")
+    return errors.UnavailableError(None, None, f"worker {task} is unavailable ({rpc} failed: "
+                                   f"{exc})")
+
+
 @dataclasses.dataclass(frozen=True)
 class RecvDeclaration:
     """What a Recv on this worker expects from a peer: its op name, dtype, shape, compression."""
@@ -116,6 +143,7 @@ class RemoteBinding:
     pushed: frozenset = frozenset()        # tensor names whose producer pushes them
     push_peers: dict = dataclasses.field(default_factory=dict)  # key -> peer task or "" (cache)
     pushed_in: dict = dataclasses.field(default_factory=dict)  # key -> declaration/None (cache)
+    pushed_keys: frozenset = frozenset()   # the keys pushes may name (push_acceptance.py)
 
 
 # A push's deadline: the consumer only deposits and answers, so this is generous; the step's
@@ -186,35 +214,6 @@ class _CheckedDelivery:
             except errors.OpError as exc:
                 item, error = None, exc
         self.callback(item, error)
-
-
-def check_push(step_id, entries, local_devices):
-    """Refuse a PushTensors for ``local_devices``' worker that is not well formed, before it
-    creates any state for its step (as a refused RecvTensors creates none).
-
-    Raises:
-        RemoteCallError: INVALID_ARGUMENT for no entries, a key that is not a peer's Send to a
-            device of this worker, a key given twice or an entry without a value.
-    """
-    if not entries:
-        raise RemoteCallError("INVALID_ARGUMENT", f"PushTensors of step {step_id} carries no "
-                              "tensors")
-    seen = set()
-    for entry in entries:
-        try:
-            src, _, dst, _, _ = parse_key(entry.key)
-        except ValueError as exc:
-            raise RemoteCallError("INVALID_ARGUMENT", f"PushTensors: {exc}") from None
-        problem = ("names a source device of this worker" if src in local_devices
-                   else f"is for {dst}, not a device of this worker"
-                   if dst not in local_devices else "is given twice"
-                   if entry.key in seen else "carries an error" if entry.error is not None
-                   else "carries no value" if entry.value is None and not entry.is_dead
-                   else None)
-        if problem is not None:
-            raise RemoteCallError("INVALID_ARGUMENT", f"PushTensors of step {step_id}: key "
-                                  f"{entry.key!r} {problem}")
-        seen.add(entry.key)
 
 
 class StepRendezvous:
@@ -315,20 +314,10 @@ class StepRendezvous:
         try:
             await channel.push_tensors(PushTensors(self.step_id, entries),
                                        timeout=PUSH_TIMEOUT_S)
-        except RemoteCallError as exc:  # the consumer's step ended first: derived
-            error = from_remote(exc, f"PushTensors to {task}: {exc.message}")
-            raise derived(error) if exc.code in ("ABORTED", "CANCELLED") else error
-        except ChecksumMismatch as exc:  # its answer was damaged: DATA_LOSS, as for a pull
-            address = getattr(channel, "address", "?")
-            raise errors.DataLossError(None, None, (
-                f"PushTensors to {task} at {address}: the answer: {exc.part}: {exc.detail}; "
-                "it was damaged in transit and the step failed (not retried: run it "
-                "again)")) from None
-        except TransportDeadlineExceeded as exc:
-            raise errors.DeadlineExceededError(None, None, f"PushTensors to {task}: {exc}")
-        except TransportError as exc:
-            raise errors.UnavailableError(None, None, f"worker {task} is unavailable "
-                                          f"(PushTensors failed: {exc})") from exc
+        except (RemoteCallError, ChecksumMismatch, TransportError) as exc:
+            # (An answer ABORTED or CANCELLED: the consumer's step ended first, derived.)
+            raise peer_call_error(exc, "PushTensors", task, channel,
+                                  derived_codes=("ABORTED", "CANCELLED")) from exc
         self.pushed_bytes += sum(e.value.nbytes for e in entries if e.value is not None)
 
     def count_into(self, counters):
@@ -341,19 +330,18 @@ class StepRendezvous:
 
     def accept_push(self, entries):
         """Deposit a peer's pushed tensors of this step (the PushTensors handler), which
-        ``check_push`` found well formed; returns ``(their bytes, the pushing task)``.
+        ``push_acceptance`` accepted.
 
         Raises:
-            RemoteCallError: ALREADY_EXISTS for a key already pushed.
+            RemoteCallError: ALREADY_EXISTS for a key already pushed, before any entry is
+                deposited (what is stored under it stays).
         """
-        try:
-            for entry in entries:
-                self.local.send(entry.key, entry.value, entry.is_dead)
-        except errors.AbortedError as exc:  # a key pushed twice
-            raise RemoteCallError("ALREADY_EXISTS", f"PushTensors of step {self.step_id}: "
-                                  f"{exc.message}") from None
-        return (sum(e.value.nbytes for e in entries if e.value is not None),
-                task_of_device(parse_key(entries[0].key)[0]) if entries else None)
+        for entry in entries:
+            if self.local.holds(entry.key):
+                raise RemoteCallError("ALREADY_EXISTS", f"PushTensors of step {self.step_id}: "
+                                      f"Duplicated send: {entry.key}")
+        for entry in entries:
+            self.local.send(entry.key, entry.value, entry.is_dead)
 
     def _pushed_in(self, key):
         """The declaration of a remote key that its producer pushes here, else None."""
@@ -577,21 +565,9 @@ class StepRendezvous:
         self.pulls += len(keys)
         try:
             reply = await channel.recv_tensors(RecvTensors(self.step_id, keys))
-        except RemoteCallError as exc:
-            raise derived(from_remote(exc, f"RecvTensors from {task}: {exc.message}"))
-        except ChecksumMismatch as exc:
-            # Not retried: the producer drops what was pulled, and the step fails instead.
-            address = getattr(channel, "address", "?")
-            edge = exc.key if exc.key is not None else ", ".join(keys)  # (header: all of them)
-            raise errors.DataLossError(None, None, (
-                f"RecvTensors from {task} at {address}: edge {edge!r}: {exc.part}: "
-                f"{exc.detail}; the tensor was damaged in transit and the "
-                "step failed (not retried: run it again)")) from None
-        except TransportDeadlineExceeded as exc:
-            raise errors.DeadlineExceededError(None, None, f"RecvTensors from {task}: {exc}")
-        except TransportError as exc:
-            raise errors.UnavailableError(None, None, f"worker {task} is unavailable "
-                                          f"(RecvTensors failed: {exc})") from exc
+        except (RemoteCallError, ChecksumMismatch, TransportError) as exc:
+            # (Not retried: the producer drops what was pulled, and the step fails instead.)
+            raise peer_call_error(exc, "RecvTensors", task, channel, keys) from exc
         entries = reply.tensors
         if len(entries) != len(keys) or any(e.key != k for e, k in zip(entries, keys)):
             raise errors.InternalError(None, None, f"RecvTensors from {task} answered other "

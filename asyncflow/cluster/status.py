@@ -20,6 +20,11 @@ errors with the op they blame. It keeps only bounded state, so it can stay on in
   as their clocks agree).
 * **Errors.** The last :data:`KEPT_ERRORS` step failures: time, step, canonical code, the op
   to blame, the first line of the message, and whether it only followed from another failure.
+* **Peers.** Bytes and requests per peer task that sent this task tensors (its pulls' replies
+  and the pushes it accepted). Only tasks of the cluster reach it: a pull goes to a peer the
+  master named, and a push is accepted only from a task of the cluster
+  (``push_acceptance.py``). Still, the table holds rows for at most :data:`MAX_PEERS` tasks;
+  any further task is counted in one ``OTHER_PEERS`` row, so no sender can grow it.
 
 :func:`gather_cluster` asks every task of a ClusterSpec for its status (``Channel.status_json``,
 which is ``GET /v1/status`` over HTTP), concurrently and each within a deadline, and returns
@@ -53,6 +58,8 @@ VIEW_TTL_S = 5.0  # the page polls every 2 s
 KEPT_TRACES = 3
 MAX_TRACE_NODES = 2000
 KEPT_ERRORS = 20
+MAX_PEERS = 1024  # rows of the peer table; further tasks share the OTHER_PEERS row
+OTHER_PEERS = "(other tasks)"
 DEFAULT_TRACE_EVERY = 8
 _SEND_SUFFIX, _RECV_SUFFIX = "/_Send", "/_Recv"
 
@@ -174,8 +181,12 @@ class StatusRecorder:
 
     def pulled(self, task, nbytes):
         """Count one RecvTensors answer (or PushTensors) of ``nbytes`` tensor bytes from peer
-        ``task``."""
-        entry = self.peers.setdefault(task, [0, 0])
+        ``task`` (past :data:`MAX_PEERS` tasks, in the ``OTHER_PEERS`` row)."""
+        entry = self.peers.get(task)
+        if entry is None:
+            if len(self.peers) >= MAX_PEERS:
+                task = OTHER_PEERS
+            entry = self.peers.setdefault(task, [0, 0])
         entry[0] += nbytes
         entry[1] += 1
 

@@ -34,7 +34,8 @@ Theory of operation (paper §3.3; docs/distributed.md):
 - **RecvTensors.** Receiver-initiated: waits in the step's local rendezvous until each key has
   been sent; a pull that arrives before the step's RunGraph creates the step's state.
 - **PushTensors.** A peer's pushed Sends (``remote_rendezvous``), deposited in the step's
-  rendezvous at once; a push that arrives before the step's RunGraph creates its state.
+  rendezvous at once; a push that arrives before the step's RunGraph creates its state. Which
+  keys a push may name and how much it may park: ``push_acceptance.py`` (the handler).
 - **Step state is bounded.** A step is dropped when its RunGraph is done and every tensor it
   sent has been pulled, on AbortStep/CleanupStep, or after ``step_ttl`` seconds. Dropped
   steps leave a tombstone (a bounded LRU) so late RunGraphs and pulls fail fast with
@@ -70,6 +71,7 @@ from asyncflow.exec import devices as _device
 from asyncflow.exec.options import SessionConfig
 from asyncflow.exec.files import DataDirectory
 from asyncflow.exec.resources import ResourceManager
+from asyncflow.cluster.push_acceptance import PushAcceptance, pushed_recv_keys
 from asyncflow.cluster.worker_step import StepRunning, _fail, _feed_checks
 from transports.messages import (
     HealthReply, RecvTensorsReply, RegisterGraphReply, TensorEntry, WorkerStatistics,
@@ -144,7 +146,7 @@ class _Counters:
     tensors_pushed: int = 0
 
 
-class WorkerService(StepRunning):
+class WorkerService(StepRunning, PushAcceptance):
     """One worker task's service state (implements ``WorkerServiceProtocol``).
 
     Args:
@@ -217,7 +219,9 @@ class WorkerService(StepRunning):
         peers = dict(options.peers)
         declarations, batchable = self._declarations(graph, options)
         binding = _rdv.RemoteBinding(functools.partial(self._channel, peers=peers), declarations,
-                                     batchable, self._count_received, frozenset(options.pushed))
+                                     batchable, self._count_received, frozenset(options.pushed),
+                                     pushed_keys=pushed_recv_keys(graph, set(options.pushed),
+                                                                  self._device_set))
         self._graphs[handle] = _WorkerGraph(
             handle, graph, compiled, feeds, list(options.feeds),
             [t.name for t in fetches], binding, peers,
@@ -334,12 +338,6 @@ class WorkerService(StepRunning):
         self.counters.bytes_sent += sum(e.value.nbytes for e in entries if e.value is not None)
         self._maybe_done(state)
         return RecvTensorsReply(entries)
-
-    async def push_tensors(self, request):
-        """PushTensors: a peer's Sends to this worker, deposited in the step's rendezvous."""
-        _rdv.check_push(request.step_id, request.tensors, self._device_set)  # before any state
-        state = self._find_or_create(request.step_id)
-        self._count_received(*state.rendezvous.accept_push(request.tensors))
 
     async def abort_step(self, request):
         state = self._steps.get(request.step_id)

@@ -35,7 +35,8 @@ from asyncflow.cluster.spec import ClusterSpec
 from asyncflow.cluster.master import Master
 from transports import wire
 from transports.messages import (
-    AbortStep, ErrorReply, RecvTensors, RegisterGraph, Reset, RunGraph, RunGraphReply, TensorEntry,
+    AbortStep, ErrorReply, PushTensors, RecvTensors, RegisterGraph, Reset, RunGraph, RunGraphReply,
+    TensorEntry,
 )
 from killable_workers import WorkerProcess
 from test_hostile_input import frame, http
@@ -366,6 +367,38 @@ def test_a_recorded_run_graph_never_runs_twice(dirs):
             again = frame(RunGraph(handle, step, [TensorEntry(feed, np.ones(2, np.float32))],
                                    list(fetches), request_id=request_id))
             assert http(worker.address, "POST", f"/v1/steps/{step}/run", again)[0] == code
+    finally:
+        worker.kill()
+
+
+def test_a_flood_of_pushes_under_made_up_keys_is_4xx_and_leaves_nothing(dirs):
+    # A token holder pushes tensors under keys from tasks the cluster does not have (another
+    # job, other indices of the worker's job) and from the worker's own task, each for a step
+    # of its own: every push is refused with a 4xx naming its key, no step state and no row
+    # of the status page's peer table is left, and Health answers throughout.
+    data, _ = dirs
+    worker = start(data)
+    try:
+        health = health_stats(worker.address)
+        baseline = peak_rss(worker)
+        device = f"{TASK}/device:CPU:0"
+        sources = [("/job:evil/replica:0/task:{}/device:CPU:0", 400, b"not a peer task"),
+                   (TASK + "/device:CPU:{}", 400, b"source"),
+                   ("/job:worker/replica:0/task:{}/device:GPU:0", 400, b"not a peer task")]
+        value = np.ones(1000, np.float32)
+        with HealthProbe(worker.address) as probe:
+            for step in range(1, 301):
+                source, code, says = sources[step % len(sources)]
+                key = f"{source.format(step + 1)};{step:016x};{device};t{step};0:0"
+                status, body = http(worker.address, "POST", f"/v1/steps/{step}/push",
+                                    frame(PushTensors(step, [TensorEntry(key, value)])))
+                assert status == code and says in body and key.encode() in body, (step, body)
+        probe.check("300 PushTensors under made-up keys")
+        check_rss(worker, baseline)
+        after = health_stats(worker.address)
+        assert after.steps_held == 0 and after.bytes_received == health.bytes_received
+        status, body = http(worker.address, "GET", "/v1/status")
+        assert status == 200 and json.loads(body)["peers"] == {}
     finally:
         worker.kill()
 

@@ -63,6 +63,21 @@ def test_steps_are_traced_only_while_someone_looks_and_by_step_id():
     assert not _status.StatusRecorder(trace_every=0).wants_trace(0)
 
 
+def test_the_peer_table_is_bounded_whatever_task_names_arrive(monkeypatch):
+    # Peers reach the table only from accepted pulls and pushes (a push from a task outside
+    # the cluster is refused: test_push_acceptance.py); past MAX_PEERS tasks, any further one
+    # is counted in one row, so a stream of new names cannot grow it.
+    monkeypatch.setattr(_status, "MAX_PEERS", 3)
+    recorder = _status.StatusRecorder()
+    for i in range(100):
+        recorder.pulled(f"/job:w/replica:0/task:{i}", 10)
+    recorder.pulled("/job:w/replica:0/task:1", 5)  # a task with a row keeps counting in it
+    peers = recorder.snapshot()["peers"]
+    assert len(peers) == 4 and peers[_status.OTHER_PEERS] == {"bytes_pulled": 970,
+                                                              "pull_requests": 97}
+    assert peers["/job:w/replica:0/task:1"] == {"bytes_pulled": 15, "pull_requests": 2}
+
+
 def test_merge_timeline_joins_one_step_across_tasks_with_send_recv_edges():
     ps_dev, w_dev = "/job:ps/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:0/device:CPU:0"
     ps = {"traces": [{"step_id": 5, "nodes": [["w", "VariableV2", ps_dev, 100, 110],

@@ -15,9 +15,10 @@ import asyncflow as af
 from asyncflow.cluster import channels
 from asyncflow.cluster.master import Master
 from asyncflow.cluster.worker import WorkerService
-from asyncflow.exec import timeslice
-from instruments import installed
+from instruments import installed, long_time_slice  # noqa: F401 (a fixture)
 from transports.messages import RegisterGraph, RunGraph, TensorEntry
+
+pytestmark = pytest.mark.usefixtures("long_time_slice")  # every test: one long slice
 
 EDGES = 8
 
@@ -32,15 +33,6 @@ class _Spawned(trio.abc.Instrument):
 
 def counting_tasks():
     return installed(_Spawned())
-
-
-@pytest.fixture(autouse=True)
-def long_time_slice(monkeypatch):
-    """One long time slice: a loaded machine never makes a drain yield mid-count."""
-    monkeypatch.setattr(timeslice, "TIME_SLICE_S", 3600.0)
-    timeslice.restart()
-    yield
-    timeslice.restart()
 
 
 @pytest.fixture

@@ -1,13 +1,10 @@
 """Graphs and probes shared by the tests of multi-partition steps (imported by test modules
 here): device configurations, a mixed graph, an async ``py_func`` body, a task counter, and
-a fixture giving a test one long time slice."""
-import contextlib
-
-import pytest
+the fixture giving a test one long time slice (``tests/instruments.py``'s)."""
 import trio
 
 import asyncflow as af
-from asyncflow.exec import timeslice
+from instruments import installed, long_time_slice  # noqa: F401 (the test modules' fixture)
 
 TWO_CPUS = af.SessionConfig(device_count={"CPU": 2})
 THREE_CPUS = af.SessionConfig(device_count={"CPU": 3})
@@ -35,25 +32,9 @@ class TaskCounts(trio.abc.Instrument):
         self.steps += 1
 
 
-@pytest.fixture
-def long_time_slice(monkeypatch):
-    """One time slice of an hour: steps that count tasks or task steps to pin the inline
-    paths never yield because a loaded machine made them cross a 1 ms slice."""
-    monkeypatch.setattr(timeslice, "TIME_SLICE_S", 3600.0)
-    timeslice.restart()
-    yield
-    timeslice.restart()
-
-
-@contextlib.contextmanager
 def counting_tasks():
     """``with counting_tasks() as counts:``: a ``TaskCounts`` installed for the block."""
-    counts = TaskCounts()
-    trio.lowlevel.add_instrument(counts)
-    try:
-        yield counts
-    finally:
-        trio.lowlevel.remove_instrument(counts)
+    return installed(TaskCounts())
 
 
 def mixed_graph(devices):

@@ -1,0 +1,270 @@
+"""Which pushes a worker accepts (``cluster/push_acceptance.py``): a pushed key must be the key
+of a pushed Recv of a graph registered there (of the step's own graph once its RunGraph
+started), from a task of the cluster, for a plausible step; a refused push names the key,
+leaves no state and loses nothing stored; pushes for steps not yet run park within limits.
+
+The graphs are the ones of ``test_pushes.py`` (its helpers), registered by hand on in-process
+servers, or on servers over HTTP on loopback where the status code on the wire matters.
+"""
+import numpy as np
+import pytest
+import trio
+import trio.testing
+
+import asyncflow as af
+from asyncflow.cluster import channels
+from test_pushes import (  # noqa: F401 (fixtures)
+    PS, W0, _registered, _scaled_parts, ps_over_http, two_tasks,
+)
+from transports.messages import (
+    AbortStep, DeregisterGraph, PushTensors, RemoteCallError, RunGraph, TensorEntry,
+)
+
+VALUE = np.ones(3, np.float32)  # what a pushed part of ``_scaled_parts`` holds
+
+
+async def _registered_parts(tasks):
+    """``_scaled_parts``' graphs registered on ``tasks`` (a fixture's ``(spec, services)``);
+    returns (the worker's service, {job: (channel, handle, options)}, the four keys the
+    worker's graph accepts, sorted)."""
+    spec, services = tasks
+    graph, x, total = _scaled_parts()
+    handles = await _registered(spec, graph, (x,), (total,))
+    worker = services["worker"]
+    return worker, handles, _keys(worker, handles["worker"][1])
+
+
+def _keys(service, handle):
+    return sorted(service._graphs[handle].binding.pushed_keys)
+
+
+def _refusals(key):
+    """``(step id, entries, code, what the message says)`` for pushes the worker must refuse;
+    ``key`` is a key its graph accepts."""
+    src, incarnation, dst, tensor, frame = key.split(";")
+    evil = "/job:evil/replica:0/task:9/device:CPU:0"
+    own = "/job:worker/replica:0/task:0/device:CPU:7"
+    return [
+        (30, [], "INVALID_ARGUMENT", "carries no tensors"),
+        (31, [TensorEntry("not a key", VALUE)], "INVALID_ARGUMENT", "malformed rendezvous key"),
+        (32, [TensorEntry(f"{dst};{incarnation};{dst};{tensor};{frame}", VALUE)],
+         "INVALID_ARGUMENT", "source device of this worker"),
+        (33, [TensorEntry(f"{src};{incarnation};{src};{tensor};{frame}", VALUE)],
+         "INVALID_ARGUMENT", "not a device of this worker"),
+        (34, [TensorEntry(key, None)], "INVALID_ARGUMENT", "carries no value"),
+        (35, [TensorEntry(key, VALUE), TensorEntry(key, VALUE)], "INVALID_ARGUMENT",
+         "given twice"),
+        (36, [TensorEntry(f"{src};{incarnation};{dst};{tensor};77:1", VALUE)],
+         "INVALID_ARGUMENT", "never in a loop"),
+        (29, [TensorEntry(key, np.zeros(1 << 18, np.float32))], "INVALID_ARGUMENT",
+         "carries 1048576 bytes, but pushed transfers are under 1048576"),
+        (0, [TensorEntry(key, VALUE)], "INVALID_ARGUMENT", "step 0, which no master draws"),
+        (-5, [TensorEntry(key, VALUE)], "INVALID_ARGUMENT", "which no master draws"),
+        (1 << 63, [TensorEntry(key, VALUE)], "INVALID_ARGUMENT", "which no master draws"),
+        # A task the cluster does not have, and this worker's own task (another device).
+        (37, [TensorEntry(key, VALUE), TensorEntry(f"{evil};{incarnation};{dst};{tensor};"
+                                                   f"{frame}", VALUE)],
+         "INVALID_ARGUMENT", "source task /job:evil/replica:0/task:9, which is not a peer"),
+        (38, [TensorEntry(f"{own};{incarnation};{dst};{tensor};{frame}", VALUE)],
+         "INVALID_ARGUMENT", "source task /job:worker/replica:0/task:0, which is not a peer"),
+        # The cluster's ps, but no Recv of a graph here: another incarnation, another tensor.
+        (39, [TensorEntry(f"{src};{'1' * 16};{dst};{tensor};{frame}", VALUE)], "ABORTED",
+         "names no pushed Recv of a graph registered on /job:worker/replica:0/task:0"),
+        (40, [TensorEntry(f"{src};{incarnation};{dst};{tensor}x;{frame}", VALUE)], "ABORTED",
+         "names no pushed Recv of a graph registered"),
+    ]
+
+
+async def test_a_push_must_name_a_pushed_recv_of_a_graph_registered_here(two_tasks):
+    worker, handles, keys = await _registered_parts(two_tasks)
+    channel = handles["worker"][0]
+    assert len(keys) == 4 and all(k.startswith("/job:ps/replica:0/task:0/") for k in keys)
+    for step_id, entries, code, message in _refusals(keys[0]):
+        with pytest.raises(RemoteCallError, match=message) as info:
+            await channel.push_tensors(PushTensors(step_id, entries))
+        assert info.value.code == code, (step_id, info.value)
+        if entries and entries[-1].key.count(";") == 4 and "master draws" not in message:
+            assert entries[-1].key in info.value.message  # the refusal names the key
+    # Nothing was created or counted for any of them, and the worker still serves.
+    assert not worker._steps and (await channel.health()).stats.steps_held == 0
+    assert worker.statistics().bytes_received == 0 and worker.status.peers == {}
+    # The graph's own keys are accepted: the step's state holds them until its RunGraph.
+    await channel.push_tensors(PushTensors(41, [TensorEntry(k, VALUE) for k in keys]))
+    assert worker._steps[41].rendezvous.statistics().pending_sends == 4
+    assert set(worker.status.peers) == {"/job:ps/replica:0/task:0"}
+
+
+async def test_a_refused_push_over_http_is_a_400_and_the_worker_keeps_serving(ps_over_http):
+    worker, handles, (key, *_) = await _registered_parts(ps_over_http)
+    channel = handles["worker"][0]
+    made_up = "/job:ghost/replica:0/task:0/device:CPU:0" + key[key.index(";"):]
+    with trio.fail_after(20):
+        for _ in range(3):  # (a made-up task per push once grew the status page's peer table)
+            with pytest.raises(RemoteCallError, match="which is not a peer task") as info:
+                await channel.push_tensors(PushTensors(51, [TensorEntry(made_up, VALUE)]))
+            assert info.value.code == "INVALID_ARGUMENT" and made_up in info.value.message
+        await channel.push_tensors(PushTensors(51, [TensorEntry(key, VALUE)]))
+        assert (await channel.health()).stats.steps_held == 1
+    assert set(worker.status.peers) == {"/job:ps/replica:0/task:0"}
+
+
+async def test_a_running_steps_push_must_name_a_recv_of_its_own_graph(two_tasks):
+    # Once a step's RunGraph bound it to its graph, a key of another graph registered on the
+    # same worker is refused (INVALID_ARGUMENT), and the step still runs on its own pushes.
+    worker, handles, keys = await _registered_parts(two_tasks)
+    channel, w_handle, w_options = handles["worker"]
+    with af.Graph().as_default() as graph:  # a second graph, with a transfer of its own
+        with af.device(PS):
+            y = af.placeholder(af.float32, [5], name="y")
+            doubled = af.multiply(y, 2.0, name="doubled")
+        with af.device(W0):
+            total = af.reduce_sum(doubled)
+    second = await _registered(two_tasks[0], graph, (y,), (total,))
+    foreign = _keys(worker, second["worker"][1])[0]
+    assert foreign not in keys
+    # A step not yet run here may take keys of either graph (each a pushed Recv registered).
+    await channel.push_tensors(PushTensors(62, [TensorEntry(keys[0], VALUE), TensorEntry(
+        foreign, np.ones(5, np.float32))]))
+    assert worker._steps[62].rendezvous.statistics().pending_sends == 2
+    ps_channel, ps_handle, ps_options = handles["ps"]
+    replies = []
+
+    async def worker_step():
+        replies.append(await channel.run_graph(RunGraph(w_handle, 61, [],
+                                                          list(w_options.fetches),
+                                                          request_id=61)))
+
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(worker_step)
+            await trio.testing.wait_all_tasks_blocked()
+            assert worker._steps[61].rendezvous.binding is not None  # it waits for its pushes
+            with pytest.raises(RemoteCallError, match="no pushed Recv of the step's graph") \
+                    as info:
+                await channel.push_tensors(PushTensors(61, [TensorEntry(foreign, np.ones(
+                    5, np.float32))]))
+            assert info.value.code == "INVALID_ARGUMENT" and foreign in info.value.message
+            await ps_channel.run_graph(RunGraph(ps_handle, 61, [TensorEntry(
+                ps_options.feeds[0], np.arange(3, dtype=np.float32))], [], request_id=61))
+    np.testing.assert_allclose(replies[0].tensors[0].value, np.arange(3) * sum(range(4)))
+    assert 61 not in worker._steps  # done: nothing of the refused push was left
+    assert set(worker._parked) == {62} and worker._parked_bytes == VALUE.nbytes + 5 * 4
+
+
+async def test_a_key_pushed_again_is_refused_and_what_was_stored_stays(two_tasks):
+    worker, handles, keys = await _registered_parts(two_tasks)
+    channel, w_handle, w_options = handles["worker"]
+    values = [np.full(3, float(i + 1), np.float32) for i in range(4)]
+    await channel.push_tensors(PushTensors(71, [TensorEntry(keys[0], values[0]),
+                                                TensorEntry(keys[1], values[1])]))
+    # keys[2] is new, keys[0] is not: the whole push is refused, keys[2] is not deposited.
+    with pytest.raises(RemoteCallError, match="Duplicated send") as info:
+        await channel.push_tensors(PushTensors(71, [TensorEntry(keys[2], values[2]),
+                                                    TensorEntry(keys[0], -values[0])]))
+    assert info.value.code == "ALREADY_EXISTS" and keys[0] in info.value.message
+    assert worker._steps[71].rendezvous.statistics().pending_sends == 2
+    await channel.push_tensors(PushTensors(71, [TensorEntry(keys[2], values[2]),
+                                                TensorEntry(keys[3], values[3])]))
+    with trio.fail_after(20):
+        reply = await channel.run_graph(RunGraph(w_handle, 71, [], list(w_options.fetches),
+                                                   request_id=71))
+    np.testing.assert_allclose(reply.tensors[0].value, sum(values))  # the first values
+    assert 71 not in worker._steps
+
+
+async def test_pushes_for_steps_not_yet_run_park_within_a_count_and_a_byte_limit(two_tasks):
+    worker, handles, keys = await _registered_parts(two_tasks)
+    channel, w_handle, w_options = handles["worker"]
+    worker.max_parked_steps, worker.max_parked_bytes = 2, 5 * VALUE.nbytes
+
+    async def push(step_id, *chosen):
+        await channel.push_tensors(PushTensors(step_id, [TensorEntry(keys[i], VALUE)
+                                                         for i in chosen]))
+
+    await push(81, 0)
+    await push(82, 0, 1)
+    with pytest.raises(RemoteCallError, match="PushTensors of step 83: .* parks the pushed "
+                       "values of 2 steps") as info:  # a third step: over the count
+        await push(83, 0)
+    assert info.value.code == "RESOURCE_EXHAUSTED" and 83 not in worker._steps
+    await push(81, 1)  # a step already parked takes more, within the bytes: 4 of 5 values
+    with pytest.raises(RemoteCallError, match="step 82: .*48 bytes.*24 bytes more") as info:
+        await push(82, 2, 3)  # over the bytes: refused whole, nothing of it deposited
+    assert info.value.code == "RESOURCE_EXHAUSTED"
+    assert worker._steps[82].rendezvous.statistics().pending_sends == 2
+    # A parked step leaves the account when it is dropped (here: aborted) ...
+    await channel.abort_step(AbortStep(81, "CANCELLED", "the client went away"))
+    await push(83, 0, 1)
+    # ... or when its RunGraph starts: step 82 runs on its pushes; then 84 may park.
+    await push(82, 2)
+    with pytest.raises(RemoteCallError, match="step 84"):
+        await push(84, 0, 1)
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(channel.run_graph, RunGraph(w_handle, 82, [],
+                                                             list(w_options.fetches),
+                                                             request_id=82))
+            await trio.testing.wait_all_tasks_blocked()
+            await push(84, 0, 1)  # 82 is bound now: no longer parked
+            await push(82, 3)     # and its last value is not counted as parked
+    assert 82 not in worker._steps and set(worker._steps) == {83, 84}
+
+
+async def test_a_push_to_a_worker_that_lost_its_graph_leaves_the_loss_as_the_root_cause(cluster):
+    # The worker's registration is gone (as after an expired lease): the ps's push of ``v`` is
+    # refused ABORTED (no graph here names its key), which the ps reports as derived, so the
+    # step fails as a lost graph handle does, AbortedError (a recovery loop's error, never the
+    # push's refusal), and the next run registers the graph again and pushes as before.
+    spec, servers = cluster
+    with af.Graph().as_default() as graph:
+        with af.device(PS):
+            v = af.Variable(np.arange(4, dtype=np.float32), name="v")
+        with af.device(W0):
+            total = af.reduce_sum(v * 2.0)
+    config = af.SessionConfig(health_check_interval_s=60.0)
+    options = af.RunOptions(timeout_in_ms=20000)
+    async with af.Session(graph=graph, cluster=spec, config=config) as sess:
+        await sess.run(v.initializer, options=options)
+        assert await sess.run(total, options=options) == 12.0
+        worker = servers["worker:0"].service
+        assert worker.statistics().tensors_pushed == 0 and len(worker._graphs) == 1
+        for handle in list(worker._graphs):
+            await worker.deregister_graph(DeregisterGraph(handle))
+        with pytest.raises(af.errors.AbortedError, match="no graph with handle"):
+            await sess.run(total, options=options)
+        # The ps's step: its push refused (or, where its Send waits for a GPU, the step aborted
+        # by the master first): derived either way.
+        failed = servers["ps:0"].service.status.errors[-1]
+        assert failed["code"] == "ABORTED" and failed["derived"], failed
+        assert "names no pushed Recv of a graph registered" in failed["message"] or \
+            "was aborted on /job:ps" in failed["message"], failed
+        assert await sess.run(total, options=options) == 12.0
+
+
+async def test_a_push_for_a_step_that_already_ran_here_is_refused(two_tasks):
+    # The worker's RunGraph ended (each Recv took its pushed value) while its state waits for
+    # the ps to pull ``big`` (1 MiB: pulled, not pushed): a push naming one of its keys again
+    # would never be read, so it is refused and nothing is deposited.
+    spec, services = two_tasks
+    with af.Graph().as_default() as graph:
+        with af.device(PS):
+            x = af.placeholder(af.float32, [3], name="x")
+            part = af.multiply(x, 2.0, name="part")
+        with af.device(W0):
+            big = af.fill([1 << 18], af.reduce_sum(part))
+        with af.device(PS):
+            out = af.reduce_max(big)
+    handles = await _registered(spec, graph, (x,), (out,))
+    worker = services["worker"]
+    channel, w_handle, w_options = handles["worker"]
+    (key,) = _keys(worker, w_handle)
+    await channel.push_tensors(PushTensors(91, [TensorEntry(key, VALUE)]))
+    with trio.fail_after(20):
+        await channel.run_graph(RunGraph(w_handle, 91, [], list(w_options.fetches),
+                                         request_id=91))
+    state = worker._steps[91]
+    assert state.ran and state.rendezvous.statistics().pending_sends == 1  # big, for the ps
+    with pytest.raises(RemoteCallError, match="step 91: the step already ran") as info:
+        await channel.push_tensors(PushTensors(91, [TensorEntry(key, VALUE)]))
+    assert info.value.code == "ABORTED"
+    assert state.rendezvous.statistics().pending_sends == 1
