@@ -11,6 +11,10 @@ core could still take). Medians over ``--steps`` steps; ``--show`` prints the la
 
     python bench/bench_model_timeline.py --model convnet --steps 20 [--show]
 
+``--ab ROUNDS`` first times the step run whole on a worker thread (``exec/thread_step.py``)
+against the loop's form, two sessions of the model in this process, rounds alternating:
+each round's median step and CPU per step, both forms, and the ratio of their best rounds.
+
 The wrappers cost a few microseconds a kernel and a chunk; the figures are for finding
 where one core works, not for step times (bench_models.py).
 """
@@ -136,16 +140,58 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--show", action="store_true", help="print the last step's kernels")
+    parser.add_argument("--ab", type=int, default=0, metavar="ROUNDS",
+                        help="first time the thread form against the loop's, ROUNDS rounds")
     args = parser.parse_args(argv)
     import trio
 
     import asyncflow as af
 
     rec = Recorder()
-    rec.install()
+
+    async def session(enabled):
+        from asyncflow.exec import thread_step
+        thread_step.ENABLED = enabled  # read when the plan is built (the first run)
+        graph = af.Graph()
+        rng = np.random.default_rng(0)
+        with graph.as_default():
+            feeds, loss, train = bench_models.build(af, args.model,
+                                                    bench_models.weights(args.model, rng))
+            init = af.global_variables_initializer()
+        sess = af.Session(graph=graph)
+        await sess.__aenter__()
+        await sess.run(init)
+        feed = dict(zip(feeds, bench_models.data(args.model, rng)))
+        for _ in range(args.warmup):
+            await sess.run([loss, train], feed)
+        thread_step.ENABLED = True
+        return sess, feed, loss, train
+
+    async def ab():
+        forms = {"thread": await session(True), "loop": await session(False)}
+        best = {name: [] for name in forms}
+        for _ in range(args.ab):
+            for name, (sess, feed, loss, train) in forms.items():
+                walls, cpus = [], []
+                for _ in range(args.steps):
+                    cpu, wall = time.process_time(), time.perf_counter()
+                    await sess.run([loss, train], feed)
+                    walls.append(time.perf_counter() - wall)
+                    cpus.append(time.process_time() - cpu)
+                best[name].append((np.median(walls) * 1e3, np.median(cpus) * 1e3))
+        for name, rounds in best.items():
+            print(f"{name:>6}: median step ms (CPU ms) by round: "
+                  + ", ".join(f"{w:.2f} ({c:.1f})" for w, c in rounds))
+        print(f"thread / loop, best rounds: "
+              f"{min(best['thread'])[0] / min(best['loop'])[0]:.3f}")
+        for sess, *_ in forms.values():
+            await sess.__aexit__(None, None, None)
 
     async def run():
         print(f"load average at start: {os.getloadavg()}")
+        if args.ab:
+            await ab()
+        rec.install()
         graph = af.Graph()
         rng = np.random.default_rng(0)
         with graph.as_default():
