@@ -37,6 +37,7 @@ built) keeps every step on the loop's thread.
 """
 from __future__ import annotations
 
+import contextvars
 import os
 
 import trio
@@ -124,8 +125,10 @@ async def run_stoppable(fn, slots, offload, limiter):
         def abort(raise_cancel):
             stop[0] = True
             return trio.lowlevel.Abort.FAILED  # rescheduled by ``deliver``, stopped or done
-        trio.lowlevel.start_thread_soon(lambda: fn(slots, offload, stop, _pause), deliver,
-                                        name="asyncflow step")
+        context = contextvars.copy_context()  # (as trio.to_thread gives a kernel's thread)
+        trio.lowlevel.start_thread_soon(
+            lambda: context.run(fn, slots, offload, stop, _pause), deliver,
+            name="asyncflow step")
         try:
             await trio.lowlevel.wait_task_rescheduled(abort)
         except _Stopped:
