@@ -193,15 +193,23 @@ def _work(plan, n):
     return int(plan.fft_s * 1e9) // max(n, 1)  # ~1 element-operation a nanosecond
 
 
-def conv2d(ctx, plan, x, filters, out, epilogue=None):
-    """Conv2D of ``x`` into ``out`` (``[N, OH, OW, O]``, preallocated) by FFT."""
+def conv2d(ctx, plan, x, filters, out, epilogue=None, kept=None):
+    """Conv2D of ``x`` into ``out`` (``[N, OH, OW, O]``, preallocated) by FFT; with ``kept``
+    (a list), the batch's input spectra ``[freqs, N, C]`` are appended to it."""
     n, c, o = x.shape[0], x.shape[3], filters.shape[3]
     weights = _filter_spectrum(ctx, filters.astype(out.dtype, copy=False), plan, True, False)
     (oh, top, _), (ow, left, _) = plan.rows, plan.cols
     index = plan.out_index(-top, -left, oh, ow)
+    images = None
+    if kept is not None:
+        images = np.empty((plan.freqs, n, c), dtype=np.result_type(x.dtype, np.complex64))
+        kept.append(images)
 
     def chunk(start, stop):
-        spectrum = _complex_gemm(_forward(x[start:stop], plan), weights)
+        image = _forward(x[start:stop], plan)
+        if images is not None:
+            images[:, start:stop] = image
+        spectrum = _complex_gemm(image, weights)
         planes = _inverse(spectrum, plan, o)
         result = out[start:stop]
         result[...] = planes[index].transpose(2, 0, 1, 3)
@@ -273,9 +281,12 @@ def _filter_from_spectra(ctx, images, errors, plan, f_shape, dtype):
     return result.reshape(f_shape)
 
 
-def backprop_both(ctx, plan, x, filters, grad, dx):
+def backprop_both(ctx, plan, x, filters, grad, dx, spectra=None):
     """Conv2DBackpropInput into ``dx`` and Conv2DBackpropFilter together, each chunk's
-    ``grad`` transformed once for both (``_FusedConv2DBackprop``): returns ``(dx, dw)``."""
+    ``grad`` transformed once for both (``_FusedConv2DBackprop``): returns ``(dx, dw)``.
+    ``spectra``: the forward's spectra of ``x`` as real floats ``[freqs, N, 2C]``
+    (``_FusedConv2DWithSpectra``), used when they fit this plan instead of transforming
+    ``x`` again (the same transforms: the same bits)."""
     n, c, o = x.shape[0], x.shape[3], grad.shape[3]
     kh, kw = plan.kernel_hw
     (_, top, _), (_, left, _) = plan.rows, plan.cols
@@ -283,7 +294,10 @@ def backprop_both(ctx, plan, x, filters, grad, dx):
     index = plan.out_index(top, left, plan.in_h, plan.in_w)
     real = np.dtype(x.dtype)
     complex_type = np.result_type(real, np.complex64)
-    images = np.empty((plan.freqs, n, c), dtype=complex_type)
+    given = (spectra is not None and spectra.dtype == real and spectra.flags.c_contiguous
+             and spectra.shape == (plan.freqs, n, 2 * c))
+    images = (spectra.view(complex_type) if given
+              else np.empty((plan.freqs, n, c), dtype=complex_type))
     errors = np.empty((plan.freqs, n, o), dtype=complex_type)
 
     def chunk(start, stop):
@@ -291,6 +305,7 @@ def backprop_both(ctx, plan, x, filters, grad, dx):
         spectrum[...] = _forward(grad[start:stop], plan)
         planes = _inverse(_complex_gemm(spectrum, weights), plan, c)
         dx[start:stop] = planes[index].transpose(2, 0, 1, 3)
-        images[:, start:stop] = _forward(x[start:stop], plan)
+        if not given:
+            images[:, start:stop] = _forward(x[start:stop], plan)
     intra_op.for_batch(ctx, n, 2 * _work(plan, n), chunk, _item_bytes(plan, c, o, x.itemsize))
     return dx, _filter_from_spectra(ctx, images, errors, plan, (kh, kw, c, o), real)
