@@ -6,7 +6,8 @@ filter gradient, its second ([128, 14, 14, 32] 5x5 -> 64) and both gradients (in
 the FFT algorithm, also with the direct kernels forced), its two MaxPoolGrads ([128, 28, 28, 32] and [128, 14, 14, 64], 2x2; with each pool's
 forward and the Relu's gradient, routed by the forward's taps where the tree has them), and
 Sigmoid on [256, 784] (and [32, 128]); the autoencoder's mean squared error with its gradient
-and its RMSProp applies. Each tree is imported in a process of its own
+and its RMSProp applies; the convnet's dense layer's three GEMMs on two threads, wall and CPU.
+Each tree is imported in a process of its own
 (``PYTHONPATH=TREE``); rounds alternate the trees, so load phases hit both alike; the figure
 is the best round's median call time.
 
@@ -73,7 +74,46 @@ def measure(calls):
         results[f"Sigmoid {shape[0]}x{shape[1]}"] = _median_ms(
             lambda: kmath.sigmoid_into(np, value, out), calls * 10)
     results.update(_dense_rows(calls * 10))
+    results.update(_dense_layer_rows(calls))
     return results
+
+
+def _median_cpu_ms(fn, calls):
+    """The median call's process CPU time (every thread's: a split's helpers included)."""
+    times = []
+    for _ in range(calls):
+        start = time.process_time()
+        fn()
+        times.append(time.process_time() - start)
+    times.sort()
+    return 1e3 * times[len(times) // 2]
+
+
+def _dense_layer_rows(calls):
+    """The convnet's dense layer at batch 128 on two intra-op threads, wall and CPU: its
+    forward (MatMul + BiasAdd + Relu, ``_FusedMatMul`` where the tree has it), input gradient
+    ``dy @ W^T`` and weight gradient ``x^T @ dy``, as the MatMul kernel gets them."""
+    from asyncflow.kernels import math as kmath
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((128, 3136)).astype(np.float32)
+    w = rng.standard_normal((3136, 1024)).astype(np.float32)
+    dy = rng.standard_normal((128, 1024)).astype(np.float32)
+    bias = rng.standard_normal(1024).astype(np.float32)
+    plain = {"transpose_a": False, "transpose_b": False}
+    cases = {"dense forward 128x3136x1024": (plain, (x, w)),
+             "dense input gradient 128x1024x3136": ({**plain, "transpose_b": True}, (dy, w)),
+             "dense weight gradient 3136x128x1024": ({**plain, "transpose_a": True}, (x, dy))}
+    rows = {}
+    for name, (attrs, args) in cases.items():
+        ctx = _Context(attrs, 2)
+        if name.startswith("dense forward") and hasattr(kmath, "_fused_matmul"):
+            ctx.attrs = {**attrs, "fused_ops": ("BiasAdd", "Relu")}
+            call = (lambda c=ctx, a=args: kmath._fused_matmul(c, *a, bias))
+        else:
+            call = (lambda c=ctx, a=args: kmath._matmul(c, *a))
+        rows[f"{name}, 2 thr"] = _median_ms(call, calls)
+        rows[f"{name}, 2 thr, CPU"] = _median_cpu_ms(call, calls)
+    return rows
 
 
 def _dense_rows(calls):

@@ -142,7 +142,7 @@ def _dump(number, title, source):
     return path
 
 
-def compile_schedule(plan, traced=False):
+def compile_schedule(plan, traced=False, on_thread=False):
     """The step function of ``plan`` (``plan.static``), or its ``traced`` twin, which calls
     ``record(node, start[, waited])`` after each kernel (``wait`` records its own).
 
@@ -151,6 +151,10 @@ def compile_schedule(plan, traced=False):
         fetched values back; awaits ``offload(node, args)`` for a kernel whose actual inputs
         are large, ``wait(node, args)`` for its one waiting kernel and ``pause()`` once per
         time slice, nothing else. A kernel's failure raises a located OpError.
+        With ``on_thread`` (a plan without waiting kernels, run whole on a worker thread:
+        ``exec/thread_step.py``), a plain ``fn(slots, offload, stop, pause)`` instead: it
+        calls ``offload(node, args)`` where it would await it, and ``pause()`` where it
+        would check the time slice, only when ``stop[0]`` is set.
     """
     gen = Generator()
     gen.env.update(_cost=runtime_cost, _due=timeslice.due,
@@ -197,7 +201,8 @@ def compile_schedule(plan, traced=False):
             call = f"(await _wait(N{i}, [{', '.join(args)}]{', _t' if traced else ''}))"
         elif node.offload:
             given = "_b" if node is partner else "_a"  # (a pair's second: read with the first)
-            call = (f"((await _offload(N{i}, {given})) if _cost(N{i}, {given}) >= "
+            offload = f"_offload(N{i}, {given})" if on_thread else f"(await _offload(N{i}, {given}))"
+            call = (f"({offload} if _cost(N{i}, {given}) >= "
                     f"{node.offload_cost} else {gen.call(node, ['*' + given])})")
         else:
             call = gen.call(node, args)
@@ -232,13 +237,18 @@ def compile_schedule(plan, traced=False):
         count = every if large else count + 1
         if count >= every or pair_first:  # (the pair's second may run on its own line)
             # Within an open slice, one clock read; ``_due`` opens it or says it is over.
-            gen.line(["if _ts.clock() >= _B.end and _due(): await _pause()"])
+            gen.line(["if _stop[0]: _pause()" if on_thread else
+                      "if _ts.clock() >= _B.end and _due(): await _pause()"])
             count, last_check = 0, len(gen.lines)
     if last_check >= 0 and all(node is None for _, node in gen.lines[last_check:]):
         del gen.lines[last_check - 1]  # no kernel after it: the run's end is near enough
     for slot in plan.fetch_slots:
         if slot in names and names[slot] != f"slots[{slot}]":
             gen.line([f"slots[{slot}] = {names[slot]}"])
+    if on_thread:
+        return gen.function("def _step(slots, _offload, _stop, _pause)",
+                            f"static schedule of {len(plan.schedule)} nodes, on a thread",
+                            plan.device.name)
     return gen.function("async def _step(slots, _offload, _wait, _pause, _rec=None)",
                         f"static schedule of {len(plan.schedule)} nodes", plan.device.name)
 

@@ -11,17 +11,20 @@ from __future__ import annotations
 
 from asyncflow import errors
 from asyncflow.kernels.registry import WOULD_BLOCK
-from asyncflow.exec import core, lanes, timeslice
+from asyncflow.exec import core, lanes, thread_step, timeslice
 from asyncflow.exec.context import StepContext
 from asyncflow.exec.frames import Frames, tables
 from asyncflow.exec.codegen import compile_schedule
-from asyncflow.exec.step import closed, now_us, recorder, waiting
+from asyncflow.exec.step import closed, now_us, offloaded, recorder, waiting
 
 
 def generate_forms(plan, compile_loops=True):
     """Give ``plan`` its compiled forms (see the module docstring); returns it."""
     if plan.static and plan.static_fn is None:
-        plan.static_fn = lanes.compile_lanes(plan) or compile_schedule(plan)
+        plan.static_fn = lanes.compile_lanes(plan)
+        if plan.static_fn is None:
+            plan.static_fn = compile_schedule(plan)
+            plan.thread_form = thread_step.thread_form(plan)
         plan.traced_fn = TracedForm()
     if plan.control_flow and plan.frame_tables is None:
         plan.frame_tables = tables(plan, compile_loops)
@@ -41,6 +44,9 @@ async def run_plan(plan, feed_values, step):
     step_fn, record = plan.static_fn, None
     if step.trace is not None:
         step_fn, record = plan.traced_fn.of(plan), recorder(step.trace, plan.device.name)
+    if plan.thread_form is not None and record is None and step.offload is offloaded:
+        await plan.thread_form.run(plan, slots, step)  # (exec/thread_step.py)
+        return core.fetched_values(plan, slots)
     wait = _waiter(step, record) if plan.waits else None
     await step_fn(slots, step.offload, wait, step.pause, record)
     return core.fetched_values(plan, slots)

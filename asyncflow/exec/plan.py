@@ -87,6 +87,7 @@ class ExecutionPlan:
     fetch_names: tuple = ()
     frame_tables: object = None  # the frames propagator's tables and compiled loops
     may_offload: bool = False  # some kernel may run on a worker thread (inputs large enough)
+    thread_form: object = None  # a heavy step's form on a worker thread (thread_step.py)
 
 
 _TRANSFER_TYPES = frozenset({"_Send", "_Recv"})

@@ -134,8 +134,8 @@ def fused_epilogue(xp, fused_ops, bias):
     the same order, as the separate BiasAdd/Add and activation kernels, so the same bits."""
     activation = fused_ops[1] if len(fused_ops) > 1 else None
 
-    def apply(rows):
-        rows += bias
+    def apply(rows, start=0, stop=None):  # (a block of columns: their share of the bias)
+        rows += bias if stop is None else bias[start:stop]
         if activation == "Relu":
             xp.maximum(rows, rows.dtype.type(0), out=rows)
         elif activation == "Sigmoid":
@@ -225,11 +225,17 @@ def _matmul(ctx, a, b):
 def _split_matmul(ctx, a, b, epilogue=None):
     """``a @ b`` over the intra-op threads: by rows of ``a`` (each chunk a GEMM writing its
     rows of the output, then ``epilogue(rows)`` on them while they are in cache), or by
-    columns of ``b`` when ``a`` has too few rows to share out."""
+    columns of ``b`` when ``a`` has too few rows to share out, or when ``b`` is the larger
+    operand by far (``COLUMNS_FROM``): each chunk then reads its share of ``b`` instead of all
+    of it (BLAS packs the whole ``b`` once per call). Measured on the convnet's dense layer
+    (one thread each, CPU summed over the chunks, bench/RESULTS.md): ``[128, 3136] @ [3136,
+    1024]`` 9.4 ms whole, 11.0-11.4 in two row chunks, 9.6-10.3 in two column chunks; its
+    input gradient ``[128, 1024] @ [1024, 3136]`` 10.7 whole, 12.9-13.6 by rows, 10.7-11.3
+    by columns; the weight gradient ``[3136, 128] @ [128, 1024]`` as cheap by rows as whole."""
     xp = ctx.xp
     (rows, inner), cols = a.shape, b.shape[1]
     out = xp.empty((rows, cols), dtype=a.dtype)
-    if rows >= 64 or rows >= cols or epilogue is not None:
+    if (rows >= 64 or rows >= cols) and cols < COLUMNS_FROM * rows:
         def by_rows(start, stop):
             xp.matmul(a[start:stop], b, out=out[start:stop])
             if epilogue is not None:
@@ -238,9 +244,16 @@ def _split_matmul(ctx, a, b, epilogue=None):
                            cols * a.itemsize * 2)
     else:
         def by_columns(start, stop):
-            out[:, start:stop] = xp.matmul(a, b[:, start:stop])
+            xp.matmul(a, b[:, start:stop], out=out[:, start:stop])
+            if epilogue is not None:
+                epilogue(out[:, start:stop], start, stop)
         intra_op.for_batch(ctx, cols, inner * rows // intra_op.MACS_PER_WORK, by_columns)
     return out
+
+
+# ``b`` this many times wider than ``a`` is tall: split by columns (``_split_matmul``). The
+# MLP's and the autoencoder's GEMMs (at most 784 columns over 128 or 256 rows) stay by rows.
+COLUMNS_FROM = 4
 
 
 @register_kernel("_FusedMatMul", offload=True, offload_scale=intra_op.MACS_PER_WORK)

@@ -217,9 +217,25 @@ def _fused_conv2d(ctx, x, filters, bias):
     return (_convolve(ctx, x, filters, fused_epilogue(ctx.xp, ctx.attrs["fused_ops"], bias)),)
 
 
-def _convolve(ctx, x, filters, epilogue=None):
+@register_kernel("_FusedConv2DWithSpectra", offload=True, offload_scale=intra_op.MACS_PER_WORK)
+def _fused_conv2d_with_spectra(ctx, x, filters, bias):
+    """``_FusedConv2D``, and the input's spectra where the FFT algorithm ran (empty where the
+    direct kernel did): compile/conv_spectra.py hands them to the conv's backprop."""
+    if bias.shape != (filters.shape[3],):
+        raise errors.InvalidArgumentError(
+            None, ctx.name, f"bias has shape {list(bias.shape)}, expected [{filters.shape[3]}]")
+    kept = []
+    out = _convolve(ctx, x, filters, fused_epilogue(ctx.xp, ctx.attrs["fused_ops"], bias),
+                    kept)
+    if not kept:
+        return out, ctx.xp.empty((0,), dtype=x.dtype)
+    return out, kept[0].view(kept[0].real.dtype)
+
+
+def _convolve(ctx, x, filters, epilogue=None, kept=None):
     """Conv2D by batch chunks: patches, one GEMM into the chunk's output rows, then
-    ``epilogue(rows)`` on them while they are in cache."""
+    ``epilogue(rows)`` on them while they are in cache. ``kept``: a list the FFT algorithm
+    appends the batch's input spectra to (``nn_conv_fft.conv2d``)."""
     xp = ctx.xp
     _check_depth(ctx, x.shape, filters.shape)
     kh, kw, _, depth_out = filters.shape
@@ -234,7 +250,7 @@ def _convolve(ctx, x, filters, epilogue=None):
     plan = nn_conv_fft.choose(ctx, (x, filters), x.shape, filters.shape, rows, cols,
                               out.dtype)
     if plan is not None:
-        return nn_conv_fft.conv2d(ctx, plan, x, filters, out, epilogue)
+        return nn_conv_fft.conv2d(ctx, plan, x, filters, out, epilogue, kept)
     matrix = filters.reshape(-1, depth_out)
     per_image = rows[0] * cols[0]
 
@@ -319,8 +335,17 @@ def _conv2d_backprop_filter(ctx, x, filter_sizes, grad):
     return (total.reshape(f_shape),)
 
 
+@register_kernel("_FusedConv2DBackpropWithSpectra", offload=True,
+                 offload_scale=intra_op.MACS_PER_WORK)
+def _fused_conv2d_backprop_with_spectra(ctx, input_sizes, filters, grad, x, filter_sizes,
+                                        spectra):
+    """``_FusedConv2DBackprop`` given the forward's spectra of ``x`` (compile/conv_spectra.py;
+    used where the FFT algorithm runs here too and they fit its plan, else ignored)."""
+    return _fused_conv2d_backprop(ctx, input_sizes, filters, grad, x, filter_sizes, spectra)
+
+
 @register_kernel("_FusedConv2DBackprop", offload=True, offload_scale=intra_op.MACS_PER_WORK)
-def _fused_conv2d_backprop(ctx, input_sizes, filters, grad, x, filter_sizes):
+def _fused_conv2d_backprop(ctx, input_sizes, filters, grad, x, filter_sizes, spectra=None):
     """Conv2DBackpropInput and Conv2DBackpropFilter on one ``grad`` (compile/optimize.py
     fuses them, NHWC only): by FFT where both apply, ``grad`` is transformed once for both;
     otherwise the two kernels above, one after the other (the same bits as unfused)."""
@@ -336,7 +361,7 @@ def _fused_conv2d_backprop(ctx, input_sizes, filters, grad, x, filter_sizes):
                                    x.dtype) if list(grad.shape) == expected else None)
         if plan is not None:
             dx = xp.empty(x_shape, dtype=x.dtype)
-            return nn_conv_fft.backprop_both(ctx, plan, x, filters, grad, dx)
+            return nn_conv_fft.backprop_both(ctx, plan, x, filters, grad, dx, spectra)
     return (_conv2d_backprop_input(ctx, input_sizes, filters, grad)[0],
             _conv2d_backprop_filter(ctx, x, filter_sizes, grad)[0])
 

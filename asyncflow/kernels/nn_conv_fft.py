@@ -209,15 +209,23 @@ def _work(plan, n):
     return int(plan.fft_s * 1e9) // max(n, 1)  # ~1 element-operation a nanosecond
 
 
-def conv2d(ctx, plan, x, filters, out, epilogue=None):
-    """Conv2D of ``x`` into ``out`` (``[N, OH, OW, O]``, preallocated) by FFT."""
+def conv2d(ctx, plan, x, filters, out, epilogue=None, kept=None):
+    """Conv2D of ``x`` into ``out`` (``[N, OH, OW, O]``, preallocated) by FFT; with ``kept``
+    (a list), the batch's input spectra ``[freqs, N, C]`` are appended to it."""
     n, c, o = x.shape[0], x.shape[3], filters.shape[3]
     weights = _filter_spectrum(ctx, filters.astype(out.dtype, copy=False), plan, True, False)
     (oh, top, _), (ow, left, _) = plan.rows, plan.cols
     index = plan.out_index(-top, -left, oh, ow)
+    images = None
+    if kept is not None:
+        images = np.empty((plan.freqs, n, c), dtype=np.result_type(x.dtype, np.complex64))
+        kept.append(images)
 
     def chunk(start, stop):
-        spectrum = _complex_gemm(_forward(x[start:stop], plan), weights)
+        image = _forward(x[start:stop], plan)
+        if images is not None:
+            images[:, start:stop] = image
+        spectrum = _complex_gemm(image, weights)
         planes = _inverse(spectrum, plan, o)
         result = out[start:stop]
         result[...] = planes[index].transpose(2, 0, 1, 3)
@@ -246,66 +254,74 @@ def backprop_input(ctx, plan, filters, grad, out):
 def backprop_filter(ctx, plan, x, grad, f_shape, dtype):
     """Conv2DBackpropFilter by FFT: the ``f_shape`` filter gradient."""
     n, c, o = x.shape[0], x.shape[3], grad.shape[3]
-    partials = {}
+    complex_type = np.result_type(dtype, np.complex64)
+    images = np.empty((plan.freqs, n, c), dtype=complex_type)
+    errors = np.empty((plan.freqs, n, o), dtype=complex_type)
 
     def chunk(start, stop):
-        image = _forward(x[start:stop].astype(dtype, copy=False), plan)
-        errors = _forward(grad[start:stop].astype(dtype, copy=False), plan)
-        # One real GEMM on the interleaved floats: [2C, n] @ [n, 2O] holds every product of
-        # the (re, im) parts; conj(G) * X is assembled from its four quarters below.
-        real = image.real.dtype
-        partials[start] = np.matmul(image.view(real).transpose(0, 2, 1), errors.view(real))
-    # Each chunk writes a [freqs, 2C, 2O] product matrix (4.7 MB for the convnet's conv2) and
-    # its GEMMs sum over the chunk's images: chunks 4x larger than the transforms alone would
-    # want (conv2, one thread: 64-image chunks 16.9 ms, 32-image 24.7, 16-image 53).
-    intra_op.for_batch(ctx, n, _work(plan, n), chunk, _item_bytes(plan, c, o, x.itemsize) // 4)
-    return _filter_from_products(ctx, partials, plan, c, o, f_shape, dtype)
+        images[:, start:stop] = _forward(x[start:stop].astype(dtype, copy=False), plan)
+        errors[:, start:stop] = _forward(grad[start:stop].astype(dtype, copy=False), plan)
+    intra_op.for_batch(ctx, n, _work(plan, n), chunk, _item_bytes(plan, c, o, x.itemsize))
+    return _filter_from_spectra(ctx, images, errors, plan, f_shape, dtype)
 
 
-def _filter_from_products(ctx, partials, plan, c, o, f_shape, dtype):
-    """The filter gradient from the chunks' interleaved product matrices (summed in chunk
-    order): ``sum_n x * conj(g) = (xr gr + xi gi) + i (xi gr - xr gi)`` per frequency, one
-    inverse transform, read at (i - top) mod P; split over the threads by output channels
-    (each column's sum and transform are independent: the same bits as one piece)."""
+def _filter_from_spectra(ctx, images, errors, plan, f_shape, dtype):
+    """The filter gradient from the whole batch's spectra (``images [freqs, N, C]``,
+    ``errors [freqs, N, O]``): per frequency one real GEMM over the batch on the interleaved
+    floats, ``[2C, N] @ [N, 2O]``, which holds every product of the (re, im) parts;
+    ``sum_n x * conj(g) = (xr gr + xi gi) + i (xi gr - xr gi)`` is assembled from its four
+    quarters, then one inverse transform, read at (i - top) mod P. Split over the threads by
+    output channels: each column's GEMM, sum and transform are independent, so the result
+    does not depend on how the batch was chunked nor on the thread count (the batch's chunks
+    once summed their own products: the split decided the bits, and the two chunks of
+    the convnet's batch left one thread computing alone at their end)."""
     kh, kw = plan.kernel_hw
     (_, top, _), (_, left, _) = plan.rows, plan.cols
-    ordered = [partials[start] for start in sorted(partials)]
+    _, n, c = images.shape
+    o = errors.shape[2]
     index = plan.out_index(-top, -left, kh, kw)
     result = np.empty((kh, kw, c, o), dtype=dtype)
-    complex_type = np.result_type(ordered[0].dtype, np.complex64)
+    real = images.real.dtype
+    left_side = images.view(real).transpose(0, 2, 1)  # [freqs, 2C, N]
+    right_side = errors.view(real)                    # [freqs, N, 2O]
 
     def chunk(start, stop):
-        products = ordered[0][:, :, 2 * start:2 * stop].copy()
-        for partial in ordered[1:]:
-            products += partial[:, :, 2 * start:2 * stop]
-        total = np.empty((plan.freqs, c, stop - start), dtype=complex_type)
+        products = np.matmul(left_side, right_side[:, :, 2 * start:2 * stop])
+        total = np.empty((plan.freqs, c, stop - start), dtype=images.dtype)
         np.add(products[:, 0::2, 0::2], products[:, 1::2, 1::2], out=total.real)
         np.subtract(products[:, 1::2, 0::2], products[:, 0::2, 1::2], out=total.imag)
         planes = _inverse(total, plan, stop - start)  # [P_h, P_w, C, stop - start]
         result[..., start:stop] = planes[index]
-    intra_op.for_batch(ctx, o, c * plan.p_h * plan.p_w * (8 + 2 * len(ordered)), chunk,
-                       c * plan.freqs * 8 * (len(ordered) + 2))
+    intra_op.for_batch(ctx, o, c * plan.freqs * (8 + 4 * n) + c * plan.p_h * plan.p_w * 8,
+                       chunk, c * plan.freqs * 32)
     return result.reshape(f_shape)
 
 
-def backprop_both(ctx, plan, x, filters, grad, dx):
+def backprop_both(ctx, plan, x, filters, grad, dx, spectra=None):
     """Conv2DBackpropInput into ``dx`` and Conv2DBackpropFilter together, each chunk's
-    ``grad`` transformed once for both (``_FusedConv2DBackprop``): returns ``(dx, dw)``."""
+    ``grad`` transformed once for both (``_FusedConv2DBackprop``): returns ``(dx, dw)``.
+    ``spectra``: the forward's spectra of ``x`` as real floats ``[freqs, N, 2C]``
+    (``_FusedConv2DWithSpectra``), used when they fit this plan instead of transforming
+    ``x`` again (the same transforms: the same bits)."""
     n, c, o = x.shape[0], x.shape[3], grad.shape[3]
     kh, kw = plan.kernel_hw
     (_, top, _), (_, left, _) = plan.rows, plan.cols
     weights = _filter_spectrum(ctx, filters, plan, False, True)
     index = plan.out_index(top, left, plan.in_h, plan.in_w)
-    partials = {}
     real = np.dtype(x.dtype)
+    complex_type = np.result_type(real, np.complex64)
+    given = (spectra is not None and spectra.dtype == real and spectra.flags.c_contiguous
+             and spectra.shape == (plan.freqs, n, 2 * c))
+    images = (spectra.view(complex_type) if given
+              else np.empty((plan.freqs, n, c), dtype=complex_type))
+    errors = np.empty((plan.freqs, n, o), dtype=complex_type)
 
     def chunk(start, stop):
-        errors = _forward(grad[start:stop], plan)
-        planes = _inverse(_complex_gemm(errors, weights), plan, c)
+        spectrum = errors[:, start:stop]
+        spectrum[...] = _forward(grad[start:stop], plan)
+        planes = _inverse(_complex_gemm(spectrum, weights), plan, c)
         dx[start:stop] = planes[index].transpose(2, 0, 1, 3)
-        image = _forward(x[start:stop], plan)
-        partials[start] = np.matmul(image.view(real).transpose(0, 2, 1), errors.view(real))
-    # Chunks as the filter gradient's (backprop_filter): its product matrices want them large.
-    intra_op.for_batch(ctx, n, 2 * _work(plan, n), chunk,
-                       _item_bytes(plan, c, o, x.itemsize) // 4)
-    return dx, _filter_from_products(ctx, partials, plan, c, o, (kh, kw, c, o), real)
+        if not given:
+            images[:, start:stop] = _forward(x[start:stop], plan)
+    intra_op.for_batch(ctx, n, 2 * _work(plan, n), chunk, _item_bytes(plan, c, o, x.itemsize))
+    return dx, _filter_from_spectra(ctx, images, errors, plan, (kh, kw, c, o), real)

@@ -228,7 +228,26 @@ def _fused_backprop_cost(shapes, op):
     return 2 * _product(grad) * filters[0] * filters[1] * filters[2]
 
 
+def _infer_conv_with_spectra(op):
+    """``_FusedConv2DWithSpectra(x, filter, bias)``: ``_FusedConv2D``'s output and, where the
+    FFT algorithm ran, the batch's input spectra as real floats (``[freqs, N, 2C]``; empty
+    where the direct kernel ran), which ``_FusedConv2DBackpropWithSpectra(input_sizes,
+    filter, grad, x, filter_sizes, spectra)`` uses instead of transforming ``x`` again. Made
+    only by compile/conv_spectra.py, never by users."""
+    return _infer_fused_conv2d(op) + [(op.inputs[0].dtype, TensorShape(None))]
+
+
+def _infer_backprop_with_spectra(op):
+    input_sizes, filters, grad, x, filter_sizes, _spectra = op.inputs
+    return [(grad.dtype, _sizes_shape(input_sizes).with_rank(4)),
+            (x.dtype, _sizes_shape(filter_sizes).with_rank(4))]
+
+
 register_op("_FusedConv2D", infer=_infer_fused_conv2d, cost=_conv_cost)
+register_op("_FusedConv2DWithSpectra", infer=_infer_conv_with_spectra, cost=_conv_cost,
+            differentiable=False)
+register_op("_FusedConv2DBackpropWithSpectra", infer=_infer_backprop_with_spectra,
+            cost=_fused_backprop_cost, differentiable=False)
 register_op("_FusedConv2DBackprop", infer=_infer_fused_backprop, cost=_fused_backprop_cost,
             differentiable=False)
 register_op("Conv2D", infer=_infer_conv2d, cost=_conv_cost)

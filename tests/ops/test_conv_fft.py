@@ -167,14 +167,26 @@ def test_split_over_threads_gives_the_same_bits_with_fixed_chunks(monkeypatch):
             assert np.array_equal(a, b)
 
 
-def test_split_by_thread_count_is_close_to_one_thread(monkeypatch):
-    """Default chunks on the convnet's shape: two threads cut the batch differently from
-    one (the filter gradient sums other partials): close, not the same bits."""
+def test_split_by_thread_count_gives_the_same_bits_on_the_convnets_shape(monkeypatch):
+    """Default chunks on the convnet's shape: two or three threads cut the batch differently
+    from one, yet every output is the same bits: each image's transforms and GEMM rows are its
+    own, and the filter gradient is one GEMM over the whole batch per frequency, split by
+    output channels (the batch's chunks once summed partial products: close, not the same)."""
     attrs, x, f, grad = inputs(128, 14, 14, 32, 64, 5, 5, "SAME", seed=6)
-    one = with_algorithm(monkeypatch, "fft", attrs, x, f, grad, threads=1)
-    two = with_algorithm(monkeypatch, "fft", attrs, x, f, grad, threads=2)
-    for a, b in zip(one, two):
-        assert_scaled_close(b, a, 1e-6, "two threads against one")
+    monkeypatch.setattr(nn_conv_fft, "FORCE", "fft")
+    fused = {}
+    for threads in (1, 2, 3):
+        ctx = KernelContext(attrs, threads)
+        fused[threads] = nn_conv._fused_conv2d_backprop(ctx, np.array(x.shape), f, grad, x,
+                                                        np.array(f.shape))
+    one = results(attrs, x, f, grad, threads=1)
+    for threads in (2, 3):
+        for a, b in zip(one, results(attrs, x, f, grad, threads)):
+            assert np.array_equal(a, b)
+        for a, b in zip(fused[1], fused[threads]):
+            assert np.array_equal(a, b)
+    for a, b in zip(fused[1], one[1:]):
+        assert_scaled_close(a, b, 1e-6, "fused against the two kernels")
 
 
 async def test_a_session_step_by_fft_matches_the_direct_step(monkeypatch):

@@ -41,3 +41,38 @@ async def test_integer_matmul_is_not_split(monkeypatch):
         async with af.Session() as session:
             value = await session.run(af.matmul(af.constant(a), af.constant(b)))
     np.testing.assert_array_equal(value, a @ b)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("activation", ["relu", "sigmoid"])
+async def test_a_wide_product_splits_by_columns_fused_or_not_with_the_same_bits(
+        activation, threads, monkeypatch):
+    """``b`` over ``COLUMNS_FROM`` times wider than ``a`` is tall (the convnet's dense layer,
+    its input gradient): split by columns, the fused bias and activation applied to each
+    block of columns with its share of the bias: the unfused graph's bits, close to numpy."""
+    from asyncflow.kernels import math as math_kernels
+    monkeypatch.setattr(kernel_intra_op, "MIN_SPLIT_WORK", 0)
+    m, k, n = 6, 20, 6 * math_kernels.COLUMNS_FROM + 7
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    values = {}
+    for optimize_graph in (True, False):
+        with af.Graph().as_default():
+            feeds = [af.placeholder(af.float32, [None, k]), af.placeholder(af.float32, [k, n]),
+                     af.placeholder(af.float32, [n])]
+            product = getattr(af.nn, activation)(af.matmul(feeds[0], feeds[1]) + feeds[2])
+            config = af.ConfigProto(intra_op_parallelism_threads=threads,
+                                    optimize_graph=optimize_graph)
+            async with af.Session(config=config) as session:
+                metadata = af.RunMetadata()
+                values[optimize_graph] = await session.run(
+                    product, dict(zip(feeds, (a, b, bias))), options=af.RunOptions(
+                        trace_level=af.RunOptions.FULL_TRACE), run_metadata=metadata)
+            types = {s.op_type for s in metadata.step_stats}
+            assert ("_FusedMatMul" in types) == optimize_graph
+    np.testing.assert_array_equal(values[True], values[False])
+    want = a @ b + bias
+    want = np.maximum(want, 0) if activation == "relu" else 1 / (1 + np.exp(-want))
+    np.testing.assert_allclose(values[True], want, rtol=1e-5, atol=1e-5)

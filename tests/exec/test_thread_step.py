@@ -1,0 +1,144 @@
+"""A heavy static plan's step runs whole on a worker thread (``exec/thread_step.py``, issue
+37): the same bits as on the loop's thread, back on the loop's thread when the inputs get
+small, a failing kernel named, and a cancellation that stops the thread at the next kernel
+boundary, the session usable after it."""
+import dataclasses
+import threading
+
+import numpy as np
+import pytest
+import trio
+
+import asyncflow as af
+from asyncflow import errors
+from asyncflow.exec import lanes, thread_step
+from asyncflow.kernels import registry
+
+# [256, 512] x [512, 1024]: 134M multiply-adds, over the MatMul's offload threshold (67M).
+M, K, N = 256, 512, 1024
+
+
+@pytest.fixture
+def spied(monkeypatch):
+    """Calls of ``run_stoppable`` (steps on a thread), the MatMuls run (name, thread), and
+    ``hold``: when a test sets it to a pair of events, the MatMul "first" sets the first and
+    waits (10 s at most) for the second."""
+    seen = {"thread_steps": 0, "matmuls": [], "hold": None}
+    monkeypatch.setattr(lanes, "ENABLED", False)
+    run_stoppable = thread_step.run_stoppable
+
+    async def spy(*args):
+        seen["thread_steps"] += 1
+        return await run_stoppable(*args)
+    monkeypatch.setattr(thread_step, "run_stoppable", spy)
+    kernel = registry._KERNELS[("MatMul", registry.ANY)]
+
+    def matmul(ctx, *args, _fn=kernel.fn):
+        seen["matmuls"].append((ctx.name, threading.get_ident()))
+        if seen["hold"] is not None and ctx.name == "first":
+            started, release = seen["hold"]
+            started.set()
+            assert release.wait(10)
+        return _fn(ctx, *args)
+    monkeypatch.setitem(registry._KERNELS, ("MatMul", registry.ANY),
+                        dataclasses.replace(kernel, fn=matmul))
+    return seen
+
+
+def values(batch, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(shape).astype(np.float32)
+            for shape in ((batch, K), (K, N), (N, K))]
+
+
+def graph():
+    a = af.placeholder(af.float32, [None, None], name="a")
+    b = af.placeholder(af.float32, [None, None], name="b")
+    c = af.placeholder(af.float32, [None, None], name="c")
+    h = af.nn.relu(af.matmul(a, b, name="first"))
+    return (a, b, c), af.reduce_sum(af.matmul(h, c, name="second"), axis=1)
+
+
+async def steps(feeds_list, enabled, monkeypatch):
+    monkeypatch.setattr(thread_step, "ENABLED", enabled)  # read when the plan is built
+    with af.Graph().as_default():
+        feeds, fetch = graph()
+        async with af.Session() as session:
+            return [await session.run(fetch, dict(zip(feeds, given))) for given in feeds_list]
+
+
+async def test_heavy_steps_run_on_a_thread_with_the_bits_of_the_loop(spied, monkeypatch,
+                                                                      cpu_only):
+    given = [values(M, seed) for seed in range(3)]
+    on_thread = await steps(given, True, monkeypatch)
+    # The first step ran on the loop's thread (two kernels offloaded), the next two on one.
+    assert spied["thread_steps"] == 2
+    threads = [thread for _, thread in spied["matmuls"]]
+    assert threads[2] == threads[3] and threads[4] == threads[5]  # a step's on one thread
+    assert threading.get_ident() not in threads
+    spied["thread_steps"] = 0
+    on_loop = await steps(given, False, monkeypatch)
+    assert spied["thread_steps"] == 0
+    for got, want in zip(on_thread, on_loop):
+        np.testing.assert_array_equal(got, want)
+    h = np.maximum(given[0][0] @ given[0][1], 0)
+    np.testing.assert_allclose(on_thread[0], (h @ given[0][2]).sum(axis=1), rtol=1e-4,
+                               atol=1e-2)
+
+
+async def test_small_inputs_go_back_to_the_loop(spied, monkeypatch, cpu_only):
+    big, small = values(M), values(4)
+    results = await steps([big, big, small, small, big, big], True, monkeypatch)
+    # loop (heavy seen), thread, thread (nothing large: back), loop, loop (heavy), thread
+    assert spied["thread_steps"] == 3
+    want = await steps([small], False, monkeypatch)
+    np.testing.assert_array_equal(results[3], want[0])
+
+
+async def test_a_failing_kernel_on_the_thread_is_named(spied, monkeypatch, cpu_only):
+    big = values(M)
+    wrong = [big[0], big[1], big[2][:-1]]  # "second": [M, N] x [N - 1, K]
+    monkeypatch.setattr(thread_step, "ENABLED", True)
+    with af.Graph().as_default():
+        feeds, fetch = graph()
+        async with af.Session() as session:
+            for _ in range(2):
+                await session.run(fetch, dict(zip(feeds, big)))
+            with pytest.raises(errors.OpError) as raised:
+                await session.run(fetch, dict(zip(feeds, wrong)))
+            assert spied["thread_steps"] == 2
+            assert raised.value.op.name == "second"
+            want = await session.run(fetch, dict(zip(feeds, big)))  # still usable
+    assert want.shape == (M,)
+
+
+async def test_cancelling_stops_the_thread_at_the_next_kernel_boundary(spied, monkeypatch,
+                                                                       cpu_only):
+    big = values(M)
+    monkeypatch.setattr(thread_step, "ENABLED", True)
+    with af.Graph().as_default():
+        feeds, fetch = graph()
+        async with af.Session() as session:
+            first = await session.run(fetch, dict(zip(feeds, big)))  # on the loop's thread
+            started, release = threading.Event(), threading.Event()
+            spied["hold"] = (started, release)
+            spied["matmuls"].clear()
+            scope, returned = trio.CancelScope(), []
+
+            async def step():
+                with scope:
+                    await session.run(fetch, dict(zip(feeds, big)))
+                    returned.append(True)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(step)
+                assert await trio.to_thread.run_sync(started.wait, 10)
+                scope.cancel()  # the step's task is parked on its thread: it sets stop
+                await trio.lowlevel.checkpoint()
+                release.set()
+            assert not returned
+            assert scope.cancelled_caught
+            spied["hold"] = None
+            assert [name for name, _ in spied["matmuls"]] == ["first"]  # "second" never ran
+            assert spied["thread_steps"] == 1
+            again = await session.run(fetch, dict(zip(feeds, big)))
+    np.testing.assert_array_equal(again, first)
