@@ -613,8 +613,9 @@ class StepRendezvous:
             raise errors.InvalidArgumentError(
                 None, None, f"_Recv '{declaration.op_name}': received dtype {value.dtype} for "
                 f"{key}, but the Recv declares {declaration.dtype.name}")
-        shape = declaration.shape
-        if shape is not None and not shape.is_compatible_with(value.shape):
+        shape = declaration.shape  # (a fully defined shape equal to the value's: no TensorShape)
+        if shape is not None and shape.dims != value.shape and \
+                not shape.is_compatible_with(value.shape):
             raise errors.InvalidArgumentError(
                 None, None, f"_Recv '{declaration.op_name}': received shape {list(value.shape)} "
                 f"for {key}, but the Recv declares {shape}")
