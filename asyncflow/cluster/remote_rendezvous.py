@@ -180,12 +180,18 @@ class _CheckedDelivery:
         self.rendezvous, self.key, self.callback = rendezvous, key, callback
 
     def __call__(self, item, error):
+        rendezvous, callback = self.rendezvous, self.callback
+        # Called once: let go of the waiter's table entry, which refers back to the rendezvous
+        # (left there, the step's whole state would be freed by the cyclic GC, not at once).
+        if rendezvous._pushed_waiters.get(self.key) is self:
+            del rendezvous._pushed_waiters[self.key]
+        self.rendezvous = self.callback = None
         if error is None:
             try:
-                item = self.rendezvous._checked_pushed(self.key, item)
+                item = rendezvous._checked_pushed(self.key, item)
             except errors.OpError as exc:
                 item, error = None, exc
-        self.callback(item, error)
+        callback(item, error)
 
 
 def check_push(step_id, entries, local_devices):
