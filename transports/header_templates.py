@@ -4,11 +4,12 @@ The decoder keeps a header it validated under its exact bytes (``schema.VALIDATE
 a repeated reply is not parsed again. A RunGraph's header never repeats: its ``step_id`` and
 ``request_id`` change every step, and it was parsed and checked every time (about a third of a
 trivial step's request decoding); so do a PushTensors' and a RecvTensors' (their ``step_id``;
-their keys and descriptors repeat from step to step). Here such a header is kept as a *template*: its bytes with
-the values of those ints masked, the ints' places, and what the parse produced. A later header
-of the same length whose bytes equal the template's outside those places, with the same msgpack
-int type byte before each, is the same header with other ids: its payload is the template's
-with the new ids (each checked by its field as a parse would), and no msgpack is parsed.
+their keys and descriptors repeat from step to step). Here such a header is kept as a
+*template*: its bytes with the values of those ints masked, the ints' places, and what the
+parse produced. A later header of the same length whose bytes equal the template's outside
+those places, with the same msgpack int type byte before each, is the same header with other
+ids: its payload is the template's with the new ids (each checked by its field as a parse
+would), and no msgpack is parsed.
 
 A template is kept only when it is proven: each id's encoding (its map key then the int, as
 msgpack writes it) occurs exactly once in the header, and a header with every id changed in
