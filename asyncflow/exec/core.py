@@ -245,6 +245,9 @@ class Run:
             for cancel in self.cancels:
                 cancel()
         self.cancels.clear()  # they refer back to this run: let it go without the GC
+        release = getattr(self.prop, "release", None)  # (a loop's propagator: the same)
+        if release is not None:
+            release()
 
 
 def drive(run):

@@ -108,6 +108,15 @@ class Frames:
         for index in plan.roots:
             self.push(self.nodes[index], root_iteration, False)
 
+    def release(self):
+        """The run is over (``core.Run.close``): drop the hot paths and the own entries, which
+        refer back to this propagator, and the root frame's iterations, which refer back to
+        it, so a step with control flow is freed when it ends, not by the cyclic GC; ``values``
+        still answers (from ``root_values``)."""
+        self.complete = self.activate = self.push = None
+        self.dead_entry = self.loop_entry = None
+        self.root.iterations.clear()
+
     def _hot_paths(self):
         """``complete(node, where, outputs)``, ``activate(node, iteration, outputs, dead)``
         and ``push(node, iteration, dead)``, over locals. An entry's ``where`` is its

@@ -20,6 +20,7 @@ from asyncflow.cluster.master import Master
 from asyncflow.compile import transfer_order
 from asyncflow.exec import timeslice
 from cluster_processes import loopback_spec
+from cyclic_garbage import cyclic_garbage
 from instruments import installed
 from transports.messages import (
     AbortStep, PushTensors, RegisterGraph, RemoteCallError, RunGraph, TensorEntry,
@@ -143,27 +144,6 @@ async def test_a_parameter_server_step_pushes_once_each_way_and_pulls_nothing(cl
         assert not server.service._steps  # every step's state dropped once done
 
 
-@contextlib.contextmanager
-def _cyclic_garbage():
-    """Collect before, keep what the cyclic GC finds unreachable after (``gc.DEBUG_SAVEALL``,
-    the GC paused in between): yields a list filled with those objects' type names."""
-    import gc
-    found = []
-    gc.collect()
-    flags, enabled = gc.get_debug(), gc.isenabled()
-    gc.disable()
-    try:
-        yield found
-        gc.set_debug(flags | gc.DEBUG_SAVEALL)
-        gc.collect()
-        found.extend(type(o).__name__ for o in gc.garbage)
-    finally:
-        gc.garbage.clear()
-        gc.set_debug(flags)
-        if enabled:
-            gc.enable()
-
-
 async def test_a_pushed_steps_state_is_freed_when_it_ends_not_by_the_cyclic_gc(cluster,
                                                                               cpu_only):
     # A pushed value's checked delivery lets go of its rendezvous once called: before, it
@@ -177,7 +157,7 @@ async def test_a_pushed_steps_state_is_freed_when_it_ends_not_by_the_cyclic_gc(c
     async with af.Session(graph=graph, cluster=spec) as sess:
         await sess.run([p.initializer for p in params], options=TIMEOUT)
         await sess.run([loss, train], feed, options=TIMEOUT)
-        with _cyclic_garbage() as garbage:
+        with cyclic_garbage() as garbage:
             for _ in range(5):
                 await sess.run([loss, train], feed, options=TIMEOUT)
     assert not step_state & set(garbage), sorted(set(garbage))
