@@ -11,6 +11,11 @@ client in this process record timestamps of the step's events with ``time.perf_c
   returned), a pull sent and answered, the step's partition run (start, end), and a push
   sent / received where the tree pushes;
 
+After the table, each process's CPU per step (``time.process_time``, from the ps's and the
+worker's start-up to their end, over the measured and the 20 warm-up steps; the client's over
+the measured steps) and its cyclic GC's collections per generation and their time
+(``gc.callbacks``): per-step work the GC has to free shows there.
+
 The probe wraps methods by name (``WorkerService.run_graph``, ``recv_tensors`` and, where
 present, ``push_tensors``; ``StepRendezvous._request`` and, where present, ``_push``), so it
 runs against an export of an older tree as well (``--tree``). It prints, per event, the
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import gc
 import json
 import os
 import signal
@@ -35,6 +41,17 @@ import time
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 EVENTS = []  # (perf_counter_ns, step_id, name)
+GC = {"collections": [0, 0, 0], "seconds": [0.0, 0.0, 0.0]}  # per generation
+_GC_START = [0.0]
+WARM_UP = 20
+
+
+def _count_gc(phase, info):
+    if phase == "start":
+        _GC_START[0] = time.perf_counter()
+    else:
+        GC["collections"][info["generation"]] += 1
+        GC["seconds"][info["generation"]] += time.perf_counter() - _GC_START[0]
 
 
 _LAST_STEP = [0]
@@ -105,15 +122,20 @@ def serve(spec_json, job, out_path):
     import asyncflow as af
     _instrument_task(job)
 
+    started = [0.0]
+
     def dump(*_):
         with open(out_path, "w") as handle:
-            json.dump(EVENTS, handle)
+            json.dump({"events": EVENTS, "gc": GC,
+                       "cpu_s": time.process_time() - started[0]}, handle)
         os._exit(0)
 
     signal.signal(signal.SIGTERM, dump)
 
     async def main():
         async with af.Server(json.loads(spec_json), job, 0) as server:
+            started[0] = time.process_time()
+            gc.callbacks.append(_count_gc)
             print("listening on", server.address, flush=True)
             await trio.sleep_forever()
 
@@ -149,14 +171,18 @@ async def client(spec, steps):
     walls = []
     async with af.Session(graph=g, cluster=spec) as sess:
         await sess.run(init)
-        for _ in range(20):
+        for _ in range(WARM_UP):
             await sess.run([loss, train], {x: xs, y: ys})
         EVENTS.clear()
+        gc.callbacks.append(_count_gc)
+        cpu = time.process_time()
         for _ in range(steps):
             start = time.perf_counter_ns()
             await sess.run([loss, train], {x: xs, y: ys})
             walls.append(time.perf_counter_ns() - start)
-    return walls
+        cpu = time.process_time() - cpu
+        gc.callbacks.remove(_count_gc)
+    return walls, {"gc": GC, "cpu_s": cpu}
 
 
 def measure(steps, tree, tmp):
@@ -173,17 +199,31 @@ def measure(steps, tree, tmp):
             line = procs[job][0].stdout.readline()
             if "listening" not in line:
                 raise RuntimeError(f"the {job} process did not start")
-        walls = trio.run(client, spec, steps)
+        walls, figures = trio.run(client, spec, steps)
     finally:
         for proc, _ in procs.values():
             proc.send_signal(signal.SIGTERM)
         for proc, _ in procs.values():
             proc.wait(timeout=30)
     events = list(EVENTS)
-    for _, path in procs.values():
+    processes = {"client": figures}
+    for job, (_, path) in procs.items():
         with open(path) as handle:
-            events += [tuple(e) for e in json.load(handle)]
-    return walls, events
+            dumped = json.load(handle)
+        events += [tuple(e) for e in dumped["events"]]
+        processes[job] = {"gc": dumped["gc"], "cpu_s": dumped["cpu_s"]}
+    return walls, events, processes
+
+
+def process_table(processes, steps):
+    """Each process's CPU per step and its GC collections (see the module docstring)."""
+    for name, figures in processes.items():
+        counted = steps if name == "client" else steps + WARM_UP
+        collections_, seconds = figures["gc"]["collections"], figures["gc"]["seconds"]
+        print(f"{name:>7}: CPU {figures['cpu_s'] / counted * 1e6:.0f} us a step; GC "
+              f"collections (gen 0/1/2) {'/'.join(map(str, collections_))}, "
+              f"{sum(seconds) * 1e3:.1f} ms in all (generation 2: "
+              f"{seconds[2] / max(collections_[2], 1) * 1e3:.1f} ms a collection)")
 
 
 def table(walls, events):
@@ -224,8 +264,9 @@ def main():
     sys.path.insert(0, tree)
     import tempfile
     with tempfile.TemporaryDirectory() as tmp:
-        walls, events = measure(args.steps, tree, tmp)
+        walls, events, processes = measure(args.steps, tree, tmp)
     table(walls, events)
+    process_table(processes, args.steps)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,17 @@
-"""What a block of code leaves to the cyclic garbage collector."""
+"""What a block leaves for the cyclic GC: objects that only reference cycles keep alive.
+
+A step's state (its rendezvous, runs, propagator and the values they hold) should be freed by
+reference counting when the step ends; left in a cycle, it waits for a collection, which costs
+the steps that trigger it and keeps the values' memory meanwhile.
+"""
 import contextlib
 import gc
 
 
 @contextlib.contextmanager
 def cyclic_garbage():
-    """Collect before, keep what the cyclic GC finds unreachable after (``gc.DEBUG_SAVEALL``,
-    the GC paused in between): yields a list filled with those objects' type names."""
+    """Collect before, pause the GC, and after the block keep what a collection finds
+    unreachable (``gc.DEBUG_SAVEALL``): yields a list filled with those objects' type names."""
     found = []
     gc.collect()
     flags, enabled = gc.get_debug(), gc.isenabled()

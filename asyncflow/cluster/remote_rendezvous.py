@@ -208,12 +208,18 @@ class _CheckedDelivery:
         self.rendezvous, self.key, self.callback = rendezvous, key, callback
 
     def __call__(self, item, error):
+        rendezvous, callback = self.rendezvous, self.callback
+        # Called once: let go of the waiter's table entry, which refers back to the rendezvous
+        # (left there, the step's whole state would be freed by the cyclic GC, not at once).
+        if rendezvous._pushed_waiters.get(self.key) is self:
+            del rendezvous._pushed_waiters[self.key]
+        self.rendezvous = self.callback = None
         if error is None:
             try:
-                item = self.rendezvous._checked_pushed(self.key, item)
+                item = rendezvous._checked_pushed(self.key, item)
             except errors.OpError as exc:
                 item, error = None, exc
-        self.callback(item, error)
+        callback(item, error)
 
 
 class StepRendezvous:
@@ -589,8 +595,9 @@ class StepRendezvous:
             raise errors.InvalidArgumentError(
                 None, None, f"_Recv '{declaration.op_name}': received dtype {value.dtype} for "
                 f"{key}, but the Recv declares {declaration.dtype.name}")
-        shape = declaration.shape
-        if shape is not None and not shape.is_compatible_with(value.shape):
+        shape = declaration.shape  # (a fully defined shape equal to the value's: no TensorShape)
+        if shape is not None and shape.dims != value.shape and \
+                not shape.is_compatible_with(value.shape):
             raise errors.InvalidArgumentError(
                 None, None, f"_Recv '{declaration.op_name}': received shape {list(value.shape)} "
                 f"for {key}, but the Recv declares {shape}")

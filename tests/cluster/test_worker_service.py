@@ -252,6 +252,20 @@ def test_pulled_values_must_match_the_recv_declaration():
         rendezvous._checked(TensorEntry("k", np.zeros(3, np.float32)), declaration, "k")
     dead = rendezvous._checked(TensorEntry("k", None, is_dead=True), declaration, "k")
     assert dead == (None, True)
+    # A shape equal to the declared one is taken at once; partly known and unknown shapes
+    # are compared dimension by dimension, as before.
+    partial = RecvDeclaration("edge_1/_Recv", af.float32, TensorShape([None, 3]))
+    assert rendezvous._checked(TensorEntry("k", np.zeros((5, 3), np.float32)), partial,
+                               "k")[0].shape == (5, 3)
+    for wrong in (np.zeros((5, 4), np.float32), np.zeros(3, np.float32),
+                  np.zeros((1, 5, 3), np.float32)):
+        with pytest.raises(af.errors.InvalidArgumentError, match="received shape"):
+            rendezvous._checked(TensorEntry("k", wrong), partial, "k")
+    with pytest.raises(af.errors.InvalidArgumentError, match=r"received shape \[\]"):
+        rendezvous._checked(TensorEntry("k", np.zeros((), np.float32)), declaration, "k")
+    unknown = RecvDeclaration("edge_2/_Recv", af.float32, TensorShape(None))
+    assert rendezvous._checked(TensorEntry("k", np.zeros((2, 2), np.float32)), unknown,
+                               "k")[1] is False
 
 
 @pytest.mark.parametrize("batchable", [["edge"], {"edge": "zero"}, {"edge": 1.5}, {"edge": -1}, 7])

@@ -1,11 +1,12 @@
-"""RunGraph headers decoded from a template (``transports/header_templates.py``) decode exactly
-as a full parse does, whatever changes between frames."""
+"""RunGraph, PushTensors and RecvTensors headers decoded from a template
+(``transports/header_templates.py``) decode exactly as a full parse does, whatever changes
+between frames."""
 import msgpack
 import numpy as np
 import pytest
 
 from transports import header_templates, wire
-from transports.messages import RunGraph, TensorEntry
+from transports.messages import PushTensors, RecvTensors, RunGraph, TensorEntry
 
 LIMITS = wire.DEFAULT_LIMITS
 
@@ -112,3 +113,49 @@ def test_a_header_whose_fixint_id_is_replaced_by_another_type_is_parsed():
     damaged = frame[:at] + b"\xc0" + frame[at + 1:]  # a nil: same length, another structure
     with pytest.raises(wire.RemoteProtocolError, match="request_id"):
         wire.decode(damaged, LIMITS)
+
+
+_PS, _W = "/job:ps/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:0/device:CPU:0"
+_GRADIENTS = {"w1": (64, 128), "b1": (128,), "w2": (128, 10), "b2": (10,)}
+
+
+def _push(step_id, shapes=_GRADIENTS, dtype=np.float32, tensor="grad"):
+    return PushTensors(step_id, [
+        TensorEntry(f"{_W};7f3a;{_PS};edge_{i}_{tensor}_{name};0:0",
+                    np.full(shape, step_id % 7, dtype)) for i, (name, shape) in
+        enumerate(shapes.items())])
+
+
+def _same_push(decoded, sent):
+    assert type(decoded) is PushTensors and decoded.step_id == sent.step_id
+    assert [e.key for e in decoded.tensors] == [e.key for e in sent.tensors]
+    for got, want in zip(decoded.tensors, sent.tensors):
+        assert got.value.dtype == want.value.dtype and np.array_equal(got.value, want.value)
+        assert not got.is_dead and got.error is None
+
+
+def test_a_steps_pushes_and_pulls_decode_from_a_template_with_their_own_step_ids():
+    # A parameter-server step's PushTensors (its four gradients) and a RecvTensors differ from
+    # step to step only in the step id: after the first, each is decoded from its template.
+    for step_id in [(7 << 40) + 2 * i + 1 for i in range(50)] + [3, 300, 70000, 2**63 - 1]:
+        pushed = _push(step_id)
+        _same_push(wire.decode(_frame(pushed), LIMITS), pushed)
+        keys = [e.key for e in pushed.tensors]
+        pulled = wire.decode(_frame(RecvTensors(step_id, keys)), LIMITS)
+        assert type(pulled) is RecvTensors and (pulled.step_id, pulled.keys) == (step_id, keys)
+    assert 2 <= _templates() <= 10  # one per kind and id width
+    templated = [t for kept in header_templates._templates.values() for t in kept]
+    assert {t.schema.kind for t in templated} == {"push_tensors", "recv_tensors"}
+
+
+@pytest.mark.parametrize("change", [
+    {"tensor": "genu"},                      # other keys of the same length
+    {"shapes": {**_GRADIENTS, "b2": (5, 2)}},  # a tensor of another shape, as many bytes
+    {"dtype": np.int32},                     # another dtype, as many bytes
+])
+def test_a_push_that_differs_outside_its_step_id_is_parsed_not_templated(change):
+    first = _push(2**40 + 1)
+    _same_push(wire.decode(_frame(first), LIMITS), first)
+    for step_id in (2**40 + 3, 2**40 + 5):
+        other = _push(step_id, **change)
+        _same_push(wire.decode(_frame(other), LIMITS), other)
