@@ -95,7 +95,7 @@ def thread_form(plan):
         return None
     if sum(1 for node in plan.schedule if node.offload) < MIN_OFFLOADS:
         return None
-    if any(node.is_async for node in plan.schedule) or lanes._resources(plan)[1]:
+    if any(node.is_async for node in plan.schedule) or lanes.touched_resources(plan)[1]:
         return None
     return ThreadForm(compile_schedule(plan, on_thread=True))
 
