@@ -268,3 +268,86 @@ async def test_a_push_for_a_step_that_already_ran_here_is_refused(two_tasks):
         await channel.push_tensors(PushTensors(91, [TensorEntry(key, VALUE)]))
     assert info.value.code == "ABORTED"
     assert state.rendezvous.statistics().pending_sends == 1
+
+
+# -- review (rrev34) ---------------------------------------------------------------------------
+
+async def test_a_key_pushed_again_after_its_recv_took_it_is_refused_and_the_step_ends(
+        two_tasks):
+    # The step runs: its Recv took keys[0]'s value and waits for the others. keys[0] pushed
+    # again is a key pushed twice (ALREADY_EXISTS), not a value deposited under a key nobody
+    # will read again, which kept the finished step's state (and the value) until step_ttl.
+    worker, handles, keys = await _registered_parts(two_tasks)
+    channel, w_handle, w_options = handles["worker"]
+    values = [np.full(3, float(i + 1), np.float32) for i in range(4)]
+    await channel.push_tensors(PushTensors(73, [TensorEntry(keys[0], values[0])]))
+    replies = []
+
+    async def worker_step():
+        replies.append(await channel.run_graph(RunGraph(w_handle, 73, [],
+                                                          list(w_options.fetches),
+                                                          request_id=73)))
+
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(worker_step)
+            await trio.testing.wait_all_tasks_blocked()
+            stats = worker._steps[73].rendezvous.statistics()
+            assert stats.pending_sends == 0 and stats.recvs == 1  # keys[0] was taken
+            with pytest.raises(RemoteCallError, match="Duplicated send") as info:
+                await channel.push_tensors(PushTensors(73, [TensorEntry(keys[1], values[1]),
+                                                            TensorEntry(keys[0], -values[0])]))
+            assert info.value.code == "ALREADY_EXISTS" and keys[0] in info.value.message
+            assert worker._steps[73].rendezvous.statistics().pending_sends == 0
+            await channel.push_tensors(PushTensors(73, [TensorEntry(k, v) for k, v in
+                                                        zip(keys[1:], values[1:])]))
+    np.testing.assert_allclose(replies[0].tensors[0].value, sum(values))
+    assert 73 not in worker._steps  # done at once: nothing stray was left in it
+
+
+async def test_a_pushed_string_value_is_refused_so_parked_bytes_count_what_is_held(two_tasks):
+    # Pushed transfers are never strings (transfer_order.pushed_transfers pulls them). A string
+    # tensor's nbytes counts its pointers, not its bytes: accepted, it parked a megabyte as
+    # eight bytes, past max_parked_bytes.
+    worker, handles, keys = await _registered_parts(two_tasks)
+    channel = handles["worker"][0]
+    worker.max_parked_bytes = 1 << 16
+    strings = np.array([b"x" * (1 << 20)], dtype=object)
+    with pytest.raises(RemoteCallError, match="strings") as info:
+        await channel.push_tensors(PushTensors(75, [TensorEntry(keys[0], strings)]))
+    assert info.value.code == "INVALID_ARGUMENT" and keys[0] in info.value.message
+    assert not worker._steps and not worker._parked and worker._parked_bytes == 0
+
+
+async def test_a_parked_step_leaves_the_account_when_it_runs_aborts_or_expires(
+        two_tasks, autojump_clock):
+    # The account held each parked step's state (and counted its bytes) until a later push
+    # found a limit reached: a finished step's whole state lived on with no push to come.
+    import gc
+    import weakref
+    worker, handles, keys = await _registered_parts(two_tasks)
+    channel, w_handle, w_options = handles["worker"]
+    ps_channel, ps_handle, ps_options = handles["ps"]
+    # Runs: the ps pushes to the worker's step before (or after) its RunGraph: parked or not.
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ps_channel.run_graph, RunGraph(ps_handle, 101, [TensorEntry(
+                ps_options.feeds[0], np.arange(3, dtype=np.float32))], [], request_id=1))
+            await trio.testing.wait_all_tasks_blocked()
+            assert set(worker._parked) == {101} and worker._parked_bytes == 4 * VALUE.nbytes
+            state = weakref.ref(worker._steps[101].rendezvous)
+            await channel.run_graph(RunGraph(w_handle, 101, [], list(w_options.fetches),
+                                             request_id=1))
+    assert 101 not in worker._steps and not worker._parked and worker._parked_bytes == 0
+    gc.collect()
+    assert state() is None
+    # Aborts.
+    await channel.push_tensors(PushTensors(102, [TensorEntry(keys[0], VALUE)]))
+    await channel.abort_step(AbortStep(102, "CANCELLED", "the client went away"))
+    assert not worker._parked and worker._parked_bytes == 0
+    # Expires by step_ttl (dropped when the next step's state is made).
+    await channel.push_tensors(PushTensors(103, [TensorEntry(keys[0], VALUE)]))
+    await trio.sleep(worker._step_ttl + 1)
+    await channel.push_tensors(PushTensors(104, [TensorEntry(keys[1], VALUE)]))
+    assert 103 not in worker._steps and set(worker._parked) == {104}
+    assert worker._parked_bytes == VALUE.nbytes
