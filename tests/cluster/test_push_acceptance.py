@@ -351,3 +351,26 @@ async def test_a_parked_step_leaves_the_account_when_it_runs_aborts_or_expires(
     await channel.push_tensors(PushTensors(104, [TensorEntry(keys[1], VALUE)]))
     assert 103 not in worker._steps and set(worker._parked) == {104}
     assert worker._parked_bytes == VALUE.nbytes
+
+
+async def test_refusals_over_http_keep_their_codes_and_the_worker_keeps_serving(ps_over_http):
+    # 409 (ALREADY_EXISTS, ABORTED) and 429 (RESOURCE_EXHAUSTED) on the wire, each naming the
+    # key or step; the worker answers the next request as before.
+    worker, handles, keys = await _registered_parts(ps_over_http)
+    channel = handles["worker"][0]
+    worker.max_parked_steps = 1
+    with trio.fail_after(20):
+        await channel.push_tensors(PushTensors(111, [TensorEntry(keys[0], VALUE)]))
+        with pytest.raises(RemoteCallError, match=f"Duplicated send: {keys[0]}") as info:
+            await channel.push_tensors(PushTensors(111, [TensorEntry(keys[0], VALUE)]))
+        assert info.value.code == "ALREADY_EXISTS"
+        with pytest.raises(RemoteCallError, match="PushTensors of step 112: ") as info:
+            await channel.push_tensors(PushTensors(112, [TensorEntry(keys[0], VALUE)]))
+        assert info.value.code == "RESOURCE_EXHAUSTED"
+        await channel.abort_step(AbortStep(111, "CANCELLED", "gone"))
+        with pytest.raises(RemoteCallError, match="step 111 was already aborted") as info:
+            await channel.push_tensors(PushTensors(111, [TensorEntry(keys[1], VALUE)]))
+        assert info.value.code == "ABORTED"
+        await channel.push_tensors(PushTensors(112, [TensorEntry(keys[0], VALUE)]))
+        assert (await channel.health()).stats.steps_held == 1
+    assert set(worker._parked) == {112}
