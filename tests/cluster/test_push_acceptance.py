@@ -382,3 +382,25 @@ async def test_refusals_over_http_keep_their_codes_and_the_worker_keeps_serving(
         await channel.push_tensors(PushTensors(112, [TensorEntry(keys[0], VALUE)]))
         assert (await channel.health()).stats.steps_held == 1
     assert set(worker._parked) == {112}
+
+
+async def test_the_chain_workload_pushes_every_step_and_leaves_nothing_parked(ps_over_http):
+    # bench_vs_tf1's chain: p * 2 on the worker, pushed to the ps, * 2 there, fetched. Every
+    # step's push is accepted (parked when it beats the ps's RunGraph) and, the steps done,
+    # neither task holds a step or a parked byte.
+    spec, services = ps_over_http
+    with af.Graph().as_default() as graph:
+        p = af.placeholder(af.float32, [], name="p")
+        with af.device(W0):
+            once = p * 2.0
+        with af.device(PS):
+            twice = once * 2.0
+    options = af.RunOptions(timeout_in_ms=20000)
+    async with af.Session(graph=graph, cluster=spec) as sess:
+        for i in range(30):
+            assert await sess.run(twice, {p: float(i)}, options=options) == 4.0 * i
+    ps = services["ps"]
+    assert ps.statistics().tensors_pushed == 0 and services["worker"].statistics(
+        ).tensors_pushed == 30
+    for service in services.values():
+        assert not service._steps and not service._parked and service._parked_bytes == 0
