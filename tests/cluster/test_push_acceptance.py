@@ -14,7 +14,7 @@ import trio.testing
 import asyncflow as af
 from asyncflow.cluster import channels
 from test_pushes import (  # noqa: F401 (fixtures)
-    PS, W0, _registered, _scaled_parts, ps_over_http, two_tasks,
+    PS, TIMEOUT, W0, _registered, _scaled_parts, ps_over_http, two_tasks,
 )
 from transports.messages import (
     AbortStep, DeregisterGraph, PushTensors, RemoteCallError, RunGraph, TensorEntry,
@@ -404,3 +404,43 @@ async def test_the_chain_workload_pushes_every_step_and_leaves_nothing_parked(ps
         ).tensors_pushed == 30
     for service in services.values():
         assert not service._steps and not service._parked and service._parked_bytes == 0
+
+
+async def test_between_graph_replicas_push_to_one_ps_at_once(cluster):
+    # Two clients (sessions), each with its own graph: parameters on the shared ps, the
+    # forward and backward pass on its own worker; the ps holds both sessions' graphs, whose
+    # pushed keys are the same tensor names from different workers. Steps of both run at
+    # once; every push is accepted, and the shared parameters take every update.
+    spec, servers = cluster
+
+    def replica(worker):
+        graph = af.Graph()
+        with graph.as_default():
+            with af.device(PS):
+                params = [af.Variable(np.full((2, 2), i + 1.0, np.float32), name=f"p{i}")
+                          for i in range(2)]
+            with af.device(f"/job:worker/task:{worker}"):
+                x = af.placeholder(af.float32, [1, 2], name="x")
+                loss = af.add_n([af.reduce_sum(af.matmul(x, p)) for p in params])
+                train = af.train.GradientDescentOptimizer(0.25).minimize(loss)
+        return graph, params, x, train
+
+    graphs = [replica(0), replica(1)]
+    feed = np.ones((1, 2), np.float32)
+    async with af.Session(graph=graphs[0][0], cluster=spec) as first, \
+            af.Session(graph=graphs[1][0], cluster=spec) as second:
+        await first.run([p.initializer for p in graphs[0][1]], options=TIMEOUT)
+
+        async def steps(sess, graph, params, x, train):
+            for _ in range(10):
+                await sess.run(train, {x: feed}, options=TIMEOUT)
+
+        async with trio.open_nursery() as nursery:
+            for sess, replica_ in zip((first, second), graphs):
+                nursery.start_soon(steps, sess, *replica_)
+        values = await second.run(graphs[1][1], options=TIMEOUT)
+    for i, value in enumerate(values):  # each step: d loss / d p = 1 everywhere
+        np.testing.assert_allclose(value, np.full((2, 2), i + 1.0 - 20 * 0.25))
+    ps = servers["ps:0"].service
+    assert not ps._steps and not ps._parked and ps._parked_bytes == 0
+    assert ps.statistics().steps_failed == 0
