@@ -444,3 +444,23 @@ async def test_between_graph_replicas_push_to_one_ps_at_once(cluster):
     ps = servers["ps:0"].service
     assert not ps._steps and not ps._parked and ps._parked_bytes == 0
     assert ps.statistics().steps_failed == 0
+
+
+async def test_a_push_parked_under_a_graph_registered_again_runs_under_the_new_handle(
+        two_tasks):
+    # The master registers a graph again when its lease runs low: the old handle may go while
+    # a push for a step not yet run is parked; the step runs under the new handle on it.
+    worker, handles, keys = await _registered_parts(two_tasks)
+    await handles["worker"][0].push_tensors(PushTensors(121, [TensorEntry(k, VALUE)
+                                                              for k in keys[:2]]))
+    graph, x, total = _scaled_parts()
+    again = await _registered(two_tasks[0], graph, (x,), (total,))
+    channel, w_handle, w_options = again["worker"]
+    assert w_handle != handles["worker"][1] and _keys(worker, w_handle) == keys
+    await channel.deregister_graph(DeregisterGraph(handles["worker"][1]))
+    await channel.push_tensors(PushTensors(121, [TensorEntry(k, VALUE) for k in keys[2:]]))
+    with trio.fail_after(20):
+        reply = await channel.run_graph(RunGraph(w_handle, 121, [], list(w_options.fetches),
+                                                 request_id=1))
+    np.testing.assert_allclose(reply.tensors[0].value, 4 * VALUE)
+    assert not worker._steps and not worker._parked and worker._parked_bytes == 0
