@@ -464,3 +464,15 @@ async def test_a_push_parked_under_a_graph_registered_again_runs_under_the_new_h
                                                  request_id=1))
     np.testing.assert_allclose(reply.tensors[0].value, 4 * VALUE)
     assert not worker._steps and not worker._parked and worker._parked_bytes == 0
+
+
+async def test_a_push_refused_for_the_step_limit_leaves_no_state_and_no_account(two_tasks):
+    worker, handles, keys = await _registered_parts(two_tasks)
+    channel = handles["worker"][0]
+    worker._max_steps = 1
+    await channel.push_tensors(PushTensors(131, [TensorEntry(keys[0], VALUE)]))
+    with pytest.raises(RemoteCallError, match="already holds 1 steps") as info:
+        await channel.push_tensors(PushTensors(132, [TensorEntry(keys[0], VALUE)]))
+    assert info.value.code == "RESOURCE_EXHAUSTED"
+    assert set(worker._steps) == {131} and set(worker._parked) == {131}
+    assert worker._parked_bytes == VALUE.nbytes
