@@ -116,3 +116,105 @@ def test_import_leaves_out_ml_dtypes_until_a_bfloat16_is_used():
 
 def test_import_leaves_out_scipy_fft_until_the_fft_convolution_is_chosen():
     _fresh_python(_FFT_FIRST_USE)
+
+
+# Review (rrev34): the first uses of bfloat16 and of the FFT path, made by several threads at
+# once, each get the one dtype object and the same bits; a DType pickles and as_dtype finds
+# bfloat16 before and after ml_dtypes loads; the BLAS hold's extension with no hold in force.
+_FIRST_USES_AT_ONCE = r"""
+import pickle
+import sys
+import threading
+import numpy as np
+import trio
+import asyncflow as af
+from asyncflow.exec import intra_op
+from asyncflow.kernels import nn_conv_fft
+from transports import wire
+
+frame = sys.stdin.buffer.read()
+assert pickle.loads(pickle.dumps(af.bfloat16)) is af.bfloat16 and "ml_dtypes" not in sys.modules
+try:
+    af.as_dtype(np.complex64)
+except TypeError as exc:  # the list of dtypes names bfloat16 without loading it
+    assert "bfloat16" in str(exc) and "ml_dtypes" not in sys.modules, exc
+else:
+    raise AssertionError("complex64 is no asyncflow dtype")
+intra_op.hold_blas_loaded_since()  # no hold in force: nothing to extend, nothing fails
+
+rng = np.random.default_rng(0)
+x = rng.standard_normal([8, 14, 14, 32]).astype(np.float32)
+w = rng.standard_normal([5, 5, 32, 64]).astype(np.float32)
+nn_conv_fft.FORCE = "fft"
+
+async def conv():
+    with af.Graph().as_default(), af.device("/cpu:0"):
+        out = af.nn.conv2d(af.constant(x), af.constant(w), strides=[1, 1, 1, 1], padding="SAME")
+        async with af.Session() as sess:
+            return await sess.run(out)
+
+uses = [lambda: af.bfloat16.np, lambda: af.as_dtype("bfloat16").size,
+        lambda: wire.decode(frame).tensors[0].value.dtype, lambda: trio.run(conv)] * 2
+results, failures = [None] * len(uses), []
+barrier = threading.Barrier(len(uses))
+
+def first_use(i):
+    barrier.wait()
+    try:
+        results[i] = uses[i]()
+    except BaseException as exc:
+        failures.append(repr(exc))
+
+threads = [threading.Thread(target=first_use, args=(i,)) for i in range(len(uses))]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join(60)
+assert not failures, failures
+import ml_dtypes
+bf16 = np.dtype(ml_dtypes.bfloat16)
+assert results[0] is results[4] is results[2] is results[6] is bf16 and results[1] == 2
+assert af.bfloat16.np is bf16 and af.as_dtype(np.zeros(2, bf16).dtype) is af.bfloat16
+assert results[3].tobytes() == results[7].tobytes()
+assert pickle.loads(pickle.dumps(af.bfloat16)) is af.bfloat16
+assert pickle.loads(pickle.dumps([af.bfloat16, af.float32])) == [af.bfloat16, af.float32]
+try:
+    import threadpoolctl
+except ImportError:
+    threadpoolctl = None
+if threadpoolctl is not None:
+    blas = [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+    assert blas == [1] * len(blas), blas
+print("ok")
+"""
+
+# ml_dtypes imported by the program itself before asyncflow met a bfloat16: as_dtype of such
+# an array finds it; a DType pickled before the load is the same object after it.
+_ML_DTYPES_FIRST = r"""
+import pickle
+import sys
+import asyncflow as af
+saved = pickle.dumps(af.bfloat16)
+import ml_dtypes
+import numpy as np
+assert af.as_dtype(np.ones(3, ml_dtypes.bfloat16).dtype) is af.bfloat16
+assert af.as_dtype(np.dtype(ml_dtypes.bfloat16).newbyteorder(">")) is af.bfloat16
+assert pickle.loads(saved) is af.bfloat16 and af.bfloat16.np == np.dtype(ml_dtypes.bfloat16)
+try:
+    af.as_dtype(np.dtype(ml_dtypes.float8_e4m3fn))
+except TypeError as exc:
+    assert "float8_e4m3fn" in str(exc) and "bfloat16" in str(exc), exc
+else:
+    raise AssertionError("float8 is no asyncflow dtype")
+print("ok")
+"""
+
+
+def test_first_uses_of_bfloat16_and_the_fft_path_from_threads_at_once():
+    values = np.array([1.5, -2.25, 3.0], dtype=ml_dtypes.bfloat16)
+    frame = b"".join(bytes(b) for b in encode(RecvTensorsReply([TensorEntry("v", values)])))
+    _fresh_python(_FIRST_USES_AT_ONCE, frame)
+
+
+def test_as_dtype_and_pickles_of_bfloat16_when_the_program_imported_ml_dtypes_first():
+    _fresh_python(_ML_DTYPES_FIRST)

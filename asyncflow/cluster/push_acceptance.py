@@ -8,7 +8,8 @@ every peer holds the cluster's token. So the worker judges each pushed rendezvou
 whole request, before it creates any state or deposits any value, unless every key
 
 1. is well formed and given once, with a value (or marked dead) and no error, a value smaller
-   than any the master pushes (``transfer_order.PUSH_MAX_BYTES``);
+   than any the master pushes (``transfer_order.PUSH_MAX_BYTES``) and no string tensor (the
+   master pulls those; their ``nbytes`` would count pointers, not the bytes held);
 2. names a destination device of this worker and a source device that is not one of its;
 3. lies in the root frame (pushed transfers are never in or after a loop:
    ``compile/transfer_order.pushed_transfers``), for a step id a master could have drawn
@@ -26,16 +27,17 @@ ABORTED (409): that is what a genuine push meets when its consumer lost the grap
 an expired lease, a Reset); the producer marks an ABORTED push derived, so the consumer's own
 error (its RunGraph's unknown handle: AbortedError, as a restart or a graph registered
 again) stays the step's root cause. A push for a step that ended here is ABORTED too, as a late
-pull is. A key already pushed to the step is ALREADY_EXISTS, and what was stored under it
-stays.
+pull is. A key already pushed to the step (its value waiting, or already taken by its Recv) is
+ALREADY_EXISTS, and what was stored under it stays.
 
 **Parked pushes are bounded.** A push for a step whose RunGraph has not started here parks its
 values in the step's state until it does (or ``step_ttl`` drops it). At most
 ``max_parked_steps`` such steps (default :data:`MAX_PARKED_STEPS`) and ``max_parked_bytes`` of
 their values (default :data:`MAX_PARKED_BYTES`) are parked at once; a push beyond either is
 refused with RESOURCE_EXHAUSTED naming its step, and leaves nothing. Values pushed to a step
-that already runs are not parked: its graph names each key once. The account is kept lazily:
-a step leaves it when a push finds it over a limit and the step is gone or bound, so a push
+that already runs are not parked: its graph names each key once. A step leaves the account
+when its RunGraph binds it or its state is dropped (finished, failed, aborted, reset, past
+``step_ttl``: ``_unpark``), so the account holds no state of a step that is gone and a push
 within the limits costs a dictionary update.
 """
 from __future__ import annotations
@@ -78,6 +80,8 @@ def check_push(step_id, entries, local_devices):
                    if dst not in local_devices else "is given twice"
                    if entry.key in seen else "carries an error" if entry.error is not None
                    else "carries no value" if entry.value is None and not entry.is_dead
+                   else "carries strings, but pushed transfers are never strings"
+                   if entry.value is not None and entry.value.dtype.hasobject
                    else f"carries {entry.value.nbytes} bytes, but pushed transfers are under "
                    f"{PUSH_MAX_BYTES}" if entry.value is not None and
                    entry.value.nbytes >= PUSH_MAX_BYTES
@@ -145,7 +149,7 @@ class PushAcceptance:
                     self._parked_bytes + nbytes > self.max_parked_bytes:
                 self._make_room(step_id, nbytes)
         state = self._find_or_create(step_id)
-        state.rendezvous.accept_push(entries)
+        state.rendezvous.accept_push(entries, keys)
         if binding is None:
             if entry is not None:
                 entry[1] += nbytes
@@ -154,6 +158,12 @@ class PushAcceptance:
                 parked[step_id] = [state, nbytes]
             self._parked_bytes += nbytes
         self._count_received(nbytes, task_of(source_device(entries[0].key)))
+
+    def _unpark(self, step_id):
+        """``step_id`` leaves the parked account: its RunGraph bound it, or it is dropped."""
+        entry = self._parked.pop(step_id, None) if self._parked else None
+        if entry is not None:
+            self._parked_bytes -= entry[1]
 
     def _cluster_tasks(self):
         """The tasks this worker knows of: its ClusterSpec's and its graphs' peers."""
@@ -181,16 +191,10 @@ class PushAcceptance:
                                "or the key is not the cluster's)")
 
     def _make_room(self, step_id, nbytes):
-        """Drop from the parked account the steps that are gone or whose RunGraph started
-        (steps past ``step_ttl`` are dropped first); then refuse (RESOURCE_EXHAUSTED) a push
-        that still exceeds a limit."""
+        """Drop the steps past ``step_ttl`` (which leave the parked account); then refuse
+        (RESOURCE_EXHAUSTED) a push that still exceeds a limit."""
         parked = self._parked
         self._sweep()
-        for parked_id, (parked_state, held) in list(parked.items()):
-            if self._steps.get(parked_id) is not parked_state or \
-                    parked_state.rendezvous.binding is not None:
-                del parked[parked_id]
-                self._parked_bytes -= held
         if (step_id not in parked and len(parked) >= self.max_parked_steps) or \
                 self._parked_bytes + nbytes > self.max_parked_bytes:
             raise RemoteCallError("RESOURCE_EXHAUSTED", (

@@ -250,6 +250,7 @@ class StepRendezvous:
         self._pushed_all = trio.lowlevel.ParkingLot()  # flush_pushes waits here
         self._push_error = None
         self._pushed_waiters = {}  # pushed remote key -> its _CheckedDelivery
+        self._pushed_keys = None   # the keys peers pushed to this step (a set, once pushed)
         self.pushes = 0
         self.push_requests = 0
         self.pushed_bytes = 0
@@ -334,18 +335,24 @@ class StepRendezvous:
         counters.tensors_pushed += self.pushes
         counters.bytes_sent += self.pushed_bytes
 
-    def accept_push(self, entries):
+    def accept_push(self, entries, keys):
         """Deposit a peer's pushed tensors of this step (the PushTensors handler), which
-        ``push_acceptance`` accepted.
+        ``push_acceptance`` accepted; ``keys``: the set of their keys (this step keeps it).
 
         Raises:
-            RemoteCallError: ALREADY_EXISTS for a key already pushed, before any entry is
-                deposited (what is stored under it stays).
+            RemoteCallError: ALREADY_EXISTS for a key already pushed to the step (its value
+                waiting, or taken by its Recv: deposited again it would stay unread), before
+                any entry is deposited (what is stored under it stays).
         """
-        for entry in entries:
-            if self.local.holds(entry.key):
-                raise RemoteCallError("ALREADY_EXISTS", f"PushTensors of step {self.step_id}: "
-                                      f"Duplicated send: {entry.key}")
+        seen = self._pushed_keys
+        if seen is None:
+            self._pushed_keys = keys
+        elif seen.isdisjoint(keys):
+            seen |= keys
+        else:
+            key = next(e.key for e in entries if e.key in seen)
+            raise RemoteCallError("ALREADY_EXISTS", f"PushTensors of step {self.step_id}: "
+                                  f"Duplicated send: {key}")
         for entry in entries:
             self.local.send(entry.key, entry.value, entry.is_dead)
 

@@ -53,6 +53,8 @@ class StepRunning:
         """Forget ``step_id``'s state, leave its tombstone; ``abort=False``: nothing waits in
         its rendezvous or is left in it (a finished step), so no error is made for it."""
         state = self._steps.pop(step_id, None)
+        if self._parked:
+            self._unpark(step_id)
         if abort and state is not None and not state.rendezvous.aborted:
             state.rendezvous.abort(_rdv.derived(errors.AbortedError(
                 None, None, f"step {step_id} was {reason} on {self.task}")))
@@ -129,6 +131,8 @@ class StepRunning:
         if state.running or state.ran:
             _fail("ALREADY_EXISTS", f"step {request.step_id} already ran on {self.task}")
         state.rendezvous.binding = wg.binding  # built once, at registration
+        if self._parked:  # its pushed values are its graph's now (push_acceptance.py)
+            self._unpark(request.step_id)
         state.running = True
         trace = [] if request.trace or self.status.wants_trace(request.step_id) else None
         step = Step(request.step_id, rendezvous=state.rendezvous, trace=trace)

@@ -14,7 +14,7 @@ import trio.testing
 import asyncflow as af
 from asyncflow.cluster import channels
 from test_pushes import (  # noqa: F401 (fixtures)
-    PS, W0, _registered, _scaled_parts, ps_over_http, two_tasks,
+    PS, TIMEOUT, W0, _registered, _scaled_parts, ps_over_http, two_tasks,
 )
 from transports.messages import (
     AbortStep, DeregisterGraph, PushTensors, RemoteCallError, RunGraph, TensorEntry,
@@ -268,3 +268,211 @@ async def test_a_push_for_a_step_that_already_ran_here_is_refused(two_tasks):
         await channel.push_tensors(PushTensors(91, [TensorEntry(key, VALUE)]))
     assert info.value.code == "ABORTED"
     assert state.rendezvous.statistics().pending_sends == 1
+
+
+# -- review (rrev34) ---------------------------------------------------------------------------
+
+async def test_a_key_pushed_again_after_its_recv_took_it_is_refused_and_the_step_ends(
+        two_tasks):
+    # The step runs: its Recv took keys[0]'s value and waits for the others. keys[0] pushed
+    # again is a key pushed twice (ALREADY_EXISTS), not a value deposited under a key nobody
+    # will read again, which kept the finished step's state (and the value) until step_ttl.
+    worker, handles, keys = await _registered_parts(two_tasks)
+    channel, w_handle, w_options = handles["worker"]
+    values = [np.full(3, float(i + 1), np.float32) for i in range(4)]
+    await channel.push_tensors(PushTensors(73, [TensorEntry(keys[0], values[0])]))
+    replies = []
+
+    async def worker_step():
+        replies.append(await channel.run_graph(RunGraph(w_handle, 73, [],
+                                                          list(w_options.fetches),
+                                                          request_id=73)))
+
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(worker_step)
+            await trio.testing.wait_all_tasks_blocked()
+            stats = worker._steps[73].rendezvous.statistics()
+            assert stats.pending_sends == 0 and stats.recvs == 1  # keys[0] was taken
+            with pytest.raises(RemoteCallError, match="Duplicated send") as info:
+                await channel.push_tensors(PushTensors(73, [TensorEntry(keys[1], values[1]),
+                                                            TensorEntry(keys[0], -values[0])]))
+            assert info.value.code == "ALREADY_EXISTS" and keys[0] in info.value.message
+            assert worker._steps[73].rendezvous.statistics().pending_sends == 0
+            await channel.push_tensors(PushTensors(73, [TensorEntry(k, v) for k, v in
+                                                        zip(keys[1:], values[1:])]))
+    np.testing.assert_allclose(replies[0].tensors[0].value, sum(values))
+    assert 73 not in worker._steps  # done at once: nothing stray was left in it
+
+
+async def test_a_pushed_string_value_is_refused_so_parked_bytes_count_what_is_held(two_tasks):
+    # Pushed transfers are never strings (transfer_order.pushed_transfers pulls them). A string
+    # tensor's nbytes counts its pointers, not its bytes: accepted, it parked a megabyte as
+    # eight bytes, past max_parked_bytes.
+    worker, handles, keys = await _registered_parts(two_tasks)
+    channel = handles["worker"][0]
+    worker.max_parked_bytes = 1 << 16
+    strings = np.array([b"x" * (1 << 20)], dtype=object)
+    with pytest.raises(RemoteCallError, match="strings") as info:
+        await channel.push_tensors(PushTensors(75, [TensorEntry(keys[0], strings)]))
+    assert info.value.code == "INVALID_ARGUMENT" and keys[0] in info.value.message
+    assert not worker._steps and not worker._parked and worker._parked_bytes == 0
+
+
+async def test_a_parked_step_leaves_the_account_when_it_runs_or_aborts(cpu_only, two_tasks):
+    # (cpu_only: under a GPU the Sends' values reach the host on their own schedule, so the
+    # ps's pushes need not all have landed when its tasks block.)
+    # The account held each parked step's state (and counted its bytes) until a later push
+    # found a limit reached: a finished step's whole state lived on with no push to come.
+    import gc
+    import weakref
+    worker, handles, keys = await _registered_parts(two_tasks)
+    channel, w_handle, w_options = handles["worker"]
+    ps_channel, ps_handle, ps_options = handles["ps"]
+    # Runs: the ps pushes to the worker's step before (or after) its RunGraph: parked or not.
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ps_channel.run_graph, RunGraph(ps_handle, 101, [TensorEntry(
+                ps_options.feeds[0], np.arange(3, dtype=np.float32))], [], request_id=1))
+            await trio.testing.wait_all_tasks_blocked()
+            assert set(worker._parked) == {101} and worker._parked_bytes == 4 * VALUE.nbytes
+            state = weakref.ref(worker._steps[101].rendezvous)
+            await channel.run_graph(RunGraph(w_handle, 101, [], list(w_options.fetches),
+                                             request_id=1))
+    assert 101 not in worker._steps and not worker._parked and worker._parked_bytes == 0
+    gc.collect()
+    assert state() is None
+    # Aborts.
+    await channel.push_tensors(PushTensors(102, [TensorEntry(keys[0], VALUE)]))
+    await channel.abort_step(AbortStep(102, "CANCELLED", "the client went away"))
+    assert not worker._parked and worker._parked_bytes == 0
+
+
+async def test_a_parked_step_leaves_the_account_when_it_expires(two_tasks, autojump_clock):
+    # (No RunGraph here: under the fake GPU a Send's host callback from a thread lets the
+    # autojump clock run on to the graph's lease: test_pushes' expiry test says so.)
+    worker, handles, keys = await _registered_parts(two_tasks)
+    channel = handles["worker"][0]
+    # Expires by step_ttl (dropped when the next step's state is made).
+    await channel.push_tensors(PushTensors(103, [TensorEntry(keys[0], VALUE)]))
+    await trio.sleep(worker._step_ttl + 1)
+    await channel.push_tensors(PushTensors(104, [TensorEntry(keys[1], VALUE)]))
+    assert 103 not in worker._steps and set(worker._parked) == {104}
+    assert worker._parked_bytes == VALUE.nbytes
+
+
+async def test_refusals_over_http_keep_their_codes_and_the_worker_keeps_serving(ps_over_http):
+    # 409 (ALREADY_EXISTS, ABORTED) and 429 (RESOURCE_EXHAUSTED) on the wire, each naming the
+    # key or step; the worker answers the next request as before.
+    worker, handles, keys = await _registered_parts(ps_over_http)
+    channel = handles["worker"][0]
+    worker.max_parked_steps = 1
+    with trio.fail_after(20):
+        await channel.push_tensors(PushTensors(111, [TensorEntry(keys[0], VALUE)]))
+        with pytest.raises(RemoteCallError, match=f"Duplicated send: {keys[0]}") as info:
+            await channel.push_tensors(PushTensors(111, [TensorEntry(keys[0], VALUE)]))
+        assert info.value.code == "ALREADY_EXISTS"
+        with pytest.raises(RemoteCallError, match="PushTensors of step 112: ") as info:
+            await channel.push_tensors(PushTensors(112, [TensorEntry(keys[0], VALUE)]))
+        assert info.value.code == "RESOURCE_EXHAUSTED"
+        await channel.abort_step(AbortStep(111, "CANCELLED", "gone"))
+        with pytest.raises(RemoteCallError, match="step 111 was already aborted") as info:
+            await channel.push_tensors(PushTensors(111, [TensorEntry(keys[1], VALUE)]))
+        assert info.value.code == "ABORTED"
+        await channel.push_tensors(PushTensors(112, [TensorEntry(keys[0], VALUE)]))
+        assert (await channel.health()).stats.steps_held == 1
+    assert set(worker._parked) == {112}
+
+
+async def test_the_chain_workload_pushes_every_step_and_leaves_nothing_parked(ps_over_http):
+    # bench_vs_tf1's chain: p * 2 on the worker, pushed to the ps, * 2 there, fetched. Every
+    # step's push is accepted (parked when it beats the ps's RunGraph) and, the steps done,
+    # neither task holds a step or a parked byte.
+    spec, services = ps_over_http
+    with af.Graph().as_default() as graph:
+        p = af.placeholder(af.float32, [], name="p")
+        with af.device(W0):
+            once = p * 2.0
+        with af.device(PS):
+            twice = once * 2.0
+    options = af.RunOptions(timeout_in_ms=20000)
+    async with af.Session(graph=graph, cluster=spec) as sess:
+        for i in range(30):
+            assert await sess.run(twice, {p: float(i)}, options=options) == 4.0 * i
+    ps = services["ps"]
+    assert ps.statistics().tensors_pushed == 0 and services["worker"].statistics(
+        ).tensors_pushed == 30
+    for service in services.values():
+        assert not service._steps and not service._parked and service._parked_bytes == 0
+
+
+async def test_between_graph_replicas_push_to_one_ps_at_once(cluster):
+    # Two clients (sessions), each with its own graph: parameters on the shared ps, the
+    # forward and backward pass on its own worker; the ps holds both sessions' graphs, whose
+    # pushed keys are the same tensor names from different workers. Steps of both run at
+    # once; every push is accepted, and the shared parameters take every update.
+    spec, servers = cluster
+
+    def replica(worker):
+        graph = af.Graph()
+        with graph.as_default():
+            with af.device(PS):
+                params = [af.Variable(np.full((2, 2), i + 1.0, np.float32), name=f"p{i}")
+                          for i in range(2)]
+            with af.device(f"/job:worker/task:{worker}"):
+                x = af.placeholder(af.float32, [1, 2], name="x")
+                loss = af.add_n([af.reduce_sum(af.matmul(x, p)) for p in params])
+                train = af.train.GradientDescentOptimizer(0.25).minimize(loss)
+        return graph, params, x, train
+
+    graphs = [replica(0), replica(1)]
+    feed = np.ones((1, 2), np.float32)
+    async with af.Session(graph=graphs[0][0], cluster=spec) as first, \
+            af.Session(graph=graphs[1][0], cluster=spec) as second:
+        await first.run([p.initializer for p in graphs[0][1]], options=TIMEOUT)
+
+        async def steps(sess, graph, params, x, train):
+            for _ in range(10):
+                await sess.run(train, {x: feed}, options=TIMEOUT)
+
+        async with trio.open_nursery() as nursery:
+            for sess, replica_ in zip((first, second), graphs):
+                nursery.start_soon(steps, sess, *replica_)
+        values = await second.run(graphs[1][1], options=TIMEOUT)
+    for i, value in enumerate(values):  # each step: d loss / d p = 1 everywhere
+        np.testing.assert_allclose(value, np.full((2, 2), i + 1.0 - 20 * 0.25))
+    ps = servers["ps:0"].service
+    assert not ps._steps and not ps._parked and ps._parked_bytes == 0
+    assert ps.statistics().steps_failed == 0
+
+
+async def test_a_push_parked_under_a_graph_registered_again_runs_under_the_new_handle(
+        two_tasks):
+    # The master registers a graph again when its lease runs low: the old handle may go while
+    # a push for a step not yet run is parked; the step runs under the new handle on it.
+    worker, handles, keys = await _registered_parts(two_tasks)
+    await handles["worker"][0].push_tensors(PushTensors(121, [TensorEntry(k, VALUE)
+                                                              for k in keys[:2]]))
+    graph, x, total = _scaled_parts()
+    again = await _registered(two_tasks[0], graph, (x,), (total,))
+    channel, w_handle, w_options = again["worker"]
+    assert w_handle != handles["worker"][1] and _keys(worker, w_handle) == keys
+    await channel.deregister_graph(DeregisterGraph(handles["worker"][1]))
+    await channel.push_tensors(PushTensors(121, [TensorEntry(k, VALUE) for k in keys[2:]]))
+    with trio.fail_after(20):
+        reply = await channel.run_graph(RunGraph(w_handle, 121, [], list(w_options.fetches),
+                                                 request_id=1))
+    np.testing.assert_allclose(reply.tensors[0].value, 4 * VALUE)
+    assert not worker._steps and not worker._parked and worker._parked_bytes == 0
+
+
+async def test_a_push_refused_for_the_step_limit_leaves_no_state_and_no_account(two_tasks):
+    worker, handles, keys = await _registered_parts(two_tasks)
+    channel = handles["worker"][0]
+    worker._max_steps = 1
+    await channel.push_tensors(PushTensors(131, [TensorEntry(keys[0], VALUE)]))
+    with pytest.raises(RemoteCallError, match="already holds 1 steps") as info:
+        await channel.push_tensors(PushTensors(132, [TensorEntry(keys[0], VALUE)]))
+    assert info.value.code == "RESOURCE_EXHAUSTED"
+    assert set(worker._steps) == {131} and set(worker._parked) == {131}
+    assert worker._parked_bytes == VALUE.nbytes
