@@ -95,9 +95,29 @@ def thread_form(plan):
         return None
     if sum(1 for node in plan.schedule if node.offload) < MIN_OFFLOADS:
         return None
-    if any(node.is_async for node in plan.schedule) or lanes._resources(plan)[1]:
+    if any(node.is_async or node.op.type in _USER_CODE for node in plan.schedule):
+        return None
+    if not _only_variables(plan):
         return None
     return ThreadForm(compile_schedule(plan, on_thread=True))
+
+
+# Kernels that call the user's Python code: it may expect the event loop's thread (a
+# ``py_func`` with ``stateful=False`` is stateless only to the graph's optimizers).
+_USER_CODE = frozenset({"PyFunc", "PyFuncStateless"})
+# The ops whose refs are variables. A queue's or a reader's handle is a ref too, but its
+# state (waiting trio tasks it reschedules) belongs to the event loop's thread.
+_VARIABLES = frozenset({"VariableV2"})
+
+
+def _only_variables(plan):
+    """No stateful op but variables and what reads or updates them (through refs)."""
+    touching, other = lanes._resources(plan)
+    if other:
+        return False
+    nodes = plan.nodes
+    return all(nodes[key].op.type in _VARIABLES
+               for keys in touching.values() for key in keys)
 
 
 def _pause():
