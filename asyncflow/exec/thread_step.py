@@ -27,7 +27,8 @@ What stays as in the loop's form:
 
 Where it applies (``thread_form``): a CPU plan (its kernels may offload) with at least two
 offloadable kernels, no waiting kernel, no stateful op but variables and their updates
-(random draws, queues and ``py_func`` keep the loop's thread), a plan not split into lanes
+(random draws, queues and readers, whose handles are refs too, and every ``py_func``, the
+user's code, keep the loop's thread), a plan not split into lanes
 (``exec/lanes.py``), untraced steps awaited by trio with the default offload
 (``step.offloaded``). Each step counts the kernels that were (or, on the thread, would have
 been) offloaded; with fewer than ``MIN_OFFLOADS`` the next step runs on the loop's thread

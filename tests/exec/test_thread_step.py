@@ -8,6 +8,7 @@ import threading
 import numpy as np
 import pytest
 import trio
+import trio.testing
 
 import asyncflow as af
 from asyncflow import errors
@@ -230,3 +231,59 @@ async def test_a_training_step_runs_on_a_thread_with_the_loops_bits(spied, monke
     assert spied["thread_steps"] == 0
     for got, want in zip(on_thread, on_loop):
         np.testing.assert_array_equal(got, want)
+
+
+class _Interrupt(BaseException):
+    """Not an Exception: passes the generated code's error location untouched."""
+
+
+async def test_the_limiters_token_comes_back_on_every_path(spied, monkeypatch, cpu_only):
+    """The step's thread holds one of its device limiter's tokens: none is left borrowed
+    after a step cancelled while it waits for the token, nor after a BaseException raised
+    by a kernel on the thread (which reaches the awaiting task as it is)."""
+    big = values(M)
+    monkeypatch.setattr(thread_step, "ENABLED", True)
+    with af.Graph().as_default():
+        feeds, fetch = graph()
+        async with af.Session() as session:
+            feed = dict(zip(feeds, big))
+            limiter = session.prepare(fetch, feed).compiled.plans[0].device.limiter
+            await session.run(fetch, feed)  # (loop form: the next step is heavy)
+            held = [object() for _ in range(int(limiter.total_tokens))]
+            for borrower in held:
+                await limiter.acquire_on_behalf_of(borrower)
+            scope = trio.CancelScope()
+
+            async def waiting_step():
+                with scope:
+                    await session.run(fetch, feed)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(waiting_step)
+                await trio.testing.wait_all_tasks_blocked()  # (in acquire: no token)
+                scope.cancel()
+            assert scope.cancelled_caught and spied["thread_steps"] == 1
+            for borrower in held:
+                limiter.release_on_behalf_of(borrower)
+            assert limiter.borrowed_tokens == 0
+            kernel = registry._KERNELS[("MatMul", registry.ANY)]
+            raising = []
+
+            def interrupted(ctx, *args):
+                if raising and ctx.name == "second":
+                    raise _Interrupt()
+                return kernel.fn(ctx, *args)
+            monkeypatch.setitem(registry._KERNELS, ("MatMul", registry.ANY),
+                                dataclasses.replace(kernel, fn=interrupted))
+            with af.Graph().as_default():  # (a new plan: the patched kernel)
+                feeds2, fetch2 = graph()
+                async with af.Session() as other:
+                    feed2 = dict(zip(feeds2, big))
+                    limiter2 = other.prepare(fetch2, feed2).compiled.plans[0].device.limiter
+                    await other.run(fetch2, feed2)  # loop form
+                    raising.append(True)
+                    with pytest.raises(_Interrupt):
+                        await other.run(fetch2, feed2)  # on the thread
+                    assert spied["thread_steps"] == 2
+                    assert limiter2.borrowed_tokens == 0
+            again = await session.run(fetch, feed)
+    assert again.shape == (M,)
