@@ -287,3 +287,38 @@ async def test_the_limiters_token_comes_back_on_every_path(spied, monkeypatch, c
                     assert limiter2.borrowed_tokens == 0
             again = await session.run(fetch, feed)
     assert again.shape == (M,)
+
+
+async def test_two_sessions_on_one_graph_train_at_once_with_their_own_bits(spied, monkeypatch,
+                                                                          cpu_only):
+    """Two sessions of one graph run their heavy training steps at once, each on a worker
+    thread of its own (their kernels' scratch arrays, per thread, and the intra-op pool
+    shared): each ends with the weights a session alone reaches."""
+    monkeypatch.setattr(thread_step, "ENABLED", True)
+    rng = np.random.default_rng(8)
+    x_value = rng.standard_normal((M, K)).astype(np.float32)
+    with af.Graph().as_default():
+        x = af.placeholder(af.float32, [None, K])
+        w = af.Variable(rng.standard_normal((K, N)).astype(np.float32) * 0.01)
+        v = af.Variable(rng.standard_normal((N, K)).astype(np.float32) * 0.01)
+        loss = af.reduce_mean(af.square(af.matmul(af.nn.relu(af.matmul(x, w)), v)))
+        train = af.train.AdamOptimizer(0.01).minimize(loss)
+
+        async def trained(session, out):
+            await session.run(af.global_variables_initializer())
+            for _ in range(4):
+                await session.run(train, {x: x_value})
+            out.append(await session.run([w, v]))
+        alone = []
+        async with af.Session() as session:
+            await trained(session, alone)
+        thread_steps = spied["thread_steps"]
+        together = []
+        async with af.Session() as first, af.Session() as second:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(trained, first, together)
+                nursery.start_soon(trained, second, together)
+    assert thread_steps == 3 and spied["thread_steps"] == 3 * thread_steps
+    for got in together:
+        for a, b in zip(got, alone[0]):
+            np.testing.assert_array_equal(a, b)
