@@ -25,6 +25,15 @@ What stays as in the loop's form:
 - the device's limiter: the step's thread holds one of its tokens, as one offloaded kernel
   does.
 
+What differs: a variable's update (an optimizer's apply) runs on the thread, while other
+tasks of the session run on the loop. An update that writes the stored array in place
+(``VariableResource.reusable``: nobody else held it when it looked) can then be seen by a
+step or a fetch of the same variable that another task starts meanwhile: a fetched array
+whose values change after the fetch returned (shown by review with the update held on its
+thread), as a second caller's thread of a ``compat.v1`` session (hogwild) could already see;
+TF1's ``use_locking=False``. Steps run one after another never see it; not fixed (a lock
+would block the loop's reads; a copy per update costs the in-place update's gain).
+
 Where it applies (``thread_form``): a CPU plan (its kernels may offload) with at least two
 offloadable kernels, no waiting kernel, no stateful op but variables and their updates
 (random draws, queues and readers, whose handles are refs too, and every ``py_func``, the
