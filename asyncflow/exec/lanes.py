@@ -121,7 +121,7 @@ def _hoisted(node):
     return node.op.type == "Const" and not node.inputs
 
 
-def _resources(plan):
+def touched_resources(plan):
     """``{node index: {variable key}}`` for the nodes touching variables (a key: the index
     of the node making the ref, followed through ref-forwarding ops), and the set of nodes
     that are stateful otherwise."""
@@ -158,7 +158,7 @@ def assign(plan):
         for consumer in n.consumers:
             if consumer in index_set:
                 deps[consumer].add(n.index)
-    keys, other = _resources(plan)
+    keys, other = touched_resources(plan)
     last_of = {}  # resource key ("other": every other stateful op) -> last node so far
     for n in nodes:  # (schedule order: the order one lane keeps)
         for key in keys.get(n.index, ("other",) if n.index in other else ()):

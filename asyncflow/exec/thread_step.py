@@ -122,7 +122,7 @@ _VARIABLES = frozenset({"VariableV2"})
 
 def _only_variables(plan):
     """No stateful op but variables and what reads or updates them (through refs)."""
-    touching, other = lanes._resources(plan)
+    touching, other = lanes.touched_resources(plan)
     if other:
         return False
     nodes = plan.nodes
