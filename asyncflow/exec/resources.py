@@ -31,7 +31,8 @@ class ResourceStatistics:
 
 class VariableResource:
     """The buffer behind a Variable. Values are immutable arrays (replaced, never mutated),
-    so a value read by one op or fetched by a client never changes under it."""
+    so a value read by one op or fetched by a client never changes under it (except while a
+    concurrent step updates it in place off the loop's thread: ``exec/thread_step.py``)."""
 
     __slots__ = ("name", "dtype", "shape", "value")
 

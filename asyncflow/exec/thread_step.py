@@ -25,9 +25,19 @@ What stays as in the loop's form:
 - the device's limiter: the step's thread holds one of its tokens, as one offloaded kernel
   does.
 
+What differs: a variable's update (an optimizer's apply) runs on the thread, while other
+tasks of the session run on the loop. An update that writes the stored array in place
+(``VariableResource.reusable``: nobody else held it when it looked) can then be seen by a
+step or a fetch of the same variable that another task starts meanwhile: a fetched array
+whose values change after the fetch returned (shown by review with the update held on its
+thread), as a second caller's thread of a ``compat.v1`` session (hogwild) could already see;
+TF1's ``use_locking=False``. Steps run one after another never see it; not fixed (a lock
+would block the loop's reads; a copy per update costs the in-place update's gain).
+
 Where it applies (``thread_form``): a CPU plan (its kernels may offload) with at least two
 offloadable kernels, no waiting kernel, no stateful op but variables and their updates
-(random draws, queues and ``py_func`` keep the loop's thread), a plan not split into lanes
+(random draws, queues and readers, whose handles are refs too, and every ``py_func``, the
+user's code, keep the loop's thread), a plan not split into lanes
 (``exec/lanes.py``), untraced steps awaited by trio with the default offload
 (``step.offloaded``). Each step counts the kernels that were (or, on the thread, would have
 been) offloaded; with fewer than ``MIN_OFFLOADS`` the next step runs on the loop's thread
@@ -95,9 +105,29 @@ def thread_form(plan):
         return None
     if sum(1 for node in plan.schedule if node.offload) < MIN_OFFLOADS:
         return None
-    if any(node.is_async for node in plan.schedule) or lanes.touched_resources(plan)[1]:
+    if any(node.is_async or node.op.type in _USER_CODE for node in plan.schedule):
+        return None
+    if not _only_variables(plan):
         return None
     return ThreadForm(compile_schedule(plan, on_thread=True))
+
+
+# Kernels that call the user's Python code: it may expect the event loop's thread (a
+# ``py_func`` with ``stateful=False`` is stateless only to the graph's optimizers).
+_USER_CODE = frozenset({"PyFunc", "PyFuncStateless"})
+# The ops whose refs are variables. A queue's or a reader's handle is a ref too, but its
+# state (waiting trio tasks it reschedules) belongs to the event loop's thread.
+_VARIABLES = frozenset({"VariableV2"})
+
+
+def _only_variables(plan):
+    """No stateful op but variables and what reads or updates them (through refs)."""
+    touching, other = lanes.touched_resources(plan)
+    if other:
+        return False
+    nodes = plan.nodes
+    return all(nodes[key].op.type in _VARIABLES
+               for keys in touching.values() for key in keys)
 
 
 def _pause():

@@ -102,19 +102,36 @@ def sigmoid_into(xp, x, result):
     below on [256, 784] float32 (0.16 against 0.28 ms), within 2 ulps as well (its relative
     precision holds for tiny results too: ``1 + exp(30)`` is ``exp(30)`` to the last bit).
     Where some value does (``x`` below -88.7 in float32), the result there is subnormal or 0,
-    which the naive form would flush to 0, so the whole array takes the masked form, as it
-    does with a NaN (the check: one ``min`` pass, 0.015 ms there)."""
+    which the naive form would flush to 0, so those values (and NaNs) take the masked form
+    (the check: one ``min`` pass, 0.015 ms there). Each value's form depends on that value
+    alone, so a fused epilogue applied block by block (``fused_epilogue``) gives the bits of
+    this kernel on the whole array."""
     if type(x) is np.ndarray and x.dtype.kind == "f" and x.size:
         bound = _EXP_OVERFLOW.get(x.dtype)
         if bound is None:
             bound = _EXP_OVERFLOW[x.dtype] = -float(np.log(np.finfo(x.dtype).max))
         if x.min() >= bound:  # False with a NaN: then the masked form (NaN stays NaN)
-            xp.negative(x, out=result)
-            xp.exp(result, out=result)
-            result += x.dtype.type(1)
-            # ``1 / r`` as a division: the same bits as numpy's reciprocal, whose loop is
-            # not vectorized (200k float32: 23 us against 43).
-            return xp.divide(x.dtype.type(1), result, out=result)
+            return _sigmoid_fast(xp, x, result)
+        low = ~(x >= bound)  # exp(-x) overflows there, or x is NaN
+        masked = _sigmoid_masked(xp, x[low])
+        with np.errstate(over="ignore"):
+            _sigmoid_fast(xp, x, result)
+        result[low] = masked
+        return result
+    return _sigmoid_masked(xp, x, result)
+
+
+def _sigmoid_fast(xp, x, result):
+    xp.negative(x, out=result)
+    xp.exp(result, out=result)
+    result += x.dtype.type(1)
+    # ``1 / r`` as a division: the same bits as numpy's reciprocal, whose loop is not
+    # vectorized (200k float32: 23 us against 43).
+    return xp.divide(x.dtype.type(1), result, out=result)
+
+
+def _sigmoid_masked(xp, x, result=None):
+    """``sigmoid(x)`` that never overflows (``sigmoid_into``): into ``result``, else new."""
     one = x.dtype.type(1)
     e = xp.abs(x)
     xp.negative(e, out=e)
@@ -122,7 +139,7 @@ def sigmoid_into(xp, x, result):
     factor = xp.subtract(one, e)            # e + (1 - e) * [x >= 0]: 1 or e
     factor *= x >= 0
     factor += e
-    xp.add(e, one, out=result)
+    result = xp.add(e, one, out=result)
     xp.divide(one, result, out=result)      # 1 / (1 + e)
     result *= factor
     return result

@@ -20,8 +20,11 @@ Theory of operation (NHWC, stride 1, no dilation; the kernels in ``nn_conv.py`` 
   Multiply-adds for the convnet's second layer ([128, 14, 14, 32], 5x5 -> 64): 1,280 M real
   against 151 M (144 frequencies x 128 x 32 x 64 complex, 4 real each), plus the transforms.
 - Each kernel splits its batch over the intra-op threads like the direct ones; the filter
-  gradient adds the chunks' per-frequency sums in chunk order before its one inverse
-  transform. Results are not the direct kernel's bits: float32 rounding of a transform of
+  gradient then makes one GEMM over the whole batch per frequency, split by output channels,
+  so its bits do not depend on the thread count. The forward's and the input gradient's
+  can, as a split MatMul's do: each chunk's per-frequency GEMM gets the chunk's images as
+  rows, and BLAS rounds a one-row product (gemv) or a small one otherwise than a large one
+  (measured: a 5-image batch on three threads, a 33-image one on three). Results are not the direct kernel's bits: float32 rounding of a transform of
   P*P points, measured ~1e-6 of the output's scale (tests/ops/test_conv_fft.py), as cuDNN's
   FFT algorithms differ from its GEMM ones.
 

@@ -61,3 +61,31 @@ async def test_a_training_step_gives_the_same_bits_with_the_spectra_shared(
     np.testing.assert_array_equal(shared[0], plain[0])
     for a, b in zip(shared[1], plain[1]):
         np.testing.assert_array_equal(a, b)
+
+
+async def test_a_forward_only_step_keeps_no_spectra(monkeypatch, cpu_only):
+    """Fetching the loss (inference, evaluation) prunes the backprop: the forward stays a
+    plain ``_FusedConv2D`` and makes no spectra; the training step in the same session
+    then pairs, and a step fetching the second conv's output with the update gets the
+    forward's values."""
+    monkeypatch.setattr(nn_conv_fft, "FORCE", "fft")
+    images = np.random.default_rng(5).standard_normal((4, 9, 8, 2)).astype(np.float32)
+
+    async def traced(session, fetches, feeds):
+        metadata = af.RunMetadata()
+        value = await session.run(fetches, feeds, options=af.RunOptions(
+            trace_level=af.RunOptions.FULL_TRACE), run_metadata=metadata)
+        return value, {s.op_type for s in metadata.step_stats}
+    with af.Graph().as_default():
+        x = af.placeholder(af.float32, [None, 9, 8, 2])
+        loss, train, _ = convnet(x)
+        top = af.get_default_graph().get_tensor_by_name("Relu_1:0")
+        async with af.Session() as session:
+            await session.run(af.global_variables_initializer())
+            before, types = await traced(session, [loss, top], {x: images})
+            assert "_FusedConv2D" in types
+            assert not {"_FusedConv2DWithSpectra", "_FusedConv2DBackpropWithSpectra"} & types
+            (during, _), types = await traced(session, [[loss, top], train], {x: images})
+            assert {"_FusedConv2DWithSpectra", "_FusedConv2DBackpropWithSpectra"} <= types
+    np.testing.assert_array_equal(during[0], before[0])
+    np.testing.assert_array_equal(during[1], before[1])

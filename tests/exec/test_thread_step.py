@@ -8,6 +8,7 @@ import threading
 import numpy as np
 import pytest
 import trio
+import trio.testing
 
 import asyncflow as af
 from asyncflow import errors
@@ -142,3 +143,182 @@ async def test_cancelling_stops_the_thread_at_the_next_kernel_boundary(spied, mo
             assert spied["thread_steps"] == 1
             again = await session.run(fetch, dict(zip(feeds, big)))
     np.testing.assert_array_equal(again, first)
+
+
+def _with_two_matmuls(extra):
+    """The two-MatMul graph's fetch and the fetches ``extra()`` adds beside it."""
+    feeds, fetch = graph()
+    return feeds, [fetch] + list(extra(feeds))
+
+
+async def _threads_of(kernel_type, extra, monkeypatch, steps_run=3):
+    """The threads ``kernel_type``'s kernel ran on over ``steps_run`` heavy steps of the
+    two-MatMul graph with ``extra()``'s fetches."""
+    kernel = registry._KERNELS[(kernel_type, "CPU")]
+    seen = []
+
+    def spy(ctx, *args, _fn=kernel.fn):
+        seen.append(threading.get_ident())
+        return _fn(ctx, *args)
+    monkeypatch.setitem(registry._KERNELS, (kernel_type, "CPU"),
+                        dataclasses.replace(kernel, fn=spy))
+    monkeypatch.setattr(thread_step, "ENABLED", True)
+    with af.Graph().as_default():
+        feeds, fetches = _with_two_matmuls(extra)
+        async with af.Session() as session:
+            for _ in range(steps_run):
+                await session.run(fetches, dict(zip(feeds, values(M))))
+    return seen
+
+
+async def test_a_stateless_py_func_keeps_the_loops_thread(spied, monkeypatch, cpu_only):
+    """A ``py_func(stateful=False)`` is the user's code, as ``py_func``'s default is: it
+    runs on the event loop's thread, never on the step's worker thread (review: only the
+    stateful form was kept off the thread)."""
+    ran_on = []
+
+    def record(x):
+        ran_on.append(threading.get_ident())
+        return x
+    seen = await _threads_of(
+        "PyFuncStateless", lambda feeds: [af.py_func(
+            record, [af.reduce_sum(feeds[0])], af.float32, stateful=False)], monkeypatch)
+    assert len(ran_on) == 3 and set(ran_on) == {threading.get_ident()} == set(seen)
+    assert spied["thread_steps"] == 0 and len(spied["matmuls"]) == 6
+
+
+@pytest.mark.parametrize("kernel_type", ["QueueSize", "QueueClose"])
+async def test_queue_ops_keep_the_loops_thread(kernel_type, spied, monkeypatch, cpu_only):
+    """Queue ops read a ref (the queue's handle) but are not variables: a queue's state
+    (its waiters: trio tasks it reschedules) belongs to the event loop's thread (review: the
+    thread form counted any op on a ref as a variable's)."""
+    def extra(_):
+        queue = af.FIFOQueue(4, [af.float32])
+        op = queue.size() if kernel_type == "QueueSize" else queue.close()
+        return [op]
+    ran_on = await _threads_of(kernel_type, extra, monkeypatch)
+    assert len(ran_on) == 3 and set(ran_on) == {threading.get_ident()}
+    assert spied["thread_steps"] == 0
+
+
+async def _train(enabled, monkeypatch, steps_run=3):
+    """A dense layer's training steps (variables and their updates: the thread form
+    applies); the weights after each step."""
+    monkeypatch.setattr(thread_step, "ENABLED", enabled)
+    rng = np.random.default_rng(3)
+    x_value = rng.standard_normal((M, K)).astype(np.float32)
+    with af.Graph().as_default():
+        x = af.placeholder(af.float32, [None, K])
+        w = af.Variable(rng.standard_normal((K, N)).astype(np.float32) * 0.01)
+        v = af.Variable(rng.standard_normal((N, K)).astype(np.float32) * 0.01)
+        loss = af.reduce_mean(af.square(af.matmul(af.nn.relu(af.matmul(x, w)), v)))
+        train = af.train.MomentumOptimizer(0.01, 0.9).minimize(loss)
+        async with af.Session() as session:
+            await session.run(af.global_variables_initializer())
+            weights = []
+            for _ in range(steps_run):
+                await session.run(train, {x: x_value})
+                weights.append(await session.run(w))
+    return weights
+
+
+async def test_a_training_step_runs_on_a_thread_with_the_loops_bits(spied, monkeypatch,
+                                                                    cpu_only):
+    on_thread = await _train(True, monkeypatch)
+    assert spied["thread_steps"] >= 1  # variables and their updates may leave the loop
+    spied["thread_steps"] = 0
+    on_loop = await _train(False, monkeypatch)
+    assert spied["thread_steps"] == 0
+    for got, want in zip(on_thread, on_loop):
+        np.testing.assert_array_equal(got, want)
+
+
+class _Interrupt(BaseException):
+    """Not an Exception: passes the generated code's error location untouched."""
+
+
+async def test_the_limiters_token_comes_back_on_every_path(spied, monkeypatch, cpu_only):
+    """The step's thread holds one of its device limiter's tokens: none is left borrowed
+    after a step cancelled while it waits for the token, nor after a BaseException raised
+    by a kernel on the thread (which reaches the awaiting task as it is)."""
+    big = values(M)
+    monkeypatch.setattr(thread_step, "ENABLED", True)
+    with af.Graph().as_default():
+        feeds, fetch = graph()
+        async with af.Session() as session:
+            feed = dict(zip(feeds, big))
+            limiter = session.prepare(fetch, feed).compiled.plans[0].device.limiter
+            await session.run(fetch, feed)  # (loop form: the next step is heavy)
+            held = [object() for _ in range(int(limiter.total_tokens))]
+            for borrower in held:
+                await limiter.acquire_on_behalf_of(borrower)
+            scope = trio.CancelScope()
+
+            async def waiting_step():
+                with scope:
+                    await session.run(fetch, feed)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(waiting_step)
+                await trio.testing.wait_all_tasks_blocked()  # (in acquire: no token)
+                scope.cancel()
+            assert scope.cancelled_caught and spied["thread_steps"] == 1
+            for borrower in held:
+                limiter.release_on_behalf_of(borrower)
+            assert limiter.borrowed_tokens == 0
+            kernel = registry._KERNELS[("MatMul", registry.ANY)]
+            raising = []
+
+            def interrupted(ctx, *args):
+                if raising and ctx.name == "second":
+                    raise _Interrupt()
+                return kernel.fn(ctx, *args)
+            monkeypatch.setitem(registry._KERNELS, ("MatMul", registry.ANY),
+                                dataclasses.replace(kernel, fn=interrupted))
+            with af.Graph().as_default():  # (a new plan: the patched kernel)
+                feeds2, fetch2 = graph()
+                async with af.Session() as other:
+                    feed2 = dict(zip(feeds2, big))
+                    limiter2 = other.prepare(fetch2, feed2).compiled.plans[0].device.limiter
+                    await other.run(fetch2, feed2)  # loop form
+                    raising.append(True)
+                    with pytest.raises(_Interrupt):
+                        await other.run(fetch2, feed2)  # on the thread
+                    assert spied["thread_steps"] == 2
+                    assert limiter2.borrowed_tokens == 0
+            again = await session.run(fetch, feed)
+    assert again.shape == (M,)
+
+
+async def test_two_sessions_on_one_graph_train_at_once_with_their_own_bits(spied, monkeypatch,
+                                                                          cpu_only):
+    """Two sessions of one graph run their heavy training steps at once, each on a worker
+    thread of its own (their kernels' scratch arrays, per thread, and the intra-op pool
+    shared): each ends with the weights a session alone reaches."""
+    monkeypatch.setattr(thread_step, "ENABLED", True)
+    rng = np.random.default_rng(8)
+    x_value = rng.standard_normal((M, K)).astype(np.float32)
+    with af.Graph().as_default():
+        x = af.placeholder(af.float32, [None, K])
+        w = af.Variable(rng.standard_normal((K, N)).astype(np.float32) * 0.01)
+        v = af.Variable(rng.standard_normal((N, K)).astype(np.float32) * 0.01)
+        loss = af.reduce_mean(af.square(af.matmul(af.nn.relu(af.matmul(x, w)), v)))
+        train = af.train.AdamOptimizer(0.01).minimize(loss)
+
+        async def trained(session, out):
+            await session.run(af.global_variables_initializer())
+            for _ in range(4):
+                await session.run(train, {x: x_value})
+            out.append(await session.run([w, v]))
+        alone = []
+        async with af.Session() as session:
+            await trained(session, alone)
+        thread_steps = spied["thread_steps"]
+        together = []
+        async with af.Session() as first, af.Session() as second:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(trained, first, together)
+                nursery.start_soon(trained, second, together)
+    assert thread_steps == 3 and spied["thread_steps"] == 3 * thread_steps
+    for got in together:
+        for a, b in zip(got, alone[0]):
+            np.testing.assert_array_equal(a, b)

@@ -169,9 +169,11 @@ def test_split_over_threads_gives_the_same_bits_with_fixed_chunks(monkeypatch):
 
 def test_split_by_thread_count_gives_the_same_bits_on_the_convnets_shape(monkeypatch):
     """Default chunks on the convnet's shape: two or three threads cut the batch differently
-    from one, yet every output is the same bits: each image's transforms and GEMM rows are its
-    own, and the filter gradient is one GEMM over the whole batch per frequency, split by
-    output channels (the batch's chunks once summed partial products: close, not the same)."""
+    from one, yet every output is the same bits here: each image's transforms are its own,
+    the chunks' GEMMs are all large ones, and the filter gradient is one GEMM over the whole
+    batch per frequency, split by output channels (the batch's chunks once summed partial
+    products: close, not the same). On other shapes only the filter gradient's bits are
+    independent of the thread count (the next test)."""
     attrs, x, f, grad = inputs(128, 14, 14, 32, 64, 5, 5, "SAME", seed=6)
     monkeypatch.setattr(nn_conv_fft, "FORCE", "fft")
     fused = {}
@@ -187,6 +189,30 @@ def test_split_by_thread_count_gives_the_same_bits_on_the_convnets_shape(monkeyp
             assert np.array_equal(a, b)
     for a, b in zip(fused[1], one[1:]):
         assert_scaled_close(a, b, 1e-6, "fused against the two kernels")
+
+
+@pytest.mark.parametrize("case", [(3, 7, 9, 2, 3, 3, 4, "SAME"), (5, 14, 14, 32, 64, 5, 5, "SAME"),
+                                  (7, 9, 9, 3, 7, 3, 3, "VALID"), (33, 9, 9, 8, 65, 5, 5, "SAME")])
+def test_the_filter_gradient_has_the_same_bits_on_any_thread_count(case, monkeypatch):
+    """Odd batches, channels and kernels, fused (both gradients on one output gradient) and
+    alone: the filter gradient's bits do not depend on how the threads cut the batch (review:
+    only the convnet's shape was checked). The forward's and the input gradient's may (a
+    one-image chunk's product is a gemv): close, as a split MatMul's."""
+    attrs, x, f, grad = inputs(*case, seed=2)
+    monkeypatch.setattr(kernel_intra_op, "MIN_SPLIT_WORK", 0)  # (small cases split too)
+    monkeypatch.setattr(nn_conv_fft, "FORCE", "fft")
+    got = {}
+    for threads in (1, 2, 3):
+        ctx = KernelContext(attrs, threads)
+        fused = nn_conv._fused_conv2d_backprop(ctx, np.array(x.shape), f, grad, x,
+                                               np.array(f.shape))
+        got[threads] = fused + results(attrs, x, f, grad, threads)
+    for threads in (2, 3):
+        assert np.array_equal(got[threads][1], got[1][1])  # fused
+        assert np.array_equal(got[threads][4], got[1][4])  # Conv2DBackpropFilter
+        for index in (0, 2, 3):
+            assert_scaled_close(got[threads][index], got[1][index], 1e-6, f"{threads} threads")
+    assert_scaled_close(got[1][1], got[1][4], 1e-6, "fused against alone")
 
 
 async def test_a_session_step_by_fft_matches_the_direct_step(monkeypatch):

@@ -76,3 +76,39 @@ async def test_a_wide_product_splits_by_columns_fused_or_not_with_the_same_bits(
     want = a @ b + bias
     want = np.maximum(want, 0) if activation == "relu" else 1 / (1 + np.exp(-want))
     np.testing.assert_allclose(values[True], want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("wide", [True, False])
+async def test_a_fused_sigmoid_with_overflowing_values_in_one_block_has_the_unfused_bits(
+        wide, threads, monkeypatch):
+    """A product split by columns (``wide``) or by rows whose fused sigmoid meets values below
+    exp's overflow bound (-88.7 in float32) in one block only: the sigmoid takes its masked
+    form for those values, and every other value has the unfused kernel's bits (review: the
+    form was chosen per block, so the other blocks took the fast form where the unfused
+    kernel, seeing the whole output, took the masked one: up to 2 ulps apart)."""
+    from asyncflow.kernels import math as math_kernels
+    monkeypatch.setattr(kernel_intra_op, "MIN_SPLIT_WORK", 0)
+    m, k = (6, 20) if wide else (96, 20)
+    n = 6 * math_kernels.COLUMNS_FROM + 7 if wide else 40
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    bias = (rng.standard_normal(n) * 3).astype(np.float32)
+    if wide:
+        bias[0] = -200.0  # the first column (the first block) overflows exp
+    else:
+        a[0] *= 1000  # the first row (the first block) spans far beyond +-88.7
+    values = {}
+    for optimize_graph in (True, False):
+        with af.Graph().as_default():
+            feeds = [af.placeholder(af.float32, [None, k]), af.placeholder(af.float32, [k, n]),
+                     af.placeholder(af.float32, [n])]
+            pre = af.matmul(feeds[0], feeds[1]) + feeds[2]
+            product = af.nn.sigmoid(pre)
+            config = af.ConfigProto(intra_op_parallelism_threads=threads,
+                                    optimize_graph=optimize_graph)
+            async with af.Session(config=config) as session:
+                values[optimize_graph] = await session.run(
+                    product, dict(zip(feeds, (a, b, bias))))
+    np.testing.assert_array_equal(values[True], values[False])
