@@ -23,7 +23,7 @@ Pure data: no trio, no kernels.
 """
 from __future__ import annotations
 
-from asyncflow.compile.node_graph import Node, topological
+from asyncflow.compile.node_graph import Node, swap_nodes, topological
 from asyncflow.graph.registry import get_op_def
 from asyncflow.graph.shape import TensorShape
 
@@ -67,14 +67,6 @@ def share_conv_spectra(graph):
         replaced[forward], replaced[node] = keeping, using
     if not replaced:
         return graph
-    nodes = []
-    for node in graph.nodes:
-        node = replaced.get(node, node)
-        node.inputs = [(replaced.get(p, p), i) for p, i in node.inputs]
-        node.control_inputs = [replaced.get(c, c) for c in node.control_inputs]
-        nodes.append(node)
-    graph.fetches = [(replaced.get(p, p), i) for p, i in graph.fetches]
-    graph.targets = [replaced.get(t, t) for t in graph.targets]
-    graph.nodes = topological(nodes)
+    graph.nodes = topological(swap_nodes(graph, replaced))
     graph.changed = True
     return graph

@@ -267,3 +267,18 @@ def rewire(graph, added, dropped, ports, replaced):
     graph.targets = [replaced.get(t, t) for t in graph.targets]
     graph.changed = True
     return graph
+
+
+def swap_nodes(graph, replaced):
+    """The nodes of ``graph`` with each key of ``replaced`` swapped for its value (a node
+    giving the same outputs in the same positions), every input, control input, fetch and
+    target following the swap; the caller sorts them into ``graph.nodes``."""
+    nodes = []
+    for node in graph.nodes:
+        node = replaced.get(node, node)
+        node.inputs = [(replaced.get(p, p), i) for p, i in node.inputs]
+        node.control_inputs = [replaced.get(c, c) for c in node.control_inputs]
+        nodes.append(node)
+    graph.fetches = [(replaced.get(p, p), i) for p, i in graph.fetches]
+    graph.targets = [replaced.get(t, t) for t in graph.targets]
+    return nodes

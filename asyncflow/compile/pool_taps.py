@@ -26,7 +26,7 @@ Pure data: no trio, no kernels.
 """
 from __future__ import annotations
 
-from asyncflow.compile.node_graph import Node, topological
+from asyncflow.compile.node_graph import Node, swap_nodes, topological
 from asyncflow.graph.registry import get_op_def
 from asyncflow import dtypes
 
@@ -75,15 +75,7 @@ def route_max_pool_grads(graph):
                       grad.seq, origin=grad.origin, requested_device=grad.requested_device)
         routed.colocation_groups = grad.colocation_groups
         replaced[grad] = routed
-    nodes = []
-    for node in graph.nodes:
-        node = replaced.get(node, node)
-        node.inputs = [(replaced.get(p, p), i) for p, i in node.inputs]
-        node.control_inputs = [replaced.get(c, c) for c in node.control_inputs]
-        nodes.append(node)
-    graph.fetches = [(replaced.get(p, p), i) for p, i in graph.fetches]
-    graph.targets = [replaced.get(t, t) for t in graph.targets]
-    graph.nodes = topological(_fold_relu_grads(nodes, graph, replaced))
+    graph.nodes = topological(_fold_relu_grads(swap_nodes(graph, replaced), graph, replaced))
     graph.changed = True
     return graph
 
