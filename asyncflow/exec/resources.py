@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import threading
 
 import numpy as np
 
@@ -31,18 +32,33 @@ class ResourceStatistics:
 
 class VariableResource:
     """The buffer behind a Variable. Values are immutable arrays (replaced, never mutated),
-    so a value read by one op or fetched by a client never changes under it (except while a
-    concurrent step updates it in place off the loop's thread: ``exec/thread_step.py``)."""
+    so a value read by one op or fetched by a client never changes under it.
 
-    __slots__ = ("name", "dtype", "shape", "value")
+    A dense update may write the stored array in place when nothing else holds it
+    (``reusable``); until its ``assign`` it is the array's ``writer`` (a thread), and a
+    read from any other thread meanwhile (a step or fetch another task started while a step
+    runs on a worker thread, ``exec/thread_step.py``, or a ``compat.v1`` caller's thread) gets
+    a copy: possibly part old and part new values, as TF1's ``use_locking=False`` allows, but
+    an array that never changes after the read returned."""
+
+    __slots__ = ("name", "dtype", "shape", "value", "writer")
 
     def __init__(self, name, dtype, shape):
         self.name = name
         self.dtype = dtype
         self.shape = shape
         self.value = None
+        self.writer = None  # the thread updating ``value`` in place, between reusable and assign
 
     def read(self):
+        value = self._current()
+        # The reference is taken before the writer is looked at: a ``reusable`` after this
+        # point counts it and hands out no array; one before it has set the writer.
+        if self.writer is not None and self.writer != threading.get_ident():
+            return value.copy()
+        return value
+
+    def _current(self):
         value = self.value
         if value is None:
             raise errors.FailedPreconditionError(
@@ -70,6 +86,7 @@ class VariableResource:
         elif flags is not None and not fresh:
             value = value.copy()  # CuPy: no read-only flag, so keep a copy no caller holds
         self.value = value
+        self.writer = None
         return value
 
     def writable(self):
@@ -89,15 +106,18 @@ class VariableResource:
         A dense update then writes its new value into it in place and ``assign(fresh=True)``s
         it, instead of a new array of the variable's size. Call it before taking any other
         reference to the value."""
-        value = self.read()
+        value = self._current()
         if isinstance(value, np.generic):  # a numpy scalar: immutable
             return None
+        # The writer is set before the count (``read``'s comment says why).
+        prior, self.writer = self.writer, threading.get_ident()
         # References: self.value, the local name, getrefcount's argument.
         if sys.getrefcount(value) <= 3 and getattr(value, "base", None) is None:
             flags = getattr(value, "flags", None)
             if flags is not None and getattr(flags, "writeable", None) is not None:
                 flags.writeable = True  # numpy: an array that owns its data may be reopened
             return value
+        self.writer = prior
         return None
 
     @property

@@ -27,12 +27,10 @@ What stays as in the loop's form:
 
 What differs: a variable's update (an optimizer's apply) runs on the thread, while other
 tasks of the session run on the loop. An update that writes the stored array in place
-(``VariableResource.reusable``: nobody else held it when it looked) can then be seen by a
-step or a fetch of the same variable that another task starts meanwhile: a fetched array
-whose values change after the fetch returned (shown by review with the update held on its
-thread), as a second caller's thread of a ``compat.v1`` session (hogwild) could already see;
-TF1's ``use_locking=False``. Steps run one after another never see it; not fixed (a lock
-would block the loop's reads; a copy per update costs the in-place update's gain).
+(``VariableResource.reusable``: nobody else held it when it looked) marks itself the
+variable's writer until its assign, and a step or fetch another task runs meanwhile reads a
+copy: values possibly part old and part new (TF1's ``use_locking=False``), never an array that
+changes after the read returned (``tests/exec/test_variable_writer.py``).
 
 Where it applies (``thread_form``): a CPU plan (its kernels may offload) with at least two
 offloadable kernels, no waiting kernel, no stateful op but variables and their updates
