@@ -51,21 +51,20 @@ class VariableResource:
         self.writer = None  # the thread updating ``value`` in place, between reusable and assign
 
     def read(self):
-        value = self._current()
+        value = self.value
+        if value is None:
+            raise self._uninitialized()
         # The reference is taken before the writer is looked at: a ``reusable`` after this
         # point counts it and hands out no array; one before it has set the writer.
         if self.writer is not None and self.writer != threading.get_ident():
             return value.copy()
         return value
 
-    def _current(self):
-        value = self.value
-        if value is None:
-            raise errors.FailedPreconditionError(
-                None, self.name, f"Attempting to use uninitialized value {self.name}: run "
-                "af.global_variables_initializer() (or this variable's initializer) first, or "
-                "restore a checkpoint with af.train.Saver.restore")
-        return value
+    def _uninitialized(self):
+        return errors.FailedPreconditionError(
+            None, self.name, f"Attempting to use uninitialized value {self.name}: run "
+            "af.global_variables_initializer() (or this variable's initializer) first, or "
+            "restore a checkpoint with af.train.Saver.restore")
 
     def assign(self, value, validate_shape=True, fresh=False):
         """Store ``value``: copied if a caller could still mutate it, unless ``fresh`` (a new
@@ -106,7 +105,9 @@ class VariableResource:
         A dense update then writes its new value into it in place and ``assign(fresh=True)``s
         it, instead of a new array of the variable's size. Call it before taking any other
         reference to the value."""
-        value = self._current()
+        value = self.value
+        if value is None:
+            raise self._uninitialized()
         if isinstance(value, np.generic):  # a numpy scalar: immutable
             return None
         # The writer is set before the count (``read``'s comment says why).
