@@ -182,8 +182,8 @@ class PushAcceptance:
         if task == self.task or (known and task not in known):
             return RemoteCallError("INVALID_ARGUMENT", f"{where} names source task {task}, "
                                    f"which is not a peer task of {self.task}'s cluster")
-        if self._steps.get(step_id) is not None and \
-                self._steps[step_id].rendezvous.binding is not None:
+        state = self._steps.get(step_id)
+        if state is not None and state.rendezvous.binding is not None:
             return RemoteCallError("INVALID_ARGUMENT", f"{where} names no pushed Recv of the "
                                    f"step's graph on {self.task}")
         return RemoteCallError("ABORTED", f"{where} names no pushed Recv of a graph registered "

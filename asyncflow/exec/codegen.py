@@ -201,7 +201,9 @@ def compile_schedule(plan, traced=False, on_thread=False):
             call = f"(await _wait(N{i}, [{', '.join(args)}]{', _t' if traced else ''}))"
         elif node.offload:
             given = "_b" if node is partner else "_a"  # (a pair's second: read with the first)
-            offload = f"_offload(N{i}, {given})" if on_thread else f"(await _offload(N{i}, {given}))"
+            offload = f"_offload(N{i}, {given})"
+            if not on_thread:
+                offload = f"(await {offload})"
             call = (f"({offload} if _cost(N{i}, {given}) >= "
                     f"{node.offload_cost} else {gen.call(node, ['*' + given])})")
         else:

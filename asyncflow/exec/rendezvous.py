@@ -134,11 +134,6 @@ class LocalRendezvous:
             self._recvs += 1
         return item
 
-    def holds(self, key):
-        """Whether a value sent under ``key`` waits for its receive (a ``send`` would be a
-        "Duplicated send")."""
-        return key in self._items
-
     async def recv(self, key):
         """Wait for the value sent under ``key``; returns ``(value, is_dead)``.
 

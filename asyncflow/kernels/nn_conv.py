@@ -211,22 +211,24 @@ def _conv2d(ctx, x, filters):
 @register_kernel("_FusedConv2D", offload=True, offload_scale=intra_op.MACS_PER_WORK)
 def _fused_conv2d(ctx, x, filters, bias):
     """Conv2D, BiasAdd [, Relu] in one pass over each chunk (compile/optimize.py fuses them)."""
+    return (_fused_convolve(ctx, x, filters, bias),)
+
+
+def _fused_convolve(ctx, x, filters, bias, kept=None):
+    """``_convolve`` with the fused ops' epilogue (``kept``: as there)."""
     if bias.shape != (filters.shape[3],):
         raise errors.InvalidArgumentError(
             None, ctx.name, f"bias has shape {list(bias.shape)}, expected [{filters.shape[3]}]")
-    return (_convolve(ctx, x, filters, fused_epilogue(ctx.xp, ctx.attrs["fused_ops"], bias)),)
+    return _convolve(ctx, x, filters, fused_epilogue(ctx.xp, ctx.attrs["fused_ops"], bias),
+                     kept)
 
 
 @register_kernel("_FusedConv2DWithSpectra", offload=True, offload_scale=intra_op.MACS_PER_WORK)
 def _fused_conv2d_with_spectra(ctx, x, filters, bias):
     """``_FusedConv2D``, and the input's spectra where the FFT algorithm ran (empty where the
     direct kernel did): compile/conv_spectra.py hands them to the conv's backprop."""
-    if bias.shape != (filters.shape[3],):
-        raise errors.InvalidArgumentError(
-            None, ctx.name, f"bias has shape {list(bias.shape)}, expected [{filters.shape[3]}]")
     kept = []
-    out = _convolve(ctx, x, filters, fused_epilogue(ctx.xp, ctx.attrs["fused_ops"], bias),
-                    kept)
+    out = _fused_convolve(ctx, x, filters, bias, kept)
     if not kept:
         return out, ctx.xp.empty((0,), dtype=x.dtype)
     return out, kept[0].view(kept[0].real.dtype)

@@ -214,8 +214,9 @@ def _backprop_filter_cost(shapes, op):
 def _infer_fused_backprop(op):
     """``_FusedConv2DBackprop(input_sizes, filter, grad, x, filter_sizes)``: the two outputs
     of Conv2DBackpropInput and Conv2DBackpropFilter on one ``grad``; made only by the fusion
-    pass (compile/optimize.py), never by users."""
-    input_sizes, filters, grad, x, filter_sizes = op.inputs
+    pass (compile/optimize.py), never by users. ``_FusedConv2DBackpropWithSpectra`` takes the
+    forward's spectra as a sixth input and gives the same outputs."""
+    input_sizes, filters, grad, x, filter_sizes = op.inputs[:5]
     return [(grad.dtype, _sizes_shape(input_sizes).with_rank(4)),
             (x.dtype, _sizes_shape(filter_sizes).with_rank(4))]
 
@@ -237,16 +238,10 @@ def _infer_conv_with_spectra(op):
     return _infer_fused_conv2d(op) + [(op.inputs[0].dtype, TensorShape(None))]
 
 
-def _infer_backprop_with_spectra(op):
-    input_sizes, filters, grad, x, filter_sizes, _spectra = op.inputs
-    return [(grad.dtype, _sizes_shape(input_sizes).with_rank(4)),
-            (x.dtype, _sizes_shape(filter_sizes).with_rank(4))]
-
-
 register_op("_FusedConv2D", infer=_infer_fused_conv2d, cost=_conv_cost)
 register_op("_FusedConv2DWithSpectra", infer=_infer_conv_with_spectra, cost=_conv_cost,
             differentiable=False)
-register_op("_FusedConv2DBackpropWithSpectra", infer=_infer_backprop_with_spectra,
+register_op("_FusedConv2DBackpropWithSpectra", infer=_infer_fused_backprop,
             cost=_fused_backprop_cost, differentiable=False)
 register_op("_FusedConv2DBackprop", infer=_infer_fused_backprop, cost=_fused_backprop_cost,
             differentiable=False)
