@@ -283,13 +283,20 @@ def run_worker(args):
     rate_limit_logs("asyncflow.worker")
     keep_freed_memory()  # received tensors reuse freed pages (transports/allocation.py)
 
+    stopped_by = []  # the signal that stopped the server
+
     async def serve():
-        with trio.open_signal_receiver(signal.SIGTERM) as signals:
+        # SIGINT too: received here, Ctrl-C stops the server as SIGTERM does, through
+        # cancellation, instead of a KeyboardInterrupt raised wherever the loop's thread is
+        # (between a connection's handler coroutine being made and its task being scheduled,
+        # it left the coroutine never awaited and a RuntimeWarning on stderr).
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with server:
                 print(f"asyncflow worker /job:{job}/task:{task} listening on {server.address}",
                       flush=True)
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(_stop_on_signal, signals, nursery.cancel_scope)
+                    nursery.start_soon(_stop_on_signal, signals, nursery.cancel_scope,
+                                       stopped_by)
                     await server.join()
                     print(f"asyncflow worker /job:{job}/task:{task} stopped: Shutdown "
                           "received", flush=True)
@@ -299,12 +306,16 @@ def run_worker(args):
         aio.run_trio(serve)
     except BaseException as exc:  # noqa: BLE001 -- sorted out below, re-raised if unknown
         return _exit_status(exc, f"{server.host}:{server.port}")
+    if stopped_by == [signal.SIGINT]:
+        return _exit_status(KeyboardInterrupt(), f"{server.host}:{server.port}")
     return 0
 
 
-async def _stop_on_signal(signals, cancel_scope):
-    """Cancel ``cancel_scope`` at the first signal ``signals`` receives (SIGTERM: a clean exit)."""
-    async for _ in signals:
+async def _stop_on_signal(signals, cancel_scope, stopped_by):
+    """Cancel ``cancel_scope`` at the first signal ``signals`` receives, noted in
+    ``stopped_by`` (SIGTERM: a clean exit; SIGINT: Ctrl-C, exit status 130)."""
+    async for signum in signals:
+        stopped_by.append(signum)
         cancel_scope.cancel()
         return
 
