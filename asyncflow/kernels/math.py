@@ -150,6 +150,20 @@ def fused_epilogue(xp, fused_ops, bias):
     activation), in place on a chunk of its output rows ``[r, C]``: the same operations, in
     the same order, as the separate BiasAdd/Add and activation kernels, so the same bits."""
     activation = fused_ops[1] if len(fused_ops) > 1 else None
+    if activation == "Sigmoid" and type(bias) is np.ndarray and bias.dtype.kind == "f":
+        negated = np.negative(bias)
+
+        def apply(rows, start=0, stop=None):
+            if type(rows) is not np.ndarray or rows.dtype != bias.dtype:
+                rows += bias if stop is None else bias[start:stop]
+                sigmoid_into(xp, rows, rows)
+                return
+            # ``-(rows + bias)`` in one pass, as ``(-bias) - rows``: the same bits (rounding
+            # to nearest is symmetric) up to the sign of an exact zero, which ``exp`` does
+            # not see: the sigmoid's negation pass saved (one of five).
+            np.subtract(negated if stop is None else negated[start:stop], rows, out=rows)
+            _sigmoid_of_negated_into(rows)
+        return apply
 
     def apply(rows, start=0, stop=None):  # (a block of columns: their share of the bias)
         rows += bias if stop is None else bias[start:stop]
@@ -160,6 +174,21 @@ def fused_epilogue(xp, fused_ops, bias):
         elif activation == "Tanh":
             xp.tanh(rows, out=rows)
     return apply
+
+
+def _sigmoid_of_negated_into(negated):
+    """``sigmoid(-negated)`` in place, with ``sigmoid_into``'s bits: its fast form where no
+    ``exp`` overflows, else ``negated`` negated back (exactly) and ``sigmoid_into``."""
+    bound = _EXP_OVERFLOW.get(negated.dtype)
+    if bound is None:
+        bound = _EXP_OVERFLOW[negated.dtype] = -float(np.log(np.finfo(negated.dtype).max))
+    if negated.size and negated.max() <= -bound:  # False with a NaN
+        np.exp(negated, out=negated)
+        negated += negated.dtype.type(1)
+        np.divide(negated.dtype.type(1), negated, out=negated)
+        return
+    np.negative(negated, out=negated)
+    sigmoid_into(np, negated, negated)
 
 
 @register_kernel("SigmoidGrad")
