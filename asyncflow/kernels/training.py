@@ -259,53 +259,20 @@ def _apply_rms_prop(ctx, var, ms, mom, lr, rho, momentum, epsilon, grad):
             mom.assign(mom1, fresh=True)
             return (var.assign(xp.subtract(value, mom1), validate_shape=False, fresh=True),)
     del value  # (no reference held: the blocked form may update the stored array in place)
-    decay, lr, epsilon, momentum = _operands(xp, one - rho, lr, epsilon, momentum)
-    zero_momentum = _zero_momentum(xp, dtype, momentum)
 
     def update(x, ms0, mom0, g, x1, ms1, mom1, t, u):
         xp.square(g, out=t)
-        xp.subtract(t, ms0, out=t)
-        xp.multiply(t, decay, out=t)
+        t -= ms0
+        t *= one - rho
         xp.add(ms0, t, out=ms1)                    # ms + (grad^2 - ms) * (1 - rho)
         xp.add(ms1, epsilon, out=t)
         xp.sqrt(t, out=t)
         xp.multiply(g, lr, out=u)
-        _moment(xp, zero_momentum, mom0, momentum, u, t, mom1)
+        u /= t                                     # lr * grad / sqrt(ms + epsilon)
+        xp.multiply(mom0, momentum, out=mom1)
+        mom1 += u                                  # + mom * momentum
         xp.subtract(x, mom1, out=x1)
     return (_dense_apply(ctx, var, (ms, mom), grad, dtype, 4, update),)
-
-
-def _operands(xp, *scalars):
-    """The scalars of a blocked update as 0-d numpy arrays: a ufunc call with one costs
-    0.27 us here against 0.47 with a numpy scalar (which it converts on every call), 0.65 as
-    an in-place operator; other array modules keep their scalars."""
-    return tuple(np.asarray(s) for s in scalars) if xp is np else scalars
-
-
-def _zero_momentum(xp, dtype, momentum):
-    """Whether an RMSProp moment is ``mom * 0 + u``, which ``_moment`` writes as ``u``."""
-    return xp is np and dtype in _DOT_DTYPES and float(momentum) == 0
-
-
-_DOT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-
-
-def _moment(xp, zero_momentum, mom0, momentum, u, t, mom1):
-    """RMSProp's ``mom1 = mom0 * momentum + u / t`` (TF1's order; ``u = grad * lr``).
-
-    With momentum 0 (the optimizer's default) and a finite ``mom0``, ``mom0 * 0 + q`` is
-    ``q`` itself up to the sign of a zero (``+0 + -0`` is ``+0``), so ``q`` goes straight into
-    ``mom1``: two passes of eleven fewer, TF1's values and, but for ``-0`` in the slot where
-    ``q`` is ``-0`` (and so in the variable only where it held ``-0`` too), its bits. Whether
-    ``mom0`` is finite is one read of it (``mom0 . mom0``, BLAS: 13 us on 200k float32 against
-    the 18 + 25 of the two passes); a NaN or an infinity there (or squares overflowing) takes
-    TF1's form, which keeps the slot's NaN as TF1 does."""
-    if zero_momentum and np.isfinite(np.dot(mom0, mom0)):
-        xp.divide(u, t, out=mom1)
-        return
-    xp.divide(u, t, out=u)                     # lr * grad / sqrt(...)
-    xp.multiply(mom0, momentum, out=mom1)
-    xp.add(mom1, u, out=mom1)                  # + mom * momentum
 
 
 @register_kernel("ApplyCenteredRMSProp")
@@ -314,23 +281,23 @@ def _apply_centered_rms_prop(ctx, var, mg, ms, mom, lr, rho, momentum, epsilon, 
     dtype = _dtype_of(ctx, var, grad)
     one = dtype.type(1)
     rho, lr, momentum, epsilon = (_scalar(s, dtype) for s in (rho, lr, momentum, epsilon))
-    decay, lr, epsilon, momentum = _operands(xp, one - rho, lr, epsilon, momentum)
-    zero_momentum = _zero_momentum(xp, dtype, momentum)
 
     def update(x, mg0, ms0, mom0, g, x1, mg1, ms1, mom1, t, u):
         xp.square(g, out=t)
-        xp.subtract(t, ms0, out=t)
-        xp.multiply(t, decay, out=t)
+        t -= ms0
+        t *= one - rho
         xp.add(ms0, t, out=ms1)                    # ms + (grad^2 - ms) * (1 - rho)
         xp.subtract(g, mg0, out=t)
-        xp.multiply(t, decay, out=t)
+        t *= one - rho
         xp.add(mg0, t, out=mg1)                    # mg + (grad - mg) * (1 - rho)
         xp.square(mg1, out=t)
         xp.subtract(ms1, t, out=t)
-        xp.add(t, epsilon, out=t)
+        t += epsilon
         xp.sqrt(t, out=t)                          # sqrt(ms - mg^2 + epsilon)
         xp.multiply(g, lr, out=u)
-        _moment(xp, zero_momentum, mom0, momentum, u, t, mom1)
+        u /= t
+        xp.multiply(mom0, momentum, out=mom1)
+        mom1 += u
         xp.subtract(x, mom1, out=x1)
     return (_dense_apply(ctx, var, (mg, ms, mom), grad, dtype, 5, update),)
 
