@@ -2,11 +2,13 @@
 
 Times, called directly on one intra-op thread (float32, the autoencoder's and the MLP's
 shapes): ApplyRMSProp on [784, 256] and [256, 256] in place, momentum 0 (the optimizer's
-default, the models') and 0.9, with the variable's arrays in cache ("warm": called in a loop)
-and after 32 MiB of other memory was written ("cold": as a training step finds the slots,
-untouched for a step; "gradient warm": the gradient written just before, as by its GEMM); the fused MatMul's BiasAdd + Sigmoid epilogue on [256, 784]
-and [256, 256]; a bias gradient (``Sum`` over the batch) of [256, 784], [256, 256] and
-[128, 256]. Each tree is imported in a process of its own (``PYTHONPATH=TREE``); rounds
+default, the models') and 0.9, with the variable's arrays in cache ("warm": called in a
+loop) and after 32 MiB of other memory was written ("cold": as a training step finds the
+slots, untouched for a step; "gradient warm": the gradient written just before, as by its
+GEMM); the fused MatMul's BiasAdd + Sigmoid epilogue on [256, 784] and [256, 256]; a bias
+gradient (``Sum`` over the batch) of [256, 784], [256, 256] and [128, 256]; the dropout's
+gradient on [128, 256] (``_FusedDropoutGrad`` where the tree has it, else its Mul,
+SumToShape and RealDiv kernels). Each tree is imported in a process of its own (``PYTHONPATH=TREE``); rounds
 alternate the trees, so load phases hit both alike; the figure is the best round's median
 call in microseconds, the last column the last tree's over the first's.
 
@@ -94,6 +96,20 @@ def measure(calls):
         x = rng.standard_normal(shape).astype(np.float32)
         label = "x".join(str(d) for d in shape)
         rows[f"Sum over the batch {label}"] = _median_us(lambda: total(sctx, x), calls)
+    grad = rng.standard_normal((128, 256)).astype(np.float32)
+    mask = np.floor(rng.random((128, 256), dtype=np.float32) + np.float32(0.75))
+    keep = np.asarray(0.75, np.float32)
+    gctx = _Context({})
+    gctx.prepared = False
+    if get_kernel("_FusedDropoutGrad", "CPU") is not None:
+        fused = get_kernel("_FusedDropoutGrad", "CPU").fn
+        rows["dropout gradient 128x256"] = _median_us(lambda: fused(gctx, grad, mask, keep),
+                                                      calls)
+    else:
+        mul, to_shape, div = (get_kernel(t, "CPU").fn for t in ("Mul", "SumToShape", "RealDiv"))
+        shape = np.asarray(mask.shape)
+        rows["dropout gradient 128x256"] = _median_us(lambda: div(gctx, to_shape(
+            gctx, mul(gctx, grad, mask)[0], shape)[0], keep), calls)
     return rows
 
 
@@ -121,7 +137,8 @@ def main(argv=None):
                 best[cell] = min(best.get(cell, value), value)
     print(f"load average at end: {os.getloadavg()}")
     keys = list(dict.fromkeys(key for (_, key) in best))
-    print("| kernel (us) | " + " | ".join(trees) + (" | last / first |" if len(trees) > 1 else " |"))
+    print("| kernel (us) | " + " | ".join(trees)
+          + (" | last / first |" if len(trees) > 1 else " |"))
     print("|---" * (len(trees) + 1 + (len(trees) > 1)) + "|")
     for key in keys:
         cells = [best.get((tree, key)) for tree in trees]
