@@ -20,6 +20,14 @@ Theory of operation (issue 37):
   is one scalar port read by both ``Add`` and ``RealDiv`` (or two constants of the same
   bits); the random shape is ``Shape(x)`` or a constant equal to ``x``'s static shape; the
   dtype is floating. Otherwise the ops run as built.
+- Its gradient, as ``gradients()`` builds it, is ``RealDiv(SumToShape(Mul(grad, mask),
+  Shape(out)), keep)``: three kernels, two arrays and a Shape for ``(grad * mask) / keep``.
+  Where each of the three is read only by the next (the ``RealDiv`` by anything), none is
+  fetched, a target or a control input, all sit on the mask's device outside loops, the
+  ``Shape`` is of a tensor of ``x``'s shape and the ``RealDiv`` divides by ``keep``, they
+  become one ``_FusedDropoutGrad(grad, mask, keep)`` named after the ``RealDiv``: the same
+  operations in the same order in one array (the same bits), one dispatch instead of four
+  (the ``Shape`` goes too when nothing else reads it).
 
 Pure data, as every compile pass: no trio, no kernels.
 """
@@ -31,6 +39,7 @@ from asyncflow.compile.node_graph import FeedNode, Node, plain_on, readers_of, r
 from asyncflow.graph.registry import get_op_def
 
 FUSED_TYPE = "_FusedDropout"
+GRAD_TYPE = "_FusedDropoutGrad"
 
 
 def _only_reader(node, reader, readers, controlling, pinned, allow_shape=False):
@@ -109,6 +118,42 @@ def _match(mul, readers, controlling, pinned):
     return None
 
 
+def _backward(grad_mul, floor, keep_port, shaped, readers, controlling, pinned):
+    """``(grad_mul, to_shape, grad_div, grad_port, shape_node)`` when ``grad_mul`` starts the
+    dropout's gradient as ``gradients()`` builds it and it may fuse:
+    ``RealDiv(SumToShape(Mul(grad, mask), Shape(out)), keep)``, each read only by the next,
+    none fetched, a target or a control input, all on the mask's device outside loops;
+    ``Shape`` of one of ``shaped``: the dropout's output, its ``RealDiv`` or ``x`` (each of
+    ``x``'s shape, the mask's)."""
+    device = floor.device
+    if (grad_mul.type != "Mul" or len(grad_mul.inputs) != 2
+            or grad_mul.inputs.count((floor, 0)) != 1 or not plain_on(grad_mul, device)):
+        return None
+    (grad_port,) = [p for p in grad_mul.inputs if p != (floor, 0)]
+    to_shape = readers.get((grad_mul, 0), [])
+    if len(to_shape) != 1 or to_shape[0].type != "SumToShape":
+        return None
+    to_shape = to_shape[0]
+    grad_div = readers.get((to_shape, 0), [])
+    if len(grad_div) != 1 or grad_div[0].type != "RealDiv":
+        return None
+    grad_div = grad_div[0]
+    shape_node = to_shape.inputs[1][0]
+    dtype = floor.out_specs[0][0]
+    if (to_shape.inputs[0] != (grad_mul, 0) or grad_div.inputs[0] != (to_shape, 0)
+            or not _same_scalar(grad_div.inputs[1], keep_port)
+            or isinstance(shape_node, FeedNode) or shape_node.type != "Shape"
+            or shape_node.inputs[0] not in shaped
+            or not all(plain_on(n, device) for n in (to_shape, grad_div))
+            or not all(_only_reader(n, r, readers, controlling, pinned) for n, r in
+                       ((grad_mul, to_shape), (to_shape, grad_div)))
+            or grad_div in pinned or grad_div in controlling
+            or any(n.out_specs[0][0] != dtype or len(n.out_specs) != 1
+                   for n in (grad_mul, to_shape, grad_div))):
+        return None
+    return grad_mul, to_shape, grad_div, grad_port, shape_node
+
+
 def fuse_dropout(node_graph):
     """The dropout fusion (see the module docstring); returns a new NodeGraph, or the one
     given when it has no RandomUniform (no copy: most graphs have none)."""
@@ -137,6 +182,22 @@ def fuse_dropout(node_graph):
         ports[(div, 0)] = (fused, 0)   # read only by Shape nodes (checked): the same shape
         dropped.update((random, add, floor, div, mul))
         fused_nodes.append((fused, {mul: fused, floor: fused}))
+        for grad_mul in readers.get((floor, 0), []):
+            found = _backward(grad_mul, floor, keep_port, (x_port, (mul, 0), (div, 0)), readers,
+                              controlling, pinned)
+            if found is None or set(found[:3]) & dropped:
+                continue
+            grad_mul, to_shape, grad_div, grad_port, shape_node = found
+            grad = Node(grad_div.name, GRAD_TYPE, get_op_def(GRAD_TYPE), {},
+                        [grad_port, (floor, 0), keep_port], [], grad_div.device,
+                        grad_div.out_specs, grad_div.traceback, grad_div.seq,
+                        origin=grad_div.origin, requested_device=grad_div.requested_device)
+            ports[(grad_div, 0)] = (grad, 0)
+            dropped.update((grad_mul, to_shape, grad_div))
+            if readers.get((shape_node, 0), []) == [to_shape] and shape_node not in pinned \
+                    and shape_node not in controlling:
+                dropped.add(shape_node)
+            fused_nodes.append((grad, {grad_div: grad}))
     if not fused_nodes:
         return graph
     control_map = {}

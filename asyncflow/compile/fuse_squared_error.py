@@ -6,8 +6,10 @@ Theory of operation (issue 37):
   Run as they are, that is six kernels and five arrays of the batch's size (the difference,
   the squares, the broadcast gradient, twice the difference and the product). The pass makes
   the forward one ``_FusedMeanSquaredError(a, b) -> (loss, diff)`` node and the gradient one
-  ``_FusedMeanSquaredErrorGrad(grad, diff)``; their kernels (kernels/math.py) apply the same
-  operations in the same order: the same bits, with two arrays of the batch's size.
+  ``_FusedMeanSquaredErrorGrad(grad, diff, loss)``; their kernels (kernels/math.py) apply the
+  same operations in the same order: the same bits, with two arrays of the batch's size (the
+  gradient reads the loss only to know that ``diff * 2`` cannot overflow, which lets it
+  multiply by ``2 * scale`` in one pass: the same bits).
 - The forward node takes the ``Mean``'s name (fetches and traces read the loss under it);
   output 1 is the ``Sub``'s value, so every reader of the ``Sub`` (the gradient's ``Mul``,
   ``Shape`` nodes, a fetch) reads it there. The gradient node takes the outer ``Mul``'s name.
@@ -143,7 +145,8 @@ def fuse_squared_error(node_graph):
             if {outer, twice} & dropped:
                 continue
             fused_grad = Node(outer.name, BACKWARD, get_op_def(BACKWARD), {},
-                              [grad_port, (fused, 1)], [], outer.device, outer.out_specs,
+                              [grad_port, (fused, 1), (fused, 0)], [], outer.device,
+                              outer.out_specs,
                               outer.traceback, outer.seq, origin=outer.origin,
                               requested_device=outer.requested_device)
             ports[(outer, 0)] = (fused_grad, 0)

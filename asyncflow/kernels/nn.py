@@ -11,7 +11,7 @@ import numpy as np
 
 from asyncflow import errors
 from asyncflow.kernels import intra_op
-from asyncflow.kernels.math import sigmoid_into
+from asyncflow.kernels.math import _sum_to_shape, sigmoid_into
 from asyncflow.kernels.registry import host_memory, register_kernel, register_prepare
 
 
@@ -428,6 +428,18 @@ def _fused_dropout(ctx, x, dims, keep):
     out = xp.true_divide(x, keep)
     xp.multiply(out, mask, out=out)
     return (out, mask)
+
+
+@register_kernel("_FusedDropoutGrad")
+def _fused_dropout_grad(ctx, grad, mask, keep):
+    """The dropout's gradient (compile/fuse_dropout.py): what its ``Mul`` (``grad * mask``),
+    ``SumToShape`` (to the output's shape, the mask's) and ``RealDiv`` (``/ keep``) compute,
+    in that order, the division in the product's own new array: the same bits."""
+    xp = ctx.xp
+    out = xp.multiply(grad, mask)
+    if out.shape != mask.shape:
+        out = _sum_to_shape(ctx, out, np.asarray(mask.shape))[0]  # (a new array)
+    return (xp.true_divide(out, keep, out=out),)
 
 
 host_memory("_FusedDropout", inputs=(1,))

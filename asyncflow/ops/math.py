@@ -307,7 +307,8 @@ def _infer_fused_mean_squared_error(op):
 
 
 def _infer_fused_mean_squared_error_grad(op):
-    """``_FusedMeanSquaredErrorGrad(grad, diff) -> grad * 2 * diff / diff.size``."""
+    """``_FusedMeanSquaredErrorGrad(grad, diff[, loss]) -> grad * 2 * diff / diff.size``
+    (``loss``, the forward's, only tells the kernel that ``diff * 2`` cannot overflow)."""
     return [(op.inputs[1].dtype, op.inputs[1].shape)]
 
 

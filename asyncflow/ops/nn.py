@@ -580,6 +580,15 @@ register_op("_FusedDropout", infer=_infer_fused_dropout, stateful=True, differen
             cost=_fused_dropout_cost)
 
 
+def _infer_fused_dropout_grad(op):
+    """``_FusedDropoutGrad(grad, mask, keep) -> (grad * mask) / keep`` of the mask's shape:
+    the fused dropout's gradient (the same pass makes it)."""
+    return [(op.inputs[1].dtype, op.inputs[1].shape)]
+
+
+register_op("_FusedDropoutGrad", infer=_infer_fused_dropout_grad, differentiable=False)
+
+
 def l2_normalize(x, axis=None, epsilon=1e-12, name=None, dim=None):
     """``x / sqrt(max(sum(x**2, axis), epsilon))`` (TF1's ``tf.nn.l2_normalize``; ``dim`` is
     its older name for ``axis``)."""

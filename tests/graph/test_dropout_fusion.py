@@ -2,7 +2,8 @@
 Floor, RealDiv and Mul become one ``_FusedDropout`` where no intermediate has another use;
 as data (the rewritten NodeGraph: the gradient reads the fused node's mask) and end to end
 (the same bits as the unfused ops for a seed, forward and training steps; the gradient the
-mask over keep)."""
+mask over keep); the gradient's Mul, SumToShape and RealDiv become one
+``_FusedDropoutGrad`` where nothing else reads them (the same bits)."""
 import numpy as np
 import pytest
 
@@ -38,11 +39,58 @@ def test_dropout_and_its_gradient_read_one_fused_node():
     assert after.fetches[0] == (fused, 0)
     assert not {"RandomUniform", "Floor"} & set(types(after))
     assert {"RandomUniform", "Floor"} <= set(types(before))  # the input graph is untouched
-    # The gradient's Mul reads the mask (output 1); Shape nodes read output 0.
+    # The fused gradient reads the mask (output 1); Shape nodes read output 0.
     readers = [(n, i) for n in after.nodes for i, p in enumerate(n.inputs) if p[0] is fused]
-    assert any(n.type == "Mul" and n.inputs[i] == (fused, 1) for n, i in readers)
+    (grad_node,) = [n for n in after.nodes if n.type == "_FusedDropoutGrad"]
+    assert grad_node.inputs[1] == (fused, 1)
+    assert grad_node.name == "gradients/drop/truediv_grad/truediv_2"
+    assert grad_node.inputs[2] == fused.inputs[2]  # keep
     assert all(n.inputs[i] == (fused, 0) for n, i in readers if n.type == "Shape")
+    assert "RealDiv" not in types(after) and "gradients/drop_grad/SumToShape" not in [
+        n.name for n in after.nodes]
     assert fused.attrs["seed"] is not None
+
+
+def test_the_gradient_stays_unfused_where_an_intermediate_is_used_elsewhere():
+    def build(extra_of):
+        graph = af.Graph()
+        with graph.as_default():
+            x = af.placeholder(af.float32, [None, 6], name="x")
+            out = af.nn.dropout(x * 2.0, rate=0.25, seed=3, name="drop")
+            (grad,) = af.gradients(af.reduce_sum(out * out), [x])
+            fetches = [out, grad] + extra_of(graph)
+        return types(fuse_dropout(node_graph(fetches, feeds=[x])))
+
+    assert "_FusedDropoutGrad" in build(lambda g: [])
+    for name in ("gradients/drop_grad/mul", "gradients/drop_grad/SumToShape"):
+        fused = build(lambda g: [g.get_tensor_by_name(name + ":0")])       # fetched
+        assert "_FusedDropout" in fused and "_FusedDropoutGrad" not in fused
+        fused = build(lambda g: [af.nn.relu(g.get_tensor_by_name(name + ":0"))])  # read
+        assert "_FusedDropoutGrad" not in fused
+
+
+@pytest.mark.parametrize("grad_shape", [(5, 7), (1, 7), (3, 5, 7), ()])
+def test_the_fused_gradient_kernel_is_mul_sum_to_shape_then_divide(grad_shape):
+    """The kernel against the three unfused kernels, bit for bit, a gradient broadcast
+    against the mask (summed back to its shape) included; its inputs are left alone."""
+    from asyncflow.kernels.registry import get_kernel
+
+    class Ctx:
+        xp, name, attrs, prepared = np, "grad", {}, False
+    rng = np.random.default_rng(4)
+    grad = rng.standard_normal(grad_shape).astype(np.float32)
+    mask = np.floor(rng.random((5, 7), dtype=np.float32) + np.float32(0.6))
+    keep = np.asarray(0.6, np.float32)
+    kept = grad.copy(), mask.copy()
+
+    def kernel(name, *args):
+        return get_kernel(name, "CPU").fn(Ctx(), *args)[0]
+    product = kernel("Mul", grad, mask)
+    unfused = kernel("RealDiv", kernel("SumToShape", product, np.asarray(mask.shape)), keep)
+    fused = kernel("_FusedDropoutGrad", grad, mask, keep)
+    assert fused.shape == unfused.shape == mask.shape and fused.dtype == np.float32
+    assert fused.tobytes() == unfused.tobytes()
+    assert grad.tobytes() == kept[0].tobytes() and mask.tobytes() == kept[1].tobytes()
 
 
 def test_no_fusion_where_an_intermediate_is_used_elsewhere():
@@ -106,7 +154,7 @@ async def run_dropout(optimize_graph, dtype, shape, rate, steps=3):
             await session.run(af.global_variables_initializer())
             results = [await session.run([out, twice, grad], {x: value}) for _ in range(steps)]
             metadata = af.RunMetadata()
-            await session.run(twice, {x: value}, options=af.RunOptions(
+            await session.run([twice, grad], {x: value}, options=af.RunOptions(
                 trace_level=af.RunOptions.FULL_TRACE), run_metadata=metadata)
     return results, {s.op_type for s in metadata.step_stats}
 
@@ -117,8 +165,10 @@ async def run_dropout(optimize_graph, dtype, shape, rate, steps=3):
 async def test_fused_dropout_gives_the_same_bits_as_unfused(dtype, shape, rate):
     fused, fused_types = await run_dropout(True, dtype, shape, rate)
     plain, plain_types = await run_dropout(False, dtype, shape, rate)
-    assert "_FusedDropout" in fused_types and "RandomUniform" not in fused_types
+    assert {"_FusedDropout", "_FusedDropoutGrad"} <= fused_types
+    assert "RandomUniform" not in fused_types
     assert "_FusedDropout" not in plain_types and "RandomUniform" in plain_types
+    assert "_FusedDropoutGrad" not in plain_types
     for fused_step, plain_step in zip(fused, plain):
         for a, b in zip(fused_step, plain_step):
             assert a.dtype == b.dtype and a.shape == b.shape

@@ -47,7 +47,7 @@ def test_the_loss_and_its_gradient_read_two_fused_nodes():
     (backward,) = [n for n in after.nodes if n.type == "_FusedMeanSquaredErrorGrad"]
     assert after.changed and forward.name == loss.op.name
     assert after.fetches[0] == (forward, 0)
-    assert backward.inputs[1] == (forward, 1)
+    assert backward.inputs[1] == (forward, 1) and backward.inputs[2] == (forward, 0)
     assert not CHAIN & set(types(after))
     assert CHAIN <= set(types(before))      # the input graph is untouched
     # Nothing reads the Sub's, the Square's or the gradient Muls' old nodes any more.
@@ -215,3 +215,31 @@ async def test_mismatched_shapes_name_the_op():
                 await session.run(loss, {a: np.ones((2, 3), np.float32),
                                          b: np.ones((4, 3), np.float32)})
     assert "the_loss" in str(info.value)
+
+
+@pytest.mark.parametrize("grad", [1.0, 0.37, -3.0, 1e-30, 0.0])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_the_gradient_in_one_pass_has_the_two_pass_bits(dtype, grad):
+    """Given the forward's loss, the gradient multiplies by ``2 * scale`` in one pass: the
+    bits of ``(diff * 2) * scale`` wherever the loss is finite (magnitudes up to near the
+    square root of float's max, subnormals, zeros' signs), and the two-pass form where the
+    loss is not (a ``diff * 2`` that overflows)."""
+    from asyncflow.kernels import math as kmath
+
+    class Ctx:
+        xp, name, attrs = np, "mse", {}
+    rng = np.random.default_rng(8)
+    info = np.finfo(dtype)
+    magnitudes = np.exp(rng.uniform(np.log(float(info.tiny) / 4),
+                                    np.log(np.sqrt(float(info.max)) / 64), 257))
+    diff = (magnitudes * rng.choice([-1, 1], 257)).astype(dtype)
+    diff[:3] = [0.0, -0.0, info.tiny / 2]
+    grad = np.asarray(grad, dtype)
+    for value in (diff, np.concatenate([diff, [info.max / 1.5]]).astype(dtype)):
+        with np.errstate(all="ignore"):
+            loss, _ = kmath._fused_mean_squared_error(Ctx(), value, np.zeros_like(value))
+            one_pass = kmath._fused_mean_squared_error_grad(Ctx(), grad, value, loss)[0]
+            two_pass = kmath._fused_mean_squared_error_grad(Ctx(), grad, value)[0]
+        assert one_pass.dtype == two_pass.dtype == dtype
+        assert one_pass.tobytes() == two_pass.tobytes()
+        assert np.isfinite(loss) == (value.size == 257)

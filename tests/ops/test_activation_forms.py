@@ -163,3 +163,31 @@ async def test_tanh_grad_in_the_squares_array_keeps_the_bits(shape):
         expected = (np.float32(1) - np.square(np.tanh(y))) * dy
     assert np.asarray(value).shape == shape
     assert np.asarray(value).tobytes() == np.asarray(expected, np.float32).tobytes()
+
+
+@pytest.mark.parametrize("block", [None, (3, 11)])
+@pytest.mark.parametrize("overflowing", [False, True])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_fused_sigmoid_epilogue_has_the_unfused_bits(dtype, overflowing, block):
+    """The fused MatMul's sigmoid epilogue computes ``-(rows + bias)`` in one pass as
+    ``(-bias) - rows`` (no negation pass): the bits of ``rows + bias`` then ``sigmoid_into``,
+    exact zeros from cancellation, NaN and infinities included, on a block of columns too, and
+    with values where ``exp`` overflows (the masked form, from the values negated back)."""
+    from asyncflow.kernels import math as kmath
+    rng = np.random.default_rng(3)
+    rows = (rng.standard_normal((7, 16)) * 6).astype(dtype)
+    bias = (rng.standard_normal(16) * 3).astype(dtype)
+    rows[0, :5] = -bias[:5]                           # exact zeros
+    rows[1, :4] = [np.nan, np.inf, -np.inf, 0.0]
+    bias[5] = -0.0
+    if overflowing:
+        rows[2, 6] = -1e4
+    start, stop = block or (0, 16)
+    fused = rows[:, start:stop].copy()
+    kmath.fused_epilogue(np, ("BiasAdd", "Sigmoid"), bias)(fused, *(block or ()))
+    unfused = rows[:, start:stop] + bias[start:stop]
+    kmath.sigmoid_into(np, unfused, unfused)
+    assert fused.dtype == dtype
+    nan = np.isnan(unfused)  # (a NaN's sign bit is not compared)
+    assert np.array_equal(np.isnan(fused), nan) and nan.any() == (start == 0)
+    assert fused[~nan].tobytes() == unfused[~nan].tobytes()
