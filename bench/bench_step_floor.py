@@ -216,9 +216,11 @@ async def _parts(service, sess, doubled, p, calls):
         captured.append(request)
         return await handler(request)
 
-    service.run_graph = capture
+    service.run_graph = capture  # (the bare server calls it in its call's scope)
+    service.run_graph_in_scope = lambda request, scope: capture(request)
     await sess.run(doubled, {p: 1.0})
     service.run_graph = handler
+    del service.run_graph_in_scope
     request = captured[0]
     step_ids = iter(range(request.step_id + 2, request.step_id + 2 + 4 * calls, 2))
     request_ids = iter(range(request.request_id + 1, request.request_id + 1 + calls))

@@ -359,8 +359,13 @@ class BareService:
                 if server._closing:
                     call.cancel()
                 try:
-                    result = reply_for_result(rpc, await (fn() if message is None
-                                                           else fn(message)))
+                    in_scope = rpc.method == "run_graph" and getattr(
+                        server._handler, "run_graph_in_scope", None)
+                    if in_scope:  # the step in this call's scope (WorkerServiceProtocol)
+                        result = reply_for_result(rpc, await in_scope(message, call))
+                    else:
+                        result = reply_for_result(rpc, await (fn() if message is None
+                                                               else fn(message)))
                 except Exception as exc:  # noqa: BLE001 -- the client gets an ErrorReply
                     result = error_reply_for(exc)
             finally:
