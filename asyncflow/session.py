@@ -356,6 +356,7 @@ class Session:
         self._run_scopes = set()  # one per run in flight: close() cancels them (queue waits)
         self._owned_tasks = []  # stop callbacks of background tasks this session owns
         self._single_fetches = {}  # a lone Tensor/Operation fetch -> its _FetchStructure
+        self._feedable = set()  # Tensors of this graph fed before: resolved and feedable
 
     # -- lifecycle ----------------------------------------------------------------------
     def __enter__(self):
@@ -531,8 +532,20 @@ class Session:
             timeslice.restart()
 
     def _resolve_feeds(self, feed_dict):
+        """(tensors, values) of a feed_dict, each key resolved and checked feedable, each
+        value converted; a Tensor key fed before (what resolving and the feedable check decide
+        of a graph's tensor never changes) skips both."""
         if not feed_dict:
             return [], []
+        known = self._feedable
+        tensors, values = [], []
+        for key, value in feed_dict.items():
+            if type(key) is not Tensor or key not in known:
+                break
+            tensors.append(key)
+            values.append(_to_feed_array(key, value))
+        else:
+            return tensors, values
         tensors, values, seen = [], [], set()
         items = []
         for key, value in feed_dict.items():  # a SparseTensor is fed as its three tensors
@@ -549,6 +562,8 @@ class Session:
                 raise errors.InvalidArgumentError(None, tensor.op, f"Tensor {tensor.name} is fed twice")
             seen.add(tensor)
             check_feedable(tensor)
+            if type(tensor) is Tensor and len(known) < _SINGLE_FETCHES_KEPT:
+                known.add(tensor)
             tensors.append(tensor)
             values.append(_to_feed_array(tensor, value))
         return tensors, values

@@ -83,8 +83,8 @@ def _wrap_async(cls, method, name, step_of):
 
 def _instrument_task(task_label):
     from asyncflow.cluster import remote_rendezvous, worker
-    _wrap_async(worker.WorkerService, "run_graph", f"{task_label}.RunGraph",
-                lambda self, request: request.step_id)
+    _wrap_async(worker.WorkerService, "run_graph_in_scope", f"{task_label}.RunGraph",
+                lambda self, request, scope: request.step_id)  # (run_graph calls it too)
     _wrap_async(worker.WorkerService, "recv_tensors", f"{task_label}.serve_RecvTensors",
                 lambda self, request: request.step_id)
     _wrap_async(worker.WorkerService, "push_tensors", f"{task_label}.serve_PushTensors",

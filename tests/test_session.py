@@ -114,6 +114,29 @@ async def test_feed_validation(graph):
             await sess.run(y, {x: [[1, 2]], "x:0": [[1, 2]]})
 
 
+async def test_feeds_resolved_before_are_still_checked_every_run(graph):
+    """A Tensor key fed before skips resolving (kept per session); its value is checked each
+    run, and keys that are not such a Tensor are resolved and checked as always."""
+    x = af.placeholder(af.float32, [2], name="x")
+    loop = af.while_loop(lambda i: i < 3, lambda i: i + 1, [af.constant(0)])
+    enter = [op for op in graph.get_operations() if op.type == "Enter"][0].outputs[0]
+    with af.Graph().as_default():
+        other = af.placeholder(af.float32, [2], name="x")
+    async with af.Session() as sess:
+        for _ in range(2):
+            np.testing.assert_array_equal(await sess.run(x * 2.0, {x: [1.0, 2.0]}), [2, 4])
+            assert x in sess._feedable
+            with pytest.raises(af.errors.InvalidArgumentError, match=r"shape \(3,\).*x:0"):
+                await sess.run(x * 2.0, {x: np.ones(3, np.float32)})
+            with pytest.raises(af.errors.InvalidArgumentError, match="fed twice"):
+                await sess.run(x * 2.0, {x: [1.0, 2.0], "x:0": [1.0, 2.0]})
+            with pytest.raises((TypeError, ValueError)):
+                await sess.run(x * 2.0, {x: [1.0, 2.0], other: [1.0, 2.0]})
+            with pytest.raises(ValueError, match="may not be fed"):
+                await sess.run(loop, {enter: 1})
+        assert enter not in sess._feedable and other not in sess._feedable
+
+
 async def test_unfed_placeholder_error_names_it(graph):
     x = af.placeholder(af.float32, [2], name="needs_feed")
     async with af.Session() as sess:

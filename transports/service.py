@@ -62,6 +62,11 @@ class WorkerServiceProtocol(Protocol):
     Raise :class:`~transports.messages.RemoteCallError` to answer with a status code; any other
     exception becomes ``INTERNAL`` with its message. A cancelled call (client gone, deadline,
     server closing) sees ``trio.Cancelled``.
+
+    Optional: ``async def run_graph_in_scope(request, scope)``, RunGraph run in the transport's
+    own cancel scope of the call (a transport that enters one per call, the bare same-host
+    one, lends it instead of the handler entering a second): the handler may lower its
+    deadline and cancel it, and must re-raise a cancellation it did not cause.
     """
 
     async def register_graph(self, request: RegisterGraph) -> RegisterGraphReply: ...

@@ -74,6 +74,7 @@ from transports import checksum as _checksum
 from transports.checksum import TRAILER_BYTES, ChecksumTrailer
 from transports.counted_unpack import unpack_counted
 from transports import header_templates as _templates
+from transports import repeat_frames as _repeat
 from transports.messages import *  # noqa: F403 -- the message classes are part of this API
 from transports.messages import Message, Status, TensorEntry
 from transports.messages import __all__ as _message_names
@@ -91,7 +92,8 @@ __all__ = [
     "ALIGNMENT", "CHECKED_MAGIC", "CHECKSUM_KEY", "CLOSED", "DEFAULT_LIMITS", "FORMAT_VERSION",
     "MAGIC", "NEED_DATA", "SMALL_HEADER_BYTES", "STRING_DTYPE", "WIRE_DTYPES", "ChecksumMismatch",
     "ChecksumTrailer", "Decoder", "FrameTooLarge", "Limits", "LocalProtocolError",
-    "RemoteProtocolError", "WireError", "decode", "encode", "frame_size", *_message_names,
+    "RemoteProtocolError", "WireError", "decode", "decode_repeated", "encode", "frame_size",
+    *_message_names,
 ]
 
 
@@ -104,7 +106,6 @@ def __getattr__(name):  # WIRE_DTYPES loads ml_dtypes (bfloat16): built on first
 _ZEROS = bytes(ALIGNMENT)
 _TRUSTED: Final = object()  # in place of a segment's running CRC32C: received unsummed
 _SCRATCH_BYTES = 64 * 1024
-_COALESCE_BYTES = 64 * 1024  # headers smaller than this share one buffer with the prefix
 SMALL_HEADER_BYTES: Final = 64 * 1024  # larger headers are unpacked value by value (counted)
 
 
@@ -153,6 +154,11 @@ def encode(message: Message, limits: Limits = DEFAULT_LIMITS, checksums: bool | 
     schema = SCHEMA_BY_CLASS.get(type(message))
     if schema is None:
         raise LocalProtocolError(f"{type(message).__name__} is not a wire message type")
+    if checksums is None:
+        checksums = _checksum.enabled()
+    buffers = _repeat.encode(message, limits, checksums, defer_checksums)
+    if buffers is not None:  # a repeated message: its header from a kept template
+        return buffers
     try:
         payload = record_to_wire(schema.plain, message)
     except SchemaMismatch as exc:
@@ -164,8 +170,6 @@ def encode(message: Message, limits: Limits = DEFAULT_LIMITS, checksums: bool | 
     if len(entries) > limits.max_tensors:
         raise LocalProtocolError(f"{len(entries)} tensors exceed the limit of {limits.max_tensors}")
     descriptors, segments = [], []
-    if checksums is None:
-        checksums = _checksum.enabled()
     for entry in entries:
         descriptor, segment = describe_entry(entry, limits)
         descriptors.append(descriptor)
@@ -186,27 +190,8 @@ def encode(message: Message, limits: Limits = DEFAULT_LIMITS, checksums: bool | 
     if len(packed) > limits.max_header_bytes:
         raise LocalProtocolError(f"{schema.kind} header is {len(packed)} bytes, over the limit "
                                  f"of {limits.max_header_bytes}")
-    prefix = _checked_prefix(packed) if checksums else PREFIX.pack(MAGIC, len(packed))
-    buffers: list[bytes | memoryview] = (
-        [prefix + packed] if len(packed) < _COALESCE_BYTES else [prefix, packed])
-    offset = len(prefix) + len(packed)
-    for segment in segments:
-        pad = -offset % ALIGNMENT
-        if pad:
-            buffers.append(_ZEROS[:pad])
-        buffers.append(segment)
-        offset += pad + len(segment)
-        if checksums:
-            buffers.append(ChecksumTrailer(segment, pending=defer_checksums))
-            offset += TRAILER_BYTES
-    return buffers
-
-
-def _checked_prefix(packed: bytes) -> bytes:
-    """The prefix of a checksummed frame: magic, header length, the header's CRC32C and the
-    CRC32C of those 12 bytes (so a damaged length is caught before it is used)."""
-    start = CHECKED_PREFIX.pack(CHECKED_MAGIC, len(packed), _checksum.extend(0, packed), 0)[:12]
-    return start + _checksum.extend(0, start).to_bytes(4, "little")
+    _repeat.learn(message, limits, checksums, payload, descriptors, packed)
+    return _repeat.assemble(packed, segments, checksums, defer_checksums)
 
 
 def frame_size(buffers: list[bytes | memoryview]) -> int:
@@ -289,6 +274,17 @@ class _PendingFrame:
             return self.schema.cls(**fields)
         except (TypeError, ValueError) as exc:
             raise RemoteProtocolError(f"invalid {self.schema.kind} message: {exc}") from exc
+
+
+def decode_repeated(view: memoryview, limits: Limits = DEFAULT_LIMITS) -> Message | None:
+    """The message of the one frame filling ``view`` when its header was validated before,
+    decoded in one pass (:func:`transports.repeat_frames.decode_whole`); else None: decode it
+    with a :class:`Decoder`, which also gives a damaged frame its error."""
+    return _repeat.decode_whole(view, limits, _build)
+
+
+def _build(schema: Schema, payload: dict, plans: list, values: list) -> Message:
+    return _PendingFrame(schema, payload, plans, values, deque(), True).build()
 
 
 class Decoder:

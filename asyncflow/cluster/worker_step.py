@@ -115,6 +115,12 @@ class StepRunning:
         return values
 
     async def run_graph(self, request):
+        return await self.run_graph_in_scope(request, None)
+
+    async def run_graph_in_scope(self, request, scope):
+        """RunGraph in the transport's cancel scope of the call (``scope``; None: a scope of
+        the step's own), which then also carries the step's deadline and AbortStep's cancel:
+        one scope per call instead of two (``transports.service.WorkerServiceProtocol``)."""
         wg = self._graphs.get(request.graph_handle)
         if wg is None:
             _fail("NOT_FOUND", f"no graph with handle {request.graph_handle!r} on {self.task} "
@@ -140,7 +146,8 @@ class StepRunning:
         wg.runs += 1
         started = time.perf_counter()
         try:
-            values = await self._execute(state, wg, feed_values, step, request.timeout_ms)
+            values = await self._execute(state, wg, feed_values, step, request.timeout_ms,
+                                         scope)
         except BaseException as exc:
             self.status.step_done(request.step_id, time.perf_counter() - started, failed=True)
             self._step_failed(state, exc)
@@ -159,21 +166,39 @@ class StepRunning:
         stats = StepStats([_node_stats(s) for s in trace]) if request.trace else None
         return RunGraphReply(tensors, stats)
 
-    async def _execute(self, state, wg, feed_values, step, timeout_ms):
+    async def _execute(self, state, wg, feed_values, step, timeout_ms, lent=None):
         deadline = trio.current_time() + timeout_ms / 1000 if timeout_ms else float("inf")
+        if lent is not None:  # the call's scope: its deadline lowered to the step's
+            if deadline < lent.deadline:
+                lent.deadline = deadline
+            state.scope = lent
+            try:
+                return await self._run_step(state, wg, feed_values, step)
+            except BaseException as exc:  # our cancel (AbortStep, Reset, the step's deadline)
+                if _only_cancelled(exc) and (state.rendezvous.aborted  # answers as the scope
+                                             or trio.current_time() >= deadline):  # of its own
+                    self._stopped(state, timeout_ms)  # did below; the transport's (client
+                raise  # gone, closing) goes on up to the transport
         with trio.CancelScope(deadline=deadline) as scope:
             state.scope = scope
-            failure = None
-            try:
-                if wg.binding.declarations or wg.binding.pushed:  # pulls and pushes: a nursery
-                    values = await self._run_with_pulls(state, wg, feed_values, step)
-                else:
-                    values = await wg.compiled.runner.run(feed_values, step)
-            except errors.OpError as exc:
-                failure = exc
-            if failure is not None:
-                raise _rdv.remote_call_error(failure) from None
-            return values
+            return await self._run_step(state, wg, feed_values, step)
+        self._stopped(state, timeout_ms)
+
+    async def _run_step(self, state, wg, feed_values, step):
+        failure = None
+        try:
+            if wg.binding.declarations or wg.binding.pushed:  # pulls and pushes: a nursery
+                values = await self._run_with_pulls(state, wg, feed_values, step)
+            else:
+                values = await wg.compiled.runner.run(feed_values, step)
+        except errors.OpError as exc:
+            failure = exc
+        if failure is not None:
+            raise _rdv.remote_call_error(failure) from None
+        return values
+
+    def _stopped(self, state, timeout_ms):
+        """Raise what a step whose scope was cancelled answers: aborted, or past its deadline."""
         if state.rendezvous.aborted:
             reason = state.rendezvous.abort_error  # a Reset says so itself; an AbortStep is derived
             if reason is not None and not _rdv.is_derived(reason):

@@ -6,7 +6,7 @@ import pytest
 import trio
 
 import asyncflow as af
-from transports import header_templates
+from transports import header_templates, repeat_frames
 
 W0 = "/job:worker/task:0"
 
@@ -30,6 +30,7 @@ async def test_steps_across_feeds_signatures_failures_and_registrations(cluster)
                 values = np.arange(i % 3 + 1, dtype=np.float32) + i  # shapes [1], [2], [3]
                 np.testing.assert_array_equal(await sess.run(doubled, {p: values}), 2 * values)
             assert header_templates._templates  # the steps above were decoded from one
+            assert any(repeat_frames._templates_by_key.values())  # and encoded from one
             got = await sess.run([doubled, plus], {p: np.array([1.0, 2.0], np.float32)})
             np.testing.assert_array_equal(got[0], [2.0, 4.0])
             np.testing.assert_array_equal(got[1], [2.0, 3.0])

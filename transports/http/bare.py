@@ -61,7 +61,8 @@ from transports.messages import ErrorReply, Message, RemoteCallError
 from transports.service import RPCS, Rpc, TransportUnavailable, error_reply_for, \
     reply_for_result
 from transports.wire import SMALL_HEADER_BYTES, ChecksumMismatch, ChecksumTrailer, Decoder, \
-    FrameTooLarge, Limits, LocalProtocolError, RemoteProtocolError, encode, frame_size
+    FrameTooLarge, Limits, LocalProtocolError, RemoteProtocolError, decode_repeated, encode, \
+    frame_size
 
 __all__ = ["ACCEPTED", "MAGIC", "REFUSED", "REPLY", "REQUEST", "BareConnection", "BareService",
            "handshake"]
@@ -315,13 +316,16 @@ class BareService:
                 raise _Garbage(f"{rpc.method} takes no frame")
             return None
         if length <= min(len(conn.pending), SMALL_HEADER_BYTES):  # here whole: decoded at once
-            decoder = Decoder(server._limits)
-            if length:
-                decoder.receive_data(memoryview(conn.pending)[:length])
+            message = decode_repeated(memoryview(conn.pending)[:length], server._limits) \
+                if length else None  # (a repeated request's frame, in one pass)
+            if message is None:
+                decoder = Decoder(server._limits)
+                if length:
+                    decoder.receive_data(memoryview(conn.pending)[:length])
+                decoder.receive_data(b"")
+                message = take_one_frame(decoder, None)
             conn.pending = conn.pending[length:]
             server._count_received(length)
-            decoder.receive_data(b"")
-            message = take_one_frame(decoder, None)
             if message is None:
                 raise _Garbage(f"{rpc.method}: an empty frame")
         else:
@@ -355,8 +359,13 @@ class BareService:
                 if server._closing:
                     call.cancel()
                 try:
-                    result = reply_for_result(rpc, await (fn() if message is None
-                                                           else fn(message)))
+                    in_scope = rpc.method == "run_graph" and getattr(
+                        server._handler, "run_graph_in_scope", None)
+                    if in_scope:  # the step in this call's scope (WorkerServiceProtocol)
+                        result = reply_for_result(rpc, await in_scope(message, call))
+                    else:
+                        result = reply_for_result(rpc, await (fn() if message is None
+                                                               else fn(message)))
                 except Exception as exc:  # noqa: BLE001 -- the client gets an ErrorReply
                     result = error_reply_for(exc)
             finally:
@@ -461,6 +470,14 @@ class BareConnection:
         length, answered_id, kind, _ = REPLY.unpack(await self._exactly(REPLY.size))
         if answered_id != call_id:
             raise RemoteProtocolError(f"answer to call {answered_id} where {call_id} was due")
+        if kind != LENT and length <= len(self.pending) and length:  # here whole: a repeated
+            message = decode_repeated(memoryview(self.pending)[:length], limits)  # reply's
+            if message is not None:  # frame decodes in one pass
+                self.pending = self.pending[length:]
+                if (kind == ERROR) != isinstance(message, ErrorReply):
+                    raise RemoteProtocolError(f"answer of kind {kind} holds a "
+                                              f"{type(message).__name__}")
+                return message, None
         decoder, lent = Decoder(limits), None
         if kind == LENT and self.peer is not None:
             lent = await self._read_lent(decoder, length, limits)

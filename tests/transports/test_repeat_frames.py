@@ -1,0 +1,180 @@
+"""A repeated step's frames from a kept template (``transports/repeat_frames.py``): encoded to
+exactly the bytes a full encode gives, whatever changes between messages, and decoded in one
+pass only where every check holds (anything else falls back to the full decoder)."""
+import numpy as np
+import pytest
+
+from transports import checksum, header_templates, repeat_frames, wire
+from transports.messages import (
+    PushTensors, RunGraph, RunGraphReply, Status, StepStats, TensorEntry,
+)
+
+LIMITS = wire.DEFAULT_LIMITS
+
+
+@pytest.fixture(autouse=True)
+def no_templates():
+    repeat_frames._templates_by_key.clear()
+    header_templates._templates.clear()
+    yield
+    repeat_frames._templates_by_key.clear()
+    header_templates._templates.clear()
+
+
+def _bytes(buffers):
+    for buffer in buffers:
+        if isinstance(buffer, checksum.ChecksumTrailer) and buffer.pending:
+            buffer.fill()
+    return b"".join(bytes(b) for b in buffers)
+
+
+def _full(message, **kwargs):
+    """The frame a full encode gives (no template consulted, none kept)."""
+    kept = dict(repeat_frames._templates_by_key)
+    repeat_frames._templates_by_key.clear()
+    try:
+        return _bytes(wire.encode(message, LIMITS, **kwargs))
+    finally:
+        repeat_frames._templates_by_key.clear()
+        repeat_frames._templates_by_key.update(kept)
+
+
+def _hits():
+    return sum(template is not None for template in repeat_frames._templates_by_key.values())
+
+
+def _run_graph(step_id, request_id, handle="sess/1/abcd", fetches=("mul:0",), value=1.0,
+               dtype=np.float32, key="_feed_0:0", **kwargs):
+    feeds = [TensorEntry(key, np.asarray(value, dtype))]
+    return RunGraph(handle, step_id, feeds, list(fetches), request_id=request_id, **kwargs)
+
+
+@pytest.mark.parametrize("checksums", [True, False])
+@pytest.mark.parametrize("defer", [True, False])
+def test_repeated_run_graphs_encode_to_the_full_encodes_bytes(checksums, defer):
+    ids = [(1, 1), (3, 127), (5, 128), (2**62 + 1, 255), (9, 256), (11, 2**16), (13, 2**32),
+           (2**64 - 1, 2**63 - 1), (7, 2)]
+    for step_id, request_id in ids:
+        message = _run_graph(step_id, request_id, value=float(step_id % 97))
+        got = _bytes(wire.encode(message, LIMITS, checksums=checksums, defer_checksums=defer))
+        assert got == _full(message, checksums=checksums)
+        decoded = wire.decode(got, LIMITS)
+        assert decoded.step_id == step_id and decoded.request_id == request_id
+        assert decoded.feeds[0].value == np.float32(step_id % 97)
+    assert _hits() == 1  # one template serves every encoding width of the ids
+
+
+def test_a_template_is_used_and_any_other_field_tensor_or_setting_keys_another():
+    first = _run_graph(5, 1)
+    wire.encode(first, LIMITS)
+    assert _hits() == 1
+    calls = []
+    assemble = repeat_frames.assemble
+    repeat_frames.assemble = lambda *args: calls.append(args) or assemble(*args)
+    try:
+        wire.encode(_run_graph(7, 2), LIMITS)
+    finally:
+        repeat_frames.assemble = assemble
+    assert calls, "the second RunGraph of the signature was not built from its template"
+    others = [_run_graph(9, 3, handle="sess/1/abce"), _run_graph(9, 3, fetches=("add:0",)),
+              _run_graph(9, 3, fetches=("mul:0", "add:0")), _run_graph(9, 3, timeout_ms=5),
+              _run_graph(9, 3, trace=True), _run_graph(9, 3, value=[1.0, 2.0]),
+              _run_graph(9, 3, value=[[1.0], [2.0]]), _run_graph(9, 3, dtype=np.float64),
+              _run_graph(9, 3, dtype=np.int32), _run_graph(9, 3, key="_feed_1:0"),
+              _run_graph(9, 3, dtype=np.dtype(">f4"))]
+    for message in others:
+        frame = _bytes(wire.encode(message, LIMITS))
+        assert frame == _full(message)
+        assert wire.decode(frame, LIMITS) is not None
+    frame = _bytes(wire.encode(_run_graph(9, 3), LIMITS, checksums=False))
+    assert frame == _full(_run_graph(9, 3), checksums=False)
+    assert frame[:4] == wire.MAGIC
+
+
+def test_tensors_not_sent_as_they_are_take_the_full_path():
+    base = np.arange(12, dtype=np.float32).reshape(3, 4)
+    cases = [base.T, base[:, 1], base.astype(">f4"), np.float32(3.0),
+             np.array([b"a", b"bc"], dtype=object), np.zeros((0, 3), np.float32)]
+    for value in cases:
+        for step_id in (3, 5):  # the second would take a template if one were kept
+            message = PushTensors(step_id, [TensorEntry("k:0", value)])
+            frame = _bytes(wire.encode(message, LIMITS))
+            assert frame == _full(message)
+            got = wire.decode(frame, LIMITS).tensors[0].value
+            assert np.array_equal(got, np.asarray(value))
+    for entry in (TensorEntry("k:0", None, is_dead=True),
+                  TensorEntry("k:0", None, error=Status("ABORTED", "gone"))):
+        for step_id in (3, 5):
+            message = PushTensors(step_id, [entry])
+            assert _bytes(wire.encode(message, LIMITS)) == _full(message)
+
+
+def test_ids_a_template_cannot_carry_are_encoded_or_refused_in_full():
+    wire.encode(_run_graph(5, 1), LIMITS)
+    assert _hits() == 1
+    with pytest.raises(wire.LocalProtocolError, match="step_id"):
+        wire.encode(_run_graph(True, 2), LIMITS)
+    with pytest.raises(wire.LocalProtocolError):
+        wire.encode(_run_graph(2**64, 2), LIMITS)
+    for message in (_run_graph(5, 0), _run_graph(-3, 4)):  # a default id is left out
+        frame = _bytes(wire.encode(message, LIMITS))
+        assert frame == _full(message)
+        assert wire.decode(frame, LIMITS).request_id == message.request_id
+
+
+def test_messages_with_records_or_floats_keep_no_template():
+    reply = RunGraphReply([TensorEntry("y:0", np.ones(3, np.float32))], StepStats([]))
+    wire.encode(reply, LIMITS)
+    assert _hits() == 0
+    plain = RunGraphReply([TensorEntry("y:0", np.ones(3, np.float32))])
+    first = _bytes(wire.encode(plain, LIMITS))
+    assert _hits() == 1 and _bytes(wire.encode(plain, LIMITS)) == first
+
+
+def _decoded_whole(frame):
+    return wire.decode_repeated(memoryview(frame), LIMITS)
+
+
+def test_a_known_header_decodes_in_one_pass_as_the_decoder_decodes_it():
+    reply = RunGraphReply([TensorEntry("y:0", np.arange(5, dtype=np.int64)),
+                           TensorEntry("z:0", np.float32(2.5)),
+                           TensorEntry("e:0", np.zeros((0, 2), np.float32)),
+                           TensorEntry("d:0", None, is_dead=True)])
+    frame = _bytes(wire.encode(reply, LIMITS))
+    assert _decoded_whole(frame) is None  # a header never validated: the decoder's work
+    want = wire.decode(frame, LIMITS)
+    got = _decoded_whole(frame)
+    assert got is not None and [e.key for e in got.tensors] == [e.key for e in want.tensors]
+    for a, b in zip(got.tensors, want.tensors):
+        assert a.is_dead == b.is_dead and (a.value is None) == (b.value is None)
+        if a.value is not None:
+            assert a.value.dtype == b.value.dtype and np.array_equal(a.value, b.value)
+            assert a.value.flags.writeable and a.value.flags.owndata
+    step = _run_graph(2**40 + 1, 3)
+    wire.decode(_bytes(wire.encode(step, LIMITS)), LIMITS)  # its header's template is kept
+    later = _run_graph(2**41 + 7, 4, value=7.0)  # (ids of the same encoding widths)
+    got = _decoded_whole(_bytes(wire.encode(later, LIMITS)))
+    assert (got.step_id, got.request_id, float(got.feeds[0].value)) == (2**41 + 7, 4, 7.0)
+
+
+def test_a_damaged_or_misframed_known_frame_is_left_to_the_decoder():
+    reply = RunGraphReply([TensorEntry("y:0", np.arange(6, dtype=np.float32))])
+    frame = _bytes(wire.encode(reply, LIMITS))
+    wire.decode(frame, LIMITS)
+    assert _decoded_whole(frame) is not None
+    for bit in range(len(frame) * 8):
+        damaged = bytearray(frame)
+        damaged[bit // 8] ^= 1 << (bit % 8)
+        assert _decoded_whole(bytes(damaged)) is None, f"bit {bit} flipped was decoded"
+        with pytest.raises(wire.RemoteProtocolError):
+            wire.decode(bytes(damaged), LIMITS)
+    for misframed in (frame + b"\0", frame[:-1], frame[:20], b"", frame + frame):
+        assert _decoded_whole(misframed) is None
+    unchecked = _bytes(wire.encode(reply, LIMITS, checksums=False))
+    wire.decode(unchecked, LIMITS)
+    got = _decoded_whole(unchecked)
+    assert got is not None and np.array_equal(got.tensors[0].value, np.arange(6))
+    assert _decoded_whole(unchecked[:-4] + b"\1\0\0\0") is not None  # (no sums: bytes as sent)
+    padded = bytearray(unchecked)
+    padded[len(unchecked) - 24 - 1] = 1  # a padding byte before the tensor
+    assert _decoded_whole(bytes(padded)) is None

@@ -1,0 +1,291 @@
+"""A repeated step's frames encoded from a kept template and decoded in one pass.
+
+Why
+---
+A trivial remote step encodes two frames and decodes two (its RunGraph and its reply), each
+a few microseconds of Python per side; the messages of one signature repeat from step to step
+but for a RunGraph's ``step_id`` and ``request_id`` (a PushTensors' ``step_id``) and the
+tensors' bytes. The decoder already skips parsing a header it validated before
+(``schema.VALIDATED_HEADERS``, :mod:`transports.header_templates`); this module does the same
+for the rest of the codec's work on such frames.
+
+Encoding (:func:`encode`, tried first by ``wire.encode``)
+-------------------------------------------------------
+A message whose plain fields are plain values (str, int, bool, None, bytes, or lists of
+them) and whose tensors are all C-contiguous ``np.ndarray`` values in their wire dtype, not
+dead and without an error, is described by a *key*: its class, the limits, the checksum
+setting, each field but the volatile ids as ``(type, value)`` and each tensor's key, dtype and
+shape. After a full encode of such a message the header is kept as chunks: its msgpack bytes
+cut where each volatile id's value is written (msgpack concatenates, so the header of the same
+key with other ids is the chunks joined around the ids' own encodings). The cut is proven when
+kept: the chunks joined around the ids of the message just encoded must give the full encode's
+bytes, else nothing is kept. A later message with the same key gets the header from the chunks,
+each id checked as its int field's converter checks it (an ``int``, not a ``bool``), a
+default-valued id (left out by a full encode), a negative one or one past 64 bits taking the
+full path; the frame's prefix,
+padding and checksum trailers are built as :func:`transports.wire.encode` builds them. Nothing
+else is checked again: the key fixes every value those checks read.
+
+Decoding (:func:`decode_whole`)
+-------------------------------
+A frame whose bytes are all in one buffer (a small call's usual case) and whose header the
+decoder validated before is decoded without the incremental decoder's state machine: prefix
+and header checksums, the validated header looked up, each segment's padding compared, its
+bytes copied into a fresh array and summed against its trailer, the frame's length checked to
+end exactly at the buffer's end. Anything else, or any check failing, returns None and the
+caller decodes with :class:`transports.wire.Decoder`, which gives the error a damaged frame
+deserves (so this path never decides a verdict).
+
+Nothing here knows about asyncflow, trio or HTTP.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import msgpack
+import numpy as np
+
+from transports import checksum as _checksum
+from transports import header_templates as _templates
+from transports import schema as _schema
+from transports.messages import TensorEntry
+from transports.schema import (
+    ALIGNMENT, CACHED_HEADER_BYTES, CHECKED_MAGIC, CHECKED_PREFIX, CHECKSUM_KEY, FORMAT_VERSION,
+    MAGIC, PREFIX, SCHEMA_BY_CLASS, VALIDATED_HEADERS,
+)
+
+__all__ = ["decode_whole", "encode", "learn"]
+
+_KEPT: Final = 256  # templates; all dropped when full (a few per registered graph in practice)
+# (no float: 0.0 and -0.0 are one key but two encodings; messages of a step carry none)
+_PLAIN: Final = frozenset((str, int, bool, bytes, type(None)))
+_ZEROS: Final = bytes(ALIGNMENT)
+_TRAILER: Final = 4
+_UINT64: Final = 1 << 64
+
+_templates_by_key: dict = {}
+_layouts: dict = {}  # message class -> (static field names, volatile Fields) or None
+
+
+class _Template:
+    __slots__ = ("chunks", "volatile", "casts", "max_header")
+
+    def __init__(self, chunks: tuple, volatile: tuple, casts: tuple, max_header: int) -> None:
+        self.chunks = chunks      # header bytes between the volatile ids' encodings
+        self.volatile = volatile  # the schema's Fields of those ids, in order
+        self.casts = casts        # per tensor: viewed by memoryview.cast (else through numpy)
+        self.max_header = max_header
+
+
+def _layout(cls: type) -> tuple | None:
+    layout = _layouts.get(cls, False)
+    if layout is False:
+        schema = SCHEMA_BY_CLASS.get(cls)
+        layout = None
+        if schema is not None:
+            names = _templates.VOLATILE.get(schema.kind, ())
+            fields = {f.name: f for f in schema.plain}
+            if all(name in fields for name in names):
+                layout = (tuple(f.name for f in schema.plain if f.name not in names),
+                          tuple(fields[name] for name in names), schema)
+        _layouts[cls] = layout
+    return layout
+
+
+def _key(message: Any, limits: Any, checksums: bool, layout: tuple) -> tuple | None:
+    """What fixes a message's frame but its volatile ids and its tensors' bytes; None when a
+    value is not plain or a tensor is not sent from its own memory as it is."""
+    static, _, schema = layout
+    parts = [type(message), limits, checksums]
+    for name in static:
+        value = getattr(message, name)
+        kind = type(value)
+        if kind is list:
+            for item in value:
+                if type(item) not in _PLAIN:
+                    return None
+            parts.append((list, tuple(map(type, value)), tuple(value)))
+        elif kind in _PLAIN:
+            parts.append((kind, value))
+        else:
+            return None
+    if schema.tensor_field:
+        entries = getattr(message, schema.tensor_field)
+        if type(entries) is not list:
+            return None
+        for entry in entries:
+            if type(entry) is not TensorEntry:
+                return None
+            value = entry.value
+            if type(entry.key) is not str or entry.is_dead is not False \
+                    or entry.error is not None or type(value) is not np.ndarray \
+                    or not value.flags.c_contiguous:
+                return None
+            parts.append((entry.key, value.dtype, value.shape))
+    return tuple(parts)
+
+
+def encode(message: Any, limits: Any, checksums: bool, defer: bool) -> list | None:
+    """The buffers of ``message``'s frame from its kept template (as ``wire.encode`` returns
+    them), or None when it has none (the caller encodes it in full and may :func:`learn`)."""
+    layout = _layout(type(message))
+    if layout is None or not _templates_by_key:
+        return None
+    key = _key(message, limits, checksums, layout)
+    template = None if key is None else _templates_by_key.get(key)
+    if template is None:
+        return None
+    chunks = template.chunks
+    pieces = [chunks[0]]
+    for field, chunk in zip(template.volatile, chunks[1:]):
+        value = getattr(message, field.name)  # an int field's check: an int, not a bool
+        if type(value) is not int or not 0 <= value < _UINT64 or value == field.default:
+            return None  # (the full encode says what is wrong, or leaves a default out)
+        pieces.append(msgpack.packb(value))
+        pieces.append(chunk)
+    packed = b"".join(pieces)
+    if len(packed) > template.max_header:
+        return None
+    segments = []
+    schema = layout[2]
+    if schema.tensor_field:
+        for entry, cast in zip(getattr(message, schema.tensor_field), template.casts):
+            value = entry.value
+            if value.nbytes:
+                segments.append(memoryview(value).cast("B") if cast
+                                else memoryview(value.reshape(-1).view(np.uint8)))
+    return assemble(packed, segments, checksums, defer)
+
+
+def learn(message: Any, limits: Any, checksums: bool, payload: dict, descriptors: list,
+          packed: bytes) -> None:
+    """Keep a template of ``message``, just encoded in full (its plain ``payload``, tensor
+    ``descriptors`` and header bytes ``packed``), when it can be proven (module docstring)."""
+    layout = _layout(type(message))
+    if layout is None or len(packed) > CACHED_HEADER_BYTES:
+        return
+    key = _key(message, limits, checksums, layout)
+    if key is None or key in _templates_by_key:
+        return
+    _, volatile, schema = layout
+    if any(type(payload.get(f.name)) is not int for f in volatile):
+        return  # an id left out (its default) or not an int: no place to cut
+    casts = []
+    if schema.tensor_field:
+        for entry, descriptor in zip(getattr(message, schema.tensor_field), descriptors):
+            value = entry.value
+            if descriptor["dtype"] is None or descriptor["strings"] is not None \
+                    or value.dtype != _schema._WIRE[descriptor["dtype"]]:
+                return  # (converted on the way out: another byte order)
+            try:
+                cast = bool(value.nbytes) and memoryview(value).cast("B").nbytes == value.nbytes
+            except (ValueError, TypeError):
+                cast = False
+            casts.append(cast)
+    ids = {f.name for f in volatile}
+    packer = msgpack.Packer(use_bin_type=True, datetime=False)
+    chunks, current = [], [packer.pack_map_header(4), packer.pack("version"),
+                           packer.pack(FORMAT_VERSION), packer.pack("kind"),
+                           packer.pack(schema.kind), packer.pack("payload"),
+                           packer.pack_map_header(len(payload))]
+    for name, value in payload.items():
+        current.append(packer.pack(name))
+        if name in ids:
+            chunks.append(b"".join(current))
+            current = []
+        else:
+            current.append(packer.pack(value))
+    current += [packer.pack("tensors"), packer.pack(descriptors)]
+    chunks.append(b"".join(current))
+    order = tuple(f for name in payload if name in ids for f in volatile if f.name == name)
+    rebuilt = [chunks[0]]
+    for field, chunk in zip(order, chunks[1:]):
+        rebuilt += [msgpack.packb(payload[field.name]), chunk]
+    if b"".join(rebuilt) != packed or len(order) != len(volatile):
+        return  # the cut is not the full encode's bytes: not kept
+    if len(_templates_by_key) >= _KEPT:
+        _templates_by_key.clear()
+    _templates_by_key[key] = _Template(tuple(chunks), order, tuple(casts),
+                                       limits.max_header_bytes)
+
+
+def assemble(packed: bytes, segments: list, checksums: bool, defer: bool) -> list:
+    """A frame's buffers from its header bytes and its tensors' raw segments (in order)."""
+    if checksums:
+        start = CHECKED_PREFIX.pack(CHECKED_MAGIC, len(packed), _checksum.extend(0, packed),
+                                    0)[:12]
+        prefix = start + _checksum.extend(0, start).to_bytes(4, "little")
+    else:
+        prefix = PREFIX.pack(MAGIC, len(packed))
+    buffers: list = [prefix + packed] if len(packed) < 64 * 1024 else [prefix, packed]
+    if segments:
+        offset = len(prefix) + len(packed)
+        for segment in segments:
+            pad = -offset % ALIGNMENT
+            if pad:
+                buffers.append(_ZEROS[:pad])
+            buffers.append(segment)
+            offset += pad + len(segment)
+            if checksums:
+                buffers.append(_checksum.ChecksumTrailer(segment, pending=defer))
+                offset += _TRAILER
+    return buffers
+
+
+def decode_whole(view: memoryview, limits: Any, build: Any) -> Any:
+    """The message of the one frame that fills ``view`` (a byte memoryview) when its header
+    was validated before, else None (see the module docstring); ``build(schema, payload,
+    plans, values)`` makes the message (the decoder's own)."""
+    size = len(view)
+    if size < PREFIX.size:
+        return None
+    magic, header_len = PREFIX.unpack_from(view)
+    if magic == CHECKED_MAGIC:
+        if size < CHECKED_PREFIX.size:
+            return None
+        _, _, header_crc, prefix_crc = CHECKED_PREFIX.unpack_from(view)
+        if _checksum.extend(0, view[:12]) != prefix_crc:
+            return None
+        start = CHECKED_PREFIX.size
+    elif magic == MAGIC:
+        header_crc, start = None, PREFIX.size
+    else:
+        return None
+    end = start + header_len
+    if not 0 < header_len <= CACHED_HEADER_BYTES or header_len > limits.max_header_bytes \
+            or end > size:
+        return None
+    header = bytes(view[start:end])
+    if header_crc is not None and _checksum.extend(0, header) != header_crc:
+        return None
+    parsed = VALIDATED_HEADERS.get((limits, header)) or _templates.lookup(limits, header)
+    if parsed is None:
+        return None
+    schema, payload, plans = parsed
+    values, offset = [], end
+    for descriptor, dtype, nbytes in plans:
+        if not nbytes:
+            if dtype is not None and dtype == object:
+                return None  # strings: the decoder's own allocation
+            values.append(None if dtype is None else np.empty(descriptor["shape"], dtype=dtype))
+            continue
+        pad = -offset % ALIGNMENT
+        if pad and view[offset:offset + pad] != _ZEROS[:pad]:
+            return None
+        offset += pad
+        stop = offset + nbytes
+        summed = descriptor.get(CHECKSUM_KEY) is True
+        if stop + (_TRAILER if summed else 0) > size:
+            return None
+        if summed:
+            if _checksum.extend(0, view[offset:stop]) != int.from_bytes(
+                    view[stop:stop + _TRAILER], "little"):
+                return None
+        # a fresh array of its own (writable, C order), as the decoder allocates
+        values.append(np.frombuffer(view, dtype, nbytes // dtype.itemsize, offset).reshape(
+            descriptor["shape"]).copy())
+        offset = stop + (_TRAILER if summed else 0)
+    if offset != size:
+        return None
+    return build(schema, payload, plans, values)
