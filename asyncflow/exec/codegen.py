@@ -166,8 +166,10 @@ def compile_schedule(plan, traced=False, on_thread=False):
     names = {slot: f"slots[{slot}]" for slot in plan.feed_slots}  # slot -> its expression
     fetch_slots = set(plan.fetch_slots)
     schedule, firsts = (plan.schedule, ()) if traced else pairs.pair_schedule(plan.schedule)
-    gen.env.update(_pair=pairs.run_pair, _out=pairs.outputs, _done=pairs.done)
+    gen.env.update(_pair=pairs.run_pair, _group=pairs.run_group, _out=pairs.outputs,
+                   _done=pairs.done)
     partner = None  # the second node of the pair being generated
+    members = {}    # a group's partners (dense applies, exec/pairs.py): node index -> place
     last_use = {slot: node.index for node in schedule for slot in node.inputs}
     dead = []   # locals whose value died: reused before a new one is made
     made = 0    # locals made (``v0``...): at most the values alive at once
@@ -179,7 +181,8 @@ def compile_schedule(plan, traced=False, on_thread=False):
             continue
         args = [f"{names[slot]}.read()" if position in node.deref else names[slot]
                 for position, slot in enumerate(node.inputs)]
-        if node.is_async or node.offload or traced:
+        if node.is_async or node.offload or traced or i in firsts or node is partner \
+                or i in members:
             gen.env[f"N{i}"] = node
         # Values read here for the last time free their locals (before the outputs take
         # theirs: the call's arguments are evaluated before its result is stored).
@@ -209,6 +212,16 @@ def compile_schedule(plan, traced=False, on_thread=False):
         else:
             call = gen.call(node, args)
         pair_first = i in firsts
+        group = pair_first and node.op.type in pairs.APPLIES
+        if group:  # (dense applies: their partners' calls are direct, no offload)
+            pair_first = False
+            rest = schedule[position + 1:position + 1 + firsts[i]]
+            members = {m.index: place for place, m in enumerate(rest, start=1)}
+            rest_args = ", ".join(
+                f"(N{m.index}, [{', '.join(_arguments(names, m))}])" for m in rest)
+            call = f"(_out(_p, 0) if _done(_p, 0) else {call})"
+        elif i in members:
+            call = f"(_out(_p, {members[i]}) if _done(_p, {members[i]}) else {call})"
         if pair_first:  # (untraced, synchronous, offloadable: see exec/pairs.py)
             partner = schedule[position + 1]
             b_args = [f"{names[slot]}.read()" if p in partner.deref else names[slot]
@@ -229,6 +242,11 @@ def compile_schedule(plan, traced=False, on_thread=False):
         elif node is partner:
             statements = statements + ["_b = None", "_p = None"]
             partner = None
+        elif group:
+            statements = [f"_p = _group(N{i}, [{', '.join(args)}], ({rest_args},))"] + statements
+        elif i in members and members[i] == len(members):
+            statements.append("_p = None")
+            members = {}
         elif node.offload and not node.is_async:
             statements = [f"_a = [{', '.join(args)}]"] + statements + ["_a = None"]
         if traced:
@@ -237,7 +255,7 @@ def compile_schedule(plan, traced=False, on_thread=False):
         cost = estimate_static_cost(node.op)
         large = node.offload or (cost is not None and cost >= timeslice.LARGE_KERNEL_COST)
         count = every if large else count + 1
-        if count >= every or pair_first:  # (the pair's second may run on its own line)
+        if count >= every or pair_first or group:  # (a pair's second may run on its own line)
             # Within an open slice, one clock read; ``_due`` opens it or says it is over.
             gen.line(["if _stop[0]: _pause()" if on_thread else
                       "if _ts.clock() >= _B.end and _due(): await _pause()"])
@@ -253,6 +271,12 @@ def compile_schedule(plan, traced=False, on_thread=False):
                             plan.device.name)
     return gen.function("async def _step(slots, _offload, _wait, _pause, _rec=None)",
                         f"static schedule of {len(plan.schedule)} nodes", plan.device.name)
+
+
+def _arguments(names, node):
+    """The argument expressions of ``node``'s kernel call."""
+    return [f"{names[slot]}.read()" if position in node.deref else names[slot]
+            for position, slot in enumerate(node.inputs)]
 
 
 class LoopRunner:

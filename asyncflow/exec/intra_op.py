@@ -29,6 +29,7 @@ restores the previous setting. A kernel that does not split keeps BLAS's own thr
 from __future__ import annotations
 
 import concurrent.futures
+import queue as queue_module
 import threading
 
 whole = threading.local()  # ``active``: kernels run whole here (``run_alone``, a lane)
@@ -134,19 +135,16 @@ class IntraOpPool:
         chunks being computed. On a loaded machine, where a woken worker may not get a core
         for milliseconds, the caller then does the work itself instead of idling.
         """
-        queue = _ChunkQueue(bounds)
+        queue = _ChunkQueue(bounds, fn)
         # Inside a chunk of ``run_alone`` every thread is taken: no helpers (the same chunks,
         # in order, on this thread: the same bits).
         helpers = 0 if getattr(whole, "active", False) else min(self.threads, len(bounds)) - 1
-        executor = self._workers() if helpers > 0 else None
         _hold_blas_single_thread()
         try:
-            futures = [executor.submit(queue.drain, fn) for _ in range(helpers)]
+            if helpers > 0:
+                self._workers().post(queue.help, helpers)
             queue.drain(fn, caller_limit)
-            withdrawn = queue.withdraw()
-            for future in futures:
-                if not future.cancel():  # started: wait for the chunk it is computing
-                    future.result()
+            withdrawn = queue.finish()  # waits only for chunks a worker is computing
         finally:
             _release_blas()
         with self._lock:
@@ -187,8 +185,7 @@ class IntraOpPool:
     def _workers(self):
         with self._lock:
             if self._executor is None:
-                self._executor = concurrent.futures.ThreadPoolExecutor(
-                    max(1, self.threads - 1), thread_name_prefix=self._name)
+                self._executor = _Workers(max(1, self.threads - 1), self._name)
             return self._executor
 
     def close(self):
@@ -196,21 +193,76 @@ class IntraOpPool:
         with self._lock:
             executors = (self._executor, self._lane)
             self._executor = self._lane = None
-        for executor in executors:
-            if executor is not None:
-                executor.shutdown(wait=False)
+        workers, lane = executors
+        if workers is not None:
+            workers.shutdown()
+        if lane is not None:
+            lane.shutdown(wait=False)
 
     def __repr__(self):
         return f"<IntraOpPool threads={self.threads}>"
 
 
-class _ChunkQueue:
-    """The chunks of one split, taken in order by whichever thread asks next."""
+class _Workers:
+    """The pool's split workers: threads that take hand-offs from one queue, in order.
 
-    def __init__(self, bounds):
+    Not a ``ThreadPoolExecutor``: a split hands off a bound method (``_ChunkQueue.help``) with
+    one ``put``, and the caller waits for a worker's chunk on one lock, without a future, its
+    condition and its callbacks. Measured on this 2-core VM (bench/RESULTS.md): a split of two
+    GEMMs of ~170 us each took ~75 us longer than half their time with the executor (the
+    caller started its own chunk 23 us after the call, the worker 27 us after that, and the
+    caller was back 47 us after the worker's chunk ended).
+    """
+
+    def __init__(self, count, name):
+        self._queue = queue_module.SimpleQueue()
+        self._threads = [threading.Thread(target=self._loop, name=f"{name}_{index}",
+                                          daemon=True) for index in range(count)]
+        for thread in self._threads:
+            thread.start()
+
+    def _loop(self):
+        get = self._queue.get
+        while (item := get()) is not None:
+            item()
+
+    def post(self, item, count):
+        """Hand ``item()`` to ``count`` workers (or to whichever are free first)."""
+        for _ in range(count):
+            self._queue.put(item)
+
+    def submit(self, fn):
+        """``fn()`` on a worker; returns its ``concurrent.futures.Future`` (tests keep a
+        worker busy with it)."""
+        future = concurrent.futures.Future()
+
+        def run():
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn())
+                except BaseException as exc:  # noqa: BLE001 -- handed to the future
+                    future.set_exception(exc)
+        self._queue.put(run)
+        return future
+
+    def shutdown(self):
+        """Idle workers exit; a running hand-off finishes first."""
+        for _ in self._threads:
+            self._queue.put(None)
+
+
+class _ChunkQueue:
+    """The chunks of one split, taken in order by whichever thread asks next: the caller
+    (``drain``, then ``finish``) and the workers it handed the split to (``help``)."""
+
+    def __init__(self, bounds, fn=None):
         self._bounds = list(bounds)
         self._next = 0
         self._lock = threading.Lock()
+        self._fn = fn
+        self._closed = False  # finished: a worker that gets here later does nothing
+        self._active = 0      # workers computing chunks of it
+        self._waiter = None   # the caller's lock, released by the last active worker
         self.error = None
 
     def _take(self):
@@ -225,6 +277,36 @@ class _ChunkQueue:
         with self._lock:
             left, self._next = self._bounds[self._next:], len(self._bounds)
             return left
+
+    def help(self):
+        """A worker's part: the chunks left, unless the caller finished the split already."""
+        with self._lock:
+            if self._closed:
+                return
+            self._active += 1
+            fn = self._fn
+        try:
+            self.drain(fn)
+        finally:
+            with self._lock:
+                self._active -= 1
+                waiter = self._waiter if self._active == 0 else None
+            if waiter is not None:
+                waiter.release()
+
+    def finish(self):
+        """Close the split: withdraw the chunks nobody took (returned, none runs them) and
+        wait for the chunks workers are computing."""
+        with self._lock:
+            self._closed = True
+            self._fn = None  # (a hand-off still queued keeps no kernel's arrays alive)
+            left, self._next = self._bounds[self._next:], len(self._bounds)
+            if not self._active:
+                return left
+            waiter = self._waiter = threading.Lock()
+            waiter.acquire()
+        waiter.acquire()
+        return left
 
     def drain(self, fn, limit=None):
         taken = 0

@@ -57,6 +57,7 @@ import time
 from asyncflow import errors
 from asyncflow.exec import intra_op, timeslice
 from asyncflow.exec.codegen import Generator, compile_schedule
+from asyncflow.exec.pairs import touched_resources
 from asyncflow.exec.plan import OFFLOAD_COST, runtime_cost
 
 # Two lanes where they pay; ``ASYNCFLOW_LANES=0`` in the environment (or False here, before a
@@ -119,28 +120,6 @@ def seconds(node):
 
 def _hoisted(node):
     return node.op.type == "Const" and not node.inputs
-
-
-def touched_resources(plan):
-    """``{node index: {variable key}}`` for the nodes touching variables (a key: the index
-    of the node making the ref, followed through ref-forwarding ops), and the set of nodes
-    that are stateful otherwise."""
-    maker = {}   # ref slot -> key
-    for node in plan.schedule:
-        for position, slot in enumerate(node.outputs):
-            if slot >= 0 and node.op.out_spec(position)[2]:
-                refs = [maker[s] for s in node.inputs if s in maker]
-                maker[slot] = refs[0] if refs else node.index
-    keys, other = {}, set()
-    for node in plan.schedule:
-        touched = {maker[s] for s in node.inputs if s in maker}
-        own = {maker[s] for s in node.outputs if s in maker}
-        touched |= own
-        if touched:
-            keys[node.index] = touched
-        elif node.op.op_def.stateful:
-            other.add(node.index)
-    return keys, other
 
 
 def assign(plan):

@@ -21,6 +21,18 @@ partner moves up only past nodes that do not feed it (no data or control edge) a
 stateful (so what it reads, a variable's value included, is what it read in its old place).
 Inside a pair a kernel does not split again (``intra_op.run_alone``): each runs whole on its
 thread.
+
+Dense optimizer applies pair with each other the same way (TF1's inter-op pool runs the
+updates of different variables at once): a training step's applies come last, one after the
+other on one thread, each of the larger ones (``APPLY_PAIR_MIN`` elements and more) a few
+hundred microseconds of numpy passes. An apply's partner is the apply of another variable
+whose size is closest to its own within ``LOOKAHEAD`` nodes; it moves up past nodes that do
+not feed it and touch none of its variables (its variable and slots: what it reads and
+writes is what it read and wrote in its old place), and past no other stateful op. The
+smaller applies that follow (a bias's) join the partner's side, in the schedule's order,
+while that side's elements stay within the first's: one call on the other thread instead of
+one small kernel each after the pair. Each apply reads and writes only its own variable's
+arrays, so the bits are those of one thread.
 """
 from __future__ import annotations
 
@@ -31,6 +43,12 @@ from asyncflow.exec.plan import estimate_static_cost, runtime_cost
 PAIR_SHARE = 16
 # How far ahead in the schedule a partner is looked for.
 LOOKAHEAD = 8
+# A dense apply pairs from this many elements of its variable (RMSProp's eleven passes over
+# 64k float32 take about 0.1 ms here, three times a pool hand-off).
+APPLY_PAIR_MIN = 1 << 16
+# The dense updates (one variable's arrays each, elementwise): ``ops/training.py``.
+APPLIES = frozenset({"ApplyGradientDescent", "ApplyMomentum", "ApplyAdam", "ApplyAdagrad",
+                      "ApplyRMSProp", "ApplyCenteredRMSProp"})
 
 
 def _pairable(node):
@@ -44,16 +62,37 @@ def _pairable(node):
     return cost is None or node.offload_cost // PAIR_SHARE <= cost < node.offload_cost
 
 
+def _apply_size(node, least=None):
+    """The elements of a dense apply's variable when it pairs (``least`` or more, by default
+    ``APPLY_PAIR_MIN``; statically known), else None."""
+    if node.op.type not in APPLIES or node.is_async:
+        return None
+    count = node.op.out_spec(0)[1].num_elements()
+    return count if count is not None and count >= (
+        APPLY_PAIR_MIN if least is None else least) else None
+
+
 def pair_schedule(schedule):
     """``(order, firsts)``: ``schedule`` with each pairable node's partner moved up right after
-    it, and the indices of the nodes that start a pair. Partners count their cost in the same
-    units (the same offload threshold: two GEMMs, two reductions), so a bias gradient's
-    small reduction does not take the place of a GEMM's partner."""
+    it, and ``{index of a node that starts a pair: how many partners follow it}`` (one, or
+    several applies: module docstring). Partners count their cost in the same units (the same
+    offload threshold: two GEMMs, two reductions), so a bias gradient's small reduction does
+    not take the place of a GEMM's partner; an apply pairs with applies."""
     order = list(schedule)
-    firsts = set()
+    firsts = {}
+    applies = None  # (variable keys per node, other stateful nodes), computed when needed
     position = 0
     while position < len(order) - 1:
         node = order[position]
+        size = _apply_size(node)
+        if size is not None:
+            if applies is None:
+                applies = touched_resources(_Schedule(order))
+            count = _apply_group(order, position, size, *applies)
+            if count:
+                firsts[node.index] = count
+            position += 1 + count
+            continue
         if not _pairable(node):
             position += 1
             continue
@@ -62,7 +101,7 @@ def pair_schedule(schedule):
             if (candidate.offload_cost == node.offload_cost and _pairable(candidate)
                     and _may_move_up(order, position, ahead)):
                 order.insert(position + 1, order.pop(ahead))
-                firsts.add(node.index)
+                firsts[node.index] = 1
                 position += 1  # the partner is taken
                 break
         position += 1
@@ -79,6 +118,79 @@ def _may_move_up(order, position, ahead):
         if between is not order[position] and between.op.op_def.stateful:
             return False
     return True
+
+
+def touched_resources(plan):
+    """``{node index: {variable key}}`` for the nodes touching variables (a key: the index
+    of the node making the ref, followed through ref-forwarding ops), and the set of nodes
+    that are stateful otherwise."""
+    maker = {}   # ref slot -> key
+    for node in plan.schedule:
+        for position, slot in enumerate(node.outputs):
+            if slot >= 0 and node.op.out_spec(position)[2]:
+                refs = [maker[s] for s in node.inputs if s in maker]
+                maker[slot] = refs[0] if refs else node.index
+    keys, other = {}, set()
+    for node in plan.schedule:
+        touched = {maker[s] for s in node.inputs if s in maker}
+        own = {maker[s] for s in node.outputs if s in maker}
+        touched |= own
+        if touched:
+            keys[node.index] = touched
+        elif node.op.op_def.stateful:
+            other.add(node.index)
+    return keys, other
+
+
+class _Schedule:
+    __slots__ = ("schedule",)
+
+    def __init__(self, schedule):
+        self.schedule = schedule
+
+
+def _apply_group(order, position, size, keys, other):
+    """Move the partners of the apply at ``order[position]`` up right after it: the apply of
+    the closest size (``APPLY_PAIR_MIN`` or more), then smaller ones while the partners'
+    elements stay within ``size``; returns how many."""
+    first = _apply_partner(order, position, position + 1, keys, other,
+                           lambda n: abs(n - size), APPLY_PAIR_MIN)
+    if first is None:
+        return 0
+    taken = _apply_size(order[first], 0)
+    order.insert(position + 1, order.pop(first))
+    count = 1
+    while True:
+        more = _apply_partner(order, position, position + 1 + count, keys, other,
+                              lambda n: 0 if taken + n <= size else None, 0)
+        if more is None:
+            return count
+        taken += _apply_size(order[more], 0)
+        order.insert(position + 1 + count, order.pop(more))
+        count += 1
+
+
+def _apply_partner(order, position, start, keys, other, rank, least):
+    """The position (from ``start``, within ``LOOKAHEAD``) of the apply of at least ``least``
+    elements that ``rank`` ranks lowest (None: not wanted) and that may move up to ``start``:
+    nothing from ``order[position]`` up to it feeds it or touches its variables, and no
+    other stateful op lies between."""
+    best = None
+    group = set().union(*(keys.get(node.index, set()) for node in order[position:start]))
+    for ahead in range(start, min(start + LOOKAHEAD, len(order))):
+        candidate = order[ahead]
+        elements = _apply_size(candidate, least)
+        if elements is None or (score := rank(elements)) is None:
+            continue
+        mine = keys.get(candidate.index, set())
+        if mine & group:
+            continue  # (one variable's updates keep their order)
+        if any(candidate.index in between.consumers or between.index in other
+               or mine & keys.get(between.index, set()) for between in order[position:ahead]):
+            continue
+        if best is None or score < best[1]:
+            best = (ahead, score)
+    return None if best is None else best[0]
 
 
 class Failed:
@@ -114,6 +226,28 @@ def run_pair(first, first_args, second, second_args):
             results[index] = node.fn(node.ctx, *args)
         except Exception as exc:  # noqa: BLE001 -- raised on the kernel's own line
             results[index] = Failed(exc)
+    pool.run_alone(run, ((0, 1), (1, 2)), caller_limit=1)
+    return results
+
+
+def run_group(first, first_args, rest):
+    """``run_pair`` for a dense apply and the applies that go with it (``rest``: ``(node,
+    args)`` pairs, run in order on the other thread): ``[outputs or Failed, ...]``; an entry
+    None where not run (the rest handed back undone, or after a failure among them, as in one
+    thread); None without a pool of 2 or more threads."""
+    pool = getattr(first.ctx.device, "intra_op", None)
+    if pool is None or pool.threads < 2:
+        return None
+    results = [None] * (1 + len(rest))
+
+    def run(index, _):
+        for position, (node, args) in (((0, (first, first_args)),) if index == 0
+                                       else enumerate(rest, start=1)):
+            try:
+                results[position] = node.fn(node.ctx, *args)
+            except Exception as exc:  # noqa: BLE001 -- raised on the kernel's own line
+                results[position] = Failed(exc)
+                return
     pool.run_alone(run, ((0, 1), (1, 2)), caller_limit=1)
     return results
 

@@ -21,8 +21,8 @@ def paired(monkeypatch):
     """The op names of each pair that ran at once, and the threads MatMuls ran on."""
     # ``meet``, when a test sets it: "first" waits (10 s at most) for "second" to start, so the
     # two run at once whatever the load (the pool's caller takes a chunk no worker has taken).
-    seen = {"pairs": [], "threads": {}, "meet": None, "met": None, "results": []}
-    run_pair = pairs.run_pair
+    seen = {"pairs": [], "threads": {}, "meet": None, "met": None, "results": [], "groups": []}
+    run_pair, run_group = pairs.run_pair, pairs.run_group
     monkeypatch.setattr(lanes, "ENABLED", False)  # (two lanes would take the pair apart)
 
     def spy(first, a, second, b):
@@ -32,6 +32,14 @@ def paired(monkeypatch):
             seen["results"].append(list(result))
         return result
     monkeypatch.setattr(pairs, "run_pair", spy)
+
+    def group_spy(first, args, rest):
+        result = run_group(first, args, rest)
+        if result is not None:
+            seen["groups"].append([first.op.name] + [node.op.name for node, _ in rest])
+            seen["results"].append(list(result))
+        return result
+    monkeypatch.setattr(pairs, "run_group", group_spy)
     kernel = registry._KERNELS[("MatMul", registry.ANY)]
 
     def where(ctx, *args, _fn=kernel.fn):
@@ -138,7 +146,7 @@ class FakeOpDef:
 
 class FakeOp:
     def __init__(self, name, stateful, cost):
-        self.name, self.op_def = name, FakeOpDef(stateful, cost)
+        self.name, self.type, self.op_def = name, "MatMul", FakeOpDef(stateful, cost)
 
 
 class FakeNode:
@@ -169,15 +177,15 @@ def test_a_partner_moves_up_only_past_pure_ops_that_do_not_feed_it(between, move
              FakeNode(2, "second", gemm=True)]
     order, firsts = pairs.pair_schedule(nodes)
     if moves:
-        assert names(order) == ["first", "second", "pure"] and firsts == {0}
+        assert names(order) == ["first", "second", "pure"] and firsts == {0: 1}
     else:
-        assert names(order) == ["first", between, "second"] and firsts == set()
+        assert names(order) == ["first", between, "second"] and firsts == {}
 
 
 def test_a_gemm_feeding_the_next_never_pairs_with_it(monkeypatch):
     monkeypatch.setattr(pairs, "estimate_static_cost", lambda op: None)
     nodes = [FakeNode(0, "first", gemm=True, consumers=(1,)), FakeNode(1, "second", gemm=True)]
-    assert pairs.pair_schedule(nodes) == (nodes, set())
+    assert pairs.pair_schedule(nodes) == (nodes, {})
 
 
 async def test_a_paired_kernel_failure_names_its_own_op(paired, cpu_only):
@@ -189,3 +197,120 @@ async def test_a_paired_kernel_failure_names_its_own_op(paired, cpu_only):
     with pytest.raises(af.errors.InvalidArgumentError, match="second"):
         await run(two, values, threads=2)
     assert paired["pairs"] == [("first", "second")]  # it failed inside the pair
+
+
+# -- dense optimizer applies of different variables, paired --------------------------------
+async def train_two_layers(threads, steps=3, fetch_reads=False):
+    """Weights of [384, 256] and [256, 256] (98,304 and 65,536 elements: 65,536 is the
+    smallest apply that pairs) and a bias between them, RMSProp; the variables' values after
+    ``steps`` steps."""
+    rng = np.random.default_rng(5)
+    x_value = rng.standard_normal((32, 384)).astype(np.float32)
+    with af.Graph().as_default():
+        x = af.placeholder(af.float32, [None, 384])
+        w1 = af.Variable(rng.standard_normal((384, N)).astype(np.float32) * 0.05, name="w1")
+        b1 = af.Variable(np.zeros(N, np.float32), name="b1")
+        w2 = af.Variable(rng.standard_normal((N, N)).astype(np.float32) * 0.05, name="w2")
+        hidden = af.nn.relu(af.matmul(x, w1) + b1)
+        loss = af.reduce_mean(af.square(af.matmul(hidden, w2)))
+        train = af.train.RMSPropOptimizer(0.01).minimize(loss)
+        fetches = [loss, train] + ([w1.read_value(), w2.read_value()] if fetch_reads else [])
+        config = af.ConfigProto(intra_op_parallelism_threads=threads)
+        async with af.Session(config=config) as session:
+            await session.run(af.global_variables_initializer())
+            losses = [(await session.run(fetches, {x: x_value}))[0] for _ in range(steps)]
+            return losses, await session.run([w1, b1, w2])
+
+
+def _variables(group):
+    return [name.split("/")[1].replace("update_", "") for name in group]
+
+
+async def test_two_applies_run_as_a_pair_with_the_bits_of_one_thread(paired, cpu_only):
+    # w1's apply waits (10 s at most) for w2's to start on the other thread: at once,
+    # whatever the load.
+    kernel = registry._KERNELS[("ApplyRMSProp", registry.ANY)]
+    started, met, threads = threading.Event(), [], {}
+
+    def meet(ctx, *args, _fn=kernel.fn):
+        threads[ctx.name] = threading.get_ident()
+        if "w2" in ctx.name:
+            started.set()
+        elif "w1" in ctx.name:
+            met.append(started.wait(10))
+            started.clear()
+        return _fn(ctx, *args)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(registry._KERNELS, ("ApplyRMSProp", registry.ANY),
+                      dataclasses.replace(kernel, fn=meet))
+        losses, values = await train_two_layers(threads=2)
+    # One group a step: the larger weight's apply, the other's and the bias's beside it.
+    assert [_variables(group) for group in paired["groups"]] in (
+        [["w1", "w2", "b1"]] * 3, [["w1", "b1", "w2"]] * 3), paired["groups"]
+    assert met == [True] * 3, "the first apply finished before the other started"
+    assert all(result[1:] != [None, None] for result in paired["results"])
+    with pytest.MonkeyPatch.context() as patch:  # one thread, the schedule as it was
+        patch.setattr(pairs, "pair_schedule", lambda schedule: (list(schedule), {}))
+        alone_losses, alone = await train_two_layers(threads=1)
+    assert losses == alone_losses
+    for got, want in zip(values, alone):
+        np.testing.assert_array_equal(got, want)
+
+
+async def test_applies_pair_with_reads_of_their_variables_fetched(paired, cpu_only):
+    """A read of a variable fetched beside the train op: the apply does not move past it."""
+    losses, values = await train_two_layers(threads=2, fetch_reads=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pairs, "pair_schedule", lambda schedule: (list(schedule), {}))
+        alone_losses, alone = await train_two_layers(threads=1, fetch_reads=True)
+    assert losses == alone_losses
+    for got, want in zip(values, alone):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_small_applies_do_not_pair(monkeypatch):
+    monkeypatch.setattr(pairs, "APPLY_PAIR_MIN", 1 << 40)
+
+    class Shape:
+        def num_elements(self):
+            return 1 << 20
+
+    class ApplyOp:
+        def __init__(self, name):
+            self.name, self.type = name, "ApplyRMSProp"
+            self.op_def = FakeOpDef(True, None)
+
+        def out_spec(self, index):
+            return (None, Shape(), True)
+    nodes = [FakeNode(0, "a"), FakeNode(1, "b")]
+    for node in nodes:
+        node.op, node.offload = ApplyOp(node.op.name), False
+    assert pairs._apply_size(nodes[0]) is None
+    assert pairs.pair_schedule(nodes) == (nodes, {})
+
+
+async def test_a_group_hands_its_rest_back_when_no_thread_takes_it(paired, cpu_only):
+    """The pool's worker taken: the caller runs the first apply, the rest run on their own
+    lines after it, with the same bits."""
+    pool = intra_op.shared_pool(2)
+    busy, release = threading.Event(), threading.Event()
+
+    def hold():
+        busy.set()
+        release.wait(30)
+    held = pool._workers().submit(hold)
+    assert busy.wait(30)
+    try:
+        losses, values = await train_two_layers(threads=2, steps=2)
+    finally:
+        release.set()
+        held.result(30)
+    assert len(paired["groups"]) == 2
+    assert all(result[0] is not None and result[1:] == [None, None]
+               for result in paired["results"])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pairs, "pair_schedule", lambda schedule: (list(schedule), {}))
+        alone_losses, alone = await train_two_layers(threads=1, steps=2)
+    assert losses == alone_losses
+    for got, want in zip(values, alone):
+        np.testing.assert_array_equal(got, want)

@@ -1,0 +1,104 @@
+"""The intra-op pool's hand-offs (``exec/intra_op.py``): a split hands its chunks to the
+workers with one queue put and waits only for the chunks a worker is computing."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from asyncflow.exec import intra_op
+
+
+def test_the_caller_waits_for_the_chunk_a_worker_computes():
+    pool = intra_op.IntraOpPool(2)
+    started, release = threading.Event(), threading.Event()
+    done = []
+
+    def work(start, stop):
+        if threading.current_thread() is not threading.main_thread():
+            started.set()
+            assert release.wait(30)
+        done.append(start)
+
+    def run():
+        pool.run(work, [(0, 1), (1, 2)])
+        done.append("returned")
+    caller = threading.Thread(target=run)
+    try:
+        caller.start()
+        assert started.wait(30)
+        caller.join(0.2)
+        assert caller.is_alive() and "returned" not in done  # still waiting for the worker
+        release.set()
+        caller.join(30)
+        assert sorted(d for d in done if d != "returned") == [0, 1] and done[-1] == "returned"
+    finally:
+        release.set()
+        pool.close()
+
+
+def test_a_hand_off_found_after_the_split_finished_runs_nothing():
+    """The worker is busy while a split runs: the caller does every chunk; when the worker
+    gets to the stale hand-off it runs no chunk of it, and the next split uses it again."""
+    pool = intra_op.IntraOpPool(2)
+    busy, release = threading.Event(), threading.Event()
+    blocker = pool._workers().submit(lambda: (busy.set(), release.wait(30)))
+    assert busy.wait(30)
+    ran = []
+    lock = threading.Lock()
+
+    def work(start, stop):
+        with lock:
+            ran.append((start, threading.current_thread().name))
+    pool.run(work, [(i, i + 1) for i in range(4)])
+    release.set()
+    blocker.result(30)
+    assert sorted(start for start, _ in ran) == [0, 1, 2, 3]
+    assert {name for _, name in ran} == {threading.current_thread().name}
+    # The stale hand-off is gone through once the worker is free: a worker takes a chunk of
+    # a later split (bounded: a few splits whose chunks wait for the worker).
+    for _ in range(50):
+        seen, go = threading.Event(), threading.Event()
+
+        def wait_for_worker(start, stop):
+            if threading.current_thread() is threading.main_thread():
+                go.wait(5)  # the caller's chunk waits for a worker to take the other
+            else:
+                seen.set()
+                go.set()
+        pool.run(wait_for_worker, [(0, 1), (1, 2)])
+        if seen.is_set():
+            break
+    assert seen.is_set()
+    pool.close()
+
+
+def test_close_stops_the_workers():
+    pool = intra_op.IntraOpPool(3)
+    pool.run(lambda start, stop: None, [(0, 1), (1, 2), (2, 3)])
+    threads = list(pool._executor._threads)
+    assert len(threads) == 2 and all(thread.daemon for thread in threads)
+    pool.close()
+    for thread in threads:
+        thread.join(30)
+        assert not thread.is_alive()
+
+
+def test_a_worker_error_is_raised_by_the_caller_after_every_chunk():
+    pool = intra_op.IntraOpPool(2)
+    started = threading.Event()
+    finished = []
+
+    def work(start, stop):
+        if threading.current_thread() is threading.main_thread():
+            assert started.wait(30)  # the worker took the other chunk
+            finished.append(start)
+        else:
+            started.set()
+            raise KeyError(f"chunk {start}")
+    try:
+        with pytest.raises(KeyError, match="chunk 1"):
+            pool.run(work, [(0, 1), (1, 2)])
+        assert finished == [0]
+    finally:
+        pool.close()
