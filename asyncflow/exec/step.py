@@ -22,6 +22,31 @@ async def offloaded(node, args):
                                          limiter=node.ctx.device.limiter)
 
 
+class _Preloading:
+    """What an ``offload`` runs for a node's ``Preload``: its ``load`` on the node's device's
+    worker threads, as the node's kernel would run there."""
+
+    __slots__ = ("ctx",)
+
+    def __init__(self, node):
+        self.ctx = node.ctx
+
+    @staticmethod
+    def fn(ctx):
+        ctx.prepared.load(ctx)
+        return ()
+
+
+async def preload(plans, offload=None):
+    """Run the ``Preload``s of ``plans`` (``ExecutionPlan.preloads``: one-time work such as an
+    import that would block the event loop) through ``offload`` (default: trio's worker
+    threads), then empty them: called before a compiled run's first step."""
+    for plan in plans:
+        for node in plan.preloads:
+            await (offload or offloaded)(_Preloading(node), ())
+        plan.preloads = ()
+
+
 class Step:
     """Per-step state shared by the partitions of one run in this process.
 
