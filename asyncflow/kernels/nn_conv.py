@@ -377,9 +377,7 @@ _SHAPES_OF = {"Conv2D": (0, 1), "_FusedConv2D": (0, 1), "_FusedConv2DWithSpectra
 
 def _fft_preload(ctx):
     """Prepare hook of the convolutions: ``nn_conv_fft.preload`` by the node's static shapes
-    (None, at no cost, once scipy.fft is loaded or where the shapes are not 4-d)."""
-    if nn_conv_fft._fft is not None:
-        return None
+    (None where they are not 4-d, and once scipy.fft is loaded)."""
     op = ctx.op
     shapes = [op.out_spec(0)[1] if where == "out" else op.inputs[where][0].out_spec(
         op.inputs[where][1])[1] for where in _SHAPES_OF[ctx.type]]
