@@ -10,6 +10,7 @@ import sys
 
 import ml_dtypes
 import numpy as np
+import pytest
 
 from transports.messages import RecvTensorsReply, TensorEntry
 from transports.wire import encode
@@ -102,8 +103,8 @@ print("ok")
 """
 
 
-def _fresh_python(script, stdin=b""):
-    done = subprocess.run([sys.executable, "-c", script], input=stdin, capture_output=True,
+def _fresh_python(script, stdin=b"", args=()):
+    done = subprocess.run([sys.executable, "-c", script, *args], input=stdin, capture_output=True,
                           cwd=ROOT, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == b"ok", done.stderr.decode()[-3000:]
 
@@ -218,3 +219,72 @@ def test_first_uses_of_bfloat16_and_the_fft_path_from_threads_at_once():
 
 def test_as_dtype_and_pickles_of_bfloat16_when_the_program_imported_ml_dtypes_first():
     _fresh_python(_ML_DTYPES_FIRST)
+
+
+# Review (rhyg): a convolution forced onto the FFT path, small enough to run on the event
+# loop's thread, imported scipy.fft there on its first step (0.2-0.5 s with the loop blocked).
+# The plan's preload (kernels/registry.py ``Preload``) imports it on a worker thread before the
+# first step: a meta path finder records the thread of each import of scipy.fft, for a local
+# trio step (inline and traced), an asyncio step (asyncflow.aio) and a worker's RunGraph.
+_FFT_OFF_THE_LOOP = r"""
+import asyncio
+import sys
+import threading
+import numpy as np
+import trio
+import asyncflow as af
+import asyncflow.aio
+from asyncflow.kernels import nn_conv_fft
+
+importing = []
+
+class Spy:  # finds nothing: records who asks for scipy.fft
+    def find_spec(self, name, path=None, target=None):
+        if name == "scipy.fft":
+            importing.append(threading.get_ident())
+        return None
+
+sys.meta_path.insert(0, Spy())
+nn_conv_fft.FORCE = "fft"
+PATH = sys.argv[1]
+DEVICE = "/job:worker/task:0/cpu:0" if PATH == "worker" else "/cpu:0"
+rng = np.random.default_rng(0)
+with af.device(DEVICE):
+    x = af.placeholder(af.float32, [None, 6, 6, 1])
+    w = af.constant(rng.standard_normal([3, 3, 1, 1]).astype(np.float32))
+    y = af.nn.conv2d(x, w, strides=[1, 1, 1, 1], padding="SAME")
+value = rng.standard_normal([1, 6, 6, 1]).astype(np.float32)
+options = af.RunOptions(trace_level=af.RunOptions.FULL_TRACE) if PATH == "traced" else None
+
+async def trio_step():
+    loop = threading.get_ident()
+    if PATH == "worker":
+        cluster = af.ClusterSpec({"worker": ["inprocess:9791"]})
+        async with af.Server(cluster, "worker", 0):
+            async with af.Session(cluster=cluster) as sess:
+                with trio.fail_after(60):
+                    return loop, await sess.run(y, {x: value})
+    async with af.Session() as sess:
+        return loop, await sess.run(y, {x: value}, options=options)
+
+async def asyncio_step():
+    loop = threading.get_ident()
+    async with af.aio.Session() as sess:
+        return loop, await sess.run(y, {x: value})
+
+assert "scipy.fft" not in sys.modules
+loop, fft = asyncio.run(asyncio_step()) if PATH == "aio" else trio.run(trio_step)
+assert "scipy.fft" in sys.modules and importing and loop not in importing, (loop, importing)
+nn_conv_fft.FORCE = "direct"
+async def direct():
+    async with af.Session() as sess:
+        return await sess.run(y, {x: value})
+if PATH != "worker":
+    np.testing.assert_allclose(fft, trio.run(direct), rtol=1e-5, atol=1e-5)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("path", ["inline", "traced", "aio", "worker"])
+def test_first_fft_convolution_on_the_loop_imports_scipy_fft_on_a_worker_thread(path):
+    _fresh_python(_FFT_OFF_THE_LOOP, args=[path])

@@ -446,7 +446,7 @@ class _StepDriver:
                     await self._abort("CANCELLED", f"step {self.step_id} was cancelled by the "
                                       "client" if not self.failures else self._root().message)
         if self.failures:
-            raise self._root()
+            raise self._root(take=True)
         return [self.results[i][p] for i, p in self.run_.fetch_routes]
 
     def start_watchdog(self, nursery):
@@ -464,11 +464,13 @@ class _StepDriver:
             for scope in self.call_scopes.values():  # (as a crash in its nursery did)
                 scope.cancel()
 
-    def _root(self):
-        for is_derived, error in self.failures:
-            if not is_derived:
-                return error
-        return self.failures[0][1]
+    def _root(self, take=False):
+        """The first failure not derived, else the first; ``take``: forgotten here (this
+        driver is in its frames when it is raised: kept, a cycle for the GC)."""
+        root = next((e for derived, e in self.failures if not derived), self.failures[0][1])
+        if take:
+            self.failures = []
+        return root
 
     async def _run_one(self, index):
         try:
@@ -510,6 +512,7 @@ class _StepDriver:
             if scope.cancel_called:
                 self.call_scopes[tg.task].cancel()
             await self._report(task, tg, failure)
+        del failure  # (this frame is in its traceback: kept, a cycle for the GC)
         return None
 
     async def _report(self, task, tg, exc):

@@ -14,16 +14,21 @@ whole request, before it creates any state or deposits any value, unless every k
 3. lies in the root frame (pushed transfers are never in or after a loop:
    ``compile/transfer_order.pushed_transfers``), for a step id a master could have drawn
    (``1 <= step_id < 2**63``);
-4. comes from a task of the cluster: the ClusterSpec this worker serves (a Server's) or a peer
-   the master named in a graph registered here, never this task itself;
+4. comes from a task of the sender's cluster, never this task itself. That cluster is the
+   master's, as TF's ClusterSpec propagation makes a session's (``CreateWorkerSession`` with
+   the master's ``cluster_def``): the peers its RegisterGraph named, known here while a
+   graph of that master names the request's other keys. The ClusterSpec this worker was
+   started with (a Server's, TF_CONFIG's) proves nothing either way: a master's may list
+   tasks it does not (a task added since, a worker given only its own job), so a key no
+   graph here names, from another task, is judged by rule 5 alone;
 5. is, to the letter, the key of a pushed Recv (its source device and incarnation,
    destination, tensor name): of the step's own graph once the step's RunGraph has bound it,
    else of a graph registered here; and the step's RunGraph has not ended here (each of its
    Recvs took its value before it could).
 
 Rules 1-4 and a key of a bound step that is no Recv of its graph are INVALID_ARGUMENT (HTTP
-400) naming the key. A key that no registered graph names, from a task of the cluster, is
-ABORTED (409): that is what a genuine push meets when its consumer lost the graph (a restart,
+400) naming the key. A key that no registered graph names, from another task (whether this
+worker's ClusterSpec lists it or not: the message says), is ABORTED (409): that is what a genuine push meets when its consumer lost the graph (a restart,
 an expired lease, a Reset); the producer marks an ABORTED push derived, so the consumer's own
 error (its RunGraph's unknown handle: AbortedError, as a restart or a graph registered
 again) stays the step's root cause. A push for a step that ended here is ABORTED too, as a late
@@ -165,30 +170,30 @@ class PushAcceptance:
         if entry is not None:
             self._parked_bytes -= entry[1]
 
-    def _cluster_tasks(self):
-        """The tasks this worker knows of: its ClusterSpec's and its graphs' peers."""
-        tasks = {task for task, _ in tasks_of_health(self.cluster)}
-        for wg in self._graphs.values():
-            tasks.update(wg.peers)
-        return tasks
-
     def _unknown_key(self, step_id, entries, bindings):
         """The refusal of the first of ``entries`` whose key none of ``bindings`` names (the
         step's graph's, when it runs here; else every registered graph's)."""
         key = next(e.key for e in entries if not any(e.key in b.pushed_keys for b in bindings))
         task = task_of(parse_key(key)[0])
-        known = self._cluster_tasks()
         where = f"PushTensors of step {step_id}: key {key!r}"
-        if task == self.task or (known and task not in known):
+        # The sender's cluster (rule 4): the master's, of the graphs naming the other keys.
+        views = [wg.peers for wg in self._graphs.values() if wg.binding in bindings and
+                 any(e.key in wg.binding.pushed_keys for e in entries)]
+        if task == self.task or (views and not any(task in peers for peers in views)):
             return RemoteCallError("INVALID_ARGUMENT", f"{where} names source task {task}, "
                                    f"which is not a peer task of {self.task}'s cluster")
         state = self._steps.get(step_id)
         if state is not None and state.rendezvous.binding is not None:
             return RemoteCallError("INVALID_ARGUMENT", f"{where} names no pushed Recv of the "
                                    f"step's graph on {self.task}")
+        known = {name for name, _ in tasks_of_health(self.cluster)}
+        for wg in self._graphs.values():
+            known.update(wg.peers)
+        unknown = "" if task in known else (f"; {task} is in no cluster this worker knows of "
+                                            "(its own ClusterSpec, a registered graph's)")
         return RemoteCallError("ABORTED", f"{where} names no pushed Recv of a graph registered "
                                f"on {self.task} (the graph was dropped or the worker restarted, "
-                               "or the key is not the cluster's)")
+                               f"or the key is not the cluster's){unknown}")
 
     def _make_room(self, step_id, nbytes):
         """Drop the steps past ``step_ttl`` (which leave the parked account); then refuse

@@ -53,7 +53,7 @@ import trio
 
 from asyncflow import errors
 from asyncflow.device_names import task_of as task_of_device  # noqa: F401 (master, worker)
-from asyncflow.exec.rendezvous import LocalRendezvous
+from asyncflow.exec.rendezvous import LocalRendezvous, detached
 from asyncflow.rendezvous_keys import parse_key, source_device
 from transports.messages import PushTensors, RecvTensors, RemoteCallError, TensorEntry
 from transports.service import TransportDeadlineExceeded, TransportError
@@ -531,6 +531,13 @@ class StepRendezvous:
     @property
     def aborted(self):
         return self._error is not None or self.local.aborted
+
+    def release(self):
+        """The step failed and its state is dropped here: keep it aborted, by a detached copy
+        of its error (``exec/rendezvous.py``: the error's traceback holds the step's frames)."""
+        if self._error is not None:
+            self._error = detached(self._error)
+        self.local.release()
 
     @property
     def abort_error(self):

@@ -71,6 +71,7 @@ from asyncflow.exec import devices as _device
 from asyncflow.exec.options import SessionConfig
 from asyncflow.exec.files import DataDirectory
 from asyncflow.exec.resources import ResourceManager
+from asyncflow.exec.step import preload
 from asyncflow.cluster.push_acceptance import PushAcceptance, pushed_recv_keys
 from asyncflow.cluster.worker_step import StepRunning, _fail, _feed_checks
 from transports.messages import (
@@ -215,6 +216,7 @@ class WorkerService(StepRunning, PushAcceptance):
             raise _rdv.remote_call_error(exc, f"RegisterGraph: {exc.message}") from None
         except (ValueError, TypeError, KeyError) as exc:
             _fail("INVALID_ARGUMENT", f"RegisterGraph: malformed graph: {type(exc).__name__}: {exc}")
+        await preload(compiled.plans)  # (scipy.fft for an FFT convolution: off the loop)
         handle = f"{request.session_handle or 'graph'}/{next(self._handles)}/{secrets.token_hex(4)}"
         peers = dict(options.peers)
         declarations, batchable = self._declarations(graph, options)

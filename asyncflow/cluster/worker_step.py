@@ -151,6 +151,7 @@ class StepRunning:
         except BaseException as exc:
             self.status.step_done(request.step_id, time.perf_counter() - started, failed=True)
             self._step_failed(state, exc)
+            state.rendezvous.release()  # (not by the error: its frames hold this state)
             raise
         finally:
             wg.running -= 1
@@ -194,7 +195,10 @@ class StepRunning:
         except errors.OpError as exc:
             failure = exc
         if failure is not None:
-            raise _rdv.remote_call_error(failure) from None
+            try:
+                raise _rdv.remote_call_error(failure) from None
+            finally:
+                del failure  # (this frame is in its traceback: no cycle)
         return values
 
     def _stopped(self, state, timeout_ms):
@@ -223,7 +227,10 @@ class StepRunning:
                 state.rendezvous.spawn = None
                 pulls.cancel_scope.cancel()
         if failure is not None:
-            raise failure
+            try:
+                raise failure
+            finally:
+                del failure  # (this frame is in its traceback: no cycle)
         return values
 
     def _step_failed(self, state, exc):

@@ -112,7 +112,10 @@ class Generator:
             node = node_at.get(exc.__traceback__.tb_lineno)
             err = exc if node is None else errors.located(exc, node.op, device_name)
             if err is not exc:
-                raise err
+                try:
+                    raise err
+                finally:  # (this frame, in err's traceback, would hold err: a cycle)
+                    del exc, err
         self.env["_locate"] = locate
         number = next(_functions)
         filename = _dump(number, title, source) or f"<asyncflow {number}: {title} on {device_name}>"

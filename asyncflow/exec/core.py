@@ -19,7 +19,7 @@ from asyncflow.kernels.registry import WOULD_BLOCK
 from asyncflow.exec import timeslice
 from asyncflow.exec.context import StepContext
 from asyncflow.exec.plan import runtime_cost
-from asyncflow.exec.step import closed, now_us, recorder, waiting
+from asyncflow.exec.step import closed, now_us, recorder, reraised, returning, waiting
 
 PAUSE = object()  # what an ``Own`` entry answers when the slice ran out there (a loop)
 _BUDGET = timeslice.BUDGET
@@ -312,8 +312,13 @@ async def finish(run):
                 raise errors.session_closed()
     finally:
         run.close()
-    if run.failure is not None:
-        raise run.failure
+    failure = run.failure
+    if failure is not None:
+        run.failure = None  # (the run, in the failure's traceback's frames: not a cycle)
+        try:
+            raise failure
+        finally:
+            del failure
     return run.prop.values()
 
 
@@ -352,8 +357,8 @@ async def _task(run, node, ctx, args, where):
         if ctx is not None:
             outputs = await node.fn(ctx, *args)
         elif run.record is not None:
-            start, outputs = await trio.to_thread.run_sync(_timed, node, args,
-                                                           limiter=node.ctx.device.limiter)
+            start, outputs = reraised(await trio.to_thread.run_sync(
+                returning, _timed, node, args, limiter=node.ctx.device.limiter))
         else:
             outputs = await run.step.offload(node, args)
     except trio.Cancelled:

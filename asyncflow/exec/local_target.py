@@ -36,7 +36,7 @@ import secrets
 from asyncflow.exec import compiled_run
 from asyncflow.exec import devices as _device
 from asyncflow.exec.resources import ResourceManager
-from asyncflow.exec.step import Step
+from asyncflow.exec.step import Step, preload
 
 # Step ids of local steps, unique in the process (a session's steps share its rendezvous
 # keys' namespace with every other local session's).
@@ -94,8 +94,15 @@ class LocalTarget:
         plan = runner.plan
         step = Step(next(_STEP_IDS), offload=offload, pause=pause,
                     park=park if plan.waits or not plan.static else None)
+        if plan.preloads:  # the first step: its one-time loads first, on a worker thread
+            return self._preloaded(compiled, offload, runner.run, feed_values, step)
         # The runner's coroutine itself, for the caller to await: no frame of ours between.
         return runner.run(feed_values, step)
+
+    @staticmethod
+    async def _preloaded(compiled, offload, run, *args):
+        await preload(compiled.plans, offload)
+        return await run(*args)
 
     async def run(self, compiled, feed_values, trace, timeout_ms, parked):
         """One step of ``compiled`` (any number of plans) in the calling task's trio run.
@@ -106,4 +113,8 @@ class LocalTarget:
         # end of a slice), so steps that finish inline, nearly all of them, pay for no cancel
         # scope (~10 us of a small run).
         step = Step(next(_STEP_IDS), trace=trace, park=parked)
+        for plan in compiled.plans:
+            if plan.preloads:  # the first step: its one-time loads first, on a worker thread
+                await preload(compiled.plans)
+                break
         return await compiled.runner.run(feed_values, step)

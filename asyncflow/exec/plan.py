@@ -27,7 +27,7 @@ import dataclasses
 import operator
 
 from asyncflow import errors
-from asyncflow.kernels.registry import get_kernel
+from asyncflow.kernels.registry import Preload, get_kernel
 from asyncflow.exec.context import NodeContext
 
 DROP = -1
@@ -88,6 +88,9 @@ class ExecutionPlan:
     frame_tables: object = None  # the frames propagator's tables and compiled loops
     may_offload: bool = False  # some kernel may run on a worker thread (inputs large enough)
     thread_form: object = None  # a heavy step's form on a worker thread (thread_step.py)
+    # Nodes whose prepare hook asked for a ``Preload`` (registry.py): run on a worker thread
+    # before the first step (``step.preload``), then emptied.
+    preloads: tuple = ()
 
 
 _TRANSFER_TYPES = frozenset({"_Send", "_Recv"})
@@ -236,6 +239,7 @@ def compile_plan(nodes, feeds, fetches, device, resources):
         slot_readers=slot_readers, fetched=frozenset(fetch_slots), static=static,
         waits=bool(waiting), may_offload=any(n.offload for n in nodes),
         schedule=tuple(schedule), control_flow=control_flow, enter_counts=enter_counts,
+        preloads=tuple(n for n in nodes if type(n.ctx.prepared) is Preload),
         fetch_names=tuple(getattr(key, "name", None) or f"{key[0].name}:{key[1]}"
                           for key in fetch_keys))
 

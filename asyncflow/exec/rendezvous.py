@@ -91,6 +91,15 @@ class _Waiter:
         self.event.set()
 
 
+def detached(error):
+    """A copy of ``error`` (its class, message, op and marks) without its traceback, cause or
+    context: what state that outlives a failed step keeps instead of the error its caller got,
+    whose traceback holds the step's frames (and through them that state: a cycle)."""
+    copy = type(error).__new__(type(error), *error.args)
+    copy.__dict__.update(error.__dict__)
+    return copy
+
+
 class LocalRendezvous:
     """Per-step table matching Sends to Recvs within one process."""
 
@@ -195,6 +204,12 @@ class LocalRendezvous:
         waiters, self._waiters = self._waiters, {}
         for waiter in waiters.values():
             waiter(None, error)
+
+    def release(self):
+        """The step is over: keep it aborted, but not by its error, whose traceback holds the
+        step's frames (which hold this rendezvous: a cycle for the GC)."""
+        if self._error is not None:
+            self._error = detached(self._error)
 
     @property
     def aborted(self):

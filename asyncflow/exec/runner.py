@@ -103,7 +103,8 @@ async def run_partitions(graph, compiled, feed_values, step):
     """
     plans = compiled.plans
     timeslice.begin()
-    if step.rendezvous is None:
+    local = step.rendezvous is None
+    if local:
         step.rendezvous = LocalRendezvous()
     results = [None] * len(plans)
     runs = [None] * len(plans)  # runs started inline; None: runs whole as a task
@@ -129,7 +130,17 @@ async def run_partitions(graph, compiled, feed_values, step):
             if run is not None:
                 run.close()  # idempotent; drops the subscriptions of a cancelled step
     if failure is not None:
-        raise failure
+        # The failure's tracebacks hold this step's frames, which hold its runs and
+        # rendezvous: neither may hold the failure, or the step waits for the cyclic GC.
+        for run in runs:
+            if run is not None:
+                run.failure = None
+        if local:
+            step.rendezvous.release()
+        try:
+            raise failure
+        finally:
+            del failure
     return [results[plan_index][position] for plan_index, position in compiled.fetch_routes]
 
 
@@ -155,7 +166,10 @@ def _start_inline(compiled, feed_values, step, runs):
             # This drain may have run (and failed) partitions started before.
             failure = next((r.failure for r in started if r.failure is not None), None)
         if failure is not None:
-            return _abandon_inline(step, started, failure)
+            try:
+                return _abandon_inline(step, started, failure)
+            finally:
+                del failure  # (see run_partitions: a frame of the failure's traceback)
     return None
 
 
@@ -186,7 +200,10 @@ async def _go_on_inline(step, runs):
                     run.drain()
             failure = next((run.failure for run in runs if run.failure is not None), None)
             if failure is not None:
-                return _abandon_inline(step, runs, failure)
+                try:
+                    return _abandon_inline(step, runs, failure)
+                finally:
+                    del failure  # (see run_partitions)
     if closed(parked):
         started = [run for run in runs if run is not None]
         return _abandon_inline(step, started, errors.session_closed())
@@ -212,7 +229,11 @@ async def _finish_in_this_task(step, runs):
             pending = [run for run in pending if not run.done]
             failure = next((run.failure for run in runs if run.failure is not None), None)
             if failure is not None:
-                return _abandon_inline(step, [run for run in runs if run is not None], failure)
+                try:
+                    return _abandon_inline(step, [run for run in runs if run is not None],
+                                           failure)
+                finally:
+                    del failure  # (see run_partitions)
             if not pending or any(run.waiting for run in pending):
                 break
             reporting = [run for run in pending if run.reports]
@@ -262,4 +283,7 @@ async def _finish_in_tasks(compiled, feed_values, step, runs, left, results):
     async with trio.open_nursery() as nursery:
         for index in left:
             nursery.start_soon(finish_one, index, nursery)
-    return failures[0] if failures else None
+    try:
+        return failures[0] if failures else None
+    finally:
+        failures.clear()  # (see run_partitions: finish_one's frames hold this list)

@@ -18,8 +18,65 @@ def now_us():
 
 async def offloaded(node, args):
     """Run ``node``'s kernel on a trio worker thread under its device's limiter."""
-    return await trio.to_thread.run_sync(node.fn, node.ctx, *args,
-                                         limiter=node.ctx.device.limiter)
+    return reraised(await trio.to_thread.run_sync(returning, node.fn, node.ctx, *args,
+                                                  limiter=node.ctx.device.limiter))
+
+
+class Raised:
+    """A kernel's exception, returned from its worker thread as a value (``returning``).
+
+    Raised across ``trio.to_thread``, it would stay in reference cycles with trio's frames
+    (each holds the outcome that holds it, and its traceback holds them), and with it the
+    failed step's frames and values, until the cyclic GC ran."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc):
+        self.exc = exc
+
+
+def returning(fn, *args):
+    """``fn(*args)`` on a worker thread; its exception as a ``Raised``."""
+    try:
+        return fn(*args)
+    except BaseException as exc:  # noqa: BLE001 - raised again on the loop by ``reraised``
+        return Raised(exc)
+
+
+def reraised(result):
+    """``result`` of ``returning``, its exception raised here (and let go by the Raised)."""
+    if type(result) is not Raised:
+        return result
+    exc, result.exc = result.exc, None
+    try:
+        raise exc
+    finally:
+        del exc
+
+
+class _Preloading:
+    """What an ``offload`` runs for a node's ``Preload``: its ``load`` on the node's device's
+    worker threads, as the node's kernel would run there."""
+
+    __slots__ = ("ctx",)
+
+    def __init__(self, node):
+        self.ctx = node.ctx
+
+    @staticmethod
+    def fn(ctx):
+        ctx.prepared.load(ctx)
+        return ()
+
+
+async def preload(plans, offload=None):
+    """Run the ``Preload``s of ``plans`` (``ExecutionPlan.preloads``: one-time work such as an
+    import that would block the event loop) through ``offload`` (default: trio's worker
+    threads), then empty them: called before a compiled run's first step."""
+    for plan in plans:
+        for node in plan.preloads:
+            await (offload or offloaded)(_Preloading(node), ())
+        plan.preloads = ()
 
 
 class Step:

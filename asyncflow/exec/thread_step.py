@@ -52,7 +52,7 @@ import trio
 
 from asyncflow.exec import lanes
 from asyncflow.exec.codegen import compile_schedule
-from asyncflow.exec.step import offloaded
+from asyncflow.exec.step import offloaded, reraised, returning
 
 ENABLED = os.environ.get("ASYNCFLOW_STEP_THREAD", "1") != "0"
 # Offloaded kernels a step must have (counted on the previous step) to run on a thread: one
@@ -154,11 +154,11 @@ async def run_stoppable(fn, slots, offload, limiter):
             stop[0] = True
             return trio.lowlevel.Abort.FAILED  # rescheduled by ``deliver``, stopped or done
         context = contextvars.copy_context()  # (as trio.to_thread gives a kernel's thread)
-        trio.lowlevel.start_thread_soon(
-            lambda: context.run(fn, slots, offload, stop, _pause), deliver,
+        trio.lowlevel.start_thread_soon(  # (a failure comes back as a value: step.Raised)
+            lambda: context.run(returning, fn, slots, offload, stop, _pause), deliver,
             name="asyncflow step")
         try:
-            await trio.lowlevel.wait_task_rescheduled(abort)
+            reraised(await trio.lowlevel.wait_task_rescheduled(abort))
         except _Stopped:
             await trio.lowlevel.checkpoint()  # raises the cancellation that stopped it
             raise

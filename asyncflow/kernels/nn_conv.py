@@ -48,7 +48,7 @@ import numpy as np
 from asyncflow import errors
 from asyncflow.kernels import intra_op, nn_conv_fft
 from asyncflow.kernels.math import fused_epilogue
-from asyncflow.kernels.registry import host_memory, register_kernel
+from asyncflow.kernels.registry import host_memory, register_kernel, register_prepare
 
 
 # -- layouts ----------------------------------------------------------------------------------
@@ -366,6 +366,39 @@ def _fused_conv2d_backprop(ctx, input_sizes, filters, grad, x, filter_sizes, spe
             return nn_conv_fft.backprop_both(ctx, plan, x, filters, grad, dx, spectra)
     return (_conv2d_backprop_input(ctx, input_sizes, filters, grad)[0],
             _conv2d_backprop_filter(ctx, x, filter_sizes, grad)[0])
+
+
+# Where each convolution's input and filter shapes are known at plan time: an input's (its
+# position) or the output's ("out").
+_SHAPES_OF = {"Conv2D": (0, 1), "_FusedConv2D": (0, 1), "_FusedConv2DWithSpectra": (0, 1),
+              "Conv2DBackpropInput": ("out", 1), "Conv2DBackpropFilter": (0, "out"),
+              "_FusedConv2DBackprop": (3, 1), "_FusedConv2DBackpropWithSpectra": (3, 1)}
+
+
+def _fft_preload(ctx):
+    """Prepare hook of the convolutions: ``nn_conv_fft.preload`` by the node's static shapes
+    (None where they are not 4-d, and once scipy.fft is loaded)."""
+    op = ctx.op
+    shapes = [op.out_spec(0)[1] if where == "out" else op.inputs[where][0].out_spec(
+        op.inputs[where][1])[1] for where in _SHAPES_OF[ctx.type]]
+    if any(shape.rank != 4 for shape in shapes):
+        return None
+    (x_shape, f_shape), nhwc = [s.as_list() for s in shapes], ctx
+    if None in f_shape:
+        return None
+    if ctx.attrs.get("data_format") == "NCHW":
+        x_shape, nhwc = [x_shape[i] for i in _TO_NHWC], _NhwcContext(ctx)
+    rows = cols = None
+    if None not in x_shape[1:3]:
+        try:
+            rows, cols = _spatial(nhwc, x_shape, f_shape[:2])
+        except errors.OpError:  # (the kernel reports it when it runs)
+            return None
+    return nn_conv_fft.preload(nhwc, x_shape, f_shape, rows, cols, ctx.output_dtypes[0])
+
+
+for _type in _SHAPES_OF:
+    register_prepare(_type)(_fft_preload)
 
 
 # -- pooling ----------------------------------------------------------------------------------

@@ -37,12 +37,17 @@ multiply-add (constants below). Where the two are close it picks direct. Shapes 
 dtypes other than float32/float64, arrays that are not numpy's, or no scipy stay direct.
 ``scipy.fft`` is imported when the model first picks the FFT path (``_load_fft``), not with
 asyncflow: 0.15-0.3 s of CPU that every process would pay (bench/RESULTS.md, 2026-12-05).
+Never on the event loop's thread: a plan node whose static shapes (or ``FORCE``) may take the
+FFT path gets a ``preload`` from its prepare hook (``nn_conv.py``), which the step's runner
+runs on a worker thread before the first step (``exec/step.py``, ``preload``); the shapes the
+cost model sends there otherwise are large, so their kernels run on worker threads.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from asyncflow.kernels import intra_op
+from asyncflow.kernels.registry import Preload
 
 _fft = None  # scipy.fft once _load_fft found it; False where scipy is missing
 
@@ -109,6 +114,14 @@ def choose(ctx, arrays, x_shape, f_shape, rows, cols, dtype):
     predicted (or forced) faster; else None, and the direct kernel runs."""
     if _fft is False or FORCE == "direct" or any(type(a) is not np.ndarray for a in arrays):
         return None
+    plan = _static_plan(ctx, x_shape, f_shape, rows, cols, dtype)
+    if plan is None or not all(_tame(a) for a in arrays) or not _load_fft(ctx):
+        return None
+    return plan
+
+
+def _static_plan(ctx, x_shape, f_shape, rows, cols, dtype):
+    """``choose`` by the attrs and shapes alone (no arrays, no import)."""
     strides = ctx.attrs["strides"]
     dilations = ctx.attrs.get("dilations", (1, 1, 1, 1))
     if (tuple(strides[1:3]) != (1, 1) or tuple(dilations[1:3]) != (1, 1)
@@ -118,9 +131,27 @@ def choose(ctx, arrays, x_shape, f_shape, rows, cols, dtype):
     plan = Plan(x_shape, f_shape, rows, cols)
     if FORCE != "fft" and plan.fft_s >= plan.direct_s:
         return None
-    if not all(_tame(a) for a in arrays) or not _load_fft(ctx):
-        return None
     return plan
+
+
+def preload(ctx, x_shape, f_shape, rows, cols, dtype):
+    """A prepare hook's value (``registry.Preload``) that imports scipy.fft, for a plan node
+    that may run the FFT algorithm on the event loop's thread, where the first import would
+    block the loop for 0.2-0.5 s (bench/RESULTS.md, 2026-12-05): the plan's runner runs it on
+    a worker thread before the node's first step. None where scipy.fft is loaded (or missing),
+    or the node's static shapes (``x_shape``'s unknown batch taken as 1: the FFT path's
+    advantage grows with the batch) and attrs leave it on the direct kernels. An unknown
+    spatial size (None in ``rows``) preloads only where ``FORCE`` asks for the FFT path.
+    Larger shapes the cost model sends to the FFT path are offloaded: their kernel imports it
+    on its own thread."""
+    if _fft is not None or FORCE == "direct" or ctx.xp is not np:
+        return None
+    if rows is None:
+        wanted = FORCE == "fft"
+    else:
+        x_shape = (x_shape[0] or 1,) + tuple(x_shape[1:])
+        wanted = _static_plan(ctx, x_shape, f_shape, rows, cols, dtype) is not None
+    return Preload(_load_fft) if wanted else None
 
 
 def _load_fft(ctx):

@@ -147,6 +147,18 @@ def register_prepare(op_type, device=ANY):
     return _attach_form(op_type, device, "prepare", needs_async=False)
 
 
+class Preload:
+    """A prepare hook's value for a node whose kernel would do slow one-time work on its first
+    run (an import: scipy.fft, 0.2-0.5 s): ``load(ctx)``, run once on a worker thread before
+    the plan's first step (``exec/step.py``, ``preload``), so the event loop is never blocked
+    by it. Loads are idempotent: a second one (another plan) finds the work done."""
+
+    __slots__ = ("load",)
+
+    def __init__(self, load):
+        self.load = load
+
+
 def _attach_form(op_type, device, form, needs_async=True):
     """A decorator attaching ``fn`` as the ``form`` of an already registered (async) kernel."""
     def decorate(fn):

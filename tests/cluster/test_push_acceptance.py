@@ -13,6 +13,7 @@ import trio.testing
 
 import asyncflow as af
 from asyncflow.cluster import channels
+from cluster_processes import loopback_spec
 from test_pushes import (  # noqa: F401 (fixtures)
     PS, TIMEOUT, W0, _registered, _scaled_parts, ps_over_http, two_tasks,
 )
@@ -95,14 +96,21 @@ async def test_a_push_must_name_a_pushed_recv_of_a_graph_registered_here(two_tas
 
 
 async def test_a_refused_push_over_http_is_a_400_and_the_worker_keeps_serving(ps_over_http):
-    worker, handles, (key, *_) = await _registered_parts(ps_over_http)
+    worker, handles, (key, other, *_) = await _registered_parts(ps_over_http)
     channel = handles["worker"][0]
     made_up = "/job:ghost/replica:0/task:0/device:CPU:0" + key[key.index(";"):]
     with trio.fail_after(20):
         for _ in range(3):  # (a made-up task per push once grew the status page's peer table)
+            # Beside a key of the graph: not a task of that graph's master's cluster.
             with pytest.raises(RemoteCallError, match="which is not a peer task") as info:
-                await channel.push_tensors(PushTensors(51, [TensorEntry(made_up, VALUE)]))
+                await channel.push_tensors(PushTensors(51, [TensorEntry(other, VALUE),
+                                                            TensorEntry(made_up, VALUE)]))
             assert info.value.code == "INVALID_ARGUMENT" and made_up in info.value.message
+            # Alone: no graph here names it, which is what a lost graph's pushes meet (409),
+            # whichever cluster it is from; the message says no cluster known here has it.
+            with pytest.raises(RemoteCallError, match="ghost.* is in no cluster") as info:
+                await channel.push_tensors(PushTensors(51, [TensorEntry(made_up, VALUE)]))
+            assert info.value.code == "ABORTED" and made_up in info.value.message
         await channel.push_tensors(PushTensors(51, [TensorEntry(key, VALUE)]))
         assert (await channel.health()).stats.steps_held == 1
     assert set(worker.status.peers) == {"/job:ps/replica:0/task:0"}
@@ -476,3 +484,77 @@ async def test_a_push_refused_for_the_step_limit_leaves_no_state_and_no_account(
     assert info.value.code == "RESOURCE_EXHAUSTED"
     assert set(worker._steps) == {131} and set(worker._parked) == {131}
     assert worker._parked_bytes == VALUE.nbytes
+
+
+async def test_a_push_from_a_task_the_workers_own_cluster_spec_lacks_is_judged_by_the_master(
+        cpu_only):
+    # The worker was started with a ClusterSpec of its own job only (as a TF_CONFIG may give
+    # it); the master's (the session's, TF's ClusterSpec propagation) has the ps too. Its
+    # pushes are accepted while the worker's graph (whose peers are the master's tasks) is
+    # registered; once the graph is lost, the ps's genuine push is refused ABORTED, as for a
+    # worker whose spec lists the ps: the loss stays the step's root cause (AbortedError, which
+    # recovery loops retry), never an INVALID_ARGUMENT from classifying the ps by the worker's
+    # own spec, and the next run registers the graph again.
+    full = af.ClusterSpec(loopback_spec({"ps": 1, "worker": 1}))
+    own = af.ClusterSpec({"worker": full.job_tasks("worker")})
+    with af.Graph().as_default() as graph:
+        with af.device(PS):
+            v = af.Variable(np.arange(4, dtype=np.float32), name="v")
+        with af.device(W0):
+            total = af.reduce_sum(v * 2.0)
+    async with trio.open_nursery() as nursery:
+        ps = await nursery.start(af.Server(full, "ps", 0).serve)
+        worker = (await nursery.start(af.Server(own, "worker", 0).serve)).service
+        async with af.Session(graph=graph, cluster=full) as sess:
+            await sess.run(v.initializer, options=TIMEOUT)
+            assert await sess.run(total, options=TIMEOUT) == 12.0
+            assert worker.statistics().tensors_pushed == 0
+            (handle, registered), = worker._graphs.items()
+            key, = registered.binding.pushed_keys
+            assert key.startswith("/job:ps/") and "/job:ps/replica:0/task:0" in registered.peers
+            await worker.deregister_graph(DeregisterGraph(handle))
+            with pytest.raises(RemoteCallError, match="no pushed Recv of a graph") as info:
+                await channels.connect(own.task_address("worker", 0)).push_tensors(
+                    PushTensors(91, [TensorEntry(key, np.arange(4, dtype=np.float32))]))
+            assert info.value.code == "ABORTED" and "is in no cluster" in info.value.message
+            with pytest.raises(af.errors.AbortedError, match="no graph with handle"):
+                await sess.run(total, options=TIMEOUT)
+            failed = ps.service.status.errors[-1]
+            assert failed["code"] == "ABORTED" and failed["derived"], failed
+            assert await sess.run(total, options=TIMEOUT) == 12.0
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_restarted_worker_process_with_its_own_jobs_spec_refuses_old_pushes_aborted(
+        tmp_path):
+    # The same with a real ``asyncflow worker`` process, started with its own job's
+    # ClusterSpec and restarted on its port between steps: the ps's push of the next step
+    # reaches a worker with no graph. Each restart surfaces as one AbortedError naming the
+    # worker (never the push's refusal as InvalidArgumentError), the ps's failed step is
+    # ABORTED and derived, and the run after it works again.
+    from killable_workers import WorkerProcess
+    full = af.ClusterSpec(loopback_spec({"ps": 1, "worker": 1}))
+    process = WorkerProcess({"worker": full.job_tasks("worker")}, "worker", 0, cwd=tmp_path)
+    with af.Graph().as_default() as graph:
+        with af.device(PS):
+            v = af.Variable(np.arange(4, dtype=np.float32), name="v")
+        with af.device(W0):
+            total = af.reduce_sum(v * 2.0)
+    config = af.SessionConfig(health_check_interval_s=60.0)
+    try:
+        await trio.to_thread.run_sync(process.start)
+        async with trio.open_nursery() as nursery:
+            ps = (await nursery.start(af.Server(full, "ps", 0).serve)).service
+            async with af.Session(graph=graph, cluster=full, config=config) as sess:
+                await sess.run(v.initializer, options=TIMEOUT)
+                assert await sess.run(total, options=TIMEOUT) == 12.0
+                for _ in range(2):
+                    await trio.to_thread.run_sync(process.restart)
+                    with pytest.raises(af.errors.AbortedError, match="/job:worker/.*restarted"):
+                        await sess.run(total, options=TIMEOUT)
+                    failed = ps.status.errors[-1]
+                    assert failed["code"] == "ABORTED" and failed["derived"], failed
+                    assert await sess.run(total, options=TIMEOUT) == 12.0
+            nursery.cancel_scope.cancel()
+    finally:
+        process.kill()

@@ -110,3 +110,41 @@ async def test_the_monitor_cancels_only_the_call_whose_client_left():
                     await trio.sleep(0.01)
             assert not scopes[1].cancel_called and monitor.cancelled == 1
             nursery.cancel_scope.cancel()
+
+
+async def test_watch_and_attach_share_one_registration_and_its_answers():
+    # One implementation (``DisconnectMonitor._register``) for both: a per-call watch and a
+    # connection's attach each put the fd in the epoll set once, with their own events and
+    # table; once the monitor closed, a watch says True (its call is being cancelled anyway)
+    # and an attach False, neither registering; without epoll both say False.
+    monitor = DisconnectMonitor()
+    if not monitor.available:
+        pytest.skip("no epoll on this platform")
+    pairs = [socket.socketpair() for _ in range(4)]
+    try:
+        sockets = [trio.socket.from_stdlib_socket(ours) for ours, _ in pairs]
+        scope = trio.CancelScope()
+        assert monitor.watch(sockets[0], scope) and monitor.attach(sockets[1])
+        assert monitor._watched == {sockets[0].fileno(): scope}
+        assert monitor._attached == {sockets[1].fileno(): None}
+        for sock in sockets[:2]:  # in the set already: a second registration is refused
+            with pytest.raises(FileExistsError):
+                monitor._epoll.register(sock.fileno())
+        monitor.unwatch(sockets[0])
+        monitor.detach(sockets[1])
+        assert monitor._watched == {} and monitor._attached == {}
+        monitor._closed = True
+        assert monitor.watch(sockets[2], scope) is True and monitor.attach(sockets[3]) is False
+        assert monitor._watched == {} and monitor._attached == {}
+        for sock in sockets[2:]:  # (not registered: they may be)
+            monitor._epoll.register(sock.fileno())
+        bare = DisconnectMonitor()
+        bare._epoll.close()
+        bare._epoll = None
+        assert bare.watch(sockets[2], scope) is False and bare.attach(sockets[3]) is False
+        assert not bare.available
+    finally:
+        monitor._epoll.close()
+        for ours, theirs in pairs:
+            ours.close()
+            theirs.close()

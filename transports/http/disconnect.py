@@ -71,14 +71,8 @@ class DisconnectMonitor:
 
         The caller must :meth:`unwatch` it before the socket is closed.
         """
-        if self._epoll is None:
-            return False
-        if self._closed:  # the server is going away: every call is being cancelled anyway
-            return True
-        fd = sock.fileno()
-        self._epoll.register(fd, _WATCH)
-        self._watched[fd] = call
-        return True
+        # Once closed, True: the server is going away, every call is being cancelled anyway.
+        return self._register(sock, _WATCH, self._watched, call, True)
 
     def unwatch(self, sock: Any) -> None:
         """Stop watching ``sock`` (no-op when the monitor already let it go)."""
@@ -88,12 +82,21 @@ class DisconnectMonitor:
 
     def attach(self, sock: Any) -> bool:
         """Watch ``sock`` (a trio socket) for its client leaving until :meth:`detach`; its calls
-        are then marked by :meth:`call_started`/:meth:`call_ended`. False without epoll."""
-        if self._epoll is None or self._closed:
+        are then marked by :meth:`call_started`/:meth:`call_ended`. False without epoll or
+        once the monitor closed."""
+        return self._register(sock, _ATTACH, self._attached, None, False)
+
+    def _register(self, sock: Any, events: int, table: dict, entry: Any,
+                  once_closed: bool) -> bool:
+        """Put ``sock``'s fd in the epoll set for ``events`` and ``table[fd] = entry``; True.
+        False without epoll; ``once_closed`` (registering nothing) after the monitor closed."""
+        if self._epoll is None:
             return False
+        if self._closed:
+            return once_closed
         fd = sock.fileno()
-        self._epoll.register(fd, _ATTACH)
-        self._attached[fd] = None
+        self._epoll.register(fd, events)
+        table[fd] = entry
         return True
 
     def detach(self, sock: Any) -> None:
