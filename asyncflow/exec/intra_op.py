@@ -92,7 +92,29 @@ class _Limiters:
 
     def restore_original_limits(self):
         while self._limiters:
-            self._limiters.pop().restore_original_limits()
+            _as_blas_controller(self._limiters.pop().restore_original_limits)
+
+
+def _as_blas_controller(action):
+    """``action()`` (a threadpoolctl limit or restore) as OpenBLAS's controlling thread.
+
+    threadpoolctl 3.8 lets one live thread set OpenBLAS's process-wide limit; any other
+    thread's limits and restores silently do nothing. The hold is taken and given back on
+    whichever thread splits, claims or loads scipy (the event loop's, an offloaded kernel's
+    worker, a step's thread), always under ``_blas_lock``: each takes control for its call
+    and gives it up after, so the next one, or the user's own threadpoolctl calls, can."""
+    try:
+        from threadpoolctl import OpenBLASController
+    except ImportError:
+        return action()
+    clear = getattr(OpenBLASController, "clear_controlling_thread", None)
+    if clear is None:  # (before 3.8 every thread's limits take effect)
+        return action()
+    clear(force=True)
+    try:
+        return action()
+    finally:
+        clear()
 
 
 def _blas_limiter():
@@ -105,7 +127,8 @@ def _blas_limiter():
         return None
     if _controller is None:
         _controller = threadpoolctl.ThreadpoolController()
-    return _controller.limit(limits=1, user_api="blas")
+    controller = _controller
+    return _as_blas_controller(lambda: controller.limit(limits=1, user_api="blas"))
 
 
 class IntraOpPool:

@@ -2,6 +2,10 @@
 workers with one queue put and waits only for the chunks a worker is computing."""
 from __future__ import annotations
 
+import ast
+import subprocess
+import sys
+import textwrap
 import threading
 
 import pytest
@@ -102,3 +106,55 @@ def test_a_worker_error_is_raised_by_the_caller_after_every_chunk():
         assert finished == [0]
     finally:
         pool.close()
+
+
+def _in_a_fresh_process(script):
+    """Run ``script`` in a new interpreter (the BLAS hold and threadpoolctl's state are
+    process-wide); returns its stdout's last line."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+_BLAS_THREADS = """
+import threadpoolctl
+def blas_threads():
+    return [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+"""
+
+
+def test_blas_is_held_from_threads_other_than_the_one_that_first_held_it():
+    """threadpoolctl (3.8) lets one live thread set OpenBLAS's limits; another thread's
+    limits did nothing. The claim is made on the main thread; the hold's extension to scipy's
+    OpenBLAS comes from the thread a convolution is offloaded to, and a split's hold (where
+    nothing claimed) from whichever thread splits first: both must take effect."""
+    pytest.importorskip("threadpoolctl")
+    pytest.importorskip("scipy.fft")
+    out = _in_a_fresh_process(_BLAS_THREADS + """
+import threading
+import numpy
+from asyncflow.exec import intra_op
+before = blas_threads()
+pool = intra_op.IntraOpPool(2)
+seen = {}
+def chunk(start, stop):
+    seen.setdefault("during", blas_threads())
+def split_on_a_thread():  # main holds nothing: this thread's split holds BLAS
+    pool.run(chunk, [(0, 1), (1, 2)])
+pool.run(lambda start, stop: None, [(0, 1), (1, 2)])  # main sets and restores a hold first
+thread = threading.Thread(target=split_on_a_thread)
+thread.start(); thread.join()
+after_split = blas_threads()
+intra_op.claim_blas()  # on main, as a device made on the event loop's thread
+def extend():
+    import scipy.fft
+    intra_op.hold_blas_loaded_since()
+thread = threading.Thread(target=extend)
+thread.start(); thread.join()
+print(before, seen["during"], after_split, blas_threads())
+""")
+    before, during, after_split, extended = ast.literal_eval(f"[{out.replace('] [', '], [')}]")
+    assert not before or during == [1] * len(before), out
+    assert after_split == before, out
+    assert extended and extended == [1] * len(extended), out
