@@ -3,6 +3,7 @@ workers with one queue put and waits only for the chunks a worker is computing."
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 import textwrap
@@ -158,3 +159,83 @@ print(before, seen["during"], after_split, blas_threads())
     assert not before or during == [1] * len(before), out
     assert after_split == before, out
     assert extended and extended == [1] * len(extended), out
+
+
+def test_a_kernel_run_whole_inside_a_whole_chunk_leaves_it_whole():
+    """``run_alone`` nested in a chunk of ``run_alone`` (a pair's kernel that pairs again)
+    gives back the flag it found: the rest of the outer chunk still runs whole."""
+    pool = intra_op.IntraOpPool(2)
+    seen = []
+
+    def outer(start, stop):
+        pool.run_alone(lambda a, b: None, [(0, 1)])
+        seen.append(getattr(intra_op.whole, "active", False))
+    try:
+        pool.run_alone(outer, [(0, 1)])
+    finally:
+        pool.close()
+    assert seen == [True]
+    assert not getattr(intra_op.whole, "active", False)
+
+
+def test_a_forked_child_gets_workers_and_a_lane_of_its_own():
+    """After ``os.fork()`` (a multiprocessing worker forked from a process that split) the
+    parent's worker threads do not exist in the child: its pool starts new ones, and its
+    locks are new (a lock another thread held at the fork would never be released)."""
+    if not hasattr(os, "fork"):
+        pytest.skip("no os.fork here")
+    out = _in_a_fresh_process("""
+import os, threading
+from asyncflow.exec import intra_op
+pool = intra_op.shared_pool(2)
+pool.run(lambda start, stop: None, [(0, 1), (1, 2)])  # the workers start
+pool.submit(lambda: None).result(30)                  # the lane thread starts
+read, write = os.pipe()
+pid = os.fork()
+if pid == 0:
+    threads, second = {}, threading.Event()
+    met = []
+    def chunk(start, stop):
+        threads[start] = threading.get_ident()
+        if start == 1:
+            second.set()
+        else:
+            met.append(second.wait(10))  # the other chunk starts on another thread
+    try:
+        pool.run(chunk, [(0, 1), (1, 2)])
+        lane = pool.submit(lambda: threading.get_ident()).result(10)
+        report = f"{met == [True] and threads[0] != threads[1]} {lane != threading.get_ident()}"
+    except BaseException as exc:
+        report = f"error {exc!r}"
+    os.write(write, report.encode())
+    os._exit(0)
+os.close(write)
+answer = os.read(read, 1000).decode()
+os.waitpid(pid, 0)
+print(answer)
+""")
+    assert out == "True True", out
+
+
+def test_a_worker_mid_hand_off_finishes_before_the_interpreter_exits(tmp_path):
+    """The workers are daemon threads: at exit they are stopped and joined (as
+    ``concurrent.futures`` joins its workers), not frozen mid-kernel while the interpreter
+    tears numpy down under them."""
+    done = tmp_path / "done"
+    _in_a_fresh_process(f"""
+import threading
+import numpy as np
+from asyncflow.exec import intra_op
+pool = intra_op.IntraOpPool(2)
+started = threading.Event()
+def work():
+    started.set()
+    a = np.full((200, 200), 0.5)
+    for _ in range(40):
+        a = a @ a / 200
+    open({str(done)!r}, "w").write("done")
+pool._workers().submit(work)
+assert started.wait(30)
+print("exiting")
+""")
+    assert done.read_text() == "done"
