@@ -314,3 +314,38 @@ async def test_a_group_hands_its_rest_back_when_no_thread_takes_it(paired, cpu_o
     assert losses == alone_losses
     for got, want in zip(values, alone):
         np.testing.assert_array_equal(got, want)
+
+
+async def _two_optimizers(threads):
+    """Two optimizers updating the same [256, 256] weight (and RMSProp a second weight of
+    the same size): the values after two steps."""
+    rng = np.random.default_rng(6)
+    x_value = rng.standard_normal((16, N)).astype(np.float32)
+    with af.Graph().as_default():
+        x = af.placeholder(af.float32, [None, N])
+        w = af.Variable(rng.standard_normal((N, N)).astype(np.float32) * 0.05, name="w")
+        v = af.Variable(rng.standard_normal((N, N)).astype(np.float32) * 0.05, name="v")
+        loss = af.reduce_mean(af.square(af.matmul(af.matmul(x, w), v)))
+        first = af.train.GradientDescentOptimizer(0.1).minimize(loss, var_list=[w])
+        second = af.train.RMSPropOptimizer(0.01).minimize(loss, var_list=[w, v])
+        config = af.ConfigProto(intra_op_parallelism_threads=threads)
+        async with af.Session(config=config) as session:
+            await session.run(af.global_variables_initializer())
+            for _ in range(2):
+                await session.run([first, second], {x: x_value})
+            return await session.run([w, v])
+
+
+async def test_two_updates_of_one_variable_never_pair(paired, cpu_only):
+    """Two optimizers on one weight: its two updates keep their order on one thread; only
+    an update of another variable may run beside either."""
+    values = await _two_optimizers(threads=2)
+    assert paired["groups"], "the update of v pairs with one of w's"
+    for group in paired["groups"]:
+        updated = [name.split("/")[1] for name in group]  # update_w, update_v
+        assert len(set(updated)) == len(updated), group
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pairs, "pair_schedule", lambda schedule: (list(schedule), {}))
+        alone = await _two_optimizers(threads=1)
+    for got, want in zip(values, alone):
+        np.testing.assert_array_equal(got, want)
