@@ -353,8 +353,25 @@ class _ChunkQueue:
                 return left
             waiter = self._waiter = threading.Lock()
             waiter.acquire()
-        waiter.acquire()
+        try:
+            waiter.acquire()
+        except BaseException as exc:  # a signal's (Ctrl-C): the chunks still write, wait
+            self._wait_out(waiter)
+            raise exc
         return left
+
+    def _wait_out(self, waiter):
+        """Wait until no worker computes a chunk (``waiter`` is released when the last one
+        ends: a chunk's time at most), whatever further signals raise meanwhile; the
+        interruption may have come after ``waiter`` was acquired, so the count decides."""
+        while True:
+            try:
+                with self._lock:
+                    if not self._active:
+                        return
+                waiter.acquire()
+            except BaseException:  # noqa: BLE001 -- the first interruption is raised after
+                continue
 
     def drain(self, fn, limit=None):
         taken = 0

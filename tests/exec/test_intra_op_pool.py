@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -239,3 +240,45 @@ assert started.wait(30)
 print("exiting")
 """)
     assert done.read_text() == "done"
+
+
+def test_an_interrupted_caller_waits_for_the_chunk_a_worker_computes():
+    """A signal's exception (Ctrl-C) raised in the caller while it waits for a worker's chunk
+    goes up only after that chunk finished: no worker still writes into a kernel's outputs
+    (or a paired apply into its variable) once the caller has given up on them."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(
+            signal, "pthread_kill"):
+        pytest.skip("signals reach the main thread only")
+
+    class Interrupt(Exception):
+        pass
+
+    def interrupt(signum, frame):
+        raise Interrupt()
+    main = threading.main_thread().ident
+    started, checked, finished = threading.Event(), threading.Event(), []
+
+    def chunk(start, stop):
+        if threading.get_ident() == main:
+            assert started.wait(10)  # a worker took the other chunk
+            return
+        started.set()
+        for _ in range(10000):  # (10 s at most) until the caller waits for this chunk
+            frame = sys._current_frames().get(main)
+            if frame is not None and frame.f_code.co_name == "finish":
+                break
+            checked.wait(0.001)
+        signal.pthread_kill(main, signal.SIGUSR1)
+        checked.wait(0.5)  # the caller, if it did not wait, looks now
+        finished.append(True)
+    pool = intra_op.IntraOpPool(2)
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    try:
+        with pytest.raises(Interrupt):
+            pool.run(chunk, [(0, 1), (1, 2)])
+        seen = list(finished)
+    finally:
+        checked.set()
+        signal.signal(signal.SIGUSR1, previous)
+        pool.close()
+    assert seen == [True]
