@@ -349,3 +349,25 @@ async def test_two_updates_of_one_variable_never_pair(paired, cpu_only):
         alone = await _two_optimizers(threads=1)
     for got, want in zip(values, alone):
         np.testing.assert_array_equal(got, want)
+
+
+async def test_a_failing_apply_of_a_group_names_its_own_op(paired, cpu_only):
+    """w2's update fails beside w1's: the error names w2's update (as one after the other),
+    and the bias's update after it in the group does not run."""
+    kernel = registry._KERNELS[("ApplyRMSProp", registry.ANY)]
+    ran = []
+
+    def failing(ctx, *args, _fn=kernel.fn):
+        ran.append(ctx.name.split("/")[1])
+        if "w2" in ctx.name:
+            raise ValueError("w2's update fails")
+        return _fn(ctx, *args)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(registry._KERNELS, ("ApplyRMSProp", registry.ANY),
+                      dataclasses.replace(kernel, fn=failing))
+        with pytest.raises(af.errors.OpError, match="update_w2"):
+            await train_two_layers(threads=2, steps=1)
+    assert len(paired["groups"]) == 1
+    group = [name.split("/")[1] for name in paired["groups"][0]]
+    if group.index("update_w2") < group.index("update_b1"):
+        assert "update_b1" not in ran, ran
