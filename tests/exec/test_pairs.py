@@ -371,3 +371,50 @@ async def test_a_failing_apply_of_a_group_names_its_own_op(paired, cpu_only):
     group = [name.split("/")[1] for name in paired["groups"][0]]
     if group.index("update_w2") < group.index("update_b1"):
         assert "update_b1" not in ran, ran
+
+
+class _Elements:
+    def __init__(self, count):
+        self.count = count
+
+    def num_elements(self):
+        return self.count
+
+
+class _StateOp:
+    """A variable (``ref``: its output is a reference) or a dense apply of 64k elements."""
+
+    def __init__(self, name, kind, stateful=True):
+        self.name, self.type = name, kind
+        self.op_def = FakeOpDef(stateful, None)
+
+    def out_spec(self, index):
+        return (None, _Elements(1 << 16), self.type == "VariableV2")
+
+
+def _state_node(index, name, kind, inputs=(), outputs=(-1,), consumers=(), stateful=True):
+    node = FakeNode(index, name, consumers=consumers)
+    node.op = _StateOp(name, kind, stateful)
+    node.inputs, node.outputs = tuple(inputs), tuple(outputs)
+    return node
+
+
+@pytest.mark.parametrize("edge", ["none", "control", "reads_b", "stateful"])
+def test_an_apply_moves_up_only_past_nodes_that_neither_feed_nor_touch_it(edge):
+    """``a``'s update, then a node, then ``b``'s update: ``b``'s moves up beside ``a``'s past
+    a pure node, not past one it waits for (a control edge counts), one that reads ``b``,
+    or another stateful op."""
+    between = _state_node(
+        4, edge, "Identity" if edge != "stateful" else "Print",
+        inputs=(1,) if edge == "reads_b" else (), outputs=(2,),
+        consumers=(5,) if edge == "control" else (), stateful=edge == "stateful")
+    nodes = [_state_node(0, "a", "VariableV2", outputs=(0,), consumers=(3,)),
+             _state_node(1, "b", "VariableV2", outputs=(1,), consumers=(4, 5)),
+             _state_node(3, "update_a", "ApplyGradientDescent", inputs=(0,)),
+             between,
+             _state_node(5, "update_b", "ApplyGradientDescent", inputs=(1,))]
+    order, firsts = pairs.pair_schedule(nodes)
+    if edge == "none":
+        assert names(order)[2:] == ["update_a", "update_b", "none"] and firsts == {3: 1}
+    else:
+        assert names(order)[2:] == ["update_a", edge, "update_b"] and firsts == {}
