@@ -3,6 +3,7 @@ for the pair (issue 37, ``exec/pairs.py``): the same values as one after the oth
 kernel that depends on the other, nor one moved past a stateful op; a paired kernel's error
 names its own op."""
 import dataclasses
+import os
 import threading
 
 import numpy as np
@@ -418,3 +419,28 @@ def test_an_apply_moves_up_only_past_nodes_that_neither_feed_nor_touch_it(edge):
         assert names(order)[2:] == ["update_a", "update_b", "none"] and firsts == {3: 1}
     else:
         assert names(order)[2:] == ["update_a", edge, "update_b"] and firsts == {}
+
+
+async def test_gpu_applies_are_not_paired_on_cpu_threads(paired):
+    """With a GPU visible (``make test-gpu``) the weights and their updates are the GPU's: no
+    group runs them on the CPU's intra-op threads, and the values are those of one after the
+    other."""
+    if os.environ.get("ASYNCFLOW_FAKE_GPU") != "1":
+        pytest.skip("a GPU is visible only under make test-gpu")
+    kernel = registry._KERNELS[("ApplyRMSProp", registry.ANY)]
+    kinds = set()
+
+    def where(ctx, *args, _fn=kernel.fn):
+        kinds.add(ctx.device.kind)
+        return _fn(ctx, *args)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(registry._KERNELS, ("ApplyRMSProp", registry.ANY),
+                      dataclasses.replace(kernel, fn=where))
+        losses, values = await train_two_layers(threads=2, steps=2)
+    assert kinds == {"GPU"} and paired["groups"] == []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pairs, "pair_schedule", lambda schedule: (list(schedule), {}))
+        alone_losses, alone = await train_two_layers(threads=2, steps=2)
+    assert losses == alone_losses
+    for got, want in zip(values, alone):
+        np.testing.assert_array_equal(got, want)
