@@ -444,3 +444,25 @@ async def test_gpu_applies_are_not_paired_on_cpu_threads(paired):
     assert losses == alone_losses
     for got, want in zip(values, alone):
         np.testing.assert_array_equal(got, want)
+
+
+async def test_a_traced_step_shows_each_apply_with_its_own_times(paired, cpu_only):
+    """A traced step (``RunOptions`` FULL_TRACE) runs its schedule unpaired: every update
+    has its own entry and times in the step's stats, as one after the other."""
+    rng = np.random.default_rng(7)
+    with af.Graph().as_default():
+        x = af.constant(rng.standard_normal((8, 384)).astype(np.float32))
+        w1 = af.Variable(rng.standard_normal((384, N)).astype(np.float32) * 0.05, name="w1")
+        w2 = af.Variable(rng.standard_normal((N, N)).astype(np.float32) * 0.05, name="w2")
+        loss = af.reduce_mean(af.square(af.matmul(af.matmul(x, w1), w2)))
+        train = af.train.RMSPropOptimizer(0.01).minimize(loss)
+        async with af.Session(config=af.ConfigProto(intra_op_parallelism_threads=2)) as sess:
+            await sess.run(af.global_variables_initializer())
+            metadata = af.RunMetadata()
+            options = af.RunOptions(trace_level=af.RunOptions.FULL_TRACE)
+            await sess.run(train, options=options, run_metadata=metadata)
+            await sess.run(train)  # untraced: paired
+    updates = [s for s in metadata.step_stats if s.op_type == "ApplyRMSProp"]
+    assert sorted(s.node_name.split("/")[1] for s in updates) == ["update_w1", "update_w2"]
+    assert all(s.end_us >= s.start_us for s in updates)
+    assert len(paired["groups"]) == 1  # the untraced step's
