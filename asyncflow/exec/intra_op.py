@@ -9,6 +9,8 @@ chunk finished, so no chunk still writes into an output the kernel gave up. Whic
 computes a chunk does not change its bits: chunks are fixed before the split and BLAS runs
 one thread each. Workers never wait on the pool, so kernels splitting at the same time
 (independent ops overlapping: inter-op parallelism) cannot deadlock; they share the threads.
+The workers are daemon threads started on a pool's first split: a forked child forgets the
+parent's (it starts its own), and at interpreter exit they are stopped and joined.
 
 BLAS: numpy's BLAS (OpenBLAS) has a thread pool of its own, as large as the cores. Once a
 process has an asyncflow CPU device (``claim_blas``, called when one is made), BLAS is held at
@@ -28,9 +30,12 @@ restores the previous setting. A kernel that does not split keeps BLAS's own thr
 """
 from __future__ import annotations
 
+import atexit
 import concurrent.futures
+import os
 import queue as queue_module
 import threading
+import weakref
 
 whole = threading.local()  # ``active``: kernels run whole here (``run_alone``, a lane)
 _blas_lock = threading.Lock()
@@ -38,6 +43,8 @@ _blas_users = 0        # holds: the process's claim and every running split
 _blas_restore = None   # threadpoolctl's limiters of the holds, oldest first (``_Limiters``)
 _controller = None     # threadpoolctl's ThreadpoolController, made on first use
 _claimed = False
+_pools = weakref.WeakSet()  # every pool, for the fork and exit hooks below
+_exiting = False            # the interpreter is exiting: no new worker threads
 
 
 def _hold_blas_single_thread():
@@ -92,7 +99,29 @@ class _Limiters:
 
     def restore_original_limits(self):
         while self._limiters:
-            self._limiters.pop().restore_original_limits()
+            _as_blas_controller(self._limiters.pop().restore_original_limits)
+
+
+def _as_blas_controller(action):
+    """``action()`` (a threadpoolctl limit or restore) as OpenBLAS's controlling thread.
+
+    threadpoolctl 3.8 lets one live thread set OpenBLAS's process-wide limit; any other
+    thread's limits and restores silently do nothing. The hold is taken and given back on
+    whichever thread splits, claims or loads scipy (the event loop's, an offloaded kernel's
+    worker, a step's thread), always under ``_blas_lock``: each takes control for its call
+    and gives it up after, so the next one, or the user's own threadpoolctl calls, can."""
+    try:
+        from threadpoolctl import OpenBLASController
+    except ImportError:
+        return action()
+    clear = getattr(OpenBLASController, "clear_controlling_thread", None)
+    if clear is None:  # (before 3.8 every thread's limits take effect)
+        return action()
+    clear(force=True)
+    try:
+        return action()
+    finally:
+        clear()
 
 
 def _blas_limiter():
@@ -105,7 +134,8 @@ def _blas_limiter():
         return None
     if _controller is None:
         _controller = threadpoolctl.ThreadpoolController()
-    return _controller.limit(limits=1, user_api="blas")
+    controller = _controller
+    return _as_blas_controller(lambda: controller.limit(limits=1, user_api="blas"))
 
 
 class IntraOpPool:
@@ -121,6 +151,7 @@ class IntraOpPool:
         self._lane = None  # the thread that runs lane 1 of static schedules (``submit``)
         self._lock = threading.Lock()
         self.splits = 0  # kernels split so far (statistics)
+        _pools.add(self)
 
     def run(self, fn, bounds, caller_limit=None):
         """Run ``fn(start, stop)`` for every ``(start, stop)`` in ``bounds`` and return when all
@@ -141,8 +172,8 @@ class IntraOpPool:
         helpers = 0 if getattr(whole, "active", False) else min(self.threads, len(bounds)) - 1
         _hold_blas_single_thread()
         try:
-            if helpers > 0:
-                self._workers().post(queue.help, helpers)
+            if helpers > 0 and (workers := self._workers()) is not None:
+                workers.post(queue.help, helpers)
             queue.drain(fn, caller_limit)
             withdrawn = queue.finish()  # waits only for chunks a worker is computing
         finally:
@@ -156,13 +187,15 @@ class IntraOpPool:
     def run_alone(self, fn, bounds, caller_limit=None):
         """``run``, where a kernel running inside a chunk does not split again (its own
         ``run`` computes all its chunks on its thread): for whole kernels run at once, one
-        per thread (``exec/pairs.py``)."""
+        per thread (``exec/pairs.py``). The thread's flag is given back as found (a nested
+        ``run_alone`` leaves the chunk around it whole)."""
         def alone(start, stop):
+            was = getattr(whole, "active", False)
             whole.active = True
             try:
                 fn(start, stop)
             finally:
-                whole.active = False
+                whole.active = was
         return self.run(alone, bounds, caller_limit)
 
     def hold_blas_loaded_since(self):
@@ -183,21 +216,31 @@ class IntraOpPool:
         return lane.submit(fn)
 
     def _workers(self):
+        """The split workers, started on first use; None once the interpreter exits (the
+        caller then computes every chunk)."""
         with self._lock:
-            if self._executor is None:
+            if self._executor is None and not _exiting:
                 self._executor = _Workers(max(1, self.threads - 1), self._name)
             return self._executor
 
-    def close(self):
-        """Stop the worker threads (idle ones exit; a running chunk finishes first)."""
+    def close(self, timeout=None):
+        """Stop the worker threads (idle ones exit; a running chunk finishes first); with
+        ``timeout``, wait up to that long for each worker to end."""
         with self._lock:
             executors = (self._executor, self._lane)
             self._executor = self._lane = None
         workers, lane = executors
         if workers is not None:
-            workers.shutdown()
+            workers.shutdown(timeout)
         if lane is not None:
             lane.shutdown(wait=False)
+
+    def _after_fork(self):
+        """In a forked child: the parent's threads are not here (a lane future would never
+        run, a hand-off never be taken) and its locks may be held by them. Forget both; the
+        child starts its own threads on its first split or lane call."""
+        self._lock = threading.Lock()
+        self._executor = self._lane = None
 
     def __repr__(self):
         return f"<IntraOpPool threads={self.threads}>"
@@ -245,10 +288,15 @@ class _Workers:
         self._queue.put(run)
         return future
 
-    def shutdown(self):
-        """Idle workers exit; a running hand-off finishes first."""
+    def shutdown(self, timeout=None):
+        """Idle workers exit; a running hand-off finishes first (with ``timeout``: waited
+        for, up to that long a worker)."""
         for _ in self._threads:
             self._queue.put(None)
+        if timeout is not None:
+            for thread in self._threads:
+                if thread is not threading.current_thread():
+                    thread.join(timeout)
 
 
 class _ChunkQueue:
@@ -305,8 +353,25 @@ class _ChunkQueue:
                 return left
             waiter = self._waiter = threading.Lock()
             waiter.acquire()
-        waiter.acquire()
+        try:
+            waiter.acquire()
+        except BaseException as exc:  # a signal's (Ctrl-C): the chunks still write, wait
+            self._wait_out(waiter)
+            raise exc
         return left
+
+    def _wait_out(self, waiter):
+        """Wait until no worker computes a chunk (``waiter`` is released when the last one
+        ends: a chunk's time at most), whatever further signals raise meanwhile; the
+        interruption may have come after ``waiter`` was acquired, so the count decides."""
+        while True:
+            try:
+                with self._lock:
+                    if not self._active:
+                        return
+                waiter.acquire()
+            except BaseException:  # noqa: BLE001 -- the first interruption is raised after
+                continue
 
     def drain(self, fn, limit=None):
         taken = 0
@@ -336,3 +401,29 @@ def shared_pool(threads):
         if pool is None:
             pool = _shared[threads] = IntraOpPool(threads, f"asyncflow-intra-op{threads}")
         return pool
+
+
+def _reset_after_fork():
+    global _blas_lock, _shared_lock
+    _blas_lock, _shared_lock = threading.Lock(), threading.Lock()
+    for pool in list(_pools):
+        pool._after_fork()
+
+
+# A chunk's hand-off at most ~a kernel; a lane's function ends with its step (lanes stop).
+EXIT_JOIN_S = 30
+
+
+def _stop_at_exit():
+    """At interpreter exit (after ``threading`` joined the non-daemon threads): stop the
+    daemon workers and wait for a hand-off they are running, so no worker is frozen inside
+    numpy while the interpreter finalizes; a split after this runs on its caller."""
+    global _exiting
+    _exiting = True
+    for pool in list(_pools):
+        pool.close(EXIT_JOIN_S)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)
+atexit.register(_stop_at_exit)

@@ -3,6 +3,7 @@ for the pair (issue 37, ``exec/pairs.py``): the same values as one after the oth
 kernel that depends on the other, nor one moved past a stateful op; a paired kernel's error
 names its own op."""
 import dataclasses
+import os
 import threading
 
 import numpy as np
@@ -314,3 +315,154 @@ async def test_a_group_hands_its_rest_back_when_no_thread_takes_it(paired, cpu_o
     assert losses == alone_losses
     for got, want in zip(values, alone):
         np.testing.assert_array_equal(got, want)
+
+
+async def _two_optimizers(threads):
+    """Two optimizers updating the same [256, 256] weight (and RMSProp a second weight of
+    the same size): the values after two steps."""
+    rng = np.random.default_rng(6)
+    x_value = rng.standard_normal((16, N)).astype(np.float32)
+    with af.Graph().as_default():
+        x = af.placeholder(af.float32, [None, N])
+        w = af.Variable(rng.standard_normal((N, N)).astype(np.float32) * 0.05, name="w")
+        v = af.Variable(rng.standard_normal((N, N)).astype(np.float32) * 0.05, name="v")
+        loss = af.reduce_mean(af.square(af.matmul(af.matmul(x, w), v)))
+        first = af.train.GradientDescentOptimizer(0.1).minimize(loss, var_list=[w])
+        second = af.train.RMSPropOptimizer(0.01).minimize(loss, var_list=[w, v])
+        config = af.ConfigProto(intra_op_parallelism_threads=threads)
+        async with af.Session(config=config) as session:
+            await session.run(af.global_variables_initializer())
+            for _ in range(2):
+                await session.run([first, second], {x: x_value})
+            return await session.run([w, v])
+
+
+async def test_two_updates_of_one_variable_never_pair(paired, cpu_only):
+    """Two optimizers on one weight: its two updates keep their order on one thread; only
+    an update of another variable may run beside either."""
+    values = await _two_optimizers(threads=2)
+    assert paired["groups"], "the update of v pairs with one of w's"
+    for group in paired["groups"]:
+        updated = [name.split("/")[1] for name in group]  # update_w, update_v
+        assert len(set(updated)) == len(updated), group
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pairs, "pair_schedule", lambda schedule: (list(schedule), {}))
+        alone = await _two_optimizers(threads=1)
+    for got, want in zip(values, alone):
+        np.testing.assert_array_equal(got, want)
+
+
+async def test_a_failing_apply_of_a_group_names_its_own_op(paired, cpu_only):
+    """w2's update fails beside w1's: the error names w2's update (as one after the other),
+    and the bias's update after it in the group does not run."""
+    kernel = registry._KERNELS[("ApplyRMSProp", registry.ANY)]
+    ran = []
+
+    def failing(ctx, *args, _fn=kernel.fn):
+        ran.append(ctx.name.split("/")[1])
+        if "w2" in ctx.name:
+            raise ValueError("w2's update fails")
+        return _fn(ctx, *args)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(registry._KERNELS, ("ApplyRMSProp", registry.ANY),
+                      dataclasses.replace(kernel, fn=failing))
+        with pytest.raises(af.errors.OpError, match="update_w2"):
+            await train_two_layers(threads=2, steps=1)
+    assert len(paired["groups"]) == 1
+    group = [name.split("/")[1] for name in paired["groups"][0]]
+    if group.index("update_w2") < group.index("update_b1"):
+        assert "update_b1" not in ran, ran
+
+
+class _Elements:
+    def __init__(self, count):
+        self.count = count
+
+    def num_elements(self):
+        return self.count
+
+
+class _StateOp:
+    """A variable (``ref``: its output is a reference) or a dense apply of 64k elements."""
+
+    def __init__(self, name, kind, stateful=True):
+        self.name, self.type = name, kind
+        self.op_def = FakeOpDef(stateful, None)
+
+    def out_spec(self, index):
+        return (None, _Elements(1 << 16), self.type == "VariableV2")
+
+
+def _state_node(index, name, kind, inputs=(), outputs=(-1,), consumers=(), stateful=True):
+    node = FakeNode(index, name, consumers=consumers)
+    node.op = _StateOp(name, kind, stateful)
+    node.inputs, node.outputs = tuple(inputs), tuple(outputs)
+    return node
+
+
+@pytest.mark.parametrize("edge", ["none", "control", "reads_b", "stateful"])
+def test_an_apply_moves_up_only_past_nodes_that_neither_feed_nor_touch_it(edge):
+    """``a``'s update, then a node, then ``b``'s update: ``b``'s moves up beside ``a``'s past
+    a pure node, not past one it waits for (a control edge counts), one that reads ``b``,
+    or another stateful op."""
+    between = _state_node(
+        4, edge, "Identity" if edge != "stateful" else "Print",
+        inputs=(1,) if edge == "reads_b" else (), outputs=(2,),
+        consumers=(5,) if edge == "control" else (), stateful=edge == "stateful")
+    nodes = [_state_node(0, "a", "VariableV2", outputs=(0,), consumers=(3,)),
+             _state_node(1, "b", "VariableV2", outputs=(1,), consumers=(4, 5)),
+             _state_node(3, "update_a", "ApplyGradientDescent", inputs=(0,)),
+             between,
+             _state_node(5, "update_b", "ApplyGradientDescent", inputs=(1,))]
+    order, firsts = pairs.pair_schedule(nodes)
+    if edge == "none":
+        assert names(order)[2:] == ["update_a", "update_b", "none"] and firsts == {3: 1}
+    else:
+        assert names(order)[2:] == ["update_a", edge, "update_b"] and firsts == {}
+
+
+async def test_gpu_applies_are_not_paired_on_cpu_threads(paired):
+    """With a GPU visible (``make test-gpu``) the weights and their updates are the GPU's: no
+    group runs them on the CPU's intra-op threads, and the values are those of one after the
+    other."""
+    if os.environ.get("ASYNCFLOW_FAKE_GPU") != "1":
+        pytest.skip("a GPU is visible only under make test-gpu")
+    kernel = registry._KERNELS[("ApplyRMSProp", registry.ANY)]
+    kinds = set()
+
+    def where(ctx, *args, _fn=kernel.fn):
+        kinds.add(ctx.device.kind)
+        return _fn(ctx, *args)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(registry._KERNELS, ("ApplyRMSProp", registry.ANY),
+                      dataclasses.replace(kernel, fn=where))
+        losses, values = await train_two_layers(threads=2, steps=2)
+    assert kinds == {"GPU"} and paired["groups"] == []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pairs, "pair_schedule", lambda schedule: (list(schedule), {}))
+        alone_losses, alone = await train_two_layers(threads=2, steps=2)
+    assert losses == alone_losses
+    for got, want in zip(values, alone):
+        np.testing.assert_array_equal(got, want)
+
+
+async def test_a_traced_step_shows_each_apply_with_its_own_times(paired, cpu_only):
+    """A traced step (``RunOptions`` FULL_TRACE) runs its schedule unpaired: every update
+    has its own entry and times in the step's stats, as one after the other."""
+    rng = np.random.default_rng(7)
+    with af.Graph().as_default():
+        x = af.constant(rng.standard_normal((8, 384)).astype(np.float32))
+        w1 = af.Variable(rng.standard_normal((384, N)).astype(np.float32) * 0.05, name="w1")
+        w2 = af.Variable(rng.standard_normal((N, N)).astype(np.float32) * 0.05, name="w2")
+        loss = af.reduce_mean(af.square(af.matmul(af.matmul(x, w1), w2)))
+        train = af.train.RMSPropOptimizer(0.01).minimize(loss)
+        async with af.Session(config=af.ConfigProto(intra_op_parallelism_threads=2)) as sess:
+            await sess.run(af.global_variables_initializer())
+            metadata = af.RunMetadata()
+            options = af.RunOptions(trace_level=af.RunOptions.FULL_TRACE)
+            await sess.run(train, options=options, run_metadata=metadata)
+            await sess.run(train)  # untraced: paired
+    updates = [s for s in metadata.step_stats if s.op_type == "ApplyRMSProp"]
+    assert sorted(s.node_name.split("/")[1] for s in updates) == ["update_w1", "update_w2"]
+    assert all(s.end_us >= s.start_us for s in updates)
+    assert len(paired["groups"]) == 1  # the untraced step's
