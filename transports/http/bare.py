@@ -470,9 +470,10 @@ class BareConnection:
         length, answered_id, kind, _ = REPLY.unpack(await self._exactly(REPLY.size))
         if answered_id != call_id:
             raise RemoteProtocolError(f"answer to call {answered_id} where {call_id} was due")
-        if kind != LENT and length <= len(self.pending) and length:  # here whole: a repeated
-            message = decode_repeated(memoryview(self.pending)[:length], limits)  # reply's
-            if message is not None:  # frame decodes in one pass
+        if kind in (FRAME, ERROR) and length <= len(self.pending) and length:  # here whole:
+            message = decode_repeated(memoryview(self.pending)[:length], limits)  # a repeated
+            if message is not None:  # reply's frame decodes in one pass (any other kind is
+                # refused below, as a frame the full decoder reads)
                 self.pending = self.pending[length:]
                 if (kind == ERROR) != isinstance(message, ErrorReply):
                     raise RemoteProtocolError(f"answer of kind {kind} holds a "
