@@ -11,6 +11,7 @@ from asyncflow.cluster import channels
 from asyncflow.cluster.master import Master
 from loopback_ports import free_ports
 from transports.messages import AbortStep, RegisterGraph, RemoteCallError, RunGraph, TensorEntry
+from transports.service import TransportError
 
 
 @pytest.fixture(params=["lent", "own"])
@@ -27,6 +28,7 @@ async def ps_and_worker(request, pulls_only):
         for job in ("ps", "worker"):
             server = await nursery.start(af.Server(spec, job, 0).serve)
             service = services[job] = server.service
+            service.test_server = server  # (a test stops it)
             lent[job] = []
             original = service.run_graph_in_scope
 
@@ -128,3 +130,34 @@ async def test_a_client_that_leaves_cancels_the_step(ps_and_worker):
         while worker._steps or worker.counters.steps_failed != 1:  # the server sees it go
             await trio.sleep(0.001)
         assert worker._tombstones[12] == "failed" and len(lent["worker"]) == 1
+
+
+async def test_a_server_stopping_under_a_step_answers_unavailable(ps_and_worker):
+    """The worker's server stops while its step waits for the ps: the call is answered
+    UNAVAILABLE (or its connection ends, which a channel reports as UNAVAILABLE too), as
+    a step in a scope of its own is; the step's state is dropped as failed."""
+    spec, services, lent = ps_and_worker
+    with trio.fail_after(30):
+        handles = await _registered(spec)
+        w_channel = handles["worker"][0]
+        worker = services["worker"]
+        outcome = {}
+
+        async def worker_step():
+            try:
+                await w_channel.run_graph(_worker_step(handles, 13))
+            except RemoteCallError as exc:
+                outcome["error"] = exc
+            except TransportError as exc:
+                outcome["transport"] = exc
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(worker_step)
+            while 13 not in worker._steps or not worker._steps[13].running:
+                await trio.sleep(0.001)
+            await worker.test_server.stop()
+        error = outcome.get("error") or outcome.get("transport")
+        assert error is not None and getattr(error, "code", "UNAVAILABLE") == "UNAVAILABLE", \
+            outcome
+        assert len(lent["worker"]) == 1 and not worker._steps
+        assert worker._tombstones[13] == "failed" and worker.counters.steps_failed == 1

@@ -395,3 +395,54 @@ def test_request_and_reply_headers_are_fixed_and_small():
     assert bare.REQUEST.size == 24 and bare.REPLY.size == 16
     assert not any(bare.MAGIC.startswith(m.encode()) for m in ("GET", "POST", "PUT", "DELETE"))
     assert Limits().max_frame_bytes < 1 << 64
+
+
+class _LendingWorker(FakeWorker):
+    """A handler that runs RunGraph in the call's scope when a transport lends it (its
+    run_graph is run_graph_in_scope without one, as the worker's is)."""
+
+    async def run_graph(self, request: RunGraph) -> object:
+        return await self.run_graph_in_scope(request, None)
+
+    async def run_graph_in_scope(self, request: RunGraph, scope) -> object:
+        if scope is not None:
+            self.calls.append("run_graph_in_scope")
+        return await FakeWorker.run_graph(self, request)
+
+
+class _OverridingWorker(_LendingWorker):
+    """A subclass that overrides run_graph alone (what a handler's RunGraph does)."""
+
+    async def run_graph(self, request: RunGraph) -> object:
+        self.calls.append("override")
+        return await super().run_graph(request)
+
+
+@pytest.mark.parametrize("handler_class, instance_patch, lent", [
+    (_LendingWorker, False, True), (_OverridingWorker, False, False),
+    (_LendingWorker, True, False)])
+async def test_a_run_graph_overridden_below_run_graph_in_scope_is_the_one_called(
+        handler_class, instance_patch, lent):
+    """The bare server lends its call's scope to ``run_graph_in_scope`` only where that is
+    the handler's RunGraph: a subclass (or an instance) overriding ``run_graph`` alone is
+    served by its override, as over HTTP, never bypassed."""
+    handler = handler_class()
+    if instance_patch:
+        original = handler.run_graph
+
+        async def patched(request):
+            handler.calls.append("override")
+            return await original(request)
+        handler.run_graph = patched
+    async with open_http_server(handler) as server:
+        with trio.fail_after(GENEROUS):
+            async with TrioHttpChannel(server.address) as channel:
+                handle = (await channel.register_graph(RegisterGraph({"nodes": []}, "s"))
+                          ).graph_handle
+                value = np.arange(3, dtype=np.float32)
+                reply = await channel.run_graph(RunGraph(handle, 1, [TensorEntry("x", value)],
+                                                         ["x"]))
+                assert channel.bare_calls == 2
+    np.testing.assert_array_equal(reply.tensors[0].value, value)
+    assert ("run_graph_in_scope" in handler.calls) == lent
+    assert ("override" in handler.calls) == (not lent)

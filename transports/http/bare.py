@@ -359,8 +359,7 @@ class BareService:
                 if server._closing:
                     call.cancel()
                 try:
-                    in_scope = rpc.method == "run_graph" and getattr(
-                        server._handler, "run_graph_in_scope", None)
+                    in_scope = rpc.method == "run_graph" and _scope_lender(server._handler)
                     if in_scope:  # the step in this call's scope (WorkerServiceProtocol)
                         result = reply_for_result(rpc, await in_scope(message, call))
                     else:
@@ -411,6 +410,23 @@ class BareService:
 
 
 _CANCELLED: Final = object()
+_LENDS: dict = {}  # handler class -> whether its run_graph_in_scope is its RunGraph
+
+
+def _scope_lender(handler: Any) -> Any:
+    """The handler's ``run_graph_in_scope`` where it is its RunGraph, else None: defined no
+    less derived than its ``run_graph`` (a subclass or an instance that overrides
+    ``run_graph`` alone is served by that override, as over HTTP, never bypassed)."""
+    cls = type(handler)
+    lends = _LENDS.get(cls)
+    if lends is None:
+        lends = _LENDS[cls] = next((name == "run_graph_in_scope" for klass in cls.__mro__
+                                    for name in ("run_graph_in_scope", "run_graph")
+                                    if name in vars(klass)), False)
+    own = getattr(handler, "__dict__", None)
+    if own and ("run_graph" in own or "run_graph_in_scope" in own):
+        lends = "run_graph_in_scope" in own
+    return getattr(handler, "run_graph_in_scope", None) if lends else None
 
 
 # ------------------------------------------------------------------------------ the client's half
@@ -470,9 +486,10 @@ class BareConnection:
         length, answered_id, kind, _ = REPLY.unpack(await self._exactly(REPLY.size))
         if answered_id != call_id:
             raise RemoteProtocolError(f"answer to call {answered_id} where {call_id} was due")
-        if kind != LENT and length <= len(self.pending) and length:  # here whole: a repeated
-            message = decode_repeated(memoryview(self.pending)[:length], limits)  # reply's
-            if message is not None:  # frame decodes in one pass
+        if kind in (FRAME, ERROR) and length <= len(self.pending) and length:  # here whole:
+            message = decode_repeated(memoryview(self.pending)[:length], limits)  # a repeated
+            if message is not None:  # reply's frame decodes in one pass (any other kind is
+                # refused below, as a frame the full decoder reads)
                 self.pending = self.pending[length:]
                 if (kind == ERROR) != isinstance(message, ErrorReply):
                     raise RemoteProtocolError(f"answer of kind {kind} holds a "
