@@ -355,7 +355,7 @@ def _sum(ctx, x):
     attrs = ctx.attrs
     axes = attrs["axis"]
     if axes and type(x) is np.ndarray and x.dtype in _GEMV_SUM_DTYPES and x.ndim > len(axes) \
-            and axes[-1] == len(axes) - 1 and x.flags.c_contiguous:
+            and x.flags.c_contiguous and tuple(axes) == _LEADING[len(axes)]:
         out = _leading_sum(x, len(axes), attrs["keepdims"])
         if out is not None:
             return (out,)
@@ -365,6 +365,9 @@ def _sum(ctx, x):
 
 
 _GEMV_SUM_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+# Exactly the leading axes, in order, once each: an attr of another form (a graph of unknown
+# rank, an imported one) is numpy's sum over the axes it names, not the GEMV's.
+_LEADING = tuple(tuple(range(n)) for n in range(65))  # (numpy: 64 dimensions at most)
 
 
 def _leading_sum(x, count, keepdims):
