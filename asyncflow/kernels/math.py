@@ -484,12 +484,19 @@ def _fused_mean_squared_error_grad(ctx, grad, diff, loss=None):
             and scale.dtype == diff.dtype and np.isfinite(loss)):
         twice = scale * diff.dtype.type(2)
         if np.isfinite(twice):
+            if ctx.prepared:  # large, it splits as the unfused Muls did (may_be_large)
+                split = intra_op.elementwise(ctx, np.multiply, diff, twice)
+                if split is not None:
+                    return (split,)
             return (np.multiply(diff, twice),)
     out = ctx.xp.multiply(diff, diff.dtype.type(2))
     if out.ndim == 0:
         return (ctx.xp.asarray(out * scale),)
     out *= scale
     return (out,)
+
+
+register_prepare("_FusedMeanSquaredErrorGrad")(intra_op.may_be_large)
 
 
 def _extreme(fn_name, fill_for):
