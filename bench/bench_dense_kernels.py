@@ -99,6 +99,7 @@ def measure(calls):
         rows[f"Sum over the batch {label}"] = _median_us(lambda: total(sctx, x), calls)
     h, x = (rng.random((256, 784), dtype=np.float32) for _ in range(2))
     mctx = _Context({})
+    mctx.prepared = False
     loss, diff = get_kernel("_FusedMeanSquaredError", "CPU").fn(mctx, h, x)
     mse_grad = get_kernel("_FusedMeanSquaredErrorGrad", "CPU").fn
     one = np.asarray(1.0, np.float32)

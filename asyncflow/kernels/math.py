@@ -355,7 +355,7 @@ def _sum(ctx, x):
     attrs = ctx.attrs
     axes = attrs["axis"]
     if axes and type(x) is np.ndarray and x.dtype in _GEMV_SUM_DTYPES and x.ndim > len(axes) \
-            and axes[-1] == len(axes) - 1 and x.flags.c_contiguous:
+            and x.flags.c_contiguous and tuple(axes) == _LEADING[len(axes)]:
         out = _leading_sum(x, len(axes), attrs["keepdims"])
         if out is not None:
             return (out,)
@@ -365,6 +365,9 @@ def _sum(ctx, x):
 
 
 _GEMV_SUM_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+# Exactly the leading axes, in order, once each: an attr of another form (a graph of unknown
+# rank, an imported one) is numpy's sum over the axes it names, not the GEMV's.
+_LEADING = tuple(tuple(range(n)) for n in range(65))  # (numpy: 64 dimensions at most)
 
 
 def _leading_sum(x, count, keepdims):
@@ -481,12 +484,19 @@ def _fused_mean_squared_error_grad(ctx, grad, diff, loss=None):
             and scale.dtype == diff.dtype and np.isfinite(loss)):
         twice = scale * diff.dtype.type(2)
         if np.isfinite(twice):
+            if ctx.prepared:  # large, it splits as the unfused Muls did (may_be_large)
+                split = intra_op.elementwise(ctx, np.multiply, diff, twice)
+                if split is not None:
+                    return (split,)
             return (np.multiply(diff, twice),)
     out = ctx.xp.multiply(diff, diff.dtype.type(2))
     if out.ndim == 0:
         return (ctx.xp.asarray(out * scale),)
     out *= scale
     return (out,)
+
+
+register_prepare("_FusedMeanSquaredErrorGrad")(intra_op.may_be_large)
 
 
 def _extreme(fn_name, fill_for):

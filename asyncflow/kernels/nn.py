@@ -434,8 +434,17 @@ def _fused_dropout(ctx, x, dims, keep):
 def _fused_dropout_grad(ctx, grad, mask, keep):
     """The dropout's gradient (compile/fuse_dropout.py): what its ``Mul`` (``grad * mask``),
     ``SumToShape`` (to the output's shape, the mask's) and ``RealDiv`` (``/ keep``) compute,
-    in that order, the division in the product's own new array: the same bits."""
+    in that order, the division in the product's own new array: the same bits. Large, it
+    splits over the intra-op threads as the unfused ``Mul`` and ``RealDiv`` did (each value's
+    two operations in one chunk: the same bits)."""
     xp = ctx.xp
+    if ctx.prepared and grad.shape == mask.shape:  # the node may be large (may_be_large)
+        def product_over_keep(g, m, k, out):
+            xp.multiply(g, m, out=out)
+            xp.true_divide(out, k, out=out)
+        split = intra_op.elementwise(ctx, product_over_keep, grad, mask, keep, dtype=mask.dtype)
+        if split is not None:
+            return (split,)
     out = xp.multiply(grad, mask)
     if out.shape != mask.shape:
         out = _sum_to_shape(ctx, out, np.asarray(mask.shape))[0]  # (a new array)
@@ -443,3 +452,4 @@ def _fused_dropout_grad(ctx, grad, mask, keep):
 
 
 host_memory("_FusedDropout", inputs=(1,))
+register_prepare("_FusedDropoutGrad")(intra_op.may_be_large)

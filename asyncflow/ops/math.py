@@ -338,7 +338,8 @@ def normalize_axes(axis, ndims, op_name):
         return None if ndims is None else tuple(builtins.range(ndims))
     axes = [axis] if isinstance(axis, int) else [int(a) for a in axis]
     if ndims is None:
-        return tuple(axes) if all(a >= 0 for a in axes) else None
+        # (sorted and unique as below: kernels take ``(0, ..., k-1)`` for the leading axes)
+        return tuple(sorted(set(axes))) if all(a >= 0 for a in axes) else None
     out = []
     for a in axes:
         if not -ndims <= a < builtins.max(ndims, 1):

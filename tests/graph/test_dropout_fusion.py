@@ -232,3 +232,44 @@ def test_no_fusion_across_devices():
     graph = fuse_dropout(NodeGraph.from_ops(ops, [x], [out], [], placement))
     assert "_FusedDropout" not in types(graph) and "RandomUniform" in types(graph)
     assert "_FusedDropout" in types(fuse_dropout(node_graph([out], feeds=[x])))
+
+
+async def run_gradient_split(optimize_graph, threads):
+    """Dropout and its gradient of a fed one (no other elementwise op runs)."""
+    from asyncflow.exec import intra_op
+    rng = np.random.default_rng(6)
+    value = rng.standard_normal((37, 13)).astype(np.float32)
+    upstream = rng.standard_normal((37, 13)).astype(np.float32)
+    upstream.reshape(-1)[::11] = np.nan
+    with af.Graph().as_default():
+        af.set_random_seed(2)
+        x = af.placeholder(af.float32, [None, 13])
+        g = af.placeholder(af.float32, [None, 13])
+        out = af.nn.dropout(x, rate=0.3)
+        (grad,) = af.gradients(out, [x], grad_ys=[g])
+        grad = af.identity(grad)  # (a fetched RealDiv stays as built)
+        config = af.ConfigProto(optimize_graph=optimize_graph,
+                                intra_op_parallelism_threads=threads)
+        async with af.Session(config=config) as session:
+            splits = intra_op.shared_pool(threads).splits
+            metadata = af.RunMetadata()
+            result = await session.run([out, grad], {x: value, g: upstream}, options=af.RunOptions(
+                trace_level=af.RunOptions.FULL_TRACE), run_metadata=metadata)
+            splits = intra_op.shared_pool(threads).splits - splits
+    return result, splits, {s.op_type for s in metadata.step_stats}
+
+
+async def test_the_fused_gradient_splits_when_large_as_the_ops_it_replaces(monkeypatch,
+                                                                           cpu_only):
+    """Large, the unfused Mul and RealDiv split over the intra-op threads; the fused gradient
+    does too (it once ran whole on one thread), with the same bits."""
+    from asyncflow.kernels import intra_op as kernel_intra_op
+    monkeypatch.setattr(kernel_intra_op, "MIN_SPLIT_WORK", 64)
+    monkeypatch.setattr(kernel_intra_op, "CHUNK_BYTES", 256)
+    fused, fused_splits, fused_types = await run_gradient_split(True, 2)
+    plain, plain_splits, plain_types = await run_gradient_split(False, 2)
+    assert "_FusedDropoutGrad" in fused_types and "_FusedDropoutGrad" not in plain_types
+    assert plain_splits > 0 and fused_splits > 0
+    for a, b in zip(fused, plain):
+        assert a.dtype == b.dtype and a.shape == b.shape == (37, 13)
+        assert a.tobytes() == b.tobytes()

@@ -227,7 +227,7 @@ def test_the_gradient_in_one_pass_has_the_two_pass_bits(dtype, grad):
     from asyncflow.kernels import math as kmath
 
     class Ctx:
-        xp, name, attrs = np, "mse", {}
+        xp, name, attrs, prepared = np, "mse", {}, False
     rng = np.random.default_rng(8)
     info = np.finfo(dtype)
     magnitudes = np.exp(rng.uniform(np.log(float(info.tiny) / 4),
@@ -243,3 +243,40 @@ def test_the_gradient_in_one_pass_has_the_two_pass_bits(dtype, grad):
         assert one_pass.dtype == two_pass.dtype == dtype
         assert one_pass.tobytes() == two_pass.tobytes()
         assert np.isfinite(loss) == (value.size == 257)
+
+
+async def run_split(optimize_graph, threads):
+    """The loss and its gradient of fed arrays: no other elementwise op runs."""
+    from asyncflow.exec import intra_op
+    rng = np.random.default_rng(9)
+    value, target = (rng.standard_normal((37, 13)).astype(np.float32) for _ in range(2))
+    value.reshape(-1)[::7] = -0.0
+    with af.Graph().as_default():
+        a = af.placeholder(af.float32, [None, 13])
+        b = af.placeholder(af.float32, [None, 13])
+        loss = af.reduce_mean(af.square(a - b))
+        (grad,) = af.gradients(loss, [a])
+        config = af.ConfigProto(optimize_graph=optimize_graph,
+                                intra_op_parallelism_threads=threads)
+        async with af.Session(config=config) as session:
+            splits = intra_op.shared_pool(threads).splits
+            metadata = af.RunMetadata()
+            result = await session.run([loss, grad], {a: value, b: target},
+                                       options=af.RunOptions(trace_level=af.RunOptions.FULL_TRACE),
+                                       run_metadata=metadata)
+            splits = intra_op.shared_pool(threads).splits - splits
+    return result, splits, {s.op_type for s in metadata.step_stats}
+
+
+async def test_the_fused_gradient_splits_when_large_as_the_muls_it_replaces(monkeypatch,
+                                                                            cpu_only):
+    """Large, the unfused gradient's Muls split over the intra-op threads; the fused gradient's
+    one pass does too (it once ran whole on one thread), with the same bits."""
+    from asyncflow.kernels import intra_op as kernel_intra_op
+    monkeypatch.setattr(kernel_intra_op, "MIN_SPLIT_WORK", 64)
+    monkeypatch.setattr(kernel_intra_op, "CHUNK_BYTES", 256)
+    fused, fused_splits, fused_types = await run_split(True, 2)
+    plain, plain_splits, plain_types = await run_split(False, 2)
+    assert FUSED <= fused_types and not FUSED & plain_types
+    assert plain_splits > 0 and fused_splits > 0
+    assert_same_bits([fused], [plain])

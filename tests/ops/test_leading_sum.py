@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import asyncflow as af
 from asyncflow.kernels import math as kmath
 
 
@@ -77,3 +78,35 @@ def test_other_sums_are_numpys(x, axis):
                       ).astype(x.dtype)
     assert got.dtype == x.dtype and got.shape == want.shape
     assert got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("axis", [(2, 1), (1, 0), (1, 1), (0, 0, 1)])
+def test_only_the_leading_axes_in_order_take_the_gemv(axis):
+    """Axes that are not exactly ``0, ..., k-1`` (unsorted or repeated, as a graph of unknown
+    rank may carry them) sum over the axes given, never over the leading ones."""
+    x = np.random.default_rng(2).standard_normal((8, 9, 10)).astype(np.float32)
+    want = x.sum(axis=tuple(sorted(set(axis))))
+    got = ours(x, tuple(sorted(set(axis))))
+    assert got.shape == want.shape and np.allclose(got, want, rtol=1e-5, atol=1e-5)
+    if len(set(axis)) == len(axis):
+        got = ours(x, axis)
+        assert got.shape == want.shape and np.allclose(got, want, rtol=1e-5, atol=1e-5)
+    else:
+        with pytest.raises(ValueError):
+            ours(x, axis)
+
+
+@pytest.mark.parametrize("axis, summed", [([2, 1], (1, 2)), ([1, 1], (1,)), ([1, 0, 1], (0, 1))])
+async def test_reduce_sum_of_unknown_rank_sums_the_axes_given(axis, summed):
+    """``reduce_sum`` of a tensor of unknown rank keeps its axes sorted and unique, as for a
+    known rank: the sum over the axes given (it once took ``[2, 1]`` for the leading two)."""
+    graph = af.Graph()
+    with graph.as_default():
+        x = af.placeholder(af.float32, None, name="x")
+        total = af.reduce_sum(x, axis=axis)
+    assert total.op.get_attr("axis") == summed
+    value = np.random.default_rng(3).standard_normal((8, 9, 10)).astype(np.float32)
+    async with af.Session(graph=graph) as session:
+        got = await session.run(total, {x: value})
+    want = value.sum(axis=summed)
+    assert got.shape == want.shape and np.allclose(got, want, rtol=1e-5, atol=1e-5)
