@@ -36,7 +36,7 @@ from asyncflow.compile import prune as _prune
 from asyncflow.compile.fuse_dropout import fuse_dropout
 from asyncflow.compile.fuse_squared_error import fuse_squared_error
 from asyncflow.compile.node_graph import NodeGraph
-from asyncflow.kernels.registry import get_kernel, supported_device_kinds
+from asyncflow.kernels.registry import Preload, get_kernel, supported_device_kinds
 from asyncflow.ops.control_flow import is_loop_back_edge
 from asyncflow.exec import dispatch, runner as _runner
 from asyncflow.exec.context import NodeContext
@@ -99,7 +99,10 @@ def _host_evaluator(device, resources):
                 if kernel is None or kernel.is_async:
                     return None
                 args = [values[port] for port in node.inputs]
-                outs = kernel.fn(NodeContext(node, device, resources, kernel), *args)
+                ctx = NodeContext(node, device, resources, kernel)
+                if type(ctx.prepared) is Preload:  # (its first run: the plan's, off the loop)
+                    return None
+                outs = kernel.fn(ctx, *args)
                 values.update(((node, i), value) for i, value in enumerate(outs))
             return [values[port] for port in ports]
         except Exception:  # leave the error to the run, which reports it with its op

@@ -377,24 +377,43 @@ _SHAPES_OF = {"Conv2D": (0, 1), "_FusedConv2D": (0, 1), "_FusedConv2DWithSpectra
 
 def _fft_preload(ctx):
     """Prepare hook of the convolutions: ``nn_conv_fft.preload`` by the node's static shapes
-    (None where they are not 4-d, and once scipy.fft is loaded)."""
+    (None where they are not 4-d, and once scipy.fft is loaded). A dimension unknown here is
+    tried at the sizes of ``nn_conv_fft.candidate_shapes``: the cost model may pick the FFT
+    path for a size it takes when the step runs that is small enough to run on the loop."""
+    if not nn_conv_fft.may_preload(ctx):
+        return None
     op = ctx.op
     shapes = [op.out_spec(0)[1] if where == "out" else op.inputs[where][0].out_spec(
         op.inputs[where][1])[1] for where in _SHAPES_OF[ctx.type]]
     if any(shape.rank != 4 for shape in shapes):
         return None
     (x_shape, f_shape), nhwc = [s.as_list() for s in shapes], ctx
-    if None in f_shape:
-        return None
     if ctx.attrs.get("data_format") == "NCHW":
         x_shape, nhwc = [x_shape[i] for i in _TO_NHWC], _NhwcContext(ctx)
-    rows = cols = None
-    if None not in x_shape[1:3]:
-        try:
-            rows, cols = _spatial(nhwc, x_shape, f_shape[:2])
-        except errors.OpError:  # (the kernel reports it when it runs)
-            return None
-    return nn_conv_fft.preload(nhwc, x_shape, f_shape, rows, cols, ctx.output_dtypes[0])
+    if None in f_shape[:2]:  # (an unknown window: whenever the attrs allow the FFT path)
+        return nn_conv_fft.preload(nhwc, (), ctx.output_dtypes[0], unknown_window=True)
+    if x_shape[3] is None:
+        x_shape[3] = f_shape[2]
+    attrs = nhwc.attrs
+    key = (tuple(x_shape), tuple(f_shape), tuple(attrs["strides"]),
+           tuple(attrs.get("dilations", ())), attrs["padding"], str(ctx.output_dtypes[0]),
+           nn_conv_fft.FORCE)
+    if key not in _PRELOADS:  # (up to 150 shapes tried: ~3 ms, once per kind of node)
+        if len(_PRELOADS) >= 1024:
+            _PRELOADS.clear()
+
+        def geometries():
+            for shape, filters in nn_conv_fft.candidate_shapes(x_shape, f_shape):
+                try:
+                    rows, cols = _spatial(nhwc, shape, filters[:2])
+                except errors.OpError:  # (the kernel reports it when it runs)
+                    continue
+                yield shape, filters, rows, cols
+        _PRELOADS[key] = nn_conv_fft.preload(nhwc, geometries(), ctx.output_dtypes[0])
+    return _PRELOADS[key]
+
+
+_PRELOADS = {}  # _fft_preload's answers by shapes and attrs, while scipy.fft is not loaded
 
 
 for _type in _SHAPES_OF:

@@ -39,8 +39,10 @@ dtypes other than float32/float64, arrays that are not numpy's, or no scipy stay
 asyncflow: 0.15-0.3 s of CPU that every process would pay (bench/RESULTS.md, 2026-12-05).
 Never on the event loop's thread: a plan node whose static shapes (or ``FORCE``) may take the
 FFT path gets a ``preload`` from its prepare hook (``nn_conv.py``), which the step's runner
-runs on a worker thread before the first step (``exec/step.py``, ``preload``); the shapes the
-cost model sends there otherwise are large, so their kernels run on worker threads.
+runs on a worker thread before the first step (``exec/step.py``, ``preload``). A dimension
+unknown at plan time counts at every size it may take (``candidate_shapes``): the model picks
+the FFT path for some tiny shapes (1x11x11x1 by an 11x11 window: ~3 us), which run inline.
+Constant folding leaves such a node to the plan (``exec/compiled_run.py``).
 """
 from __future__ import annotations
 
@@ -134,23 +136,58 @@ def _static_plan(ctx, x_shape, f_shape, rows, cols, dtype):
     return plan
 
 
-def preload(ctx, x_shape, f_shape, rows, cols, dtype):
+# The sizes a dimension unknown at plan time is tried at (``candidate_shapes``). The batch and
+# channel counts take their extremes: the model's ratio of the two paths' costs is monotonic
+# in each (a quotient of two affine functions of it). The spatial sizes take every size to 64,
+# then a few larger ones, both spatial dimensions together (their costs are nearly products
+# of one factor per dimension, each largest at the same sizes).
+UNKNOWN_COUNTS = (1, 1 << 12)
+UNKNOWN_SIZES = tuple(range(1, 65)) + (80, 96, 128, 160, 192, 256, 384, 512, 1024, 2048, 4096)
+
+
+def may_preload(ctx):
+    """False where no ``preload`` is needed whatever the shapes: scipy.fft is loaded (or
+    missing), the direct kernels are forced, the device's arrays are not numpy's."""
+    return _fft is None and FORCE != "direct" and ctx.xp is np
+
+
+def candidate_shapes(x_shape, f_shape):
+    """``(x_shape, f_shape)`` pairs (NHWC, HWIO) for static shapes with None where unknown:
+    each unknown count at ``UNKNOWN_COUNTS``, unknown spatial sizes at ``UNKNOWN_SIZES``."""
+    n, h, w, _ = x_shape
+    counts = [UNKNOWN_COUNTS if d is None else (d,) for d in (n, x_shape[3], f_shape[3])]
+    if h is None and w is None:
+        spatial = [(s, s) for s in UNKNOWN_SIZES]
+    else:
+        spatial = [(a, b) for a in ((h,) if h is not None else UNKNOWN_SIZES)
+                   for b in ((w,) if w is not None else UNKNOWN_SIZES)]
+    for batch in counts[0]:
+        for channels in counts[1]:
+            for out in counts[2]:
+                for rows, cols in spatial:
+                    yield ((batch, rows, cols, channels),
+                           (f_shape[0], f_shape[1], channels, out))
+
+
+def preload(ctx, geometries, dtype, unknown_window=False):
     """A prepare hook's value (``registry.Preload``) that imports scipy.fft, for a plan node
     that may run the FFT algorithm on the event loop's thread, where the first import would
     block the loop for 0.2-0.5 s (bench/RESULTS.md, 2026-12-05): the plan's runner runs it on
-    a worker thread before the node's first step. None where scipy.fft is loaded (or missing),
-    or the node's static shapes (``x_shape``'s unknown batch taken as 1: the FFT path's
-    advantage grows with the batch) and attrs leave it on the direct kernels. An unknown
-    spatial size (None in ``rows``) preloads only where ``FORCE`` asks for the FFT path.
-    Larger shapes the cost model sends to the FFT path are offloaded: their kernel imports it
-    on its own thread."""
-    if _fft is not None or FORCE == "direct" or ctx.xp is not np:
+    a worker thread before the node's first step. None where ``may_preload`` says so, or
+    where every one of ``geometries`` (``(x_shape, f_shape, rows, cols)``: the shapes the
+    node may run, ``candidate_shapes``) leaves the node on the direct kernels by its attrs and
+    the cost model. ``unknown_window``: the filter's window is unknown here; then the attrs
+    alone decide."""
+    if not may_preload(ctx):
         return None
-    if rows is None:
-        wanted = FORCE == "fft"
+    if unknown_window:
+        strides = ctx.attrs["strides"]
+        dilations = ctx.attrs.get("dilations", (1, 1, 1, 1))
+        wanted = (tuple(strides[1:3]) == (1, 1) and tuple(dilations[1:3]) == (1, 1)
+                  and np.dtype(dtype) in (np.float32, np.float64))
     else:
-        x_shape = (x_shape[0] or 1,) + tuple(x_shape[1:])
-        wanted = _static_plan(ctx, x_shape, f_shape, rows, cols, dtype) is not None
+        wanted = any(_static_plan(ctx, x_shape, f_shape, rows, cols, dtype) is not None
+                     for x_shape, f_shape, rows, cols in geometries)
     return Preload(_load_fft) if wanted else None
 
 

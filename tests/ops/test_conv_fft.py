@@ -286,3 +286,55 @@ with tf.Session() as sess:
     for name, mine, reference in zip(("output", "input gradient", "filter gradient"), ours,
                                      theirs):
         assert_scaled_close(np.asarray(mine), reference, 5e-6, name)
+
+
+# Review (rrevhyg) of the preload (kernels/nn_conv.py ``_fft_preload``): before scipy.fft is
+# loaded, a convolution's prepare hook judges its static shapes. An input with an unknown
+# channel count made the cost model multiply by None: the plan refused the valid graph
+# ("invalid attrs for its kernel: TypeError"). And a dimension unknown at plan time was
+# taken at one size (an unknown batch as 1, unknown spatial sizes as "no preload"), where the
+# model picks the FFT path for larger batches or for some tiny spatial sizes, which run inline.
+async def test_an_input_of_unknown_channels_runs_while_scipy_fft_is_not_loaded(cpu_only,
+                                                                              monkeypatch):
+    monkeypatch.setattr(nn_conv_fft, "_fft", None)  # (as in a process that never loaded it)
+    rng = np.random.default_rng(3)
+    value = rng.standard_normal((1, 12, 12, 1)).astype(np.float32)
+    filters = rng.standard_normal((11, 11, 1, 1)).astype(np.float32)
+    with af.Graph().as_default():
+        x = af.placeholder(af.float32, [1, 12, 12, None])
+        y = af.nn.conv2d(x, af.constant(filters), 1, "SAME")
+        async with af.Session() as session:
+            got = await session.run(y, {x: value})
+    monkeypatch.setattr(nn_conv_fft, "FORCE", "direct")
+    with af.Graph().as_default():
+        x = af.placeholder(af.float32, [1, 12, 12, 1])
+        y = af.nn.conv2d(x, af.constant(filters), 1, "SAME")
+        async with af.Session() as session:
+            want = await session.run(y, {x: value})
+    assert_scaled_close(got, want, 2e-5, "unknown channels")
+
+
+@pytest.mark.parametrize("x_shape, f_shape, picked", [
+    ([None, None, None, 1], [11, 11, 1, 1], (1, 11, 11, 1)),  # unknown spatial sizes
+    ([None, 12, 12, 1], [9, 9, 1, 1], (2, 12, 12, 1)),        # unknown batch: FFT from 2
+    ([1, 12, 12, None], [11, 11, None, 1], (1, 12, 12, 1)),   # unknown channels
+], ids=["spatial", "batch", "channels"])
+async def test_a_dimension_unknown_at_plan_time_is_preloaded_for_every_size_it_may_take(
+        x_shape, f_shape, picked, cpu_only, monkeypatch):
+    """The cost model sends ``picked`` (a shape each case's placeholders admit, small enough to
+    run inline) to the FFT path; the plan's conv node must carry a Preload."""
+    monkeypatch.setattr(nn_conv_fft, "_fft", None)  # (as in a process that never loaded it)
+    ctx = KernelContext(conv_attrs(1, 1, 1, 1, "SAME"), 1)
+    full_filter = tuple(f_shape[:2]) + (picked[3], f_shape[3])
+    rows, cols = nn_conv._spatial(ctx, picked, full_filter[:2])
+    assert nn_conv_fft._static_plan(ctx, picked, full_filter, rows, cols, np.float32) is not None
+    with af.Graph().as_default():
+        x = af.placeholder(af.float32, x_shape)
+        f = af.placeholder(af.float32, f_shape)
+        y = af.nn.conv2d(x, f, 1, "SAME")
+        async with af.Session() as session:
+            request = session.prepare(y, {x: np.zeros(picked, np.float32),
+                                          f: np.zeros(full_filter, np.float32)})
+            preloads = [node.op.type for plan in request.compiled.plans
+                        for node in plan.preloads]
+    assert preloads == ["Conv2D"]
