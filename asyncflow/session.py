@@ -60,7 +60,8 @@ def _message(exc):
     return exc.args[0] if isinstance(exc, KeyError) and len(exc.args) == 1 else str(exc)
 
 
-_SINGLE_FETCHES_KEPT = 4096  # lone fetches whose structure a session keeps
+_SINGLE_FETCHES_KEPT = 4096  # lone fetches (and flat lists of them) whose structure is kept
+_SIGNATURES_KEPT = 64  # feed signatures a structure keeps the fetch routes of
 
 
 class _FetchStructure:
@@ -73,6 +74,30 @@ class _FetchStructure:
         self._tensor_index = {}
         self._target_set = set()
         self._template = self._flatten(fetches)
+        self.target_ops = tuple(self.targets)
+        self._signatures = {}  # feed tensors -> (to_compute, sources), see ``signature``
+        # A flat list or tuple of tensors and ops (a training loop's ``[loss, train_op]``)
+        # rebuilds without recursion: each element's value index, None for an op.
+        template = self._template
+        self._flat = None
+        if template[0] in (list, tuple) and all(n[0] in ("tensor", "op") for n in template[1]):
+            self._flat = [n[1] if n[0] == "tensor" else None for n in template[1]]
+
+    def signature(self, feed_tensors):
+        """``(to_compute, sources)`` of this fetch fed ``feed_tensors`` (a tuple), worked out
+        once per feed signature: the tensors the step computes, and where each fetched
+        tensor's value comes from (``sources[i]``: its position in the computed values, or
+        ``~p`` for feed ``p``, a fed and fetched tensor returns the fed value)."""
+        signature = self._signatures.get(feed_tensors)
+        if signature is None:
+            fed = {t: i for i, t in enumerate(feed_tensors)}
+            to_compute = tuple(t for t in self.tensors if t not in fed)
+            computed = {t: i for i, t in enumerate(to_compute)}
+            sources = tuple(computed[t] if t in computed else ~fed[t] for t in self.tensors)
+            signature = (to_compute, sources)
+            if len(self._signatures) < _SIGNATURES_KEPT:
+                self._signatures[feed_tensors] = signature
+        return signature
 
     def _flatten(self, fetch):
         if fetch is None:
@@ -114,6 +139,10 @@ class _FetchStructure:
         return ("tensor", index)
 
     def rebuild(self, values):
+        flat = self._flat
+        if flat is not None:
+            seq = [None if i is None else values[i] for i in flat]
+            return seq if self._template[0] is list else tuple(seq)
         return self._build(self._template, values)
 
     def _build(self, node, values):
@@ -275,14 +304,14 @@ class PreparedRun:
     await it with ``Session.run_loop_free``.
     """
 
-    __slots__ = ("structure", "feed_values", "fed_positions", "to_compute", "compiled",
+    __slots__ = ("structure", "feed_values", "sources", "to_compute", "compiled",
                  "trace", "timeout_ms", "run_metadata", "inline", "loop_free")
 
-    def __init__(self, structure, feed_values, fed_positions, to_compute, compiled, trace,
+    def __init__(self, structure, feed_values, sources, to_compute, compiled, trace,
                  timeout_ms, run_metadata):
         self.structure = structure
         self.feed_values = feed_values
-        self.fed_positions = fed_positions
+        self.sources = sources  # ``_FetchStructure.signature``
         self.to_compute = to_compute
         self.compiled = compiled
         self.trace = trace
@@ -296,10 +325,9 @@ class PreparedRun:
         """The caller's fetch structure holding host values of what the step computed."""
         if self.run_metadata is not None and self.trace is not None:
             self.run_metadata.step_stats = self.trace
-        by_tensor = dict(zip(self.to_compute, computed))
-        feed_values, fed_positions = self.feed_values, self.fed_positions
-        values = [_host_value(by_tensor[t]) if t in by_tensor else
-                  _host_value(feed_values[fed_positions[t]]) for t in self.structure.tensors]
+        feed_values = self.feed_values
+        values = [_host_value(computed[s] if s >= 0 else feed_values[~s])
+                  for s in self.sources]
         return self.structure.rebuild(values)
 
 
@@ -356,6 +384,7 @@ class Session:
         self._run_scopes = set()  # one per run in flight: close() cancels them (queue waits)
         self._owned_tasks = []  # stop callbacks of background tasks this session owns
         self._single_fetches = {}  # a lone Tensor/Operation fetch -> its _FetchStructure
+        self._flat_fetches = {}  # (list or tuple, *its Tensors/Operations) -> the same
         self._feedable = set()  # Tensors of this graph fed before: resolved and feedable
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -440,30 +469,39 @@ class Session:
             raise RuntimeError("Attempted to use a closed Session.")
         structure = self._fetch_structure(fetches)
         feed_tensors, feed_values = self._resolve_feeds(feed_dict)
-        fed_positions = {t: i for i, t in enumerate(feed_tensors)}
-        to_compute = [t for t in structure.tensors if t not in fed_positions]
-        compiled = self._target.prepare(tuple(feed_tensors), tuple(to_compute),
-                                        tuple(structure.targets))
+        feed_tensors = tuple(feed_tensors)
+        to_compute, sources = structure.signature(feed_tensors)
+        compiled = self._target.prepare(feed_tensors, to_compute, structure.target_ops)
         trace = [] if options is not None and options.trace_level else None
         timeout_ms = (options.timeout_in_ms if options is not None else 0) \
             or self.config.operation_timeout_in_ms
-        return PreparedRun(structure, feed_values, fed_positions, to_compute, compiled, trace,
+        return PreparedRun(structure, feed_values, sources, to_compute, compiled, trace,
                            timeout_ms, run_metadata)
 
     def _fetch_structure(self, fetches):
-        """The flattened fetch; for a lone Tensor or Operation, flattened once per session.
+        """The flattened fetch; for a lone Tensor or Operation, or a flat list or tuple of
+        them, flattened once per session.
 
         What flattening decides of one graph element never changes (its graph, whether it may
-        be fetched, the Enter it stands for), and a structure is only read after it is built,
-        so a repeated lone fetch, the common case of a training loop, reuses its structure.
+        be fetched, the Enter it stands for), and a structure is only read after it is built
+        (its feed signatures are worked out whole before they are kept), so a repeated fetch
+        of those, the common case of a training loop, reuses its structure.
         """
-        if type(fetches) is not Tensor and type(fetches) is not Operation:
+        kind = type(fetches)
+        if kind is Tensor or kind is Operation:
+            kept, key = self._single_fetches, fetches
+        elif kind is list or kind is tuple:
+            for fetch in fetches:
+                if type(fetch) is not Tensor and type(fetch) is not Operation:
+                    return _FetchStructure(self.graph, fetches)
+            kept, key = self._flat_fetches, (kind, *fetches)
+        else:
             return _FetchStructure(self.graph, fetches)
-        structure = self._single_fetches.get(fetches)
+        structure = kept.get(key)
         if structure is None:
             structure = _FetchStructure(self.graph, fetches)  # raises for a bad fetch: not kept
-            if len(self._single_fetches) < _SINGLE_FETCHES_KEPT:
-                self._single_fetches[fetches] = structure
+            if len(kept) < _SINGLE_FETCHES_KEPT:
+                kept[key] = structure
         return structure
 
     async def run_prepared(self, request):
@@ -483,7 +521,9 @@ class Session:
         finally:
             self._in_flight -= 1
         result = request.result(computed)
-        await self._share_the_loop()
+        if timeslice.due():  # ``_share_the_loop``, without a coroutine per run
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            timeslice.restart()
         return result
 
     async def run_loop_free(self, request, offload, pause):

@@ -65,6 +65,29 @@ async def test_a_repeated_lone_fetch_runs_again_each_time(graph):
         assert len(sess._single_fetches) == 5
 
 
+async def test_a_repeated_flat_list_fetch_keeps_its_shape_and_feeds(graph):
+    """A flat list or tuple of tensors and ops is flattened once per session, and its routes
+    once per feed signature: each run still computes afresh, returns the caller's container
+    type, a fed and fetched tensor its fed value, and a new feed signature its own routes."""
+    counter = af.Variable(0, name="counter")
+    bump = counter.assign_add(1)
+    x = af.placeholder(af.int32, [])
+    doubled = x * 2
+    async with af.Session() as sess:
+        await sess.run(counter.initializer)
+        assert [await sess.run([bump, bump.op]) for _ in range(2)] == [[1, None], [2, None]]
+        assert await sess.run((doubled, x, bump), {x: 3}) == (6, 3, 3)
+        assert await sess.run((doubled, x, bump), {x: 4, doubled: 10}) == (10, 4, 4)
+        assert await sess.run((doubled, x, bump), {x: 5}) == (10, 5, 5)
+        assert await sess.run([doubled, doubled], {x: 7}) == [14, 14]
+        assert len(sess._flat_fetches) == 3
+        nested = [doubled, [x]]  # not flat: flattened each time, not kept
+        assert await sess.run(nested, {x: 1}) == [2, [1]]
+        with pytest.raises(TypeError, match="None"):
+            await sess.run([doubled, None], {x: 1})
+        assert len(sess._flat_fetches) == 3
+
+
 async def test_same_tensor_fetched_twice_is_computed_once(graph):
     counter = af.Variable(0, name="counter")
     bump = counter.assign_add(1)

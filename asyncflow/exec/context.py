@@ -9,6 +9,8 @@ when the context was built, once per plan node (None without a hook).
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from asyncflow import errors
@@ -19,7 +21,7 @@ from asyncflow.exec.resources import VariableResource, process_resources
 
 class NodeContext:
     __slots__ = ("name", "type", "attrs", "xp", "device", "output_dtypes", "resources",
-                 "_rng", "_constant", "op", "prepared")
+                 "_rng", "_constant", "op", "prepared", "_variable")
 
     def __init__(self, op, device, resources, kernel=None):
         """``op``: the plan node's compile-time ``Node`` (``compile/node_graph.py``). ``kernel``:
@@ -41,6 +43,7 @@ class NodeContext:
         self._rng = None
         self._constant = None
         self.prepared = None
+        self._variable = None  # (manager, its epoch, weakref to the resource) of a VariableV2
         if kernel is None:
             kernel = get_kernel(op.type, device.kind)
         if kernel is not None and kernel.prepare is not None:
@@ -80,7 +83,16 @@ class NodeContext:
         return self.device.put(array)
 
     def variable_resource(self):
-        """The VariableResource this VariableV2 node names (created on first use)."""
+        """The VariableResource this VariableV2 node names (created on first use).
+
+        Looked up once per manager epoch (a ``reset`` is the only way a resource leaves its
+        manager) and kept by weak reference, so a reset variable's buffer is not held here.
+        """
+        kept = self._variable
+        if kept is not None and kept[0].epoch == kept[1]:
+            resource = kept[2]()
+            if resource is not None:
+                return resource
         attrs = self.attrs
         shared = attrs.get("shared_name") or ""
         manager = process_resources() if shared and self.resources.local else self.resources
@@ -91,7 +103,10 @@ class NodeContext:
 
         def create():
             return VariableResource(name, dtype, dims)
-        return manager.lookup_or_create(attrs.get("container", ""), name, create)
+        epoch = manager.epoch
+        resource = manager.lookup_or_create(attrs.get("container", ""), name, create)
+        self._variable = (manager, epoch, weakref.ref(resource))
+        return resource
 
     def queue_spec(self):
         """This queue node's spec (capacity, dtypes, shapes, min_after_dequeue) from its attrs:

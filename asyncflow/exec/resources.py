@@ -41,7 +41,7 @@ class VariableResource:
     a copy: possibly part old and part new values, as TF1's ``use_locking=False`` allows, but
     an array that never changes after the read returned."""
 
-    __slots__ = ("name", "dtype", "shape", "value", "writer")
+    __slots__ = ("name", "dtype", "shape", "value", "writer", "__weakref__")
 
     def __init__(self, name, dtype, shape):
         self.name = name
@@ -144,6 +144,9 @@ class ResourceManager:
         self.local = local
         self.data_directory = data_directory
         self._containers = {}
+        # Bumped by every ``reset``, the only way a resource leaves: a lookup made under the
+        # same epoch still names the resource there (``NodeContext.variable_resource``).
+        self.epoch = 0
 
     def lookup(self, container, name):
         return self._containers.get(container, {}).get(name)
@@ -164,6 +167,7 @@ class ResourceManager:
 
     def reset(self, containers=None):
         """Drop the named containers (all of them when None); close what can be closed."""
+        self.epoch += 1
         names = list(self._containers) if containers is None else list(containers)
         for container in names:
             for resource in self._containers.pop(container, {}).values():

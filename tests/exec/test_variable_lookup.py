@@ -1,0 +1,67 @@
+"""A VariableV2 node finds its resource once per resource-manager epoch (``exec/context.py``):
+a reset container still gives later steps a fresh, uninitialized variable, and the node does
+not keep the reset variable's buffer alive."""
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+import asyncflow as af
+from asyncflow.exec.resources import process_resources
+
+
+@pytest.fixture
+def graph():
+    with af.Graph().as_default() as g:
+        yield g
+
+
+async def test_a_shared_variable_reset_between_steps_is_found_afresh(graph):
+    v = af.Variable(np.arange(3.0, dtype=np.float32), shared_name="r37entry_reset_v")
+    bump = v.assign_add(np.ones(3, np.float32))
+    async with af.Session() as sess:
+        await sess.run(v.initializer)
+        np.testing.assert_array_equal(await sess.run(bump), [1.0, 2.0, 3.0])
+        old = weakref.ref(process_resources().lookup("", "r37entry_reset_v"))
+        await af.Session.reset()  # the process-wide containers, where shared names live
+        gc.disable()
+        try:
+            assert old() is None  # freed by reference counting: no node keeps it
+        finally:
+            gc.enable()
+        with pytest.raises(af.errors.FailedPreconditionError, match="uninitialized"):
+            await sess.run(bump)
+        await sess.run(v.initializer)
+        np.testing.assert_array_equal(await sess.run(bump), [1.0, 2.0, 3.0])
+        np.testing.assert_array_equal(await sess.run(v), [1.0, 2.0, 3.0])
+        assert process_resources().lookup("", "r37entry_reset_v") is not old()
+    await af.Session.reset()
+
+
+async def test_each_session_finds_its_own_variable(graph):
+    v = af.Variable(1.0)
+    bump = v.assign_add(1.0)
+    for _ in range(2):  # a fresh session: a fresh manager, the same graph's node names
+        async with af.Session() as sess:
+            with pytest.raises(af.errors.FailedPreconditionError):
+                await sess.run(bump)
+            await sess.run(v.initializer)
+            assert [await sess.run(bump) for _ in range(3)] == [2.0, 3.0, 4.0]
+
+
+async def test_a_reset_variable_still_held_elsewhere_is_not_used_again(graph):
+    """Something else (here the test) holding the reset resource: the node still looks up
+    the fresh one, by the manager's epoch."""
+    v = af.Variable(5.0, shared_name="r37entry_held_v")
+    async with af.Session() as sess:
+        await sess.run(v.initializer)
+        assert await sess.run(v) == 5.0
+        held = process_resources().lookup("", "r37entry_held_v")
+        await af.Session.reset()
+        with pytest.raises(af.errors.FailedPreconditionError, match="uninitialized"):
+            await sess.run(v)
+        assert held.value == 5.0  # the old resource, untouched
+        await sess.run(v.initializer)
+        assert await sess.run(v) == 5.0
+    await af.Session.reset()
