@@ -65,3 +65,39 @@ async def test_a_reset_variable_still_held_elsewhere_is_not_used_again(graph):
         await sess.run(v.initializer)
         assert await sess.run(v) == 5.0
     await af.Session.reset()
+
+
+class _LooksUpWhileReset:
+    """A resource whose ``close_for_reset`` looks the variable up: the lookup another thread
+    (a step's VariableV2 on a worker thread, ``exec/thread_step.py``, or a ``compat.v1``
+    caller's loop-free step) may make while the loop thread is in the middle of a reset."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.seen = None
+
+    def close_for_reset(self):
+        self.seen = self.ctx.variable_resource()
+
+
+def test_a_lookup_made_while_a_reset_runs_is_not_kept_past_it(graph):
+    """The reset drops container "a" (whose resource looks the variable up meanwhile) before
+    container "b", where the variable lives: that lookup still finds the old variable, and
+    must not be kept once the reset has dropped it too."""
+    from asyncflow.graph.shape import TensorShape
+    from asyncflow.ops.construct import make
+    from tests.exec.one_device import plan_of_ops
+
+    var = make("VariableV2", (), {"dtype": af.float32, "shape": TensorShape([2]),
+                                  "container": "b", "shared_name": ""}, name="v")
+    plan = plan_of_ops([var.op], [], [var])
+    ctx = next(node.ctx for node in plan.nodes if node.op.type == "VariableV2")
+    manager = ctx.resources
+    looker = manager.lookup_or_create("a", "looker", lambda: _LooksUpWhileReset(ctx))
+    old = ctx.variable_resource()
+    assert manager.containers() == ["a", "b"]
+    manager.reset()
+    assert looker.seen is old  # the lookup ran while "b" was still there
+    fresh = ctx.variable_resource()  # ``old`` is still alive (held here)
+    assert fresh is not old
+    assert manager.lookup("b", "v") is fresh
