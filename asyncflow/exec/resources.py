@@ -155,13 +155,17 @@ class ResourceManager:
         """The resource at (container, name), created by ``factory()`` when absent.
 
         ``check(existing)`` may raise to refuse a mismatching reuse (e.g. a queue reopened
-        with another capacity).
+        with another capacity). Two threads creating one resource at once get the same one:
+        the second to store takes the first's (``setdefault`` stores only when absent).
         """
         bucket = self._containers.setdefault(container, {})
         resource = bucket.get(name)
         if resource is None:
-            resource = bucket[name] = factory()
-        elif check is not None:
+            created = factory()
+            resource = bucket.setdefault(name, created)
+            if resource is created:
+                return resource
+        if check is not None:
             check(resource)
         return resource
 

@@ -101,3 +101,22 @@ def test_a_lookup_made_while_a_reset_runs_is_not_kept_past_it(graph):
     fresh = ctx.variable_resource()  # ``old`` is still alive (held here)
     assert fresh is not old
     assert manager.lookup("b", "v") is fresh
+
+
+def test_two_lookups_creating_one_variable_at_once_get_the_same_one():
+    """Two threads' first steps creating one variable at once (hogwild ``compat.v1`` callers
+    before anything initialized it): the one that stores second must take the first one's
+    resource, not replace it (the first would go on updating a variable no manager holds).
+    The competing creation runs inside the first's factory, as a thread switch there would."""
+    from asyncflow.exec.resources import ResourceManager, VariableResource
+
+    manager = ResourceManager(local=True)
+    inner = []
+
+    def first():
+        inner.append(manager.lookup_or_create("", "v", lambda: VariableResource("v", None, None)))
+        return VariableResource("v", None, None)
+
+    outer = manager.lookup_or_create("", "v", first)
+    assert outer is inner[0]
+    assert manager.lookup("", "v") is outer
