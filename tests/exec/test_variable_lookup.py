@@ -8,7 +8,10 @@ import numpy as np
 import pytest
 
 import asyncflow as af
-from asyncflow.exec.resources import process_resources
+from asyncflow.exec.resources import ResourceManager, VariableResource, process_resources
+from asyncflow.graph.shape import TensorShape
+from asyncflow.ops.construct import make
+from one_device import plan_of_ops
 
 
 @pytest.fixture
@@ -84,10 +87,6 @@ def test_a_lookup_made_while_a_reset_runs_is_not_kept_past_it(graph):
     """The reset drops container "a" (whose resource looks the variable up meanwhile) before
     container "b", where the variable lives: that lookup still finds the old variable, and
     must not be kept once the reset has dropped it too."""
-    from asyncflow.graph.shape import TensorShape
-    from asyncflow.ops.construct import make
-    from tests.exec.one_device import plan_of_ops
-
     var = make("VariableV2", (), {"dtype": af.float32, "shape": TensorShape([2]),
                                   "container": "b", "shared_name": ""}, name="v")
     plan = plan_of_ops([var.op], [], [var])
@@ -108,8 +107,6 @@ def test_two_lookups_creating_one_variable_at_once_get_the_same_one():
     before anything initialized it): the one that stores second must take the first one's
     resource, not replace it (the first would go on updating a variable no manager holds).
     The competing creation runs inside the first's factory, as a thread switch there would."""
-    from asyncflow.exec.resources import ResourceManager, VariableResource
-
     manager = ResourceManager(local=True)
     inner = []
 
