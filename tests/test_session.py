@@ -377,3 +377,26 @@ async def test_an_unused_feed_does_not_shift_the_others_after_folding():
             for feeds in ({unused: [9.0, 9.0], used: [1.0, 2.0, 3.0]},
                           {used: [1.0, 2.0, 3.0], unused: [9.0, 9.0]}):
                 np.testing.assert_array_equal(await sess.run(out, feeds), [3.0, 6.0, 9.0])
+
+
+async def test_a_flat_list_fetch_fed_in_another_order_or_twice_over(graph):
+    """A kept flat fetch's routes are per feed signature, the feeds' order included: the same
+    feeds given in another order still route each fed value to its own place; one tensor fed
+    under its name and as a Tensor is refused every time; a caller's change to a returned list
+    is not seen by the next run."""
+    x = af.placeholder(af.float32, [], name="x")
+    y = af.placeholder(af.float32, [], name="y")
+    diff = x - y
+    async with af.Session() as sess:
+        assert await sess.run([diff, x, y], {x: 5.0, y: 1.0}) == [4.0, 5.0, 1.0]
+        assert await sess.run([diff, x, y], {y: 1.0, x: 5.0}) == [4.0, 5.0, 1.0]
+        assert await sess.run([diff, y, x, diff], {y: 2.0, diff: 9.0, x: 7.0}) == \
+            [9.0, 2.0, 7.0, 9.0]
+        for feeds in ({x: 1.0, "x:0": 2.0, y: 0.0}, {"x:0": 2.0, x: 1.0, y: 0.0}):
+            with pytest.raises(af.errors.InvalidArgumentError, match="x:0 is fed twice"):
+                await sess.run([diff, x], feeds)
+        returned = await sess.run((diff, diff.op, x), {x: 3.0, y: 1.0})
+        assert returned == (2.0, None, 3.0)
+        listed = await sess.run([diff, diff], {x: 1.0, y: 0.0})
+        listed.append(3.0)
+        assert await sess.run([diff, diff], {x: 1.0, y: 0.0}) == [1.0, 1.0]

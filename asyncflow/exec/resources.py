@@ -144,8 +144,8 @@ class ResourceManager:
         self.local = local
         self.data_directory = data_directory
         self._containers = {}
-        # Bumped by every ``reset``, the only way a resource leaves: a lookup made under the
-        # same epoch still names the resource there (``NodeContext.variable_resource``).
+        # Bumped as every ``reset`` ends, the only way a resource leaves: a lookup made under
+        # the same epoch still names the resource there (``NodeContext.variable_resource``).
         self.epoch = 0
 
     def lookup(self, container, name):
@@ -155,25 +155,36 @@ class ResourceManager:
         """The resource at (container, name), created by ``factory()`` when absent.
 
         ``check(existing)`` may raise to refuse a mismatching reuse (e.g. a queue reopened
-        with another capacity).
+        with another capacity). Two threads creating one resource at once get the same one:
+        the second to store takes the first's (``setdefault`` stores only when absent).
         """
         bucket = self._containers.setdefault(container, {})
         resource = bucket.get(name)
         if resource is None:
-            resource = bucket[name] = factory()
-        elif check is not None:
+            created = factory()
+            resource = bucket.setdefault(name, created)
+            if resource is created:
+                return resource
+        if check is not None:
             check(resource)
         return resource
 
     def reset(self, containers=None):
-        """Drop the named containers (all of them when None); close what can be closed."""
-        self.epoch += 1
+        """Drop the named containers (all of them when None); close what can be closed.
+
+        The epoch is bumped once everything named is gone (even when a close raises): a
+        lookup another thread makes meanwhile may still find a resource about to be dropped,
+        and must be made again after the reset.
+        """
         names = list(self._containers) if containers is None else list(containers)
-        for container in names:
-            for resource in self._containers.pop(container, {}).values():
-                close = getattr(resource, "close_for_reset", None)
-                if close is not None:
-                    close()
+        try:
+            for container in names:
+                for resource in self._containers.pop(container, {}).values():
+                    close = getattr(resource, "close_for_reset", None)
+                    if close is not None:
+                        close()
+        finally:
+            self.epoch += 1
 
     def items(self):
         """``(container, name, resource)`` of every resource, in sorted order."""

@@ -120,6 +120,45 @@ def test_threads_share_one_session():
         assert results[i] == [2.0 * (i * 100 + j) for j in range(50)]
 
 
+def test_threads_fetching_one_flat_list_get_their_own_values():
+    """Hogwild threads fetching the same flat list and tuple (the structure and its feed
+    signatures kept once per session, built by whichever thread comes first), feeding in
+    either order: each run returns its own values in its own container type."""
+    x = tf.placeholder(tf.float32, [])
+    y = tf.placeholder(tf.float32, [])
+    counter = tf.Variable(0.0)
+    bump = tf.assign_add(counter, 1.0)
+    total = x + 2.0 * y
+    results, failures = {}, []
+    with tf.Session() as sess:
+        sess.run(counter.initializer)
+
+        def compute(index):
+            try:
+                got = []
+                for i in range(40):
+                    a, b = float(index * 100 + i), float(i)
+                    feeds = {x: a, y: b} if i % 2 else {y: b, x: a}
+                    listed = sess.run([total, bump.op, x], feeds)
+                    paired = sess.run((y, total), feeds)
+                    got.append((type(listed), listed[1:], type(paired), paired[0],
+                                listed[0] == paired[1] == a + 2.0 * b))
+                results[index] = got
+            except BaseException as exc:  # noqa: BLE001 - reported by the test thread
+                failures.append(exc)
+
+        workers = [threading.Thread(target=compute, args=(i,)) for i in range(4)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(60)
+        assert 0 < sess.run(counter) <= 160  # unlocked updates (TF1's hogwild) may overlap
+    assert not failures
+    for index in range(4):
+        assert results[index] == [(list, [None, float(index * 100 + i)], tuple, float(i), True)
+                                  for i in range(40)]
+
+
 async def test_a_sync_run_inside_trio_names_await():
     with pytest.raises(RuntimeError, match=r"await sess\.run"):
         tf.Session()
