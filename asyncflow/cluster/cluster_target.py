@@ -58,11 +58,13 @@ class ClusterTarget:
             OpError: the root cause of the step's failure.
         """
         with parked():
-            if not self.master.opened:
-                await self.master.open()
-            if not await self.master.refresh(compiled):  # a worker restarted: recompile
-                compiled = self.cache[compiled.signature] = self.master.compile(
-                    self.graph, *compiled.signature)
+            master = self.master
+            if not (master.opened and master.ready(compiled)):  # else nothing to refresh
+                if not master.opened:
+                    await master.open()
+                if not await master.refresh(compiled):  # a worker restarted: recompile
+                    compiled = self.cache[compiled.signature] = master.compile(
+                        self.graph, *compiled.signature)
             return await compiled.runner.run(feed_values, Step(0, trace=trace,
                                                                timeout_ms=timeout_ms))
         raise errors.session_closed()
