@@ -57,7 +57,7 @@ class ClusterTarget:
             UnavailableError: a task cannot be reached.
             OpError: the root cause of the step's failure.
         """
-        with parked():
+        with parked() as scope:
             master = self.master
             if not (master.opened and master.ready(compiled)):  # else nothing to refresh
                 if not master.opened:
@@ -65,6 +65,7 @@ class ClusterTarget:
                 if not await master.refresh(compiled):  # a worker restarted: recompile
                     compiled = self.cache[compiled.signature] = master.compile(
                         self.graph, *compiled.signature)
-            return await compiled.runner.run(feed_values, Step(0, trace=trace,
-                                                               timeout_ms=timeout_ms))
+            step = Step(0, trace=trace, timeout_ms=timeout_ms)
+            step.extras["call_scope"] = scope  # one scope a step: the RunGraph's, if one
+            return await compiled.runner.run(feed_values, step)
         raise errors.session_closed()

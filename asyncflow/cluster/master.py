@@ -135,7 +135,7 @@ class RemoteRunner:
     async def run(self, feed_values, step):
         remote = self.remote
         return await remote.master.run_step(remote.graph, remote, feed_values, step.timeout_ms,
-                                            step.trace)
+                                            step.trace, step.extras.get("call_scope"))
 
 
 async def _all(fn, items):
@@ -386,8 +386,10 @@ class Master:
                 or (tasks[tg.task].graph_lease_s is not None
                     and now - tg.last_used > tasks[tg.task].graph_lease_s / 2)]
 
-    async def run_step(self, graph, run, feed_values, timeout_ms=0, trace=None):
-        """Run one step of ``run``; returns the fetched numpy values in order.
+    async def run_step(self, graph, run, feed_values, timeout_ms=0, trace=None, scope=None):
+        """Run one step of ``run``; returns the fetched numpy values in order. ``scope``: an
+        entered cancel scope of the caller's, the RunGraph's of a one-task step without a
+        timeout (no scope of its own: the driver tells its own cancels from the caller's).
 
         Raises:
             OpError: the root cause of the step's failure.
@@ -395,6 +397,8 @@ class Master:
         await self._register(run)
         step = _StepDriver(self, graph, run, self._step_bits(62) | 1, feed_values,
                            timeout_ms, trace)
+        if scope is not None and not timeout_ms and len(run.task_graphs) == 1:
+            step.entered = scope
         return await step.run()
 
     @staticmethod
@@ -437,6 +441,8 @@ class _StepDriver:
         self.dead = set()       # tasks declared dead: not waited for, not sent AbortStep
         self.calls_left = 0     # RunGraph calls not yet returned
         self.watchdog_scope = None  # made when the watchdog starts (most steps never need it)
+        self.entered = None     # the caller's entered scope, a one-task step's call scope
+        self.cancelled_own = False  # this driver cancelled a call (its failure recorded)
 
     async def run(self):
         """Each RunGraph but the last of the start order from a task of its own, sent in order
@@ -480,6 +486,7 @@ class _StepDriver:
         except Exception as exc:  # noqa: BLE001 - not the monitor's other steps' watchdogs
             await self._failed(errors.InternalError(None, None, f"the watchdog of step "
                                f"{self.step_id} failed: {type(exc).__name__}: {exc}"))
+            self.cancelled_own = True
             for scope in self.call_scopes.values():  # (as a crash in its nursery did)
                 scope.cancel()
 
@@ -509,7 +516,7 @@ class _StepDriver:
                            request_id=next(tg.request_ids))
         timeout = self.timeout_ms / 1000 + 1.0 if self.timeout_ms else None
         # The call's scope is the channel's own (one per call): cancelling it ends the call.
-        scope = self.call_scopes[tg.task] = trio.CancelScope()
+        scope = self.call_scopes[tg.task] = self.entered or trio.CancelScope()
         reply = await self._call(task, tg, request, timeout, scope)
         if reply is None:
             return
@@ -523,9 +530,15 @@ class _StepDriver:
         """RunGraph on ``task`` in ``scope``; returns its reply, or None after reporting the
         failure (or when ``scope`` was cancelled)."""
         try:
+            if scope is self.entered:
+                return await task.channel.run_graph(request, scope=scope, entered=True)
             return await task.channel.run_graph(request, timeout=timeout, scope=scope)
         except (RemoteCallError, ChecksumMismatch, TransportError) as exc:
             failure = exc
+        except trio.Cancelled:  # in the caller's scope: returns None as a lent one would
+            if scope is self.entered and self.cancelled_own:  # when this driver cancelled
+                return None
+            raise
         # Reported in a scope of its own, cancellable as the call was (a restart check waits).
         with trio.CancelScope() as self.call_scopes[tg.task]:
             if scope.cancel_called:
@@ -580,6 +593,7 @@ class _StepDriver:
             self.dead.add(dead_task)
             scope = self.call_scopes.get(dead_task)
             if scope is not None:
+                self.cancelled_own = True
                 scope.cancel()
         if len(self.failures) == 1 and self.outer is not None:  # (one task: run() aborts)
             # Others now fail fast (aborted rendezvous); give their root causes a moment.
