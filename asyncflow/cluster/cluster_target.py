@@ -5,7 +5,8 @@ It owns the session's ``Master`` (``master.py``): ``prepare`` compiles through t
 (the shared ``compiled_run.partition_run`` over the cluster's devices, then one graph per task),
 ``run`` checks the tasks' incarnations first (a restarted worker makes the run compile and
 register again) and drives the step on the workers. No cluster run is ``inline``: every
-step crosses the wire, so the whole step sits in the session's close-cancellable scope.
+step crosses the wire, so the whole step sits in the session's close-cancellable scope, which
+is also the RunGraph call's scope of a one-task step without a timeout (one scope a step).
 """
 from __future__ import annotations
 
