@@ -213,13 +213,19 @@ class Channel:
         return await self._call("deregister_graph", request, timeout)
 
     async def run_graph(self, request: RunGraph, *, timeout: float | None = None,
-                        scope: trio.CancelScope | None = None) -> RunGraphReply | None:
+                        scope: trio.CancelScope | None = None,
+                        entered: bool = False) -> RunGraphReply | None:
         """Run a partition for one step; returns the fetched tensors.
 
         ``scope``: a fresh cancel scope of the caller's, which the call runs in instead of one
         of its own (one scope per call: a step's RunGraph is the hot path). Cancelling it
         cancels the call, which then returns None; its deadline and closing are as above.
+        ``entered``: ``scope`` is one the caller has entered already (``timeout`` is not used:
+        the caller's scopes bound the call); the call runs in it and closing the channel
+        cancels it, but the ``Cancelled`` is the caller's to catch (no second scope).
         """
+        if entered:
+            return await self._call_entered("run_graph", request, scope)
         return await self._call("run_graph", request, timeout, scope)
 
     async def recv_tensors(self, request: RecvTensors, *,
@@ -302,6 +308,17 @@ class Channel:
             return None  # the caller cancelled its scope
         raise TransportDeadlineExceeded(
             f"{method} to {self.address} got no answer within {timeout} s")
+
+    async def _call_entered(self, method: str, request: Message,
+                            scope: trio.CancelScope) -> Any:
+        if self._closed:
+            raise TransportUnavailable(f"channel to {self.address} is closed")
+        self._in_flight.add(scope)
+        try:
+            rpc = _BY_METHOD[method]
+            return result_for_reply(rpc, await self._exchange(rpc, request))
+        finally:
+            self._in_flight.discard(scope)
 
     async def _exchange(self, rpc: Rpc, request: Message | None) -> Message:
         """Deliver ``request`` (None for rpcs without one) and return the decoded reply."""

@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import os
 
+import trio
+
 from asyncflow import errors
+from asyncflow.cluster.spec import ClusterSpec
 from transports.inprocess import InProcessChannel
+from transports.messages import RemoteCallError, Reset
 from transports.service import TransportError, TransportUnavailable
 from transports.wire import ChecksumMismatch
 
@@ -86,6 +90,14 @@ class _InProcess(InProcessChannel):
         return await super()._exchange_text(method)
 
 
+def target_address(target):
+    """``host:port`` of a session target (``grpc://`` and ``http://`` prefixes accepted)."""
+    for prefix in ("grpc://", "http://", "asyncflow://"):
+        if target.startswith(prefix):
+            target = target[len(prefix):]
+    return target.rstrip("/")
+
+
 def connect(address, token=None, connect_timeout=5.0):
     """A transports Channel to the worker at ``address``.
 
@@ -119,3 +131,34 @@ def check_token(token):
                          "carries it); generate one with: python -c \"import secrets; "
                          "print(secrets.token_urlsafe(32))\"")
     return stripped
+
+
+async def reset(target, containers=None, config=None):
+    """Clear resource containers on every task of ``target`` (a ClusterSpec, dict or address).
+
+    Raises:
+        UnavailableError: a task could not be reached.
+    """
+    from asyncflow.exec.options import SessionConfig
+    config = config or SessionConfig()
+    if isinstance(target, str):
+        addresses = [target_address(target)]
+    else:
+        addresses = [address for _, _, address in ClusterSpec(target).tasks()]
+    request = Reset(None if containers is None else list(containers))
+
+    async def reset_one(address):
+        channel = connect(address, connect_timeout=config.connect_timeout_s)
+        try:
+            await channel.reset(request, timeout=config.worker_dead_after_s)
+        except TransportError as exc:
+            raise errors.UnavailableError(None, None, f"worker at {address} is unavailable: "
+                                          f"{exc}") from None
+        except RemoteCallError as exc:
+            raise errors.from_code(exc.code, f"Reset on {address}: {exc.message}") from None
+        finally:
+            await channel.aclose()
+
+    async with trio.open_nursery() as nursery:
+        for address in addresses:
+            nursery.start_soon(reset_one, address)

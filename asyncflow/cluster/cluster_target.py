@@ -5,7 +5,8 @@ It owns the session's ``Master`` (``master.py``): ``prepare`` compiles through t
 (the shared ``compiled_run.partition_run`` over the cluster's devices, then one graph per task),
 ``run`` checks the tasks' incarnations first (a restarted worker makes the run compile and
 register again) and drives the step on the workers. No cluster run is ``inline``: every
-step crosses the wire, so the whole step sits in the session's close-cancellable scope.
+step crosses the wire, so the whole step sits in the session's close-cancellable scope, which
+is also the RunGraph call's scope of a one-task step without a timeout (one scope a step).
 """
 from __future__ import annotations
 
@@ -57,12 +58,15 @@ class ClusterTarget:
             UnavailableError: a task cannot be reached.
             OpError: the root cause of the step's failure.
         """
-        with parked():
-            if not self.master.opened:
-                await self.master.open()
-            if not await self.master.refresh(compiled):  # a worker restarted: recompile
-                compiled = self.cache[compiled.signature] = self.master.compile(
-                    self.graph, *compiled.signature)
-            return await compiled.runner.run(feed_values, Step(0, trace=trace,
-                                                               timeout_ms=timeout_ms))
+        with parked() as scope:
+            master = self.master
+            if not (master.opened and master.ready(compiled)):  # else nothing to refresh
+                if not master.opened:
+                    await master.open()
+                if not await master.refresh(compiled):  # a worker restarted: recompile
+                    compiled = self.cache[compiled.signature] = master.compile(
+                        self.graph, *compiled.signature)
+            step = Step(0, trace=trace, timeout_ms=timeout_ms)
+            step.extras["call_scope"] = scope  # one scope a step: the RunGraph's, if one
+            return await compiled.runner.run(feed_values, step)
         raise errors.session_closed()

@@ -50,6 +50,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import random
 import secrets
 
 import trio
@@ -65,7 +66,7 @@ from asyncflow.compile.task_graph import task_graph_def as _task_graph_def
 from asyncflow.exec import compiled_run
 from asyncflow.exec.options import NodeStats
 from transports.messages import (
-    AbortStep, DeregisterGraph, GraphConfig, GraphOptions, RegisterGraph, RemoteCallError, Reset,
+    AbortStep, DeregisterGraph, GraphConfig, GraphOptions, RegisterGraph, RemoteCallError,
     RunGraph, TensorEntry,
 )
 from transports.service import TransportDeadlineExceeded, TransportError
@@ -134,7 +135,7 @@ class RemoteRunner:
     async def run(self, feed_values, step):
         remote = self.remote
         return await remote.master.run_step(remote.graph, remote, feed_values, step.timeout_ms,
-                                            step.trace)
+                                            step.trace, step.extras.get("call_scope"))
 
 
 async def _all(fn, items):
@@ -181,6 +182,7 @@ class Master:
         self._register_lock = trio.Lock()
         self.opened = False
         self.monitor = StepMonitor(config.health_check_interval_s)  # times the steps' watchdogs
+        self._step_bits = random.Random(secrets.randbits(128)).getrandbits  # no syscall a step
 
     @classmethod
     def for_cluster_or_target(cls, cluster, target, config):
@@ -328,7 +330,23 @@ class Master:
         return all(run.incarnations[name] == task.incarnation
                    for name, task in self.tasks.items() if name in run.incarnations)
 
+    def ready(self, run):
+        """True when ``refresh(run)`` and the registration would do nothing (the usual step):
+        every task of the run heard from within the health interval, none restarted, the
+        cluster's incarnations those the run was compiled against, its graphs registered."""
+        tasks, now = self.tasks, trio.current_time()
+        interval = self.config.health_check_interval_s
+        for tg in run.task_graphs:
+            task = tasks[tg.task]
+            if now - task.last_ok > interval or task.incarnation != task.acknowledged:
+                return False
+        return all(task.incarnation == run.incarnations.get(name, task.incarnation)
+                   for name, task in tasks.items()) and not self._unregistered(run, now)
+
     async def _register(self, run):
+        if not self._unregistered(run, trio.current_time()):
+            return
+
         async def register(tg):
             task = self.tasks[tg.task]
             try:
@@ -348,17 +366,9 @@ class Master:
             tg.handle, tg.registered_incarnation = reply.graph_handle, task.incarnation
             tg.request_ids, tg.last_used = itertools.count(1), trio.current_time()
 
-        def lease_running_out(tg):
-            lease = self.tasks[tg.task].graph_lease_s
-            return lease is not None and trio.current_time() - tg.last_used > lease / 2
-
         def pending():
-            return [tg for tg in run.task_graphs if tg.handle is None
-                    or tg.registered_incarnation != self.tasks[tg.task].incarnation
-                    or lease_running_out(tg)]
+            return self._unregistered(run, trio.current_time())
 
-        if not pending():
-            return
         # Concurrent first steps of one run would each register it (and leak all handles
         # but the last, never deregistered): the first registers, the others wait for it.
         async with self._register_lock:
@@ -367,15 +377,28 @@ class Master:
             if pending():
                 await _all(register, pending())
 
-    async def run_step(self, graph, run, feed_values, timeout_ms=0, trace=None):
-        """Run one step of ``run``; returns the fetched numpy values in order.
+    def _unregistered(self, run, now):
+        """The task graphs of ``run`` to register: never, on an older incarnation, or with
+        their lease half run out."""
+        tasks = self.tasks
+        return [tg for tg in run.task_graphs if tg.handle is None
+                or tg.registered_incarnation != tasks[tg.task].incarnation
+                or (tasks[tg.task].graph_lease_s is not None
+                    and now - tg.last_used > tasks[tg.task].graph_lease_s / 2)]
+
+    async def run_step(self, graph, run, feed_values, timeout_ms=0, trace=None, scope=None):
+        """Run one step of ``run``; returns the fetched numpy values in order. ``scope``: an
+        entered cancel scope of the caller's, the RunGraph's of a one-task step without a
+        timeout (no scope of its own: the driver tells its own cancels from the caller's).
 
         Raises:
             OpError: the root cause of the step's failure.
         """
         await self._register(run)
-        step = _StepDriver(self, graph, run, secrets.randbits(62) | 1, feed_values,
+        step = _StepDriver(self, graph, run, self._step_bits(62) | 1, feed_values,
                            timeout_ms, trace)
+        if scope is not None and not timeout_ms and len(run.task_graphs) == 1:
+            step.entered = scope
         return await step.run()
 
     @staticmethod
@@ -418,6 +441,8 @@ class _StepDriver:
         self.dead = set()       # tasks declared dead: not waited for, not sent AbortStep
         self.calls_left = 0     # RunGraph calls not yet returned
         self.watchdog_scope = None  # made when the watchdog starts (most steps never need it)
+        self.entered = None     # the caller's entered scope, a one-task step's call scope
+        self.cancelled_own = False  # this driver cancelled a call (its failure recorded)
 
     async def run(self):
         """Each RunGraph but the last of the start order from a task of its own, sent in order
@@ -461,6 +486,7 @@ class _StepDriver:
         except Exception as exc:  # noqa: BLE001 - not the monitor's other steps' watchdogs
             await self._failed(errors.InternalError(None, None, f"the watchdog of step "
                                f"{self.step_id} failed: {type(exc).__name__}: {exc}"))
+            self.cancelled_own = True
             for scope in self.call_scopes.values():  # (as a crash in its nursery did)
                 scope.cancel()
 
@@ -490,7 +516,7 @@ class _StepDriver:
                            request_id=next(tg.request_ids))
         timeout = self.timeout_ms / 1000 + 1.0 if self.timeout_ms else None
         # The call's scope is the channel's own (one per call): cancelling it ends the call.
-        scope = self.call_scopes[tg.task] = trio.CancelScope()
+        scope = self.call_scopes[tg.task] = self.entered or trio.CancelScope()
         reply = await self._call(task, tg, request, timeout, scope)
         if reply is None:
             return
@@ -504,9 +530,15 @@ class _StepDriver:
         """RunGraph on ``task`` in ``scope``; returns its reply, or None after reporting the
         failure (or when ``scope`` was cancelled)."""
         try:
+            if scope is self.entered:
+                return await task.channel.run_graph(request, scope=scope, entered=True)
             return await task.channel.run_graph(request, timeout=timeout, scope=scope)
         except (RemoteCallError, ChecksumMismatch, TransportError) as exc:
             failure = exc
+        except trio.Cancelled:  # in the caller's scope: returns None as a lent one would
+            if scope is self.entered and self.cancelled_own:  # when this driver cancelled
+                return None
+            raise
         # Reported in a scope of its own, cancellable as the call was (a restart check waits).
         with trio.CancelScope() as self.call_scopes[tg.task]:
             if scope.cancel_called:
@@ -561,6 +593,7 @@ class _StepDriver:
             self.dead.add(dead_task)
             scope = self.call_scopes.get(dead_task)
             if scope is not None:
+                self.cancelled_own = True
                 scope.cancel()
         if len(self.failures) == 1 and self.outer is not None:  # (one task: run() aborts)
             # Others now fail fast (aborted rendezvous); give their root causes a moment.
@@ -607,40 +640,5 @@ class _StepDriver:
                 await trio.sleep(interval)
 
 
-def target_address(target):
-    """``host:port`` of a session target (``grpc://`` and ``http://`` prefixes accepted)."""
-    for prefix in ("grpc://", "http://", "asyncflow://"):
-        if target.startswith(prefix):
-            target = target[len(prefix):]
-    return target.rstrip("/")
-
-
-async def reset(target, containers=None, config=None):
-    """Clear resource containers on every task of ``target`` (a ClusterSpec, dict or address).
-
-    Raises:
-        UnavailableError: a task could not be reached.
-    """
-    from asyncflow.exec.options import SessionConfig
-    config = config or SessionConfig()
-    if isinstance(target, str):
-        addresses = [target_address(target)]
-    else:
-        addresses = [address for _, _, address in ClusterSpec(target).tasks()]
-    request = Reset(None if containers is None else list(containers))
-
-    async def reset_one(address):
-        channel = _channels.connect(address, connect_timeout=config.connect_timeout_s)
-        try:
-            await channel.reset(request, timeout=config.worker_dead_after_s)
-        except TransportError as exc:
-            raise errors.UnavailableError(None, None, f"worker at {address} is unavailable: "
-                                          f"{exc}") from None
-        except RemoteCallError as exc:
-            raise errors.from_code(exc.code, f"Reset on {address}: {exc.message}") from None
-        finally:
-            await channel.aclose()
-
-    async with trio.open_nursery() as nursery:
-        for address in addresses:
-            nursery.start_soon(reset_one, address)
+target_address = _channels.target_address  # (where it lived before)
+reset = _channels.reset  # Session.reset of a cluster (where it lived before)

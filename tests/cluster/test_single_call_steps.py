@@ -189,3 +189,101 @@ async def test_a_watchdog_that_breaks_fails_its_step_not_the_monitor(one_worker,
         with pytest.raises(af.errors.DeadlineExceededError):
             await sess.run(blocked, options=af.RunOptions(timeout_in_ms=2500))
         assert len(asked) == 2
+
+
+def _blocked_graph():
+    graph = af.Graph()
+    with graph.as_default(), af.device(W0):
+        queue = af.FIFOQueue(2, [af.float32], shapes=[[]])
+        blocked = queue.dequeue()
+    return graph, queue, blocked
+
+
+async def test_a_one_task_step_without_a_timeout_calls_in_the_sessions_scope(one_worker):
+    """One cancel scope a step: the session's close scope is the RunGraph's (no scope of the
+    channel's); with ``timeout_in_ms`` the call keeps a scope with its own deadline."""
+    spec, _ = one_worker
+    graph = af.Graph()
+    with graph.as_default(), af.device(W0):
+        p = af.placeholder(af.float32, [], name="p")
+        doubled = p * 2.0
+    async with af.Session(graph=graph, cluster=spec) as sess:
+        await sess.run(doubled, {p: 1.0})
+        channel = next(iter(sess._target.master.tasks.values())).channel
+        calls = []
+        real = channel.run_graph
+
+        async def run_graph(request, **kwargs):
+            calls.append(kwargs)
+            return await real(request, **kwargs)
+
+        channel.run_graph = run_graph
+        assert await sess.run(doubled, {p: 2.0}) == 4.0
+        assert await sess.run(doubled, {p: 3.0},
+                              options=af.RunOptions(timeout_in_ms=5000)) == 6.0
+    assert calls[0].get("entered") is True and "timeout" not in calls[0]
+    assert "entered" not in calls[1] and calls[1]["timeout"] == pytest.approx(6.0)
+
+
+async def test_closing_the_session_cancels_a_one_task_step_in_flight(one_worker,
+                                                                      autojump_clock):
+    """The answer a closed session's in-flight step got with two scopes (the session's and
+    the call's): CancelledError naming the closed session."""
+    spec, server = one_worker
+    graph, queue, blocked = _blocked_graph()
+    async with af.Session(graph=graph, cluster=spec) as sess:
+        await sess.run(queue.size())
+        failures = []
+        async with trio.open_nursery() as nursery:
+            async def run():
+                with pytest.raises(af.errors.CancelledError, match="closed") as info:
+                    await sess.run(blocked)  # no timeout: the session's scope is the call's
+                failures.append(info.value)
+
+            nursery.start_soon(run)
+            await trio.testing.wait_all_tasks_blocked()
+            assert server.service.statistics().steps_in_flight == 1
+            await sess.close()
+        assert len(failures) == 1
+        with pytest.raises(RuntimeError, match="closed Session"):
+            await sess.run(blocked)
+
+
+async def test_the_watchdog_fails_a_one_task_step_without_a_timeout(one_worker,
+                                                                      autojump_clock):
+    """The watchdog cancels the call it declared dead: in the session's scope, the step still
+    fails with the watchdog's error, not as a closed session's."""
+    spec, server = one_worker
+    graph, queue, blocked = _blocked_graph()
+
+    async def gone(request):
+        raise af.errors.UnavailableError(None, None, "the worker is gone")
+
+    config = af.SessionConfig(health_check_interval_s=1.0)
+    async with af.Session(graph=graph, cluster=spec, config=config) as sess:
+        await sess.run(queue.size())
+        server.service.health = gone
+        start = trio.current_time()
+        with pytest.raises(af.errors.OpError, match="gone") as caught:
+            await sess.run(blocked)
+        assert not isinstance(caught.value, af.errors.CancelledError)
+        assert trio.current_time() - start == pytest.approx(1.0, abs=0.5)
+        assert not sess.closed
+
+
+async def test_a_broken_watchdog_fails_a_one_task_step_without_a_timeout(one_worker,
+                                                                          autojump_clock,
+                                                                          monkeypatch):
+    from asyncflow.cluster.master import Master
+    spec, server = one_worker
+    graph, queue, blocked = _blocked_graph()
+
+    async def broken(self, task):
+        raise ZeroDivisionError("not an OpError")
+
+    config = af.SessionConfig(health_check_interval_s=1.0)
+    async with af.Session(graph=graph, cluster=spec, config=config) as sess:
+        await sess.run(queue.size())
+        monkeypatch.setattr(Master, "_health", broken)
+        with pytest.raises(af.errors.InternalError, match="watchdog of step"):
+            await sess.run(blocked)

@@ -231,12 +231,14 @@ class TrioHttpChannel(Channel):
 
     async def _bare_call(self, rpc: Rpc, buffers: list | None) -> Message | None:
         """The call over the bare protocol; None when the server does not speak it."""
-        what = f"{rpc.method} to {self.address} (same-host call)"
         timeout = max(trio.current_effective_deadline() - trio.current_time(), 1e-3)
         for attempt in (0, 1):
-            conn = await self._bare_checkout(what, fresh=attempt > 0)
-            if conn is None:
-                return None
+            if self._bare_idle and not attempt:  # the usual call: an idle connection
+                conn = self._bare_idle.pop()
+            else:
+                conn = await self._bare_checkout(self._bare_what(rpc), fresh=attempt > 0)
+                if conn is None:
+                    return None
             done = False
             try:
                 reply, lent = await conn.call(_RPC_INDEX[rpc.method], buffers, timeout,
@@ -245,7 +247,8 @@ class TrioHttpChannel(Channel):
             except (*_BROKEN, TransportUnavailable) as exc:
                 if conn.reused and not conn.answered and attempt == 0:
                     continue  # the server closed it while idle: say it again on a new one
-                raise TransportUnavailable(f"{what}: connection lost: {exc}") from None
+                raise TransportUnavailable(f"{self._bare_what(rpc)}: connection lost: "
+                                           f"{exc}") from None
             finally:
                 if not done:
                     conn.stream.socket.close()
@@ -254,9 +257,17 @@ class TrioHttpChannel(Channel):
                 self.lent_refused += not lent
                 self._lend = self._lend and lent
             self.bare_calls += 1
-            await self._pool(self._bare_idle, conn)
+            if not self._closed and len(self._bare_idle) < _MAX_IDLE:  # (``_pool``, inline)
+                conn.reused = True
+                self._bare_idle.append(conn)
+            else:
+                await conn.stream.aclose()
             return reply
-        raise TransportUnavailable(f"{what}: the connection closed before the answer")
+        raise TransportUnavailable(f"{self._bare_what(rpc)}: the connection closed before "
+                                   "the answer")
+
+    def _bare_what(self, rpc: Rpc) -> str:
+        return f"{rpc.method} to {self.address} (same-host call)"
 
     async def _bare_checkout(self, what: str, fresh: bool) -> bare.BareConnection | None:
         if self._bare_idle and not fresh:

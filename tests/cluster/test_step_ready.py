@@ -1,0 +1,119 @@
+"""A remote step's fast path: ``Master.ready`` skips the refresh and the registration only
+when they would do nothing, and step ids stay distinct, odd and 62-bit.
+
+Run over both transports (``cluster`` fixture); the staleness is set on the master's task
+records (``last_ok``), not waited for, so no test depends on the clock.
+"""
+import pytest
+import trio
+
+import asyncflow as af
+from asyncflow.cluster.master import Master
+
+W0, W1 = "/job:worker/task:0", "/job:worker/task:1"
+T0 = "/job:worker/replica:0/task:0"
+CONFIG = af.SessionConfig(health_check_interval_s=60.0)
+
+
+def _graph():
+    with af.Graph().as_default() as graph:
+        with af.device(W0):
+            p = af.placeholder(af.float32, [], name="p")
+            doubled = p * 2.0
+    return graph, p, doubled
+
+
+def _count_health(master):
+    calls = []
+    real = master._health
+
+    async def health(task):
+        calls.append(task.name)
+        return await real(task)
+
+    master._health = health
+    return calls
+
+
+async def test_a_fresh_registered_run_is_ready_and_its_steps_ask_no_health(cluster):
+    spec, _ = cluster
+    graph, p, doubled = _graph()
+    async with af.Session(graph=graph, cluster=spec, config=CONFIG) as sess:
+        assert await sess.run(doubled, {p: 1.0}) == 2.0
+        master = sess._target.master
+        run = next(iter(sess._target.cache.values()))
+        assert master.ready(run)
+        calls = _count_health(master)
+        for i in range(5):
+            assert await sess.run(doubled, {p: float(i)}) == 2.0 * i
+        assert calls == []
+
+
+async def test_a_stale_task_is_asked_its_health_before_the_step(cluster):
+    spec, _ = cluster
+    graph, p, doubled = _graph()
+    async with af.Session(graph=graph, cluster=spec, config=CONFIG) as sess:
+        await sess.run(doubled, {p: 1.0})
+        master = sess._target.master
+        run = next(iter(sess._target.cache.values()))
+        master.tasks[T0].last_ok = trio.current_time() - 61.0  # past the interval
+        assert not master.ready(run)
+        calls = _count_health(master)
+        assert await sess.run(doubled, {p: 3.0}) == 6.0
+        assert calls == [T0]
+        assert master.ready(run)  # heard from again
+
+
+async def test_an_unregistered_or_restarted_run_is_not_ready(cluster):
+    spec, _ = cluster
+    graph, p, doubled = _graph()
+    async with af.Session(graph=graph, cluster=spec, config=CONFIG) as sess:
+        await sess.run(doubled, {p: 1.0})
+        master = sess._target.master
+        run = next(iter(sess._target.cache.values()))
+        tg = run.task_graphs[0]
+        # A graph handle the worker never gave (a registration to redo) is not ready; the
+        # next step registers again.
+        master.forget_registration(tg)
+        assert not master.ready(run)
+        assert await sess.run(doubled, {p: 2.0}) == 4.0
+        assert master.ready(run)
+        # Another task's incarnation not the one the run was compiled against: the step
+        # refreshes (and recompiles), as ``refresh`` decides.
+        other = next(t for name, t in master.tasks.items() if name != tg.task)
+        acknowledged = other.incarnation
+        other.incarnation = other.acknowledged = acknowledged + 1
+        assert not master.ready(run)
+        other.incarnation = other.acknowledged = acknowledged
+        assert master.ready(run)
+        # A restart not yet reported (incarnation != acknowledged) is not ready: the step
+        # reports it.
+        task = master.tasks[tg.task]
+        task.acknowledged = task.incarnation - 1
+        assert not master.ready(run)
+        with pytest.raises(af.errors.AbortedError, match="restarted"):
+            await sess.run(doubled, {p: 2.0})
+
+
+async def test_step_ids_are_distinct_odd_and_62_bit(cluster):
+    spec, _ = cluster
+    graph, p, doubled = _graph()
+    async with af.Session(graph=graph, cluster=spec, config=CONFIG) as sess:
+        await sess.run(doubled, {p: 1.0})
+        master = sess._target.master
+        channel = master.tasks[T0].channel
+        seen = []
+        real = channel.run_graph
+
+        async def run_graph(request, **kwargs):
+            seen.append(request.step_id)
+            return await real(request, **kwargs)
+
+        channel.run_graph = run_graph
+        for _ in range(50):
+            await sess.run(doubled, {p: 1.0})
+        assert len(seen) == 50 and len(set(seen)) == 50
+        assert all(s % 2 == 1 and 0 < s < 2 ** 62 for s in seen)
+        # Another session's master draws from a generator of its own.
+        other = Master(spec, CONFIG)
+        assert other._step_bits(62) != master._step_bits(62)
