@@ -10,6 +10,8 @@ is also the RunGraph call's scope of a one-task step without a timeout (one scop
 """
 from __future__ import annotations
 
+import trio
+
 from asyncflow import errors
 from asyncflow.cluster import master as _master
 from asyncflow.exec.step import Step
@@ -58,6 +60,7 @@ class ClusterTarget:
             UnavailableError: a task cannot be reached.
             OpError: the root cause of the step's failure.
         """
+        failure = None
         with parked() as scope:
             master = self.master
             if not (master.opened and master.ready(compiled)):  # else nothing to refresh
@@ -68,5 +71,16 @@ class ClusterTarget:
                         self.graph, *compiled.signature)
             step = Step(0, trace=trace, timeout_ms=timeout_ms)
             step.extras["call_scope"] = scope  # one scope a step: the RunGraph's, if one
-            return await compiled.runner.run(feed_values, step)
-        raise errors.session_closed()
+            try:
+                return await compiled.runner.run(feed_values, step)
+            except errors.OpError as exc:
+                if not scope.cancel_called:
+                    raise
+                failure = exc  # the driver cancelled this scope (a task it declared dead)
+        if failure is None:
+            raise errors.session_closed()
+        try:  # a caller's cancel that came at once with the driver's wins, as it did when
+            await trio.lowlevel.checkpoint_if_cancelled()  # the call had a scope of its own
+            raise failure
+        finally:
+            del failure  # (this frame is in its traceback: kept, a cycle for the GC)

@@ -50,6 +50,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import os
 import random
 import secrets
 
@@ -74,6 +75,10 @@ from transports.wire import ChecksumMismatch
 
 _log = logging.getLogger("asyncflow.master")
 ABORT_GRACE_S = 1.0
+# Step ids: one generator a process (no syscall a step), seeded again in a forked child: a
+# copied state repeats the parent's ids, which a worker holds as its finished steps.
+_STEP_IDS = random.Random(secrets.randbits(128))
+os.register_at_fork(after_in_child=lambda: _STEP_IDS.seed(secrets.randbits(128)))
 
 
 @dataclasses.dataclass
@@ -182,7 +187,7 @@ class Master:
         self._register_lock = trio.Lock()
         self.opened = False
         self.monitor = StepMonitor(config.health_check_interval_s)  # times the steps' watchdogs
-        self._step_bits = random.Random(secrets.randbits(128)).getrandbits  # no syscall a step
+        self._step_bits = _STEP_IDS.getrandbits  # (one generator a process)
 
     @classmethod
     def for_cluster_or_target(cls, cluster, target, config):

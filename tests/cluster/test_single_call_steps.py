@@ -287,3 +287,32 @@ async def test_a_broken_watchdog_fails_a_one_task_step_without_a_timeout(one_wor
         monkeypatch.setattr(Master, "_health", broken)
         with pytest.raises(af.errors.InternalError, match="watchdog of step"):
             await sess.run(blocked)
+
+
+async def test_a_callers_cancel_at_once_with_the_watchdogs_is_the_callers(one_worker,
+                                                                           autojump_clock):
+    """The caller cancels just as the watchdog declares the worker dead (both before the
+    step's task runs again): the caller's cancel wins, as with a scope of the call's own (its
+    ``move_on_after`` ends the step; no UnavailableError escapes it)."""
+    spec, _ = one_worker
+    graph, queue, blocked = _blocked_graph()
+    caller = trio.CancelScope()
+    config = af.SessionConfig(health_check_interval_s=1.0)
+    async with af.Session(graph=graph, cluster=spec, config=config) as sess:
+        await sess.run(queue.size())
+        master = sess._target.master
+
+        async def gone(task):
+            if cancel_too:
+                caller.cancel()  # the caller gives up in the same moment
+            raise af.errors.UnavailableError(None, None, "the worker is gone")
+
+        master._health = gone
+        cancel_too = True
+        with caller:
+            await sess.run(blocked)
+        assert caller.cancelled_caught and not sess.closed
+        # Alone, the watchdog's cancel still fails the step with its error.
+        cancel_too = False
+        with pytest.raises(af.errors.UnavailableError, match="gone"):
+            await sess.run(blocked)

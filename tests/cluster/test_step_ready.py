@@ -1,5 +1,5 @@
 """A remote step's fast path: ``Master.ready`` skips the refresh and the registration only
-when they would do nothing, and step ids stay distinct, odd and 62-bit.
+when they would do nothing, and step ids stay distinct, odd and 62-bit, also in forked clients.
 
 Run over both transports (``cluster`` fixture); the staleness is set on the master's task
 records (``last_ok``), not waited for, so no test depends on the clock.
@@ -114,6 +114,30 @@ async def test_step_ids_are_distinct_odd_and_62_bit(cluster):
             await sess.run(doubled, {p: 1.0})
         assert len(seen) == 50 and len(set(seen)) == 50
         assert all(s % 2 == 1 and 0 < s < 2 ** 62 for s in seen)
-        # Another session's master draws from a generator of its own.
+        # Another session's master draws other ids (one generator a process, reseeded in a
+        # forked child).
         other = Master(spec, CONFIG)
         assert other._step_bits(62) != master._step_bits(62)
+
+
+async def test_forked_clients_of_one_session_draw_different_step_ids(nursery):
+    """A Session made before ``os.fork`` and used in two children one after the other: each
+    child's master draws its own step ids (a copied generator would give the second child the
+    first's ids, which the worker has as finished: its steps would fail ABORTED)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from loopback_ports import free_ports
+
+    spec = af.ClusterSpec({"worker": [f"127.0.0.1:{free_ports(1)[0]}"]})
+    await nursery.start(af.Server(spec, "worker", 0).serve)
+    script = os.path.join(os.path.dirname(__file__), "forked_clients.py")
+    with trio.fail_after(120):
+        done = await trio.run_process([sys.executable, script, spec.task_address("worker", 0)],
+                                      capture_stdout=True, stderr=subprocess.DEVNULL)
+    children = json.loads(done.stdout.decode().strip().splitlines()[-1])["children"]
+    assert [child["error"] for child in children] == ["", ""]
+    first, second = (child["step_ids"] for child in children)
+    assert len(first) == len(second) == 3 and not set(first) & set(second)

@@ -204,6 +204,23 @@ async def test_a_client_that_leaves_cancels_its_handler():
                 assert channel.bare_calls == 1
 
 
+async def test_a_pooled_connection_whose_call_is_cancelled_is_closed_not_pooled_again():
+    """The usual call takes the idle connection inline: cancelled midway (its answer unread),
+    that connection is closed, never handed to the next call, which answers its own reply."""
+    worker = FakeWorker()
+    async with open_http_server(worker) as server:
+        async with TrioHttpChannel(server.address) as channel:
+            with trio.fail_after(GENEROUS):
+                assert (await channel.health()).incarnation == 7
+                [pooled] = channel._bare_idle
+                with trio.move_on_after(0.2):
+                    await channel.recv_tensors(RecvTensors(1, ["never"]))
+                await worker.recv_cancelled.wait()
+                assert channel._bare_idle == [] and pooled.sock.fileno() == -1
+                assert (await channel.health()).incarnation == 7
+                assert channel.bare_calls == 2 and pooled not in channel._bare_idle
+
+
 async def test_concurrent_calls_take_concurrent_connections_and_reuse_them():
     worker = FakeWorker()
     async with open_http_server(worker) as server:
