@@ -17,10 +17,7 @@ Run: ``.venv/bin/python bench/bench_dense_kernels.py --tree OLD --tree . [--roun
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import subprocess
 import sys
 import time
 
@@ -128,40 +125,9 @@ def measure(calls):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tree", action="append", default=[], metavar="PATH")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--calls", type=int, default=200)
-    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.serve:
-        print(json.dumps(measure(args.calls)))
-        return 0
-    trees = args.tree or ["."]
-    print(f"load average at start: {os.getloadavg()}")
-    best = {}
-    for _ in range(args.rounds):
-        for tree in trees:
-            env = {**os.environ, "PYTHONPATH": os.path.abspath(tree)}
-            out = subprocess.run([sys.executable, os.path.abspath(__file__), "--serve",
-                                  "--calls", str(args.calls)], env=env, check=True,
-                                 capture_output=True, text=True, timeout=600).stdout
-            for key, value in json.loads(out).items():
-                cell = (tree, key)
-                best[cell] = min(best.get(cell, value), value)
-    print(f"load average at end: {os.getloadavg()}")
-    keys = list(dict.fromkeys(key for (_, key) in best))
-    print("| kernel (us) | " + " | ".join(trees)
-          + (" | last / first |" if len(trees) > 1 else " |"))
-    print("|---" * (len(trees) + 1 + (len(trees) > 1)) + "|")
-    for key in keys:
-        cells = [best.get((tree, key)) for tree in trees]
-        ratio = (f" | {cells[-1] / cells[0]:.2f}" if None not in cells else " | -") \
-            if len(trees) > 1 else ""
-        print(f"| {key} | " + " | ".join("-" if c is None else f"{c:.1f}" for c in cells)
-              + ratio + " |")
-    return 0
-
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bench_model_kernels import compare_trees
+    return compare_trees(__file__, measure, argv, calls=200, unit="us", digits=1)
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -244,11 +244,14 @@ def _conv2_rows(ctx, threads, calls):
     return results
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def compare_trees(script, measure, argv, calls, unit, digits):
+    """The ``main`` of a kernel benchmark run tree against tree: ``--serve`` prints
+    ``measure(calls)`` as JSON in a process importing one tree (``PYTHONPATH=TREE``); otherwise
+    each round runs every ``--tree`` so, and a table gives each kernel's best figure per tree."""
+    parser = argparse.ArgumentParser(description=sys.modules["__main__"].__doc__.splitlines()[0])
     parser.add_argument("--tree", action="append", default=[], metavar="PATH")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--calls", type=int, default=9)
+    parser.add_argument("--calls", type=int, default=calls)
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
@@ -260,7 +263,7 @@ def main(argv=None):
     for _ in range(args.rounds):
         for tree in trees:
             env = {**os.environ, "PYTHONPATH": os.path.abspath(tree)}
-            out = subprocess.run([sys.executable, os.path.abspath(__file__), "--serve",
+            out = subprocess.run([sys.executable, os.path.abspath(script), "--serve",
                                   "--calls", str(args.calls)], env=env, check=True,
                                  capture_output=True, text=True, timeout=600).stdout
             for key, value in json.loads(out).items():
@@ -268,16 +271,20 @@ def main(argv=None):
                 best[cell] = min(best.get(cell, value), value)
     print(f"load average at end: {os.getloadavg()}")
     keys = list(dict.fromkeys(key for (_, key) in best))
-    print("| kernel (ms) | " + " | ".join(trees) + (" | last / first |" if len(trees) > 1 else " |"))
+    print(f"| kernel ({unit}) | " + " | ".join(trees)
+          + (" | last / first |" if len(trees) > 1 else " |"))
     print("|---" * (len(trees) + 1 + (len(trees) > 1)) + "|")
     for key in keys:
         cells = [best.get((tree, key)) for tree in trees]
         ratio = (f" | {cells[-1] / cells[0]:.2f}" if None not in cells else " | -") \
             if len(trees) > 1 else ""
-        print(f"| {key} | " + " | ".join("-" if c is None else f"{c:.3f}" for c in cells)
+        print(f"| {key} | " + " | ".join("-" if c is None else f"{c:.{digits}f}" for c in cells)
               + ratio + " |")
     return 0
 
+
+def main(argv=None):
+    return compare_trees(__file__, measure, argv, calls=9, unit="ms", digits=3)
 
 if __name__ == "__main__":
     raise SystemExit(main())
