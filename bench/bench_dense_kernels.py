@@ -19,29 +19,19 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_model_kernels import KernelContext, compare_trees, median_seconds  # noqa: E402
 
-class _Context:
-    def __init__(self, attrs):
-        from asyncflow.exec.devices import Device
-        self.attrs, self.name, self.type, self.xp = attrs, "bench", "bench", np
-        self.device = Device("/job:localhost/replica:0/task:0/device:CPU:0", 0, 1,
-                             intra_op_threads=1)
+
+def _Context(attrs):
+    return KernelContext(attrs, 1)
 
 
 def _median_us(fn, calls, before=None):
-    times = []
-    for _ in range(calls):
-        if before is not None:
-            before()
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    times.sort()
-    return 1e6 * times[len(times) // 2]
+    return 1e6 * median_seconds(fn, calls, before)
 
 
 def measure(calls):
@@ -125,8 +115,6 @@ def measure(calls):
 
 
 def main(argv=None):
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from bench_model_kernels import compare_trees
     return compare_trees(__file__, measure, argv, calls=200, unit="us", digits=1)
 
 if __name__ == "__main__":

@@ -25,22 +25,32 @@ import time
 import numpy as np
 
 
-class _Context:
+class KernelContext:
+    """What a kernel reads of its node context: attrs, xp and a CPU device of ``threads``."""
+
     def __init__(self, attrs, threads):
         from asyncflow.exec.devices import Device
-        self.attrs, self.name, self.xp = attrs, "bench", np
+        self.attrs, self.name, self.type, self.xp = attrs, "bench", "bench", np
         self.device = Device("/job:localhost/replica:0/task:0/device:CPU:0", 0, threads,
                              intra_op_threads=threads)
 
 
-def _median_ms(fn, calls):
+
+def median_seconds(fn, calls, before=None):
+    """The median of ``calls`` timed calls of ``fn`` (``before()`` untimed ahead of each)."""
     times = []
     for _ in range(calls):
+        if before is not None:
+            before()
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
     times.sort()
-    return 1e3 * times[len(times) // 2]
+    return times[len(times) // 2]
+
+
+def _median_ms(fn, calls):
+    return 1e3 * median_seconds(fn, calls)
 
 
 def measure(calls):
@@ -54,13 +64,13 @@ def measure(calls):
     g = rng.standard_normal((128, 28, 28, 32)).astype(np.float32)
     results = {}
     for threads in (1, 2):
-        ctx = _Context(conv, threads)
+        ctx = KernelContext(conv, threads)
         results[f"Conv2D 28x28x1 5x5x32, {threads} thr"] = _median_ms(
             lambda: nn_conv._conv2d(ctx, x, f), calls)
         results[f"BackpropFilter 28x28x1 5x5x32, {threads} thr"] = _median_ms(
             lambda: nn_conv._conv2d_backprop_filter(ctx, x, np.array(f.shape), g), calls)
         for shape in ((128, 28, 28, 32), (128, 14, 14, 64)):
-            pctx = _Context(pool, threads)
+            pctx = KernelContext(pool, threads)
             value = np.maximum(rng.standard_normal(shape).astype(np.float32), 0)  # ReLU'd
             pooled = nn_conv._max_pool(pctx, value)[0]
             grad = rng.standard_normal(pooled.shape).astype(np.float32)
@@ -105,7 +115,7 @@ def _dense_layer_rows(calls):
              "dense weight gradient 3136x128x1024": ({**plain, "transpose_a": True}, (x, dy))}
     rows = {}
     for name, (attrs, args) in cases.items():
-        ctx = _Context(attrs, 2)
+        ctx = KernelContext(attrs, 2)
         if name.startswith("dense forward") and hasattr(kmath, "_fused_matmul"):
             ctx.attrs = {**attrs, "fused_ops": ("BiasAdd", "Relu")}
             call = (lambda c=ctx, a=args: kmath._fused_matmul(c, *a, bias))
@@ -126,7 +136,7 @@ def _dense_rows(calls):
     rng = np.random.default_rng(1)
     h, x = (rng.random((256, 784), dtype=np.float32) for _ in range(2))
     one = np.asarray(1.0, np.float32)
-    ctx = _Context({"axis": None, "keepdims": False, "mean": True}, 1)
+    ctx = KernelContext({"axis": None, "keepdims": False, "mean": True}, 1)
     ctx.prepared, ctx.output_dtypes = False, (np.dtype(np.float32),)
 
     def kernel(op_type):
@@ -169,7 +179,7 @@ def _dense_rows(calls):
     grad = rng.standard_normal(shape).astype(np.float32)
     scalars = [np.float32(v) for v in (0.9 ** 3, 0.999 ** 3, 1e-4, 0.9, 0.999, 1e-8)]
     for threads in (1, 2):
-        actx = _Context({"use_nesterov": False}, threads)
+        actx = KernelContext({"use_nesterov": False}, threads)
         rows[f"ApplyAdam 3136x1024, {threads} thr"] = _median_ms(
             lambda: adam(actx, *refs, *scalars, grad), max(3, calls // 10))
     return rows
