@@ -4,6 +4,8 @@ when they would do nothing, and step ids stay distinct, odd and 62-bit, also in 
 Run over both transports (``cluster`` fixture); the staleness is set on the master's task
 records (``last_ok``), not waited for, so no test depends on the clock.
 """
+import contextlib
+
 import pytest
 import trio
 
@@ -23,6 +25,15 @@ def _graph():
     return graph, p, doubled
 
 
+@contextlib.asynccontextmanager
+async def _after_a_step(spec):
+    """A session on ``_graph()`` after its first step: (sess, p, doubled, master, the run)."""
+    graph, p, doubled = _graph()
+    async with af.Session(graph=graph, cluster=spec, config=CONFIG) as sess:
+        assert await sess.run(doubled, {p: 1.0}) == 2.0
+        yield sess, p, doubled, sess._target.master, next(iter(sess._target.cache.values()))
+
+
 def _count_health(master):
     calls = []
     real = master._health
@@ -37,11 +48,7 @@ def _count_health(master):
 
 async def test_a_fresh_registered_run_is_ready_and_its_steps_ask_no_health(cluster):
     spec, _ = cluster
-    graph, p, doubled = _graph()
-    async with af.Session(graph=graph, cluster=spec, config=CONFIG) as sess:
-        assert await sess.run(doubled, {p: 1.0}) == 2.0
-        master = sess._target.master
-        run = next(iter(sess._target.cache.values()))
+    async with _after_a_step(spec) as (sess, p, doubled, master, run):
         assert master.ready(run)
         calls = _count_health(master)
         for i in range(5):
@@ -51,11 +58,7 @@ async def test_a_fresh_registered_run_is_ready_and_its_steps_ask_no_health(clust
 
 async def test_a_stale_task_is_asked_its_health_before_the_step(cluster):
     spec, _ = cluster
-    graph, p, doubled = _graph()
-    async with af.Session(graph=graph, cluster=spec, config=CONFIG) as sess:
-        await sess.run(doubled, {p: 1.0})
-        master = sess._target.master
-        run = next(iter(sess._target.cache.values()))
+    async with _after_a_step(spec) as (sess, p, doubled, master, run):
         master.tasks[T0].last_ok = trio.current_time() - 61.0  # past the interval
         assert not master.ready(run)
         calls = _count_health(master)
@@ -66,11 +69,7 @@ async def test_a_stale_task_is_asked_its_health_before_the_step(cluster):
 
 async def test_an_unregistered_or_restarted_run_is_not_ready(cluster):
     spec, _ = cluster
-    graph, p, doubled = _graph()
-    async with af.Session(graph=graph, cluster=spec, config=CONFIG) as sess:
-        await sess.run(doubled, {p: 1.0})
-        master = sess._target.master
-        run = next(iter(sess._target.cache.values()))
+    async with _after_a_step(spec) as (sess, p, doubled, master, run):
         tg = run.task_graphs[0]
         # A graph handle the worker never gave (a registration to redo) is not ready; the
         # next step registers again.
@@ -97,10 +96,7 @@ async def test_an_unregistered_or_restarted_run_is_not_ready(cluster):
 
 async def test_step_ids_are_distinct_odd_and_62_bit(cluster):
     spec, _ = cluster
-    graph, p, doubled = _graph()
-    async with af.Session(graph=graph, cluster=spec, config=CONFIG) as sess:
-        await sess.run(doubled, {p: 1.0})
-        master = sess._target.master
+    async with _after_a_step(spec) as (sess, p, doubled, master, _):
         channel = master.tasks[T0].channel
         seen = []
         real = channel.run_graph
