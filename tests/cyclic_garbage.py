@@ -7,6 +7,8 @@ the steps that trigger it and keeps the values' memory meanwhile.
 import contextlib
 import gc
 
+import pytest
+
 
 @contextlib.contextmanager
 def cyclic_garbage():
@@ -26,3 +28,16 @@ def cyclic_garbage():
         gc.set_debug(flags)
         if enabled:
             gc.enable()
+
+
+async def failures_garbage(run, error_type, times=3):
+    """Await ``run()``, a step that must fail with ``error_type``, ``times`` times under
+    ``cyclic_garbage``: (the type names it found, the last error). The ``pytest.raises`` info
+    is let go each time, so the error alone is kept."""
+    with cyclic_garbage() as garbage:
+        for _ in range(times):
+            with pytest.raises(error_type) as caught:
+                await run()
+            error = caught.value
+            del caught
+    return garbage, error

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import asyncflow as af
-from cyclic_garbage import cyclic_garbage
+from cyclic_garbage import cyclic_garbage, failures_garbage
 
 STEP_STATE = {"Frames", "_Frame", "_Iteration", "FrameStatistics", "Own", "Run", "Step",
               "LocalRendezvous"}
@@ -106,12 +106,8 @@ async def test_a_failed_step_leaves_no_cyclic_garbage(build, traced, cpu_only):
     async with af.Session(graph=graph, config=config) as sess:
         with pytest.raises(af.errors.InvalidArgumentError):  # (compiles the plans)
             await sess.run(fetch, {x: value}, options=options)
-        with cyclic_garbage() as garbage:
-            for _ in range(3):
-                with pytest.raises(af.errors.InvalidArgumentError) as caught:
-                    await sess.run(fetch, {x: value}, options=options)
-                error = caught.value
-                del caught
+        garbage, error = await failures_garbage(
+            lambda: sess.run(fetch, {x: value}, options=options), af.errors.InvalidArgumentError)
     assert not FAILED_STEP & set(garbage), sorted(set(garbage))
     assert "bad' on " in error.message and "CPU:" in error.message
     assert error.op.name.endswith("bad")
@@ -130,12 +126,8 @@ async def test_a_failed_step_on_a_worker_thread_leaves_no_cyclic_garbage(cpu_onl
             await sess.run(y, {x: value, shape: [512, 512]})
         (compiled,) = sess._target.cache.values()
         assert compiled.plans[0].thread_form.heavy  # the next step runs on a thread
-        with cyclic_garbage() as garbage:
-            for _ in range(3):
-                with pytest.raises(af.errors.InvalidArgumentError) as caught:
-                    await sess.run(y, {x: value, shape: [3, 3]})
-                error = caught.value
-                del caught
+        garbage, error = await failures_garbage(
+            lambda: sess.run(y, {x: value, shape: [3, 3]}), af.errors.InvalidArgumentError)
         assert compiled.plans[0].thread_form.thread_steps >= 1
     assert not FAILED_STEP & set(garbage), sorted(set(garbage))
     assert error.op.name == "bad"
