@@ -6,7 +6,9 @@ static schedules in one lane (``lanes.ENABLED = False``: the autoencoder's defau
 two lanes, whose lane 1 already runs its applies beside lane 0): one built with applies
 never paired (``pairs.APPLY_PAIR_MIN`` out of reach), one as the tree builds it. Their
 training steps alternate round by round; per form the best round's mean step, its CPU ms a
-step, the median round, and whether the first steps' losses were the same bits.
+step, the median round, and whether the first steps' losses were the same bits; the per-round
+ratios paired / one after the other and their median (steadier than the best rounds' ratio:
+the rounds of one form swing by 10 % on a shared machine).
 
     python bench/bench_apply_pairs.py --models mlp,autoencoder --rounds 8 --steps 20
 """
@@ -53,8 +55,8 @@ async def compare(af, model, rounds, steps):
               f"{np.median([w for w, _ in rows]):.3f} ms")
     ratios = [p[0] / o[0] for p, o in zip(timed["paired"], timed["one after the other"])]
     print(f"  paired / one after the other, per round: "
-          + ", ".join(f"{r:.3f}" for r in ratios) + f"; best rounds "
-          f"{min(timed['paired'])[0] / min(timed['one after the other'])[0]:.3f}")
+          + ", ".join(f"{r:.3f}" for r in ratios) + f"; median {np.median(ratios):.3f}; "
+          f"best rounds {min(timed['paired'])[0] / min(timed['one after the other'])[0]:.3f}")
 
 
 def main(argv=None):
