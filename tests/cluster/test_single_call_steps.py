@@ -5,6 +5,7 @@ scheduler passes fewer) and a step on several tasks spawns a task for each RunGr
 first; ``StepMonitor``, one timer per master, starts a step's health watchdog once it outlives
 ``health_check_interval_s``, as the per-step timer did.
 """
+import contextlib
 import math
 
 import pytest
@@ -29,14 +30,21 @@ def counting_tasks():
     return installed(_Spawned())
 
 
+@contextlib.asynccontextmanager
+async def _workers(count):
+    """``(spec, servers)`` of ``count`` in-process workers (the in-process transport spawns
+    nothing of its own)."""
+    spec = af.ClusterSpec({"worker": [f"inprocess:{next(_ports)}" for _ in range(count)]})
+    async with trio.open_nursery() as nursery:
+        yield spec, [await nursery.start(af.Server(spec, "worker", i).serve)
+                     for i in range(count)]
+        nursery.cancel_scope.cancel()
+
+
 @pytest.fixture
 async def one_worker():
-    """One in-process worker (the in-process transport spawns nothing of its own)."""
-    spec = af.ClusterSpec({"worker": [f"inprocess:{next(_ports)}"]})
-    async with trio.open_nursery() as nursery:
-        server = await nursery.start(af.Server(spec, "worker", 0).serve)
+    async with _workers(1) as (spec, (server,)):
         yield spec, server
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_one_task_step_spawns_no_task_on_the_master(one_worker):
@@ -108,11 +116,8 @@ async def test_the_watchdog_fails_a_one_task_step_whose_worker_is_gone(one_worke
 
 @pytest.fixture
 async def two_workers():
-    spec = af.ClusterSpec({"worker": [f"inprocess:{next(_ports)}" for _ in range(2)]})
-    async with trio.open_nursery() as nursery:
-        servers = [await nursery.start(af.Server(spec, "worker", i).serve) for i in range(2)]
-        yield spec, servers
-        nursery.cancel_scope.cancel()
+    async with _workers(2) as workers:
+        yield workers
 
 
 async def test_a_two_task_step_spawns_one_task_and_gets_its_watchdog(two_workers,
@@ -316,3 +321,79 @@ async def test_a_callers_cancel_at_once_with_the_watchdogs_is_the_callers(one_wo
         cancel_too = False
         with pytest.raises(af.errors.UnavailableError, match="gone"):
             await sess.run(blocked)
+
+
+class _Held:
+    """The RunGraph calls of ``channels``, once ``armed``, held where they wait for their
+    replies, blind to cancels (shielded), until ``released`` is set: the step's tasks do not
+    run again between the two events a test orders, whatever order trio gives a batch."""
+
+    def __init__(self, channels):
+        self.armed = False
+        self.released = trio.Event()
+        for channel in channels:
+            channel._exchange = self._holding(channel._exchange)
+
+    def _holding(self, exchange):
+        async def held(rpc, request):
+            if self.armed and rpc.method == "run_graph":
+                with trio.CancelScope(shield=True):
+                    await self.released.wait()
+                await trio.lowlevel.checkpoint()  # (waiting for the reply: cancels land here)
+            return await exchange(rpc, request)
+        return held
+
+
+@pytest.mark.parametrize("first", ["close", "watchdog"])
+@pytest.mark.parametrize("shape", ["one task", "one task, timeout", "two tasks"])
+async def test_a_close_and_the_watchdogs_verdict_at_once_end_the_step_as_the_first_says(
+        first, shape, autojump_clock):
+    """The session closes and the watchdog declares a worker dead, both before the step's
+    task runs again. A close that began first fails the step as a closed session's
+    (CancelledError), whoever's scope the call runs in (one task without a timeout: the
+    session's); a verdict that came first fails it with the watchdog's UnavailableError."""
+    async with _workers(2 if shape == "two tasks" else 1) as (spec, _):
+        graph = af.Graph()
+        with graph.as_default():
+            with af.device(W0):
+                p = af.placeholder(af.float32, [], name="p")
+                doubled = p * 2.0
+            with af.device(f"/job:worker/task:{1 if shape == 'two tasks' else 0}"):
+                queue = af.FIFOQueue(2, [af.float32], shapes=[[]])
+                blocked = queue.dequeue()
+        options = af.RunOptions(timeout_in_ms=60_000) if shape.endswith("timeout") else None
+        config = af.SessionConfig(health_check_interval_s=1.0)
+        failures = []
+        async with af.Session(graph=graph, cluster=spec, config=config) as sess, \
+                trio.open_nursery() as nursery:
+            await sess.run([doubled, queue.size()], {p: 1.0})
+            master = sess._target.master
+            held = _Held([task.channel for task in master.tasks.values()])
+
+            async def close_and_release():
+                await sess.close()
+                held.released.set()
+
+            async def gone(task):  # the watchdog's Health of the step's first task
+                if first == "close":
+                    await close_and_release()  # the close began (and ended) first
+                else:  # the close begins right after the verdict
+                    nursery.start_soon(close_and_release)
+                raise af.errors.UnavailableError(None, None, "the worker is gone")
+
+            master._health = gone
+
+            async def step():
+                with pytest.raises(af.errors.OpError) as caught:
+                    await sess.run([doubled, blocked], {p: 2.0}, options=options)
+                failures.append(caught.value)
+
+            held.armed = True
+            nursery.start_soon(step)
+        assert len(failures) == 1 and sess.closed
+        if first == "close":
+            assert isinstance(failures[0], af.errors.CancelledError), failures[0]
+            assert "session was closed" in failures[0].message
+        else:
+            assert isinstance(failures[0], af.errors.UnavailableError), failures[0]
+            assert "gone" in failures[0].message
