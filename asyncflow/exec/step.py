@@ -69,16 +69,18 @@ class _Preloading:
         return ()
 
 
-async def preload(plans, offload=None):
-    """Run the ``Preload``s of ``plans`` (``ExecutionPlan.preloads``: one-time work such as an
-    import that would block the event loop) through ``offload`` (default: trio's worker
-    threads), then empty them: called before a compiled run's first step."""
+async def preload(compiled, offload=None):
+    """Run the ``Preload``s of ``compiled``'s plans (``ExecutionPlan.preloads``: one-time work
+    such as an import that would block the event loop) through ``offload`` (default: trio's
+    worker threads), then empty them and clear ``compiled.preloading``: called before a
+    compiled run's first step."""
     loaded = False
-    for plan in plans:
+    for plan in compiled.plans:
         for node in plan.preloads:
             await (offload or offloaded)(_Preloading(node), ())
             loaded = True
         plan.preloads = ()
+    compiled.preloading = False
     if loaded:  # a BLAS a load brought (scipy's OpenBLAS) joins the hold from this thread:
         intra_op.hold_blas_loaded_since()  # OpenBLAS 0.3.30 ignored it from the worker's
 
