@@ -1,9 +1,10 @@
 """CPU per step of a trivial remote step's client layers alone: the session, ClusterTarget,
 the master's step driver and the channel's call, the transport replaced by a canned reply.
 
-One ``af.Server`` on loopback in this trio run answers the first steps (open, registration,
-the reply to keep); then the channel's ``_exchange`` encodes each RunGraph (as the bare call
-does) and returns the kept reply, so what is timed is the client's Python above the wire:
+One ``af.Server`` on loopback in this trio run (``bench_step_floor.inprocess_session``)
+answers the first steps (open, registration, the reply to keep); then the channel's
+``_exchange`` encodes each RunGraph (as the bare call does) and returns the kept reply, so
+what is timed is the client's Python above the wire:
 ``time.process_time`` per step, best of ``--rounds`` rounds of ``--calls`` steps.
 
 Usage: ``.venv/bin/python bench/bench_client_layers.py [--calls 4000] [--rounds 5]``; run it
@@ -13,54 +14,37 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def measure(calls, rounds):
-    import trio
-
-    import asyncflow as af
-    from bench_vs_tf1 import _trivial_and_pull
+    from bench_step_floor import inprocess_session
     from transports.wire import encode
-    graph, p, doubled = _trivial_and_pull(af)[:3]
-    spec = {"worker": [f"127.0.0.1:{_free_port()}"]}
-    async with trio.open_nursery() as nursery:
-        server = await nursery.start(af.Server(spec, "worker", 0).serve)
-        async with af.Session(graph=graph, cluster=spec) as sess:
-            for _ in range(50):
+    async with inprocess_session(50) as (sess, _, p, doubled):
+        channel = next(iter(sess._target.master.tasks.values())).channel
+        real, kept = channel._exchange, []
+
+        async def keep(rpc, request):
+            kept.append(await real(rpc, request))
+            return kept[-1]
+
+        async def canned(rpc, request):
+            encode(request, channel._limits, defer_checksums=True)
+            return kept[-1]
+
+        channel._exchange = keep
+        await sess.run(doubled, {p: 1.0})
+        channel._exchange = canned
+        figures = []
+        for _ in range(rounds):
+            start = time.process_time()
+            for _ in range(calls):
                 await sess.run(doubled, {p: 1.0})
-            channel = next(iter(sess._target.master.tasks.values())).channel
-            real, kept = channel._exchange, []
-
-            async def keep(rpc, request):
-                kept.append(await real(rpc, request))
-                return kept[-1]
-
-            async def canned(rpc, request):
-                encode(request, channel._limits, defer_checksums=True)
-                return kept[-1]
-
-            channel._exchange = keep
-            await sess.run(doubled, {p: 1.0})
-            channel._exchange = canned
-            figures = []
-            for _ in range(rounds):
-                start = time.process_time()
-                for _ in range(calls):
-                    await sess.run(doubled, {p: 1.0})
-                figures.append((time.process_time() - start) / calls * 1e6)
-            channel._exchange = real
-        await server.stop()
+            figures.append((time.process_time() - start) / calls * 1e6)
+        channel._exchange = real
     return figures
 
 

@@ -38,6 +38,7 @@ Usage: ``.venv/bin/python bench/bench_step_floor.py [--calls 4000] [--rounds 3] 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -168,7 +169,11 @@ def measure(calls):
     return out
 
 
-async def _inprocess(calls, profile):
+@contextlib.asynccontextmanager
+async def inprocess_session(warm_up):
+    """``(sess, server, p, doubled)``: the trivial step (``bench_vs_tf1``'s ``p * 2.0``) on an
+    ``af.Server`` on loopback in this trio run, its session warmed up by ``warm_up`` steps;
+    the server is stopped once the session closed."""
     import trio
 
     import asyncflow as af
@@ -178,25 +183,30 @@ async def _inprocess(calls, profile):
     async with trio.open_nursery() as nursery:
         server = await nursery.start(af.Server(spec, "worker", 0).serve)
         async with af.Session(graph=graph, cluster=spec) as sess:
-            for _ in range(300):
+            for _ in range(warm_up):
                 await sess.run(doubled, {p: 1.0})
-            if sess._target.master.tasks[
-                    next(iter(sess._target.cache.values())).task_graphs[0].task
-            ].channel.bare_calls == 0:
-                raise RuntimeError("the steps did not take the bare same-host protocol")
-            if profile:
-                import cProfile
-                profiler = cProfile.Profile()
-                profiler.enable()
-            start_cpu, start = time.process_time(), time.perf_counter()
-            for _ in range(calls):
-                await sess.run(doubled, {p: 1.0})
-            cpu, wall = time.process_time() - start_cpu, time.perf_counter() - start
-            if profile:
-                profiler.disable()
-                profiler.dump_stats(profile)
-            parts = await _parts(server.service, sess, doubled, p, calls)
+            yield sess, server, p, doubled
         await server.stop()
+
+
+async def _inprocess(calls, profile):
+    async with inprocess_session(300) as (sess, server, p, doubled):
+        if sess._target.master.tasks[
+                next(iter(sess._target.cache.values())).task_graphs[0].task
+        ].channel.bare_calls == 0:
+            raise RuntimeError("the steps did not take the bare same-host protocol")
+        if profile:
+            import cProfile
+            profiler = cProfile.Profile()
+            profiler.enable()
+        start_cpu, start = time.process_time(), time.perf_counter()
+        for _ in range(calls):
+            await sess.run(doubled, {p: 1.0})
+        cpu, wall = time.process_time() - start_cpu, time.perf_counter() - start
+        if profile:
+            profiler.disable()
+            profiler.dump_stats(profile)
+        parts = await _parts(server.service, sess, doubled, p, calls)
     return wall / calls * 1e6, cpu / calls * 1e6, parts
 
 

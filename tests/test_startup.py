@@ -352,3 +352,84 @@ print("ok")
 @pytest.mark.parametrize("case", ["model", "folded"])
 def test_an_fft_convolution_unknown_at_plan_time_or_folded_imports_off_the_loop(case):
     _fresh_python(_FFT_OFF_THE_LOOP_UNKNOWN_OR_FOLDED, args=[case])
+
+
+# The BLAS hold after a preload, whichever thread awaits the first step: the preload
+# extends the hold to the OpenBLAS scipy.fft brings on the worker thread that imported it
+# (each limit takes threadpoolctl's control for its call, exec/intra_op.py), never on the
+# awaiting loop's thread (a library scan there, 1-5 ms with the loop blocked); every BLAS ends
+# at one thread whether that loop is trio's on the main thread or another one, asyncio's on
+# another thread, or the compat layer called from another thread (which its steps run on).
+_FFT_PRELOAD_HOLDS_BLAS_FROM_ANY_THREAD = r"""
+import asyncio
+import sys
+import threading
+import numpy as np
+import trio
+import asyncflow as af
+import asyncflow.aio
+import asyncflow.compat.v1 as tf
+from asyncflow.exec import intra_op
+from asyncflow.kernels import nn_conv_fft
+
+extended, loops = [], []
+real = intra_op.hold_blas_loaded_since
+
+def spy():
+    extended.append(threading.current_thread().name)
+    real()
+
+intra_op.hold_blas_loaded_since = spy
+nn_conv_fft.FORCE = "fft"
+CASE = sys.argv[1]
+rng = np.random.default_rng(0)
+graph = af.Graph()
+with graph.as_default(), af.device("/cpu:0"):
+    x = af.placeholder(af.float32, [None, 6, 6, 1])
+    w = af.constant(rng.standard_normal([3, 3, 1, 1]).astype(np.float32))
+    y = af.nn.conv2d(x, w, strides=[1, 1, 1, 1], padding="SAME")
+value = rng.standard_normal([1, 6, 6, 1]).astype(np.float32)
+results = []
+
+async def trio_step():
+    loops.append(threading.current_thread().name)
+    async with af.Session(graph=graph) as sess:
+        results.append(await sess.run(y, {x: value}))
+
+async def aio_step():
+    loops.append(threading.current_thread().name)
+    async with af.aio.Session(graph=graph) as sess:
+        results.append(await sess.run(y, {x: value}))
+
+def compat_step():
+    loops.append("asyncflow-compat-loop")
+    with tf.Session(graph=graph) as sess:
+        results.append(sess.run(y, {x: value}))
+
+step = {"trio": lambda: trio.run(trio_step), "trio in a thread": lambda: trio.run(trio_step),
+        "asyncio in a thread": lambda: asyncio.run(aio_step()),
+        "compat from a thread": compat_step}[CASE]
+assert "scipy.fft" not in sys.modules
+if CASE == "trio":
+    step()
+else:
+    thread = threading.Thread(target=step, name="awaiting")
+    thread.start()
+    thread.join(120)
+assert len(results) == 1 and "scipy.fft" in sys.modules, results
+assert extended and not set(extended) & set(loops), (extended, loops)
+try:
+    import threadpoolctl
+except ImportError:
+    threadpoolctl = None
+if threadpoolctl is not None:  # numpy's and scipy's OpenBLAS both held at one thread
+    blas = [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+    assert len(blas) >= 2 and blas == [1] * len(blas), blas
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("case", ["trio", "trio in a thread", "asyncio in a thread",
+                                  "compat from a thread"])
+def test_a_preload_holds_the_blas_it_brings_at_one_thread_whichever_thread_awaits(case):
+    _fresh_python(_FFT_PRELOAD_HOLDS_BLAS_FROM_ANY_THREAD, args=[case])

@@ -19,7 +19,8 @@ Theory of operation (paper §3.3; docs/distributed.md):
   order (producers of early values first, ``batching.start_order``); client feeds ride in the
   RunGraph of the task that reads them; fetches come back in the replies. Control edges that
   order nothing are not carried (``control_edges.py``, at compile): waiting for every RunGraph
-  covers them. A health watchdog starts once a step outlives ``health_check_interval_s``.
+  covers them. A health watchdog (``step_watchdog.py``) starts once a step outlives
+  ``health_check_interval_s``; a session closed as it declares a task dead: the first decides.
   On the first failure the master sends AbortStep everywhere,
   gives the other RunGraphs a moment to report, then cancels them, and raises the first
   root-cause error (errors the worker marked ``derived`` lose to it). A transport failure is
@@ -53,6 +54,7 @@ import logging
 import os
 import random
 import secrets
+import sys
 
 import trio
 
@@ -62,6 +64,7 @@ from asyncflow.cluster import remote_rendezvous as _rdv
 from asyncflow.compile.transfer_order import pushed_transfers, start_order, transfer_levels
 from asyncflow.cluster.spec import ClusterSpec, tasks_of_health
 from asyncflow.compile.control_edges import carry_fewer_control_edges
+from asyncflow.cluster import step_watchdog as _step_watchdog
 from asyncflow.cluster.step_monitor import StepMonitor
 from asyncflow.compile.task_graph import task_graph_def as _task_graph_def
 from asyncflow.exec import compiled_run
@@ -161,6 +164,13 @@ async def _all(fn, items):
         raise failures[0]
 
 
+def _cancelled(exc):
+    """Whether ``exc`` is trio's Cancelled, or a group of nothing else (a nursery's)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(trio.Cancelled)[1] is None
+    return isinstance(exc, trio.Cancelled)
+
+
 class Master:
     """The master side of a cluster session.
 
@@ -187,6 +197,7 @@ class Master:
         self._register_lock = trio.Lock()
         self.opened = False
         self.monitor = StepMonitor(config.health_check_interval_s)  # times the steps' watchdogs
+        self.closing = False  # close() began: a watchdog no longer decides a step's outcome
         self._step_bits = _STEP_IDS.getrandbits  # (one generator a process)
 
     @classmethod
@@ -413,6 +424,7 @@ class Master:
 
     async def close(self):
         """Forget this session's graphs on the workers (best effort) and close channels."""
+        self.closing = True  # (the session cancelled its steps' scopes just before: no await)
         self.monitor.close()
         handles = [(self.tasks[tg.task], tg.handle) for run in self._runs
                    for tg in run.task_graphs if tg.handle is not None
@@ -475,6 +487,8 @@ class _StepDriver:
                 with trio.CancelScope(shield=True):
                     await self._abort("CANCELLED", f"step {self.step_id} was cancelled by the "
                                       "client" if not self.failures else self._root().message)
+                if self.cancelled_own and self.master.closing and _cancelled(sys.exc_info()[1]):
+                    raise self._root(take=True)  # its cancel came before the close's
         if self.failures:
             raise self._root(take=True)
         return [self.results[i][p] for i, p in self.run_.fetch_routes]
@@ -483,17 +497,7 @@ class _StepDriver:
         """The monitor's call: the step outlived the health interval."""
         if self.calls_left:
             self.watchdog_scope = trio.CancelScope()  # here: _run_one cancels what exists
-            nursery.start_soon(self._guarded_watchdog)
-
-    async def _guarded_watchdog(self):
-        try:
-            await self._watchdog()
-        except Exception as exc:  # noqa: BLE001 - not the monitor's other steps' watchdogs
-            await self._failed(errors.InternalError(None, None, f"the watchdog of step "
-                               f"{self.step_id} failed: {type(exc).__name__}: {exc}"))
-            self.cancelled_own = True
-            for scope in self.call_scopes.values():  # (as a crash in its nursery did)
-                scope.cancel()
+            nursery.start_soon(_step_watchdog.guarded, self)
 
     def _root(self, take=False):
         """The first failure not derived, else the first; ``take``: forgotten here (this
@@ -598,8 +602,7 @@ class _StepDriver:
             self.dead.add(dead_task)
             scope = self.call_scopes.get(dead_task)
             if scope is not None:
-                self.cancelled_own = True
-                scope.cancel()
+                self.cancel_call(scope)
         if len(self.failures) == 1 and self.outer is not None:  # (one task: run() aborts)
             # Others now fail fast (aborted rendezvous); give their root causes a moment.
             scope = self.outer.cancel_scope
@@ -625,24 +628,13 @@ class _StepDriver:
                     if tg.task not in self.dead:
                         nursery.start_soon(abort_one, tg)
 
-    async def _watchdog(self):
-        """Health of the step's tasks every ``health_check_interval_s`` until its calls end
-        (started once the first interval has passed)."""
-        interval = self.master.config.health_check_interval_s
-        with self.watchdog_scope:
-            while True:
-                for tg in self.run_.task_graphs:
-                    task = self.master.tasks[tg.task]
-                    try:
-                        restarted = await self.master._health(task)
-                    except errors.OpError as exc:
-                        await self._failed(exc, dead_task=task.name)
-                        return
-                    if restarted or self.master.restarted([task.name]):
-                        await self._failed(self.master.restart_error([task], self.step_id),
-                                           dead_task=task.name)
-                        return
-                await trio.sleep(interval)
+    def cancel_call(self, scope):
+        """Cancel a RunGraph's ``scope`` as this driver's own doing (a task declared dead, a
+        broken watchdog), unless the master's close began first: then the close's cancel
+        decides, as for any step in flight when its session closes (``step_watchdog``)."""
+        if not self.master.closing:
+            self.cancelled_own = True
+            scope.cancel()
 
 
 target_address = _channels.target_address  # (where it lived before)

@@ -216,7 +216,7 @@ class WorkerService(StepRunning, PushAcceptance):
             raise _rdv.remote_call_error(exc, f"RegisterGraph: {exc.message}") from None
         except (ValueError, TypeError, KeyError) as exc:
             _fail("INVALID_ARGUMENT", f"RegisterGraph: malformed graph: {type(exc).__name__}: {exc}")
-        await preload(compiled.plans)  # (scipy.fft for an FFT convolution: off the loop)
+        await preload(compiled)  # (scipy.fft for an FFT convolution: off the loop)
         handle = f"{request.session_handle or 'graph'}/{next(self._handles)}/{secrets.token_hex(4)}"
         peers = dict(options.peers)
         declarations, batchable = self._declarations(graph, options)

@@ -80,9 +80,13 @@ class CompiledRun:
     # Session may run it straight in the caller's task (``runner.inline``: one CPU plan
     # without control flow) under any event loop (``runner.loop_free``: static, no wait).
     runner: object = dataclasses.field(init=False, repr=False)
+    # Whether a plan still has ``Preload``s to run before a step (``step.preload`` clears it):
+    # the one check a step makes for them, whichever path runs it.
+    preloading: bool = dataclasses.field(init=False, repr=False)
 
     def __post_init__(self):
         self.runner = _runner.choose(self.graph, self)
+        self.preloading = any(plan.preloads for plan in self.plans)
 
 
 def _contains_control_flow(ops):

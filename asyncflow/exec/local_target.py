@@ -94,14 +94,14 @@ class LocalTarget:
         plan = runner.plan
         step = Step(next(_STEP_IDS), offload=offload, pause=pause,
                     park=park if plan.waits or not plan.static else None)
-        if plan.preloads:  # the first step: its one-time loads first, on a worker thread
+        if compiled.preloading:  # the first step: its one-time loads first, on a worker thread
             return self._preloaded(compiled, offload, runner.run, feed_values, step)
         # The runner's coroutine itself, for the caller to await: no frame of ours between.
         return runner.run(feed_values, step)
 
     @staticmethod
     async def _preloaded(compiled, offload, run, *args):
-        await preload(compiled.plans, offload)
+        await preload(compiled, offload)
         return await run(*args)
 
     async def run(self, compiled, feed_values, trace, timeout_ms, parked):
@@ -113,8 +113,6 @@ class LocalTarget:
         # end of a slice), so steps that finish inline, nearly all of them, pay for no cancel
         # scope (~10 us of a small run).
         step = Step(next(_STEP_IDS), trace=trace, park=parked)
-        for plan in compiled.plans:
-            if plan.preloads:  # the first step: its one-time loads first, on a worker thread
-                await preload(compiled.plans)
-                break
+        if compiled.preloading:  # the first step: its one-time loads first, on a worker thread
+            await preload(compiled)
         return await compiled.runner.run(feed_values, step)

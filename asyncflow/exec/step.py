@@ -8,7 +8,7 @@ import time
 
 import trio
 
-from asyncflow.exec import intra_op, timeslice
+from asyncflow.exec import timeslice
 from asyncflow.exec.options import NodeStats
 
 
@@ -56,7 +56,9 @@ def reraised(result):
 
 class _Preloading:
     """What an ``offload`` runs for a node's ``Preload``: its ``load`` on the node's device's
-    worker threads, as the node's kernel would run there."""
+    worker threads, as the node's kernel would run there. A load that brings a BLAS (scipy's
+    OpenBLAS) extends the BLAS hold itself, on that thread (``nn_conv_fft._load_fft``): a
+    limit takes effect from any thread (``intra_op``), so none is set on the awaiting loop's."""
 
     __slots__ = ("ctx",)
 
@@ -69,18 +71,16 @@ class _Preloading:
         return ()
 
 
-async def preload(plans, offload=None):
-    """Run the ``Preload``s of ``plans`` (``ExecutionPlan.preloads``: one-time work such as an
-    import that would block the event loop) through ``offload`` (default: trio's worker
-    threads), then empty them: called before a compiled run's first step."""
-    loaded = False
-    for plan in plans:
+async def preload(compiled, offload=None):
+    """Run the ``Preload``s of ``compiled``'s plans (``ExecutionPlan.preloads``: one-time work
+    such as an import that would block the event loop) through ``offload`` (default: trio's
+    worker threads), then empty them and clear ``compiled.preloading``: called before a
+    compiled run's first step."""
+    for plan in compiled.plans:
         for node in plan.preloads:
             await (offload or offloaded)(_Preloading(node), ())
-            loaded = True
         plan.preloads = ()
-    if loaded:  # a BLAS a load brought (scipy's OpenBLAS) joins the hold from this thread:
-        intra_op.hold_blas_loaded_since()  # OpenBLAS 0.3.30 ignored it from the worker's
+    compiled.preloading = False
 
 
 class Step:

@@ -6,6 +6,8 @@ leaves no state and loses nothing stored; pushes for steps not yet run park with
 The graphs are the ones of ``test_pushes.py`` (its helpers), registered by hand on in-process
 servers, or on servers over HTTP on loopback where the status code on the wire matters.
 """
+import contextlib
+
 import numpy as np
 import pytest
 import trio
@@ -15,7 +17,7 @@ import asyncflow as af
 from asyncflow.cluster import channels
 from cluster_processes import loopback_spec
 from test_pushes import (  # noqa: F401 (fixtures)
-    PS, TIMEOUT, W0, _registered, _scaled_parts, ps_over_http, two_tasks,
+    PS, TIMEOUT, W0, _registered, _registered_scaled_parts, ps_over_http, two_tasks,
 )
 from transports.messages import (
     AbortStep, DeregisterGraph, PushTensors, RemoteCallError, RunGraph, TensorEntry,
@@ -29,10 +31,41 @@ async def _registered_parts(tasks):
     returns (the worker's service, {job: (channel, handle, options)}, the four keys the
     worker's graph accepts, sorted)."""
     spec, services = tasks
-    graph, x, total = _scaled_parts()
-    handles = await _registered(spec, graph, (x,), (total,))
+    handles = await _registered_scaled_parts(spec)
     worker = services["worker"]
     return worker, handles, _keys(worker, handles["worker"][1])
+
+
+@contextlib.asynccontextmanager
+async def _worker_step_waiting(handles, step_id, replies):
+    """The worker's RunGraph of ``step_id`` (its graph of ``handles``) started and waiting for
+    its pushes while the body runs (within 20 s); its reply appended to ``replies``."""
+    channel, w_handle, w_options = handles["worker"]
+
+    async def worker_step():
+        replies.append(await channel.run_graph(RunGraph(w_handle, step_id, [],
+                                                          list(w_options.fetches),
+                                                          request_id=step_id)))
+
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(worker_step)
+            await trio.testing.wait_all_tasks_blocked()
+            yield
+
+
+NO_WATCHDOG = af.SessionConfig(health_check_interval_s=60.0)  # (no Health during the steps)
+
+
+def _pushed_variable():
+    """``(graph, v, total)``: a variable ``v`` of [0, 1, 2, 3] on the ps, whose double the worker
+    sums (12.0): ``v`` crosses to the worker in the step, pushed by the ps."""
+    with af.Graph().as_default() as graph:
+        with af.device(PS):
+            v = af.Variable(np.arange(4, dtype=np.float32), name="v")
+        with af.device(W0):
+            total = af.reduce_sum(v * 2.0)
+    return graph, v, total
 
 
 def _keys(service, handle):
@@ -120,7 +153,7 @@ async def test_a_running_steps_push_must_name_a_recv_of_its_own_graph(two_tasks)
     # Once a step's RunGraph bound it to its graph, a key of another graph registered on the
     # same worker is refused (INVALID_ARGUMENT), and the step still runs on its own pushes.
     worker, handles, keys = await _registered_parts(two_tasks)
-    channel, w_handle, w_options = handles["worker"]
+    channel = handles["worker"][0]
     with af.Graph().as_default() as graph:  # a second graph, with a transfer of its own
         with af.device(PS):
             y = af.placeholder(af.float32, [5], name="y")
@@ -136,24 +169,15 @@ async def test_a_running_steps_push_must_name_a_recv_of_its_own_graph(two_tasks)
     assert worker._steps[62].rendezvous.statistics().pending_sends == 2
     ps_channel, ps_handle, ps_options = handles["ps"]
     replies = []
-
-    async def worker_step():
-        replies.append(await channel.run_graph(RunGraph(w_handle, 61, [],
-                                                          list(w_options.fetches),
-                                                          request_id=61)))
-
-    with trio.fail_after(20):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(worker_step)
-            await trio.testing.wait_all_tasks_blocked()
-            assert worker._steps[61].rendezvous.binding is not None  # it waits for its pushes
-            with pytest.raises(RemoteCallError, match="no pushed Recv of the step's graph") \
-                    as info:
-                await channel.push_tensors(PushTensors(61, [TensorEntry(foreign, np.ones(
-                    5, np.float32))]))
-            assert info.value.code == "INVALID_ARGUMENT" and foreign in info.value.message
-            await ps_channel.run_graph(RunGraph(ps_handle, 61, [TensorEntry(
-                ps_options.feeds[0], np.arange(3, dtype=np.float32))], [], request_id=61))
+    async with _worker_step_waiting(handles, 61, replies):
+        assert worker._steps[61].rendezvous.binding is not None  # it waits for its pushes
+        with pytest.raises(RemoteCallError, match="no pushed Recv of the step's graph") \
+                as info:
+            await channel.push_tensors(PushTensors(61, [TensorEntry(foreign, np.ones(
+                5, np.float32))]))
+        assert info.value.code == "INVALID_ARGUMENT" and foreign in info.value.message
+        await ps_channel.run_graph(RunGraph(ps_handle, 61, [TensorEntry(
+            ps_options.feeds[0], np.arange(3, dtype=np.float32))], [], request_id=61))
     np.testing.assert_allclose(replies[0].tensors[0].value, np.arange(3) * sum(range(4)))
     assert 61 not in worker._steps  # done: nothing of the refused push was left
     assert set(worker._parked) == {62} and worker._parked_bytes == VALUE.nbytes + 5 * 4
@@ -224,14 +248,9 @@ async def test_a_push_to_a_worker_that_lost_its_graph_leaves_the_loss_as_the_roo
     # step fails as a lost graph handle does, AbortedError (a recovery loop's error, never the
     # push's refusal), and the next run registers the graph again and pushes as before.
     spec, servers = cluster
-    with af.Graph().as_default() as graph:
-        with af.device(PS):
-            v = af.Variable(np.arange(4, dtype=np.float32), name="v")
-        with af.device(W0):
-            total = af.reduce_sum(v * 2.0)
-    config = af.SessionConfig(health_check_interval_s=60.0)
+    graph, v, total = _pushed_variable()
     options = af.RunOptions(timeout_in_ms=20000)
-    async with af.Session(graph=graph, cluster=spec, config=config) as sess:
+    async with af.Session(graph=graph, cluster=spec, config=NO_WATCHDOG) as sess:
         await sess.run(v.initializer, options=options)
         assert await sess.run(total, options=options) == 12.0
         worker = servers["worker:0"].service
@@ -286,29 +305,20 @@ async def test_a_key_pushed_again_after_its_recv_took_it_is_refused_and_the_step
     # again is a key pushed twice (ALREADY_EXISTS), not a value deposited under a key nobody
     # will read again, which kept the finished step's state (and the value) until step_ttl.
     worker, handles, keys = await _registered_parts(two_tasks)
-    channel, w_handle, w_options = handles["worker"]
+    channel = handles["worker"][0]
     values = [np.full(3, float(i + 1), np.float32) for i in range(4)]
     await channel.push_tensors(PushTensors(73, [TensorEntry(keys[0], values[0])]))
     replies = []
-
-    async def worker_step():
-        replies.append(await channel.run_graph(RunGraph(w_handle, 73, [],
-                                                          list(w_options.fetches),
-                                                          request_id=73)))
-
-    with trio.fail_after(20):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(worker_step)
-            await trio.testing.wait_all_tasks_blocked()
-            stats = worker._steps[73].rendezvous.statistics()
-            assert stats.pending_sends == 0 and stats.recvs == 1  # keys[0] was taken
-            with pytest.raises(RemoteCallError, match="Duplicated send") as info:
-                await channel.push_tensors(PushTensors(73, [TensorEntry(keys[1], values[1]),
-                                                            TensorEntry(keys[0], -values[0])]))
-            assert info.value.code == "ALREADY_EXISTS" and keys[0] in info.value.message
-            assert worker._steps[73].rendezvous.statistics().pending_sends == 0
-            await channel.push_tensors(PushTensors(73, [TensorEntry(k, v) for k, v in
-                                                        zip(keys[1:], values[1:])]))
+    async with _worker_step_waiting(handles, 73, replies):
+        stats = worker._steps[73].rendezvous.statistics()
+        assert stats.pending_sends == 0 and stats.recvs == 1  # keys[0] was taken
+        with pytest.raises(RemoteCallError, match="Duplicated send") as info:
+            await channel.push_tensors(PushTensors(73, [TensorEntry(keys[1], values[1]),
+                                                        TensorEntry(keys[0], -values[0])]))
+        assert info.value.code == "ALREADY_EXISTS" and keys[0] in info.value.message
+        assert worker._steps[73].rendezvous.statistics().pending_sends == 0
+        await channel.push_tensors(PushTensors(73, [TensorEntry(k, v) for k, v in
+                                                    zip(keys[1:], values[1:])]))
     np.testing.assert_allclose(replies[0].tensors[0].value, sum(values))
     assert 73 not in worker._steps  # done at once: nothing stray was left in it
 
@@ -461,8 +471,7 @@ async def test_a_push_parked_under_a_graph_registered_again_runs_under_the_new_h
     worker, handles, keys = await _registered_parts(two_tasks)
     await handles["worker"][0].push_tensors(PushTensors(121, [TensorEntry(k, VALUE)
                                                               for k in keys[:2]]))
-    graph, x, total = _scaled_parts()
-    again = await _registered(two_tasks[0], graph, (x,), (total,))
+    again = await _registered_scaled_parts(two_tasks[0])
     channel, w_handle, w_options = again["worker"]
     assert w_handle != handles["worker"][1] and _keys(worker, w_handle) == keys
     await channel.deregister_graph(DeregisterGraph(handles["worker"][1]))
@@ -497,11 +506,7 @@ async def test_a_push_from_a_task_the_workers_own_cluster_spec_lacks_is_judged_b
     # own spec, and the next run registers the graph again.
     full = af.ClusterSpec(loopback_spec({"ps": 1, "worker": 1}))
     own = af.ClusterSpec({"worker": full.job_tasks("worker")})
-    with af.Graph().as_default() as graph:
-        with af.device(PS):
-            v = af.Variable(np.arange(4, dtype=np.float32), name="v")
-        with af.device(W0):
-            total = af.reduce_sum(v * 2.0)
+    graph, v, total = _pushed_variable()
     async with trio.open_nursery() as nursery:
         ps = await nursery.start(af.Server(full, "ps", 0).serve)
         worker = (await nursery.start(af.Server(own, "worker", 0).serve)).service
@@ -535,17 +540,12 @@ async def test_a_restarted_worker_process_with_its_own_jobs_spec_refuses_old_pus
     from killable_workers import WorkerProcess
     full = af.ClusterSpec(loopback_spec({"ps": 1, "worker": 1}))
     process = WorkerProcess({"worker": full.job_tasks("worker")}, "worker", 0, cwd=tmp_path)
-    with af.Graph().as_default() as graph:
-        with af.device(PS):
-            v = af.Variable(np.arange(4, dtype=np.float32), name="v")
-        with af.device(W0):
-            total = af.reduce_sum(v * 2.0)
-    config = af.SessionConfig(health_check_interval_s=60.0)
+    graph, v, total = _pushed_variable()
     try:
         await trio.to_thread.run_sync(process.start)
         async with trio.open_nursery() as nursery:
             ps = (await nursery.start(af.Server(full, "ps", 0).serve)).service
-            async with af.Session(graph=graph, cluster=full, config=config) as sess:
+            async with af.Session(graph=graph, cluster=full, config=NO_WATCHDOG) as sess:
                 await sess.run(v.initializer, options=TIMEOUT)
                 assert await sess.run(total, options=TIMEOUT) == 12.0
                 for _ in range(2):

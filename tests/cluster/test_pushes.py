@@ -49,10 +49,10 @@ def counting_tasks():
     return installed(_Spawned())
 
 
-@pytest.fixture
-async def two_tasks():
-    """ps and worker (one CPU each) in process; yields (spec, {job: WorkerService})."""
-    spec = af.ClusterSpec({"ps": ["inprocess:711"], "worker": ["inprocess:712"]})
+@contextlib.asynccontextmanager
+async def _ps_and_worker(spec):
+    """Serves ``spec``'s ps and worker (task 0 each) in this trio run; yields (spec, {job:
+    WorkerService})."""
     services = {}
     async with trio.open_nursery() as nursery:
         for job in ("ps", "worker"):
@@ -60,6 +60,14 @@ async def two_tasks():
             services[job] = server.service
         yield spec, services
         nursery.cancel_scope.cancel()
+
+
+@pytest.fixture
+async def two_tasks():
+    """ps and worker (one CPU each) in process; yields (spec, {job: WorkerService})."""
+    async with _ps_and_worker(af.ClusterSpec({"ps": ["inprocess:711"],
+                                              "worker": ["inprocess:712"]})) as tasks:
+        yield tasks
 
 
 def _scaled_parts(count=4, size=3):
@@ -72,6 +80,19 @@ def _scaled_parts(count=4, size=3):
         with af.device(W0):
             total = af.add_n(parts, name="total")
     return graph, x, total
+
+
+async def _registered_scaled_parts(spec, peers=None):
+    """``_scaled_parts``' graphs registered on ``spec``'s tasks by ``_registered`` (``peers``
+    as there): {job: (channel, handle, options)}."""
+    graph, x, total = _scaled_parts()
+    return await _registered(spec, graph, (x,), (total,), peers=peers)
+
+
+def _silent(address):
+    """``peers`` for ``_registered``: the worker's address replaced by ``address`` (a
+    ``silent_peer``'s, which never answers)."""
+    return {"/job:worker/replica:0/task:0": address}
 
 
 async def _registered(spec, graph, feeds, fetches, peers=None):
@@ -159,8 +180,7 @@ async def test_a_pushed_steps_state_is_freed_when_it_ends_not_by_the_cyclic_gc(c
 async def test_a_push_that_arrives_before_the_consumers_run_graph_is_waiting_for_it(two_tasks,
                                                                                    cpu_only):
     spec, services = two_tasks
-    graph, x, total = _scaled_parts()
-    handles = await _registered(spec, graph, (x,), (total,))
+    handles = await _registered_scaled_parts(spec)
     ps_channel, ps_handle, ps_options = handles["ps"]
     w_channel, w_handle, w_options = handles["worker"]
     assert len(ps_options.pushed) == 4 and ps_options.pushed == w_options.pushed
@@ -190,8 +210,7 @@ async def test_pushed_values_of_a_step_the_consumer_never_runs_expire(two_tasks,
     # autojump clock runs on through the worker's lease checks: its graph may expire, and a
     # push naming a Recv of no registered graph is refused.)
     spec, services = two_tasks
-    graph, x, total = _scaled_parts()
-    handles = await _registered(spec, graph, (x,), (total,))
+    handles = await _registered_scaled_parts(spec)
     ps_channel, ps_handle, ps_options = handles["ps"]
     feed = TensorEntry(ps_options.feeds[0], np.ones(3, np.float32))
     await ps_channel.run_graph(RunGraph(ps_handle, 7, [feed], [], request_id=1))
@@ -251,14 +270,8 @@ async def silent_peer():
 @pytest.fixture
 async def ps_over_http():
     """A ps and a worker served over HTTP on loopback; yields (spec, {job: WorkerService})."""
-    spec = af.ClusterSpec(loopback_spec({"ps": 1, "worker": 1}))
-    services = {}
-    async with trio.open_nursery() as nursery:
-        for job in ("ps", "worker"):
-            server = await nursery.start(af.Server(spec, job, 0).serve)
-            services[job] = server.service
-        yield spec, services
-        nursery.cancel_scope.cancel()
+    async with _ps_and_worker(af.ClusterSpec(loopback_spec({"ps": 1, "worker": 1}))) as tasks:
+        yield tasks
 
 
 async def test_a_step_aborted_while_its_push_is_in_flight_leaves_no_state(cpu_only,
@@ -268,10 +281,8 @@ async def test_a_step_aborted_while_its_push_is_in_flight_leaves_no_state(cpu_on
     # take a push request of its own: two push tasks, where the count below expects one.)
     spec, services = ps_over_http
     address, accepted = silent_peer
-    graph, x, total = _scaled_parts()
-    handles = await _registered(spec, graph, (x,), (total,),
-                                peers={"/job:worker/replica:0/task:0": address})
-    ps_channel, ps_handle, ps_options = handles["ps"]
+    ps_channel, ps_handle, ps_options = (await _registered_scaled_parts(
+        spec, _silent(address)))["ps"]
     ps = services["ps"]
     outcome = {}
 
@@ -296,11 +307,8 @@ async def test_a_step_aborted_while_its_push_is_in_flight_leaves_no_state(cpu_on
 async def test_a_push_to_a_peer_that_never_answers_fails_the_step_by_its_deadline(
         ps_over_http, silent_peer):
     spec, services = ps_over_http
-    address, _ = silent_peer
-    graph, x, total = _scaled_parts()
-    handles = await _registered(spec, graph, (x,), (total,),
-                                peers={"/job:worker/replica:0/task:0": address})
-    ps_channel, ps_handle, ps_options = handles["ps"]
+    ps_channel, ps_handle, ps_options = (await _registered_scaled_parts(
+        spec, _silent(silent_peer[0])))["ps"]
     with trio.fail_after(20), pytest.raises(RemoteCallError) as info:
         await ps_channel.run_graph(RunGraph(ps_handle, 12, [TensorEntry(
             ps_options.feeds[0], np.ones(3, np.float32))], [], request_id=1, timeout_ms=300))
@@ -336,6 +344,17 @@ async def _worker_behind_a_bitflip_proxy():
         nursery.cancel_scope.cancel()
 
 
+async def _push_data_loss(proxy, sess, total):
+    """The message of the DataLossError that fails a step of ``total`` whose push ``proxy``
+    damaged once; it names the push."""
+    with trio.fail_after(30), pytest.raises(af.errors.DataLossError) as info:
+        await sess.run(total, options=TIMEOUT)
+    assert proxy.flipped == 1
+    message = str(info.value)
+    assert "PushTensors to /job:worker/replica:0/task:0" in message, message
+    return message
+
+
 async def test_a_flipped_bit_in_a_pushed_tensor_fails_the_step():
     # The worker sits behind a proxy that damages one byte of the ps's PushTensors request:
     # the worker's server refuses the frame, the ps's push fails, and so does the step.
@@ -344,11 +363,7 @@ async def test_a_flipped_bit_in_a_pushed_tensor_fails_the_step():
         # (A damaged push is DATA_LOSS, as a damaged pull is: the server answers 400 and
         # keeps serving, but its answer names the code, so the step does not report a
         # bit flip in transit as the user's invalid argument.)
-        with trio.fail_after(30), pytest.raises(af.errors.DataLossError) as info:
-            await sess.run(total, options=TIMEOUT)
-        assert proxy.flipped == 1
-        message = str(info.value)
-        assert "PushTensors to /job:worker/replica:0/task:0" in message, message
+        message = await _push_data_loss(proxy, sess, total)
         assert "edge_0_v" in message and "Checksum does not match" in message, message
         assert await sess.run(total, options=TIMEOUT) == 2000.0  # intact again
 
@@ -358,9 +373,5 @@ async def test_a_flipped_bit_in_a_pushs_answer_fails_the_step_with_data_loss():
     # naming the push (as a damaged pull's reply does), not an internal error.
     async with _worker_behind_a_bitflip_proxy() as (proxy, sess, total):
         proxy.arm(8, in_body=True, path="/push")  # in the Ack's frame prefix
-        with trio.fail_after(30), pytest.raises(af.errors.DataLossError) as info:
-            await sess.run(total, options=TIMEOUT)
-        assert proxy.flipped == 1
-        message = str(info.value)
-        assert "PushTensors to /job:worker/replica:0/task:0" in message, message
+        await _push_data_loss(proxy, sess, total)
         assert await sess.run(total, options=TIMEOUT) == 2000.0  # intact again

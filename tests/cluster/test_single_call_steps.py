@@ -5,6 +5,7 @@ scheduler passes fewer) and a step on several tasks spawns a task for each RunGr
 first; ``StepMonitor``, one timer per master, starts a step's health watchdog once it outlives
 ``health_check_interval_s``, as the per-step timer did.
 """
+import contextlib
 import math
 
 import pytest
@@ -29,22 +30,85 @@ def counting_tasks():
     return installed(_Spawned())
 
 
+@contextlib.asynccontextmanager
+async def _workers(count):
+    """``(spec, servers)`` of ``count`` in-process workers (the in-process transport spawns
+    nothing of its own)."""
+    spec = af.ClusterSpec({"worker": [f"inprocess:{next(_ports)}" for _ in range(count)]})
+    async with trio.open_nursery() as nursery:
+        yield spec, [await nursery.start(af.Server(spec, "worker", i).serve)
+                     for i in range(count)]
+        nursery.cancel_scope.cancel()
+
+
 @pytest.fixture
 async def one_worker():
-    """One in-process worker (the in-process transport spawns nothing of its own)."""
-    spec = af.ClusterSpec({"worker": [f"inprocess:{next(_ports)}"]})
-    async with trio.open_nursery() as nursery:
-        server = await nursery.start(af.Server(spec, "worker", 0).serve)
+    async with _workers(1) as (spec, (server,)):
         yield spec, server
-        nursery.cancel_scope.cancel()
+
+
+WATCHED = af.SessionConfig(health_check_interval_s=1.0)  # a watchdog 1 s into a step
+
+
+def _blocked_graph():
+    graph = af.Graph()
+    with graph.as_default(), af.device(W0):
+        queue = af.FIFOQueue(2, [af.float32], shapes=[[]])
+        blocked = queue.dequeue()
+    return graph, queue, blocked
+
+
+@contextlib.asynccontextmanager
+async def _blocked_session(spec, config=WATCHED):
+    """``(sess, blocked)``: a session on ``spec`` whose graph a first step registered, and a
+    dequeue of that graph's empty queue on W0, which blocks."""
+    graph, queue, blocked = _blocked_graph()
+    async with af.Session(graph=graph, cluster=spec, config=config) as sess:
+        await sess.run(queue.size())
+        yield sess, blocked
+
+
+def _doubling_graph(blocked_on=None):
+    """``(graph, p, doubled)``: ``p * 2.0`` on W0. With ``blocked_on`` (a device), also
+    ``p + 1.0``, a queue and a dequeue of it (which blocks) there: ``(graph, p, doubled,
+    plus, queue, blocked)``."""
+    graph = af.Graph()
+    with graph.as_default():
+        with af.device(W0):
+            p = af.placeholder(af.float32, [], name="p")
+            doubled = p * 2.0
+        if blocked_on is None:
+            return graph, p, doubled
+        with af.device(blocked_on):
+            plus = p + 1.0
+            queue = af.FIFOQueue(2, [af.float32], shapes=[[]])
+            blocked = queue.dequeue()
+    return graph, p, doubled, plus, queue, blocked
+
+
+def _count_health(server, asked):
+    """Append to ``asked`` the trio time of each Health that ``server`` answers."""
+    health = server.service.health
+
+    async def counted(request):
+        asked.append(trio.current_time())
+        return await health(request)
+
+    server.service.health = counted
+
+
+async def _gone(*_):
+    """A Health (a worker's handler, or the master's of a task): the worker is gone."""
+    raise af.errors.UnavailableError(None, None, "the worker is gone")
+
+
+async def _broken(self, task):  # the master's Health: a bug in the watchdog's path
+    raise ZeroDivisionError("not an OpError")
 
 
 async def test_a_one_task_step_spawns_no_task_on_the_master(one_worker):
     spec, _ = one_worker
-    graph = af.Graph()
-    with graph.as_default(), af.device(W0):
-        p = af.placeholder(af.float32, [], name="p")
-        doubled = p * 2.0
+    graph, p, doubled = _doubling_graph()
     async with af.Session(graph=graph, cluster=spec) as sess:
         assert await sess.run(doubled, {p: 1.0}) == 2.0  # opens, registers, monitor started
         with counting_tasks() as counter:
@@ -58,20 +122,9 @@ async def test_a_long_one_task_step_gets_its_watchdog(one_worker, autojump_clock
     """A step blocked on the worker (an empty queue) past several health intervals: the
     monitor starts its watchdog after one interval, which asks Health every interval."""
     spec, server = one_worker
-    graph = af.Graph()
-    with graph.as_default(), af.device(W0):
-        queue = af.FIFOQueue(2, [af.float32], shapes=[[]])
-        blocked = queue.dequeue()
     asked = []
-    health = server.service.health
-
-    async def counted_health(request):
-        asked.append(trio.current_time())
-        return await health(request)
-
-    server.service.health = counted_health
-    config = af.SessionConfig(health_check_interval_s=1.0)
-    async with af.Session(graph=graph, cluster=spec, config=config) as sess:
+    _count_health(server, asked)
+    async with _blocked_session(spec) as (sess, blocked):
         start = trio.current_time()
         with pytest.raises(af.errors.DeadlineExceededError):
             await sess.run(blocked, options=af.RunOptions(timeout_in_ms=4500))
@@ -86,18 +139,8 @@ async def test_a_long_one_task_step_gets_its_watchdog(one_worker, autojump_clock
 async def test_the_watchdog_fails_a_one_task_step_whose_worker_is_gone(one_worker,
                                                                          autojump_clock):
     spec, server = one_worker
-    graph = af.Graph()
-    with graph.as_default(), af.device(W0):
-        queue = af.FIFOQueue(2, [af.float32], shapes=[[]])
-        blocked = queue.dequeue()
-
-    async def gone(request):
-        raise af.errors.UnavailableError(None, None, "the worker is gone")
-
-    config = af.SessionConfig(health_check_interval_s=1.0)
-    async with af.Session(graph=graph, cluster=spec, config=config) as sess:
-        await sess.run(queue.size())
-        server.service.health = gone
+    async with _blocked_session(spec) as (sess, blocked):
+        server.service.health = _gone
         start = trio.current_time()
         with pytest.raises(af.errors.OpError) as caught:
             await sess.run(blocked, options=af.RunOptions(timeout_in_ms=60_000))
@@ -108,33 +151,21 @@ async def test_the_watchdog_fails_a_one_task_step_whose_worker_is_gone(one_worke
 
 @pytest.fixture
 async def two_workers():
-    spec = af.ClusterSpec({"worker": [f"inprocess:{next(_ports)}" for _ in range(2)]})
-    async with trio.open_nursery() as nursery:
-        servers = [await nursery.start(af.Server(spec, "worker", i).serve) for i in range(2)]
-        yield spec, servers
-        nursery.cancel_scope.cancel()
+    async with _workers(2) as workers:
+        yield workers
 
 
 async def test_a_two_task_step_spawns_one_task_and_gets_its_watchdog(two_workers,
                                                                       autojump_clock):
     spec, servers = two_workers
-    graph = af.Graph()
-    with graph.as_default():
-        with af.device(W0):
-            p = af.placeholder(af.float32, [], name="p")
-            doubled = p * 2.0
-        with af.device("/job:worker/task:1"):
-            plus = p + 1.0
-            queue = af.FIFOQueue(2, [af.float32], shapes=[[]])
-            blocked = queue.dequeue()
+    graph, p, doubled, plus, _, blocked = _doubling_graph("/job:worker/task:1")
     asked = []
     for index, server in enumerate(servers):
         def counted(request, health=server.service.health, index=index):
             asked.append((index, trio.current_time()))
             return health(request)
         server.service.health = counted
-    config = af.SessionConfig(health_check_interval_s=1.0)
-    async with af.Session(graph=graph, cluster=spec, config=config) as sess:
+    async with af.Session(graph=graph, cluster=spec, config=WATCHED) as sess:
         assert await sess.run([doubled, plus], {p: 1.0}) == [2.0, 2.0]
         # While the steps are counted, no virtual time passes: a step waiting on a thread (a
         # fake GPU's stream) would otherwise let the clock jump past the health interval, and
@@ -161,52 +192,25 @@ async def test_a_watchdog_that_breaks_fails_its_step_not_the_monitor(one_worker,
                                                                      monkeypatch):
     from asyncflow.cluster.master import Master
     spec, server = one_worker
-    graph = af.Graph()
-    with graph.as_default(), af.device(W0):
-        queue = af.FIFOQueue(2, [af.float32], shapes=[[]])
-        blocked = queue.dequeue()
-
-    async def broken(self, task):  # a bug in the watchdog's path, not a worker's error
-        raise ZeroDivisionError("not an OpError")
-
-    config = af.SessionConfig(health_check_interval_s=1.0)
-    async with af.Session(graph=graph, cluster=spec, config=config) as sess:
-        await sess.run(queue.size())
+    async with _blocked_session(spec) as (sess, blocked):
         with monkeypatch.context() as patch:
-            patch.setattr(Master, "_health", broken)
+            patch.setattr(Master, "_health", _broken)
             with pytest.raises(af.errors.InternalError,
                                match="watchdog of step .*ZeroDivisionError"):
                 await sess.run(blocked, options=af.RunOptions(timeout_in_ms=60_000))
-        health = server.service.health
         # The monitor survived: the next long step still gets its watchdog.
         asked = []
-
-        async def counted(request):
-            asked.append(trio.current_time())
-            return await health(request)
-
-        server.service.health = counted
+        _count_health(server, asked)
         with pytest.raises(af.errors.DeadlineExceededError):
             await sess.run(blocked, options=af.RunOptions(timeout_in_ms=2500))
         assert len(asked) == 2
-
-
-def _blocked_graph():
-    graph = af.Graph()
-    with graph.as_default(), af.device(W0):
-        queue = af.FIFOQueue(2, [af.float32], shapes=[[]])
-        blocked = queue.dequeue()
-    return graph, queue, blocked
 
 
 async def test_a_one_task_step_without_a_timeout_calls_in_the_sessions_scope(one_worker):
     """One cancel scope a step: the session's close scope is the RunGraph's (no scope of the
     channel's); with ``timeout_in_ms`` the call keeps a scope with its own deadline."""
     spec, _ = one_worker
-    graph = af.Graph()
-    with graph.as_default(), af.device(W0):
-        p = af.placeholder(af.float32, [], name="p")
-        doubled = p * 2.0
+    graph, p, doubled = _doubling_graph()
     async with af.Session(graph=graph, cluster=spec) as sess:
         await sess.run(doubled, {p: 1.0})
         channel = next(iter(sess._target.master.tasks.values())).channel
@@ -230,9 +234,7 @@ async def test_closing_the_session_cancels_a_one_task_step_in_flight(one_worker,
     """The answer a closed session's in-flight step got with two scopes (the session's and
     the call's): CancelledError naming the closed session."""
     spec, server = one_worker
-    graph, queue, blocked = _blocked_graph()
-    async with af.Session(graph=graph, cluster=spec) as sess:
-        await sess.run(queue.size())
+    async with _blocked_session(spec, config=None) as (sess, blocked):
         failures = []
         async with trio.open_nursery() as nursery:
             async def run():
@@ -254,15 +256,8 @@ async def test_the_watchdog_fails_a_one_task_step_without_a_timeout(one_worker,
     """The watchdog cancels the call it declared dead: in the session's scope, the step still
     fails with the watchdog's error, not as a closed session's."""
     spec, server = one_worker
-    graph, queue, blocked = _blocked_graph()
-
-    async def gone(request):
-        raise af.errors.UnavailableError(None, None, "the worker is gone")
-
-    config = af.SessionConfig(health_check_interval_s=1.0)
-    async with af.Session(graph=graph, cluster=spec, config=config) as sess:
-        await sess.run(queue.size())
-        server.service.health = gone
+    async with _blocked_session(spec) as (sess, blocked):
+        server.service.health = _gone
         start = trio.current_time()
         with pytest.raises(af.errors.OpError, match="gone") as caught:
             await sess.run(blocked)
@@ -276,15 +271,8 @@ async def test_a_broken_watchdog_fails_a_one_task_step_without_a_timeout(one_wor
                                                                           monkeypatch):
     from asyncflow.cluster.master import Master
     spec, server = one_worker
-    graph, queue, blocked = _blocked_graph()
-
-    async def broken(self, task):
-        raise ZeroDivisionError("not an OpError")
-
-    config = af.SessionConfig(health_check_interval_s=1.0)
-    async with af.Session(graph=graph, cluster=spec, config=config) as sess:
-        await sess.run(queue.size())
-        monkeypatch.setattr(Master, "_health", broken)
+    async with _blocked_session(spec) as (sess, blocked):
+        monkeypatch.setattr(Master, "_health", _broken)
         with pytest.raises(af.errors.InternalError, match="watchdog of step"):
             await sess.run(blocked)
 
@@ -295,17 +283,14 @@ async def test_a_callers_cancel_at_once_with_the_watchdogs_is_the_callers(one_wo
     step's task runs again): the caller's cancel wins, as with a scope of the call's own (its
     ``move_on_after`` ends the step; no UnavailableError escapes it)."""
     spec, _ = one_worker
-    graph, queue, blocked = _blocked_graph()
     caller = trio.CancelScope()
-    config = af.SessionConfig(health_check_interval_s=1.0)
-    async with af.Session(graph=graph, cluster=spec, config=config) as sess:
-        await sess.run(queue.size())
+    async with _blocked_session(spec) as (sess, blocked):
         master = sess._target.master
 
         async def gone(task):
             if cancel_too:
                 caller.cancel()  # the caller gives up in the same moment
-            raise af.errors.UnavailableError(None, None, "the worker is gone")
+            await _gone()
 
         master._health = gone
         cancel_too = True
@@ -316,3 +301,72 @@ async def test_a_callers_cancel_at_once_with_the_watchdogs_is_the_callers(one_wo
         cancel_too = False
         with pytest.raises(af.errors.UnavailableError, match="gone"):
             await sess.run(blocked)
+
+
+class _Held:
+    """The RunGraph calls of ``channels``, once ``armed``, held where they wait for their
+    replies, blind to cancels (shielded), until ``released`` is set: the step's tasks do not
+    run again between the two events a test orders, whatever order trio gives a batch."""
+
+    def __init__(self, channels):
+        self.armed = False
+        self.released = trio.Event()
+        for channel in channels:
+            channel._exchange = self._holding(channel._exchange)
+
+    def _holding(self, exchange):
+        async def held(rpc, request):
+            if self.armed and rpc.method == "run_graph":
+                with trio.CancelScope(shield=True):
+                    await self.released.wait()
+                await trio.lowlevel.checkpoint()  # (waiting for the reply: cancels land here)
+            return await exchange(rpc, request)
+        return held
+
+
+@pytest.mark.parametrize("first", ["close", "watchdog"])
+@pytest.mark.parametrize("shape", ["one task", "one task, timeout", "two tasks"])
+async def test_a_close_and_the_watchdogs_verdict_at_once_end_the_step_as_the_first_says(
+        first, shape, autojump_clock):
+    """The session closes and the watchdog declares a worker dead, both before the step's
+    task runs again. A close that began first fails the step as a closed session's
+    (CancelledError), whoever's scope the call runs in (one task without a timeout: the
+    session's); a verdict that came first fails it with the watchdog's UnavailableError."""
+    async with _workers(2 if shape == "two tasks" else 1) as (spec, _):
+        graph, p, doubled, _, queue, blocked = _doubling_graph(
+            f"/job:worker/task:{1 if shape == 'two tasks' else 0}")
+        options = af.RunOptions(timeout_in_ms=60_000) if shape.endswith("timeout") else None
+        failures = []
+        async with af.Session(graph=graph, cluster=spec, config=WATCHED) as sess, \
+                trio.open_nursery() as nursery:
+            await sess.run([doubled, queue.size()], {p: 1.0})
+            master = sess._target.master
+            held = _Held([task.channel for task in master.tasks.values()])
+
+            async def close_and_release():
+                await sess.close()
+                held.released.set()
+
+            async def gone(task):  # the watchdog's Health of the step's first task
+                if first == "close":
+                    await close_and_release()  # the close began (and ended) first
+                else:  # the close begins right after the verdict
+                    nursery.start_soon(close_and_release)
+                await _gone()
+
+            master._health = gone
+
+            async def step():
+                with pytest.raises(af.errors.OpError) as caught:
+                    await sess.run([doubled, blocked], {p: 2.0}, options=options)
+                failures.append(caught.value)
+
+            held.armed = True
+            nursery.start_soon(step)
+        assert len(failures) == 1 and sess.closed
+        if first == "close":
+            assert isinstance(failures[0], af.errors.CancelledError), failures[0]
+            assert "session was closed" in failures[0].message
+        else:
+            assert isinstance(failures[0], af.errors.UnavailableError), failures[0]
+            assert "gone" in failures[0].message

@@ -338,3 +338,40 @@ async def test_a_dimension_unknown_at_plan_time_is_preloaded_for_every_size_it_m
             preloads = [node.op.type for plan in request.compiled.plans
                         for node in plan.preloads]
     assert preloads == ["Conv2D"]
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["inline", "traced"])
+async def test_a_compiled_runs_pending_preloads_are_one_flag_its_first_step_clears(
+        traced, cpu_only, monkeypatch):
+    """``CompiledRun.preloading``: set where a plan has Preloads, cleared once they ran; the
+    one check of a step on either path (``run_inline``, and ``run`` for a traced step), which
+    runs them before the first step only."""
+    from asyncflow.exec import local_target
+    monkeypatch.setattr(nn_conv_fft, "_fft", None)  # (as in a process that never loaded it)
+    monkeypatch.setattr(nn_conv_fft, "FORCE", "fft")
+    preloaded = []
+    real = local_target.preload
+
+    async def counted(compiled, *args):
+        preloaded.append(compiled)
+        return await real(compiled, *args)
+
+    monkeypatch.setattr(local_target, "preload", counted)
+    rng = np.random.default_rng(0)
+    value = rng.standard_normal([1, 6, 6, 1]).astype(np.float32)
+    options = af.RunOptions(trace_level=af.RunOptions.FULL_TRACE) if traced else None
+    with af.Graph().as_default(), af.device("/cpu:0"):
+        x = af.placeholder(af.float32, [None, 6, 6, 1])
+        w = af.constant(rng.standard_normal([3, 3, 1, 1]).astype(np.float32))
+        y = af.nn.conv2d(x, w, strides=[1, 1, 1, 1], padding="SAME")
+        async with af.Session() as session:
+            request = session.prepare(y, {x: value}, options=options)
+            assert request.compiled.preloading and request.inline is not traced
+            first = await session.run(y, {x: value}, options=options)
+            assert not request.compiled.preloading
+            assert not any(plan.preloads for plan in request.compiled.plans)
+            for _ in range(2):
+                np.testing.assert_array_equal(await session.run(y, {x: value}, options=options),
+                                              first)
+            assert preloaded == [request.compiled]
+            assert not session.prepare(x * 2.0, {x: value}).compiled.preloading
