@@ -52,7 +52,7 @@ from transports import schema as _schema
 from transports.messages import TensorEntry
 from transports.schema import (
     ALIGNMENT, CACHED_HEADER_BYTES, CHECKED_MAGIC, CHECKED_PREFIX, CHECKSUM_KEY, FORMAT_VERSION,
-    MAGIC, PREFIX, SCHEMA_BY_CLASS, VALIDATED_HEADERS,
+    MAGIC, PREFIX, SCHEMA_BY_CLASS, validated,
 )
 
 __all__ = ["decode_whole", "encode", "learn"]
@@ -259,7 +259,7 @@ def decode_whole(view: memoryview, limits: Any, build: Any) -> Any:
     header = bytes(view[start:end])
     if header_crc is not None and _checksum.extend(0, header) != header_crc:
         return None
-    parsed = VALIDATED_HEADERS.get((limits, header)) or _templates.lookup(limits, header)
+    parsed = validated((limits, header)) or _templates.lookup(limits, header)
     if parsed is None:
         return None
     schema, payload, plans = parsed
