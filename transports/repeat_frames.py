@@ -52,7 +52,7 @@ from transports import schema as _schema
 from transports.messages import TensorEntry
 from transports.schema import (
     ALIGNMENT, CACHED_HEADER_BYTES, CHECKED_MAGIC, CHECKED_PREFIX, CHECKSUM_KEY, FORMAT_VERSION,
-    MAGIC, PREFIX, SCHEMA_BY_CLASS, VALIDATED_HEADERS,
+    MAGIC, PREFIX, SCHEMA_BY_CLASS, validated,
 )
 
 __all__ = ["decode_whole", "encode", "learn"]
@@ -142,7 +142,7 @@ def encode(message: Any, limits: Any, checksums: bool, defer: bool) -> list | No
         value = getattr(message, field.name)  # an int field's check: an int, not a bool
         if type(value) is not int or not 0 <= value < _UINT64 or value == field.default:
             return None  # (the full encode says what is wrong, or leaves a default out)
-        pieces.append(msgpack.packb(value))
+        pieces.append(_uint(value))
         pieces.append(chunk)
     packed = b"".join(pieces)
     if len(packed) > template.max_header:
@@ -156,6 +156,20 @@ def encode(message: Any, limits: Any, checksums: bool, defer: bool) -> list | No
                 segments.append(memoryview(value).cast("B") if cast
                                 else memoryview(value.reshape(-1).view(np.uint8)))
     return assemble(packed, segments, checksums, defer)
+
+
+_UINTS: Final = ((1 << 8, b"\xcc", 1), (1 << 16, b"\xcd", 2), (1 << 32, b"\xce", 4),
+                 (_UINT64, b"\xcf", 8))
+
+
+def _uint(value: int) -> bytes:
+    """msgpack's encoding of ``0 <= value < 2**64`` (its smallest form, as ``packb``'s)."""
+    if value < 128:
+        return bytes((value,))
+    for bound, marker, width in _UINTS:
+        if value < bound:
+            return marker + value.to_bytes(width, "big")
+    raise ValueError(f"{value} does not fit 64 bits")
 
 
 def learn(message: Any, limits: Any, checksums: bool, payload: dict, descriptors: list,
@@ -259,7 +273,7 @@ def decode_whole(view: memoryview, limits: Any, build: Any) -> Any:
     header = bytes(view[start:end])
     if header_crc is not None and _checksum.extend(0, header) != header_crc:
         return None
-    parsed = VALIDATED_HEADERS.get((limits, header)) or _templates.lookup(limits, header)
+    parsed = validated((limits, header)) or _templates.lookup(limits, header)
     if parsed is None:
         return None
     schema, payload, plans = parsed

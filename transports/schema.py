@@ -545,22 +545,76 @@ def describe_entry(entry: TensorEntry, limits: Limits) -> tuple[dict, memoryview
 # repeated with the same signature gets byte-identical reply headers (the same keys, dtypes,
 # shapes and fields; only the tensors' bytes differ), and validation is a function of the
 # header bytes and the limits alone, so a repeat skips msgpack, the payload's schema and the
-# descriptors' checks (about half of a small reply's decoding). Only headers whose payload
-# holds no mutable value (lists, maps) are kept: the decoded messages share the payload's
-# values and the descriptors, which nothing writes to.
+# descriptors' checks (about half of a small reply's decoding). The decoded messages share the
+# payload's immutable values (scalars, frozen records of scalars) and the descriptors, which
+# nothing writes to; a payload that also holds lists or maps of such values (a HealthReply's
+# devices and cluster) is kept with the names of those fields, and every message decoded from
+# it gets its own copies of them (:func:`validated`). Any other payload is not kept.
 VALIDATED_HEADERS: dict = {}
 _CACHED_HEADERS: Final = 256  # cleared when full: a bound, not an LRU
 CACHED_HEADER_BYTES: Final = 2048
+_SCALARS: Final = (str, int, float, bytes)
+_FROZEN_RECORDS: Final = frozenset(t for t in RECORD_TYPES
+                                   if t.__dataclass_params__.frozen)  # type: ignore[attr-defined]
+
+
+def _immutable(value: Any) -> bool:
+    """None, a scalar, or a frozen record whose fields are all immutable."""
+    if value is None or isinstance(value, _SCALARS):
+        return True
+    if type(value) in _FROZEN_RECORDS:
+        return all(_immutable(getattr(value, f.name)) for f in dataclasses.fields(value))
+    return False
+
+
+def _copyable(value: Any) -> bool:
+    """Immutable, or a list or a str-keyed map of copyable values."""
+    kind = type(value)
+    if kind is list:
+        return all(_copyable(item) for item in value)
+    if kind is dict:
+        return all(type(k) is str and _copyable(v) for k, v in value.items())
+    return _immutable(value)
+
+
+def _fresh(value: Any) -> Any:
+    """A copyable value with lists and maps of its own (the immutable values shared)."""
+    kind = type(value)
+    if kind is list:
+        return [_fresh(item) for item in value]
+    if kind is dict:
+        return {k: _fresh(v) for k, v in value.items()}
+    return value
 
 
 def remember_header(key: tuple, parsed: tuple) -> None:
     """Keep a validated header's ``(schema, payload, plans)`` under ``(limits, header bytes)``
-    (the decoder's), unless its payload holds a list or a map."""
-    if all(value is None or isinstance(value, (str, int, float, bytes))
-           for value in parsed[1].values()):
-        if len(VALIDATED_HEADERS) >= _CACHED_HEADERS:
-            VALIDATED_HEADERS.clear()
-        VALIDATED_HEADERS[key] = parsed
+    (the decoder's) when its payload's values are immutable or copyable (see above)."""
+    schema, payload, plans = parsed
+    copied = tuple(name for name, value in payload.items() if not _immutable(value))
+    if copied:
+        if not all(_copyable(payload[name]) for name in copied):
+            return
+        payload = dict(payload)  # (the message just decoded owns the parsed lists and maps)
+        for name in copied:
+            payload[name] = _fresh(payload[name])
+        parsed = (schema, payload, plans, copied)
+    if len(VALIDATED_HEADERS) >= _CACHED_HEADERS:
+        VALIDATED_HEADERS.clear()
+    VALIDATED_HEADERS[key] = parsed
+
+
+def validated(key: tuple) -> tuple | None:
+    """The kept ``(schema, payload, plans)`` of ``(limits, header bytes)``, else None; a
+    payload kept with lists or maps comes with copies of its own."""
+    parsed = VALIDATED_HEADERS.get(key)
+    if parsed is not None and len(parsed) == 4:
+        schema, payload, plans, copied = parsed
+        payload = dict(payload)
+        for name in copied:
+            payload[name] = _fresh(payload[name])
+        return schema, payload, plans
+    return parsed
 
 
 def refuse_magic(magic: bytes) -> None:

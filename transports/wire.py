@@ -85,7 +85,7 @@ from transports.schema import (
     VALIDATED_HEADERS, WIRE_NAMES, ChecksumMismatch, FrameTooLarge, Limits,
     LocalProtocolError, RemoteProtocolError, Schema, SchemaMismatch, WireError, check_depth,
     check_descriptor, describe_entry, record_from_wire, record_to_wire, refuse_magic,
-    remember_header,
+    remember_header, validated,
 )
 
 __all__ = [
@@ -544,7 +544,7 @@ class Decoder:
                                        "frame header (descriptors, fields, string tensors)")
         key = (self._limits, bytes(header_bytes)) \
             if len(header_bytes) <= CACHED_HEADER_BYTES else None
-        parsed = None if key is None else (VALIDATED_HEADERS.get(key)
+        parsed = None if key is None else (validated(key)
                                            or _templates.lookup(self._limits, key[1]))
         if parsed is None:
             parsed = self._parse_header(header_bytes)

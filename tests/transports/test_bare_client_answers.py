@@ -11,6 +11,7 @@ import socket
 import numpy as np
 import pytest
 import trio
+import trio.testing
 
 from transports import wire
 from transports.http import bare
@@ -62,3 +63,33 @@ async def test_an_answer_whose_kind_belies_its_frame_is_refused(known):
     assert lent is None and np.array_equal(message.tensors[0].value, np.arange(4))
     message, _ = await _answer(bare.ERROR, error)
     assert message == ErrorReply("ABORTED", f"step 3 was aborted ({known})")
+
+
+@pytest.mark.parametrize("cut", [5, bare.REPLY.size, bare.REPLY.size + 7])
+@pytest.mark.parametrize("known", [False, True], ids=["new-header", "validated-header"])
+async def test_answers_in_pieces_and_with_the_next_ones_first_bytes(cut, known):
+    """An answer whose head or frame arrives in pieces, and the next answer's first bytes
+    arriving with the end of this one: both calls get their replies, nothing is left over."""
+    replies = [RunGraphReply([TensorEntry(f"pieces_{cut}_{known}:0",
+                                          np.full(3, n, dtype=np.float32))]) for n in (1, 2)]
+    frames = [_frame(reply) for reply in replies]
+    if known:
+        wire.decode(frames[0])
+    first, second = (bare.REPLY.pack(len(frame), call_id, bare.FRAME, 0) + frame
+                     for call_id, frame in ((1, frames[0]), (2, frames[1])))
+    ours, theirs = socket.socketpair()
+    with ours, theirs, trio.fail_after(GENEROUS):
+        connection = bare.BareConnection(trio.SocketStream(trio.socket.from_stdlib_socket(ours)))
+        theirs.sendall(first[:cut])
+
+        async def the_rest():
+            await trio.testing.wait_all_tasks_blocked()
+            theirs.sendall(first[cut:] + second[:3])
+            await trio.testing.wait_all_tasks_blocked()
+            theirs.sendall(second[3:])
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(the_rest)
+            got = [(await connection.call(_HEALTH, None, 5.0, False, wire.DEFAULT_LIMITS))[0]
+                   for _ in replies]
+    assert got == replies and connection.pending == b""

@@ -53,7 +53,7 @@ def _run_graph(step_id, request_id, handle="sess/1/abcd", fetches=("mul:0",), va
 @pytest.mark.parametrize("defer", [True, False])
 def test_repeated_run_graphs_encode_to_the_full_encodes_bytes(checksums, defer):
     ids = [(1, 1), (3, 127), (5, 128), (2**62 + 1, 255), (9, 256), (11, 2**16), (13, 2**32),
-           (2**64 - 1, 2**63 - 1), (7, 2)]
+           (2**64 - 1, 2**63 - 1), (2**16 - 1, 2**32 - 1), (2**8 - 1, 2**16 - 1), (7, 2)]
     for step_id, request_id in ids:
         message = _run_graph(step_id, request_id, value=float(step_id % 97))
         got = _bytes(wire.encode(message, LIMITS, checksums=checksums, defer_checksums=defer))

@@ -393,6 +393,45 @@ def test_headers_with_lists_or_maps_are_not_shared_between_messages():
     assert second.fetch_keys == ["a:0", "b:0"]
 
 
+def test_a_repeated_health_reply_is_kept_and_each_message_owns_its_lists_and_maps():
+    """A HealthReply's header (devices, stats, cluster) repeats while a worker is idle: it is
+    kept once validated, and every message decoded from it (by the decoder or in one pass)
+    gets lists and maps of its own; the frozen stats record is shared."""
+    stats = wire.WorkerStatistics(steps_run=3, max_rss_mib=12.5, graph_lease_s=600.0)
+    reply = wire.HealthReply(7, "/job:w/replica:0/task:0", ["/job:w/replica:0/task:0/cpu:0"],
+                             stats, {"w": {"0": "127.0.0.1:1"}, "ps": {"0": "127.0.0.1:2"}})
+    frame = b"".join(bytes(b) for b in encode(reply))
+    first = decode(frame)
+    assert any(key[1] in frame for key in wire.VALIDATED_HEADERS)  # kept after one parse
+    second = decode(frame)
+    third = wire.decode_repeated(memoryview(frame))  # the bare protocol's one-pass decode
+    assert first == second == third == reply
+    first.devices.append("/job:w/replica:0/task:0/gpu:0")
+    first.cluster["w"]["1"] = "127.0.0.1:3"
+    second.cluster.pop("ps")
+    assert decode(frame) == wire.decode_repeated(memoryview(frame)) == third == reply
+    assert third.devices is not second.devices and third.cluster["w"] is not reply.cluster["w"]
+    # Damage in a kept header is still found: the checksums are checked before the lookup.
+    damaged = bytearray(frame)
+    damaged[20] ^= 1
+    with pytest.raises(wire.ChecksumMismatch):
+        decode(bytes(damaged))
+    assert wire.decode_repeated(memoryview(bytes(damaged))) is None
+
+
+def test_a_header_with_a_record_holding_a_list_is_not_kept():
+    """A record is shared between messages only when nothing in it can change: step stats
+    (a list of nodes) are parsed again every time."""
+    stats = wire.StepStats([wire.NodeExecStats("n", "Const", "/cpu:0", 1, 2)])
+    reply = wire.RunGraphReply([TensorEntry("y:0", np.ones(2))], step_stats=stats)
+    frame = b"".join(bytes(b) for b in encode(reply))
+    first, second = decode(frame), decode(frame)
+    assert first == second == reply
+    assert not any(key[1] in frame for key in wire.VALIDATED_HEADERS)
+    first.step_stats.nodes.clear()
+    assert decode(frame).step_stats.nodes == stats.nodes
+
+
 def test_a_bad_header_is_refused_every_time():
     good = b"".join(bytes(b) for b in encode(wire.RunGraphReply([TensorEntry("y:0", None)])))
     header = msgpack.packb({"version": 1, "kind": "run_graph_reply", "payload": {},

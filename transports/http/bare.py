@@ -483,18 +483,26 @@ class BareConnection:
                 await bulk_io.send_all(self.sock, memoryview(piece))
         if not self.pending:  # the answer's first bytes: waited for, not tried first
             await self._fill(eager=False)
-        length, answered_id, kind, _ = REPLY.unpack(await self._exactly(REPLY.size))
+        pending, start = self.pending, REPLY.size
+        if len(pending) >= start:  # the usual answer: its head came with the first read
+            length, answered_id, kind, _ = REPLY.unpack_from(pending)
+        else:
+            length, answered_id, kind, _ = REPLY.unpack(await self._exactly(REPLY.size))
+            pending, start = self.pending, 0
         if answered_id != call_id:
             raise RemoteProtocolError(f"answer to call {answered_id} where {call_id} was due")
-        if kind in (FRAME, ERROR) and length <= len(self.pending) and length:  # here whole:
-            message = decode_repeated(memoryview(self.pending)[:length], limits)  # a repeated
-            if message is not None:  # reply's frame decodes in one pass (any other kind is
-                # refused below, as a frame the full decoder reads)
-                self.pending = self.pending[length:]
+        if kind in (FRAME, ERROR) and 0 < length <= len(pending) - start:  # here whole: a
+            # repeated reply's frame decodes in one pass (any other kind is refused below, as
+            # a frame the full decoder reads)
+            message = decode_repeated(memoryview(pending)[start:start + length], limits)
+            if message is not None:
+                self.pending = pending[start + length:]
                 if (kind == ERROR) != isinstance(message, ErrorReply):
                     raise RemoteProtocolError(f"answer of kind {kind} holds a "
                                               f"{type(message).__name__}")
                 return message, None
+        if start:
+            self.pending = pending[start:]
         decoder, lent = Decoder(limits), None
         if kind == LENT and self.peer is not None:
             lent = await self._read_lent(decoder, length, limits)
