@@ -55,7 +55,7 @@ def for_batch(ctx, count, work_per_item, fn, bytes_per_item=0):
 
 # GEMMs split from this many multiply-adds (``for_gemm``), per element-operation of
 # ``MIN_SPLIT_WORK``: from ~6 M (~0.12 ms on one thread). Measured here (bench/RESULTS.md):
-# ``[128, 256] @ [256, 256]`` (8.4 M) 167-172 us whole, 125-129 split with a lead; 4.2 M
+# ``[128, 256] @ [256, 256]`` (8.4 M) 172 us whole, 129 split with a lead (load 4); 4.2 M
 # ones ~88 us whole, ~85 split: no gain below.
 GEMM_MACS_PER_WORK = 6
 # The caller's chunk of a GEMM split is this many multiply-adds (~30 us) larger than a
