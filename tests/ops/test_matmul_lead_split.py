@@ -105,3 +105,22 @@ async def test_a_gemm_below_the_small_kernels_size_per_chunk_is_not_cut_that_sma
         (bounds,) = seen
         assert len(bounds) == parts
         assert all((stop - start) * 100 * 100 >= small for start, stop in bounds)
+
+
+def test_a_gemm_inside_a_kernel_run_alone_is_computed_whole():
+    """A pair's GEMM (``run_alone``: each whole kernel on its thread) is one chunk: split, its
+    chunks would run one after the other on that thread, packing ``b`` once each."""
+    from types import SimpleNamespace
+    pool = intra_op.IntraOpPool(2)
+    ctx = SimpleNamespace(device=SimpleNamespace(intra_op=pool))
+    count, per_item = 128, 784 * 256
+    seen = {}
+
+    def kernel(start, stop):
+        seen[start] = kernel_intra_op.for_gemm(ctx, count, per_item, lambda a, b: None)
+    try:
+        assert len(kernel_intra_op.for_gemm(ctx, count, per_item, lambda a, b: None)) == 2
+        pool.run_alone(kernel, [(0, 1), (1, 2)])
+    finally:
+        pool.close(timeout=5)
+    assert seen == {0: [(0, count)], 1: [(0, count)]}
