@@ -7,9 +7,12 @@ intra-op pool's chunks wrapped the same way. Per step, from those intervals: the
 how long no thread computed (the executor's own Python, wake-ups), exactly one thread
 (a kernel not split, a split's tail, the loop's thread alone) and two or more; and per
 kernel, the wall time it took and how much of it only one thread computed (the time a second
-core could still take). Medians over ``--steps`` steps; ``--show`` prints the last step.
+core could still take). Medians over ``--steps`` steps; ``--show`` prints the last step;
+``--chunks`` each split kernel's chunks (medians: which thread, when each started after the
+kernel, how long it took, and how long the kernel went on after its last chunk ended: what
+a split's hand-off costs).
 
-    python bench/bench_model_timeline.py --model convnet --steps 20 [--show]
+    python bench/bench_model_timeline.py --model convnet --steps 20 [--show] [--chunks]
 
 ``--ab ROUNDS`` first times the step run whole on a worker thread (``exec/thread_step.py``)
 against the loop's form, two sessions of the model in this process, rounds alternating:
@@ -134,12 +137,46 @@ def analyse(rec, start, end):
     return counts, per_kernel
 
 
+def split_chunks(rec):
+    """Per split kernel of one step: ``(name, [(own thread, start after the kernel's start,
+    duration)] in start order, kernel end after its last chunk's end)``, seconds."""
+    out = []
+    for thread, name, _, a, b in rec.kernels:
+        inside = sorted((c, d, t == thread) for t, c, d in rec.chunks if a <= c <= b)
+        if len(inside) > 1:
+            out.append((name, [(own, c - a, d - c) for c, d, own in inside],
+                        b - max(d for _, d, _ in inside)))
+    return out
+
+
+def print_chunks(per_kernel):
+    """``per_kernel``: name -> one ``split_chunks`` entry's chunks and tail per step."""
+    print("  split kernels, medians (us): per chunk its thread (c: the kernel's, w: a helper), "
+          "start after the kernel's start + duration; the kernel's end after its last chunk")
+    for name, samples in per_kernel.items():
+        counts = {len(chunks) for chunks, _ in samples}
+        if len(counts) != 1:
+            print(f"    {name}: chunk counts vary {sorted(counts)}")
+            continue
+        parts = []
+        for index in range(counts.pop()):
+            own = [chunks[index][0] for chunks, _ in samples]
+            starts = [chunks[index][1] for chunks, _ in samples]
+            lengths = [chunks[index][2] for chunks, _ in samples]
+            parts.append(f"{'c' if sum(own) * 2 >= len(own) else 'w'} "
+                         f"{np.median(starts) * 1e6:.0f}+{np.median(lengths) * 1e6:.0f}")
+        tail = np.median([tail for _, tail in samples]) * 1e6
+        print(f"    {name}: " + ", ".join(parts) + f"; end +{tail:.0f}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="convnet", choices=bench_models.MODELS)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--show", action="store_true", help="print the last step's kernels")
+    parser.add_argument("--chunks", action="store_true",
+                        help="print each split kernel's chunks (medians)")
     parser.add_argument("--ab", type=int, default=0, metavar="ROUNDS",
                         help="first time the thread form against the loop's, ROUNDS rounds")
     args = parser.parse_args(argv)
@@ -203,7 +240,7 @@ def main(argv=None):
             await sess.run(init)
             for _ in range(args.warmup):
                 await sess.run([loss, train], feed)
-            steps, kernels = [], {}
+            steps, kernels, splits = [], {}, {}
             for _ in range(args.steps):
                 rec.clear()
                 cpu = time.process_time()
@@ -215,6 +252,8 @@ def main(argv=None):
                 steps.append([end - start, cpu] + counts)
                 for name, (op_type, wall, alone) in per_kernel.items():
                     kernels.setdefault((name, op_type), []).append((wall, alone))
+                for name, chunks, tail in split_chunks(rec):
+                    splits.setdefault(name, []).append((chunks, tail))
             last = list(rec.kernels), list(rec.chunks), start
         med = np.median(np.array(steps), axis=0) * 1e3
         print(f"{args.model}, median of {args.steps} steps: wall {med[0]:.2f} ms, CPU "
@@ -226,6 +265,8 @@ def main(argv=None):
         for wall, alone, name, op_type in rows:
             if wall >= 0.05:
                 print(f"  {wall:7.2f} {alone:7.2f}  {name} ({op_type})")
+        if args.chunks:
+            print_chunks(splits)
         if args.show:
             kernels_, chunks, origin = last
             threads = {}

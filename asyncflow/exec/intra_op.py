@@ -198,6 +198,13 @@ class IntraOpPool:
                 whole.active = was
         return self.run(alone, bounds, caller_limit)
 
+    @staticmethod
+    def alone():
+        """Whether kernels run whole on the calling thread now (inside a chunk of
+        ``run_alone``, or a lane holding every thread): a split would compute all its chunks
+        here, one after the other."""
+        return getattr(whole, "active", False)
+
     def hold_blas_loaded_since(self):
         """The module's ``hold_blas_loaded_since`` (the hold is process-wide), for kernels,
         which reach this module only through their device's pool."""

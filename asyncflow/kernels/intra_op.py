@@ -53,6 +53,61 @@ def for_batch(ctx, count, work_per_item, fn, bytes_per_item=0):
     return bounds
 
 
+# GEMMs split from this many multiply-adds (``for_gemm``), per element-operation of
+# ``MIN_SPLIT_WORK``: from ~6 M (~0.12 ms on one thread). Measured here (bench/RESULTS.md):
+# ``[128, 256] @ [256, 256]`` (8.4 M) 172 us whole, 129 split with a lead (load 4); 4.2 M
+# ones ~88 us whole, ~85 split: no gain below.
+GEMM_MACS_PER_WORK = 6
+# The caller's chunk of a GEMM split is this many multiply-adds (~30 us) larger than a
+# worker's: the worker starts its chunk ~13-25 us after the caller (the wake-up), and a caller
+# that finishes first sleeps until the worker's chunk ends and is woken ~25-50 us after it;
+# a caller that finishes last finds the worker done and returns at once. Measured on
+# ``[128, 784] @ [784, 256]``: 365 us in two even row chunks, 315 with 68/60 rows.
+GEMM_LEAD_MACS = 1_600_000
+# OpenBLAS computes a GEMM of at most ~100^3 multiply-adds with its small-matrix kernels
+# (and a single row or column as a GEMV), which round differently: a chunk stays above
+# both, so a split GEMM has the bits of the whole one.
+BLAS_SMALL_MACS = 1_000_000
+
+
+def for_gemm(ctx, count, macs_per_item, fn, bytes_per_item=0):
+    """``for_batch`` for a GEMM split by rows or columns (``count`` of them, each
+    ``macs_per_item`` multiply-adds): from ``MIN_SPLIT_WORK * GEMM_MACS_PER_WORK``
+    multiply-adds, one chunk per thread (cache-sized ones, evenly, where ``bytes_per_item``
+    asks for more), the caller's first chunk ``GEMM_LEAD_MACS`` longer than the others
+    (``lead_bounds``); whole where the pool runs kernels whole on this thread (a pair's
+    GEMM: two chunks one after the other would pack ``b`` twice). Chunks are at least two
+    items and ``BLAS_SMALL_MACS`` each (fewer chunks where the GEMM is smaller). The bounds
+    depend on the shape and the thread count only: deterministic. Returns them, in order."""
+    pool = getattr(ctx.device, "intra_op", None)
+    total = count * macs_per_item
+    if pool is None or total < MIN_SPLIT_WORK * GEMM_MACS_PER_WORK:
+        fn(0, count)
+        return [(0, count)]
+    per_chunk = max(1, CHUNK_BYTES // bytes_per_item) if bytes_per_item else count
+    if per_chunk * pool.threads < count:  # cache-sized chunks, several a thread: even
+        return for_batch(ctx, count, MIN_SPLIT_WORK, fn, bytes_per_item)
+    if pool.alone():  # (its chunks would run here one after the other: the same bits whole)
+        fn(0, count)
+        return [(0, count)]
+    least = max(2, -(-BLAS_SMALL_MACS // max(1, macs_per_item)))  # items a chunk, at least
+    parts = max(1, min(pool.threads, count // least))
+    lead = 0
+    if parts > 1:
+        lead = max(0, min(round(GEMM_LEAD_MACS / max(1, macs_per_item)), count - parts * least))
+    bounds = lead_bounds(count, parts, lead)
+    pool.run(fn, bounds)
+    return bounds
+
+
+def lead_bounds(count, parts, lead):
+    """``chunk_bounds(count - lead, parts)`` with the first range ``lead`` longer: the first
+    chunk is the calling thread's (it takes the queue first)."""
+    bounds = chunk_bounds(count - lead, parts)
+    return [(0, bounds[0][1] + lead)] + [(start + lead, stop + lead)
+                                         for start, stop in bounds[1:]]
+
+
 def chunk_bounds(count, parts):
     """``parts`` contiguous ``(start, stop)`` ranges covering ``range(count)``, sizes within one."""
     base, extra = divmod(count, parts)

@@ -1,6 +1,9 @@
 """MatMul split over intra-op threads (issue 37): by rows of ``a``, or by columns of ``b``
 when ``a`` has few rows; the same values as numpy's ``a @ b`` (close: a GEMM's rounding may
-depend on the block it is given), with transposes, odd sizes and integer fallbacks."""
+depend on the block it is given), with transposes, odd sizes and integer fallbacks. These
+products are tiny, so ``BLAS_SMALL_MACS`` (no chunk below OpenBLAS's small-matrix size, where
+it rounds differently) is lifted to split them at all; ``test_matmul_lead_split.py`` checks
+the bits of real sizes."""
 import numpy as np
 import pytest
 
@@ -16,6 +19,7 @@ from asyncflow.exec import intra_op
 async def test_split_matmul_matches_numpy(m, k, n, transpose_a, transpose_b, threads,
                                           monkeypatch):
     monkeypatch.setattr(kernel_intra_op, "MIN_SPLIT_WORK", 0)
+    monkeypatch.setattr(kernel_intra_op, "BLAS_SMALL_MACS", 0)  # (tiny chunks, to split them)
     rng = np.random.default_rng(m * k + n)
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
@@ -35,6 +39,7 @@ async def test_split_matmul_matches_numpy(m, k, n, transpose_a, transpose_b, thr
 
 async def test_integer_matmul_is_not_split(monkeypatch):
     monkeypatch.setattr(kernel_intra_op, "MIN_SPLIT_WORK", 0)
+    monkeypatch.setattr(kernel_intra_op, "BLAS_SMALL_MACS", 0)  # (tiny chunks, to split them)
     a = np.arange(12, dtype=np.int32).reshape(3, 4)
     b = np.arange(8, dtype=np.int32).reshape(4, 2)
     with af.Graph().as_default():
@@ -52,6 +57,7 @@ async def test_a_wide_product_splits_by_columns_fused_or_not_with_the_same_bits(
     block of columns with its share of the bias: the unfused graph's bits, close to numpy."""
     from asyncflow.kernels import math as math_kernels
     monkeypatch.setattr(kernel_intra_op, "MIN_SPLIT_WORK", 0)
+    monkeypatch.setattr(kernel_intra_op, "BLAS_SMALL_MACS", 0)  # (tiny chunks, to split them)
     m, k, n = 6, 20, 6 * math_kernels.COLUMNS_FROM + 7
     rng = np.random.default_rng(5)
     a = rng.standard_normal((m, k)).astype(np.float32)
@@ -89,6 +95,7 @@ async def test_a_fused_sigmoid_with_overflowing_values_in_one_block_has_the_unfu
     kernel, seeing the whole output, took the masked one: up to 2 ulps apart)."""
     from asyncflow.kernels import math as math_kernels
     monkeypatch.setattr(kernel_intra_op, "MIN_SPLIT_WORK", 0)
+    monkeypatch.setattr(kernel_intra_op, "BLAS_SMALL_MACS", 0)  # (tiny chunks, to split them)
     m, k = (6, 20) if wide else (96, 20)
     n = 6 * math_kernels.COLUMNS_FROM + 7 if wide else 40
     rng = np.random.default_rng(7)
