@@ -111,3 +111,15 @@ async def test_a_call_longer_than_the_idle_timeout_is_answered_and_its_connectio
 async def _answer_of(stream, rpc: str, message):
     await stream.send_all(_call(rpc, message))
     return (await _answer(stream))[0]
+
+
+async def test_an_idle_timeout_of_zero_closes_a_connection_once_it_waits(autojump_clock):
+    limits = ConnectionLimits(header_timeout_s=1.0, body_timeout_s=1.0, idle_timeout_s=0.0)
+    async with open_http_server(FakeWorker(), connection_limits=limits) as server:
+        stream = await _connect(server.bare_path)
+        async with stream:
+            answered = trio.current_time()
+            with trio.fail_after(1.0):
+                closed = await _closed_at(stream)
+            assert closed - answered <= bare._MIN_SWEEP_S + 0.001
+        assert server._guard.timed_out == 1

@@ -79,6 +79,7 @@ LEND: Final = 1  # request flag: large reply segments may be lent (cross_memory)
 FRAME, ERROR, LENT = 0, 1, 2  # reply kinds
 _TOKEN_LENGTH: Final = struct.Struct("<I")
 _RECV: Final = 64 * 1024
+_MIN_SWEEP_S: Final = 0.01  # the idle sweep's shortest period (an idle timeout of 0 or near)
 _BROKEN: Final = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
 
@@ -238,8 +239,9 @@ class BareService:
     async def _sweep_idle(self, idle_timeout: float) -> None:
         """Close the connections that waited ``idle_timeout`` for their next call (at most a
         quarter of it late): one task for all of them, so that a call's wait for the next one
-        registers no deadline (two trio deadline changes a call). Ends with the server."""
-        period = idle_timeout / 4
+        registers no deadline (two trio deadline changes a call). Ends with the server.
+        (A sweep every quarter of the timeout, at most every :data:`_MIN_SWEEP_S`.)"""
+        period = max(idle_timeout / 4, _MIN_SWEEP_S)
         while True:
             await trio.sleep(period)
             now = trio.current_time()
