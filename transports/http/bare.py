@@ -31,7 +31,8 @@ spoken to over HTTP for a doubling back-off, then the bare socket is tried again
 
 The server keeps what the HTTP server enforces: the connection guard and its timeouts (idle,
 header, body; a client that reads no answer is dropped; the idle one by one sweep task for all
-connections, at most a quarter of it late, so that waiting for a call costs no deadline), the codec's frame limits (a frame over
+connections, at most a quarter of it or 10 ms late, so that waiting for a call costs no
+deadline), the codec's frame limits (a frame over
 ``max_frame_bytes`` is refused before a byte of it is read), one cancel scope per call that
 carries the call's deadline and is cancelled when the client leaves
 (:class:`~transports.http.disconnect.DisconnectMonitor`, the connection attached to it once, not
