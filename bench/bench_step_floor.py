@@ -129,6 +129,8 @@ async def _layers(calls, spec, pid):
             if suffix and channel.bare_calls == 0:
                 raise RuntimeError("the calls did not take the bare same-host protocol")
             channel._bare = not suffix
+            if suffix:  # (an idle bare connection would still be taken)
+                channel._bare_idle = []
             out["health" + suffix] = await _timed(channel.health, calls, pid)
             out["run_graph" + suffix] = await _timed(run_graph, calls, pid)
             out["session" + suffix] = await _timed(lambda: sess.run(doubled, {p: 1.0}), calls,

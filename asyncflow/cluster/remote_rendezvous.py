@@ -152,10 +152,17 @@ PUSH_TIMEOUT_S = 60.0
 _KEY_CACHE = 4096  # rendezvous keys a binding remembers as pushed or not
 
 
+_NUMERIC_SCALARS = frozenset(np.dtype(code).type for code in "?bhilqBHILQefdgFDG")  # (no str)
+
+
 def host_array(value):
     """``value`` as a host numpy array for the wire (a device array is copied to the host)."""
-    if type(value) is np.ndarray and value.dtype.kind not in "OSU":
-        return value  # what np.asarray below would return (most fetches)
+    kind = type(value)
+    if kind is np.ndarray:
+        if value.dtype.kind not in "OSU":
+            return value  # what np.asarray below would return (most fetches)
+    elif kind in _NUMERIC_SCALARS:  # a numpy scalar (an op on 0-d arrays): its 0-d array
+        return np.asarray(value)
     to_numpy = getattr(value, "get", None)
     if to_numpy is not None and not isinstance(value, np.ndarray):
         value = to_numpy()
@@ -240,14 +247,14 @@ class StepRendezvous:
         self._subscribed = {}     # remote key -> its _Pull, until its callback is called
         self.spawn = None         # spawn(async_fn, *args): a task of the step (the worker's)
         self._pulls_due = collections.deque()  # (pull, group) not yet taken by a pull task
-        self._idle = trio.lowlevel.ParkingLot()  # pull tasks waiting for the next pull
+        self._idle = None  # a ParkingLot of pull tasks waiting for the next pull, once one parks
         self._spare = False       # a pull task calls its callbacks: it takes one pull next
         self._error = None
         self.pulls = 0
         self.pull_requests = 0
         self._open_pushes = {}    # peer task -> _PushBatch whose task has not run yet
         self._pushing = 0         # push requests not yet answered
-        self._pushed_all = trio.lowlevel.ParkingLot()  # flush_pushes waits here
+        self._pushed_all = None  # a ParkingLot where flush_pushes waits, once it must
         self._push_error = None
         self._pushed_waiters = {}  # pushed remote key -> its _CheckedDelivery
         self._pushed_keys = None   # the keys peers pushed to this step (a set, once pushed)
@@ -304,12 +311,14 @@ class StepRendezvous:
             self.abort(error)
         finally:
             self._pushing -= 1
-            if not self._pushing:
+            if not self._pushing and self._pushed_all is not None:
                 self._pushed_all.unpark_all()
 
     async def flush_pushes(self):
         """Wait until every push of the step is answered; raises the first push's error."""
         while self._pushing or self._open_pushes:
+            if self._pushed_all is None:
+                self._pushed_all = trio.lowlevel.ParkingLot()
             await self._pushed_all.park()
         if self._push_error is not None:
             raise self._push_error
@@ -476,6 +485,8 @@ class StepRendezvous:
         while True:
             while self._pulls_due:
                 await self._pull(*self._pulls_due.popleft())
+            if self._idle is None:
+                self._idle = trio.lowlevel.ParkingLot()
             await self._idle.park()
 
     async def _pull(self, pull, group):
@@ -546,6 +557,11 @@ class StepRendezvous:
 
     def statistics(self):
         return self.local.statistics()
+
+    def settled(self):
+        """Nothing left in the step's rendezvous and nobody waiting in it (what
+        ``statistics()`` says with ``pending_sends == waiting_recvs == 0``, without the record)."""
+        return self.local.settled()
 
     def _is_local(self, key):
         return source_device(key) in self._local_devices

@@ -78,8 +78,7 @@ class StepRunning:
         return state
 
     def _maybe_done(self, state):
-        stats = state.rendezvous.statistics()
-        if state.ran and stats.pending_sends == 0 and stats.waiting_recvs == 0:
+        if state.ran and state.rendezvous.settled():
             self._drop(state.step_id, "finished", abort=False)
 
     def _feed_values(self, wg, entries):
@@ -161,8 +160,12 @@ class StepRunning:
             state.rendezvous.count_into(self.counters)
         self.counters.steps_run += 1
         self.status.step_done(request.step_id, time.perf_counter() - started, trace)
-        tensors = [TensorEntry(name, _host(value)) for name, value in zip(wg.fetch_names, values)]
-        self.counters.bytes_sent += sum(t.value.nbytes for t in tensors)
+        tensors, sent = [], 0
+        for name, value in zip(wg.fetch_names, values):
+            value = _host(value)
+            sent += value.nbytes
+            tensors.append(TensorEntry(name, value))
+        self.counters.bytes_sent += sent
         self._maybe_done(state)
         stats = StepStats([_node_stats(s) for s in trace]) if request.trace else None
         return RunGraphReply(tensors, stats)

@@ -215,6 +215,11 @@ class LocalRendezvous:
     def aborted(self):
         return self._error is not None
 
+    def settled(self):
+        """No value waiting for its Recv and no Recv waiting (``statistics()``'s
+        ``pending_sends == waiting_recvs == 0``, without building the record)."""
+        return not self._items and not self._waiters
+
     def statistics(self):
         return RendezvousStatistics(pending_sends=len(self._items),
                                     waiting_recvs=len(self._waiters), sends=self._sends,

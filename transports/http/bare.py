@@ -30,7 +30,9 @@ spoken to over HTTP for a doubling back-off, then the bare socket is tried again
   plain frame. One call at a time per connection; the client pools connections.
 
 The server keeps what the HTTP server enforces: the connection guard and its timeouts (idle,
-header, body; a client that reads no answer is dropped), the codec's frame limits (a frame over
+header, body; a client that reads no answer is dropped; the idle one by one sweep task for all
+connections, at most a quarter of it or 10 ms late, so that waiting for a call costs no
+deadline), the codec's frame limits (a frame over
 ``max_frame_bytes`` is refused before a byte of it is read), one cancel scope per call that
 carries the call's deadline and is cancelled when the client leaves
 (:class:`~transports.http.disconnect.DisconnectMonitor`, the connection attached to it once, not
@@ -78,6 +80,7 @@ LEND: Final = 1  # request flag: large reply segments may be lent (cross_memory)
 FRAME, ERROR, LENT = 0, 1, 2  # reply kinds
 _TOKEN_LENGTH: Final = struct.Struct("<I")
 _RECV: Final = 64 * 1024
+_MIN_SWEEP_S: Final = 0.01  # the idle sweep's shortest period (an idle timeout of 0 or near)
 _BROKEN: Final = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
 
@@ -130,22 +133,20 @@ class _Garbage(Exception):
 
 
 class _Connection(GuardedConnection):
-    __slots__ = ("pending",)
+    __slots__ = ("pending", "waiting")
 
     def __init__(self, stream: Any, now: float) -> None:
         super().__init__(stream, now)
         self.pending = b""  # received past the last call's request
+        self.waiting = False  # waiting for the next call (idle since ``idle_since``)
 
-    async def receive(self, deadline: float, eager: bool = True) -> bytes:
-        """The next bytes; b"" at EOF. Past ``deadline`` the connection's scope ends it.
-        ``eager=False``: wait first, where nothing can be there yet (a failed read costs a
-        syscall and an exception, ~2.4 us)."""
+    async def receive(self, deadline: float) -> bytes:
+        """The next bytes; b"" at EOF. Past ``deadline`` the connection's scope ends it."""
         sock = self.stream.socket
-        if eager:
-            try:  # what is there already costs no deadline and no scheduler pass
-                return os.read(sock.fileno(), _RECV)
-            except BlockingIOError:
-                pass
+        try:  # what is there already costs no deadline and no scheduler pass
+            return os.read(sock.fileno(), _RECV)
+        except BlockingIOError:
+            pass
         self.scope.deadline = deadline
         try:
             return await _read(sock)
@@ -203,6 +204,8 @@ class BareService:
     def __init__(self, server: Any) -> None:
         self._server = server
         self.calls = 0
+        self._open: set[_Connection] = set()  # connections past admission, not yet closed
+        self._sweeping = False  # the idle sweep's task runs (started with the first connection)
 
     async def serve_connection(self, stream: trio.SocketStream) -> None:
         server = self._server
@@ -211,6 +214,10 @@ class BareService:
         if server._closing or not guard.admit(conn):
             stream.socket.close()
             return
+        if not self._sweeping:
+            self._sweeping = True
+            server._connections.start_soon(self._sweep_idle, limits.idle_timeout_s)
+        self._open.add(conn)
         attached = False
         try:
             with conn.scope:
@@ -222,12 +229,26 @@ class BareService:
         except (*_BROKEN, PeerGone):
             pass  # the client went away
         finally:
+            self._open.discard(conn)
             if attached:
                 server._monitor.detach(stream.socket)
             if conn.scope.cancelled_caught and conn in guard.connections:
                 guard.timed_out += 1
             guard.closed(conn)
             stream.socket.close()
+
+    async def _sweep_idle(self, idle_timeout: float) -> None:
+        """Close the connections that waited ``idle_timeout`` for their next call (at most a
+        quarter of it late): one task for all of them, so that a call's wait for the next one
+        registers no deadline (two trio deadline changes a call). Ends with the server.
+        (A sweep every quarter of the timeout, at most every :data:`_MIN_SWEEP_S`.)"""
+        period = max(idle_timeout / 4, _MIN_SWEEP_S)
+        while True:
+            await trio.sleep(period)
+            now = trio.current_time()
+            for conn in list(self._open):
+                if conn.waiting and now - conn.idle_since >= idle_timeout:
+                    conn.scope.cancel()  # (counted as timed out where the connection ends)
 
     async def _handshake(self, conn: _Connection, timeout: float) -> bool:
         deadline = trio.current_time() + timeout  # the whole handshake, from the connection
@@ -251,8 +272,11 @@ class BareService:
         server = self._server
         conn.idle_since = trio.current_time()
         if not conn.pending:  # (one call at a time: the client is still reading our answer)
-            conn.pending = await conn.receive(conn.idle_since + limits.idle_timeout_s,
-                                              eager=False)
+            conn.waiting = True  # until the idle timeout: ``_sweep_idle`` closes it then
+            try:  # (waited for first: nothing can be there yet)
+                conn.pending = await _read(conn.stream.socket)
+            finally:
+                conn.waiting = False
             if not conn.pending:
                 return False  # the client closed an idle connection
         pending = conn.pending
