@@ -467,7 +467,16 @@ class BareConnection:
     async def call(self, rpc_index: int, buffers: list | None, timeout: float, lend: bool,
                    limits: Limits) -> tuple[Message, bool | None]:
         """Send one request and read its answer: (the reply, whether it was lent: True copied,
-        False refused, None not lent)."""
+        False refused, None not lent).
+
+        Raises:
+            RemoteProtocolError: also before anything is sent, when bytes no call asked for
+                came after the last answer (a connection left so is not pooled: the client's
+                ``_bare_call``); they are never taken for this call's answer.
+        """
+        if self.pending:
+            raise RemoteProtocolError(f"{len(self.pending)} bytes arrived after the last answer "
+                                      "and before this call's request (an answer to no call)")
         self.next_id = call_id = (self.next_id + 1) & 0xFFFF_FFFF
         self.answered = False
         size = 0 if buffers is None else frame_size(buffers)
@@ -551,8 +560,9 @@ class BareConnection:
         return n
 
     async def _read_frame(self, decoder: Decoder, length: int, limits: Limits) -> None:
-        if length > limits.max_frame_bytes:
-            raise RemoteProtocolError(f"answer of {length} bytes exceeds the frame limit")
+        if not 0 < length <= limits.max_frame_bytes:  # (an empty one: the decoder's end)
+            raise RemoteProtocolError(f"answer of {length} bytes: a frame of 1 to "
+                                      f"{limits.max_frame_bytes} bytes is due")
         if length <= len(self.pending):  # here whole (a small answer): decoded at once
             decoder.receive_data(memoryview(self.pending)[:length])
             self.pending = self.pending[length:]
