@@ -259,3 +259,28 @@ async def test_a_call_cancelled_with_half_an_answer_read_closes_its_connection()
             assert cancelled == [True] and channel._bare_idle == []
             assert (await channel.health()).incarnation == 7
             assert len(channel._bare_idle) == 1
+
+
+@pytest.mark.parametrize("cut", [bare.REPLY.size - 3, bare.REPLY.size + 20])
+async def test_a_connection_whose_call_was_cancelled_midway_carries_no_other(cut):
+    """Cancelled with part of its answer read (the head still gathering, or the frame in the
+    decoder), a connection refuses the next call before its request goes out, even once the
+    rest of the old answer has arrived; the client closes such a connection anyway."""
+    frame = _frame(RunGraphReply([TensorEntry(f"midway_{cut}:0", np.arange(64.0))]))
+    answer = bare.REPLY.pack(len(frame), 1, bare.FRAME, 0) + frame
+    ours, theirs = socket.socketpair()
+    with ours, theirs, trio.fail_after(GENEROUS):
+        connection = _connection(ours)
+        theirs.sendall(answer[:cut])
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(connection.call, _HEALTH, None, 5.0, False,
+                                   wire.DEFAULT_LIMITS)
+                await trio.testing.wait_all_tasks_blocked()
+                scope.cancel()
+        assert scope.cancelled_caught and connection.answered
+        theirs.sendall(answer[cut:])
+        with pytest.raises(wire.LocalProtocolError, match="ended midway"):
+            await connection.call(_HEALTH, None, 5.0, False, wire.DEFAULT_LIMITS)
+        theirs.setblocking(False)
+        assert len(theirs.recv(1 << 16)) == bare.REQUEST.size  # the first request alone
