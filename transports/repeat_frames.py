@@ -163,13 +163,15 @@ _UINTS: Final = ((1 << 8, b"\xcc", 1), (1 << 16, b"\xcd", 2), (1 << 32, b"\xce",
 
 
 def _uint(value: int) -> bytes:
-    """msgpack's encoding of ``0 <= value < 2**64`` (its smallest form, as ``packb``'s)."""
-    if value < 128:
-        return bytes((value,))
-    for bound, marker, width in _UINTS:
-        if value < bound:
-            return marker + value.to_bytes(width, "big")
-    raise ValueError(f"{value} does not fit 64 bits")
+    """msgpack's encoding of an int ``0 <= value < 2**64`` (its smallest form, as ``packb``'s);
+    ValueError for anything else (a negative int, a bool: bytes msgpack would not write)."""
+    if type(value) is int and value >= 0:
+        if value < 128:
+            return bytes((value,))
+        for bound, marker, width in _UINTS:
+            if value < bound:
+                return marker + value.to_bytes(width, "big")
+    raise ValueError(f"id {value!r:.40} is not an int from 0 to 2**64 - 1 (a msgpack uint)")
 
 
 def learn(message: Any, limits: Any, checksums: bool, payload: dict, descriptors: list,

@@ -549,10 +549,14 @@ def describe_entry(entry: TensorEntry, limits: Limits) -> tuple[dict, memoryview
 # payload's immutable values (scalars, frozen records of scalars) and the descriptors, which
 # nothing writes to; a payload that also holds lists or maps of such values (a HealthReply's
 # devices and cluster) is kept with the names of those fields, and every message decoded from
-# it gets its own copies of them (:func:`validated`). Any other payload is not kept.
+# it gets its own copies of them (:func:`validated`), when those lists and maps hold at most
+# :data:`_COPIED_VALUES` items and entries in all: a byte of msgpack can be a 64-byte map, so
+# without that bound 256 kept headers of 2 KiB could hold ~34 MiB (and a nesting as deep as
+# the limits allow would overflow the copy's recursion). Any other payload is not kept.
 VALIDATED_HEADERS: dict = {}
 _CACHED_HEADERS: Final = 256  # cleared when full: a bound, not an LRU
 CACHED_HEADER_BYTES: Final = 2048
+_COPIED_VALUES: Final = 64  # a Health reply's devices and a cluster of a few dozen tasks
 _SCALARS: Final = (str, int, float, bytes)
 _FROZEN_RECORDS: Final = frozenset(t for t in RECORD_TYPES
                                    if t.__dataclass_params__.frozen)  # type: ignore[attr-defined]
@@ -567,14 +571,25 @@ def _immutable(value: Any) -> bool:
     return False
 
 
-def _copyable(value: Any) -> bool:
-    """Immutable, or a list or a str-keyed map of copyable values."""
-    kind = type(value)
-    if kind is list:
-        return all(_copyable(item) for item in value)
-    if kind is dict:
-        return all(type(k) is str and _copyable(v) for k, v in value.items())
-    return _immutable(value)
+def _copyable(values: list) -> bool:
+    """Each of ``values`` immutable, or a list or a str-keyed map of such values, holding
+    :data:`_COPIED_VALUES` items and entries at most in all (so also nesting no deeper)."""
+    stack, left = list(values), _COPIED_VALUES
+    while stack:
+        value = stack.pop()
+        kind = type(value)
+        if kind is list or kind is dict:
+            left -= len(value)
+            if left < 0:
+                return False
+            if kind is dict:
+                if not all(type(k) is str for k in value):
+                    return False
+                value = value.values()
+            stack.extend(value)
+        elif not _immutable(value):
+            return False
+    return True
 
 
 def _fresh(value: Any) -> Any:
@@ -593,7 +608,7 @@ def remember_header(key: tuple, parsed: tuple) -> None:
     schema, payload, plans = parsed
     copied = tuple(name for name, value in payload.items() if not _immutable(value))
     if copied:
-        if not all(_copyable(payload[name]) for name in copied):
+        if not _copyable([payload[name] for name in copied]):
             return
         payload = dict(payload)  # (the message just decoded owns the parsed lists and maps)
         for name in copied:

@@ -1,6 +1,7 @@
 """A repeated step's frames from a kept template (``transports/repeat_frames.py``): encoded to
 exactly the bytes a full encode gives, whatever changes between messages, and decoded in one
 pass only where every check holds (anything else falls back to the full decoder)."""
+import msgpack
 import numpy as np
 import pytest
 
@@ -120,6 +121,23 @@ def test_ids_a_template_cannot_carry_are_encoded_or_refused_in_full():
         frame = _bytes(wire.encode(message, LIMITS))
         assert frame == _full(message)
         assert wire.decode(frame, LIMITS).request_id == message.request_id
+
+
+@pytest.mark.parametrize("width", [0, 1, 2, 4, 8])
+def test_an_id_is_written_as_msgpack_writes_it_in_every_width(width):
+    """``_uint`` (a template's ids without a Packer): msgpack's own bytes at each width's
+    bounds, one past them and at seeded values between; anything else refused by name."""
+    low, high = {0: (0, 127), 1: (128, 255), 2: (256, 2**16 - 1), 4: (2**16, 2**32 - 1),
+                 8: (2**32, 2**64 - 1)}[width]
+    rng = np.random.default_rng(width)
+    values = [low, low + 1, high - 1, high, *(int(low + (high - low) * f)
+                                              for f in rng.random(64))]
+    for value in values:
+        assert repeat_frames._uint(value) == msgpack.packb(value), value
+        assert len(repeat_frames._uint(value)) == 1 + width
+    for wrong in (-1, -128, -2**63, 2**64, 2**70, True, False, 1.0, 128.0):
+        with pytest.raises(ValueError, match=r"not an int from 0 to 2\*\*64 - 1"):
+            repeat_frames._uint(wrong)
 
 
 def test_messages_with_records_or_floats_keep_no_template():

@@ -476,7 +476,7 @@ class BareConnection:
     """A client connection that passed the handshake; one call at a time."""
 
     __slots__ = ("stream", "sock", "peer", "bulk", "pending", "next_id", "reused", "answered",
-                 "_lent_size")
+                 "midway", "_lent_size")
 
     def __init__(self, stream: trio.SocketStream) -> None:
         self.stream, self.sock = stream, stream.socket
@@ -486,12 +486,28 @@ class BareConnection:
         self.next_id = 0
         self.reused = False  # it carried a complete call before this one
         self.answered = False  # a byte of this call's answer has arrived
+        self.midway = False  # a call began and has not returned its reply (cancelled, failed)
         self._lent_size = 0
 
     async def call(self, rpc_index: int, buffers: list | None, timeout: float, lend: bool,
                    limits: Limits) -> tuple[Message, bool | None]:
         """Send one request and read its answer: (the reply, whether it was lent: True copied,
-        False refused, None not lent)."""
+        False refused, None not lent).
+
+        Raises:
+            RemoteProtocolError: also before anything is sent, when bytes no call asked for
+                came after the last answer (a connection left so is not pooled: the client's
+                ``_bare_call``); they are never taken for this call's answer.
+            LocalProtocolError: the last call on this connection ended midway (cancelled or
+                failed: the rest of its answer may still come); nothing is sent.
+        """
+        if self.midway:
+            raise LocalProtocolError("the last call on this connection ended midway (cancelled "
+                                     "or failed): it carries no other call")
+        if self.pending:
+            raise RemoteProtocolError(f"{len(self.pending)} bytes arrived after the last answer "
+                                      "and before this call's request (an answer to no call)")
+        self.midway = True
         self.next_id = call_id = (self.next_id + 1) & 0xFFFF_FFFF
         self.answered = False
         size = 0 if buffers is None else frame_size(buffers)
@@ -524,6 +540,7 @@ class BareConnection:
                 if (kind == ERROR) != isinstance(message, ErrorReply):
                     raise RemoteProtocolError(f"answer of kind {kind} holds a "
                                               f"{type(message).__name__}")
+                self.midway = False
                 return message, None
         if start:
             self.pending = pending[start:]
@@ -541,6 +558,7 @@ class BareConnection:
         message = the_frame(decoder, "answer", length)
         if (kind == ERROR) != isinstance(message, ErrorReply):
             raise RemoteProtocolError(f"answer of kind {kind} holds a {type(message).__name__}")
+        self.midway = False
         return message, lent
 
     async def _fill(self, eager: bool = True) -> None:
@@ -575,8 +593,9 @@ class BareConnection:
         return n
 
     async def _read_frame(self, decoder: Decoder, length: int, limits: Limits) -> None:
-        if length > limits.max_frame_bytes:
-            raise RemoteProtocolError(f"answer of {length} bytes exceeds the frame limit")
+        if not 0 < length <= limits.max_frame_bytes:  # (an empty one: the decoder's end)
+            raise RemoteProtocolError(f"answer of {length} bytes: a frame of 1 to "
+                                      f"{limits.max_frame_bytes} bytes is due")
         if length <= len(self.pending):  # here whole (a small answer): decoded at once
             decoder.receive_data(memoryview(self.pending)[:length])
             self.pending = self.pending[length:]

@@ -256,8 +256,8 @@ class TrioHttpChannel(Channel):
                 self.lent_replies += lent
                 self.lent_refused += not lent
                 self._lend = self._lend and lent
-            self.bare_calls += 1
-            if not self._closed and len(self._bare_idle) < _MAX_IDLE:  # (``_pool``, inline)
+            self.bare_calls += 1  # (bytes after the answer: a broken peer, not pooled)
+            if not conn.pending and not self._closed and len(self._bare_idle) < _MAX_IDLE:
                 conn.reused = True
                 self._bare_idle.append(conn)
             else:
