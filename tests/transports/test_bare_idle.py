@@ -196,7 +196,7 @@ async def test_the_sweep_sleeps_while_no_connection_waits_for_a_call(autojump_cl
         await trio.sleep(100 * IDLE)  # an idle server does not wake
         assert server._bare.sweeps == sweeps
         busy = await _connect(server.bare_path)
-        async with busy:  # a connection whose call waits (its deadline: 3600 s + grace, the only one)
+        async with busy:  # a connection whose call waits (its deadline, 3600 s + grace, alone)
             await busy.send_all(_call("recv_tensors", wire.RecvTensors(1, ["x"])))
             await trio.testing.wait_all_tasks_blocked()
             assert worker.waiting == 1

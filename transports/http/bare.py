@@ -30,19 +30,15 @@ spoken to over HTTP for a doubling back-off, then the bare socket is tried again
   plain frame. One call at a time per connection; the client pools connections.
 
 The server keeps what the HTTP server enforces: the connection guard and its timeouts (idle,
-header, body; a client that reads no answer is dropped; the idle one by one sweep task for all
-connections, so that waiting for a call costs no deadline: it sleeps until the earliest
-connection waiting for a call can expire, at most every quarter of the timeout or 10 ms, and
-not at all while none waits; it wakes a waiting task with ``ClosedResourceError``
-(``trio.lowlevel.notify_closing``), so a call whose bytes woke the task first is served whole),
-the codec's frame limits (a frame over
-``max_frame_bytes`` is refused before a byte of it is read), one cancel scope per call that
-carries the call's deadline and is cancelled when the client leaves
+header, body; a client that reads no answer is dropped; the idle one by one sweep task, so that
+waiting for a call costs no deadline: see ``BareService._sweep_idle``), the codec's frame
+limits (a frame over ``max_frame_bytes`` is refused before a byte of it is read), one cancel
+scope per call that carries the call's deadline and is cancelled when the client leaves
 (:class:`~transports.http.disconnect.DisconnectMonitor`, the connection attached to it once, not
-per call) or the server closes, and the same
-counters (requests by route and status, bytes, in flight; ``same_host_calls`` counts these
-calls). Garbage (a wrong magic, a bad header, an unknown rpc, a broken frame) gets an
-``ErrorReply`` where the connection can still be read, and is closed; the server serves on.
+per call) or the server closes, and the same counters (requests by route and status, bytes,
+in flight; ``same_host_calls`` counts these calls). Garbage (a wrong magic, a bad header, an
+unknown rpc, a broken frame) gets an ``ErrorReply`` where the connection can still be read, and
+is closed; the server serves on.
 
 Nothing here knows about asyncflow.
 """
@@ -247,12 +243,13 @@ class BareService:
         all of them, so that a call's wait for the next one registers no deadline (two trio
         deadline changes a call). Ends with the server.
 
-        It sleeps until the earliest expiry of a connection waiting now, but at most every
-        :data:`_MIN_SWEEP_S` or quarter of the timeout (so a connection is closed less than
-        that late, and thousands of connections cost one pass each such period, not one per
-        connection); while none waits it parks until one does (an idle or busy server is not
-        woken). A connection is closed by waking its task's read with ``ClosedResourceError``:
-        a task already woken by a call's bytes is not waiting any more and serves the call."""
+        It sleeps until the earliest expiry of a connection waiting now, but no more often than
+        every quarter of the timeout, :data:`_MIN_SWEEP_S` at least (so a connection is closed
+        less than that late, and thousands of connections cost one pass each such period, not
+        one per connection); while none waits it parks until one does (an idle or busy server
+        is not woken). A connection is closed by waking its task's read with
+        ``ClosedResourceError`` (``notify_closing``): a task already woken by a call's bytes is
+        not waiting any more and serves the call."""
         period = max(idle_timeout / 4, _MIN_SWEEP_S)
         while True:
             self.sweeps += 1
