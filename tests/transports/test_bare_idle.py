@@ -2,7 +2,9 @@
 (``BareService._sweep_idle``): a connection that waits for its next call is closed between the
 idle timeout and a quarter past it, counted as timed out; a call that runs longer than the idle
 timeout is answered, its connection kept; each connection's idle time counts from its own last
-answer. Real Unix sockets, trio's autojump clock.
+answer; a call whose bytes arrive as the sweep closes its connection is answered whole or never
+run; the sweep sets no deadline while no connection waits for a call. Real Unix sockets, trio's
+autojump clock.
 """
 
 from __future__ import annotations
