@@ -30,16 +30,15 @@ spoken to over HTTP for a doubling back-off, then the bare socket is tried again
   plain frame. One call at a time per connection; the client pools connections.
 
 The server keeps what the HTTP server enforces: the connection guard and its timeouts (idle,
-header, body; a client that reads no answer is dropped; the idle one by one sweep task for all
-connections, at most a quarter of it or 10 ms late, so that waiting for a call costs no
-deadline), the codec's frame limits (a frame over
-``max_frame_bytes`` is refused before a byte of it is read), one cancel scope per call that
-carries the call's deadline and is cancelled when the client leaves
+header, body; a client that reads no answer is dropped; the idle one by one sweep task, so that
+waiting for a call costs no deadline: see ``BareService._sweep_idle``), the codec's frame
+limits (a frame over ``max_frame_bytes`` is refused before a byte of it is read), one cancel
+scope per call that carries the call's deadline and is cancelled when the client leaves
 (:class:`~transports.http.disconnect.DisconnectMonitor`, the connection attached to it once, not
-per call) or the server closes, and the same
-counters (requests by route and status, bytes, in flight; ``same_host_calls`` counts these
-calls). Garbage (a wrong magic, a bad header, an unknown rpc, a broken frame) gets an
-``ErrorReply`` where the connection can still be read, and is closed; the server serves on.
+per call) or the server closes, and the same counters (requests by route and status, bytes,
+in flight; ``same_host_calls`` counts these calls). Garbage (a wrong magic, a bad header, an
+unknown rpc, a broken frame) gets an ``ErrorReply`` where the connection can still be read, and
+is closed; the server serves on.
 
 Nothing here knows about asyncflow.
 """
@@ -206,6 +205,8 @@ class BareService:
         self.calls = 0
         self._open: set[_Connection] = set()  # connections past admission, not yet closed
         self._sweeping = False  # the idle sweep's task runs (started with the first connection)
+        self._sweep_wake: trio.Event | None = None  # set when the parked sweep must look again
+        self.sweeps = 0  # times the idle sweep looked at the connections
 
     async def serve_connection(self, stream: trio.SocketStream) -> None:
         server = self._server
@@ -214,7 +215,7 @@ class BareService:
         if server._closing or not guard.admit(conn):
             stream.socket.close()
             return
-        if not self._sweeping:
+        if not self._sweeping and limits.idle_timeout_s < math.inf:
             self._sweeping = True
             server._connections.start_soon(self._sweep_idle, limits.idle_timeout_s)
         self._open.add(conn)
@@ -238,17 +239,34 @@ class BareService:
             stream.socket.close()
 
     async def _sweep_idle(self, idle_timeout: float) -> None:
-        """Close the connections that waited ``idle_timeout`` for their next call (at most a
-        quarter of it late): one task for all of them, so that a call's wait for the next one
-        registers no deadline (two trio deadline changes a call). Ends with the server.
-        (A sweep every quarter of the timeout, at most every :data:`_MIN_SWEEP_S`.)"""
+        """Close the connections that waited ``idle_timeout`` for their next call: one task for
+        all of them, so that a call's wait for the next one registers no deadline (two trio
+        deadline changes a call). Ends with the server.
+
+        It sleeps until the earliest expiry of a connection waiting now, but no more often than
+        every quarter of the timeout, :data:`_MIN_SWEEP_S` at least (so a connection is closed
+        less than that late, and thousands of connections cost one pass each such period, not
+        one per connection); while none waits it parks until one does (an idle or busy server
+        is not woken). A connection is closed by waking its task's read with
+        ``ClosedResourceError`` (``notify_closing``): a task already woken by a call's bytes is
+        not waiting any more and serves the call."""
         period = max(idle_timeout / 4, _MIN_SWEEP_S)
         while True:
-            await trio.sleep(period)
+            self.sweeps += 1
             now = trio.current_time()
-            for conn in list(self._open):
-                if conn.waiting and now - conn.idle_since >= idle_timeout:
-                    conn.scope.cancel()  # (counted as timed out where the connection ends)
+            earliest = math.inf
+            for conn in self._open:  # (no checkpoint in this loop: the set cannot change)
+                if conn.waiting:
+                    expiry = conn.idle_since + idle_timeout
+                    if expiry <= now:
+                        trio.lowlevel.notify_closing(conn.stream.socket)
+                    elif expiry < earliest:
+                        earliest = expiry
+            if earliest == math.inf:  # none waits: until one does
+                self._sweep_wake = wake = trio.Event()
+                await wake.wait()
+            else:
+                await trio.sleep_until(max(earliest, now + period))
 
     async def _handshake(self, conn: _Connection, timeout: float) -> bool:
         deadline = trio.current_time() + timeout  # the whole handshake, from the connection
@@ -273,8 +291,16 @@ class BareService:
         conn.idle_since = trio.current_time()
         if not conn.pending:  # (one call at a time: the client is still reading our answer)
             conn.waiting = True  # until the idle timeout: ``_sweep_idle`` closes it then
+            wake = self._sweep_wake
+            if wake is not None:  # the sweep is parked: this connection can expire
+                self._sweep_wake = None
+                wake.set()
             try:  # (waited for first: nothing can be there yet)
                 conn.pending = await _read(conn.stream.socket)
+            except trio.ClosedResourceError:  # the sweep: idle for the idle timeout
+                if conn in server._guard.connections:
+                    server._guard.timed_out += 1
+                return False
             finally:
                 conn.waiting = False
             if not conn.pending:
