@@ -453,3 +453,56 @@ async def test_a_preload_that_fails_on_a_worker_fails_its_registration_naming_th
                 assert "Conv2D 'convolved'" in info.value.message, info.value.message
                 assert len(tries) == attempt
         nursery.cancel_scope.cancel()
+
+
+
+async def test_concurrent_first_steps_each_load_and_a_cancelled_one_finishes_its_load(
+        cpu_only, monkeypatch):
+    """A first step cancelled while its load runs on the worker thread: the load finishes
+    (trio's worker threads are not abandoned) and counts, the flag is cleared, and no later
+    step loads again (never retried, never half done). Two first steps of another compiled run at once: each runs the
+    (idempotent) load on a worker thread before its kernels; both compute, the flag ends
+    cleared."""
+    import trio
+    monkeypatch.setattr(nn_conv_fft, "_fft", None)
+    monkeypatch.setattr(nn_conv_fft, "FORCE", "fft")
+    loads, real, scope = [], nn_conv_fft._load_fft, trio.CancelScope()
+
+    def load(ctx):  # (the kernels call it too, on the loop's thread: not counted)
+        if threading.current_thread() is not threading.main_thread():
+            loads.append(ctx)
+            if len(loads) == 1:
+                trio.from_thread.run_sync(scope.cancel)  # the step's caller gives up now
+        return real(ctx)
+
+    monkeypatch.setattr(nn_conv_fft, "_load_fft", load)
+    rng = np.random.default_rng(0)
+    with af.Graph().as_default(), af.device("/cpu:0"):
+        x = af.placeholder(af.float32, [None, None, None, 1])
+        w = af.constant(rng.standard_normal([3, 3, 1, 1]).astype(np.float32))
+        y = af.nn.conv2d(x, w, strides=[1, 1, 1, 1], padding="SAME")
+        value = rng.standard_normal([1, 11, 11, 1]).astype(np.float32)  # (a graph of its own)
+        async with af.Session() as session:
+            request = session.prepare(y, {x: value})
+            assert request.compiled.preloading
+            with scope:  # (it may still end: an inline run reaches no checkpoint after it)
+                await session.run(y, {x: value})
+            assert scope.cancel_called and len(loads) == 1
+            assert not request.compiled.preloading
+            first = await session.run(y, {x: value})
+            assert len(loads) == 1
+            monkeypatch.setattr(nn_conv_fft, "_fft", None)  # (for the second compiled run)
+            z = y * 2.0
+            other = session.prepare(z, {x: value})
+            assert other.compiled.preloading
+            results = []
+
+            async def step():
+                results.append(await session.run(z, {x: value}))
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(2):
+                    nursery.start_soon(step)
+            assert len(loads) == 3 and not other.compiled.preloading
+            np.testing.assert_array_equal(results[0], first * 2.0)
+            np.testing.assert_array_equal(results[1], first * 2.0)
