@@ -460,9 +460,9 @@ async def test_concurrent_first_steps_each_load_and_a_cancelled_one_finishes_its
         cpu_only, monkeypatch):
     """A first step cancelled while its load runs on the worker thread: the load finishes
     (trio's worker threads are not abandoned) and counts, the flag is cleared, and no later
-    step loads again (never retried, never half done). Two first steps of another compiled run at once: each runs the
-    (idempotent) load on a worker thread before its kernels; both compute, the flag ends
-    cleared."""
+    step loads again (never retried, never half done). Two first steps of another compiled
+    run at once: each runs the (idempotent) load on a worker thread before its kernels; both
+    compute, the flag ends cleared."""
     import trio
     monkeypatch.setattr(nn_conv_fft, "_fft", None)
     monkeypatch.setattr(nn_conv_fft, "FORCE", "fft")
