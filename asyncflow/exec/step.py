@@ -78,8 +78,9 @@ async def preload(compiled, offload=None):
     worker threads), then empty them and clear ``compiled.preloading``: called before a
     compiled run's first step. A load's exception fails the step as the node's kernel's
     would, an OpError naming the node (``errors.located``); that plan's Preloads and the flag
-    stay pending, so the next step tries them again (loads are idempotent). A cancel leaves
-    them pending too."""
+    stay pending, so the next step tries them again (loads are idempotent). A cancel waits
+    for a load on trio's worker thread (which then counts); one that abandons its thread
+    (asyncio's offload) leaves the Preloads pending."""
     for plan in compiled.plans:
         for node in plan.preloads:
             try:
