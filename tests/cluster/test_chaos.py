@@ -225,8 +225,12 @@ class Cluster:
                       "worker1": WorkerProcess(self.spec, "worker", 1, cwd=directory)}
 
     def start(self):
-        for proc in self.procs.values():
-            proc.start()
+        try:
+            for proc in self.procs.values():
+                proc.start()
+        except BaseException:  # (a port taken meanwhile): none of them outlives the test
+            self.close()
+            raise
         return self
 
     def close(self):
@@ -443,11 +447,11 @@ async def test_frozen_worker_is_declared_dead_and_a_restarted_one_is_recognised(
     ports = free_ports(2)
     spec = {"worker": [f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}"]}
     procs = [WorkerProcess(spec, "worker", i) for i in range(2)]
-    for proc in procs:
-        await trio.to_thread.run_sync(proc.start)
     interval, dead_after = 0.5, 2.0
     config = af.SessionConfig(health_check_interval_s=interval, worker_dead_after_s=dead_after)
     try:
+        for proc in procs:
+            await trio.to_thread.run_sync(proc.start)
         with af.Graph().as_default():
             with af.device("/job:worker/task:0"):
                 v = af.Variable(np.arange(4, dtype=np.float32), name="v")
