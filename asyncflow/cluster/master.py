@@ -20,7 +20,8 @@ Theory of operation (paper §3.3; docs/distributed.md):
   RunGraph of the task that reads them; fetches come back in the replies. Control edges that
   order nothing are not carried (``control_edges.py``, at compile): waiting for every RunGraph
   covers them. A health watchdog (``step_watchdog.py``) starts once a step outlives
-  ``health_check_interval_s``; a session closed as it declares a task dead: the first decides.
+  ``health_check_interval_s``; a session closed as a step fails (the watchdog declares a task
+  dead, a task's error): the first decides.
   On the first failure the master sends AbortStep everywhere,
   gives the other RunGraphs a moment to report, then cancels them, and raises the first
   root-cause error (errors the worker marked ``derived`` lose to it). A transport failure is
@@ -460,6 +461,7 @@ class _StepDriver:
         self.watchdog_scope = None  # made when the watchdog starts (most steps never need it)
         self.entered = None     # the caller's entered scope, a one-task step's call scope
         self.cancelled_own = False  # this driver cancelled a call (its failure recorded)
+        self.failed_before_close = False  # a failure recorded before the master's close began
 
     async def run(self):
         """Each RunGraph but the last of the start order from a task of its own, sent in order
@@ -487,8 +489,9 @@ class _StepDriver:
                 with trio.CancelScope(shield=True):
                     await self._abort("CANCELLED", f"step {self.step_id} was cancelled by the "
                                       "client" if not self.failures else self._root().message)
-                if self.cancelled_own and self.master.closing and _cancelled(sys.exc_info()[1]):
-                    raise self._root(take=True)  # its cancel came before the close's
+                if (self.failed_before_close and self.master.closing
+                        and _cancelled(sys.exc_info()[1])):
+                    raise self._root(take=True)  # the failure came before the close's cancel
         if self.failures:
             raise self._root(take=True)
         return [self.results[i][p] for i, p in self.run_.fetch_routes]
@@ -598,6 +601,7 @@ class _StepDriver:
 
     async def _failed(self, error, dead_task=None):
         self.failures.append((_rdv.is_derived(error), error))
+        self.failed_before_close |= not self.master.closing  # (the first decides)
         if dead_task is not None:  # nothing to wait for there, nobody to tell
             self.dead.add(dead_task)
             scope = self.call_scopes.get(dead_task)

@@ -12,6 +12,8 @@ declaring a task dead at the same moment (both before the step's task runs again
 step as the first of them says. The watchdog's cancel is the driver's own only while the
 master is not closing (``driver.cancel_call``); a close that began first wins, so the step
 fails with the closed session's CancelledError, as any step in flight when its session closes.
+A verdict that came first keeps its error, as does any failure the driver recorded before the
+close began (``driver.failed_before_close``: a task's error while another's call waits).
 """
 from __future__ import annotations
 

@@ -212,11 +212,11 @@ class WorkerService(StepRunning, PushAcceptance):
             else:
                 graph, feeds, fetches, ops, compiled = await trio.to_thread.run_sync(
                     self._build, request.graph, options, limiter=self._registrations)
-        except errors.OpError as exc:
+            await preload(compiled)  # (scipy.fft for an FFT convolution: off the loop)
+        except errors.OpError as exc:  # (also a Preload's, naming its node)
             raise _rdv.remote_call_error(exc, f"RegisterGraph: {exc.message}") from None
         except (ValueError, TypeError, KeyError) as exc:
             _fail("INVALID_ARGUMENT", f"RegisterGraph: malformed graph: {type(exc).__name__}: {exc}")
-        await preload(compiled)  # (scipy.fft for an FFT convolution: off the loop)
         handle = f"{request.session_handle or 'graph'}/{next(self._handles)}/{secrets.token_hex(4)}"
         peers = dict(options.peers)
         declarations, batchable = self._declarations(graph, options)

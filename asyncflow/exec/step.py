@@ -8,6 +8,7 @@ import time
 
 import trio
 
+from asyncflow import errors
 from asyncflow.exec import timeslice
 from asyncflow.exec.options import NodeStats
 
@@ -75,10 +76,17 @@ async def preload(compiled, offload=None):
     """Run the ``Preload``s of ``compiled``'s plans (``ExecutionPlan.preloads``: one-time work
     such as an import that would block the event loop) through ``offload`` (default: trio's
     worker threads), then empty them and clear ``compiled.preloading``: called before a
-    compiled run's first step."""
+    compiled run's first step. A load's exception fails the step as the node's kernel's
+    would, an OpError naming the node (``errors.located``); that plan's Preloads and the flag
+    stay pending, so the next step tries them again (loads are idempotent). A cancel waits
+    for a load on trio's worker thread (which then counts); one that abandons its thread
+    (asyncio's offload) leaves the Preloads pending."""
     for plan in compiled.plans:
         for node in plan.preloads:
-            await (offload or offloaded)(_Preloading(node), ())
+            try:
+                await (offload or offloaded)(_Preloading(node), ())
+            except Exception as exc:  # noqa: BLE001 - (Cancelled and asyncio's are not)
+                raise errors.located(exc, node.op, plan.device.name) from exc
         plan.preloads = ()
     compiled.preloading = False
 

@@ -49,9 +49,14 @@ class WorkerProcesses:
                 env={**os.environ, **ONE_BLAS_THREAD, **(env or {})})
             self.procs[(job, index)] = proc
         deadline = time.monotonic() + LISTEN_DEADLINE_S
-        for key, proc in self.procs.items():
-            if key in tasks:
-                lines[key] = self._wait_listening(proc, deadline, key)
+        try:
+            for key, proc in self.procs.items():
+                if key in tasks:
+                    lines[key] = self._wait_listening(proc, deadline, key)
+        except BaseException:  # (a port taken meanwhile): none of them outlives the test
+            for key in tasks:
+                self.kill(*key)
+            raise
         return lines
 
     @staticmethod
@@ -70,7 +75,8 @@ class WorkerProcesses:
 
     def kill(self, job, index):
         proc = self.procs.pop((job, index))
-        proc.kill()
+        if proc.poll() is None:
+            proc.kill()
         proc.wait()
 
     def stop_all(self):

@@ -54,6 +54,7 @@ class WorkerProcess:
         self.env.setdefault("PYTHONUNBUFFERED", "1")
         self.proc = None
         self.address = None
+        self.spawned_at = None   # perf_counter() just before the process was spawned
         self.started_at = None   # perf_counter() when the listening line was read
         self.log_lines = []
 
@@ -69,6 +70,7 @@ class WorkerProcess:
                 *self.args]
         if self.port is not None:
             argv += ["--port", str(self.port)]
+        self.spawned_at, self.started_at = time.perf_counter(), None
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, env=self.env, cwd=self.cwd,
                                      preexec_fn=self.preexec_fn)
@@ -95,6 +97,12 @@ class WorkerProcess:
                 raise RuntimeError(f"worker /job:{self.job}/task:{self.task} did not start:\n"
                                    + "\n".join(self.log_lines[-30:]))
         return self
+
+    @property
+    def startup_s(self):
+        """Seconds from spawning the process to reading its listening line (its start-up on
+        this machine at this moment: interpreter, imports, bind)."""
+        return self.started_at - self.spawned_at
 
     @property
     def pid(self):

@@ -26,7 +26,18 @@ checkpoint into a fresh session, so the checkpoints are whole), and measures:
 
 - kill -> error: from the SIGKILL to the MonitoredTrainingSession catching the step's error;
 - back -> resumed: from the restarted process listening to the first completed training step
-  (target: within 5 s).
+  (target: within 5 s on an idle machine).
+
+The bounds are what the runtime promises plus what the machine itself spent, so a loaded CI
+machine does not fail them and a hang or a missed detection still does. An error within
+``health_check_interval_s + worker_dead_after_s`` of the kill (a killed task's connections drop
+at once; one that does not answer is declared dead that long after). A step again within
+``_resume_bound_s``: the recovery's retries (the attempt that finds the process back starts
+within two backoff caps of it listening: one attempt racing its start-up may fail) plus
+``RESUME_STARTUPS`` times the restarted process's own measured start-up until it listened, the
+machine's speed at that moment for the cold work after it (the new process's first graph
+registration, lazy imports and kernels, the restore, the session's new registrations and
+steps: ~0.1 of a start-up idle). A fixed bound failed at load 5.5 on 2 cores (5.25 s).
 
 The short form runs in ``make test``; the long form (``--runslow``) kills more often over more
 steps and prints the measurements for bench/RESULTS.md. Killing a process *during a checkpoint
@@ -50,7 +61,8 @@ import asyncflow as af
 from killable_workers import WorkerProcess, free_ports, health
 
 BATCH = 64
-TARGET_RESUME_S = 5.0
+RESUME_STARTUPS = 4  # (idle: start-ups of ~0.55 s, a bound of ~4.2 s; resumed in ~0.6 s)
+HEALTH = af.SessionConfig(health_check_interval_s=0.5, worker_dead_after_s=3.0)
 
 
 def _digits():
@@ -197,6 +209,7 @@ class Kill:
     between: bool = False  # restarted by a hook between two steps, not by the killer task
     killed_at: float = 0.0
     back_at: float = 0.0
+    startup_s: float = 0.0  # the restarted process's start-up until it listened
 
 
 class Cluster:
@@ -212,8 +225,12 @@ class Cluster:
                       "worker1": WorkerProcess(self.spec, "worker", 1, cwd=directory)}
 
     def start(self):
-        for proc in self.procs.values():
-            proc.start()
+        try:
+            for proc in self.procs.values():
+                proc.start()
+        except BaseException:  # (a port taken meanwhile): none of them outlives the test
+            self.close()
+            raise
         return self
 
     def close(self):
@@ -231,6 +248,7 @@ async def _kill_and_restart(cluster, kill, restart_delay_s):
     await trio.to_thread.run_sync(proc.restart)
     # The listening line was read a moment before restart() returned: convert its time.
     kill.back_at = trio.current_time() - (time.perf_counter() - proc.started_at)
+    kill.startup_s = proc.startup_s
 
 
 async def _killer(cluster, kills, progress, restart_delay_s):
@@ -247,20 +265,22 @@ async def train(cluster, model, checkpoint_dir, steps, save_steps, kills=(), res
     progress = _Progress(model.global_step, [k for k in kills if k.between],
                          lambda kill: _kill_and_restart(cluster, kill, restart_delay_s))
     kills = [k for k in kills if not k.between]
-    config = af.SessionConfig(health_check_interval_s=0.5, worker_dead_after_s=3.0)
     hooks = [progress, af.train.StopAtStepHook(last_step=steps),
              af.train.NanTensorHook(model.loss)]
-    async with trio.open_nursery() as nursery:
-        async with af.train.MonitoredTrainingSession(
-                checkpoint_dir=str(checkpoint_dir), save_checkpoint_steps=save_steps,
-                hooks=hooks, config=config, cluster=cluster.spec, graph=model.graph,
-                log_step_count_steps=None, recovery_wait_secs=60) as sess:
-            if kills:
-                nursery.start_soon(_killer, cluster, kills, progress, restart_delay_s)
-            while not sess.should_stop():
-                await sess.run(model.train_op)
-            statistics = sess.statistics()
-        nursery.cancel_scope.cancel()
+    # Only a hang guard (a hang or a missed detection fails here, not in a test that never
+    # ends): the short forms take ~15 s idle.
+    with trio.fail_after(120 + 2 * steps):
+        async with trio.open_nursery() as nursery:
+            async with af.train.MonitoredTrainingSession(
+                    checkpoint_dir=str(checkpoint_dir), save_checkpoint_steps=save_steps,
+                    hooks=hooks, config=HEALTH, cluster=cluster.spec, graph=model.graph,
+                    log_step_count_steps=None, recovery_wait_secs=60) as sess:
+                if kills:
+                    nursery.start_soon(_killer, cluster, kills, progress, restart_delay_s)
+                while not sess.should_stop():
+                    await sess.run(model.train_op)
+                statistics = sess.statistics()
+            nursery.cancel_scope.cancel()
     return progress, statistics
 
 
@@ -294,7 +314,8 @@ def _measure(kills, progress, statistics):
         rows.append({"target": kill.target, "at_step": kill.at_step, "between": kill.between,
                      "kill_to_error_s": errors_after[0][0] - since if errors_after else None,
                      "error": errors_after[0][1] if errors_after else None,
-                     "back_to_resumed_s": resumed[0] - kill.back_at if resumed else None})
+                     "back_to_resumed_s": resumed[0] - kill.back_at if resumed else None,
+                     "startup_s": kill.startup_s})
     return rows
 
 
@@ -326,6 +347,19 @@ async def _chaos(tmp_path, steps, save_steps, plan, seed, build=build_model,
     return calm_progress, calm, progress, statistics, chaos, kills, relaid
 
 
+def _kill_to_error_bound_s():
+    """A killed task's step fails once its connections drop (at once) or, at the latest, once
+    the watchdog (every health interval) gave up on its Health (``worker_dead_after_s``)."""
+    return HEALTH.health_check_interval_s + HEALTH.worker_dead_after_s
+
+
+def _resume_bound_s(startup_s):
+    """back -> resumed (module docstring): two of the recovery's backoff caps, then the cold
+    work after the process listened, at most ``RESUME_STARTUPS`` of its measured start-ups."""
+    from asyncflow.train.monitored_session import _BACKOFF_MAX_S
+    return 2 * _BACKOFF_MAX_S + RESUME_STARTUPS * startup_s
+
+
 def _check(steps, save_steps, calm_progress, calm, progress, statistics, chaos, kills, relaid):
     rows = _measure(kills, progress, statistics)
     report = (f"kills: {rows}\nrecoveries: {statistics.recoveries}, recovery log: "
@@ -343,11 +377,12 @@ def _check(steps, save_steps, calm_progress, calm, progress, statistics, chaos, 
     for calm_param, chaos_param in zip(calm[2], chaos[2]):
         np.testing.assert_allclose(chaos_param, calm_param, rtol=1e-4, atol=1e-5)
     for row in rows:
-        assert row["kill_to_error_s"] is not None and row["kill_to_error_s"] < 3.5, report
+        assert row["kill_to_error_s"] is not None, report
+        assert row["kill_to_error_s"] < _kill_to_error_bound_s(), report
         if row["between"]:  # found by the next step: a restart, never NotFound & co.
             assert row["error"] == "AbortedError", report
         assert row["back_to_resumed_s"] is not None, report
-        assert row["back_to_resumed_s"] < TARGET_RESUME_S, report
+        assert row["back_to_resumed_s"] < _resume_bound_s(row["startup_s"]), report
     if relaid is not None:  # the checkpoint, restored onto another layout
         assert relaid[1] == steps and abs(relaid[0] - chaos[0]) <= 1e-6, report
         for chaos_param, relaid_param in zip(chaos[2], relaid[2]):
@@ -412,11 +447,11 @@ async def test_frozen_worker_is_declared_dead_and_a_restarted_one_is_recognised(
     ports = free_ports(2)
     spec = {"worker": [f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}"]}
     procs = [WorkerProcess(spec, "worker", i) for i in range(2)]
-    for proc in procs:
-        await trio.to_thread.run_sync(proc.start)
     interval, dead_after = 0.5, 2.0
     config = af.SessionConfig(health_check_interval_s=interval, worker_dead_after_s=dead_after)
     try:
+        for proc in procs:
+            await trio.to_thread.run_sync(proc.start)
         with af.Graph().as_default():
             with af.device("/job:worker/task:0"):
                 v = af.Variable(np.arange(4, dtype=np.float32), name="v")

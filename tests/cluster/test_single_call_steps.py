@@ -325,16 +325,20 @@ class _Held:
 
 
 @pytest.mark.parametrize("first", ["close", "watchdog"])
-@pytest.mark.parametrize("shape", ["one task", "one task, timeout", "two tasks"])
+@pytest.mark.parametrize("verdict", ["gone", "broken"])
+@pytest.mark.parametrize("shape", ["one task", "one task, timeout", "two tasks",
+                                   "two tasks, timeout"])
 async def test_a_close_and_the_watchdogs_verdict_at_once_end_the_step_as_the_first_says(
-        first, shape, autojump_clock):
-    """The session closes and the watchdog declares a worker dead, both before the step's
-    task runs again. A close that began first fails the step as a closed session's
-    (CancelledError), whoever's scope the call runs in (one task without a timeout: the
-    session's); a verdict that came first fails it with the watchdog's UnavailableError."""
-    async with _workers(2 if shape == "two tasks" else 1) as (spec, _):
+        first, verdict, shape, autojump_clock):
+    """The session closes and the watchdog declares a worker dead (``gone``) or breaks, both
+    before the step's task runs again. A close that began first fails the step as a closed
+    session's (CancelledError), whoever's scope the call runs in (one task without a timeout:
+    the session's); a verdict that came first fails it with the watchdog's UnavailableError
+    (a broken watchdog's InternalError)."""
+    two = shape.startswith("two")
+    async with _workers(2 if two else 1) as (spec, _):
         graph, p, doubled, _, queue, blocked = _doubling_graph(
-            f"/job:worker/task:{1 if shape == 'two tasks' else 0}")
+            f"/job:worker/task:{1 if two else 0}")
         options = af.RunOptions(timeout_in_ms=60_000) if shape.endswith("timeout") else None
         failures = []
         async with af.Session(graph=graph, cluster=spec, config=WATCHED) as sess, \
@@ -352,6 +356,8 @@ async def test_a_close_and_the_watchdogs_verdict_at_once_end_the_step_as_the_fir
                     await close_and_release()  # the close began (and ended) first
                 else:  # the close begins right after the verdict
                     nursery.start_soon(close_and_release)
+                if verdict == "broken":
+                    await _broken(master, task)
                 await _gone()
 
             master._health = gone
@@ -367,6 +373,66 @@ async def test_a_close_and_the_watchdogs_verdict_at_once_end_the_step_as_the_fir
         if first == "close":
             assert isinstance(failures[0], af.errors.CancelledError), failures[0]
             assert "session was closed" in failures[0].message
-        else:
+        elif verdict == "gone":
             assert isinstance(failures[0], af.errors.UnavailableError), failures[0]
             assert "gone" in failures[0].message
+        else:
+            assert isinstance(failures[0], af.errors.InternalError), failures[0]
+            assert "watchdog of step" in failures[0].message
+
+
+@pytest.mark.parametrize("first", ["close", "failure"])
+@pytest.mark.parametrize("timeout", [None, 60_000], ids=["no timeout", "timeout"])
+async def test_a_close_and_an_ops_error_in_a_multi_task_step_end_it_as_the_first_says(
+        first, timeout, monkeypatch, autojump_clock):
+    """Any failure, not only the watchdog's: an op's error on one task of a two-task step
+    recorded while the other task's call still waits, and the session closed, both before the
+    step's task runs again. The first decides, as TF1's first status does: an error that
+    came first is the step's (it got the closed session's CancelledError), a close that began
+    first fails it as a closed session's."""
+    from asyncflow.cluster.master import _StepDriver
+    async with _workers(2) as (spec, _):
+        graph = af.Graph()
+        with graph.as_default():
+            with af.device(W0):
+                p = af.placeholder(af.float32, [], name="p")
+                checked = af.check_numerics(p * 2.0, "not finite")
+            with af.device("/job:worker/task:1"):
+                queue = af.FIFOQueue(2, [af.float32], shapes=[[]])
+                blocked = queue.dequeue()
+        failures = []
+        async with af.Session(graph=graph, cluster=spec, config=WATCHED) as sess, \
+                trio.open_nursery() as nursery:
+            await sess.run([checked, queue.size()], {p: 1.0})
+            held = _Held([sess._target.master.tasks["/job:worker/replica:0/task:1"].channel])
+
+            async def close_and_release():
+                await sess.close()
+                held.released.set()
+
+            recorded = _StepDriver._failed
+
+            async def failed(self, error, dead_task=None):  # W0's error, as it is recorded
+                if first == "close":
+                    await close_and_release()  # the close began (and ended) first
+                await recorded(self, error, dead_task)
+                if first == "failure":  # the close begins right after
+                    nursery.start_soon(close_and_release)
+
+            monkeypatch.setattr(_StepDriver, "_failed", failed)
+
+            async def step():
+                with pytest.raises(af.errors.OpError) as caught:
+                    await sess.run([checked, blocked], {p: float("nan")},
+                                   options=af.RunOptions(timeout_in_ms=timeout or 0))
+                failures.append(caught.value)
+
+            held.armed = True
+            nursery.start_soon(step)
+        assert len(failures) == 1 and sess.closed
+        if first == "close":
+            assert isinstance(failures[0], af.errors.CancelledError), failures[0]
+            assert "session was closed" in failures[0].message
+        else:
+            assert isinstance(failures[0], af.errors.InvalidArgumentError), failures[0]
+            assert "not finite" in failures[0].message

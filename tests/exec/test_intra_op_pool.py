@@ -162,6 +162,46 @@ print(before, seen["during"], after_split, blas_threads())
     assert extended and extended == [1] * len(extended), out
 
 
+def test_a_blas_loaded_during_a_split_is_held_and_restored_when_the_last_split_ends():
+    """Where no device claimed BLAS (a pool used directly), a chunk that loads scipy.fft and
+    extends the hold (as ``nn_conv_fft._load_fft`` does on a worker thread) holds scipy's
+    OpenBLAS at one thread beside numpy's until the split ends; then both get their own
+    threads back, also when an outer split's hold was still in force on another thread."""
+    pytest.importorskip("threadpoolctl")
+    pytest.importorskip("scipy.fft")
+    out = _in_a_fresh_process(_BLAS_THREADS + """
+import threading
+from asyncflow.exec import intra_op
+before = blas_threads()
+outer, inner = intra_op.IntraOpPool(2), intra_op.IntraOpPool(2)
+seen = {}
+inner_done = threading.Event()
+def load(start, stop):
+    if start == 0:
+        import scipy.fft
+        inner.hold_blas_loaded_since()
+        seen["loaded"] = blas_threads()
+def split_on_a_thread():  # a second split, its hold taken and ended inside the outer one's
+    inner.run(load, [(0, 1), (1, 2)])
+    seen["inner_ended"] = blas_threads()
+    inner_done.set()
+def chunk(start, stop):
+    if start == 0:
+        thread = threading.Thread(target=split_on_a_thread)
+        thread.start(); thread.join()
+outer.run(chunk, [(0, 1), (1, 2)])
+import scipy.fft  # (loaded: its library's own default, as numpy's)
+print(before, seen["loaded"], seen["inner_ended"], blas_threads())
+""")
+    before, loaded, inner_ended, after = ast.literal_eval(
+        f"[{out.replace('] [', '], [')}]")
+    assert len(before) == 1 and len(loaded) == 2 and loaded == [1, 1], out
+    assert inner_ended == [1, 1], out  # the outer split still holds both
+    assert after == before * 2, out  # both back to their own threads
+    if before == [1]:
+        pytest.skip("BLAS runs one thread of its own here: a hold looks like a restore")
+
+
 def test_a_kernel_run_whole_inside_a_whole_chunk_leaves_it_whole():
     """``run_alone`` nested in a chunk of ``run_alone`` (a pair's kernel that pairs again)
     gives back the flag it found: the rest of the outer chunk still runs whole."""

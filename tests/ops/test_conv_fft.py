@@ -4,6 +4,8 @@ kernels and finite differences, the algorithm choice, NaN and inf, and splits ov
 The kernels are called directly with a real CPU device (``KernelContext`` of
 test_conv_kernels.py); ``nn_conv_fft.FORCE`` picks the algorithm where the test compares them.
 """
+import threading
+
 import numpy as np
 import pytest
 
@@ -375,3 +377,132 @@ async def test_a_compiled_runs_pending_preloads_are_one_flag_its_first_step_clea
                                               first)
             assert preloaded == [request.compiled]
             assert not session.prepare(x * 2.0, {x: value}).compiled.preloading
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["inline", "traced"])
+async def test_a_preload_that_fails_fails_the_step_as_its_node_would_and_runs_again(
+        traced, cpu_only, monkeypatch):
+    """A load's exception (a broken install, not a missing scipy) fails the step with an OpError
+    naming the node, as the node's kernel would (not the bare exception); the Preloads and the
+    flag stay pending, so the next step tries again, and one that works clears them."""
+    monkeypatch.setattr(nn_conv_fft, "_fft", None)
+    monkeypatch.setattr(nn_conv_fft, "FORCE", "fft")
+    tries = []
+    real = nn_conv_fft._load_fft
+
+    def broken_twice(ctx):  # (the kernel calls it too, once loaded: then it answers)
+        tries.append(threading.current_thread() is threading.main_thread())
+        if len(tries) <= 2:
+            raise OSError("libopenblas.so: cannot open shared object file")
+        return real(ctx)
+
+    monkeypatch.setattr(nn_conv_fft, "_load_fft", broken_twice)  # (the prepare hook's)
+    rng = np.random.default_rng(0)
+    size = 8 if traced else 7  # (a graph of its own: plans are shared by equal graphs)
+    value = rng.standard_normal([1, size, size, 1]).astype(np.float32)
+    options = af.RunOptions(trace_level=af.RunOptions.FULL_TRACE) if traced else None
+    with af.Graph().as_default(), af.device("/cpu:0"):
+        x = af.placeholder(af.float32, [None, size, size, 1])
+        w = af.constant(rng.standard_normal([3, 3, 1, 1]).astype(np.float32))
+        y = af.nn.conv2d(x, w, strides=[1, 1, 1, 1], padding="SAME", name="convolved")
+        async with af.Session() as session:
+            request = session.prepare(y, {x: value}, options=options)
+            assert request.compiled.preloading
+            for attempt in (1, 2):
+                with pytest.raises(af.errors.UnknownError, match="cannot open shared") as info:
+                    await session.run(y, {x: value}, options=options)
+                assert info.value.op is y.op and "convolved" in info.value.message
+                assert "Conv2D" in info.value.message and "CPU:0" in info.value.message
+                assert isinstance(info.value.__cause__, OSError)
+                assert len(tries) == attempt and request.compiled.preloading
+            first = await session.run(y, {x: value}, options=options)
+            assert not request.compiled.preloading and nn_conv_fft._fft
+            assert tries[:3] == [False] * 3  # each try on a worker thread, then the kernel's
+            np.testing.assert_array_equal(await session.run(y, {x: value}, options=options),
+                                          first)
+
+
+async def test_a_preload_that_fails_on_a_worker_fails_its_registration_naming_the_node(
+        monkeypatch):
+    """On a worker the Preloads run at RegisterGraph: a load's exception fails the
+    registration with the node's OpError (as a graph that does not build), and the next run
+    registers again and tries again."""
+    import trio
+    monkeypatch.setattr(nn_conv_fft, "_fft", None)
+    monkeypatch.setattr(nn_conv_fft, "FORCE", "fft")
+    tries = []
+
+    def broken(ctx):
+        tries.append(ctx)
+        raise OSError("libopenblas.so: cannot open shared object file")
+
+    monkeypatch.setattr(nn_conv_fft, "_load_fft", broken)
+    spec = af.ClusterSpec({"worker": ["inprocess:7391"]})
+    graph = af.Graph()
+    with graph.as_default(), af.device("/job:worker/task:0/cpu:0"):
+        x = af.placeholder(af.float32, [None, 9, 9, 1])
+        w = af.constant(np.ones([3, 3, 1, 1], np.float32))
+        y = af.nn.conv2d(x, w, strides=[1, 1, 1, 1], padding="SAME", name="convolved")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(af.Server(spec, "worker", 0).serve)
+        async with af.Session(graph=graph, cluster=spec) as sess:
+            for attempt in (1, 2):
+                with pytest.raises(af.errors.UnknownError, match="cannot open shared") as info:
+                    await sess.run(y, {x: np.ones([1, 9, 9, 1], np.float32)})
+                assert "RegisterGraph" in info.value.message, info.value.message
+                assert "Conv2D 'convolved'" in info.value.message, info.value.message
+                assert len(tries) == attempt
+        nursery.cancel_scope.cancel()
+
+
+
+async def test_concurrent_first_steps_each_load_and_a_cancelled_one_finishes_its_load(
+        cpu_only, monkeypatch):
+    """A first step cancelled while its load runs on the worker thread: the load finishes
+    (trio's worker threads are not abandoned) and counts, the flag is cleared, and no later
+    step loads again (never retried, never half done). Two first steps of another compiled
+    run at once: each runs the (idempotent) load on a worker thread before its kernels; both
+    compute, the flag ends cleared."""
+    import trio
+    monkeypatch.setattr(nn_conv_fft, "_fft", None)
+    monkeypatch.setattr(nn_conv_fft, "FORCE", "fft")
+    loads, real, scope = [], nn_conv_fft._load_fft, trio.CancelScope()
+
+    def load(ctx):  # (the kernels call it too, on the loop's thread: not counted)
+        if threading.current_thread() is not threading.main_thread():
+            loads.append(ctx)
+            if len(loads) == 1:
+                trio.from_thread.run_sync(scope.cancel)  # the step's caller gives up now
+        return real(ctx)
+
+    monkeypatch.setattr(nn_conv_fft, "_load_fft", load)
+    rng = np.random.default_rng(0)
+    with af.Graph().as_default(), af.device("/cpu:0"):
+        x = af.placeholder(af.float32, [None, None, None, 1])
+        w = af.constant(rng.standard_normal([3, 3, 1, 1]).astype(np.float32))
+        y = af.nn.conv2d(x, w, strides=[1, 1, 1, 1], padding="SAME")
+        value = rng.standard_normal([1, 11, 11, 1]).astype(np.float32)  # (a graph of its own)
+        async with af.Session() as session:
+            request = session.prepare(y, {x: value})
+            assert request.compiled.preloading
+            with scope:  # (it may still end: an inline run reaches no checkpoint after it)
+                await session.run(y, {x: value})
+            assert scope.cancel_called and len(loads) == 1
+            assert not request.compiled.preloading
+            first = await session.run(y, {x: value})
+            assert len(loads) == 1
+            monkeypatch.setattr(nn_conv_fft, "_fft", None)  # (for the second compiled run)
+            z = y * 2.0
+            other = session.prepare(z, {x: value})
+            assert other.compiled.preloading
+            results = []
+
+            async def step():
+                results.append(await session.run(z, {x: value}))
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(2):
+                    nursery.start_soon(step)
+            assert len(loads) == 3 and not other.compiled.preloading
+            np.testing.assert_array_equal(results[0], first * 2.0)
+            np.testing.assert_array_equal(results[1], first * 2.0)
