@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 import numpy as np
 
@@ -68,13 +67,8 @@ def main(argv=None):
             for _ in range(args.rounds):
                 for form in FORMS:
                     use(form)
-                    walls, cpus = [], []
-                    for _ in range(args.steps):
-                        cpu, wall = time.process_time(), time.perf_counter()
-                        await sess.run([loss, train], feed)
-                        walls.append(time.perf_counter() - wall)
-                        cpus.append(time.process_time() - cpu)
-                    rounds[form].append((np.median(walls) * 1e3, np.median(cpus) * 1e3))
+                    rounds[form].append(await bench_models.median_step_ms(
+                        sess, [loss, train], feed, args.steps))
             use("lead6")
         return rounds
 

@@ -209,13 +209,8 @@ def main(argv=None):
         best = {name: [] for name in forms}
         for _ in range(args.ab):
             for name, (sess, feed, loss, train) in forms.items():
-                walls, cpus = [], []
-                for _ in range(args.steps):
-                    cpu, wall = time.process_time(), time.perf_counter()
-                    await sess.run([loss, train], feed)
-                    walls.append(time.perf_counter() - wall)
-                    cpus.append(time.process_time() - cpu)
-                best[name].append((np.median(walls) * 1e3, np.median(cpus) * 1e3))
+                best[name].append(await bench_models.median_step_ms(
+                    sess, [loss, train], feed, args.steps))
         for name, rounds in best.items():
             print(f"{name:>6}: median step ms (CPU ms) by round: "
                   + ", ".join(f"{w:.2f} ({c:.1f})" for w, c in rounds))

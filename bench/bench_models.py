@@ -118,6 +118,19 @@ class Timing:
                 "loss": float(losses[-1])}
 
 
+async def median_step_ms(sess, fetches, feed, steps):
+    """``steps`` awaited ``sess.run(fetches, feed)``: the median wall and CPU milliseconds of
+    one (the scripts that alternate forms or trees in one process, bench_gemm_splits.py and
+    bench_model_timeline.py's ``--ab``)."""
+    walls, cpus = [], []
+    for _ in range(steps):
+        cpu, wall = time.process_time(), time.perf_counter()
+        await sess.run(fetches, feed)
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
+    return float(np.median(walls)) * 1e3, float(np.median(cpus)) * 1e3
+
+
 def op_times_tf(graph, run_metadata):
     times = {}
     for device in run_metadata.step_stats.dev_stats:
