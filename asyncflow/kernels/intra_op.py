@@ -105,9 +105,10 @@ def for_gemm(ctx, count, macs_per_item, fn, bytes_per_item=0, dtype=None):
     (``lead_bounds``). Chunks are at least two items and more than ``BLAS_SMALL_MACS`` each
     (fewer chunks where the GEMM is smaller). The bounds depend on the shape and the thread
     count only, so the result does too. Where the pool runs kernels whole on this thread (a
-    pair's GEMM) the chunks run here one after the other, packing ``b`` once each; whole
-    instead where that has the same bits (``split_keeps_bits``): a pair is decided at run
-    time, so the bits must not depend on it. Returns the bounds, in order."""
+    pair's GEMM), or every worker is busy, the chunks run here one after the other, packing
+    ``b`` once each (3-16% slower than whole for the dense models' GEMMs, bench/RESULTS.md);
+    whole instead where that has the same bits (``split_keeps_bits``): both are decided at
+    run time, so the bits must not depend on them. Returns the bounds, in order."""
     pool = getattr(ctx.device, "intra_op", None)
     total = count * macs_per_item
     if pool is None or total < MIN_SPLIT_WORK * GEMM_MACS_PER_WORK:
@@ -118,8 +119,8 @@ def for_gemm(ctx, count, macs_per_item, fn, bytes_per_item=0, dtype=None):
     if per_chunk * pool.threads < count:  # cache-sized chunks, several a thread: even
         rounds = -(-count // (per_chunk * pool.threads))
         bounds = chunk_bounds(count, min(count // least, rounds * pool.threads))
-    elif pool.alone() and split_keeps_bits(dtype):  # (the chunks' bits, computed whole)
-        fn(0, count)
+    elif (pool.alone() or pool.all_busy()) and split_keeps_bits(dtype):
+        fn(0, count)  # (the chunks' bits, computed whole: b packed once)
         return [(0, count)]
     else:
         parts = max(1, min(pool.threads, count // least))
@@ -134,7 +135,10 @@ def for_gemm(ctx, count, macs_per_item, fn, bytes_per_item=0, dtype=None):
 
 def lead_bounds(count, parts, lead):
     """``chunk_bounds(count - lead, parts)`` with the first range ``lead`` longer: the first
-    chunk is the calling thread's (it takes the queue first)."""
+    chunk is the calling thread's (it takes the queue first). Every range holds at least one
+    item: ``lead`` at most ``count - parts``."""
+    if not 0 <= lead <= count - parts or parts < 1:
+        raise ValueError(f"lead_bounds: a lead of {lead} in {parts} ranges of {count} items")
     bounds = chunk_bounds(count - lead, parts)
     return [(0, bounds[0][1] + lead)] + [(start + lead, stop + lead)
                                          for start, stop in bounds[1:]]

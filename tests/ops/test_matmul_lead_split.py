@@ -23,6 +23,13 @@ def test_lead_bounds_cover_the_range_in_order_with_the_first_longer(count, parts
     assert sizes[0] - max(sizes[1:]) in (lead, lead - 1) or sizes[0] - min(sizes[1:]) == lead
 
 
+@pytest.mark.parametrize("count, parts, lead", [(4, 2, 5), (4, 2, 3), (4, 0, 0), (4, 2, -1)])
+def test_lead_bounds_refuse_a_lead_that_leaves_a_range_empty(count, parts, lead):
+    """(Before: ``(4, 2, 5)`` gave ``[(0, 5), (5, 4)]``, a range past the end.)"""
+    with pytest.raises(ValueError, match="lead_bounds"):
+        kernel_intra_op.lead_bounds(count, parts, lead)
+
+
 async def _run(threads, a, b, bias=None, transpose_a=False, transpose_b=False,
                activation=None):
     """The product (``activation(a @ b + bias)`` when a bias is given: fused by the graph
