@@ -200,3 +200,26 @@ def test_a_gemm_split_while_every_worker_is_busy(dtype):
     kept = kernel_intra_op.split_keeps_bits(np.dtype(dtype))
     assert busy == ([(0, 128)] if kept else free) and seen == busy
     np.testing.assert_array_equal(out, free_value)
+
+
+def test_a_gemm_split_inside_a_chunk_and_a_failing_one_inside_a_pair():
+    """A GEMM kernel inside another split's chunk splits again (or runs whole) and ends; one
+    that fails inside a pair raises from the pair's call, and the thread's flag is back."""
+    ctx = _ctx(2)
+    pool = intra_op.shared_pool(2)
+    a, b = _operands(5, "float32", 128, 784, 256, ("C", "C"))
+    want = math_kernels._matmul(ctx, a, b)[0]
+    got = {}
+
+    def outer(start, stop):
+        got[start] = math_kernels._matmul(ctx, a, b)[0]
+    pool.run(outer, [(0, 1), (1, 2), (2, 3)])
+    assert sorted(got) == [0, 1, 2]
+    for value in got.values():
+        _close_to_the_whole(value, want, a, b)
+
+    def failing(start, stop):
+        math_kernels._matmul(ctx, a, b[:100])  # (inner sizes disagree)
+    with pytest.raises(Exception, match="Matrix size-incompatible"):
+        pool.run_alone(failing, [(0, 1)])
+    assert not intra_op.IntraOpPool.alone()
