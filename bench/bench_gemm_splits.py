@@ -13,8 +13,9 @@ Forms (``kernels/intra_op.py``'s constants, read at each call, so one session se
 
 Each round runs ``--steps`` steps of every form in turn (median step, CPU per step); the
 figure is each form's best round and its median round, with the ratio to ``even``. The
-losses of one seed must agree bit for bit across forms (a split's chunks have the bits of
-the whole GEMM): printed as a check.
+losses of one seed agree bit for bit across forms where a split's chunks have the bits of
+the whole GEMM (float32 on OpenBLAS's SkylakeX kernels, ``split_keeps_bits``; with other
+BLAS cores they may differ in the last bits): printed as a check.
 
 Run: ``.venv/bin/python bench/bench_gemm_splits.py [--models mlp,autoencoder] [--rounds 8]
 [--steps 20]``.

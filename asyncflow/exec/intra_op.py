@@ -205,6 +205,13 @@ class IntraOpPool:
         here, one after the other."""
         return getattr(whole, "active", False)
 
+    def all_busy(self):
+        """Whether every worker is running a hand-off now (another kernel's chunks): a split
+        started now runs on its caller alone, chunk after chunk (a hint: a worker may be done
+        a moment later). False before the workers start."""
+        workers = self._executor
+        return workers is not None and all(workers.busy)
+
     def hold_blas_loaded_since(self):
         """The module's ``hold_blas_loaded_since`` (the hold is process-wide), for kernels,
         which reach this module only through their device's pool."""
@@ -266,15 +273,21 @@ class _Workers:
 
     def __init__(self, count, name):
         self._queue = queue_module.SimpleQueue()
-        self._threads = [threading.Thread(target=self._loop, name=f"{name}_{index}",
-                                          daemon=True) for index in range(count)]
+        self.busy = [False] * count  # each worker's own entry: running a hand-off
+        self._threads = [threading.Thread(target=self._loop, args=(index,),
+                                          name=f"{name}_{index}", daemon=True)
+                         for index in range(count)]
         for thread in self._threads:
             thread.start()
 
-    def _loop(self):
-        get = self._queue.get
+    def _loop(self, index):
+        get, busy = self._queue.get, self.busy
         while (item := get()) is not None:
-            item()
+            busy[index] = True
+            try:
+                item()
+            finally:
+                busy[index] = False
 
     def post(self, item, count):
         """Hand ``item()`` to ``count`` workers (or to whichever are free first)."""

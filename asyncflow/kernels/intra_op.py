@@ -64,45 +64,81 @@ GEMM_MACS_PER_WORK = 6
 # a caller that finishes last finds the worker done and returns at once. Measured on
 # ``[128, 784] @ [784, 256]``: 365 us in two even row chunks, 315 with 68/60 rows.
 GEMM_LEAD_MACS = 1_600_000
-# OpenBLAS computes a GEMM of at most ~100^3 multiply-adds with its small-matrix kernels
-# (and a single row or column as a GEMV), which round differently: a chunk stays above
-# both, so a split GEMM has the bits of the whole one.
+# OpenBLAS computes a GEMM of at most 100^3 multiply-adds (that size included) with its
+# small-matrix kernels where the core has them (SkylakeX), and a single row or column as a
+# GEMV; both round differently from its large-GEMM path: a chunk stays strictly above both.
 BLAS_SMALL_MACS = 1_000_000
+# The BLAS cores and dtypes where that is enough for a split GEMM to have the whole product's
+# bits (rows and columns cut anywhere, transposed and strided operands, K from 1): OpenBLAS's
+# SkylakeX kernels in float32, checked over random shapes (tests/ops/test_gemm_split_bits.py).
+# Elsewhere (float64 and complex on SkylakeX, every dtype on the Haswell, Zen and generic
+# kernels) the rounding of a row depends on the block it falls in: a split is close to the
+# whole product (its bits depend on the shape and thread count only), not equal.
+KEEPS_BITS = {("SkylakeX", "float32")}
+_blas_core = []  # numpy's BLAS core (threadpoolctl's ``architecture``), found on first use
 
 
-def for_gemm(ctx, count, macs_per_item, fn, bytes_per_item=0):
+def split_keeps_bits(dtype):
+    """Whether a GEMM of ``dtype`` split by ``for_gemm`` has the bits of the whole product
+    here (``KEEPS_BITS``); False where the BLAS is not known (no threadpoolctl)."""
+    if not _blas_core:
+        _blas_core.append(_numpy_blas_core())
+    return (_blas_core[0], getattr(dtype, "name", str(dtype))) in KEEPS_BITS
+
+
+def _numpy_blas_core():
+    try:
+        import threadpoolctl
+    except ImportError:
+        return None
+    cores = {info.get("architecture") for info in threadpoolctl.threadpool_info()
+             if info.get("user_api") == "blas" and info.get("internal_api") == "openblas"
+             and "numpy" in info.get("filepath", "")}
+    return cores.pop() if len(cores) == 1 else None
+
+
+def for_gemm(ctx, count, macs_per_item, fn, bytes_per_item=0, dtype=None):
     """``for_batch`` for a GEMM split by rows or columns (``count`` of them, each
-    ``macs_per_item`` multiply-adds): from ``MIN_SPLIT_WORK * GEMM_MACS_PER_WORK``
+    ``macs_per_item`` multiply-adds) of ``dtype``: from ``MIN_SPLIT_WORK * GEMM_MACS_PER_WORK``
     multiply-adds, one chunk per thread (cache-sized ones, evenly, where ``bytes_per_item``
     asks for more), the caller's first chunk ``GEMM_LEAD_MACS`` longer than the others
-    (``lead_bounds``); whole where the pool runs kernels whole on this thread (a pair's
-    GEMM: two chunks one after the other would pack ``b`` twice). Chunks are at least two
-    items and ``BLAS_SMALL_MACS`` each (fewer chunks where the GEMM is smaller). The bounds
-    depend on the shape and the thread count only: deterministic. Returns them, in order."""
+    (``lead_bounds``). Chunks are at least two items and more than ``BLAS_SMALL_MACS`` each
+    (fewer chunks where the GEMM is smaller). The bounds depend on the shape and the thread
+    count only, so the result does too. Where the pool runs kernels whole on this thread (a
+    pair's GEMM), or every worker is busy, the chunks run here one after the other, packing
+    ``b`` once each (3-16% slower than whole for the dense models' GEMMs, bench/RESULTS.md);
+    whole instead where that has the same bits (``split_keeps_bits``): both are decided at
+    run time, so the bits must not depend on them. Returns the bounds, in order."""
     pool = getattr(ctx.device, "intra_op", None)
     total = count * macs_per_item
     if pool is None or total < MIN_SPLIT_WORK * GEMM_MACS_PER_WORK:
         fn(0, count)
         return [(0, count)]
-    per_chunk = max(1, CHUNK_BYTES // bytes_per_item) if bytes_per_item else count
+    least = max(2, BLAS_SMALL_MACS // max(1, macs_per_item) + 1)  # items a chunk, at least
+    per_chunk = max(least, CHUNK_BYTES // bytes_per_item) if bytes_per_item else count
     if per_chunk * pool.threads < count:  # cache-sized chunks, several a thread: even
-        return for_batch(ctx, count, MIN_SPLIT_WORK, fn, bytes_per_item)
-    if pool.alone():  # (its chunks would run here one after the other: the same bits whole)
-        fn(0, count)
+        rounds = -(-count // (per_chunk * pool.threads))
+        bounds = chunk_bounds(count, min(count // least, rounds * pool.threads))
+    elif (pool.alone() or pool.all_busy()) and split_keeps_bits(dtype):
+        fn(0, count)  # (the chunks' bits, computed whole: b packed once)
         return [(0, count)]
-    least = max(2, -(-BLAS_SMALL_MACS // max(1, macs_per_item)))  # items a chunk, at least
-    parts = max(1, min(pool.threads, count // least))
-    lead = 0
-    if parts > 1:
-        lead = max(0, min(round(GEMM_LEAD_MACS / max(1, macs_per_item)), count - parts * least))
-    bounds = lead_bounds(count, parts, lead)
+    else:
+        parts = max(1, min(pool.threads, count // least))
+        lead = 0
+        if parts > 1:
+            lead = max(0, min(round(GEMM_LEAD_MACS / max(1, macs_per_item)),
+                              count - parts * least))
+        bounds = lead_bounds(count, parts, lead)
     pool.run(fn, bounds)
     return bounds
 
 
 def lead_bounds(count, parts, lead):
     """``chunk_bounds(count - lead, parts)`` with the first range ``lead`` longer: the first
-    chunk is the calling thread's (it takes the queue first)."""
+    chunk is the calling thread's (it takes the queue first). Every range holds at least one
+    item: ``lead`` at most ``count - parts``."""
+    if not 0 <= lead <= count - parts or parts < 1:
+        raise ValueError(f"lead_bounds: a lead of {lead} in {parts} ranges of {count} items")
     bounds = chunk_bounds(count - lead, parts)
     return [(0, bounds[0][1] + lead)] + [(start + lead, stop + lead)
                                          for start, stop in bounds[1:]]

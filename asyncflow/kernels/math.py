@@ -263,7 +263,8 @@ def _matmul(ctx, a, b):
         raise errors.InvalidArgumentError(
             None, ctx.name, f"Matrix size-incompatible: In[0]: {list(a.shape)}, In[1]: {list(b.shape)}")
     if (a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype or a.dtype.kind not in "fc"
-            or a.size * b.shape[1] < intra_op.MIN_SPLIT_WORK * intra_op.GEMM_MACS_PER_WORK):
+            or a.size * b.shape[1] < intra_op.MIN_SPLIT_WORK * intra_op.GEMM_MACS_PER_WORK
+            or _gram(a, b)):
         return (a @ b,)
     return (_split_matmul(ctx, a, b),)
 
@@ -286,14 +287,22 @@ def _split_matmul(ctx, a, b, epilogue=None):
             xp.matmul(a[start:stop], b, out=out[start:stop])
             if epilogue is not None:
                 epilogue(out[start:stop])
-        intra_op.for_gemm(ctx, rows, inner * cols, by_rows, cols * a.itemsize * 2)
+        intra_op.for_gemm(ctx, rows, inner * cols, by_rows, cols * a.itemsize * 2, a.dtype)
     else:
         def by_columns(start, stop):
             xp.matmul(a, b[:, start:stop], out=out[:, start:stop])
             if epilogue is not None:
                 epilogue(out[:, start:stop], start, stop)
-        intra_op.for_gemm(ctx, cols, inner * rows, by_columns)
+        intra_op.for_gemm(ctx, cols, inner * rows, by_columns, dtype=a.dtype)
     return out
+
+
+def _gram(a, b):
+    """Whether ``a @ b`` is ``x @ x.T`` (one buffer, the strides swapped): numpy computes it
+    with BLAS's SYRK (half the multiply-adds, one triangle mirrored), which rounds otherwise
+    than GEMMs of its rows would: such a product is not split (numpy's arrays only)."""
+    return (type(a) is np.ndarray and a.shape[0] == b.shape[1] and a.strides == b.strides[::-1]
+            and a.ctypes.data == b.ctypes.data)
 
 
 # ``b`` this many times wider than ``a`` is tall: split by columns (``_split_matmul``). The
@@ -315,7 +324,8 @@ def _fused_matmul(ctx, a, b, bias):
         raise errors.InvalidArgumentError(
             None, ctx.name, f"bias has shape {list(bias.shape)}, expected [{b.shape[1]}]")
     epilogue = fused_epilogue(ctx.xp, attrs["fused_ops"], bias)
-    if a.size * b.shape[1] < intra_op.MIN_SPLIT_WORK * intra_op.GEMM_MACS_PER_WORK:
+    if a.size * b.shape[1] < intra_op.MIN_SPLIT_WORK * intra_op.GEMM_MACS_PER_WORK \
+            or _gram(a, b):
         out = a @ b
         epilogue(out)
         return (out,)
