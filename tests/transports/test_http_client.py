@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import trio
+from loopback_ports import free_ports
 from transport_fakes import FakeWorker
 
 from transports import wire
@@ -63,9 +64,10 @@ async def test_concurrent_calls_use_concurrent_connections():
 
 async def test_a_connection_the_server_closed_while_idle_is_replaced():
     # The worker restarts on the same port: the pooled connection is dead, the call is not.
+    # (A reserved port: one the kernel picked could meanwhile become another process's.)
     worker = FakeWorker()
-    async with open_http_server(worker) as server:
-        port = server.port
+    (port,) = free_ports(1)
+    async with open_http_server(worker, port=port) as server:
         channel = TrioHttpChannel(server.address, bare=False)
         with trio.fail_after(GENEROUS):
             await channel.health()
