@@ -96,7 +96,7 @@ def _ephemeral_low(path="/proc/sys/net/ipv4/ip_local_port_range"):
         return None
 
 
-def _bindable(port):
+def bindable(port):
     """True if nothing on this machine holds ``port`` on 127.0.0.1 now (a plain bind, no
     SO_REUSEADDR: a port with connections lingering in TIME_WAIT counts as taken)."""
     with socket.socket() as sock:
@@ -122,7 +122,7 @@ def free_ports(count):
                 port = sock.getsockname()[1]
         else:
             port = _random.randrange(_LOWEST, low)
-        if reserve(port) and _bindable(port):
+        if reserve(port) and bindable(port):
             ports.append(port)
     if len(ports) == count:
         return ports

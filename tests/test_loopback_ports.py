@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from loopback_ports import _bindable, free_ports, lock_path, reserve
+from loopback_ports import bindable, free_ports, lock_path, reserve
 
 _TESTS = os.path.dirname(os.path.abspath(__file__))
 _HOLDER = f"""
@@ -31,7 +31,7 @@ def test_ports_drawn_in_one_process_are_never_handed_out_twice():
     ports = [port for _ in range(100) for port in free_ports(1)]
     ports += [port for _ in range(100) for port in free_ports(2)]
     assert len(set(ports)) == len(ports) == 300
-    assert all(_bindable(port) for port in ports[:20])  # reserved, not bound: a server can
+    assert all(bindable(port) for port in ports[:20])  # reserved, not bound: a server can
     assert not any(reserve(port) for port in ports)
 
 
