@@ -87,6 +87,15 @@ def reserve(port: int) -> bool:
         return True
 
 
+def _release(port: int) -> None:
+    with _guard:
+        if port in _held:
+            _held.discard(port)
+            fd = _lock_fd()
+            if fd is not None:
+                fcntl.lockf(fd, fcntl.LOCK_UN, 1, port, os.SEEK_SET)
+
+
 def _ephemeral_low(path="/proc/sys/net/ipv4/ip_local_port_range"):
     """The first port the kernel hands out for outgoing connections, or None if unknown."""
     try:
@@ -127,3 +136,21 @@ def free_ports(count):
     if len(ports) == count:
         return ports
     raise RuntimeError(f"found {len(ports)} of {count} free loopback ports to reserve")
+
+
+def consecutive_ports(count):
+    """The first of ``count`` consecutive ports, all reserved as ``free_ports`` reserves one
+    and free a moment ago: for a launcher that numbers its tasks' ports from a base (Slurm's
+    ``--port-base``), below the ephemeral range where the kernel says what it is."""
+    low = _ephemeral_low()
+    if low is None or low - _LOWEST < 1000:
+        low = 32768  # (the kernel's usual start of its range)
+    for _ in range(_TRIES):
+        base = _random.randrange(_LOWEST, low - count)
+        run = range(base, base + count)
+        taken = [port for port in run if reserve(port)]
+        if len(taken) == count and all(bindable(port) for port in run):
+            return base
+        for port in taken:  # (a run with a port in use: give the others back)
+            _release(port)
+    raise RuntimeError(f"found no {count} consecutive free loopback ports to reserve")

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from loopback_ports import bindable, free_ports, lock_path, reserve
+from loopback_ports import bindable, consecutive_ports, free_ports, lock_path, reserve
 
 _TESTS = os.path.dirname(os.path.abspath(__file__))
 _HOLDER = f"""
@@ -33,6 +33,15 @@ def test_ports_drawn_in_one_process_are_never_handed_out_twice():
     assert len(set(ports)) == len(ports) == 300
     assert all(bindable(port) for port in ports[:20])  # reserved, not bound: a server can
     assert not any(reserve(port) for port in ports)
+
+
+def test_consecutive_ports_are_all_reserved_and_free():
+    # (Slurm numbers its tasks' ports from a base: each of them must be free, not the first.)
+    base = consecutive_ports(4)
+    run = range(base, base + 4)
+    assert all(bindable(port) for port in run)
+    assert not any(reserve(port) for port in run)
+    assert not set(run) & set(free_ports(50))
 
 
 @pytest.mark.parametrize("ending", ["exit", "kill"])
