@@ -27,6 +27,7 @@ that range for a connection, so only an explicit bind can take one.
 """
 from __future__ import annotations
 
+import errno
 import os
 import random
 import socket
@@ -55,9 +56,9 @@ def lock_path() -> str:
 
 
 def _lock_fd():
-    """The lock file's descriptor, or None where it cannot be used (then reservations hold
-    within this process only). Never closed: closing any descriptor of the file would drop
-    every lock this process holds on it."""
+    """The lock file's descriptor, or None where it cannot be used or its file system takes
+    no locks (then reservations hold within this process only). Never closed: closing any
+    descriptor of the file would drop every lock this process holds on it."""
     if fcntl is None:
         return None
     if _lock["pid"] != os.getpid():
@@ -81,8 +82,10 @@ def reserve(port: int) -> bool:
         if fd is not None:
             try:
                 fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, port, os.SEEK_SET)
-            except OSError:  # EAGAIN/EACCES: another process holds it
-                return False
+            except OSError as exc:
+                if exc.errno in (errno.EAGAIN, errno.EACCES):  # another process holds it
+                    return False
+                _lock["fd"] = None  # (no locks on this file system: this process only)
         _held.add(port)
         return True
 
