@@ -39,7 +39,8 @@ def pytest_configure(config):
 # parsing, placement as data over listed names): under ``make test-gpu`` they would run exactly
 # as in ``make test``, so the second pass leaves them out to stay inside CI's time.
 DEVICE_FREE = ("tests/transports/", "tests/test_layers.py", "tests/test_cli_help.py",
-               "tests/distribute/test_cluster_resolver.py", "tests/compile/test_placement.py")
+               "tests/distribute/test_cluster_resolver.py", "tests/compile/test_placement.py",
+               "tests/test_loopback_ports.py")
 
 
 def fake_gpu_pass():

@@ -1,11 +1,11 @@
 """Errors a new user meets first: each names what went wrong and how to fix it (issue 19)."""
-import socket
 
 import numpy as np
 import pytest
 import trio
 
 import asyncflow as af
+from loopback_ports import free_ports
 
 
 @pytest.fixture
@@ -53,9 +53,7 @@ async def test_uninitialized_variable_says_how_to_initialize_it(graph):
 
 
 def _closed_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_ports(1)[0]  # reserved: no other test process starts a server there
 
 
 async def test_unreachable_session_target_names_its_address_once():
@@ -70,9 +68,7 @@ async def test_unreachable_session_target_names_its_address_once():
 
 
 async def test_changed_variable_shape_on_a_reused_worker_hints_at_reset():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    (port,) = free_ports(1)  # reserved until the server binds it
     cluster = af.ClusterSpec({"worker": [f"127.0.0.1:{port}"]})
 
     async def initialize(shape):

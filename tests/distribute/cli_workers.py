@@ -14,7 +14,7 @@ import tempfile
 import threading
 import time
 
-from loopback_ports import free_ports  # noqa: F401 (re-exported for the tests)
+from loopback_ports import consecutive_ports, free_ports  # noqa: F401 (re-exported for the tests)
 
 LISTEN_TIMEOUT_S = 90.0
 

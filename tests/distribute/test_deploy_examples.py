@@ -19,7 +19,7 @@ import sys
 import pytest
 
 from asyncflow.distribute.cluster_resolver import KubernetesClusterResolver
-from cli_workers import CliWorker, free_ports
+from cli_workers import CliWorker, consecutive_ports, free_ports
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 KUBERNETES = ROOT / "deploy" / "kubernetes"
@@ -191,7 +191,7 @@ def _slurm_env(rank, ntasks, port_base, tmp_path):
 
 
 def test_slurm_task_script_with_the_variables_srun_sets(tmp_path):
-    base = free_ports(1)[0]
+    base = consecutive_ports(4)  # rank k listens on base + k
     procs = []
     try:
         for rank in range(4):
@@ -216,7 +216,7 @@ def test_slurm_task_script_under_a_real_srun(tmp_path):
         pytest.skip("Slurm is not installed here (no srun)")
     if subprocess.run(["sinfo"], capture_output=True, timeout=30).returncode != 0:
         pytest.skip("Slurm is installed but no controller answers (sinfo failed)")
-    base = free_ports(1)[0]
+    base = consecutive_ports(4)
     env = {**os.environ, **_slurm_env(0, 4, base, tmp_path)}
     for key in ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_NODELIST",
                 "SLURM_STEP_TASKS_PER_NODE", "SLURMD_NODENAME"):

@@ -13,7 +13,7 @@ import trio
 
 import asyncflow as af
 from asyncflow.distribute.cluster_resolver import SlurmClusterResolver, TFConfigClusterResolver
-from cli_workers import CliWorker, free_ports
+from cli_workers import CliWorker, consecutive_ports, free_ports
 
 TOKEN = {"ASYNCFLOW_TOKEN": "resolver-test-token"}
 TIMEOUT = af.RunOptions(timeout_in_ms=60_000)
@@ -134,7 +134,7 @@ def test_evaluator_and_missing_cluster_are_named(started):
 
 async def test_slurm_resolved_workers_run_a_step(started, monkeypatch):
     # Three tasks of one srun step on one node, as Slurm describes them to each task.
-    base, = free_ports(1)
+    base = consecutive_ports(3)  # the three tasks listen on base, base + 1, base + 2
     step = {"SLURM_STEP_NUM_TASKS": "3", "SLURM_STEP_NODELIST": "127.0.0.1",
             "SLURM_STEP_TASKS_PER_NODE": "3", "SLURMD_NODENAME": "127.0.0.1",
             "CUDA_VISIBLE_DEVICES": ""}

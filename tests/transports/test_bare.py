@@ -11,6 +11,7 @@ import struct
 import numpy as np
 import pytest
 import trio
+from loopback_ports import free_ports
 from transport_fakes import FakeWorker
 
 from transports.http import bare, cross_memory, same_host
@@ -243,8 +244,8 @@ async def test_concurrent_calls_take_concurrent_connections_and_reuse_them():
 
 
 async def test_a_connection_the_server_closed_while_idle_is_replaced():
-    async with open_http_server(FakeWorker()) as server:
-        port = server.port
+    (port,) = free_ports(1)  # (reserved: the restart below binds it again)
+    async with open_http_server(FakeWorker(), port=port) as server:
         channel = TrioHttpChannel(server.address)
         with trio.fail_after(GENEROUS):
             await channel.health()

@@ -7,9 +7,12 @@ server on 127.0.0.1 or small raw trio servers that misbehave on purpose (bounded
 
 from __future__ import annotations
 
+import socket
+
 import numpy as np
 import pytest
 import trio
+from loopback_ports import bindable, free_ports
 from transport_fakes import FakeWorker
 
 from transports import wire
@@ -63,9 +66,10 @@ async def test_concurrent_calls_use_concurrent_connections():
 
 async def test_a_connection_the_server_closed_while_idle_is_replaced():
     # The worker restarts on the same port: the pooled connection is dead, the call is not.
+    # (A reserved port: one the kernel picked could meanwhile become another process's.)
     worker = FakeWorker()
-    async with open_http_server(worker) as server:
-        port = server.port
+    (port,) = free_ports(1)
+    async with open_http_server(worker, port=port) as server:
         channel = TrioHttpChannel(server.address, bare=False)
         with trio.fail_after(GENEROUS):
             await channel.health()
@@ -74,6 +78,23 @@ async def test_a_connection_the_server_closed_while_idle_is_replaced():
         with trio.fail_after(GENEROUS):
             assert (await channel.health()).incarnation == 7
             assert len(channel._idle) == 1
+    await channel.aclose()
+
+
+async def test_a_server_restarts_on_its_port_while_a_tcp_connection_it_closed_lingers():
+    # Closing its idle connection leaves the server's end holding the port (FIN_WAIT2, then
+    # TIME_WAIT) for up to a minute: a plain bind fails there, the restart's bind
+    # (SO_REUSEADDR on the listener) does not.
+    (port,) = free_ports(1)
+    async with open_http_server(FakeWorker(), port=port, same_host=False) as server:
+        channel = TrioHttpChannel(server.address, same_host=False)
+        with trio.fail_after(GENEROUS):
+            await channel.health()
+    assert len(channel._idle) == 1 and channel._idle[0].stream.socket.family == socket.AF_INET
+    assert not bindable(port)
+    async with open_http_server(FakeWorker(), port=port, same_host=False):
+        with trio.fail_after(GENEROUS):
+            assert (await channel.health()).incarnation == 7
     await channel.aclose()
 
 

@@ -1,0 +1,103 @@
+"""Stress run for the tests' loopback ports: tests run again and again while other processes
+draw ports and serve on them the way concurrent test processes do, sped up.
+
+A test that writes a port into a ClusterSpec and binds it later (a CLI worker a second or more
+later, a worker restarted after a stop) loses when another process takes the port in between:
+its server fails with EADDRINUSE. On a shared machine those are other suites and pytest-xdist
+workers, each drawing a few ports a second; here ``--churners`` processes draw thousands
+(``tests/loopback_ports.py``'s ``free_ports``, as the tests do), keep a listener on each (the
+newest ``HOLD``) and give the oldest back, so a window of a second is hit within a few runs.
+
+    python bench/stress_ports.py --runs 30 --churners 2 tests/cluster/test_startup_worker.py
+
+prints the tests' passes and failures and how many failures were EADDRINUSE ("already in use").
+Bounded: ``--seconds`` for the churners, the pytest run killed 60 s after them.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import multiprocessing
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HOLD = 2000  # listeners each churner keeps open
+
+
+def pytest_generate_tests(metafunc):
+    """(As a pytest plugin, ``-p stress_ports``: every test ``STRESS_RUNS`` times.)"""
+    runs = int(os.environ.get("STRESS_RUNS", "1"))
+    if runs > 1:
+        metafunc.fixturenames.append("_stress_run")
+        metafunc.parametrize("_stress_run", range(runs), ids=lambda i: f"run{i}")
+
+
+def _churn(seconds, counts):
+    sys.path.insert(0, os.path.join(_ROOT, "tests"))
+    import loopback_ports
+    release = getattr(loopback_ports, "_release", None)  # (None: ports were never reserved)
+    end = time.monotonic() + seconds
+    held = collections.deque()
+    draws = 0
+    while time.monotonic() < end:
+        (port,) = loopback_ports.free_ports(1)
+        draws += 1
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+            sock.listen()
+            held.append(sock)
+        except OSError:
+            sock.close()
+        if len(held) > HOLD:
+            old = held.popleft()
+            port = old.getsockname()[1]
+            old.close()
+            if release is not None:
+                release(port)
+        time.sleep(0.0005)
+    counts.put(draws)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("tests", nargs="+", help="pytest arguments: files or node ids")
+    parser.add_argument("--runs", type=int, default=30, help="times each test runs")
+    parser.add_argument("--churners", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=120.0, help="the churners' time")
+    args = parser.parse_args()
+    counts = multiprocessing.Queue()
+    churners = [multiprocessing.Process(target=_churn, args=(args.seconds, counts))
+                for _ in range(args.churners)]
+    for churner in churners:
+        churner.start()
+    env = dict(os.environ, STRESS_RUNS=str(args.runs),
+               PYTHONPATH=os.pathsep.join([os.path.join(_ROOT, "bench"),
+                                           os.environ.get("PYTHONPATH", "")]))
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "stress_ports",
+             *args.tests], capture_output=True, text=True, env=env, cwd=_ROOT,
+            timeout=args.seconds + 60)
+        output = result.stdout + result.stderr
+    except subprocess.TimeoutExpired as exc:
+        output = (exc.stdout or b"").decode() + "\n(pytest killed at its time limit)"
+    draws = sum(counts.get(timeout=60) for _ in churners)
+    for churner in churners:
+        churner.join(timeout=60)
+    summary = re.findall(r"^=*\s*(\d+ (?:passed|failed).*?)\s*=*$", output, re.M)
+    failed = [line for line in output.splitlines() if line.startswith("FAILED ")]
+    in_use = sum(1 for block in output.split("\n____") if "already in use" in block)
+    print(f"{summary[-1] if summary else output[-2000:]}")
+    print(f"failures: {len(failed)}, of them EADDRINUSE: {min(in_use, len(failed))}; "
+          f"churners drew {draws} ports")
+
+
+if __name__ == "__main__":
+    main()
