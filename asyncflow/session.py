@@ -238,6 +238,15 @@ class _Parked:
             self._scopes.discard(self._scope)
 
 
+class _CancelledOnEntry(set):
+    """``close()``'s set of run scopes: a step that waits after the close (one prepared before
+    it) is cancelled as it parks, instead of waiting for a close that already happened."""
+
+    def add(self, scope):
+        scope.cancel()
+        super().add(scope)
+
+
 _UNAWAITED = ("Session.run(...) returns something to await: write `await sess.run(...)` in an "
               "async function, or use `import asyncflow.compat.v1 as tf` and `tf.Session()` "
               "for a synchronous run")
@@ -417,7 +426,8 @@ class Session:
         if not self._closed:
             self._closed = True
             try:
-                for scope in self._run_scopes:  # waiting runs fail with CancelledError
+                scopes, self._run_scopes = self._run_scopes, _CancelledOnEntry()
+                for scope in scopes:  # waiting runs fail with CancelledError
                     scope.cancel()
                 for stop in self._owned_tasks:  # e.g. TF1-style start_queue_runners(sess=...)
                     stop()

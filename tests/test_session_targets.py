@@ -239,3 +239,16 @@ async def test_a_closed_local_session_refuses_every_use_naming_itself():
             async with sess:  # re-entered: refused, not silently reopened
                 pass
         await sess.close()  # a second close is a no-op
+
+
+async def test_a_run_prepared_before_the_close_never_waits_after_it(autojump_clock):
+    with af.Graph().as_default():
+        q = af.FIFOQueue(4, [af.float32], shapes=[[]])
+        y = q.dequeue()
+        sess = af.Session()
+        async with sess:
+            request = sess.prepare(y)
+        with trio.fail_after(60):  # (the autojump clock: a wait would end here, not hang)
+            with pytest.raises(af.errors.CancelledError, match="session was closed"):
+                await sess.run_prepared(request)
+        assert sess.statistics().runs_in_flight == 0
