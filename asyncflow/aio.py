@@ -223,7 +223,7 @@ class Session:
 
     async def _ensure_open(self):
         if self._closed:
-            raise RuntimeError("Attempted to use a closed Session.")
+            raise _session.closed_session_error(self._session)
         if self._guest is None:
             guest = await _acquire()
             try:

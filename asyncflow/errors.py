@@ -194,3 +194,9 @@ def session_closed(op=None):
                          "(e.g. waiting on a queue)")
     err._asyncflow_located = True
     return err
+
+
+def closed_session(name):
+    """TF1's error for using a closed Session (a RuntimeError, not an OpError: no step ran),
+    naming the session: ``name`` is its handle and where it ran."""
+    return RuntimeError(f"Attempted to use a closed Session ({name}).")

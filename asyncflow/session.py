@@ -238,6 +238,15 @@ class _Parked:
             self._scopes.discard(self._scope)
 
 
+class _CancelledOnEntry(set):
+    """``close()``'s set of run scopes: a step that waits after the close (one prepared before
+    it) is cancelled as it parks, instead of waiting for a close that already happened."""
+
+    def add(self, scope):
+        scope.cancel()
+        super().add(scope)
+
+
 _UNAWAITED = ("Session.run(...) returns something to await: write `await sess.run(...)` in an "
               "async function, or use `import asyncflow.compat.v1 as tf` and `tf.Session()` "
               "for a synchronous run")
@@ -356,6 +365,11 @@ def _require_trio(what):
             "takes the same arguments and runs the steps in a trio guest of your loop") from None
 
 
+def closed_session_error(session):
+    """The RuntimeError of a use of ``session`` after its close, naming it (TF1's text)."""
+    return errors.closed_session(session._target.name)
+
+
 class Session:
     """``async with af.Session(graph=None, config=None, cluster=None) as sess:``.
 
@@ -399,6 +413,8 @@ class Session:
 
     async def __aenter__(self):
         _require_trio("async with af.Session()")
+        if self._closed:  # (its channels are gone: opening again would say "unavailable")
+            raise closed_session_error(self)
         await self._target.open()
         return self
 
@@ -409,12 +425,15 @@ class Session:
         """Release the session's resources; later runs fail."""
         if not self._closed:
             self._closed = True
-            for scope in self._run_scopes:  # waiting runs fail with CancelledError
-                scope.cancel()
-            for stop in self._owned_tasks:  # e.g. TF1-style start_queue_runners(sess=...)
-                stop()
-            with trio.CancelScope(shield=True):
-                await self._target.close()
+            try:
+                scopes, self._run_scopes = self._run_scopes, _CancelledOnEntry()
+                for scope in scopes:  # waiting runs fail with CancelledError
+                    scope.cancel()
+                for stop in self._owned_tasks:  # e.g. TF1-style start_queue_runners(sess=...)
+                    stop()
+            finally:  # (a KeyboardInterrupt above still closes the channels; the target's
+                with trio.CancelScope(shield=True):  # close bounds its own waits)
+                    await self._target.close()
 
     @property
     def closed(self):
@@ -466,7 +485,7 @@ class Session:
             RuntimeError: if the session is closed.
         """
         if self._closed:
-            raise RuntimeError("Attempted to use a closed Session.")
+            raise closed_session_error(self)
         structure = self._fetch_structure(fetches)
         feed_tensors, feed_values = self._resolve_feeds(feed_dict)
         feed_tensors = tuple(feed_tensors)

@@ -45,6 +45,19 @@ def test_errors_arrive_as_af_errors():
     np.testing.assert_allclose(asyncio.run(main()), [[2.0]])
 
 
+def test_a_closed_session_refuses_runs_naming_itself():
+    async def main():
+        with af.Graph().as_default():
+            x, y = build()
+            sess = aio.Session()
+            async with sess:
+                await sess.run(y, {x: [[1.0, 1.0]]})
+            with pytest.raises(RuntimeError, match=r"Attempted to use a closed Session "
+                                                   r"\(session-\w+ in this process\)"):
+                await sess.run(y, {x: [[1.0, 1.0]]})
+    asyncio.run(main())
+
+
 def test_cancelling_the_asyncio_task_cancels_the_step():
     async def main():
         loop = asyncio.get_running_loop()

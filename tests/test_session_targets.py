@@ -223,3 +223,32 @@ async def test_session_master_and_workers_compile_through_one_pipeline(monkeypat
         async with af.Session() as sess:
             assert await sess.run(c) == 2.0
     assert calls == [["/job:localhost/replica:0/task:0/device:CPU:0"]]
+
+
+async def test_a_closed_local_session_refuses_every_use_naming_itself():
+    with af.Graph().as_default():
+        c = af.constant(1.0)
+        sess = af.Session()
+        async with sess:
+            assert await sess.run(c) == 1.0
+        name = sess._target.name
+        assert name.startswith("session-") and name.endswith(" in this process")
+        with pytest.raises(RuntimeError, match=f"Attempted to use a closed Session \\({name}\\)"):
+            await sess.run(c)
+        with pytest.raises(RuntimeError, match=f"closed Session \\({name}\\)"):
+            async with sess:  # re-entered: refused, not silently reopened
+                pass
+        await sess.close()  # a second close is a no-op
+
+
+async def test_a_run_prepared_before_the_close_never_waits_after_it(autojump_clock):
+    with af.Graph().as_default():
+        q = af.FIFOQueue(4, [af.float32], shapes=[[]])
+        y = q.dequeue()
+        sess = af.Session()
+        async with sess:
+            request = sess.prepare(y)
+        with trio.fail_after(60):  # (the autojump clock: a wait would end here, not hang)
+            with pytest.raises(af.errors.CancelledError, match="session was closed"):
+                await sess.run_prepared(request)
+        assert sess.statistics().runs_in_flight == 0

@@ -162,3 +162,26 @@ async def reset(target, containers=None, config=None):
     async with trio.open_nursery() as nursery:
         for address in addresses:
             nursery.start_soon(reset_one, address)
+
+
+CLOSE_S = 2.0  # a closing master's bound on each part of its cleanup (no dead peer waited for)
+
+
+async def close_all(channels, monitor_ended=None):
+    """Close every one of ``channels`` and wait for ``monitor_ended`` (an Event, or None),
+    shielded and within ``CLOSE_S``: a channel whose close raises (a KeyboardInterrupt in it)
+    leaves none of the others open; the first such exception is raised after."""
+    first = None
+    with trio.CancelScope(shield=True, deadline=trio.current_time() + CLOSE_S):
+        for channel in channels:
+            try:
+                await channel.aclose()
+            except BaseException as exc:  # noqa: BLE001 - raised below, once all are closed
+                first = first or exc
+        if monitor_ended is not None:
+            await monitor_ended.wait()
+    if first is not None:
+        try:
+            raise first
+        finally:
+            del first  # (this frame is in its traceback: kept, a cycle for the GC)

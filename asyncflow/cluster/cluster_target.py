@@ -32,11 +32,15 @@ class ClusterTarget:
         self.graph = graph
         self.master = _master.Master.for_cluster_or_target(cluster, address, config)
         self.cache = {}
+        self.closed = False
+        where = address or ", ".join(a for _, _, a in self.master.cluster.tasks())
+        self.name = f"{self.master.session_handle} on {where}"  # (in its errors)
 
     async def open(self):
         await self.master.open()
 
     async def close(self):
+        self.closed = True
         self.cache.clear()
         await self.master.close()
 
@@ -65,6 +69,8 @@ class ClusterTarget:
             master = self.master
             if not (master.opened and master.ready(compiled)):  # else nothing to refresh
                 if not master.opened:
+                    if self.closed:  # a run prepared before the close, awaited after it
+                        raise errors.closed_session(self.name)
                     await master.open()
                 if not await master.refresh(compiled):  # a worker restarted: recompile
                     compiled = self.cache[compiled.signature] = master.compile(

@@ -424,22 +424,26 @@ class Master:
         tg.registered_incarnation = 0
 
     async def close(self):
-        """Forget this session's graphs on the workers (best effort) and close channels."""
+        """Forget this session's graphs on the workers (best effort), close its channels and
+        end its step monitor, shielded and bounded (``_channels.CLOSE_S`` a part): a cancel or
+        a KeyboardInterrupt meeting it is raised after, no dead peer waited for past it."""
         self.closing = True  # (the session cancelled its steps' scopes just before: no await)
-        self.monitor.close()
+        self.opened = False  # (a run prepared before the close refuses: ClusterTarget.run)
         handles = [(self.tasks[tg.task], tg.handle) for run in self._runs
                    for tg in run.task_graphs if tg.handle is not None
                    and tg.registered_incarnation == self.tasks[tg.task].incarnation]
         handles += [(task, handle) for task, handle, incarnation in self._forgotten
                     if task.incarnation == incarnation]
-        with trio.move_on_after(2):
-            for task, handle in handles:
-                try:
-                    await task.channel.deregister_graph(DeregisterGraph(handle), timeout=1.0)
-                except (TransportError, RemoteCallError):
-                    pass
-        for task in self.tasks.values():
-            await task.channel.aclose()
+        try:
+            with trio.CancelScope(shield=True, deadline=trio.current_time() + _channels.CLOSE_S):
+                for task, handle in handles:
+                    try:
+                        await task.channel.deregister_graph(DeregisterGraph(handle), timeout=1.0)
+                    except (TransportError, RemoteCallError):
+                        pass
+        finally:
+            await _channels.close_all([task.channel for task in self.tasks.values()],
+                                      self.monitor.close())
 
 
 class _StepDriver:

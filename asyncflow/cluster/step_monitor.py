@@ -35,13 +35,14 @@ class StepMonitor:
         self._steps = {}      # step -> when it started (insertion order: oldest first)
         self._token = None    # the trio run whose system task serves this monitor
         self._scope = None
+        self._ended = None    # set when that task has ended
 
     def watch(self, step):
         token = trio.lowlevel.current_trio_token()
         if self._token is not token:
             self._token = token
-            self._scope = trio.CancelScope()
-            trio.lowlevel.spawn_system_task(self._serve, self._scope,
+            self._scope, self._ended = trio.CancelScope(), trio.Event()
+            trio.lowlevel.spawn_system_task(self._serve, self._scope, self._ended,
                                             name="asyncflow step monitor")
         self._steps[step] = trio.current_time()
 
@@ -49,12 +50,18 @@ class StepMonitor:
         self._steps.pop(step, None)
 
     def close(self):
+        """End the task (and the watchdogs it started); returns an Event set once they have
+        ended, or None if there is none to wait for in the current trio run."""
+        ended = None
         if self._scope is not None:
             self._scope.cancel()
-        self._token = self._scope = None
+            if self._token is trio.lowlevel.current_trio_token():
+                ended = self._ended
+        self._token = self._scope = self._ended = None
         self._steps.clear()
+        return ended
 
-    async def _serve(self, scope):
+    async def _serve(self, scope, ended):
         try:
             with scope:
                 async with trio.open_nursery() as nursery:
@@ -73,3 +80,5 @@ class StepMonitor:
             if self._scope is scope:
                 self._token = None  # the next step starts another
             _log.exception("the step monitor failed; long steps get no health watchdog")
+        finally:
+            ended.set()

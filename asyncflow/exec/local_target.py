@@ -58,6 +58,7 @@ class LocalTarget:
         self.devices = _device.make_local_devices(
             config.device_count, intra_op_threads=config.intra_op_parallelism_threads)
         self.cache = {}
+        self.name = f"session-{secrets.token_hex(4)} in this process"  # (in its errors)
         self._state = None  # incarnations and pinned placements, made by the first compile
 
     async def open(self):

@@ -305,6 +305,9 @@ def test_a_local_server_target_is_a_session_target():
             assert server.target.startswith("grpc://127.0.0.1:")
             sess.run(total.initializer)
             assert sess.run(bump) == 3.0
+        handle = sess.async_session._target.master.session_handle
+        with pytest.raises(RuntimeError, match=f"Attempted to use a closed Session \\({handle} "):
+            sess.run(bump)  # on a cluster target too: not an UnavailableError of its channels
     finally:
         server.stop()
 

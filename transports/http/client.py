@@ -209,11 +209,14 @@ class TrioHttpChannel(Channel):
         self._bare_backoff = _BARE_RETRY_S
 
     async def aclose(self) -> None:
+        # Every pooled socket closed before the one checkpoint: a cancel or KeyboardInterrupt
+        # there leaves none open (calls in flight close theirs as they are cancelled).
         await super().aclose()
         idle, self._idle = self._idle, []
         bare_idle, self._bare_idle = self._bare_idle, []
         for conn in [*idle, *bare_idle]:
-            await conn.stream.aclose()
+            conn.stream.socket.close()
+        await trio.lowlevel.checkpoint()
 
     # -- calls ----------------------------------------------------------------------------------
 

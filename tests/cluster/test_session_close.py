@@ -1,0 +1,142 @@
+"""A session's close: a closed session refuses every use the same way, and a close that a
+cancel or a KeyboardInterrupt meets still leaves nothing of the session open.
+
+1. Re-entering a closed session (``async with sess:``), a run, and a run prepared before the
+   close all raise TF1's ``RuntimeError: Attempted to use a closed Session`` naming the
+   session's handle, on an in-process and an HTTP cluster (not an UnavailableError about the
+   channels the close closed).
+2. A KeyboardInterrupt raised in the close (here by the deregistration of a graph, a hook
+   monkeypatched to raise it) or a cancelled close still closes every channel (the workers'
+   servers see none of the session's connections left), ends the step monitor's task and the
+   step watchdogs it started, and a dead peer (a deregistration that never answers) is waited
+   for only a bounded time.
+"""
+import pytest
+import trio
+
+import asyncflow as af
+from asyncflow.cluster import channels
+
+WATCHED = af.SessionConfig(health_check_interval_s=1.0)
+
+
+def _graph(spec):
+    """``(graph, doubled, blocked)`` on the first worker: ``2.0 * 3.0`` and a dequeue of an
+    empty queue (it blocks)."""
+    graph = af.Graph()
+    with graph.as_default(), af.device("/job:worker/task:0"):
+        doubled = af.constant(2.0) * 3.0
+        blocked = af.FIFOQueue(2, [af.float32], shapes=[[]]).dequeue()
+    return graph, doubled, blocked
+
+
+async def test_a_closed_cluster_session_refuses_every_use_naming_itself(cluster):
+    spec, _ = cluster
+    graph, doubled, _ = _graph(spec)
+    sess = af.Session(graph=graph, cluster=spec)
+    async with sess:
+        assert await sess.run(doubled) == 6.0
+        prepared = sess.prepare(doubled)
+    handle = sess._target.master.session_handle
+    with pytest.raises(RuntimeError, match=f"Attempted to use a closed Session \\({handle} "):
+        await sess.run(doubled)
+    with pytest.raises(RuntimeError, match=f"closed Session \\({handle} "):
+        async with sess:
+            pass
+    with pytest.raises(RuntimeError, match=f"closed Session \\({handle} "):
+        await sess.run_prepared(prepared)  # prepared before the close
+    await sess.close()  # a second close is a no-op
+
+
+async def _session_connections_gone(servers):
+    """Wait (bounded) until no HTTP server of the cluster holds a connection."""
+    with trio.fail_after(10):
+        for server in servers.values():
+            await server.http._guard.empty.wait()
+
+
+def _interrupting(monkeypatch, master):
+    """Make the master's first deregistration raise KeyboardInterrupt (Ctrl-C in the close)."""
+    raised = []
+    for task in master.tasks.values():
+        async def interrupted(*args, **kwargs):
+            raised.append(1)
+            raise KeyboardInterrupt
+        monkeypatch.setattr(task.channel, "deregister_graph", interrupted)
+    return raised
+
+
+@pytest.mark.parametrize("cluster", ["http"], indirect=True)
+async def test_ctrl_c_in_the_close_leaves_no_connection_or_task(cluster, monkeypatch):
+    spec, servers = cluster
+    graph, doubled, blocked = _graph(spec)
+    sess = af.Session(graph=graph, cluster=spec, config=WATCHED)
+    failures = []
+    async with trio.open_nursery() as nursery:
+        await sess.__aenter__()
+        assert await sess.run(doubled) == 6.0
+
+        async def waits():
+            with pytest.raises(af.errors.CancelledError, match="closed"):
+                await sess.run(blocked)
+            failures.append("cancelled")
+        nursery.start_soon(waits)
+        master = sess._target.master
+        with trio.fail_after(10):  # the blocked step outlives an interval: its watchdog runs
+            while master.monitor._ended is None:
+                await trio.sleep(0.05)
+            await trio.sleep(WATCHED.health_check_interval_s * 1.5)
+        ended = master.monitor._ended
+        assert sum(len(s.http._guard.connections) for s in servers.values()) > 0
+        raised = _interrupting(monkeypatch, master)
+        with pytest.raises(KeyboardInterrupt):
+            await sess.close()
+    assert raised and failures == ["cancelled"]
+    assert sess.closed and ended.is_set()  # the monitor's task (and its watchdogs) ended
+    for task in master.tasks.values():
+        assert task.channel._closed and not task.channel._idle and not task.channel._bare_idle
+    await _session_connections_gone(servers)
+    for server in servers.values():
+        assert not server.service._steps  # no step state left on the workers
+    with pytest.raises(RuntimeError, match="closed Session"):
+        await sess.run(doubled)
+
+
+@pytest.mark.parametrize("cluster", ["http"], indirect=True)
+async def test_a_cancelled_close_still_closes_every_connection(cluster):
+    spec, servers = cluster
+    graph, doubled, _ = _graph(spec)
+    sess = af.Session(graph=graph, cluster=spec)
+    await sess.__aenter__()
+    assert await sess.run(doubled) == 6.0
+    for task in sess._target.master.tasks.values():
+        deregister = task.channel.deregister_graph
+
+        async def slow(*args, deregister=deregister, **kwargs):
+            await trio.sleep(0.5)
+            return await deregister(*args, **kwargs)
+        task.channel.deregister_graph = slow
+    with trio.move_on_after(0.1):  # the close's scope is cancelled while it deregisters
+        await sess.close()
+    for task in sess._target.master.tasks.values():
+        assert task.channel._closed and not task.channel._idle and not task.channel._bare_idle
+    await _session_connections_gone(servers)
+
+
+@pytest.mark.parametrize("cluster", ["inprocess"], indirect=True)
+async def test_a_close_waits_for_a_dead_peer_only_a_bounded_time(cluster, monkeypatch,
+                                                                  autojump_clock):
+    spec, _ = cluster
+    graph, doubled, _ = _graph(spec)
+    sess = af.Session(graph=graph, cluster=spec)
+    await sess.__aenter__()
+    assert await sess.run(doubled) == 6.0
+    master = sess._target.master
+    for task in master.tasks.values():
+        async def never_answers(*args, **kwargs):
+            await trio.sleep_forever()
+        monkeypatch.setattr(task.channel, "deregister_graph", never_answers)
+    start = trio.current_time()
+    await sess.close()
+    assert trio.current_time() - start <= 2 * channels.CLOSE_S
+    assert all(task.channel._closed for task in master.tasks.values())
