@@ -3,16 +3,16 @@
 Theory of operation
 -------------------
 A worker server that listens on a loopback or wildcard address also listens on a Unix socket
-named after its TCP port, in a directory private to the user (``<tmp>/asyncflow-<uid>/``, mode
-0700, owned by the user: checked on both sides before use, so another user cannot plant a
-socket there). A client channel to ``127.0.0.1:P`` (or ``localhost``, ``::1``) first tries that
-socket and speaks the same HTTP/1.1 to it, token included; it falls back to TCP when there is
-none, or when connecting fails (a stale file of a server that died, a server that could not
-bind one), and then stays on TCP. A second socket beside it, ``bare-<port>.sock``, speaks the
-bare-frame protocol of :mod:`transports.http.bare` (no HTTP), which a channel tries before this
-one. Nothing else changes: same frames, same limits, the server
-treats the connection like any other. On Linux a Unix socket moves bulk bytes faster than
-loopback TCP (no TCP/IP stack, no checksums; ``bench/bench_transport.py``).
+named after its TCP port and network namespace (below), in a directory private to the user
+(``<tmp>/asyncflow-<uid>/``, mode 0700, owned by the user: checked on both sides before use, so
+another user cannot plant a socket there). A client channel to ``127.0.0.1:P`` (or
+``localhost``, ``::1``) first tries that socket and speaks the same HTTP/1.1 to it, token
+included; it falls back to TCP when there is none, or when connecting fails (a stale file of a
+server that died, a server that could not bind one), and then stays on TCP. A second socket
+beside it, ``bare-<port>...sock``, speaks the bare-frame protocol of :mod:`transports.http.bare`
+(no HTTP), which a channel tries before this one. Nothing else changes: same frames, same
+limits, the server treats the connection like any other. On Linux a Unix socket moves bulk
+bytes faster than loopback TCP (no TCP/IP stack, no checksums; ``bench/bench_transport.py``).
 
 Network namespaces: a Unix socket's path lives in the file system, a TCP port in the network
 namespace. Two workers of one user on one port in two namespaces that share the temporary
@@ -21,10 +21,10 @@ its own namespace's loopback would reach the other namespace's worker. So the so
 carries the namespace's identity, ``<kind>-<port>-net<dev>-<inode>.sock`` (the device and inode
 of ``/proc/self/ns/net``, read once per process): client and server meet only within one
 namespace, and a server's ``os.replace`` of a stale file under its name never touches another
-namespace's. Where that file does not exist (not Linux, no /proc) the name is ``<kind>-<port>.sock``
-as before; a client and server that disagree (one sees /proc, one does not) find no socket and
-talk TCP. The sweep of dead files looks at every namespace's: a file is removed only when
-nobody accepts on it, which holds whichever namespace it was bound in.
+namespace's. Where that file does not exist (not Linux, no /proc) the name is
+``<kind>-<port>.sock`` as before; a client and server that disagree (one sees /proc, one does
+not) find no socket and talk TCP. The sweep of dead files looks at every namespace's: a file is
+removed only when nobody accepts on it, which holds whichever namespace it was bound in.
 
 ``enabled(flag)``: the constructors' ``same_host`` argument; None reads the environment
 variable ``ASYNCFLOW_SAME_HOST`` ("0" disables the path on both sides).
