@@ -10,9 +10,9 @@ advertises ``ps-0.ps.default.svc:2222``.
 Network rule: every process that talks to these addresses or names runs inside a namespace
 (``ip netns exec``); the test process itself only reads their output. Packets to a namespace
 address sent from the root namespace would follow the machine's default route.
-A second test starts two workers on the same port, one in each namespace, and checks that a
-client in each reaches its own over the same-host Unix sockets (shared ``/tmp``, one socket name
-per namespace). Needs root and iproute2; skipped otherwise.
+A second test starts two workers on the same port, one in each namespace, and checks that a client
+in each reaches its own over the same-host Unix sockets (a shared temporary directory, one socket
+name per namespace). Needs root and iproute2; skipped otherwise.
 """
 import json
 import os
