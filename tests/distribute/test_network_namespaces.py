@@ -10,7 +10,9 @@ advertises ``ps-0.ps.default.svc:2222``.
 Network rule: every process that talks to these addresses or names runs inside a namespace
 (``ip netns exec``); the test process itself only reads their output. Packets to a namespace
 address sent from the root namespace would follow the machine's default route.
-Needs root and iproute2; skipped otherwise.
+A second test starts two workers on the same port, one in each namespace, and checks that a client
+in each reaches its own over the same-host Unix sockets (a shared temporary directory, one socket
+name per namespace). Needs root and iproute2; skipped otherwise.
 """
 import json
 import os
@@ -148,6 +150,65 @@ def test_ps_and_worker_on_two_hosts_train_through_pod_dns_names(namespaces):
                                       "/job:worker/replica:0/task:0": "stopped"}
         for worker in workers:
             assert worker.wait(60) == 0
+    finally:
+        for worker in workers:
+            worker.kill()
+
+
+_OWN_WORKER = r"""
+import json, socket, sys, trio
+from transports.http import same_host
+from transports.http.client import TrioHttpChannel
+
+async def main():
+    async with TrioHttpChannel(f"127.0.0.1:{sys.argv[1]}", token=sys.argv[2]) as channel:
+        with trio.fail_after(60):
+            replies = [await channel.health() for _ in range(3)]
+            text = await channel.metrics_text(timeout=30)
+        (calls,) = [int(line.split()[1]) for line in text.splitlines()
+                    if line.startswith("asyncflow_transport_same_host_calls_total ")]
+        print(json.dumps({"tasks": sorted({r.task for r in replies}),
+                          "incarnations": sorted({r.incarnation for r in replies}),
+                          "bare_calls": channel.bare_calls, "server_same_host_calls": calls,
+                          "http_over_unix": [c.stream.socket.family == socket.AF_UNIX
+                                             for c in channel._idle],
+                          "bare_path": same_host.socket_path(int(sys.argv[1]), "bare")}))
+
+trio.run(main)
+"""
+
+
+def test_workers_on_one_port_in_two_namespaces_keep_their_own_same_host_sockets(namespaces):
+    """The same-host Unix sockets live in the shared file system; their names carry the network
+    namespace, so a client dialling its own namespace's 127.0.0.1:2222 reaches its own worker
+    over the Unix socket, never the other namespace's (with one token for both, a crossed call
+    would be accepted: the task names tell)."""
+    workers = []
+    try:
+        for job, name in namespaces.items():
+            cluster = json.dumps({job: [f"127.0.0.1:{PORT}"]})
+            workers.append(CliWorker(["--cluster", cluster, "--job", job, "--task", "0",
+                                      "--bind", "0.0.0.0", "--log-level", "WARNING"], env=TOKEN,
+                                     prefix=("ip", "netns", "exec", name)).start())
+        assert [w.address for w in workers] == [f"0.0.0.0:{PORT}"] * 2
+        results = {}
+        for job, name in namespaces.items():  # a client in each namespace, only on its loopback
+            client = subprocess.run(["ip", "netns", "exec", name, sys.executable, "-c",
+                                     _OWN_WORKER, str(PORT), TOKEN["ASYNCFLOW_TOKEN"]],
+                                    capture_output=True, text=True, timeout=120,
+                                    env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+            assert client.returncode == 0, client.stderr[-4000:]
+            results[job] = json.loads(client.stdout.strip().splitlines()[-1])
+        for job, result in results.items():
+            assert result["tasks"] == [f"/job:{job}/replica:0/task:0"], result
+            assert len(result["incarnations"]) == 1
+            assert result["bare_calls"] == 3 and result["server_same_host_calls"] == 3, result
+            assert result["http_over_unix"] == [True], result  # /metrics: HTTP on the Unix socket
+            assert os.path.exists(result["bare_path"])
+        assert results["ps"]["incarnations"] != results["worker"]["incarnations"]
+        assert results["ps"]["bare_path"] != results["worker"]["bare_path"]
+        for worker in workers:
+            assert worker.alive()
     finally:
         for worker in workers:
             worker.kill()

@@ -113,3 +113,77 @@ async def test_a_new_server_sweeps_the_sockets_of_killed_servers():
         async with open_http_server(FakeWorker()) as other:
             assert not os.path.exists(stale)  # swept by the other server's start
             assert os.path.exists(other.same_host_path)  # while its own stays
+
+
+# -- network namespaces: the socket's name carries this process's namespace ---------------------
+
+def test_the_socket_name_carries_the_network_namespace(monkeypatch):
+    monkeypatch.setattr(same_host, "_namespace", "4-f0000001")
+    first = same_host.socket_path(2222, "bare")
+    assert os.path.basename(first) == "bare-2222-net4-f0000001.sock"
+    assert same_host.socket_path(2222, "bare") == first  # the same within one namespace
+    monkeypatch.setattr(same_host, "_namespace", "4-f0000002")
+    assert same_host.socket_path(2222, "bare") != first
+    assert same_host.socket_path(2222) != same_host.socket_path(2222, "bare")
+
+
+def test_the_namespace_is_read_once_per_process(monkeypatch):
+    reads = []
+
+    def read():
+        reads.append(1)
+        return "4-abc"
+
+    monkeypatch.setattr(same_host, "read_namespace_id", read)
+    monkeypatch.setattr(same_host, "_namespace", same_host._UNREAD)
+    assert same_host.namespace_id() == same_host.namespace_id() == "4-abc"
+    assert len(reads) == 1
+
+
+def test_without_the_namespace_file_the_name_is_the_ports_alone(monkeypatch, tmp_path):
+    monkeypatch.setattr(same_host, "NET_NAMESPACE_FILE", str(tmp_path / "absent"))
+    monkeypatch.setattr(same_host, "_namespace", same_host._UNREAD)
+    assert same_host.read_namespace_id() is None
+    assert os.path.basename(same_host.socket_path(2222)) == "http-2222.sock"
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/ns/net"), reason="no /proc/self/ns/net")
+def test_on_linux_the_id_is_the_device_and_inode_of_the_namespace_file():
+    info = os.stat("/proc/self/ns/net")
+    assert same_host.read_namespace_id() == f"{info.st_dev:x}-{info.st_ino:x}"
+    assert same_host.namespace_id() == same_host.read_namespace_id()
+
+
+async def test_a_client_in_another_namespace_never_reaches_this_ones_server(monkeypatch):
+    monkeypatch.setattr(same_host, "_namespace", "4-a")
+    async with open_http_server(FakeWorker()) as server:
+        ours = [same_host.socket_path(server.port, kind) for kind in ("http", "bare")]
+        assert ours[0] == server.same_host_path and all(map(os.path.exists, ours))
+        stream = await same_host.connect("127.0.0.1", server.port)  # the same namespace: found
+        assert stream is not None
+        await stream.aclose()
+        monkeypatch.setattr(same_host, "_namespace", "4-b")  # as a client in namespace b
+        assert await same_host.connect("127.0.0.1", server.port) is None
+        assert await same_host.connect("127.0.0.1", server.port, "bare") is None
+        async with TrioHttpChannel(server.address) as channel:
+            with trio.fail_after(GENEROUS):
+                await channel.health()
+            assert _family(channel) == socket.AF_INET and channel.bare_calls == 0
+        # A server of namespace b on the same port (its own TCP port there) neither replaces
+        # nor sweeps namespace a's files: both listen, each under its own name.
+        for kind in ("http", "bare"):
+            made = same_host.listen(server.port, kind)
+            assert made is not None
+            listener, theirs = made
+            try:
+                assert theirs == same_host.socket_path(server.port, kind) and theirs not in ours
+                assert all(map(os.path.exists, [*ours, theirs]))
+            finally:
+                await listener.aclose()
+                same_host.unlink(theirs)
+        assert all(map(os.path.exists, ours))
+        monkeypatch.setattr(same_host, "_namespace", "4-a")  # back in a: the server answers
+        async with TrioHttpChannel(server.address) as channel:
+            with trio.fail_after(GENEROUS):
+                await channel.health()
+            assert channel.bare_calls == 1 and server.statistics().same_host_calls == 1

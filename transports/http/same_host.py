@@ -3,16 +3,28 @@
 Theory of operation
 -------------------
 A worker server that listens on a loopback or wildcard address also listens on a Unix socket
-named after its TCP port, in a directory private to the user (``<tmp>/asyncflow-<uid>/``, mode
-0700, owned by the user: checked on both sides before use, so another user cannot plant a
-socket there). A client channel to ``127.0.0.1:P`` (or ``localhost``, ``::1``) first tries that
-socket and speaks the same HTTP/1.1 to it, token included; it falls back to TCP when there is
-none, or when connecting fails (a stale file of a server that died, a server that could not
-bind one), and then stays on TCP. A second socket beside it, ``bare-<port>.sock``, speaks the
-bare-frame protocol of :mod:`transports.http.bare` (no HTTP), which a channel tries before this
-one. Nothing else changes: same frames, same limits, the server
-treats the connection like any other. On Linux a Unix socket moves bulk bytes faster than
-loopback TCP (no TCP/IP stack, no checksums; ``bench/bench_transport.py``).
+named after its TCP port and network namespace (below), in a directory private to the user
+(``<tmp>/asyncflow-<uid>/``, mode 0700, owned by the user: checked on both sides before use, so
+another user cannot plant a socket there). A client channel to ``127.0.0.1:P`` (or
+``localhost``, ``::1``) first tries that socket and speaks the same HTTP/1.1 to it, token
+included; it falls back to TCP when there is none, or when connecting fails (a stale file of a
+server that died, a server that could not bind one), and then stays on TCP. A second socket
+beside it, ``bare-<port>...sock``, speaks the bare-frame protocol of :mod:`transports.http.bare`
+(no HTTP), which a channel tries before this one. Nothing else changes: same frames, same
+limits, the server treats the connection like any other. On Linux a Unix socket moves bulk
+bytes faster than loopback TCP (no TCP/IP stack, no checksums; ``bench/bench_transport.py``).
+
+Network namespaces: a Unix socket's path lives in the file system, a TCP port in the network
+namespace. Two workers of one user on one port in two namespaces that share the temporary
+directory (containers, ``ip netns exec``) would otherwise share one file, and a client dialling
+its own namespace's loopback would reach the other namespace's worker. So the socket's name also
+carries the namespace's identity, ``<kind>-<port>-net<dev>-<inode>.sock`` (the device and inode
+of ``/proc/self/ns/net``, read once per process): client and server meet only within one
+namespace, and a server's ``os.replace`` of a stale file under its name never touches another
+namespace's. Where that file does not exist (not Linux, no /proc) the name is
+``<kind>-<port>.sock`` as before; a client and server that disagree (one sees /proc, one does
+not) find no socket and talk TCP. The sweep of dead files looks at every namespace's: a file is
+removed only when nobody accepts on it, which holds whichever namespace it was bound in.
 
 ``enabled(flag)``: the constructors' ``same_host`` argument; None reads the environment
 variable ``ASYNCFLOW_SAME_HOST`` ("0" disables the path on both sides).
@@ -27,6 +39,7 @@ import os
 import socket
 import stat
 import tempfile
+from typing import Final
 
 import trio
 
@@ -46,10 +59,45 @@ def directory() -> str:
     return os.path.join(tempfile.gettempdir(), f"asyncflow-{os.getuid()}")
 
 
+NET_NAMESPACE_FILE: str = "/proc/self/ns/net"
+_UNREAD: Final = object()
+_namespace: object = _UNREAD  # this process's ``namespace_id()``, once read
+
+
+def read_namespace_id() -> str | None:
+    """The identity of this process's network namespace, ``"<dev>-<inode>"`` in hex of
+    ``NET_NAMESPACE_FILE``, or None where there is no such file (not Linux, no /proc)."""
+    try:
+        info = os.stat(NET_NAMESPACE_FILE)
+    except OSError:
+        return None
+    return f"{info.st_dev:x}-{info.st_ino:x}"
+
+
+def namespace_id() -> str | None:
+    """``read_namespace_id()``, read once per process (again in a forked child)."""
+    global _namespace
+    if _namespace is _UNREAD:
+        _namespace = read_namespace_id()
+    return _namespace  # type: ignore[return-value]
+
+
+def _forget_namespace() -> None:
+    global _namespace
+    _namespace = _UNREAD
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_namespace)  # (a child may unshare its own)
+
+
 def socket_path(port: int, kind: str = "http") -> str:
-    """Where the server of TCP port ``port`` on this host listens for same-host clients:
-    ``kind`` "http" for HTTP, "bare" for the bare-frame protocol (:mod:`transports.http.bare`)."""
-    return os.path.join(directory(), f"{kind}-{int(port)}.sock")
+    """Where the server of TCP port ``port`` on this host and in this network namespace listens
+    for same-host clients: ``kind`` "http" for HTTP, "bare" for the bare-frame protocol
+    (:mod:`transports.http.bare`)."""
+    namespace = namespace_id()
+    suffix = "" if namespace is None else f"-net{namespace}"
+    return os.path.join(directory(), f"{kind}-{int(port)}{suffix}.sock")
 
 
 def _private(path: str) -> bool:
