@@ -10,8 +10,9 @@ two processes of one user on one host none of HTTP's generality is needed.
 How
 ---
 A worker server that has a same-host Unix socket (:mod:`transports.http.same_host`) listens on
-a second one beside it, ``bare-<port>.sock`` (same private directory, mode 0600). A client
-channel to a loopback address connects there first; when there is none (an older server,
+a second one beside it, ``bare-<port>-net<namespace>.sock`` (same private directory, mode 0600;
+see :func:`transports.http.same_host.socket_path`). A client channel to a loopback address
+connects there first; when there is none (an older server,
 ``ASYNCFLOW_SAME_HOST=0`` on either side) it takes the HTTP path (Unix socket, then TCP) and
 stays on it; a server that hangs up at the handshake (at its connection limit, or closing) is
 spoken to over HTTP for a doubling back-off, then the bare socket is tried again
@@ -93,7 +94,7 @@ class _Garbage(Exception):
 
 class BareService:
     """The bare protocol's half of an :class:`~transports.http.server.HttpServer`: it serves
-    the connections of the server's ``bare-<port>.sock`` with the server's handler, token,
+    the connections of the server's bare same-host socket with the server's handler, token,
     limits, guard, disconnect monitor and counters."""
 
     def __init__(self, server: Any) -> None:
