@@ -38,12 +38,12 @@ async def test_a_closed_cluster_session_refuses_every_use_naming_itself(cluster)
         assert await sess.run(doubled) == 6.0
         prepared = sess.prepare(doubled)
     handle = sess._target.master.session_handle
-    with pytest.raises(RuntimeError, match=f"Attempted to use a closed Session \\({handle} "):
+    with pytest.raises(RuntimeError, match=f"Attempted to use a closed Session\\. \\({handle} "):
         await sess.run(doubled)
-    with pytest.raises(RuntimeError, match=f"closed Session \\({handle} "):
+    with pytest.raises(RuntimeError, match=f"closed Session\\. \\({handle} "):
         async with sess:
             pass
-    with pytest.raises(RuntimeError, match=f"closed Session \\({handle} "):
+    with pytest.raises(RuntimeError, match=f"closed Session\\. \\({handle} "):
         await sess.run_prepared(prepared)  # prepared before the close
     await sess.close()  # a second close is a no-op
 
