@@ -243,9 +243,10 @@ async def test_a_closed_local_session_refuses_every_use_naming_itself():
         await sess.close()  # a second close is a no-op
 
 
-async def test_a_local_run_prepared_before_the_close_is_refused_after_it():
+async def test_a_local_run_prepared_before_the_close_is_refused_after_it(cpu_only):
     # (as on a cluster: not run against the reset variables, nor its value returned, e.g. by
     # a compat session's thread that prepared its step as another thread closed the session)
+    # (cpu_only: the loop-free form is a CPU step's)
     with af.Graph().as_default():
         v = af.Variable(1.0)
         sess = af.Session()
