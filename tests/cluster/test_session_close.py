@@ -13,6 +13,7 @@ cancel or a KeyboardInterrupt meets still leaves nothing of the session open.
 """
 import pytest
 import trio
+import trio.testing
 
 import asyncflow as af
 from asyncflow.cluster import channels
