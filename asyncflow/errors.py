@@ -198,5 +198,5 @@ def session_closed(op=None):
 
 def closed_session(name):
     """TF1's error for using a closed Session (a RuntimeError, not an OpError: no step ran),
-    naming the session: ``name`` is its handle and where it ran."""
-    return RuntimeError(f"Attempted to use a closed Session ({name}).")
+    naming the session after TF1's sentence, kept whole: ``name`` is its handle and where it ran."""
+    return RuntimeError(f"Attempted to use a closed Session. ({name})")

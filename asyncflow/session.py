@@ -218,8 +218,7 @@ def _to_feed_array(tensor, value):
 
 
 class _Parked:
-    """``with`` it: a fresh cancel scope, in ``scopes`` while entered (for ``close()``). A
-    class rather than a generator context manager: entered once per remote step."""
+    """``with`` it: a fresh cancel scope, in ``scopes`` while entered (for ``close()``)."""
 
     __slots__ = ("_scopes", "_scope")
 
@@ -239,8 +238,7 @@ class _Parked:
 
 
 class _CancelledOnEntry(set):
-    """``close()``'s set of run scopes: a step that waits after the close (one prepared before
-    it) is cancelled as it parks, instead of waiting for a close that already happened."""
+    """The run scopes after ``close()``: a run prepared before it is cancelled as it parks."""
 
     def add(self, scope):
         scope.cancel()
@@ -365,8 +363,7 @@ def _require_trio(what):
             "takes the same arguments and runs the steps in a trio guest of your loop") from None
 
 
-def closed_session_error(session):
-    """The RuntimeError of a use of ``session`` after its close, naming it (TF1's text)."""
+def closed_session_error(session):  # TF1's RuntimeError for a use after the close, naming it
     return errors.closed_session(session._target.name)
 
 
@@ -393,7 +390,7 @@ class Session:
         else:
             self._target = LocalTarget(self.graph, self.config)
         self._cache = self._target.cache  # signature -> compiled run (tests look inside)
-        self._closed = False
+        self._closed, self._closing = False, None  # (closing: its trio token, an Event)
         self._in_flight = 0
         self._run_scopes = set()  # one per run in flight: close() cancels them (queue waits)
         self._owned_tasks = []  # stop callbacks of background tasks this session owns
@@ -423,17 +420,23 @@ class Session:
 
     async def close(self):
         """Release the session's resources; later runs fail."""
-        if not self._closed:
-            self._closed = True
-            try:
-                scopes, self._run_scopes = self._run_scopes, _CancelledOnEntry()
-                for scope in scopes:  # waiting runs fail with CancelledError
-                    scope.cancel()
-                for stop in self._owned_tasks:  # e.g. TF1-style start_queue_runners(sess=...)
-                    stop()
-            finally:  # (a KeyboardInterrupt above still closes the channels; the target's
-                with trio.CancelScope(shield=True):  # close bounds its own waits)
+        if self._closed:  # a second close returns once the first has closed (same trio run)
+            if self._closing[0] is trio.lowlevel.current_trio_token():
+                await self._closing[1].wait()
+            return
+        self._closed, self._closing = True, (trio.lowlevel.current_trio_token(), trio.Event())
+        scopes, self._run_scopes = self._run_scopes, _CancelledOnEntry()
+        try:  # (a KeyboardInterrupt here still closes the channels; the target bounds its close)
+            for scope in scopes:  # waiting runs fail with CancelledError
+                scope.cancel()
+            for stop in self._owned_tasks:  # e.g. TF1-style start_queue_runners(sess=...)
+                stop()
+        finally:
+            with trio.CancelScope(shield=True):
+                try:
                     await self._target.close()
+                finally:
+                    self._closing[1].set()
 
     @property
     def closed(self):
@@ -448,8 +451,7 @@ class Session:
         """Clear resource containers (all when None) of a local process or a cluster."""
         if target not in (None, "", "local"):
             from asyncflow.cluster import master as _master
-            await _master.reset(target, containers)
-            return
+            return await _master.reset(target, containers)
         process_resources().reset(containers)
 
     # -- running --------------------------------------------------------------------------

@@ -44,9 +44,9 @@ _TRIES = 200
 _random = random.SystemRandom()  # tests that seed ``random`` do not make every run pick alike
 
 _guard = threading.Lock()
-_held: set[int] = set()  # the ports this process reserved (lockf does not exclude itself)
-_lock = {"fd": None, "pid": None}  # the lock file, opened once per process (a forked child
-# owns none of its parent's locks: it opens the file again)
+_held: set[int] = set()  # the ports this process (or its parent, before a fork) reserved:
+# lockf does not exclude its own process, nor a forked child from its parent's ports
+_lock = {"fd": None, "pid": None}  # the lock file, opened once per process
 
 
 def lock_path() -> str:
@@ -57,28 +57,28 @@ def lock_path() -> str:
 
 def _lock_fd():
     """The lock file's descriptor, or None where it cannot be used or its file system takes
-    no locks (then reservations hold within this process only). Never closed: closing any
+    no locks (then reservations hold within this process only). Opened once per process (a
+    forked child holds none of its parent's locks: it opens the file again, and keeps its
+    parent's ports in ``_held``, never handing them out). Never closed: closing any
     descriptor of the file would drop every lock this process holds on it."""
-    if fcntl is None:
-        return None
     if _lock["pid"] != os.getpid():
-        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-        try:
-            _lock["fd"] = os.open(lock_path(), flags, 0o600)
-        except OSError:
-            _lock["fd"] = None
-        _lock["pid"] = os.getpid()
+        _lock["pid"], _lock["fd"] = os.getpid(), None
+        if fcntl is not None:
+            flags = (os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_CLOEXEC", 0))
+            try:
+                _lock["fd"] = os.open(lock_path(), flags, 0o600)
+            except OSError:
+                pass
     return _lock["fd"]
 
 
 def reserve(port: int) -> bool:
     """Reserve ``port`` for this process's life; False if this or another process holds it."""
     with _guard:
-        if _lock["pid"] != os.getpid():
-            _held.clear()  # (a forked child: its parent's reservations are the parent's)
+        fd = _lock_fd()
         if port in _held:
             return False
-        fd = _lock_fd()
         if fd is not None:
             try:
                 fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, port, os.SEEK_SET)

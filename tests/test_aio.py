@@ -52,7 +52,7 @@ def test_a_closed_session_refuses_runs_naming_itself():
             sess = aio.Session()
             async with sess:
                 await sess.run(y, {x: [[1.0, 1.0]]})
-            with pytest.raises(RuntimeError, match=r"Attempted to use a closed Session "
+            with pytest.raises(RuntimeError, match=r"Attempted to use a closed Session\. "
                                                    r"\(session-\w+ in this process\)"):
                 await sess.run(y, {x: [[1.0, 1.0]]})
     asyncio.run(main())

@@ -63,3 +63,38 @@ def test_a_port_another_process_reserved_is_skipped_until_that_process_ends(endi
         if holder.poll() is None:
             holder.kill()
             holder.wait(timeout=60)
+
+
+@pytest.fixture
+def no_locks(monkeypatch):
+    """A platform without ``fcntl`` (or a temp dir that takes no locks), with fresh state:
+    reservations then hold within the process only."""
+    import loopback_ports
+    monkeypatch.setattr(loopback_ports, "fcntl", None)
+    monkeypatch.setattr(loopback_ports, "_lock", {"fd": None, "pid": None})
+    monkeypatch.setattr(loopback_ports, "_held", set())
+
+
+def test_without_locks_a_process_still_never_hands_out_a_port_twice(no_locks):
+    ports = free_ports(5)
+    assert not any(reserve(port) for port in ports)
+    assert not set(ports) & set(free_ports(50))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+@pytest.mark.parametrize("locks", ["lockf", "none"])
+def test_a_forked_child_never_hands_out_its_parents_ports(locks, request):
+    # lockf locks are per process: the child holds none of its parent's, and without locks
+    # only the memory it inherited says which ports its parent was given.
+    if locks == "none":
+        request.getfixturevalue("no_locks")
+    ports = free_ports(3)
+    child = os.fork()
+    if child == 0:  # (the child: its verdict is its exit status, nothing else runs here)
+        code = 2
+        try:
+            code = 1 if any(reserve(port) for port in ports) else 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the child was handed its parent's ports"

@@ -33,6 +33,7 @@ from __future__ import annotations
 import itertools
 import secrets
 
+from asyncflow import errors
 from asyncflow.exec import compiled_run
 from asyncflow.exec import devices as _device
 from asyncflow.exec.resources import ResourceManager
@@ -59,12 +60,14 @@ class LocalTarget:
             config.device_count, intra_op_threads=config.intra_op_parallelism_threads)
         self.cache = {}
         self.name = f"session-{secrets.token_hex(4)} in this process"  # (in its errors)
+        self.closed = False  # (a run prepared before the close is refused after it)
         self._state = None  # incarnations and pinned placements, made by the first compile
 
     async def open(self):
         pass
 
     async def close(self):
+        self.closed = True
         self.resources.reset()
         self.cache.clear()
 
@@ -91,6 +94,8 @@ class LocalTarget:
         once per time slice (default: trio's); ``park`` the session's close-cancellable
         scope, entered only if the plan waits.
         """
+        if self.closed:
+            raise errors.closed_session(self.name)
         runner = compiled.runner
         plan = runner.plan
         step = Step(next(_STEP_IDS), offload=offload, pause=pause,
@@ -113,6 +118,8 @@ class LocalTarget:
         # The executor enters ``parked`` only when the step really waits (or yields at the
         # end of a slice), so steps that finish inline, nearly all of them, pay for no cancel
         # scope (~10 us of a small run).
+        if self.closed:
+            raise errors.closed_session(self.name)
         step = Step(next(_STEP_IDS), trace=trace, park=parked)
         if compiled.preloading:  # the first step: its one-time loads first, on a worker thread
             await preload(compiled)

@@ -13,6 +13,7 @@ cancel or a KeyboardInterrupt meets still leaves nothing of the session open.
 """
 import pytest
 import trio
+import trio.testing
 
 import asyncflow as af
 from asyncflow.cluster import channels
@@ -38,12 +39,12 @@ async def test_a_closed_cluster_session_refuses_every_use_naming_itself(cluster)
         assert await sess.run(doubled) == 6.0
         prepared = sess.prepare(doubled)
     handle = sess._target.master.session_handle
-    with pytest.raises(RuntimeError, match=f"Attempted to use a closed Session \\({handle} "):
+    with pytest.raises(RuntimeError, match=f"Attempted to use a closed Session\\. \\({handle} "):
         await sess.run(doubled)
-    with pytest.raises(RuntimeError, match=f"closed Session \\({handle} "):
+    with pytest.raises(RuntimeError, match=f"closed Session\\. \\({handle} "):
         async with sess:
             pass
-    with pytest.raises(RuntimeError, match=f"closed Session \\({handle} "):
+    with pytest.raises(RuntimeError, match=f"closed Session\\. \\({handle} "):
         await sess.run_prepared(prepared)  # prepared before the close
     await sess.close()  # a second close is a no-op
 
@@ -140,3 +141,54 @@ async def test_a_close_waits_for_a_dead_peer_only_a_bounded_time(cluster, monkey
     await sess.close()
     assert trio.current_time() - start <= 2 * channels.CLOSE_S
     assert all(task.channel._closed for task in master.tasks.values())
+
+
+@pytest.mark.parametrize("cluster", ["inprocess"], indirect=True)
+async def test_a_channel_close_stalled_past_the_bound_ends_the_close_normally(
+        cluster, monkeypatch, autojump_clock):
+    # The bound cancels the stalled close inside the shielded scope: that Cancelled is the
+    # scope's own and must end there, never escape the close as if the caller were cancelled.
+    spec, _ = cluster
+    graph, doubled, _ = _graph(spec)
+    sess = af.Session(graph=graph, cluster=spec)
+    await sess.__aenter__()
+    assert await sess.run(doubled) == 6.0
+    master = sess._target.master
+    stalled, *others = master.tasks.values()
+
+    async def stalls():
+        await trio.sleep_forever()
+    monkeypatch.setattr(stalled.channel, "aclose", stalls)
+    start = trio.current_time()
+    try:
+        await sess.close()
+    except trio.Cancelled:  # (pytest-trio would let an escaped Cancelled pass silently)
+        pytest.fail("the close's own bound escaped it as a Cancelled")
+    assert trio.current_time() - start <= 2 * channels.CLOSE_S
+    assert others and all(task.channel._closed for task in others)
+
+
+@pytest.mark.parametrize("cluster", ["inprocess"], indirect=True)
+async def test_a_second_concurrent_close_returns_once_the_first_has_closed(cluster,
+                                                                           monkeypatch):
+    spec, _ = cluster
+    graph, doubled, _ = _graph(spec)
+    sess = af.Session(graph=graph, cluster=spec)
+    await sess.__aenter__()
+    assert await sess.run(doubled) == 6.0
+    master = sess._target.master
+    release = trio.Event()
+    for task in master.tasks.values():
+        deregister = task.channel.deregister_graph
+
+        async def slow(*args, deregister=deregister, **kwargs):
+            await release.wait()
+            return await deregister(*args, **kwargs)
+        monkeypatch.setattr(task.channel, "deregister_graph", slow)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sess.close)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(trio.lowlevel.checkpoint)
+        release.set()
+        await sess.close()  # the second: waits for the first's cleanup
+        assert all(task.channel._closed for task in master.tasks.values())

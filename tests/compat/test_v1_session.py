@@ -306,7 +306,8 @@ def test_a_local_server_target_is_a_session_target():
             sess.run(total.initializer)
             assert sess.run(bump) == 3.0
         handle = sess.async_session._target.master.session_handle
-        with pytest.raises(RuntimeError, match=f"Attempted to use a closed Session \\({handle} "):
+        refused = f"Attempted to use a closed Session\\. \\({handle} "
+        with pytest.raises(RuntimeError, match=refused):
             sess.run(bump)  # on a cluster target too: not an UnavailableError of its channels
     finally:
         server.stop()
