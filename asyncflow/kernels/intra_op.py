@@ -54,10 +54,13 @@ def for_batch(ctx, count, work_per_item, fn, bytes_per_item=0):
 
 
 # GEMMs split from this many multiply-adds (``for_gemm``), per element-operation of
-# ``MIN_SPLIT_WORK``: from ~6 M (~0.12 ms on one thread). Measured here (bench/RESULTS.md):
-# ``[128, 256] @ [256, 256]`` (8.4 M) 172 us whole, 129 split with a lead (load 4); 4.2 M
-# ones ~88 us whole, ~85 split: no gain below.
-GEMM_MACS_PER_WORK = 6
+# ``MIN_SPLIT_WORK``: from ~16.8 M (~0.3 ms on one thread). A lower threshold, 6 (~6.3 M: the
+# MLP's ``[128, 256] @ [256, 256]`` too), measured 129 us split against 172 whole alone at
+# load 4, but in the whole step on a quiet machine (bench/bench_gemm_splits.py, forms
+# alternating in one process, four runs) the MLP took 1.00-1.04x the even form's median
+# with it against 0.96x without it: the small split's two wake-ups cost more there than its
+# half saves (bench/RESULTS.md).
+GEMM_MACS_PER_WORK = 16
 # The caller's chunk of a GEMM split is this many multiply-adds (~30 us) larger than a
 # worker's: the worker starts its chunk ~13-25 us after the caller (the wake-up), and a caller
 # that finishes first sleeps until the worker's chunk ends and is woken ~25-50 us after it;

@@ -127,10 +127,12 @@ def test_a_gemm_in_a_pair_has_the_bits_of_the_same_gemm_split(dtype, m, k, n):
     (3, 2_000_000, 1 * 4, 4 * 4 * 2),
 ])
 def test_no_chunk_is_at_or_below_the_small_matrix_size(threads, count, macs_per_item,
-                                                      bytes_per_item):
+                                                      bytes_per_item, monkeypatch):
     """OpenBLAS takes its small-matrix kernels up to 100^3 multiply-adds, that size included
     (``MNK > 100^3`` is its test for the large path): chunks of exactly ``BLAS_SMALL_MACS``
-    rounded otherwise; the cache-sized chunks of a tall product ignored the floor."""
+    rounded otherwise; the cache-sized chunks of a tall product ignored the floor. (The split
+    threshold lowered so that the 6.3 M product splits at all.)"""
+    monkeypatch.setattr(kernel_intra_op, "GEMM_MACS_PER_WORK", 2)
     bounds = kernel_intra_op.for_gemm(_ctx(threads), count, macs_per_item,
                                       lambda start, stop: None, bytes_per_item)
     assert len(bounds) >= 2 and bounds[0][0] == 0 and bounds[-1][1] == count
@@ -138,7 +140,9 @@ def test_no_chunk_is_at_or_below_the_small_matrix_size(threads, count, macs_per_
                > kernel_intra_op.BLAS_SMALL_MACS for start, stop in bounds)
 
 
-def test_a_product_with_exact_small_matrix_chunks_has_the_bits_where_splits_keep_them():
+def test_a_product_with_exact_small_matrix_chunks_has_the_bits_where_splits_keep_them(
+        monkeypatch):
+    monkeypatch.setattr(kernel_intra_op, "GEMM_MACS_PER_WORK", 2)  # (6.3 M: it splits)
     a, b = _operands(1, "float32", 630, 100, 100, ("C", "C"))
     split = math_kernels._matmul(_ctx(6), a, b)[0]
     if kernel_intra_op.split_keeps_bits(np.dtype(np.float32)):
@@ -169,11 +173,12 @@ def test_a_gram_product_is_not_split(dtype, fused):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_a_gemm_split_while_every_worker_is_busy(dtype):
+def test_a_gemm_split_while_every_worker_is_busy(dtype, monkeypatch):
     """With the pool's only worker busy (another kernel's chunk) a split runs on its caller
     alone, chunk after chunk: ``[128, 256] @ [256, 256]`` 16% slower than whole here. Whole
     then, where a split keeps the bits (float32 on SkylakeX); elsewhere the split's chunks,
-    the same bits as with the worker free."""
+    the same bits as with the worker free. (The split threshold lowered: 8.4 M splits.)"""
+    monkeypatch.setattr(kernel_intra_op, "GEMM_MACS_PER_WORK", 2)
     pool = intra_op.IntraOpPool(2)
     ctx = SimpleNamespace(device=SimpleNamespace(intra_op=pool), xp=np, name="MatMul",
                           attrs={"transpose_a": False, "transpose_b": False})
