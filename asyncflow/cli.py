@@ -267,15 +267,12 @@ def _worker_spec(args):
 
 def run_worker(args):
     """Serve one task until interrupted; returns the exit status."""
-    import logging
-
     import trio
 
     from asyncflow import aio
     from asyncflow.cluster.server import Server
     from asyncflow.exec.options import SessionConfig
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    flush_logs = _log_off_the_loop(args.log_level.upper())
     try:
         cluster, job, task, default_bind = _worker_spec(args)
         server = Server(cluster, job, task, host=args.bind or args.host or default_bind,
@@ -315,7 +312,9 @@ def run_worker(args):
     try:
         aio.run_trio(serve)
     except BaseException as exc:  # noqa: BLE001 -- sorted out below, re-raised if unknown
+        flush_logs()
         return _exit_status(exc, f"{server.host}:{server.port}")
+    flush_logs()
     if stopped_by == [signal.SIGINT]:
         return _exit_status(KeyboardInterrupt(), f"{server.host}:{server.port}")
     return 0
@@ -328,6 +327,42 @@ async def _stop_on_signal(signals, cancel_scope, stopped_by):
         stopped_by.append(signum)
         cancel_scope.cancel()
         return
+
+
+LOG_QUEUE_LINES = 10000  # log records waiting for stderr; more are dropped, not waited for
+LOG_FLUSH_S = 0.5  # at exit, the wait for the waiting records to be written
+
+
+def _log_off_the_loop(level):
+    """Log to stderr from a thread of its own: a write to a pipe nobody reads blocks that
+    thread, never the event loop (records past ``LOG_QUEUE_LINES`` are dropped). Returns a
+    function that waits up to ``LOG_FLUSH_S`` for the waiting records to be written."""
+    import logging
+    import logging.handlers
+    import queue
+    import time
+
+    class DropWhenFull(logging.handlers.QueueHandler):
+        def enqueue(self, record):
+            try:
+                self.queue.put_nowait(record)
+            except queue.Full:
+                pass
+
+    records = queue.Queue(maxsize=LOG_QUEUE_LINES)
+    stream = logging.StreamHandler()
+    stream.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    root = logging.getLogger()
+    root.setLevel(level)
+    root.addHandler(DropWhenFull(records))
+    listener = logging.handlers.QueueListener(records, stream)  # a daemon thread
+    listener.start()
+
+    def flush():
+        deadline = time.monotonic() + LOG_FLUSH_S
+        while records.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.01)
+    return flush
 
 
 class _StopDeadline:

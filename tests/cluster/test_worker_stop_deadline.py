@@ -11,9 +11,11 @@ the kernel's thread was joined until the kernel ended).
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -30,7 +32,7 @@ from killable_workers import WorkerProcess
 
 TASK = "/job:worker/replica:0/task:0"
 EXIT_BOUND_S = 5 * cli.STOP_DEADLINE_S
-START_S = 60.0
+START_S = 60.0  # start-up and calls on a loaded machine
 STATUS = {signal.SIGTERM: 0, signal.SIGINT: 130}
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="reads the worker's state from /proc")
@@ -57,18 +59,26 @@ def _cpu_s(pid):
 
 
 def _blocked_writing_stderr(pid):
-    """True while the process's main thread is in write(2, ...) (x86-64 and aarch64 numbers)."""
-    try:
-        with open(f"/proc/{pid}/syscall") as f:
-            fields = f.read().split()
-    except OSError:
-        pytest.skip("/proc/PID/syscall is not readable here")
-    return len(fields) > 1 and fields[0] in ("1", "64") and int(fields[1], 16) == 2
+    """True while a thread of the process is in write(2, ...) (x86-64 and aarch64 numbers)."""
+    for thread in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{thread}/syscall") as f:
+                fields = f.read().split()
+        except FileNotFoundError:
+            continue
+        except OSError:
+            pytest.skip("/proc/PID/task/TID/syscall is not readable here")
+        if len(fields) > 1 and fields[0] in ("1", "64") and int(fields[1], 16) == 2:
+            return True
+    return False
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_a_worker_blocked_on_a_full_stderr_pipe_exits(sig):
+@contextlib.contextmanager
+def _worker_with_full_stderr(*argv):
+    """A worker (logging at DEBUG) whose stderr is a full pipe nobody reads; yields the process
+    and its address once a thread of it is blocked writing a log line there."""
     read_end, write_end = os.pipe()
+    proc = None
     try:
         fcntl.fcntl(write_end, fcntl.F_SETFL, os.O_NONBLOCK)
         try:
@@ -77,29 +87,54 @@ def test_a_worker_blocked_on_a_full_stderr_pipe_exits(sig):
         except BlockingIOError:
             pass
         fcntl.fcntl(write_end, fcntl.F_SETFL, 0)  # the child shares the flag: blocking again
-        # DEBUG: the worker logs "listening" before it prints it, so its loop blocks there.
         proc = subprocess.Popen(
             [sys.executable, "-m", "asyncflow", "worker", "--cluster",
              json.dumps({"worker": ["127.0.0.1:0"]}), "--job", "worker", "--task", "0",
-             "--data-dir", tempfile.gettempdir(), "--log-level", "DEBUG"],
-            stdout=subprocess.DEVNULL, stderr=write_end, env=os.environ.copy())
+             "--data-dir", tempfile.gettempdir(), "--log-level", "DEBUG", *argv],
+            stdout=subprocess.PIPE, stderr=write_end, text=True, env=os.environ.copy())
         os.close(write_end)
         write_end = None
-        try:
-            deadline = time.monotonic() + START_S
-            while not _blocked_writing_stderr(proc.pid):
-                assert proc.poll() is None and time.monotonic() < deadline, proc.returncode
-                time.sleep(0.02)
-            assert _exit_s(proc, sig) < EXIT_BOUND_S
-            assert proc.returncode == STATUS[sig]
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        deadline = time.monotonic() + START_S
+        while not _blocked_writing_stderr(proc.pid):  # it logs "listening" at DEBUG
+            assert proc.poll() is None and time.monotonic() < deadline, proc.returncode
+            time.sleep(0.02)
+        yield proc
     finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
         os.close(read_end)
         if write_end is not None:
             os.close(write_end)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_worker_blocked_on_a_full_stderr_pipe_exits(sig):
+    with _worker_with_full_stderr() as proc:
+        assert _exit_s(proc, sig) < EXIT_BOUND_S
+        assert proc.returncode == STATUS[sig]
+
+
+def test_a_full_stderr_pipe_does_not_stop_the_worker_serving():
+    # The log lines wait on a thread of their own: the event loop goes on serving.
+    with _worker_with_full_stderr() as proc:
+        ready, _, _ = select.select([proc.stdout], [], [], START_S)
+        assert ready, "the worker's loop is blocked: it never said it listens"
+        line = proc.stdout.readline()
+        assert " listening on " in line, line
+        address = line.rsplit(" ", 1)[1].strip()
+        graph = af.Graph()
+        with graph.as_default(), af.device(TASK):
+            x = af.placeholder(af.float32, [None])
+            y = af.reduce_sum(x * 2.0)
+
+        async def main():
+            with trio.fail_after(START_S):
+                async with af.Session(graph=graph, cluster={"worker": [address]}) as sess:
+                    return [await sess.run(y, {x: [float(i), 1.0]}) for i in range(20)]
+        assert trio.run(main) == [2.0 * i + 2.0 for i in range(20)]
+        assert _exit_s(proc, signal.SIGTERM) < EXIT_BOUND_S
+        assert proc.returncode == 0
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
