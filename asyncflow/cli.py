@@ -21,6 +21,10 @@ a usage error (an unknown command or option) exits 2, as argparse does.
 
 Exit status: 0 when stopped by SIGTERM, 130 (128 + SIGINT, as shells report it) when stopped
 with Ctrl-C, 1 when it cannot listen (one line naming the address), 2 for bad arguments.
+A stopped worker exits within ``STOP_DEADLINE_S`` of the signal whatever it was doing: a
+kernel that cannot be interrupted (a long matmul on a thread), cleanup that waits on a silent
+peer, or an event loop blocked writing a log line to a pipe nobody reads are cut off then
+(``os._exit`` with the same status); a second signal exits at once.
 File ops of the graphs it runs are confined to ``--data-dir`` (default: ``ASYNCFLOW_DATA_DIR``,
 else the directory it was started in); see docs/security.md.
 """
@@ -29,10 +33,15 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import select
 import signal
 import sys
+import threading
 
 DATA_DIR_ENV = "ASYNCFLOW_DATA_DIR"
+# Seconds from SIGTERM/SIGINT to the worker's exit at the latest (the orderly stop takes well
+# under 0.5 s; the rest is slack for a loaded machine before the cleanup is cut off).
+STOP_DEADLINE_S = 2.0
 
 WORKER_EPILOG = """\
 examples:
@@ -258,15 +267,12 @@ def _worker_spec(args):
 
 def run_worker(args):
     """Serve one task until interrupted; returns the exit status."""
-    import logging
-
     import trio
 
     from asyncflow import aio
     from asyncflow.cluster.server import Server
     from asyncflow.exec.options import SessionConfig
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    flush_logs = _log_off_the_loop(args.log_level.upper())
     try:
         cluster, job, task, default_bind = _worker_spec(args)
         server = Server(cluster, job, task, host=args.bind or args.host or default_bind,
@@ -290,7 +296,8 @@ def run_worker(args):
         # cancellation, instead of a KeyboardInterrupt raised wherever the loop's thread is
         # (between a connection's handler coroutine being made and its task being scheduled,
         # it left the coroutine never awaited and a RuntimeWarning on stderr).
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals, \
+                _StopDeadline(STOP_DEADLINE_S):
             async with server:
                 print(f"asyncflow worker /job:{job}/task:{task} listening on {server.address}",
                       flush=True)
@@ -305,7 +312,9 @@ def run_worker(args):
     try:
         aio.run_trio(serve)
     except BaseException as exc:  # noqa: BLE001 -- sorted out below, re-raised if unknown
+        flush_logs()
         return _exit_status(exc, f"{server.host}:{server.port}")
+    flush_logs()
     if stopped_by == [signal.SIGINT]:
         return _exit_status(KeyboardInterrupt(), f"{server.host}:{server.port}")
     return 0
@@ -318,6 +327,102 @@ async def _stop_on_signal(signals, cancel_scope, stopped_by):
         stopped_by.append(signum)
         cancel_scope.cancel()
         return
+
+
+LOG_QUEUE_LINES = 10000  # log records waiting for stderr; more are dropped, not waited for
+LOG_FLUSH_S = 0.5  # at exit, the wait for the waiting records to be written
+
+
+def _log_off_the_loop(level):
+    """Log to stderr from a thread of its own: a write to a pipe nobody reads blocks that
+    thread, never the event loop (records past ``LOG_QUEUE_LINES`` are dropped). Returns a
+    function that waits up to ``LOG_FLUSH_S`` for the waiting records to be written."""
+    import logging
+    import logging.handlers
+    import queue
+    import time
+
+    class DropWhenFull(logging.handlers.QueueHandler):
+        def enqueue(self, record):
+            try:
+                self.queue.put_nowait(record)
+            except queue.Full:
+                pass
+
+    records = queue.Queue(maxsize=LOG_QUEUE_LINES)
+    stream = logging.StreamHandler()
+    stream.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    root = logging.getLogger()
+    root.setLevel(level)
+    root.addHandler(DropWhenFull(records))
+    listener = logging.handlers.QueueListener(records, stream)  # a daemon thread
+    listener.start()
+
+    def flush():
+        deadline = time.monotonic() + LOG_FLUSH_S
+        while records.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.01)
+    return flush
+
+
+class _StopDeadline:
+    """Bound the time from SIGTERM/SIGINT to the process's exit, whatever the loop does.
+
+    Wraps the signal handlers trio installed: the wrapper runs on the main thread even while
+    the event loop is blocked in a system call (a write to a full stderr pipe is interrupted,
+    the handler runs, the write resumes) and arms a daemon thread that ends the process with
+    ``os._exit`` ``deadline_s`` later unless it has exited by then. The orderly stop (trio's
+    handler, the cancellation, the shielded cleanup) goes on meanwhile; after ``serve`` the
+    wrappers stay, so interpreter shutdown waiting on a kernel thread is cut off too.
+    """
+
+    def __init__(self, deadline_s):
+        self.deadline_s = deadline_s
+        self._armed = threading.Event()
+        self._signum = None
+
+    def __enter__(self):
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._wrap(signal.getsignal(signum)))
+        threading.Thread(target=self._watch, name="asyncflow-stop-deadline",
+                         daemon=True).start()
+        return self
+
+    def __exit__(self, *exc_info):
+        # trio restores the handlers it replaced next; what stays armed keeps its deadline.
+        return None
+
+    def _wrap(self, handler):
+        def on_signal(signum, frame):
+            if self._armed.is_set():
+                os._exit(_signal_status(self._signum))  # a second signal: at once
+            self._signum = signum
+            self._armed.set()
+            if callable(handler):
+                handler(signum, frame)
+        return on_signal
+
+    def _watch(self):
+        self._armed.wait()
+        # Still alive at the deadline: cut the cleanup off with the status the signal means.
+        threading.Event().wait(self.deadline_s)
+        _say_nonblocking(f"asyncflow worker: stopped; cleanup cut off after {self.deadline_s:g} s"
+                         " (a kernel or a peer did not finish)\n")
+        os._exit(_signal_status(self._signum))
+
+
+def _signal_status(signum):
+    return 130 if signum == signal.SIGINT else 0
+
+
+def _say_nonblocking(text):
+    """Write ``text`` to stderr only if that cannot block (a full pipe nobody reads)."""
+    try:
+        _, writable, _ = select.select([], [2], [], 0)
+        if writable:
+            os.write(2, text.encode()[:512])  # at most PIPE_BUF: all or nothing, no wait
+    except OSError:
+        pass
 
 
 def _exit_status(exc, address):

@@ -31,6 +31,10 @@ from transports.messages import RemoteCallError, Shutdown
 from transports.service import TransportError
 
 _log = logging.getLogger("asyncflow.worker")
+# A stopping server's bound on each part of its shielded cleanup (the status page's watcher,
+# the channels to peers): a dead or silent peer is not waited for (``asyncflow worker`` exits
+# within ``cli.STOP_DEADLINE_S`` of a signal in any case).
+CLEANUP_S = 1.0
 
 
 class Server:
@@ -142,11 +146,11 @@ class Server:
                     _log.debug("%s listening on %s", self.service.task, http.address)
                     yield self
             finally:
-                with trio.CancelScope(shield=True):
+                with trio.CancelScope(shield=True, deadline=trio.current_time() + CLEANUP_S):
                     await pages.aclose()
         finally:
             expiry.cancel()
-            with trio.CancelScope(shield=True):
+            with trio.CancelScope(shield=True, deadline=trio.current_time() + CLEANUP_S):
                 await self.service.aclose()
 
     async def __aenter__(self):

@@ -1,0 +1,186 @@
+"""``asyncflow worker`` exits within a bounded time of SIGTERM or Ctrl-C whatever it is doing
+(``cli.STOP_DEADLINE_S``): with its event loop blocked writing a log line to a stderr pipe
+nobody reads (the leaked workers of a failed test run ignored SIGTERM so), in the middle of a
+long kernel on a thread, or with a client that never reads its answers.
+
+Every test runs the real CLI in a child process on loopback. The bound is a wall-clock one
+because the process is real: the runtime promises an exit ``STOP_DEADLINE_S`` (2 s) after the
+signal; ``EXIT_BOUND_S`` is five times that so that a loaded CI machine's scheduling does not
+fail the test, and still far below the states' old behaviour (the blocked loop never exited,
+the kernel's thread was joined until the kernel ended).
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+import trio
+
+import asyncflow as af
+from asyncflow import cli
+from killable_workers import WorkerProcess
+
+TASK = "/job:worker/replica:0/task:0"
+EXIT_BOUND_S = 5 * cli.STOP_DEADLINE_S
+START_S = 60.0  # start-up and calls on a loaded machine
+STATUS = {signal.SIGTERM: 0, signal.SIGINT: 130}
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="reads the worker's state from /proc")
+
+
+def _exit_s(proc, sig):
+    """Send ``sig``; the seconds until the process exited (killed and failed past the bound)."""
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout=EXIT_BOUND_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        pytest.fail(f"the worker ignored {sig.name} for {EXIT_BOUND_S} s")
+    return time.monotonic() - sent
+
+
+def _cpu_s(pid):
+    """CPU seconds the process has used (its threads together), from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _blocked_writing_stderr(pid):
+    """True while a thread of the process is in write(2, ...) (x86-64 and aarch64 numbers)."""
+    for thread in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{thread}/syscall") as f:
+                fields = f.read().split()
+        except FileNotFoundError:
+            continue
+        except OSError:
+            pytest.skip("/proc/PID/task/TID/syscall is not readable here")
+        if len(fields) > 1 and fields[0] in ("1", "64") and int(fields[1], 16) == 2:
+            return True
+    return False
+
+
+@contextlib.contextmanager
+def _worker_with_full_stderr(*argv):
+    """A worker (logging at DEBUG) whose stderr is a full pipe nobody reads; yields the process
+    and its address once a thread of it is blocked writing a log line there."""
+    read_end, write_end = os.pipe()
+    proc = None
+    try:
+        fcntl.fcntl(write_end, fcntl.F_SETFL, os.O_NONBLOCK)
+        try:
+            for _ in range(1 << 12):  # a pipe holds 64 KiB to 1 MiB
+                os.write(write_end, b"x" * 4096)
+        except BlockingIOError:
+            pass
+        fcntl.fcntl(write_end, fcntl.F_SETFL, 0)  # the child shares the flag: blocking again
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "asyncflow", "worker", "--cluster",
+             json.dumps({"worker": ["127.0.0.1:0"]}), "--job", "worker", "--task", "0",
+             "--data-dir", tempfile.gettempdir(), "--log-level", "DEBUG", *argv],
+            stdout=subprocess.PIPE, stderr=write_end, text=True, env=os.environ.copy())
+        os.close(write_end)
+        write_end = None
+        deadline = time.monotonic() + START_S
+        while not _blocked_writing_stderr(proc.pid):  # it logs "listening" at DEBUG
+            assert proc.poll() is None and time.monotonic() < deadline, proc.returncode
+            time.sleep(0.02)
+        yield proc
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(read_end)
+        if write_end is not None:
+            os.close(write_end)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_worker_blocked_on_a_full_stderr_pipe_exits(sig):
+    with _worker_with_full_stderr() as proc:
+        assert _exit_s(proc, sig) < EXIT_BOUND_S
+        assert proc.returncode == STATUS[sig]
+
+
+def test_a_full_stderr_pipe_does_not_stop_the_worker_serving():
+    # The log lines wait on a thread of their own: the event loop goes on serving.
+    with _worker_with_full_stderr() as proc:
+        ready, _, _ = select.select([proc.stdout], [], [], START_S)
+        assert ready, "the worker's loop is blocked: it never said it listens"
+        line = proc.stdout.readline()
+        assert " listening on " in line, line
+        address = line.rsplit(" ", 1)[1].strip()
+        graph = af.Graph()
+        with graph.as_default(), af.device(TASK):
+            x = af.placeholder(af.float32, [None])
+            y = af.reduce_sum(x * 2.0)
+
+        async def main():
+            with trio.fail_after(START_S):
+                async with af.Session(graph=graph, cluster={"worker": [address]}) as sess:
+                    return [await sess.run(y, {x: [float(i), 1.0]}) for i in range(20)]
+        assert trio.run(main) == [2.0 * i + 2.0 for i in range(20)]
+        assert _exit_s(proc, signal.SIGTERM) < EXIT_BOUND_S
+        assert proc.returncode == 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_worker_in_a_long_kernel_exits(sig):
+    worker = WorkerProcess({"worker": ["127.0.0.1:0"]}, "worker", 0, port=0).start()
+    graph = af.Graph()
+    with graph.as_default(), af.device(TASK):
+        a = af.random_normal([8000, 8000], seed=1)  # a TFLOP on one BLAS thread: many seconds
+        y = af.reduce_sum(af.matmul(a, a))
+    took = []
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            async def step():
+                with pytest.raises(af.errors.OpError):
+                    async with af.Session(graph=graph,
+                                          cluster={"worker": [worker.address]}) as sess:
+                        await sess.run(y)
+            nursery.start_soon(step)
+            before = _cpu_s(worker.pid)
+            with trio.fail_after(START_S):
+                while _cpu_s(worker.pid) < before + 1.5:  # the kernel is running
+                    await trio.sleep(0.05)
+            took.append(await trio.to_thread.run_sync(_exit_s, worker.proc, sig))
+    try:
+        trio.run(main)
+    finally:
+        worker.kill()
+    assert took[0] < EXIT_BOUND_S
+    assert worker.proc.returncode == STATUS[sig]
+
+
+def test_a_worker_with_a_client_that_never_reads_exits():
+    worker = WorkerProcess({"worker": ["127.0.0.1:0"]}, "worker", 0, port=0).start()
+    host, port = worker.address.rsplit(":", 1)
+    with socket.create_connection((host, int(port))) as client:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.setblocking(False)
+        request = b"GET /status/status.css HTTP/1.1\r\nHost: worker\r\n\r\n" * 50
+        try:
+            for _ in range(400):  # until the worker's answers fill both buffers
+                client.send(request)
+        except BlockingIOError:
+            pass
+        try:
+            assert _exit_s(worker.proc, signal.SIGTERM) < EXIT_BOUND_S
+            assert worker.proc.returncode == 0
+        finally:
+            worker.kill()
