@@ -67,6 +67,16 @@ def _interrupting(monkeypatch, master):
     return raised
 
 
+async def _opened_after_a_step(spec):
+    """A session on ``spec`` entered (not as a context: the tests close it themselves) after
+    one step of ``_graph``'s doubling; with its master."""
+    graph, doubled, _ = _graph(spec)
+    sess = af.Session(graph=graph, cluster=spec)
+    await sess.__aenter__()
+    assert await sess.run(doubled) == 6.0
+    return sess, sess._target.master
+
+
 @pytest.mark.parametrize("cluster", ["http"], indirect=True)
 async def test_ctrl_c_in_the_close_leaves_no_connection_or_task(cluster, monkeypatch):
     spec, servers = cluster
@@ -128,11 +138,7 @@ async def test_a_cancelled_close_still_closes_every_connection(cluster):
 async def test_a_close_waits_for_a_dead_peer_only_a_bounded_time(cluster, monkeypatch,
                                                                   autojump_clock):
     spec, _ = cluster
-    graph, doubled, _ = _graph(spec)
-    sess = af.Session(graph=graph, cluster=spec)
-    await sess.__aenter__()
-    assert await sess.run(doubled) == 6.0
-    master = sess._target.master
+    sess, master = await _opened_after_a_step(spec)
     for task in master.tasks.values():
         async def never_answers(*args, **kwargs):
             await trio.sleep_forever()
@@ -149,11 +155,7 @@ async def test_a_channel_close_stalled_past_the_bound_ends_the_close_normally(
     # The bound cancels the stalled close inside the shielded scope: that Cancelled is the
     # scope's own and must end there, never escape the close as if the caller were cancelled.
     spec, _ = cluster
-    graph, doubled, _ = _graph(spec)
-    sess = af.Session(graph=graph, cluster=spec)
-    await sess.__aenter__()
-    assert await sess.run(doubled) == 6.0
-    master = sess._target.master
+    sess, master = await _opened_after_a_step(spec)
     stalled, *others = master.tasks.values()
 
     async def stalls():
@@ -172,11 +174,7 @@ async def test_a_channel_close_stalled_past_the_bound_ends_the_close_normally(
 async def test_a_second_concurrent_close_returns_once_the_first_has_closed(cluster,
                                                                            monkeypatch):
     spec, _ = cluster
-    graph, doubled, _ = _graph(spec)
-    sess = af.Session(graph=graph, cluster=spec)
-    await sess.__aenter__()
-    assert await sess.run(doubled) == 6.0
-    master = sess._target.master
+    sess, master = await _opened_after_a_step(spec)
     release = trio.Event()
     for task in master.tasks.values():
         deregister = task.channel.deregister_graph
