@@ -37,6 +37,7 @@ import select
 import signal
 import sys
 import threading
+import time
 
 DATA_DIR_ENV = "ASYNCFLOW_DATA_DIR"
 # Seconds from SIGTERM/SIGINT to the worker's exit at the latest (the orderly stop takes well
@@ -340,7 +341,6 @@ def _log_off_the_loop(level):
     import logging
     import logging.handlers
     import queue
-    import time
 
     class DropWhenFull(logging.handlers.QueueHandler):
         def enqueue(self, record):
@@ -405,7 +405,7 @@ class _StopDeadline:
     def _watch(self):
         self._armed.wait()
         # Still alive at the deadline: cut the cleanup off with the status the signal means.
-        threading.Event().wait(self.deadline_s)
+        time.sleep(self.deadline_s)
         _say_nonblocking(f"asyncflow worker: stopped; cleanup cut off after {self.deadline_s:g} s"
                          " (a kernel or a peer did not finish)\n")
         os._exit(_signal_status(self._signum))
