@@ -41,8 +41,8 @@ import threading
 import time
 
 DATA_DIR_ENV = "ASYNCFLOW_DATA_DIR"
-# Seconds from SIGTERM/SIGINT or Shutdown to the worker's exit at the latest (the orderly stop takes well
-# under 0.5 s; the rest is slack for a loaded machine before the cleanup is cut off).
+# Seconds from SIGTERM/SIGINT or Shutdown to the worker's exit at the latest (the orderly stop
+# takes well under 0.5 s; the rest is slack for a loaded machine before the cleanup is cut off).
 STOP_DEADLINE_S = 2.0
 
 WORKER_EPILOG = """\
