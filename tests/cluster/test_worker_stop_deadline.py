@@ -203,9 +203,7 @@ def test_a_worker_stopped_by_shutdown_in_a_kernel_that_never_ends_exits(tmp_path
         queue = af.FIFOQueue(1, [af.string])
         enqueue = queue.enqueue([str(fifo)])
         read = af.TextLineReader().read(queue)
-    took = []
-
-    writer = []
+    took, writer = [], []
 
     def opened_by_the_worker():
         # A writer may open the FIFO without waiting once a reader has it open: then the
@@ -221,7 +219,8 @@ def test_a_worker_stopped_by_shutdown_in_a_kernel_that_never_ends_exits(tmp_path
         async with trio.open_nursery() as nursery:
             async def step():
                 with pytest.raises(af.errors.OpError):
-                    async with af.Session(graph=graph, cluster={"worker": [worker.address]}) as sess:
+                    async with af.Session(graph=graph,
+                                          cluster={"worker": [worker.address]}) as sess:
                         await sess.run(enqueue)
                         await sess.run(read)
             nursery.start_soon(step)
