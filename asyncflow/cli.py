@@ -21,10 +21,11 @@ a usage error (an unknown command or option) exits 2, as argparse does.
 
 Exit status: 0 when stopped by SIGTERM, 130 (128 + SIGINT, as shells report it) when stopped
 with Ctrl-C, 1 when it cannot listen (one line naming the address), 2 for bad arguments.
-A stopped worker exits within ``STOP_DEADLINE_S`` of the signal whatever it was doing: a
-kernel that cannot be interrupted (a long matmul on a thread), cleanup that waits on a silent
-peer, or an event loop blocked writing a log line to a pipe nobody reads are cut off then
-(``os._exit`` with the same status); a second signal exits at once.
+A stopped worker exits within ``STOP_DEADLINE_S`` of the signal (or of the chief's Shutdown,
+with status 0) whatever it was doing: a kernel that cannot be interrupted (a long matmul on a
+thread), cleanup that waits on a silent peer, or an event loop blocked writing a log line to
+a pipe nobody reads are cut off then (``os._exit`` with the same status); a second signal
+exits at once.
 File ops of the graphs it runs are confined to ``--data-dir`` (default: ``ASYNCFLOW_DATA_DIR``,
 else the directory it was started in); see docs/security.md.
 """
@@ -40,8 +41,8 @@ import threading
 import time
 
 DATA_DIR_ENV = "ASYNCFLOW_DATA_DIR"
-# Seconds from SIGTERM/SIGINT to the worker's exit at the latest (the orderly stop takes well
-# under 0.5 s; the rest is slack for a loaded machine before the cleanup is cut off).
+# Seconds from SIGTERM/SIGINT or Shutdown to the worker's exit at the latest (the orderly stop
+# takes well under 0.5 s; the rest is slack for a loaded machine before the cleanup is cut off).
 STOP_DEADLINE_S = 2.0
 
 WORKER_EPILOG = """\
@@ -298,7 +299,7 @@ def run_worker(args):
         # (between a connection's handler coroutine being made and its task being scheduled,
         # it left the coroutine never awaited and a RuntimeWarning on stderr).
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals, \
-                _StopDeadline(STOP_DEADLINE_S):
+                _StopDeadline(STOP_DEADLINE_S) as deadline:
             async with server:
                 print(f"asyncflow worker /job:{job}/task:{task} listening on {server.address}",
                       flush=True)
@@ -306,6 +307,7 @@ def run_worker(args):
                     nursery.start_soon(_stop_on_signal, signals, nursery.cancel_scope,
                                        stopped_by)
                     await server.join()
+                    deadline.arm()  # Shutdown stops the worker as SIGTERM does, as promptly
                     print(f"asyncflow worker /job:{job}/task:{task} stopped: Shutdown "
                           "received", flush=True)
                     nursery.cancel_scope.cancel()
@@ -366,7 +368,8 @@ def _log_off_the_loop(level):
 
 
 class _StopDeadline:
-    """Bound the time from SIGTERM/SIGINT to the process's exit, whatever the loop does.
+    """Bound the time from SIGTERM/SIGINT (or ``arm()``: Shutdown) to the process's exit,
+    whatever the loop does.
 
     Wraps the signal handlers trio installed: the wrapper runs on the main thread even while
     the event loop is blocked in a system call (a write to a full stderr pipe is interrupted,
@@ -392,10 +395,14 @@ class _StopDeadline:
         # trio restores the handlers it replaced next; what stays armed keeps its deadline.
         return None
 
+    def arm(self):
+        """Start the deadline without a signal (the chief's Shutdown): exit status 0."""
+        self._armed.set()
+
     def _wrap(self, handler):
         def on_signal(signum, frame):
-            if self._armed.is_set():
-                os._exit(_signal_status(self._signum))  # a second signal: at once
+            if self._armed.is_set():  # a second signal (or one after Shutdown): at once
+                os._exit(_signal_status(signum if self._signum is None else self._signum))
             self._signum = signum
             self._armed.set()
             if callable(handler):

@@ -38,6 +38,8 @@ from asyncflow.graph.indexed_slices import IndexedSlices
 from asyncflow.ops.control_flow import check_feedable, check_fetchable
 from asyncflow.ops.sparse_ops import SparseTensor, SparseTensorValue, sparse_feeds
 from asyncflow.exec import timeslice
+from asyncflow.exec.closing import CancelledOnEntry as _CancelledOnEntry, Closing
+from asyncflow.exec.closing import Parked as _Parked
 from asyncflow.exec.options import SessionConfig
 from asyncflow.exec.resources import process_resources
 from asyncflow.exec.local_target import LocalTarget
@@ -217,34 +219,6 @@ def _to_feed_array(tensor, value):
     return arr
 
 
-class _Parked:
-    """``with`` it: a fresh cancel scope, in ``scopes`` while entered (for ``close()``)."""
-
-    __slots__ = ("_scopes", "_scope")
-
-    def __init__(self, scopes):
-        self._scopes = scopes
-
-    def __enter__(self):
-        self._scope = trio.CancelScope()
-        self._scopes.add(self._scope)
-        return self._scope.__enter__()
-
-    def __exit__(self, *exc_info):
-        try:
-            return self._scope.__exit__(*exc_info)
-        finally:
-            self._scopes.discard(self._scope)
-
-
-class _CancelledOnEntry(set):
-    """The run scopes after ``close()``: a run prepared before it is cancelled as it parks."""
-
-    def add(self, scope):
-        scope.cancel()
-        super().add(scope)
-
-
 _UNAWAITED = ("Session.run(...) returns something to await: write `await sess.run(...)` in an "
               "async function, or use `import asyncflow.compat.v1 as tf` and `tf.Session()` "
               "for a synchronous run")
@@ -390,7 +364,7 @@ class Session:
         else:
             self._target = LocalTarget(self.graph, self.config)
         self._cache = self._target.cache  # signature -> compiled run (tests look inside)
-        self._closed, self._closing = False, None  # (closing: its trio token, an Event)
+        self._closed, self._closing = False, None  # (closing: an exec.closing.Closing)
         self._in_flight = 0
         self._run_scopes = set()  # one per run in flight: close() cancels them (queue waits)
         self._owned_tasks = []  # stop callbacks of background tasks this session owns
@@ -419,12 +393,12 @@ class Session:
         await self.close()
 
     async def close(self):
-        """Release the session's resources; later runs fail."""
-        if self._closed:  # a second close returns once the first has closed (same trio run)
-            if self._closing[0] is trio.lowlevel.current_trio_token():
-                await self._closing[1].wait()
+        """Release the session's resources; later runs fail. A close while another is under
+        way, from any trio run or thread, returns once that one has finished (bounded)."""
+        if self._closed:  # a second close (any trio run) returns once the first has closed
+            await self._closing.wait()
             return
-        self._closed, self._closing = True, (trio.lowlevel.current_trio_token(), trio.Event())
+        self._closed, self._closing = True, Closing()
         scopes, self._run_scopes = self._run_scopes, _CancelledOnEntry()
         try:  # (a KeyboardInterrupt here still closes the channels; the target bounds its close)
             for scope in scopes:  # waiting runs fail with CancelledError
@@ -436,7 +410,7 @@ class Session:
                 try:
                     await self._target.close()
                 finally:
-                    self._closing[1].set()
+                    self._closing.finished()
 
     @property
     def closed(self):

@@ -32,8 +32,9 @@ from transports.service import TransportError
 
 _log = logging.getLogger("asyncflow.worker")
 # A stopping server's bound on each part of its shielded cleanup (the status page's watcher,
-# the channels to peers): a dead or silent peer is not waited for (``asyncflow worker`` exits
-# within ``cli.STOP_DEADLINE_S`` of a signal in any case).
+# the channels to peers): a dead or silent peer is not waited for. Leaving the HTTP server
+# still waits for a kernel running on a thread (it cannot be interrupted), so ``asyncflow
+# worker`` exits within ``cli.STOP_DEADLINE_S`` of a signal or of a Shutdown in any case.
 CLEANUP_S = 1.0
 
 

@@ -282,8 +282,11 @@ class Held:
             pass  # the loop stopped (or never ran): nothing is held any more
 
     def release(self):
-        """Exit the context manager (in its task) and wait for it; raises its exit error."""
+        """Exit the context manager (in its task) and wait for it; raises its exit error.
+        A release while another is under way (a close from another thread) waits for it."""
         if self.released:
+            if self._exit is not None and not self._loop.in_loop_thread():
+                self._exit.done.wait(STOP_TIMEOUT_S + CANCEL_GRACE_S)
             return
         self.released = True
         try:

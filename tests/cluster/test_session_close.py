@@ -10,13 +10,19 @@ cancel or a KeyboardInterrupt meets still leaves nothing of the session open.
    servers see none of the session's connections left), ends the step monitor's task and the
    step watchdogs it started, and a dead peer (a deregistration that never answers) is waited
    for only a bounded time.
+3. A second close waits for the first, from the same trio run or from another thread's.
 """
+import os
+import signal
+import threading
+
 import pytest
 import trio
 import trio.testing
 
 import asyncflow as af
 from asyncflow.cluster import channels
+from killable_workers import WorkerProcess
 
 WATCHED = af.SessionConfig(health_check_interval_s=1.0)
 
@@ -190,3 +196,114 @@ async def test_a_second_concurrent_close_returns_once_the_first_has_closed(clust
         release.set()
         await sess.close()  # the second: waits for the first's cleanup
         assert all(task.channel._closed for task in master.tasks.values())
+
+
+def _in_two_threads(first, second, began, timeout=60):
+    """``trio.run(first)`` in a thread, and ``trio.run(second)`` in another once ``began`` is
+    set; returns what they raised (a thread still running past ``timeout`` fails the test)."""
+    raised = []
+
+    def body(main, after):
+        try:
+            if after is not None:
+                assert after.wait(timeout), "the first close never began"
+            trio.run(main)
+        except BaseException as exc:  # noqa: BLE001 -- returned to the test
+            raised.append(exc)
+    threads = [threading.Thread(target=body, args=(main, after), daemon=True)
+               for main, after in ((first, None), (second, began))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout)
+    assert not any(thread.is_alive() for thread in threads), "a close never returned"
+    return raised
+
+
+def test_a_close_from_another_threads_trio_run_waits_for_the_first():
+    # The first close, in the run that opened the session, waits on a worker stopped with
+    # SIGSTOP (its deregistration is not answered); a close from another thread's trio run
+    # meanwhile returns only after the first's cleanup is done.
+    worker = WorkerProcess({"worker": ["127.0.0.1:0"]}, "worker", 0, port=0).start()
+    graph = af.Graph()
+    with graph.as_default(), af.device("/job:worker/task:0"):
+        doubled = af.constant(2.0) * 3.0
+    sess = af.Session(graph=graph, cluster={"worker": [worker.address]})
+    began, order = threading.Event(), []
+
+    async def first():
+        await sess.__aenter__()
+        assert await sess.run(doubled) == 6.0
+        target_close = sess._target.close
+
+        async def closing():  # the real close, watched
+            began.set()
+            await target_close()
+            order.append("the first close's cleanup ended")
+        sess._target.close = closing
+        os.kill(worker.pid, signal.SIGSTOP)
+        await sess.close()
+
+    async def second():
+        await sess.close()
+        order.append("the second close returned")
+
+    try:
+        errors = _in_two_threads(first, second, began)
+    finally:
+        if worker.alive():
+            os.kill(worker.pid, signal.SIGCONT)
+        worker.kill()
+    assert not errors, errors
+    assert order == ["the first close's cleanup ended", "the second close returned"]
+    assert sess.closed
+
+
+def test_a_waiting_close_in_another_run_blocks_no_loop_and_is_cancellable():
+    # A local session whose close is held (its target's close waits for ``release``): the
+    # second close, in another thread's trio run, waits without blocking that run's loop, its
+    # caller may cancel the wait, and once released a close returns after the first's.
+    with af.Graph().as_default():
+        doubled = af.constant(2.0) * 3.0
+    sess = af.Session(graph=doubled.graph)
+    began, release, order = threading.Event(), threading.Event(), []
+
+    async def first():
+        await sess.__aenter__()
+        assert await sess.run(doubled) == 6.0
+        target_close = sess._target.close
+
+        async def held():
+            began.set()
+            await trio.to_thread.run_sync(release.wait, 60)
+            await target_close()
+            order.append("the first close's cleanup ended")
+        sess._target.close = held
+        await sess.close()
+
+    async def second():
+        waited = trio.CancelScope()
+
+        async def ticks_then_cancels():  # runs only if the waiting close blocks no loop
+            for _ in range(5):
+                await trio.sleep(0.01)
+            waited.cancel()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(ticks_then_cancels)
+                with waited:
+                    await sess.close()
+            assert waited.cancelled_caught, "the close did not wait (or blocked the loop)"
+            order.append("the cancelled close returned")
+        finally:
+            release.set()
+        await sess.close()
+        order.append("the second close returned")
+
+    try:
+        errors = _in_two_threads(first, second, began)
+    finally:
+        release.set()
+    assert not errors, errors
+    assert order == ["the cancelled close returned", "the first close's cleanup ended",
+                     "the second close returned"]

@@ -1,7 +1,8 @@
 """``asyncflow worker`` exits within a bounded time of SIGTERM or Ctrl-C whatever it is doing
 (``cli.STOP_DEADLINE_S``): with its event loop blocked writing a log line to a stderr pipe
 nobody reads (the leaked workers of a failed test run ignored SIGTERM so), in the middle of a
-long kernel on a thread, or with a client that never reads its answers.
+long kernel on a thread, or with a client that never reads its answers. The chief's Shutdown
+stops it with the same deadline: in a file load that never ends, or with a full stderr pipe.
 
 Every test runs the real CLI in a child process on loopback. The bound is a wall-clock one
 because the process is real: the runtime promises an exit ``STOP_DEADLINE_S`` (2 s) after the
@@ -12,6 +13,7 @@ the kernel's thread was joined until the kernel ended).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -184,3 +186,85 @@ def test_a_worker_with_a_client_that_never_reads_exits():
             assert worker.proc.returncode == 0
         finally:
             worker.kill()
+
+
+def test_a_worker_stopped_by_shutdown_in_a_kernel_that_never_ends_exits(tmp_path, monkeypatch):
+    # The chief's Shutdown stops a worker as a signal does, with the same deadline: its step
+    # reads a FIFO nobody writes to (a reader loads its file on a thread, which never
+    # returns), so the orderly stop, which waits for that thread, can never end by itself.
+    token = "stop-deadline-token"
+    fifo = tmp_path / "never_written"
+    os.mkfifo(fifo)
+    monkeypatch.setenv("ASYNCFLOW_TOKEN", token)  # the session's and the chief's
+    worker = WorkerProcess({"worker": ["127.0.0.1:0"]}, "worker", 0, port=0, data_dir=tmp_path,
+                           env={"ASYNCFLOW_TOKEN": token}).start()
+    graph = af.Graph()
+    with graph.as_default(), af.device(TASK):
+        queue = af.FIFOQueue(1, [af.string])
+        enqueue = queue.enqueue([str(fifo)])
+        read = af.TextLineReader().read(queue)
+    took, writer = [], []
+
+    def opened_by_the_worker():
+        # A writer may open the FIFO without waiting once a reader has it open: then the
+        # kernel's read waits for data this test never writes (until it closes its end).
+        try:
+            writer.append(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError as exc:
+            assert exc.errno == errno.ENXIO, exc
+            return False
+        return True
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            async def step():
+                with pytest.raises(af.errors.OpError):
+                    async with af.Session(graph=graph,
+                                          cluster={"worker": [worker.address]}) as sess:
+                        await sess.run(enqueue)
+                        await sess.run(read)
+            nursery.start_soon(step)
+            with trio.fail_after(START_S):
+                while not opened_by_the_worker():
+                    await trio.sleep(0.05)
+            sent = time.monotonic()
+            stopped = await af.distribute.shutdown_cluster(
+                {"worker": [worker.address]}, token=token, timeout=START_S)
+            assert stopped == {TASK: "stopped"}
+            try:
+                await trio.to_thread.run_sync(worker.proc.wait, EXIT_BOUND_S)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"the worker stopped by Shutdown was alive {EXIT_BOUND_S} s later")
+            took.append(time.monotonic() - sent)
+    try:
+        trio.run(main)
+    finally:
+        worker.kill()
+        for fd in writer:
+            os.close(fd)
+    assert took[0] < EXIT_BOUND_S
+    assert worker.proc.returncode == 0
+    assert any("stopped: Shutdown received" in line for line in worker.log_lines)
+    assert any("cleanup cut off after" in line for line in worker.log_lines), worker.log_lines
+
+
+def test_a_worker_stopped_by_shutdown_with_a_full_stderr_pipe_exits(monkeypatch):
+    # Its log lines wait for a pipe nobody reads: the orderly stop ends, but the interpreter's
+    # exit flushes the logging handlers and waits on the thread that holds them, for ever.
+    token = "stop-deadline-token"
+    monkeypatch.setenv("ASYNCFLOW_TOKEN", token)
+    with _worker_with_full_stderr() as proc:
+        ready, _, _ = select.select([proc.stdout], [], [], START_S)
+        assert ready, "the worker never said it listens"
+        address = proc.stdout.readline().rsplit(" ", 1)[1].strip()
+        sent = time.monotonic()
+        stopped = trio.run(af.distribute.shutdown_cluster, {"worker": [address]}, None, token,
+                           START_S)
+        assert stopped == {TASK: "stopped"}
+        try:
+            proc.wait(timeout=EXIT_BOUND_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the worker stopped by Shutdown was alive {EXIT_BOUND_S} s later")
+        assert time.monotonic() - sent < EXIT_BOUND_S
+        assert proc.returncode == 0
+        assert "stopped: Shutdown received" in proc.stdout.read()

@@ -325,3 +325,31 @@ def test_a_dropped_session_is_closed_on_the_loop():
             break
         threading.Event().wait(0.005)
     assert inner.closed
+
+
+def test_a_close_from_another_thread_waits_for_the_first():
+    # The first close's cleanup (on the loop) waits up to 1 s for the second close to return:
+    # at once if the second does not wait for the first (then the order below is reversed).
+    with tf.Session() as sess:
+        assert sess.run(tf.constant(2.0) * 3.0) == 6.0
+        inner = sess.async_session
+        target_close = inner._target.close
+        began, second_returned, order = threading.Event(), threading.Event(), []
+
+        async def held():
+            began.set()
+            await trio.to_thread.run_sync(second_returned.wait, 1.0)
+            await target_close()
+            order.append("the first close's cleanup ended")
+        inner._target.close = held
+
+        def second():
+            assert began.wait(60)
+            sess.close()
+            order.append("the second close returned")
+            second_returned.set()
+        closer = threading.Thread(target=second, daemon=True)
+        closer.start()
+    closer.join(60)
+    assert not closer.is_alive()
+    assert order == ["the first close's cleanup ended", "the second close returned"]
