@@ -2,7 +2,8 @@
 server's address before it starts (asyncflow itself never draws ports here).
 
 The tests import it as ``from loopback_ports import free_ports`` (``tests/loopback_ports.py``
-re-exports it), the benchmarks and ``demos/local_cluster.py`` as
+re-exports it), the benchmarks through ``bench/reserved_ports.py`` (this file by its path),
+``demos/local_cluster.py`` (which the benchmarks use too) as
 ``from transports.loopback_ports import free_ports``: one reservation for all of them.
 
 A port is chosen before anything listens on it: the caller writes it into a ClusterSpec, then
