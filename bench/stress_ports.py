@@ -19,6 +19,7 @@ Bounded: ``--seconds`` for the churners, the pytest run killed 60 s after them.
 from __future__ import annotations
 
 import argparse
+import codecs
 import collections
 import multiprocessing
 import os
@@ -54,6 +55,7 @@ def _churn(seconds, counts, uid):
     release = getattr(loopback_ports, "release", getattr(loopback_ports, "_release", None))
     # (None: a tree before the reservations)
     if uid is not None:
+        codecs.lookup("ascii")  # (the helper reads /proc in ascii: this user's stdlib, now)
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)
@@ -97,6 +99,7 @@ def main():
                 for _ in range(args.churners)]
     for churner in churners:
         churner.start()
+    churned = time.monotonic() + args.seconds  # (the churners' end: pytest may finish first)
     env = dict(os.environ, STRESS_RUNS=str(args.runs),
                PYTHONPATH=os.pathsep.join([os.path.join(_ROOT, "bench"),
                                            os.environ.get("PYTHONPATH", "")]))
@@ -108,7 +111,7 @@ def main():
         output = result.stdout + result.stderr
     except subprocess.TimeoutExpired as exc:
         output = (exc.stdout or b"").decode() + "\n(pytest killed at its time limit)"
-    draws = sum(counts.get(timeout=60) for _ in churners)
+    draws = sum(counts.get(timeout=max(churned - time.monotonic(), 0) + 60) for _ in churners)
     for churner in churners:
         churner.join(timeout=60)
     summary = re.findall(r"^=*\s*(\d+ (?:passed|failed).*?)\s*=*$", output, re.M)
