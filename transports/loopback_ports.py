@@ -230,8 +230,6 @@ def release(port: int) -> None:
             fcntl.lockf(fd, fcntl.LOCK_UN, 1, port, os.SEEK_SET)
 
 
-_release = release  # (the name of the earlier form)
-
 
 def scope_now() -> str:
     """``scope()`` without probing."""
