@@ -256,3 +256,28 @@ def test_past_a_quarter_of_the_descriptor_limit_ports_are_reserved_by_the_lock_f
     assert len(ports._names) == 4  # 16 // 4
     assert [w.category for w in caught] == [ports.ScopeWarning]
     assert not any(reserve(port) for port in drawn)
+
+
+def test_a_benchmark_reserves_through_the_same_helper_without_this_tree_installed():
+    # A benchmark's process may import no asyncflow at all (TensorFlow's Python: here one
+    # without site-packages) or another tree's: bench/reserved_ports.py loads this tree's
+    # helper by its path, and the ports it draws are kept from the tests.
+    bench = os.path.join(os.path.dirname(_TESTS), "bench")
+    script = (f"import sys; sys.path.insert(0, {bench!r})\n"
+              "from reserved_ports import free_ports\n"
+              "assert 'transports' not in sys.modules\n"
+              "print(*free_ports(3), flush=True)\n"
+              "sys.stdin.readline()\n")
+    holder = subprocess.Popen([sys.executable, "-S", "-c", script], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        held = [int(port) for port in holder.stdout.readline().split()]
+        assert len(held) == 3, "the benchmark's process printed no ports"
+        assert not any(reserve(port) for port in held)
+        holder.stdin.close()
+        assert holder.wait(timeout=60) == 0
+        assert all(reserve(port) for port in held)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait(timeout=60)
