@@ -32,7 +32,6 @@ import gc
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -142,12 +141,6 @@ def serve(spec_json, job, out_path):
     trio.run(main)
 
 
-def _free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _mlp_graph(af):
     sys.path.insert(0, _HERE)
     from bench_vs_tf1 import _mlp, _mlp_data
@@ -187,7 +180,9 @@ async def client(spec, steps):
 
 def measure(steps, tree, tmp):
     import trio
-    spec = {"ps": [f"127.0.0.1:{_free_port()}"], "worker": [f"127.0.0.1:{_free_port()}"]}
+    from reserved_ports import free_ports  # (ports no test or other benchmark draws)
+    ps, worker = free_ports(2)
+    spec = {"ps": [f"127.0.0.1:{ps}"], "worker": [f"127.0.0.1:{worker}"]}
     env = {**os.environ, **_ONE_THREAD, "PYTHONPATH": tree}
     procs = {}
     try:

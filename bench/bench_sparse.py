@@ -189,17 +189,13 @@ server.join()
 
 def tf_side(rows_list, quick):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import socket
     import tensorflow as tf
     tf1 = tf.compat.v1
     tf1.disable_eager_execution()
 
-    def free_port():
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            return sock.getsockname()[1]
-
-    spec = {"ps": [f"127.0.0.1:{free_port()}"], "worker": [f"127.0.0.1:{free_port()}"]}
+    from reserved_ports import free_ports  # (ports no test or other benchmark draws)
+    ps, worker = free_ports(2)
+    spec = {"ps": [f"127.0.0.1:{ps}"], "worker": [f"127.0.0.1:{worker}"]}
     procs = [subprocess.Popen([sys.executable, "-c", _TF_SERVER, json.dumps(spec), job, "0"],
                               stdout=subprocess.PIPE, text=True, env={**os.environ})
              for job in spec]

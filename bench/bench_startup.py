@@ -21,7 +21,6 @@ import json
 import os
 import resource
 import select
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,7 @@ import numpy as np  # noqa: E402
 import trio  # noqa: E402
 
 import asyncflow as af  # noqa: E402
+from reserved_ports import free_ports  # noqa: E402 (ports no test or other benchmark draws)
 
 ONE_BLAS_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 DEADLINE_S = 60.0
@@ -57,12 +57,6 @@ def time_import(tree, module):
     return time.perf_counter() - start, _child_cpu() - cpu
 
 
-def _free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _first_step_graph():
     graph = af.Graph()
     with graph.as_default(), af.device("/job:worker/task:0"):
@@ -81,7 +75,7 @@ async def _first_step(spec):
 
 def time_worker(tree):
     """(s to "listening on", s to the first step's result) of a fresh CLI worker of ``tree``."""
-    spec = {"worker": [f"127.0.0.1:{_free_port()}"]}
+    spec = {"worker": [f"127.0.0.1:{port}" for port in free_ports(1)]}
     with tempfile.TemporaryDirectory() as data_dir:
         start = time.perf_counter()
         proc = subprocess.Popen(

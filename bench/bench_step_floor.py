@@ -48,6 +48,8 @@ import sys
 import tempfile
 import time
 
+from reserved_ports import free_ports  # same folder: ports no test or other benchmark draws
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 _REPLY, _REQUEST = 200, 260
 
@@ -69,12 +71,6 @@ trio.run(serve, sys.argv[1])
 def _cpu_s(pid):
     fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 async def _timed(call, calls, pid):
@@ -153,7 +149,7 @@ def measure(calls):
         finally:
             echo.kill()
             echo.wait()
-    spec = {"worker": [f"127.0.0.1:{_free_port()}"]}
+    spec = {"worker": [f"127.0.0.1:{port}" for port in free_ports(1)]}
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
     worker = subprocess.Popen([sys.executable, "-m", "asyncflow", "worker", "--cluster",
                                json.dumps(spec), "--job", "worker", "--task", "0",
@@ -181,7 +177,7 @@ async def inprocess_session(warm_up):
     import asyncflow as af
     from bench_vs_tf1 import _trivial_and_pull
     graph, p, doubled = _trivial_and_pull(af)[:3]
-    spec = {"worker": [f"127.0.0.1:{_free_port()}"]}
+    spec = {"worker": [f"127.0.0.1:{port}" for port in free_ports(1)]}
     async with trio.open_nursery() as nursery:
         server = await nursery.start(af.Server(spec, "worker", 0).serve)
         async with af.Session(graph=graph, cluster=spec) as sess:

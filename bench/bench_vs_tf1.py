@@ -66,6 +66,7 @@ import time
 import numpy as np
 
 from raw_socket import raw_socket_mib_s  # same folder (the script's directory is on sys.path)
+from reserved_ports import free_ports
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 MIB = 1 << 20
@@ -74,15 +75,9 @@ BATCH = 256
 _ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
-def _free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _spec(workers):
-    return {"ps": [f"127.0.0.1:{_free_port()}"],
-            "worker": [f"127.0.0.1:{_free_port()}" for _ in range(workers)]}
+    ps, *ports = free_ports(1 + workers)  # (ports no test or other benchmark draws)
+    return {"ps": [f"127.0.0.1:{ps}"], "worker": [f"127.0.0.1:{port}" for port in ports]}
 
 
 def _mlp_data(batch=BATCH):

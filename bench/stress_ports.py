@@ -5,10 +5,13 @@ A test that writes a port into a ClusterSpec and binds it later (a CLI worker a 
 later, a worker restarted after a stop) loses when another process takes the port in between:
 its server fails with EADDRINUSE. On a shared machine those are other suites and pytest-xdist
 workers, each drawing a few ports a second; here ``--churners`` processes draw thousands
-(``tests/loopback_ports.py``'s ``free_ports``, as the tests do), keep a listener on each (the
-newest ``HOLD``) and give the oldest back, so a window of a second is hit within a few runs.
+(``transports/loopback_ports.py``'s ``free_ports``, as the tests and benchmarks do), keep a
+listener on each (the newest ``HOLD``) and give the oldest back, so a window of a second is hit
+within a few runs. With ``--churner-uid UID`` (as root) the churners run as another user, as a
+developer's runs beside CI's (root's) do.
 
     python bench/stress_ports.py --runs 30 --churners 2 tests/cluster/test_startup_worker.py
+    python bench/stress_ports.py --runs 30 --churner-uid 65534 tests/cluster/test_startup_worker.py
 
 prints the tests' passes and failures and how many failures were EADDRINUSE ("already in use").
 Bounded: ``--seconds`` for the churners, the pytest run killed 60 s after them.
@@ -16,6 +19,7 @@ Bounded: ``--seconds`` for the churners, the pytest run killed 60 s after them.
 from __future__ import annotations
 
 import argparse
+import codecs
 import collections
 import multiprocessing
 import os
@@ -37,10 +41,24 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("_stress_run", range(runs), ids=lambda i: f"run{i}")
 
 
-def _churn(seconds, counts):
+def _helper():
+    """The reservation helper of this tree (``tests/loopback_ports.py`` in a tree before it
+    moved to ``transports``), imported before the churners fork: one dropping to another user
+    may not read this user's files."""
     sys.path.insert(0, os.path.join(_ROOT, "tests"))
     import loopback_ports
-    release = getattr(loopback_ports, "_release", None)  # (None: ports were never reserved)
+    return loopback_ports
+
+
+def _churn(seconds, counts, uid):
+    loopback_ports = _helper()
+    release = getattr(loopback_ports, "release", getattr(loopback_ports, "_release", None))
+    # (None: a tree before the reservations)
+    if uid is not None:
+        codecs.lookup("ascii")  # (the helper reads /proc in ascii: this user's stdlib, now)
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
     end = time.monotonic() + seconds
     held = collections.deque()
     draws = 0
@@ -71,12 +89,17 @@ def main():
     parser.add_argument("--runs", type=int, default=30, help="times each test runs")
     parser.add_argument("--churners", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=120.0, help="the churners' time")
+    parser.add_argument("--churner-uid", type=int, default=None,
+                        help="the churners' user (this process must be root's)")
     args = parser.parse_args()
-    counts = multiprocessing.Queue()
-    churners = [multiprocessing.Process(target=_churn, args=(args.seconds, counts))
+    helper = _helper()
+    context = multiprocessing.get_context("fork")  # (the helper already imported)
+    counts = context.Queue()
+    churners = [context.Process(target=_churn, args=(args.seconds, counts, args.churner_uid))
                 for _ in range(args.churners)]
     for churner in churners:
         churner.start()
+    churned = time.monotonic() + args.seconds  # (the churners' end: pytest may finish first)
     env = dict(os.environ, STRESS_RUNS=str(args.runs),
                PYTHONPATH=os.pathsep.join([os.path.join(_ROOT, "bench"),
                                            os.environ.get("PYTHONPATH", "")]))
@@ -88,15 +111,17 @@ def main():
         output = result.stdout + result.stderr
     except subprocess.TimeoutExpired as exc:
         output = (exc.stdout or b"").decode() + "\n(pytest killed at its time limit)"
-    draws = sum(counts.get(timeout=60) for _ in churners)
+    draws = sum(counts.get(timeout=max(churned - time.monotonic(), 0) + 60) for _ in churners)
     for churner in churners:
         churner.join(timeout=60)
     summary = re.findall(r"^=*\s*(\d+ (?:passed|failed).*?)\s*=*$", output, re.M)
     failed = [line for line in output.splitlines() if line.startswith("FAILED ")]
     in_use = sum(1 for block in output.split("\n____") if "already in use" in block)
     print(f"{summary[-1] if summary else output[-2000:]}")
+    scope = getattr(helper, "scope", lambda: "user")()  # (the earlier form: a per-user lock)
+    uid = os.getuid() if args.churner_uid is None else args.churner_uid
     print(f"failures: {len(failed)}, of them EADDRINUSE: {min(in_use, len(failed))}; "
-          f"churners drew {draws} ports")
+          f"churners (uid {uid}) drew {draws} ports; reservations' reach here: {scope}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Start a cluster of ``asyncflow worker`` processes on this machine (for the demos).
 
-``with local_cluster({"ps": 1, "worker": 2}) as spec:`` picks free loopback ports, starts one
+``with local_cluster({"ps": 1, "worker": 2}) as spec:`` picks free loopback ports (reserved
+for this process as the tests' are, ``transports/loopback_ports.py``), starts one
 process per task with ``python -m asyncflow worker --cluster ... --job ... --task ...``, waits
 for each one's "listening on" line, and kills them all when the block ends. Each worker gets one
 BLAS thread (they share this machine's cores).
@@ -10,21 +11,16 @@ from __future__ import annotations
 import contextlib
 import json
 import select
-import socket
 import subprocess
 import sys
 import os
 import time
 
+from transports.loopback_ports import free_ports
+
 # Several worker processes share this machine's cores: one BLAS thread each, or their
 # spinning BLAS thread pools starve one another (measured: 8 ms instead of 0.05 ms per matmul).
 _ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-
-
-def _free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @contextlib.contextmanager
@@ -34,7 +30,8 @@ def local_cluster(jobs, deadline_s=60.0, data_dir=None):
     ``data_dir``: where the workers' Save/Restore/readers may touch files (their
     ``--data-dir``; default: the current directory).
     """
-    spec = {job: [f"127.0.0.1:{_free_port()}" for _ in range(count)]
+    ports = iter(free_ports(sum(jobs.values())))
+    spec = {job: [f"127.0.0.1:{next(ports)}" for _ in range(count)]
             for job, count in jobs.items()}
     procs = []
     try:

@@ -13,6 +13,8 @@ A leaf package: it never imports asyncflow. Modules, lowest first:
   tensors the client copies from the server's memory (``cross_memory``).
 * ``allocation``: a process keeps freed memory for its next large tensor (glibc ``mallopt``,
   set by ``asyncflow worker``).
+* ``loopback_ports``: TCP ports on 127.0.0.1 reserved for the tests and benchmarks that must
+  name a server's port before it binds (the transports themselves never use it).
 
 An aiohttp client of the same protocol, which shares no HTTP code with the server, lives with
 the tests (``tests/transports/aiohttp_channel.py``).
