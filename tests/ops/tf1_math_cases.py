@@ -134,7 +134,7 @@ def shape_one(rng, min_rank=0):
 # _INT_POW_BUG: TF 2.x's integer Pow with a negative exponent fails with "RuntimeError:
 # basic_string::_M_construct null not valid" or crashes the process (it means to raise
 # "Integers to negative integer powers are not allowed"), so no draw has one; asyncflow's
-# error is checked in test_math.py.
+# error is checked in test_math_tf1_values.py.
 
 # TF1 expression -> dtypes to try (each draw picks one; TF1's refusals are compared too).
 UNARY = {
