@@ -33,7 +33,7 @@ from asyncflow.ops.tiling import one_hot, pad, tile  # noqa: F401
 from asyncflow.ops.script import py_func  # noqa: F401
 from asyncflow.ops.control import control_dependencies, group, no_op, tuple  # noqa: F401
 from asyncflow.ops.math import (  # noqa: F401
-    abs, add, add_n, argmax, argmin, cast, ceil, cos, divide, equal, exp, floor, floordiv,
+    abs, add, add_n, argmax, argmin, cast, ceil, cos, div, divide, equal, exp, floor, floordiv,
     floormod, greater, greater_equal, is_finite, is_nan, less, less_equal, log, log1p,
     logical_and, logical_not, logical_or, logical_xor, matmul, maximum, minimum, mod,
     multiply, negative, not_equal, pow, reciprocal, reduce_all, reduce_any, reduce_max,

@@ -4,6 +4,7 @@ Family modules are imported explicitly (no directory scanning); importing this p
 registers every kernel.
 """
 from asyncflow.kernels import array, control, math, sources, state  # noqa: F401
+from asyncflow.kernels import math_tf1  # noqa: F401,E402  (math kernels with TF1's answers)
 from asyncflow.kernels import control_flow  # noqa: F401,E402  (Switch/Merge/Enter/Exit, stacks)
 from asyncflow.kernels import checkpoint, checkpoint_slices, summary_ops  # noqa: F401,E402  (checkpoint and summary families)
 from asyncflow.kernels import checkpoint_files  # noqa: F401,E402  (a checkpoint's meta graph and state file)

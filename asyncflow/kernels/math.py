@@ -15,12 +15,12 @@ from asyncflow.kernels.registry import host_memory, register_kernel, register_pr
 _UNARY = {
     "Neg": "negative", "Abs": "abs", "Square": "square", "Sqrt": "sqrt", "Exp": "exp",
     "Log": "log", "Log1p": "log1p", "Tanh": "tanh", "Sign": "sign", "Floor": "floor",
-    "Ceil": "ceil", "Round": "rint", "Sin": "sin", "Cos": "cos", "LogicalNot": "logical_not",
+    "Ceil": "ceil", "Sin": "sin", "Cos": "cos", "LogicalNot": "logical_not",
     "IsNan": "isnan", "IsFinite": "isfinite", "Reciprocal": "reciprocal",
 }
 _BINARY = {
     "Add": "add", "Sub": "subtract", "Mul": "multiply", "RealDiv": "true_divide",
-    "FloorDiv": "floor_divide", "FloorMod": "mod", "Pow": "power", "Maximum": "maximum",
+    "Maximum": "maximum",
     "Minimum": "minimum", "Equal": "equal", "NotEqual": "not_equal", "Less": "less",
     "LessEqual": "less_equal", "Greater": "greater", "GreaterEqual": "greater_equal",
     "LogicalAnd": "logical_and", "LogicalOr": "logical_or", "LogicalXor": "logical_xor",
@@ -538,20 +538,6 @@ def _all(ctx, x):
 @register_kernel("Any")
 def _any(ctx, x):
     return (ctx.xp.asarray(ctx.xp.any(x, axis=_axes(ctx, x), keepdims=ctx.attrs["keepdims"])),)
-
-
-def _arg(fn_name):
-    def kernel(ctx, x):
-        axis = ctx.attrs["axis"]
-        if x.ndim and x.shape[axis] == 0:
-            raise errors.InvalidArgumentError(None, ctx.name, f"{ctx.type}: reduction dimension {axis} is empty")
-        out = getattr(ctx.xp, fn_name)(x, axis=axis if x.ndim else None)
-        return (ctx.xp.asarray(out).astype(ctx.output_dtypes[0]),)
-    return kernel
-
-
-register_kernel("ArgMax")(_arg("argmax"))
-register_kernel("ArgMin")(_arg("argmin"))
 
 
 @register_kernel("SumToShape")

@@ -23,7 +23,7 @@ _TWO_OVER_SQRT_PI = 2 / math.sqrt(math.pi)
 def _lgamma_one(value):
     try:
         return math.lgamma(value)
-    except ValueError:  # a pole (0, -1, -2, ...): TF1 gives inf
+    except (ValueError, OverflowError):  # a pole (0, -1, -2, ...) or |x| > ~2.5e305: inf
         return math.inf
 
 

@@ -37,7 +37,7 @@ UNARY = {
     "Sign": ("sign", SIGNED_NUMERIC),
     "Floor": ("floor", FLOATING),
     "Ceil": ("ceil", FLOATING),
-    "Round": ("round", FLOATING),
+    "Round": ("round", SIGNED_NUMERIC),  # (TF1 rounds integers too: to themselves)
     "Sin": ("sin", FLOATING),
     "Cos": ("cos", FLOATING),
     "LogicalNot": ("logical_not", BOOL),
@@ -75,7 +75,7 @@ BINARY = {
     "RealDiv": ("real_div", NUMERIC, False),
     "FloorDiv": ("floordiv", NUMERIC, False),
     "FloorMod": ("floormod", NUMERIC, False),
-    "Pow": ("pow", NUMERIC, False),
+    "Pow": ("pow", SIGNED_NUMERIC, False),  # (TF1 has no unsigned Pow)
     "Maximum": ("maximum", NUMERIC, False),
     "Minimum": ("minimum", NUMERIC, False),
     "SquaredDifference": ("squared_difference", NUMERIC, False),
@@ -137,6 +137,14 @@ def divide(x, y, name=None):
 
 
 truediv = divide
+
+
+def div(x, y, name=None):
+    """TF1's ``tf.div``: Python 2's ``/``, which floors integers (``FloorDiv``) and divides
+    floats (``RealDiv``)."""
+    x, y = operands((x, y), "div")
+    op_type = "RealDiv" if x.dtype.is_floating else "FloorDiv"
+    return make(op_type, (x, y), None, name, "div")
 
 
 def mod(x, y, name=None):
@@ -339,13 +347,17 @@ def normalize_axes(axis, ndims, op_name):
     axes = [axis] if isinstance(axis, int) else [int(a) for a in axis]
     if ndims is None:
         # (sorted and unique as below: kernels take ``(0, ..., k-1)`` for the leading axes)
-        return tuple(sorted(set(axes))) if all(a >= 0 for a in axes) else None
+        if len(set(axes)) != len(axes):
+            raise ValueError(f"{op_name}: axis {axes} names an axis twice")
+        return tuple(sorted(axes)) if all(a >= 0 for a in axes) else None
     out = []
     for a in axes:
-        if not -ndims <= a < builtins.max(ndims, 1):
+        if not -ndims <= a < ndims:  # (a scalar has no axis: TF1 refuses 0 and -1 there)
             raise ValueError(f"{op_name}: axis {a} is out of range for a tensor of rank {ndims}")
-        out.append(a % ndims if ndims else 0)
-    return tuple(sorted(set(out)))
+        out.append(a % ndims)
+    if len(set(out)) != len(out):  # TF1: "Axes contains duplicate dimension"
+        raise ValueError(f"{op_name}: axis {axes} names an axis twice (rank {ndims})")
+    return tuple(sorted(out))
 
 
 def _infer_reduction(op):
@@ -412,9 +424,9 @@ def _arg_builder(op_type, default):
         axis = 0 if axis is None else int(axis)
         ndims = x.shape.ndims
         if ndims is not None:
-            if not -ndims <= axis < builtins.max(ndims, 1):
+            if not -ndims <= axis < ndims:  # (TF1 refuses a scalar: it has no axis)
                 raise ValueError(f"{default}: axis {axis} out of range for rank {ndims}")
-            axis %= builtins.max(ndims, 1)
+            axis %= ndims
         return make(op_type, (x,), {"axis": axis, "output_type": dtypes.as_dtype(output_type)},
                     name, default)
     build.__name__ = default.lower()

@@ -98,11 +98,16 @@ def test_only_the_leading_axes_in_order_take_the_gemv(axis):
 
 @pytest.mark.parametrize("axis, summed", [([2, 1], (1, 2)), ([1, 1], (1,)), ([1, 0, 1], (0, 1))])
 async def test_reduce_sum_of_unknown_rank_sums_the_axes_given(axis, summed):
-    """``reduce_sum`` of a tensor of unknown rank keeps its axes sorted and unique, as for a
-    known rank: the sum over the axes given (it once took ``[2, 1]`` for the leading two)."""
+    """``reduce_sum`` of a tensor of unknown rank keeps its axes sorted, as for a known rank:
+    the sum over the axes given (it once took ``[2, 1]`` for the leading two). An axis named
+    twice is refused, as TF1 does ("Axes contains duplicate dimension")."""
     graph = af.Graph()
     with graph.as_default():
         x = af.placeholder(af.float32, None, name="x")
+        if len(set(axis)) != len(axis):
+            with pytest.raises(ValueError, match="reduce_sum: .*names an axis twice"):
+                af.reduce_sum(x, axis=axis)
+            return
         total = af.reduce_sum(x, axis=axis)
     assert total.op.get_attr("axis") == summed
     value = np.random.default_rng(3).standard_normal((8, 9, 10)).astype(np.float32)
