@@ -37,7 +37,7 @@ __all__ = ["COUNTS", "RECV", "RequestBody", "SPIN_ENV", "ServerConnection", "rea
 
 RECV: Final = 64 * 1024
 SPIN_ENV: Final = "ASYNCFLOW_BARE_SPIN_US"
-DEFAULT_SPIN_US: Final = 0.0
+DEFAULT_SPIN_US: Final = 200.0
 MAX_SPIN_US: Final = 1000.0  # the project's time slice: a longer spin would starve the machine
 COUNTS = {"parks": 0, "spun": 0}  # waits that parked; messages a spin took (tests, benchmarks)
 _spin: list = []  # [the window in seconds], read from the environment on first use
