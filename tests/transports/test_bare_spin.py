@@ -146,6 +146,7 @@ async def test_calls_over_the_bare_path_are_answered_with_the_spin_on_and_off(wi
 
 def test_the_window_comes_from_the_environment_and_bad_values_are_refused(monkeypatch,
                                                                          window):
+    assert bare_io.SPIN_ENV == "ASYNCFLOW_BARE_SPIN_US"  # (the name the docs give)
     for text, us in (("", bare_io.DEFAULT_SPIN_US), ("0", 0.0), (" 150 ", 150.0)):
         monkeypatch.setenv(bare_io.SPIN_ENV, text)
         window(None)
