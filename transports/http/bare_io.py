@@ -8,12 +8,12 @@ Spin, then park
 Where a side has sent a message and its peer's next one is due within microseconds (the client
 after sending a call, the worker after answering one, waiting for the next call on that
 connection), :func:`read_once` first tries non-blocking reads for a bounded window
-(:func:`spin_window_s`, ``ASYNCFLOW_BARE_SPIN_US``; 0 turns it off) before it parks in
+(:func:`spin_window_s`, ``ASYNCFLOW_BARE_SPIN_US``; 0, the default, turns it off) before it parks in
 ``trio.lowlevel.wait_readable``. Each try follows a trio checkpoint: other tasks run and trio's
 I/O is polled between tries, cancellation and deadlines act at the checkpoint as they do on the
 wait. A message taken during the spin costs no blocked-process wake-up (a halted vCPU woken by
-the hypervisor, 25-45 us on the project's machine) and finds the caches warmer. ``PARKS``
-counts the waits that parked, ``SPUN`` the messages the spin took.
+the hypervisor, 25-45 us on the project's machine) and finds the caches warmer. ``COUNTS``
+holds the waits that parked and the messages the spin took.
 
 Nothing here knows about asyncflow.
 """
@@ -37,7 +37,7 @@ __all__ = ["COUNTS", "RECV", "RequestBody", "SPIN_ENV", "ServerConnection", "rea
 
 RECV: Final = 64 * 1024
 SPIN_ENV: Final = "ASYNCFLOW_BARE_SPIN_US"
-DEFAULT_SPIN_US: Final = 200.0
+DEFAULT_SPIN_US: Final = 0.0  # off: it slowed the PS MLP step in some rounds (bench/RESULTS.md)
 MAX_SPIN_US: Final = 1000.0  # the project's time slice: a longer spin would starve the machine
 COUNTS = {"parks": 0, "spun": 0}  # waits that parked; messages a spin took (tests, benchmarks)
 _spin: list = []  # [the window in seconds], read from the environment on first use
