@@ -156,6 +156,7 @@ class BareService:
                 if conn.waiting:
                     expiry = conn.idle_since + idle_timeout
                     if expiry <= now:
+                        conn.closing = True  # (a wait still spinning sees this)
                         trio.lowlevel.notify_closing(conn.stream.socket)
                     elif expiry < earliest:
                         earliest = expiry
@@ -188,12 +189,13 @@ class BareService:
         conn.idle_since = trio.current_time()
         if not conn.pending:  # (one call at a time: the client is still reading our answer)
             conn.waiting = True  # until the idle timeout: ``_sweep_idle`` closes it then
+            conn.closing = False  # (a sweep that closed it after its last wait ended: moot)
             wake = self._sweep_wake
             if wake is not None:  # the sweep is parked: this connection can expire
                 self._sweep_wake = None
                 wake.set()
             try:  # (waited for first: nothing can be there yet)
-                conn.pending = await _read(conn.stream.socket)
+                conn.pending = await _read(conn.stream.socket, True, conn)
             except trio.ClosedResourceError:  # the sweep: idle for the idle timeout
                 if conn in server._guard.connections:
                     server._guard.timed_out += 1
@@ -486,7 +488,7 @@ class BareConnection:
 
     async def _fill(self, eager: bool = True) -> None:
         if not eager:  # nothing can be there yet: the server has not seen the request run
-            data = await _read(self.sock)
+            data = await _read(self.sock, True)  # (spinning first: the answer is due soon)
         else:
             try:  # what is there already costs no scheduler pass
                 data = os.read(self.sock.fileno(), _RECV)

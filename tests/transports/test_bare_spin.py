@@ -1,0 +1,160 @@
+"""The bare same-host path's spin before parking (``transports.http.bare_io.read_once``): a
+message that arrives during the spin is taken without parking, the spin honours cancellation,
+deadlines, the idle sweep's close and a socket closed meanwhile as the parked wait does, and a
+window of 0 parks at once as before. Parks and spun messages are counted (``COUNTS``), never
+timed."""
+
+from __future__ import annotations
+
+import os
+import types
+
+import pytest
+import trio
+from transport_fakes import FakeWorker
+
+from transports.http import bare_io
+from transports.http.client import TrioHttpChannel
+from transports.http.server import open_http_server
+
+
+@pytest.fixture
+def window():
+    """Set the spin's window for one test (microseconds); the environment's afterwards."""
+    yield bare_io.set_spin_window
+    bare_io.set_spin_window(None)
+
+
+async def _soon(fn, *args):
+    """``fn(*args)`` in a task of its own: run at the waiting task's next checkpoint."""
+    fn(*args)
+
+
+def _counts():
+    return dict(bare_io.COUNTS)
+
+
+def _more(before):
+    return {key: bare_io.COUNTS[key] - before[key] for key in before}
+
+
+async def test_a_message_sent_during_the_spin_is_taken_without_parking(window):
+    window(bare_io.MAX_SPIN_US)
+    a, b = trio.socket.socketpair()
+    with a, b:
+        async with trio.open_nursery() as nursery:
+            # runs at the spin's first checkpoint: the bytes arrive after the read began
+            nursery.start_soon(_soon, os.write, b.fileno(), b"call")
+            before = _counts()
+            assert await bare_io.read_once(a, True) == b"call"
+        assert _more(before) == {"parks": 0, "spun": 1}
+
+
+async def test_a_window_of_zero_parks_at_once_as_before(window):
+    window(0)
+    a, b = trio.socket.socketpair()
+    with a, b:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_soon, os.write, b.fileno(), b"call")
+            before = _counts()
+            assert await bare_io.read_once(a, True) == b"call"
+        assert _more(before) == {"parks": 1, "spun": 0}
+        # and without spin asked for, whatever the window
+        window(bare_io.MAX_SPIN_US)
+        os.write(b.fileno(), b"next")
+        before = _counts()
+        assert await bare_io.read_once(a) == b"next"
+        assert _more(before) == {"parks": 1, "spun": 0}
+
+
+async def test_a_spinning_wait_is_cancelled_at_its_next_checkpoint(window):
+    window(bare_io.MAX_SPIN_US)
+    a, b = trio.socket.socketpair()
+    with a, b:
+        before = _counts()
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_soon, scope.cancel)  # runs within the spin
+                await bare_io.read_once(a, True)
+                pytest.fail("not cancelled")
+        assert scope.cancelled_caught
+        assert _more(before) == {"parks": 0, "spun": 0}
+
+
+async def test_a_deadline_passing_during_the_spin_ends_it(autojump_clock, window):
+    window(bare_io.MAX_SPIN_US)
+    a, b = trio.socket.socketpair()
+    with a, b:
+        start = trio.current_time()
+        before = _counts()
+        with trio.move_on_after(5.0) as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_soon, autojump_clock.jump, 10.0)  # within the spin
+                await bare_io.read_once(a, True)
+        assert scope.cancelled_caught
+        assert trio.current_time() - start == 10.0
+        assert _more(before) == {"parks": 0, "spun": 0}
+
+
+async def test_a_deadline_past_the_spin_ends_the_parked_wait_as_before(autojump_clock, window):
+    window(bare_io.MAX_SPIN_US)
+    a, b = trio.socket.socketpair()
+    with a, b:
+        start = trio.current_time()
+        before = _counts()
+        with trio.move_on_after(5.0) as scope:
+            await bare_io.read_once(a, True)
+        assert scope.cancelled_caught
+        assert trio.current_time() - start == 5.0  # (the clock jumped once it parked)
+        assert _more(before) == {"parks": 1, "spun": 0}
+
+
+async def test_the_idle_sweeps_close_or_a_closed_socket_ends_the_spin(window):
+    window(bare_io.MAX_SPIN_US)
+    conn = types.SimpleNamespace(closing=False)
+    a, b = trio.socket.socketpair()
+    with a, b:
+        before = _counts()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_soon, setattr, conn, "closing", True)
+            with pytest.raises(trio.ClosedResourceError):
+                await bare_io.read_once(a, True, conn)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_soon, a.close)
+            with pytest.raises(trio.ClosedResourceError):
+                await bare_io.read_once(a, True)
+        assert _more(before) == {"parks": 0, "spun": 0}
+
+
+async def test_calls_over_the_bare_path_are_answered_with_the_spin_on_and_off(window):
+    for us in (0, bare_io.MAX_SPIN_US):
+        window(us)
+        worker = FakeWorker()
+        async with open_http_server(worker) as server:
+            async with TrioHttpChannel(server.address, bare=True) as channel:
+                before = _counts()
+                with trio.fail_after(20):
+                    for _ in range(5):
+                        assert (await channel.health()).incarnation == 7
+                assert channel.bare_calls == 5
+                waits = _more(before)
+                if us == 0:  # every wait parked: the client's five, the server's
+                    assert waits["spun"] == 0 and waits["parks"] >= 5
+                else:  # (in one process: the server runs in the client's spin and back)
+                    assert waits["spun"] + waits["parks"] >= 5
+
+
+def test_the_window_comes_from_the_environment_and_bad_values_are_refused(monkeypatch,
+                                                                         window):
+    assert bare_io.SPIN_ENV == "ASYNCFLOW_BARE_SPIN_US"  # (the name the docs give)
+    for text, us in (("", bare_io.DEFAULT_SPIN_US), ("0", 0.0), (" 150 ", 150.0)):
+        monkeypatch.setenv(bare_io.SPIN_ENV, text)
+        window(None)
+        assert bare_io.spin_window_s() == us / 1e6
+    for text in ("fast", "-1", "1e9", "nan"):
+        monkeypatch.setenv(bare_io.SPIN_ENV, text)
+        window(None)
+        with pytest.raises(ValueError, match=bare_io.SPIN_ENV):
+            bare_io.spin_window_s()
+    with pytest.raises(ValueError, match="spin window"):
+        window(-5)
