@@ -653,8 +653,9 @@ def broadcast_second_order(rng):
 @gen
 def sparse_softmax_cross_entropy(rng):
     n, k = (int(v) for v in rng.integers(2, 5, size=2))
-    return Case("tf.nn.sparse_softmax_cross_entropy_with_logits(labels=c['y'], logits=x[0])",
-                [_normal(rng, (n, k))], {"y": rng.integers(0, k, size=n).astype(np.int32)})
+    # the integer labels are an input: their gradient is None, as in TF1
+    return Case("tf.nn.sparse_softmax_cross_entropy_with_logits(labels=x[1], logits=x[0])",
+                [_normal(rng, (n, k)), rng.integers(0, k, size=n).astype(np.int32)])
 
 
 # --- sparse ---------------------------------------------------------------------------------
