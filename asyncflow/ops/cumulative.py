@@ -4,9 +4,11 @@
 ``Cumsum``/``Cumprod`` keep their input's dtype and shape. ``exclusive`` leaves each entry out
 of its own result (the first result is 0 for a sum, 1 for a product); ``reverse`` runs from the
 end of the axis. The axis is an attribute (TF1 takes a tensor: a constant one is accepted).
-The gradients are TF1's: a sum's is the running sum of the gradient in the other direction;
-a product's is ``cumsum(cumprod(x) * grad, reverse=not reverse) / x`` (NaN where x is 0, as in
-TF1).
+The gradients: a sum's is the running sum of the gradient in the other direction (TF1's); a
+product's is TF1's ``cumsum(cumprod(x) * grad, reverse=not reverse) / x`` where no zero comes
+at or before an entry, the running sum of ``grad`` times the products with the zero taken out
+at the first zero of a scan, and 0 after it: the derivative wherever x has zeros, where TF1
+divides by zero (NaN, inf) and TF 2's ``div_no_nan`` gives 0.
 """
 from __future__ import annotations
 
@@ -83,8 +85,20 @@ def _cumsum_grad(op, grad):
 
 @register_gradient("Cumprod")
 def _cumprod_grad(op, grad):
-    from asyncflow.ops.math import divide, multiply
+    from asyncflow.ops import math as m
+    from asyncflow.ops.sources import ones_like, zeros_like
     x = op.inputs[0]
     axis, exclusive, reverse = (op.get_attr(a) for a in ("axis", "exclusive", "reverse"))
-    product = cumprod(x, axis, exclusive, reverse)
-    return [divide(cumsum(multiply(product, grad), axis, exclusive, not reverse), x)]
+
+    def back(product):  # sum over the later results j of grad_j * product_j
+        return cumsum(m.multiply(product, grad), axis, exclusive, not reverse)
+
+    nonzero = m.not_equal(x, m.cast(0, x.dtype))
+    ones = ones_like(x)
+    # 1 where no zero comes before the entry in the scan's direction
+    clean = m.greater(cumprod(m.cast(nonzero, x.dtype), axis, True, reverse), m.cast(0.5, x.dtype))
+    first_zero = m.logical_and(clean, m.logical_not(nonzero))
+    regular = m.divide(back(op.outputs[0]), m.where(nonzero, x, ones))
+    at_first_zero = back(cumprod(m.where(first_zero, ones, x), axis, exclusive, reverse))
+    return [m.where(m.logical_and(clean, nonzero), regular,
+                    m.where(first_zero, at_first_zero, zeros_like(x)))]

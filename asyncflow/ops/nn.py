@@ -461,6 +461,17 @@ def _expand_at(tensor, axis, like):
     return _array.reshape(tensor, _array.shape(keep))
 
 
+def _through_backprop(grad_logits, grad_backprop, logits, axis):
+    """Adds what flows back through the cross entropies' ``backprop`` output (a second
+    derivative): d(backprop)/d(logits) is the softmax Jacobian, for the dense and the sparse
+    form alike (``backprop`` is softmax minus the labels)."""
+    if grad_backprop is None or grad_backprop.op.type == "ZerosLike":
+        return grad_logits
+    probs = softmax(logits, axis=axis)
+    dot = _math.reduce_sum(_math.multiply(grad_backprop, probs), axis=axis, keepdims=True)
+    return _math.add(grad_logits, _math.multiply(_math.subtract(grad_backprop, dot), probs))
+
+
 @register_gradient("SoftmaxCrossEntropyWithLogits")
 def _softmax_xent_grad(op, grad_loss, grad_backprop=None):
     logits, axis = op.inputs[0], op.get_attr("axis")
@@ -470,12 +481,7 @@ def _softmax_xent_grad(op, grad_loss, grad_backprop=None):
         grad_logits = _expand_dims_mul(grad_loss, backprop, axis % ndims)
     else:
         grad_logits = _math.multiply(_expand_at(grad_loss, axis, backprop), backprop)
-    if grad_backprop is not None and grad_backprop.op.type != "ZerosLike":
-        # d(backprop)/d(logits) is the softmax Jacobian.
-        probs = softmax(logits, axis=axis)
-        dot = _math.reduce_sum(_math.multiply(grad_backprop, probs), axis=axis, keepdims=True)
-        grad_logits = _math.add(grad_logits,
-                                _math.multiply(_math.subtract(grad_backprop, dot), probs))
+    grad_logits = _through_backprop(grad_logits, grad_backprop, logits, axis)
     grad_labels = _math.multiply(_expand_at(grad_loss, axis, backprop),
                                  _math.negative(log_softmax(logits, axis=axis)))
     if grad_backprop is not None and grad_backprop.op.type != "ZerosLike":
@@ -490,7 +496,8 @@ def _sparse_softmax_xent_grad(op, grad_loss, grad_backprop=None):
     if axis < 0:
         raise ValueError("the gradient of sparse_softmax_cross_entropy_with_logits needs "
                          "logits of known rank")
-    return [_expand_dims_mul(grad_loss, backprop, axis), None]
+    grad_logits = _expand_dims_mul(grad_loss, backprop, axis)
+    return [_through_backprop(grad_logits, grad_backprop, op.inputs[0], axis), None]
 
 
 def sigmoid_cross_entropy_with_logits(_sentinel=None, labels=None, logits=None, name=None):

@@ -58,10 +58,10 @@ register_op("SparseToDense", infer=_infer_sparse_to_dense)
 
 @register_gradient("SparseToDense")
 def _sparse_to_dense_grad(op, grad):
-    """TF1's: the values' gradient is ``grad`` at their indices (a gather of the flat grad)."""
+    """TF1's: the values' gradient is ``grad`` at their indices (a gather of the flat grad),
+    the default value's the sum of ``grad`` elsewhere; a scalar value broadcast to every index
+    gets the sum of ``grad`` there."""
     indices, output_shape, values, _ = op.inputs
-    if values.shape.ndims == 0:
-        return [None, None, None, None]  # a broadcast scalar value: TF1 has none either
     flat_grad = reshape(grad, [-1])
     if indices.shape.ndims == 2 and indices.shape[1] is not None:
         shape = math_ops.cast(output_shape, indices.dtype)
@@ -72,7 +72,11 @@ def _sparse_to_dense_grad(op, grad):
     else:
         raise LookupError(f"SparseToDense '{op.name}': the gradient needs the rank of "
                           "sparse_indices to be known")
-    return [None, None, reshape(gather(flat_grad, linear), shape_of(values)), None]
+    at_indices = gather(flat_grad, linear)
+    default_grad = math_ops.subtract(math_ops.reduce_sum(grad), math_ops.reduce_sum(at_indices))
+    values_grad = (math_ops.reduce_sum(at_indices) if values.shape.ndims == 0
+                   else reshape(at_indices, shape_of(values)))
+    return [None, None, values_grad, default_grad]
 
 
 def sparse_to_dense(sparse_indices, output_shape, sparse_values, default_value=0,

@@ -1,0 +1,71 @@
+"""Wrong gradients the differential gradient fuzzer (``test_tf1_gradient_fuzz.py``) found, each
+pinned without TensorFlow: against finite differences and hand-derived values."""
+import numpy as np
+import pytest
+
+import asyncflow as af
+import asyncflow.compat.v1 as tf
+from gradcheck import check_gradients
+
+
+async def _run(fetches, feed_dict=None):
+    async with af.Session() as session:
+        return await session.run(fetches, feed_dict)
+
+
+@pytest.mark.trio
+async def test_sparse_softmax_cross_entropy_second_derivative():
+    """The logits' gradient of sparse_softmax_cross_entropy_with_logits, differentiated: it was
+    silently 0 (the backprop output's gradient was dropped); TF1 and the differences give the
+    softmax Jacobian's term, as the dense form already did."""
+    rng = np.random.default_rng(1)
+    labels = np.array([0, 2, 1], np.int32)
+
+    def logits_grad(logits, weights):
+        loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+        return tf.gradients(tf.reduce_sum(loss * weights), logits)[0]
+    grads = await check_gradients(logits_grad, [rng.normal(size=(3, 4)), rng.normal(size=(3,))])
+    assert np.abs(grads[0]).max() > 1e-3  # the term that was missing is not negligible here
+
+
+@pytest.mark.trio
+@pytest.mark.parametrize("exclusive", [False, True])
+@pytest.mark.parametrize("reverse", [False, True])
+async def test_cumprod_gradient_with_zeros(exclusive, reverse):
+    """Zeros in cumprod's input: TF1's gradient divides by x (NaN there), TF 2 gives 0; the
+    derivative is finite and usually not 0."""
+    point = np.array([[1.5, 0.0, 2.0, -1.0, 0.0], [0.0, 0.0, 3.0, 2.0, 0.5],
+                      [2.0, 0.5, -1.0, 1.5, 3.0]])
+    for axis in (1, 0):
+        grads = await check_gradients(
+            lambda x: tf.cumprod(x, axis=axis, exclusive=exclusive, reverse=reverse), [point])
+        assert np.isfinite(grads[0]).all()
+
+
+@pytest.mark.trio
+async def test_cumprod_gradient_at_a_zero_by_hand():
+    """cumprod([2, 0, 3]) = [2, 0, 0]; with an upstream gradient of ones, d/dx = [1 + x1 +
+    x1 x2, x0 + x0 x2, x0 x1] = [1, 8, 0] (TF1: [1, nan, 0]; TF 2: [1, 0, 0])."""
+    with af.Graph().as_default():
+        x = tf.constant([2.0, 0.0, 3.0], tf.float64)
+        grad = tf.gradients(tf.reduce_sum(tf.cumprod(x)), x)[0]
+        np.testing.assert_array_equal(await _run(grad), [1.0, 8.0, 0.0])
+
+
+@pytest.mark.trio
+async def test_sparse_to_dense_default_and_scalar_value_gradients():
+    """The default value's gradient is the sum of the upstream gradient away from the indices
+    (it was None, as was a broadcast scalar value's, whose gradient is the sum at them)."""
+    rng = np.random.default_rng(2)
+    indices = np.array([[0, 1], [1, 0], [1, 2]], np.int32)
+    await check_gradients(lambda v, d: tf.sparse_to_dense(indices, [2, 3], v, d),
+                          [rng.normal(size=(3,)), rng.normal()])
+    await check_gradients(lambda v, d: tf.sparse_to_dense(indices, [2, 3], v, d),
+                          [rng.normal(), rng.normal()])
+    with af.Graph().as_default():
+        value, default = tf.constant(1.5, tf.float64), tf.constant(-1.0, tf.float64)
+        dense = tf.sparse_to_dense(indices, [2, 3], value, default)
+        weights = np.arange(6.0).reshape(2, 3)
+        grads = tf.gradients(tf.reduce_sum(dense * weights), [value, default])
+        got = await _run(grads)
+    assert got == [1.0 + 3.0 + 5.0, 0.0 + 2.0 + 4.0]
