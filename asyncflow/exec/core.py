@@ -9,6 +9,7 @@ located ``OpError``. This module knows nothing of frames, wires or event loops b
 """
 from __future__ import annotations
 
+import contextlib
 import types
 
 import trio
@@ -19,7 +20,8 @@ from asyncflow.kernels.registry import WOULD_BLOCK
 from asyncflow.exec import timeslice
 from asyncflow.exec.context import StepContext
 from asyncflow.exec.plan import runtime_cost
-from asyncflow.exec.step import closed, now_us, recorder, reraised, returning, waiting
+from asyncflow.exec.step import (
+    closed, limiter_of, now_us, recorder, reraised, returning, waiting)
 
 PAUSE = object()  # what an ``Own`` entry answers when the slice ran out there (a loop)
 _BUDGET = timeslice.BUDGET
@@ -357,8 +359,12 @@ async def _task(run, node, ctx, args, where):
         if ctx is not None:
             outputs = await node.fn(ctx, *args)
         elif run.record is not None:
-            start, outputs = reraised(await trio.to_thread.run_sync(
-                returning, _timed, node, args, limiter=node.ctx.device.limiter))
+            with waiting(run.step) if node.abandon else _NOT_PARKED as parked:
+                start, outputs = reraised(await trio.to_thread.run_sync(
+                    returning, _timed, node, args, limiter=limiter_of(node),
+                    abandon_on_cancel=node.abandon))
+            if closed(parked):
+                raise errors.session_closed(node.op)
         else:
             outputs = await run.step.offload(node, args)
     except trio.Cancelled:
@@ -367,6 +373,9 @@ async def _task(run, node, ctx, args, where):
         run.report((node, None, exc, start, where))
         return
     run.report((node, outputs, None, start, where))
+
+
+_NOT_PARKED = contextlib.nullcontext()  # (a traced kernel that is not a blocking read)
 
 
 def _timed(node, args):

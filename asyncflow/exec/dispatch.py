@@ -15,7 +15,7 @@ from asyncflow.exec import core, lanes, thread_step, timeslice
 from asyncflow.exec.context import StepContext
 from asyncflow.exec.frames import Frames, tables
 from asyncflow.exec.codegen import compile_schedule
-from asyncflow.exec.step import closed, now_us, offloaded, recorder, waiting
+from asyncflow.exec.step import closed, now_us, recorder, waiting
 
 
 def generate_forms(plan, compile_loops=True):
@@ -44,7 +44,7 @@ async def run_plan(plan, feed_values, step):
     step_fn, record = plan.static_fn, None
     if step.trace is not None:
         step_fn, record = plan.traced_fn.of(plan), recorder(step.trace, plan.device.name)
-    if plan.thread_form is not None and record is None and step.offload is offloaded:
+    if plan.thread_form is not None and record is None and step.trio_threads:
         await plan.thread_form.run(plan, slots, step)  # (exec/thread_step.py)
         return core.fetched_values(plan, slots)
     wait = _waiter(step, record) if plan.waits else None

@@ -190,7 +190,8 @@ class GpuDevice:
 
     def bind_plan(self, plan):
         """Run every kernel of ``plan`` with this device and stream current, host nodes and
-        host-memory arguments on the host (module docstring); nothing offloads."""
+        host-memory arguments on the host (module docstring); nothing offloads but blocking
+        IO kernels."""
         for node in plan.nodes:
             op = node.op
             if op.type not in ("_Send", "_Recv") and (
@@ -203,7 +204,7 @@ class GpuDevice:
                 convert = self._on_device if types is None else self._mixed(types)
                 self._mixed_nodes += types is not None
             node.fn = self._bind(node.fn, node.is_async, convert, node.ctx.xp is np)
-            node.offload = False
+            node.offload = node.blocking_io  # (a host kernel doing IO: kernels/registry.py)
         return plan
 
     def _bind(self, fn, is_async, convert, on_host):

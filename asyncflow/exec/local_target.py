@@ -92,14 +92,15 @@ class LocalTarget:
         ``offload(node, args)`` runs a large kernel on that loop's worker threads (default:
         trio's, under the device's limiter); ``pause()`` is that loop's checkpoint, awaited
         once per time slice (default: trio's); ``park`` the session's close-cancellable
-        scope, entered only if the plan waits.
+        scope, entered only if the plan waits (or does a blocking read).
         """
         if self.closed:
             raise errors.closed_session(self.name)
         runner = compiled.runner
         plan = runner.plan
         step = Step(next(_STEP_IDS), offload=offload, pause=pause,
-                    park=park if plan.waits or not plan.static else None)
+                    park=park if plan.waits or not plan.static or plan.blocking_reads
+                    else None)
         if compiled.preloading:  # the first step: its one-time loads first, on a worker thread
             return self._preloaded(compiled, offload, runner.run, feed_values, step)
         # The runner's coroutine itself, for the caller to await: no frame of ours between.

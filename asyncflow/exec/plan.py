@@ -63,6 +63,8 @@ class NodePlan:
     plain: bool = False         # none of is_async, offload, deref: the kernel just runs
     gather: object = None       # with 2 or more inputs: ``itemgetter`` of their slots
     offload_cost: int = OFFLOAD_COST  # runtime cost from which an offload kernel goes to a thread
+    blocking_io: bool = False   # always on a thread (offload_cost 0): kernels/registry.py
+    abandon: bool = False       # a cancelled step stops waiting for its thread (a read)
 
 
 @dataclasses.dataclass(slots=True)
@@ -87,6 +89,7 @@ class ExecutionPlan:
     fetch_names: tuple = ()
     frame_tables: object = None  # the frames propagator's tables and compiled loops
     may_offload: bool = False  # some kernel may run on a worker thread (inputs large enough)
+    blocking_reads: bool = False  # some kernel is a blocking read (a close must cancel it)
     thread_form: object = None  # a heavy step's form on a worker thread (thread_step.py)
     # Nodes whose prepare hook asked for a ``Preload`` (registry.py): run on a worker thread
     # before the first step (``step.preload``), then emptied.
@@ -171,7 +174,8 @@ def compile_plan(nodes, feeds, fetches, device, resources):
             offload=kernel.offload, kind=_KINDS.get(node.type, NORMAL),
             num_inputs=len(inputs), runs_on_dead=kernel.runs_on_dead, nowait=kernel.nowait,
             subscribe=kernel.subscribe, plain=not (kernel.is_async or kernel.offload or deref),
-            offload_cost=OFFLOAD_COST * kernel.offload_scale,
+            offload_cost=0 if kernel.blocking_io else OFFLOAD_COST * kernel.offload_scale,
+            blocking_io=kernel.blocking_io, abandon=kernel.abandon,
             gather=operator.itemgetter(*inputs) if len(inputs) > 1 else None)
     nodes = list(plan_of.values())
     consumers = [[] for _ in nodes]
@@ -205,7 +209,7 @@ def compile_plan(nodes, feeds, fetches, device, resources):
     # still sends a kernel whose actual inputs are large to a thread, one at a time.
     known_large = 0
     for node in nodes:
-        if node.offload:
+        if node.offload and not node.blocking_io:  # (IO: on a thread, whatever its size)
             cost = estimate_static_cost(node.op)
             if cost is not None and cost >= node.offload_cost:
                 known_large += 1
@@ -238,6 +242,7 @@ def compile_plan(nodes, feeds, fetches, device, resources):
         roots=tuple(n.index for n in reversed(nodes) if n.pending == 0 and n.kind != MERGE),
         slot_readers=slot_readers, fetched=frozenset(fetch_slots), static=static,
         waits=bool(waiting), may_offload=any(n.offload for n in nodes),
+        blocking_reads=any(n.abandon for n in nodes),
         schedule=tuple(schedule), control_flow=control_flow, enter_counts=enter_counts,
         preloads=tuple(n for n in nodes if type(n.ctx.prepared) is Preload),
         fetch_names=tuple(getattr(key, "name", None) or f"{key[0].name}:{key[1]}"

@@ -18,9 +18,18 @@ def now_us():
 
 
 async def offloaded(node, args):
-    """Run ``node``'s kernel on a trio worker thread under its device's limiter."""
+    """Run ``node``'s kernel on a trio worker thread under its device's limiter; a blocking
+    read (``abandon``: kernels/registry.py) is abandoned when the step is cancelled."""
     return reraised(await trio.to_thread.run_sync(returning, node.fn, node.ctx, *args,
-                                                  limiter=node.ctx.device.limiter))
+                                                  limiter=limiter_of(node),
+                                                  abandon_on_cancel=node.abandon))
+
+
+def limiter_of(node):
+    """The thread limiter ``node``'s kernel runs under: its device's (compute threads), or for
+    blocking IO trio's default one, so a read abandoned while it waits on a FIFO never holds
+    a compute token (kernels/registry.py)."""
+    return None if node.blocking_io else node.ctx.device.limiter
 
 
 class Raised:
@@ -62,6 +71,7 @@ class _Preloading:
     limit takes effect from any thread (``intra_op``), so none is set on the awaiting loop's."""
 
     __slots__ = ("ctx",)
+    abandon = blocking_io = False
 
     def __init__(self, node):
         self.ctx = node.ctx
@@ -107,7 +117,7 @@ class Step:
     """
 
     __slots__ = ("step_id", "rendezvous", "trace", "park", "offload", "pause", "runnable",
-                 "draining", "current", "extras", "timeout_ms")
+                 "draining", "current", "extras", "timeout_ms", "trio_threads")
 
     def __init__(self, step_id, rendezvous=None, trace=None, park=None, offload=None,
                  pause=None, timeout_ms=0):
@@ -115,13 +125,31 @@ class Step:
         self.rendezvous = rendezvous
         self.trace = trace
         self.park = park
+        self.trio_threads = offload is None  # (offload: trio's worker threads)
         self.offload = offload or offloaded
+        if park is not None:  # a blocking read waits where a closing session cancels it
+            self.offload = close_cancellable(self.offload, park)
         self.pause = pause or timeslice.checkpoint
         self.runnable = []
         self.draining = False
         self.current = None
         self.extras = {}
         self.timeout_ms = timeout_ms
+
+
+def close_cancellable(offload, park):
+    """``offload`` whose blocking reads (``node.abandon``: kernels/registry.py) wait inside
+    ``park``, so a closing session cancels them (their threads abandoned) as it cancels any
+    other wait of the step; other kernels are offloaded as they were."""
+    async def offload_io(node, args):
+        if not node.abandon:
+            return await offload(node, args)
+        with park() as parked:
+            outputs = await offload(node, args)
+        if closed(parked):
+            raise errors.session_closed(node.op)
+        return outputs
+    return offload_io
 
 
 def waiting(step):

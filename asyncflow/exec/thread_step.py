@@ -103,7 +103,8 @@ def thread_form(plan):
         return None
     if sum(1 for node in plan.schedule if node.offload) < MIN_OFFLOADS:
         return None
-    if any(node.is_async or node.op.type in _USER_CODE for node in plan.schedule):
+    if any(node.is_async or node.blocking_io or node.op.type in _USER_CODE
+           for node in plan.schedule):  # (a blocking read there could not be abandoned)
         return None
     if not _only_variables(plan):
         return None

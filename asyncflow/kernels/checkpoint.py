@@ -482,7 +482,7 @@ def _string(value):
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-@register_kernel("Save", offload=True)
+@register_kernel("Save", blocking_io=True)
 def _save(ctx, filename, global_step, *values):
     path = ctx.resolve_path(_string(filename))
     tensors = {}
@@ -587,7 +587,7 @@ def _sharded_filename(ctx, filename):
     return (np.array(path.encode(), dtype=object),)
 
 
-@register_kernel("MergeCheckpointShards", offload=True)
+@register_kernel("MergeCheckpointShards", blocking_io=True)
 def _merge_shards(ctx, filename, global_step):
     path = ctx.resolve_path(_string(filename))
     shards = ctx.attrs["shard_tensor_names"]

@@ -169,7 +169,7 @@ def _texts(values):
             for v in np.asarray(values, dtype=object).reshape(-1)]
 
 
-@register_kernel("CommitCheckpoint", offload=True)
+@register_kernel("CommitCheckpoint", blocking_io=True)
 def _commit_checkpoint(ctx, prefix, meta_graph, kept, doomed, latest_filename, suffix):
     path = ctx.resolve_path(_text(prefix))
     path = path[:-len(DATA_SUFFIX)] if path.endswith(DATA_SUFFIX) else path  # Save's file name
@@ -186,7 +186,7 @@ def _commit_checkpoint(ctx, prefix, meta_graph, kept, doomed, latest_filename, s
     return ()
 
 
-@register_kernel("LatestCheckpoint", offload=True)
+@register_kernel("LatestCheckpoint", blocking_io=True, abandon=True)
 def _latest_checkpoint(ctx, directory, latest_filename):
     given = _text(directory)
     state_file = ctx.resolve_path(os.path.join(given, _text(latest_filename) or STATE_FILENAME))

@@ -264,7 +264,7 @@ def _string(value):
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-@register_kernel("Restore", offload=True)
+@register_kernel("Restore", blocking_io=True, abandon=True)
 def _restore(ctx, filename):
     path = ctx.resolve_path(_string(filename))
     names, kinds, shapes = (ctx.attrs[k] for k in ("tensor_names", "dtypes", "shapes"))

@@ -85,7 +85,7 @@ def _scalar_string(value):
     return item.decode() if isinstance(item, bytes) else str(item)
 
 
-@register_kernel("ReadFile", offload=True)
+@register_kernel("ReadFile", blocking_io=True, abandon=True)
 def _read_file(ctx, filename):
     path = ctx.resolve_path(_scalar_string(filename))
     try:
@@ -100,7 +100,7 @@ def _read_file(ctx, filename):
     return (value,)
 
 
-@register_kernel("WriteFile", offload=True)
+@register_kernel("WriteFile", blocking_io=True)
 def _write_file(ctx, filename, contents):
     import os
     path = ctx.resolve_path(_scalar_string(filename))

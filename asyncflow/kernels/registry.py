@@ -31,6 +31,19 @@ multiply-adds, which BLAS does some 16 times faster than numpy's elementwise loo
 registers 16 and stays on the calling thread until it is as long as an elementwise kernel
 that would be offloaded (a hand-off to a worker thread and back costs 30-100 us).
 
+``blocking_io=True`` marks kernels that touch the filesystem (ReadFile, WriteFile, Save,
+Restore, MergeCheckpointShards, CommitCheckpoint, LatestCheckpoint): they always run on a
+worker thread, whatever their inputs, since a tiny filename may name a FIFO or a slow file
+that would block the event loop (other steps, Health, Shutdown). Every execution path honours
+it: the plan gives such a node ``offload`` with a threshold of 0 (so every cost test the
+executor, the generated step, lanes and pairs make sends it to a thread), the thread form
+(``exec/thread_step.py``) does not take a plan holding one, and a GPU plan keeps its
+offload. ``abandon=True`` (reads only: ReadFile, Restore, LatestCheckpoint) lets a cancelled
+step (``timeout_in_ms``, a session closing) stop waiting for the thread at once
+(``trio.to_thread.run_sync(abandon_on_cancel=True)``): the read's result is dropped. A write
+or a checkpoint commit is never abandoned: a cancelled step waits for it to finish or fail, as
+long as the filesystem takes, so no half-written file is left behind by the step.
+
 Device kinds and dtypes (TF's kernel registrations; docs/devices.md): a kernel registered for
 ``ANY`` runs on every kind for numeric dtypes, but no GPU kernel takes strings, so an op with
 a string input or output has only its host kinds (``supported_device_kinds``);
@@ -68,6 +81,8 @@ class KernelDef:
     subscribe: Callable | None = None
     prepare: Callable | None = None
     offload_scale: int = 1
+    blocking_io: bool = False
+    abandon: bool = False
 
 
 _KERNELS: dict[tuple[str, str], KernelDef] = {}
@@ -87,12 +102,14 @@ _MEMORY_TYPES: dict[str, MemoryTypes] = {}
 
 
 def register_kernel(op_type, device=ANY, *, is_async=False, offload=False, runs_on_dead=False,
-                    offload_scale=1):
+                    offload_scale=1, blocking_io=False, abandon=False):
     """Decorator registering ``fn`` as the kernel of ``op_type`` on ``device`` kind.
 
     ``runs_on_dead=True`` (Send/Recv): the executor runs the kernel even when an input is a
     dead tensor, passing ``asyncflow.kernels.control_flow.DEAD`` for it, so deadness can
     cross devices (the kernel forwards ``is_dead`` through the rendezvous).
+    ``blocking_io=True``: always on a worker thread; ``abandon=True`` (with it): a cancelled
+    step stops waiting for that thread (module docstring).
 
     Raises:
         KeyError: if that (type, device) already has a kernel, naming both places.
@@ -105,9 +122,12 @@ def register_kernel(op_type, device=ANY, *, is_async=False, offload=False, runs_
         if key in _KERNELS:
             raise KeyError(f"Kernel for {op_type!r} on {device} registered twice: at "
                            f"{_KERNELS[key].where} and at {where}")
-        _KERNELS[key] = KernelDef(op_type, device, fn, is_async=is_async, offload=offload,
-                                  where=where, runs_on_dead=runs_on_dead,
-                                  offload_scale=offload_scale)
+        if abandon and not blocking_io:
+            raise ValueError(f"Kernel for {op_type!r}: abandon=True needs blocking_io=True")
+        _KERNELS[key] = KernelDef(op_type, device, fn, is_async=is_async,
+                                  offload=offload or blocking_io, where=where,
+                                  runs_on_dead=runs_on_dead, offload_scale=offload_scale,
+                                  blocking_io=blocking_io, abandon=abandon)
         return fn
     return decorate
 

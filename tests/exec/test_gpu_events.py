@@ -70,7 +70,7 @@ def test_bind_plan_runs_kernels_on_the_device_stream():
     ops = [total.op.inputs[0].op, total.op.inputs[1].op, total.op]
     op = NodeGraph.from_ops(ops, [], [total], [], {o: gpu.name for o in ops}).nodes[-1]
     node = types.SimpleNamespace(fn=lambda ctx, x: seen.append(gpu.stream.entered) or (x,),
-                                 is_async=False, offload=True, op=op,
+                                 is_async=False, offload=True, blocking_io=False, op=op,
                                  ctx=types.SimpleNamespace(xp=gpu.xp))
     node.out_edges = ()
     gpu.bind_plan(types.SimpleNamespace(nodes=[node]))
