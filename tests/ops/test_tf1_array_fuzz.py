@@ -2,12 +2,13 @@
 
 Seeded numpy draws build many small cases (an expression over fed placeholders, written once
 as TF1 source); ``DRIVER`` builds them all into one graph and runs each alone, in TF's
-interpreter (one subprocess for every case, ``tf1_run``) and here (``compat_run``). Each case
-must agree on whether it fails; where both give values, on their count, dtypes, shapes and
-values (exact for integers and bools), and the static shape asyncflow infers must fit the value
-and not contradict a dimension TF1 infers. The default run draws a few cases per family; the
-long form (``--runslow``) many more. A case that fails shows its expression and inputs' seed
-in the assertion, to become a focused regression test (tests/ops/test_array_tf1_values.py).
+interpreter (one subprocess for all the cases, ``tf1_run``) and here (``compat_run``). Each
+case must agree on whether it fails; where both give values, on their count, dtypes, shapes
+and values (exact for integers and bools), and the static shape asyncflow infers must fit the
+value and know the dims TF1 knows, no more and no fewer. The default run draws a few cases
+per family; the long form (``--runslow``) many more. A failing case shows its expression and
+its inputs' dtypes and shapes, to become a focused regression test
+(tests/ops/test_array_tf1_values.py, which needs no TensorFlow).
 """
 import ast
 
@@ -679,8 +680,9 @@ def _compare(ours, theirs, i, expr=""):
             problems.append(f"out {k}: {mine.ravel()[:8]} TF1 {want.ravel()[:8]}")
         if not _compatible(our_static[k], list(mine.shape)):
             problems.append(f"out {k}: static shape {our_static[k]} but value {list(mine.shape)}")
-        elif our_static[k] is not None and tf_static[k] is not None and not _compatible(
-                tf_static[k], our_static[k]):
+        elif our_static[k] is not None and (tf_static[k] is None or not _compatible(
+                tf_static[k], our_static[k]) or not _compatible(our_static[k], tf_static[k])):
+            # neither a dim TF1 contradicts nor one it does not claim (nor fewer than it knows)
             problems.append(f"out {k}: static shape {our_static[k]}, TF1 {tf_static[k]}")
     return problems
 
