@@ -43,11 +43,24 @@ def _matrix_set_diag(ctx, x, diagonal):
     return (out,)
 
 
+def _check_band(rows, columns, lower, upper):
+    """TF1 refuses a band wider than the matrix rather than keep all of it."""
+    if lower > rows:
+        raise errors.InvalidArgumentError(
+            None, None, f"num_lower must be negative or at most the number of rows ({rows}), "
+            f"got {lower}")
+    if upper > columns:
+        raise errors.InvalidArgumentError(
+            None, None, f"num_upper must be negative or at most the number of columns "
+            f"({columns}), got {upper}")
+
+
 @register_kernel("MatrixBandPart")
 def _matrix_band_part(ctx, x):
     xp, lower, upper = ctx.xp, ctx.attrs["num_lower"], ctx.attrs["num_upper"]
     _need_rank(x, 2, "input")
     m, n = x.shape[-2:]
+    _check_band(m, n, lower, upper)
     offset = xp.arange(m)[:, None] - xp.arange(n)[None, :]  # row - column
     keep = xp.ones((m, n), dtype=bool)
     if lower >= 0:

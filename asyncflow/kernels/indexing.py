@@ -49,6 +49,9 @@ def _strided_index(ctx, begin, end, strides):
         elif attrs["new_axis_mask"] & bit:
             index.append(None)
         elif attrs["shrink_axis_mask"] & bit:
+            if s <= 0:  # TF1 refuses t[i] spelled with a negative step
+                raise _invalid(ctx, f"only stride 1 allowed on non-range indexing (strides[{i}]"
+                                    f" = {s} with shrink_axis_mask)")
             index.append(b)
         else:
             if s == 0:

@@ -236,6 +236,9 @@ def _select(ctx, cond, x, y):
 
 @register_kernel("Where")
 def _where_indices(ctx, cond):
+    if cond.ndim == 0:  # TF1's WhereOp refuses a scalar rather than give a [1, 0] answer
+        raise errors.InvalidArgumentError(
+            None, ctx.name, "Where: the condition must have rank at least 1, got a scalar")
     return (ctx.xp.argwhere(cond).astype(np.int64),)
 
 

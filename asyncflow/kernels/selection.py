@@ -11,8 +11,10 @@ def _top_k(ctx, x):
     if x.ndim == 0 or x.shape[-1] < k:
         raise errors.InvalidArgumentError(
             None, None, f"input must have at least k={k} columns, has shape {list(x.shape)}")
-    # A stable sort of the negated values: largest first, equal values in index order (TF's).
-    order = xp.argsort(-x, axis=-1, kind="stable")[..., :k]
+    # Largest first, equal values in index order (TF's): a stable ascending sort of the
+    # reversed row, read backwards. Negating instead would wrap an int's minimum around.
+    last = x.shape[-1] - 1
+    order = (last - xp.argsort(x[..., ::-1], axis=-1, kind="stable"))[..., ::-1][..., :k]
     return xp.take_along_axis(x, order, axis=-1), order.astype(xp.int32)
 
 
@@ -23,8 +25,12 @@ def _in_top_k(ctx, predictions, targets):
     if targets.shape != (rows,):
         raise errors.InvalidArgumentError(
             None, None, f"targets must have shape [{rows}], got {list(targets.shape)}")
-    if rows and (targets.min() < 0 or targets.max() >= predictions.shape[1]):
+    classes = predictions.shape[1]
+    if not classes:
         return (xp.zeros(rows, bool),)
-    target_values = predictions[xp.arange(rows), targets]
+    # TF1 answers False for a row whose target is out of range or whose predictions hold a
+    # non-finite value (it "cannot say"); the other rows are still counted.
+    valid = (targets >= 0) & (targets < classes) & xp.isfinite(predictions).all(axis=1)
+    target_values = predictions[xp.arange(rows), xp.where(valid, targets, 0)]
     larger = (predictions > target_values[:, None]).sum(axis=1)
-    return (larger < k,)
+    return (valid & (larger < k),)

@@ -44,6 +44,10 @@ def _ones_like(ctx, x):
 def _range(ctx, start, limit, delta):
     if delta == 0:
         raise errors.InvalidArgumentError(None, ctx.name, "Range: delta must not be zero")
+    if (delta > 0 and start > limit) or (delta < 0 and start < limit):  # TF1 refuses, not []
+        raise errors.InvalidArgumentError(
+            None, ctx.name, f"Range: requires start {'<=' if delta > 0 else '>='} limit when "
+            f"delta {'>' if delta > 0 else '<'} 0: {start}/{limit}")
     return (ctx.xp.arange(start, limit, delta, dtype=ctx.output_dtypes[0]),)
 
 

@@ -48,8 +48,11 @@ def _mirror_pad(ctx, x, paddings):
     widths = _paddings(ctx, x, paddings)
     mode = ctx.attrs["mode"]
     _check_mirror(ctx, mode, x.shape, widths)
-    if x.ndim == 0 or x.size == 0:
+    if x.ndim == 0:
         return (x,)
+    if x.size == 0:  # still padded along its other dims, as TF1 does: (0, 4) by 2 is (0, 8)
+        shape = tuple(d + before + after for d, (before, after) in zip(x.shape, widths))
+        return (ctx.xp.zeros(shape, dtype=x.dtype),)
     return (ctx.xp.pad(x, widths, mode=mode.lower()),)
 
 

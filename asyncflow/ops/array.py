@@ -73,18 +73,32 @@ def _infer_reshape(op):
     dims = [int(d) for d in np.reshape(target, -1)]
     if sum(d == -1 for d in dims) > 1:
         raise ValueError(f"at most one dimension may be -1, got {dims}")
-    total = x.shape.num_elements()
-    if -1 in dims:
-        known = int(np.prod([d for d in dims if d != -1]))
-        if total is not None:
-            if known == 0 or total % known:
-                raise ValueError(f"cannot reshape a tensor with {total} elements to shape {dims}")
-            dims = [total // known if d == -1 else d for d in dims]
-        else:
-            dims = [None if d == -1 else d for d in dims]
-    elif total is not None and total != int(np.prod(dims)):
-        raise ValueError(f"cannot reshape a tensor with {total} elements to shape {dims}")
+    if x.shape.is_fully_defined():
+        given = dims
+        dims = reshape_dims(x.shape.as_list(), given)
+        if dims is None:
+            raise ValueError(f"cannot reshape a tensor with {x.shape.num_elements()} elements "
+                             f"to shape {given}")
+        if 0 in given and 0 in x.shape.as_list():  # TF1 leaves such a -1 unknown: (0, ?)
+            dims = [None if d == -1 else n for d, n in zip(given, dims)]
+    else:
+        dims = [None if d == -1 else d for d in dims]
     return [(x.dtype, TensorShape(dims))]
+
+
+def reshape_dims(input_dims, dims):
+    """``dims`` with its -1 resolved for an input of ``input_dims``, or None if they do not
+    fit. TF's rule: where ``dims`` holds a 0, the input's zero-sized dims are left out of the
+    count the -1 is solved from, so ``[0, -1]`` of a (0, 3) tensor is (0, 3)."""
+    has_zero = 0 in dims
+    known = int(np.prod([d for d in dims if d not in (-1, 0)]))
+    if -1 in dims:
+        counted = [d for d in input_dims if d > 0 or not has_zero]
+        count = int(np.prod(counted))
+        if 0 not in input_dims and count % known:
+            return None
+        dims = [count // known if d == -1 else d for d in dims]
+    return dims if int(np.prod(dims)) == int(np.prod(input_dims)) else None
 
 
 register_op("Reshape", infer=_infer_reshape)

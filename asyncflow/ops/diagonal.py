@@ -65,6 +65,12 @@ def _infer_matrix_set_diag(op):
 def _infer_band(op):
     x = op.inputs[0]
     _check_rank(op, x, 2, "input")
+    if x.shape.ndims is not None:  # TF1 refuses a band wider than the matrix
+        for what, count, dim in (("num_lower", op.get_attr("num_lower"), x.shape.dims[-2]),
+                                 ("num_upper", op.get_attr("num_upper"), x.shape.dims[-1])):
+            if dim is not None and count > dim:
+                raise ValueError(f"{op.type} '{op.name}': {what} must be negative or at most "
+                                 f"{dim}, got {count}")
     return [(x.dtype, x.shape)]
 
 

@@ -171,6 +171,9 @@ def _strided_shape(op, dims, begin, end, strides):
         if s == 0:
             raise ValueError(f"strides[{i}] must be non-zero")
         if masks["shrink_axis_mask"] & bit:
+            if s is not None and s < 0:
+                raise ValueError(f"only stride 1 allowed on non-range indexing (strides[{i}] = "
+                                 f"{s} with shrink_axis_mask)")
             if b is not None and dim is not None and not -dim <= b < dim:
                 raise ValueError(f"index {b} is out of bounds for dimension {pos - 1} of size "
                                  f"{dim}")
@@ -444,11 +447,35 @@ def gather_nd(params, indices, name=None, batch_dims=0):
 
     Raises:
         ValueError: at build time, for a scalar ``indices``, a K above the rank of
-            ``params`` or ``batch_dims`` other than 0.
+            ``params``, or ``batch_dims`` that the ranks or batch dims do not allow.
     """
+    params, indices = as_tensor(params), as_tensor(indices)
     if batch_dims:
-        raise ValueError("gather_nd: batch_dims other than 0 is not supported")
-    return make("GatherNd", (as_tensor(params), as_tensor(indices)), None, name, "GatherNd")
+        return _batch_gather_nd(params, indices, int(batch_dims), name)
+    return make("GatherNd", (params, indices), None, name, "GatherNd")
+
+
+def _batch_gather_nd(params, indices, batch_dims, name):
+    """Each of the leading ``batch_dims`` entries' index tuples into its own params: one plain
+    GatherNd over the batch-flattened params, the batch's number prepended to every tuple."""
+    from asyncflow.ops.layout import concat
+    from asyncflow.ops.sources import ones_like, range as _range
+    p_dims, i_dims = dims_of(params), dims_of(indices)
+    depth = i_dims[-1] if i_dims else None
+    if not (0 < batch_dims < builtins.min(len(p_dims), len(i_dims)) and isinstance(depth, int)
+            and batch_dims + depth <= len(p_dims)) or builtins.any(
+                isinstance(a, int) and isinstance(b, int) and a != b
+                for a, b in zip(p_dims[:batch_dims], i_dims[:batch_dims])):
+        raise ValueError(f"gather_nd: batch_dims={batch_dims} does not fit params "
+                         f"{params.shape} and indices {indices.shape}")
+    with params.graph.name_scope(name or "GatherNd"):
+        batch = dims_product(p_dims[:batch_dims])
+        flat_params = reshape(params, dims_vector([batch] + p_dims[batch_dims:]))
+        flat = reshape(indices, dims_vector([batch, dims_product(i_dims[batch_dims:-1]), depth]))
+        rows = reshape(math_ops.cast(_range(0, batch), indices.dtype), [-1, 1, 1])
+        tuples = concat([math_ops.multiply(rows, ones_like(flat[..., :1])), flat], 2)
+        gathered = make("GatherNd", (flat_params, tuples), None, None, "GatherNd")
+        return reshape(gathered, dims_vector(i_dims[:-1] + p_dims[batch_dims + depth:]))
 
 
 @register_gradient("GatherNd")
@@ -601,8 +628,14 @@ def boolean_mask(tensor, mask, name=None, axis=None):
                              f"{tensor.shape} at axis {axis}")
     with tensor.graph.name_scope(name or "boolean_mask"):
         dims = _shape(tensor)
-        flat_shape = concat([dims[:axis], [-1], dims[axis + k:]], 0)
-        flat = reshape(tensor, flat_shape)
+        masked = mask.shape.num_elements()  # their count, not -1: a tensor may be empty
+        if masked is None:
+            masked = math_ops.reduce_prod(_shape(mask), keepdims=True)
+        flat = reshape(tensor, concat([dims[:axis], [masked], dims[axis + k:]], 0))
         picked = squeeze(math_ops.where(reshape(mask, [-1])), axis=[1])
-        return gather(flat, picked, axis=axis)
+        out = gather(flat, picked, axis=axis)
+        if tensor.shape.ndims is not None:  # what TF1 knows: the dims beside the mask's
+            out.set_shape(TensorShape(list(tensor.shape.dims[:axis]) + [None]
+                                      + list(tensor.shape.dims[axis + k:])))
+        return out
 

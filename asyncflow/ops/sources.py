@@ -31,6 +31,8 @@ def _to_numpy(value, dtype):
     raw = np.asarray(value)
     if raw.dtype.kind in ("U", "S", "O") and raw.size:
         raise TypeError(f"Cannot convert {value!r} to a tensor of dtype {dtype.name}")
+    if dtype.is_bool and raw.size and raw.dtype.kind != "b":  # TF1: "Expected bool, got 1"
+        raise TypeError(f"Cannot convert {value!r} to a tensor of dtype bool: expected bools")
     if dtype.is_integer and raw.dtype.kind == "f":
         if not np.all(np.equal(np.mod(raw, 1), 0)):
             raise TypeError(f"Cannot convert {value!r} to a tensor of dtype {dtype.name}: "
@@ -190,6 +192,9 @@ def _infer_range(op):
     if start is not None and limit is not None and delta is not None:
         if delta == 0:
             raise ValueError("delta must not be zero")
+        if (delta > 0 and start > limit) or (delta < 0 and start < limit):  # TF1 refuses
+            raise ValueError(f"requires start {'<=' if delta > 0 else '>='} limit when delta "
+                             f"{'>' if delta > 0 else '<'} 0: {start}/{limit}")
         count = max(0, int(np.ceil((limit - start) / delta)))
         return [(dtype, TensorShape([count]))]
     return [(dtype, TensorShape([None]))]

@@ -157,6 +157,8 @@ def pad(tensor, paddings, mode="CONSTANT", name=None, constant_values=0):
                              if np.size(paddings) else np.zeros((0, 2), np.int32))
     check_dtype("Pad", paddings, INTEGER, "paddings")
     if mode == "CONSTANT":
+        if not hasattr(constant_values, "op") and np.all(np.asarray(constant_values) == 0):
+            constant_values = np.zeros((), x.dtype.np)  # TF1's Pad: a 0 fills any dtype, bool too
         fill_value = as_tensor(constant_values, dtype=x.dtype)
         return make("PadV2", (x, paddings, fill_value), None, name, "Pad")
     return make("MirrorPad", (x, paddings), {"mode": mode}, name, "MirrorPad")
@@ -216,6 +218,21 @@ register_op("OneHot", infer=_infer_one_hot)
 not_differentiable("OneHot")
 
 
+def _value_dtype(value, dtype):
+    """The dtype TF1 gives an on/off ``value`` with ``dtype`` as a hint: a tensor's own, a
+    Python or numpy value's ``dtype`` when it converts exactly, else its natural one."""
+    if dtype is not None and not (hasattr(value, "op") or hasattr(value, "_as_tensor")):
+        dtype = dtypes.as_dtype(dtype)
+        given = np.asarray(value)
+        kind = "i" if given.dtype.kind == "u" else given.dtype.kind
+        target = "i" if dtype.np.kind == "u" else dtype.np.kind
+        with np.errstate(all="ignore"):  # the same kind, or an int to a float, when exact
+            if (kind == target or (kind, target) == ("i", "f")) and np.array_equal(
+                    given.astype(dtype.np), given):
+                return dtype
+    return as_tensor(value).dtype
+
+
 def one_hot(indices, depth, on_value=None, off_value=None, axis=None, dtype=None, name=None):
     """A one-hot encoding: ``on_value`` where ``indices == j`` along the new ``axis``.
 
@@ -237,10 +254,18 @@ def one_hot(indices, depth, on_value=None, off_value=None, axis=None, dtype=None
         TypeError: if on/off values and dtype disagree.
     """
     indices = as_tensor(indices)
-    given = [v for v in (on_value, off_value) if hasattr(v, "op") or hasattr(v, "_as_tensor")]
+    # TF1's rule: without a dtype it follows on_value (else off_value), a Python 5 being int32
+    # and 5.0 float32; a dtype that a given value cannot take exactly is refused.
+    given = [(label, _value_dtype(v, dtype)) for label, v in (("on_value", on_value),
+                                                              ("off_value", off_value))
+             if v is not None]
     if dtype is None:
-        dtype = as_tensor(given[0]).dtype if given else dtypes.float32
+        dtype = given[0][1] if given else dtypes.float32
     dtype = dtypes.as_dtype(dtype)
+    for label, value_dtype in given:
+        if value_dtype is not dtype:
+            raise TypeError(f"one_hot: dtype {value_dtype.name} of {label} does not match the "
+                            f"dtype {dtype.name}")
     on = as_tensor(1 if on_value is None else on_value, dtype=dtype)
     off = as_tensor(0 if off_value is None else off_value, dtype=dtype)
     axis = -1 if axis is None else int(axis)
@@ -256,8 +281,8 @@ def sequence_mask(lengths, maxlen=None, dtype=dtypes.bool, name=None):
     length), as TF1's ``tf.sequence_mask``."""
     lengths = as_tensor(lengths)
     with lengths.graph.name_scope(name or "SequenceMask"):
-        if maxlen is None:
-            maxlen = math_ops.reduce_max(lengths)
+        if maxlen is None:  # at least 0: the max of no lengths is the dtype's minimum
+            maxlen = math_ops.maximum(math_ops.reduce_max(lengths), 0)
         from asyncflow.ops.layout import expand_dims
         from asyncflow.ops.sources import range as _range
         columns = math_ops.cast(_range(0, maxlen, 1), lengths.dtype)
