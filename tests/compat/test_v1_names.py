@@ -89,6 +89,15 @@ def test_small_tf1_forms():
         tf.reduce_sum(x, axis=0, reduction_indices=0)
 
 
+def test_newaxis_adds_an_axis_in_slicing():
+    x = tf.constant([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    column = x[:, tf.newaxis, 1]
+    assert column.shape.as_list() == [2, 1]
+    with tf.Session() as sess:
+        np.testing.assert_array_equal(sess.run(column), [[2.0], [5.0]])
+        assert sess.run(x[tf.newaxis]).shape == (1, 2, 3)
+
+
 def test_app_flags_logging_gfile(tmp_path):
     script = tmp_path / "prog.py"
     script.write_text(textwrap.dedent("""

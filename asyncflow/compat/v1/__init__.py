@@ -38,6 +38,8 @@ from asyncflow.ops.scatter_nd import (  # noqa: F401,E402
     tensor_scatter_nd_update as tensor_scatter_update,
 )
 
+newaxis = None  # tf.newaxis: ``x[:, tf.newaxis]`` adds an axis, as numpy's
+
 
 def disable_v2_behavior():
     """TF's switch to TF1 behaviour: asyncflow.compat.v1 always behaves as TF1 (a no-op)."""
