@@ -307,3 +307,46 @@ def test_a_waiting_close_in_another_run_blocks_no_loop_and_is_cancellable():
     assert not errors, errors
     assert order == ["the cancelled close returned", "the first close's cleanup ended",
                      "the second close returned"]
+
+
+def test_cancelled_waiting_closes_hold_no_thread_of_their_run():
+    # Many closes waiting in another thread's trio run for a held first close, all cancelled:
+    # none may keep a worker thread (and the run's default thread limiter token) until the
+    # first close ends, or that run's own thread work stalls behind them.
+    with af.Graph().as_default():
+        doubled = af.constant(2.0) * 3.0
+    sess = af.Session(graph=doubled.graph)
+    began, release = threading.Event(), threading.Event()
+    seen = {}
+
+    async def first():
+        await sess.__aenter__()
+        assert await sess.run(doubled) == 6.0
+        target_close = sess._target.close
+
+        async def held():
+            began.set()
+            await trio.to_thread.run_sync(release.wait, 60)
+            await target_close()
+        sess._target.close = held
+        await sess.close()
+
+    async def second():
+        limiter = trio.to_thread.current_default_thread_limiter()
+        try:
+            for _ in range(int(limiter.total_tokens) + 1):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(sess.close)
+                    await trio.testing.wait_all_tasks_blocked()  # the close is waiting
+                    nursery.cancel_scope.cancel()
+            seen["borrowed"] = limiter.borrowed_tokens
+            with trio.move_on_after(30) as idle:  # a wait that would exhaust the limiter
+                assert await trio.to_thread.run_sync(lambda: 42) == 42
+            seen["thread work ran"] = not idle.cancelled_caught
+        finally:
+            release.set()
+        await sess.close()
+
+    errors = _in_two_threads(first, second, began)
+    assert not errors, errors
+    assert seen == {"borrowed": 0, "thread work ran": True}
