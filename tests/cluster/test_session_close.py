@@ -350,3 +350,49 @@ def test_cancelled_waiting_closes_hold_no_thread_of_their_run():
     errors = _in_two_threads(first, second, began)
     assert not errors, errors
     assert seen == {"borrowed": 0, "thread work ran": True}
+
+
+def test_two_threads_closing_at_once_close_the_target_once(monkeypatch):
+    # The first close is held just as it begins (making its Closing); a close from another
+    # thread's trio run meanwhile must not begin a second close of the target (before, it saw
+    # the session still open and closed the target again, concurrently). The hold ends when
+    # the other close reaches the target's close, or after ``HOLD_S`` if it waits instead.
+    import asyncflow.session as session_module
+    HOLD_S = 2.0
+    with af.Graph().as_default():
+        doubled = af.constant(2.0) * 3.0
+    sess = af.Session(graph=doubled.graph)
+    began, second_closed_target, closes = threading.Event(), threading.Event(), []
+    first_thread = []
+
+    class HeldClosing(session_module.Closing):
+        __slots__ = ()
+
+        def __init__(self):
+            super().__init__()
+            if threading.current_thread() is first_thread[0]:
+                began.set()
+                second_closed_target.wait(HOLD_S)
+    monkeypatch.setattr(session_module, "Closing", HeldClosing)
+
+    async def first():
+        first_thread.append(threading.current_thread())
+        await sess.__aenter__()
+        assert await sess.run(doubled) == 6.0
+        target_close = sess._target.close
+
+        async def counted():
+            closes.append(threading.current_thread().name)
+            if threading.current_thread() is not first_thread[0]:
+                second_closed_target.set()
+            await target_close()
+        sess._target.close = counted
+        await sess.close()
+
+    async def second():
+        await sess.close()
+
+    errors = _in_two_threads(first, second, began)
+    assert not errors, errors
+    assert len(closes) == 1, closes
+    assert sess.closed
