@@ -293,13 +293,14 @@ def run_worker(args):
 
     stopped_by = []  # the signal that stopped the server
 
+    deadline = _StopDeadline(STOP_DEADLINE_S)
+
     async def serve():
         # SIGINT too: received here, Ctrl-C stops the server as SIGTERM does, through
         # cancellation, instead of a KeyboardInterrupt raised wherever the loop's thread is
         # (between a connection's handler coroutine being made and its task being scheduled,
         # it left the coroutine never awaited and a RuntimeWarning on stderr).
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals, \
-                _StopDeadline(STOP_DEADLINE_S) as deadline:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals, deadline:
             async with server:
                 print(f"asyncflow worker /job:{job}/task:{task} listening on {server.address}",
                       flush=True)
@@ -315,8 +316,10 @@ def run_worker(args):
     try:
         aio.run_trio(serve)
     except BaseException as exc:  # noqa: BLE001 -- sorted out below, re-raised if unknown
+        deadline.outlast_trio()
         flush_logs()
         return _exit_status(exc, f"{server.host}:{server.port}")
+    deadline.outlast_trio()
     flush_logs()
     if stopped_by == [signal.SIGINT]:
         return _exit_status(KeyboardInterrupt(), f"{server.host}:{server.port}")
@@ -375,8 +378,9 @@ class _StopDeadline:
     the event loop is blocked in a system call (a write to a full stderr pipe is interrupted,
     the handler runs, the write resumes) and arms a daemon thread that ends the process with
     ``os._exit`` ``deadline_s`` later unless it has exited by then. The orderly stop (trio's
-    handler, the cancellation, the shielded cleanup) goes on meanwhile; after ``serve`` the
-    wrappers stay, so interpreter shutdown waiting on a kernel thread is cut off too.
+    handler, the cancellation, the shielded cleanup) goes on meanwhile; after ``serve``
+    (``outlast_trio``) the wrappers stay, so interpreter shutdown waiting on a kernel thread
+    is cut off too.
     """
 
     def __init__(self, deadline_s):
@@ -385,8 +389,7 @@ class _StopDeadline:
         self._signum = None
 
     def __enter__(self):
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, self._wrap(signal.getsignal(signum)))
+        self._wrap_handlers()
         threading.Thread(target=self._watch, name="asyncflow-stop-deadline",
                          daemon=True).start()
         return self
@@ -394,6 +397,15 @@ class _StopDeadline:
     def __exit__(self, *exc_info):
         # trio restores the handlers it replaced next; what stays armed keeps its deadline.
         return None
+
+    def outlast_trio(self):
+        """Wrap again the handlers trio put back as ``serve`` ended: a signal during the rest
+        of the exit (the logs' flush, the interpreter's) exits as one during the stop does."""
+        self._wrap_handlers()
+
+    def _wrap_handlers(self):
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._wrap(signal.getsignal(signum)))
 
     def arm(self):
         """Start the deadline without a signal (the chief's Shutdown): exit status 0."""

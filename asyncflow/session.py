@@ -26,6 +26,7 @@ from __future__ import annotations
 import collections.abc
 import dataclasses
 import sys
+import threading
 import warnings
 
 import numpy as np
@@ -219,6 +220,7 @@ def _to_feed_array(tensor, value):
     return arr
 
 
+_CLOSE_CLAIM = threading.Lock()  # held for a few instructions: who begins a session's close
 _UNAWAITED = ("Session.run(...) returns something to await: write `await sess.run(...)` in an "
               "async function, or use `import asyncflow.compat.v1 as tf` and `tf.Session()` "
               "for a synchronous run")
@@ -395,10 +397,14 @@ class Session:
     async def close(self):
         """Release the session's resources; later runs fail. A close while another is under
         way, from any trio run or thread, returns once that one has finished (bounded)."""
-        if self._closed:  # a second close (any trio run) returns once the first has closed
-            await self._closing.wait()
+        with _CLOSE_CLAIM:  # closes from two threads' runs: exactly one is the first
+            closing, first = self._closing, self._closing is None
+            if first:
+                self._closing = closing = Closing()
+                self._closed = True
+        if not first:  # a second close (any trio run) returns once the first has closed
+            await closing.wait()
             return
-        self._closed, self._closing = True, Closing()
         scopes, self._run_scopes = self._run_scopes, _CancelledOnEntry()
         try:  # (a KeyboardInterrupt here still closes the channels; the target bounds its close)
             for scope in scopes:  # waiting runs fail with CancelledError
@@ -410,7 +416,7 @@ class Session:
                 try:
                     await self._target.close()
                 finally:
-                    self._closing.finished()
+                    closing.finished()
 
     @property
     def closed(self):

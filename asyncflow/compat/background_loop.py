@@ -283,11 +283,20 @@ class Held:
 
     def release(self):
         """Exit the context manager (in its task) and wait for it; raises its exit error.
-        A release while another is under way (a close from another thread) waits for it."""
+        A release while another is under way (a close from another thread) waits for it.
+
+        Raises:
+            RuntimeError: the first release made from a task of the loop itself (its wait
+                would keep the manager's task from running); nothing is released then.
+        """
         if self.released:
             if self._exit is not None and not self._loop.in_loop_thread():
                 self._exit.done.wait(STOP_TIMEOUT_S + CANCEL_GRACE_S)
             return
+        if self._loop.in_loop_thread():
+            raise RuntimeError("a synchronous asyncflow.compat.v1 close was made from a task of "
+                               "its own event loop (it would wait for itself); await the "
+                               "async session's close instead")
         self.released = True
         try:
             self._loop._token.run_sync_soon(self._release.set)

@@ -4,10 +4,10 @@
   in ``scopes`` while entered); ``CancelledOnEntry`` stands in for ``scopes`` after the close,
   so a run prepared before the close is cancelled as it parks.
 - ``Closing``: a close, begun once, that any other close waits for, from the same trio run
-  (a trio Event) or another thread's trio run (a worker thread waits, abandoned if that
-  caller is cancelled: no event loop blocks). The first close is shielded and bounded by its
-  target (a cluster's at 2 x ``CLOSE_S``); a waiting one is bounded too, at ``WAIT_S``, in
-  case the first's run died under it.
+  (a trio Event) or another thread's trio run (woken through that run's trio token: no
+  thread waits, no event loop blocks, a cancelled wait leaves nothing behind). The first
+  close is shielded and bounded by its target (a cluster's at 2 x ``CLOSE_S``); a waiting one
+  is bounded too, at ``WAIT_S``, in case the first's run died under it.
 """
 from __future__ import annotations
 
@@ -49,20 +49,41 @@ class CancelledOnEntry(set):
 class Closing:
     """One close in progress (made in its trio run); ``finished()`` when it has ended."""
 
-    __slots__ = ("_token", "_here", "_done")
+    __slots__ = ("_token", "_here", "_lock", "_done", "_waiters")
 
     def __init__(self):
         self._token = trio.lowlevel.current_trio_token()
-        self._here = trio.Event()  # for the closing run itself (no thread needed)
-        self._done = threading.Event()  # for any other run or thread
+        self._here = trio.Event()  # for the closing run itself
+        self._lock = threading.Lock()  # guards _done and _waiters (runs in other threads)
+        self._done = False
+        self._waiters = set()  # (trio token, trio.Event) of closes waiting in other runs
 
     def finished(self):
-        self._done.set()
+        with self._lock:
+            self._done = True
+            waiters, self._waiters = self._waiters, set()
         self._here.set()
+        for token, event in waiters:  # each woken in its own run
+            try:
+                token.run_sync_soon(event.set)
+            except trio.RunFinishedError:
+                pass
 
     async def wait(self):
         """Return once the close has finished (at most ``WAIT_S``), from any trio run."""
-        if trio.lowlevel.current_trio_token() is self._token:
+        token = trio.lowlevel.current_trio_token()
+        if token is self._token:
             await self._here.wait()
-        elif not self._done.is_set():
-            await trio.to_thread.run_sync(self._done.wait, WAIT_S, abandon_on_cancel=True)
+            return
+        # Another run: woken through its token, no thread (a cancelled wait leaves nothing).
+        waiter = (token, trio.Event())
+        with self._lock:
+            if self._done:
+                return
+            self._waiters.add(waiter)
+        try:
+            with trio.move_on_after(WAIT_S):
+                await waiter[1].wait()
+        finally:
+            with self._lock:
+                self._waiters.discard(waiter)

@@ -307,3 +307,92 @@ def test_a_waiting_close_in_another_run_blocks_no_loop_and_is_cancellable():
     assert not errors, errors
     assert order == ["the cancelled close returned", "the first close's cleanup ended",
                      "the second close returned"]
+
+
+def test_cancelled_waiting_closes_hold_no_thread_of_their_run():
+    # Many closes waiting in another thread's trio run for a held first close, all cancelled:
+    # none may keep a worker thread (and the run's default thread limiter token) until the
+    # first close ends, or that run's own thread work stalls behind them.
+    with af.Graph().as_default():
+        doubled = af.constant(2.0) * 3.0
+    sess = af.Session(graph=doubled.graph)
+    began, release = threading.Event(), threading.Event()
+    seen = {}
+
+    async def first():
+        await sess.__aenter__()
+        assert await sess.run(doubled) == 6.0
+        target_close = sess._target.close
+
+        async def held():
+            began.set()
+            await trio.to_thread.run_sync(release.wait, 60)
+            await target_close()
+        sess._target.close = held
+        await sess.close()
+
+    async def second():
+        limiter = trio.to_thread.current_default_thread_limiter()
+        try:
+            for _ in range(int(limiter.total_tokens) + 1):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(sess.close)
+                    await trio.testing.wait_all_tasks_blocked()  # the close is waiting
+                    nursery.cancel_scope.cancel()
+            seen["borrowed"] = limiter.borrowed_tokens
+            with trio.move_on_after(30) as idle:  # a wait that would exhaust the limiter
+                assert await trio.to_thread.run_sync(lambda: 42) == 42
+            seen["thread work ran"] = not idle.cancelled_caught
+        finally:
+            release.set()
+        await sess.close()
+
+    errors = _in_two_threads(first, second, began)
+    assert not errors, errors
+    assert seen == {"borrowed": 0, "thread work ran": True}
+
+
+def test_two_threads_closing_at_once_close_the_target_once(monkeypatch):
+    # The first close is held just as it begins (making its Closing); a close from another
+    # thread's trio run meanwhile must not begin a second close of the target (before, it saw
+    # the session still open and closed the target again, concurrently). The hold ends when
+    # the other close reaches the target's close, or after ``HOLD_S`` if it waits instead.
+    import asyncflow.session as session_module
+    HOLD_S = 2.0
+    with af.Graph().as_default():
+        doubled = af.constant(2.0) * 3.0
+    sess = af.Session(graph=doubled.graph)
+    began, second_closed_target, closes = threading.Event(), threading.Event(), []
+    first_thread = []
+
+    class HeldClosing(session_module.Closing):
+        __slots__ = ()
+
+        def __init__(self):
+            super().__init__()
+            if threading.current_thread() is first_thread[0]:
+                began.set()
+                second_closed_target.wait(HOLD_S)
+    monkeypatch.setattr(session_module, "Closing", HeldClosing)
+
+    async def first():
+        first_thread.append(threading.current_thread())
+        await sess.__aenter__()
+        assert await sess.run(doubled) == 6.0
+        target_close = sess._target.close
+
+        async def counted():
+            closes.append(threading.current_thread().name)
+            if threading.current_thread() is not first_thread[0]:
+                second_closed_target.set()
+            await target_close()
+        sess._target.close = counted
+        await sess.close()
+
+    async def second():
+        await sess.close()
+
+    errors = _in_two_threads(first, second, began)
+    assert not errors, errors
+    assert len(closes) == 1, closes
+    assert sess.closed

@@ -268,3 +268,49 @@ def test_a_worker_stopped_by_shutdown_with_a_full_stderr_pipe_exits(monkeypatch)
         assert time.monotonic() - sent < EXIT_BOUND_S
         assert proc.returncode == 0
         assert "stopped: Shutdown received" in proc.stdout.read()
+
+
+_SIGNAL_AFTER_SERVE = """\
+import os, signal, sys
+from asyncflow import cli
+log_off_the_loop = cli._log_off_the_loop
+
+def signalled_at_flush(level):  # the worker's exit, after serve: a signal lands here
+    flush = log_off_the_loop(level)
+    def flush_after_a_signal():
+        os.kill(os.getpid(), {sig})
+        flush()
+    return flush_after_a_signal
+cli._log_off_the_loop = signalled_at_flush
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_after_the_shutdowns_orderly_stop_exits_with_its_status(sig, monkeypatch):
+    # Past serve (flushing the logs, the interpreter's exit) trio has put back the handlers it
+    # replaced: a signal there killed the worker with the default action (SIGTERM: status
+    # -15, not 0; SIGINT: a KeyboardInterrupt traceback) instead of exiting at once with the
+    # signal's status, as it does during the stop.
+    token = "stop-deadline-token"
+    monkeypatch.setenv("ASYNCFLOW_TOKEN", token)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SIGNAL_AFTER_SERVE.format(sig=int(sig)), "worker",
+         "--cluster", json.dumps({"worker": ["127.0.0.1:0"]}), "--job", "worker", "--task",
+         "0", "--data-dir", tempfile.gettempdir()],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], START_S)
+        assert ready, "the worker never said it listens"
+        address = proc.stdout.readline().rsplit(" ", 1)[1].strip()
+        stopped = trio.run(af.distribute.shutdown_cluster, {"worker": [address]}, None, token,
+                           START_S)
+        assert stopped == {TASK: "stopped"}
+        out, err = proc.communicate(timeout=EXIT_BOUND_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == STATUS[sig], (proc.returncode, err)
+    assert "Traceback" not in err, err
+    assert "stopped: Shutdown received" in out

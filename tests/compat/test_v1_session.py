@@ -353,3 +353,26 @@ def test_a_close_from_another_thread_waits_for_the_first():
     closer.join(60)
     assert not closer.is_alive()
     assert order == ["the first close's cleanup ended", "the second close returned"]
+
+
+def test_a_close_from_a_task_of_the_loop_itself_is_refused_not_hung(monkeypatch):
+    # The session's task runs on the background loop: a synchronous close made from another
+    # task of that loop would wait for a task its own wait keeps from running (it returned
+    # only at the bound, 40 s, with nothing closed). It is refused, as LOOP.call is there,
+    # and the session stays usable and closes from this thread.
+    from asyncflow.compat import background_loop
+    monkeypatch.setattr(background_loop, "CANCEL_GRACE_S", 0.0)  # the old hang: short here
+    monkeypatch.setattr(background_loop, "STOP_TIMEOUT_S", 0.5)
+    sess = tf.Session()
+    try:
+        assert sess.run(tf.constant(2.0) * 3.0) == 6.0
+
+        async def close_synchronously():
+            sess.close()
+        with pytest.raises(RuntimeError, match="its own event loop"):
+            LOOP.call(close_synchronously)
+        assert not sess.async_session.closed
+        assert sess.run(tf.constant(1.0) + 1.0) == 2.0
+    finally:
+        sess.close()
+    assert sess.async_session.closed
