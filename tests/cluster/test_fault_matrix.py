@@ -100,9 +100,19 @@ async def _step(sess, fetch, options=OPTIONS):
     return None, trio.current_time() - started
 
 
-@pytest.mark.parametrize("mode", ["stall", "garbage"])
-@pytest.mark.parametrize("stage", list(STAGES))
+def _short_form(cases, default):
+    """``cases`` as params; those not in ``default`` marked slow (``--runslow``)."""
+    return [pytest.param(*case, marks=() if case in default else pytest.mark.slow)
+            for case in cases]
+
+
+@pytest.mark.parametrize("stage,mode", _short_form(
+    [(stage, mode) for stage in STAGES for mode in ("stall", "garbage")],
+    [("register", "stall"), ("run_answer", "garbage"), ("recv_64mib", "garbage"),
+     ("fetch_64mib", "stall")]))
 async def test_a_stage_cut_or_garbled_fails_the_step_naming_the_task(pair, stage, mode):
+    """With a run timeout: a stalled answer is DeadlineExceededError within it, garbage an
+    UnavailableError naming the task at once."""
     path, after, which, fetch = STAGES[stage]
     graph, t = _graph()
     config = af.SessionConfig(health_check_interval_s=60.0, worker_dead_after_s=60.0)
@@ -124,7 +134,8 @@ async def test_a_stage_cut_or_garbled_fails_the_step_naming_the_task(pair, stage
 
 
 
-@pytest.mark.parametrize("stage", list(STAGES))
+@pytest.mark.parametrize("stage", _short_form([(stage,) for stage in STAGES],
+                                              [("run_answer",), ("recv_64mib",)]))
 async def test_without_a_run_timeout_a_stalled_answer_ends_by_the_health_check(pair, stage):
     """No RunOptions timeout: an answer cut mid-frame on a connection that stays open (the
     peer answers Health: only this answer stalls) fails the step as UnavailableError naming
