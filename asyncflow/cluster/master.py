@@ -52,6 +52,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import math
 import os
 import random
 import secrets
@@ -366,6 +367,7 @@ class Master:
         async def register(tg):
             task, dead_after = self.tasks[tg.task], self.config.worker_dead_after_s
             left = trio.current_effective_deadline() - trio.current_time()  # of the run's
+            left = math.inf if left == -math.inf else left  # (cancelled: finish it, as ever)
             try:
                 # Shielded (the call has its own deadline, at most what is left of the run's;
                 # one cut by that leaves its graph to the worker's lease): a registration the
