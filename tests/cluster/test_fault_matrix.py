@@ -7,7 +7,8 @@ Faults of the network or of a broken peer come from a :class:`stall_proxy.StallP
 of each process (the cluster spec names the proxies; the client and the worker reach the ps
 only through them): an answer cut after some bytes while the connection stays open (a half
 frame, then nothing), an answer that is garbage, or none at all. Faults of the process itself
-(SIGSTOP: alive sockets, no answers; SIGKILL) are in ``test_process_faults.py``.
+(SIGSTOP: alive sockets, no answers; SIGKILL) are in ``test_chaos.py``,
+``test_one_task_step_faults.py`` and ``test_processes.py``.
 
 Stages: the session's open (Health), RegisterGraph, RunGraph (its answer, the step having
 run), the worker's 64 MiB RecvTensors from the ps (cut mid-frame), the client's 64 MiB fetch
