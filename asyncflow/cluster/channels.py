@@ -17,12 +17,15 @@ from asyncflow import errors
 from asyncflow.cluster.spec import ClusterSpec
 from transports.inprocess import InProcessChannel
 from transports.messages import RemoteCallError, Reset
-from transports.service import TransportError, TransportUnavailable
-from transports.wire import ChecksumMismatch
+from transports.service import TransportDeadlineExceeded, TransportError, TransportUnavailable
+from transports.wire import ChecksumMismatch, RemoteProtocolError
 
 TOKEN_ENV = "ASYNCFLOW_TOKEN"
 INPROCESS_HOST = "inprocess"
 _services = {}
+# What a channel's call raises for its peer's fault: an error answer, an answer that is no
+# valid reply (garbage, a cut frame; ChecksumMismatch among them), no answer.
+CALL_FAILURES = (RemoteCallError, RemoteProtocolError, TransportError)
 
 
 def damaged_reply(call, address, exc):
@@ -34,21 +37,40 @@ def damaged_reply(call, address, exc):
         "transit and the call failed (not retried: run it again)"))
 
 
+def damaged_step_reply(task, address, exc):
+    """The DataLossError for a RunGraph reply of ``task`` that a ``ChecksumMismatch`` says was
+    damaged in transit: a fetch's bytes, or the header's. Never retried here (the step may
+    have side effects); the caller may run it again."""
+    return errors.DataLossError(None, None, (
+        f"RunGraph on {task.name} at {address}: "
+        f"{f'fetch {exc.key!r}' if exc.key is not None else f'the reply: {exc.part}'}"
+        f": {exc.detail}; the reply was damaged in transit and the step failed "
+        "(not retried: run it again)"))
+
+
 def unavailable(task, exc):
-    """The UnavailableError for a master's ``task`` that ``exc`` says cannot be reached."""
+    """The UnavailableError for a master's ``task`` that ``exc`` says cannot be reached (or
+    that answered with bytes that are no valid reply: it is no usable worker either)."""
     task.down_reported = True
+    if isinstance(exc, RemoteProtocolError):
+        exc = f"its answer is not a valid reply: {exc}"
     # A session target's task has no name until its Health answers.
     worker = f"worker {task.name} at {task.address}" if task.name else f"worker at {task.address}"
     return errors.UnavailableError(None, None, f"{worker} is unavailable: {exc}")
 
 
-def call_error(what, task, exc):
-    """The error a failed control call (``what``: Health, RegisterGraph) to ``task`` raises."""
-    if isinstance(exc, TransportError):
-        return unavailable(task, exc)
+def call_error(what, task, exc, run_deadline=False):
+    """The error a failed control call (``what``: Health, RegisterGraph) to ``task`` raises
+    (``exc``: one of :data:`CALL_FAILURES`); ``run_deadline``: the call's timeout was what
+    was left of the run's, so its expiry is the run's DeadlineExceededError."""
     if isinstance(exc, ChecksumMismatch):  # damaged in transit: never retried
         return damaged_reply(what, task.address, exc)
-    return errors.from_code(exc.code, f"{what}: {exc.message}")
+    if isinstance(exc, RemoteCallError):
+        return errors.from_code(exc.code, f"{what}: {exc.message}")
+    if run_deadline and isinstance(exc, TransportDeadlineExceeded):
+        return errors.DeadlineExceededError(None, None, f"{what}: no answer within the run's "
+                                            f"timeout (RunOptions.timeout_in_ms): {exc}")
+    return unavailable(task, exc)  # no answer, or garbage
 
 
 def is_inprocess(address):
@@ -98,19 +120,29 @@ def target_address(target):
     return target.rstrip("/")
 
 
-def connect(address, token=None, connect_timeout=5.0):
+def connect(address, token=None, connect_timeout=5.0, stall_timeout=10.0):
     """A transports Channel to the worker at ``address``.
 
     Args:
         address: ``host:port``, or ``inprocess:N``.
         token: the shared secret (default: ``ASYNCFLOW_TOKEN`` from the environment).
         connect_timeout: seconds to establish a connection.
+        stall_timeout: seconds an answer that has begun may go without a byte (a peer stuck
+            mid-send, a half-open connection) before the call fails as unavailable.
     """
     if is_inprocess(address):
         return _InProcess(address)
     from transports.http.client import TrioHttpChannel
     token = check_token(token if token is not None else (os.environ.get(TOKEN_ENV) or None))
-    return TrioHttpChannel(address, token=token, connect_timeout=connect_timeout)
+    return TrioHttpChannel(address, token=token, connect_timeout=connect_timeout,
+                           stall_timeout=stall_timeout)
+
+
+def for_session(address, config):
+    """A master's channel to ``address`` under a session's ``config``: its connect timeout,
+    and an answer stalled mid-frame for ``worker_dead_after_s`` is a dead worker's."""
+    return connect(address, connect_timeout=config.connect_timeout_s,
+                   stall_timeout=config.worker_dead_after_s)
 
 
 def check_token(token):

@@ -52,6 +52,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import math
 import os
 import random
 import secrets
@@ -74,7 +75,7 @@ from transports.messages import (
     AbortStep, DeregisterGraph, GraphConfig, GraphOptions, RegisterGraph, RemoteCallError,
     RunGraph, TensorEntry,
 )
-from transports.service import TransportDeadlineExceeded, TransportError
+from transports.service import TransportDeadlineExceeded
 from transports.wire import ChecksumMismatch
 
 _log = logging.getLogger("asyncflow.master")
@@ -188,8 +189,7 @@ class Master:
         self.tasks = {}
         for job, index, address in (cluster.tasks() if cluster is not None else ()):
             name = f"/job:{job}/replica:0/task:{index}"
-            self.tasks[name] = _Task(name, address, _channels.connect(
-                address, connect_timeout=config.connect_timeout_s))
+            self.tasks[name] = _Task(name, address, _channels.for_session(address, config))
         self._target = None
         self._pinned = {}
         self._runs = []
@@ -216,18 +216,18 @@ class Master:
     async def open(self):
         """Ask every task for its health; raises UnavailableError naming unreachable tasks."""
         if self._target is not None and not self.tasks:
-            channel = _channels.connect(self._target, connect_timeout=self.config.connect_timeout_s)
+            channel = _channels.for_session(self._target, self.config)
             probe = _Task("", self._target, channel)
             try:
                 reply = await channel.health(timeout=self.config.worker_dead_after_s)
-            except TransportError as exc:
-                raise _channels.unavailable(probe, exc) from None
+            except _channels.CALL_FAILURES as exc:
+                raise _channels.call_error("Health", probe, exc) from None
             probe.name = reply.task
             self.tasks[reply.task] = probe
             for name, address in tasks_of_health(reply.cluster):  # the target's whole cluster
                 if name != reply.task:
-                    self.tasks[name] = _Task(name, address, _channels.connect(
-                        address, connect_timeout=self.config.connect_timeout_s))
+                    self.tasks[name] = _Task(name, address,
+                                             _channels.for_session(address, self.config))
         await _all(self._health, self.tasks.values())
         self.opened = True
 
@@ -235,7 +235,7 @@ class Master:
         """Refresh ``task``'s incarnation and devices; returns True if it restarted."""
         try:
             reply = await task.channel.health(timeout=self.config.worker_dead_after_s)
-        except (TransportError, ChecksumMismatch, RemoteCallError) as exc:
+        except _channels.CALL_FAILURES as exc:
             raise _channels.call_error(f"Health of {task.name}", task, exc) from None
         if reply.task != task.name:
             raise errors.InvalidArgumentError(
@@ -365,16 +365,20 @@ class Master:
             return
 
         async def register(tg):
-            task = self.tasks[tg.task]
+            task, dead_after = self.tasks[tg.task], self.config.worker_dead_after_s
+            left = trio.current_effective_deadline() - trio.current_time()  # of the run's
+            left = math.inf if left == -math.inf else left  # (cancelled: finish it, as ever)
             try:
-                # Shielded (the call has its own deadline): a registration the worker made
-                # must reach tg.handle, or the graph would outlive the session there.
+                # Shielded (the call has its own deadline, at most what is left of the run's;
+                # one cut by that leaves its graph to the worker's lease): a registration the
+                # worker made must reach tg.handle, or the graph would outlive the session.
                 with trio.CancelScope(shield=True):
                     reply = await task.channel.register_graph(
                         RegisterGraph(tg.graph_def, self.session_handle, tg.options),
-                        timeout=self.config.worker_dead_after_s)
-            except (TransportError, ChecksumMismatch, RemoteCallError) as exc:
-                raise _channels.call_error(f"RegisterGraph on {task.name}", task, exc) from None
+                        timeout=max(0.0, min(dead_after, left)))
+            except _channels.CALL_FAILURES as exc:
+                raise _channels.call_error(f"RegisterGraph on {task.name}", task, exc,
+                                           run_deadline=left < dead_after) from None
             if reply.incarnation and reply.incarnation != task.incarnation:
                 # Restarted since the run was compiled: its keys name the old incarnation.
                 self._forgotten.append((task, reply.graph_handle, reply.incarnation))
@@ -439,7 +443,7 @@ class Master:
                 for task, handle in handles:
                     try:
                         await task.channel.deregister_graph(DeregisterGraph(handle), timeout=1.0)
-                    except (TransportError, RemoteCallError):
+                    except _channels.CALL_FAILURES:
                         pass
         finally:
             await _channels.close_all([task.channel for task in self.tasks.values()],
@@ -549,7 +553,7 @@ class _StepDriver:
             if scope is self.entered:
                 return await task.channel.run_graph(request, scope=scope, entered=True)
             return await task.channel.run_graph(request, timeout=timeout, scope=scope)
-        except (RemoteCallError, ChecksumMismatch, TransportError) as exc:
+        except _channels.CALL_FAILURES as exc:
             failure = exc
         except trio.Cancelled:  # in the caller's scope: returns None as a lent one would
             if scope is self.entered and self.cancelled_own:  # when this driver cancelled
@@ -577,18 +581,13 @@ class _StepDriver:
                     error = errors.AbortedError(None, None, f"{error.message} (graph "
                                                 "registered again on the next run)")
             await self._failed(error)
-        elif isinstance(exc, ChecksumMismatch):
-            # Never retried here (the step may have side effects); the caller may run it again.
-            address = getattr(task.channel, "address", "?")
-            await self._failed(errors.DataLossError(None, None, (
-                f"RunGraph on {task.name} at {address}: "  # a fetch's bytes, or the header's
-                f"{f'fetch {exc.key!r}' if exc.key is not None else f'the reply: {exc.part}'}"
-                f": {exc.detail}; the reply was damaged in transit and the step failed "
-                "(not retried: run it again)")))
+        elif isinstance(exc, ChecksumMismatch):  # never retried here: see damaged_step_reply
+            await self._failed(_channels.damaged_step_reply(
+                task, getattr(task.channel, "address", "?"), exc))
         elif isinstance(exc, TransportDeadlineExceeded):
             await self._failed(errors.DeadlineExceededError(None, None, f"RunGraph on "
                                f"{task.name}: {exc}"))
-        else:  # TransportError
+        else:  # TransportError, or an answer that is no valid reply (garbage)
             await self._failed(_channels.unavailable(task, exc), dead_task=task.name)
 
     async def _check_restart(self, task):
@@ -627,7 +626,7 @@ class _StepDriver:
             try:
                 await task.channel.abort_step(AbortStep(self.step_id, code, message[:4000]),
                                               timeout=ABORT_GRACE_S)
-            except (TransportError, RemoteCallError):
+            except _channels.CALL_FAILURES:
                 pass
 
         with trio.CancelScope(shield=True), trio.move_on_after(ABORT_GRACE_S + 0.5):

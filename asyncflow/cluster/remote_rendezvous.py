@@ -57,7 +57,7 @@ from asyncflow.exec.rendezvous import LocalRendezvous, detached
 from asyncflow.rendezvous_keys import parse_key, source_device
 from transports.messages import PushTensors, RecvTensors, RemoteCallError, TensorEntry
 from transports.service import TransportDeadlineExceeded, TransportError
-from transports.wire import ChecksumMismatch
+from transports.wire import ChecksumMismatch, RemoteProtocolError
 
 
 def is_derived(error):
@@ -330,7 +330,7 @@ class StepRendezvous:
         try:
             await channel.push_tensors(PushTensors(self.step_id, entries),
                                        timeout=PUSH_TIMEOUT_S)
-        except (RemoteCallError, ChecksumMismatch, TransportError) as exc:
+        except (RemoteCallError, RemoteProtocolError, TransportError) as exc:
             # (An answer ABORTED or CANCELLED: the consumer's step ended first, derived.)
             raise peer_call_error(exc, "PushTensors", task, channel,
                                   derived_codes=("ABORTED", "CANCELLED")) from exc
@@ -601,7 +601,7 @@ class StepRendezvous:
         self.pulls += len(keys)
         try:
             reply = await channel.recv_tensors(RecvTensors(self.step_id, keys))
-        except (RemoteCallError, ChecksumMismatch, TransportError) as exc:
+        except (RemoteCallError, RemoteProtocolError, TransportError) as exc:
             # (Not retried: the producer drops what was pulled, and the step fails instead.)
             raise peer_call_error(exc, "RecvTensors", task, channel, keys) from exc
         entries = reply.tensors

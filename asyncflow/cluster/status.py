@@ -48,6 +48,7 @@ import trio
 from asyncflow.cluster.spec import ClusterSpec, task_name
 from transports.messages import RemoteCallError
 from transports.service import TransportError
+from transports.wire import RemoteProtocolError
 
 BUCKET_S = 5.0
 WINDOW_BUCKETS = 60  # five minutes of buckets
@@ -302,7 +303,7 @@ async def _task_view(job, index, address, fetch, timeout):
             status = json.loads(await fetch())
     except trio.TooSlowError:
         row["error"] = f"no answer within {timeout:g} s"
-    except (TransportError, RemoteCallError) as exc:
+    except (TransportError, RemoteCallError, RemoteProtocolError) as exc:
         row["error"] = str(exc)
     except ValueError as exc:
         row["error"] = f"a status that is not JSON: {exc}"

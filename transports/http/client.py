@@ -36,7 +36,10 @@ trio task:
   doubling to ``_BARE_RETRY_MAX_S``; bare connections it already admitted serve on), and
   after it the next call tries the bare socket again: a server with room is spoken to over it.
 * **Deadlines** are trio's: :class:`~transports.service.Channel` wraps each call in a cancel
-  scope; connecting has its own ``connect_timeout``.
+  scope; connecting has its own ``connect_timeout``. An answer that has begun must go on:
+  ``stall_timeout`` seconds without a byte of it (a half frame, then nothing: a peer stuck
+  mid-send, a half-open connection) is TransportUnavailable, however long the call may take
+  before its first byte (a long step is no stall).
 
 Nothing here knows about asyncflow.
 """
@@ -80,7 +83,7 @@ class _StaleConnection(Exception):
 class _Connection:
     """One keep-alive connection with its reader."""
 
-    __slots__ = ("stream", "reader", "reused", "answered", "bulk", "peer")
+    __slots__ = ("stream", "reader", "reused", "answered", "bulk", "peer", "watch", "stall")
 
     def __init__(self, stream: trio.SocketStream) -> None:
         self.stream = stream
@@ -89,6 +92,8 @@ class _Connection:
         self.reader = MessageReader(response=True, max_head=_MAX_HEAD)
         self.reused = False    # it carried a complete call before this one
         self.answered = False  # a byte of this call's answer has arrived
+        self.watch = None      # the scope its answer's next byte is due in (``stall`` s)
+        self.stall = 0.0
 
     async def send_all(self, data: bytes | memoryview) -> None:
         # Sent in a row while the kernel takes it; a small request taken whole costs no pass
@@ -110,6 +115,7 @@ class _Connection:
                 raise _StaleConnection
             raise TransportUnavailable(f"connection closed {where}")
         self.answered = True
+        self.watch.deadline = trio.current_time() + self.stall  # the next byte's due
         self.reader.feed(data)
 
     async def receive_into(self, view: memoryview) -> int:
@@ -120,6 +126,7 @@ class _Connection:
             n = await self.stream.socket.recv_into(view)
         if not n:
             raise TransportUnavailable("connection closed in the middle of the response body")
+        self.watch.deadline = trio.current_time() + self.stall
         return n
 
 
@@ -164,6 +171,8 @@ class TrioHttpChannel(Channel):
         address: ``"host:port"`` (IPv6 hosts in brackets).
         token: bearer token to send, if the server requires one.
         connect_timeout: seconds to establish a connection before TransportUnavailable.
+        stall_timeout: seconds an answer that has begun may go without a byte before
+            TransportUnavailable.
         limits: codec limits for replies (and the requests this side builds).
         same_host: reach a server on this host through its Unix socket when it has one
             (:mod:`transports.http.same_host`), falling back to TCP; None: unless the environment
@@ -177,7 +186,7 @@ class TrioHttpChannel(Channel):
 
     def __init__(self, address: str, *, token: str | None = None, connect_timeout: float = 5.0,
                  limits: Limits = DEFAULT_LIMITS, same_host: bool | None = None,
-                 bare: bool | None = None) -> None:
+                 bare: bool | None = None, stall_timeout: float = 10.0) -> None:
         super().__init__()
         self._host, self._port = parse_address(address)
         self.address = address
@@ -186,7 +195,7 @@ class TrioHttpChannel(Channel):
                              "the Authorization header")
         auth = "" if token is None else f"Authorization: Bearer {token}\r\n"
         self._fixed_headers = f"Host: {address}\r\n{auth}"
-        self._connect_timeout = connect_timeout
+        self._connect_timeout, self._stall_timeout = connect_timeout, stall_timeout
         self._limits = limits
         self._token = token
         self._idle: list[_Connection] = []
@@ -312,9 +321,14 @@ class TrioHttpChannel(Channel):
             conn.answered, done = False, False
             try:
                 await self._send(conn, method, path, buffers)
-                status, headers = await conn.receive_head()
-                result = await read(conn, status, headers)
-                done = True
+                with trio.CancelScope() as conn.watch:  # no deadline until a byte arrives
+                    conn.stall = self._stall_timeout
+                    status, headers = await conn.receive_head()
+                    result = await read(conn, status, headers)
+                    done = True
+                if not done:
+                    raise TransportUnavailable(
+                        f"the answer stalled: no byte of it for {self._stall_timeout} s")
             except _StaleConnection:
                 continue  # the server closed it while idle; say it again on a new one
             except _BROKEN as exc:
