@@ -30,3 +30,58 @@ def test_a_demo_cluster_gives_its_ports_back_when_it_ends(local_cluster):
     assert port not in ports.reserved()
     assert ports.reserve(port)  # free for anyone again
     ports.release(port)
+
+
+_SUITE = {
+    "drawn.py": "PORTS = {}\n",
+    "test_a.py": '''
+import pytest
+from drawn import PORTS
+from transports.loopback_ports import free_ports, reserved
+
+@pytest.fixture(scope="module")
+def cluster_ports():
+    PORTS["module"] = free_ports(2)
+    yield PORTS["module"]
+
+@pytest.fixture
+def one_port():
+    PORTS["function"] = free_ports(1)
+    return PORTS["function"]
+
+def test_one(cluster_ports, one_port):
+    PORTS["call"] = free_ports(3)
+    assert set(cluster_ports + one_port + PORTS["call"]) <= reserved()
+
+def test_two(cluster_ports):
+    assert set(cluster_ports) <= reserved()  # the module's fixture still uses them
+    assert not set(PORTS["function"] + PORTS["call"]) & reserved()
+''',
+    "test_b.py": '''
+from drawn import PORTS
+from transports.loopback_ports import reserved
+
+def test_three():
+    assert len(PORTS["module"]) == 2
+    assert not set(PORTS["module"]) & reserved()
+''',
+}
+
+
+def test_a_tests_ports_are_given_back_when_its_teardown_ends(tmp_path):
+    # A suite of its own, with this suite's hooks: the ports of a test's call and of its
+    # function-scoped fixture are free for the next test, the module fixture's when the
+    # module ends.
+    for name, text in _SUITE.items():
+        (tmp_path / name).write_text(text)
+    tests = os.path.dirname(os.path.abspath(__file__))
+    (tmp_path / "conftest.py").write_text(
+        "from port_release import pytest_fixture_setup, pytest_runtest_call, "
+        "pytest_runtest_teardown  # noqa: F401\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [tests, _ROOT, os.environ.get("PYTHONPATH", "")]))
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+         "-p", "no:randomly", str(tmp_path)], capture_output=True, text=True, env=env,
+        cwd=tmp_path, timeout=120)
+    assert "3 passed" in result.stdout, result.stdout + result.stderr
