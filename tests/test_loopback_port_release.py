@@ -85,3 +85,18 @@ def test_a_tests_ports_are_given_back_when_its_teardown_ends(tmp_path):
          "-p", "no:randomly", str(tmp_path)], capture_output=True, text=True, env=env,
         cwd=tmp_path, timeout=120)
     assert "3 passed" in result.stdout, result.stdout + result.stderr
+
+
+def test_the_stress_script_refuses_another_churner_user_unless_it_is_root(monkeypatch, capsys):
+    # Not root, each churner's setgroups fails in the forked child: the script used to wait
+    # out the churners' time and a minute more, then die on an empty queue.
+    monkeypatch.syspath_prepend(os.path.join(_ROOT, "bench"))
+    import stress_ports
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(sys, "argv", ["stress_ports.py", "--churner-uid", "65534",
+                                      "--seconds", "120", "tests/test_layers.py"])
+    monkeypatch.setattr(stress_ports.multiprocessing, "get_context", None)  # (never reached)
+    with pytest.raises(SystemExit) as exit_:
+        stress_ports.main()
+    assert exit_.value.code == 2
+    assert "--churner-uid needs root" in capsys.readouterr().err
