@@ -100,3 +100,61 @@ def test_the_stress_script_refuses_another_churner_user_unless_it_is_root(monkey
         stress_ports.main()
     assert exit_.value.code == 2
     assert "--churner-uid needs root" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="abstract names are Linux's")
+def test_a_child_process_started_without_closing_descriptors_does_not_keep_a_name():
+    # The names' sockets are close-on-exec: a worker started with close_fds=False (and
+    # outliving the test) holds none of them once it runs. (Between its fork and its exec a
+    # child holds copies of every descriptor: a moment.)
+    port = ports.free_ports(1)[0]
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; print('running', flush=True); sys.stdin.readline()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, close_fds=False)
+    try:
+        assert child.stdout.readline() == "running\n"
+        ports.release(port)
+        assert ports.reserve(port)  # the name was free again: no copy in the child
+        ports.release(port)
+    finally:
+        child.stdin.close()
+        child.wait(timeout=60)
+
+
+_LIMITED = """
+import os, resource, sys, warnings
+sys.path.insert(0, {root!r})
+resource.setrlimit(resource.RLIMIT_NOFILE, ({soft}, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+import transports.loopback_ports as ports
+mine = os.open(os.devnull, os.O_RDONLY)
+if {soft} > 4096:  # someone else's descriptor exactly where the names' start
+    os.dup2(mine, {soft} // 2)
+    os.close(mine)
+    mine = {soft} // 2
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    drawn = ports.free_ports({count})
+assert len(set(drawn)) == {count}, drawn
+assert os.path.samestat(os.fstat(mine), os.stat(os.devnull)), "an fd was overwritten"
+fds = sorted(ports._names.values())
+print(len(fds), fds[0], fds[-1], [str(w.message) for w in caught])
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="abstract names are Linux's")
+@pytest.mark.parametrize("soft, count, names, low", [(256, 100, 64, 3), (8192, 20, 20, 4097)])
+def test_a_low_or_a_high_descriptor_limit(soft, count, names, low):
+    # 256: a quarter (64) by name, the rest by the lock file, with a warning, descriptors left
+    # where they are; 8192: from half the limit up, past a descriptor already there (F_DUPFD,
+    # never dup2 over it).
+    hard = __import__("resource").getrlimit(__import__("resource").RLIMIT_NOFILE)[1]
+    if hard != -1 and hard < soft:
+        pytest.skip(f"hard descriptor limit {hard}")
+    script = _LIMITED.format(root=_ROOT, soft=soft, count=count)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    held, first, last, *_ = result.stdout.split(maxsplit=3)
+    assert int(held) == names
+    assert (int(first) < 256) if soft == 256 else (int(first) >= low and int(last) < soft)
+    assert ("quarter of the descriptor limit" in result.stdout) == (count > names)
