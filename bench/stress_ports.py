@@ -92,6 +92,9 @@ def main():
     parser.add_argument("--churner-uid", type=int, default=None,
                         help="the churners' user (this process must be root's)")
     args = parser.parse_args()
+    if args.churner_uid is not None and os.geteuid() != 0:  # (the churners' setuid would fail)
+        parser.error("--churner-uid needs root (this process's effective uid is "
+                     f"{os.geteuid()})")
     helper = _helper()
     context = multiprocessing.get_context("fork")  # (the helper already imported)
     counts = context.Queue()

@@ -16,7 +16,7 @@ import sys
 import os
 import time
 
-from transports.loopback_ports import free_ports
+from transports.loopback_ports import free_ports, release
 
 # Several worker processes share this machine's cores: one BLAS thread each, or their
 # spinning BLAS thread pools starve one another (measured: 8 ms instead of 0.05 ms per matmul).
@@ -30,7 +30,8 @@ def local_cluster(jobs, deadline_s=60.0, data_dir=None):
     ``data_dir``: where the workers' Save/Restore/readers may touch files (their
     ``--data-dir``; default: the current directory).
     """
-    ports = iter(free_ports(sum(jobs.values())))
+    drawn = free_ports(sum(jobs.values()))
+    ports = iter(drawn)
     spec = {job: [f"127.0.0.1:{next(ports)}" for _ in range(count)]
             for job, count in jobs.items()}
     procs = []
@@ -59,3 +60,5 @@ def local_cluster(jobs, deadline_s=60.0, data_dir=None):
             proc.kill()
         for proc in procs:
             proc.wait()
+        for port in drawn:  # (its servers are gone: a process starting cluster after cluster
+            release(port)  # would otherwise hold a descriptor per port until it exits)

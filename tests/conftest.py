@@ -8,6 +8,11 @@ import signal
 import pytest
 from hypothesis import HealthCheck, settings
 
+# Loopback ports a test reserved are given back when its teardown ends (a module fixture's
+# when the module ends), not held by the pytest process until it exits.
+from port_release import (  # noqa: F401 (hooks)
+    pytest_fixture_setup, pytest_runtest_call, pytest_runtest_teardown)
+
 settings.register_profile(
     "default", max_examples=30, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

@@ -62,7 +62,7 @@ except ImportError:
     resource = None
 
 __all__ = ["bindable", "consecutive_ports", "free_ports", "lock_path", "release", "reserve",
-           "scope", "ScopeWarning"]
+           "reserved", "scope", "ScopeWarning"]
 
 _LOWEST = 10_000  # below: ports services commonly claim
 _TRIES = 200
@@ -229,6 +229,11 @@ def release(port: int) -> None:
         if fd is not None:
             fcntl.lockf(fd, fcntl.LOCK_UN, 1, port, os.SEEK_SET)
 
+
+def reserved() -> frozenset:
+    """The ports this process holds now (its own and, in a forked child, its parent's)."""
+    with _guard:
+        return frozenset(_held)
 
 
 def scope_now() -> str:
