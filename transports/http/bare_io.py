@@ -17,7 +17,7 @@ the hypervisor, 25-45 us on the project's machine) and finds the caches warmer.
 The spin is adaptive per connection (as glibc's adaptive mutexes and the JVM's adaptive locks
 are): each wait's duration, from its start to its data, spun or parked, is folded into the
 connection's ``waited`` (:func:`learn_wait`), and a wait spins only while that estimate is within
-the window. A connection whose answers take longer (a PS MLP step's calls, a large pull, a
+twice the window. A connection whose answers take longer (a PS MLP step's calls, a large pull, a
 worker waiting for the next call of a slower loop) parks at once and burns nothing; a parked
 wait whose data came within the window brings the spin back. ``COUNTS`` holds the waits that
 parked, the messages the spin took and the waits that parked at once by that rule.
@@ -94,7 +94,7 @@ async def read_once(sock: Any, spin: bool = False, conn: Any = None) -> bytes:
         COUNTS["parks"] += 1
         return await _park(sock)
     start = _clock()
-    if conn is None or conn.waited <= window:  # recent answers came within the window
+    if conn is None or conn.waited <= 2 * window:  # recent answers came within the window
         end = start + window
         while True:
             await trio.lowlevel.checkpoint()  # (cancelled, past its deadline: raises here)
@@ -123,9 +123,11 @@ async def read_once(sock: Any, spin: bool = False, conn: Any = None) -> bytes:
 
 def learn_wait(conn: Any, seconds: float, window: float) -> None:
     """Fold one wait's duration (its start to its data, spun or parked) into ``conn.waited``:
-    the mean of the estimate and the wait, the wait counted at most 4 windows (one long idle
-    wait costs at most three short ones before the spin is back)."""
-    conn.waited = (conn.waited + min(seconds, 4 * window)) * 0.5
+    the mean of the estimate and the wait, the wait counted at most 8 windows (one long idle
+    wait costs at most three short ones before the spin is back). :func:`read_once` spins while
+    the estimate is within 2 windows: a parked wait runs longer than the spin would have, by
+    the wake-ups of both sides (its peer parked too), so 1 would keep a loop that parks parked."""
+    conn.waited = (conn.waited + min(seconds, 8 * window)) * 0.5
 
 
 async def _park(sock: Any) -> bytes:
