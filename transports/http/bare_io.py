@@ -44,7 +44,7 @@ __all__ = ["COUNTS", "RECV", "RequestBody", "SPIN_ENV", "ServerConnection", "rea
 
 RECV: Final = 64 * 1024
 SPIN_ENV: Final = "ASYNCFLOW_BARE_SPIN_US"
-DEFAULT_SPIN_US: Final = 0.0  # off: it slowed the PS MLP step in some rounds (bench/RESULTS.md)
+DEFAULT_SPIN_US: Final = 0.0  # off: PS MLP rounds over target with it on (bench/RESULTS.md)
 MAX_SPIN_US: Final = 1000.0  # the project's time slice: a longer spin would starve the machine
 COUNTS = {"parks": 0, "spun": 0, "skipped": 0}  # waits that parked; messages a spin took; waits
 # that parked at once where a spin was asked for (their connection's answers came late: tests)
