@@ -86,15 +86,15 @@ async def read_once(sock: Any, spin: bool = False, conn: Any = None) -> bytes:
     read (trio's ``recv`` would try the read again before waiting). With ``spin``, first
     non-blocking reads, each after a checkpoint, for :func:`spin_window_s` (see the module).
     A ``conn`` makes the spin adaptive: its ``waited`` (seconds, the recent waits' estimate
-    that :func:`learn_wait` keeps) above the window parks at once; its ``closing`` set meanwhile
-    (what ``trio.lowlevel.notify_closing`` tells a parked wait) ends the spin with
+    that :func:`learn_wait` keeps) above twice the window parks at once; its ``closing`` set
+    meanwhile (what ``trio.lowlevel.notify_closing`` tells a parked wait) ends the spin with
     ``ClosedResourceError``."""
     window = (_spin[0] if _spin else spin_window_s()) if spin else 0.0
     if not window:
         COUNTS["parks"] += 1
         return await _park(sock)
     start = _clock()
-    if conn is None or conn.waited <= 2 * window:  # recent answers came within the window
+    if conn is None or conn.waited <= 2 * window:  # recent answers came soon (``learn_wait``)
         end = start + window
         while True:
             await trio.lowlevel.checkpoint()  # (cancelled, past its deadline: raises here)
