@@ -47,7 +47,7 @@ async def test_a_message_sent_during_the_spin_is_taken_without_parking(window):
             nursery.start_soon(_soon, os.write, b.fileno(), b"call")
             before = _counts()
             assert await bare_io.read_once(a, True) == b"call"
-        assert _more(before) == {"parks": 0, "spun": 1}
+        assert _more(before) == {"parks": 0, "spun": 1, "skipped": 0}
 
 
 async def test_a_window_of_zero_parks_at_once_as_before(window):
@@ -58,13 +58,13 @@ async def test_a_window_of_zero_parks_at_once_as_before(window):
             nursery.start_soon(_soon, os.write, b.fileno(), b"call")
             before = _counts()
             assert await bare_io.read_once(a, True) == b"call"
-        assert _more(before) == {"parks": 1, "spun": 0}
+        assert _more(before) == {"parks": 1, "spun": 0, "skipped": 0}
         # and without spin asked for, whatever the window
         window(bare_io.MAX_SPIN_US)
         os.write(b.fileno(), b"next")
         before = _counts()
         assert await bare_io.read_once(a) == b"next"
-        assert _more(before) == {"parks": 1, "spun": 0}
+        assert _more(before) == {"parks": 1, "spun": 0, "skipped": 0}
 
 
 async def test_a_spinning_wait_is_cancelled_at_its_next_checkpoint(window):
@@ -78,7 +78,7 @@ async def test_a_spinning_wait_is_cancelled_at_its_next_checkpoint(window):
                 await bare_io.read_once(a, True)
                 pytest.fail("not cancelled")
         assert scope.cancelled_caught
-        assert _more(before) == {"parks": 0, "spun": 0}
+        assert _more(before) == {"parks": 0, "spun": 0, "skipped": 0}
 
 
 async def test_a_deadline_passing_during_the_spin_ends_it(autojump_clock, window):
@@ -93,7 +93,7 @@ async def test_a_deadline_passing_during_the_spin_ends_it(autojump_clock, window
                 await bare_io.read_once(a, True)
         assert scope.cancelled_caught
         assert trio.current_time() - start == 10.0
-        assert _more(before) == {"parks": 0, "spun": 0}
+        assert _more(before) == {"parks": 0, "spun": 0, "skipped": 0}
 
 
 async def test_a_deadline_past_the_spin_ends_the_parked_wait_as_before(autojump_clock, window):
@@ -106,12 +106,12 @@ async def test_a_deadline_past_the_spin_ends_the_parked_wait_as_before(autojump_
             await bare_io.read_once(a, True)
         assert scope.cancelled_caught
         assert trio.current_time() - start == 5.0  # (the clock jumped once it parked)
-        assert _more(before) == {"parks": 1, "spun": 0}
+        assert _more(before) == {"parks": 1, "spun": 0, "skipped": 0}
 
 
 async def test_the_idle_sweeps_close_or_a_closed_socket_ends_the_spin(window):
     window(bare_io.MAX_SPIN_US)
-    conn = types.SimpleNamespace(closing=False)
+    conn = types.SimpleNamespace(closing=False, waited=0.0)
     a, b = trio.socket.socketpair()
     with a, b:
         before = _counts()
@@ -123,7 +123,7 @@ async def test_the_idle_sweeps_close_or_a_closed_socket_ends_the_spin(window):
             nursery.start_soon(_soon, a.close)
             with pytest.raises(trio.ClosedResourceError):
                 await bare_io.read_once(a, True)
-        assert _more(before) == {"parks": 0, "spun": 0}
+        assert _more(before) == {"parks": 0, "spun": 0, "skipped": 0}
 
 
 async def test_calls_over_the_bare_path_are_answered_with_the_spin_on_and_off(window):
@@ -158,3 +158,92 @@ def test_the_window_comes_from_the_environment_and_bad_values_are_refused(monkey
             bare_io.spin_window_s()
     with pytest.raises(ValueError, match="spin window"):
         window(-5)
+
+
+# The adaptive rule: each wait's duration (its start to its data) folds into the connection's
+# ``waited``; a wait spins only while that estimate is within twice the window. The clock is a
+# fake that the answering task moves on, so every wait lasts exactly what the test says.
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    fake = _Clock()
+    monkeypatch.setattr(bare_io, "_clock", fake)
+    return fake
+
+
+def _answer_after(clock, seconds, sock):
+    clock.now += seconds  # the wait lasted this long, then the answer came
+    os.write(sock.fileno(), b"x")
+
+
+async def _waits(clock, conn, seconds_each):
+    """One wait per duration on a socketpair; whether each spun (took its answer without
+    parking) and the waits that parked at once by the rule."""
+    spun, before = [], _counts()
+    a, b = trio.socket.socketpair()
+    with a, b:
+        for seconds in seconds_each:
+            was = bare_io.COUNTS["spun"]
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_soon, _answer_after, clock, seconds, b)
+                assert await bare_io.read_once(a, True, conn) == b"x"
+            spun.append(bare_io.COUNTS["spun"] > was)
+    return spun, _more(before)["skipped"]
+
+
+def _conn():
+    return types.SimpleNamespace(closing=False, waited=0.0)
+
+
+async def test_a_connection_whose_answers_come_within_the_window_spins(window, clock):
+    window(200)
+    conn = _conn()
+    spun, skipped = await _waits(clock, conn, [50e-6] * 6)
+    assert spun == [True] * 6 and skipped == 0
+    assert 0 < conn.waited <= 50e-6
+
+
+async def test_after_a_long_wait_the_next_parks_without_spinning(window, clock):
+    window(200)
+    conn = _conn()
+    spun, skipped = await _waits(clock, conn, [20e-6, 1.5e-3, 20e-6])
+    assert spun == [True, True, False] and skipped == 1  # (the second's spin was in vain)
+    # a long wait counts at most 8 windows: a long idle does not keep the spin off for long
+    assert conn.waited <= 4 * 200e-6
+
+
+async def test_the_estimate_recovers_after_a_slow_phase(window, clock):
+    window(200)
+    conn = _conn()
+    spun, skipped = await _waits(clock, conn, [2e-3] * 5)  # e.g. a PS MLP step's calls
+    # the first wait spins (a new connection's estimate is 0: here the fake answer came within
+    # it, as it was written at once) and learns 2 ms: the others park at once
+    assert spun == [True] + [False] * 4 and skipped == 4
+    spun, skipped = await _waits(clock, conn, [30e-6] * 6)  # a trivial-step loop again:
+    # parked waits that got their answers within the window bring the spin back
+    assert spun == [False, False, False, True, True, True] and skipped == 3
+
+
+async def test_answers_alternating_slow_and_fast_park(window, clock):
+    window(200)
+    conn = _conn()
+    spun, skipped = await _waits(clock, conn, [2e-3, 50e-6] * 5)
+    assert spun == [True] + [False] * 9 and skipped == 9  # only the first wait spun
+
+
+async def test_a_window_of_zero_parks_at_once_and_learns_nothing(window, clock):
+    window(0)
+    conn = _conn()
+    before = _counts()
+    spun, _ = await _waits(clock, conn, [10e-6, 5e-3])
+    assert spun == [False, False] and conn.waited == 0.0
+    assert _more(before) == {"parks": 2, "spun": 0, "skipped": 0}

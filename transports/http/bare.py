@@ -401,7 +401,8 @@ class BareConnection:
     """A client connection that passed the handshake; one call at a time."""
 
     __slots__ = ("stream", "sock", "peer", "bulk", "pending", "next_id", "reused", "answered",
-                 "midway", "_lent_size")
+                 "midway", "_lent_size", "waited")
+    closing = False  # (no idle sweep closes a client's connection: ``read_once``)
 
     def __init__(self, stream: trio.SocketStream) -> None:
         self.stream, self.sock = stream, stream.socket
@@ -413,6 +414,7 @@ class BareConnection:
         self.answered = False  # a byte of this call's answer has arrived
         self.midway = False  # a call began and has not returned its reply (cancelled, failed)
         self._lent_size = 0
+        self.waited = 0.0  # the recent answers' waits, estimated (``read_once``'s spin rule)
 
     async def call(self, rpc_index: int, buffers: list | None, timeout: float, lend: bool,
                    limits: Limits) -> tuple[Message, bool | None]:
@@ -488,7 +490,7 @@ class BareConnection:
 
     async def _fill(self, eager: bool = True) -> None:
         if not eager:  # nothing can be there yet: the server has not seen the request run
-            data = await _read(self.sock, True)  # (spinning first: the answer is due soon)
+            data = await _read(self.sock, True, self)  # (spinning first where answers come soon)
         else:
             try:  # what is there already costs no scheduler pass
                 data = os.read(self.sock.fileno(), _RECV)

@@ -12,8 +12,15 @@ connection), :func:`read_once` first tries non-blocking reads for a bounded wind
 ``trio.lowlevel.wait_readable``. Each try follows a trio checkpoint: other tasks run and trio's
 I/O is polled between tries, cancellation and deadlines act at the checkpoint as they do on the
 wait. A message taken during the spin costs no blocked-process wake-up (a halted vCPU woken by
-the hypervisor, 25-45 us on the project's machine) and finds the caches warmer. ``COUNTS``
-holds the waits that parked and the messages the spin took.
+the hypervisor, 25-45 us on the project's machine) and finds the caches warmer.
+
+The spin is adaptive per connection (as glibc's adaptive mutexes and the JVM's adaptive locks
+are): each wait's duration, from its start to its data, spun or parked, is folded into the
+connection's ``waited`` (:func:`learn_wait`), and a wait spins only while that estimate is within
+twice the window. A connection whose answers take longer (a PS MLP step's calls, a large pull, a
+worker waiting for the next call of a slower loop) parks at once and burns nothing; a parked
+wait whose data came within the window brings the spin back. ``COUNTS`` holds the waits that
+parked, the messages the spin took and the waits that parked at once by that rule.
 
 Nothing here knows about asyncflow.
 """
@@ -33,13 +40,15 @@ from transports.http.protocol import JOIN_BYTES
 from transports.wire import ChecksumTrailer
 
 __all__ = ["COUNTS", "RECV", "RequestBody", "SPIN_ENV", "ServerConnection", "read_once",
-           "set_spin_window", "small_pieces", "spin_window_s", "write_now"]
+           "learn_wait", "set_spin_window", "small_pieces", "spin_window_s", "write_now"]
 
 RECV: Final = 64 * 1024
 SPIN_ENV: Final = "ASYNCFLOW_BARE_SPIN_US"
-DEFAULT_SPIN_US: Final = 0.0  # off: it slowed the PS MLP step in some rounds (bench/RESULTS.md)
+DEFAULT_SPIN_US: Final = 0.0  # off: PS MLP rounds over target with it on (bench/RESULTS.md)
 MAX_SPIN_US: Final = 1000.0  # the project's time slice: a longer spin would starve the machine
-COUNTS = {"parks": 0, "spun": 0}  # waits that parked; messages a spin took (tests, benchmarks)
+COUNTS = {"parks": 0, "spun": 0, "skipped": 0}  # waits that parked; messages a spin took; waits
+# that parked at once where a spin was asked for (their connection's answers came late: tests)
+_clock = time.perf_counter  # (a test may set its own)
 _spin: list = []  # [the window in seconds], read from the environment on first use
 
 
@@ -75,12 +84,18 @@ def set_spin_window(us: float | None) -> None:
 async def read_once(sock: Any, spin: bool = False, conn: Any = None) -> bytes:
     """The next bytes of a trio socket that had none a moment ago (b"" at EOF): one wait, one
     read (trio's ``recv`` would try the read again before waiting). With ``spin``, first
-    non-blocking reads, each after a checkpoint, for :func:`spin_window_s` (see the module);
-    a ``conn`` whose ``closing`` is set meanwhile (what ``trio.lowlevel.notify_closing`` tells
-    a parked wait) ends the spin with ``ClosedResourceError``."""
+    non-blocking reads, each after a checkpoint, for :func:`spin_window_s` (see the module).
+    A ``conn`` makes the spin adaptive: its ``waited`` (seconds, the recent waits' estimate
+    that :func:`learn_wait` keeps) above twice the window parks at once; its ``closing`` set
+    meanwhile (what ``trio.lowlevel.notify_closing`` tells a parked wait) ends the spin with
+    ``ClosedResourceError``."""
     window = (_spin[0] if _spin else spin_window_s()) if spin else 0.0
-    if window:
-        end = time.perf_counter() + window
+    if not window:
+        COUNTS["parks"] += 1
+        return await _park(sock)
+    start = _clock()
+    if conn is None or conn.waited <= 2 * window:  # recent answers came soon (``learn_wait``)
+        end = start + window
         while True:
             await trio.lowlevel.checkpoint()  # (cancelled, past its deadline: raises here)
             fd = sock.fileno()
@@ -89,13 +104,33 @@ async def read_once(sock: Any, spin: bool = False, conn: Any = None) -> bytes:
             try:
                 data = os.read(fd, RECV)
             except BlockingIOError:
-                if time.perf_counter() >= end:
+                if _clock() >= end:
                     break
                 os.sched_yield()  # a process runnable on this core (the peer?) runs first
                 continue
             COUNTS["spun"] += 1
+            if conn is not None:
+                learn_wait(conn, _clock() - start, window)
             return data
+    else:
+        COUNTS["skipped"] += 1
     COUNTS["parks"] += 1
+    data = await _park(sock)
+    if conn is not None:  # (parked: was the answer still within the window?)
+        learn_wait(conn, _clock() - start, window)
+    return data
+
+
+def learn_wait(conn: Any, seconds: float, window: float) -> None:
+    """Fold one wait's duration (its start to its data, spun or parked) into ``conn.waited``:
+    the mean of the estimate and the wait, the wait counted at most 8 windows (one long idle
+    wait costs at most three short ones before the spin is back). :func:`read_once` spins while
+    the estimate is within 2 windows: a parked wait runs longer than the spin would have, by
+    the wake-ups of both sides (its peer parked too), so 1 would keep a loop that parks parked."""
+    conn.waited = (conn.waited + min(seconds, 8 * window)) * 0.5
+
+
+async def _park(sock: Any) -> bytes:
     while True:
         await trio.lowlevel.wait_readable(sock)
         try:
@@ -136,13 +171,14 @@ def write_now(sock: Any, pieces: list) -> bytes:
 
 
 class ServerConnection(GuardedConnection):
-    __slots__ = ("closing", "pending", "waiting")
+    __slots__ = ("closing", "pending", "waiting", "waited")
 
     def __init__(self, stream: Any, now: float) -> None:
         super().__init__(stream, now)
         self.pending = b""  # received past the last call's request
         self.waiting = False  # waiting for the next call (idle since ``idle_since``)
         self.closing = False  # the idle sweep closes it (a spinning wait looks at this)
+        self.waited = 0.0  # the recent waits for a call, estimated (``read_once``'s spin rule)
 
     async def receive(self, deadline: float) -> bytes:
         """The next bytes; b"" at EOF. Past ``deadline`` the connection's scope ends it."""
