@@ -7,6 +7,8 @@ hold TF1's values. The rest of the family is in kernels/math.py.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from asyncflow import errors
 from asyncflow.kernels import intra_op
 from asyncflow.kernels.math import _binary_kernel, _unary_kernel
@@ -60,8 +62,20 @@ def _floor_mod(ctx, x, y):
         return _remainder(ctx, x, y)
     xp = ctx.xp
     (rest,) = _fmod(ctx, x, y)
+    if not getattr(rest, "ndim", 0):
+        fix = (rest != 0) & ((y < 0) != (rest < 0))
+        return (xp.asarray(rest + y if fix else rest),)
+    if y.size == 1:  # (the common ``x % c``: arithmetic, no branchy ``where`` on every value)
+        divisor = y.reshape(-1)[0]
+        if -xp.inf < divisor < xp.inf and divisor != 0:
+            rest += ((rest > 0) if divisor < 0 else (rest < 0)) * divisor
+            zero = rest == 0  # (adding +0.0 lost a -0.0: a zero takes x's sign, as fmod's)
+            if zero.any():
+                rest = (np.copysign(rest, x, out=rest, where=zero) if xp is np
+                        else xp.where(zero, xp.copysign(rest, x), rest))
+            return (rest,)
     fix = (rest != 0) & ((y < 0) != (rest < 0))
-    return (xp.asarray(xp.where(fix, rest + y, rest)) if fix.any() else xp.asarray(rest),)
+    return (xp.where(fix, rest + y, rest),)
 
 
 @register_kernel("Pow")
@@ -73,7 +87,9 @@ def _pow(ctx, x, y):
         raise errors.InvalidArgumentError(
             None, ctx.name, "Integers to negative integer powers are not allowed")
     (out,) = _power(ctx, x, y)
-    if x.dtype.kind == "f" and y.size == 1 and y.reshape(-1)[0] == 0.5:
+    if (_float_bounds(x.dtype) is not None and y.size == 1 and y.reshape(-1)[0] == 0.5
+            and out.size and not x.min() > 0):
+        # (only then: -inf, -0.0 or NaN among the values; a positive base is numpy's answer)
         xp = ctx.xp
         out = xp.where(xp.isneginf(x), xp.asarray(xp.inf, out.dtype), out) + out.dtype.type(0)
     return (ctx.xp.asarray(out),)
@@ -93,13 +109,51 @@ def _arg(fn_name):
                 None, ctx.name, f"{ctx.type}: expected dimension in the range [0, 0), but got "
                 f"{axis}")
         out = getattr(ctx.xp, fn_name)(x, axis=axis)
-        if x.dtype.kind == "f":
-            out = _tf1_arg(ctx.xp, x, axis, out, fn_name == "argmax")
+        bounds = _float_bounds(x.dtype)
+        if bounds is not None and out.size and _maybe_special(ctx.xp, x, axis, out, fn_name == "argmax", bounds):
+            out = _tf1_arg(ctx.xp, x, axis, out, fn_name == "argmax", bounds)
         return (ctx.xp.asarray(out).astype(ctx.output_dtypes[0]),)
     return kernel
 
 
-def _tf1_arg(xp, x, axis, index, is_max):
+_BOUNDS = {}
+
+
+def _float_bounds(dtype):
+    """``(lowest, highest)`` finite values of a float dtype (bfloat16 included, whose numpy
+    kind is "V"), or None for any other dtype."""
+    try:
+        return _BOUNDS[dtype]
+    except KeyError:
+        pass
+    if dtype.kind == "f":
+        info = np.finfo(dtype)
+    elif dtype.name == "bfloat16":
+        import ml_dtypes  # (already imported: the array is one)
+        info = ml_dtypes.finfo(dtype)
+    else:
+        info = None
+    bounds = _BOUNDS[dtype] = None if info is None else (float(info.min), float(info.max))
+    return bounds
+
+
+def _maybe_special(xp, x, axis, index, is_max, bounds):
+    """Whether numpy's pick may not be TF1's: a NaN among the values picked, or a value no
+    better than the lowest finite one (one cheap test, so the common case pays little). A
+    small input is tested whole (one call), a large one by its picked values only."""
+    if x.size <= 1 << 14:
+        edge = x.min() if is_max else x.max()
+    else:
+        if axis == x.ndim - 1 and x.flags.c_contiguous:  # (rows: a flat gather is cheapest)
+            step = x.shape[-1]
+            picked = x.reshape(-1)[index.reshape(-1) + xp.arange(0, x.size, step)]
+        else:
+            picked = xp.take_along_axis(x, xp.expand_dims(index, axis), axis)
+        edge = picked.min() if is_max else picked.max()
+    return not (edge > bounds[0] if is_max else edge < bounds[1])  # (NaN: not)
+
+
+def _tf1_arg(xp, x, axis, index, is_max, bounds):
     """TF1's float ``ArgMax``/``ArgMin`` (Eigen's reducer) from numpy's: a running best that
     starts at (index 0, the lowest finite value) and moves only to a strictly better value,
     so a NaN never wins (numpy's picks the first NaN) and where nothing beats the lowest
@@ -110,8 +164,7 @@ def _tf1_arg(xp, x, axis, index, is_max):
         x = xp.where(xp.isnan(x), x.dtype.type(-xp.inf if is_max else xp.inf), x)
         index = (xp.argmax if is_max else xp.argmin)(x, axis=axis)
         best = xp.take_along_axis(x, xp.expand_dims(index, axis), axis).squeeze(axis)
-    info = xp.finfo(x.dtype)
-    beaten = best > info.min if is_max else best < info.max
+    beaten = best > bounds[0] if is_max else best < bounds[1]
     return index if beaten.all() else xp.where(beaten, index, 0)
 
 

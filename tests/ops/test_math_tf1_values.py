@@ -113,3 +113,49 @@ async def test_lgamma_of_huge_values_is_inf():
     with af.Graph().as_default():
         out = await _run(af.lgamma(af.constant([1e306, -1e306, 3.0], af.float64)))
     np.testing.assert_allclose(out, [INF, INF, np.log(2.0)])  # TF1: [inf, inf, 0.69314718]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+async def test_half_precision_argmax_and_argmin_skip_nan_as_tf1(dtype):
+    # bfloat16 (numpy kind "V", not "f") took numpy's pick: [0, 0, 0, 1].
+    rows = [[NAN, 1, 2], [-INF] * 3, [NAN] * 3, [-INF, 1, -INF]]
+    with af.Graph().as_default():
+        x = af.cast(af.constant(np.array(rows, np.float32)), getattr(af, dtype))
+        out = await _run([af.argmax(x, 1), af.argmin(-x, 1)])
+    for got in out:  # TF1: tf.argmax(x, 1) and tf.argmin(-x, 1) of bfloat16 and float16
+        _same(got, np.array([2, 0, 0, 1], np.int64))
+
+
+async def test_large_argmax_checks_the_picked_values():
+    # Over 2**14 values the kernel tests only the values numpy picked (rows and columns).
+    rows = np.random.default_rng(5).standard_normal((4, 8192)).astype(np.float32)
+    rows[0, 3], rows[1, :] = NAN, -INF
+    rows[2, :] = -MAX32
+    rows[2, 7] = NAN
+    best = int(np.argmax(np.where(np.isnan(rows[0]), -INF, rows[0])))
+    with af.Graph().as_default():
+        x = af.constant(rows)
+        out = await _run([af.argmax(x, 1), af.argmin(-x, 1), af.argmax(af.transpose(x), 0)])
+    for got in out:  # TF1's rule: NaN never wins; nothing beats the lowest finite: index 0
+        _same(got, np.array([best, 0, 0, int(np.argmax(rows[3]))], np.int64))
+
+
+@pytest.mark.parametrize("divisor, want", [(2.0, [-0.0, 0.0, 1.0, 1.0, 0.5, -0.0]),
+                                           (-2.0, [-0.0, 0.0, -1.0, -1.0, -1.5, -0.0])])
+async def test_float_floormod_by_a_scalar_as_tf1(divisor, want):
+    # The scalar divisor takes an arithmetic path (no where over every value): same answers.
+    with af.Graph().as_default():
+        x = af.constant(np.array([-4.0, 4.0, -3.0, 3.0, 2.5, -1e-45 * 0], np.float32))
+        out = await _run([af.floormod(x, divisor), af.floormod(x, af.constant([divisor]))])
+    for got in out:  # TF1: tf.floormod(x, 2.0) and tf.floormod(x, -2.0)
+        _same(got, np.array(want, np.float32))
+
+
+async def test_pow_half_of_a_nonpositive_base_as_tf1():
+    # The -inf/-0.0 fix now runs only when some base is not positive: both ways checked.
+    with af.Graph().as_default():
+        x = af.constant(np.array([-INF, -0.0, 4.0, 0.25], np.float32))
+        y = af.constant(np.array([9.0, 4.0], np.float32))
+        out = await _run([af.pow(x, 0.5), af.pow(y, 0.5)])
+    _same(out[0], np.array([INF, 0.0, 2.0, 0.5], np.float32))  # TF1: tf.pow(x, 0.5)
+    _same(out[1], np.array([3.0, 2.0], np.float32))

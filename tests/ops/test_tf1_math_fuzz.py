@@ -98,7 +98,7 @@ def _run_both(tmp_path, seed, rounds):
 
 
 def test_math_ops_agree_with_tf1(tmp_path):
-    cases, ours, theirs = _run_both(tmp_path, seed=20261205, rounds=3)
+    cases, ours, theirs = _run_both(tmp_path, seed=20261205, rounds=1)
     problems = compare(cases, ours, theirs)
     assert not problems, f"{len(problems)} of {len(cases)} cases differ from TF1:\n" + \
         "\n".join(problems[:40])
