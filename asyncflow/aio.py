@@ -168,10 +168,19 @@ async def _pause():
 
 
 async def _offload(node, args):
-    """Run a large kernel of an inline step on its device's worker threads."""
+    """Run a large kernel of an inline step on its device's worker threads. A blocking IO
+    write (``blocking_io`` without ``abandon``: kernels/registry.py) is never abandoned: a
+    cancelled step waits for it to finish before the cancellation goes on."""
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(node.ctx.device.thread_pool,
-                                      functools.partial(node.fn, node.ctx, *args))
+    future = loop.run_in_executor(node.ctx.device.thread_pool,
+                                  functools.partial(node.fn, node.ctx, *args))
+    if not node.blocking_io or node.abandon:
+        return await future
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        await asyncio.wait((future,))
+        raise
 
 
 async def _acquire():

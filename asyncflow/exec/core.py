@@ -19,9 +19,10 @@ from asyncflow.kernels.control_flow import DEAD
 from asyncflow.kernels.registry import WOULD_BLOCK
 from asyncflow.exec import timeslice
 from asyncflow.exec.context import StepContext
+from asyncflow.exec.io_threads import IO_THREADS
 from asyncflow.exec.plan import runtime_cost
 from asyncflow.exec.step import (
-    closed, limiter_of, now_us, recorder, reraised, returning, waiting)
+    closed, now_us, recorder, reraised, returning, waiting)
 
 PAUSE = object()  # what an ``Own`` entry answers when the slice ran out there (a loop)
 _BUDGET = timeslice.BUDGET
@@ -360,9 +361,12 @@ async def _task(run, node, ctx, args, where):
             outputs = await node.fn(ctx, *args)
         elif run.record is not None:
             with waiting(run.step) if node.abandon else _NOT_PARKED as parked:
-                start, outputs = reraised(await trio.to_thread.run_sync(
-                    returning, _timed, node, args, limiter=limiter_of(node),
-                    abandon_on_cancel=node.abandon))
+                if node.blocking_io:  # (exec/io_threads.py)
+                    start, outputs = reraised(await IO_THREADS.run(
+                        node.op, returning, _timed, node, args, abandon=node.abandon))
+                else:
+                    start, outputs = reraised(await trio.to_thread.run_sync(
+                        returning, _timed, node, args, limiter=node.ctx.device.limiter))
             if closed(parked):
                 raise errors.session_closed(node.op)
         else:

@@ -10,6 +10,7 @@ import trio
 
 from asyncflow import errors
 from asyncflow.exec import timeslice
+from asyncflow.exec.io_threads import IO_THREADS
 from asyncflow.exec.options import NodeStats
 
 
@@ -19,17 +20,13 @@ def now_us():
 
 async def offloaded(node, args):
     """Run ``node``'s kernel on a trio worker thread under its device's limiter; a blocking
-    read (``abandon``: kernels/registry.py) is abandoned when the step is cancelled."""
+    IO kernel on the process's IO threads instead (``exec/io_threads.py``), a read
+    (``abandon``: kernels/registry.py) abandoned when the step is cancelled."""
+    if node.blocking_io:
+        return reraised(await IO_THREADS.run(node.op, returning, node.fn, node.ctx, *args,
+                                             abandon=node.abandon))
     return reraised(await trio.to_thread.run_sync(returning, node.fn, node.ctx, *args,
-                                                  limiter=limiter_of(node),
-                                                  abandon_on_cancel=node.abandon))
-
-
-def limiter_of(node):
-    """The thread limiter ``node``'s kernel runs under: its device's (compute threads), or for
-    blocking IO trio's default one, so a read abandoned while it waits on a FIFO never holds
-    a compute token (kernels/registry.py)."""
-    return None if node.blocking_io else node.ctx.device.limiter
+                                                  limiter=node.ctx.device.limiter))
 
 
 class Raised:

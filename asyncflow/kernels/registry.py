@@ -40,7 +40,8 @@ executor, the generated step, lanes and pairs make sends it to a thread), the th
 (``exec/thread_step.py``) does not take a plan holding one, and a GPU plan keeps its
 offload. ``abandon=True`` (reads only: ReadFile, Restore, LatestCheckpoint) lets a cancelled
 step (``timeout_in_ms``, a session closing) stop waiting for the thread at once
-(``trio.to_thread.run_sync(abandon_on_cancel=True)``): the read's result is dropped. A write
+(the executor's IO threads, a bounded number of abandoned reads): the read's result is
+dropped. A write
 or a checkpoint commit is never abandoned: a cancelled step waits for it to finish or fail, as
 long as the filesystem takes, so no half-written file is left behind by the step.
 

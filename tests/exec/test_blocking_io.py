@@ -15,6 +15,7 @@ import pytest
 import trio
 
 import asyncflow as af
+from asyncflow.exec import io_threads
 from asyncflow.kernels import registry
 from asyncflow.ops import io as io_ops
 
@@ -173,3 +174,95 @@ async def test_small_io_kernels_run_off_the_loop_with_unchanged_results(tmp_path
     assert {"ReadFile", "WriteFile", "Save", "Restore"} <= set(threads_of)
     for op_type, idents in threads_of.items():
         assert loop not in idents, op_type
+
+
+def _release_all(path, seconds=5.0):
+    """Let every read still waiting on the FIFO ``path`` go (writers open and close it until
+    no reader is left for a while, bounded in real time)."""
+    deadline, quiet = time.monotonic() + seconds, 0
+    while time.monotonic() < deadline and quiet < 20:
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+            quiet = 0
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:
+                raise
+            quiet += 1
+        time.sleep(0.01)
+
+
+async def test_many_abandoned_fifo_reads_leave_other_io_and_trio_threads_working(
+        autojump_clock, tmp_path, cpu_only):
+    # An abandoned read's thread runs until its read returns. With trio's default limiter
+    # (40 tokens, held until the thread ends), 40 FIFO reads left every later IO kernel, and
+    # trio's own threads (getaddrinfo, trio.Path), waiting forever.
+    fifo = str(tmp_path / "fifo")
+    os.mkfifo(fifo)
+    regular = tmp_path / "regular.bin"
+    regular.write_bytes(b"ok")
+    timer = _release_after(fifo, 60)
+    try:
+        with af.Graph().as_default():
+            stuck = io_ops.read_file(fifo)
+            read = io_ops.read_file(str(regular))
+            options = af.RunOptions(timeout_in_ms=100)
+            async with af.Session() as sess:
+                for _ in range(3 * io_threads.MAX_ABANDONED):  # (bounded; some may time out
+                    # before their read started, and an earlier test's may remain)
+                    if io_threads.IO_THREADS.abandoned >= io_threads.MAX_ABANDONED:
+                        break
+                    with pytest.raises(af.errors.DeadlineExceededError):
+                        await sess.run(stuck, options=options)
+                assert io_threads.IO_THREADS.abandoned >= io_threads.MAX_ABANDONED
+                assert await trio.to_thread.run_sync(lambda: 7) == 7  # trio's own: free
+                # Past the bound, a clear error at once rather than a wait that never ends.
+                with pytest.raises(af.errors.ResourceExhaustedError,
+                                   match="ReadFile.*32 abandoned blocking reads"):
+                    await sess.run(read, options=options)
+                _release_all(fifo)  # the stuck reads end; IO kernels run again
+                for _ in range(500):  # (bounded: real time, while their threads finish)
+                    try:
+                        assert await sess.run(read) == b"ok"  # (autojump: no timeout)
+                        break
+                    except af.errors.ResourceExhaustedError:
+                        time.sleep(0.01)
+                else:
+                    raise AssertionError("IO kernels never ran again")
+    finally:
+        timer.cancel()
+        _release_all(fifo)
+
+
+def test_the_asyncio_path_waits_for_a_cancelled_write(tmp_path):
+    # A step run inline on an asyncio loop (aio.Session's loop-free path) offloads through
+    # run_in_executor: cancelled, its task ended while the write went on (an abandoned
+    # future). A write is never abandoned: the cancelled run ends once the write has.
+    import asyncio
+
+    from asyncflow import aio
+    fifo = str(tmp_path / "written")
+    os.mkfifo(fifo)  # the write's open blocks until a reader comes
+    timer = _release_after(fifo, 30)
+
+    def read_all():
+        with open(fifo, "rb") as handle:
+            return handle.read()
+
+    async def main():
+        with af.Graph().as_default():
+            write = io_ops.write_file(fifo, af.constant(b"data"))
+            async with aio.Session() as sess:
+                task = asyncio.ensure_future(sess.run(write))
+                for _ in range(50):  # (bounded: until the write's thread is in its open)
+                    await asyncio.sleep(0.01)
+                task.cancel()
+                await asyncio.sleep(0.05)
+                assert not task.done()  # still waiting for the write
+                got = await asyncio.get_running_loop().run_in_executor(None, read_all)
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                return got
+    try:
+        assert asyncio.run(main()) == b"data"
+    finally:
+        timer.cancel()
