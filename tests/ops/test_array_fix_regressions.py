@@ -36,3 +36,31 @@ def test_numpy_numbers_still_convert_to_bool_constants():
     for python_number in (1, [0, 1], 0.0, [np.int64(1)]):  # still refused, as in TF1
         with pytest.raises(TypeError, match="dtype bool"):
             tf.constant(python_number, dtype=tf.bool)
+
+
+def test_top_k_and_in_top_k_keep_tf1s_answers_on_their_faster_paths():
+    # TF1: top_k([[3, 1, 3, 2, 3]], k) -> indices [0, 2, 4, 3, 1][:k] for every k, k=0 too;
+    # in_top_k with finite predictions whose sum overflows float32 still counts the row
+    # ([[3e38, 3e38, 1]], target 0, k=1 -> True), a NaN or inf anywhere in a row -> False.
+    x = tf.constant([[3.0, 1.0, 3.0, 2.0, 3.0]])
+    orders = _run([tf.nn.top_k(x, k)[1] for k in range(6)])
+    for k, order in enumerate(orders):
+        np.testing.assert_array_equal(order, [[0, 2, 4, 3, 1][:k]])
+    predictions = tf.constant([[3e38, 3e38, 1.0], [1.0, np.inf, 0.0], [2.0, 1.0, np.nan],
+                               [0.0, 2.0, 1.0]], tf.float32)
+    hits = _run(tf.nn.in_top_k(predictions, [0, 0, 0, 1], 1))
+    np.testing.assert_array_equal(hits, [True, False, False, True])
+    np.testing.assert_array_equal(_run(tf.nn.in_top_k(predictions[:1], [0], 1)), [True])
+
+
+def test_reshape_errors_and_empty_tensors_after_the_fast_path():
+    # TF1: reshape of a (0, 3) tensor to [0, -1] -> (0, 3), to [-1, 0] -> (3, 0); of a (3, 4)
+    # to [0, -1] -> "Input to reshape is a tensor with 12 values"; of (2, 3) to [4, -1] too.
+    x = tf.placeholder(tf.float32, None)
+    shapes = [tf.reshape(x, [0, -1]), tf.reshape(x, [-1, 0]), tf.reshape(x, [-1, 3])]
+    values = _run(shapes, {x: np.zeros((0, 3), np.float32)})
+    assert [v.shape for v in values] == [(0, 3), (3, 0), (0, 3)]
+    for value, target in ((np.zeros((3, 4)), [0, -1]), (np.zeros((2, 3)), [4, -1])):
+        with pytest.raises(af.errors.InvalidArgumentError, match="Input to reshape is a tensor "
+                           f"with {value.size} values"):
+            _run(tf.reshape(x, target), {x: value})

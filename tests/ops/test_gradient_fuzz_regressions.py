@@ -69,3 +69,24 @@ async def test_sparse_to_dense_default_and_scalar_value_gradients():
         grads = tf.gradients(tf.reduce_sum(dense * weights), [value, default])
         got = await _run(grads)
     assert got == [1.0 + 3.0 + 5.0, 0.0 + 2.0 + 4.0]
+
+
+@pytest.mark.trio
+@pytest.mark.parametrize("exclusive", [False, True])
+@pytest.mark.parametrize("reverse", [False, True])
+async def test_cumprod_gradient_without_zeros_is_tf1s_bit_for_bit(exclusive, reverse):
+    """With no zero in x the gradient is still TF1's ``cumsum(cumprod(x) * grad) / x``, to the
+    bit, and zeros anywhere in a row leave the rows without one untouched."""
+    rng = np.random.default_rng(3)
+    x = tf.constant(rng.uniform(0.5, 1.5, (4, 7)).astype(np.float32))
+    weights = tf.constant(rng.normal(size=(4, 7)).astype(np.float32))
+    product = tf.cumprod(x, axis=1, exclusive=exclusive, reverse=reverse)
+    grad = tf.gradients(tf.reduce_sum(product * weights), x)[0]
+    tf1s = tf.cumsum(product * weights, axis=1, exclusive=exclusive, reverse=not reverse) / x
+    with_zero = tf.concat([x[:2], tf.zeros([1, 7]), x[3:]], 0)
+    zero_grad = tf.gradients(tf.reduce_sum(
+        tf.cumprod(with_zero, axis=1, exclusive=exclusive, reverse=reverse) * weights),
+        with_zero)[0]
+    ours, theirs, zeroed = await _run([grad, tf1s, zero_grad])
+    np.testing.assert_array_equal(ours, theirs)
+    np.testing.assert_array_equal(zeroed[[0, 1, 3]], theirs[[0, 1, 3]])
