@@ -64,3 +64,39 @@ def test_reshape_errors_and_empty_tensors_after_the_fast_path():
         with pytest.raises(af.errors.InvalidArgumentError, match="Input to reshape is a tensor "
                            f"with {value.size} values"):
             _run(tf.reshape(x, target), {x: value})
+
+
+def test_boolean_mask_with_a_mask_of_unknown_dims_builds():
+    # TF1: boolean_mask(placeholder [3, 4], placeholder bool [None]) -> static (?, 4);
+    # boolean_mask(placeholder [2, 3, 5], placeholder bool [None, 3]) -> (?, 5). The empty
+    # tensor fix counted such a mask's elements as a [1, 1] piece of the shape and failed.
+    x = tf.placeholder(tf.float32, [3, 4])
+    mask = tf.placeholder(tf.bool, [None])
+    rows = tf.boolean_mask(x, mask)
+    cube = tf.placeholder(tf.float32, [2, 3, 5])
+    mask2 = tf.placeholder(tf.bool, [None, 3])
+    cells = tf.boolean_mask(cube, mask2)
+    assert rows.shape.as_list() == [None, 4] and cells.shape.as_list() == [None, 5]
+    pick = np.array([[True, False, True], [False, False, True]])
+    values = _run([rows, cells], {x: np.arange(12).reshape(3, 4), mask: [True, False, True],
+                                  cube: np.arange(30).reshape(2, 3, 5), mask2: pick})
+    np.testing.assert_array_equal(values[0], [[0, 1, 2, 3], [8, 9, 10, 11]])
+    np.testing.assert_array_equal(values[1], np.arange(30).reshape(2, 3, 5)[pick])
+
+
+def test_static_shapes_of_gather_nd_with_batch_dims_and_of_an_empty_reshape():
+    # TF1: gather_nd(params [None, 3, 4], indices [None, 5, 1], batch_dims=1) -> (?, 5, 4),
+    # params [2, 3, 4] and indices [None, 7, 1] -> (2, 7, 4), indices [2, None, 2] -> (2, ?);
+    # reshape(placeholder [0, None], [-1, 3]) -> (0, 3). asyncflow knew no dim of the first
+    # three and only the 3 of the last.
+    params = tf.placeholder(tf.float32, [None, 3, 4])
+    known = tf.placeholder(tf.float32, [2, 3, 4])
+    assert tf.gather_nd(params, tf.placeholder(tf.int32, [None, 5, 1]),
+                        batch_dims=1).shape.as_list() == [None, 5, 4]
+    assert tf.gather_nd(known, tf.placeholder(tf.int32, [None, 7, 1]),
+                        batch_dims=1).shape.as_list() == [2, 7, 4]
+    assert tf.gather_nd(known, tf.placeholder(tf.int32, [2, None, 2]),
+                        batch_dims=1).shape.as_list() == [2, None]
+    empty = tf.placeholder(tf.float32, [0, None])
+    assert tf.reshape(empty, [-1, 3]).shape.as_list() == [0, 3]
+    assert _run(tf.reshape(empty, [-1, 3]), {empty: np.zeros((0, 6))}).shape == (0, 3)
