@@ -472,6 +472,9 @@ def _batch_gather_nd(params, indices, batch_dims, name):
         batch = dims_product(p_dims[:batch_dims])
         flat_params = reshape(params, dims_vector([batch] + p_dims[batch_dims:]))
         flat = reshape(indices, dims_vector([batch, dims_product(i_dims[batch_dims:-1]), depth]))
+        static = [d if isinstance(d, int) else None for d in [batch] + p_dims[batch_dims:]]
+        flat_params.set_shape(TensorShape(static))  # GatherNd's gradient needs the ranks
+        flat.set_shape(TensorShape([static[0], None, depth]))
         rows = reshape(math_ops.cast(_range(0, batch), indices.dtype), [-1, 1, 1])
         tuples = concat([math_ops.multiply(rows, ones_like(flat[..., :1])), flat], 2)
         gathered = make("GatherNd", (flat_params, tuples), None, None, "GatherNd")

@@ -90,3 +90,22 @@ async def test_cumprod_gradient_without_zeros_is_tf1s_bit_for_bit(exclusive, rev
     ours, theirs, zeroed = await _run([grad, tf1s, zero_grad])
     np.testing.assert_array_equal(ours, theirs)
     np.testing.assert_array_equal(zeroed[[0, 1, 3]], theirs[[0, 1, 3]])
+
+
+@pytest.mark.trio
+async def test_gather_nd_batch_dims_gradient_with_an_unknown_batch():
+    """gather_nd(params, indices, batch_dims=1) differentiated where params' batch dim is
+    unknown at build time: the composed GatherNd lost its indices' last dim and refused."""
+    rng = np.random.default_rng(5)
+    indices = np.array([[[1], [0], [1]], [[2], [2], [0]]])
+    weights = rng.normal(size=(2, 3, 4))
+    params = tf.placeholder(tf.float64, [None, 3, 4])
+    loss = tf.reduce_sum(tf.gather_nd(params, indices, batch_dims=1) * weights)
+    grad = tf.gradients(loss, params)[0]
+    value = rng.normal(size=(2, 3, 4))
+    got = await _run(grad, {params: value})
+    expected = np.zeros((2, 3, 4))
+    for b in range(2):
+        for j in range(3):
+            expected[b, indices[b, j, 0]] += weights[b, j]
+    np.testing.assert_allclose(got, expected)
