@@ -13,8 +13,9 @@ def _top_k(ctx, x):
             None, None, f"input must have at least k={k} columns, has shape {list(x.shape)}")
     # Largest first, equal values in index order (TF's): a stable ascending sort of the
     # reversed row, read backwards. Negating instead would wrap an int's minimum around.
+    # Only the k kept are mapped back to the row's indices.
     last = x.shape[-1] - 1
-    order = (last - xp.argsort(x[..., ::-1], axis=-1, kind="stable"))[..., ::-1][..., :k]
+    order = last - xp.argsort(x[..., ::-1], axis=-1, kind="stable")[..., :-k - 1:-1]
     return xp.take_along_axis(x, order, axis=-1), order.astype(xp.int32)
 
 
@@ -30,7 +31,10 @@ def _in_top_k(ctx, predictions, targets):
         return (xp.zeros(rows, bool),)
     # TF1 answers False for a row whose target is out of range or whose predictions hold a
     # non-finite value (it "cannot say"); the other rows are still counted.
-    valid = (targets >= 0) & (targets < classes) & xp.isfinite(predictions).all(axis=1)
+    valid = (targets >= 0) & (targets < classes)
+    finite = xp.isfinite(predictions)
+    if not finite.all():  # a quicker pass than the rows' when all are finite (TF1 checks all)
+        valid &= finite.all(axis=1)
     target_values = predictions[xp.arange(rows), xp.where(valid, targets, 0)]
     larger = (predictions > target_values[:, None]).sum(axis=1)
     return (valid & (larger < k),)

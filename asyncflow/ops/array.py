@@ -81,6 +81,8 @@ def _infer_reshape(op):
                              f"to shape {given}")
         if 0 in given and 0 in x.shape.as_list():  # TF1 leaves such a -1 unknown: (0, ?)
             dims = [None if d == -1 else n for d, n in zip(given, dims)]
+    elif x.shape.ndims and 0 in x.shape.dims and -1 in dims and 0 not in dims:  # TF1: the -1
+        dims = [0 if d == -1 else d for d in dims]  # of an input with no elements is 0
     else:
         dims = [None if d == -1 else d for d in dims]
     return [(x.dtype, TensorShape(dims))]

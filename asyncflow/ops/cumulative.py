@@ -86,19 +86,20 @@ def _cumsum_grad(op, grad):
 @register_gradient("Cumprod")
 def _cumprod_grad(op, grad):
     from asyncflow.ops import math as m
-    from asyncflow.ops.sources import ones_like, zeros_like
     x = op.inputs[0]
     axis, exclusive, reverse = (op.get_attr(a) for a in ("axis", "exclusive", "reverse"))
 
     def back(product):  # sum over the later results j of grad_j * product_j
         return cumsum(m.multiply(product, grad), axis, exclusive, not reverse)
 
-    nonzero = m.not_equal(x, m.cast(0, x.dtype))
-    ones = ones_like(x)
+    zero, one = m.cast(0, x.dtype), m.cast(1, x.dtype)  # scalars: where broadcasts them
+    nonzero = m.not_equal(x, zero)
     # 1 where no zero comes before the entry in the scan's direction
     clean = m.greater(cumprod(m.cast(nonzero, x.dtype), axis, True, reverse), m.cast(0.5, x.dtype))
     first_zero = m.logical_and(clean, m.logical_not(nonzero))
-    regular = m.divide(back(op.outputs[0]), m.where(nonzero, x, ones))
-    at_first_zero = back(cumprod(m.where(first_zero, ones, x), axis, exclusive, reverse))
-    return [m.where(m.logical_and(clean, nonzero), regular,
-                    m.where(first_zero, at_first_zero, zeros_like(x)))]
+    # Every product past an entry at or after the scan's first zero holds that zero, so this
+    # is already 0 there (the derivative) and TF1's value elsewhere; only the first zero needs
+    # the products with it taken out.
+    regular = m.divide(back(op.outputs[0]), m.where(nonzero, x, one))
+    at_first_zero = back(cumprod(m.where(first_zero, one, x), axis, exclusive, reverse))
+    return [m.where(first_zero, at_first_zero, regular)]

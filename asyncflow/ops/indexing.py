@@ -472,10 +472,19 @@ def _batch_gather_nd(params, indices, batch_dims, name):
         batch = dims_product(p_dims[:batch_dims])
         flat_params = reshape(params, dims_vector([batch] + p_dims[batch_dims:]))
         flat = reshape(indices, dims_vector([batch, dims_product(i_dims[batch_dims:-1]), depth]))
+        static = [d if isinstance(d, int) else None for d in [batch] + p_dims[batch_dims:]]
+        flat_params.set_shape(TensorShape(static))  # GatherNd's gradient needs the ranks
+        flat.set_shape(TensorShape([static[0], None, depth]))
         rows = reshape(math_ops.cast(_range(0, batch), indices.dtype), [-1, 1, 1])
         tuples = concat([math_ops.multiply(rows, ones_like(flat[..., :1])), flat], 2)
         gathered = make("GatherNd", (flat_params, tuples), None, None, "GatherNd")
-        return reshape(gathered, dims_vector(i_dims[:-1] + p_dims[batch_dims + depth:]))
+        out = reshape(gathered, dims_vector(i_dims[:-1] + p_dims[batch_dims + depth:]))
+    # what TF1 knows: a batch dim from either side, the indices' others, params' trailing ones
+    batch_known = [p if p is not None else i for p, i in
+                   zip(params.shape.dims[:batch_dims], indices.shape.dims[:batch_dims])]
+    out.set_shape(TensorShape(batch_known + list(indices.shape.dims[batch_dims:-1])
+                              + list(params.shape.dims[batch_dims + depth:])))
+    return out
 
 
 @register_gradient("GatherNd")
@@ -630,7 +639,7 @@ def boolean_mask(tensor, mask, name=None, axis=None):
         dims = _shape(tensor)
         masked = mask.shape.num_elements()  # their count, not -1: a tensor may be empty
         if masked is None:
-            masked = math_ops.reduce_prod(_shape(mask), keepdims=True)
+            masked = math_ops.reduce_prod(_shape(mask))  # a scalar: one piece of the shape
         flat = reshape(tensor, concat([dims[:axis], [masked], dims[axis + k:]], 0))
         picked = squeeze(math_ops.where(reshape(mask, [-1])), axis=[1])
         out = gather(flat, picked, axis=axis)

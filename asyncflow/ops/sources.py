@@ -31,7 +31,9 @@ def _to_numpy(value, dtype):
     raw = np.asarray(value)
     if raw.dtype.kind in ("U", "S", "O") and raw.size:
         raise TypeError(f"Cannot convert {value!r} to a tensor of dtype {dtype.name}")
-    if dtype.is_bool and raw.size and raw.dtype.kind != "b":  # TF1: "Expected bool, got 1"
+    # TF1 refuses Python numbers for bool ("Expected bool, got 1") but casts numpy values
+    if (dtype.is_bool and raw.size and raw.dtype.kind != "b"
+            and not isinstance(value, (np.ndarray, np.generic))):
         raise TypeError(f"Cannot convert {value!r} to a tensor of dtype bool: expected bools")
     if dtype.is_integer and raw.dtype.kind == "f":
         if not np.all(np.equal(np.mod(raw, 1), 0)):

@@ -69,3 +69,43 @@ async def test_sparse_to_dense_default_and_scalar_value_gradients():
         grads = tf.gradients(tf.reduce_sum(dense * weights), [value, default])
         got = await _run(grads)
     assert got == [1.0 + 3.0 + 5.0, 0.0 + 2.0 + 4.0]
+
+
+@pytest.mark.trio
+@pytest.mark.parametrize("exclusive", [False, True])
+@pytest.mark.parametrize("reverse", [False, True])
+async def test_cumprod_gradient_without_zeros_is_tf1s_bit_for_bit(exclusive, reverse):
+    """With no zero in x the gradient is still TF1's ``cumsum(cumprod(x) * grad) / x``, to the
+    bit, and zeros anywhere in a row leave the rows without one untouched."""
+    rng = np.random.default_rng(3)
+    x = tf.constant(rng.uniform(0.5, 1.5, (4, 7)).astype(np.float32))
+    weights = tf.constant(rng.normal(size=(4, 7)).astype(np.float32))
+    product = tf.cumprod(x, axis=1, exclusive=exclusive, reverse=reverse)
+    grad = tf.gradients(tf.reduce_sum(product * weights), x)[0]
+    tf1s = tf.cumsum(product * weights, axis=1, exclusive=exclusive, reverse=not reverse) / x
+    with_zero = tf.concat([x[:2], tf.zeros([1, 7]), x[3:]], 0)
+    zero_grad = tf.gradients(tf.reduce_sum(
+        tf.cumprod(with_zero, axis=1, exclusive=exclusive, reverse=reverse) * weights),
+        with_zero)[0]
+    ours, theirs, zeroed = await _run([grad, tf1s, zero_grad])
+    np.testing.assert_array_equal(ours, theirs)
+    np.testing.assert_array_equal(zeroed[[0, 1, 3]], theirs[[0, 1, 3]])
+
+
+@pytest.mark.trio
+async def test_gather_nd_batch_dims_gradient_with_an_unknown_batch():
+    """gather_nd(params, indices, batch_dims=1) differentiated where params' batch dim is
+    unknown at build time: the composed GatherNd lost its indices' last dim and refused."""
+    rng = np.random.default_rng(5)
+    indices = np.array([[[1], [0], [1]], [[2], [2], [0]]])
+    weights = rng.normal(size=(2, 3, 4))
+    params = tf.placeholder(tf.float64, [None, 3, 4])
+    loss = tf.reduce_sum(tf.gather_nd(params, indices, batch_dims=1) * weights)
+    grad = tf.gradients(loss, params)[0]
+    value = rng.normal(size=(2, 3, 4))
+    got = await _run(grad, {params: value})
+    expected = np.zeros((2, 3, 4))
+    for b in range(2):
+        for j in range(3):
+            expected[b, indices[b, j, 0]] += weights[b, j]
+    np.testing.assert_allclose(got, expected)
