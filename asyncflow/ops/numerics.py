@@ -267,3 +267,16 @@ def reduce_euclidean_norm(input_tensor, axis=None, keepdims=False, name=None):
             return math_ops.sqrt(squares)
         root = math_ops.sqrt(math_ops.cast(squares, dtypes.float64))
         return math_ops.cast(math_ops.floor(root), x.dtype)
+
+
+def count_nonzero(input_tensor=None, axis=None, keepdims=None, dtype=dtypes.int64, name=None,
+                  reduction_indices=None, keep_dims=None, input=None):  # noqa: A002 (TF's name)
+    """TF's ``tf.math.count_nonzero``: how many elements over ``axis`` are not zero (not
+    False for bool tensors), counted in int64 and cast to ``dtype`` as TF does."""
+    x = as_tensor(input if input_tensor is None else input_tensor)
+    axis = reduction_indices if axis is None else axis
+    keepdims = bool(keep_dims if keepdims is None else keepdims)
+    with graph_of((x,)).name_scope(name or "count_nonzero"):
+        zero = sources.zeros([], dtype=x.dtype)
+        nonzero = math_ops.cast(math_ops.not_equal(x, zero), dtypes.int64)
+        return math_ops.cast(math_ops.reduce_sum(nonzero, axis, keepdims=keepdims), dtype)

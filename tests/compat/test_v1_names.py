@@ -89,6 +89,22 @@ def test_small_tf1_forms():
         tf.reduce_sum(x, axis=0, reduction_indices=0)
 
 
+def test_count_nonzero_as_tf1():
+    # Values and dtypes as TF 2.21's tf.compat.v1 gives them for the same calls.
+    x = tf.constant([[0.0, 1.0, 2.0], [0.0, 0.0, 3.0]])
+    counts = [tf.count_nonzero(x), tf.math.count_nonzero(x, axis=1),
+              tf.count_nonzero(x, 0, keepdims=True, dtype=tf.int32),
+              tf.count_nonzero(tf.constant([True, False, True])),
+              tf.count_nonzero(x, reduction_indices=[1], keep_dims=True)]
+    with tf.Session() as sess:
+        got = sess.run(counts)
+    expected = [(3, np.int64), ([2, 1], np.int64), ([[0, 1, 2]], np.int32), (2, np.int64),
+                ([[2], [1]], np.int64)]
+    for value, (want, dtype) in zip(got, expected):
+        assert np.asarray(value).dtype == dtype
+        np.testing.assert_array_equal(value, want)
+
+
 def test_newaxis_adds_an_axis_in_slicing():
     x = tf.constant([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
     column = x[:, tf.newaxis, 1]

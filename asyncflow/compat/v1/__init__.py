@@ -33,6 +33,7 @@ from asyncflow.graph.registry import RegisterGradient  # noqa: F401
 from asyncflow.graph.shape import Dimension, dimension_value  # noqa: F401
 # Issue 36: TF1 spellings of names af has (tf.log_sigmoid is tf.math.log_sigmoid).
 from asyncflow.ops.nn import log_sigmoid  # noqa: F401,E402
+from asyncflow.ops.numerics import count_nonzero  # noqa: F401,E402
 from asyncflow.ops.layout import reverse as reverse_v2  # noqa: F401,E402
 from asyncflow.ops.scatter_nd import (  # noqa: F401,E402
     tensor_scatter_nd_update as tensor_scatter_update,
