@@ -2,9 +2,7 @@
 always on a worker thread) keeps its event loop free: Health answers while the read waits,
 the step ends with DeadlineExceededError at its ``timeout_in_ms``, and the worker serves the
 next step. Real CLI worker process on loopback; every wait has a deadline."""
-import errno
 import os
-import time
 
 import numpy as np
 import trio
@@ -14,19 +12,7 @@ from asyncflow.cluster import channels
 from asyncflow.ops import io as io_ops
 
 from cluster_processes import loopback_spec
-
-
-def _release(path):
-    """Let go of a read still waiting on the FIFO (a writer opens and closes it); bounded
-    retries while the abandoned thread has not reached its open yet."""
-    for _ in range(200):
-        try:
-            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
-            return
-        except OSError as exc:  # ENXIO: no reader (yet, or any more)
-            if exc.errno != errno.ENXIO:
-                raise
-        time.sleep(0.01)
+from fifos import release_fifo
 
 
 async def test_health_answers_while_a_worker_reads_a_fifo(worker_processes, tmp_path):
@@ -62,5 +48,5 @@ async def test_health_answers_while_a_worker_reads_a_fifo(worker_processes, tmp_
             assert isinstance(outcome["error"], af.errors.DeadlineExceededError), outcome
             assert await sess.run(quick, options=af.RunOptions(timeout_in_ms=20000)) == 3.0
     finally:
-        _release(fifo)
+        release_fifo(fifo)
         await probe.aclose()

@@ -18,6 +18,7 @@ import asyncflow as af
 from asyncflow.exec import io_threads
 from asyncflow.kernels import registry
 from asyncflow.ops import io as io_ops
+from fifos import release_fifo
 
 IO_KERNELS = {"ReadFile": True, "WriteFile": False, "Save": False, "Restore": True,
               "MergeCheckpointShards": False, "CommitCheckpoint": False,
@@ -57,14 +58,7 @@ def fifo(tmp_path):
     path = tmp_path / "never-written"
     os.mkfifo(path)
     yield str(path)
-    for _ in range(200):
-        try:
-            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
-            return
-        except OSError as exc:  # ENXIO: no reader (yet, or any more)
-            if exc.errno != errno.ENXIO:
-                raise
-        time.sleep(0.01)
+    release_fifo(path)
 
 
 def _release_after(path, seconds):
