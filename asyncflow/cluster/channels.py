@@ -26,6 +26,10 @@ _services = {}
 # What a channel's call raises for its peer's fault: an error answer, an answer that is no
 # valid reply (garbage, a cut frame; ChecksumMismatch among them), no answer.
 CALL_FAILURES = (RemoteCallError, RemoteProtocolError, TransportError)
+# The stall timeout of a worker's own channels to its peers (its pulls and pushes): a worker
+# knows no session's ``worker_dead_after_s``, and a step with a run timeout is bounded by that
+# first (its deadline travels with RunGraph); this bounds a stalled peer answer without one.
+PEER_STALL_TIMEOUT_S = 10.0
 
 
 def damaged_reply(call, address, exc):
@@ -120,7 +124,7 @@ def target_address(target):
     return target.rstrip("/")
 
 
-def connect(address, token=None, connect_timeout=5.0, stall_timeout=10.0):
+def connect(address, token=None, connect_timeout=5.0, stall_timeout=PEER_STALL_TIMEOUT_S):
     """A transports Channel to the worker at ``address``.
 
     Args:

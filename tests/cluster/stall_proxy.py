@@ -10,7 +10,7 @@ a broken peer's faults, placed exactly (no timing race).
 * ``"garbage"``: replaced by bytes that are no HTTP answer, the connection left open;
 * ``"silent"``: not one byte of it forwarded, the connection left open.
 
-Once fired it is disarmed; ``release()`` closes every held connection (the client sees them
+Once fired it is disarmed; ``release()`` disarms it and closes every held connection (the client sees them
 reset, as after the peer's own restart). Every other byte is forwarded as it comes.
 """
 from __future__ import annotations
@@ -41,6 +41,7 @@ class StallProxy:
         self.stalled = trio.Event()
 
     def release(self):
+        self._armed = None  # (a fault that never fired must not hit the next answer)
         self._release.set()
         self._release = trio.Event()
 

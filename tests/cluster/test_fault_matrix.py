@@ -118,16 +118,21 @@ async def test_a_stage_cut_or_garbled_fails_the_step_naming_the_task(pair, stage
     graph, t = _graph()
     config = af.SessionConfig(health_check_interval_s=60.0, worker_dead_after_s=60.0)
     async with af.Session(graph=graph, cluster=pair.spec, config=config) as sess:
-        await sess.run(t["init"], options=af.RunOptions(timeout_in_ms=30000))
+        healthy = await _healthy_step(sess, t["init"])
         if stage != "register":
-            await sess.run(t[fetch], options=af.RunOptions(timeout_in_ms=30000))
+            healthy = await _healthy_step(sess, t[fetch])
+        # The fault must be reached before the run's deadline: on a loaded machine the 64 MiB
+        # steps alone may take longer than TIMEOUT_MS, so the timeout is at least three of
+        # the same step's healthy runs (measured just now, under the same load).
+        timeout = max(TIMEOUT_MS / 1000, 3 * healthy)
         pair.proxies[which].arm(path, mode, after)
-        error, elapsed = await _step(sess, t[fetch])
-        assert pair.proxies[which].fired == 1
+        error, elapsed = await _step(sess, t[fetch], af.RunOptions(
+            timeout_in_ms=math.ceil(timeout * 1000)))
+        assert pair.proxies[which].fired == 1, (repr(error), elapsed, healthy)
         task = ("ps" if which == 0 else "worker")
         if mode == "stall":
             assert isinstance(error, af.errors.DeadlineExceededError), repr(error)
-            assert elapsed < TIMEOUT_MS / 1000 + 5.0, elapsed
+            assert elapsed < timeout + 5.0, (elapsed, timeout)
         else:
             assert isinstance(error, af.errors.UnavailableError), repr(error)
             assert f"job:{task}" in error.message, error.message
@@ -157,6 +162,13 @@ async def test_without_a_run_timeout_a_stalled_answer_ends_by_the_health_check(p
         bound = 10.0 if stage == "recv_64mib" else dead_after
         assert bound - 0.1 <= elapsed < bound + 5.0, elapsed
         await _recovers(pair, sess, t, which)
+
+
+async def _healthy_step(sess, fetch):
+    """Seconds ``fetch`` takes with no fault (asserted to succeed)."""
+    error, elapsed = await _step(sess, fetch, af.RunOptions(timeout_in_ms=30000))
+    assert error is None, repr(error)
+    return elapsed
 
 
 async def _recovers(pair, sess, t, which):

@@ -191,7 +191,7 @@ def _health_answer(call_id: int, incarnation: int) -> bytes:
 
 
 @contextlib.asynccontextmanager
-async def _scripted_channel(answer):
+async def _scripted_channel(answer, **channel_args):
     """A channel whose same-host bare socket is served by ``_serve_scripted``."""
     async with open_http_server(FakeWorker()) as server:
         same_host.unlink(server.bare_path)
@@ -200,7 +200,7 @@ async def _scripted_channel(answer):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(trio.serve_listeners,
                                    lambda stream: _serve_scripted(stream, answer), [listener])
-                async with TrioHttpChannel(server.address) as channel:
+                async with TrioHttpChannel(server.address, **channel_args) as channel:
                     yield channel
                 nursery.cancel_scope.cancel()
         finally:
@@ -284,3 +284,27 @@ async def test_a_connection_whose_call_was_cancelled_midway_carries_no_other(cut
             await connection.call(_HEALTH, None, 5.0, False, wire.DEFAULT_LIMITS)
         theirs.setblocking(False)
         assert len(theirs.recv(1 << 16)) == bare.REQUEST.size  # the first request alone
+
+
+async def test_an_answer_cut_then_silent_ends_at_the_stall_timeout():
+    """Part of an answer, then nothing on a connection that stays open, and the call has no
+    deadline: TransportUnavailable "stalled" once the channel's stall timeout passed without a
+    byte (as over HTTP), not a hang; the next call gets a whole answer on a new connection."""
+    answered, stall = [], 0.5
+
+    async def answer(stream, call_id):
+        answered.append(call_id)
+        whole = _health_answer(call_id, 5 + len(answered))
+        if len(answered) == 1:
+            await stream.send_all(whole[:bare.REPLY.size + 10])
+            await trio.sleep_forever()  # (until the channel closes it)
+        await stream.send_all(whole)
+
+    with trio.fail_after(GENEROUS):
+        async with _scripted_channel(answer, stall_timeout=stall) as channel:
+            started = trio.current_time()
+            with pytest.raises(TransportUnavailable, match="stalled"):
+                await channel.health()
+            assert trio.current_time() - started >= stall - 0.05
+            assert channel.bare_calls == 0 and channel._bare_idle == []
+            assert (await channel.health()).incarnation == 7 and channel.bare_calls == 1

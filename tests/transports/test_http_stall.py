@@ -11,12 +11,14 @@ them).
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import trio
 
 from transports import wire
 from transports.http.client import TrioHttpChannel
 from transports.http.protocol import FRAME_CONTENT_TYPE
+from transports.messages import RecvTensors, RecvTensorsReply, TensorEntry
 from transports.service import TransportUnavailable
 
 GENEROUS = 20
@@ -73,3 +75,26 @@ async def test_a_late_first_byte_and_a_trickle_are_no_stall(nursery):
     reply, elapsed = await _health(nursery, pieces)
     assert isinstance(reply, wire.HealthReply) and reply.incarnation == 9, reply
     assert elapsed >= 4 * STALL - 0.05
+
+
+async def test_a_large_body_that_keeps_coming_in_small_pieces_is_no_stall(nursery):
+    """A slow link: a 512 KiB tensor's bytes arrive in 4 KiB pieces, one each third of the
+    stall timeout (never a gap of one), 6 s in all. The client reads a tensor that large in few
+    wake-ups (it asks the kernel for up to 1 MiB at a time: ``bulk_io``); that must not hide the
+    pieces from the stall timeout."""
+    value = np.arange(128 << 10, dtype=np.float32)  # 512 KiB
+    frame = b"".join(bytes(b) for b in wire.encode(
+        RecvTensorsReply([TensorEntry("big:0", value)])))
+    answer = (f"HTTP/1.1 200 OK\r\nContent-Type: {FRAME_CONTENT_TYPE}\r\n"
+              f"Content-Length: {len(frame)}\r\n\r\n").encode() + frame
+    piece, slow = 4096, 1.0
+    first = len(answer) - len(frame) + 1024  # the head and the frame's header at once
+    pieces = [(0, answer[:first])] + [
+        (slow / 3, answer[at:at + piece]) for at in range(first, len(answer), piece)]
+    listeners = await nursery.start(peer, pieces)
+    port = listeners[0].socket.getsockname()[1]
+    async with TrioHttpChannel(f"127.0.0.1:{port}", same_host=False,
+                               stall_timeout=slow) as channel:
+        with trio.fail_after(GENEROUS + len(pieces) * slow / 3):
+            reply = await channel.recv_tensors(RecvTensors(1, ["big:0"]))
+    assert np.array_equal(reply.tensors[0].value, value)

@@ -401,7 +401,7 @@ class BareConnection:
     """A client connection that passed the handshake; one call at a time."""
 
     __slots__ = ("stream", "sock", "peer", "bulk", "pending", "next_id", "reused", "answered",
-                 "midway", "_lent_size", "waited")
+                 "midway", "_lent_size", "waited", "watch", "stall")
     closing = False  # (no idle sweep closes a client's connection: ``read_once``)
 
     def __init__(self, stream: trio.SocketStream) -> None:
@@ -415,6 +415,8 @@ class BareConnection:
         self.midway = False  # a call began and has not returned its reply (cancelled, failed)
         self._lent_size = 0
         self.waited = 0.0  # the recent answers' waits, estimated (``read_once``'s spin rule)
+        self.watch = None  # a scope the answer's next byte is due in (``stall`` s), or None
+        self.stall = 0.0
 
     async def call(self, rpc_index: int, buffers: list | None, timeout: float, lend: bool,
                    limits: Limits) -> tuple[Message, bool | None]:
@@ -499,6 +501,8 @@ class BareConnection:
         if not data:
             raise TransportUnavailable("connection closed before the answer ended")
         self.answered = True
+        if self.watch is not None:
+            self.watch.deadline = trio.current_time() + self.stall  # the next byte's due
         self.pending += data
 
     async def _exactly(self, n: int) -> bytes:
@@ -517,6 +521,8 @@ class BareConnection:
                    else self.sock.recv_into(view))
         if not n:
             raise TransportUnavailable("connection closed in the middle of the answer")
+        if self.watch is not None:
+            self.watch.deadline = trio.current_time() + self.stall
         return n
 
     async def _read_frame(self, decoder: Decoder, length: int, limits: Limits) -> None:

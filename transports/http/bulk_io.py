@@ -22,7 +22,9 @@ guarantees that ``len(view)`` bytes are still due on the stream (a declared body
 never asks for bytes the peer does not owe; it is also kept within half the socket's receive
 buffer (Linux >= 4.18 grows the buffer to fit the mark; where it did not, a mark the window
 cannot bring in would never fire), and epoll reports a socket under memory pressure readable
-anyway. A peer that stalls is a stall as before, bounded by the caller's deadline. At most
+anyway. A peer that stalls is a stall as before, bounded by the caller's deadline; a caller
+that bounds the gap between bytes instead sets ``patience``, after which the mark is 1 again
+(a slow link's bytes are never held back past it). At most
 :data:`CALLS_PER_CHECKPOINT` reads in a row go without a trio
 checkpoint, so a fast stream cannot starve other tasks or delay cancellation.
 :func:`send_all` is the writing half: ``send`` calls in a row while the kernel takes bytes,
@@ -54,10 +56,15 @@ CALLS_PER_CHECKPOINT: Final = 16
 class BulkReader:
     """Reads of one connection's socket; counts the reads since its last checkpoint."""
 
-    __slots__ = ("_sock", "_reads")
+    __slots__ = ("_sock", "_reads", "patience")
 
     def __init__(self, sock: trio.socket.SocketType) -> None:
         self._sock, self._reads = sock, 0
+        # Seconds a raised mark may hold back bytes already queued (None: as long as it
+        # takes): a caller that times the gaps between bytes (a stall timeout) sets a quarter
+        # of it, so a slow link's pieces are seen before the timeout though the mark is not
+        # reached (a stall is then declared at most ``patience`` late, never early).
+        self.patience: float | None = None
 
     async def receive_into(self, view: memoryview) -> int:
         """Read into ``view``, all of which the peer still owes; returns the count (0: EOF).
@@ -88,6 +95,11 @@ class BulkReader:
                 mark = max(room, 1)
                 self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, mark)
         try:
+            if mark > 1 and self.patience is not None:
+                with trio.move_on_after(self.patience):
+                    await trio.lowlevel.wait_readable(self._sock)
+                    return
+                self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 1)  # any byte
             await trio.lowlevel.wait_readable(self._sock)
         finally:
             if mark > 1:

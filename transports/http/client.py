@@ -253,9 +253,14 @@ class TrioHttpChannel(Channel):
                     return None
             done = False
             try:
-                reply, lent = await conn.call(_RPC_INDEX[rpc.method], buffers, timeout,
-                                              self._lend, self._limits)
-                done = True
+                with trio.CancelScope() as conn.watch:  # as _request's: a stalled answer
+                    conn.stall, conn.bulk.patience = self._stall_timeout, self._stall_timeout / 4
+                    reply, lent = await conn.call(_RPC_INDEX[rpc.method], buffers, timeout,
+                                                  self._lend, self._limits)
+                    done = True
+                if not done:
+                    raise TransportUnavailable(
+                        f"the answer stalled: no byte of it for {self._stall_timeout} s")
             except (*_BROKEN, TransportUnavailable) as exc:
                 if conn.reused and not conn.answered and attempt == 0:
                     continue  # the server closed it while idle: say it again on a new one
@@ -323,6 +328,7 @@ class TrioHttpChannel(Channel):
                 await self._send(conn, method, path, buffers)
                 with trio.CancelScope() as conn.watch:  # no deadline until a byte arrives
                     conn.stall = self._stall_timeout
+                    conn.bulk.patience = self._stall_timeout / 4  # (a slow link: see bulk_io)
                     status, headers = await conn.receive_head()
                     result = await read(conn, status, headers)
                     done = True
