@@ -35,7 +35,10 @@ def _to_numpy(value, dtype):
     if (dtype.is_bool and raw.size and raw.dtype.kind != "b"
             and not isinstance(value, (np.ndarray, np.generic))):
         raise TypeError(f"Cannot convert {value!r} to a tensor of dtype bool: expected bools")
-    if dtype.is_integer and raw.dtype.kind == "f":
+    # TF1 refuses Python numbers with a fractional part for an integer dtype but casts numpy
+    # values (truncating toward zero, as numpy's astype)
+    if (dtype.is_integer and raw.dtype.kind == "f"
+            and not isinstance(value, (np.ndarray, np.generic))):
         if not np.all(np.equal(np.mod(raw, 1), 0)):
             raise TypeError(f"Cannot convert {value!r} to a tensor of dtype {dtype.name}: "
                             "it has a fractional part")

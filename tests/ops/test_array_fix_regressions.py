@@ -38,6 +38,21 @@ def test_numpy_numbers_still_convert_to_bool_constants():
             tf.constant(python_number, dtype=tf.bool)
 
 
+def test_numpy_floats_truncate_to_integer_constants_as_tf1():
+    # TF 2.21's tf.compat.v1: constant(np.array([1.5, -1.7], np.float32), int32) -> [1, -1],
+    # constant(np.float64(2.9), int32) -> 2; constant(1.5, int32) and constant([1.5], int32)
+    # -> TypeError "Expected int32, but got 1.5 of type 'float'".
+    values = _run([tf.constant(np.array([1.5, -1.7], np.float32), tf.int32),
+                   tf.constant(np.float64(2.9), tf.int32)])
+    np.testing.assert_array_equal(values[0], [1, -1])
+    assert values[0].dtype == np.int32 and values[1] == 2
+    for python_number in (1.5, [1.5]):
+        with pytest.raises(TypeError, match="fractional part"):
+            tf.constant(python_number, tf.int32)
+    with pytest.raises(TypeError, match="out of range"):  # (numpy's cast would be undefined)
+        tf.constant(np.array([3e9]), tf.int32)
+
+
 def test_top_k_and_in_top_k_keep_tf1s_answers_on_their_faster_paths():
     # TF1: top_k([[3, 1, 3, 2, 3]], k) -> indices [0, 2, 4, 3, 1][:k] for every k, k=0 too;
     # in_top_k with finite predictions whose sum overflows float32 still counts the row
