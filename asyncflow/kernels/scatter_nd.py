@@ -38,6 +38,10 @@ def _scatter_nd(ctx, indices, updates, shape):
     if any(d < 0 for d in shape):
         raise _invalid(ctx, f"shape must be non-negative, got {list(shape)}")
     positions, rows, count, tail = _rows(ctx, indices, updates, shape)
+    if updates.dtype == np.bool_:  # repeated tuples or their values, as TF1 (its bool sum)
+        hits = ctx.xp.zeros((count,) + tail, dtype=np.int32)
+        _scatter_add(ctx.xp, hits, positions, rows.astype(np.int32))
+        return ((hits > 0).reshape(shape),)
     out = ctx.xp.zeros((count,) + tail, dtype=updates.dtype)
     _scatter_add(ctx.xp, out, positions, rows)
     return (out.reshape(shape),)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from asyncflow.graph import register_gradient, register_op
 from asyncflow.graph.shape import TensorShape
-from asyncflow.ops.construct import INTEGER, NUMERIC, as_tensor, check_dtype, make
+from asyncflow.ops.construct import INTEGER, as_tensor, check_dtype, make
 from asyncflow.ops.shapes import int_const, static_ints
 
 
@@ -35,9 +35,13 @@ def _check_updates(op, indices, updates, shape):
                          f"{updates.shape}")
 
 
+def _numeric_or_bool(d):  # TF1's ScatterNd takes bools too: repeated tuples or their values
+    return d.is_numeric or d.is_bool
+
+
 def _infer_scatter_nd(op):
     indices, updates, shape = op.inputs
-    check_dtype(op.type, updates, NUMERIC, "updates")
+    check_dtype(op.type, updates, _numeric_or_bool, "updates")
     check_dtype(op.type, shape, INTEGER, "shape")
     dims = static_ints(shape)
     if dims is not None and any(d < 0 for d in dims):

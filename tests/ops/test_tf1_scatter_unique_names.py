@@ -58,6 +58,25 @@ async def test_scatter_gradients(which):
                               [base, UPDATES[1:]])
 
 
+def test_scatter_nd_of_bools_as_tf1():
+    # TF 2.21's tf.compat.v1: a tuple given twice is True when either update is (its bool sum);
+    # scatter_nd([[1], [3]], [True, True], [5]) -> [F, T, F, T, F],
+    # scatter_nd([[1], [1]], [True, False], [3]) -> [F, T, F],
+    # scatter_nd([[0, 1]], [[True, False]], [2, 2, 2]) -> True at [0, 1, 0] only.
+    with af.Graph().as_default():
+        built = [tf.scatter_nd([[1], [3]], tf.constant([True, True]), [5]),
+                 tf.scatter_nd([[1], [1]], tf.constant([True, False]), [3]),
+                 tf.scatter_nd([[0, 1]], tf.constant([[True, False]]), [2, 2, 2])]
+        with tf.Session() as sess:
+            spread, repeated, rows = sess.run(built)
+    np.testing.assert_array_equal(spread, [False, True, False, True, False])
+    np.testing.assert_array_equal(repeated, [False, True, False])
+    expected = np.zeros((2, 2, 2), bool)
+    expected[0, 1, 0] = True
+    np.testing.assert_array_equal(rows, expected)
+    assert spread.dtype == repeated.dtype == rows.dtype == np.bool_
+
+
 def test_scatter_bad_input_is_named():
     with af.Graph().as_default():
         with pytest.raises(ValueError, match="ScatterNd .*updates must have shape"):
