@@ -6,6 +6,8 @@ timed."""
 
 from __future__ import annotations
 
+import itertools
+import math
 import os
 import types
 
@@ -25,6 +27,15 @@ def window():
     bare_io.set_spin_window(None)
 
 
+@pytest.fixture
+def still_clock(monkeypatch):
+    """The spin's clock standing still (for 10,000 reads, then past any window: bounded), so
+    a test's spin lasts until what it tests ends it, however late a loaded machine runs the
+    test's other task (with the real clock, a 1 ms window could pass first)."""
+    reads = itertools.count()
+    monkeypatch.setattr(bare_io, "_clock", lambda: 0.0 if next(reads) < 10_000 else math.inf)
+
+
 async def _soon(fn, *args):
     """``fn(*args)`` in a task of its own: run at the waiting task's next checkpoint."""
     fn(*args)
@@ -38,7 +49,7 @@ def _more(before):
     return {key: bare_io.COUNTS[key] - before[key] for key in before}
 
 
-async def test_a_message_sent_during_the_spin_is_taken_without_parking(window):
+async def test_a_message_sent_during_the_spin_is_taken_without_parking(window, still_clock):
     window(bare_io.MAX_SPIN_US)
     a, b = trio.socket.socketpair()
     with a, b:
@@ -67,7 +78,7 @@ async def test_a_window_of_zero_parks_at_once_as_before(window):
         assert _more(before) == {"parks": 1, "spun": 0, "skipped": 0}
 
 
-async def test_a_spinning_wait_is_cancelled_at_its_next_checkpoint(window):
+async def test_a_spinning_wait_is_cancelled_at_its_next_checkpoint(window, still_clock):
     window(bare_io.MAX_SPIN_US)
     a, b = trio.socket.socketpair()
     with a, b:
@@ -81,7 +92,7 @@ async def test_a_spinning_wait_is_cancelled_at_its_next_checkpoint(window):
         assert _more(before) == {"parks": 0, "spun": 0, "skipped": 0}
 
 
-async def test_a_deadline_passing_during_the_spin_ends_it(autojump_clock, window):
+async def test_a_deadline_passing_during_the_spin_ends_it(autojump_clock, window, still_clock):
     window(bare_io.MAX_SPIN_US)
     a, b = trio.socket.socketpair()
     with a, b:
@@ -109,7 +120,7 @@ async def test_a_deadline_past_the_spin_ends_the_parked_wait_as_before(autojump_
         assert _more(before) == {"parks": 1, "spun": 0, "skipped": 0}
 
 
-async def test_the_idle_sweeps_close_or_a_closed_socket_ends_the_spin(window):
+async def test_the_idle_sweeps_close_or_a_closed_socket_ends_the_spin(window, still_clock):
     window(bare_io.MAX_SPIN_US)
     conn = types.SimpleNamespace(closing=False, waited=0.0)
     a, b = trio.socket.socketpair()
