@@ -259,6 +259,23 @@ def test_a_close_from_another_threads_trio_run_waits_for_the_first():
     assert sess.closed
 
 
+async def _close_held(sess, doubled, began, release, ended=lambda: None):
+    """Open ``sess``, run ``doubled`` (6.0), then close it with its target's close held:
+    ``began`` is set when the close reaches the target, which closes once ``release`` is set
+    (at most 60 s), then ``ended()`` runs."""
+    await sess.__aenter__()
+    assert await sess.run(doubled) == 6.0
+    target_close = sess._target.close
+
+    async def held():
+        began.set()
+        await trio.to_thread.run_sync(release.wait, 60)
+        await target_close()
+        ended()
+    sess._target.close = held
+    await sess.close()
+
+
 def test_a_waiting_close_in_another_run_blocks_no_loop_and_is_cancellable():
     # A local session whose close is held (its target's close waits for ``release``): the
     # second close, in another thread's trio run, waits without blocking that run's loop, its
@@ -269,17 +286,8 @@ def test_a_waiting_close_in_another_run_blocks_no_loop_and_is_cancellable():
     began, release, order = threading.Event(), threading.Event(), []
 
     async def first():
-        await sess.__aenter__()
-        assert await sess.run(doubled) == 6.0
-        target_close = sess._target.close
-
-        async def held():
-            began.set()
-            await trio.to_thread.run_sync(release.wait, 60)
-            await target_close()
-            order.append("the first close's cleanup ended")
-        sess._target.close = held
-        await sess.close()
+        await _close_held(sess, doubled, began, release,
+                          lambda: order.append("the first close's cleanup ended"))
 
     async def second():
         waited = trio.CancelScope()
@@ -320,16 +328,7 @@ def test_cancelled_waiting_closes_hold_no_thread_of_their_run():
     seen = {}
 
     async def first():
-        await sess.__aenter__()
-        assert await sess.run(doubled) == 6.0
-        target_close = sess._target.close
-
-        async def held():
-            began.set()
-            await trio.to_thread.run_sync(release.wait, 60)
-            await target_close()
-        sess._target.close = held
-        await sess.close()
+        await _close_held(sess, doubled, began, release)
 
     async def second():
         limiter = trio.to_thread.current_default_thread_limiter()
