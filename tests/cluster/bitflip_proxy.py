@@ -8,7 +8,19 @@ from __future__ import annotations
 import trio
 
 
-class BitFlipProxy:
+class LoopbackProxy:
+    """A proxy on ``127.0.0.1:port`` (a free port, set by :meth:`serve`); subclasses forward
+    each connection in ``_handle(client)``."""
+
+    async def serve(self, task_status=trio.TASK_STATUS_IGNORED):
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        self.port = listeners[0].socket.getsockname()[1]
+        async with trio.open_nursery() as nursery:
+            task_status.started(self)
+            await trio.serve_listeners(self._handle, listeners, handler_nursery=nursery)
+
+
+class BitFlipProxy(LoopbackProxy):
     """Forwards ``127.0.0.1:port`` to ``target`` (set before the first connection).
 
     ``arm(offset, bit)`` makes it flip ``bit`` of the ``offset``-th server-to-client byte
@@ -35,13 +47,6 @@ class BitFlipProxy:
         self._countdown, self._bit, self._path = offset, bit, path
         self._requests = requests
         self._head_due, self._tail = in_body, b""
-
-    async def serve(self, task_status=trio.TASK_STATUS_IGNORED):
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        self.port = listeners[0].socket.getsockname()[1]
-        async with trio.open_nursery() as nursery:
-            task_status.started(self)
-            await trio.serve_listeners(self._handle, listeners, handler_nursery=nursery)
 
     async def _handle(self, client):
         host, _, port = self.target.rpartition(":")

@@ -16,11 +16,12 @@ reset, as after the peer's own restart). Every other byte is forwarded as it com
 from __future__ import annotations
 
 import trio
+from bitflip_proxy import LoopbackProxy
 
 GARBAGE = b"\x00SMTP?\xde\xad\xbe\xef" * 40
 
 
-class StallProxy:
+class StallProxy(LoopbackProxy):
     """Forwards ``127.0.0.1:port`` to ``target`` (set before the first connection)."""
 
     def __init__(self):
@@ -44,13 +45,6 @@ class StallProxy:
         self._armed = None  # (a fault that never fired must not hit the next answer)
         self._release.set()
         self._release = trio.Event()
-
-    async def serve(self, task_status=trio.TASK_STATUS_IGNORED):
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        self.port = listeners[0].socket.getsockname()[1]
-        async with trio.open_nursery() as nursery:
-            task_status.started(self)
-            await trio.serve_listeners(self._handle, listeners, handler_nursery=nursery)
 
     async def _handle(self, client):
         host, _, port = self.target.rpartition(":")
