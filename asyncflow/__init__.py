@@ -14,7 +14,9 @@ from asyncflow.graph import (  # noqa: F401
     Graph, GraphKeys, Operation, Tensor, TensorShape, get_default_graph, reset_default_graph,
 )
 from asyncflow.graph.conversion import convert_to_tensor  # noqa: F401
-from asyncflow.graph.gradients import UnconnectedGradients, gradients  # noqa: F401
+from asyncflow.graph.gradients import (  # noqa: F401
+    AggregationMethod, UnconnectedGradients, gradients,
+)
 from asyncflow.graph.importer import import_graph_def  # noqa: F401
 from asyncflow.ops.array import identity, rank, reshape, shape, size, stop_gradient  # noqa: F401
 from asyncflow.ops.embedding import (  # noqa: F401
