@@ -101,7 +101,9 @@ from asyncflow.ops.diagonal import (  # noqa: F401,E402
     diag, diag_part, eye, matrix_band_part, matrix_diag, matrix_diag_part, matrix_set_diag, trace,
 )
 from asyncflow.ops.layout import reverse  # noqa: F401,E402
-from asyncflow.ops.scatter_nd import scatter_nd, tensor_scatter_nd_update  # noqa: F401,E402
+from asyncflow.ops.scatter_nd import (  # noqa: F401,E402
+    scatter_nd, scatter_nd_add, scatter_nd_sub, scatter_nd_update, tensor_scatter_nd_update,
+)
 from asyncflow.ops.unique import bincount, setdiff1d, unique, unique_with_counts  # noqa: F401,E402
 from asyncflow.ops.special import digamma, erf, lgamma  # noqa: F401,E402
 from asyncflow.ops.matrix_linalg import (  # noqa: F401,E402
