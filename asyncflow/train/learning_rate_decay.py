@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from asyncflow import dtypes
 from asyncflow.graph.graph import get_default_graph
 from asyncflow.ops import math as _math
@@ -16,12 +18,20 @@ from asyncflow.ops.construct import as_tensor
 
 
 def _float_args(learning_rate, *values):
+    """The learning rate as a tensor (float32 for a Python number) and ``values`` in its dtype.
+    As in TF1 (``math_ops.cast`` of a Python number) a Python float becomes float32 first, so
+    with a float64 rate ``decay_steps=7.3`` is 7.30000019073..."""
     rate = as_tensor(learning_rate, dtype=dtypes.float32) \
         if not hasattr(learning_rate, "dtype") else as_tensor(learning_rate)
     dtype = rate.dtype
     out = []
     for value in values:
-        tensor = as_tensor(value) if hasattr(value, "dtype") else as_tensor(value, dtype=dtype)
+        if hasattr(value, "dtype"):
+            tensor = as_tensor(value)
+        else:
+            if type(value) is float:
+                value = np.float32(value)
+            tensor = as_tensor(np.asarray(value).astype(dtype.np), dtype=dtype)
         out.append(tensor if tensor.dtype is dtype else _math.cast(tensor, dtype))
     return [rate] + out
 

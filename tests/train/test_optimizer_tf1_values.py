@@ -141,3 +141,19 @@ async def test_ftrl_beta_adds_beta_over_twice_the_rate_to_l2():
         value = await _steps(train, var, count=2)
     np.testing.assert_allclose(value, [0.5960536003112793, -1.5549579858779907,
                                        0.16749678552150726], rtol=1e-6)
+
+
+async def test_decay_arguments_given_as_python_floats_are_float32_values():
+    # TF1 casts a Python float to the rate's dtype through float32 (math_ops.cast of a
+    # number): with a float64 rate, decay_steps=7.354 is 7.35400009155...
+    with af.Graph().as_default():
+        step = af.constant(8, af.int64)
+        rate = af.constant(0.532, af.float64)
+        decayed = af.train.inverse_time_decay(rate, step, 7.354, 0.111, staircase=True)
+        polynomial = af.train.polynomial_decay(rate, step, 12, end_learning_rate=0.01, power=3.0)
+        async with af.Session() as sess:
+            values = await sess.run([decayed, polynomial])
+    steps, decay, end = (np.float64(np.float32(v)) for v in (7.354, 0.111, 0.01))
+    assert values[0] == 0.532 / (1 + decay * np.floor(8 / steps))
+    np.testing.assert_allclose(values[1], (0.532 - end) * (1 - 8 / 12) ** 3 + end, rtol=1e-15)
+    assert values[0] == 0.4788478841719196  # TF1's value
