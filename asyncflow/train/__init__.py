@@ -7,7 +7,8 @@ from asyncflow.train.saver import (  # noqa: F401
 from asyncflow.train.checkpoint_utils import list_variables, load_variable  # noqa: F401
 from asyncflow.train.optimizer import Optimizer  # noqa: F401
 from asyncflow.train.optimizers import (  # noqa: F401
-    AdagradOptimizer, AdamOptimizer, GradientDescentOptimizer, MomentumOptimizer,
+    AdadeltaOptimizer, AdagradOptimizer, AdamOptimizer, GradientDescentOptimizer,
+    MomentumOptimizer, ProximalAdagradOptimizer, ProximalGradientDescentOptimizer,
     RMSPropOptimizer, FtrlOptimizer,
 )
 from asyncflow.train.training_util import (  # noqa: F401

@@ -11,6 +11,8 @@ Update rules (``g`` the gradient, ``lr`` the learning rate):
 - RMSProp: ``ms = decay ms + (1 - decay) g^2; mom = momentum mom + lr g / sqrt(ms + eps);
   var -= mom`` (centered: ``mg = decay mg + (1 - decay) g`` and ``ms - mg^2`` under the root).
 - Ftrl: TF1's FTRL-Proximal with l1, l2 and l2 shrinkage (``ApplyFtrlV2``).
+- Adadelta, ProximalGradientDescent, ProximalAdagrad: TF1's rules
+  (``kernels/training_proximal.py``).
 
 A sparse gradient (``IndexedSlices``) is applied by the ``SparseApply*`` form of the same rule
 on the touched rows (gradient descent: ``scatter_sub``), where the variable lives.
@@ -259,3 +261,87 @@ class FtrlOptimizer(Optimizer):
     def _apply_sparse(self, grad, var):
         return apply_update("SparseApplyFtrlV2", self._refs(var),
                             [grad.values, grad.indices] + self._hypers(var))
+
+
+class AdadeltaOptimizer(Optimizer):
+    """Adadelta (Zeiler 2012) as TF1's; slots ``"accum"`` and ``"accum_update"``."""
+
+    def __init__(self, learning_rate=0.001, rho=0.95, epsilon=1e-8, use_locking=False,
+                 name="Adadelta"):
+        super().__init__(use_locking, name)
+        self._learning_rate, self._rho, self._epsilon = learning_rate, rho, epsilon
+
+    def _create_slots(self, var_list):
+        for var in var_list:
+            self._slot(var, "accum")
+            self._slot(var, "accum_update")
+
+    def _refs_hypers(self, var):
+        dtype = var.dtype
+        return ([var._ref(), self.get_slot(var, "accum")._ref(),
+                 self.get_slot(var, "accum_update")._ref()],
+                [self._hyper(self._learning_rate, dtype, "learning_rate"),
+                 self._hyper(self._rho, dtype, "rho"),
+                 self._hyper(self._epsilon, dtype, "epsilon")])
+
+    def _apply_dense(self, grad, var):
+        refs, hypers = self._refs_hypers(var)
+        return apply_update("ApplyAdadelta", refs, hypers + [grad])
+
+    def _apply_sparse(self, grad, var):
+        refs, hypers = self._refs_hypers(var)
+        return apply_update("SparseApplyAdadelta", refs, hypers + [grad.values, grad.indices])
+
+
+class ProximalGradientDescentOptimizer(Optimizer):
+    """Gradient descent with TF1's proximal l1/l2 step (FOBOS): no slots."""
+
+    def __init__(self, learning_rate, l1_regularization_strength=0.0,
+                 l2_regularization_strength=0.0, use_locking=False,
+                 name="ProximalGradientDescent"):
+        super().__init__(use_locking, name)
+        self._learning_rate = learning_rate
+        self._l1, self._l2 = l1_regularization_strength, l2_regularization_strength
+
+    def _hypers(self, var):
+        dtype = var.dtype
+        return [self._hyper(self._learning_rate, dtype, "learning_rate"),
+                self._hyper(self._l1, dtype, "l1_regularization_strength"),
+                self._hyper(self._l2, dtype, "l2_regularization_strength")]
+
+    def _apply_dense(self, grad, var):
+        return apply_update("ApplyProximalGradientDescent", [var._ref()],
+                            self._hypers(var) + [grad])
+
+    def _apply_sparse(self, grad, var):
+        return apply_update("SparseApplyProximalGradientDescent", [var._ref()],
+                            self._hypers(var) + [grad.values, grad.indices])
+
+
+class ProximalAdagradOptimizer(ProximalGradientDescentOptimizer):
+    """Adagrad with TF1's proximal l1/l2 step; slot ``"accumulator"`` starts at
+    ``initial_accumulator_value``."""
+
+    def __init__(self, learning_rate, initial_accumulator_value=0.1,
+                 l1_regularization_strength=0.0, l2_regularization_strength=0.0,
+                 use_locking=False, name="ProximalAdagrad"):
+        if initial_accumulator_value <= 0.0:
+            raise ValueError(f"initial_accumulator_value must be positive: "
+                             f"{initial_accumulator_value}")
+        super().__init__(learning_rate, l1_regularization_strength, l2_regularization_strength,
+                         use_locking, name)
+        self._initial_accumulator_value = initial_accumulator_value
+
+    def _create_slots(self, var_list):
+        for var in var_list:
+            self._slot(var, "accumulator", self._initial_accumulator_value)
+
+    def _apply_dense(self, grad, var):
+        return apply_update("ApplyProximalAdagrad",
+                            [var._ref(), self.get_slot(var, "accumulator")._ref()],
+                            self._hypers(var) + [grad])
+
+    def _apply_sparse(self, grad, var):
+        return apply_update("SparseApplyProximalAdagrad",
+                            [var._ref(), self.get_slot(var, "accumulator")._ref()],
+                            self._hypers(var) + [grad.values, grad.indices])

@@ -157,3 +157,41 @@ async def test_decay_arguments_given_as_python_floats_are_float32_values():
     assert values[0] == 0.532 / (1 + decay * np.floor(8 / steps))
     np.testing.assert_allclose(values[1], (0.532 - end) * (1 - 8 / 12) ** 3 + end, rtol=1e-15)
     assert values[0] == 0.4788478841719196  # TF1's value
+
+
+# TF1's values after a dense step, a sparse step (rows 2, 0, 2 of a gather) and a dense step.
+NEW_OPTIMIZERS = {
+    "adadelta": (lambda: af.train.AdadeltaOptimizer(1.0, rho=0.9, epsilon=1e-3),
+                 [[0.7182611227035522, -1.8474215269088745],
+                  [0.30978167057037354, 0.014536134898662567],
+                  [2.7301313877105713, -0.125514954328537]],
+                 ["accum", "accum_update"], ["v", "v/Adadelta", "v/Adadelta_1"]),
+    "proximal_gd": (lambda: af.train.ProximalGradientDescentOptimizer(
+                        0.2, l1_regularization_strength=0.1, l2_regularization_strength=0.2),
+                    [[0.11262519657611847, -0.7655043005943298], [0.13609468936920166, 0.0],
+                     [0.5862825512886047, -0.32385075092315674]], [], ["v"]),
+    "proximal_adagrad": (lambda: af.train.ProximalAdagradOptimizer(
+                             0.5, initial_accumulator_value=0.1, l1_regularization_strength=0.1,
+                             l2_regularization_strength=0.2),
+                         [[0.06019072234630585, -1.249800443649292], [0.0, 0.0],
+                          [1.8854371309280396, -0.2746429741382599]],
+                         ["accumulator"], ["v", "v/ProximalAdagrad"]),
+}
+
+
+@pytest.mark.parametrize("which", sorted(NEW_OPTIMIZERS))
+async def test_adadelta_and_the_proximal_optimizers_give_tf1s_values(which):
+    make, expected, slot_names, variables = NEW_OPTIMIZERS[which]
+    with af.Graph().as_default():
+        var = af.Variable(np.array([[1.0, -2.0], [0.5, 0.05], [3.0, -0.1]], np.float32), name="v")
+        opt = make()
+        dense = opt.minimize(af.reduce_sum(var * var))
+        sparse = opt.minimize(af.reduce_sum(af.gather(var, [2, 0, 2]) * np.float32(1.5)))
+        assert opt.get_slot_names() == slot_names
+        assert sorted(v.op.name for v in af.global_variables()) == variables
+        async with af.Session() as sess:
+            await sess.run(af.global_variables_initializer())
+            for op in (dense, sparse, dense):
+                await sess.run(op)
+            value = await sess.run(var)
+    np.testing.assert_allclose(value, expected, rtol=1e-6, atol=1e-7)

@@ -4,8 +4,9 @@ skips without TensorFlow) and here under ``asyncflow.compat.v1`` (``compat_run``
 
 Each case draws an optimizer of ``tf.train`` (every one asyncflow exports, with random
 hyperparameters: Nesterov momentum, centered RMSProp with and without momentum, FTRL with l1,
-l2 and l2 shrinkage and learning-rate powers other than -1/2), a dtype (float64, float32,
-float16), two variables of random shapes, a dense or a SPARSE gradient (``tf.gather``'s
+l2 and l2 shrinkage and learning-rate powers other than -1/2, Adadelta, proximal gradient
+descent and proximal Adagrad with l1 and l2), a dtype (float64, float32, float16; float32
+for the proximal ones, the only dtype TF1's take), two variables of random shapes, a dense or a SPARSE gradient (``tf.gather``'s
 ``IndexedSlices``, its indices unsorted, repeated or empty), a learning rate as a number, a
 float32 tensor, a callable or a decay schedule of the global step, a gate, and whether
 ``var_list`` names one variable or both; then runs 1-4 steps with fresh random weights in the
@@ -97,7 +98,18 @@ for _i, _spec in enumerate(CASES):
 
 def _optimizer(rng, dtype):
     """A constructor expression of a random optimizer (``lr`` bound to the learning rate)."""
-    kind = rng.choice(["GradientDescent", "Momentum", "Adam", "Adagrad", "RMSProp", "Ftrl"])
+    kind = rng.choice(["GradientDescent", "Momentum", "Adam", "Adagrad", "RMSProp", "Ftrl",
+                       "Adadelta", "ProximalGradientDescent", "ProximalAdagrad"])
+    l1_l2 = (f"l1_regularization_strength={rng.choice([0.0, 0.001, 0.05])}, "
+             f"l2_regularization_strength={rng.choice([0.0, 0.1])}")
+    if kind == "Adadelta":
+        return (f"tf.train.AdadeltaOptimizer(lr, rho={rng.choice([0.5, 0.95])}, "
+                f"epsilon={rng.choice([1e-8, 1e-3]) if dtype != 'float16' else 1e-3})")
+    if kind == "ProximalGradientDescent":
+        return f"tf.train.ProximalGradientDescentOptimizer(lr, {l1_l2})"
+    if kind == "ProximalAdagrad":
+        return (f"tf.train.ProximalAdagradOptimizer(lr, "
+                f"initial_accumulator_value={rng.choice([0.01, 0.1, 1.0])}, {l1_l2})")
     if kind == "GradientDescent":
         return "tf.train.GradientDescentOptimizer(lr)"
     if kind == "Momentum":
@@ -155,6 +167,13 @@ def _draw(seed, count):
             "gate": str(rng.choice(["GATE_NONE", "GATE_OP", "GATE_GRAPH"])),
             "form": str(rng.choice(["minimize", "compute_apply"])), "steps": int(rng.integers(1, 5)),
         }
+        if spec["opt"].startswith(("tf.train.Ftrl", "tf.train.Proximal")) and \
+                spec["lr"].startswith("lambda"):
+            spec["lr"] = "0.05"  # TF1's take no callable (ours do: docs/porting.md)
+        if spec["opt"].startswith("tf.train.Proximal") and dtype != "float32":
+            # TF1's Proximal* do not cast their hyperparameters: float32 variables only (ours
+            # take any floating dtype: docs/porting.md).
+            spec["dtype"] = dtype = "float32"
         rows = int(rng.integers(1, 6))
         rest = [int(d) for d in rng.integers(1, 4, size=rng.integers(0, 3))]
         v1_shape = [int(d) for d in rng.integers(1, 4, size=rng.integers(0, 3))]
@@ -169,8 +188,6 @@ def _draw(seed, count):
             else:
                 arrays[f"c{i}_w{s}"] = rng.uniform(-1, 1, [rows] + rest).astype(np_dtype)
             arrays[f"c{i}_u{s}"] = rng.uniform(-1, 1, v1_shape).astype(np_dtype)
-        if spec["opt"].startswith("tf.train.Ftrl") and spec["lr"].startswith("lambda"):
-            spec["lr"] = "0.05"  # TF1's Ftrl takes no callable (ours does: docs/porting.md)
         cases.append(spec)
     return cases, arrays
 
