@@ -195,3 +195,46 @@ async def test_adadelta_and_the_proximal_optimizers_give_tf1s_values(which):
                 await sess.run(op)
             value = await sess.run(var)
     np.testing.assert_allclose(value, expected, rtol=1e-6, atol=1e-7)
+
+
+# TF1's values at steps 0, 1, 2, 3, 4, 5, 6, 9, 11, 12, 14 and 30.
+DECAY_STEPS = [0, 1, 2, 3, 4, 5, 6, 9, 11, 12, 14, 30]
+NEW_SCHEDULES = {
+    "natural_exp": (lambda step: af.train.natural_exp_decay(0.5, step, 3, 0.4, staircase=True),
+                    [0.5, 0.5, 0.5, 0.3351600170135498, 0.3351600170135498, 0.3351600170135498,
+                     0.22466447949409485, 0.15059709548950195, 0.15059709548950195,
+                     0.10094825178384781, 0.10094825178384781, 0.00915781781077385]),
+    "linear_cosine": (lambda step: af.train.linear_cosine_decay(
+                          0.5, step, 10, num_periods=1.0, alpha=0.1, beta=0.01),
+                      [0.5550000071525574, 0.45725423097610474, 0.2995288074016571,
+                       0.14319658279418945, 0.03842201456427574, 0.004999999888241291,
+                       0.028872881084680557, 0.09545086324214935, 0.054999999701976776,
+                       0.054999999701976776, 0.054999999701976776, 0.054999999701976776]),
+    "restarts": (lambda step: af.train.cosine_decay_restarts(
+                     0.5, step, 4, t_mul=2.0, m_mul=0.5, alpha=0.1),
+                 [0.5, 0.4340990483760834, 0.2749999761581421, 0.11590097844600677,
+                  0.2750000059604645, 0.26643645763397217, 0.24204951524734497,
+                  0.11944811046123505, 0.05856354162096977, 0.16249999403953552,
+                  0.15821821987628937, 0.10570958256721497]),
+    "restarts_flat": (lambda step: af.train.cosine_decay_restarts(0.5, step, 4, t_mul=1.0,
+                                                                  m_mul=0.5),
+                      [0.5, 0.4267767071723938, 0.2499999850988388, 0.0732233077287674, 0.25,
+                       0.2133883535861969, 0.1249999925494194, 0.10669417679309845,
+                       0.01830582693219185, 0.0625, 0.03124999813735485,
+                       0.0019531248835846782]),
+    "piecewise_constant_decay": (lambda step: af.train.piecewise_constant_decay(
+                                     step, [2, 5], [1.0, 0.5, 0.1]),
+                                 [1.0, 1.0, 1.0, 0.5, 0.5, 0.5] + [np.float32(0.1)] * 6),
+}
+
+
+@pytest.mark.parametrize("which", sorted(NEW_SCHEDULES))
+async def test_natural_exp_linear_cosine_and_restart_schedules_give_tf1s_values(which):
+    make, expected = NEW_SCHEDULES[which]
+    with af.Graph().as_default():
+        step = af.placeholder(af.int64, [])
+        rate = make(step)
+        async with af.Session() as sess:
+            values = [await sess.run(rate, {step: s}) for s in DECAY_STEPS]
+    assert all(np.asarray(v).dtype == np.float32 for v in values)
+    np.testing.assert_allclose(values, expected, rtol=1e-6, atol=1e-7)
