@@ -14,7 +14,9 @@ from asyncflow.graph import (  # noqa: F401
     Graph, GraphKeys, Operation, Tensor, TensorShape, get_default_graph, reset_default_graph,
 )
 from asyncflow.graph.conversion import convert_to_tensor  # noqa: F401
-from asyncflow.graph.gradients import UnconnectedGradients, gradients  # noqa: F401
+from asyncflow.graph.gradients import (  # noqa: F401
+    AggregationMethod, UnconnectedGradients, gradients,
+)
 from asyncflow.graph.importer import import_graph_def  # noqa: F401
 from asyncflow.ops.array import identity, rank, reshape, shape, size, stop_gradient  # noqa: F401
 from asyncflow.ops.embedding import (  # noqa: F401
@@ -99,7 +101,9 @@ from asyncflow.ops.diagonal import (  # noqa: F401,E402
     diag, diag_part, eye, matrix_band_part, matrix_diag, matrix_diag_part, matrix_set_diag, trace,
 )
 from asyncflow.ops.layout import reverse  # noqa: F401,E402
-from asyncflow.ops.scatter_nd import scatter_nd, tensor_scatter_nd_update  # noqa: F401,E402
+from asyncflow.ops.scatter_nd import (  # noqa: F401,E402
+    scatter_nd, scatter_nd_add, scatter_nd_sub, scatter_nd_update, tensor_scatter_nd_update,
+)
 from asyncflow.ops.unique import bincount, setdiff1d, unique, unique_with_counts  # noqa: F401,E402
 from asyncflow.ops.special import digamma, erf, lgamma  # noqa: F401,E402
 from asyncflow.ops.matrix_linalg import (  # noqa: F401,E402

@@ -50,7 +50,19 @@ class UnconnectedGradients(str, enum.Enum):
     ZERO = "zero"
 
 
-def gradients(ys, xs, grad_ys=None, name="gradients", stop_gradients=None,
+class AggregationMethod:
+    """TF1's ``tf.AggregationMethod``: how several contributions to one gradient are summed.
+    Every method gives the same sum here (one ``AddN``); the names are accepted so that TF1
+    programs that pick one run unchanged."""
+
+    ADD_N = 0
+    DEFAULT = ADD_N
+    EXPERIMENTAL_TREE = 1
+    EXPERIMENTAL_ACCUMULATE_N = 2
+
+
+def gradients(ys, xs, grad_ys=None, name="gradients", colocate_gradients_with_ops=False,
+              gate_gradients=False, aggregation_method=None, stop_gradients=None,
               unconnected_gradients="none"):
     """Symbolic partial derivatives of ``sum(ys)`` with respect to each of ``xs``.
 
@@ -62,6 +74,10 @@ def gradients(ys, xs, grad_ys=None, name="gradients", stop_gradients=None,
         grad_ys: None, or a list aligned with ``ys`` of initial gradients (None entries default
             to ``ones_like(y)``).
         name: the name scope under which the gradient ops are grouped.
+        colocate_gradients_with_ops, gate_gradients: TF1's placement and gating hints,
+            accepted in TF1's positions; they change no value (the placer places gradient
+            ops as any other, and each gradient is complete when its op has run).
+        aggregation_method: None or an ``AggregationMethod`` value; all give the same sum.
         stop_gradients: a Tensor or list of Tensors held constant: gradients do not flow
             through the ops that produce them.
         unconnected_gradients: ``"none"`` (TF1's default) or ``"zero"``: what an ``xs[i]``
@@ -77,9 +93,15 @@ def gradients(ys, xs, grad_ys=None, name="gradients", stop_gradients=None,
         LookupError: if an op on a path has no registered gradient, naming the op, its type
             and the input index.
         ValueError: if ``grad_ys`` does not align with ``ys``, tensors come from different
-            graphs, or ``unconnected_gradients`` is neither "none" nor "zero".
+            graphs, ``unconnected_gradients`` is neither "none" nor "zero" or
+            ``aggregation_method`` is not one of ``AggregationMethod``'s.
         TypeError: if an element cannot be converted to a Tensor.
     """
+    if aggregation_method not in (None, AggregationMethod.ADD_N,
+                                  AggregationMethod.EXPERIMENTAL_TREE,
+                                  AggregationMethod.EXPERIMENTAL_ACCUMULATE_N):
+        raise ValueError(f"gradients: invalid aggregation_method {aggregation_method!r} "
+                         "(an af.AggregationMethod value or None)")
     unconnected = getattr(unconnected_gradients, "value", unconnected_gradients)
     if unconnected not in ("none", "zero"):
         raise ValueError(f"gradients: unconnected_gradients must be 'none' or 'zero', got "

@@ -55,4 +55,25 @@ def _tensor_scatter_update(ctx, tensor, indices, updates):
     return (out.reshape(tensor.shape),)
 
 
+def _variable_kernel(combine):
+    """A kernel that updates the variable's slices at the tuples, in the array ``writable()``
+    hands out (every tuple and the updates' shape are checked first: nothing changes on bad
+    input)."""
+    def kernel(ctx, ref, indices, updates):
+        shape = ref.read().shape
+        positions, rows, count, tail = _rows(ctx, indices, updates, shape)
+        new = ref.writable().reshape((count,) + tail)
+        combine(ctx.xp, new, positions, rows)
+        return (ref.assign(new.reshape(shape), fresh=True),)
+    return kernel
+
+
+def _replace(xp, target, positions, rows):
+    target[positions] = rows  # numpy and CuPy: a repeated position keeps its last row
+
+
+register_kernel("ScatterNdUpdate")(_variable_kernel(_replace))
+register_kernel("ScatterNdAdd")(_variable_kernel(_scatter_add))
+register_kernel("ScatterNdSub")(_variable_kernel(
+    lambda xp, target, positions, rows: _scatter_add(xp, target, positions, rows, subtract=True)))
 host_memory("ScatterNd", inputs=(2,))

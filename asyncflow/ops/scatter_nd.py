@@ -1,5 +1,7 @@
 """Scattering slices into a tensor at index tuples: TF1's ``tf.scatter_nd`` (into zeros, adding
-repeated tuples) and ``tf.tensor_scatter_nd_update`` (into a copy of a tensor, replacing).
+repeated tuples), ``tf.tensor_scatter_nd_update`` (into a copy of a tensor, replacing) and the
+variable updates ``tf.scatter_nd_update``/``scatter_nd_add``/``scatter_nd_sub`` (into the
+variable; a repeated tuple is replaced by its last update, or adds up, as TF1 on CPU).
 
 ``indices`` has shape ``I + [K]``; each row of length K addresses a slice of the first K dims
 of the result, and ``updates`` has shape ``I + shape[K:]``. Every tuple is checked at run time
@@ -11,10 +13,11 @@ Kernels live in ``asyncflow/kernels/scatter_nd.py``.
 """
 from __future__ import annotations
 
-from asyncflow.graph import register_gradient, register_op
+from asyncflow.graph import not_differentiable, register_gradient, register_op
 from asyncflow.graph.shape import TensorShape
 from asyncflow.ops.construct import INTEGER, as_tensor, check_dtype, make
 from asyncflow.ops.shapes import int_const, static_ints
+from asyncflow.ops.state import Variable, _ref_of
 
 
 def _check_updates(op, indices, updates, shape):
@@ -62,6 +65,46 @@ def _infer_tensor_scatter(op):
 
 register_op("ScatterNd", infer=_infer_scatter_nd)
 register_op("TensorScatterUpdate", infer=_infer_tensor_scatter)
+VARIABLE_SCATTER_ND_OPS = ("ScatterNdUpdate", "ScatterNdAdd", "ScatterNdSub")
+for _type in VARIABLE_SCATTER_ND_OPS:
+    register_op(_type, infer=_infer_tensor_scatter, stateful=True, ref_inputs=(0,))
+not_differentiable(*VARIABLE_SCATTER_ND_OPS)
+
+
+def _scatter_nd_variable(op_type, ref, indices, updates, name):
+    ref = _ref_of(ref)
+    updates = as_tensor(updates) if hasattr(updates, "op") else as_tensor(updates, ref.dtype)
+    with ref.graph.colocate_with(ref.op):
+        return make(op_type, (ref, as_tensor(indices), updates), {"use_locking": True}, name,
+                    op_type)
+
+
+def scatter_nd_update(ref, indices, updates, use_locking=True, name=None):
+    """Replace the slices of the variable ``ref`` at the tuples of ``indices`` by ``updates``
+    (TF1's ``tf.scatter_nd_update``; a repeated tuple takes its last update). Returns the
+    variable's new value."""
+    return _scatter_nd_variable("ScatterNdUpdate", ref, indices, updates, name)
+
+
+def scatter_nd_add(ref, indices, updates, use_locking=False, name=None):
+    """Add ``updates`` to the slices of the variable ``ref`` at the tuples of ``indices``
+    (repeated tuples add up). Returns the variable's new value."""
+    return _scatter_nd_variable("ScatterNdAdd", ref, indices, updates, name)
+
+
+def scatter_nd_sub(ref, indices, updates, use_locking=False, name=None):
+    """Subtract ``updates`` from the slices of the variable ``ref`` at the tuples of
+    ``indices`` (repeated tuples add up). Returns the variable's new value."""
+    return _scatter_nd_variable("ScatterNdSub", ref, indices, updates, name)
+
+
+# TF1's ``Variable.scatter_nd_update(indices, updates)`` and the other two.
+Variable.scatter_nd_update = lambda self, indices, updates, name=None: scatter_nd_update(
+    self, indices, updates, name=name)
+Variable.scatter_nd_add = lambda self, indices, updates, name=None: scatter_nd_add(
+    self, indices, updates, name=name)
+Variable.scatter_nd_sub = lambda self, indices, updates, name=None: scatter_nd_sub(
+    self, indices, updates, name=name)
 
 
 def scatter_nd(indices, updates, shape, name=None):

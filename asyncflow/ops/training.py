@@ -27,6 +27,9 @@ TRAINING_OPS = {
                                                           "grad")),
     "ApplyFtrlV2": (("var", "accum", "linear"), ("grad", "lr", "l1", "l2", "l2_shrinkage",
                                                  "lr_power")),
+    "ApplyAdadelta": (("var", "accum", "accum_update"), ("lr", "rho", "epsilon", "grad")),
+    "ApplyProximalGradientDescent": (("var",), ("alpha", "l1", "l2", "delta")),
+    "ApplyProximalAdagrad": (("var", "accum"), ("lr", "l1", "l2", "grad")),
 }
 
 # Sparse forms: the same rule applied to the rows ``indices`` only, ``grad`` holding one row
@@ -44,6 +47,10 @@ SPARSE_TRAINING_OPS = {
                                             "beta2", "epsilon", "grad", "indices")),
     "SparseApplyFtrlV2": (("var", "accum", "linear"), ("grad", "indices", "lr", "l1", "l2",
                                                        "l2_shrinkage", "lr_power")),
+    "SparseApplyAdadelta": (("var", "accum", "accum_update"), ("lr", "rho", "epsilon", "grad",
+                                                               "indices")),
+    "SparseApplyProximalGradientDescent": (("var",), ("alpha", "l1", "l2", "grad", "indices")),
+    "SparseApplyProximalAdagrad": (("var", "accum"), ("lr", "l1", "l2", "grad", "indices")),
 }
 
 

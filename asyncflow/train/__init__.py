@@ -7,7 +7,8 @@ from asyncflow.train.saver import (  # noqa: F401
 from asyncflow.train.checkpoint_utils import list_variables, load_variable  # noqa: F401
 from asyncflow.train.optimizer import Optimizer  # noqa: F401
 from asyncflow.train.optimizers import (  # noqa: F401
-    AdagradOptimizer, AdamOptimizer, GradientDescentOptimizer, MomentumOptimizer,
+    AdadeltaOptimizer, AdagradOptimizer, AdamOptimizer, GradientDescentOptimizer,
+    MomentumOptimizer, ProximalAdagradOptimizer, ProximalGradientDescentOptimizer,
     RMSPropOptimizer, FtrlOptimizer,
 )
 from asyncflow.train.training_util import (  # noqa: F401
@@ -30,5 +31,7 @@ from asyncflow.train.monitored_session import (  # noqa: F401  (training loop, r
 )
 from asyncflow.train.device_setter import replica_device_setter  # noqa: F401
 from asyncflow.train.learning_rate_decay import (  # noqa: F401  (learning-rate schedules)
-    cosine_decay, exponential_decay, inverse_time_decay, piecewise_constant, polynomial_decay,
+    cosine_decay, cosine_decay_restarts, exponential_decay, inverse_time_decay,
+    linear_cosine_decay, natural_exp_decay, piecewise_constant, piecewise_constant_decay,
+    polynomial_decay,
 )

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from asyncflow import dtypes
 from asyncflow.graph.graph import get_default_graph
 from asyncflow.ops import math as _math
@@ -16,12 +18,20 @@ from asyncflow.ops.construct import as_tensor
 
 
 def _float_args(learning_rate, *values):
+    """The learning rate as a tensor (float32 for a Python number) and ``values`` in its dtype.
+    As in TF1 (``math_ops.cast`` of a Python number) a Python float becomes float32 first, so
+    with a float64 rate ``decay_steps=7.3`` is 7.30000019073..."""
     rate = as_tensor(learning_rate, dtype=dtypes.float32) \
         if not hasattr(learning_rate, "dtype") else as_tensor(learning_rate)
     dtype = rate.dtype
     out = []
     for value in values:
-        tensor = as_tensor(value) if hasattr(value, "dtype") else as_tensor(value, dtype=dtype)
+        if hasattr(value, "dtype"):
+            tensor = as_tensor(value)
+        else:
+            if type(value) is float:
+                value = np.float32(value)
+            tensor = as_tensor(np.asarray(value).astype(dtype.np), dtype=dtype)
         out.append(tensor if tensor.dtype is dtype else _math.cast(tensor, dtype))
     return [rate] + out
 
@@ -90,6 +100,71 @@ def cosine_decay(learning_rate, global_step, decay_steps, alpha=0.0, name=None):
         return _math.multiply(rate, decayed, name="learning_rate")
 
 
+def natural_exp_decay(learning_rate, global_step, decay_steps, decay_rate, staircase=False,
+                      name=None):
+    """``learning_rate * exp(-decay_rate * global_step / decay_steps)`` (floored ratio when
+    ``staircase``): TF1's ``exponential_decay`` with the rate ``exp(-decay_rate)``, which TF1
+    computes in ``decay_rate``'s dtype (float32 for a Python number)."""
+    _check_step(global_step, "natural_exp_decay")
+    with get_default_graph().name_scope(name or "NaturalExpDecay"):
+        decay = decay_rate if hasattr(decay_rate, "dtype") else as_tensor(
+            np.float32(decay_rate) if type(decay_rate) is float else decay_rate)
+        return exponential_decay(learning_rate, global_step, decay_steps,
+                                 _math.exp(_math.negative(decay)), staircase=staircase,
+                                 name="NaturalExpDecay")
+
+
+def linear_cosine_decay(learning_rate, global_step, decay_steps, num_periods=0.5, alpha=0.0,
+                        beta=0.001, name=None):
+    """``learning_rate * ((alpha + linear) * cosine + beta)`` with ``linear = (decay_steps -
+    step) / decay_steps`` and ``cosine = 0.5 (1 + cos(2 pi num_periods step / decay_steps))``,
+    the step stopping at ``decay_steps`` (TF1's, Bello et al. 2017)."""
+    _check_step(global_step, "linear_cosine_decay")
+    with get_default_graph().name_scope(name or "LinearCosineDecay"):
+        rate, step, steps, periods, floor, offset = _float_args(
+            learning_rate, global_step, decay_steps, num_periods, alpha, beta)
+        step = _math.minimum(step, steps)
+        linear = _math.divide(_math.subtract(steps, step), steps)
+        fraction = _math.multiply(_math.multiply(2.0, periods), _math.divide(step, steps))
+        cosine = _math.multiply(0.5, _math.add(1.0, _math.cos(_math.multiply(math.pi, fraction))))
+        decayed = _math.add(_math.multiply(_math.add(floor, linear), cosine), offset)
+        return _math.multiply(rate, decayed, name="learning_rate")
+
+
+def cosine_decay_restarts(learning_rate, global_step, first_decay_steps, t_mul=2.0, m_mul=1.0,
+                          alpha=0.0, name=None):
+    """Cosine decay with warm restarts (SGDR, Loshchilov and Hutter 2016) as TF1's: period
+    ``i`` lasts ``first_decay_steps * t_mul^i`` steps and starts at ``learning_rate *
+    m_mul^i``; within it ``(1 - alpha) * 0.5 (1 + cos(pi * fraction)) + alpha``."""
+    _check_step(global_step, "cosine_decay_restarts")
+    with get_default_graph().name_scope(name or "SGDRDecay"):
+        rate, step, steps, floor, t, m = _float_args(learning_rate, global_step,
+                                                     first_decay_steps, alpha, t_mul, m_mul)
+        completed = _math.divide(step, steps)
+
+        def flat():  # periods of equal length (t_mul == 1): the floor of the fraction
+            restart = _math.floor(completed)
+            return restart, _math.subtract(completed, restart)
+
+        def growing():  # the geometric series gives the restart and the fraction within it
+            restart = _math.floor(_math.divide(_math.log(_math.subtract(
+                1.0, _math.multiply(completed, _math.subtract(1.0, t)))), _math.log(t)))
+            done = _math.divide(_math.subtract(1.0, _math.pow(t, restart)),
+                                _math.subtract(1.0, t))
+            return restart, _math.divide(_math.subtract(completed, done), _math.pow(t, restart))
+        if not hasattr(t_mul, "dtype"):  # a number: one form (the other divides 0 by 0)
+            restart, fraction = flat() if t_mul == 1 else growing()
+        else:
+            is_flat = _math.equal(t, 1.0)
+            (flat_restart, flat_fraction), (restart, fraction) = flat(), growing()
+            restart = _math.where(is_flat, flat_restart, restart)
+            fraction = _math.where(is_flat, flat_fraction, fraction)
+        cosine = _math.multiply(_math.multiply(0.5, _math.pow(m, restart)), _math.add(
+            1.0, _math.cos(_math.multiply(math.pi, fraction))))
+        decayed = _math.add(_math.multiply(_math.subtract(1.0, floor), cosine), floor)
+        return _math.multiply(rate, decayed, name="learning_rate")
+
+
 def piecewise_constant(x, boundaries, values, name=None):
     """``values[0]`` while ``x <= boundaries[0]``, ``values[i]`` while
     ``boundaries[i-1] < x <= boundaries[i]``, ``values[-1]`` after the last boundary.
@@ -113,5 +188,8 @@ def piecewise_constant(x, boundaries, values, name=None):
         return result
 
 
-__all__ = ["cosine_decay", "exponential_decay", "inverse_time_decay", "piecewise_constant",
-           "polynomial_decay"]
+piecewise_constant_decay = piecewise_constant  # TF1's other name
+
+__all__ = ["cosine_decay", "cosine_decay_restarts", "exponential_decay", "inverse_time_decay",
+           "linear_cosine_decay", "natural_exp_decay", "piecewise_constant",
+           "piecewise_constant_decay", "polynomial_decay"]

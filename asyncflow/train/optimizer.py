@@ -67,38 +67,45 @@ class Optimizer:
         return self._name
 
     # -- the public steps --------------------------------------------------------------------
-    def compute_gradients(self, loss, var_list=None, gate_gradients=GATE_OP, grad_loss=None,
-                          stop_gradients=None):
-        """Gradients of ``loss`` for the variables in ``var_list``.
+    def compute_gradients(self, loss, var_list=None, gate_gradients=GATE_OP,
+                          aggregation_method=None, colocate_gradients_with_ops=False,
+                          grad_loss=None, stop_gradients=None):
+        """Gradients of ``loss`` for the variables in ``var_list`` (TF1's arguments, in order).
 
         Args:
-            loss: a scalar Tensor to minimize.
+            loss: a scalar floating Tensor to minimize.
             var_list: Variables to differentiate; default: the graph's trainable variables.
             gate_gradients: ``GATE_GRAPH`` makes every gradient wait for all of them
-                (``af.tuple``); the other values leave them independent.
+                (``af.tuple``); ``GATE_NONE`` and ``GATE_OP`` leave them independent.
+            aggregation_method, colocate_gradients_with_ops: as ``af.gradients`` (accepted,
+                no value changes).
             grad_loss: the initial gradient of ``loss`` (default: ones).
             stop_gradients: tensors held constant.
 
         Returns:
-            A list of ``(gradient or None, variable)`` pairs.
+            A list of ``(gradient or None, variable)`` pairs. A variable that gets no gradient
+            (an integer counter among the trainable variables) is paired with None.
 
         Raises:
-            ValueError: if there are no variables to optimize.
-            TypeError: if ``loss`` is not a Tensor or a variable is not floating.
+            ValueError: if there are no variables to optimize, ``gate_gradients`` is not one
+                of the three, or ``loss`` (or a variable that gets a gradient) is not of a
+                floating dtype (float16, bfloat16, float32, float64), as TF1.
+            TypeError: if ``loss`` is not a Tensor.
         """
         if not isinstance(loss, Tensor):
             raise TypeError(f"Optimizer {self._name}: loss must be a Tensor, got {loss!r}")
+        if gate_gradients not in (self.GATE_NONE, self.GATE_OP, self.GATE_GRAPH):
+            raise ValueError("gate_gradients must be one of: Optimizer.GATE_NONE, "
+                             f"Optimizer.GATE_OP, Optimizer.GATE_GRAPH.  Not {gate_gradients}")
+        _check_floating([loss], self._name)
         if var_list is None:
             var_list = loss.graph.get_collection(GraphKeys.TRAINABLE_VARIABLES)
         var_list = list(var_list)
         if not var_list:
-            raise ValueError(f"Optimizer {self._name}: no variables to optimize")
-        for var in var_list:
-            if not var.dtype.is_floating:
-                raise TypeError(f"Optimizer {self._name}: variable {var.name} has dtype "
-                                f"{var.dtype.name}; only floating variables can be optimized")
+            raise ValueError(f"Optimizer {self._name}: No variables to optimize.")
         grads = gradients(loss, var_list, grad_ys=None if grad_loss is None else [grad_loss],
-                          stop_gradients=stop_gradients)
+                          aggregation_method=aggregation_method, stop_gradients=stop_gradients)
+        _check_floating([v for g, v in zip(grads, var_list) if g is not None], self._name)
         if gate_gradients == self.GATE_GRAPH and any(g is not None for g in grads):
             parts = [t for g in grads if g is not None
                      for t in ((g.values, g.indices) if isinstance(g, IndexedSlices) else (g,))]
@@ -113,7 +120,8 @@ class Optimizer:
 
         Args:
             grads_and_vars: ``(gradient, variable)`` pairs, e.g. from ``compute_gradients``;
-                pairs whose gradient is None are skipped.
+                pairs whose gradient is None are skipped. A gradient that is not a Tensor
+                or ``IndexedSlices`` is converted (a list of numbers, a numpy array), as TF1.
             global_step: an integer Variable incremented by one after the updates, or None.
             name: the name of the returned op (default: the optimizer's name).
 
@@ -121,23 +129,38 @@ class Optimizer:
             An Operation that runs every update (and the global step increment).
 
         Raises:
-            ValueError: if no pair has a gradient, naming the variables.
-            TypeError: if a gradient is not a Tensor.
+            ValueError: if there are no pairs, or no pair has a gradient (naming the
+                variables).
+            TypeError: if a gradient cannot be converted to a Tensor, or its dtype is not its
+                variable's (TF1 refuses it when the update op is built; nothing is cast).
         """
         grads_and_vars = list(grads_and_vars)
-        pairs = [(g, v) for g, v in grads_and_vars if g is not None]
+        if not grads_and_vars:
+            raise ValueError("No variables provided.")
+        pairs = []
+        for grad, var in grads_and_vars:
+            if grad is None:
+                continue
+            if not isinstance(grad, (Tensor, IndexedSlices)):
+                try:
+                    grad = as_tensor(grad)
+                except (TypeError, ValueError) as error:
+                    raise TypeError(f"Gradient for {var.name} must be convertible to a Tensor "
+                                    f"or IndexedSlices, or None: {grad!r} ({error})") from None
+            values = grad.values if isinstance(grad, IndexedSlices) else grad
+            if values.dtype.base_dtype is not var.dtype.base_dtype:
+                raise TypeError(f"Optimizer {self._name}: the gradient {values.name} of "
+                                f"{var.name} has dtype {values.dtype.name}, the variable "
+                                f"{var.dtype.name}")
+            pairs.append((grad, var))
         if not pairs:
             names = [getattr(v, "name", str(v)) for _, v in grads_and_vars]
-            raise ValueError(f"No gradients provided for any variable, check your graph for ops "
-                             f"that do not support gradients, between variables {names} and "
-                             "the loss.")
-        for grad, var in pairs:
-            if not isinstance(grad, (Tensor, IndexedSlices)):
-                raise TypeError(f"Gradient for {var.name} must be a Tensor or IndexedSlices, "
-                                f"got {grad!r}")
+            raise ValueError(f"No gradients provided for any variable: {names}.")
         graph = pairs[0][1].graph
         var_list = [v for _, v in pairs]
         with graph.as_default():
+            # Non-slot variables (Adam's beta powers) take the caller's name scope, as TF1's.
+            self._outer_scope = graph.get_name_scope()
             with graph.control_dependencies(None), graph.name_scope(""):
                 self._create_slots(var_list)
             with graph.name_scope(name or self._name) as scope:
@@ -157,20 +180,23 @@ class Optimizer:
 
     def _apply_one(self, grad, var):
         if not isinstance(grad, IndexedSlices):
-            return self._apply_dense(cast(grad, var.dtype), var)
+            return self._apply_dense(grad, var)
         # Built where the variable lives: only the rows and their indices cross the wire.
         with var.graph.colocate_with(var.op):
-            grad = IndexedSlices(cast(grad.values, var.dtype), grad.indices, grad.dense_shape)
             return self._apply_sparse_duplicate_indices(grad, var)
 
     def minimize(self, loss, global_step=None, var_list=None, gate_gradients=GATE_OP,
-                 name=None, grad_loss=None):
-        """``apply_gradients(compute_gradients(loss, var_list), global_step)``.
+                 aggregation_method=None, colocate_gradients_with_ops=False, name=None,
+                 grad_loss=None):
+        """``apply_gradients(compute_gradients(loss, var_list, ...), global_step, name)``
+        (TF1's arguments, in order).
 
         Raises:
             ValueError: if no variable in ``var_list`` receives a gradient from ``loss``.
         """
-        grads_and_vars = self.compute_gradients(loss, var_list, gate_gradients, grad_loss)
+        grads_and_vars = self.compute_gradients(
+            loss, var_list, gate_gradients, aggregation_method=aggregation_method,
+            colocate_gradients_with_ops=colocate_gradients_with_ops, grad_loss=grad_loss)
         if all(g is None for g, _ in grads_and_vars):
             names = [v.name for _, v in grads_and_vars]
             raise ValueError(f"No gradients provided for any variable, check your graph for ops "
@@ -188,9 +214,9 @@ class Optimizer:
         return self._slots.get(name, {}).get(_key(var))
 
     def variables(self):
-        """The optimizer's slot and non-slot variables."""
+        """The optimizer's slot and non-slot variables, sorted by name (as TF1's)."""
         found = [v for slots in self._slots.values() for v in slots.values()]
-        return found + list(self._non_slots.values())
+        return sorted(found + list(self._non_slots.values()), key=lambda v: v.name)
 
     def _slot(self, var, name, initial_value=0.0):
         """Get or create slot ``name`` of ``var``, filled with ``initial_value``."""
@@ -212,14 +238,19 @@ class Optimizer:
         return slots[key]
 
     def _non_slot(self, name, initial_value, colocate_with):
-        """Get or create a per-optimizer, per-graph variable (e.g. Adam's beta powers)."""
+        """Get or create a per-optimizer, per-graph variable (e.g. Adam's beta powers).
+
+        As in TF1 its dtype is ``initial_value``'s: a Python number makes a float32 variable
+        whatever the variables' dtype (the updates cast it), so a float64 or float16 model's
+        checkpoint holds the same non-slot variables as TF1's."""
         graph = colocate_with.graph
         key = (name, graph)
         if key not in self._non_slots:
-            with graph.colocate_with(colocate_with.op):
-                self._non_slots[key] = Variable(
-                    np.asarray(initial_value, dtype=colocate_with.dtype.np), trainable=False,
-                    name=name)
+            outer = getattr(self, "_outer_scope", "")
+            with graph.colocate_with(colocate_with.op), graph.name_scope(outer and outer + "/"):
+                if not isinstance(initial_value, (Tensor, Variable)):
+                    initial_value = _tf1_number(initial_value)
+                self._non_slots[key] = Variable(initial_value, trainable=False, name=name)
         return self._non_slots[key]
 
     # -- hyperparameters -------------------------------------------------------------------------
@@ -233,7 +264,10 @@ class Optimizer:
                 tensor = as_tensor(value)
                 tensor = tensor if tensor.dtype is dtype else cast(tensor, dtype)
             else:
-                tensor = constant(value, dtype=dtype, name=name)
+                # TF1 converts a Python number to a tensor of its own dtype (float32 for a
+                # float) and casts that to the variable's: a float64 variable trained with
+                # ``0.1`` steps with float32's 0.10000000149.
+                tensor = constant(_tf1_number(value).astype(dtype.np), dtype=dtype, name=name)
             self._hyper_cache[key] = tensor
         return self._hyper_cache[key]
 
@@ -264,6 +298,27 @@ class Optimizer:
     def _finish(self, update_ops, name):
         """The op that completes a step once all ``update_ops`` (Tensors) have run."""
         return group(*[t.op for t in update_ops], name=name)
+
+
+_FLOATING = ("float16", "bfloat16", "float32", "float64")
+
+
+def _check_floating(tensors, optimizer):
+    """TF1's ``_assert_valid_dtypes``: the loss and the variables that get a gradient."""
+    for tensor in tensors:
+        dtype = tensor.dtype.base_dtype
+        if dtype.name not in _FLOATING:
+            raise ValueError(f"Optimizer {optimizer}: invalid type {dtype.name} for "
+                             f"{tensor.name}, expected one of {list(_FLOATING)}")
+
+
+def _tf1_number(value):
+    """A hyperparameter given as a number, as the array TF1 converts it to (a float to float32,
+    an int to int32; numpy values keep their dtype)."""
+    array = np.asarray(value)
+    if type(value) in (float, int):  # not numpy's float64, a float subclass
+        array = array.astype(np.float32 if type(value) is float else np.int32)
+    return array
 
 
 def _key(var):

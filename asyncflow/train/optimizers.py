@@ -11,13 +11,17 @@ Update rules (``g`` the gradient, ``lr`` the learning rate):
 - RMSProp: ``ms = decay ms + (1 - decay) g^2; mom = momentum mom + lr g / sqrt(ms + eps);
   var -= mom`` (centered: ``mg = decay mg + (1 - decay) g`` and ``ms - mg^2`` under the root).
 - Ftrl: TF1's FTRL-Proximal with l1, l2 and l2 shrinkage (``ApplyFtrlV2``).
+- Adadelta, ProximalGradientDescent, ProximalAdagrad: TF1's rules
+  (``kernels/training_proximal.py``).
 
 A sparse gradient (``IndexedSlices``) is applied by the ``SparseApply*`` form of the same rule
 on the touched rows (gradient descent: ``scatter_sub``), where the variable lives.
 """
 from __future__ import annotations
 
+from asyncflow.dtypes import float32
 from asyncflow.ops.control import group
+from asyncflow.ops.math import cast, maximum
 from asyncflow.ops.state import scatter_sub
 from asyncflow.ops.training import apply_update
 from asyncflow.train.optimizer import Optimizer
@@ -87,7 +91,11 @@ class AdamOptimizer(Optimizer):
             self._slot(var, "m")
             self._slot(var, "v")
 
-    def _get_beta_accumulators(self, graph):
+    def _get_beta_accumulators(self, graph=None):
+        """The beta powers of ``graph`` (default: the default graph), as TF1's."""
+        if graph is None:
+            from asyncflow.graph import get_default_graph
+            graph = get_default_graph()
         return self._non_slots[("beta1_power", graph)], self._non_slots[("beta2_power", graph)]
 
     def _apply_dense(self, grad, var):
@@ -162,11 +170,11 @@ class RMSPropOptimizer(Optimizer):
         self._centered = bool(centered)
 
     def _create_slots(self, var_list):
-        for var in var_list:
+        for var in var_list:  # TF1's order, so the slot variables' names are TF1's
             self._slot(var, "rms", 1.0)
-            self._slot(var, "momentum")
             if self._centered:
                 self._slot(var, "mg")
+            self._slot(var, "momentum")
 
     def _apply_dense(self, grad, var):
         return self._apply(var, [grad], "")
@@ -200,7 +208,7 @@ class FtrlOptimizer(Optimizer):
     def __init__(self, learning_rate, learning_rate_power=-0.5, initial_accumulator_value=0.1,
                  l1_regularization_strength=0.0, l2_regularization_strength=0.0,
                  use_locking=False, name="Ftrl", accum_name=None, linear_name=None,
-                 l2_shrinkage_regularization_strength=0.0):
+                 l2_shrinkage_regularization_strength=0.0, beta=None):
         super().__init__(use_locking, name)
         checks = (("initial_accumulator_value", initial_accumulator_value),
                   ("l1_regularization_strength", l1_regularization_strength),
@@ -216,6 +224,7 @@ class FtrlOptimizer(Optimizer):
         self._initial_accumulator_value = initial_accumulator_value
         self._l1, self._l2 = l1_regularization_strength, l2_regularization_strength
         self._l2_shrinkage = l2_shrinkage_regularization_strength
+        self._beta = 0.0 if beta is None else beta
         self._accum_name, self._linear_name = accum_name or "accum", linear_name or "linear"
 
     def _create_slots(self, var_list):
@@ -225,9 +234,20 @@ class FtrlOptimizer(Optimizer):
 
     def _hypers(self, var):
         dtype = var.dtype
-        return [self._hyper(self._learning_rate, dtype, "learning_rate"),
+        lr = self._hyper(self._learning_rate, dtype, "learning_rate")
+        l2 = self._hyper(self._l2, dtype, "l2_regularization_strength")
+        if self._beta:  # TF1: l2 + beta / (2 lr), in float32, cast to the variable's dtype
+            key = ("adjusted_l2_regularization_strength", dtype)
+            if key not in self._hyper_cache:
+                lr32 = self._hyper(self._learning_rate, float32, "learning_rate")
+                l2_32 = self._hyper(self._l2, float32, "l2_regularization_strength")
+                beta = self._hyper(self._beta, float32, "beta")
+                self._hyper_cache[key] = cast(
+                    l2_32 + beta / (2.0 * maximum(lr32, 1e-36)), dtype)
+            l2 = self._hyper_cache[key]
+        return [lr,
                 self._hyper(self._l1, dtype, "l1_regularization_strength"),
-                self._hyper(self._l2, dtype, "l2_regularization_strength"),
+                l2,
                 self._hyper(self._l2_shrinkage, dtype, "l2_shrinkage_regularization_strength"),
                 self._hyper(self._learning_rate_power, dtype, "learning_rate_power")]
 
@@ -241,3 +261,87 @@ class FtrlOptimizer(Optimizer):
     def _apply_sparse(self, grad, var):
         return apply_update("SparseApplyFtrlV2", self._refs(var),
                             [grad.values, grad.indices] + self._hypers(var))
+
+
+class AdadeltaOptimizer(Optimizer):
+    """Adadelta (Zeiler 2012) as TF1's; slots ``"accum"`` and ``"accum_update"``."""
+
+    def __init__(self, learning_rate=0.001, rho=0.95, epsilon=1e-8, use_locking=False,
+                 name="Adadelta"):
+        super().__init__(use_locking, name)
+        self._learning_rate, self._rho, self._epsilon = learning_rate, rho, epsilon
+
+    def _create_slots(self, var_list):
+        for var in var_list:
+            self._slot(var, "accum")
+            self._slot(var, "accum_update")
+
+    def _refs_hypers(self, var):
+        dtype = var.dtype
+        return ([var._ref(), self.get_slot(var, "accum")._ref(),
+                 self.get_slot(var, "accum_update")._ref()],
+                [self._hyper(self._learning_rate, dtype, "learning_rate"),
+                 self._hyper(self._rho, dtype, "rho"),
+                 self._hyper(self._epsilon, dtype, "epsilon")])
+
+    def _apply_dense(self, grad, var):
+        refs, hypers = self._refs_hypers(var)
+        return apply_update("ApplyAdadelta", refs, hypers + [grad])
+
+    def _apply_sparse(self, grad, var):
+        refs, hypers = self._refs_hypers(var)
+        return apply_update("SparseApplyAdadelta", refs, hypers + [grad.values, grad.indices])
+
+
+class ProximalGradientDescentOptimizer(Optimizer):
+    """Gradient descent with TF1's proximal l1/l2 step (FOBOS): no slots."""
+
+    def __init__(self, learning_rate, l1_regularization_strength=0.0,
+                 l2_regularization_strength=0.0, use_locking=False,
+                 name="ProximalGradientDescent"):
+        super().__init__(use_locking, name)
+        self._learning_rate = learning_rate
+        self._l1, self._l2 = l1_regularization_strength, l2_regularization_strength
+
+    def _hypers(self, var):
+        dtype = var.dtype
+        return [self._hyper(self._learning_rate, dtype, "learning_rate"),
+                self._hyper(self._l1, dtype, "l1_regularization_strength"),
+                self._hyper(self._l2, dtype, "l2_regularization_strength")]
+
+    def _apply_dense(self, grad, var):
+        return apply_update("ApplyProximalGradientDescent", [var._ref()],
+                            self._hypers(var) + [grad])
+
+    def _apply_sparse(self, grad, var):
+        return apply_update("SparseApplyProximalGradientDescent", [var._ref()],
+                            self._hypers(var) + [grad.values, grad.indices])
+
+
+class ProximalAdagradOptimizer(ProximalGradientDescentOptimizer):
+    """Adagrad with TF1's proximal l1/l2 step; slot ``"accumulator"`` starts at
+    ``initial_accumulator_value``."""
+
+    def __init__(self, learning_rate, initial_accumulator_value=0.1,
+                 l1_regularization_strength=0.0, l2_regularization_strength=0.0,
+                 use_locking=False, name="ProximalAdagrad"):
+        if initial_accumulator_value <= 0.0:
+            raise ValueError(f"initial_accumulator_value must be positive: "
+                             f"{initial_accumulator_value}")
+        super().__init__(learning_rate, l1_regularization_strength, l2_regularization_strength,
+                         use_locking, name)
+        self._initial_accumulator_value = initial_accumulator_value
+
+    def _create_slots(self, var_list):
+        for var in var_list:
+            self._slot(var, "accumulator", self._initial_accumulator_value)
+
+    def _apply_dense(self, grad, var):
+        return apply_update("ApplyProximalAdagrad",
+                            [var._ref(), self.get_slot(var, "accumulator")._ref()],
+                            self._hypers(var) + [grad])
+
+    def _apply_sparse(self, grad, var):
+        return apply_update("SparseApplyProximalAdagrad",
+                            [var._ref(), self.get_slot(var, "accumulator")._ref()],
+                            self._hypers(var) + [grad.values, grad.indices])

@@ -42,7 +42,11 @@ def adam_ref(lr, b1, b2, eps):
     def step(p, g, s, t):
         s["m"] = b1 * s.get("m", 0.0) + (1 - b1) * g
         s["v"] = b2 * s.get("v", 0.0) + (1 - b2) * g * g
-        lr_t = lr * np.sqrt(1 - b2 ** t) / (1 - b1 ** t)
+        # The beta powers are float32 variables (TF1's), advanced in float32.
+        b1_t, b2_t = np.float32(b1), np.float32(b2)
+        for _ in range(t - 1):
+            b1_t, b2_t = b1_t * np.float32(b1), b2_t * np.float32(b2)
+        lr_t = lr * np.sqrt(1 - np.float64(b2_t)) / (1 - np.float64(b1_t))
         return p - lr_t * s["m"] / (np.sqrt(s["v"]) + eps)
     return dict, step
 
@@ -66,19 +70,27 @@ def rmsprop_ref(lr, decay, mu, eps, centered):
     return dict, step
 
 
+def f32(x):
+    """A hyperparameter as TF1 (and asyncflow) give it to a float64 update: a Python float
+    becomes a float32 tensor, cast to the variable's dtype."""
+    return float(np.float32(x))
+
+
 CASES = {
-    "sgd": (lambda: af.train.GradientDescentOptimizer(0.1), sgd_ref(0.1)),
-    "momentum": (lambda: af.train.MomentumOptimizer(0.1, 0.9), momentum_ref(0.1, 0.9, False)),
+    "sgd": (lambda: af.train.GradientDescentOptimizer(0.1), sgd_ref(f32(0.1))),
+    "momentum": (lambda: af.train.MomentumOptimizer(0.1, 0.9),
+                 momentum_ref(f32(0.1), f32(0.9), False)),
     "nesterov": (lambda: af.train.MomentumOptimizer(0.1, 0.9, use_nesterov=True),
-                 momentum_ref(0.1, 0.9, True)),
-    "adam": (lambda: af.train.AdamOptimizer(0.05), adam_ref(0.05, 0.9, 0.999, 1e-8)),
+                 momentum_ref(f32(0.1), f32(0.9), True)),
+    "adam": (lambda: af.train.AdamOptimizer(0.05),
+             adam_ref(f32(0.05), f32(0.9), f32(0.999), f32(1e-8))),
     "adagrad": (lambda: af.train.AdagradOptimizer(0.2, initial_accumulator_value=0.1),
-                adagrad_ref(0.2, 0.1)),
+                adagrad_ref(f32(0.2), 0.1)),  # the slot starts at float64 0.1, as TF1's
     "rmsprop": (lambda: af.train.RMSPropOptimizer(0.01, momentum=0.5),
-                rmsprop_ref(0.01, 0.9, 0.5, 1e-10, False)),
+                rmsprop_ref(f32(0.01), f32(0.9), f32(0.5), f32(1e-10), False)),
     "rmsprop_centered": (lambda: af.train.RMSPropOptimizer(0.01, decay=0.8, momentum=0.3,
                                                            epsilon=1e-6, centered=True),
-                         rmsprop_ref(0.01, 0.8, 0.3, 1e-6, True)),
+                         rmsprop_ref(f32(0.01), f32(0.8), f32(0.3), f32(1e-6), True)),
 }
 
 
@@ -139,7 +151,10 @@ def test_slots_are_colocated_non_trainable_global_variables():
         assert m in af.global_variables() and m not in af.trainable_variables()
         assert optimizer.get_slot(w, "nope") is None
         names = {var.op.name for var in optimizer.variables()}
-        assert {"beta1_power", "beta2_power", "b/Adam", "b/Adam_1"} <= names
+        # Non-slot variables take the caller's name scope (TF1's), slots their variable's.
+        assert {"outer/beta1_power", "outer/beta2_power", "b/Adam", "b/Adam_1"} <= names
+        beta1_power, _ = optimizer._get_beta_accumulators(w.graph)
+        assert not beta1_power.op.control_inputs
 
 
 def test_var_list_filters_the_updated_variables():

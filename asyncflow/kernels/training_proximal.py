@@ -1,0 +1,95 @@
+"""Kernels of TF1's Adadelta and proximal updates (see ops/training.py), dense and sparse,
+as whole-array expressions in the variable's dtype (the rules of TF1's ``training_ops``):
+
+- Adadelta: ``accum = rho accum + (1 - rho) g^2``;
+  ``update = sqrt(accum_update + eps) / sqrt(accum + eps) * g``;
+  ``accum_update = rho accum_update + (1 - rho) update^2``; ``var -= lr update``.
+- Proximal gradient descent: ``prox = var - alpha g``; ``var = sign(prox) max(|prox| -
+  alpha l1, 0) / (1 + alpha l2)`` (``prox / (1 + alpha l2)`` when ``l1`` is 0).
+- Proximal Adagrad: ``accum += g^2``, then the proximal step with ``alpha = lr / sqrt(accum)``.
+
+The sparse forms apply the rule to the unique touched rows, repeated rows summed first
+(``kernels/training.py``'s ``_rows``), and check every index before changing anything.
+"""
+from __future__ import annotations
+
+from asyncflow.kernels.registry import register_kernel
+from asyncflow.kernels.training import _read, _rows, _scalar
+
+
+def _adadelta(xp, value, accum, accum_update, lr, rho, epsilon, grad):
+    lr, rho, epsilon = (_scalar(s, value) for s in (lr, rho, epsilon))
+    one = value.dtype.type(1)
+    accum = accum * rho + grad * grad * (one - rho)
+    update = xp.sqrt(accum_update + epsilon) / xp.sqrt(accum + epsilon) * grad
+    accum_update = accum_update * rho + update * update * (one - rho)
+    return value - update * lr, accum, accum_update
+
+
+def _proximal(xp, value, alpha, l1, l2, grad):
+    """TF1's proximal step; ``alpha`` a scalar or an array of per-element rates."""
+    prox = value - grad * alpha
+    if float(l1) > 0:
+        shrunk = xp.maximum(xp.abs(prox) - alpha * l1, value.dtype.type(0))
+        return (xp.sign(prox) * shrunk / (value.dtype.type(1) + alpha * l2)).astype(value.dtype)
+    return (prox / (value.dtype.type(1) + alpha * l2)).astype(value.dtype)
+
+
+def _proximal_adagrad(xp, value, accum, lr, l1, l2, grad):
+    lr, l1, l2 = (_scalar(s, value) for s in (lr, l1, l2))
+    accum = accum + grad * grad
+    return _proximal(xp, value, lr / xp.sqrt(accum), l1, l2, grad), accum
+
+
+@register_kernel("ApplyAdadelta")
+def _apply_adadelta(ctx, var, accum, accum_update, lr, rho, epsilon, grad):
+    value = _read(ctx, var, grad)
+    new, new_accum, new_update = _adadelta(ctx.xp, value, accum.read(), accum_update.read(),
+                                           lr, rho, epsilon, grad)
+    accum.assign(new_accum, fresh=True)
+    accum_update.assign(new_update, fresh=True)
+    return (var.assign(new, fresh=True),)
+
+
+@register_kernel("SparseApplyAdadelta")
+def _sparse_apply_adadelta(ctx, var, accum, accum_update, lr, rho, epsilon, grad, indices):
+    rows, grad = _rows(ctx, var, grad, indices)
+    acc, upd, value = accum.writable(), accum_update.writable(), var.writable()
+    value[rows], acc[rows], upd[rows] = _adadelta(ctx.xp, value[rows], acc[rows], upd[rows],
+                                                  lr, rho, epsilon, grad)
+    accum.assign(acc, fresh=True)
+    accum_update.assign(upd, fresh=True)
+    return (var.assign(value, fresh=True),)
+
+
+@register_kernel("ApplyProximalGradientDescent")
+def _apply_proximal_gradient_descent(ctx, var, alpha, l1, l2, delta):
+    value = _read(ctx, var, delta)
+    alpha, l1, l2 = (_scalar(s, value) for s in (alpha, l1, l2))
+    return (var.assign(_proximal(ctx.xp, value, alpha, l1, l2, delta), fresh=True),)
+
+
+@register_kernel("SparseApplyProximalGradientDescent")
+def _sparse_apply_proximal_gradient_descent(ctx, var, alpha, l1, l2, grad, indices):
+    rows, grad = _rows(ctx, var, grad, indices)
+    value = var.writable()
+    alpha, l1, l2 = (_scalar(s, value) for s in (alpha, l1, l2))
+    value[rows] = _proximal(ctx.xp, value[rows], alpha, l1, l2, grad)
+    return (var.assign(value, fresh=True),)
+
+
+@register_kernel("ApplyProximalAdagrad")
+def _apply_proximal_adagrad(ctx, var, accum, lr, l1, l2, grad):
+    value = _read(ctx, var, grad)
+    new, new_accum = _proximal_adagrad(ctx.xp, value, accum.read(), lr, l1, l2, grad)
+    accum.assign(new_accum, fresh=True)
+    return (var.assign(new, fresh=True),)
+
+
+@register_kernel("SparseApplyProximalAdagrad")
+def _sparse_apply_proximal_adagrad(ctx, var, accum, lr, l1, l2, grad, indices):
+    rows, grad = _rows(ctx, var, grad, indices)
+    acc, value = accum.writable(), var.writable()
+    value[rows], acc[rows] = _proximal_adagrad(ctx.xp, value[rows], acc[rows], lr, l1, l2, grad)
+    accum.assign(acc, fresh=True)
+    return (var.assign(value, fresh=True),)
