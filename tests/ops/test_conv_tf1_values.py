@@ -1,0 +1,54 @@
+"""Wrong answers the TF1 differential fuzz of convolutions, pools and image ops
+(tests/ops/test_tf1_conv_fuzz.py) found, each pinned by a check that needs no TensorFlow:
+finite differences, or the value TF1 (TensorFlow 2.21's ``tf.compat.v1`` on CPU) gives on
+the same input."""
+import numpy as np
+import pytest
+
+import asyncflow as af
+import asyncflow.compat.v1 as tf
+from gradcheck import check_gradients
+
+
+@pytest.fixture(autouse=True)
+def fresh_graph():
+    af.reset_default_graph()
+
+
+def _run(fetches, feed_dict=None):
+    with tf.Session() as session:
+        return session.run(fetches, feed_dict)
+
+
+async def _together_and_alone(build, inputs):
+    """The gradients of ``sum(build(*inputs) * r)`` fetched in one run, and each alone."""
+    with af.Graph().as_default():
+        placeholders = [tf.placeholder(tf.float64, np.shape(a)) for a in inputs]
+        y = build(*placeholders)
+        r = np.random.default_rng(1).standard_normal(y.shape.as_list())
+        grads = tf.gradients(tf.reduce_sum(y * r), placeholders)
+        feeds = dict(zip(placeholders, inputs))
+        async with af.Session() as session:
+            together = await session.run(grads, feeds)
+            alone = [await session.run(g, feeds) for g in grads]
+    return together, alone
+
+
+async def test_gradients_of_stacked_convolutions_fetched_together():
+    # separable_conv2d's gradients for input, depthwise and pointwise filters in one run
+    # failed ("Conv2DBackpropInput:0 has no slot"): each conv's two gradients are fused into
+    # one _FusedConv2DBackprop, and the depthwise pair still read the pointwise pair's input
+    # gradient from the node the fusion had removed. Any conv feeding a conv directly did so.
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 5, 4, 2))
+    depthwise, pointwise = rng.standard_normal((2, 3, 2, 2)), rng.standard_normal((1, 1, 4, 3))
+    first, second = rng.standard_normal((3, 3, 2, 3)), rng.standard_normal((2, 2, 3, 2))
+    cases = [(lambda a, f, p: tf.nn.separable_conv2d(a, f, p, [1, 1, 1, 1], "SAME"),
+              [x, depthwise, pointwise]),
+             (lambda a, f, g: tf.nn.conv2d(tf.nn.conv2d(a, f, [1, 2, 1, 1], "VALID"), g,
+                                           [1, 1, 1, 1], "SAME"), [x, first, second])]
+    for build, inputs in cases:
+        await check_gradients(build, inputs)  # each gradient alone, against differences
+        together, alone = await _together_and_alone(build, inputs)
+        for mine, reference in zip(together, alone):
+            np.testing.assert_allclose(mine, reference, rtol=1e-12, atol=1e-12)
