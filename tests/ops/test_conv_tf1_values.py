@@ -52,3 +52,41 @@ async def test_gradients_of_stacked_convolutions_fetched_together():
         together, alone = await _together_and_alone(build, inputs)
         for mine, reference in zip(together, alone):
             np.testing.assert_allclose(mine, reference, rtol=1e-12, atol=1e-12)
+
+
+LOWEST = np.finfo(np.float32).min
+
+
+@pytest.mark.parametrize("fetch_pool", [True, False], ids=["pool_fetched", "gradient_only"])
+def test_max_pool_and_its_gradient_with_nan_and_infinities_as_tf1(fetch_pool):
+    # TF1's CPU MaxPool starts every window at the lowest finite value and takes a cell only
+    # when strictly greater: NaN never wins, a window of -inf gives the lowest value. Its
+    # gradient starts at the window's first real cell and moves on only to a strictly greater
+    # one. asyncflow propagated NaN, gave -inf, routed to the first NaN, and sent a -inf
+    # window's gradient to a padded cell (lost). (The kernels' own tests check MaxPoolGrad's
+    # recomputing kernel and the compile pass's taps path against TF's rule directly:
+    # tests/ops/test_conv_kernels.py ``tf_cpu_max_pool``.)
+    cases = [  # (row, ksize, stride, padding, upstream, TF1's max_pool, TF1's gradient)
+        ([-np.inf, -np.inf, np.nan, 1, 1, np.nan, np.nan, np.nan, 2, 2, -np.inf, 3], 2, 2,
+         "VALID", [1, 2, 3, 4, 5, 6], [LOWEST, 1, 1, LOWEST, 2, 3],
+         [1, 0, 2, 0, 3, 0, 4, 0, 5, 0, 0, 6]),
+        ([-np.inf, -np.inf, np.nan, 1, -np.inf], 4, 2, "SAME", [1, 2, 3], [LOWEST, 1, 1],
+         [1, 0, 0, 5, 0]),
+        ([-np.inf, -np.inf, -np.inf], 3, 2, "SAME", [1, 2], [LOWEST, LOWEST], [1, 2, 0]),
+    ]
+    for row, k, s, padding, upstream, pooled, gradient in cases:
+        for fmt in ("NHWC", "NCHW"):
+            x = np.array(row, np.float32).reshape(1, 1, -1, 1)
+            x = x.transpose(0, 3, 1, 2) if fmt == "NCHW" else x
+            shape = [1, 1, 1, k] if fmt == "NCHW" else [1, 1, k, 1]
+            strides = [1, 1, 1, s] if fmt == "NCHW" else [1, 1, s, 1]
+            xt = tf.constant(x)
+            y = tf.nn.max_pool(xt, shape, strides, padding, data_format=fmt)
+            w = tf.constant(np.array(upstream, np.float32).reshape(y.shape.as_list()))
+            g = tf.gradients(y, xt, grad_ys=w)[0]
+            if fetch_pool:
+                y_value, g_value = _run([y, g])
+                np.testing.assert_array_equal(y_value.ravel(), pooled)
+            else:
+                g_value = _run(g)
+            np.testing.assert_array_equal(g_value.ravel(), gradient)
