@@ -90,3 +90,20 @@ def test_max_pool_and_its_gradient_with_nan_and_infinities_as_tf1(fetch_pool):
             else:
                 g_value = _run(g)
             np.testing.assert_array_equal(g_value.ravel(), gradient)
+
+
+async def test_resize_bilinear_has_tf1s_gradient():
+    # TF1 differentiates ResizeBilinear (ResizeBilinearGrad); asyncflow gave None.
+    rng = np.random.default_rng(3)
+    for shape, size, align in [((2, 3, 4, 2), [5, 7], False), ((1, 4, 3, 1), [2, 8], True),
+                               ((1, 1, 5, 1), [3, 1], True), ((1, 5, 4, 1), [2, 3], False)]:
+        await check_gradients(
+            lambda x: tf.image.resize_bilinear(x, size, align_corners=align),
+            [rng.standard_normal(shape)], delta=0.5, rtol=1e-4, atol=1e-5)  # float32 but linear
+    # TF1's value for one float32 case: grads of ones over a 1x2 -> 1x3 resize.
+    x = tf.constant(np.zeros((1, 1, 2, 1), np.float32))
+    grad = tf.gradients(tf.image.resize_bilinear(x, [1, 3]), x)[0]
+    async with af.Session() as session:
+        np.testing.assert_allclose((await session.run(grad)).ravel(), [4 / 3, 5 / 3], rtol=1e-6)
+    assert tf.gradients(tf.image.resize_bilinear(tf.constant(np.zeros((1, 2, 2, 1), np.int32)),
+                                                 [3, 3]), x)[0] is None
