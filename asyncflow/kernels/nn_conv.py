@@ -429,15 +429,23 @@ def _lowest(dtype):
     return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
 
 
+def _all_above_minus_inf(xp, values):
+    """Whether every value is above -inf and none is NaN (one reduction: ``min`` keeps NaN)."""
+    return values.dtype.kind != "f" or not values.size or bool(values.min() > -np.inf)
+
+
 def _window_max(xp, views, out):
-    """MaxPool's reduction of the tap ``views`` into ``out``: NaN cells ignored (``fmax``),
-    then raised to the lowest finite value, as TF's CPU MaxPool starts from it."""
-    xp.copyto(out, next(views))
-    floating = out.dtype.kind == "f"
-    for view in views:
-        (xp.fmax if floating else xp.maximum)(out, view, out=out)
-    if floating:
-        xp.fmax(out, np.finfo(out.dtype).min, out=out)
+    """MaxPool's reduction of the tap ``views`` into ``out``, as TF's CPU MaxPool: NaN cells
+    ignored and nothing below the lowest finite value. ``maximum`` (which keeps NaN) first;
+    only where that leaves a NaN or a -inf are the windows reduced again by ``fmax`` from the
+    lowest value."""
+    xp.copyto(out, views[0])
+    for view in views[1:]:
+        xp.maximum(out, view, out=out)
+    if not _all_above_minus_inf(xp, out):
+        out.fill(np.finfo(out.dtype).min)
+        for view in views:
+            xp.fmax(out, view, out=out)
 
 
 def _first_cells(xp, x, kernel_hw, strides, rows, cols):
@@ -486,7 +494,7 @@ def _max_pool(ctx, x):
 
     def chunk(start, stop):
         padded = _pad(xp, x[start:stop], rows, cols, _lowest(x.dtype))
-        _window_max(xp, _taps(padded, *tap_args), out[start:stop])
+        _window_max(xp, list(_taps(padded, *tap_args)), out[start:stop])
     intra_op.for_batch(ctx, x.shape[0], out[0].size * kernel_hw[0] * kernel_hw[1], chunk,
                        x[0].size * x.itemsize)
     return (out,)
@@ -520,8 +528,13 @@ def _max_pool_grad(ctx, x, _output, grad):
         # equals it where it beats -inf); elsewhere the first real cell keeps the gradient.
         best = xp.array(taps[0], copy=True)
         for view in taps[1:]:
-            (xp.fmax if floating else xp.maximum)(best, view, out=best)
-        keeps = _first_cell_keeps(xp, x[start:stop], best, kernel_hw, strides, rows, cols)
+            xp.maximum(best, view, out=best)
+        keeps = None
+        if not _all_above_minus_inf(xp, best):  # a NaN or -inf: NaN never wins (fmax)
+            xp.copyto(best, taps[0])
+            for view in taps[1:]:
+                xp.fmax(best, view, out=best)
+            keeps = _first_cell_keeps(xp, x[start:stop], best, kernel_hw, strides, rows, cols)
         g = grad[start:stop]
         if unpadded:
             result = out[start:stop]

@@ -19,7 +19,7 @@ import numpy as np
 from asyncflow import errors
 from asyncflow.kernels import intra_op
 from asyncflow.kernels.nn_conv import (
-    _crop, _first_cell_keeps, _first_cells, _layout, _lowest, _pad, _padded_shape, _pool_setup, _route,
+    _all_above_minus_inf, _crop, _first_cell_keeps, _first_cells, _layout, _lowest, _pad, _padded_shape, _pool_setup, _route,
     _tap_args, _taps,
 )
 from asyncflow.kernels.registry import register_kernel
@@ -46,26 +46,30 @@ def _max_pool_with_taps(ctx, x):
     out = xp.empty(out_shape, dtype=x.dtype)
     winners = xp.empty(out_shape, dtype=np.uint8)
     tap_args = _tap_args(ctx, kernel_hw, rows, cols)
-    floating = x.dtype.kind == "f"
 
     def chunk(start, stop):
         padded = _pad(xp, x[start:stop], rows, cols, _lowest(x.dtype))
         views = list(_taps(padded, *tap_args))
         best, index = out[start:stop], winners[start:stop]
-        xp.copyto(best, views[0])            # the same passes as MaxPool: the same bits
-        index.fill(0)
         hit = xp.empty(best.shape, dtype=bool)
         won = xp.empty(best.shape, dtype=np.uint8)
-        for tap, view in enumerate(views[1:], 1):
-            xp.greater(view, best, out=hit)  # strictly greater: the first maximum stays
-            (xp.fmax if floating else xp.maximum)(best, view, out=best)  # NaN never wins
-            xp.multiply(hit, np.uint8(tap), out=won)
-            xp.maximum(index, won, out=index)  # later taps carry larger indices
-        keeps = _first_cell_keeps(xp, x[start:stop], best, kernel_hw, ctx.attrs["strides"],
-                                  rows, cols)
-        if keeps is not None:  # a NaN first real cell, or nothing above -inf: it keeps it
-            xp.copyto(index, xp.asarray(keeps[1], dtype=np.uint8), where=keeps[0])
-        if floating:
+
+        def reduce(maximum, first):
+            index.fill(0)
+            for tap, view in enumerate(views[first:], first):
+                xp.greater(view, best, out=hit)  # strictly greater: the first maximum stays
+                maximum(best, view, out=best)
+                xp.multiply(hit, np.uint8(tap), out=won)
+                xp.maximum(index, won, out=index)  # later taps carry larger indices
+        xp.copyto(best, views[0])            # the same passes as MaxPool: the same bits
+        reduce(xp.maximum, 1)
+        if not _all_above_minus_inf(xp, best):  # a NaN or -inf: again by fmax (NaN never
+            xp.copyto(best, views[0])          # wins), then raised to the lowest finite
+            reduce(xp.fmax, 1)                 # value: MaxPool's values
+            keeps = _first_cell_keeps(xp, x[start:stop], best, kernel_hw,
+                                      ctx.attrs["strides"], rows, cols)
+            if keeps is not None:  # a NaN first real cell, or nothing above -inf: it keeps it
+                xp.copyto(index, xp.asarray(keeps[1], dtype=np.uint8), where=keeps[0])
             xp.fmax(best, np.finfo(best.dtype).min, out=best)
     intra_op.for_batch(ctx, x.shape[0], out[0].size * kernel_hw[0] * kernel_hw[1] * 4, chunk,
                        x[0].size * x.itemsize)
@@ -101,9 +105,9 @@ def _max_pool_relu_grad_by_taps(ctx, x, winners, grad, pooled):
         raise errors.InvalidArgumentError(
             None, ctx.name, f"{ctx.name}: pooled has shape {list(pooled.shape)}, grad "
             f"{list(grad.shape)}")
-    if _tiled(ctx, x.shape, kernel_hw, rows, cols) and not (
-            x.dtype.kind == "f" and bool(ctx.xp.isnan(_first_cells(
-                ctx.xp, x, kernel_hw, ctx.attrs["strides"], rows, cols)[0]).any())):
+    first = _first_cells(ctx.xp, x, kernel_hw, ctx.attrs["strides"], rows, cols)[0]
+    if _tiled(ctx, x.shape, kernel_hw, rows, cols) and not (  # (min keeps a NaN)
+            x.dtype.kind == "f" and first.size and bool(ctx.xp.isnan(first.min()))):
         return (_route_by_taps(ctx, x, winners, grad, pooled),)
     out = _route_by_taps(ctx, x, winners, grad)
     return (out * (x > 0),)
