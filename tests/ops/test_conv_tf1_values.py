@@ -107,3 +107,13 @@ async def test_resize_bilinear_has_tf1s_gradient():
         np.testing.assert_allclose((await session.run(grad)).ravel(), [4 / 3, 5 / 3], rtol=1e-6)
     assert tf.gradients(tf.image.resize_bilinear(tf.constant(np.zeros((1, 2, 2, 1), np.int32)),
                                                  [3, 3]), x)[0] is None
+
+
+async def test_avg_pool_gradient_is_its_derivative_where_tf1s_is_not():
+    # On purpose unlike TF1: its CPU AvgPoolGrad sizes a SAME window that starts in the
+    # padding and is larger than the input as the whole input (4x4, ksize 5, stride 3: g/16 on
+    # 16 cells where AvgPool averaged 9 of them). asyncflow's is AvgPool's derivative.
+    rng = np.random.default_rng(4)
+    for ksize, strides in (([1, 5, 5, 1], [1, 3, 3, 1]), ([1, 5, 3, 1], [1, 1, 2, 1])):
+        await check_gradients(lambda x: tf.nn.avg_pool(x, ksize, strides, "SAME"),
+                              [rng.standard_normal((2, 4, 4, 3))])
