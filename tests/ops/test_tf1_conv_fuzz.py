@@ -9,10 +9,13 @@ cross-entropies at extreme logits, and the resize/crop image ops, in NHWC and NC
 float16/32/64, with their gradients (``grad(y, xs)``: ``tf.gradients`` of ``y`` with a fixed,
 uneven upstream gradient). A ``Conv2D -> BiasAdd [-> Relu]`` chain whose intermediate is not
 fetched is fused by the compile pass here (``_FusedConv2D``, and the two gradients of one
-conv ``_FusedConv2DBackprop``); TF1 runs it op by op. TF1 has no conv3d or 1-D/3-D pools in
-asyncflow's API, so neither is drawn. The default run draws a few cases per family (seed 0);
-the long form (``--runslow``) many more. A failing case becomes a focused regression test
-without TensorFlow (tests/ops/test_conv_tf1_values.py).
+conv ``_FusedConv2DBackprop``); TF1 runs it op by op. asyncflow has no conv3d, no 1-D/3-D
+pools and no explicit padding, so none is drawn. TF runs its own CPU kernels
+(``TF_ENABLE_ONEDNN_OPTS=0``; oneDNN's disagree with them, see ``DIFFERENCES``), which have
+no NCHW: TF's side computes NCHW as NHWC between transposes. The default run draws a few
+cases per family (seed 0) and the hand-picked ``EDGES``; the long form (``--runslow``) many
+more. A failing case becomes a focused regression test without TensorFlow
+(tests/ops/test_conv_tf1_values.py).
 """
 import numpy as np
 import pytest
