@@ -516,7 +516,6 @@ def _max_pool_grad(ctx, x, _output, grad):
     tiled = (strides[1] == kernel_hw[0] and strides[2] == kernel_hw[1]
              and x.shape[1] + rows[1] + rows[2] == rows[0] * strides[1]
              and x.shape[2] + cols[1] + cols[2] == cols[0] * strides[2])
-    floating = x.dtype.kind == "f"
     # Without padding the chunk's gradient is written straight into its rows of ``out``
     # (no padded buffer, no copy of it back).
     unpadded = not (rows[1] or rows[2] or cols[1] or cols[2])
