@@ -19,8 +19,15 @@ are): each wait's duration, from its start to its data, spun or parked, is folde
 connection's ``waited`` (:func:`learn_wait`), and a wait spins only while that estimate is within
 twice the window. A connection whose answers take longer (a PS MLP step's calls, a large pull, a
 worker waiting for the next call of a slower loop) parks at once and burns nothing; a parked
-wait whose data came within the window brings the spin back. ``COUNTS`` holds the waits that
-parked, the messages the spin took and the waits that parked at once by that rule.
+wait whose data came within the window brings the spin back.
+
+A spin also needs a core to spare (:func:`machine_busy`): a process that may run on one CPU
+only never spins (its peer would wait for the spinner's time slice), and a wait parks at once
+while the machine's runnable threads, the waiter included, outnumber the CPUs it may run on (a
+third runnable process beside a spinning pair: measured, a trivial step then took 0.30 ms
+spinning or parked, and the spinner's CPU is taken from the third or from its own peer). The look (``/proc/loadavg``) is taken once per
+:data:`LOAD_EVERY_S` per process. ``COUNTS`` holds the waits that parked, the messages the spin
+took, and the waits that parked at once by the connection's rule or for want of a core.
 
 Nothing here knows about asyncflow.
 """
