@@ -25,7 +25,8 @@ A spin also needs a core to spare (:func:`machine_busy`): a process that may run
 only never spins (its peer would wait for the spinner's time slice), and a wait parks at once
 while the machine's runnable threads, the waiter included, outnumber the CPUs it may run on (a
 third runnable process beside a spinning pair: measured, a trivial step then took 0.30 ms
-spinning or parked, and the spinner's CPU is taken from the third or from its own peer). The look (``/proc/loadavg``) is taken once per
+spinning or parked, so the spin only burns CPU that the third or the peer needs). The look
+(``/proc/loadavg``, machine-wide; a cgroup's CPU quota is not looked at) is taken once per
 :data:`LOAD_EVERY_S` per process. ``COUNTS`` holds the waits that parked, the messages the spin
 took, and the waits that parked at once by the connection's rule or for want of a core.
 
