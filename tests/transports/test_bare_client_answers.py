@@ -288,7 +288,7 @@ async def test_a_connection_whose_call_was_cancelled_midway_carries_no_other(cut
 
 @pytest.mark.parametrize("cut", [bare.REPLY.size - 3, bare.REPLY.size + 10],
                          ids=["half_the_head", "part_of_the_frame"])
-async def test_an_answer_cut_then_silent_ends_at_the_stall_timeout(cut):
+async def test_an_answer_cut_then_silent_ends_at_the_stall_timeout(cut, autojump_clock):
     """Part of an answer, then nothing on a connection that stays open, and the call has no
     deadline: TransportUnavailable "stalled" once the channel's stall timeout passed without a
     byte (as over HTTP), not a hang; the next call gets a whole answer on a new connection."""
@@ -307,12 +307,13 @@ async def test_an_answer_cut_then_silent_ends_at_the_stall_timeout(cut):
             started = trio.current_time()
             with pytest.raises(TransportUnavailable, match="stalled"):
                 await channel.health()
-            assert trio.current_time() - started >= stall - 0.05
+            # (virtual time: declared neither early nor past the documented quarter late)
+            assert stall <= trio.current_time() - started <= 1.25 * stall
             assert channel.bare_calls == 0 and channel._bare_idle == []
             assert (await channel.health()).incarnation == 7 and channel.bare_calls == 1
 
 
-async def test_a_late_first_byte_and_a_trickle_are_no_stall():
+async def test_a_late_first_byte_and_a_trickle_are_no_stall(autojump_clock):
     """The stall timeout counts from an answer's last byte, never before its first: an answer
     that starts later than the timeout (a long step), then comes a piece at a time, each
     within the timeout but all of them together past it, is the reply, and the connection is
