@@ -67,7 +67,8 @@ class ClusterTarget:
         failure = None
         with parked() as scope:
             master = self.master
-            if not (master.opened and master.ready(compiled)):  # else nothing to refresh
+            ready = master.opened and master.ready(compiled)
+            if not ready:  # else nothing to refresh, nor to register (no checkpoint between)
                 if not master.opened:
                     if self.closed:  # a run prepared before the close, awaited after it
                         raise errors.closed_session(self.name)
@@ -77,6 +78,7 @@ class ClusterTarget:
                         self.graph, *compiled.signature)
             step = Step(0, trace=trace, timeout_ms=timeout_ms)
             step.extras["call_scope"] = scope  # one scope a step: the RunGraph's, if one
+            step.extras["registered"] = ready
             try:
                 return await compiled.runner.run(feed_values, step)
             except errors.OpError as exc:

@@ -21,9 +21,8 @@ Theory of operation (paper §3.3; docs/distributed.md):
   order nothing are not carried (``control_edges.py``, at compile): waiting for every RunGraph
   covers them. A health watchdog (``step_watchdog.py``) starts once a step outlives
   ``health_check_interval_s``; a session closed as a step fails (the watchdog declares a task
-  dead, a task's error): the first decides.
-  On the first failure the master sends AbortStep everywhere,
-  gives the other RunGraphs a moment to report, then cancels them, and raises the first
+  dead, a task's error): the first decides. On the first failure the master sends AbortStep
+  everywhere, gives the other RunGraphs a moment to report, then cancels them, and raises the first
   root-cause error (errors the worker marked ``derived`` lose to it). A transport failure is
   ``UnavailableError`` naming the task. A caller's cancellation aborts the step everywhere.
 - **Restarts** (TF1's semantics). Every task has an *incarnation*, a random number drawn when
@@ -137,6 +136,7 @@ class RemoteRunner:
     inline in the client; the step's ``timeout_ms`` rides in the RunGraphs."""
 
     __slots__ = ("remote",)
+    _EXTRAS = ("call_scope", "registered")  # ClusterTarget's, for ``run_step``
     inline = loop_free = False
 
     def __init__(self, remote):
@@ -145,7 +145,7 @@ class RemoteRunner:
     async def run(self, feed_values, step):
         remote = self.remote
         return await remote.master.run_step(remote.graph, remote, feed_values, step.timeout_ms,
-                                            step.trace, step.extras.get("call_scope"))
+                                            step.trace, *map(step.extras.get, self._EXTRAS))
 
 
 async def _all(fn, items):
@@ -407,7 +407,8 @@ class Master:
                 or (tasks[tg.task].graph_lease_s is not None
                     and now - tg.last_used > tasks[tg.task].graph_lease_s / 2)]
 
-    async def run_step(self, graph, run, feed_values, timeout_ms=0, trace=None, scope=None):
+    async def run_step(self, graph, run, feed_values, timeout_ms=0, trace=None, scope=None,
+                       registered=None):
         """Run one step of ``run``; returns the fetched numpy values in order. ``scope``: an
         entered cancel scope of the caller's, the RunGraph's of a one-task step without a
         timeout (no scope of its own: the driver tells its own cancels from the caller's).
@@ -415,7 +416,8 @@ class Master:
         Raises:
             OpError: the root cause of the step's failure.
         """
-        await self._register(run)
+        if not registered:  # (``ready(run)`` true, no checkpoint since: nothing to register)
+            await self._register(run)
         step = _StepDriver(self, graph, run, self._step_bits(62) | 1, feed_values,
                            timeout_ms, trace)
         if scope is not None and not timeout_ms and len(run.task_graphs) == 1:

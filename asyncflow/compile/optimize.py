@@ -391,6 +391,8 @@ def _fuse_conv_backprops(graph):
             continue
         node.inputs = [ports[p] if p in ports else (p, i) for p, i in node.inputs]
         nodes.append(node)
+    for fused in fused_nodes:  # one fused pair may read another's gradient (separable_conv2d)
+        fused.inputs = [ports[p] if p in ports else (p, i) for p, i in fused.inputs]
     graph.nodes = topological(nodes + fused_nodes)
     graph.fetches = [ports[p] if p in ports else (p, i) for p, i in graph.fetches]
     graph.changed = True

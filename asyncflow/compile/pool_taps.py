@@ -2,8 +2,8 @@
 
 Theory of operation:
 - TF's CPU MaxPoolGrad recomputes each window's maximum from the pooled input and routes the
-  output gradient to the window's first maximal cell (row-major tap order; a NaN counts as
-  the maximum, the first NaN winning). The forward MaxPool has already compared every cell
+  output gradient to the window's first maximal cell (row-major tap order; a NaN never wins,
+  but a window whose first real cell is NaN, or whose cells are all -inf, keeps it there). The forward MaxPool has already compared every cell
   of every window, so ``route_max_pool_grads`` has it keep the answer: where a MaxPool's
   output feeds a MaxPoolGrad of the same input with the same attrs, the MaxPool becomes
   ``_MaxPoolWithTaps`` (its output, bit for bit, and a uint8 tensor of the output's shape

@@ -1,27 +1,40 @@
 """The threads blocking IO kernels run on (``register_kernel(..., blocking_io=True)``).
 
-One pool per process of long-lived daemon threads, fed through a queue: a kernel's task hands
-its job over and parks (``trio.lowlevel.wait_task_rescheduled``); the thread runs the kernel
-and wakes that task with one ``run_sync_soon`` on its run's token. That is cheaper than
-``trio.to_thread.run_sync`` (no limiter, no thread-cache hand-off, one wake-up) and keeps
-IO off trio's default thread limiter:
+One pool per process of long-lived daemon threads. Each hop is two doorbells, file
+descriptors (an eventfd where the platform has one, else a pipe) rung with one ``write``:
+
+- a job goes to an idle thread (the one idle the shortest time), which waits in a blocking
+  ``read`` of its own bell; the kernel's task rings it (a new thread starts only when none is
+  idle);
+- the thread runs the kernel, stores its outcome in the job and rings the job's bell, one of
+  a pool of non-blocking bells; the kernel's task waits on it with
+  ``trio.lowlevel.wait_readable``, so trio's IO wait wakes that task directly.
+
+That is about half the cost of trio's own hop (``trio.to_thread.run_sync``: a limiter, a
+thread-cache hand-off through a lock, and a ``run_sync_soon`` that wakes trio's entry-queue
+task, which then wakes the waiting one): ``bench/bench_small_io.py``, bench/RESULTS.md. It also
+keeps IO off trio's default thread limiter:
 
 - a read (``abandon=True``) cancelled while its thread runs (``timeout_in_ms``, a closing
   session) stops waiting at once; the thread goes on until the read returns (a FIFO nobody
-  writes: until someone does) and its result is dropped. Such threads are counted: past
-  ``MAX_ABANDONED`` of them still running, a new blocking IO kernel fails at once with a
-  ``ResourceExhaustedError`` naming it, instead of waiting for a thread that never comes
-  back (trio's limiter held its token until the thread ended: 40 stuck FIFO reads left every
-  later IO kernel, and trio's own threads, waiting forever);
+  writes: until someone does), drops its result and gives the job's bell back. Such threads
+  are counted: past ``MAX_ABANDONED`` of them still running, a new blocking IO kernel fails at
+  once with a ``ResourceExhaustedError`` naming it, instead of waiting for a thread that
+  never comes back (trio's limiter held its token until the thread ended: 40 stuck FIFO
+  reads left every later IO kernel, and trio's own threads, waiting forever);
 - a write is never abandoned: a cancelled step waits for it to finish or fail.
 
-The threads are daemons: a read stuck on a FIFO never holds up the interpreter's exit. An
-idle thread ends after ``IDLE_S``; at most ``MAX_THREADS`` run at once (later jobs queue).
+The threads are daemons: a read stuck on a FIFO never holds up the interpreter's exit. At
+most ``MAX_THREADS`` run at once (later jobs wait in a backlog the threads take from); a
+thread idle for more than ``IDLE_S`` is ended by the next job handed to another one.
 """
 from __future__ import annotations
 
-import queue
+import collections
+import os
+import sys
 import threading
+import time
 
 import outcome
 import trio
@@ -31,26 +44,73 @@ from asyncflow import errors
 MAX_THREADS = 64
 MAX_ABANDONED = 32
 IDLE_S = 10.0
+MAX_SPARE_BELLS = 64  # job bells kept for reuse; more are closed
+
+
+class _Bell:
+    """A doorbell: ``ring()`` from one thread, ``wait()`` (a blocking read) or trio's
+    ``wait_readable(bell.fd)`` then ``clear()`` on the other. Rung at most once between
+    clears."""
+
+    __slots__ = ("fd", "_write_fd")
+
+    def __init__(self, blocking):
+        if _EVENTFD:
+            flags = os.EFD_CLOEXEC | (0 if blocking else os.EFD_NONBLOCK)
+            self.fd = self._write_fd = os.eventfd(0, flags)
+        else:  # (no eventfd: a pipe, read end non-blocking for the loop's bells)
+            self.fd, self._write_fd = os.pipe()
+            os.set_blocking(self.fd, blocking)
+
+    def ring(self):
+        os.write(self._write_fd, _ONE)
+
+    def wait(self):
+        os.read(self.fd, 8)
+
+    def clear(self):
+        try:
+            os.read(self.fd, 8)
+        except BlockingIOError:  # (not rung)
+            pass
+
+    def close(self):
+        os.close(self.fd)
+        if self._write_fd != self.fd:
+            os.close(self._write_fd)
+
+
+_EVENTFD = hasattr(os, "eventfd")
+_ONE = (1).to_bytes(8, sys.byteorder)  # (an eventfd's counter takes 8 bytes; a pipe any)
 
 
 class _Job:
-    __slots__ = ("fn", "args", "task", "token", "done", "dropped")
+    __slots__ = ("fn", "args", "bell", "result", "done", "dropped")
 
-    def __init__(self, fn, args):
-        self.fn, self.args = fn, args
-        self.task = trio.lowlevel.current_task()
-        self.token = trio.lowlevel.current_trio_token()
+    def __init__(self, fn, args, bell):
+        self.fn, self.args, self.bell = fn, args, bell
+        self.result = None
         self.done = self.dropped = False
+
+
+class _Worker:
+    __slots__ = ("bell", "job", "idle_since")
+
+    def __init__(self, job):
+        self.bell = _Bell(blocking=True)
+        self.job = job  # (None when it is told to end)
+        self.idle_since = 0.0
 
 
 class IoThreads:
     """The process's pool (``IO_THREADS``); ``await run(op, fn, *args, abandon=...)``."""
 
     def __init__(self):
-        self._jobs = queue.SimpleQueue()
         self._lock = threading.Lock()
+        self._idle = []  # idle workers, the most recently idle last
+        self._backlog = collections.deque()  # jobs no thread has taken (all MAX_THREADS busy)
+        self._bells = []  # spare job bells, none rung
         self._threads = 0
-        self._idle = 0
         self.abandoned = 0  # dropped jobs whose thread has not finished them yet
 
     async def run(self, op, fn, *args, abandon=False):
@@ -62,61 +122,107 @@ class IoThreads:
                 "(timed out or cancelled, e.g. of FIFOs nobody writes) still hold their IO "
                 f"threads (at most {MAX_ABANDONED}); no new blocking IO kernel starts until "
                 "some of them end")
-        job = _Job(fn, args)
+        try:
+            bell = self._bells.pop()
+        except IndexError:
+            bell = _Bell(blocking=False)
+        job = _Job(fn, args, bell)
         self._submit(job)
+        try:
+            await trio.lowlevel.wait_readable(bell.fd)
+        except BaseException as exc:
+            if abandon or not isinstance(exc, trio.Cancelled):
+                self._drop(job)
+            else:  # a write: the cancelled step waits for it to end
+                with trio.CancelScope(shield=True):
+                    await trio.lowlevel.wait_readable(bell.fd)
+                self._collect(job)
+            raise
+        return self._collect(job).unwrap()
 
-        def abort(_raise_cancel):
-            if not abandon:
-                return trio.lowlevel.Abort.FAILED  # (the thread's result reschedules us)
-            with self._lock:
-                job.dropped = True
-                if not job.done:
-                    self.abandoned += 1
-            return trio.lowlevel.Abort.SUCCEEDED
-        return await trio.lowlevel.wait_task_rescheduled(abort)
+    def _collect(self, job):
+        """The finished ``job``'s outcome; its (rung) bell cleared and kept for reuse."""
+        result, job.result = job.result, None
+        self._spare(job.bell)
+        return result
+
+    def _spare(self, bell):
+        bell.clear()
+        if len(self._bells) < MAX_SPARE_BELLS:
+            self._bells.append(bell)
+        else:
+            bell.close()  # (no trio run still waits on it: a bell is waited for once)
+
+    def _drop(self, job):
+        """Stop waiting for ``job``: its thread (if one took it) finishes it alone."""
+        with self._lock:
+            job.dropped = True
+            if job.done:  # (finished, its bell rung: nothing runs it any more)
+                pass
+            elif job in self._backlog:  # (never started: nothing to abandon)
+                self._backlog.remove(job)
+            else:
+                self.abandoned += 1
+                return
+        self._spare(job.bell)
 
     def _submit(self, job):
+        quit_worker = None
         with self._lock:
             if self._idle:
-                self._idle -= 1  # (one idle thread takes it)
-                spawn = False
+                worker = self._idle.pop()
+                worker.job = job
+                if self._idle and time.monotonic() - self._idle[0].idle_since > IDLE_S:
+                    quit_worker = self._idle.pop(0)  # (idle too long: ended)
+                    self._threads -= 1
+            elif self._threads < MAX_THREADS:
+                self._threads += 1
+                worker = None
             else:
-                spawn = self._threads < MAX_THREADS
-                self._threads += spawn
-        self._jobs.put(job)
-        if spawn:
-            threading.Thread(target=self._serve, name="asyncflow-io", daemon=True).start()
+                self._backlog.append(job)
+                return
+        if worker is None:
+            worker = _Worker(job)
+            threading.Thread(target=self._serve, args=(worker,), name="asyncflow-io",
+                             daemon=True).start()
+        else:
+            worker.bell.ring()
+        if quit_worker is not None:
+            quit_worker.bell.ring()
 
-    def _serve(self):
-        while True:
-            try:
-                job = self._jobs.get(timeout=IDLE_S)
-            except queue.Empty:
-                with self._lock:
-                    if self._idle:  # nobody handed this thread a job: end it
-                        self._idle -= 1
-                        self._threads -= 1
-                        return
-                continue
+    def _serve(self, worker):
+        job = worker.job
+        while job is not None:
             if not job.dropped:
                 result = outcome.capture(job.fn, *job.args)
             with self._lock:
                 job.done = True
-                dropped = job.dropped
-                if dropped:
+                if job.dropped:
                     self.abandoned -= 1
-                self._idle += 1
-            if not dropped:
-                try:
-                    job.token.run_sync_soon(_deliver, job, result)
-                except trio.RunFinishedError:
-                    pass
-            job = result = None
+                    unused = job.bell  # (nobody waits on a dropped job's bell)
+                else:
+                    job.result = result
+                    job.bell.ring()  # (under the lock: a drop that sees ``done`` sees it rung)
+                    unused = None
+                if self._backlog:
+                    job = self._backlog.popleft()
+                else:
+                    job = worker.job = None
+                    worker.idle_since = time.monotonic()
+                    self._idle.append(worker)
+            if unused is not None:
+                self._spare(unused)
+            result = None
+            if job is None:
+                worker.bell.wait()
+                job = worker.job  # (None: this thread is to end)
+        worker.bell.close()
 
-
-def _deliver(job, result):
-    if not job.dropped:  # (an abort after the thread finished: nothing to wake)
-        trio.lowlevel.reschedule(job.task, result)
+    def _forked(self):
+        """In a forked child: the parent's threads are gone; start afresh."""
+        self.__init__()
 
 
 IO_THREADS = IoThreads()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=IO_THREADS._forked)

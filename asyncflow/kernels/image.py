@@ -105,6 +105,15 @@ def _check_images(ctx, images):
                             f"shape {list(images.shape)}")
 
 
+def _bilinear_axis(xp, in_size, out_size, align):
+    """One axis of TF1's bilinear resize: each output index's lower and upper source index
+    and the float32 weight of the upper."""
+    where = xp.arange(out_size, dtype=xp.float32) * _scale(in_size, out_size, align)
+    low = xp.floor(where).astype(np.int64)
+    high = xp.minimum(low + 1, in_size - 1)
+    return low, high, (where - low.astype(xp.float32)).astype(xp.float32)
+
+
 @register_kernel("ResizeBilinear")
 def _resize_bilinear(ctx, images, size):
     xp = ctx.xp
@@ -112,10 +121,7 @@ def _resize_bilinear(ctx, images, size):
     (out_h, out_w), align = _size(ctx, size), ctx.attrs["align_corners"]
 
     def axis(in_size, out_size):
-        where = xp.arange(out_size, dtype=xp.float32) * _scale(in_size, out_size, align)
-        low = xp.floor(where).astype(np.int64)
-        high = xp.minimum(low + 1, in_size - 1)
-        return low, high, (where - low.astype(xp.float32)).astype(xp.float32)
+        return _bilinear_axis(xp, in_size, out_size, align)
 
     top, bottom, y_lerp = axis(images.shape[1], out_h)
     left, right, x_lerp = axis(images.shape[2], out_w)
@@ -125,6 +131,33 @@ def _resize_bilinear(ctx, images, size):
     lower = data[:, bottom][:, :, left] + \
         (data[:, bottom][:, :, right] - data[:, bottom][:, :, left]) * x_lerp
     return (upper + (lower - upper) * y_lerp[None, :, None, None],)
+
+
+@register_kernel("ResizeBilinearGrad")
+def _resize_bilinear_grad(ctx, grads, original):
+    """TF1's: each term ``grad * y_weight * x_weight`` in float32, added in the original
+    image's dtype into the cell it weighs (by 0/1 selection matrices: exact sums)."""
+    xp = ctx.xp
+    _check_images(ctx, grads)
+    _check_images(ctx, original)
+    if grads.shape[0] != original.shape[0] or grads.shape[3] != original.shape[3]:
+        raise _invalid(ctx, f"grads {list(grads.shape)} and original_image "
+                            f"{list(original.shape)} differ in batch or channels")
+    dtype, align = original.dtype, ctx.attrs["align_corners"]
+    grads = grads.astype(xp.float32)
+    axes = []
+    for in_size, out_size in ((original.shape[1], grads.shape[1]),
+                              (original.shape[2], grads.shape[2])):
+        low, high, lerp = _bilinear_axis(xp, in_size, out_size, align)
+        cells = xp.arange(in_size)
+        axes.append([((index[:, None] == cells[None, :]).astype(dtype), weight)
+                     for index, weight in ((low, np.float32(1) - lerp), (high, lerp))])
+    out = xp.zeros(original.shape, dtype=dtype)
+    for rows, y_weight in axes[0]:
+        for cols, x_weight in axes[1]:
+            term = grads * y_weight[None, :, None, None] * x_weight[None, None, :, None]
+            out += xp.einsum("yh,nywc,wv->nhvc", rows, term.astype(dtype), cols)
+    return (out,)
 
 
 @register_kernel("ResizeNearestNeighbor")

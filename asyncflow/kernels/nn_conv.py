@@ -20,9 +20,13 @@ Theory of operation for the spatial kernels (Conv2D, pooling and their gradients
   gradient, fused at compile time) first ask ``nn_conv_fft.choose``: for stride 1, no
   dilation and shapes where its cost model predicts the FFT algorithm faster (the convnet's
   14x14 5x5 layer), ``kernels/nn_conv_fft.py`` computes them; otherwise the code below.
-- Pooling reduces over the taps elementwise. MaxPoolGrad routes each output's gradient to the
-  first maximal cell of its window in row-major tap order, as TF's CPU kernel (a NaN counts
-  as the maximum, as ``argmax`` has it): taps are visited in order with a ``remaining`` mask,
+- Pooling reduces over the taps elementwise. MaxPool is TF's CPU kernel: the largest cell
+  that is not NaN, and never below the dtype's lowest finite value (a window of -inf or NaN
+  only gives that lowest). MaxPoolGrad routes each output's gradient as TF's CPU kernel,
+  which starts each window at its first real (unpadded) cell and moves on to a strictly
+  greater one: to the first maximal non-NaN cell in row-major tap order, except where the
+  first real cell is NaN or nothing beats -inf, where that first cell keeps it
+  (``_first_cells``); taps are visited in order with a ``remaining`` mask,
   and the masks are applied by multiplication (10-20x cheaper than ``where``) unless the
   gradient holds an inf or NaN, where ``0 * inf`` would leak a NaN; then ``where`` routes it.
   AvgPool divides by the number of real (unpadded) cells, as TF. Where the compile pass pairs
@@ -425,6 +429,52 @@ def _lowest(dtype):
     return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
 
 
+def _all_above_minus_inf(xp, values):
+    """Whether every value is above -inf and none is NaN (one reduction: ``min`` keeps NaN)."""
+    return values.dtype.kind != "f" or not values.size or bool(values.min() > -np.inf)
+
+
+def _window_max(xp, views, out):
+    """MaxPool's reduction of the tap ``views`` into ``out``, as TF's CPU MaxPool: NaN cells
+    ignored and nothing below the lowest finite value. ``maximum`` (which keeps NaN) first;
+    only where that leaves a NaN or a -inf are the windows reduced again by ``fmax`` from the
+    lowest value."""
+    xp.copyto(out, views[0])
+    for view in views[1:]:
+        xp.maximum(out, view, out=out)
+    if not _all_above_minus_inf(xp, out):
+        out.fill(np.finfo(out.dtype).min)
+        for view in views:
+            xp.fmax(out, view, out=out)
+
+
+def _first_cells(xp, x, kernel_hw, strides, rows, cols):
+    """Each window's first real (unpadded) cell: its values ``[n, OH, OW, C]`` and its
+    row-major tap index (``[OH, OW, 1]``, or 0 for all where nothing is padded above or left:
+    then the values are a strided view of ``x``). TF's CPU MaxPoolGrad starts every window
+    there and moves on only to a strictly greater cell, so the first cell keeps the gradient
+    where it is NaN or where no cell beats -inf."""
+    if not (rows[1] or cols[1]):
+        return x[:, :rows[0] * strides[1]:strides[1], :cols[0] * strides[2]:strides[2]], 0
+    row0 = np.arange(rows[0]) * strides[1] - rows[1]
+    col0 = np.arange(cols[0]) * strides[2] - cols[1]
+    first_row, first_col = np.maximum(row0, 0), np.maximum(col0, 0)
+    tap = (first_row - row0)[:, None] * kernel_hw[1] + (first_col - col0)[None, :]
+    values = x[:, xp.asarray(first_row)][:, :, xp.asarray(first_col)]
+    return values, xp.asarray(tap[:, :, None])
+
+
+def _first_cell_keeps(xp, x, best, kernel_hw, strides, rows, cols):
+    """(the windows whose first real cell takes the gradient, that cell's tap index), or None
+    where there are none: a NaN first cell, or a maximum (``fmax``, NaN ignored) of -inf."""
+    if x.dtype.kind != "f":
+        return None
+    first, tap = _first_cells(xp, x, kernel_hw, strides, rows, cols)
+    keeps = xp.isnan(first)
+    keeps |= best == -np.inf
+    return (keeps, tap) if bool(keeps.any()) else None
+
+
 def _pool_setup(ctx, shape):
     kernel_hw = tuple(ctx.attrs["ksize"][1:3])
     rows, cols = _spatial(ctx, shape, kernel_hw)
@@ -444,11 +494,7 @@ def _max_pool(ctx, x):
 
     def chunk(start, stop):
         padded = _pad(xp, x[start:stop], rows, cols, _lowest(x.dtype))
-        views = _taps(padded, *tap_args)
-        result = out[start:stop]
-        xp.copyto(result, next(views))
-        for view in views:
-            xp.maximum(result, view, out=result)
+        _window_max(xp, list(_taps(padded, *tap_args)), out[start:stop])
     intra_op.for_batch(ctx, x.shape[0], out[0].size * kernel_hw[0] * kernel_hw[1], chunk,
                        x[0].size * x.itemsize)
     return (out,)
@@ -470,7 +516,6 @@ def _max_pool_grad(ctx, x, _output, grad):
     tiled = (strides[1] == kernel_hw[0] and strides[2] == kernel_hw[1]
              and x.shape[1] + rows[1] + rows[2] == rows[0] * strides[1]
              and x.shape[2] + cols[1] + cols[2] == cols[0] * strides[2])
-    floating = x.dtype.kind == "f"
     # Without padding the chunk's gradient is written straight into its rows of ``out``
     # (no padded buffer, no copy of it back).
     unpadded = not (rows[1] or rows[2] or cols[1] or cols[2])
@@ -478,12 +523,17 @@ def _max_pool_grad(ctx, x, _output, grad):
     def chunk(start, stop):
         padded = _pad(xp, x[start:stop], rows, cols, _lowest(x.dtype))
         taps = list(_taps(padded, *tap_args))
-        # The window maximum, NaN when any cell is NaN (maximum propagates NaN, as argmax
-        # takes the first NaN for the maximum).
+        # The window maximum over its non-NaN cells (padding is -inf, so no padded cell
+        # equals it where it beats -inf); elsewhere the first real cell keeps the gradient.
         best = xp.array(taps[0], copy=True)
         for view in taps[1:]:
             xp.maximum(best, view, out=best)
-        has_nan = floating and bool(xp.isnan(best).any())
+        keeps = None
+        if not _all_above_minus_inf(xp, best):  # a NaN or -inf: NaN never wins (fmax)
+            xp.copyto(best, taps[0])
+            for view in taps[1:]:
+                xp.fmax(best, view, out=best)
+            keeps = _first_cell_keeps(xp, x[start:stop], best, kernel_hw, strides, rows, cols)
         g = grad[start:stop]
         if unpadded:
             result = out[start:stop]
@@ -491,17 +541,18 @@ def _max_pool_grad(ctx, x, _output, grad):
                 result.fill(0)
         else:
             result = (xp.empty if tiled else xp.zeros)(padded.shape, dtype=grad.dtype)
-        remaining = xp.ones(best.shape, dtype=bool)  # until a cell of the window has won
+        # until a cell of the window has won (at once where the first real cell keeps it)
+        remaining = xp.ones(best.shape, dtype=bool) if keeps is None else ~keeps[0]
         hit = xp.empty(best.shape, dtype=bool)
         routed = None if tiled else xp.empty(best.shape, dtype=grad.dtype)
         last = len(taps) - 1
         for tap, (view, target) in enumerate(zip(taps, _taps(result, *tap_args))):
             xp.equal(view, best, out=hit)
-            if has_nan:
-                hit |= view != view
             hit &= remaining                         # the first maximal cell wins
             if tap != last:
                 remaining ^= hit
+            if keeps is not None:
+                hit |= keeps[0] & (keeps[1] == tap)
             _route(xp, g, hit, target, tiled, finite, routed)
         if not unpadded:
             out[start:stop] = _crop(result, rows, cols, x.shape[1], x.shape[2])

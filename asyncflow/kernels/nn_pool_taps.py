@@ -3,9 +3,9 @@ ops/nn_conv.py ``_MaxPoolWithTaps``).
 
 Theory of operation: ``_MaxPoolWithTaps`` runs MaxPool's passes (the same bits) and, per
 output cell, keeps the uint8 index (row-major tap order) of the cell MaxPoolGrad routes to:
-the first maximal cell (a strictly greater tap takes over, so ties stay with the first), or
-the first NaN where the window holds one (a NaN never compares greater, so a window whose
-maximum came out NaN is looked at again). ``_MaxPoolGradByTaps`` then writes each tap's
+the first maximal non-NaN cell (a strictly greater tap takes over, so ties stay with the
+first, and a NaN never does), or the window's first real cell where that is NaN or nothing
+beats -inf (TF's CPU kernel starts there; kernels/nn_conv.py ``_first_cell_keeps``). ``_MaxPoolGradByTaps`` then writes each tap's
 cells by one equality on bytes and one multiply, the arithmetic MaxPoolGrad applies after
 recomputing every window's maximum (kernels/nn_conv.py): the same bits, with ``where`` for
 inf/NaN gradients as there. ``_MaxPoolReluGradByTaps`` also applies ReluGrad by the pooled
@@ -19,7 +19,8 @@ import numpy as np
 from asyncflow import errors
 from asyncflow.kernels import intra_op
 from asyncflow.kernels.nn_conv import (
-    _crop, _layout, _lowest, _pad, _padded_shape, _pool_setup, _route, _tap_args, _taps,
+    _all_above_minus_inf, _crop, _first_cell_keeps, _first_cells, _layout, _lowest, _pad, _padded_shape, _pool_setup, _route,
+    _tap_args, _taps,
 )
 from asyncflow.kernels.registry import register_kernel
 
@@ -45,26 +46,31 @@ def _max_pool_with_taps(ctx, x):
     out = xp.empty(out_shape, dtype=x.dtype)
     winners = xp.empty(out_shape, dtype=np.uint8)
     tap_args = _tap_args(ctx, kernel_hw, rows, cols)
-    floating = x.dtype.kind == "f"
 
     def chunk(start, stop):
         padded = _pad(xp, x[start:stop], rows, cols, _lowest(x.dtype))
         views = list(_taps(padded, *tap_args))
         best, index = out[start:stop], winners[start:stop]
-        xp.copyto(best, views[0])            # the same passes as MaxPool: the same bits
-        index.fill(0)
         hit = xp.empty(best.shape, dtype=bool)
         won = xp.empty(best.shape, dtype=np.uint8)
-        for tap, view in enumerate(views[1:], 1):
-            xp.greater(view, best, out=hit)  # strictly greater: the first maximum stays
-            xp.maximum(best, view, out=best)
-            xp.multiply(hit, np.uint8(tap), out=won)
-            xp.maximum(index, won, out=index)  # later taps carry larger indices
-        if floating and bool(xp.isnan(best).any()):
-            # A NaN never compares greater: where the maximum is NaN, the first NaN wins.
-            nan_window = xp.isnan(best)
-            for tap in range(len(views) - 1, -1, -1):
-                xp.copyto(index, np.uint8(tap), where=nan_window & xp.isnan(views[tap]))
+
+        def reduce(maximum, first):
+            index.fill(0)
+            for tap, view in enumerate(views[first:], first):
+                xp.greater(view, best, out=hit)  # strictly greater: the first maximum stays
+                maximum(best, view, out=best)
+                xp.multiply(hit, np.uint8(tap), out=won)
+                xp.maximum(index, won, out=index)  # later taps carry larger indices
+        xp.copyto(best, views[0])            # the same passes as MaxPool: the same bits
+        reduce(xp.maximum, 1)
+        if not _all_above_minus_inf(xp, best):  # a NaN or -inf: again by fmax (NaN never
+            xp.copyto(best, views[0])          # wins), then raised to the lowest finite
+            reduce(xp.fmax, 1)                 # value: MaxPool's values
+            keeps = _first_cell_keeps(xp, x[start:stop], best, kernel_hw,
+                                      ctx.attrs["strides"], rows, cols)
+            if keeps is not None:  # a NaN first real cell, or nothing above -inf: it keeps it
+                xp.copyto(index, xp.asarray(keeps[1], dtype=np.uint8), where=keeps[0])
+            xp.fmax(best, np.finfo(best.dtype).min, out=best)
     intra_op.for_batch(ctx, x.shape[0], out[0].size * kernel_hw[0] * kernel_hw[1] * 4, chunk,
                        x[0].size * x.itemsize)
     return out, winners
@@ -91,13 +97,17 @@ def _max_pool_relu_grad_by_taps(ctx, x, winners, grad, pooled):
     windows that tile, each cell gets at most its window's gradient, and its ``x > 0`` is the
     window's ``pooled > 0``, so the mask goes on the pooled-size gradient (a quarter of the
     cells for 2x2): the same bits. Overlapping windows sum several gradients into one cell,
-    where masking after the sum decides a zero's sign: there the mask follows the routing."""
+    where masking after the sum decides a zero's sign: there the mask follows the routing, as
+    it does where a window's first cell is NaN (it keeps the gradient, and ``x > 0`` is false
+    there, while the pooled maximum ignores it)."""
     kernel_hw, rows, cols = _pool_setup(ctx, x.shape)
     if tuple(pooled.shape) != tuple(grad.shape):
         raise errors.InvalidArgumentError(
             None, ctx.name, f"{ctx.name}: pooled has shape {list(pooled.shape)}, grad "
             f"{list(grad.shape)}")
-    if _tiled(ctx, x.shape, kernel_hw, rows, cols):
+    first = _first_cells(ctx.xp, x, kernel_hw, ctx.attrs["strides"], rows, cols)[0]
+    if _tiled(ctx, x.shape, kernel_hw, rows, cols) and not (  # (min keeps a NaN)
+            x.dtype.kind == "f" and first.size and bool(ctx.xp.isnan(first.min()))):
         return (_route_by_taps(ctx, x, winners, grad, pooled),)
     out = _route_by_taps(ctx, x, winners, grad)
     return (out * (x > 0),)

@@ -16,7 +16,10 @@
   align_corners) and keeps the dtype. ``resize_images`` is TF1's wrapper: 3-D or 4-D images,
   ``method`` a ``ResizeMethod``, and images already of the size returned unchanged.
 
-Kernels live in ``asyncflow/kernels/image.py``. No op here has a gradient.
+Kernels live in ``asyncflow/kernels/image.py``. ResizeBilinear has TF1's gradient,
+``ResizeBilinearGrad(grads, original_image)`` (attr ``align_corners``): each output cell's
+gradient times its two float32 weights goes to the four cells it read, in the original
+image's dtype (float16/32/64; other dtypes get none); no other op here has a gradient.
 - TF1's flips, crops, pads, ``per_image_standardization``, ``rgb_to_grayscale`` and
   ``convert_image_dtype`` are composites of slicing, padding and math (differentiable through
   them); the random ones draw with ``random_uniform`` and the given op seed.
@@ -24,7 +27,7 @@ Kernels live in ``asyncflow/kernels/image.py``. No op here has a gradient.
 from __future__ import annotations
 
 from asyncflow import dtypes
-from asyncflow.graph import not_differentiable, register_op
+from asyncflow.graph import not_differentiable, register_gradient, register_op
 from asyncflow.graph.shape import TensorShape
 from asyncflow.ops import math as math_ops
 from asyncflow.ops.array import shape as shape_of
@@ -88,7 +91,30 @@ def _infer_encode(op):
 register_op("EncodeJpeg", infer=_infer_encode)
 register_op("ResizeBilinear", infer=_infer_resize)
 register_op("ResizeNearestNeighbor", infer=_infer_resize)
-not_differentiable("DecodeJpeg", "DecodePng", "EncodeJpeg", "ResizeBilinear", "ResizeNearestNeighbor")
+not_differentiable("DecodeJpeg", "DecodePng", "EncodeJpeg", "ResizeNearestNeighbor")
+
+
+def _infer_resize_grad(op):
+    grads, original = op.inputs
+    if grads.shape.ndims not in (None, 4) or original.shape.ndims not in (None, 4):
+        raise ValueError(f"ResizeBilinearGrad {op.name}: grads and original_image must be 4-D, "
+                         f"got shapes {grads.shape} and {original.shape}")
+    return [(original.dtype, original.shape)]
+
+
+register_op("ResizeBilinearGrad", infer=_infer_resize_grad)
+not_differentiable("ResizeBilinearGrad")
+_RESIZE_GRAD_DTYPES = (dtypes.float16, dtypes.float32, dtypes.float64)
+
+
+@register_gradient("ResizeBilinear")
+def _resize_bilinear_grad(op, grad):
+    images = op.inputs[0]
+    if images.dtype not in _RESIZE_GRAD_DTYPES:  # as TF1: integer images get no gradient
+        return [None, None]
+    return [make("ResizeBilinearGrad", (grad, images),
+                 {"align_corners": op.get_attr("align_corners")}, None, "ResizeBilinearGrad"),
+            None]
 
 
 def decode_jpeg(contents, channels=0, ratio=1, fancy_upscaling=True,

@@ -614,6 +614,16 @@ def lrn_float32(rng):
 
 
 @gen
+def resize_bilinear(rng):
+    """ResizeBilinear computes in float32 (so finite differences at 1e-6 are noise; its
+    finite-difference check is tests/ops/test_conv_tf1_values.py's): TF1 is the reference."""
+    size = [int(v) for v in rng.integers(1, 7, size=2)]
+    align = bool(rng.random() < 0.5)
+    return Case(f"tf.cast(tf.image.resize_bilinear(x[0], {size}, align_corners={align}),"
+                " tf.float64)", [_normal(rng, _shape(rng, 4, 1, 4))], fd=False, tf1_rtol=1e-5)
+
+
+@gen
 def softmax_family(rng):
     shape = _shape(rng, 2, 2, 4)
     return Case("[tf.nn.softmax(x[0]), tf.nn.log_softmax(x[0]), tf.nn.softmax(x[0], axis=0),"

@@ -208,16 +208,66 @@ def all_minus_inf(rng, x):
     x[...] = -np.inf
 
 
+def tf_cpu_max_pool(attrs, x, grad):
+    """TF's CPU MaxPool and MaxPoolGrad, window by window as its loops go: the maximum starts
+    at the dtype's lowest finite value and takes a cell only when strictly greater (so NaN
+    never wins), and the gradient's winner starts at the window's first real cell and moves
+    only to a strictly greater one (ties stay first; a NaN first cell keeps it)."""
+    (_, kh, kw, _), (_, sh, sw, _) = attrs["ksize"], attrs["strides"]
+    geometry = []
+    for size, k, s in ((x.shape[1], kh, sh), (x.shape[2], kw, sw)):
+        out = -(-size // s) if attrs["padding"] == "SAME" else (size - k) // s + 1
+        geometry.append((out, max((out - 1) * s + k - size, 0) // 2 * (attrs["padding"] == "SAME")))
+    (oh, top), (ow, left) = geometry
+    lowest = np.finfo(x.dtype).min if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    pooled = np.full((x.shape[0], oh, ow, x.shape[3]), lowest, dtype=x.dtype)
+    routed = np.zeros(x.shape, dtype=grad.dtype)
+    for oy in range(oh):
+        for ox in range(ow):
+            cells = [(r, c) for r in range(oy * sh - top, oy * sh - top + kh)
+                     for c in range(ox * sw - left, ox * sw - left + kw)
+                     if 0 <= r < x.shape[1] and 0 <= c < x.shape[2]]
+            winner = np.full(x.shape[0::3], cells[0][0] * x.shape[2] + cells[0][1])
+            held = x[:, cells[0][0], cells[0][1]].copy()
+            for r, c in cells:
+                value = x[:, r, c]
+                pooled[:, oy, ox] = np.where(value > pooled[:, oy, ox], value, pooled[:, oy, ox])
+                greater = held < value
+                held = np.where(greater, value, held)
+                winner = np.where(greater, r * x.shape[2] + c, winner)
+            n, d = np.indices(winner.shape)
+            np.add.at(routed, (n, winner // x.shape[2], winner % x.shape[2], d), grad[:, oy, ox])
+    return pooled, routed
+
+
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("special", [no_special, with_nan_and_inf, all_minus_inf])
 def test_max_pool_kernels_match_bit_for_bit(special, threads, small_chunks):
-    """Ties go to the first cell in row-major order, a NaN wins its window (argmax's rule),
-    as the argmax-based kernel did; the same bits on any thread count."""
+    """Ties go to the first cell in row-major order, as the argmax-based kernel did, and with
+    NaN and infinities as TF's CPU kernels (``tf_cpu_max_pool``; the argmax-based kernel let
+    a NaN win and gave -inf windows -inf); the same bits on any thread count."""
     for case, attrs, x, grad in pool_cases_with(special):
-        for new, old in zip(pool_results(rebuilt, attrs, x, grad, threads),
-                            pool_results(before, attrs, x, grad, 1)):
-            assert new.dtype == old.dtype
-            np.testing.assert_array_equal(new, old, err_msg=f"{case}")
+        new = pool_results(rebuilt, attrs, x, grad, threads)
+        if special is no_special:
+            for mine, old in zip(new, pool_results(before, attrs, x, grad, 1)):
+                assert mine.dtype == old.dtype
+                np.testing.assert_array_equal(mine, old, err_msg=f"{case}")
+        else:
+            assert_like_tf_cpu(new, tf_cpu_max_pool(attrs, x, grad), case)
+
+
+def assert_like_tf_cpu(new, reference, case):
+    """The pooled values bit for bit; the gradient up to the order its windows' shares add
+    up in (the reference adds window by window, the kernels tap by tap)."""
+    assert [a.dtype for a in new] == [b.dtype for b in reference]
+    np.testing.assert_array_equal(new[0], reference[0], err_msg=f"{case}")
+    np.testing.assert_allclose(new[1], reference[1], rtol=1e-6, atol=1e-6, err_msg=f"{case}")
+
+
+def test_tf_cpu_max_pool_reference_agrees_with_the_argmax_kernel_without_nan():
+    for case, attrs, x, grad in pool_cases_with(no_special):
+        assert_like_tf_cpu(pool_results(before, attrs, x, grad, 1),
+                           tf_cpu_max_pool(attrs, x, grad), case)
 
 
 @pytest.mark.parametrize("threads", [1, 2])

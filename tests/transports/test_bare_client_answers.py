@@ -286,7 +286,9 @@ async def test_a_connection_whose_call_was_cancelled_midway_carries_no_other(cut
         assert len(theirs.recv(1 << 16)) == bare.REQUEST.size  # the first request alone
 
 
-async def test_an_answer_cut_then_silent_ends_at_the_stall_timeout():
+@pytest.mark.parametrize("cut", [bare.REPLY.size - 3, bare.REPLY.size + 10],
+                         ids=["half_the_head", "part_of_the_frame"])
+async def test_an_answer_cut_then_silent_ends_at_the_stall_timeout(cut):
     """Part of an answer, then nothing on a connection that stays open, and the call has no
     deadline: TransportUnavailable "stalled" once the channel's stall timeout passed without a
     byte (as over HTTP), not a hang; the next call gets a whole answer on a new connection."""
@@ -296,7 +298,7 @@ async def test_an_answer_cut_then_silent_ends_at_the_stall_timeout():
         answered.append(call_id)
         whole = _health_answer(call_id, 5 + len(answered))
         if len(answered) == 1:
-            await stream.send_all(whole[:bare.REPLY.size + 10])
+            await stream.send_all(whole[:cut])
             await trio.sleep_forever()  # (until the channel closes it)
         await stream.send_all(whole)
 
@@ -308,3 +310,27 @@ async def test_an_answer_cut_then_silent_ends_at_the_stall_timeout():
             assert trio.current_time() - started >= stall - 0.05
             assert channel.bare_calls == 0 and channel._bare_idle == []
             assert (await channel.health()).incarnation == 7 and channel.bare_calls == 1
+
+
+async def test_a_late_first_byte_and_a_trickle_are_no_stall():
+    """The stall timeout counts from an answer's last byte, never before its first: an answer
+    that starts later than the timeout (a long step), then comes a piece at a time, each
+    within the timeout but all of them together past it, is the reply, and the connection is
+    pooled (the scope that watched its pieces left nothing behind on it)."""
+    stall = 0.5
+
+    async def answer(stream, call_id):
+        whole = _health_answer(call_id, 40 + call_id)
+        await trio.sleep(2 * stall)  # the first byte, after the timeout
+        for start in range(0, len(whole), len(whole) // 4):
+            await stream.send_all(whole[start:start + len(whole) // 4])
+            await trio.sleep(stall / 3)  # each piece within it, all four past it
+
+    with trio.fail_after(GENEROUS):
+        async with _scripted_channel(answer, stall_timeout=stall) as channel:
+            started = trio.current_time()
+            assert (await channel.health()).incarnation == 41
+            assert trio.current_time() - started >= 2 * stall
+            assert channel.bare_calls == 1 and len(channel._bare_idle) == 1
+            assert channel._bare_idle[0].watch is None
+            assert (await channel.health()).incarnation == 42 and channel.bare_calls == 2

@@ -19,12 +19,25 @@ from transports.http import bare_io
 from transports.http.client import TrioHttpChannel
 from transports.http.server import open_http_server
 
+_machine_busy = bare_io.machine_busy  # (the real one: ``spare_core`` replaces it in each test)
+
 
 @pytest.fixture
 def window():
     """Set the spin's window for one test (microseconds); the environment's afterwards."""
     yield bare_io.set_spin_window
     bare_io.set_spin_window(None)
+
+
+@pytest.fixture(autouse=True)
+def spare_core(monkeypatch):
+    """The machine has a core to spare (``machine_busy`` says no) unless a test says
+    otherwise: the tests here run beside other test processes, which the real look at the
+    machine's run queue would count. Returns a setter: ``spare_core(False)`` for a busy one."""
+    state = {"busy": False}
+    monkeypatch.setattr(bare_io, "_busy", [0.0, False])  # (no look from another test holds)
+    monkeypatch.setattr(bare_io, "machine_busy", lambda now: state["busy"])
+    return lambda spare: state.update(busy=not spare)
 
 
 @pytest.fixture
@@ -58,7 +71,7 @@ async def test_a_message_sent_during_the_spin_is_taken_without_parking(window, s
             nursery.start_soon(_soon, os.write, b.fileno(), b"call")
             before = _counts()
             assert await bare_io.read_once(a, True) == b"call"
-        assert _more(before) == {"parks": 0, "spun": 1, "skipped": 0}
+        assert _more(before) == {"parks": 0, "spun": 1, "skipped": 0, "busy": 0}
 
 
 async def test_a_window_of_zero_parks_at_once_as_before(window):
@@ -69,13 +82,13 @@ async def test_a_window_of_zero_parks_at_once_as_before(window):
             nursery.start_soon(_soon, os.write, b.fileno(), b"call")
             before = _counts()
             assert await bare_io.read_once(a, True) == b"call"
-        assert _more(before) == {"parks": 1, "spun": 0, "skipped": 0}
+        assert _more(before) == {"parks": 1, "spun": 0, "skipped": 0, "busy": 0}
         # and without spin asked for, whatever the window
         window(bare_io.MAX_SPIN_US)
         os.write(b.fileno(), b"next")
         before = _counts()
         assert await bare_io.read_once(a) == b"next"
-        assert _more(before) == {"parks": 1, "spun": 0, "skipped": 0}
+        assert _more(before) == {"parks": 1, "spun": 0, "skipped": 0, "busy": 0}
 
 
 async def test_a_spinning_wait_is_cancelled_at_its_next_checkpoint(window, still_clock):
@@ -89,7 +102,7 @@ async def test_a_spinning_wait_is_cancelled_at_its_next_checkpoint(window, still
                 await bare_io.read_once(a, True)
                 pytest.fail("not cancelled")
         assert scope.cancelled_caught
-        assert _more(before) == {"parks": 0, "spun": 0, "skipped": 0}
+        assert _more(before) == {"parks": 0, "spun": 0, "skipped": 0, "busy": 0}
 
 
 async def test_a_deadline_passing_during_the_spin_ends_it(autojump_clock, window, still_clock):
@@ -104,7 +117,7 @@ async def test_a_deadline_passing_during_the_spin_ends_it(autojump_clock, window
                 await bare_io.read_once(a, True)
         assert scope.cancelled_caught
         assert trio.current_time() - start == 10.0
-        assert _more(before) == {"parks": 0, "spun": 0, "skipped": 0}
+        assert _more(before) == {"parks": 0, "spun": 0, "skipped": 0, "busy": 0}
 
 
 async def test_a_deadline_past_the_spin_ends_the_parked_wait_as_before(autojump_clock, window):
@@ -117,7 +130,7 @@ async def test_a_deadline_past_the_spin_ends_the_parked_wait_as_before(autojump_
             await bare_io.read_once(a, True)
         assert scope.cancelled_caught
         assert trio.current_time() - start == 5.0  # (the clock jumped once it parked)
-        assert _more(before) == {"parks": 1, "spun": 0, "skipped": 0}
+        assert _more(before) == {"parks": 1, "spun": 0, "skipped": 0, "busy": 0}
 
 
 async def test_the_idle_sweeps_close_or_a_closed_socket_ends_the_spin(window, still_clock):
@@ -134,7 +147,7 @@ async def test_the_idle_sweeps_close_or_a_closed_socket_ends_the_spin(window, st
             nursery.start_soon(_soon, a.close)
             with pytest.raises(trio.ClosedResourceError):
                 await bare_io.read_once(a, True)
-        assert _more(before) == {"parks": 0, "spun": 0, "skipped": 0}
+        assert _more(before) == {"parks": 0, "spun": 0, "skipped": 0, "busy": 0}
 
 
 async def test_calls_over_the_bare_path_are_answered_with_the_spin_on_and_off(window):
@@ -257,4 +270,61 @@ async def test_a_window_of_zero_parks_at_once_and_learns_nothing(window, clock):
     before = _counts()
     spun, _ = await _waits(clock, conn, [10e-6, 5e-3])
     assert spun == [False, False] and conn.waited == 0.0
-    assert _more(before) == {"parks": 2, "spun": 0, "skipped": 0}
+    assert _more(before) == {"parks": 2, "spun": 0, "skipped": 0, "busy": 0}
+
+
+# No core to spare: a spin would take the core that the peer or a third process needs.
+
+
+async def test_a_machine_with_no_core_to_spare_parks_at_once(window, still_clock, spare_core):
+    window(bare_io.MAX_SPIN_US)
+    spare_core(False)
+    a, b = trio.socket.socketpair()
+    with a, b:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_soon, os.write, b.fileno(), b"call")
+            before = _counts()
+            assert await bare_io.read_once(a, True, _conn()) == b"call"
+        assert _more(before) == {"parks": 1, "spun": 0, "skipped": 0, "busy": 1}
+
+
+def _look(monkeypatch, cpus, runnable):
+    monkeypatch.setattr(bare_io, "_cpus", lambda: cpus)
+    monkeypatch.setattr(bare_io, "_runnable", lambda: runnable)
+    return _machine_busy(1.0)
+
+
+def test_no_core_to_spare_one_cpu_or_more_runnable_threads_than_cpus(monkeypatch, spare_core):
+    assert not _look(monkeypatch, 2, 2)  # this process and its peer: one core each
+    assert _look(monkeypatch, 2, 3)  # a third runnable thread: a spin would take its core
+    assert not _look(monkeypatch, 4, 3)
+    assert _look(monkeypatch, 1, 1)  # one CPU: the peer waits for the spinner's time slice
+    assert _look(monkeypatch, 1, None)
+    assert not _look(monkeypatch, 2, None)  # no /proc/loadavg: the CPU count decides
+    # the look holds for LOAD_EVERY_S from when it was taken
+    assert bare_io._busy == [1.0 + bare_io.LOAD_EVERY_S, False]
+
+
+def test_the_machine_look_reads_this_machines_run_queue():
+    runnable = bare_io._runnable()
+    assert runnable is None or runnable >= 1  # (at least the thread that reads it)
+    assert bare_io._cpus() >= 1
+
+
+async def test_the_look_at_the_machine_is_taken_once_per_period(window, monkeypatch, clock):
+    window(200)
+    looks = []
+
+    def look(now):
+        looks.append(now)
+        bare_io._busy[:] = [now + bare_io.LOAD_EVERY_S, False]
+        return False
+
+    monkeypatch.setattr(bare_io, "machine_busy", look)
+    conn = _conn()
+    spun, _ = await _waits(clock, conn, [20e-6] * 4)
+    assert spun == [True] * 4 and looks == [0.0]  # (all four started within the period)
+    conn.waited = 0.0
+    clock.now += bare_io.LOAD_EVERY_S
+    await _waits(clock, conn, [20e-6])
+    assert len(looks) == 2

@@ -416,7 +416,7 @@ class BareConnection:
         self._lent_size = 0
         self.waited = 0.0  # the recent answers' waits, estimated (``read_once``'s spin rule)
         self.watch = None  # a scope the answer's next byte is due in (``stall`` s), or None
-        self.stall = 0.0
+        self.stall = math.inf  # (the client's channel sets its ``stall_timeout``)
 
     async def call(self, rpc_index: int, buffers: list | None, timeout: float, lend: bool,
                    limits: Limits) -> tuple[Message, bool | None]:
@@ -452,25 +452,43 @@ class BareConnection:
                 await bulk_io.send_all(self.sock, memoryview(piece))
         if not self.pending:  # the answer's first bytes: waited for, not tried first
             await self._fill(eager=False)
+        pending = self.pending
+        if len(pending) >= REPLY.size:  # the usual answer: its head came with the first read
+            length, answered_id, kind, _ = REPLY.unpack_from(pending)
+            if answered_id != call_id:
+                raise RemoteProtocolError(f"answer to call {answered_id} where {call_id} was "
+                                          "due")
+            if kind in (FRAME, ERROR) and 0 < length <= len(pending) - REPLY.size:  # here
+                # whole: a repeated reply's frame decodes in one pass (any other kind is
+                # refused by ``_rest``, as a frame the full decoder reads)
+                start = REPLY.size
+                message = decode_repeated(memoryview(pending)[start:start + length], limits)
+                if message is not None:
+                    self.pending = pending[start + length:]
+                    if (kind == ERROR) != isinstance(message, ErrorReply):
+                        raise RemoteProtocolError(f"answer of kind {kind} holds a "
+                                                  f"{type(message).__name__}")
+                    self.midway = False
+                    return message, None
+        # The rest of the answer, each next byte due within ``stall`` s of the last (a scope
+        # only here: the usual answer, whole in its first read, enters none).
+        with trio.CancelScope(deadline=trio.current_time() + self.stall) as self.watch:
+            try:
+                return await self._rest(call_id, limits)
+            finally:
+                self.watch = None
+        raise TransportUnavailable(f"the answer stalled: no byte of it for {self.stall} s")
+
+    async def _rest(self, call_id: int, limits: Limits) -> tuple[Message, bool | None]:
+        """``call``'s answer where it did not come whole with its first read."""
         pending, start = self.pending, REPLY.size
-        if len(pending) >= start:  # the usual answer: its head came with the first read
+        if len(pending) >= start:
             length, answered_id, kind, _ = REPLY.unpack_from(pending)
         else:
             length, answered_id, kind, _ = REPLY.unpack(await self._exactly(REPLY.size))
             pending, start = self.pending, 0
         if answered_id != call_id:
             raise RemoteProtocolError(f"answer to call {answered_id} where {call_id} was due")
-        if kind in (FRAME, ERROR) and 0 < length <= len(pending) - start:  # here whole: a
-            # repeated reply's frame decodes in one pass (any other kind is refused below, as
-            # a frame the full decoder reads)
-            message = decode_repeated(memoryview(pending)[start:start + length], limits)
-            if message is not None:
-                self.pending = pending[start + length:]
-                if (kind == ERROR) != isinstance(message, ErrorReply):
-                    raise RemoteProtocolError(f"answer of kind {kind} holds a "
-                                              f"{type(message).__name__}")
-                self.midway = False
-                return message, None
         if start:
             self.pending = pending[start:]
         decoder, lent = Decoder(limits), None

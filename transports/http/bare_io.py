@@ -19,8 +19,16 @@ are): each wait's duration, from its start to its data, spun or parked, is folde
 connection's ``waited`` (:func:`learn_wait`), and a wait spins only while that estimate is within
 twice the window. A connection whose answers take longer (a PS MLP step's calls, a large pull, a
 worker waiting for the next call of a slower loop) parks at once and burns nothing; a parked
-wait whose data came within the window brings the spin back. ``COUNTS`` holds the waits that
-parked, the messages the spin took and the waits that parked at once by that rule.
+wait whose data came within the window brings the spin back.
+
+A spin also needs a core to spare (:func:`machine_busy`): a process that may run on one CPU
+only never spins (its peer would wait for the spinner's time slice), and a wait parks at once
+while the machine's runnable threads, the waiter included, outnumber the CPUs it may run on (a
+third runnable process beside a spinning pair: measured, a trivial step then took 0.30 ms
+spinning or parked, so the spin only burns CPU that the third or the peer needs). The look
+(``/proc/loadavg``, machine-wide; a cgroup's CPU quota is not looked at) is taken once per
+:data:`LOAD_EVERY_S` per process. ``COUNTS`` holds the waits that parked, the messages the spin
+took, and the waits that parked at once by the connection's rule or for want of a core.
 
 Nothing here knows about asyncflow.
 """
@@ -39,15 +47,18 @@ from transports.http.guard import GuardedConnection
 from transports.http.protocol import JOIN_BYTES
 from transports.wire import ChecksumTrailer
 
-__all__ = ["COUNTS", "RECV", "RequestBody", "SPIN_ENV", "ServerConnection", "read_once",
-           "learn_wait", "set_spin_window", "small_pieces", "spin_window_s", "write_now"]
+__all__ = ["COUNTS", "LOAD_EVERY_S", "RECV", "RequestBody", "SPIN_ENV", "ServerConnection",
+           "learn_wait", "machine_busy", "read_once", "set_spin_window", "small_pieces",
+           "spin_window_s", "write_now"]
 
 RECV: Final = 64 * 1024
 SPIN_ENV: Final = "ASYNCFLOW_BARE_SPIN_US"
 DEFAULT_SPIN_US: Final = 0.0  # off: PS MLP rounds over target with it on (bench/RESULTS.md)
 MAX_SPIN_US: Final = 1000.0  # the project's time slice: a longer spin would starve the machine
-COUNTS = {"parks": 0, "spun": 0, "skipped": 0}  # waits that parked; messages a spin took; waits
-# that parked at once where a spin was asked for (their connection's answers came late: tests)
+COUNTS = {"parks": 0, "spun": 0, "skipped": 0, "busy": 0}  # waits that parked; messages a
+# spin took; waits that parked at once where a spin was asked for, their connection's answers
+# having come late ("skipped") or the machine having no core to spare ("busy") (tests)
+LOAD_EVERY_S: Final = 0.005  # how often a spinning process looks at the machine's run queue
 _clock = time.perf_counter  # (a test may set its own)
 _spin: list = []  # [the window in seconds], read from the environment on first use
 
@@ -81,6 +92,42 @@ def set_spin_window(us: float | None) -> None:
         _spin.append(us / 1e6)
 
 
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # (not Linux)
+        return os.cpu_count() or 1
+
+
+def _runnable() -> int | None:
+    """The machine's runnable threads now, this one included (``/proc/loadavg``'s fourth
+    field's numerator); None where that cannot be read."""
+    try:
+        if not _loadavg:
+            _loadavg.append(os.open("/proc/loadavg", os.O_RDONLY))
+        return int(os.pread(_loadavg[0], 128, 0).split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+_loadavg: list = []  # the open /proc/loadavg (read again at offset 0 each time)
+_busy = [0.0, False]  # until when the last look holds; whether the machine had no core to spare
+
+
+def machine_busy(now: float) -> bool:
+    """Whether a spin would take a core that another runnable thread needs: this process may
+    run on one CPU only (its peer would wait for the spinner's time slice), or the machine's
+    runnable threads, this one included, outnumber the CPUs it may run on (a third process
+    beside a spinning pair: the spinner delays it or the peer it waits for). Looked at once
+    per :data:`LOAD_EVERY_S` per process (a read of ``/proc/loadavg``, ~2 us); where that
+    cannot be read, only the CPU count decides."""
+    cpus = _cpus()
+    running = _runnable() if cpus > 1 else None
+    _busy[0] = now + LOAD_EVERY_S
+    _busy[1] = busy = cpus < 2 or (running is not None and running > cpus)
+    return busy
+
+
 async def read_once(sock: Any, spin: bool = False, conn: Any = None) -> bytes:
     """The next bytes of a trio socket that had none a moment ago (b"" at EOF): one wait, one
     read (trio's ``recv`` would try the read again before waiting). With ``spin``, first
@@ -94,7 +141,11 @@ async def read_once(sock: Any, spin: bool = False, conn: Any = None) -> bytes:
         COUNTS["parks"] += 1
         return await _park(sock)
     start = _clock()
-    if conn is None or conn.waited <= 2 * window:  # recent answers came soon (``learn_wait``)
+    if conn is not None and conn.waited > 2 * window:  # recent answers came late
+        COUNTS["skipped"] += 1
+    elif (_busy[1] if start < _busy[0] else machine_busy(start)):  # no core to spare
+        COUNTS["busy"] += 1
+    else:
         end = start + window
         while True:
             await trio.lowlevel.checkpoint()  # (cancelled, past its deadline: raises here)
@@ -112,8 +163,6 @@ async def read_once(sock: Any, spin: bool = False, conn: Any = None) -> bytes:
             if conn is not None:
                 learn_wait(conn, _clock() - start, window)
             return data
-    else:
-        COUNTS["skipped"] += 1
     COUNTS["parks"] += 1
     data = await _park(sock)
     if conn is not None:  # (parked: was the answer still within the window?)

@@ -252,15 +252,11 @@ class TrioHttpChannel(Channel):
                 if conn is None:
                     return None
             done = False
-            try:
-                with trio.CancelScope() as conn.watch:  # as _request's: a stalled answer
-                    conn.stall, conn.bulk.patience = self._stall_timeout, self._stall_timeout / 4
-                    reply, lent = await conn.call(_RPC_INDEX[rpc.method], buffers, timeout,
-                                                  self._lend, self._limits)
-                    done = True
-                if not done:
-                    raise TransportUnavailable(
-                        f"the answer stalled: no byte of it for {self._stall_timeout} s")
+            try:  # (a stalled answer, as _request's: the connection's own scope, see ``call``)
+                conn.stall, conn.bulk.patience = self._stall_timeout, self._stall_timeout / 4
+                reply, lent = await conn.call(_RPC_INDEX[rpc.method], buffers, timeout,
+                                              self._lend, self._limits)
+                done = True
             except (*_BROKEN, TransportUnavailable) as exc:
                 if conn.reused and not conn.answered and attempt == 0:
                     continue  # the server closed it while idle: say it again on a new one

@@ -1,0 +1,176 @@
+"""The IO threads' hop itself (``exec/io_threads.py``), on a pool of its own: a job handed to an
+idle thread by its bell, its result back through the job's bell; a cancelled read dropped
+(its thread finishes alone, its bell reused only once it is quiet), a cancelled write waited
+for, the backlog past ``MAX_THREADS``, idle threads ended, the pipe form where there is no
+eventfd, and a forked child's pool."""
+import multiprocessing
+import os
+import threading
+
+import pytest
+import trio
+import trio.testing
+
+from asyncflow.exec import io_threads
+
+
+@pytest.fixture(params=["eventfd", "pipe"] if hasattr(os, "eventfd") else ["pipe"])
+def pool(request, monkeypatch):
+    """A fresh pool, its bells eventfds or (as where the platform has none) pipes."""
+    monkeypatch.setattr(io_threads, "_EVENTFD", request.param == "eventfd")
+    return io_threads.IoThreads()
+
+
+def _quiet(pool):
+    """Every spare bell of ``pool`` is unrung (a reused one must not wake its next waiter)."""
+    for bell in pool._bells:
+        with pytest.raises(BlockingIOError):
+            os.read(bell.fd, 8)
+    return True
+
+
+class _Gate:
+    """A function for a pool's thread that says when it started and waits to be let go."""
+
+    def __init__(self, value=None):
+        self.started = threading.Event()
+        self.go = threading.Event()
+        self.ran = []
+        self.value = value
+
+    def __call__(self, tag):
+        self.ran.append((tag, threading.get_ident()))
+        self.started.set()
+        assert self.go.wait(30), "the test never let the gate go"
+        return self.value
+
+
+async def _until(predicate):
+    """Yield to the pool's threads until ``predicate()`` (bounded: their work is short)."""
+    for _ in range(3000):
+        if predicate():
+            return
+        await trio.to_thread.run_sync(threading.Event().wait, 0.001)
+    raise AssertionError("the pool's threads never got there")
+
+
+async def test_values_and_errors_come_back_from_one_reused_thread(pool):
+    idents = set()
+    for i in range(20):
+        assert await pool.run(None, lambda i=i: (i, idents.add(threading.get_ident()))) == \
+            (i, None)
+    with pytest.raises(ZeroDivisionError):
+        await pool.run(None, lambda: 1 / 0)
+    assert len(idents) == 1 and threading.get_ident() not in idents  # (one thread, reused)
+    assert pool._threads == 1 and len(pool._bells) == 1 and _quiet(pool)
+
+
+async def test_a_cancelled_read_is_dropped_and_its_thread_finishes_alone(pool):
+    gate = _Gate(value="late")
+    with trio.move_on_after(5) as scope:
+        async with trio.open_nursery() as nursery:
+            async def read():
+                await pool.run(None, gate, "read", abandon=True)
+                raise AssertionError("the read was not abandoned")
+            nursery.start_soon(read)
+            await trio.to_thread.run_sync(gate.started.wait)
+            assert pool.abandoned == 0
+            nursery.cancel_scope.cancel()
+    assert not scope.cancelled_caught  # (the read stopped waiting at once)
+    assert pool.abandoned == 1 and not pool._bells  # its thread still runs; its bell with it
+    gate.go.set()
+    await _until(lambda: pool.abandoned == 0 and pool._idle)
+    assert len(pool._bells) == 1 and _quiet(pool)  # (given back unrung: the result dropped)
+    assert await pool.run(None, lambda: "next") == "next"  # that bell, reused, waits anew
+    assert pool._threads == 1 and _quiet(pool)
+
+
+async def test_a_cancel_after_the_thread_rang_leaves_the_bell_quiet(pool):
+    # The read finished (its bell rung) but its task was cancelled before it woke: the drop
+    # sees the job done, counts nothing, and clears the bell before it is reused.
+    job = io_threads._Job(lambda: 1, (), io_threads._Bell(blocking=False))
+    pool._submit(job)
+    await _until(lambda: job.done)
+    pool._drop(job)
+    assert pool.abandoned == 0 and pool._bells == [job.bell] and _quiet(pool)
+
+
+async def test_a_cancelled_write_is_waited_for(pool):
+    gate = _Gate()
+    ended = []
+    scope = trio.CancelScope()
+    async with trio.open_nursery() as nursery:
+        async def write():
+            try:
+                with scope:
+                    await pool.run(None, gate, "write")  # (abandon=False: a write)
+            finally:
+                ended.append(gate.go.is_set())
+        nursery.start_soon(write)
+        await trio.to_thread.run_sync(gate.started.wait)
+        scope.cancel()
+        await trio.testing.wait_all_tasks_blocked()
+        assert ended == [] and pool.abandoned == 0  # still waiting for the write
+        gate.go.set()
+    assert ended == [True]  # it ended only once the write had
+    assert len(pool._bells) == 1 and _quiet(pool)
+
+
+async def test_jobs_past_max_threads_wait_in_the_backlog(pool, monkeypatch):
+    monkeypatch.setattr(io_threads, "MAX_THREADS", 1)
+    first, second, third = _Gate("a"), _Gate("b"), _Gate("c")
+    results = {}
+    async with trio.open_nursery() as nursery:
+        async def run(name, gate, abandon=False):
+            results[name] = await pool.run(None, gate, name, abandon=abandon)
+        nursery.start_soon(run, "first", first)
+        await trio.to_thread.run_sync(first.started.wait)
+        nursery.start_soon(run, "second", second)
+        async with trio.open_nursery() as dropped:
+            dropped.start_soon(run, "third", third, True)
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(pool._backlog) == 2 and pool._threads == 1
+            dropped.cancel_scope.cancel()  # (a job never started: dropped, not abandoned)
+        assert len(pool._backlog) == 1 and pool.abandoned == 0
+        second.go.set()  # (it waits for the one thread)
+        first.go.set()
+    assert results == {"first": "a", "second": "b"} and third.ran == []
+    assert first.ran[0][1] == second.ran[0][1]  # the same thread took the backlog's job
+    assert pool._threads == 1 and _quiet(pool)
+
+
+async def test_a_thread_idle_too_long_is_ended_by_the_next_job(pool, monkeypatch):
+    gates = [_Gate(i) for i in range(2)]
+    async with trio.open_nursery() as nursery:  # two threads at once
+        for i, gate in enumerate(gates):
+            nursery.start_soon(pool.run, None, gate, i)
+            await trio.to_thread.run_sync(gate.started.wait)
+        for gate in gates:
+            gate.go.set()
+    await _until(lambda: len(pool._idle) == 2)
+    assert pool._threads == 2
+    monkeypatch.setattr(io_threads, "IDLE_S", -1.0)  # (both idle too long now)
+    oldest = pool._idle[0]
+    ending = [t for t in threading.enumerate() if t.name == "asyncflow-io"]
+    assert await pool.run(None, lambda: 3) == 3  # taken by the newest; the oldest ended
+    assert pool._threads == 1 and pool._idle != [oldest] and oldest.job is None
+    await _until(lambda: sum(t.is_alive() for t in ending) < len(ending))
+
+
+def _child(connection):
+    connection.send(trio.run(io_threads.IO_THREADS.run, None, lambda: os.getpid()))
+
+
+def test_a_forked_child_starts_its_own_threads():
+    # The parent's threads are not in the child: a pool that counted them idle would hand
+    # the child's jobs to nobody. (A synchronous test: the child starts its own trio run.)
+    assert trio.run(io_threads.IO_THREADS.run, None, lambda: 1) == 1  # (an idle thread here)
+    assert io_threads.IO_THREADS._idle
+    context = multiprocessing.get_context("fork")
+    parent, child = context.Pipe()
+    process = context.Process(target=_child, args=(child,))
+    process.start()
+    got = parent.poll(30)
+    pid = parent.recv() if got else None
+    process.join(30)
+    assert got and pid == process.pid and process.exitcode == 0
