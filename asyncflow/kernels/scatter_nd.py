@@ -69,7 +69,9 @@ def _variable_kernel(combine):
 
 
 def _replace(xp, target, positions, rows):
-    target[positions] = rows  # numpy and CuPy: a repeated position keeps its last row
+    # numpy: a repeated position keeps its last row, as TF1 on CPU; CuPy leaves which one
+    # undefined, as TF1's GPU kernel does
+    target[positions] = rows
 
 
 register_kernel("ScatterNdUpdate")(_variable_kernel(_replace))

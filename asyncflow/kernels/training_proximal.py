@@ -9,10 +9,14 @@ as whole-array expressions in the variable's dtype (the rules of TF1's ``trainin
 - Proximal Adagrad: ``accum += g^2``, then the proximal step with ``alpha = lr / sqrt(accum)``.
 
 The sparse forms apply the rule to the unique touched rows, repeated rows summed first
-(``kernels/training.py``'s ``_rows``), and check every index before changing anything.
+(``kernels/training.py``'s ``_rows``), and check every index before changing anything. The
+proximal Adagrad kernels refuse, as TF1's, a learning rate that is not positive (or NaN) and a
+negative l1 or l2, before changing anything; TF1's Adadelta and proximal gradient descent
+kernels check no value, and neither do these.
 """
 from __future__ import annotations
 
+from asyncflow import errors
 from asyncflow.kernels.registry import register_kernel
 from asyncflow.kernels.training import _read, _rows, _scalar
 
@@ -39,6 +43,18 @@ def _proximal_adagrad(xp, value, accum, lr, l1, l2, grad):
     lr, l1, l2 = (_scalar(s, value) for s in (lr, l1, l2))
     accum = accum + grad * grad
     return _proximal(xp, value, lr / xp.sqrt(accum), l1, l2, grad), accum
+
+
+def _check_proximal_adagrad(ctx, lr, l1, l2):
+    """TF1's checks of ``ApplyProximalAdagrad``: ``lr > 0`` (a NaN fails), ``l1, l2 >= 0``."""
+    if not float(lr) > 0:
+        raise errors.InvalidArgumentError(
+            None, ctx.name, f"{ctx.type}: lr is not a positive scalar: {float(lr)}")
+    for value, which in ((l1, "l1"), (l2, "l2")):
+        if not float(value) >= 0:
+            raise errors.InvalidArgumentError(
+                None, ctx.name, f"{ctx.type}: {which} regularization strength is not a "
+                f"non-negative scalar: {float(value)}")
 
 
 @register_kernel("ApplyAdadelta")
@@ -81,6 +97,7 @@ def _sparse_apply_proximal_gradient_descent(ctx, var, alpha, l1, l2, grad, indic
 @register_kernel("ApplyProximalAdagrad")
 def _apply_proximal_adagrad(ctx, var, accum, lr, l1, l2, grad):
     value = _read(ctx, var, grad)
+    _check_proximal_adagrad(ctx, lr, l1, l2)
     new, new_accum = _proximal_adagrad(ctx.xp, value, accum.read(), lr, l1, l2, grad)
     accum.assign(new_accum, fresh=True)
     return (var.assign(new, fresh=True),)
@@ -88,6 +105,7 @@ def _apply_proximal_adagrad(ctx, var, accum, lr, l1, l2, grad):
 
 @register_kernel("SparseApplyProximalAdagrad")
 def _sparse_apply_proximal_adagrad(ctx, var, accum, lr, l1, l2, grad, indices):
+    _check_proximal_adagrad(ctx, lr, l1, l2)
     rows, grad = _rows(ctx, var, grad, indices)
     acc, value = accum.writable(), var.writable()
     value[rows], acc[rows] = _proximal_adagrad(ctx.xp, value[rows], acc[rows], lr, l1, l2, grad)

@@ -314,11 +314,13 @@ def _check_floating(tensors, optimizer):
 
 def _tf1_number(value):
     """A hyperparameter given as a number, as the array TF1 converts it to (a float to float32,
-    an int to int32; numpy values keep their dtype)."""
-    array = np.asarray(value)
-    if type(value) in (float, int):  # not numpy's float64, a float subclass
-        array = array.astype(np.float32 if type(value) is float else np.int32)
-    return array
+    an int to int32, or int64 when it does not fit; numpy values keep their dtype)."""
+    if type(value) is float:  # not numpy's float64, a float subclass
+        return np.asarray(value, np.float32)
+    if type(value) is int:
+        small = np.iinfo(np.int32).min <= value <= np.iinfo(np.int32).max
+        return np.asarray(value, np.int32 if small else np.int64)
+    return np.asarray(value)
 
 
 def _key(var):

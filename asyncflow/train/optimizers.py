@@ -236,7 +236,9 @@ class FtrlOptimizer(Optimizer):
         dtype = var.dtype
         lr = self._hyper(self._learning_rate, dtype, "learning_rate")
         l2 = self._hyper(self._l2, dtype, "l2_regularization_strength")
-        if self._beta:  # TF1: l2 + beta / (2 lr), in float32, cast to the variable's dtype
+        # TF1: l2 + beta / (2 lr), in float32, cast to the variable's dtype (a tensor beta
+        # too: it has no truth value when the graph is built)
+        if not isinstance(self._beta, (int, float)) or self._beta:
             key = ("adjusted_l2_regularization_strength", dtype)
             if key not in self._hyper_cache:
                 lr32 = self._hyper(self._learning_rate, float32, "learning_rate")

@@ -238,3 +238,53 @@ async def test_natural_exp_linear_cosine_and_restart_schedules_give_tf1s_values(
             values = [await sess.run(rate, {step: s}) for s in DECAY_STEPS]
     assert all(np.asarray(v).dtype == np.float32 for v in values)
     np.testing.assert_allclose(values, expected, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("hypers, message", [
+    (dict(learning_rate=-0.1), "lr is not a positive scalar"),
+    (dict(learning_rate=0.0), "lr is not a positive scalar"),
+    (dict(learning_rate=float("nan")), "lr is not a positive scalar"),
+    (dict(learning_rate=0.1, l1_regularization_strength=-0.1),
+     "l1 regularization strength is not a non-negative scalar"),
+    (dict(learning_rate=0.1, l2_regularization_strength=-0.1),
+     "l2 regularization strength is not a non-negative scalar"),
+])
+async def test_proximal_adagrad_refuses_tf1s_invalid_hyperparameters(hypers, message, sparse):
+    # TF1's (Sparse)ApplyProximalAdagrad fail the step (InvalidArgumentError) and change
+    # nothing; proximal gradient descent and Adadelta check no value, in TF1 as here.
+    start = np.array([[1.0, -2.0], [0.5, 3.0]], np.float32)
+    with af.Graph().as_default():
+        var = af.Variable(start, name="v")
+        opt = af.train.ProximalAdagradOptimizer(**hypers)
+        loss = af.reduce_sum(af.gather(var, [0, 1, 0]) * 1.5) if sparse \
+            else af.reduce_sum(var * var)
+        train = opt.minimize(loss)
+        async with af.Session() as sess:
+            await sess.run(af.global_variables_initializer())
+            with pytest.raises(af.errors.InvalidArgumentError, match=message):
+                await sess.run(train)
+            value, accum = await sess.run([var, opt.get_slot(var, "accumulator")])
+    np.testing.assert_array_equal(value, start)
+    np.testing.assert_array_equal(accum, np.full([2, 2], 0.1, np.float32))
+
+
+async def test_a_python_int_hyperparameter_beyond_int32_is_int64s_value():
+    # TF1 converts 3_000_000_000 to an int64 tensor (it does not fit int32), then casts it:
+    # the step is -3e9, not the value that int32 wraps it to.
+    with af.Graph().as_default():
+        var = af.Variable(np.array([0.0]), name="w")
+        train = af.train.GradientDescentOptimizer(3_000_000_000).minimize(af.reduce_sum(var))
+        value = await _steps(train, var)
+    np.testing.assert_array_equal(value, [-3e9])
+
+
+async def test_ftrl_takes_a_tensor_beta():
+    # TF1 adds a tensor beta to l2 as a number (the values of the float beta test above).
+    with af.Graph().as_default():
+        var = af.Variable(np.array([1.0, -2.0, 0.5], np.float32), name="v")
+        train = af.train.FtrlOptimizer(0.1, l2_regularization_strength=0.1,
+                                       beta=af.constant(0.3)).minimize(af.reduce_sum(var * var))
+        value = await _steps(train, var, count=2)
+    np.testing.assert_allclose(value, [0.5960536003112793, -1.5549579858779907,
+                                       0.16749678552150726], rtol=1e-6)

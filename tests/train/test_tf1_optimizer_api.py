@@ -158,6 +158,29 @@ op = tf.train.GradientDescentOptimizer(0.1).apply_gradients([(g, v)])
 with tf.Session() as s:
     s.run(tf.global_variables_initializer()); s.run(op); out = s.run(v).tolist()
 '''),
+    ('proximal_adagrad_bad_hypers', '''v = tf.Variable(np.ones([3, 2], np.float32), name='v')
+out = []
+for kw in (dict(learning_rate=0.0), dict(learning_rate=0.1, l1_regularization_strength=-0.1),
+           dict(learning_rate=0.1, l2_regularization_strength=-0.1)):
+    for loss in (tf.reduce_sum(v * v), tf.reduce_sum(tf.gather(v, [2, 0, 2]))):
+        o = tf.train.ProximalAdagradOptimizer(**kw); op = o.minimize(loss)
+        with tf.Session() as s:
+            s.run(tf.global_variables_initializer())
+            try:
+                s.run(op); out.append('ran')
+            except tf.errors.InvalidArgumentError:
+                out.append(s.run([v, o.get_slot(v, 'accumulator')])[0].tolist())
+'''),
+    ('ftrl_tensor_beta', '''v = tf.Variable([1.0, -2.0], name='v')
+op = tf.train.FtrlOptimizer(0.1, beta=tf.constant(0.3)).minimize(tf.reduce_sum(v * v))
+with tf.Session() as s:
+    s.run(tf.global_variables_initializer()); s.run(op); out = np.round(s.run(v), 5).tolist()
+'''),
+    ('int_lr_beyond_int32', '''v = tf.Variable(np.zeros([1]), name='v')
+op = tf.train.GradientDescentOptimizer(3000000000).minimize(tf.reduce_sum(v))
+with tf.Session() as s:
+    s.run(tf.global_variables_initializer()); s.run(op); out = s.run(v).tolist()
+'''),
 ]
 
 DRIVER = """
