@@ -136,7 +136,9 @@ def _resize_bilinear(ctx, images, size):
 @register_kernel("ResizeBilinearGrad")
 def _resize_bilinear_grad(ctx, grads, original):
     """TF1's: each term ``grad * y_weight * x_weight`` in float32, added in the original
-    image's dtype into the cell it weighs (by 0/1 selection matrices: exact sums)."""
+    image's dtype into the cell it weighs (the upper cell ``min(ceil, size - 1)``, as TF's).
+    Only a cell's own terms reach it (a NaN or inf gradient stays in its four cells), summed
+    along the rows and then the columns (``_sum_into``): linear in the image's size."""
     xp = ctx.xp
     _check_images(ctx, grads)
     _check_images(ctx, original)
@@ -145,19 +147,37 @@ def _resize_bilinear_grad(ctx, grads, original):
                             f"{list(original.shape)} differ in batch or channels")
     dtype, align = original.dtype, ctx.attrs["align_corners"]
     grads = grads.astype(xp.float32)
+    out = xp.zeros(original.shape, dtype=dtype)
+    if 0 in grads.shape or 0 in original.shape:
+        return (out,)
     axes = []
     for in_size, out_size in ((original.shape[1], grads.shape[1]),
                               (original.shape[2], grads.shape[2])):
-        low, high, lerp = _bilinear_axis(xp, in_size, out_size, align)
-        cells = xp.arange(in_size)
-        axes.append([((index[:, None] == cells[None, :]).astype(dtype), weight)
-                     for index, weight in ((low, np.float32(1) - lerp), (high, lerp))])
-    out = xp.zeros(original.shape, dtype=dtype)
+        low, _, lerp = _bilinear_axis(xp, in_size, out_size, align)
+        high = xp.minimum(xp.ceil(lerp + low.astype(xp.float32)).astype(np.int64), in_size - 1)
+        axes.append([(low, np.float32(1) - lerp), (high, lerp)])
     for rows, y_weight in axes[0]:
         for cols, x_weight in axes[1]:
             term = grads * y_weight[None, :, None, None] * x_weight[None, None, :, None]
-            out += xp.einsum("yh,nywc,wv->nhvc", rows, term.astype(dtype), cols)
+            by_rows = _sum_into(xp, term.astype(dtype), rows, original.shape[1], 1)
+            out += _sum_into(xp, by_rows, cols, original.shape[2], 2)
     return (out,)
+
+
+def _sum_into(xp, values, index, size, axis):
+    """``values`` summed along ``axis`` into ``size`` cells, position i into ``index[i]``
+    (non-decreasing): one pass per rank within a run of equal indices, each adding to
+    distinct cells."""
+    host = np.asarray(index.get() if hasattr(index, "get") else index)
+    rank = np.arange(host.size) - np.searchsorted(host, host)
+    shape = list(values.shape)
+    shape[axis] = size
+    out = xp.zeros(shape, dtype=values.dtype)
+    lead = (slice(None),) * axis
+    for k in range(int(rank.max()) + 1):
+        chosen = np.flatnonzero(rank == k)
+        out[lead + (xp.asarray(host[chosen]),)] += values[lead + (xp.asarray(chosen),)]
+    return out
 
 
 @register_kernel("ResizeNearestNeighbor")

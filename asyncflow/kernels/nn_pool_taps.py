@@ -5,11 +5,15 @@ Theory of operation: ``_MaxPoolWithTaps`` runs MaxPool's passes (the same bits) 
 output cell, keeps the uint8 index (row-major tap order) of the cell MaxPoolGrad routes to:
 the first maximal non-NaN cell (a strictly greater tap takes over, so ties stay with the
 first, and a NaN never does), or the window's first real cell where that is NaN or nothing
-beats -inf (TF's CPU kernel starts there; kernels/nn_conv.py ``_first_cell_keeps``). ``_MaxPoolGradByTaps`` then writes each tap's
+beats -inf (TF's CPU kernel starts there; kernels/nn_conv.py ``_first_cells``), with
+``NAN_FIRST`` added where that first cell is NaN. ``_MaxPoolGradByTaps`` then writes each tap's
 cells by one equality on bytes and one multiply, the arithmetic MaxPoolGrad applies after
 recomputing every window's maximum (kernels/nn_conv.py): the same bits, with ``where`` for
 inf/NaN gradients as there. ``_MaxPoolReluGradByTaps`` also applies ReluGrad by the pooled
-input (module docstring of compile/pool_taps.py). Every kernel splits the batch over the
+input (module docstring of compile/pool_taps.py); a window whose first cell is NaN keeps
+the gradient there and ReluGrad zeroes it (NaN is not > 0) while the pooled maximum ignores
+the NaN, so the fold learns of those windows from the flag, per chunk, and not by a pass
+over the input (which cost it 1.4x). Every kernel splits the batch over the
 intra-op pool as MaxPool does.
 """
 from __future__ import annotations
@@ -19,12 +23,16 @@ import numpy as np
 from asyncflow import errors
 from asyncflow.kernels import intra_op
 from asyncflow.kernels.nn_conv import (
-    _all_above_minus_inf, _crop, _first_cell_keeps, _first_cells, _layout, _lowest, _pad, _padded_shape, _pool_setup, _route,
-    _tap_args, _taps,
+    _all_above_minus_inf, _crop, _first_cells, _layout, _lowest, _pad, _padded_shape,
+    _pool_setup, _route, _tap_args, _taps,
 )
 from asyncflow.kernels.registry import register_kernel
 
 MAX_TAPS = 256
+# Where a window has at most this many taps, ``_MaxPoolWithTaps`` adds it to the tap index of
+# a window whose first real cell is NaN (and keeps the gradient): the Relu fold learns of
+# them from the winners it reads anyway, with no pass over the input.
+NAN_FIRST = 128
 
 
 def _tap_count(ctx, kernel_hw):
@@ -46,6 +54,7 @@ def _max_pool_with_taps(ctx, x):
     out = xp.empty(out_shape, dtype=x.dtype)
     winners = xp.empty(out_shape, dtype=np.uint8)
     tap_args = _tap_args(ctx, kernel_hw, rows, cols)
+    flagged = kernel_hw[0] * kernel_hw[1] <= NAN_FIRST
 
     def chunk(start, stop):
         padded = _pad(xp, x[start:stop], rows, cols, _lowest(x.dtype))
@@ -66,10 +75,13 @@ def _max_pool_with_taps(ctx, x):
         if not _all_above_minus_inf(xp, best):  # a NaN or -inf: again by fmax (NaN never
             xp.copyto(best, views[0])          # wins), then raised to the lowest finite
             reduce(xp.fmax, 1)                 # value: MaxPool's values
-            keeps = _first_cell_keeps(xp, x[start:stop], best, kernel_hw,
-                                      ctx.attrs["strides"], rows, cols)
-            if keeps is not None:  # a NaN first real cell, or nothing above -inf: it keeps it
-                xp.copyto(index, xp.asarray(keeps[1], dtype=np.uint8), where=keeps[0])
+            first, tap = _first_cells(xp, x[start:stop], kernel_hw, ctx.attrs["strides"],
+                                      rows, cols)
+            nan_first = xp.isnan(first)
+            keeps = nan_first | (best == -np.inf)  # the first real cell keeps the gradient
+            xp.copyto(index, xp.asarray(tap, dtype=np.uint8), where=keeps)
+            if flagged:
+                index += nan_first.astype(np.uint8) * np.uint8(NAN_FIRST)
             xp.fmax(best, np.finfo(best.dtype).min, out=best)
     intra_op.for_batch(ctx, x.shape[0], out[0].size * kernel_hw[0] * kernel_hw[1] * 4, chunk,
                        x[0].size * x.itemsize)
@@ -105,12 +117,18 @@ def _max_pool_relu_grad_by_taps(ctx, x, winners, grad, pooled):
         raise errors.InvalidArgumentError(
             None, ctx.name, f"{ctx.name}: pooled has shape {list(pooled.shape)}, grad "
             f"{list(grad.shape)}")
-    first = _first_cells(ctx.xp, x, kernel_hw, ctx.attrs["strides"], rows, cols)[0]
-    if _tiled(ctx, x.shape, kernel_hw, rows, cols) and not (  # (min keeps a NaN)
-            x.dtype.kind == "f" and first.size and bool(ctx.xp.isnan(first.min()))):
+    if _tiled(ctx, x.shape, kernel_hw, rows, cols) and (
+            kernel_hw[0] * kernel_hw[1] <= NAN_FIRST  # NaN first cells flagged in winners
+            or not _nan_first_cells(ctx.xp, x, kernel_hw, ctx.attrs["strides"], rows, cols)):
         return (_route_by_taps(ctx, x, winners, grad, pooled),)
     out = _route_by_taps(ctx, x, winners, grad)
     return (out * (x > 0),)
+
+
+def _nan_first_cells(xp, x, kernel_hw, strides, rows, cols):
+    """Whether some window's first real cell is NaN (one ``min``, which keeps NaN)."""
+    first = _first_cells(xp, x, kernel_hw, strides, rows, cols)[0]
+    return x.dtype.kind == "f" and first.size and bool(xp.isnan(first.min()))
 
 
 def _route_by_taps(ctx, x, winners, grad, pooled=None):
@@ -135,11 +153,18 @@ def _route_by_taps(ctx, x, winners, grad, pooled=None):
     finite = grad.dtype.kind != "f" or bool(xp.isfinite(grad).all())
     tiled = _tiled(ctx, x.shape, kernel_hw, rows, cols)
     unpadded = not (rows[1] or rows[2] or cols[1] or cols[2])
+    flagged = kernel_hw[0] * kernel_hw[1] <= NAN_FIRST
 
     def chunk(start, stop):
         g, index = grad[start:stop], winners[start:stop]
-        if pooled is not None:
-            g = g * (pooled[start:stop] > 0)
+        mask = None if pooled is None else pooled[start:stop] > 0
+        if flagged and int(index.max()) >= NAN_FIRST:  # windows whose first cell is NaN
+            nan_first = index >= NAN_FIRST
+            index = index - nan_first.astype(np.uint8) * np.uint8(NAN_FIRST)
+            if mask is not None:  # ReluGrad there: the winner is NaN, not > 0
+                mask &= ~nan_first
+        if mask is not None:
+            g = g * mask
         if unpadded:
             result = out[start:stop]
             if not tiled:

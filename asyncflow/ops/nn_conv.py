@@ -371,7 +371,8 @@ def _infer_avg_pool_grad(op):
 
 def _infer_pool_with_taps(op):
     """``_MaxPoolWithTaps(value)``: MaxPool's output and, per output cell, the uint8 tap
-    (row-major in the window) its gradient goes to; ``_MaxPoolGradByTaps(orig_input, taps,
+    (row-major in the window) its gradient goes to, plus 128 where that is a NaN first cell
+    of a window of at most 128 taps (kernels/nn_pool_taps.py); ``_MaxPoolGradByTaps(orig_input, taps,
     grad)`` routes by it, ``_MaxPoolReluGradByTaps(orig_input, taps, grad, orig_output)``
     also applies ReluGrad where ``orig_input`` is a Relu's output. Made only by
     compile/pool_taps.py, never by users."""

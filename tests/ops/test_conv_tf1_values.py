@@ -109,6 +109,26 @@ async def test_resize_bilinear_has_tf1s_gradient():
                                                  [3, 3]), x)[0] is None
 
 
+async def test_resize_bilinear_gradient_keeps_a_nan_or_inf_in_the_cells_it_weighs():
+    # TF1's values: each gradient reaches only the (up to) four cells it weighs, the upper
+    # one min(ceil, size - 1) (at a whole position a zero-weight term, inf * 0, lands on the
+    # lower cell); the first form summed through 0/1 matrices (0 * NaN everywhere) and gave
+    # NaN over the whole image, in time quadratic in its size.
+    x = tf.constant(np.zeros((1, 1, 4, 1), np.float32))
+    ys = tf.constant(np.array([1, np.inf, np.nan, 1], np.float32).reshape(1, 1, 4, 1))
+    same = tf.gradients(tf.image.resize_bilinear(x, [1, 4]), x, grad_ys=ys)[0]
+    x2 = tf.constant(np.zeros((1, 3, 3, 1), np.float32))
+    one_nan = np.zeros((1, 5, 5, 1), np.float32)
+    one_nan[0, 0, 0, 0] = np.nan
+    up = tf.gradients(tf.image.resize_bilinear(x2, [5, 5]), x2, grad_ys=tf.constant(one_nan))[0]
+    async with af.Session() as session:
+        same_value, up_value = await session.run([same, up])
+    np.testing.assert_array_equal(same_value.ravel(), [1, np.nan, np.nan, 1])
+    expected = np.zeros(9, np.float32)
+    expected[0] = np.nan
+    np.testing.assert_array_equal(up_value.ravel(), expected)
+
+
 async def test_avg_pool_gradient_is_its_derivative_where_tf1s_is_not():
     # On purpose unlike TF1: its CPU AvgPoolGrad sizes a SAME window that starts in the
     # padding and is larger than the input as the whole input (4x4, ksize 5, stride 3: g/16 on

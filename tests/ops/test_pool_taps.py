@@ -43,8 +43,8 @@ def assert_same_bits(new, old, case):
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("special", [no_special, with_nan_and_inf, all_minus_inf])
 def test_routing_by_taps_gives_maxpool_and_maxpoolgrad_bits(special, threads, small_chunks):
-    """Ties to the first cell in row-major order, the first NaN winning its window, windows
-    of -inf routed as MaxPoolGrad routes them (to a padded cell where that comes first)."""
+    """Ties to the first cell in row-major order, NaN never winning but a NaN first real cell
+    keeping its window, windows of -inf routed to their first real cell, as MaxPoolGrad."""
     for case, attrs, x, grad in pool_cases_with(special):
         assert_same_bits(by_taps(attrs, x, grad, threads), recomputed(attrs, x, grad), case)
 
@@ -208,3 +208,22 @@ def test_the_pass_pairs_only_a_pool_with_its_own_gradient():
         wide = af.nn.max_pool(big, [1, 17, 17, 1], [1, 1, 1, 1], "SAME")
         types = types_of(af.gradients(af.reduce_sum(wide), [x]), [x])
         assert types.count("MaxPoolGrad") == 1 and types.count("_MaxPoolGradByTaps") == 1
+
+
+@pytest.mark.parametrize("padding, rows", [("VALID", 8), ("SAME", 7)])  # windows that tile
+def test_the_tiled_relu_fold_learns_of_nan_first_cells_from_the_winners(padding, rows):
+    """The fold's NaN first cells (whose gradient ReluGrad zeroes: NaN is not > 0) come with
+    the winners ``_MaxPoolWithTaps`` wrote, not from a pass over the input: with the input's
+    values hidden the fold gives the same bits, and still TF's with them."""
+    rng = np.random.default_rng(8)
+    attrs = pool_attrs(2, 2, 2, 2, padding)
+    x = np.maximum(rng.standard_normal((3, rows, 8, 4)), 0).astype(np.float32)
+    x[:, ::2, ::2][rng.random((3, 4, 4, 4)) < 0.3] = np.nan  # first cells, next to positives
+    ctx = KernelContext(attrs, 2)
+    pooled, taps = nn_pool_taps._max_pool_with_taps(ctx, x)
+    g = rng.standard_normal(pooled.shape).astype(np.float32)
+    new = nn_pool_taps._max_pool_relu_grad_by_taps(ctx, x, taps, g, pooled)[0]
+    assert new.tobytes() == (recomputed(attrs, x, g)[1] * (x > 0)).tobytes()
+    hidden = np.broadcast_to(np.float32(np.nan), x.shape)
+    blind = nn_pool_taps._max_pool_relu_grad_by_taps(ctx, hidden, taps, g, pooled)[0]
+    assert blind.tobytes() == new.tobytes()

@@ -654,6 +654,22 @@ LOOSE_FLOAT64 = ("leaky_relu",)
 
 def _compare(ours, theirs, i, expr=""):
     """The differences between our case ``i`` and TF1's, as lines (none when they agree)."""
+    def differs(mine, want):
+        tolerance = _tolerance(want.dtype)
+        if want.dtype == np.float64 and any(name in expr for name in LOOSE_FLOAT64):
+            tolerance = 1e-7
+        if tolerance is None:
+            same = np.array_equal(mine, want)
+        else:
+            same = np.allclose(mine, want, rtol=tolerance, atol=tolerance, equal_nan=True)
+        return None if same else f"{mine.ravel()[:8]} TF1 {want.ravel()[:8]}"
+    return compare_outcomes(ours, theirs, i, differs)
+
+
+def compare_outcomes(ours, theirs, i, differs):
+    """Case ``i``'s differences, as lines: errors on one side only, output counts, dtypes and
+    shapes, values (``differs(mine, want)``: a line, or None where they agree) and static
+    shapes. Shared with the other TF1 fuzzes."""
     our_error, our_values, our_static = _outcome(ours, i)
     tf_error, tf_values, tf_static = _outcome(theirs, i)
     if our_error or tf_error:
@@ -669,15 +685,9 @@ def _compare(ours, theirs, i, expr=""):
             problems.append(f"out {k}: {mine.dtype}{list(mine.shape)}, TF1 {want.dtype}"
                             f"{list(want.shape)}")
             continue
-        tolerance = _tolerance(want.dtype)
-        if want.dtype == np.float64 and any(name in expr for name in LOOSE_FLOAT64):
-            tolerance = 1e-7
-        if tolerance is None:
-            same = np.array_equal(mine, want)
-        else:
-            same = np.allclose(mine, want, rtol=tolerance, atol=tolerance, equal_nan=True)
-        if not same:
-            problems.append(f"out {k}: {mine.ravel()[:8]} TF1 {want.ravel()[:8]}")
+        difference = differs(mine, want)
+        if difference:
+            problems.append(f"out {k}: {difference}")
         if not _compatible(our_static[k], list(mine.shape)):
             problems.append(f"out {k}: static shape {our_static[k]} but value {list(mine.shape)}")
         elif our_static[k] is not None and (tf_static[k] is None or not _compatible(

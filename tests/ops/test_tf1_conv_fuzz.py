@@ -20,7 +20,7 @@ more. A failing case becomes a focused regression test without TensorFlow
 import numpy as np
 import pytest
 
-from test_tf1_array_fuzz import DRIVER as _ARRAY_DRIVER, _compatible, _outcome
+from test_tf1_array_fuzz import DRIVER as _ARRAY_DRIVER, compare_outcomes
 from tf1_reference import compat_run, tf1_run
 
 # ``grad(y, xs)``: the gradients of ``y`` for ``xs`` with the upstream gradient
@@ -450,32 +450,13 @@ def _close(mine, want, expr=""):
 
 def _compare(ours, theirs, i, expr=""):
     """The differences between our case ``i`` and TF1's, as lines (none when they agree)."""
-    our_error, our_values, our_static = _outcome(ours, i)
-    tf_error, tf_values, tf_static = _outcome(theirs, i)
-    if our_error or tf_error:
-        if bool(our_error) != bool(tf_error):
-            return [f"ours: {our_error or 'a value'} | TF1: {tf_error or 'a value'}"]
-        return []
-    if len(our_values) != len(tf_values):
-        return [f"{len(our_values)} outputs, TF1 {len(tf_values)}"]
-    problems = []
-    for k, (mine, want) in enumerate(zip(our_values, tf_values)):
-        mine, want = np.asarray(mine), np.asarray(want)
-        if mine.dtype != want.dtype or mine.shape != want.shape:
-            problems.append(f"out {k}: {mine.dtype}{list(mine.shape)}, TF1 {want.dtype}"
-                            f"{list(want.shape)}")
-            continue
-        if not _close(mine, want, expr):
-            worst = int(np.nanargmax(np.abs(mine.astype(np.float64) - want)))
-            problems.append(f"out {k}: at {np.unravel_index(worst, want.shape)} "
-                            f"{mine.reshape(-1)[worst]} TF1 {want.reshape(-1)[worst]}; "
-                            f"{mine.ravel()[:6]} TF1 {want.ravel()[:6]}")
-        if not _compatible(our_static[k], list(mine.shape)):
-            problems.append(f"out {k}: static shape {our_static[k]} but value {list(mine.shape)}")
-        elif our_static[k] is not None and (tf_static[k] is None or not _compatible(
-                tf_static[k], our_static[k]) or not _compatible(our_static[k], tf_static[k])):
-            problems.append(f"out {k}: static shape {our_static[k]}, TF1 {tf_static[k]}")
-    return problems
+    def differs(mine, want):
+        if _close(mine, want, expr):
+            return None
+        worst = int(np.nanargmax(np.abs(mine.astype(np.float64) - want)))
+        return (f"at {np.unravel_index(worst, want.shape)} {mine.reshape(-1)[worst]} TF1 "
+                f"{want.reshape(-1)[worst]}; {mine.ravel()[:6]} TF1 {want.ravel()[:6]}")
+    return compare_outcomes(ours, theirs, i, differs)
 
 
 def _fuzz(tmp_path, cases, monkeypatch):
