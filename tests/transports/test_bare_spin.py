@@ -305,10 +305,48 @@ def test_no_core_to_spare_one_cpu_or_more_runnable_threads_than_cpus(monkeypatch
     assert bare_io._busy == [1.0 + bare_io.LOAD_EVERY_S, False]
 
 
-def test_the_machine_look_reads_this_machines_run_queue():
+def test_the_machine_look_reads_this_machines_run_queue(monkeypatch):
+    monkeypatch.setattr(bare_io, "_loadavg", [])  # (opened afresh, and closed below)
     runnable = bare_io._runnable()
-    assert runnable is None or runnable >= 1  # (at least the thread that reads it)
+    if bare_io._loadavg:
+        os.close(bare_io._loadavg[0])
+    if os.path.exists("/proc/loadavg"):  # (Linux: read, at least the thread that reads it)
+        assert runnable is not None and runnable >= 1
+    else:
+        assert runnable is None
     assert bare_io._cpus() >= 1
+
+
+def _runnable_of(monkeypatch, tmp_path, text):
+    path = tmp_path / "loadavg"
+    path.write_bytes(text)
+    fd = os.open(path, os.O_RDONLY)
+    monkeypatch.setattr(bare_io, "_loadavg", [fd])
+    try:
+        return bare_io._runnable(), bare_io._runnable()  # (twice: read at offset 0 each time)
+    finally:
+        os.close(fd)
+
+
+def test_the_run_queue_is_loadavgs_fourth_fields_numerator(monkeypatch, tmp_path):
+    assert _runnable_of(monkeypatch, tmp_path, b"1.58 1.76 2.69 4/155 18821\n") == (4, 4)
+    assert _runnable_of(monkeypatch, tmp_path, b"0.00 0.01 0.05 17/1200 99\n") == (17, 17)
+    # a line not of that form (a sandbox's own /proc) reads as unknown, never raises
+    assert _runnable_of(monkeypatch, tmp_path, b"") == (None, None)
+    assert _runnable_of(monkeypatch, tmp_path, b"0.00 0.01 0.05 x/1 9\n") == (None, None)
+
+
+def test_without_proc_the_look_says_unknown_and_the_cpu_count_decides(monkeypatch):
+    def no_proc(*args, **kwargs):
+        raise FileNotFoundError("/proc/loadavg")
+
+    monkeypatch.setattr(bare_io, "_loadavg", [])
+    monkeypatch.setattr(bare_io.os, "open", no_proc)
+    assert bare_io._runnable() is None and bare_io._loadavg == []
+    monkeypatch.setattr(bare_io, "_cpus", lambda: 2)
+    assert not _machine_busy(1.0)
+    monkeypatch.setattr(bare_io, "_cpus", lambda: 1)
+    assert _machine_busy(1.0)
 
 
 async def test_the_look_at_the_machine_is_taken_once_per_period(window, monkeypatch, clock):
