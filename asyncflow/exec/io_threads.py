@@ -127,7 +127,11 @@ class IoThreads:
         except IndexError:
             bell = _Bell(blocking=False)
         job = _Job(fn, args, bell)
-        self._submit(job)
+        try:
+            self._submit(job)
+        except BaseException:  # (no thread could start: out of threads or descriptors)
+            self._spare(bell)
+            raise
         try:
             await trio.lowlevel.wait_readable(bell.fd)
         except BaseException as exc:
@@ -182,9 +186,18 @@ class IoThreads:
                 self._backlog.append(job)
                 return
         if worker is None:
-            worker = _Worker(job)
-            threading.Thread(target=self._serve, args=(worker,), name="asyncflow-io",
-                             daemon=True).start()
+            bell = None
+            try:
+                worker = _Worker(job)
+                bell = worker.bell
+                threading.Thread(target=self._serve, args=(worker,), name="asyncflow-io",
+                                 daemon=True).start()
+            except BaseException:  # (a thread never started is not counted: it would fill
+                with self._lock:   # MAX_THREADS and leave later jobs in the backlog for ever)
+                    self._threads -= 1
+                if bell is not None:
+                    bell.close()
+                raise
         else:
             worker.bell.ring()
         if quit_worker is not None:

@@ -174,3 +174,43 @@ def test_a_forked_child_starts_its_own_threads():
     pid = parent.recv() if got else None
     process.join(30)
     assert got and pid == process.pid and process.exitcode == 0
+
+
+@pytest.mark.parametrize("failing", ["thread", "bell"])
+async def test_a_thread_that_cannot_start_gives_back_its_place_and_bells(pool, monkeypatch,
+                                                                          failing):
+    # Out of threads or file descriptors (EMFILE): the job fails with that error, and the
+    # pool must not keep counting a thread that never started (past MAX_THREADS such
+    # failures every later job waited in the backlog for ever) nor lose the job's bell.
+    monkeypatch.setattr(io_threads, "MAX_THREADS", 1)
+    made, closed, refusing = [], [], [True]
+
+    class Bell(io_threads._Bell):
+        __slots__ = ()
+
+        def __init__(self, blocking):
+            if blocking and failing == "bell" and refusing[0]:
+                raise OSError(24, "Too many open files")
+            super().__init__(blocking)
+            made.append(self)
+
+        def close(self):
+            closed.append(self)
+            super().close()
+
+    def refuse(thread):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(io_threads, "_Bell", Bell)
+    with monkeypatch.context() as patch:
+        if failing == "thread":
+            patch.setattr(threading.Thread, "start", refuse)
+        for _ in range(2):
+            with pytest.raises((OSError, RuntimeError)):
+                await pool.run(None, lambda: 1)
+            assert pool._threads == 0 and not pool._backlog
+    refusing[0] = False
+    job_bells = [bell for bell in made if bell not in closed]
+    assert pool._bells == job_bells[:1] and len(job_bells) == 1 and _quiet(pool)
+    with trio.fail_after(30):  # (it once waited in the backlog for a thread never started)
+        assert await pool.run(None, lambda: 2) == 2
