@@ -110,6 +110,7 @@ class IoThreads:
         self._idle = []  # idle workers, the most recently idle last
         self._backlog = collections.deque()  # jobs no thread has taken (all MAX_THREADS busy)
         self._bells = []  # spare job bells, none rung
+        self._workers = set()  # every thread's worker (their bells: closed in a forked child)
         self._threads = 0
         self.abandoned = 0  # dropped jobs whose thread has not finished them yet
 
@@ -190,11 +191,13 @@ class IoThreads:
             try:
                 worker = _Worker(job)
                 bell = worker.bell
+                self._workers.add(worker)
                 threading.Thread(target=self._serve, args=(worker,), name="asyncflow-io",
                                  daemon=True).start()
             except BaseException:  # (a thread never started is not counted: it would fill
                 with self._lock:   # MAX_THREADS and leave later jobs in the backlog for ever)
                     self._threads -= 1
+                self._workers.discard(worker)
                 if bell is not None:
                     bell.close()
                 raise
@@ -229,11 +232,16 @@ class IoThreads:
             if job is None:
                 worker.bell.wait()
                 job = worker.job  # (None: this thread is to end)
+        self._workers.discard(worker)  # (before the close: a fork between closes nothing twice)
         worker.bell.close()
 
     def _forked(self):
-        """In a forked child: the parent's threads are gone; start afresh."""
+        """In a forked child: the parent's threads are gone; start afresh, and close their
+        bells and the spare job bells (inherited descriptors nothing in the child uses)."""
+        bells = [worker.bell for worker in list(self._workers)] + list(self._bells)
         self.__init__()
+        for bell in bells:
+            bell.close()
 
 
 IO_THREADS = IoThreads()

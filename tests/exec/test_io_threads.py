@@ -214,3 +214,26 @@ async def test_a_thread_that_cannot_start_gives_back_its_place_and_bells(pool, m
     assert pool._bells == job_bells[:1] and len(job_bells) == 1 and _quiet(pool)
     with trio.fail_after(30):  # (it once waited in the backlog for a thread never started)
         assert await pool.run(None, lambda: 2) == 2
+
+
+def test_a_forked_child_closes_the_parents_bells():
+    # The parent's threads and spare bells are gone from the child's pool; their descriptors
+    # were left open there (inherited: close-on-exec only acts on exec).
+    assert trio.run(io_threads.IO_THREADS.run, None, lambda: 1) == 1
+    pool = io_threads.IO_THREADS
+    fds = [bell.fd for bell in pool._bells] + [worker.bell.fd for worker in pool._idle]
+    assert pool._bells and pool._idle
+    pid = os.fork()
+    if pid == 0:  # (the child: only os calls, then out at once)
+        still = 0
+        for fd in fds:
+            try:
+                os.fstat(fd)
+                still += 1
+            except OSError:
+                pass
+        os._exit(min(still, 100))
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0  # (the number still open in the child)
+    for fd in fds:
+        os.fstat(fd)  # (the parent's own still open)
