@@ -6,6 +6,7 @@ eventfd, and a forked child's pool."""
 import multiprocessing
 import os
 import threading
+import time
 
 import pytest
 import trio
@@ -46,12 +47,13 @@ class _Gate:
 
 
 async def _until(predicate):
-    """Yield to the pool's threads until ``predicate()`` (bounded: their work is short)."""
-    for _ in range(3000):
-        if predicate():
-            return
+    """Yield to the pool's threads until ``predicate()``; bounded as the gates are (30 s),
+    not by a count of 1 ms polls (about 3 s, little on a loaded 2-core machine)."""
+    deadline = time.monotonic() + 30
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("the pool's threads never got there")
         await trio.to_thread.run_sync(threading.Event().wait, 0.001)
-    raise AssertionError("the pool's threads never got there")
 
 
 async def test_values_and_errors_come_back_from_one_reused_thread(pool):
@@ -67,7 +69,7 @@ async def test_values_and_errors_come_back_from_one_reused_thread(pool):
 
 async def test_a_cancelled_read_is_dropped_and_its_thread_finishes_alone(pool):
     gate = _Gate(value="late")
-    with trio.move_on_after(5) as scope:
+    with trio.move_on_after(30) as scope:
         async with trio.open_nursery() as nursery:
             async def read():
                 await pool.run(None, gate, "read", abandon=True)
