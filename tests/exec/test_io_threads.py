@@ -19,7 +19,15 @@ from asyncflow.exec import io_threads
 def pool(request, monkeypatch):
     """A fresh pool, its bells eventfds or (as where the platform has none) pipes."""
     monkeypatch.setattr(io_threads, "_EVENTFD", request.param == "eventfd")
-    return io_threads.IoThreads()
+    pool = io_threads.IoThreads()
+    yield pool
+    with pool._lock:  # (its idle threads told to end, its spare bells closed: not left to
+        idle, pool._idle = pool._idle, []  # the rest of the test run)
+        bells, pool._bells = pool._bells, []
+    for worker in idle:
+        worker.bell.ring()  # (``job`` None: the thread ends)
+    for bell in bells:
+        bell.close()
 
 
 def _quiet(pool):
