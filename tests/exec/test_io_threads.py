@@ -175,7 +175,8 @@ def test_a_forked_child_starts_its_own_threads():
     # The parent's threads are not in the child: a pool that counted them idle would hand
     # the child's jobs to nobody. (A synchronous test: the child starts its own trio run.)
     assert trio.run(io_threads.IO_THREADS.run, None, lambda: 1) == 1  # (an idle thread here)
-    assert io_threads.IO_THREADS._idle
+    with io_threads.IO_THREADS._lock:  # (the thread rang, then went idle, under the lock)
+        assert io_threads.IO_THREADS._idle
     context = multiprocessing.get_context("fork")
     parent, child = context.Pipe()
     process = context.Process(target=_child, args=(child,))
@@ -231,8 +232,9 @@ def test_a_forked_child_closes_the_parents_bells():
     # were left open there (inherited: close-on-exec only acts on exec).
     assert trio.run(io_threads.IO_THREADS.run, None, lambda: 1) == 1
     pool = io_threads.IO_THREADS
-    fds = [bell.fd for bell in pool._bells] + [worker.bell.fd for worker in pool._idle]
-    assert pool._bells and pool._idle
+    with pool._lock:  # (the thread rang, then went idle, under the lock)
+        fds = [bell.fd for bell in pool._bells] + [worker.bell.fd for worker in pool._idle]
+        assert pool._bells and pool._idle
     pid = os.fork()
     if pid == 0:  # (the child: only os calls, then out at once)
         still = 0
