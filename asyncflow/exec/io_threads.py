@@ -22,7 +22,8 @@ keeps IO off trio's default thread limiter:
   once with a ``ResourceExhaustedError`` naming it, instead of waiting for a thread that
   never comes back (trio's limiter held its token until the thread ended: 40 stuck FIFO
   reads left every later IO kernel, and trio's own threads, waiting forever);
-- a write is never abandoned: a cancelled step waits for it to finish or fail.
+- a write is never abandoned: a cancelled step waits for it to finish or fail (one still in
+  the backlog, which no thread took, is dropped: it has nothing half done).
 
 The threads are daemons: a read stuck on a FIFO never holds up the interpreter's exit. At
 most ``MAX_THREADS`` run at once (later jobs wait in a backlog the threads take from); a
@@ -138,7 +139,8 @@ class IoThreads:
         except BaseException as exc:
             if abandon or not isinstance(exc, trio.Cancelled):
                 self._drop(job)
-            else:  # a write: the cancelled step waits for it to end
+            elif not self._drop(job, started=False):  # a write a thread took: the cancelled
+                # step waits for it to end (one still in the backlog is not run)
                 with trio.CancelScope(shield=True):
                     await trio.lowlevel.wait_readable(bell.fd)
                 self._collect(job)
@@ -158,18 +160,23 @@ class IoThreads:
         else:
             bell.close()  # (no trio run still waits on it: a bell is waited for once)
 
-    def _drop(self, job):
-        """Stop waiting for ``job``: its thread (if one took it) finishes it alone."""
+    def _drop(self, job, started=True):
+        """Stop waiting for ``job``: its thread (if one took it) finishes it alone. Not
+        ``started``: only if no thread took it yet (else False, and nothing changed)."""
         with self._lock:
-            job.dropped = True
             if job.done:  # (finished, its bell rung: nothing runs it any more)
-                pass
+                job.dropped = True
             elif job in self._backlog:  # (never started: nothing to abandon)
+                job.dropped = True
                 self._backlog.remove(job)
+            elif not started:
+                return False
             else:
+                job.dropped = True
                 self.abandoned += 1
-                return
+                return True
         self._spare(job.bell)
+        return True
 
     def _submit(self, job):
         quit_worker = None

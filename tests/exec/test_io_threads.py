@@ -126,6 +126,38 @@ async def test_a_cancelled_write_is_waited_for(pool):
     assert len(pool._bells) == 1 and _quiet(pool)
 
 
+
+async def test_a_cancelled_write_no_thread_took_yet_is_not_run(pool, monkeypatch):
+    # Waited for, a write still in the backlog kept its cancelled step until a thread came
+    # free (never, with every thread in a write to a FIFO nobody reads); never started, it
+    # has nothing half done: it is removed and the cancellation goes on at once.
+    monkeypatch.setattr(io_threads, "MAX_THREADS", 1)
+    busy, queued = _Gate("busy"), _Gate("queued")
+    ended = []
+    scope = trio.CancelScope()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(pool.run, None, busy, "busy")
+        await trio.to_thread.run_sync(busy.started.wait)
+
+        async def write():
+            try:
+                with scope:
+                    await pool.run(None, queued, "queued")  # (a write: abandon=False)
+            finally:
+                ended.append(True)
+        nursery.start_soon(write)
+        try:
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(pool._backlog) == 1
+            scope.cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            assert ended == [True] and not pool._backlog and pool.abandoned == 0
+        finally:
+            busy.go.set()
+            queued.go.set()  # (only for a failure: nothing runs it)
+    await _until(lambda: pool._idle)
+    assert queued.ran == [] and len(pool._bells) == 2 and _quiet(pool)
+
 async def test_jobs_past_max_threads_wait_in_the_backlog(pool, monkeypatch):
     monkeypatch.setattr(io_threads, "MAX_THREADS", 1)
     first, second, third = _Gate("a"), _Gate("b"), _Gate("c")
