@@ -259,6 +259,7 @@ async def test_a_thread_that_cannot_start_gives_back_its_place_and_bells(pool, m
         assert await pool.run(None, lambda: 2) == 2
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
 def test_a_forked_child_closes_the_parents_bells():
     # The parent's threads and spare bells are gone from the child's pool; their descriptors
     # were left open there (inherited: close-on-exec only acts on exec).
