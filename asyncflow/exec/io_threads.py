@@ -22,7 +22,8 @@ keeps IO off trio's default thread limiter:
   once with a ``ResourceExhaustedError`` naming it, instead of waiting for a thread that
   never comes back (trio's limiter held its token until the thread ended: 40 stuck FIFO
   reads left every later IO kernel, and trio's own threads, waiting forever);
-- a write is never abandoned: a cancelled step waits for it to finish or fail.
+- a write is never abandoned: a cancelled step waits for it to finish or fail (one still in
+  the backlog, which no thread took, is dropped: it has nothing half done).
 
 The threads are daemons: a read stuck on a FIFO never holds up the interpreter's exit. At
 most ``MAX_THREADS`` run at once (later jobs wait in a backlog the threads take from); a
@@ -110,6 +111,7 @@ class IoThreads:
         self._idle = []  # idle workers, the most recently idle last
         self._backlog = collections.deque()  # jobs no thread has taken (all MAX_THREADS busy)
         self._bells = []  # spare job bells, none rung
+        self._workers = set()  # every thread's worker (their bells: closed in a forked child)
         self._threads = 0
         self.abandoned = 0  # dropped jobs whose thread has not finished them yet
 
@@ -127,13 +129,18 @@ class IoThreads:
         except IndexError:
             bell = _Bell(blocking=False)
         job = _Job(fn, args, bell)
-        self._submit(job)
+        try:
+            self._submit(job)
+        except BaseException:  # (no thread could start: out of threads or descriptors)
+            self._spare(bell)
+            raise
         try:
             await trio.lowlevel.wait_readable(bell.fd)
         except BaseException as exc:
             if abandon or not isinstance(exc, trio.Cancelled):
                 self._drop(job)
-            else:  # a write: the cancelled step waits for it to end
+            elif not self._drop(job, started=False):  # a write a thread took: the cancelled
+                # step waits for it to end (one still in the backlog is not run)
                 with trio.CancelScope(shield=True):
                     await trio.lowlevel.wait_readable(bell.fd)
                 self._collect(job)
@@ -153,18 +160,23 @@ class IoThreads:
         else:
             bell.close()  # (no trio run still waits on it: a bell is waited for once)
 
-    def _drop(self, job):
-        """Stop waiting for ``job``: its thread (if one took it) finishes it alone."""
+    def _drop(self, job, started=True):
+        """Stop waiting for ``job``: its thread (if one took it) finishes it alone. Not
+        ``started``: only if no thread took it yet (else False, and nothing changed)."""
         with self._lock:
-            job.dropped = True
             if job.done:  # (finished, its bell rung: nothing runs it any more)
-                pass
+                job.dropped = True
             elif job in self._backlog:  # (never started: nothing to abandon)
+                job.dropped = True
                 self._backlog.remove(job)
+            elif not started:
+                return False
             else:
+                job.dropped = True
                 self.abandoned += 1
-                return
+                return True
         self._spare(job.bell)
+        return True
 
     def _submit(self, job):
         quit_worker = None
@@ -182,9 +194,20 @@ class IoThreads:
                 self._backlog.append(job)
                 return
         if worker is None:
-            worker = _Worker(job)
-            threading.Thread(target=self._serve, args=(worker,), name="asyncflow-io",
-                             daemon=True).start()
+            bell = None
+            try:
+                worker = _Worker(job)
+                bell = worker.bell
+                self._workers.add(worker)
+                threading.Thread(target=self._serve, args=(worker,), name="asyncflow-io",
+                                 daemon=True).start()
+            except BaseException:  # (a thread never started is not counted: it would fill
+                with self._lock:   # MAX_THREADS and leave later jobs in the backlog for ever)
+                    self._threads -= 1
+                self._workers.discard(worker)
+                if bell is not None:
+                    bell.close()
+                raise
         else:
             worker.bell.ring()
         if quit_worker is not None:
@@ -216,11 +239,16 @@ class IoThreads:
             if job is None:
                 worker.bell.wait()
                 job = worker.job  # (None: this thread is to end)
+        self._workers.discard(worker)  # (before the close: a fork between closes nothing twice)
         worker.bell.close()
 
     def _forked(self):
-        """In a forked child: the parent's threads are gone; start afresh."""
+        """In a forked child: the parent's threads are gone; start afresh, and close their
+        bells and the spare job bells (inherited descriptors nothing in the child uses)."""
+        bells = [worker.bell for worker in list(self._workers)] + list(self._bells)
         self.__init__()
+        for bell in bells:
+            bell.close()
 
 
 IO_THREADS = IoThreads()

@@ -6,6 +6,7 @@ eventfd, and a forked child's pool."""
 import multiprocessing
 import os
 import threading
+import time
 
 import pytest
 import trio
@@ -18,7 +19,15 @@ from asyncflow.exec import io_threads
 def pool(request, monkeypatch):
     """A fresh pool, its bells eventfds or (as where the platform has none) pipes."""
     monkeypatch.setattr(io_threads, "_EVENTFD", request.param == "eventfd")
-    return io_threads.IoThreads()
+    pool = io_threads.IoThreads()
+    yield pool
+    with pool._lock:  # (its idle threads told to end, its spare bells closed: not left to
+        idle, pool._idle = pool._idle, []  # the rest of the test run)
+        bells, pool._bells = pool._bells, []
+    for worker in idle:
+        worker.bell.ring()  # (``job`` None: the thread ends)
+    for bell in bells:
+        bell.close()
 
 
 def _quiet(pool):
@@ -46,12 +55,13 @@ class _Gate:
 
 
 async def _until(predicate):
-    """Yield to the pool's threads until ``predicate()`` (bounded: their work is short)."""
-    for _ in range(3000):
-        if predicate():
-            return
+    """Yield to the pool's threads until ``predicate()``; bounded as the gates are (30 s),
+    not by a count of 1 ms polls (about 3 s, little on a loaded 2-core machine)."""
+    deadline = time.monotonic() + 30
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("the pool's threads never got there")
         await trio.to_thread.run_sync(threading.Event().wait, 0.001)
-    raise AssertionError("the pool's threads never got there")
 
 
 async def test_values_and_errors_come_back_from_one_reused_thread(pool):
@@ -67,7 +77,7 @@ async def test_values_and_errors_come_back_from_one_reused_thread(pool):
 
 async def test_a_cancelled_read_is_dropped_and_its_thread_finishes_alone(pool):
     gate = _Gate(value="late")
-    with trio.move_on_after(5) as scope:
+    with trio.move_on_after(30) as scope:
         async with trio.open_nursery() as nursery:
             async def read():
                 await pool.run(None, gate, "read", abandon=True)
@@ -115,6 +125,38 @@ async def test_a_cancelled_write_is_waited_for(pool):
     assert ended == [True]  # it ended only once the write had
     assert len(pool._bells) == 1 and _quiet(pool)
 
+
+
+async def test_a_cancelled_write_no_thread_took_yet_is_not_run(pool, monkeypatch):
+    # Waited for, a write still in the backlog kept its cancelled step until a thread came
+    # free (never, with every thread in a write to a FIFO nobody reads); never started, it
+    # has nothing half done: it is removed and the cancellation goes on at once.
+    monkeypatch.setattr(io_threads, "MAX_THREADS", 1)
+    busy, queued = _Gate("busy"), _Gate("queued")
+    ended = []
+    scope = trio.CancelScope()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(pool.run, None, busy, "busy")
+        await trio.to_thread.run_sync(busy.started.wait)
+
+        async def write():
+            try:
+                with scope:
+                    await pool.run(None, queued, "queued")  # (a write: abandon=False)
+            finally:
+                ended.append(True)
+        nursery.start_soon(write)
+        try:
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(pool._backlog) == 1
+            scope.cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            assert ended == [True] and not pool._backlog and pool.abandoned == 0
+        finally:
+            busy.go.set()
+            queued.go.set()  # (only for a failure: nothing runs it)
+    await _until(lambda: pool._idle)
+    assert queued.ran == [] and len(pool._bells) == 2 and _quiet(pool)
 
 async def test_jobs_past_max_threads_wait_in_the_backlog(pool, monkeypatch):
     monkeypatch.setattr(io_threads, "MAX_THREADS", 1)
@@ -165,7 +207,8 @@ def test_a_forked_child_starts_its_own_threads():
     # The parent's threads are not in the child: a pool that counted them idle would hand
     # the child's jobs to nobody. (A synchronous test: the child starts its own trio run.)
     assert trio.run(io_threads.IO_THREADS.run, None, lambda: 1) == 1  # (an idle thread here)
-    assert io_threads.IO_THREADS._idle
+    with io_threads.IO_THREADS._lock:  # (the thread rang, then went idle, under the lock)
+        assert io_threads.IO_THREADS._idle
     context = multiprocessing.get_context("fork")
     parent, child = context.Pipe()
     process = context.Process(target=_child, args=(child,))
@@ -174,3 +217,68 @@ def test_a_forked_child_starts_its_own_threads():
     pid = parent.recv() if got else None
     process.join(30)
     assert got and pid == process.pid and process.exitcode == 0
+
+
+@pytest.mark.parametrize("failing", ["thread", "bell"])
+async def test_a_thread_that_cannot_start_gives_back_its_place_and_bells(pool, monkeypatch,
+                                                                          failing):
+    # Out of threads or file descriptors (EMFILE): the job fails with that error, and the
+    # pool must not keep counting a thread that never started (past MAX_THREADS such
+    # failures every later job waited in the backlog for ever) nor lose the job's bell.
+    monkeypatch.setattr(io_threads, "MAX_THREADS", 1)
+    made, closed, refusing = [], [], [True]
+
+    class Bell(io_threads._Bell):
+        __slots__ = ()
+
+        def __init__(self, blocking):
+            if blocking and failing == "bell" and refusing[0]:
+                raise OSError(24, "Too many open files")
+            super().__init__(blocking)
+            made.append(self)
+
+        def close(self):
+            closed.append(self)
+            super().close()
+
+    def refuse(thread):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(io_threads, "_Bell", Bell)
+    with monkeypatch.context() as patch:
+        if failing == "thread":
+            patch.setattr(threading.Thread, "start", refuse)
+        for _ in range(2):
+            with pytest.raises((OSError, RuntimeError)):
+                await pool.run(None, lambda: 1)
+            assert pool._threads == 0 and not pool._backlog
+    refusing[0] = False
+    job_bells = [bell for bell in made if bell not in closed]
+    assert pool._bells == job_bells[:1] and len(job_bells) == 1 and _quiet(pool)
+    with trio.fail_after(30):  # (it once waited in the backlog for a thread never started)
+        assert await pool.run(None, lambda: 2) == 2
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_forked_child_closes_the_parents_bells():
+    # The parent's threads and spare bells are gone from the child's pool; their descriptors
+    # were left open there (inherited: close-on-exec only acts on exec).
+    assert trio.run(io_threads.IO_THREADS.run, None, lambda: 1) == 1
+    pool = io_threads.IO_THREADS
+    with pool._lock:  # (the thread rang, then went idle, under the lock)
+        fds = [bell.fd for bell in pool._bells] + [worker.bell.fd for worker in pool._idle]
+        assert pool._bells and pool._idle
+    pid = os.fork()
+    if pid == 0:  # (the child: only os calls, then out at once)
+        still = 0
+        for fd in fds:
+            try:
+                os.fstat(fd)
+                still += 1
+            except OSError:
+                pass
+        os._exit(min(still, 100))
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0  # (the number still open in the child)
+    for fd in fds:
+        os.fstat(fd)  # (the parent's own still open)
