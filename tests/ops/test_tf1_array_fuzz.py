@@ -622,11 +622,13 @@ def _draw(seed, per_family):
     return [generator(rng) for _ in range(per_family) for generator in GENERATORS]
 
 
-def _program(cases):
+def program(cases, driver=DRIVER):
+    """The source that runs ``cases`` (``(expr, inputs)``) under ``driver``, and its feeds.
+    Shared with the other TF1 fuzzes (their own drivers)."""
     listed = [(expr, sorted(inputs)) for expr, inputs in cases]
     feeds = {f"c{i}_{name}": np.asarray(value) for i, (_, inputs) in enumerate(cases)
              for name, value in inputs.items()}
-    return f"CASES = {listed!r}\n" + DRIVER, feeds
+    return f"CASES = {listed!r}\n" + driver, feeds
 
 
 def _tolerance(dtype):
@@ -700,7 +702,7 @@ def compare_outcomes(ours, theirs, i, differs, fewer_static_dims=False):
 
 
 def _fuzz(tmp_path, cases):
-    source, feeds = _program(cases)
+    source, feeds = program(cases)
     theirs = tf1_run(source, tmp_path, **feeds)
     ours = compat_run(source, feeds)
     report = []

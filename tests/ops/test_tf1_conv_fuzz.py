@@ -20,7 +20,7 @@ more. A failing case becomes a focused regression test without TensorFlow
 import numpy as np
 import pytest
 
-from test_tf1_array_fuzz import DRIVER as _ARRAY_DRIVER, compare_outcomes
+from test_tf1_array_fuzz import DRIVER as _ARRAY_DRIVER, compare_outcomes, program
 from tf1_reference import compat_run, tf1_run
 
 # ``grad(y, xs)``: the gradients of ``y`` for ``xs`` with the upstream gradient
@@ -419,13 +419,6 @@ def _draw(seed, per_family):
     return [generator(rng) for _ in range(per_family) for generator in GENERATORS]
 
 
-def _program(cases):
-    listed = [(expr, sorted(inputs)) for expr, inputs in cases]
-    feeds = {f"c{i}_{name}": np.asarray(value) for i, (_, inputs) in enumerate(cases)
-             for name, value in inputs.items()}
-    return f"CASES = {listed!r}\n" + DRIVER, feeds
-
-
 # Relative to the largest finite magnitude of TF1's answer: sums of many products differ in
 # their last bits by summation order (float16 accumulates in float32 on both sides).
 _TOLERANCE = {np.dtype("float16"): 4e-3, np.dtype("float32"): 2e-5, np.dtype("float64"): 1e-11}
@@ -464,7 +457,7 @@ def _compare(ours, theirs, i, expr=""):
 
 
 def _fuzz(tmp_path, cases, monkeypatch):
-    source, feeds = _program(cases)
+    source, feeds = program(cases, DRIVER)
     # TF's own CPU kernels: TF 2.21 on x86 otherwise runs float32 Conv2D, pools and their
     # gradients through oneDNN, which gets some geometries wrong (see DIFFERENCES).
     monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
