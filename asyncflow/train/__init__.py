@@ -7,7 +7,7 @@ from asyncflow.train.saver import (  # noqa: F401
 from asyncflow.train.checkpoint_utils import list_variables, load_variable  # noqa: F401
 from asyncflow.train.optimizer import Optimizer  # noqa: F401
 from asyncflow.train.optimizers import (  # noqa: F401
-    AdadeltaOptimizer, AdagradOptimizer, AdamOptimizer, GradientDescentOptimizer,
+    AdadeltaOptimizer, AdagradDAOptimizer, AdagradOptimizer, AdamOptimizer, GradientDescentOptimizer,
     MomentumOptimizer, ProximalAdagradOptimizer, ProximalGradientDescentOptimizer,
     RMSPropOptimizer, FtrlOptimizer,
 )
