@@ -32,6 +32,6 @@ from asyncflow.train.monitored_session import (  # noqa: F401  (training loop, r
 from asyncflow.train.device_setter import replica_device_setter  # noqa: F401
 from asyncflow.train.learning_rate_decay import (  # noqa: F401  (learning-rate schedules)
     cosine_decay, cosine_decay_restarts, exponential_decay, inverse_time_decay,
-    linear_cosine_decay, natural_exp_decay, piecewise_constant, piecewise_constant_decay,
-    polynomial_decay,
+    linear_cosine_decay, natural_exp_decay, noisy_linear_cosine_decay, piecewise_constant,
+    piecewise_constant_decay, polynomial_decay,
 )
