@@ -314,6 +314,30 @@ def _resize(rng):
     return expr, {"a": x}
 
 
+def _resize_nearest(rng):
+    """Nearest-neighbor resizes with their gradient (TF1's ResizeNearestNeighborGrad), in
+    every mode (align_corners, half_pixel_centers, neither; both together fail on both sides),
+    up and down, 4-D or 3-D through ``resize_images``. With both flags the gradient alone is not
+    drawn: TF1's gradient kernel takes them, and its ``tf.shape(y)`` of a known shape is a
+    constant, so TF1 computes it without running the failing forward op, where here
+    ``grad``'s ``tf.shape(y)`` runs it."""
+    batch, height, width, depth = (int(d) for d in rng.integers(1, 5, size=4))
+    dtype = _dtype(rng)
+    x = _values(rng, (batch, height, width, depth), dtype)
+    size = [int(s) for s in rng.integers(1, 10, size=2)]
+    corners, half = [(False, False), (True, False), (False, True), (True, True)][
+        int(rng.choice(4, p=[0.3, 0.3, 0.3, 0.1]))]
+    if rng.random() < 0.25 and not half:
+        method = "tf.image.ResizeMethod.NEAREST_NEIGHBOR"
+        expr = f"tf.image.resize_images(a, {size}, method={method}, align_corners={corners})"
+        x = x[0]
+    else:
+        expr = (f"tf.image.resize_nearest_neighbor(a, {size}, align_corners={corners}, "
+                f"half_pixel_centers={half})")
+    return f"grad({expr}, [a])" if rng.random() < 0.8 and not (corners and half) else expr, \
+        {"a": x}
+
+
 def _crops(rng):
     height, width, depth = (int(d) for d in rng.integers(1, 7, size=3))
     x = _values(rng, (height, width, depth), _dtype(rng, ("float32", "float64")))
@@ -482,4 +506,11 @@ def test_convolutions_pools_and_image_ops_agree_with_tf1(tmp_path, monkeypatch):
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_convolutions_pools_and_image_ops_agree_with_tf1_long(tmp_path, monkeypatch, seed):
-    _fuzz(tmp_path, _draw(seed=seed, per_family=20), monkeypatch)
+    rng = np.random.default_rng([seed, 41])
+    _fuzz(tmp_path, _draw(seed=seed, per_family=20) + [_resize_nearest(rng) for _ in range(60)],
+          monkeypatch)
+
+
+def test_nearest_neighbor_resize_gradients_agree_with_tf1(tmp_path, monkeypatch):
+    rng = np.random.default_rng([0, 41])
+    _fuzz(tmp_path, [_resize_nearest(rng) for _ in range(30)], monkeypatch)
