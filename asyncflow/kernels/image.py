@@ -108,10 +108,16 @@ def _check_images(ctx, images):
 
 def _bilinear_axis(xp, in_size, out_size, align):
     """One axis of TF1's bilinear resize: each output index's lower and upper source index
-    and the float32 weight of the upper."""
+    and the float32 weight of the upper.
+
+    The upper index is TF1's ``min(ceil(where), in_size - 1)``: on a source coordinate that
+    is a whole number it is the lower one, so the neighbour the weight 0 falls on is never
+    read. For finite pixels that changes nothing (``a + (b - a) * 0`` is ``a``); next to an
+    inf or a NaN, or where ``b - a`` overflows, the pixel is the source's and not the NaN of
+    ``inf * 0``. Per output index, not per pixel: the interpolation costs the same."""
     where = xp.arange(out_size, dtype=xp.float32) * _scale(in_size, out_size, align)
     low = xp.floor(where).astype(np.int64)
-    high = xp.minimum(low + 1, in_size - 1)
+    high = xp.minimum(xp.ceil(where).astype(np.int64), in_size - 1)
     return low, high, (where - low.astype(xp.float32)).astype(xp.float32)
 
 

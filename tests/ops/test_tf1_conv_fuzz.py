@@ -431,6 +431,14 @@ EDGES = [
      {"a": np.ones((2, 3, 2, 2, 2), _F32), "b": np.arange(3.0).astype(_F32)}),
     ("tf.image.resize_bilinear(a, [1, 1], align_corners=True)",
      {"a": np.arange(8.0).reshape(1, 2, 4, 1)}),
+    # Next to an inf, a NaN or a difference that overflows, a pixel on a whole source
+    # coordinate is the source's (TF1's upper index is ceil(coordinate), not floor + 1).
+    ("tf.image.resize_bilinear(a, [4, 4])",
+     {"a": np.array([1.0, 2.0, 3.0, -_INF], _F32).reshape(1, 2, 2, 1)}),
+    ("tf.image.resize_bilinear(a, [3, 7], align_corners=True)",
+     {"a": np.array([_INF, 1.0, _NAN, 3e38, -3e38, 2.0], _F32).reshape(1, 2, 3, 1)}),
+    ("tf.image.resize_images(a, [5, 4])",
+     {"a": np.array([1.0, _INF, 2.0, -_INF, 1e308, -1e308], _F64).reshape(3, 2, 1)}),
     ("tf.image.resize_nearest_neighbor(a, [5, 3], align_corners=True)",
      {"a": np.arange(8, dtype=np.int32).reshape(1, 2, 4, 1)}),
     ("tf.image.central_crop(a, 0.5)", {"a": np.arange(35.0).reshape(5, 7, 1)}),
