@@ -191,7 +191,7 @@ def _sparse_apply_adagrad_da(ctx, var, accum, squared_accum, grad, indices, lr, 
     acc, squared, value = accum.writable(), squared_accum.writable(), var.writable()
     step = _global_step(ctx, global_step)
     if rows.shape[0]:
-        if int(np.prod(shape[1:])) > 1:  # TF1: rows of more than one element, in the variable's dtype
+        if int(np.prod(shape[1:])) > 1:  # TF1: rows of more than one element, in their dtype
             acc[rows] += grad
             squared[rows] += grad * grad
             value[rows] = _adagrad_da_rows(ctx.xp, acc[rows], squared[rows], lr, l1, l2, step)

@@ -7,9 +7,9 @@ from asyncflow.train.saver import (  # noqa: F401
 from asyncflow.train.checkpoint_utils import list_variables, load_variable  # noqa: F401
 from asyncflow.train.optimizer import Optimizer  # noqa: F401
 from asyncflow.train.optimizers import (  # noqa: F401
-    AdadeltaOptimizer, AdagradDAOptimizer, AdagradOptimizer, AdamOptimizer, GradientDescentOptimizer,
-    MomentumOptimizer, ProximalAdagradOptimizer, ProximalGradientDescentOptimizer,
-    RMSPropOptimizer, FtrlOptimizer,
+    AdadeltaOptimizer, AdagradDAOptimizer, AdagradOptimizer, AdamOptimizer,
+    GradientDescentOptimizer, MomentumOptimizer, ProximalAdagradOptimizer,
+    ProximalGradientDescentOptimizer, RMSPropOptimizer, FtrlOptimizer,
 )
 from asyncflow.train.training_util import (  # noqa: F401
     create_global_step, get_global_step, get_or_create_global_step,
