@@ -5,7 +5,8 @@ skips without TensorFlow) and here under ``asyncflow.compat.v1`` (``compat_run``
 Each case draws an optimizer of ``tf.train`` (every one asyncflow exports, with random
 hyperparameters: Nesterov momentum, centered RMSProp with and without momentum, FTRL with l1,
 l2 and l2 shrinkage and learning-rate powers other than -1/2, Adadelta, proximal gradient
-descent, proximal Adagrad and Adagrad dual averaging with l1 and l2), a dtype (float64, float32, float16; float32
+descent and proximal Adagrad with l1 and l2; Adagrad dual averaging in draws of its own), a
+dtype (float64, float32, float16; float32
 for the proximal ones, the only dtype TF1's take), two variables of random shapes, a dense or a SPARSE gradient (``tf.gather``'s
 ``IndexedSlices``, its indices unsorted, repeated or empty), a learning rate as a number, a
 float32 tensor, a callable or a decay schedule of the global step, a gate, and whether
