@@ -24,7 +24,10 @@ each id checked as its int field's converter checks it (an ``int``, not a ``bool
 default-valued id (left out by a full encode), a negative one or one past 64 bits taking the
 full path; the frame's prefix,
 padding and checksum trailers are built as :func:`transports.wire.encode` builds them. Nothing
-else is checked again: the key fixes every value those checks read.
+else is checked again: the key fixes every value those checks read. A message without volatile
+ids (a RunGraph's reply) has the same header every time: its template keeps the frame's start,
+prefix (its CRCs included) and header, built once, so such a reply costs the key, its tensors'
+views and their trailers.
 
 Decoding (:func:`decode_whole`)
 -------------------------------
@@ -41,6 +44,7 @@ Nothing here knows about asyncflow, trio or HTTP.
 
 from __future__ import annotations
 
+import struct
 from typing import Any, Final
 
 import msgpack
@@ -69,13 +73,17 @@ _layouts: dict = {}  # message class -> (static field names, volatile Fields) or
 
 
 class _Template:
-    __slots__ = ("chunks", "volatile", "casts", "max_header")
+    __slots__ = ("chunks", "volatile", "casts", "max_header", "head")
 
-    def __init__(self, chunks: tuple, volatile: tuple, casts: tuple, max_header: int) -> None:
+    def __init__(self, chunks: tuple, volatile: tuple, casts: tuple, max_header: int,
+                 head: bytes | None) -> None:
         self.chunks = chunks      # header bytes between the volatile ids' encodings
         self.volatile = volatile  # the schema's Fields of those ids, in order
         self.casts = casts        # per tensor: viewed by memoryview.cast (else through numpy)
         self.max_header = max_header
+        # A message without volatile ids (a RunGraph's reply): its whole frame start, prefix
+        # (checksums included) and header, is the same every time: kept built (None: it has ids).
+        self.head = head
 
 
 def _layout(cls: type) -> tuple | None:
@@ -136,17 +144,21 @@ def encode(message: Any, limits: Any, checksums: bool, defer: bool) -> list | No
     template = None if key is None else _templates_by_key.get(key)
     if template is None:
         return None
-    chunks = template.chunks
-    pieces = [chunks[0]]
-    for field, chunk in zip(template.volatile, chunks[1:]):
-        value = getattr(message, field.name)  # an int field's check: an int, not a bool
-        if type(value) is not int or not 0 <= value < _UINT64 or value == field.default:
-            return None  # (the full encode says what is wrong, or leaves a default out)
-        pieces.append(_uint(value))
-        pieces.append(chunk)
-    packed = b"".join(pieces)
-    if len(packed) > template.max_header:
-        return None
+    head = template.head
+    if head is None:
+        chunks = template.chunks
+        pieces = [chunks[0]]
+        for field, chunk in zip(template.volatile, chunks[1:]):
+            value = getattr(message, field.name)  # an int field's check: an int, not a bool
+            if type(value) is not int or not 0 <= value < _UINT64 or value == field.default:
+                return None  # (the full encode says what is wrong, or leaves a default out)
+            pieces.append(_uint(value))
+            pieces.append(chunk)
+        packed = b"".join(pieces)
+        if len(packed) > template.max_header:
+            return None
+    else:
+        packed = template.chunks[0]  # (checked against the limit when kept)
     segments = []
     schema = layout[2]
     if schema.tensor_field:
@@ -155,11 +167,11 @@ def encode(message: Any, limits: Any, checksums: bool, defer: bool) -> list | No
             if value.nbytes:
                 segments.append(memoryview(value).cast("B") if cast
                                 else memoryview(value.reshape(-1).view(np.uint8)))
-    return assemble(packed, segments, checksums, defer)
+    return assemble(packed, segments, checksums, defer, head)
 
 
-_UINTS: Final = ((1 << 8, b"\xcc", 1), (1 << 16, b"\xcd", 2), (1 << 32, b"\xce", 4),
-                 (_UINT64, b"\xcf", 8))
+_FIXINTS: Final = tuple(bytes((value,)) for value in range(128))
+_U8, _U16, _U32, _U64 = (struct.Struct(">B" + width).pack for width in "BHIQ")
 
 
 def _uint(value: int) -> bytes:
@@ -167,10 +179,15 @@ def _uint(value: int) -> bytes:
     ValueError for anything else (a negative int, a bool: bytes msgpack would not write)."""
     if type(value) is int and value >= 0:
         if value < 128:
-            return bytes((value,))
-        for bound, marker, width in _UINTS:
-            if value < bound:
-                return marker + value.to_bytes(width, "big")
+            return _FIXINTS[value]
+        if value < 0x100:
+            return _U8(0xCC, value)
+        if value < 0x10000:
+            return _U16(0xCD, value)
+        if value < 0x1_0000_0000:
+            return _U32(0xCE, value)
+        if value < _UINT64:
+            return _U64(0xCF, value)
     raise ValueError(f"id {value!r:.40} is not an int from 0 to 2**64 - 1 (a msgpack uint)")
 
 
@@ -222,21 +239,33 @@ def learn(message: Any, limits: Any, checksums: bool, payload: dict, descriptors
         return  # the cut is not the full encode's bytes: not kept
     if len(_templates_by_key) >= _KEPT:
         _templates_by_key.clear()
+    head = None if order else _prefix(packed, checksums) + packed  # (no ids: all fixed)
     _templates_by_key[key] = _Template(tuple(chunks), order, tuple(casts),
-                                       limits.max_header_bytes)
+                                       limits.max_header_bytes, head)
 
 
-def assemble(packed: bytes, segments: list, checksums: bool, defer: bool) -> list:
-    """A frame's buffers from its header bytes and its tensors' raw segments (in order)."""
+def _prefix(packed: bytes, checksums: bool) -> bytes:
+    """The frame prefix of header bytes ``packed``: magic, length and, with ``checksums``, the
+    header's and the prefix's own CRC32C."""
     if checksums:
         start = CHECKED_PREFIX.pack(CHECKED_MAGIC, len(packed), _checksum.extend(0, packed),
                                     0)[:12]
-        prefix = start + _checksum.extend(0, start).to_bytes(4, "little")
-    else:
-        prefix = PREFIX.pack(MAGIC, len(packed))
-    buffers: list = [prefix + packed] if len(packed) < 64 * 1024 else [prefix, packed]
-    if segments:
+        return start + _checksum.extend(0, start).to_bytes(4, "little")
+    return PREFIX.pack(MAGIC, len(packed))
+
+
+def assemble(packed: bytes, segments: list, checksums: bool, defer: bool,
+             head: bytes | None = None) -> list:
+    """A frame's buffers from its header bytes and its tensors' raw segments (in order);
+    ``head``: the prefix and ``packed`` joined, where they are kept built."""
+    if head is None:
+        prefix = _prefix(packed, checksums)
+        head = prefix + packed if len(packed) < 64 * 1024 else None
+        buffers: list = [head] if head is not None else [prefix, packed]
         offset = len(prefix) + len(packed)
+    else:
+        buffers, offset = [head], len(head)
+    if segments:
         for segment in segments:
             pad = -offset % ALIGNMENT
             if pad:
