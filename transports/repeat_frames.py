@@ -29,6 +29,12 @@ ids (a RunGraph's reply) has the same header every time: its template keeps the 
 prefix (its CRCs included) and header, built once, so such a reply costs the key, its tensors'
 views and their trailers.
 
+A caller that sends one signature again and again (a graph's RunGraph every step, its reply)
+keeps it as a :class:`Prepared` (:func:`prepare`, once the signature was encoded in full):
+its :meth:`Prepared.encode` compares a message's fields and tensors with the signature's
+directly, without building and hashing the key, and builds the frame from the same template;
+any difference returns None and the caller encodes in full.
+
 Decoding (:func:`decode_whole`)
 -------------------------------
 A frame whose bytes are all in one buffer (a small call's usual case) and whose header the
@@ -59,7 +65,7 @@ from transports.schema import (
     MAGIC, PREFIX, SCHEMA_BY_CLASS, validated,
 )
 
-__all__ = ["decode_whole", "encode", "learn"]
+__all__ = ["Prepared", "decode_whole", "encode", "learn", "prepare"]
 
 _KEPT: Final = 256  # templates; all dropped when full (a few per registered graph in practice)
 # (no float: 0.0 and -0.0 are one key but two encodings; messages of a step carry none)
@@ -144,6 +150,12 @@ def encode(message: Any, limits: Any, checksums: bool, defer: bool) -> list | No
     template = None if key is None else _templates_by_key.get(key)
     if template is None:
         return None
+    return _frame(template, message, layout[2], checksums, defer)
+
+
+def _frame(template: _Template, message: Any, schema: Any, checksums: bool,
+           defer: bool) -> list | None:
+    """``message``'s buffers from ``template``, the template of its key."""
     head = template.head
     if head is None:
         chunks = template.chunks
@@ -160,7 +172,6 @@ def encode(message: Any, limits: Any, checksums: bool, defer: bool) -> list | No
     else:
         packed = template.chunks[0]  # (checked against the limit when kept)
     segments = []
-    schema = layout[2]
     if schema.tensor_field:
         for entry, cast in zip(getattr(message, schema.tensor_field), template.casts):
             value = entry.value
@@ -168,6 +179,80 @@ def encode(message: Any, limits: Any, checksums: bool, defer: bool) -> list | No
                 segments.append(memoryview(value).cast("B") if cast
                                 else memoryview(value.reshape(-1).view(np.uint8)))
     return assemble(packed, segments, checksums, defer, head)
+
+
+class Prepared:
+    """The frames of one signature of a message class, its template found once: a caller
+    that sends messages of one signature again and again (a RunGraph per step of a
+    registered graph, its reply) keeps one and encodes each by :meth:`encode`, which
+    compares the message's fields with the signature's directly instead of building and
+    hashing its key. Made by :func:`prepare`."""
+
+    __slots__ = ("template", "schema", "limits", "checksums", "static", "tensors")
+
+    def __init__(self, template: _Template, schema: Any, limits: Any, checksums: bool,
+                 static: tuple, tensors: tuple) -> None:
+        self.template, self.schema = template, schema
+        self.limits, self.checksums = limits, checksums
+        self.static = static    # per static field: (name, type, value, item types of a list)
+        self.tensors = tensors  # per tensor: (key, dtype, shape)
+
+    def encode(self, message: Any, limits: Any, checksums: bool, defer: bool) -> list | None:
+        """``message``'s buffers where it is of this signature (every field but the
+        volatile ids equal, every tensor of the same key, dtype and shape, sent as it is),
+        as :func:`encode` would give them; else None (the caller encodes it in full)."""
+        if checksums != self.checksums or (limits is not self.limits
+                                               and limits != self.limits):
+            return None
+        schema = self.schema
+        if type(message) is not schema.cls:
+            return None
+        for name, kind, value, types in self.static:
+            got = getattr(message, name)
+            if got is value:  # (the same immutable object: a str, an int, None)
+                continue
+            if type(got) is not kind:
+                return None
+            if kind is list:
+                if tuple(got) != value or tuple(map(type, got)) != types:
+                    return None
+            elif got != value:
+                return None
+        if schema.tensor_field:
+            entries = getattr(message, schema.tensor_field)
+            if type(entries) is not list or len(entries) != len(self.tensors):
+                return None
+            for entry, (key, dtype, shape) in zip(entries, self.tensors):
+                if type(entry) is not TensorEntry:
+                    return None
+                value = entry.value
+                if entry.key != key or type(entry.key) is not str \
+                        or entry.is_dead is not False or entry.error is not None \
+                        or type(value) is not np.ndarray or value.dtype != dtype \
+                        or value.shape != shape or not value.flags.c_contiguous:
+                    return None
+        return _frame(self.template, message, schema, checksums, defer)
+
+
+def prepare(message: Any, limits: Any, checksums: bool) -> Prepared | None:
+    """A :class:`Prepared` of ``message``'s signature where a template of it is kept (it was
+    encoded in full before), else None."""
+    layout = _layout(type(message))
+    if layout is None:
+        return None
+    key = _key(message, limits, checksums, layout)
+    template = None if key is None else _templates_by_key.get(key)
+    if template is None:
+        return None
+    static_names, _, schema = layout
+    static = []
+    for name, part in zip(static_names, key[3:]):
+        if part[0] is list:
+            static.append((name, list, part[2], part[1]))
+        else:
+            static.append((name, part[0], part[1], None))
+    tensors = tuple(key[3 + len(static_names):])
+    return Prepared(template, schema, limits, checksums, tuple(static), tensors)
 
 
 _FIXINTS: Final = tuple(bytes((value,)) for value in range(128))
