@@ -44,3 +44,23 @@ async def test_steps_of_changing_shapes_and_dtypes_answer_their_own_values(worke
             assert len(channel._prepared) == 2  # one prepared signature per graph handle
             served = server.http._bare._open  # the worker's connections: a reply prepared
             assert any(conn.prepared is not None for conn in served)
+
+
+async def test_an_op_failing_between_prepared_steps_fails_its_step_only(worker):
+    """A step whose op fails on the worker answers its error (an ErrorReply, encoded in full)
+    between steps of a prepared signature; the steps before and after answer their values."""
+    spec, _ = worker
+    graph = af.Graph()
+    with graph.as_default(), af.device(W0):
+        x = af.placeholder(af.float32, [None], name="x")
+        pairs = af.reshape(x, [-1, 2]) * 2.0  # an odd length cannot be reshaped: the op fails
+    with trio.fail_after(60):
+        async with af.Session(graph=graph, cluster=spec) as sess:
+            for length in [4, 4, 3, 4, 5, 2]:
+                value = np.arange(length, dtype=np.float32)
+                if length % 2:
+                    with pytest.raises(af.errors.InvalidArgumentError):
+                        await sess.run(pairs, {x: value})
+                else:
+                    got = await sess.run(pairs, {x: value})
+                    assert np.array_equal(got, value.reshape(-1, 2) * 2)
