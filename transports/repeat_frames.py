@@ -24,7 +24,16 @@ each id checked as its int field's converter checks it (an ``int``, not a ``bool
 default-valued id (left out by a full encode), a negative one or one past 64 bits taking the
 full path; the frame's prefix,
 padding and checksum trailers are built as :func:`transports.wire.encode` builds them. Nothing
-else is checked again: the key fixes every value those checks read.
+else is checked again: the key fixes every value those checks read. A message without volatile
+ids (a RunGraph's reply) has the same header every time: its template keeps the frame's start,
+prefix (its CRCs included) and header, built once, so such a reply costs the key, its tensors'
+views and their trailers.
+
+A caller that sends one signature again and again (a graph's RunGraph every step, its reply)
+keeps it as a :class:`Prepared` (:func:`prepare`, once the signature was encoded in full):
+its :meth:`Prepared.encode` compares a message's fields and tensors with the signature's
+directly, without building and hashing the key, and builds the frame from the same template;
+any difference returns None and the caller encodes in full.
 
 Decoding (:func:`decode_whole`)
 -------------------------------
@@ -41,6 +50,7 @@ Nothing here knows about asyncflow, trio or HTTP.
 
 from __future__ import annotations
 
+import struct
 from typing import Any, Final
 
 import msgpack
@@ -55,7 +65,7 @@ from transports.schema import (
     MAGIC, PREFIX, SCHEMA_BY_CLASS, validated,
 )
 
-__all__ = ["decode_whole", "encode", "learn"]
+__all__ = ["Prepared", "decode_whole", "encode", "learn", "prepare"]
 
 _KEPT: Final = 256  # templates; all dropped when full (a few per registered graph in practice)
 # (no float: 0.0 and -0.0 are one key but two encodings; messages of a step carry none)
@@ -69,13 +79,17 @@ _layouts: dict = {}  # message class -> (static field names, volatile Fields) or
 
 
 class _Template:
-    __slots__ = ("chunks", "volatile", "casts", "max_header")
+    __slots__ = ("chunks", "volatile", "casts", "max_header", "head")
 
-    def __init__(self, chunks: tuple, volatile: tuple, casts: tuple, max_header: int) -> None:
+    def __init__(self, chunks: tuple, volatile: tuple, casts: tuple, max_header: int,
+                 head: bytes | None) -> None:
         self.chunks = chunks      # header bytes between the volatile ids' encodings
         self.volatile = volatile  # the schema's Fields of those ids, in order
         self.casts = casts        # per tensor: viewed by memoryview.cast (else through numpy)
         self.max_header = max_header
+        # A message without volatile ids (a RunGraph's reply): its whole frame start, prefix
+        # (checksums included) and header, is the same every time: kept built (None: it has ids).
+        self.head = head
 
 
 def _layout(cls: type) -> tuple | None:
@@ -136,30 +150,113 @@ def encode(message: Any, limits: Any, checksums: bool, defer: bool) -> list | No
     template = None if key is None else _templates_by_key.get(key)
     if template is None:
         return None
-    chunks = template.chunks
-    pieces = [chunks[0]]
-    for field, chunk in zip(template.volatile, chunks[1:]):
-        value = getattr(message, field.name)  # an int field's check: an int, not a bool
-        if type(value) is not int or not 0 <= value < _UINT64 or value == field.default:
-            return None  # (the full encode says what is wrong, or leaves a default out)
-        pieces.append(_uint(value))
-        pieces.append(chunk)
-    packed = b"".join(pieces)
-    if len(packed) > template.max_header:
-        return None
+    return _frame(template, message, layout[2], checksums, defer)
+
+
+def _frame(template: _Template, message: Any, schema: Any, checksums: bool,
+           defer: bool) -> list | None:
+    """``message``'s buffers from ``template``, the template of its key."""
+    head = template.head
+    if head is None:
+        chunks = template.chunks
+        pieces = [chunks[0]]
+        for field, chunk in zip(template.volatile, chunks[1:]):
+            value = getattr(message, field.name)  # an int field's check: an int, not a bool
+            if type(value) is not int or not 0 <= value < _UINT64 or value == field.default:
+                return None  # (the full encode says what is wrong, or leaves a default out)
+            pieces.append(_uint(value))
+            pieces.append(chunk)
+        packed = b"".join(pieces)
+        if len(packed) > template.max_header:
+            return None
+    else:
+        packed = template.chunks[0]  # (checked against the limit when kept)
     segments = []
-    schema = layout[2]
     if schema.tensor_field:
         for entry, cast in zip(getattr(message, schema.tensor_field), template.casts):
             value = entry.value
             if value.nbytes:
                 segments.append(memoryview(value).cast("B") if cast
                                 else memoryview(value.reshape(-1).view(np.uint8)))
-    return assemble(packed, segments, checksums, defer)
+    return assemble(packed, segments, checksums, defer, head)
 
 
-_UINTS: Final = ((1 << 8, b"\xcc", 1), (1 << 16, b"\xcd", 2), (1 << 32, b"\xce", 4),
-                 (_UINT64, b"\xcf", 8))
+class Prepared:
+    """The frames of one signature of a message class, its template found once: a caller
+    that sends messages of one signature again and again (a RunGraph per step of a
+    registered graph, its reply) keeps one and encodes each by :meth:`encode`, which
+    compares the message's fields with the signature's directly instead of building and
+    hashing its key. Made by :func:`prepare`."""
+
+    __slots__ = ("template", "schema", "limits", "checksums", "static", "tensors")
+
+    def __init__(self, template: _Template, schema: Any, limits: Any, checksums: bool,
+                 static: tuple, tensors: tuple) -> None:
+        self.template, self.schema = template, schema
+        self.limits, self.checksums = limits, checksums
+        self.static = static    # per static field: (name, type, value, item types of a list)
+        self.tensors = tensors  # per tensor: (key, dtype, shape)
+
+    def encode(self, message: Any, limits: Any, checksums: bool, defer: bool) -> list | None:
+        """``message``'s buffers where it is of this signature (every field but the
+        volatile ids equal, every tensor of the same key, dtype and shape, sent as it is),
+        as :func:`encode` would give them; else None (the caller encodes it in full)."""
+        if checksums != self.checksums or (limits is not self.limits
+                                               and limits != self.limits):
+            return None
+        schema = self.schema
+        if type(message) is not schema.cls:
+            return None
+        for name, kind, value, types in self.static:
+            got = getattr(message, name)
+            if got is value:  # (the same immutable object: a str, an int, None)
+                continue
+            if type(got) is not kind:
+                return None
+            if kind is list:
+                if tuple(got) != value or tuple(map(type, got)) != types:
+                    return None
+            elif got != value:
+                return None
+        if schema.tensor_field:
+            entries = getattr(message, schema.tensor_field)
+            if type(entries) is not list or len(entries) != len(self.tensors):
+                return None
+            for entry, (key, dtype, shape) in zip(entries, self.tensors):
+                if type(entry) is not TensorEntry:
+                    return None
+                value = entry.value
+                if entry.key != key or type(entry.key) is not str \
+                        or entry.is_dead is not False or entry.error is not None \
+                        or type(value) is not np.ndarray or value.dtype != dtype \
+                        or value.shape != shape or not value.flags.c_contiguous:
+                    return None
+        return _frame(self.template, message, schema, checksums, defer)
+
+
+def prepare(message: Any, limits: Any, checksums: bool) -> Prepared | None:
+    """A :class:`Prepared` of ``message``'s signature where a template of it is kept (it was
+    encoded in full before), else None."""
+    layout = _layout(type(message))
+    if layout is None:
+        return None
+    key = _key(message, limits, checksums, layout)
+    template = None if key is None else _templates_by_key.get(key)
+    if template is None:
+        return None
+    static_names, _, schema = layout
+    static = []
+    for name, part in zip(static_names, key[3:]):
+        if part[0] is list:
+            static.append((name, list, part[2], part[1]))
+        else:
+            static.append((name, part[0], part[1], None))
+    tensors = tuple(key[3 + len(static_names):])
+    return Prepared(template, schema, limits, checksums, tuple(static), tensors)
+
+
+_FIXINTS: Final = tuple(bytes((value,)) for value in range(128))
+_U8, _U16, _U32, _U64 = (struct.Struct(">B" + width).pack for width in "BHIQ")
 
 
 def _uint(value: int) -> bytes:
@@ -167,10 +264,15 @@ def _uint(value: int) -> bytes:
     ValueError for anything else (a negative int, a bool: bytes msgpack would not write)."""
     if type(value) is int and value >= 0:
         if value < 128:
-            return bytes((value,))
-        for bound, marker, width in _UINTS:
-            if value < bound:
-                return marker + value.to_bytes(width, "big")
+            return _FIXINTS[value]
+        if value < 0x100:
+            return _U8(0xCC, value)
+        if value < 0x10000:
+            return _U16(0xCD, value)
+        if value < 0x1_0000_0000:
+            return _U32(0xCE, value)
+        if value < _UINT64:
+            return _U64(0xCF, value)
     raise ValueError(f"id {value!r:.40} is not an int from 0 to 2**64 - 1 (a msgpack uint)")
 
 
@@ -222,21 +324,33 @@ def learn(message: Any, limits: Any, checksums: bool, payload: dict, descriptors
         return  # the cut is not the full encode's bytes: not kept
     if len(_templates_by_key) >= _KEPT:
         _templates_by_key.clear()
+    head = None if order else _prefix(packed, checksums) + packed  # (no ids: all fixed)
     _templates_by_key[key] = _Template(tuple(chunks), order, tuple(casts),
-                                       limits.max_header_bytes)
+                                       limits.max_header_bytes, head)
 
 
-def assemble(packed: bytes, segments: list, checksums: bool, defer: bool) -> list:
-    """A frame's buffers from its header bytes and its tensors' raw segments (in order)."""
+def _prefix(packed: bytes, checksums: bool) -> bytes:
+    """The frame prefix of header bytes ``packed``: magic, length and, with ``checksums``, the
+    header's and the prefix's own CRC32C."""
     if checksums:
         start = CHECKED_PREFIX.pack(CHECKED_MAGIC, len(packed), _checksum.extend(0, packed),
                                     0)[:12]
-        prefix = start + _checksum.extend(0, start).to_bytes(4, "little")
-    else:
-        prefix = PREFIX.pack(MAGIC, len(packed))
-    buffers: list = [prefix + packed] if len(packed) < 64 * 1024 else [prefix, packed]
-    if segments:
+        return start + _checksum.extend(0, start).to_bytes(4, "little")
+    return PREFIX.pack(MAGIC, len(packed))
+
+
+def assemble(packed: bytes, segments: list, checksums: bool, defer: bool,
+             head: bytes | None = None) -> list:
+    """A frame's buffers from its header bytes and its tensors' raw segments (in order);
+    ``head``: the prefix and ``packed`` joined, where they are kept built."""
+    if head is None:
+        prefix = _prefix(packed, checksums)
+        head = prefix + packed if len(packed) < 64 * 1024 else None
+        buffers: list = [head] if head is not None else [prefix, packed]
         offset = len(prefix) + len(packed)
+    else:
+        buffers, offset = [head], len(head)
+    if segments:
         for segment in segments:
             pad = -offset % ALIGNMENT
             if pad:

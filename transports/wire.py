@@ -92,8 +92,8 @@ __all__ = [
     "ALIGNMENT", "CHECKED_MAGIC", "CHECKSUM_KEY", "CLOSED", "DEFAULT_LIMITS", "FORMAT_VERSION",
     "MAGIC", "NEED_DATA", "SMALL_HEADER_BYTES", "STRING_DTYPE", "WIRE_DTYPES", "ChecksumMismatch",
     "ChecksumTrailer", "Decoder", "FrameTooLarge", "Limits", "LocalProtocolError",
-    "RemoteProtocolError", "WireError", "decode", "decode_repeated", "encode", "frame_size",
-    *_message_names,
+    "RemoteProtocolError", "WireError", "decode", "decode_repeated", "encode", "encode_prepared",
+    "frame_size", "prepare", *_message_names,
 ]
 
 
@@ -192,6 +192,27 @@ def encode(message: Message, limits: Limits = DEFAULT_LIMITS, checksums: bool | 
                                  f"of {limits.max_header_bytes}")
     _repeat.learn(message, limits, checksums, payload, descriptors, packed)
     return _repeat.assemble(packed, segments, checksums, defer_checksums)
+
+
+def prepare(message: Message, limits: Limits = DEFAULT_LIMITS,
+            checksums: bool | None = None) -> _repeat.Prepared | None:
+    """The prepared signature of ``message`` (:class:`transports.repeat_frames.Prepared`),
+    where it was encoded before under ``limits`` and ``checksums`` (None: this process's
+    setting); None otherwise. A caller that sends messages of one signature again and again
+    keeps it and passes it to :func:`encode_prepared`."""
+    return _repeat.prepare(message, limits, _checksum.enabled() if checksums is None
+                           else checksums)
+
+
+def encode_prepared(prepared: _repeat.Prepared | None, message: Message,
+                    limits: Limits = DEFAULT_LIMITS, defer_checksums: bool = False,
+                    ) -> list[bytes | memoryview] | None:
+    """:func:`encode`'s buffers of ``message`` (this process's checksum setting) when it is of
+    ``prepared``'s signature, built without looking its template up; None when it is not (or
+    ``prepared`` is None): the caller encodes it with :func:`encode`, which checks it in full."""
+    if prepared is None:
+        return None
+    return prepared.encode(message, limits, _checksum.enabled(), defer_checksums)
 
 
 def frame_size(buffers: list[bytes | memoryview]) -> int:

@@ -149,6 +149,44 @@ def test_messages_with_records_or_floats_keep_no_template():
     assert _hits() == 1 and _bytes(wire.encode(plain, LIMITS)) == first
 
 
+@pytest.mark.parametrize("checksums", [True, False])
+def test_a_reply_without_ids_keeps_its_frame_start_built_and_encodes_the_full_bytes(checksums):
+    """A RunGraph reply has no volatile ids: its template keeps prefix and header joined, and
+    every later reply of the signature (other values, several dtypes and shapes) is the full
+    encode's bytes and decodes to its values; another shape keys another template."""
+    shapes = {np.float32: (), np.int64: (3,), np.float64: (2, 3)}  # (headers of a few only)
+    rng = np.random.default_rng(3)
+
+    def reply(seed):
+        return RunGraphReply([TensorEntry(f"y{i}:0", np.asarray(rng.random(shape) * 100 + seed).astype(
+            dtype)) for i, (dtype, shape) in enumerate(shapes.items())])
+
+    first = reply(0)
+    wire.encode(first, LIMITS, checksums=checksums)
+    (template,) = repeat_frames._templates_by_key.values()
+    assert template.head is not None and not template.volatile
+    for seed in range(1, 6):
+        message = reply(seed)
+        got = _bytes(wire.encode(message, LIMITS, checksums=checksums, defer_checksums=True))
+        assert got == _full(message, checksums=checksums)
+        for want, back in zip(message.tensors, wire.decode(got, LIMITS).tensors):
+            assert back.value.dtype == want.value.dtype and np.array_equal(back.value,
+                                                                           want.value)
+    assert _hits() == 1
+    for dtype, shape in ((np.uint8, (5,)), (np.bool_, (4,)), (np.int32, (0, 2))):
+        for seed in range(3):
+            message = RunGraphReply([TensorEntry("y0:0", np.full(shape, seed, dtype))])
+            got = _bytes(wire.encode(message, LIMITS, checksums=checksums))
+            assert got == _full(message, checksums=checksums)
+            assert np.array_equal(wire.decode(got, LIMITS).tensors[0].value,
+                                  message.tensors[0].value)
+    assert _hits() == 4
+    run_graph = _run_graph(5, 1)  # one with ids: built per message, no head kept
+    wire.encode(run_graph, LIMITS, checksums=checksums)
+    assert [t.head is None for t in repeat_frames._templates_by_key.values()] == [
+        False] * 4 + [True]
+
+
 def _decoded_whole(frame):
     return wire.decode_repeated(memoryview(frame), LIMITS)
 

@@ -66,7 +66,7 @@ from transports.service import RPCS, Rpc, TransportUnavailable, error_reply_for,
     reply_for_result
 from transports.wire import SMALL_HEADER_BYTES, ChecksumMismatch, Decoder, \
     FrameTooLarge, Limits, LocalProtocolError, RemoteProtocolError, decode_repeated, encode, \
-    frame_size
+    encode_prepared, frame_size, prepare
 
 __all__ = ["ACCEPTED", "MAGIC", "REFUSED", "REPLY", "REQUEST", "BareConnection", "BareService",
            "handshake"]
@@ -239,7 +239,9 @@ class BareService:
             else:
                 reply, kind = await self._call(conn, rpc, message, timeout)
             try:
-                buffers = encode(reply, server._limits, defer_checksums=kind == FRAME)
+                buffers = _reply(conn, reply, server._limits) if kind == FRAME and \
+                    index == _RUN_GRAPH else encode(reply, server._limits,
+                                                    defer_checksums=kind == FRAME)
             except Exception as exc:  # noqa: BLE001 -- an unsendable reply is INTERNAL
                 reply, kind = error_reply_for(exc), ERROR
                 buffers = encode(reply, server._limits)
@@ -358,7 +360,18 @@ class BareService:
             await server._send_all(conn, piece)
 
 
+def _reply(conn: _Connection, reply: Message, limits: Any) -> list:
+    """A RunGraph reply's buffers, from the connection's last one's prepared signature where
+    it is of it (the next step of the same graph), else encoded in full and prepared."""
+    buffers = encode_prepared(conn.prepared, reply, limits, defer_checksums=True)
+    if buffers is None:
+        buffers = encode(reply, limits, defer_checksums=True)
+        conn.prepared = prepare(reply, limits)
+    return buffers
+
+
 _CANCELLED: Final = object()
+_RUN_GRAPH: Final = next(i for i, rpc in enumerate(RPCS) if rpc.method == "run_graph")
 _LENDS: dict = {}  # handler class -> whether its run_graph_in_scope is its RunGraph
 
 

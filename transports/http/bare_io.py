@@ -220,7 +220,7 @@ def write_now(sock: Any, pieces: list) -> bytes:
 
 
 class ServerConnection(GuardedConnection):
-    __slots__ = ("closing", "pending", "waiting", "waited")
+    __slots__ = ("closing", "pending", "waiting", "waited", "prepared")
 
     def __init__(self, stream: Any, now: float) -> None:
         super().__init__(stream, now)
@@ -228,6 +228,7 @@ class ServerConnection(GuardedConnection):
         self.waiting = False  # waiting for the next call (idle since ``idle_since``)
         self.closing = False  # the idle sweep closes it (a spinning wait looks at this)
         self.waited = 0.0  # the recent waits for a call, estimated (``read_once``'s spin rule)
+        self.prepared = None  # the last RunGraph reply's prepared signature (``bare._reply``)
 
     async def receive(self, deadline: float) -> bytes:
         """The next bytes; b"" at EOF. Past ``deadline`` the connection's scope ends it."""

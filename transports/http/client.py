@@ -62,7 +62,7 @@ from transports.messages import ErrorReply, Message
 from transports.service import RPCS, TEXT_CALLS, Channel, Rpc, TransportUnavailable
 from transports.wire import (
     DEFAULT_LIMITS, Decoder, Limits, LocalProtocolError, RemoteProtocolError,
-    encode, frame_size,
+    encode, encode_prepared, frame_size, prepare,
 )
 
 __all__ = ["TrioHttpChannel"]
@@ -74,6 +74,7 @@ _BARE_RETRY_S: Final = 0.5       # after a bare handshake was hung up on: HTTP f
 _BARE_RETRY_MAX_S: Final = 30.0  # doubling (to this) while the server keeps hanging up
 _BROKEN = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 _RPC_INDEX: Final = {rpc.method: index for index, rpc in enumerate(RPCS)}
+_PREPARED_KEPT: Final = 64       # prepared RunGraph signatures kept per channel (by handle)
 
 
 class _StaleConnection(Exception):
@@ -200,6 +201,7 @@ class TrioHttpChannel(Channel):
         self._token = token
         self._idle: list[_Connection] = []
         self._bare_idle: list[bare.BareConnection] = []
+        self._prepared: dict = {}  # graph handle -> its RunGraphs' prepared signature
         # Try the server's same-host Unix socket first (``transports.http.same_host``) until a
         # connection to it fails; then TCP only.
         self._same_host = (_same_host.enabled(same_host)
@@ -231,8 +233,11 @@ class TrioHttpChannel(Channel):
 
     async def _exchange(self, rpc: Rpc, request: Message | None) -> Message:
         # Bodiless requests are encoded too: the same field checks, whatever the route.
-        buffers = None if request is None else encode(request, self._limits,
-                                                      defer_checksums=True)
+        if rpc.method == "run_graph":
+            buffers = self._encode_run_graph(request)
+        else:
+            buffers = None if request is None else encode(request, self._limits,
+                                                          defer_checksums=True)
         if self._bare or self._bare_idle or self._bare_again is not None:
             reply = await self._bare_call(rpc, buffers)
             if reply is not None:
@@ -240,6 +245,22 @@ class TrioHttpChannel(Channel):
         path = request_path(rpc, request)
         return await self._request(rpc.http_method, path,
                                    buffers if rpc.has_body else None, self._read_reply)
+
+    def _encode_run_graph(self, request: Message) -> list:
+        """A RunGraph's buffers, from its graph's prepared signature where it is of it (a
+        step of a registered graph: only its ids and feeds' bytes differ from the last's),
+        else encoded in full and its signature prepared for the next steps."""
+        handle = getattr(request, "graph_handle", None)
+        prepared = self._prepared.get(handle) if type(handle) is str else None
+        buffers = encode_prepared(prepared, request, self._limits, defer_checksums=True)
+        if buffers is None:
+            buffers = encode(request, self._limits, defer_checksums=True)
+            prepared = prepare(request, self._limits) if type(handle) is str else None
+            if prepared is not None:
+                if len(self._prepared) >= _PREPARED_KEPT:
+                    self._prepared.clear()
+                self._prepared[handle] = prepared
+        return buffers
 
     async def _bare_call(self, rpc: Rpc, buffers: list | None) -> Message | None:
         """The call over the bare protocol; None when the server does not speak it."""

@@ -1,0 +1,168 @@
+"""A prepared signature (``transports.repeat_frames.Prepared``, ``wire.prepare`` and
+``wire.encode_prepared``): a message of the signature encodes to exactly a full encode's bytes
+and decodes to the same message, whatever its ids and tensor values; any other field, tensor
+or setting is refused (None: the caller encodes it in full, which checks it)."""
+import dataclasses
+
+import numpy as np
+import pytest
+
+from transports import checksum, header_templates, repeat_frames, wire
+from transports.messages import PushTensors, RunGraph, RunGraphReply, TensorEntry
+
+LIMITS = wire.DEFAULT_LIMITS
+
+SIGNATURES = {  # feeds of a RunGraph: several dtypes and shapes, one to three tensors
+    "scalar": [("p:0", np.float32, ())],
+    "three": [("a:0", np.int64, (3,)), ("b:0", np.float64, (2, 3)), ("c:0", np.uint8, (5,))],
+    "empty and bool": [("e:0", np.float32, (0, 4)), ("m:0", np.bool_, (7,))],
+}
+
+
+@pytest.fixture(autouse=True)
+def no_templates():
+    repeat_frames._templates_by_key.clear()
+    header_templates._templates.clear()
+    yield
+    repeat_frames._templates_by_key.clear()
+    header_templates._templates.clear()
+
+
+def _bytes(buffers):
+    for buffer in buffers:
+        if isinstance(buffer, checksum.ChecksumTrailer) and buffer.pending:
+            buffer.fill()
+    return b"".join(bytes(b) for b in buffers)
+
+
+def _full(message):
+    """A full encode's bytes (no template consulted, none kept)."""
+    kept = dict(repeat_frames._templates_by_key)
+    repeat_frames._templates_by_key.clear()
+    try:
+        return _bytes(wire.encode(message, LIMITS))
+    finally:
+        repeat_frames._templates_by_key.clear()
+        repeat_frames._templates_by_key.update(kept)
+
+
+def _feeds(signature, rng):
+    return [TensorEntry(key, np.asarray(rng.random(shape) * 200 - 50).astype(dtype))
+            for key, dtype, shape in SIGNATURES[signature]]
+
+
+def _prepared(message):
+    wire.encode(message, LIMITS)  # the first step: encoded in full, its template kept
+    prepared = wire.prepare(message, LIMITS)
+    assert prepared is not None
+    return prepared
+
+
+@pytest.mark.parametrize("signature", sorted(SIGNATURES))
+def test_a_prepared_run_graph_patched_per_step_is_the_fresh_encode(signature):
+    rng = np.random.default_rng(len(signature))
+    first = RunGraph("sess/1/g7", 3, _feeds(signature, rng), ["mul:0", "add:0"],
+                     request_id=1)
+    prepared = _prepared(first)
+    ids = [(5, 2), (2**62 + 1, 127), (2**40 + 3, 128), (2**64 - 1, 2**32), (7, 65535)]
+    for step_id, request_id in ids:
+        message = RunGraph("sess/1/g7", step_id, _feeds(signature, rng), ["mul:0", "add:0"],
+                           request_id=request_id)
+        got = _bytes(wire.encode_prepared(prepared, message, LIMITS, defer_checksums=True))
+        assert got == _full(message)
+        decoded = wire.decode(got, LIMITS)
+        assert (decoded.graph_handle, decoded.step_id, decoded.request_id,
+                decoded.fetch_keys) == ("sess/1/g7", step_id, request_id, ["mul:0", "add:0"])
+        for back, sent in zip(decoded.feeds, message.feeds):
+            assert back.key == sent.key and back.value.dtype == sent.value.dtype
+            assert back.value.shape == sent.value.shape
+            assert np.array_equal(back.value, sent.value)
+
+
+def test_a_prepared_reply_and_push_are_the_fresh_encodes():
+    rng = np.random.default_rng(1)
+    reply = RunGraphReply(_feeds("three", rng))
+    prepared = _prepared(reply)
+    for _ in range(3):
+        again = RunGraphReply(_feeds("three", rng))
+        assert _bytes(wire.encode_prepared(prepared, again, LIMITS)) == _full(again)
+    push = PushTensors(9, _feeds("scalar", rng))
+    prepared = _prepared(push)
+    later = PushTensors(2**50 + 1, _feeds("scalar", rng))
+    assert _bytes(wire.encode_prepared(prepared, later, LIMITS)) == _full(later)
+
+
+def test_anything_but_the_ids_and_tensor_bytes_differing_is_refused():
+    rng = np.random.default_rng(2)
+    first = RunGraph("sess/1/g7", 3, _feeds("three", rng), ["mul:0"], request_id=1)
+    prepared = _prepared(first)
+    feeds = first.feeds
+
+    def with_feed(position, value):
+        changed = list(feeds)
+        changed[position] = dataclasses.replace(feeds[position], value=value)
+        return dataclasses.replace(first, feeds=changed)
+
+    others = [
+        dataclasses.replace(first, graph_handle="sess/1/g8"),
+        dataclasses.replace(first, fetch_keys=["add:0"]),
+        dataclasses.replace(first, fetch_keys=["mul:0", "add:0"]),
+        dataclasses.replace(first, fetch_keys=[]),
+        dataclasses.replace(first, timeout_ms=1000),
+        dataclasses.replace(first, trace=True),
+        dataclasses.replace(first, feeds=feeds[:2]),
+        dataclasses.replace(first, feeds=[*feeds, feeds[0]]),
+        dataclasses.replace(first, feeds=[dataclasses.replace(feeds[0], key="z:0"),
+                                          *feeds[1:]]),
+        with_feed(0, feeds[0].value.astype(np.int32)),  # another dtype
+        with_feed(0, feeds[0].value.astype(">i8")),  # another byte order
+        with_feed(1, feeds[1].value.reshape(3, 2)),  # another shape
+        with_feed(1, np.asfortranarray(feeds[1].value)),  # not C-contiguous
+        with_feed(0, list(feeds[0].value)),  # not an array
+        with_feed(0, None),
+        dataclasses.replace(first, feeds=[dataclasses.replace(feeds[0], is_dead=True),
+                                          *feeds[1:]]),
+        dataclasses.replace(first, feeds=tuple(feeds)),  # not a list
+        dataclasses.replace(first, step_id=True),  # ids checked as the full encode checks
+        dataclasses.replace(first, request_id=-1),
+        dataclasses.replace(first, request_id=0),  # (the default: a full encode leaves it out)
+        RunGraphReply(list(feeds)),  # another class
+    ]
+    for message in others:
+        assert wire.encode_prepared(prepared, message, LIMITS) is None, message
+    assert wire.encode_prepared(prepared, first, wire.Limits(max_tensors=9)) is None
+    assert wire.encode_prepared(None, first, LIMITS) is None
+    was = checksum.enabled()
+    checksum.set_enabled(not was)
+    try:
+        assert wire.encode_prepared(prepared, first, LIMITS) is None
+    finally:
+        checksum.set_enabled(was)
+    assert _bytes(wire.encode_prepared(prepared, first, LIMITS)) == _full(first)
+
+
+def test_a_signature_never_encoded_or_without_a_template_has_none():
+    message = RunGraph("sess/1/g7", 3, [TensorEntry("p:0", np.float32(1.0))], ["mul:0"],
+                       request_id=1)  # (a numpy scalar, not an array: no template)
+    assert wire.prepare(message, LIMITS) is None
+    wire.encode(message, LIMITS)
+    assert wire.prepare(message, LIMITS) is None
+    fresh = dataclasses.replace(message, feeds=[TensorEntry("p:0", np.asarray(np.float32(1)))])
+    assert wire.prepare(fresh, LIMITS) is None  # not encoded yet
+
+
+def test_a_prepared_frame_damaged_anywhere_is_refused_by_the_decoder():
+    """The prepared path writes the same prefix, header and tensor CRCs as a full encode: a
+    bit flipped anywhere in its frame is refused (never decoded to other values)."""
+    rng = np.random.default_rng(4)
+    first = RunGraph("sess/1/g7", 3, _feeds("scalar", rng), ["mul:0"], request_id=1)
+    prepared = _prepared(first)
+    later = RunGraph("sess/1/g7", 2**61 + 5, _feeds("scalar", rng), ["mul:0"], request_id=2)
+    frame = _bytes(wire.encode_prepared(prepared, later, LIMITS, defer_checksums=True))
+    wire.decode(frame, LIMITS)  # (its header validated: the one-pass decode is tried too)
+    for bit in range(len(frame) * 8):
+        damaged = bytearray(frame)
+        damaged[bit // 8] ^= 1 << (bit % 8)
+        assert wire.decode_repeated(memoryview(bytes(damaged)), LIMITS) is None, bit
+        with pytest.raises(wire.RemoteProtocolError):
+            wire.decode(bytes(damaged), LIMITS)
