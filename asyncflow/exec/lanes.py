@@ -21,7 +21,10 @@ Both lanes follow one topological order (the order nodes were picked), so neithe
 for a node the other has still to reach behind its own wait: no deadlock. Lanes are used
 only where they pay: a CPU device whose intra-op pool has 2 or more threads, no waiting
 kernel, and a predicted step at least ``MIN_GAIN_S`` and ``MIN_GAIN_SHARE`` shorter than one
-lane.
+lane, where the kernels large enough to split run over the pool's threads
+(``one_lane_seconds``; in two lanes every kernel is counted whole). Counted whole in one lane
+too, a step of large kernels (the convnet's) looked a fifth shorter in two lanes and ran
+12-17% longer there (bench/RESULTS.md).
 
 What stays as it is with one lane:
 - the bits: every kernel gets the same inputs and runs whole (a kernel on lane 1 does not
@@ -59,6 +62,7 @@ from asyncflow.exec import intra_op, timeslice
 from asyncflow.exec.codegen import Generator, compile_schedule
 from asyncflow.exec.pairs import touched_resources
 from asyncflow.exec.plan import OFFLOAD_COST, runtime_cost
+from asyncflow.kernels.intra_op import MIN_SPLIT_WORK
 
 # Two lanes where they pay; ``ASYNCFLOW_LANES=0`` in the environment (or False here, before a
 # plan is built) keeps every static schedule in one lane, as before (benchmarks compare both).
@@ -72,13 +76,13 @@ SOURCE_S = 1e-6         # a variable's node (a source: returns its ref)
 MIN_LANE1_S = 20e-6     # a kernel this small goes to lane 1 only after a lane-1 producer
 #                         or before consumers that may all follow it there
 # The predicted saving a step must show to run in two lanes. The model leaves out the
-# threads' wake-ups and the two lanes' shared caches: on a quiet machine
-# (``bench/bench_lanes.py``) the MLP's step, predicted 0.41 ms shorter, ran 2-6% longer in two
-# lanes, and the autoencoder's, predicted 1.27 ms shorter, 5-6% shorter.
+# threads' wake-ups and the two lanes' shared caches. With one lane's splits counted, the
+# MLP's step is predicted 1% longer in two lanes (it ran 2-6% longer there), the
+# autoencoder's 6% (0.2 ms) shorter (it ran 1% shorter to 3% longer; 5-7% shorter in an
+# earlier session) and the convnet's 54% longer (it ran 12-17% longer); counting one lane's
+# kernels whole had predicted them 18%, 29% and 21% shorter (bench/RESULTS.md).
 MIN_GAIN_S = 500e-6
-# And at least this share of the one-lane step: the convnet's training step, predicted 7%
-# shorter in two lanes (its FFT convolutions split over the pool on their worker threads
-# beside the lane thread), ran 5-20% longer; the autoencoder's is predicted 29% shorter.
+# And at least this share of the one-lane step.
 MIN_GAIN_SHARE = 0.2
 MAX_NODES = 400         # a larger schedule stays in one lane (the scheduler is quadratic)
 _CHECK = "check"
@@ -118,15 +122,26 @@ def seconds(node):
     return OVERHEAD_S + _guess_cost(node) * UNIT_S
 
 
+def one_lane_seconds(node, threads):
+    """A node's estimated time in the one-lane schedule, where a kernel whose work reaches the
+    intra-op split threshold (``MIN_SPLIT_WORK`` element-operations, a GEMM's multiply-adds
+    counted as in these units) runs over the pool's ``threads`` threads, a hand-off more. In
+    two lanes every kernel is counted whole (``run_alone``'s rule from lane 1's start)."""
+    units = _guess_cost(node)
+    if threads < 2 or units < MIN_SPLIT_WORK:
+        return OVERHEAD_S + units * UNIT_S
+    return OVERHEAD_S + units * UNIT_S / threads + SYNC_S
+
+
 def _hoisted(node):
     return node.op.type == "Const" and not node.inputs
 
 
-def assign(plan):
+def assign(plan, threads=2):
     """``(order, lane_of, deps, predicted seconds in two lanes, in one)``, or None where
-    lanes do not apply. ``order``: the nodes (hoisted constants aside) in the order they
-    were picked, a topological order; ``deps``: each node's data, control and resource-order
-    predecessors."""
+    lanes do not apply (in one lane, the large kernels split over ``threads``). ``order``: the
+    nodes (hoisted constants aside) in the order they were picked, a topological order;
+    ``deps``: each node's data, control and resource-order predecessors."""
     nodes = [n for n in plan.schedule if not _hoisted(n)]
     if not 2 <= len(nodes) <= MAX_NODES or any(n.is_async for n in nodes):
         return None
@@ -202,7 +217,7 @@ def assign(plan):
             waiting[c] -= 1
             if waiting[c] == 0:
                 candidates.append(c)
-    return order, lane_of, deps, max(free), sum(cost.values())
+    return order, lane_of, deps, max(free), sum(one_lane_seconds(n, threads) for n in nodes)
 
 
 def compile_lanes(plan):
@@ -212,7 +227,7 @@ def compile_lanes(plan):
     if (not ENABLED or pool is None or pool.threads < 2 or plan.device.kind != "CPU"
             or plan.waits or not plan.static):
         return None
-    assigned = assign(plan)
+    assigned = assign(plan, pool.threads)
     if assigned is None:
         return None
     order, lane_of, deps, two, one = assigned

@@ -34,8 +34,11 @@ def laned(monkeypatch):
     monkeypatch.setattr(lanes, "_generate", spy)
     monkeypatch.setattr(lanes.LaneRun, "__init__", spy_init)
     monkeypatch.setattr(lanes.Cores, "MIN_CPU_WALL", 0.0)  # always two lanes (see below)
-    monkeypatch.setattr(lanes, "MIN_GAIN_S", 100e-6)  # the MLP's step too (predicted 0.41 ms,
-    monkeypatch.setattr(lanes, "MIN_GAIN_SHARE", 0.0)  # 18% of its one-lane step)
+    # The MLP's and the autoencoder's steps too: one lane predicted with every kernel whole
+    # (as though none split over the pool), the MLP's step 0.41 ms (18%) shorter in two.
+    monkeypatch.setattr(lanes, "one_lane_seconds", lambda node, threads: lanes.seconds(node))
+    monkeypatch.setattr(lanes, "MIN_GAIN_S", 100e-6)
+    monkeypatch.setattr(lanes, "MIN_GAIN_SHARE", 0.0)
     return seen
 
 
@@ -330,10 +333,10 @@ async def test_small_plans_and_one_thread_stay_in_one_lane(monkeypatch):
     """Where the predicted saving is under ``MIN_GAIN_S`` or ``MIN_GAIN_SHARE`` of the
     one-lane step, or no second thread exists, the plan keeps the one-lane schedule
     (``compile_lanes`` answers None)."""
-    async def form(threads, m, k):
+    async def form(threads, m, k, count=6):
         with af.Graph().as_default():
             a, b = af.placeholder(af.float32, [m, k]), af.placeholder(af.float32, [k, m])
-            outs = [af.matmul(a, b), af.matmul(a * 2.0, b)]
+            outs = [af.matmul(a * float(i + 1), b) for i in range(count)]
             config = af.ConfigProto(intra_op_parallelism_threads=threads)
             async with af.Session(config=config) as session:
                 await session.run(outs, {a: np.ones((m, k), np.float32),
@@ -341,16 +344,21 @@ async def test_small_plans_and_one_thread_stay_in_one_lane(monkeypatch):
                 (compiled,) = session._cache.values()
                 return compiled.plans[0].static_fn.__code__.co_filename
     assert "lane" not in await form(2, 8, 8)
-    assert "lane" not in await form(1, 256, 512)
-    assert "lane 0" in await form(2, 256, 512)
+    assert "lane" not in await form(1, 160, 512)
+    # Six independent GEMMs under the split threshold (13 M multiply-adds each): one lane
+    # runs them one after the other on one core, two lanes three a side.
+    assert "lane 0" in await form(2, 160, 512)
+    # Two GEMMs that each split over both threads in one lane (34 M multiply-adds): two
+    # lanes would run them whole, side by side, for no predicted gain.
+    assert "lane" not in await form(2, 256, 512, count=2)
     # A prediction of 10 ms in one lane: 1 ms saved (10%) stays in one lane, 3 ms in two.
     assign = lanes.assign
     for saved, laned in ((1e-3, False), (3e-3, True)):
-        def predicted(plan, saved=saved):
-            order, lane_of, deps, _, _ = assign(plan)
+        def predicted(plan, threads, saved=saved):
+            order, lane_of, deps, _, _ = assign(plan, threads)
             return order, lane_of, deps, 10e-3 - saved, 10e-3
         monkeypatch.setattr(lanes, "assign", predicted)
-        assert ("lane 0" in await form(2, 256, 512)) is laned
+        assert ("lane 0" in await form(2, 160, 512)) is laned
 
 
 async def test_other_tasks_see_the_loop_threads_flag_unset_while_lane_0_awaits_an_offload(
