@@ -361,6 +361,55 @@ async def test_small_plans_and_one_thread_stay_in_one_lane(monkeypatch):
         assert ("lane 0" in await form(2, 160, 512)) is laned
 
 
+@pytest.mark.parametrize("static", [True, False])
+async def test_the_convnets_training_step_stays_in_one_lane_whatever_its_reshape_knows(
+        static, monkeypatch):
+    """bench_models.py's convnet (batch 128): its large kernels (FFT convolutions, the
+    dense layer's GEMMs, Adam's applies) split over both threads in one lane and run whole in
+    two, where it ran 12-17% longer (bench/RESULTS.md). Its gradient reshapes the flattened
+    [128, 3136] back with ``shape(pool)``: known statically ([?, 7, 7, 64], as TF1 infers it)
+    or by rank only, the plan makes the same choice. With the rank only, the one-lane
+    estimate used to guess 128 for each of the four unknown dims (a max pool gradient of
+    128^4 elements, 89 ms): what kept this step in one lane was that wrong guess."""
+    from asyncflow.ops import array
+    if not static:
+        monkeypatch.setattr(array, "_solved", lambda x_shape, target: af.TensorShape(
+            None if target.ndims is None else [None] * target.ndims))
+    rng = np.random.default_rng(0)
+    with af.Graph().as_default():
+        x = af.placeholder(af.float32, [None, 784])
+        y = af.placeholder(af.float32, [None, 10])
+        h = af.reshape(x, [-1, 28, 28, 1])
+        for shape in ((5, 5, 1, 32), (5, 5, 32, 64)):
+            kernel = af.Variable((rng.standard_normal(shape) * 0.05).astype(np.float32))
+            bias = af.Variable(np.zeros(shape[-1], np.float32))
+            h = af.nn.relu(af.nn.bias_add(af.nn.conv2d(h, kernel, [1, 1, 1, 1], "SAME"), bias))
+            h = af.nn.max_pool(h, [1, 2, 2, 1], [1, 2, 2, 1], "SAME")
+        flat = af.reshape(h, [-1, 7 * 7 * 64])
+        w1 = af.Variable((rng.standard_normal((3136, 1024)) * 0.02).astype(np.float32))
+        w2 = af.Variable((rng.standard_normal((1024, 10)) * 0.03).astype(np.float32))
+        logits = af.matmul(af.nn.relu(af.matmul(flat, w1)), w2)
+        loss = af.reduce_mean(af.nn.softmax_cross_entropy_with_logits(labels=y, logits=logits))
+        train = af.train.AdamOptimizer(1e-4).minimize(loss)
+        (back,) = [op for op in af.get_default_graph().get_operations()
+                   if op.type == "Reshape" and op.inputs[1].op.type == "Shape"
+                   and op.inputs[1].op.inputs[0] is h]
+        assert back.outputs[0].shape.as_list() == ([None, 7, 7, 64] if static
+                                                   else [None] * 4)
+        config = af.ConfigProto(intra_op_parallelism_threads=2)
+        async with af.Session(config=config) as session:
+            await session.run(af.global_variables_initializer())
+            feed = {x: rng.random((128, 784), dtype=np.float32),
+                    y: np.eye(10, dtype=np.float32)[rng.integers(0, 10, 128)]}
+            await session.run([loss, train], feed)
+            plan = max((c.plans[0] for c in session._cache.values()),
+                       key=lambda p: len(p.schedule))  # (the training step's, not the init's)
+            assert plan.static and "lane" not in plan.static_fn.__code__.co_filename
+            # The estimates behind it: one lane (its large kernels split) beats two.
+            _, _, _, two, one = lanes.assign(plan, 2)
+            assert one < two
+
+
 async def test_other_tasks_see_the_loop_threads_flag_unset_while_lane_0_awaits_an_offload(
         laned, on_the_worker, monkeypatch):
     """A kernel of lane 0 large enough to go to a worker thread (batch 1024: the first
