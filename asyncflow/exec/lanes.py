@@ -22,9 +22,9 @@ for a node the other has still to reach behind its own wait: no deadlock. Lanes 
 only where they pay: a CPU device whose intra-op pool has 2 or more threads, no waiting
 kernel, and a predicted step at least ``MIN_GAIN_S`` and ``MIN_GAIN_SHARE`` shorter than one
 lane, where the kernels large enough to split run over the pool's threads
-(``one_lane_seconds``; in two lanes every kernel is counted whole). Counted whole in one lane
-too, a step of large kernels (the convnet's) looked a fifth shorter in two lanes and ran
-12-17% longer there (bench/RESULTS.md).
+(``one_lane_seconds``; in two lanes only lane 0's kernels before lane 1 starts do, the rest
+are counted whole). Counted whole in one lane too, a step of large kernels (the convnet's)
+looked a fifth shorter in two lanes and ran 12-17% longer there (bench/RESULTS.md).
 
 What stays as it is with one lane:
 - the bits: every kernel gets the same inputs and runs whole (a kernel on lane 1 does not
@@ -76,14 +76,14 @@ SOURCE_S = 1e-6         # a variable's node (a source: returns its ref)
 MIN_LANE1_S = 20e-6     # a kernel this small goes to lane 1 only after a lane-1 producer
 #                         or before consumers that may all follow it there
 # The predicted saving a step must show to run in two lanes. The model leaves out the
-# threads' wake-ups and the two lanes' shared caches. With one lane's splits counted, the
-# MLP's step is predicted 1% longer in two lanes (it ran 2-6% longer there), the
-# autoencoder's 6% (0.2 ms) shorter (it ran 1% shorter to 3% longer; 5-7% shorter in an
-# earlier session) and the convnet's 54% longer (it ran 12-17% longer); counting one lane's
-# kernels whole had predicted them 18%, 29% and 21% shorter (bench/RESULTS.md).
+# threads' wake-ups and the two lanes' shared caches, and it still favours two lanes: with
+# the splits counted (``assign``), the MLP's step is predicted 11% (0.19 ms) shorter in two
+# lanes (it ran 2-6% longer there), the autoencoder's 19% (0.62 ms; it ran 1% longer to 7%
+# shorter) and the convnet's 1% (it ran 12-17% longer). Counting every kernel whole had
+# predicted them 18%, 29% and 21% shorter (bench/RESULTS.md).
 MIN_GAIN_S = 500e-6
 # And at least this share of the one-lane step.
-MIN_GAIN_SHARE = 0.2
+MIN_GAIN_SHARE = 0.15
 MAX_NODES = 400         # a larger schedule stays in one lane (the scheduler is quadratic)
 _CHECK = "check"
 # Kernels that return a view or a shape: a call's cost, whatever their inputs' size.
@@ -174,6 +174,7 @@ def assign(plan, threads=2):
     # Sources (a variable's node: a few microseconds) first, on lane 0: picked by level they
     # would wait behind the longest chain and hold back what they feed.
     free, finish, lane_of, order = [0.0, WAKE_S], {}, {}, []
+    lane1_start = None
     candidates = []
     for n in nodes:
         if waiting[n.index] == 0 and cost[n.index] <= OVERHEAD_S:
@@ -212,12 +213,20 @@ def assign(plan, threads=2):
         candidates.remove(i)
         finish[i] = free[lane] = start + cost[i]
         lane_of[i] = lane
+        if lane == 1 and lane1_start is None:
+            lane1_start = start
         order.append(by_index[i])
         for c in consumers[i]:
             waiting[c] -= 1
             if waiting[c] == 0:
                 candidates.append(c)
-    return order, lane_of, deps, max(free), sum(one_lane_seconds(n, threads) for n in nodes)
+    # Lane 0's kernels that end before lane 1 starts still split (``intra_op.run_alone`` holds
+    # from lane 1's start): what they save moves the rest of the step earlier.
+    split_saving = sum(cost[n.index] - one_lane_seconds(n, threads) for n in order
+                       if lane_of[n.index] == 0 and lane1_start is not None
+                       and finish[n.index] <= lane1_start)
+    return (order, lane_of, deps, max(free) - split_saving,
+            sum(one_lane_seconds(n, threads) for n in nodes))
 
 
 def compile_lanes(plan):

@@ -405,9 +405,10 @@ async def test_the_convnets_training_step_stays_in_one_lane_whatever_its_reshape
             plan = max((c.plans[0] for c in session._cache.values()),
                        key=lambda p: len(p.schedule))  # (the training step's, not the init's)
             assert plan.static and "lane" not in plan.static_fn.__code__.co_filename
-            # The estimates behind it: one lane (its large kernels split) beats two.
+            # The estimates behind it: two lanes save less than ``MIN_GAIN_SHARE``.
             _, _, _, two, one = lanes.assign(plan, 2)
-            assert one < two
+            print(f"two lanes {two * 1e3:.2f} ms, one {one * 1e3:.2f}")
+            assert two > one * (1 - lanes.MIN_GAIN_SHARE)
 
 
 async def test_other_tasks_see_the_loop_threads_flag_unset_while_lane_0_awaits_an_offload(
