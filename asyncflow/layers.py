@@ -24,6 +24,7 @@ from asyncflow.ops import linalg as _linalg
 from asyncflow.ops import math as _math
 from asyncflow.ops import nn as _nn
 from asyncflow.ops import nn_conv as _nn_conv
+from asyncflow.ops import nn_conv1d as _nn_conv1d
 from asyncflow.ops.construct import as_tensor, graph_of
 from asyncflow.ops.control_flow import cond
 from asyncflow.ops.init_ops import Ones, Zeros
@@ -127,6 +128,72 @@ def conv2d(inputs, filters, kernel_size, strides=(1, 1), padding="valid",
                         bias_regularizer, trainable)
             outputs = _nn.bias_add(outputs, bias, data_format=layout)
         return activation(outputs) if activation is not None else outputs
+
+
+def _single(value, what):
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    value = [int(v) for v in value]
+    if len(value) != 1:
+        raise ValueError(f"The `{what}` argument must be a tuple of 1 integer. Received: {value}")
+    return value[0]
+
+
+def _layout_1d(data_format, layer):
+    """``"NWC"`` for channels_last, ``"NCW"`` for channels_first."""
+    return "NWC" if _data_layout(data_format, layer) == "NHWC" else "NCW"
+
+
+def conv1d(inputs, filters, kernel_size, strides=1, padding="valid", data_format="channels_last",
+           dilation_rate=1, activation=None, use_bias=True, kernel_initializer=None,
+           bias_initializer=None, kernel_regularizer=None, bias_regularizer=None,
+           activity_regularizer=None, kernel_constraint=None, bias_constraint=None,
+           trainable=True, name=None, reuse=None):
+    """1-D convolution layer (TF1 ``tf.layers.conv1d``) on ``[batch, width, channels]`` inputs
+    (channels_first: ``[batch, channels, width]``); the kernel is ``[k, in, out]``."""
+    inputs = as_tensor(inputs)
+    layout = _layout_1d(data_format, "conv1d")
+    if _single(dilation_rate, "dilation_rate") != 1:
+        raise NotImplementedError("conv1d: dilation_rate other than 1 is not supported")
+    if str(padding).lower() == "causal":
+        raise NotImplementedError("conv1d: padding='causal' is not supported (pad the input "
+                                  "on the left and use 'valid')")
+    width = _single(kernel_size, "kernel_size")
+    depth = _last_dim(inputs, "Conv1D") if layout == "NWC" else _channel_dim(inputs, "Conv1D")
+    with _scope(name, "conv1d", reuse):
+        kernel = _get("kernel", [width, depth, filters], inputs.dtype, kernel_initializer,
+                      kernel_regularizer, trainable)
+        outputs = _nn_conv1d.conv1d(inputs, kernel, _single(strides, "strides"),
+                                    _padding(padding), data_format=layout)
+        if use_bias:
+            bias = _get("bias", [filters], inputs.dtype, bias_initializer or Zeros(),
+                        bias_regularizer, trainable)
+            outputs = _nn.bias_add(outputs, bias,
+                                   data_format="NCHW" if layout == "NCW" else "NHWC")
+        return activation(outputs) if activation is not None else outputs
+
+
+def _pool_1d(pool, inputs, pool_size, strides, padding, data_format, name, default):
+    layout = _layout_1d(data_format, default)
+    inputs = as_tensor(inputs)
+    with graph_of([inputs]).name_scope(name or default):
+        return pool(inputs, _single(pool_size, "pool_size"), _single(strides, "strides"),
+                    _padding(padding), data_format=layout)
+
+
+def max_pooling1d(inputs, pool_size, strides, padding="valid", data_format="channels_last",
+                  name=None):
+    """Max pooling along the width of ``[batch, width, channels]`` inputs (channels_first:
+    ``[batch, channels, width]``) (TF1 ``tf.layers.max_pooling1d``)."""
+    return _pool_1d(_nn_conv1d.max_pool1d, inputs, pool_size, strides, padding, data_format,
+                    name, "max_pooling1d")
+
+
+def average_pooling1d(inputs, pool_size, strides, padding="valid", data_format="channels_last",
+                      name=None):
+    """Average pooling along the width (TF1 ``tf.layers.average_pooling1d``)."""
+    return _pool_1d(_nn_conv1d.avg_pool1d, inputs, pool_size, strides, padding, data_format,
+                    name, "average_pooling1d")
 
 
 def _pool(pool, inputs, pool_size, strides, padding, data_format, name, default):
@@ -284,5 +351,5 @@ def _count(inputs, axes):
     return _math.reduce_prod(_indexing.gather(shape, axes))
 
 
-__all__ = ["average_pooling2d", "batch_normalization", "conv2d", "dense", "dropout", "flatten",
-           "max_pooling2d"]
+__all__ = ["average_pooling1d", "average_pooling2d", "batch_normalization", "conv1d", "conv2d",
+           "dense", "dropout", "flatten", "max_pooling1d", "max_pooling2d"]

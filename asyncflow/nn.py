@@ -28,7 +28,8 @@ from asyncflow.ops.candidate_sampling import (  # noqa: F401,E402  (samplers, is
 from asyncflow.ops.sampled_losses import nce_loss, sampled_softmax_loss  # noqa: F401,E402
 from asyncflow.ops.sparse_ops import embedding_lookup_sparse  # noqa: F401,E402
 from asyncflow.ops.nn import selu, silu, softsign, swish  # noqa: F401,E402  (issue 36)
-from asyncflow.ops.nn_conv import atrous_conv2d, conv1d  # noqa: F401,E402  (issue 36)
+from asyncflow.ops.nn_conv import atrous_conv2d  # noqa: F401,E402  (issue 36)
+from asyncflow.ops.nn_conv1d import avg_pool1d, conv1d, max_pool1d  # noqa: F401,E402
 from asyncflow.ops.normalization import (  # noqa: F401,E402  (issue 36)
     fused_batch_norm, local_response_normalization, lrn,
 )

@@ -1,5 +1,6 @@
 """af.layers: TF1's variable names and defaults, reuse, training flags, UPDATE_OPS, and
-outputs, gradients and moving statistics equal to TF1's for the same weights."""
+outputs, gradients and moving statistics equal to TF1's for the same weights; the 2-D layers
+(``MODEL``) and the 1-D ones (``MODEL_1D``: conv1d, max_pooling1d, average_pooling1d)."""
 import numpy as np
 import pytest
 
@@ -34,14 +35,36 @@ NAMES = ["batch_normalization/beta:0", "batch_normalization/gamma:0",
          "second/kernel:0"]
 
 
-def _build():
+MODEL_1D = """
+def build(tf, x, training):
+    h = tf.layers.conv1d(x, 4, 3, padding="same", activation=tf.nn.relu)
+    h = tf.layers.max_pooling1d(h, 2, 2)
+    h = tf.layers.conv1d(h, 3, [2], strides=2, name="second")
+    h = tf.layers.average_pooling1d(h, 2, 1, padding="same")
+    first = tf.transpose(h, [0, 2, 1])
+    g = tf.layers.conv1d(first, 2, 2, data_format="channels_first", name="channels_first")
+    g = tf.layers.max_pooling1d(g, [2], [1], padding="same", data_format="channels_first")
+    g = tf.layers.average_pooling1d(g, 2, 2, data_format="channels_first")
+    out = tf.layers.dense(tf.layers.flatten(g), 2)
+    variables = sorted(tf.global_variables(), key=lambda v: v.name)
+    trainable = sorted(tf.trainable_variables(), key=lambda v: v.name)
+    loss = tf.reduce_sum(out * out)
+    grads = tf.gradients(loss, [x] + trainable)
+    return out, variables, grads, []
+"""
+NAMES_1D = ["channels_first/bias:0", "channels_first/kernel:0", "conv1d/bias:0",
+            "conv1d/kernel:0", "dense/bias:0", "dense/kernel:0", "second/bias:0",
+            "second/kernel:0"]
+
+
+def _build(model=MODEL):
     space = {}
-    exec(MODEL, space)  # noqa: S102 - the test's model source, shared with the TF1 side
+    exec(model, space)  # noqa: S102 - the test's model source, shared with the TF1 side
     return space["build"]
 
 
-async def _ours(x0):
-    build = _build()
+async def _ours(x0, model=MODEL):
+    build = _build(model)
     with af.Graph().as_default():
         x = af.constant(x0)
         out, variables, grads, updates = build(af, x, True)
@@ -108,10 +131,43 @@ def test_layer_argument_errors():
             af.layers.max_pooling2d(af.zeros([1, 4, 4, 1]), 2, 2, padding="full")
 
 
+def _inputs_1d():
+    return np.random.default_rng(6).standard_normal((3, 17, 2)).astype(np.float32)
+
+
+async def test_1d_layers_names_and_shapes():
+    names, weights, values, _ = await _ours(_inputs_1d(), MODEL_1D)
+    assert names == NAMES_1D
+    shapes = {name: w.shape for name, w in zip(names, weights)}
+    assert shapes["conv1d/kernel:0"] == (3, 2, 4) and shapes["second/kernel:0"] == (2, 4, 3)
+    assert shapes["channels_first/kernel:0"] == (2, 3, 2)
+    # widths: 17 (same) -> 8 (pool 2/2) -> 4 (conv 2, stride 2) -> 4 (same pool);
+    # channels first: 4 -> 3 (conv 2) -> 3 (same pool) -> 1 (pool 2/2); 2 channels
+    assert shapes["dense/kernel:0"] == (2, 2) and values[0].shape == (3, 2)
+
+
+def test_1d_layer_argument_errors():
+    with af.Graph().as_default():
+        x = af.zeros([1, 8, 2])
+        with pytest.raises(NotImplementedError, match="padding='causal'"):
+            af.layers.conv1d(x, 2, 3, padding="causal")
+        with pytest.raises(ValueError, match="`pool_size` argument must be a tuple of 1"):
+            af.layers.max_pooling1d(x, [2, 2], 1)
+        with pytest.raises(ValueError, match="last dimension of the inputs to `Conv1D`"):
+            af.layers.conv1d(af.placeholder(af.float32, [1, 8, None]), 2, 3)
+
+
 async def test_outputs_gradients_and_moving_statistics_match_tf1(tmp_path):
-    x0 = _inputs()
-    names, weights, values, after = await _ours(x0)
-    theirs = tf1_run(MODEL + f"""
+    await _match_tf1(tmp_path, _inputs(), MODEL)
+
+
+async def test_1d_layers_match_tf1(tmp_path):
+    await _match_tf1(tmp_path, _inputs_1d(), MODEL_1D)
+
+
+async def _match_tf1(tmp_path, x0, model):
+    names, weights, values, after = await _ours(x0, model)
+    theirs = tf1_run(model + f"""
 out, variables, grads, updates = build(tf, tf.constant(inputs["x"]), True)
 assert [v.name for v in variables] == {names!r}, [v.name for v in variables]
 with tf.Session() as sess:

@@ -6,6 +6,7 @@ import io
 import numpy as np
 
 from asyncflow.kernels.arguments import host as _host, invalid as _invalid
+from asyncflow.kernels.arguments import scatter_add as _accumulate
 from asyncflow.kernels.registry import register_kernel
 
 
@@ -107,10 +108,16 @@ def _check_images(ctx, images):
 
 def _bilinear_axis(xp, in_size, out_size, align):
     """One axis of TF1's bilinear resize: each output index's lower and upper source index
-    and the float32 weight of the upper."""
+    and the float32 weight of the upper.
+
+    The upper index is TF1's ``min(ceil(where), in_size - 1)``: on a source coordinate that
+    is a whole number it is the lower one, so the neighbour the weight 0 falls on is never
+    read. For finite pixels that changes nothing (``a + (b - a) * 0`` is ``a``); next to an
+    inf or a NaN, or where ``b - a`` overflows, the pixel is the source's and not the NaN of
+    ``inf * 0``. Per output index, not per pixel: the interpolation costs the same."""
     where = xp.arange(out_size, dtype=xp.float32) * _scale(in_size, out_size, align)
     low = xp.floor(where).astype(np.int64)
-    high = xp.minimum(low + 1, in_size - 1)
+    high = xp.minimum(xp.ceil(where).astype(np.int64), in_size - 1)
     return low, high, (where - low.astype(xp.float32)).astype(xp.float32)
 
 
@@ -180,15 +187,45 @@ def _sum_into(xp, values, index, size, axis):
     return out
 
 
+def _nearest_axis(ctx, in_size, out_size):
+    """TF1's nearest-neighbor rule on one axis: the input index each of ``out_size`` output
+    indices copies, from the float32 coordinate ``y * scale`` (``(y + 0.5) * scale`` with
+    half-pixel centers), rounded down (rounded, with align_corners), at most ``in_size - 1``.
+    TF1's forward kernel refuses both flags together, its gradient takes them: so do these.
+    The gradient uses the same rule with the sizes of the forward op."""
+    xp, align = ctx.xp, ctx.attrs["align_corners"]
+    half = ctx.attrs.get("half_pixel_centers", False)
+    where = xp.arange(out_size, dtype=xp.float32)
+    if half:
+        where = where + np.float32(0.5)
+    where = where * _scale(in_size, out_size, align)
+    picked = xp.floor(where + np.float32(0.5)) if align else xp.floor(where)
+    return xp.minimum(picked.astype(np.int64), in_size - 1)
+
+
 @register_kernel("ResizeNearestNeighbor")
 def _resize_nearest(ctx, images, size):
-    xp = ctx.xp
     _check_images(ctx, images)
-    (out_h, out_w), align = _size(ctx, size), ctx.attrs["align_corners"]
+    if ctx.attrs["align_corners"] and ctx.attrs.get("half_pixel_centers", False):
+        raise _invalid(ctx, "if half_pixel_centers is True, align_corners must be False")
+    out_h, out_w = _size(ctx, size)
+    rows = _nearest_axis(ctx, images.shape[1], out_h)
+    return (images[:, rows][:, :, _nearest_axis(ctx, images.shape[2], out_w)],)
 
-    def axis(in_size, out_size):
-        where = xp.arange(out_size, dtype=xp.float32) * _scale(in_size, out_size, align)
-        picked = xp.floor(where + np.float32(0.5)) if align else xp.floor(where)
-        return xp.minimum(picked.astype(np.int64), in_size - 1)
 
-    return (images[:, axis(images.shape[1], out_h)][:, :, axis(images.shape[2], out_w)],)
+@register_kernel("ResizeNearestNeighborGrad")
+def _resize_nearest_grad(ctx, grads, size):
+    """TF1's: each gradient cell added into the cell its forward copy read, in the gradient's
+    dtype, the cells of a target in TF1's order (row by row, left to right)."""
+    xp = ctx.xp
+    _check_images(ctx, grads)
+    height, width = _size(ctx, size)
+    batch, grad_h, grad_w, channels = grads.shape
+    out = xp.zeros((height * width, batch, channels), dtype=grads.dtype)
+    if grads.size:
+        rows = _nearest_axis(ctx, height, grad_h)
+        cols = _nearest_axis(ctx, width, grad_w)
+        target = (rows[:, None] * width + cols[None, :]).reshape(-1)
+        values = grads.transpose(1, 2, 0, 3).reshape(grad_h * grad_w, batch, channels)
+        _accumulate(xp, out, target, values)
+    return (out.reshape(height, width, batch, channels).transpose(2, 0, 1, 3).copy(),)

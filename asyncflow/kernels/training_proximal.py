@@ -7,6 +7,13 @@ as whole-array expressions in the variable's dtype (the rules of TF1's ``trainin
 - Proximal gradient descent: ``prox = var - alpha g``; ``var = sign(prox) max(|prox| -
   alpha l1, 0) / (1 + alpha l2)`` (``prox / (1 + alpha l2)`` when ``l1`` is 0).
 - Proximal Adagrad: ``accum += g^2``, then the proximal step with ``alpha = lr / sqrt(accum)``.
+- Adagrad dual averaging (``ApplyAdagradDA``, ``T`` the global step): ``ga += g``,
+  ``gg += g^2``; ``var = -sign(ga) lr max(|ga| - T l1, 0) / (T l2 lr + sqrt(gg))`` (``-lr ga /
+  (...)`` when ``l1`` is 0): the variable is a closed form of the accumulators, not updated
+  from its old value. TF1 writes this rule three ways, which round differently, and so do
+  these kernels: the dense one as above; the sparse one on a variable with rows of more than
+  one element as ``-sign(ga) max(|ga| / T - l1, 0) / (l2 + sqrt(gg) / (T lr))``; on rows of one
+  element in float64 arithmetic, rounded to the variable's dtype once at the end.
 
 The sparse forms apply the rule to the unique touched rows, repeated rows summed first
 (``kernels/training.py``'s ``_rows``), and check every index before changing anything. The
@@ -15,6 +22,8 @@ negative l1 or l2, before changing anything; TF1's Adadelta and proximal gradien
 kernels check no value, and neither do these.
 """
 from __future__ import annotations
+
+import numpy as np
 
 from asyncflow import errors
 from asyncflow.kernels.registry import register_kernel
@@ -110,4 +119,88 @@ def _sparse_apply_proximal_adagrad(ctx, var, accum, lr, l1, l2, grad, indices):
     acc, value = accum.writable(), var.writable()
     value[rows], acc[rows] = _proximal_adagrad(ctx.xp, value[rows], acc[rows], lr, l1, l2, grad)
     accum.assign(acc, fresh=True)
+    return (var.assign(value, fresh=True),)
+
+
+def _adagrad_da_dense(xp, accum, squared, lr, l1, l2, step):
+    """TF1's dense AdagradDA rule in the accumulators' dtype: ``step`` enters as a float32
+    (TF1's ``static_cast<float>``), ``T lr`` rounds before it meets ``l2``."""
+    dtype = accum.dtype.type
+    lr, l1, l2 = dtype(float(lr)), dtype(float(l1)), dtype(float(l2))
+    step32 = np.float32(step)
+    step_lr = dtype(step32 * lr)
+    denominator = l2 * step_lr + xp.sqrt(squared)
+    if l1 > 0:
+        shrunk = xp.maximum(xp.abs(accum) - dtype(step32) * l1, dtype(0))
+        return (-lr * xp.sign(accum)) * shrunk / denominator
+    return lr * accum * dtype(-1) / denominator
+
+
+def _adagrad_da_rows(xp, accum, squared, lr, l1, l2, step):
+    """TF1's sparse AdagradDA rule on rows of more than one element, in their dtype."""
+    dtype = accum.dtype.type
+    lr, l1, l2, step = dtype(float(lr)), dtype(float(l1)), dtype(float(l2)), dtype(step)
+    step_lr = dtype(step * lr)
+    denominator = l2 + xp.sqrt(squared) / step_lr
+    if l1 > 0:
+        shrunk = xp.maximum(xp.abs(accum) / step - l1, dtype(0))
+        return -xp.sign(accum) * shrunk / denominator
+    return -(accum / step) / denominator
+
+
+def _adagrad_da_scalars(xp, accum, squared, lr, l1, l2, step):
+    """TF1's sparse AdagradDA rule on rows of one element: float64 arithmetic (``sqrt`` of the
+    accumulator in its own dtype), one rounding to the variable's dtype."""
+    dtype = accum.dtype
+    lr, l1, l2 = float(lr), float(l1), float(l2)
+    step_l1, step_l2_lr = step * l1, step * l2 * lr
+    denominator = step_l2_lr + xp.sqrt(squared).astype(np.float64)
+    wide = accum.astype(np.float64)
+    if l1 > 0:
+        value = xp.sign(-wide) * lr * xp.maximum(xp.abs(wide) - step_l1, 0.0) / denominator
+    else:
+        value = (-wide * lr) / denominator
+    return value.astype(dtype)
+
+
+def _global_step(ctx, step):
+    return int(step.get() if hasattr(step, "get") else step)
+
+
+@register_kernel("ApplyAdagradDA")
+def _apply_adagrad_da(ctx, var, accum, squared_accum, grad, lr, l1, l2, global_step):
+    _read(ctx, var, grad)
+    new_accum = accum.read() + grad
+    new_squared = squared_accum.read() + grad * grad
+    new = _adagrad_da_dense(ctx.xp, new_accum, new_squared, lr, l1, l2,
+                            _global_step(ctx, global_step))
+    accum.assign(new_accum, fresh=True)
+    squared_accum.assign(new_squared, fresh=True)
+    return (var.assign(new, fresh=True),)
+
+
+@register_kernel("SparseApplyAdagradDA")
+def _sparse_apply_adagrad_da(ctx, var, accum, squared_accum, grad, indices, lr, l1, l2,
+                             global_step):
+    shape = var.read().shape
+    if len(shape) < 1 or not all(shape[1:]):
+        raise errors.InvalidArgumentError(
+            None, ctx.name, f"{ctx.type}: var must be at least 1 dimensional with rows of at "
+            f"least one element, got shape {list(shape)} (variable {var.name})")
+    rows, grad = _rows(ctx, var, grad, indices)
+    acc, squared, value = accum.writable(), squared_accum.writable(), var.writable()
+    step = _global_step(ctx, global_step)
+    if rows.shape[0]:
+        if int(np.prod(shape[1:])) > 1:  # TF1: rows of more than one element, in their dtype
+            acc[rows] += grad
+            squared[rows] += grad * grad
+            value[rows] = _adagrad_da_rows(ctx.xp, acc[rows], squared[rows], lr, l1, l2, step)
+        else:  # one element a row: float64 accumulation rounded to the dtype, as TF1's
+            wide = grad.astype(np.float64)
+            acc[rows] = (acc[rows].astype(np.float64) + wide).astype(acc.dtype)
+            squared[rows] = (squared[rows].astype(np.float64) + wide * wide).astype(acc.dtype)
+            value[rows] = _adagrad_da_scalars(ctx.xp, acc[rows], squared[rows], lr, l1, l2,
+                                              step)
+    accum.assign(acc, fresh=True)
+    squared_accum.assign(squared, fresh=True)
     return (var.assign(value, fresh=True),)

@@ -10,16 +10,20 @@
   width, 1 or 3]`` image as JPEG bytes (a string scalar), e.g. for ``tf.write_file``.
 - ``ResizeBilinear(images, size)`` and ``ResizeNearestNeighbor(images, size)`` (attr
   ``align_corners``) resize ``[batch, height, width, channels]`` images to ``size`` (an int32
-  ``[new_height, new_width]``) by TF1's formulas (no half-pixel centers): a source coordinate is
-  ``y * scale`` with ``scale = in / out``, or ``(in - 1) / (out - 1)`` with align_corners;
-  bilinear interpolates in float32 and returns float32, nearest rounds down (rounds, with
+  ``[new_height, new_width]``) by TF1's formulas: a source coordinate is ``y * scale`` with
+  ``scale = in / out``, or ``(in - 1) / (out - 1)`` with align_corners (nearest neighbor also
+  takes ``half_pixel_centers``: ``(y + 0.5) * scale``; bilinear refuses it); bilinear
+  interpolates in float32 and returns float32, nearest rounds down (rounds, with
   align_corners) and keeps the dtype. ``resize_images`` is TF1's wrapper: 3-D or 4-D images,
   ``method`` a ``ResizeMethod``, and images already of the size returned unchanged.
 
 Kernels live in ``asyncflow/kernels/image.py``. ResizeBilinear has TF1's gradient,
 ``ResizeBilinearGrad(grads, original_image)`` (attr ``align_corners``): each output cell's
 gradient times its two float32 weights goes to the four cells it read, in the original
-image's dtype (float16/32/64; other dtypes get none); no other op here has a gradient.
+image's dtype (float16/32/64; other dtypes get none). ResizeNearestNeighbor has TF1's,
+``ResizeNearestNeighborGrad(grads, size)`` (attrs ``align_corners``, ``half_pixel_centers``):
+each gradient cell added, in its dtype and TF1's order, into the input cell it was copied
+from. No other op here has a gradient.
 - TF1's flips, crops, pads, ``per_image_standardization``, ``rgb_to_grayscale`` and
   ``convert_image_dtype`` are composites of slicing, padding and math (differentiable through
   them); the random ones draw with ``random_uniform`` and the given op seed.
@@ -91,7 +95,48 @@ def _infer_encode(op):
 register_op("EncodeJpeg", infer=_infer_encode)
 register_op("ResizeBilinear", infer=_infer_resize)
 register_op("ResizeNearestNeighbor", infer=_infer_resize)
-not_differentiable("DecodeJpeg", "DecodePng", "EncodeJpeg", "ResizeNearestNeighbor")
+not_differentiable("DecodeJpeg", "DecodePng", "EncodeJpeg")
+
+
+def _infer_resize_nearest_grad(op):
+    grads, size = op.inputs
+    if grads.shape.ndims not in (None, 4):
+        raise ValueError(f"ResizeNearestNeighborGrad {op.name}: grads must be 4-D, got shape "
+                         f"{grads.shape}")
+    if size.dtype is not dtypes.int32 or size.shape.ndims not in (None, 1):
+        raise TypeError(f"ResizeNearestNeighborGrad {op.name}: size must be an int32 vector "
+                        f"[height, width], got {size.dtype.name} {size.shape}")
+    known = static_value(size)
+    height, width = (None, None) if known is None else (int(known[0]), int(known[1]))
+    batch, channels = (None, None) if grads.shape.ndims is None else \
+        (grads.shape.dims[0], grads.shape.dims[3])
+    return [(grads.dtype, TensorShape([batch, height, width, channels]))]
+
+
+register_op("ResizeNearestNeighborGrad", infer=_infer_resize_nearest_grad)
+not_differentiable("ResizeNearestNeighborGrad")
+
+
+@register_gradient("ResizeNearestNeighbor")
+def _resize_nearest_neighbor_grad(op, grad):
+    """TF1's: every output cell's gradient added into the input cell it copied
+    (``ResizeNearestNeighborGrad``, the same index rule), in the gradient's dtype."""
+    images = op.inputs[0]
+    dims = images.shape.dims[1:3] if images.shape.ndims == 4 else [None, None]
+    size = as_tensor([int(d) for d in dims], dtype=dtypes.int32) if None not in dims else \
+        slice_(shape_of(images), [1], [2])
+    return [make("ResizeNearestNeighborGrad", (grad, size),
+                 {"align_corners": op.get_attr("align_corners"),
+                  "half_pixel_centers": _half_pixel_centers(op)},
+                 None, "ResizeNearestNeighborGrad"), None]
+
+
+def _half_pixel_centers(op):
+    """The attr, False on an op built before it existed (a graph read back from a file)."""
+    try:
+        return bool(op.get_attr("half_pixel_centers"))
+    except (KeyError, ValueError):
+        return False
 
 
 def _infer_resize_grad(op):
@@ -178,11 +223,15 @@ def resize_bilinear(images, size, align_corners=False, name=None, half_pixel_cen
 
 def resize_nearest_neighbor(images, size, align_corners=False, name=None,
                             half_pixel_centers=False):
-    """Nearest-neighbor resize of 4-D ``images`` to ``size``, keeping their dtype."""
-    if half_pixel_centers:
-        raise ValueError("resize_nearest_neighbor: half_pixel_centers=True is not supported")
+    """Nearest-neighbor resize of 4-D ``images`` to ``size``, keeping their dtype.
+
+    With ``align_corners`` and ``half_pixel_centers`` together the op fails when it runs
+    (InvalidArgumentError), as TF1's; its gradient, as TF1's, does not fail but computes with
+    both (the coordinate ``(y + 0.5) (in - 1) / (out - 1)``, rounded), so a graph that only
+    fetches the gradient runs as in TF1."""
     return make("ResizeNearestNeighbor", (as_tensor(images), as_tensor(size, dtype=dtypes.int32)),
-                {"align_corners": bool(align_corners)}, name, "ResizeNearestNeighbor")
+                {"align_corners": bool(align_corners),
+                 "half_pixel_centers": bool(half_pixel_centers)}, name, "ResizeNearestNeighbor")
 
 
 def resize_images(images, size, method=ResizeMethod.BILINEAR, align_corners=False,

@@ -26,8 +26,9 @@ from asyncflow.ops import math as _math
 from asyncflow.ops.construct import (
     FLOATING, NUMERIC, as_tensor, check_dtype, graph_of, make, operands, static_value,
 )
-from asyncflow.ops.layout import expand_dims, squeeze
+from asyncflow.ops.layout import expand_dims
 from asyncflow.ops.sources import constant
+from asyncflow.ops.tiling import pad
 
 _PADDINGS = ("SAME", "VALID")
 
@@ -68,6 +69,31 @@ def _check_format(padding, data_format, op_name):
     if padding not in _PADDINGS:
         raise ValueError(f"{op_name}: padding must be 'SAME' or 'VALID', got {padding!r}")
     return padding
+
+
+def _explicit_paddings(padding, data_format, op_name):
+    """TF1's explicit padding, ``[[0, 0], [top, bottom], [left, right], [0, 0]]`` in the data's
+    layout (NCHW: the last two pairs), as the 4 pairs ``pad`` takes.
+
+    Raises:
+        ValueError: not 4 pairs of ints, a negative one, or padding of the batch or depth.
+    """
+    pairs = []
+    for index, pair in enumerate(padding):
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise ValueError(f"{op_name}: when padding is a list, each element must be a "
+                             f"list/tuple of size 2, got {pair!r} at index {index}")
+        pairs.append([int(pair[0]), int(pair[1])])
+    if len(pairs) != 4:
+        raise ValueError(f"{op_name}: when padding is a list, it must be of size 4, got "
+                         f"{len(pairs)} pairs")
+    if min(min(pair) for pair in pairs) < 0:
+        raise ValueError(f"{op_name}: all explicit paddings must be non-negative, got {pairs}")
+    depth = 1 if data_format == "NCHW" else 3
+    if pairs[0] != [0, 0] or pairs[depth] != [0, 0]:
+        raise ValueError(f"{op_name}: nonzero explicit padding in the batch or depth "
+                         f"dimensions is not supported, got {pairs} ({data_format or 'NHWC'})")
+    return pairs
 
 
 def _hw(attrs):
@@ -271,7 +297,9 @@ def conv2d(input, filter=None, strides=None, padding=None, use_cudnn_on_gpu=True
         filter: ``[filter_height, filter_width, in_channels, out_channels]`` (alias ``filters``).
         strides: an int, ``[h, w]``, or 4 ints in the data's layout (``[1, h, w, 1]`` NHWC,
             ``[1, 1, h, w]`` NCHW).
-        padding: ``"SAME"`` or ``"VALID"``.
+        padding: ``"SAME"`` or ``"VALID"``, or TF1's explicit padding: 4 pairs in the data's
+            layout, ``[[0, 0], [top, bottom], [left, right], [0, 0]]`` (NCHW ``[[0, 0], [0,
+            0], [top, bottom], [left, right]]``), built as a zero ``pad`` and a VALID Conv2D.
         dilations: like ``strides``; default 1.
 
     Returns:
@@ -286,6 +314,10 @@ def conv2d(input, filter=None, strides=None, padding=None, use_cudnn_on_gpu=True
     if filters is None:
         raise ValueError("conv2d: filter must be given")
     x, filters = operands((input, filters), "Conv2D")
+    if isinstance(padding, (list, tuple)):
+        pairs = _explicit_paddings(padding, data_format, "conv2d")
+        attrs = _conv_attrs(strides, "VALID", dilations, data_format, "conv2d")
+        return make("Conv2D", (pad(x, pairs), filters), attrs, name, "Conv2D")
     attrs = _conv_attrs(strides, padding, dilations, data_format, "conv2d")
     return make("Conv2D", (x, filters), attrs, name, "Conv2D")
 
@@ -445,48 +477,6 @@ def _avg_pool_grad_grad(op, grad):
 
 
 # -- TF1's composites over Conv2D (issue 36) -------------------------------------------------
-def conv1d(value=None, filters=None, stride=None, padding=None, use_cudnn_on_gpu=None,
-           data_format=None, name=None, input=None, dilations=None):  # noqa: A002
-    """TF1's ``tf.nn.conv1d``: a Conv2D over a height of 1, as TF1 builds it.
-
-    ``value`` is ``[batch, width, in_channels]`` (``data_format="NWC"``, the default) or
-    ``[batch, in_channels, width]`` (``"NCW"``); ``filters`` ``[width, in, out]``; ``stride``
-    and ``dilations`` an int (or a 1- or 3-list in the data's layout).
-    """
-    value = input if value is None else value
-    if value is None or filters is None:
-        raise ValueError("conv1d: value and filters must be given")
-    value, filters = operands((value, filters), "conv1d")
-    if data_format in (None, "NWC", "NHWC"):
-        axis, layout = 1, "NHWC"
-    elif data_format in ("NCW", "NCHW"):
-        axis, layout = 2, "NCHW"
-    else:
-        raise ValueError(f"conv1d: data_format must be 'NWC' or 'NCW', got {data_format!r}")
-    for what, tensor, rank in (("value", value, 3), ("filters", filters, 3)):
-        if tensor.shape.ndims is not None and tensor.shape.ndims != rank:
-            raise ValueError(f"conv1d: {what} must have rank {rank}, got shape {tensor.shape}")
-
-    def spatial(number, what):
-        if number is None:
-            return 1
-        items = list(number) if isinstance(number, (list, tuple)) else [number]
-        if len(items) == 3:
-            items = [items[1 if layout == "NHWC" else 2]]
-        if len(items) != 1:
-            raise ValueError(f"conv1d: {what} must be an int or a list of 1 or 3, got {number}")
-        return int(items[0])
-
-    step, rate = spatial(stride, "stride"), spatial(dilations, "dilations")
-    ones = [1, 1, 1, 1]
-    strides, dilation = list(ones), list(ones)
-    strides[axis + 1], dilation[axis + 1] = step, rate
-    with graph_of((value, filters)).name_scope(name or "conv1d"):
-        out = conv2d(expand_dims(value, axis), expand_dims(filters, 0), strides, padding,
-                     data_format=layout, dilations=dilation)
-        return squeeze(out, [axis])
-
-
 def atrous_conv2d(value, filters, rate, padding, name=None):
     """TF1's ``tf.nn.atrous_conv2d``: a stride-1 NHWC convolution with ``dilations=rate``."""
     if int(rate) < 1:

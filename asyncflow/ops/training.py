@@ -30,6 +30,8 @@ TRAINING_OPS = {
     "ApplyAdadelta": (("var", "accum", "accum_update"), ("lr", "rho", "epsilon", "grad")),
     "ApplyProximalGradientDescent": (("var",), ("alpha", "l1", "l2", "delta")),
     "ApplyProximalAdagrad": (("var", "accum"), ("lr", "l1", "l2", "grad")),
+    "ApplyAdagradDA": (("var", "gradient_accumulator", "gradient_squared_accumulator"),
+                       ("grad", "lr", "l1", "l2", "global_step")),
 }
 
 # Sparse forms: the same rule applied to the rows ``indices`` only, ``grad`` holding one row
@@ -51,15 +53,27 @@ SPARSE_TRAINING_OPS = {
                                                                "indices")),
     "SparseApplyProximalGradientDescent": (("var",), ("alpha", "l1", "l2", "grad", "indices")),
     "SparseApplyProximalAdagrad": (("var", "accum"), ("lr", "l1", "l2", "grad", "indices")),
+    "SparseApplyAdagradDA": (("var", "gradient_accumulator", "gradient_squared_accumulator"),
+                             ("grad", "indices", "lr", "l1", "l2", "global_step")),
 }
+
+# Value inputs that keep their own dtype: row indices (any integer) and AdagradDA's step (an
+# int64 scalar, as TF1's ``global_step``).
+_OWN_DTYPE = ("indices", "global_step")
+# TF1 registers these kernels for float32 and float64 only.
+_FLOAT32_64_ONLY = ("ApplyAdagradDA", "SparseApplyAdagradDA")
 
 
 def _infer_apply(op):
     refs, values = TRAINING_OPS[op.type]
     var = op.inputs[0]
+    _check_dtype_support(op, var)
     for name, tensor in zip(refs + values, op.inputs):
         if name in refs and not tensor.is_ref:
             raise TypeError(f"input {name!r} must be a variable reference, got {tensor.name}")
+        if name == "global_step":
+            _check_global_step(op, tensor)
+            continue
         if tensor.dtype is not var.dtype:
             raise TypeError(f"input {name!r} has dtype {tensor.dtype.name}, but the variable "
                             f"{var.op.name} has {var.dtype.name}")
@@ -78,6 +92,7 @@ def _infer_sparse_apply(op):
     var = op.inputs[0]
     if not var.dtype.is_floating:
         raise TypeError(f"variable {var.op.name} must be floating, got {var.dtype.name}")
+    _check_dtype_support(op, var)
     for name, tensor in zip(refs + values, op.inputs):
         if name in refs and not tensor.is_ref:
             raise TypeError(f"input {name!r} must be a variable reference, got {tensor.name}")
@@ -85,6 +100,9 @@ def _infer_sparse_apply(op):
             if not tensor.dtype.is_integer or tensor.shape.ndims not in (None, 1):
                 raise TypeError(f"indices must be an int vector, got {tensor.dtype.name} of "
                                 f"shape {tensor.shape}")
+            continue
+        if name == "global_step":
+            _check_global_step(op, tensor)
             continue
         if tensor.dtype is not var.dtype:
             raise TypeError(f"input {name!r} has dtype {tensor.dtype.name}, but the variable "
@@ -99,6 +117,18 @@ def _infer_sparse_apply(op):
         if name not in refs and name != "grad" and tensor.shape.ndims not in (None, 0):
             raise ValueError(f"hyperparameter {name!r} must be a scalar, got shape {tensor.shape}")
     return [(var.dtype, var.shape)]
+
+
+def _check_global_step(op, tensor):
+    if tensor.dtype.name != "int64" or tensor.shape.ndims not in (None, 0):
+        raise TypeError(f"global_step must be an int64 scalar, got "
+                        f"{tensor.dtype.name} of shape {tensor.shape}")
+
+
+def _check_dtype_support(op, var):
+    if op.type in _FLOAT32_64_ONLY and var.dtype.name not in ("float32", "float64"):
+        raise TypeError(f"no kernel for {var.dtype.name} variables "
+                        f"({var.op.name}); as TF1's, it takes float32 and float64")
 
 
 for _type, (_refs, _values) in TRAINING_OPS.items():
@@ -124,7 +154,7 @@ def apply_update(op_type, refs, values, name=None, **attrs):
     """
     var = refs[0]
     names = (TRAINING_OPS.get(op_type) or SPARSE_TRAINING_OPS[op_type])[1]
-    inputs = tuple(refs) + tuple(as_tensor(v) if n == "indices" else as_tensor(v, dtype=var.dtype)
+    inputs = tuple(refs) + tuple(as_tensor(v) if n in _OWN_DTYPE else as_tensor(v, dtype=var.dtype)
                                  for n, v in zip(names, values))
     with var.graph.colocate_with(var.op):
         return make(op_type, inputs, {"use_locking": False, "use_nesterov": False, **attrs},

@@ -7,9 +7,9 @@ from asyncflow.train.saver import (  # noqa: F401
 from asyncflow.train.checkpoint_utils import list_variables, load_variable  # noqa: F401
 from asyncflow.train.optimizer import Optimizer  # noqa: F401
 from asyncflow.train.optimizers import (  # noqa: F401
-    AdadeltaOptimizer, AdagradOptimizer, AdamOptimizer, GradientDescentOptimizer,
-    MomentumOptimizer, ProximalAdagradOptimizer, ProximalGradientDescentOptimizer,
-    RMSPropOptimizer, FtrlOptimizer,
+    AdadeltaOptimizer, AdagradDAOptimizer, AdagradOptimizer, AdamOptimizer,
+    GradientDescentOptimizer, MomentumOptimizer, ProximalAdagradOptimizer,
+    ProximalGradientDescentOptimizer, RMSPropOptimizer, FtrlOptimizer,
 )
 from asyncflow.train.training_util import (  # noqa: F401
     create_global_step, get_global_step, get_or_create_global_step,
@@ -32,6 +32,6 @@ from asyncflow.train.monitored_session import (  # noqa: F401  (training loop, r
 from asyncflow.train.device_setter import replica_device_setter  # noqa: F401
 from asyncflow.train.learning_rate_decay import (  # noqa: F401  (learning-rate schedules)
     cosine_decay, cosine_decay_restarts, exponential_decay, inverse_time_decay,
-    linear_cosine_decay, natural_exp_decay, piecewise_constant, piecewise_constant_decay,
-    polynomial_decay,
+    linear_cosine_decay, natural_exp_decay, noisy_linear_cosine_decay, piecewise_constant,
+    piecewise_constant_decay, polynomial_decay,
 )

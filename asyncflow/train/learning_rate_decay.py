@@ -15,6 +15,7 @@ from asyncflow import dtypes
 from asyncflow.graph.graph import get_default_graph
 from asyncflow.ops import math as _math
 from asyncflow.ops.construct import as_tensor
+from asyncflow.ops.sources import random_normal
 
 
 def _float_args(learning_rate, *values):
@@ -128,6 +129,33 @@ def linear_cosine_decay(learning_rate, global_step, decay_steps, num_periods=0.5
         fraction = _math.multiply(_math.multiply(2.0, periods), _math.divide(step, steps))
         cosine = _math.multiply(0.5, _math.add(1.0, _math.cos(_math.multiply(math.pi, fraction))))
         decayed = _math.add(_math.multiply(_math.add(floor, linear), cosine), offset)
+        return _math.multiply(rate, decayed, name="learning_rate")
+
+
+def noisy_linear_cosine_decay(learning_rate, global_step, decay_steps, initial_variance=1.0,
+                              variance_decay=0.55, num_periods=0.5, alpha=0.0, beta=0.001,
+                              name=None):
+    """``linear_cosine_decay`` with Gaussian noise on its linear part (TF1's, Bello et al.
+    2017): ``learning_rate * ((alpha + linear + eps) * cosine + beta)``, ``eps`` a fresh normal
+    draw every run with variance ``initial_variance / (1 + step)^variance_decay`` (the step
+    stopping at ``decay_steps``). The draws are not TF1's numbers for the same seed (no
+    asyncflow random op's are); with ``initial_variance=0`` the rate is linear cosine decay's.
+    """
+    _check_step(global_step, "noisy_linear_cosine_decay")
+    with get_default_graph().name_scope(name or "NoisyLinearCosineDecay"):
+        rate, step, steps, variance0, variance_decay, periods, floor, offset = _float_args(
+            learning_rate, global_step, decay_steps, initial_variance, variance_decay,
+            num_periods, alpha, beta)
+        step = _math.minimum(step, steps)
+        linear = _math.divide(_math.subtract(steps, step), steps)
+        variance = _math.divide(variance0, _math.pow(_math.add(1.0, step), variance_decay))
+        # TF1 draws in float32 (a float64 rate is refused there; here the draw takes the
+        # rate's dtype, as the other cosine schedules take a float64 rate: docs/porting.md).
+        noise = random_normal([], stddev=_math.sqrt(variance), dtype=rate.dtype)
+        noisy = _math.add(linear, noise)
+        fraction = _math.multiply(_math.multiply(2.0, periods), _math.divide(step, steps))
+        cosine = _math.multiply(0.5, _math.add(1.0, _math.cos(_math.multiply(math.pi, fraction))))
+        decayed = _math.add(_math.multiply(_math.add(floor, noisy), cosine), offset)
         return _math.multiply(rate, decayed, name="learning_rate")
 
 

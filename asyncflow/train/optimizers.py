@@ -11,7 +11,7 @@ Update rules (``g`` the gradient, ``lr`` the learning rate):
 - RMSProp: ``ms = decay ms + (1 - decay) g^2; mom = momentum mom + lr g / sqrt(ms + eps);
   var -= mom`` (centered: ``mg = decay mg + (1 - decay) g`` and ``ms - mg^2`` under the root).
 - Ftrl: TF1's FTRL-Proximal with l1, l2 and l2 shrinkage (``ApplyFtrlV2``).
-- Adadelta, ProximalGradientDescent, ProximalAdagrad: TF1's rules
+- Adadelta, ProximalGradientDescent, ProximalAdagrad, AdagradDA: TF1's rules
   (``kernels/training_proximal.py``).
 
 A sparse gradient (``IndexedSlices``) is applied by the ``SparseApply*`` form of the same rule
@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from asyncflow.dtypes import float32
 from asyncflow.ops.control import group
+from asyncflow.ops.array import identity
+from asyncflow.ops.construct import as_tensor
 from asyncflow.ops.math import cast, maximum
 from asyncflow.ops.state import scatter_sub
 from asyncflow.ops.training import apply_update
@@ -347,3 +349,61 @@ class ProximalAdagradOptimizer(ProximalGradientDescentOptimizer):
         return apply_update("SparseApplyProximalAdagrad",
                             [var._ref(), self.get_slot(var, "accumulator")._ref()],
                             self._hypers(var) + [grad.values, grad.indices])
+
+
+class AdagradDAOptimizer(Optimizer):
+    """Adagrad dual averaging (Duchi et al. 2011) as TF1's ``AdagradDAOptimizer``; slots
+    ``"gradient_accumulator"`` (starts at 0) and ``"gradient_squared_accumulator"`` (starts at
+    ``initial_gradient_squared_accumulator_value``).
+
+    The variable becomes a closed form of the accumulators and of ``global_step`` (an int64
+    tensor, usually the one ``minimize`` advances): each update reads it plus one, as TF1's.
+
+    Raises:
+        ValueError: on an initial squared accumulator that is not positive.
+    """
+
+    def __init__(self, learning_rate, global_step,
+                 initial_gradient_squared_accumulator_value=0.1,
+                 l1_regularization_strength=0.0, l2_regularization_strength=0.0,
+                 use_locking=False, name="AdagradDA"):
+        if initial_gradient_squared_accumulator_value <= 0.0:
+            raise ValueError(f"initial_gradient_squared_accumulator_value must be positive: "
+                             f"{initial_gradient_squared_accumulator_value}")
+        if global_step is None:
+            raise ValueError("AdagradDAOptimizer: global_step must be an int64 tensor (such "
+                             "as af.train.get_or_create_global_step()), got None")
+        super().__init__(use_locking, name)
+        self._learning_rate = learning_rate
+        self._initial_gradient_squared_accumulator_value = \
+            initial_gradient_squared_accumulator_value
+        self._l1, self._l2 = l1_regularization_strength, l2_regularization_strength
+        self._global_step = global_step
+        self._global_step_on_worker = None
+
+    def _create_slots(self, var_list):
+        for var in var_list:
+            self._slot(var, "gradient_accumulator")
+            self._slot(var, "gradient_squared_accumulator",
+                       self._initial_gradient_squared_accumulator_value)
+
+    def _prepare(self):
+        # TF1's ``_global_step_on_worker``: the step plus one, read once per apply_gradients.
+        self._global_step_on_worker = identity(as_tensor(self._global_step)) + 1
+
+    def _refs_hypers(self, var):
+        dtype = var.dtype
+        return ([var._ref(), self.get_slot(var, "gradient_accumulator")._ref(),
+                 self.get_slot(var, "gradient_squared_accumulator")._ref()],
+                [self._hyper(self._learning_rate, dtype, "learning_rate"),
+                 self._hyper(self._l1, dtype, "l1_regularization_strength"),
+                 self._hyper(self._l2, dtype, "l2_regularization_strength"),
+                 identity(self._global_step_on_worker)])
+
+    def _apply_dense(self, grad, var):
+        refs, hypers = self._refs_hypers(var)
+        return apply_update("ApplyAdagradDA", refs, [grad] + hypers)
+
+    def _apply_sparse(self, grad, var):
+        refs, hypers = self._refs_hypers(var)
+        return apply_update("SparseApplyAdagradDA", refs, [grad.values, grad.indices] + hypers)

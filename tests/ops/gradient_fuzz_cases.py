@@ -624,6 +624,15 @@ def resize_bilinear(rng):
 
 
 @gen
+def resize_nearest_neighbor(rng):
+    """Linear in the image: finite differences are exact up to rounding, in every mode."""
+    size = [int(v) for v in rng.integers(1, 8, size=2)]
+    align, half = [(False, False), (True, False), (False, True)][int(rng.integers(3))]
+    return Case(f"tf.image.resize_nearest_neighbor(x[0], {size}, align_corners={align}, "
+                f"half_pixel_centers={half})", [_normal(rng, _shape(rng, 4, 1, 5))])
+
+
+@gen
 def softmax_family(rng):
     shape = _shape(rng, 2, 2, 4)
     return Case("[tf.nn.softmax(x[0]), tf.nn.log_softmax(x[0]), tf.nn.softmax(x[0], axis=0),"

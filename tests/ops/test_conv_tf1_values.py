@@ -129,6 +129,28 @@ async def test_resize_bilinear_gradient_keeps_a_nan_or_inf_in_the_cells_it_weigh
     np.testing.assert_array_equal(up_value.ravel(), expected)
 
 
+async def test_resize_bilinear_next_to_an_inf_keeps_the_pixels_on_whole_coordinates():
+    # TF1's values: the upper source index is min(ceil(coordinate), size - 1), so a pixel
+    # whose coordinate is a whole number reads only its source (asyncflow read the next one
+    # too, with weight 0, and gave inf * 0 = NaN there); elsewhere inf and NaN spread.
+    x = tf.constant(np.array([1.0, 2.0, 3.0, -np.inf], np.float32).reshape(1, 2, 2, 1))
+    row = tf.constant(np.array([1.0, np.inf], np.float32).reshape(1, 1, 2, 1))
+    big = tf.constant(np.array([3e38, -3e38], np.float32).reshape(1, 1, 2, 1))
+    async with af.Session() as session:
+        square, line, wide = await session.run([tf.image.resize_bilinear(x, [4, 4]),
+                                                tf.image.resize_bilinear(row, [1, 4]),
+                                                tf.image.resize_bilinear(big, [1, 4])])
+    nan, inf = np.nan, np.inf
+    np.testing.assert_array_equal(square[0, :, :, 0], [[1.0, 1.5, 2.0, 2.0],
+                                                      [2.0, -inf, nan, nan],
+                                                      [3.0, nan, nan, nan],
+                                                      [3.0, nan, nan, nan]])
+    # Column 1 is 1 + (inf - 1) / 2 = inf along x, then inf + (inf - inf) * 0 along y: NaN.
+    np.testing.assert_array_equal(line.ravel(), [1.0, nan, nan, nan])
+    # -3e38 - 3e38 overflows to -inf, but the whole coordinate 0 never subtracts.
+    np.testing.assert_array_equal(wide.ravel()[[0, 2, 3]], np.float32([3e38, -3e38, -3e38]))
+
+
 async def test_avg_pool_gradient_is_its_derivative_where_tf1s_is_not():
     # On purpose unlike TF1: its CPU AvgPoolGrad sizes a SAME window that starts in the
     # padding and is larger than the input as the whole input (4x4, ksize 5, stride 3: g/16 on

@@ -9,8 +9,9 @@ cross-entropies at extreme logits, and the resize/crop image ops, in NHWC and NC
 float16/32/64, with their gradients (``grad(y, xs)``: ``tf.gradients`` of ``y`` with a fixed,
 uneven upstream gradient). A ``Conv2D -> BiasAdd [-> Relu]`` chain whose intermediate is not
 fetched is fused by the compile pass here (``_FusedConv2D``, and the two gradients of one
-conv ``_FusedConv2DBackprop``); TF1 runs it op by op. asyncflow has no conv3d, no 1-D/3-D
-pools and no explicit padding, so none is drawn. TF runs its own CPU kernels
+conv ``_FusedConv2DBackprop``); TF1 runs it op by op. asyncflow has no conv3d and no 3-D
+pools, so none is drawn; conv2d's explicit padding and the 1-D pools are drawn by
+``_explicit_and_1d`` (their own test). TF runs its own CPU kernels
 (``TF_ENABLE_ONEDNN_OPTS=0``; oneDNN's disagree with them, see ``DIFFERENCES``), which have
 no NCHW: TF's side computes NCHW as NHWC between transposes. The default run draws a few
 cases per family (seed 0) and the hand-picked ``EDGES``; the long form (``--runslow``) many
@@ -59,6 +60,8 @@ if tf.__name__.startswith("tensorflow"):
 
     tf.nn.conv2d = _shim(tf.nn.conv2d, {1})
     tf.nn.conv1d = _shim(tf.nn.conv1d, set())
+    tf.nn.max_pool1d = _shim(tf.nn.max_pool1d, set())
+    tf.nn.avg_pool1d = _shim(tf.nn.avg_pool1d, set())
     tf.nn.conv2d_transpose = _shim(tf.nn.conv2d_transpose, {1, 2})
     tf.nn.max_pool = _shim(tf.nn.max_pool, {0, 1})
     tf.nn.avg_pool = _shim(tf.nn.avg_pool, {0, 1})
@@ -314,6 +317,64 @@ def _resize(rng):
     return expr, {"a": x}
 
 
+def _resize_nearest(rng):
+    """Nearest-neighbor resizes with their gradient (TF1's ResizeNearestNeighborGrad), in
+    every mode (align_corners, half_pixel_centers, neither; both together fail on both sides),
+    up and down, 4-D or 3-D through ``resize_images``. With both flags the gradient alone is not
+    drawn: TF1's gradient kernel takes them, and its ``tf.shape(y)`` of a known shape is a
+    constant, so TF1 computes it without running the failing forward op, where here
+    ``grad``'s ``tf.shape(y)`` runs it."""
+    batch, height, width, depth = (int(d) for d in rng.integers(1, 5, size=4))
+    dtype = _dtype(rng)
+    x = _values(rng, (batch, height, width, depth), dtype)
+    size = [int(s) for s in rng.integers(1, 10, size=2)]
+    corners, half = [(False, False), (True, False), (False, True), (True, True)][
+        int(rng.choice(4, p=[0.3, 0.3, 0.3, 0.1]))]
+    if rng.random() < 0.25 and not half:
+        method = "tf.image.ResizeMethod.NEAREST_NEIGHBOR"
+        expr = f"tf.image.resize_images(a, {size}, method={method}, align_corners={corners})"
+        x = x[0]
+    else:
+        expr = (f"tf.image.resize_nearest_neighbor(a, {size}, align_corners={corners}, "
+                f"half_pixel_centers={half})")
+    return f"grad({expr}, [a])" if rng.random() < 0.8 and not (corners and half) else expr, \
+        {"a": x}
+
+
+def _explicit_and_1d(rng):
+    """conv2d with TF1's explicit padding (NHWC and NCHW, a pair of zeros in the batch or
+    depth now and then: both refuse it), and max_pool1d/avg_pool1d (NWC and NCW)."""
+    dtype = _dtype(rng)
+    if rng.random() < 0.6:
+        layout = _layout(rng)
+        height, width = (int(d) for d in rng.integers(1, 7, size=2))
+        batch, depth, out = (int(d) for d in rng.integers(1, 4, size=3))
+        pads = [[int(p) for p in rng.integers(0, 4, size=2)] for _ in range(2)]
+        kh = int(rng.integers(1, height + sum(pads[0]) + 1))
+        kw = int(rng.integers(1, width + sum(pads[1]) + 1))
+        outer = [[0, int(rng.random() < 0.1)], [0, 0]]
+        padding = [outer[0]] + pads + [outer[1]] if layout == "NHWC" else \
+            [outer[0], outer[1]] + pads
+        strides = _four(layout, *(int(s) for s in rng.integers(1, 4, size=2)))
+        x = _to(layout, _values(rng, (batch, height, width, depth), dtype))
+        expr = (f"tf.nn.conv2d(a, f, strides={strides}, padding={padding}, "
+                f"data_format='{layout}')")
+        return _maybe_grad(rng, expr, ["a", "f"]), {
+            "a": x, "f": _values(rng, (kh, kw, depth, out), dtype)}
+    layout = str(rng.choice(["NWC", "NCW"]))
+    width, batch, depth = (int(d) for d in rng.integers(1, 8, size=3))
+    padding = str(rng.choice(["SAME", "VALID"]))
+    k = int(rng.integers(1, width + 1 if padding == "VALID" else width + 3))
+    stride = int(rng.integers(1, 4))
+    op = str(rng.choice(["max_pool1d", "avg_pool1d"]))
+    x = _values(rng, (batch, width, depth), dtype, special=0.3, nonfinite=op == "max_pool1d")
+    if layout == "NCW":
+        x = np.ascontiguousarray(x.transpose(0, 2, 1))
+    overhangs = op == "avg_pool1d" and _avg_pool_grad_overhangs(width, k, stride, padding)
+    expr = f"tf.nn.{op}(a, {k}, {stride}, '{padding}', data_format='{layout}')"
+    return (f"grad({expr}, [a])" if rng.random() < 0.5 and not overhangs else expr), {"a": x}
+
+
 def _crops(rng):
     height, width, depth = (int(d) for d in rng.integers(1, 7, size=3))
     x = _values(rng, (height, width, depth), _dtype(rng, ("float32", "float64")))
@@ -407,6 +468,14 @@ EDGES = [
      {"a": np.ones((2, 3, 2, 2, 2), _F32), "b": np.arange(3.0).astype(_F32)}),
     ("tf.image.resize_bilinear(a, [1, 1], align_corners=True)",
      {"a": np.arange(8.0).reshape(1, 2, 4, 1)}),
+    # Next to an inf, a NaN or a difference that overflows, a pixel on a whole source
+    # coordinate is the source's (TF1's upper index is ceil(coordinate), not floor + 1).
+    ("tf.image.resize_bilinear(a, [4, 4])",
+     {"a": np.array([1.0, 2.0, 3.0, -_INF], _F32).reshape(1, 2, 2, 1)}),
+    ("tf.image.resize_bilinear(a, [3, 7], align_corners=True)",
+     {"a": np.array([_INF, 1.0, _NAN, 3e38, -3e38, 2.0], _F32).reshape(1, 2, 3, 1)}),
+    ("tf.image.resize_images(a, [5, 4])",
+     {"a": np.array([1.0, _INF, 2.0, -_INF, 1e308, -1e308], _F64).reshape(3, 2, 1)}),
     ("tf.image.resize_nearest_neighbor(a, [5, 3], align_corners=True)",
      {"a": np.arange(8, dtype=np.int32).reshape(1, 2, 4, 1)}),
     ("tf.image.central_crop(a, 0.5)", {"a": np.arange(35.0).reshape(5, 7, 1)}),
@@ -478,4 +547,16 @@ def test_convolutions_pools_and_image_ops_agree_with_tf1(tmp_path, monkeypatch):
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_convolutions_pools_and_image_ops_agree_with_tf1_long(tmp_path, monkeypatch, seed):
-    _fuzz(tmp_path, _draw(seed=seed, per_family=20), monkeypatch)
+    rng = np.random.default_rng([seed, 41])
+    more = [_resize_nearest(rng) for _ in range(60)] + [_explicit_and_1d(rng) for _ in range(60)]
+    _fuzz(tmp_path, _draw(seed=seed, per_family=20) + more, monkeypatch)
+
+
+def test_nearest_neighbor_resize_gradients_agree_with_tf1(tmp_path, monkeypatch):
+    rng = np.random.default_rng([0, 41])
+    _fuzz(tmp_path, [_resize_nearest(rng) for _ in range(30)], monkeypatch)
+
+
+def test_explicit_padding_and_1d_pools_agree_with_tf1(tmp_path, monkeypatch):
+    rng = np.random.default_rng([0, 43])
+    _fuzz(tmp_path, [_explicit_and_1d(rng) for _ in range(30)], monkeypatch)

@@ -18,7 +18,9 @@ decay_steps`` is one ulp below 1 (a multiply by the reciprocal), which ``power=0
 1e-8 (float64) or 1e-4 (float32) past the end, where asyncflow gives the end rate exactly.
 ``linear_cosine_decay`` and ``cosine_decay_restarts`` take an absolute tolerance of 1e-5 of
 the case's largest value: near a period's end ``1 + cos(pi f)`` cancels, and TF1's ``f`` and
-ours differ by an ulp."""
+ours differ by an ulp. ``noisy_linear_cosine_decay`` draws other numbers than TF1's: its values
+are compared with ``initial_variance=0`` (as linear cosine decay's), its noise by its
+statistics on both sides against the schedule's variance."""
 import numpy as np
 import pytest
 
@@ -156,3 +158,55 @@ def test_decay_schedules_agree_with_tf1(tmp_path):
 @pytest.mark.parametrize("seed", [1, 2])
 def test_decay_schedules_agree_with_tf1_long(tmp_path, seed):
     _fuzz(tmp_path, *_draw(seed=seed, count=150))
+
+
+def _noisy_draw(seed, count):
+    """``noisy_linear_cosine_decay`` without noise (its deterministic part)."""
+    rng = np.random.default_rng([seed, 17])
+    cases = []
+    for _ in range(count):
+        expr = (f"tf.train.noisy_linear_cosine_decay("
+                f"{_rate(rng).replace('tf.float64', 'tf.float32')}, step, "
+                f"{_number(rng, 1, 12, integer=bool(rng.integers(2)))}, initial_variance=0.0, "
+                f"variance_decay={rng.choice([0.0, 0.55, 2.0])}, "
+                f"num_periods={rng.choice([0.5, 1.0, 2.5])}, alpha={rng.choice([0.0, 0.1])}, "
+                f"beta={rng.choice([0.0, 0.001, 0.1])})")
+        cases.append((expr, str(rng.choice(["int64", "int32", "float32"]))))
+    return cases, [None] * count, [1e-5] * count
+
+
+def test_noisy_linear_cosine_decay_without_noise_agrees_with_tf1(tmp_path):
+    _fuzz(tmp_path, *_noisy_draw(seed=0, count=20))
+
+
+NOISE_DRIVER = """
+for _i, (_variance, _decay, _at) in enumerate(CASES):
+    with tf.Graph().as_default():
+        tf.set_random_seed(11 + _i)
+        step = tf.placeholder(tf.int64, [])
+        _rate = tf.train.noisy_linear_cosine_decay(0.5, step, 10, initial_variance=_variance,
+                                                   variance_decay=_decay, num_periods=0.5,
+                                                   alpha=0.1, beta=0.01)
+        with tf.Session() as _sess:
+            outputs[f"c{_i}"] = np.array([_sess.run(_rate, {step: _at}) for _ in range(DRAWS)])
+"""
+
+
+def test_noisy_linear_cosine_decay_noise_agrees_with_tf1(tmp_path):
+    """The noise recovered from each run's rate: mean within 5 standard errors of 0 and
+    deviation within 8% of the schedule's, on both sides (2000 draws: its standard error is
+    1.6%); each side's draws are fixed by its seed."""
+    cases, draws = [(0.5, 0.55, 0), (0.5, 0.55, 3), (2.0, 1.5, 6), (1.0, 0.55, 8)], 2000
+    source = f"CASES = {cases!r}\nDRAWS = {draws}\n" + NOISE_DRIVER
+    sides = {"TF1": tf1_run(source, tmp_path), "asyncflow": compat_run(source, {})}
+    for i, (variance, decay, at) in enumerate(cases):
+        step = min(at, 10)
+        linear = (10 - step) / 10
+        cosine = 0.5 * (1 + np.cos(np.pi * step / 10))
+        std = np.sqrt(variance / (1 + step) ** decay)
+        for side, outputs in sides.items():
+            values = outputs[f"c{i}"]
+            assert values.dtype == np.float32, side
+            noise = (values.astype(np.float64) / 0.5 - 0.01) / cosine - 0.1 - linear
+            assert abs(noise.mean()) < 5 * std / np.sqrt(draws), (side, cases[i], noise.mean())
+            assert abs(noise.std() / std - 1) < 0.08, (side, cases[i], noise.std(), std)

@@ -5,7 +5,8 @@ skips without TensorFlow) and here under ``asyncflow.compat.v1`` (``compat_run``
 Each case draws an optimizer of ``tf.train`` (every one asyncflow exports, with random
 hyperparameters: Nesterov momentum, centered RMSProp with and without momentum, FTRL with l1,
 l2 and l2 shrinkage and learning-rate powers other than -1/2, Adadelta, proximal gradient
-descent and proximal Adagrad with l1 and l2), a dtype (float64, float32, float16; float32
+descent and proximal Adagrad with l1 and l2; Adagrad dual averaging in draws of its own), a
+dtype (float64, float32, float16; float32
 for the proximal ones, the only dtype TF1's take), two variables of random shapes, a dense or a SPARSE gradient (``tf.gather``'s
 ``IndexedSlices``, its indices unsorted, repeated or empty), a learning rate as a number, a
 float32 tensor, a callable or a decay schedule of the global step, a gate, and whether
@@ -47,7 +48,7 @@ for _i, _spec in enumerate(CASES):
             _gs = tf.train.get_or_create_global_step() if _spec["global_step"] else None
             _step = _gs if _gs is not None else tf.constant(0, tf.int64)
             lr = eval(_spec["lr"], {"tf": tf, "step": _step})
-            _opt = eval(_spec["opt"], {"tf": tf, "lr": lr})
+            _opt = eval(_spec["opt"], {"tf": tf, "lr": lr, "step": _step})
             _rest = list(inputs[f"c{_i}_v0"].shape[1:])
             _w = tf.placeholder(_dt, [None] + _rest)
             _u = tf.placeholder(_dt, inputs[f"c{_i}_v1"].shape)
@@ -96,12 +97,20 @@ for _i, _spec in enumerate(CASES):
 """
 
 
-def _optimizer(rng, dtype):
-    """A constructor expression of a random optimizer (``lr`` bound to the learning rate)."""
-    kind = rng.choice(["GradientDescent", "Momentum", "Adam", "Adagrad", "RMSProp", "Ftrl",
-                       "Adadelta", "ProximalGradientDescent", "ProximalAdagrad"])
+KINDS = ["GradientDescent", "Momentum", "Adam", "Adagrad", "RMSProp", "Ftrl", "Adadelta",
+         "ProximalGradientDescent", "ProximalAdagrad"]
+
+
+def _optimizer(rng, dtype, kinds=KINDS):
+    """A constructor expression of a random optimizer (``lr`` bound to the learning rate,
+    ``step`` to the global step or a constant 0)."""
+    kind = rng.choice(kinds)
     l1_l2 = (f"l1_regularization_strength={rng.choice([0.0, 0.001, 0.05])}, "
              f"l2_regularization_strength={rng.choice([0.0, 0.1])}")
+    if kind == "AdagradDA":
+        return (f"tf.train.AdagradDAOptimizer(lr, step, "
+                f"initial_gradient_squared_accumulator_value={rng.choice([0.01, 0.1, 1.0])}, "
+                f"{l1_l2})")
     if kind == "Adadelta":
         return (f"tf.train.AdadeltaOptimizer(lr, rho={rng.choice([0.5, 0.95])}, "
                 f"epsilon={rng.choice([1e-8, 1e-3]) if dtype != 'float16' else 1e-3})")
@@ -155,20 +164,20 @@ def _indices(rng, rows):
     return rng.integers(0, rows, size=rng.integers(2, 2 * rows + 2)).astype(np.int32)
 
 
-def _draw(seed, count):
+def _draw(seed, count, kinds=KINDS):
     rng = np.random.default_rng([seed, 5])
     cases, arrays = [], {}
     for i in range(count):
         dtype = str(rng.choice(["float64", "float32", "float32", "float16"]))
         spec = {
-            "dtype": dtype, "opt": _optimizer(rng, dtype),
+            "dtype": dtype, "opt": _optimizer(rng, dtype, kinds),
             "lr": str(rng.choice(LEARNING_RATES)), "sparse": bool(rng.integers(2)),
             "global_step": bool(rng.integers(4)), "both": bool(rng.integers(3)),
             "gate": str(rng.choice(["GATE_NONE", "GATE_OP", "GATE_GRAPH"])),
             "form": str(rng.choice(["minimize", "compute_apply"])), "steps": int(rng.integers(1, 5)),
         }
-        if spec["opt"].startswith(("tf.train.Ftrl", "tf.train.Proximal")) and \
-                spec["lr"].startswith("lambda"):
+        if spec["opt"].startswith(("tf.train.Ftrl", "tf.train.Proximal", "tf.train.AdagradDA")) \
+                and spec["lr"].startswith("lambda"):
             spec["lr"] = "0.05"  # TF1's take no callable (ours do: docs/porting.md)
         if spec["opt"].startswith("tf.train.Proximal") and dtype != "float32":
             # TF1's Proximal* do not cast their hyperparameters: float32 variables only (ours
@@ -240,8 +249,16 @@ def test_optimizers_agree_with_tf1(tmp_path):
     _fuzz(tmp_path, *_draw(seed=0, count=40))
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_adagrad_da_agrees_with_tf1(tmp_path):
+    """AdagradDA alone (dense and sparse, rows of one element and of more, float16 refused by
+    both): its step is the global step plus one, or 1 without a global step."""
+    _fuzz(tmp_path, *_draw(seed=0, count=40, kinds=["AdagradDA"]))
+
+
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_optimizers_agree_with_tf1_long(tmp_path, seed):
     _fuzz(tmp_path, *_draw(seed=seed, count=150))
+    _fuzz(tmp_path, *_draw(seed=seed, count=50, kinds=["AdagradDA"]))
