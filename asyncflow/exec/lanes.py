@@ -21,7 +21,10 @@ Both lanes follow one topological order (the order nodes were picked), so neithe
 for a node the other has still to reach behind its own wait: no deadlock. Lanes are used
 only where they pay: a CPU device whose intra-op pool has 2 or more threads, no waiting
 kernel, and a predicted step at least ``MIN_GAIN_S`` and ``MIN_GAIN_SHARE`` shorter than one
-lane.
+lane, where the kernels large enough to split run over the pool's threads
+(``one_lane_seconds``; in two lanes only lane 0's kernels before lane 1 starts do, the rest
+are counted whole). Counted whole in one lane too, a step of large kernels (the convnet's)
+looked a fifth shorter in two lanes and ran 12-17% longer there (bench/RESULTS.md).
 
 What stays as it is with one lane:
 - the bits: every kernel gets the same inputs and runs whole (a kernel on lane 1 does not
@@ -59,6 +62,7 @@ from asyncflow.exec import intra_op, timeslice
 from asyncflow.exec.codegen import Generator, compile_schedule
 from asyncflow.exec.pairs import touched_resources
 from asyncflow.exec.plan import OFFLOAD_COST, runtime_cost
+from asyncflow.kernels.intra_op import MIN_SPLIT_WORK
 
 # Two lanes where they pay; ``ASYNCFLOW_LANES=0`` in the environment (or False here, before a
 # plan is built) keeps every static schedule in one lane, as before (benchmarks compare both).
@@ -72,14 +76,14 @@ SOURCE_S = 1e-6         # a variable's node (a source: returns its ref)
 MIN_LANE1_S = 20e-6     # a kernel this small goes to lane 1 only after a lane-1 producer
 #                         or before consumers that may all follow it there
 # The predicted saving a step must show to run in two lanes. The model leaves out the
-# threads' wake-ups and the two lanes' shared caches: on a quiet machine
-# (``bench/bench_lanes.py``) the MLP's step, predicted 0.41 ms shorter, ran 2-6% longer in two
-# lanes, and the autoencoder's, predicted 1.27 ms shorter, 5-6% shorter.
+# threads' wake-ups and the two lanes' shared caches, and it still favours two lanes: with
+# the splits counted (``assign``), the MLP's step is predicted 11% (0.19 ms) shorter in two
+# lanes (it ran 2-6% longer there), the autoencoder's 19% (0.62 ms; it ran 1% longer to 7%
+# shorter) and the convnet's 1% (it ran 12-17% longer). Counting every kernel whole had
+# predicted them 18%, 29% and 21% shorter (bench/RESULTS.md).
 MIN_GAIN_S = 500e-6
-# And at least this share of the one-lane step: the convnet's training step, predicted 7%
-# shorter in two lanes (its FFT convolutions split over the pool on their worker threads
-# beside the lane thread), ran 5-20% longer; the autoencoder's is predicted 29% shorter.
-MIN_GAIN_SHARE = 0.2
+# And at least this share of the one-lane step.
+MIN_GAIN_SHARE = 0.15
 MAX_NODES = 400         # a larger schedule stays in one lane (the scheduler is quadratic)
 _CHECK = "check"
 # Kernels that return a view or a shape: a call's cost, whatever their inputs' size.
@@ -118,15 +122,26 @@ def seconds(node):
     return OVERHEAD_S + _guess_cost(node) * UNIT_S
 
 
+def one_lane_seconds(node, threads):
+    """A node's estimated time in the one-lane schedule, where a kernel whose work reaches the
+    intra-op split threshold (``MIN_SPLIT_WORK`` element-operations, a GEMM's multiply-adds
+    counted as in these units) runs over the pool's ``threads`` threads, a hand-off more. In
+    two lanes every kernel is counted whole (``run_alone``'s rule from lane 1's start)."""
+    units = _guess_cost(node)
+    if threads < 2 or units < MIN_SPLIT_WORK:
+        return OVERHEAD_S + units * UNIT_S
+    return OVERHEAD_S + units * UNIT_S / threads + SYNC_S
+
+
 def _hoisted(node):
     return node.op.type == "Const" and not node.inputs
 
 
-def assign(plan):
+def assign(plan, threads=2):
     """``(order, lane_of, deps, predicted seconds in two lanes, in one)``, or None where
-    lanes do not apply. ``order``: the nodes (hoisted constants aside) in the order they
-    were picked, a topological order; ``deps``: each node's data, control and resource-order
-    predecessors."""
+    lanes do not apply (in one lane, the large kernels split over ``threads``). ``order``: the
+    nodes (hoisted constants aside) in the order they were picked, a topological order;
+    ``deps``: each node's data, control and resource-order predecessors."""
     nodes = [n for n in plan.schedule if not _hoisted(n)]
     if not 2 <= len(nodes) <= MAX_NODES or any(n.is_async for n in nodes):
         return None
@@ -159,6 +174,7 @@ def assign(plan):
     # Sources (a variable's node: a few microseconds) first, on lane 0: picked by level they
     # would wait behind the longest chain and hold back what they feed.
     free, finish, lane_of, order = [0.0, WAKE_S], {}, {}, []
+    lane1_start = None
     candidates = []
     for n in nodes:
         if waiting[n.index] == 0 and cost[n.index] <= OVERHEAD_S:
@@ -197,12 +213,20 @@ def assign(plan):
         candidates.remove(i)
         finish[i] = free[lane] = start + cost[i]
         lane_of[i] = lane
+        if lane == 1 and lane1_start is None:
+            lane1_start = start
         order.append(by_index[i])
         for c in consumers[i]:
             waiting[c] -= 1
             if waiting[c] == 0:
                 candidates.append(c)
-    return order, lane_of, deps, max(free), sum(cost.values())
+    # Lane 0's kernels that end before lane 1 starts still split (``intra_op.run_alone`` holds
+    # from lane 1's start): what they save moves the rest of the step earlier.
+    split_saving = sum(cost[n.index] - one_lane_seconds(n, threads) for n in order
+                       if lane_of[n.index] == 0 and lane1_start is not None
+                       and finish[n.index] <= lane1_start)
+    return (order, lane_of, deps, max(free) - split_saving,
+            sum(one_lane_seconds(n, threads) for n in nodes))
 
 
 def compile_lanes(plan):
@@ -212,7 +236,7 @@ def compile_lanes(plan):
     if (not ENABLED or pool is None or pool.threads < 2 or plan.device.kind != "CPU"
             or plan.waits or not plan.static):
         return None
-    assigned = assign(plan)
+    assigned = assign(plan, pool.threads)
     if assigned is None:
         return None
     order, lane_of, deps, two, one = assigned

@@ -67,6 +67,9 @@ def rank(input, name=None):  # noqa: A002
 def _infer_reshape(op):
     x, shape_tensor = op.inputs
     target = static_value(shape_tensor)
+    if target is None and shape_tensor.op.type == "Shape":
+        # TF1 reads ``reshape(x, shape(y))`` as y's static shape (constant_value_as_shape)
+        return [(x.dtype, _solved(x.shape, shape_tensor.op.inputs[0].shape))]
     if target is None:
         n = shape_tensor.shape[0] if shape_tensor.shape.ndims == 1 else None
         return [(x.dtype, TensorShape(None if n is None else [None] * n))]
@@ -86,6 +89,19 @@ def _infer_reshape(op):
     else:
         dims = [None if d == -1 else d for d in dims]
     return [(x.dtype, TensorShape(dims))]
+
+
+def _solved(x_shape, target):
+    """``target`` (a partly known shape), its one unknown dim solved from ``x_shape``'s
+    element count where everything else is known, as TF's Reshape shape function does."""
+    if target.ndims is None:
+        return TensorShape(None)
+    dims = list(target.dims)
+    unknown = [i for i, d in enumerate(dims) if d is None]
+    known = int(np.prod([d for d in dims if d is not None]))
+    if len(unknown) == 1 and x_shape.is_fully_defined() and known:
+        dims[unknown[0]] = x_shape.num_elements() // known
+    return TensorShape(dims)
 
 
 def reshape_dims(input_dims, dims):

@@ -172,3 +172,20 @@ def test_gather_nd_with_batch_dims():
     bad = tf.gather_nd(params, [[[1], [4]], [[2], [2]]], batch_dims=1)
     with pytest.raises(af.errors.InvalidArgumentError, match="GatherNd.*4 is not in \\[0, 3\\)"):
         _run(bad, {params: np.arange(24).reshape(2, 3, 4)})
+
+
+def test_reshape_to_the_shape_of_another_tensor_knows_its_static_shape():
+    # Found by the conv fuzz (tests/ops/test_tf1_conv_fuzz.py), whose upstream gradients are
+    # ``reshape(w, shape(y))``: TF1 reads a Shape op's input's static shape there (its one
+    # unknown dim solved from a fully known input), so the gradients built on it keep their
+    # static shapes; asyncflow knew only the rank. TF1: (2, 3), (2, 3), (?, 3), <unknown>.
+    x = tf.placeholder(tf.float32, [6])
+    assert tf.reshape(x, tf.shape(tf.placeholder(tf.float32, [2, 3]))).shape.as_list() == [2, 3]
+    batch = tf.placeholder(tf.float32, [None, 3])
+    assert tf.reshape(x, tf.shape(batch)).shape.as_list() == [2, 3]
+    unknown = tf.placeholder(tf.float32, [None])
+    assert tf.reshape(unknown, tf.shape(batch)).shape.as_list() == [None, 3]
+    assert tf.reshape(x, tf.shape(tf.placeholder(tf.float32))).shape.ndims is None
+    value = _run(tf.reshape(unknown, tf.shape(batch)), {unknown: np.arange(6.0),
+                                                       batch: np.zeros((2, 3))})
+    np.testing.assert_array_equal(value, np.arange(6.0).reshape(2, 3))

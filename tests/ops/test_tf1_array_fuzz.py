@@ -668,11 +668,10 @@ def _compare(ours, theirs, i, expr=""):
     return compare_outcomes(ours, theirs, i, differs)
 
 
-def compare_outcomes(ours, theirs, i, differs, fewer_static_dims=False):
+def compare_outcomes(ours, theirs, i, differs):
     """Case ``i``'s differences, as lines: errors on one side only, output counts, dtypes and
     shapes, values (``differs(mine, want)``: a line, or None where they agree) and static
-    shapes (``fewer_static_dims``: ours may know fewer dims than TF1's, never other ones).
-    Shared with the other TF1 fuzzes."""
+    shapes. Shared with the other TF1 fuzzes."""
     our_error, our_values, our_static = _outcome(ours, i)
     tf_error, tf_values, tf_static = _outcome(theirs, i)
     if our_error or tf_error:
@@ -694,8 +693,7 @@ def compare_outcomes(ours, theirs, i, differs, fewer_static_dims=False):
         if not _compatible(our_static[k], list(mine.shape)):
             problems.append(f"out {k}: static shape {our_static[k]} but value {list(mine.shape)}")
         elif our_static[k] is not None and (tf_static[k] is None or not _compatible(
-                our_static[k], tf_static[k]) or not (fewer_static_dims or _compatible(
-                    tf_static[k], our_static[k]))):
+                tf_static[k], our_static[k]) or not _compatible(our_static[k], tf_static[k])):
             # neither a dim TF1 contradicts nor one it does not claim (nor fewer than it knows)
             problems.append(f"out {k}: static shape {our_static[k]}, TF1 {tf_static[k]}")
     return problems

@@ -518,11 +518,7 @@ def _compare(ours, theirs, i, expr=""):
         worst = int(np.nanargmax(np.abs(mine.astype(np.float64) - want)))
         return (f"at {np.unravel_index(worst, want.shape)} {mine.reshape(-1)[worst]} TF1 "
                 f"{want.reshape(-1)[worst]}; {mine.ravel()[:6]} TF1 {want.ravel()[:6]}")
-    # A gradient built on ``reshape(w, shape(y))`` knows only its rank here where TF1 reads
-    # y's static shape (constant_value_as_shape): knowing it changed which kernels the
-    # convnet's plan chose, 15 % slower a step, so it waits for that choice to be made
-    # independent of it (docs/porting.md). Static dims of gradients may be fewer, never other.
-    return compare_outcomes(ours, theirs, i, differs, fewer_static_dims=expr.startswith("grad("))
+    return compare_outcomes(ours, theirs, i, differs)
 
 
 def _fuzz(tmp_path, cases, monkeypatch):
