@@ -77,6 +77,17 @@ def call_error(what, task, exc, run_deadline=False):
     return unavailable(task, exc)  # no answer, or garbage
 
 
+async def run_call_error(what, task, exc, deadline, run_deadline):
+    """:func:`call_error` of a control call made inside a run, ``run_deadline`` when its
+    timeout was what was left of ``deadline``, the run's. A call cut by that deadline first
+    lets the scope that set it claim it: a caller's ``move_on_after`` ends in its own cancel,
+    not in an error; the session's ``RunOptions.timeout_in_ms`` scope in its
+    DeadlineExceededError (the error returned here only if no scope claims it)."""
+    if run_deadline and isinstance(exc, TransportDeadlineExceeded):
+        await trio.sleep_until(deadline)  # (at most the clocks' rounding: it has passed)
+    return call_error(what, task, exc, run_deadline)
+
+
 def is_inprocess(address):
     return address.rpartition(":")[0] == INPROCESS_HOST
 

@@ -366,8 +366,8 @@ class Master:
 
         async def register(tg):
             task, dead_after = self.tasks[tg.task], self.config.worker_dead_after_s
-            left = trio.current_effective_deadline() - trio.current_time()  # of the run's
-            left = math.inf if left == -math.inf else left  # (cancelled: finish it, as ever)
+            deadline = trio.current_effective_deadline()  # of the run's
+            left = math.inf if deadline == -math.inf else deadline - trio.current_time()
             try:
                 # Shielded (the call has its own deadline, at most what is left of the run's;
                 # one cut by that leaves its graph to the worker's lease): a registration the
@@ -377,8 +377,8 @@ class Master:
                         RegisterGraph(tg.graph_def, self.session_handle, tg.options),
                         timeout=max(0.0, min(dead_after, left)))
             except _channels.CALL_FAILURES as exc:
-                raise _channels.call_error(f"RegisterGraph on {task.name}", task, exc,
-                                           run_deadline=left < dead_after) from None
+                raise await _channels.run_call_error(f"RegisterGraph on {task.name}", task,
+                                                     exc, deadline, left < dead_after) from None
             if reply.incarnation and reply.incarnation != task.incarnation:
                 # Restarted since the run was compiled: its keys name the old incarnation.
                 self._forgotten.append((task, reply.graph_handle, reply.incarnation))

@@ -164,6 +164,21 @@ async def test_without_a_run_timeout_a_stalled_answer_ends_by_the_health_check(p
         await _recovers(pair, sess, t, which)
 
 
+async def test_a_registration_cut_by_the_callers_deadline_is_a_cancellation(pair):
+    """No RunOptions timeout, the caller's own trio deadline: a RegisterGraph still unanswered
+    when it passes ends as that scope's cancellation (``move_on_after`` catches it), never a
+    DeadlineExceededError from a registration that was given what was left of the deadline."""
+    graph, t = _graph()
+    async with af.Session(graph=graph, cluster=pair.spec) as sess:
+        await _healthy_step(sess, t["init"])
+        pair.proxies[1].arm("/graphs", "silent")
+        with trio.fail_after(GENEROUS):
+            with trio.move_on_after(0.5) as scope:
+                await sess.run(t["fresh"])
+        assert scope.cancelled_caught and pair.proxies[1].fired == 1
+        await _recovers(pair, sess, t, 1)
+
+
 async def _healthy_step(sess, fetch):
     """Seconds ``fetch`` takes with no fault (asserted to succeed)."""
     error, elapsed = await _step(sess, fetch, af.RunOptions(timeout_in_ms=30000))
