@@ -54,11 +54,14 @@ def _relu6_grad(ctx, grad, features):
     return (grad * ((features > 0) & (features < 6)),)
 
 
+# Elu and Selu take x's sign at the end: TF's ``x < 0 ? expm1(x) : x`` keeps -0.0, which
+# max(x, 0) + expm1(min(x, 0)) turns into 0.0 (every other result already has x's sign).
 @register_kernel("Elu")
 def _elu(ctx, x):
     xp = ctx.xp
     zero = x.dtype.type(0)
-    return (xp.maximum(x, zero) + xp.expm1(xp.minimum(x, zero)),)
+    result = xp.asarray(xp.maximum(x, zero) + xp.expm1(xp.minimum(x, zero)))
+    return (xp.copysign(result, x, out=result) if result.ndim else xp.copysign(result, x),)
 
 
 @register_kernel("EluGrad")
@@ -88,7 +91,8 @@ def _selu(ctx, x):
     xp = ctx.xp
     scale, alpha = x.dtype.type(SELU_SCALE), x.dtype.type(SELU_SCALE * SELU_ALPHA)
     zero = x.dtype.type(0)
-    return (scale * xp.maximum(x, zero) + alpha * xp.expm1(xp.minimum(x, zero)),)
+    result = xp.asarray(scale * xp.maximum(x, zero) + alpha * xp.expm1(xp.minimum(x, zero)))
+    return (xp.copysign(result, x, out=result) if result.ndim else xp.copysign(result, x),)
 
 
 @register_kernel("SeluGrad")

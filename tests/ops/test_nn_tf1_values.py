@@ -1,0 +1,32 @@
+"""Wrong answers the TF1 differential fuzz of ``tf.nn`` and ``tf.losses``
+(tests/ops/test_tf1_nn_fuzz.py) found, each pinned by a check that needs no TensorFlow: the
+value TF1 (TensorFlow 2.21's ``tf.compat.v1`` on CPU) gives on the same input, worked out by
+hand, or finite differences."""
+import numpy as np
+import pytest
+
+import asyncflow as af
+import asyncflow.compat.v1 as tf
+
+
+@pytest.fixture(autouse=True)
+def fresh_graph():
+    af.reset_default_graph()
+
+
+def _run(fetches, feed_dict=None):
+    with tf.Session() as session:
+        return session.run(fetches, feed_dict)
+
+
+@pytest.mark.parametrize("op", [tf.nn.elu, tf.nn.selu])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_elu_and_selu_keep_the_sign_of_negative_zero(op, dtype):
+    # TF's kernels are ``x < 0 ? ... : x`` (selu: ``scale * x``): -0.0 stays -0.0. asyncflow's
+    # max(x, 0) + expm1(min(x, 0)) gave 0.0.
+    x = np.array([-0.0, 0.0, -1.0, 2.0, np.nan], dtype)
+    got = _run(op(tf.constant(x)))
+    assert got.dtype == dtype
+    assert np.signbit(got[:2]).tolist() == [True, False]
+    assert got[2] < 0 and got[3] > 0 and np.isnan(got[4])
+    assert np.signbit(_run(op(tf.constant(dtype(-0.0)))))
