@@ -252,8 +252,10 @@ def _softmax_xent(ctx, logits, labels):
             f"{list(logits.shape)} labels_size={list(labels.shape)}")
     if logits.ndim == 2 and axis in (1, -1) and logits.size and logits.dtype.kind == "f":
         return _softmax_xent_rows(xp, logits, labels)
+    # sum(labels * -log p), as TF's kernel (labels * (log(sum) - shifted)): a certain class
+    # loses +0.0, where -sum(labels * log p) would give -0.0.
     log_probs = _log_softmax_of(xp, logits, axis)
-    loss = -xp.sum(labels * log_probs, axis=axis)
+    loss = xp.sum(labels * xp.negative(log_probs), axis=axis)
     return (xp.asarray(loss, dtype=logits.dtype), xp.exp(log_probs) - labels)
 
 
@@ -270,10 +272,9 @@ def _softmax_xent_rows(xp, logits, labels):
     shifted -= shifted.max(axis=axis, keepdims=True)
     exp = xp.exp(shifted)
     total = exp.sum(axis=axis, keepdims=True)
-    shifted -= xp.log(total)                       # log p
+    xp.subtract(xp.log(total), shifted, out=shifted)  # -log p (TF's order: a sure class is +0.0)
     shifted *= labels
     loss = shifted.sum(axis=axis)
-    xp.negative(loss, out=loss)
     exp /= total
     exp -= labels
     return (loss, exp.T if major else exp)

@@ -30,3 +30,15 @@ def test_elu_and_selu_keep_the_sign_of_negative_zero(op, dtype):
     assert np.signbit(got[:2]).tolist() == [True, False]
     assert got[2] < 0 and got[3] > 0 and np.isnan(got[4])
     assert np.signbit(_run(op(tf.constant(dtype(-0.0)))))
+
+
+@pytest.mark.parametrize("op", [tf.nn.softmax_cross_entropy_with_logits,
+                                tf.nn.softmax_cross_entropy_with_logits_v2])
+@pytest.mark.parametrize("shape,dim", [((3, 1), -1), ((1, 4), 0), ((2, 3, 1), -1), ((1,), -1)])
+def test_a_certain_class_loses_positive_zero(op, shape, dim):
+    # TF's kernel sums labels * (log(sum(exp)) - shifted): one class (or one row along dim)
+    # gives +0.0; asyncflow negated sum(labels * log p) and gave -0.0.
+    logits = np.random.default_rng(0).standard_normal(shape)
+    got = _run(op(labels=tf.constant(np.ones(shape)), logits=tf.constant(logits), dim=dim))
+    assert got.shape == tuple(d for k, d in enumerate(shape) if k != dim % len(shape))
+    assert np.all(got == 0) and not np.any(np.signbit(got))
