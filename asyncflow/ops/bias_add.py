@@ -25,6 +25,12 @@ def _infer_bias_add(op):
                         "the same dtype")
     if value.shape.ndims is not None and value.shape.ndims < 2:
         raise ValueError(f"value must be at least 2-D, got shape {value.shape}")
+    if (op.attrs.get("data_format") == "NCHW" and value.shape.ndims is not None
+            and value.shape.ndims < 3):
+        # TF1's shape function; its kernel, fed a matrix of unknown static shape, adds along
+        # the last axis, as asyncflow's does
+        raise ValueError(f"BiasAdd '{op.name}': data_format NCHW needs a value of rank at "
+                         f"least 3, got shape {value.shape}")
     if bias.shape.ndims not in (None, 1):
         raise ValueError(f"bias must be 1-D, got shape {bias.shape}")
     axis = _channel_axis(op, value.shape.ndims)

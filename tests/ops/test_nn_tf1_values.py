@@ -42,3 +42,18 @@ def test_a_certain_class_loses_positive_zero(op, shape, dim):
     got = _run(op(labels=tf.constant(np.ones(shape)), logits=tf.constant(logits), dim=dim))
     assert got.shape == tuple(d for k, d in enumerate(shape) if k != dim % len(shape))
     assert np.all(got == 0) and not np.any(np.signbit(got))
+
+
+def test_bias_add_nchw_refuses_a_matrix_it_knows():
+    # TF1's BiasAdd shape function: "Shape must be at least rank 3 but is rank 2" for NCHW.
+    # asyncflow added along the last axis.
+    with pytest.raises(ValueError, match="NCHW needs a value of rank at least 3"):
+        tf.nn.bias_add(tf.zeros([4, 3]), tf.zeros([3]), data_format="NCHW")
+
+
+def test_bias_add_nchw_of_a_matrix_fed_at_run_time_adds_along_the_last_axis():
+    # TF1's kernel (the shape unknown when building) adds a matrix's bias on its last axis.
+    value, bias = tf.placeholder(tf.float32), tf.placeholder(tf.float32)
+    y = tf.nn.bias_add(value, bias, data_format="NCHW")
+    got = _run(y, {value: np.zeros((2, 3), np.float32), bias: np.arange(3, dtype=np.float32)})
+    np.testing.assert_array_equal(got, [[0, 1, 2], [0, 1, 2]])
