@@ -8,6 +8,8 @@ the index it came from. ``InTopKV2`` says whether each target's prediction is am
 """
 from __future__ import annotations
 
+import collections
+
 from asyncflow import dtypes
 from asyncflow.graph import not_differentiable, register_gradient, register_op
 from asyncflow.graph.shape import TensorShape
@@ -33,6 +35,9 @@ def _infer_top_k(op):
 
 register_op("TopKV2", infer=_infer_top_k)
 
+# TF1's result type: a tuple, also read as ``.values`` and ``.indices``.
+TopKV2 = collections.namedtuple("TopKV2", ["values", "indices"])
+
 
 def top_k(input, k=1, sorted=True, name=None):  # noqa: A002 - TF1's argument names
     """The ``k`` largest entries of the last axis and their indices: ``(values, indices)``.
@@ -45,7 +50,7 @@ def top_k(input, k=1, sorted=True, name=None):  # noqa: A002 - TF1's argument na
         raise ValueError(f"top_k: k must be >= 0, got {k}")
     op = make_op("TopKV2", (as_tensor(input),), {"k": k, "sorted": bool(sorted)}, name,
                  "TopKV2")
-    return op.outputs[0], op.outputs[1]
+    return TopKV2(op.outputs[0], op.outputs[1])
 
 
 @register_gradient("TopKV2")

@@ -57,3 +57,14 @@ def test_bias_add_nchw_of_a_matrix_fed_at_run_time_adds_along_the_last_axis():
     y = tf.nn.bias_add(value, bias, data_format="NCHW")
     got = _run(y, {value: np.zeros((2, 3), np.float32), bias: np.arange(3, dtype=np.float32)})
     np.testing.assert_array_equal(got, [[0, 1, 2], [0, 1, 2]])
+
+
+def test_top_k_names_its_values_and_indices():
+    # TF1's top_k returns the namedtuple TopKV2(values, indices); asyncflow's plain tuple
+    # had no ``.values``.
+    result = tf.nn.top_k(tf.constant([[1.0, 3.0, 1.0, 3.0]]), 3)
+    values, indices = result
+    assert result.values is values and result.indices is indices
+    got_values, got_indices = _run([result.values, result.indices])
+    np.testing.assert_array_equal(got_values, [[3.0, 3.0, 1.0]])
+    np.testing.assert_array_equal(got_indices, [[1, 3, 0]])  # ties: the lower index first
