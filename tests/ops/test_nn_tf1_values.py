@@ -7,6 +7,7 @@ import pytest
 
 import asyncflow as af
 import asyncflow.compat.v1 as tf
+from gradcheck import check_gradients
 
 
 @pytest.fixture(autouse=True)
@@ -68,3 +69,75 @@ def test_top_k_names_its_values_and_indices():
     got_values, got_indices = _run([result.values, result.indices])
     np.testing.assert_array_equal(got_values, [[3.0, 3.0, 1.0]])
     np.testing.assert_array_equal(got_indices, [[1, 3, 0]])  # ties: the lower index first
+
+
+# -- names TF1 has that asyncflow lacked -------------------------------------------------------
+
+def test_crelu_concatenates_relu_of_x_and_of_minus_x():
+    x = np.array([[-2.0, 0.5], [3.0, -1.0]])
+    np.testing.assert_array_equal(_run(tf.nn.crelu(tf.constant(x))),
+                                  [[0, 0.5, 2, 0], [3, 0, 0, 1]])
+    np.testing.assert_array_equal(_run(tf.nn.crelu(tf.constant(x), axis=0)),
+                                  [[0, 0.5], [3, 0], [2, 0], [0, 1]])
+
+
+async def test_crelu_gradient_matches_finite_differences():
+    x = np.array([[-2.0, 0.5, 1.5], [3.0, -1.0, -0.25]])
+    await check_gradients(lambda a: af.nn.crelu(a, axis=0), [x])
+
+
+def test_weighted_cross_entropy_with_logits_by_hand():
+    # TF1: (1 - z) x + (1 + (q - 1) z) (log1p(exp(-|x|)) + relu(-x)), q = pos_weight = 3.
+    x, z = np.array([-2.0, 0.0, 3.0]), np.array([1.0, 0.5, 0.0])
+    got = _run(tf.nn.weighted_cross_entropy_with_logits(labels=z, logits=tf.constant(x),
+                                                        pos_weight=3.0))
+    np.testing.assert_allclose(got, [3 * (np.log1p(np.exp(-2.0)) + 2), 2 * np.log(2.0),
+                                     3 + np.log1p(np.exp(-3.0))], rtol=1e-12)
+    # pos_weight 1 is sigmoid_cross_entropy_with_logits
+    plain = _run(tf.nn.sigmoid_cross_entropy_with_logits(labels=z, logits=tf.constant(x)))
+    same = _run(tf.nn.weighted_cross_entropy_with_logits(labels=z, logits=tf.constant(x),
+                                                         pos_weight=1.0))
+    np.testing.assert_allclose(same, plain, rtol=1e-12)
+    with pytest.raises(ValueError, match="same shape"):
+        tf.nn.weighted_cross_entropy_with_logits(labels=tf.zeros([2]), logits=tf.zeros([3]),
+                                                 pos_weight=2.0)
+
+
+async def test_weighted_cross_entropy_gradient_matches_finite_differences():
+    x, z = np.array([-2.0, 0.3, 3.0, -0.7]), np.array([1.0, 0.5, 0.0, 0.2])
+    await check_gradients(lambda a, b: af.nn.weighted_cross_entropy_with_logits(
+        labels=b, logits=a, pos_weight=2.5), [x, z])
+
+
+def test_cosine_distance_by_hand_and_in_losses():
+    # TF1: 1 - sum(l * p, axis) kept as [batch, 1], in float32, reduced over nonzero weights.
+    labels = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
+    predictions = np.array([[0.6, 0.8], [0.0, 1.0], [0.8, -0.6]])
+    loss = tf.losses.cosine_distance(labels, tf.constant(predictions), axis=1)
+    none = tf.losses.cosine_distance(labels, tf.constant(predictions), axis=1,
+                                     weights=[[2.0], [0.0], [1.0]],
+                                     reduction=tf.losses.Reduction.NONE)
+    assert none.shape.as_list() == [3, 1] and none.dtype == tf.float32
+    assert tf.get_collection(tf.GraphKeys.LOSSES) == [loss, none]
+    got, got_none = _run([loss, none])
+    np.testing.assert_allclose(got, (0.4 + 0.0 + 1.0) / 3, rtol=1e-6)
+    np.testing.assert_allclose(got_none, [[0.8], [0.0], [1.0]], rtol=1e-6)
+    with pytest.raises(ValueError, match="axis"):
+        tf.losses.cosine_distance(labels, predictions)
+
+
+def test_mean_pairwise_squared_error_by_hand():
+    # Per row, the mean over pairs (i, j) of ((p_i - p_j) - (l_i - l_j))**2; rows weighted
+    # and summed, float32, added to LOSSES.
+    labels = np.arange(6.0).reshape(2, 3)
+    predictions = np.array([[1.0, 0.0, 3.0], [2.0, 2.0, 2.0]])
+    diffs = predictions - labels
+
+    def pairs(d):
+        return np.mean([(d[i] - d[j]) ** 2 for i in range(3) for j in range(3) if i != j])
+    loss = tf.losses.mean_pairwise_squared_error(labels, tf.constant(predictions),
+                                                 weights=[[1.0], [0.5]])
+    assert loss.dtype == tf.float32 and tf.get_collection(tf.GraphKeys.LOSSES) == [loss]
+    np.testing.assert_allclose(_run(loss), pairs(diffs[0]) + 0.5 * pairs(diffs[1]), rtol=1e-6)
+    one = tf.losses.mean_pairwise_squared_error(tf.zeros([2, 1]), tf.ones([2, 1]))
+    assert _run(one) == 0  # a single element per row has no pairs
