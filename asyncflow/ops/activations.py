@@ -5,6 +5,7 @@ limit. Kernels: kernels/nn.py.
 """
 from __future__ import annotations
 
+from asyncflow import dtypes
 from asyncflow.graph import register_gradient, register_op
 from asyncflow.ops import math as _math
 from asyncflow.ops.construct import FLOATING, as_tensor, check_dtype, graph_of, make
@@ -53,8 +54,12 @@ def elu(features, name=None):
 
 
 def leaky_relu(features, alpha=0.2, name=None):
-    """``features`` where positive, else ``alpha * features`` (TF1's default alpha is 0.2)."""
-    return make("LeakyRelu", (as_tensor(features),), {"alpha": float(alpha)}, name, "LeakyRelu")
+    """``features`` where positive, else ``alpha * features`` (TF1's default alpha is 0.2).
+    Integer features are cast to float32 first, as TF1 does (the op is floating only)."""
+    features = as_tensor(features)
+    if features.dtype.is_integer:
+        features = _math.cast(features, dtypes.float32)
+    return make("LeakyRelu", (features,), {"alpha": float(alpha)}, name, "LeakyRelu")
 
 
 def softplus(features, name=None):

@@ -141,3 +141,12 @@ def test_mean_pairwise_squared_error_by_hand():
     np.testing.assert_allclose(_run(loss), pairs(diffs[0]) + 0.5 * pairs(diffs[1]), rtol=1e-6)
     one = tf.losses.mean_pairwise_squared_error(tf.zeros([2, 1]), tf.ones([2, 1]))
     assert _run(one) == 0  # a single element per row has no pairs
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_leaky_relu_of_integers_is_float32(dtype):
+    # TF1's leaky_relu casts integer features to float32 (LeakyRelu itself is floating only);
+    # asyncflow refused them.
+    y = tf.nn.leaky_relu(tf.constant(np.array([-3, 0, 2], dtype)), alpha=0.5)
+    assert y.dtype == tf.float32
+    np.testing.assert_array_equal(_run(y), np.array([-1.5, 0.0, 2.0], np.float32))
