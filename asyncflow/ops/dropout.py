@@ -25,7 +25,8 @@ def dropout(x, rate=None, keep_prob=None, noise_shape=None, seed=None, name=None
         seed: the op seed (combined with the graph seed as in TF1).
 
     Raises:
-        ValueError: for both or neither of rate/keep_prob, or a rate outside ``[0, 1)``.
+        ValueError: for both or neither of rate/keep_prob, a rate outside ``[0, 1)``, or a
+            rate (keep_prob) tensor of another dtype than ``x``'s.
         TypeError: if ``x`` is not floating.
     """
     if (rate is None) == (keep_prob is None):
@@ -36,6 +37,11 @@ def dropout(x, rate=None, keep_prob=None, noise_shape=None, seed=None, name=None
         if not x.dtype.is_floating:
             raise TypeError(f"x has to be a floating point tensor since it's going to be "
                             f"scaled. Got a {x.dtype.name} tensor instead.")
+        given = rate if keep_prob is None else keep_prob
+        if hasattr(given, "op") and given.dtype is not x.dtype:  # TF1 casts no rate tensor
+            what = "rate" if keep_prob is None else "keep_prob"
+            raise ValueError(f"dropout: x's dtype ({x.dtype.name}) must be {what}'s "
+                             f"({given.dtype.name}) when {what} is a tensor")
         if keep_prob is not None:
             rate = (1 - keep_prob) if not hasattr(keep_prob, "op") else \
                 _math.subtract(1.0, as_tensor(keep_prob, dtype=x.dtype))

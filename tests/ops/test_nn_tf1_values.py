@@ -150,3 +150,17 @@ def test_leaky_relu_of_integers_is_float32(dtype):
     y = tf.nn.leaky_relu(tf.constant(np.array([-3, 0, 2], dtype)), alpha=0.5)
     assert y.dtype == tf.float32
     np.testing.assert_array_equal(_run(y), np.array([-1.5, 0.0, 2.0], np.float32))
+
+
+@pytest.mark.parametrize("given", [{"rate": 0.0}, {"keep_prob": 1.0}, {"rate": 0.25}])
+def test_dropout_refuses_a_rate_tensor_of_another_dtype(given):
+    # TF1: "`x.dtype` must be compatible with `rate.dtype`" (a ValueError) for a float32 rate
+    # or keep_prob tensor and float64 x, even a constant 0; asyncflow returned x for a
+    # constant rate 0 and raised a TypeError for keep_prob.
+    (key, value), = given.items()
+    with pytest.raises(ValueError, match="dtype"):
+        tf.nn.dropout(tf.zeros([3], tf.float64), **{key: tf.constant(value)})
+    same = tf.nn.dropout(tf.ones([3], tf.float64), **{key: tf.constant(value, tf.float64)})
+    assert same.dtype == tf.float64 and same.shape.as_list() == [3]
+    if value in (0.0, 1.0):
+        np.testing.assert_array_equal(_run(same), np.ones(3))
