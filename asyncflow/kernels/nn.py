@@ -66,8 +66,9 @@ def _elu(ctx, x):
 
 @register_kernel("EluGrad")
 def _elu_grad(ctx, grad, outputs):
-    # outputs > 0: grad; else grad * (outputs + 1)
-    return (grad * (ctx.xp.minimum(outputs, outputs.dtype.type(0)) + outputs.dtype.type(1)),)
+    # TF's EluGrad: outputs < 0 ? grad * (outputs + 1) : grad (a NaN output passes grad on)
+    xp = ctx.xp
+    return (xp.where(outputs < 0, grad * (outputs + outputs.dtype.type(1)), grad),)
 
 
 @register_kernel("Softsign")

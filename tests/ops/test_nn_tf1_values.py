@@ -164,3 +164,11 @@ def test_dropout_refuses_a_rate_tensor_of_another_dtype(given):
     assert same.dtype == tf.float64 and same.shape.as_list() == [3]
     if value in (0.0, 1.0):
         np.testing.assert_array_equal(_run(same), np.ones(3))
+
+
+def test_elu_gradient_passes_the_upstream_gradient_at_nan():
+    # TF's EluGrad is ``outputs < 0 ? grad * (outputs + 1) : grad``: at x = NaN the gradient
+    # is the upstream one (TF1: 1 here); asyncflow's grad * (min(outputs, 0) + 1) gave NaN.
+    x = tf.constant(np.array([np.nan, -np.inf, -1.0, 0.0, 2.0]))
+    got, = _run(tf.gradients(tf.nn.elu(x), [x]))
+    np.testing.assert_allclose(got, [1.0, 0.0, np.exp(-1.0), 1.0, 1.0], rtol=1e-12)
