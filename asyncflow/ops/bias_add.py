@@ -39,6 +39,11 @@ def _infer_bias_add(op):
         where = "dimension 1" if axis == 1 else "last dimension"
         raise ValueError(f"bias has {bias.shape[0]} elements but the {where} of value "
                          f"is {channels} (shapes {value.shape} and {bias.shape})")
+    if value.shape.ndims and bias.shape.ndims and bias.shape[0] is not None:
+        # the channel dim is the bias's size (TF1's shape function merges them)
+        dims = list(value.shape.dims)
+        dims[axis] = bias.shape[0]
+        return [(value.dtype, TensorShape(dims))]
     return [(value.dtype, value.shape)]
 
 
@@ -61,12 +66,14 @@ def bias_add(value, bias, data_format=None, name=None):
     Raises:
         ValueError: for another data_format, or mismatched sizes.
     """
-    if data_format not in (None, "NHWC", "N...C", "NCHW", "NC..."):
-        raise ValueError(f"bias_add: data_format {data_format!r} is not supported; use NHWC "
-                         "or NCHW")
+    # TF1's rule: any "NC..." is channels-first, any other "N...C" channels-last
+    if data_format is not None and not (data_format.startswith("N") and (
+            data_format.startswith("NC") or data_format.endswith("C"))):
+        raise ValueError(f"bias_add: data_format must be of the form N...C or NC..., got "
+                         f"{data_format!r}")
     value = as_tensor(value)
     bias = as_tensor(bias, dtype=value.dtype)
-    layout = "NCHW" if data_format in ("NCHW", "NC...") else "NHWC"
+    layout = "NCHW" if data_format is not None and data_format.startswith("NC") else "NHWC"
     return make("BiasAdd", (value, bias), {"data_format": layout}, name, "BiasAdd")
 
 

@@ -172,3 +172,28 @@ def test_elu_gradient_passes_the_upstream_gradient_at_nan():
     x = tf.constant(np.array([np.nan, -np.inf, -1.0, 0.0, 2.0]))
     got, = _run(tf.gradients(tf.nn.elu(x), [x]))
     np.testing.assert_allclose(got, [1.0, 0.0, np.exp(-1.0), 1.0, 1.0], rtol=1e-12)
+
+
+def test_bias_add_knows_the_channel_dim_from_the_bias():
+    # TF1's BiasAdd shape function merges the value's channel dim with the bias's size:
+    # [?, ?, 3] (NHWC) and [?, 3, ?] (NCHW) where asyncflow kept the value's [?, ?, ?].
+    value = tf.placeholder(tf.float32, [None, None, None])
+    assert tf.nn.bias_add(value, tf.zeros([3])).shape.as_list() == [None, None, 3]
+    assert tf.nn.bias_add(value, tf.zeros([3]), data_format="NCHW").shape.as_list() == \
+        [None, 3, None]
+
+
+@pytest.mark.parametrize("layout,axis", [("NDHWC", -1), ("NWC", -1), ("NCDHW", 1), ("NCW", 1)])
+def test_bias_add_reads_data_format_as_tf1(layout, axis):
+    # TF1: "NC..." is channels-first, any other "N...C" channels-last; asyncflow refused
+    # every name but NHWC/NCHW/N...C/NC...
+    value = np.zeros((2, 3, 3, 3, 3), np.float32)[(slice(None),) * len(layout)
+                                                   + (0,) * (5 - len(layout))]
+    assert value.ndim == len(layout)
+    bias = np.arange(3, dtype=np.float32)
+    got = _run(tf.nn.bias_add(tf.constant(value), tf.constant(bias), data_format=layout))
+    shape = [1] * value.ndim
+    shape[axis] = 3
+    np.testing.assert_array_equal(got, value + bias.reshape(shape))
+    with pytest.raises(ValueError, match="N...C or NC"):
+        tf.nn.bias_add(tf.constant(value), tf.constant(bias), data_format="CHWN")
