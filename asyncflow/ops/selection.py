@@ -71,13 +71,24 @@ def _expand_last(tensor):
 
 
 def _infer_in_top_k(op):
+    """TF1's InTopKV2: float32 predictions ``[batch, classes]``, integer targets ``[batch]``;
+    the result is ``[batch]``, its size from either input."""
     predictions, targets = op.inputs
-    check_dtype(op.type, predictions, NUMERIC, "predictions")
+    if predictions.dtype is not dtypes.float32:
+        raise TypeError(f"InTopKV2 '{op.name}': predictions must be float32 (TF1's kernel), "
+                        f"got {predictions.dtype.name}")
     check_dtype(op.type, targets, INTEGER, "targets")
     if predictions.shape.ndims not in (None, 2):
         raise ValueError(f"predictions must be 2-D, got shape {predictions.shape}")
-    return [(dtypes.bool, TensorShape([predictions.shape.dims[0]] if predictions.shape.ndims
-                                      else None))]
+    if targets.shape.ndims not in (None, 1):
+        raise ValueError(f"InTopKV2 '{op.name}': targets must be 1-D, got shape {targets.shape}")
+    batch = TensorShape([predictions.shape.dims[0]] if predictions.shape.ndims else [None])
+    if targets.shape.ndims is not None:
+        if not batch.is_compatible_with(targets.shape):
+            raise ValueError(f"InTopKV2 '{op.name}': predictions {predictions.shape} and "
+                             f"targets {targets.shape} disagree on the batch size")
+        batch = batch.merge_with(targets.shape)
+    return [(dtypes.bool, batch)]
 
 
 register_op("InTopKV2", infer=_infer_in_top_k)

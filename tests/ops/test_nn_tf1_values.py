@@ -197,3 +197,21 @@ def test_bias_add_reads_data_format_as_tf1(layout, axis):
     np.testing.assert_array_equal(got, value + bias.reshape(shape))
     with pytest.raises(ValueError, match="N...C or NC"):
         tf.nn.bias_add(tf.constant(value), tf.constant(bias), data_format="CHWN")
+
+
+def test_in_top_k_checks_its_inputs_when_built_and_knows_the_batch():
+    # TF1's InTopKV2 shape function: float32 predictions only, targets of rank 1 and the
+    # batch size of predictions; the result's [batch] comes from either input. asyncflow
+    # took float64 predictions, refused bad targets only when run, and knew [?] from
+    # targets of a known size.
+    predictions = tf.placeholder(tf.float32, [None, 3])
+    assert tf.nn.in_top_k(predictions, tf.zeros([4], tf.int32), 1).shape.as_list() == [4]
+    with pytest.raises(TypeError, match="float32"):
+        tf.nn.in_top_k(tf.zeros([2, 3], tf.float64), tf.zeros([2], tf.int32), 1)
+    with pytest.raises(ValueError, match="1-D"):
+        tf.nn.in_top_k(tf.zeros([2, 3]), tf.zeros([2, 1], tf.int32), 1)
+    with pytest.raises(ValueError, match="batch size"):
+        tf.nn.in_top_k(tf.zeros([2, 3]), tf.zeros([3], tf.int32), 1)
+    got = _run(tf.nn.in_top_k(predictions, tf.constant([2, 0], tf.int64), 1),
+               {predictions: np.array([[0.0, 1.0, 2.0], [1.0, 1.0, 0.0]], np.float32)})
+    np.testing.assert_array_equal(got, [True, True])  # a tie at the k-th value counts as in
