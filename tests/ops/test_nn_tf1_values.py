@@ -215,3 +215,20 @@ def test_in_top_k_checks_its_inputs_when_built_and_knows_the_batch():
     got = _run(tf.nn.in_top_k(predictions, tf.constant([2, 0], tf.int64), 1),
                {predictions: np.array([[0.0, 1.0, 2.0], [1.0, 1.0, 0.0]], np.float32)})
     np.testing.assert_array_equal(got, [True, True])  # a tie at the k-th value counts as in
+
+
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("training", [True, False])
+def test_fused_batch_norm_knows_the_channel_dim_from_scale(layout, training):
+    # TF1's FusedBatchNorm shape function reads the channel count from scale/offset: y is
+    # [?, ?, ?, 3] (NHWC) or [?, 3, ?, ?] (NCHW) and the statistics [3] where asyncflow knew
+    # none of them for an x of unknown dims.
+    x = tf.placeholder(tf.float32, [None] * 4)
+    stats = {} if training else {"mean": tf.zeros([3]), "variance": tf.ones([3])}
+    y, mean, variance = tf.nn.fused_batch_norm(x, tf.ones([3]), tf.zeros([3]),
+                                               data_format=layout, is_training=training, **stats)
+    assert y.shape.as_list() == ([None, None, None, 3] if layout == "NHWC" else [None, 3, None, None])
+    assert mean.shape.as_list() == [3] and variance.shape.as_list() == [3]
+    value = np.arange(24, dtype=np.float32).reshape((2, 2, 2, 3) if layout == "NHWC" else (2, 3, 2, 2))
+    got = _run(y, {x: value})
+    assert got.shape == value.shape
