@@ -12,7 +12,8 @@ from asyncflow.ops.construct import FLOATING, as_tensor, check_dtype, graph_of, 
 
 
 def _real(dtype):
-    return dtype.is_numeric and not dtype.is_unsigned and not dtype.is_bool
+    """TF's realnumbertypes (Relu, Relu6): every integer and float dtype, unsigned ones too."""
+    return dtype.is_numeric and not dtype.is_bool and not dtype.is_complex
 
 
 _ACTIVATIONS = {"Relu": _real, "Relu6": _real, "Elu": FLOATING, "LeakyRelu": FLOATING,

@@ -232,3 +232,12 @@ def test_fused_batch_norm_knows_the_channel_dim_from_scale(layout, training):
     value = np.arange(24, dtype=np.float32).reshape((2, 2, 2, 3) if layout == "NHWC" else (2, 3, 2, 2))
     got = _run(y, {x: value})
     assert got.shape == value.shape
+
+
+@pytest.mark.parametrize("op", [tf.nn.relu, tf.nn.relu6])
+def test_relu_takes_unsigned_integers(op):
+    # TF's Relu and Relu6 are defined for every real number type, uint8 included; asyncflow
+    # refused unsigned dtypes.
+    got = _run(op(tf.constant(np.array([0, 3, 200], np.uint8))))
+    assert got.dtype == np.uint8
+    np.testing.assert_array_equal(got, [0, 3, 200] if op is tf.nn.relu else [0, 3, 6])
