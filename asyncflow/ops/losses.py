@@ -82,10 +82,7 @@ def compute_weighted_loss(losses, weights=1.0, scope=None, loss_collection=Graph
         input_dtype = losses.dtype
         losses = math_ops.cast(losses, dtypes.float32)
         weights = math_ops.cast(as_tensor(weights), dtypes.float32)
-        if (weights.shape.ndims is not None and losses.shape.ndims is not None
-                and weights.shape.ndims > losses.shape.ndims):
-            raise ValueError(f"compute_weighted_loss: weights of shape {weights.shape} do not "
-                             f"broadcast to losses of shape {losses.shape}")
+        _check_broadcastable(weights, losses)
         weighted = math_ops.multiply(losses, weights)
         if reduction == Reduction.NONE:
             loss = weighted
@@ -101,6 +98,24 @@ def compute_weighted_loss(losses, weights=1.0, scope=None, loss_collection=Graph
         loss = math_ops.cast(loss, input_dtype)
         add_loss(loss, loss_collection)
         return loss
+
+
+def _check_broadcastable(weights, losses):
+    """TF1's static ``assert_broadcastable``: weights are a scalar, or of the losses' rank
+    with each dim 1 or the losses' (checked where the shapes are known when building)."""
+    rank, target = weights.shape.ndims, losses.shape.ndims
+    if rank is None or target is None or rank == 0:
+        return
+    if rank != target:
+        raise ValueError(f"compute_weighted_loss: weights can not be broadcast to values: "
+                         f"values.rank={target}, weights.rank={rank} (values.shape="
+                         f"{losses.shape}, weights.shape={weights.shape})")
+    if weights.shape.is_fully_defined() and losses.shape.is_fully_defined():
+        for i, (w, v) in enumerate(zip(weights.shape.as_list(), losses.shape.as_list())):
+            if w not in (1, v):
+                raise ValueError(f"compute_weighted_loss: weights can not be broadcast to "
+                                 f"values: mismatch at dim {i} (values.shape={losses.shape}, "
+                                 f"weights.shape={weights.shape})")
 
 
 def _num_elements(losses):

@@ -241,3 +241,17 @@ def test_relu_takes_unsigned_integers(op):
     got = _run(op(tf.constant(np.array([0, 3, 200], np.uint8))))
     assert got.dtype == np.uint8
     np.testing.assert_array_equal(got, [0, 3, 200] if op is tf.nn.relu else [0, 3, 6])
+
+
+def test_loss_weights_must_broadcast_as_tf1_asserts():
+    # TF1's weights_broadcast_ops.assert_broadcastable: a scalar, or the losses' rank with
+    # each dim 1 or the losses'. asyncflow broadcast [3] weights against [2, 3] losses
+    # numpy's way.
+    labels, predictions = tf.zeros([2, 3]), tf.ones([2, 3])
+    with pytest.raises(ValueError, match="values.rank=2, weights.rank=1"):
+        tf.losses.mean_squared_error(labels, predictions, weights=tf.ones([3]))
+    with pytest.raises(ValueError, match="mismatch at dim 1"):
+        tf.losses.absolute_difference(labels, predictions, weights=tf.ones([2, 2]))
+    loss = tf.losses.mean_squared_error(labels, predictions, weights=[[1.0], [0.0]])
+    assert _run(loss) == 1.0  # 3 nonzero weights, each error 1
+    assert _run(tf.losses.mean_squared_error(labels, predictions, weights=2.0)) == 2.0
