@@ -27,7 +27,7 @@ def dropout(x, rate=None, keep_prob=None, noise_shape=None, seed=None, name=None
     Raises:
         ValueError: for both or neither of rate/keep_prob, a rate outside ``[0, 1)``, or a
             rate (keep_prob) tensor of another dtype than ``x``'s.
-        TypeError: if ``x`` is not floating.
+        ValueError: also if ``x`` is not floating (TF1's error, not a TypeError).
     """
     if (rate is None) == (keep_prob is None):
         raise ValueError("dropout: give exactly one of rate and keep_prob")
@@ -35,8 +35,8 @@ def dropout(x, rate=None, keep_prob=None, noise_shape=None, seed=None, name=None
     with graph.name_scope(name or "dropout") as scope:
         x = as_tensor(x)
         if not x.dtype.is_floating:
-            raise TypeError(f"x has to be a floating point tensor since it's going to be "
-                            f"scaled. Got a {x.dtype.name} tensor instead.")
+            raise ValueError(f"dropout: x has to be a floating point tensor since it's going "
+                             f"to be scaled. Got a {x.dtype.name} tensor instead.")
         given = rate if keep_prob is None else keep_prob
         if hasattr(given, "op") and given.dtype is not x.dtype:  # TF1 casts no rate tensor
             what = "rate" if keep_prob is None else "keep_prob"

@@ -255,3 +255,10 @@ def test_loss_weights_must_broadcast_as_tf1_asserts():
     loss = tf.losses.mean_squared_error(labels, predictions, weights=[[1.0], [0.0]])
     assert _run(loss) == 1.0  # 3 nonzero weights, each error 1
     assert _run(tf.losses.mean_squared_error(labels, predictions, weights=2.0)) == 2.0
+
+
+def test_dropout_of_integers_is_a_value_error():
+    # TF1 raises ValueError ("`x.dtype` must be a floating point tensor"); asyncflow raised
+    # a TypeError, which TF1 code catching ValueError would miss.
+    with pytest.raises(ValueError, match="floating point"):
+        tf.nn.dropout(tf.constant([1, 2, 3]), 0.5)
