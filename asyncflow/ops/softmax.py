@@ -5,6 +5,7 @@ size limit. Kernels: kernels/nn.py.
 """
 from __future__ import annotations
 
+from asyncflow import errors
 from asyncflow.graph import register_gradient, register_op
 from asyncflow.graph.shape import TensorShape
 from asyncflow.ops import array as _array
@@ -35,7 +36,13 @@ register_op("LogSoftmax", infer=_infer_softmax)
 def _softmax_op(op_type, logits, axis, dim, name):
     logits = as_tensor(logits)
     axis = -1 if axis is None and dim is None else (axis if axis is not None else dim)
-    axis = _normalize_axis(int(axis), logits.shape.ndims, op_type)
+    ndims = logits.shape.ndims
+    if ndims is not None and not -ndims <= int(axis) < ndims:
+        # TF1 raises InvalidArgumentError here, while building (not a ValueError)
+        raise errors.InvalidArgumentError(
+            None, None, f"{op_type}: `dim` must be in the range [{-ndims}, {ndims}) where "
+            f"{ndims} is the number of dimensions in the input. Received: dim={axis}")
+    axis = _normalize_axis(int(axis), ndims, op_type)
     return make(op_type, (logits,), {"axis": axis}, name, op_type)
 
 

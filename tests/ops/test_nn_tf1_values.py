@@ -262,3 +262,13 @@ def test_dropout_of_integers_is_a_value_error():
     # a TypeError, which TF1 code catching ValueError would miss.
     with pytest.raises(ValueError, match="floating point"):
         tf.nn.dropout(tf.constant([1, 2, 3]), 0.5)
+
+
+@pytest.mark.parametrize("op", [tf.nn.softmax, tf.nn.log_softmax])
+def test_softmax_axis_out_of_range_is_invalid_argument(op):
+    # TF1 raises InvalidArgumentError while building ("`dim` must be in the range [-2, 2)");
+    # asyncflow raised ValueError.
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"range \[-2, 2\)"):
+        op(tf.zeros([2, 3]), axis=2)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="dim=-3"):
+        op(tf.zeros([2, 3]), axis=-3)
