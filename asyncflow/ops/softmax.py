@@ -90,7 +90,10 @@ def _infer_softmax_xent(op):
     shape = logits.shape.merge_with(labels.shape)
     if shape.ndims == 0:
         raise ValueError("logits must have >= 1 dimension, got a scalar")
-    return [(logits.dtype, _without_axis(shape, op.get_attr("axis"))), (logits.dtype, shape)]
+    # TF1 runs its 2-D kernel (whose shape function merges both inputs) on matrices and
+    # reshapes other ranks' losses by the logits' shape: the loss knows only the logits' dims
+    known = shape if shape.ndims == 2 else logits.shape
+    return [(logits.dtype, _without_axis(known, op.get_attr("axis"))), (logits.dtype, shape)]
 
 
 def _infer_sparse_xent(op):

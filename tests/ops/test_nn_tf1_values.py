@@ -272,3 +272,18 @@ def test_softmax_axis_out_of_range_is_invalid_argument(op):
         op(tf.zeros([2, 3]), axis=2)
     with pytest.raises(tf.errors.InvalidArgumentError, match="dim=-3"):
         op(tf.zeros([2, 3]), axis=-3)
+
+
+@pytest.mark.parametrize("op", [tf.nn.softmax_cross_entropy_with_logits,
+                                tf.nn.softmax_cross_entropy_with_logits_v2])
+def test_cross_entropy_loss_knows_what_tf1_knows(op):
+    # TF1 merges labels' dims into the loss only for matrices (its 2-D kernel); other ranks
+    # take the logits' static shape. asyncflow also read [1, 1] from labels of a rank-3 case.
+    loose = tf.placeholder(tf.float32, [None, None, None])
+    assert op(labels=tf.zeros([1, 1, 2]), logits=loose).shape.as_list() == [None, None]
+    assert op(labels=tf.zeros([1, 1, 2]), logits=loose, dim=1).shape.as_list() == [None, None]
+    matrix = tf.placeholder(tf.float32, [None, None])
+    assert op(labels=tf.zeros([4, 2]), logits=matrix).shape.as_list() == [4]
+    got = _run(op(labels=tf.fill([1, 1, 2], 0.5), logits=loose),
+               {loose: np.zeros((1, 1, 2), np.float32)})
+    np.testing.assert_allclose(got, [[np.log(2.0)]], rtol=1e-6)
