@@ -257,8 +257,9 @@ def _top_k(rng):
             return f"tf.nn.top_k(tf.nn.top_k(a, {k}, sorted=False).values, {k}).values", {"a": x}
         return f"tf.nn.top_k(a, {k})", {"a": x}
     preds = x.reshape(int(np.prod(shape[:-1])), shape[-1]).astype("float32")
-    targets = rng.integers(-1 if rng.random() < 0.1 else 0, shape[-1] + (rng.random() < 0.1),
-                           size=preds.shape[0]).astype(str(rng.choice(["int32", "int64"])))
+    low = -1 if rng.random() < 0.1 else 0
+    high = max(shape[-1] + int(rng.random() < 0.1), low + 1)
+    targets = rng.integers(low, high, size=preds.shape[0]).astype(str(rng.choice(["int32", "int64"])))
     return f"tf.nn.in_top_k(a, t, {k})", {"a": preds, "t": targets}
 
 
