@@ -34,3 +34,4 @@ from asyncflow.ops.normalization import (  # noqa: F401,E402  (issue 36)
     fused_batch_norm, local_response_normalization, lrn,
 )
 from asyncflow.ops.nn_conv import depthwise_conv2d, separable_conv2d  # noqa: F401,E402
+from asyncflow.ops.nn_composite import crelu, weighted_cross_entropy_with_logits  # noqa: F401,E402

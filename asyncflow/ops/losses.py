@@ -82,10 +82,7 @@ def compute_weighted_loss(losses, weights=1.0, scope=None, loss_collection=Graph
         input_dtype = losses.dtype
         losses = math_ops.cast(losses, dtypes.float32)
         weights = math_ops.cast(as_tensor(weights), dtypes.float32)
-        if (weights.shape.ndims is not None and losses.shape.ndims is not None
-                and weights.shape.ndims > losses.shape.ndims):
-            raise ValueError(f"compute_weighted_loss: weights of shape {weights.shape} do not "
-                             f"broadcast to losses of shape {losses.shape}")
+        _check_broadcastable(weights, losses)
         weighted = math_ops.multiply(losses, weights)
         if reduction == Reduction.NONE:
             loss = weighted
@@ -101,6 +98,24 @@ def compute_weighted_loss(losses, weights=1.0, scope=None, loss_collection=Graph
         loss = math_ops.cast(loss, input_dtype)
         add_loss(loss, loss_collection)
         return loss
+
+
+def _check_broadcastable(weights, losses):
+    """TF1's static ``assert_broadcastable``: weights are a scalar, or of the losses' rank
+    with each dim 1 or the losses' (checked where the shapes are known when building)."""
+    rank, target = weights.shape.ndims, losses.shape.ndims
+    if rank is None or target is None or rank == 0:
+        return
+    if rank != target:
+        raise ValueError(f"compute_weighted_loss: weights can not be broadcast to values: "
+                         f"values.rank={target}, weights.rank={rank} (values.shape="
+                         f"{losses.shape}, weights.shape={weights.shape})")
+    if weights.shape.is_fully_defined() and losses.shape.is_fully_defined():
+        for i, (w, v) in enumerate(zip(weights.shape.as_list(), losses.shape.as_list())):
+            if w not in (1, v):
+                raise ValueError(f"compute_weighted_loss: weights can not be broadcast to "
+                                 f"values: mismatch at dim {i} (values.shape={losses.shape}, "
+                                 f"weights.shape={weights.shape})")
 
 
 def _num_elements(losses):
@@ -237,6 +252,66 @@ def sparse_softmax_cross_entropy(labels, logits, weights=1.0, scope=None,
             weights = squeeze(weights, [-1])
         losses = nn_ops.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
         return compute_weighted_loss(losses, weights, None, loss_collection, reduction)
+
+
+def cosine_distance(labels, predictions, axis=None, weights=1.0, scope=None,
+                    loss_collection=GraphKeys.LOSSES, reduction=Reduction.SUM_BY_NONZERO_WEIGHTS,
+                    dim=None):
+    """TF1's ``tf.losses.cosine_distance``: ``1 - sum(labels * predictions, axis)`` (the axis
+    kept) for unit-normalized inputs, weighted. ``dim`` is ``axis``'s old name."""
+    if axis is not None and dim is not None:
+        raise ValueError("cosine_distance: give axis or dim, not both")
+    axis = dim if axis is None else axis
+    if axis is None:
+        raise ValueError("cosine_distance: you must specify argument `axis`.")
+    labels = _float("cosine_distance", labels, "labels")
+    predictions = _float("cosine_distance", predictions, "predictions")
+    _check_shapes("cosine_distance", labels, predictions)
+    with graph_of([labels, predictions]).name_scope(scope or "cosine_distance_loss"):
+        labels, predictions = (math_ops.cast(t, dtypes.float32) for t in (labels, predictions))
+        losses = math_ops.subtract(1.0, math_ops.reduce_sum(
+            math_ops.multiply(predictions, labels), axis=[int(axis)], keepdims=True))
+        return compute_weighted_loss(losses, weights, None, loss_collection, reduction)
+
+
+def mean_pairwise_squared_error(labels, predictions, weights=1.0, scope=None,
+                                loss_collection=GraphKeys.LOSSES):
+    """TF1's ``tf.losses.mean_pairwise_squared_error``: per batch row, the mean over pairs of
+    its elements of ``((p_i - p_j) - (l_i - l_j))**2`` (``2 * sum(d**2) / (n - 1) - 2 *
+    sum(d)**2 / (n (n - 1))`` over the ``n`` elements of nonzero weight, 0 where n < 2),
+    weighted and summed; float32, as TF1 (no ``reduction``).
+
+    Raises:
+        ValueError: for a rank unknown when building, or weights of another rank.
+    """
+    labels = _float("mean_pairwise_squared_error", labels, "labels")
+    predictions = _float("mean_pairwise_squared_error", predictions, "predictions")
+    _check_shapes("mean_pairwise_squared_error", labels, predictions)
+    rank = predictions.shape.ndims if predictions.shape.ndims is not None else labels.shape.ndims
+    if rank is None:
+        raise ValueError("mean_pairwise_squared_error: the rank of predictions must be known")
+    with graph_of([labels, predictions]).name_scope(scope or "mean_pairwise_squared_error"):
+        weights = math_ops.cast(as_tensor(weights), dtypes.float32)
+        if weights.shape.ndims not in (None, 0, rank):
+            raise ValueError(f"mean_pairwise_squared_error: weights of shape {weights.shape} do "
+                             f"not broadcast to labels of rank {rank}")
+        diffs = math_ops.subtract(math_ops.cast(predictions, dtypes.float32),
+                                  math_ops.cast(labels, dtypes.float32))
+        axes = list(range(1, rank))
+        squares = math_ops.reduce_sum(math_ops.square(diffs), axis=axes, keepdims=True)
+        present = math_ops.where(math_ops.equal(weights, 0.0), sources.zeros_like(weights),
+                                 sources.ones_like(weights))
+        count = math_ops.reduce_sum(math_ops.multiply(present, sources.ones_like(diffs)),
+                                    axis=axes, keepdims=True)
+        term1 = math_ops.multiply(2.0, _safe_mean(squares, math_ops.maximum(count - 1.0, 0.0)))
+        total = math_ops.reduce_sum(diffs, axis=axes, keepdims=True)
+        term2 = math_ops.multiply(2.0, _safe_mean(math_ops.square(total), math_ops.maximum(
+            math_ops.multiply(count, count - 1.0), 0.0)))
+        loss = math_ops.reduce_sum(math_ops.multiply(math_ops.subtract(term1, term2), weights))
+        loss = math_ops.where(math_ops.greater(math_ops.reduce_sum(count), 0.0), loss,
+                              sources.zeros_like(loss))
+        add_loss(loss, loss_collection)
+        return loss
 
 
 def add_loss(loss, loss_collection=GraphKeys.LOSSES):

@@ -9,13 +9,15 @@ Theory of operation:
   from dedicated gradient ops (ReluGrad, Conv2DBackpropInput/Filter, MaxPoolGrad, ...), as in TF.
 - Everything else (sigmoid cross entropy, dropout, moments, batch normalization) is a composite
   of existing ops, so it is differentiable through their gradients.
+- The activations live in ops/activations.py, softmax and the softmax cross entropies in
+  ops/softmax.py, bias_add in ops/bias_add.py, dropout in
+  ops/dropout.py and crelu/weighted_cross_entropy_with_logits in ops/nn_composite.py (this
+  module re-exports the first four).
 - Layout is NHWC (convolution and pooling also take ``data_format="NCHW"``).
   Strides/ksize/dilations are stored as 4-tuples; SAME/VALID geometry is the same function
   at build time (static shapes) and run time (kernels/nn.py ``_geometry``).
 """
 from __future__ import annotations
-
-import numpy as np
 
 from asyncflow import dtypes
 from asyncflow.graph import register_gradient, register_op
@@ -23,270 +25,30 @@ from asyncflow.graph.shape import TensorShape
 from asyncflow.ops import array as _array
 from asyncflow.ops import math as _math
 from asyncflow.ops.construct import (
-    FLOATING, INTEGER, NUMERIC, as_tensor, check_dtype, graph_of, make, make_op, static_value,
+    FLOATING, as_tensor, check_dtype, graph_of, make,
 )
-from asyncflow.ops.sources import random_uniform, zeros_like
+from asyncflow.ops.sources import zeros_like
 
 sigmoid = _math.sigmoid
 tanh = _math.tanh
 
 
-# -- elementwise activations ----------------------------------------------------------------
-def _real(dtype):
-    return dtype.is_numeric and not dtype.is_unsigned and not dtype.is_bool
+# -- elementwise activations: ops/activations.py (re-exported here for importers) -------------
+from asyncflow.ops.activations import (  # noqa: E402,F401
+    elu, gelu, leaky_relu, log_sigmoid, relu, relu6, selu, silu, softplus, softsign, swish,
+)
 
 
-_ACTIVATIONS = {"Relu": _real, "Relu6": _real, "Elu": FLOATING, "LeakyRelu": FLOATING,
-                "Softplus": FLOATING, "Gelu": FLOATING, "Softsign": FLOATING, "Selu": FLOATING}
+# -- softmax, log_softmax and the softmax cross entropies: ops/softmax.py (re-exported) ------
+from asyncflow.ops.softmax import (  # noqa: E402,F401
+    _expand_dims_mul, log_softmax, softmax, softmax_cross_entropy_with_logits,
+    softmax_cross_entropy_with_logits_v2, sparse_softmax_cross_entropy_with_logits,
+)
 
 
-def _infer_activation(op):
-    x = op.inputs[0]
-    check_dtype(op.type, x, _ACTIVATIONS[op.type], "features")
-    return [(x.dtype, x.shape)]
-
-
-def _infer_activation_grad(op):
-    grad, features = op.inputs
-    if grad.dtype is not features.dtype:
-        raise TypeError(f"gradients ({grad.dtype.name}) and features ({features.dtype.name}) "
-                        "must have the same dtype")
-    return [(grad.dtype, grad.shape.merge_with(features.shape))]
-
-
-for _type in _ACTIVATIONS:
-    register_op(_type, infer=_infer_activation)
-    register_op(_type + "Grad", infer=_infer_activation_grad)
-
-
-def relu(features, name=None):
-    """Rectified linear unit, ``max(features, 0)``."""
-    return make("Relu", (as_tensor(features),), None, name, "Relu")
-
-
-def relu6(features, name=None):
-    """``min(max(features, 0), 6)``."""
-    return make("Relu6", (as_tensor(features),), None, name, "Relu6")
-
-
-def elu(features, name=None):
-    """Exponential linear unit: ``features`` where positive, else ``exp(features) - 1``."""
-    return make("Elu", (as_tensor(features),), None, name, "Elu")
-
-
-def leaky_relu(features, alpha=0.2, name=None):
-    """``features`` where positive, else ``alpha * features`` (TF1's default alpha is 0.2)."""
-    return make("LeakyRelu", (as_tensor(features),), {"alpha": float(alpha)}, name, "LeakyRelu")
-
-
-def softplus(features, name=None):
-    """``log(1 + exp(features))``, computed as ``max(x, 0) + log1p(exp(-|x|))``: no overflow,
-    full precision for large negative ``x`` (kernels/nn.py)."""
-    return make("Softplus", (as_tensor(features),), None, name, "Softplus")
-
-
-def log_sigmoid(x, name=None):
-    """``log(sigmoid(x))`` as TF computes it: ``-softplus(-x)``, stable for every ``x``."""
-    x = as_tensor(x)
-    with graph_of((x,)).name_scope(name or "LogSigmoid"):
-        return _math.negative(softplus(_math.negative(x)))
-
-
-def gelu(features, approximate=False, name=None):
-    """Gaussian error linear unit: ``x * P(X <= x)`` for a standard normal X, i.e.
-    ``0.5 * x * (1 + erf(x / sqrt(2)))``; with ``approximate=True`` the tanh form
-    ``0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x**3)))`` (TF2's ``tf.nn.gelu``).
-    One op, ``Gelu``, with its gradient ``GeluGrad`` (kernels/nn.py)."""
-    return make("Gelu", (as_tensor(features),), {"approximate": bool(approximate)}, name,
-                "Gelu")
-
-
-def softsign(features, name=None):
-    """``features / (1 + |features|)`` (op ``Softsign``, gradient ``SoftsignGrad``)."""
-    return make("Softsign", (as_tensor(features),), None, name, "Softsign")
-
-
-def selu(features, name=None):
-    """Scaled ELU: ``scale * x`` where positive, else ``scale * alpha * (exp(x) - 1)``, with
-    TF's ``scale ~ 1.0507`` and ``alpha ~ 1.6733`` (op ``Selu``, gradient ``SeluGrad``)."""
-    return make("Selu", (as_tensor(features),), None, name, "Selu")
-
-
-def swish(features, beta=1.0, name=None):
-    """``features * sigmoid(beta * features)`` (TF's ``swish``/``silu``), composed."""
-    features = as_tensor(features)
-    with graph_of((features,)).name_scope(name or "swish"):
-        scaled = features if beta == 1.0 else _math.multiply(features, float(beta))
-        return _math.multiply(features, _math.sigmoid(scaled))
-
-
-silu = swish
-
-
-@register_gradient("Softsign")
-def _softsign_grad(op, grad):
-    return [make("SoftsignGrad", (grad, op.inputs[0]))]
-
-
-@register_gradient("Selu")
-def _selu_grad(op, grad):
-    return [make("SeluGrad", (grad, op.outputs[0]))]
-
-
-@register_gradient("Relu")
-def _relu_grad(op, grad):
-    return [make("ReluGrad", (grad, op.outputs[0]))]
-
-
-@register_gradient("Relu6")
-def _relu6_grad(op, grad):
-    return [make("Relu6Grad", (grad, op.inputs[0]))]
-
-
-@register_gradient("Elu")
-def _elu_grad(op, grad):
-    return [make("EluGrad", (grad, op.outputs[0]))]
-
-
-@register_gradient("LeakyRelu")
-def _leaky_relu_grad(op, grad):
-    return [make("LeakyReluGrad", (grad, op.inputs[0]), {"alpha": op.get_attr("alpha")})]
-
-
-@register_gradient("Softplus")
-def _softplus_grad(op, grad):
-    return [make("SoftplusGrad", (grad, op.inputs[0]))]
-
-
-@register_gradient("SoftplusGrad")
-def _softplus_grad_grad(op, grad):
-    # SoftplusGrad(dy, x) = dy * sigmoid(x): linear in dy; d/dx = dy * s * (1 - s).
-    dy, features = op.inputs
-    s = _math.sigmoid(features)
-    slope = _math.multiply(s, _math.subtract(1.0, s))
-    return [make("SoftplusGrad", (grad, features)),
-            _math.multiply(_math.multiply(grad, dy), slope)]
-
-
-@register_gradient("Gelu")
-def _gelu_grad(op, grad):
-    return [make("GeluGrad", (grad, op.inputs[0]), {"approximate": op.get_attr("approximate")})]
-
-
-@register_gradient("ReluGrad")
-def _relu_grad_grad(op, grad):
-    # ReluGrad is linear in its first input and piecewise constant in the second.
-    return [make("ReluGrad", (grad, op.inputs[1])), None]
-
-
-# -- softmax, bias_add, l2_loss ------------------------------------------------------------
-def _normalize_axis(axis, ndims, what):
-    if ndims is None:
-        return axis
-    if not -ndims <= axis < ndims:
-        raise ValueError(f"{what}: axis {axis} is out of range for a tensor of rank {ndims}")
-    return axis % ndims
-
-
-def _infer_softmax(op):
-    x = op.inputs[0]
-    check_dtype(op.type, x, FLOATING, "logits")
-    if x.shape.ndims == 0:
-        raise ValueError("logits must have >= 1 dimension, got a scalar")
-    return [(x.dtype, x.shape)]
-
-
-register_op("Softmax", infer=_infer_softmax)
-register_op("LogSoftmax", infer=_infer_softmax)
-
-
-def _softmax_op(op_type, logits, axis, dim, name):
-    logits = as_tensor(logits)
-    axis = -1 if axis is None and dim is None else (axis if axis is not None else dim)
-    axis = _normalize_axis(int(axis), logits.shape.ndims, op_type)
-    return make(op_type, (logits,), {"axis": axis}, name, op_type)
-
-
-def softmax(logits, axis=None, name=None, dim=None):
-    """``exp(logits) / reduce_sum(exp(logits), axis)``, computed stably (default: last axis)."""
-    return _softmax_op("Softmax", logits, axis, dim, name)
-
-
-def log_softmax(logits, axis=None, name=None, dim=None):
-    """``logits - log(reduce_sum(exp(logits), axis))``, computed stably."""
-    return _softmax_op("LogSoftmax", logits, axis, dim, name)
-
-
-@register_gradient("Softmax")
-def _softmax_grad(op, grad):
-    y, axis = op.outputs[0], op.get_attr("axis")
-    dot = _math.reduce_sum(_math.multiply(grad, y), axis=axis, keepdims=True)
-    return [_math.multiply(_math.subtract(grad, dot), y)]
-
-
-@register_gradient("LogSoftmax")
-def _log_softmax_grad(op, grad):
-    y, axis = op.outputs[0], op.get_attr("axis")
-    total = _math.reduce_sum(grad, axis=axis, keepdims=True)
-    return [_math.subtract(grad, _math.multiply(total, _math.exp(y)))]
-
-
-def _channel_axis(op, ndims):
-    """The bias's axis: 1 for NCHW values of rank 3 or more (TF's rule), else the last."""
-    nchw = op.attrs.get("data_format") == "NCHW"
-    return 1 if nchw and ndims is not None and ndims >= 3 else -1
-
-
-def _infer_bias_add(op):
-    value, bias = op.inputs
-    check_dtype(op.type, value, NUMERIC, "value")
-    if value.dtype is not bias.dtype:
-        raise TypeError(f"value ({value.dtype.name}) and bias ({bias.dtype.name}) must have "
-                        "the same dtype")
-    if value.shape.ndims is not None and value.shape.ndims < 2:
-        raise ValueError(f"value must be at least 2-D, got shape {value.shape}")
-    if bias.shape.ndims not in (None, 1):
-        raise ValueError(f"bias must be 1-D, got shape {bias.shape}")
-    axis = _channel_axis(op, value.shape.ndims)
-    channels = value.shape[axis] if value.shape.ndims else None
-    if channels is not None and bias.shape.ndims and bias.shape[0] not in (None, channels):
-        where = "dimension 1" if axis == 1 else "last dimension"
-        raise ValueError(f"bias has {bias.shape[0]} elements but the {where} of value "
-                         f"is {channels} (shapes {value.shape} and {bias.shape})")
-    return [(value.dtype, value.shape)]
-
-
-def _infer_bias_add_grad(op):
-    grad = op.inputs[0]
-    if not grad.shape.ndims:
-        return [(grad.dtype, TensorShape([None]))]
-    return [(grad.dtype, TensorShape([grad.shape[_channel_axis(op, grad.shape.ndims)]]))]
-
-
-register_op("BiasAdd", infer=_infer_bias_add)
-register_op("BiasAddGrad", infer=_infer_bias_add_grad)
-
-
-def bias_add(value, bias, data_format=None, name=None):
-    """Add the 1-D ``bias`` along the channel dimension of ``value``: the last one (NHWC,
-    ``N...C``), or dimension 1 with ``data_format="NCHW"`` (``NC...``) for values of rank 3 or
-    more, as TF.
-
-    Raises:
-        ValueError: for another data_format, or mismatched sizes.
-    """
-    if data_format not in (None, "NHWC", "N...C", "NCHW", "NC..."):
-        raise ValueError(f"bias_add: data_format {data_format!r} is not supported; use NHWC "
-                         "or NCHW")
-    value = as_tensor(value)
-    bias = as_tensor(bias, dtype=value.dtype)
-    layout = "NCHW" if data_format in ("NCHW", "NC...") else "NHWC"
-    return make("BiasAdd", (value, bias), {"data_format": layout}, name, "BiasAdd")
-
-
-@register_gradient("BiasAdd")
-def _bias_add_grad(op, grad):
-    return [grad, make("BiasAddGrad", (grad,), {"data_format": op.get_attr("data_format")})]
+# -- bias_add, l2_loss ---------------------------------------------------------------------
+# bias_add and BiasAdd/BiasAddGrad live in ops/bias_add.py (re-exported for importers).
+from asyncflow.ops.bias_add import bias_add  # noqa: E402,F401
 
 
 def _infer_l2_loss(op):
@@ -306,198 +68,6 @@ def l2_loss(t, name=None):
 @register_gradient("L2Loss")
 def _l2_loss_grad(op, grad):
     return [_math.multiply(op.inputs[0], grad)]
-
-
-# -- cross entropies ----------------------------------------------------------------------
-def _without_axis(shape, axis):
-    if shape.ndims is None:
-        return TensorShape(None)
-    return TensorShape([d for i, d in enumerate(shape.dims) if i != axis])
-
-
-def _infer_softmax_xent(op):
-    logits, labels = op.inputs
-    check_dtype(op.type, logits, FLOATING, "logits")
-    if labels.dtype is not logits.dtype:
-        raise TypeError(f"labels ({labels.dtype.name}) and logits ({logits.dtype.name}) must "
-                        "have the same dtype")
-    if not logits.shape.is_compatible_with(labels.shape):
-        raise ValueError(f"logits and labels must have the same shape, got {logits.shape} "
-                         f"and {labels.shape}")
-    shape = logits.shape.merge_with(labels.shape)
-    if shape.ndims == 0:
-        raise ValueError("logits must have >= 1 dimension, got a scalar")
-    return [(logits.dtype, _without_axis(shape, op.get_attr("axis"))), (logits.dtype, shape)]
-
-
-def _infer_sparse_xent(op):
-    logits, labels = op.inputs
-    check_dtype(op.type, logits, FLOATING, "logits")
-    check_dtype(op.type, labels, INTEGER, "labels")
-    if logits.shape.ndims == 0:
-        raise ValueError("logits must have >= 1 dimension, got a scalar")
-    batch = logits.shape[:-1]
-    if labels.shape.ndims is not None and logits.shape.ndims is not None:
-        if labels.shape.ndims != logits.shape.ndims - 1:
-            raise ValueError(f"Rank mismatch: Rank of labels (received {labels.shape.ndims}) "
-                             f"should equal rank of logits minus 1 (received "
-                             f"{logits.shape.ndims}).")
-        if not batch.is_compatible_with(labels.shape):
-            raise ValueError(f"labels shape {labels.shape} must equal logits shape "
-                             f"{logits.shape} without its last dimension")
-        batch = batch.merge_with(labels.shape)
-    return [(logits.dtype, batch), (logits.dtype, logits.shape)]
-
-
-register_op("SoftmaxCrossEntropyWithLogits", infer=_infer_softmax_xent)
-register_op("SparseSoftmaxCrossEntropyWithLogits", infer=_infer_sparse_xent)
-
-
-def softmax_cross_entropy_with_logits_v2(_sentinel=None, labels=None, logits=None, dim=-1,
-                                         name=None, axis=None):
-    """Per-example ``-sum(labels * log_softmax(logits), axis)``; backprops into labels too.
-
-    Raises:
-        ValueError: when called positionally or with mismatched shapes.
-    """
-    if _sentinel is not None or labels is None or logits is None:
-        raise ValueError("Only call softmax_cross_entropy_with_logits with named arguments "
-                         "(labels=..., logits=...)")
-    logits = as_tensor(logits)
-    labels = as_tensor(labels, dtype=logits.dtype)
-    axis = _normalize_axis(int(dim if axis is None else axis), logits.shape.ndims,
-                           "softmax_cross_entropy_with_logits")
-    if axis < 0:
-        raise ValueError("softmax_cross_entropy_with_logits: a negative axis needs a known rank")
-    op = make_op("SoftmaxCrossEntropyWithLogits", (logits, labels), {"axis": axis}, name,
-                 "SoftmaxCrossEntropyWithLogits")
-    return op.outputs[0]
-
-
-def softmax_cross_entropy_with_logits(_sentinel=None, labels=None, logits=None, dim=-1,
-                                      name=None, axis=None):
-    """TF1's per-example softmax cross entropy; ``labels`` get no gradient (stop_gradient).
-
-    Args:
-        labels: a probability distribution per row, same shape and dtype as ``logits``.
-        logits: unscaled log probabilities.
-        dim: the class dimension (default: last).
-
-    Returns:
-        A tensor of ``logits``' shape without the class dimension.
-
-    Raises:
-        ValueError: when called positionally or with mismatched shapes.
-    """
-    if _sentinel is not None or labels is None or logits is None:
-        raise ValueError("Only call softmax_cross_entropy_with_logits with named arguments "
-                         "(labels=..., logits=...)")
-    labels = _array.stop_gradient(labels, name="labels_stop_gradient")
-    return softmax_cross_entropy_with_logits_v2(labels=labels, logits=logits, dim=dim,
-                                                name=name, axis=axis)
-
-
-def sparse_softmax_cross_entropy_with_logits(_sentinel=None, labels=None, logits=None,
-                                             name=None):
-    """Per-example cross entropy against integer class ``labels`` in ``[0, num_classes)``.
-
-    A label outside that range fails the run with InvalidArgumentError naming the op.
-
-    Raises:
-        ValueError: when called positionally or when ranks/shapes mismatch.
-    """
-    if _sentinel is not None or labels is None or logits is None:
-        raise ValueError("Only call sparse_softmax_cross_entropy_with_logits with named "
-                         "arguments (labels=..., logits=...)")
-    logits = as_tensor(logits)
-    labels = as_tensor(labels)
-    op = make_op("SparseSoftmaxCrossEntropyWithLogits", (logits, labels), None, name,
-                 "SparseSoftmaxCrossEntropyWithLogits")
-    return op.outputs[0]
-
-
-def _infer_expand_dims_mul(op):
-    x, y = op.inputs
-    if x.dtype is not y.dtype:
-        raise TypeError(f"x ({x.dtype.name}) and y ({y.dtype.name}) must have the same dtype")
-    axis = op.get_attr("axis")
-    if x.shape.ndims is None or y.shape.ndims is None:
-        return [(x.dtype, y.shape)]
-    if y.shape.ndims != x.shape.ndims + 1 or not 0 <= axis < y.shape.ndims:
-        raise ValueError(f"x of shape {x.shape} must be y of shape {y.shape} without axis {axis}")
-    dims = list(x.shape.dims)
-    dims.insert(axis, y.shape.dims[axis])
-    return [(x.dtype, y.shape.merge_with(TensorShape(dims)))]
-
-
-# ``ExpandDimsMul(x, y)`` is ``expand_dims(x, axis) * y`` for ``x`` shaped like ``y`` without
-# ``axis``, in one kernel: the cross entropies' gradient scales each row of ``backprop`` by
-# that row's loss gradient.
-register_op("ExpandDimsMul", infer=_infer_expand_dims_mul)
-
-
-def _expand_dims_mul(x, y, axis):
-    return make("ExpandDimsMul", (x, y), {"axis": axis}, None, "ExpandDimsMul")
-
-
-@register_gradient("ExpandDimsMul")
-def _expand_dims_mul_grad(op, grad):
-    x, y = op.inputs
-    axis = op.get_attr("axis")
-    return [_math.reduce_sum(_math.multiply(grad, y), axis=axis),
-            _expand_dims_mul(x, grad, axis)]
-
-
-def _expand_at(tensor, axis, like):
-    """``tensor`` (``like``'s shape without ``axis``) with a 1 inserted at ``axis``."""
-    expand_dims = getattr(_array, "expand_dims", None)
-    if expand_dims is not None:
-        return expand_dims(tensor, axis)
-    if like.shape.is_fully_defined():
-        dims = list(like.shape.dims)
-        dims[axis] = 1
-        return _array.reshape(tensor, dims)
-    keep = _math.reduce_sum(like, axis=axis, keepdims=True)
-    return _array.reshape(tensor, _array.shape(keep))
-
-
-def _through_backprop(grad_logits, grad_backprop, logits, axis):
-    """Adds what flows back through the cross entropies' ``backprop`` output (a second
-    derivative): d(backprop)/d(logits) is the softmax Jacobian, for the dense and the sparse
-    form alike (``backprop`` is softmax minus the labels)."""
-    if grad_backprop is None or grad_backprop.op.type == "ZerosLike":
-        return grad_logits
-    probs = softmax(logits, axis=axis)
-    dot = _math.reduce_sum(_math.multiply(grad_backprop, probs), axis=axis, keepdims=True)
-    return _math.add(grad_logits, _math.multiply(_math.subtract(grad_backprop, dot), probs))
-
-
-@register_gradient("SoftmaxCrossEntropyWithLogits")
-def _softmax_xent_grad(op, grad_loss, grad_backprop=None):
-    logits, axis = op.inputs[0], op.get_attr("axis")
-    backprop = op.outputs[1]
-    ndims = backprop.shape.ndims
-    if ndims:  # one kernel, not Sum + Shape + Reshape + Mul when the batch is unknown
-        grad_logits = _expand_dims_mul(grad_loss, backprop, axis % ndims)
-    else:
-        grad_logits = _math.multiply(_expand_at(grad_loss, axis, backprop), backprop)
-    grad_logits = _through_backprop(grad_logits, grad_backprop, logits, axis)
-    grad_labels = _math.multiply(_expand_at(grad_loss, axis, backprop),
-                                 _math.negative(log_softmax(logits, axis=axis)))
-    if grad_backprop is not None and grad_backprop.op.type != "ZerosLike":
-        grad_labels = _math.subtract(grad_labels, grad_backprop)
-    return [grad_logits, grad_labels]
-
-
-@register_gradient("SparseSoftmaxCrossEntropyWithLogits")
-def _sparse_softmax_xent_grad(op, grad_loss, grad_backprop=None):
-    backprop = op.outputs[1]
-    axis = backprop.shape.ndims - 1 if backprop.shape.ndims is not None else -1
-    if axis < 0:
-        raise ValueError("the gradient of sparse_softmax_cross_entropy_with_logits needs "
-                         "logits of known rank")
-    grad_logits = _expand_dims_mul(grad_loss, backprop, axis)
-    return [_through_backprop(grad_logits, grad_backprop, op.inputs[0], axis), None]
 
 
 def sigmoid_cross_entropy_with_logits(_sentinel=None, labels=None, logits=None, name=None):
@@ -525,75 +95,8 @@ def sigmoid_cross_entropy_with_logits(_sentinel=None, labels=None, logits=None, 
 
 
 # -- regularization and normalization ---------------------------------------------------------
-def dropout(x, rate=None, keep_prob=None, noise_shape=None, seed=None, name=None):
-    """Zero each element with probability ``rate`` and scale the rest by ``1 / (1 - rate)``.
-
-    Args:
-        x: a floating tensor.
-        rate: the drop probability in ``[0, 1)`` (a float or a scalar tensor).
-        keep_prob: TF1's older spelling, ``1 - rate``; give one of the two.
-        noise_shape: the shape of the random keep mask, broadcast against ``x``.
-        seed: the op seed (combined with the graph seed as in TF1).
-
-    Raises:
-        ValueError: for both or neither of rate/keep_prob, or a rate outside ``[0, 1)``.
-        TypeError: if ``x`` is not floating.
-    """
-    if (rate is None) == (keep_prob is None):
-        raise ValueError("dropout: give exactly one of rate and keep_prob")
-    graph = graph_of((x,))
-    with graph.name_scope(name or "dropout") as scope:
-        x = as_tensor(x)
-        if not x.dtype.is_floating:
-            raise TypeError(f"x has to be a floating point tensor since it's going to be "
-                            f"scaled. Got a {x.dtype.name} tensor instead.")
-        if keep_prob is not None:
-            rate = (1 - keep_prob) if not hasattr(keep_prob, "op") else \
-                _math.subtract(1.0, as_tensor(keep_prob, dtype=x.dtype))
-        value = static_value(rate) if hasattr(rate, "op") else rate
-        if value is not None:
-            rate = float(np.asarray(value))
-            if not 0 <= rate < 1:
-                raise ValueError(f"rate must be a scalar tensor or a float in the range [0, 1), "
-                                 f"got {rate}")
-            if rate == 0:
-                return x
-        keep = (1.0 - rate) if isinstance(rate, float) else \
-            _math.subtract(1.0, as_tensor(rate, dtype=x.dtype))
-        if noise_shape is None:
-            noise_shape = x.shape.as_list() if x.shape.is_fully_defined() else _array.shape(x)
-        random = random_uniform(noise_shape, dtype=x.dtype, seed=seed)
-        mask = _math.floor(_math.add(random, keep))
-        result = _math.multiply(_math.divide(x, keep), mask, name=scope)
-        # The rate is a scalar, so the output has x's shape even when the rate's shape is
-        # unknown (an unshaped keep_prob placeholder), as in TF1.
-        result.set_shape(x.shape)
-        return result
-
-
-def _infer_fused_dropout(op):
-    """``_FusedDropout(x, shape, keep) -> (output, mask)``: ``dropout``'s chain
-    ``(x / keep) * floor(keep + random_uniform(shape))`` in one kernel, made only by the
-    fusion pass (compile/fuse_dropout.py) where ``shape`` is ``x``'s and ``keep`` a scalar."""
-    x = op.inputs[0]
-    return [(x.dtype, x.shape), (x.dtype, x.shape)]
-
-
-def _fused_dropout_cost(shapes, op):
-    return op.outputs[0].shape.num_elements() or 0
-
-
-register_op("_FusedDropout", infer=_infer_fused_dropout, stateful=True, differentiable=False,
-            cost=_fused_dropout_cost)
-
-
-def _infer_fused_dropout_grad(op):
-    """``_FusedDropoutGrad(grad, mask, keep) -> (grad * mask) / keep`` of the mask's shape:
-    the fused dropout's gradient (the same pass makes it)."""
-    return [(op.inputs[1].dtype, op.inputs[1].shape)]
-
-
-register_op("_FusedDropoutGrad", infer=_infer_fused_dropout_grad, differentiable=False)
+# dropout and _FusedDropout(Grad): ops/dropout.py (re-exported here for importers)
+from asyncflow.ops.dropout import dropout  # noqa: E402,F401
 
 
 def l2_normalize(x, axis=None, epsilon=1e-12, name=None, dim=None):

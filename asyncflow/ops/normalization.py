@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from asyncflow import dtypes
 from asyncflow.graph import register_gradient, register_op
+from asyncflow.graph.shape import TensorShape
 from asyncflow.ops import math as _math
 from asyncflow.ops.array import reshape, shape, size
 from asyncflow.ops.construct import FLOATING, as_tensor, check_dtype, graph_of, make
@@ -116,11 +117,30 @@ def fused_batch_norm(x, scale, offset, mean=None, variance=None, epsilon=0.001,
                 corrected = _math.add(_math.multiply(as_tensor(variance, dtype=x.dtype),
                                                      1.0 - factor),
                                       _math.multiply(corrected, factor))
-            return _math.cast(y, given), batch_mean, corrected
+            return _known(_math.cast(y, given), x, channel, scale, offset), \
+                _known(batch_mean, None, 0, scale, offset), _known(corrected, None, 0, scale, offset)
         if mean is None or variance is None:
             raise ValueError("fused_batch_norm: mean and variance are required when "
                              "is_training=False")
         mean, variance = as_tensor(mean, dtype=x.dtype), as_tensor(variance, dtype=x.dtype)
         y = batch_normalization(x, per_channel(mean), per_channel(variance),
                                 per_channel(offset), per_channel(scale), epsilon)
-        return _math.cast(y, given), mean, variance
+        return _known(_math.cast(y, given), x, channel, scale, offset, mean, variance), mean, \
+            variance
+
+
+def _known(result, x, channel, *vectors):
+    """``result`` knowing what TF1's FusedBatchNorm shape function knows: x's dims, with the
+    channel dim also read from the per-channel vectors (scale, offset, statistics)."""
+    dims = list(x.shape.dims) if x is not None and x.shape.ndims is not None else None
+    size = dims[channel] if dims is not None else None
+    for vector in vectors:
+        if vector.shape.ndims == 1 and vector.shape[0] is not None:
+            size = vector.shape[0] if size is None else size
+    if dims is None and x is not None:
+        return result
+    if dims is None:
+        dims = [None]
+    dims[channel] = size
+    result.set_shape(TensorShape(dims))
+    return result

@@ -8,6 +8,8 @@ the index it came from. ``InTopKV2`` says whether each target's prediction is am
 """
 from __future__ import annotations
 
+import collections
+
 from asyncflow import dtypes
 from asyncflow.graph import not_differentiable, register_gradient, register_op
 from asyncflow.graph.shape import TensorShape
@@ -33,6 +35,9 @@ def _infer_top_k(op):
 
 register_op("TopKV2", infer=_infer_top_k)
 
+# TF1's result type: a tuple, also read as ``.values`` and ``.indices``.
+TopKV2 = collections.namedtuple("TopKV2", ["values", "indices"])
+
 
 def top_k(input, k=1, sorted=True, name=None):  # noqa: A002 - TF1's argument names
     """The ``k`` largest entries of the last axis and their indices: ``(values, indices)``.
@@ -45,7 +50,7 @@ def top_k(input, k=1, sorted=True, name=None):  # noqa: A002 - TF1's argument na
         raise ValueError(f"top_k: k must be >= 0, got {k}")
     op = make_op("TopKV2", (as_tensor(input),), {"k": k, "sorted": bool(sorted)}, name,
                  "TopKV2")
-    return op.outputs[0], op.outputs[1]
+    return TopKV2(op.outputs[0], op.outputs[1])
 
 
 @register_gradient("TopKV2")
@@ -66,13 +71,24 @@ def _expand_last(tensor):
 
 
 def _infer_in_top_k(op):
+    """TF1's InTopKV2: float32 predictions ``[batch, classes]``, integer targets ``[batch]``;
+    the result is ``[batch]``, its size from either input."""
     predictions, targets = op.inputs
-    check_dtype(op.type, predictions, NUMERIC, "predictions")
+    if predictions.dtype is not dtypes.float32:
+        raise TypeError(f"InTopKV2 '{op.name}': predictions must be float32 (TF1's kernel), "
+                        f"got {predictions.dtype.name}")
     check_dtype(op.type, targets, INTEGER, "targets")
     if predictions.shape.ndims not in (None, 2):
         raise ValueError(f"predictions must be 2-D, got shape {predictions.shape}")
-    return [(dtypes.bool, TensorShape([predictions.shape.dims[0]] if predictions.shape.ndims
-                                      else None))]
+    if targets.shape.ndims not in (None, 1):
+        raise ValueError(f"InTopKV2 '{op.name}': targets must be 1-D, got shape {targets.shape}")
+    batch = TensorShape([predictions.shape.dims[0]] if predictions.shape.ndims else [None])
+    if targets.shape.ndims is not None:
+        if not batch.is_compatible_with(targets.shape):
+            raise ValueError(f"InTopKV2 '{op.name}': predictions {predictions.shape} and "
+                             f"targets {targets.shape} disagree on the batch size")
+        batch = batch.merge_with(targets.shape)
+    return [(dtypes.bool, batch)]
 
 
 register_op("InTopKV2", infer=_infer_in_top_k)

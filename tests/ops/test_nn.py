@@ -308,7 +308,7 @@ def test_dropout_argument_errors():
             nn.dropout(af.ones([2]), rate=1.0)
         with pytest.raises(ValueError, match="exactly one"):
             nn.dropout(af.ones([2]), rate=0.5, keep_prob=0.5)
-        with pytest.raises(TypeError, match="floating point"):
+        with pytest.raises(ValueError, match="floating point"):
             nn.dropout(af.ones([2], af.int32), rate=0.5)
 
 

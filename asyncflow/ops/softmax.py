@@ -1,0 +1,266 @@
+"""Softmax, LogSoftmax and the two softmax cross entropies (SoftmaxCrossEntropyWithLogits,
+SparseSoftmaxCrossEntropyWithLogits, with ExpandDimsMul for their gradients) of the nn
+family. Moved out of ops/nn.py (which re-exports the builders) to keep that module under the
+size limit. Kernels: kernels/nn.py.
+"""
+from __future__ import annotations
+
+from asyncflow import errors
+from asyncflow.graph import register_gradient, register_op
+from asyncflow.graph.shape import TensorShape
+from asyncflow.ops import array as _array
+from asyncflow.ops import math as _math
+from asyncflow.ops.construct import FLOATING, INTEGER, as_tensor, check_dtype, make, make_op
+
+
+def _normalize_axis(axis, ndims, what):
+    if ndims is None:
+        return axis
+    if not -ndims <= axis < ndims:
+        raise ValueError(f"{what}: axis {axis} is out of range for a tensor of rank {ndims}")
+    return axis % ndims
+
+
+def _infer_softmax(op):
+    x = op.inputs[0]
+    check_dtype(op.type, x, FLOATING, "logits")
+    if x.shape.ndims == 0:
+        raise ValueError("logits must have >= 1 dimension, got a scalar")
+    return [(x.dtype, x.shape)]
+
+
+register_op("Softmax", infer=_infer_softmax)
+register_op("LogSoftmax", infer=_infer_softmax)
+
+
+def _softmax_op(op_type, logits, axis, dim, name):
+    logits = as_tensor(logits)
+    axis = -1 if axis is None and dim is None else (axis if axis is not None else dim)
+    ndims = logits.shape.ndims
+    if ndims is not None and not -ndims <= int(axis) < ndims:
+        # TF1 raises InvalidArgumentError here, while building (not a ValueError)
+        raise errors.InvalidArgumentError(
+            None, None, f"{op_type}: `dim` must be in the range [{-ndims}, {ndims}) where "
+            f"{ndims} is the number of dimensions in the input. Received: dim={axis}")
+    axis = _normalize_axis(int(axis), ndims, op_type)
+    return make(op_type, (logits,), {"axis": axis}, name, op_type)
+
+
+def softmax(logits, axis=None, name=None, dim=None):
+    """``exp(logits) / reduce_sum(exp(logits), axis)``, computed stably (default: last axis)."""
+    return _softmax_op("Softmax", logits, axis, dim, name)
+
+
+def log_softmax(logits, axis=None, name=None, dim=None):
+    """``logits - log(reduce_sum(exp(logits), axis))``, computed stably."""
+    return _softmax_op("LogSoftmax", logits, axis, dim, name)
+
+
+@register_gradient("Softmax")
+def _softmax_grad(op, grad):
+    y, axis = op.outputs[0], op.get_attr("axis")
+    dot = _math.reduce_sum(_math.multiply(grad, y), axis=axis, keepdims=True)
+    return [_math.multiply(_math.subtract(grad, dot), y)]
+
+
+@register_gradient("LogSoftmax")
+def _log_softmax_grad(op, grad):
+    y, axis = op.outputs[0], op.get_attr("axis")
+    total = _math.reduce_sum(grad, axis=axis, keepdims=True)
+    return [_math.subtract(grad, _math.multiply(total, _math.exp(y)))]
+
+
+
+# -- cross entropies ----------------------------------------------------------------------
+def _without_axis(shape, axis):
+    if shape.ndims is None:
+        return TensorShape(None)
+    return TensorShape([d for i, d in enumerate(shape.dims) if i != axis])
+
+
+def _infer_softmax_xent(op):
+    logits, labels = op.inputs
+    check_dtype(op.type, logits, FLOATING, "logits")
+    if labels.dtype is not logits.dtype:
+        raise TypeError(f"labels ({labels.dtype.name}) and logits ({logits.dtype.name}) must "
+                        "have the same dtype")
+    if not logits.shape.is_compatible_with(labels.shape):
+        raise ValueError(f"logits and labels must have the same shape, got {logits.shape} "
+                         f"and {labels.shape}")
+    shape = logits.shape.merge_with(labels.shape)
+    if shape.ndims == 0:
+        raise ValueError("logits must have >= 1 dimension, got a scalar")
+    # TF1 runs its 2-D kernel (whose shape function merges both inputs) on matrices and
+    # reshapes other ranks' losses by the logits' shape: the loss knows only the logits' dims
+    known = shape if shape.ndims == 2 else logits.shape
+    return [(logits.dtype, _without_axis(known, op.get_attr("axis"))), (logits.dtype, shape)]
+
+
+def _infer_sparse_xent(op):
+    logits, labels = op.inputs
+    check_dtype(op.type, logits, FLOATING, "logits")
+    check_dtype(op.type, labels, INTEGER, "labels")
+    if logits.shape.ndims == 0:
+        raise ValueError("logits must have >= 1 dimension, got a scalar")
+    batch = logits.shape[:-1]
+    if labels.shape.ndims is not None and logits.shape.ndims is not None:
+        if labels.shape.ndims != logits.shape.ndims - 1:
+            raise ValueError(f"Rank mismatch: Rank of labels (received {labels.shape.ndims}) "
+                             f"should equal rank of logits minus 1 (received "
+                             f"{logits.shape.ndims}).")
+        if not batch.is_compatible_with(labels.shape):
+            raise ValueError(f"labels shape {labels.shape} must equal logits shape "
+                             f"{logits.shape} without its last dimension")
+        batch = batch.merge_with(labels.shape)
+    return [(logits.dtype, batch), (logits.dtype, logits.shape)]
+
+
+register_op("SoftmaxCrossEntropyWithLogits", infer=_infer_softmax_xent)
+register_op("SparseSoftmaxCrossEntropyWithLogits", infer=_infer_sparse_xent)
+
+
+def softmax_cross_entropy_with_logits_v2(_sentinel=None, labels=None, logits=None, dim=-1,
+                                         name=None, axis=None):
+    """Per-example ``-sum(labels * log_softmax(logits), axis)``; backprops into labels too.
+
+    Raises:
+        ValueError: when called positionally or with mismatched shapes.
+    """
+    if _sentinel is not None or labels is None or logits is None:
+        raise ValueError("Only call softmax_cross_entropy_with_logits with named arguments "
+                         "(labels=..., logits=...)")
+    logits = as_tensor(logits)
+    labels = as_tensor(labels, dtype=logits.dtype)
+    axis = _normalize_axis(int(dim if axis is None else axis), logits.shape.ndims,
+                           "softmax_cross_entropy_with_logits")
+    if axis < 0:
+        raise ValueError("softmax_cross_entropy_with_logits: a negative axis needs a known rank")
+    op = make_op("SoftmaxCrossEntropyWithLogits", (logits, labels), {"axis": axis}, name,
+                 "SoftmaxCrossEntropyWithLogits")
+    return op.outputs[0]
+
+
+def softmax_cross_entropy_with_logits(_sentinel=None, labels=None, logits=None, dim=-1,
+                                      name=None, axis=None):
+    """TF1's per-example softmax cross entropy; ``labels`` get no gradient (stop_gradient).
+
+    Args:
+        labels: a probability distribution per row, same shape and dtype as ``logits``.
+        logits: unscaled log probabilities.
+        dim: the class dimension (default: last).
+
+    Returns:
+        A tensor of ``logits``' shape without the class dimension.
+
+    Raises:
+        ValueError: when called positionally or with mismatched shapes.
+    """
+    if _sentinel is not None or labels is None or logits is None:
+        raise ValueError("Only call softmax_cross_entropy_with_logits with named arguments "
+                         "(labels=..., logits=...)")
+    labels = _array.stop_gradient(labels, name="labels_stop_gradient")
+    return softmax_cross_entropy_with_logits_v2(labels=labels, logits=logits, dim=dim,
+                                                name=name, axis=axis)
+
+
+def sparse_softmax_cross_entropy_with_logits(_sentinel=None, labels=None, logits=None,
+                                             name=None):
+    """Per-example cross entropy against integer class ``labels`` in ``[0, num_classes)``.
+
+    A label outside that range fails the run with InvalidArgumentError naming the op.
+
+    Raises:
+        ValueError: when called positionally or when ranks/shapes mismatch.
+    """
+    if _sentinel is not None or labels is None or logits is None:
+        raise ValueError("Only call sparse_softmax_cross_entropy_with_logits with named "
+                         "arguments (labels=..., logits=...)")
+    logits = as_tensor(logits)
+    labels = as_tensor(labels)
+    op = make_op("SparseSoftmaxCrossEntropyWithLogits", (logits, labels), None, name,
+                 "SparseSoftmaxCrossEntropyWithLogits")
+    return op.outputs[0]
+
+
+def _infer_expand_dims_mul(op):
+    x, y = op.inputs
+    if x.dtype is not y.dtype:
+        raise TypeError(f"x ({x.dtype.name}) and y ({y.dtype.name}) must have the same dtype")
+    axis = op.get_attr("axis")
+    if x.shape.ndims is None or y.shape.ndims is None:
+        return [(x.dtype, y.shape)]
+    if y.shape.ndims != x.shape.ndims + 1 or not 0 <= axis < y.shape.ndims:
+        raise ValueError(f"x of shape {x.shape} must be y of shape {y.shape} without axis {axis}")
+    dims = list(x.shape.dims)
+    dims.insert(axis, y.shape.dims[axis])
+    return [(x.dtype, y.shape.merge_with(TensorShape(dims)))]
+
+
+# ``ExpandDimsMul(x, y)`` is ``expand_dims(x, axis) * y`` for ``x`` shaped like ``y`` without
+# ``axis``, in one kernel: the cross entropies' gradient scales each row of ``backprop`` by
+# that row's loss gradient.
+register_op("ExpandDimsMul", infer=_infer_expand_dims_mul)
+
+
+def _expand_dims_mul(x, y, axis):
+    return make("ExpandDimsMul", (x, y), {"axis": axis}, None, "ExpandDimsMul")
+
+
+@register_gradient("ExpandDimsMul")
+def _expand_dims_mul_grad(op, grad):
+    x, y = op.inputs
+    axis = op.get_attr("axis")
+    return [_math.reduce_sum(_math.multiply(grad, y), axis=axis),
+            _expand_dims_mul(x, grad, axis)]
+
+
+def _expand_at(tensor, axis, like):
+    """``tensor`` (``like``'s shape without ``axis``) with a 1 inserted at ``axis``."""
+    expand_dims = getattr(_array, "expand_dims", None)
+    if expand_dims is not None:
+        return expand_dims(tensor, axis)
+    if like.shape.is_fully_defined():
+        dims = list(like.shape.dims)
+        dims[axis] = 1
+        return _array.reshape(tensor, dims)
+    keep = _math.reduce_sum(like, axis=axis, keepdims=True)
+    return _array.reshape(tensor, _array.shape(keep))
+
+
+def _through_backprop(grad_logits, grad_backprop, logits, axis):
+    """Adds what flows back through the cross entropies' ``backprop`` output (a second
+    derivative): d(backprop)/d(logits) is the softmax Jacobian, for the dense and the sparse
+    form alike (``backprop`` is softmax minus the labels)."""
+    if grad_backprop is None or grad_backprop.op.type == "ZerosLike":
+        return grad_logits
+    probs = softmax(logits, axis=axis)
+    dot = _math.reduce_sum(_math.multiply(grad_backprop, probs), axis=axis, keepdims=True)
+    return _math.add(grad_logits, _math.multiply(_math.subtract(grad_backprop, dot), probs))
+
+
+@register_gradient("SoftmaxCrossEntropyWithLogits")
+def _softmax_xent_grad(op, grad_loss, grad_backprop=None):
+    logits, axis = op.inputs[0], op.get_attr("axis")
+    backprop = op.outputs[1]
+    ndims = backprop.shape.ndims
+    if ndims:  # one kernel, not Sum + Shape + Reshape + Mul when the batch is unknown
+        grad_logits = _expand_dims_mul(grad_loss, backprop, axis % ndims)
+    else:
+        grad_logits = _math.multiply(_expand_at(grad_loss, axis, backprop), backprop)
+    grad_logits = _through_backprop(grad_logits, grad_backprop, logits, axis)
+    grad_labels = _math.multiply(_expand_at(grad_loss, axis, backprop),
+                                 _math.negative(log_softmax(logits, axis=axis)))
+    if grad_backprop is not None and grad_backprop.op.type != "ZerosLike":
+        grad_labels = _math.subtract(grad_labels, grad_backprop)
+    return [grad_logits, grad_labels]
+
+
+@register_gradient("SparseSoftmaxCrossEntropyWithLogits")
+def _sparse_softmax_xent_grad(op, grad_loss, grad_backprop=None):
+    backprop = op.outputs[1]
+    axis = backprop.shape.ndims - 1 if backprop.shape.ndims is not None else -1
+    if axis < 0:
+        raise ValueError("the gradient of sparse_softmax_cross_entropy_with_logits needs "
+                         "logits of known rank")
+    grad_logits = _expand_dims_mul(grad_loss, backprop, axis)
+    return [_through_backprop(grad_logits, grad_backprop, op.inputs[0], axis), None]
