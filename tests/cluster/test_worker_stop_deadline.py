@@ -143,7 +143,10 @@ def test_a_full_stderr_pipe_does_not_stop_the_worker_serving():
 def test_a_worker_in_a_long_kernel_exits(sig):
     worker = WorkerProcess({"worker": ["127.0.0.1:0"]}, "worker", 0, port=0).start()
     graph = af.Graph()
-    with graph.as_default(), af.device(TASK):
+    # On the CPU device: the kernel runs on a thread, the loop's thread free to take the
+    # signal (with a fake GPU visible, a default device would be the fake GPU, whose kernels
+    # run on the loop's thread: numpy's matmul there delays every Python signal handler).
+    with graph.as_default(), af.device(TASK + "/device:CPU:0"):
         a = af.random_normal([8000, 8000], seed=1)  # a TFLOP on one BLAS thread: many seconds
         y = af.reduce_sum(af.matmul(a, a))
     took = []
