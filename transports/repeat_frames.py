@@ -30,10 +30,11 @@ prefix (its CRCs included) and header, built once, so such a reply costs the key
 views and their trailers.
 
 A caller that sends one signature again and again (a graph's RunGraph every step, its reply)
-keeps it as a :class:`Prepared` (:func:`prepare`, once the signature was encoded in full):
-its :meth:`Prepared.encode` compares a message's fields and tensors with the signature's
-directly, without building and hashing the key, and builds the frame from the same template;
-any difference returns None and the caller encodes in full.
+keeps it as a :class:`Prepared` (each template's, built once when it is kept: :func:`learn`
+returns it, :func:`prepare` finds it): its :meth:`Prepared.encode` compares a message's fields
+and tensors with the signature's directly, without building and hashing the key, and builds
+the frame from the same template; any difference returns None and the caller encodes as
+always (the key built once, :func:`frame` from the Prepared found, else the full encode).
 
 Decoding (:func:`decode_whole`)
 -------------------------------
@@ -65,7 +66,7 @@ from transports.schema import (
     MAGIC, PREFIX, SCHEMA_BY_CLASS, validated,
 )
 
-__all__ = ["Prepared", "decode_whole", "encode", "learn", "prepare"]
+__all__ = ["Prepared", "decode_whole", "encode", "frame", "learn", "prepare"]
 
 _KEPT: Final = 256  # templates; all dropped when full (a few per registered graph in practice)
 # (no float: 0.0 and -0.0 are one key but two encodings; messages of a step carry none)
@@ -181,7 +182,7 @@ class Prepared:
     that sends messages of one signature again and again (a RunGraph per step of a
     registered graph, its reply) keeps one and encodes each by :meth:`encode`, which
     compares the message's fields with the signature's directly instead of building and
-    hashing its key. Made by :func:`prepare`."""
+    hashing its key. Made by :func:`learn` (one a template), found by :func:`prepare`."""
 
     __slots__ = ("template", "schema", "limits", "checksums", "static", "tensors")
 
