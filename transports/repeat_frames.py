@@ -30,10 +30,11 @@ prefix (its CRCs included) and header, built once, so such a reply costs the key
 views and their trailers.
 
 A caller that sends one signature again and again (a graph's RunGraph every step, its reply)
-keeps it as a :class:`Prepared` (:func:`prepare`, once the signature was encoded in full):
-its :meth:`Prepared.encode` compares a message's fields and tensors with the signature's
-directly, without building and hashing the key, and builds the frame from the same template;
-any difference returns None and the caller encodes in full.
+keeps it as a :class:`Prepared` (each template's, built once when it is kept: :func:`learn`
+returns it, :func:`prepare` finds it): its :meth:`Prepared.encode` compares a message's fields
+and tensors with the signature's directly, without building and hashing the key, and builds
+the frame from the same template; any difference returns None and the caller encodes as
+always (the key built once, :func:`frame` from the Prepared found, else the full encode).
 
 Decoding (:func:`decode_whole`)
 -------------------------------
@@ -65,7 +66,7 @@ from transports.schema import (
     MAGIC, PREFIX, SCHEMA_BY_CLASS, validated,
 )
 
-__all__ = ["Prepared", "decode_whole", "encode", "learn", "prepare"]
+__all__ = ["Prepared", "decode_whole", "encode", "frame", "learn", "prepare"]
 
 _KEPT: Final = 256  # templates; all dropped when full (a few per registered graph in practice)
 # (no float: 0.0 and -0.0 are one key but two encodings; messages of a step carry none)
@@ -74,7 +75,7 @@ _ZEROS: Final = bytes(ALIGNMENT)
 _TRAILER: Final = 4
 _UINT64: Final = 1 << 64
 
-_templates_by_key: dict = {}
+_templates_by_key: dict = {}  # key -> its template's Prepared (the template and the key's parts)
 _layouts: dict = {}  # message class -> (static field names, volatile Fields) or None
 
 
@@ -143,14 +144,9 @@ def _key(message: Any, limits: Any, checksums: bool, layout: tuple) -> tuple | N
 def encode(message: Any, limits: Any, checksums: bool, defer: bool) -> list | None:
     """The buffers of ``message``'s frame from its kept template (as ``wire.encode`` returns
     them), or None when it has none (the caller encodes it in full and may :func:`learn`)."""
-    layout = _layout(type(message))
-    if layout is None or not _templates_by_key:
-        return None
-    key = _key(message, limits, checksums, layout)
-    template = None if key is None else _templates_by_key.get(key)
-    if template is None:
-        return None
-    return _frame(template, message, layout[2], checksums, defer)
+    prepared = prepare(message, limits, checksums)
+    return None if prepared is None else _frame(prepared.template, message, prepared.schema,
+                                                checksums, defer)
 
 
 def _frame(template: _Template, message: Any, schema: Any, checksums: bool,
@@ -186,7 +182,7 @@ class Prepared:
     that sends messages of one signature again and again (a RunGraph per step of a
     registered graph, its reply) keeps one and encodes each by :meth:`encode`, which
     compares the message's fields with the signature's directly instead of building and
-    hashing its key. Made by :func:`prepare`."""
+    hashing its key. Made by :func:`learn` (one a template), found by :func:`prepare`."""
 
     __slots__ = ("template", "schema", "limits", "checksums", "static", "tensors")
 
@@ -235,15 +231,22 @@ class Prepared:
 
 
 def prepare(message: Any, limits: Any, checksums: bool) -> Prepared | None:
-    """A :class:`Prepared` of ``message``'s signature where a template of it is kept (it was
-    encoded in full before), else None."""
+    """The :class:`Prepared` of ``message``'s signature where a template of it is kept (it was
+    encoded in full before), else None: its key built and looked up once (the kept one)."""
     layout = _layout(type(message))
-    if layout is None:
+    if layout is None or not _templates_by_key:
         return None
     key = _key(message, limits, checksums, layout)
-    template = None if key is None else _templates_by_key.get(key)
-    if template is None:
-        return None
+    return None if key is None else _templates_by_key.get(key)
+
+
+def frame(prepared: Prepared, message: Any, defer: bool) -> list | None:
+    """``message``'s buffers from ``prepared``, which :func:`prepare` gave for it (no fields
+    compared again); None where its ids are not what the full encode writes."""
+    return _frame(prepared.template, message, prepared.schema, prepared.checksums, defer)
+
+
+def _prepared(template: _Template, key: tuple, layout: tuple) -> Prepared:
     static_names, _, schema = layout
     static = []
     for name, part in zip(static_names, key[3:]):
@@ -252,7 +255,7 @@ def prepare(message: Any, limits: Any, checksums: bool) -> Prepared | None:
         else:
             static.append((name, part[0], part[1], None))
     tensors = tuple(key[3 + len(static_names):])
-    return Prepared(template, schema, limits, checksums, tuple(static), tensors)
+    return Prepared(template, schema, key[1], key[2], tuple(static), tensors)
 
 
 _FIXINTS: Final = tuple(bytes((value,)) for value in range(128))
@@ -277,25 +280,26 @@ def _uint(value: int) -> bytes:
 
 
 def learn(message: Any, limits: Any, checksums: bool, payload: dict, descriptors: list,
-          packed: bytes) -> None:
+          packed: bytes) -> Prepared | None:
     """Keep a template of ``message``, just encoded in full (its plain ``payload``, tensor
-    ``descriptors`` and header bytes ``packed``), when it can be proven (module docstring)."""
+    ``descriptors`` and header bytes ``packed``), when it can be proven (module docstring);
+    returns its :class:`Prepared` (None: none kept now)."""
     layout = _layout(type(message))
     if layout is None or len(packed) > CACHED_HEADER_BYTES:
-        return
+        return None
     key = _key(message, limits, checksums, layout)
     if key is None or key in _templates_by_key:
-        return
+        return None
     _, volatile, schema = layout
     if any(type(payload.get(f.name)) is not int for f in volatile):
-        return  # an id left out (its default) or not an int: no place to cut
+        return None  # an id left out (its default) or not an int: no place to cut
     casts = []
     if schema.tensor_field:
         for entry, descriptor in zip(getattr(message, schema.tensor_field), descriptors):
             value = entry.value
             if descriptor["dtype"] is None or descriptor["strings"] is not None \
                     or value.dtype != _schema._WIRE[descriptor["dtype"]]:
-                return  # (converted on the way out: another byte order)
+                return None  # (converted on the way out: another byte order)
             try:
                 cast = bool(value.nbytes) and memoryview(value).cast("B").nbytes == value.nbytes
             except (ValueError, TypeError):
@@ -321,12 +325,13 @@ def learn(message: Any, limits: Any, checksums: bool, payload: dict, descriptors
     for field, chunk in zip(order, chunks[1:]):
         rebuilt += [msgpack.packb(payload[field.name]), chunk]
     if b"".join(rebuilt) != packed or len(order) != len(volatile):
-        return  # the cut is not the full encode's bytes: not kept
+        return None  # the cut is not the full encode's bytes: not kept
     if len(_templates_by_key) >= _KEPT:
         _templates_by_key.clear()
     head = None if order else _prefix(packed, checksums) + packed  # (no ids: all fixed)
-    _templates_by_key[key] = _Template(tuple(chunks), order, tuple(casts),
-                                       limits.max_header_bytes, head)
+    prepared = _templates_by_key[key] = _prepared(_Template(
+        tuple(chunks), order, tuple(casts), limits.max_header_bytes, head), key, layout)
+    return prepared
 
 
 def _prefix(packed: bytes, checksums: bool) -> bytes:

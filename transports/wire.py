@@ -93,7 +93,7 @@ __all__ = [
     "MAGIC", "NEED_DATA", "SMALL_HEADER_BYTES", "STRING_DTYPE", "WIRE_DTYPES", "ChecksumMismatch",
     "ChecksumTrailer", "Decoder", "FrameTooLarge", "Limits", "LocalProtocolError",
     "RemoteProtocolError", "WireError", "decode", "decode_repeated", "encode", "encode_prepared",
-    "frame_size", "prepare", *_message_names,
+    "frame_size", *_message_names,
 ]
 
 
@@ -151,14 +151,35 @@ def encode(message: Message, limits: Limits = DEFAULT_LIMITS, checksums: bool | 
         LocalProtocolError: unknown message type, a field of the wrong type, a payload value that
             is not msgpack-native, a dtype outside :data:`WIRE_DTYPES`, or a frame over ``limits``.
     """
+    if checksums is None:
+        checksums = _checksum.enabled()
+    return _encode(None, message, limits, checksums, defer_checksums)[0]
+
+
+def encode_prepared(prepared: _repeat.Prepared | None, message: Message,
+                    limits: Limits = DEFAULT_LIMITS, defer_checksums: bool = False,
+                    ) -> tuple[list[bytes | memoryview], _repeat.Prepared | None]:
+    """:func:`encode`'s buffers of ``message`` (this process's checksum setting) and the
+    prepared signature (:class:`transports.repeat_frames.Prepared`) to pass with the next
+    message of a caller that sends one signature again and again: ``prepared`` where the
+    message is of it (built without its template looked up), else the message's own (None
+    when it has none yet), which costs what :func:`encode` costs."""
+    return _encode(prepared, message, limits, _checksum.enabled(), defer_checksums)
+
+
+def _encode(prepared, message, limits, checksums, defer_checksums) -> tuple:
+    if prepared is not None:
+        buffers = prepared.encode(message, limits, checksums, defer_checksums)
+        if buffers is not None:
+            return buffers, prepared
     schema = SCHEMA_BY_CLASS.get(type(message))
     if schema is None:
         raise LocalProtocolError(f"{type(message).__name__} is not a wire message type")
-    if checksums is None:
-        checksums = _checksum.enabled()
-    buffers = _repeat.encode(message, limits, checksums, defer_checksums)
-    if buffers is not None:  # a repeated message: its header from a kept template
-        return buffers
+    prepared = _repeat.prepare(message, limits, checksums)
+    if prepared is not None:  # a repeated message: its header from a kept template
+        buffers = _repeat.frame(prepared, message, defer_checksums)
+        if buffers is not None:
+            return buffers, prepared
     try:
         payload = record_to_wire(schema.plain, message)
     except SchemaMismatch as exc:
@@ -190,29 +211,8 @@ def encode(message: Message, limits: Limits = DEFAULT_LIMITS, checksums: bool | 
     if len(packed) > limits.max_header_bytes:
         raise LocalProtocolError(f"{schema.kind} header is {len(packed)} bytes, over the limit "
                                  f"of {limits.max_header_bytes}")
-    _repeat.learn(message, limits, checksums, payload, descriptors, packed)
-    return _repeat.assemble(packed, segments, checksums, defer_checksums)
-
-
-def prepare(message: Message, limits: Limits = DEFAULT_LIMITS,
-            checksums: bool | None = None) -> _repeat.Prepared | None:
-    """The prepared signature of ``message`` (:class:`transports.repeat_frames.Prepared`),
-    where it was encoded before under ``limits`` and ``checksums`` (None: this process's
-    setting); None otherwise. A caller that sends messages of one signature again and again
-    keeps it and passes it to :func:`encode_prepared`."""
-    return _repeat.prepare(message, limits, _checksum.enabled() if checksums is None
-                           else checksums)
-
-
-def encode_prepared(prepared: _repeat.Prepared | None, message: Message,
-                    limits: Limits = DEFAULT_LIMITS, defer_checksums: bool = False,
-                    ) -> list[bytes | memoryview] | None:
-    """:func:`encode`'s buffers of ``message`` (this process's checksum setting) when it is of
-    ``prepared``'s signature, built without looking its template up; None when it is not (or
-    ``prepared`` is None): the caller encodes it with :func:`encode`, which checks it in full."""
-    if prepared is None:
-        return None
-    return prepared.encode(message, limits, _checksum.enabled(), defer_checksums)
+    prepared = _repeat.learn(message, limits, checksums, payload, descriptors, packed)
+    return _repeat.assemble(packed, segments, checksums, defer_checksums), prepared
 
 
 def frame_size(buffers: list[bytes | memoryview]) -> int:

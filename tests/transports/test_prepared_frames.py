@@ -1,13 +1,15 @@
-"""A prepared signature (``transports.repeat_frames.Prepared``, ``wire.prepare`` and
-``wire.encode_prepared``): a message of the signature encodes to exactly a full encode's bytes
+"""A prepared signature (``transports.repeat_frames.Prepared``, ``wire.encode_prepared``): a message of the signature encodes to exactly a full encode's bytes
 and decodes to the same message, whatever its ids and tensor values; any other field, tensor
 or setting is refused (None: the caller encodes it in full, which checks it)."""
 import dataclasses
+import types
 
 import numpy as np
 import pytest
 
 from transports import checksum, header_templates, repeat_frames, wire
+from transports.http import bare
+from transports.http.client import TrioHttpChannel
 from transports.messages import PushTensors, RunGraph, RunGraphReply, TensorEntry
 
 LIMITS = wire.DEFAULT_LIMITS
@@ -52,10 +54,17 @@ def _feeds(signature, rng):
 
 
 def _prepared(message):
-    wire.encode(message, LIMITS)  # the first step: encoded in full, its template kept
-    prepared = wire.prepare(message, LIMITS)
-    assert prepared is not None
+    buffers, prepared = wire.encode_prepared(None, message, LIMITS)  # the first step: in full
+    assert prepared is not None and _bytes(buffers) == _full(message)
+    again, same = wire.encode_prepared(None, message, LIMITS)  # its template found
+    assert same is prepared and _bytes(again) == _full(message)
     return prepared
+
+
+def _encoded(prepared, message, limits=LIMITS, defer_checksums=False):
+    """``message``'s buffers from ``prepared``; None where it is not of its signature."""
+    buffers, now = wire.encode_prepared(prepared, message, limits, defer_checksums)
+    return buffers if now is prepared else None
 
 
 @pytest.mark.parametrize("signature", sorted(SIGNATURES))
@@ -68,7 +77,7 @@ def test_a_prepared_run_graph_patched_per_step_is_the_fresh_encode(signature):
     for step_id, request_id in ids:
         message = RunGraph("sess/1/g7", step_id, _feeds(signature, rng), ["mul:0", "add:0"],
                            request_id=request_id)
-        got = _bytes(wire.encode_prepared(prepared, message, LIMITS, defer_checksums=True))
+        got = _bytes(_encoded(prepared, message, LIMITS, defer_checksums=True))
         assert got == _full(message)
         decoded = wire.decode(got, LIMITS)
         assert (decoded.graph_handle, decoded.step_id, decoded.request_id,
@@ -85,11 +94,11 @@ def test_a_prepared_reply_and_push_are_the_fresh_encodes():
     prepared = _prepared(reply)
     for _ in range(3):
         again = RunGraphReply(_feeds("three", rng))
-        assert _bytes(wire.encode_prepared(prepared, again, LIMITS)) == _full(again)
+        assert _bytes(_encoded(prepared, again)) == _full(again)
     push = PushTensors(9, _feeds("scalar", rng))
     prepared = _prepared(push)
     later = PushTensors(2**50 + 1, _feeds("scalar", rng))
-    assert _bytes(wire.encode_prepared(prepared, later, LIMITS)) == _full(later)
+    assert _bytes(_encoded(prepared, later)) == _full(later)
 
 
 def test_anything_but_the_ids_and_tensor_bytes_differing_is_refused():
@@ -129,26 +138,26 @@ def test_anything_but_the_ids_and_tensor_bytes_differing_is_refused():
         RunGraphReply(list(feeds)),  # another class
     ]
     for message in others:
-        assert wire.encode_prepared(prepared, message, LIMITS) is None, message
-    assert wire.encode_prepared(prepared, first, wire.Limits(max_tensors=9)) is None
-    assert wire.encode_prepared(None, first, LIMITS) is None
+        assert prepared.encode(message, LIMITS, checksum.enabled(), False) is None, message
+    assert prepared.encode(first, wire.Limits(max_tensors=9), checksum.enabled(), False) is None
     was = checksum.enabled()
     checksum.set_enabled(not was)
     try:
-        assert wire.encode_prepared(prepared, first, LIMITS) is None
+        assert _encoded(prepared, first) is None
     finally:
         checksum.set_enabled(was)
-    assert _bytes(wire.encode_prepared(prepared, first, LIMITS)) == _full(first)
+    assert _bytes(_encoded(prepared, first)) == _full(first)
 
 
 def test_a_signature_never_encoded_or_without_a_template_has_none():
     message = RunGraph("sess/1/g7", 3, [TensorEntry("p:0", np.float32(1.0))], ["mul:0"],
                        request_id=1)  # (a numpy scalar, not an array: no template)
-    assert wire.prepare(message, LIMITS) is None
-    wire.encode(message, LIMITS)
-    assert wire.prepare(message, LIMITS) is None
+    on = checksum.enabled()
+    assert repeat_frames.prepare(message, LIMITS, on) is None
+    assert wire.encode_prepared(None, message, LIMITS)[1] is None
+    assert repeat_frames.prepare(message, LIMITS, on) is None
     fresh = dataclasses.replace(message, feeds=[TensorEntry("p:0", np.asarray(np.float32(1)))])
-    assert wire.prepare(fresh, LIMITS) is None  # not encoded yet
+    assert repeat_frames.prepare(fresh, LIMITS, on) is None  # not encoded yet
 
 
 def test_a_prepared_frame_damaged_anywhere_is_refused_by_the_decoder():
@@ -158,7 +167,7 @@ def test_a_prepared_frame_damaged_anywhere_is_refused_by_the_decoder():
     first = RunGraph("sess/1/g7", 3, _feeds("scalar", rng), ["mul:0"], request_id=1)
     prepared = _prepared(first)
     later = RunGraph("sess/1/g7", 2**61 + 5, _feeds("scalar", rng), ["mul:0"], request_id=2)
-    frame = _bytes(wire.encode_prepared(prepared, later, LIMITS, defer_checksums=True))
+    frame = _bytes(_encoded(prepared, later, LIMITS, defer_checksums=True))
     wire.decode(frame, LIMITS)  # (its header validated: the one-pass decode is tried too)
     for bit in range(len(frame) * 8):
         damaged = bytearray(frame)
@@ -166,3 +175,35 @@ def test_a_prepared_frame_damaged_anywhere_is_refused_by_the_decoder():
         assert wire.decode_repeated(memoryview(bytes(damaged)), LIMITS) is None, bit
         with pytest.raises(wire.RemoteProtocolError):
             wire.decode(bytes(damaged), LIMITS)
+
+
+def test_a_signature_other_than_the_prepared_one_costs_what_a_plain_encode_costs(monkeypatch):
+    """Steps whose signature changes (feeds of alternating shapes on one graph handle, a
+    string feed that has no template, replies of alternating shapes on one connection) build
+    no more keys than ``wire.encode`` builds for them: the caller's miss is not paid twice."""
+    built = []
+    key = repeat_frames._key
+    monkeypatch.setattr(repeat_frames, "_key", lambda *args: built.append(1) or key(*args))
+    strings = np.array([b"ab", b"c"], dtype=object)
+    requests = [RunGraph("sess/1/g7", step, [TensorEntry("p:0", feed)], ["mul:0"],
+                         request_id=step)
+                for step, feed in enumerate([np.zeros(3, np.float32), np.zeros((), np.float32),
+                                             strings] * 4, start=1)]
+    replies = [RunGraphReply([TensorEntry("mul:0", np.full(shape, 2.0, np.float32))])
+               for shape in [(3,), (), (2, 2)] * 4]
+    channel = types.SimpleNamespace(_prepared={}, _limits=LIMITS)
+    conn = types.SimpleNamespace(prepared=None)
+    costs = {}
+    for name, encode_one, messages in [
+            ("plain", lambda m: wire.encode(m, LIMITS, defer_checksums=True),
+             requests + replies),
+            ("callers", lambda m: (TrioHttpChannel._encode_run_graph(channel, m)
+                                   if isinstance(m, RunGraph) else bare._reply(conn, m, LIMITS)),
+             requests + replies)]:
+        wants = [_full(message) for message in messages]
+        repeat_frames._templates_by_key.clear()
+        built.clear()
+        got = [_bytes(encode_one(message)) for message in messages]
+        costs[name] = len(built)
+        assert got == wants
+    assert costs["callers"] <= costs["plain"], costs

@@ -163,7 +163,7 @@ def test_a_reply_without_ids_keeps_its_frame_start_built_and_encodes_the_full_by
 
     first = reply(0)
     wire.encode(first, LIMITS, checksums=checksums)
-    (template,) = repeat_frames._templates_by_key.values()
+    (template,) = (p.template for p in repeat_frames._templates_by_key.values())
     assert template.head is not None and not template.volatile
     for seed in range(1, 6):
         message = reply(seed)
@@ -183,7 +183,7 @@ def test_a_reply_without_ids_keeps_its_frame_start_built_and_encodes_the_full_by
     assert _hits() == 4
     run_graph = _run_graph(5, 1)  # one with ids: built per message, no head kept
     wire.encode(run_graph, LIMITS, checksums=checksums)
-    assert [t.head is None for t in repeat_frames._templates_by_key.values()] == [
+    assert [p.template.head is None for p in repeat_frames._templates_by_key.values()] == [
         False] * 4 + [True]
 
 

@@ -66,7 +66,7 @@ from transports.service import RPCS, Rpc, TransportUnavailable, error_reply_for,
     reply_for_result
 from transports.wire import SMALL_HEADER_BYTES, ChecksumMismatch, Decoder, \
     FrameTooLarge, Limits, LocalProtocolError, RemoteProtocolError, decode_repeated, encode, \
-    encode_prepared, frame_size, prepare
+    encode_prepared, frame_size
 
 __all__ = ["ACCEPTED", "MAGIC", "REFUSED", "REPLY", "REQUEST", "BareConnection", "BareService",
            "handshake"]
@@ -362,11 +362,9 @@ class BareService:
 
 def _reply(conn: _Connection, reply: Message, limits: Any) -> list:
     """A RunGraph reply's buffers, from the connection's last one's prepared signature where
-    it is of it (the next step of the same graph), else encoded in full and prepared."""
-    buffers = encode_prepared(conn.prepared, reply, limits, defer_checksums=True)
-    if buffers is None:
-        buffers = encode(reply, limits, defer_checksums=True)
-        conn.prepared = prepare(reply, limits)
+    it is of it (the next step of the same graph), else as ``encode`` encodes it, its own
+    signature kept for the next."""
+    buffers, conn.prepared = encode_prepared(conn.prepared, reply, limits, defer_checksums=True)
     return buffers
 
 

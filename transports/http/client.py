@@ -62,7 +62,7 @@ from transports.messages import ErrorReply, Message
 from transports.service import RPCS, TEXT_CALLS, Channel, Rpc, TransportUnavailable
 from transports.wire import (
     DEFAULT_LIMITS, Decoder, Limits, LocalProtocolError, RemoteProtocolError,
-    encode, encode_prepared, frame_size, prepare,
+    encode, encode_prepared, frame_size,
 )
 
 __all__ = ["TrioHttpChannel"]
@@ -249,17 +249,19 @@ class TrioHttpChannel(Channel):
     def _encode_run_graph(self, request: Message) -> list:
         """A RunGraph's buffers, from its graph's prepared signature where it is of it (a
         step of a registered graph: only its ids and feeds' bytes differ from the last's),
-        else encoded in full and its signature prepared for the next steps."""
+        else as ``encode`` encodes it, its own signature kept for the next steps."""
         handle = getattr(request, "graph_handle", None)
-        prepared = self._prepared.get(handle) if type(handle) is str else None
-        buffers = encode_prepared(prepared, request, self._limits, defer_checksums=True)
-        if buffers is None:
-            buffers = encode(request, self._limits, defer_checksums=True)
-            prepared = prepare(request, self._limits) if type(handle) is str else None
-            if prepared is not None:
-                if len(self._prepared) >= _PREPARED_KEPT:
+        if type(handle) is not str:
+            return encode(request, self._limits, defer_checksums=True)
+        prepared = self._prepared.get(handle)
+        buffers, now = encode_prepared(prepared, request, self._limits, defer_checksums=True)
+        if now is not prepared:
+            if now is None:
+                del self._prepared[handle]
+            else:
+                if prepared is None and len(self._prepared) >= _PREPARED_KEPT:
                     self._prepared.clear()
-                self._prepared[handle] = prepared
+                self._prepared[handle] = now
         return buffers
 
     async def _bare_call(self, rpc: Rpc, buffers: list | None) -> Message | None:
