@@ -84,6 +84,7 @@ MIN_LANE1_S = 20e-6     # a kernel this small goes to lane 1 only after a lane-1
 MIN_GAIN_S = 500e-6
 # And at least this share of the one-lane step.
 MIN_GAIN_SHARE = 0.15
+GUESSED_TWICE_S = 50e-6  # a kernel estimated on two or more guessed dims: one lane from here
 MAX_NODES = 400         # a larger schedule stays in one lane (the scheduler is quadratic)
 _CHECK = "check"
 # Kernels that return a view or a shape: a call's cost, whatever their inputs' size.
@@ -131,6 +132,23 @@ def one_lane_seconds(node, threads):
     if threads < 2 or units < MIN_SPLIT_WORK:
         return OVERHEAD_S + units * UNIT_S
     return OVERHEAD_S + units * UNIT_S / threads + SYNC_S
+
+
+def _guessed_twice(nodes):
+    """Whether a kernel estimated at ``GUESSED_TWICE_S`` or more rests on an input with two or
+    more unknown dims: its ``GUESS_DIM`` guesses multiply (128^k elements), so the estimate
+    can be off by orders of magnitude, and such a plan keeps one lane (a [?, ?, 32] tensor fed
+    as [4, 4, 32] was guessed 85 us a kernel: two lanes ran 2.2x the one-lane step,
+    bench/RESULTS.md). Smaller ones (the MLP's dropout gradients on [?, ?], 20 us) do not
+    decide it."""
+    for node in nodes:
+        if node.op.type in _VIEWS or seconds(node) < GUESSED_TWICE_S:
+            continue
+        for producer, index in node.op.inputs:
+            shape = producer.out_spec(index)[1]
+            if shape.ndims is not None and shape.as_list().count(None) > 1:
+                return True
+    return False
 
 
 def _hoisted(node):
@@ -237,7 +255,7 @@ def compile_lanes(plan):
             or plan.waits or not plan.static):
         return None
     assigned = assign(plan, pool.threads)
-    if assigned is None:
+    if assigned is None or _guessed_twice(assigned[0]):
         return None
     order, lane_of, deps, two, one = assigned
     if not any(lane_of.values()) or two > min(one - MIN_GAIN_S, one * (1 - MIN_GAIN_SHARE)):

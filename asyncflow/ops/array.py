@@ -93,14 +93,24 @@ def _infer_reshape(op):
 
 def _solved(x_shape, target):
     """``target`` (a partly known shape), its one unknown dim solved from ``x_shape``'s
-    element count where everything else is known, as TF's Reshape shape function does."""
+    element count where everything else is known, as TF's Reshape shape function does; a
+    ValueError, as there, where ``x_shape``'s known element count cannot fit ``target``."""
     if target.ndims is None:
         return TensorShape(None)
     dims = list(target.dims)
     unknown = [i for i, d in enumerate(dims) if d is None]
     known = int(np.prod([d for d in dims if d is not None]))
-    if len(unknown) == 1 and x_shape.is_fully_defined() and known:
-        dims[unknown[0]] = x_shape.num_elements() // known
+    if x_shape.is_fully_defined():
+        count = x_shape.num_elements()
+        if not unknown:
+            fits = count == known
+        else:  # (TF1 checks the divisibility for one unknown dim only)
+            fits = count % known == 0 or len(unknown) > 1 if known else count == 0
+        if not fits:
+            raise ValueError(f"cannot reshape a tensor with {count} elements to shape "
+                             f"{TensorShape(dims)}")
+        if len(unknown) == 1 and known:
+            dims[unknown[0]] = count // known
     return TensorShape(dims)
 
 

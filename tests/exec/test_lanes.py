@@ -489,3 +489,24 @@ async def test_lane_0_running_lane_1_offloads_the_kernels_one_lane_offloads(lane
         held.result(30)
     assert name in str(caught.value) and "broken on purpose" in str(caught.value)
     assert laned["runs"][-1].stolen and all(run.done for run in laned["runs"])
+
+
+async def test_estimates_on_multiplied_guesses_keep_one_lane():
+    """Two independent chains of elementwise kernels on a [4, 4, 32] feed. Known as [?, ?, 32]
+    each kernel was estimated on 128 x 128 x 32 elements (``GUESS_DIM`` twice, 85 us) and the
+    plan took two lanes, which ran the step 2.2x as long as one lane: an input with two
+    unknown dims keeps the plan in one lane. One unknown dim (a batch) is guessed as before."""
+    with af.Graph().as_default():
+        x = af.placeholder(af.float32, [None, None, 32])
+        outs = []
+        for c in range(2):
+            h = x
+            for _ in range(15):
+                h = af.tanh(h * float(c + 2) + 0.5)
+            outs.append(af.reduce_sum(h))
+        total = outs[0] + outs[1]
+        config = af.ConfigProto(intra_op_parallelism_threads=2)
+        async with af.Session(config=config) as session:
+            await session.run(total, {x: np.ones((4, 4, 32), np.float32)})
+            (compiled,) = session._cache.values()
+            assert "lane" not in compiled.plans[0].static_fn.__code__.co_filename

@@ -189,3 +189,23 @@ def test_reshape_to_the_shape_of_another_tensor_knows_its_static_shape():
     value = _run(tf.reshape(unknown, tf.shape(batch)), {unknown: np.arange(6.0),
                                                        batch: np.zeros((2, 3))})
     np.testing.assert_array_equal(value, np.arange(6.0).reshape(2, 3))
+
+
+def test_reshape_to_the_shape_of_another_tensor_refuses_what_cannot_fit():
+    # TF1 checks y's static shape against x's element count when the graph is built:
+    # reshape(x[7], shape(y[?, 3])) "Dimension size must be evenly divisible by 3 but is 7",
+    # reshape(x[6], shape(y[2, 4])) and reshape(x[6], shape(y[?, 0])) "Cannot reshape a
+    # tensor with 6 elements". asyncflow inferred (2, 3), (2, 4) and (?, 0) there, a static
+    # shape the value could never have. An empty x fits (0, 3) and (?, 0), as in TF1.
+    def shaped_as(x_shape, y_shape):
+        return tf.reshape(tf.placeholder(tf.float32, x_shape),
+                          tf.shape(tf.placeholder(tf.float32, y_shape), out_type=tf.int64))
+    for x_shape, y_shape in (([7], [None, 3]), ([6], [2, 4]), ([6], [None, 0]),
+                             ([2, 3], [None, 4]), ([6], [None, None, 0]), ([0], [2, 3])):
+        with pytest.raises(ValueError, match="Reshape .*cannot reshape a tensor with"):
+            shaped_as(x_shape, y_shape)
+    assert shaped_as([0], [None, 3]).shape.as_list() == [0, 3]
+    assert shaped_as([0], [None, 0]).shape.as_list() == [None, 0]
+    assert shaped_as([2, 3], [None, 2]).shape.as_list() == [3, 2]
+    assert shaped_as([None, 6], [None, 4]).shape.as_list() == [None, 4]
+    assert shaped_as([7], [None, None, 3]).shape.as_list() == [None, None, 3]  # (TF1 too)
