@@ -192,14 +192,20 @@ def _nearest_axis(ctx, in_size, out_size):
     indices copies, from the float32 coordinate ``y * scale`` (``(y + 0.5) * scale`` with
     half-pixel centers), rounded down (rounded, with align_corners), at most ``in_size - 1``.
     TF1's forward kernel refuses both flags together, its gradient takes them: so do these.
-    The gradient uses the same rule with the sizes of the forward op."""
+    The gradient uses the same rule with the sizes of the forward op.
+
+    The rounding is ``roundf``'s, halves up, of the float32 coordinate itself: its fraction
+    (exact in float32) compared with 0.5. ``floor(where + 0.5)`` is not it: a coordinate one
+    ulp under a half, such as 41 / 82 = 0.49999997 (2 rows to 83), sums to 1.0 in float32."""
     xp, align = ctx.xp, ctx.attrs["align_corners"]
     half = ctx.attrs.get("half_pixel_centers", False)
     where = xp.arange(out_size, dtype=xp.float32)
     if half:
         where = where + np.float32(0.5)
     where = where * _scale(in_size, out_size, align)
-    picked = xp.floor(where + np.float32(0.5)) if align else xp.floor(where)
+    picked = xp.floor(where)
+    if align:
+        picked = picked + (where - picked >= np.float32(0.5))
     return xp.minimum(picked.astype(np.int64), in_size - 1)
 
 

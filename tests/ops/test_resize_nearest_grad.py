@@ -91,3 +91,19 @@ async def test_align_corners_with_half_pixel_centers_fails_when_the_op_runs():
                                match="ResizeNearestNeighbor.*half_pixel_centers is True, "
                                      "align_corners must be False"):
                 await sess.run(resized)
+
+
+async def test_align_corners_rounds_the_float32_coordinate_as_roundf():
+    # 2 rows to 83 with align_corners: row 41's coordinate is float32(41 * float32(1/82)) =
+    # 0.49999997, which TF1's roundf takes to 0; floor(0.49999997 + 0.5) would be 1, since
+    # the float32 sum rounds up to 1.0. Rows 0-41 copy input row 0 (42 rows), 42-82 row 1.
+    with af.Graph().as_default():
+        images = af.placeholder(af.float32, [1, 2, 1, 1])
+        resized = af.image.resize_nearest_neighbor(images, [83, 1], align_corners=True)
+        weights = np.arange(83, dtype=np.float32).reshape(1, 83, 1, 1)
+        grad, = af.gradients(af.reduce_sum(resized * weights), [images])
+        async with af.Session() as sess:
+            value, grad_value = await sess.run(
+                [resized, grad], {images: np.array([0, 1], np.float32).reshape(1, 2, 1, 1)})
+    assert value.reshape(-1).tolist() == [0.0] * 42 + [1.0] * 41
+    assert grad_value.reshape(-1).tolist() == [sum(range(42)), sum(range(42, 83))]
