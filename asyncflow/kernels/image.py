@@ -242,9 +242,29 @@ def _resize_nearest_grad(ctx, grads, size):
             ys = np.flatnonzero(row_rank == ry)
             for rx in range(int(col_rank.max()) + 1):
                 xs = np.flatnonzero(col_rank == rx)
-                out[:, xp.asarray(rows[ys])[:, None], xp.asarray(cols[xs])[None, :]] += \
-                    grads[:, xp.asarray(ys)[:, None], xp.asarray(xs)[None, :]]
+                out[_grid(xp, rows[ys], cols[xs])] += grads[_grid(xp, ys, xs)]
     return (out,)
+
+
+def _grid(xp, rows, cols):
+    """The index of ``[:, rows][:, :, cols]`` (host index vectors) for ``[b, h, w, c]``
+    arrays: a strided slice for an evenly spaced vector (integer scale factors: views, no
+    gather), else a device index array, the two broadcast into a grid when both are."""
+    rows, cols = _spaced(rows), _spaced(cols)
+    if isinstance(rows, slice) or isinstance(cols, slice):
+        return (slice(None),) + tuple(
+            v if isinstance(v, slice) else xp.asarray(v) for v in (rows, cols))
+    return slice(None), xp.asarray(rows)[:, None], xp.asarray(cols)[None, :]
+
+
+def _spaced(index):
+    """``index`` as an equal slice when its steps are one positive constant."""
+    if index.size == 1:
+        return slice(int(index[0]), int(index[0]) + 1)
+    step = int(index[1] - index[0])
+    if step > 0 and (np.diff(index) == step).all():
+        return slice(int(index[0]), int(index[-1]) + 1, step)
+    return index
 
 
 def _ranks(index):
