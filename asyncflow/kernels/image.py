@@ -175,7 +175,7 @@ def _sum_into(xp, values, index, size, axis):
     (non-decreasing): one pass per rank within a run of equal indices, each adding to
     distinct cells."""
     host = np.asarray(index.get() if hasattr(index, "get") else index)
-    rank = np.arange(host.size) - np.searchsorted(host, host)
+    rank = _ranks(host)
     shape = list(values.shape)
     shape[axis] = size
     out = xp.zeros(shape, dtype=values.dtype)
