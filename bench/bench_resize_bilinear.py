@@ -1,5 +1,6 @@
 """Per-call times of the ResizeBilinear kernel (and its gradient) on image-pipeline shapes,
-called directly (no session), against another source tree in the same run.
+called directly (no session), against another source tree in the same run; also
+ResizeNearestNeighborGrad's (``NEAREST_CASES``) where the tree has it.
 
 ``--baseline-tree PATH`` runs the same measurements with asyncflow imported from PATH, in
 rounds that alternate the two trees (each round a fresh interpreter per tree), and prints
@@ -29,6 +30,17 @@ CASES = [
     ("[8,224,224,3] -> 299x299", (8, 224, 224, 3), (299, 299), False, 3),
     ("[32,64,64,16] -> 128x128 align", (32, 64, 64, 16), (128, 128), True, 2),
     ("[16,96,96,8] -> 48x48", (16, 96, 96, 8), (48, 48), False, 20),
+]
+
+# ResizeNearestNeighborGrad: (label, gradient shape, image size, align_corners,
+# half_pixel_centers, calls per timing)
+NEAREST_CASES = [
+    ("[1,64,64,3] -> 32x32 (x2)", (1, 64, 64, 3), (32, 32), False, False, 100),
+    ("[8,299,299,3] -> 224x224 half", (8, 299, 299, 3), (224, 224), False, True, 3),
+    ("[1,2048,2048,3] -> 1024x1024 (x2)", (1, 2048, 2048, 3), (1024, 1024), False, False, 2),
+    ("[4,512,512,64] -> 256x256 (x2) align", (4, 512, 512, 64), (256, 256), True, False, 1),
+    ("[16,48,48,8] -> 96x96 (down)", (16, 48, 48, 8), (96, 96), False, False, 10),
+    ("[1,1024,1024,1] -> 128x128 (x8)", (1, 1024, 1024, 1), (128, 128), False, False, 3),
 ]
 
 
@@ -64,6 +76,13 @@ def measure(repeats):
         grad_ctx = _ctx("ResizeBilinearGrad", align_corners=align)
         results["grad    " + label] = _time(backward, (grad_ctx, grads, images), repeats,
                                             max(1, number // 2))
+    nearest = get_kernel("ResizeNearestNeighborGrad", "CPU")
+    for label, shape, size, align, half, number in NEAREST_CASES if nearest else ():
+        grads = rng.standard_normal(shape).astype(np.float32)
+        ctx = _ctx("ResizeNearestNeighborGrad", align_corners=align, half_pixel_centers=half)
+        results["nearest grad " + label] = _time(nearest.fn, (ctx, grads,
+                                                              np.asarray(size, np.int32)),
+                                                 repeats, number)
     return results
 
 

@@ -6,7 +6,6 @@ import io
 import numpy as np
 
 from asyncflow.kernels.arguments import host as _host, invalid as _invalid
-from asyncflow.kernels.arguments import scatter_add as _accumulate
 from asyncflow.kernels.registry import register_kernel
 
 
@@ -176,7 +175,7 @@ def _sum_into(xp, values, index, size, axis):
     (non-decreasing): one pass per rank within a run of equal indices, each adding to
     distinct cells."""
     host = np.asarray(index.get() if hasattr(index, "get") else index)
-    rank = np.arange(host.size) - np.searchsorted(host, host)
+    rank = _ranks(host)
     shape = list(values.shape)
     shape[axis] = size
     out = xp.zeros(shape, dtype=values.dtype)
@@ -192,14 +191,20 @@ def _nearest_axis(ctx, in_size, out_size):
     indices copies, from the float32 coordinate ``y * scale`` (``(y + 0.5) * scale`` with
     half-pixel centers), rounded down (rounded, with align_corners), at most ``in_size - 1``.
     TF1's forward kernel refuses both flags together, its gradient takes them: so do these.
-    The gradient uses the same rule with the sizes of the forward op."""
+    The gradient uses the same rule with the sizes of the forward op.
+
+    The rounding is ``roundf``'s, halves up, of the float32 coordinate itself: its fraction
+    (exact in float32) compared with 0.5. ``floor(where + 0.5)`` is not it: a coordinate one
+    ulp under a half, such as 41 / 82 = 0.49999997 (2 rows to 83), sums to 1.0 in float32."""
     xp, align = ctx.xp, ctx.attrs["align_corners"]
     half = ctx.attrs.get("half_pixel_centers", False)
     where = xp.arange(out_size, dtype=xp.float32)
     if half:
         where = where + np.float32(0.5)
     where = where * _scale(in_size, out_size, align)
-    picked = xp.floor(where + np.float32(0.5)) if align else xp.floor(where)
+    picked = xp.floor(where)
+    if align:
+        picked = picked + (where - picked >= np.float32(0.5))
     return xp.minimum(picked.astype(np.int64), in_size - 1)
 
 
@@ -216,16 +221,53 @@ def _resize_nearest(ctx, images, size):
 @register_kernel("ResizeNearestNeighborGrad")
 def _resize_nearest_grad(ctx, grads, size):
     """TF1's: each gradient cell added into the cell its forward copy read, in the gradient's
-    dtype, the cells of a target in TF1's order (row by row, left to right)."""
+    dtype, the cells of a target in TF1's order (row by row, left to right).
+
+    In passes of plain indexed adds, not a scatter with repeats (``np.add.at`` costs about 15
+    ns a cell; CuPy's has atomics in a few dtypes only): the gradient rows that copied one
+    input row get ranks 0, 1, ... in order (the columns too), and pass ``(ry, rx)``, taken in
+    row-major order, adds the grid of row rank ``ry`` and column rank ``rx``, whose targets
+    are distinct. So each target gets its cells in TF1's order; one pass going down, about
+    ``ceil(out / in)`` per axis going up."""
     xp = ctx.xp
     _check_images(ctx, grads)
     height, width = _size(ctx, size)
     batch, grad_h, grad_w, channels = grads.shape
-    out = xp.zeros((height * width, batch, channels), dtype=grads.dtype)
+    out = xp.zeros((batch, height, width, channels), dtype=grads.dtype)
     if grads.size:
-        rows = _nearest_axis(ctx, height, grad_h)
-        cols = _nearest_axis(ctx, width, grad_w)
-        target = (rows[:, None] * width + cols[None, :]).reshape(-1)
-        values = grads.transpose(1, 2, 0, 3).reshape(grad_h * grad_w, batch, channels)
-        _accumulate(xp, out, target, values)
-    return (out.reshape(height, width, batch, channels).transpose(2, 0, 1, 3).copy(),)
+        rows = _host(_nearest_axis(ctx, height, grad_h))
+        cols = _host(_nearest_axis(ctx, width, grad_w))
+        row_rank, col_rank = _ranks(rows), _ranks(cols)
+        for ry in range(int(row_rank.max()) + 1):
+            ys = np.flatnonzero(row_rank == ry)
+            for rx in range(int(col_rank.max()) + 1):
+                xs = np.flatnonzero(col_rank == rx)
+                out[_grid(xp, rows[ys], cols[xs])] += grads[_grid(xp, ys, xs)]
+    return (out,)
+
+
+def _grid(xp, rows, cols):
+    """The index of ``[:, rows][:, :, cols]`` (host index vectors) for ``[b, h, w, c]``
+    arrays: a strided slice for an evenly spaced vector (integer scale factors: views, no
+    gather), else a device index array, the two broadcast into a grid when both are."""
+    rows, cols = _spaced(rows), _spaced(cols)
+    if isinstance(rows, slice) or isinstance(cols, slice):
+        return (slice(None),) + tuple(
+            v if isinstance(v, slice) else xp.asarray(v) for v in (rows, cols))
+    return slice(None), xp.asarray(rows)[:, None], xp.asarray(cols)[None, :]
+
+
+def _spaced(index):
+    """``index`` as an equal slice when its steps are one positive constant."""
+    if index.size == 1:
+        return slice(int(index[0]), int(index[0]) + 1)
+    step = int(index[1] - index[0])
+    if step > 0 and (np.diff(index) == step).all():
+        return slice(int(index[0]), int(index[-1]) + 1, step)
+    return index
+
+
+def _ranks(index):
+    """Each position's rank among the positions of equal value in ``index`` (host,
+    non-decreasing): 0 for the first, 1 for the next..."""
+    return np.arange(index.size) - np.searchsorted(index, index)

@@ -67,9 +67,12 @@ def _infer_decode(op):
 
 
 def _infer_resize(op):
+    """ResizeBilinear, ResizeNearestNeighbor and ResizeNearestNeighborGrad: a 4-D first input
+    (the images, or the gradient) and an int32 ``size``, the output's height and width."""
     images, size = op.inputs
+    what = "grads" if op.type == "ResizeNearestNeighborGrad" else "images"
     if images.shape.ndims not in (None, 4):
-        raise ValueError(f"{op.type} {op.name}: images must be 4-D [batch, height, width, "
+        raise ValueError(f"{op.type} {op.name}: {what} must be 4-D [batch, height, width, "
                          f"channels], got shape {images.shape}")
     if size.dtype is not dtypes.int32 or size.shape.ndims not in (None, 1):
         raise TypeError(f"{op.type} {op.name}: size must be an int32 vector [new_height, "
@@ -98,22 +101,7 @@ register_op("ResizeNearestNeighbor", infer=_infer_resize)
 not_differentiable("DecodeJpeg", "DecodePng", "EncodeJpeg")
 
 
-def _infer_resize_nearest_grad(op):
-    grads, size = op.inputs
-    if grads.shape.ndims not in (None, 4):
-        raise ValueError(f"ResizeNearestNeighborGrad {op.name}: grads must be 4-D, got shape "
-                         f"{grads.shape}")
-    if size.dtype is not dtypes.int32 or size.shape.ndims not in (None, 1):
-        raise TypeError(f"ResizeNearestNeighborGrad {op.name}: size must be an int32 vector "
-                        f"[height, width], got {size.dtype.name} {size.shape}")
-    known = static_value(size)
-    height, width = (None, None) if known is None else (int(known[0]), int(known[1]))
-    batch, channels = (None, None) if grads.shape.ndims is None else \
-        (grads.shape.dims[0], grads.shape.dims[3])
-    return [(grads.dtype, TensorShape([batch, height, width, channels]))]
-
-
-register_op("ResizeNearestNeighborGrad", infer=_infer_resize_nearest_grad)
+register_op("ResizeNearestNeighborGrad", infer=_infer_resize)
 not_differentiable("ResizeNearestNeighborGrad")
 
 

@@ -99,3 +99,24 @@ def test_1d_pool_errors():
         af.nn.avg_pool1d(af.zeros([1, 4, 4, 1]), 2, 2, "VALID")
     with pytest.raises(ValueError, match="ksize must be an int or a list of 1 or 3"):
         af.nn.max_pool1d(af.zeros([1, 4, 1]), [2, 2], 2, "VALID")
+
+
+async def test_depthwise_and_separable_convolutions_take_explicit_padding_too():
+    # As TF1's (through conv2d): the same as VALID on the zero-padded input, dilated or not.
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, 5, 6, 2))
+    depthwise, pointwise = rng.standard_normal((2, 3, 2, 2)), rng.standard_normal((1, 1, 4, 3))
+    padding = [[0, 0], [1, 2], [0, 3], [0, 0]]
+    padded = np.pad(x, padding)
+    with af.Graph().as_default():
+        pairs = [(af.nn.depthwise_conv2d(x, depthwise, [1, 1, 1, 1], padding, rate=rate),
+                  af.nn.depthwise_conv2d(padded, depthwise, [1, 1, 1, 1], "VALID", rate=rate))
+                 for rate in (1, 2)]
+        pairs.append((af.nn.separable_conv2d(x, depthwise, pointwise, [1, 1, 1, 1], padding),
+                      af.nn.separable_conv2d(padded, depthwise, pointwise, [1, 1, 1, 1],
+                                             "VALID")))
+        async with af.Session() as sess:
+            values = await sess.run(pairs)
+    assert [got.shape for got, _ in values] == [(1, 7, 7, 4), (1, 6, 5, 4), (1, 7, 7, 3)]
+    for got, want in values:
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)

@@ -91,3 +91,60 @@ async def test_align_corners_with_half_pixel_centers_fails_when_the_op_runs():
                                match="ResizeNearestNeighbor.*half_pixel_centers is True, "
                                      "align_corners must be False"):
                 await sess.run(resized)
+
+
+async def test_align_corners_rounds_the_float32_coordinate_as_roundf():
+    # 2 rows to 83 with align_corners: row 41's coordinate is float32(41 * float32(1/82)) =
+    # 0.49999997, which TF1's roundf takes to 0; floor(0.49999997 + 0.5) would be 1, since
+    # the float32 sum rounds up to 1.0. Rows 0-41 copy input row 0 (42 rows), 42-82 row 1.
+    with af.Graph().as_default():
+        images = af.placeholder(af.float32, [1, 2, 1, 1])
+        resized = af.image.resize_nearest_neighbor(images, [83, 1], align_corners=True)
+        weights = np.arange(83, dtype=np.float32).reshape(1, 83, 1, 1)
+        grad, = af.gradients(af.reduce_sum(resized * weights), [images])
+        async with af.Session() as sess:
+            value, grad_value = await sess.run(
+                [resized, grad], {images: np.array([0, 1], np.float32).reshape(1, 2, 1, 1)})
+    assert value.reshape(-1).tolist() == [0.0] * 42 + [1.0] * 41
+    assert grad_value.reshape(-1).tolist() == [sum(range(42)), sum(range(42, 83))]
+
+
+def _nearest_index(in_size, out_size, corners, half):
+    """The input index each output index copies (TF1's rule, roundf for align_corners)."""
+    scale = np.float32((in_size - 1) / (out_size - 1) if corners and out_size > 1
+                       else in_size / out_size)
+    where = (np.arange(out_size, dtype=np.float32) + np.float32(0.5 if half else 0)) * scale
+    picked = np.floor(where.astype(np.float64) + 0.5) if corners else np.floor(where)
+    return np.minimum(picked.astype(np.int64), in_size - 1)
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+async def test_gradient_adds_in_tf1s_order_on_every_scale(mode):
+    # float16 sums depend on their order: each input cell's gradient must add its cells row by
+    # row, left to right, as an unbuffered scatter in that order does (np.add.at), whether the
+    # scale is an integer factor (strided passes), another ratio (gathered passes) or < 1.
+    corners, half = MODES[mode]
+    rng = np.random.default_rng(5)
+    sizes = [((2, 3), (4, 6)), ((3, 2), (7, 5)), ((5, 4), (2, 3)), ((1, 3), (9, 1)),
+             ((2, 2), (8, 8)), ((4, 6), (4, 6))]
+    with af.Graph().as_default():
+        cases = []
+        for (h, w), (oh, ow) in sizes:
+            images = af.placeholder(af.float16, [2, h, w, 3])
+            upstream = (rng.standard_normal((2, oh, ow, 3)) * 300).astype(np.float16)
+            resized = af.image.resize_nearest_neighbor(images, [oh, ow], align_corners=corners,
+                                                       half_pixel_centers=half)
+            grad, = af.gradients(resized, [images], grad_ys=af.constant(upstream))
+            cases.append((images, grad, upstream, (h, w)))
+        async with af.Session() as sess:
+            values = await sess.run([g for _, g, _, _ in cases],
+                                    {i: np.zeros(i.shape.as_list(), np.float16)
+                                     for i, _, _, _ in cases})
+    for (_, _, upstream, (h, w)), value in zip(cases, values):
+        _, oh, ow, _ = upstream.shape
+        rows = _nearest_index(h, oh, corners, half)
+        cols = _nearest_index(w, ow, corners, half)
+        want = np.zeros((h * w, 2, 3), np.float16)
+        np.add.at(want, (rows[:, None] * w + cols[None, :]).reshape(-1),
+                  upstream.transpose(1, 2, 0, 3).reshape(oh * ow, 2, 3))
+        np.testing.assert_array_equal(value, want.reshape(h, w, 2, 3).transpose(2, 0, 1, 3))

@@ -478,6 +478,9 @@ EDGES = [
      {"a": np.array([1.0, _INF, 2.0, -_INF, 1e308, -1e308], _F64).reshape(3, 2, 1)}),
     ("tf.image.resize_nearest_neighbor(a, [5, 3], align_corners=True)",
      {"a": np.arange(8, dtype=np.int32).reshape(1, 2, 4, 1)}),
+    # align_corners rounds as roundf: row 41 of 83 sits at float32 0.49999997 and copies row 0.
+    ("grad(tf.image.resize_nearest_neighbor(a, [83, 2], align_corners=True), [a])",
+     {"a": np.arange(4.0, dtype=_F32).reshape(1, 2, 2, 1)}),
     ("tf.image.central_crop(a, 0.5)", {"a": np.arange(35.0).reshape(5, 7, 1)}),
     ("tf.image.resize_image_with_crop_or_pad(a, 2, 9)", {"a": np.arange(35.0).reshape(5, 7, 1)}),
 ]
