@@ -699,16 +699,23 @@ def compare_outcomes(ours, theirs, i, differs):
     return problems
 
 
-def _fuzz(tmp_path, cases):
-    source, feeds = program(cases)
+def run_fuzz(tmp_path, cases, compare, driver=DRIVER):
+    """Run ``cases`` in TF1's process and here; fail with every difference
+    ``compare(ours, theirs, i, expr)`` lists, each case named with its inputs' dtypes and
+    shapes (the conv and nn fuzzes' runner too, with their own driver and comparison)."""
+    source, feeds = program(cases, driver)
     theirs = tf1_run(source, tmp_path, **feeds)
     ours = compat_run(source, feeds)
     report = []
     for i, (expr, inputs) in enumerate(cases):
-        for problem in _compare(ours, theirs, i, expr):
+        for problem in compare(ours, theirs, i, expr):
             shapes = {k: f"{np.asarray(v).dtype}{list(np.shape(v))}" for k, v in inputs.items()}
             report.append(f"case {i} {expr} {shapes}: {problem}")
     assert not report, f"{len(report)} differences from TF1:\n" + "\n".join(report)
+
+
+def _fuzz(tmp_path, cases):
+    run_fuzz(tmp_path, cases, _compare)
 
 
 def test_array_and_nn_ops_agree_with_tf1(tmp_path):

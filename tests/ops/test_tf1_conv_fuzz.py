@@ -21,8 +21,7 @@ more. A failing case becomes a focused regression test without TensorFlow
 import numpy as np
 import pytest
 
-from test_tf1_array_fuzz import DRIVER as _ARRAY_DRIVER, compare_outcomes, program
-from tf1_reference import compat_run, tf1_run
+from test_tf1_array_fuzz import DRIVER as _ARRAY_DRIVER, compare_outcomes, run_fuzz
 
 # ``grad(y, xs)``: the gradients of ``y`` for ``xs`` with the upstream gradient
 # ``((7 k) mod 11 - 5) / 4`` at flat position k: uneven, exact in every float dtype (the same
@@ -525,18 +524,10 @@ def _compare(ours, theirs, i, expr=""):
 
 
 def _fuzz(tmp_path, cases, monkeypatch):
-    source, feeds = program(cases, DRIVER)
     # TF's own CPU kernels: TF 2.21 on x86 otherwise runs float32 Conv2D, pools and their
     # gradients through oneDNN, which gets some geometries wrong (see DIFFERENCES).
     monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
-    theirs = tf1_run(source, tmp_path, **feeds)
-    ours = compat_run(source, feeds)
-    report = []
-    for i, (expr, inputs) in enumerate(cases):
-        for problem in _compare(ours, theirs, i, expr):
-            shapes = {k: f"{np.asarray(v).dtype}{list(np.shape(v))}" for k, v in inputs.items()}
-            report.append(f"case {i} {expr} {shapes}: {problem}")
-    assert not report, f"{len(report)} differences from TF1:\n" + "\n".join(report)
+    run_fuzz(tmp_path, cases, _compare, DRIVER)
 
 
 # Kinks, NaN and infinities warn in the kernels: the values are the point.

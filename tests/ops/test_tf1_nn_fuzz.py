@@ -25,9 +25,8 @@ import re
 import numpy as np
 import pytest
 
-from test_tf1_array_fuzz import DRIVER as _ARRAY_DRIVER, compare_outcomes, program
+from test_tf1_array_fuzz import DRIVER as _ARRAY_DRIVER, compare_outcomes, run_fuzz
 from test_tf1_conv_fuzz import _close
-from tf1_reference import compat_run, tf1_run
 
 # ``grad(y, xs)`` as in the conv fuzz, IndexedSlices (embedding gradients) made dense;
 # ``added(lambda: loss)``: the loss, how many tensors its building added to LOSSES and
@@ -589,18 +588,10 @@ def _compare(ours, theirs, i, expr=""):
 
 
 def _fuzz(tmp_path, cases, monkeypatch):
-    source, feeds = program(cases, DRIVER)
     # TF's own CPU kernels, as the conv fuzz: oneDNN's float32 softmax answers a row holding
     # NaN or +inf with 0 beside the NaN (TF's own kernel and asyncflow: NaN for the row)
     monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
-    theirs = tf1_run(source, tmp_path, **feeds)
-    ours = compat_run(source, feeds)
-    report = []
-    for i, (expr, inputs) in enumerate(cases):
-        for problem in _compare(ours, theirs, i, expr):
-            shapes = {k: f"{np.asarray(v).dtype}{list(np.shape(v))}" for k, v in inputs.items()}
-            report.append(f"case {i} {expr} {shapes}: {problem}")
-    assert not report, f"{len(report)} differences from TF1:\n" + "\n".join(report)
+    run_fuzz(tmp_path, cases, _compare, DRIVER)
 
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
