@@ -1,16 +1,18 @@
-"""A prepared signature (``transports.repeat_frames.Prepared``, ``wire.encode_prepared``): a message of the signature encodes to exactly a full encode's bytes
-and decodes to the same message, whatever its ids and tensor values; any other field, tensor
-or setting is refused (None: the caller encodes it in full, which checks it)."""
+"""A prepared signature (``transports.repeat_frames.Prepared``, ``wire.encode_prepared``): a
+message of the signature encodes to exactly a full encode's bytes and decodes to the same
+message, whatever its ids and tensor values; any other field, tensor or setting is refused
+(None: the caller encodes it in full, which checks it)."""
 import dataclasses
 import types
 
 import numpy as np
 import pytest
 
-from transports import checksum, header_templates, repeat_frames, wire
+from transports import checksum, repeat_frames, wire
 from transports.http import bare
 from transports.http.client import TrioHttpChannel
 from transports.messages import PushTensors, RunGraph, RunGraphReply, TensorEntry
+from test_repeat_frames import _bytes, _full, no_templates  # noqa: F401 (autouse fixture)
 
 LIMITS = wire.DEFAULT_LIMITS
 
@@ -19,33 +21,6 @@ SIGNATURES = {  # feeds of a RunGraph: several dtypes and shapes, one to three t
     "three": [("a:0", np.int64, (3,)), ("b:0", np.float64, (2, 3)), ("c:0", np.uint8, (5,))],
     "empty and bool": [("e:0", np.float32, (0, 4)), ("m:0", np.bool_, (7,))],
 }
-
-
-@pytest.fixture(autouse=True)
-def no_templates():
-    repeat_frames._templates_by_key.clear()
-    header_templates._templates.clear()
-    yield
-    repeat_frames._templates_by_key.clear()
-    header_templates._templates.clear()
-
-
-def _bytes(buffers):
-    for buffer in buffers:
-        if isinstance(buffer, checksum.ChecksumTrailer) and buffer.pending:
-            buffer.fill()
-    return b"".join(bytes(b) for b in buffers)
-
-
-def _full(message):
-    """A full encode's bytes (no template consulted, none kept)."""
-    kept = dict(repeat_frames._templates_by_key)
-    repeat_frames._templates_by_key.clear()
-    try:
-        return _bytes(wire.encode(message, LIMITS))
-    finally:
-        repeat_frames._templates_by_key.clear()
-        repeat_frames._templates_by_key.update(kept)
 
 
 def _feeds(signature, rng):
