@@ -9,17 +9,20 @@ here instead of binding a socket): the same protocol and codec through
 """
 from __future__ import annotations
 
+import logging
 import os
 
+import outcome
 import trio
 
 from asyncflow import errors
 from asyncflow.cluster.spec import ClusterSpec
 from transports.inprocess import InProcessChannel
-from transports.messages import RemoteCallError, Reset
-from transports.service import TransportDeadlineExceeded, TransportError, TransportUnavailable
+from transports.messages import DeregisterGraph, RemoteCallError, Reset
+from transports.service import TransportError, TransportUnavailable
 from transports.wire import ChecksumMismatch, RemoteProtocolError
 
+_log = logging.getLogger(__name__)
 TOKEN_ENV = "ASYNCFLOW_TOKEN"
 INPROCESS_HOST = "inprocess"
 _services = {}
@@ -63,29 +66,57 @@ def unavailable(task, exc):
     return errors.UnavailableError(None, None, f"{worker} is unavailable: {exc}")
 
 
-def call_error(what, task, exc, run_deadline=False):
+def call_error(what, task, exc):
     """The error a failed control call (``what``: Health, RegisterGraph) to ``task`` raises
-    (``exc``: one of :data:`CALL_FAILURES`); ``run_deadline``: the call's timeout was what
-    was left of the run's, so its expiry is the run's DeadlineExceededError."""
+    (``exc``: one of :data:`CALL_FAILURES`)."""
     if isinstance(exc, ChecksumMismatch):  # damaged in transit: never retried
         return damaged_reply(what, task.address, exc)
     if isinstance(exc, RemoteCallError):
         return errors.from_code(exc.code, f"{what}: {exc.message}")
-    if run_deadline and isinstance(exc, TransportDeadlineExceeded):
-        return errors.DeadlineExceededError(None, None, f"{what}: no answer within the run's "
-                                            f"timeout (RunOptions.timeout_in_ms): {exc}")
     return unavailable(task, exc)  # no answer, or garbage
 
 
-async def run_call_error(what, task, exc, deadline, run_deadline):
-    """:func:`call_error` of a control call made inside a run, ``run_deadline`` when its
-    timeout was what was left of ``deadline``, the run's. A call cut by that deadline first
-    lets the scope that set it claim it: a caller's ``move_on_after`` ends in its own cancel,
-    not in an error; the session's ``RunOptions.timeout_in_ms`` scope in its
-    DeadlineExceededError (the error returned here only if no scope claims it)."""
-    if run_deadline and isinstance(exc, TransportDeadlineExceeded):
-        await trio.sleep_until(deadline)  # (at most the clocks' rounding: it has passed)
-    return call_error(what, task, exc, run_deadline)
+async def detached_call(call, abandoned, pending):
+    """``await call()`` (a control call bounded by its own timeout, whose effect on the peer
+    must not be lost, such as a RegisterGraph) in a system task of its own, waiting for it
+    here: a cancel of the caller (a run's deadline, a ``move_on_after``) ends the wait at once,
+    not the call. A result the caller never took goes to ``abandoned(result)`` (an async
+    function that undoes it: a late registration's graph deregistered). ``pending``: a set
+    that holds an Event per such call until it has ended (a closing master waits for them).
+    A call's failure is raised to the caller that still waits, else dropped."""
+    answered, verdict, ended = trio.Event(), trio.Event(), trio.Event()
+    result, taken = [], []
+
+    async def detached():
+        try:
+            result.append(await outcome.acapture(call))
+            answered.set()
+            await verdict.wait()  # (set by the caller however its wait ends)
+            if not taken and isinstance(result[0], outcome.Value):
+                await abandoned(result[0].value)
+        except Exception:  # noqa: BLE001 - a system task must not crash the run
+            _log.exception("a control call's cleanup failed")
+        finally:
+            pending.discard(ended)
+            ended.set()
+
+    pending.add(ended)
+    trio.lowlevel.spawn_system_task(detached, name="asyncflow detached control call")
+    try:
+        await answered.wait()
+        taken.append(True)
+    finally:
+        verdict.set()
+    return result[0].unwrap()
+
+
+async def deregister(channel, handle):
+    """Forget the graph ``handle`` on ``channel``'s worker (best effort: a worker gone or deaf
+    keeps it until its lease runs out)."""
+    try:
+        await channel.deregister_graph(DeregisterGraph(handle), timeout=1.0)
+    except CALL_FAILURES:
+        pass
 
 
 def is_inprocess(address):

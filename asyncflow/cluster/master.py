@@ -13,6 +13,7 @@ Theory of operation (paper §3.3; docs/distributed.md):
 - **Register** lazily before the first step, per task and incarnation, and again when the
   graph sat idle for half the lease the worker grants (``stats.graph_lease_s`` of its
   Health): a worker drops graphs nobody uses, and the old handle expires there on its own.
+  A cancelled step leaves its registration running; a late answer's graph is deregistered.
   Each RunGraph carries the next ``request_id`` of its registration (the worker's replay
   check).
 - **Step.** A fresh random step id; RunGraph on every involved task at once, sent in a fixed
@@ -49,9 +50,9 @@ Knows transports' messages and the graph/runtime layers; never HTTP (channels co
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import logging
-import math
 import os
 import random
 import secrets
@@ -71,7 +72,7 @@ from asyncflow.compile.task_graph import task_graph_def as _task_graph_def
 from asyncflow.exec import compiled_run
 from asyncflow.exec.options import NodeStats
 from transports.messages import (
-    AbortStep, DeregisterGraph, GraphConfig, GraphOptions, RegisterGraph, RemoteCallError,
+    AbortStep, GraphConfig, GraphOptions, RegisterGraph, RemoteCallError,
     RunGraph, TensorEntry,
 )
 from transports.service import TransportDeadlineExceeded
@@ -196,6 +197,7 @@ class Master:
         self._forgotten = []   # (task, handle, incarnation): registered on a process that
         #                        restarted after the run was compiled; never used
         self._register_lock = trio.Lock()
+        self._registering = set()  # Events of RegisterGraph calls in flight (close waits)
         self.opened = False
         self.monitor = StepMonitor(config.health_check_interval_s)  # times the steps' watchdogs
         self.closing = False  # close() began: a watchdog no longer decides a step's outcome
@@ -365,20 +367,18 @@ class Master:
             return
 
         async def register(tg):
-            task, dead_after = self.tasks[tg.task], self.config.worker_dead_after_s
-            deadline = trio.current_effective_deadline()  # of the run's
-            left = math.inf if deadline == -math.inf else deadline - trio.current_time()
+            task = self.tasks[tg.task]
+            request = RegisterGraph(tg.graph_def, self.session_handle, tg.options)
             try:
-                # Shielded (the call has its own deadline, at most what is left of the run's;
-                # one cut by that leaves its graph to the worker's lease): a registration the
-                # worker made must reach tg.handle, or the graph would outlive the session.
-                with trio.CancelScope(shield=True):
-                    reply = await task.channel.register_graph(
-                        RegisterGraph(tg.graph_def, self.session_handle, tg.options),
-                        timeout=max(0.0, min(dead_after, left)))
+                # Detached (its own timeout, not the run's; a caller's cancel or the run's
+                # deadline ends the wait at once): a graph the worker registered always
+                # reaches a handle, tg.handle or one deregistered as soon as it comes late.
+                reply = await _channels.detached_call(
+                    functools.partial(task.channel.register_graph, request,
+                                      timeout=self.config.worker_dead_after_s),
+                    lambda late: _channels.deregister(task.channel, late.graph_handle), self._registering)
             except _channels.CALL_FAILURES as exc:
-                raise await _channels.run_call_error(f"RegisterGraph on {task.name}", task,
-                                                     exc, deadline, left < dead_after) from None
+                raise _channels.call_error(f"RegisterGraph on {task.name}", task, exc) from None
             if reply.incarnation and reply.incarnation != task.incarnation:
                 # Restarted since the run was compiled: its keys name the old incarnation.
                 self._forgotten.append((task, reply.graph_handle, reply.incarnation))
@@ -435,18 +435,18 @@ class Master:
         a KeyboardInterrupt meeting it is raised after, no dead peer waited for past it."""
         self.closing = True  # (the session cancelled its steps' scopes just before: no await)
         self.opened = False  # (a run prepared before the close refuses: ClusterTarget.run)
-        handles = [(self.tasks[tg.task], tg.handle) for run in self._runs
-                   for tg in run.task_graphs if tg.handle is not None
-                   and tg.registered_incarnation == self.tasks[tg.task].incarnation]
-        handles += [(task, handle) for task, handle, incarnation in self._forgotten
-                    if task.incarnation == incarnation]
         try:
             with trio.CancelScope(shield=True, deadline=trio.current_time() + _channels.CLOSE_S):
+                for ended in list(self._registering):  # (late ones deregister themselves)
+                    await ended.wait()
+            handles = [(self.tasks[tg.task], tg.handle) for run in self._runs
+                       for tg in run.task_graphs if tg.handle is not None
+                       and tg.registered_incarnation == self.tasks[tg.task].incarnation]
+            handles += [(task, handle) for task, handle, incarnation in self._forgotten
+                        if task.incarnation == incarnation]
+            with trio.CancelScope(shield=True, deadline=trio.current_time() + _channels.CLOSE_S):
                 for task, handle in handles:
-                    try:
-                        await task.channel.deregister_graph(DeregisterGraph(handle), timeout=1.0)
-                    except _channels.CALL_FAILURES:
-                        pass
+                    await _channels.deregister(task.channel, handle)
         finally:
             await _channels.close_all([task.channel for task in self.tasks.values()],
                                       self.monitor.close())

@@ -8,10 +8,12 @@ a broken peer's faults, placed exactly (no timing race).
 * ``"stall"``: forwarded up to ``after`` bytes (its HTTP head included), then no byte more
   while the connection stays open (a half-open peer; ``stalled`` is set then);
 * ``"garbage"``: replaced by bytes that are no HTTP answer, the connection left open;
-* ``"silent"``: not one byte of it forwarded, the connection left open.
+* ``"silent"``: not one byte of it forwarded, the connection left open;
+* ``"hold"``: not one byte of it forwarded until ``release()``, then all of it (a slow peer).
 
-Once fired it is disarmed; ``release()`` disarms it and closes every held connection (the client sees them
-reset, as after the peer's own restart). Every other byte is forwarded as it comes.
+Once fired it is disarmed; ``release()`` disarms it and closes every connection it cut (the
+client sees them reset, as after the peer's own restart), and lets the held answers go on.
+Every other byte is forwarded as it comes.
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ class StallProxy(LoopbackProxy):
         return f"127.0.0.1:{self.port}"
 
     def arm(self, path, mode="stall", after=0):
-        assert mode in ("stall", "garbage", "silent"), mode
+        assert mode in ("stall", "garbage", "silent", "hold"), mode
         self._armed = (path.encode(), mode, after)
         self.stalled = trio.Event()
 
@@ -76,6 +78,11 @@ class StallProxy(LoopbackProxy):
                 armed = self._armed
                 if cut is None and armed is not None and armed[0] in last[0]:
                     self._armed, self.fired = None, self.fired + 1
+                    if armed[1] == "hold":
+                        self.stalled.set()
+                        await self._release.wait()
+                        await sink.send_all(data)
+                        continue
                     cut = {"stall": armed[2], "garbage": 0, "silent": 0}[armed[1]]
                     if armed[1] == "garbage":
                         await sink.send_all(GARBAGE)

@@ -179,6 +179,31 @@ async def test_a_registration_cut_by_the_callers_deadline_is_a_cancellation(pair
         await _recovers(pair, sess, t, 1)
 
 
+async def test_a_registration_answered_after_the_callers_deadline_leaves_no_graph(pair):
+    """A RegisterGraph the worker carried out but answered after the caller's deadline (a slow
+    peer, a loaded machine): the step ends as the caller's cancel at once, and the graph the
+    late answer names is deregistered, not left on the worker for its lease (the soak test's
+    leak: a first step under a 2 ms deadline). The next step registers again and runs; after
+    the session closes, the worker holds no graph."""
+    graph, t = _graph()
+    async with af.Session(graph=graph, cluster=pair.spec) as sess:
+        await _healthy_step(sess, t["init"])
+        pair.proxies[1].arm("/graphs", "hold")
+        with trio.fail_after(GENEROUS):
+            with trio.move_on_after(0.5) as scope:
+                await sess.run(t["fresh"])
+        assert scope.cancelled_caught and pair.proxies[1].fired == 1
+        worker = pair.procs[1].address
+        assert (await health(worker)).stats.graphs == 1  # registered, its answer held
+        pair.proxies[1].release()
+        with trio.fail_after(GENEROUS):
+            while (await health(worker)).stats.graphs:  # the late answer's graph dropped
+                await trio.sleep(0.05)
+        assert await sess.run(t["fresh"]) == 15.0
+        assert (await health(worker)).stats.graphs == 1
+    assert (await health(worker)).stats.graphs == 0
+
+
 async def _healthy_step(sess, fetch):
     """Seconds ``fetch`` takes with no fault (asserted to succeed)."""
     error, elapsed = await _step(sess, fetch, af.RunOptions(timeout_in_ms=30000))
