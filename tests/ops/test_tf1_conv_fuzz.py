@@ -312,6 +312,8 @@ def _resize(rng):
     op = str(rng.choice(["resize_bilinear", "resize_nearest_neighbor"]))
     expr = f"tf.image.{op}(a, {size}, align_corners={corners})"
     if op == "resize_bilinear":
+        if not corners and rng.random() < 0.5:
+            expr = expr[:-1] + ", half_pixel_centers=True)"
         expr = _maybe_grad(rng, expr, ["a"])
     return expr, {"a": x}
 
@@ -473,6 +475,14 @@ EDGES = [
      {"a": np.array([1.0, 2.0, 3.0, -_INF], _F32).reshape(1, 2, 2, 1)}),
     ("tf.image.resize_bilinear(a, [3, 7], align_corners=True)",
      {"a": np.array([_INF, 1.0, _NAN, 3e38, -3e38, 2.0], _F32).reshape(1, 2, 3, 1)}),
+    # Half-pixel centers: a coordinate below 0 reads the edge pixel; with align_corners
+    # the op and its gradient fail on both sides.
+    ("grad(tf.image.resize_bilinear(a, [5, 7], half_pixel_centers=True), [a])",
+     {"a": np.array([1.0, 2.0, 3.0, -_INF, 5.0, 6.0], _F32).reshape(1, 2, 3, 1)}),
+    ("tf.image.resize_bilinear(a, [5, 7], half_pixel_centers=True)",
+     {"a": np.array([1.0, 2.0, 3.0, -_INF, 5.0, 6.0], _F32).reshape(1, 2, 3, 1)}),
+    ("grad(tf.image.resize_bilinear(a, [3, 3], align_corners=True, half_pixel_centers=True), [a])",
+     {"a": np.ones((1, 2, 2, 1), _F32)}),
     ("tf.image.resize_images(a, [5, 4])",
      {"a": np.array([1.0, _INF, 2.0, -_INF, 1e308, -1e308], _F64).reshape(3, 2, 1)}),
     ("tf.image.resize_nearest_neighbor(a, [5, 3], align_corners=True)",
