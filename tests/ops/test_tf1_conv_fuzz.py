@@ -376,6 +376,36 @@ def _explicit_and_1d(rng):
     return (f"grad({expr}, [a])" if rng.random() < 0.5 and not overhangs else expr), {"a": x}
 
 
+def _explicit_backprops(rng):
+    """conv2d_transpose, conv2d_backprop_input and conv2d_backprop_filter with TF1's explicit
+    padding, with their gradients: the gradients of a zero pad and a VALID convolution. NHWC
+    only: TF's CPU kernels of these ops have no NCHW (asyncflow's NCHW is conv2d's layout
+    code, which the other cases draw)."""
+    dtype = _dtype(rng, ("float32", "float64"))
+    layout = "NHWC"
+    height, width = (int(d) for d in rng.integers(1, 7, size=2))
+    batch, depth, out = (int(d) for d in rng.integers(1, 4, size=3))
+    pads = [[int(p) for p in rng.integers(0, 4, size=2)] for _ in range(2)]
+    kh = int(rng.integers(1, height + sum(pads[0]) + 1))
+    kw = int(rng.integers(1, width + sum(pads[1]) + 1))
+    sh, sw = (int(s) for s in rng.integers(1, 4, size=2))
+    padding = [[0, 0]] + pads + [[0, 0]] if layout == "NHWC" else [[0, 0], [0, 0]] + pads
+    grid = ((height + sum(pads[0]) - kh) // sh + 1, (width + sum(pads[1]) - kw) // sw + 1)
+    sizes = [batch, height, width, depth]
+    sizes = [sizes[i] for i in (0, 3, 1, 2)] if layout == "NCHW" else sizes
+    grads = _to(layout, _values(rng, (batch,) + grid + (out,), dtype))
+    args = f"strides={_four(layout, sh, sw)}, padding={padding}, data_format='{layout}'"
+    op = str(rng.choice(["conv2d_transpose", "conv2d_backprop_input", "conv2d_backprop_filter"]))
+    if op == "conv2d_backprop_filter":
+        x = _to(layout, _values(rng, (batch, height, width, depth), dtype))
+        expr = f"tf.nn.conv2d_backprop_filter(a, {[kh, kw, depth, out]}, g, {args})"
+        return _maybe_grad(rng, expr, ["a", "g"]), {"a": x, "g": grads}
+    value = "g, f, " + repr(sizes) if op == "conv2d_transpose" else repr(sizes) + ", f, g"
+    expr = f"tf.nn.{op}({value}, {args})"
+    return _maybe_grad(rng, expr, ["f", "g"]), {
+        "f": _values(rng, (kh, kw, depth, out), dtype), "g": grads}
+
+
 def _crops(rng):
     height, width, depth = (int(d) for d in rng.integers(1, 7, size=3))
     x = _values(rng, (height, width, depth), _dtype(rng, ("float32", "float64")))
@@ -559,6 +589,11 @@ def test_convolutions_pools_and_image_ops_agree_with_tf1_long(tmp_path, monkeypa
 def test_nearest_neighbor_resize_gradients_agree_with_tf1(tmp_path, monkeypatch):
     rng = np.random.default_rng([0, 41])
     _fuzz(tmp_path, [_resize_nearest(rng) for _ in range(30)], monkeypatch)
+
+
+def test_explicit_padding_of_the_conv_backprops_agrees_with_tf1(tmp_path, monkeypatch):
+    rng = np.random.default_rng([0, 53])
+    _fuzz(tmp_path, [_explicit_backprops(rng) for _ in range(40)], monkeypatch)
 
 
 def test_explicit_padding_and_1d_pools_agree_with_tf1(tmp_path, monkeypatch):
