@@ -458,11 +458,26 @@ def max_pool(value=None, ksize=None, strides=None, padding=None, data_format="NH
     """Max over ``ksize`` windows of ``value`` (NHWC, or NCHW with ``data_format="NCHW"``;
     ``ksize``/``strides`` then ``[1, 1, h, w]``); padded cells never win.
 
+    ``padding`` may be TF1's explicit padding (as ``conv2d``'s, each pad smaller than the
+    window): the value padded with its dtype's lowest finite number, as TF1's kernel pads,
+    then a VALID MaxPool. (A window of only padding and -inf is that lowest number, as TF1's;
+    its gradient goes into the padding, where TF1's goes to the window's first cell.)
+
     Raises:
         ValueError: bad ksize/strides/padding, or a VALID window larger than the input.
     """
-    return _pool("MaxPool", value if value is not None else input, ksize, strides, padding,
-                 data_format, name, "max_pool")
+    value = value if value is not None else input
+    if isinstance(padding, (list, tuple)) and ksize is not None:
+        value = as_tensor(value)
+        pairs = _explicit_paddings(padding, data_format, "max_pool")
+        for pair, size in zip(pairs, _four(ksize, "ksize", "max_pool", data_format)):
+            if max(pair) >= size:
+                raise ValueError(f"max_pool: explicit padding {pairs} must be smaller than the "
+                                 f"window size {size} in each dimension")
+        dtype = value.dtype.np
+        lowest = np.finfo(dtype).min if dtype.kind == "f" else np.iinfo(dtype).min
+        value, padding = pad(value, pairs, constant_values=lowest), "VALID"
+    return _pool("MaxPool", value, ksize, strides, padding, data_format, name, "max_pool")
 
 
 def avg_pool(value=None, ksize=None, strides=None, padding=None, data_format="NHWC", name=None,

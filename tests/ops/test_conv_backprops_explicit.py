@@ -4,8 +4,10 @@ of ``conv2d`` with that padding (a zero pad and a VALID convolution), checked he
 adjoints of the direct convolution by hand (``<conv(x, f), g> = <x, backprop_input(g)> =
 <f, backprop_filter(x, g)>``) and in NCHW against NHWC. asyncflow refused the padding ("must
 be 'SAME' or 'VALID'"). TF1's values: tests/ops/test_tf1_conv_fuzz.py
-(``_explicit_backprops``). TF1's pools: ``max_pool`` takes explicit padding, ``avg_pool``
-refuses it (TypeError); asyncflow still refuses both (ValueError)."""
+(``_explicit_backprops``). ``max_pool`` takes it too, as TF1's: the value padded with its
+dtype's lowest finite number (TF1's kernel's), each pad smaller than the window (TF1: an
+InvalidArgumentError when it runs; here a ValueError while building); ``avg_pool`` refuses
+it in both."""
 import numpy as np
 import pytest
 
@@ -76,3 +78,25 @@ def test_bad_explicit_padding_is_refused_naming_the_builder():
                                          "be non-negative"):
         tf.nn.conv2d_backprop_filter(X, list(F.shape), G, [1, 1, 1, 1],
                                      [[0, 0], [-1, 0], [0, 0], [0, 0]])
+
+
+def test_max_pool_pads_with_the_lowest_finite_number_as_tf1():
+    # TF1's values: a window of only padding and -inf is float32's lowest number; the
+    # gradient goes to each window's largest real cell (upstream 1..9 row by row).
+    x = tf.constant(np.array([[-np.inf, 2, 3], [4, -np.inf, 6]], np.float32).reshape(1, 2, 3, 1))
+    y = tf.nn.max_pool(x, [1, 2, 2, 1], [1, 1, 1, 1], padding=[[0, 0], [1, 1], [1, 0], [0, 0]])
+    grad = tf.gradients(y, x, grad_ys=tf.constant(np.arange(1.0, 10.0, dtype=np.float32)
+                                                  .reshape(1, 3, 3, 1)))[0]
+    ints = tf.nn.max_pool(tf.constant(np.arange(-3, 3, dtype=np.int32).reshape(1, 2, 3, 1)),
+                          [1, 2, 2, 1], [1, 1, 1, 1], [[0, 0], [1, 1], [1, 0], [0, 0]])
+    value, grad_value, int_value = session_run([y, grad, ints])
+    lowest = np.finfo(np.float32).min
+    np.testing.assert_array_equal(value[0, :, :, 0], [[lowest, 2, 3], [4, 4, 6], [4, 4, 6]])
+    # (TF1 gives x[0, 0] the 1 of the first window, all padding and -inf: here it is lost)
+    np.testing.assert_array_equal(grad_value[0, :, :, 0], [[0, 2, 3], [24, 0, 15]])
+    np.testing.assert_array_equal(int_value[0, :, :, 0], [[-3, -2, -1], [0, 1, 2], [0, 1, 2]])
+    with pytest.raises(ValueError, match="max_pool: explicit padding .* must be smaller than "
+                                         "the window size 2"):
+        tf.nn.max_pool(x, [1, 2, 2, 1], [1, 1, 1, 1], [[0, 0], [2, 0], [0, 0], [0, 0]])
+    with pytest.raises(ValueError, match="avg_pool: padding must be 'SAME' or 'VALID'"):
+        tf.nn.avg_pool(x, [1, 2, 2, 1], [1, 1, 1, 1], [[0, 0], [1, 0], [0, 0], [0, 0]])

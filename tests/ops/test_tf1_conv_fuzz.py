@@ -377,8 +377,9 @@ def _explicit_and_1d(rng):
 
 
 def _explicit_backprops(rng):
-    """conv2d_transpose, conv2d_backprop_input and conv2d_backprop_filter with TF1's explicit
-    padding, with their gradients: the gradients of a zero pad and a VALID convolution. NHWC
+    """conv2d_transpose, conv2d_backprop_input, conv2d_backprop_filter and max_pool with TF1's
+    explicit padding, with their gradients: the gradients of a zero pad and a VALID
+    convolution; the max over the value padded with its lowest finite number. NHWC
     only: TF's CPU kernels of these ops have no NCHW (asyncflow's NCHW is conv2d's layout
     code, which the other cases draw)."""
     dtype = _dtype(rng, ("float32", "float64"))
@@ -395,7 +396,19 @@ def _explicit_backprops(rng):
     sizes = [sizes[i] for i in (0, 3, 1, 2)] if layout == "NCHW" else sizes
     grads = _to(layout, _values(rng, (batch,) + grid + (out,), dtype))
     args = f"strides={_four(layout, sh, sw)}, padding={padding}, data_format='{layout}'"
-    op = str(rng.choice(["conv2d_transpose", "conv2d_backprop_input", "conv2d_backprop_filter"]))
+    op = str(rng.choice(["conv2d_transpose", "conv2d_backprop_input", "conv2d_backprop_filter",
+                         "max_pool"]))
+    if op == "max_pool":
+        # Each pad smaller than the window (larger: both refuse). A window of only padding
+        # and -inf has TF1's value but not its gradient (docs/porting.md): no inf with grad.
+        ksize = _four(layout, min(kh, 3), min(kw, 3))
+        padding = [[0, 0]] + [[min(p, k) for p in pair] for pair, k in zip(pads, ksize[1:3])] \
+            + [[0, 0]]
+        take_grad = rng.random() < 0.5
+        x = _values(rng, (batch, height, width, depth), dtype, special=0.3,
+                    nonfinite=not take_grad)
+        expr = (f"tf.nn.max_pool(a, {ksize}, {_four(layout, sh, sw)}, padding={padding})")
+        return (f"grad({expr}, [a])" if take_grad else expr), {"a": x}
     if op == "conv2d_backprop_filter":
         x = _to(layout, _values(rng, (batch, height, width, depth), dtype))
         expr = f"tf.nn.conv2d_backprop_filter(a, {[kh, kw, depth, out]}, g, {args})"
@@ -591,9 +604,9 @@ def test_nearest_neighbor_resize_gradients_agree_with_tf1(tmp_path, monkeypatch)
     _fuzz(tmp_path, [_resize_nearest(rng) for _ in range(30)], monkeypatch)
 
 
-def test_explicit_padding_of_the_conv_backprops_agrees_with_tf1(tmp_path, monkeypatch):
+def test_explicit_padding_of_the_conv_backprops_and_max_pool_agrees_with_tf1(tmp_path, monkeypatch):
     rng = np.random.default_rng([0, 53])
-    _fuzz(tmp_path, [_explicit_backprops(rng) for _ in range(40)], monkeypatch)
+    _fuzz(tmp_path, [_explicit_backprops(rng) for _ in range(60)], monkeypatch)
 
 
 def test_explicit_padding_and_1d_pools_agree_with_tf1(tmp_path, monkeypatch):
