@@ -1,7 +1,8 @@
 """Negative axes on inputs of unknown rank, as TF1: the op builds and resolves the axes when
 it runs, against the fed value's rank (an axis out of range or named twice is an
 InvalidArgumentError naming the op then). asyncflow refused the reductions while building
-("negative axes need a known rank"); concat, split, expand_dims, argmax, squeeze, stack,
+("negative axes need a known rank") and ``gather`` ("a negative axis needs the rank of
+params"; its gradient still needs that rank here, where TF1 computes it); concat, split, expand_dims, argmax, squeeze, stack,
 reverse, cumsum and softmax already took them. TF1's answers (2.21's ``tf.compat.v1``, v2
 behaviour off) were checked by hand; on random shapes and dtypes:
 tests/ops/test_tf1_math_fuzz.py."""
@@ -62,3 +63,20 @@ def test_an_axis_out_of_range_or_twice_fails_when_the_op_runs():
         session_run(tf.reduce_sum(x, -1), {x: np.float32(3.0)})
     with pytest.raises(ValueError, match="names an axis twice"):  # the same number: at once
         tf.reduce_sum(x, [-1, -1])
+
+
+def test_gather_resolves_a_negative_axis_when_it_runs():
+    x = tf.placeholder(tf.float32)
+    picked = tf.gather(x, [0, 2, 2], axis=-1)
+    rows = tf.gather(x, [[1, 0], [2, 2]], axis=-2, batch_dims=1)
+    values = session_run([picked, rows], {x: VALUE})
+    np.testing.assert_array_equal(values[0], VALUE[..., [0, 2, 2]])
+    np.testing.assert_array_equal(values[1], np.stack([VALUE[0, [1, 0]], VALUE[1, [2, 2]]]))
+    with pytest.raises(af.errors.InvalidArgumentError,
+                       match="GatherV2 .*axis -4 is out of range for params of rank 3"):
+        session_run(tf.gather(x, [0], axis=-4), {x: VALUE})
+    with pytest.raises(ValueError, match="GatherV2 .*its gradient needs the rank of params"):
+        tf.gradients(tf.reduce_sum(picked), x)
+    known = tf.placeholder(tf.float32, VALUE.shape)  # a known rank: as before
+    grad = tf.gradients(tf.reduce_sum(tf.gather(known, [0, 2, 2], axis=-1)), known)[0]
+    np.testing.assert_array_equal(session_run(grad, {known: VALUE})[0, 0], [1, 0, 2, 0])
