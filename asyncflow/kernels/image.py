@@ -105,29 +105,47 @@ def _check_images(ctx, images):
                             f"shape {list(images.shape)}")
 
 
-def _bilinear_axis(xp, in_size, out_size, align):
+def _bilinear_axis(xp, in_size, out_size, align, half):
     """One axis of TF1's bilinear resize: each output index's lower and upper source index
     and the float32 weight of the upper.
 
+    The source coordinate is ``y * scale``, or with half-pixel centers ``(y + 0.5) * scale -
+    0.5`` (float32 steps as TF1's), whose weight is its distance from its floor and whose
+    lower index is that floor, at least 0 (below 0 both indices are 0: the edge pixel).
     The upper index is TF1's ``min(ceil(where), in_size - 1)``: on a source coordinate that
     is a whole number it is the lower one, so the neighbour the weight 0 falls on is never
     read. For finite pixels that changes nothing (``a + (b - a) * 0`` is ``a``); next to an
     inf or a NaN, or where ``b - a`` overflows, the pixel is the source's and not the NaN of
     ``inf * 0``. Per output index, not per pixel: the interpolation costs the same."""
-    where = xp.arange(out_size, dtype=xp.float32) * _scale(in_size, out_size, align)
-    low = xp.floor(where).astype(np.int64)
+    where = xp.arange(out_size, dtype=xp.float32)
+    if half:
+        where = (where + np.float32(0.5)) * _scale(in_size, out_size, align) - np.float32(0.5)
+    else:
+        where = where * _scale(in_size, out_size, align)
+    floor = xp.floor(where)
+    low = xp.maximum(floor.astype(np.int64), 0)
     high = xp.minimum(xp.ceil(where).astype(np.int64), in_size - 1)
-    return low, high, (where - low.astype(xp.float32)).astype(xp.float32)
+    return low, high, (where - floor).astype(xp.float32)
+
+
+def _bilinear_flags(ctx):
+    """``align_corners`` and ``half_pixel_centers`` (False on a graph read back from before
+    the attr); both at once fail, forward and gradient, as TF1's."""
+    align, half = ctx.attrs["align_corners"], ctx.attrs.get("half_pixel_centers", False)
+    if align and half:
+        raise _invalid(ctx, "if half_pixel_centers is True, align_corners must be False")
+    return align, half
 
 
 @register_kernel("ResizeBilinear")
 def _resize_bilinear(ctx, images, size):
     xp = ctx.xp
     _check_images(ctx, images)
-    (out_h, out_w), align = _size(ctx, size), ctx.attrs["align_corners"]
+    align, half = _bilinear_flags(ctx)
+    out_h, out_w = _size(ctx, size)
 
     def axis(in_size, out_size):
-        return _bilinear_axis(xp, in_size, out_size, align)
+        return _bilinear_axis(xp, in_size, out_size, align, half)
 
     top, bottom, y_lerp = axis(images.shape[1], out_h)
     left, right, x_lerp = axis(images.shape[2], out_w)
@@ -151,7 +169,7 @@ def _resize_bilinear_grad(ctx, grads, original):
     if grads.shape[0] != original.shape[0] or grads.shape[3] != original.shape[3]:
         raise _invalid(ctx, f"grads {list(grads.shape)} and original_image "
                             f"{list(original.shape)} differ in batch or channels")
-    dtype, align = original.dtype, ctx.attrs["align_corners"]
+    dtype, (align, half) = original.dtype, _bilinear_flags(ctx)
     grads = grads.astype(xp.float32)
     out = xp.zeros(original.shape, dtype=dtype)
     if 0 in grads.shape or 0 in original.shape:
@@ -159,8 +177,7 @@ def _resize_bilinear_grad(ctx, grads, original):
     axes = []
     for in_size, out_size in ((original.shape[1], grads.shape[1]),
                               (original.shape[2], grads.shape[2])):
-        low, _, lerp = _bilinear_axis(xp, in_size, out_size, align)
-        high = xp.minimum(xp.ceil(lerp + low.astype(xp.float32)).astype(np.int64), in_size - 1)
+        low, high, lerp = _bilinear_axis(xp, in_size, out_size, align, half)
         axes.append([(low, np.float32(1) - lerp), (high, lerp)])
     for rows, y_weight in axes[0]:
         for cols, x_weight in axes[1]:

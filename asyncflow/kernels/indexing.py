@@ -86,8 +86,12 @@ def _strided_slice_grad(ctx, shape, begin, end, strides, dy):
 def _gather(ctx, params, indices):
     xp = ctx.xp
     axis, batch_dims = ctx.attrs["axis"], ctx.attrs["batch_dims"]
-    if axis >= params.ndim:
+    if not -params.ndim <= axis < params.ndim:  # (negative: built on params of unknown rank)
         raise _invalid(ctx, f"axis {axis} is out of range for params of rank {params.ndim}")
+    if axis < 0:
+        axis += params.ndim
+        if batch_dims > axis:
+            raise _invalid(ctx, f"batch_dims ({batch_dims}) must be <= axis ({axis})")
     check_range(ctx, indices, params.shape[axis])
     if batch_dims == 0:
         return (xp.take(params, indices, axis=axis),)

@@ -349,8 +349,28 @@ def _empty_reduction(ctx, x, axes, fill):
 
 
 def _axes(ctx, x):
-    axes = ctx.attrs["axis"]
-    return tuple(range(x.ndim)) if axes is None else axes
+    return _resolved_axes(ctx, ctx.attrs["axis"], x.ndim)
+
+
+def _resolved_axes(ctx, axes, ndim):
+    """A reduction's axes for an input of rank ``ndim``: all of them for None; the builder
+    sorts them, non-negative when it knew the rank, as given (negatives first) when not
+    (TF1 resolves those when the op runs, and so do these, with TF1's errors)."""
+    if axes is None:
+        return tuple(range(ndim))
+    if not axes or axes[0] >= 0:
+        return axes
+    for axis in axes:
+        if not -ndim <= axis < ndim:
+            raise errors.InvalidArgumentError(
+                None, ctx.name, f"Invalid reduction dimension ({axis} for input with {ndim} "
+                f"dimension(s)")
+    resolved = sorted(axis % ndim for axis in axes)
+    if len(set(resolved)) != len(resolved):
+        raise errors.InvalidArgumentError(
+            None, ctx.name, f"Invalid reduction arguments: Axes contains duplicate dimension: "
+            f"{next(a for a in resolved if resolved.count(a) > 1)}")
+    return tuple(resolved)
 
 
 def _as_array(ctx, out, dtype):
@@ -365,14 +385,13 @@ def _as_array(ctx, out, dtype):
 @register_kernel("Sum", offload=True)
 def _sum(ctx, x):
     attrs = ctx.attrs
-    axes = attrs["axis"]
+    axes = _resolved_axes(ctx, attrs["axis"], x.ndim)
     if axes and type(x) is np.ndarray and x.dtype in _GEMV_SUM_DTYPES and x.ndim > len(axes) \
             and x.flags.c_contiguous and tuple(axes) == _LEADING[len(axes)]:
         out = _leading_sum(x, len(axes), attrs["keepdims"])
         if out is not None:
             return (out,)
-    out = x.sum(axis=tuple(range(x.ndim)) if axes is None else axes,
-                keepdims=attrs["keepdims"], dtype=_accumulation_dtype(x.dtype))
+    out = x.sum(axis=axes, keepdims=attrs["keepdims"], dtype=_accumulation_dtype(x.dtype))
     return (_as_array(ctx, out, x.dtype),)
 
 
@@ -565,9 +584,7 @@ def _broadcast_to_like(ctx, grad, like):
     """The gradient of Sum/Mean(like, axis, keepdims) from that of its output (math_grad.py)."""
     attrs = ctx.attrs
     shape = like.shape
-    axes = attrs["axis"]
-    if axes is None:
-        axes = range(like.ndim)
+    axes = _resolved_axes(ctx, attrs["axis"], like.ndim)
     kept = list(shape)
     count = 1
     for axis in axes:
@@ -590,12 +607,8 @@ def _broadcast_to_like(ctx, grad, like):
 @register_kernel("ReducedShape")
 def _reduced_shape(ctx, shape):
     """``shape`` with 1 at the reduced axes (all of them when ``axis`` is None)."""
-    axes = ctx.attrs["axis"]
     out = np.array(_host(shape), dtype=shape.dtype, copy=True)  # a host shape, as TF's
-    if axes is None:
-        out[:] = 1
-    else:
-        out[list(axes)] = 1
+    out[list(_resolved_axes(ctx, ctx.attrs["axis"], out.size))] = 1
     return (out,)
 
 

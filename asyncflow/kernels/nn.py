@@ -253,9 +253,7 @@ def _softmax_xent(ctx, logits, labels):
     xp = ctx.xp
     axis = ctx.attrs["axis"]
     if logits.shape != labels.shape:
-        raise errors.InvalidArgumentError(
-            None, ctx.name, f"logits and labels must be the same size: logits_size="
-            f"{list(logits.shape)} labels_size={list(labels.shape)}")
+        labels = _broadcast_labels(ctx, logits, labels, axis)
     if logits.ndim == 2 and axis in (1, -1) and logits.size and logits.dtype.kind == "f":
         return _softmax_xent_rows(xp, logits, labels)
     # sum(labels * -log p), as TF's kernel (labels * (log(sum) - shifted)): a certain class
@@ -263,6 +261,36 @@ def _softmax_xent(ctx, logits, labels):
     log_probs = _log_softmax_of(xp, logits, axis)
     loss = xp.sum(labels * xp.negative(log_probs), axis=axis)
     return (xp.asarray(loss, dtype=logits.dtype), xp.exp(log_probs) - labels)
+
+
+def _broadcast_labels(ctx, logits, labels, axis):
+    """``labels`` broadcast to ``logits``' shape by TF1's rule: both as ``[rows, classes]``
+    matrices (the class ``axis`` last, the others flattened), the labels' rows and classes
+    each the logits' or 1."""
+    xp, ndim = ctx.xp, logits.ndim
+    if ndim == 0 or labels.ndim == 0:
+        raise errors.InvalidArgumentError(
+            None, ctx.name, f"logits and labels must have >= 1 dimension, got shapes "
+            f"{list(logits.shape)} and {list(labels.shape)}")
+    if not -ndim <= axis < ndim:
+        raise errors.InvalidArgumentError(
+            None, ctx.name, f"axis {axis} is out of range for logits of rank {ndim}")
+    axis %= ndim
+    label_axis = axis if labels.ndim == ndim else labels.ndim - 1
+    classes = logits.shape[axis]
+    rows = logits.size // classes if classes else 0
+    moved = xp.moveaxis(labels, label_axis, -1)
+    label_classes = moved.shape[-1]
+    label_rows = moved.size // label_classes if label_classes else 0
+    if (labels.ndim != ndim and axis != ndim - 1) or label_rows not in (1, rows) \
+            or label_classes not in (1, classes):
+        raise errors.InvalidArgumentError(
+            None, ctx.name, f"logits and labels must be broadcastable: logits_size=[{rows},"
+            f"{classes}] labels_size=[{label_rows},{label_classes}] (shapes "
+            f"{list(logits.shape)} and {list(labels.shape)}, class axis {axis})")
+    full = xp.broadcast_to(moved.reshape(label_rows, label_classes), (rows, classes))
+    kept = tuple(d for i, d in enumerate(logits.shape) if i != axis)
+    return xp.moveaxis(full.reshape(kept + (classes,)), -1, axis)
 
 
 def _softmax_xent_rows(xp, logits, labels):

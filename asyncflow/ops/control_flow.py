@@ -591,8 +591,9 @@ def case(pred_fn_pairs, default=None, exclusive=False, name="case"):
         def chain(index):
             if index == len(preds):
                 return default()
-            return cond(preds[index], fns[index], lambda: chain(index + 1),
-                        name=f"case_{index}")
+            # TF1's names: "case/cond/Merge", a later pair's cond inside the earlier's false
+            # branch ("case/cond/cond/Merge").
+            return cond(preds[index], fns[index], lambda: chain(index + 1), name="cond")
         return chain(0)
 
 

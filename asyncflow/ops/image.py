@@ -8,17 +8,17 @@
   naming the package. Undecodable bytes fail with ``InvalidArgumentError`` naming the op.
 - ``EncodeJpeg(image)`` (attrs ``quality``, ``chroma_downsampling``): a uint8 ``[height,
   width, 1 or 3]`` image as JPEG bytes (a string scalar), e.g. for ``tf.write_file``.
-- ``ResizeBilinear(images, size)`` and ``ResizeNearestNeighbor(images, size)`` (attr
-  ``align_corners``) resize ``[batch, height, width, channels]`` images to ``size`` (an int32
-  ``[new_height, new_width]``) by TF1's formulas: a source coordinate is ``y * scale`` with
-  ``scale = in / out``, or ``(in - 1) / (out - 1)`` with align_corners (nearest neighbor also
-  takes ``half_pixel_centers``: ``(y + 0.5) * scale``; bilinear refuses it); bilinear
-  interpolates in float32 and returns float32, nearest rounds down (rounds, with
-  align_corners) and keeps the dtype. ``resize_images`` is TF1's wrapper: 3-D or 4-D images,
+- ``ResizeBilinear(images, size)`` and ``ResizeNearestNeighbor(images, size)`` (attrs
+  ``align_corners``, ``half_pixel_centers``) resize ``[batch, height, width, channels]``
+  images to ``size`` (an int32 ``[new_height, new_width]``) by TF1's formulas: a source
+  coordinate is ``y * scale`` with ``scale = in / out``, or ``(in - 1) / (out - 1)`` with
+  align_corners; with half_pixel_centers ``(y + 0.5) * scale`` (nearest) or ``(y + 0.5) *
+  scale - 0.5`` (bilinear, the edge pixel below 0); bilinear interpolates in float32 and
+  returns float32, nearest rounds down (rounds, with align_corners) and keeps the dtype. ``resize_images`` is TF1's wrapper: 3-D or 4-D images,
   ``method`` a ``ResizeMethod``, and images already of the size returned unchanged.
 
 Kernels live in ``asyncflow/kernels/image.py``. ResizeBilinear has TF1's gradient,
-``ResizeBilinearGrad(grads, original_image)`` (attr ``align_corners``): each output cell's
+``ResizeBilinearGrad(grads, original_image)`` (the same attrs): each output cell's
 gradient times its two float32 weights goes to the four cells it read, in the original
 image's dtype (float16/32/64; other dtypes get none). ResizeNearestNeighbor has TF1's,
 ``ResizeNearestNeighborGrad(grads, size)`` (attrs ``align_corners``, ``half_pixel_centers``):
@@ -146,7 +146,8 @@ def _resize_bilinear_grad(op, grad):
     if images.dtype not in _RESIZE_GRAD_DTYPES:  # as TF1: integer images get no gradient
         return [None, None]
     return [make("ResizeBilinearGrad", (grad, images),
-                 {"align_corners": op.get_attr("align_corners")}, None, "ResizeBilinearGrad"),
+                 {"align_corners": op.get_attr("align_corners"),
+                  "half_pixel_centers": _half_pixel_centers(op)}, None, "ResizeBilinearGrad"),
             None]
 
 
@@ -202,11 +203,12 @@ def encode_jpeg(image, format="", quality=95, progressive=False, optimize_size=F
 
 
 def resize_bilinear(images, size, align_corners=False, name=None, half_pixel_centers=False):
-    """Bilinear resize of 4-D ``images`` to ``size``; float32 (TF1's ``resize_bilinear``)."""
-    if half_pixel_centers:
-        raise ValueError("resize_bilinear: half_pixel_centers=True is not supported")
+    """Bilinear resize of 4-D ``images`` to ``size``; float32 (TF1's ``resize_bilinear``).
+    With ``align_corners`` and ``half_pixel_centers`` together the op and its gradient fail
+    when they run (InvalidArgumentError), as TF1's."""
     return make("ResizeBilinear", (as_tensor(images), as_tensor(size, dtype=dtypes.int32)),
-                {"align_corners": bool(align_corners)}, name, "ResizeBilinear")
+                {"align_corners": bool(align_corners),
+                 "half_pixel_centers": bool(half_pixel_centers)}, name, "ResizeBilinear")
 
 
 def resize_nearest_neighbor(images, size, align_corners=False, name=None,

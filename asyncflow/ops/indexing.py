@@ -356,18 +356,15 @@ def gather(params, indices, axis=0, batch_dims=0, name=None, validate_indices=No
     Args:
         params: the tensor (or Variable) to gather from.
         indices: an int32/int64 tensor of positions in ``[0, params.shape[axis])``.
-        axis: the gathered axis (negative counts from the end).
+        axis: the gathered axis (negative: from the end, when the op runs if the rank is unknown).
         batch_dims: the number of leading dims of ``params`` and ``indices`` that are batch
             dims (gathered element-wise); must be <= axis.
         name: op name.
         validate_indices: ignored (indices are always checked, as TF1 on CPU).
 
-    Returns:
-        The gathered tensor.
-
     Raises:
-        ValueError: on a bad axis or batch_dims (build time).
-        InvalidArgumentError: at run time when an index is out of range.
+        ValueError: on a bad axis or batch_dims (build time); InvalidArgumentError at run
+            time when an index (or an axis resolved then) is out of range.
     """
     del validate_indices
     params = as_tensor(params)
@@ -382,8 +379,6 @@ def gather(params, indices, axis=0, batch_dims=0, name=None, validate_indices=No
         if indices.shape.ndims is None:
             raise ValueError("GatherV2: negative batch_dims needs the rank of indices")
         batch_dims += indices.shape.ndims
-    if axis < 0:
-        raise ValueError("GatherV2: a negative axis needs the rank of params")
     return make("GatherV2", (params, indices), {"axis": axis, "batch_dims": batch_dims}, name,
                 "GatherV2")
 
@@ -392,6 +387,10 @@ def gather(params, indices, axis=0, batch_dims=0, name=None, validate_indices=No
 def _gather_grad(op, grad):
     params, indices = op.inputs
     a, b = op.get_attr("axis"), op.get_attr("batch_dims")
+    if a < 0:  # built on params of unknown rank (TF1 takes the rank when the gradient runs)
+        if params.shape.ndims is None:
+            raise ValueError(f"GatherV2 {op.name!r}: its gradient needs the rank of params")
+        a += params.shape.ndims
     p_dims, i_dims = dims_of(params), dims_of(indices)
     if a == 0 and b == 0:
         return [_sparse_gather_grad(params, indices, grad, p_dims, i_dims), None]

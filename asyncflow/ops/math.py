@@ -341,7 +341,9 @@ REDUCTIONS = {"Sum": ("reduce_sum", NUMERIC), "Mean": ("reduce_mean", NUMERIC),
 
 
 def normalize_axes(axis, ndims, op_name):
-    """Axes as a sorted tuple of non-negative ints (None: all axes; needs a known rank)."""
+    """Axes as a sorted tuple of non-negative ints (None: all axes; needs a known rank).
+    Of an unknown rank, axes some of which are negative are returned sorted as given
+    (negatives first), for the kernel to resolve when the op runs, as TF1 does."""
     if axis is None:
         return None if ndims is None else tuple(builtins.range(ndims))
     axes = [axis] if isinstance(axis, int) else [int(a) for a in axis]
@@ -349,7 +351,7 @@ def normalize_axes(axis, ndims, op_name):
         # (sorted and unique as below: kernels take ``(0, ..., k-1)`` for the leading axes)
         if len(set(axes)) != len(axes):
             raise ValueError(f"{op_name}: axis {axes} names an axis twice")
-        return tuple(sorted(axes)) if all(a >= 0 for a in axes) else None
+        return tuple(sorted(axes))
     out = []
     for a in axes:
         if not -ndims <= a < ndims:  # (a scalar has no axis: TF1 refuses 0 and -1 there)
@@ -389,8 +391,6 @@ def _reduction_builder(op_type, builder_name):
                 raise ValueError(f"{builder_name}: axis must be a constant")
             axis = value.tolist()
         axes = normalize_axes(axis, x.shape.ndims, builder_name)
-        if axes is None and axis is not None:
-            raise ValueError(f"{builder_name}: negative axes need a known rank")
         return make(op_type, (x,), {"axis": axes, "keepdims": bool(keepdims)}, name, op_type)
     build.__name__ = builder_name
     build.__doc__ = f"Reduce with {op_type} over ``axis`` (None: all axes)."

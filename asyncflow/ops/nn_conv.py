@@ -26,6 +26,7 @@ from asyncflow.ops import math as _math
 from asyncflow.ops.construct import (
     FLOATING, NUMERIC, as_tensor, check_dtype, graph_of, make, operands, static_value,
 )
+from asyncflow.ops.indexing import slice as _slice
 from asyncflow.ops.layout import expand_dims
 from asyncflow.ops.sources import constant
 from asyncflow.ops.tiling import pad
@@ -324,9 +325,26 @@ def conv2d(input, filter=None, strides=None, padding=None, use_cudnn_on_gpu=True
 
 def conv2d_backprop_input(input_sizes, filter, out_backprop, strides, padding,  # noqa: A002
                           data_format="NHWC", dilations=None, name=None):
-    """The gradient of conv2d with respect to its input (of shape ``input_sizes``)."""
+    """The gradient of conv2d with respect to its input (of shape ``input_sizes``).
+
+    ``padding`` may be TF1's explicit padding (as ``conv2d``'s): the gradient of a zero
+    ``pad`` and a VALID convolution, that is a VALID Conv2DBackpropInput to the padded sizes
+    sliced back to ``input_sizes``."""
     filters, grad = operands((filter, out_backprop), "Conv2DBackpropInput")
     sizes = as_tensor(input_sizes, dtype=dtypes.int32)
+    if isinstance(padding, (list, tuple)):
+        pairs = _explicit_paddings(padding, data_format, "conv2d_backprop_input")
+        attrs = _conv_attrs(strides, "VALID", dilations, data_format, "conv2d_backprop_input")
+        known = static_value(sizes)
+        if known is None:
+            padded = _math.add(sizes, constant([a + b for a, b in pairs], dtype=dtypes.int32))
+        else:  # constants: the static shapes of the result and of its gradients
+            padded = constant([int(d) + a + b for d, (a, b) in zip(known, pairs)],
+                              dtype=dtypes.int32)
+        full = make("Conv2DBackpropInput", (padded, filters, grad), attrs, None,
+                    "Conv2DBackpropInput")
+        return _slice(full, constant([a for a, _ in pairs], dtype=dtypes.int32), sizes,
+                      name=name or "Conv2DBackpropInput")
     attrs = _conv_attrs(strides, padding, dilations, data_format, "conv2d_backprop_input")
     return make("Conv2DBackpropInput", (sizes, filters, grad), attrs, name,
                 "Conv2DBackpropInput")
@@ -334,9 +352,13 @@ def conv2d_backprop_input(input_sizes, filter, out_backprop, strides, padding,  
 
 def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding,  # noqa: A002
                            data_format="NHWC", dilations=None, name=None):
-    """The gradient of conv2d with respect to its filter (of shape ``filter_sizes``)."""
+    """The gradient of conv2d with respect to its filter (of shape ``filter_sizes``);
+    ``padding`` may be TF1's explicit padding (the input padded with zeros, then VALID)."""
     x, grad = operands((input, out_backprop), "Conv2DBackpropFilter")
     sizes = as_tensor(filter_sizes, dtype=dtypes.int32)
+    if isinstance(padding, (list, tuple)):
+        x = pad(x, _explicit_paddings(padding, data_format, "conv2d_backprop_filter"))
+        padding = "VALID"
     attrs = _conv_attrs(strides, padding, dilations, data_format, "conv2d_backprop_filter")
     return make("Conv2DBackpropFilter", (x, sizes, grad), attrs, name, "Conv2DBackpropFilter")
 
@@ -436,11 +458,26 @@ def max_pool(value=None, ksize=None, strides=None, padding=None, data_format="NH
     """Max over ``ksize`` windows of ``value`` (NHWC, or NCHW with ``data_format="NCHW"``;
     ``ksize``/``strides`` then ``[1, 1, h, w]``); padded cells never win.
 
+    ``padding`` may be TF1's explicit padding (as ``conv2d``'s, each pad smaller than the
+    window): the value padded with its dtype's lowest finite number, as TF1's kernel pads,
+    then a VALID MaxPool. (A window of only padding and -inf is that lowest number, as TF1's;
+    its gradient goes into the padding, where TF1's goes to the window's first cell.)
+
     Raises:
         ValueError: bad ksize/strides/padding, or a VALID window larger than the input.
     """
-    return _pool("MaxPool", value if value is not None else input, ksize, strides, padding,
-                 data_format, name, "max_pool")
+    value = value if value is not None else input
+    if isinstance(padding, (list, tuple)) and ksize is not None:
+        value = as_tensor(value)
+        pairs = _explicit_paddings(padding, data_format, "max_pool")
+        for pair, size in zip(pairs, _four(ksize, "ksize", "max_pool", data_format)):
+            if max(pair) >= size:
+                raise ValueError(f"max_pool: explicit padding {pairs} must be smaller than the "
+                                 f"window size {size} in each dimension")
+        dtype = value.dtype.np
+        lowest = np.finfo(dtype).min if dtype.kind == "f" else np.iinfo(dtype).min
+        value, padding = pad(value, pairs, constant_values=lowest), "VALID"
+    return _pool("MaxPool", value, ksize, strides, padding, data_format, name, "max_pool")
 
 
 def avg_pool(value=None, ksize=None, strides=None, padding=None, data_format="NHWC", name=None,

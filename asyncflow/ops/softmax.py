@@ -75,7 +75,41 @@ def _log_softmax_grad(op, grad):
 def _without_axis(shape, axis):
     if shape.ndims is None:
         return TensorShape(None)
+    axis %= shape.ndims
     return TensorShape([d for i, d in enumerate(shape.dims) if i != axis])
+
+
+def _as_matrix(shape, axis):
+    """``(rows, classes)`` of ``shape`` with its class ``axis`` moved last and the others
+    flattened, as TF1's cross entropy reshapes its inputs (None where a dim is unknown)."""
+    dims = shape.as_list()
+    classes = dims.pop(axis)
+    rows = 1
+    for dim in dims:
+        rows = None if rows is None or dim is None else rows * dim
+    return rows, classes
+
+
+def _check_labels_broadcast(op, logits, labels, axis):
+    """TF1's rule for labels of another shape than the logits: both as ``[rows, classes]``
+    matrices, the labels' rows and classes each the logits' or 1 (the logits' own never
+    broadcast here: TF1's gradient fails on those)."""
+    if labels.shape.ndims == 0:
+        raise ValueError(f"{op.type} {op.name}: labels must have >= 1 dimension, got a scalar")
+    if logits.shape.ndims is None or labels.shape.ndims is None:
+        return
+    label_axis = axis
+    if labels.shape.ndims != logits.shape.ndims:
+        if axis != logits.shape.ndims - 1:
+            raise ValueError(f"{op.type} {op.name}: labels of rank {labels.shape.ndims} for "
+                             f"logits of rank {logits.shape.ndims} need the class axis last")
+        label_axis = labels.shape.ndims - 1
+    for want, got in zip(_as_matrix(logits.shape, axis), _as_matrix(labels.shape, label_axis)):
+        if not (want is None or got is None or got in (1, want)):
+            raise ValueError(
+                f"{op.type} {op.name}: labels {labels.shape} do not broadcast to logits "
+                f"{logits.shape}: as [rows, classes] matrices (TF1's rule) the labels' rows "
+                "and classes must each be the logits' or 1")
 
 
 def _infer_softmax_xent(op):
@@ -84,16 +118,20 @@ def _infer_softmax_xent(op):
     if labels.dtype is not logits.dtype:
         raise TypeError(f"labels ({labels.dtype.name}) and logits ({logits.dtype.name}) must "
                         "have the same dtype")
-    if not logits.shape.is_compatible_with(labels.shape):
-        raise ValueError(f"logits and labels must have the same shape, got {logits.shape} "
-                         f"and {labels.shape}")
-    shape = logits.shape.merge_with(labels.shape)
-    if shape.ndims == 0:
+    if logits.shape.ndims == 0:
         raise ValueError("logits must have >= 1 dimension, got a scalar")
+    axis = op.get_attr("axis")
+    # Of logits of unknown rank, labels of any shape may broadcast: they tell nothing.
+    same = logits.shape.ndims is not None and logits.shape.is_compatible_with(labels.shape)
+    if not same or labels.shape.ndims == 0:
+        _check_labels_broadcast(op, logits, labels, axis % logits.shape.ndims
+                                if logits.shape.ndims else axis)
     # TF1 runs its 2-D kernel (whose shape function merges both inputs) on matrices and
-    # reshapes other ranks' losses by the logits' shape: the loss knows only the logits' dims
+    # reshapes other ranks' losses by the logits' shape: the loss knows only the logits'
+    # dims. Labels that broadcast tell nothing of the logits' shape.
+    shape = logits.shape.merge_with(labels.shape) if same else logits.shape
     known = shape if shape.ndims == 2 else logits.shape
-    return [(logits.dtype, _without_axis(known, op.get_attr("axis"))), (logits.dtype, shape)]
+    return [(logits.dtype, _without_axis(known, axis)), (logits.dtype, shape)]
 
 
 def _infer_sparse_xent(op):
@@ -123,8 +161,14 @@ def softmax_cross_entropy_with_logits_v2(_sentinel=None, labels=None, logits=Non
                                          name=None, axis=None):
     """Per-example ``-sum(labels * log_softmax(logits), axis)``; backprops into labels too.
 
+    ``labels`` may broadcast to ``logits`` by TF1's rule (both as ``[rows, classes]``
+    matrices, the labels' rows and classes each the logits' or 1: ``[1, classes]``,
+    ``[classes]``, ``[rows, 1]``); ``axis`` may be negative on logits of unknown rank,
+    resolved when the op runs. As TF1's, the labels' gradient is reshaped to their shape, so
+    labels that broadcast fail to differentiate (while building when their shapes are known).
+
     Raises:
-        ValueError: when called positionally or with mismatched shapes.
+        ValueError: when called positionally or with shapes that do not broadcast.
     """
     if _sentinel is not None or labels is None or logits is None:
         raise ValueError("Only call softmax_cross_entropy_with_logits with named arguments "
@@ -133,8 +177,6 @@ def softmax_cross_entropy_with_logits_v2(_sentinel=None, labels=None, logits=Non
     labels = as_tensor(labels, dtype=logits.dtype)
     axis = _normalize_axis(int(dim if axis is None else axis), logits.shape.ndims,
                            "softmax_cross_entropy_with_logits")
-    if axis < 0:
-        raise ValueError("softmax_cross_entropy_with_logits: a negative axis needs a known rank")
     op = make_op("SoftmaxCrossEntropyWithLogits", (logits, labels), {"axis": axis}, name,
                  "SoftmaxCrossEntropyWithLogits")
     return op.outputs[0]
@@ -252,15 +294,20 @@ def _softmax_xent_grad(op, grad_loss, grad_backprop=None):
                                  _math.negative(log_softmax(logits, axis=axis)))
     if grad_backprop is not None and grad_backprop.op.type != "ZerosLike":
         grad_labels = _math.subtract(grad_labels, grad_backprop)
+    labels = op.inputs[1]
+    if not (labels.shape.is_fully_defined() and labels.shape == logits.shape):
+        # TF1 reshapes it to the labels' shape: labels that broadcast fail there, as here.
+        grad_labels = _array.reshape(grad_labels, _array.shape(labels))
     return [grad_logits, grad_labels]
 
 
 @register_gradient("SparseSoftmaxCrossEntropyWithLogits")
 def _sparse_softmax_xent_grad(op, grad_loss, grad_backprop=None):
     backprop = op.outputs[1]
-    axis = backprop.shape.ndims - 1 if backprop.shape.ndims is not None else -1
-    if axis < 0:
-        raise ValueError("the gradient of sparse_softmax_cross_entropy_with_logits needs "
-                         "logits of known rank")
-    grad_logits = _expand_dims_mul(grad_loss, backprop, axis)
+    if backprop.shape.ndims is None:  # the class axis is the last one when the op runs
+        axis = -1
+        grad_logits = _math.multiply(_expand_at(grad_loss, axis, backprop), backprop)
+    else:
+        axis = backprop.shape.ndims - 1
+        grad_logits = _expand_dims_mul(grad_loss, backprop, axis)
     return [_through_backprop(grad_logits, grad_backprop, op.inputs[0], axis), None]

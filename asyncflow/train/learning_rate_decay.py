@@ -15,6 +15,7 @@ from asyncflow import dtypes
 from asyncflow.graph.graph import get_default_graph
 from asyncflow.ops import math as _math
 from asyncflow.ops.construct import as_tensor
+from asyncflow.ops.control_flow import case
 from asyncflow.ops.sources import random_normal
 
 
@@ -47,12 +48,12 @@ def exponential_decay(learning_rate, global_step, decay_steps, decay_rate, stair
     """``learning_rate * decay_rate ** (global_step / decay_steps)`` (floored when
     ``staircase``)."""
     _check_step(global_step, "exponential_decay")
-    with get_default_graph().name_scope(name or "ExponentialDecay"):
+    with get_default_graph().name_scope(name or "ExponentialDecay") as scope:
         rate, step, steps, decay = _float_args(learning_rate, global_step, decay_steps, decay_rate)
         power = _math.divide(step, steps)
         if staircase:
             power = _math.floor(power)
-        return _math.multiply(rate, _math.pow(decay, power), name="learning_rate")
+        return _math.multiply(rate, _math.pow(decay, power), name=scope)
 
 
 def inverse_time_decay(learning_rate, global_step, decay_steps, decay_rate, staircase=False,
@@ -60,13 +61,12 @@ def inverse_time_decay(learning_rate, global_step, decay_steps, decay_rate, stai
     """``learning_rate / (1 + decay_rate * global_step / decay_steps)`` (floored ratio when
     ``staircase``)."""
     _check_step(global_step, "inverse_time_decay")
-    with get_default_graph().name_scope(name or "InverseTimeDecay"):
+    with get_default_graph().name_scope(name or "InverseTimeDecay") as scope:
         rate, step, steps, decay = _float_args(learning_rate, global_step, decay_steps, decay_rate)
         ratio = _math.divide(step, steps)
         if staircase:
             ratio = _math.floor(ratio)
-        return _math.divide(rate, _math.add(1.0, _math.multiply(decay, ratio)),
-                            name="learning_rate")
+        return _math.divide(rate, _math.add(1.0, _math.multiply(decay, ratio)), name=scope)
 
 
 def polynomial_decay(learning_rate, global_step, decay_steps, end_learning_rate=0.0001,
@@ -74,7 +74,7 @@ def polynomial_decay(learning_rate, global_step, decay_steps, end_learning_rate=
     """``(lr - end) * (1 - step / decay_steps) ** power + end``; the step stops at
     ``decay_steps`` unless ``cycle``, which stretches ``decay_steps`` to the next multiple."""
     _check_step(global_step, "polynomial_decay")
-    with get_default_graph().name_scope(name or "PolynomialDecay"):
+    with get_default_graph().name_scope(name or "PolynomialDecay") as scope:
         rate, step, steps, end, exponent = _float_args(learning_rate, global_step, decay_steps,
                                                        end_learning_rate, power)
         if cycle:
@@ -85,34 +85,35 @@ def polynomial_decay(learning_rate, global_step, decay_steps, end_learning_rate=
             step = _math.minimum(step, steps)
         fraction = _math.subtract(1.0, _math.divide(step, steps))
         return _math.add(_math.multiply(_math.subtract(rate, end), _math.pow(fraction, exponent)),
-                         end, name="learning_rate")
+                         end, name=scope)
 
 
 def cosine_decay(learning_rate, global_step, decay_steps, alpha=0.0, name=None):
     """``learning_rate * ((1 - alpha) * 0.5 * (1 + cos(pi * step / decay_steps)) + alpha)``,
     the step stopping at ``decay_steps``."""
     _check_step(global_step, "cosine_decay")
-    with get_default_graph().name_scope(name or "CosineDecay"):
+    with get_default_graph().name_scope(name or "CosineDecay") as scope:
         rate, step, steps, floor = _float_args(learning_rate, global_step, decay_steps, alpha)
         step = _math.minimum(step, steps)
         cosine = _math.multiply(0.5, _math.add(1.0, _math.cos(
             _math.multiply(math.pi, _math.divide(step, steps)))))
         decayed = _math.add(_math.multiply(_math.subtract(1.0, floor), cosine), floor)
-        return _math.multiply(rate, decayed, name="learning_rate")
+        # TF1's last op keeps math_ops.multiply's default name: "Mul", after three "mul"s
+        # in the scope (names are unique ignoring case), so "CosineDecay/Mul_3".
+        return _math.multiply(rate, decayed, name="Mul")
 
 
 def natural_exp_decay(learning_rate, global_step, decay_steps, decay_rate, staircase=False,
                       name=None):
     """``learning_rate * exp(-decay_rate * global_step / decay_steps)`` (floored ratio when
     ``staircase``): TF1's ``exponential_decay`` with the rate ``exp(-decay_rate)``, which TF1
-    computes in ``decay_rate``'s dtype (float32 for a Python number)."""
+    computes in ``decay_rate``'s dtype (float32 for a Python number) in the caller's scope, the
+    schedule named as ``exponential_decay``'s (``ExponentialDecay`` unless ``name``)."""
     _check_step(global_step, "natural_exp_decay")
-    with get_default_graph().name_scope(name or "NaturalExpDecay"):
-        decay = decay_rate if hasattr(decay_rate, "dtype") else as_tensor(
-            np.float32(decay_rate) if type(decay_rate) is float else decay_rate)
-        return exponential_decay(learning_rate, global_step, decay_steps,
-                                 _math.exp(_math.negative(decay)), staircase=staircase,
-                                 name="NaturalExpDecay")
+    decay = decay_rate if hasattr(decay_rate, "dtype") else as_tensor(
+        np.float32(decay_rate) if type(decay_rate) is float else decay_rate)
+    return exponential_decay(learning_rate, global_step, decay_steps,
+                             _math.exp(_math.negative(decay)), staircase=staircase, name=name)
 
 
 def linear_cosine_decay(learning_rate, global_step, decay_steps, num_periods=0.5, alpha=0.0,
@@ -121,7 +122,7 @@ def linear_cosine_decay(learning_rate, global_step, decay_steps, num_periods=0.5
     step) / decay_steps`` and ``cosine = 0.5 (1 + cos(2 pi num_periods step / decay_steps))``,
     the step stopping at ``decay_steps`` (TF1's, Bello et al. 2017)."""
     _check_step(global_step, "linear_cosine_decay")
-    with get_default_graph().name_scope(name or "LinearCosineDecay"):
+    with get_default_graph().name_scope(name or "LinearCosineDecay") as scope:
         rate, step, steps, periods, floor, offset = _float_args(
             learning_rate, global_step, decay_steps, num_periods, alpha, beta)
         step = _math.minimum(step, steps)
@@ -129,7 +130,7 @@ def linear_cosine_decay(learning_rate, global_step, decay_steps, num_periods=0.5
         fraction = _math.multiply(_math.multiply(2.0, periods), _math.divide(step, steps))
         cosine = _math.multiply(0.5, _math.add(1.0, _math.cos(_math.multiply(math.pi, fraction))))
         decayed = _math.add(_math.multiply(_math.add(floor, linear), cosine), offset)
-        return _math.multiply(rate, decayed, name="learning_rate")
+        return _math.multiply(rate, decayed, name=scope)
 
 
 def noisy_linear_cosine_decay(learning_rate, global_step, decay_steps, initial_variance=1.0,
@@ -142,7 +143,7 @@ def noisy_linear_cosine_decay(learning_rate, global_step, decay_steps, initial_v
     asyncflow random op's are); with ``initial_variance=0`` the rate is linear cosine decay's.
     """
     _check_step(global_step, "noisy_linear_cosine_decay")
-    with get_default_graph().name_scope(name or "NoisyLinearCosineDecay"):
+    with get_default_graph().name_scope(name or "NoisyLinearCosineDecay") as scope:
         rate, step, steps, variance0, variance_decay, periods, floor, offset = _float_args(
             learning_rate, global_step, decay_steps, initial_variance, variance_decay,
             num_periods, alpha, beta)
@@ -156,7 +157,7 @@ def noisy_linear_cosine_decay(learning_rate, global_step, decay_steps, initial_v
         fraction = _math.multiply(_math.multiply(2.0, periods), _math.divide(step, steps))
         cosine = _math.multiply(0.5, _math.add(1.0, _math.cos(_math.multiply(math.pi, fraction))))
         decayed = _math.add(_math.multiply(_math.add(floor, noisy), cosine), offset)
-        return _math.multiply(rate, decayed, name="learning_rate")
+        return _math.multiply(rate, decayed, name=scope)
 
 
 def cosine_decay_restarts(learning_rate, global_step, first_decay_steps, t_mul=2.0, m_mul=1.0,
@@ -165,7 +166,7 @@ def cosine_decay_restarts(learning_rate, global_step, first_decay_steps, t_mul=2
     ``i`` lasts ``first_decay_steps * t_mul^i`` steps and starts at ``learning_rate *
     m_mul^i``; within it ``(1 - alpha) * 0.5 (1 + cos(pi * fraction)) + alpha``."""
     _check_step(global_step, "cosine_decay_restarts")
-    with get_default_graph().name_scope(name or "SGDRDecay"):
+    with get_default_graph().name_scope(name or "SGDRDecay") as scope:
         rate, step, steps, floor, t, m = _float_args(learning_rate, global_step,
                                                      first_decay_steps, alpha, t_mul, m_mul)
         completed = _math.divide(step, steps)
@@ -190,7 +191,7 @@ def cosine_decay_restarts(learning_rate, global_step, first_decay_steps, t_mul=2
         cosine = _math.multiply(_math.multiply(0.5, _math.pow(m, restart)), _math.add(
             1.0, _math.cos(_math.multiply(math.pi, fraction))))
         decayed = _math.add(_math.multiply(_math.subtract(1.0, floor), cosine), floor)
-        return _math.multiply(rate, decayed, name="learning_rate")
+        return _math.multiply(rate, decayed, name=scope)
 
 
 def piecewise_constant(x, boundaries, values, name=None):
@@ -210,10 +211,11 @@ def piecewise_constant(x, boundaries, values, name=None):
         bounds = [as_tensor(b) if hasattr(b, "dtype") else as_tensor(b, dtype=x.dtype)
                   for b in boundaries]
         bounds = [b if b.dtype is x.dtype else _math.cast(b, x.dtype) for b in bounds]
-        result = values[-1]
-        for bound, value in zip(reversed(bounds), reversed(values[:-1])):
-            result = _math.where(_math.less_equal(x, bound), value, result)
-        return result
+        # TF1 picks with tf.case (its conds' Merge: "PiecewiseConstant/case/cond/Merge"); the
+        # first bound that x does not pass picks, as TF1's exclusive predicates do.
+        pairs = [(_math.less_equal(x, bound), lambda value=value: value)
+                 for bound, value in zip(bounds, values[:-1])]
+        return case(pairs, default=lambda: values[-1], name="case")
 
 
 piecewise_constant_decay = piecewise_constant  # TF1's other name

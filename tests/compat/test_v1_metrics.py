@@ -3,14 +3,9 @@ where TensorFlow is installed and against numpy always; local variables reset th
 import numpy as np
 import pytest
 
-import asyncflow as af
 import asyncflow.compat.v1 as tf
+from default_graph import fresh_graph  # noqa: F401 (autouse fixture)
 from tf1_reference import compat_run, tf1_run
-
-
-@pytest.fixture(autouse=True)
-def fresh_graph():
-    af.reset_default_graph()
 
 
 SNIPPET = """

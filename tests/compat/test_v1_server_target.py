@@ -19,6 +19,7 @@ import trio
 import asyncflow as af
 import asyncflow.compat.v1 as tf
 from asyncflow.cluster.server import shutdown_cluster
+from default_graph import fresh_graph  # noqa: F401 (autouse fixture)
 from loopback_ports import free_ports
 
 START_TIMEOUT_S = 90
@@ -34,11 +35,6 @@ print("serving", server.target, flush=True)
 server.join()
 print("joined", flush=True)
 '''
-
-
-@pytest.fixture(autouse=True)
-def fresh_graph():
-    af.reset_default_graph()
 
 
 @pytest.fixture

@@ -14,13 +14,9 @@ import trio
 import asyncflow as af
 import asyncflow.compat.v1 as tf
 from asyncflow.compat.background_loop import LOOP
+from default_graph import fresh_graph  # noqa: F401 (autouse fixture)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-@pytest.fixture(autouse=True)
-def fresh_graph():
-    af.reset_default_graph()
 
 
 def test_a_tf1_script_runs_with_sync_calls():

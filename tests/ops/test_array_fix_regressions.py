@@ -6,17 +6,7 @@ import pytest
 
 import asyncflow as af
 import asyncflow.compat.v1 as tf
-
-
-@pytest.fixture(autouse=True)
-def fresh_graph():
-    af.reset_default_graph()
-
-
-def _run(fetches, feed_dict=None):
-    with tf.Session() as session:
-        session.run(tf.global_variables_initializer())
-        return session.run(fetches, feed_dict)
+from default_graph import fresh_graph, session_run  # noqa: F401 (fresh_graph: autouse fixture)
 
 
 def test_numpy_numbers_still_convert_to_bool_constants():
@@ -24,11 +14,11 @@ def test_numpy_numbers_still_convert_to_bool_constants():
     # numpy arrays and numpy scalars: constant(np.array([2, 0]), bool) -> [True, False],
     # convert_to_tensor(np.int32(0), bool) -> False, Variable(np.array([1, 0]), dtype=bool)
     # -> [True, False]. The bool check refused them all, which worked before it.
-    values = _run([tf.constant(np.array([2, 0]), dtype=tf.bool),
-                   tf.constant(np.array([2.5, 0.0]), dtype=tf.bool),
-                   tf.convert_to_tensor(np.int32(0), dtype=tf.bool),
-                   tf.constant(np.array(1), dtype=tf.bool, shape=[2]),
-                   tf.Variable(np.array([1, 0]), dtype=tf.bool)])
+    values = session_run([tf.constant(np.array([2, 0]), dtype=tf.bool),
+                          tf.constant(np.array([2.5, 0.0]), dtype=tf.bool),
+                          tf.convert_to_tensor(np.int32(0), dtype=tf.bool),
+                          tf.constant(np.array(1), dtype=tf.bool, shape=[2]),
+                          tf.Variable(np.array([1, 0]), dtype=tf.bool)], initialize=True)
     expected = [[True, False], [True, False], False, [True, True], [True, False]]
     for value, want in zip(values, expected):
         assert value.dtype == np.bool_
@@ -42,8 +32,8 @@ def test_numpy_floats_truncate_to_integer_constants_as_tf1():
     # TF 2.21's tf.compat.v1: constant(np.array([1.5, -1.7], np.float32), int32) -> [1, -1],
     # constant(np.float64(2.9), int32) -> 2; constant(1.5, int32) and constant([1.5], int32)
     # -> TypeError "Expected int32, but got 1.5 of type 'float'".
-    values = _run([tf.constant(np.array([1.5, -1.7], np.float32), tf.int32),
-                   tf.constant(np.float64(2.9), tf.int32)])
+    values = session_run([tf.constant(np.array([1.5, -1.7], np.float32), tf.int32),
+                          tf.constant(np.float64(2.9), tf.int32)])
     np.testing.assert_array_equal(values[0], [1, -1])
     assert values[0].dtype == np.int32 and values[1] == 2
     for python_number in (1.5, [1.5]):
@@ -58,14 +48,14 @@ def test_top_k_and_in_top_k_keep_tf1s_answers_on_their_faster_paths():
     # in_top_k with finite predictions whose sum overflows float32 still counts the row
     # ([[3e38, 3e38, 1]], target 0, k=1 -> True), a NaN or inf anywhere in a row -> False.
     x = tf.constant([[3.0, 1.0, 3.0, 2.0, 3.0]])
-    orders = _run([tf.nn.top_k(x, k)[1] for k in range(6)])
+    orders = session_run([tf.nn.top_k(x, k)[1] for k in range(6)])
     for k, order in enumerate(orders):
         np.testing.assert_array_equal(order, [[0, 2, 4, 3, 1][:k]])
     predictions = tf.constant([[3e38, 3e38, 1.0], [1.0, np.inf, 0.0], [2.0, 1.0, np.nan],
                                [0.0, 2.0, 1.0]], tf.float32)
-    hits = _run(tf.nn.in_top_k(predictions, [0, 0, 0, 1], 1))
+    hits = session_run(tf.nn.in_top_k(predictions, [0, 0, 0, 1], 1))
     np.testing.assert_array_equal(hits, [True, False, False, True])
-    np.testing.assert_array_equal(_run(tf.nn.in_top_k(predictions[:1], [0], 1)), [True])
+    np.testing.assert_array_equal(session_run(tf.nn.in_top_k(predictions[:1], [0], 1)), [True])
 
 
 def test_reshape_errors_and_empty_tensors_after_the_fast_path():
@@ -73,12 +63,12 @@ def test_reshape_errors_and_empty_tensors_after_the_fast_path():
     # to [0, -1] -> "Input to reshape is a tensor with 12 values"; of (2, 3) to [4, -1] too.
     x = tf.placeholder(tf.float32, None)
     shapes = [tf.reshape(x, [0, -1]), tf.reshape(x, [-1, 0]), tf.reshape(x, [-1, 3])]
-    values = _run(shapes, {x: np.zeros((0, 3), np.float32)})
+    values = session_run(shapes, {x: np.zeros((0, 3), np.float32)})
     assert [v.shape for v in values] == [(0, 3), (3, 0), (0, 3)]
     for value, target in ((np.zeros((3, 4)), [0, -1]), (np.zeros((2, 3)), [4, -1])):
         with pytest.raises(af.errors.InvalidArgumentError, match="Input to reshape is a tensor "
                            f"with {value.size} values"):
-            _run(tf.reshape(x, target), {x: value})
+            session_run(tf.reshape(x, target), {x: value})
 
 
 def test_boolean_mask_with_a_mask_of_unknown_dims_builds():
@@ -93,8 +83,8 @@ def test_boolean_mask_with_a_mask_of_unknown_dims_builds():
     cells = tf.boolean_mask(cube, mask2)
     assert rows.shape.as_list() == [None, 4] and cells.shape.as_list() == [None, 5]
     pick = np.array([[True, False, True], [False, False, True]])
-    values = _run([rows, cells], {x: np.arange(12).reshape(3, 4), mask: [True, False, True],
-                                  cube: np.arange(30).reshape(2, 3, 5), mask2: pick})
+    values = session_run([rows, cells], {x: np.arange(12).reshape(3, 4), mask: [True, False, True],
+                                         cube: np.arange(30).reshape(2, 3, 5), mask2: pick})
     np.testing.assert_array_equal(values[0], [[0, 1, 2, 3], [8, 9, 10, 11]])
     np.testing.assert_array_equal(values[1], np.arange(30).reshape(2, 3, 5)[pick])
 
@@ -114,4 +104,4 @@ def test_static_shapes_of_gather_nd_with_batch_dims_and_of_an_empty_reshape():
                         batch_dims=1).shape.as_list() == [2, None]
     empty = tf.placeholder(tf.float32, [0, None])
     assert tf.reshape(empty, [-1, 3]).shape.as_list() == [0, 3]
-    assert _run(tf.reshape(empty, [-1, 3]), {empty: np.zeros((0, 6))}).shape == (0, 3)
+    assert session_run(tf.reshape(empty, [-1, 3]), {empty: np.zeros((0, 6))}).shape == (0, 3)

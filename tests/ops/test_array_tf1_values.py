@@ -7,16 +7,7 @@ import pytest
 
 import asyncflow as af
 import asyncflow.compat.v1 as tf
-
-
-@pytest.fixture(autouse=True)
-def fresh_graph():
-    af.reset_default_graph()
-
-
-def _run(fetches, feed_dict=None):
-    with tf.Session() as session:
-        return session.run(fetches, feed_dict)
+from default_graph import fresh_graph, session_run  # noqa: F401 (fresh_graph: autouse fixture)
 
 
 def test_reshape_of_an_empty_tensor_solves_the_minus_one_from_its_nonzero_dims():
@@ -25,11 +16,11 @@ def test_reshape_of_an_empty_tensor_solves_the_minus_one_from_its_nonzero_dims()
     empty = tf.placeholder(tf.int32, [0, 3])
     wide, split = tf.reshape(empty, [0, -1]), tf.reshape(tf.zeros([0, 3]), [0, -1, 2])
     assert wide.shape.as_list() == [0, None] and split.shape.as_list() == [0, None, 2]
-    values = _run([wide, split], {empty: np.zeros((0, 3), np.int32)})
+    values = session_run([wide, split], {empty: np.zeros((0, 3), np.int32)})
     assert values[0].shape == (0, 3) and values[0].dtype == np.int32
     assert values[1].shape == (0, 1, 2)
     unknown = tf.placeholder(tf.float32, [None, 3])
-    assert _run(tf.reshape(unknown, [0, -1]), {unknown: np.zeros((0, 3))}).shape == (0, 3)
+    assert session_run(tf.reshape(unknown, [0, -1]), {unknown: np.zeros((0, 3))}).shape == (0, 3)
     with pytest.raises(ValueError, match="Reshape .*cannot reshape a tensor with 6 elements"):
         tf.reshape(tf.zeros([2, 3]), [0, -1])
 
@@ -42,7 +33,7 @@ def test_boolean_mask_of_an_empty_tensor_and_its_static_shape():
     x = tf.placeholder(tf.float64, [3, 2, 2])
     picked = tf.boolean_mask(x, [[True, False], [False, True]], axis=1)
     assert empty.shape.as_list() == [0, None] and picked.shape.as_list() == [3, None]
-    values = _run([empty, picked], {x: np.arange(12.0).reshape(3, 2, 2)})
+    values = session_run([empty, picked], {x: np.arange(12.0).reshape(3, 2, 2)})
     assert values[0].shape == (0, 1)
     np.testing.assert_array_equal(values[1], [[0.0, 3.0], [4.0, 7.0], [8.0, 11.0]])
 
@@ -52,7 +43,7 @@ def test_one_hot_takes_its_dtype_from_the_given_values():
     # on_value=2 with dtype=float64 is fine; on_value=1.0 with dtype=int64 is a TypeError.
     ints = tf.one_hot([0, -1, 3, 2], 3, on_value=5, off_value=-1)
     floats = tf.one_hot([0, 2], 3, on_value=2, dtype=tf.float64)
-    values = _run([ints, floats])
+    values = session_run([ints, floats])
     assert values[0].dtype == np.int32 and values[1].dtype == np.float64
     np.testing.assert_array_equal(values[0], [[5, -1, -1], [-1, -1, -1], [-1, -1, -1], [-1, -1, 5]])
     np.testing.assert_array_equal(values[1], [[2.0, 0.0, 0.0], [0.0, 0.0, 2.0]])
@@ -69,11 +60,11 @@ def test_range_whose_delta_points_away_from_the_limit_is_refused():
         tf.range(-2.0, 3.0, -1.0)
     limit = tf.placeholder(tf.int32, [])
     counted = tf.range(0, limit, name="counted")
-    np.testing.assert_array_equal(_run(counted, {limit: 3}), [0, 1, 2])
+    np.testing.assert_array_equal(session_run(counted, {limit: 3}), [0, 1, 2])
     with pytest.raises(af.errors.InvalidArgumentError, match="counted.*start <= limit"):
-        _run(counted, {limit: -1})
+        session_run(counted, {limit: -1})
     # sequence_mask of no lengths still has zero columns, as in TF1: a bool (0, 0)
-    assert _run(tf.sequence_mask(tf.zeros([0], tf.int32))).shape == (0, 0)
+    assert session_run(tf.sequence_mask(tf.zeros([0], tf.int32))).shape == (0, 0)
 
 
 def test_where_of_a_scalar_condition_is_refused():
@@ -81,16 +72,16 @@ def test_where_of_a_scalar_condition_is_refused():
     # asyncflow answered an int64 [1, 0].
     cond = tf.placeholder(tf.bool, [])
     with pytest.raises(af.errors.InvalidArgumentError, match="Where.*rank at least 1"):
-        _run(tf.where(cond), {cond: True})
+        session_run(tf.where(cond), {cond: True})
 
 
 def test_top_k_of_the_smallest_int():
     # TF1: top_k([[-2**31, 0, 5, -2**31]] int32, 3) -> values [[5, 0, -2147483648]], indices
     # [[2, 1, 0]]; asyncflow negated the values and the minimum wrapped around to the top.
-    values, indices = _run(tf.nn.top_k(np.array([[-2 ** 31, 0, 5, -2 ** 31]], np.int32), 3))
+    values, indices = session_run(tf.nn.top_k(np.array([[-2 ** 31, 0, 5, -2 ** 31]], np.int32), 3))
     np.testing.assert_array_equal(values, [[5, 0, -2147483648]])
     np.testing.assert_array_equal(indices, [[2, 1, 0]])
-    ties, order = _run(tf.nn.top_k([3.0, 1.0, 3.0, 2.0, 3.0], 4))
+    ties, order = session_run(tf.nn.top_k([3.0, 1.0, 3.0, 2.0, 3.0], 4))
     np.testing.assert_array_equal(order, [0, 2, 4, 3])  # equal values: lower index first
 
 
@@ -101,7 +92,7 @@ def test_in_top_k_answers_each_row_alone():
     first = tf.nn.in_top_k(np.array([[1.0, 2, 3], [3, 2, 1]], np.float32), [5, 0], 2)
     second = tf.nn.in_top_k(np.array([[np.inf, 2, 3], [3, 2, 1], [1, np.nan, 2]], np.float32),
                             [2, 1, 2], 2)
-    values = _run([first, second])
+    values = session_run([first, second])
     np.testing.assert_array_equal(values[0], [False, True])
     np.testing.assert_array_equal(values[1], [False, True, False])
 
@@ -113,9 +104,9 @@ def test_an_index_with_a_negative_step_is_refused():
         tf.strided_slice(np.arange(4), [1], [2], [-1], shrink_axis_mask=1)
     strides = tf.placeholder(tf.int32, [1])
     sliced = tf.strided_slice(np.arange(4), [1], [2], strides, shrink_axis_mask=1, name="picked")
-    assert _run(sliced, {strides: [1]}) == 1
+    assert session_run(sliced, {strides: [1]}) == 1
     with pytest.raises(af.errors.InvalidArgumentError, match="picked.*only stride 1 allowed"):
-        _run(sliced, {strides: [-1]})
+        session_run(sliced, {strides: [-1]})
 
 
 def test_a_band_wider_than_the_matrix_is_refused():
@@ -127,9 +118,9 @@ def test_a_band_wider_than_the_matrix_is_refused():
         tf.matrix_band_part(np.zeros((2, 3), np.float32), 0, 4)
     x = tf.placeholder(tf.float32, [None, None])
     band = tf.matrix_band_part(x, 2, 3, name="band")
-    assert _run(band, {x: np.ones((2, 3))}).sum() == 6
+    assert session_run(band, {x: np.ones((2, 3))}).sum() == 6
     with pytest.raises(af.errors.InvalidArgumentError, match="band.*num_lower"):
-        _run(band, {x: np.ones((1, 3))})
+        session_run(band, {x: np.ones((1, 3))})
 
 
 def test_bool_pad_and_constant_take_only_bools():
@@ -140,7 +131,7 @@ def test_bool_pad_and_constant_take_only_bools():
         tf.pad([True, False], [[1, 1]], constant_values=-1)
     with pytest.raises(TypeError, match="dtype bool"):
         tf.constant(1, dtype=tf.bool)
-    np.testing.assert_array_equal(_run(tf.pad([True, False], [[1, 1]])), [False, True, False, False])
+    np.testing.assert_array_equal(session_run(tf.pad([True, False], [[1, 1]])), [False, True, False, False])
 
 
 def test_mirror_pad_of_an_empty_tensor_pads_its_other_dims():
@@ -150,7 +141,7 @@ def test_mirror_pad_of_an_empty_tensor_pads_its_other_dims():
     x = tf.placeholder(tf.float32, [None, 4, 1])
     padded = tf.pad(x, [[0, 0], [2, 1], [1, 0]], mode="SYMMETRIC")
     rows = tf.pad(tf.zeros([3, 0]), [[1, 1], [0, 0]], mode="SYMMETRIC")
-    values = _run([padded, rows], {x: np.zeros((0, 4, 1), np.float32)})
+    values = session_run([padded, rows], {x: np.zeros((0, 4, 1), np.float32)})
     assert values[0].shape == (0, 7, 2) and values[1].shape == (5, 0)
 
 
@@ -163,7 +154,7 @@ def test_gather_nd_with_batch_dims():
     rows = tf.gather_nd(params, [[[1], [0]], [[2], [2]]], batch_dims=1)
     cells = tf.gather_nd(params, [[[1], [0], [3]], [[2], [2], [0]]], batch_dims=2)
     assert rows.shape.as_list() == [2, 2, 4] and cells.shape.as_list() == [2, 3]
-    values = _run([rows, cells], {params: np.arange(24).reshape(2, 3, 4)})
+    values = session_run([rows, cells], {params: np.arange(24).reshape(2, 3, 4)})
     np.testing.assert_array_equal(values[0], [[[4, 5, 6, 7], [0, 1, 2, 3]],
                                               [[20, 21, 22, 23], [20, 21, 22, 23]]])
     np.testing.assert_array_equal(values[1], [[1, 4, 11], [14, 18, 20]])
@@ -171,7 +162,7 @@ def test_gather_nd_with_batch_dims():
         tf.gather_nd(np.zeros((2, 3)), np.zeros((3, 1), np.int32), batch_dims=1)
     bad = tf.gather_nd(params, [[[1], [4]], [[2], [2]]], batch_dims=1)
     with pytest.raises(af.errors.InvalidArgumentError, match="GatherNd.*4 is not in \\[0, 3\\)"):
-        _run(bad, {params: np.arange(24).reshape(2, 3, 4)})
+        session_run(bad, {params: np.arange(24).reshape(2, 3, 4)})
 
 
 def test_reshape_to_the_shape_of_another_tensor_knows_its_static_shape():
@@ -186,8 +177,8 @@ def test_reshape_to_the_shape_of_another_tensor_knows_its_static_shape():
     unknown = tf.placeholder(tf.float32, [None])
     assert tf.reshape(unknown, tf.shape(batch)).shape.as_list() == [None, 3]
     assert tf.reshape(x, tf.shape(tf.placeholder(tf.float32))).shape.ndims is None
-    value = _run(tf.reshape(unknown, tf.shape(batch)), {unknown: np.arange(6.0),
-                                                       batch: np.zeros((2, 3))})
+    value = session_run(tf.reshape(unknown, tf.shape(batch)), {unknown: np.arange(6.0),
+                                                              batch: np.zeros((2, 3))})
     np.testing.assert_array_equal(value, np.arange(6.0).reshape(2, 3))
 
 

@@ -7,17 +7,8 @@ import pytest
 
 import asyncflow as af
 import asyncflow.compat.v1 as tf
+from default_graph import fresh_graph, session_run  # noqa: F401 (fresh_graph: autouse fixture)
 from gradcheck import check_gradients
-
-
-@pytest.fixture(autouse=True)
-def fresh_graph():
-    af.reset_default_graph()
-
-
-def _run(fetches, feed_dict=None):
-    with tf.Session() as session:
-        return session.run(fetches, feed_dict)
 
 
 async def _together_and_alone(build, inputs):
@@ -85,10 +76,10 @@ def test_max_pool_and_its_gradient_with_nan_and_infinities_as_tf1(fetch_pool):
             w = tf.constant(np.array(upstream, np.float32).reshape(y.shape.as_list()))
             g = tf.gradients(y, xt, grad_ys=w)[0]
             if fetch_pool:
-                y_value, g_value = _run([y, g])
+                y_value, g_value = session_run([y, g])
                 np.testing.assert_array_equal(y_value.ravel(), pooled)
             else:
-                g_value = _run(g)
+                g_value = session_run(g)
             np.testing.assert_array_equal(g_value.ravel(), gradient)
 
 

@@ -7,17 +7,8 @@ import pytest
 
 import asyncflow as af
 import asyncflow.compat.v1 as tf
+from default_graph import fresh_graph, session_run  # noqa: F401 (fresh_graph: autouse fixture)
 from gradcheck import check_gradients
-
-
-@pytest.fixture(autouse=True)
-def fresh_graph():
-    af.reset_default_graph()
-
-
-def _run(fetches, feed_dict=None):
-    with tf.Session() as session:
-        return session.run(fetches, feed_dict)
 
 
 @pytest.mark.parametrize("op", [tf.nn.elu, tf.nn.selu])
@@ -26,11 +17,11 @@ def test_elu_and_selu_keep_the_sign_of_negative_zero(op, dtype):
     # TF's kernels are ``x < 0 ? ... : x`` (selu: ``scale * x``): -0.0 stays -0.0. asyncflow's
     # max(x, 0) + expm1(min(x, 0)) gave 0.0.
     x = np.array([-0.0, 0.0, -1.0, 2.0, np.nan], dtype)
-    got = _run(op(tf.constant(x)))
+    got = session_run(op(tf.constant(x)))
     assert got.dtype == dtype
     assert np.signbit(got[:2]).tolist() == [True, False]
     assert got[2] < 0 and got[3] > 0 and np.isnan(got[4])
-    assert np.signbit(_run(op(tf.constant(dtype(-0.0)))))
+    assert np.signbit(session_run(op(tf.constant(dtype(-0.0)))))
 
 
 @pytest.mark.parametrize("op", [tf.nn.softmax_cross_entropy_with_logits,
@@ -40,7 +31,7 @@ def test_a_certain_class_loses_positive_zero(op, shape, dim):
     # TF's kernel sums labels * (log(sum(exp)) - shifted): one class (or one row along dim)
     # gives +0.0; asyncflow negated sum(labels * log p) and gave -0.0.
     logits = np.random.default_rng(0).standard_normal(shape)
-    got = _run(op(labels=tf.constant(np.ones(shape)), logits=tf.constant(logits), dim=dim))
+    got = session_run(op(labels=tf.constant(np.ones(shape)), logits=tf.constant(logits), dim=dim))
     assert got.shape == tuple(d for k, d in enumerate(shape) if k != dim % len(shape))
     assert np.all(got == 0) and not np.any(np.signbit(got))
 
@@ -56,7 +47,8 @@ def test_bias_add_nchw_of_a_matrix_fed_at_run_time_adds_along_the_last_axis():
     # TF1's kernel (the shape unknown when building) adds a matrix's bias on its last axis.
     value, bias = tf.placeholder(tf.float32), tf.placeholder(tf.float32)
     y = tf.nn.bias_add(value, bias, data_format="NCHW")
-    got = _run(y, {value: np.zeros((2, 3), np.float32), bias: np.arange(3, dtype=np.float32)})
+    got = session_run(y, {value: np.zeros((2, 3), np.float32),
+                          bias: np.arange(3, dtype=np.float32)})
     np.testing.assert_array_equal(got, [[0, 1, 2], [0, 1, 2]])
 
 
@@ -66,7 +58,7 @@ def test_top_k_names_its_values_and_indices():
     result = tf.nn.top_k(tf.constant([[1.0, 3.0, 1.0, 3.0]]), 3)
     values, indices = result
     assert result.values is values and result.indices is indices
-    got_values, got_indices = _run([result.values, result.indices])
+    got_values, got_indices = session_run([result.values, result.indices])
     np.testing.assert_array_equal(got_values, [[3.0, 3.0, 1.0]])
     np.testing.assert_array_equal(got_indices, [[1, 3, 0]])  # ties: the lower index first
 
@@ -75,9 +67,9 @@ def test_top_k_names_its_values_and_indices():
 
 def test_crelu_concatenates_relu_of_x_and_of_minus_x():
     x = np.array([[-2.0, 0.5], [3.0, -1.0]])
-    np.testing.assert_array_equal(_run(tf.nn.crelu(tf.constant(x))),
+    np.testing.assert_array_equal(session_run(tf.nn.crelu(tf.constant(x))),
                                   [[0, 0.5, 2, 0], [3, 0, 0, 1]])
-    np.testing.assert_array_equal(_run(tf.nn.crelu(tf.constant(x), axis=0)),
+    np.testing.assert_array_equal(session_run(tf.nn.crelu(tf.constant(x), axis=0)),
                                   [[0, 0.5], [3, 0], [2, 0], [0, 1]])
 
 
@@ -89,14 +81,14 @@ async def test_crelu_gradient_matches_finite_differences():
 def test_weighted_cross_entropy_with_logits_by_hand():
     # TF1: (1 - z) x + (1 + (q - 1) z) (log1p(exp(-|x|)) + relu(-x)), q = pos_weight = 3.
     x, z = np.array([-2.0, 0.0, 3.0]), np.array([1.0, 0.5, 0.0])
-    got = _run(tf.nn.weighted_cross_entropy_with_logits(labels=z, logits=tf.constant(x),
-                                                        pos_weight=3.0))
+    got = session_run(tf.nn.weighted_cross_entropy_with_logits(labels=z, logits=tf.constant(x),
+                                                               pos_weight=3.0))
     np.testing.assert_allclose(got, [3 * (np.log1p(np.exp(-2.0)) + 2), 2 * np.log(2.0),
                                      3 + np.log1p(np.exp(-3.0))], rtol=1e-12)
     # pos_weight 1 is sigmoid_cross_entropy_with_logits
-    plain = _run(tf.nn.sigmoid_cross_entropy_with_logits(labels=z, logits=tf.constant(x)))
-    same = _run(tf.nn.weighted_cross_entropy_with_logits(labels=z, logits=tf.constant(x),
-                                                         pos_weight=1.0))
+    plain = session_run(tf.nn.sigmoid_cross_entropy_with_logits(labels=z, logits=tf.constant(x)))
+    same = session_run(tf.nn.weighted_cross_entropy_with_logits(labels=z, logits=tf.constant(x),
+                                                                pos_weight=1.0))
     np.testing.assert_allclose(same, plain, rtol=1e-12)
     with pytest.raises(ValueError, match="same shape"):
         tf.nn.weighted_cross_entropy_with_logits(labels=tf.zeros([2]), logits=tf.zeros([3]),
@@ -119,7 +111,7 @@ def test_cosine_distance_by_hand_and_in_losses():
                                      reduction=tf.losses.Reduction.NONE)
     assert none.shape.as_list() == [3, 1] and none.dtype == tf.float32
     assert tf.get_collection(tf.GraphKeys.LOSSES) == [loss, none]
-    got, got_none = _run([loss, none])
+    got, got_none = session_run([loss, none])
     np.testing.assert_allclose(got, (0.4 + 0.0 + 1.0) / 3, rtol=1e-6)
     np.testing.assert_allclose(got_none, [[0.8], [0.0], [1.0]], rtol=1e-6)
     with pytest.raises(ValueError, match="axis"):
@@ -138,9 +130,10 @@ def test_mean_pairwise_squared_error_by_hand():
     loss = tf.losses.mean_pairwise_squared_error(labels, tf.constant(predictions),
                                                  weights=[[1.0], [0.5]])
     assert loss.dtype == tf.float32 and tf.get_collection(tf.GraphKeys.LOSSES) == [loss]
-    np.testing.assert_allclose(_run(loss), pairs(diffs[0]) + 0.5 * pairs(diffs[1]), rtol=1e-6)
+    np.testing.assert_allclose(session_run(loss), pairs(diffs[0]) + 0.5 * pairs(diffs[1]),
+                               rtol=1e-6)
     one = tf.losses.mean_pairwise_squared_error(tf.zeros([2, 1]), tf.ones([2, 1]))
-    assert _run(one) == 0  # a single element per row has no pairs
+    assert session_run(one) == 0  # a single element per row has no pairs
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
@@ -149,7 +142,7 @@ def test_leaky_relu_of_integers_is_float32(dtype):
     # asyncflow refused them.
     y = tf.nn.leaky_relu(tf.constant(np.array([-3, 0, 2], dtype)), alpha=0.5)
     assert y.dtype == tf.float32
-    np.testing.assert_array_equal(_run(y), np.array([-1.5, 0.0, 2.0], np.float32))
+    np.testing.assert_array_equal(session_run(y), np.array([-1.5, 0.0, 2.0], np.float32))
 
 
 @pytest.mark.parametrize("given", [{"rate": 0.0}, {"keep_prob": 1.0}, {"rate": 0.25}])
@@ -163,14 +156,14 @@ def test_dropout_refuses_a_rate_tensor_of_another_dtype(given):
     same = tf.nn.dropout(tf.ones([3], tf.float64), **{key: tf.constant(value, tf.float64)})
     assert same.dtype == tf.float64 and same.shape.as_list() == [3]
     if value in (0.0, 1.0):
-        np.testing.assert_array_equal(_run(same), np.ones(3))
+        np.testing.assert_array_equal(session_run(same), np.ones(3))
 
 
 def test_elu_gradient_passes_the_upstream_gradient_at_nan():
     # TF's EluGrad is ``outputs < 0 ? grad * (outputs + 1) : grad``: at x = NaN the gradient
     # is the upstream one (TF1: 1 here); asyncflow's grad * (min(outputs, 0) + 1) gave NaN.
     x = tf.constant(np.array([np.nan, -np.inf, -1.0, 0.0, 2.0]))
-    got, = _run(tf.gradients(tf.nn.elu(x), [x]))
+    got, = session_run(tf.gradients(tf.nn.elu(x), [x]))
     np.testing.assert_allclose(got, [1.0, 0.0, np.exp(-1.0), 1.0, 1.0], rtol=1e-12)
 
 
@@ -191,7 +184,7 @@ def test_bias_add_reads_data_format_as_tf1(layout, axis):
                                                    + (0,) * (5 - len(layout))]
     assert value.ndim == len(layout)
     bias = np.arange(3, dtype=np.float32)
-    got = _run(tf.nn.bias_add(tf.constant(value), tf.constant(bias), data_format=layout))
+    got = session_run(tf.nn.bias_add(tf.constant(value), tf.constant(bias), data_format=layout))
     shape = [1] * value.ndim
     shape[axis] = 3
     np.testing.assert_array_equal(got, value + bias.reshape(shape))
@@ -212,8 +205,8 @@ def test_in_top_k_checks_its_inputs_when_built_and_knows_the_batch():
         tf.nn.in_top_k(tf.zeros([2, 3]), tf.zeros([2, 1], tf.int32), 1)
     with pytest.raises(ValueError, match="batch size"):
         tf.nn.in_top_k(tf.zeros([2, 3]), tf.zeros([3], tf.int32), 1)
-    got = _run(tf.nn.in_top_k(predictions, tf.constant([2, 0], tf.int64), 1),
-               {predictions: np.array([[0.0, 1.0, 2.0], [1.0, 1.0, 0.0]], np.float32)})
+    got = session_run(tf.nn.in_top_k(predictions, tf.constant([2, 0], tf.int64), 1),
+                      {predictions: np.array([[0.0, 1.0, 2.0], [1.0, 1.0, 0.0]], np.float32)})
     np.testing.assert_array_equal(got, [True, True])  # a tie at the k-th value counts as in
 
 
@@ -230,7 +223,7 @@ def test_fused_batch_norm_knows_the_channel_dim_from_scale(layout, training):
     assert y.shape.as_list() == ([None, None, None, 3] if layout == "NHWC" else [None, 3, None, None])
     assert mean.shape.as_list() == [3] and variance.shape.as_list() == [3]
     value = np.arange(24, dtype=np.float32).reshape((2, 2, 2, 3) if layout == "NHWC" else (2, 3, 2, 2))
-    got = _run(y, {x: value})
+    got = session_run(y, {x: value})
     assert got.shape == value.shape
 
 
@@ -238,7 +231,7 @@ def test_fused_batch_norm_knows_the_channel_dim_from_scale(layout, training):
 def test_relu_takes_unsigned_integers(op):
     # TF's Relu and Relu6 are defined for every real number type, uint8 included; asyncflow
     # refused unsigned dtypes.
-    got = _run(op(tf.constant(np.array([0, 3, 200], np.uint8))))
+    got = session_run(op(tf.constant(np.array([0, 3, 200], np.uint8))))
     assert got.dtype == np.uint8
     np.testing.assert_array_equal(got, [0, 3, 200] if op is tf.nn.relu else [0, 3, 6])
 
@@ -253,8 +246,8 @@ def test_loss_weights_must_broadcast_as_tf1_asserts():
     with pytest.raises(ValueError, match="mismatch at dim 1"):
         tf.losses.absolute_difference(labels, predictions, weights=tf.ones([2, 2]))
     loss = tf.losses.mean_squared_error(labels, predictions, weights=[[1.0], [0.0]])
-    assert _run(loss) == 1.0  # 3 nonzero weights, each error 1
-    assert _run(tf.losses.mean_squared_error(labels, predictions, weights=2.0)) == 2.0
+    assert session_run(loss) == 1.0  # 3 nonzero weights, each error 1
+    assert session_run(tf.losses.mean_squared_error(labels, predictions, weights=2.0)) == 2.0
 
 
 def test_dropout_of_integers_is_a_value_error():
@@ -284,6 +277,6 @@ def test_cross_entropy_loss_knows_what_tf1_knows(op):
     assert op(labels=tf.zeros([1, 1, 2]), logits=loose, dim=1).shape.as_list() == [None, None]
     matrix = tf.placeholder(tf.float32, [None, None])
     assert op(labels=tf.zeros([4, 2]), logits=matrix).shape.as_list() == [4]
-    got = _run(op(labels=tf.fill([1, 1, 2], 0.5), logits=loose),
-               {loose: np.zeros((1, 1, 2), np.float32)})
+    got = session_run(op(labels=tf.fill([1, 1, 2], 0.5), logits=loose),
+                      {loose: np.zeros((1, 1, 2), np.float32)})
     np.testing.assert_allclose(got, [[np.log(2.0)]], rtol=1e-6)

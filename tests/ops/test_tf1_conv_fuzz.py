@@ -312,6 +312,8 @@ def _resize(rng):
     op = str(rng.choice(["resize_bilinear", "resize_nearest_neighbor"]))
     expr = f"tf.image.{op}(a, {size}, align_corners={corners})"
     if op == "resize_bilinear":
+        if not corners and rng.random() < 0.5:
+            expr = expr[:-1] + ", half_pixel_centers=True)"
         expr = _maybe_grad(rng, expr, ["a"])
     return expr, {"a": x}
 
@@ -372,6 +374,49 @@ def _explicit_and_1d(rng):
     overhangs = op == "avg_pool1d" and _avg_pool_grad_overhangs(width, k, stride, padding)
     expr = f"tf.nn.{op}(a, {k}, {stride}, '{padding}', data_format='{layout}')"
     return (f"grad({expr}, [a])" if rng.random() < 0.5 and not overhangs else expr), {"a": x}
+
+
+def _explicit_backprops(rng):
+    """conv2d_transpose, conv2d_backprop_input, conv2d_backprop_filter and max_pool with TF1's
+    explicit padding, with their gradients: the gradients of a zero pad and a VALID
+    convolution; the max over the value padded with its lowest finite number. NHWC
+    only: TF's CPU kernels of these ops have no NCHW (asyncflow's NCHW is conv2d's layout
+    code, which the other cases draw)."""
+    dtype = _dtype(rng, ("float32", "float64"))
+    layout = "NHWC"
+    height, width = (int(d) for d in rng.integers(1, 7, size=2))
+    batch, depth, out = (int(d) for d in rng.integers(1, 4, size=3))
+    pads = [[int(p) for p in rng.integers(0, 4, size=2)] for _ in range(2)]
+    kh = int(rng.integers(1, height + sum(pads[0]) + 1))
+    kw = int(rng.integers(1, width + sum(pads[1]) + 1))
+    sh, sw = (int(s) for s in rng.integers(1, 4, size=2))
+    padding = [[0, 0]] + pads + [[0, 0]] if layout == "NHWC" else [[0, 0], [0, 0]] + pads
+    grid = ((height + sum(pads[0]) - kh) // sh + 1, (width + sum(pads[1]) - kw) // sw + 1)
+    sizes = [batch, height, width, depth]
+    sizes = [sizes[i] for i in (0, 3, 1, 2)] if layout == "NCHW" else sizes
+    grads = _to(layout, _values(rng, (batch,) + grid + (out,), dtype))
+    args = f"strides={_four(layout, sh, sw)}, padding={padding}, data_format='{layout}'"
+    op = str(rng.choice(["conv2d_transpose", "conv2d_backprop_input", "conv2d_backprop_filter",
+                         "max_pool"]))
+    if op == "max_pool":
+        # Each pad smaller than the window (larger: both refuse). A window of only padding
+        # and -inf has TF1's value but not its gradient (docs/porting.md): no inf with grad.
+        ksize = _four(layout, min(kh, 3), min(kw, 3))
+        padding = [[0, 0]] + [[min(p, k) for p in pair] for pair, k in zip(pads, ksize[1:3])] \
+            + [[0, 0]]
+        take_grad = rng.random() < 0.5
+        x = _values(rng, (batch, height, width, depth), dtype, special=0.3,
+                    nonfinite=not take_grad)
+        expr = (f"tf.nn.max_pool(a, {ksize}, {_four(layout, sh, sw)}, padding={padding})")
+        return (f"grad({expr}, [a])" if take_grad else expr), {"a": x}
+    if op == "conv2d_backprop_filter":
+        x = _to(layout, _values(rng, (batch, height, width, depth), dtype))
+        expr = f"tf.nn.conv2d_backprop_filter(a, {[kh, kw, depth, out]}, g, {args})"
+        return _maybe_grad(rng, expr, ["a", "g"]), {"a": x, "g": grads}
+    value = "g, f, " + repr(sizes) if op == "conv2d_transpose" else repr(sizes) + ", f, g"
+    expr = f"tf.nn.{op}({value}, {args})"
+    return _maybe_grad(rng, expr, ["f", "g"]), {
+        "f": _values(rng, (kh, kw, depth, out), dtype), "g": grads}
 
 
 def _crops(rng):
@@ -473,6 +518,14 @@ EDGES = [
      {"a": np.array([1.0, 2.0, 3.0, -_INF], _F32).reshape(1, 2, 2, 1)}),
     ("tf.image.resize_bilinear(a, [3, 7], align_corners=True)",
      {"a": np.array([_INF, 1.0, _NAN, 3e38, -3e38, 2.0], _F32).reshape(1, 2, 3, 1)}),
+    # Half-pixel centers: a coordinate below 0 reads the edge pixel; with align_corners
+    # the op and its gradient fail on both sides.
+    ("grad(tf.image.resize_bilinear(a, [5, 7], half_pixel_centers=True), [a])",
+     {"a": np.array([1.0, 2.0, 3.0, -_INF, 5.0, 6.0], _F32).reshape(1, 2, 3, 1)}),
+    ("tf.image.resize_bilinear(a, [5, 7], half_pixel_centers=True)",
+     {"a": np.array([1.0, 2.0, 3.0, -_INF, 5.0, 6.0], _F32).reshape(1, 2, 3, 1)}),
+    ("grad(tf.image.resize_bilinear(a, [3, 3], align_corners=True, half_pixel_centers=True), [a])",
+     {"a": np.ones((1, 2, 2, 1), _F32)}),
     ("tf.image.resize_images(a, [5, 4])",
      {"a": np.array([1.0, _INF, 2.0, -_INF, 1e308, -1e308], _F64).reshape(3, 2, 1)}),
     ("tf.image.resize_nearest_neighbor(a, [5, 3], align_corners=True)",
@@ -549,6 +602,11 @@ def test_convolutions_pools_and_image_ops_agree_with_tf1_long(tmp_path, monkeypa
 def test_nearest_neighbor_resize_gradients_agree_with_tf1(tmp_path, monkeypatch):
     rng = np.random.default_rng([0, 41])
     _fuzz(tmp_path, [_resize_nearest(rng) for _ in range(30)], monkeypatch)
+
+
+def test_explicit_padding_of_the_conv_backprops_and_max_pool_agrees_with_tf1(tmp_path, monkeypatch):
+    rng = np.random.default_rng([0, 53])
+    _fuzz(tmp_path, [_explicit_backprops(rng) for _ in range(60)], monkeypatch)
 
 
 def test_explicit_padding_and_1d_pools_agree_with_tf1(tmp_path, monkeypatch):

@@ -396,6 +396,31 @@ def _losses(rng):
     return expr, inputs
 
 
+def _xent_broadcast(rng):
+    """The softmax cross entropies with labels that broadcast to the logits (TF1's rule: as
+    ``[rows, classes]`` matrices, the labels' rows and classes each the logits' or 1), now and
+    then ones that do not, and logits or labels of unknown rank (``loose(t, False)``), whose
+    class axis is resolved when the op runs. The gradient is the logits' (TF1's of labels
+    that broadcast fails: both refuse it, while building when the shapes are known)."""
+    dtype = _dtype(rng, ("float32", "float64"))
+    shape = _shape(rng, 1, 3, empty=0.0)
+    logits = _values(rng, shape, dtype)
+    loose_logits = "loose(a, False)" if rng.random() < 0.5 else "a"
+    if rng.random() < 0.25:
+        labels = rng.integers(0, shape[-1], size=shape[:-1]).astype("int32")
+        expr = f"tf.nn.sparse_softmax_cross_entropy_with_logits(labels=l, logits={loose_logits})"
+        return _maybe_grad(rng, expr, ["a"]), {"a": logits, "l": labels}
+    rows, classes = shape[:-1], shape[-1:]
+    label_shape = [shape, classes, (1,) * len(rows) + classes, rows + (1,),
+                   rows[1:] + classes, rows + (classes[0] + 1,)][int(rng.integers(6))]
+    labels = (rng.random(label_shape) + 0.1).astype(dtype)
+    loose_labels = "loose(l, False)" if rng.random() < 0.3 else "l"
+    form = "_v2" if rng.random() < 0.5 else ""
+    expr = (f"tf.nn.softmax_cross_entropy_with_logits{form}(labels={loose_labels}, "
+            f"logits={loose_logits})")
+    return _maybe_grad(rng, expr, ["a"]), {"a": logits, "l": labels}
+
+
 MISUSES = [
     ("tf.nn.softmax_cross_entropy_with_logits_v2(labels=l, logits=a)", {"a": (2, 3), "l": (2, 4)}),
     ("tf.nn.sparse_softmax_cross_entropy_with_logits(labels=l, logits=a)",
@@ -599,6 +624,12 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 def test_nn_and_losses_agree_with_tf1(tmp_path, monkeypatch):
     _fuzz(tmp_path, EDGES + _draw(seed=0, per_family=4), monkeypatch)
+
+
+def test_cross_entropies_of_broadcast_labels_and_unknown_ranks_agree_with_tf1(tmp_path,
+                                                                            monkeypatch):
+    rng = np.random.default_rng([0, 47])
+    _fuzz(tmp_path, [_xent_broadcast(rng) for _ in range(60)], monkeypatch)
 
 
 @pytest.mark.slow

@@ -4,7 +4,7 @@ hyperparameters: each
 case builds one schedule of a global step fed as int64, int32 or float32, and both sides
 evaluate it at steps 0-12, 20, 99 and 1000 (the same program, ``DRIVER``, under TF1 with
 ``tf1_run``, which skips without TensorFlow, and here with ``compat_run``). Both must agree on
-whether it builds, on the dtype and, to ``rtol 2e-5`` in float32 (``pow`` with exponents up to
+whether it builds, on the rate's tensor name, on the dtype and, to ``rtol 2e-5`` in float32 (``pow`` with exponents up to
 ~1000 and TF1's ``exp(y log x)`` form: a few ulps times the exponent) and ``1e-12`` in float64,
 on every value (values below the smallest normal number are TF1's flushed subnormals:
 docs/porting.md).
@@ -34,6 +34,7 @@ for _i, (_expr, _step_dtype) in enumerate(CASES):
         with tf.Graph().as_default():
             step = tf.placeholder(getattr(tf, _step_dtype), [])
             _rate = eval(_expr, {"tf": tf, "np": np, "step": step})
+            outputs[f"c{_i}_name"] = np.array(_rate.name)
             with tf.Session() as _sess:
                 _values = [_sess.run(_rate, {step: _s}) for _s in STEPS]
         outputs[f"c{_i}"] = np.array(_values)
@@ -140,6 +141,9 @@ def _fuzz(tmp_path, cases, rtols, atols):
             continue
         if key + "_err" in ours:
             continue
+        if str(ours[key + "_name"]) != str(theirs[key + "_name"]):
+            report.append(f"{case}: asyncflow names it {ours[key + '_name']}, "
+                          f"TF1 {theirs[key + '_name']}")
         a, b = np.asarray(ours[key]), np.asarray(theirs[key])
         rtol = rtols[i] or (1e-12 if b.dtype == np.float64 else 2e-5)
         if a.dtype != b.dtype:

@@ -1,0 +1,82 @@
+"""Negative axes on inputs of unknown rank, as TF1: the op builds and resolves the axes when
+it runs, against the fed value's rank (an axis out of range or named twice is an
+InvalidArgumentError naming the op then). asyncflow refused the reductions while building
+("negative axes need a known rank") and ``gather`` ("a negative axis needs the rank of
+params"; its gradient still needs that rank here, where TF1 computes it); concat, split, expand_dims, argmax, squeeze, stack,
+reverse, cumsum and softmax already took them. TF1's answers (2.21's ``tf.compat.v1``, v2
+behaviour off) were checked by hand; on random shapes and dtypes:
+tests/ops/test_tf1_math_fuzz.py."""
+import numpy as np
+import pytest
+
+import asyncflow as af
+import asyncflow.compat.v1 as tf
+from default_graph import fresh_graph, session_run  # noqa: F401 (fresh_graph: autouse fixture)
+
+VALUE = np.arange(24.0, dtype=np.float32).reshape(2, 3, 4) - 5.0
+
+REDUCTIONS = [
+    (lambda x: tf.reduce_sum(x, -1), lambda v: v.sum(-1)),
+    (lambda x: tf.reduce_sum(x, [-1, -2]), lambda v: v.sum((-1, -2))),
+    (lambda x: tf.reduce_sum(x, [0, -1]), lambda v: v.sum((0, -1))),
+    (lambda x: tf.reduce_max(x, [-1, -3]), lambda v: v.max((-1, -3))),
+    (lambda x: tf.reduce_min(x, [-1]), lambda v: v.min(-1)),
+    (lambda x: tf.reduce_mean(x, -2, keepdims=True), lambda v: v.mean(-2, keepdims=True)),
+    (lambda x: tf.reduce_prod(x, -1), lambda v: v.prod(-1)),
+    (lambda x: tf.reduce_any(x > 3, -1), lambda v: (v > 3).any(-1)),
+    (lambda x: tf.reduce_all(x > 3, [-2]), lambda v: (v > 3).all(-2)),
+    (lambda x: tf.nn.l2_normalize(x, -1),
+     lambda v: v / np.sqrt((v * v).sum(-1, keepdims=True))),
+    (lambda x: tf.count_nonzero(x, -1), lambda v: (v != 0).sum(-1)),
+]
+
+
+@pytest.mark.parametrize("index", range(len(REDUCTIONS)))
+def test_reductions_resolve_negative_axes_when_they_run(index):
+    build, expected = REDUCTIONS[index]
+    x = tf.placeholder(tf.float32)
+    y = build(x)
+    assert y.shape.ndims is None
+    np.testing.assert_allclose(session_run(y, {x: VALUE}), expected(VALUE), rtol=1e-6)
+
+
+@pytest.mark.parametrize("reduce", [tf.reduce_sum, tf.reduce_mean, tf.reduce_max,
+                                    tf.reduce_prod])
+def test_gradients_through_negative_axes_of_an_unknown_rank(reduce):
+    # d/dx sum(reduce(x, [-1, -3]) ** 2), against the same graph on a known shape.
+    x, known = tf.placeholder(tf.float32), tf.placeholder(tf.float32, VALUE.shape)
+    grads = [tf.gradients(tf.reduce_sum(reduce(t, [-1, -3]) ** 2), t)[0] for t in (x, known)]
+    got, want = session_run(grads, {x: VALUE, known: VALUE})
+    assert got.shape == VALUE.shape
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_an_axis_out_of_range_or_twice_fails_when_the_op_runs():
+    x = tf.placeholder(tf.float32)
+    with pytest.raises(af.errors.InvalidArgumentError,
+                       match=r"Sum .*Invalid reduction dimension \(-4 for input with 3"):
+        session_run(tf.reduce_sum(x, -4), {x: VALUE})
+    with pytest.raises(af.errors.InvalidArgumentError,
+                       match="Max .*Axes contains duplicate dimension: 2"):
+        session_run(tf.reduce_max(x, [-1, 2]), {x: VALUE})
+    with pytest.raises(af.errors.InvalidArgumentError, match="Invalid reduction dimension"):
+        session_run(tf.reduce_sum(x, -1), {x: np.float32(3.0)})
+    with pytest.raises(ValueError, match="names an axis twice"):  # the same number: at once
+        tf.reduce_sum(x, [-1, -1])
+
+
+def test_gather_resolves_a_negative_axis_when_it_runs():
+    x = tf.placeholder(tf.float32)
+    picked = tf.gather(x, [0, 2, 2], axis=-1)
+    rows = tf.gather(x, [[1, 0], [2, 2]], axis=-2, batch_dims=1)
+    values = session_run([picked, rows], {x: VALUE})
+    np.testing.assert_array_equal(values[0], VALUE[..., [0, 2, 2]])
+    np.testing.assert_array_equal(values[1], np.stack([VALUE[0, [1, 0]], VALUE[1, [2, 2]]]))
+    with pytest.raises(af.errors.InvalidArgumentError,
+                       match="GatherV2 .*axis -4 is out of range for params of rank 3"):
+        session_run(tf.gather(x, [0], axis=-4), {x: VALUE})
+    with pytest.raises(ValueError, match="GatherV2 .*its gradient needs the rank of params"):
+        tf.gradients(tf.reduce_sum(picked), x)
+    known = tf.placeholder(tf.float32, VALUE.shape)  # a known rank: as before
+    grad = tf.gradients(tf.reduce_sum(tf.gather(known, [0, 2, 2], axis=-1)), known)[0]
+    np.testing.assert_array_equal(session_run(grad, {known: VALUE})[0, 0], [1, 0, 2, 0])

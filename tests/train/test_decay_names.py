@@ -1,0 +1,64 @@
+"""The learning-rate schedules' output tensors are named as TF1's (2.21's ``tf.compat.v1`` with
+v2 behaviour off),
+so a script that fetches or looks up the rate by name finds it: the schedule's scope itself
+(``ExponentialDecay:0``, ``lr:0`` with ``name="lr"``, uniquified as a scope), except
+``cosine_decay``'s ``CosineDecay/Mul_3:0`` and ``piecewise_constant``'s
+``PiecewiseConstant/case/cond/Merge:0`` (TF1's ``tf.case``, whose names ``tf.case`` now
+has too: ``case/cond/Merge:0``); ``natural_exp_decay`` is TF1's
+``exponential_decay`` of ``exp(-decay_rate)`` and named as it. asyncflow named them all
+``<scope>/learning_rate:0`` (``NaturalExpDecay/NaturalExpDecay/learning_rate:0``,
+``PiecewiseConstant/Select_1:0``)."""
+import numpy as np
+import pytest
+
+import asyncflow.compat.v1 as tf
+from default_graph import fresh_graph, session_run  # noqa: F401 (fresh_graph: autouse fixture)
+
+SCHEDULES = {
+    "exponential_decay": (lambda step, **kw: tf.train.exponential_decay(0.1, step, 10, 0.9, **kw),
+                          "ExponentialDecay"),
+    "inverse_time_decay": (lambda step, **kw: tf.train.inverse_time_decay(0.1, step, 10, 0.5,
+                                                                          **kw),
+                           "InverseTimeDecay"),
+    "natural_exp_decay": (lambda step, **kw: tf.train.natural_exp_decay(0.1, step, 10, 0.5, **kw),
+                          "ExponentialDecay"),
+    "polynomial_decay": (lambda step, **kw: tf.train.polynomial_decay(0.1, step, 10, cycle=True,
+                                                                      **kw),
+                         "PolynomialDecay"),
+    "cosine_decay_restarts": (lambda step, **kw: tf.train.cosine_decay_restarts(0.1, step, 10,
+                                                                                **kw),
+                              "SGDRDecay"),
+    "linear_cosine_decay": (lambda step, **kw: tf.train.linear_cosine_decay(0.1, step, 10, **kw),
+                            "LinearCosineDecay"),
+    "noisy_linear_cosine_decay": (lambda step, **kw: tf.train.noisy_linear_cosine_decay(
+        0.1, step, 10, initial_variance=0.0, **kw), "NoisyLinearCosineDecay"),
+}
+
+
+@pytest.mark.parametrize("schedule", sorted(SCHEDULES))
+def test_a_schedule_is_named_as_its_scope_as_tf1(schedule):
+    build, scope = SCHEDULES[schedule]
+    step = tf.placeholder(tf.int64, [])
+    first, second = build(step), build(step)
+    assert (first.name, second.name) == (f"{scope}:0", f"{scope}_1:0")
+    assert build(step, name="lr").name == "lr:0"
+    with tf.name_scope("outer"):
+        assert build(step).name == f"outer/{scope}:0"
+    values = session_run([first, second], {step: 3})
+    assert values[0] == values[1] and 0 < values[0] < 0.1
+
+
+def test_cosine_decay_and_piecewise_constant_are_named_as_tf1():
+    step = tf.placeholder(tf.int64, [])
+    cosine = tf.train.cosine_decay(0.1, step, 10)
+    assert [cosine.name, tf.train.cosine_decay(0.1, step, 10, name="cd").name] == [
+        "CosineDecay/Mul_3:0", "cd/Mul_3:0"]
+    pieces = tf.train.piecewise_constant(step, [5, 10], [0.1, 0.05, 0.01])
+    assert pieces.name == "PiecewiseConstant/case/cond/Merge:0"
+    assert tf.train.piecewise_constant_decay(step, [5], [1, 2], name="pw").name == \
+        "pw/case/cond/Merge:0"
+    values = [session_run([cosine, pieces], {step: at}) for at in (0, 5, 6, 11)]
+    assert tf.case([(step < 3, lambda: step), (step < 5, lambda: 2 * step)],
+                   default=lambda: step).name == "case/cond/Merge:0"
+    np.testing.assert_allclose([v[1] for v in values], [0.1, 0.1, 0.05, 0.01])
+    np.testing.assert_allclose(values[0][0], 0.1)
