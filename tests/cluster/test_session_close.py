@@ -176,6 +176,44 @@ async def test_a_channel_close_stalled_past_the_bound_ends_the_close_normally(
     assert others and all(task.channel._closed for task in others)
 
 
+async def test_a_step_the_close_cancels_as_it_takes_the_register_lock_registers_nothing(
+        cluster, monkeypatch):
+    # The close waits only for the registrations under way as it begins: a step woken with
+    # the register lock just then (the close cancelled it before it ran) must not send one
+    # after, or its graph would outlive the session on the worker.
+    spec, servers = cluster
+    graph = af.Graph()
+    with graph.as_default(), af.device("/job:worker/task:0"):
+        two = af.constant(2.0)
+        doubled, fresh = two * 3.0, two * 5.0  # fresh: a signature not yet registered
+    sess = af.Session(graph=graph, cluster=spec)
+    await sess.__aenter__()
+    assert await sess.run(doubled) == 6.0
+    master, sent = sess._target.master, []
+    for task in master.tasks.values():
+        register = task.channel.register_graph
+
+        async def recorded(*args, register=register, name=task.name, **kwargs):
+            sent.append(name)
+            return await register(*args, **kwargs)
+        monkeypatch.setattr(task.channel, "register_graph", recorded)
+
+    async def step():
+        with pytest.raises(af.errors.CancelledError):
+            await sess.run(fresh)
+    await master._register_lock.acquire()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(step)
+        await trio.testing.wait_all_tasks_blocked()
+        assert master._register_lock.statistics().tasks_waiting == 1
+        master._register_lock.release()  # the step holds it now: woken, not yet run
+        await sess.close()
+    await trio.testing.wait_all_tasks_blocked()
+    assert sent == [], f"RegisterGraph sent after the close began: {sent}"
+    graphs = {name: server.service.statistics().graphs for name, server in servers.items()}
+    assert set(graphs.values()) == {0}, graphs
+
+
 @pytest.mark.parametrize("cluster", ["inprocess"], indirect=True)
 async def test_a_second_concurrent_close_returns_once_the_first_has_closed(cluster,
                                                                            monkeypatch):
