@@ -83,7 +83,9 @@ async def detached_call(call, abandoned, pending):
     not the call. A result the caller never took goes to ``abandoned(result)`` (an async
     function that undoes it: a late registration's graph deregistered). ``pending``: a set
     that holds an Event per such call until it has ended (a closing master waits for them).
-    A call's failure is raised to the caller that still waits, else dropped."""
+    A call's failure is raised to the caller that still waits, else dropped. A caller already
+    cancelled starts nothing (a closing master waits only for the calls it saw begin)."""
+    await trio.lowlevel.checkpoint_if_cancelled()
     answered, verdict, ended = trio.Event(), trio.Event(), trio.Event()
     result, taken = [], []
 
