@@ -176,6 +176,30 @@ async def test_a_channel_close_stalled_past_the_bound_ends_the_close_normally(
     assert others and all(task.channel._closed for task in others)
 
 
+@pytest.mark.parametrize("cluster", ["inprocess"], indirect=True)
+async def test_a_registration_never_answered_keeps_the_close_within_its_bound(
+        cluster, monkeypatch, autojump_clock):
+    # A dead peer with a registration under way (its step cancelled), its deregistrations
+    # unanswered and a channel's close stalled: the close still ends within its bound.
+    spec, _ = cluster
+    sess, master = await _opened_after_a_step(spec)
+    graph = sess.graph
+    blocked = graph.get_operation_by_name("fifo_queue_Dequeue").outputs[0]
+
+    async def never_answers(*args, **kwargs):
+        await trio.sleep_forever()
+    for task in master.tasks.values():
+        monkeypatch.setattr(task.channel, "register_graph", never_answers)
+        monkeypatch.setattr(task.channel, "deregister_graph", never_answers)
+    monkeypatch.setattr(next(iter(master.tasks.values())).channel, "aclose", never_answers)
+    with trio.move_on_after(1.0) as scope:
+        await sess.run(blocked)  # a signature not yet registered
+    assert scope.cancelled_caught and master._registering
+    start = trio.current_time()
+    await sess.close()
+    assert trio.current_time() - start <= 2 * channels.CLOSE_S
+
+
 async def test_a_step_the_close_cancels_as_it_takes_the_register_lock_registers_nothing(
         cluster, monkeypatch):
     # The close waits only for the registrations under way as it begins: a step woken with
