@@ -121,6 +121,22 @@ async def deregister(channel, handle):
         pass
 
 
+async def deregister_all(registered, pending):
+    """Deregister the graphs ``registered()`` names (``(channel, handle)`` pairs): those known
+    now, then those the calls of ``pending`` (:func:`detached_call`'s set) hand over as they
+    end (an answer nobody took deregisters its own graph), all within ``CLOSE_S``, shielded:
+    a registration never answered delays neither the known graphs nor the close past it."""
+    done = set()
+    with trio.CancelScope(shield=True, deadline=trio.current_time() + CLOSE_S):
+        for ended in [None, *pending]:
+            if ended is not None:
+                await ended.wait()
+            for channel, handle in registered():
+                if handle not in done:
+                    done.add(handle)
+                    await deregister(channel, handle)
+
+
 def is_inprocess(address):
     return address.rpartition(":")[0] == INPROCESS_HOST
 

@@ -436,17 +436,12 @@ class Master:
         self.closing = True  # (the session cancelled its steps' scopes just before: no await)
         self.opened = False  # (a run prepared before the close refuses: ClusterTarget.run)
         try:
-            with trio.CancelScope(shield=True, deadline=trio.current_time() + _channels.CLOSE_S):
-                for ended in list(self._registering):  # (late ones deregister themselves)
-                    await ended.wait()
-            handles = [(self.tasks[tg.task], tg.handle) for run in self._runs
-                       for tg in run.task_graphs if tg.handle is not None
-                       and tg.registered_incarnation == self.tasks[tg.task].incarnation]
-            handles += [(task, handle) for task, handle, incarnation in self._forgotten
-                        if task.incarnation == incarnation]
-            with trio.CancelScope(shield=True, deadline=trio.current_time() + _channels.CLOSE_S):
-                for task, handle in handles:
-                    await _channels.deregister(task.channel, handle)
+            await _channels.deregister_all(lambda: [
+                (self.tasks[tg.task].channel, tg.handle) for run in self._runs
+                for tg in run.task_graphs if tg.handle is not None
+                and tg.registered_incarnation == self.tasks[tg.task].incarnation] + [
+                (task.channel, handle) for task, handle, incarnation in self._forgotten
+                if task.incarnation == incarnation], self._registering)
         finally:
             await _channels.close_all([task.channel for task in self.tasks.values()],
                                       self.monitor.close())
