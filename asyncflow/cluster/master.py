@@ -111,6 +111,7 @@ class TaskGraph:
     registered_incarnation: int = 0
     request_ids: object = None  # itertools.count(1) per registration: RunGraph request ids
     last_used: float = 0.0      # trio time of the registration or the last RunGraph reply
+    registering: object = dataclasses.field(default=None, repr=False, compare=False)
 
 
 @dataclasses.dataclass
@@ -368,15 +369,18 @@ class Master:
 
         async def register(tg):
             task = self.tasks[tg.task]
-            request = RegisterGraph(tg.graph_def, self.session_handle, tg.options)
+            # Detached (its own timeout, not the run's; a caller's cancel or the run's deadline
+            # ends the wait at once): a graph the worker registered always reaches a handle,
+            # tg.handle or one deregistered as soon as it comes late. A step retried while it
+            # is under way waits for it (a worker slow to register registers once).
+            if tg.registering is None or tg.registering.answered:
+                tg.registering = await _channels.detached_call(functools.partial(
+                    task.channel.register_graph,
+                    RegisterGraph(tg.graph_def, self.session_handle, tg.options),
+                    timeout=self.config.worker_dead_after_s), lambda late: _channels.deregister(
+                        task.channel, late.graph_handle), self._registering)
             try:
-                # Detached (its own timeout, not the run's; a caller's cancel or the run's
-                # deadline ends the wait at once): a graph the worker registered always
-                # reaches a handle, tg.handle or one deregistered as soon as it comes late.
-                reply = await _channels.detached_call(
-                    functools.partial(task.channel.register_graph, request,
-                                      timeout=self.config.worker_dead_after_s),
-                    lambda late: _channels.deregister(task.channel, late.graph_handle), self._registering)
+                reply = await tg.registering.result()
             except _channels.CALL_FAILURES as exc:
                 raise _channels.call_error(f"RegisterGraph on {task.name}", task, exc) from None
             if reply.incarnation and reply.incarnation != task.incarnation:
