@@ -76,11 +76,11 @@ def call_error(what, task, exc):
     return unavailable(task, exc)  # no answer, or garbage
 
 
-async def detached_call(call, abandoned, pending):
+async def detached_call(call, abandoned, pending, name="a control call"):
     """A :class:`DetachedCall` of ``call`` begun now, unless the caller is already cancelled
     (then it starts nothing: a closing master waits only for the calls it saw begin)."""
     await trio.lowlevel.checkpoint_if_cancelled()
-    return DetachedCall(call, abandoned, pending)
+    return DetachedCall(call, abandoned, pending, name)
 
 
 class DetachedCall:
@@ -91,14 +91,16 @@ class DetachedCall:
     call. A result no caller was waiting for as it came goes to ``abandoned(result)`` (an
     async function that undoes it: a late registration's graph deregistered). ``pending``: a
     set that holds an Event per such call until it has ended (a closing master waits for
-    them). A call's failure is raised to the callers that wait, else dropped."""
+    them). A call's failure is raised to the callers that wait, else dropped. ``name`` (what
+    the call is, on which task) names it in the log when undoing its result fails."""
 
-    def __init__(self, call, abandoned, pending):
+    def __init__(self, call, abandoned, pending, name="a control call"):
+        self.name = name
         self._answered, self._settled, self._ended = trio.Event(), trio.Event(), trio.Event()
         self._outcome, self._waiting, self._taken = None, 0, False
         pending.add(self._ended)
         trio.lowlevel.spawn_system_task(self._detached, call, abandoned, pending,
-                                        name="asyncflow detached control call")
+                                        name=f"asyncflow detached call: {name}")
 
     @property
     def answered(self):
@@ -129,7 +131,8 @@ class DetachedCall:
             if not self._taken and isinstance(self._outcome, outcome.Value):
                 await abandoned(self._outcome.value)
         except Exception:  # noqa: BLE001 - a system task must not crash the run
-            _log.exception("a control call's cleanup failed")
+            _log.exception("%s: undoing its result, answered after its caller left, failed",
+                           self.name)
         finally:
             pending.discard(self._ended)
             self._ended.set()

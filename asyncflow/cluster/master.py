@@ -369,16 +369,16 @@ class Master:
 
         async def register(tg):
             task = self.tasks[tg.task]
-            # Detached (its own timeout, not the run's; a caller's cancel or the run's deadline
-            # ends the wait at once): a graph the worker registered always reaches a handle,
-            # tg.handle or one deregistered as soon as it comes late. A step retried while it
-            # is under way waits for it (a worker slow to register registers once).
+            # Detached (its own timeout; a caller's cancel ends only its wait): the graph the
+            # worker registered reaches tg.handle or, answered late, is deregistered; a step
+            # retried meanwhile waits for the same call (a slow worker registers it once).
             if tg.registering is None or tg.registering.answered:
                 tg.registering = await _channels.detached_call(functools.partial(
                     task.channel.register_graph,
                     RegisterGraph(tg.graph_def, self.session_handle, tg.options),
                     timeout=self.config.worker_dead_after_s), lambda late: _channels.deregister(
-                        task.channel, late.graph_handle), self._registering)
+                        task.channel, late.graph_handle), self._registering,
+                    f"RegisterGraph on {task.name}")
             try:
                 reply = await tg.registering.result()
             except _channels.CALL_FAILURES as exc:

@@ -68,3 +68,19 @@ async def test_a_failure_is_raised_to_the_caller_and_a_cancelled_caller_starts_n
         await channels.detached_call(fails, abandoned, pending)
     await trio.testing.wait_all_tasks_blocked()
     assert scope.cancelled_caught and not pending
+
+
+async def test_an_undo_that_fails_is_logged_naming_the_call(caplog):
+    async def call():
+        return "graph"
+
+    async def abandoned(result):
+        raise RuntimeError(f"could not undo {result}")
+    with trio.CancelScope() as scope:  # the caller leaves before the answer
+        detached = await channels.detached_call(call, abandoned, set(),
+                                                "RegisterGraph on /job:worker/task:0")
+        scope.cancel()
+        await detached.result()
+    await trio.testing.wait_all_tasks_blocked()
+    assert "RegisterGraph on /job:worker/task:0" in caplog.text, caplog.text
+    assert "could not undo graph" in caplog.text, caplog.text
