@@ -133,7 +133,8 @@ class DetachedCall:
         except Exception:  # noqa: BLE001 - a system task must not crash the run
             _log.exception("%s: undoing its result, answered after its caller left, failed",
                            self.name)
-        finally:
+        finally:  # (every caller has read it: an error kept here would hold its frames)
+            self._outcome = None
             pending.discard(self._ended)
             self._ended.set()
 

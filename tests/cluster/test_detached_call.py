@@ -1,5 +1,8 @@
 """channels.DetachedCall: a result is either taken by a caller that waited for it or undone,
 never both and never neither, whatever the order of the answer and the callers' cancels."""
+import gc
+import weakref
+
 import pytest
 import trio
 import trio.testing
@@ -84,3 +87,24 @@ async def test_an_undo_that_fails_is_logged_naming_the_call(caplog):
     await trio.testing.wait_all_tasks_blocked()
     assert "RegisterGraph on /job:worker/task:0" in caplog.text, caplog.text
     assert "could not undo graph" in caplog.text, caplog.text
+
+
+async def test_a_failure_raised_to_its_caller_is_not_kept_by_the_call():
+    # The call stays on its TaskGraph until the next registration: its outcome must not keep
+    # the error, whose traceback holds the caller's frames (a step's feeds) in a cycle.
+    async def fails():
+        raise channels.TransportUnavailable("down")
+
+    async def abandoned(result):
+        raise AssertionError("nothing to undo")
+    gc.disable()
+    try:
+        detached = await channels.detached_call(fails, abandoned, set())
+        try:
+            await detached.result()
+        except channels.TransportUnavailable as exc:
+            raised = weakref.ref(exc)
+        await trio.testing.wait_all_tasks_blocked()
+        assert raised() is None, "kept alive by the call"
+    finally:
+        gc.enable()
