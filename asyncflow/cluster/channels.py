@@ -76,38 +76,67 @@ def call_error(what, task, exc):
     return unavailable(task, exc)  # no answer, or garbage
 
 
-async def detached_call(call, abandoned, pending):
+async def detached_call(call, abandoned, pending, name="a control call"):
+    """A :class:`DetachedCall` of ``call`` begun now, unless the caller is already cancelled
+    (then it starts nothing: a closing master waits only for the calls it saw begin)."""
+    await trio.lowlevel.checkpoint_if_cancelled()
+    return DetachedCall(call, abandoned, pending, name)
+
+
+class DetachedCall:
     """``await call()`` (a control call bounded by its own timeout, whose effect on the peer
-    must not be lost, such as a RegisterGraph) in a system task of its own, waiting for it
-    here: a cancel of the caller (a run's deadline, a ``move_on_after``) ends the wait at once,
-    not the call. A result the caller never took goes to ``abandoned(result)`` (an async
-    function that undoes it: a late registration's graph deregistered). ``pending``: a set
-    that holds an Event per such call until it has ended (a closing master waits for them).
-    A call's failure is raised to the caller that still waits, else dropped."""
-    answered, verdict, ended = trio.Event(), trio.Event(), trio.Event()
-    result, taken = [], []
+    must not be lost, such as a RegisterGraph) in a system task of its own; callers wait for
+    it with ``result()``, one after another as each is cancelled (a step retried) or at once:
+    a caller's cancel (a run's deadline, a ``move_on_after``) ends its wait at once, not the
+    call. A result no caller was waiting for as it came goes to ``abandoned(result)`` (an
+    async function that undoes it: a late registration's graph deregistered). ``pending``: a
+    set that holds an Event per such call until it has ended (a closing master waits for
+    them). A call's failure is raised to the callers that wait, else dropped. ``name`` (what
+    the call is, on which task) names it in the log when undoing its result fails."""
 
-    async def detached():
+    def __init__(self, call, abandoned, pending, name="a control call"):
+        self.name = name
+        self._answered, self._settled, self._ended = trio.Event(), trio.Event(), trio.Event()
+        self._outcome, self._waiting, self._taken = None, 0, False
+        pending.add(self._ended)
+        trio.lowlevel.spawn_system_task(self._detached, call, abandoned, pending,
+                                        name=f"asyncflow detached call: {name}")
+
+    @property
+    def answered(self):
+        """Whether the call has ended (its result is taken or undone: wait for it no more)."""
+        return self._answered.is_set()
+
+    async def result(self):
+        """The call's result, or its failure raised; only while not ``answered``."""
+        assert not self.answered, "a detached call's result awaited after it came"
+        self._waiting += 1
         try:
-            result.append(await outcome.acapture(call))
-            answered.set()
-            await verdict.wait()  # (set by the caller however its wait ends)
-            if not taken and isinstance(result[0], outcome.Value):
-                await abandoned(result[0].value)
-        except Exception:  # noqa: BLE001 - a system task must not crash the run
-            _log.exception("a control call's cleanup failed")
-        finally:
-            pending.discard(ended)
-            ended.set()
+            await self._answered.wait()
+            self._taken = True
+        finally:  # (each waiter counted when the answer came runs this once more)
+            self._waiting -= 1
+            if not self._waiting and self.answered:
+                self._settled.set()
+        if isinstance(self._outcome, outcome.Error):
+            raise self._outcome.error
+        return self._outcome.value
 
-    pending.add(ended)
-    trio.lowlevel.spawn_system_task(detached, name="asyncflow detached control call")
-    try:
-        await answered.wait()
-        taken.append(True)
-    finally:
-        verdict.set()
-    return result[0].unwrap()
+    async def _detached(self, call, abandoned, pending):
+        try:
+            self._outcome = await outcome.acapture(call)
+            self._answered.set()
+            if self._waiting:  # rescheduled by the answer (taken) or by a cancel before it
+                await self._settled.wait()
+            if not self._taken and isinstance(self._outcome, outcome.Value):
+                await abandoned(self._outcome.value)
+        except Exception:  # noqa: BLE001 - a system task must not crash the run
+            _log.exception("%s: undoing its result, answered after its caller left, failed",
+                           self.name)
+        finally:  # (every caller has read it: an error kept here would hold its frames)
+            self._outcome = None
+            pending.discard(self._ended)
+            self._ended.set()
 
 
 async def deregister(channel, handle):
@@ -117,6 +146,22 @@ async def deregister(channel, handle):
         await channel.deregister_graph(DeregisterGraph(handle), timeout=1.0)
     except CALL_FAILURES:
         pass
+
+
+async def deregister_all(registered, pending):
+    """Deregister the graphs ``registered()`` names (``(channel, handle)`` pairs): those known
+    now, then those the calls of ``pending`` (:func:`detached_call`'s set) hand over as they
+    end (an answer nobody took deregisters its own graph), all within ``CLOSE_S``, shielded:
+    a registration never answered delays neither the known graphs nor the close past it."""
+    done = set()
+    with trio.CancelScope(shield=True, deadline=trio.current_time() + CLOSE_S):
+        for ended in [None, *pending]:
+            if ended is not None:
+                await ended.wait()
+            for channel, handle in registered():
+                if handle not in done:
+                    done.add(handle)
+                    await deregister(channel, handle)
 
 
 def is_inprocess(address):

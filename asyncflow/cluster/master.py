@@ -111,6 +111,7 @@ class TaskGraph:
     registered_incarnation: int = 0
     request_ids: object = None  # itertools.count(1) per registration: RunGraph request ids
     last_used: float = 0.0      # trio time of the registration or the last RunGraph reply
+    registering: object = dataclasses.field(default=None, repr=False, compare=False)
 
 
 @dataclasses.dataclass
@@ -368,15 +369,18 @@ class Master:
 
         async def register(tg):
             task = self.tasks[tg.task]
-            request = RegisterGraph(tg.graph_def, self.session_handle, tg.options)
+            # Detached (its own timeout; a caller's cancel ends only its wait): the graph the
+            # worker registered reaches tg.handle or, answered late, is deregistered; a step
+            # retried meanwhile waits for the same call (a slow worker registers it once).
+            if tg.registering is None or tg.registering.answered:
+                tg.registering = await _channels.detached_call(functools.partial(
+                    task.channel.register_graph,
+                    RegisterGraph(tg.graph_def, self.session_handle, tg.options),
+                    timeout=self.config.worker_dead_after_s), lambda late: _channels.deregister(
+                        task.channel, late.graph_handle), self._registering,
+                    f"RegisterGraph on {task.name}")
             try:
-                # Detached (its own timeout, not the run's; a caller's cancel or the run's
-                # deadline ends the wait at once): a graph the worker registered always
-                # reaches a handle, tg.handle or one deregistered as soon as it comes late.
-                reply = await _channels.detached_call(
-                    functools.partial(task.channel.register_graph, request,
-                                      timeout=self.config.worker_dead_after_s),
-                    lambda late: _channels.deregister(task.channel, late.graph_handle), self._registering)
+                reply = await tg.registering.result()
             except _channels.CALL_FAILURES as exc:
                 raise _channels.call_error(f"RegisterGraph on {task.name}", task, exc) from None
             if reply.incarnation and reply.incarnation != task.incarnation:
@@ -436,17 +440,12 @@ class Master:
         self.closing = True  # (the session cancelled its steps' scopes just before: no await)
         self.opened = False  # (a run prepared before the close refuses: ClusterTarget.run)
         try:
-            with trio.CancelScope(shield=True, deadline=trio.current_time() + _channels.CLOSE_S):
-                for ended in list(self._registering):  # (late ones deregister themselves)
-                    await ended.wait()
-            handles = [(self.tasks[tg.task], tg.handle) for run in self._runs
-                       for tg in run.task_graphs if tg.handle is not None
-                       and tg.registered_incarnation == self.tasks[tg.task].incarnation]
-            handles += [(task, handle) for task, handle, incarnation in self._forgotten
-                        if task.incarnation == incarnation]
-            with trio.CancelScope(shield=True, deadline=trio.current_time() + _channels.CLOSE_S):
-                for task, handle in handles:
-                    await _channels.deregister(task.channel, handle)
+            await _channels.deregister_all(lambda: [
+                (self.tasks[tg.task].channel, tg.handle) for run in self._runs
+                for tg in run.task_graphs if tg.handle is not None
+                and tg.registered_incarnation == self.tasks[tg.task].incarnation] + [
+                (task.channel, handle) for task, handle, incarnation in self._forgotten
+                if task.incarnation == incarnation], self._registering)
         finally:
             await _channels.close_all([task.channel for task in self.tasks.values()],
                                       self.monitor.close())

@@ -190,8 +190,11 @@ async def test_a_registration_answered_after_the_callers_deadline_leaves_no_grap
         await _healthy_step(sess, t["init"])
         pair.proxies[1].arm("/graphs", "hold")
         with trio.fail_after(GENEROUS):
-            with trio.move_on_after(0.5) as scope:
-                await sess.run(t["fresh"])
+            with trio.CancelScope() as scope:  # the deadline: once the answer is held (not a
+                async with trio.open_nursery() as nursery:  # guess of how long it takes)
+                    nursery.start_soon(sess.run, t["fresh"])
+                    await pair.proxies[1].stalled.wait()
+                    scope.cancel()
         assert scope.cancelled_caught and pair.proxies[1].fired == 1
         worker = pair.procs[1].address
         assert (await health(worker)).stats.graphs == 1  # registered, its answer held

@@ -177,6 +177,68 @@ async def test_a_channel_close_stalled_past_the_bound_ends_the_close_normally(
 
 
 @pytest.mark.parametrize("cluster", ["inprocess"], indirect=True)
+async def test_a_registration_never_answered_keeps_the_close_within_its_bound(
+        cluster, monkeypatch, autojump_clock):
+    # A dead peer with a registration under way (its step cancelled), its deregistrations
+    # unanswered and a channel's close stalled: the close still ends within its bound.
+    spec, _ = cluster
+    sess, master = await _opened_after_a_step(spec)
+    graph = sess.graph
+    blocked = graph.get_operation_by_name("fifo_queue_Dequeue").outputs[0]
+
+    async def never_answers(*args, **kwargs):
+        await trio.sleep_forever()
+    for task in master.tasks.values():
+        monkeypatch.setattr(task.channel, "register_graph", never_answers)
+        monkeypatch.setattr(task.channel, "deregister_graph", never_answers)
+    monkeypatch.setattr(next(iter(master.tasks.values())).channel, "aclose", never_answers)
+    with trio.move_on_after(1.0) as scope:
+        await sess.run(blocked)  # a signature not yet registered
+    assert scope.cancelled_caught and master._registering
+    start = trio.current_time()
+    await sess.close()
+    assert trio.current_time() - start <= 2 * channels.CLOSE_S
+
+
+async def test_a_step_the_close_cancels_as_it_takes_the_register_lock_registers_nothing(
+        cluster, monkeypatch):
+    # The close waits only for the registrations under way as it begins: a step woken with
+    # the register lock just then (the close cancelled it before it ran) must not send one
+    # after, or its graph would outlive the session on the worker.
+    spec, servers = cluster
+    graph = af.Graph()
+    with graph.as_default(), af.device("/job:worker/task:0"):
+        two = af.constant(2.0)
+        doubled, fresh = two * 3.0, two * 5.0  # fresh: a signature not yet registered
+    sess = af.Session(graph=graph, cluster=spec)
+    await sess.__aenter__()
+    assert await sess.run(doubled) == 6.0
+    master, sent = sess._target.master, []
+    for task in master.tasks.values():
+        register = task.channel.register_graph
+
+        async def recorded(*args, register=register, name=task.name, **kwargs):
+            sent.append(name)
+            return await register(*args, **kwargs)
+        monkeypatch.setattr(task.channel, "register_graph", recorded)
+
+    async def step():
+        with pytest.raises(af.errors.CancelledError):
+            await sess.run(fresh)
+    await master._register_lock.acquire()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(step)
+        await trio.testing.wait_all_tasks_blocked()
+        assert master._register_lock.statistics().tasks_waiting == 1
+        master._register_lock.release()  # the step holds it now: woken, not yet run
+        await sess.close()
+    await trio.testing.wait_all_tasks_blocked()
+    assert sent == [], f"RegisterGraph sent after the close began: {sent}"
+    graphs = {name: server.service.statistics().graphs for name, server in servers.items()}
+    assert set(graphs.values()) == {0}, graphs
+
+
+@pytest.mark.parametrize("cluster", ["inprocess"], indirect=True)
 async def test_a_second_concurrent_close_returns_once_the_first_has_closed(cluster,
                                                                            monkeypatch):
     spec, _ = cluster

@@ -331,3 +331,38 @@ async def test_a_graph_handle_the_worker_lost_is_aborted_then_registered_again(c
             await sess.run(y, {x: batch}, options=TIMEOUT)
         np.testing.assert_allclose(await sess.run(y, {x: batch}, options=TIMEOUT), expected)
         assert service.statistics().graphs == 1
+
+
+@pytest.mark.parametrize("cluster", ["inprocess"], indirect=True)
+async def test_a_step_retried_while_its_registration_is_under_way_joins_it(
+        cluster, monkeypatch, autojump_clock):
+    """A worker slower to register than the step's timeout: the retried step waits for the
+    registration the first one began (it goes on past its caller's deadline), not a fresh one
+    each time (RegisterGraphs piling up on the slow worker, each deregistered when it
+    answers, no retry ever getting through)."""
+    spec, servers = cluster
+    with af.Graph().as_default() as graph:
+        w, x, h, y = _model()
+    batch = np.ones((1, 3), np.float32)
+    async with af.Session(graph=graph, cluster=spec) as sess:
+        await sess.run(w.initializer, options=TIMEOUT)
+        sent = []
+        for task in sess._target.master.tasks.values():
+            register = task.channel.register_graph
+
+            async def slow(request, *, register=register, name=task.name, **kwargs):
+                sent.append(name)
+                await trio.sleep(1.5)  # (autojump clock: virtual seconds)
+                return await register(request, **kwargs)
+            monkeypatch.setattr(task.channel, "register_graph", slow)
+        results = []
+        for _ in range(3):
+            try:
+                results.append(await sess.run(y, {x: batch},
+                                              options=af.RunOptions(timeout_in_ms=1000)))
+            except af.errors.DeadlineExceededError:
+                results.append("deadline")
+        assert results[-1] == 3.0, results
+        assert sorted(sent) == sorted(set(sent)), sent  # one registration a task
+    graphs = {name: server.service.statistics().graphs for name, server in servers.items()}
+    assert set(graphs.values()) == {0}, graphs
