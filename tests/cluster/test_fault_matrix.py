@@ -173,8 +173,11 @@ async def test_a_registration_cut_by_the_callers_deadline_is_a_cancellation(pair
         await _healthy_step(sess, t["init"])
         pair.proxies[1].arm("/graphs", "silent")
         with trio.fail_after(GENEROUS):
-            with trio.move_on_after(0.5) as scope:
-                await sess.run(t["fresh"])
+            with trio.CancelScope() as scope:  # its deadline passes once the answer is
+                async with trio.open_nursery() as nursery:  # withheld (no guess of when)
+                    nursery.start_soon(sess.run, t["fresh"])
+                    await pair.proxies[1].stalled.wait()
+                    scope.deadline = trio.current_time()
         assert scope.cancelled_caught and pair.proxies[1].fired == 1
         await _recovers(pair, sess, t, 1)
 
