@@ -47,11 +47,11 @@ def main(argv=None):
     import asyncflow as af
     from asyncflow.kernels import intra_op
 
-    defaults = (intra_op.GEMM_MACS_PER_WORK, intra_op.GEMM_LEAD_MACS)
+    defaults = (intra_op.MACS_PER_WORK, intra_op.GEMM_LEAD_MACS)
 
     def use(form):
         per_work, lead = FORMS[form]
-        intra_op.GEMM_MACS_PER_WORK = defaults[0] if per_work is None else per_work
+        intra_op.MACS_PER_WORK = defaults[0] if per_work is None else per_work
         intra_op.GEMM_LEAD_MACS = defaults[1] if lead is None else lead
 
     async def model_rounds(model):

@@ -23,7 +23,8 @@ from __future__ import annotations
 MIN_SPLIT_WORK = 1 << 20
 # A GEMM's multiply-adds per element-operation of the work above: BLAS does some 50 G
 # multiply-adds a second per core here, numpy's elementwise loops 1-3 G elements, so GEMM
-# kernels count their multiply-adds divided by this (split from about 16 M: ~0.3 ms).
+# kernels count their multiply-adds divided by this (split from about 16 M: ~0.3 ms), in
+# their split thresholds and their offload scale alike.
 MACS_PER_WORK = 16
 # Bytes of temporaries (patch matrices, padded buffers) one chunk should stay under, so that
 # a chunk's working set stays in cache: measured here, a MaxPoolGrad over a [128, 28, 28, 32]
@@ -53,14 +54,15 @@ def for_batch(ctx, count, work_per_item, fn, bytes_per_item=0):
     return bounds
 
 
-# GEMMs split from this many multiply-adds (``for_gemm``), per element-operation of
-# ``MIN_SPLIT_WORK``: from ~16.8 M (~0.3 ms on one thread). A lower threshold, 6 (~6.3 M: the
+# GEMMs split from ``MIN_SPLIT_WORK * MACS_PER_WORK`` multiply-adds (``for_gemm``, the
+# MatMul kernels; read at each call, as tests and bench/bench_gemm_splits.py change them):
+# from ~16.8 M (~0.3 ms on one thread). A lower rate, 6 (~6.3 M: the
 # MLP's ``[128, 256] @ [256, 256]`` too), measured 129 us split against 172 whole alone at
 # load 4, but in the whole step on a quiet machine (bench/bench_gemm_splits.py, forms
 # alternating in one process, four runs) the MLP took 1.00-1.04x the even form's median
 # with it against 0.96x without it: the small split's two wake-ups cost more there than its
 # half saves (bench/RESULTS.md).
-GEMM_MACS_PER_WORK = 16
+
 # The caller's chunk of a GEMM split is this many multiply-adds (~30 us) larger than a
 # worker's: the worker starts its chunk ~13-25 us after the caller (the wake-up), and a caller
 # that finishes first sleeps until the worker's chunk ends and is woken ~25-50 us after it;
@@ -102,7 +104,7 @@ def _numpy_blas_core():
 
 def for_gemm(ctx, count, macs_per_item, fn, bytes_per_item=0, dtype=None):
     """``for_batch`` for a GEMM split by rows or columns (``count`` of them, each
-    ``macs_per_item`` multiply-adds) of ``dtype``: from ``MIN_SPLIT_WORK * GEMM_MACS_PER_WORK``
+    ``macs_per_item`` multiply-adds) of ``dtype``: from ``MIN_SPLIT_WORK * MACS_PER_WORK``
     multiply-adds, one chunk per thread (cache-sized ones, evenly, where ``bytes_per_item``
     asks for more), the caller's first chunk ``GEMM_LEAD_MACS`` longer than the others
     (``lead_bounds``). Chunks are at least two items and more than ``BLAS_SMALL_MACS`` each
@@ -114,7 +116,7 @@ def for_gemm(ctx, count, macs_per_item, fn, bytes_per_item=0, dtype=None):
     run time, so the bits must not depend on them. Returns the bounds, in order."""
     pool = getattr(ctx.device, "intra_op", None)
     total = count * macs_per_item
-    if pool is None or total < MIN_SPLIT_WORK * GEMM_MACS_PER_WORK:
+    if pool is None or total < MIN_SPLIT_WORK * MACS_PER_WORK:
         fn(0, count)
         return [(0, count)]
     least = max(2, BLAS_SMALL_MACS // max(1, macs_per_item) + 1)  # items a chunk, at least

@@ -266,7 +266,7 @@ def _matmul(ctx, a, b):
         raise errors.InvalidArgumentError(
             None, ctx.name, f"Matrix size-incompatible: In[0]: {list(a.shape)}, In[1]: {list(b.shape)}")
     if (a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype or a.dtype.kind not in "fc"
-            or a.size * b.shape[1] < intra_op.MIN_SPLIT_WORK * intra_op.GEMM_MACS_PER_WORK
+            or a.size * b.shape[1] < intra_op.MIN_SPLIT_WORK * intra_op.MACS_PER_WORK
             or _gram(a, b)):
         return (a @ b,)
     return (_split_matmul(ctx, a, b),)
@@ -327,7 +327,7 @@ def _fused_matmul(ctx, a, b, bias):
         raise errors.InvalidArgumentError(
             None, ctx.name, f"bias has shape {list(bias.shape)}, expected [{b.shape[1]}]")
     epilogue = fused_epilogue(ctx.xp, attrs["fused_ops"], bias)
-    if a.size * b.shape[1] < intra_op.MIN_SPLIT_WORK * intra_op.GEMM_MACS_PER_WORK \
+    if a.size * b.shape[1] < intra_op.MIN_SPLIT_WORK * intra_op.MACS_PER_WORK \
             or _gram(a, b):
         out = a @ b
         epilogue(out)

@@ -19,7 +19,7 @@ from hypothesis import given, settings, strategies as st
 from asyncflow.exec import intra_op
 from asyncflow.kernels import intra_op as kernel_intra_op, math as math_kernels
 
-SPLIT_FROM = kernel_intra_op.MIN_SPLIT_WORK * kernel_intra_op.GEMM_MACS_PER_WORK
+SPLIT_FROM = kernel_intra_op.MIN_SPLIT_WORK * kernel_intra_op.MACS_PER_WORK
 LAYOUTS = ("C", "F", "transposed", "reversed rows", "reversed columns", "strided", "sliced")
 
 
@@ -132,7 +132,7 @@ def test_no_chunk_is_at_or_below_the_small_matrix_size(threads, count, macs_per_
     (``MNK > 100^3`` is its test for the large path): chunks of exactly ``BLAS_SMALL_MACS``
     rounded otherwise; the cache-sized chunks of a tall product ignored the floor. (The split
     threshold lowered so that the 6.3 M product splits at all.)"""
-    monkeypatch.setattr(kernel_intra_op, "GEMM_MACS_PER_WORK", 2)
+    monkeypatch.setattr(kernel_intra_op, "MACS_PER_WORK", 2)
     bounds = kernel_intra_op.for_gemm(_ctx(threads), count, macs_per_item,
                                       lambda start, stop: None, bytes_per_item)
     assert len(bounds) >= 2 and bounds[0][0] == 0 and bounds[-1][1] == count
@@ -142,7 +142,7 @@ def test_no_chunk_is_at_or_below_the_small_matrix_size(threads, count, macs_per_
 
 def test_a_product_with_exact_small_matrix_chunks_has_the_bits_where_splits_keep_them(
         monkeypatch):
-    monkeypatch.setattr(kernel_intra_op, "GEMM_MACS_PER_WORK", 2)  # (6.3 M: it splits)
+    monkeypatch.setattr(kernel_intra_op, "MACS_PER_WORK", 2)  # (6.3 M: it splits)
     a, b = _operands(1, "float32", 630, 100, 100, ("C", "C"))
     split = math_kernels._matmul(_ctx(6), a, b)[0]
     if kernel_intra_op.split_keeps_bits(np.dtype(np.float32)):
@@ -178,7 +178,7 @@ def test_a_gemm_split_while_every_worker_is_busy(dtype, monkeypatch):
     alone, chunk after chunk: ``[128, 256] @ [256, 256]`` 16% slower than whole here. Whole
     then, where a split keeps the bits (float32 on SkylakeX); elsewhere the split's chunks,
     the same bits as with the worker free. (The split threshold lowered: 8.4 M splits.)"""
-    monkeypatch.setattr(kernel_intra_op, "GEMM_MACS_PER_WORK", 2)
+    monkeypatch.setattr(kernel_intra_op, "MACS_PER_WORK", 2)
     pool = intra_op.IntraOpPool(2)
     ctx = SimpleNamespace(device=SimpleNamespace(intra_op=pool), xp=np, name="MatMul",
                           attrs={"transpose_a": False, "transpose_b": False})

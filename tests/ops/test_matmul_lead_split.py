@@ -66,7 +66,7 @@ def _same_bits_where_kept(split, one):
 ])
 async def test_a_split_gemm_has_the_bits_of_one_thread(m, k, n, transpose_a, transpose_b,
                                                        threads, cpu_only, monkeypatch):
-    monkeypatch.setattr(kernel_intra_op, "GEMM_MACS_PER_WORK", 2)  # (the odd ones split too)
+    monkeypatch.setattr(kernel_intra_op, "MACS_PER_WORK", 2)  # (the odd ones split too)
     rng = np.random.default_rng(m + k + n)
     a = rng.standard_normal((k, m) if transpose_a else (m, k)).astype(np.float32)
     b = rng.standard_normal((n, k) if transpose_b else (k, n)).astype(np.float32)
@@ -92,7 +92,7 @@ async def test_a_split_gemm_has_the_bits_of_one_thread(m, k, n, transpose_a, tra
 @pytest.mark.parametrize("m, k, n", [(128, 256, 256), (6, 300, 4001)])
 async def test_a_fused_product_split_with_a_lead_has_the_bits_of_one_thread(
         m, k, n, activation, cpu_only, monkeypatch):
-    monkeypatch.setattr(kernel_intra_op, "GEMM_MACS_PER_WORK", 2)
+    monkeypatch.setattr(kernel_intra_op, "MACS_PER_WORK", 2)
     rng = np.random.default_rng(3)
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
