@@ -66,7 +66,7 @@ from transports.schema import (
     MAGIC, PREFIX, SCHEMA_BY_CLASS, validated,
 )
 
-__all__ = ["Prepared", "decode_whole", "encode", "frame", "learn", "prepare"]
+__all__ = ["Prepared", "decode_whole", "encode", "forget", "frame", "learn", "prepare"]
 
 _KEPT: Final = 256  # templates; all dropped when full (a few per registered graph in practice)
 # (no float: 0.0 and -0.0 are one key but two encodings; messages of a step carry none)
@@ -238,6 +238,14 @@ def prepare(message: Any, limits: Any, checksums: bool) -> Prepared | None:
         return None
     key = _key(message, limits, checksums, layout)
     return None if key is None else _templates_by_key.get(key)
+
+
+def forget(prepared: Prepared) -> None:
+    """Drop the kept template that ``prepared`` was made of (its signature's messages will not
+    come again: a deregistered graph's RunGraphs); a message of it is then encoded in full and
+    learnt again. One pass over at most :data:`_KEPT` templates."""
+    for key in [key for key, kept in _templates_by_key.items() if kept is prepared]:
+        del _templates_by_key[key]
 
 
 def frame(prepared: Prepared, message: Any, defer: bool) -> list | None:

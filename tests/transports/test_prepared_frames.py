@@ -182,3 +182,45 @@ def test_a_signature_other_than_the_prepared_one_costs_what_a_plain_encode_costs
         costs[name] = len(built)
         assert got == wants
     assert costs["callers"] <= costs["plain"], costs
+
+
+async def test_a_deregistered_graphs_prepared_signature_and_template_are_dropped():
+    """A channel keeps one prepared signature per graph handle for its RunGraphs; deregistering
+    the graph drops it and its kept template (a client that registers and drops many graphs
+    holds none of theirs), the other graphs' signatures stay, and steps of the graph still
+    registered encode from theirs as before."""
+    from transport_fakes import FakeWorker
+
+    from transports.http.server import open_http_server
+    from transports.messages import DeregisterGraph, RegisterGraph
+    from transports.service import RemoteCallError
+
+    def step(handle, step_id):
+        return RunGraph(handle, step_id, [TensorEntry("p:0", np.full((), step_id, np.float32))],
+                        ["p:0"], request_id=step_id)
+
+    async with open_http_server(FakeWorker()) as server, \
+            TrioHttpChannel(server.address, bare=True) as channel:
+        handles = [(await channel.register_graph(RegisterGraph({"nodes": []}, "s"))).graph_handle
+                   for _ in range(2)]
+        for step_id in range(1, 4):
+            for handle in handles:
+                reply = await channel.run_graph(step(handle, step_id))
+                assert float(reply.tensors[0].value) == step_id
+        kept = dict(channel._prepared)
+        assert sorted(kept) == sorted(handles)
+        templates = list(repeat_frames._templates_by_key.values())
+        assert all(any(t is p for t in templates) for p in kept.values())
+
+        await channel.deregister_graph(DeregisterGraph(handles[0]))
+        assert list(channel._prepared) == [handles[1]]
+        templates = list(repeat_frames._templates_by_key.values())
+        assert not any(t is kept[handles[0]] for t in templates)
+        assert any(t is kept[handles[1]] for t in templates)
+
+        reply = await channel.run_graph(step(handles[1], 4))  # from its kept signature
+        assert float(reply.tensors[0].value) == 4 and channel._prepared[handles[1]] is \
+            kept[handles[1]]
+        with pytest.raises(RemoteCallError, match="NOT_FOUND"):
+            await channel.run_graph(step(handles[0], 5))
+        assert channel._bare and channel.bare_calls > 0

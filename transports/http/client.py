@@ -59,6 +59,7 @@ from transports.http.protocol import (
     text_error, the_frame,
 )
 from transports.messages import ErrorReply, Message
+from transports.repeat_frames import forget as forget_template
 from transports.service import RPCS, TEXT_CALLS, Channel, Rpc, TransportUnavailable
 from transports.wire import (
     DEFAULT_LIMITS, Decoder, Limits, LocalProtocolError, RemoteProtocolError,
@@ -236,6 +237,8 @@ class TrioHttpChannel(Channel):
         if rpc.method == "run_graph":
             buffers = self._encode_run_graph(request)
         else:
+            if rpc.method == "deregister_graph":  # no RunGraph of it comes again
+                self._forget_prepared(request.graph_handle)
             buffers = None if request is None else encode(request, self._limits,
                                                           defer_checksums=True)
         if self._bare or self._bare_idle or self._bare_again is not None:
@@ -263,6 +266,14 @@ class TrioHttpChannel(Channel):
                     self._prepared.clear()
                 self._prepared[handle] = now
         return buffers
+
+    def _forget_prepared(self, handle: object) -> None:
+        """Drop the prepared signature of graph ``handle``'s RunGraphs, and its kept template
+        (a deregistered graph's: a client that registers and drops many graphs keeps none of
+        theirs; one registered again under the handle is encoded in full and prepared anew)."""
+        prepared = self._prepared.pop(handle, None)
+        if prepared is not None:
+            forget_template(prepared)
 
     async def _bare_call(self, rpc: Rpc, buffers: list | None) -> Message | None:
         """The call over the bare protocol; None when the server does not speak it."""
