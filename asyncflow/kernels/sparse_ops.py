@@ -101,7 +101,8 @@ def _sparse_add(ctx, a_indices, a_values, a_shape, b_indices, b_values, b_shape,
         np.add.at(summed, inverse.reshape(-1), values)
         # TF1 thresholds only the sums of an index both operands hold: an entry of one
         # operand alone is kept whatever its magnitude
-        in_a, in_b = np.isin(unique, linear[:len(a_indices)]), np.isin(unique, linear[len(a_indices):])
+        in_a = np.isin(unique, linear[:len(a_indices)])
+        in_b = np.isin(unique, linear[len(a_indices):])
         keep = ~(in_a & in_b) | (np.abs(summed) >= _host(threshold))
         indices = np.stack(np.unravel_index(unique[keep], a_shape.tolist()), axis=1)
         values = summed[keep]
