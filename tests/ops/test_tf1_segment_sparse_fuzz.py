@@ -1,6 +1,8 @@
 """Differential fuzz of the segment, scatter/gather and ``tf.sparse`` ops against TF1, with
 their gradients: ``segment_sum`` (ids unsorted, with gaps, negative), ``unsorted_segment_sum``
-(ids negative and out of range, ids of rank 2, a tensor ``num_segments``), ``gather`` and
+(ids negative and out of range, ids of rank 2, a tensor ``num_segments``), the other segment
+reductions (``segment_max/min/mean/prod``, ``unsorted_segment_max/min/prod/mean/sqrt_n``:
+ties, zeros, empty segments), ``gather`` and
 ``gather_nd`` (repeated indices: IndexedSlices gradients made dense; ``batch_dims``),
 ``scatter_nd`` (repeated indices add), ``tensor_scatter_update``, ``sparse_to_dense``
 (unsorted, repeated and out-of-range indices with and without ``validate_indices``, scalar
@@ -82,6 +84,32 @@ def _unsorted_segment_sum(rng):
         inputs["n"] = np.array(num, str(rng.choice(INTS)))
         count = "n"
     return _maybe_grad(rng, f"tf.unsorted_segment_sum(d, s, {count})", ["d"], dtype), inputs
+
+
+def _segment_reductions(rng):
+    """max/min/mean/prod, sorted and unsorted, and the composed unsorted mean and sqrt_n;
+    data with ties and zeros (the max/min and prod gradients' special cases)."""
+    count = int(rng.integers(0, 7))
+    dtype = _dtype(rng, 0.25)
+    shape = (count,) + tuple(int(d) for d in rng.integers(1, 3, size=int(rng.integers(0, 2))))
+    data = np.round(_values(rng, shape, dtype) if rng.random() < 0.5 else _values(rng, shape, dtype))
+    data = data.astype(dtype)
+    if rng.random() < 0.5:
+        kind = str(rng.choice(["max", "min", "mean", "prod"]))
+        ids = np.sort(rng.integers(0, 4, size=count))
+        if rng.random() < 0.06 and count > 1:
+            ids = ids[::-1].copy()
+        expr = f"tf.segment_{kind}(d, s)"
+        inputs = {"d": data, "s": ids.astype(str(rng.choice(INTS)))}
+    else:
+        kind = str(rng.choice(["max", "min", "prod", "mean", "sqrt_n"]))
+        num = int(rng.integers(1, 5))
+        ids = rng.integers(-1, num + (rng.random() < 0.05), size=count)
+        expr = f"tf.math.unsorted_segment_{kind}(d, s, {num})"
+        if kind == "sqrt_n" and "int" in dtype:
+            data = data.astype("float64")
+        inputs = {"d": data, "s": ids.astype(str(rng.choice(INTS)))}
+    return _maybe_grad(rng, expr, ["d"], str(inputs["d"].dtype), p=0.6), inputs
 
 
 def _gather(rng):
@@ -255,7 +283,8 @@ def _sparse_misc(rng):
     return f"tf.sparse.to_indicator({st}, {vocab})", inputs
 
 
-GENERATORS = [_segment_sum, _unsorted_segment_sum, _unsorted_segment_sum, _gather, _gather_nd,
+GENERATORS = [_segment_sum, _unsorted_segment_sum, _unsorted_segment_sum, _segment_reductions,
+              _segment_reductions, _gather, _gather_nd,
               _scatter, _sparse_to_dense, _sparse_to_dense, _sparse_matmul, _sparse_reduce,
               _sparse_misc, _sparse_misc]
 
