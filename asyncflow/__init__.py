@@ -106,7 +106,8 @@ from asyncflow.ops.diagonal import (  # noqa: F401,E402
 )
 from asyncflow.ops.layout import reverse  # noqa: F401,E402
 from asyncflow.ops.scatter_nd import (  # noqa: F401,E402
-    scatter_nd, scatter_nd_add, scatter_nd_sub, scatter_nd_update, tensor_scatter_nd_update,
+    scatter_nd, scatter_nd_add, scatter_nd_sub, scatter_nd_update, tensor_scatter_nd_add,
+    tensor_scatter_nd_max, tensor_scatter_nd_min, tensor_scatter_nd_sub, tensor_scatter_nd_update,
 )
 from asyncflow.ops.unique import bincount, setdiff1d, unique, unique_with_counts  # noqa: F401,E402
 from asyncflow.ops.special import digamma, erf, lgamma  # noqa: F401,E402

@@ -475,6 +475,15 @@ def segment_sums(rng):
 
 
 @gen
+def tensor_scatter_combining(rng):
+    """add/sub/max/min into a copy, a repeated tuple included (max/min: ties share)."""
+    idx = np.array([[1], [3], [1]], np.int32)
+    ops = ", ".join(f"tf.tensor_scatter_nd_{k}(x[0], c['idx'], x[1])"
+                    for k in ("add", "sub", "max", "min"))
+    return Case(f"[{ops}]", [_normal(rng, (4, 3)), _normal(rng, (3, 3))], {"idx": idx})
+
+
+@gen
 def segment_reductions(rng):
     """max/min/mean/prod, sorted and unsorted (every segment non-empty: an empty max is the
     dtype's lowest value, no place for a finite difference), negative ids dropped."""

@@ -4,7 +4,8 @@ their gradients: ``segment_sum`` (ids unsorted, with gaps, negative), ``unsorted
 reductions (``segment_max/min/mean/prod``, ``unsorted_segment_max/min/prod/mean/sqrt_n``:
 ties, zeros, empty segments), ``gather`` and
 ``gather_nd`` (repeated indices: IndexedSlices gradients made dense; ``batch_dims``),
-``scatter_nd`` (repeated indices add), ``tensor_scatter_update``, ``sparse_to_dense``
+``scatter_nd`` (repeated indices add), ``tensor_scatter_update`` and its ``_add``/``_sub``/
+``_max``/``_min`` forms, ``sparse_to_dense``
 (unsorted, repeated and out-of-range indices with and without ``validate_indices``, scalar
 values, ``default_value``), ``sparse_tensor_to_dense``, ``sparse_tensor_dense_matmul``
 (adjoints, indices out of range), ``sparse_reduce_sum`` (axes, ``keepdims``),
@@ -154,10 +155,19 @@ def _scatter(rng):
     dtype = _dtype(rng, 0.2)
     updates = _values(rng, (count,) + shape[depth:], dtype)
     index_dtype = str(rng.choice(INTS))
-    if rng.random() < 0.6:
+    roll = rng.random()
+    if roll < 0.35:
         inputs = {"i": indices.astype(index_dtype), "u": updates}
         expr = f"tf.scatter_nd(i, u, np.array({list(shape)}, '{index_dtype}'))"
         return _maybe_grad(rng, expr, ["u"], dtype), inputs
+    if roll < 0.75:  # combining scatters: repeated tuples combine (max/min: ties share)
+        op = str(rng.choice(["tensor_scatter_add", "tensor_scatter_sub", "tensor_scatter_nd_add",
+                             "tensor_scatter_nd_sub", "tensor_scatter_nd_max",
+                             "tensor_scatter_nd_min"]))
+        base = np.round(_values(rng, shape, dtype)).astype(dtype)
+        inputs = {"t": base, "i": indices.astype(index_dtype),
+                  "u": np.round(updates).astype(dtype)}
+        return _maybe_grad(rng, f"tf.{op}(t, i, u)", ["t", "u"], dtype), inputs
     if len({tuple(row) for row in indices.tolist()}) < count:  # a repeat's winner is unspecified
         indices = indices[:0]
         updates = updates[:0]
