@@ -26,8 +26,9 @@ from asyncflow.ops.indexing import (  # noqa: F401
     gather, gather_nd, segment_sum, slice, strided_slice, unsorted_segment_sum,
 )
 from asyncflow.ops.segment import (  # noqa: F401
-    segment_max, segment_mean, segment_min, segment_prod, unsorted_segment_max,
-    unsorted_segment_mean, unsorted_segment_min, unsorted_segment_prod, unsorted_segment_sqrt_n,
+    segment_max, segment_mean, segment_min, segment_prod, sparse_segment_mean,
+    sparse_segment_sqrt_n, sparse_segment_sum, unsorted_segment_max, unsorted_segment_mean,
+    unsorted_segment_min, unsorted_segment_prod, unsorted_segment_sqrt_n,
 )
 from asyncflow.ops.layout import (  # noqa: F401
     concat, expand_dims, invert_permutation, split, squeeze, stack, transpose, unstack,

@@ -3,7 +3,9 @@
 for the product) and ``unsorted_segment_max/min/prod`` (``num_segments`` rows, negative ids
 dropped, an empty segment the dtype's lowest finite value for max, highest for min, 1 for the
 product), with ``unsorted_segment_mean`` and ``unsorted_segment_sqrt_n`` composed from sums
-as TF1 composes them. Gradients are TF1's: max and min share the gradient among the entries
+as TF1 composes them, and ``sparse_segment_sum/mean/sqrt_n`` (a gather of rows, then the
+sorted reduction; with ``num_segments`` an unsorted sum after the sorted kernel checked the
+ids). Gradients are TF1's: max and min share the gradient among the entries
 that equal the result, the product's handles zeros (one zero: the product of the others; two:
 zero). Kernels live in asyncflow/kernels/segment.py.
 """
@@ -14,7 +16,7 @@ from asyncflow.graph import register_gradient, register_op
 from asyncflow.graph.shape import TensorShape
 from asyncflow.ops import math as math_ops
 from asyncflow.ops import sources
-from asyncflow.ops.array import reshape
+from asyncflow.ops.array import identity, reshape
 from asyncflow.ops.construct import INTEGER, as_tensor, check_dtype, make, static_value
 from asyncflow.ops.indexing import gather, segment_sum, unsorted_segment_sum
 from asyncflow.ops.shapes import dims_of, dims_vector
@@ -99,7 +101,7 @@ def _segment_counts(data, segment_ids, num_segments):
     ones = sources.ones_like(segment_ids, dtype=data.dtype)
     counts = unsorted_segment_sum(ones, segment_ids, num_segments)
     counts = math_ops.maximum(counts, sources.ones_like(counts))
-    return reshape(counts, dims_vector(dims_of(counts) + [1] * extra))
+    return reshape(counts, [-1] + [1] * extra)  # [-1]: the static rows stay known
 
 
 def unsorted_segment_mean(data, segment_ids, num_segments, name=None):
@@ -191,3 +193,49 @@ def _prod_grad(op, grad):
 
 register_gradient("SegmentProd")(_prod_grad)
 register_gradient("UnsortedSegmentProd")(_prod_grad)
+
+
+# -- sparse segment reductions (TF1 composes them from a gather and a segment reduction) ----
+def _sparse_segment(kind, data, indices, segment_ids, name, num_segments):
+    data = as_tensor(data)
+    if kind != "sum" and not data.dtype.is_floating:
+        raise TypeError(f"sparse_segment_{kind}: data must be floating (TF1's kernel), got "
+                        f"{data.dtype.name}")
+    with data.graph.name_scope(name or f"SparseSegment{kind.capitalize()}"):
+        rows = gather(data, indices)
+        if num_segments is not None:  # the ids must still increase (TF1's kernel checks)
+            check = segment_sum(sources.zeros_like(as_tensor(segment_ids)), segment_ids)
+            with data.graph.control_dependencies([check]):
+                rows = identity(rows)
+        if num_segments is None:
+            total = segment_sum(rows, segment_ids)
+            if kind == "sum":
+                return total
+            if kind == "mean":
+                return segment_mean(rows, segment_ids)
+            ones = sources.ones_like(as_tensor(segment_ids), dtype=data.dtype)
+            counts = math_ops.maximum(segment_sum(ones, segment_ids), 1.0)
+            extra = data.shape.ndims - 1
+            return math_ops.divide(total, reshape(math_ops.sqrt(counts), [-1] + [1] * extra))
+        total = unsorted_segment_sum(rows, segment_ids, num_segments)
+        if kind == "sum":
+            return total
+        counts = _segment_counts(rows, segment_ids, num_segments)
+        return math_ops.divide(total, counts if kind == "mean" else math_ops.sqrt(counts))
+
+
+def sparse_segment_sum(data, indices, segment_ids, name=None, num_segments=None):
+    """TF1's ``tf.sparse_segment_sum``: ``segment_sum(gather(data, indices), segment_ids)``
+    (``num_segments`` rows when given)."""
+    return _sparse_segment("sum", data, indices, segment_ids, name, num_segments)
+
+
+def sparse_segment_mean(data, indices, segment_ids, name=None, num_segments=None):
+    """TF1's ``tf.sparse_segment_mean``: the mean of the rows ``data[indices]`` per segment."""
+    return _sparse_segment("mean", data, indices, segment_ids, name, num_segments)
+
+
+def sparse_segment_sqrt_n(data, indices, segment_ids, name=None, num_segments=None):
+    """TF1's ``tf.sparse_segment_sqrt_n``: the sum of the rows ``data[indices]`` per segment
+    over the square root of their count."""
+    return _sparse_segment("sqrt_n", data, indices, segment_ids, name, num_segments)

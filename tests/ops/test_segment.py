@@ -95,3 +95,27 @@ async def test_max_shares_the_gradient_among_ties_and_prod_handles_zeros():
         got = await run([tied, prod])
     np.testing.assert_array_equal(got[0], [0.5, 0.5, 0, 0, 0, 0, 0, 0])
     np.testing.assert_array_equal(got[1], [0, 0, 0, 3.0, 0, 0, 0, 0])
+
+
+async def test_sparse_segment_reductions_gather_then_reduce():
+    with af.Graph().as_default():
+        got = await run([af.sparse_segment_sum(DATA, [0, 3, 3], [0, 0, 2]),
+                         af.sparse_segment_mean(DATA, [0, 3, 3], [0, 0, 2]),
+                         af.sparse_segment_sqrt_n(DATA, [0, 3], [1, 1], num_segments=3),
+                         af.sparse.segment_sum(DATA, [1], [0], num_segments=2)])
+    np.testing.assert_array_equal(got[0], [[8, 9], [0, 0], [7, 4]])
+    np.testing.assert_array_equal(got[1], [[4, 4.5], [0, 0], [7, 4]])
+    np.testing.assert_allclose(got[2], [[0, 0], [8 / np.sqrt(2), 9 / np.sqrt(2)], [0, 0]])
+    np.testing.assert_array_equal(got[3], [[3, -2], [0, 0]])
+    with af.Graph().as_default():
+        unsorted = af.sparse_segment_mean(DATA, [0, 1], [1, 0], num_segments=2)
+        with pytest.raises(errors.InvalidArgumentError, match="not increasing"):
+            await run(unsorted)
+        with pytest.raises(TypeError, match="must be floating"):
+            af.sparse_segment_mean(np.array([1, 2]), [0], [0])
+
+
+@pytest.mark.parametrize("name", ["sparse_segment_sum", "sparse_segment_mean",
+                                  "sparse_segment_sqrt_n"])
+async def test_sparse_segment_gradients_match_finite_differences(name):
+    await check_gradients(lambda d: getattr(af, name)(d, [0, 3, 3, 1], [0, 0, 2, 2]), [DATA])
