@@ -2,7 +2,7 @@
 their gradients: ``segment_sum`` (ids unsorted, with gaps, negative), ``unsorted_segment_sum``
 (ids negative and out of range, ids of rank 2, a tensor ``num_segments``), the other segment
 reductions (``segment_max/min/mean/prod``, ``unsorted_segment_max/min/prod/mean/sqrt_n``:
-ties, zeros, empty segments), ``gather`` and
+ties, zeros, empty segments), ``sparse_segment_sum/mean/sqrt_n``, ``gather`` and
 ``gather_nd`` (repeated indices: IndexedSlices gradients made dense; ``batch_dims``),
 ``scatter_nd`` (repeated indices add), ``tensor_scatter_update`` and its ``_add``/``_sub``/
 ``_max``/``_min`` forms, ``sparse_to_dense``
@@ -113,6 +113,29 @@ def _segment_reductions(rng):
     return _maybe_grad(rng, expr, ["d"], str(inputs["d"].dtype), p=0.6), inputs
 
 
+def _sparse_segments(rng):
+    """sparse_segment_sum/mean/sqrt_n: rows picked by indices (repeats), sorted segment ids
+    (gaps), with and without num_segments."""
+    rows = int(rng.integers(1, 5))
+    dtype = str(rng.choice(FLOATS)) if rng.random() < 0.85 else str(rng.choice(INTS))
+    data = _values(rng, (rows,) + tuple(int(d) for d in rng.integers(1, 3, size=int(rng.integers(0, 2)))),
+                   dtype)
+    count = int(rng.integers(0, 6))
+    # (indices out of range and ids out of order crash TF1's process now and then: not drawn)
+    indices = rng.integers(0, rows, size=count)
+    ids = np.sort(rng.integers(0, 3, size=count))
+    kind = str(rng.choice(["sum", "mean", "sqrt_n"]))
+    num = f", num_segments={int(rng.integers(3, 5))}" if rng.random() < 0.4 else ""
+    inputs = {"d": data, "i": indices.astype(str(rng.choice(INTS))),
+              "s": ids.astype(str(rng.choice(INTS)))}
+    expr = f"tf.sparse_segment_{kind}(d, i, s{num})"
+    if not count or (indices >= rows).any() or (np.diff(ids) < 0).any():
+        # TF1's gradient kernel checks neither its indices nor the ids' order (it may crash)
+        # and leaves its output uninitialized for no indices (docs/porting.md)
+        return expr, inputs
+    return _maybe_grad(rng, expr, ["d"], dtype, p=0.6), inputs
+
+
 def _gather(rng):
     rank = int(rng.integers(1, 4))
     shape = tuple(int(d) for d in rng.integers(1, 4, size=rank))
@@ -215,7 +238,8 @@ def _sparse_to_dense(rng):
         expr = (f"tf.sparse_tensor_to_dense(tf.SparseTensor(x, v, {list(shape)}){default}, "
                 f"validate_indices={validate})")
     names = ["v", "d0"] if default else ["v"]
-    if inputs["v"].ndim == 0 or inputs["x"].ndim == 1:
+    if inputs["v"].ndim == 0 or inputs["x"].ndim == 1 or not sort or repeats:
+        # (TF1's gradient runs the forward's validation, asyncflow's does not need the forward)
         # TF1's gradient refuses a scalar value and gives a vector of indices' the wrong
         # shape; asyncflow's differ on purpose (docs/porting.md)
         return expr, inputs
@@ -294,7 +318,7 @@ def _sparse_misc(rng):
 
 
 GENERATORS = [_segment_sum, _unsorted_segment_sum, _unsorted_segment_sum, _segment_reductions,
-              _segment_reductions, _gather, _gather_nd,
+              _segment_reductions, _sparse_segments, _sparse_segments, _gather, _gather_nd,
               _scatter, _sparse_to_dense, _sparse_to_dense, _sparse_matmul, _sparse_reduce,
               _sparse_misc, _sparse_misc]
 
