@@ -25,6 +25,11 @@ from asyncflow.ops.embedding import (  # noqa: F401
 from asyncflow.ops.indexing import (  # noqa: F401
     gather, gather_nd, segment_sum, slice, strided_slice, unsorted_segment_sum,
 )
+from asyncflow.ops.segment import (  # noqa: F401
+    segment_max, segment_mean, segment_min, segment_prod, sparse_segment_mean,
+    sparse_segment_sqrt_n, sparse_segment_sum, unsorted_segment_max, unsorted_segment_mean,
+    unsorted_segment_min, unsorted_segment_prod, unsorted_segment_sqrt_n,
+)
 from asyncflow.ops.layout import (  # noqa: F401
     concat, expand_dims, invert_permutation, split, squeeze, stack, transpose, unstack,
 )
@@ -102,7 +107,8 @@ from asyncflow.ops.diagonal import (  # noqa: F401,E402
 )
 from asyncflow.ops.layout import reverse  # noqa: F401,E402
 from asyncflow.ops.scatter_nd import (  # noqa: F401,E402
-    scatter_nd, scatter_nd_add, scatter_nd_sub, scatter_nd_update, tensor_scatter_nd_update,
+    scatter_nd, scatter_nd_add, scatter_nd_sub, scatter_nd_update, tensor_scatter_nd_add,
+    tensor_scatter_nd_max, tensor_scatter_nd_min, tensor_scatter_nd_sub, tensor_scatter_nd_update,
 )
 from asyncflow.ops.unique import bincount, setdiff1d, unique, unique_with_counts  # noqa: F401,E402
 from asyncflow.ops.special import digamma, erf, lgamma  # noqa: F401,E402

@@ -1,8 +1,8 @@
 """``af.math``: TF1's ``tf.math`` namespace.
 
 Builders live in their op families (ops/math.py, ops/cumulative.py, ops/numerics.py,
-ops/nn.py, ops/selection.py, ops/special.py); this module only gathers them under TF1's
-``tf.math`` names.
+ops/nn.py, ops/selection.py, ops/special.py, ops/indexing.py, ops/segment.py); this module
+only gathers them under TF1's ``tf.math`` names.
 """
 from asyncflow.ops.math import (  # noqa: F401
     abs, add, add_n, argmax, argmin, ceil, cos, divide, equal, exp, floor, floordiv, floormod,
@@ -17,3 +17,8 @@ from asyncflow.ops.nn import log_sigmoid, softplus  # noqa: F401
 from asyncflow.ops.numerics import count_nonzero, reduce_euclidean_norm  # noqa: F401
 from asyncflow.ops.selection import in_top_k, top_k  # noqa: F401
 from asyncflow.ops.special import digamma, erf, lgamma  # noqa: F401
+from asyncflow.ops.indexing import segment_sum, unsorted_segment_sum  # noqa: F401
+from asyncflow.ops.segment import (  # noqa: F401
+    segment_max, segment_mean, segment_min, segment_prod, unsorted_segment_max,
+    unsorted_segment_mean, unsorted_segment_min, unsorted_segment_prod, unsorted_segment_sqrt_n,
+)

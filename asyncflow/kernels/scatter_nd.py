@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from asyncflow.kernels.arguments import ints as _ints, invalid as _invalid
+from asyncflow.kernels.arguments import host as _host, ints as _ints, invalid as _invalid
 from asyncflow.kernels.arguments import scatter_add as _scatter_add
 from asyncflow.kernels.indexing import check_range
 from asyncflow.kernels.registry import host_memory, register_kernel
@@ -53,6 +53,32 @@ def _tensor_scatter_update(ctx, tensor, indices, updates):
     out = tensor.copy().reshape((count,) + tail)
     out[positions] = rows
     return (out.reshape(tensor.shape),)
+
+
+def _tensor_scatter_kernel(combine):
+    """A kernel combining ``updates`` into a copy of ``tensor`` (repeated tuples combine)."""
+    def kernel(ctx, tensor, indices, updates):
+        positions, rows, count, tail = _rows(ctx, indices, updates, tensor.shape)
+        out = tensor.copy().reshape((count,) + tail)
+        combine(ctx.xp, out, positions, rows)
+        return (out.reshape(tensor.shape),)
+    return kernel
+
+
+def _host_ufunc_at(ufunc):
+    """``ufunc.at`` on the host (CuPy has no ``maximum.at`` before v13), copied back."""
+    def combine(xp, target, positions, rows):
+        host = _host(target)
+        ufunc.at(host, _host(positions), _host(rows))
+        target[...] = xp.asarray(host)
+    return combine
+
+
+register_kernel("TensorScatterAdd")(_tensor_scatter_kernel(_scatter_add))
+register_kernel("TensorScatterSub")(_tensor_scatter_kernel(
+    lambda xp, target, positions, rows: _scatter_add(xp, target, positions, rows, subtract=True)))
+register_kernel("TensorScatterMax")(_tensor_scatter_kernel(_host_ufunc_at(np.maximum)))
+register_kernel("TensorScatterMin")(_tensor_scatter_kernel(_host_ufunc_at(np.minimum)))
 
 
 def _variable_kernel(combine):

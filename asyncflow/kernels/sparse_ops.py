@@ -91,14 +91,19 @@ def _sparse_add(ctx, a_indices, a_values, a_shape, b_indices, b_values, b_shape,
         raise _invalid(ctx, f"Operands do not have the same dense shape: "
                             f"[{','.join(map(str, a_shape.tolist()))}] and "
                             f"[{','.join(map(str, b_shape.tolist()))}]")
-    indices = np.concatenate([_host(a_indices), _host(b_indices)]).astype(np.int64)
+    a_indices, b_indices = _host(a_indices).astype(np.int64), _host(b_indices).astype(np.int64)
+    indices = np.concatenate([a_indices, b_indices])
     values = np.concatenate([_host(a_values), _host(b_values)])
     if indices.size:
         linear = np.ravel_multi_index(indices.T, a_shape.tolist())
         unique, inverse = np.unique(linear, return_inverse=True)
         summed = np.zeros(unique.shape, values.dtype)
         np.add.at(summed, inverse.reshape(-1), values)
-        keep = np.abs(summed) >= _host(threshold)
+        # TF1 thresholds only the sums of an index both operands hold: an entry of one
+        # operand alone is kept whatever its magnitude
+        in_a = np.isin(unique, linear[:len(a_indices)])
+        in_b = np.isin(unique, linear[len(a_indices):])
+        keep = ~(in_a & in_b) | (np.abs(summed) >= _host(threshold))
         indices = np.stack(np.unravel_index(unique[keep], a_shape.tolist()), axis=1)
         values = summed[keep]
     xp = ctx.xp

@@ -10,6 +10,7 @@ from asyncflow.ops import checkpoint_files  # noqa: F401,E402  (a checkpoint's m
 from asyncflow.ops import image  # noqa: F401,E402  (tf.image: decoding, resizing)
 from asyncflow.ops import nn, nn_conv  # noqa: F401,E402  (nn family)
 from asyncflow.ops import embedding, indexing, layout, numerics, script, tiling  # noqa: F401,E402  (array family, py_func)
+from asyncflow.ops import segment  # noqa: F401,E402  (segment max/min/mean/prod)
 from asyncflow.ops import transfer  # noqa: F401,E402  (Send/Recv for partitions)
 from asyncflow.ops import data_flow, io  # noqa: F401,E402  (queues and readers)
 from asyncflow.ops import training  # noqa: F401,E402  (fused optimizer updates)

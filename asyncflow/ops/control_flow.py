@@ -36,6 +36,7 @@ from asyncflow.graph.graph import Operation, Tensor
 from asyncflow.graph.shape import TensorShape
 from asyncflow.ops.array import identity
 from asyncflow.ops.construct import as_tensor, make, make_op
+from asyncflow.ops.logging_ops import Assert
 from asyncflow.ops.control_flow_structure import (  # noqa: F401 (cf.flatten etc. are used)
     is_namedtuple, same_structure, composite_invariants, flatten, pack_as, register_composite)
 from asyncflow.ops.sources import constant
@@ -483,8 +484,8 @@ def cond(pred, true_fn=None, false_fn=None, strict=False, name=None, fn1=None, f
 
     Raises:
         TypeError: for a non-tensor or non-bool pred, missing, duplicate or non-callable
-            branch functions, or mismatched dtypes.
-        ValueError: for mismatched structures.
+            branch functions.
+        ValueError: for mismatched structures or dtypes (TF1's classes).
     """
     if fn1 is not None:
         if true_fn is not None:
@@ -519,8 +520,8 @@ def cond(pred, true_fn=None, false_fn=None, strict=False, name=None, fn1=None, f
                              f"structure, got {res_t!r} and {res_f!r}")
         merged = []
         for t, f in zip(out_t, out_f):
-            if t.dtype is not f.dtype:
-                raise TypeError(f"cond '{cond_name}': outputs of true_fn and false_fn must "
+            if t.dtype is not f.dtype:  # TF1: a ValueError
+                raise ValueError(f"cond '{cond_name}': outputs of true_fn and false_fn must "
                                 f"have the same type: {t.dtype.name}, {f.dtype.name}")
             out, _ = merge([f, t], name="Merge")
             cond_merges(graph)[out.op] = pred_id
@@ -555,24 +556,30 @@ def case(pred_fn_pairs, default=None, exclusive=False, name="case"):
     """The fn of the first true predicate (TF1 ``tf.case``), else ``default``.
 
     Args:
-        pred_fn_pairs: a list of ``(pred, fn)`` pairs or a dict ``{pred: fn}``.
-        default: the callable used when no predicate holds; when None, the last pair's fn
-            is the default (TF1).
-        exclusive: when True, more than one true predicate fails the run.
+        pred_fn_pairs: a list of ``(pred, fn)`` pairs or a dict ``{pred: fn}``; a dict (not
+            an OrderedDict) is tried in the order of its predicates' names, as TF1 does.
+        default: the callable used when no predicate holds. When None, the last pair's fn
+            is the default, run under an Assert that its predicate holds (TF1): no true
+            predicate fails the run with InvalidArgumentError, where the ops that fn builds
+            run (TF1's control dependency: a tensor it returns unchanged does not wait).
+        exclusive: when True, more than one true predicate fails the run (without a
+            default, TF1 checks all but the last, which stands in for the default).
         name: name scope.
 
     Returns:
         The chosen fn's outputs.
 
     Raises:
-        TypeError: for malformed pairs.
+        TypeError: for malformed pairs. ValueError: for no pairs (TF1).
     """
-    pairs = list(pred_fn_pairs.items()) if isinstance(pred_fn_pairs, collections.abc.Mapping) \
-        else list(pred_fn_pairs)
-    if not pairs:
-        if default is None:
-            raise ValueError("case: pred_fn_pairs is empty and there is no default")
-        return default()
+    if isinstance(pred_fn_pairs, collections.abc.Mapping):
+        pairs = list(pred_fn_pairs.items())
+        if not isinstance(pred_fn_pairs, collections.OrderedDict):
+            pairs.sort(key=lambda pair: getattr(pair[0], "name", ""))
+    else:
+        pairs = list(pred_fn_pairs)
+    if not pairs:  # TF1 fails on no pairs, a default or not
+        raise ValueError(f"case '{name}': pred_fn_pairs is empty; give at least one (pred, fn)")
     for pair in pairs:
         if not isinstance(pair, tuple) or len(pair) != 2 or not callable(pair[1]):
             raise TypeError(f"case: each entry must be a (pred, callable) pair, got {pair!r}")
@@ -580,13 +587,12 @@ def case(pred_fn_pairs, default=None, exclusive=False, name="case"):
     fns = [fn for _, fn in pairs]
     graph = preds[0].graph
     with graph.name_scope(name):
+        if default is None:
+            default = _asserted_default(graph, preds.pop(), fns.pop(), name)
         if exclusive and len(preds) > 1:
             check = make_op("CaseExclusive", preds, None, None, "exclusive")
             with graph.control_dependencies([check]):
                 preds = [identity(p) for p in preds]
-        if default is None:
-            default = fns.pop()
-            preds.pop()
 
         def chain(index):
             if index == len(preds):
@@ -595,6 +601,17 @@ def case(pred_fn_pairs, default=None, exclusive=False, name="case"):
             # branch ("case/cond/cond/Merge").
             return cond(preds[index], fns[index], lambda: chain(index + 1), name="cond")
         return chain(0)
+
+
+def _asserted_default(graph, pred, fn, name):
+    """TF1's stand-in default: the last pair's ``fn``, its ops after an Assert on its
+    predicate (so no true predicate is an error, not the last fn's value)."""
+    def default():
+        check = Assert(pred, [f"case '{name}': none of the predicates is true and there is "
+                              "no default (pass default= to tf.case)"])
+        with graph.control_dependencies([check]):
+            return fn()
+    return default
 
 
 def _infer_case_exclusive(op):

@@ -1,5 +1,6 @@
 """Scattering slices into a tensor at index tuples: TF1's ``tf.scatter_nd`` (into zeros, adding
-repeated tuples), ``tf.tensor_scatter_nd_update`` (into a copy of a tensor, replacing) and the
+repeated tuples), ``tf.tensor_scatter_nd_update`` (into a copy of a tensor, replacing; its
+``_add``/``_sub``/``_max``/``_min`` combine, repeated tuples included) and the
 variable updates ``tf.scatter_nd_update``/``scatter_nd_add``/``scatter_nd_sub`` (into the
 variable; a repeated tuple is replaced by its last update, or adds up, as TF1 on CPU).
 
@@ -64,7 +65,10 @@ def _infer_tensor_scatter(op):
 
 
 register_op("ScatterNd", infer=_infer_scatter_nd)
-register_op("TensorScatterUpdate", infer=_infer_tensor_scatter)
+TENSOR_SCATTER_OPS = ("TensorScatterUpdate", "TensorScatterAdd", "TensorScatterSub",
+                      "TensorScatterMax", "TensorScatterMin")
+for _type in TENSOR_SCATTER_OPS:
+    register_op(_type, infer=_infer_tensor_scatter)
 VARIABLE_SCATTER_ND_OPS = ("ScatterNdUpdate", "ScatterNdAdd", "ScatterNdSub")
 for _type in VARIABLE_SCATTER_ND_OPS:
     register_op(_type, infer=_infer_tensor_scatter, stateful=True, ref_inputs=(0,))
@@ -126,11 +130,35 @@ def tensor_scatter_nd_update(tensor, indices, updates, name=None):
         ValueError, TypeError: for shapes or dtypes that do not fit (named after
             ``TensorScatterUpdate``).
     """
+    return _tensor_scatter("TensorScatterUpdate", tensor, indices, updates, name)
+
+
+def _tensor_scatter(op_type, tensor, indices, updates, name):
     t = as_tensor(tensor)
     # A Python or numpy value takes the tensor's dtype; a tensor keeps its own (checked).
     updates = as_tensor(updates) if hasattr(updates, "op") else as_tensor(updates, t.dtype)
-    return make("TensorScatterUpdate", (t, as_tensor(indices), updates), None, name,
-                "TensorScatterUpdate")
+    return make(op_type, (t, as_tensor(indices), updates), None, name, op_type)
+
+
+def tensor_scatter_nd_add(tensor, indices, updates, name=None):
+    """A copy of ``tensor`` with ``updates`` added at the tuples of ``indices`` (repeated
+    tuples add up; TF1's ``tf.tensor_scatter_nd_add``, also ``tf.tensor_scatter_add``)."""
+    return _tensor_scatter("TensorScatterAdd", tensor, indices, updates, name)
+
+
+def tensor_scatter_nd_sub(tensor, indices, updates, name=None):
+    """A copy of ``tensor`` with ``updates`` subtracted at the tuples of ``indices``."""
+    return _tensor_scatter("TensorScatterSub", tensor, indices, updates, name)
+
+
+def tensor_scatter_nd_max(tensor, indices, updates, name=None):
+    """A copy of ``tensor`` holding the larger of each slice and the updates at its tuples."""
+    return _tensor_scatter("TensorScatterMax", tensor, indices, updates, name)
+
+
+def tensor_scatter_nd_min(tensor, indices, updates, name=None):
+    """A copy of ``tensor`` holding the smaller of each slice and the updates at its tuples."""
+    return _tensor_scatter("TensorScatterMin", tensor, indices, updates, name)
 
 
 @register_gradient("ScatterNd")
@@ -146,3 +174,37 @@ def _tensor_scatter_update_grad(op, grad):
     _, indices, updates = op.inputs
     return [tensor_scatter_nd_update(grad, indices, zeros_like(updates)), None,
             gather_nd(grad, indices)]
+
+
+@register_gradient("TensorScatterAdd")
+def _tensor_scatter_add_grad(op, grad):
+    from asyncflow.ops.indexing import gather_nd
+    return [grad, None, gather_nd(grad, op.inputs[1])]
+
+
+@register_gradient("TensorScatterSub")
+def _tensor_scatter_sub_grad(op, grad):
+    from asyncflow.ops import math as math_ops
+    from asyncflow.ops.indexing import gather_nd
+    return [grad, None, math_ops.negative(gather_nd(grad, op.inputs[1]))]
+
+
+def _tensor_scatter_min_or_max_grad(op, grad):
+    """TF's: the gradient shared evenly among the tensor's value and the updates that equal
+    the result at each place."""
+    from asyncflow.ops import math as math_ops
+    from asyncflow.ops.array import shape as shape_of
+    from asyncflow.ops.indexing import gather_nd
+    tensor, indices, updates = op.inputs
+    output = op.outputs[0]
+    x_hits = math_ops.cast(math_ops.equal(tensor, output), grad.dtype)
+    y_hits = math_ops.cast(math_ops.equal(updates, gather_nd(output, indices)), grad.dtype)
+    hits = math_ops.add(x_hits, scatter_nd(indices, y_hits,
+                                           math_ops.cast(shape_of(tensor), indices.dtype)))
+    shared = math_ops.divide(grad, hits)
+    return [math_ops.multiply(shared, x_hits), None,
+            math_ops.multiply(gather_nd(shared, indices), y_hits)]
+
+
+register_gradient("TensorScatterMax")(_tensor_scatter_min_or_max_grad)
+register_gradient("TensorScatterMin")(_tensor_scatter_min_or_max_grad)

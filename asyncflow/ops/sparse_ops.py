@@ -25,6 +25,7 @@ import numpy as np
 
 from asyncflow import dtypes
 from asyncflow.graph import not_differentiable, register_gradient, register_op
+from asyncflow.graph.graph import Tensor
 from asyncflow.graph.shape import TensorShape
 from asyncflow.ops import control_flow
 from asyncflow.ops import math as math_ops
@@ -107,9 +108,9 @@ class SparseTensor:
     TF1): use ``sparse_tensor_to_dense``."""
 
     def __init__(self, indices, values, dense_shape):
-        self._indices = math_ops.cast(as_tensor(indices, dtype=None), dtypes.int64)
+        self._indices = _int64(indices)
         self._values = as_tensor(values)
-        self._dense_shape = math_ops.cast(as_tensor(dense_shape), dtypes.int64)
+        self._dense_shape = _int64(dense_shape)
         if self._indices.shape.ndims not in (None, 2):
             raise ValueError(f"SparseTensor: indices must be a matrix, got shape "
                              f"{self._indices.shape}")
@@ -142,6 +143,22 @@ class SparseTensor:
     def __repr__(self):
         return (f"SparseTensor(indices={self._indices.name}, values={self._values.name}, "
                 f"dense_shape={self._dense_shape.name})")
+
+
+def _int64(value):
+    """``value`` as an int64 tensor: integers given as numbers become an int64 constant (so
+    shape inference sees a constant dense shape, as TF1's does), tensors are cast."""
+    if not isinstance(value, Tensor):
+        array = np.asarray(value) if isinstance(value, (list, tuple, int, np.ndarray)) else None
+        if array is not None and array.dtype.kind in "iu":
+            return sources.constant(array.astype(np.int64))
+    return math_ops.cast(as_tensor(value), dtypes.int64)
+
+
+def _static_dims(sp):
+    """The dense shape of ``sp`` as a list of ints when it is a constant, else None."""
+    known = static_value(sp.dense_shape)
+    return None if known is None else [int(d) for d in np.asarray(known).reshape(-1)]
 
 
 def sparse_placeholder(dtype, shape=None, name=None):
@@ -256,6 +273,17 @@ def sparse_tensor_dense_matmul(sp_a, b, adjoint_a=False, adjoint_b=False, name=N
     out_rows = sp_a.dense_shape[0]
     if adjoint_a:
         rows, cols, out_rows = cols, rows, sp_a.dense_shape[1]
+    dims = _static_dims(sp_a)
+    if dims is not None and len(dims) == 2:  # TF1 checks the shapes when they are known
+        if adjoint_a:
+            dims = dims[::-1]
+        inner = b.shape.dims[0] if b.shape.ndims == 2 else None
+        if inner is not None and inner != dims[1]:
+            raise ValueError(f"sparse_tensor_dense_matmul{f' {name!r}' if name else ''}: "
+                             f"Dimensions must be equal, but are {dims[1]} (the sparse "
+                             f"operand{', adjoint' if adjoint_a else ''}) and {inner} (b"
+                             f"{', adjoint' if adjoint_b else ''})")
+        out_rows = dims[0]  # a constant: the result's static shape knows its rows
     picked = gather(b, cols)
     scaled = math_ops.multiply(picked, expand_dims(math_ops.cast(sp_a.values, b.dtype), 1))
     return unsorted_segment_sum(scaled, rows, out_rows, name=name)
@@ -269,9 +297,22 @@ def sparse_reorder(sp_input, name=None):
 
 
 def sparse_reshape(sp_input, shape, name=None):
-    """The SparseTensor with dense shape ``shape`` (one entry may be -1), entries in place."""
-    op = make_op("SparseReshape", (sp_input.indices, sp_input.dense_shape,
-                                   math_ops.cast(as_tensor(shape), dtypes.int64)),
+    """The SparseTensor with dense shape ``shape`` (one entry may be -1), entries in place.
+
+    Raises:
+        ValueError: when both shapes are constants that cannot match (TF1 checks then).
+    """
+    shape = _int64(shape)
+    dims, target = _static_dims(sp_input), static_value(shape)
+    if target is not None:
+        target = [int(d) for d in np.asarray(target).reshape(-1)]
+        if target.count(-1) > 1:
+            raise ValueError(f"sparse_reshape: at most one dimension can be inferred (-1), "
+                             f"got {target}")
+        if dims is not None and -1 not in target and np.prod(dims) != np.prod(target):
+            raise ValueError(f"sparse_reshape: cannot reshape a SparseTensor of dense shape "
+                             f"{dims} ({int(np.prod(dims))} elements) to {target}")
+    op = make_op("SparseReshape", (sp_input.indices, sp_input.dense_shape, shape),
                  None, name, "SparseReshape")
     return SparseTensor(op.outputs[0], sp_input.values, op.outputs[1])
 
@@ -291,6 +332,14 @@ def sparse_concat(axis, sp_inputs, name=None, expand_nonconcat_dim=False, concat
         raise ValueError("sparse_concat: sp_inputs must not be empty")
     offset, indices, shape = None, [], sp_inputs[0].dense_shape
     rank = sp_inputs[0].indices.shape[1]
+    if rank is None:
+        rank = sp_inputs[0].dense_shape.shape[0]
+    if rank is None:
+        raise ValueError("sparse_concat: the rank of the SparseTensors must be known")
+    if not -int(rank) <= axis < int(rank):
+        raise ValueError(f"sparse_concat: axis {axis} is out of range for rank {rank}")
+    axis = int(axis) % int(rank)  # TF1 takes a negative axis from the end
+    _check_concat_dims(axis, sp_inputs, expand_nonconcat_dim)
     for sp in sp_inputs:
         if offset is None:
             indices.append(sp.indices)
@@ -308,6 +357,20 @@ def sparse_concat(axis, sp_inputs, name=None, expand_nonconcat_dim=False, concat
     return sparse_reorder(merged, name=name)
 
 
+def _check_concat_dims(axis, sp_inputs, expand_nonconcat_dim):
+    """TF1 refuses SparseTensors whose dims other than ``axis`` differ (unless expanded)."""
+    shapes = [_static_dims(sp) for sp in sp_inputs]
+    if expand_nonconcat_dim or any(dims is None for dims in shapes):
+        return
+    for dims in shapes[1:]:
+        others = [d for k, d in enumerate(dims) if k != axis]
+        if len(dims) != len(shapes[0]) or others != [d for k, d in enumerate(shapes[0])
+                                                     if k != axis]:
+            raise ValueError(f"sparse_concat: the SparseTensors' dense shapes {shapes[0]} and "
+                             f"{dims} differ in a dimension other than the concatenation axis "
+                             f"{axis} (pass expand_nonconcat_dim=True to take the largest)")
+
+
 def sparse_add(a, b, threshold=0, thresh=None):
     """``a + b``: a SparseTensor when both are sparse (repeats summed, entries with
     ``|value| < threshold`` dropped), a dense tensor when one is dense."""
@@ -316,6 +379,9 @@ def sparse_add(a, b, threshold=0, thresh=None):
         a, b = b, a
     if not isinstance(b, SparseTensor):
         return math_ops.add(_dense_sum(a), as_tensor(b))
+    a_dims, b_dims = _static_dims(a), _static_dims(b)
+    if a_dims is not None and b_dims is not None and a_dims != b_dims:
+        raise ValueError(f"sparse_add: the dense shapes {a_dims} and {b_dims} differ")
     op = make_op("SparseAdd", (a.indices, a.values, a.dense_shape, b.indices, b.values,
                                b.dense_shape, as_tensor(threshold, dtype=a.dtype)),
                  None, None, "SparseAdd")
@@ -326,8 +392,12 @@ def to_indicator(sp_input, vocab_size, name=None):
     """Dense bool ``[..., vocab_size]``: True where a row's sparse values name an id."""
     ids = math_ops.cast(sp_input.values, dtypes.int64)
     indices = concat([sp_input.indices[:, :-1], expand_dims(ids, 1)], 1)
-    shape = concat([sp_input.dense_shape[:-1],
-                    math_ops.cast(as_tensor([vocab_size]), dtypes.int64)], 0)
+    dims = _static_dims(sp_input)
+    if dims is not None and isinstance(vocab_size, (int, np.integer)):
+        shape = sources.constant(np.asarray(dims[:-1] + [int(vocab_size)], np.int64))
+    else:
+        shape = concat([sp_input.dense_shape[:-1],
+                        math_ops.cast(as_tensor([vocab_size]), dtypes.int64)], 0)
     return sparse_to_dense(indices, shape, sources.ones_like(ids, dtype=dtypes.bool),
                            default_value=False, validate_indices=False, name=name)
 

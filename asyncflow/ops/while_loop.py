@@ -46,7 +46,8 @@ def _with_counter(cond, body, loop_vars, maximum_iterations, loop_name):
 
 
 def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations=10,
-               back_prop=True, maximum_iterations=None, name=None):
+               back_prop=True, maximum_iterations=None, name=None, swap_memory=False,
+               return_same_structure=False):
     """Repeat ``body`` while ``cond`` is true (TF1 ``tf.while_loop``).
 
     Args:
@@ -61,10 +62,12 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
         back_prop: when False, gradients do not flow through the loop.
         maximum_iterations: optional bound on the number of iterations.
         name: name scope (and frame name) of the loop.
+        swap_memory: accepted for TF1 compatibility (nothing is swapped to host memory).
+        return_same_structure: keep a one-element list or tuple as such (TF1).
 
     Returns:
         The final loop variables, in ``loop_vars``' structure; a one-element list or tuple
-        returns the tensor itself (TF1).
+        returns the tensor itself unless ``return_same_structure`` (TF1).
 
     Raises:
         TypeError: for non-callables, or a body changing a dtype (naming the loop).
@@ -73,11 +76,14 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
     """
     if not callable(cond) or not callable(body):
         raise TypeError("while_loop: cond and body must be callables")
+    if isinstance(loop_vars, (type(None), bool, int, float, list, tuple, dict)) and not loop_vars:
+        raise ValueError(f"while_loop: 'loop_vars' must be provided (a list or tuple of tensors), "
+                         f"got {loop_vars!r}")  # TF1 refuses a falsy loop_vars, as 0 or []
     adapter = adapt_loop(cond, body, loop_vars)
     if adapter is not None:  # TensorArrays ride through the loop as their flows
         return adapter.restore(while_loop(
             adapter.cond, adapter.body, adapter.loop_vars, shape_invariants, parallel_iterations,
-            back_prop, maximum_iterations, name))
+            back_prop, maximum_iterations, name, return_same_structure=return_same_structure))
     if parallel_iterations < 1:
         raise ValueError(f"while_loop: parallel_iterations must be positive, got "
                          f"{parallel_iterations}")
@@ -101,8 +107,9 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
     structure = loop_vars
     if maximum_iterations is not None:
         packed, structure = packed[1], loop_vars[1]
-    if isinstance(structure, (list, tuple)) and not cf.is_namedtuple(structure) \
-            and len(structure) == 1 and len(cf.flatten(packed)) == 1:
+    if not return_same_structure and isinstance(structure, (list, tuple)) \
+            and not cf.is_namedtuple(structure) and len(structure) == 1 \
+            and len(cf.flatten(packed)) == 1:
         return cf.flatten(packed)[0]
     return packed
 

@@ -475,6 +475,27 @@ def segment_sums(rng):
 
 
 @gen
+def tensor_scatter_combining(rng):
+    """add/sub/max/min into a copy, a repeated tuple included (max/min: ties share)."""
+    idx = np.array([[1], [3], [1]], np.int32)
+    ops = ", ".join(f"tf.tensor_scatter_nd_{k}(x[0], c['idx'], x[1])"
+                    for k in ("add", "sub", "max", "min"))
+    return Case(f"[{ops}]", [_normal(rng, (4, 3)), _normal(rng, (3, 3))], {"idx": idx})
+
+
+@gen
+def segment_reductions(rng):
+    """max/min/mean/prod, sorted and unsorted (every segment non-empty: an empty max is the
+    dtype's lowest value, no place for a finite difference), negative ids dropped."""
+    seg = np.sort(np.concatenate([[0, 1, 2], rng.integers(0, 3, size=3)])).astype(np.int32)
+    useg = rng.permutation(np.concatenate([[0, 1, 2, -1], rng.integers(0, 3, size=2)]))
+    ops = ", ".join([f"tf.segment_{k}(x[0], c['seg'])" for k in ("max", "min", "mean", "prod")]
+                    + [f"tf.unsorted_segment_{k}(x[0], c['useg'], 3)"
+                       for k in ("max", "min", "prod")])
+    return Case(f"[{ops}]", [_normal(rng, (6, 2))], {"seg": seg, "useg": useg.astype(np.int32)})
+
+
+@gen
 def dynamic_partition_stitch(rng):
     n = 5
     parts = rng.integers(0, 3, size=n).astype(np.int32)

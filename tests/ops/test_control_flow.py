@@ -101,7 +101,7 @@ def test_cond_requires_a_tensor_predicate_and_matching_branches():
         with pytest.raises(TypeError, match="Python bool"):
             af.cond(True, lambda: 1.0, lambda: 2.0)
         pred = af.constant(True)
-        with pytest.raises(TypeError, match="same type"):
+        with pytest.raises(ValueError, match="same type"):  # TF1's class
             af.cond(pred, lambda: af.constant(1.0), lambda: af.constant(1))
         with pytest.raises(ValueError, match="same structure"):
             af.cond(pred, lambda: (af.constant(1.0), af.constant(2.0)),
@@ -130,8 +130,12 @@ async def test_nested_cond_and_case():
                          default=lambda: af.constant(99))
         last_is_default = af.case([(x < 0, lambda: af.constant(-1)),
                                    (x < 5, lambda: af.constant(5))])
-        for value, expected in ((20, (2000, 99, 5)), (3, (30, 5, 5)), (-2, (2, -1, -1))):
+        for value, expected in ((3, (30, 5, 5)), (-2, (2, -1, -1))):
             assert tuple(await run([nested, chosen, last_is_default], {x: value})) == expected
+        assert tuple(await run([nested, chosen], {x: 20})) == (2000, 99)
+        # no predicate true and no default: TF1 fails the run (the last fn is no fallback)
+        with pytest.raises(errors.InvalidArgumentError, match="none of the predicates"):
+            await run(last_is_default, {x: 20})
 
 
 async def test_case_exclusive_rejects_two_true_predicates():

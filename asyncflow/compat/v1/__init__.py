@@ -36,7 +36,8 @@ from asyncflow.ops.nn import log_sigmoid  # noqa: F401,E402
 from asyncflow.ops.numerics import count_nonzero  # noqa: F401,E402
 from asyncflow.ops.layout import reverse as reverse_v2  # noqa: F401,E402
 from asyncflow.ops.scatter_nd import (  # noqa: F401,E402
-    tensor_scatter_nd_update as tensor_scatter_update,
+    tensor_scatter_nd_update as tensor_scatter_update, tensor_scatter_nd_add as tensor_scatter_add,
+    tensor_scatter_nd_sub as tensor_scatter_sub,
 )
 
 newaxis = None  # tf.newaxis: ``x[:, tf.newaxis]`` adds an axis, as numpy's
