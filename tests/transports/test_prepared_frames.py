@@ -224,3 +224,31 @@ async def test_a_deregistered_graphs_prepared_signature_and_template_are_dropped
         with pytest.raises(RemoteCallError, match="NOT_FOUND"):
             await channel.run_graph(step(handles[0], 5))
         assert channel._bare and channel.bare_calls > 0
+
+
+@pytest.mark.parametrize("bare_protocol", [True, False])
+async def test_a_deregister_with_a_handle_that_is_no_str_is_refused_naming_the_field(
+        bare_protocol):
+    """A DeregisterGraph whose handle is no str is a LocalProtocolError naming the field, as
+    any other request that cannot be encoded, also once the channel keeps a prepared
+    signature: its handle was looked up in the channel's signatures before the request was
+    checked, and an unhashable one (a list, a dict) raised a bare ``TypeError: unhashable
+    type``."""
+    from transport_fakes import FakeWorker
+
+    from transports.http.server import open_http_server
+    from transports.messages import DeregisterGraph, RegisterGraph
+    from transports.wire import LocalProtocolError
+
+    async with open_http_server(FakeWorker()) as server, \
+            TrioHttpChannel(server.address, bare=bare_protocol) as channel:
+        handle = (await channel.register_graph(RegisterGraph({"nodes": []}, "s"))).graph_handle
+        for step_id in range(1, 4):
+            await channel.run_graph(RunGraph(
+                handle, step_id, [TensorEntry("p:0", np.full((), step_id, np.float32))],
+                ["p:0"], request_id=step_id))
+        assert list(channel._prepared) == [handle]
+        for wrong in (["graph/0"], {"graph": 0}, 7):
+            with pytest.raises(LocalProtocolError, match="DeregisterGraph.graph_handle"):
+                await channel.deregister_graph(DeregisterGraph(wrong))
+        assert list(channel._prepared) == [handle]  # (nothing dropped for a refused request)

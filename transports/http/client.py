@@ -237,10 +237,10 @@ class TrioHttpChannel(Channel):
         if rpc.method == "run_graph":
             buffers = self._encode_run_graph(request)
         else:
-            if rpc.method == "deregister_graph":  # no RunGraph of it comes again
-                self._forget_prepared(request.graph_handle)
             buffers = None if request is None else encode(request, self._limits,
                                                           defer_checksums=True)
+            if rpc.method == "deregister_graph":  # no RunGraph of it comes again (its
+                self._forget_prepared(request.graph_handle)  # handle a str: encode checked)
         if self._bare or self._bare_idle or self._bare_again is not None:
             reply = await self._bare_call(rpc, buffers)
             if reply is not None:
