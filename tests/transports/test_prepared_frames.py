@@ -252,3 +252,53 @@ async def test_a_deregister_with_a_handle_that_is_no_str_is_refused_naming_the_f
             with pytest.raises(LocalProtocolError, match="DeregisterGraph.graph_handle"):
                 await channel.deregister_graph(DeregisterGraph(wrong))
         assert list(channel._prepared) == [handle]  # (nothing dropped for a refused request)
+
+
+@pytest.mark.parametrize("bare_protocol", [True, False])
+async def test_a_step_begun_while_its_graph_is_deregistered_keeps_no_signature_after_it(
+        bare_protocol):
+    """A RunGraph of a graph begun while its DeregisterGraph is under way (sent, not yet
+    answered: the worker still runs it) is encoded in full and kept its signature again; once
+    the deregister has ended, neither that signature nor its template is kept: they were
+    dropped only as the deregister began, and stayed until 64 signatures had piled up."""
+    import trio
+    from transport_fakes import FakeWorker
+
+    from transports.http.server import open_http_server
+    from transports.messages import DeregisterGraph, RegisterGraph
+
+    class SlowToDeregister(FakeWorker):
+        def __init__(self):
+            super().__init__()
+            self.deregistering, self.release = trio.Event(), trio.Event()
+
+        async def deregister_graph(self, request):
+            self.deregistering.set()
+            await self.release.wait()
+            await super().deregister_graph(request)
+
+    def step(handle, step_id):
+        return RunGraph(handle, step_id, [TensorEntry("p:0", np.full((), step_id, np.float32))],
+                        ["p:0"], request_id=step_id)
+
+    def templates_of(handle):
+        return [p for p in repeat_frames._templates_by_key.values()
+                if p.schema.cls is RunGraph and ("graph_handle", str, handle, None) in p.static]
+
+    worker = SlowToDeregister()
+    async with open_http_server(worker) as server, \
+            TrioHttpChannel(server.address, bare=bare_protocol) as channel:
+        handle = (await channel.register_graph(RegisterGraph({"nodes": []}, "s"))).graph_handle
+        for step_id in range(1, 4):
+            await channel.run_graph(step(handle, step_id))
+        assert list(channel._prepared) == [handle] and templates_of(handle)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(channel.deregister_graph, DeregisterGraph(handle))
+            await worker.deregistering.wait()
+            for step_id in range(4, 7):  # (the worker has the graph still)
+                reply = await channel.run_graph(step(handle, step_id))
+                assert float(reply.tensors[0].value) == step_id
+            assert list(channel._prepared) == [handle]
+            worker.release.set()
+        assert handle not in worker.graphs
+        assert not channel._prepared and not templates_of(handle)
