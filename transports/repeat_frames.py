@@ -184,11 +184,11 @@ class Prepared:
     compares the message's fields with the signature's directly instead of building and
     hashing its key. Made by :func:`learn` (one a template), found by :func:`prepare`."""
 
-    __slots__ = ("template", "schema", "limits", "checksums", "static", "tensors")
+    __slots__ = ("template", "schema", "limits", "checksums", "static", "tensors", "key")
 
     def __init__(self, template: _Template, schema: Any, limits: Any, checksums: bool,
-                 static: tuple, tensors: tuple) -> None:
-        self.template, self.schema = template, schema
+                 static: tuple, tensors: tuple, key: tuple) -> None:
+        self.template, self.schema, self.key = template, schema, key  # (its template's key)
         self.limits, self.checksums = limits, checksums
         self.static = static    # per static field: (name, type, value, item types of a list)
         self.tensors = tensors  # per tensor: (key, dtype, shape)
@@ -243,9 +243,10 @@ def prepare(message: Any, limits: Any, checksums: bool) -> Prepared | None:
 def forget(prepared: Prepared) -> None:
     """Drop the kept template that ``prepared`` was made of (its signature's messages will not
     come again: a deregistered graph's RunGraphs); a message of it is then encoded in full and
-    learnt again. One pass over at most :data:`_KEPT` templates."""
-    for key in [key for key, kept in _templates_by_key.items() if kept is prepared]:
-        del _templates_by_key[key]
+    learnt again. Found by its key, not by a scan of the kept templates: another thread's trio
+    run may keep one meanwhile (each step here one dict operation, as ``learn``'s)."""
+    if _templates_by_key.get(prepared.key) is prepared:
+        _templates_by_key.pop(prepared.key, None)
 
 
 def frame(prepared: Prepared, message: Any, defer: bool) -> list | None:
@@ -263,7 +264,7 @@ def _prepared(template: _Template, key: tuple, layout: tuple) -> Prepared:
         else:
             static.append((name, part[0], part[1], None))
     tensors = tuple(key[3 + len(static_names):])
-    return Prepared(template, schema, key[1], key[2], tuple(static), tensors)
+    return Prepared(template, schema, key[1], key[2], tuple(static), tensors, key)
 
 
 _FIXINTS: Final = tuple(bytes((value,)) for value in range(128))

@@ -302,3 +302,49 @@ async def test_a_step_begun_while_its_graph_is_deregistered_keeps_no_signature_a
             worker.release.set()
         assert handle not in worker.graphs
         assert not channel._prepared and not templates_of(handle)
+
+
+def test_forget_drops_its_template_while_another_thread_keeps_one(monkeypatch):
+    """``forget`` finds its template by the signature's key, not by a scan of every kept
+    template: another thread's trio run in the process (``compat.v1``'s background loop, a
+    server's thread beside a session) may keep a template between any two bytecodes of this
+    one, and the scan then raised ``RuntimeError: dictionary changed size during iteration``
+    out of a DeregisterGraph (here: a template kept as the scan passed the first; with real
+    threads it took well under a second of steps and deregisters)."""
+    def step(handle):
+        return RunGraph(handle, 1, [TensorEntry("p:0", np.ones((), np.float32))], ["p:0"],
+                        request_id=1)
+
+    first, mine, other = (_prepared(step(f"graph/{n}")) for n in range(3))
+    repeat_frames._templates_by_key.pop(next(
+        key for key, kept in repeat_frames._templates_by_key.items() if kept is other))
+
+    class KeptMeanwhile(dict):
+        """The templates, one kept by another thread as a scan of them has begun."""
+
+        def _meanwhile(self, view):
+            for n, item in enumerate(view):
+                yield item
+                if n == 0:
+                    wire.encode(step("graph/2"))  # (kept on another thread)
+
+        def items(self):
+            return self._meanwhile(dict.items(self))
+
+        def keys(self):
+            return self._meanwhile(dict.keys(self))
+
+        def values(self):
+            return self._meanwhile(dict.values(self))
+
+        def __iter__(self):
+            return self._meanwhile(dict.__iter__(self))
+
+    kept = KeptMeanwhile(repeat_frames._templates_by_key)
+    monkeypatch.setattr(repeat_frames, "_templates_by_key", kept)
+    assert len(kept) == 2
+    repeat_frames.forget(mine)
+    assert list(dict.values(kept)) == [first] and repeat_frames.prepare(
+        step("graph/1"), LIMITS, checksum.enabled()) is None
+    repeat_frames.forget(mine)  # (gone already: nothing to drop)
+    assert list(dict.values(kept)) == [first]
