@@ -71,6 +71,10 @@ __all__ = ["Prepared", "decode_whole", "encode", "forget", "frame", "learn", "pr
 _KEPT: Final = 256  # templates; all dropped when full (a few per registered graph in practice)
 # (no float: 0.0 and -0.0 are one key but two encodings; messages of a step carry none)
 _PLAIN: Final = frozenset((str, int, bool, bytes, type(None)))
+# Kinds sent once for a graph and naming it: a template of one is never used again, and kept
+# it would only fill the kept ones (one more per graph registered or deregistered) until all
+# were cleared, those of the live graphs' steps too.
+_ONCE: Final = frozenset(("register_graph_reply", "deregister_graph"))
 _ZEROS: Final = bytes(ALIGNMENT)
 _TRAILER: Final = 4
 _UINT64: Final = 1 << 64
@@ -98,7 +102,7 @@ def _layout(cls: type) -> tuple | None:
     if layout is False:
         schema = SCHEMA_BY_CLASS.get(cls)
         layout = None
-        if schema is not None:
+        if schema is not None and schema.kind not in _ONCE:
             names = _templates.VOLATILE.get(schema.kind, ())
             fields = {f.name: f for f in schema.plain}
             if all(name in fields for name in names):

@@ -348,3 +348,34 @@ def test_forget_drops_its_template_while_another_thread_keeps_one(monkeypatch):
         step("graph/1"), LIMITS, checksum.enabled()) is None
     repeat_frames.forget(mine)  # (gone already: nothing to drop)
     assert list(dict.values(kept)) == [first]
+
+
+async def test_graphs_registered_and_deregistered_leave_no_template_that_names_them():
+    """A client that registers, steps and drops many graphs keeps no template of theirs in
+    the process (nor does the worker): not the RunGraphs' (dropped with their signature), nor
+    those of the messages sent once per graph (its DeregisterGraph, the RegisterGraphReply
+    that names it), which were kept as if they would come again, one more per graph until 256
+    had piled up and every template, the live graphs' too, was cleared."""
+    from transport_fakes import FakeWorker
+
+    from transports.http.server import open_http_server
+    from transports.messages import DeregisterGraph, RegisterGraph
+
+    async with open_http_server(FakeWorker()) as server, \
+            TrioHttpChannel(server.address, bare=True) as channel:
+        *handles, live = [(await channel.register_graph(RegisterGraph({"nodes": []}, "s"))
+                           ).graph_handle for _ in range(4)]
+        for handle in [*handles, live]:
+            for step_id in range(1, 4):
+                await channel.run_graph(RunGraph(
+                    handle, step_id, [TensorEntry("p:0", np.full((), step_id, np.float32))],
+                    ["p:0"], request_id=step_id))
+        for handle in handles:
+            await channel.deregister_graph(DeregisterGraph(handle))
+
+        def naming(names):
+            return [(p.schema.cls.__name__, value)
+                    for p in repeat_frames._templates_by_key.values()
+                    for _, _, value, _ in p.static if value in names]
+        assert len({*handles, live}) == 4 and naming(handles) == []
+        assert naming([live]) == [("RunGraph", live)]  # (the live graph's steps keep theirs)
