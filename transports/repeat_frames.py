@@ -13,7 +13,8 @@ Encoding (:func:`encode`, tried first by ``wire.encode``)
 -------------------------------------------------------
 A message whose plain fields are plain values (str, int, bool, None, bytes, or lists of
 them) and whose tensors are all C-contiguous ``np.ndarray`` values in their wire dtype, not
-dead and without an error, is described by a *key*: its class, the limits, the checksum
+dead and without an error, and which may come again (not one of the kinds sent once for a
+graph, ``_ONCE``), is described by a *key*: its class, the limits, the checksum
 setting, each field but the volatile ids as ``(type, value)`` and each tensor's key, dtype and
 shape. After a full encode of such a message the header is kept as chunks: its msgpack bytes
 cut where each volatile id's value is written (msgpack concatenates, so the header of the same
