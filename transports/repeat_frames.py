@@ -13,7 +13,8 @@ Encoding (:func:`encode`, tried first by ``wire.encode``)
 -------------------------------------------------------
 A message whose plain fields are plain values (str, int, bool, None, bytes, or lists of
 them) and whose tensors are all C-contiguous ``np.ndarray`` values in their wire dtype, not
-dead and without an error, is described by a *key*: its class, the limits, the checksum
+dead and without an error, and which may come again (not one of the kinds sent once for a
+graph, ``_ONCE``), is described by a *key*: its class, the limits, the checksum
 setting, each field but the volatile ids as ``(type, value)`` and each tensor's key, dtype and
 shape. After a full encode of such a message the header is kept as chunks: its msgpack bytes
 cut where each volatile id's value is written (msgpack concatenates, so the header of the same
@@ -71,6 +72,10 @@ __all__ = ["Prepared", "decode_whole", "encode", "forget", "frame", "learn", "pr
 _KEPT: Final = 256  # templates; all dropped when full (a few per registered graph in practice)
 # (no float: 0.0 and -0.0 are one key but two encodings; messages of a step carry none)
 _PLAIN: Final = frozenset((str, int, bool, bytes, type(None)))
+# Kinds sent once for a graph and naming it: a template of one is never used again, and kept
+# it would only fill the kept ones (one more per graph registered or deregistered) until all
+# were cleared, those of the live graphs' steps too.
+_ONCE: Final = frozenset(("register_graph_reply", "deregister_graph"))
 _ZEROS: Final = bytes(ALIGNMENT)
 _TRAILER: Final = 4
 _UINT64: Final = 1 << 64
@@ -98,7 +103,7 @@ def _layout(cls: type) -> tuple | None:
     if layout is False:
         schema = SCHEMA_BY_CLASS.get(cls)
         layout = None
-        if schema is not None:
+        if schema is not None and schema.kind not in _ONCE:
             names = _templates.VOLATILE.get(schema.kind, ())
             fields = {f.name: f for f in schema.plain}
             if all(name in fields for name in names):
@@ -184,11 +189,11 @@ class Prepared:
     compares the message's fields with the signature's directly instead of building and
     hashing its key. Made by :func:`learn` (one a template), found by :func:`prepare`."""
 
-    __slots__ = ("template", "schema", "limits", "checksums", "static", "tensors")
+    __slots__ = ("template", "schema", "limits", "checksums", "static", "tensors", "key")
 
     def __init__(self, template: _Template, schema: Any, limits: Any, checksums: bool,
-                 static: tuple, tensors: tuple) -> None:
-        self.template, self.schema = template, schema
+                 static: tuple, tensors: tuple, key: tuple) -> None:
+        self.template, self.schema, self.key = template, schema, key  # (its template's key)
         self.limits, self.checksums = limits, checksums
         self.static = static    # per static field: (name, type, value, item types of a list)
         self.tensors = tensors  # per tensor: (key, dtype, shape)
@@ -243,9 +248,10 @@ def prepare(message: Any, limits: Any, checksums: bool) -> Prepared | None:
 def forget(prepared: Prepared) -> None:
     """Drop the kept template that ``prepared`` was made of (its signature's messages will not
     come again: a deregistered graph's RunGraphs); a message of it is then encoded in full and
-    learnt again. One pass over at most :data:`_KEPT` templates."""
-    for key in [key for key, kept in _templates_by_key.items() if kept is prepared]:
-        del _templates_by_key[key]
+    learnt again. Found by its key, not by a scan of the kept templates: another thread's trio
+    run may keep one meanwhile (each step here one dict operation, as ``learn``'s)."""
+    if _templates_by_key.get(prepared.key) is prepared:
+        _templates_by_key.pop(prepared.key, None)
 
 
 def frame(prepared: Prepared, message: Any, defer: bool) -> list | None:
@@ -263,7 +269,7 @@ def _prepared(template: _Template, key: tuple, layout: tuple) -> Prepared:
         else:
             static.append((name, part[0], part[1], None))
     tensors = tuple(key[3 + len(static_names):])
-    return Prepared(template, schema, key[1], key[2], tuple(static), tensors)
+    return Prepared(template, schema, key[1], key[2], tuple(static), tensors, key)
 
 
 _FIXINTS: Final = tuple(bytes((value,)) for value in range(128))

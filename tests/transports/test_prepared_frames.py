@@ -224,3 +224,158 @@ async def test_a_deregistered_graphs_prepared_signature_and_template_are_dropped
         with pytest.raises(RemoteCallError, match="NOT_FOUND"):
             await channel.run_graph(step(handles[0], 5))
         assert channel._bare and channel.bare_calls > 0
+
+
+@pytest.mark.parametrize("bare_protocol", [True, False])
+async def test_a_deregister_with_a_handle_that_is_no_str_is_refused_naming_the_field(
+        bare_protocol):
+    """A DeregisterGraph whose handle is no str is a LocalProtocolError naming the field, as
+    any other request that cannot be encoded, also once the channel keeps a prepared
+    signature: its handle was looked up in the channel's signatures before the request was
+    checked, and an unhashable one (a list, a dict) raised a bare ``TypeError: unhashable
+    type``."""
+    from transport_fakes import FakeWorker
+
+    from transports.http.server import open_http_server
+    from transports.messages import DeregisterGraph, RegisterGraph
+    from transports.wire import LocalProtocolError
+
+    async with open_http_server(FakeWorker()) as server, \
+            TrioHttpChannel(server.address, bare=bare_protocol) as channel:
+        handle = (await channel.register_graph(RegisterGraph({"nodes": []}, "s"))).graph_handle
+        for step_id in range(1, 4):
+            await channel.run_graph(RunGraph(
+                handle, step_id, [TensorEntry("p:0", np.full((), step_id, np.float32))],
+                ["p:0"], request_id=step_id))
+        assert list(channel._prepared) == [handle]
+        for wrong in (["graph/0"], {"graph": 0}, 7):
+            with pytest.raises(LocalProtocolError, match="DeregisterGraph.graph_handle"):
+                await channel.deregister_graph(DeregisterGraph(wrong))
+        assert list(channel._prepared) == [handle]  # (nothing dropped for a refused request)
+
+
+@pytest.mark.parametrize("bare_protocol", [True, False])
+async def test_a_step_begun_while_its_graph_is_deregistered_keeps_no_signature_after_it(
+        bare_protocol):
+    """A RunGraph of a graph begun while its DeregisterGraph is under way (sent, not yet
+    answered: the worker still runs it) is encoded in full and kept its signature again; once
+    the deregister has ended, neither that signature nor its template is kept: they were
+    dropped only as the deregister began, and stayed until 64 signatures had piled up."""
+    import trio
+    from transport_fakes import FakeWorker
+
+    from transports.http.server import open_http_server
+    from transports.messages import DeregisterGraph, RegisterGraph
+
+    class SlowToDeregister(FakeWorker):
+        def __init__(self):
+            super().__init__()
+            self.deregistering, self.release = trio.Event(), trio.Event()
+
+        async def deregister_graph(self, request):
+            self.deregistering.set()
+            await self.release.wait()
+            await super().deregister_graph(request)
+
+    def step(handle, step_id):
+        return RunGraph(handle, step_id, [TensorEntry("p:0", np.full((), step_id, np.float32))],
+                        ["p:0"], request_id=step_id)
+
+    def templates_of(handle):
+        return [p for p in repeat_frames._templates_by_key.values()
+                if p.schema.cls is RunGraph and ("graph_handle", str, handle, None) in p.static]
+
+    worker = SlowToDeregister()
+    async with open_http_server(worker) as server, \
+            TrioHttpChannel(server.address, bare=bare_protocol) as channel:
+        handle = (await channel.register_graph(RegisterGraph({"nodes": []}, "s"))).graph_handle
+        for step_id in range(1, 4):
+            await channel.run_graph(step(handle, step_id))
+        assert list(channel._prepared) == [handle] and templates_of(handle)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(channel.deregister_graph, DeregisterGraph(handle))
+            await worker.deregistering.wait()
+            for step_id in range(4, 7):  # (the worker has the graph still)
+                reply = await channel.run_graph(step(handle, step_id))
+                assert float(reply.tensors[0].value) == step_id
+            assert list(channel._prepared) == [handle]
+            worker.release.set()
+        assert handle not in worker.graphs
+        assert not channel._prepared and not templates_of(handle)
+
+
+def test_forget_drops_its_template_while_another_thread_keeps_one(monkeypatch):
+    """``forget`` finds its template by the signature's key, not by a scan of every kept
+    template: another thread's trio run in the process (``compat.v1``'s background loop, a
+    server's thread beside a session) may keep a template between any two bytecodes of this
+    one, and the scan then raised ``RuntimeError: dictionary changed size during iteration``
+    out of a DeregisterGraph (here: a template kept as the scan passed the first; with real
+    threads it took well under a second of steps and deregisters)."""
+    def step(handle):
+        return RunGraph(handle, 1, [TensorEntry("p:0", np.ones((), np.float32))], ["p:0"],
+                        request_id=1)
+
+    first, mine, other = (_prepared(step(f"graph/{n}")) for n in range(3))
+    repeat_frames._templates_by_key.pop(next(
+        key for key, kept in repeat_frames._templates_by_key.items() if kept is other))
+
+    class KeptMeanwhile(dict):
+        """The templates, one kept by another thread as a scan of them has begun."""
+
+        def _meanwhile(self, view):
+            for n, item in enumerate(view):
+                yield item
+                if n == 0:
+                    wire.encode(step("graph/2"))  # (kept on another thread)
+
+        def items(self):
+            return self._meanwhile(dict.items(self))
+
+        def keys(self):
+            return self._meanwhile(dict.keys(self))
+
+        def values(self):
+            return self._meanwhile(dict.values(self))
+
+        def __iter__(self):
+            return self._meanwhile(dict.__iter__(self))
+
+    kept = KeptMeanwhile(repeat_frames._templates_by_key)
+    monkeypatch.setattr(repeat_frames, "_templates_by_key", kept)
+    assert len(kept) == 2
+    repeat_frames.forget(mine)
+    assert list(dict.values(kept)) == [first] and repeat_frames.prepare(
+        step("graph/1"), LIMITS, checksum.enabled()) is None
+    repeat_frames.forget(mine)  # (gone already: nothing to drop)
+    assert list(dict.values(kept)) == [first]
+
+
+async def test_graphs_registered_and_deregistered_leave_no_template_that_names_them():
+    """A client that registers, steps and drops many graphs keeps no template of theirs in
+    the process (nor does the worker): not the RunGraphs' (dropped with their signature), nor
+    those of the messages sent once per graph (its DeregisterGraph, the RegisterGraphReply
+    that names it), which were kept as if they would come again, one more per graph until 256
+    had piled up and every template, the live graphs' too, was cleared."""
+    from transport_fakes import FakeWorker
+
+    from transports.http.server import open_http_server
+    from transports.messages import DeregisterGraph, RegisterGraph
+
+    async with open_http_server(FakeWorker()) as server, \
+            TrioHttpChannel(server.address, bare=True) as channel:
+        *handles, live = [(await channel.register_graph(RegisterGraph({"nodes": []}, "s"))
+                           ).graph_handle for _ in range(4)]
+        for handle in [*handles, live]:
+            for step_id in range(1, 4):
+                await channel.run_graph(RunGraph(
+                    handle, step_id, [TensorEntry("p:0", np.full((), step_id, np.float32))],
+                    ["p:0"], request_id=step_id))
+        for handle in handles:
+            await channel.deregister_graph(DeregisterGraph(handle))
+
+        def naming(names):
+            return [(p.schema.cls.__name__, value)
+                    for p in repeat_frames._templates_by_key.values()
+                    for _, _, value, _ in p.static if value in names]
+        assert len({*handles, live}) == 4 and naming(handles) == []
+        assert naming([live]) == [("RunGraph", live)]  # (the live graph's steps keep theirs)

@@ -58,7 +58,7 @@ from transports.http.protocol import (
     CODE_HEADER, FRAME_CONTENT_TYPE, MAX_TEXT, parse_address, request_path, send_pieces,
     text_error, the_frame,
 )
-from transports.messages import ErrorReply, Message
+from transports.messages import DeregisterGraph, ErrorReply, Message
 from transports.repeat_frames import forget as forget_template
 from transports.service import RPCS, TEXT_CALLS, Channel, Rpc, TransportUnavailable
 from transports.wire import (
@@ -232,13 +232,23 @@ class TrioHttpChannel(Channel):
 
     # -- calls ----------------------------------------------------------------------------------
 
+    async def deregister_graph(self, request: DeregisterGraph, *,
+                               timeout: float | None = None) -> None:
+        # No RunGraph of the graph comes again: its prepared signature is dropped once the call
+        # has ended, whatever its outcome (a RunGraph of it begun while the call was under way,
+        # the worker running it still, kept one anew). (A handle that is no str: refused.)
+        try:
+            return await super().deregister_graph(request, timeout=timeout)
+        finally:
+            handle = getattr(request, "graph_handle", None)
+            if type(handle) is str:
+                self._forget_prepared(handle)
+
     async def _exchange(self, rpc: Rpc, request: Message | None) -> Message:
         # Bodiless requests are encoded too: the same field checks, whatever the route.
         if rpc.method == "run_graph":
             buffers = self._encode_run_graph(request)
         else:
-            if rpc.method == "deregister_graph":  # no RunGraph of it comes again
-                self._forget_prepared(request.graph_handle)
             buffers = None if request is None else encode(request, self._limits,
                                                           defer_checksums=True)
         if self._bare or self._bare_idle or self._bare_again is not None:
