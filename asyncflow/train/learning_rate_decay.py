@@ -211,11 +211,15 @@ def piecewise_constant(x, boundaries, values, name=None):
         bounds = [as_tensor(b) if hasattr(b, "dtype") else as_tensor(b, dtype=x.dtype)
                   for b in boundaries]
         bounds = [b if b.dtype is x.dtype else _math.cast(b, x.dtype) for b in bounds]
-        # TF1 picks with tf.case (its conds' Merge: "PiecewiseConstant/case/cond/Merge"); the
-        # first bound that x does not pass picks, as TF1's exclusive predicates do.
+        # TF1 picks with tf.case (its conds' Merge: "PiecewiseConstant/case/cond/Merge") among
+        # exclusive predicates, x <= b0, b0 < x <= b1, ..., x > b_last, with the default
+        # values[0]: the first bound that x does not pass picks, the last value only past the
+        # last bound, and a NaN, which passes no predicate, gets values[0].
         pairs = [(_math.less_equal(x, bound), lambda value=value: value)
                  for bound, value in zip(bounds, values[:-1])]
-        return case(pairs, default=lambda: values[-1], name="case")
+        if bounds:
+            pairs.append((_math.greater(x, bounds[-1]), lambda: values[-1]))
+        return case(pairs, default=lambda: values[0], name="case")
 
 
 piecewise_constant_decay = piecewise_constant  # TF1's other name
