@@ -65,6 +65,19 @@ def test_an_axis_out_of_range_or_twice_fails_when_the_op_runs():
         tf.reduce_sum(x, [-1, -1])
 
 
+
+@pytest.mark.parametrize("reduce", [tf.reduce_sum, tf.reduce_max, tf.reduce_mean,
+                                    tf.reduce_prod])
+@pytest.mark.parametrize("axis", [3, [0, 5]])
+def test_a_positive_axis_out_of_range_fails_with_tf1s_message_too(reduce, axis):
+    # A positive axis past the fed rank got numpy's "AxisError: axis 3 is out of bounds" or
+    # "IndexError: tuple index out of range", which names no reduction dimension; TF1 says
+    # "Invalid reduction dimension (3 for input with 3 dimension(s)", as here for -4.
+    x = tf.placeholder(tf.float32)
+    with pytest.raises(af.errors.InvalidArgumentError,
+                       match=r"Invalid reduction dimension \((3|5) for input with 3 dim"):
+        session_run(reduce(x, axis), {x: VALUE})
+
 def test_gather_resolves_a_negative_axis_when_it_runs():
     x = tf.placeholder(tf.float32)
     picked = tf.gather(x, [0, 2, 2], axis=-1)
