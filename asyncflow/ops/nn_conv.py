@@ -474,9 +474,8 @@ def max_pool(value=None, ksize=None, strides=None, padding=None, data_format="NH
             if max(pair) >= size:
                 raise ValueError(f"max_pool: explicit padding {pairs} must be smaller than the "
                                  f"window size {size} in each dimension")
-        dtype = value.dtype.np
-        lowest = np.finfo(dtype).min if dtype.kind == "f" else np.iinfo(dtype).min
-        value, padding = pad(value, pairs, constant_values=lowest), "VALID"
+        check_dtype("MaxPool", value, NUMERIC, "value")  # before asking for its lowest
+        value, padding = pad(value, pairs, constant_values=value.dtype.min), "VALID"
     return _pool("MaxPool", value, ksize, strides, padding, data_format, name, "max_pool")
 
 

@@ -100,3 +100,13 @@ def test_max_pool_pads_with_the_lowest_finite_number_as_tf1():
         tf.nn.max_pool(x, [1, 2, 2, 1], [1, 1, 1, 1], [[0, 0], [2, 0], [0, 0], [0, 0]])
     with pytest.raises(ValueError, match="avg_pool: padding must be 'SAME' or 'VALID'"):
         tf.nn.avg_pool(x, [1, 2, 2, 1], [1, 1, 1, 1], [[0, 0], [1, 0], [0, 0], [0, 0]])
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.str_])
+def test_max_pool_of_a_dtype_it_refuses_names_max_pool_with_explicit_padding_too(dtype):
+    # TF1: TypeError, "DataType bool not in list of allowed values"; with SAME or VALID this
+    # is "MaxPool: value passed to value has dtype bool"; with explicit padding the lowest
+    # value to pad with was asked of numpy first: "ValueError: Invalid integer data type 'b'."
+    x = tf.constant(np.zeros((1, 3, 3, 1), dtype))
+    with pytest.raises(TypeError, match="MaxPool: value passed to value has dtype"):
+        tf.nn.max_pool(x, [1, 2, 2, 1], [1, 1, 1, 1], [[0, 0], [1, 0], [0, 1], [0, 0]])
