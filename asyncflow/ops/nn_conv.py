@@ -330,11 +330,19 @@ def conv2d_backprop_input(input_sizes, filter, out_backprop, strides, padding,  
     ``padding`` may be TF1's explicit padding (as ``conv2d``'s): the gradient of a zero
     ``pad`` and a VALID convolution, that is a VALID Conv2DBackpropInput to the padded sizes
     sliced back to ``input_sizes``."""
+    return _backprop_input(input_sizes, filter, out_backprop, strides, padding, data_format,
+                           dilations, name, "conv2d_backprop_input")
+
+
+def _backprop_input(input_sizes, filter, out_backprop, strides, padding,  # noqa: A002
+                    data_format, dilations, name, builder):
+    """``conv2d_backprop_input`` for it and ``conv2d_transpose``, its errors naming
+    ``builder``, the one called."""
     filters, grad = operands((filter, out_backprop), "Conv2DBackpropInput")
     sizes = as_tensor(input_sizes, dtype=dtypes.int32)
     if isinstance(padding, (list, tuple)):
-        pairs = _explicit_paddings(padding, data_format, "conv2d_backprop_input")
-        attrs = _conv_attrs(strides, "VALID", dilations, data_format, "conv2d_backprop_input")
+        pairs = _explicit_paddings(padding, data_format, builder)
+        attrs = _conv_attrs(strides, "VALID", dilations, data_format, builder)
         known = static_value(sizes)
         if known is None:
             padded = _math.add(sizes, constant([a + b for a, b in pairs], dtype=dtypes.int32))
@@ -345,7 +353,7 @@ def conv2d_backprop_input(input_sizes, filter, out_backprop, strides, padding,  
                     "Conv2DBackpropInput")
         return _slice(full, constant([a for a, _ in pairs], dtype=dtypes.int32), sizes,
                       name=name or "Conv2DBackpropInput")
-    attrs = _conv_attrs(strides, padding, dilations, data_format, "conv2d_backprop_input")
+    attrs = _conv_attrs(strides, padding, dilations, data_format, builder)
     return make("Conv2DBackpropInput", (sizes, filters, grad), attrs, name,
                 "Conv2DBackpropInput")
 
@@ -366,8 +374,8 @@ def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding, 
 def conv2d_transpose(value, filter, output_shape, strides, padding="SAME",  # noqa: A002
                      data_format="NHWC", name=None):
     """The transpose of conv2d (its input gradient); ``filter`` is ``[h, w, out, in]``."""
-    return conv2d_backprop_input(output_shape, filter, value, strides, padding, data_format,
-                                 name=name or "conv2d_transpose")
+    return _backprop_input(output_shape, filter, value, strides, padding, data_format, None,
+                           name or "conv2d_transpose", "conv2d_transpose")
 
 
 def _attrs_of(op, *names):

@@ -70,10 +70,14 @@ def test_nchw_is_nhwc_transposed():
 
 
 def test_bad_explicit_padding_is_refused_naming_the_builder():
-    with pytest.raises(ValueError, match="conv2d_backprop_input: nonzero explicit padding in "
+    with pytest.raises(ValueError, match="conv2d_transpose: nonzero explicit padding in "
                                          "the batch or depth"):
         tf.nn.conv2d_transpose(G, F, list(X.shape), [1, 1, 1, 1],
                                padding=[[0, 1]] + PADS + [[0, 0]])
+    with pytest.raises(ValueError, match="conv2d_backprop_input: nonzero explicit padding in "
+                                         "the batch or depth"):
+        tf.nn.conv2d_backprop_input(list(X.shape), F, G, [1, 1, 1, 1],
+                                    padding=[[0, 1]] + PADS + [[0, 0]])
     with pytest.raises(ValueError, match="conv2d_backprop_filter: all explicit paddings must "
                                          "be non-negative"):
         tf.nn.conv2d_backprop_filter(X, list(F.shape), G, [1, 1, 1, 1],
@@ -110,3 +114,14 @@ def test_max_pool_of_a_dtype_it_refuses_names_max_pool_with_explicit_padding_too
     x = tf.constant(np.zeros((1, 3, 3, 1), dtype))
     with pytest.raises(TypeError, match="MaxPool: value passed to value has dtype"):
         tf.nn.max_pool(x, [1, 2, 2, 1], [1, 1, 1, 1], [[0, 0], [1, 0], [0, 1], [0, 0]])
+
+
+
+def test_conv2d_transpose_names_itself_in_its_errors():
+    # Its bad padding or strides were reported as conv2d_backprop_input's, a function the
+    # caller never named.
+    for padding, strides, what in [("SOME", [1, 1, 1, 1], "padding must be"),
+                                   ([[0, 0]] + PADS, [1, 1, 1, 1], "must be of size 4"),
+                                   ("SAME", [1, 1, 1], "strides must be")]:
+        with pytest.raises(ValueError, match=f"^conv2d_transpose: .*{what}"):
+            tf.nn.conv2d_transpose(G, F, list(X.shape), strides, padding)
