@@ -135,3 +135,17 @@ def test_lower_rank_labels_with_the_class_axis_given_non_negative_broadcast_as_w
     got = session_run([given, last])
     np.testing.assert_allclose(got[0], got[1])
     np.testing.assert_allclose(got[0], _expected(LOGITS, labels), rtol=1e-6)
+
+
+@pytest.mark.parametrize("labels", [np.ones((3, 4)), np.float64(1.0), np.ones(4)])
+def test_a_refused_labels_shape_names_the_op_once(labels):
+    # Building prefixes "SoftmaxCrossEntropyWithLogits '<name>': "; the messages began with
+    # "SoftmaxCrossEntropyWithLogits <name>: " again.
+    logits = tf.constant(RNG.standard_normal((2, 3, 4)))
+    with pytest.raises(ValueError) as raised:
+        tf.nn.softmax_cross_entropy_with_logits_v2(labels=tf.constant(labels), logits=logits,
+                                                   axis=1 if labels.ndim == 1 else -1,
+                                                   name="xent")
+    message = str(raised.value)
+    assert message.startswith("SoftmaxCrossEntropyWithLogits 'xent': labels ") and \
+        message.count("xent") == 1, message
