@@ -349,10 +349,13 @@ def _backprop_input(input_sizes, filter, out_backprop, strides, padding,  # noqa
         else:  # constants: the static shapes of the result and of its gradients
             padded = constant([int(d) + a + b for d, (a, b) in zip(known, pairs)],
                               dtype=dtypes.int32)
+        # (the padded backprop named apart: the result takes TF1's name, and its shape)
         full = make("Conv2DBackpropInput", (padded, filters, grad), attrs, None,
-                    "Conv2DBackpropInput")
-        return _slice(full, constant([a for a, _ in pairs], dtype=dtypes.int32), sizes,
-                      name=name or "Conv2DBackpropInput")
+                    "Conv2DBackpropInput_padded")
+        out = _slice(full, constant([a for a, _ in pairs], dtype=dtypes.int32), sizes,
+                     name=name or "Conv2DBackpropInput")
+        out.set_shape(_sizes_shape(sizes))
+        return out
     attrs = _conv_attrs(strides, padding, dilations, data_format, builder)
     return make("Conv2DBackpropInput", (sizes, filters, grad), attrs, name,
                 "Conv2DBackpropInput")

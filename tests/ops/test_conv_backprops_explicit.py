@@ -125,3 +125,22 @@ def test_conv2d_transpose_names_itself_in_its_errors():
                                    ("SAME", [1, 1, 1], "strides must be")]:
         with pytest.raises(ValueError, match=f"^conv2d_transpose: .*{what}"):
             tf.nn.conv2d_transpose(G, F, list(X.shape), strides, padding)
+
+
+def test_backprop_input_with_explicit_padding_is_named_and_shaped_as_tf1s():
+    # TF1 (2.21's tf.compat.v1): one Conv2DBackpropInput named "Conv2DBackpropInput", shaped
+    # (?, 7, 6, 3) from tf.shape(x) of x (?, 7, 6, 3). Here the padded backprop took that
+    # name, so the result was "Conv2DBackpropInput_1:0" (and "Conv2DBackpropInput:0" the
+    # padded tensor), and its shape was unknown.
+    x = tf.placeholder(tf.float32, [None, 7, 6, 3])
+    out_backprop = tf.placeholder(tf.float32, [None, 4, 4, 4])
+    pads = [[0, 0], [2, 1], [0, 2], [0, 0]]
+    y = tf.nn.conv2d_backprop_input(tf.shape(x), tf.ones([3, 2, 3, 4]), out_backprop,
+                                    [1, 2, 2, 1], pads)
+    second = tf.nn.conv2d_backprop_input(tf.shape(x), tf.ones([3, 2, 3, 4]), out_backprop,
+                                         [1, 2, 2, 1], pads)
+    transposed = tf.nn.conv2d_transpose(out_backprop, tf.ones([3, 2, 3, 4]), tf.shape(x),
+                                        [1, 2, 2, 1], pads)
+    assert [t.name for t in (y, second, transposed)] == [
+        "Conv2DBackpropInput:0", "Conv2DBackpropInput_1:0", "conv2d_transpose:0"]
+    assert [t.shape.as_list() for t in (y, transposed)] == [[None, 7, 6, 3]] * 2
