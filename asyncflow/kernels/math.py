@@ -355,10 +355,11 @@ def _axes(ctx, x):
 def _resolved_axes(ctx, axes, ndim):
     """A reduction's axes for an input of rank ``ndim``: all of them for None; the builder
     sorts them, non-negative when it knew the rank, as given (negatives first) when not
-    (TF1 resolves those when the op runs, and so do these, with TF1's errors)."""
+    (TF1 resolves those when the op runs, and so do these, with TF1's errors; a positive
+    axis past the rank, built on an unknown rank too, fails with TF1's message)."""
     if axes is None:
         return tuple(range(ndim))
-    if not axes or axes[0] >= 0:
+    if not axes or axes[0] >= 0 and axes[-1] < ndim:
         return axes
     for axis in axes:
         if not -ndim <= axis < ndim:

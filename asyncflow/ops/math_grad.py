@@ -356,8 +356,9 @@ def _kept(op, tensor):
         return tensor
     x = op.inputs[0]
     axes = op.get_attr("axis")
-    if x.shape.ndims is not None:
-        dims = [1 if axes is None or i in axes else d for i, d in enumerate(x.shape.dims)]
+    if x.shape.ndims:  # (axes built on an unknown rank, known since, may be negative)
+        reduced = None if axes is None else {axis % x.shape.ndims for axis in axes}
+        dims = [1 if reduced is None or i in reduced else d for i, d in enumerate(x.shape.dims)]
         if dims.count(None) == 0 or (dims.count(None) == 1 and 0 not in dims):
             return _array.reshape(tensor, [-1 if d is None else d for d in dims])
     target = make("ReducedShape", (_array.shape(x),), {"axis": axes}, None, "ReducedShape")

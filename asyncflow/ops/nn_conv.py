@@ -330,22 +330,33 @@ def conv2d_backprop_input(input_sizes, filter, out_backprop, strides, padding,  
     ``padding`` may be TF1's explicit padding (as ``conv2d``'s): the gradient of a zero
     ``pad`` and a VALID convolution, that is a VALID Conv2DBackpropInput to the padded sizes
     sliced back to ``input_sizes``."""
+    return _backprop_input(input_sizes, filter, out_backprop, strides, padding, data_format,
+                           dilations, name, "conv2d_backprop_input")
+
+
+def _backprop_input(input_sizes, filter, out_backprop, strides, padding,  # noqa: A002
+                    data_format, dilations, name, builder):
+    """``conv2d_backprop_input`` for it and ``conv2d_transpose``, its errors naming
+    ``builder``, the one called."""
     filters, grad = operands((filter, out_backprop), "Conv2DBackpropInput")
     sizes = as_tensor(input_sizes, dtype=dtypes.int32)
     if isinstance(padding, (list, tuple)):
-        pairs = _explicit_paddings(padding, data_format, "conv2d_backprop_input")
-        attrs = _conv_attrs(strides, "VALID", dilations, data_format, "conv2d_backprop_input")
+        pairs = _explicit_paddings(padding, data_format, builder)
+        attrs = _conv_attrs(strides, "VALID", dilations, data_format, builder)
         known = static_value(sizes)
         if known is None:
             padded = _math.add(sizes, constant([a + b for a, b in pairs], dtype=dtypes.int32))
         else:  # constants: the static shapes of the result and of its gradients
             padded = constant([int(d) + a + b for d, (a, b) in zip(known, pairs)],
                               dtype=dtypes.int32)
+        # (the padded backprop named apart: the result takes TF1's name, and its shape)
         full = make("Conv2DBackpropInput", (padded, filters, grad), attrs, None,
-                    "Conv2DBackpropInput")
-        return _slice(full, constant([a for a, _ in pairs], dtype=dtypes.int32), sizes,
-                      name=name or "Conv2DBackpropInput")
-    attrs = _conv_attrs(strides, padding, dilations, data_format, "conv2d_backprop_input")
+                    "Conv2DBackpropInput_padded")
+        out = _slice(full, constant([a for a, _ in pairs], dtype=dtypes.int32), sizes,
+                     name=name or "Conv2DBackpropInput")
+        out.set_shape(_sizes_shape(sizes))
+        return out
+    attrs = _conv_attrs(strides, padding, dilations, data_format, builder)
     return make("Conv2DBackpropInput", (sizes, filters, grad), attrs, name,
                 "Conv2DBackpropInput")
 
@@ -366,8 +377,8 @@ def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding, 
 def conv2d_transpose(value, filter, output_shape, strides, padding="SAME",  # noqa: A002
                      data_format="NHWC", name=None):
     """The transpose of conv2d (its input gradient); ``filter`` is ``[h, w, out, in]``."""
-    return conv2d_backprop_input(output_shape, filter, value, strides, padding, data_format,
-                                 name=name or "conv2d_transpose")
+    return _backprop_input(output_shape, filter, value, strides, padding, data_format, None,
+                           name or "conv2d_transpose", "conv2d_transpose")
 
 
 def _attrs_of(op, *names):
@@ -474,9 +485,8 @@ def max_pool(value=None, ksize=None, strides=None, padding=None, data_format="NH
             if max(pair) >= size:
                 raise ValueError(f"max_pool: explicit padding {pairs} must be smaller than the "
                                  f"window size {size} in each dimension")
-        dtype = value.dtype.np
-        lowest = np.finfo(dtype).min if dtype.kind == "f" else np.iinfo(dtype).min
-        value, padding = pad(value, pairs, constant_values=lowest), "VALID"
+        check_dtype("MaxPool", value, NUMERIC, "value")  # before asking for its lowest
+        value, padding = pad(value, pairs, constant_values=value.dtype.min), "VALID"
     return _pool("MaxPool", value, ksize, strides, padding, data_format, name, "max_pool")
 
 

@@ -95,19 +95,19 @@ def _check_labels_broadcast(op, logits, labels, axis):
     matrices, the labels' rows and classes each the logits' or 1 (the logits' own never
     broadcast here: TF1's gradient fails on those)."""
     if labels.shape.ndims == 0:
-        raise ValueError(f"{op.type} {op.name}: labels must have >= 1 dimension, got a scalar")
+        raise ValueError("labels must have >= 1 dimension, got a scalar")
     if logits.shape.ndims is None or labels.shape.ndims is None:
         return
     label_axis = axis
     if labels.shape.ndims != logits.shape.ndims:
         if axis != logits.shape.ndims - 1:
-            raise ValueError(f"{op.type} {op.name}: labels of rank {labels.shape.ndims} for "
+            raise ValueError(f"labels of rank {labels.shape.ndims} for "
                              f"logits of rank {logits.shape.ndims} need the class axis last")
         label_axis = labels.shape.ndims - 1
     for want, got in zip(_as_matrix(logits.shape, axis), _as_matrix(labels.shape, label_axis)):
         if not (want is None or got is None or got in (1, want)):
             raise ValueError(
-                f"{op.type} {op.name}: labels {labels.shape} do not broadcast to logits "
+                f"labels {labels.shape} do not broadcast to logits "
                 f"{logits.shape}: as [rows, classes] matrices (TF1's rule) the labels' rows "
                 "and classes must each be the logits' or 1")
 

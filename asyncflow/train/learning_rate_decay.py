@@ -15,7 +15,6 @@ from asyncflow import dtypes
 from asyncflow.graph.graph import get_default_graph
 from asyncflow.ops import math as _math
 from asyncflow.ops.construct import as_tensor
-from asyncflow.ops.control_flow import case
 from asyncflow.ops.sources import random_normal
 
 
@@ -211,11 +210,22 @@ def piecewise_constant(x, boundaries, values, name=None):
         bounds = [as_tensor(b) if hasattr(b, "dtype") else as_tensor(b, dtype=x.dtype)
                   for b in boundaries]
         bounds = [b if b.dtype is x.dtype else _math.cast(b, x.dtype) for b in bounds]
-        # TF1 picks with tf.case (its conds' Merge: "PiecewiseConstant/case/cond/Merge"); the
-        # first bound that x does not pass picks, as TF1's exclusive predicates do.
-        pairs = [(_math.less_equal(x, bound), lambda value=value: value)
-                 for bound, value in zip(bounds, values[:-1])]
-        return case(pairs, default=lambda: values[-1], name="case")
+        # TF1 picks with tf.case among exclusive predicates, x <= b0, b0 < x <= b1, ..., x >
+        # b_last, with the default values[0] (so a NaN, which passes none, gets values[0]).
+        # The same picks here are a chain of Selects, values[i + 1] where x > b_i: a cond
+        # costs every run this executor's Switch/Merge machinery (about 20x the Selects), and
+        # the rate is read every step. The last is named as TF1's case output,
+        # "PiecewiseConstant/case/cond/Merge"; x must be a scalar, as TF1's cond's predicate.
+        if x.shape.ndims not in (None, 0):
+            raise ValueError(f"piecewise_constant: x must be a scalar, got shape {x.shape}")
+        graph = get_default_graph()
+        result = values[0]
+        with graph.name_scope("case"), graph.name_scope("cond"):
+            for index, bound in enumerate(bounds):
+                last = index == len(bounds) - 1
+                result = _math.where(_math.greater(x, bound), values[index + 1], result,
+                                     name="Merge" if last else None)
+        return result
 
 
 piecewise_constant_decay = piecewise_constant  # TF1's other name

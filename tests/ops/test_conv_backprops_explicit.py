@@ -70,10 +70,14 @@ def test_nchw_is_nhwc_transposed():
 
 
 def test_bad_explicit_padding_is_refused_naming_the_builder():
-    with pytest.raises(ValueError, match="conv2d_backprop_input: nonzero explicit padding in "
+    with pytest.raises(ValueError, match="conv2d_transpose: nonzero explicit padding in "
                                          "the batch or depth"):
         tf.nn.conv2d_transpose(G, F, list(X.shape), [1, 1, 1, 1],
                                padding=[[0, 1]] + PADS + [[0, 0]])
+    with pytest.raises(ValueError, match="conv2d_backprop_input: nonzero explicit padding in "
+                                         "the batch or depth"):
+        tf.nn.conv2d_backprop_input(list(X.shape), F, G, [1, 1, 1, 1],
+                                    padding=[[0, 1]] + PADS + [[0, 0]])
     with pytest.raises(ValueError, match="conv2d_backprop_filter: all explicit paddings must "
                                          "be non-negative"):
         tf.nn.conv2d_backprop_filter(X, list(F.shape), G, [1, 1, 1, 1],
@@ -100,3 +104,43 @@ def test_max_pool_pads_with_the_lowest_finite_number_as_tf1():
         tf.nn.max_pool(x, [1, 2, 2, 1], [1, 1, 1, 1], [[0, 0], [2, 0], [0, 0], [0, 0]])
     with pytest.raises(ValueError, match="avg_pool: padding must be 'SAME' or 'VALID'"):
         tf.nn.avg_pool(x, [1, 2, 2, 1], [1, 1, 1, 1], [[0, 0], [1, 0], [0, 0], [0, 0]])
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.str_])
+def test_max_pool_of_a_dtype_it_refuses_names_max_pool_with_explicit_padding_too(dtype):
+    # TF1: TypeError, "DataType bool not in list of allowed values"; with SAME or VALID this
+    # is "MaxPool: value passed to value has dtype bool"; with explicit padding the lowest
+    # value to pad with was asked of numpy first: "ValueError: Invalid integer data type 'b'."
+    x = tf.constant(np.zeros((1, 3, 3, 1), dtype))
+    with pytest.raises(TypeError, match="MaxPool: value passed to value has dtype"):
+        tf.nn.max_pool(x, [1, 2, 2, 1], [1, 1, 1, 1], [[0, 0], [1, 0], [0, 1], [0, 0]])
+
+
+
+def test_conv2d_transpose_names_itself_in_its_errors():
+    # Its bad padding or strides were reported as conv2d_backprop_input's, a function the
+    # caller never named.
+    for padding, strides, what in [("SOME", [1, 1, 1, 1], "padding must be"),
+                                   ([[0, 0]] + PADS, [1, 1, 1, 1], "must be of size 4"),
+                                   ("SAME", [1, 1, 1], "strides must be")]:
+        with pytest.raises(ValueError, match=f"^conv2d_transpose: .*{what}"):
+            tf.nn.conv2d_transpose(G, F, list(X.shape), strides, padding)
+
+
+def test_backprop_input_with_explicit_padding_is_named_and_shaped_as_tf1s():
+    # TF1 (2.21's tf.compat.v1): one Conv2DBackpropInput named "Conv2DBackpropInput", shaped
+    # (?, 7, 6, 3) from tf.shape(x) of x (?, 7, 6, 3). Here the padded backprop took that
+    # name, so the result was "Conv2DBackpropInput_1:0" (and "Conv2DBackpropInput:0" the
+    # padded tensor), and its shape was unknown.
+    x = tf.placeholder(tf.float32, [None, 7, 6, 3])
+    out_backprop = tf.placeholder(tf.float32, [None, 4, 4, 4])
+    pads = [[0, 0], [2, 1], [0, 2], [0, 0]]
+    y = tf.nn.conv2d_backprop_input(tf.shape(x), tf.ones([3, 2, 3, 4]), out_backprop,
+                                    [1, 2, 2, 1], pads)
+    second = tf.nn.conv2d_backprop_input(tf.shape(x), tf.ones([3, 2, 3, 4]), out_backprop,
+                                         [1, 2, 2, 1], pads)
+    transposed = tf.nn.conv2d_transpose(out_backprop, tf.ones([3, 2, 3, 4]), tf.shape(x),
+                                        [1, 2, 2, 1], pads)
+    assert [t.name for t in (y, second, transposed)] == [
+        "Conv2DBackpropInput:0", "Conv2DBackpropInput_1:0", "conv2d_transpose:0"]
+    assert [t.shape.as_list() for t in (y, transposed)] == [[None, 7, 6, 3]] * 2

@@ -51,6 +51,28 @@ def test_gradients_through_negative_axes_of_an_unknown_rank(reduce):
     np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
+
+@pytest.mark.parametrize("reduce", [tf.reduce_max, tf.reduce_min, tf.reduce_prod])
+def test_gradients_of_negative_axes_after_the_rank_became_known(reduce):
+    # Built on an unknown rank, the op keeps its axes negative; set_shape then tells the
+    # input's rank. The Max/Min/Prod gradients reshaped to the input's shape with 1s at the
+    # axes read from the op, and matched no negative axis: "Input to reshape is a tensor with
+    # 6 values, but the requested shape has 24" (TF1 gives the gradient).
+    x, known = tf.placeholder(tf.float32), tf.placeholder(tf.float32, VALUE.shape)
+    ys = [reduce(t, [-1, 0]) for t in (x, known)]
+    x.set_shape(VALUE.shape)
+    grads = [tf.gradients(tf.reduce_sum(y ** 2), t)[0] for y, t in zip(ys, (x, known))]
+    got, want = session_run(grads, {x: VALUE, known: VALUE})
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    loose = tf.placeholder(tf.float32)  # two dims still unknown: reshaped when it runs
+    y = reduce(loose, -2)
+    loose.set_shape([None, None, 4])
+    grads = [tf.gradients(tf.reduce_sum(z ** 2), t)[0] for z, t in
+             [(y, loose), (reduce(known, 1), known)]]
+    got, want = session_run(grads, {loose: VALUE, known: VALUE})
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
 def test_an_axis_out_of_range_or_twice_fails_when_the_op_runs():
     x = tf.placeholder(tf.float32)
     with pytest.raises(af.errors.InvalidArgumentError,
@@ -64,6 +86,19 @@ def test_an_axis_out_of_range_or_twice_fails_when_the_op_runs():
     with pytest.raises(ValueError, match="names an axis twice"):  # the same number: at once
         tf.reduce_sum(x, [-1, -1])
 
+
+
+@pytest.mark.parametrize("reduce", [tf.reduce_sum, tf.reduce_max, tf.reduce_mean,
+                                    tf.reduce_prod])
+@pytest.mark.parametrize("axis", [3, [0, 5]])
+def test_a_positive_axis_out_of_range_fails_with_tf1s_message_too(reduce, axis):
+    # A positive axis past the fed rank got numpy's "AxisError: axis 3 is out of bounds" or
+    # "IndexError: tuple index out of range", which names no reduction dimension; TF1 says
+    # "Invalid reduction dimension (3 for input with 3 dimension(s)", as here for -4.
+    x = tf.placeholder(tf.float32)
+    with pytest.raises(af.errors.InvalidArgumentError,
+                       match=r"Invalid reduction dimension \((3|5) for input with 3 dim"):
+        session_run(reduce(x, axis), {x: VALUE})
 
 def test_gather_resolves_a_negative_axis_when_it_runs():
     x = tf.placeholder(tf.float32)

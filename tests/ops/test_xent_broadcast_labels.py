@@ -124,3 +124,28 @@ def test_sparse_gradient_with_logits_of_unknown_rank():
     got, want = session_run(grads, {x: value, known: value})
     assert grads[0].shape.ndims is None
     np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_lower_rank_labels_with_the_class_axis_given_non_negative_broadcast_as_with_minus_one():
+    # TF1 fails to build this (it moves axis 1 of the rank-1 labels by the logits' rank 2):
+    # here, as docs/porting.md says, the labels broadcast as they do with axis=-1.
+    labels = np.array([0.25, 0.25, 0.5, 0.0])
+    given, last = [tf.nn.softmax_cross_entropy_with_logits_v2(
+        labels=tf.constant(labels), logits=tf.constant(LOGITS), axis=axis) for axis in (1, -1)]
+    got = session_run([given, last])
+    np.testing.assert_allclose(got[0], got[1])
+    np.testing.assert_allclose(got[0], _expected(LOGITS, labels), rtol=1e-6)
+
+
+@pytest.mark.parametrize("labels", [np.ones((3, 4)), np.float64(1.0), np.ones(4)])
+def test_a_refused_labels_shape_names_the_op_once(labels):
+    # Building prefixes "SoftmaxCrossEntropyWithLogits '<name>': "; the messages began with
+    # "SoftmaxCrossEntropyWithLogits <name>: " again.
+    logits = tf.constant(RNG.standard_normal((2, 3, 4)))
+    with pytest.raises(ValueError) as raised:
+        tf.nn.softmax_cross_entropy_with_logits_v2(labels=tf.constant(labels), logits=logits,
+                                                   axis=1 if labels.ndim == 1 else -1,
+                                                   name="xent")
+    message = str(raised.value)
+    assert message.startswith("SoftmaxCrossEntropyWithLogits 'xent': labels ") and \
+        message.count("xent") == 1, message

@@ -62,3 +62,29 @@ def test_cosine_decay_and_piecewise_constant_are_named_as_tf1():
                    default=lambda: step).name == "case/cond/Merge:0"
     np.testing.assert_allclose([v[1] for v in values], [0.1, 0.1, 0.05, 0.01])
     np.testing.assert_allclose(values[0][0], 0.1)
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
+def test_piecewise_constant_of_a_nan_step_is_the_first_value_as_tf1(dtype):
+    # TF1's tf.case takes exclusive predicates (x <= b0, b0 < x <= b1, ..., x > b_last) and
+    # the default values[0]: a NaN passes none of them, so TF1 gives 10.0 (checked on 2.21's
+    # tf.compat.v1); the first-bound-not-passed chain gave the last value, 30.0.
+    x = tf.placeholder(dtype, [])
+    rate = tf.train.piecewise_constant(x, [1.0, 2.0], [10.0, 20.0, 30.0])
+    got = [session_run(rate, {x: at}) for at in (np.nan, -np.inf, 1.0, 1.5, 2.0, np.inf)]
+    np.testing.assert_array_equal(got, [10.0, 10.0, 10.0, 20.0, 20.0, 30.0])
+
+
+def test_piecewise_constant_picks_without_control_flow():
+    # The rate is read every training step: each cond of a tf.case costs this executor's
+    # Switch/Merge machinery on every run (about 20x a Select chain's cost per run, measured
+    # with 2 and 10 boundaries), so the picks are Selects, the last one named as TF1's case.
+    step = tf.placeholder(tf.int64, [])
+    rate = tf.train.piecewise_constant(step, [5, 10, 20], [0.1, 0.05, 0.01, 0.001])
+    assert rate.name == "PiecewiseConstant/case/cond/Merge:0"
+    kinds = {op.type for op in tf.get_default_graph().get_operations()}
+    assert not kinds & {"Switch", "Merge", "Enter", "Exit"}, kinds
+    got = [session_run(rate, {step: at}) for at in (0, 5, 6, 10, 11, 20, 21)]
+    np.testing.assert_allclose(got, [0.1, 0.1, 0.05, 0.05, 0.01, 0.01, 0.001])
+    with pytest.raises(ValueError, match="piecewise_constant.*scalar"):
+        tf.train.piecewise_constant(tf.constant([1.0, 3.0]), [2.0], [5.0, 6.0])
