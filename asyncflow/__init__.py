@@ -96,7 +96,8 @@ from asyncflow.ops.variable_scope import (  # noqa: F401,E402
 # Issue 36 (TF1 names: math, linalg, array): af.math, af.linalg and the names below.
 from asyncflow import linalg, math  # noqa: F401,E402  (af.math.softplus, af.linalg.norm ...)
 from asyncflow.ops.cumulative import cumprod, cumsum  # noqa: F401,E402
-from asyncflow.ops.numerics import norm  # noqa: F401,E402
+from asyncflow.ops.numerics import norm, reduce_logsumexp  # noqa: F401,E402
+from asyncflow.ops.sorting import argsort, sort  # noqa: F401,E402
 from asyncflow.ops.diagonal import (  # noqa: F401,E402
     diag, diag_part, eye, matrix_band_part, matrix_diag, matrix_diag_part, matrix_set_diag, trace,
 )

@@ -14,6 +14,8 @@ from asyncflow.ops.math import (  # noqa: F401
 )
 from asyncflow.ops.cumulative import cumprod, cumsum  # noqa: F401
 from asyncflow.ops.nn import log_sigmoid, softplus  # noqa: F401
-from asyncflow.ops.numerics import count_nonzero, reduce_euclidean_norm  # noqa: F401
+from asyncflow.ops.numerics import (  # noqa: F401
+    count_nonzero, reduce_euclidean_norm, reduce_logsumexp, reduce_std, reduce_variance,
+)
 from asyncflow.ops.selection import in_top_k, top_k  # noqa: F401
 from asyncflow.ops.special import digamma, erf, lgamma  # noqa: F401

@@ -1,5 +1,6 @@
-"""Numerics: clipping by value and by norm, global norms, TF1's ``norm`` and
-``reduce_euclidean_norm`` (compositions of math ops), and NaN/Inf checks.
+"""Numerics: clipping by value and by norm, global norms, TF1's ``norm``,
+``reduce_euclidean_norm``, ``reduce_logsumexp``, ``reduce_variance`` and ``reduce_std``
+(compositions of math ops, as TF1 writes them), and NaN/Inf checks.
 
 Theory of operation: the clipping functions are compositions of math ops exactly as TF1
 writes them (``minimum(maximum(...))``, a norm computed with ``where`` so a zero norm has a
@@ -15,6 +16,7 @@ from __future__ import annotations
 from asyncflow import dtypes
 from asyncflow.graph import register_gradient, register_op
 from asyncflow.graph.indexed_slices import IndexedSlices
+from asyncflow.ops import array
 from asyncflow.ops import math as math_ops
 from asyncflow.ops import sources
 from asyncflow.ops.array import identity
@@ -280,3 +282,74 @@ def count_nonzero(input_tensor=None, axis=None, keepdims=None, dtype=dtypes.int6
         zero = sources.zeros([], dtype=x.dtype)
         nonzero = math_ops.cast(math_ops.not_equal(x, zero), dtypes.int64)
         return math_ops.cast(math_ops.reduce_sum(nonzero, axis, keepdims=keepdims), dtype)
+
+
+def _reduction_arguments(axis, keepdims, reduction_indices, keep_dims, op_name):
+    """TF1's spellings: ``reduction_indices`` for ``axis``, ``keep_dims`` for ``keepdims``."""
+    if reduction_indices is not None:
+        if axis is not None:
+            raise ValueError(f"{op_name}: give axis or reduction_indices, not both")
+        axis = reduction_indices
+    if keep_dims is not None:
+        if keepdims is not None:
+            raise ValueError(f"{op_name}: give keepdims or keep_dims, not both")
+        keepdims = keep_dims
+    return axis, bool(keepdims)
+
+
+def reduce_logsumexp(input_tensor, axis=None, keepdims=None, name=None,
+                     reduction_indices=None, keep_dims=None):
+    """TF1's ``tf.reduce_logsumexp``: ``log(sum(exp(x)))`` over ``axis``, computed as
+    ``log(sum(exp(x - m))) + m`` with ``m`` the largest element (0 where that is not finite,
+    and no gradient through it), as TF1: a row of ``-inf`` gives ``-inf``, one holding
+    ``+inf`` gives ``inf``, and the gradient is ``softmax(x)`` (NaN on a row of ``-inf``).
+
+    Raises:
+        TypeError: for a tensor that is not floating point (TF1's ``Exp``).
+    """
+    axis, keepdims = _reduction_arguments(axis, keepdims, reduction_indices, keep_dims,
+                                          "reduce_logsumexp")
+    x = as_tensor(input_tensor)
+    check_dtype("reduce_logsumexp", x, FLOATING, "input_tensor")
+    with graph_of((x,)).name_scope(name or "ReduceLogSumExp"):
+        raw_max = math_ops.reduce_max(x, axis, keepdims=True)
+        finite_max = array.stop_gradient(math_ops.where(
+            math_ops.is_finite(raw_max), raw_max, sources.zeros_like(raw_max)))
+        result = math_ops.log(math_ops.reduce_sum(
+            math_ops.exp(math_ops.subtract(x, finite_max)), axis, keepdims=keepdims))
+        if not keepdims:
+            finite_max = array.reshape(finite_max, array.shape(result))
+        return math_ops.add(result, finite_max)
+
+
+def reduce_variance(input_tensor, axis=None, keepdims=False, name=None):
+    """TF1's ``tf.math.reduce_variance``: ``mean((x - mean(x))**2)`` over ``axis`` (the
+    population variance; NaN over no elements).
+
+    Raises:
+        TypeError: for an integer or bool tensor (TF1: "Input must be either real or
+            complex").
+    """
+    x = as_tensor(input_tensor)
+    with graph_of((x,)).name_scope(name or "reduce_variance"):
+        return _variance(x, axis, keepdims, "reduce_variance")
+
+
+def _variance(x, axis, keepdims, op_name):
+    if not x.dtype.is_floating:
+        raise TypeError(f"{op_name}: input must be either real or complex, got "
+                        f"{x.dtype.name}")
+    means = math_ops.reduce_mean(x, axis, keepdims=True)
+    squared_deviations = math_ops.square(math_ops.subtract(x, means))
+    return math_ops.reduce_mean(squared_deviations, axis, keepdims=bool(keepdims))
+
+
+def reduce_std(input_tensor, axis=None, keepdims=False, name=None):
+    """TF1's ``tf.math.reduce_std``: the square root of ``reduce_variance``.
+
+    Raises:
+        TypeError: as ``reduce_variance``.
+    """
+    x = as_tensor(input_tensor)
+    with graph_of((x,)).name_scope(name or "reduce_std"):
+        return math_ops.sqrt(_variance(x, axis, keepdims, "reduce_std"))
