@@ -146,6 +146,7 @@ async def test_sort_gradient(case):
 @given(distinct_arrays())
 async def test_sort_second_order(case):
     x, axis, direction = case
+    x = x / 8  # (values of order 1: the cube's finite differences keep their digits)
 
     def grad_of_grad(t):
         y = af.sort(af.square(t) * t, axis=axis, direction=direction)
