@@ -98,6 +98,11 @@ from asyncflow import linalg, math  # noqa: F401,E402  (af.math.softplus, af.lin
 from asyncflow.ops.cumulative import cumprod, cumsum  # noqa: F401,E402
 from asyncflow.ops.numerics import norm, reduce_logsumexp  # noqa: F401,E402
 from asyncflow.ops.sorting import argsort, sort  # noqa: F401,E402
+from asyncflow.ops.trigonometric import (  # noqa: F401,E402
+    acos, acosh, asin, asinh, atan, atan2, atanh, cosh, expm1, is_inf, rint, sinh, tan,
+)
+from asyncflow.ops.numerics import div_no_nan, scalar_mul  # noqa: F401,E402
+from asyncflow.ops.linalg import matrix_transpose  # noqa: F401,E402
 from asyncflow.ops.diagonal import (  # noqa: F401,E402
     diag, diag_part, eye, matrix_band_part, matrix_diag, matrix_diag_part, matrix_set_diag, trace,
 )

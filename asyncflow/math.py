@@ -19,3 +19,11 @@ from asyncflow.ops.numerics import (  # noqa: F401
 )
 from asyncflow.ops.selection import in_top_k, top_k  # noqa: F401
 from asyncflow.ops.special import digamma, erf, lgamma  # noqa: F401
+from asyncflow.ops.trigonometric import (  # noqa: F401
+    acos, acosh, asin, asinh, atan, atan2, atanh, cosh, expm1, is_inf, rint, sinh, tan,
+)
+from asyncflow.ops.numerics import div_no_nan as divide_no_nan, zero_fraction  # noqa: F401
+from asyncflow.ops.math import floormod as mod  # noqa: F401
+from asyncflow.ops.nn import l2_normalize, log_softmax, softmax, softsign  # noqa: F401
+from asyncflow.ops.layout import invert_permutation  # noqa: F401
+from asyncflow.ops.unique import bincount  # noqa: F401

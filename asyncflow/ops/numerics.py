@@ -1,6 +1,7 @@
 """Numerics: clipping by value and by norm, global norms, TF1's ``norm``,
-``reduce_euclidean_norm``, ``reduce_logsumexp``, ``reduce_variance`` and ``reduce_std``
-(compositions of math ops, as TF1 writes them), and NaN/Inf checks.
+``reduce_euclidean_norm``, ``reduce_logsumexp``, ``reduce_variance``, ``reduce_std``,
+``div_no_nan`` and ``zero_fraction`` (compositions of math ops, as TF1 writes them or with
+TF1's values and gradients), and NaN/Inf checks.
 
 Theory of operation: the clipping functions are compositions of math ops exactly as TF1
 writes them (``minimum(maximum(...))``, a norm computed with ``where`` so a zero norm has a
@@ -20,7 +21,9 @@ from asyncflow.ops import array
 from asyncflow.ops import math as math_ops
 from asyncflow.ops import sources
 from asyncflow.ops.array import identity
-from asyncflow.ops.construct import FLOATING, NUMERIC, as_tensor, check_dtype, graph_of, make
+from asyncflow.ops.construct import (
+    FLOATING, NUMERIC, as_tensor, check_dtype, graph_of, make, operands,
+)
 from asyncflow.ops.layout import squeeze
 
 
@@ -353,3 +356,46 @@ def reduce_std(input_tensor, axis=None, keepdims=False, name=None):
     x = as_tensor(input_tensor)
     with graph_of((x,)).name_scope(name or "reduce_std"):
         return math_ops.sqrt(_variance(x, axis, keepdims, "reduce_std"))
+
+
+def div_no_nan(x, y, name=None):
+    """TF1's ``tf.div_no_nan`` (``tf.math.divide_no_nan``): ``x / y``, but 0 where ``y`` is 0
+    (whatever ``x`` is), with TF1's gradients (0 there too, not NaN).
+
+    Raises:
+        TypeError: for tensors that are not floating point (TF1's ``DivNoNan``).
+    """
+    x, y = operands((x, y), "div_no_nan")
+    check_dtype("div_no_nan", x, FLOATING, "x")
+    with graph_of((x, y)).name_scope(name or "div_no_nan"):
+        zero = math_ops.equal(y, sources.zeros_like(y))
+        # a denominator of 1 where y is 0: no inf or NaN in the value or the gradient
+        safe = math_ops.where(zero, sources.ones_like(y), y)
+        quotient = math_ops.divide(x, safe)
+        zeros = sources.zeros_like(quotient)
+        # ``zero`` broadcast to the quotient's shape (x may be the larger operand)
+        everywhere = math_ops.logical_and(zero, math_ops.equal(zeros, zeros))
+        return math_ops.where(everywhere, zeros, quotient)
+
+
+def zero_fraction(value, name=None):
+    """TF1's ``tf.math.zero_fraction``: the float32 fraction of ``value``'s elements that are
+    zero (NaN for an empty tensor)."""
+    x = as_tensor(value)
+    with graph_of((x,)).name_scope(name or "zero_fraction"):
+        zeros = math_ops.cast(math_ops.equal(x, sources.zeros_like(x)), dtypes.float32)
+        return math_ops.reduce_mean(zeros)
+
+
+def scalar_mul(scalar, x, name=None):
+    """TF1's ``tf.scalar_mul``: ``scalar * x`` for a scalar (rank-0) ``scalar``.
+
+    Raises:
+        ValueError: if ``scalar`` is not a scalar.
+    """
+    x = as_tensor(x)
+    scalar = as_tensor(scalar, dtype=x.dtype)
+    if scalar.shape.ndims not in (None, 0):
+        raise ValueError(f"scalar_mul: scalar must be a 0-D tensor, got shape {scalar.shape}")
+    with graph_of((scalar, x)).name_scope(name or "scalar_mul"):
+        return math_ops.multiply(scalar, x)

@@ -39,6 +39,15 @@ from asyncflow.ops.scatter_nd import (  # noqa: F401,E402
     tensor_scatter_nd_update as tensor_scatter_update,
 )
 
+from asyncflow.ops.state import (  # noqa: F401,E402  (TF1's deprecated spellings)
+    global_variables as all_variables,
+    global_variables_initializer as initialize_all_variables,
+    local_variables_initializer as initialize_local_variables,
+    variables_initializer as initialize_variables,
+)
+from asyncflow.ops.math import argmax as _argmax, argmin as _argmin, cast as _cast  # noqa: E402
+from asyncflow import dtypes as _dtypes  # noqa: E402
+
 newaxis = None  # tf.newaxis: ``x[:, tf.newaxis]`` adds an axis, as numpy's
 
 
@@ -52,3 +61,28 @@ def disable_eager_execution():
 
 def executing_eagerly():
     return False
+
+
+def arg_max(input, dimension, name=None, output_type=_dtypes.int64):  # noqa: A002 (TF1's)
+    """TF1's ``tf.arg_max``: ``tf.argmax`` with the axis named ``dimension``."""
+    return _argmax(input, dimension, name=name, output_type=output_type)
+
+
+def arg_min(input, dimension, name=None, output_type=_dtypes.int64):  # noqa: A002 (TF1's)
+    """TF1's ``tf.arg_min``: ``tf.argmin`` with the axis named ``dimension``."""
+    return _argmin(input, dimension, name=name, output_type=output_type)
+
+
+def to_int32(x, name="ToInt32"):
+    """TF1's ``tf.to_int32``: ``tf.cast(x, tf.int32)``."""
+    return _cast(x, _dtypes.int32, name)
+
+
+def to_int64(x, name="ToInt64"):
+    """TF1's ``tf.to_int64``: ``tf.cast(x, tf.int64)``."""
+    return _cast(x, _dtypes.int64, name)
+
+
+def to_double(x, name="ToDouble"):
+    """TF1's ``tf.to_double``: ``tf.cast(x, tf.float64)``."""
+    return _cast(x, _dtypes.float64, name)
