@@ -157,6 +157,9 @@ def set_random_seed(seed):
     get_default_graph().seed = seed
 
 
+from asyncflow import random  # noqa: F401,E402  (af.random: TF1's tf.random)
+from asyncflow.ops.sources import multinomial  # noqa: F401,E402
+
 # TF1's tf.losses and tf.metrics (issue 36)
 from asyncflow import losses  # noqa: F401,E402  (af.losses: TF1's tf.losses, issue 36)
 from asyncflow import metrics  # noqa: F401,E402  (af.metrics: TF1's tf.metrics, issue 36)
