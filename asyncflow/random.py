@@ -4,6 +4,7 @@ Builders live in their op families (ops/sources.py, ops/data_flow.py, ops/candid
 this module only gathers them under TF1's ``tf.random`` names. Random ops draw other numbers
 than TF's for the same seeds, as every asyncflow random op does.
 """
+from asyncflow.graph import get_default_graph
 from asyncflow.ops.candidate_sampling import (  # noqa: F401
     fixed_unigram_candidate_sampler, learned_unigram_candidate_sampler,
     log_uniform_candidate_sampler, uniform_candidate_sampler,
@@ -17,5 +18,4 @@ from asyncflow.ops.sources import (  # noqa: F401
 
 def set_random_seed(seed):
     """TF1's ``tf.random.set_random_seed``: the default graph's seed (``tf.set_random_seed``)."""
-    from asyncflow import set_random_seed as set_seed
-    set_seed(seed)
+    get_default_graph().seed = seed
