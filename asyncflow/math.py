@@ -22,7 +22,8 @@ from asyncflow.ops.special import digamma, erf, lgamma  # noqa: F401
 from asyncflow.ops.trigonometric import (  # noqa: F401
     acos, acosh, asin, asinh, atan, atan2, atanh, cosh, expm1, is_inf, rint, sinh, tan,
 )
-from asyncflow.ops.numerics import div_no_nan as divide_no_nan, zero_fraction  # noqa: F401
+from asyncflow.ops.numerics import div_no_nan as divide_no_nan, scalar_mul, zero_fraction  # noqa: F401,E501
+from asyncflow.ops.indexing import segment_sum, unsorted_segment_sum  # noqa: F401
 from asyncflow.ops.math import floormod as mod  # noqa: F401
 from asyncflow.ops.nn import l2_normalize, log_softmax, softmax, softsign  # noqa: F401
 from asyncflow.ops.layout import invert_permutation  # noqa: F401

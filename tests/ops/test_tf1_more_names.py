@@ -131,6 +131,19 @@ def test_math_and_linalg_aliases_are_the_builders():
     assert tf.linalg.global_norm is af.global_norm and tf.linalg.l2_normalize is af.nn.l2_normalize
     assert tf.linalg.transpose is tf.linalg.adjoint is tf.linalg.matrix_transpose
     assert tf.linalg.matrix_transpose is tf.matrix_transpose
+    assert tf.math.scalar_mul is tf.scalar_mul and tf.math.segment_sum is af.segment_sum
+    assert tf.math.unsorted_segment_sum is af.unsorted_segment_sum
+
+
+def test_reverse_sequence_tf1_spellings():
+    x = np.arange(12.0).reshape(2, 6)
+    got = session_run([tf.reverse_sequence(x, [3, 6], seq_dim=1, batch_dim=0),
+                       tf.reverse_sequence(x.T, [3, 6], seq_axis=0, batch_axis=1)])
+    want = np.array([[2, 1, 0, 3, 4, 5], [11, 10, 9, 8, 7, 6]], np.float64)
+    np.testing.assert_array_equal(got[0], want)
+    np.testing.assert_array_equal(got[1], want.T)
+    with pytest.raises(ValueError, match="reverse_sequence: seq_axis is required"):
+        tf.reverse_sequence(x, [1, 1])
 
 
 async def test_matrix_transpose_and_matvec():
@@ -202,6 +215,8 @@ def _cases(seed):
         ("tf.to_double(a)", {"a": x}),
         ("tf.math.mod(a, b)", {"a": np.array([5, -5], np.int32), "b": np.array([3, 3], np.int32)}),
         ("tf.math.log_softmax(a)", {"a": x}), ("tf.math.softmax(a)", {"a": x}),
+        ("tf.reverse_sequence(a, [3, 1], seq_dim=1, batch_dim=0)", {"a": x}),
+        ("tf.reverse_sequence(a, [2, 0, 3], seq_axis=0, batch_axis=1)", {"a": x}),
     ]
     return cases
 

@@ -86,3 +86,17 @@ def to_int64(x, name="ToInt64"):
 def to_double(x, name="ToDouble"):
     """TF1's ``tf.to_double``: ``tf.cast(x, tf.float64)``."""
     return _cast(x, _dtypes.float64, name)
+
+
+def reverse_sequence(input, seq_lengths, seq_axis=None, batch_axis=None, name=None,  # noqa: A002
+                     seq_dim=None, batch_dim=None):
+    """TF1's ``tf.reverse_sequence`` (``seq_dim``/``batch_dim`` its older spellings): the
+    first ``seq_lengths[b]`` steps of each batch row reversed, for ``(seq_axis, batch_axis)``
+    of ``(1, 0)`` or ``(0, 1)`` (others raise NotImplementedError: docs/porting.md)."""
+    from asyncflow.ops.rnn import reverse_sequence as _reverse_sequence
+    seq_axis = seq_dim if seq_axis is None else seq_axis
+    batch_axis = batch_dim if batch_axis is None else batch_axis
+    if seq_axis is None:
+        raise ValueError("reverse_sequence: seq_axis is required (TF1's)")
+    return _reverse_sequence(input, seq_lengths, int(seq_axis),
+                             0 if batch_axis is None else int(batch_axis), name)
