@@ -100,3 +100,10 @@ def reverse_sequence(input, seq_lengths, seq_axis=None, batch_axis=None, name=No
         raise ValueError("reverse_sequence: seq_axis is required (TF1's)")
     return _reverse_sequence(input, seq_lengths, int(seq_axis),
                              0 if batch_axis is None else int(batch_axis), name)
+
+
+def moving_average_variables(scope=None):
+    """TF1's ``tf.moving_average_variables``: the variables ``ExponentialMovingAverage.apply``
+    averaged (the ``MOVING_AVERAGE_VARIABLES`` collection), of ``scope`` when given."""
+    from asyncflow.graph import GraphKeys, get_default_graph
+    return get_default_graph().get_collection(GraphKeys.MOVING_AVERAGE_VARIABLES, scope)
