@@ -24,7 +24,10 @@ from asyncflow.compat.v1.session import InteractiveSession, Session  # noqa: F40
 from asyncflow.ops.indexing import boolean_mask  # noqa: F401
 from asyncflow.ops.io import read_file, write_file  # noqa: F401
 from asyncflow.ops.logging_ops import (  # noqa: F401
-    Assert, assert_equal, assert_less, assert_less_equal,
+    Assert, assert_equal, assert_greater, assert_greater_equal, assert_integer, assert_less,
+    assert_less_equal, assert_negative, assert_non_negative, assert_non_positive,
+    assert_none_equal, assert_positive, assert_rank, assert_rank_at_least, assert_scalar,
+    assert_type,
 )
 from asyncflow.ops.tiling import sequence_mask  # noqa: F401
 from asyncflow.ops.image import random_crop  # noqa: F401,E402  (tf.random_crop, issue 36)
