@@ -159,6 +159,8 @@ def set_random_seed(seed):
 
 from asyncflow import random  # noqa: F401,E402  (af.random: TF1's tf.random)
 from asyncflow.ops.sources import multinomial  # noqa: F401,E402
+from asyncflow.ops.sources import linspace  # noqa: F401,E402
+from asyncflow.ops.tiling import broadcast_to, meshgrid  # noqa: F401,E402
 
 # TF1's tf.losses and tf.metrics (issue 36)
 from asyncflow import losses  # noqa: F401,E402  (af.losses: TF1's tf.losses, issue 36)

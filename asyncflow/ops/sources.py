@@ -344,3 +344,34 @@ def categorical(logits, num_samples, dtype=None, seed=None, name=None):
     """TF1's ``tf.random.categorical``: ``multinomial`` with the result's dtype as ``dtype``."""
     return multinomial(logits, num_samples, seed=seed, name=name or "categorical",
                        output_dtype=dtype)
+
+
+def linspace(start, stop, num, name=None):
+    """TF1's ``tf.linspace`` (``tf.lin_space``): ``num`` evenly spaced values from ``start`` to
+    ``stop``, computed as TF1's kernel (``start + i * (stop - start) / (num - 1)``; ``[start]``
+    for ``num == 1``).
+
+    Raises:
+        TypeError: for a ``start`` that is not floating point.
+        ValueError: for a constant ``num`` under 1 (a fed one fails when the step runs).
+    """
+    from asyncflow.ops.construct import graph_of
+    from asyncflow.ops.control import control_dependencies
+    from asyncflow.ops.logging_ops import Assert
+    start = as_tensor(start)
+    if not start.dtype.is_floating:
+        raise TypeError(f"linspace: start must be floating point, got {start.dtype.name}")
+    stop = as_tensor(stop, dtype=start.dtype)
+    count = as_tensor(num, dtype=dtypes.int32) if not hasattr(num, "op") else num
+    with graph_of((start, stop, count)).name_scope(name or "LinSpace"):
+        known = static_value(count)
+        checks = []
+        if known is not None and int(known) < 1:
+            raise ValueError(f"linspace: num must be positive, got {int(known)}")
+        if known is None:
+            checks = [Assert(_math.greater(count, 0), ["Requires num > 0: ", count])]
+        with control_dependencies(checks):
+            steps = _math.cast(range(count), start.dtype)
+        intervals = _math.cast(_math.maximum(_math.subtract(count, 1), 1), start.dtype)
+        step = _math.divide(_math.subtract(stop, start), intervals)
+        return _math.add(start, _math.multiply(steps, step))

@@ -51,6 +51,8 @@ from asyncflow.ops.state import (  # noqa: F401,E402  (TF1's deprecated spelling
 from asyncflow.ops.math import argmax as _argmax, argmin as _argmin, cast as _cast  # noqa: E402
 from asyncflow import dtypes as _dtypes  # noqa: E402
 
+from asyncflow.ops.sources import linspace as lin_space  # noqa: F401,E402
+
 newaxis = None  # tf.newaxis: ``x[:, tf.newaxis]`` adds an axis, as numpy's
 
 
