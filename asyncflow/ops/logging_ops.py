@@ -115,10 +115,9 @@ def assert_none_equal(x, y, data=None, summarize=None, message=None, name=None):
 def _assert_sign(compare, symbol, x, data, summarize, message, name, default_name):
     """An Assert op that ``x <symbol> 0`` everywhere, worded as TF1's."""
     from asyncflow.ops import math as _math
-    from asyncflow.ops.sources import zeros
     x = as_tensor(x)
     with x.graph.name_scope(name or default_name):
-        condition = _math.reduce_all(compare(x, zeros([], dtype=x.dtype)))
+        condition = _math.reduce_all(compare(x, as_tensor(0, dtype=x.dtype)))
         if data is None:
             data = [message or "", f"Condition x {symbol} 0 did not hold element-wise:",
                     f"x ({x.name}) = ", x]
