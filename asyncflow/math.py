@@ -28,3 +28,4 @@ from asyncflow.ops.math import floormod as mod  # noqa: F401
 from asyncflow.ops.nn import l2_normalize, log_softmax, softmax, softsign  # noqa: F401
 from asyncflow.ops.layout import invert_permutation  # noqa: F401
 from asyncflow.ops.unique import bincount  # noqa: F401
+from asyncflow.ops.numerics import reciprocal_no_nan, xdivy, xlogy  # noqa: F401

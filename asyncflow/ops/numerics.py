@@ -1,6 +1,7 @@
 """Numerics: clipping by value and by norm, global norms, TF1's ``norm``,
 ``reduce_euclidean_norm``, ``reduce_logsumexp``, ``reduce_variance``, ``reduce_std``,
-``div_no_nan`` and ``zero_fraction`` (compositions of math ops, as TF1 writes them or with
+``div_no_nan``, ``reciprocal_no_nan``, ``xlogy``, ``xdivy`` and ``zero_fraction``
+(compositions of math ops, as TF1 writes them or with
 TF1's values and gradients), and NaN/Inf checks.
 
 Theory of operation: the clipping functions are compositions of math ops exactly as TF1
@@ -399,3 +400,35 @@ def scalar_mul(scalar, x, name=None):
         raise ValueError(f"scalar_mul: scalar must be a 0-D tensor, got shape {scalar.shape}")
     with graph_of((scalar, x)).name_scope(name or "scalar_mul"):
         return math_ops.multiply(scalar, x)
+
+
+
+def _zero_where_x_is_zero(x, y, combine, name, default_name):
+    """``combine(x, y)`` broadcast, and 0 where ``x`` is 0, with values and gradients free of
+    the inf and NaN that ``y`` would give there (TF1's ``xlogy``/``xdivy``)."""
+    x, y = operands((x, y), default_name)
+    check_dtype(default_name, x, FLOATING, "x")
+    with graph_of((x, y)).name_scope(name or default_name):
+        zeros = sources.zeros_like(math_ops.add(x, y))  # (the broadcast shape)
+        x, y = math_ops.add(x, zeros), math_ops.add(y, zeros)
+        zero = math_ops.equal(x, zeros)
+        safe_y = math_ops.where(zero, sources.ones_like(y), y)
+        return math_ops.where(zero, zeros, combine(x, safe_y))
+
+
+def xlogy(x, y, name=None):
+    """TF1's ``tf.math.xlogy``: ``x * log(y)``, 0 where ``x`` is 0, with TF1's gradients."""
+    return _zero_where_x_is_zero(
+        x, y, lambda a, b: math_ops.multiply(a, math_ops.log(b)), name, "xlogy")
+
+
+def xdivy(x, y, name=None):
+    """TF1's ``tf.math.xdivy``: ``x / y``, 0 where ``x`` is 0, with TF1's gradients."""
+    return _zero_where_x_is_zero(x, y, math_ops.divide, name, "xdivy")
+
+
+def reciprocal_no_nan(x, name=None):
+    """TF1's ``tf.math.reciprocal_no_nan``: ``1 / x``, 0 where ``x`` is 0."""
+    x = as_tensor(x)
+    with graph_of((x,)).name_scope(name or "reciprocal_no_nan"):
+        return div_no_nan(sources.ones_like(x), x)

@@ -94,6 +94,24 @@ def test_div_no_nan_values_gradients_and_broadcasting():
         tf.div_no_nan(np.array([1], np.int32), np.array([0], np.int32))
 
 
+async def test_xlogy_xdivy_reciprocal_no_nan():
+    x = np.array([[0.0, 2.0, -1.5], [0.5, 0.0, 1.0]])
+    y = np.array([0.0, 3.0, 0.5])
+    async with af.Session() as session:
+        got = await session.run([af.math.xlogy(x, y), af.math.xdivy(x, y),
+                                 af.math.reciprocal_no_nan(y)])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        want = [np.where(x == 0, 0, x * np.log(y)), np.where(x == 0, 0, x / y),
+                np.where(y == 0, 0, 1 / y)]
+    for value, expected in zip(got, want):
+        np.testing.assert_array_equal(np.isnan(value), np.isnan(expected))
+        assert_close(value, expected, rtol=1e-12)
+    # (away from x == 0, where TF1's gradient in x is 0 by definition, not the limit)
+    nonzero, positive = np.array([[2.0, -1.5], [0.5, 1.0]]), np.array([3.0, 1.5])
+    await check_gradients(lambda a, b: af.math.xlogy(a, b), [nonzero, positive])
+    await check_gradients(lambda a, b: af.math.xdivy(a, b), [nonzero, positive])
+
+
 async def test_div_no_nan_gradient_away_from_zero():
     x = np.array([[1.0, -2.0], [0.5, 3.0]])
     y = np.array([0.5, -1.5])
@@ -215,6 +233,15 @@ def _cases(seed):
         ("tf.to_double(a)", {"a": x}),
         ("tf.math.mod(a, b)", {"a": np.array([5, -5], np.int32), "b": np.array([3, 3], np.int32)}),
         ("tf.math.log_softmax(a)", {"a": x}), ("tf.math.softmax(a)", {"a": x}),
+        ("tf.math.xlogy(a, b)", {"a": np.array([0.0, 2.0, 0.0, -1.5]),
+                                 "b": np.array([0.0, 3.0, np.inf, 0.5])}),
+        ("tf.gradients(tf.math.xlogy(a, b), [a, b])", {"a": np.array([[0.0], [2.0]]),
+                                                       "b": np.array([0.0, 3.0, 0.5])}),
+        ("tf.math.xdivy(a, b)", {"a": np.array([0.0, 2.0, 0.0]), "b": np.array([0.0, 4.0, 0.0])}),
+        ("tf.gradients(tf.math.xdivy(a, b), [a, b])", {"a": np.array([0.0, 2.0, 1.0]),
+                                                       "b": np.array([0.0, 4.0, -2.0])}),
+        ("tf.math.reciprocal_no_nan(a)", {"a": np.array([0.0, 2.0, -0.5], np.float32)}),
+        ("tf.gradients(tf.math.reciprocal_no_nan(a), a)", {"a": np.array([0.0, 2.0, -0.5])}),
         ("tf.reverse_sequence(a, [3, 1], seq_dim=1, batch_dim=0)", {"a": x}),
         ("tf.reverse_sequence(a, [2, 0, 3], seq_axis=0, batch_axis=1)", {"a": x}),
     ]
