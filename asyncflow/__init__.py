@@ -101,7 +101,13 @@ from asyncflow.ops.variable_scope import (  # noqa: F401,E402
 # Issue 36 (TF1 names: math, linalg, array): af.math, af.linalg and the names below.
 from asyncflow import linalg, math  # noqa: F401,E402  (af.math.softplus, af.linalg.norm ...)
 from asyncflow.ops.cumulative import cumprod, cumsum  # noqa: F401,E402
-from asyncflow.ops.numerics import norm  # noqa: F401,E402
+from asyncflow.ops.numerics import norm, reduce_logsumexp  # noqa: F401,E402
+from asyncflow.ops.sorting import argsort, sort  # noqa: F401,E402
+from asyncflow.ops.trigonometric import (  # noqa: F401,E402
+    acos, acosh, asin, asinh, atan, atan2, atanh, cosh, expm1, is_inf, rint, sinh, tan,
+)
+from asyncflow.ops.numerics import div_no_nan, scalar_mul  # noqa: F401,E402
+from asyncflow.ops.linalg import matrix_transpose  # noqa: F401,E402
 from asyncflow.ops.diagonal import (  # noqa: F401,E402
     diag, diag_part, eye, matrix_band_part, matrix_diag, matrix_diag_part, matrix_set_diag, trace,
 )
@@ -156,6 +162,11 @@ def set_random_seed(seed):
     """The graph-level seed, combined with per-op seeds as in TF1."""
     get_default_graph().seed = seed
 
+
+from asyncflow import random  # noqa: F401,E402  (af.random: TF1's tf.random)
+from asyncflow.ops.sources import multinomial  # noqa: F401,E402
+from asyncflow.ops.sources import linspace  # noqa: F401,E402
+from asyncflow.ops.tiling import broadcast_to, meshgrid  # noqa: F401,E402
 
 # TF1's tf.losses and tf.metrics (issue 36)
 from asyncflow import losses  # noqa: F401,E402  (af.losses: TF1's tf.losses, issue 36)

@@ -8,3 +8,7 @@ from asyncflow.ops.image import (  # noqa: F401,E402  (issue 36)
     pad_to_bounding_box, per_image_standardization, random_crop, random_flip_left_right,
     random_flip_up_down, resize_image_with_crop_or_pad, rgb_to_grayscale,
 )
+from asyncflow.ops.image_adjust import (  # noqa: F401,E402
+    adjust_brightness, adjust_contrast, grayscale_to_rgb, random_brightness, random_contrast,
+    rot90, transpose_image,
+)

@@ -14,3 +14,8 @@ from asyncflow.ops.matrix_linalg import (  # noqa: F401
     cholesky, matrix_determinant as det, matrix_inverse as inv, qr, svd,
 )
 from asyncflow.ops.numerics import norm  # noqa: F401
+from asyncflow.ops.linalg import matrix_transpose, matvec  # noqa: F401
+from asyncflow.ops.linalg import matrix_transpose as adjoint  # noqa: F401  (real: the same)
+from asyncflow.ops.linalg import matrix_transpose as transpose  # noqa: F401
+from asyncflow.ops.numerics import global_norm  # noqa: F401
+from asyncflow.ops.nn import l2_normalize  # noqa: F401

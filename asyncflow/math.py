@@ -14,7 +14,9 @@ from asyncflow.ops.math import (  # noqa: F401
 )
 from asyncflow.ops.cumulative import cumprod, cumsum  # noqa: F401
 from asyncflow.ops.nn import log_sigmoid, softplus  # noqa: F401
-from asyncflow.ops.numerics import count_nonzero, reduce_euclidean_norm  # noqa: F401
+from asyncflow.ops.numerics import (  # noqa: F401
+    count_nonzero, reduce_euclidean_norm, reduce_logsumexp, reduce_std, reduce_variance,
+)
 from asyncflow.ops.selection import in_top_k, top_k  # noqa: F401
 from asyncflow.ops.special import digamma, erf, lgamma  # noqa: F401
 from asyncflow.ops.indexing import segment_sum, unsorted_segment_sum  # noqa: F401
@@ -22,3 +24,12 @@ from asyncflow.ops.segment import (  # noqa: F401
     segment_max, segment_mean, segment_min, segment_prod, unsorted_segment_max,
     unsorted_segment_mean, unsorted_segment_min, unsorted_segment_prod, unsorted_segment_sqrt_n,
 )
+from asyncflow.ops.trigonometric import (  # noqa: F401
+    acos, acosh, asin, asinh, atan, atan2, atanh, cosh, expm1, is_inf, rint, sinh, tan,
+)
+from asyncflow.ops.numerics import div_no_nan as divide_no_nan, scalar_mul, zero_fraction  # noqa: F401,E501
+from asyncflow.ops.math import floormod as mod  # noqa: F401
+from asyncflow.ops.nn import l2_normalize, log_softmax, softmax, softsign  # noqa: F401
+from asyncflow.ops.layout import invert_permutation  # noqa: F401
+from asyncflow.ops.unique import bincount  # noqa: F401
+from asyncflow.ops.numerics import reciprocal_no_nan, xdivy, xlogy  # noqa: F401

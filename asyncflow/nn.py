@@ -35,3 +35,5 @@ from asyncflow.ops.normalization import (  # noqa: F401,E402  (issue 36)
 )
 from asyncflow.ops.nn_conv import depthwise_conv2d, separable_conv2d  # noqa: F401,E402
 from asyncflow.ops.nn_composite import crelu, weighted_cross_entropy_with_logits  # noqa: F401,E402
+from asyncflow.ops.nn_composite import relu_layer, xw_plus_b  # noqa: F401,E402
+from asyncflow.ops.numerics import zero_fraction  # noqa: F401,E402

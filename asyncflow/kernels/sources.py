@@ -99,6 +99,32 @@ def _truncated_normal(ctx, dims):
     return (ctx.to_device(out.astype(ctx.output_dtypes[0])),)
 
 
+@register_kernel("Multinomial")
+def _multinomial(ctx, logits, num_samples):
+    count = int(num_samples)
+    if count < 0:
+        raise errors.InvalidArgumentError(None, ctx.name,
+                                          f"num_samples should be nonnegative, got {count}")
+    if logits.ndim != 2:
+        raise errors.InvalidArgumentError(None, ctx.name, f"logits should be a matrix, got "
+                                          f"shape {list(logits.shape)}")
+    rows, classes = logits.shape
+    if classes == 0 and rows and count:
+        raise errors.InvalidArgumentError(None, ctx.name, "num_classes should be positive")
+    logits = np.asarray(logits, np.float64)
+    with np.errstate(invalid="ignore"):
+        weights = np.exp(logits - logits.max(axis=1, keepdims=True, initial=-np.inf))
+    cumulative = np.cumsum(np.nan_to_num(weights), axis=1)
+    totals = cumulative[:, -1:] if classes else np.zeros((rows, 1))
+    draws = ctx.random_generator().random((rows, count)) * totals
+    # the first class whose running total passes the draw: a class of weight 0 never does
+    out = np.empty((rows, count), ctx.output_dtypes[0])
+    for row in range(rows):
+        out[row] = np.minimum(np.searchsorted(cumulative[row], draws[row], side="right"),
+                              max(classes - 1, 0))
+    return (ctx.to_device(out),)
+
+
 # Arguments kept in host memory on a GPU (TF's HostMemory registrations; exec/gpu.py).
 host_memory("Fill", inputs=(0,))
 host_memory("Range", inputs=(0, 1, 2))
@@ -108,3 +134,4 @@ host_memory("RandomStandardNormal", inputs=(0,))
 host_memory("RandomUniform", inputs=(0,))
 host_memory("TruncatedNormal", inputs=(0,))
 host_memory("RandomUniformInt", inputs=(0, 1, 2))
+host_memory("Multinomial", inputs=(0, 1))

@@ -18,6 +18,8 @@ from asyncflow.ops import linalg, logging_ops  # noqa: F401,E402  (einsum, Print
 from asyncflow.ops import tensor_array  # noqa: F401,E402  (TensorArray)
 from asyncflow.ops import lstm_ops  # noqa: F401,E402  (fused LSTM step)
 from asyncflow.ops import selection  # noqa: F401,E402  (top_k, in_top_k)
+from asyncflow.ops import sorting  # noqa: F401,E402  (sort, argsort)
+from asyncflow.ops import trigonometric  # noqa: F401,E402  (tan, asin, ..., atan2)
 from asyncflow.ops import normalization  # noqa: F401,E402  (lrn, fused_batch_norm, issue 36)
 from asyncflow.ops import cumulative  # noqa: F401,E402  (cumsum, cumprod: issue 36)
 from asyncflow.ops import diagonal  # noqa: F401,E402  (matrix_diag, band_part ...: issue 36)

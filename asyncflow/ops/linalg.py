@@ -20,11 +20,11 @@ import numpy as np
 
 from asyncflow.graph import register_gradient, register_op
 from asyncflow.graph.shape import TensorShape
-from asyncflow.ops.array import reshape, shape
+from asyncflow.ops.array import rank as array_rank, reshape, shape
 from asyncflow.ops.construct import as_tensor, graph_of, make, operands
 from asyncflow.ops.indexing import gather
-from asyncflow.ops.layout import concat, expand_dims, transpose
-from asyncflow.ops.math import cast, equal, matmul
+from asyncflow.ops.layout import concat, expand_dims, squeeze, transpose
+from asyncflow.ops.math import add, cast, equal, matmul
 from asyncflow.ops.sources import ones
 from asyncflow.ops.sources import range as af_range
 
@@ -268,3 +268,36 @@ def _to_matrix(x, free, contracted, transpose, reshape, contract_last):
 
 
 __all__ = ["einsum", "tensordot"]
+
+
+def matrix_transpose(a, name="matrix_transpose", conjugate=False):
+    """TF1's ``tf.matrix_transpose`` (``tf.linalg.matrix_transpose``, ``tf.linalg.transpose``):
+    the last two dims swapped, for a tensor of rank 2 or more (of unknown rank too).
+
+    Raises:
+        ValueError: for a known rank under 2.
+    """
+    a = as_tensor(a)
+    del conjugate  # real dtypes only: the conjugate is the tensor itself
+    with graph_of((a,)).name_scope(name or "matrix_transpose"):
+        ndims = a.shape.ndims
+        if ndims is not None:
+            if ndims < 2:
+                raise ValueError(f"matrix_transpose: the input must have rank at least 2, got "
+                                 f"shape {a.shape}")
+            return transpose(a, list(range(ndims - 2)) + [ndims - 1, ndims - 2])
+        last = add(array_rank(a), -1)
+        perm = concat([af_range(add(last, -1)), expand_dims(last, 0),
+                       expand_dims(add(last, -1), 0)], 0)
+        return transpose(a, perm)
+
+
+def matvec(a, b, transpose_a=False, adjoint_a=False, a_is_sparse=False, b_is_sparse=False,
+           name=None):
+    """TF1's ``tf.linalg.matvec``: ``matmul(a, b[..., None])[..., 0]`` (``adjoint_a`` is
+    ``transpose_a`` for real tensors; the sparsity hints change nothing, as TF1's CPU)."""
+    del a_is_sparse, b_is_sparse
+    a, b = operands((a, b), "MatVec")
+    with graph_of((a, b)).name_scope(name or "MatVec"):
+        product = matmul(a, expand_dims(b, -1), transpose_a=bool(transpose_a or adjoint_a))
+        return squeeze(product, [-1])

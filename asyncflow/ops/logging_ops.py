@@ -89,3 +89,131 @@ def assert_equal(x, y, data=None, summarize=None, message=None, name=None):
 
 
 __all__ = ["Assert", "Print", "assert_equal", "assert_less", "assert_less_equal"]
+
+
+def assert_greater(x, y, data=None, summarize=None, message=None, name=None):
+    """TF1's ``tf.assert_greater``: an Assert op that ``x > y`` everywhere."""
+    from asyncflow.ops import math as _math
+    return _assert_compare(_math.greater, ">", x, y, data, summarize, message, name,
+                           "assert_greater")
+
+
+def assert_greater_equal(x, y, data=None, summarize=None, message=None, name=None):
+    """TF1's ``tf.assert_greater_equal``: an Assert op that ``x >= y`` everywhere."""
+    from asyncflow.ops import math as _math
+    return _assert_compare(_math.greater_equal, ">=", x, y, data, summarize, message, name,
+                           "assert_greater_equal")
+
+
+def assert_none_equal(x, y, data=None, summarize=None, message=None, name=None):
+    """TF1's ``tf.assert_none_equal``: an Assert op that ``x != y`` everywhere."""
+    from asyncflow.ops import math as _math
+    return _assert_compare(_math.not_equal, "!=", x, y, data, summarize, message, name,
+                           "assert_none_equal")
+
+
+def _assert_sign(compare, symbol, x, data, summarize, message, name, default_name):
+    """An Assert op that ``x <symbol> 0`` everywhere, worded as TF1's."""
+    from asyncflow.ops import math as _math
+    x = as_tensor(x)
+    with x.graph.name_scope(name or default_name):
+        condition = _math.reduce_all(compare(x, as_tensor(0, dtype=x.dtype)))
+        if data is None:
+            data = [message or "", f"Condition x {symbol} 0 did not hold element-wise:",
+                    f"x ({x.name}) = ", x]
+        elif message:
+            data = [message] + list(data)
+        return Assert(condition, data, summarize=summarize)
+
+
+def assert_positive(x, data=None, summarize=None, message=None, name=None):
+    """TF1's ``tf.assert_positive``: an Assert op that ``x > 0`` everywhere."""
+    from asyncflow.ops import math as _math
+    return _assert_sign(_math.greater, ">", x, data, summarize, message, name,
+                        "assert_positive")
+
+
+def assert_negative(x, data=None, summarize=None, message=None, name=None):
+    """TF1's ``tf.assert_negative``: an Assert op that ``x < 0`` everywhere."""
+    from asyncflow.ops import math as _math
+    return _assert_sign(_math.less, "<", x, data, summarize, message, name, "assert_negative")
+
+
+def assert_non_negative(x, data=None, summarize=None, message=None, name=None):
+    """TF1's ``tf.assert_non_negative``: an Assert op that ``x >= 0`` everywhere."""
+    from asyncflow.ops import math as _math
+    return _assert_sign(_math.greater_equal, ">=", x, data, summarize, message, name,
+                        "assert_non_negative")
+
+
+def assert_non_positive(x, data=None, summarize=None, message=None, name=None):
+    """TF1's ``tf.assert_non_positive``: an Assert op that ``x <= 0`` everywhere."""
+    from asyncflow.ops import math as _math
+    return _assert_sign(_math.less_equal, "<=", x, data, summarize, message, name,
+                        "assert_non_positive")
+
+
+def _assert_rank(x, rank, at_least, message, name, default_name):
+    from asyncflow.ops import math as _math
+    from asyncflow.ops.array import rank as rank_of
+    from asyncflow.ops.control import no_op
+    x = as_tensor(x)
+    wanted = int(rank)
+    words = "at least " if at_least else ""
+    if x.shape.ndims is not None:  # decided now, as TF1 decides a static rank
+        if x.shape.ndims < wanted or (not at_least and x.shape.ndims != wanted):
+            raise ValueError(f"{message + ' ' if message else ''}Tensor {x.name} must have "
+                             f"rank {words}{wanted}. Received rank {x.shape.ndims}, shape "
+                             f"{x.shape}")
+        return no_op(name=name or default_name)
+    with x.graph.name_scope(name or default_name):
+        compare = _math.greater_equal if at_least else _math.equal
+        condition = compare(rank_of(x), wanted)
+        return Assert(condition, [message or "", f"Tensor {x.name} must have rank {words}"
+                                  f"{wanted}. Received rank:", rank_of(x)])
+
+
+def assert_rank(x, rank, data=None, summarize=None, message=None, name=None):
+    """TF1's ``tf.assert_rank``: a ValueError now when ``x``'s rank is known and not ``rank``
+    (a no-op when it is), else an Assert op checking it when the step runs."""
+    del data, summarize
+    return _assert_rank(x, rank, False, message, name, "assert_rank")
+
+
+def assert_rank_at_least(x, rank, data=None, summarize=None, message=None, name=None):
+    """TF1's ``tf.assert_rank_at_least`` (see ``assert_rank``)."""
+    del data, summarize
+    return _assert_rank(x, rank, True, message, name, "assert_rank_at_least")
+
+
+def assert_type(tensor, tf_type, message=None, name=None):
+    """TF1's ``tf.assert_type``: a TypeError now unless ``tensor``'s dtype is ``tf_type``;
+    else a no-op."""
+    from asyncflow import dtypes
+    from asyncflow.ops.control import no_op
+    tensor = as_tensor(tensor)
+    if tensor.dtype is not dtypes.as_dtype(tf_type):
+        raise TypeError(f"{message + ' ' if message else ''}{tensor.name} must be of type "
+                        f"{dtypes.as_dtype(tf_type).name}, got {tensor.dtype.name}")
+    return no_op(name=name or "assert_type")
+
+
+def assert_integer(x, message=None, name=None):
+    """TF1's ``tf.assert_integer``: a TypeError now unless ``x`` is of an integer dtype;
+    else a no-op."""
+    from asyncflow.ops.control import no_op
+    x = as_tensor(x)
+    if not x.dtype.is_integer:
+        raise TypeError(f"{message + ' ' if message else ''}Expected integer type for "
+                        f"{x.name}, got {x.dtype.name}")
+    return no_op(name=name or "assert_integer")
+
+
+def assert_scalar(tensor, name=None, message=None):
+    """TF1's ``tf.assert_scalar``: ``tensor`` itself, after a ValueError when its rank is known
+    and not 0."""
+    tensor = as_tensor(tensor)
+    if tensor.shape.ndims not in (None, 0):
+        raise ValueError(f"{message + ' ' if message else ''}Expected scalar shape for "
+                         f"{tensor.name}, saw shape: {tensor.shape}")
+    return tensor

@@ -1,10 +1,11 @@
-"""``tf.nn`` functions composed of existing ops, with no op type of their own: ``crelu`` and
-``weighted_cross_entropy_with_logits`` (TF1's ``nn_ops``/``nn_impl`` definitions, op for op,
+"""``tf.nn`` functions composed of existing ops, with no op type of their own: ``crelu``,
+``weighted_cross_entropy_with_logits``, ``xw_plus_b`` and ``relu_layer`` (TF1's ``nn_ops``/``nn_impl`` definitions, op for op,
 so values and gradients follow TF1's). Their gradients are those of the ops used.
 """
 from __future__ import annotations
 
 from asyncflow.ops import math as _math
+from asyncflow.ops.bias_add import bias_add
 from asyncflow.ops.construct import as_tensor, graph_of
 from asyncflow.ops.layout import concat
 from asyncflow.ops.activations import relu
@@ -46,3 +47,18 @@ def weighted_cross_entropy_with_logits(labels=None, logits=None, pos_weight=None
                          relu(_math.negative(logits)))
         return _math.add(_math.multiply(_math.subtract(1.0, labels), logits),
                          _math.multiply(log_weight, tail), name=scope)
+
+
+def xw_plus_b(x, weights, biases, name=None):
+    """TF1's ``tf.nn.xw_plus_b``: ``bias_add(matmul(x, weights), biases)`` (a 2-D ``x``)."""
+    graph = graph_of([x, weights, biases])
+    with graph.name_scope(name or "xw_plus_b") as scope:
+        return bias_add(_math.matmul(as_tensor(x), as_tensor(weights)), biases, name=scope)
+
+
+def relu_layer(x, weights, biases, name=None):
+    """TF1's ``tf.nn.relu_layer``: ``relu(matmul(x, weights) + biases)``."""
+    graph = graph_of([x, weights, biases])
+    with graph.name_scope(name or "relu_layer") as scope:
+        return relu(bias_add(_math.matmul(as_tensor(x), as_tensor(weights)), biases),
+                    name=scope)

@@ -1,5 +1,8 @@
-"""Numerics: clipping by value and by norm, global norms, TF1's ``norm`` and
-``reduce_euclidean_norm`` (compositions of math ops), and NaN/Inf checks.
+"""Numerics: clipping by value and by norm, global norms, TF1's ``norm``,
+``reduce_euclidean_norm``, ``reduce_logsumexp``, ``reduce_variance``, ``reduce_std``,
+``div_no_nan``, ``reciprocal_no_nan``, ``xlogy``, ``xdivy`` and ``zero_fraction``
+(compositions of math ops, as TF1 writes them or with
+TF1's values and gradients), and NaN/Inf checks.
 
 Theory of operation: the clipping functions are compositions of math ops exactly as TF1
 writes them (``minimum(maximum(...))``, a norm computed with ``where`` so a zero norm has a
@@ -15,10 +18,13 @@ from __future__ import annotations
 from asyncflow import dtypes
 from asyncflow.graph import register_gradient, register_op
 from asyncflow.graph.indexed_slices import IndexedSlices
+from asyncflow.ops import array
 from asyncflow.ops import math as math_ops
 from asyncflow.ops import sources
 from asyncflow.ops.array import identity
-from asyncflow.ops.construct import FLOATING, NUMERIC, as_tensor, check_dtype, graph_of, make
+from asyncflow.ops.construct import (
+    FLOATING, NUMERIC, as_tensor, check_dtype, graph_of, make, operands,
+)
 from asyncflow.ops.layout import squeeze
 
 
@@ -280,3 +286,149 @@ def count_nonzero(input_tensor=None, axis=None, keepdims=None, dtype=dtypes.int6
         zero = sources.zeros([], dtype=x.dtype)
         nonzero = math_ops.cast(math_ops.not_equal(x, zero), dtypes.int64)
         return math_ops.cast(math_ops.reduce_sum(nonzero, axis, keepdims=keepdims), dtype)
+
+
+def _reduction_arguments(axis, keepdims, reduction_indices, keep_dims, op_name):
+    """TF1's spellings: ``reduction_indices`` for ``axis``, ``keep_dims`` for ``keepdims``."""
+    if reduction_indices is not None:
+        if axis is not None:
+            raise ValueError(f"{op_name}: give axis or reduction_indices, not both")
+        axis = reduction_indices
+    if keep_dims is not None:
+        if keepdims is not None:
+            raise ValueError(f"{op_name}: give keepdims or keep_dims, not both")
+        keepdims = keep_dims
+    return axis, bool(keepdims)
+
+
+def reduce_logsumexp(input_tensor, axis=None, keepdims=None, name=None,
+                     reduction_indices=None, keep_dims=None):
+    """TF1's ``tf.reduce_logsumexp``: ``log(sum(exp(x)))`` over ``axis``, computed as
+    ``log(sum(exp(x - m))) + m`` with ``m`` the largest element (0 where that is not finite,
+    and no gradient through it), as TF1: a row of ``-inf`` gives ``-inf``, one holding
+    ``+inf`` gives ``inf``, and the gradient is ``softmax(x)`` (NaN on a row of ``-inf``).
+
+    Raises:
+        TypeError: for a tensor that is not floating point (TF1's ``Exp``).
+    """
+    axis, keepdims = _reduction_arguments(axis, keepdims, reduction_indices, keep_dims,
+                                          "reduce_logsumexp")
+    x = as_tensor(input_tensor)
+    check_dtype("reduce_logsumexp", x, FLOATING, "input_tensor")
+    with graph_of((x,)).name_scope(name or "ReduceLogSumExp"):
+        raw_max = math_ops.reduce_max(x, axis, keepdims=True)
+        finite_max = array.stop_gradient(math_ops.where(
+            math_ops.is_finite(raw_max), raw_max, sources.zeros_like(raw_max)))
+        result = math_ops.log(math_ops.reduce_sum(
+            math_ops.exp(math_ops.subtract(x, finite_max)), axis, keepdims=keepdims))
+        if not keepdims:
+            finite_max = array.reshape(finite_max, array.shape(result))
+        return math_ops.add(result, finite_max)
+
+
+def reduce_variance(input_tensor, axis=None, keepdims=False, name=None):
+    """TF1's ``tf.math.reduce_variance``: ``mean((x - mean(x))**2)`` over ``axis`` (the
+    population variance; NaN over no elements).
+
+    Raises:
+        TypeError: for an integer or bool tensor (TF1: "Input must be either real or
+            complex").
+    """
+    x = as_tensor(input_tensor)
+    with graph_of((x,)).name_scope(name or "reduce_variance"):
+        return _variance(x, axis, keepdims, "reduce_variance")
+
+
+def _variance(x, axis, keepdims, op_name):
+    if not x.dtype.is_floating:
+        raise TypeError(f"{op_name}: input must be either real or complex, got "
+                        f"{x.dtype.name}")
+    means = math_ops.reduce_mean(x, axis, keepdims=True)
+    squared_deviations = math_ops.square(math_ops.subtract(x, means))
+    return math_ops.reduce_mean(squared_deviations, axis, keepdims=bool(keepdims))
+
+
+def reduce_std(input_tensor, axis=None, keepdims=False, name=None):
+    """TF1's ``tf.math.reduce_std``: the square root of ``reduce_variance``.
+
+    Raises:
+        TypeError: as ``reduce_variance``.
+    """
+    x = as_tensor(input_tensor)
+    with graph_of((x,)).name_scope(name or "reduce_std"):
+        return math_ops.sqrt(_variance(x, axis, keepdims, "reduce_std"))
+
+
+def div_no_nan(x, y, name=None):
+    """TF1's ``tf.div_no_nan`` (``tf.math.divide_no_nan``): ``x / y``, but 0 where ``y`` is 0
+    (whatever ``x`` is), with TF1's gradients (0 there too, not NaN).
+
+    Raises:
+        TypeError: for tensors that are not floating point (TF1's ``DivNoNan``).
+    """
+    x, y = operands((x, y), "div_no_nan")
+    check_dtype("div_no_nan", x, FLOATING, "x")
+    with graph_of((x, y)).name_scope(name or "div_no_nan"):
+        zero = math_ops.equal(y, sources.zeros_like(y))
+        # a denominator of 1 where y is 0: no inf or NaN in the value or the gradient
+        safe = math_ops.where(zero, sources.ones_like(y), y)
+        quotient = math_ops.divide(x, safe)
+        zeros = sources.zeros_like(quotient)
+        # ``zero`` broadcast to the quotient's shape (x may be the larger operand)
+        everywhere = math_ops.logical_and(zero, math_ops.equal(zeros, zeros))
+        return math_ops.where(everywhere, zeros, quotient)
+
+
+def zero_fraction(value, name=None):
+    """TF1's ``tf.math.zero_fraction``: the float32 fraction of ``value``'s elements that are
+    zero (NaN for an empty tensor)."""
+    x = as_tensor(value)
+    with graph_of((x,)).name_scope(name or "zero_fraction"):
+        zeros = math_ops.cast(math_ops.equal(x, sources.zeros_like(x)), dtypes.float32)
+        return math_ops.reduce_mean(zeros)
+
+
+def scalar_mul(scalar, x, name=None):
+    """TF1's ``tf.scalar_mul``: ``scalar * x`` for a scalar (rank-0) ``scalar``.
+
+    Raises:
+        ValueError: if ``scalar`` is not a scalar.
+    """
+    x = as_tensor(x)
+    scalar = as_tensor(scalar, dtype=x.dtype)
+    if scalar.shape.ndims not in (None, 0):
+        raise ValueError(f"scalar_mul: scalar must be a 0-D tensor, got shape {scalar.shape}")
+    with graph_of((scalar, x)).name_scope(name or "scalar_mul"):
+        return math_ops.multiply(scalar, x)
+
+
+
+def _zero_where_x_is_zero(x, y, combine, name, default_name):
+    """``combine(x, y)`` broadcast, and 0 where ``x`` is 0, with values and gradients free of
+    the inf and NaN that ``y`` would give there (TF1's ``xlogy``/``xdivy``)."""
+    x, y = operands((x, y), default_name)
+    check_dtype(default_name, x, FLOATING, "x")
+    with graph_of((x, y)).name_scope(name or default_name):
+        zeros = sources.zeros_like(math_ops.add(x, y))  # (the broadcast shape)
+        x, y = math_ops.add(x, zeros), math_ops.add(y, zeros)
+        zero = math_ops.equal(x, zeros)
+        safe_y = math_ops.where(zero, sources.ones_like(y), y)
+        return math_ops.where(zero, zeros, combine(x, safe_y))
+
+
+def xlogy(x, y, name=None):
+    """TF1's ``tf.math.xlogy``: ``x * log(y)``, 0 where ``x`` is 0, with TF1's gradients."""
+    return _zero_where_x_is_zero(
+        x, y, lambda a, b: math_ops.multiply(a, math_ops.log(b)), name, "xlogy")
+
+
+def xdivy(x, y, name=None):
+    """TF1's ``tf.math.xdivy``: ``x / y``, 0 where ``x`` is 0, with TF1's gradients."""
+    return _zero_where_x_is_zero(x, y, math_ops.divide, name, "xdivy")
+
+
+def reciprocal_no_nan(x, name=None):
+    """TF1's ``tf.math.reciprocal_no_nan``: ``1 / x``, 0 where ``x`` is 0."""
+    x = as_tensor(x)
+    with graph_of((x,)).name_scope(name or "reciprocal_no_nan"):
+        return div_no_nan(sources.ones_like(x), x)

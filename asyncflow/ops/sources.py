@@ -297,3 +297,81 @@ def random_uniform(shape, minval=0, maxval=None, dtype=dtypes.float32, seed=None
     if isinstance(minval, (int, float)) and isinstance(maxval, (int, float)):
         return _scale_shift(sample, maxval - minval, minval, name)
     return _math.add(_math.multiply(sample, _math.subtract(maxval, minval)), minval, name=name)
+
+
+def _infer_multinomial(op):
+    logits, num_samples = op.inputs
+    if not logits.dtype.is_floating:
+        raise TypeError(f"Multinomial '{op.name}': logits must be floating, got "
+                        f"{logits.dtype.name}")
+    if logits.shape.ndims not in (None, 2):
+        raise ValueError(f"Multinomial '{op.name}': logits must be 2-D [batch_size, "
+                         f"num_classes], got shape {logits.shape}")
+    if num_samples.shape.ndims not in (None, 0) or not num_samples.dtype.is_integer:
+        raise ValueError(f"Multinomial '{op.name}': num_samples must be an integer scalar")
+    count = static_value(num_samples)
+    batch = logits.shape.dims[0] if logits.shape.ndims == 2 else None
+    return [(op.get_attr("output_dtype"),
+             TensorShape([batch, None if count is None else int(count)]))]
+
+
+register_op("Multinomial", infer=_infer_multinomial, stateful=True)
+not_differentiable("Multinomial")
+
+
+def multinomial(logits, num_samples, seed=None, name=None, output_dtype=None):
+    """TF1's ``tf.multinomial``: ``num_samples`` class indices for each row of ``logits``
+    (``[batch_size, num_classes]``, unnormalized log-probabilities), drawn with the
+    probabilities ``softmax(logits)``; a ``-inf`` logit is never drawn. The result is
+    ``[batch_size, num_samples]`` of ``output_dtype`` (int64 by default). Seeded as every
+    random op here, not with TF's numbers.
+
+    Raises:
+        TypeError: for logits that are not floating point.
+        ValueError: for logits not 2-D or a num_samples not an integer scalar.
+    """
+    output_dtype = dtypes.as_dtype(output_dtype or dtypes.int64)
+    if output_dtype not in (dtypes.int32, dtypes.int64):
+        raise TypeError(f"multinomial: output_dtype must be int32 or int64, got "
+                        f"{output_dtype.name}")
+    seed1, seed2 = seeds(seed)
+    return make("Multinomial", (as_tensor(logits), as_tensor(num_samples, dtypes.int32)),
+                {"seed": seed1, "seed2": seed2, "output_dtype": output_dtype}, name,
+                "multinomial")
+
+
+def categorical(logits, num_samples, dtype=None, seed=None, name=None):
+    """TF1's ``tf.random.categorical``: ``multinomial`` with the result's dtype as ``dtype``."""
+    return multinomial(logits, num_samples, seed=seed, name=name or "categorical",
+                       output_dtype=dtype)
+
+
+def linspace(start, stop, num, name=None):
+    """TF1's ``tf.linspace`` (``tf.lin_space``): ``num`` evenly spaced values from ``start`` to
+    ``stop``, computed as TF1's kernel (``start + i * (stop - start) / (num - 1)``; ``[start]``
+    for ``num == 1``).
+
+    Raises:
+        TypeError: for a ``start`` that is not floating point.
+        ValueError: for a constant ``num`` under 1 (a fed one fails when the step runs).
+    """
+    from asyncflow.ops.construct import graph_of
+    from asyncflow.ops.control import control_dependencies
+    from asyncflow.ops.logging_ops import Assert
+    start = as_tensor(start)
+    if not start.dtype.is_floating:
+        raise TypeError(f"linspace: start must be floating point, got {start.dtype.name}")
+    stop = as_tensor(stop, dtype=start.dtype)
+    count = as_tensor(num, dtype=dtypes.int32) if not hasattr(num, "op") else num
+    with graph_of((start, stop, count)).name_scope(name or "LinSpace"):
+        known = static_value(count)
+        checks = []
+        if known is not None and int(known) < 1:
+            raise ValueError(f"linspace: num must be positive, got {int(known)}")
+        if known is None:
+            checks = [Assert(_math.greater(count, 0), ["Requires num > 0: ", count])]
+        with control_dependencies(checks):
+            steps = _math.cast(range(count), start.dtype)
+        intervals = _math.cast(_math.maximum(_math.subtract(count, 1), 1), start.dtype)
+        step = _math.divide(_math.subtract(stop, start), intervals)
+        return _math.add(start, _math.multiply(steps, step))

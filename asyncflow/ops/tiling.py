@@ -290,3 +290,64 @@ def sequence_mask(lengths, maxlen=None, dtype=dtypes.bool, name=None):
         dtype = dtypes.as_dtype(dtype)
         return mask if dtype is dtypes.bool else math_ops.cast(mask, dtype)
 
+
+
+def broadcast_to(input, shape, name=None):  # noqa: A002 - TF1's argument name
+    """TF1's ``tf.broadcast_to``: ``input`` broadcast to ``shape`` (numpy's rules), as
+    ``input + zeros(shape)`` (``logical_or`` for bool), so its gradient sums back over the
+    broadcast axes.
+
+    Raises:
+        ValueError: when the known dims cannot broadcast.
+        TypeError: for a string tensor.
+    """
+    from asyncflow.ops.construct import graph_of
+    from asyncflow.ops.sources import zeros
+    x = as_tensor(input)
+    if x.dtype.is_string:
+        raise TypeError("broadcast_to: string tensors are not provided")
+    with graph_of((x,)).name_scope(name or "BroadcastTo"):
+        background = zeros(shape, dtype=x.dtype)
+        if x.dtype.is_bool:
+            return math_ops.logical_or(x, background)
+        return math_ops.add(x, background)
+
+
+def meshgrid(*args, **kwargs):
+    """TF1's ``tf.meshgrid(*args, indexing='xy', name=None)``: N-D coordinate grids of the
+    1-D ``args`` (``'xy'``: Cartesian, the first two axes swapped; ``'ij'``: matrix), written
+    as TF1 writes it.
+
+    Raises:
+        TypeError: for other keyword arguments.
+        ValueError: for an ``indexing`` other than ``'xy'`` or ``'ij'``.
+    """
+    from asyncflow.ops.array import size
+    from asyncflow.ops.construct import graph_of
+    from asyncflow.ops.sources import ones
+    indexing = kwargs.pop("indexing", "xy")
+    name = kwargs.pop("name", "meshgrid")
+    if kwargs:
+        raise TypeError(f"meshgrid: unexpected keyword argument {sorted(kwargs)[0]!r}")
+    if indexing not in ("xy", "ij"):
+        raise ValueError(f"meshgrid: indexing must be 'xy' or 'ij', got {indexing!r}")
+    tensors = [as_tensor(x) for x in args]
+    with graph_of(tensors).name_scope(name):
+        ndim = len(tensors)
+        single = (1,) * ndim
+        output = [reshape(stack(x) if x.shape.ndims == 0 else x,
+                          list(single[:i] + (-1,) + single[i + 1:]))
+                  for i, x in enumerate(tensors)]
+        # (known sizes as ints: the grids' static shapes are then known, as TF1's)
+        sizes = [x.shape.num_elements() if x.shape.is_fully_defined() else size(x)
+                 for x in tensors]
+        if indexing == "xy" and ndim > 1:
+            output[0] = reshape(output[0], [1, -1] + [1] * (ndim - 2))
+            output[1] = reshape(output[1], [-1, 1] + [1] * (ndim - 2))
+            sizes[0], sizes[1] = sizes[1], sizes[0]
+        if not tensors:
+            return []
+        known = all(isinstance(n, int) for n in sizes)
+        factor = ones(sizes if known else stack([as_tensor(n, dtypes.int32) for n in sizes]),
+                      tensors[0].dtype)
+        return [math_ops.multiply(x, factor) for x in output]

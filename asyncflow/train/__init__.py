@@ -35,3 +35,4 @@ from asyncflow.train.learning_rate_decay import (  # noqa: F401  (learning-rate 
     linear_cosine_decay, natural_exp_decay, noisy_linear_cosine_decay, piecewise_constant,
     piecewise_constant_decay, polynomial_decay,
 )
+from asyncflow.train.moving_averages import ExponentialMovingAverage  # noqa: F401,E402

@@ -100,6 +100,11 @@ UNARY = {  # name -> (expr on x[0], domain)
     "print": ("tf.Print(x[0], [x[0]], summarize=0, first_n=0)", "any"),
     "cast_roundtrip": ("tf.cast(tf.cast(x[0], tf.float32), tf.float64)", "any"),
     "pow_scalar": ("tf.pow(x[0], 3.0)", "any"),
+    "tan": ("tf.tan(tf.tanh(x[0]))", "any"), "asin": ("tf.asin(tf.tanh(x[0]) * 0.9)", "any"),
+    "acos": ("tf.acos(tf.tanh(x[0]) * 0.9)", "any"), "atan": ("tf.atan(x[0])", "any"),
+    "sinh": ("tf.sinh(x[0])", "any"), "cosh": ("tf.cosh(x[0])", "any"),
+    "asinh": ("tf.asinh(x[0])", "any"), "acosh": ("tf.acosh(x[0] + 1.0)", "pos"),
+    "atanh": ("tf.atanh(tf.tanh(x[0]) * 0.9)", "any"), "expm1": ("tf.expm1(x[0])", "any"),
 }
 
 
@@ -522,6 +527,24 @@ def top_k(rng):
     x = rng.permutation(12).reshape(3, 4).astype(np.float64) * 0.5
     k = int(rng.integers(1, 4))
     return Case(f"tf.nn.top_k(x[0], k={k})[0]", [x])
+
+
+@gen
+def atan2(rng):
+    y_shape, x_shape = _broadcast_pair(rng)
+    return Case("tf.atan2(x[0], x[1])", [_normal(rng, y_shape), rng.uniform(0.3, 2.5, x_shape)])
+
+
+@gen
+def sort(rng):
+    """Sort (distinct values: differentiable) and, through the gradient of its gradient,
+    PermuteAlongAxis."""
+    x = rng.permutation(12).reshape(3, 4).astype(np.float64) * 0.5
+    axis = int(rng.integers(-2, 2))
+    direction = rng.choice(["ASCENDING", "DESCENDING"])
+    return Case(f"[tf.sort(x[0], axis={axis}, direction='{direction}'),"
+                f" tf.gradients(tf.sort(x[0], axis={axis}) * x[1], x[0])[0]]",
+                [x, _normal(rng, (3, 4))])
 
 
 # --- nn -------------------------------------------------------------------------------------

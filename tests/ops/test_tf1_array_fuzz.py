@@ -1,4 +1,5 @@
-"""Differential fuzz of the array, layout, indexing and ``tf.nn`` forward ops against TF1.
+"""Differential fuzz of the array, layout, indexing, sorting and ``tf.nn`` forward ops and the
+moments (``reduce_logsumexp``, ``reduce_variance``, ``reduce_std``) against TF1.
 
 Seeded numpy draws build many small cases (an expression over fed placeholders, written once
 as TF1 source); ``DRIVER`` builds them all into one graph and runs each alone, in TF's
@@ -721,6 +722,54 @@ def _fuzz(tmp_path, cases):
 def test_array_and_nn_ops_agree_with_tf1(tmp_path):
     _fuzz(tmp_path, EDGES + _draw(seed=0, per_family=3))
 
+
+
+# ---- sort, argsort and the moments (their own draws: the families above keep theirs) ------
+
+def _sorts(rng):
+    rank = int(rng.integers(1, 4))
+    shape = _dims(rng, rank, 0, 5)
+    dtype = rng.choice(["float32", "float64", "int32", "int64", "uint8", "int8"])
+    values = rng.integers(0 if dtype == "uint8" else -2, 3, size=shape).astype(dtype)  # ties
+    if dtype.startswith("float") and values.size and rng.random() < 0.3:
+        values.flat[rng.integers(values.size, size=2)] = rng.choice([np.inf, -np.inf], 2)
+    axis = int(rng.integers(-rank, rank))
+    direction = rng.choice(["ASCENDING", "DESCENDING"])
+    op = rng.choice(["tf.sort(a, axis={}, direction='{}')",
+                     "tf.argsort(a, axis={}, direction='{}')",
+                     "tf.argsort(a, {}, '{}', stable=True)"])
+    return op.format(axis, direction), {"a": values}
+
+
+def _moments(rng):
+    rank = int(rng.integers(0, 4))
+    shape = _dims(rng, rank, 0, 4)
+    dtype = rng.choice(["float32", "float64", "float32", "float64", "int32"])
+    values = (rng.standard_normal(shape) * 3).astype(dtype)
+    op = rng.choice(["tf.reduce_logsumexp", "tf.math.reduce_logsumexp",
+                     "tf.math.reduce_variance", "tf.math.reduce_std"])
+    if "logsumexp" in op and values.size and dtype != "int32" and rng.random() < 0.4:
+        values.flat[rng.integers(values.size, size=2)] = rng.choice([np.inf, -np.inf], 2)
+    axis = None
+    if rank and rng.random() < 0.7:
+        picked = rng.choice(rank, size=int(rng.integers(1, rank + 1)), replace=False)
+        axis = [int(a) - rank * int(rng.integers(0, 2)) for a in picked]  # some negative
+        axis = axis[0] if len(axis) == 1 and rng.random() < 0.5 else axis
+    keepdims = bool(rng.random() < 0.5)
+    return f"{op}(a, axis={axis!r}, keepdims={keepdims})", {"a": values}
+
+
+def test_sort_and_moments_agree_with_tf1(tmp_path):
+    rng = np.random.default_rng(20261206)
+    edges = [("tf.sort(a)", {"a": np.array(3.0, np.float32)}),
+             ("tf.sort(a, axis=1)", {"a": np.zeros((2,), np.float32)}),
+             ("tf.argsort(a, direction='DESCENDING')",
+              {"a": np.array([0, np.iinfo(np.int32).min, np.iinfo(np.int32).max, 0], np.int32)}),
+             ("tf.reduce_logsumexp(a, axis=1)",
+              {"a": np.array([[-np.inf, -np.inf], [np.inf, 1.0], [np.inf, np.inf]], np.float32)}),
+             ("tf.math.reduce_variance(a, axis=0)", {"a": np.zeros((0, 3), np.float64)})]
+    run_fuzz(tmp_path, edges + [g(rng) for _ in range(12) for g in (_sorts, _moments)],
+             _compare)
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2, 3])

@@ -24,7 +24,10 @@ from asyncflow.compat.v1.session import InteractiveSession, Session  # noqa: F40
 from asyncflow.ops.indexing import boolean_mask  # noqa: F401
 from asyncflow.ops.io import read_file, write_file  # noqa: F401
 from asyncflow.ops.logging_ops import (  # noqa: F401
-    Assert, assert_equal, assert_less, assert_less_equal,
+    Assert, assert_equal, assert_greater, assert_greater_equal, assert_integer, assert_less,
+    assert_less_equal, assert_negative, assert_non_negative, assert_non_positive,
+    assert_none_equal, assert_positive, assert_rank, assert_rank_at_least, assert_scalar,
+    assert_type,
 )
 from asyncflow.ops.tiling import sequence_mask  # noqa: F401
 from asyncflow.ops.image import random_crop  # noqa: F401,E402  (tf.random_crop, issue 36)
@@ -40,6 +43,17 @@ from asyncflow.ops.scatter_nd import (  # noqa: F401,E402
     tensor_scatter_nd_sub as tensor_scatter_sub,
 )
 
+from asyncflow.ops.state import (  # noqa: F401,E402  (TF1's deprecated spellings)
+    global_variables as all_variables,
+    global_variables_initializer as initialize_all_variables,
+    local_variables_initializer as initialize_local_variables,
+    variables_initializer as initialize_variables,
+)
+from asyncflow.ops.math import argmax as _argmax, argmin as _argmin, cast as _cast  # noqa: E402
+from asyncflow import dtypes as _dtypes  # noqa: E402
+
+from asyncflow.ops.sources import linspace as lin_space  # noqa: F401,E402
+
 newaxis = None  # tf.newaxis: ``x[:, tf.newaxis]`` adds an axis, as numpy's
 
 
@@ -53,3 +67,49 @@ def disable_eager_execution():
 
 def executing_eagerly():
     return False
+
+
+def arg_max(input, dimension, name=None, output_type=_dtypes.int64):  # noqa: A002 (TF1's)
+    """TF1's ``tf.arg_max``: ``tf.argmax`` with the axis named ``dimension``."""
+    return _argmax(input, dimension, name=name, output_type=output_type)
+
+
+def arg_min(input, dimension, name=None, output_type=_dtypes.int64):  # noqa: A002 (TF1's)
+    """TF1's ``tf.arg_min``: ``tf.argmin`` with the axis named ``dimension``."""
+    return _argmin(input, dimension, name=name, output_type=output_type)
+
+
+def to_int32(x, name="ToInt32"):
+    """TF1's ``tf.to_int32``: ``tf.cast(x, tf.int32)``."""
+    return _cast(x, _dtypes.int32, name)
+
+
+def to_int64(x, name="ToInt64"):
+    """TF1's ``tf.to_int64``: ``tf.cast(x, tf.int64)``."""
+    return _cast(x, _dtypes.int64, name)
+
+
+def to_double(x, name="ToDouble"):
+    """TF1's ``tf.to_double``: ``tf.cast(x, tf.float64)``."""
+    return _cast(x, _dtypes.float64, name)
+
+
+def reverse_sequence(input, seq_lengths, seq_axis=None, batch_axis=None, name=None,  # noqa: A002
+                     seq_dim=None, batch_dim=None):
+    """TF1's ``tf.reverse_sequence`` (``seq_dim``/``batch_dim`` its older spellings): the
+    first ``seq_lengths[b]`` steps of each batch row reversed, for ``(seq_axis, batch_axis)``
+    of ``(1, 0)`` or ``(0, 1)`` (others raise NotImplementedError: docs/porting.md)."""
+    from asyncflow.ops.rnn import reverse_sequence as _reverse_sequence
+    seq_axis = seq_dim if seq_axis is None else seq_axis
+    batch_axis = batch_dim if batch_axis is None else batch_axis
+    if seq_axis is None:
+        raise ValueError("reverse_sequence: seq_axis is required (TF1's)")
+    return _reverse_sequence(input, seq_lengths, int(seq_axis),
+                             0 if batch_axis is None else int(batch_axis), name)
+
+
+def moving_average_variables(scope=None):
+    """TF1's ``tf.moving_average_variables``: the variables ``ExponentialMovingAverage.apply``
+    averaged (the ``MOVING_AVERAGE_VARIABLES`` collection), of ``scope`` when given."""
+    from asyncflow.graph import GraphKeys, get_default_graph
+    return get_default_graph().get_collection(GraphKeys.MOVING_AVERAGE_VARIABLES, scope)
