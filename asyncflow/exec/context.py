@@ -55,11 +55,19 @@ class NodeContext:
                     f"{type(exc).__name__}: {exc}") from exc
 
     def random_generator(self):
-        """A numpy Generator seeded from the op's (seed, seed2), or from OS entropy."""
+        """A numpy Generator seeded from the op's (seed, seed2), or from OS entropy: in a local
+        session, the op's one generator for the session (``ResourceManager.random_generator``),
+        so a run of other fetches continues its sequence as TF1's does, never restarts it; on
+        a worker, one per registered graph (``docs/porting.md``)."""
         if self._rng is None:
             seed, seed2 = self.attrs.get("seed"), self.attrs.get("seed2")
             entropy = None if seed is None and seed2 is None else [int(seed or 0), int(seed2 or 0)]
-            self._rng = np.random.default_rng(entropy)
+
+            def create():
+                return np.random.default_rng(entropy)
+            resources = self.resources
+            self._rng = (resources.random_generator((self.name, seed, seed2), create)
+                         if resources is not None and resources.local else create())
         return self._rng
 
     def device_constant(self, value):

@@ -144,6 +144,7 @@ class ResourceManager:
         self.local = local
         self.data_directory = data_directory
         self._containers = {}
+        self._generators = {}  # (op name, seed, seed2) -> numpy Generator (local sessions)
         # Bumped as every ``reset`` ends, the only way a resource leaves: a lookup made under
         # the same epoch still names the resource there (``NodeContext.variable_resource``).
         self.epoch = 0
@@ -169,6 +170,14 @@ class ResourceManager:
             check(resource)
         return resource
 
+    def random_generator(self, key, factory):
+        """The random generator of the stateful random op ``key`` names (``(op name, seed,
+        seed2)``), created by ``factory()`` on first use: one per op and manager, as TF1's
+        kernel keeps one per op and session, so every signature that runs the op continues
+        one sequence (two threads creating it at once get the same one)."""
+        generator = self._generators.get(key)
+        return generator if generator is not None else self._generators.setdefault(key, factory())
+
     def reset(self, containers=None):
         """Drop the named containers (all of them when None); close what can be closed.
 
@@ -183,6 +192,8 @@ class ResourceManager:
                     close = getattr(resource, "close_for_reset", None)
                     if close is not None:
                         close()
+            if containers is None:
+                self._generators.clear()
         finally:
             self.epoch += 1
 
