@@ -42,8 +42,11 @@ def _reduce(kind, data, ids, count, sorted_ids):
         sizes = np.bincount(flat_ids, minlength=count).reshape((count,) + (1,) * (rows.ndim - 1))
         if out.dtype.kind == "f":
             np.divide(out, np.maximum(sizes, 1), out=out)
-        else:  # TF1's integer mean truncates toward zero
-            out[...] = np.trunc(out / np.maximum(sizes, 1)).astype(out.dtype)
+        else:  # TF1's integer mean: the sum over the count, both in the dtype (wrapping),
+            # truncated toward zero; not through float64, which loses low bits past 2**53
+            divisor = np.maximum(sizes, 1).astype(out.dtype)
+            inexact = (out % divisor != 0) & ((out < 0) != (divisor < 0))
+            out[...] = out // divisor + inexact
         out[np.bincount(flat_ids, minlength=count) == 0] = 0
         return out
     _REDUCERS[kind].at(out, flat_ids, rows)

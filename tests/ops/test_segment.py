@@ -119,3 +119,25 @@ async def test_sparse_segment_reductions_gather_then_reduce():
                                   "sparse_segment_sqrt_n"])
 async def test_sparse_segment_gradients_match_finite_differences(name):
     await check_gradients(lambda d: getattr(af, name)(d, [0, 3, 3, 1], [0, 0, 2, 2]), [DATA])
+
+
+async def test_integer_mean_of_large_int64_sums_is_exact():
+    """TF1 divides the int64 sum by the count in integers; a mean through float64 lost the
+    low bits of sums past 2**53 (and TF1 wraps an overflowing sum as C++ does)."""
+    big = 2 ** 60 + 3
+    with af.Graph().as_default():
+        got = await run([af.segment_mean(np.array([big, big + 2, -big, -big - 3]), [0, 0, 1, 1]),
+                         af.segment_mean(np.array([2 ** 62 + 1, 2 ** 62 + 3]), [0, 0])])
+    np.testing.assert_array_equal(got[0], [big + 1, -big - 1])  # -big - 1.5 truncates to -big - 1
+    np.testing.assert_array_equal(got[1], [-(2 ** 62) + 2])  # the wrapped sum's half, as TF1
+
+
+async def test_integer_mean_wraps_its_sum_and_count_in_the_dtype():
+    """TF1's int8 mean: 3 x 100 sums to 44 (wrapped), over 3 is 14; 200 ones sum to -56 and
+    the count 200 is -56 in int8 too, so the mean is 1."""
+    with af.Graph().as_default():
+        got = await run([af.segment_mean(np.full(3, 100, np.int8), np.zeros(3, np.int32)),
+                         af.segment_mean(np.ones(200, np.int8), np.zeros(200, np.int32)),
+                         af.segment_mean(np.array([-7, 0], np.int8), np.zeros(2, np.int32))])
+    np.testing.assert_array_equal(got, [[14], [1], [-3]])
+    assert {value.dtype for value in got} == {np.dtype(np.int8)}
