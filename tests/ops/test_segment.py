@@ -141,3 +141,14 @@ async def test_integer_mean_wraps_its_sum_and_count_in_the_dtype():
                          af.segment_mean(np.array([-7, 0], np.int8), np.zeros(2, np.int32))])
     np.testing.assert_array_equal(got, [[14], [1], [-3]])
     assert {value.dtype for value in got} == {np.dtype(np.int8)}
+
+
+async def test_a_negative_constant_num_segments_is_refused_when_building():
+    """TF1 refuses it when building the graph ("must be non-negative"); asyncflow failed the
+    run instead, for the sum and for every unsorted reduction built on it."""
+    with af.Graph().as_default():
+        for build in (af.unsorted_segment_sum, af.unsorted_segment_max, af.unsorted_segment_min,
+                      af.unsorted_segment_prod, af.unsorted_segment_mean,
+                      af.unsorted_segment_sqrt_n):
+            with pytest.raises(ValueError, match="num_segments must be non-negative, got -1"):
+                build(np.ones(3), [0, 0, 0], -1)
