@@ -152,3 +152,17 @@ async def test_a_negative_constant_num_segments_is_refused_when_building():
                       af.unsorted_segment_sqrt_n):
             with pytest.raises(ValueError, match="num_segments must be non-negative, got -1"):
                 build(np.ones(3), [0, 0, 0], -1)
+
+
+async def test_a_nan_wins_a_max_or_min_wherever_it_stands():
+    """As reduce_max (docs/porting.md: TF1's kernels keep or drop it by its position)."""
+    nan = float("nan")
+    with af.Graph().as_default():
+        data, ids = np.array([nan, 1.0, 1.0, nan]), [0, 0, 1, 1]
+        got = await run([af.segment_max(data, ids), af.segment_min(data, ids),
+                         af.unsorted_segment_max(data, ids, 2),
+                         af.unsorted_segment_min(data, ids, 2),
+                         af.tensor_scatter_nd_max([nan, 1.0], [[0], [1]], [1.0, nan]),
+                         af.tensor_scatter_nd_min([nan, 1.0], [[0], [1]], [1.0, nan])])
+    for value in got:
+        np.testing.assert_array_equal(value, [nan, nan])
