@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from asyncflow.kernels.arguments import host as _host, invalid as _invalid
+from asyncflow.kernels.indexing import unsorted_count
 from asyncflow.kernels.registry import host_memory, register_kernel
 
 _REDUCERS = {"Max": np.maximum, "Min": np.minimum, "Prod": np.multiply, "Mean": np.add}
@@ -77,12 +78,8 @@ def _sorted_kernel(kind):
 
 def _unsorted_kernel(kind):
     def kernel(ctx, data, segment_ids, num_segments):
-        data, ids, count = _host(data), _host(segment_ids), int(_host(num_segments))
-        if count < 0:
-            raise _invalid(ctx, f"num_segments must be non-negative, got {count}")
-        if data.shape[:ids.ndim] != ids.shape:
-            raise _invalid(ctx, f"segment_ids shape {list(ids.shape)} must be a prefix of "
-                                f"data shape {list(data.shape)}")
+        data, ids = _host(data), _host(segment_ids)
+        count = unsorted_count(ctx, data, ids, _host(num_segments))
         if (ids >= count).any():
             position = np.argwhere(ids >= count)[0].tolist()
             raise _invalid(ctx, f"segment_ids[{','.join(map(str, position))}] = "

@@ -545,13 +545,13 @@ def infer_unsorted_segment(op):  # ops/segment.py's unsorted reductions' too
     check_dtype(op.type, ids, INTEGER, "segment_ids")
     check_dtype(op.type, num, INTEGER, "num_segments")
     count = static_value(num)
-    if count is not None and int(count) < 0:  # TF1 refuses it when building, too
-        raise ValueError(f"{op.type} '{op.name}': num_segments must be non-negative, got {count}")
+    if num.shape.ndims not in (None, 0) or count is not None and int(count) < 0:  # TF1's too
+        raise ValueError(f"{op.type} '{op.name}': num_segments must be a non-negative scalar, "
+                         f"got {f'shape {num.shape}' if num.shape.ndims else count}")
     if data.shape.ndims is None or ids.shape.ndims is None:
         return [(data.dtype, TensorShape(None))]
     if not data.shape[:ids.shape.ndims].is_compatible_with(ids.shape):
-        raise ValueError(f"{op.type} '{op.name}': segment_ids shape {ids.shape} must be a "
-                         f"prefix of data shape {data.shape}")
+        raise ValueError(f"{op.name}: segment_ids {ids.shape} must be a prefix of {data.shape}")
     return [(data.dtype, TensorShape([None if count is None else int(count)] +
                                      list(data.shape.dims[ids.shape.ndims:])))]
 

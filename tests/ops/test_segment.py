@@ -143,15 +143,30 @@ async def test_integer_mean_wraps_its_sum_and_count_in_the_dtype():
     assert {value.dtype for value in got} == {np.dtype(np.int8)}
 
 
-async def test_a_negative_constant_num_segments_is_refused_when_building():
-    """TF1 refuses it when building the graph ("must be non-negative"); asyncflow failed the
-    run instead, for the sum and for every unsorted reduction built on it."""
+async def test_a_negative_or_non_scalar_num_segments_is_refused_when_building():
+    """TF1 refuses either when building the graph; asyncflow failed the run instead, a
+    vector's with "only 0-dimensional arrays can be converted to Python scalars"."""
+    builds = (af.unsorted_segment_sum, af.unsorted_segment_max, af.unsorted_segment_min,
+              af.unsorted_segment_prod, af.unsorted_segment_mean, af.unsorted_segment_sqrt_n)
     with af.Graph().as_default():
-        for build in (af.unsorted_segment_sum, af.unsorted_segment_max, af.unsorted_segment_min,
-                      af.unsorted_segment_prod, af.unsorted_segment_mean,
-                      af.unsorted_segment_sqrt_n):
-            with pytest.raises(ValueError, match="num_segments must be non-negative, got -1"):
+        vector = af.placeholder(af.int32, [1])
+        for build in builds:
+            with pytest.raises(ValueError, match="must be a non-negative scalar, got -1"):
                 build(np.ones(3), [0, 0, 0], -1)
+            with pytest.raises(ValueError, match=r"must be a non-negative scalar, got shape"):
+                build(np.ones(3), [0, 0, 0], vector)
+
+
+async def test_a_fed_num_segments_of_rank_one_fails_naming_it():
+    with af.Graph().as_default():
+        count = af.placeholder(af.int32)  # no shape: only the run can tell
+        outs = [af.unsorted_segment_sum(np.ones(3), [0, 0, 1], count),
+                af.unsorted_segment_max(np.ones(3), [0, 0, 1], count)]
+        async with af.Session() as sess:
+            for out in outs:
+                with pytest.raises(errors.InvalidArgumentError,
+                                   match=r"num_segments should be a scalar, got shape \[1\]"):
+                    await sess.run(out, {count: [2]})
 
 
 async def test_a_nan_wins_a_max_or_min_wherever_it_stands():
