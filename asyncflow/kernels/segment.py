@@ -60,7 +60,9 @@ def _reduce(kind, data, ids, count, sorted_ids):
 
 def _sorted_kernel(kind):
     def kernel(ctx, data, segment_ids):
-        data, ids = _host(data), _host(segment_ids).reshape(-1)
+        data, ids = _host(data), _host(segment_ids)
+        if ids.ndim != 1:
+            raise _invalid(ctx, f"segment_ids should be a vector, got shape {list(ids.shape)}")
         if data.ndim == 0 or data.shape[0] != ids.size:
             raise _invalid(ctx, f"segment_ids should be the same size as dimension 0 of input: "
                                 f"{ids.size} ids for data shape {list(data.shape)}")

@@ -181,3 +181,14 @@ async def test_a_nan_wins_a_max_or_min_wherever_it_stands():
                          af.tensor_scatter_nd_min([nan, 1.0], [[0], [1]], [1.0, nan])])
     for value in got:
         np.testing.assert_array_equal(value, [nan, nan])
+
+
+async def test_sorted_ids_fed_as_a_matrix_fail_the_run():
+    """TF1's kernel wants a vector; a [2, 1] matrix of ids was flattened and ran."""
+    with af.Graph().as_default():
+        ids = af.placeholder(af.int32)  # no shape: only the run can tell
+        out = af.segment_max(np.array([1.0, 2.0]), ids)
+        async with af.Session() as sess:
+            with pytest.raises(errors.InvalidArgumentError,
+                               match=r"segment_ids should be a vector, got shape \[2, 1\]"):
+                await sess.run(out, {ids: [[0], [0]]})
