@@ -128,15 +128,25 @@ def _gather_nd(ctx, params, indices):
     return (params[tuples],)
 
 
-@register_kernel("UnsortedSegmentSum")
-def _unsorted_segment_sum(ctx, data, segment_ids, num_segments):
-    xp = ctx.xp
+def unsorted_count(ctx, data, segment_ids, num_segments):
+    """``num_segments`` as an int, once it and the ids' shape pass TF1's checks (the unsorted
+    segment kernels of kernels/segment.py share it)."""
+    if num_segments.ndim != 0:
+        raise _invalid(ctx, f"num_segments should be a scalar, got shape "
+                            f"{list(num_segments.shape)}")
     count = int(num_segments)
     if count < 0:
         raise _invalid(ctx, f"num_segments must be non-negative, got {count}")
     if data.shape[:segment_ids.ndim] != segment_ids.shape:
         raise _invalid(ctx, f"segment_ids shape {list(segment_ids.shape)} must be a prefix of "
                             f"data shape {list(data.shape)}")
+    return count
+
+
+@register_kernel("UnsortedSegmentSum")
+def _unsorted_segment_sum(ctx, data, segment_ids, num_segments):
+    xp = ctx.xp
+    count = unsorted_count(ctx, data, segment_ids, num_segments)
     host = _host(segment_ids)
     if (host >= count).any():
         check_range(ctx, np.where(host < 0, 0, host), count, "segment_ids")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from asyncflow.kernels.arguments import host as _host, invalid as _invalid
+from asyncflow.kernels.indexing import unsorted_count
 from asyncflow.kernels.registry import host_memory, register_kernel
 
 _REDUCERS = {"Max": np.maximum, "Min": np.minimum, "Prod": np.multiply, "Mean": np.add}
@@ -42,8 +43,11 @@ def _reduce(kind, data, ids, count, sorted_ids):
         sizes = np.bincount(flat_ids, minlength=count).reshape((count,) + (1,) * (rows.ndim - 1))
         if out.dtype.kind == "f":
             np.divide(out, np.maximum(sizes, 1), out=out)
-        else:  # TF1's integer mean truncates toward zero
-            out[...] = np.trunc(out / np.maximum(sizes, 1)).astype(out.dtype)
+        else:  # TF1's integer mean: the sum over the count, both in the dtype (wrapping),
+            # truncated toward zero; not through float64, which loses low bits past 2**53
+            divisor = np.maximum(sizes, 1).astype(out.dtype)
+            inexact = (out % divisor != 0) & ((out < 0) != (divisor < 0))
+            out[...] = out // divisor + inexact
         out[np.bincount(flat_ids, minlength=count) == 0] = 0
         return out
     _REDUCERS[kind].at(out, flat_ids, rows)
@@ -56,7 +60,9 @@ def _reduce(kind, data, ids, count, sorted_ids):
 
 def _sorted_kernel(kind):
     def kernel(ctx, data, segment_ids):
-        data, ids = _host(data), _host(segment_ids).reshape(-1)
+        data, ids = _host(data), _host(segment_ids)
+        if ids.ndim != 1:
+            raise _invalid(ctx, f"segment_ids should be a vector, got shape {list(ids.shape)}")
         if data.ndim == 0 or data.shape[0] != ids.size:
             raise _invalid(ctx, f"segment_ids should be the same size as dimension 0 of input: "
                                 f"{ids.size} ids for data shape {list(data.shape)}")
@@ -74,12 +80,8 @@ def _sorted_kernel(kind):
 
 def _unsorted_kernel(kind):
     def kernel(ctx, data, segment_ids, num_segments):
-        data, ids, count = _host(data), _host(segment_ids), int(_host(num_segments))
-        if count < 0:
-            raise _invalid(ctx, f"num_segments must be non-negative, got {count}")
-        if data.shape[:ids.ndim] != ids.shape:
-            raise _invalid(ctx, f"segment_ids shape {list(ids.shape)} must be a prefix of "
-                                f"data shape {list(data.shape)}")
+        data, ids = _host(data), _host(segment_ids)
+        count = unsorted_count(ctx, data, ids, _host(num_segments))
         if (ids >= count).any():
             position = np.argwhere(ids >= count)[0].tolist()
             raise _invalid(ctx, f"segment_ids[{','.join(map(str, position))}] = "

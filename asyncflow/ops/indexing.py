@@ -540,21 +540,23 @@ register_densifier(_densify)
 
 
 # -- unsorted segment sum ----------------------------------------------------------------------
-def _infer_segment_sum(op):
+def infer_unsorted_segment(op):  # ops/segment.py's unsorted reductions' too
     data, ids, num = op.inputs
     check_dtype(op.type, ids, INTEGER, "segment_ids")
     check_dtype(op.type, num, INTEGER, "num_segments")
     count = static_value(num)
+    if num.shape.ndims not in (None, 0) or count is not None and int(count) < 0:  # TF1's too
+        raise ValueError(f"{op.type} '{op.name}': num_segments must be a non-negative scalar, "
+                         f"got {f'shape {num.shape}' if num.shape.ndims else count}")
     if data.shape.ndims is None or ids.shape.ndims is None:
         return [(data.dtype, TensorShape(None))]
     if not data.shape[:ids.shape.ndims].is_compatible_with(ids.shape):
-        raise ValueError(f"segment_ids shape {ids.shape} must be a prefix of data shape "
-                         f"{data.shape}")
+        raise ValueError(f"{op.name}: segment_ids {ids.shape} must be a prefix of {data.shape}")
     return [(data.dtype, TensorShape([None if count is None else int(count)] +
                                      list(data.shape.dims[ids.shape.ndims:])))]
 
 
-register_op("UnsortedSegmentSum", infer=_infer_segment_sum)
+register_op("UnsortedSegmentSum", infer=infer_unsorted_segment)
 
 
 def unsorted_segment_sum(data, segment_ids, num_segments, name=None):
@@ -563,8 +565,7 @@ def unsorted_segment_sum(data, segment_ids, num_segments, name=None):
     Raises:
         InvalidArgumentError: at run time when an id is >= ``num_segments``.
     """
-    data = as_tensor(data)
-    segment_ids = as_tensor(segment_ids)
+    data, segment_ids = as_tensor(data), as_tensor(segment_ids)
     num_segments = as_tensor(num_segments, dtype=dtypes.int32) \
         if not hasattr(num_segments, "op") else num_segments
     return make("UnsortedSegmentSum", (data, segment_ids, num_segments), None, name,

@@ -18,7 +18,8 @@ from asyncflow.ops import math as math_ops
 from asyncflow.ops import sources
 from asyncflow.ops.array import identity, reshape
 from asyncflow.ops.construct import INTEGER, as_tensor, check_dtype, make, static_value
-from asyncflow.ops.indexing import gather, segment_sum, unsorted_segment_sum
+from asyncflow.ops.indexing import (
+    gather, infer_unsorted_segment, segment_sum, unsorted_segment_sum)
 from asyncflow.ops.shapes import dims_of, dims_vector
 
 SORTED = ("SegmentMax", "SegmentMin", "SegmentMean", "SegmentProd")
@@ -39,24 +40,10 @@ def _infer_sorted(op):
     return [(data.dtype, TensorShape([None] + list(data.shape.dims[1:])))]
 
 
-def _infer_unsorted(op):
-    data, ids, num = op.inputs
-    check_dtype(op.type, ids, INTEGER, "segment_ids")
-    check_dtype(op.type, num, INTEGER, "num_segments")
-    count = static_value(num)
-    if data.shape.ndims is None or ids.shape.ndims is None:
-        return [(data.dtype, TensorShape(None))]
-    if not data.shape[:ids.shape.ndims].is_compatible_with(ids.shape):
-        raise ValueError(f"{op.type} '{op.name}': segment_ids shape {ids.shape} must be a "
-                         f"prefix of data shape {data.shape}")
-    return [(data.dtype, TensorShape([None if count is None else int(count)] +
-                                     list(data.shape.dims[ids.shape.ndims:])))]
-
-
 for _type in SORTED:
     register_op(_type, infer=_infer_sorted)
 for _type in UNSORTED:
-    register_op(_type, infer=_infer_unsorted)
+    register_op(_type, infer=infer_unsorted_segment)
 
 
 def _sorted(op_type, default_name):

@@ -372,8 +372,9 @@ def _check_concat_dims(axis, sp_inputs, expand_nonconcat_dim):
 
 
 def sparse_add(a, b, threshold=0, thresh=None):
-    """``a + b``: a SparseTensor when both are sparse (repeats summed, entries with
-    ``|value| < threshold`` dropped), a dense tensor when one is dense."""
+    """``a + b``: a SparseTensor when both are sparse (repeats summed; the sum at an index
+    both hold dropped when ``|sum| < threshold``, an entry of one alone kept, as TF1's
+    kernel), a dense tensor when one is dense."""
     threshold = thresh if thresh is not None else threshold
     if not isinstance(a, SparseTensor):
         a, b = b, a

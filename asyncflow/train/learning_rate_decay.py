@@ -14,7 +14,7 @@ import numpy as np
 from asyncflow import dtypes
 from asyncflow.graph.graph import get_default_graph
 from asyncflow.ops import math as _math
-from asyncflow.ops.construct import as_tensor
+from asyncflow.ops.construct import as_tensor, make_op, static_value
 from asyncflow.ops.sources import random_normal
 
 
@@ -219,13 +219,27 @@ def piecewise_constant(x, boundaries, values, name=None):
         if x.shape.ndims not in (None, 0):
             raise ValueError(f"piecewise_constant: x must be a scalar, got shape {x.shape}")
         graph = get_default_graph()
-        result = values[0]
+        result, check = values[0], _exclusive_check(x, bounds)
         with graph.name_scope("case"), graph.name_scope("cond"):
             for index, bound in enumerate(bounds):
                 last = index == len(bounds) - 1
-                result = _math.where(_math.greater(x, bound), values[index + 1], result,
-                                     name="Merge" if last else None)
+                with graph.control_dependencies([check] if last and check else []):
+                    result = _math.where(_math.greater(x, bound), values[index + 1], result,
+                                         name="Merge" if last else None)
         return result
+
+
+def _exclusive_check(x, bounds):
+    """TF1's ``exclusive=True`` check of its case's predicates, where they may overlap: the
+    bounds are not constants in increasing order (``[5, 2]``: x = 3 passes x <= 5 and x > 2,
+    which fails TF1's run). None for increasing constants, whose predicates cannot overlap."""
+    known = [static_value(b) for b in bounds]
+    if None not in known and all(np.all(a <= b) for a, b in zip(known, known[1:])):
+        return None
+    preds = [_math.less_equal(x, bounds[0])] + [
+        _math.logical_and(_math.greater(x, low), _math.less_equal(x, high))
+        for low, high in zip(bounds, bounds[1:])] + [_math.greater(x, bounds[-1])]
+    return make_op("CaseExclusive", preds, None, None, "exclusive")
 
 
 piecewise_constant_decay = piecewise_constant  # TF1's other name

@@ -119,3 +119,76 @@ async def test_sparse_segment_reductions_gather_then_reduce():
                                   "sparse_segment_sqrt_n"])
 async def test_sparse_segment_gradients_match_finite_differences(name):
     await check_gradients(lambda d: getattr(af, name)(d, [0, 3, 3, 1], [0, 0, 2, 2]), [DATA])
+
+
+async def test_integer_mean_of_large_int64_sums_is_exact():
+    """TF1 divides the int64 sum by the count in integers; a mean through float64 lost the
+    low bits of sums past 2**53 (and TF1 wraps an overflowing sum as C++ does)."""
+    big = 2 ** 60 + 3
+    with af.Graph().as_default():
+        got = await run([af.segment_mean(np.array([big, big + 2, -big, -big - 3]), [0, 0, 1, 1]),
+                         af.segment_mean(np.array([2 ** 62 + 1, 2 ** 62 + 3]), [0, 0])])
+    np.testing.assert_array_equal(got[0], [big + 1, -big - 1])  # -big - 1.5 truncates to -big - 1
+    np.testing.assert_array_equal(got[1], [-(2 ** 62) + 2])  # the wrapped sum's half, as TF1
+
+
+async def test_integer_mean_wraps_its_sum_and_count_in_the_dtype():
+    """TF1's int8 mean: 3 x 100 sums to 44 (wrapped), over 3 is 14; 200 ones sum to -56 and
+    the count 200 is -56 in int8 too, so the mean is 1."""
+    with af.Graph().as_default():
+        got = await run([af.segment_mean(np.full(3, 100, np.int8), np.zeros(3, np.int32)),
+                         af.segment_mean(np.ones(200, np.int8), np.zeros(200, np.int32)),
+                         af.segment_mean(np.array([-7, 0], np.int8), np.zeros(2, np.int32))])
+    np.testing.assert_array_equal(got, [[14], [1], [-3]])
+    assert {value.dtype for value in got} == {np.dtype(np.int8)}
+
+
+async def test_a_negative_or_non_scalar_num_segments_is_refused_when_building():
+    """TF1 refuses either when building the graph; asyncflow failed the run instead, a
+    vector's with "only 0-dimensional arrays can be converted to Python scalars"."""
+    builds = (af.unsorted_segment_sum, af.unsorted_segment_max, af.unsorted_segment_min,
+              af.unsorted_segment_prod, af.unsorted_segment_mean, af.unsorted_segment_sqrt_n)
+    with af.Graph().as_default():
+        vector = af.placeholder(af.int32, [1])
+        for build in builds:
+            with pytest.raises(ValueError, match="must be a non-negative scalar, got -1"):
+                build(np.ones(3), [0, 0, 0], -1)
+            with pytest.raises(ValueError, match=r"must be a non-negative scalar, got shape"):
+                build(np.ones(3), [0, 0, 0], vector)
+
+
+async def test_a_fed_num_segments_of_rank_one_fails_naming_it():
+    with af.Graph().as_default():
+        count = af.placeholder(af.int32)  # no shape: only the run can tell
+        outs = [af.unsorted_segment_sum(np.ones(3), [0, 0, 1], count),
+                af.unsorted_segment_max(np.ones(3), [0, 0, 1], count)]
+        async with af.Session() as sess:
+            for out in outs:
+                with pytest.raises(errors.InvalidArgumentError,
+                                   match=r"num_segments should be a scalar, got shape \[1\]"):
+                    await sess.run(out, {count: [2]})
+
+
+async def test_a_nan_wins_a_max_or_min_wherever_it_stands():
+    """As reduce_max (docs/porting.md: TF1's kernels keep or drop it by its position)."""
+    nan = float("nan")
+    with af.Graph().as_default():
+        data, ids = np.array([nan, 1.0, 1.0, nan]), [0, 0, 1, 1]
+        got = await run([af.segment_max(data, ids), af.segment_min(data, ids),
+                         af.unsorted_segment_max(data, ids, 2),
+                         af.unsorted_segment_min(data, ids, 2),
+                         af.tensor_scatter_nd_max([nan, 1.0], [[0], [1]], [1.0, nan]),
+                         af.tensor_scatter_nd_min([nan, 1.0], [[0], [1]], [1.0, nan])])
+    for value in got:
+        np.testing.assert_array_equal(value, [nan, nan])
+
+
+async def test_sorted_ids_fed_as_a_matrix_fail_the_run():
+    """TF1's kernel wants a vector; a [2, 1] matrix of ids was flattened and ran."""
+    with af.Graph().as_default():
+        ids = af.placeholder(af.int32)  # no shape: only the run can tell
+        out = af.segment_max(np.array([1.0, 2.0]), ids)
+        async with af.Session() as sess:
+            with pytest.raises(errors.InvalidArgumentError,
+                               match=r"segment_ids should be a vector, got shape \[2, 1\]"):
+                await sess.run(out, {ids: [[0], [0]]})

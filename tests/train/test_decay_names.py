@@ -88,3 +88,24 @@ def test_piecewise_constant_picks_without_control_flow():
     np.testing.assert_allclose(got, [0.1, 0.1, 0.05, 0.05, 0.01, 0.01, 0.001])
     with pytest.raises(ValueError, match="piecewise_constant.*scalar"):
         tf.train.piecewise_constant(tf.constant([1.0, 3.0]), [2.0], [5.0, 6.0])
+
+
+def test_piecewise_constant_of_boundaries_out_of_order_fails_where_tf1s_case_does():
+    # TF1's tf.case(exclusive=True) fails the run when x passes two of its predicates, which
+    # boundaries out of order allow ([5, 2]: x <= 5 and x > 2 for x = 3); the Selects answered
+    # 3.0. Increasing constant boundaries (the usual) add no check to the graph.
+    from asyncflow import errors
+    x = tf.placeholder(tf.float32, [])
+    rate = tf.train.piecewise_constant(x, [5.0, 2.0], [1.0, 2.0, 3.0])
+    assert rate.name == "PiecewiseConstant/case/cond/Merge:0"
+    assert [session_run(rate, {x: at}) for at in (1.0, 6.0)] == [1.0, 3.0]
+    with pytest.raises(errors.InvalidArgumentError, match="more than 1 conditions"):
+        session_run(rate, {x: 3.0})
+    bound = tf.placeholder(tf.float32, [])
+    fed = tf.train.piecewise_constant(x, [5.0, bound], [1.0, 2.0, 3.0], name="fed")
+    assert session_run(fed, {x: 6.0, bound: 7.0}) == 2.0
+    with pytest.raises(errors.InvalidArgumentError, match="more than 1 conditions"):
+        session_run(fed, {x: 3.0, bound: 2.0})
+    sorted_ = tf.train.piecewise_constant(x, [2.0, 2.0, 5.0], [1.0, 2.0, 3.0, 4.0], name="ok")
+    assert "CaseExclusive" not in {op.type for op in sorted_.graph.get_operations()
+                                   if op.name.startswith("ok/")}
