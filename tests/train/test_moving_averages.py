@@ -155,3 +155,14 @@ def test_after_the_training_step_agrees_with_tf1(tmp_path):
     assert sorted(ours) == sorted(theirs)
     for key in theirs:
         np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
+
+
+def test_shadow_names_inside_a_variable_scope_repeat_it_as_tf1():
+    # TF1's slot_creator opens variable_scope(None, "<op name>/<name>") inside the current
+    # variable scope: the scope's name appears twice (TF 1.15 and 2.x's compat.v1 alike)
+    with tf.variable_scope("model"):
+        w = tf.get_variable("w", initializer=tf.constant([1.0, 2.0]))
+        ema = tf.train.ExponentialMovingAverage(0.5)
+        ema.apply([w])
+    assert ema.average(w).op.name == "model/model/w/ExponentialMovingAverage"
+    assert sorted(ema.variables_to_restore()) == ["model/model/w/ExponentialMovingAverage"]
