@@ -37,7 +37,9 @@ def _item(value):
     if isinstance(value, bytes):
         return value.decode(errors="replace")
     if isinstance(value, (np.floating, float)):
-        return np.format_float_positional(value, trim="-") if abs(value) < 1e16 else repr(value)
+        if abs(value) < 1e16:
+            return np.format_float_positional(value, trim="-")
+        return format(float(value), "g")  # C++'s stream: nan, inf, -inf, 1e+20
     return str(value)
 
 

@@ -112,9 +112,14 @@ def _multinomial(ctx, logits, num_samples):
     if classes == 0 and rows and count:
         raise errors.InvalidArgumentError(None, ctx.name, "num_classes should be positive")
     logits = np.asarray(logits, np.float64)
-    with np.errstate(invalid="ignore"):
-        weights = np.exp(logits - logits.max(axis=1, keepdims=True, initial=-np.inf))
-    cumulative = np.cumsum(np.nan_to_num(weights), axis=1)
+    # TF1's kernel: the maximum and the weights over the finite logits only (a NaN or +inf
+    # logit has weight 0 and leaves the others their probabilities)
+    finite = np.isfinite(logits)
+    largest = np.max(logits, axis=1, keepdims=True, initial=-np.inf, where=finite)
+    with np.errstate(invalid="ignore", over="ignore"):
+        weights = np.where(finite, np.exp(logits - np.where(np.isfinite(largest), largest, 0)),
+                           0.0)
+    cumulative = np.cumsum(weights, axis=1)
     totals = cumulative[:, -1:] if classes else np.zeros((rows, 1))
     draws = ctx.random_generator().random((rows, count)) * totals
     # the first class whose running total passes the draw: a class of weight 0 never does

@@ -18,6 +18,7 @@ from asyncflow.ops.construct import as_tensor, graph_of
 from asyncflow.ops.control import group
 from asyncflow.ops.sources import zeros
 from asyncflow.ops.state import Variable, assign_sub, global_variables, trainable_variables
+from asyncflow.ops.variable_scope import get_variable_scope
 
 _FLOATS = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
 
@@ -72,7 +73,8 @@ class ExponentialMovingAverage:
         graph = graph_of([self._tensor(v) for v in var_list]) if var_list else \
             get_default_graph()
         with graph.name_scope(self._name) as scope:
-            decay = as_tensor(float(self._decay), dtypes.float32, name="decay")
+            # (a float or a float32 tensor, such as a placeholder, as TF1's)
+            decay = as_tensor(self._decay, dtypes.float32, name="decay")
             if self._num_updates is not None:
                 count = math_ops.cast(self._num_updates, dtypes.float32, name="num_updates")
                 decay = math_ops.minimum(decay, math_ops.divide(math_ops.add(1.0, count),
@@ -88,7 +90,13 @@ class ExponentialMovingAverage:
     def _shadow(self, value):
         graph = graph_of([self._tensor(value)])
         name = f"{_op_name(value)}/{self._name}"
-        with graph.as_default(), graph.control_dependencies(None):
+        with graph.as_default():
+            # TF1's slot naming: the enclosing variable scope, never the name scope of `apply`
+            # (``w/ExponentialMovingAverage`` even under ``name_scope("averaging")``)
+            prefix = get_variable_scope().name
+        if prefix:
+            name = f"{prefix}/{name}"
+        with graph.as_default(), graph.control_dependencies(None), graph.name_scope(None):
             if isinstance(value, Variable):
                 initial = value.initialized_value()
                 graph.add_to_collection(GraphKeys.MOVING_AVERAGE_VARIABLES, value)
@@ -106,7 +114,12 @@ class ExponentialMovingAverage:
             one_minus_decay = math_ops.subtract(1.0, decay)
             if one_minus_decay.dtype is not shadow.dtype:
                 one_minus_decay = math_ops.cast(one_minus_decay, shadow.dtype)
-            step = math_ops.multiply(math_ops.subtract(shadow.value(), value), one_minus_decay)
+            # fresh reads, ordered by the enclosing control dependencies: TF1's example applies
+            # inside ``control_dependencies([opt_op])`` and averages the updated variable
+            if isinstance(value, Variable):
+                value = value.read_value()
+            step = math_ops.multiply(math_ops.subtract(shadow.read_value(), value),
+                                     one_minus_decay)
             return assign_sub(shadow, step, name=scope)
 
     def average(self, var):

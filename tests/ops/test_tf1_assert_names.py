@@ -78,6 +78,17 @@ def test_type_integer_and_scalar_asserts():
         tf.assert_scalar(x)
 
 
+def test_failed_assert_prints_nan_and_inf_as_tf1():
+    # TF1's SummarizeValue streams floats: "nan", "inf", "1e+20"; numpy's repr of a scalar
+    # ("np.float32(nan)") is not TF1's wording and names numpy's types in the message
+    x = tf.placeholder(tf.float32, [None])
+    checked = _checked(tf.assert_less_equal(x, 3.0, summarize=5), x)
+    with pytest.raises(tf.errors.InvalidArgumentError) as caught:
+        session_run(checked, {x: [np.nan, np.inf, -np.inf, 1e20, 1.5]})
+    assert "[nan inf -inf 1e+20 1.5]" in str(caught.value)
+    assert "np." not in str(caught.value)
+
+
 def test_asserts_agree_with_tf1(tmp_path):
     a = np.array([1.0, 2.0], np.float32)
     b = np.array([1.0, 0.0], np.float32)

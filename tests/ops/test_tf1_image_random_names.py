@@ -109,6 +109,18 @@ def test_multinomial_frequencies_shapes_and_refusals():
         session_run(negative)
 
 
+def test_multinomial_samples_only_finite_logits():
+    # TF1's kernel: the maximum and the running total over the finite logits only, so a NaN or
+    # +inf logit neither wins nor turns the whole row into its last class
+    logits = np.array([[np.nan, 5.0, 0.0], [np.inf, 5.0, 0.0], [0.0, -np.inf, np.nan]],
+                      np.float32)
+    draws = session_run(tf.multinomial(logits, 2000, seed=7))
+    counts = [np.bincount(row, minlength=3) for row in draws]
+    assert counts[0][0] == counts[1][0] == 0 and counts[0][1] > 1900 and counts[1][1] > 1900
+    assert counts[0][2] > 0 and counts[1][2] > 0  # e**-5 of the draws
+    assert list(counts[2]) == [2000, 0, 0]
+
+
 def test_random_namespace():
     assert tf.random.normal is af.random_normal and tf.random.uniform is af.random_uniform
     assert tf.random.truncated_normal is af.truncated_normal

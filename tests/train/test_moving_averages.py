@@ -112,3 +112,57 @@ def test_agrees_with_tf1(tmp_path):
             np.testing.assert_allclose(mine, want, rtol=1e-6, err_msg=key)
         else:
             np.testing.assert_array_equal(mine, want, err_msg=key)
+
+
+# TF1's own example: the averages made after the training step (``apply`` inside
+# ``control_dependencies([opt_op])``) see the variable it just updated; a decay given as a
+# tensor; shadows named ``<op name>/<name>`` whatever name scope ``apply`` runs in.
+AFTER_STEP = """
+with tf.variable_scope("outer"):
+    w = tf.Variable(np.array([1.0, 2.0], np.float32), name="w")
+decay = tf.placeholder_with_default(np.float32(0.5), [])
+step = tf.assign_add(w, [2.0, 2.0])
+with tf.name_scope("averaging"):
+    ema = tf.train.ExponentialMovingAverage(decay)
+    with tf.control_dependencies([step]):
+        train = ema.apply([w])
+outputs["names"] = np.array(sorted(v.op.name for v in tf.global_variables()))
+outputs["restore"] = np.array(sorted(ema.variables_to_restore()))
+with tf.Session() as sess:
+    sess.run(tf.global_variables_initializer())
+    for i in range(2):
+        sess.run(train)
+        outputs[f"step{i}"] = sess.run(ema.average(w))
+"""
+
+
+def test_apply_after_the_training_step_sees_its_update():
+    outputs = compat_run(AFTER_STEP, {})
+    # w: 1 -> 3 -> 5; the shadow: 1 -> 2 (half way to 3) -> 3.5 (half way to 5)
+    np.testing.assert_allclose(outputs["step0"], [2.0, 3.0])
+    np.testing.assert_allclose(outputs["step1"], [3.5, 4.5])
+
+
+def test_shadow_names_ignore_the_name_scope_of_apply():
+    outputs = compat_run(AFTER_STEP, {})
+    assert list(outputs["names"]) == ["outer/w", "outer/w/ExponentialMovingAverage"]
+    assert list(outputs["restore"]) == ["outer/w/ExponentialMovingAverage"]
+
+
+def test_after_the_training_step_agrees_with_tf1(tmp_path):
+    theirs = tf1_run(AFTER_STEP, tmp_path)
+    ours = compat_run(AFTER_STEP, {})
+    assert sorted(ours) == sorted(theirs)
+    for key in theirs:
+        np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
+
+
+def test_shadow_names_inside_a_variable_scope_repeat_it_as_tf1():
+    # TF1's slot_creator opens variable_scope(None, "<op name>/<name>") inside the current
+    # variable scope: the scope's name appears twice (TF 1.15 and 2.x's compat.v1 alike)
+    with tf.variable_scope("model"):
+        w = tf.get_variable("w", initializer=tf.constant([1.0, 2.0]))
+        ema = tf.train.ExponentialMovingAverage(0.5)
+        ema.apply([w])
+    assert ema.average(w).op.name == "model/model/w/ExponentialMovingAverage"
+    assert sorted(ema.variables_to_restore()) == ["model/model/w/ExponentialMovingAverage"]
