@@ -6,6 +6,7 @@ servers on loopback ports, so both transports carry the same graph-level behavio
 import numpy as np
 import pytest
 import trio
+import trio.testing
 
 import asyncflow as af
 from asyncflow.cluster.remote_rendezvous import is_derived
@@ -339,30 +340,36 @@ async def test_a_step_retried_while_its_registration_is_under_way_joins_it(
     """A worker slower to register than the step's timeout: the retried step waits for the
     registration the first one began (it goes on past its caller's deadline), not a fresh one
     each time (RegisterGraphs piling up on the slow worker, each deregistered when it
-    answers, no retry ever getting through)."""
+    answers, no retry ever getting through). The registrations are held until the third try
+    waits (not slept: the worker's compile may run on a thread, in real time, which the
+    autojump clock would take for idleness and jump past the try's deadline)."""
     spec, servers = cluster
     with af.Graph().as_default() as graph:
         w, x, h, y = _model()
     batch = np.ones((1, 3), np.float32)
     async with af.Session(graph=graph, cluster=spec) as sess:
         await sess.run(w.initializer, options=TIMEOUT)
-        sent = []
+        sent, held = [], trio.Event()
         for task in sess._target.master.tasks.values():
             register = task.channel.register_graph
 
             async def slow(request, *, register=register, name=task.name, **kwargs):
                 sent.append(name)
-                await trio.sleep(1.5)  # (autojump clock: virtual seconds)
+                await held.wait()
                 return await register(request, **kwargs)
             monkeypatch.setattr(task.channel, "register_graph", slow)
+        for _ in range(2):
+            with pytest.raises(af.errors.DeadlineExceededError):
+                await sess.run(y, {x: batch}, options=af.RunOptions(timeout_in_ms=1000))
         results = []
-        for _ in range(3):
-            try:
-                results.append(await sess.run(y, {x: batch},
-                                              options=af.RunOptions(timeout_in_ms=1000)))
-            except af.errors.DeadlineExceededError:
-                results.append("deadline")
-        assert results[-1] == 3.0, results
-        assert sorted(sent) == sorted(set(sent)), sent  # one registration a task
+
+        async def third():
+            results.append(await sess.run(y, {x: batch}))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(third)
+            await trio.testing.wait_all_tasks_blocked()
+            held.set()
+        assert results == [3.0], results
+        assert sent and sorted(sent) == sorted(set(sent)), sent  # one registration a task
     graphs = {name: server.service.statistics().graphs for name, server in servers.items()}
     assert set(graphs.values()) == {0}, graphs
