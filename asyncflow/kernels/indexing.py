@@ -159,9 +159,12 @@ def _unsorted_segment_sum(ctx, data, segment_ids, num_segments):
     return (out,)
 
 
-@register_kernel("SegmentSum")
-def _segment_sum(ctx, data, segment_ids):
-    ids = _host(segment_ids).reshape(-1)
+def sorted_count(ctx, data, ids):
+    """The segment count of a sorted segment reduction over ``data`` (host ``ids``), its ids
+    checked as TF1's kernel does: a vector as long as data's first dimension, non-negative,
+    not decreasing (InvalidArgumentError naming the op and where)."""
+    if ids.ndim != 1:
+        raise _invalid(ctx, f"segment_ids should be a vector, got shape {list(ids.shape)}")
     if data.ndim == 0 or data.shape[0] != ids.size:
         raise _invalid(ctx, f"segment_ids should be the same size as dimension 0 of input: "
                             f"{ids.size} ids for data shape {list(data.shape)}")
@@ -172,8 +175,14 @@ def _segment_sum(ctx, data, segment_ids):
         at = int(falls[0]) + 1
         raise _invalid(ctx, f"segment ids are not increasing: segment_ids[{at}] = {ids[at]} "
                             f"after segment_ids[{at - 1}] = {ids[at - 1]}")
+    return int(ids[-1]) + 1 if ids.size else 0
+
+
+@register_kernel("SegmentSum")
+def _segment_sum(ctx, data, segment_ids):
+    ids = _host(segment_ids)
+    count = sorted_count(ctx, data, ids)
     xp = ctx.xp
-    count = int(ids[-1]) + 1 if ids.size else 0
     out = xp.zeros((count,) + tuple(data.shape[1:]), dtype=data.dtype)
     _scatter_add(xp, out, xp.asarray(ids), data)
     return (out,)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from asyncflow.kernels.arguments import host as _host, invalid as _invalid
-from asyncflow.kernels.indexing import unsorted_count
+from asyncflow.kernels.indexing import sorted_count, unsorted_count
 from asyncflow.kernels.registry import host_memory, register_kernel
 
 _REDUCERS = {"Max": np.maximum, "Min": np.minimum, "Prod": np.multiply, "Mean": np.add}
@@ -61,19 +61,7 @@ def _reduce(kind, data, ids, count, sorted_ids):
 def _sorted_kernel(kind):
     def kernel(ctx, data, segment_ids):
         data, ids = _host(data), _host(segment_ids)
-        if ids.ndim != 1:
-            raise _invalid(ctx, f"segment_ids should be a vector, got shape {list(ids.shape)}")
-        if data.ndim == 0 or data.shape[0] != ids.size:
-            raise _invalid(ctx, f"segment_ids should be the same size as dimension 0 of input: "
-                                f"{ids.size} ids for data shape {list(data.shape)}")
-        if ids.size and ids[0] < 0:
-            raise _invalid(ctx, f"segment ids must be >= 0: segment_ids[0] = {ids[0]}")
-        falls = np.flatnonzero(ids[1:] < ids[:-1])
-        if falls.size:
-            at = int(falls[0]) + 1
-            raise _invalid(ctx, f"segment ids are not increasing: segment_ids[{at}] = "
-                                f"{ids[at]} after segment_ids[{at - 1}] = {ids[at - 1]}")
-        count = int(ids[-1]) + 1 if ids.size else 0
+        count = sorted_count(ctx, data, ids)
         return (ctx.xp.asarray(_reduce(kind, data, ids, count, True)),)
     return kernel
 

@@ -183,11 +183,13 @@ async def test_a_nan_wins_a_max_or_min_wherever_it_stands():
         np.testing.assert_array_equal(value, [nan, nan])
 
 
-async def test_sorted_ids_fed_as_a_matrix_fail_the_run():
-    """TF1's kernel wants a vector; a [2, 1] matrix of ids was flattened and ran."""
+@pytest.mark.parametrize("reduction", ["segment_sum", "segment_max"])
+async def test_sorted_ids_fed_as_a_matrix_fail_the_run(reduction):
+    """TF1's kernel wants a vector; a [2, 1] matrix of ids was flattened and ran (the sum's
+    kernel and the others' share one check of their ids)."""
     with af.Graph().as_default():
         ids = af.placeholder(af.int32)  # no shape: only the run can tell
-        out = af.segment_max(np.array([1.0, 2.0]), ids)
+        out = getattr(af, reduction)(np.array([1.0, 2.0]), ids)
         async with af.Session() as sess:
             with pytest.raises(errors.InvalidArgumentError,
                                match=r"segment_ids should be a vector, got shape \[2, 1\]"):
