@@ -20,7 +20,7 @@ from asyncflow import dtypes
 from asyncflow.graph import not_differentiable, register_gradient, register_op
 from asyncflow.graph.shape import broadcast_shapes
 from asyncflow.ops import math as m
-from asyncflow.ops.construct import FLOATING, as_tensor, check_dtype, make, operands
+from asyncflow.ops.construct import FLOATING, check_dtype, make, operands
 from asyncflow.ops.math_grad import _binary_grads
 
 # op type -> builder name
@@ -35,17 +35,10 @@ def _infer_unary(op):
     return [(dtypes.bool if op.type == "IsInf" else x.dtype, x.shape)]
 
 
-def _unary_builder(op_type, builder_name):
-    def build(x, name=None):
-        return make(op_type, (as_tensor(x),), None, name, op_type)
-    build.__name__ = builder_name
-    build.__doc__ = f"Elementwise {builder_name} of a floating tensor, as TF1's ``{op_type}``."
-    return build
-
-
 for _type, _name in UNARY.items():
     register_op(_type, infer=_infer_unary)
-    globals()[_name] = _unary_builder(_type, _name)
+    globals()[_name] = m._unary_builder(_type, _name)  # (ops/math's, as its unary ops)
+    globals()[_name].__doc__ = f"Elementwise {_name} of a floating tensor, as TF1's ``{_type}``."
 not_differentiable("Rint", "IsInf")
 
 
