@@ -53,7 +53,7 @@ def _infer_unary(op):
     return [(dtypes.bool if op.type in _BOOL_RESULT else x.dtype, x.shape)]
 
 
-def _unary_builder(op_type, builder_name):
+def unary_builder(op_type, builder_name):
     def build(x, name=None):
         return make(op_type, (as_tensor(x),), None, name, op_type)
     build.__name__ = builder_name
@@ -63,7 +63,7 @@ def _unary_builder(op_type, builder_name):
 
 for _type, (_name, _allowed) in UNARY.items():
     register_op(_type, infer=_infer_unary)
-    globals()[_name] = _unary_builder(_type, _name)
+    globals()[_name] = unary_builder(_type, _name)
 not_differentiable("LogicalNot", "IsNan", "IsFinite", "Sign", "Floor", "Ceil", "Round")
 
 # -- elementwise binary ---------------------------------------------------------------------

@@ -37,7 +37,7 @@ def _infer_unary(op):
 
 for _type, _name in UNARY.items():
     register_op(_type, infer=_infer_unary)
-    globals()[_name] = m._unary_builder(_type, _name)  # (ops/math's, as its unary ops)
+    globals()[_name] = m.unary_builder(_type, _name)  # (ops/math's, as its unary ops)
     globals()[_name].__doc__ = f"Elementwise {_name} of a floating tensor, as TF1's ``{_type}``."
 not_differentiable("Rint", "IsInf")
 
