@@ -1,8 +1,9 @@
 """The bare same-host path's spin before parking (``transports.http.bare_io.read_once``): a
 message that arrives during the spin is taken without parking, the spin honours cancellation,
 deadlines, the idle sweep's close and a socket closed meanwhile as the parked wait does, and a
-window of 0 parks at once as before. Parks and spun messages are counted (``COUNTS``), never
-timed."""
+window of 0 parks at once as before; the rule's decisions (a step shared with another call, a
+connection's late answers, no core to spare) are fed their facts and checked. Parks and spun
+messages are counted (``COUNTS``), never timed."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ import types
 
 import pytest
 import trio
+import trio.testing
 from transport_fakes import FakeWorker
 
 from transports.http import bare_io
 from transports.http.client import TrioHttpChannel
 from transports.http.server import open_http_server
+from transports.messages import RecvTensors
 
 _machine_busy = bare_io.machine_busy  # (the real one: ``spare_core`` replaces it in each test)
 
@@ -71,7 +74,7 @@ async def test_a_message_sent_during_the_spin_is_taken_without_parking(window, s
             nursery.start_soon(_soon, os.write, b.fileno(), b"call")
             before = _counts()
             assert await bare_io.read_once(a, True) == b"call"
-        assert _more(before) == {"parks": 0, "spun": 1, "skipped": 0, "busy": 0}
+        assert _more(before) == {"parks": 0, "spun": 1, "skipped": 0, "busy": 0, "shared": 0}
 
 
 async def test_a_window_of_zero_parks_at_once_as_before(window):
@@ -82,13 +85,13 @@ async def test_a_window_of_zero_parks_at_once_as_before(window):
             nursery.start_soon(_soon, os.write, b.fileno(), b"call")
             before = _counts()
             assert await bare_io.read_once(a, True) == b"call"
-        assert _more(before) == {"parks": 1, "spun": 0, "skipped": 0, "busy": 0}
+        assert _more(before) == {"parks": 1, "spun": 0, "skipped": 0, "busy": 0, "shared": 0}
         # and without spin asked for, whatever the window
         window(bare_io.MAX_SPIN_US)
         os.write(b.fileno(), b"next")
         before = _counts()
         assert await bare_io.read_once(a) == b"next"
-        assert _more(before) == {"parks": 1, "spun": 0, "skipped": 0, "busy": 0}
+        assert _more(before) == {"parks": 1, "spun": 0, "skipped": 0, "busy": 0, "shared": 0}
 
 
 async def test_a_spinning_wait_is_cancelled_at_its_next_checkpoint(window, still_clock):
@@ -102,7 +105,7 @@ async def test_a_spinning_wait_is_cancelled_at_its_next_checkpoint(window, still
                 await bare_io.read_once(a, True)
                 pytest.fail("not cancelled")
         assert scope.cancelled_caught
-        assert _more(before) == {"parks": 0, "spun": 0, "skipped": 0, "busy": 0}
+        assert _more(before) == {"parks": 0, "spun": 0, "skipped": 0, "busy": 0, "shared": 0}
 
 
 async def test_a_deadline_passing_during_the_spin_ends_it(autojump_clock, window, still_clock):
@@ -117,7 +120,7 @@ async def test_a_deadline_passing_during_the_spin_ends_it(autojump_clock, window
                 await bare_io.read_once(a, True)
         assert scope.cancelled_caught
         assert trio.current_time() - start == 10.0
-        assert _more(before) == {"parks": 0, "spun": 0, "skipped": 0, "busy": 0}
+        assert _more(before) == {"parks": 0, "spun": 0, "skipped": 0, "busy": 0, "shared": 0}
 
 
 async def test_a_deadline_past_the_spin_ends_the_parked_wait_as_before(autojump_clock, window):
@@ -130,12 +133,12 @@ async def test_a_deadline_past_the_spin_ends_the_parked_wait_as_before(autojump_
             await bare_io.read_once(a, True)
         assert scope.cancelled_caught
         assert trio.current_time() - start == 5.0  # (the clock jumped once it parked)
-        assert _more(before) == {"parks": 1, "spun": 0, "skipped": 0, "busy": 0}
+        assert _more(before) == {"parks": 1, "spun": 0, "skipped": 0, "busy": 0, "shared": 0}
 
 
 async def test_the_idle_sweeps_close_or_a_closed_socket_ends_the_spin(window, still_clock):
     window(bare_io.MAX_SPIN_US)
-    conn = types.SimpleNamespace(closing=False, waited=0.0)
+    conn = _conn()
     a, b = trio.socket.socketpair()
     with a, b:
         before = _counts()
@@ -147,7 +150,7 @@ async def test_the_idle_sweeps_close_or_a_closed_socket_ends_the_spin(window, st
             nursery.start_soon(_soon, a.close)
             with pytest.raises(trio.ClosedResourceError):
                 await bare_io.read_once(a, True)
-        assert _more(before) == {"parks": 0, "spun": 0, "skipped": 0, "busy": 0}
+        assert _more(before) == {"parks": 0, "spun": 0, "skipped": 0, "busy": 0, "shared": 0}
 
 
 async def test_calls_over_the_bare_path_are_answered_with_the_spin_on_and_off(window):
@@ -224,8 +227,11 @@ async def _waits(clock, conn, seconds_each):
     return spun, _more(before)["skipped"]
 
 
-def _conn():
-    return types.SimpleNamespace(closing=False, waited=0.0)
+def _conn(warm=bare_io.WARM_WAITS):
+    """A connection past its warm-up (its waits learned), alone in this process: no call began
+    since its last one (``bare_io.CALLS``, which the tests' calls leave with none in flight)."""
+    return types.SimpleNamespace(closing=False, waited=0.0, warm=warm,
+                                 began=bare_io.CALLS.began)
 
 
 async def test_a_connection_whose_answers_come_within_the_window_spins(window, clock):
@@ -270,7 +276,7 @@ async def test_a_window_of_zero_parks_at_once_and_learns_nothing(window, clock):
     before = _counts()
     spun, _ = await _waits(clock, conn, [10e-6, 5e-3])
     assert spun == [False, False] and conn.waited == 0.0
-    assert _more(before) == {"parks": 2, "spun": 0, "skipped": 0, "busy": 0}
+    assert _more(before) == {"parks": 2, "spun": 0, "skipped": 0, "busy": 0, "shared": 0}
 
 
 # No core to spare: a spin would take the core that the peer or a third process needs.
@@ -285,7 +291,7 @@ async def test_a_machine_with_no_core_to_spare_parks_at_once(window, still_clock
             nursery.start_soon(_soon, os.write, b.fileno(), b"call")
             before = _counts()
             assert await bare_io.read_once(a, True, _conn()) == b"call"
-        assert _more(before) == {"parks": 1, "spun": 0, "skipped": 0, "busy": 1}
+        assert _more(before) == {"parks": 1, "spun": 0, "skipped": 0, "busy": 1, "shared": 0}
 
 
 def _look(monkeypatch, cpus, runnable):
@@ -366,3 +372,171 @@ async def test_the_look_at_the_machine_is_taken_once_per_period(window, monkeypa
     clock.now += bare_io.LOAD_EVERY_S
     await _waits(clock, conn, [20e-6])
     assert len(looks) == 2
+
+
+# The step's shape (``bare_io.Calls``): a wait spins only while its connection is the process's
+# only one at work. Fed the calls' beginnings and ends as each process of a step sees them.
+
+
+def _conns(n):
+    return [types.SimpleNamespace(began=-1) for _ in range(n)]
+
+
+def test_a_trivial_step_is_alone_on_both_sides():
+    client, worker = bare_io.Calls(), bare_io.Calls()
+    (to_worker,), (from_client,) = _conns(1), _conns(1)
+    for _ in range(3):  # step after step
+        client.begin(to_worker)  # RunGraph sent: the client awaits its answer
+        assert client.alone(to_worker, own=1)
+        worker.begin(from_client)  # the worker reads it, answers
+        worker.end()
+        assert worker.alone(from_client, own=0)  # and awaits the next call: spins
+        client.end()
+    assert client.flying == worker.flying == 0
+
+
+def test_a_parameter_server_step_is_shared_in_every_process():
+    client, worker, ps = bare_io.Calls(), bare_io.Calls(), bare_io.Calls()
+    to_worker, to_ps = _conns(2)
+    from_client, worker_to_ps = _conns(2)
+    ps_from_client, ps_from_worker = _conns(2)
+    # the client's two RunGraphs in flight at once: neither answer's wait spins
+    client.begin(to_worker)
+    assert client.alone(to_worker, own=1)  # (until the second begins: a spin ends then)
+    client.begin(to_ps)
+    assert not client.alone(to_worker, own=1) and not client.alone(to_ps, own=1)
+    # the worker pulls the parameters from the ps while it serves its RunGraph
+    worker.begin(from_client)
+    worker.begin(worker_to_ps)
+    assert not worker.alone(worker_to_ps, own=1)
+    ps.begin(ps_from_client)
+    ps.begin(ps_from_worker)
+    ps.end()  # the pull answered: the ps's wait for the worker's next call is shared
+    assert not ps.alone(ps_from_worker, own=0)
+    worker.end()
+    worker.end()  # the worker answered its RunGraph; a pull began during that call
+    assert not worker.alone(from_client, own=0)
+    ps.end()
+    assert not ps.alone(ps_from_client, own=0)
+    client.end()
+    client.end()
+    assert client.flying == worker.flying == ps.flying == 0
+    # the next step alone (a trivial step on the same cluster): alone again
+    client.begin(to_worker)
+    assert client.alone(to_worker, own=1)
+    worker.begin(from_client)
+    worker.end()
+    assert worker.alone(from_client, own=0)
+
+
+def test_a_call_still_in_flight_from_before_makes_a_wait_shared():
+    calls = bare_io.Calls()
+    slow, fast = _conns(2)
+    calls.begin(slow)  # e.g. a long pull, begun first
+    calls.begin(fast)
+    calls.end()  # fast's call answered, before the pull
+    assert not calls.alone(fast, own=0)  # the pull is still in flight
+    calls.end()  # the pull ends: none in flight, none began since fast's: alone
+    assert calls.alone(fast, own=0)
+
+
+def test_the_rules_decision_from_its_facts():
+    never = lambda: pytest.fail("no look at the machine where the rule already parked")  # noqa: E731
+    window = 200e-6
+    assert bare_io.decide(0.0, True, 0.0, never) == "off"
+    assert bare_io.decide(window, False, 0.0, never) == "shared"
+    assert bare_io.decide(window, False, 1.0, never) == "shared"  # (shared is said first)
+    assert bare_io.decide(window, True, 2 * window + 1e-9, never) == "skipped"
+    assert bare_io.decide(window, True, 2 * window, lambda: True) == "busy"
+    assert bare_io.decide(window, True, 0.0, lambda: False) == "spin"
+
+
+async def test_a_shared_steps_wait_parks_at_once_and_is_not_learned(window, still_clock):
+    window(bare_io.MAX_SPIN_US)
+    conn = _conn()
+    conn.began -= 1  # another call began since this connection's
+    a, b = trio.socket.socketpair()
+    with a, b:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_soon, os.write, b.fileno(), b"call")
+            before = _counts()
+            assert await bare_io.read_once(a, True, conn) == b"call"
+        assert _more(before) == {"parks": 1, "spun": 0, "skipped": 0, "busy": 0, "shared": 1}
+    assert conn.waited == 0.0
+
+
+async def _begin_then_answer(other, sock):
+    """Another call begins in this process (at the spin's first checkpoint); once every task
+    waits (the spin parked), the answer comes."""
+    bare_io.CALLS.begin(other)
+    try:
+        await trio.testing.wait_all_tasks_blocked()
+    finally:
+        bare_io.CALLS.end()
+    os.write(sock.fileno(), b"answer")
+
+
+async def test_a_call_beginning_during_the_spin_ends_it(window, still_clock):
+    window(bare_io.MAX_SPIN_US)
+    conn = _conn()
+    a, b = trio.socket.socketpair()
+    with a, b:
+        before = _counts()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_begin_then_answer, types.SimpleNamespace(began=-1), b)
+            assert await bare_io.read_once(a, True, conn) == b"answer"
+        assert _more(before) == {"parks": 1, "spun": 0, "skipped": 0, "busy": 0, "shared": 1}
+
+
+def test_a_connections_warm_up_is_not_learned():
+    window = 200e-6
+    conn = _conn(warm=0)
+    for _ in range(bare_io.WARM_WAITS):  # a fresh client's first calls: registered, prepared
+        bare_io.learn_wait(conn, 0.5, window)
+    assert conn.waited == 0.0 and conn.warm == bare_io.WARM_WAITS
+    bare_io.learn_wait(conn, 0.5, window)  # then its steps are
+    assert conn.waited == 4 * window
+
+
+def test_the_cgroups_quota_in_whole_cpus():
+    assert bare_io.quota_cpus("max", "100000") is None  # no quota
+    assert bare_io.quota_cpus("-1", "100000") is None  # (cgroup v1's none)
+    assert bare_io.quota_cpus("50000", "100000") == 0
+    assert bare_io.quota_cpus("150000", "100000") == 1  # 1.5 CPUs: a spinning pair throttled
+    assert bare_io.quota_cpus("200000", "100000") == 2
+    assert bare_io.quota_cpus("100000", "0") is None and bare_io.quota_cpus("", "x") is None
+
+
+def test_a_quota_under_two_cpus_is_one_cpu_never_spun_on(monkeypatch):
+    monkeypatch.setattr(bare_io, "_runnable", lambda: 1)
+    monkeypatch.setattr(bare_io, "_quota", [1])
+    assert bare_io._cpus() == 1 and _machine_busy(1.0)
+    monkeypatch.setattr(bare_io, "_quota", [None])
+    if len(os.sched_getaffinity(0)) > 1:
+        assert bare_io._cpus() == len(os.sched_getaffinity(0)) and not _machine_busy(1.0)
+
+
+async def test_calls_are_counted_on_both_sides_and_none_left_in_flight(window):
+    window(0)
+    worker = FakeWorker()
+    flying = bare_io.CALLS.flying
+    async with open_http_server(worker) as server:
+        async with TrioHttpChannel(server.address, bare=True) as channel:
+            with trio.fail_after(20):
+                began = bare_io.CALLS.began
+                for _ in range(3):
+                    assert (await channel.health()).incarnation == 7
+                assert bare_io.CALLS.began == began + 6  # the client's three, the server's
+                assert bare_io.CALLS.flying == flying
+                async with trio.open_nursery() as nursery:
+                    async def pull(scope):
+                        with scope:
+                            await channel.recv_tensors(RecvTensors(1, ["never"]))
+                    scope = trio.CancelScope()
+                    nursery.start_soon(pull, scope)
+                    await worker.waiter_arrived.wait()
+                    assert bare_io.CALLS.flying == flying + 2  # in flight on both sides
+                    scope.cancel()  # the client leaves midway: the server's call cancelled
+                await worker.recv_cancelled.wait()
+                await trio.testing.wait_all_tasks_blocked()
+                assert bare_io.CALLS.flying == flying

@@ -54,7 +54,7 @@ from typing import Any, Final
 import trio
 
 from transports.http import bulk_io, cross_memory
-from transports.http.bare_io import RECV as _RECV, RequestBody as _Body, \
+from transports.http.bare_io import CALLS as _CALLS, RECV as _RECV, RequestBody as _Body, \
     ServerConnection as _Connection, read_once as _read, small_pieces as _small_pieces, \
     write_now as _write_now
 from transports.http.body import BodyTimeout, PeerGone, read_frame
@@ -214,6 +214,7 @@ class BareService:
             length, call_id, index, flags, timeout = REQUEST.unpack(head)
         conn.active = True
         server._in_flight += 1
+        _CALLS.begin(conn)  # (a spin elsewhere in this process sits this call out)
         self.calls += 1
         name, status, keep = "unmatched", 500, True
         try:
@@ -253,6 +254,7 @@ class BareService:
             raise
         finally:
             server._in_flight -= 1
+            _CALLS.end()
             server._by_status[name, status] += 1
             conn.active = False
 
@@ -412,7 +414,7 @@ class BareConnection:
     """A client connection that passed the handshake; one call at a time."""
 
     __slots__ = ("stream", "sock", "peer", "bulk", "pending", "next_id", "reused", "answered",
-                 "midway", "_lent_size", "waited", "watch", "stall")
+                 "midway", "_lent_size", "waited", "warm", "began", "watch", "stall")
     closing = False  # (no idle sweep closes a client's connection: ``read_once``)
 
     def __init__(self, stream: trio.SocketStream) -> None:
@@ -426,6 +428,8 @@ class BareConnection:
         self.midway = False  # a call began and has not returned its reply (cancelled, failed)
         self._lent_size = 0
         self.waited = 0.0  # the recent answers' waits, estimated (``read_once``'s spin rule)
+        self.warm = 0  # its waits so far, up to WARM_WAITS (``learn_wait``)
+        self.began = -1  # CALLS.began when its last call began (the client's ``_bare_call``)
         self.watch = None  # a scope the answer's next byte is due in (``stall`` s), or None
         self.stall = math.inf  # (the client's channel sets its ``stall_timeout``)
 
@@ -521,7 +525,8 @@ class BareConnection:
 
     async def _fill(self, eager: bool = True) -> None:
         if not eager:  # nothing can be there yet: the server has not seen the request run
-            data = await _read(self.sock, True, self)  # (spinning first where answers come soon)
+            data = await _read(self.sock, True, self, 1)  # (spinning first where answers come
+            # soon and this call is the process's only one at work: ``bare_io``)
         else:
             try:  # what is there already costs no scheduler pass
                 data = os.read(self.sock.fileno(), _RECV)

@@ -14,21 +14,33 @@ I/O is polled between tries, cancellation and deadlines act at the checkpoint as
 wait. A message taken during the spin costs no blocked-process wake-up (a halted vCPU woken by
 the hypervisor, 25-45 us on the project's machine) and finds the caches warmer.
 
+A spin sits out a step that involves more than one peer (:class:`Calls`): a process counts
+its bare calls, both sides, begun and in flight, and a wait spins only while its connection is
+the process's only one at work: the client's wait for an answer with no other call in flight,
+the server's wait for the next call when no other call began since this connection's last one
+and none is in flight. A parameter-server step (a client with RunGraphs to the worker and the
+ps at once, a worker serving a RunGraph while it pulls from the ps, a ps serving both) parks at
+once everywhere; a trivial step (one client, one worker) spins. A call that begins in the
+process while a wait spins ends the spin (it parks).
+
 The spin is adaptive per connection (as glibc's adaptive mutexes and the JVM's adaptive locks
 are): each wait's duration, from its start to its data, spun or parked, is folded into the
 connection's ``waited`` (:func:`learn_wait`), and a wait spins only while that estimate is within
-twice the window. A connection whose answers take longer (a PS MLP step's calls, a large pull, a
-worker waiting for the next call of a slower loop) parks at once and burns nothing; a parked
-wait whose data came within the window brings the spin back.
+twice the window. A connection whose answers take longer (a large pull, a worker waiting for
+the next call of a slower loop) parks at once and burns nothing; a parked wait whose data came
+within the window brings the spin back. A connection's first :data:`WARM_WAITS` waits (its
+client's warm-up: graphs registered, first steps prepared) and the waits of shared steps are
+not learned.
 
 A spin also needs a core to spare (:func:`machine_busy`): a process that may run on one CPU
-only never spins (its peer would wait for the spinner's time slice), and a wait parks at once
-while the machine's runnable threads, the waiter included, outnumber the CPUs it may run on (a
-third runnable process beside a spinning pair: measured, a trivial step then took 0.30 ms
-spinning or parked, so the spin only burns CPU that the third or the peer needs). The look
-(``/proc/loadavg``, machine-wide; a cgroup's CPU quota is not looked at) is taken once per
-:data:`LOAD_EVERY_S` per process. ``COUNTS`` holds the waits that parked, the messages the spin
-took, and the waits that parked at once by the connection's rule or for want of a core.
+only (its affinity, or its cgroup's CPU quota under two CPUs) never spins (its peer would wait
+for the spinner's time slice), and a wait parks at once while the machine's runnable threads,
+the waiter included, outnumber the CPUs it may run on (a third runnable process beside a
+spinning pair: measured, a trivial step then took 0.30 ms spinning or parked, so the spin only
+burns CPU that the third or the peer needs). The look (``/proc/loadavg``, machine-wide) is
+taken once per :data:`LOAD_EVERY_S` per process. ``COUNTS`` holds the waits that parked, the
+messages the spin took, and the waits that parked at once by the connection's rule, for want
+of a core, or for a step shared with another call.
 
 Nothing here knows about asyncflow.
 """
@@ -47,17 +59,20 @@ from transports.http.guard import GuardedConnection
 from transports.http.protocol import JOIN_BYTES
 from transports.wire import ChecksumTrailer
 
-__all__ = ["COUNTS", "LOAD_EVERY_S", "RECV", "RequestBody", "SPIN_ENV", "ServerConnection",
-           "learn_wait", "machine_busy", "read_once", "set_spin_window", "small_pieces",
-           "spin_window_s", "write_now"]
+__all__ = ["CALLS", "COUNTS", "Calls", "LOAD_EVERY_S", "RECV", "RequestBody", "SPIN_ENV",
+           "ServerConnection", "WARM_WAITS", "decide", "learn_wait", "machine_busy",
+           "quota_cpus", "read_once", "set_spin_window", "small_pieces", "spin_window_s",
+           "write_now"]
 
 RECV: Final = 64 * 1024
 SPIN_ENV: Final = "ASYNCFLOW_BARE_SPIN_US"
 DEFAULT_SPIN_US: Final = 0.0  # off: PS MLP rounds over target with it on (bench/RESULTS.md)
 MAX_SPIN_US: Final = 1000.0  # the project's time slice: a longer spin would starve the machine
-COUNTS = {"parks": 0, "spun": 0, "skipped": 0, "busy": 0}  # waits that parked; messages a
-# spin took; waits that parked at once where a spin was asked for, their connection's answers
-# having come late ("skipped") or the machine having no core to spare ("busy") (tests)
+COUNTS = {"parks": 0, "spun": 0, "skipped": 0, "busy": 0, "shared": 0}  # waits that parked;
+# messages a spin took; waits that parked at once where a spin was asked for, their
+# connection's answers having come late ("skipped"), the machine having no core to spare
+# ("busy"), or another call being at work in the process ("shared"; also a spin ended so) (tests)
+WARM_WAITS: Final = 16  # a connection's first waits, not learned (its client's warm-up)
 LOAD_EVERY_S: Final = 0.005  # how often a spinning process looks at the machine's run queue
 _clock = time.perf_counter  # (a test may set its own)
 _spin: list = []  # [the window in seconds], read from the environment on first use
@@ -93,10 +108,44 @@ def set_spin_window(us: float | None) -> None:
 
 
 def _cpus() -> int:
+    """The CPUs this process may run on at once: its affinity's, fewer where its cgroup's CPU
+    quota (read once per process) allows fewer."""
     try:
-        return len(os.sched_getaffinity(0))
+        cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # (not Linux)
-        return os.cpu_count() or 1
+        cpus = os.cpu_count() or 1
+    if not _quota:
+        _quota.append(_read_quota())
+    return cpus if _quota[0] is None else min(cpus, _quota[0])
+
+
+_quota: list = []  # [whole CPUs the cgroup's quota allows, or None: no quota]
+
+
+def quota_cpus(quota: str, period: str) -> int | None:
+    """Whole CPUs a CFS quota allows (``cpu.max``'s two fields, or cgroup v1's
+    ``cfs_quota_us`` and ``cfs_period_us``): quota // period, None where there is no quota
+    ("max", -1) or the text is not of that form. 1.5 CPUs is 1: a spinning pair would be
+    throttled."""
+    try:
+        q, t = int(quota), int(period)
+    except ValueError:
+        return None
+    return None if q < 0 or t <= 0 else q // t
+
+
+def _read_quota() -> int | None:
+    for paths in (("/sys/fs/cgroup/cpu.max",),
+                  ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "/sys/fs/cgroup/cpu/cpu.cfs_period_us")):
+        try:
+            fields = []
+            for path in paths:
+                with open(path, "rb") as handle:
+                    fields += handle.read().decode("ascii", "replace").split()
+        except OSError:
+            continue
+        return quota_cpus(*fields[:2]) if len(fields) >= 2 else None
+    return None
 
 
 def _runnable() -> int | None:
@@ -128,25 +177,76 @@ def machine_busy(now: float) -> bool:
     return busy
 
 
-async def read_once(sock: Any, spin: bool = False, conn: Any = None) -> bytes:
+class Calls:
+    """A process's bare calls, both sides: how many began (``began``) and how many are in
+    flight (``flying``); a connection notes the count when its own call begins
+    (``conn.began``). Nothing here does I/O: :func:`read_once` asks :meth:`alone`."""
+
+    __slots__ = ("began", "flying")
+
+    def __init__(self) -> None:
+        self.began = 0
+        self.flying = 0
+
+    def begin(self, conn: Any) -> None:
+        """``conn``'s call begins (the client: before its request; the server: its header read)."""
+        self.began += 1
+        self.flying += 1
+        conn.began = self.began
+
+    def end(self) -> None:
+        """A call that :meth:`begin` counted ended (answered, failed or cancelled)."""
+        self.flying -= 1
+
+    def alone(self, conn: Any, own: int) -> bool:
+        """Whether ``conn`` is the process's only connection at work: no call began since its
+        own last one, and no call is in flight but its own (``own``: 1 where the waiter's
+        call is still in flight, the client awaiting its answer; 0 for the server awaiting
+        the next call)."""
+        return self.began == conn.began and self.flying <= own
+
+
+CALLS = Calls()  # this process's
+
+
+def decide(window: float, alone: bool, waited: float, no_core: Any) -> str:
+    """Whether a wait spins (``"spin"``) or why it parks at once: ``"off"`` (no window),
+    ``"shared"`` (another call at work in the process: a step with more than one peer),
+    ``"skipped"`` (the connection's recent waits, ``waited`` s, over twice the window),
+    ``"busy"`` (``no_core()``, asked last: no core to spare)."""
+    if not window:
+        return "off"
+    if not alone:
+        return "shared"
+    if waited > 2 * window:
+        return "skipped"
+    return "busy" if no_core() else "spin"
+
+
+def _no_core() -> bool:
+    now = _clock()
+    return _busy[1] if now < _busy[0] else machine_busy(now)
+
+
+async def read_once(sock: Any, spin: bool = False, conn: Any = None, own: int = 0) -> bytes:
     """The next bytes of a trio socket that had none a moment ago (b"" at EOF): one wait, one
     read (trio's ``recv`` would try the read again before waiting). With ``spin``, first
     non-blocking reads, each after a checkpoint, for :func:`spin_window_s` (see the module).
-    A ``conn`` makes the spin adaptive: its ``waited`` (seconds, the recent waits' estimate
-    that :func:`learn_wait` keeps) above twice the window parks at once; its ``closing`` set
-    meanwhile (what ``trio.lowlevel.notify_closing`` tells a parked wait) ends the spin with
+    A ``conn`` makes the spin adaptive and alone (:func:`decide`): its ``waited`` (seconds,
+    the recent waits' estimate that :func:`learn_wait` keeps) above twice the window parks at
+    once, and so does another call of the process at work (:data:`CALLS`, ``conn.began``;
+    ``own``: 1 where ``conn``'s call is in flight); its ``closing`` set meanwhile (what
+    ``trio.lowlevel.notify_closing`` tells a parked wait) ends the spin with
     ``ClosedResourceError``."""
     window = (_spin[0] if _spin else spin_window_s()) if spin else 0.0
     if not window:
         COUNTS["parks"] += 1
         return await _park(sock)
     start = _clock()
-    if conn is not None and conn.waited > 2 * window:  # recent answers came late
-        COUNTS["skipped"] += 1
-    elif (_busy[1] if start < _busy[0] else machine_busy(start)):  # no core to spare
-        COUNTS["busy"] += 1
-    else:
-        end = start + window
+    alone = conn is None or CALLS.alone(conn, own)
+    why = decide(window, alone, 0.0 if conn is None else conn.waited, _no_core)
+    if why == "spin":
+        end, began = start + window, CALLS.began
         while True:
             await trio.lowlevel.checkpoint()  # (cancelled, past its deadline: raises here)
             fd = sock.fileno()
@@ -157,15 +257,20 @@ async def read_once(sock: Any, spin: bool = False, conn: Any = None) -> bytes:
             except BlockingIOError:
                 if _clock() >= end:
                     break
+                if CALLS.began != began and conn is not None:  # another call: park
+                    why = "shared"
+                    break
                 os.sched_yield()  # a process runnable on this core (the peer?) runs first
                 continue
             COUNTS["spun"] += 1
             if conn is not None:
                 learn_wait(conn, _clock() - start, window)
             return data
+    if why != "spin":
+        COUNTS[why] += 1
     COUNTS["parks"] += 1
     data = await _park(sock)
-    if conn is not None:  # (parked: was the answer still within the window?)
+    if conn is not None and why != "shared":  # (parked: was the answer within the window?)
         learn_wait(conn, _clock() - start, window)
     return data
 
@@ -175,7 +280,13 @@ def learn_wait(conn: Any, seconds: float, window: float) -> None:
     the mean of the estimate and the wait, the wait counted at most 8 windows (one long idle
     wait costs at most three short ones before the spin is back). :func:`read_once` spins while
     the estimate is within 2 windows: a parked wait runs longer than the spin would have, by
-    the wake-ups of both sides (its peer parked too), so 1 would keep a loop that parks parked."""
+    the wake-ups of both sides (its peer parked too), so 1 would keep a loop that parks
+    parked. The waits of a shared step are not learned (:func:`read_once`). A connection's first
+    :data:`WARM_WAITS` waits (``conn.warm`` counts them) are not learned: its client's
+    warm-up (graphs registered, first steps prepared) says nothing of its steps."""
+    if conn.warm < WARM_WAITS:
+        conn.warm += 1
+        return
     conn.waited = (conn.waited + min(seconds, 8 * window)) * 0.5
 
 
@@ -220,7 +331,7 @@ def write_now(sock: Any, pieces: list) -> bytes:
 
 
 class ServerConnection(GuardedConnection):
-    __slots__ = ("closing", "pending", "waiting", "waited", "prepared")
+    __slots__ = ("closing", "pending", "waiting", "waited", "warm", "began", "prepared")
 
     def __init__(self, stream: Any, now: float) -> None:
         super().__init__(stream, now)
@@ -228,6 +339,8 @@ class ServerConnection(GuardedConnection):
         self.waiting = False  # waiting for the next call (idle since ``idle_since``)
         self.closing = False  # the idle sweep closes it (a spinning wait looks at this)
         self.waited = 0.0  # the recent waits for a call, estimated (``read_once``'s spin rule)
+        self.warm = 0  # its waits so far, up to WARM_WAITS (``learn_wait``)
+        self.began = -1  # CALLS.began when its last call began (``Calls.alone``)
         self.prepared = None  # the last RunGraph reply's prepared signature (``bare._reply``)
 
     async def receive(self, deadline: float) -> bytes:

@@ -52,6 +52,7 @@ from typing import Any, Final
 import trio
 
 from transports.http import bare, bulk_io, cross_memory, same_host as _same_host
+from transports.http.bare_io import CALLS
 from transports.http.bulk_io import BULK_BYTES, BulkReader
 from transports.http.framing import MessageReader
 from transports.http.protocol import (
@@ -298,8 +299,12 @@ class TrioHttpChannel(Channel):
             done = False
             try:  # (a stalled answer, as _request's: the connection's own scope, see ``call``)
                 conn.stall, conn.bulk.patience = self._stall_timeout, self._stall_timeout / 4
-                reply, lent = await conn.call(_RPC_INDEX[rpc.method], buffers, timeout,
-                                              self._lend, self._limits)
+                CALLS.begin(conn)  # (counted for the same-host spin's rule: ``bare_io``)
+                try:
+                    reply, lent = await conn.call(_RPC_INDEX[rpc.method], buffers, timeout,
+                                                  self._lend, self._limits)
+                finally:
+                    CALLS.end()
                 done = True
             except (*_BROKEN, TransportUnavailable) as exc:
                 if conn.reused and not conn.answered and attempt == 0:
