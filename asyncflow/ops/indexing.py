@@ -9,6 +9,7 @@ Theory of operation:
   ``IndexedSlices`` (the incoming rows and the flat ids, never a dense table); along another
   axis or with batch dims it is dense: an ``UnsortedSegmentSum`` of the incoming gradient into
   the gathered rows (repeated indices add), which is also how an IndexedSlices densifies.
+  On params of unknown rank both gradients compute every dim when they run, as TF1's.
 - The segment sums live here, not in ``ops/segment.py``, because gather's gradient is one and
   theirs is a gather.
 
@@ -27,9 +28,9 @@ from asyncflow.graph.shape import TensorShape
 from asyncflow.graph.indexed_slices import IndexedSlices, register_densifier
 from asyncflow.ops import math as math_ops
 from asyncflow.ops import sources
-from asyncflow.ops.array import reshape
+from asyncflow.ops.array import reshape, shape, size
 from asyncflow.ops.construct import INTEGER, as_tensor, check_dtype, make, static_value
-from asyncflow.ops.layout import transpose
+from asyncflow.ops.layout import concat, stack, transpose
 from asyncflow.ops.shapes import (
     dims_of, dims_product, dims_vector, normalize_axis, shape_of, static_ints,
 )
@@ -103,9 +104,9 @@ def gather(params, indices, axis=0, batch_dims=0, name=None, validate_indices=No
 def _gather_grad(op, grad):
     params, indices = op.inputs
     a, b = op.get_attr("axis"), op.get_attr("batch_dims")
-    if a < 0:  # built on params of unknown rank (TF1 takes the rank when the gradient runs)
-        if params.shape.ndims is None:
-            raise ValueError(f"GatherV2 {op.name!r}: its gradient needs the rank of params")
+    if params.shape.ndims is None:
+        return [_unknown_rank_gather_grad(params, indices, grad, a, b), None]
+    if a < 0:  # built on params of unknown rank, which became known since
         a += params.shape.ndims
     p_dims, i_dims = dims_of(params), dims_of(indices)
     if a == 0 and b == 0:
@@ -129,6 +130,28 @@ def _gather_grad(op, grad):
     back = list(builtins.range(b)) + list(builtins.range(b + 1, a + 1)) + [b] + \
         list(builtins.range(a + 1, len(p_dims)))
     return [unflat if back == sorted(back) else transpose(unflat, back), None]
+
+
+def _unknown_rank_gather_grad(params, indices, grad, a, b):
+    """The gradient of a gather from params of unknown rank, every dim computed when it runs
+    (TF1's, whose axis is a tensor; a negative ``a`` slices the shape from the end). Along axis
+    0 an IndexedSlices; else ``grad`` as ``[batch, outer, ids, inner]`` summed into
+    ``batch * params.shape[a]`` rows, then put back in place."""
+    with params.graph.colocate_with(params.op):
+        dims = shape(params)
+    if a == 0 and b == 0:
+        count = reshape(size(indices), [1])
+        values = reshape(grad, concat([count, dims[1:]], 0))
+        return IndexedSlices(values, reshape(indices, [-1]), dims)
+    batch, outer, inner = (math_ops.reduce_prod(d) for d in (dims[:b], dims[b:a], dims[a:][1:]))
+    rows = dims[a]
+    moved = transpose(reshape(grad, stack([batch, outer, -1, inner])), [0, 2, 1, 3])
+    offsets = math_ops.cast(math_ops.multiply(sources.range(0, batch), rows), indices.dtype)
+    ids = math_ops.add(reshape(indices, stack([batch, -1])), reshape(offsets, [-1, 1]))
+    summed = unsorted_segment_sum(reshape(moved, stack([-1, outer, inner])), reshape(ids, [-1]),
+                                  math_ops.multiply(batch, rows))
+    back = transpose(reshape(summed, stack([batch, rows, outer, inner])), [0, 2, 1, 3])
+    return reshape(back, dims)
 
 
 # -- gather_nd -----------------------------------------------------------------------------------
@@ -173,7 +196,6 @@ def gather_nd(params, indices, name=None, batch_dims=0):
 def _batch_gather_nd(params, indices, batch_dims, name):
     """Each of the leading ``batch_dims`` entries' index tuples into its own params: one plain
     GatherNd over the batch-flattened params, the batch's number prepended to every tuple."""
-    from asyncflow.ops.layout import concat
     from asyncflow.ops.sources import ones_like, range as _range
     p_dims, i_dims = dims_of(params), dims_of(indices)
     depth = i_dims[-1] if i_dims else None
@@ -206,19 +228,26 @@ def _batch_gather_nd(params, indices, batch_dims, name):
 def _gather_nd_grad(op, grad):
     params, indices = op.inputs
     depth = indices.shape.dims[-1] if indices.shape.ndims else None
-    if depth is None or params.shape.ndims is None:
+    if depth is None:
         raise ValueError(f"the gradient of GatherNd {op.name} needs the static last dim of "
-                         "its indices and the rank of its params")
-    p_dims = dims_of(params)
+                         "its indices")
+    if params.shape.ndims is None:  # every dim computed when the gradient runs, as TF1's
+        with params.graph.colocate_with(params.op):
+            dims = shape(params)
+        lead = [dims[k] for k in builtins.range(depth)]
+        rows_shape, full = concat([[-1], dims[depth:]], 0), dims
+    else:
+        p_dims = dims_of(params)
+        lead, full = p_dims[:depth], dims_vector(p_dims)
+        rows_shape = dims_vector([-1] + p_dims[depth:])
     flat = None  # row-major position of each index tuple among the first ``depth`` dims
     for k in builtins.range(depth):
         column = math_ops.cast(indices[..., k], dtypes.int32)
-        flat = column if flat is None else math_ops.add(math_ops.multiply(flat, p_dims[k]),
+        flat = column if flat is None else math_ops.add(math_ops.multiply(flat, lead[k]),
                                                         column)
-    rest = p_dims[depth:]
-    rows = reshape(grad, dims_vector([-1] + rest))
-    summed = unsorted_segment_sum(rows, reshape(flat, [-1]), dims_product(p_dims[:depth]))
-    return [reshape(summed, dims_vector(p_dims)), None]
+    rows = reshape(grad, rows_shape)
+    summed = unsorted_segment_sum(rows, reshape(flat, [-1]), dims_product(lead))
+    return [reshape(summed, full), None]
 
 
 def _sparse_gather_grad(params, indices, grad, p_dims, i_dims):
@@ -340,7 +369,7 @@ def boolean_mask(tensor, mask, name=None, axis=None):
         ValueError: if the mask's rank is unknown or 0, or its shape does not fit the tensor's.
     """
     from asyncflow.ops.array import shape as _shape
-    from asyncflow.ops.layout import concat, squeeze
+    from asyncflow.ops.layout import squeeze
     tensor, mask = as_tensor(tensor), as_tensor(mask)
     axis = 0 if axis is None else int(axis)
     k = mask.shape.ndims
