@@ -23,8 +23,9 @@ from asyncflow.ops.embedding import (  # noqa: F401
     dynamic_partition, dynamic_stitch, embedding_lookup,
 )
 from asyncflow.ops.indexing import (  # noqa: F401
-    gather, gather_nd, segment_sum, slice, strided_slice, unsorted_segment_sum,
+    gather, gather_nd, segment_sum, unsorted_segment_sum,
 )
+from asyncflow.ops.slicing import slice, strided_slice  # noqa: F401
 from asyncflow.ops.segment import (  # noqa: F401
     segment_max, segment_mean, segment_min, segment_prod, sparse_segment_mean,
     sparse_segment_sqrt_n, sparse_segment_sum, unsorted_segment_max, unsorted_segment_mean,

@@ -25,6 +25,7 @@ from asyncflow.ops import math as _math
 from asyncflow.ops import nn as _nn
 from asyncflow.ops import nn_conv as _nn_conv
 from asyncflow.ops import nn_conv1d as _nn_conv1d
+from asyncflow.ops import slicing as _slicing
 from asyncflow.ops.construct import as_tensor, graph_of
 from asyncflow.ops.control_flow import cond
 from asyncflow.ops.init_ops import Ones, Zeros
@@ -249,7 +250,7 @@ def flatten(inputs, name=None, data_format="channels_last"):
         dims = inputs.shape.as_list() if inputs.shape.ndims is not None else None
         if dims is not None and all(d is not None for d in dims[1:]):
             return _array.reshape(inputs, [-1, int(np.prod(dims[1:], dtype=np.int64))])
-        batch = _indexing.strided_slice(_array.shape(inputs), [0], [1])
+        batch = _slicing.strided_slice(_array.shape(inputs), [0], [1])
         return _array.reshape(inputs, _layout.concat([batch, as_tensor([-1])], 0))
 
 

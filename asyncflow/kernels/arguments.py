@@ -33,3 +33,8 @@ def scatter_add(xp, target, indices, values, subtract=False):
 def ints(array):
     """The argument's values as a flat list of Python ints."""
     return [int(v) for v in host(array).reshape(-1).tolist()]
+
+
+def is_floating(dtype):
+    """A float dtype, bfloat16 included (ml_dtypes' numpy twin has no float ``kind``)."""
+    return dtype.kind == "f" or dtype.name == "bfloat16"

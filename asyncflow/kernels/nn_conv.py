@@ -51,6 +51,7 @@ import numpy as np
 
 from asyncflow import errors
 from asyncflow.kernels import intra_op, nn_conv_fft
+from asyncflow.kernels.arguments import is_floating
 from asyncflow.kernels.math import fused_epilogue
 from asyncflow.kernels.registry import host_memory, register_kernel, register_prepare
 
@@ -426,12 +427,12 @@ for _type in _SHAPES_OF:
 
 # -- pooling ----------------------------------------------------------------------------------
 def _lowest(dtype):
-    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+    return -np.inf if is_floating(dtype) else np.iinfo(dtype).min
 
 
 def _all_above_minus_inf(xp, values):
     """Whether every value is above -inf and none is NaN (one reduction: ``min`` keeps NaN)."""
-    return values.dtype.kind != "f" or not values.size or bool(values.min() > -np.inf)
+    return not is_floating(values.dtype) or not values.size or bool(values.min() > -np.inf)
 
 
 def _window_max(xp, views, out):
@@ -467,7 +468,7 @@ def _first_cells(xp, x, kernel_hw, strides, rows, cols):
 def _first_cell_keeps(xp, x, best, kernel_hw, strides, rows, cols):
     """(the windows whose first real cell takes the gradient, that cell's tap index), or None
     where there are none: a NaN first cell, or a maximum (``fmax``, NaN ignored) of -inf."""
-    if x.dtype.kind != "f":
+    if not is_floating(x.dtype):
         return None
     first, tap = _first_cells(xp, x, kernel_hw, strides, rows, cols)
     keeps = xp.isnan(first)

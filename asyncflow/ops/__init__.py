@@ -9,7 +9,7 @@ from asyncflow.ops import checkpoint, summary_ops  # noqa: F401,E402  (checkpoin
 from asyncflow.ops import checkpoint_files  # noqa: F401,E402  (a checkpoint's meta graph and state file)
 from asyncflow.ops import image  # noqa: F401,E402  (tf.image: decoding, resizing)
 from asyncflow.ops import nn, nn_conv  # noqa: F401,E402  (nn family)
-from asyncflow.ops import embedding, indexing, layout, numerics, script, tiling  # noqa: F401,E402  (array family, py_func)
+from asyncflow.ops import embedding, indexing, layout, numerics, script, slicing, tiling  # noqa: F401,E402  (array family, py_func)
 from asyncflow.ops import segment  # noqa: F401,E402  (segment max/min/mean/prod)
 from asyncflow.ops import transfer  # noqa: F401,E402  (Send/Recv for partitions)
 from asyncflow.ops import data_flow, io  # noqa: F401,E402  (queues and readers)

@@ -1,7 +1,7 @@
 """Arrays: identity, stop_gradient, shape/size/rank and reshape, which every family builds on.
 
 It imports no other op family; the rest of the array family lives in modules named after what
-they own (layout, tiling, indexing, embedding, numerics) and is imported from there.
+they own (layout, tiling, slicing, indexing, embedding, numerics) and is imported from there.
 """
 from __future__ import annotations
 

@@ -14,7 +14,8 @@ from asyncflow.ops import control_flow as cf
 from asyncflow.ops.array import shape
 from asyncflow.ops.construct import as_tensor, graph_of
 from asyncflow.ops.control_flow_structure import find_composite
-from asyncflow.ops.indexing import gather, strided_slice
+from asyncflow.ops.indexing import gather
+from asyncflow.ops.slicing import strided_slice
 from asyncflow.ops.sources import range as range_
 from asyncflow.ops.tensor_array import TensorArray
 from asyncflow.ops.while_loop import while_loop

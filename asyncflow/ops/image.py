@@ -36,7 +36,7 @@ from asyncflow.graph.shape import TensorShape
 from asyncflow.ops import math as math_ops
 from asyncflow.ops.array import shape as shape_of
 from asyncflow.ops.construct import as_tensor, make, static_value
-from asyncflow.ops.indexing import slice as slice_
+from asyncflow.ops.slicing import slice as slice_
 from asyncflow.ops.layout import expand_dims, squeeze, stack
 from asyncflow.ops.linalg import tensordot
 from asyncflow.ops.sources import random_uniform

@@ -208,7 +208,7 @@ def _concat_grad(op, grad):
     out = []
     for tensor in op.inputs:
         size_vector = shape_of(tensor)
-        # Slice by its op type: ops/indexing.py, which owns it, builds on this module.
+        # Slice by its op type: ops/slicing.py, which owns it, builds on this module.
         begin = math_ops.multiply(unit, offset)
         out.append(make("Slice", (grad, begin, size_vector), None, None, "Slice"))
         along = math_ops.reduce_sum(math_ops.multiply(size_vector, unit))

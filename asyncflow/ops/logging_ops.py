@@ -217,3 +217,107 @@ def assert_scalar(tensor, name=None, message=None):
         raise ValueError(f"{message + ' ' if message else ''}Expected scalar shape for "
                          f"{tensor.name}, saw shape: {tensor.shape}")
     return tensor
+
+
+def assert_near(x, y, rtol=None, atol=None, data=None, summarize=None, message=None, name=None):
+    """TF1's ``tf.assert_near``: an Assert op that ``|x - y| < atol + rtol * |y|`` everywhere
+    (``rtol`` and ``atol`` default to 10 epsilons of ``x``'s dtype)."""
+    import numpy as np
+
+    from asyncflow.ops import math as _math
+    x = as_tensor(x)
+    y = as_tensor(y, dtype=x.dtype)
+    eps = float(np.finfo(x.dtype.np).eps)  # (an integer x: numpy's ValueError, as TF1's)
+    rtol, atol = (10 * eps if v is None else v for v in (rtol, atol))
+    words = f"rtol = {rtol}, atol = {atol}"
+    rtol, atol = as_tensor(rtol, dtype=x.dtype), as_tensor(atol, dtype=x.dtype)
+    with x.graph.name_scope(name or "assert_near"):
+        if data is None:
+            data = [message or "", f"x and y not equal to tolerance {words}",
+                    f"x ({x.name}) = ", x, f"y ({y.name}) = ", y]
+        elif message:
+            data = [message] + list(data)
+        tol = _math.add(atol, _math.multiply(rtol, _math.abs(y)))
+        condition = _math.reduce_all(_math.less(_math.abs(_math.subtract(x, y)), tol))
+        return Assert(condition, data, summarize=summarize)
+
+
+def assert_rank_in(x, ranks, data=None, summarize=None, message=None, name=None):
+    """TF1's ``tf.assert_rank_in``: a ValueError now when ``x``'s rank is known and none of
+    ``ranks`` (a no-op when it is one), else an Assert op checking it when the step runs."""
+    from asyncflow.ops import math as _math
+    from asyncflow.ops.array import rank as rank_of, shape as shape_of
+    from asyncflow.ops.control import no_op
+    x = as_tensor(x)
+    wanted = tuple(int(r) for r in ranks)
+    prefix = f"{message} " if message else ""
+    if x.shape.ndims is not None:
+        if x.shape.ndims not in wanted:
+            raise ValueError(f"{prefix}Tensor {x.name} must have rank in {wanted}.  Received "
+                             f"rank {x.shape.ndims}, shape {x.shape}")
+        return no_op(name=name or "assert_rank_in")
+    with x.graph.name_scope(name or "assert_rank_in"):
+        condition = _math.reduce_any(_math.equal(rank_of(x), as_tensor(list(wanted))))
+        if data is None:
+            data = [message or "", f"Tensor {x.name} must have rank in", *wanted,
+                    "Received shape: ", shape_of(x)]
+        return Assert(condition, data, summarize=summarize)
+
+
+def assert_same_float_dtype(tensors=None, dtype=None):
+    """TF1's ``tf.assert_same_float_dtype``: the one floating dtype of ``tensors`` (and
+    ``dtype``), float32 when there is none; a ValueError when they differ or are no floats."""
+    from asyncflow import dtypes
+    found = dtypes.as_dtype(dtype) if dtype is not None else None
+    first = None
+    for tensor in tensors or ():
+        if found is None:
+            found, first = tensor.dtype, tensor
+        elif tensor.dtype is not found:
+            what = f"as {first.name}" if first is not None else f"({found})"
+            raise ValueError(f"{tensor.name}, type={tensor.dtype.name}, must be of the same "
+                             f"type ({found.name}) {what}.")
+    if found is None:
+        return dtypes.float32
+    if not found.is_floating:
+        raise ValueError(f"Expected floating point type, got {found.name}.")
+    return found
+
+
+def assert_proper_iterable(values):
+    """TF1's ``tf.assert_proper_iterable``: a TypeError for a tensor, an array, a string or
+    bytes (iterable, but not a sequence of values) or anything not iterable."""
+    import numpy as np
+    if hasattr(values, "op") or isinstance(values, (np.ndarray, str, bytes)) or \
+            not hasattr(values, "__iter__"):
+        raise TypeError(f'Expected argument "values" to be a "proper" iterable.  Found: '
+                        f"{type(values)}")
+
+
+def is_numeric_tensor(tensor):
+    """TF1's ``tf.is_numeric_tensor``: a tensor of a numeric (not bool nor string) dtype."""
+    return hasattr(tensor, "op") and hasattr(tensor, "dtype") and tensor.dtype.is_numeric
+
+
+def _monotonic(x, compare, name, default_name):
+    """All of ``compare(x[i + 1], x[i])`` over the flattened ``x`` (true with < 2 elements)."""
+    from asyncflow.ops import math as _math
+    from asyncflow.ops.array import reshape
+    x = as_tensor(x)
+    with x.graph.name_scope(name or default_name):
+        flat = reshape(x, [-1])
+        if not is_numeric_tensor(flat):
+            raise TypeError(f"Expected x to be numeric, instead found: {flat}")
+        return _math.reduce_all(compare(flat[1:], flat[:-1]))
+
+
+def is_non_decreasing(x, name=None):
+    """TF1's ``tf.is_non_decreasing``: whether ``x`` (flattened) never decreases."""
+    from asyncflow.ops import math as _math
+    return _monotonic(x, _math.greater_equal, name, "is_non_decreasing")
+
+
+def is_strictly_increasing(x, name=None):
+    """TF1's ``tf.is_strictly_increasing``: whether ``x`` (flattened) always increases."""
+    from asyncflow.ops import math as _math
+    return _monotonic(x, _math.greater, name, "is_strictly_increasing")

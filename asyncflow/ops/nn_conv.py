@@ -26,7 +26,7 @@ from asyncflow.ops import math as _math
 from asyncflow.ops.construct import (
     FLOATING, NUMERIC, as_tensor, check_dtype, graph_of, make, operands, static_value,
 )
-from asyncflow.ops.indexing import slice as _slice
+from asyncflow.ops.slicing import slice as _slice
 from asyncflow.ops.layout import expand_dims
 from asyncflow.ops.sources import constant
 from asyncflow.ops.tiling import pad

@@ -432,3 +432,16 @@ def reciprocal_no_nan(x, name=None):
     x = as_tensor(x)
     with graph_of((x,)).name_scope(name or "reciprocal_no_nan"):
         return div_no_nan(sources.ones_like(x), x)
+
+
+def verify_tensor_all_finite(t=None, msg=None, name=None, x=None, message=None):
+    """TF1's ``tf.verify_tensor_all_finite`` (``tf.debugging.assert_all_finite``): ``t`` after
+    a ``check_numerics`` of it, which fails the step naming ``msg`` on a NaN or Inf."""
+    from asyncflow.ops.control import control_dependencies
+    t = as_tensor(x if t is None else t)
+    msg = message if msg is None else msg
+    with t.graph.name_scope(name or "VerifyFinite"):
+        with t.graph.colocate_with(t.op):
+            check = check_numerics(t, msg)
+            with control_dependencies([check]):
+                return identity(t)

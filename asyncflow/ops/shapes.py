@@ -16,6 +16,7 @@ import numpy as np
 
 from asyncflow import dtypes
 from asyncflow.graph.conversion import contains_tensor
+from asyncflow.graph.shape import TensorShape
 from asyncflow.ops import math as math_ops
 from asyncflow.ops.array import shape
 from asyncflow.ops.construct import as_tensor, static_value
@@ -84,3 +85,41 @@ def dims_product(dims):
 def dims_vector(dims):
     """A 1-D int32 tensor from symbolic dims: a Const when all are static, else packed."""
     return int_const(list(dims))
+
+
+def shape_from_vector(tensor):
+    """What is statically known of the shape a 1-D int ``tensor`` holds (TF1's
+    ``constant_value_as_shape``): a constant's values (-1: unknown); through ``Cast`` to an int,
+    ``Shape`` (its input's static shape), ``Pack`` (its constant scalars), ``ConcatV2`` (its
+    pieces') and a one-range ``StridedSlice`` (of what its input holds); else only the length.
+    """
+    value = static_value(tensor)
+    if value is not None:
+        return TensorShape([int(d) if d >= 0 else None for d in np.reshape(value, -1)])
+    length = tensor.shape[0] if tensor.shape.ndims == 1 else None
+    unknown = TensorShape(None if length is None else [None] * length)
+    op = tensor.op
+    if op.type == "Cast":
+        held = shape_from_vector(op.inputs[0])
+        return held if held.ndims is None or op.get_attr("DstT").is_integer else unknown
+    if op.type == "Shape":
+        return op.inputs[0].shape
+    if op.type == "Pack":
+        scalars = [static_value(t) for t in op.inputs]
+        return TensorShape([None if v is None or int(v) < 0 else int(v) for v in scalars])
+    if op.type == "ConcatV2":
+        held = TensorShape([])
+        for piece in op.inputs:  # (its axis is an attribute here)
+            held = held.concatenate(shape_from_vector(piece))
+        return held
+    if op.type == "StridedSlice":
+        bounds = [static_value(t) for t in op.inputs[1:4]]
+        masks = [op.get_attr(m) for m in ("begin_mask", "end_mask", "ellipsis_mask",
+                                          "new_axis_mask", "shrink_axis_mask")]
+        if all(b is not None and np.size(b) == 1 for b in bounds) and masks[0] in (0, 1) \
+                and masks[1] in (0, 1) and not any(masks[2:]):
+            begin, end, stride = (int(np.reshape(b, -1)[0]) for b in bounds)
+            held = shape_from_vector(op.inputs[0])
+            if held.ndims is not None:
+                return held[None if masks[0] else begin:None if masks[1] else end:stride]
+    return unknown

@@ -5,7 +5,7 @@ size limit. Kernels: kernels/nn.py.
 """
 from __future__ import annotations
 
-from asyncflow import errors
+from asyncflow import dtypes, errors
 from asyncflow.graph import register_gradient, register_op
 from asyncflow.graph.shape import TensorShape
 from asyncflow.ops import array as _array
@@ -177,9 +177,12 @@ def softmax_cross_entropy_with_logits_v2(_sentinel=None, labels=None, logits=Non
     labels = as_tensor(labels, dtype=logits.dtype)
     axis = _normalize_axis(int(dim if axis is None else axis), logits.shape.ndims,
                            "softmax_cross_entropy_with_logits")
+    half = logits.dtype if logits.dtype in (dtypes.float16, dtypes.bfloat16) else None
+    if half:  # TF1 computes it in float32 and casts the loss back (so its gradient too)
+        logits, labels = _math.cast(logits, dtypes.float32), _math.cast(labels, dtypes.float32)
     op = make_op("SoftmaxCrossEntropyWithLogits", (logits, labels), {"axis": axis}, name,
                  "SoftmaxCrossEntropyWithLogits")
-    return op.outputs[0]
+    return _math.cast(op.outputs[0], half) if half else op.outputs[0]
 
 
 def softmax_cross_entropy_with_logits(_sentinel=None, labels=None, logits=None, dim=-1,
@@ -219,9 +222,11 @@ def sparse_softmax_cross_entropy_with_logits(_sentinel=None, labels=None, logits
                          "arguments (labels=..., logits=...)")
     logits = as_tensor(logits)
     labels = as_tensor(labels)
-    op = make_op("SparseSoftmaxCrossEntropyWithLogits", (logits, labels), None, name,
+    half = logits.dtype is dtypes.float16  # TF1 computes float16 (not bfloat16) in float32
+    op = make_op("SparseSoftmaxCrossEntropyWithLogits",
+                 (_math.cast(logits, dtypes.float32) if half else logits, labels), None, name,
                  "SparseSoftmaxCrossEntropyWithLogits")
-    return op.outputs[0]
+    return _math.cast(op.outputs[0], dtypes.float16) if half else op.outputs[0]
 
 
 def _infer_expand_dims_mul(op):

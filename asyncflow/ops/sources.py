@@ -348,30 +348,42 @@ def categorical(logits, num_samples, dtype=None, seed=None, name=None):
 
 def linspace(start, stop, num, name=None):
     """TF1's ``tf.linspace`` (``tf.lin_space``): ``num`` evenly spaced values from ``start`` to
-    ``stop``, computed as TF1's kernel (``start + i * (stop - start) / (num - 1)``; ``[start]``
-    for ``num == 1``).
+    ``stop``, as 2.21's ``tf.compat.v1``: ``start + i * (stop - start) / (num - 1)`` with the
+    last value ``stop`` itself, ``[start]`` for ``num == 1`` and empty for ``num == 0``;
+    integer bounds give float64.
 
     Raises:
-        TypeError: for a ``start`` that is not floating point.
-        ValueError: for a constant ``num`` under 1 (a fed one fails when the step runs).
+        TypeError: for bounds that are not numbers or a ``num`` that is not an integer.
+        ValueError: for a constant ``num`` under 0 or bounds that are not scalars (a fed
+            negative ``num`` fails when the step runs).
     """
     from asyncflow.ops.construct import graph_of
     from asyncflow.ops.control import control_dependencies
     from asyncflow.ops.logging_ops import Assert
     start = as_tensor(start)
-    if not start.dtype.is_floating:
-        raise TypeError(f"linspace: start must be floating point, got {start.dtype.name}")
+    if not (start.dtype.is_floating or start.dtype.is_integer):
+        raise TypeError(f"linspace: start must be a number, got {start.dtype.name}")
     stop = as_tensor(stop, dtype=start.dtype)
     count = as_tensor(num, dtype=dtypes.int32) if not hasattr(num, "op") else num
+    if not count.dtype.is_integer:
+        raise TypeError(f"linspace: num must be an integer, got {count.dtype.name}")
+    for what, bound in (("start", start), ("stop", stop)):
+        if bound.shape.ndims not in (None, 0):
+            raise ValueError(f"linspace: {what} must be a scalar, got shape {bound.shape}")
+    dtype = start.dtype if start.dtype.is_floating else dtypes.float64
     with graph_of((start, stop, count)).name_scope(name or "LinSpace"):
         known = static_value(count)
         checks = []
-        if known is not None and int(known) < 1:
-            raise ValueError(f"linspace: num must be positive, got {int(known)}")
+        if known is not None and int(known) < 0:
+            raise ValueError(f"linspace: num must be >= 0, got {int(known)}")
         if known is None:
-            checks = [Assert(_math.greater(count, 0), ["Requires num > 0: ", count])]
+            checks = [Assert(_math.greater_equal(count, 0), ["Requires num >= 0: ", count])]
         with control_dependencies(checks):
-            steps = _math.cast(range(count), start.dtype)
-        intervals = _math.cast(_math.maximum(_math.subtract(count, 1), 1), start.dtype)
+            steps = range(count)
+        start, stop = _math.cast(start, dtype), _math.cast(stop, dtype)
+        intervals = _math.cast(_math.maximum(_math.subtract(count, 1), 1), dtype)
         step = _math.divide(_math.subtract(stop, start), intervals)
-        return _math.add(start, _math.multiply(steps, step))
+        inner = _math.add(start, _math.multiply(_math.cast(steps, dtype), step))
+        last = _math.logical_and(_math.equal(steps, _math.subtract(count, 1)),
+                                 _math.greater(count, 1))
+        return _math.where(last, stop, inner)

@@ -35,7 +35,7 @@ from asyncflow.ops.construct import as_tensor, make, make_op, static_value
 from asyncflow.ops.embedding import dynamic_partition, embedding_lookup
 from asyncflow.ops.indexing import gather, segment_sum, unsorted_segment_sum
 from asyncflow.ops.layout import concat, expand_dims, stack, transpose
-from asyncflow.ops.shapes import shape_of
+from asyncflow.ops.shapes import shape_from_vector, shape_of
 from asyncflow.ops.tiling import one_hot
 
 
@@ -50,8 +50,9 @@ def _infer_sparse_to_dense(op):
     known = static_value(shape)
     if known is not None:
         return [(values.dtype, TensorShape([int(d) for d in list(known.reshape(-1))]))]
-    rank = shape.shape[0] if shape.shape.ndims == 1 else None
-    return [(values.dtype, TensorShape(None if rank is None else [None] * rank))]
+    if shape.shape.ndims == 1:  # what is known of a computed shape, as TF1's shape function
+        return [(values.dtype, shape_from_vector(shape))]
+    return [(values.dtype, TensorShape(None))]
 
 
 register_op("SparseToDense", infer=_infer_sparse_to_dense)
@@ -117,6 +118,15 @@ class SparseTensor:
         if self._values.shape.ndims not in (None, 1):
             raise ValueError(f"SparseTensor: values must be a vector, got shape "
                              f"{self._values.shape}")
+        if self._dense_shape.shape.ndims not in (None, 1):
+            raise ValueError(f"SparseTensor: dense_shape must be a vector, got shape "
+                             f"{self._dense_shape.shape}")
+        for what, axis, other in (("values", 0, self._values),
+                                  ("dense_shape", 1, self._dense_shape)):
+            mine, theirs = self._indices.shape[axis], other.shape[0]
+            if mine is not None and theirs is not None and mine != theirs:  # TF1's checks
+                raise ValueError(f"SparseTensor: indices of shape {self._indices.shape} do not "
+                                 f"fit {what} of shape {other.shape}")
 
     indices = property(lambda self: self._indices)
     values = property(lambda self: self._values)
@@ -127,11 +137,9 @@ class SparseTensor:
 
     @property
     def shape(self):
-        known = static_value(self._dense_shape)
-        if known is not None:
-            return TensorShape([int(d) for d in np.asarray(known).reshape(-1)])
-        rank = self._dense_shape.shape[0] if self._dense_shape.shape.ndims == 1 else None
-        return TensorShape(None if rank is None else [None] * rank)
+        """What is statically known of the dense shape, as TF1 reads it
+        (``constant_value_as_shape``: a constant, or ``Shape``/``Pack``/``ConcatV2``/slices)."""
+        return shape_from_vector(self._dense_shape)
 
     def get_shape(self):
         return self.shape

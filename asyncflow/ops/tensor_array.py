@@ -30,7 +30,7 @@ from asyncflow.ops import control_flow as cf
 from asyncflow.ops.array import identity, shape
 from asyncflow.ops.construct import as_tensor, graph_of, make_op
 from asyncflow.ops.control import no_op
-from asyncflow.ops.indexing import strided_slice
+from asyncflow.ops.slicing import strided_slice
 from asyncflow.ops.sources import range as range_
 from asyncflow.ops.while_frame import call_unpacked
 

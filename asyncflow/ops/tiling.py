@@ -165,7 +165,7 @@ def pad(tensor, paddings, mode="CONSTANT", name=None, constant_values=0):
 
 
 def _slice(tensor, begin, size):
-    # Slice by its op type: ops/indexing.py, which owns it, builds on this module (Slice's
+    # Slice by its op type: ops/slicing.py, which owns it, builds on this module (Slice's
     # gradient is a pad), so the two gradients meet through the registry, not an import.
     return make("Slice", (tensor, begin, size), None, None, "Slice")
 

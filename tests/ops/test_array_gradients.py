@@ -129,6 +129,25 @@ async def test_gather_grad(data):
     await check_gradients(
         lambda p: af.gather(hide_shape(p), hide_shape(af.constant(indices)), axis=axis,
                             batch_dims=batch_dims), [params])
+    # params of unknown rank (TF1 computes every dim when the gradient runs), the axis
+    # negative or not, resolved then
+    loose_axis = axis - params.ndim if data.draw(st.booleans()) else axis
+    await check_gradients(
+        lambda p: af.gather(hide_rank(p), indices, axis=loose_axis, batch_dims=batch_dims),
+        [params])
+
+
+@SETTINGS
+@given(st.data())
+async def test_gather_nd_grad_with_params_of_unknown_rank(data):
+    params = data.draw(arrays(data.draw(hnp.array_shapes(min_dims=1, max_dims=3, min_side=1,
+                                                         max_side=3))))
+    depth = data.draw(st.integers(1, params.ndim))
+    lead = data.draw(hnp.array_shapes(min_dims=1, max_dims=2, min_side=1, max_side=3))
+    indices = np.stack([data.draw(hnp.arrays(np.int32, lead, elements=st.integers(0, d - 1)))
+                        for d in params.shape[:depth]], axis=-1)
+    await check_gradients(lambda p: af.gather_nd(p, indices), [params])
+    await check_gradients(lambda p: af.gather_nd(hide_rank(p), indices), [params])
 
 
 @SETTINGS

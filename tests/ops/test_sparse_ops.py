@@ -270,3 +270,47 @@ with tf.Session() as sess:
     # (position p of the row-major result gets p / 7 + 2 x): [3, 1/7 - 4, 4/7 + 6, 5/7 + 1].
     assert without == [4], without
     np.testing.assert_allclose(ours[4], [3.0, 1 / 7 - 4.0, 4 / 7 + 6.0, 5 / 7 + 1.0], rtol=1e-6)
+
+
+STATIC_SHAPES = """
+def known(shape):  # a TensorShape as numbers: -1 an unknown dim, [-2] an unknown rank
+    return [-2] if shape.ndims is None else [-1 if d is None else int(d) for d in shape.as_list()]
+
+i, v = tf.constant([[0, 1], [2, 3]], tf.int64), tf.constant([1.0, 2.0])
+p, loose = tf.placeholder(tf.int64, [2]), tf.placeholder(tf.int64, [None])
+d2, d3 = tf.placeholder(tf.float32, [5, None]), tf.placeholder(tf.float32, [5, None, 7])
+shapes = [[3, 4], tf.constant([-1, 4], tf.int64), p, loose, tf.placeholder(tf.int64),
+          tf.stack([tf.constant(3, tf.int64), p[0]]),
+          tf.concat([tf.constant([3], tf.int64), p[:1]], 0),
+          tf.shape(d3, out_type=tf.int64)[1:], tf.shape(d2, out_type=tf.int64),
+          tf.cast(tf.shape(d2), tf.int64), tf.maximum(p, 1)]
+sparse = [tf.SparseTensor(i, v, s) for s in shapes]
+outputs["sparse"] = [np.array(known(sp.shape)) for sp in sparse]
+outputs["dense"] = [np.array(known(tf.sparse_tensor_to_dense(sp, validate_indices=False).shape))
+                    for sp in sparse]
+refused = []
+for s in [tf.shape(d3, out_type=tf.int64), tf.constant([3, 4, 5], tf.int64)]:
+    try:
+        tf.SparseTensor(i, v, s)
+    except ValueError:
+        refused.append(1)
+outputs["refused"] = np.array(refused)
+"""
+
+
+def test_static_shape_of_a_computed_dense_shape_as_tf1(tmp_path):
+    # A dense_shape that is no constant gave only its length ((?, ?) for all of these); TF1
+    # reads what it can (constant_value_as_shape): the constant scalars of a stack, a concat's
+    # pieces, a slice or cast of tf.shape(x) (x's static dims); SparseToDense's shape too.
+    # Indices of 2 columns with a 3-long dense_shape were taken; TF1 refuses them.
+    from tests.tf1_reference import compat_run
+    ours = compat_run(STATIC_SHAPES, {})
+    wanted = [[3, 4], [-1, 4], [-1, -1], [-2], [-2], [3, -1], [3, -1], [-1, 7], [5, -1],
+              [5, -1], [-1, -1]]
+    assert [s.tolist() for s in ours["sparse"]] == wanted
+    assert [s.tolist() for s in ours["dense"]] == wanted
+    assert ours["refused"].tolist() == [1, 1]
+    theirs = tf1_run(STATIC_SHAPES, tmp_path)
+    for key in ("sparse", "dense", "refused"):
+        assert [np.asarray(s).tolist() for s in ours[key]] == \
+            [np.asarray(s).tolist() for s in theirs[key]], key

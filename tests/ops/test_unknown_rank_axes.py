@@ -2,8 +2,9 @@
 it runs, against the fed value's rank (an axis out of range or named twice is an
 InvalidArgumentError naming the op then). asyncflow refused the reductions while building
 ("negative axes need a known rank") and ``gather`` ("a negative axis needs the rank of
-params"; its gradient still needs that rank here, where TF1 computes it); concat, split, expand_dims, argmax, squeeze, stack,
-reverse, cumsum and softmax already took them. TF1's answers (2.21's ``tf.compat.v1``, v2
+params"; its gradient, and gather_nd's, needed that rank, which TF1's compute when they run);
+concat, split, expand_dims, argmax, squeeze, stack, reverse, cumsum and softmax already took
+them. TF1's answers (2.21's ``tf.compat.v1``, v2
 behaviour off) were checked by hand; on random shapes and dtypes:
 tests/ops/test_tf1_math_fuzz.py."""
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 import asyncflow as af
 import asyncflow.compat.v1 as tf
 from default_graph import fresh_graph, session_run  # noqa: F401 (fresh_graph: autouse fixture)
+from tf1_reference import compat_run, tf1_run
 
 VALUE = np.arange(24.0, dtype=np.float32).reshape(2, 3, 4) - 5.0
 
@@ -110,8 +112,35 @@ def test_gather_resolves_a_negative_axis_when_it_runs():
     with pytest.raises(af.errors.InvalidArgumentError,
                        match="GatherV2 .*axis -4 is out of range for params of rank 3"):
         session_run(tf.gather(x, [0], axis=-4), {x: VALUE})
-    with pytest.raises(ValueError, match="GatherV2 .*its gradient needs the rank of params"):
-        tf.gradients(tf.reduce_sum(picked), x)
     known = tf.placeholder(tf.float32, VALUE.shape)  # a known rank: as before
     grad = tf.gradients(tf.reduce_sum(tf.gather(known, [0, 2, 2], axis=-1)), known)[0]
     np.testing.assert_array_equal(session_run(grad, {known: VALUE})[0, 0], [1, 0, 2, 0])
+
+
+GATHER_GRADIENTS = """
+x = tf.placeholder(tf.float32)  # params of unknown rank
+ys = [tf.gather(x, [1, 0, 1]), tf.gather(x, [2, 0, 2], axis=1), tf.gather(x, [0, 2, 2], axis=-1),
+      tf.gather(x, [[1, 0], [2, 2]], axis=-2, batch_dims=1),
+      tf.gather(x, [[1, 0], [2, 2]], axis=1, batch_dims=1),
+      tf.gather(x, [[1, 0, 3], [2, 2, 1]], axis=2, batch_dims=1),
+      tf.gather_nd(x, [[1, 0], [0, 2], [1, 0]]), tf.gather_nd(x, [[1], [1]])]
+grads = [tf.gradients(tf.reduce_sum(y * y), x)[0] for y in ys]
+outputs["sparse"] = np.array(isinstance(grads[0], tf.IndexedSlices))
+with tf.Session() as sess:
+    outputs["grads"] = sess.run([tf.convert_to_tensor(g) for g in grads], {x: inputs["x"]})
+"""
+
+
+def test_gather_gradients_on_params_of_unknown_rank_as_tf1(tmp_path):
+    # asyncflow refused them ("its gradient needs the rank of params", "the rank of
+    # Placeholder:0 must be known here"); TF1 computes the dims when the gradient runs, the
+    # axis-0 gather's gradient an IndexedSlices whose dense shape is params' computed shape.
+    ours = compat_run(GATHER_GRADIENTS, {"x": VALUE})
+    assert ours["sparse"]
+    expected = np.zeros_like(VALUE)
+    np.add.at(expected, [1, 0, 1], 2 * VALUE[[1, 0, 1]])
+    np.testing.assert_array_equal(ours["grads"][0], expected)
+    theirs = tf1_run(GATHER_GRADIENTS, tmp_path, x=VALUE)
+    assert bool(theirs["sparse"])
+    for i, (got, want) in enumerate(zip(ours["grads"], theirs["grads"])):
+        np.testing.assert_array_equal(got, want, err_msg=f"gradient {i}")

@@ -13,6 +13,7 @@ from asyncflow import summary  # noqa: F401
 # af's modules, and ``from package import name`` would return those; importing the submodules
 # rebinds the names to this package's own.
 import asyncflow.compat.v1.app  # noqa: F401,E402
+import asyncflow.compat.v1.debugging  # noqa: F401,E402
 import asyncflow.compat.v1.flags  # noqa: F401,E402
 import asyncflow.compat.v1.gfile  # noqa: F401,E402
 import asyncflow.compat.v1.nn  # noqa: F401,E402
@@ -27,8 +28,10 @@ from asyncflow.ops.logging_ops import (  # noqa: F401
     Assert, assert_equal, assert_greater, assert_greater_equal, assert_integer, assert_less,
     assert_less_equal, assert_negative, assert_non_negative, assert_non_positive,
     assert_none_equal, assert_positive, assert_rank, assert_rank_at_least, assert_scalar,
-    assert_type,
+    assert_type, assert_near, assert_proper_iterable, assert_rank_in, assert_same_float_dtype,
+    is_non_decreasing, is_numeric_tensor, is_strictly_increasing,
 )
+from asyncflow.ops.numerics import verify_tensor_all_finite  # noqa: F401
 from asyncflow.ops.tiling import sequence_mask  # noqa: F401
 from asyncflow.ops.image import random_crop  # noqa: F401,E402  (tf.random_crop, issue 36)
 from asyncflow.graph.default_session import get_default_session  # noqa: F401
