@@ -227,3 +227,63 @@ def test_the_tiled_relu_fold_learns_of_nan_first_cells_from_the_winners(padding,
     hidden = np.broadcast_to(np.float32(np.nan), x.shape)
     blind = nn_pool_taps._max_pool_relu_grad_by_taps(ctx, hidden, taps, g, pooled)[0]
     assert blind.tobytes() == new.tobytes()
+
+
+def signed_zeros(rng, x):
+    """Ties of +0 and -0 (the maximum's sign is the tie rule's)."""
+    x -= 1.0  # values -1, 0, 1
+    x[(x == 0) & (rng.random(x.shape) < 0.5)] = -0.0
+
+
+def signed_zeros_nan_and_inf(rng, x):
+    signed_zeros(rng, x)
+    with_nan_and_inf(rng, x)
+
+
+# Windows that tile the input itself take the planar path (``_windows``): 32 and 64 channels
+# (the convnet's), odd channel counts, 2x2, 3x3, 1x4 and 3x1 windows, SAME and VALID.
+PLANAR_CASES = [
+    (5, 8, 12, 32, 2, 2, "SAME"), (3, 6, 4, 64, 2, 2, "VALID"), (4, 9, 6, 3, 3, 3, "VALID"),
+    (2, 5, 8, 1, 1, 4, "SAME"), (3, 9, 5, 7, 3, 1, "VALID"), (17, 4, 4, 5, 2, 2, "SAME"),
+]
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("special", [no_special, signed_zeros, signed_zeros_nan_and_inf,
+                                     all_minus_inf])
+def test_the_planar_path_gives_the_strided_paths_bits(special, threads, monkeypatch):
+    """Where the windows tile the input, the planes give the bits of the strided tap views
+    (forward, gradient, the Relu fold, inf and NaN gradients) for any thread count and chunk
+    size, and MaxPool's and MaxPoolGrad's bits. (A chunk holding a NaN or -inf reduces by
+    ``fmax``, which breaks a tie of +0 and -0 otherwise than ``maximum``: with both in one
+    input, a zero window's sign depends on its chunk, in either path, as in MaxPool.)"""
+    rng = np.random.default_rng(9)
+    exactly_tiled = nn_pool_taps._exactly_tiled
+    for n, h, w, c, kh, kw, padding in PLANAR_CASES:
+        case = (n, h, w, c, kh, kw, padding)
+        attrs = pool_attrs(kh, kw, kh, kw, padding)
+        x = rng.integers(0, 3, size=(n, h, w, c)).astype(np.float32)
+        special(rng, x)
+        ctx = KernelContext(attrs, threads)
+        kernel_hw, rows, cols = nn_conv._pool_setup(ctx, x.shape)
+        assert exactly_tiled(ctx, x.shape, kernel_hw, rows, cols), case
+        grad = rng.standard_normal((n, rows[0], cols[0], c)).astype(np.float32)
+        grad.reshape(-1)[::11] = np.inf
+        grads = (grad, np.where(np.isinf(grad), -1.5, grad).astype(np.float32))
+        results = []
+        for planar in (True, False):
+            monkeypatch.setattr(nn_pool_taps, "_exactly_tiled", lambda *args, on=planar: on)
+            for chunk_bytes in (512, 1 << 22):  # chunks of an image or two, and the default
+                monkeypatch.setattr(nn_pool_taps.intra_op, "CHUNK_BYTES", chunk_bytes)
+                monkeypatch.setattr(nn_pool_taps.intra_op, "MIN_SPLIT_WORK", 0)
+                pooled, taps = nn_pool_taps._max_pool_with_taps(ctx, x)
+                routed = [nn_pool_taps._max_pool_grad_by_taps(ctx, x, taps, g)[0] for g in grads]
+                folded = [nn_pool_taps._max_pool_relu_grad_by_taps(ctx, x, taps, g, pooled)[0]
+                          for g in grads]
+                results.append([a.tobytes() for a in [pooled, taps] + routed + folded])
+        assert results[0] == results[2] and results[1] == results[3], case  # planar, strided
+        if special is not signed_zeros_nan_and_inf:
+            assert results[0] == results[1], case  # chunks of an image or two, and larger
+            for g in grads:
+                assert_same_bits(by_taps(attrs, x, g, threads), recomputed(attrs, x, g), case)
+        assert np.signbit(x).any() or special not in (signed_zeros, signed_zeros_nan_and_inf)
