@@ -14,15 +14,7 @@ input (module docstring of compile/pool_taps.py); a window whose first cell is N
 the gradient there and ReluGrad zeroes it (NaN is not > 0) while the pooled maximum ignores
 the NaN, so the fold learns of those windows from the flag, per chunk, and not by a pass
 over the input (which cost it 1.4x). Every kernel splits the batch over the
-intra-op pool as MaxPool does. Where the windows tile the input itself (no overlap, no
-padding: the convnet's 2x2 pools), both kernels work on contiguous planes, one per tap
-(``_windows``: ``x`` viewed as ``[KH, KW, N, OH, OW, C]``): the forward copies the taps out
-once and runs the same passes over the planes, the gradient routes every tap into its plane
-in one broadcast pass and copies the planes into place once, with no zero fill. The values
-and the operations are the same, elementwise, so the bits are too (ties of signed zeros
-included: numpy's ``maximum`` breaks them alike wherever a cell sits in a run; its ``fmax``
-does not, so the rare NaN or -inf pass runs on the strided views; the tests compare both
-paths on them).
+intra-op pool as MaxPool does.
 """
 from __future__ import annotations
 
@@ -41,13 +33,6 @@ MAX_TAPS = 256
 # a window whose first real cell is NaN (and keeps the gradient): the Relu fold learns of
 # them from the winners it reads anyway, with no pass over the input.
 NAN_FIRST = 128
-# Where the windows tile the input itself (the convnet's 2x2 pools), the kernels copy the
-# taps out to contiguous planes (or route into planes, copied into place once): numpy's
-# passes over strided tap views run in runs of C floats at ~20 ns a run, its transposing
-# copy at ~10, and the passes over planes are contiguous. Such a chunk is sized as if an
-# image took this many times its bytes: 8 images of [28, 28, 32], 16 of [14, 14, 64]
-# (~800 KB of planes; of 3-40, 3-5 were fastest on two threads, 5-10 on one: RESULTS.md).
-PLANAR_SHARE = 5
 
 
 def _tap_count(ctx, kernel_hw):
@@ -71,14 +56,9 @@ def _max_pool_with_taps(ctx, x):
     tap_args = _tap_args(ctx, kernel_hw, rows, cols)
     flagged = kernel_hw[0] * kernel_hw[1] <= NAN_FIRST
 
-    planar = _exactly_tiled(ctx, x.shape, kernel_hw, rows, cols)
-
     def chunk(start, stop):
-        if planar:  # the taps copied out of x once, as contiguous planes (module docstring)
-            views = list(_planes(xp, x[start:stop], kernel_hw, out[start:stop].shape))
-        else:
-            padded = _pad(xp, x[start:stop], rows, cols, _lowest(x.dtype))
-            views = list(_taps(padded, *tap_args))
+        padded = _pad(xp, x[start:stop], rows, cols, _lowest(x.dtype))
+        views = list(_taps(padded, *tap_args))
         best, index = out[start:stop], winners[start:stop]
         hit = xp.empty(best.shape, dtype=bool)
         won = xp.empty(best.shape, dtype=np.uint8)
@@ -93,8 +73,6 @@ def _max_pool_with_taps(ctx, x):
         xp.copyto(best, views[0])            # the same passes as MaxPool: the same bits
         reduce(xp.maximum, 1)
         if not _all_above_minus_inf(xp, best):  # a NaN or -inf: again by fmax (NaN never
-            if planar:  # fmax breaks a tie of zeros by where the cell sits in a run (scalar
-                views[:] = _taps(x[start:stop], *tap_args)  # tail or vector): the strided runs
             xp.copyto(best, views[0])          # wins), then raised to the lowest finite
             reduce(xp.fmax, 1)                 # value: MaxPool's values
             first, tap = _first_cells(xp, x[start:stop], kernel_hw, ctx.attrs["strides"],
@@ -106,7 +84,7 @@ def _max_pool_with_taps(ctx, x):
                 index += nan_first.astype(np.uint8) * np.uint8(NAN_FIRST)
             xp.fmax(best, np.finfo(best.dtype).min, out=best)
     intra_op.for_batch(ctx, x.shape[0], out[0].size * kernel_hw[0] * kernel_hw[1] * 4, chunk,
-                       x[0].size * x.itemsize * (PLANAR_SHARE if planar else 1))
+                       x[0].size * x.itemsize)
     return out, winners
 
 
@@ -114,28 +92,6 @@ def _max_pool_with_taps(ctx, x):
 @_layout(arrays=(0, 1, 2))
 def _max_pool_grad_by_taps(ctx, x, winners, grad):
     return (_route_by_taps(ctx, x, winners, grad),)
-
-
-def _windows(x, kernel_hw):
-    """``x`` ``[N, OH*KH, OW*KW, C]`` as ``[KH, KW, N, OH, OW, C]``: tap ``(i, j)`` of every
-    window, where the windows tile ``x`` itself (a strided view, no copy)."""
-    n, h, w, c = x.shape
-    return x.reshape(n, h // kernel_hw[0], kernel_hw[0], w // kernel_hw[1], kernel_hw[1],
-                     c).transpose(2, 4, 0, 1, 3, 5)
-
-
-def _planes(xp, x, kernel_hw, pooled_shape):
-    """The taps of ``x``'s windows copied into one contiguous ``[KH*KW, N, OH, OW, C]`` buffer
-    (one pass over ``x``), in row-major tap order."""
-    planes = xp.empty((kernel_hw[0] * kernel_hw[1],) + tuple(pooled_shape), dtype=x.dtype)
-    xp.copyto(planes.reshape(tuple(kernel_hw) + tuple(pooled_shape)), _windows(x, kernel_hw))
-    return planes
-
-
-def _exactly_tiled(ctx, shape, kernel_hw, rows, cols):
-    """Whether the windows tile the input itself: no overlap and no padding."""
-    return _tiled(ctx, shape, kernel_hw, rows, cols) and not (rows[1] or rows[2] or cols[1]
-                                                              or cols[2])
 
 
 def _tiled(ctx, shape, kernel_hw, rows, cols):
@@ -197,9 +153,7 @@ def _route_by_taps(ctx, x, winners, grad, pooled=None):
     finite = grad.dtype.kind != "f" or bool(xp.isfinite(grad).all())
     tiled = _tiled(ctx, x.shape, kernel_hw, rows, cols)
     unpadded = not (rows[1] or rows[2] or cols[1] or cols[2])
-    planar = tiled and unpadded
     flagged = kernel_hw[0] * kernel_hw[1] <= NAN_FIRST
-    taps_ids = np.arange(kernel_hw[0] * kernel_hw[1], dtype=np.uint8).reshape(-1, 1, 1, 1, 1)
 
     def chunk(start, stop):
         g, index = grad[start:stop], winners[start:stop]
@@ -211,31 +165,22 @@ def _route_by_taps(ctx, x, winners, grad, pooled=None):
                 mask &= ~nan_first
         if mask is not None:
             g = g * mask
-        if planar:  # every tap's plane in one pass, copied into place (``PLANAR_SHARE``)
-            hits = xp.equal(index, xp.asarray(taps_ids))  # [KH*KW, n, OH, OW, C]
-            planes = xp.empty(hits.shape, dtype=grad.dtype)
-            _route(xp, g, hits, planes, True, finite, None)  # MaxPoolGrad's arithmetic
-            xp.copyto(_windows(out[start:stop], kernel_hw),
-                      planes.reshape(tuple(kernel_hw) + g.shape))
-            return
         if unpadded:
             result = out[start:stop]
-            result.fill(0)  # windows that overlap: added into
-            targets = _taps(result, *tap_args)
+            if not tiled:
+                result.fill(0)
         else:
             result = (xp.empty if tiled else xp.zeros)(
                 _padded_shape((stop - start,) + tuple(x.shape[1:]), rows, cols),
                 dtype=grad.dtype)
-            targets = _taps(result, *tap_args)
         hit = xp.empty(g.shape, dtype=bool)
         routed = None if tiled else xp.empty(g.shape, dtype=grad.dtype)
         # The same arithmetic as MaxPoolGrad, tap by tap: the same bits.
-        for tap, target in enumerate(targets):
+        for tap, target in enumerate(_taps(result, *tap_args)):
             xp.equal(index, np.uint8(tap), out=hit)
             _route(xp, g, hit, target, tiled, finite, routed)
         if not unpadded:
             out[start:stop] = _crop(result, rows, cols, x.shape[1], x.shape[2])
     intra_op.for_batch(ctx, x.shape[0], grad[0].size * kernel_hw[0] * kernel_hw[1] * 2, chunk,
-                       x[0].size * grad.itemsize * PLANAR_SHARE if planar
-                       else (x[0].size + 2 * grad[0].size) * grad.itemsize)
+                       (x[0].size + 2 * grad[0].size) * grad.itemsize)
     return out
