@@ -540,3 +540,57 @@ async def test_calls_are_counted_on_both_sides_and_none_left_in_flight(window):
                 await worker.recv_cancelled.wait()
                 await trio.testing.wait_all_tasks_blocked()
                 assert bare_io.CALLS.flying == flying
+
+
+# Where the quota is read: the process's own cgroup (``/proc/self/cgroup``) and those above it
+# that the mount shows, the least; a fake mount and a fake ``/proc/self/cgroup`` per case.
+
+
+def _quota_of(monkeypatch, tmp_path, own, files):
+    """``_read_quota`` where ``/proc/self/cgroup`` says ``own`` (None: unreadable) and the
+    cgroup mount holds ``files`` (a path under the mount: its text)."""
+    root = tmp_path / "mount"
+    root.mkdir()
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    proc = tmp_path / "self_cgroup"
+    if own is not None:
+        proc.write_text(own)
+    monkeypatch.setattr(bare_io, "_CGROUP_ROOT", str(root))
+    monkeypatch.setattr(bare_io, "_SELF_CGROUP", str(proc))
+    return bare_io._read_quota()
+
+
+@pytest.mark.parametrize("own, files, cpus", [
+    # cgroup v2 without a namespace (a systemd unit's CPUQuota=, a container sharing the
+    # host's): the quota is on the process's own cgroup, not at the mount's root
+    ("0::/system.slice/job.service\n", {"system.slice/job.service/cpu.max": "150000 100000\n",
+                                         "system.slice/cpu.max": "max 100000\n"}, 1),
+    # a cgroup above it limits it too: the least of them
+    ("0::/a/b\n", {"a/b/cpu.max": "max 100000\n", "a/cpu.max": "100000 100000\n"}, 1),
+    ("0::/a/b\n", {"a/b/cpu.max": "400000 100000\n", "a/cpu.max": "800000 100000\n"}, 4),
+    # a namespaced container: its cgroup is the mount's root
+    ("0::/\n", {"cpu.max": "300000 100000\n"}, 3),
+    # a path the mount does not show (a container's view of a host path): the root's
+    ("0::/docker/abc\n", {"cpu.max": "100000 100000\n"}, 1),
+    ("0::/../other\n", {"cpu.max": "200000 100000\n", "other/cpu.max": "100000 100000\n"}, 2),
+    # no quota, no files, odd text: none
+    ("0::/x\n", {"x/cpu.max": "max 100000\n"}, None),
+    ("0::/x\n", {}, None),
+    ("0::/x\n", {"x/cpu.max": "\n"}, None),
+    ("0::/x\n", {"x/cpu.max": "lots 100000\n"}, None),
+    # /proc/self/cgroup unreadable: the mount's root
+    (None, {"cpu.max": "100000 100000\n"}, 1),
+    # cgroup v1 (a hybrid machine's too): the cpu controller's line and its two files
+    ("4:memory:/m\n3:cpu,cpuacct:/job\n0::/\n",
+     {"cpu/job/cpu.cfs_quota_us": "150000\n", "cpu/job/cpu.cfs_period_us": "100000\n",
+      "cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, 1),
+    ("3:cpu,cpuacct:/job\n", {"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"},
+     None),
+    ("3:cpu,cpuacct:/job\n", {"cpu/job/cpu.cfs_quota_us": "150000\n"}, None),  # (no period)
+])
+def test_the_quota_is_read_from_this_process_cgroup_and_those_above(monkeypatch, tmp_path,
+                                                                     own, files, cpus):
+    assert _quota_of(monkeypatch, tmp_path, own, files) == cpus
