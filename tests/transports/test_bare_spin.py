@@ -516,6 +516,13 @@ def test_a_quota_under_two_cpus_is_one_cpu_never_spun_on(monkeypatch):
         assert bare_io._cpus() == len(os.sched_getaffinity(0)) and not _machine_busy(1.0)
 
 
+def test_a_quota_under_one_cpu_is_one_cpu(monkeypatch):
+    # (a CI container's 500m: 0 whole CPUs; a process still runs on one, never spun on)
+    monkeypatch.setattr(bare_io, "_runnable", lambda: 1)
+    monkeypatch.setattr(bare_io, "_quota", [bare_io.quota_cpus("50000", "100000")])
+    assert bare_io._cpus() == 1 and _machine_busy(1.0)
+
+
 async def test_calls_are_counted_on_both_sides_and_none_left_in_flight(window):
     window(0)
     worker = FakeWorker()

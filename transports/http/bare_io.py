@@ -109,14 +109,14 @@ def set_spin_window(us: float | None) -> None:
 
 def _cpus() -> int:
     """The CPUs this process may run on at once: its affinity's, fewer where its cgroup's CPU
-    quota (read once per process) allows fewer."""
+    quota (read once per process) allows fewer; at least 1 (a quota under one CPU)."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # (not Linux)
         cpus = os.cpu_count() or 1
     if not _quota:
         _quota.append(_read_quota())
-    return cpus if _quota[0] is None else min(cpus, _quota[0])
+    return cpus if _quota[0] is None else max(1, min(cpus, _quota[0]))
 
 
 _quota: list = []  # [whole CPUs the cgroup's quota allows, or None: no quota]
