@@ -488,6 +488,32 @@ async def test_a_call_beginning_during_the_spin_ends_it(window, still_clock):
         assert _more(before) == {"parks": 1, "spun": 0, "skipped": 0, "busy": 0, "shared": 1}
 
 
+async def _another_call_then_answer(clock, seconds, sock):
+    """Another call of this process begins and ends while the wait is parked; the answer
+    comes ``seconds`` after the wait began."""
+    await trio.testing.wait_all_tasks_blocked()  # (the wait parked)
+    bare_io.CALLS.begin(types.SimpleNamespace(began=-1))
+    bare_io.CALLS.end()
+    _answer_after(clock, seconds, sock)
+
+
+@pytest.mark.parametrize("late", [True, False])  # parked by the connection's rule, or for want
+async def test_a_parked_wait_that_another_call_shared_is_not_learned(window, clock, spare_core,
+                                                                    late):  # of a core
+    window(200)
+    conn = _conn()
+    conn.waited = 3 * 200e-6 if late else 0.0
+    spare_core(late)
+    a, b = trio.socket.socketpair()
+    with a, b:
+        before = _counts()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_another_call_then_answer, clock, 5e-3, b)
+            assert await bare_io.read_once(a, True, conn) == b"x"
+    assert _more(before)["skipped" if late else "busy"] == 1
+    assert conn.waited == (3 * 200e-6 if late else 0.0)  # (a shared step's wait says nothing)
+
+
 def test_a_connections_warm_up_is_not_learned():
     window = 200e-6
     conn = _conn(warm=0)

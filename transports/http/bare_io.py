@@ -286,11 +286,11 @@ async def read_once(sock: Any, spin: bool = False, conn: Any = None, own: int = 
     if not window:
         COUNTS["parks"] += 1
         return await _park(sock)
-    start = _clock()
+    start, began = _clock(), CALLS.began
     alone = conn is None or CALLS.alone(conn, own)
     why = decide(window, alone, 0.0 if conn is None else conn.waited, _no_core)
     if why == "spin":
-        end, began = start + window, CALLS.began
+        end = start + window
         while True:
             await trio.lowlevel.checkpoint()  # (cancelled, past its deadline: raises here)
             fd = sock.fileno()
@@ -314,8 +314,8 @@ async def read_once(sock: Any, spin: bool = False, conn: Any = None, own: int = 
         COUNTS[why] += 1
     COUNTS["parks"] += 1
     data = await _park(sock)
-    if conn is not None and why != "shared":  # (parked: was the answer within the window?)
-        learn_wait(conn, _clock() - start, window)
+    if conn is not None and why != "shared" and CALLS.began == began:  # (parked: was the
+        learn_wait(conn, _clock() - start, window)  # answer within the window? unless shared)
     return data
 
 
