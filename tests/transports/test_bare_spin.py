@@ -488,6 +488,32 @@ async def test_a_call_beginning_during_the_spin_ends_it(window, still_clock):
         assert _more(before) == {"parks": 1, "spun": 0, "skipped": 0, "busy": 0, "shared": 1}
 
 
+async def _another_call_then_answer(clock, seconds, sock):
+    """Another call of this process begins and ends while the wait is parked; the answer
+    comes ``seconds`` after the wait began."""
+    await trio.testing.wait_all_tasks_blocked()  # (the wait parked)
+    bare_io.CALLS.begin(types.SimpleNamespace(began=-1))
+    bare_io.CALLS.end()
+    _answer_after(clock, seconds, sock)
+
+
+@pytest.mark.parametrize("late", [True, False])  # parked by the connection's rule, or for want
+async def test_a_parked_wait_that_another_call_shared_is_not_learned(window, clock, spare_core,
+                                                                    late):  # of a core
+    window(200)
+    conn = _conn()
+    conn.waited = 3 * 200e-6 if late else 0.0
+    spare_core(late)
+    a, b = trio.socket.socketpair()
+    with a, b:
+        before = _counts()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_another_call_then_answer, clock, 5e-3, b)
+            assert await bare_io.read_once(a, True, conn) == b"x"
+    assert _more(before)["skipped" if late else "busy"] == 1
+    assert conn.waited == (3 * 200e-6 if late else 0.0)  # (a shared step's wait says nothing)
+
+
 def test_a_connections_warm_up_is_not_learned():
     window = 200e-6
     conn = _conn(warm=0)
@@ -516,6 +542,13 @@ def test_a_quota_under_two_cpus_is_one_cpu_never_spun_on(monkeypatch):
         assert bare_io._cpus() == len(os.sched_getaffinity(0)) and not _machine_busy(1.0)
 
 
+def test_a_quota_under_one_cpu_is_one_cpu(monkeypatch):
+    # (a CI container's 500m: 0 whole CPUs; a process still runs on one, never spun on)
+    monkeypatch.setattr(bare_io, "_runnable", lambda: 1)
+    monkeypatch.setattr(bare_io, "_quota", [bare_io.quota_cpus("50000", "100000")])
+    assert bare_io._cpus() == 1 and _machine_busy(1.0)
+
+
 async def test_calls_are_counted_on_both_sides_and_none_left_in_flight(window):
     window(0)
     worker = FakeWorker()
@@ -540,3 +573,57 @@ async def test_calls_are_counted_on_both_sides_and_none_left_in_flight(window):
                 await worker.recv_cancelled.wait()
                 await trio.testing.wait_all_tasks_blocked()
                 assert bare_io.CALLS.flying == flying
+
+
+# Where the quota is read: the process's own cgroup (``/proc/self/cgroup``) and those above it
+# that the mount shows, the least; a fake mount and a fake ``/proc/self/cgroup`` per case.
+
+
+def _quota_of(monkeypatch, tmp_path, own, files):
+    """``_read_quota`` where ``/proc/self/cgroup`` says ``own`` (None: unreadable) and the
+    cgroup mount holds ``files`` (a path under the mount: its text)."""
+    root = tmp_path / "mount"
+    root.mkdir()
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    proc = tmp_path / "self_cgroup"
+    if own is not None:
+        proc.write_text(own)
+    monkeypatch.setattr(bare_io, "_CGROUP_ROOT", str(root))
+    monkeypatch.setattr(bare_io, "_SELF_CGROUP", str(proc))
+    return bare_io._read_quota()
+
+
+@pytest.mark.parametrize("own, files, cpus", [
+    # cgroup v2 without a namespace (a systemd unit's CPUQuota=, a container sharing the
+    # host's): the quota is on the process's own cgroup, not at the mount's root
+    ("0::/system.slice/job.service\n", {"system.slice/job.service/cpu.max": "150000 100000\n",
+                                         "system.slice/cpu.max": "max 100000\n"}, 1),
+    # a cgroup above it limits it too: the least of them
+    ("0::/a/b\n", {"a/b/cpu.max": "max 100000\n", "a/cpu.max": "100000 100000\n"}, 1),
+    ("0::/a/b\n", {"a/b/cpu.max": "400000 100000\n", "a/cpu.max": "800000 100000\n"}, 4),
+    # a namespaced container: its cgroup is the mount's root
+    ("0::/\n", {"cpu.max": "300000 100000\n"}, 3),
+    # a path the mount does not show (a container's view of a host path): the root's
+    ("0::/docker/abc\n", {"cpu.max": "100000 100000\n"}, 1),
+    ("0::/../other\n", {"cpu.max": "200000 100000\n", "other/cpu.max": "100000 100000\n"}, 2),
+    # no quota, no files, odd text: none
+    ("0::/x\n", {"x/cpu.max": "max 100000\n"}, None),
+    ("0::/x\n", {}, None),
+    ("0::/x\n", {"x/cpu.max": "\n"}, None),
+    ("0::/x\n", {"x/cpu.max": "lots 100000\n"}, None),
+    # /proc/self/cgroup unreadable: the mount's root
+    (None, {"cpu.max": "100000 100000\n"}, 1),
+    # cgroup v1 (a hybrid machine's too): the cpu controller's line and its two files
+    ("4:memory:/m\n3:cpu,cpuacct:/job\n0::/\n",
+     {"cpu/job/cpu.cfs_quota_us": "150000\n", "cpu/job/cpu.cfs_period_us": "100000\n",
+      "cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, 1),
+    ("3:cpu,cpuacct:/job\n", {"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"},
+     None),
+    ("3:cpu,cpuacct:/job\n", {"cpu/job/cpu.cfs_quota_us": "150000\n"}, None),  # (no period)
+])
+def test_the_quota_is_read_from_this_process_cgroup_and_those_above(monkeypatch, tmp_path,
+                                                                     own, files, cpus):
+    assert _quota_of(monkeypatch, tmp_path, own, files) == cpus

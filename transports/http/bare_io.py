@@ -33,14 +33,14 @@ client's warm-up: graphs registered, first steps prepared) and the waits of shar
 not learned.
 
 A spin also needs a core to spare (:func:`machine_busy`): a process that may run on one CPU
-only (its affinity, or its cgroup's CPU quota under two CPUs) never spins (its peer would wait
-for the spinner's time slice), and a wait parks at once while the machine's runnable threads,
-the waiter included, outnumber the CPUs it may run on (a third runnable process beside a
-spinning pair: measured, a trivial step then took 0.30 ms spinning or parked, so the spin only
-burns CPU that the third or the peer needs). The look (``/proc/loadavg``, machine-wide) is
-taken once per :data:`LOAD_EVERY_S` per process. ``COUNTS`` holds the waits that parked, the
-messages the spin took, and the waits that parked at once by the connection's rule, for want
-of a core, or for a step shared with another call.
+only (its affinity, or a CPU quota under two CPUs on its cgroup or one above it) never spins
+(its peer would wait for the spinner's time slice), and a wait parks at once while the
+machine's runnable threads, the waiter included, outnumber the CPUs it may run on (a third
+runnable process beside a spinning pair: measured, a trivial step then took 0.30 ms spinning or
+parked, so the spin only burns CPU that the third or the peer needs). The look
+(``/proc/loadavg``, machine-wide) is taken once per :data:`LOAD_EVERY_S` per process.
+``COUNTS`` holds the waits that parked, the messages the spin took, and the waits that parked
+at once by the connection's rule, for want of a core, or for a step shared with another call.
 
 Nothing here knows about asyncflow.
 """
@@ -109,14 +109,14 @@ def set_spin_window(us: float | None) -> None:
 
 def _cpus() -> int:
     """The CPUs this process may run on at once: its affinity's, fewer where its cgroup's CPU
-    quota (read once per process) allows fewer."""
+    quota (read once per process) allows fewer; at least 1 (a quota under one CPU)."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # (not Linux)
         cpus = os.cpu_count() or 1
     if not _quota:
         _quota.append(_read_quota())
-    return cpus if _quota[0] is None else min(cpus, _quota[0])
+    return cpus if _quota[0] is None else max(1, min(cpus, _quota[0]))
 
 
 _quota: list = []  # [whole CPUs the cgroup's quota allows, or None: no quota]
@@ -134,17 +134,61 @@ def quota_cpus(quota: str, period: str) -> int | None:
     return None if q < 0 or t <= 0 else q // t
 
 
+_CGROUP_ROOT = "/sys/fs/cgroup"  # the cgroup mount (v1's cpu controller under "cpu")
+_SELF_CGROUP = "/proc/self/cgroup"  # this process's cgroups (a test may set its own)
+
+
+def _own_cgroups() -> tuple[list, list]:
+    """This process's cgroup paths, as parts: cgroup v2's and cgroup v1's cpu controller's
+    (``/proc/self/cgroup``); none (the mount's root) where it does not say, or says a cgroup
+    outside the mount's view (``..``)."""
+    v2: list = []
+    v1: list = []
+    try:
+        with open(_SELF_CGROUP, "rb") as handle:
+            lines = handle.read().decode("ascii", "replace").splitlines()
+    except OSError:
+        return v2, v1
+    for line in lines:
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        parts = [part for part in path.split("/") if part and part != "."]
+        if ".." in parts:
+            parts = []
+        if hierarchy == "0" and not controllers:
+            v2 = parts
+        elif "cpu" in controllers.split(","):
+            v1 = parts
+    return v2, v1
+
+
 def _read_quota() -> int | None:
-    for paths in (("/sys/fs/cgroup/cpu.max",),
-                  ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "/sys/fs/cgroup/cpu/cpu.cfs_period_us")):
-        try:
-            fields = []
-            for path in paths:
-                with open(path, "rb") as handle:
-                    fields += handle.read().decode("ascii", "replace").split()
-        except OSError:
-            continue
-        return quota_cpus(*fields[:2]) if len(fields) >= 2 else None
+    """The least whole CPUs that a CFS quota allows this process's cgroup or one above it
+    (cgroup v2's ``cpu.max``, else v1's ``cpu.cfs_quota_us`` and ``cpu.cfs_period_us``);
+    None where none is set or readable. The cgroup is the one ``/proc/self/cgroup`` names:
+    without a cgroup namespace (a systemd unit's ``CPUQuota=``, a container sharing the
+    host's) the quota is there, not at the mount's root; one the mount does not show (a
+    container's view of a host path) is passed over, up to the root (read last)."""
+    v2, v1 = _own_cgroups()
+    for mount, parts, names in (
+            (_CGROUP_ROOT, v2, ("cpu.max",)),
+            (os.path.join(_CGROUP_ROOT, "cpu"), v1, ("cpu.cfs_quota_us", "cpu.cfs_period_us"))):
+        found, least = False, None
+        for depth in range(len(parts), -1, -1):
+            directory = os.path.join(mount, *parts[:depth])
+            try:
+                fields = []
+                for name in names:
+                    with open(os.path.join(directory, name), "rb") as handle:
+                        fields += handle.read().decode("ascii", "replace").split()
+            except OSError:
+                continue
+            found = True
+            cpus = quota_cpus(*fields[:2]) if len(fields) >= 2 else None
+            if cpus is not None and (least is None or cpus < least):
+                least = cpus
+        if found:
+            return least
     return None
 
 
@@ -242,11 +286,11 @@ async def read_once(sock: Any, spin: bool = False, conn: Any = None, own: int = 
     if not window:
         COUNTS["parks"] += 1
         return await _park(sock)
-    start = _clock()
+    start, began = _clock(), CALLS.began
     alone = conn is None or CALLS.alone(conn, own)
     why = decide(window, alone, 0.0 if conn is None else conn.waited, _no_core)
     if why == "spin":
-        end, began = start + window, CALLS.began
+        end = start + window
         while True:
             await trio.lowlevel.checkpoint()  # (cancelled, past its deadline: raises here)
             fd = sock.fileno()
@@ -270,8 +314,8 @@ async def read_once(sock: Any, spin: bool = False, conn: Any = None, own: int = 
         COUNTS[why] += 1
     COUNTS["parks"] += 1
     data = await _park(sock)
-    if conn is not None and why != "shared":  # (parked: was the answer within the window?)
-        learn_wait(conn, _clock() - start, window)
+    if conn is not None and why != "shared" and CALLS.began == began:  # (parked: was the
+        learn_wait(conn, _clock() - start, window)  # answer within the window? unless shared)
     return data
 
 
