@@ -36,6 +36,31 @@ def _dim(x, axis):
     return strided_slice(array.shape(x), [axis], [axis + 1], shrink_axis_mask=1), None
 
 
+def _lengths(sequence_length, caller):
+    """``sequence_length`` as an int32 vector; TF1 refuses one of another known rank."""
+    lengths = as_tensor(sequence_length)
+    if lengths.shape.ndims not in (None, 1):
+        raise ValueError(f"{caller}: sequence_length must be a vector of length batch_size, "
+                         f"got shape {lengths.shape}")
+    return lengths if lengths.dtype is dtypes.int32 else math.cast(lengths, dtypes.int32)
+
+
+def _float_inputs(x, caller):
+    if not x.dtype.is_floating:
+        raise ValueError(f"{caller}: an RNN cell only takes floating point inputs, got "
+                         f"{x.dtype.name} ({x.name})")
+    return x
+
+
+def _input_list(inputs, caller):
+    if not isinstance(inputs, (list, tuple)):
+        raise TypeError(f"{caller}: inputs must be a sequence (a list of [batch, depth] "
+                        f"tensors), got {type(inputs).__name__}")
+    if not inputs:
+        raise ValueError(f"{caller}: inputs must not be empty")
+    return [_float_inputs(as_tensor(x), caller) for x in inputs]
+
+
 def _copy_through(time, sequence_length, old, new):
     """``new`` where ``time < sequence_length`` (per batch row), else ``old``."""
     keep = math.less(time, sequence_length)  # [batch]
@@ -66,7 +91,9 @@ def dynamic_rnn(cell, inputs, sequence_length=None, initial_state=None, dtype=No
         ``(outputs, final_state)``: outputs shaped like the inputs with ``cell.output_size``
         as depth; ``final_state`` in ``cell.state_size``'s structure.
     """
-    inputs = as_tensor(inputs)
+    inputs = _float_inputs(as_tensor(inputs), "dynamic_rnn")
+    if initial_state is None and dtype is None:
+        raise ValueError("dynamic_rnn: give an initial_state or the state's dtype")
     with variable_scope(scope or "rnn"):
         time_inputs = inputs if time_major else _transpose_batch_time(inputs)
         steps, static_steps = _dim(time_inputs, 0)
@@ -77,12 +104,15 @@ def dynamic_rnn(cell, inputs, sequence_length=None, initial_state=None, dtype=No
             state = cell.zero_state(static_batch if static_batch is not None else batch,
                                     dtype or inputs.dtype)
         if sequence_length is not None:
-            sequence_length = math.cast(as_tensor(sequence_length), dtypes.int32) \
-                if as_tensor(sequence_length).dtype is not dtypes.int32 else as_tensor(sequence_length)
+            sequence_length = _lengths(sequence_length, "dynamic_rnn")
         element = time_inputs.shape.as_list()[1:] if time_inputs.shape.ndims else None
         input_ta = TensorArray(time_inputs.dtype, size=steps, element_shape=element,
                                tensor_array_name="rnn/input").unstack(time_inputs)
-        output_ta = TensorArray(inputs.dtype, size=steps, tensor_array_name="rnn/output")
+        # each step's [batch, output_size], as TF1's: zero steps stack to [0, batch, size]
+        size = cell.output_size
+        output_ta = TensorArray(inputs.dtype, size=steps, tensor_array_name="rnn/output",
+                                element_shape=[static_batch, size] if isinstance(size, int)
+                                else None)
         flat_state = cf.flatten(state)
 
         def body(time, outputs, *flat):
@@ -113,9 +143,7 @@ def static_rnn(cell, inputs, initial_state=None, dtype=None, sequence_length=Non
     Returns:
         ``(outputs, final_state)``: a list of outputs and the last state.
     """
-    if not isinstance(inputs, (list, tuple)) or not inputs:
-        raise TypeError("static_rnn: inputs must be a non-empty list of tensors")
-    inputs = [as_tensor(x) for x in inputs]
+    inputs = _input_list(inputs, "static_rnn")
     with variable_scope(scope or "rnn"):
         if initial_state is not None:
             state = initial_state
@@ -125,7 +153,7 @@ def static_rnn(cell, inputs, initial_state=None, dtype=None, sequence_length=Non
             batch = static if static is not None else _dim(first, 0)[0]
             state = cell.zero_state(batch, dtype or first.dtype)
         if sequence_length is not None:
-            sequence_length = math.cast(as_tensor(sequence_length), dtypes.int32)
+            sequence_length = _lengths(sequence_length, "static_rnn")
         outputs = []
         for time, x in enumerate(inputs):
             output, new_state = cell(x, state)
@@ -152,17 +180,16 @@ def static_bidirectional_rnn(cell_fw, cell_bw, inputs, initial_state_fw=None,
         ``(outputs, output_state_fw, output_state_bw)``: ``outputs[t]`` is
         ``[batch, fw_depth + bw_depth]``.
     """
-    if not isinstance(inputs, (list, tuple)) or not inputs:
-        raise TypeError("static_bidirectional_rnn: inputs must be a non-empty list of tensors")
-    inputs = [as_tensor(x) for x in inputs]
+    inputs = _input_list(inputs, "static_bidirectional_rnn")
     with variable_scope(scope or "bidirectional_rnn"):
-        with variable_scope("fw"):
+        # each static_rnn in its direction's scope itself, as TF1's: bidirectional_rnn/fw/cell
+        with variable_scope("fw") as fw_scope:
             outputs_fw, state_fw = static_rnn(cell_fw, inputs, initial_state_fw, dtype,
-                                              sequence_length)
-        with variable_scope("bw"):
+                                              sequence_length, scope=fw_scope)
+        with variable_scope("bw") as bw_scope:
             reversed_inputs = _reverse_list(inputs, sequence_length)
             outputs_bw, state_bw = static_rnn(cell_bw, reversed_inputs, initial_state_bw,
-                                              dtype, sequence_length)
+                                              dtype, sequence_length, scope=bw_scope)
             outputs_bw = _reverse_list(outputs_bw, sequence_length)
     outputs = [layout.concat([fw, bw], 1) for fw, bw in zip(outputs_fw, outputs_bw)]
     return outputs, state_fw, state_bw
@@ -218,9 +245,12 @@ def bidirectional_dynamic_rnn(cell_fw, cell_bw, inputs, sequence_length=None,
 
         def reverse(x):
             if sequence_length is not None:
-                return reverse_sequence(x, sequence_length, seq_axis, batch_axis)
-            return reverse_first(x) if time_major else \
-                _transpose_batch_time(reverse_first(_transpose_batch_time(x)))
+                flipped = reverse_sequence(x, sequence_length, seq_axis, batch_axis)
+            else:
+                flipped = reverse_first(x) if time_major else \
+                    _transpose_batch_time(reverse_first(_transpose_batch_time(x)))
+            flipped.set_shape(x.shape)  # a reversal keeps the shape (TF1's static one too)
+            return flipped
         with variable_scope("bw") as bw_scope:
             reversed_inputs = reverse(inputs)
             reversed_out, state_bw = dynamic_rnn(cell_bw, reversed_inputs, sequence_length,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 
 from asyncflow import dtypes
-from asyncflow.graph.graph import Tensor
+from asyncflow.graph.graph import Tensor, get_default_graph
 from asyncflow.ops import layout, math, nn
 from asyncflow.ops import control_flow as cf
 from asyncflow.ops.construct import as_tensor
@@ -109,6 +109,14 @@ def _linear(cell, args, units, bias_initializer=None, kernel_name="kernel", bias
     return nn.bias_add(math.matmul(joined, kernel), bias)
 
 
+def _lstm_state(state, cell_name):
+    """``(c, h)`` of a tuple state; TF1 refuses a single tensor with a TypeError."""
+    if not isinstance(state, (tuple, list)) or len(state) != 2:
+        raise TypeError(f"{cell_name}: with state_is_tuple=True the state must be an "
+                        f"LSTMStateTuple (c, h), got {type(state).__name__} {state!r:.80}")
+    return state
+
+
 def _fused_step(cell, inputs, c, h, forget_bias, initializer):
     """``(new_c, new_h)`` by ``FusedLSTMCell``, with the cell's ``kernel`` and ``bias``."""
     units, dtype = cell._num_units, inputs.dtype
@@ -161,7 +169,7 @@ class BasicLSTMCell(RNNCell):
     def call(self, inputs, state):
         activation = self._activation or math.tanh
         if self._state_is_tuple:
-            c, h = state
+            c, h = _lstm_state(state, "BasicLSTMCell")
         else:
             c, h = layout.split(state, 2, axis=1)
         if self._activation is None:  # TF1's math in one op (see ops/lstm_ops.py)
@@ -209,7 +217,7 @@ class LSTMCell(RNNCell):
         activation = self._activation or math.tanh
         units = self._num_units
         if self._state_is_tuple:
-            c_prev, m_prev = state
+            c_prev, m_prev = _lstm_state(state, "LSTMCell")
         else:
             c_prev = slice_op(state, [0, 0], [-1, units])
             m_prev = slice_op(state, [0, units], [-1, self._num_proj or units])
@@ -303,23 +311,38 @@ class MultiRNNCell(RNNCell):
             raise ValueError("Must specify at least one cell for MultiRNNCell.")
         self._cells = list(cells)
         self._state_is_tuple = state_is_tuple
+        sizes = [cell.state_size for cell in self._cells]
+        if not state_is_tuple and any(isinstance(size, tuple) for size in sizes):
+            raise ValueError("MultiRNNCell: some cells return tuples of states, but the flag "
+                             f"state_is_tuple is not set. State sizes are: {sizes}")
 
     @property
     def state_size(self):
         sizes = tuple(cell.state_size for cell in self._cells)
-        return sizes if self._state_is_tuple else sum(cf.flatten(list(sizes)))
+        return sizes if self._state_is_tuple else sum(sizes)
 
     output_size = property(lambda self: self._cells[-1].output_size)
 
     def zero_state(self, batch_size, dtype):
+        if not self._state_is_tuple:  # one [batch, sum of sizes] matrix, as TF1's
+            return super().zero_state(batch_size, dtype)
         return tuple(cell.zero_state(batch_size, dtype) for cell in self._cells)
 
     def call(self, inputs, state):
-        current, new_states = inputs, []
+        """Each layer's state is ``state[i]``, or its columns of the concatenated state
+        (``state_is_tuple=False``, TF1's layout: layer 0's first)."""
+        current, new_states, column = inputs, [], 0
         for index, cell in enumerate(self._cells):
             with variable_scope(f"cell_{index}"):
-                current, new_state = cell(current, state[index])
+                if self._state_is_tuple:
+                    cell_state = state[index]
+                else:
+                    cell_state = slice_op(state, [0, column], [-1, cell.state_size])
+                    column += cell.state_size
+                current, new_state = cell(current, cell_state)
             new_states.append(new_state)
+        if not self._state_is_tuple:
+            return current, layout.concat(new_states, 1)
         return current, tuple(new_states)
 
 
@@ -341,6 +364,7 @@ class DropoutWrapper(RNNCell):
 
     state_size = property(lambda self: self._cell.state_size)
     output_size = property(lambda self: self._cell.output_size)
+    wrapped_cell = property(lambda self: self._cell)
 
     def zero_state(self, batch_size, dtype):
         return self._cell.zero_state(batch_size, dtype)
@@ -364,5 +388,60 @@ class DropoutWrapper(RNNCell):
         return output, new_state
 
 
-__all__ = ["BasicLSTMCell", "BasicRNNCell", "DropoutWrapper", "GRUCell", "LSTMCell",
-           "LSTMStateTuple", "MultiRNNCell", "RNNCell"]
+class ResidualWrapper(RNNCell):
+    """The cell's output plus its input (TF1's ``ResidualWrapper``), or
+    ``residual_fn(inputs, outputs)``; the state is the cell's. No variables or scope of its
+    own. The default sum needs inputs and outputs of one static shape, as TF1's."""
+
+    def __init__(self, cell, residual_fn=None):
+        super().__init__()
+        self._cell = cell
+        self._residual_fn = residual_fn
+
+    state_size = property(lambda self: self._cell.state_size)
+    output_size = property(lambda self: self._cell.output_size)
+    wrapped_cell = property(lambda self: self._cell)
+
+    def zero_state(self, batch_size, dtype):
+        return self._cell.zero_state(batch_size, dtype)
+
+    def __call__(self, inputs, state, scope=None):
+        output, new_state = self._cell(inputs, state, scope=scope)
+        if self._residual_fn is not None:
+            return self._residual_fn(inputs, output), new_state
+        leaves_in, leaves_out = cf.flatten(inputs), cf.flatten(output)
+        if len(leaves_in) != len(leaves_out):
+            raise ValueError(f"ResidualWrapper: the inputs ({len(leaves_in)} tensors) and the "
+                             f"cell's outputs ({len(leaves_out)}) differ in structure")
+        for a, b in zip(leaves_in, leaves_out):
+            if not a.shape.is_compatible_with(b.shape):
+                raise ValueError(f"ResidualWrapper: the inputs' shape {a.shape} and the cell's "
+                                 f"output shape {b.shape} are incompatible")
+        return cf.pack_as(output, [math.add(a, b) for a, b in zip(leaves_in, leaves_out)]), \
+            new_state
+
+
+class DeviceWrapper(RNNCell):
+    """The cell's ops and zero state on ``device`` (TF1's ``DeviceWrapper``); no variables
+    or scope of its own."""
+
+    def __init__(self, cell, device):
+        super().__init__()
+        self._cell = cell
+        self._device = device
+
+    state_size = property(lambda self: self._cell.state_size)
+    output_size = property(lambda self: self._cell.output_size)
+    wrapped_cell = property(lambda self: self._cell)
+
+    def zero_state(self, batch_size, dtype):
+        with get_default_graph().device(self._device):
+            return self._cell.zero_state(batch_size, dtype)
+
+    def __call__(self, inputs, state, scope=None):
+        with get_default_graph().device(self._device):
+            return self._cell(inputs, state, scope=scope)
+
+
+__all__ = ["BasicLSTMCell", "BasicRNNCell", "DeviceWrapper", "DropoutWrapper", "GRUCell",
+           "LSTMCell", "LSTMStateTuple", "MultiRNNCell", "RNNCell", "ResidualWrapper"]

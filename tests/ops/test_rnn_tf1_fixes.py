@@ -1,0 +1,132 @@
+"""What the RNN fuzz against TF1 (tests/ops/test_tf1_rnn_fuzz.py) found, pinned without
+TensorFlow: the expected values and names were written from TF1's run (tf.compat.v1 of TF
+2.21 with tf_keras) of the same program."""
+import numpy as np
+import pytest
+
+import asyncflow.compat.v1 as tf
+
+R = tf.nn.rnn_cell
+X0 = (np.sin(np.arange(3 * 2 * 2) * 1.1) * 1.5).reshape(3, 2, 2)
+
+
+def _run(fetches, variables=None):
+    """``fetches`` after setting each trainable variable (sorted by name, k-th) to
+    ``sin(arange(n) * 0.7 + k) * 0.5``, as the TF1 run that wrote the expected values."""
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        for k, v in enumerate(sorted(tf.trainable_variables(), key=lambda v: v.name)):
+            n = int(np.prod(v.shape.as_list()))
+            v.load((np.sin(np.arange(n) * 0.7 + k) * 0.5).reshape(v.shape.as_list()), sess)
+        return sess.run(fetches)
+
+
+def _names():
+    return sorted(v.name for v in tf.trainable_variables())
+
+
+def test_multi_rnn_cell_with_concatenated_states():
+    """state_is_tuple=False: one [batch, sum of sizes] state, layer 0's columns first (it
+    was a tuple of the layers' states, whatever the flag)."""
+    with tf.Graph().as_default():
+        cell = R.MultiRNNCell([R.BasicRNNCell(2), R.GRUCell(3)], state_is_tuple=False)
+        assert cell.state_size == 5 and cell.zero_state(3, tf.float64).shape.as_list() == [3, 5]
+        out, state = tf.nn.dynamic_rnn(cell, tf.constant(X0), sequence_length=[2, 1, 0],
+                                       dtype=tf.float64)
+        assert state.shape.as_list() == [3, 5]
+        final, last = _run([state, out[0, -1]])
+    np.testing.assert_allclose(final, [
+        [0.151171899155, 0.570886729234, 0.207911246878, 0.043176780746, -0.105070048388],
+        [-0.743376292188, -0.38647252401, 0.284922288741, 0.233575394213, 0.084486225741],
+        [0.0, 0.0, 0.0, 0.0, 0.0]], atol=1e-11)
+    np.testing.assert_allclose(last, [0.207911246878, 0.043176780746, -0.105070048388],
+                               atol=1e-11)
+
+
+def test_multi_rnn_cell_refuses_tuple_states_without_state_is_tuple():
+    with pytest.raises(ValueError, match="state_is_tuple is not set"):
+        R.MultiRNNCell([R.BasicLSTMCell(2), R.GRUCell(3)], state_is_tuple=False)
+
+
+def test_residual_wrapper_adds_the_inputs():
+    with tf.Graph().as_default():
+        cell = R.ResidualWrapper(R.GRUCell(2))
+        out, state = tf.nn.dynamic_rnn(cell, tf.constant(X0), sequence_length=[2, 1, 0],
+                                       dtype=tf.float64)
+        assert _names() == ["rnn/gru_cell/candidate/bias:0", "rnn/gru_cell/candidate/kernel:0",
+                            "rnn/gru_cell/gates/bias:0", "rnn/gru_cell/gates/kernel:0"]
+        outputs, final = _run([out, state])
+    np.testing.assert_allclose(outputs, [
+        [[0.169525704414, 1.483337851272], [1.508879741877, 0.320573080706]],
+        [[-1.774703494434, -1.278138085408], [0.0, 0.0]], [[0.0, 0.0], [0.0, 0.0]]], atol=1e-11)
+    np.testing.assert_allclose(final, [[0.296135136148, 0.557191621921],
+                                       [-0.3473003836, -0.219827597052], [0.0, 0.0]], atol=1e-11)
+    with tf.Graph().as_default():  # outputs of another size than the inputs: TF1's ValueError
+        with pytest.raises(ValueError, match="ResidualWrapper.*incompatible"):
+            tf.nn.dynamic_rnn(R.ResidualWrapper(R.GRUCell(3)), tf.constant(X0),
+                              dtype=tf.float64)
+
+
+def test_device_wrapper_places_the_cell():
+    with tf.Graph().as_default():
+        cell = R.DeviceWrapper(R.GRUCell(2), "/cpu:0")
+        assert (cell.state_size, cell.output_size) == (2, 2)
+        out, _ = tf.nn.dynamic_rnn(cell, tf.constant(X0), dtype=tf.float64)
+        matmuls = [op for op in tf.get_default_graph().get_operations() if op.type == "MatMul"]
+        assert matmuls and all("CPU:0" in op.device.upper() for op in matmuls)
+        assert _names()[0] == "rnn/gru_cell/candidate/bias:0"
+
+
+def test_static_bidirectional_rnn_names_under_a_scope():
+    """Each direction's static_rnn runs in the direction's scope itself, as TF1's (it opened
+    another ``rnn/`` inside: ``bi/fw/rnn/gru_cell/...``, which no TF1 checkpoint has)."""
+    with tf.Graph().as_default():
+        tf.nn.static_bidirectional_rnn(R.GRUCell(2), R.BasicRNNCell(2), tf.unstack(X0, axis=1),
+                                       dtype=tf.float64, scope="bi")
+        assert _names() == ["bi/bw/basic_rnn_cell/bias:0", "bi/bw/basic_rnn_cell/kernel:0",
+                            "bi/fw/gru_cell/candidate/bias:0", "bi/fw/gru_cell/candidate/kernel:0",
+                            "bi/fw/gru_cell/gates/bias:0", "bi/fw/gru_cell/gates/kernel:0"]
+    with tf.Graph().as_default():
+        tf.nn.static_bidirectional_rnn(R.GRUCell(2), R.BasicRNNCell(2), tf.unstack(X0, axis=1),
+                                       dtype=tf.float64)
+        assert _names()[0] == "bidirectional_rnn/bw/basic_rnn_cell/bias:0"
+
+
+def test_bidirectional_dynamic_rnn_keeps_the_backward_outputs_static_shape():
+    with tf.Graph().as_default():
+        (fw, bw), _ = tf.nn.bidirectional_dynamic_rnn(R.GRUCell(2), R.GRUCell(3),
+                                                      tf.constant(X0), dtype=tf.float64)
+        assert fw.shape.as_list() == [3, 2, 2] and bw.shape.as_list() == [3, 2, 3]
+
+
+def test_dynamic_rnn_of_zero_steps():
+    """TF1: outputs [batch, 0, size] and the initial state (the output TensorArray knows
+    its element shape, so stacking no elements works)."""
+    with tf.Graph().as_default():
+        out, state = tf.nn.dynamic_rnn(R.GRUCell(3), tf.constant(X0)[:, :0], dtype=tf.float64)
+        assert out.shape.as_list() == [3, 0, 3]
+        outputs, final = _run([out, state])
+    assert outputs.shape == (3, 0, 3) and not final.any()
+
+
+def test_refusals_are_tf1s():
+    x = tf.constant(X0)
+    with pytest.raises(ValueError, match="initial_state or the state's dtype"):
+        tf.nn.dynamic_rnn(R.GRUCell(2), x)
+    with pytest.raises(ValueError, match="sequence_length must be a vector"):
+        tf.nn.dynamic_rnn(R.GRUCell(2), x, dtype=tf.float64, sequence_length=[[1, 2, 3]])
+    with pytest.raises(ValueError, match="sequence_length must be a vector"):
+        tf.nn.static_rnn(R.GRUCell(2), tf.unstack(x, axis=1), dtype=tf.float64,
+                         sequence_length=[[1, 2, 3]])
+    with pytest.raises(ValueError, match="floating point inputs"):
+        tf.nn.dynamic_rnn(R.GRUCell(2), tf.cast(x, tf.int32), dtype=tf.float32)
+    for rnn in (tf.nn.static_rnn, lambda cell, inputs, dtype: tf.nn.static_bidirectional_rnn(
+            cell, cell, inputs, dtype=dtype)):
+        with pytest.raises(ValueError, match="must not be empty"):
+            rnn(R.GRUCell(2), [], dtype=tf.float64)
+        with pytest.raises(TypeError, match="must be a sequence"):
+            rnn(R.GRUCell(2), x, dtype=tf.float64)
+    with pytest.raises(TypeError, match="must be an LSTMStateTuple"):
+        tf.nn.dynamic_rnn(R.BasicLSTMCell(2), x, initial_state=tf.zeros([3, 2], tf.float64))
+    with pytest.raises(TypeError, match="must be an LSTMStateTuple"):
+        R.LSTMCell(2, num_proj=1)(x[:, 0], tf.zeros([3, 3], tf.float64))
