@@ -91,50 +91,63 @@ def dynamic_rnn(cell, inputs, sequence_length=None, initial_state=None, dtype=No
         ``(outputs, final_state)``: outputs shaped like the inputs with ``cell.output_size``
         as depth; ``final_state`` in ``cell.state_size``'s structure.
     """
-    inputs = _float_inputs(as_tensor(inputs), "dynamic_rnn")
+    structure = inputs
+    flat_inputs = [_float_inputs(as_tensor(x), "dynamic_rnn") for x in cf.flatten(inputs)]
+    if not flat_inputs:
+        raise ValueError("dynamic_rnn: inputs must not be empty")
     if initial_state is None and dtype is None:
         raise ValueError("dynamic_rnn: give an initial_state or the state's dtype")
     with variable_scope(scope or "rnn"):
-        time_inputs = inputs if time_major else _transpose_batch_time(inputs)
-        steps, static_steps = _dim(time_inputs, 0)
-        batch, static_batch = _dim(time_inputs, 1)
+        time_inputs = [x if time_major else _transpose_batch_time(x) for x in flat_inputs]
+        steps, static_steps = _dim(time_inputs[0], 0)
+        batch, static_batch = _dim(time_inputs[0], 1)
         if initial_state is not None:
             state = initial_state
         else:
-            state = cell.zero_state(static_batch if static_batch is not None else batch,
-                                    dtype or inputs.dtype)
+            state = cell.zero_state(static_batch if static_batch is not None else batch, dtype)
         if sequence_length is not None:
             sequence_length = _lengths(sequence_length, "dynamic_rnn")
-        element = time_inputs.shape.as_list()[1:] if time_inputs.shape.ndims else None
-        input_ta = TensorArray(time_inputs.dtype, size=steps, element_shape=element,
-                               tensor_array_name="rnn/input").unstack(time_inputs)
-        # each step's [batch, output_size], as TF1's: zero steps stack to [0, batch, size]
-        size = cell.output_size
-        output_ta = TensorArray(inputs.dtype, size=steps, tensor_array_name="rnn/output",
-                                element_shape=[static_batch, size] if isinstance(size, int)
-                                else None)
+        input_tas = [TensorArray(x.dtype, size=steps, tensor_array_name="rnn/input",
+                                 element_shape=x.shape.as_list()[1:] if x.shape.ndims else None
+                                 ).unstack(x) for x in time_inputs]
         flat_state = cf.flatten(state)
+        # each step's [batch, output_size] in the state's dtype, as TF1's: zero steps stack
+        # to [0, batch, size]
+        sizes = cf.flatten(cell.output_size)
+        output_tas = tuple(TensorArray(dtype or flat_state[0].dtype, size=steps,
+                                       tensor_array_name="rnn/output",
+                                       element_shape=[static_batch, size]
+                                       if isinstance(size, int) else None) for size in sizes)
+        count = len(output_tas)
 
-        def body(time, outputs, *flat):
+        def body(time, *carried):
+            outputs, flat = carried[:count], carried[count:]
             current = cf.pack_as(state, list(flat))
-            output, new_state = cell(input_ta.read(time), current)
-            new_flat = cf.flatten(new_state)
+            step_inputs = cf.pack_as(structure, [ta.read(time) for ta in input_tas])
+            output, new_state = cell(step_inputs, current)
+            flat_output, new_flat = cf.flatten(output), cf.flatten(new_state)
+            if len(flat_output) != count:
+                raise ValueError(f"dynamic_rnn: the cell returned {len(flat_output)} outputs "
+                                 f"where its output_size {cell.output_size} has {count}")
             if sequence_length is not None:
-                output = _copy_through(time, sequence_length, zeros_like(output), output)
+                flat_output = [_copy_through(time, sequence_length, zeros_like(o), o)
+                               for o in flat_output]
                 new_flat = [_copy_through(time, sequence_length, old, new)
                             for old, new in zip(flat, new_flat)]
-            return (time + 1, outputs.write(time, output)) + tuple(new_flat)
+            written = tuple(ta.write(time, o) for ta, o in zip(outputs, flat_output))
+            return (time + 1,) + written + tuple(new_flat)
 
         loop = while_loop(lambda time, *_: time < steps, body,
-                             (as_tensor(0), output_ta) + tuple(flat_state),
-                             parallel_iterations=parallel_iterations or 32)
-        outputs = loop[1].stack()
-        final_state = cf.pack_as(state, list(loop[2:]))
-        if static_steps is not None and outputs.shape.ndims is not None:
-            outputs.set_shape([static_steps] + outputs.shape.as_list()[1:])
-        if not time_major:
-            outputs = _transpose_batch_time(outputs)
-        return outputs, final_state
+                          (as_tensor(0),) + output_tas + tuple(flat_state),
+                          parallel_iterations=parallel_iterations or 32)
+        flat_outputs = []
+        for ta in loop[1:1 + count]:
+            stacked = ta.stack()
+            if static_steps is not None and stacked.shape.ndims is not None:
+                stacked.set_shape([static_steps] + stacked.shape.as_list()[1:])
+            flat_outputs.append(stacked if time_major else _transpose_batch_time(stacked))
+        final_state = cf.pack_as(state, list(loop[1 + count:]))
+        return cf.pack_as(cell.output_size, flat_outputs), final_state
 
 
 def static_rnn(cell, inputs, initial_state=None, dtype=None, sequence_length=None, scope=None):
@@ -235,7 +248,7 @@ def bidirectional_dynamic_rnn(cell_fw, cell_bw, inputs, sequence_length=None,
     Returns:
         ``((output_fw, output_bw), (state_fw, state_bw))``.
     """
-    inputs = as_tensor(inputs)
+    inputs = cf.pack_as(inputs, [as_tensor(x) for x in cf.flatten(inputs)])
     with variable_scope(scope or "bidirectional_rnn"):
         with variable_scope("fw") as fw_scope:
             output_fw, state_fw = dynamic_rnn(cell_fw, inputs, sequence_length, initial_state_fw,
@@ -251,12 +264,15 @@ def bidirectional_dynamic_rnn(cell_fw, cell_bw, inputs, sequence_length=None,
                     _transpose_batch_time(reverse_first(_transpose_batch_time(x)))
             flipped.set_shape(x.shape)  # a reversal keeps the shape (TF1's static one too)
             return flipped
+
+        def reverse_all(structure):  # inputs and outputs may be nested, as TF1's
+            return cf.pack_as(structure, [reverse(x) for x in cf.flatten(structure)])
         with variable_scope("bw") as bw_scope:
-            reversed_inputs = reverse(inputs)
+            reversed_inputs = reverse_all(inputs)
             reversed_out, state_bw = dynamic_rnn(cell_bw, reversed_inputs, sequence_length,
                                                  initial_state_bw, dtype, parallel_iterations,
                                                  swap_memory, time_major, scope=bw_scope)
-        output_bw = reverse(reversed_out)
+        output_bw = reverse_all(reversed_out)
     return (output_fw, output_bw), (state_fw, state_bw)
 
 

@@ -11,6 +11,7 @@ and checkpoints of TF1 models map name for name. Later calls reuse them. Kernels
 from __future__ import annotations
 
 import collections
+import re
 
 from asyncflow import dtypes
 from asyncflow.graph.graph import Tensor, get_default_graph
@@ -37,9 +38,15 @@ class LSTMStateTuple(collections.namedtuple("LSTMStateTuple", ("c", "h"))):
 
 
 class RNNCell:
-    """Base class: ``state_size``, ``output_size``, ``zero_state`` and the variable scope."""
+    """Base class: ``state_size``, ``output_size``, ``zero_state`` and the variable scope.
 
-    _default_name = "rnn_cell"
+    A cell of the user's own subclasses it as in TF1: overriding ``__call__`` (variables by
+    ``get_variable``), or ``call`` with ``build(inputs_shape)`` creating the variables by
+    ``add_variable``/``add_weight`` before the first call. Its scope is named after the class
+    in snake case (``MyCell``: ``my_cell``), as TF1's layers.
+    """
+
+    built = False
 
     def __init__(self, name=None, dtype=None, reuse=None):
         self._name = name
@@ -67,9 +74,10 @@ class RNNCell:
 
     def __call__(self, inputs, state, scope=None):
         if self._scope is None:
-            with variable_scope(scope or self._name, default_name=self._default_name,
+            with variable_scope(scope or self._name, default_name=_snake_case(type(self).__name__),
                                 reuse=self._reuse) as opened:
                 self._scope = opened
+                self._build_once(inputs)
                 return self.call(inputs, state)
         with variable_scope(self._scope, reuse=AUTO_REUSE):
             return self.call(inputs, state)
@@ -77,8 +85,35 @@ class RNNCell:
     def call(self, inputs, state):
         raise NotImplementedError
 
+    def build(self, inputs_shape):
+        """Create the variables (TF1's ``Layer.build``), given the inputs' static shape."""
+
+    def _build_once(self, inputs):
+        if not self.built:
+            leaves = cf.flatten(inputs)
+            self._input_dtype = leaves[0].dtype if leaves else None
+            self.build(cf.pack_as(inputs, [leaf.shape for leaf in leaves]))
+            self.built = True
+
+    def add_variable(self, name, shape, dtype=None, initializer=None, regularizer=None,
+                     trainable=True, **kwargs):
+        """A variable of the cell's scope (TF1's ``Layer.add_variable``), of the inputs'
+        dtype unless given."""
+        dtype = dtype or self._dtype or getattr(self, "_input_dtype", None) or dtypes.float32
+        return get_variable(name, shape=shape, dtype=dtype, initializer=initializer,
+                            regularizer=regularizer, trainable=trainable, **kwargs)
+
+    add_weight = add_variable
+
     def _variable(self, name, shape, dtype, initializer=None):
         return get_variable(name, shape=shape, dtype=dtype, initializer=initializer)
+
+
+def _snake_case(name):
+    """TF1's layer names: ``BasicLSTMCell`` -> ``basic_lstm_cell``."""
+    name = re.sub(r"(.)([A-Z][a-z0-9]+)", r"\1_\2", name)
+    name = re.sub(r"([a-z])([A-Z])", r"\1_\2", name).lower()
+    return name if not name.startswith("_") else "private" + name
 
 
 def _size_leaves(size):
@@ -129,8 +164,6 @@ def _fused_step(cell, inputs, c, h, forget_bias, initializer):
 class BasicRNNCell(RNNCell):
     """``h' = activation(W [x, h] + b)`` (TF1's ``BasicRNNCell``; activation tanh)."""
 
-    _default_name = "basic_rnn_cell"
-
     def __init__(self, num_units, activation=None, reuse=None, name=None, dtype=None):
         super().__init__(name, dtype, reuse)
         self._num_units = num_units
@@ -148,8 +181,6 @@ class BasicRNNCell(RNNCell):
 class BasicLSTMCell(RNNCell):
     """TF1's ``BasicLSTMCell``: gates ``i, j, f, o`` from one kernel, ``forget_bias`` added
     to ``f``; state ``LSTMStateTuple(c, h)``."""
-
-    _default_name = "basic_lstm_cell"
 
     def __init__(self, num_units, forget_bias=1.0, state_is_tuple=True, activation=None,
                  reuse=None, name=None, dtype=None):
@@ -188,8 +219,6 @@ class BasicLSTMCell(RNNCell):
 
 class LSTMCell(RNNCell):
     """TF1's ``LSTMCell``: optional peepholes, cell clipping and an output projection."""
-
-    _default_name = "lstm_cell"
 
     def __init__(self, num_units, use_peepholes=False, cell_clip=None, initializer=None,
                  num_proj=None, proj_clip=None, forget_bias=1.0, state_is_tuple=True,
@@ -265,8 +294,6 @@ class GRUCell(RNNCell):
     """TF1's ``GRUCell``: ``gates/`` (reset, update; bias initialized to 1) and
     ``candidate/`` kernels; ``h' = u * h + (1 - u) * tanh(W [x, r * h] + b)``."""
 
-    _default_name = "gru_cell"
-
     def __init__(self, num_units, activation=None, reuse=None, kernel_initializer=None,
                  bias_initializer=None, name=None, dtype=None):
         super().__init__(name, dtype, reuse)
@@ -302,8 +329,6 @@ class GRUCell(RNNCell):
 
 class MultiRNNCell(RNNCell):
     """Cells stacked in layers (TF1): layer ``i``'s variables live under ``cell_<i>/``."""
-
-    _default_name = "multi_rnn_cell"
 
     def __init__(self, cells, state_is_tuple=True):
         super().__init__()

@@ -130,3 +130,62 @@ def test_refusals_are_tf1s():
         tf.nn.dynamic_rnn(R.BasicLSTMCell(2), x, initial_state=tf.zeros([3, 2], tf.float64))
     with pytest.raises(TypeError, match="must be an LSTMStateTuple"):
         R.LSTMCell(2, num_proj=1)(x[:, 0], tf.zeros([3, 3], tf.float64))
+
+
+class _BuiltCell(R.RNNCell):
+    """TF1's new-style cell: variables made in ``build`` by add_variable/add_weight."""
+
+    state_size = property(lambda self: 2)
+    output_size = property(lambda self: 2)
+
+    def build(self, shape):
+        self.w = self.add_variable("weights", [int(shape[-1]) + 2, 2])
+        self.b = self.add_weight("b", [2])
+        self.built = True
+
+    def call(self, inputs, state):
+        out = tf.sigmoid(tf.matmul(tf.concat([inputs, state], 1), self.w) + self.b)
+        return out, out
+
+
+class _PairCell(R.RNNCell):
+    """Nested inputs and outputs, no variables."""
+
+    state_size = property(lambda self: 1)
+    output_size = property(lambda self: (2, 1))
+
+    def __call__(self, inputs, state, scope=None):
+        return (inputs[0] * state, inputs[1] + state), state + inputs[1]
+
+
+def test_a_cell_of_the_users_own_is_built_before_its_first_call():
+    """``build`` runs once with the inputs' shape; its variables live in a scope named after
+    the class in snake case (here ``_built_cell``: TF1's ``private__built_cell``), of the
+    inputs' dtype (it failed: no ``build`` call, no ``add_variable``)."""
+    with tf.Graph().as_default():
+        out, _ = tf.nn.dynamic_rnn(_BuiltCell(), tf.constant(X0), dtype=tf.float64,
+                                   sequence_length=[2, 1, 0])
+        assert _names() == ["rnn/private__built_cell/b:0", "rnn/private__built_cell/weights:0"]
+        assert all(v.dtype == tf.float64 for v in tf.trainable_variables())
+        outputs = _run(out)
+    np.testing.assert_allclose(outputs, [
+        [[0.610991848272, 0.58659371404], [0.496074224914, 0.624857864094]],
+        [[0.277282006168, 0.399476580419], [0.0, 0.0]], [[0.0, 0.0], [0.0, 0.0]]], atol=1e-11)
+
+
+def test_dynamic_rnn_of_nested_inputs_and_outputs():
+    """TF1 unstacks each input of a nest and stacks each output of ``output_size``'s
+    structure (here it refused anything but one tensor)."""
+    with tf.Graph().as_default():
+        x = tf.constant(X0)
+        (a, b), state = tf.nn.dynamic_rnn(_PairCell(), (x, x[:, :, 1:]),
+                                          initial_state=tf.ones([3, 1], tf.float64),
+                                          sequence_length=[2, 1, 0])
+        assert [t.shape.as_list() for t in (a, b, state)] == [[3, 2, 2], [3, 2, 1], [3, 1]]
+        values = _run([a, b, state])
+    expected = [[[[0.0, 1.336811040092], [2.833954983481, -0.552932819401]],
+                 [[-1.427403110834, -1.058310488356], [0.0, 0.0]], [[0.0, 0.0], [0.0, 0.0]]],
+                [[[2.336811040092], [2.100192498877]], [[-0.058310488356], [0.0]], [[0.0], [0.0]]],
+                [[2.100192498877], [-0.058310488356], [1.0]]]
+    for value, want in zip(values, expected):
+        np.testing.assert_allclose(value, want, atol=1e-11)
