@@ -371,9 +371,25 @@ class MultiRNNCell(RNNCell):
         return current, tuple(new_states)
 
 
+def _keep_all_but_lstm_memory(substate):
+    """TF1's default ``dropout_state_filter_visitor``: every state tensor but an LSTM's c."""
+    if isinstance(substate, LSTMStateTuple):
+        return LSTMStateTuple(c=False, h=True)
+    return True
+
+
+def _rebuilt(structure, children):
+    if isinstance(structure, tuple) and hasattr(structure, "_fields"):
+        return type(structure)(*children)
+    return type(structure)(children)
+
+
 class DropoutWrapper(RNNCell):
     """Dropout on a cell's inputs, outputs and state (keep probabilities, TF1); adds no
-    variables and no scope of its own."""
+    variables and no scope of its own. Which parts of the state are dropped is
+    ``dropout_state_filter_visitor``'s answer as in TF1 (a bool for a part, or a structure
+    of bools for its children, asked again of each child marked True); by default every
+    state tensor but the memory ``c`` of each LSTM, however deeply nested."""
 
     def __init__(self, cell, input_keep_prob=1.0, output_keep_prob=1.0, state_keep_prob=1.0,
                  variational_recurrent=False, input_size=None, dtype=None, seed=None,
@@ -386,6 +402,7 @@ class DropoutWrapper(RNNCell):
         self._output_keep_prob = output_keep_prob
         self._state_keep_prob = state_keep_prob
         self._seed = seed
+        self._state_filter = dropout_state_filter_visitor or _keep_all_but_lstm_memory
 
     state_size = property(lambda self: self._cell.state_size)
     output_size = property(lambda self: self._cell.output_size)
@@ -400,16 +417,31 @@ class DropoutWrapper(RNNCell):
         seed = None if self._seed is None else self._seed + offset
         return dropout(value, keep_prob=keep_prob, seed=seed)
 
+    def _dropout_all(self, structure, keep_prob, offset):
+        return cf.pack_as(structure, [self._dropout(leaf, keep_prob, offset)
+                                      for leaf in cf.flatten(structure)])
+
+    def _dropout_state(self, state):
+        verdict = self._state_filter(state)
+        nested = isinstance(state, (tuple, list))
+        if isinstance(verdict, bool):
+            if not verdict:
+                return state
+            if not nested:
+                return self._dropout(state, self._state_keep_prob, 1)
+            verdict = [True] * len(state)
+        elif not nested or len(verdict) != len(state):
+            raise TypeError(f"DropoutWrapper: dropout_state_filter_visitor must return a bool "
+                            f"or one bool per part of {state!r:.80}, got {verdict!r:.80}")
+        return _rebuilt(state, [self._dropout_state(part) if flag else part
+                                for flag, part in zip(verdict, state)])
+
     def __call__(self, inputs, state, scope=None):
-        inputs = self._dropout(inputs, self._input_keep_prob, 0)
+        inputs = self._dropout_all(inputs, self._input_keep_prob, 0)
         output, new_state = self._cell(inputs, state, scope=scope)
         if not (isinstance(self._state_keep_prob, (int, float)) and self._state_keep_prob == 1.0):
-            leaves = cf.flatten(new_state)
-            # TF1 drops every state tensor except an LSTM's memory c.
-            kept = [leaf if isinstance(new_state, LSTMStateTuple) and leaf is new_state.c
-                    else self._dropout(leaf, self._state_keep_prob, 1) for leaf in leaves]
-            new_state = cf.pack_as(new_state, kept)
-        output = self._dropout(output, self._output_keep_prob, 2)
+            new_state = self._dropout_state(new_state)
+        output = self._dropout_all(output, self._output_keep_prob, 2)
         return output, new_state
 
 

@@ -189,3 +189,33 @@ def test_dynamic_rnn_of_nested_inputs_and_outputs():
                 [[2.100192498877], [-0.058310488356], [1.0]]]
     for value, want in zip(values, expected):
         np.testing.assert_allclose(value, want, atol=1e-11)
+
+
+def test_dropout_wrapper_keeps_each_lstm_memory_of_a_nested_state():
+    """TF1's default state filter keeps the memory ``c`` of every LSTMStateTuple, however
+    deep (here it kept only a top-level one's: the c of a MultiRNNCell's LSTMs was
+    dropped); a ``dropout_state_filter_visitor`` decides otherwise (it was ignored)."""
+    rng = np.random.default_rng(3)
+    for visitor, c_dropped, h_dropped in ((None, False, True), (lambda s: True, True, True),
+                                          (lambda s: False, False, False)):
+        with tf.Graph().as_default():
+            tf.set_random_seed(1)
+            x = tf.constant(rng.standard_normal((4, 5)))
+            inner = R.MultiRNNCell([R.BasicLSTMCell(8), R.BasicLSTMCell(8)])
+            state = tuple(R.LSTMStateTuple(tf.constant(rng.standard_normal((4, 8))),
+                                           tf.constant(rng.standard_normal((4, 8))))
+                          for _ in range(2))
+            cell = R.DropoutWrapper(inner, state_keep_prob=0.5, seed=2,
+                                    dropout_state_filter_visitor=visitor)
+            _, dropped = cell(x, state)
+            _, plain = inner(x, state)  # the same variables, no dropout
+            dropped, plain = _run([dropped, plain])
+        for layer in range(2):
+            for part, expect_dropped in (("c", c_dropped), ("h", h_dropped)):
+                got, full = getattr(dropped[layer], part), getattr(plain[layer], part)
+                if not expect_dropped:
+                    np.testing.assert_allclose(got, full, rtol=1e-12)
+                    continue
+                zero = got == 0
+                assert 0 < zero.sum() < got.size, (visitor, layer, part)
+                np.testing.assert_allclose(got[~zero], 2 * full[~zero], rtol=1e-12)
