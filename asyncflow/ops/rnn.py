@@ -58,7 +58,8 @@ def _input_list(inputs, caller):
                         f"tensors), got {type(inputs).__name__}")
     if not inputs:
         raise ValueError(f"{caller}: inputs must not be empty")
-    return [_float_inputs(as_tensor(x), caller) for x in inputs]
+    return [cf.pack_as(x, [_float_inputs(as_tensor(leaf), caller) for leaf in cf.flatten(x)])
+            for x in inputs]  # each step's input may be a nest, as TF1's
 
 
 def _copy_through(time, sequence_length, old, new):
@@ -151,20 +152,23 @@ def dynamic_rnn(cell, inputs, sequence_length=None, initial_state=None, dtype=No
 
 
 def static_rnn(cell, inputs, initial_state=None, dtype=None, sequence_length=None, scope=None):
-    """Run ``cell`` over a Python list of ``[batch, depth]`` inputs, unrolled (TF1).
+    """Run ``cell`` over a Python list of ``[batch, depth]`` inputs (or nests of them),
+    unrolled (TF1).
 
     Returns:
         ``(outputs, final_state)``: a list of outputs and the last state.
     """
     inputs = _input_list(inputs, "static_rnn")
+    if initial_state is None and dtype is None:
+        raise ValueError("static_rnn: give an initial_state or the state's dtype")
     with variable_scope(scope or "rnn"):
         if initial_state is not None:
             state = initial_state
         else:
-            first = inputs[0]
+            first = cf.flatten(inputs[0])[0]
             static = first.shape.as_list()[0] if first.shape.ndims else None
             batch = static if static is not None else _dim(first, 0)[0]
-            state = cell.zero_state(batch, dtype or first.dtype)
+            state = cell.zero_state(batch, dtype)
         if sequence_length is not None:
             sequence_length = _lengths(sequence_length, "static_rnn")
         outputs = []
@@ -172,7 +176,8 @@ def static_rnn(cell, inputs, initial_state=None, dtype=None, sequence_length=Non
             output, new_state = cell(x, state)
             if sequence_length is not None:
                 t = as_tensor(time)
-                output = _copy_through(t, sequence_length, zeros_like(output), output)
+                output = cf.pack_as(output, [_copy_through(t, sequence_length, zeros_like(o), o)
+                                             for o in cf.flatten(output)])
                 new_state = cf.pack_as(new_state, [
                     _copy_through(t, sequence_length, old, new)
                     for old, new in zip(cf.flatten(state), cf.flatten(new_state))])
@@ -204,7 +209,10 @@ def static_bidirectional_rnn(cell_fw, cell_bw, inputs, initial_state_fw=None,
             outputs_bw, state_bw = static_rnn(cell_bw, reversed_inputs, initial_state_bw,
                                               dtype, sequence_length, scope=bw_scope)
             outputs_bw = _reverse_list(outputs_bw, sequence_length)
-    outputs = [layout.concat([fw, bw], 1) for fw, bw in zip(outputs_fw, outputs_bw)]
+    outputs = [layout.concat([fw, bw], 1) if not isinstance(fw, (list, tuple)) else
+               cf.pack_as(fw, [layout.concat([f, b], 1) for f, b in zip(cf.flatten(fw),
+                                                                        cf.flatten(bw))])
+               for fw, bw in zip(outputs_fw, outputs_bw)]
     return outputs, state_fw, state_bw
 
 
@@ -212,9 +220,12 @@ def _reverse_list(tensors, sequence_length):
     """The list reversed in time (within each row's length when lengths are given)."""
     if sequence_length is None:
         return list(reversed(tensors))
-    stacked = layout.stack(tensors, axis=1)                          # [B, T, ...]
-    flipped = reverse_sequence(stacked, sequence_length, seq_axis=1, batch_axis=0)
-    return layout.unstack(flipped, num=len(tensors), axis=1)
+    columns = []  # each leaf of the steps' nests, reversed on its own
+    for leaves in zip(*(cf.flatten(t) for t in tensors)):
+        stacked = layout.stack(list(leaves), axis=1)                 # [B, T, ...]
+        flipped = reverse_sequence(stacked, sequence_length, seq_axis=1, batch_axis=0)
+        columns.append(layout.unstack(flipped, num=len(tensors), axis=1))
+    return [cf.pack_as(tensors[0], list(step)) for step in zip(*columns)]
 
 
 def reverse_sequence(input, seq_lengths, seq_axis=1, batch_axis=0, name=None):  # noqa: A002

@@ -219,3 +219,30 @@ def test_dropout_wrapper_keeps_each_lstm_memory_of_a_nested_state():
                 zero = got == 0
                 assert 0 < zero.sum() < got.size, (visitor, layer, part)
                 np.testing.assert_allclose(got[~zero], 2 * full[~zero], rtol=1e-12)
+
+
+def test_static_rnns_of_nested_steps():
+    """Each step of static_rnn/static_bidirectional_rnn may be a nest, each of its leaves
+    reversed within its length and each output leaf concatenated fw then bw, as TF1's (it
+    refused them). Without an initial state, the dtype is required, as TF1's."""
+    with tf.Graph().as_default():
+        x = tf.constant(X0)
+        steps = [(x[:, t], x[:, t, 1:]) for t in range(2)]
+        outs, _, _ = tf.nn.static_bidirectional_rnn(
+            _PairCell(), _PairCell(), steps, initial_state_fw=tf.ones([3, 1], tf.float64),
+            initial_state_bw=tf.ones([3, 1], tf.float64) * 2, sequence_length=[2, 1, 0])
+        assert [[t.shape.as_list() for t in o] for o in outs] == [[[3, 4], [3, 2]]] * 2
+        values = _run(outs)
+        with pytest.raises(ValueError, match="initial_state or the state's dtype"):
+            tf.nn.static_rnn(_PairCell(), steps)
+    expected = [[[[0.0, 1.336811040092, 0.0, 2.357307801998],
+                  [-1.427403110834, -1.058310488356, -2.854806221669, -2.116620976711],
+                  [0.0, 0.0, 0.0, 0.0]],
+                 [[2.336811040092, 3.100192498877], [-0.058310488356, 0.941689511644],
+                  [0.0, 0.0]]],
+                [[[2.833954983481, -0.552932819401, 2.425489211459, -0.47323708243],
+                  [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]],
+                 [[2.100192498877, 1.763381458785], [0.0, 0.0], [0.0, 0.0]]]]
+    for step, want in zip(values, expected):
+        for value, leaf in zip(step, want):
+            np.testing.assert_allclose(value, leaf, atol=1e-11)
