@@ -23,6 +23,7 @@ from asyncflow.ops.init_ops import Constant, Zeros
 from asyncflow.ops.lstm_ops import fused_lstm_cell
 from asyncflow.ops.nn import dropout
 from asyncflow.ops.numerics import clip_by_value
+from asyncflow.ops.partitioned_variables import fixed_size_partitioner
 from asyncflow.ops.sources import zeros
 from asyncflow.ops.variable_scope import AUTO_REUSE, get_variable, variable_scope
 
@@ -105,8 +106,10 @@ class RNNCell:
 
     add_weight = add_variable
 
-    def _variable(self, name, shape, dtype, initializer=None):
-        return get_variable(name, shape=shape, dtype=dtype, initializer=initializer)
+    def _variable(self, name, shape, dtype, initializer=None, shards=None):
+        partitioner = None if shards is None else fixed_size_partitioner(shards)
+        return get_variable(name, shape=shape, dtype=dtype, initializer=initializer,
+                            partitioner=partitioner)
 
 
 def _snake_case(name):
@@ -218,12 +221,17 @@ class BasicLSTMCell(RNNCell):
 
 
 class LSTMCell(RNNCell):
-    """TF1's ``LSTMCell``: optional peepholes, cell clipping and an output projection."""
+    """TF1's ``LSTMCell``: optional peepholes, cell clipping and an output projection;
+    ``num_unit_shards``/``num_proj_shards`` split the kernel/the projection into that many
+    partitions (``kernel/part_0``...), as TF1's."""
 
     def __init__(self, num_units, use_peepholes=False, cell_clip=None, initializer=None,
-                 num_proj=None, proj_clip=None, forget_bias=1.0, state_is_tuple=True,
-                 activation=None, reuse=None, name=None, dtype=None):
+                 num_proj=None, proj_clip=None, num_unit_shards=None, num_proj_shards=None,
+                 forget_bias=1.0, state_is_tuple=True, activation=None, reuse=None, name=None,
+                 dtype=None):
         super().__init__(name, dtype, reuse)
+        self._num_unit_shards = num_unit_shards
+        self._num_proj_shards = num_proj_shards
         self._num_units = num_units
         self._use_peepholes = use_peepholes
         self._cell_clip = cell_clip
@@ -252,14 +260,16 @@ class LSTMCell(RNNCell):
             m_prev = slice_op(state, [0, units], [-1, self._num_proj or units])
         dtype = inputs.dtype
         if not (self._use_peepholes or self._cell_clip is not None or self._num_proj is not None
-                or self._activation is not None):  # plain LSTM: TF1's math in one op
+                or self._activation is not None or self._num_unit_shards is not None):
+            # a plain LSTM: TF1's math in one op
             c, m = _fused_step(self, inputs, c_prev, m_prev, self._forget_bias,
                                self._initializer)
             new_state = LSTMStateTuple(c, m) if self._state_is_tuple else \
                 layout.concat([c, m], 1)
             return m, new_state
         depth = _depth(inputs, "LSTMCell") + (self._num_proj or units)
-        kernel = self._variable("kernel", [depth, 4 * units], dtype, self._initializer)
+        kernel = self._variable("kernel", [depth, 4 * units], dtype, self._initializer,
+                                self._num_unit_shards)
         bias = self._variable("bias", [4 * units], dtype, Zeros())
         lstm = nn.bias_add(math.matmul(layout.concat([inputs, m_prev], 1), kernel), bias)
         i, j, f, o = layout.split(lstm, 4, axis=1)
@@ -282,7 +292,7 @@ class LSTMCell(RNNCell):
         if self._num_proj is not None:
             with variable_scope("projection"):
                 projection = self._variable("kernel", [units, self._num_proj], dtype,
-                                            self._initializer)
+                                            self._initializer, self._num_proj_shards)
             m = math.matmul(m, projection)
             if self._proj_clip is not None:
                 m = clip_by_value(m, -self._proj_clip, self._proj_clip)

@@ -246,3 +246,32 @@ def test_static_rnns_of_nested_steps():
     for step, want in zip(values, expected):
         for value, leaf in zip(step, want):
             np.testing.assert_allclose(value, leaf, atol=1e-11)
+
+
+def test_lstm_cell_shards_and_arguments_in_tf1s_order():
+    """``num_unit_shards``/``num_proj_shards`` partition the kernels as TF1's (they were
+    missing, so TF1's order of the arguments after ``proj_clip`` was shifted: a positional
+    ``forget_bias`` landed in ``state_is_tuple``)."""
+    with tf.Graph().as_default():
+        cell = R.LSTMCell(4, num_unit_shards=2, num_proj=3, num_proj_shards=2)
+        out, _ = tf.nn.dynamic_rnn(cell, tf.constant(X0), dtype=tf.float64)
+        assert sorted((v.name, v.shape.as_list()) for v in tf.trainable_variables()) == [
+            ("rnn/lstm_cell/bias:0", [16]), ("rnn/lstm_cell/kernel/part_0:0", [3, 16]),
+            ("rnn/lstm_cell/kernel/part_1:0", [2, 16]),
+            ("rnn/lstm_cell/projection/kernel/part_0:0", [2, 3]),
+            ("rnn/lstm_cell/projection/kernel/part_1:0", [2, 3])]
+        last = _run(out[:, -1])
+    np.testing.assert_allclose(last, [[0.204136107682, 0.110174621023, -0.035603711429],
+                                      [0.132296112072, 0.023022320708, -0.097079227818],
+                                      [0.019491431657, 0.00684645519, -0.009018516133]],
+                               atol=1e-11)
+    with tf.Graph().as_default():
+        cell = R.LSTMCell(3, True, 0.5, None, 2, 0.3, None, None, 0.25, False)
+        assert cell.state_size == 5
+        _, state = tf.nn.dynamic_rnn(cell, tf.constant(X0), dtype=tf.float64)
+        final = _run(state)
+    np.testing.assert_allclose(final, [
+        [0.293977260267, -0.13562266668, -0.480404922028, 0.251871290407, 0.191693339546],
+        [0.023406712978, 0.078797798128, 0.066752326872, -0.014958765665, -0.024690157008],
+        [0.403949509873, 0.312359649354, 0.084911728487, 0.009175833966, -0.047987895889]],
+        atol=1e-11)

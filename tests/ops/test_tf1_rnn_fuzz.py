@@ -439,6 +439,11 @@ EDGES = [
      "result = (tf.nn.static_rnn(cell, steps, dtype=tf.float32, sequence_length=n), "
      "tf.nn.static_bidirectional_rnn(cell, Pair(), steps, dtype=tf.float32, "
      "sequence_length=n))", _XN),
+    # LSTMCell's kernels in shards, and its arguments by position (TF1's order)
+    (f"cell = {RNN}LSTMCell(4, num_unit_shards=2, num_proj=3, num_proj_shards=2)\n"
+     "wrt = [x]\nresult = tf.nn.dynamic_rnn(cell, x, dtype=tf.float32, sequence_length=n)", _XN),
+    (f"cell = {RNN}LSTMCell(3, True, 0.5, None, 2, 0.3, None, None, 0.25, False)\n"
+     "wrt = [x]\nresult = tf.nn.dynamic_rnn(cell, x, dtype=tf.float32)", _X1),
     # dropout of the state through a filter (keep 1: values equal)
     (f"cell = {RNN}DropoutWrapper({RNN}LSTMCell(2), state_keep_prob=1.0, "
      "dropout_state_filter_visitor=lambda s: True)\nwrt = [x]\n"
