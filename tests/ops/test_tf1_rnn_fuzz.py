@@ -88,7 +88,7 @@ for _i, (_code, _names) in enumerate(CASES):
             _stage = "run"
             with tf.Session() as _sess:
                 _sess.run(tf.global_variables_initializer())
-                for _v in _vars:
+                for _v in [] if _env.get("keep_init") else _vars:
                     _rng = np.random.RandomState(zlib.crc32(_v.name.encode()))
                     _dtype = "float64" if "64" in _v.dtype.name else "float32"
                     _v.load(_rng.uniform(-0.7, 0.7, _v.shape.as_list()).astype(_dtype), _sess)
@@ -439,6 +439,24 @@ EDGES = [
      "result = (tf.nn.static_rnn(cell, steps, dtype=tf.float32, sequence_length=n), "
      "tf.nn.static_bidirectional_rnn(cell, Pair(), steps, dtype=tf.float32, "
      "sequence_length=n))", _XN),
+    # the initializers (keep_init: the variables keep their initial values): the scope's
+    # for the kernels, each cell's own default for its biases, the cells' arguments
+    ("keep_init = True\nwrt = [x]\n"
+     "with tf.variable_scope('s', initializer=tf.constant_initializer(0.1)):\n"
+     f"    cell = {RNN}MultiRNNCell([{RNN}BasicLSTMCell(2), {RNN}GRUCell(3), "
+     f"{RNN}BasicRNNCell(2), {RNN}LSTMCell(2, use_peepholes=True, num_proj=1)])\n"
+     "    result = tf.nn.dynamic_rnn(cell, x, dtype=tf.float32, sequence_length=n)", _XN),
+    ("keep_init = True\nwrt = [x]\n"
+     f"cell = {RNN}MultiRNNCell([{RNN}GRUCell(3, kernel_initializer=tf.constant_initializer(0.2), "
+     "bias_initializer=tf.constant_initializer(-0.3)), "
+     f"{RNN}LSTMCell(2, initializer=tf.constant_initializer(-0.15), use_peepholes=True)])\n"
+     "result = tf.nn.dynamic_rnn(cell, x, dtype=tf.float32)", _X1),
+    # two cells of one class in one scope; a cell called with a scope of its own
+    (f"wrt = [x]\na = tf.nn.dynamic_rnn({RNN}GRUCell(2), x, dtype=tf.float32)\n"
+     f"b = tf.nn.dynamic_rnn({RNN}GRUCell(3), x, dtype=tf.float32)\nresult = (a, b)", _X1),
+    (f"cell = {RNN}BasicLSTMCell(2)\nwrt = [x]\ns = cell.zero_state(3, tf.float32)\n"
+     "o1, s1 = cell(x[:, 0], s, scope='step')\no2, s2 = cell(x[:, 1], s1)\n"
+     "result = (o1, o2, s2)", _X1),
     # LSTMCell's kernels in shards, and its arguments by position (TF1's order)
     (f"cell = {RNN}LSTMCell(4, num_unit_shards=2, num_proj=3, num_proj_shards=2)\n"
      "wrt = [x]\nresult = tf.nn.dynamic_rnn(cell, x, dtype=tf.float32, sequence_length=n)", _XN),
