@@ -457,6 +457,19 @@ EDGES = [
     (f"cell = {RNN}BasicLSTMCell(2)\nwrt = [x]\ns = cell.zero_state(3, tf.float32)\n"
      "o1, s1 = cell(x[:, 0], s, scope='step')\no2, s2 = cell(x[:, 1], s1)\n"
      "result = (o1, o2, s2)", _X1),
+    # a model built twice, the second time reusing the first's variables (new cells)
+    ("wrt = [x]\nouts = []\nfor reuse in (None, True):\n"
+     "    with tf.variable_scope('model', reuse=reuse):\n"
+     f"        cell = {RNN}MultiRNNCell([{RNN}BasicLSTMCell(2), {RNN}GRUCell(2)])\n"
+     "        outs.append(tf.nn.dynamic_rnn(cell, x * (2.0 if reuse else 1.0), "
+     "dtype=tf.float32))\nresult = outs", _X1),
+    ("wrt = [x]\nouts = []\nwith tf.variable_scope('model'):\n"
+     f"    outs.append(tf.nn.static_rnn({RNN}LSTMCell(2, num_proj=1), tf.unstack(x, axis=1), "
+     "dtype=tf.float32))\n    tf.get_variable_scope().reuse_variables()\n"
+     f"    outs.append(tf.nn.bidirectional_dynamic_rnn({RNN}GRUCell(2), {RNN}GRUCell(2), x, "
+     "dtype=tf.float32))\n"
+     f"    outs.append(tf.nn.static_rnn({RNN}LSTMCell(2, num_proj=1), tf.unstack(x, axis=1), "
+     "dtype=tf.float32))\nresult = outs", _X1),
     # LSTMCell's kernels in shards, and its arguments by position (TF1's order)
     (f"cell = {RNN}LSTMCell(4, num_unit_shards=2, num_proj=3, num_proj_shards=2)\n"
      "wrt = [x]\nresult = tf.nn.dynamic_rnn(cell, x, dtype=tf.float32, sequence_length=n)", _XN),
