@@ -470,6 +470,12 @@ EDGES = [
      "dtype=tf.float32))\n"
      f"    outs.append(tf.nn.static_rnn({RNN}LSTMCell(2, num_proj=1), tf.unstack(x, axis=1), "
      "dtype=tf.float32))\nresult = outs", _X1),
+    # one cell object as two layers (its variables shared), a state and a dtype both given
+    (f"c = {RNN}GRUCell(2)\ncell = {RNN}MultiRNNCell([c, c])\nwrt = [x]\n"
+     "result = tf.nn.dynamic_rnn(cell, x, dtype=tf.float32, sequence_length=n)", _XN),
+    (f"cell = {RNN}BasicLSTMCell(2)\nwrt = [x]\ns0 = shifted(cell.zero_state(3, tf.float32))\n"
+     "wrt.append(s0)\nresult = tf.nn.dynamic_rnn(cell, x, initial_state=s0, dtype=tf.float32)",
+     _X1),
     # LSTMCell's kernels in shards, and its arguments by position (TF1's order)
     (f"cell = {RNN}LSTMCell(4, num_unit_shards=2, num_proj=3, num_proj_shards=2)\n"
      "wrt = [x]\nresult = tf.nn.dynamic_rnn(cell, x, dtype=tf.float32, sequence_length=n)", _XN),
