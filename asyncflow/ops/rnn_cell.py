@@ -24,6 +24,7 @@ from asyncflow.ops.lstm_ops import fused_lstm_cell
 from asyncflow.ops.nn import dropout
 from asyncflow.ops.numerics import clip_by_value
 from asyncflow.ops.partitioned_variables import fixed_size_partitioner
+from asyncflow.ops.array import shape as array_shape
 from asyncflow.ops.sources import zeros
 from asyncflow.ops.variable_scope import AUTO_REUSE, get_variable, variable_scope
 
@@ -62,6 +63,16 @@ class RNNCell:
     @property
     def output_size(self):
         raise NotImplementedError
+
+    def get_initial_state(self, inputs=None, batch_size=None, dtype=None):
+        """``zero_state`` of the inputs' batch size and dtype, or of those given (TF1)."""
+        if inputs is not None:
+            inputs = cf.flatten(inputs)[0]
+            static = inputs.shape.as_list()[0] if inputs.shape.ndims else None
+            batch_size = static if static is not None else layout.unstack(
+                array_shape(inputs), num=inputs.shape.ndims)[0]
+            dtype = inputs.dtype
+        return self.zero_state(batch_size, dtype)
 
     def zero_state(self, batch_size, dtype):
         """Zeros in ``state_size``'s structure, ``[batch_size, size]`` each."""

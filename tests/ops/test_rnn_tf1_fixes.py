@@ -275,3 +275,21 @@ def test_lstm_cell_shards_and_arguments_in_tf1s_order():
         [0.023406712978, 0.078797798128, 0.066752326872, -0.014958765665, -0.024690157008],
         [0.403949509873, 0.312359649354, 0.084911728487, 0.009175833966, -0.047987895889]],
         atol=1e-11)
+
+
+def test_get_initial_state_of_the_inputs():
+    """TF1's ``cell.get_initial_state(inputs)``: zeros of the inputs' batch and dtype (it
+    was missing); with an unknown batch, of the batch the inputs have when the step runs."""
+    with tf.Graph().as_default():
+        cell = R.MultiRNNCell([R.BasicLSTMCell(2), R.GRUCell(3)])
+        known = cell.get_initial_state(tf.constant(X0[:, 0]))
+        assert [t.shape.as_list() for t in (known[0].c, known[0].h, known[1])] == \
+            [[3, 2], [3, 2], [3, 3]] and known[1].dtype == tf.float64
+        loose = tf.placeholder(tf.float32, [None, 2])
+        unknown = cell.get_initial_state(loose)
+        assert unknown[1].shape.as_list() == [None, 3]
+        again = cell.get_initial_state(batch_size=4, dtype=tf.float32)
+        with tf.Session() as sess:
+            value, other = sess.run([unknown, again], {loose: np.ones((5, 2))})
+    assert value[1].shape == (5, 3) and not value[0].c.any()
+    assert other[0].h.shape == (4, 2)

@@ -476,6 +476,10 @@ EDGES = [
     (f"cell = {RNN}BasicLSTMCell(2)\nwrt = [x]\ns0 = shifted(cell.zero_state(3, tf.float32))\n"
      "wrt.append(s0)\nresult = tf.nn.dynamic_rnn(cell, x, initial_state=s0, dtype=tf.float32)",
      _X1),
+    # get_initial_state of the inputs (a static and an unknown batch)
+    (f"cell = {RNN}MultiRNNCell([{RNN}BasicLSTMCell(2), {RNN}GRUCell(2)])\nwrt = [x]\n"
+     "s0 = cell.get_initial_state(x[:, 0])\ns1 = cell.get_initial_state(loose(x[:, 0]))\n"
+     "result = (tf.nn.dynamic_rnn(cell, x, initial_state=s0), s1)", _X1),
     # LSTMCell's kernels in shards, and its arguments by position (TF1's order)
     (f"cell = {RNN}LSTMCell(4, num_unit_shards=2, num_proj=3, num_proj_shards=2)\n"
      "wrt = [x]\nresult = tf.nn.dynamic_rnn(cell, x, dtype=tf.float32, sequence_length=n)", _XN),
