@@ -36,6 +36,32 @@ def _dim(x, axis):
     return strided_slice(array.shape(x), [axis], [axis + 1], shrink_axis_mask=1), None
 
 
+def _lengths(sequence_length, caller):
+    """``sequence_length`` as an int32 vector; TF1 refuses one of another known rank."""
+    lengths = as_tensor(sequence_length)
+    if lengths.shape.ndims not in (None, 1):
+        raise ValueError(f"{caller}: sequence_length must be a vector of length batch_size, "
+                         f"got shape {lengths.shape}")
+    return lengths if lengths.dtype is dtypes.int32 else math.cast(lengths, dtypes.int32)
+
+
+def _float_inputs(x, caller):
+    if not x.dtype.is_floating:
+        raise ValueError(f"{caller}: an RNN cell only takes floating point inputs, got "
+                         f"{x.dtype.name} ({x.name})")
+    return x
+
+
+def _input_list(inputs, caller):
+    if not isinstance(inputs, (list, tuple)):
+        raise TypeError(f"{caller}: inputs must be a sequence (a list of [batch, depth] "
+                        f"tensors), got {type(inputs).__name__}")
+    if not inputs:
+        raise ValueError(f"{caller}: inputs must not be empty")
+    return [cf.pack_as(x, [_float_inputs(as_tensor(leaf), caller) for leaf in cf.flatten(x)])
+            for x in inputs]  # each step's input may be a nest, as TF1's
+
+
 def _copy_through(time, sequence_length, old, new):
     """``new`` where ``time < sequence_length`` (per batch row), else ``old``."""
     keep = math.less(time, sequence_length)  # [batch]
@@ -66,72 +92,92 @@ def dynamic_rnn(cell, inputs, sequence_length=None, initial_state=None, dtype=No
         ``(outputs, final_state)``: outputs shaped like the inputs with ``cell.output_size``
         as depth; ``final_state`` in ``cell.state_size``'s structure.
     """
-    inputs = as_tensor(inputs)
+    structure = inputs
+    flat_inputs = [_float_inputs(as_tensor(x), "dynamic_rnn") for x in cf.flatten(inputs)]
+    if not flat_inputs:
+        raise ValueError("dynamic_rnn: inputs must not be empty")
+    if initial_state is None and dtype is None:
+        raise ValueError("dynamic_rnn: give an initial_state or the state's dtype")
     with variable_scope(scope or "rnn"):
-        time_inputs = inputs if time_major else _transpose_batch_time(inputs)
-        steps, static_steps = _dim(time_inputs, 0)
-        batch, static_batch = _dim(time_inputs, 1)
+        time_inputs = [x if time_major else _transpose_batch_time(x) for x in flat_inputs]
+        steps, static_steps = _dim(time_inputs[0], 0)
+        batch, static_batch = _dim(time_inputs[0], 1)
         if initial_state is not None:
             state = initial_state
         else:
-            state = cell.zero_state(static_batch if static_batch is not None else batch,
-                                    dtype or inputs.dtype)
+            state = cell.zero_state(static_batch if static_batch is not None else batch, dtype)
         if sequence_length is not None:
-            sequence_length = math.cast(as_tensor(sequence_length), dtypes.int32) \
-                if as_tensor(sequence_length).dtype is not dtypes.int32 else as_tensor(sequence_length)
-        element = time_inputs.shape.as_list()[1:] if time_inputs.shape.ndims else None
-        input_ta = TensorArray(time_inputs.dtype, size=steps, element_shape=element,
-                               tensor_array_name="rnn/input").unstack(time_inputs)
-        output_ta = TensorArray(inputs.dtype, size=steps, tensor_array_name="rnn/output")
+            sequence_length = _lengths(sequence_length, "dynamic_rnn")
+        input_tas = [TensorArray(x.dtype, size=steps, tensor_array_name="rnn/input",
+                                 element_shape=x.shape.as_list()[1:] if x.shape.ndims else None
+                                 ).unstack(x) for x in time_inputs]
         flat_state = cf.flatten(state)
+        # each step's [batch, output_size] in the state's dtype, as TF1's: zero steps stack
+        # to [0, batch, size]
+        sizes = cf.flatten(cell.output_size)
+        output_tas = tuple(TensorArray(dtype or flat_state[0].dtype, size=steps,
+                                       tensor_array_name="rnn/output",
+                                       element_shape=[static_batch, size]
+                                       if isinstance(size, int) else None) for size in sizes)
+        count = len(output_tas)
 
-        def body(time, outputs, *flat):
+        def body(time, *carried):
+            outputs, flat = carried[:count], carried[count:]
             current = cf.pack_as(state, list(flat))
-            output, new_state = cell(input_ta.read(time), current)
-            new_flat = cf.flatten(new_state)
+            step_inputs = cf.pack_as(structure, [ta.read(time) for ta in input_tas])
+            output, new_state = cell(step_inputs, current)
+            flat_output, new_flat = cf.flatten(output), cf.flatten(new_state)
+            if len(flat_output) != count:
+                raise ValueError(f"dynamic_rnn: the cell returned {len(flat_output)} outputs "
+                                 f"where its output_size {cell.output_size} has {count}")
             if sequence_length is not None:
-                output = _copy_through(time, sequence_length, zeros_like(output), output)
+                flat_output = [_copy_through(time, sequence_length, zeros_like(o), o)
+                               for o in flat_output]
                 new_flat = [_copy_through(time, sequence_length, old, new)
                             for old, new in zip(flat, new_flat)]
-            return (time + 1, outputs.write(time, output)) + tuple(new_flat)
+            written = tuple(ta.write(time, o) for ta, o in zip(outputs, flat_output))
+            return (time + 1,) + written + tuple(new_flat)
 
         loop = while_loop(lambda time, *_: time < steps, body,
-                             (as_tensor(0), output_ta) + tuple(flat_state),
-                             parallel_iterations=parallel_iterations or 32)
-        outputs = loop[1].stack()
-        final_state = cf.pack_as(state, list(loop[2:]))
-        if static_steps is not None and outputs.shape.ndims is not None:
-            outputs.set_shape([static_steps] + outputs.shape.as_list()[1:])
-        if not time_major:
-            outputs = _transpose_batch_time(outputs)
-        return outputs, final_state
+                          (as_tensor(0),) + output_tas + tuple(flat_state),
+                          parallel_iterations=parallel_iterations or 32)
+        flat_outputs = []
+        for ta in loop[1:1 + count]:
+            stacked = ta.stack()
+            if static_steps is not None and stacked.shape.ndims is not None:
+                stacked.set_shape([static_steps] + stacked.shape.as_list()[1:])
+            flat_outputs.append(stacked if time_major else _transpose_batch_time(stacked))
+        final_state = cf.pack_as(state, list(loop[1 + count:]))
+        return cf.pack_as(cell.output_size, flat_outputs), final_state
 
 
 def static_rnn(cell, inputs, initial_state=None, dtype=None, sequence_length=None, scope=None):
-    """Run ``cell`` over a Python list of ``[batch, depth]`` inputs, unrolled (TF1).
+    """Run ``cell`` over a Python list of ``[batch, depth]`` inputs (or nests of them),
+    unrolled (TF1).
 
     Returns:
         ``(outputs, final_state)``: a list of outputs and the last state.
     """
-    if not isinstance(inputs, (list, tuple)) or not inputs:
-        raise TypeError("static_rnn: inputs must be a non-empty list of tensors")
-    inputs = [as_tensor(x) for x in inputs]
+    inputs = _input_list(inputs, "static_rnn")
+    if initial_state is None and dtype is None:
+        raise ValueError("static_rnn: give an initial_state or the state's dtype")
     with variable_scope(scope or "rnn"):
         if initial_state is not None:
             state = initial_state
         else:
-            first = inputs[0]
+            first = cf.flatten(inputs[0])[0]
             static = first.shape.as_list()[0] if first.shape.ndims else None
             batch = static if static is not None else _dim(first, 0)[0]
-            state = cell.zero_state(batch, dtype or first.dtype)
+            state = cell.zero_state(batch, dtype)
         if sequence_length is not None:
-            sequence_length = math.cast(as_tensor(sequence_length), dtypes.int32)
+            sequence_length = _lengths(sequence_length, "static_rnn")
         outputs = []
         for time, x in enumerate(inputs):
             output, new_state = cell(x, state)
             if sequence_length is not None:
                 t = as_tensor(time)
-                output = _copy_through(t, sequence_length, zeros_like(output), output)
+                output = cf.pack_as(output, [_copy_through(t, sequence_length, zeros_like(o), o)
+                                             for o in cf.flatten(output)])
                 new_state = cf.pack_as(new_state, [
                     _copy_through(t, sequence_length, old, new)
                     for old, new in zip(cf.flatten(state), cf.flatten(new_state))])
@@ -152,19 +198,21 @@ def static_bidirectional_rnn(cell_fw, cell_bw, inputs, initial_state_fw=None,
         ``(outputs, output_state_fw, output_state_bw)``: ``outputs[t]`` is
         ``[batch, fw_depth + bw_depth]``.
     """
-    if not isinstance(inputs, (list, tuple)) or not inputs:
-        raise TypeError("static_bidirectional_rnn: inputs must be a non-empty list of tensors")
-    inputs = [as_tensor(x) for x in inputs]
+    inputs = _input_list(inputs, "static_bidirectional_rnn")
     with variable_scope(scope or "bidirectional_rnn"):
-        with variable_scope("fw"):
+        # each static_rnn in its direction's scope itself, as TF1's: bidirectional_rnn/fw/cell
+        with variable_scope("fw") as fw_scope:
             outputs_fw, state_fw = static_rnn(cell_fw, inputs, initial_state_fw, dtype,
-                                              sequence_length)
-        with variable_scope("bw"):
+                                              sequence_length, scope=fw_scope)
+        with variable_scope("bw") as bw_scope:
             reversed_inputs = _reverse_list(inputs, sequence_length)
             outputs_bw, state_bw = static_rnn(cell_bw, reversed_inputs, initial_state_bw,
-                                              dtype, sequence_length)
+                                              dtype, sequence_length, scope=bw_scope)
             outputs_bw = _reverse_list(outputs_bw, sequence_length)
-    outputs = [layout.concat([fw, bw], 1) for fw, bw in zip(outputs_fw, outputs_bw)]
+    outputs = [layout.concat([fw, bw], 1) if not isinstance(fw, (list, tuple)) else
+               cf.pack_as(fw, [layout.concat([f, b], 1) for f, b in zip(cf.flatten(fw),
+                                                                        cf.flatten(bw))])
+               for fw, bw in zip(outputs_fw, outputs_bw)]
     return outputs, state_fw, state_bw
 
 
@@ -172,9 +220,12 @@ def _reverse_list(tensors, sequence_length):
     """The list reversed in time (within each row's length when lengths are given)."""
     if sequence_length is None:
         return list(reversed(tensors))
-    stacked = layout.stack(tensors, axis=1)                          # [B, T, ...]
-    flipped = reverse_sequence(stacked, sequence_length, seq_axis=1, batch_axis=0)
-    return layout.unstack(flipped, num=len(tensors), axis=1)
+    columns = []  # each leaf of the steps' nests, reversed on its own
+    for leaves in zip(*(cf.flatten(t) for t in tensors)):
+        stacked = layout.stack(list(leaves), axis=1)                 # [B, T, ...]
+        flipped = reverse_sequence(stacked, sequence_length, seq_axis=1, batch_axis=0)
+        columns.append(layout.unstack(flipped, num=len(tensors), axis=1))
+    return [cf.pack_as(tensors[0], list(step)) for step in zip(*columns)]
 
 
 def reverse_sequence(input, seq_lengths, seq_axis=1, batch_axis=0, name=None):  # noqa: A002
@@ -208,7 +259,7 @@ def bidirectional_dynamic_rnn(cell_fw, cell_bw, inputs, sequence_length=None,
     Returns:
         ``((output_fw, output_bw), (state_fw, state_bw))``.
     """
-    inputs = as_tensor(inputs)
+    inputs = cf.pack_as(inputs, [as_tensor(x) for x in cf.flatten(inputs)])
     with variable_scope(scope or "bidirectional_rnn"):
         with variable_scope("fw") as fw_scope:
             output_fw, state_fw = dynamic_rnn(cell_fw, inputs, sequence_length, initial_state_fw,
@@ -218,15 +269,21 @@ def bidirectional_dynamic_rnn(cell_fw, cell_bw, inputs, sequence_length=None,
 
         def reverse(x):
             if sequence_length is not None:
-                return reverse_sequence(x, sequence_length, seq_axis, batch_axis)
-            return reverse_first(x) if time_major else \
-                _transpose_batch_time(reverse_first(_transpose_batch_time(x)))
+                flipped = reverse_sequence(x, sequence_length, seq_axis, batch_axis)
+            else:
+                flipped = reverse_first(x) if time_major else \
+                    _transpose_batch_time(reverse_first(_transpose_batch_time(x)))
+            flipped.set_shape(x.shape)  # a reversal keeps the shape (TF1's static one too)
+            return flipped
+
+        def reverse_all(structure):  # inputs and outputs may be nested, as TF1's
+            return cf.pack_as(structure, [reverse(x) for x in cf.flatten(structure)])
         with variable_scope("bw") as bw_scope:
-            reversed_inputs = reverse(inputs)
+            reversed_inputs = reverse_all(inputs)
             reversed_out, state_bw = dynamic_rnn(cell_bw, reversed_inputs, sequence_length,
                                                  initial_state_bw, dtype, parallel_iterations,
                                                  swap_memory, time_major, scope=bw_scope)
-        output_bw = reverse(reversed_out)
+        output_bw = reverse_all(reversed_out)
     return (output_fw, output_bw), (state_fw, state_bw)
 
 

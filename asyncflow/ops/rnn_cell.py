@@ -11,9 +11,10 @@ and checkpoints of TF1 models map name for name. Later calls reuse them. Kernels
 from __future__ import annotations
 
 import collections
+import re
 
 from asyncflow import dtypes
-from asyncflow.graph.graph import Tensor
+from asyncflow.graph.graph import Tensor, get_default_graph
 from asyncflow.ops import layout, math, nn
 from asyncflow.ops import control_flow as cf
 from asyncflow.ops.construct import as_tensor
@@ -22,6 +23,8 @@ from asyncflow.ops.init_ops import Constant, Zeros
 from asyncflow.ops.lstm_ops import fused_lstm_cell
 from asyncflow.ops.nn import dropout
 from asyncflow.ops.numerics import clip_by_value
+from asyncflow.ops.partitioned_variables import fixed_size_partitioner
+from asyncflow.ops.array import shape as array_shape
 from asyncflow.ops.sources import zeros
 from asyncflow.ops.variable_scope import AUTO_REUSE, get_variable, variable_scope
 
@@ -37,9 +40,15 @@ class LSTMStateTuple(collections.namedtuple("LSTMStateTuple", ("c", "h"))):
 
 
 class RNNCell:
-    """Base class: ``state_size``, ``output_size``, ``zero_state`` and the variable scope."""
+    """Base class: ``state_size``, ``output_size``, ``zero_state`` and the variable scope.
 
-    _default_name = "rnn_cell"
+    A cell of the user's own subclasses it as in TF1: overriding ``__call__`` (variables by
+    ``get_variable``), or ``call`` with ``build(inputs_shape)`` creating the variables by
+    ``add_variable``/``add_weight`` before the first call. Its scope is named after the class
+    in snake case (``MyCell``: ``my_cell``), as TF1's layers.
+    """
+
+    built = False
 
     def __init__(self, name=None, dtype=None, reuse=None):
         self._name = name
@@ -55,6 +64,16 @@ class RNNCell:
     def output_size(self):
         raise NotImplementedError
 
+    def get_initial_state(self, inputs=None, batch_size=None, dtype=None):
+        """``zero_state`` of the inputs' batch size and dtype, or of those given (TF1)."""
+        if inputs is not None:
+            inputs = cf.flatten(inputs)[0]
+            static = inputs.shape.as_list()[0] if inputs.shape.ndims else None
+            batch_size = static if static is not None else layout.unstack(
+                array_shape(inputs), num=inputs.shape.ndims)[0]
+            dtype = inputs.dtype
+        return self.zero_state(batch_size, dtype)
+
     def zero_state(self, batch_size, dtype):
         """Zeros in ``state_size``'s structure, ``[batch_size, size]`` each."""
         static_batch = None if isinstance(batch_size, Tensor) else batch_size
@@ -67,9 +86,10 @@ class RNNCell:
 
     def __call__(self, inputs, state, scope=None):
         if self._scope is None:
-            with variable_scope(scope or self._name, default_name=self._default_name,
+            with variable_scope(scope or self._name, default_name=_snake_case(type(self).__name__),
                                 reuse=self._reuse) as opened:
                 self._scope = opened
+                self._build_once(inputs)
                 return self.call(inputs, state)
         with variable_scope(self._scope, reuse=AUTO_REUSE):
             return self.call(inputs, state)
@@ -77,8 +97,37 @@ class RNNCell:
     def call(self, inputs, state):
         raise NotImplementedError
 
-    def _variable(self, name, shape, dtype, initializer=None):
-        return get_variable(name, shape=shape, dtype=dtype, initializer=initializer)
+    def build(self, inputs_shape):
+        """Create the variables (TF1's ``Layer.build``), given the inputs' static shape."""
+
+    def _build_once(self, inputs):
+        if not self.built:
+            leaves = cf.flatten(inputs)
+            self._input_dtype = leaves[0].dtype if leaves else None
+            self.build(cf.pack_as(inputs, [leaf.shape for leaf in leaves]))
+            self.built = True
+
+    def add_variable(self, name, shape, dtype=None, initializer=None, regularizer=None,
+                     trainable=True, **kwargs):
+        """A variable of the cell's scope (TF1's ``Layer.add_variable``), of the inputs'
+        dtype unless given."""
+        dtype = dtype or self._dtype or getattr(self, "_input_dtype", None) or dtypes.float32
+        return get_variable(name, shape=shape, dtype=dtype, initializer=initializer,
+                            regularizer=regularizer, trainable=trainable, **kwargs)
+
+    add_weight = add_variable
+
+    def _variable(self, name, shape, dtype, initializer=None, shards=None):
+        partitioner = None if shards is None else fixed_size_partitioner(shards)
+        return get_variable(name, shape=shape, dtype=dtype, initializer=initializer,
+                            partitioner=partitioner)
+
+
+def _snake_case(name):
+    """TF1's layer names: ``BasicLSTMCell`` -> ``basic_lstm_cell``."""
+    name = re.sub(r"(.)([A-Z][a-z0-9]+)", r"\1_\2", name)
+    name = re.sub(r"([a-z])([A-Z])", r"\1_\2", name).lower()
+    return name if not name.startswith("_") else "private" + name
 
 
 def _size_leaves(size):
@@ -109,6 +158,14 @@ def _linear(cell, args, units, bias_initializer=None, kernel_name="kernel", bias
     return nn.bias_add(math.matmul(joined, kernel), bias)
 
 
+def _lstm_state(state, cell_name):
+    """``(c, h)`` of a tuple state; TF1 refuses a single tensor with a TypeError."""
+    if not isinstance(state, (tuple, list)) or len(state) != 2:
+        raise TypeError(f"{cell_name}: with state_is_tuple=True the state must be an "
+                        f"LSTMStateTuple (c, h), got {type(state).__name__} {state!r:.80}")
+    return state
+
+
 def _fused_step(cell, inputs, c, h, forget_bias, initializer):
     """``(new_c, new_h)`` by ``FusedLSTMCell``, with the cell's ``kernel`` and ``bias``."""
     units, dtype = cell._num_units, inputs.dtype
@@ -120,8 +177,6 @@ def _fused_step(cell, inputs, c, h, forget_bias, initializer):
 
 class BasicRNNCell(RNNCell):
     """``h' = activation(W [x, h] + b)`` (TF1's ``BasicRNNCell``; activation tanh)."""
-
-    _default_name = "basic_rnn_cell"
 
     def __init__(self, num_units, activation=None, reuse=None, name=None, dtype=None):
         super().__init__(name, dtype, reuse)
@@ -141,8 +196,6 @@ class BasicLSTMCell(RNNCell):
     """TF1's ``BasicLSTMCell``: gates ``i, j, f, o`` from one kernel, ``forget_bias`` added
     to ``f``; state ``LSTMStateTuple(c, h)``."""
 
-    _default_name = "basic_lstm_cell"
-
     def __init__(self, num_units, forget_bias=1.0, state_is_tuple=True, activation=None,
                  reuse=None, name=None, dtype=None):
         super().__init__(name, dtype, reuse)
@@ -161,7 +214,7 @@ class BasicLSTMCell(RNNCell):
     def call(self, inputs, state):
         activation = self._activation or math.tanh
         if self._state_is_tuple:
-            c, h = state
+            c, h = _lstm_state(state, "BasicLSTMCell")
         else:
             c, h = layout.split(state, 2, axis=1)
         if self._activation is None:  # TF1's math in one op (see ops/lstm_ops.py)
@@ -179,14 +232,17 @@ class BasicLSTMCell(RNNCell):
 
 
 class LSTMCell(RNNCell):
-    """TF1's ``LSTMCell``: optional peepholes, cell clipping and an output projection."""
-
-    _default_name = "lstm_cell"
+    """TF1's ``LSTMCell``: optional peepholes, cell clipping and an output projection;
+    ``num_unit_shards``/``num_proj_shards`` split the kernel/the projection into that many
+    partitions (``kernel/part_0``...), as TF1's."""
 
     def __init__(self, num_units, use_peepholes=False, cell_clip=None, initializer=None,
-                 num_proj=None, proj_clip=None, forget_bias=1.0, state_is_tuple=True,
-                 activation=None, reuse=None, name=None, dtype=None):
+                 num_proj=None, proj_clip=None, num_unit_shards=None, num_proj_shards=None,
+                 forget_bias=1.0, state_is_tuple=True, activation=None, reuse=None, name=None,
+                 dtype=None):
         super().__init__(name, dtype, reuse)
+        self._num_unit_shards = num_unit_shards
+        self._num_proj_shards = num_proj_shards
         self._num_units = num_units
         self._use_peepholes = use_peepholes
         self._cell_clip = cell_clip
@@ -209,20 +265,22 @@ class LSTMCell(RNNCell):
         activation = self._activation or math.tanh
         units = self._num_units
         if self._state_is_tuple:
-            c_prev, m_prev = state
+            c_prev, m_prev = _lstm_state(state, "LSTMCell")
         else:
             c_prev = slice_op(state, [0, 0], [-1, units])
             m_prev = slice_op(state, [0, units], [-1, self._num_proj or units])
         dtype = inputs.dtype
         if not (self._use_peepholes or self._cell_clip is not None or self._num_proj is not None
-                or self._activation is not None):  # plain LSTM: TF1's math in one op
+                or self._activation is not None or self._num_unit_shards is not None):
+            # a plain LSTM: TF1's math in one op
             c, m = _fused_step(self, inputs, c_prev, m_prev, self._forget_bias,
                                self._initializer)
             new_state = LSTMStateTuple(c, m) if self._state_is_tuple else \
                 layout.concat([c, m], 1)
             return m, new_state
         depth = _depth(inputs, "LSTMCell") + (self._num_proj or units)
-        kernel = self._variable("kernel", [depth, 4 * units], dtype, self._initializer)
+        kernel = self._variable("kernel", [depth, 4 * units], dtype, self._initializer,
+                                self._num_unit_shards)
         bias = self._variable("bias", [4 * units], dtype, Zeros())
         lstm = nn.bias_add(math.matmul(layout.concat([inputs, m_prev], 1), kernel), bias)
         i, j, f, o = layout.split(lstm, 4, axis=1)
@@ -245,7 +303,7 @@ class LSTMCell(RNNCell):
         if self._num_proj is not None:
             with variable_scope("projection"):
                 projection = self._variable("kernel", [units, self._num_proj], dtype,
-                                            self._initializer)
+                                            self._initializer, self._num_proj_shards)
             m = math.matmul(m, projection)
             if self._proj_clip is not None:
                 m = clip_by_value(m, -self._proj_clip, self._proj_clip)
@@ -256,8 +314,6 @@ class LSTMCell(RNNCell):
 class GRUCell(RNNCell):
     """TF1's ``GRUCell``: ``gates/`` (reset, update; bias initialized to 1) and
     ``candidate/`` kernels; ``h' = u * h + (1 - u) * tanh(W [x, r * h] + b)``."""
-
-    _default_name = "gru_cell"
 
     def __init__(self, num_units, activation=None, reuse=None, kernel_initializer=None,
                  bias_initializer=None, name=None, dtype=None):
@@ -295,37 +351,66 @@ class GRUCell(RNNCell):
 class MultiRNNCell(RNNCell):
     """Cells stacked in layers (TF1): layer ``i``'s variables live under ``cell_<i>/``."""
 
-    _default_name = "multi_rnn_cell"
-
     def __init__(self, cells, state_is_tuple=True):
         super().__init__()
         if not cells:
             raise ValueError("Must specify at least one cell for MultiRNNCell.")
         self._cells = list(cells)
         self._state_is_tuple = state_is_tuple
+        sizes = [cell.state_size for cell in self._cells]
+        if not state_is_tuple and any(isinstance(size, tuple) for size in sizes):
+            raise ValueError("MultiRNNCell: some cells return tuples of states, but the flag "
+                             f"state_is_tuple is not set. State sizes are: {sizes}")
 
     @property
     def state_size(self):
         sizes = tuple(cell.state_size for cell in self._cells)
-        return sizes if self._state_is_tuple else sum(cf.flatten(list(sizes)))
+        return sizes if self._state_is_tuple else sum(sizes)
 
     output_size = property(lambda self: self._cells[-1].output_size)
 
     def zero_state(self, batch_size, dtype):
+        if not self._state_is_tuple:  # one [batch, sum of sizes] matrix, as TF1's
+            return super().zero_state(batch_size, dtype)
         return tuple(cell.zero_state(batch_size, dtype) for cell in self._cells)
 
     def call(self, inputs, state):
-        current, new_states = inputs, []
+        """Each layer's state is ``state[i]``, or its columns of the concatenated state
+        (``state_is_tuple=False``, TF1's layout: layer 0's first)."""
+        current, new_states, column = inputs, [], 0
         for index, cell in enumerate(self._cells):
             with variable_scope(f"cell_{index}"):
-                current, new_state = cell(current, state[index])
+                if self._state_is_tuple:
+                    cell_state = state[index]
+                else:
+                    cell_state = slice_op(state, [0, column], [-1, cell.state_size])
+                    column += cell.state_size
+                current, new_state = cell(current, cell_state)
             new_states.append(new_state)
+        if not self._state_is_tuple:
+            return current, layout.concat(new_states, 1)
         return current, tuple(new_states)
+
+
+def _keep_all_but_lstm_memory(substate):
+    """TF1's default ``dropout_state_filter_visitor``: every state tensor but an LSTM's c."""
+    if isinstance(substate, LSTMStateTuple):
+        return LSTMStateTuple(c=False, h=True)
+    return True
+
+
+def _rebuilt(structure, children):
+    if isinstance(structure, tuple) and hasattr(structure, "_fields"):
+        return type(structure)(*children)
+    return type(structure)(children)
 
 
 class DropoutWrapper(RNNCell):
     """Dropout on a cell's inputs, outputs and state (keep probabilities, TF1); adds no
-    variables and no scope of its own."""
+    variables and no scope of its own. Which parts of the state are dropped is
+    ``dropout_state_filter_visitor``'s answer as in TF1 (a bool for a part, or a structure
+    of bools for its children, asked again of each child marked True); by default every
+    state tensor but the memory ``c`` of each LSTM, however deeply nested."""
 
     def __init__(self, cell, input_keep_prob=1.0, output_keep_prob=1.0, state_keep_prob=1.0,
                  variational_recurrent=False, input_size=None, dtype=None, seed=None,
@@ -338,9 +423,11 @@ class DropoutWrapper(RNNCell):
         self._output_keep_prob = output_keep_prob
         self._state_keep_prob = state_keep_prob
         self._seed = seed
+        self._state_filter = dropout_state_filter_visitor or _keep_all_but_lstm_memory
 
     state_size = property(lambda self: self._cell.state_size)
     output_size = property(lambda self: self._cell.output_size)
+    wrapped_cell = property(lambda self: self._cell)
 
     def zero_state(self, batch_size, dtype):
         return self._cell.zero_state(batch_size, dtype)
@@ -351,18 +438,88 @@ class DropoutWrapper(RNNCell):
         seed = None if self._seed is None else self._seed + offset
         return dropout(value, keep_prob=keep_prob, seed=seed)
 
+    def _dropout_all(self, structure, keep_prob, offset):
+        return cf.pack_as(structure, [self._dropout(leaf, keep_prob, offset)
+                                      for leaf in cf.flatten(structure)])
+
+    def _dropout_state(self, state):
+        verdict = self._state_filter(state)
+        nested = isinstance(state, (tuple, list))
+        if isinstance(verdict, bool):
+            if not verdict:
+                return state
+            if not nested:
+                return self._dropout(state, self._state_keep_prob, 1)
+            verdict = [True] * len(state)
+        elif not nested or len(verdict) != len(state):
+            raise TypeError(f"DropoutWrapper: dropout_state_filter_visitor must return a bool "
+                            f"or one bool per part of {state!r:.80}, got {verdict!r:.80}")
+        return _rebuilt(state, [self._dropout_state(part) if flag else part
+                                for flag, part in zip(verdict, state)])
+
     def __call__(self, inputs, state, scope=None):
-        inputs = self._dropout(inputs, self._input_keep_prob, 0)
+        inputs = self._dropout_all(inputs, self._input_keep_prob, 0)
         output, new_state = self._cell(inputs, state, scope=scope)
         if not (isinstance(self._state_keep_prob, (int, float)) and self._state_keep_prob == 1.0):
-            leaves = cf.flatten(new_state)
-            # TF1 drops every state tensor except an LSTM's memory c.
-            kept = [leaf if isinstance(new_state, LSTMStateTuple) and leaf is new_state.c
-                    else self._dropout(leaf, self._state_keep_prob, 1) for leaf in leaves]
-            new_state = cf.pack_as(new_state, kept)
-        output = self._dropout(output, self._output_keep_prob, 2)
+            new_state = self._dropout_state(new_state)
+        output = self._dropout_all(output, self._output_keep_prob, 2)
         return output, new_state
 
 
-__all__ = ["BasicLSTMCell", "BasicRNNCell", "DropoutWrapper", "GRUCell", "LSTMCell",
-           "LSTMStateTuple", "MultiRNNCell", "RNNCell"]
+class ResidualWrapper(RNNCell):
+    """The cell's output plus its input (TF1's ``ResidualWrapper``), or
+    ``residual_fn(inputs, outputs)``; the state is the cell's. No variables or scope of its
+    own. The default sum needs inputs and outputs of one static shape, as TF1's."""
+
+    def __init__(self, cell, residual_fn=None):
+        super().__init__()
+        self._cell = cell
+        self._residual_fn = residual_fn
+
+    state_size = property(lambda self: self._cell.state_size)
+    output_size = property(lambda self: self._cell.output_size)
+    wrapped_cell = property(lambda self: self._cell)
+
+    def zero_state(self, batch_size, dtype):
+        return self._cell.zero_state(batch_size, dtype)
+
+    def __call__(self, inputs, state, scope=None):
+        output, new_state = self._cell(inputs, state, scope=scope)
+        if self._residual_fn is not None:
+            return self._residual_fn(inputs, output), new_state
+        leaves_in, leaves_out = cf.flatten(inputs), cf.flatten(output)
+        if len(leaves_in) != len(leaves_out):
+            raise ValueError(f"ResidualWrapper: the inputs ({len(leaves_in)} tensors) and the "
+                             f"cell's outputs ({len(leaves_out)}) differ in structure")
+        for a, b in zip(leaves_in, leaves_out):
+            if not a.shape.is_compatible_with(b.shape):
+                raise ValueError(f"ResidualWrapper: the inputs' shape {a.shape} and the cell's "
+                                 f"output shape {b.shape} are incompatible")
+        return cf.pack_as(output, [math.add(a, b) for a, b in zip(leaves_in, leaves_out)]), \
+            new_state
+
+
+class DeviceWrapper(RNNCell):
+    """The cell's ops and zero state on ``device`` (TF1's ``DeviceWrapper``); no variables
+    or scope of its own."""
+
+    def __init__(self, cell, device):
+        super().__init__()
+        self._cell = cell
+        self._device = device
+
+    state_size = property(lambda self: self._cell.state_size)
+    output_size = property(lambda self: self._cell.output_size)
+    wrapped_cell = property(lambda self: self._cell)
+
+    def zero_state(self, batch_size, dtype):
+        with get_default_graph().device(self._device):
+            return self._cell.zero_state(batch_size, dtype)
+
+    def __call__(self, inputs, state, scope=None):
+        with get_default_graph().device(self._device):
+            return self._cell(inputs, state, scope=scope)
+
+
+__all__ = ["BasicLSTMCell", "BasicRNNCell", "DeviceWrapper", "DropoutWrapper", "GRUCell",
+           "LSTMCell", "LSTMStateTuple", "MultiRNNCell", "RNNCell", "ResidualWrapper"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from asyncflow import dtypes
 from asyncflow.graph import GraphKeys, register_op, not_differentiable
 from asyncflow.graph.graph import Tensor, OPERATOR_NAMES, get_default_graph
+from asyncflow.graph.default_session import get_default_session
 from asyncflow.graph.indexed_slices import IndexedSlices
 from asyncflow.graph.shape import TensorShape
 from asyncflow.ops.array import identity
@@ -256,12 +257,23 @@ class Variable:
         """TF1's ``v.eval()``: the value in ``session`` or the default (synchronous) session."""
         return self._as_tensor().eval(session=session)
 
-    async def load(self, value, session):
+    def load(self, value, session=None):
         """Assign ``value`` (numpy-convertible) to the variable in ``session`` (TF1's
-        ``Variable.load``): runs the initializer with its initial value fed."""
+        ``Variable.load``): runs the initializer with its initial value fed.
+
+        With a synchronous session (``asyncflow.compat.v1``'s, or the default one) it runs
+        at once and returns None, as TF1's; with an ``af.Session`` it returns the run, to
+        ``await`` (``await v.load(value, sess)``).
+        """
         if self._initial_value is None:
             raise ValueError(f"Variable {self.name}: load needs the initial value tensor")
-        await session.run(self._initializer_op, feed_dict={self._initial_value: value})
+        if session is None:
+            session = get_default_session()
+            if session is None:
+                raise ValueError(f"Variable {self.name}: load needs a session, or a default "
+                                 "session (`with sess.as_default():`)")
+        result = session.run(self._initializer_op, feed_dict={self._initial_value: value})
+        return result if hasattr(result, "__await__") else None
 
     def __repr__(self):
         return f"<af.Variable '{self.name}' shape={self.shape} dtype={self.dtype.name}>"

@@ -38,6 +38,28 @@ def test_a_tf1_script_runs_with_sync_calls():
         sess.run(y, {x: [[1, 2]]})
 
 
+def test_variable_load_assigns_at_once_with_a_sync_session():
+    """TF1's ``v.load(value, sess)`` (and with the default session) assigns before it
+    returns; it was a coroutine here, so a TF1 program that loaded weights silently kept the
+    initial ones. An af.Session's load is still awaited."""
+    v = tf.get_variable("v", [2], initializer=tf.zeros_initializer())
+    with tf.Session() as sess:
+        sess.run(v.initializer)
+        assert v.load(np.array([1.0, 2.0], np.float32), sess) is None
+        assert sess.run(v).tolist() == [1.0, 2.0]
+        v.load([3.0, 4.0])  # the with block's default session
+        assert v.eval().tolist() == [3.0, 4.0]
+    with pytest.raises(ValueError, match="load needs a session"):
+        v.load([5.0, 6.0])
+
+    async def main():
+        async with af.Session() as sess:
+            await sess.run(v.initializer)
+            assert await v.load([7.0, 8.0], sess) is None
+            assert (await sess.run(v)).tolist() == [7.0, 8.0]
+    trio.run(main)
+
+
 def test_eval_without_a_default_session_says_how():
     t = tf.constant(1.0)
     with pytest.raises(ValueError, match="No default session.*as_default"):
