@@ -94,7 +94,7 @@ def _unsorted_segment_sum(ctx, data, segment_ids, num_segments):
     rest = data.shape[segment_ids.ndim:]
     out = xp.zeros((count,) + rest, dtype=data.dtype)
     ids = segment_ids.reshape(-1)
-    rows = data.reshape((-1,) + rest)
+    rows = data.reshape((ids.size,) + rest)  # (not -1: rest may hold a 0)
     kept = ids >= 0  # TF1 drops negative ids
     _scatter_add(xp, out, ids[kept], rows[kept])
     return (out,)

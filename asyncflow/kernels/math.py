@@ -8,7 +8,7 @@ import numpy as np
 
 from asyncflow import errors
 from asyncflow.kernels import intra_op
-from asyncflow.kernels.arguments import host as _host
+from asyncflow.kernels.arguments import host as _host, is_floating
 from asyncflow.kernels.registry import host_memory, register_kernel, register_prepare
 
 # op type -> name of the array-module function computing it
@@ -542,11 +542,11 @@ def _extreme(fn_name, fill_for):
 
 
 def _lowest(dtype):
-    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+    return -np.inf if is_floating(dtype) else np.iinfo(dtype).min
 
 
 def _highest(dtype):
-    return np.inf if dtype.kind == "f" else np.iinfo(dtype).max
+    return np.inf if is_floating(dtype) else np.iinfo(dtype).max
 
 
 register_kernel("Max")(_extreme("max", _lowest))

@@ -510,7 +510,7 @@ def _max_pool_grad(ctx, x, _output, grad):
         return (xp.zeros(x.shape, dtype=grad.dtype),)
     out = xp.empty(x.shape, dtype=grad.dtype)
     tap_args = _tap_args(ctx, kernel_hw, rows, cols)
-    finite = grad.dtype.kind != "f" or bool(xp.isfinite(grad).all())
+    finite = not is_floating(grad.dtype) or bool(xp.isfinite(grad).all())
     # Windows that do not overlap and tile the padded input: each tap writes its cells once,
     # so the taps assign into an uninitialized buffer instead of adding into a zeroed one.
     strides = ctx.attrs["strides"]

@@ -22,6 +22,7 @@ import numpy as np
 
 from asyncflow import errors
 from asyncflow.kernels import intra_op
+from asyncflow.kernels.arguments import is_floating
 from asyncflow.kernels.nn_conv import (
     _all_above_minus_inf, _crop, _first_cells, _layout, _lowest, _pad, _padded_shape,
     _pool_setup, _route, _tap_args, _taps,
@@ -128,7 +129,7 @@ def _max_pool_relu_grad_by_taps(ctx, x, winners, grad, pooled):
 def _nan_first_cells(xp, x, kernel_hw, strides, rows, cols):
     """Whether some window's first real cell is NaN (one ``min``, which keeps NaN)."""
     first = _first_cells(xp, x, kernel_hw, strides, rows, cols)[0]
-    return x.dtype.kind == "f" and first.size and bool(xp.isnan(first.min()))
+    return is_floating(x.dtype) and first.size and bool(xp.isnan(first.min()))
 
 
 def _route_by_taps(ctx, x, winners, grad, pooled=None):
@@ -150,7 +151,7 @@ def _route_by_taps(ctx, x, winners, grad, pooled=None):
         return xp.zeros(x.shape, dtype=grad.dtype)
     out = xp.empty(x.shape, dtype=grad.dtype)
     tap_args = _tap_args(ctx, kernel_hw, rows, cols)
-    finite = grad.dtype.kind != "f" or bool(xp.isfinite(grad).all())
+    finite = not is_floating(grad.dtype) or bool(xp.isfinite(grad).all())
     tiled = _tiled(ctx, x.shape, kernel_hw, rows, cols)
     unpadded = not (rows[1] or rows[2] or cols[1] or cols[2])
     flagged = kernel_hw[0] * kernel_hw[1] <= NAN_FIRST

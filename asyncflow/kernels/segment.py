@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from asyncflow.kernels.arguments import host as _host, invalid as _invalid
+from asyncflow.kernels.arguments import host as _host, invalid as _invalid, is_floating
 from asyncflow.kernels.indexing import sorted_count, unsorted_count
 from asyncflow.kernels.registry import host_memory, register_kernel
 
@@ -24,7 +24,11 @@ def _empty_value(kind, dtype, sorted_ids):
         return 1
     if sorted_ids or kind == "Mean":
         return 0
-    info = np.finfo(dtype) if dtype.kind == "f" else np.iinfo(dtype)
+    if is_floating(dtype):  # (bfloat16's numpy kind is "V": ml_dtypes' finfo knows it)
+        import ml_dtypes
+        info = ml_dtypes.finfo(dtype)
+    else:
+        info = np.iinfo(dtype)
     return info.min if kind == "Max" else info.max  # finite, as TF1's numeric_limits
 
 
@@ -33,15 +37,15 @@ def _reduce(kind, data, ids, count, sorted_ids):
     out = np.full((count,) + data.shape[ids.ndim:], _empty_value(kind, data.dtype, False),
                   data.dtype)
     flat_ids = ids.reshape(-1)
-    rows = data.reshape((-1,) + data.shape[ids.ndim:])
+    rows = data.reshape((ids.size,) + data.shape[ids.ndim:])  # (-1 fails on a 0 in them)
     kept = flat_ids >= 0
     flat_ids, rows = flat_ids[kept], rows[kept]
     if kind == "Mean":
         # -0.0 + x is x: a segment of -0.0 keeps its sign (TF1's), where 0.0 + -0.0 is 0.0
-        out[...] = -0.0 if out.dtype.kind == "f" else 0
+        out[...] = -0.0 if is_floating(out.dtype) else 0
         np.add.at(out, flat_ids, rows)
         sizes = np.bincount(flat_ids, minlength=count).reshape((count,) + (1,) * (rows.ndim - 1))
-        if out.dtype.kind == "f":
+        if is_floating(out.dtype):
             np.divide(out, np.maximum(sizes, 1), out=out)
         else:  # TF1's integer mean: the sum over the count, both in the dtype (wrapping),
             # truncated toward zero; not through float64, which loses low bits past 2**53

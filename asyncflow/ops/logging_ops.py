@@ -257,7 +257,9 @@ def assert_rank_in(x, ranks, data=None, summarize=None, message=None, name=None)
                              f"rank {x.shape.ndims}, shape {x.shape}")
         return no_op(name=name or "assert_rank_in")
     with x.graph.name_scope(name or "assert_rank_in"):
-        condition = _math.reduce_any(_math.equal(rank_of(x), as_tensor(list(wanted))))
+        from asyncflow import dtypes  # (int32 even for no ranks: TF1's Assert then fails)
+        condition = _math.reduce_any(_math.equal(rank_of(x), as_tensor(list(wanted),
+                                                                       dtype=dtypes.int32)))
         if data is None:
             data = [message or "", f"Tensor {x.name} must have rank in", *wanted,
                     "Received shape: ", shape_of(x)]
@@ -271,12 +273,14 @@ def assert_same_float_dtype(tensors=None, dtype=None):
     found = dtypes.as_dtype(dtype) if dtype is not None else None
     first = None
     for tensor in tensors or ():
+        if tensor is None:  # skipped, as TF1 does (an absent optional argument)
+            continue
         if found is None:
             found, first = tensor.dtype, tensor
         elif tensor.dtype is not found:
-            what = f"as {first.name}" if first is not None else f"({found})"
+            what = f" as {first.name}" if first is not None else ""
             raise ValueError(f"{tensor.name}, type={tensor.dtype.name}, must be of the same "
-                             f"type ({found.name}) {what}.")
+                             f"type ({found.name}){what}.")
     if found is None:
         return dtypes.float32
     if not found.is_floating:
@@ -295,8 +299,10 @@ def assert_proper_iterable(values):
 
 
 def is_numeric_tensor(tensor):
-    """TF1's ``tf.is_numeric_tensor``: a tensor of a numeric (not bool nor string) dtype."""
-    return hasattr(tensor, "op") and hasattr(tensor, "dtype") and tensor.dtype.is_numeric
+    """TF1's ``tf.is_numeric_tensor``: a tensor of a numeric (not bool nor string) dtype (a
+    Variable, no Tensor in TF1 either, is not one)."""
+    from asyncflow.graph import Tensor
+    return isinstance(tensor, Tensor) and tensor.dtype.is_numeric
 
 
 def _monotonic(x, compare, name, default_name):

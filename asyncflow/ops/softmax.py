@@ -174,12 +174,14 @@ def softmax_cross_entropy_with_logits_v2(_sentinel=None, labels=None, logits=Non
         raise ValueError("Only call softmax_cross_entropy_with_logits with named arguments "
                          "(labels=..., logits=...)")
     logits = as_tensor(logits)
-    labels = as_tensor(labels, dtype=logits.dtype)
+    labels = as_tensor(labels)  # in its own dtype, then cast to the logits' computing one (TF1)
     axis = _normalize_axis(int(dim if axis is None else axis), logits.shape.ndims,
                            "softmax_cross_entropy_with_logits")
     half = logits.dtype if logits.dtype in (dtypes.float16, dtypes.bfloat16) else None
     if half:  # TF1 computes it in float32 and casts the loss back (so its gradient too)
-        logits, labels = _math.cast(logits, dtypes.float32), _math.cast(labels, dtypes.float32)
+        logits = _math.cast(logits, dtypes.float32)
+    if labels.dtype is not logits.dtype:
+        labels = _math.cast(labels, logits.dtype)
     op = make_op("SoftmaxCrossEntropyWithLogits", (logits, labels), {"axis": axis}, name,
                  "SoftmaxCrossEntropyWithLogits")
     return _math.cast(op.outputs[0], half) if half else op.outputs[0]

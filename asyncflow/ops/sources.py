@@ -349,8 +349,9 @@ def categorical(logits, num_samples, dtype=None, seed=None, name=None):
 def linspace(start, stop, num, name=None):
     """TF1's ``tf.linspace`` (``tf.lin_space``): ``num`` evenly spaced values from ``start`` to
     ``stop``, as 2.21's ``tf.compat.v1``: ``start + i * (stop - start) / (num - 1)`` with the
-    last value ``stop`` itself, ``[start]`` for ``num == 1`` and empty for ``num == 0``;
-    integer bounds give float64.
+    first value ``start`` and the last ``stop`` themselves (so an infinite step gives no NaN
+    there), ``[start]`` for ``num == 1`` and empty for ``num == 0``; integer bounds give
+    truediv's float: float32 for 8- and 16-bit ones, float64 for wider.
 
     Raises:
         TypeError: for bounds that are not numbers or a ``num`` that is not an integer.
@@ -370,7 +371,8 @@ def linspace(start, stop, num, name=None):
     for what, bound in (("start", start), ("stop", stop)):
         if bound.shape.ndims not in (None, 0):
             raise ValueError(f"linspace: {what} must be a scalar, got shape {bound.shape}")
-    dtype = start.dtype if start.dtype.is_floating else dtypes.float64
+    dtype = start.dtype if start.dtype.is_floating else \
+        dtypes.float32 if start.dtype.size <= 2 else dtypes.float64  # TF1's truediv of them
     with graph_of((start, stop, count)).name_scope(name or "LinSpace"):
         known = static_value(count)
         checks = []
@@ -386,4 +388,5 @@ def linspace(start, stop, num, name=None):
         inner = _math.add(start, _math.multiply(_math.cast(steps, dtype), step))
         last = _math.logical_and(_math.equal(steps, _math.subtract(count, 1)),
                                  _math.greater(count, 1))
-        return _math.where(last, stop, inner)
+        # TF1 concatenates start, the inner values and stop: 0 * an infinite step is not there
+        return _math.where(_math.equal(steps, 0), start, _math.where(last, stop, inner))

@@ -141,3 +141,83 @@ def test_half_precision_pools_as_tf1(tmp_path):
                                            err_msg=f"{name} output {i}")
             else:
                 np.testing.assert_array_equal(got, want, err_msg=f"{name} output {i}")
+
+
+@pytest.mark.parametrize("name", HALVES)
+@pytest.mark.parametrize("strides", [(2, 2), (1, 1)])
+def test_half_precision_max_pool_gradient_of_inf_and_nan(name, strides):
+    # An inf or NaN incoming gradient goes to its window's winning cell only (TF1's answer):
+    # bfloat16's gradients were multiplied by the 0/1 masks as if finite, 0 * inf putting NaN
+    # in every losing cell of those windows (its numpy kind is "V", not "f").
+    x = np.array([[1, 5, 2, 0], [3, 4, 7, 1], [np.nan, 2, 0, 0], [1, 1, 6, 2]], np.float32)
+    dtype = getattr(tf, name)
+    t = tf.constant(x.reshape(1, 4, 4, 1), dtype)
+    fetched = []
+    for relu in (False, True):  # (a ReLU after the pool: the gradient by the forward's taps)
+        y = tf.nn.max_pool(t, [1, 2, 2, 1], [1, *strides, 1], "VALID")
+        y = tf.nn.relu(y) if relu else y
+        n = int(y.shape[1])
+        upstream = np.ones([1, n, n, 1], np.float32)
+        upstream[0, 0, 0, 0], upstream[0, -1, -1, 0] = np.inf, np.nan
+        grad = tf.gradients(y, t, grad_ys=tf.constant(upstream, dtype))[0]
+        fetched.append(tf.cast(grad, tf.float32))
+    plain, after_relu = (g.reshape(4, 4) for g in session_run(fetched))
+    if strides == (2, 2):  # TF1's (2.21 compat.v1) answers
+        want = [[0, np.inf, 0, 0], [0, 0, 1, 0], [1, 0, 0, 0], [0, 0, np.nan, 0]]
+    else:
+        want = [[0, np.inf, 0, 0], [0, 1, 4, 0], [1, 0, 0, 0], [0, 0, np.nan, 0]]
+    np.testing.assert_array_equal(plain, want)
+    np.testing.assert_array_equal(after_relu, want)  # (every window's maximum is positive)
+
+
+@pytest.mark.parametrize("name", HALVES)
+def test_half_precision_reductions_and_segments(name):
+    # bfloat16 (numpy kind "V") took the integer paths: an empty max/min and the unsorted
+    # segment max/min (their identities from iinfo) failed, and segment_mean summed and
+    # divided as integers ([1, 0, 3] for TF1's [1.5, 0, 3.5]).
+    dtype = getattr(tf, name)
+    empty = tf.zeros([0], dtype)
+    data = tf.constant([1.0, 2.0, 3.5], dtype)
+    got = session_run([tf.cast(t, tf.float32) for t in (
+        tf.reduce_max(empty), tf.reduce_min(empty), tf.segment_mean(data, [0, 0, 2]),
+        tf.segment_max(data, [0, 0, 2]), tf.unsorted_segment_max(data, [0, 0, 2], 4),
+        tf.unsorted_segment_min(data, [0, 0, 2], 4))])
+    lowest = float(tf.cast(tf.constant(-np.inf), dtype).dtype.min)
+    assert got[0] == -np.inf and got[1] == np.inf
+    np.testing.assert_array_equal(got[2], [1.5, 0.0, 3.5])
+    np.testing.assert_array_equal(got[3], [2.0, 0.0, 3.5])
+    np.testing.assert_array_equal(got[4], [2.0, lowest, 3.5, lowest])
+    np.testing.assert_array_equal(got[5], [1.0, -lowest, 3.5, -lowest])
+
+
+MIXED_LABELS = """
+l = np.array([[1.0, 2.0, 3.0], [0.5, -1.0, 2.0]], np.float32)
+y = np.array([[0.1, 0.3, 0.6], [0.7, 0.2, 0.1]], np.float32)
+cases = []
+for dt in (tf.float16, tf.bfloat16):
+    logits = tf.constant(l, dt)
+    for xent in (tf.nn.softmax_cross_entropy_with_logits_v2,
+                 tf.nn.softmax_cross_entropy_with_logits):
+        cases += [xent(labels=tf.constant(y), logits=logits), xent(labels=y, logits=logits)]
+cases.append(tf.nn.softmax_cross_entropy_with_logits_v2(labels=tf.constant(y, tf.float64),
+                                                        logits=tf.constant(l)))
+outputs["dtypes"] = np.array([c.dtype.name for c in cases])
+with tf.Session() as sess:
+    outputs["values"] = sess.run([tf.cast(c, tf.float32) for c in cases])
+"""
+
+
+def test_cross_entropy_labels_of_another_float_dtype(tmp_path):
+    # TF1's wrapper converts the labels in their own dtype and casts them to the one the loss
+    # is computed in (float32 for half logits): float32 labels with float16 logits ran there
+    # and were refused here ("has dtype float32, but float16 was requested"), float32 numpy
+    # labels too through softmax_cross_entropy_with_logits (its stop_gradient makes a tensor).
+    ours = compat_run(MIXED_LABELS, {})
+    assert ours["dtypes"].tolist() == ["float16"] * 4 + ["bfloat16"] * 4 + ["float32"]
+    theirs = tf1_run(MIXED_LABELS, tmp_path)
+    assert ours["dtypes"].tolist() == theirs["dtypes"].tolist()
+    for i, (got, want) in enumerate(zip(ours["values"], theirs["values"])):
+        if i == 8:  # float32 logits: float32's sums, in another order than TF1's kernel
+            np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=f"case {i}")
+            continue
+        np.testing.assert_array_equal(got, want, err_msg=f"case {i}")

@@ -194,3 +194,19 @@ async def test_sorted_ids_fed_as_a_matrix_fail_the_run(reduction):
             with pytest.raises(errors.InvalidArgumentError,
                                match=r"segment_ids should be a vector, got shape \[2, 1\]"):
                 await sess.run(out, {ids: [[0], [0]]})
+
+
+async def test_rows_of_zero_elements():
+    # data of shape [3, 0]: the kernels reshaped it to (-1, 0), which numpy cannot resolve
+    # (TF1 gives [segments, 0]); the gradient of a gather from params with a zero dim is one
+    with af.Graph().as_default():
+        data = np.zeros([3, 0], np.float32)
+        ids = [0, 1, 1]
+        params = af.placeholder(af.float32, [None, 0])
+        grad = af.gradients(af.reduce_sum(af.gather(params, [0, 1])), params)[0]
+        async with af.Session() as sess:
+            got = await sess.run([af.unsorted_segment_sum(data, ids, 4), af.segment_sum(data, ids),
+                                  af.unsorted_segment_max(data, ids, 4),
+                                  af.segment_mean(data, ids), af.convert_to_tensor(grad)],
+                                 {params: np.zeros([2, 0], np.float32)})
+    assert [g.shape for g in got] == [(4, 0), (2, 0), (4, 0), (2, 0), (2, 0)]

@@ -16,7 +16,9 @@ from tf1_reference import compat_run, tf1_run
 LINSPACE = """
 cases = [(0.1, 0.7, 7), (1.0, 5.0, 1), (5.0, 1.0, 4), (-3.3, 9.7, 13), (0.0, 1.0, 10),
          (np.float64(0.1), 0.7, 7), (2.5, 2.5, 3), (1e-3, 1e3, 50), (1.0, 5.0, 2), (1, 5, 3),
-         (1.0, 5.0, 0)]
+         (1.0, 5.0, 0), (0.0, np.inf, 3), (-3e38, 3e38, 4), (0.0, np.nan, 3)]
+cases += [(tf.constant(1, dt), tf.constant(5, dt), 3)
+          for dt in (tf.int8, tf.uint8, tf.int16, tf.uint16, tf.int32, tf.int64)]
 ys = [tf.linspace(a, b, n) for a, b, n in cases]
 n = tf.placeholder(tf.int32, [])
 fed = tf.linspace(0.1, 0.7, n)
@@ -45,6 +47,22 @@ def test_linspace_edges():
         tf.linspace(1.0, 5.0, tf.constant(3.0))
     with pytest.raises(ValueError, match="start must be a scalar"):
         tf.linspace([1.0, 2.0], 5.0, 3)
+
+
+def test_linspace_infinite_steps_and_small_integer_bounds():
+    # TF1 puts start itself first: start + 0 * step was NaN for an infinite step (an overflowing
+    # stop - start, an infinite or NaN bound); 8- and 16-bit integer bounds give float32, as
+    # TF1's truediv of them (all integers gave float64)
+    got = session_run([tf.linspace(0.0, np.inf, 3), tf.linspace(-3e38, 3e38, 4),
+                       tf.linspace(0.0, np.nan, 3)])
+    np.testing.assert_array_equal(got[0], [0.0, np.inf, np.inf])
+    np.testing.assert_array_equal(got[1], np.array([-3e38, np.inf, np.inf, 3e38], np.float32))
+    np.testing.assert_array_equal(got[2], [0.0, np.nan, np.nan])
+    for dtype, want in ((tf.int8, tf.float32), (tf.uint8, tf.float32), (tf.int16, tf.float32),
+                        (tf.uint16, tf.float32), (tf.int32, tf.float64), (tf.int64, tf.float64)):
+        y = tf.linspace(tf.constant(1, dtype), tf.constant(5, dtype), 3)
+        assert y.dtype is want, dtype
+        np.testing.assert_array_equal(session_run(y), [1.0, 3.0, 5.0])
 
 
 def test_linspace_as_tf1(tmp_path):
@@ -133,6 +151,21 @@ def test_debugging_checks():
         tf.assert_rank_in(tf.constant([1.0]), [0, 2])
     with pytest.raises(af.errors.InvalidArgumentError, match="must have rank in"):
         session_run(tf.assert_rank_in(x, [0, 2]), {x: [1.0]})
+
+
+def test_debugging_checks_edges():
+    # TF1 skips None among assert_same_float_dtype's tensors (an absent optional argument)
+    # and names a dtype argument once; is_numeric_tensor is false for a Variable (no Tensor
+    # in TF1 either); assert_rank_in of no ranks fails when it runs, as TF1's
+    x = tf.constant([1.0])
+    assert tf.assert_same_float_dtype([None, x, None]) is tf.float32
+    with pytest.raises(ValueError) as raised:
+        tf.assert_same_float_dtype([x], tf.float64)
+    assert str(raised.value) == f"{x.name}, type=float32, must be of the same type (float64)."
+    assert not tf.is_numeric_tensor(tf.Variable(1.0)) and tf.is_numeric_tensor(x)
+    p = tf.placeholder(tf.float32)
+    with pytest.raises(af.errors.InvalidArgumentError, match="must have rank in"):
+        session_run(tf.assert_rank_in(p, []), {p: 1.0})
 
 
 def test_debugging_as_tf1(tmp_path):
