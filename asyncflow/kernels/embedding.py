@@ -14,7 +14,7 @@ def _dynamic_partition(ctx, data, partitions):
                             f"data shape {list(data.shape)}")
     check_range(ctx, partitions, count, "partitions")
     rest = data.shape[partitions.ndim:]
-    flat = data.reshape((-1,) + rest)
+    flat = data.reshape((partitions.size,) + rest)  # (not -1: rest may hold a 0)
     keys = partitions.reshape(-1)
     return tuple(flat[keys == i] for i in range(count))
 
@@ -32,5 +32,5 @@ def _dynamic_stitch(ctx, *inputs):
                                 f"{list(index.shape)} requires {list(index.shape + first_rest)}")
         if index.size and int(index.min()) < 0:
             raise _invalid(ctx, f"indices[{m}] has a negative index {int(index.min())}")
-        out[index.reshape(-1)] = values.reshape((-1,) + first_rest)
+        out[index.reshape(-1)] = values.reshape((index.size,) + first_rest)
     return (out,)

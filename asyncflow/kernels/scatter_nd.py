@@ -24,12 +24,15 @@ def _rows(ctx, indices, updates, shape):
         raise _invalid(ctx, f"updates must have shape {list(indices.shape[:-1] + tail)} for "
                             f"indices of shape {list(indices.shape)} into shape {list(shape)},"
                             f" got {list(updates.shape)}")
+    if 0 in shape and (indices.size or updates.size):  # (TF1's kernel refuses these too)
+        raise _invalid(ctx, f"indices and updates specified for empty output shape "
+                            f"{list(shape)} (indices of shape {list(indices.shape)})")
     flat = xp.zeros(indices.shape[:-1], dtype=np.int64)
     for k in range(depth):
         check_range(ctx, indices[..., k], shape[k], f"indices[..., {k}]")
         flat = flat * shape[k] + indices[..., k].astype(np.int64)
     count = int(np.prod(shape[:depth], dtype=np.int64))
-    return flat.reshape(-1), updates.reshape((-1,) + tail), count, tail
+    return flat.reshape(-1), updates.reshape((flat.size,) + tail), count, tail  # (-1: no 0s)
 
 
 @register_kernel("ScatterNd")

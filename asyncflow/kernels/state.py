@@ -59,7 +59,7 @@ def _combine_at(ufunc_name):
             getattr(np, ufunc_name).at(target, indices, values)
             return
         for position, index in enumerate(indices.reshape(-1).tolist()):  # CuPy: no ufunc.at
-            row = values.reshape((-1,) + target.shape[1:])[position]
+            row = values.reshape((indices.size,) + target.shape[1:])[position]
             target[index] = getattr(xp, ufunc_name)(target[index], row)
     return combine
 
