@@ -301,7 +301,7 @@ def conv2d(ctx, plan, x, filters, out, epilogue=None, kept=None):
     (a list), the batch's input spectra ``[freqs, N, C]`` are appended to it."""
     n, c, o = x.shape[0], x.shape[3], filters.shape[3]
     weights = _filter_spectrum(ctx, filters.astype(out.dtype, copy=False), plan, True, False)
-    (oh, top, _), (ow, left, _) = plan.rows, plan.cols
+    (_, top, _), (_, left, _) = plan.rows, plan.cols
     images = None
     if kept is not None:
         images = np.empty((plan.freqs, n, c), dtype=np.result_type(x.dtype, np.complex64))
