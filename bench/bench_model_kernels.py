@@ -1,8 +1,9 @@
 """Single kernels of the models in ``bench_models.py``, one source tree against another (issue 37).
 
 Times, called directly on one and two intra-op threads (the convnet's and the autoencoder's
-shapes, float32): the convnet's first Conv2D ([128, 28, 28, 1] 5x5 -> 32, SAME) and its
-filter gradient, its second ([128, 14, 14, 32] 5x5 -> 64) and both gradients (in a tree with
+shapes, float32): the convnet's first Conv2D ([128, 28, 28, 1] 5x5 -> 32, SAME), alone and
+fused with its BiasAdd and Relu (``_FusedConv2D``), and its filter gradient, its second
+(also fused) ([128, 14, 14, 32] 5x5 -> 64) and both gradients (in a tree with
 the FFT algorithm, also with the direct kernels forced), its two MaxPoolGrads ([128, 28, 28, 32] and [128, 14, 14, 64], 2x2; with each pool's
 forward and the Relu's gradient, routed by the forward's taps where the tree has them), and
 Sigmoid on [256, 784] (and [32, 128]); the autoencoder's mean squared error with its gradient
@@ -67,6 +68,10 @@ def measure(calls):
         ctx = KernelContext(conv, threads)
         results[f"Conv2D 28x28x1 5x5x32, {threads} thr"] = _median_ms(
             lambda: nn_conv._conv2d(ctx, x, f), calls)
+        fused = KernelContext({**conv, "fused_ops": ("BiasAdd", "Relu")}, threads)
+        bias = rng.standard_normal(32).astype(np.float32)
+        results[f"Conv2D+BiasAdd+Relu fused 28x28x1 5x5x32, {threads} thr"] = _median_ms(
+            lambda: nn_conv._fused_conv2d(fused, x, f, bias), calls)
         results[f"BackpropFilter 28x28x1 5x5x32, {threads} thr"] = _median_ms(
             lambda: nn_conv._conv2d_backprop_filter(ctx, x, np.array(f.shape), g), calls)
         for shape in ((128, 28, 28, 32), (128, 14, 14, 64)):
@@ -232,8 +237,12 @@ def _conv2_rows(ctx, threads, calls):
     x = rng.standard_normal((128, 14, 14, 32)).astype(np.float32)
     f = rng.standard_normal((5, 5, 32, 64)).astype(np.float32)
     g = rng.standard_normal((128, 14, 14, 64)).astype(np.float32)
+    fused = KernelContext({**ctx.attrs, "fused_ops": ("BiasAdd", "Relu")},
+                          threads)
+    bias = rng.standard_normal(64).astype(np.float32)
     calls_of = {
         "Conv2D": lambda: nn_conv._conv2d(ctx, x, f),
+        "Conv2D+BiasAdd+Relu fused": lambda: nn_conv._fused_conv2d(fused, x, f, bias),
         "BackpropInput": lambda: nn_conv._conv2d_backprop_input(ctx, np.array(x.shape), f, g),
         "BackpropFilter": lambda: nn_conv._conv2d_backprop_filter(ctx, x, np.array(f.shape), g),
     }

@@ -105,10 +105,26 @@ class Plan:
         self.direct_s = 1e-9 * (patch_cells * o * _DIRECT_NS_PER_MAC
                                 + patch_cells * _DIRECT_NS_PER_PATCH_CELL)
 
-    def out_index(self, shift_h, shift_w, count_h, count_w):
-        """Index arrays reading ``count`` cells from (index + shift) mod P, per dimension."""
-        return (np.ix_((np.arange(count_h) + shift_h) % self.p_h,
-                       (np.arange(count_w) + shift_w) % self.p_w))
+    def read_out(self, planes, shift_h, shift_w, target):
+        """Copy ``planes`` (``[P_h, P_w, ...]``) read at (index + shift) mod P into ``target``
+        (``[count_h, count_w, ...]``, a view of the kernel's output), block by block: each
+        dimension's cells are at most two runs of the period (one wrap), so two to four plain
+        slice copies, where an ``np.ix_`` index copied the cells once more before the
+        transposed store (0.49 against 0.28 ms for a 64-image chunk of the convnet's conv2)."""
+        for out_h, in_h in _runs(shift_h, target.shape[0], self.p_h):
+            for out_w, in_w in _runs(shift_w, target.shape[1], self.p_w):
+                target[out_h, out_w] = planes[in_h, in_w]
+
+
+def _runs(shift, count, period):
+    """``(target slice, plane slice)`` pairs covering cells (i + shift) mod ``period`` for i in
+    [0, count), count <= period: at most two runs."""
+    first = shift % period
+    head = min(count, period - first)
+    runs = [(slice(0, head), slice(first, first + head))]
+    if head < count:
+        runs.append((slice(head, count), slice(0, count - head)))
+    return runs
 
 
 def choose(ctx, arrays, x_shape, f_shape, rows, cols, dtype):
@@ -285,8 +301,7 @@ def conv2d(ctx, plan, x, filters, out, epilogue=None, kept=None):
     (a list), the batch's input spectra ``[freqs, N, C]`` are appended to it."""
     n, c, o = x.shape[0], x.shape[3], filters.shape[3]
     weights = _filter_spectrum(ctx, filters.astype(out.dtype, copy=False), plan, True, False)
-    (oh, top, _), (ow, left, _) = plan.rows, plan.cols
-    index = plan.out_index(-top, -left, oh, ow)
+    (_, top, _), (_, left, _) = plan.rows, plan.cols
     images = None
     if kept is not None:
         images = np.empty((plan.freqs, n, c), dtype=np.result_type(x.dtype, np.complex64))
@@ -299,7 +314,7 @@ def conv2d(ctx, plan, x, filters, out, epilogue=None, kept=None):
         spectrum = _complex_gemm(image, weights)
         planes = _inverse(spectrum, plan, o)
         result = out[start:stop]
-        result[...] = planes[index].transpose(2, 0, 1, 3)
+        plan.read_out(planes, -top, -left, result.transpose(1, 2, 0, 3))
         if epilogue is not None:
             epilogue(result.reshape(-1, o))
     intra_op.for_batch(ctx, n, _work(plan, n), chunk, _item_bytes(plan, c, o, x.itemsize))
@@ -312,12 +327,11 @@ def backprop_input(ctx, plan, filters, grad, out):
     weights = _filter_spectrum(ctx, filters.astype(out.dtype, copy=False), plan, False,
                                True)
     (_, top, _), (_, left, _) = plan.rows, plan.cols
-    index = plan.out_index(top, left, plan.in_h, plan.in_w)
 
     def chunk(start, stop):
         spectrum = _complex_gemm(_forward(grad[start:stop], plan), weights)
         planes = _inverse(spectrum, plan, c)
-        out[start:stop] = planes[index].transpose(2, 0, 1, 3)
+        plan.read_out(planes, top, left, out[start:stop].transpose(1, 2, 0, 3))
     intra_op.for_batch(ctx, n, _work(plan, n), chunk, _item_bytes(plan, c, o, grad.itemsize))
     return out
 
@@ -350,7 +364,6 @@ def _filter_from_spectra(ctx, images, errors, plan, f_shape, dtype):
     (_, top, _), (_, left, _) = plan.rows, plan.cols
     _, n, c = images.shape
     o = errors.shape[2]
-    index = plan.out_index(-top, -left, kh, kw)
     result = np.empty((kh, kw, c, o), dtype=dtype)
     real = images.real.dtype
     left_side = images.view(real).transpose(0, 2, 1)  # [freqs, 2C, N]
@@ -362,7 +375,7 @@ def _filter_from_spectra(ctx, images, errors, plan, f_shape, dtype):
         np.add(products[:, 0::2, 0::2], products[:, 1::2, 1::2], out=total.real)
         np.subtract(products[:, 1::2, 0::2], products[:, 0::2, 1::2], out=total.imag)
         planes = _inverse(total, plan, stop - start)  # [P_h, P_w, C, stop - start]
-        result[..., start:stop] = planes[index]
+        plan.read_out(planes, -top, -left, result[..., start:stop])
     intra_op.for_batch(ctx, o, c * plan.freqs * (8 + 4 * n) + c * plan.p_h * plan.p_w * 8,
                        chunk, c * plan.freqs * 32)
     return result.reshape(f_shape)
@@ -378,7 +391,6 @@ def backprop_both(ctx, plan, x, filters, grad, dx, spectra=None):
     kh, kw = plan.kernel_hw
     (_, top, _), (_, left, _) = plan.rows, plan.cols
     weights = _filter_spectrum(ctx, filters, plan, False, True)
-    index = plan.out_index(top, left, plan.in_h, plan.in_w)
     real = np.dtype(x.dtype)
     complex_type = np.result_type(real, np.complex64)
     given = (spectra is not None and spectra.dtype == real and spectra.flags.c_contiguous
@@ -391,7 +403,7 @@ def backprop_both(ctx, plan, x, filters, grad, dx, spectra=None):
         spectrum = errors[:, start:stop]
         spectrum[...] = _forward(grad[start:stop], plan)
         planes = _inverse(_complex_gemm(spectrum, weights), plan, c)
-        dx[start:stop] = planes[index].transpose(2, 0, 1, 3)
+        plan.read_out(planes, top, left, dx[start:stop].transpose(1, 2, 0, 3))
         if not given:
             images[:, start:stop] = _forward(x[start:stop], plan)
     intra_op.for_batch(ctx, n, 2 * _work(plan, n), chunk, _item_bytes(plan, c, o, x.itemsize))

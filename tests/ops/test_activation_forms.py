@@ -191,3 +191,48 @@ def test_fused_sigmoid_epilogue_has_the_unfused_bits(dtype, overflowing, block):
     nan = np.isnan(unfused)  # (a NaN's sign bit is not compared)
     assert np.array_equal(np.isnan(fused), nan) and nan.any() == (start == 0)
     assert fused[~nan].tobytes() == unfused[~nan].tobytes()
+
+
+@pytest.mark.parametrize("activation", [None, "Relu", "Tanh"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rows_count, channels", [(50176 // 64, 32), (811, 64), (16384, 1),
+                                                 (97, 256), (70, 257), (9, 3)])
+def test_fused_epilogue_adds_a_tiled_bias_with_the_unfused_bits(rows_count, channels, dtype,
+                                                                activation):
+    """The bias add over large ``[r, C]`` blocks with few columns runs over ``[r / k, k C]``
+    views by the bias tiled (``kernels/math.py`` ``_add_bias``): the bits of ``rows += bias``
+    then the activation, rows left over after the views included (811 rows of 64 channels:
+    16 per view), NaN, infinities and exact zeros, for the shapes it leaves to the broadcast
+    add (257 columns, few rows, non-contiguous rows, another dtype) too."""
+    from asyncflow.kernels import math as kmath
+    rng = np.random.default_rng(rows_count)
+    rows = (rng.standard_normal((rows_count, channels)) * 4).astype(dtype)
+    bias = rng.standard_normal(channels).astype(dtype)
+    rows[0, 0], rows[-1, -1], rows[rows_count // 2, 0] = np.nan, np.inf, -bias[0]
+    ops = ("BiasAdd",) + ((activation,) if activation else ())
+    apply = kmath.fused_epilogue(np, ops, bias)
+    fused = rows.copy()
+    apply(fused)
+    apply(fused)  # a second block through the same epilogue (its tiled bias kept)
+    unfused = rows.copy()
+    for _ in range(2):
+        unfused += bias
+        if activation == "Relu":
+            np.maximum(unfused, dtype(0), out=unfused)
+        elif activation == "Tanh":
+            np.tanh(unfused, out=unfused)
+    assert fused.dtype == dtype and fused.tobytes() == unfused.tobytes()
+    strided = np.repeat(rows, 2, axis=1)[:, ::2]  # not contiguous: the broadcast add
+    apply(strided)
+    once = rows.copy()
+    apply(once)
+    assert np.ascontiguousarray(strided).tobytes() == once.tobytes()
+    wider = rows.astype(np.float64 if dtype == np.float32 else np.float32)
+    expected = wider.copy()
+    expected += bias  # another dtype than the bias's: numpy's broadcast add
+    if activation == "Relu":
+        np.maximum(expected, 0, out=expected)
+    elif activation == "Tanh":
+        np.tanh(expected, out=expected)
+    apply(wider)
+    assert wider.tobytes() == expected.tobytes()

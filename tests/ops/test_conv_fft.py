@@ -506,3 +506,24 @@ async def test_concurrent_first_steps_each_load_and_a_cancelled_one_finishes_its
             assert len(loads) == 3 and not other.compiled.preloading
             np.testing.assert_array_equal(results[0], first * 2.0)
             np.testing.assert_array_equal(results[1], first * 2.0)
+
+
+@pytest.mark.parametrize("period", [5, 8, 16])
+def test_read_out_by_runs_matches_the_index_read_out(period):
+    """``Plan.read_out`` copies the cells at (i + shift) mod P by at most two slices per
+    dimension: the bits of the ``np.ix_`` read-out it replaced, for every shift (negative,
+    wrapping, past one period) and count up to the period, into a transposed view as the
+    forward's and the input gradient's chunks pass it."""
+    rng = np.random.default_rng(period)
+    plan = nn_conv_fft.Plan((1, period, period, 1), (2, 2, 1, 1),
+                            (period - 1, 0, 0), (period - 1, 0, 0))
+    assert (plan.p_h, plan.p_w) == (period, period)
+    planes = rng.standard_normal((period, period, 3, 2)).astype(np.float32)
+    for count_h, count_w in ((period, period), (period - 1, 1), (1, period), (3, 2)):
+        for shift_h in range(-period - 1, period + 2):
+            shift_w = 2 - shift_h
+            index = np.ix_((np.arange(count_h) + shift_h) % period,
+                           (np.arange(count_w) + shift_w) % period)
+            out = np.full((3, count_h, count_w, 2), np.nan, dtype=np.float32)
+            plan.read_out(planes, shift_h, shift_w, out.transpose(1, 2, 0, 3))
+            assert out.tobytes() == planes[index].transpose(2, 0, 1, 3).tobytes()
