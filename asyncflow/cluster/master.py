@@ -181,13 +181,13 @@ class Master:
     Args:
         cluster: a ClusterSpec.
         config: the SessionConfig (timeouts, soft placement, compression).
-        session_handle: a name for this session's graphs on the workers.
+        session_handle: this session's name on the workers (default: 64 random bits).
     """
 
     def __init__(self, cluster, config, session_handle=None):
         self.cluster = cluster
         self.config = config
-        self.session_handle = session_handle or f"session-{secrets.token_hex(4)}"
+        self.session_handle = session_handle or f"session-{secrets.token_hex(8)}"
         self.tasks = {}
         for job, index, address in (cluster.tasks() if cluster is not None else ()):
             name = f"/job:{job}/replica:0/task:{index}"

@@ -47,7 +47,11 @@ Theory of operation (paper §3.3; docs/distributed.md):
 - **Files.** With a ``data_dir``, every file an op opens must resolve inside it
   (``exec/files.py``): Save, Restore and the readers fail with PERMISSION_DENIED otherwise.
 - Resources (variables, queues) live in the worker's ResourceManager and outlive sessions
-  until Reset. This module knows transports' messages and errors, never HTTP.
+  until Reset. A stateful random op's generator is the master session's (RegisterGraph's
+  ``session_handle``): one per op and session, shared by every graph the session registers
+  here and dropped with its last graph (deregistered, expired or reset), as TF1's worker
+  keeps stateful kernels in the session's OpSegment. This module knows transports' messages
+  and errors, never HTTP.
 """
 from __future__ import annotations
 
@@ -133,6 +137,7 @@ class _WorkerGraph:
     runs: int = 0        # RunGraphs started
     op_count: int = 0    # ops of the partition as registered
     replay: _ReplayWindow = dataclasses.field(default_factory=lambda: _ReplayWindow())
+    session: str | None = None  # the master session that registered it (its random ops')
 
 
 class _Counters:
@@ -206,12 +211,13 @@ class WorkerService(StepRunning, PushAcceptance):
             _fail("RESOURCE_EXHAUSTED", f"RegisterGraph: {len(nodes)} nodes exceed this "
                   f"worker's limit of {self._max_graph_nodes}")
         self._sweep_graphs()
+        session = request.session_handle or None
         try:
             if isinstance(nodes, list) and len(nodes) <= INLINE_GRAPH_NODES:
-                graph, feeds, fetches, ops, compiled = self._build(request.graph, options)
+                graph, feeds, fetches, ops, compiled = self._build(request.graph, options, session)
             else:
                 graph, feeds, fetches, ops, compiled = await trio.to_thread.run_sync(
-                    self._build, request.graph, options, limiter=self._registrations)
+                    self._build, request.graph, options, session, limiter=self._registrations)
             await preload(compiled)  # (scipy.fft for an FFT convolution: off the loop)
         except errors.OpError as exc:  # (also a Preload's, naming its node)
             raise _rdv.remote_call_error(exc, f"RegisterGraph: {exc.message}") from None
@@ -228,18 +234,22 @@ class WorkerService(StepRunning, PushAcceptance):
             handle, graph, compiled, feeds, list(options.feeds),
             [t.name for t in fetches], binding, peers,
             lease_expires=trio.current_time() + self._graph_lease_s,
-            feed_checks=_feed_checks(list(options.feeds), feeds), op_count=len(ops))
+            feed_checks=_feed_checks(list(options.feeds), feeds), op_count=len(ops),
+            session=session)
+        if session is not None:
+            self.resources.open_session(session)
         self.counters.graphs_registered += 1
         _log.info("%s registered graph %s: %d ops on %s", self.task, handle, len(ops),
                   ", ".join(sorted({op.device for op in ops})) or "no devices")
         return RegisterGraphReply(handle, self.incarnation)
 
-    def _build(self, graph_def, options):
+    def _build(self, graph_def, options, session):
         """Import and compile a graph (in a worker thread)."""
         graph, feeds, fetches, targets = self._import(graph_def, options)
         # Every shipped node is a target: a Send's consumer lives on another worker.
         compiled = compiled_run.compile_run(graph, feeds, fetches, targets, self._state,
-                                         self._compile_config(options), self.resources)
+                                         self._compile_config(options), self.resources,
+                                         session)
         return graph, feeds, fetches, targets, compiled
 
     @property
@@ -257,7 +267,7 @@ class WorkerService(StepRunning, PushAcceptance):
         now = trio.current_time()
         for handle, wg in list(self._graphs.items()):
             if not wg.running and now > wg.lease_expires:
-                del self._graphs[handle]
+                self._drop_graph(handle)
                 _log.info("%s dropped graph %s: its lease of %g s expired", self.task, handle,
                           self._graph_lease_s)
 
@@ -290,8 +300,16 @@ class WorkerService(StepRunning, PushAcceptance):
         return declarations, dict(options.batchable)
 
     async def deregister_graph(self, request):
-        if self._graphs.pop(request.graph_handle, None) is None:
+        if self._drop_graph(request.graph_handle) is None:
             _fail("NOT_FOUND", f"no graph with handle {request.graph_handle!r} on {self.task}")
+
+    def _drop_graph(self, handle):
+        """Forget the graph ``handle`` names (None if none): its session's random generators
+        go with the session's last graph here, as TF1's worker drops a session's kernels."""
+        wg = self._graphs.pop(handle, None)
+        if wg is not None and wg.session is not None:
+            self.resources.release_session(wg.session)
+        return wg
 
     # -- steps ------------------------------------------------------------------------
     def _channel(self, task, peers):
@@ -394,6 +412,7 @@ class WorkerService(StepRunning, PushAcceptance):
                 state.scope.cancel()
             self._drop(step_id, "aborted by a reset")
         dropped, self._graphs = len(self._graphs), {}
+        self.resources.release_all_sessions()
         self.resources.reset(containers)
         _log.info("%s reset containers %s and dropped %d graphs", self.task,
                   "all" if containers is None else containers, dropped)

@@ -209,8 +209,10 @@ def partition_run(graph, feeds, fetches, targets, state, config, resources=None,
                           state, config, optimize_graph)
 
 
-def compile_run(graph, feeds, fetches, targets, state, config, resources):
+def compile_run(graph, feeds, fetches, targets, state, config, resources, session=None):
     """``partition_run``, then an ExecutionPlan per partition on this process's devices.
+    ``session``: on a worker, the master session that registered the graph (its random ops
+    keep one generator per op and session: ``NodeContext.random_generator``).
 
     Returns:
         A CompiledRun.
@@ -224,7 +226,7 @@ def compile_run(graph, feeds, fetches, targets, state, config, resources):
     if run.single_device is not None:
         nodes = run.node_graph
         plan = _compile_plan(nodes.nodes, feeds, nodes.fetches,
-                             state.by_name(run.single_device), resources, config)
+                             state.by_name(run.single_device), resources, config, session)
         return CompiledRun([plan], [list(range(len(feeds)))],
                            [(0, i) for i in range(len(fetches))], run.placement, graph)
     parts = run.partitioned()
@@ -234,15 +236,15 @@ def compile_run(graph, feeds, fetches, targets, state, config, resources):
                                           if parts.partitions[index] is part))
         part_feeds = [feeds[i] for i in part.feeds]
         plans.append(_compile_plan(part.nodes, part_feeds, part_fetches,
-                                   state.by_name(part.device), resources, config))
+                                   state.by_name(part.device), resources, config, session))
         feed_routes.append(list(part.feeds))
         fetch_lists.append(part_fetches)
     fetch_routes = [(index, fetch_lists[index].index(port)) for index, port in parts.fetches]
     return CompiledRun(plans, feed_routes, fetch_routes, run.placement, graph)
 
 
-def _compile_plan(nodes, feeds, fetches, device, resources, config):
-    plan = compile_plan(nodes, feeds, fetches, device, resources)
+def _compile_plan(nodes, feeds, fetches, device, resources, config, session=None):
+    plan = compile_plan(nodes, feeds, fetches, device, resources, session)
     bind = getattr(device, "bind_plan", None)
     if bind is not None:
         bind(plan)  # (before the compiled forms: it may wrap kernels)

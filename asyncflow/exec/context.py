@@ -21,12 +21,13 @@ from asyncflow.exec.resources import VariableResource, process_resources
 
 class NodeContext:
     __slots__ = ("name", "type", "attrs", "xp", "device", "output_dtypes", "resources",
-                 "_rng", "_constant", "op", "prepared", "_variable")
+                 "_rng", "_constant", "op", "prepared", "_variable", "session")
 
-    def __init__(self, op, device, resources, kernel=None):
+    def __init__(self, op, device, resources, kernel=None, session=None):
         """``op``: the plan node's compile-time ``Node`` (``compile/node_graph.py``). ``kernel``:
         the node's KernelDef (looked up in the registry when not given), whose
-        prepare hook runs here.
+        prepare hook runs here. ``session``: on a worker, the master session that registered
+        the graph (its stateful random ops' generators are the session's).
 
         Raises:
             InvalidArgumentError: the prepare hook rejected the op's attrs, naming the op.
@@ -40,6 +41,7 @@ class NodeContext:
         self.output_dtypes = tuple(None if dtype.is_string else dtype.np
                                    for dtype, _, _ in op.out_specs)
         self.resources = resources
+        self.session = session
         self._rng = None
         self._constant = None
         self.prepared = None
@@ -58,7 +60,9 @@ class NodeContext:
         """A numpy Generator seeded from the op's (seed, seed2), or from OS entropy: in a local
         session, the op's one generator for the session (``ResourceManager.random_generator``),
         so a run of other fetches continues its sequence as TF1's does, never restarts it; on
-        a worker, one per registered graph (``docs/porting.md``)."""
+        a worker, the op's one generator for the master session, shared by every graph the
+        session registers there, as TF1's worker keeps the kernel in the session's
+        OpSegment (``docs/porting.md``)."""
         if self._rng is None:
             seed, seed2 = self.attrs.get("seed"), self.attrs.get("seed2")
             entropy = None if seed is None and seed2 is None else [int(seed or 0), int(seed2 or 0)]
@@ -66,8 +70,10 @@ class NodeContext:
             def create():
                 return np.random.default_rng(entropy)
             resources = self.resources
-            self._rng = (resources.random_generator((self.name, seed, seed2), create)
-                         if resources is not None and resources.local else create())
+            self._rng = (
+                resources.random_generator((self.name, seed, seed2), create, self.session)
+                if resources is not None and (resources.local or self.session is not None)
+                else create())
         return self._rng
 
     def device_constant(self, value):

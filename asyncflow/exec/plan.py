@@ -115,7 +115,7 @@ def _slot_key(port):
     return port if tensor is None else tensor
 
 
-def compile_plan(nodes, feeds, fetches, device, resources):
+def compile_plan(nodes, feeds, fetches, device, resources, session=None):
     """Compile ``nodes`` (topologically ordered, all on ``device``).
 
     Args:
@@ -126,6 +126,7 @@ def compile_plan(nodes, feeds, fetches, device, resources):
             (unique; a fed tensor's port is its ``FeedNode``'s).
         device: the runtime Device the partition runs on.
         resources: the ResourceManager stateful kernels use.
+        session: on a worker, the master session that registered the graph (``NodeContext``).
 
     Returns:
         An ExecutionPlan.
@@ -169,7 +170,7 @@ def compile_plan(nodes, feeds, fetches, device, resources):
             if port[0].out_spec(port[1])[2] and not node.op_def.is_ref_input(position):
                 deref.append(position)
         plan_of[node] = NodePlan(
-            index, node, kernel.fn, NodeContext(node, device, resources, kernel),
+            index, node, kernel.fn, NodeContext(node, device, resources, kernel, session),
             tuple(inputs), tuple(deref), tuple(outputs_of[index]), is_async=kernel.is_async,
             offload=kernel.offload, kind=_KINDS.get(node.type, NORMAL),
             num_inputs=len(inputs), runs_on_dead=kernel.runs_on_dead, nowait=kernel.nowait,

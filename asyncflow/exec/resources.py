@@ -1,4 +1,5 @@
-"""Resources: long-lived state (variables, queues) keyed by (container, name).
+"""Resources: long-lived state (variables, queues) keyed by (container, name), and the
+stateful random ops' generators, one per op and session.
 
 A ``ResourceManager`` belongs to a local session (a fresh one per session, so a new session
 starts uninitialized) or to a worker (shared by every session that reaches it, until reset).
@@ -145,6 +146,10 @@ class ResourceManager:
         self.data_directory = data_directory
         self._containers = {}
         self._generators = {}  # (op name, seed, seed2) -> numpy Generator (local sessions)
+        # A worker's master sessions: handle -> {(op name, seed, seed2): Generator}, and
+        # handle -> its registered graphs (the session's generators go with its last graph).
+        self._session_generators = {}
+        self._session_graphs = {}
         # Bumped as every ``reset`` ends, the only way a resource leaves: a lookup made under
         # the same epoch still names the resource there (``NodeContext.variable_resource``).
         self.epoch = 0
@@ -170,13 +175,45 @@ class ResourceManager:
             check(resource)
         return resource
 
-    def random_generator(self, key, factory):
+    def random_generator(self, key, factory, session=None):
         """The random generator of the stateful random op ``key`` names (``(op name, seed,
-        seed2)``), created by ``factory()`` on first use: one per op and manager, as TF1's
+        seed2)``), created by ``factory()`` on first use: one per op and session, as TF1's
         kernel keeps one per op and session, so every signature that runs the op continues
-        one sequence (two threads creating it at once get the same one)."""
-        generator = self._generators.get(key)
-        return generator if generator is not None else self._generators.setdefault(key, factory())
+        one sequence (two threads creating it at once get the same one).
+
+        A local session's manager is its own (``session`` None). On a worker ``session`` is
+        the master session's handle, whose graphs share the generator while one of them is
+        registered (``open_session``); a session with none gets a private one, kept nowhere.
+        """
+        generators = self._generators if session is None else self._session_generators.get(session)
+        if generators is None:
+            return factory()
+        generator = generators.get(key)
+        return generator if generator is not None else generators.setdefault(key, factory())
+
+    def open_session(self, session):
+        """A graph of master session ``session`` was registered on this worker: its random
+        ops' generators live until the session's last graph is released."""
+        self._session_graphs[session] = self._session_graphs.get(session, 0) + 1
+        self._session_generators.setdefault(session, {})
+
+    def release_session(self, session):
+        """A graph of ``session`` was dropped; the last one takes the session's generators."""
+        left = self._session_graphs.get(session, 0) - 1
+        if left > 0:
+            self._session_graphs[session] = left
+        else:
+            self._session_graphs.pop(session, None)
+            self._session_generators.pop(session, None)
+
+    def release_all_sessions(self):
+        """Every graph was dropped (a worker's Reset): no session keeps its generators."""
+        self._session_graphs.clear()
+        self._session_generators.clear()
+
+    def sessions_with_generators(self):
+        """The sessions whose random generators this manager keeps (those with a graph)."""
+        return sorted(self._session_generators)
 
     def reset(self, containers=None):
         """Drop the named containers (all of them when None); close what can be closed.

@@ -53,6 +53,7 @@ from asyncflow import errors
 from asyncflow.kernels import intra_op, nn_conv_fft
 from asyncflow.kernels.arguments import is_floating
 from asyncflow.kernels.math import fused_epilogue
+from asyncflow.kernels.pool_ties import all_above_minus_inf, window_max
 from asyncflow.kernels.registry import host_memory, register_kernel, register_prepare
 
 
@@ -430,25 +431,6 @@ def _lowest(dtype):
     return -np.inf if is_floating(dtype) else np.iinfo(dtype).min
 
 
-def _all_above_minus_inf(xp, values):
-    """Whether every value is above -inf and none is NaN (one reduction: ``min`` keeps NaN)."""
-    return not is_floating(values.dtype) or not values.size or bool(values.min() > -np.inf)
-
-
-def _window_max(xp, views, out):
-    """MaxPool's reduction of the tap ``views`` into ``out``, as TF's CPU MaxPool: NaN cells
-    ignored and nothing below the lowest finite value. ``maximum`` (which keeps NaN) first;
-    only where that leaves a NaN or a -inf are the windows reduced again by ``fmax`` from the
-    lowest value."""
-    xp.copyto(out, views[0])
-    for view in views[1:]:
-        xp.maximum(out, view, out=out)
-    if not _all_above_minus_inf(xp, out):
-        out.fill(np.finfo(out.dtype).min)
-        for view in views:
-            xp.fmax(out, view, out=out)
-
-
 def _first_cells(xp, x, kernel_hw, strides, rows, cols):
     """Each window's first real (unpadded) cell: its values ``[n, OH, OW, C]`` and its
     row-major tap index (``[OH, OW, 1]``, or 0 for all where nothing is padded above or left:
@@ -495,7 +477,7 @@ def _max_pool(ctx, x):
 
     def chunk(start, stop):
         padded = _pad(xp, x[start:stop], rows, cols, _lowest(x.dtype))
-        _window_max(xp, list(_taps(padded, *tap_args)), out[start:stop])
+        window_max(xp, list(_taps(padded, *tap_args)), out[start:stop])
     intra_op.for_batch(ctx, x.shape[0], out[0].size * kernel_hw[0] * kernel_hw[1], chunk,
                        x[0].size * x.itemsize)
     return (out,)
@@ -530,7 +512,7 @@ def _max_pool_grad(ctx, x, _output, grad):
         for view in taps[1:]:
             xp.maximum(best, view, out=best)
         keeps = None
-        if not _all_above_minus_inf(xp, best):  # a NaN or -inf: NaN never wins (fmax)
+        if not all_above_minus_inf(best):  # a NaN or -inf: NaN never wins (fmax)
             xp.copyto(best, taps[0])
             for view in taps[1:]:
                 xp.fmax(best, view, out=best)

@@ -24,9 +24,10 @@ from asyncflow import errors
 from asyncflow.kernels import intra_op
 from asyncflow.kernels.arguments import is_floating
 from asyncflow.kernels.nn_conv import (
-    _all_above_minus_inf, _crop, _first_cells, _layout, _lowest, _pad, _padded_shape,
+    _crop, _first_cells, _layout, _lowest, _pad, _padded_shape,
     _pool_setup, _route, _tap_args, _taps,
 )
+from asyncflow.kernels.pool_ties import accumulating_max, all_above_minus_inf, first_zero_signs
 from asyncflow.kernels.registry import register_kernel
 
 MAX_TAPS = 256
@@ -68,14 +69,16 @@ def _max_pool_with_taps(ctx, x):
             index.fill(0)
             for tap, view in enumerate(views[first:], first):
                 xp.greater(view, best, out=hit)  # strictly greater: the first maximum stays
-                maximum(best, view, out=best)
+                maximum(best, view)
                 xp.multiply(hit, np.uint8(tap), out=won)
                 xp.maximum(index, won, out=index)  # later taps carry larger indices
         xp.copyto(best, views[0])            # the same passes as MaxPool: the same bits
-        reduce(xp.maximum, 1)
-        if not _all_above_minus_inf(xp, best):  # a NaN or -inf: again by fmax (NaN never
+        update = accumulating_max(xp, best.dtype)  # (a +0/-0 tie keeps the first: pool_ties)
+        reduce(update or (lambda acc, view: xp.maximum(acc, view, out=acc)), 1)
+        if not all_above_minus_inf(best):  # a NaN or -inf: again by fmax (NaN never
             xp.copyto(best, views[0])          # wins), then raised to the lowest finite
-            reduce(xp.fmax, 1)                 # value: MaxPool's values
+            reduce(lambda acc, view: xp.fmax(acc, view, out=acc), 1)  # value: MaxPool's
+            update = None
             first, tap = _first_cells(xp, x[start:stop], kernel_hw, ctx.attrs["strides"],
                                       rows, cols)
             nan_first = xp.isnan(first)
@@ -84,6 +87,8 @@ def _max_pool_with_taps(ctx, x):
             if flagged:
                 index += nan_first.astype(np.uint8) * np.uint8(NAN_FIRST)
             xp.fmax(best, np.finfo(best.dtype).min, out=best)
+        if update is None:
+            first_zero_signs(xp, views, best)
     intra_op.for_batch(ctx, x.shape[0], out[0].size * kernel_hw[0] * kernel_hw[1] * 4, chunk,
                        x[0].size * x.itemsize)
     return out, winners

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 import asyncflow as af
+from asyncflow.exec.resources import ResourceManager
 
 
 def _graph():
@@ -44,3 +45,22 @@ async def test_each_op_keeps_its_own_sequence_and_a_new_session_starts_over():
     np.testing.assert_array_equal(first[3][1], v_alone[2][0])
     w_alone = await _draws([["w"], ["w"]])
     np.testing.assert_array_equal(first[3][0], w_alone[1][0])  # dropout's mask too
+
+
+def test_a_workers_session_keeps_its_generators_until_its_last_graph_goes():
+    resources = ResourceManager(local=False)
+    key = ("u", 7, 3)
+    assert resources.random_generator(key, np.random.default_rng, "s1") is not \
+        resources.random_generator(key, np.random.default_rng, "s1")  # no graph: kept nowhere
+    resources.open_session("s1")
+    resources.open_session("s1")  # a second signature's graph (or one registered again)
+    resources.open_session("s2")
+    first = resources.random_generator(key, np.random.default_rng, "s1")
+    assert resources.random_generator(key, np.random.default_rng, "s1") is first
+    assert resources.random_generator(key, np.random.default_rng, "s2") is not first
+    resources.release_session("s1")  # one of its graphs expired: the other still runs it
+    assert resources.random_generator(key, np.random.default_rng, "s1") is first
+    resources.release_session("s1")
+    assert resources.sessions_with_generators() == ["s2"]
+    resources.release_all_sessions()
+    assert resources.sessions_with_generators() == []
