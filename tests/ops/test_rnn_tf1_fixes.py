@@ -277,6 +277,23 @@ def test_lstm_cell_shards_and_arguments_in_tf1s_order():
         atol=1e-11)
 
 
+def test_a_sharded_lstm_cell_runs_again_after_a_dynamic_rnn():
+    """A cell of ``num_unit_shards`` used by a second ``dynamic_rnn`` and then by hand (an
+    encoder's cell stepped while decoding) reuses its sharded kernel; it failed to build, the
+    kernel's concatenation kept inside the first loop."""
+    with tf.Graph().as_default():
+        cell = R.LSTMCell(3, num_unit_shards=2)
+        first, _ = tf.nn.dynamic_rnn(cell, tf.constant(X0), dtype=tf.float64)
+        again, _ = tf.nn.dynamic_rnn(cell, tf.constant(X0), dtype=tf.float64, scope="rnn")
+        step, _ = cell(tf.constant(X0[:, 0]), cell.zero_state(3, tf.float64))
+        assert [name for name in _names() if "kernel" in name] == \
+            ["rnn/lstm_cell/kernel/part_0:0", "rnn/lstm_cell/kernel/part_1:0"]
+        a, b, c = _run([first, again, step])
+    np.testing.assert_allclose(b, a, atol=1e-12)
+    np.testing.assert_allclose(c, a[:, 0], atol=1e-12)
+    assert np.abs(a).max() > 0.01
+
+
 def test_get_initial_state_of_the_inputs():
     """TF1's ``cell.get_initial_state(inputs)``: zeros of the inputs' batch and dtype (it
     was missing); with an unknown batch, of the batch the inputs have when the step runs."""
