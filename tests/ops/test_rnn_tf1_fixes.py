@@ -132,6 +132,30 @@ def test_refusals_are_tf1s():
         R.LSTMCell(2, num_proj=1)(x[:, 0], tf.zeros([3, 3], tf.float64))
 
 
+def test_more_refusals_are_tf1s():
+    """What is not a cell, a filter that is not callable, an initial state asked for with
+    a batch or dtype other than the inputs' (each was accepted, or failed on an attribute)."""
+    x = tf.constant(X0)
+    for run in (lambda cell: tf.nn.dynamic_rnn(cell, x, dtype=tf.float64),
+                lambda cell: tf.nn.static_rnn(cell, tf.unstack(x, axis=1), dtype=tf.float64),
+                lambda cell: tf.nn.bidirectional_dynamic_rnn(R.GRUCell(2), cell, x,
+                                                             dtype=tf.float64),
+                lambda cell: tf.nn.static_bidirectional_rnn(cell, R.GRUCell(2),
+                                                            tf.unstack(x, axis=1),
+                                                            dtype=tf.float64)):
+        with pytest.raises(TypeError, match="is not an RNNCell: 'output_size' property"):
+            run(lambda inputs, state: (inputs, state))
+    with pytest.raises(TypeError, match="dropout_state_filter_visitor must be callable"):
+        R.DropoutWrapper(R.GRUCell(2), dropout_state_filter_visitor=3)
+    cell = R.GRUCell(3)
+    with pytest.raises(ValueError, match="dtype from input tensor is different"):
+        cell.get_initial_state(x[:, 0], dtype=tf.float32)
+    with pytest.raises(ValueError, match="batch size from input tensor is different"):
+        cell.get_initial_state(x[:, 0], batch_size=5)
+    same = cell.get_initial_state(x[:, 0], batch_size=3, dtype=tf.float64)
+    assert same.shape.as_list() == [3, 3] and same.dtype == tf.float64
+
+
 class _BuiltCell(R.RNNCell):
     """TF1's new-style cell: variables made in ``build`` by add_variable/add_weight."""
 
