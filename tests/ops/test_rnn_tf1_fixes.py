@@ -318,6 +318,31 @@ def test_a_sharded_lstm_cell_runs_again_after_a_dynamic_rnn():
     assert np.abs(a).max() > 0.01
 
 
+def test_a_sharded_lstm_kernel_checkpoints_under_tf1s_names(tmp_path):
+    """The parts save as one tensor under the kernel's full name, as TF1's Saver writes
+    them, so a checkpoint restores into a cell of other shards or none."""
+    def build(**shards):
+        cell = R.LSTMCell(4, num_proj=3, **shards)
+        return tf.nn.dynamic_rnn(cell, tf.constant(X0), dtype=tf.float64)[0]
+    with tf.Graph().as_default():
+        out = build(num_unit_shards=2, num_proj_shards=2)
+        saver = tf.train.Saver()
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            want = sess.run(out)
+            path = saver.save(sess, str(tmp_path / "model"))
+    assert sorted(tf.train.list_variables(path)) == [
+        ("rnn/lstm_cell/bias", [16]), ("rnn/lstm_cell/kernel", [5, 16]),
+        ("rnn/lstm_cell/projection/kernel", [4, 3])]
+    for shards in ({}, {"num_unit_shards": 3, "num_proj_shards": 1}):
+        with tf.Graph().as_default():
+            out = build(**shards)
+            saver = tf.train.Saver()
+            with tf.Session() as sess:
+                saver.restore(sess, path)
+                np.testing.assert_array_equal(sess.run(out), want)
+
+
 def test_get_initial_state_of_the_inputs():
     """TF1's ``cell.get_initial_state(inputs)``: zeros of the inputs' batch and dtype (it
     was missing); with an unknown batch, of the batch the inputs have when the step runs."""
