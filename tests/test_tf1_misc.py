@@ -4,6 +4,7 @@ and af.Session outside trio. Differential checks against TF1 skip without Tensor
 import asyncio
 import inspect
 import os
+import sys
 import zlib
 
 import numpy as np
@@ -238,6 +239,34 @@ async def test_variable_initialized_value_and_load():
             await v.load(5.0, sess)
             assert await sess.run(v) == 5.0
             assert await sess.run(v.initialized_value()) == 5.0
+
+
+async def test_a_dropped_variable_load_warns_with_the_callers_line():
+    """``v.load(value, sess)`` with an af.Session is a run to await; one dropped (TF1's habit)
+    loads nothing, so its warning must name the line that called ``load``, and ``load``: it
+    named asyncflow's own line and ``Session.run``, which the program never wrote."""
+    import gc
+    import warnings
+
+    with af.Graph().as_default():
+        v = af.Variable([0.0, 0.0], name="v")
+        async with af.Session() as sess:
+            await sess.run(v.initializer)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                line = sys._getframe().f_lineno + 1
+                v.load([1.0, 2.0], sess)
+                gc.collect()
+            assert (await sess.run(v)).tolist() == [0.0, 0.0]
+            async with trio.open_nursery() as nursery:  # still a coroutine to start
+                nursery.start_soon(v.load, [3.0, 4.0], sess)
+            assert (await sess.run(v)).tolist() == [3.0, 4.0]
+    messages = [(w.filename, w.lineno, str(w.message)) for w in caught
+                if issubclass(w.category, RuntimeWarning)]
+    assert len(messages) == 1, messages
+    filename, lineno, message = messages[0]
+    assert (filename, lineno) == (__file__, line), messages
+    assert "v.load(...)" in message and "await v.load(value, sess)" in message, message
 
 
 async def test_saver_writes_the_meta_graph_by_default(tmp_path):

@@ -105,10 +105,16 @@ class PartitionedVariable:
         return axes[0] if axes else 0
 
     def _as_tensor(self):
-        """The whole table: the parts concatenated along the partitioned axis."""
+        """The whole table: the parts concatenated along the partitioned axis.
+
+        Built outside any while loop or cond and free of the enclosing control
+        dependencies, as TF1's ``as_tensor``, so the one concat serves every context.
+        """
         if self._concat is None:
             graph = self._variables[0].graph
-            with graph.name_scope(self._name + "/ConcatPartitions/"):
+            with graph.push_scopes(control_flow_context=None), \
+                    graph.control_dependencies(None), \
+                    graph.name_scope(self._name + "/ConcatPartitions/"):
                 self._concat = concat([v._as_tensor() for v in self._variables],
                                       self._partition_axis(), name="concat")
         return self._concat

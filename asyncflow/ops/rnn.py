@@ -36,6 +36,21 @@ def _dim(x, axis):
     return strided_slice(array.shape(x), [axis], [axis + 1], shrink_axis_mask=1), None
 
 
+def _check_cell(cell, name, caller):
+    """TF1's refusal of what is not a cell (a TypeError naming what it lacks)."""
+    def has(attr):  # on the class: a base cell's property may raise NotImplementedError
+        return hasattr(type(cell), attr) or attr in getattr(cell, "__dict__", {})
+    missing = [f"'{attr}' property is missing" for attr in ("output_size", "state_size")
+               if not has(attr)]
+    if not (has("zero_state") or has("get_initial_state")):
+        missing.append("either 'zero_state' or 'get_initial_state' method is required")
+    if not callable(cell):
+        missing.append("is not callable")
+    if missing:
+        raise TypeError(f"{caller}: the argument '{name}' ({cell!r:.80}) is not an RNNCell: "
+                        + ", ".join(missing))
+
+
 def _lengths(sequence_length, caller):
     """``sequence_length`` as an int32 vector; TF1 refuses one of another known rank."""
     lengths = as_tensor(sequence_length)
@@ -92,6 +107,7 @@ def dynamic_rnn(cell, inputs, sequence_length=None, initial_state=None, dtype=No
         ``(outputs, final_state)``: outputs shaped like the inputs with ``cell.output_size``
         as depth; ``final_state`` in ``cell.state_size``'s structure.
     """
+    _check_cell(cell, "cell", "dynamic_rnn")
     structure = inputs
     flat_inputs = [_float_inputs(as_tensor(x), "dynamic_rnn") for x in cf.flatten(inputs)]
     if not flat_inputs:
@@ -158,6 +174,7 @@ def static_rnn(cell, inputs, initial_state=None, dtype=None, sequence_length=Non
     Returns:
         ``(outputs, final_state)``: a list of outputs and the last state.
     """
+    _check_cell(cell, "cell", "static_rnn")
     inputs = _input_list(inputs, "static_rnn")
     if initial_state is None and dtype is None:
         raise ValueError("static_rnn: give an initial_state or the state's dtype")
@@ -198,6 +215,8 @@ def static_bidirectional_rnn(cell_fw, cell_bw, inputs, initial_state_fw=None,
         ``(outputs, output_state_fw, output_state_bw)``: ``outputs[t]`` is
         ``[batch, fw_depth + bw_depth]``.
     """
+    _check_cell(cell_fw, "cell_fw", "static_bidirectional_rnn")
+    _check_cell(cell_bw, "cell_bw", "static_bidirectional_rnn")
     inputs = _input_list(inputs, "static_bidirectional_rnn")
     with variable_scope(scope or "bidirectional_rnn"):
         # each static_rnn in its direction's scope itself, as TF1's: bidirectional_rnn/fw/cell
@@ -259,6 +278,8 @@ def bidirectional_dynamic_rnn(cell_fw, cell_bw, inputs, sequence_length=None,
     Returns:
         ``((output_fw, output_bw), (state_fw, state_bw))``.
     """
+    _check_cell(cell_fw, "cell_fw", "bidirectional_dynamic_rnn")
+    _check_cell(cell_bw, "cell_bw", "bidirectional_dynamic_rnn")
     inputs = cf.pack_as(inputs, [as_tensor(x) for x in cf.flatten(inputs)])
     with variable_scope(scope or "bidirectional_rnn"):
         with variable_scope("fw") as fw_scope:

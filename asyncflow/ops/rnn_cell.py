@@ -69,6 +69,16 @@ class RNNCell:
         if inputs is not None:
             inputs = cf.flatten(inputs)[0]
             static = inputs.shape.as_list()[0] if inputs.shape.ndims else None
+            if batch_size is not None and not isinstance(batch_size, Tensor) \
+                    and static != batch_size:  # TF1's refusals
+                raise ValueError(f"{type(self).__name__}.get_initial_state: batch size from "
+                                 "input tensor is different from the input param. Input "
+                                 f"tensor batch: {static}, batch_size: {batch_size}")
+            if dtype is not None and dtypes.as_dtype(dtype) is not inputs.dtype:
+                raise ValueError(f"{type(self).__name__}.get_initial_state: dtype from input "
+                                 "tensor is different from the input param. Input tensor "
+                                 f"dtype: {inputs.dtype.name}, dtype: "
+                                 f"{dtypes.as_dtype(dtype).name}")
             batch_size = static if static is not None else layout.unstack(
                 array_shape(inputs), num=inputs.shape.ndims)[0]
             dtype = inputs.dtype
@@ -418,6 +428,10 @@ class DropoutWrapper(RNNCell):
         super().__init__()
         if variational_recurrent:
             raise NotImplementedError("DropoutWrapper: variational_recurrent is not supported")
+        visitor = dropout_state_filter_visitor
+        if visitor is not None and not callable(visitor):
+            raise TypeError("DropoutWrapper: dropout_state_filter_visitor must be callable. "
+                            f"Received: {visitor!r:.80}")
         self._cell = cell
         self._input_keep_prob = input_keep_prob
         self._output_keep_prob = output_keep_prob

@@ -122,6 +122,31 @@ async def test_a_checkpoint_restores_into_another_number_of_parts(tmp_path):
                 np.testing.assert_array_equal(await sess.run(af.convert_to_tensor(table)), full)
 
 
+async def test_a_partitioned_variable_converts_outside_loops_and_conds():
+    """As TF1's ``as_tensor`` (under ``control_dependencies(None)``): the parts are
+    concatenated outside any while loop or cond, so the table converts in two loops, a cond
+    and the top level alike (its concat was kept from the first loop that converted it, and
+    any later use elsewhere failed to build)."""
+    with af.Graph().as_default():
+        table = af.get_variable("table", [5, 2], partitioner=af.fixed_size_partitioner(2),
+                                initializer=af.constant_initializer(1.5))
+
+        def total():
+            return af.while_loop(lambda i, acc: i < 2,
+                                 lambda i, acc: (i + 1, acc + af.reduce_sum(table)),
+                                 (af.constant(0), af.constant(0.0)))[1]
+        first, second = total(), total()
+        branch = af.cond(af.constant(True), lambda: af.reduce_sum(table) * 2.0,
+                         lambda: af.constant(0.0))
+        whole = af.reduce_sum(af.convert_to_tensor(table))
+        (grad,) = af.gradients(first + second, [table[0]])
+        async with af.Session() as sess:
+            await sess.run(af.global_variables_initializer())
+            values = await sess.run([first, second, branch, whole, grad])
+    assert [float(v) for v in values[:4]] == [30.0, 30.0, 30.0, 15.0]
+    np.testing.assert_array_equal(values[4], np.full([3, 2], 4.0))
+
+
 def test_bad_partitions_name_the_variable():
     with af.Graph().as_default():
         with pytest.raises(ValueError, match="Variable two_axes: .*one dimension"):

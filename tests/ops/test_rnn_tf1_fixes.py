@@ -132,6 +132,30 @@ def test_refusals_are_tf1s():
         R.LSTMCell(2, num_proj=1)(x[:, 0], tf.zeros([3, 3], tf.float64))
 
 
+def test_more_refusals_are_tf1s():
+    """What is not a cell, a filter that is not callable, an initial state asked for with
+    a batch or dtype other than the inputs' (each was accepted, or failed on an attribute)."""
+    x = tf.constant(X0)
+    for run in (lambda cell: tf.nn.dynamic_rnn(cell, x, dtype=tf.float64),
+                lambda cell: tf.nn.static_rnn(cell, tf.unstack(x, axis=1), dtype=tf.float64),
+                lambda cell: tf.nn.bidirectional_dynamic_rnn(R.GRUCell(2), cell, x,
+                                                             dtype=tf.float64),
+                lambda cell: tf.nn.static_bidirectional_rnn(cell, R.GRUCell(2),
+                                                            tf.unstack(x, axis=1),
+                                                            dtype=tf.float64)):
+        with pytest.raises(TypeError, match="is not an RNNCell: 'output_size' property"):
+            run(lambda inputs, state: (inputs, state))
+    with pytest.raises(TypeError, match="dropout_state_filter_visitor must be callable"):
+        R.DropoutWrapper(R.GRUCell(2), dropout_state_filter_visitor=3)
+    cell = R.GRUCell(3)
+    with pytest.raises(ValueError, match="dtype from input tensor is different"):
+        cell.get_initial_state(x[:, 0], dtype=tf.float32)
+    with pytest.raises(ValueError, match="batch size from input tensor is different"):
+        cell.get_initial_state(x[:, 0], batch_size=5)
+    same = cell.get_initial_state(x[:, 0], batch_size=3, dtype=tf.float64)
+    assert same.shape.as_list() == [3, 3] and same.dtype == tf.float64
+
+
 class _BuiltCell(R.RNNCell):
     """TF1's new-style cell: variables made in ``build`` by add_variable/add_weight."""
 
@@ -275,6 +299,48 @@ def test_lstm_cell_shards_and_arguments_in_tf1s_order():
         [0.023406712978, 0.078797798128, 0.066752326872, -0.014958765665, -0.024690157008],
         [0.403949509873, 0.312359649354, 0.084911728487, 0.009175833966, -0.047987895889]],
         atol=1e-11)
+
+
+def test_a_sharded_lstm_cell_runs_again_after_a_dynamic_rnn():
+    """A cell of ``num_unit_shards`` used by a second ``dynamic_rnn`` and then by hand (an
+    encoder's cell stepped while decoding) reuses its sharded kernel; it failed to build, the
+    kernel's concatenation kept inside the first loop."""
+    with tf.Graph().as_default():
+        cell = R.LSTMCell(3, num_unit_shards=2)
+        first, _ = tf.nn.dynamic_rnn(cell, tf.constant(X0), dtype=tf.float64)
+        again, _ = tf.nn.dynamic_rnn(cell, tf.constant(X0), dtype=tf.float64, scope="rnn")
+        step, _ = cell(tf.constant(X0[:, 0]), cell.zero_state(3, tf.float64))
+        assert [name for name in _names() if "kernel" in name] == \
+            ["rnn/lstm_cell/kernel/part_0:0", "rnn/lstm_cell/kernel/part_1:0"]
+        a, b, c = _run([first, again, step])
+    np.testing.assert_allclose(b, a, atol=1e-12)
+    np.testing.assert_allclose(c, a[:, 0], atol=1e-12)
+    assert np.abs(a).max() > 0.01
+
+
+def test_a_sharded_lstm_kernel_checkpoints_under_tf1s_names(tmp_path):
+    """The parts save as one tensor under the kernel's full name, as TF1's Saver writes
+    them, so a checkpoint restores into a cell of other shards or none."""
+    def build(**shards):
+        cell = R.LSTMCell(4, num_proj=3, **shards)
+        return tf.nn.dynamic_rnn(cell, tf.constant(X0), dtype=tf.float64)[0]
+    with tf.Graph().as_default():
+        out = build(num_unit_shards=2, num_proj_shards=2)
+        saver = tf.train.Saver()
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            want = sess.run(out)
+            path = saver.save(sess, str(tmp_path / "model"))
+    assert sorted(tf.train.list_variables(path)) == [
+        ("rnn/lstm_cell/bias", [16]), ("rnn/lstm_cell/kernel", [5, 16]),
+        ("rnn/lstm_cell/projection/kernel", [4, 3])]
+    for shards in ({}, {"num_unit_shards": 3, "num_proj_shards": 1}):
+        with tf.Graph().as_default():
+            out = build(**shards)
+            saver = tf.train.Saver()
+            with tf.Session() as sess:
+                saver.restore(sess, path)
+                np.testing.assert_array_equal(sess.run(out), want)
 
 
 def test_get_initial_state_of_the_inputs():

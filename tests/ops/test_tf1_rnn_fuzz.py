@@ -512,6 +512,17 @@ EDGES = [
      "result = tf.nn.dynamic_rnn(cell, tf.cast(x, tf.int32), dtype=tf.float32)", _X1),
     (f"cell = {RNN}GRUCell(2)\nresult = tf.nn.static_rnn(cell, tf.unstack(x, axis=1), "
      "dtype=tf.float32, sequence_length=[[1, 2, 3]])", _X1),
+    # not a cell, a filter not callable, an initial state of another batch or dtype
+    ("result = tf.nn.dynamic_rnn(lambda i, s: (i, s), x, dtype=tf.float32)", _X1),
+    (f"cell = {RNN}DropoutWrapper({RNN}GRUCell(3), dropout_state_filter_visitor=3)\n"
+     "result = tf.nn.dynamic_rnn(cell, x, dtype=tf.float32)", _X1),
+    (f"cell = {RNN}GRUCell(3)\nresult = cell.get_initial_state(x[:, 0], dtype=tf.float64)", _X1),
+    (f"cell = {RNN}GRUCell(3)\nresult = cell.get_initial_state(x[:, 0], batch_size=5)", _X1),
+    # a sharded kernel used by a second loop and by hand
+    (f"cell = {RNN}LSTMCell(3, num_unit_shards=2)\nwrt = [x]\n"
+     "a = tf.nn.dynamic_rnn(cell, x, dtype=tf.float32)\n"
+     "b = tf.nn.dynamic_rnn(cell, x * 2.0, dtype=tf.float32, scope='rnn')\n"
+     "result = (a, b, cell(x[:, 0], cell.zero_state(3, tf.float32)))", _X1),
 ]
 
 
