@@ -186,9 +186,11 @@ def _add_bias(rows, bias, tiled):
     nothing done): numpy's broadcast add runs its inner loop C values at a time; the same adds
     over ``[r / k, k C]`` views by the bias tiled k times (cached in the list ``tiled``) give
     the same bits 1.3x faster (conv1's 64-image chunk, [50176, 32] float32: 0.43 against 0.58
-    ms; bench/RESULTS.md 2026-12-06, rconvfwd)."""
+    ms; bench/RESULTS.md 2026-12-06, rconvfwd). One column stays broadcast: numpy runs that
+    add as one pass by a scalar, 1.6-2.9x faster than the tiled views, and where both values
+    are NaN it keeps the bias's NaN (sign, payload) where the views keep the row's."""
     if (type(rows) is not np.ndarray or type(bias) is not np.ndarray or rows.ndim != 2
-            or rows.shape[1] != bias.size or not 0 < bias.size <= 256 or rows.size < 16384
+            or rows.shape[1] != bias.size or not 1 < bias.size <= 256 or rows.size < 16384
             or rows.dtype != bias.dtype or not rows.flags.c_contiguous):
         return False
     if not tiled:

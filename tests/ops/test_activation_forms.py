@@ -236,3 +236,20 @@ def test_fused_epilogue_adds_a_tiled_bias_with_the_unfused_bits(rows_count, chan
         np.tanh(expected, out=expected)
     apply(wider)
     assert wider.tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("channels", [1, 2, 32])
+def test_fused_epilogue_bias_add_keeps_the_broadcast_nans(channels, dtype):
+    """Where a row's value and its bias are both NaN, the fused BiasAdd keeps the NaN (sign
+    and payload) that ``rows += bias`` keeps: for one column numpy's broadcast add is a pass
+    by a scalar, which keeps the bias's, so ``_add_bias`` leaves that shape to it."""
+    from asyncflow.kernels import math as kmath
+    rows = np.ones((32768 // channels, channels), dtype=dtype)
+    rows[::3] = -np.nan
+    bias = np.full(channels, np.nan, dtype=dtype)
+    fused = rows.copy()
+    kmath.fused_epilogue(np, ("BiasAdd",), bias)(fused)
+    unfused = rows.copy()
+    unfused += bias
+    assert np.isnan(fused).all() and fused.tobytes() == unfused.tobytes()
