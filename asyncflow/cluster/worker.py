@@ -49,8 +49,9 @@ Theory of operation (paper §3.3; docs/distributed.md):
 - Resources (variables, queues) live in the worker's ResourceManager and outlive sessions
   until Reset. A stateful random op's generator is the master session's (RegisterGraph's
   ``session_handle``): one per op and session, shared by every graph the session registers
-  here and dropped with its last graph (deregistered, expired or reset), as TF1's worker
-  keeps stateful kernels in the session's OpSegment. This module knows transports' messages
+  here and dropped with its last graph (deregistered or reset; expired: a lease later, so a
+  session idle past its lease goes on when it registers again), as TF1's worker keeps
+  stateful kernels in the session's OpSegment. This module knows transports' messages
   and errors, never HTTP.
 """
 from __future__ import annotations
@@ -192,6 +193,9 @@ class WorkerService(StepRunning, PushAcceptance):
         self._connect = connect
         self._channels = {}
         self._graphs = {}
+        # session -> when its random generators go: its last graph here expired (an idle
+        # session registers again and goes on with them; a vanished client's go a lease later)
+        self._idle_sessions = {}
         self._steps = {}
         self._tombstones = collections.OrderedDict()
         self._handles = itertools.count(1)
@@ -238,6 +242,7 @@ class WorkerService(StepRunning, PushAcceptance):
             session=session)
         if session is not None:
             self.resources.open_session(session)
+            self._idle_sessions.pop(session, None)
         self.counters.graphs_registered += 1
         _log.info("%s registered graph %s: %d ops on %s", self.task, handle, len(ops),
                   ", ".join(sorted({op.device for op in ops})) or "no devices")
@@ -267,9 +272,13 @@ class WorkerService(StepRunning, PushAcceptance):
         now = trio.current_time()
         for handle, wg in list(self._graphs.items()):
             if not wg.running and now > wg.lease_expires:
-                self._drop_graph(handle)
+                self._drop_graph(handle, keep_until=now + self._graph_lease_s)
                 _log.info("%s dropped graph %s: its lease of %g s expired", self.task, handle,
                           self._graph_lease_s)
+        for session, until in list(self._idle_sessions.items()):
+            if now > until:
+                del self._idle_sessions[session]
+                self.resources.forget_session(session)
 
     def _import(self, graph_def, options):
         graph = Graph()
@@ -303,12 +312,16 @@ class WorkerService(StepRunning, PushAcceptance):
         if self._drop_graph(request.graph_handle) is None:
             _fail("NOT_FOUND", f"no graph with handle {request.graph_handle!r} on {self.task}")
 
-    def _drop_graph(self, handle):
+    def _drop_graph(self, handle, keep_until=None):
         """Forget the graph ``handle`` names (None if none): its session's random generators
-        go with the session's last graph here, as TF1's worker drops a session's kernels."""
+        go with the session's last graph here, as TF1's worker drops a session's kernels;
+        where that graph's lease expired (``keep_until``), only at that time, so that a session
+        idle past its lease goes on with its sequence when its master registers again."""
         wg = self._graphs.pop(handle, None)
         if wg is not None and wg.session is not None:
-            self.resources.release_session(wg.session)
+            kept = self.resources.release_session(wg.session, keep=keep_until is not None)
+            if kept and not self.resources.session_graphs(wg.session):
+                self._idle_sessions[wg.session] = keep_until
         return wg
 
     # -- steps ------------------------------------------------------------------------
@@ -413,6 +426,7 @@ class WorkerService(StepRunning, PushAcceptance):
             self._drop(step_id, "aborted by a reset")
         dropped, self._graphs = len(self._graphs), {}
         self.resources.release_all_sessions()
+        self._idle_sessions.clear()
         self.resources.reset(containers)
         _log.info("%s reset containers %s and dropped %d graphs", self.task,
                   "all" if containers is None else containers, dropped)

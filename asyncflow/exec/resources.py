@@ -197,14 +197,27 @@ class ResourceManager:
         self._session_graphs[session] = self._session_graphs.get(session, 0) + 1
         self._session_generators.setdefault(session, {})
 
-    def release_session(self, session):
-        """A graph of ``session`` was dropped; the last one takes the session's generators."""
+    def release_session(self, session, keep=False):
+        """A graph of ``session`` was dropped; the last one takes the session's generators
+        unless ``keep`` (then ``forget_session`` does, if no graph came meanwhile). Returns
+        whether the session still has generators here."""
         left = self._session_graphs.get(session, 0) - 1
         if left > 0:
             self._session_graphs[session] = left
         else:
             self._session_graphs.pop(session, None)
+            if not keep:
+                self._session_generators.pop(session, None)
+        return session in self._session_generators
+
+    def forget_session(self, session):
+        """Drop the generators of ``session`` kept past its last graph, unless it has one."""
+        if session not in self._session_graphs:
             self._session_generators.pop(session, None)
+
+    def session_graphs(self, session):
+        """How many registered graphs ``session`` has here."""
+        return self._session_graphs.get(session, 0)
 
     def release_all_sessions(self):
         """Every graph was dropped (a worker's Reset): no session keeps its generators."""
@@ -212,7 +225,8 @@ class ResourceManager:
         self._session_generators.clear()
 
     def sessions_with_generators(self):
-        """The sessions whose random generators this manager keeps (those with a graph)."""
+        """The sessions whose random generators this manager keeps (those with a graph, and
+        those whose last graph expired a lease ago or less)."""
         return sorted(self._session_generators)
 
     def reset(self, containers=None):

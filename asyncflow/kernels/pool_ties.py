@@ -51,7 +51,7 @@ def accumulating_max(xp, dtype):
     """``update(acc, view)``: ``acc = max(acc, view)`` in place, keeping ``acc`` on a +0/-0
     tie; None where ``xp.maximum`` keeps no one operand at every position (then reduce and
     call ``first_zero_signs``)."""
-    key = (xp.__name__, np.dtype(dtype).str)
+    key = (xp.__name__, np.dtype(dtype))  # (not ``.str``: bfloat16's is "<V2", no float's)
     rule = _RULES.get(key)
     if key not in _RULES:
         rule = _RULES[key] = _probe(xp, np.dtype(dtype))
@@ -63,8 +63,8 @@ def accumulating_max(xp, dtype):
 
 
 def _probe(xp, dtype):
-    if dtype.kind != "f":
-        return "first"  # no signed zeros: any order gives the same bits
+    if not is_floating(dtype):
+        return "first"  # no signed zeros: any order gives the same bits (bfloat16 has them)
     size = max(n * step for n, step in _PROBE)
     plus, minus = xp.zeros(size, dtype), xp.full(size, -0.0, dtype)
     kept = set()
@@ -85,7 +85,7 @@ def _probe(xp, dtype):
 def first_zero_signs(xp, views, out):
     """Give each zero of ``out`` (the window maxima over the tap ``views``) the sign of its
     window's first zero cell in tap order. Where no zero is a maximum it costs one pass."""
-    if out.dtype.kind != "f":
+    if not is_floating(out.dtype):
         return
     zero = out == 0
     if not bool(zero.any()):

@@ -2,7 +2,8 @@
 worker keeps the op's kernel (and the generator in it) in the session's OpSegment, shared by
 every graph the session registers: a run of other fetches continues the sequence, a second
 session starts it over, two sessions never share one, and a worker serving many sessions keeps
-no generator past a session's last graph (closed, expired or reset)."""
+no generator past a session's last graph (closed or reset; expired: a lease later, so that a
+session idle past its lease goes on with its sequence)."""
 import numpy as np
 import trio
 
@@ -135,6 +136,9 @@ async def test_a_vanished_clients_generators_go_with_its_expired_graphs(autojump
         assert len(resources.sessions_with_generators()) == 2
         await trio.sleep(5.0 + server.service.lease_check_period_s + 0.01)
         assert server.service.statistics().graphs == 0
+        # Kept a lease more (an idle session's master registers again and goes on), then gone.
+        assert len(resources.sessions_with_generators()) == 2
+        await trio.sleep(5.0 + server.service.lease_check_period_s)
         assert resources.sessions_with_generators() == []
         nursery.cancel_scope.cancel()
 
@@ -147,3 +151,28 @@ async def test_worker_processes_keep_one_sequence_per_session(worker_processes):
     for _ in range(2):  # the second session starts over
         async with af.Session(graph=graph, cluster=spec) as sess:
             _assert_same_draws(_by_op(await _run_all(sess, ops, MIXED), MIXED), want)
+
+
+async def test_a_session_idle_past_its_lease_continues_its_sequence(autojump_clock, cpu_only):
+    # The worker drops the idle session's graph at its lease; the master registers it again
+    # at the next run. TF1's worker has no lease: the op goes on with its second draw, not the
+    # first again. A vanished client's generators still go, a lease after its last graph.
+    want = [run[0] for run in await _local([["u"], ["u"], ["u"]])]
+    spec = af.ClusterSpec({"worker": [f"inprocess:{next(_next_address)}"]})
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(af.Server(spec, "worker", 0, graph_lease_s=5.0).serve)
+        service = server.service
+        graph, ops = _graph(W0, W0)
+        async with af.Session(graph=graph, cluster=spec) as sess:
+            np.testing.assert_array_equal(await sess.run(ops["u"], options=TIMEOUT), want[0])
+            await trio.sleep(5.0 + service.lease_check_period_s + 0.01)
+            assert service.statistics().graphs == 0  # expired, its generators kept
+            assert len(service.resources.sessions_with_generators()) == 1
+            np.testing.assert_array_equal(await sess.run(ops["u"], options=TIMEOUT), want[1])
+            assert service.statistics().graphs == 1
+            await trio.sleep(2 * (5.0 + service.lease_check_period_s) + 0.01)
+            # A lease after the last graph expired, no graph came: the generators went too.
+            assert service.statistics().graphs == 0
+            assert service.resources.sessions_with_generators() == []
+            np.testing.assert_array_equal(await sess.run(ops["u"], options=TIMEOUT), want[0])
+        nursery.cancel_scope.cancel()
