@@ -27,7 +27,6 @@ import collections.abc
 import dataclasses
 import sys
 import threading
-import warnings
 
 import numpy as np
 import trio
@@ -44,6 +43,7 @@ from asyncflow.exec.closing import Parked as _Parked
 from asyncflow.exec.options import SessionConfig
 from asyncflow.exec.resources import process_resources
 from asyncflow.exec.local_target import LocalTarget
+from asyncflow.pending import PendingCall
 
 
 class DeviceName(str):
@@ -226,7 +226,7 @@ _UNAWAITED = ("Session.run(...) returns something to await: write `await sess.ru
               "for a synchronous run")
 
 
-class RunHandle:
+class RunHandle(PendingCall):
     """What ``Session.run`` returns: an awaitable for the step's results.
 
     It is a coroutine by protocol (``send``/``throw``/``close``/``__await__``), so
@@ -236,36 +236,11 @@ class RunHandle:
     (Python's own warning would name neither the line nor the fix).
     """
 
-    __slots__ = ("_coro", "_filename", "_lineno", "_awaited")
+    __slots__ = ()
 
-    def __init__(self, coro, filename, lineno):
-        self._coro = coro
-        self._filename = filename
-        self._lineno = lineno
-        self._awaited = False
-
-    def __await__(self):
-        self._awaited = True
-        return self._coro.__await__()
-
-    def send(self, value):
-        self._awaited = True
-        return self._coro.send(value)
-
-    def throw(self, *exc_info):
-        self._awaited = True
-        return self._coro.throw(*exc_info)
-
-    def close(self):
-        self._awaited = True
-        self._coro.close()
-
-    def __del__(self):
-        if not self._awaited:
-            self._coro.close()  # no second, line-less warning from Python
-            warnings.warn_explicit(f"Session.run(...) at {self._filename}:{self._lineno} was "
-                                   f"never awaited. {_UNAWAITED}", RuntimeWarning,
-                                   self._filename, self._lineno)
+    def never_awaited(self):
+        return (f"Session.run(...) at {self._filename}:{self._lineno} was never awaited. "
+                f"{_UNAWAITED}")
 
     def __repr__(self):
         return f"<RunHandle of Session.run at {self._filename}:{self._lineno}: not a value; " \

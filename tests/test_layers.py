@@ -18,7 +18,7 @@ ALLOWED = {
             "transports"},
     "transports": {"transports"},
 }
-BASE = {"errors", "dtypes", "device_names", "rendezvous_keys"}
+BASE = {"errors", "dtypes", "device_names", "rendezvous_keys", "pending"}
 FORBIDDEN_THIRD_PARTY = {
     "graph": {"trio", "aiohttp", "cupy"},
     "ops": {"trio", "aiohttp", "cupy"},

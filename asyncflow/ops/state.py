@@ -9,7 +9,6 @@ snapshot (``name/read``, an Identity), all colocated.
 from __future__ import annotations
 
 import sys
-import warnings
 
 from asyncflow import dtypes
 from asyncflow.graph import GraphKeys, register_op, not_differentiable
@@ -22,6 +21,7 @@ from asyncflow.ops.construct import as_tensor, make, make_op
 from asyncflow.ops.control import group, no_op
 from asyncflow.ops.control_flow import cond
 from asyncflow.ops.math import cast
+from asyncflow.pending import PendingCall
 
 
 def _infer_variable(op):
@@ -285,44 +285,17 @@ class Variable:
         return f"<af.Variable '{self.name}' shape={self.shape} dtype={self.dtype.name}>"
 
 
-class _PendingLoad:
-    """``Variable.load``'s run on an async session, to await (a coroutine by protocol, so
-    ``nursery.start_soon(v.load, value, sess)`` takes it). Dropped without being awaited it
-    loads nothing and warns with the line that called ``load``: the session's own warning
+class _PendingLoad(PendingCall):
+    """``Variable.load``'s run on an async session, to await. Dropped without being awaited
+    it loads nothing and warns with the line that called ``load``: the session's own warning
     would name this module's line and a ``Session.run`` the program never wrote."""
 
-    __slots__ = ("_run", "_filename", "_lineno", "_awaited")
+    __slots__ = ()
 
-    def __init__(self, run, filename, lineno):
-        self._run = run
-        self._filename = filename
-        self._lineno = lineno
-        self._awaited = False
-
-    def __await__(self):
-        self._awaited = True
-        return self._run.__await__()
-
-    def send(self, value):
-        self._awaited = True
-        return self._run.send(value)
-
-    def throw(self, *exc_info):
-        self._awaited = True
-        return self._run.throw(*exc_info)
-
-    def close(self):
-        self._awaited = True
-        self._run.close()
-
-    def __del__(self):
-        if not self._awaited:
-            self._run.close()  # the run's own warning would name this module
-            warnings.warn_explicit(
-                f"v.load(...) at {self._filename}:{self._lineno} was never awaited, so "
+    def never_awaited(self):
+        return (f"v.load(...) at {self._filename}:{self._lineno} was never awaited, so "
                 "nothing was loaded: with an af.Session write `await v.load(value, sess)` (a "
-                "synchronous `asyncflow.compat.v1` session loads at once)", RuntimeWarning,
-                self._filename, self._lineno)
+                "synchronous `asyncflow.compat.v1` session loads at once)")
 
 
 def _install_variable_operators():
