@@ -7,12 +7,15 @@ mode, run once, copied here: these tests need no TF).
   float16 path's cast back is ``xent/Cast_2`` (sparse: ``sxent/Cast_1``). Here the cast back was
   a root ``Cast_4``. TF1's non-half loss is a ``xent/Reshape_2`` after its 2-D kernel ``xent``;
   ours takes any rank, so ``xent`` is the loss.
+- ``tf.batch_gather`` (TF1's deprecated ``gather`` with ``batch_dims = axis = rank(indices) - 1``)
+  was missing.
 """
 import numpy as np
 import pytest
 
 import asyncflow.compat.v1 as tf
 from default_graph import fresh_graph, session_run  # noqa: F401 (fresh_graph: autouse fixture)
+from gradcheck import check_gradients
 
 LOGITS = [[1.0, 2.0, 3.0], [1.0, 0.0, -1.0]]
 LABELS = [[0.2, 0.3, 0.5], [1.0, 0.0, 0.0]]
@@ -60,3 +63,52 @@ def test_xent_values_unchanged_by_the_names():
     for value, want in zip(got, [full, full, sparse, full, sparse, full]):
         np.testing.assert_allclose(value, want, rtol=1e-6)
     np.testing.assert_array_equal(got[6], np.array([1.107421875, 0.40771484375], np.float16))
+
+
+def test_batch_gather_values_gradients_and_names_as_tf1():
+    p = tf.constant(np.arange(24, dtype=np.float32).reshape(2, 3, 4) * 0.5 - 3)
+    a = tf.batch_gather(p, tf.constant([[2, 0], [1, 1]]))
+    w = tf.constant(np.arange(16, dtype=np.float32).reshape(2, 2, 4) * 0.25)
+    ga = tf.gradients(tf.reduce_sum(a * w), p)[0]
+    b = tf.batch_gather(tf.constant([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]), [[2], [0]], name="bg")
+    c = tf.batch_gather([10.0, 20.0, 30.0], [2, 0, 2])
+    p3 = tf.constant(np.arange(12, dtype=np.float32).reshape(2, 2, 3))
+    d = tf.batch_gather(p3, [[[2, 1], [0, 0]], [[1, 1], [2, 0]]])
+    gd = tf.gradients(tf.reduce_sum(d * np.arange(8, dtype=np.float32).reshape(2, 2, 2)), p3)[0]
+    # TF1's scopes (its result is BatchGather/Reshape_3 ...) and static shapes
+    assert [t.name.split("/")[0] for t in (a, b, c, d)] == [
+        "BatchGather", "bg", "BatchGather_1", "BatchGather_2"]
+    assert [t.shape.as_list() for t in (a, b, c, d)] == [[2, 2, 4], [2, 1], [3], [2, 2, 2]]
+    x = tf.placeholder(tf.float32, [None, 3])
+    assert tf.batch_gather(x, [[0], [2]]).shape.as_list() == [2, 1]
+    got = session_run([a, ga, b, c, d, gd])
+    want = [  # TF1's
+        [[[1.0, 1.5, 2.0, 2.5], [-3.0, -2.5, -2.0, -1.5]],
+         [[5.0, 5.5, 6.0, 6.5], [5.0, 5.5, 6.0, 6.5]]],
+        [[[1.0, 1.25, 1.5, 1.75], [0.0, 0.0, 0.0, 0.0], [0.0, 0.25, 0.5, 0.75]],
+         [[0.0, 0.0, 0.0, 0.0], [5.0, 5.5, 6.0, 6.5], [0.0, 0.0, 0.0, 0.0]]],
+        [[3.0], [4.0]],
+        [30.0, 10.0, 30.0],
+        [[[2.0, 1.0], [3.0, 3.0]], [[7.0, 7.0], [11.0, 9.0]]],
+        [[[0.0, 1.0, 0.0], [5.0, 0.0, 0.0]], [[0.0, 9.0, 0.0], [7.0, 0.0, 6.0]]]]
+    for value, expected in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(value), np.array(expected, np.float32))
+
+
+async def test_batch_gather_gradient_against_finite_differences():
+    ids = np.array([[[2, 1, 2], [0, 0, 1]], [[1, 1, 0], [2, 0, 2]]])
+    params = np.random.RandomState(3).randn(2, 2, 3, 2)
+    await check_gradients(lambda t: tf.batch_gather(t, ids), [params])
+
+
+def test_batch_gather_refuses_as_tf1():
+    p = tf.constant([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    with pytest.raises(ValueError, match="batch_gather does not allow indices with unknown"):
+        tf.batch_gather(p, tf.placeholder(tf.int32))
+    with pytest.raises(ValueError, match="axis 2 is out of range"):  # TF1: batch_dims 2 >= rank 2
+        tf.batch_gather(p, [[[0]]])
+    with pytest.raises(ValueError, match="dims of params"):  # TF1: Dimensions must be equal
+        tf.batch_gather(p, [[0], [1], [0]])
+    # TF1's CPU kernel reads [3] of row 0 as row 1's [0] (4.0); ours names the op and index
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"BatchGather.*indices\[0,0\] = 3"):
+        session_run(tf.batch_gather(p, [[3], [0]]))
