@@ -9,6 +9,10 @@ mode, run once, copied here: these tests need no TF).
   ours takes any rank, so ``xent`` is the loss.
 - ``tf.batch_gather`` (TF1's deprecated ``gather`` with ``batch_dims = axis = rank(indices) - 1``)
   was missing.
+- ``assert_rank`` / ``assert_rank_at_least`` / ``assert_rank_in`` took only Python int ranks
+  (``int(tensor)``: TypeError); TF1 takes scalar int32 tensors: a constant one decided now, any
+  other checked when the step runs, with TF1's data (``[msg] [Tensor x must have rank] [3]
+  [Received shape: ] [1 2]``).
 """
 import numpy as np
 import pytest
@@ -112,3 +116,44 @@ def test_batch_gather_refuses_as_tf1():
     # TF1's CPU kernel reads [3] of row 0 as row 1's [0] (4.0); ours names the op and index
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"BatchGather.*indices\[0,0\] = 3"):
         session_run(tf.batch_gather(p, [[3], [0]]))
+
+
+def test_assert_rank_takes_a_rank_tensor_as_tf1():
+    x = tf.constant([[1.0, 2.0]])
+    r1, r2, wanted = tf.constant(1), tf.constant(2), tf.placeholder(tf.int32, [])
+    # constant rank tensors decide now, as TF1 (a NoOp, or TF1's ValueError)
+    assert tf.assert_rank(x, r2).type == "NoOp"
+    assert tf.assert_rank_in(x, [r1, r2]).type == "NoOp"
+    assert tf.assert_rank_at_least(x, r1).type == "NoOp"
+    with pytest.raises(ValueError, match="Tensor Const:0 must have rank 1"):
+        tf.assert_rank(x, r1)
+    with pytest.raises(ValueError, match=r"must have rank in \(1, 3\)"):
+        tf.assert_rank_in(x, [r1, tf.constant(3)])
+    with pytest.raises(ValueError, match="must have rank at least 3"):
+        tf.assert_rank_at_least(x, tf.constant(3))
+    # TF1's refusals: a non-scalar rank, a rank tensor not int32
+    with pytest.raises(ValueError, match="Rank must be a scalar"):
+        tf.assert_rank(x, tf.constant([2]))
+    with pytest.raises(ValueError, match="Rank must be a scalar"):
+        tf.assert_rank_in(x, (tf.constant([1]),))
+    with pytest.raises(TypeError, match="must be of type int32; got float32"):
+        tf.assert_rank(x, tf.constant(2.0))
+    # a fed rank: an Assert (TF1's ar/Assert/Assert), checked when the step runs
+    checks = {"rank": tf.assert_rank(x, wanted, name="ar"),
+              "in": tf.assert_rank_in(x, [wanted, r1]),
+              "at_least": tf.assert_rank_at_least(x, wanted)}
+    assert {k: v.type for k, v in checks.items()} == dict.fromkeys(checks, "Assert")
+    assert checks["rank"].name.startswith("ar/")
+    for key, ok, bad in [("rank", 2, 3), ("in", 2, 3), ("at_least", 1, 3)]:
+        session_run(checks[key], {wanted: ok})
+        with pytest.raises(tf.errors.InvalidArgumentError) as failed:
+            session_run(checks[key], {wanted: bad})
+        # TF1's data: [] [Tensor Const:0 must have rank] [3] [Received shape: ] [1 2]
+        words = {"rank": "rank] [3]", "in": "rank in] [3] [1]", "at_least": "rank at least] [3]"}
+        assert f"[Tensor Const:0 must have {words[key]} [Received shape: ] [1 2]" in \
+            str(failed.value)
+    y = tf.placeholder(tf.float32)
+    check = tf.assert_rank(y, r2)
+    session_run(check, {y: [[1.0]]})
+    with pytest.raises(tf.errors.InvalidArgumentError, match="must have rank"):
+        session_run(check, {y: [1.0]})
