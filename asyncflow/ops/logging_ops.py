@@ -63,8 +63,7 @@ def _assert_compare(compare, symbol, x, y, data, summarize, message, name, defau
         if data is None:
             data = [message or "", f"Condition x {symbol} y did not hold element-wise:",
                     f"x ({x.name}) = ", x, f"y ({y.name}) = ", y]
-        elif message:
-            data = [message] + list(data)
+        # (given ``data``, TF1 shows it alone: ``message`` is not shown)
         return Assert(condition, data, summarize=summarize)
 
 
@@ -121,8 +120,7 @@ def _assert_sign(compare, symbol, x, data, summarize, message, name, default_nam
         if data is None:
             data = [message or "", f"Condition x {symbol} 0 did not hold element-wise:",
                     f"x ({x.name}) = ", x]
-        elif message:
-            data = [message] + list(data)
+        # (given ``data``, TF1 shows it alone: ``message`` is not shown)
         return Assert(condition, data, summarize=summarize)
 
 
@@ -258,8 +256,7 @@ def assert_near(x, y, rtol=None, atol=None, data=None, summarize=None, message=N
         if data is None:
             data = [message or "", f"x and y not equal to tolerance {words}",
                     f"x ({x.name}) = ", x, f"y ({y.name}) = ", y]
-        elif message:
-            data = [message] + list(data)
+        # (given ``data``, TF1 shows it alone: ``message`` is not shown)
         tol = _math.add(atol, _math.multiply(rtol, _math.abs(y)))
         condition = _math.reduce_all(_math.less(_math.abs(_math.subtract(x, y)), tol))
         return Assert(condition, data, summarize=summarize)
@@ -317,13 +314,19 @@ def assert_same_float_dtype(tensors=None, dtype=None):
 
 
 def assert_proper_iterable(values):
-    """TF1's ``tf.assert_proper_iterable``: a TypeError for a tensor, an array, a string or
-    bytes (iterable, but not a sequence of values) or anything not iterable."""
+    """TF1's ``tf.assert_proper_iterable``: a TypeError for a Tensor, a SparseTensor, an array,
+    a string or bytes (iterable, but not a sequence of values) or anything not iterable. A
+    Variable passes, as in TF1 (whose Variable defines ``__iter__``)."""
     import numpy as np
-    if hasattr(values, "op") or isinstance(values, (np.ndarray, str, bytes)) or \
-            not hasattr(values, "__iter__"):
+
+    from asyncflow.graph import Tensor
+    from asyncflow.ops.sparse_ops import SparseTensor
+    from asyncflow.ops.state import Variable
+    if isinstance(values, (Tensor, SparseTensor, np.ndarray, str, bytes)):
         raise TypeError(f'Expected argument "values" to be a "proper" iterable.  Found: '
                         f"{type(values)}")
+    if not hasattr(values, "__iter__") and not isinstance(values, Variable):
+        raise TypeError(f'Expected argument "values" to be iterable.  Found: {type(values)}')
 
 
 def is_numeric_tensor(tensor):

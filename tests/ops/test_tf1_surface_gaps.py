@@ -13,6 +13,11 @@ mode, run once, copied here: these tests need no TF).
   (``int(tensor)``: TypeError); TF1 takes scalar int32 tensors: a constant one decided now, any
   other checked when the step runs, with TF1's data (``[msg] [Tensor x must have rank] [3]
   [Received shape: ] [1 2]``).
+- ``verify_tensor_all_finite(t, msg, x=, message=)``: TF1 refuses both of an alias pair, a
+  missing message (its CheckNumerics attr must be a string) and a None tensor; here they ran.
+  ``assert_proper_iterable``: TF1 passes a Variable (its ``__iter__``), refuses a SparseTensor
+  and says "to be iterable" of a non-iterable. ``assert_near(..., data=d, message=m)`` shows
+  ``d`` alone in TF1; here ``[m] + d``.
 """
 import numpy as np
 import pytest
@@ -157,3 +162,37 @@ def test_assert_rank_takes_a_rank_tensor_as_tf1():
     session_run(check, {y: [[1.0]]})
     with pytest.raises(tf.errors.InvalidArgumentError, match="must have rank"):
         session_run(check, {y: [1.0]})
+
+
+def test_verify_tensor_all_finite_refuses_as_tf1():
+    x = tf.constant([1.0, 2.0])
+    for kwargs, error, words in [
+            (dict(t=x, msg="m", x=x), ValueError, "Cannot specify both 't' and 'x'"),
+            (dict(t=x, msg="a", message="b"), ValueError, "Cannot specify both 'msg' and 'message'"),
+            (dict(t=x), TypeError, "Expected string for argument 'message' not None"),
+            (dict(x=x), TypeError, "Expected string for argument 'message' not None"),
+            (dict(msg="m"), ValueError, "None values not supported")]:
+        with pytest.raises(error, match=words):
+            tf.verify_tensor_all_finite(**kwargs)
+    assert tf.verify_tensor_all_finite(x=x, message="b").name.startswith("VerifyFinite")
+    with pytest.raises(tf.errors.InvalidArgumentError, match="not finite"):
+        session_run(tf.debugging.assert_all_finite(x=tf.constant([np.inf]), message="not finite"))
+
+
+def test_assert_proper_iterable_as_tf1():
+    tf.assert_proper_iterable(tf.Variable([1.0, 2.0]))  # TF1: no error
+    tf.assert_proper_iterable([tf.constant(1.0)])
+    for value in (tf.constant([1.0]), tf.SparseTensor([[0]], [1.0], [2]), np.zeros(2), "ab"):
+        with pytest.raises(TypeError, match='to be a "proper" iterable'):
+            tf.assert_proper_iterable(value)
+    with pytest.raises(TypeError, match='Expected argument "values" to be iterable.  Found'):
+        tf.assert_proper_iterable(3)
+
+
+def test_assert_near_shows_data_alone_as_tf1():
+    x, y = tf.constant([1.0, 2.0]), tf.constant([1.0, 5.0])
+    with pytest.raises(tf.errors.InvalidArgumentError) as failed:
+        session_run(tf.assert_near(x, y, data=["d1", x], message="mmm"))
+    assert "assertion failed: [d1] [1 2]" in str(failed.value)  # TF1's whole data
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"\[mmm\] \[x and y not equal"):
+        session_run(tf.assert_near(x, y, message="mmm"))
