@@ -279,12 +279,13 @@ def assert_rank_in(x, ranks, data=None, summarize=None, message=None, name=None)
         return no_op(name=name or "assert_rank_in")
     with x.graph.name_scope(name or "assert_rank_in"):
         from asyncflow import dtypes  # (int32 even for no ranks: TF1's Assert then fails)
-        from asyncflow.ops.layout import stack
         if all(isinstance(r, int) for r in wanted):
-            ranks_now = as_tensor(list(wanted), dtype=dtypes.int32)
-        else:
-            ranks_now = stack([as_tensor(r, dtype=dtypes.int32) for r in wanted])
-        condition = _math.reduce_any(_math.equal(rank_of(x), ranks_now))
+            condition = _math.reduce_any(_math.equal(rank_of(x), as_tensor(
+                list(wanted), dtype=dtypes.int32)))
+        else:  # a rank tensor among them: one comparison each
+            condition = _math.equal(rank_of(x), wanted[0])
+            for r in wanted[1:]:
+                condition = _math.logical_or(condition, _math.equal(rank_of(x), r))
         if data is None:
             data = [message or "", f"Tensor {x.name} must have rank in", *wanted,
                     "Received shape: ", shape_of(x)]
@@ -320,12 +321,14 @@ def assert_proper_iterable(values):
     import numpy as np
 
     from asyncflow.graph import Tensor
-    from asyncflow.ops.sparse_ops import SparseTensor
-    from asyncflow.ops.state import Variable
-    if isinstance(values, (Tensor, SparseTensor, np.ndarray, str, bytes)):
+    # (SparseTensor and Variable by their attributes: importing ops/sparse_ops.py or
+    # ops/state.py here would close an import circle through ops/control_flow.py)
+    sparse = hasattr(values, "op") and hasattr(values, "dense_shape")
+    variable = hasattr(values, "op") and hasattr(values, "initializer")
+    if isinstance(values, (Tensor, np.ndarray, str, bytes)) or sparse:
         raise TypeError(f'Expected argument "values" to be a "proper" iterable.  Found: '
                         f"{type(values)}")
-    if not hasattr(values, "__iter__") and not isinstance(values, Variable):
+    if not hasattr(values, "__iter__") and not variable:
         raise TypeError(f'Expected argument "values" to be iterable.  Found: {type(values)}')
 
 
