@@ -29,7 +29,7 @@ from asyncflow.graph.indexed_slices import IndexedSlices, register_densifier
 from asyncflow.ops import math as math_ops
 from asyncflow.ops import sources
 from asyncflow.ops.array import reshape, shape, size
-from asyncflow.ops.construct import INTEGER, as_tensor, check_dtype, make, static_value
+from asyncflow.ops.construct import INTEGER, as_tensor, check_dtype, graph_of, make, static_value
 from asyncflow.ops.layout import concat, stack, transpose
 from asyncflow.ops.shapes import (
     dims_of, dims_product, dims_vector, normalize_axis, shape_of, static_ints,
@@ -98,6 +98,24 @@ def gather(params, indices, axis=0, batch_dims=0, name=None, validate_indices=No
         batch_dims += indices.shape.ndims
     return make("GatherV2", (params, indices), {"axis": axis, "batch_dims": batch_dims}, name,
                 "GatherV2")
+
+
+def batch_gather(params, indices, name=None):
+    """TF1's ``tf.batch_gather``: ``gather`` with every dim of ``indices`` but its last a batch
+    dim (``batch_dims = axis = rank(indices) - 1``), in a scope ``name`` (``BatchGather``).
+
+    Raises:
+        ValueError: for ``indices`` of unknown rank (as TF1), or ranks and batch dims that
+            ``gather`` refuses. An index out of range fails the run naming the op (TF1's CPU
+            kernel reads another batch's row instead).
+    """
+    with graph_of([params, indices]).name_scope(name or "BatchGather"):
+        indices = as_tensor(indices)
+        params = as_tensor(params)
+        if indices.shape.ndims is None:
+            raise ValueError("batch_gather does not allow indices with unknown shape.")
+        batch_dims = indices.shape.ndims - 1
+        return gather(params, indices, axis=batch_dims, batch_dims=batch_dims)
 
 
 @register_gradient("GatherV2")

@@ -63,8 +63,7 @@ def _assert_compare(compare, symbol, x, y, data, summarize, message, name, defau
         if data is None:
             data = [message or "", f"Condition x {symbol} y did not hold element-wise:",
                     f"x ({x.name}) = ", x, f"y ({y.name}) = ", y]
-        elif message:
-            data = [message] + list(data)
+        # (given ``data``, TF1 shows it alone: ``message`` is not shown)
         return Assert(condition, data, summarize=summarize)
 
 
@@ -121,8 +120,7 @@ def _assert_sign(compare, symbol, x, data, summarize, message, name, default_nam
         if data is None:
             data = [message or "", f"Condition x {symbol} 0 did not hold element-wise:",
                     f"x ({x.name}) = ", x]
-        elif message:
-            data = [message] + list(data)
+        # (given ``data``, TF1 shows it alone: ``message`` is not shown)
         return Assert(condition, data, summarize=summarize)
 
 
@@ -153,14 +151,32 @@ def assert_non_positive(x, data=None, summarize=None, message=None, name=None):
                         "assert_non_positive")
 
 
+def _rank_arg(rank):
+    """A wanted rank as TF1 takes it: a Python int, or a scalar int32 tensor (its int when it is
+    a constant, else the tensor, compared when the step runs)."""
+    import numpy as np
+
+    from asyncflow import dtypes
+    from asyncflow.ops.construct import static_value
+    if not hasattr(rank, "op"):
+        return int(rank)
+    if rank.dtype is not dtypes.int32:
+        raise TypeError(f"{rank.name} must be of type int32; got {rank.dtype.name}")
+    if rank.shape.ndims not in (None, 0):
+        raise ValueError("Rank must be a scalar.")
+    value = static_value(rank)
+    return rank if value is None else int(np.asarray(value))
+
+
 def _assert_rank(x, rank, at_least, message, name, default_name):
     from asyncflow.ops import math as _math
-    from asyncflow.ops.array import rank as rank_of
+    from asyncflow.ops.array import rank as rank_of, shape as shape_of
     from asyncflow.ops.control import no_op
     x = as_tensor(x)
-    wanted = int(rank)
+    wanted = _rank_arg(rank)
     words = "at least " if at_least else ""
-    if x.shape.ndims is not None:  # decided now, as TF1 decides a static rank
+    known = isinstance(wanted, int)
+    if x.shape.ndims is not None and known:  # decided now, as TF1 decides a static rank
         if x.shape.ndims < wanted or (not at_least and x.shape.ndims != wanted):
             raise ValueError(f"{message + ' ' if message else ''}Tensor {x.name} must have "
                              f"rank {words}{wanted}. Received rank {x.shape.ndims}, shape "
@@ -169,13 +185,18 @@ def _assert_rank(x, rank, at_least, message, name, default_name):
     with x.graph.name_scope(name or default_name):
         compare = _math.greater_equal if at_least else _math.equal
         condition = compare(rank_of(x), wanted)
+        if not known:  # TF1's data for a rank tensor
+            return Assert(condition, [message or "", f"Tensor {x.name} must have rank"
+                                      f"{' at least' if at_least else ''}", wanted,
+                                      "Received shape: ", shape_of(x)])
         return Assert(condition, [message or "", f"Tensor {x.name} must have rank {words}"
                                   f"{wanted}. Received rank:", rank_of(x)])
 
 
 def assert_rank(x, rank, data=None, summarize=None, message=None, name=None):
     """TF1's ``tf.assert_rank``: a ValueError now when ``x``'s rank is known and not ``rank``
-    (a no-op when it is), else an Assert op checking it when the step runs."""
+    (a no-op when it is), else an Assert op checking it when the step runs. ``rank`` is an int
+    or a scalar int32 tensor (a non-constant one is always checked when the step runs)."""
     del data, summarize
     return _assert_rank(x, rank, False, message, name, "assert_rank")
 
@@ -235,8 +256,7 @@ def assert_near(x, y, rtol=None, atol=None, data=None, summarize=None, message=N
         if data is None:
             data = [message or "", f"x and y not equal to tolerance {words}",
                     f"x ({x.name}) = ", x, f"y ({y.name}) = ", y]
-        elif message:
-            data = [message] + list(data)
+        # (given ``data``, TF1 shows it alone: ``message`` is not shown)
         tol = _math.add(atol, _math.multiply(rtol, _math.abs(y)))
         condition = _math.reduce_all(_math.less(_math.abs(_math.subtract(x, y)), tol))
         return Assert(condition, data, summarize=summarize)
@@ -244,22 +264,28 @@ def assert_near(x, y, rtol=None, atol=None, data=None, summarize=None, message=N
 
 def assert_rank_in(x, ranks, data=None, summarize=None, message=None, name=None):
     """TF1's ``tf.assert_rank_in``: a ValueError now when ``x``'s rank is known and none of
-    ``ranks`` (a no-op when it is one), else an Assert op checking it when the step runs."""
+    ``ranks`` (a no-op when it is one), else an Assert op checking it when the step runs.
+    Each rank is an int or a scalar int32 tensor, as in ``assert_rank``."""
     from asyncflow.ops import math as _math
     from asyncflow.ops.array import rank as rank_of, shape as shape_of
     from asyncflow.ops.control import no_op
     x = as_tensor(x)
-    wanted = tuple(int(r) for r in ranks)
+    wanted = tuple(_rank_arg(r) for r in ranks)  # ints, or scalar int32 tensors (as TF1)
     prefix = f"{message} " if message else ""
-    if x.shape.ndims is not None:
+    if x.shape.ndims is not None and all(isinstance(r, int) for r in wanted):
         if x.shape.ndims not in wanted:
             raise ValueError(f"{prefix}Tensor {x.name} must have rank in {wanted}.  Received "
                              f"rank {x.shape.ndims}, shape {x.shape}")
         return no_op(name=name or "assert_rank_in")
     with x.graph.name_scope(name or "assert_rank_in"):
         from asyncflow import dtypes  # (int32 even for no ranks: TF1's Assert then fails)
-        condition = _math.reduce_any(_math.equal(rank_of(x), as_tensor(list(wanted),
-                                                                       dtype=dtypes.int32)))
+        if all(isinstance(r, int) for r in wanted):
+            condition = _math.reduce_any(_math.equal(rank_of(x), as_tensor(
+                list(wanted), dtype=dtypes.int32)))
+        else:  # a rank tensor among them: one comparison each
+            condition = _math.equal(rank_of(x), wanted[0])
+            for r in wanted[1:]:
+                condition = _math.logical_or(condition, _math.equal(rank_of(x), r))
         if data is None:
             data = [message or "", f"Tensor {x.name} must have rank in", *wanted,
                     "Received shape: ", shape_of(x)]
@@ -289,13 +315,21 @@ def assert_same_float_dtype(tensors=None, dtype=None):
 
 
 def assert_proper_iterable(values):
-    """TF1's ``tf.assert_proper_iterable``: a TypeError for a tensor, an array, a string or
-    bytes (iterable, but not a sequence of values) or anything not iterable."""
+    """TF1's ``tf.assert_proper_iterable``: a TypeError for a Tensor, a SparseTensor, an array,
+    a string or bytes (iterable, but not a sequence of values) or anything not iterable. A
+    Variable passes, as in TF1 (whose Variable defines ``__iter__``)."""
     import numpy as np
-    if hasattr(values, "op") or isinstance(values, (np.ndarray, str, bytes)) or \
-            not hasattr(values, "__iter__"):
+
+    from asyncflow.graph import Tensor
+    # (SparseTensor and Variable by their attributes: importing ops/sparse_ops.py or
+    # ops/state.py here would close an import circle through ops/control_flow.py)
+    sparse = hasattr(values, "op") and hasattr(values, "dense_shape")
+    variable = hasattr(values, "op") and hasattr(values, "initializer")
+    if isinstance(values, (Tensor, np.ndarray, str, bytes)) or sparse:
         raise TypeError(f'Expected argument "values" to be a "proper" iterable.  Found: '
                         f"{type(values)}")
+    if not hasattr(values, "__iter__") and not variable:
+        raise TypeError(f'Expected argument "values" to be iterable.  Found: {type(values)}')
 
 
 def is_numeric_tensor(tensor):

@@ -436,10 +436,21 @@ def reciprocal_no_nan(x, name=None):
 
 def verify_tensor_all_finite(t=None, msg=None, name=None, x=None, message=None):
     """TF1's ``tf.verify_tensor_all_finite`` (``tf.debugging.assert_all_finite``): ``t`` after
-    a ``check_numerics`` of it, which fails the step naming ``msg`` on a NaN or Inf."""
+    a ``check_numerics`` of it, which fails the step naming ``msg`` on a NaN or Inf. As TF1's:
+    ``x`` and ``message`` are aliases of ``t`` and ``msg`` (a ValueError when both of a pair
+    are given) and the message is required (a TypeError without it)."""
     from asyncflow.ops.control import control_dependencies
-    t = as_tensor(x if t is None else t)
-    msg = message if msg is None else msg
+    if t is not None and x is not None:  # TF1's deprecated_argument_lookup
+        raise ValueError("verify_tensor_all_finite: Cannot specify both 't' and 'x'.")
+    if msg is not None and message is not None:
+        raise ValueError("verify_tensor_all_finite: Cannot specify both 'msg' and 'message'.")
+    t, msg = (x if t is None else t), (message if msg is None else msg)
+    if t is None:
+        raise ValueError("verify_tensor_all_finite: None values not supported.")
+    if not isinstance(msg, str):  # TF1: its CheckNumerics op's message attr must be a string
+        raise TypeError(f"verify_tensor_all_finite: Expected string for argument 'message' "
+                        f"not {type(msg).__name__ if msg is not None else None}.")
+    t = as_tensor(t)
     with t.graph.name_scope(name or "VerifyFinite"):
         with t.graph.colocate_with(t.op):
             check = check_numerics(t, msg)

@@ -10,7 +10,8 @@ from asyncflow.graph import register_gradient, register_op
 from asyncflow.graph.shape import TensorShape
 from asyncflow.ops import array as _array
 from asyncflow.ops import math as _math
-from asyncflow.ops.construct import FLOATING, INTEGER, as_tensor, check_dtype, make, make_op
+from asyncflow.ops.construct import (FLOATING, INTEGER, as_tensor, check_dtype, graph_of, make,
+                                     make_op)
 
 
 def _normalize_axis(axis, ndims, what):
@@ -173,18 +174,23 @@ def softmax_cross_entropy_with_logits_v2(_sentinel=None, labels=None, logits=Non
     if _sentinel is not None or labels is None or logits is None:
         raise ValueError("Only call softmax_cross_entropy_with_logits with named arguments "
                          "(labels=..., logits=...)")
-    logits = as_tensor(logits)
-    labels = as_tensor(labels)  # in its own dtype, then cast to the logits' computing one (TF1)
-    axis = _normalize_axis(int(dim if axis is None else axis), logits.shape.ndims,
-                           "softmax_cross_entropy_with_logits")
-    half = logits.dtype if logits.dtype in (dtypes.float16, dtypes.bfloat16) else None
-    if half:  # TF1 computes it in float32 and casts the loss back (so its gradient too)
-        logits = _math.cast(logits, dtypes.float32)
-    if labels.dtype is not logits.dtype:
-        labels = _math.cast(labels, logits.dtype)
-    op = make_op("SoftmaxCrossEntropyWithLogits", (logits, labels), {"axis": axis}, name,
-                 "SoftmaxCrossEntropyWithLogits")
-    return _math.cast(op.outputs[0], half) if half else op.outputs[0]
+    # TF1's names: a scope ``name`` (default ``softmax_cross_entropy_with_logits``) holding
+    # the casts, the kernel op named as the scope itself, and the float16 / bfloat16 loss's
+    # cast back inside it (``xent/Cast_2``). TF1's loss is a Reshape after its 2-D kernel
+    # (``xent/Reshape_2``); ours takes any rank, so the kernel's output (``xent``) is the loss.
+    graph = graph_of([logits, labels])
+    with graph.name_scope(name or "softmax_cross_entropy_with_logits") as scope:
+        logits = as_tensor(logits)
+        labels = as_tensor(labels)  # in its own dtype, then cast to the logits' computing one
+        axis = _normalize_axis(int(dim if axis is None else axis), logits.shape.ndims,
+                               "softmax_cross_entropy_with_logits")
+        half = logits.dtype if logits.dtype in (dtypes.float16, dtypes.bfloat16) else None
+        if half:  # TF1 computes it in float32 and casts the loss back (so its gradient too)
+            logits = _math.cast(logits, dtypes.float32)
+        if labels.dtype is not logits.dtype:
+            labels = _math.cast(labels, logits.dtype)
+        op = make_op("SoftmaxCrossEntropyWithLogits", (logits, labels), {"axis": axis}, scope)
+        return _math.cast(op.outputs[0], half) if half else op.outputs[0]
 
 
 def softmax_cross_entropy_with_logits(_sentinel=None, labels=None, logits=None, dim=-1,
@@ -222,13 +228,18 @@ def sparse_softmax_cross_entropy_with_logits(_sentinel=None, labels=None, logits
     if _sentinel is not None or labels is None or logits is None:
         raise ValueError("Only call sparse_softmax_cross_entropy_with_logits with named "
                          "arguments (labels=..., logits=...)")
-    logits = as_tensor(logits)
-    labels = as_tensor(labels)
-    half = logits.dtype is dtypes.float16  # TF1 computes float16 (not bfloat16) in float32
-    op = make_op("SparseSoftmaxCrossEntropyWithLogits",
-                 (_math.cast(logits, dtypes.float32) if half else logits, labels), None, name,
-                 "SparseSoftmaxCrossEntropyWithLogits")
-    return _math.cast(op.outputs[0], dtypes.float16) if half else op.outputs[0]
+    # TF1's names: a scope ``name`` (default ``SparseSoftmaxCrossEntropyWithLogits``) holding
+    # the kernel op named ``name`` again (``sxent/sxent``; the op type without a name) and the
+    # float16 path's casts (``sxent/Cast_1`` the loss).
+    graph = graph_of([logits, labels])
+    with graph.name_scope(name or "SparseSoftmaxCrossEntropyWithLogits"):
+        logits = as_tensor(logits)
+        labels = as_tensor(labels)
+        half = logits.dtype is dtypes.float16  # TF1 computes float16 (not bfloat16) in float32
+        op = make_op("SparseSoftmaxCrossEntropyWithLogits",
+                     (_math.cast(logits, dtypes.float32) if half else logits, labels), None,
+                     name, "SparseSoftmaxCrossEntropyWithLogits")
+        return _math.cast(op.outputs[0], dtypes.float16) if half else op.outputs[0]
 
 
 def _infer_expand_dims_mul(op):

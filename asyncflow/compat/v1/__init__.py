@@ -22,7 +22,7 @@ import asyncflow.compat.v1.train  # noqa: F401,E402
 from asyncflow.compat.v1 import tf_logging as logging  # noqa: F401
 from asyncflow.compat.v1.config import ConfigProto, GPUOptions  # noqa: F401
 from asyncflow.compat.v1.session import InteractiveSession, Session  # noqa: F401
-from asyncflow.ops.indexing import boolean_mask  # noqa: F401
+from asyncflow.ops.indexing import batch_gather, boolean_mask  # noqa: F401
 from asyncflow.ops.io import read_file, write_file  # noqa: F401
 from asyncflow.ops.logging_ops import (  # noqa: F401
     Assert, assert_equal, assert_greater, assert_greater_equal, assert_integer, assert_less,
