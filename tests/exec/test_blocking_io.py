@@ -185,6 +185,13 @@ def _release_all(path, seconds=5.0):
         time.sleep(0.01)
 
 
+def _wait_for_no_abandoned_reads(seconds=30.0):
+    deadline = time.monotonic() + seconds
+    while io_threads.IO_THREADS.abandoned and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert io_threads.IO_THREADS.abandoned == 0, "an earlier test's abandoned reads never ended"
+
+
 async def test_many_abandoned_fifo_reads_leave_other_io_and_trio_threads_working(
         autojump_clock, tmp_path, cpu_only):
     # An abandoned read's thread runs until its read returns. With trio's default limiter
@@ -194,6 +201,10 @@ async def test_many_abandoned_fifo_reads_leave_other_io_and_trio_threads_working
     os.mkfifo(fifo)
     regular = tmp_path / "regular.bin"
     regular.write_bytes(b"ok")
+    # An earlier test's abandoned reads, let go by its fixture, may not have ended yet: one
+    # ending between the count below and the refused read lets that read start, and on the
+    # autojump clock it then times out (CI saw it). Wait for them first (bounded, real time).
+    _wait_for_no_abandoned_reads()
     timer = _release_after(fifo, 60)
     try:
         with af.Graph().as_default():
@@ -202,7 +213,7 @@ async def test_many_abandoned_fifo_reads_leave_other_io_and_trio_threads_working
             options = af.RunOptions(timeout_in_ms=100)
             async with af.Session() as sess:
                 for _ in range(3 * io_threads.MAX_ABANDONED):  # (bounded; some may time out
-                    # before their read started, and an earlier test's may remain)
+                    # before their read started)
                     if io_threads.IO_THREADS.abandoned >= io_threads.MAX_ABANDONED:
                         break
                     with pytest.raises(af.errors.DeadlineExceededError):
