@@ -1,0 +1,111 @@
+"""Compiled CPU loops (numba) for kernels whose numpy form makes several passes over memory.
+
+A numpy kernel pays one pass over its arrays per call (a max pool's taps, a gradient's
+masks, an optimizer's terms); a loop compiled by numba makes one pass and keeps its values in
+registers. Kernels use this where it measured faster (bench/RESULTS.md), and only on CPU
+(``ctx.xp is numpy``) for the dtypes numba knows (``SUPPORTED``); everything else, and every
+kernel when numba is missing or ``ASYNCFLOW_JIT=0`` is set in the environment (or
+``ENABLED = False`` before a kernel first runs), takes the kernel's numpy form, which stays
+the reference the compiled form is tested against.
+
+``loop(fn)`` wraps a plain Python function written in numba's subset; it is compiled on its
+first call (numba's import, ~0.3 s, and the compile happen then, never at ``import
+asyncflow``), cached on disk next to its module (``cache=True``), and releases the GIL
+(``nogil=True``), so the intra-op pool's threads run its chunks on separate cores
+(``kernels/intra_op.py``). A first call that compiles (or loads the disk cache) must not
+block the event loop: a kernel with compiled loops registers a prepare hook returning
+``preload(warm)``, where ``warm()`` calls its loops on tiny arrays of each dtype the node may
+take; the plan runs it on a worker thread before the node's first step, as it imports
+scipy.fft (``registry.Preload``). ``error_model="numpy"``: a division by zero gives inf/NaN as in
+numpy, with no check per element (the default Python model's checks stop vectorization).
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+
+from asyncflow.kernels.registry import Preload
+
+ENABLED = os.environ.get("ASYNCFLOW_JIT", "1") != "0"
+
+# dtypes a compiled loop takes; float16 and bfloat16 stay on numpy's forms.
+SUPPORTED = frozenset(np.dtype(t) for t in (np.float32, np.float64))
+
+_numba = None  # the module once imported; False where it is missing
+_lock = threading.Lock()
+_warmed = set()  # the warm functions preload has run
+
+
+def _load():
+    global _numba
+    if _numba is None:
+        with _lock:
+            if _numba is None:
+                try:
+                    import numba
+                except ImportError:  # an optional speed-up: numpy's forms run instead
+                    numba = False
+                _numba = numba
+    return _numba
+
+
+def available():
+    """True where compiled loops run: enabled, and numba imports."""
+    return ENABLED and bool(_load())
+
+
+def usable(ctx, *arrays):
+    """True where a kernel should take its compiled loop for these arrays: on CPU, every
+    array a numpy array of a ``SUPPORTED`` dtype, and ``available()``."""
+    return (ctx.xp is np and all(type(a) is np.ndarray and a.dtype in SUPPORTED for a in arrays)
+            and available())
+
+
+class _Loop:
+    """A function compiled by numba on first call (see the module docstring)."""
+
+    def __init__(self, fn, options):
+        self.fn = fn
+        self.options = options
+        self._compiled = None
+        self.__name__ = fn.__name__
+        self.__doc__ = fn.__doc__
+
+    def __call__(self, *args):
+        compiled = self._compiled
+        if compiled is None:
+            numba = _load()
+            if not numba:
+                raise RuntimeError(f"{self.__name__}: numba is not installed; check "
+                                   "jit.available() before calling a compiled loop")
+            with _lock:
+                if self._compiled is None:
+                    self._compiled = numba.njit(
+                        nogil=True, cache=True, error_model="numpy", **self.options)(self.fn)
+                compiled = self._compiled
+        return compiled(*args)
+
+
+def loop(fn=None, **options):
+    """Decorator: ``fn`` compiled by numba on its first call (extra numba ``options``, such
+    as ``fastmath``, pass through). ``fn`` stays callable as plain Python as ``.fn``."""
+    if fn is None:
+        return lambda f: _Loop(f, options)
+    return _Loop(fn, options)
+
+
+def preload(warm):
+    """A prepare hook's value (``registry.Preload``) that imports numba and runs ``warm()``
+    (which calls a kernel's loops on tiny arrays, so that they compile or load from the disk
+    cache) on a worker thread before the plan's first step; None where there is nothing to
+    do (compiled loops unavailable, or ``warm`` already ran)."""
+    if warm in _warmed or not ENABLED or _numba is False:
+        return None
+
+    def load(ctx):
+        if warm not in _warmed and available():
+            warm()
+            _warmed.add(warm)
+    return Preload(load)
