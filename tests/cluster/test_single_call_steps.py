@@ -165,12 +165,15 @@ async def test_a_two_task_step_spawns_one_task_and_gets_its_watchdog(two_workers
             asked.append((index, trio.current_time()))
             return health(request)
         server.service.health = counted
+    # Until the steps are counted, no virtual time passes (none is needed): a step waiting on
+    # a thread (a fake GPU's stream callback) lets the autojump clock jump from timer to
+    # timer meanwhile, past the health interval (the next step would check the stale tasks'
+    # Health first, tasks of their own) and, under load, past half the graphs' lease (the
+    # next step registers again: a fresh-clone run failed so). Measured with a callback
+    # 50 ms late: the first step ended 135 virtual seconds in.
+    autojump_clock.autojump_threshold = math.inf
     async with af.Session(graph=graph, cluster=spec, config=WATCHED) as sess:
         assert await sess.run([doubled, plus], {p: 1.0}) == [2.0, 2.0]
-        # While the steps are counted, no virtual time passes: a step waiting on a thread (a
-        # fake GPU's stream) would otherwise let the clock jump past the health interval, and
-        # the next step would check the stale tasks' Health first (tasks of their own).
-        autojump_clock.autojump_threshold = math.inf
         with counting_tasks() as counter:
             for value in range(3):
                 assert await sess.run([doubled, plus], {p: float(value)}) == [
