@@ -12,14 +12,7 @@ from asyncflow.ops import array as _array
 from asyncflow.ops import math as _math
 from asyncflow.ops.construct import (FLOATING, INTEGER, as_tensor, check_dtype, graph_of, make,
                                      make_op)
-
-
-def _normalize_axis(axis, ndims, what):
-    if ndims is None:
-        return axis
-    if not -ndims <= axis < ndims:
-        raise ValueError(f"{what}: axis {axis} is out of range for a tensor of rank {ndims}")
-    return axis % ndims
+from asyncflow.ops.shapes import normalize_axis
 
 
 def _infer_softmax(op):
@@ -43,7 +36,7 @@ def _softmax_op(op_type, logits, axis, dim, name):
         raise errors.InvalidArgumentError(
             None, None, f"{op_type}: `dim` must be in the range [{-ndims}, {ndims}) where "
             f"{ndims} is the number of dimensions in the input. Received: dim={axis}")
-    axis = _normalize_axis(int(axis), ndims, op_type)
+    axis = normalize_axis(axis, ndims, op_type)
     return make(op_type, (logits,), {"axis": axis}, name, op_type)
 
 
@@ -182,8 +175,8 @@ def softmax_cross_entropy_with_logits_v2(_sentinel=None, labels=None, logits=Non
     with graph.name_scope(name or "softmax_cross_entropy_with_logits") as scope:
         logits = as_tensor(logits)
         labels = as_tensor(labels)  # in its own dtype, then cast to the logits' computing one
-        axis = _normalize_axis(int(dim if axis is None else axis), logits.shape.ndims,
-                               "softmax_cross_entropy_with_logits")
+        axis = normalize_axis(dim if axis is None else axis, logits.shape.ndims,
+                                "softmax_cross_entropy_with_logits")
         half = logits.dtype if logits.dtype in (dtypes.float16, dtypes.bfloat16) else None
         if half:  # TF1 computes it in float32 and casts the loss back (so its gradient too)
             logits = _math.cast(logits, dtypes.float32)

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from asyncflow import dtypes
 from asyncflow.graph import register_gradient, register_op
-from asyncflow.graph.shape import TensorShape
 from asyncflow.ops.construct import as_tensor, check_dtype, make, make_op, static_value
+from asyncflow.ops.shapes import normalize_axis
 
 DIRECTIONS = ("ASCENDING", "DESCENDING")
 # TF1's TopKV2 kernels: real numbers only.
@@ -30,15 +30,11 @@ _SORTABLE = lambda d: d.is_numeric and not d.is_complex and not d.is_bool  # noq
 
 
 def _resolve_axis(op_name, axis, ndims):
-    """``axis`` in [0, ndims) for a known rank; as given (perhaps negative) for an unknown
-    one, for the kernel to resolve when the op runs, as TF1 does."""
-    if ndims is None:
-        return axis
+    """``axis`` in [0, ndims) for a known rank (a scalar refused); as given (perhaps
+    negative) for an unknown one, for the kernel to resolve when the op runs, as TF1 does."""
     if ndims == 0:
         raise ValueError(f"{op_name}: the input must have at least 1 dimension, got a scalar")
-    if not -ndims <= axis < ndims:
-        raise ValueError(f"{op_name}: axis {axis} is out of range for a tensor of rank {ndims}")
-    return axis % ndims
+    return normalize_axis(axis, ndims, op_name)
 
 
 def _infer_sort(op):
