@@ -172,3 +172,12 @@ from asyncflow.ops.tiling import broadcast_to, meshgrid  # noqa: F401,E402
 # TF1's tf.losses and tf.metrics (issue 36)
 from asyncflow import losses  # noqa: F401,E402  (af.losses: TF1's tf.losses, issue 36)
 from asyncflow import metrics  # noqa: F401,E402  (af.metrics: TF1's tf.metrics, issue 36)
+
+# TF1 names from porting.md's "Not provided" list (shapes and layout)
+from asyncflow.ops.array import (  # noqa: F401,E402
+    broadcast_dynamic_shape, broadcast_static_shape, ensure_shape, identity_n, shape_n,
+    unravel_index,
+)
+from asyncflow.ops.math import where_v2  # noqa: F401,E402
+from asyncflow.ops.roll import roll  # noqa: F401,E402
+from asyncflow.ops.roll import repeat  # noqa: F401,E402

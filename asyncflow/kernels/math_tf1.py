@@ -3,7 +3,9 @@
 semantics), ``Pow`` (a negative integer exponent, numpy's ``sqrt`` shortcut) and float
 ``ArgMax``/``ArgMin`` (NaN). Each was found by the differential fuzz against TF1
 (tests/ops/test_tf1_math_fuzz.py); the regression tests in tests/ops/test_math_tf1_values.py
-hold TF1's values. The rest of the family is in kernels/math.py.
+hold TF1's values. Also here: TF1 names added since, ``SelectV2`` (``tf.where_v2``: numpy's
+``where``, which broadcasts the condition too, where ``Select`` reads a vector condition as
+rows). The rest of the family is in kernels/math.py.
 """
 from __future__ import annotations
 
@@ -170,3 +172,13 @@ def _tf1_arg(xp, x, axis, index, is_max, bounds):
 
 register_kernel("ArgMax")(_arg("argmax"))
 register_kernel("ArgMin")(_arg("argmin"))
+
+
+@register_kernel("SelectV2")
+def _select_v2(ctx, cond, x, y):
+    try:
+        return (ctx.xp.where(cond, x, y),)
+    except ValueError:
+        raise errors.InvalidArgumentError(
+            None, ctx.name, f"condition, then and else of shapes {list(cond.shape)}, "
+            f"{list(x.shape)} and {list(y.shape)} do not broadcast") from None

@@ -194,6 +194,20 @@ def _select_cond_shape(cond, x):
 register_op("Select", infer=_infer_select)
 
 
+def _infer_select_v2(op):
+    cond, x, y = op.inputs
+    if not cond.dtype.is_bool:
+        raise TypeError(f"condition must be bool, got {cond.dtype.name}")
+    if x.dtype is not y.dtype:
+        raise TypeError(f"x and y have different dtypes "
+                        f"{x.dtype.name} and {y.dtype.name}")
+    shape = broadcast_shapes(broadcast_shapes(x.shape, y.shape), cond.shape)
+    return [(x.dtype, shape)]
+
+
+register_op("SelectV2", infer=_infer_select_v2)
+
+
 def _infer_where_indices(op):
     cond = op.inputs[0]
     rank = cond.shape.ndims
@@ -213,6 +227,18 @@ def where(condition, x=None, y=None, name=None):
         raise ValueError("where: x and y must both be given or both be None")
     x, y = operands((x, y), "Select")
     return make("Select", (condition, x, y), None, name, "Select")
+
+
+def where_v2(condition, x=None, y=None, name=None):
+    """TF1's ``tf.where_v2``: ``where`` with ``condition``, ``x`` and ``y`` broadcast
+    together (numpy's ``where``); ``where_v2(cond)`` gives the true coordinates."""
+    condition = as_tensor(condition)
+    if x is None and y is None:
+        return make("Where", (condition,), None, name, "Where")
+    if x is None or y is None:
+        raise ValueError("where_v2: x and y must both be given or both be None")
+    x, y = operands((x, y), "SelectV2")
+    return make("SelectV2", (condition, x, y), None, name, "SelectV2")
 
 
 def _infer_add_n(op):
