@@ -181,3 +181,7 @@ from asyncflow.ops.array import (  # noqa: F401,E402
 from asyncflow.ops.math import where_v2  # noqa: F401,E402
 from asyncflow.ops.roll import roll  # noqa: F401,E402
 from asyncflow.ops.roll import repeat  # noqa: F401,E402
+from asyncflow.ops.space_batch import (  # noqa: F401,E402
+    batch_to_space, batch_to_space_nd, depth_to_space, space_to_batch, space_to_batch_nd,
+    space_to_depth,
+)

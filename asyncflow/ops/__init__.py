@@ -28,3 +28,4 @@ from asyncflow.ops import unique  # noqa: F401,E402  (unique, setdiff1d, bincoun
 from asyncflow.ops import matrix_linalg  # noqa: F401,E402  (matrix_inverse, svd ...: issue 36)
 from asyncflow.ops import special  # noqa: F401,E402  (erf, lgamma, digamma: issue 36)
 from asyncflow.ops import roll  # noqa: F401,E402  (tf.roll)
+from asyncflow.ops import space_batch  # noqa: F401,E402  (space_to_depth, space_to_batch_nd)
