@@ -185,3 +185,11 @@ from asyncflow.ops.space_batch import (  # noqa: F401,E402
     batch_to_space, batch_to_space_nd, depth_to_space, space_to_batch, space_to_batch_nd,
     space_to_depth,
 )
+# TF1 names from porting.md's "Not provided" list (math)
+from asyncflow.ops.confusion_matrix import confusion_matrix  # noqa: F401,E402
+from asyncflow.ops.math import (  # noqa: F401,E402
+    accumulate_n, floor_div, realdiv, truncatediv, truncatemod,
+)
+from asyncflow.ops.numerics import clip_by_average_norm, saturate_cast  # noqa: F401,E402
+from asyncflow.ops.sorting import searchsorted  # noqa: F401,E402
+from asyncflow.ops.special import erfc  # noqa: F401,E402
