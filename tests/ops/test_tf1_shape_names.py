@@ -255,3 +255,15 @@ async def test_against_tf1(tmp_path):
             assert value.shape == expected.shape and value.dtype == expected.dtype, (group, i)
             np.testing.assert_allclose(value, expected, rtol=1e-12, atol=0,
                                        err_msg=f"{group}[{i}]")
+
+
+async def test_tf_manip_namespace_is_tf1s():
+    """TF1's ``tf.manip`` names the same builders (``tf.manip.roll`` of TF 1.6-1.12)."""
+    assert sorted(n for n in dir(tf.manip) if not n.startswith("_")) == [  # TF1's list
+        "batch_to_space_nd", "gather_nd", "reshape", "reverse", "roll", "scatter_nd",
+        "space_to_batch_nd", "tile"]
+    with af.Graph().as_default():
+        rolled = tf.manip.roll(X, 1, 0)
+        values = await _run([rolled, tf.manip.tile(X[:1], [2, 1])])
+    np.testing.assert_array_equal(values[0], np.roll(X, 1, 0))
+    np.testing.assert_array_equal(values[1], np.tile(X[:1], [2, 1]))
