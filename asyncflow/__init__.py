@@ -172,3 +172,24 @@ from asyncflow.ops.tiling import broadcast_to, meshgrid  # noqa: F401,E402
 # TF1's tf.losses and tf.metrics (issue 36)
 from asyncflow import losses  # noqa: F401,E402  (af.losses: TF1's tf.losses, issue 36)
 from asyncflow import metrics  # noqa: F401,E402  (af.metrics: TF1's tf.metrics, issue 36)
+
+# TF1 names from porting.md's "Not provided" list (shapes and layout)
+from asyncflow.ops.array import (  # noqa: F401,E402
+    broadcast_dynamic_shape, broadcast_static_shape, ensure_shape, identity_n, shape_n,
+    unravel_index,
+)
+from asyncflow.ops.math import where_v2  # noqa: F401,E402
+from asyncflow.ops.roll import roll  # noqa: F401,E402
+from asyncflow.ops.roll import repeat  # noqa: F401,E402
+from asyncflow.ops.space_batch import (  # noqa: F401,E402
+    batch_to_space, batch_to_space_nd, depth_to_space, space_to_batch, space_to_batch_nd,
+    space_to_depth,
+)
+# TF1 names from porting.md's "Not provided" list (math)
+from asyncflow.ops.confusion_matrix import confusion_matrix  # noqa: F401,E402
+from asyncflow.ops.math import (  # noqa: F401,E402
+    accumulate_n, floor_div, realdiv, truncatediv, truncatemod,
+)
+from asyncflow.ops.numerics import clip_by_average_norm, saturate_cast  # noqa: F401,E402
+from asyncflow.ops.sorting import searchsorted  # noqa: F401,E402
+from asyncflow.ops.special import erfc  # noqa: F401,E402

@@ -33,3 +33,6 @@ from asyncflow.ops.nn import l2_normalize, log_softmax, softmax, softsign  # noq
 from asyncflow.ops.layout import invert_permutation  # noqa: F401
 from asyncflow.ops.unique import bincount  # noqa: F401
 from asyncflow.ops.numerics import reciprocal_no_nan, xdivy, xlogy  # noqa: F401
+from asyncflow.ops.math import accumulate_n  # noqa: F401,E402
+from asyncflow.ops.special import erfc  # noqa: F401,E402
+from asyncflow.ops.confusion_matrix import confusion_matrix  # noqa: F401,E402

@@ -37,3 +37,6 @@ from asyncflow.ops.nn_conv import depthwise_conv2d, separable_conv2d  # noqa: F4
 from asyncflow.ops.nn_composite import crelu, weighted_cross_entropy_with_logits  # noqa: F401,E402
 from asyncflow.ops.nn_composite import relu_layer, xw_plus_b  # noqa: F401,E402
 from asyncflow.ops.numerics import zero_fraction  # noqa: F401,E402
+from asyncflow.ops.space_batch import (  # noqa: F401,E402  (tf.nn's spellings)
+    depth_to_space, space_to_batch, space_to_depth,
+)

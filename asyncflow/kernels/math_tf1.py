@@ -3,7 +3,9 @@
 semantics), ``Pow`` (a negative integer exponent, numpy's ``sqrt`` shortcut) and float
 ``ArgMax``/``ArgMin`` (NaN). Each was found by the differential fuzz against TF1
 (tests/ops/test_tf1_math_fuzz.py); the regression tests in tests/ops/test_math_tf1_values.py
-hold TF1's values. The rest of the family is in kernels/math.py.
+hold TF1's values. Also here: TF1 names added since, ``SelectV2`` (``tf.where_v2``: numpy's
+``where``, which broadcasts the condition too, where ``Select`` reads a vector condition as
+rows), ``TruncateDiv`` and ``TruncateMod`` (C's division and remainder). The rest of the family is in kernels/math.py.
 """
 from __future__ import annotations
 
@@ -95,7 +97,32 @@ def _pow(ctx, x, y):
     return (ctx.xp.asarray(out),)
 
 
-for _type in ("Round", "FloorDiv", "FloorMod", "Pow"):
+@register_kernel("TruncateDiv")
+def _truncate_div(ctx, x, y):
+    """C's division: the quotient rounded toward zero (integers: a zero divisor refused, as
+    TF1; floats: ``trunc(x / y)``)."""
+    xp = ctx.xp
+    if x.dtype.kind == "f":
+        (quotient,) = _true_divide(ctx, x, y)
+        return (xp.asarray(xp.trunc(quotient)),)
+    _check_divisor(ctx, y)
+    (floor,) = _floor_divide(ctx, x, y)
+    if x.dtype.kind == "u":
+        return (floor,)
+    inexact = (floor * y != x) & ((x < 0) != (y < 0))  # floored below zero: one up
+    return (xp.asarray(floor + inexact.astype(floor.dtype)),)
+
+
+@register_kernel("TruncateMod")
+def _truncate_mod(ctx, x, y):
+    """C's ``%`` and ``fmod``: the remainder takes ``x``'s sign (integers: a zero divisor
+    refused, as TF1)."""
+    if x.dtype.kind != "f":
+        _check_divisor(ctx, y)
+    return _fmod(ctx, x, y)
+
+
+for _type in ("Round", "FloorDiv", "FloorMod", "Pow", "TruncateDiv", "TruncateMod"):
     register_prepare(_type)(intra_op.may_be_large)
 
 
@@ -170,3 +197,13 @@ def _tf1_arg(xp, x, axis, index, is_max, bounds):
 
 register_kernel("ArgMax")(_arg("argmax"))
 register_kernel("ArgMin")(_arg("argmin"))
+
+
+@register_kernel("SelectV2")
+def _select_v2(ctx, cond, x, y):
+    try:
+        return (ctx.xp.where(cond, x, y),)
+    except ValueError:
+        raise errors.InvalidArgumentError(
+            None, ctx.name, f"condition, then and else of shapes {list(cond.shape)}, "
+            f"{list(x.shape)} and {list(y.shape)} do not broadcast") from None

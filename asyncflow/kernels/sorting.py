@@ -42,3 +42,22 @@ def _permute_along_axis(ctx, x, indices):
     if ctx.attrs["inverse"]:
         indices = xp.argsort(indices, axis=axis)  # a permutation's inverse
     return (xp.take_along_axis(x, indices, axis=axis),)
+
+
+def _bound(side):
+    def kernel(ctx, sorted_inputs, values):
+        xp = ctx.xp
+        if sorted_inputs.ndim != 2 or values.ndim != 2 or \
+                sorted_inputs.shape[0] != values.shape[0]:
+            raise errors.InvalidArgumentError(
+                None, ctx.name, f"sorted_inputs {list(sorted_inputs.shape)} and values "
+                f"{list(values.shape)} must be 2-D with the same number of rows")
+        out = xp.empty(values.shape, dtype=ctx.output_dtypes[0])
+        for row in range(values.shape[0]):  # (a row each: numpy searches one sorted array)
+            out[row] = xp.searchsorted(sorted_inputs[row], values[row], side=side)
+        return (out,)
+    return kernel
+
+
+register_kernel("LowerBound")(_bound("left"))
+register_kernel("UpperBound")(_bound("right"))

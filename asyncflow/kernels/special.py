@@ -4,6 +4,7 @@
   narrower dtypes use, in float64, the Taylor series below |x| = 1 (exact to float64) and
   ``1 - erfc(|x|)`` above, with Numerical Recipes' Chebyshev erfc (relative error below
   1.2e-7, so the float64 result is within 3e-8 of erf there: under one float32 ulp).
+- ``Erfc``: the C library's ``erfc`` per element, in float64, rounded once to the dtype.
 - ``Lgamma``: the C library's ``lgamma`` per element.
 - ``Digamma``: the recurrence ``psi(x) = psi(x + 1) - 1/x`` up to x >= 12, then the
   asymptotic series to x^-14 (relative error near 1e-15); the reflection formula below 0.
@@ -17,6 +18,7 @@ import numpy as np
 from asyncflow.kernels.registry import register_kernel
 
 _erf_exact = np.frompyfunc(math.erf, 1, 1)
+_erfc_exact = np.frompyfunc(math.erfc, 1, 1)
 _TWO_OVER_SQRT_PI = 2 / math.sqrt(math.pi)
 
 
@@ -56,6 +58,11 @@ def _erf(ctx, x):
     if x.dtype == np.float64:
         return (np.asarray(_erf_exact(wide), dtype=np.float64),)
     return (np.asarray(_erf_fast(wide), dtype=x.dtype),)
+
+
+@register_kernel("Erfc", "CPU")
+def _erfc(ctx, x):
+    return (np.asarray(_erfc_exact(np.asarray(x, dtype=np.float64)), dtype=x.dtype),)
 
 
 @register_kernel("Lgamma", "CPU")

@@ -75,6 +75,8 @@ BINARY = {
     "RealDiv": ("real_div", NUMERIC, False),
     "FloorDiv": ("floordiv", NUMERIC, False),
     "FloorMod": ("floormod", NUMERIC, False),
+    "TruncateDiv": ("truncatediv", NUMERIC, False),
+    "TruncateMod": ("truncatemod", NUMERIC, False),
     "Pow": ("pow", SIGNED_NUMERIC, False),  # (TF1 has no unsigned Pow)
     "Maximum": ("maximum", NUMERIC, False),
     "Minimum": ("minimum", NUMERIC, False),
@@ -120,7 +122,8 @@ for _type, (_name, _allowed, _bool) in BINARY.items():
     register_op(_type, infer=_infer_binary)
     globals()[_name] = _binary_builder(_type, _name)
 not_differentiable("Equal", "NotEqual", "Less", "LessEqual", "Greater", "GreaterEqual",
-                   "LogicalAnd", "LogicalOr", "LogicalXor", "FloorDiv", "FloorMod")
+                   "LogicalAnd", "LogicalOr", "LogicalXor", "FloorDiv", "FloorMod",
+                   "TruncateDiv")  # (TF1 has no gradient of TruncateMod: asking for it fails)
 
 _INT_TRUEDIV = {dtypes.int8: dtypes.float32, dtypes.uint8: dtypes.float32,
                 dtypes.int16: dtypes.float32, dtypes.uint16: dtypes.float32,
@@ -145,6 +148,25 @@ def div(x, y, name=None):
     x, y = operands((x, y), "div")
     op_type = "RealDiv" if x.dtype.is_floating else "FloorDiv"
     return make(op_type, (x, y), None, name, "div")
+
+
+def realdiv(x, y, name=None):
+    """TF1's ``tf.realdiv``: ``x / y`` of floats, one ``RealDiv`` op (no cast).
+
+    Raises:
+        TypeError: for integers (TF1 builds them but has no kernel to run them).
+    """
+    x, y = operands((x, y), "RealDiv")
+    if x.dtype.is_integer:
+        raise TypeError(f"RealDiv: value passed to x has dtype {x.dtype.name}: TF1 has no "
+                        "RealDiv kernel for integers; use truediv or floordiv")
+    return make("RealDiv", (x, y), None, name, "RealDiv")
+
+
+def floor_div(x, y, name=None):
+    """TF1's ``tf.floor_div``: one ``FloorDiv`` op (``floordiv`` without its name)."""
+    x, y = operands((x, y), "FloorDiv")
+    return make("FloorDiv", (x, y), None, name, "FloorDiv")
 
 
 def mod(x, y, name=None):
@@ -194,6 +216,20 @@ def _select_cond_shape(cond, x):
 register_op("Select", infer=_infer_select)
 
 
+def _infer_select_v2(op):
+    cond, x, y = op.inputs
+    if not cond.dtype.is_bool:
+        raise TypeError(f"condition must be bool, got {cond.dtype.name}")
+    if x.dtype is not y.dtype:
+        raise TypeError(f"x and y have different dtypes "
+                        f"{x.dtype.name} and {y.dtype.name}")
+    shape = broadcast_shapes(broadcast_shapes(x.shape, y.shape), cond.shape)
+    return [(x.dtype, shape)]
+
+
+register_op("SelectV2", infer=_infer_select_v2)
+
+
 def _infer_where_indices(op):
     cond = op.inputs[0]
     rank = cond.shape.ndims
@@ -213,6 +249,18 @@ def where(condition, x=None, y=None, name=None):
         raise ValueError("where: x and y must both be given or both be None")
     x, y = operands((x, y), "Select")
     return make("Select", (condition, x, y), None, name, "Select")
+
+
+def where_v2(condition, x=None, y=None, name=None):
+    """TF1's ``tf.where_v2``: ``where`` with ``condition``, ``x`` and ``y`` broadcast
+    together (numpy's ``where``); ``where_v2(cond)`` gives the true coordinates."""
+    condition = as_tensor(condition)
+    if x is None and y is None:
+        return make("Where", (condition,), None, name, "Where")
+    if x is None or y is None:
+        raise ValueError("where_v2: x and y must both be given or both be None")
+    x, y = operands((x, y), "SelectV2")
+    return make("SelectV2", (condition, x, y), None, name, "SelectV2")
 
 
 def _infer_add_n(op):
@@ -239,6 +287,32 @@ def add_n(inputs, name=None):
     if len(tensors) == 1 and name is None:
         return tensors[0]
     return make("AddN", tuple(tensors), None, name, "AddN")
+
+
+def accumulate_n(inputs, shape=None, tensor_dtype=None, name=None):
+    """TF1's ``tf.accumulate_n`` (``tf.math.accumulate_n``): ``add_n`` of tensors of one
+    dtype and shape, checked against ``shape`` and ``tensor_dtype`` when given.
+
+    Raises:
+        ValueError: for an empty list, tensors of different dtypes or shapes, or a ``shape``
+            or ``tensor_dtype`` they do not have (TF1's words).
+    """
+    message = "inputs must be a list of at least one Tensor with the same dtype and shape"
+    if not inputs or not isinstance(inputs, (list, tuple)):
+        raise ValueError(message)
+    tensors = [as_tensor(t) for t in inputs]
+    if any(t.dtype is not tensors[0].dtype for t in tensors):
+        raise ValueError(message)
+    merged = TensorShape(shape) if shape is not None else TensorShape(None)
+    for t in tensors:
+        if not t.shape.is_compatible_with(merged):
+            raise ValueError(message)
+        merged = merged.merge_with(t.shape)
+    if tensor_dtype is not None and dtypes.as_dtype(tensor_dtype) is not tensors[0].dtype:
+        raise TypeError(f"tensor_dtype is {dtypes.as_dtype(tensor_dtype).name}, but the "
+                        f"inputs are {tensors[0].dtype.name}")
+    return make("AddN", tuple(tensors), None, name, "AddN") if len(tensors) > 1 or name \
+        else tensors[0]
 
 
 # -- matmul -----------------------------------------------------------------------------------

@@ -349,6 +349,17 @@ def _select_grad(op, grad):
             _sum_to(grad_y, y, [x.shape, cond_shape], out_shape)]
 
 
+@register_gradient("SelectV2")
+def _select_v2_grad(op, grad):
+    cond, x, y = op.inputs
+    out_shape = op.outputs[0].shape
+    zeros = _zeros_like(grad)
+    grad_x = make("SelectV2", (cond, grad, zeros), None, None, "SelectV2")
+    grad_y = make("SelectV2", (cond, zeros, grad), None, None, "SelectV2")
+    return [None, _sum_to(grad_x, x, [y.shape, cond.shape], out_shape),
+            _sum_to(grad_y, y, [x.shape, cond.shape], out_shape)]
+
+
 # -- reduction gradients --------------------------------------------------------------------
 def _kept(op, tensor):
     """The reduction's output (or its gradient) reshaped with 1s at the reduced axes."""

@@ -456,3 +456,54 @@ def verify_tensor_all_finite(t=None, msg=None, name=None, x=None, message=None):
             check = check_numerics(t, msg)
             with control_dependencies([check]):
                 return identity(t)
+
+
+def saturate_cast(value, dtype, name=None):
+    """TF1's ``tf.saturate_cast`` (``tf.dtypes.saturate_cast``): ``value`` clamped to the
+    range of ``dtype`` (bounds a step inside it where the input dtype cannot hold them
+    exactly, as TF1's) and cast, in a scope ``name`` (``saturate_cast``).
+
+    Raises:
+        TypeError: for a string or bool dtype on either side (TF1's: no minimum).
+    """
+    import numpy as np
+    value = as_tensor(value)
+    out = dtypes.as_dtype(dtype)
+    for d in (value.dtype, out):
+        if not d.is_numeric or d.is_bool:
+            raise TypeError(f"Cannot find minimum value of {d.name} with type {d.name}.")
+    with graph_of((value,)).name_scope(name or "saturate_cast") as scope:
+        held = np.dtype(value.dtype.as_numpy_dtype)
+        low = held.type(max(value.dtype.min, out.min))
+        if float(low) < out.min:  # (float(low) and out.min compared exactly enough here)
+            low = np.nextafter(low, held.type(0), dtype=held)
+        high = held.type(min(float(value.dtype.max), float(out.max)))
+        if _above(high, out.max):
+            high = np.nextafter(high, held.type(0), dtype=held)
+        clamped = math_ops.maximum(math_ops.minimum(value, as_tensor(high, value.dtype)),
+                                   as_tensor(low, value.dtype))
+        return math_ops.cast(clamped, out, name=scope)
+
+
+def _above(value, limit):
+    """``value > limit`` exactly (an int64 limit is not a float64)."""
+    import fractions
+    return fractions.Fraction(value.item()) > fractions.Fraction(limit)
+
+
+def clip_by_average_norm(t, clip_norm, name=None):
+    """TF1's ``tf.clip_by_average_norm``: ``t * clip_norm * min(n / l2norm(t), 1 /
+    clip_norm)``, ``n`` its element count, in a scope ``name`` (``clip_by_average_norm``).
+
+    Raises:
+        TypeError: if ``t`` is not floating.
+    """
+    t = as_tensor(t)
+    check_dtype("Rsqrt", t, FLOATING, "x")
+    with graph_of((t,)).name_scope(name or "clip_by_average_norm") as scope:
+        count = math_ops.cast(array.size(t), dtypes.float32)
+        inverse = math_ops.rsqrt(math_ops.reduce_sum(math_ops.multiply(t, t)))
+        clip_norm = as_tensor(clip_norm, dtype=t.dtype)
+        factor = math_ops.minimum(math_ops.multiply(inverse, math_ops.cast(count, t.dtype)),
+                                  math_ops.divide(as_tensor(1.0, t.dtype), clip_norm))
+        return identity(math_ops.multiply(math_ops.multiply(t, clip_norm), factor), name=scope)

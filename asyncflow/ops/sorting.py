@@ -1,4 +1,5 @@
-"""Sorting along an axis: TF1's ``tf.sort`` and ``tf.argsort``.
+"""Sorting along an axis: TF1's ``tf.sort`` and ``tf.argsort``; and searching a sorted
+axis, TF1's ``tf.searchsorted`` (its ``LowerBound``/``UpperBound`` ops, no gradient).
 
 Theory of operation: TF1 writes both in Python over ``top_k`` (a transpose to bring the axis
 last, ``top_k`` with ``k`` the axis's size, and a negation for an ascending sort). Here one
@@ -20,7 +21,8 @@ Kernels live in ``asyncflow/kernels/sorting.py``.
 from __future__ import annotations
 
 from asyncflow import dtypes
-from asyncflow.graph import register_gradient, register_op
+from asyncflow.graph import not_differentiable, register_gradient, register_op
+from asyncflow.graph.shape import TensorShape
 from asyncflow.ops.construct import as_tensor, check_dtype, make, make_op, static_value
 from asyncflow.ops.shapes import normalize_axis
 
@@ -124,3 +126,62 @@ def _permute_grad(op, grad):
     return [make("PermuteAlongAxis", (as_tensor(grad), op.inputs[1]),
                  {"axis": op.get_attr("axis"), "inverse": not op.get_attr("inverse")},
                  None, "PermuteAlongAxisGrad"), None]
+
+
+# -- searchsorted (TF1's LowerBound / UpperBound) ----------------------------------------------
+def _infer_bound(op):
+    sorted_inputs, values = op.inputs
+    if sorted_inputs.dtype is not values.dtype:
+        raise TypeError(f"Input 'values' of '{op.type}' Op has type {values.dtype.name} that "
+                        f"does not match type {sorted_inputs.dtype.name} of argument "
+                        f"'sorted_inputs'.")
+    check_dtype(op.type, values, _SORTABLE, "values")
+    for t, what in ((sorted_inputs, "sorted_inputs"), (values, "values")):
+        if t.shape.ndims not in (None, 2):
+            raise ValueError(f"{what} must be 2-D, got shape {t.shape}")
+    rows = [t.shape.dims[0] for t in (sorted_inputs, values) if t.shape.ndims == 2]
+    known = [r for r in rows if r is not None]
+    if len(known) == 2 and known[0] != known[1]:
+        raise ValueError(f"sorted_inputs and values must have the same number of rows, got "
+                         f"{known[0]} and {known[1]}")
+    columns = values.shape.dims[1] if values.shape.ndims == 2 else None
+    return [(op.get_attr("out_type"), TensorShape([known[0] if known else None, columns]))]
+
+
+register_op("LowerBound", infer=_infer_bound)
+register_op("UpperBound", infer=_infer_bound)
+not_differentiable("LowerBound", "UpperBound")
+
+
+def searchsorted(sorted_sequence, values, side="left", out_type=dtypes.int32, name=None):
+    """TF1's ``tf.searchsorted``: where each of ``values`` would go in the last dim of
+    ``sorted_sequence`` (``side='left'``: before equal entries, ``'right'``: after), its
+    leading dims matching ``values``' (written as TF1's: both reshaped to rows, one
+    ``LowerBound``/``UpperBound`` op named ``name``, the result reshaped back).
+
+    Raises:
+        ValueError: for a ``side`` other than 'left' or 'right', or leading dims that differ.
+        TypeError: for two dtypes, or an ``out_type`` other than int32/int64.
+    """
+    from asyncflow.ops.array import reshape
+    from asyncflow.ops.shapes import shape_of
+    if side not in ("left", "right"):
+        raise ValueError(f"side must be either 'right' or 'left'. Saw: {side}.")
+    out_type = dtypes.as_dtype(out_type)
+    if out_type not in (dtypes.int32, dtypes.int64):
+        raise TypeError(f"searchsorted: out_type must be int32 or int64, got {out_type.name}")
+    sequence, values = as_tensor(sorted_sequence), as_tensor(values)
+    seq_lead = sequence.shape.dims[:-1] if sequence.shape.ndims else None
+    val_lead = values.shape.dims[:-1] if values.shape.ndims else None
+    if seq_lead is not None and val_lead is not None and (len(seq_lead) != len(val_lead) or any(
+            a is not None and b is not None and a != b for a, b in zip(seq_lead, val_lead))):
+        raise ValueError(f"searchsorted: the leading dims of sorted_sequence {sequence.shape} "
+                         f"and values {values.shape} must match")
+    sequence_size = sequence.shape.dims[-1] if sequence.shape.ndims and \
+        sequence.shape.dims[-1] is not None else shape_of(sequence)[-1]
+    values_size = values.shape.dims[-1] if values.shape.ndims and \
+        values.shape.dims[-1] is not None else shape_of(values)[-1]
+    rows = make("UpperBound" if side == "right" else "LowerBound",
+                (reshape(sequence, [-1, sequence_size]), reshape(values, [-1, values_size])),
+                {"out_type": out_type}, name, "UpperBound" if side == "right" else "LowerBound")
+    return reshape(rows, shape_of(values))

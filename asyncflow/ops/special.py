@@ -1,7 +1,7 @@
-"""Special functions, elementwise: TF1's ``tf.erf`` (``tf.math.erf``), ``tf.lgamma`` and
-``tf.digamma`` for floating tensors.
+"""Special functions, elementwise: TF1's ``tf.erf`` (``tf.math.erf``), ``tf.erfc``,
+``tf.lgamma`` and ``tf.digamma`` for floating tensors.
 
-Gradients are TF1's: ``erf'(x) = 2/sqrt(pi) exp(-x^2)`` and ``lgamma'(x) = digamma(x)``;
+Gradients are TF1's: ``erf'(x) = 2/sqrt(pi) exp(-x^2) = -erfc'(x)`` and ``lgamma'(x) = digamma(x)``;
 ``digamma``'s own gradient (the trigamma function) is not provided. The kernels run on the
 host in float64 (see kernels/special.py for their accuracy).
 
@@ -21,7 +21,7 @@ def _infer_special(op):
     return [(x.dtype, x.shape)]
 
 
-for _type in ("Erf", "Lgamma", "Digamma"):
+for _type in ("Erf", "Erfc", "Lgamma", "Digamma"):
     register_op(_type, infer=_infer_special)
 not_differentiable("Digamma")
 
@@ -29,6 +29,12 @@ not_differentiable("Digamma")
 def erf(x, name=None):
     """The error function, elementwise."""
     return make("Erf", (as_tensor(x),), None, name, "Erf")
+
+
+def erfc(x, name=None):
+    """The complementary error function ``1 - erf(x)``, elementwise (exact far out in the
+    tail, where ``1 - erf`` rounds to 0)."""
+    return make("Erfc", (as_tensor(x),), None, name, "Erfc")
 
 
 def lgamma(x, name=None):
@@ -46,6 +52,14 @@ def _erf_grad(op, grad):
     from asyncflow.ops.math import exp, multiply, negative, square
     x = op.inputs[0]
     scale = as_tensor(2 / math.sqrt(math.pi), x.dtype)
+    return [multiply(grad, multiply(scale, exp(negative(square(x)))))]
+
+
+@register_gradient("Erfc")
+def _erfc_grad(op, grad):
+    from asyncflow.ops.math import exp, multiply, negative, square
+    x = op.inputs[0]
+    scale = as_tensor(-2 / math.sqrt(math.pi), x.dtype)
     return [multiply(grad, multiply(scale, exp(negative(square(x)))))]
 
 

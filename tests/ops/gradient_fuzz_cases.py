@@ -89,6 +89,9 @@ UNARY = {  # name -> (expr on x[0], domain)
     "sqrt": ("tf.sqrt(x[0])", "pos"), "rsqrt": ("tf.rsqrt(x[0])", "pos"),
     "square": ("tf.square(x[0])", "any"), "sigmoid": ("tf.sigmoid(x[0])", "any"),
     "tanh": ("tf.tanh(x[0])", "any"), "erf": ("tf.erf(x[0])", "any"),
+    "erfc": ("tf.erfc(x[0])", "any"),
+    "ensure_shape": ("tf.ensure_shape(x[0], x[0].shape)", "any"),
+    "identity_n": ("tf.identity_n([x[0], tf.sin(x[0])])[1]", "any"),
     "lgamma": ("tf.lgamma(x[0])", "pos"), "elu": ("tf.nn.elu(x[0])", "away"),
     "selu": ("tf.nn.selu(x[0])", "away"), "gelu": ("tf.nn.gelu(x[0])", "any"),
     "gelu_approx": ("tf.nn.gelu(x[0], approximate=True)", "any"),
@@ -412,6 +415,21 @@ def reverse_slice(rng):
             for d, b in zip(shape, begin)]
     return Case(f"[tf.reverse(x[0], {axes}), tf.slice(x[0], {begin}, {size})]",
                 [_normal(rng, shape)])
+
+
+@gen
+def roll_where_v2_space_batch(rng):
+    """tf.roll, tf.where_v2 (condition, x and y broadcast), space/depth and space/batch."""
+    shape = _shape(rng, 2, 2, 4)
+    shifts = [int(v) for v in rng.integers(-3, 4, size=2)]
+    block = int(rng.integers(1, 3))
+    return Case(f"[tf.roll(x[0], {shifts}, [0, -1]), tf.where_v2(c['m'], x[0], x[1]),"
+                " tf.space_to_depth(x[2], 2), tf.depth_to_space(x[3], 2),"
+                f" tf.space_to_batch_nd(x[2], [2, {block}], [[0, 0], [1, {block - 1}]]),"
+                " tf.batch_to_space_nd(x[4], [2, 2], [[1, 0], [0, 1]])]",
+                [_normal(rng, shape), _normal(rng, (shape[1],)), _normal(rng, (1, 4, 2, 2)),
+                 _normal(rng, (2, 2, 1, 8)), _normal(rng, (4, 2, 2, 1))],
+                {"m": rng.random((shape[0], 1)) < 0.5})
 
 
 @gen

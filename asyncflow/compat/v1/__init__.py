@@ -16,6 +16,7 @@ import asyncflow.compat.v1.app  # noqa: F401,E402
 import asyncflow.compat.v1.debugging  # noqa: F401,E402
 import asyncflow.compat.v1.flags  # noqa: F401,E402
 import asyncflow.compat.v1.gfile  # noqa: F401,E402
+import asyncflow.compat.v1.manip  # noqa: F401,E402
 import asyncflow.compat.v1.nn  # noqa: F401,E402
 import asyncflow.compat.v1.test  # noqa: F401,E402
 import asyncflow.compat.v1.train  # noqa: F401,E402
