@@ -55,6 +55,7 @@ from typing import Any, Final
 import trio
 
 from transports.http.body import BodyTimeout, PeerGone
+from transports.http.bulk_io import CALLS_PER_CHECKPOINT
 from transports.http.guard import GuardedConnection
 from transports.http.protocol import JOIN_BYTES
 from transports.wire import ChecksumTrailer
@@ -344,17 +345,27 @@ async def _park(sock: Any) -> bytes:
 
 
 _MAX_PIECES: Final = 64  # a small message's buffers, at most, written in one writev
+# A message of at most this many bytes is one writev whatever its buffers' sizes (well inside a
+# Unix socket's default send buffer, 208 KiB, so the kernel takes it whole): a RunGraph with a
+# 64 KiB feed (the parameter-server MLP's batch) is one send, where send_pieces made it three,
+# and its server then finds the whole frame there (``RequestBody``'s reads without a wait).
+ONE_WRITE_BYTES: Final = 128 * 1024
 
 
 def small_pieces(head: bytes, buffers: list) -> list | None:
     """``[head, *buffers]``, their pending checksum trailers filled, for a small message (a
     few buffers, each under :data:`JOIN_BYTES`: what :func:`send_pieces` would join into one
-    send); None for any other (sent by ``send_pieces``)."""
+    send, or at most :data:`ONE_WRITE_BYTES` in all); None for any other (sent by
+    ``send_pieces``)."""
     if len(buffers) > _MAX_PIECES:
         return None
+    total, large = 0, False
     for buffer in buffers:
-        if len(buffer) >= JOIN_BYTES:
-            return None
+        size = len(buffer)
+        total += size
+        large = large or size >= JOIN_BYTES
+    if large and total > ONE_WRITE_BYTES:
+        return None
     for buffer in buffers:
         if type(buffer) is ChecksumTrailer and buffer.pending:
             buffer.fill()
@@ -418,6 +429,7 @@ class RequestBody:
     def __init__(self, conn: ServerConnection, length: int, timeout: float) -> None:
         self._conn, self._left, self._timeout = conn, length, timeout
         self.done = length == 0
+        self._eager = 0  # reads in a row taken without a wait (and so without a checkpoint)
 
     async def read_into(self, view: memoryview) -> int:
         conn, want = self._conn, min(len(view), self._left)
@@ -435,6 +447,20 @@ class RequestBody:
         return n
 
     async def _receive_into(self, view: memoryview) -> int:
+        # Bytes already there (the rest of a frame sent in one write): taken at once, with no
+        # timeout scope and no scheduler pass, at most CALLS_PER_CHECKPOINT in a row (as
+        # bulk_io's reads), so a long body still lets other tasks and cancellation in.
+        if self._eager < CALLS_PER_CHECKPOINT:
+            try:
+                n = os.readv(self._conn.stream.socket.fileno(), [view])
+            except OSError:  # none there yet (or closed, reset: the wait below says how)
+                pass
+            else:
+                if not n:
+                    raise PeerGone("the client closed the connection in the middle of a frame")
+                self._eager += 1
+                return n
+        self._eager = 0  # (the wait below is a checkpoint)
         with trio.move_on_after(self._timeout):
             n = await self._conn.stream.socket.recv_into(view)
             if not n:

@@ -1,0 +1,145 @@
+"""A medium message in one write, its body read without waits (``transports.http.bare_io``).
+
+A request of at most ``ONE_WRITE_BYTES`` goes out in one ``writev`` whatever its buffers' sizes
+(a RunGraph with a 64 KiB feed was three sends), its checksum trailers filled first; the
+server's request body takes the bytes already on its socket without a timeout scope or a
+scheduler pass, at most ``CALLS_PER_CHECKPOINT`` reads in a row, and waits as before otherwise.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import numpy as np
+import pytest
+import trio
+import trio.testing
+from transport_fakes import FakeWorker
+
+from transports.http import bare_io
+from transports.http.body import PeerGone, read_frame
+from transports.http.bulk_io import CALLS_PER_CHECKPOINT
+from transports.http.client import TrioHttpChannel
+from transports.http.protocol import JOIN_BYTES, send_pieces
+from transports.http.server import open_http_server
+from transports.messages import RegisterGraph, RunGraph, TensorEntry
+from transports.wire import Decoder, Limits, encode
+
+GENEROUS = 20
+_LIMITS = Limits()
+
+
+def _run_graph(batch: int) -> RunGraph:
+    rng = np.random.default_rng(batch)
+    x = rng.random((batch, 64), dtype=np.float32)  # batch 256: exactly JOIN_BYTES
+    y = rng.integers(0, 10, batch).astype(np.int32)
+    return RunGraph("g", 7, [TensorEntry("x", x), TensorEntry("y", y)], ["loss"])
+
+
+def _bytes_of(pieces) -> bytes:
+    return b"".join(bytes(piece) for piece in pieces)
+
+
+def _decoded(data: bytes):
+    decoder = Decoder(_LIMITS)
+    decoder.receive_data(data)
+    decoder.receive_data(b"")
+    return decoder.next_event()
+
+
+@pytest.mark.parametrize("checksums", [True, False])
+def test_a_64_kib_feed_is_one_write_of_the_same_bytes(checksums):
+    message = _run_graph(256)
+    def buffers():
+        return encode(message, _LIMITS, checksums=checksums, defer_checksums=True)
+
+    pieces = bare_io.small_pieces(b"HEAD", buffers())
+    assert pieces is not None and pieces[0] == b"HEAD"
+    assert max(len(p) for p in pieces) >= JOIN_BYTES  # (the case send_pieces cut in three)
+    joined = _bytes_of(pieces)
+    assert len(joined) <= bare_io.ONE_WRITE_BYTES + 4
+    # The bytes send_pieces writes in its three sends, trailers summed as it goes.
+    assert joined == _bytes_of(send_pieces(b"HEAD", buffers()))
+    decoded = _decoded(joined[4:])
+    np.testing.assert_array_equal(decoded.feeds[0].value, message.feeds[0].value)
+    np.testing.assert_array_equal(decoded.feeds[1].value, message.feeds[1].value)
+
+
+def test_a_message_over_the_one_write_size_is_left_to_send_pieces():
+    buffers = encode(_run_graph(600), _LIMITS, defer_checksums=True)  # 150 KiB of feed
+    assert sum(map(len, buffers)) > bare_io.ONE_WRITE_BYTES
+    assert bare_io.small_pieces(b"HEAD", buffers) is None
+    # Many small buffers: one write as before, whatever their total.
+    assert bare_io.small_pieces(b"HEAD", [b"x" * (JOIN_BYTES - 1)] * 3) is not None
+
+
+async def _body_pair(length: int):
+    """A server connection's request body of ``length`` bytes, and the client's socket."""
+    ours, theirs = trio.socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn = bare_io.ServerConnection(trio.SocketStream(ours), trio.current_time())
+    return bare_io.RequestBody(conn, length, timeout=GENEROUS), theirs
+
+
+async def test_a_frame_already_there_is_read_without_a_checkpoint():
+    data = _bytes_of(encode(_run_graph(256), _LIMITS, checksums=True))
+    body, client = await _body_pair(len(data))
+    with client:
+        await client.send(data)  # (well under the socket's buffer: all there at once)
+        received = []
+        with trio.testing.assert_no_checkpoints():
+            message = await read_frame(body, _LIMITS, trio.CapacityLimiter(1), received.append)
+        assert body.done and sum(received) == len(data)
+        np.testing.assert_array_equal(message.feeds[0].value, _run_graph(256).feeds[0].value)
+
+
+async def test_reads_in_a_row_checkpoint_every_so_often():
+    body, client = await _body_pair(CALLS_PER_CHECKPOINT + 2)
+    with client:
+        await client.send(b"z" * (CALLS_PER_CHECKPOINT + 2))
+        one = memoryview(bytearray(1))
+        with trio.testing.assert_no_checkpoints():
+            for _ in range(CALLS_PER_CHECKPOINT):
+                assert await body.read_into(one) == 1
+        with trio.testing.assert_checkpoints():  # the next goes through the waiting read
+            assert await body.read_into(one) == 1
+        with trio.testing.assert_no_checkpoints():  # and the count starts again
+            assert await body.read_into(one) == 1
+        assert body.done
+
+
+async def test_a_body_that_does_not_come_waits_and_times_out(autojump_clock):
+    body, client = await _body_pair(10)
+    with client:
+        await client.send(b"abc")
+        view = memoryview(bytearray(10))
+        assert await body.read_into(view) == 3
+        with pytest.raises(bare_io.BodyTimeout):
+            await body.read_into(view[3:])
+
+
+async def test_a_client_that_closes_mid_body_is_gone_on_either_read():
+    body, client = await _body_pair(10)
+    await client.send(b"abc")
+    client.close()
+    view = memoryview(bytearray(10))
+    assert await body.read_into(view) == 3
+    with pytest.raises(PeerGone):
+        await body.read_into(view[3:])
+
+
+async def test_a_64_kib_feed_crosses_a_bare_channel_intact():
+    worker = FakeWorker()
+    message = _run_graph(256)
+    async with open_http_server(worker) as server:
+        async with TrioHttpChannel(server.address) as channel:
+            with trio.fail_after(GENEROUS):
+                handle = (await channel.register_graph(RegisterGraph({"nodes": []}, "s"))
+                          ).graph_handle
+                for step in (1, 2):  # the second from the channel's prepared signature
+                    reply = await channel.run_graph(RunGraph(handle, step, message.feeds,
+                                                             ["x", "y"]))
+                    np.testing.assert_array_equal(reply.tensors[0].value,
+                                                  message.feeds[0].value)
+                    np.testing.assert_array_equal(reply.tensors[1].value,
+                                                  message.feeds[1].value)
+            assert channel.bare_calls == 3
