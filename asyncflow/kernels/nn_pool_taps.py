@@ -21,14 +21,14 @@ from __future__ import annotations
 import numpy as np
 
 from asyncflow import errors
-from asyncflow.kernels import intra_op
+from asyncflow.kernels import intra_op, pool_loops
 from asyncflow.kernels.arguments import is_floating
 from asyncflow.kernels.nn_conv import (
     _crop, _first_cells, _layout, _lowest, _pad, _padded_shape,
     _pool_setup, _route, _tap_args, _taps,
 )
 from asyncflow.kernels.pool_ties import accumulating_max, all_above_minus_inf, first_zero_signs
-from asyncflow.kernels.registry import register_kernel
+from asyncflow.kernels.registry import register_kernel, register_prepare
 
 MAX_TAPS = 256
 # Where a window has at most this many taps, ``_MaxPoolWithTaps`` adds it to the tap index of
@@ -57,6 +57,10 @@ def _max_pool_with_taps(ctx, x):
     winners = xp.empty(out_shape, dtype=np.uint8)
     tap_args = _tap_args(ctx, kernel_hw, rows, cols)
     flagged = kernel_hw[0] * kernel_hw[1] <= NAN_FIRST
+    if pool_loops.usable(ctx, kernel_hw, x):  # the same bits in one pass (pool_loops.py)
+        pool_loops.max_pool(ctx, x, out, kernel_hw, rows, cols, winners,
+                            NAN_FIRST if flagged else 0)
+        return out, winners
 
     def chunk(start, stop):
         padded = _pad(xp, x[start:stop], rows, cols, _lowest(x.dtype))
@@ -156,10 +160,13 @@ def _route_by_taps(ctx, x, winners, grad, pooled=None):
         return xp.zeros(x.shape, dtype=grad.dtype)
     out = xp.empty(x.shape, dtype=grad.dtype)
     tap_args = _tap_args(ctx, kernel_hw, rows, cols)
-    finite = not is_floating(grad.dtype) or bool(xp.isfinite(grad).all())
     tiled = _tiled(ctx, x.shape, kernel_hw, rows, cols)
-    unpadded = not (rows[1] or rows[2] or cols[1] or cols[2])
     flagged = kernel_hw[0] * kernel_hw[1] <= NAN_FIRST
+    if pool_loops.usable(ctx, kernel_hw, grad, *(() if pooled is None else (pooled,))):
+        return pool_loops.route(ctx, winners, grad, out, kernel_hw, rows, cols, tiled,
+                                flagged, pooled)
+    finite = not is_floating(grad.dtype) or bool(xp.isfinite(grad).all())
+    unpadded = not (rows[1] or rows[2] or cols[1] or cols[2])
 
     def chunk(start, stop):
         g, index = grad[start:stop], winners[start:stop]
@@ -190,3 +197,7 @@ def _route_by_taps(ctx, x, winners, grad, pooled=None):
     intra_op.for_batch(ctx, x.shape[0], grad[0].size * kernel_hw[0] * kernel_hw[1] * 2, chunk,
                        (x[0].size + 2 * grad[0].size) * grad.itemsize)
     return out
+
+
+for _type in ("_MaxPoolWithTaps", "_MaxPoolGradByTaps", "_MaxPoolReluGradByTaps"):
+    register_prepare(_type)(pool_loops.preload)
