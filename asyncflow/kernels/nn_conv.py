@@ -50,7 +50,7 @@ import functools
 import numpy as np
 
 from asyncflow import errors
-from asyncflow.kernels import intra_op, nn_conv_fft
+from asyncflow.kernels import intra_op, jit, nn_conv_fft, pool_loops
 from asyncflow.kernels.arguments import is_floating
 from asyncflow.kernels.math import fused_epilogue
 from asyncflow.kernels.pool_ties import all_above_minus_inf, window_max
@@ -474,6 +474,8 @@ def _max_pool(ctx, x):
         return (xp.zeros(out_shape, dtype=x.dtype),)
     out = xp.empty(out_shape, dtype=x.dtype)
     tap_args = _tap_args(ctx, kernel_hw, rows, cols)
+    if jit.usable(ctx, x):  # the same bits in one pass (kernels/pool_loops.py)
+        return (pool_loops.max_pool(ctx, x, out, kernel_hw, rows, cols),)
 
     def chunk(start, stop):
         padded = _pad(xp, x[start:stop], rows, cols, _lowest(x.dtype))
@@ -502,6 +504,8 @@ def _max_pool_grad(ctx, x, _output, grad):
     # Without padding the chunk's gradient is written straight into its rows of ``out``
     # (no padded buffer, no copy of it back).
     unpadded = not (rows[1] or rows[2] or cols[1] or cols[2])
+    if pool_loops.usable(ctx, kernel_hw, x, grad):  # the winners, then routed (pool_loops.py)
+        return (pool_loops.max_pool_grad(ctx, x, grad, out, kernel_hw, rows, cols, tiled),)
 
     def chunk(start, stop):
         padded = _pad(xp, x[start:stop], rows, cols, _lowest(x.dtype))

@@ -199,5 +199,6 @@ def _route_by_taps(ctx, x, winners, grad, pooled=None):
     return out
 
 
-for _type in ("_MaxPoolWithTaps", "_MaxPoolGradByTaps", "_MaxPoolReluGradByTaps"):
+for _type in ("MaxPool", "MaxPoolGrad", "_MaxPoolWithTaps", "_MaxPoolGradByTaps",
+              "_MaxPoolReluGradByTaps"):  # (MaxPool's kernels are in nn_conv.py)
     register_prepare(_type)(pool_loops.preload)

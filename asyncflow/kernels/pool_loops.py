@@ -149,7 +149,12 @@ def _route_added_loop(winners, grad, out, kh, kw, sh, sw, top, left, flagged, fi
                             if flagged and won >= 128:
                                 won -= 128
                             miss = g[c] * zero if finite else zero
-                            target[c] += g[c] if won == tap else miss
+                            kept, value = target[c], g[c] if won == tap else miss
+                            total = kept + value
+                            if not finite and total != total:  # numpy's NaN: the first
+                                total = kept if kept != kept else (  # operand's (LLVM may
+                                    value if value != value else total)  # swap operands)
+                            target[c] = total
 
 
 @jit.loop
@@ -210,6 +215,13 @@ def route(ctx, winners, grad, out, kernel_hw, rows, cols, tiled, flagged, pooled
                               *geometry, flagged, finite)
     intra_op.for_batch(ctx, out.shape[0], grad[0].size * kernel_hw[0] * kernel_hw[1], chunk)
     return out
+
+
+def max_pool_grad(ctx, x, grad, out, kernel_hw, rows, cols, tiled):
+    """MaxPoolGrad into ``out``: the windows' winners (``max_pool``), then ``route``."""
+    winners = np.empty(grad.shape, dtype=np.uint8)
+    max_pool(ctx, x, np.empty(grad.shape, dtype=x.dtype), kernel_hw, rows, cols, winners)
+    return route(ctx, winners, grad, out, kernel_hw, rows, cols, tiled, False)
 
 
 def warm():
