@@ -31,6 +31,7 @@ Theory of operation for the spatial kernels (Conv2D, pooling and their gradients
   gradient holds an inf or NaN, where ``0 * inf`` would leak a NaN; then ``where`` routes it.
   AvgPool divides by the number of real (unpadded) cells, as TF. Where the compile pass pairs
   a MaxPool with its own gradient, ``kernels/nn_pool_taps.py`` routes by the forward's taps.
+  On CPU for float32/float64 the max pools run ``kernels/pool_loops.py``'s compiled loops.
 - Every kernel splits its batch into contiguous chunks over the device's intra-op threads
   (``kernels/intra_op.py``): each chunk writes its own rows of a preallocated output, so
   the split changes no bits where the per-row work is exact; the filter gradient adds the

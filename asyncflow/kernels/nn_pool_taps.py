@@ -14,7 +14,8 @@ input (module docstring of compile/pool_taps.py); a window whose first cell is N
 the gradient there and ReluGrad zeroes it (NaN is not > 0) while the pooled maximum ignores
 the NaN, so the fold learns of those windows from the flag, per chunk, and not by a pass
 over the input (which cost it 1.4x). Every kernel splits the batch over the
-intra-op pool as MaxPool does.
+intra-op pool as MaxPool does. On CPU for float32/float64 the kernels run the compiled loops
+of ``kernels/pool_loops.py`` instead (the same bits); the numpy forms below serve the rest.
 """
 from __future__ import annotations
 
@@ -131,6 +132,8 @@ def _max_pool_relu_grad_by_taps(ctx, x, winners, grad, pooled):
             kernel_hw[0] * kernel_hw[1] <= NAN_FIRST  # NaN first cells flagged in winners
             or not _nan_first_cells(ctx.xp, x, kernel_hw, ctx.attrs["strides"], rows, cols)):
         return (_route_by_taps(ctx, x, winners, grad, pooled),)
+    if pool_loops.usable(ctx, kernel_hw, x, grad):  # routed and masked in one loop
+        return (_route_by_taps(ctx, x, winners, grad, features=x),)
     out = _route_by_taps(ctx, x, winners, grad)
     return (out * (x > 0),)
 
@@ -141,9 +144,10 @@ def _nan_first_cells(xp, x, kernel_hw, strides, rows, cols):
     return is_floating(x.dtype) and first.size and bool(xp.isnan(first.min()))
 
 
-def _route_by_taps(ctx, x, winners, grad, pooled=None):
+def _route_by_taps(ctx, x, winners, grad, pooled=None, features=None):
     """``x``'s gradient, routed by ``winners``; with ``pooled``, each chunk's gradient is
-    first masked by ``pooled > 0`` (in cache: no full-size temporary)."""
+    first masked by ``pooled > 0`` (in cache: no full-size temporary); ``features``: the
+    routed gradient multiplied by ``features > 0`` (compiled loops only)."""
     xp = ctx.xp
     kernel_hw, rows, cols = _pool_setup(ctx, x.shape)
     _tap_count(ctx, kernel_hw)
@@ -164,7 +168,7 @@ def _route_by_taps(ctx, x, winners, grad, pooled=None):
     flagged = kernel_hw[0] * kernel_hw[1] <= NAN_FIRST
     if pool_loops.usable(ctx, kernel_hw, grad, *(() if pooled is None else (pooled,))):
         return pool_loops.route(ctx, winners, grad, out, kernel_hw, rows, cols, tiled,
-                                flagged, pooled)
+                                flagged, pooled, features)
     finite = not is_floating(grad.dtype) or bool(xp.isfinite(grad).all())
     unpadded = not (rows[1] or rows[2] or cols[1] or cols[2])
 

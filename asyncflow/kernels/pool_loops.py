@@ -18,8 +18,9 @@ for bit:
 - ``route``: each window's gradient (masked first by ``pooled > 0`` and not NaN-first where
   the Relu's gradient is folded in) written to the winner's cell and ``gradient * 0`` to the
   window's other cells (a signed zero), or +0 where the gradient holds an inf or NaN
-  anywhere (numpy's ``where``); windows that tile the input assign, others add into a zeroed
-  output tap by tap (the same order of additions as numpy's tap passes).
+  anywhere (numpy's ``where``); windows that tile the input assign, others add the winners'
+  gradients into a zeroed output tap by tap (the order of numpy's tap passes; a miss's +-0
+  would leave a sum begun at +0 as it is), a NaN sum taking numpy's NaN.
 
 Every function here takes a chunk of the batch: the kernels split it over the intra-op pool
 (``intra_op.for_batch``), one loop call a chunk, the GIL released. Where ``jit.usable`` is
@@ -126,15 +127,15 @@ def _route_tiled_loop(winners, grad, pooled, out, kh, kw, sh, sw, top, left, fla
 
 
 @jit.loop
-def _route_added_loop(winners, grad, out, kh, kw, sh, sw, top, left, flagged, finite):
+def _route_added_loop(winners, grad, features, out, kh, kw, sh, sw, top, left, flagged, relu):
     n, height, width, depth = out.shape
     out_h, out_w = grad.shape[1], grad.shape[2]
-    zero = out.dtype.type(0)
-    out[...] = zero
-    for i in range(kh):
-        for j in range(kw):
-            tap = i * kw + j
-            for b in range(n):
+    one, zero = out.dtype.type(1), out.dtype.type(0)
+    for b in range(n):  # image by image, in cache: each image's cells add only its windows'
+        out[b] = zero
+        for i in range(kh):
+            for j in range(kw):
+                tap = i * kw + j
                 for oy in range(out_h):
                     y = oy * sh - top + i
                     if y < 0 or y >= height:
@@ -143,18 +144,26 @@ def _route_added_loop(winners, grad, out, kh, kw, sh, sw, top, left, flagged, fi
                         col = ox * sw - left + j
                         if col < 0 or col >= width:
                             continue
-                        g, index, target = grad[b, oy, ox], winners[b, oy, ox], out[b, y, col]
                         for c in range(depth):
-                            won = np.int64(index[c])
+                            won = np.int64(winners[b, oy, ox, c])
                             if flagged and won >= 128:
                                 won -= 128
-                            miss = g[c] * zero if finite else zero
-                            kept, value = target[c], g[c] if won == tap else miss
+                            # A miss adds +0 (numpy adds its +-0: either leaves a sum begun
+                            # at +0, never -0, as it is); a NaN sum takes numpy's NaN, the
+                            # first operand's (LLVM may swap an addition's operands).
+                            kept = out[b, y, col, c]
+                            value = grad[b, oy, ox, c] if won == tap else zero
                             total = kept + value
-                            if not finite and total != total:  # numpy's NaN: the first
-                                total = kept if kept != kept else (  # operand's (LLVM may
-                                    value if value != value else total)  # swap operands)
-                            target[c] = total
+                            if total != total:
+                                total = kept if kept != kept else (
+                                    value if value != value else total)
+                            out[b, y, col, c] = total
+        if relu:  # ReluGrad by the pooled input: numpy's ``out * (x > 0)``
+            for y in range(height):
+                for col in range(width):
+                    for c in range(depth):
+                        out[b, y, col, c] = out[b, y, col, c] * (
+                            one if features[b, y, col, c] > 0 else zero)
 
 
 @jit.loop
@@ -195,14 +204,19 @@ def max_pool(ctx, x, out, kernel_hw, rows, cols, winners=None, nan_flag=0):
     return out
 
 
-def route(ctx, winners, grad, out, kernel_hw, rows, cols, tiled, flagged, pooled=None):
+def route(ctx, winners, grad, out, kernel_hw, rows, cols, tiled, flagged, pooled=None,
+          features=None):
     """``out`` (the pooled input's shape): ``grad`` routed by ``winners`` (uint8 taps, with
     ``NAN_FIRST`` flags where ``flagged``), masked by ``pooled > 0`` where ``pooled`` is given
-    (then the windows must tile), split over the intra-op pool."""
+    (then the windows must tile), or, given ``features`` (the pooled input, a Relu's output:
+    windows that do not tile), the routed sums multiplied by ``features > 0``; split over
+    the intra-op pool."""
+    relu = features is not None
+    features = np.ascontiguousarray(features) if relu else out
     grad = np.ascontiguousarray(grad)
     winners = np.ascontiguousarray(winners)
     geometry = _geometry(ctx, kernel_hw, rows, cols)
-    finite = bool(_finite_loop(grad))
+    finite = not tiled or bool(_finite_loop(grad))  # (only tiled misses' zeros differ)
     masked = pooled is not None
     pooled = np.ascontiguousarray(pooled) if masked else grad
 
@@ -211,8 +225,8 @@ def route(ctx, winners, grad, out, kernel_hw, rows, cols, tiled, flagged, pooled
             _route_tiled_loop(winners[start:stop], grad[start:stop], pooled[start:stop],
                               out[start:stop], *geometry, flagged, finite, masked)
         else:
-            _route_added_loop(winners[start:stop], grad[start:stop], out[start:stop],
-                              *geometry, flagged, finite)
+            _route_added_loop(winners[start:stop], grad[start:stop], features[start:stop],
+                              out[start:stop], *geometry, flagged, relu)
     intra_op.for_batch(ctx, out.shape[0], grad[0].size * kernel_hw[0] * kernel_hw[1], chunk)
     return out
 
@@ -233,7 +247,7 @@ def warm():
         geometry = (2, 2, 2, 2, 0, 0)
         _max_loop(x, out, winners, *geometry, dtype.type(0), 0, True)
         _route_tiled_loop(winners, out, out, x, *geometry, True, True, True)
-        _route_added_loop(winners, out, x, *geometry, True, True)
+        _route_added_loop(winners, out, x, x, *geometry, True, True)
         _finite_loop(out)
 
 

@@ -4,6 +4,10 @@ the reference (``jit.ENABLED`` off): the same bits for MaxPool, MaxPoolGrad,
 SAME and VALID, strides below, equal to and above the window, ties (+0/-0 included), NaN, inf
 and -inf inputs, inf and NaN gradients, float32 and float64, and 1-3 intra-op threads in
 chunks of a few images."""
+import pathlib
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -143,3 +147,53 @@ def test_warm_compiles_every_loop_and_the_prepare_hook_preloads_it(monkeypatch):
     assert pool_loops.preload(Node()) is not None
     Node.output_dtypes = [np.dtype(np.float16)]
     assert pool_loops.preload(Node()) is None
+
+
+# A session's first step: the pools' prepare hook (jit.preload) imports numba and compiles
+# the loops on a worker thread; a tiny pool, run inline on the event loop's thread, must not
+# import or compile there. A meta path finder records the thread of each import of numba.
+_FIRST_STEP = r"""
+import sys
+import threading
+import numpy as np
+import trio
+import asyncflow as af
+from asyncflow.kernels import jit, pool_loops
+
+importing = []
+
+class Spy:  # finds nothing: records who asks for numba
+    def find_spec(self, name, path=None, target=None):
+        if name == "numba":
+            importing.append(threading.get_ident())
+        return None
+
+sys.meta_path.insert(0, Spy())
+x = af.placeholder(af.float32, [None, 4, 4, 2])
+y = af.nn.relu(x)
+pooled = af.nn.max_pool(y, [1, 2, 2, 1], [1, 2, 2, 1], "SAME")
+(grad,) = af.gradients(af.reduce_sum(pooled * pooled), [x])
+value = np.random.default_rng(0).standard_normal([1, 4, 4, 2]).astype(np.float32)
+
+async def step():
+    async with af.Session() as sess:
+        return threading.get_ident(), await sess.run([pooled, grad], {x: value})
+
+assert "numba" not in sys.modules
+loop, (got, got_grad) = trio.run(step)
+assert "numba" in sys.modules and importing and loop not in importing, (loop, importing)
+assert pool_loops.warm in jit._warmed
+jit.ENABLED = False
+async def numpy_forms():
+    async with af.Session() as sess:
+        return await sess.run([pooled, grad], {x: value})
+want, want_grad = trio.run(numpy_forms)
+assert got.tobytes() == want.tobytes() and got_grad.tobytes() == want_grad.tobytes()
+print("ok")
+"""
+
+
+def test_the_first_step_loads_and_compiles_the_loops_off_the_event_loop():
+    done = subprocess.run([sys.executable, "-c", _FIRST_STEP], capture_output=True,
+                          cwd=pathlib.Path(__file__).parents[2], timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == b"ok", done.stderr.decode()[-3000:]
