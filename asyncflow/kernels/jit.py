@@ -18,9 +18,13 @@ block the event loop: a kernel with compiled loops registers a prepare hook retu
 take; the plan runs it on a worker thread before the node's first step, as it imports
 scipy.fft (``registry.Preload``). ``error_model="numpy"``: a division by zero gives inf/NaN as in
 numpy, with no check per element (the default Python model's checks stop vectorization).
+numba's first compile imports scipy's BLAS bindings, an OpenBLAS of scipy's own: ``_load``
+imports them with numba, and ``usable``/``preload`` have the device's intra-op pool extend its
+BLAS hold to them (``exec/intra_op.py``), as the FFT path does for ``scipy.fft``.
 """
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 
@@ -59,7 +63,7 @@ def _load_numba_blas():
     load an OpenBLAS of scipy's own: imported here, with numba, so that ``usable`` can have
     the intra-op pool hold it at one thread as it holds numpy's (``exec/intra_op.py``)."""
     try:
-        import scipy.linalg.cython_blas  # noqa: F401
+        importlib.import_module("scipy.linalg.cython_blas")
     except ImportError:  # (numba then compiles without it)
         pass
 
