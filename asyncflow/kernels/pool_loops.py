@@ -252,9 +252,9 @@ def warm():
 
 
 def preload(ctx):
-    """A prepare hook of the max pools: ``jit.preload(warm)`` where the node's output is a
-    dtype the loops take (None elsewhere, and once warmed)."""
+    """A prepare hook of the max pools: ``jit.preload(warm)`` where the node's arrays are
+    numpy's and its output a dtype the loops take (None elsewhere, and once warmed)."""
     dtypes = ctx.output_dtypes
-    if not dtypes or np.dtype(dtypes[0]) not in jit.SUPPORTED:
+    if getattr(ctx, "xp", np) is not np or not dtypes or np.dtype(dtypes[0]) not in jit.SUPPORTED:
         return None
     return jit.preload(warm)

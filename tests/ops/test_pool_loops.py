@@ -144,8 +144,11 @@ def test_warm_compiles_every_loop_and_the_prepare_hook_preloads_it(monkeypatch):
 
     class Node:
         output_dtypes = [np.dtype(np.float32)]
+        xp = np
     assert pool_loops.preload(Node()) is not None
-    Node.output_dtypes = [np.dtype(np.float16)]
+    Node.xp = object()  # a GPU's array module: no loops there
+    assert pool_loops.preload(Node()) is None
+    Node.xp, Node.output_dtypes = np, [np.dtype(np.float16)]
     assert pool_loops.preload(Node()) is None
 
 
