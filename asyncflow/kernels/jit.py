@@ -18,9 +18,13 @@ block the event loop: a kernel with compiled loops registers a prepare hook retu
 take; the plan runs it on a worker thread before the node's first step, as it imports
 scipy.fft (``registry.Preload``). ``error_model="numpy"``: a division by zero gives inf/NaN as in
 numpy, with no check per element (the default Python model's checks stop vectorization).
+numba's first compile imports scipy's BLAS bindings, an OpenBLAS of scipy's own: ``_load``
+imports them with numba, and ``usable``/``preload`` have the device's intra-op pool extend its
+BLAS hold to them (``exec/intra_op.py``), as the FFT path does for ``scipy.fft``.
 """
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 
@@ -36,6 +40,7 @@ SUPPORTED = frozenset(np.dtype(t) for t in (np.float32, np.float64))
 _numba = None  # the module once imported; False where it is missing
 _lock = threading.Lock()
 _warmed = set()  # the warm functions preload has run
+_blas_held = False  # whether a device's intra-op pool has extended its BLAS hold since _load
 
 
 def _load():
@@ -47,8 +52,29 @@ def _load():
                     import numba
                 except ImportError:  # an optional speed-up: numpy's forms run instead
                     numba = False
+                if numba:
+                    _load_numba_blas()
                 _numba = numba
     return _numba
+
+
+def _load_numba_blas():
+    """numba's first compile imports scipy's BLAS bindings (its ``np.linalg`` support), which
+    load an OpenBLAS of scipy's own: imported here, with numba, so that ``usable`` can have
+    the intra-op pool hold it at one thread as it holds numpy's (``exec/intra_op.py``)."""
+    try:
+        importlib.import_module("scipy.linalg.cython_blas")
+    except ImportError:  # (numba then compiles without it)
+        pass
+
+
+def _hold_blas(ctx):
+    """Extend the device's BLAS hold to the libraries numba brought (once a process)."""
+    global _blas_held
+    pool = getattr(getattr(ctx, "device", None), "intra_op", None)
+    if pool is not None:
+        pool.hold_blas_loaded_since()
+        _blas_held = True
 
 
 def available():
@@ -59,8 +85,12 @@ def available():
 def usable(ctx, *arrays):
     """True where a kernel should take its compiled loop for these arrays: on CPU, every
     array a numpy array of a ``SUPPORTED`` dtype, and ``available()``."""
-    return (ctx.xp is np and all(type(a) is np.ndarray and a.dtype in SUPPORTED for a in arrays)
-            and available())
+    if not (ctx.xp is np and all(type(a) is np.ndarray and a.dtype in SUPPORTED for a in arrays)
+            and available()):
+        return False
+    if not _blas_held:
+        _hold_blas(ctx)
+    return True
 
 
 class _Loop:
@@ -106,6 +136,8 @@ def preload(warm):
 
     def load(ctx):
         if warm not in _warmed and available():
+            if not _blas_held:
+                _hold_blas(ctx)
             warm()
             _warmed.add(warm)
     return Preload(load)

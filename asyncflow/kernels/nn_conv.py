@@ -31,6 +31,7 @@ Theory of operation for the spatial kernels (Conv2D, pooling and their gradients
   gradient holds an inf or NaN, where ``0 * inf`` would leak a NaN; then ``where`` routes it.
   AvgPool divides by the number of real (unpadded) cells, as TF. Where the compile pass pairs
   a MaxPool with its own gradient, ``kernels/nn_pool_taps.py`` routes by the forward's taps.
+  On CPU for float32/float64 the max pools run ``kernels/pool_loops.py``'s compiled loops.
 - Every kernel splits its batch into contiguous chunks over the device's intra-op threads
   (``kernels/intra_op.py``): each chunk writes its own rows of a preallocated output, so
   the split changes no bits where the per-row work is exact; the filter gradient adds the
@@ -50,7 +51,7 @@ import functools
 import numpy as np
 
 from asyncflow import errors
-from asyncflow.kernels import intra_op, nn_conv_fft
+from asyncflow.kernels import intra_op, jit, nn_conv_fft, pool_loops
 from asyncflow.kernels.arguments import is_floating
 from asyncflow.kernels.math import fused_epilogue
 from asyncflow.kernels.pool_ties import all_above_minus_inf, window_max
@@ -474,6 +475,8 @@ def _max_pool(ctx, x):
         return (xp.zeros(out_shape, dtype=x.dtype),)
     out = xp.empty(out_shape, dtype=x.dtype)
     tap_args = _tap_args(ctx, kernel_hw, rows, cols)
+    if jit.usable(ctx, x):  # the same bits in one pass (kernels/pool_loops.py)
+        return (pool_loops.max_pool(ctx, x, out, kernel_hw, rows, cols),)
 
     def chunk(start, stop):
         padded = _pad(xp, x[start:stop], rows, cols, _lowest(x.dtype))
@@ -502,6 +505,8 @@ def _max_pool_grad(ctx, x, _output, grad):
     # Without padding the chunk's gradient is written straight into its rows of ``out``
     # (no padded buffer, no copy of it back).
     unpadded = not (rows[1] or rows[2] or cols[1] or cols[2])
+    if pool_loops.usable(ctx, kernel_hw, x, grad):  # the winners, then routed (pool_loops.py)
+        return (pool_loops.max_pool_grad(ctx, x, grad, out, kernel_hw, rows, cols, tiled),)
 
     def chunk(start, stop):
         padded = _pad(xp, x[start:stop], rows, cols, _lowest(x.dtype))

@@ -14,21 +14,22 @@ input (module docstring of compile/pool_taps.py); a window whose first cell is N
 the gradient there and ReluGrad zeroes it (NaN is not > 0) while the pooled maximum ignores
 the NaN, so the fold learns of those windows from the flag, per chunk, and not by a pass
 over the input (which cost it 1.4x). Every kernel splits the batch over the
-intra-op pool as MaxPool does.
+intra-op pool as MaxPool does. On CPU for float32/float64 the kernels run the compiled loops
+of ``kernels/pool_loops.py`` instead (the same bits); the numpy forms below serve the rest.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from asyncflow import errors
-from asyncflow.kernels import intra_op
+from asyncflow.kernels import intra_op, pool_loops
 from asyncflow.kernels.arguments import is_floating
 from asyncflow.kernels.nn_conv import (
     _crop, _first_cells, _layout, _lowest, _pad, _padded_shape,
     _pool_setup, _route, _tap_args, _taps,
 )
 from asyncflow.kernels.pool_ties import accumulating_max, all_above_minus_inf, first_zero_signs
-from asyncflow.kernels.registry import register_kernel
+from asyncflow.kernels.registry import register_kernel, register_prepare
 
 MAX_TAPS = 256
 # Where a window has at most this many taps, ``_MaxPoolWithTaps`` adds it to the tap index of
@@ -57,6 +58,10 @@ def _max_pool_with_taps(ctx, x):
     winners = xp.empty(out_shape, dtype=np.uint8)
     tap_args = _tap_args(ctx, kernel_hw, rows, cols)
     flagged = kernel_hw[0] * kernel_hw[1] <= NAN_FIRST
+    if pool_loops.usable(ctx, kernel_hw, x):  # the same bits in one pass (pool_loops.py)
+        pool_loops.max_pool(ctx, x, out, kernel_hw, rows, cols, winners,
+                            NAN_FIRST if flagged else 0)
+        return out, winners
 
     def chunk(start, stop):
         padded = _pad(xp, x[start:stop], rows, cols, _lowest(x.dtype))
@@ -127,6 +132,8 @@ def _max_pool_relu_grad_by_taps(ctx, x, winners, grad, pooled):
             kernel_hw[0] * kernel_hw[1] <= NAN_FIRST  # NaN first cells flagged in winners
             or not _nan_first_cells(ctx.xp, x, kernel_hw, ctx.attrs["strides"], rows, cols)):
         return (_route_by_taps(ctx, x, winners, grad, pooled),)
+    if pool_loops.usable(ctx, kernel_hw, x, grad):  # routed and masked in one loop
+        return (_route_by_taps(ctx, x, winners, grad, features=x),)
     out = _route_by_taps(ctx, x, winners, grad)
     return (out * (x > 0),)
 
@@ -137,9 +144,10 @@ def _nan_first_cells(xp, x, kernel_hw, strides, rows, cols):
     return is_floating(x.dtype) and first.size and bool(xp.isnan(first.min()))
 
 
-def _route_by_taps(ctx, x, winners, grad, pooled=None):
+def _route_by_taps(ctx, x, winners, grad, pooled=None, features=None):
     """``x``'s gradient, routed by ``winners``; with ``pooled``, each chunk's gradient is
-    first masked by ``pooled > 0`` (in cache: no full-size temporary)."""
+    first masked by ``pooled > 0`` (in cache: no full-size temporary); ``features``: the
+    routed gradient multiplied by ``features > 0`` (compiled loops only)."""
     xp = ctx.xp
     kernel_hw, rows, cols = _pool_setup(ctx, x.shape)
     _tap_count(ctx, kernel_hw)
@@ -156,10 +164,13 @@ def _route_by_taps(ctx, x, winners, grad, pooled=None):
         return xp.zeros(x.shape, dtype=grad.dtype)
     out = xp.empty(x.shape, dtype=grad.dtype)
     tap_args = _tap_args(ctx, kernel_hw, rows, cols)
-    finite = not is_floating(grad.dtype) or bool(xp.isfinite(grad).all())
     tiled = _tiled(ctx, x.shape, kernel_hw, rows, cols)
-    unpadded = not (rows[1] or rows[2] or cols[1] or cols[2])
     flagged = kernel_hw[0] * kernel_hw[1] <= NAN_FIRST
+    if pool_loops.usable(ctx, kernel_hw, grad, *(() if pooled is None else (pooled,))):
+        return pool_loops.route(ctx, winners, grad, out, kernel_hw, rows, cols, tiled,
+                                flagged, pooled, features)
+    finite = not is_floating(grad.dtype) or bool(xp.isfinite(grad).all())
+    unpadded = not (rows[1] or rows[2] or cols[1] or cols[2])
 
     def chunk(start, stop):
         g, index = grad[start:stop], winners[start:stop]
@@ -190,3 +201,8 @@ def _route_by_taps(ctx, x, winners, grad, pooled=None):
     intra_op.for_batch(ctx, x.shape[0], grad[0].size * kernel_hw[0] * kernel_hw[1] * 2, chunk,
                        (x[0].size + 2 * grad[0].size) * grad.itemsize)
     return out
+
+
+for _type in ("MaxPool", "MaxPoolGrad", "_MaxPoolWithTaps", "_MaxPoolGradByTaps",
+              "_MaxPoolReluGradByTaps"):  # (MaxPool's kernels are in nn_conv.py)
+    register_prepare(_type)(pool_loops.preload)
