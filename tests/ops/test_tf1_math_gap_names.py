@@ -77,6 +77,31 @@ async def test_searchsorted_values_and_shapes():
         np.testing.assert_array_equal(value, want)
 
 
+async def test_searchsorted_many_rows_nan_and_edges():
+    # TF1 2.21's values, pinned: a NaN value is first for 'left' and last for 'right' (TF1's
+    # binary search compares entry < value; numpy's searchsorted sorts NaN last)
+    seq = np.array([[1.0, 2, 3], [-np.inf, 0, np.inf]])
+    vals = np.array([[np.nan, 2, np.inf, -np.inf], [np.inf, np.nan, -np.inf, 0]])
+    rng = np.random.default_rng(3)
+    rows = np.sort(rng.integers(-5, 5, (40, 17)), axis=1)  # duplicates in every row
+    queries = rng.integers(-7, 7, (40, 9))
+    with af.Graph().as_default():
+        outs = [tf.searchsorted(seq, vals), tf.searchsorted(seq, vals, side="right"),
+                tf.searchsorted(np.uint8([[3, 200, 255]]), np.uint8([[0, 200, 255, 201]])),
+                tf.searchsorted(np.uint8([[3, 200, 255]]), np.uint8([[0, 200, 255, 201]]),
+                                side="right"),
+                tf.searchsorted(np.zeros((2, 0), np.float16), np.zeros((2, 3), np.float16)),
+                tf.searchsorted(rows, queries), tf.searchsorted(rows, queries, side="right")]
+        values = await _run(outs)
+    assert values[0].tolist() == [[0, 1, 3, 0], [2, 0, 0, 1]]
+    assert values[1].tolist() == [[3, 2, 3, 0], [3, 3, 1, 2]]
+    assert values[2].tolist() == [[0, 1, 2, 2]] and values[3].tolist() == [[0, 2, 3, 2]]
+    assert values[4].tolist() == [[0, 0, 0]] * 2
+    for value, side in zip(values[5:], ("left", "right")):
+        np.testing.assert_array_equal(
+            value, [np.searchsorted(r, q, side=side) for r, q in zip(rows, queries)])
+
+
 async def test_accumulate_saturate_clip_and_confusion():
     x = np.array([-7.0, -3, 2, 7, 0], np.float32)
     with af.Graph().as_default():
