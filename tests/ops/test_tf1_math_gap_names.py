@@ -102,6 +102,25 @@ async def test_searchsorted_many_rows_nan_and_edges():
             value, [np.searchsorted(r, q, side=side) for r, q in zip(rows, queries)])
 
 
+async def test_saturate_cast_of_wide_integers():
+    # bounds of an integer input taken exactly: float(int64.max) is 2**63, out of int64, and
+    # uint64's 2**63 has no nextafter. (TF1 2.21 builds these but its own clamp overflows:
+    # int64.max -> float32 gives -9.2e18 there; the values here are the clamp's intent.)
+    i64, u64 = np.iinfo(np.int64), np.iinfo(np.uint64)
+    with af.Graph().as_default():
+        outs = [tf.saturate_cast(np.int64([i64.max, i64.min, 5]), tf.float32),
+                tf.saturate_cast(np.int64([i64.max, i64.min, 5]), tf.uint64),
+                tf.saturate_cast(np.uint64([u64.max, 5]), tf.int64),
+                tf.saturate_cast(np.uint64([u64.max]), tf.float16),
+                tf.saturate_cast(np.int64([i64.max, i64.min, -3]), tf.int8)]
+        values = await _run(outs)
+    np.testing.assert_array_equal(values[0], np.float32([2.0 ** 63, -2.0 ** 63, 5]))
+    assert values[1].tolist() == [i64.max, 0, 5] and values[1].dtype == np.uint64
+    assert values[2].tolist() == [i64.max, 5] and values[2].dtype == np.int64
+    np.testing.assert_array_equal(values[3], np.float16([65504]))
+    assert values[4].tolist() == [127, -128, -3]
+
+
 async def test_accumulate_saturate_clip_and_confusion():
     x = np.array([-7.0, -3, 2, 7, 0], np.float32)
     with af.Graph().as_default():
