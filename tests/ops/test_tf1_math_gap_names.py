@@ -121,6 +121,20 @@ async def test_saturate_cast_of_wide_integers():
     assert values[4].tolist() == [127, -128, -3]
 
 
+async def test_confusion_matrix_squeezes_a_last_dim_of_1():
+    # TF1's remove_squeezable_dimensions: labels [n, 1] beside predictions [n], or the reverse
+    with af.Graph().as_default():
+        p = af.placeholder(af.int32, [None, None])
+        outs = [tf.confusion_matrix([[1], [2]], [2, 0]),
+                tf.confusion_matrix([1, 2], [[2], [0]], num_classes=3),
+                tf.confusion_matrix([1, 2], p, weights=[2, 3])]
+        assert [o.shape.as_list() for o in outs] == [[3, 3], [3, 3], [None, None]]
+        values = await _run(outs, {p: [[2], [0]]})
+    assert [v.tolist() for v in values] == [  # TF1 2.21's
+        [[0, 0, 0], [0, 0, 1], [1, 0, 0]], [[0, 0, 0], [0, 0, 1], [1, 0, 0]],
+        [[0, 0, 0], [0, 0, 2], [3, 0, 0]]]
+
+
 async def test_accumulate_saturate_clip_and_confusion():
     x = np.array([-7.0, -3, 2, 7, 0], np.float32)
     with af.Graph().as_default():
