@@ -52,11 +52,27 @@ def _bound(side):
             raise errors.InvalidArgumentError(
                 None, ctx.name, f"sorted_inputs {list(sorted_inputs.shape)} and values "
                 f"{list(values.shape)} must be 2-D with the same number of rows")
-        out = xp.empty(values.shape, dtype=ctx.output_dtypes[0])
-        for row in range(values.shape[0]):  # (a row each: numpy searches one sorted array)
-            out[row] = xp.searchsorted(sorted_inputs[row], values[row], side=side)
-        return (out,)
+        return (xp.asarray(_bounds(xp, sorted_inputs, values, side),
+                           dtype=ctx.output_dtypes[0]),)
     return kernel
+
+
+def _bounds(xp, sequences, values, side):
+    """TF1's ``std::lower_bound``/``upper_bound`` of each value in its row, every row and
+    value at once: a binary search of ``bit_length(n)`` halving steps. Its comparisons are
+    TF1's (``entry < value``; for 'right' ``not value < entry``), so a NaN value goes first
+    ('left') or last ('right') as in TF1, where numpy's ``searchsorted`` sorts NaN last."""
+    n = sequences.shape[1]
+    low = xp.zeros(values.shape, dtype=xp.int64)
+    high = xp.full(values.shape, n, dtype=xp.int64)
+    for _ in range(n.bit_length()):
+        middle = (low + high) // 2
+        active = low < high
+        entry = xp.take_along_axis(sequences, xp.minimum(middle, n - 1), axis=1)
+        after = entry < values if side == "left" else ~(values < entry)
+        low = xp.where(active & after, middle + 1, low)
+        high = xp.where(active & ~after, middle, high)
+    return low
 
 
 register_kernel("LowerBound")(_bound("left"))

@@ -9,7 +9,7 @@ import numpy as np
 from asyncflow import dtypes
 from asyncflow.ops import math as math_ops
 from asyncflow.ops.construct import as_tensor, graph_of, static_value
-from asyncflow.ops.layout import stack
+from asyncflow.ops.layout import squeeze, stack
 from asyncflow.ops.logging_ops import assert_less, assert_non_negative
 from asyncflow.ops.control import control_dependencies
 from asyncflow.ops.scatter_nd import scatter_nd
@@ -20,7 +20,8 @@ def confusion_matrix(labels, predictions, num_classes=None, dtype=dtypes.int32, 
                      weights=None):
     """TF1's ``tf.confusion_matrix``: ``[num_classes, num_classes]``, row ``i`` column ``j``
     the (weighted) count of ``labels == i`` with ``predictions == j``. ``num_classes``
-    defaults to one more than the largest label or prediction.
+    defaults to one more than the largest label or prediction. Of labels and predictions
+    whose known ranks differ by one, a last dim of 1 on the larger is squeezed (TF1's).
 
     Raises:
         ValueError: for labels and predictions (or weights) of different known shapes.
@@ -32,6 +33,7 @@ def confusion_matrix(labels, predictions, num_classes=None, dtype=dtypes.int32, 
         labels, predictions = (as_tensor(labels, name="labels"),
                                as_tensor(predictions, name="predictions"))
         known = [static_value(t) for t in (labels, predictions)]  # (before the casts)
+        labels, predictions = _squeeze_last(labels, predictions)
         labels = math_ops.cast(labels, dtypes.int64)
         predictions = math_ops.cast(predictions, dtypes.int64)
         if not labels.shape.is_compatible_with(predictions.shape):
@@ -70,3 +72,17 @@ def confusion_matrix(labels, predictions, num_classes=None, dtype=dtypes.int32, 
             matrix = scatter_nd(indices, values, shape)
             matrix.set_shape([None, None])
             return matrix
+
+
+def _squeeze_last(labels, predictions):
+    """TF1's ``remove_squeezable_dimensions`` for known ranks: of labels ``[n, 1]`` and
+    predictions ``[n]`` (or the other way round), the last dim of the larger squeezed."""
+    ranks = labels.shape.ndims, predictions.shape.ndims
+    if None in ranks or abs(ranks[1] - ranks[0]) != 1:
+        return labels, predictions
+    if ranks[1] > ranks[0]:
+        if predictions.shape.dims[-1] in (None, 1):
+            predictions = squeeze(predictions, [-1])
+    elif labels.shape.dims[-1] in (None, 1):
+        labels = squeeze(labels, [-1])
+    return labels, predictions

@@ -466,6 +466,8 @@ def saturate_cast(value, dtype, name=None):
     Raises:
         TypeError: for a string or bool dtype on either side (TF1's: no minimum).
     """
+    import math
+
     import numpy as np
     value = as_tensor(value)
     out = dtypes.as_dtype(dtype)
@@ -474,12 +476,16 @@ def saturate_cast(value, dtype, name=None):
             raise TypeError(f"Cannot find minimum value of {d.name} with type {d.name}.")
     with graph_of((value,)).name_scope(name or "saturate_cast") as scope:
         held = np.dtype(value.dtype.as_numpy_dtype)
-        low = held.type(max(value.dtype.min, out.min))
-        if float(low) < out.min:  # (float(low) and out.min compared exactly enough here)
-            low = np.nextafter(low, held.type(0), dtype=held)
-        high = held.type(min(float(value.dtype.max), float(out.max)))
-        if _above(high, out.max):
-            high = np.nextafter(high, held.type(0), dtype=held)
+        if value.dtype.is_integer:  # (exact in Python ints: float(int64.max) is 2**63)
+            low = held.type(max(value.dtype.min, math.ceil(out.min)))
+            high = held.type(min(value.dtype.max, math.floor(out.max)))
+        else:
+            low = held.type(max(value.dtype.min, out.min))
+            if float(low) < out.min:  # (float(low) and out.min compared exactly enough here)
+                low = np.nextafter(low, held.type(0), dtype=held)
+            high = held.type(min(float(value.dtype.max), float(out.max)))
+            if _above(high, out.max):
+                high = np.nextafter(high, held.type(0), dtype=held)
         clamped = math_ops.maximum(math_ops.minimum(value, as_tensor(high, value.dtype)),
                                    as_tensor(low, value.dtype))
         return math_ops.cast(clamped, out, name=scope)

@@ -22,7 +22,7 @@ from asyncflow.ops.indexing import boolean_mask, gather
 from asyncflow.ops.layout import expand_dims, stack
 from asyncflow.ops.shapes import normalize_axis, shape_of, static_ints
 from asyncflow.ops.sources import range as _range
-from asyncflow.ops.tiling import sequence_mask, tile
+from asyncflow.ops.tiling import broadcast_to, sequence_mask, tile
 
 
 def _infer_roll(op):
@@ -119,6 +119,9 @@ def repeat(input, repeats, axis=None, name=None):  # noqa: A002 - TF1's argument
                 raise ValueError(f"Repeat: repeats has {count} entries, but dimension {axis} "
                                  f"of the input has {n}")
             repeats = math_ops.cast(repeats, dtypes.int32)
+            if count is None:  # (TF1's: a fed scalar, or one count, serves every entry)
+                lengths = [n] if known else stack([n])
+                repeats = reshape(broadcast_to(repeats, lengths), lengths)
             longest = math_ops.maximum(math_ops.reduce_max(repeats), 0)
             tiled = tile(positions, stack([1, longest]))
             out = gather(source, boolean_mask(tiled, sequence_mask(repeats, longest)),

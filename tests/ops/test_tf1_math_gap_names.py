@@ -77,6 +77,64 @@ async def test_searchsorted_values_and_shapes():
         np.testing.assert_array_equal(value, want)
 
 
+async def test_searchsorted_many_rows_nan_and_edges():
+    # TF1 2.21's values, pinned: a NaN value is first for 'left' and last for 'right' (TF1's
+    # binary search compares entry < value; numpy's searchsorted sorts NaN last)
+    seq = np.array([[1.0, 2, 3], [-np.inf, 0, np.inf]])
+    vals = np.array([[np.nan, 2, np.inf, -np.inf], [np.inf, np.nan, -np.inf, 0]])
+    rng = np.random.default_rng(3)
+    rows = np.sort(rng.integers(-5, 5, (40, 17)), axis=1)  # duplicates in every row
+    queries = rng.integers(-7, 7, (40, 9))
+    with af.Graph().as_default():
+        outs = [tf.searchsorted(seq, vals), tf.searchsorted(seq, vals, side="right"),
+                tf.searchsorted(np.uint8([[3, 200, 255]]), np.uint8([[0, 200, 255, 201]])),
+                tf.searchsorted(np.uint8([[3, 200, 255]]), np.uint8([[0, 200, 255, 201]]),
+                                side="right"),
+                tf.searchsorted(np.zeros((2, 0), np.float16), np.zeros((2, 3), np.float16)),
+                tf.searchsorted(rows, queries), tf.searchsorted(rows, queries, side="right")]
+        values = await _run(outs)
+    assert values[0].tolist() == [[0, 1, 3, 0], [2, 0, 0, 1]]
+    assert values[1].tolist() == [[3, 2, 3, 0], [3, 3, 1, 2]]
+    assert values[2].tolist() == [[0, 1, 2, 2]] and values[3].tolist() == [[0, 2, 3, 2]]
+    assert values[4].tolist() == [[0, 0, 0]] * 2
+    for value, side in zip(values[5:], ("left", "right")):
+        np.testing.assert_array_equal(
+            value, [np.searchsorted(r, q, side=side) for r, q in zip(rows, queries)])
+
+
+async def test_saturate_cast_of_wide_integers():
+    # bounds of an integer input taken exactly: float(int64.max) is 2**63, out of int64, and
+    # uint64's 2**63 has no nextafter. (TF1 2.21 builds these but its own clamp overflows:
+    # int64.max -> float32 gives -9.2e18 there; the values here are the clamp's intent.)
+    i64, u64 = np.iinfo(np.int64), np.iinfo(np.uint64)
+    with af.Graph().as_default():
+        outs = [tf.saturate_cast(np.int64([i64.max, i64.min, 5]), tf.float32),
+                tf.saturate_cast(np.int64([i64.max, i64.min, 5]), tf.uint64),
+                tf.saturate_cast(np.uint64([u64.max, 5]), tf.int64),
+                tf.saturate_cast(np.uint64([u64.max]), tf.float16),
+                tf.saturate_cast(np.int64([i64.max, i64.min, -3]), tf.int8)]
+        values = await _run(outs)
+    np.testing.assert_array_equal(values[0], np.float32([2.0 ** 63, -2.0 ** 63, 5]))
+    assert values[1].tolist() == [i64.max, 0, 5] and values[1].dtype == np.uint64
+    assert values[2].tolist() == [i64.max, 5] and values[2].dtype == np.int64
+    np.testing.assert_array_equal(values[3], np.float16([65504]))
+    assert values[4].tolist() == [127, -128, -3]
+
+
+async def test_confusion_matrix_squeezes_a_last_dim_of_1():
+    # TF1's remove_squeezable_dimensions: labels [n, 1] beside predictions [n], or the reverse
+    with af.Graph().as_default():
+        p = af.placeholder(af.int32, [None, None])
+        outs = [tf.confusion_matrix([[1], [2]], [2, 0]),
+                tf.confusion_matrix([1, 2], [[2], [0]], num_classes=3),
+                tf.confusion_matrix([1, 2], p, weights=[2, 3])]
+        assert [o.shape.as_list() for o in outs] == [[3, 3], [3, 3], [None, None]]
+        values = await _run(outs, {p: [[2], [0]]})
+    assert [v.tolist() for v in values] == [  # TF1 2.21's
+        [[0, 0, 0], [0, 0, 1], [1, 0, 0]], [[0, 0, 0], [0, 0, 1], [1, 0, 0]],
+        [[0, 0, 0], [0, 0, 2], [3, 0, 0]]]
+
+
 async def test_accumulate_saturate_clip_and_confusion():
     x = np.array([-7.0, -3, 2, 7, 0], np.float32)
     with af.Graph().as_default():

@@ -63,6 +63,22 @@ async def test_repeat_values_shapes_and_names():
         np.testing.assert_array_equal(value, want)
 
 
+async def test_repeat_counts_of_unknown_rank_or_size():
+    # TF1 broadcasts repeats to the axis's size: a fed scalar, or one count, serves every entry
+    with af.Graph().as_default():
+        q = af.placeholder(af.float64, [None, 3])
+        anything = af.placeholder(af.int32)
+        some = af.placeholder(af.int32, [None])
+        outs = [tf.repeat(q, anything, axis=1), tf.repeat(q, some, axis=1),
+                tf.repeat(q, anything, axis=0)]
+        grad = af.gradients(af.reduce_sum(outs[0] * outs[0]), [q])[0]
+        values = await _run(outs + [grad], {q: X[:, :3], anything: 2, some: [3]})
+    expected = [np.repeat(X[:, :3], 2, 1), np.repeat(X[:, :3], 3, 1), np.repeat(X[:, :3], 2, 0),
+                4 * X[:, :3]]
+    for value, want in zip(values, expected):
+        np.testing.assert_array_equal(value, want)
+
+
 async def test_shape_n_identity_n_ensure_shape():
     with af.Graph().as_default():
         q = af.placeholder(af.float32, [None, 2])
