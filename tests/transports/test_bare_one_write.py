@@ -73,6 +73,62 @@ def test_a_message_over_the_one_write_size_is_left_to_send_pieces():
     assert bare_io.small_pieces(b"HEAD", [b"x" * (JOIN_BYTES - 1)] * 3) is not None
 
 
+def _small_buffer_pair():
+    """A non-blocking Unix socket pair whose sender's buffer takes far less than 64 KiB."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    ours.setblocking(False)
+    return ours, theirs
+
+
+def _drain(sock: socket.socket) -> bytes:
+    sock.setblocking(False)
+    data = bytearray()
+    while True:
+        try:
+            chunk = sock.recv(1 << 20)
+        except BlockingIOError:
+            return bytes(data)
+        if not chunk:
+            return bytes(data)
+        data += chunk
+
+
+@pytest.mark.parametrize("checksums", [True, False])
+def test_a_short_write_of_a_one_write_message_leaves_exactly_the_rest(checksums):
+    """A send buffer smaller than the message: the kernel takes part, ``write_now`` returns
+    the bytes it did not take, and the two make the frame, trailers right."""
+    message = _run_graph(256)
+    pieces = bare_io.small_pieces(b"HEAD", encode(message, _LIMITS, checksums=checksums,
+                                                  defer_checksums=True))
+    assert pieces is not None
+    ours, theirs = _small_buffer_pair()
+    with ours, theirs:
+        rest = bare_io.write_now(ours, pieces)
+        taken = _drain(theirs)
+        assert taken and rest and len(taken) + len(rest) == len(_bytes_of(pieces))
+        joined = taken + bytes(rest)
+    assert joined == _bytes_of(pieces)
+    decoded = _decoded(joined[4:])
+    np.testing.assert_array_equal(decoded.feeds[0].value, message.feeds[0].value)
+
+
+def test_a_full_send_buffer_leaves_all_of_it_and_a_closed_peer_raises():
+    pieces = bare_io.small_pieces(b"HEAD", encode(_run_graph(256), _LIMITS,
+                                                  defer_checksums=True))
+    ours, theirs = _small_buffer_pair()
+    with ours, theirs:
+        while True:  # fill the buffer: the next writev takes nothing (EAGAIN)
+            try:
+                ours.send(b"f" * 4096)
+            except BlockingIOError:
+                break
+        assert bare_io.write_now(ours, pieces) == _bytes_of(pieces)
+        theirs.close()
+        with pytest.raises(OSError):  # (EPIPE, ECONNRESET: the caller's broken connection)
+            bare_io.write_now(ours, pieces)
+
+
 async def _body_pair(length: int):
     """A server connection's request body of ``length`` bytes, and the client's socket."""
     ours, theirs = trio.socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -84,7 +140,7 @@ async def test_a_frame_already_there_is_read_without_a_checkpoint():
     data = _bytes_of(encode(_run_graph(256), _LIMITS, checksums=True))
     body, client = await _body_pair(len(data))
     with client:
-        await client.send(data)  # (well under the socket's buffer: all there at once)
+        assert await client.send(data) == len(data)  # (under the socket's buffer: all there)
         received = []
         with trio.testing.assert_no_checkpoints():
             message = await read_frame(body, _LIMITS, trio.CapacityLimiter(1), received.append)
@@ -95,7 +151,7 @@ async def test_a_frame_already_there_is_read_without_a_checkpoint():
 async def test_reads_in_a_row_checkpoint_every_so_often():
     body, client = await _body_pair(CALLS_PER_CHECKPOINT + 2)
     with client:
-        await client.send(b"z" * (CALLS_PER_CHECKPOINT + 2))
+        assert await client.send(b"z" * (CALLS_PER_CHECKPOINT + 2)) == CALLS_PER_CHECKPOINT + 2
         one = memoryview(bytearray(1))
         with trio.testing.assert_no_checkpoints():
             for _ in range(CALLS_PER_CHECKPOINT):
