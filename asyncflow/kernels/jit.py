@@ -18,6 +18,10 @@ block the event loop: a kernel with compiled loops registers a prepare hook retu
 take; the plan runs it on a worker thread before the node's first step, as it imports
 scipy.fft (``registry.Preload``). ``error_model="numpy"``: a division by zero gives inf/NaN as in
 numpy, with no check per element (the default Python model's checks stop vectorization).
+Two more things stop LLVM vectorizing a loop: indices numba cannot prove non-negative (a loop
+over ``range(start, stop)`` pays a wraparound test per access; slice the chunk and index it
+from 0), and outputs that may alias inputs at other positions in more pairs than LLVM checks
+at run time (update arrays in place, or keep few separate outputs): kernels/training.py.
 """
 from __future__ import annotations
 
