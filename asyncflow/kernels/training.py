@@ -392,7 +392,7 @@ def _compiled_apply(ctx, var, slots, grad, dtype, loop, scalars):
     variable's and the slots' arrays in place (``_in_place``), split over the intra-op
     threads when large (one loop call a chunk, the GIL released); assigns the new values and
     returns the variable's. The gradient goes in as a read-only view: one signature a dtype
-    (``_warm`` compiled it), whatever the gradient's flags."""
+    (``_preload`` compiled it), whatever the gradient's flags."""
     refs = (var,) + slots
     news = [_in_place(ctx, ref, grad.shape, dtype) for ref in refs]
     g = grad.reshape(-1)
@@ -423,21 +423,35 @@ def _compiles(ctx, dtype, grad):
     return grad.dtype == dtype and jit.usable(ctx, grad)
 
 
-def _warm():
-    """Compile (or load from numba's cache) each loop for float32 and float64 with the
-    argument types the kernels pass (``jit.preload``)."""
-    for dtype in jit.SUPPORTED:
-        one = dtype.type(1)
-        arrays = [np.zeros(2, dtype) for _ in range(3)]
-        g = np.ones(2, dtype)
-        g.flags.writeable = False
-        _rms_prop_loop(*arrays, g, *[one] * 4, 0, 2)
-        _adam_loop(*arrays, g, *[one] * 6, False, 0, 2)
-        _momentum_loop(*arrays[:2], g, one, one, one, False, 0, 2)
+def _warm_calls(dtype):
+    """Each apply's loop called on tiny arrays of ``dtype`` with the argument types the
+    kernels pass (the gradient a read-only view)."""
+    one = dtype.type(1)
+    arrays = [np.zeros(2, dtype) for _ in range(3)]
+    g = np.ones(2, dtype)
+    g.flags.writeable = False
+    return {"ApplyRMSProp": lambda: _rms_prop_loop(*arrays, g, *[one] * 4, 0, 2),
+            "ApplyAdam": lambda: _adam_loop(*arrays, g, *[one] * 6, False, 0, 2),
+            "ApplyMomentum": lambda: _momentum_loop(*arrays[:2], g, one, one, one, False, 0, 2)}
+
+
+_warms = {}  # (op type, dtype) -> the warm function jit.preload keeps track of
 
 
 def _preload(ctx):
-    return jit.preload(_warm)
+    """Prepare hook: compile (or load from numba's disk cache: ~0.08 s a loop here, against
+    ~0.35 s to compile) the loop of this node's op type and dtype on a worker thread before
+    the first step (``jit.preload``); None for a dtype no loop takes."""
+    dtype = ctx.output_dtypes[0]
+    if dtype not in jit.SUPPORTED:
+        return None
+    key = (ctx.type, np.dtype(dtype))
+    warm = _warms.get(key)
+    if warm is None:
+        def warm():
+            _warm_calls(key[1])[key[0]]()
+        warm = _warms.setdefault(key, warm)
+    return jit.preload(warm)
 
 
 for _type in ("ApplyRMSProp", "ApplyAdam", "ApplyMomentum"):

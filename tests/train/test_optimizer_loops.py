@@ -4,6 +4,8 @@ order, so the same bits in the variable and in every slot, over several steps, i
 and float64, at odd sizes, with NaN, infinities, -0 and subnormals, on one thread and split
 over several (chunks that end anywhere in a vector); values held before an apply unchanged;
 and no compile after the preload's warm-up for the argument types the kernels pass."""
+import types
+
 import numpy as np
 import pytest
 
@@ -149,21 +151,28 @@ def test_a_slot_of_another_shape_is_named():
         _call("_apply_rms_prop", Context(1), [var, ms, mom], np.ones(4, np.float32), np.float32)
 
 
-def test_the_warm_up_compiles_every_signature_the_kernels_pass():
-    """After ``_warm`` (the prepare hook's preload), applies of both dtypes, writable or
-    read-only gradients, compile nothing more: no compile on the event loop."""
-    preload = training._preload(None)
-    if preload is not None:  # (not warmed yet in this process)
-        preload.load(None)
-    assert training._preload(None) is None  # warmed once: nothing left to preload
-    loops = [training._rms_prop_loop, training._adam_loop, training._momentum_loop]
-    counts = [len(loop._compiled.signatures) for loop in loops]
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_preload_compiles_every_signature_its_kernel_passes(dtype):
+    """After the prepare hook's preload for an op type and dtype, applies of that type and
+    dtype, writable or read-only gradients, compile nothing more: no compile on the event
+    loop. A dtype no loop takes has nothing to preload."""
+    loops = {"_apply_rms_prop": "ApplyRMSProp", "_apply_adam": "ApplyAdam",
+             "_apply_momentum": "ApplyMomentum"}
     rng = np.random.default_rng(1)
-    for dtype in (np.float32, np.float64):
-        for name in sorted(KERNELS):
-            for writable in (True, False):
-                grad = _gradient(dtype, (5,), rng, False)
-                grad.flags.writeable = writable
-                _call(name, Context(1, True), _resources(_initial(name, dtype, (5,), rng, False),
-                                                         dtype), grad, dtype)
-    assert [len(loop._compiled.signatures) for loop in loops] == counts
+    for name, op_type in loops.items():
+        node = types.SimpleNamespace(type=op_type, output_dtypes=(np.dtype(dtype),))
+        preload = training._preload(node)
+        if preload is not None:  # (not warmed yet in this process)
+            preload.load(None)
+        assert training._preload(node) is None  # warmed once: nothing left to preload
+        loop = getattr(training, LOOPS[name])
+        count = len(loop._compiled.signatures)
+        for writable in (True, False):
+            grad = _gradient(dtype, (5,), rng, False)
+            grad.flags.writeable = writable
+            variables = _resources(_initial(name, dtype, (5,), rng, False), dtype)
+            _call(name, Context(1, True), variables, grad, dtype)
+        assert len(loop._compiled.signatures) == count, name
+    for other in (np.float16, np.int32):
+        node = types.SimpleNamespace(type="ApplyAdam", output_dtypes=(np.dtype(other),))
+        assert training._preload(node) is None
