@@ -21,6 +21,10 @@ numpy, with no check per element (the default Python model's checks stop vectori
 numba's first compile imports scipy's BLAS bindings, an OpenBLAS of scipy's own: ``_load``
 imports them with numba, and ``usable``/``preload`` have the device's intra-op pool extend its
 BLAS hold to them (``exec/intra_op.py``), as the FFT path does for ``scipy.fft``.
+Two more things stop LLVM vectorizing a loop: indices numba cannot prove non-negative (a loop
+over ``range(start, stop)`` pays a wraparound test per access; slice the chunk and index it
+from 0), and outputs that may alias inputs at other positions in more pairs than LLVM checks
+at run time (update arrays in place, or keep few separate outputs): kernels/training.py.
 """
 from __future__ import annotations
 
