@@ -29,6 +29,8 @@ Theory of operation for the spatial kernels (Conv2D, pooling and their gradients
   (``_first_cells``); taps are visited in order with a ``remaining`` mask,
   and the masks are applied by multiplication (10-20x cheaper than ``where``) unless the
   gradient holds an inf or NaN, where ``0 * inf`` would leak a NaN; then ``where`` routes it.
+  Where windows tile, each tap writes its cells by a masked copy into zeros: the other
+  cells +0 as in TF's zeroed output, and the gradient taken as ``0 + g`` (+0 for -0).
   AvgPool divides by the number of real (unpadded) cells, as TF. Where the compile pass pairs
   a MaxPool with its own gradient, ``kernels/nn_pool_taps.py`` routes by the forward's taps.
   On CPU for float32/float64 the max pools run ``kernels/pool_loops.py``'s compiled loops.
@@ -522,7 +524,7 @@ def _max_pool_grad(ctx, x, _output, grad):
             for view in taps[1:]:
                 xp.fmax(best, view, out=best)
             keeps = _first_cell_keeps(xp, x[start:stop], best, kernel_hw, strides, rows, cols)
-        g = grad[start:stop]
+        g = grad[start:stop] + grad.dtype.type(0) if tiled else grad[start:stop]
         if unpadded:
             result = out[start:stop]
             if not tiled:
@@ -552,12 +554,12 @@ def _max_pool_grad(ctx, x, _output, grad):
 def _route(xp, g, hit, target, tiled, finite, routed):
     """Add (or, where the windows tile, write) ``g`` where ``hit`` into one tap's ``target``
     view: masks on bools (a byte a cell) and one multiply, into the scratch ``routed`` where
-    windows overlap; where() only for inf/NaN gradients, since 0 * inf is NaN."""
+    windows overlap; where() only for inf/NaN gradients, since 0 * inf is NaN. A tiled
+    window's other cells get +0, as TF1's zeroed output does (``g * False`` would be -0
+    where ``g`` is negative); the callers pass ``g + 0`` there (TF1's ``0 + g``: +0 for -0)."""
     if tiled:
-        if finite:
-            xp.multiply(g, hit, out=target)
-        else:
-            target[...] = xp.where(hit, g, g.dtype.type(0))
+        target.fill(0)
+        xp.copyto(target, g, where=hit)
     elif finite:
         xp.multiply(g, hit, out=routed)
         target += routed

@@ -174,6 +174,8 @@ def _route_by_taps(ctx, x, winners, grad, pooled=None, features=None):
 
     def chunk(start, stop):
         g, index = grad[start:stop], winners[start:stop]
+        if tiled:  # TF1's ``0 + g`` (MaxPoolGrad's zeroed output): +0 for -0
+            g = g + grad.dtype.type(0)
         mask = None if pooled is None else pooled[start:stop] > 0
         if flagged and int(index.max()) >= NAN_FIRST:  # windows whose first cell is NaN
             nan_first = index >= NAN_FIRST

@@ -16,9 +16,9 @@ for bit:
   (``NAN_FIRST``: the Relu fold reads it). Padded cells (-inf in numpy's forms) never take
   over, so they are skipped.
 - ``route``: each window's gradient (masked first by ``pooled > 0`` and not NaN-first where
-  the Relu's gradient is folded in) written to the winner's cell and ``gradient * 0`` to the
-  window's other cells (a signed zero), or +0 where the gradient holds an inf or NaN
-  anywhere (numpy's ``where``); windows that tile the input assign, others add the winners'
+  the Relu's gradient is folded in) written to the winner's cell and +0 to the window's
+  other cells, as TF1's zeroed output (the gradient taken as ``0 + gradient``, so -0 gives
+  +0, before the mask); windows that tile the input assign, others add the winners'
   gradients into a zeroed output tap by tap (the order of numpy's tap passes; a miss's +-0
   would leave a sum begun at +0 as it is), a NaN sum taking numpy's NaN.
 
@@ -90,8 +90,7 @@ def _max_loop(x, out, winners, kh, kw, sh, sw, top, left, lowest, nan_flag, with
 
 
 @jit.loop
-def _route_tiled_loop(winners, grad, pooled, out, kh, kw, sh, sw, top, left, flagged, finite,
-                      masked):
+def _route_tiled_loop(winners, grad, pooled, out, kh, kw, sh, sw, top, left, flagged, masked):
     n, height, width, depth = out.shape
     out_h, out_w = grad.shape[1], grad.shape[2]
     one, zero = out.dtype.type(1), out.dtype.type(0)
@@ -113,14 +112,15 @@ def _route_tiled_loop(winners, grad, pooled, out, kh, kw, sh, sw, top, left, fla
                         tap = i * kw + j
                         for c in range(depth):
                             # the window's gradient (masked: the Relu's), a miss's value
-                            gradient, won = grad[b, oy, ox, c], np.int64(winners[b, oy, ox, c])
+                            gradient = grad[b, oy, ox, c] + zero  # TF1's 0 + g
+                            won = np.int64(winners[b, oy, ox, c])
                             nan_first = flagged and won >= 128
                             if nan_first:
                                 won -= 128
                             if masked:
                                 gradient = gradient * (
                                     one if pooled[b, oy, ox, c] > 0 and not nan_first else zero)
-                            miss = gradient * zero if finite else zero
+                            miss = zero
                             out[b, y, col, c] = gradient if won == tap else miss
                             if inside:  # 2x2 inside the input: a row's two cells at once
                                 out[b, y, col + 1, c] = gradient if won == tap + 1 else miss
@@ -166,16 +166,6 @@ def _route_added_loop(winners, grad, features, out, kh, kw, sh, sw, top, left, f
                             one if features[b, y, col, c] > 0 else zero)
 
 
-@jit.loop
-def _finite_loop(values):
-    flat = values.reshape(-1)
-    limit = np.abs(values.dtype.type(np.inf))
-    bad = 0
-    for k in range(flat.size):
-        bad |= np.int32(not np.abs(flat[k]) < limit)  # (an OR: vectorized, unlike a sum)
-    return bad == 0
-
-
 def usable(ctx, kernel_hw, *arrays):
     """Whether the loops run for these arrays (``jit.usable``) and a window's taps fit uint8."""
     return kernel_hw[0] * kernel_hw[1] <= MAX_TAPS and jit.usable(ctx, *arrays)
@@ -216,14 +206,13 @@ def route(ctx, winners, grad, out, kernel_hw, rows, cols, tiled, flagged, pooled
     grad = np.ascontiguousarray(grad)
     winners = np.ascontiguousarray(winners)
     geometry = _geometry(ctx, kernel_hw, rows, cols)
-    finite = not tiled or bool(_finite_loop(grad))  # (only tiled misses' zeros differ)
     masked = pooled is not None
     pooled = np.ascontiguousarray(pooled) if masked else grad
 
     def chunk(start, stop):
         if tiled:
             _route_tiled_loop(winners[start:stop], grad[start:stop], pooled[start:stop],
-                              out[start:stop], *geometry, flagged, finite, masked)
+                              out[start:stop], *geometry, flagged, masked)
         else:
             _route_added_loop(winners[start:stop], grad[start:stop], features[start:stop],
                               out[start:stop], *geometry, flagged, relu)
@@ -246,9 +235,8 @@ def warm():
         winners = np.zeros((1, 1, 1, 1), dtype=np.uint8)
         geometry = (2, 2, 2, 2, 0, 0)
         _max_loop(x, out, winners, *geometry, dtype.type(0), 0, True)
-        _route_tiled_loop(winners, out, out, x, *geometry, True, True, True)
+        _route_tiled_loop(winners, out, out, x, *geometry, True, True)
         _route_added_loop(winners, out, x, x, *geometry, True, True)
-        _finite_loop(out)
 
 
 def preload(ctx):

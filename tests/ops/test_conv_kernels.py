@@ -419,3 +419,30 @@ async def test_session_step_is_the_same_with_one_and_two_intra_op_threads(monkey
     for a, b in zip(one, two):
         np.testing.assert_array_equal(a, b)
     assert intra_op.shared_pool(2).splits > 0
+
+
+@pytest.mark.parametrize("loops", [False, True])
+def test_a_tiled_max_pool_grad_has_tf1s_zero_signs(loops, monkeypatch):
+    """TF1's MaxPoolGrad adds the gradient into a zeroed output: a tiled window's other cells
+    are +0 whatever the gradient's sign (``g * False`` gave -0), a -0 gradient gives +0
+    (``0 + -0``); the Relu fold then keeps ReluGrad's ``g * 0`` (-0 for a negative g). The
+    expected values are TF 2.21's (``tf.compat.v1``, CPU kernels) for these arrays."""
+    from asyncflow.kernels import jit, nn_pool_taps
+    if loops and not jit.available():
+        pytest.skip("numba is not installed (or ASYNCFLOW_JIT=0)")
+    monkeypatch.setattr(jit, "ENABLED", loops)
+    x = np.array([[1, 2, 0, 0], [0.5, 0, 0, 0], [5, 1, 1, 1], [1, 1, 1, 7]],
+                 np.float32).reshape(1, 4, 4, 1)
+    grad = np.array([-1, -5, -2, -0.0], np.float32).reshape(1, 2, 2, 1)
+    want = np.zeros(16, np.float32)
+    want[[1, 2, 8]] = -1, -5, -2
+    want_relu = want * (x.reshape(-1) > 0)  # -0 where the winner is 0
+    ctx = KernelContext(pool_attrs(2, 2, 2, 2, "VALID"), 1)
+    pooled = rebuilt._max_pool(ctx, x)[0]
+    got = rebuilt._max_pool_grad(ctx, x, pooled, grad)[0]
+    _, taps = nn_pool_taps._max_pool_with_taps(ctx, x)
+    by_taps = nn_pool_taps._max_pool_grad_by_taps(ctx, x, taps, grad)[0]
+    relu = nn_pool_taps._max_pool_relu_grad_by_taps(ctx, x, taps, grad, pooled)[0]
+    for value, expected in ((got, want), (by_taps, want), (relu, want_relu)):
+        assert value.reshape(-1).tobytes() == expected.tobytes(), (
+            value.reshape(-1).tolist(), np.signbit(value).reshape(-1).astype(int).tolist())

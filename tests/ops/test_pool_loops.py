@@ -155,6 +155,7 @@ def test_warm_compiles_every_loop_and_the_prepare_hook_preloads_it(monkeypatch):
 # A session's first step: the pools' prepare hook (jit.preload) imports numba and compiles
 # the loops on a worker thread; a tiny pool, run inline on the event loop's thread, must not
 # import or compile there. A meta path finder records the thread of each import of numba.
+# Every BLAS, scipy's that numba brings included, stays held at one thread.
 _FIRST_STEP = r"""
 import sys
 import threading
@@ -192,6 +193,12 @@ async def numpy_forms():
         return await sess.run([pooled, grad], {x: value})
 want, want_grad = trio.run(numpy_forms)
 assert got.tobytes() == want.tobytes() and got_grad.tobytes() == want_grad.tobytes()
+# numba's compile loaded scipy's own OpenBLAS: the device's BLAS hold covers it (jit.py)
+import threadpoolctl
+assert "scipy.linalg.cython_blas" in sys.modules
+blas = [(info["filepath"], info["num_threads"]) for info in threadpoolctl.threadpool_info()
+        if info.get("user_api") == "blas"]
+assert all(threads == 1 for _, threads in blas), blas
 print("ok")
 """
 
