@@ -118,6 +118,17 @@ def _dtype_of(ctx, var, grad):
     return _read(ctx, var, grad).dtype
 
 
+def _check_slots(ctx, slots, shape):
+    """Each slot's value has the gradient's ``shape``: checked before any stored array is
+    taken to update in place (``reusable`` reopens it for writing and makes this thread its
+    writer until the ``assign``), so an error leaves every stored array as it was."""
+    for ref in slots:
+        if ref.read().shape != shape:
+            raise errors.InvalidArgumentError(
+                None, ctx.name, f"{ctx.type}: slot {ref.name} has shape "
+                f"{list(ref.read().shape)} but the gradient has shape {list(shape)}")
+
+
 def _dense_apply(ctx, var, slots, grad, dtype, per_item_ops, update, block=None):
     """Apply ``update(x, *slot_values, g, new_x, *new_slots, t, u)`` elementwise over blocks of
     ``block`` elements of the flattened arrays (``t`` and ``u``: block-sized scratch), split
@@ -138,6 +149,7 @@ def _dense_apply(ctx, var, slots, grad, dtype, per_item_ops, update, block=None)
     """
     xp = ctx.xp
     shape = grad.shape
+    _check_slots(ctx, slots, shape)
     refs = (var,) + slots
     size = grad.size
     if size * dtype.itemsize <= SMALL_BYTES:  # new arrays from malloc's free lists: cheaper
@@ -397,6 +409,7 @@ def _compiled_apply(ctx, var, slots, grad, dtype, loop, scalars):
     threads when large (one loop call a chunk, the GIL released); assigns the new values and
     returns the variable's. The gradient goes in as a read-only view: one signature a dtype
     (``_preload`` compiled it), whatever the gradient's flags."""
+    _check_slots(ctx, slots, grad.shape)
     refs = (var,) + slots
     news = [_in_place(ctx, ref, grad.shape, dtype) for ref in refs]
     g = grad.reshape(-1)
