@@ -458,9 +458,10 @@ _warms = {}  # (op type, dtype) -> the warm function jit.preload keeps track of
 def _preload(ctx):
     """Prepare hook: compile (or load from numba's disk cache: ~0.08 s a loop here, against
     ~0.35 s to compile) the loop of this node's op type and dtype on a worker thread before
-    the first step (``jit.preload``); None for a dtype no loop takes."""
+    the first step (``jit.preload``); None for a dtype no loop takes and on a GPU (CuPy's
+    arrays: the numpy forms run there)."""
     dtype = ctx.output_dtypes[0]
-    if dtype not in jit.SUPPORTED:
+    if getattr(ctx, "xp", np) is not np or dtype not in jit.SUPPORTED:
         return None
     key = (ctx.type, np.dtype(dtype))
     warm = _warms.get(key)

@@ -187,3 +187,16 @@ def test_the_preload_compiles_every_signature_its_kernel_passes(dtype):
     for other in (np.float16, np.int32):
         node = types.SimpleNamespace(type="ApplyAdam", output_dtypes=(np.dtype(other),))
         assert training._preload(node) is None
+
+
+def test_no_preload_on_a_gpu(monkeypatch):
+    """A node on a GPU (its ``xp`` CuPy's) takes the numpy forms: nothing to compile for it
+    before its first step, even where no loop was warmed yet."""
+    monkeypatch.setattr(jit, "_warmed", set())
+    monkeypatch.setattr(training, "_warms", {})
+    for op_type in ("ApplyRMSProp", "ApplyAdam", "ApplyMomentum"):
+        node = types.SimpleNamespace(type=op_type, output_dtypes=(np.dtype(np.float32),),
+                                     xp=types.SimpleNamespace(__name__="cupy"))
+        assert training._preload(node) is None, op_type
+        node.xp = np
+        assert training._preload(node) is not None, op_type  # (on CPU: not warmed yet)
