@@ -17,7 +17,11 @@ so the results are the same bits as those. The RMSProp applies take the order of
 dense CPU functors (``ms + (grad^2 - ms) * (1 - rho)``, ``mg + (grad - mg) * (1 - rho)``,
 ``mom * momentum + grad * lr / sqrt(...)``): as many passes as the expressions they had
 before (``ms * rho + (1 - rho) * grad^2``), and TF1's bits in float32 where those differed
-from them in about 2% of the values (up to 4096 ulps near 0 after three steps).
+from them in about 2% of the values (up to 4096 ulps near 0 after three steps). So do Adam
+(``m + (grad - m) * (1 - beta1)``, ``v + (grad^2 - v) * (1 - beta2)``, where ``m * beta1 +
+(1 - beta1) * grad`` differed from TF1 in about half the slots' values) and Nesterov
+momentum (``var - (grad * lr + accum * momentum * lr)``): TF1's bits in float32 and float64
+(tests/train/test_adam_momentum_tf1.py).
 
 On CPU, for float32 and float64 (``jit.usable``), RMSProp, Adam and momentum take a loop
 compiled by numba instead (``kernels/jit.py``): one pass updating the variable and its slots
@@ -114,6 +118,17 @@ def _dtype_of(ctx, var, grad):
     return _read(ctx, var, grad).dtype
 
 
+def _check_slots(ctx, slots, shape):
+    """Each slot's value has the gradient's ``shape``: checked before any stored array is
+    taken to update in place (``reusable`` reopens it for writing and makes this thread its
+    writer until the ``assign``), so an error leaves every stored array as it was."""
+    for ref in slots:
+        if ref.read().shape != shape:
+            raise errors.InvalidArgumentError(
+                None, ctx.name, f"{ctx.type}: slot {ref.name} has shape "
+                f"{list(ref.read().shape)} but the gradient has shape {list(shape)}")
+
+
 def _dense_apply(ctx, var, slots, grad, dtype, per_item_ops, update, block=None):
     """Apply ``update(x, *slot_values, g, new_x, *new_slots, t, u)`` elementwise over blocks of
     ``block`` elements of the flattened arrays (``t`` and ``u``: block-sized scratch), split
@@ -134,6 +149,7 @@ def _dense_apply(ctx, var, slots, grad, dtype, per_item_ops, update, block=None)
     """
     xp = ctx.xp
     shape = grad.shape
+    _check_slots(ctx, slots, shape)
     refs = (var,) + slots
     size = grad.size
     if size * dtype.itemsize <= SMALL_BYTES:  # new arrays from malloc's free lists: cheaper
@@ -175,20 +191,20 @@ def _apply_momentum(ctx, var, accum, lr, grad, momentum):
     xp = ctx.xp
     dtype = _dtype_of(ctx, var, grad)
     lr, momentum = _scalar(lr, dtype), _scalar(momentum, dtype)
-    lr_momentum = lr * momentum
     nesterov = ctx.attrs["use_nesterov"]
     if _compiles(ctx, dtype, grad):
         return (_compiled_apply(ctx, var, (accum,), grad, dtype, _momentum_loop,
-                                (lr, momentum, lr_momentum, bool(nesterov))),)
+                                (lr, momentum, bool(nesterov))),)
 
     def update(x, a0, g, x1, a1, t, u):
         xp.multiply(a0, momentum, out=a1)
         a1 += g                                   # accum * momentum + grad
-        if nesterov:                              # value - lr * grad - lr * momentum * accum
+        if nesterov:                              # value - (grad * lr + accum * momentum * lr)
             xp.multiply(g, lr, out=t)
-            xp.subtract(x, t, out=t)
-            xp.multiply(a1, lr_momentum, out=u)
-            xp.subtract(t, u, out=x1)
+            xp.multiply(a1, momentum, out=u)
+            u *= lr
+            t += u
+            xp.subtract(x, t, out=x1)
         else:                                     # value - lr * accum
             xp.multiply(a1, lr, out=t)
             xp.subtract(x, t, out=x1)
@@ -206,16 +222,16 @@ def _apply_adam(ctx, var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsi
     nesterov = ctx.attrs["use_nesterov"]
     if _compiles(ctx, dtype, grad):
         return (_compiled_apply(ctx, var, (m, v), grad, dtype, _adam_loop, (
-            beta1, one - beta1, beta2, one - beta2, lr_t, epsilon, bool(nesterov))),)
+            beta1, one - beta1, one - beta2, lr_t, epsilon, bool(nesterov))),)
 
     def update(x, m0, v0, g, x1, m1, v1, t, u):
-        xp.multiply(g, one - beta1, out=t)
-        xp.multiply(m0, beta1, out=m1)
-        m1 += t                                    # m * beta1 + (1 - beta1) * grad
+        xp.subtract(g, m0, out=t)
+        t *= one - beta1
+        xp.add(m0, t, out=m1)                      # m + (grad - m) * (1 - beta1)
         xp.square(g, out=t)
+        t -= v0
         t *= one - beta2
-        xp.multiply(v0, beta2, out=v1)
-        v1 += t                                    # v * beta2 + (1 - beta2) * grad^2
+        xp.add(v0, t, out=v1)                      # v + (grad^2 - v) * (1 - beta2)
         if nesterov:                               # step = m * beta1 + (1 - beta1) * grad
             xp.multiply(m1, beta1, out=u)
             xp.multiply(g, one - beta1, out=t)
@@ -344,13 +360,13 @@ def _rms_prop_loop(x, ms, mom, g, rho1, lr, momentum, epsilon, start, stop):
 
 
 @jit.loop
-def _adam_loop(x, m, v, g, beta1, beta1c, beta2, beta2c, lr_t, epsilon, nesterov, start, stop):
+def _adam_loop(x, m, v, g, beta1, beta1c, beta2c, lr_t, epsilon, nesterov, start, stop):
     x, m, v, g = x[start:stop], m[start:stop], v[start:stop], g[start:stop]
     for i in range(x.shape[0]):
-        gi = g[i]
-        m1 = m[i] * beta1 + gi * beta1c           # m * beta1 + (1 - beta1) * grad
+        gi, m0, v0 = g[i], m[i], v[i]
+        m1 = m0 + (gi - m0) * beta1c              # m + (grad - m) * (1 - beta1)
         m[i] = m1
-        v1 = v[i] * beta2 + gi * gi * beta2c      # v * beta2 + (1 - beta2) * grad^2
+        v1 = v0 + (gi * gi - v0) * beta2c         # v + (grad^2 - v) * (1 - beta2)
         v[i] = v1
         if nesterov:
             step = (m1 * beta1 + gi * beta1c) * lr_t
@@ -360,14 +376,14 @@ def _adam_loop(x, m, v, g, beta1, beta1c, beta2, beta2c, lr_t, epsilon, nesterov
 
 
 @jit.loop
-def _momentum_loop(x, a, g, lr, momentum, lr_momentum, nesterov, start, stop):
+def _momentum_loop(x, a, g, lr, momentum, nesterov, start, stop):
     x, a, g = x[start:stop], a[start:stop], g[start:stop]
     for i in range(x.shape[0]):
         gi = g[i]
         a1 = a[i] * momentum + gi
         a[i] = a1
-        if nesterov:                              # value - lr * grad - lr * momentum * accum
-            x[i] = (x[i] - gi * lr) - a1 * lr_momentum
+        if nesterov:                              # value - (grad * lr + accum * momentum * lr)
+            x[i] = x[i] - (gi * lr + a1 * momentum * lr)
         else:
             x[i] = x[i] - a1 * lr
 
@@ -393,6 +409,7 @@ def _compiled_apply(ctx, var, slots, grad, dtype, loop, scalars):
     threads when large (one loop call a chunk, the GIL released); assigns the new values and
     returns the variable's. The gradient goes in as a read-only view: one signature a dtype
     (``_preload`` compiled it), whatever the gradient's flags."""
+    _check_slots(ctx, slots, grad.shape)
     refs = (var,) + slots
     news = [_in_place(ctx, ref, grad.shape, dtype) for ref in refs]
     g = grad.reshape(-1)
@@ -431,8 +448,8 @@ def _warm_calls(dtype):
     g = np.ones(2, dtype)
     g.flags.writeable = False
     return {"ApplyRMSProp": lambda: _rms_prop_loop(*arrays, g, *[one] * 4, 0, 2),
-            "ApplyAdam": lambda: _adam_loop(*arrays, g, *[one] * 6, False, 0, 2),
-            "ApplyMomentum": lambda: _momentum_loop(*arrays[:2], g, one, one, one, False, 0, 2)}
+            "ApplyAdam": lambda: _adam_loop(*arrays, g, *[one] * 5, False, 0, 2),
+            "ApplyMomentum": lambda: _momentum_loop(*arrays[:2], g, one, one, False, 0, 2)}
 
 
 _warms = {}  # (op type, dtype) -> the warm function jit.preload keeps track of
@@ -441,9 +458,10 @@ _warms = {}  # (op type, dtype) -> the warm function jit.preload keeps track of
 def _preload(ctx):
     """Prepare hook: compile (or load from numba's disk cache: ~0.08 s a loop here, against
     ~0.35 s to compile) the loop of this node's op type and dtype on a worker thread before
-    the first step (``jit.preload``); None for a dtype no loop takes."""
+    the first step (``jit.preload``); None for a dtype no loop takes and on a GPU (CuPy's
+    arrays: the numpy forms run there)."""
     dtype = ctx.output_dtypes[0]
-    if dtype not in jit.SUPPORTED:
+    if getattr(ctx, "xp", np) is not np or dtype not in jit.SUPPORTED:
         return None
     key = (ctx.type, np.dtype(dtype))
     warm = _warms.get(key)

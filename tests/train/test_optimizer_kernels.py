@@ -1,5 +1,6 @@
 """The dense optimizer applies rebuilt without temporaries (issue 37) against the kernels
-they replaced (RMSProp: against TF1's functors' order, ``optimizer_kernels_tf1.py``), bit for
+they replaced (RMSProp, Adam and momentum: against TF1's functors' order,
+``optimizer_kernels_tf1.py``), bit for
 bit, on one and several intra-op threads; and values read before an apply never change
 (variables are replaced, never mutated)."""
 import types
@@ -16,7 +17,8 @@ from asyncflow.exec.resources import VariableResource
 import optimizer_kernels_before as before  # same folder
 import optimizer_kernels_tf1 as tf1_form  # same folder
 
-# The reference of each dense apply: the kernel it replaced, TF1's order for RMSProp.
+# The reference of each dense apply: the kernel it replaced, TF1's order for RMSProp,
+# Adam and momentum.
 reference = types.SimpleNamespace(**{
     name: getattr(tf1_form, name, getattr(before, name, None)) for name in dir(before)})
 

@@ -9,7 +9,7 @@ import types
 import numpy as np
 import pytest
 
-from asyncflow import dtypes
+from asyncflow import dtypes, errors
 from asyncflow.exec.devices import Device
 from asyncflow.exec.resources import VariableResource
 from asyncflow.kernels import intra_op, jit
@@ -144,11 +144,22 @@ def test_read_only_and_strided_gradients(name, monkeypatch):
     assert got.tobytes() == expected.tobytes()
 
 
-def test_a_slot_of_another_shape_is_named():
-    var, ms, mom = _resources([np.zeros(4, np.float32), np.zeros(3, np.float32),
-                               np.zeros(4, np.float32)], np.float32)
-    with pytest.raises(Exception, match="v1.*shape \\[3\\]"):
-        _call("_apply_rms_prop", Context(1), [var, ms, mom], np.ones(4, np.float32), np.float32)
+@pytest.mark.parametrize("size", [4, 70000])  # (the numpy form: whole arrays, blocks)
+@pytest.mark.parametrize("compiled", [True, False])
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_a_slot_of_another_shape_is_named_and_nothing_is_left_open(name, compiled, size,
+                                                                   monkeypatch):
+    """The error names the slot, and the variable's stored array stays read-only with no
+    writer: a later fetch of it is no array the client could change the variable through."""
+    monkeypatch.setattr(jit, "ENABLED", compiled)
+    values = [np.zeros(size, np.float32) for _ in range(KERNELS[name][0] + 1)]
+    values[-1] = np.zeros(3, np.float32)
+    variables = _resources(values, np.float32)
+    with pytest.raises(errors.InvalidArgumentError, match=f"v{len(values) - 1}.*shape \\[3\\]"):
+        _call(name, Context(1), variables, np.ones(size, np.float32), np.float32)
+    for resource in variables:
+        assert resource.writer is None, resource.name
+        assert not resource.read().flags.writeable, resource.name
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -176,3 +187,16 @@ def test_the_preload_compiles_every_signature_its_kernel_passes(dtype):
     for other in (np.float16, np.int32):
         node = types.SimpleNamespace(type="ApplyAdam", output_dtypes=(np.dtype(other),))
         assert training._preload(node) is None
+
+
+def test_no_preload_on_a_gpu(monkeypatch):
+    """A node on a GPU (its ``xp`` CuPy's) takes the numpy forms: nothing to compile for it
+    before its first step, even where no loop was warmed yet."""
+    monkeypatch.setattr(jit, "_warmed", set())
+    monkeypatch.setattr(training, "_warms", {})
+    for op_type in ("ApplyRMSProp", "ApplyAdam", "ApplyMomentum"):
+        node = types.SimpleNamespace(type=op_type, output_dtypes=(np.dtype(np.float32),),
+                                     xp=types.SimpleNamespace(__name__="cupy"))
+        assert training._preload(node) is None, op_type
+        node.xp = np
+        assert training._preload(node) is not None, op_type  # (on CPU: not warmed yet)
