@@ -219,6 +219,75 @@ def test_a_kernel_run_whole_inside_a_whole_chunk_leaves_it_whole():
     assert not getattr(intra_op.whole, "active", False)
 
 
+class LateHelper:
+    """A ``whole.helper`` (lane 1's thread in ``exec/lanes.py``): takes each hand-off on a
+    thread of its own, or refuses all once ``retired``."""
+
+    def __init__(self, retired=False):
+        self.retired, self.threads = retired, []
+
+    def post(self, help):
+        if self.retired:
+            return False
+        thread = threading.Thread(target=help, name="late-helper")
+        self.threads.append(thread)
+        thread.start()
+        return True
+
+
+def test_a_whole_split_with_a_late_helper_hands_it_the_chunks_the_caller_has_not_reached():
+    """Lane 0's tail: kernels run whole on this thread (no split worker: lane 1's thread and
+    this one hold the two cores), but an idle thread that comes takes the chunks left."""
+    pool = intra_op.IntraOpPool(2)
+    helper = LateHelper()
+    both = threading.Barrier(2, timeout=30)  # a chunk ends only once the other was taken
+    ran = []
+
+    def work(start, stop):
+        both.wait()
+        ran.append(threading.current_thread().name)
+    intra_op.whole.active = True
+    try:
+        assert pool.alone()
+        intra_op.whole.helper = helper
+        assert not pool.alone()  # (for_gemm splits instead of running whole)
+        pool.run(work, [(0, 1), (1, 2)])
+    finally:
+        intra_op.whole.active, intra_op.whole.helper = False, None
+        pool.close()
+    for thread in helper.threads:
+        thread.join(30)
+    assert sorted(ran) == ["MainThread", "late-helper"]
+    assert pool._executor is None  # no split worker was woken
+
+
+def test_a_whole_split_whose_helper_ended_uses_the_split_workers():
+    pool = intra_op.IntraOpPool(2)
+    ran = []
+    intra_op.whole.active, intra_op.whole.helper = True, LateHelper(retired=True)
+    try:
+        pool.run(lambda start, stop: ran.append(start), [(0, 1), (1, 2)])
+        assert pool._executor is not None  # handed to the workers, as outside a lane
+    finally:
+        intra_op.whole.active, intra_op.whole.helper = False, None
+        pool.close()
+    assert sorted(ran) == [0, 1]
+
+
+def test_run_alone_leaves_no_late_helper_inside_its_chunks():
+    pool = intra_op.IntraOpPool(2)
+    helper, seen = LateHelper(), []
+    intra_op.whole.active, intra_op.whole.helper = True, helper
+    try:
+        pool.run_alone(lambda a, b: seen.append((pool.alone(), intra_op.whole.helper)),
+                       [(0, 1)])
+        assert intra_op.whole.helper is helper
+    finally:
+        intra_op.whole.active, intra_op.whole.helper = False, None
+        pool.close()
+    assert seen == [(True, None)]
+
+
 def test_a_forked_child_gets_workers_and_a_lane_of_its_own():
     """After ``os.fork()`` (a multiprocessing worker forked from a process that split) the
     parent's worker threads do not exist in the child: its pool starts new ones, and its

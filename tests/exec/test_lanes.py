@@ -510,3 +510,67 @@ async def test_estimates_on_multiplied_guesses_keep_one_lane():
             await session.run(total, {x: np.ones((4, 4, 32), np.float32)})
             (compiled,) = session._cache.values()
             assert "lane" not in compiled.plans[0].static_fn.__code__.co_filename
+
+
+class Node:
+    def __init__(self, index, seconds):
+        self.index, self.cost = index, seconds
+
+
+def test_lane_0s_tail_starts_at_its_first_kernel_predicted_to_end_after_lane_1s_last(
+        monkeypatch):
+    """``tail_start``: lane 0's kernels from the first one predicted to end after lane 1's
+    last kernel (the second core idle from there) may be helped by lane 1's thread."""
+    monkeypatch.setattr(lanes, "seconds", lambda node: node.cost)
+    a, b, c, d, e = (Node(0, 1e-3), Node(1, 0.2e-3), Node(2, 0.1e-3), Node(3, 0.5e-3),
+                     Node(4, 1e-3))
+    order = [a, b, c, d, e]
+    deps = {0: set(), 1: {0}, 2: {0}, 3: {2}, 4: {3}}
+    lane_of = {0: 0, 1: 1, 2: 0, 3: 0, 4: 0}
+    # a 0-1 ms; lane 1: b 1.05-1.25; lane 0: c 1-1.1, d 1.1-1.6 (the first past 1.25), e
+    assert lanes.tail_start([a, c, d, e], order, lane_of, deps) == 3
+    lane_of[1] = 0  # lane 1 ends after lane 0 (here: never starts): no tail
+    assert lanes.tail_start(order, order, lane_of, deps) is None
+    monkeypatch.setattr(lanes, "seconds", lambda node: 5e-3 if node is b else node.cost)
+    lane_of[1] = 1  # lane 1 ends last: no tail either
+    assert lanes.tail_start([a, c, d, e], order, lane_of, deps) is None
+
+
+async def test_lane_0s_tail_hands_its_splits_to_lane_1s_thread_with_the_bits_of_one_lane(
+        laned, on_the_worker, monkeypatch):
+    """The autoencoder's tail: its first layer's weight gradient (the step's last GEMM) and
+    apply on lane 0, the second core idle once lane 1 ended. The GEMM's split hands its
+    chunks to lane 1's thread (which takes them once idle) and the bits stay one lane's."""
+    posted = []
+    post = intra_op.LateHelp.post
+
+    def spy(self, help):
+        posted.append(self)
+        return post(self, help)
+    monkeypatch.setattr(intra_op.LateHelp, "post", spy)
+    one = await train_steps("autoencoder", 3, False, monkeypatch)
+    two = await train_steps("autoencoder", 3, True, monkeypatch)
+    assert_same_bits(one, two)
+    plan, order, lane_of = max(laned["plans"], key=lambda entry: len(entry[1]))
+    deps = lanes.assign(plan, 2)[2]
+    lane0 = [n for n in order if lane_of[n.index] == 0]
+    tail = lanes.tail_start(lane0, order, lane_of, deps)
+    names = [n.op.name for n in lane0[[n.index for n in lane0].index(tail):]]
+    assert names[:2] == ["gradients/MatMul_grad/MatMul_1",
+                         "RMSProp/update_Variable/ApplyRMSProp"]
+    runs = [run for run in laned["runs"] if run.tailing]
+    assert len(runs) >= 3 and all(run.done and run.late.retired and not run.late.posted
+                                  for run in runs)
+    assert len({id(run) for run in posted}) >= 3  # (a post each training step)
+    assert not getattr(intra_op.whole, "helper", None)  # reset when the step ended
+
+
+async def test_without_the_tail_split_lane_0s_kernels_run_whole_to_the_end(
+        laned, on_the_worker, monkeypatch):
+    monkeypatch.setattr(lanes, "TAIL_SPLIT", False)
+    posted = []
+    monkeypatch.setattr(intra_op.LateHelp, "post", lambda self, help: posted.append(help))
+    one = await train_steps("autoencoder", 2, False, monkeypatch)
+    two = await train_steps("autoencoder", 2, True, monkeypatch)
+    assert_same_bits(one, two)
+    assert laned["runs"] and not any(run.tailing for run in laned["runs"]) and not posted
