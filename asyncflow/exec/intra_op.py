@@ -37,11 +37,7 @@ import queue as queue_module
 import threading
 import weakref
 
-# ``active``: kernels run whole here (``run_alone``, a lane); ``helper``: where ``active``
-# holds, an object whose ``post(help)`` hands a split's hand-off to a thread that takes it
-# only once idle (lane 1's thread, for lane 0's last kernels: ``exec/lanes.py``), or says
-# False (that thread ended: the split's workers are free again).
-whole = threading.local()
+whole = threading.local()  # ``active``: kernels run whole here (``run_alone``, a lane)
 _blas_lock = threading.Lock()
 _blas_users = 0        # holds: the process's claim and every running split
 _blas_restore = None   # threadpoolctl's limiters of the holds, oldest first (``_Limiters``)
@@ -172,13 +168,8 @@ class IntraOpPool:
         """
         queue = _ChunkQueue(bounds, fn)
         # Inside a chunk of ``run_alone`` every thread is taken: no helpers (the same chunks,
-        # in order, on this thread: the same bits), unless an idle lane thread may come
-        # (``whole.helper``): it takes the chunks the caller has not reached.
-        helpers = min(self.threads, len(bounds)) - 1
-        if getattr(whole, "active", False):
-            helper = getattr(whole, "helper", None)
-            if helper is None or helpers < 1 or helper.post(queue.help):
-                helpers = 0
+        # in order, on this thread: the same bits).
+        helpers = 0 if getattr(whole, "active", False) else min(self.threads, len(bounds)) - 1
         _hold_blas_single_thread()
         try:
             if helpers > 0 and (workers := self._workers()) is not None:
@@ -199,21 +190,20 @@ class IntraOpPool:
         per thread (``exec/pairs.py``). The thread's flag is given back as found (a nested
         ``run_alone`` leaves the chunk around it whole)."""
         def alone(start, stop):
-            was, helper = getattr(whole, "active", False), getattr(whole, "helper", None)
-            whole.active, whole.helper = True, None
+            was = getattr(whole, "active", False)
+            whole.active = True
             try:
                 fn(start, stop)
             finally:
-                whole.active, whole.helper = was, helper
+                whole.active = was
         return self.run(alone, bounds, caller_limit)
 
     @staticmethod
     def alone():
         """Whether kernels run whole on the calling thread now (inside a chunk of
         ``run_alone``, or a lane holding every thread): a split would compute all its chunks
-        here, one after the other. False where an idle thread may take chunks
-        (``whole.helper``: lane 0's last kernels)."""
-        return getattr(whole, "active", False) and getattr(whole, "helper", None) is None
+        here, one after the other."""
+        return getattr(whole, "active", False)
 
     def all_busy(self):
         """Whether every worker is running a hand-off now (another kernel's chunks): a split
@@ -268,37 +258,6 @@ class IntraOpPool:
 
     def __repr__(self):
         return f"<IntraOpPool threads={self.threads}>"
-
-
-class LateHelp:
-    """Splits' hand-offs for one thread that takes them only when idle (lane 1's thread, for
-    lane 0's tail: ``exec/lanes.py``), as ``whole.helper`` of the splitting thread. That
-    thread calls ``take()`` when it would wait on ``cond`` and when its own work ended, and
-    sets ``retired`` when it takes no more: ``post`` then says False (the split's workers
-    are free again). A hand-off taken after its split finished runs nothing."""
-
-    __slots__ = ("cond", "posted", "retired")
-
-    def __init__(self, cond):
-        self.cond, self.posted, self.retired = cond, [], False
-
-    def post(self, help):
-        with self.cond:
-            if self.retired:
-                return False
-            self.posted.append(help)
-            self.cond.notify_all()
-        return True
-
-    def take(self):
-        """(``cond`` held) Run the hand-offs posted so far, ``cond`` released meanwhile."""
-        while self.posted:
-            help = self.posted.pop(0)
-            self.cond.release()
-            try:
-                help()
-            finally:
-                self.cond.acquire()
 
 
 class _Workers:

@@ -30,9 +30,7 @@ What stays as it is with one lane:
 - the bits: every kernel gets the same inputs and runs whole (a kernel on lane 1 does not
   split again: ``intra_op.run_alone``'s rule; from lane 1's start to the step's end neither
   does one of lane 0 on the loop's thread, whose thread and lane 1's take the two cores; a
-  kernel of lane 0 large enough to be offloaded to a worker thread may still split there),
-  or in one lane's chunks: lane 0's tail (``tail_start``: its kernels predicted to end after
-  lane 1's last) splits, and lane 1's thread takes the chunks left once idle (``tail``);
+  kernel of lane 0 large enough to be offloaded to a worker thread may still split there);
 - stateful order: nodes touching one variable (through a ref input or a read of it, the
   variable's own node included) keep their order among themselves; every other stateful op
   (random draws, queues, ``py_func``) stays on lane 0 in the schedule's order; control
@@ -69,9 +67,6 @@ from asyncflow.kernels.intra_op import MIN_SPLIT_WORK
 # Two lanes where they pay; ``ASYNCFLOW_LANES=0`` in the environment (or False here, before a
 # plan is built) keeps every static schedule in one lane, as before (benchmarks compare both).
 ENABLED = os.environ.get("ASYNCFLOW_LANES", "1") != "0"
-# Lane 0's tail (``tail_start``) splits, lane 1's thread taking chunks once idle (``tail``);
-# False (before a plan is built): it runs whole, as lane 0's other kernels.
-TAIL_SPLIT = True
 GUESS_DIM = 128         # an unknown dimension (a batch), for the cost estimates only
 OVERHEAD_S = 4e-6       # a kernel's call, whatever its size
 UNIT_S = 0.33e-9        # one unit of the offload threshold's cost (measured: GEMMs, applies)
@@ -268,22 +263,6 @@ def compile_lanes(plan):
     return _generate(plan, order, lane_of, deps, pool)
 
 
-def tail_start(lane0, order, lane_of, deps):
-    """The index of lane 0's first kernel predicted to end after lane 1's last one (lane 0's
-    kernels end in their order, so it and those after it are the step's tail: one core
-    busy), or None. The times: ``assign``'s estimates replayed in ``order``."""
-    finish, free = {}, [0.0, WAKE_S]
-    for node in order:
-        lane = lane_of[node.index]
-        start = free[lane]
-        for d in deps[node.index]:
-            start = max(start, finish[d] + (SYNC_S if lane_of[d] != lane else 0.0))
-        finish[node.index] = free[lane] = start + seconds(node)
-    if not any(lane_of[node.index] for node in order):
-        return None
-    return next((node.index for node in lane0 if finish[node.index] > free[1]), None)
-
-
 def _generate(plan, order, lane_of, deps, pool):
     fetch_slots, feed_slots = set(plan.fetch_slots), set(plan.feed_slots)
     node_of = {node.index: node for node in order}
@@ -307,7 +286,6 @@ def _generate(plan, order, lane_of, deps, pool):
         if needs:
             first_need = max(needs, key=position0.__getitem__)
             break
-    tail = tail_start(lanes_nodes[0], order, lane_of, deps) if TAIL_SPLIT else None
     every = max(1, 2 * timeslice.CHECK_EVERY)
     functions = []
     for lane in (1, 0):
@@ -324,8 +302,6 @@ def _generate(plan, order, lane_of, deps, pool):
         count = 0
         for node in mine:
             i = node.index
-            if lane == 0 and i == tail:
-                g.line(["_L.tail()"])
             for d in sorted(deps[i]):
                 if lane_of[d] != lane and flag[d] not in waited:
                     k = flag[d]
@@ -445,7 +421,7 @@ class LaneRun:
     flag lane 0 has still to set."""
 
     __slots__ = ("flags", "cond", "drive", "gen", "pool", "future", "error", "abort", "done",
-                 "waiters", "stolen", "alone", "on_loop", "tailing", "late")
+                 "waiters", "stolen", "alone", "on_loop")
     steal = True  # lane 0 may run lane 1 (tests switch it off to keep lane 1 on its thread)
 
     def __init__(self, lane1, slots, flags, pool):
@@ -460,8 +436,6 @@ class LaneRun:
         self.waiters = 0
         self.alone = False  # lane 0's kernels run whole while lane 1 is live
         self.on_loop = False  # lane 0 runs lane 1's generator (its kernels on the loop)
-        self.tailing = False  # lane 0 runs its tail (``tail``)
-        self.late = intra_op.LateHelp(self.cond)  # its splits' hand-offs for lane 1's thread
 
     def start(self):
         """Hand lane 1 to the pool's lane thread. From here to the step's end lane 0's
@@ -473,30 +447,18 @@ class LaneRun:
         if not self.done:
             self.future = self.pool.submit(self._work)
             intra_op.whole.active = self.alone = True
-            if self.tailing:
-                intra_op.whole.helper = self.late
-
-    def tail(self):
-        """Lane 0 reaches its tail (``tail_start``): from here its kernels that split hand
-        their chunks to lane 1's thread too, which takes those lane 0 has not reached when
-        it waits or has ended, so the second core, idle at the step's end, takes a share of
-        lane 0's last kernels (the chunks of one lane: its bits)."""
-        self.tailing = True
-        if self.alone:
-            intra_op.whole.helper = self.late
 
     def pausing(self, pause):
         """``pause`` (or ``offload``) for lane 0: while the loop runs other tasks their
         kernels split as usual (the thread-local flag is lane 0's only)."""
         async def paused(*args):
             if self.alone:
-                intra_op.whole.active, intra_op.whole.helper = False, None
+                intra_op.whole.active = False
             try:
                 return await pause(*args)
             finally:
                 if self.alone:
                     intra_op.whole.active = True
-                    intra_op.whole.helper = self.late if self.tailing else None
         return paused
 
     def give(self, k):
@@ -559,15 +521,8 @@ class LaneRun:
                 with cond:
                     self.waiters += 1
                     while not flags[k] and not self.abort and not self.done:
-                        if self.late.posted:
-                            self.late.take()
-                        else:
-                            cond.wait()
+                        cond.wait()
                     self.waiters -= 1
-            with cond:  # lane 1 ended: its thread takes the hand-offs posted, then no more
-                if self.tailing and not self.abort:
-                    self.late.take()
-                self.late.retired = True
         finally:
             intra_op.whole.active = False
 
@@ -634,7 +589,6 @@ class LaneRun:
         boundary; nothing of the step runs after this returns."""
         if self.alone:
             intra_op.whole.active = self.alone = False
-            intra_op.whole.helper = None
         if self.done:
             return
         self.abort = True
