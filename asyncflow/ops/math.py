@@ -242,25 +242,23 @@ not_differentiable("Where")
 
 def where(condition, x=None, y=None, name=None):
     """``where(cond, x, y)`` selects elementwise; ``where(cond)`` gives the true coordinates."""
-    condition = as_tensor(condition)
-    if x is None and y is None:
-        return make("Where", (condition,), None, name, "Where")
-    if x is None or y is None:
-        raise ValueError("where: x and y must both be given or both be None")
-    x, y = operands((x, y), "Select")
-    return make("Select", (condition, x, y), None, name, "Select")
+    return _where("Select", "where", condition, x, y, name)
 
 
 def where_v2(condition, x=None, y=None, name=None):
     """TF1's ``tf.where_v2``: ``where`` with ``condition``, ``x`` and ``y`` broadcast
     together (numpy's ``where``); ``where_v2(cond)`` gives the true coordinates."""
+    return _where("SelectV2", "where_v2", condition, x, y, name)
+
+
+def _where(op_type, api, condition, x, y, name):
     condition = as_tensor(condition)
     if x is None and y is None:
         return make("Where", (condition,), None, name, "Where")
     if x is None or y is None:
-        raise ValueError("where_v2: x and y must both be given or both be None")
-    x, y = operands((x, y), "SelectV2")
-    return make("SelectV2", (condition, x, y), None, name, "SelectV2")
+        raise ValueError(f"{api}: x and y must both be given or both be None")
+    x, y = operands((x, y), op_type)
+    return make(op_type, (condition, x, y), None, name, op_type)
 
 
 def _infer_add_n(op):

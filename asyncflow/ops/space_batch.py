@@ -215,10 +215,7 @@ def space_to_batch(input, paddings, block_size=None, name=None, block_shape=None
         ValueError: for an input not 4-D, a block size under 2, or what
             ``space_to_batch_nd`` refuses.
     """
-    block = _square_block("SpaceToBatchND", block_size, block_shape)
-    x = as_tensor(input)
-    if x.shape.ndims not in (None, 4):
-        raise ValueError(f"space_to_batch: input must be 4-D, got shape {x.shape}")
+    x, block = _four_d("SpaceToBatchND", "space_to_batch", input, block_size, block_shape)
     return space_to_batch_nd(x, block, paddings, name)
 
 
@@ -230,11 +227,18 @@ def batch_to_space(input, crops, block_size, name=None, block_shape=None):  # no
         ValueError: for an input not 4-D, a block size under 2, or what
             ``batch_to_space_nd`` refuses.
     """
-    block = _square_block("BatchToSpaceND", block_size, block_shape)
+    x, block = _four_d("BatchToSpaceND", "batch_to_space", input, block_size, block_shape)
+    return batch_to_space_nd(x, block, crops, name)
+
+
+def _four_d(op_type, api, input, block_size, block_shape):  # noqa: A002
+    """``(x, block)``: ``input`` as a tensor, refused unless 4-D (or of unknown rank), and
+    the square block of ``block_size``."""
+    block = _square_block(op_type, block_size, block_shape)
     x = as_tensor(input)
     if x.shape.ndims not in (None, 4):
-        raise ValueError(f"batch_to_space: input must be 4-D, got shape {x.shape}")
-    return batch_to_space_nd(x, block, crops, name)
+        raise ValueError(f"{api}: input must be 4-D, got shape {x.shape}")
+    return x, block
 
 
 @register_gradient("SpaceToBatchND")
