@@ -11,9 +11,9 @@ import pytest
 from asyncflow import dtypes
 from asyncflow.kernels import intra_op as kernel_intra_op
 from asyncflow.kernels import training as rebuilt
-from asyncflow.exec.devices import Device
 from asyncflow.exec.resources import VariableResource
 
+from apply_context import ApplyContext as KernelContext  # same folder
 import optimizer_kernels_before as before  # same folder
 import optimizer_kernels_tf1 as tf1_form  # same folder
 
@@ -21,16 +21,6 @@ import optimizer_kernels_tf1 as tf1_form  # same folder
 # Adam and momentum.
 reference = types.SimpleNamespace(**{
     name: getattr(tf1_form, name, getattr(before, name, None)) for name in dir(before)})
-
-
-class KernelContext:
-    def __init__(self, threads, nesterov=False):
-        self.attrs = {"use_nesterov": nesterov, "use_locking": False}
-        self.name = "apply"
-        self.type = "Apply"
-        self.xp = np
-        self.device = Device("/job:localhost/replica:0/task:0/device:CPU:0", 0, threads,
-                             intra_op_threads=threads)
 
 
 @pytest.fixture

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from asyncflow import dtypes, errors
-from asyncflow.exec.devices import Device
 from asyncflow.exec.resources import VariableResource
 from asyncflow.kernels import intra_op, jit
 from asyncflow.kernels import training
+
+from apply_context import ApplyContext as Context  # same folder
 
 pytestmark = pytest.mark.skipif(not jit.available(),
                                 reason="numba is not installed (or ASYNCFLOW_JIT=0)")
@@ -23,16 +24,6 @@ KERNELS = {"_apply_rms_prop": (2, (0,), False), "_apply_adam": (2, (1,), True),
            "_apply_momentum": (1, (), True)}
 LOOPS = {"_apply_rms_prop": "_rms_prop_loop", "_apply_adam": "_adam_loop",
          "_apply_momentum": "_momentum_loop"}
-
-
-class Context:
-    def __init__(self, threads, nesterov=False):
-        self.attrs = {"use_nesterov": nesterov, "use_locking": False}
-        self.name = "apply"
-        self.type = "Apply"
-        self.xp = np
-        self.device = Device("/job:localhost/replica:0/task:0/device:CPU:0", 0, threads,
-                             intra_op_threads=threads)
 
 
 def _resources(values, dtype):
