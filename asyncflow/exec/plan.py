@@ -8,10 +8,11 @@ Theory of operation:
   it must dereference (variable references read by value consumers), the slots it writes,
   the nodes waiting on it (one entry per edge) and its initial pending count.
 - ``schedule`` is the nodes in topological order, a waiting kernel and what depends on it
-  last. When the partition has at most one waiting kernel (not a Send/Recv), no control
-  flow and at most one kernel that may be large enough to offload, the executor runs this
-  schedule straight through (the static form, ``codegen.py``, which frees each value
-  after its last reader). Otherwise it runs the core's flat propagator, with
+  last. When the partition has no control flow, at most one kernel that may be large
+  enough to offload, and at most one waiting kernel (not a Send/Recv) or, on a CPU, only
+  Sends and Recvs in an order that cannot wait where the core would not
+  (``transfers_in_order``), the executor runs this schedule straight through (the static
+  form, ``codegen.py``, which frees each value after its last reader). Otherwise it runs the core's flat propagator, with
   ``slot_readers`` counting the reads of each slot so buffers die after their last consumer.
 - A partition with control flow (``control_flow``) runs over the frames propagator of
   ``frames.py``, which also needs each node's ``kind``, its data edges with ports
