@@ -218,3 +218,35 @@ async def test_a_static_partition_waiting_for_a_push_stops_at_its_deadline(autoj
         assert 7 not in services["worker"]._steps
         await master.close()
         nursery.cancel_scope.cancel()
+
+
+async def test_a_kernel_failing_in_a_static_partition_names_its_op_and_ends_both_steps():
+    # The worker's matmul fails on a fed value of the wrong width after its Recvs
+    # subscribed: the step fails with the op's located error, the subscriptions nothing took
+    # are dropped, and neither task keeps the step's state.
+    graph = af.Graph()
+    with graph.as_default():
+        with af.device(PS):
+            w = af.Variable(np.ones((4, 2), np.float32), name="w")
+            b = af.Variable(np.zeros(2, np.float32), name="b")
+        with af.device(W0):
+            x = af.placeholder(af.float32, None, name="x")
+            out = af.matmul(x, w, name="product") + b
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            spec, services = await _serving(nursery)
+            async with af.Session(graph=graph, cluster=spec) as sess:
+                await sess.run([w.initializer, b.initializer], options=TIMEOUT)
+                good = await sess.run(out, {x: np.ones((3, 4), np.float32)}, options=TIMEOUT)
+                np.testing.assert_array_equal(good, np.full((3, 2), 4.0, np.float32))
+                with pytest.raises(af.errors.OpError, match="product"):
+                    await sess.run(out, {x: np.ones((3, 5), np.float32)}, options=TIMEOUT)
+                plans = [p for wg in services["worker"]._graphs.values()
+                         for p in wg.compiled.plans if p.waits]
+                assert plans and all(p.static and p.transfers for p in plans)
+                np.testing.assert_array_equal(  # the next step runs as before
+                    await sess.run(out, {x: np.ones((1, 4), np.float32)}, options=TIMEOUT),
+                    np.full((1, 2), 4.0, np.float32))
+            await trio.testing.wait_all_tasks_blocked()
+            assert not services["worker"]._steps and not services["ps"]._steps
+            nursery.cancel_scope.cancel()
