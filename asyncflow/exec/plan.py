@@ -121,7 +121,7 @@ def _slot_key(port):
     return port if tensor is None else tensor
 
 
-def compile_plan(nodes, feeds, fetches, device, resources, session=None):
+def compile_plan(nodes, feeds, fetches, device, resources, session=None, alone=True):
     """Compile ``nodes`` (topologically ordered, all on ``device``).
 
     Args:
@@ -133,6 +133,9 @@ def compile_plan(nodes, feeds, fetches, device, resources, session=None):
         device: the runtime Device the partition runs on.
         resources: the ResourceManager stateful kernels use.
         session: on a worker, the master session that registered the graph (``NodeContext``).
+        alone: the run's only plan here (``runner.PlanRunner``); the CPU partitions of a run
+            of several start in the core, which drains them into each other, so their plans
+            get no static form for transfers they would never use.
 
     Returns:
         An ExecutionPlan.
@@ -232,7 +235,7 @@ def compile_plan(nodes, feeds, fetches, device, resources, session=None):
     # not (else the partition runs in the core, whose dataflow needs no order).
     waiting = [n for n in nodes if n.is_async]
     moves = [n for n in waiting if n.op.type in _TRANSFER_TYPES]
-    transfers = STATIC_TRANSFERS and bool(moves) and len(moves) == len(waiting)
+    transfers = STATIC_TRANSFERS and alone and bool(moves) and len(moves) == len(waiting)
     static = (not control_flow and known_large <= 1
               and (len(waiting) <= 1 and not moves or transfers and device.kind == "CPU"))
     # The static form's order: the waiting kernel (every Recv) and what depends on it as late

@@ -250,3 +250,21 @@ async def test_a_kernel_failing_in_a_static_partition_names_its_op_and_ends_both
             await trio.testing.wait_all_tasks_blocked()
             assert not services["worker"]._steps and not services["ps"]._steps
             nursery.cancel_scope.cancel()
+
+
+async def test_a_local_runs_partitions_with_transfers_keep_the_core():
+    # A Session over two CPUs starts both partitions in the core, which drains one into the
+    # other (exec/runner.py): their plans get no static form for their Sends and Recvs.
+    config = af.SessionConfig(device_count={"CPU": 2})
+    with af.Graph().as_default():
+        x = af.placeholder(af.float32, [2], name="x")
+        with af.device("/device:CPU:1"):
+            y = af.square(x, name="y")
+        with af.device("/device:CPU:0"):
+            z = af.reduce_sum(y, name="z")
+        async with af.Session(config=config) as sess:
+            assert await sess.run(z, {x: np.array([1.0, 2.0], np.float32)}) == 5.0
+            compiled = next(iter(sess._cache.values()))
+    assert len(compiled.plans) == 2 and all(p.waits for p in compiled.plans)
+    assert [(p.static, p.transfers, p.static_fn) for p in compiled.plans] == \
+        [(False, False, None)] * 2
