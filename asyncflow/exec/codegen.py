@@ -36,7 +36,7 @@ import numpy as np
 from asyncflow import errors
 from asyncflow.exec import pairs, timeslice
 from asyncflow.exec.plan import (DROP, ENTER, EXIT, MERGE, NEXT_ITERATION, NORMAL, SWITCH,
-                                    estimate_static_cost, runtime_cost)
+                                    estimate_static_cost, runtime_cost, transfers_in_order)
 from asyncflow.exec.step import now_us
 
 
@@ -169,6 +169,12 @@ def compile_schedule(plan, traced=False, on_thread=False):
     names = {slot: f"slots[{slot}]" for slot in plan.feed_slots}  # slot -> its expression
     fetch_slots = set(plan.fetch_slots)
     schedule, firsts = (plan.schedule, ()) if traced else pairs.pair_schedule(plan.schedule)
+    if plan.transfers and not transfers_in_order(plan.nodes, schedule, _lines(schedule, firsts)):
+        schedule, firsts = plan.schedule, ()  # (the order plan.py checked)
+    # Send/Recv (``plan.transfers``): a Recv subscribes on its line (``h3 = _R(N3)``) and is
+    # taken on the first line that reads it or runs one of its consumers (``v2 = (h3.outputs
+    # or await _T(h3))[0]``: awaited only if not there yet); a Send is ``_S(N5, v2)``.
+    untaken = {}  # Recv node index -> (the local its value goes to or None, its consumers)
     gen.env.update(_pair=pairs.run_pair, _group=pairs.run_group, _out=pairs.outputs,
                    _done=pairs.done)
     partner = None  # the second node of the pair being generated
@@ -178,6 +184,19 @@ def compile_schedule(plan, traced=False, on_thread=False):
     made = 0    # locals made (``v0``...): at most the values alive at once
     for position, node in enumerate(schedule):
         i = node.index
+        if plan.transfers and node.op.type == "_Recv":
+            gen.env[f"N{i}"] = node
+            slot = node.outputs[0]
+            if slot >= 0 and (slot in last_use or slot in fetch_slots):
+                if dead:
+                    names[slot] = dead.pop()
+                else:
+                    names[slot], made = f"v{made}", made + 1
+                untaken[i] = (names[slot], frozenset(node.consumers))
+            else:
+                untaken[i] = (None, frozenset(node.consumers))
+            gen.line([f"h{i} = _R(N{i})"], node)
+            continue
         if node.op.type == "Const" and not node.inputs and not traced:  # (traced: shown)
             if node.outputs[0] >= 0:
                 names[node.outputs[0]] = gen.constant(node)
@@ -203,7 +222,9 @@ def compile_schedule(plan, traced=False, on_thread=False):
             else:
                 names[slot], made = f"v{made}", made + 1
             targets.append(names[slot])
-        if node.is_async:
+        if node.is_async and plan.transfers:  # (a Send: Recvs were handled above)
+            call = f"_S(N{i}, {args[0]})"
+        elif node.is_async:
             call = f"(await _wait(N{i}, [{', '.join(args)}]{', _t' if traced else ''}))"
         elif node.offload:
             given = "_b" if node is partner else "_a"  # (a pair's second: read with the first)
@@ -233,7 +254,8 @@ def compile_schedule(plan, traced=False, on_thread=False):
         elif node is partner:  # (None: not paired, or handed back undone)
             call = f"(_out(_p, 1) if _done(_p, 1) else {call})"
         statements = gen.store(call, targets)
-        if traced and not node.is_async:  # (an offloaded kernel waited if it was large)
+        if traced and (not node.is_async or plan.transfers):  # (an offloaded kernel
+            # waited if it was large)
             waited = f", _cost(N{i}, _a) >= {node.offload_cost}" if node.offload else ""
             statements.append(f"_rec(N{i}, _t{waited})")
         # A value dies right after its last reader, unless a new one took its local.
@@ -254,6 +276,10 @@ def compile_schedule(plan, traced=False, on_thread=False):
             statements = [f"_a = [{', '.join(args)}]"] + statements + ["_a = None"]
         if traced:
             statements.insert(0, "_t = _now()")
+        if untaken:
+            line = [node] + (schedule[position + 1:position + 1 + firsts[i]] if i in firsts
+                             else [])
+            statements = _takes(untaken, line, traced) + statements
         gen.line(statements, node)
         cost = estimate_static_cost(node.op)
         large = node.offload or (cost is not None and cost >= timeslice.LARGE_KERNEL_COST)
@@ -265,6 +291,8 @@ def compile_schedule(plan, traced=False, on_thread=False):
             count, last_check = 0, len(gen.lines)
     if last_check >= 0 and all(node is None for _, node in gen.lines[last_check:]):
         del gen.lines[last_check - 1]  # no kernel after it: the run's end is near enough
+    if untaken:  # (Recvs nobody here reads: fetched, or waited for by nothing)
+        gen.line(_takes(untaken, None, traced))
     for slot in plan.fetch_slots:
         if slot in names and names[slot] != f"slots[{slot}]":
             gen.line([f"slots[{slot}] = {names[slot]}"])
@@ -272,8 +300,39 @@ def compile_schedule(plan, traced=False, on_thread=False):
         return gen.function("def _step(slots, _offload, _stop, _pause)",
                             f"static schedule of {len(plan.schedule)} nodes, on a thread",
                             plan.device.name)
+    if plan.transfers:  # (``_wait``: the step's ``dispatch.Transfers``)
+        return gen.function("async def _step(slots, _offload, _wait, _pause, _rec=None)",
+                            f"static schedule of {len(plan.schedule)} nodes", plan.device.name,
+                            prologue=["_S, _R, _T = _wait.send, _wait.subscribe, _wait.take"],
+                            final=["_wait.close()"])
     return gen.function("async def _step(slots, _offload, _wait, _pause, _rec=None)",
                         f"static schedule of {len(plan.schedule)} nodes", plan.device.name)
+
+
+def _lines(schedule, firsts):
+    """The nodes of each line of a static form over ``schedule`` (a pair or a group of
+    ``firsts``, exec/pairs.py, reads its partners' arguments and may run them on its line)."""
+    lines, position = [], 0
+    while position < len(schedule):
+        count = 1 + firsts.get(schedule[position].index, 0) if firsts else 1
+        lines.append(tuple(schedule[position:position + count]))
+        position += count
+    return lines
+
+
+def _takes(untaken, line, traced):
+    """The statements taking each Recv of ``untaken`` that a node of ``line`` consumes (None:
+    all of them), removed from ``untaken``: the value if there, else awaited."""
+    indices = {n.index for n in line} if line is not None else None
+    statements = []
+    for recv, (name, consumers) in list(untaken.items()):
+        if indices is not None and indices.isdisjoint(consumers):
+            continue
+        del untaken[recv]
+        take = f"(await _T(h{recv}))" if traced else f"(h{recv}.outputs or await _T(h{recv}))"
+        statements += [f"{name} = {take}[0]" if name else take, f"h{recv} = None"]
+    return statements
+
 
 
 def _arguments(names, node):

@@ -236,15 +236,17 @@ def compile_run(graph, feeds, fetches, targets, state, config, resources, sessio
                                           if parts.partitions[index] is part))
         part_feeds = [feeds[i] for i in part.feeds]
         plans.append(_compile_plan(part.nodes, part_feeds, part_fetches,
-                                   state.by_name(part.device), resources, config, session))
+                                   state.by_name(part.device), resources, config, session,
+                                   alone=len(parts.partitions) == 1))
         feed_routes.append(list(part.feeds))
         fetch_lists.append(part_fetches)
     fetch_routes = [(index, fetch_lists[index].index(port)) for index, port in parts.fetches]
     return CompiledRun(plans, feed_routes, fetch_routes, run.placement, graph)
 
 
-def _compile_plan(nodes, feeds, fetches, device, resources, config, session=None):
-    plan = compile_plan(nodes, feeds, fetches, device, resources, session)
+def _compile_plan(nodes, feeds, fetches, device, resources, config, session=None,
+                  alone=True):
+    plan = compile_plan(nodes, feeds, fetches, device, resources, session, alone)
     bind = getattr(device, "bind_plan", None)
     if bind is not None:
         bind(plan)  # (before the compiled forms: it may wrap kernels)

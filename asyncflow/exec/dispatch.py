@@ -9,6 +9,8 @@ traced twin) and every other plan in the core over the flat or the frames propag
 from __future__ import annotations
 
 
+import trio
+
 from asyncflow import errors
 from asyncflow.kernels.registry import WOULD_BLOCK
 from asyncflow.exec import core, lanes, thread_step, timeslice
@@ -47,7 +49,10 @@ async def run_plan(plan, feed_values, step):
     if plan.thread_form is not None and record is None and step.trio_threads:
         await plan.thread_form.run(plan, slots, step)  # (exec/thread_step.py)
         return core.fetched_values(plan, slots)
-    wait = _waiter(step, record) if plan.waits else None
+    if plan.transfers:
+        wait = Transfers(step, record, plan.device.name)
+    else:
+        wait = _waiter(step, record) if plan.waits else None
     await step_fn(slots, step.offload, wait, step.pause, record)
     return core.fetched_values(plan, slots)
 
@@ -111,3 +116,89 @@ def _waiter(step, record):
             record(node, start or now_us(), True)
         return result
     return wait
+
+
+class Transfers:
+    """A static plan's Sends and Recvs for one step (``plan.transfers``; the generated
+    function's ``_wait``, ``codegen.compile_schedule``): the core's Send and Recv without its
+    drain. ``send`` deposits through the Send's synchronous twin (a CPU plan's never waits);
+    ``subscribe`` subscribes a Recv in the step's rendezvous (a pull starts now, with the
+    step's others), delivered into a ``Received``; ``take`` awaits one not there yet, inside
+    the step owner's close-cancellable scope (``waiting``); ``close`` (the function's
+    ``finally``) drops the subscriptions nothing took: a failed or cancelled step."""
+
+    __slots__ = ("step", "record", "device_name", "received")
+
+    def __init__(self, step, record, device_name):
+        self.step, self.record, self.device_name = step, record, device_name
+        self.received = []
+
+    def send(self, node, value):
+        if node.nowait(StepContext(node.ctx, self.step), value) is WOULD_BLOCK:
+            raise errors.InternalError(None, node.op, f"{node.op.name}: a Send of a static "
+                                       "plan would wait (plans with transfers are CPU only)")
+
+    def subscribe(self, node):
+        received = Received(node, StepContext(node.ctx, self.step))
+        if self.record is not None:
+            received.start = now_us()
+        cancel = node.subscribe(received.ctx, received.deliver)
+        if cancel is not WOULD_BLOCK:  # (else: awaited through its kernel by ``take``)
+            received.cancel = cancel
+        self.received.append(received)
+        return received
+
+    async def take(self, received):
+        """``received``'s outputs, awaited if they are not there; raises its located error."""
+        node = received.node
+        waited = received.outputs is None and received.error is None
+        if waited:
+            with waiting(self.step) as parked:
+                if received.cancel is None:  # no subscription: the kernel waits itself
+                    try:
+                        received.outputs = await node.fn(received.ctx)
+                    except Exception as exc:  # noqa: BLE001 - located below
+                        received.error = exc
+                else:
+                    while received.outputs is None and received.error is None:
+                        received.lot = trio.lowlevel.ParkingLot()
+                        await received.lot.park()
+            if closed(parked):
+                raise errors.session_closed(node.op)
+            timeslice.restart()  # it waited: the task gave the loop back
+        if received.error is not None:
+            error, received.error = received.error, None
+            try:
+                raise errors.located(error, node.op, self.device_name)
+            finally:
+                del error  # (this frame is in its traceback: no cycle)
+        if self.record is not None:
+            self.record(node, received.start, waited)
+        return received.outputs
+
+    def close(self):
+        for received in self.received:
+            if received.cancel is not None and received.outputs is None \
+                    and received.error is None:
+                received.cancel()
+            received.cancel = received.lot = None
+        self.received.clear()
+
+
+class Received:
+    """One Recv's subscription for ``Transfers``: its outputs or error once delivered."""
+
+    __slots__ = ("node", "ctx", "outputs", "error", "cancel", "lot", "start")
+
+    def __init__(self, node, ctx):
+        self.node, self.ctx = node, ctx
+        self.outputs = self.error = self.cancel = self.lot = None
+        self.start = 0
+
+    def deliver(self, outputs, exc=None):  # (the rendezvous' callback: never raises)
+        if exc is None:
+            self.outputs = outputs
+        else:
+            self.error = exc
+        if self.lot is not None:
+            self.lot.unpark_all()

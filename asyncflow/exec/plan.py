@@ -8,10 +8,11 @@ Theory of operation:
   it must dereference (variable references read by value consumers), the slots it writes,
   the nodes waiting on it (one entry per edge) and its initial pending count.
 - ``schedule`` is the nodes in topological order, a waiting kernel and what depends on it
-  last. When the partition has at most one waiting kernel (not a Send/Recv), no control
-  flow and at most one kernel that may be large enough to offload, the executor runs this
-  schedule straight through (the static form, ``codegen.py``, which frees each value
-  after its last reader). Otherwise it runs the core's flat propagator, with
+  last. When the partition has no control flow, at most one kernel that may be large
+  enough to offload, and at most one waiting kernel (not a Send/Recv) or, on a CPU, only
+  Sends and Recvs in an order that cannot wait where the core would not
+  (``transfers_in_order``), the executor runs this schedule straight through (the static
+  form, ``codegen.py``, which frees each value after its last reader). Otherwise it runs the core's flat propagator, with
   ``slot_readers`` counting the reads of each slot so buffers die after their last consumer.
 - A partition with control flow (``control_flow``) runs over the frames propagator of
   ``frames.py``, which also needs each node's ``kind``, its data edges with ports
@@ -37,6 +38,9 @@ _KINDS = {"Merge": MERGE, "Enter": ENTER, "RefEnter": ENTER, "Exit": EXIT, "RefE
           "Switch": SWITCH, "RefSwitch": SWITCH}
 # Estimated element-operations above which an offloadable kernel runs on a worker thread.
 OFFLOAD_COST = 1 << 22
+# A CPU partition whose waiting kernels are all Sends and Recvs runs as a static plan (when
+# its order allows: ``transfers_in_order``); False: in the core, the reference (tests).
+STATIC_TRANSFERS = True
 
 
 @dataclasses.dataclass(slots=True)
@@ -91,6 +95,8 @@ class ExecutionPlan:
     may_offload: bool = False  # some kernel may run on a worker thread (inputs large enough)
     blocking_reads: bool = False  # some kernel is a blocking read (a close must cancel it)
     thread_form: object = None  # a heavy step's form on a worker thread (thread_step.py)
+    # Send/Recv run by the static form (``codegen.py``, ``dispatch.Transfers``): CPU only.
+    transfers: bool = False
     # Nodes whose prepare hook asked for a ``Preload`` (registry.py): run on a worker thread
     # before the first step (``step.preload``), then emptied.
     preloads: tuple = ()
@@ -115,7 +121,7 @@ def _slot_key(port):
     return port if tensor is None else tensor
 
 
-def compile_plan(nodes, feeds, fetches, device, resources, session=None):
+def compile_plan(nodes, feeds, fetches, device, resources, session=None, alone=True):
     """Compile ``nodes`` (topologically ordered, all on ``device``).
 
     Args:
@@ -127,6 +133,9 @@ def compile_plan(nodes, feeds, fetches, device, resources, session=None):
         device: the runtime Device the partition runs on.
         resources: the ResourceManager stateful kernels use.
         session: on a worker, the master session that registered the graph (``NodeContext``).
+        alone: the run's only plan here (``runner.PlanRunner``); the CPU partitions of a run
+            of several start in the core, which drains them into each other, so their plans
+            get no static form for transfers they would never use.
 
     Returns:
         An ExecutionPlan.
@@ -219,18 +228,31 @@ def compile_plan(nodes, feeds, fetches, device, resources, session=None):
     control_flow = any(n.op.op_def.control_flow or n.op.control_flow_context is not None
                        for n in nodes)
     # One waiting kernel (a queue op, an async py_func) may stay on the static path: its
-    # schedule awaits it in place. Send/Recv rely on the core's subscriptions and its
-    # trampoline across partitions, so plans holding them never do.
+    # schedule awaits it in place. A CPU partition whose only waiting kernels are Sends and
+    # Recvs may too (``transfers``): a Send is a call to the rendezvous, a Recv subscribes
+    # where it stands and is taken (awaited if not there yet) by its first consumer, in the
+    # schedule's order, which ``transfers_in_order`` checks cannot wait where the core would
+    # not (else the partition runs in the core, whose dataflow needs no order).
     waiting = [n for n in nodes if n.is_async]
-    static = (not control_flow and known_large <= 1 and len(waiting) <= 1
-              and not any(n.op.type in _TRANSFER_TYPES for n in waiting))
-    # The static form's order: the waiting kernel and what depends on it as late as possible,
-    # so a failure elsewhere surfaces before the wait (as in the core, where it is a task).
-    after = {waiting[0].index} if static and waiting else set()
+    moves = [n for n in waiting if n.op.type in _TRANSFER_TYPES]
+    transfers = STATIC_TRANSFERS and alone and bool(moves) and len(moves) == len(waiting)
+    static = (not control_flow and known_large <= 1
+              and (len(waiting) <= 1 and not moves or transfers and device.kind == "CPU"))
+    # The static form's order: the waiting kernel (every Recv) and what depends on it as late
+    # as possible, so a failure elsewhere surfaces before the wait (as in the core, where it
+    # is a task) and every Send that can go goes before a Recv is awaited.
+    after = {n.index for n in waiting if n.op.type != "_Send"} if static else set()
     for node in nodes:  # (in topological order: a consumer comes after its producer)
         if node.index in after:
             after.update(node.consumers)
-    schedule = [n for n in nodes if n.index not in after] + [n for n in nodes if n.index in after]
+    # (and a Recv without inputs first: its pull starts before anything runs)
+    first = {n.index for n in moves if n.op.type == "_Recv" and not n.pending} \
+        if static else set()
+    schedule = [n for n in nodes if n.index in first] \
+        + [n for n in nodes if n.index not in after] \
+        + [n for n in nodes if n.index in after and n.index not in first]
+    if static and transfers:
+        static = transfers_in_order(nodes, schedule, [(n,) for n in schedule])
     enter_counts = {}
     for node in nodes:
         if node.kind == ENTER:
@@ -245,9 +267,39 @@ def compile_plan(nodes, feeds, fetches, device, resources, session=None):
         waits=bool(waiting), may_offload=any(n.offload for n in nodes),
         blocking_reads=any(n.abandon for n in nodes),
         schedule=tuple(schedule), control_flow=control_flow, enter_counts=enter_counts,
+        transfers=static and transfers,
         preloads=tuple(n for n in nodes if type(n.ctx.prepared) is Preload),
         fetch_names=tuple(getattr(key, "name", None) or f"{key[0].name}:{key[1]}"
                           for key in fetch_keys))
+
+
+def transfers_in_order(nodes, order, lines):
+    """Whether a static form running ``lines`` (each a tuple of the nodes whose kernels that
+    line runs or whose arguments it reads: a pair's or a group's, ``exec/pairs.py``; ``order``
+    their nodes in order) may await each Recv at the first line of one of its consumers.
+
+    Awaiting a Recv there waits where the core would not (a deadlock across partitions: the
+    value this partition waits for may need a Send it has not made yet) unless every Send on
+    a later line depends on that Recv here, so could not have gone before it anyway.
+    """
+    recv_bit = {n.index: 1 << k for k, n in
+                enumerate(n for n in nodes if n.op.type == "_Recv")}
+    if not recv_bit:
+        return True
+    depends = [0] * len(nodes)  # per node: the Recvs it waits for (bits), itself included
+    for node in order:  # (topological: producers first)
+        mask = depends[node.index] | recv_bit.get(node.index, 0)
+        depends[node.index] = mask
+        for consumer in node.consumers:
+            depends[consumer] |= mask
+    taken = 0       # the Recvs awaited on the lines so far
+    for line in lines:
+        for node in line:  # (a line awaits what its nodes read before it runs them)
+            taken |= depends[node.index] & ~recv_bit.get(node.index, 0)
+        for node in line:
+            if node.op.type == "_Send" and taken & ~depends[node.index]:
+                return False
+    return True
 
 
 def runtime_cost(node, args):
