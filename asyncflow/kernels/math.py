@@ -7,7 +7,7 @@ import threading
 import numpy as np
 
 from asyncflow import errors
-from asyncflow.kernels import intra_op, math_loops
+from asyncflow.kernels import intra_op
 from asyncflow.kernels.arguments import host as _host, is_floating
 from asyncflow.kernels.registry import host_memory, register_kernel, register_prepare
 
@@ -79,10 +79,11 @@ for _type, _fn in _BINARY.items():
 @register_kernel("Sigmoid")
 def _sigmoid(ctx, x):
     """``1 / (1 + exp(-x))`` in place when nothing overflows (``sigmoid_into``); otherwise
-    ``1 / (1 + e)`` for x >= 0 and ``e / (1 + e)`` below, ``e = exp(-|x|)`` in (0, 1]: never
-    overflows, keeps tiny results' relative precision (``sigmoid(-30)``), the branch an
-    arithmetic mask: 11x faster than ``exp(-logaddexp(0, -x))`` on [256, 784] float32 (0.37
-    against 4.0 ms). (``0.5 * tanh(x / 2) + 0.5``: faster, no precision below about -17.)"""
+    ``1 / (1 + e)`` for x >= 0 and ``e / (1 + e)`` below, with ``e = exp(-|x|)`` in (0, 1]:
+    never overflows, keeps full relative precision of tiny results (``sigmoid(-30)``), and the
+    branch is an arithmetic mask: 11x faster than ``exp(-logaddexp(0, -x))`` on [256, 784]
+    float32 here (0.37 against 4.0 ms), no less accurate. (``0.5 * tanh(x / 2) + 0.5`` is
+    faster still but loses all relative precision below about -17.)"""
     xp = ctx.xp
     if x.ndim == 0:  # ufuncs give 0-d inputs numpy scalars, which out= cannot write
         return (_sigmoid(ctx, x.reshape(1))[0].reshape(()),)
@@ -219,8 +220,6 @@ def _sigmoid_of_negated_into(negated):
 
 @register_kernel("SigmoidGrad")
 def _sigmoid_grad(ctx, y, dy):
-    if (result := math_loops.sigmoid_grad(ctx, y, dy)) is not None:  # one pass, same bits
-        return (result,)
     result = ctx.xp.subtract(y.dtype.type(1), y)
     result *= y
     result *= dy
@@ -502,25 +501,22 @@ def _squares_scratch(xp, diff):
 @register_kernel("_FusedMeanSquaredError")
 def _fused_mean_squared_error(ctx, a, b):
     """``Mean(Square(Sub(a, b)))`` over every axis and ``a - b`` (compile/fuse_squared_error.py):
-    the three kernels' operations in their order, so the same bits, with one new array (the
-    difference, which the gradient reads; the squares in a scratch array only the sum reads)."""
+    the same operations in the same order as the three kernels, so the same bits, with one
+    new array (the difference, which the gradient reads) instead of two; the squares go
+    into a scratch array only the reduction reads."""
     xp = ctx.xp
-    diff = None
-    if xp is np and a.shape == b.shape:  # one compiled pass where it applies: the same bits
-        diff = math_loops.difference_and_squares(ctx, a, b, squares := _squares_scratch(xp, a))
-    if diff is None:
-        try:
-            diff = xp.subtract(a, b)
-        except ValueError:
-            if _broadcastable(a, b):
-                raise
-            raise errors.InvalidArgumentError(
-                None, ctx.name, f"Incompatible shapes: {_dims(a)} vs. {_dims(b)}") from None
-        if diff.ndim == 0:  # 0-d operands give a numpy scalar
-            diff = xp.asarray(diff)
-            squares = xp.square(diff)
-        else:
-            squares = xp.square(diff, out=_squares_scratch(xp, diff))
+    try:
+        diff = xp.subtract(a, b)
+    except ValueError:
+        if _broadcastable(a, b):
+            raise
+        raise errors.InvalidArgumentError(
+            None, ctx.name, f"Incompatible shapes: {_dims(a)} vs. {_dims(b)}") from None
+    if diff.ndim == 0:  # 0-d operands give a numpy scalar
+        diff = xp.asarray(diff)
+        squares = xp.square(diff)
+    else:
+        squares = xp.square(diff, out=_squares_scratch(xp, diff))
     loss = _float_mean(xp, squares, tuple(range(diff.ndim)), False)
     return (_as_array(ctx, loss, diff.dtype), diff)
 
@@ -560,7 +556,6 @@ def _fused_mean_squared_error_grad(ctx, grad, diff, loss=None):
 
 
 register_prepare("_FusedMeanSquaredErrorGrad")(intra_op.may_be_large)
-register_prepare("_FusedMeanSquaredError")(register_prepare("SigmoidGrad")(math_loops.preload))
 
 
 def _extreme(fn_name, fill_for):
