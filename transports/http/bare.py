@@ -252,6 +252,12 @@ class BareService:
                 status = 200 if kind == FRAME else HTTP_STATUS[reply.code]
                 if kind == ERROR:
                     _one_way_failed(server._handler, name, message, reply)
+                    if not keep:  # closed: calls written after it, whose they are unknown
+                        _shut_reading(conn.stream.socket)  # (the client's next ones: EPIPE)
+                        if _late_call(conn.stream.socket):
+                            _one_way_failed(server._handler, name, None, ErrorReply(
+                                "UNAVAILABLE", f"same-host calls after a broken {name} "
+                                "were dropped unread"))
                 return keep
             try:
                 buffers = _reply(conn, reply, server._limits) if kind == FRAME and \
