@@ -196,8 +196,8 @@ class PushAcceptance:
             if error.derived or code == "ABORTED":
                 failure = derived(failure)
             if state is None:
-                if step_id in self._tombstones:
-                    continue
+                if step_id in self._tombstones or step_id in self._abort_marks:
+                    continue  # (failed here already: its first error stays)
                 self._abort_marks[step_id] = f"failed ({failure.message})"
                 self._abort_marks.move_to_end(step_id)
                 while len(self._abort_marks) > 4 * self._max_steps:

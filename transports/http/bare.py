@@ -246,7 +246,7 @@ class BareService:
                 what = "" if name == "unmatched" or text.startswith(name) else f" {name}"
                 reply, kind = ErrorReply(code, f"same-host call{what}: {text}"), ERROR
             else:
-                reply, kind = await self._call(conn, rpc, message, timeout)
+                reply, kind = await self._call(conn, rpc, message, timeout, flags & ONE_WAY)
             if flags & ONE_WAY:  # no answer: a failure is the handler's to report
                 self.one_way_calls += 1
                 status = 200 if kind == FRAME else HTTP_STATUS[reply.code]
@@ -313,7 +313,7 @@ class BareService:
         return message
 
     async def _call(self, conn: _Connection, rpc: Rpc, message: Message | None,
-                    timeout: float) -> tuple[Message, int]:
+                    timeout: float, one_way: int = 0) -> tuple[Message, int]:
         """The handler's answer; one cancel scope: the deadline, the client leaving, closing.
 
         The deadline is the call's timeout plus :data:`DEADLINE_GRACE_S`: the client gives up
@@ -325,7 +325,8 @@ class BareService:
         with trio.CancelScope(deadline=trio.current_time() + timeout + DEADLINE_GRACE_S) as call:
             server._calls.add(call)
             fd = conn.stream.socket.fileno()
-            watched = not conn.pending and not conn.closing  # (a late call: its reading shut)
+            # (Not a late call, its reading shut; nor a one-way one, whose client may go.)
+            watched = not (conn.pending or conn.closing or one_way)
             if watched:
                 server._monitor.call_started(fd, call)
             try:
