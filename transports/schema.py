@@ -87,11 +87,12 @@ class ChecksumMismatch(RemoteProtocolError):
             ``detail``: the rest of the message (the two checksums).
         stored: the sender's checksum; ``computed``: the checksum of the bytes received (None
             where the damage is found otherwise: a magic one bit off, non-zero padding).
+        fields: the frame's payload, where its header was checked intact (else None).
     """
 
-    def __init__(self, key: str | None, nbytes: int, stored: int | None,
-                 computed: int | None, part: str | None = None) -> None:
-        self.key, self.stored, self.computed = key, stored, computed
+    def __init__(self, key: str | None, nbytes: int, stored: int | None, computed: int | None,
+                 part: str | None = None, fields: dict | None = None) -> None:
+        self.key, self.stored, self.computed, self.fields = key, stored, computed, fields
         self.part = f"tensor {key!r:.200}" if part is None else part
         if stored is None or computed is None:
             self.detail = "damaged in transit (Checksum does not match)"

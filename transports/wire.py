@@ -486,7 +486,7 @@ class Decoder:
         if self._frame.checked:  # every bit of a checked frame is covered
             key = self._frame.plans[segment[3]][0]["key"]
             raise ChecksumMismatch(None, 0, None, None, f"padding before tensor "
-                                   f"{key!r:.200} (must be zero bytes)")
+                                   f"{key!r:.200} (must be zero bytes)", self._frame.payload)
         raise RemoteProtocolError("non-zero alignment padding before a tensor")
 
     def _advance_segments(self) -> None:
@@ -496,10 +496,10 @@ class Decoder:
                                         or len(segments[0][5]) == TRAILER_BYTES):
             done = segments.popleft()
             if done[4] is not None and done[4] is not _TRUSTED:
-                descriptor, _, nbytes = self._frame.plans[done[3]]
-                stored = int.from_bytes(done[5], "little")
-                if done[4] != stored:
-                    raise ChecksumMismatch(descriptor["key"], nbytes, stored, done[4])
+                (descriptor, _, nbytes), frame = self._frame.plans[done[3]], self._frame
+                if done[4] != (stored := int.from_bytes(done[5], "little")):
+                    raise ChecksumMismatch(descriptor["key"], nbytes, stored, done[4], None,
+                                           frame.payload if frame.checked else None)
         if not segments:
             frame, self._frame, self._frame_bytes = self._frame, None, 0
             self._events.append(frame.build())

@@ -47,12 +47,20 @@ within the limits costs a dictionary update.
 """
 from __future__ import annotations
 
+import os
+
+from asyncflow import errors
+from asyncflow.cluster.remote_rendezvous import derived
 from asyncflow.cluster.spec import tasks_of_health
 from asyncflow.compile.transfer_order import PUSH_MAX_BYTES
 from asyncflow.device_names import task_of
 from asyncflow.rendezvous_keys import ROOT_FRAME_ITER, make_key, parse_key, source_device
 from transports.messages import RemoteCallError
 
+# The rpcs a worker sends its peers one-way where the transport can (the bare same-host
+# protocol): a push is not answered; its receiver fails the step itself (``one_way_failed``).
+ONE_WAY_RPCS = frozenset() if os.environ.get("ASYNCFLOW_ONE_WAY_PUSH") == "0" else \
+    frozenset({"push_tensors"})
 MAX_PARKED_STEPS = 256
 MAX_PARKED_BYTES = 256 << 20
 _STEP_IDS = range(1, 1 << 63)  # a master draws odd 62-bit ids; any positive int64 passes
@@ -163,6 +171,39 @@ class PushAcceptance:
                 parked[step_id] = [state, nbytes]
             self._parked_bytes += nbytes
         self._count_received(nbytes, task_of(source_device(entries[0].key)))
+
+    def one_way_failed(self, method, fields, error):
+        """A one-way PushTensors was refused with ``error`` (a RemoteCallError; ``fields``:
+        the request's, its ``step_id`` among them, or None where its frame did not say):
+        no answer tells its sender, so the step fails here by the push's error, and the
+        master, which waits for this worker's RunGraph, fails the step on every task (a step
+        whose RunGraph has not come yet fails when it does). Without a step id, every step
+        not yet run here fails (the push was for one of them, or for one to come)."""
+        step_id = fields.get("step_id") if fields is not None else None
+        if method != "push_tensors":
+            return
+        if type(step_id) is not int:  # (unknown)
+            step_ids = [step_id for step_id, state in self._steps.items() if not state.ran]
+        else:
+            step_ids = [step_id]
+        for step_id in step_ids:
+            state = self._steps.get(step_id)
+            if state is not None and state.ran:
+                continue  # (it ended here: a late push, as a late pull, changes nothing)
+            code = error.code if error.code not in ("ABORTED", "CANCELLED") else "ABORTED"
+            failure = errors.from_code(code, f"step {step_id} on {self.task}: a "
+                                       f"PushTensors to it was refused: {error.message}")
+            if error.derived or code == "ABORTED":
+                failure = derived(failure)
+            if state is None:
+                if step_id in self._tombstones or step_id in self._abort_marks:
+                    continue  # (failed here already: its first error stays)
+                self._abort_marks[step_id] = f"failed ({failure.message})"
+                self._abort_marks.move_to_end(step_id)
+                while len(self._abort_marks) > 4 * self._max_steps:
+                    self._abort_marks.popitem(last=False)
+            else:
+                state.rendezvous.abort(failure)
 
     def _unpark(self, step_id):
         """``step_id`` leaves the parked account: its RunGraph bound it, or it is dropped."""

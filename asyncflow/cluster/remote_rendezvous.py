@@ -6,12 +6,15 @@ Theory of operation (TF's ``BaseRemoteRendezvous``; docs/distributed.md):
   tensors of known size outside loops): those go to the consumer's task in a ``PushTensors``
   as soon as they are sent. The Sends of one scheduling round for one peer share a request
   (one push task per request, spawned by the first: none per edge); ``flush_pushes`` waits
-  until every push is acknowledged, so a RunGraph never answers before its pushes landed, and
-  a failed push fails the step. The consumer's worker deposits pushed values in the step's
-  local rendezvous (``accept_push``, once ``push_acceptance.py`` accepted its keys; a push that
-  arrives before the step's RunGraph creates the step's state, within the limits that module
-  sets, as an early pull does), where its Recvs find them: a pushed edge costs the
-  step one one-way message instead of a request and its reply. Large tensors stay pulled (a
+  until every push is acknowledged, or written where the channel sends it one-way (the bare
+  same-host protocol: the consumer then fails the step itself if it refuses the push,
+  ``push_acceptance.one_way_failed``), so a RunGraph never answers before its pushes left,
+  and a push that failed here fails the step. The consumer's worker deposits pushed values in
+  the step's local rendezvous (``accept_push``, once ``push_acceptance.py`` accepted its
+  keys; a push that arrives before the step's RunGraph creates the step's state, within the
+  limits that module sets, as an early pull does), where its Recvs find them: a pushed edge
+  costs the step one message (and its Ack, where not one-way) instead of a request and its
+  reply. Large tensors stay pulled (a
   pull's reply may lend their memory).
 - ``recv(key)`` looks at the key's source device (``src;incarnation;dst;tensor;frame:iter``):
   a device of this worker means a local wait in the ``LocalRendezvous``; any other device is

@@ -77,7 +77,7 @@ from asyncflow.exec.options import SessionConfig
 from asyncflow.exec.files import DataDirectory
 from asyncflow.exec.resources import ResourceManager
 from asyncflow.exec.step import preload
-from asyncflow.cluster.push_acceptance import PushAcceptance, pushed_recv_keys
+from asyncflow.cluster.push_acceptance import ONE_WAY_RPCS, PushAcceptance, pushed_recv_keys
 from asyncflow.cluster.worker_step import StepRunning, _fail, _feed_checks
 from transports.messages import (
     HealthReply, RecvTensorsReply, RegisterGraphReply, TensorEntry, WorkerStatistics,
@@ -332,6 +332,8 @@ class WorkerService(StepRunning, PushAcceptance):
         channel = self._channels.get(address)
         if channel is None:
             channel = self._channels[address] = self._connect(address)
+            if hasattr(channel, "one_way"):  # pushes one-way (push_acceptance.py)
+                channel.one_way = ONE_WAY_RPCS
         return channel
 
     def _count_received(self, nbytes, peer=None):

@@ -55,7 +55,8 @@ import trio
 
 from transports.http import bulk_io, cross_memory
 from transports.http.bare_io import CALLS as _CALLS, RECV as _RECV, RequestBody as _Body, \
-    ServerConnection as _Connection, read_once as _read, small_pieces as _small_pieces, \
+    ServerConnection as _Connection, late_call as _late_call, one_way_failed as _one_way_failed, \
+    read_once as _read, shut_reading as _shut_reading, small_pieces as _small_pieces, \
     write_now as _write_now
 from transports.http.body import BodyTimeout, PeerGone, read_frame
 from transports.http.bulk_io import BULK_BYTES, BulkReader
@@ -79,6 +80,7 @@ REQUEST: Final = struct.Struct("<QIHHd")  # frame length, call id, rpc index, fl
 REPLY: Final = struct.Struct("<QIHH")  # frame length, call id, kind, flags
 DEADLINE_GRACE_S: Final = 1.0  # the server's deadline trails the client's (see _call)
 LEND: Final = 1  # request flag: large reply segments may be lent (cross_memory)
+ONE_WAY: Final = 2  # request flag: no answer is sent (its failure goes to the handler's hook)
 FRAME, ERROR, LENT = 0, 1, 2  # reply kinds
 _TOKEN_LENGTH: Final = struct.Struct("<I")
 _MIN_SWEEP_S: Final = 0.01  # the idle sweep's shortest period (an idle timeout of 0 or near)
@@ -100,6 +102,7 @@ class BareService:
     def __init__(self, server: Any) -> None:
         self._server = server
         self.calls = 0
+        self.one_way_calls = 0  # calls of them that were not answered (``ONE_WAY``)
         self._open: set[_Connection] = set()  # connections past admission, not yet closed
         self._sweeping = False  # the idle sweep's task runs (started with the first connection)
         self._sweep_wake: trio.Event | None = None  # set when the parked sweep must look again
@@ -157,6 +160,7 @@ class BareService:
                     expiry = conn.idle_since + idle_timeout
                     if expiry <= now:
                         conn.closing = True  # (a wait still spinning sees this)
+                        _shut_reading(conn.stream.socket)
                         trio.lowlevel.notify_closing(conn.stream.socket)
                     elif expiry < earliest:
                         earliest = expiry
@@ -185,7 +189,7 @@ class BareService:
 
     async def _serve_call(self, conn: _Connection, limits: Any) -> bool:
         """Answer one call; returns whether the connection carries on."""
-        server = self._server
+        server, last = self._server, False
         conn.idle_since = trio.current_time()
         if not conn.pending:  # (one call at a time: the client is still reading our answer)
             conn.waiting = True  # until the idle timeout: ``_sweep_idle`` closes it then
@@ -197,9 +201,12 @@ class BareService:
             try:  # (waited for first: nothing can be there yet)
                 conn.pending = await _read(conn.stream.socket, True, conn)
             except trio.ClosedResourceError:  # the sweep: idle for the idle timeout
-                if conn in server._guard.connections:
-                    server._guard.timed_out += 1
-                return False
+                conn.pending = _late_call(conn.stream.socket)  # (written before it shut)
+                if not conn.pending:
+                    if conn in server._guard.connections:
+                        server._guard.timed_out += 1
+                    return False
+                last = True  # (the client's later writes fail: it calls again elsewhere)
             finally:
                 conn.waiting = False
             if not conn.pending:
@@ -216,7 +223,7 @@ class BareService:
         server._in_flight += 1
         _CALLS.begin(conn)  # (a spin elsewhere in this process sits this call out)
         self.calls += 1
-        name, status, keep = "unmatched", 500, True
+        name, status, keep = "unmatched", 500, not last
         try:
             try:
                 if index >= len(RPCS):
@@ -230,6 +237,7 @@ class BareService:
                 status = 499  # the client left in the middle of its frame
                 raise
             except (_Garbage, RemoteProtocolError, BodyTimeout) as exc:
+                message = getattr(exc, "fields", None)  # (a damaged frame: whom it was for)
                 keep = False  # the frame's end is unknown or unread: answer, then close
                 code = "RESOURCE_EXHAUSTED" if isinstance(exc, FrameTooLarge) else (
                     "UNAVAILABLE" if isinstance(exc, BodyTimeout) else "DATA_LOSS"
@@ -238,7 +246,19 @@ class BareService:
                 what = "" if name == "unmatched" or text.startswith(name) else f" {name}"
                 reply, kind = ErrorReply(code, f"same-host call{what}: {text}"), ERROR
             else:
-                reply, kind = await self._call(conn, rpc, message, timeout)
+                reply, kind = await self._call(conn, rpc, message, timeout, flags & ONE_WAY)
+            if flags & ONE_WAY:  # no answer: a failure is the handler's to report
+                self.one_way_calls += 1
+                status = 200 if kind == FRAME else HTTP_STATUS[reply.code]
+                if kind == ERROR:
+                    _one_way_failed(server._handler, name, message, reply)
+                    if not keep:  # closed: calls written after it, whose they are unknown
+                        _shut_reading(conn.stream.socket)  # (the client's next ones: EPIPE)
+                        if _late_call(conn.stream.socket):
+                            _one_way_failed(server._handler, name, None, ErrorReply(
+                                "UNAVAILABLE", f"same-host calls after a broken {name} "
+                                "were dropped unread"))
+                return keep
             try:
                 buffers = _reply(conn, reply, server._limits) if kind == FRAME and \
                     index == _RUN_GRAPH else encode(reply, server._limits,
@@ -293,7 +313,7 @@ class BareService:
         return message
 
     async def _call(self, conn: _Connection, rpc: Rpc, message: Message | None,
-                    timeout: float) -> tuple[Message, int]:
+                    timeout: float, one_way: int = 0) -> tuple[Message, int]:
         """The handler's answer; one cancel scope: the deadline, the client leaving, closing.
 
         The deadline is the call's timeout plus :data:`DEADLINE_GRACE_S`: the client gives up
@@ -305,7 +325,8 @@ class BareService:
         with trio.CancelScope(deadline=trio.current_time() + timeout + DEADLINE_GRACE_S) as call:
             server._calls.add(call)
             fd = conn.stream.socket.fileno()
-            watched = not conn.pending
+            # (Not a late call, its reading shut; nor a one-way one, whose client may go.)
+            watched = not (conn.pending or conn.closing or one_way)
             if watched:
                 server._monitor.call_started(fd, call)
             try:
@@ -434,7 +455,7 @@ class BareConnection:
         self.stall = math.inf  # (the client's channel sets its ``stall_timeout``)
 
     async def call(self, rpc_index: int, buffers: list | None, timeout: float, lend: bool,
-                   limits: Limits) -> tuple[Message, bool | None]:
+                   limits: Limits, one_way: bool = False) -> tuple[Message | None, bool | None]:
         """Send one request and read its answer: (the reply, whether it was lent: True copied,
         False refused, None not lent).
 
@@ -451,12 +472,20 @@ class BareConnection:
         if self.pending:
             raise RemoteProtocolError(f"{len(self.pending)} bytes arrived after the last answer "
                                       "and before this call's request (an answer to no call)")
+        if one_way and self.reused:  # a connection the server closed: told before sending
+            try:
+                if not os.read(self.sock.fileno(), _RECV):
+                    raise TransportUnavailable("connection closed while idle")
+                raise RemoteProtocolError("bytes arrived after the last answer and before "
+                                          "this call's request (an answer to no call)")
+            except BlockingIOError:
+                pass
         self.midway = True
         self.next_id = call_id = (self.next_id + 1) & 0xFFFF_FFFF
         self.answered = False
         size = 0 if buffers is None else frame_size(buffers)
-        head = REQUEST.pack(size, call_id, rpc_index, LEND if lend and self.peer else 0,
-                            timeout)
+        head = REQUEST.pack(size, call_id, rpc_index, (LEND if lend and self.peer else 0) |
+                            (ONE_WAY if one_way else 0), timeout)
         pieces = _small_pieces(head, buffers or [])
         if pieces is not None:  # the usual request: one writev
             rest = _write_now(self.sock, pieces)
@@ -465,6 +494,9 @@ class BareConnection:
         else:
             for piece in send_pieces(head, buffers):
                 await bulk_io.send_all(self.sock, memoryview(piece))
+        if one_way:  # written whole: no answer comes
+            self.midway = False
+            return None, None
         if not self.pending:  # the answer's first bytes: waited for, not tried first
             await self._fill(eager=False)
         pending = self.pending

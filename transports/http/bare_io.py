@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import math
 import os
+import socket
 import time
 from typing import Any, Final
 
@@ -58,12 +59,13 @@ from transports.http.body import BodyTimeout, PeerGone
 from transports.http.bulk_io import CALLS_PER_CHECKPOINT
 from transports.http.guard import GuardedConnection
 from transports.http.protocol import JOIN_BYTES
+from transports.messages import RemoteCallError
 from transports.wire import ChecksumTrailer
 
 __all__ = ["CALLS", "COUNTS", "Calls", "LOAD_EVERY_S", "RECV", "RequestBody", "SPIN_ENV",
-           "ServerConnection", "WARM_WAITS", "decide", "learn_wait", "machine_busy",
-           "quota_cpus", "read_once", "set_spin_window", "small_pieces", "spin_window_s",
-           "write_now"]
+           "ServerConnection", "WARM_WAITS", "decide", "learn_wait", "late_call", "machine_busy",
+           "one_way_failed", "quota_cpus", "read_once", "set_spin_window", "shut_reading",
+           "small_pieces", "spin_window_s", "write_now"]
 
 RECV: Final = 64 * 1024
 SPIN_ENV: Final = "ASYNCFLOW_BARE_SPIN_US"
@@ -467,3 +469,34 @@ class RequestBody:
                 raise PeerGone("the client closed the connection in the middle of a frame")
             return n
         raise BodyTimeout(f"no frame bytes for {self._timeout} s")
+
+
+def one_way_failed(handler: Any, method: str, message: Any, reply: Any) -> None:
+    """Hand a one-way call's failure to the handler's ``one_way_failed(method, fields,
+    error)``, where it has one: ``fields``, the request's plain fields (a damaged frame's
+    where its header was checked intact; None where they are unknown), ``error`` the
+    RemoteCallError the call would have been answered with."""
+    hook = getattr(handler, "one_way_failed", None)
+    if hook is None:
+        return
+    if message is not None and not isinstance(message, dict):
+        message = {name: getattr(message, name) for name in message.__dataclass_fields__}
+    hook(method, message, RemoteCallError(reply.code, reply.message, op=reply.op,
+                                          derived=reply.derived))
+
+
+def shut_reading(sock: Any) -> None:
+    """No byte more is taken on ``sock`` (Unix: the client's later writes fail, EPIPE, so a
+    one-way call it writes from now on is never lost unread); what came before can be read."""
+    try:
+        sock.shutdown(socket.SHUT_RD)
+    except OSError:
+        pass
+
+
+def late_call(sock: Any) -> bytes:
+    """What a client wrote before ``shut_reading``: a call to serve before closing."""
+    try:
+        return os.read(sock.fileno(), RECV)
+    except OSError:  # (BlockingIOError: nothing)
+        return b""

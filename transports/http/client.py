@@ -59,7 +59,7 @@ from transports.http.protocol import (
     CODE_HEADER, FRAME_CONTENT_TYPE, MAX_TEXT, parse_address, request_path, send_pieces,
     text_error, the_frame,
 )
-from transports.messages import DeregisterGraph, ErrorReply, Message
+from transports.messages import Ack, DeregisterGraph, ErrorReply, Message
 from transports.repeat_frames import forget as forget_template
 from transports.service import RPCS, TEXT_CALLS, Channel, Rpc, TransportUnavailable
 from transports.wire import (
@@ -216,6 +216,9 @@ class TrioHttpChannel(Channel):
         # has its socket; else HTTP.
         self._bare = self._same_host and bare is not False
         self.bare_calls = 0  # calls answered over it
+        # The rpcs sent one-way over the bare protocol (no answer: the server's handler reports
+        # a failure itself, ``bare.ONE_WAY``); over HTTP every call is answered.
+        self.one_way: frozenset = frozenset()
         # Hung up on at the handshake: trio time after which to try it again (None: not
         # waiting), and the next wait.
         self._bare_again: float | None = None
@@ -253,7 +256,7 @@ class TrioHttpChannel(Channel):
             buffers = None if request is None else encode(request, self._limits,
                                                           defer_checksums=True)
         if self._bare or self._bare_idle or self._bare_again is not None:
-            reply = await self._bare_call(rpc, buffers)
+            reply = await self._bare_call(rpc, buffers, rpc.method in self.one_way)
             if reply is not None:
                 return reply
         path = request_path(rpc, request)
@@ -286,7 +289,8 @@ class TrioHttpChannel(Channel):
         if prepared is not None:
             forget_template(prepared)
 
-    async def _bare_call(self, rpc: Rpc, buffers: list | None) -> Message | None:
+    async def _bare_call(self, rpc: Rpc, buffers: list | None,
+                         one_way: bool = False) -> Message | None:
         """The call over the bare protocol; None when the server does not speak it."""
         timeout = max(trio.current_effective_deadline() - trio.current_time(), 1e-3)
         for attempt in (0, 1):
@@ -302,7 +306,7 @@ class TrioHttpChannel(Channel):
                 CALLS.begin(conn)  # (counted for the same-host spin's rule: ``bare_io``)
                 try:
                     reply, lent = await conn.call(_RPC_INDEX[rpc.method], buffers, timeout,
-                                                  self._lend, self._limits)
+                                                  self._lend, self._limits, one_way)
                 finally:
                     CALLS.end()
                 done = True
@@ -319,6 +323,8 @@ class TrioHttpChannel(Channel):
                 self.lent_refused += not lent
                 self._lend = self._lend and lent
             self.bare_calls += 1  # (bytes after the answer: a broken peer, not pooled)
+            if reply is None:  # a one-way call: written whole, no answer comes
+                reply = Ack()
             if not conn.pending and not self._closed and len(self._bare_idle) < _MAX_IDLE:
                 conn.reused = True
                 self._bare_idle.append(conn)

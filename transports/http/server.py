@@ -115,6 +115,7 @@ class HttpServerStatistics:
     connections: int = 0  # open now
     connections_closed: int = 0  # closed by the server: evicted at the limit, idle or too slow
     same_host_calls: int = 0  # calls over the bare same-host protocol (transports.http.bare)
+    one_way_calls: int = 0  # of them, calls not answered (``bare.ONE_WAY``: pushes)
 
 
 class HttpServer:
@@ -172,7 +173,7 @@ class HttpServer:
             in_flight=self._in_flight, bytes_received=self._bytes_received,
             bytes_sent=self._bytes_sent, connections=len(guard.connections),
             connections_closed=guard.evicted + guard.refused + guard.timed_out,
-            same_host_calls=self._bare.calls)
+            same_host_calls=self._bare.calls, one_way_calls=self._bare.one_way_calls)
 
     # -- lifecycle ------------------------------------------------------------------------------
 

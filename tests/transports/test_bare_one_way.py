@@ -1,0 +1,97 @@
+"""One-way calls over the bare same-host protocol (``bare.ONE_WAY``): written whole, never
+answered; a failure goes to the handler's ``one_way_failed``; a connection is not closed with a
+one-way call unread (its reading is shut first: the writer's later calls fail, EPIPE, and are
+made again on a fresh connection). Real Unix sockets on this host.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+
+import numpy as np
+import pytest
+import trio
+import trio.testing
+from transport_fakes import FakeWorker
+
+from transports.http import bare_io
+from transports.http.client import TrioHttpChannel
+from transports.http.server import open_http_server
+from transports.messages import PushTensors, RemoteCallError, TensorEntry
+
+KEY = "/job:ps/replica:0/task:0/device:CPU:0;1;/job:w/replica:0/task:0/device:CPU:0;t;0:0"
+
+
+class _Pushes(FakeWorker):
+    """Takes pushes (refuses those of step 0) and records the one-way failures."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pushed: list[int] = []
+        self.failed: list[tuple] = []
+
+    async def push_tensors(self, request: PushTensors) -> None:
+        if request.step_id == 0:
+            raise RemoteCallError("INVALID_ARGUMENT", f"step 0: key {request.tensors[0].key}")
+        await trio.lowlevel.checkpoint()
+        self.pushed.append(request.step_id)
+
+    def one_way_failed(self, method, fields, error) -> None:
+        self.failed.append((method, None if fields is None else fields["step_id"], error.code,
+                            error.message))
+
+
+async def test_a_one_way_call_is_not_answered_and_its_failure_goes_to_the_handler():
+    worker = _Pushes()
+    async with open_http_server(worker) as server:
+        async with TrioHttpChannel(server.address) as channel:
+            channel.one_way = frozenset({"push_tensors"})
+            value = np.arange(4, dtype=np.float32)
+            for step_id in (5, 0, 6):
+                assert await channel.push_tensors(PushTensors(step_id, [
+                    TensorEntry(KEY, value)])) is None
+            await channel.health()  # answered after the three on the same connection
+            stats = server.statistics()
+            assert worker.pushed == [5, 6] and stats.one_way_calls == 3
+            assert stats.same_host_calls == 4 and channel.bare_calls == 4
+            assert len(channel._bare_idle) == 1  # one connection carried them all
+            assert worker.failed == [("push_tensors", 0, "INVALID_ARGUMENT", f"step 0: key {KEY}")]
+            channel.one_way = frozenset()  # answered: its error comes back to the caller
+            with pytest.raises(RemoteCallError, match="step 0"):
+                await channel.push_tensors(PushTensors(0, [TensorEntry(KEY, value)]))
+            assert len(worker.failed) == 1
+
+
+async def test_a_one_way_call_to_a_connection_its_server_closed_goes_on_a_fresh_one():
+    worker = _Pushes()
+    async with open_http_server(worker) as server:
+        async with TrioHttpChannel(server.address) as channel:
+            channel.one_way = frozenset({"push_tensors"})
+            value = np.ones(2, np.float32)
+            await channel.push_tensors(PushTensors(7, [TensorEntry(KEY, value)]))
+            await trio.testing.wait_all_tasks_blocked()
+            (conn,) = channel._bare_idle
+            for served in list(server._bare._open):  # the server drops it (as its sweep does)
+                bare_io.shut_reading(served.stream.socket)
+                trio.lowlevel.notify_closing(served.stream.socket)
+            await trio.testing.wait_all_tasks_blocked()
+            await channel.push_tensors(PushTensors(8, [TensorEntry(KEY, value)]))
+            await trio.testing.wait_all_tasks_blocked()
+            assert worker.pushed == [7, 8] and channel._bare_idle[0] is not conn
+
+
+def test_shut_reading_fails_the_writers_next_write_and_keeps_what_came_before():
+    # What the idle sweep relies on (Linux Unix stream sockets): once the server shuts its
+    # reading, the client's write fails (EPIPE: its call was not sent, it may call again),
+    # and the bytes written before can still be read, to be served.
+    server, client = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with server, client:
+        client.send(b"before")
+        bare_io.shut_reading(server)
+        with pytest.raises(OSError) as info:
+            client.send(b"after")
+        assert info.value.errno == errno.EPIPE
+        server.setblocking(False)
+        assert bare_io.late_call(server) == b"before"
+        assert bare_io.late_call(server) == b""
