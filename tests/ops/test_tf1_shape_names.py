@@ -79,6 +79,31 @@ async def test_repeat_counts_of_unknown_rank_or_size():
         np.testing.assert_array_equal(value, want)
 
 
+async def test_repeat_refuses_negative_counts_by_name():
+    # TF1 refuses a negative count of one element (its Tile: "Expected multiples[1] >= 0, but
+    # got -1"), fails a Reshape off axis 0, and copies the entry 0 times on axis 0 (a fed
+    # scalar of unknown shape, or a vector): here each is refused, naming Repeat.
+    with af.Graph().as_default():
+        cases = []
+        for shape, value, axis in [(None, -1, 0), ([], -2, 1), ([None], [-1], 0),
+                                   ([None], [1, -1], 0), ([None], [2, -1, 1], 1),
+                                   ([2], [0, -1], 0)]:
+            counts = af.placeholder(af.int32, shape)
+            cases.append((tf.repeat(X[:2, :3], counts, axis=axis), {counts: value}))
+        for out, feed in cases:
+            with pytest.raises(af.errors.InvalidArgumentError,
+                               match=r"Assert 'Repeat(_\d+)?/check_repeats'.*repeats must be "
+                                     r"non-negative, got\] \[.*-"):
+                await _run(out, feed)
+        fine = await _run(cases[3][0], {list(cases[3][1])[0]: [1, 0]})
+        np.testing.assert_array_equal(fine, X[:1, :3])
+        with pytest.raises(ValueError, match=r"Repeat: repeats must be non-negative, got -1"):
+            tf.repeat(X, -1, axis=0)
+        with pytest.raises(ValueError, match=r"Repeat: repeats must be non-negative, got "
+                                             r"\[1, -1, 0\]"):
+            tf.repeat(X, [1, -1, 0], axis=0)
+
+
 async def test_shape_n_identity_n_ensure_shape():
     with af.Graph().as_default():
         q = af.placeholder(af.float32, [None, 2])
