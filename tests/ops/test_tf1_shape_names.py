@@ -11,7 +11,7 @@ import asyncflow as af
 import asyncflow.compat.v1 as tf
 from asyncflow.graph.shape import TensorShape
 from gradcheck import check_gradients
-from tf1_reference import tf1_run
+from tf1_reference import compare_groups, tf1_run
 
 X = np.arange(12.0).reshape(3, 4) * 0.5 - 2
 Y = np.random.default_rng(5).standard_normal((2, 3, 4))
@@ -289,13 +289,7 @@ async def test_against_tf1(tmp_path):
                                  and their.count("?") > ours.count("?")), (ours, their)
     # (repeat is TF1's scope with a GatherV2 inside: the names inside scopes differ)
     assert [n.split("/")[0] for n in names] == [n.split("/")[0] for n in theirs["names"]]
-    for group, ours in zip(("outs", "ints", "grads"), values):
-        assert len(ours) == len(theirs[group]), group
-        for i, value in enumerate(ours):
-            expected = theirs[group][i]
-            assert value.shape == expected.shape and value.dtype == expected.dtype, (group, i)
-            np.testing.assert_allclose(value, expected, rtol=1e-12, atol=0,
-                                       err_msg=f"{group}[{i}]")
+    compare_groups(values, theirs, ("outs", "ints", "grads"))
 
 
 async def test_tf_manip_namespace_is_tf1s():
