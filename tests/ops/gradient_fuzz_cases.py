@@ -433,6 +433,14 @@ def roll_where_v2_space_batch(rng):
 
 
 @gen
+def cross(rng):
+    """tf.cross over a leading batch, and of one vector."""
+    rows = int(rng.integers(1, 4))
+    return Case("[tf.cross(x[0], x[1]), tf.linalg.cross(x[2], x[0][0])]",
+                [_normal(rng, (rows, 3)), _normal(rng, (rows, 3)), _normal(rng, (3,))])
+
+
+@gen
 def strided_slice(rng):
     """Negative strides, shrink and new axes, masks, ellipsis."""
     forms = ["x[0][::-1, 1:]", "x[0][-1::-2, ::2]", "x[0][1, ::-1]",
