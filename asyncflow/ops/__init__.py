@@ -30,3 +30,4 @@ from asyncflow.ops import special  # noqa: F401,E402  (erf, lgamma, digamma: iss
 from asyncflow.ops import roll  # noqa: F401,E402  (tf.roll)
 from asyncflow.ops import space_batch  # noqa: F401,E402  (space_to_depth, space_to_batch_nd)
 from asyncflow.ops import bitcast, cross, histogram, parallel_concat  # noqa: F401,E402  (tf.bitcast, tf.cross, tf.histogram_fixed_width, tf.parallel_stack)
+from asyncflow.ops import image_patches  # noqa: F401,E402  (tf.extract_image_patches)

@@ -654,6 +654,23 @@ def pool_second_order(rng):
 
 
 @gen
+def image_patches(rng):
+    """ExtractImagePatches (VALID or SAME, strides and rates drawn) and its gradient op
+    differentiated w.r.t. the upstream gradient."""
+    k, stride, rate = (int(v) for v in rng.integers(1, 3, size=3))
+    padding = "SAME" if rng.random() < 0.5 else "VALID"
+    attrs = f"[1, 2, {k}, 1], [1, {stride}, 1, 1], [1, 1, {rate}, 1], {padding!r}"
+    span = k + (k - 1) * (rate - 1)
+    rows = -(-3 // stride) if padding == "SAME" else (3 - 2 + stride) // stride
+    cols = 4 if padding == "SAME" else 4 - span + 1
+    return Case(f"[tf.extract_image_patches(x[0], {attrs}),"
+                f" (lambda i: tf.gradients(tf.reduce_sum(tf.extract_image_patches(i, {attrs})"
+                " * x[1]), i)[0])(tf.constant(c['img']))]",
+                [_normal(rng, (2, 3, 4, 2)), _normal(rng, (1, rows, cols, 2 * k * 2))],
+                {"img": _normal(rng, (1, 3, 4, 2))})
+
+
+@gen
 def activation_second_order(rng):
     """ReluGrad, SigmoidGrad, TanhGrad, SoftplusGrad: the activation's gradient differentiated
     w.r.t. the input and the upstream gradient."""
