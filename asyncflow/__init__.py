@@ -202,3 +202,4 @@ from asyncflow.ops.parallel_concat import parallel_stack  # noqa: F401,E402
 from asyncflow.ops.space_batch import required_space_to_batch_paddings  # noqa: F401,E402
 from asyncflow.ops.image_patches import extract_image_patches  # noqa: F401,E402
 from asyncflow.ops.edit_distance import edit_distance  # noqa: F401,E402
+from asyncflow.ops.special import igamma, igammac  # noqa: F401,E402

@@ -306,6 +306,10 @@ def _call_grad(op, out_grads, on_path):
         raise ValueError(f"Gradient function for {op.type} '{op.name}' returned {len(in_grads)} "
                          f"gradients, but the op has {len(op.inputs)} inputs")
     for index, (tensor, grad) in enumerate(zip(op.inputs, in_grads)):
+        if isinstance(grad, registry.GradientNotProvided):
+            if on_path(tensor) and _differentiable_tensor(tensor):
+                raise LookupError(f"{op.type} '{op.name}' input {index}: {grad.reason}")
+            in_grads[index] = grad = None
         if grad is not None and _differentiable_tensor(tensor) and grad.dtype is not tensor.dtype:
             raise TypeError(f"Gradient function for {op.type} '{op.name}' returned a "
                             f"{grad.dtype.name} gradient for input {index} of dtype "

@@ -441,6 +441,16 @@ def cross(rng):
 
 
 @gen
+def igamma(rng):
+    """tf.igamma / tf.igammac with respect to x (a constant: TF1's IgammaGradA is not
+    provided), a broadcast against x."""
+    shape = _shape(rng, 2, 1, 4)
+    return Case("[tf.igamma(tf.constant(c['a']), x[0]), tf.igammac(tf.constant(c['a'][:1]),"
+                " x[0])]", [rng.uniform(0.3, 4.0, size=shape)],
+                {"a": rng.uniform(0.5, 5.0, size=(shape[0], 1))})
+
+
+@gen
 def strided_slice(rng):
     """Negative strides, shrink and new axes, masks, ellipsis."""
     forms = ["x[0][::-1, 1:]", "x[0][-1::-2, ::2]", "x[0][1, ::-1]",
