@@ -14,7 +14,9 @@ Theory of operation:
 4. *Walk.* Pop an op whose count is zero. Sum each output's contributions (one ``AddN``),
    zero-fill float outputs that got none while a sibling did (``ZerosLike``), call the
    registered ``grad(op, *out_grads)`` under the name scope ``<name>/<op>_grad`` and hand the
-   results to the producers of its inputs, decrementing their counts.
+   results to the producers of its inputs, decrementing their counts. A result may be a
+   ``registry.GradientNotProvided``: a LookupError naming the op where that input is on the
+   path (reached from ``xs``), None otherwise.
 5. *Collect.* The gradient of ``xs[i]`` is the sum of its contributions, or None when none
    reached it. An ``x`` lying on another ``x``'s path does not stop the walk. A gather's
    gradient is an ``IndexedSlices`` (graph/indexed_slices.py): it stays sparse through the
