@@ -35,7 +35,10 @@ def levenshtein(first, second):
     return previous[-1]
 
 
-@register_kernel("EditDistance", "CPU")
+# Python's dynamic programming: some 4 us per entry of sequences of 10 (45 ms for 100 pairs of
+# 30), where the offload threshold counts elementwise numpy operations; from about a hundred
+# entries (256 input elements: ~0.4 ms) the executor runs it on a worker thread, off the loop.
+@register_kernel("EditDistance", "CPU", offload=True, offload_scale=2 ** -14)
 def _edit_distance(ctx, h_indices, h_values, h_shape, t_indices, t_values, t_shape):
     if h_shape.shape != t_shape.shape or h_shape.ndim != 1:
         raise invalid(ctx, f"Expected truth and hypothesis to have matching ranks, but their "

@@ -48,6 +48,32 @@ async def test_values_shapes_and_names():
         np.testing.assert_array_equal(value, np.float32(want))
 
 
+async def test_many_entries_run_off_the_loop_with_the_same_values():
+    # (over ~100 entries the executor offloads the kernel to a worker thread)
+    rng = np.random.default_rng(2)
+    lengths = rng.integers(0, 12, size=(2, 40))
+    sides = []
+    for row_lengths in lengths:
+        index = np.array([[i, j] for i, n in enumerate(row_lengths) for j in range(n)], np.int64)
+        sides.append(tf.SparseTensorValue(index, rng.integers(0, 3, len(index)), [40, 12]))
+    with af.Graph().as_default():
+        h, t = tf.sparse_placeholder(tf.int64), tf.sparse_placeholder(tf.int64)
+        value = await _run(tf.edit_distance(h, t, normalize=False), {h: sides[0], t: sides[1]})
+
+    def levenshtein(a, b):
+        rows = np.arange(len(b) + 1)
+        for i, x in enumerate(a, 1):
+            prev, rows = rows, np.concatenate([[i], np.zeros(len(b), int)])
+            for j, y in enumerate(b, 1):
+                rows[j] = min(prev[j] + 1, rows[j - 1] + 1, prev[j - 1] + (x != y))
+        return rows[-1]
+
+    def rows(side):
+        return [[v for (r, _), v in zip(side.indices, side.values) if r == i] for i in range(40)]
+    want = [levenshtein(a, b) for a, b in zip(rows(sides[0]), rows(sides[1]))]
+    np.testing.assert_array_equal(value, np.float32(want))
+
+
 def test_refusals_are_named():
     with af.Graph().as_default():
         ints = tf.SparseTensor([[0, 0]], [1], [2, 4])
