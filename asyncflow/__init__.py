@@ -95,7 +95,7 @@ from asyncflow.ops.init_ops import (  # noqa: F401,E402
 from asyncflow.ops.linalg import einsum, tensordot  # noqa: F401,E402
 from asyncflow.ops.logging_ops import Print  # noqa: F401,E402
 from asyncflow.ops.tensor_array import TensorArray  # noqa: F401,E402
-from asyncflow.ops.functional_ops import foldl, foldr, map_fn, scan  # noqa: F401,E402
+from asyncflow.ops.functional_ops import foldl, foldr, hessians, map_fn, scan  # noqa: F401,E402
 from asyncflow.ops.variable_scope import (  # noqa: F401,E402
     AUTO_REUSE, VariableScope, get_variable, get_variable_scope, variable_scope,
 )
@@ -193,3 +193,13 @@ from asyncflow.ops.math import (  # noqa: F401,E402
 from asyncflow.ops.numerics import clip_by_average_norm, saturate_cast  # noqa: F401,E402
 from asyncflow.ops.sorting import searchsorted  # noqa: F401,E402
 from asyncflow.ops.special import erfc  # noqa: F401,E402
+from asyncflow.ops.bitcast import bitcast  # noqa: F401,E402
+from asyncflow.ops.cross import cross  # noqa: F401,E402
+from asyncflow.ops.histogram import (  # noqa: F401,E402
+    histogram_fixed_width, histogram_fixed_width_bins,
+)
+from asyncflow.ops.parallel_concat import parallel_stack  # noqa: F401,E402
+from asyncflow.ops.space_batch import required_space_to_batch_paddings  # noqa: F401,E402
+from asyncflow.ops.image_patches import extract_image_patches  # noqa: F401,E402
+from asyncflow.ops.edit_distance import edit_distance  # noqa: F401,E402
+from asyncflow.ops.special import igamma, igammac  # noqa: F401,E402

@@ -12,3 +12,4 @@ from asyncflow.ops.image_adjust import (  # noqa: F401,E402
     adjust_brightness, adjust_contrast, grayscale_to_rgb, random_brightness, random_contrast,
     rot90, transpose_image,
 )
+from asyncflow.ops.image_patches import extract_image_patches, extract_patches  # noqa: F401,E402

@@ -1,6 +1,6 @@
 """``af.linalg``: TF1's ``tf.linalg`` namespace.
 
-Builders live in their op families (ops/linalg.py, ops/diagonal.py, ops/math.py,
+Builders live in their op families (ops/linalg.py, ops/diagonal.py, ops/math.py, ops/cross.py,
 ops/matrix_linalg.py, ops/numerics.py); this module only gathers them under TF1's
 ``tf.linalg`` names.
 """
@@ -19,3 +19,4 @@ from asyncflow.ops.linalg import matrix_transpose as adjoint  # noqa: F401  (rea
 from asyncflow.ops.linalg import matrix_transpose as transpose  # noqa: F401
 from asyncflow.ops.numerics import global_norm  # noqa: F401
 from asyncflow.ops.nn import l2_normalize  # noqa: F401
+from asyncflow.ops.cross import cross  # noqa: F401

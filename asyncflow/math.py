@@ -36,3 +36,4 @@ from asyncflow.ops.numerics import reciprocal_no_nan, xdivy, xlogy  # noqa: F401
 from asyncflow.ops.math import accumulate_n  # noqa: F401,E402
 from asyncflow.ops.special import erfc  # noqa: F401,E402
 from asyncflow.ops.confusion_matrix import confusion_matrix  # noqa: F401,E402
+from asyncflow.ops.special import igamma, igammac  # noqa: F401,E402

@@ -103,3 +103,21 @@ def compat_run(snippet, inputs):
     exec(compile(textwrap.dedent(snippet), "snippet", "exec"),  # noqa: S102
          {"tf": tf, "np": np, "inputs": inputs, "outputs": outputs})
     return outputs
+
+
+def compare_groups(ours, theirs, groups, rtol=1e-12, atol=0.0, float32=None):
+    """Assert that each group of our values is TF1's: ``ours`` holds one list of values per
+    name in ``groups`` (in order), ``theirs`` is ``tf1_run``'s dict. A group has TF1's count
+    of values, each of TF1's shape and dtype and within ``rtol``/``atol`` of TF1's, or within
+    the pair ``float32`` (rtol, atol) where the value is float32 (where TF1 computes in
+    float32 and ours rounds a float64 result once)."""
+    assert len(ours) == len(groups), (len(ours), groups)
+    for group, values in zip(groups, ours):
+        expected_values = theirs[group]
+        assert len(values) == len(expected_values), (group, len(values), len(expected_values))
+        for i, (value, expected) in enumerate(zip(values, expected_values)):
+            value = np.asarray(value)
+            assert value.shape == expected.shape, (group, i, value.shape, expected.shape)
+            assert value.dtype == expected.dtype, (group, i, value.dtype, expected.dtype)
+            r, a = float32 if float32 is not None and value.dtype == np.float32 else (rtol, atol)
+            np.testing.assert_allclose(value, expected, rtol=r, atol=a, err_msg=f"{group}[{i}]")

@@ -14,7 +14,9 @@ Theory of operation:
 4. *Walk.* Pop an op whose count is zero. Sum each output's contributions (one ``AddN``),
    zero-fill float outputs that got none while a sibling did (``ZerosLike``), call the
    registered ``grad(op, *out_grads)`` under the name scope ``<name>/<op>_grad`` and hand the
-   results to the producers of its inputs, decrementing their counts.
+   results to the producers of its inputs, decrementing their counts. A result may be a
+   ``registry.GradientNotProvided``: a LookupError naming the op where that input is on the
+   path (reached from ``xs``), None otherwise.
 5. *Collect.* The gradient of ``xs[i]`` is the sum of its contributions, or None when none
    reached it. An ``x`` lying on another ``x``'s path does not stop the walk. A gather's
    gradient is an ``IndexedSlices`` (graph/indexed_slices.py): it stays sparse through the
@@ -306,6 +308,10 @@ def _call_grad(op, out_grads, on_path):
         raise ValueError(f"Gradient function for {op.type} '{op.name}' returned {len(in_grads)} "
                          f"gradients, but the op has {len(op.inputs)} inputs")
     for index, (tensor, grad) in enumerate(zip(op.inputs, in_grads)):
+        if isinstance(grad, registry.GradientNotProvided):
+            if on_path(tensor) and _differentiable_tensor(tensor):
+                raise LookupError(f"{op.type} '{op.name}' input {index}: {grad.reason}")
+            in_grads[index] = grad = None
         if grad is not None and _differentiable_tensor(tensor) and grad.dtype is not tensor.dtype:
             raise TypeError(f"Gradient function for {op.type} '{op.name}' returned a "
                             f"{grad.dtype.name} gradient for input {index} of dtype "

@@ -121,6 +121,18 @@ def override_gradient(name):
                           "it; register it with @RegisterGradient)") from None
 
 
+class GradientNotProvided:
+    """What a gradient function returns for an input whose gradient asyncflow does not
+    provide (``reason`` says which and what to do): ``gradients`` raises LookupError naming
+    the op when that input lies on a path to ``xs``, and treats it as None otherwise (a
+    constant input needs no gradient)."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason):
+        self.reason = reason
+
+
 def not_differentiable(*op_types):
     """Declare op types that have no gradient (integer/bool outputs, shape queries, ...)."""
     for op_type in op_types:

@@ -33,3 +33,6 @@ from asyncflow.kernels import matrix_linalg  # noqa: F401,E402  (matrix_inverse,
 from asyncflow.kernels import special  # noqa: F401,E402  (erf, lgamma, digamma: issue 36)
 from asyncflow.kernels import roll  # noqa: F401,E402  (tf.roll)
 from asyncflow.kernels import space_batch  # noqa: F401,E402  (space_to_depth, space_to_batch_nd)
+from asyncflow.kernels import bitcast, cross, histogram, parallel_concat  # noqa: F401,E402  (tf.bitcast, tf.cross, tf.histogram_fixed_width, tf.parallel_stack)
+from asyncflow.kernels import image_patches  # noqa: F401,E402  (tf.extract_image_patches)
+from asyncflow.kernels import edit_distance  # noqa: F401,E402  (tf.edit_distance)

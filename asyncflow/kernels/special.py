@@ -6,6 +6,8 @@
   1.2e-7, so the float64 result is within 3e-8 of erf there: under one float32 ulp).
 - ``Erfc``: the C library's ``erfc`` per element, in float64, rounded once to the dtype.
 - ``Lgamma``: the C library's ``lgamma`` per element.
+- ``Igamma``/``Igammac``: scipy.special's ``gammainc``/``gammaincc`` (Cephes) in float64,
+  NaN outside TF1's domain (a <= 0 or x < 0).
 - ``Digamma``: the recurrence ``psi(x) = psi(x + 1) - 1/x`` up to x >= 12, then the
   asymptotic series to x^-14 (relative error near 1e-15); the reflection formula below 0.
 """
@@ -15,7 +17,7 @@ import math
 
 import numpy as np
 
-from asyncflow.kernels.registry import register_kernel
+from asyncflow.kernels.registry import Preload, register_kernel, register_prepare
 
 _erf_exact = np.frompyfunc(math.erf, 1, 1)
 _erfc_exact = np.frompyfunc(math.erfc, 1, 1)
@@ -100,3 +102,47 @@ def _digamma(ctx, x):
         z = wide[negative]  # psi(x) = psi(1 - x) - pi / tan(pi x)
         out[negative] = _digamma_positive(1.0 - z) - np.pi / np.tan(np.pi * z)
     return (out.astype(x.dtype),)
+
+
+# -- Igamma / Igammac: scipy.special (a dependency), imported off the event loop --------------
+_special = None
+
+
+def _load_special(ctx=None):
+    """Import scipy.special once (0.1-0.3 s: a prepare hook's preload runs it on a worker
+    thread before the first step; the kernel imports it itself if no hook ran)."""
+    global _special
+    if _special is None:
+        import scipy.special as found
+        pool = getattr(getattr(ctx, "device", None), "intra_op", None)
+        if pool is not None:  # (scipy's own OpenBLAS, held at one thread as numpy's)
+            pool.hold_blas_loaded_since()
+        _special = found
+    return _special
+
+
+def _igamma_of(ctx, a, x, upper):
+    special = _special or _load_special(ctx)
+    wide_a, wide_x = np.asarray(a, np.float64), np.asarray(x, np.float64)
+    out = (special.gammaincc if upper else special.gammainc)(wide_a, wide_x)
+    # TF1's domain: NaN where a <= 0 (scipy answers P(0, x) = 1) or x < 0
+    out = np.where((wide_a <= 0) | (wide_x < 0), np.nan, out)
+    return (np.asarray(out, dtype=a.dtype),)
+
+
+@register_kernel("Igamma", "CPU")
+def _igamma(ctx, a, x):
+    return _igamma_of(ctx, a, x, upper=False)
+
+
+@register_kernel("Igammac", "CPU")
+def _igammac(ctx, a, x):
+    return _igamma_of(ctx, a, x, upper=True)
+
+
+def _igamma_preload(ctx):
+    return None if _special is not None else Preload(_load_special)
+
+
+register_prepare("Igamma", "CPU")(_igamma_preload)
+register_prepare("Igammac", "CPU")(_igamma_preload)

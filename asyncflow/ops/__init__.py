@@ -29,3 +29,6 @@ from asyncflow.ops import matrix_linalg  # noqa: F401,E402  (matrix_inverse, svd
 from asyncflow.ops import special  # noqa: F401,E402  (erf, lgamma, digamma: issue 36)
 from asyncflow.ops import roll  # noqa: F401,E402  (tf.roll)
 from asyncflow.ops import space_batch  # noqa: F401,E402  (space_to_depth, space_to_batch_nd)
+from asyncflow.ops import bitcast, cross, histogram, parallel_concat  # noqa: F401,E402  (tf.bitcast, tf.cross, tf.histogram_fixed_width, tf.parallel_stack)
+from asyncflow.ops import image_patches  # noqa: F401,E402  (tf.extract_image_patches)
+from asyncflow.ops import edit_distance  # noqa: F401,E402  (tf.edit_distance)

@@ -1,4 +1,5 @@
-"""Higher-order functions over the first axis: ``map_fn``, ``scan``, ``foldl``, ``foldr``.
+"""Higher-order functions over the first axis: ``map_fn``, ``scan``, ``foldl``, ``foldr``;
+and ``hessians``, TF1's loop of second gradients.
 
 As in TF1 each is a ``while_loop`` that reads slice ``i`` of every input from a TensorArray
 (``unstack``) and, for ``map_fn``/``scan``, writes each result into an output TensorArray
@@ -9,12 +10,14 @@ namedtuples, dicts) of tensors.
 from __future__ import annotations
 
 from asyncflow import dtypes
+from asyncflow.graph.gradients import gradients
 from asyncflow.graph.graph import Tensor
 from asyncflow.ops import control_flow as cf
-from asyncflow.ops.array import shape
+from asyncflow.ops.array import reshape, shape, size
 from asyncflow.ops.construct import as_tensor, graph_of
 from asyncflow.ops.control_flow_structure import find_composite
 from asyncflow.ops.indexing import gather
+from asyncflow.ops.layout import concat
 from asyncflow.ops.slicing import strided_slice
 from asyncflow.ops.sources import range as range_
 from asyncflow.ops.tensor_array import TensorArray
@@ -183,3 +186,49 @@ def foldr(fn, elems, initializer=None, parallel_iterations=10, back_prop=True,
 
 
 __all__ = ["foldl", "foldr", "map_fn", "scan"]
+
+
+def hessians(ys, xs, name="hessians", colocate_gradients_with_ops=False, gate_gradients=False,
+             aggregation_method=None):
+    """TF1's ``tf.hessians``: for each ``x`` in ``xs``, the Hessian of ``sum(ys)`` with
+    respect to ``x``, shaped ``shape(x) + shape(x)``.
+
+    As TF1's, one ``while_loop`` per ``x`` over the ``size(x)`` entries of the flattened
+    gradient, each iteration writing ``gradients(gradient[j], x)`` into a TensorArray that is
+    stacked and reshaped after the loop; the ops sit where TF1's do (``name`` is accepted and,
+    as in TF1, unused), so an ``x`` of fed shape works.
+
+    Raises:
+        ValueError: for an ``x`` that ``ys`` does not depend on, or whose gradient does not
+            depend on it (``ys`` linear in ``x``), naming ``x``: TF1 fails there too, with
+            "None values not supported".
+        LookupError: for an op on a path whose gradient has no gradient (naming it).
+    """
+    xs = list(xs) if isinstance(xs, (list, tuple)) else [xs]
+    kwargs = {"colocate_gradients_with_ops": colocate_gradients_with_ops,
+              "gate_gradients": gate_gradients, "aggregation_method": aggregation_method}
+    firsts = gradients(ys, xs, **kwargs)
+    out = []
+    for gradient, x in zip(firsts, xs):
+        x = as_tensor(x)
+        if gradient is None:
+            raise ValueError(f"hessians: ys does not depend on {x.name} (through "
+                             "differentiable floating-point paths): it has no Hessian")
+        gradient = reshape(gradient, [-1])
+        count = size(x)
+
+        def body(j, result, gradient=gradient, x=x):
+            second = gradients(gradient[j], x, **kwargs)[0]
+            if second is None:
+                raise ValueError(f"hessians: the gradient of ys with respect to {x.name} "
+                                 "does not depend on it (ys is linear in it)")
+            return j + 1, result.write(j, second)
+
+        _, hessian = while_loop(lambda j, _: j < count, body,
+                                [as_tensor(0, dtype=dtypes.int32), TensorArray(x.dtype, count)])
+        x_shape = shape(x)
+        result = reshape(hessian.stack(), concat((x_shape, x_shape), 0))
+        if x.shape.ndims is not None:  # (TF1's constant folding knows x's whole shape)
+            result.set_shape(x.shape.dims + x.shape.dims)
+        out.append(result)
+    return out

@@ -128,7 +128,7 @@ def _ones_like(x):
     return make("OnesLike", (x,), {"dtype": None}, None, "ones_like")
 
 
-def _binary_grads(op, grad_x, grad_y):
+def binary_grads(op, grad_x, grad_y):
     """Each input's gradient summed over the axes along which that input was broadcast."""
     x, y = op.inputs
     out_shape = op.outputs[0].shape
@@ -250,25 +250,25 @@ def _cos_grad(op, grad):
 # -- binary gradients -----------------------------------------------------------------------
 @register_gradient("Add")
 def _add_grad(op, grad):
-    return _binary_grads(op, grad, grad)
+    return binary_grads(op, grad, grad)
 
 
 @register_gradient("Sub")
 def _sub_grad(op, grad):
-    return _binary_grads(op, grad, negative(grad))
+    return binary_grads(op, grad, negative(grad))
 
 
 @register_gradient("Mul")
 def _mul_grad(op, grad):
     x, y = op.inputs
-    return _binary_grads(op, multiply(grad, y), multiply(x, grad))
+    return binary_grads(op, multiply(grad, y), multiply(x, grad))
 
 
 @register_gradient("RealDiv")
 def _real_div_grad(op, grad):
     x, y = op.inputs
     grad_y = negative(multiply(grad, divide(divide(x, y), y)))
-    return _binary_grads(op, divide(grad, y), grad_y)
+    return binary_grads(op, divide(grad, y), grad_y)
 
 
 @register_gradient("Pow")
@@ -280,7 +280,7 @@ def _pow_grad(op, grad):
     # log(x) only where x > 0; elsewhere 0 (and no NaN for gradients of this gradient).
     safe_log = where(positive, log(where(positive, x, _ones_like(x))), _zeros_like(x))
     grad_y = multiply(grad, multiply(z, safe_log))
-    return _binary_grads(op, grad_x, grad_y)
+    return binary_grads(op, grad_x, grad_y)
 
 
 def _select_by(mask, grad):
@@ -290,19 +290,19 @@ def _select_by(mask, grad):
 
 @register_gradient("Maximum")
 def _maximum_grad(op, grad):
-    return _binary_grads(op, *_select_by(greater_equal(*op.inputs), grad))
+    return binary_grads(op, *_select_by(greater_equal(*op.inputs), grad))
 
 
 @register_gradient("Minimum")
 def _minimum_grad(op, grad):
-    return _binary_grads(op, *_select_by(less_equal(*op.inputs), grad))
+    return binary_grads(op, *_select_by(less_equal(*op.inputs), grad))
 
 
 @register_gradient("SquaredDifference")
 def _squared_difference_grad(op, grad):
     x, y = op.inputs
     scaled = multiply(grad, multiply(subtract(x, y), 2))
-    return _binary_grads(op, scaled, negative(scaled))
+    return binary_grads(op, scaled, negative(scaled))
 
 
 # -- matmul, add_n, cast, select ------------------------------------------------------------

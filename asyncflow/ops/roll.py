@@ -16,10 +16,11 @@ import numpy as np
 from asyncflow import dtypes
 from asyncflow.graph import register_gradient, register_op
 from asyncflow.ops import math as math_ops
-from asyncflow.ops.array import int_operand, reshape
+from asyncflow.ops.array import identity, int_operand, reshape
 from asyncflow.ops.construct import as_tensor, graph_of, make
 from asyncflow.ops.indexing import boolean_mask, gather
 from asyncflow.ops.layout import expand_dims, stack
+from asyncflow.ops.logging_ops import Assert
 from asyncflow.ops.shapes import normalize_axis, shape_of, static_ints
 from asyncflow.ops.sources import range as _range
 from asyncflow.ops.tiling import broadcast_to, sequence_mask, tile
@@ -79,9 +80,16 @@ def repeat(input, repeats, axis=None, name=None):  # noqa: A002 - TF1's argument
     ``range(n)``, masked by ``sequence_mask(repeats)`` for a vector of counts), so the
     gradient sums each element's copies, and a fed shape or an unknown rank works as TF1's.
 
+    A negative count is refused: while building where it is known, otherwise when the step
+    runs (an ``InvalidArgumentError`` from ``Repeat/check_repeats``). TF1's own refusal
+    depends on the path its ``repeat`` takes (its Tile's "Expected multiples[1] >= 0" for
+    a count of one element, a Reshape's size error off axis 0, and none at all on axis 0,
+    where it copies the entry 0 times).
+
     Raises:
         ValueError: for an axis out of range (or negative on an unknown rank), repeats of
-            rank above 1, or a count of repeats that differs from the axis's known size.
+            rank above 1, a known negative count, or a count of repeats that differs from
+            the axis's known size.
         TypeError: for repeats not int32/int64.
     """
     with graph_of([input, repeats]).name_scope(name or "Repeat"):
@@ -90,6 +98,7 @@ def repeat(input, repeats, axis=None, name=None):  # noqa: A002 - TF1's argument
         if repeats.shape.ndims not in (None, 0, 1):
             raise ValueError(f"Repeat: repeats must be a scalar or a vector, got rank "
                              f"{repeats.shape.ndims}")
+        repeats = _non_negative(repeats)
         if axis is None:
             data, axis = reshape(data, [-1]), 0
         elif data.shape.ndims == 0:
@@ -132,3 +141,18 @@ def repeat(input, repeats, axis=None, name=None):  # noqa: A002 - TF1's argument
         if total is not None and out.shape.ndims is not None:
             out.set_shape(out.shape.dims[:axis] + (total,) + out.shape.dims[axis + 1:])
         return out
+
+
+def _non_negative(repeats):
+    """``repeats`` refused now where known and negative, else passed through an Assert that
+    every count is ``>= 0`` (a fed -1 would otherwise copy its entry 0 times)."""
+    counts = static_ints(repeats)
+    if counts is not None:
+        if builtins.min([counts] if isinstance(counts, int) else counts, default=0) < 0:
+            raise ValueError(f"Repeat: repeats must be non-negative, got {counts}")
+        return repeats
+    check = Assert(math_ops.reduce_all(math_ops.greater_equal(repeats, 0)),
+                   ["Repeat: repeats must be non-negative, got", repeats],
+                   name="check_repeats")
+    with repeats.graph.control_dependencies([check]):
+        return identity(repeats)

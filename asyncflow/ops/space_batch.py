@@ -11,15 +11,20 @@ undoes it and crops by ``crops``. Each is its partner's gradient. ``block_shape`
 ``paddings`` and ``crops`` are int tensors as TF1's, read at build time when constant (static
 shapes, errors named now) and checked again when the step runs (a fed one). The kernels are
 reshapes and transposes through ``ctx.xp`` (``kernels/space_batch.py``).
+``required_space_to_batch_paddings`` computes the paddings and crops that fit a shape to a
+block (TF1's composite: numbers where its arguments are constants, ops otherwise).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from asyncflow import dtypes
 from asyncflow.graph import register_gradient, register_op
 from asyncflow.graph.shape import TensorShape
 from asyncflow.ops.array import int_operand
-from asyncflow.ops.construct import as_tensor, make, static_value
+from asyncflow.ops.construct import as_tensor, graph_of, make, static_value
+from asyncflow.ops.layout import stack
+from asyncflow.ops.sources import zeros
 
 _FORMATS = ("NHWC", "NCHW")
 
@@ -253,3 +258,43 @@ def _batch_to_space_grad(op, grad):
     _, block, crops = op.inputs
     return [make("SpaceToBatchND", (grad, block, crops), None, None, "SpaceToBatchND"),
             None, None]
+
+
+def required_space_to_batch_paddings(input_shape, block_shape, base_paddings=None, name=None):
+    """TF1's ``tf.required_space_to_batch_paddings``: the ``(paddings, crops)`` (int32, ``[M,
+    2]``) that make ``input_shape`` (``[M]``) plus ``base_paddings`` divisible by
+    ``block_shape`` (``[M]``, its size known now), padding at the end, in a scope ``name``
+    (``required_space_to_batch_paddings``; the results named ``paddings`` and ``crops``).
+    Computed now where all three are constants, else by ops, as TF1's.
+
+    Raises:
+        ValueError: for a block_shape not a vector of known size, or an input_shape or
+            base_paddings of another shape.
+    """
+    with graph_of([input_shape, block_shape, base_paddings]).name_scope(
+            name or "required_space_to_batch_paddings"):
+        input_shape = as_tensor(input_shape, dtype=dtypes.int32, name="input_shape")
+        block_shape = as_tensor(block_shape, dtype=dtypes.int32, name="block_shape")
+        if block_shape.shape.ndims != 1 or not block_shape.shape.is_fully_defined():
+            raise ValueError(f"required_space_to_batch_paddings: block_shape must be a vector "
+                             f"of known size, got shape {block_shape.shape}")
+        m = block_shape.shape.dims[0]
+        if m == 0:
+            return zeros([0, 2], dtypes.int32), zeros([0, 2], dtypes.int32)
+        if not input_shape.shape.is_compatible_with([m]):
+            raise ValueError(f"required_space_to_batch_paddings: input_shape must have shape "
+                             f"[{m}] (block_shape's), got {input_shape.shape}")
+        base = as_tensor(np.zeros([m, 2], np.int32) if base_paddings is None else
+                         base_paddings, dtype=dtypes.int32, name="base_paddings")
+        if not base.shape.is_compatible_with([m, 2]):
+            raise ValueError(f"required_space_to_batch_paddings: base_paddings must have "
+                             f"shape [{m}, 2], got {base.shape}")
+        known = [static_value(t) for t in (block_shape, input_shape, base)]
+        if all(value is not None for value in known):
+            block_shape, input_shape, base = (np.asarray(v, np.int32) for v in known)
+        pad_start, original_end = base[:, 0], base[:, 1]
+        full = input_shape + pad_start + original_end
+        extra = (block_shape - full % block_shape) % block_shape
+        pad_end = original_end + extra
+        return (stack([[pad_start[i], pad_end[i]] for i in range(m)], name="paddings"),
+                stack([[0, extra[i]] for i in range(m)], name="crops"))

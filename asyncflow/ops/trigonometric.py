@@ -21,7 +21,7 @@ from asyncflow.graph import not_differentiable, register_gradient, register_op
 from asyncflow.graph.shape import broadcast_shapes
 from asyncflow.ops import math as m
 from asyncflow.ops.construct import FLOATING, check_dtype, make, operands
-from asyncflow.ops.math_grad import _binary_grads
+from asyncflow.ops.math_grad import binary_grads
 
 # op type -> builder name
 UNARY = {"Tan": "tan", "Asin": "asin", "Acos": "acos", "Atan": "atan", "Sinh": "sinh",
@@ -119,4 +119,4 @@ def _expm1_grad(op, grad):
 def _atan2_grad(op, grad):
     y, x = op.inputs
     scale = m.divide(grad, m.add(m.square(x), m.square(y)))
-    return _binary_grads(op, m.multiply(x, scale), m.negative(m.multiply(y, scale)))
+    return binary_grads(op, m.multiply(x, scale), m.negative(m.multiply(y, scale)))

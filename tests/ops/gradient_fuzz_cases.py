@@ -433,6 +433,24 @@ def roll_where_v2_space_batch(rng):
 
 
 @gen
+def cross(rng):
+    """tf.cross over a leading batch, and of one vector."""
+    rows = int(rng.integers(1, 4))
+    return Case("[tf.cross(x[0], x[1]), tf.linalg.cross(x[2], x[0][0])]",
+                [_normal(rng, (rows, 3)), _normal(rng, (rows, 3)), _normal(rng, (3,))])
+
+
+@gen
+def igamma(rng):
+    """tf.igamma / tf.igammac with respect to x (a constant: TF1's IgammaGradA is not
+    provided), a broadcast against x."""
+    shape = _shape(rng, 2, 1, 4)
+    return Case("[tf.igamma(tf.constant(c['a']), x[0]), tf.igammac(tf.constant(c['a'][:1]),"
+                " x[0])]", [rng.uniform(0.3, 4.0, size=shape)],
+                {"a": rng.uniform(0.5, 5.0, size=(shape[0], 1))})
+
+
+@gen
 def strided_slice(rng):
     """Negative strides, shrink and new axes, masks, ellipsis."""
     forms = ["x[0][::-1, 1:]", "x[0][-1::-2, ::2]", "x[0][1, ::-1]",
@@ -643,6 +661,23 @@ def pool_second_order(rng):
     return Case("(lambda i: tf.gradients(tf.reduce_sum(tf.nn.avg_pool(i, [1, 2, 3, 1],"
                 " [1, 2, 1, 1], 'SAME') * x[0]), i)[0])(tf.constant(c['img']))",
                 [_normal(rng, (1, 3, 5, 1))], {"img": _normal(rng, (1, 5, 5, 1))})
+
+
+@gen
+def image_patches(rng):
+    """ExtractImagePatches (VALID or SAME, strides and rates drawn) and its gradient op
+    differentiated w.r.t. the upstream gradient."""
+    k, stride, rate = (int(v) for v in rng.integers(1, 3, size=3))
+    padding = "SAME" if rng.random() < 0.5 else "VALID"
+    attrs = f"[1, 2, {k}, 1], [1, {stride}, 1, 1], [1, 1, {rate}, 1], {padding!r}"
+    span = k + (k - 1) * (rate - 1)
+    rows = -(-3 // stride) if padding == "SAME" else (3 - 2 + stride) // stride
+    cols = 4 if padding == "SAME" else 4 - span + 1
+    return Case(f"[tf.extract_image_patches(x[0], {attrs}),"
+                f" (lambda i: tf.gradients(tf.reduce_sum(tf.extract_image_patches(i, {attrs})"
+                " * x[1]), i)[0])(tf.constant(c['img']))]",
+                [_normal(rng, (2, 3, 4, 2)), _normal(rng, (1, rows, cols, 2 * k * 2))],
+                {"img": _normal(rng, (1, 3, 4, 2))})
 
 
 @gen

@@ -9,7 +9,7 @@ import pytest
 import asyncflow as af
 import asyncflow.compat.v1 as tf
 from gradcheck import check_gradients
-from tf1_reference import tf1_run
+from tf1_reference import compare_groups, tf1_run
 
 X = np.random.default_rng(4).standard_normal((2, 3, 4))
 
@@ -141,9 +141,4 @@ async def test_against_tf1(tmp_path):
         g = {"tf": tf, "np": np, "inputs": {"x": X, "w": w}}
         exec(TF_SNIPPET.split("with tf.Session()")[0], g)  # the same TF1 program, unchanged
         values = await _run([g["outs"], g["grads"]])
-    for group, ours in zip(("outs", "grads"), values):
-        for i, value in enumerate(ours):
-            expected = theirs[group][i]
-            assert value.shape == expected.shape and value.dtype == expected.dtype, (group, i)
-            np.testing.assert_allclose(value, expected, rtol=1e-12, atol=0,
-                                       err_msg=f"{group}[{i}]")
+    compare_groups(values, theirs, ("outs", "grads"))

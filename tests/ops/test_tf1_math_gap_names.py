@@ -13,7 +13,7 @@ import pytest
 import asyncflow as af
 import asyncflow.compat.v1 as tf
 from gradcheck import check_gradients
-from tf1_reference import tf1_run
+from tf1_reference import compare_groups, tf1_run
 
 XI = np.array([-7, -3, 2, 7, 0, -8, 9], np.int32)
 YI = np.array([2, 2, -3, 3, 5, -3, -4], np.int32)
@@ -274,11 +274,5 @@ async def test_against_tf1(tmp_path):
         # (accumulate_n of one tensor is that tensor: a Const, numbered otherwise than TF1's)
         assert [o.name for o in g["outs"] if o.op.type != "Const"] == [
             n for n in theirs["names"].tolist() if not n.startswith("Const")]
-    for group, ours in zip(("outs", "grads"), values):
-        for i, value in enumerate(ours):
-            expected = theirs[group][i]
-            assert value.shape == expected.shape and value.dtype == expected.dtype, (group, i)
-            # float32 erfc: TF1 computes in float32 (a few ulps), ours is float64 rounded once
-            rtol = 1e-6 if value.dtype == np.float32 else 1e-13
-            np.testing.assert_allclose(value, expected, rtol=rtol, atol=0,
-                                       err_msg=f"{group}[{i}]")
+    # float32 erfc: TF1 computes in float32 (a few ulps), ours is float64 rounded once
+    compare_groups(values, theirs, ("outs", "grads"), rtol=1e-13, float32=(1e-6, 0))

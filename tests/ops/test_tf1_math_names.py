@@ -8,7 +8,7 @@ import pytest
 import asyncflow as af
 import asyncflow.compat.v1 as tf
 from gradcheck import check_gradients
-from tf1_reference import tf1_run
+from tf1_reference import compare_groups, tf1_run
 
 X = np.random.default_rng(3).standard_normal((3, 4, 5))
 
@@ -216,10 +216,5 @@ async def test_against_tf1(tmp_path):
         g = {"tf": tf, "np": np, "inputs": {"x": x, "ints": ints, "w": w}}
         exec(TF_SNIPPET.split("with tf.Session()")[0], g)
         values = await _run([g["norms"], g["cums"], g["grads"], g["aliases"]])
-    for group, ours_values in zip(("norms", "cums", "grads", "aliases"), values):
-        for i, value in enumerate(ours_values):
-            expected = theirs[group][i]
-            assert np.asarray(value).shape == expected.shape, (group, i)
-            assert np.asarray(value).dtype == expected.dtype, (group, i)
-            np.testing.assert_allclose(value, expected, rtol=1e-10, atol=1e-12,
-                                       err_msg=f"{group}[{i}]")
+    compare_groups(values, theirs, ("norms", "cums", "grads", "aliases"), rtol=1e-10,
+                   atol=1e-12)

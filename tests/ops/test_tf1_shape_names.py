@@ -11,7 +11,7 @@ import asyncflow as af
 import asyncflow.compat.v1 as tf
 from asyncflow.graph.shape import TensorShape
 from gradcheck import check_gradients
-from tf1_reference import tf1_run
+from tf1_reference import compare_groups, tf1_run
 
 X = np.arange(12.0).reshape(3, 4) * 0.5 - 2
 Y = np.random.default_rng(5).standard_normal((2, 3, 4))
@@ -77,6 +77,31 @@ async def test_repeat_counts_of_unknown_rank_or_size():
                 4 * X[:, :3]]
     for value, want in zip(values, expected):
         np.testing.assert_array_equal(value, want)
+
+
+async def test_repeat_refuses_negative_counts_by_name():
+    # TF1 refuses a negative count of one element (its Tile: "Expected multiples[1] >= 0, but
+    # got -1"), fails a Reshape off axis 0, and copies the entry 0 times on axis 0 (a fed
+    # scalar of unknown shape, or a vector): here each is refused, naming Repeat.
+    with af.Graph().as_default():
+        cases = []
+        for shape, value, axis in [(None, -1, 0), ([], -2, 1), ([None], [-1], 0),
+                                   ([None], [1, -1], 0), ([None], [2, -1, 1], 1),
+                                   ([2], [0, -1], 0)]:
+            counts = af.placeholder(af.int32, shape)
+            cases.append((tf.repeat(X[:2, :3], counts, axis=axis), {counts: value}))
+        for out, feed in cases:
+            with pytest.raises(af.errors.InvalidArgumentError,
+                               match=r"Assert 'Repeat(_\d+)?/check_repeats'.*repeats must be "
+                                     r"non-negative, got\] \[.*-"):
+                await _run(out, feed)
+        fine = await _run(cases[3][0], {list(cases[3][1])[0]: [1, 0]})
+        np.testing.assert_array_equal(fine, X[:1, :3])
+        with pytest.raises(ValueError, match=r"Repeat: repeats must be non-negative, got -1"):
+            tf.repeat(X, -1, axis=0)
+        with pytest.raises(ValueError, match=r"Repeat: repeats must be non-negative, got "
+                                             r"\[1, -1, 0\]"):
+            tf.repeat(X, [1, -1, 0], axis=0)
 
 
 async def test_shape_n_identity_n_ensure_shape():
@@ -264,13 +289,7 @@ async def test_against_tf1(tmp_path):
                                  and their.count("?") > ours.count("?")), (ours, their)
     # (repeat is TF1's scope with a GatherV2 inside: the names inside scopes differ)
     assert [n.split("/")[0] for n in names] == [n.split("/")[0] for n in theirs["names"]]
-    for group, ours in zip(("outs", "ints", "grads"), values):
-        assert len(ours) == len(theirs[group]), group
-        for i, value in enumerate(ours):
-            expected = theirs[group][i]
-            assert value.shape == expected.shape and value.dtype == expected.dtype, (group, i)
-            np.testing.assert_allclose(value, expected, rtol=1e-12, atol=0,
-                                       err_msg=f"{group}[{i}]")
+    compare_groups(values, theirs, ("outs", "ints", "grads"))
 
 
 async def test_tf_manip_namespace_is_tf1s():
