@@ -43,6 +43,9 @@ PCG_MULTIPLIER = 0x2360ED051FC65DA44385DF649FCCF645
 _MOD = 1 << 128
 _LOW = (1 << 64) - 1
 LANES = 4  # draws in flight in a loop (see the module docstring)
+# Whether ``_FusedDropout`` may take its compiled loop (read at each call: bench/bench_dropout.py
+# alternates the two forms in one process; ``jit.ENABLED`` turns off every loop).
+COMPILED = True
 
 
 # -- compiled loops (kernels/jit.py) ----------------------------------------------------------
@@ -243,7 +246,7 @@ def _compiles(ctx, rng, x, keep, dtype, shape):
     """Whether ``_FusedDropout`` takes its compiled loop: the fused form's case (a scalar
     ``keep`` and ``x`` of the mask's shape, C-contiguous, all of ``dtype``), a PCG64
     generator, compiled loops usable for the arrays (``jit.usable``: CPU, float32/float64)."""
-    return (type(rng.bit_generator) is np.random.PCG64 and x.shape == shape and x.ndim
+    return (COMPILED and type(rng.bit_generator) is np.random.PCG64 and x.shape == shape and x.ndim
             and x.dtype == dtype and keep.dtype == dtype and keep.ndim == 0
             and x.flags.c_contiguous and jit.usable(ctx, x, keep))
 
