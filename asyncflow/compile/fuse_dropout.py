@@ -4,7 +4,7 @@ Theory of operation (issue 37):
 - ``af.nn.dropout`` (and TF1's ``tf.nn.dropout`` of ``compat.v1``) builds
   ``Mul(RealDiv(x, keep), Floor(Add(RandomUniform(shape), keep)))``. Run as five kernels,
   that is five arrays and five executor dispatches for one mask. The pass replaces the chain
-  with one ``_FusedDropout(x, shape, keep)`` node whose kernel (kernels/nn.py) draws the
+  with one ``_FusedDropout(x, shape, keep)`` node whose kernel (kernels/dropout.py) draws the
   same uniforms from the same seeded generator and applies the same operations in the same
   order in two arrays: the same bits as the unfused ops.
 - The fused node has two outputs: 0 is the ``Mul``'s (it takes the ``Mul``'s name, so

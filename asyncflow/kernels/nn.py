@@ -11,8 +11,8 @@ import numpy as np
 
 from asyncflow import errors
 from asyncflow.kernels import intra_op
-from asyncflow.kernels.math import _sum_to_shape, sigmoid_into
-from asyncflow.kernels.registry import host_memory, register_kernel, register_prepare
+from asyncflow.kernels.math import sigmoid_into
+from asyncflow.kernels.registry import register_kernel, register_prepare
 
 
 # -- activations ----------------------------------------------------------------------------
@@ -436,59 +436,3 @@ def _bias_add_grad(ctx, grad):
 def _l2_loss(ctx, x):
     xp = ctx.xp
     return (xp.asarray(xp.sum(xp.square(x)) / 2, dtype=x.dtype),)
-
-
-# -- dropout --------------------------------------------------------------------------------
-_DRAWN = (np.dtype(np.float32), np.dtype(np.float64))  # what Generator.random draws directly
-
-
-@register_kernel("_FusedDropout", offload=True)
-def _fused_dropout(ctx, x, dims, keep):
-    """``dropout``'s five ops in one (compile/fuse_dropout.py): the same draws as its
-    RandomUniform (same seeds, same generator), then ``mask = floor(u + keep)`` in the draws'
-    own array and ``(x / keep) * mask`` in one new one: the same operations in the same order
-    as the unfused ops, so the same bits, with two arrays instead of five and one op instead
-    of five. Returns ``(output, mask)``: the gradient multiplies by the mask."""
-    xp = ctx.xp
-    dtype = ctx.output_dtypes[1]
-    shape = tuple(int(d) for d in dims.reshape(-1).tolist())
-    if any(d < 0 for d in shape):
-        raise errors.InvalidArgumentError(
-            None, ctx.name, f"dropout: shape {list(shape)} has a negative dimension")
-    rng = ctx.random_generator()
-    mask = rng.random(shape, dtype=dtype) if dtype in _DRAWN else \
-        rng.random(shape).astype(dtype)
-    mask = ctx.to_device(mask)
-    if mask.ndim == 0 or keep.ndim != 0 or mask.shape != x.shape:  # not the fused form's case
-        mask = xp.asarray(xp.floor(mask + keep))
-        return (xp.asarray(xp.true_divide(x, keep) * mask), mask)
-    xp.add(mask, keep, out=mask)
-    xp.floor(mask, out=mask)
-    out = xp.true_divide(x, keep)
-    xp.multiply(out, mask, out=out)
-    return (out, mask)
-
-
-@register_kernel("_FusedDropoutGrad")
-def _fused_dropout_grad(ctx, grad, mask, keep):
-    """The dropout's gradient (compile/fuse_dropout.py): what its ``Mul`` (``grad * mask``),
-    ``SumToShape`` (to the output's shape, the mask's) and ``RealDiv`` (``/ keep``) compute,
-    in that order, the division in the product's own new array: the same bits. Large, it
-    splits over the intra-op threads as the unfused ``Mul`` and ``RealDiv`` did (each value's
-    two operations in one chunk: the same bits)."""
-    xp = ctx.xp
-    if ctx.prepared and grad.shape == mask.shape:  # the node may be large (may_be_large)
-        def product_over_keep(g, m, k, out):
-            xp.multiply(g, m, out=out)
-            xp.true_divide(out, k, out=out)
-        split = intra_op.elementwise(ctx, product_over_keep, grad, mask, keep, dtype=mask.dtype)
-        if split is not None:
-            return (split,)
-    out = xp.multiply(grad, mask)
-    if out.shape != mask.shape:
-        out = _sum_to_shape(ctx, out, np.asarray(mask.shape))[0]  # (a new array)
-    return (xp.true_divide(out, keep, out=out),)
-
-
-host_memory("_FusedDropout", inputs=(1,))
-register_prepare("_FusedDropoutGrad")(intra_op.may_be_large)

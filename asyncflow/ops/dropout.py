@@ -1,7 +1,7 @@
 """``dropout`` (TF1's ``tf.nn.dropout`` with TF2's ``rate``), composed of random_uniform,
 floor and a multiply, and the ``_FusedDropout``/``_FusedDropoutGrad`` ops the fusion pass
 (compile/fuse_dropout.py) makes of that chain. Moved out of ops/nn.py (which re-exports
-``dropout``) to keep that module under the size limit. Kernels: kernels/nn.py.
+``dropout``) to keep that module under the size limit. Kernels: kernels/dropout.py.
 """
 from __future__ import annotations
 

@@ -1,0 +1,329 @@
+"""Kernels of the dropout family (ops/dropout.py): ``_FusedDropout`` and its gradient, the
+nodes ``compile/fuse_dropout.py`` makes of ``dropout``'s ops.
+
+``_FusedDropout`` draws its uniforms from the op's seeded generator (``ctx.random_generator``,
+numpy's ``PCG64``) as ``Generator.random`` does, then computes ``mask = floor(u + keep)`` and
+``(x / keep) * mask``. numpy's draw costs ~4 ns a float32 on this project's machine (the
+generator's 128-bit LCG step is one serial chain per draw, called through a function pointer
+per value): 0.13 of the MLP's 0.16-0.20 ms a dropout, on the forward's one thread. On CPU,
+for float32 and float64 (``jit.usable``), a compiled loop (``kernels/jit.py``) computes the
+same draws itself, the generator's state read and written back under its lock, and applies
+the mask in the same pass:
+
+- PCG64 (numpy's ``pcg64.h``, the XSL-RR output): ``state = state * M + inc`` mod 2^128, each
+  draw the 64-bit ``rotr(hi ^ lo, hi >> 58)`` of the new state. A float32 takes 32 bits
+  (``next_uint32``: a draw's low half, its high half kept for the next value: the state's
+  ``has_uint32``/``uinteger``), ``(bits >> 8) * 2^-24``; a float64 takes a whole draw,
+  ``(bits >> 11) * 2^-53``, and leaves ``has_uint32`` as it is. The same integers, the same
+  float operations in the same order: the same bits as ``rng.random`` then the numpy form,
+  and the same state after (tests/ops/test_dropout_loops.py).
+- The loop keeps four draws in flight: lanes ``j = 0..3`` hold the states of draws
+  ``4k + j`` and each steps by four draws at once (``state * M^4 + inc * (M^3 + M^2 + M +
+  1)``), four independent chains instead of one, the 128-bit products in 32-bit halves.
+  [128, 256] float32 measured 31 us against numpy's 98 for the draws alone, and 13 us for
+  the floor/divide/multiply against 27 in numpy's four passes (bench/RESULTS.md).
+
+Everything else (other dtypes, a GPU, other generators, a mask not of ``x``'s shape, numba
+missing, ``ASYNCFLOW_JIT=0``) takes the numpy form, the reference the loop is tested against.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from asyncflow import errors
+from asyncflow.kernels import intra_op, jit
+from asyncflow.kernels.math import _sum_to_shape
+from asyncflow.kernels.registry import host_memory, register_kernel, register_prepare
+
+_DRAWN = (np.dtype(np.float32), np.dtype(np.float64))  # what Generator.random draws directly
+
+# numpy's PCG64: the 128-bit LCG multiplier (PCG_DEFAULT_MULTIPLIER_128); states are
+# Python ints in the generator's state dict and (hi, lo) uint64 pairs in the loops.
+PCG_MULTIPLIER = 0x2360ED051FC65DA44385DF649FCCF645
+_MOD = 1 << 128
+_LOW = (1 << 64) - 1
+LANES = 4  # draws in flight in a loop (see the module docstring)
+# Whether ``_FusedDropout`` may take its compiled loop (read at each call: bench/bench_dropout.py
+# alternates the two forms in one process; ``jit.ENABLED`` turns off every loop).
+COMPILED = True
+
+
+# -- compiled loops (kernels/jit.py) ----------------------------------------------------------
+# ``lanes``: uint64[8], (lo, hi) of the states giving the call's draws 0..3 (draw 4k + j in
+# lane j); ``jump``: uint64[4], (hi, lo) of M^4 and of the increment's four-step sum; ``last``:
+# uint64[3], set to (lo, hi) of the state after the call's last draw and that draw's bits.
+# Each 128-bit product mod 2^128 is lo*lo's 128 bits (its high half from 32-bit halves) plus
+# the two cross products' low halves. The lanes sit in locals, selected by ``j``: LLVM unrolls
+# the inner loop and keeps them in registers.
+@jit.loop
+def _dropout_f32_loop(lanes, jump, last, x, keep, out, mask):
+    n = x.shape[0]
+    draws = (n + 1) // 2
+    groups = (draws - 1) // 4  # whole groups of four draws; the last 1-4 draws after
+    a_hi, a_lo, c_hi, c_lo = jump[0], jump[1], jump[2], jump[3]
+    low32, s32 = np.uint64(0xFFFFFFFF), np.uint64(32)
+    b0, b1 = a_lo & low32, a_lo >> s32
+    l0, h0, l1, h1 = lanes[0], lanes[1], lanes[2], lanes[3]
+    l2, h2, l3, h3 = lanes[4], lanes[5], lanes[6], lanes[7]
+    scale = np.float32(1.0 / 16777216.0)
+    for g in range(groups):
+        for j in range(4):
+            if j == 0:
+                h, lo = h0, l0
+            elif j == 1:
+                h, lo = h1, l1
+            elif j == 2:
+                h, lo = h2, l2
+            else:
+                h, lo = h3, l3
+            v = h ^ lo
+            rot = h >> np.uint64(58)
+            bits = (v >> rot) | (v << ((np.uint64(64) - rot) & np.uint64(63)))
+            e = 8 * g + 2 * j
+            m = np.floor(np.float32((bits & low32) >> np.uint64(8)) * scale + keep)
+            mask[e] = m
+            out[e] = (x[e] / keep) * m
+            m = np.floor(np.float32(bits >> np.uint64(40)) * scale + keep)
+            mask[e + 1] = m
+            out[e + 1] = (x[e + 1] / keep) * m
+            p0, p1 = lo & low32, lo >> s32
+            q00, q01, q10 = p0 * b0, p0 * b1, p1 * b0
+            mid = (q00 >> s32) + (q01 & low32) + (q10 & low32)
+            hi = p1 * b1 + (q01 >> s32) + (q10 >> s32) + (mid >> s32) + lo * a_hi + h * a_lo
+            prod = lo * a_lo
+            nlo = prod + c_lo
+            nhi = hi + c_hi + np.uint64(nlo < prod)
+            if j == 0:
+                h0, l0 = nhi, nlo
+            elif j == 1:
+                h1, l1 = nhi, nlo
+            elif j == 2:
+                h2, l2 = nhi, nlo
+            else:
+                h3, l3 = nhi, nlo
+    for j in range(draws - 4 * groups):  # the last draws: lanes 0.. as they stand
+        if j == 0:
+            h, lo = h0, l0
+        elif j == 1:
+            h, lo = h1, l1
+        elif j == 2:
+            h, lo = h2, l2
+        else:
+            h, lo = h3, l3
+        v = h ^ lo
+        rot = h >> np.uint64(58)
+        bits = (v >> rot) | (v << ((np.uint64(64) - rot) & np.uint64(63)))
+        e = 8 * groups + 2 * j
+        m = np.floor(np.float32((bits & low32) >> np.uint64(8)) * scale + keep)
+        mask[e] = m
+        out[e] = (x[e] / keep) * m
+        if e + 1 < n:
+            m = np.floor(np.float32(bits >> np.uint64(40)) * scale + keep)
+            mask[e + 1] = m
+            out[e + 1] = (x[e + 1] / keep) * m
+        last[0], last[1], last[2] = lo, h, bits
+
+
+@jit.loop
+def _dropout_f64_loop(lanes, jump, last, x, keep, out, mask):
+    n = x.shape[0]
+    groups = (n - 1) // 4  # whole groups of four draws; the last 1-4 draws after
+    a_hi, a_lo, c_hi, c_lo = jump[0], jump[1], jump[2], jump[3]
+    low32, s32 = np.uint64(0xFFFFFFFF), np.uint64(32)
+    b0, b1 = a_lo & low32, a_lo >> s32
+    l0, h0, l1, h1 = lanes[0], lanes[1], lanes[2], lanes[3]
+    l2, h2, l3, h3 = lanes[4], lanes[5], lanes[6], lanes[7]
+    scale = 1.0 / 9007199254740992.0
+    for g in range(groups):
+        for j in range(4):
+            if j == 0:
+                h, lo = h0, l0
+            elif j == 1:
+                h, lo = h1, l1
+            elif j == 2:
+                h, lo = h2, l2
+            else:
+                h, lo = h3, l3
+            v = h ^ lo
+            rot = h >> np.uint64(58)
+            bits = (v >> rot) | (v << ((np.uint64(64) - rot) & np.uint64(63)))
+            e = 4 * g + j
+            m = np.floor(np.float64(bits >> np.uint64(11)) * scale + keep)
+            mask[e] = m
+            out[e] = (x[e] / keep) * m
+            p0, p1 = lo & low32, lo >> s32
+            q00, q01, q10 = p0 * b0, p0 * b1, p1 * b0
+            mid = (q00 >> s32) + (q01 & low32) + (q10 & low32)
+            hi = p1 * b1 + (q01 >> s32) + (q10 >> s32) + (mid >> s32) + lo * a_hi + h * a_lo
+            prod = lo * a_lo
+            nlo = prod + c_lo
+            nhi = hi + c_hi + np.uint64(nlo < prod)
+            if j == 0:
+                h0, l0 = nhi, nlo
+            elif j == 1:
+                h1, l1 = nhi, nlo
+            elif j == 2:
+                h2, l2 = nhi, nlo
+            else:
+                h3, l3 = nhi, nlo
+    for j in range(n - 4 * groups):  # the last draws: lanes 0.. as they stand
+        if j == 0:
+            h, lo = h0, l0
+        elif j == 1:
+            h, lo = h1, l1
+        elif j == 2:
+            h, lo = h2, l2
+        else:
+            h, lo = h3, l3
+        v = h ^ lo
+        rot = h >> np.uint64(58)
+        bits = (v >> rot) | (v << ((np.uint64(64) - rot) & np.uint64(63)))
+        e = 4 * groups + j
+        m = np.floor(np.float64(bits >> np.uint64(11)) * scale + keep)
+        mask[e] = m
+        out[e] = (x[e] / keep) * m
+        last[0], last[1], last[2] = lo, h, bits
+
+
+_LOOPS = {np.dtype(np.float32): _dropout_f32_loop, np.dtype(np.float64): _dropout_f64_loop}
+
+
+_M4 = pow(PCG_MULTIPLIER, 4, _MOD)
+_SUM4 = (1 + PCG_MULTIPLIER + PCG_MULTIPLIER ** 2 + PCG_MULTIPLIER ** 3) % _MOD
+_jumps = {}  # a generator's increment -> the loops' jump array (the increment never changes)
+
+
+def _lane_args(state, inc):
+    """The loops' ``lanes`` (the states of the next four draws) and ``jump`` arrays."""
+    jump = _jumps.get(inc)
+    if jump is None:
+        if len(_jumps) >= 64:  # (sessions seeded from entropy: one increment each)
+            _jumps.clear()
+        c4 = inc * _SUM4 % _MOD
+        jump = _jumps[inc] = np.array([_M4 >> 64, _M4 & _LOW, c4 >> 64, c4 & _LOW],
+                                      dtype=np.uint64)
+    states = []
+    for _ in range(LANES):
+        state = (state * PCG_MULTIPLIER + inc) % _MOD
+        states.append(state.to_bytes(16, "little"))  # (lo, hi) as two little-endian uint64
+    return np.frombuffer(b"".join(states), dtype="<u8"), jump
+
+
+def compiled_dropout(rng, x, keep, dtype):
+    """``(output, mask)`` as the numpy form computes them, by the dtype's compiled loop, the
+    generator ``rng`` (a ``PCG64``) advanced as ``rng.random(x.shape, dtype)`` advances it.
+    ``x`` C-contiguous of ``dtype``, ``keep`` a 0-d array of ``dtype``."""
+    dtype = np.dtype(dtype)
+    out = np.empty(x.shape, dtype=dtype)
+    mask = np.empty(x.shape, dtype=dtype)
+    flat_x, flat_out, flat_mask = x.reshape(-1), out.reshape(-1), mask.reshape(-1)
+    keep = keep[()]
+    generator = rng.bit_generator
+    with generator.lock:
+        state = generator.state
+        pcg, has32, buffered = state["state"], state["has_uint32"], state["uinteger"]
+        start = 0
+        if dtype == np.float32 and has32 and flat_x.size:  # the kept high half first
+            u = np.float32(buffered >> 8) * np.float32(1.0 / 16777216.0)
+            flat_mask[0] = m = np.floor(u + keep)
+            flat_out[0] = (flat_x[0] / keep) * m
+            start, has32 = 1, 0
+        count = flat_x.size - start
+        if count:
+            lanes, jump = _lane_args(pcg["state"], pcg["inc"])
+            last = np.empty(3, dtype=np.uint64)
+            _LOOPS[dtype](lanes, jump, last, flat_x[start:], keep, flat_out[start:],
+                          flat_mask[start:])
+            pcg = {"state": int.from_bytes(last[:2].tobytes(), "little"), "inc": pcg["inc"]}
+            if dtype == np.float32:
+                has32, buffered = count % 2, int(last[2]) >> 32
+        generator.state = {"bit_generator": state["bit_generator"], "state": pcg,
+                           "has_uint32": has32, "uinteger": buffered}
+    return out, mask
+
+
+def _compiles(ctx, rng, x, keep, dtype, shape):
+    """Whether ``_FusedDropout`` takes its compiled loop: the fused form's case (a scalar
+    ``keep`` and ``x`` of the mask's shape, C-contiguous, all of ``dtype``), a PCG64
+    generator, compiled loops usable for the arrays (``jit.usable``: CPU, float32/float64)."""
+    return (COMPILED and type(rng.bit_generator) is np.random.PCG64 and x.shape == shape and x.ndim
+            and x.dtype == dtype and keep.dtype == dtype and keep.ndim == 0
+            and x.flags.c_contiguous and jit.usable(ctx, x, keep))
+
+
+@register_kernel("_FusedDropout", offload=True)
+def _fused_dropout(ctx, x, dims, keep):
+    """``dropout``'s five ops in one (compile/fuse_dropout.py): the same draws as its
+    RandomUniform (same seeds, same generator), then ``mask = floor(u + keep)`` in the draws'
+    own array and ``(x / keep) * mask`` in one new one: the same operations in the same order
+    as the unfused ops, so the same bits, with two arrays instead of five and one op instead
+    of five (or one compiled pass, see the module docstring). Returns ``(output, mask)``: the
+    gradient multiplies by the mask."""
+    xp = ctx.xp
+    dtype = ctx.output_dtypes[1]
+    shape = tuple(int(d) for d in dims.reshape(-1).tolist())
+    if any(d < 0 for d in shape):
+        raise errors.InvalidArgumentError(
+            None, ctx.name, f"dropout: shape {list(shape)} has a negative dimension")
+    rng = ctx.random_generator()
+    if _compiles(ctx, rng, x, keep, dtype, shape):
+        return compiled_dropout(rng, x, keep, dtype)
+    mask = rng.random(shape, dtype=dtype) if dtype in _DRAWN else \
+        rng.random(shape).astype(dtype)
+    mask = ctx.to_device(mask)
+    if mask.ndim == 0 or keep.ndim != 0 or mask.shape != x.shape:  # not the fused form's case
+        mask = xp.asarray(xp.floor(mask + keep))
+        return (xp.asarray(xp.true_divide(x, keep) * mask), mask)
+    xp.add(mask, keep, out=mask)
+    xp.floor(mask, out=mask)
+    out = xp.true_divide(x, keep)
+    xp.multiply(out, mask, out=out)
+    return (out, mask)
+
+
+def _warm_dropout(dtype):
+    rng = np.random.default_rng(0)
+    x = np.ones(3, dtype)
+    compiled_dropout(rng, x, np.asarray(0.5, dtype=dtype), dtype)
+
+
+_warms = {}  # dtype -> the warm function jit.preload keeps track of
+
+
+def _preload(ctx):
+    """Prepare hook: compile (or load from numba's disk cache) the loop of this node's dtype
+    on a worker thread before the first step (``jit.preload``); None for a dtype no loop
+    takes and on a GPU."""
+    dtype = np.dtype(ctx.output_dtypes[1])
+    if getattr(ctx, "xp", np) is not np or dtype not in _LOOPS:
+        return None
+    warm = _warms.get(dtype)
+    if warm is None:
+        warm = _warms.setdefault(dtype, lambda: _warm_dropout(dtype))
+    return jit.preload(warm)
+
+
+@register_kernel("_FusedDropoutGrad")
+def _fused_dropout_grad(ctx, grad, mask, keep):
+    """The dropout's gradient (compile/fuse_dropout.py): what its ``Mul`` (``grad * mask``),
+    ``SumToShape`` (to the output's shape, the mask's) and ``RealDiv`` (``/ keep``) compute,
+    in that order, the division in the product's own new array: the same bits. Large, it
+    splits over the intra-op threads as the unfused ``Mul`` and ``RealDiv`` did (each value's
+    two operations in one chunk: the same bits)."""
+    xp = ctx.xp
+    if ctx.prepared and grad.shape == mask.shape:  # the node may be large (may_be_large)
+        def product_over_keep(g, m, k, out):
+            xp.multiply(g, m, out=out)
+            xp.true_divide(out, k, out=out)
+        split = intra_op.elementwise(ctx, product_over_keep, grad, mask, keep, dtype=mask.dtype)
+        if split is not None:
+            return (split,)
+    out = xp.multiply(grad, mask)
+    if out.shape != mask.shape:
+        out = _sum_to_shape(ctx, out, np.asarray(mask.shape))[0]  # (a new array)
+    return (xp.true_divide(out, keep, out=out),)
+
+
+host_memory("_FusedDropout", inputs=(1,))
+register_prepare("_FusedDropout")(_preload)
+register_prepare("_FusedDropoutGrad")(intra_op.may_be_large)
