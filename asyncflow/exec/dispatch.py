@@ -125,13 +125,16 @@ class Transfers:
     ``subscribe`` subscribes a Recv in the step's rendezvous (a pull starts now, with the
     step's others), delivered into a ``Received``; ``take`` awaits one not there yet, inside
     the step owner's close-cancellable scope (``waiting``); ``close`` (the function's
-    ``finally``) drops the subscriptions nothing took: a failed or cancelled step."""
+    ``finally``) drops the subscriptions nothing took: a failed or cancelled step. Only the
+    subscriptions not yet delivered are kept here (``pending``): a delivered value lives in
+    its ``Received`` alone, which the generated code drops after the take, so the value dies
+    after its last reader as the core's slot would, not at the step's end."""
 
-    __slots__ = ("step", "record", "device_name", "received")
+    __slots__ = ("step", "record", "device_name", "pending")
 
     def __init__(self, step, record, device_name):
         self.step, self.record, self.device_name = step, record, device_name
-        self.received = []
+        self.pending = set()  # Received subscribed and not delivered yet
 
     def send(self, node, value):
         if node.nowait(StepContext(node.ctx, self.step), value) is WOULD_BLOCK:
@@ -143,9 +146,11 @@ class Transfers:
         if self.record is not None:
             received.start = now_us()
         cancel = node.subscribe(received.ctx, received.deliver)
-        if cancel is not WOULD_BLOCK:  # (else: awaited through its kernel by ``take``)
-            received.cancel = cancel
-        self.received.append(received)
+        if cancel is WOULD_BLOCK:  # awaited through its kernel by ``take``
+            received.subscribed = False
+        elif received.outputs is None and received.error is None:  # (else: delivered)
+            received.cancel, received.pending = cancel, self.pending
+            self.pending.add(received)
         return received
 
     async def take(self, received):
@@ -154,7 +159,7 @@ class Transfers:
         waited = received.outputs is None and received.error is None
         if waited:
             with waiting(self.step) as parked:
-                if received.cancel is None:  # no subscription: the kernel waits itself
+                if not received.subscribed:  # no subscription: the kernel waits itself
                     try:
                         received.outputs = await node.fn(received.ctx)
                     except Exception as exc:  # noqa: BLE001 - located below
@@ -177,28 +182,31 @@ class Transfers:
         return received.outputs
 
     def close(self):
-        for received in self.received:
-            if received.cancel is not None and received.outputs is None \
-                    and received.error is None:
-                received.cancel()
-            received.cancel = received.lot = None
-        self.received.clear()
+        pending, self.pending = self.pending, set()
+        for received in pending:
+            received.cancel()
+            received.cancel = received.lot = received.pending = None
 
 
 class Received:
     """One Recv's subscription for ``Transfers``: its outputs or error once delivered."""
 
-    __slots__ = ("node", "ctx", "outputs", "error", "cancel", "lot", "start")
+    __slots__ = ("node", "ctx", "outputs", "error", "cancel", "lot", "start", "pending",
+                 "subscribed")
 
     def __init__(self, node, ctx):
         self.node, self.ctx = node, ctx
-        self.outputs = self.error = self.cancel = self.lot = None
+        self.outputs = self.error = self.cancel = self.lot = self.pending = None
         self.start = 0
+        self.subscribed = True  # False: the rendezvous cannot subscribe (``take`` awaits)
 
     def deliver(self, outputs, exc=None):  # (the rendezvous' callback: never raises)
         if exc is None:
             self.outputs = outputs
         else:
             self.error = exc
+        if self.pending is not None:  # (delivered: nothing to drop, nothing to keep; the
+            self.pending.discard(self)  # subscription, which holds this, let go: no cycle)
+            self.pending = self.cancel = None
         if self.lot is not None:
             self.lot.unpark_all()

@@ -268,3 +268,67 @@ async def test_a_local_runs_partitions_with_transfers_keep_the_core():
     assert len(compiled.plans) == 2 and all(p.waits for p in compiled.plans)
     assert [(p.static, p.transfers, p.static_fn) for p in compiled.plans] == \
         [(False, False, None)] * 2
+
+
+async def test_a_taken_recvs_value_is_not_held_by_the_step_until_its_end():
+    # The static form drops a Recv's value after its last reader (``h3 = None`` after the
+    # take, its local after the reader), as the core frees its slot: ``Transfers`` must not
+    # keep it until the step's end (a ps holding every gradient of the step at once), nor
+    # in a cycle through the subscription. The three takes of the generated code: delivered
+    # at the subscription, delivered before the take (``h.outputs``), and awaited.
+    import gc
+    import types
+    import weakref
+
+    from asyncflow.exec.dispatch import Transfers
+    from asyncflow.exec.step import Step
+
+    delivers, cancelled = {}, []
+
+    class Subscription:  # (as ``kernels/transfer.py``'s: it holds its callback)
+        def __init__(self, name, deliver):
+            self.name, self.deliver = name, deliver
+
+        def cancel(self):
+            cancelled.append(self.name)
+
+    def recv(name, value=None):
+        def subscribe(ctx, deliver):
+            if value is None:
+                delivers[name] = deliver
+            else:  # (the value was there: the rendezvous calls back at once)
+                deliver((value,))
+            return Subscription(name, deliver).cancel
+        ctx = types.SimpleNamespace(name=name, type="_Recv", attrs={}, xp=np, device=None,
+                                    output_dtypes=(), resources=None)
+        return types.SimpleNamespace(ctx=ctx, subscribe=subscribe,
+                                     op=types.SimpleNamespace(name=name, type="_Recv"))
+
+    async def deliver_later(value):
+        await trio.testing.wait_all_tasks_blocked()
+        delivers.pop("later")((value,))
+
+    transfers = Transfers(Step(1), None, "/device:CPU:0")
+    values = [np.full(1000, float(k), np.float32) for k in range(3)]
+    gone = [weakref.ref(value) for value in values]
+    gc.disable()  # (freed when the last reference goes, not by the cycle collector)
+    try:
+        h_once = transfers.subscribe(recv("at once", values[0]))
+        h_there, h_later, h_never = (transfers.subscribe(recv(name))
+                                     for name in ("there", "later", "never"))
+        delivers.pop("there")((values[1],))
+        taken = [(h_once.outputs or await transfers.take(h_once))[0],
+                 (h_there.outputs or await transfers.take(h_there))[0]]
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(deliver_later, values[2])
+            values = None
+            taken.append((h_later.outputs or await transfers.take(h_later))[0])
+        h_once = h_there = h_later = None
+        assert [value[0] for value in taken] == [0.0, 1.0, 2.0]
+        taken = None
+        assert [ref() for ref in gone] == [None] * 3
+    finally:
+        gc.enable()
+    # The one subscription nothing took is dropped (the generated ``finally``), only it.
+    transfers.close()
+    assert cancelled == ["never"] and h_never.outputs is None
