@@ -193,7 +193,8 @@ class BareService:
         conn.idle_since = trio.current_time()
         if not conn.pending:  # (one call at a time: the client is still reading our answer)
             conn.waiting = True  # until the idle timeout: ``_sweep_idle`` closes it then
-            conn.closing = False  # (a sweep that closed it after its last wait ended: moot)
+            # (``closing`` stays: its reading shut, every call still read is a late one, not
+            # watched for its client leaving, which the shut reading would look like.)
             wake = self._sweep_wake
             if wake is not None:  # the sweep is parked: this connection can expire
                 self._sweep_wake = None
