@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import time
 
-import numpy as np
 import trio
 
 from asyncflow import errors
@@ -147,6 +146,8 @@ class StepRunning:
         try:
             values = await self._execute(state, wg, feed_values, step, request.timeout_ms,
                                          scope)
+            if state.rendezvous.abort_error is not None:  # a one-way push refused after its
+                raise _rdv.remote_call_error(state.rendezvous.abort_error)  # Recvs took theirs
         except BaseException as exc:
             self.status.step_done(request.step_id, time.perf_counter() - started, failed=True)
             self._step_failed(state, exc)

@@ -166,6 +166,35 @@ async def test_a_refused_one_way_push_fails_the_step_on_its_receiver_by_the_key(
         await rogue.aclose()
 
 
+async def test_a_push_refused_after_its_steps_recvs_took_their_values_still_fails_it(cpu_only):
+    # A one-way push refused while the step runs, after each of its Recvs took its value (a
+    # key pushed twice): no Recv waits to see the step's error, so its RunGraph fails by it
+    # at its end (an answered push failed its sender's step so).
+    async with _loopback_ps_and_worker() as (spec, servers):
+        handles = await _registered_parts(spec)
+        worker = servers["worker"].service
+        channel, handle, options = handles["worker"]
+        keys = sorted(worker._graphs[handle].binding.pushed_keys)
+        rogue = _one_way_channel(spec.task_address("worker", 0))
+        parts = [TensorEntry(key, VALUE * i) for i, key in enumerate(keys)]
+        await rogue.push_tensors(PushTensors(36, parts))
+        run = worker._run_step
+
+        async def run_then_pushed_again(state, wg, feed_values, step):
+            values = await run(state, wg, feed_values, step)  # (every Recv took its value)
+            await rogue.push_tensors(PushTensors(36, parts[:1]))  # refused: ALREADY_EXISTS
+            await trio.testing.wait_all_tasks_blocked()
+            return values
+
+        worker._run_step = run_then_pushed_again
+        with pytest.raises(RemoteCallError) as info:
+            await channel.run_graph(RunGraph(handle, 36, [], list(options.fetches),
+                                             request_id=36))
+        assert info.value.code == "ALREADY_EXISTS" and keys[0] in info.value.message
+        assert "PushTensors" in info.value.message and 36 not in worker._steps
+        await rogue.aclose()
+
+
 async def test_a_one_way_push_damaged_in_transit_fails_its_step_with_data_loss(cpu_only):
     # One bit of a pushed tensor flipped on its way (the frame's header intact): the worker's
     # server finds the checksum wrong, answers nothing, and the step the header names fails

@@ -7,6 +7,7 @@ made again on a fresh connection). Real Unix sockets on this host.
 from __future__ import annotations
 
 import errno
+import os
 import socket
 
 import numpy as np
@@ -15,10 +16,12 @@ import trio
 import trio.testing
 from transport_fakes import FakeWorker
 
-from transports.http import bare_io
+from transports.http import bare, bare_io
 from transports.http.client import TrioHttpChannel
 from transports.http.server import open_http_server
-from transports.messages import PushTensors, RemoteCallError, TensorEntry
+from transports.messages import Health, PushTensors, RemoteCallError, TensorEntry
+from transports.service import RPCS
+from transports.wire import encode
 
 KEY = "/job:ps/replica:0/task:0/device:CPU:0;1;/job:w/replica:0/task:0/device:CPU:0;t;0:0"
 
@@ -95,3 +98,87 @@ def test_shut_reading_fails_the_writers_next_write_and_keeps_what_came_before():
         server.setblocking(False)
         assert bare_io.late_call(server) == b"before"
         assert bare_io.late_call(server) == b""
+
+
+async def test_every_call_written_before_the_idle_sweep_shut_a_connection_is_served():
+    # Two one-way calls queued on an idle connection as the sweep shuts its reading: both
+    # were written whole (the client was told nothing), so both are served before it closes.
+    worker = _Pushes()
+    async with open_http_server(worker) as server:
+        async with TrioHttpChannel(server.address) as channel:
+            channel.one_way = frozenset({"push_tensors"})
+            value = np.ones(2, np.float32)
+            await channel.push_tensors(PushTensors(7, [TensorEntry(KEY, value)]))
+            await trio.testing.wait_all_tasks_blocked()
+            (served,) = server._bare._open
+            (conn,) = channel._bare_idle
+            for step_id in (8, 9):  # (no checkpoint: the server's task does not run between)
+                await channel.push_tensors(PushTensors(step_id, [TensorEntry(KEY, value)]))
+            assert channel._bare_idle == [conn]  # both on the connection the server shuts
+            served.closing = True  # as ``_sweep_idle`` does
+            bare_io.shut_reading(served.stream.socket)
+            trio.lowlevel.notify_closing(served.stream.socket)
+            await trio.testing.wait_all_tasks_blocked()
+            assert worker.pushed == [7, 8, 9] and worker.failed == []
+            assert not server._bare._open  # then closed
+
+
+async def test_calls_read_with_a_damaged_one_way_call_are_reported_dropped():
+    # A damaged one-way push and a good one behind it, come in one read: the connection is
+    # closed after the damaged one (its end is not to be trusted), so the good one is
+    # dropped unread, and the handler is told so (no step id: fields None).
+    worker = _Pushes()
+    async with open_http_server(worker) as server:
+        stream = await trio.open_unix_socket(server.bare_path)
+        assert await bare.handshake(stream, None)
+        index = next(i for i, rpc in enumerate(RPCS) if rpc.method == "push_tensors")
+        calls = []
+        for step_id in (11, 12):
+            frame = bytearray(b"".join(bytes(b) for b in encode(
+                PushTensors(step_id, [TensorEntry(KEY, np.ones(2, np.float32))]))))
+            if step_id == 11:
+                frame[-8] ^= 0x10  # a bit of the tensor (its checksum then differs)
+            calls.append(bare.REQUEST.pack(len(frame), step_id, index, bare.ONE_WAY, 10.0)
+                         + bytes(frame))
+        await stream.send_all(b"".join(calls))
+        assert await stream.receive_some(1024) == b""  # no answer: closed
+        await stream.aclose()
+        assert worker.pushed == []
+        assert [(step_id, code) for _, step_id, code, _ in worker.failed] == [
+            (11, "DATA_LOSS"), (None, "UNAVAILABLE")]
+        assert "dropped unread" in worker.failed[1][3]
+
+
+async def test_a_call_queued_behind_a_one_way_call_when_the_sweep_shuts_is_answered():
+    # A one-way push and then an answered call written on an idle connection as the sweep
+    # shuts its reading: both are served, the answered one unwatched (the shut reading is the
+    # server's own, not its client leaving: watched, it would be cancelled unanswered).
+    class _SlowHealth(_Pushes):
+        async def health(self, request):
+            await trio.testing.wait_all_tasks_blocked()  # (every other task runs meanwhile)
+            return await super().health(request)
+
+    worker = _SlowHealth()
+    async with open_http_server(worker) as server:
+        async with TrioHttpChannel(server.address) as channel:
+            channel.one_way = frozenset({"push_tensors"})
+            value = np.ones(2, np.float32)
+            await channel.push_tensors(PushTensors(7, [TensorEntry(KEY, value)]))
+            await trio.testing.wait_all_tasks_blocked()
+            (served,) = server._bare._open
+            (conn,) = channel._bare_idle
+            big = np.ones(1 << 15, np.float32)  # (past the first read's 64 KiB)
+            await channel.push_tensors(PushTensors(8, [TensorEntry(KEY, big)]))
+            frame = b"".join(bytes(b) for b in encode(Health()))
+            index = next(i for i, rpc in enumerate(RPCS) if rpc.method == "health")
+            os.write(conn.sock.fileno(), bare.REQUEST.pack(len(frame), 99, index, 0, 10.0)
+                     + frame)  # (no checkpoint since the push: the server has read neither)
+            served.closing = True  # as ``_sweep_idle`` does
+            bare_io.shut_reading(served.stream.socket)
+            trio.lowlevel.notify_closing(served.stream.socket)
+            with trio.fail_after(10):
+                await trio.lowlevel.wait_readable(conn.sock)  # (the answer)
+            assert worker.pushed == [7, 8]
+            answer = os.read(conn.sock.fileno(), 65536)
+            assert bare.REPLY.unpack_from(answer)[1:3] == (99, bare.FRAME), answer
+            assert server._by_status["health", 200] == 1, dict(server._by_status)

@@ -189,11 +189,12 @@ class BareService:
 
     async def _serve_call(self, conn: _Connection, limits: Any) -> bool:
         """Answer one call; returns whether the connection carries on."""
-        server, last = self._server, False
+        server = self._server
         conn.idle_since = trio.current_time()
         if not conn.pending:  # (one call at a time: the client is still reading our answer)
             conn.waiting = True  # until the idle timeout: ``_sweep_idle`` closes it then
-            conn.closing = False  # (a sweep that closed it after its last wait ended: moot)
+            # (``closing`` stays: its reading shut, every call still read is a late one, not
+            # watched for its client leaving, which the shut reading would look like.)
             wake = self._sweep_wake
             if wake is not None:  # the sweep is parked: this connection can expire
                 self._sweep_wake = None
@@ -206,7 +207,8 @@ class BareService:
                     if conn in server._guard.connections:
                         server._guard.timed_out += 1
                     return False
-                last = True  # (the client's later writes fail: it calls again elsewhere)
+                # (The client's later writes fail: it calls again elsewhere. Its calls written
+                # before are served, each in turn; then the shut reading's EOF closes it.)
             finally:
                 conn.waiting = False
             if not conn.pending:
@@ -223,7 +225,7 @@ class BareService:
         server._in_flight += 1
         _CALLS.begin(conn)  # (a spin elsewhere in this process sits this call out)
         self.calls += 1
-        name, status, keep = "unmatched", 500, not last
+        name, status, keep = "unmatched", 500, True
         try:
             try:
                 if index >= len(RPCS):
@@ -254,7 +256,7 @@ class BareService:
                     _one_way_failed(server._handler, name, message, reply)
                     if not keep:  # closed: calls written after it, whose they are unknown
                         _shut_reading(conn.stream.socket)  # (the client's next ones: EPIPE)
-                        if _late_call(conn.stream.socket):
+                        if conn.pending or _late_call(conn.stream.socket):  # (read, or not)
                             _one_way_failed(server._handler, name, None, ErrorReply(
                                 "UNAVAILABLE", f"same-host calls after a broken {name} "
                                 "were dropped unread"))
