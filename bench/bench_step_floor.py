@@ -30,7 +30,7 @@ figure, the probe the codec and the worker's step bookkeeping are tuned against;
 pieces alone in the same process: the worker's RunGraph handler called directly (the step
 bookkeeping and the runner, no transport), the codec's four calls (encode and decode of the
 RunGraph, its ids changing as a step's, and of its reply) and one cancel scope with a
-deadline (a step enters five).
+deadline (a step enters two: the session's, without a deadline, and the worker's call).
 
 Usage: ``.venv/bin/python bench/bench_step_floor.py [--calls 4000] [--rounds 3] [--inprocess
 [--profile FILE]]``.
@@ -211,7 +211,8 @@ async def _inprocess(calls, profile):
 async def _parts(service, sess, doubled, p, calls):
     """CPU per call of a trivial step's pieces, each alone in this process: the worker's
     RunGraph handler (no transport), the four codec calls (encode and decode of the RunGraph
-    and of its reply), and one cancel scope with a deadline (five per step)."""
+    and of its reply), and one cancel scope with a deadline (two scopes a step: the
+    session's, without one, and the worker's call)."""
     import dataclasses
 
     import trio
@@ -239,28 +240,60 @@ async def _parts(service, sess, doubled, p, calls):
         reply = await handler(one)
     worker_us = (time.process_time() - start) / calls * 1e6
     limits = wire.DEFAULT_LIMITS
-    def frame(message):
-        return b"".join(bytes(b) for b in wire.encode(message, limits))
-
-    frames = [(frame(one), frame(reply)) for one in requests[calls // 2:]]  # ids as a step's
-    start = time.process_time()
-    for one in requests[:calls // 2]:
-        wire.encode(one, limits)
-        wire.encode(reply, limits)
-    encode_us = (time.process_time() - start) / (calls // 2) * 1e6
-    start = time.process_time()
-    whole = getattr(wire, "decode_repeated", lambda view, limits: None)  # as the bare
-    for request_frame, reply_frame in frames:  # protocol decodes a frame it has whole
-        whole(memoryview(request_frame), limits) or wire.decode(request_frame, limits)
-        whole(memoryview(reply_frame), limits) or wire.decode(reply_frame, limits)
-    decode_us = (time.process_time() - start) / (calls // 2) * 1e6
+    codec = _codec_parts(wire, requests, reply, limits)
     start = time.process_time()
     for _ in range(calls):
         with trio.CancelScope(deadline=trio.current_time() + 60):
             pass
     scope_us = (time.process_time() - start) / calls * 1e6
-    return {"worker RunGraph handler": worker_us, "codec (4 calls)": encode_us + decode_us,
-            "one cancel scope": scope_us}
+    return {"worker RunGraph handler": worker_us, "codec (4 calls)": sum(codec.values()),
+            **codec, "one cancel scope": scope_us}
+
+
+def _codec_parts(wire, requests, reply, limits):
+    """CPU per call of the four codec calls of a step as the bare protocol makes them: the
+    client's RunGraph encoded from its kept prepared signature (``encode_prepared``, as the
+    channel's ``run_graph``), the worker's decode of it (``decode_repeated``: its header from a
+    template, the ids changing), the reply encoded from the connection's kept signature
+    (checksums deferred, as ``bare._reply``) and the client's decode of it."""
+    def frame(buffers):
+        for buffer in buffers:  # (a deferred trailer: the writer fills it, as bare_io does)
+            if type(buffer) is wire.ChecksumTrailer and buffer.pending:
+                buffer.fill()
+        return memoryview(b"".join(bytes(b) for b in buffers))
+
+    half = len(requests) // 2
+    prepared, warm = None, requests[:half]
+    for one in warm[:3]:  # learnt: its template kept, its signature prepared
+        buffers, prepared = wire.encode_prepared(prepared, one, limits)
+        data = frame(buffers)
+        wire.decode_repeated(data, limits) or wire.decode(bytes(data), limits)
+    start = time.process_time()
+    encoded = []
+    for one in requests[half:]:
+        buffers, prepared = wire.encode_prepared(prepared, one, limits)
+        encoded.append(buffers)
+    parts = {"RunGraph encode": time.process_time() - start}
+    frames = [frame(buffers) for buffers in encoded]
+    start = time.process_time()
+    for data in frames:
+        wire.decode_repeated(data, limits) or wire.decode(bytes(data), limits)
+    parts["RunGraph decode"] = time.process_time() - start
+    kept = None
+    for _ in range(3):
+        buffers, kept = wire.encode_prepared(kept, reply, limits, defer_checksums=True)
+        data = frame(buffers)
+        wire.decode_repeated(data, limits) or wire.decode(bytes(data), limits)
+    start = time.process_time()
+    for _ in frames:
+        buffers, kept = wire.encode_prepared(kept, reply, limits, defer_checksums=True)
+    parts["reply encode"] = time.process_time() - start
+    data = frame(buffers)
+    start = time.process_time()
+    for _ in frames:
+        wire.decode_repeated(data, limits) or wire.decode(bytes(data), limits)
+    parts["reply decode"] = time.process_time() - start
+    return {name: seconds / len(frames) * 1e6 for name, seconds in parts.items()}
 
 
 def main():
