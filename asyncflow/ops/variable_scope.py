@@ -118,6 +118,13 @@ def _store(graph):
     return store
 
 
+def unique_variable_scope_name(prefix):
+    """``prefix``, or ``prefix_N``, unique among the current variable scope's sub-scopes (as
+    ``default_name`` scopes are uniquified; TF1's ``_get_unique_variable_scope``)."""
+    store = _store(get_default_graph())
+    return store.unique_scope_name(store.current.get().name, prefix)
+
+
 def get_variable_scope():
     """The current ``VariableScope`` of the default graph (the root scope has name ``""``)."""
     return _store(get_default_graph()).current.get()
@@ -166,7 +173,9 @@ def variable_scope(name_or_scope, default_name=None, values=None, initializer=No
             store.unique_scope_name(old.name, default_name)
         new_name = f"{old.name}/{local}" if old.name else local
         new_reuse = reuse or old.reuse
-        name_scope_name = local
+        # TF1's: a default_name scope's name scope is ``default_name`` uniquified among name
+        # scopes (``dense_2/`` ops for variable scope ``dense_1`` where ``dense_1/`` was used).
+        name_scope_name = name_or_scope if name_or_scope is not None else default_name
         template = old
     with contextlib.ExitStack() as stack:
         if auxiliary_name_scope:

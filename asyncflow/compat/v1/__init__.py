@@ -57,6 +57,7 @@ from asyncflow.ops.math import argmax as _argmax, argmin as _argmin, cast as _ca
 from asyncflow import dtypes as _dtypes  # noqa: E402
 
 from asyncflow.ops.sources import linspace as lin_space  # noqa: F401,E402
+from asyncflow.ops.template import make_template  # noqa: F401,E402
 
 newaxis = None  # tf.newaxis: ``x[:, tf.newaxis]`` adds an axis, as numpy's
 
