@@ -24,6 +24,7 @@ import inspect
 
 from asyncflow import dtypes
 from asyncflow.graph.graph import Tensor, get_default_graph
+from asyncflow.graph.keys import GraphKeys
 from asyncflow.ops import init_ops
 from asyncflow.ops import partitioned_variables as partitioned
 from asyncflow.ops.construct import as_tensor, graph_of
@@ -267,6 +268,18 @@ def get_variable(name, shape=None, dtype=None, initializer=None, regularizer=Non
         if loss is not None:
             graph.add_to_collection("regularization_losses", loss)
     return variable
+
+
+def get_local_variable(name, shape=None, dtype=None, initializer=None, regularizer=None,
+                       trainable=False, collections=None, validate_shape=True, partitioner=None,
+                       **unsupported):
+    """TF1's ``tf.get_local_variable``: ``get_variable`` of a variable in ``LOCAL_VARIABLES``
+    (and ``collections``), never trainable (``trainable`` is ignored, as TF1's)."""
+    del trainable
+    collections = list(collections or []) + [GraphKeys.LOCAL_VARIABLES]
+    return get_variable(name, shape, dtype, initializer, regularizer, trainable=False,
+                        collections=collections, validate_shape=validate_shape,
+                        partitioner=partitioner, **unsupported)
 
 
 def _check_shared(variable, full_name, shape, dtype):
