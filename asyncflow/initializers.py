@@ -7,7 +7,7 @@ as ``init(shape, dtype)`` to get the initial-value Tensor::
 """
 from asyncflow.ops.init_ops import (  # noqa: F401
     Constant, GlorotNormal, GlorotUniform, HeNormal, HeUniform, Initializer, LecunNormal,
-    LecunUniform, Ones, RandomNormal, RandomUniform, TruncatedNormal, VarianceScaling, Zeros,
+    LecunUniform, Ones, Orthogonal, RandomNormal, RandomUniform, TruncatedNormal, VarianceScaling, Zeros,
     compute_fans,
 )
 
@@ -24,3 +24,4 @@ he_normal = HeNormal
 he_uniform = HeUniform
 lecun_normal = LecunNormal
 lecun_uniform = LecunUniform
+orthogonal = Orthogonal

@@ -20,3 +20,6 @@ from asyncflow.ops.linalg import matrix_transpose as transpose  # noqa: F401
 from asyncflow.ops.numerics import global_norm  # noqa: F401
 from asyncflow.ops.nn import l2_normalize  # noqa: F401
 from asyncflow.ops.cross import cross  # noqa: F401
+from asyncflow.ops.matrix_solve import (  # noqa: F401,E402  (TF1's tf.linalg spellings)
+    cholesky_solve, matrix_solve as solve, matrix_triangular_solve as triangular_solve,
+)

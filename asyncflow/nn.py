@@ -40,3 +40,6 @@ from asyncflow.ops.numerics import zero_fraction  # noqa: F401,E402
 from asyncflow.ops.space_batch import (  # noqa: F401,E402  (tf.nn's spellings)
     depth_to_space, space_to_batch, space_to_depth,
 )
+from asyncflow.ops.nn_pool_v2 import (  # noqa: F401,E402  (TF1's pool spellings)
+    avg_pool2d, avg_pool_v2, max_pool2d, max_pool_v2,
+)

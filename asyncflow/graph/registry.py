@@ -139,6 +139,24 @@ def not_differentiable(*op_types):
         get_op_def(op_type).differentiable = False
 
 
+def no_gradient(op_type):
+    """TF1's ``tf.no_gradient`` (``tf.NotDifferentiable``, ``tf.NoGradient``): ops of
+    ``op_type`` have no gradient; ``gradients`` treats them as giving none (zeros), as TF1.
+
+    Raises:
+        TypeError: if ``op_type`` is not a string (TF1's).
+        KeyError: if ``op_type`` already has a gradient or was declared not differentiable
+            (TF1's "Registering two gradient"), or is not an op type asyncflow has.
+    """
+    if not isinstance(op_type, str):
+        raise TypeError("op_type must be a string")
+    op_def = get_op_def(op_type)
+    if op_def.grad is not None or not op_def.differentiable:
+        raise KeyError(f"Registering two gradient with name '{op_type}'! (Previous "
+                       f"registration was in {op_def.where})")
+    op_def.differentiable = False
+
+
 def get_op_def(op_type):
     """The OpDef of ``op_type``.
 

@@ -31,6 +31,7 @@ from asyncflow.kernels import diagonal  # noqa: F401,E402  (matrix_diag, band_pa
 from asyncflow.kernels import scatter_nd  # noqa: F401,E402  (tensor_scatter_nd_update: issue 36)
 from asyncflow.kernels import unique  # noqa: F401,E402  (unique, setdiff1d, bincount: issue 36)
 from asyncflow.kernels import matrix_linalg  # noqa: F401,E402  (matrix_inverse, svd ...: issue 36)
+from asyncflow.kernels import matrix_solve  # noqa: F401,E402  (matrix_solve, ...)
 from asyncflow.kernels import special  # noqa: F401,E402  (erf, lgamma, digamma: issue 36)
 from asyncflow.kernels import roll  # noqa: F401,E402  (tf.roll)
 from asyncflow.kernels import space_batch  # noqa: F401,E402  (space_to_depth, space_to_batch_nd)

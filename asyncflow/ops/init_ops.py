@@ -216,6 +216,45 @@ class LecunUniform(VarianceScaling):
         super().__init__(1.0, "fan_in", "uniform", seed, dtype)
 
 
+class Orthogonal(Initializer):
+    """TF1's ``tf.orthogonal_initializer``: an orthogonal matrix (of the shape flattened to
+    ``[prod(shape[:-1]), shape[-1]]``) times ``gain``, TF1's construction: the Q of a normal
+    matrix's QR, its columns' signs those of R's diagonal, transposed for a wide shape. The
+    numbers drawn are asyncflow's own (seeded as TF1's seeds combine)."""
+
+    def __init__(self, gain=1.0, seed=None, dtype=dtypes.float32):
+        self.gain, self.seed = gain, seed
+        self.dtype = _float_dtype(dtype)
+
+    def __call__(self, shape, dtype=None, partition_info=None):
+        from asyncflow.ops import array, diagonal, linalg, matrix_linalg
+        from asyncflow.ops.math import sign
+        dtype = self._dtype(dtype)
+        if not dtype.is_floating:  # (TF1 fails here with a TypeError, from its normal draw)
+            raise TypeError(f"orthogonal_initializer: expected a floating point type, got "
+                            f"{dtype.name}")
+        dims = _dims(shape)
+        if len(dims) < 2:
+            raise ValueError("The tensor to initialize must be at least two-dimensional")
+        rows, cols = int(np.prod(dims[:-1])), dims[-1]
+        flat = (cols, rows) if rows < cols else (rows, cols)
+        q, r = matrix_linalg.qr(sources.random_normal(flat, dtype=dtype, seed=self.seed))
+        q = q * sign(diagonal.matrix_diag_part(r))
+        if rows < cols:
+            q = linalg.matrix_transpose(q)
+        return self.gain * array.reshape(q, dims)
+
+    def get_config(self):
+        return {"gain": self.gain, "seed": self.seed, "dtype": self.dtype.name}
+
+
+def _float_dtype(dtype):
+    dtype = dtypes.as_dtype(dtype)
+    if not dtype.is_floating:
+        raise ValueError(f"Expected floating point type, got {dtype.name}.")
+    return dtype
+
+
 def _dims(shape):
     """A fully defined shape as a list of ints.
 

@@ -24,6 +24,7 @@ import inspect
 
 from asyncflow import dtypes
 from asyncflow.graph.graph import Tensor, get_default_graph
+from asyncflow.graph.keys import GraphKeys
 from asyncflow.ops import init_ops
 from asyncflow.ops import partitioned_variables as partitioned
 from asyncflow.ops.construct import as_tensor, graph_of
@@ -118,6 +119,13 @@ def _store(graph):
     return store
 
 
+def unique_variable_scope_name(prefix):
+    """``prefix``, or ``prefix_N``, unique among the current variable scope's sub-scopes (as
+    ``default_name`` scopes are uniquified; TF1's ``_get_unique_variable_scope``)."""
+    store = _store(get_default_graph())
+    return store.unique_scope_name(store.current.get().name, prefix)
+
+
 def get_variable_scope():
     """The current ``VariableScope`` of the default graph (the root scope has name ``""``)."""
     return _store(get_default_graph()).current.get()
@@ -166,7 +174,9 @@ def variable_scope(name_or_scope, default_name=None, values=None, initializer=No
             store.unique_scope_name(old.name, default_name)
         new_name = f"{old.name}/{local}" if old.name else local
         new_reuse = reuse or old.reuse
-        name_scope_name = local
+        # TF1's: a default_name scope's name scope is ``default_name`` uniquified among name
+        # scopes (``dense_2/`` ops for variable scope ``dense_1`` where ``dense_1/`` was used).
+        name_scope_name = name_or_scope if name_or_scope is not None else default_name
         template = old
     with contextlib.ExitStack() as stack:
         if auxiliary_name_scope:
@@ -258,6 +268,18 @@ def get_variable(name, shape=None, dtype=None, initializer=None, regularizer=Non
         if loss is not None:
             graph.add_to_collection("regularization_losses", loss)
     return variable
+
+
+def get_local_variable(name, shape=None, dtype=None, initializer=None, regularizer=None,
+                       trainable=False, collections=None, validate_shape=True, partitioner=None,
+                       **unsupported):
+    """TF1's ``tf.get_local_variable``: ``get_variable`` of a variable in ``LOCAL_VARIABLES``
+    (and ``collections``), never trainable (``trainable`` is ignored, as TF1's)."""
+    del trainable
+    collections = list(collections or []) + [GraphKeys.LOCAL_VARIABLES]
+    return get_variable(name, shape, dtype, initializer, regularizer, trainable=False,
+                        collections=collections, validate_shape=validate_shape,
+                        partitioner=partitioner, **unsupported)
 
 
 def _check_shared(variable, full_name, shape, dtype):

@@ -57,6 +57,17 @@ from asyncflow.ops.math import argmax as _argmax, argmin as _argmin, cast as _ca
 from asyncflow import dtypes as _dtypes  # noqa: E402
 
 from asyncflow.ops.sources import linspace as lin_space  # noqa: F401,E402
+from asyncflow.ops.template import make_template  # noqa: F401,E402
+from asyncflow.ops.custom_gradient import custom_gradient  # noqa: F401,E402
+from asyncflow.ops.matrix_solve import (  # noqa: F401,E402
+    cholesky_solve, matrix_solve, matrix_triangular_solve,
+)
+from asyncflow.ops.init_ops import Orthogonal as orthogonal_initializer  # noqa: F401,E402
+from asyncflow.ops.static_values import get_static_value, is_tensor  # noqa: F401,E402
+from asyncflow.ops.variable_scope import get_local_variable  # noqa: F401,E402
+from asyncflow.graph.registry import (  # noqa: F401,E402
+    no_gradient, no_gradient as NoGradient, no_gradient as NotDifferentiable,
+)
 
 newaxis = None  # tf.newaxis: ``x[:, tf.newaxis]`` adds an axis, as numpy's
 
