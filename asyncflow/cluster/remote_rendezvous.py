@@ -300,7 +300,9 @@ class StepRendezvous:
                                          is_dead=is_dead))
 
     async def _push(self, batch):
-        """The task of one push: every Send to its peer made before it ran rides along."""
+        """The task of one push: every Send to its peer made before it ran rides along (a
+        round: a time-slice checkpoint of the step's task between two Sends lets it go with
+        the first; the next spawns another: docs/distributed.md, "Small transfers")."""
         if self._open_pushes.get(batch.task) is batch:
             del self._open_pushes[batch.task]
         try:

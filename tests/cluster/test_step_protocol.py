@@ -4,6 +4,16 @@ The compile-side tests check ``control_edges.py`` on placed node graphs; the oth
 ``asyncflow worker`` processes on loopback ports and read the workers' own counters (Health's
 ``pull_requests`` / ``tensors_pulled`` / ``push_requests`` / ``tensors_pushed``) before and
 after a step. Every wait has a deadline.
+
+What the counts may say of pushes: the Sends of one scheduling round for one peer share a
+request (``cluster/remote_rendezvous.py``), and a time-slice checkpoint (``exec/timeslice.py``,
+wall-clock) ends a round. The ps's Sends of its parameters stand together at the head of its
+static schedule with no slice check between them: one request a step, whatever the clock. The
+worker's Sends of the gradients are spread over its backward pass, with a check after each
+offloadable kernel between them: one request a step only while no slice ends between two of
+them, which a loaded machine (the process descheduled for a millisecond) does not promise.
+``test_a_slice_ending_between_the_workers_sends_splits_only_its_push`` pins both with a
+stepped clock.
 """
 import numpy as np
 import pytest
@@ -14,6 +24,7 @@ from asyncflow.cluster import channels
 from asyncflow.compile.control_edges import drop_remote_controls_of_sinks, sink_groups
 from asyncflow.compile import prune
 from asyncflow.compile.node_graph import NodeGraph
+from asyncflow.exec import timeslice
 
 PS, W0, W1 = "/job:ps/task:0", "/job:worker/task:0", "/job:worker/task:1"
 TIMEOUT = af.RunOptions(timeout_in_ms=20000)
@@ -93,7 +104,7 @@ def _delta(before, after):
             for task in after if after[task] != before[task]}
 
 
-async def test_a_training_step_across_processes_makes_one_push_per_direction(process_cluster):
+async def test_a_training_step_across_processes_pushes_each_way_once_a_round(process_cluster):
     spec, _ = process_cluster
     graph, params, x, loss, train = _ps_training_graph("/device:CPU:0")
     feed = {x: np.ones((1, 2), np.float32)}
@@ -108,18 +119,30 @@ async def test_a_training_step_across_processes_makes_one_push_per_direction(pro
         values = await sess.run(params, options=TIMEOUT)
     for i, value in enumerate(values):
         np.testing.assert_allclose(value, np.full((2, 2), i + 1.0 - 1.0))
-    # ps: one push of the three parameters; worker: one push of the three gradients; no pull
+    # ps: one push of the three parameters; worker: of the three gradients, one a round; no pull
     # at all, and nothing for the train op's "updates done" control edges. (pulls, pulled
-    # tensors, pushes, pushed tensors); with the step's two RunGraphs: four calls a step.
-    assert _delta(before, after) == {"worker:0": (0, 0, 1, 3), "ps:0": (0, 0, 1, 3)}
+    # tensors, pushes, pushed tensors); with the step's two RunGraphs: four calls a step
+    # (the worker's gradients: one request a round, see the module docstring).
+    _assert_pushes(_delta(before, after), steps=1, tensors=3)
 
 
-async def test_the_benchmarks_mlp_step_makes_four_calls(process_cluster):
-    """bench_vs_tf1.py's MLP (64-128-10, batch 256, SGD; parameters on the ps): per step two
-    RunGraphs, the ps's push of w1, b1, w2, b2 and the worker's push of their gradients."""
-    spec, _ = process_cluster
-    rng = np.random.default_rng(0)
-    with af.Graph().as_default() as graph:  # (on the CPUs: see _ps_training_graph)
+def _assert_pushes(delta, steps, tensors, worker_split=None):
+    """The counts of ``steps`` steps pushing ``tensors`` tensors each way, nothing pulled: the
+    ps one request a step; the worker one a step and round, so between one a step and one a
+    tensor (``worker_split``: True more than one a step, False exactly one: a known clock)."""
+    assert set(delta) == {"worker:0", "ps:0"}, delta
+    assert delta["ps:0"] == (0, 0, steps, steps * tensors), delta
+    pulls, pulled, requests, pushed = delta["worker:0"]
+    assert (pulls, pulled, pushed) == (0, 0, steps * tensors), delta
+    assert steps <= requests <= steps * tensors, delta
+    if worker_split is not None:
+        assert (requests > steps) == worker_split, delta
+
+
+def _mlp(rng):
+    """bench_vs_tf1.py's MLP (64-128-10, batch 256, SGD; parameters on the ps, on the CPUs:
+    see _ps_training_graph): (graph, params, loss, train, feed)."""
+    with af.Graph().as_default() as graph:
         with af.device(PS + "/device:CPU:0"):
             params = [af.Variable(rng.standard_normal(shape).astype(np.float32) * 0.1, name=n)
                       for shape, n in (((64, 128), "mlp_w1"), ((128,), "mlp_b1"),
@@ -134,16 +157,55 @@ async def test_the_benchmarks_mlp_step_makes_four_calls(process_cluster):
             train = af.train.GradientDescentOptimizer(0.01).minimize(loss)
     feed = {x: rng.standard_normal((256, 64)).astype(np.float32),
             y: rng.integers(0, 10, 256).astype(np.int32)}
+    return graph, params, loss, train, feed
+
+
+async def _mlp_steps(spec, steps=3):
+    """Initialize, one step (registers the graphs), then ``steps`` counted: (first loss,
+    last loss, the counters' delta)."""
+    graph, params, loss, train, feed = _mlp(np.random.default_rng(0))
     async with af.Session(graph=graph, cluster=spec) as sess:
         await sess.run([p.initializer for p in params], options=TIMEOUT)
         first = await sess.run([loss, train], feed, options=TIMEOUT)
         before = await _pull_counters(spec)
         with trio.fail_after(30):
-            for _ in range(3):
+            for _ in range(steps):
                 last = await sess.run([loss, train], feed, options=TIMEOUT)
         after = await _pull_counters(spec)
-    assert last[0] < first[0]  # the updates were applied
-    assert _delta(before, after) == {"worker:0": (0, 0, 3, 12), "ps:0": (0, 0, 3, 12)}
+    return first[0], last[0], _delta(before, after)
+
+
+async def test_the_benchmarks_mlp_step_makes_four_calls(process_cluster):
+    """bench_vs_tf1.py's MLP: per step two RunGraphs, the ps's push of w1, b1, w2, b2 and the
+    worker's push of their gradients (one a round: more where a slice ended between them)."""
+    spec, _ = process_cluster
+    first, last, delta = await _mlp_steps(spec)
+    assert last < first  # the updates were applied
+    _assert_pushes(delta, steps=3, tensors=4)
+
+
+@pytest.mark.parametrize("slice_ends", [False, True])
+async def test_a_slice_ending_between_the_workers_sends_splits_only_its_push(
+        monkeypatch, slice_ends):
+    # In process, one clock for both: an hour-long slice never ends mid-step (one request a
+    # step each way); a clock that moves a slice per read ends one at every check, as a
+    # loaded machine may: the worker's gradients then go in more requests (one a round),
+    # the ps's parameters, with no check between their Sends, still in one.
+    if slice_ends:
+        reads = iter(range(1, 10**9))
+        monkeypatch.setattr(timeslice, "clock", lambda: next(reads) * timeslice.TIME_SLICE_S)
+    else:
+        monkeypatch.setattr(timeslice, "TIME_SLICE_S", 3600.0)
+    timeslice.restart()
+    addresses = {"ps": ["inprocess:7501"], "worker": ["inprocess:7502"]}
+    cluster = af.ClusterSpec(addresses)
+    async with trio.open_nursery() as nursery:
+        for job, index, _ in cluster.tasks():
+            await nursery.start(af.Server(cluster, job, index).serve)
+        first, last, delta = await _mlp_steps(addresses)
+        nursery.cancel_scope.cancel()
+    assert last < first
+    _assert_pushes(delta, steps=3, tensors=4, worker_split=slice_ends)
 
 
 async def test_a_failing_update_still_fails_the_step(process_cluster):
