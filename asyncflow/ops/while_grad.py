@@ -34,7 +34,7 @@ gradient of an inner loop asked for inside the outer loop's body from outside it
 from __future__ import annotations
 
 from asyncflow import dtypes
-from asyncflow.graph.gradients import gradients
+from asyncflow.graph.gradients import gradients, input_on_path
 from asyncflow.ops import control_flow as cf
 from asyncflow.ops.array import identity
 from asyncflow.ops.construct import make, make_op
@@ -330,7 +330,11 @@ def _while_grad(unit, *exit_grads):
     count = _forward_counter(ctx)[0]
     exits = ctx.loop_exits
     floats = [k for k, tensor in enumerate(exits) if tensor.dtype.is_floating]
-    invariants = _float_invariants(ctx)
+    # Only the invariants on the outer walk's path: one off it (a constant read in the body)
+    # gets None without being differentiated, so an op whose gradient with respect to it is
+    # not provided (registry.GradientNotProvided) does not refuse the loop.
+    all_invariants = _float_invariants(ctx)
+    invariants = [enter for enter in all_invariants if input_on_path(enter.op.inputs[0])]
     grads_in = [exit_grads[k] if exit_grads[k] is not None else zeros_like(exits[k])
                 for k in floats]
     accumulators = [zeros_like(enter.op.inputs[0]) for enter in invariants]
@@ -369,7 +373,9 @@ def _while_grad(unit, *exit_grads):
     out = [var_grads.get(k) for k in range(len(exits))]
     # An invariant the body never differentiates (read only through an integer cast, say)
     # gets None, as in TF1, not the accumulator's zeros.
-    out += [acc if used else None for acc, used in zip(results[1 + n_vars:], connected)]
+    differentiated = {enter: acc if used else None for enter, acc, used
+                      in zip(invariants, results[1 + n_vars:], connected)}
+    out += [differentiated.get(enter) for enter in all_invariants]
     return out
 
 
