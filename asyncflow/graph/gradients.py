@@ -24,7 +24,9 @@ Theory of operation:
    concatenated, and any other op receives it densified.
 6. *Units.* A while loop is differentiated as one unit (``_unit``): its Enter and Exit ops map
    to a composite whose gradient function (ops/control_flow_grad.py) builds the gradient
-   loop, so the walk never enters the loop's cycle.
+   loop, so the walk never enters the loop's cycle; it differentiates only the inputs that
+   ``input_on_path`` says lie on the walk's path (an input read from a unit's output counts
+   as on the path when the unit is).
 
 Gradient functions build ordinary ops, so gradients of gradients work whenever the ops used by
 the gradient functions have gradients themselves.
