@@ -24,7 +24,9 @@ Theory of operation:
    concatenated, and any other op receives it densified.
 6. *Units.* A while loop is differentiated as one unit (``_unit``): its Enter and Exit ops map
    to a composite whose gradient function (ops/control_flow_grad.py) builds the gradient
-   loop, so the walk never enters the loop's cycle.
+   loop, so the walk never enters the loop's cycle; it differentiates only the inputs that
+   ``input_on_path`` says lie on the walk's path (an input read from a unit's output counts
+   as on the path when the unit is).
 
 Gradient functions build ordinary ops, so gradients of gradients work whenever the ops used by
 the gradient functions have gradients themselves.
@@ -35,6 +37,7 @@ builds itself (``AddN``, ``Const``, ``OnesLike``, ``ZerosLike``) are created by 
 from __future__ import annotations
 
 import collections
+import contextvars
 import enum
 
 import numpy as np
@@ -250,7 +253,8 @@ def _backprop(graph, between, pending, grads, ys, x_set):
         out_grads = _output_grads(graph, op, grads)
         if any(g is not None for g in out_grads):
             with graph.name_scope(f"{op.name}_grad"):
-                in_grads = _call_grad(op, out_grads, lambda t: t.op in between or t in x_set)
+                in_grads = _call_grad(op, out_grads,
+                                      lambda t: _unit(t.op) in between or t in x_set)
             for tensor, grad in zip(op.inputs, in_grads):
                 if grad is not None and _differentiable_tensor(tensor):
                     grads[tensor].append(grad)
@@ -292,6 +296,18 @@ def _aggregate(graph, contributions, name):
     return graph.create_op("AddN", tuple(contributions), None, name=name).outputs[0]
 
 
+# The ``on_path`` of the gradient function running now (see ``input_on_path``).
+_ON_PATH = contextvars.ContextVar("asyncflow_gradients_on_path", default=None)
+
+
+def input_on_path(tensor):
+    """For a gradient function while ``gradients`` calls it: whether ``tensor`` (one of its
+    op's inputs) lies on a path from ``xs`` to ``ys``, so that its gradient is used (a loop
+    unit differentiates only those of its invariants). True outside such a call."""
+    on_path = _ON_PATH.get()
+    return True if on_path is None else bool(on_path(tensor))
+
+
 def _call_grad(op, out_grads, on_path):
     # A loop's composite (LoopUnit) has no attrs; an Operation may carry TF1's override.
     override = getattr(op, "_attrs", {}).get("_gradient_op_type")
@@ -302,7 +318,11 @@ def _call_grad(op, out_grads, on_path):
         raise LookupError(f"No gradient defined for operation '{op.name}' (op type: {op.type}) "
                           f"input {index}. Register one with @register_gradient({op.type!r}) or "
                           f"declare the type with not_differentiable({op.type!r}).")
-    in_grads = grad_fn(op, *out_grads)
+    token = _ON_PATH.set(on_path)
+    try:
+        in_grads = grad_fn(op, *out_grads)
+    finally:
+        _ON_PATH.reset(token)
     in_grads = list(in_grads) if isinstance(in_grads, (list, tuple)) else [in_grads]
     if len(in_grads) != len(op.inputs):
         raise ValueError(f"Gradient function for {op.type} '{op.name}' returned {len(in_grads)} "

@@ -21,9 +21,10 @@ from asyncflow.ops.array import reshape, shape
 from asyncflow.ops.construct import as_tensor, check_dtype, graph_of, make, static_value
 from asyncflow.ops.numerics import clip_by_value
 
-# TF1's HistogramFixedWidth kernels: int32, int64 and the floats
-_VALUES = (dtypes.int32, dtypes.int64, dtypes.float32, dtypes.float64, dtypes.float16,
-           dtypes.bfloat16)
+# TF1's HistogramFixedWidth op: int32, int64, float32 and float64 (its composite
+# histogram_fixed_width_bins also takes the half types)
+_OP_VALUES = (dtypes.int32, dtypes.int64, dtypes.float32, dtypes.float64)
+_VALUES = _OP_VALUES + (dtypes.float16, dtypes.bfloat16)
 
 
 def _infer_histogram(op):
@@ -51,7 +52,8 @@ def _operands(values, value_range, nbins, what, range_as_values):
     ``range_as_values`` (the op's conversion), else its own (TF1's composite converts it
     alone, so a list beside float64 values is float32 and its subtraction refuses it)."""
     values = as_tensor(values, name="values")
-    check_dtype(what, values, lambda d: d in _VALUES, "values")
+    allowed = _VALUES if what == "histogram_fixed_width_bins" else _OP_VALUES
+    check_dtype(what, values, lambda d: d in allowed, "values")
     python = isinstance(value_range, (list, tuple))
     value_range = as_tensor(value_range, name="value_range",
                             dtype=values.dtype if python and range_as_values else None)
@@ -66,7 +68,7 @@ def histogram_fixed_width(values, value_range, nbins=100, dtype=dtypes.int32, na
     of ``nbins`` counts, in a scope ``name`` (``histogram_fixed_width``).
 
     Raises:
-        TypeError: for a dtype other than int32/int64, values not int32/int64/float, or a
+        TypeError: for a dtype other than int32/int64, values not int32/int64/float32/64, or a
             value_range of another dtype.
         ValueError: for a known nbins under 1 or a value_range not of shape [2]. A NaN
             value, a range with ``lo >= hi`` or a fed nbins under 1 fails the run naming

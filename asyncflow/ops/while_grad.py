@@ -34,7 +34,7 @@ gradient of an inner loop asked for inside the outer loop's body from outside it
 from __future__ import annotations
 
 from asyncflow import dtypes
-from asyncflow.graph.gradients import gradients
+from asyncflow.graph.gradients import gradients, input_on_path
 from asyncflow.ops import control_flow as cf
 from asyncflow.ops.array import identity
 from asyncflow.ops.construct import make, make_op
@@ -322,6 +322,36 @@ def _shaped(grad, shape):
     return grad
 
 
+def _vars_on_path(ctx, floats, body_vars, body_outputs, invariants):
+    """Per float loop variable, whether it may depend on the outer walk's ``xs``: its initial
+    value is on the outer path, or its body output reads (through the body's ops) a variable
+    or an invariant that does, to a fixed point. The others are not differentiated (their
+    gradient is not asked for), as the invariants off the path."""
+    stops = set(body_vars) | set(invariants)
+    own_enters = {tensor.op for tensor in list(ctx.loop_enters) + list(ctx._values.values())
+                  if tensor.op.type in ("Enter", "RefEnter")}
+    reads = []
+    for out in body_outputs:
+        found, seen, stack = set(), set(), [out]
+        while stack:
+            tensor = stack.pop()
+            if tensor in stops:
+                found.add(tensor)
+            elif tensor.op not in seen and tensor.op not in own_enters:
+                seen.add(tensor.op)
+                stack.extend(tensor.op.inputs)
+        reads.append(found)
+    wanted = [input_on_path(ctx.loop_enters[k].op.inputs[0]) for k in floats]
+    changed = True
+    while changed:
+        live = {var for var, on in zip(body_vars, wanted) if on} | set(invariants)
+        changed = False
+        for i, found in enumerate(reads):
+            if not wanted[i] and found & live:
+                wanted[i] = changed = True
+    return wanted
+
+
 def _while_grad(unit, *exit_grads):
     """Gradients of the loop's inputs (loop variable inits, then float invariants)."""
     ctx = unit.ctx
@@ -330,13 +360,18 @@ def _while_grad(unit, *exit_grads):
     count = _forward_counter(ctx)[0]
     exits = ctx.loop_exits
     floats = [k for k, tensor in enumerate(exits) if tensor.dtype.is_floating]
-    invariants = _float_invariants(ctx)
+    # Only the invariants on the outer walk's path: one off it (a constant read in the body)
+    # gets None without being differentiated, so an op whose gradient with respect to it is
+    # not provided (registry.GradientNotProvided) does not refuse the loop.
+    all_invariants = _float_invariants(ctx)
+    invariants = [enter for enter in all_invariants if input_on_path(enter.op.inputs[0])]
     grads_in = [exit_grads[k] if exit_grads[k] is not None else zeros_like(exits[k])
                 for k in floats]
     accumulators = [zeros_like(enter.op.inputs[0]) for enter in invariants]
     body_vars = [ctx.body_vars[k] for k in floats]
     body_outputs = [ctx.loop_merges[k].op.inputs[1].op.inputs[0] for k in floats]
     n_vars = len(floats)
+    wanted = _vars_on_path(ctx, floats, body_vars, body_outputs, invariants)
 
     def grad_cond(step, *_):
         return greater(step, 0)
@@ -344,8 +379,10 @@ def _while_grad(unit, *exit_grads):
     def grad_body(step, *state):
         next_step = subtract(step, 1)
         grads, accs = list(state[:n_vars]), list(state[n_vars:])
-        found = gradients(body_outputs, body_vars + invariants, grad_ys=grads, name="body") \
-            if floats else [None] * len(invariants)
+        xs = [var for var, on in zip(body_vars, wanted) if on] + invariants
+        found = iter(gradients(body_outputs, xs, grad_ys=grads, name="body")
+                     if floats and xs else [None] * len(xs))
+        found = [next(found) if on else None for on in wanted] + list(found)
         new_grads = [_shaped(g, shape) if g is not None else zeros_like(old)
                      for g, old, shape in zip(found[:n_vars], grads, shapes[1:])]
         new_accs = [acc if g is None else _shaped(add(acc, g), shape)
@@ -369,7 +406,9 @@ def _while_grad(unit, *exit_grads):
     out = [var_grads.get(k) for k in range(len(exits))]
     # An invariant the body never differentiates (read only through an integer cast, say)
     # gets None, as in TF1, not the accumulator's zeros.
-    out += [acc if used else None for acc, used in zip(results[1 + n_vars:], connected)]
+    differentiated = {enter: acc if used else None for enter, acc, used
+                      in zip(invariants, results[1 + n_vars:], connected)}
+    out += [differentiated.get(enter) for enter in all_invariants]
     return out
 
 

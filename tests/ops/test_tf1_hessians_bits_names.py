@@ -188,6 +188,10 @@ def test_bad_input_is_named():
         with pytest.raises(TypeError, match="histogram_fixed_width: dtype must be int32 or "
                                             "int64, got float32"):
             tf.histogram_fixed_width([1.0], [0.0, 5.0], dtype=tf.float32)
+        half = af.constant([0.0, 1.0], af.float16)
+        with pytest.raises(TypeError, match="HistogramFixedWidth.*values.*float16"):
+            tf.histogram_fixed_width(af.ones([2], af.float16), half)  # (TF1's op: no halves)
+        assert tf.histogram_fixed_width_bins(af.ones([2], af.float16), half).dtype == af.int32
         with pytest.raises(TypeError, match="Sub.*float32"):  # (TF1's: a list range is float32)
             tf.histogram_fixed_width_bins(np.array([1.0]), [0.0, 5.0], nbins=2)
         with pytest.raises(ValueError, match="required_space_to_batch_paddings: input_shape "

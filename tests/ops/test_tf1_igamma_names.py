@@ -67,6 +67,44 @@ def test_refusals_are_named():
             tf.igamma(af.ones([2]), af.ones([3]))
 
 
+def test_a_from_a_while_loop_is_on_the_path():
+    # a is a loop's output computed from x: its gradient is asked for, so the refusal (not a
+    # silent None because the walk met the loop's Exit rather than its unit)
+    with af.Graph().as_default():
+        x = af.placeholder(af.float64, [3])
+        _, a = af.while_loop(lambda i, v: i < 2, lambda i, v: (i + 1, v * 1.5),
+                             [af.constant(0), x])
+        with pytest.raises(LookupError, match="Igamma 'Igamma' input 0: the gradient with "
+                                              "respect to a"):
+            af.gradients(af.reduce_sum(tf.igamma(a, af.constant([1.0, 2.0, 3.0], af.float64))),
+                         [x])
+
+
+@pytest.mark.parametrize("fn, sign", [(tf.igamma, 1), (tf.igammac, -1)],
+                         ids=["igamma", "igammac"])
+async def test_constant_a_read_in_a_while_loop(fn, sign):
+    # a constant a read in a loop body is one of the loop's invariants, off the path to x
+    # (or a loop variable that x does not reach): its gradient is not asked for (TF1's values: acc + P(a, acc) once, d/dx 1 + P'(a, x))
+    a, x0 = np.array([1.0, 2.0, 3.0]), np.array([0.5, 1.0, 2.0])
+    with af.Graph().as_default():
+        x = af.placeholder(af.float64, [3])
+        const = af.constant(a)
+        _, out = af.while_loop(lambda i, acc: i < 1,
+                               lambda i, acc: (i + 1, acc + fn(const, acc)),
+                               [af.constant(0), x])
+        grad = af.gradients(af.reduce_sum(out), [x])[0]
+        assert grad is not None
+        # a as a loop variable that x does not reach: not differentiated either
+        _, out2, _ = af.while_loop(lambda i, acc, av: i < 1,
+                                   lambda i, acc, av: (i + 1, acc + fn(av, acc), av * 1.0),
+                                   [af.constant(0), x, const])
+        grad2 = af.gradients(af.reduce_sum(out2), [x])[0]
+        value, value2 = await _run([grad, grad2], {x: x0})
+        np.testing.assert_array_equal(value2, value)
+    partial = np.exp(-x0) * x0 ** (a - 1) / np.array([math.gamma(v) for v in a])
+    np.testing.assert_allclose(value, 1 + sign * partial, rtol=1e-12)
+
+
 TF_SNIPPET = """
 a = tf.constant(inputs["a"])
 x = tf.constant(inputs["x"])

@@ -24,6 +24,7 @@ CASES = [
     "tf.histogram_fixed_width([1.0], [0.0, 5.0, 6.0], nbins=2)",
     "tf.histogram_fixed_width([1.0], [0.0, 5.0], dtype=tf.float32)",
     "tf.histogram_fixed_width_bins(np.array([1.0]), [0.0, 5.0], nbins=2)",
+    "tf.histogram_fixed_width(tf.ones([2], tf.float16), tf.constant([0.0, 1.0], tf.float16))",
     "tf.required_space_to_batch_paddings([5, 7, 1], [2, 3])",
     "tf.extract_image_patches(tf.ones([5, 6, 3]), [1, 2, 3, 1], [1, 2, 2, 1], [1, 1, 1, 1], "
     "'VALID')",
