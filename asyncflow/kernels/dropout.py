@@ -23,10 +23,20 @@ the mask in the same pass:
   [128, 256] float32 measured 31 us against numpy's 98 for the draws alone, and 13 us for
   the floor/divide/multiply against 27 in numpy's four passes (bench/RESULTS.md).
 
+numpy promises no stream compatibility for ``Generator`` across versions: before a dtype's
+loop first runs (at preload, or at the kernel's first call), ``loop_matches_numpy`` runs it
+against ``rng.random`` then the numpy form on a few small draws, with ``keep`` set at a drawn
+value's threshold (so one bit of that ``u`` decides its mask) and the generator states
+compared after each call; a difference, or a loop that fails to compile, leaves that dtype on
+the numpy form for the process, with a warning.
+
 Everything else (other dtypes, a GPU, other generators, a mask not of ``x``'s shape, numba
 missing, ``ASYNCFLOW_JIT=0``) takes the numpy form, the reference the loop is tested against.
 """
 from __future__ import annotations
+
+import threading
+import warnings
 
 import numpy as np
 
@@ -242,13 +252,82 @@ def compiled_dropout(rng, x, keep, dtype):
     return out, mask
 
 
+def _numpy_form(rng, x, keep, dtype):
+    """The reference: ``rng.random`` then the fused kernel's numpy operations."""
+    mask = rng.random(x.shape, dtype=dtype)
+    np.add(mask, keep, out=mask)
+    np.floor(mask, out=mask)
+    out = np.true_divide(x, keep)
+    np.multiply(out, mask, out=out)
+    return out, mask
+
+
+_CHECK_SIZES = (21, 1, 2, 9, 21, 3, 8, 5)  # odd sizes leave a float32 half-draw kept
+_verdicts = {}  # dtype -> whether its loop reproduced the running numpy (loop_matches_numpy)
+_verdict_lock = threading.Lock()
+
+
+def _first_mismatch(dtype, run=compiled_dropout, calls=16):
+    """Where ``run`` (the compiled path) first differs from ``_numpy_form`` on a sequence of
+    small draws from one seed, or None. Each call's ``keep`` is ``1 - u`` (or one ulp less)
+    for a value ``u >= 0.5`` the reference is about to draw, so that ``u``'s last bit decides
+    its mask: a conversion one bit off shows, as a stream off shows in the states."""
+    dtype = np.dtype(dtype)
+    want_rng, got_rng = np.random.default_rng([37, 1]), np.random.default_rng([37, 1])
+    data = np.random.default_rng(7)
+    for call in range(calls):
+        size = _CHECK_SIZES[call % len(_CHECK_SIZES)]
+        x = data.standard_normal(size).astype(dtype)
+        peek = np.random.Generator(np.random.PCG64())
+        peek.bit_generator.state = want_rng.bit_generator.state
+        u = peek.random(size, dtype=dtype)
+        high = np.flatnonzero(u >= 0.5)
+        keep = dtype.type(0.5)
+        if high.size:
+            value = u[high[call % high.size]]
+            keep = (1 - value) - (np.spacing(value) if call % 2 else dtype.type(0))
+        keep = np.asarray(keep if keep > 0 else 0.5, dtype=dtype)
+        want = _numpy_form(want_rng, x, keep, dtype)
+        got = run(got_rng, x, keep, dtype)
+        for name, a, b in zip(("output", "mask"), got, want):
+            if a.dtype != b.dtype or a.shape != b.shape or a.tobytes() != b.tobytes():
+                return f"call {call} ({size} values, keep {keep}): the {name} differs"
+        if got_rng.bit_generator.state != want_rng.bit_generator.state:
+            return f"call {call} ({size} values): the generator's state after differs"
+    return None
+
+
+def loop_matches_numpy(dtype):
+    """Whether ``dtype``'s compiled loop gives the running numpy's bits and generator state
+    (``_first_mismatch``, run once a process and dtype, compiling the loop); where not, a
+    warning, and ``_FusedDropout`` keeps that dtype on the numpy form."""
+    dtype = np.dtype(dtype)
+    verdict = _verdicts.get(dtype)
+    if verdict is None:
+        with _verdict_lock:
+            verdict = _verdicts.get(dtype)
+            if verdict is None:
+                try:
+                    mismatch = _first_mismatch(dtype)
+                except Exception as exc:  # (a numba that cannot compile it: numpy's form)
+                    mismatch = f"the loop failed: {type(exc).__name__}: {exc}"
+                if mismatch is not None:
+                    warnings.warn(
+                        f"_FusedDropout: the compiled PCG64 loop does not reproduce numpy "
+                        f"{np.__version__}'s Generator.random for {dtype} ({mismatch}); "
+                        f"dropout takes the numpy form", RuntimeWarning, stacklevel=2)
+                verdict = _verdicts[dtype] = mismatch is None
+    return verdict
+
+
 def _compiles(ctx, rng, x, keep, dtype, shape):
     """Whether ``_FusedDropout`` takes its compiled loop: the fused form's case (a scalar
     ``keep`` and ``x`` of the mask's shape, C-contiguous, all of ``dtype``), a PCG64
-    generator, compiled loops usable for the arrays (``jit.usable``: CPU, float32/float64)."""
+    generator, compiled loops usable for the arrays (``jit.usable``: CPU, float32/float64)
+    and checked against this numpy (``loop_matches_numpy``)."""
     return (COMPILED and type(rng.bit_generator) is np.random.PCG64 and x.shape == shape and x.ndim
             and x.dtype == dtype and keep.dtype == dtype and keep.ndim == 0
-            and x.flags.c_contiguous and jit.usable(ctx, x, keep))
+            and x.flags.c_contiguous and jit.usable(ctx, x, keep) and loop_matches_numpy(dtype))
 
 
 @register_kernel("_FusedDropout", offload=True)
@@ -282,9 +361,12 @@ def _fused_dropout(ctx, x, dims, keep):
 
 
 def _warm_dropout(dtype):
-    rng = np.random.default_rng(0)
-    x = np.ones(3, dtype)
-    compiled_dropout(rng, x, np.asarray(0.5, dtype=dtype), dtype)
+    """Compile the loop (checking it against numpy) for ``x`` writable and read-only (a
+    variable's or constant's value: numba compiles each its own signature)."""
+    if loop_matches_numpy(dtype):
+        x = np.ones(3, dtype)
+        x.flags.writeable = False
+        compiled_dropout(np.random.default_rng(0), x, np.asarray(0.5, dtype=dtype), dtype)
 
 
 _warms = {}  # dtype -> the warm function jit.preload keeps track of

@@ -2,7 +2,11 @@
 off): the same mask and output bits as ``rng.random`` then ``floor(u + keep)`` and ``(x / keep)
 * mask``, and the generator left in the same state (its kept half of a float32 draw included),
 call after call; a seeded training's losses the same over steps; other dtypes and generators
-on the numpy form; the prepare hook preloads the loop."""
+on the numpy form; the prepare hook preloads the loop; the self-check against the running
+numpy refuses a loop one bit off."""
+import inspect
+import textwrap
+
 import numpy as np
 import pytest
 
@@ -92,6 +96,8 @@ def test_other_dtypes_generators_and_layouts_take_the_numpy_form(monkeypatch):
     other = Ctx(np.float32)
     other.rng = np.random.Generator(np.random.Philox(1))               # another bit generator
     run_kernel(other, x, 0.5)
+    other.rng = np.random.Generator(np.random.PCG64DXSM(1))            # PCG64's other output
+    run_kernel(other, x, 0.5)
     assert calls == []
 
 
@@ -143,3 +149,93 @@ def test_the_prepare_hook_preloads_the_loop_of_its_dtype(monkeypatch):
     gpu = Ctx(np.float32)
     gpu.xp = object()  # a GPU's array module: no loops there
     assert dropout._preload(gpu) is None
+
+
+def mutant(loop, old, new):
+    """``loop``'s source with ``old`` made ``new``, as plain Python (numpy scalars): what a
+    numpy whose Generator draws otherwise would make the real loop."""
+    source = textwrap.dedent(inspect.getsource(loop.fn)).replace("@jit.loop\n", "")
+    assert source.count(old) >= 1, old
+    namespace = dict(vars(dropout))
+    exec(source.replace(old, new), namespace)
+    function = namespace[loop.__name__]
+
+    def run(*args):
+        with np.errstate(over="ignore"):  # (uint64 products wrap, as in the compiled loop)
+            return function(*args)
+    return run
+
+
+# A float conversion one bit off (an older numpy's ``>> 9``), a high half off, a stream off.
+MUTANTS = [
+    (np.float32, "(bits & low32) >> np.uint64(8)", "((bits & low32) >> np.uint64(9)) << np.uint64(1)"),
+    (np.float32, "bits >> np.uint64(40)", "(bits >> np.uint64(41)) << np.uint64(1)"),
+    (np.float64, "bits >> np.uint64(11)", "(bits >> np.uint64(12)) << np.uint64(1)"),
+    (np.float64, "nhi = hi + c_hi", "nhi = hi + c_hi + np.uint64(1)"),
+]
+
+
+def test_the_self_check_passes_the_loops_and_a_plain_python_copy():
+    for dtype, loop in dropout._LOOPS.items():
+        assert dropout._first_mismatch(dtype) is None
+        interpreted = mutant(loop, "scale", "scale")  # the unchanged source, as Python
+        assert dropout._first_mismatch(dtype, run=with_loop(dtype, interpreted)) is None
+
+
+def with_loop(dtype, loop):
+    """``compiled_dropout`` with ``loop`` as ``dtype``'s loop."""
+    def run(*args):
+        saved = dropout._LOOPS[np.dtype(dtype)]
+        dropout._LOOPS[np.dtype(dtype)] = loop
+        try:
+            return dropout.compiled_dropout(*args)
+        finally:
+            dropout._LOOPS[np.dtype(dtype)] = saved
+    return run
+
+
+@pytest.mark.parametrize("dtype,old,new", MUTANTS)
+def test_a_loop_one_bit_off_is_refused_and_the_kernel_takes_the_numpy_form(monkeypatch, dtype,
+                                                                           old, new):
+    loop = dropout._LOOPS[np.dtype(dtype)]
+    monkeypatch.setitem(dropout._LOOPS, np.dtype(dtype), mutant(loop, old, new))
+    monkeypatch.setattr(dropout, "_verdicts", {})
+    calls = []
+    real = dropout.compiled_dropout
+    monkeypatch.setattr(dropout, "compiled_dropout",
+                        lambda *args: calls.append(args) or real(*args))
+    x = np.random.default_rng(0).standard_normal((5, 7)).astype(dtype)
+    with pytest.warns(RuntimeWarning, match=f"does not reproduce numpy .* {np.dtype(dtype)}"):
+        got = run_kernel(Ctx(dtype), x, 0.6)
+    assert calls == []
+    monkeypatch.setattr(jit, "ENABLED", False)
+    want = run_kernel(Ctx(dtype), x, 0.6)
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(got, want))
+    assert dropout._verdicts == {np.dtype(dtype): False}
+
+
+def test_a_loop_that_fails_is_refused(monkeypatch):
+    def broken(*args):
+        raise TypeError("no matching definition")
+    monkeypatch.setitem(dropout._LOOPS, np.dtype(np.float32), broken)
+    monkeypatch.setattr(dropout, "_verdicts", {})
+    x = np.ones((4, 3), np.float32)
+    with pytest.warns(RuntimeWarning, match="TypeError: no matching definition"):
+        out, mask = run_kernel(Ctx(np.float32), x, 0.5)
+    assert out.shape == mask.shape == (4, 3)
+    assert dropout._verdicts == {np.dtype(np.float32): False}
+
+
+def test_the_preload_compiles_the_read_only_signature_too(monkeypatch):
+    """A variable's or constant's value is read-only: numba compiles it apart, which the
+    preload does, not the first step."""
+    monkeypatch.setattr(jit, "_warmed", set())
+    for dtype, loop in dropout._LOOPS.items():
+        dropout._preload(Ctx(dtype)).load(Ctx(dtype))
+        before = len(loop._compiled.signatures)
+        x = np.random.default_rng(0).standard_normal((6, 5)).astype(dtype)
+        x.flags.writeable = False
+        ctx = Ctx(dtype)
+        run_kernel(ctx, x, 0.5)
+        assert len(loop._compiled.signatures) == before
+        assert any(not sig[3].mutable for sig in loop._compiled.signatures)
