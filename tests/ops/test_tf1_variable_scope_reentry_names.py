@@ -3,7 +3,6 @@ scopes whose name scope was taken already (``blk`` used by an op), a ``VariableS
 re-entered (a fresh name scope after its last component, its ``original_name_scope`` kept),
 re-entered without the auxiliary name scope, under name scopes, and an RNN cell called twice
 (its later calls back in the first call's name scope); variable names never change."""
-
 import asyncflow as af
 from tf1_reference import compat_run, tf1_run
 
