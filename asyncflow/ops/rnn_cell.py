@@ -101,8 +101,10 @@ class RNNCell:
                 self._scope = opened
                 self._build_once(inputs)
                 return self.call(inputs, state)
-        with variable_scope(self._scope, reuse=AUTO_REUSE):
-            return self.call(inputs, state)
+        # TF1's Layer: later calls re-enter the first call's name scope
+        with variable_scope(self._scope, reuse=AUTO_REUSE, auxiliary_name_scope=False):
+            with get_default_graph().name_scope(self._scope.original_name_scope):
+                return self.call(inputs, state)
 
     def call(self, inputs, state):
         raise NotImplementedError

@@ -8,8 +8,8 @@ Theory of operation:
   a ContextVar, so trio tasks building in the same graph each see their own scope stack.
 - ``variable_scope(name)`` pushes a scope named ``parent/name`` and opens a name scope of the
   same name (uniquified for ops, so re-entering gives ``name_1/`` op names while variables keep
-  ``name/``). Passing a ``VariableScope`` object jumps to that scope (not nested) and re-enters
-  its original name scope.
+  ``name/``). Passing a ``VariableScope`` object jumps to that scope (not nested) and opens a
+  fresh name scope named after its last component (TF1's), keeping its original name scope.
 - Reuse: ``True`` is inherited by sub-scopes and requires the variable to exist; ``None`` (and
   ``False``, treated as None as in TF1) forbids re-creation; ``AUTO_REUSE`` creates or returns.
 - Variable names ignore name scopes: ``get_variable("w")`` in ``variable_scope("a")`` is
@@ -167,7 +167,9 @@ def variable_scope(name_or_scope, default_name=None, values=None, initializer=No
     if isinstance(name_or_scope, VariableScope):
         new_name = name_or_scope.name
         new_reuse = reuse if reuse else name_or_scope.reuse
-        name_scope_name = name_or_scope.original_name_scope or None
+        # TF1's: a fresh name scope named after the scope's last component (``name_1/`` ops
+        # when ``name/`` was used); the scope keeps its original name scope.
+        name_scope_name = name_or_scope.name.split("/")[-1] or None
         template = name_or_scope
     else:
         local = name_or_scope if name_or_scope is not None else \
@@ -181,6 +183,8 @@ def variable_scope(name_or_scope, default_name=None, values=None, initializer=No
     with contextlib.ExitStack() as stack:
         if auxiliary_name_scope:
             opened = stack.enter_context(graph.name_scope(name_scope_name))
+            if isinstance(name_or_scope, VariableScope):
+                opened = name_or_scope.original_name_scope
         else:
             opened = template.original_name_scope
         scope = VariableScope(

@@ -341,6 +341,17 @@ def determinant_inverse_cholesky(rng):
                 f" + {n}.0 * tf.eye({n}, dtype=tf.float64))]", [a])
 
 
+
+@gen
+def solves(rng):
+    n, k = int(rng.integers(2, 4)), int(rng.integers(1, 3))
+    adjoint, lower = bool(rng.integers(0, 2)), bool(rng.integers(0, 2))
+    a = _normal(rng, (2, n, n)) + 3 * np.eye(n)
+    return Case(f"[tf.matrix_solve(x[0], x[1], adjoint={adjoint}),"
+                f" tf.matrix_triangular_solve(x[0], x[1], lower={lower}, adjoint={adjoint}),"
+                " tf.cholesky_solve(tf.matrix_band_part(x[0], -1, 0), x[1])]",
+                [a, _normal(rng, (2, n, k))])
+
 # --- layout -----------------------------------------------------------------------------------
 @gen
 def concat_split(rng):

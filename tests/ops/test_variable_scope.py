@@ -90,7 +90,8 @@ def test_scope_object_reentry_and_reuse_variables():
             with af.variable_scope(enc, reuse=True) as again:
                 assert again.name == "enc"  # a scope object is entered as is, not nested
                 assert af.get_variable("w") is w
-                assert af.identity(w).op.name == "enc/Identity"
+                # TF1: a fresh name scope after the last component, under the current one
+                assert af.identity(w).op.name == "other/enc/Identity"
         with af.variable_scope("dec") as dec:
             af.get_variable("v", [1])
             dec.reuse_variables()
