@@ -102,8 +102,9 @@ def test_other_dtypes_generators_and_layouts_take_the_numpy_form(monkeypatch):
 
 
 async def seeded_losses(steps=4):
-    """A small MLP with dropout, trained with plain gradient descent (a seeded graph)."""
-    with af.Graph().as_default():
+    """A small MLP with dropout, trained with plain gradient descent (a seeded graph), on the
+    CPU: the loop is CPU's (a visible GPU would take the dropouts)."""
+    with af.Graph().as_default(), af.device("/cpu:0"):
         af.set_random_seed(11)
         x = af.placeholder(af.float32, [32, 20])
         labels = af.placeholder(af.float32, [32, 5])
