@@ -17,10 +17,10 @@ import trio.testing
 
 import asyncflow as af
 from asyncflow.cluster import channels
-from asyncflow.cluster.master import Master
 from cluster_processes import loopback_spec
+from hand_registration import register_partitions
 from transports.http import bare
-from transports.messages import PushTensors, RegisterGraph, RemoteCallError, RunGraph, \
+from transports.messages import PushTensors, RemoteCallError, RunGraph, \
     TensorEntry
 from transports.service import RPCS
 from transports.wire import encode
@@ -52,17 +52,7 @@ async def _registered_parts(spec):
             parts = [af.multiply(x, float(i), name=f"part{i}") for i in range(4)]
         with af.device(W0):
             total = af.add_n(parts, name="total")
-    master = Master(spec, af.SessionConfig())
-    await master.open()
-    run = master.compile(graph, (x,), (total,), ())
-    handles = {}
-    for tg in run.task_graphs:
-        job = tg.task.split("/")[1][4:]
-        channel = channels.connect(spec.task_address(job, 0))
-        reply = await channel.register_graph(RegisterGraph(tg.graph_def, "test", tg.options))
-        handles[job] = (channel, reply.graph_handle, tg.options)
-    await master.close()
-    return handles
+    return await register_partitions(spec, graph, (x,), (total,))
 
 
 def _one_way_channel(address):

@@ -7,10 +7,9 @@ import pytest
 import trio
 
 import asyncflow as af
-from asyncflow.cluster import channels
-from asyncflow.cluster.master import Master
+from hand_registration import register_partitions
 from loopback_ports import free_ports
-from transports.messages import AbortStep, RegisterGraph, RemoteCallError, RunGraph, TensorEntry
+from transports.messages import AbortStep, RemoteCallError, RunGraph, TensorEntry
 from transports.service import TransportError
 
 
@@ -50,17 +49,7 @@ async def _registered(spec):
             parts = [af.multiply(x, float(i), name=f"part{i}") for i in range(3)]
         with af.device("/job:worker/task:0"):
             total = af.add_n(parts, name="total")
-    master = Master(spec, af.SessionConfig())
-    await master.open()
-    run = master.compile(graph, (x,), (total,), ())
-    handles = {}
-    for tg in run.task_graphs:
-        job = tg.task.split("/")[1][4:]
-        channel = channels.connect(spec.task_address(job, 0))
-        reply = await channel.register_graph(RegisterGraph(tg.graph_def, "test", tg.options))
-        handles[job] = (channel, reply.graph_handle, tg.options)
-    await master.close()
-    return handles
+    return await register_partitions(spec, graph, (x,), (total,))
 
 
 def _worker_step(handles, step_id, **kwargs):
