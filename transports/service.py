@@ -270,11 +270,6 @@ class Channel:
         """The worker's live status, a JSON document (its fields: the worker's docs)."""
         return await self._call("status_json", None, timeout)
 
-    def answers(self, method: str) -> bool:
-        """Whether a call of ``method`` made now waits for an answer (True here: every call
-        is answered; a transport that writes some calls one-way says False for them)."""
-        return True
-
     async def aclose(self) -> None:
         """Close the channel: calls in flight and later calls raise TransportUnavailable."""
         self._closed = True

@@ -5,17 +5,17 @@ Theory of operation (TF's ``BaseRemoteRendezvous``; docs/distributed.md):
   *pushed* (``RemoteBinding.pushed``, from ``compile/transfer_order.pushed_transfers``: small
   tensors of known size outside loops): those go to the consumer's task in a ``PushTensors``
   as soon as they are sent. The Sends of one scheduling round for one peer share a request
-  (a push task per request, spawned by the first: none per edge; the step's own task writes
-  it first where it can, ``push_open``); ``flush_pushes`` waits until every push is
-  acknowledged, or written where the channel sends it one-way (the bare same-host protocol:
-  the consumer then fails the step itself if it refuses the push,
+  (one push task per request, spawned by the first: none per edge); ``flush_pushes`` waits
+  until every push is acknowledged, or written where the channel sends it one-way (the bare
+  same-host protocol: the consumer then fails the step itself if it refuses the push,
   ``push_acceptance.one_way_failed``), so a RunGraph never answers before its pushes left,
   and a push that failed here fails the step. The consumer's worker deposits pushed values in
   the step's local rendezvous (``accept_push``, once ``push_acceptance.py`` accepted its
   keys; a push that arrives before the step's RunGraph creates the step's state, within the
   limits that module sets, as an early pull does), where its Recvs find them: a pushed edge
   costs the step one message (and its Ack, where not one-way) instead of a request and its
-  reply. Large tensors stay pulled (a pull's reply may lend their memory).
+  reply. Large tensors stay pulled (a
+  pull's reply may lend their memory).
 - ``recv(key)`` looks at the key's source device (``src;incarnation;dst;tensor;frame:iter``):
   a device of this worker means a local wait in the ``LocalRendezvous``; any other device is
   pulled from the worker that owns it with ``RecvTensors``.
@@ -97,6 +97,8 @@ def remote_call_error(error, message=None, derived=None):
                            derived=is_derived(error) if derived is None else derived)
 
 
+
+
 def peer_call_error(exc, rpc, task, channel, keys=None, derived_codes=None):
     """The OpError a pull (``rpc`` "RecvTensors", of ``keys``) or a push ("PushTensors") to
     peer ``task`` fails with when its call raised ``exc``: the peer's error answer (derived
@@ -151,6 +153,8 @@ class RemoteBinding:
 # own deadline (its cancel scope) ends a push sooner where it is shorter.
 PUSH_TIMEOUT_S = 60.0
 _KEY_CACHE = 4096  # rendezvous keys a binding remembers as pushed or not
+
+
 _NUMERIC_SCALARS = frozenset(np.dtype(code).type for code in "?bhilqBHILQefdgFDG")  # (no str)
 
 
@@ -195,14 +199,13 @@ class _Pull:
 
 
 class _PushBatch:
-    """One PushTensors request to ``task``: the entries sent before it was written."""
+    """One PushTensors request to ``task``: the entries sent before its task ran."""
 
-    __slots__ = ("task", "entries", "taken")
+    __slots__ = ("task", "entries")
 
     def __init__(self, task):
         self.task = task
         self.entries = []
-        self.taken = False  # written (or being written): its task finds nothing to do
 
 
 class _CheckedDelivery:
@@ -300,9 +303,6 @@ class StepRendezvous:
         """The task of one push: every Send to its peer made before it ran rides along (a
         round: a time-slice checkpoint of the step's task between two Sends lets it go with
         the first; the next spawns another: docs/distributed.md, "Small transfers")."""
-        if batch.taken:  # (written by the step's own task: ``push_open``)
-            return
-        batch.taken = True
         if self._open_pushes.get(batch.task) is batch:
             del self._open_pushes[batch.task]
         try:
@@ -319,18 +319,8 @@ class StepRendezvous:
             if not self._pushing and self._pushed_all is not None:
                 self._pushed_all.unpark_all()
 
-    async def push_open(self, one_way_only=False):
-        """Write from this task the pushes whose tasks have not run yet (they then find it done):
-        at the run's end (``flush_pushes``), and before a static plan parks for a Recv those
-        written with no answer to wait for (``one_way_only``, ``Step.before_wait``)."""
-        for batch in list(self._open_pushes.values()):
-            if not (one_way_only and self.binding.channel(batch.task).answers("push_tensors")):
-                await self._push(batch)
-
     async def flush_pushes(self):
-        """Wait until every push of the step is answered (those whose tasks have not run yet
-        made from the calling task: no park); raises the first push's error."""
-        await self.push_open()
+        """Wait until every push of the step is answered; raises the first push's error."""
         while self._pushing or self._open_pushes:
             if self._pushed_all is None:
                 self._pushed_all = trio.lowlevel.ParkingLot()

@@ -7,7 +7,6 @@ service's graphs, steps, tombstones, counters and status recorder.
 """
 from __future__ import annotations
 
-import functools
 import logging
 import time
 
@@ -221,19 +220,15 @@ class StepRunning:
         """Run the step with a nursery for its pulls (a task per request, none per edge: see
         ``StepRendezvous.subscribe``); pulls left when the step ends (it failed) are cancelled."""
         failure = None
-        rendezvous = state.rendezvous
         async with trio.open_nursery() as pulls:
-            rendezvous.spawn = pulls.start_soon
-            if wg.binding.pushed:  # one-way pushes leave before a static plan's Recv parks
-                step.before_wait = functools.partial(rendezvous.push_open, True)
+            state.rendezvous.spawn = pulls.start_soon
             try:
                 values = await wg.compiled.runner.run(feed_values, step)
-                await rendezvous.flush_pushes()  # answered once its pushes landed
+                await state.rendezvous.flush_pushes()  # answered once its pushes landed
             except errors.OpError as exc:
                 failure = exc  # (raised outside the nursery: never an ExceptionGroup)
             finally:
-                step.before_wait = None
-                rendezvous.spawn = None
+                state.rendezvous.spawn = None
                 pulls.cancel_scope.cancel()
         if failure is not None:
             try:

@@ -157,9 +157,6 @@ class Transfers:
         """``received``'s outputs, awaited if they are not there; raises its located error."""
         node = received.node
         waited = received.outputs is None and received.error is None
-        if waited and self.step.before_wait is not None:  # (a worker's one-way pushes)
-            await self.step.before_wait()
-            waited = received.outputs is None and received.error is None
         if waited:
             with waiting(self.step) as parked:
                 if not received.subscribed:  # no subscription: the kernel waits itself

@@ -111,14 +111,10 @@ class Step:
         extras: per-step services a waiting kernel may need, and statistics.
         timeout_ms: the step's deadline for runners that pass it on (a cluster's workers);
             0: none. Local runners leave deadlines to their caller's cancel scope.
-        before_wait: None, or ``async before_wait()``, awaited by a static plan's Recv just
-            before it parks for a value not there yet (``dispatch.Transfers.take``): a
-            worker writes there the one-way pushes its Sends opened (their tasks would run
-            only after the park). Only a shortcut: every push has its task besides.
     """
 
     __slots__ = ("step_id", "rendezvous", "trace", "park", "offload", "pause", "runnable",
-                 "draining", "current", "extras", "timeout_ms", "trio_threads", "before_wait")
+                 "draining", "current", "extras", "timeout_ms", "trio_threads")
 
     def __init__(self, step_id, rendezvous=None, trace=None, park=None, offload=None,
                  pause=None, timeout_ms=0):
@@ -136,7 +132,6 @@ class Step:
         self.current = None
         self.extras = {}
         self.timeout_ms = timeout_ms
-        self.before_wait = None
 
 
 def close_cancellable(offload, park):

@@ -97,44 +97,6 @@ async def test_a_parameter_server_step_is_six_messages_its_pushes_unanswered(cpu
         np.testing.assert_allclose(value, np.full((2, 2), i + 1.0 - 3.0))
 
 
-async def test_a_parameter_server_step_writes_its_pushes_from_its_runs_own_tasks(
-        cpu_only, monkeypatch):
-    # Once a bare connection to the peer is pooled, a one-way push is written by the step's own
-    # task: the ps's just before its static plan parks for the gradients (``before_wait``),
-    # the worker's when its run ends (``flush_pushes``); the task each Send spawned finds its
-    # push done. (The first step's pushes open the connections from their tasks.)
-    from asyncflow.cluster.remote_rendezvous import StepRendezvous
-    writers = []
-    push_request = StepRendezvous._push_request
-
-    async def spied(self, task, entries):
-        writers.append((task, trio.lowlevel.current_task().name.endswith("._push")))
-        await push_request(self, task, entries)
-
-    monkeypatch.setattr(StepRendezvous, "_push_request", spied)
-    graph = af.Graph()
-    with graph.as_default():
-        with af.device(PS):
-            w = af.Variable(np.ones((2, 2), np.float32), name="w")
-        with af.device(W0):
-            x = af.placeholder(af.float32, [None, 2], name="x")
-            loss = af.reduce_sum(af.matmul(x, w))
-            train = af.train.GradientDescentOptimizer(0.5).minimize(loss)
-    feed = {x: np.ones((1, 2), np.float32)}
-    async with _loopback_ps_and_worker() as (spec, servers):
-        async with af.Session(graph=graph, cluster=spec) as sess:
-            await sess.run(w.initializer, options=TIMEOUT)
-            for _ in range(2):
-                await sess.run([loss, train], feed, options=TIMEOUT)
-            del writers[:]
-            for _ in range(3):
-                await sess.run([loss, train], feed, options=TIMEOUT)
-            value = await sess.run(w, options=TIMEOUT)
-    assert sorted(writers) == [("/job:ps/replica:0/task:0", False)] * 3 + \
-        [("/job:worker/replica:0/task:0", False)] * 3
-    np.testing.assert_allclose(value, np.full((2, 2), 1.0 - 5 * 0.5))
-
-
 async def _worker_step_fails(handles, worker, step_id, push):
     """Run the worker's RunGraph of ``step_id``, call ``push()`` once it waits for its pushed
     values, and return the RemoteCallError the RunGraph fails with."""

@@ -224,12 +224,6 @@ class TrioHttpChannel(Channel):
         self._bare_again: float | None = None
         self._bare_backoff = _BARE_RETRY_S
 
-    def answers(self, method: str) -> bool:
-        """Whether a call of ``method`` made now waits for an answer: False for an rpc of
-        ``one_way`` while an idle bare connection is pooled (its call is the write alone),
-        True otherwise (HTTP, or the bare protocol not yet spoken with the server)."""
-        return not (method in self.one_way and self._bare_idle)
-
     async def aclose(self) -> None:
         # Every pooled socket closed before the one checkpoint: a cancel or KeyboardInterrupt
         # there leaves none open (calls in flight close theirs as they are cancelled).
