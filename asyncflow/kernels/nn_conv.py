@@ -19,9 +19,8 @@ Theory of operation for the spatial kernels (Conv2D, pooling and their gradients
 - Conv2D, its two gradients and ``_FusedConv2DBackprop`` (both gradients on one output
   gradient, fused at compile time) first ask ``nn_conv_fft.choose``: for stride 1, no
   dilation and shapes where its cost model predicts the FFT algorithm faster (the convnet's
-  14x14 5x5 layer), ``kernels/nn_conv_fft.py`` computes them; one input channel (a
-  grayscale first layer) takes the compiled loops of ``kernels/nn_conv_loops.py`` where they
-  apply; otherwise the code below.
+  14x14 5x5 layer), ``kernels/nn_conv_fft.py`` computes them; one input channel takes
+  ``kernels/nn_conv_loops.py``'s compiled loops where they apply; else the code below.
 - Pooling reduces over the taps elementwise. MaxPool is TF's CPU kernel: the largest cell
   that is not NaN, and never below the dtype's lowest finite value (a window of -inf or NaN
   only gives that lowest). MaxPoolGrad routes each output's gradient as TF's CPU kernel,
@@ -625,7 +624,6 @@ def _avg_pool_grad(ctx, input_shape, grad):
     counts = _window_counts(xp, rows, cols, shape, ctx, kernel_hw, grad.dtype)
     tap_args = _tap_args(ctx, kernel_hw, rows, cols)
     out = xp.empty(shape, dtype=grad.dtype)
-
     unpadded = not (rows[1] or rows[2] or cols[1] or cols[2])
 
     def chunk(start, stop):
