@@ -248,7 +248,7 @@ def _convolve(ctx, x, filters, epilogue=None, kept=None, fused=None):
     """Conv2D by batch chunks: patches, one GEMM into the chunk's output rows, then
     ``epilogue(rows)`` on them while they are in cache. ``kept``: a list the FFT algorithm
     appends the batch's input spectra to (``nn_conv_fft.conv2d``); ``fused``: the fused ops
-    and bias the epilogue applies (``nn_conv_loops.forward``)."""
+    and bias the epilogue applies (for the compiled loops of either path)."""
     xp = ctx.xp
     _check_depth(ctx, x.shape, filters.shape)
     kh, kw, _, depth_out = filters.shape
@@ -263,7 +263,7 @@ def _convolve(ctx, x, filters, epilogue=None, kept=None, fused=None):
     plan = nn_conv_fft.choose(ctx, (x, filters), x.shape, filters.shape, rows, cols,
                               out.dtype)
     if plan is not None:
-        return nn_conv_fft.conv2d(ctx, plan, x, filters, out, epilogue, kept)
+        return nn_conv_fft.conv2d(ctx, plan, x, filters, out, epilogue, kept, fused)
     if nn_conv_loops.forward(ctx, x, filters, rows, cols, out, fused):
         return out
     matrix = filters.reshape(-1, depth_out)
