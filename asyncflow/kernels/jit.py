@@ -25,6 +25,13 @@ Two more things stop LLVM vectorizing a loop: indices numba cannot prove non-neg
 over ``range(start, stop)`` pays a wraparound test per access; slice the chunk and index it
 from 0), and outputs that may alias inputs at other positions in more pairs than LLVM checks
 at run time (update arrays in place, or keep few separate outputs): kernels/training.py.
+
+``loop(fn, slp=True)``: numba leaves LLVM's SLP vectorizer off (numba issue #8705, a
+miscompile), so a loop body that updates a block of scalar accumulators (a register-blocked
+convolution, ``kernels/nn_conv_loops.py``) compiles to scalar FMAs, 3-6x slower; such a loop
+asks for it, and only its own compiles run with ``numba.config.SLP_VECTORIZE`` set (under
+numba's compiler lock, one signature at a time): other loops keep numba's default. Tests
+compare every such loop with its numpy form.
 """
 from __future__ import annotations
 
@@ -100,9 +107,11 @@ def usable(ctx, *arrays):
 class _Loop:
     """A function compiled by numba on first call (see the module docstring)."""
 
-    def __init__(self, fn, options):
+    def __init__(self, fn, options, slp=False):
         self.fn = fn
         self.options = options
+        self.slp = slp
+        self._signatures = set()  # (slp loops) the argument types compiled with SLP
         self._compiled = None
         self.__name__ = fn.__name__
         self.__doc__ = fn.__doc__
@@ -119,15 +128,38 @@ class _Loop:
                     self._compiled = numba.njit(
                         nogil=True, cache=True, error_model="numpy", **self.options)(self.fn)
                 compiled = self._compiled
+        if self.slp:
+            _compile_with_slp(compiled, self._signatures, args)
         return compiled(*args)
 
 
-def loop(fn=None, **options):
+def _compile_with_slp(dispatcher, done, args):
+    """Compile (or load from the disk cache) ``dispatcher`` for ``args``' types with LLVM's
+    SLP vectorizer on, once per signature; numba's compiler lock keeps other compiles out
+    while the flag is set."""
+    numba = _numba
+    signature = tuple(numba.typeof(a) for a in args)
+    if signature in done:
+        return
+    from numba.core import config
+    from numba.core.compiler_lock import global_compiler_lock
+    with global_compiler_lock:
+        previous = config.SLP_VECTORIZE
+        config.SLP_VECTORIZE = 1
+        try:
+            dispatcher.compile(signature)
+        finally:
+            config.SLP_VECTORIZE = previous
+    done.add(signature)
+
+
+def loop(fn=None, slp=False, **options):
     """Decorator: ``fn`` compiled by numba on its first call (extra numba ``options``, such
-    as ``fastmath``, pass through). ``fn`` stays callable as plain Python as ``.fn``."""
+    as ``fastmath``, pass through; ``slp``: see the module docstring). ``fn`` stays callable
+    as plain Python as ``.fn``."""
     if fn is None:
-        return lambda f: _Loop(f, options)
-    return _Loop(fn, options)
+        return lambda f: _Loop(f, options, slp)
+    return _Loop(fn, options, slp)
 
 
 def preload(warm):

@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from asyncflow import errors
-from asyncflow.kernels import intra_op
+from asyncflow.kernels import intra_op, jit
 from asyncflow.kernels.math import sigmoid_into
 from asyncflow.kernels.registry import register_kernel, register_prepare
 
@@ -393,6 +393,41 @@ def _bias_add(ctx, value, bias):
     return (value + bias,)
 
 
+@jit.loop
+def _column_sums(rows, out):
+    """``out[j] = sum_i rows[i, j]`` with eight interleaved partial sums per column (rows
+    ``i mod 8``) added pairwise at the end: one pass, vectorized over the columns, the GIL
+    released. numpy's vector-matrix product (the GEMV below) keeps the GIL for its whole
+    call (numpy issue #11821), so the pool's helper could not start a chunk of a split
+    BiasAddGrad while the caller ran one (bench/RESULTS.md, 2026-12-06, r37conv)."""
+    n, m = rows.shape
+    acc = np.zeros((8, m), rows.dtype)
+    full = n - n % 8
+    for i in range(0, full, 8):
+        for r in range(8):
+            for j in range(m):
+                acc[r, j] += rows[i + r, j]
+    for r in range(n - full):
+        for j in range(m):
+            acc[r, j] += rows[full + r, j]
+    for j in range(m):
+        out[j] = (((acc[0, j] + acc[1, j]) + (acc[2, j] + acc[3, j]))
+                  + ((acc[4, j] + acc[5, j]) + (acc[6, j] + acc[7, j])))
+
+
+def _warm_column_sums():
+    for dtype in (np.float32, np.float64):
+        _column_sums(np.zeros((9, 2), dtype), np.empty(2, dtype))
+
+
+def _bias_add_grad_preload(ctx):
+    """Compile (or load from numba's disk cache) ``_column_sums`` on a worker thread before
+    the first step (``jit.preload``); None on a GPU and for dtypes the loop does not take."""
+    if getattr(ctx, "xp", np) is not np or np.dtype(ctx.output_dtypes[0]) not in jit.SUPPORTED:
+        return None
+    return jit.preload(_warm_column_sums)
+
+
 @register_kernel("BiasAddGrad")
 def _bias_add_grad(ctx, grad):
     xp = ctx.xp
@@ -411,9 +446,14 @@ def _bias_add_grad(ctx, grad):
                                                                       * grad.itemsize))),
                        dtype=grad.dtype)
 
+        looped = jit.usable(ctx, rows)
+
         def chunk(start, stop):
             count = stop - start
-            if count <= ones.shape[0]:
+            if looped:
+                partials[start] = np.empty(rows.shape[1], rows.dtype)
+                _column_sums(rows[start:stop], partials[start])
+            elif count <= ones.shape[0]:
                 partials[start] = xp.matmul(ones[:count], rows[start:stop])
             else:  # a chunk larger than the cache-sized ones (thread count above chunks)
                 partials[start] = rows[start:stop].sum(axis=0)
@@ -436,3 +476,6 @@ def _bias_add_grad(ctx, grad):
 def _l2_loss(ctx, x):
     xp = ctx.xp
     return (xp.asarray(xp.sum(xp.square(x)) / 2, dtype=x.dtype),)
+
+
+register_prepare("BiasAddGrad")(_bias_add_grad_preload)

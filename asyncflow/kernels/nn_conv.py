@@ -19,7 +19,8 @@ Theory of operation for the spatial kernels (Conv2D, pooling and their gradients
 - Conv2D, its two gradients and ``_FusedConv2DBackprop`` (both gradients on one output
   gradient, fused at compile time) first ask ``nn_conv_fft.choose``: for stride 1, no
   dilation and shapes where its cost model predicts the FFT algorithm faster (the convnet's
-  14x14 5x5 layer), ``kernels/nn_conv_fft.py`` computes them; otherwise the code below.
+  14x14 5x5 layer), ``kernels/nn_conv_fft.py`` computes them; one input channel takes
+  ``kernels/nn_conv_loops.py``'s compiled loops where they apply; else the code below.
 - Pooling reduces over the taps elementwise. MaxPool is TF's CPU kernel: the largest cell
   that is not NaN, and never below the dtype's lowest finite value (a window of -inf or NaN
   only gives that lowest). MaxPoolGrad routes each output's gradient as TF's CPU kernel,
@@ -53,7 +54,7 @@ import functools
 import numpy as np
 
 from asyncflow import errors
-from asyncflow.kernels import intra_op, jit, nn_conv_fft, pool_loops
+from asyncflow.kernels import intra_op, jit, nn_conv_fft, nn_conv_loops, pool_loops
 from asyncflow.kernels.arguments import is_floating
 from asyncflow.kernels.math import fused_epilogue
 from asyncflow.kernels.pool_ties import all_above_minus_inf, window_max
@@ -229,7 +230,7 @@ def _fused_convolve(ctx, x, filters, bias, kept=None):
         raise errors.InvalidArgumentError(
             None, ctx.name, f"bias has shape {list(bias.shape)}, expected [{filters.shape[3]}]")
     return _convolve(ctx, x, filters, fused_epilogue(ctx.xp, ctx.attrs["fused_ops"], bias),
-                     kept)
+                     kept, (ctx.attrs["fused_ops"], bias))
 
 
 @register_kernel("_FusedConv2DWithSpectra", offload=True, offload_scale=intra_op.MACS_PER_WORK)
@@ -243,10 +244,11 @@ def _fused_conv2d_with_spectra(ctx, x, filters, bias):
     return out, kept[0].view(kept[0].real.dtype)
 
 
-def _convolve(ctx, x, filters, epilogue=None, kept=None):
+def _convolve(ctx, x, filters, epilogue=None, kept=None, fused=None):
     """Conv2D by batch chunks: patches, one GEMM into the chunk's output rows, then
     ``epilogue(rows)`` on them while they are in cache. ``kept``: a list the FFT algorithm
-    appends the batch's input spectra to (``nn_conv_fft.conv2d``)."""
+    appends the batch's input spectra to (``nn_conv_fft.conv2d``); ``fused``: the fused ops
+    and bias the epilogue applies (for the compiled loops of either path)."""
     xp = ctx.xp
     _check_depth(ctx, x.shape, filters.shape)
     kh, kw, _, depth_out = filters.shape
@@ -261,7 +263,9 @@ def _convolve(ctx, x, filters, epilogue=None, kept=None):
     plan = nn_conv_fft.choose(ctx, (x, filters), x.shape, filters.shape, rows, cols,
                               out.dtype)
     if plan is not None:
-        return nn_conv_fft.conv2d(ctx, plan, x, filters, out, epilogue, kept)
+        return nn_conv_fft.conv2d(ctx, plan, x, filters, out, epilogue, kept, fused)
+    if nn_conv_loops.forward(ctx, x, filters, rows, cols, out, fused):
+        return out
     matrix = filters.reshape(-1, depth_out)
     per_image = rows[0] * cols[0]
 
@@ -330,6 +334,9 @@ def _conv2d_backprop_filter(ctx, x, filter_sizes, grad):
     plan = nn_conv_fft.choose(ctx, (x, grad), x.shape, f_shape, rows, cols, dtype)
     if plan is not None:
         return (nn_conv_fft.backprop_filter(ctx, plan, x, grad, f_shape, dtype),)
+    looped = nn_conv_loops.filter_grad(ctx, x, grad, f_shape, rows, cols)
+    if looped is not None:
+        return (looped,)
     partials = {}
 
     def chunk(start, stop):
@@ -425,8 +432,16 @@ def _fft_preload(ctx):
 _PRELOADS = {}  # _fft_preload's answers by shapes and attrs, while scipy.fft is not loaded
 
 
+def _prepare(ctx):
+    """Prepare hook of the convolutions: ``_fft_preload`` and ``nn_conv_loops.preload``."""
+    where, op = _SHAPES_OF[ctx.type][1], ctx.op
+    spec = op.out_spec(0) if where == "out" else op.inputs[where][0].out_spec(op.inputs[where][1])
+    f_shape = spec[1].as_list() if spec[1].rank == 4 else [None] * 4
+    return nn_conv_loops.preload(ctx, f_shape, _fft_preload(ctx))
+
+
 for _type in _SHAPES_OF:
-    register_prepare(_type)(_fft_preload)
+    register_prepare(_type)(_prepare)
 
 
 # -- pooling ----------------------------------------------------------------------------------
@@ -609,7 +624,6 @@ def _avg_pool_grad(ctx, input_shape, grad):
     counts = _window_counts(xp, rows, cols, shape, ctx, kernel_hw, grad.dtype)
     tap_args = _tap_args(ctx, kernel_hw, rows, cols)
     out = xp.empty(shape, dtype=grad.dtype)
-
     unpadded = not (rows[1] or rows[2] or cols[1] or cols[2])
 
     def chunk(start, stop):

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from asyncflow.kernels import intra_op
+from asyncflow.kernels import intra_op, jit
 from asyncflow.kernels.registry import Preload
 
 _fft = None  # scipy.fft once _load_fft found it; False where scipy is missing
@@ -163,8 +163,10 @@ UNKNOWN_SIZES = tuple(range(1, 65)) + (80, 96, 128, 160, 192, 256, 384, 512, 102
 
 def may_preload(ctx):
     """False where no ``preload`` is needed whatever the shapes: scipy.fft is loaded (or
-    missing), the direct kernels are forced, the device's arrays are not numpy's."""
-    return _fft is None and FORCE != "direct" and ctx.xp is np
+    missing) and the read-out loop warm (or not used), the direct kernels are forced, the
+    device's arrays are not numpy's."""
+    return (FORCE != "direct" and ctx.xp is np
+            and (_fft is None or (_fft is not False and jit.preload(_warm_read_out) is not None)))
 
 
 def candidate_shapes(x_shape, f_shape):
@@ -204,7 +206,16 @@ def preload(ctx, geometries, dtype, unknown_window=False):
     else:
         wanted = any(_static_plan(ctx, x_shape, f_shape, rows, cols, dtype) is not None
                      for x_shape, f_shape, rows, cols in geometries)
-    return Preload(_load_fft) if wanted else None
+    if not wanted:
+        return None
+    loop = jit.preload(_warm_read_out)
+    if loop is None:
+        return Preload(_load_fft)
+
+    def load(node):
+        if _load_fft(node):
+            loop.load(node)
+    return Preload(load)
 
 
 def _load_fft(ctx):
@@ -296,9 +307,11 @@ def _work(plan, n):
     return int(plan.fft_s * 1e9) // max(n, 1)  # ~1 element-operation a nanosecond
 
 
-def conv2d(ctx, plan, x, filters, out, epilogue=None, kept=None):
+def conv2d(ctx, plan, x, filters, out, epilogue=None, kept=None, fused=None):
     """Conv2D of ``x`` into ``out`` (``[N, OH, OW, O]``, preallocated) by FFT; with ``kept``
-    (a list), the batch's input spectra ``[freqs, N, C]`` are appended to it."""
+    (a list), the batch's input spectra ``[freqs, N, C]`` are appended to it. ``fused``: the
+    fused ops and bias ``epilogue`` applies, or None: a BiasAdd [+ Relu] on CPU float32/64
+    then runs with the read-out as one compiled pass (``_read_out_bias``), the same bits."""
     n, c, o = x.shape[0], x.shape[3], filters.shape[3]
     weights = _filter_spectrum(ctx, filters.astype(out.dtype, copy=False), plan, True, False)
     (_, top, _), (_, left, _) = plan.rows, plan.cols
@@ -306,6 +319,7 @@ def conv2d(ctx, plan, x, filters, out, epilogue=None, kept=None):
     if kept is not None:
         images = np.empty((plan.freqs, n, c), dtype=np.result_type(x.dtype, np.complex64))
         kept.append(images)
+    looped = _looped_epilogue(ctx, fused, out)
 
     def chunk(start, stop):
         image = _forward(x[start:stop], plan)
@@ -314,11 +328,52 @@ def conv2d(ctx, plan, x, filters, out, epilogue=None, kept=None):
         spectrum = _complex_gemm(image, weights)
         planes = _inverse(spectrum, plan, o)
         result = out[start:stop]
+        if looped is not None and planes.dtype == out.dtype:
+            _read_out_bias(planes, -top % plan.p_h, -left % plan.p_w, *looped, result)
+            return
         plan.read_out(planes, -top, -left, result.transpose(1, 2, 0, 3))
         if epilogue is not None:
             epilogue(result.reshape(-1, o))
     intra_op.for_batch(ctx, n, _work(plan, n), chunk, _item_bytes(plan, c, o, x.itemsize))
     return out
+
+
+def _looped_epilogue(ctx, fused, out):
+    """``(bias, floor)`` for ``_read_out_bias`` where the fused ops are a BiasAdd, maybe with
+    a Relu, on CPU arrays of a dtype the loops take (``jit.usable``); else None."""
+    if fused is None or not fused[0] or fused[0][0] != "BiasAdd":
+        return None
+    activation = fused[0][1] if len(fused[0]) > 1 else None
+    bias = fused[1]
+    if (activation not in (None, "Relu") or bias.dtype != out.dtype or bias.ndim != 1
+            or not out.flags.c_contiguous or not jit.usable(ctx, out, bias)):
+        return None
+    return np.ascontiguousarray(bias), out.dtype.type(0 if activation == "Relu" else np.nan)
+
+
+@jit.loop
+def _read_out_bias(planes, shift_h, shift_w, bias, floor, out):
+    """``out[b, y, x] = planes[(y + shift_h) % P_h, (x + shift_w) % P_w, b] + bias`` then the
+    Relu (``floor`` 0: a sum ``<= 0`` gives +0, as numpy's ``maximum(v, 0)``, NaN kept; NaN:
+    no Relu, no comparison holds), one pass: ``read_out`` and the epilogue's two passes
+    (``math.fused_epilogue``) in one, the same adds. ``shift_h``, ``shift_w`` >= 0."""
+    p_h, p_w = planes.shape[0], planes.shape[1]
+    n, oh, ow, depth = out.shape
+    for b in range(n):
+        for y in range(oh):
+            row = (y + shift_h) % p_h
+            for x in range(ow):
+                col = (x + shift_w) % p_w
+                for k in range(depth):
+                    v = planes[row, col, b, k] + bias[k]
+                    out[b, y, x, k] = floor if v <= floor else v
+
+
+def _warm_read_out():
+    """Compile (or load from numba's disk cache) ``_read_out_bias`` for both dtypes."""
+    for dtype in (np.float32, np.float64):
+        _read_out_bias(np.zeros((2, 2, 1, 1), dtype), 1, 1, np.zeros(1, dtype), dtype(0),
+                       np.zeros((1, 2, 2, 1), dtype))
 
 
 def backprop_input(ctx, plan, filters, grad, out):

@@ -91,3 +91,55 @@ async def test_large_bias_add_grad_matches_float64_and_the_old_form(batch):
     assert value.dtype == np.float32 and value.shape == (32,)
     np.testing.assert_allclose(value, exact, rtol=1e-5)
     assert np.abs(value - exact).max() <= np.abs(old - exact).max() * 4 + 1e-3
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n, m", [(1, 1), (7, 5), (8, 32), (9, 3), (1001, 32), (32771, 6)])
+def test_column_sums_loop_matches_float64(n, m, dtype):
+    """kernels/nn.py ``_column_sums`` (BiasAddGrad's chunks on CPU, GIL released): eight
+    interleaved partial sums per column, within a few roundings of the exact sum (every
+    row count modulo 8), NaN and inf as numpy's sum gives them."""
+    from asyncflow.kernels import jit, nn
+    if not jit.available():
+        pytest.skip("numba is not installed (or ASYNCFLOW_JIT=0)")
+    rng = np.random.default_rng(n + m)
+    rows = (rng.standard_normal((n, m)) + 0.25).astype(dtype)
+    out = np.empty(m, dtype)
+    nn._column_sums(rows, out)
+    exact = rows.astype(np.longdouble).sum(axis=0)
+    scale = np.abs(rows).astype(np.longdouble).sum(axis=0)
+    assert np.all(np.abs(out - exact) <= 4 * np.finfo(dtype).eps * np.sqrt(n) * scale + 1e-30)
+    if m >= 3:
+        rows[n // 2, 0] = np.nan
+        rows[n - 1, 1] = np.inf
+        rows[0, 2] = np.inf
+        if n > 1:
+            rows[n - 1, 2] = -np.inf
+        nn._column_sums(rows, out)
+        np.testing.assert_array_equal(np.isnan(out[:3]), np.isnan(rows.sum(axis=0)[:3]))
+        assert out[1] == np.inf
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_bias_add_grad_loop_is_close_to_the_gemv_form(threads, monkeypatch):
+    """The loop against the GEMV form it stands in for (``jit.ENABLED`` off), split or not,
+    and the same bits again on a second call (the chunks' sums added in chunk order)."""
+    from asyncflow.exec.devices import Device
+    from asyncflow.kernels import jit, nn
+    if not jit.available():
+        pytest.skip("numba is not installed (or ASYNCFLOW_JIT=0)")
+
+    class Context:
+        attrs, name, xp = {"data_format": "NHWC"}, "test_op", np
+        device = Device("/job:localhost/replica:0/task:0/device:CPU:0", 0, threads,
+                        intra_op_threads=threads)
+    grad = (np.random.default_rng(3).standard_normal((37, 28, 27, 32)) + 0.5).astype(np.float32)
+    looped = nn._bias_add_grad(Context, grad)[0]
+    with monkeypatch.context() as patch:
+        patch.setattr(jit, "ENABLED", False)
+        reference = nn._bias_add_grad(Context, grad)[0]
+    exact = grad.astype(np.float64).sum(axis=(0, 1, 2))
+    assert looped.dtype == np.float32 and looped.shape == (32,)
+    np.testing.assert_allclose(looped, exact, rtol=1e-5)
+    assert np.abs(looped - exact).max() <= 2 * np.abs(reference - exact).max() + 1e-3
+    np.testing.assert_array_equal(nn._bias_add_grad(Context, grad)[0], looped)  # determined
