@@ -58,7 +58,6 @@ Nothing here knows about asyncflow or HTTP heads; trio only for checkpoints.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import socket
