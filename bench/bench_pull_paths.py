@@ -7,7 +7,10 @@ the workers use, over:
 * ``tcp``: loopback TCP;
 * ``unix``: the same-host Unix socket, the tensor sent through it (lending off);
 * ``lent``: the Unix socket, the tensor copied from the server's memory
-  (``transports.http.cross_memory``, what a worker does by default);
+  (``transports.http.cross_memory``, what a worker does by default: a segment of 8 MiB or
+  more copied off the event loop, in two halves on two threads);
+* ``lent-loop``: the same, the copy made on the event loop 1 MiB per call, in one thread
+  (``cross_memory.THREAD_BYTES`` raised past the tensor: the path before r34pull);
 
 each with the received array in fresh pages (``fresh``: glibc's default, a 64 MiB array is a
 new ``mmap``) or in freed memory kept by ``transports.allocation`` (``kept``, what
@@ -18,7 +21,7 @@ reversed every other round), so all see the same load. Reported per variant: MiB
 other programs on a shared machine disturb less than wall time. Checksums are on (the
 default): the ``tcp`` and ``unix`` pulls sum both ends, the lent one sums the frame's header.
 
-Run: ``.venv/bin/python bench/bench_pull_paths.py [--rounds N]`` (Linux; about 20 s).
+Run: ``.venv/bin/python bench/bench_pull_paths.py [--rounds N]`` (Linux; about 25 s).
 """
 
 from __future__ import annotations
@@ -33,10 +36,10 @@ import time
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(_HERE, ".."))
 
-import numpy as np  # noqa: E402
 import trio  # noqa: E402
 
 from transports import allocation, wire  # noqa: E402
+from transports.http import cross_memory  # noqa: E402
 from transports.http.client import TrioHttpChannel  # noqa: E402
 from transports.http.server import open_http_server  # noqa: E402
 
@@ -66,7 +69,9 @@ def _memory(kind: str) -> None:
 async def _pulls(port: int, pid: int, rounds: int) -> dict:
     channels = {"tcp": TrioHttpChannel(f"127.0.0.1:{port}", same_host=False),
                 "unix": TrioHttpChannel(f"127.0.0.1:{port}"),
-                "lent": TrioHttpChannel(f"127.0.0.1:{port}")}
+                "lent": TrioHttpChannel(f"127.0.0.1:{port}"),
+                "lent-loop": TrioHttpChannel(f"127.0.0.1:{port}")}
+    threads_from = cross_memory.THREAD_BYTES
     channels["unix"]._lend = False  # the tensor through the socket
     variants = [(path, memory) for path in channels for memory in ("fresh", "kept")]
     out = {v: {"wall": [], "client": [], "server": []} for v in variants}
@@ -76,6 +81,7 @@ async def _pulls(port: int, pid: int, rounds: int) -> dict:
         for step in range(rounds):
             for path, memory in variants if step % 2 == 0 else variants[::-1]:
                 _memory(memory)
+                cross_memory.THREAD_BYTES = 2 * BIG if path == "lent-loop" else threads_from
                 reply = await channels[path].recv_tensors(wire.RecvTensors(1, ["k"]),
                                                           timeout=60)
                 del reply  # freed: what the next pull of this variant finds
@@ -89,7 +95,9 @@ async def _pulls(port: int, pid: int, rounds: int) -> dict:
                 assert reply.tensors[0].value.nbytes == BIG
                 del reply
         assert channels["lent"].lent_replies >= rounds and channels["unix"].lent_replies == 0
+        assert channels["lent-loop"].lent_replies >= rounds
     finally:
+        cross_memory.THREAD_BYTES = threads_from
         for channel in channels.values():
             await channel.aclose()
     return out

@@ -5,6 +5,8 @@ loses its connection and the server keeps serving."""
 
 from __future__ import annotations
 
+import errno
+import functools
 import os
 import select
 import socket
@@ -12,6 +14,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -165,10 +168,11 @@ async def test_a_bad_verdict_closes_that_connection_and_the_server_keeps_serving
 
 
 async def _lending_peer(listener, address: int | None, pid: int, verdicts: list,
-                        bad_trailer: bool = False, extra: tuple = ()) -> None:
+                        bad_trailer: bool = False, extra: tuple = (), flags: int = 1) -> None:
     """Answer one RecvTensors with a lent body whose large record points at ``address`` (None:
-    the real one) and names ``pid``, lent segments summed (flag 1; with ``bad_trailer`` the
-    first trailer is off by one bit); after a RESEND verdict, send the plain frame."""
+    the real one) and names ``pid``, lent segments summed (flags 1; 0: not summed, their
+    trailers not checked; with ``bad_trailer`` the first trailer is off by one bit); after a RESEND
+    verdict, send the plain frame."""
     stream = await listener.accept()
     async with stream:
         request = b""
@@ -190,7 +194,7 @@ async def _lending_peer(listener, address: int | None, pid: int, verdicts: list,
                 if bad_trailer and len(in_body[-1]) == 4 and len(in_body) == 3:
                     in_body[-1] = bytes([in_body[-1][0] ^ 1]) + in_body[-1][1:]
         records += [struct.pack("<QQ", *record) for record in extra]  # declared, not sent
-        body = struct.pack("<III", pid, len(records), 1) + b"".join(records + in_body)
+        body = struct.pack("<III", pid, len(records), flags) + b"".join(records + in_body)
         try:
             await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Type: " + cross_memory
                                   .CONTENT_TYPE.encode() + b"\r\nContent-Length: "
@@ -291,3 +295,62 @@ async def test_a_lent_body_over_the_limits_is_refused(extra, message):
         finally:
             await listener.aclose()
             same_host.unlink(path)
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3])
+async def test_a_copy_in_parts_on_threads_is_the_same_bytes(parts, monkeypatch):
+    """read_remote_parts: every range copied once, none on the event loop's thread, an odd
+    length split unevenly; a part the kernel refuses (an unmapped address) gives its errno."""
+    source = np.random.default_rng(3).integers(0, 255, (9 << 20) + 7, dtype=np.uint8)
+    target = np.zeros_like(source)
+    threads, real = set(), cross_memory.read_remote
+
+    def spy(pid, view, address):
+        threads.add(threading.get_ident())
+        return real(pid, view, address)
+
+    monkeypatch.setattr(cross_memory, "read_remote", spy)
+    assert await cross_memory.read_remote_parts(
+        os.getpid(), memoryview(target), source.ctypes.data, parts) is None
+    assert target.tobytes() == source.tobytes()
+    assert len(threads) == parts and threading.get_ident() not in threads
+    assert await cross_memory.read_remote_parts(
+        os.getpid(), memoryview(target), 8, parts) == errno.EFAULT
+
+
+def test_copy_threads_follow_the_cpus_this_process_may_use(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert cross_memory.copy_threads() == 1
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert cross_memory.copy_threads() == cross_memory.MAX_COPY_THREADS
+
+
+@pytest.mark.parametrize("address", [None, 8], ids=["real", "unmapped-address"])
+async def test_a_large_unsummed_segment_is_copied_off_the_loop_or_sent_again(address,
+                                                                             monkeypatch):
+    """An unsummed lent segment of THREAD_BYTES or more (the 24 MiB one) goes through
+    read_remote_parts; one the kernel refuses there is asked for again and arrives intact."""
+    calls, real = [], cross_memory.read_remote_parts
+
+    async def spy(pid, view, source, parts=None):
+        calls.append(len(view))
+        return await real(pid, view, source, parts)
+
+    monkeypatch.setattr(cross_memory, "read_remote_parts", spy)
+    with socket.socket() as reserved:
+        reserved.bind(("127.0.0.1", 0))
+        port = reserved.getsockname()[1]
+        listener, path = same_host.listen(port)
+        verdicts = []
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(functools.partial(_lending_peer, listener, address,
+                                                     os.getpid(), verdicts, flags=0))
+                async with TrioHttpChannel(f"127.0.0.1:{port}") as channel:
+                    await _pull(channel)
+                    assert channel.lent_replies == int(address is None)
+        finally:
+            await listener.aclose()
+            same_host.unlink(path)
+    assert calls == [_values()[0].nbytes]  # the 2 MiB segment is copied on the loop
+    assert verdicts == [cross_memory.COPIED if address is None else cross_memory.RESEND]
