@@ -7,13 +7,20 @@ one, as the intra-op pool does; MKL runs on its sequential layer), hot operands,
 two forms alternate in one process, ``--pairs`` times, each timing the best of ``--repeats``
 loops; the figure is MKL's time over numpy's per pair, its median and range.
 
-Run: ``.venv/bin/python bench/bench_blas.py [--pairs 5] [--repeats 5] [--dtype float32]``.
+``--models convnet,autoencoder,mlp`` times the models' training steps instead (one session
+each, bench_models.py's graphs, the intra-op pool at the cores): rounds of ``--steps`` steps
+with ``ASYNCFLOW_BLAS``'s choice (``blas.CHOICE``) auto and numpy alternating in this one
+process, ``--pairs`` pairs; per pair the ratio of the two rounds' median steps.
+
+Run: ``.venv/bin/python bench/bench_blas.py [--pairs 5] [--repeats 5] [--dtype float32]
+[--models convnet,autoencoder,mlp --steps 20]``.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import statistics
+import sys
 import time
 
 import numpy as np
@@ -68,6 +75,8 @@ def main(argv=None):
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--dtype", default="float32", choices=("float32", "float64"))
+    parser.add_argument("--models", default="", help="time these models' steps instead")
+    parser.add_argument("--steps", type=int, default=20)
     args = parser.parse_args(argv)
     from threadpoolctl import threadpool_info, threadpool_limits
 
@@ -76,6 +85,8 @@ def main(argv=None):
         print("MKL is not available (pip install '.[mkl]', ASYNCFLOW_BLAS not numpy): nothing "
               "to compare")
         return 1
+    if args.models:
+        return steps(args, blas)
     rng = np.random.default_rng(0)
     dtype = np.dtype(args.dtype)
     print(f"load average at start: {os.getloadavg()}")
@@ -97,6 +108,48 @@ def main(argv=None):
             print(f"{label:>22} {shape:>18}  {min(numpy_ms):8.3f} {min(mkl_ms):7.3f}  "
                   f"{statistics.median(ratios):.2f} [{min(ratios):.2f}-{max(ratios):.2f}]")
     print(f"load average at end: {os.getloadavg()}")
+    return 0
+
+
+def steps(args, blas):
+    """The models' steps, ``blas.CHOICE`` auto and numpy alternating (see the docstring)."""
+    import trio
+
+    import asyncflow as af
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import bench_models
+
+    async def run():
+        print(f"load average at start: {os.getloadavg()}")
+        for model in args.models.split(","):
+            graph = af.Graph()
+            rng = np.random.default_rng(0)
+            with graph.as_default():
+                feeds, loss, train = bench_models.build(af, model,
+                                                        bench_models.weights(model, rng))
+                init = af.global_variables_initializer()
+            async with af.Session(graph=graph) as session:
+                await session.run(init)
+                feed = dict(zip(feeds, bench_models.data(model, rng)))
+                medians = {"auto": [], "numpy": []}
+                for pair in range(args.pairs):
+                    for choice in (("auto", "numpy") if pair % 2 == 0 else ("numpy", "auto")):
+                        blas.CHOICE = choice
+                        for _ in range(2):
+                            await session.run([loss, train], feed)
+                        walls = []
+                        for _ in range(args.steps):
+                            start = time.perf_counter()
+                            await session.run([loss, train], feed)
+                            walls.append(time.perf_counter() - start)
+                        medians[choice].append(statistics.median(walls) * 1e3)
+                ratios = [a / b for a, b in zip(medians["auto"], medians["numpy"])]
+                print(f"{model:>12}: auto (mkl) {min(medians['auto']):7.2f} ms, numpy "
+                      f"{min(medians['numpy']):7.2f} ms (best medians); auto/numpy per pair "
+                      + " ".join(f"{r:.3f}" for r in ratios)
+                      + f"; median {statistics.median(ratios):.3f}")
+        print(f"load average at end: {os.getloadavg()}")
+    trio.run(run)
     return 0
 
 
