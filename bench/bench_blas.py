@@ -10,7 +10,8 @@ loops; the figure is MKL's time over numpy's per pair, its median and range.
 ``--models convnet,autoencoder,mlp`` times the models' training steps instead (one session
 each, bench_models.py's graphs, the intra-op pool at the cores): rounds of ``--steps`` steps
 with ``ASYNCFLOW_BLAS``'s choice (``blas.CHOICE``) auto and numpy alternating in this one
-process, ``--pairs`` pairs; per pair the ratio of the two rounds' median steps.
+process, ``--pairs`` pairs; per pair the ratio of the two rounds' median steps, wall and
+CPU (the process's, both cores).
 
 Run: ``.venv/bin/python bench/bench_blas.py [--pairs 5] [--repeats 5] [--dtype float32]
 [--models convnet,autoencoder,mlp --steps 20]``.
@@ -132,22 +133,30 @@ def steps(args, blas):
                 await session.run(init)
                 feed = dict(zip(feeds, bench_models.data(model, rng)))
                 medians = {"auto": [], "numpy": []}
+                cpus = {"auto": [], "numpy": []}
                 for pair in range(args.pairs):
                     for choice in (("auto", "numpy") if pair % 2 == 0 else ("numpy", "auto")):
                         blas.CHOICE = choice
                         for _ in range(2):
                             await session.run([loss, train], feed)
-                        walls = []
+                        walls, cpu = [], []
                         for _ in range(args.steps):
-                            start = time.perf_counter()
+                            start, used = time.perf_counter(), time.process_time()
                             await session.run([loss, train], feed)
                             walls.append(time.perf_counter() - start)
+                            cpu.append(time.process_time() - used)
                         medians[choice].append(statistics.median(walls) * 1e3)
+                        cpus[choice].append(statistics.median(cpu) * 1e3)
                 ratios = [a / b for a, b in zip(medians["auto"], medians["numpy"])]
                 print(f"{model:>12}: auto (mkl) {min(medians['auto']):7.2f} ms, numpy "
                       f"{min(medians['numpy']):7.2f} ms (best medians); auto/numpy per pair "
                       + " ".join(f"{r:.3f}" for r in ratios)
                       + f"; median {statistics.median(ratios):.3f}")
+                cpu_ratios = [a / b for a, b in zip(cpus["auto"], cpus["numpy"])]
+                print(f"{'':>12}  CPU a step: auto {statistics.median(cpus['auto']):7.2f} ms, "
+                      f"numpy {statistics.median(cpus['numpy']):7.2f} ms (medians); auto/numpy "
+                      "per pair " + " ".join(f"{r:.3f}" for r in cpu_ratios)
+                      + f"; median {statistics.median(cpu_ratios):.3f}")
         print(f"load average at end: {os.getloadavg()}")
     trio.run(run)
     return 0

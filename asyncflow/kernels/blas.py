@@ -4,7 +4,7 @@ installed (the ``[mkl]`` extra) and the product is one it measured faster on (``
 
 ``ASYNCFLOW_BLAS`` chooses: ``numpy`` (never MKL), ``mkl`` (MKL wherever it applies; a warning
 and numpy's form where it cannot be loaded), unset or ``auto`` (MKL where the wheel is
-installed, for the products ``prefers`` chooses). ``CHOICE`` holds it, read at each call (tests
+installed, for the products it measured faster on in the models' steps: ``prefers``). ``CHOICE`` holds it, read at each call (tests
 change it).
 
 MKL runs on its sequential threading layer (``MKL_Set_Threading_Layer``, set before any other
@@ -40,10 +40,17 @@ from asyncflow.kernels.registry import Preload
 CHOICE = os.environ.get("ASYNCFLOW_BLAS", "auto")
 CHOICES = ("auto", "numpy", "mkl")
 
-# Multiply-adds from which ``auto`` takes MKL (``prefers``), and the dtypes it takes: measured
-# with bench/bench_blas.py (one thread, each form alternating with numpy's in one process,
-# bench/RESULTS.md 2026-12-06).
+# The products ``auto`` gives MKL (``prefers``), measured (bench/bench_blas.py, one thread, each
+# alternating with numpy's in one process, bench/RESULTS.md 2026-12-06): from ``MKL_FROM_MACS``
+# multiply-adds (below, the ctypes call costs more than MKL saves: 1.5-3.2x numpy's time), those
+# with a side of at most ``MKL_THIN`` (the convolutions' patch GEMMs, K or M 25: 0.58-0.60x;
+# the logits' 10: 0.79x) or of ``MKL_LARGE_MACS`` and more (the convnet's dense layer,
+# 411 M: 0.79-0.87x). The dense models' products (sides 128-784, 8-51 M) measured 0.85-1.01x
+# alone but 1.01x (the autoencoder) and 1.05x (the MLP) in their steps (bench_blas.py
+# --models): numpy's.
 MKL_FROM_MACS = 1_000_000
+MKL_THIN = 32
+MKL_LARGE_MACS = 100_000_000
 DTYPES = frozenset(np.dtype(t) for t in (np.float32, np.float64))
 
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
@@ -136,8 +143,9 @@ def name():
 
 
 def prefers(m, k, n):
-    """Whether ``auto`` takes MKL for an ``[m, k] @ [k, n]`` product (see ``MKL_FROM_MACS``)."""
-    return m * k * n >= MKL_FROM_MACS
+    """Whether ``auto`` takes MKL for an ``[m, k] @ [k, n]`` product (see ``MKL_THIN``)."""
+    macs = m * k * n
+    return macs >= MKL_FROM_MACS and (min(m, k, n) <= MKL_THIN or macs >= MKL_LARGE_MACS)
 
 
 def gemm(ctx, a, b):

@@ -109,13 +109,14 @@ def test_other_dtypes_gpu_arrays_and_batches_stay_numpy_s():
     assert blas.gemm(gpu, *_operands(2, np.float32, 64, 64, 64)) is not blas.mkl_matmul
 
 
-def test_auto_takes_mkl_from_its_measured_size(monkeypatch):
+def test_auto_takes_mkl_for_the_shapes_it_measured_faster_on(monkeypatch):
     monkeypatch.setattr(blas, "CHOICE", "auto")
     monkeypatch.setattr(blas, "available", lambda: True)
-    small = _operands(3, np.float32, 128, 256, 10)  # (327 k multiply-adds)
-    large = _operands(3, np.float32, 128, 256, 256)
-    assert blas.gemm(_ctx(), *small) is not blas.mkl_matmul
-    assert blas.gemm(_ctx(), *large) is blas.mkl_matmul
+    for m, k, n, mkl in [(128, 256, 10, False),   # (327 k multiply-adds: the call's cost)
+                         (128, 256, 256, False), (256, 784, 256, False),  # (the dense models)
+                         (25088, 25, 32, True), (25, 25088, 32, True), (128, 10, 1024, True),
+                         (128, 3136, 1024, True), (3136, 128, 1024, True)]:
+        assert (blas.gemm(_ctx(), *_operands(3, np.float32, m, k, n)) is blas.mkl_matmul) is mkl
 
 
 def test_a_gram_product_stays_numpy_s_syrk(monkeypatch):
