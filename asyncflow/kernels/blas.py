@@ -57,6 +57,7 @@ _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _INT_MAX = 2**31 - 1
 _lock = threading.Lock()
 _mkl = []  # [library's two GEMMs as (sgemm, dgemm)] once loaded, [None] where it cannot be
+_path = []  # [mkl_library_path()] once looked up
 
 
 def mkl_library_path():
@@ -75,11 +76,23 @@ def mkl_library_path():
     return ctypes.util.find_library("mkl_rt")
 
 
+def _installed():
+    """Whether an MKL library is there to load (looked up once: a scan of the installed
+    distributions' metadata, a few milliseconds)."""
+    if not _path:
+        _path.append(mkl_library_path())
+    return _path[0] is not None
+
+
 def _load():
     if not _mkl:
         with _lock:
             if not _mkl:
-                _mkl.append(_open(mkl_library_path()))
+                if not _installed() and CHOICE == "mkl":
+                    warnings.warn("asyncflow: ASYNCFLOW_BLAS=mkl but MKL is not installed "
+                                  "(pip install 'asyncflow-dataflow[mkl]'); GEMMs use numpy's "
+                                  "BLAS", RuntimeWarning, stacklevel=3)
+                _mkl.append(_open(_path[0]) if _installed() else None)
     return _mkl[0]
 
 
@@ -113,10 +126,11 @@ def preload(ctx):
     """A prepare hook (MatMul, _FusedMatMul): where MKL may run this node's GEMMs and is not
     loaded yet, a ``registry.Preload`` that loads it and makes its first call (~35 ms here:
     the library, then MKL's dispatch to its AVX-512 kernels) on a worker thread before the
-    plan's first step, never on the event loop; None elsewhere."""
+    plan's first step, never on the event loop; None elsewhere (where MKL is not installed
+    too: such a plan has no Preload to run)."""
     dtypes = ctx.output_dtypes
     if (_mkl or CHOICE == "numpy" or getattr(ctx, "xp", np) is not np or not dtypes
-            or np.dtype(dtypes[0]) not in DTYPES):
+            or np.dtype(dtypes[0]) not in DTYPES or not _installed()):
         return None
     return Preload(_warm)
 

@@ -85,7 +85,12 @@ def test_an_unknown_choice_is_refused_by_name(monkeypatch):
 
 
 def test_without_the_library_numpy_s_form_runs(monkeypatch):
-    monkeypatch.setattr(blas, "_mkl", [None])
+    monkeypatch.setattr(blas, "_mkl", [])
+    monkeypatch.setattr(blas, "_path", [None])
+    monkeypatch.setattr(blas, "CHOICE", "mkl")
+    with pytest.warns(RuntimeWarning, match="ASYNCFLOW_BLAS=mkl but MKL is not installed"):
+        assert not blas.available()
+    monkeypatch.setattr(blas, "CHOICE", "auto")
     a, b = _operands(1, np.float32, 300, 300, 300)
     assert blas.name() == "numpy" and blas.gemm(_ctx(), a, b) is not blas.mkl_matmul
     np.testing.assert_array_equal(math_kernels._matmul(_ctx(), a, b)[0], a @ b)
@@ -268,14 +273,17 @@ def test_the_convolutions_patch_gemms(depth_in, monkeypatch):
 def test_preload_only_where_mkl_may_run_and_is_not_loaded(monkeypatch):
     cpu = SimpleNamespace(xp=np, output_dtypes=[np.dtype(np.float32)])
     monkeypatch.setattr(blas, "_mkl", [])
+    monkeypatch.setattr(blas, "_path", ["libmkl_rt.so.3"])  # (found, not loaded yet)
     assert isinstance(blas.preload(cpu), Preload)
     assert blas.preload(SimpleNamespace(xp=object(), output_dtypes=cpu.output_dtypes)) is None
     assert blas.preload(SimpleNamespace(xp=np, output_dtypes=[np.dtype(np.float16)])) is None
     monkeypatch.setattr(blas, "CHOICE", "numpy")
     assert blas.preload(cpu) is None
     monkeypatch.setattr(blas, "CHOICE", "mkl")
-    monkeypatch.setattr(blas, "_mkl", [None])  # (tried: not there)
+    monkeypatch.setattr(blas, "_path", [None])  # (not installed: nothing to preload)
     assert blas.preload(cpu) is None
+    monkeypatch.setattr(blas, "_mkl", [None])  # (tried: not loadable)
+    assert blas.preload(cpu) is None and blas.name() == "numpy"
 
 
 @needs_mkl
