@@ -4,7 +4,8 @@ installed (the ``[mkl]`` extra) and the product is one it measured faster on (``
 
 ``ASYNCFLOW_BLAS`` chooses: ``numpy`` (never MKL), ``mkl`` (MKL wherever it applies; a warning
 and numpy's form where it cannot be loaded), unset or ``auto`` (MKL where the wheel is
-installed, for the products it measured faster on in the models' steps: ``prefers``). ``CHOICE`` holds it, read at each call (tests
+installed, for the products it measured faster on in the models' steps: ``prefers``, measured
+in float32, float64 taking the same rule). ``CHOICE`` holds it, read at each call (tests
 change it).
 
 MKL runs on its sequential threading layer (``MKL_Set_Threading_Layer``, set before any other
