@@ -19,8 +19,9 @@ CPU time over wall time during the timed steps, and per op type the time inside 
 from each framework's own tracer (``FULL_TRACE`` step stats, a few traced steps after the
 timed ones, summed per op type and averaged per step).
 
-BLAS: the asyncflow server reports numpy's BLAS (threadpoolctl: library, version, core type,
-threads). ``OPENBLAS_CORETYPE`` (and ``OPENBLAS_L2_SIZE``) change OpenBLAS's kernels and not
+BLAS: the asyncflow server reports which library runs its float GEMMs (``gemm``: ``mkl`` or
+``numpy``, ``ASYNCFLOW_BLAS``, kernels/blas.py) and the BLAS libraries loaded (threadpoolctl:
+library, version, core type, threads). ``OPENBLAS_CORETYPE`` (and ``OPENBLAS_L2_SIZE``) change OpenBLAS's kernels and not
 TF's oneDNN; ``--openblas both`` runs a second asyncflow server with both unset.
 
 TensorFlow is never imported by the driver: the TF server runs in the interpreter given by
@@ -218,9 +219,14 @@ def serve_af(models, intra_op):
             await session.__aenter__()
             await session.run(init)
             built[model] = (session, dict(zip(feeds, data(model, rng))), loss, train)
+        try:  # which library runs the float GEMMs (ASYNCFLOW_BLAS); loads MKL where it does
+            from asyncflow.kernels import blas as gemms
+            gemm = gemms.name()
+        except ImportError:  # a tree from before kernels/blas.py
+            gemm = "numpy"
         blas = [info for info in threadpoolctl.threadpool_info() if info.get("user_api") == "blas"]
         reply({"framework": "af", "version": af.__version__, "tree": os.path.dirname(
-            os.path.dirname(os.path.abspath(af.__file__))), "blas": blas,
+            os.path.dirname(os.path.abspath(af.__file__))), "gemm": gemm, "blas": blas,
                "env": {key: os.environ.get(key) for key in ("OPENBLAS_CORETYPE",
                                                             "OPENBLAS_L2_SIZE")}})
         while True:

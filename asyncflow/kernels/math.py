@@ -7,7 +7,7 @@ import threading
 import numpy as np
 
 from asyncflow import errors
-from asyncflow.kernels import intra_op
+from asyncflow.kernels import blas, intra_op
 from asyncflow.kernels.arguments import host as _host, is_floating
 from asyncflow.kernels.registry import host_memory, register_kernel, register_prepare
 
@@ -294,8 +294,8 @@ def _matmul(ctx, a, b):
             None, ctx.name, f"Matrix size-incompatible: In[0]: {list(a.shape)}, In[1]: {list(b.shape)}")
     if (a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype or a.dtype.kind not in "fc"
             or a.size * b.shape[1] < intra_op.MIN_SPLIT_WORK * intra_op.MACS_PER_WORK
-            or _gram(a, b)):
-        return (a @ b,)
+            or blas.gram(a, b)):
+        return (blas.matmul(ctx, a, b),)
     return (_split_matmul(ctx, a, b),)
 
 
@@ -309,30 +309,23 @@ def _split_matmul(ctx, a, b, epilogue=None):
     1024]`` 9.4 ms whole, 11.0-11.4 in two row chunks, 9.6-10.3 in two column chunks; its
     input gradient ``[128, 1024] @ [1024, 3136]`` 10.7 whole, 12.9-13.6 by rows, 10.7-11.3
     by columns; the weight gradient ``[3136, 128] @ [128, 1024]`` as cheap by rows as whole."""
-    xp = ctx.xp
     (rows, inner), cols = a.shape, b.shape[1]
-    out = xp.empty((rows, cols), dtype=a.dtype)
+    out = ctx.xp.empty((rows, cols), dtype=a.dtype)
+    mm = blas.gemm(ctx, a, b)  # (MKL's splits do not keep the whole product's bits)
+    dtype = None if mm is blas.mkl_matmul else a.dtype
     if (rows >= 64 or rows >= cols) and cols < COLUMNS_FROM * rows:
         def by_rows(start, stop):
-            xp.matmul(a[start:stop], b, out=out[start:stop])
+            mm(a[start:stop], b, out[start:stop])
             if epilogue is not None:
                 epilogue(out[start:stop])
-        intra_op.for_gemm(ctx, rows, inner * cols, by_rows, cols * a.itemsize * 2, a.dtype)
+        intra_op.for_gemm(ctx, rows, inner * cols, by_rows, cols * a.itemsize * 2, dtype)
     else:
         def by_columns(start, stop):
-            xp.matmul(a, b[:, start:stop], out=out[:, start:stop])
+            mm(a, b[:, start:stop], out[:, start:stop])
             if epilogue is not None:
                 epilogue(out[:, start:stop], start, stop)
-        intra_op.for_gemm(ctx, cols, inner * rows, by_columns, dtype=a.dtype)
+        intra_op.for_gemm(ctx, cols, inner * rows, by_columns, dtype=dtype)
     return out
-
-
-def _gram(a, b):
-    """Whether ``a @ b`` is ``x @ x.T`` (one buffer, the strides swapped): numpy computes it
-    with BLAS's SYRK (half the multiply-adds, one triangle mirrored), which rounds otherwise
-    than GEMMs of its rows would: such a product is not split (numpy's arrays only)."""
-    return (type(a) is np.ndarray and a.shape[0] == b.shape[1] and a.strides == b.strides[::-1]
-            and a.ctypes.data == b.ctypes.data)
 
 
 # ``b`` this many times wider than ``a`` is tall: split by columns (``_split_matmul``). The
@@ -355,11 +348,15 @@ def _fused_matmul(ctx, a, b, bias):
             None, ctx.name, f"bias has shape {list(bias.shape)}, expected [{b.shape[1]}]")
     epilogue = fused_epilogue(ctx.xp, attrs["fused_ops"], bias)
     if a.size * b.shape[1] < intra_op.MIN_SPLIT_WORK * intra_op.MACS_PER_WORK \
-            or _gram(a, b):
-        out = a @ b
+            or blas.gram(a, b):
+        out = blas.matmul(ctx, a, b)
         epilogue(out)
         return (out,)
     return (_split_matmul(ctx, a, b, epilogue),)
+
+
+register_prepare("MatMul")(blas.preload)
+register_prepare("_FusedMatMul")(blas.preload)
 
 
 def _accumulation_dtype(dtype):

@@ -41,9 +41,8 @@ Theory of operation for the spatial kernels (Conv2D, pooling and their gradients
   chunks' partial sums in chunk order.
 - ``data_format="NCHW"`` (``_layout``): the kernel transposes its NCHW arguments to NHWC
   (one contiguous copy each), runs the NHWC computation with the attrs reordered, and
-  transposes the result back: the same bits as transposing around an NHWC op, and what an
-  NHWC op costs plus the two copies (no NCHW-specific path is faster with numpy's GEMMs,
-  which want the channels contiguous).
+  transposes the result back: the same bits as an NHWC op between two transposes, at its
+  cost plus the two copies (no NCHW path is faster: GEMMs want the channels contiguous).
 
 Kernels never modify their inputs; outputs are fresh arrays.
 """
@@ -54,7 +53,7 @@ import functools
 import numpy as np
 
 from asyncflow import errors
-from asyncflow.kernels import intra_op, jit, nn_conv_fft, nn_conv_loops, pool_loops
+from asyncflow.kernels import blas, intra_op, jit, nn_conv_fft, nn_conv_loops, pool_loops
 from asyncflow.kernels.arguments import is_floating
 from asyncflow.kernels.math import fused_epilogue
 from asyncflow.kernels.pool_ties import all_above_minus_inf, window_max
@@ -272,7 +271,7 @@ def _convolve(ctx, x, filters, epilogue=None, kept=None, fused=None):
     def chunk(start, stop):
         patches = _patches(xp, x[start:stop], ctx, (kh, kw), rows, cols)
         result = out[start:stop].reshape(-1, depth_out)
-        xp.matmul(patches, matrix, out=result)
+        blas.gemm(ctx, patches, matrix)(patches, matrix, result)
         if epilogue is not None:
             epilogue(result)
     intra_op.for_batch(ctx, x.shape[0], per_image * matrix.size // intra_op.MACS_PER_WORK, chunk,
@@ -309,8 +308,9 @@ def _conv2d_backprop_input(ctx, input_sizes, filters, grad):
         padded = xp.zeros(_padded_shape([count] + x_shape[1:], rows, cols), dtype=dtype)
         flat = grad[start:stop].reshape(-1, depth_out)
         columns = xp.empty((flat.shape[0], depth_in), dtype=dtype)
+        mm = blas.gemm(ctx, flat, per_tap[0])
         for tap, view in enumerate(_taps(padded, *tap_args)):
-            xp.matmul(flat, per_tap[tap], out=columns)
+            mm(flat, per_tap[tap], columns)
             view += columns.reshape(count, rows[0], cols[0], depth_in)
         out[start:stop] = _crop(padded, rows, cols, x_shape[1], x_shape[2])
     padded_cells = (x_shape[1] + rows[1] + rows[2]) * (x_shape[2] + cols[1] + cols[2])
@@ -341,7 +341,7 @@ def _conv2d_backprop_filter(ctx, x, filter_sizes, grad):
 
     def chunk(start, stop):
         patches = _patches(xp, x[start:stop], ctx, (kh, kw), rows, cols)
-        partials[start] = xp.matmul(patches.T, grad[start:stop].reshape(-1, depth_out))
+        partials[start] = blas.matmul(ctx, patches.T, grad[start:stop].reshape(-1, depth_out))
     patch_row = kh * kw * depth_in
     intra_op.for_batch(ctx, x.shape[0],
                        rows[0] * cols[0] * patch_row * depth_out // intra_op.MACS_PER_WORK,

@@ -17,10 +17,17 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from asyncflow.exec import intra_op
-from asyncflow.kernels import intra_op as kernel_intra_op, math as math_kernels
+from asyncflow.kernels import blas, intra_op as kernel_intra_op, math as math_kernels
 
 SPLIT_FROM = kernel_intra_op.MIN_SPLIT_WORK * kernel_intra_op.MACS_PER_WORK
 LAYOUTS = ("C", "F", "transposed", "reversed rows", "reversed columns", "strided", "sliced")
+
+
+@pytest.fixture(autouse=True)
+def _numpy_s_gemms(monkeypatch):
+    """These bits are OpenBLAS's (numpy's matmul): MKL's GEMMs (kernels/blas.py, where the
+    [mkl] extra is installed) round a row by its block; tests/ops/test_blas.py has theirs."""
+    monkeypatch.setattr(blas, "CHOICE", "numpy")
 
 
 @pytest.fixture(autouse=True, scope="module")

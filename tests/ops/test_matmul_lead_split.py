@@ -8,8 +8,15 @@ import numpy as np
 import pytest
 
 import asyncflow as af
-from asyncflow.kernels import intra_op as kernel_intra_op
+from asyncflow.kernels import blas, intra_op as kernel_intra_op
 from asyncflow.exec import intra_op
+
+
+@pytest.fixture(autouse=True)
+def _numpy_s_gemms(monkeypatch):
+    """These bits are OpenBLAS's (numpy's matmul): MKL's GEMMs (kernels/blas.py, where the
+    [mkl] extra is installed) round a row by its block; tests/ops/test_blas.py has theirs."""
+    monkeypatch.setattr(blas, "CHOICE", "numpy")
 
 
 @pytest.mark.parametrize("count, parts, lead", [(128, 2, 8), (131, 2, 27), (7, 3, 1),

@@ -1,0 +1,235 @@
+"""The CPU GEMMs of the MatMul family and the convolutions' patch products: numpy's matmul (its
+OpenBLAS), or Intel MKL's ``cblas_sgemm``/``cblas_dgemm`` where the optional ``mkl`` wheel is
+installed (the ``[mkl]`` extra) and the product is one it measured faster on (``prefers``).
+
+``ASYNCFLOW_BLAS`` chooses: ``numpy`` (never MKL), ``mkl`` (MKL wherever it applies; a warning
+and numpy's form where it cannot be loaded), unset or ``auto`` (MKL where the wheel is
+installed, for the products it measured faster on in the models' steps: ``prefers``, measured
+in float32, float64 taking the same rule). ``CHOICE`` holds it, read at each call (tests
+change it).
+
+MKL runs on its sequential threading layer (``MKL_Set_Threading_Layer``, set before any other
+MKL call): one GEMM call is one thread, the calling one, so the device's intra-op pool keeps
+splitting products by rows or columns (``kernels/intra_op.py``) with no threads of MKL's own
+beside it (no oversubscription; the pool's threadpoolctl hold of numpy's BLAS is unchanged).
+ctypes releases the GIL for the call, as numpy does around its BLAS calls.
+
+The library loads on first use, never at ``import asyncflow``: MatMul's prepare hook
+(``preload``) has it loaded on a worker thread before a plan's first step.
+
+``gemm(ctx, a, b)`` gives the function ``mm(a, b, out)`` a kernel calls on ``a``, ``b`` and
+the output (or on chunks of them): MKL's, or numpy's ``matmul(a, b, out=out)``; decided once
+per product, so every chunk of a split product goes through the same library. MKL's form takes
+2-D views as they are, transposed and strided ones included (a view with one unit stride is a
+BLAS operand: the other stride is its leading dimension, and a transposed view is passed with
+``CblasTrans``, never copied); a view with no unit stride, overlapping memory, or sizes past
+32-bit ints goes to numpy's form for that call. numpy's form stays the reference: MKL's results
+are close to it (another summation order: tests/ops/test_blas.py states the tolerance).
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import threading
+import warnings
+
+import numpy as np
+
+from asyncflow.kernels.registry import Preload
+
+CHOICE = os.environ.get("ASYNCFLOW_BLAS", "auto")
+CHOICES = ("auto", "numpy", "mkl")
+
+# The products ``auto`` gives MKL (``prefers``), measured (bench/bench_blas.py, one thread, each
+# alternating with numpy's in one process, bench/RESULTS.md 2026-12-06): from ``MKL_FROM_MACS``
+# multiply-adds (below, the ctypes call costs more than MKL saves: 1.5-3.2x numpy's time), those
+# with a side of at most ``MKL_THIN`` (the convolutions' patch GEMMs, K or M 25: 0.58-0.60x;
+# the logits' 10: 0.79x) or of ``MKL_LARGE_MACS`` and more (the convnet's dense layer,
+# 411 M: 0.79-0.87x). The dense models' products (sides 128-784, 8-51 M) measured 0.85-1.01x
+# alone but 1.01x (the autoencoder) and 1.05x (the MLP) in their steps (bench_blas.py
+# --models): numpy's.
+MKL_FROM_MACS = 1_000_000
+MKL_THIN = 32
+MKL_LARGE_MACS = 100_000_000
+DTYPES = frozenset(np.dtype(t) for t in (np.float32, np.float64))
+
+_ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
+_INT_MAX = 2**31 - 1
+_lock = threading.Lock()
+_mkl = []  # [library's two GEMMs as (sgemm, dgemm)] once loaded, [None] where it cannot be
+_path = []  # [mkl_library_path()] once looked up
+
+
+def mkl_library_path():
+    """The path of the ``mkl`` wheel's ``libmkl_rt`` (its files sit in the environment's lib
+    folder, outside the site-packages), else one on the system's library path; None."""
+    try:
+        from importlib import metadata
+        dist = metadata.distribution("mkl")
+        for name in dist.files or ():
+            if os.path.basename(str(name)).startswith("libmkl_rt.so"):
+                path = str(dist.locate_file(name))
+                if os.path.exists(path):
+                    return path
+    except Exception:  # no such distribution, or metadata without a RECORD
+        pass
+    return ctypes.util.find_library("mkl_rt")
+
+
+def _installed():
+    """Whether an MKL library is there to load (looked up once: a scan of the installed
+    distributions' metadata, a few milliseconds)."""
+    if not _path:
+        _path.append(mkl_library_path())
+    return _path[0] is not None
+
+
+def _load():
+    if not _mkl:
+        with _lock:
+            if not _mkl:
+                if not _installed() and CHOICE == "mkl":
+                    warnings.warn("asyncflow: ASYNCFLOW_BLAS=mkl but MKL is not installed "
+                                  "(pip install 'asyncflow-dataflow[mkl]'); GEMMs use numpy's "
+                                  "BLAS", RuntimeWarning, stacklevel=3)
+                _mkl.append(_open(_path[0]) if _installed() else None)
+    return _mkl[0]
+
+
+def _open(path):
+    if path is None:
+        return None
+    try:
+        lib = ctypes.CDLL(path)
+        lib.MKL_Set_Interface_Layer(0)  # LP64: 32-bit ints, as the argtypes below
+        layer = lib.MKL_Set_Threading_Layer(1)  # 1: sequential (before any other MKL call)
+    except (OSError, AttributeError) as error:
+        warnings.warn(f"asyncflow: MKL at {path} cannot be loaded ({error}); GEMMs use numpy's "
+                      "BLAS", RuntimeWarning, stacklevel=3)
+        return None
+    if layer != 1:  # MKL was loaded before, on a threading layer of its own: not ours to change
+        warnings.warn(f"asyncflow: MKL at {path} already runs a threaded layer ({layer}); GEMMs "
+                      "use numpy's BLAS", RuntimeWarning, stacklevel=3)
+        return None
+    pointer, integer = ctypes.c_void_p, ctypes.c_int
+    functions = []
+    for name, scalar in (("cblas_sgemm", ctypes.c_float), ("cblas_dgemm", ctypes.c_double)):
+        fn = getattr(lib, name)
+        fn.argtypes = [integer] * 6 + [scalar, pointer, integer, pointer, integer, scalar,
+                                       pointer, integer]
+        fn.restype = None
+        functions.append(fn)
+    return tuple(functions)
+
+
+def preload(ctx):
+    """A prepare hook (MatMul, _FusedMatMul): where MKL may run this node's GEMMs and is not
+    loaded yet, a ``registry.Preload`` that loads it and makes its first call (~35 ms here:
+    the library, then MKL's dispatch to its AVX-512 kernels) on a worker thread before the
+    plan's first step, never on the event loop; None elsewhere (where MKL is not installed
+    too: such a plan has no Preload to run)."""
+    dtypes = ctx.output_dtypes
+    if (_mkl or CHOICE == "numpy" or getattr(ctx, "xp", np) is not np or not dtypes
+            or np.dtype(dtypes[0]) not in DTYPES or not _installed()):
+        return None
+    return Preload(_warm)
+
+
+def _warm(ctx):
+    if available():
+        for dtype in DTYPES:
+            one = np.ones((1, 1), dtype)
+            mkl_matmul(one, one, np.empty((1, 1), dtype))
+
+
+def available():
+    """Whether MKL's GEMMs can run: not switched off (``CHOICE`` numpy) and loadable."""
+    if CHOICE == "numpy":
+        return False
+    if CHOICE not in CHOICES:
+        raise ValueError(f"ASYNCFLOW_BLAS={CHOICE!r}: expected one of {', '.join(CHOICES)}")
+    return _load() is not None
+
+
+def name():
+    """Which library runs the CPU GEMMs of float32/float64 products: ``mkl`` or ``numpy``."""
+    return "mkl" if available() else "numpy"
+
+
+def prefers(m, k, n):
+    """Whether ``auto`` takes MKL for an ``[m, k] @ [k, n]`` product (see ``MKL_THIN``)."""
+    macs = m * k * n
+    return macs >= MKL_FROM_MACS and (min(m, k, n) <= MKL_THIN or macs >= MKL_LARGE_MACS)
+
+
+def gemm(ctx, a, b):
+    """The function ``mm(a, b, out)`` writing ``a @ b`` into ``out`` for this product (and its
+    chunks): MKL's where it applies (CPU, 2-D numpy arrays of one ``DTYPES`` dtype, MKL
+    available, chosen for the shape), else numpy's ``matmul``."""
+    xp = ctx.xp
+    if (xp is np and type(a) is np.ndarray and type(b) is np.ndarray and a.ndim == b.ndim == 2
+            and a.dtype == b.dtype and a.dtype in DTYPES and available()
+            and (CHOICE == "mkl" or prefers(a.shape[0], a.shape[1], b.shape[1]))
+            and not gram(a, b)):
+        return mkl_matmul
+    return lambda x, y, out: xp.matmul(x, y, out=out)
+
+
+def gram(a, b):
+    """Whether ``a @ b`` is ``x @ x.T`` (one buffer, the strides swapped): numpy computes it
+    with BLAS's SYRK (half the multiply-adds, one triangle mirrored: an exactly symmetric
+    result), which rounds otherwise than GEMMs of its rows would: such a product is neither
+    split (kernels/math.py) nor given to MKL (numpy's arrays only)."""
+    return (type(a) is np.ndarray and a.shape[0] == b.shape[1] and a.strides == b.strides[::-1]
+            and a.ctypes.data == b.ctypes.data)
+
+
+def matmul(ctx, a, b):
+    """``a @ b`` as a new array, through ``gemm``'s choice."""
+    mm = gemm(ctx, a, b)
+    if mm is not mkl_matmul:
+        return a @ b
+    out = np.empty((a.shape[0], b.shape[1]), dtype=a.dtype)
+    return mm(a, b, out)
+
+
+def mkl_matmul(a, b, out):
+    """``out[...] = a @ b`` by MKL's GEMM for 2-D float32/float64 arrays of one dtype (numpy's
+    matmul for a call whose views BLAS cannot take as they are). Returns ``out``."""
+    (m, k), n = a.shape, b.shape[1]
+    if b.shape[0] != k or out.shape != (m, n) or not a.dtype == b.dtype == out.dtype:
+        raise ValueError(f"mkl_matmul: {a.dtype}{list(a.shape)} @ {b.dtype}{list(b.shape)} "
+                         f"into {out.dtype}{list(out.shape)}")
+    if m == 0 or n == 0:
+        return out
+    if k == 0:
+        out[...] = 0
+        return out
+    left, right, result = _operand(a), _operand(b), _operand(out)
+    if (left is None or right is None or result is None or result[0] != _NO_TRANS
+            or max(m, n, k, left[1], right[1], result[1]) > _INT_MAX
+            or not out.flags.writeable
+            or np.may_share_memory(out, a) or np.may_share_memory(out, b)):
+        return np.matmul(a, b, out=out)
+    fn = _load()[a.dtype.itemsize == 8]
+    fn(_ROW_MAJOR, left[0], right[0], m, n, k, 1.0, a.ctypes.data, left[1], b.ctypes.data,
+       right[1], 0.0, out.ctypes.data, result[1])
+    return out
+
+
+def _operand(x):
+    """``(CblasNoTrans or CblasTrans, leading dimension)`` of a 2-D view for a row-major BLAS
+    call, or None where neither stride is the item size (a dimension of one takes any)."""
+    rows, cols = x.shape
+    step = x.itemsize
+    across, down = x.strides
+    if not x.flags.aligned:
+        return None
+    if (cols == 1 or down == step) and (rows == 1 or (across % step == 0
+                                                      and across // step >= cols)):
+        return _NO_TRANS, max(1, cols, across // step if rows > 1 else 0)
+    if (rows == 1 or across == step) and (cols == 1 or (down % step == 0
+                                                        and down // step >= rows)):
+        return _TRANS, max(1, rows, down // step if cols > 1 else 0)
+    return None
