@@ -398,8 +398,8 @@ async def test_small_plans_and_one_thread_stay_in_one_lane(monkeypatch):
     assign = lanes.assign
     for saved, laned in ((1e-3, False), (3e-3, True)):
         def predicted(plan, threads, saved=saved):
-            order, lane_of, deps, _, _, _ = assign(plan, threads)
-            return order, lane_of, deps, 10e-3 - saved, 10e-3
+            order, lane_of, deps, _, _, tail = assign(plan, threads)
+            return order, lane_of, deps, 10e-3 - saved, 10e-3, tail
         monkeypatch.setattr(lanes, "assign", predicted)
         assert ("lane 0" in await form(2, 160, 512)) is laned
 
@@ -462,9 +462,9 @@ async def test_other_tasks_see_the_loop_threads_flag_unset_while_lane_0_awaits_a
     offloads = []
     generate = lanes._generate
 
-    def counting(plan, order, lane_of, deps, pool):
+    def counting(plan, order, lane_of, deps, pool, tail=frozenset()):
         offloads.extend(n.op.name for n in order if lane_of[n.index] == 0 and n.offload)
-        return generate(plan, order, lane_of, deps, pool)
+        return generate(plan, order, lane_of, deps, pool, tail)
     monkeypatch.setattr(lanes, "_generate", counting)
     turns, done = [], []
 
