@@ -37,7 +37,8 @@ import queue as queue_module
 import threading
 import weakref
 
-whole = threading.local()  # ``active``: kernels run whole here (``run_alone``, a lane)
+whole = threading.local()  # ``active``: kernels run whole here (``run_alone``, a lane);
+#                             ``finer``: a split here may find its workers late (a lane's tail)
 _blas_lock = threading.Lock()
 _blas_users = 0        # holds: the process's claim and every running split
 _blas_restore = None   # threadpoolctl's limiters of the holds, oldest first (``_Limiters``)
@@ -204,6 +205,15 @@ class IntraOpPool:
         ``run_alone``, or a lane holding every thread): a split would compute all its chunks
         here, one after the other."""
         return getattr(whole, "active", False)
+
+    @staticmethod
+    def finer():
+        """Whether a split on the calling thread should cut finer chunks than one a thread:
+        lane 0's tail (``exec/lanes.py``), where the split worker shares the second core
+        with lane 1's last kernels and may start its chunk late; with several chunks a
+        thread the caller takes more of them meanwhile. Kernels may use it only where the
+        chunking does not change the bits (``kernels/intra_op.py``, ``for_gemm``)."""
+        return getattr(whole, "finer", False)
 
     def all_busy(self):
         """Whether every worker is running a hand-off now (another kernel's chunks): a split

@@ -484,7 +484,7 @@ class LaneRun:
         kernel's half-way point, so lane 0's kernels split over the pool's split workers
         again (not the lane thread: a worker shares the second core with lane 1's last
         kernels, then has it alone)."""
-        self.tailed = True
+        self.tailed = intra_op.whole.finer = True
         if self.alone:
             intra_op.whole.active = self.alone = False
 
@@ -494,11 +494,15 @@ class LaneRun:
         async def paused(*args):
             if self.alone:
                 intra_op.whole.active = False
+            if self.tailed:
+                intra_op.whole.finer = False
             try:
                 return await pause(*args)
             finally:
                 if self.alone:
                     intra_op.whole.active = True
+                if self.tailed:
+                    intra_op.whole.finer = True
         return paused
 
     def give(self, k):
@@ -629,6 +633,8 @@ class LaneRun:
         boundary; nothing of the step runs after this returns."""
         if self.alone:
             intra_op.whole.active = self.alone = False
+        if self.tailed:
+            intra_op.whole.finer = False
         if self.done:
             return
         self.abort = True
