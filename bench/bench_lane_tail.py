@@ -20,8 +20,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_models  # noqa: E402  (the models, written once)
-from bench_lanes import session  # noqa: E402
+from bench_lanes import session  # noqa: E402  (bench_models.py's models, one session each)
 
 
 async def compare(af, lanes, model, rounds, steps):

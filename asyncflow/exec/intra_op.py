@@ -38,7 +38,7 @@ import threading
 import weakref
 
 whole = threading.local()  # ``active``: kernels run whole here (``run_alone``, a lane);
-#                             ``finer``: a split here may find its workers late (a lane's tail)
+#                             ``tail``: this thread runs lane 0's tail (``exec/lanes.py``)
 _blas_lock = threading.Lock()
 _blas_users = 0        # holds: the process's claim and every running split
 _blas_restore = None   # threadpoolctl's limiters of the holds, oldest first (``_Limiters``)
@@ -207,13 +207,12 @@ class IntraOpPool:
         return getattr(whole, "active", False)
 
     @staticmethod
-    def finer():
-        """Whether a split on the calling thread should cut finer chunks than one a thread:
-        lane 0's tail (``exec/lanes.py``), where the split worker shares the second core
-        with lane 1's last kernels and may start its chunk late; with several chunks a
-        thread the caller takes more of them meanwhile. Kernels may use it only where the
-        chunking does not change the bits (``kernels/intra_op.py``, ``for_gemm``)."""
-        return getattr(whole, "finer", False)
+    def in_tail():
+        """Whether the calling thread runs lane 0's tail (``exec/lanes.py``): the step's last
+        kernels, the second core free or soon free, where a kernel may split from a lower
+        size than elsewhere where its chunks do not change its bits (a dense apply,
+        ``kernels/training.py``)."""
+        return getattr(whole, "tail", False)
 
     def all_busy(self):
         """Whether every worker is running a hand-off now (another kernel's chunks): a split

@@ -480,11 +480,11 @@ class LaneRun:
                 intra_op.whole.active = self.alone = True
 
     def tail(self):
-        """Lane 0 reached its tail (``_tail``): lane 1 is predicted to end before its next
-        kernel's half-way point, so lane 0's kernels split over the pool's split workers
-        again (not the lane thread: a worker shares the second core with lane 1's last
-        kernels, then has it alone)."""
-        self.tailed = intra_op.whole.finer = True
+        """Lane 0 reached its tail (``_tail``): its next kernel is predicted to end after
+        lane 1's last one, so lane 0's kernels split over the pool's split workers again
+        (a worker shares the second core with lane 1's last kernels, then has it alone);
+        a dense apply splits there from a lower size (``kernels/training.py``)."""
+        self.tailed = intra_op.whole.tail = True
         if self.alone:
             intra_op.whole.active = self.alone = False
 
@@ -495,14 +495,14 @@ class LaneRun:
             if self.alone:
                 intra_op.whole.active = False
             if self.tailed:
-                intra_op.whole.finer = False
+                intra_op.whole.tail = False
             try:
                 return await pause(*args)
             finally:
                 if self.alone:
                     intra_op.whole.active = True
                 if self.tailed:
-                    intra_op.whole.finer = True
+                    intra_op.whole.tail = True
         return paused
 
     def give(self, k):
@@ -634,7 +634,7 @@ class LaneRun:
         if self.alone:
             intra_op.whole.active = self.alone = False
         if self.tailed:
-            intra_op.whole.finer = False
+            intra_op.whole.tail = False
         if self.done:
             return
         self.abort = True

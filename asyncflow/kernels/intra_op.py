@@ -80,9 +80,6 @@ BLAS_SMALL_MACS = 1_000_000
 # kernels) the rounding of a row depends on the block it falls in: a split is close to the
 # whole product (its bits depend on the shape and thread count only), not equal.
 KEEPS_BITS = {("SkylakeX", "float32")}
-# Chunks a thread of a GEMM split where the workers may start late (``pool.finer()``: lane 0's
-# tail, the second core still running lane 1's last kernels), where that keeps the bits.
-FINER_CHUNKS = 2
 _blas_core = []  # numpy's BLAS core (threadpoolctl's ``architecture``), found on first use
 
 
@@ -130,9 +127,6 @@ def for_gemm(ctx, count, macs_per_item, fn, bytes_per_item=0, dtype=None):
     elif (pool.alone() or pool.all_busy()) and split_keeps_bits(dtype):
         fn(0, count)  # (the chunks' bits, computed whole: b packed once)
         return [(0, count)]
-    elif (pool.finer() and count // least >= FINER_CHUNKS * pool.threads
-          and split_keeps_bits(dtype)):  # (a worker may come late: several chunks a thread)
-        bounds = chunk_bounds(count, FINER_CHUNKS * pool.threads)
     else:
         parts = max(1, min(pool.threads, count // least))
         lead = 0

@@ -345,13 +345,13 @@ async def test_lane_0_tail_splits_over_the_pool_with_the_bits_of_one_lane(model,
     monkeypatch.setattr(lanes, "TAIL_SPLITS", True)
     laned["plans"].clear()
     laned["tails"].clear()
-    seen, finer = [], {}
+    seen, in_tail = [], {}
     for op_type in ("MatMul", "ApplyRMSProp"):
         kernel = registry._KERNELS[(op_type, registry.ANY)]
 
         def fn(ctx, *args, _fn=kernel.fn):
             seen.append((ctx.name, getattr(intra_op.whole, "active", False)))
-            finer[ctx.name] = ctx.device.intra_op.finer()
+            in_tail[ctx.name] = ctx.device.intra_op.in_tail()
             return _fn(ctx, *args)
         monkeypatch.setitem(registry._KERNELS, (op_type, registry.ANY),
                             dataclasses.replace(kernel, fn=fn))
@@ -366,10 +366,10 @@ async def test_lane_0_tail_splits_over_the_pool_with_the_bits_of_one_lane(model,
     on_lane_0 = {node.op.name for node in order if lane_of[node.index] == 0}
     tail_calls = [active for name, active in seen if name in tail]
     assert tail_calls and not any(tail_calls)  # split again in the tail
-    # (two GEMM chunks a thread there, and the first layer's apply splits from 128k elements)
+    # (and the first layer's apply splits from 128k elements there)
     assert "RMSProp/update_Variable/ApplyRMSProp" in tail
-    assert all(finer[name] for name in tail if name in finer)
-    assert not any(finer[name] for name in finer if name not in tail)
+    assert all(in_tail[name] for name in tail if name in in_tail)
+    assert not any(in_tail[name] for name in in_tail if name not in tail)
     # (before the tail, lane 0's GEMMs run whole once lane 1 started: the flag is set)
     assert any(active for name, active in seen if name in on_lane_0 and name not in tail)
     assert pool.splits > splits

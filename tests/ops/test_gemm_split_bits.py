@@ -207,41 +207,6 @@ def test_a_gemm_split_while_every_worker_is_busy(dtype, monkeypatch):
     np.testing.assert_array_equal(out, free_value)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_a_gemm_split_in_a_lanes_tail_cuts_finer_chunks_only_where_that_keeps_the_bits(
-        dtype, monkeypatch):
-    """In lane 0's tail (``pool.finer()``, exec/lanes.py) the worker may start late: two
-    chunks a thread, no lead, where a split keeps the bits (float32 on SkylakeX); elsewhere
-    the chunks of any other split of that shape, so the bits never depend on the lanes."""
-    pool = intra_op.IntraOpPool(2)
-    ctx = SimpleNamespace(device=SimpleNamespace(intra_op=pool), xp=np, name="MatMul",
-                          attrs={"transpose_a": False, "transpose_b": False})
-    a, b = _operands(4, dtype, 784, 256, 256, ("transposed", "C"))
-    whole = a @ b
-    out = np.empty((784, 256), dtype)
-
-    def rows(start, stop):
-        np.matmul(a[start:stop], b, out=out[start:stop])
-    try:
-        plain = kernel_intra_op.for_gemm(ctx, 784, 256 * 256, rows, dtype=np.dtype(dtype))
-        plain_value = out.copy()
-        intra_op.whole.finer = True
-        try:
-            finer = kernel_intra_op.for_gemm(ctx, 784, 256 * 256, rows, dtype=np.dtype(dtype))
-        finally:
-            intra_op.whole.finer = False
-    finally:
-        pool.close(timeout=5)
-    kept = kernel_intra_op.split_keeps_bits(np.dtype(dtype))
-    assert len(plain) == 2
-    if kept:
-        assert finer == kernel_intra_op.chunk_bounds(784, 4)
-        np.testing.assert_array_equal(out, whole)
-    else:
-        assert finer == plain
-    np.testing.assert_array_equal(out, plain_value)
-
-
 def test_a_gemm_split_inside_a_chunk_and_a_failing_one_inside_a_pair():
     """A GEMM kernel inside another split's chunk splits again (or runs whole) and ends; one
     that fails inside a pair raises from the pair's call, and the thread's flag is back."""
