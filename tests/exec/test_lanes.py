@@ -369,7 +369,9 @@ async def test_lane_0_tail_splits_over_the_pool_with_the_bits_of_one_lane(model,
     # (and the first layer's apply splits from 128k elements there)
     assert "RMSProp/update_Variable/ApplyRMSProp" in tail
     assert all(in_tail[name] for name in tail if name in in_tail)
-    assert not any(in_tail[name] for name in in_tail if name not in tail)
+    # (lane 0's kernels before it: not; a kernel of lane 1 that lane 0 runs itself in its
+    # tail, the lane thread late, may split there too: the same chunks, the same bits)
+    assert not any(in_tail[name] for name in in_tail if name in on_lane_0 and name not in tail)
     # (before the tail, lane 0's GEMMs run whole once lane 1 started: the flag is set)
     assert any(active for name, active in seen if name in on_lane_0 and name not in tail)
     assert pool.splits > splits
