@@ -67,7 +67,7 @@ async def timeline(af, lanes, model, steps, show):
     records = []
     generate = lanes._generate
 
-    def timed(plan, order, lane_of, deps, pool, *tail):
+    def timed(plan, order, lane_of, deps, pool):
         for node in order:
             def fn(ctx, *args, _fn=node.fn, _name=node.op.name, _lane=lane_of[node.index]):
                 start = time.perf_counter()
@@ -77,7 +77,7 @@ async def timeline(af, lanes, model, steps, show):
                     records.append((_lane, threading.get_ident(), _name, start,
                                     time.perf_counter()))
             node.fn = fn
-        return generate(plan, order, lane_of, deps, pool, *tail)
+        return generate(plan, order, lane_of, deps, pool)
     lanes._generate = timed
     threshold, lanes.Cores.MIN_CPU_WALL = lanes.Cores.MIN_CPU_WALL, 0.0  # every step in lanes
     try:

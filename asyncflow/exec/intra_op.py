@@ -37,8 +37,7 @@ import queue as queue_module
 import threading
 import weakref
 
-whole = threading.local()  # ``active``: kernels run whole here (``run_alone``, a lane);
-#                             ``tail``: this thread runs lane 0's tail (``exec/lanes.py``)
+whole = threading.local()  # ``active``: kernels run whole here (``run_alone``, a lane)
 _blas_lock = threading.Lock()
 _blas_users = 0        # holds: the process's claim and every running split
 _blas_restore = None   # threadpoolctl's limiters of the holds, oldest first (``_Limiters``)
@@ -205,14 +204,6 @@ class IntraOpPool:
         ``run_alone``, or a lane holding every thread): a split would compute all its chunks
         here, one after the other."""
         return getattr(whole, "active", False)
-
-    @staticmethod
-    def in_tail():
-        """Whether the calling thread runs lane 0's tail (``exec/lanes.py``): the step's last
-        kernels, the second core free or soon free, where a kernel may split from a lower
-        size than elsewhere where its chunks do not change its bits (a dense apply,
-        ``kernels/training.py``)."""
-        return getattr(whole, "tail", False)
 
     def all_busy(self):
         """Whether every worker is running a hand-off now (another kernel's chunks): a split

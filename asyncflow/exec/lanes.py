@@ -28,11 +28,9 @@ looked a fifth shorter in two lanes and ran 12-17% longer there (bench/RESULTS.m
 
 What stays as it is with one lane:
 - the bits: every kernel gets the same inputs and runs whole (a kernel on lane 1 does not
-  split again: ``intra_op.run_alone``'s rule; from lane 1's start to lane 0's tail neither
+  split again: ``intra_op.run_alone``'s rule; from lane 1's start to the step's end neither
   does one of lane 0 on the loop's thread, whose thread and lane 1's take the two cores; a
-  kernel of lane 0 large enough to be offloaded to a worker thread may still split there;
-  lane 0's tail, its kernels predicted to run mostly after lane 1's end, splits again over
-  the split workers: a split's chunks do not depend on the threads that run them);
+  kernel of lane 0 large enough to be offloaded to a worker thread may still split there);
 - stateful order: nodes touching one variable (through a ref input or a read of it, the
   variable's own node included) keep their order among themselves; every other stateful op
   (random draws, queues, ``py_func``) stays on lane 0 in the schedule's order; control
@@ -88,10 +86,6 @@ MIN_GAIN_S = 500e-6
 MIN_GAIN_SHARE = 0.15
 GUESSED_TWICE_S = 50e-6  # a kernel estimated on two or more guessed dims: one lane from here
 MAX_NODES = 400         # a larger schedule stays in one lane (the scheduler is quadratic)
-# Lane 0's tail (``_tail``: its kernels predicted to run mostly after lane 1 ended) splits
-# over the pool's workers again; False here before a plan is built keeps it whole (benchmarks
-# compare both). The same bits either way: a split's chunks do not depend on who runs them.
-TAIL_SPLITS = os.environ.get("ASYNCFLOW_LANE_TAIL_SPLITS", "1") != "0"
 _CHECK = "check"
 # Kernels that return a view or a shape: a call's cost, whatever their inputs' size.
 _VIEWS = frozenset({"Identity", "StopGradient", "Shape", "Reshape", "ExpandDims", "Squeeze",
@@ -250,27 +244,7 @@ def assign(plan, threads=2):
                        if lane_of[n.index] == 0 and lane1_start is not None
                        and finish[n.index] <= lane1_start)
     return (order, lane_of, deps, max(free) - split_saving,
-            sum(one_lane_seconds(n, threads) for n in nodes), _tail(order, lane_of, finish, cost))
-
-
-def _tail(order, lane_of, finish, cost):
-    """Lane 0's nodes from the first one predicted to end after lane 1's last kernel, to the
-    step's end: there lane 0's kernels split over the pool again (``LaneRun.tail``), its
-    split worker sharing the second core with lane 1's last kernels, then having it alone
-    (issue 37: the autoencoder's first-layer weight gradient, ~1.2 ms, ran whole with the
-    other core idle after lane 1's last small kernels). A kernel of ``c`` seconds with lane 1
-    ``r`` from its end: whole it ends at ``c``, split about ``max((c + r) / 2, r)``: shorter
-    wherever it outlasts lane 1. Empty where ``TAIL_SPLITS`` is off."""
-    ends = [finish[i] for i, lane in lane_of.items() if lane == 1]
-    tail = set()
-    if not TAIL_SPLITS or not ends:
-        return tail
-    lane1_end = max(ends)
-    for node in order:
-        i = node.index
-        if lane_of[i] == 0 and (tail or finish[i] >= lane1_end + SYNC_S):
-            tail.add(i)
-    return tail
+            sum(one_lane_seconds(n, threads) for n in nodes))
 
 
 def compile_lanes(plan):
@@ -283,13 +257,13 @@ def compile_lanes(plan):
     assigned = assign(plan, pool.threads)
     if assigned is None or _guessed_twice(assigned[0]):
         return None
-    order, lane_of, deps, two, one, tail = assigned
+    order, lane_of, deps, two, one = assigned
     if not any(lane_of.values()) or two > min(one - MIN_GAIN_S, one * (1 - MIN_GAIN_SHARE)):
         return None
-    return _generate(plan, order, lane_of, deps, pool, tail)
+    return _generate(plan, order, lane_of, deps, pool)
 
 
-def _generate(plan, order, lane_of, deps, pool, tail=frozenset()):
+def _generate(plan, order, lane_of, deps, pool):
     fetch_slots, feed_slots = set(plan.fetch_slots), set(plan.feed_slots)
     node_of = {node.index: node for node in order}
     producer = {slot: node.index for node in order for slot in node.outputs if slot >= 0}
@@ -312,7 +286,6 @@ def _generate(plan, order, lane_of, deps, pool, tail=frozenset()):
         if needs:
             first_need = max(needs, key=position0.__getitem__)
             break
-    first_tail = next((n.index for n in lanes_nodes[0] if n.index in tail), None)
     every = max(1, 2 * timeslice.CHECK_EVERY)
     functions = []
     for lane in (1, 0):
@@ -339,8 +312,6 @@ def _generate(plan, order, lane_of, deps, pool, tail=frozenset()):
                     for slot in node_of[d].outputs:
                         if slot in crossing:
                             names[slot] = f"slots[{slot}]"
-            if lane == 0 and i == first_tail:
-                g.line(["_L.tail()"])
             args = [f"{names[slot]}.read()" if p in node.deref else names[slot]
                     for p, slot in enumerate(node.inputs)]
             dying = [names[slot] for slot in dict.fromkeys(node.inputs)
@@ -450,7 +421,7 @@ class LaneRun:
     flag lane 0 has still to set."""
 
     __slots__ = ("flags", "cond", "drive", "gen", "pool", "future", "error", "abort", "done",
-                 "waiters", "stolen", "alone", "on_loop", "tailed")
+                 "waiters", "stolen", "alone", "on_loop")
     steal = True  # lane 0 may run lane 1 (tests switch it off to keep lane 1 on its thread)
 
     def __init__(self, lane1, slots, flags, pool):
@@ -465,7 +436,6 @@ class LaneRun:
         self.waiters = 0
         self.alone = False  # lane 0's kernels run whole while lane 1 is live
         self.on_loop = False  # lane 0 runs lane 1's generator (its kernels on the loop)
-        self.tailed = False  # lane 0 reached its tail: its kernels split again
 
     def start(self):
         """Hand lane 1 to the pool's lane thread. From here to the step's end lane 0's
@@ -476,17 +446,7 @@ class LaneRun:
         0.96-0.98 of one lane's time with lane 0's GEMMs split, 0.94-0.96 whole)."""
         if not self.done:
             self.future = self.pool.submit(self._work)
-            if not self.tailed:
-                intra_op.whole.active = self.alone = True
-
-    def tail(self):
-        """Lane 0 reached its tail (``_tail``): its next kernel is predicted to end after
-        lane 1's last one, so lane 0's kernels split over the pool's split workers again
-        (a worker shares the second core with lane 1's last kernels, then has it alone);
-        a dense apply splits there from a lower size (``kernels/training.py``)."""
-        self.tailed = intra_op.whole.tail = True
-        if self.alone:
-            intra_op.whole.active = self.alone = False
+            intra_op.whole.active = self.alone = True
 
     def pausing(self, pause):
         """``pause`` (or ``offload``) for lane 0: while the loop runs other tasks their
@@ -494,15 +454,11 @@ class LaneRun:
         async def paused(*args):
             if self.alone:
                 intra_op.whole.active = False
-            if self.tailed:
-                intra_op.whole.tail = False
             try:
                 return await pause(*args)
             finally:
                 if self.alone:
                     intra_op.whole.active = True
-                if self.tailed:
-                    intra_op.whole.tail = True
         return paused
 
     def give(self, k):
@@ -633,8 +589,6 @@ class LaneRun:
         boundary; nothing of the step runs after this returns."""
         if self.alone:
             intra_op.whole.active = self.alone = False
-        if self.tailed:
-            intra_op.whole.tail = False
         if self.done:
             return
         self.abort = True

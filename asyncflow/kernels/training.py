@@ -344,11 +344,6 @@ def _apply_centered_rms_prop(ctx, var, mg, ms, mom, lr, rho, momentum, epsilon, 
 # Element-operations per element of a compiled apply, for ``for_batch``'s split threshold: one
 # pass runs RMSProp at ~0.7 ns an element on one core, the pace of numpy's simplest loops.
 LOOP_WORK = 1
-# In lane 0's tail (``pool.in_tail()``: the step's last kernels, the second core free or soon
-# free) an apply splits from 128k elements: the autoencoder's first layer's (200k, 0.3-0.36 ms
-# in the step, its arrays out of cache after the weight gradient) ran alone at the step's end.
-# Elementwise: the same bits however it is cut.
-TAIL_LOOP_WORK = 8
 
 
 @jit.loop
@@ -425,13 +420,11 @@ def _compiled_apply(ctx, var, slots, grad, dtype, loop, scalars):
         g.flags.writeable = False
     flat = [a.reshape(-1) for a in news] + [g]
     size = g.size
-    pool = getattr(ctx.device, "intra_op", None)
-    work = TAIL_LOOP_WORK if pool is not None and pool.in_tail() else LOOP_WORK
-    if size * work < intra_op.MIN_SPLIT_WORK:
+    if size * LOOP_WORK < intra_op.MIN_SPLIT_WORK:
         loop(*flat, *scalars, 0, size)
     else:
         try:
-            intra_op.for_batch(ctx, size, work,
+            intra_op.for_batch(ctx, size, LOOP_WORK,
                                lambda start, stop: loop(*flat, *scalars, start, stop))
         finally:
             flat.clear()  # (see ``_dense_apply``: no view of a stored array kept queued)

@@ -24,10 +24,9 @@ def laned(monkeypatch):
     seen = {"plans": [], "runs": []}
     generate, init = lanes._generate, lanes.LaneRun.__init__
 
-    def spy(plan, order, lane_of, deps, pool, tail=frozenset()):
+    def spy(plan, order, lane_of, deps, pool):
         seen["plans"].append((plan, order, dict(lane_of)))
-        seen.setdefault("tails", []).append(set(tail))
-        return generate(plan, order, lane_of, deps, pool, tail)
+        return generate(plan, order, lane_of, deps, pool)
 
     def spy_init(self, *args):
         init(self, *args)
@@ -312,9 +311,8 @@ async def test_lane_0_gives_the_loop_back_while_it_waits(laned, on_the_worker, m
 
 
 async def test_lane_0_kernels_run_whole_while_lane_1_is_live(laned, on_the_worker, monkeypatch):
-    """From lane 1's start to lane 0's tail a kernel of lane 0 does not split (the two
+    """From lane 1's start to the step's end a kernel of lane 0 does not split (the two
     lanes take the two threads); before lanes start and after the step it may."""
-    monkeypatch.setattr(lanes, "TAIL_SPLITS", False)
     await train_steps("mlp", 1, True, monkeypatch)
     where = lane_of_op(laned)
     seen = {}
@@ -329,55 +327,6 @@ async def test_lane_0_kernels_run_whole_while_lane_1_is_live(laned, on_the_worke
     await train_steps("mlp", 1, True, monkeypatch)
     assert seen and all(seen.values())  # (lane 0's applies run after lane 1 started)
     assert not getattr(intra_op.whole, "active", False)
-
-
-@pytest.mark.parametrize("model", ["mlp", "autoencoder"])
-async def test_lane_0_tail_splits_over_the_pool_with_the_bits_of_one_lane(model, laned,
-                                                                          monkeypatch):
-    """Lane 0's kernels predicted to end after lane 1's last one (the first layer's weight
-    gradient and its apply) split over the pool's split workers again: the same losses and
-    variables as one lane and as the tail run whole; lane 0's kernels before the tail still
-    run whole while lane 1 is live."""
-    one = await train_steps(model, 3, False, monkeypatch)
-    monkeypatch.setattr(lanes, "TAIL_SPLITS", False)
-    whole = await train_steps(model, 3, True, monkeypatch)
-    assert laned["tails"][-1] == set()
-    monkeypatch.setattr(lanes, "TAIL_SPLITS", True)
-    laned["plans"].clear()
-    laned["tails"].clear()
-    seen, in_tail = [], {}
-    for op_type in ("MatMul", "ApplyRMSProp"):
-        kernel = registry._KERNELS[(op_type, registry.ANY)]
-
-        def fn(ctx, *args, _fn=kernel.fn):
-            seen.append((ctx.name, getattr(intra_op.whole, "active", False)))
-            in_tail[ctx.name] = ctx.device.intra_op.in_tail()
-            return _fn(ctx, *args)
-        monkeypatch.setitem(registry._KERNELS, (op_type, registry.ANY),
-                            dataclasses.replace(kernel, fn=fn))
-    pool = intra_op.shared_pool(2)
-    splits = pool.splits
-    split = await train_steps(model, 3, True, monkeypatch)
-    index = max(range(len(laned["plans"])), key=lambda k: len(laned["plans"][k][1]))
-    plan, order, lane_of = laned["plans"][index]
-    tail = {node.op.name for node in order if node.index in laned["tails"][index]}
-    assert "gradients/MatMul_grad/MatMul_1" in tail  # the first layer's weight gradient
-    assert all(lane_of[node.index] == 0 for node in order if node.op.name in tail)
-    on_lane_0 = {node.op.name for node in order if lane_of[node.index] == 0}
-    tail_calls = [active for name, active in seen if name in tail]
-    assert tail_calls and not any(tail_calls)  # split again in the tail
-    # (and the first layer's apply splits from 128k elements there)
-    assert "RMSProp/update_Variable/ApplyRMSProp" in tail
-    assert all(in_tail[name] for name in tail if name in in_tail)
-    # (lane 0's kernels before it: not; a kernel of lane 1 that lane 0 runs itself in its
-    # tail, the lane thread late, may split there too: the same chunks, the same bits)
-    assert not any(in_tail[name] for name in in_tail if name in on_lane_0 and name not in tail)
-    # (before the tail, lane 0's GEMMs run whole once lane 1 started: the flag is set)
-    assert any(active for name, active in seen if name in on_lane_0 and name not in tail)
-    assert pool.splits > splits
-    assert not getattr(intra_op.whole, "active", False)
-    assert_same_bits(one, whole)
-    assert_same_bits(one, split)
 
 
 async def test_small_plans_and_one_thread_stay_in_one_lane(monkeypatch):
@@ -406,8 +355,8 @@ async def test_small_plans_and_one_thread_stay_in_one_lane(monkeypatch):
     assign = lanes.assign
     for saved, laned in ((1e-3, False), (3e-3, True)):
         def predicted(plan, threads, saved=saved):
-            order, lane_of, deps, _, _, tail = assign(plan, threads)
-            return order, lane_of, deps, 10e-3 - saved, 10e-3, tail
+            order, lane_of, deps, _, _ = assign(plan, threads)
+            return order, lane_of, deps, 10e-3 - saved, 10e-3
         monkeypatch.setattr(lanes, "assign", predicted)
         assert ("lane 0" in await form(2, 160, 512)) is laned
 
@@ -457,7 +406,7 @@ async def test_the_convnets_training_step_stays_in_one_lane_whatever_its_reshape
                        key=lambda p: len(p.schedule))  # (the training step's, not the init's)
             assert plan.static and "lane" not in plan.static_fn.__code__.co_filename
             # The estimates behind it: two lanes save less than ``MIN_GAIN_SHARE``.
-            _, _, _, two, one, _ = lanes.assign(plan, 2)
+            _, _, _, two, one = lanes.assign(plan, 2)
             print(f"two lanes {two * 1e3:.2f} ms, one {one * 1e3:.2f}")
             assert two > one * (1 - lanes.MIN_GAIN_SHARE)
 
@@ -470,9 +419,9 @@ async def test_other_tasks_see_the_loop_threads_flag_unset_while_lane_0_awaits_a
     offloads = []
     generate = lanes._generate
 
-    def counting(plan, order, lane_of, deps, pool, tail=frozenset()):
+    def counting(plan, order, lane_of, deps, pool):
         offloads.extend(n.op.name for n in order if lane_of[n.index] == 0 and n.offload)
-        return generate(plan, order, lane_of, deps, pool, tail)
+        return generate(plan, order, lane_of, deps, pool)
     monkeypatch.setattr(lanes, "_generate", counting)
     turns, done = [], []
 
