@@ -155,14 +155,17 @@ def encode(message: Any, limits: Any, checksums: bool, defer: bool) -> list | No
 
 
 def _frame(template: _Template, message: Any, schema: Any, checksums: bool,
-           defer: bool) -> list | None:
-    """``message``'s buffers from ``template``, the template of its key."""
+           defer: bool, ids: tuple | None = None, values: Any = None) -> list | None:
+    """``message``'s buffers from ``template``, the template of its key; or, ``message``
+    None, those of the message of that key whose volatile ids are ``ids`` (in the template's
+    order) and whose tensors hold ``values`` (:meth:`Prepared.encode_step`)."""
     head = template.head
     if head is None:
         chunks = template.chunks
         pieces = [chunks[0]]
-        for field, chunk in zip(template.volatile, chunks[1:]):
-            value = getattr(message, field.name)  # an int field's check: an int, not a bool
+        for index, (field, chunk) in enumerate(zip(template.volatile, chunks[1:])):
+            # an int field's check: an int, not a bool
+            value = getattr(message, field.name) if ids is None else ids[index]
             if type(value) is not int or not 0 <= value < _UINT64 or value == field.default:
                 return None  # (the full encode says what is wrong, or leaves a default out)
             pieces.append(_uint(value))
@@ -174,8 +177,9 @@ def _frame(template: _Template, message: Any, schema: Any, checksums: bool,
         packed = template.chunks[0]  # (checked against the limit when kept)
     segments = []
     if schema.tensor_field:
-        for entry, cast in zip(getattr(message, schema.tensor_field), template.casts):
-            value = entry.value
+        if values is None:
+            values = [entry.value for entry in getattr(message, schema.tensor_field)]
+        for value, cast in zip(values, template.casts):
             if value.nbytes:
                 segments.append(memoryview(value).cast("B") if cast
                                 else memoryview(value.reshape(-1).view(np.uint8)))
@@ -233,6 +237,27 @@ class Prepared:
                         or value.shape != shape or not value.flags.c_contiguous:
                     return None
         return _frame(self.template, message, schema, checksums, defer)
+
+    def volatile_names(self) -> tuple:
+        """The volatile ids' field names, in the order :meth:`encode_step` takes them."""
+        return tuple(field.name for field in self.template.volatile)
+
+    def encode_step(self, ids: tuple, values: Any, checksums: bool,
+                    defer: bool) -> list | None:
+        """The buffers of the message of this signature whose volatile ids are ``ids`` (in
+        :meth:`volatile_names`' order) and whose tensors hold ``values`` (arrays, in the
+        signature's order), built without a message: the caller vouches for every other field
+        (it made this signature's message itself, :class:`transports.run_graph_step`); each
+        array is checked as :meth:`encode` checks it (an ndarray of the signature's dtype and
+        shape, C-contiguous), each id as the full encode's converter would; else None (the
+        caller builds the message and encodes it in full)."""
+        if checksums != self.checksums or len(values) != len(self.tensors):
+            return None
+        for value, (_, dtype, shape) in zip(values, self.tensors):
+            if type(value) is not np.ndarray or value.dtype != dtype \
+                    or value.shape != shape or not value.flags.c_contiguous:
+                return None
+        return _frame(self.template, None, self.schema, checksums, defer, ids, values)
 
 
 def prepare(message: Any, limits: Any, checksums: bool) -> Prepared | None:

@@ -228,6 +228,16 @@ class Channel:
             return await self._call_entered("run_graph", request, scope)
         return await self._call("run_graph", request, timeout, scope)
 
+    async def run_graph_step(self, call: Any, *, timeout: float | None = None,
+                             scope: trio.CancelScope | None = None,
+                             entered: bool = False) -> RunGraphReply | None:
+        """``run_graph`` of a :class:`transports.run_graph_step.StepCall` (a graph's RunGraph
+        of one step: its fixed fields, ids and feed values); a channel that keeps prepared
+        frames builds its frame without a message, this one sends ``call.message()``."""
+        if entered:
+            return await self.run_graph(call.message(), scope=scope, entered=True)
+        return await self.run_graph(call.message(), timeout=timeout, scope=scope)
+
     async def recv_tensors(self, request: RecvTensors, *,
                            timeout: float | None = None) -> RecvTensorsReply:
         """Fetch rendezvous keys; waits until the producer has sent every one."""

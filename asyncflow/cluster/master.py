@@ -71,10 +71,8 @@ from asyncflow.cluster.step_monitor import StepMonitor
 from asyncflow.compile.task_graph import task_graph_def as _task_graph_def
 from asyncflow.exec import compiled_run
 from asyncflow.exec.options import NodeStats
-from transports.messages import (
-    AbortStep, GraphConfig, GraphOptions, RegisterGraph, RemoteCallError,
-    RunGraph, TensorEntry,
-)
+from transports.messages import AbortStep, GraphConfig, GraphOptions, RegisterGraph, RemoteCallError
+from transports.run_graph_step import RunGraphStep, StepCall
 from transports.service import TransportDeadlineExceeded
 from transports.wire import ChecksumMismatch
 
@@ -112,6 +110,7 @@ class TaskGraph:
     request_ids: object = None  # itertools.count(1) per registration: RunGraph request ids
     last_used: float = 0.0      # trio time of the registration or the last RunGraph reply
     registering: object = dataclasses.field(default=None, repr=False, compare=False)
+    step: object = dataclasses.field(default=None, repr=False, compare=False)  # RunGraphStep
 
 
 @dataclasses.dataclass
@@ -530,11 +529,13 @@ class _StepDriver:
     async def _run_graph(self, index):
         tg = self.run_.task_graphs[index]
         task = self.master.tasks[tg.task]
-        feeds = [TensorEntry(name, self.feed_values[i])
-                 for name, i in zip(tg.options.feeds, tg.feed_indices)]
-        request = RunGraph(tg.handle, self.step_id, feeds, list(tg.options.fetches),
-                           timeout_ms=self.timeout_ms or None, trace=self.trace is not None,
-                           request_id=next(tg.request_ids))
+        # Fixed fields made once per handle, timeout and trace (``transports.run_graph_step``).
+        fixed, timeout_ms, trace = tg.step, self.timeout_ms or None, self.trace is not None
+        if fixed is None or not fixed.fits(tg.handle, timeout_ms, trace):
+            fixed = tg.step = RunGraphStep(tg.handle, tg.options.feeds, tg.options.fetches,
+                                           timeout_ms, trace)
+        request = StepCall(fixed, self.step_id, next(tg.request_ids),
+                           [self.feed_values[i] for i in tg.feed_indices])
         timeout = self.timeout_ms / 1000 + 1.0 if self.timeout_ms else None
         # The call's scope is the channel's own (one per call): cancelling it ends the call.
         scope = self.call_scopes[tg.task] = self.entered or trio.CancelScope()
@@ -552,8 +553,8 @@ class _StepDriver:
         failure (or when ``scope`` was cancelled)."""
         try:
             if scope is self.entered:
-                return await task.channel.run_graph(request, scope=scope, entered=True)
-            return await task.channel.run_graph(request, timeout=timeout, scope=scope)
+                return await task.channel.run_graph_step(request, scope=scope, entered=True)
+            return await task.channel.run_graph_step(request, timeout=timeout, scope=scope)
         except _channels.CALL_FAILURES as exc:
             failure = exc
         except trio.Cancelled:  # in the caller's scope: returns None as a lent one would

@@ -218,13 +218,13 @@ async def test_a_one_task_step_without_a_timeout_calls_in_the_sessions_scope(one
         await sess.run(doubled, {p: 1.0})
         channel = next(iter(sess._target.master.tasks.values())).channel
         calls = []
-        real = channel.run_graph
+        real = channel.run_graph_step  # (the master's RunGraph: a StepCall)
 
-        async def run_graph(request, **kwargs):
+        async def run_graph_step(request, **kwargs):
             calls.append(kwargs)
             return await real(request, **kwargs)
 
-        channel.run_graph = run_graph
+        channel.run_graph_step = run_graph_step
         assert await sess.run(doubled, {p: 2.0}) == 4.0
         assert await sess.run(doubled, {p: 3.0},
                               options=af.RunOptions(timeout_in_ms=5000)) == 6.0

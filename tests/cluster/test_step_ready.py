@@ -99,13 +99,13 @@ async def test_step_ids_are_distinct_odd_and_62_bit(cluster):
     async with _after_a_step(spec) as (sess, p, doubled, master, _):
         channel = master.tasks[T0].channel
         seen = []
-        real = channel.run_graph
+        real = channel.run_graph_step  # (the master's RunGraph: a StepCall)
 
-        async def run_graph(request, **kwargs):
+        async def run_graph_step(request, **kwargs):
             seen.append(request.step_id)
             return await real(request, **kwargs)
 
-        channel.run_graph = run_graph
+        channel.run_graph_step = run_graph_step
         for _ in range(50):
             await sess.run(doubled, {p: 1.0})
         assert len(seen) == 50 and len(set(seen)) == 50

@@ -60,7 +60,9 @@ from transports.http.protocol import (
     text_error, the_frame,
 )
 from transports.messages import Ack, DeregisterGraph, ErrorReply, Message
+from transports.checksum import enabled as checksum_enabled
 from transports.repeat_frames import forget as forget_template
+from transports.run_graph_step import RunGraphStep, StepCall
 from transports.service import RPCS, TEXT_CALLS, Channel, Rpc, TransportUnavailable
 from transports.wire import (
     DEFAULT_LIMITS, Decoder, Limits, LocalProtocolError, RemoteProtocolError,
@@ -76,6 +78,7 @@ _BARE_RETRY_S: Final = 0.5       # after a bare handshake was hung up on: HTTP f
 _BARE_RETRY_MAX_S: Final = 30.0  # doubling (to this) while the server keeps hanging up
 _BROKEN = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 _RPC_INDEX: Final = {rpc.method: index for index, rpc in enumerate(RPCS)}
+_STEP_IDS: Final = ("step_id", "request_id")  # a RunGraph's volatile ids
 _PREPARED_KEPT: Final = 64       # prepared RunGraph signatures kept per channel (by handle)
 
 
@@ -248,10 +251,28 @@ class TrioHttpChannel(Channel):
             if type(handle) is str:
                 self._forget_prepared(handle)
 
+    async def run_graph_step(self, call: StepCall, *, timeout: float | None = None,
+                             scope: trio.CancelScope | None = None,
+                             entered: bool = False) -> Any:
+        # The StepCall itself goes down to ``_exchange`` (its frame built from the prepared
+        # signature there), a RunGraph made of it only where that frame cannot be.
+        if entered:
+            return await self._call_entered("run_graph", call, scope)
+        return await self._call("run_graph", call, timeout, scope)
+
     async def _exchange(self, rpc: Rpc, request: Message | None) -> Message:
         # Bodiless requests are encoded too: the same field checks, whatever the route.
         if rpc.method == "run_graph":
-            buffers = self._encode_run_graph(request)
+            if type(request) is StepCall:
+                buffers = self._encode_step(request)
+                if buffers is None:
+                    step, request = request.step, request.message()
+                    buffers = self._encode_run_graph(request)
+                    step.prepared = self._step_signature(step)
+                elif not (self._bare or self._bare_idle or self._bare_again is not None):
+                    request = request.message()  # (HTTP: its path names the handle)
+            else:
+                buffers = self._encode_run_graph(request)
         else:
             buffers = None if request is None else encode(request, self._limits,
                                                           defer_checksums=True)
@@ -259,9 +280,39 @@ class TrioHttpChannel(Channel):
             reply = await self._bare_call(rpc, buffers, rpc.method in self.one_way)
             if reply is not None:
                 return reply
+        if type(request) is StepCall:  # (the server spoke no bare protocol after all)
+            request = request.message()
         path = request_path(rpc, request)
         return await self._request(rpc.http_method, path,
                                    buffers if rpc.has_body else None, self._read_reply)
+
+    def _encode_step(self, call: StepCall) -> list | None:
+        """A step's RunGraph buffers from its signature's prepared frame, only its ids and
+        feeds' bytes filled in; None where there is none (the first step, another handle's
+        signature kept since) or a feed is not of it (dtype, shape, layout): the caller
+        encodes the message in full, and the signature it keeps is the step's."""
+        step = call.step
+        kept = step.prepared
+        if kept is None:
+            return None
+        prepared, ids_first = kept
+        if self._prepared.get(step.graph_handle) is not prepared:
+            step.prepared = None
+            return None
+        ids = (call.step_id, call.request_id) if ids_first else (call.request_id, call.step_id)
+        return prepared.encode_step(ids, call.values, checksum_enabled(), True)
+
+    def _step_signature(self, step: RunGraphStep) -> tuple | None:
+        """What ``_encode_step`` keeps of ``step``, its RunGraph just encoded in full: the
+        prepared signature this channel keeps now for its handle (that message's own, its
+        fields ``step``'s) and whether its ids are in (step_id, request_id) order."""
+        prepared = self._prepared.get(step.graph_handle)
+        if prepared is None:
+            return None
+        names = prepared.volatile_names()
+        if names == _STEP_IDS:
+            return prepared, True
+        return (prepared, False) if names == _STEP_IDS[::-1] else None
 
     def _encode_run_graph(self, request: Message) -> list:
         """A RunGraph's buffers, from its graph's prepared signature where it is of it (a
