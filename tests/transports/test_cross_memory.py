@@ -354,3 +354,47 @@ async def test_a_large_unsummed_segment_is_copied_off_the_loop_or_sent_again(add
             same_host.unlink(path)
     assert calls == [_values()[0].nbytes]  # the 2 MiB segment is copied on the loop
     assert verdicts == [cross_memory.COPIED if address is None else cross_memory.RESEND]
+
+
+@pytest.mark.parametrize("when", ["before", "waiting-for-a-thread"])
+async def test_a_cancelled_copy_in_parts_raises_trios_cancelled_and_leaves_no_thread_copying(
+        when, monkeypatch):
+    """Cancelled before its threads start (a step aborted, a deadline), or while a part waits
+    for a worker thread, the copy raises a bare ``trio.Cancelled``, not a group of them: the
+    executor lets ``trio.Cancelled`` through and reports anything else as the op's error. No
+    started part is left copying when it raises."""
+    source = np.random.default_rng(5).integers(0, 255, 9 << 20, dtype=np.uint8)
+    target = np.zeros_like(source)
+    running, real, scope, parts = [], cross_memory.read_remote, trio.CancelScope(), []
+
+    def spy(pid, view, address):
+        running.append(1)
+        parts.append(len(view))
+        try:
+            if when != "before" and len(parts) == 1:  # the first part: cancel, copy on
+                trio.from_thread.run_sync(scope.cancel)
+            return real(pid, view, address)
+        finally:
+            running.pop()
+
+    monkeypatch.setattr(cross_memory, "read_remote", spy)
+    limiter, seen = trio.to_thread.current_default_thread_limiter(), []
+    tokens = limiter.total_tokens  # (this run's own limiter)
+    with scope:
+        if when == "before":
+            scope.cancel()
+        else:  # one token: the second part waits for it while the first copies, cancelled
+            limiter.total_tokens = 1
+        try:
+            await cross_memory.read_remote_parts(os.getpid(), memoryview(target),
+                                                 source.ctypes.data, 2)
+        except trio.Cancelled:
+            seen.append("cancelled")
+            raise
+        except BaseException as exc:  # what the executor would report as the op's error
+            seen.append(type(exc).__name__)
+            raise
+        finally:
+            limiter.total_tokens = tokens
+    assert scope.cancelled_caught and seen == ["cancelled"] and not running
+    assert len(parts) == (0 if when == "before" else 1)  # the waiting part never started
