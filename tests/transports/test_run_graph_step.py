@@ -92,22 +92,34 @@ async def test_steps_reach_the_worker_as_fed_and_a_changed_feed_takes_the_full_p
                 handle = (await channel.register_graph(RegisterGraph({"nodes": []}, "s"))
                           ).graph_handle
                 step = RunGraphStep(handle, ("x:0", "y:0"), ("y:0", "x:0"))
-                sent = []
+                sent, full = [], []
+                encode_in_full = channel._encode_run_graph
+
+                def counted(request):
+                    full.append(request.request_id)
+                    return encode_in_full(request)
+
+                channel._encode_run_graph = counted
                 feeds = [_values(rng), _values(rng), _values(rng, shapes=((3, 64), (3, 10))),
-                         _values(rng, dtype=np.float64), _values(rng, dtype=np.float64)]
+                         _values(rng, dtype=np.float64), _values(rng, dtype=np.float64),
+                         [v.astype(">f8") for v in _values(rng)], _values(rng, dtype=np.float64)]
                 for request_id, values in enumerate(feeds, start=1):
                     reply = await channel.run_graph_step(StepCall(step, 40 + request_id,
                                                                   request_id, values))
                     sent.append((values, reply))
                     if request_id == 1:
                         assert step.prepared is not None  # kept from the first full encode
-    assert [r.step_id for r in worker.requests] == [41, 42, 43, 44, 45]
-    assert [r.request_id for r in worker.requests] == [1, 2, 3, 4, 5]
+    # The first step and each changed feed (shape, dtype, byte order) in full, and the step
+    # after the byte-swapped one (no signature kept of that); the repeats (the 2nd and the
+    # 5th) from the prepared frame of the step before's signature.
+    assert full == [1, 3, 4, 6, 7]
+    assert [r.step_id for r in worker.requests] == [41, 42, 43, 44, 45, 46, 47]
+    assert [r.request_id for r in worker.requests] == [1, 2, 3, 4, 5, 6, 7]
     for request, (values, reply) in zip(worker.requests, sent):
         assert request.graph_handle == handle and request.fetch_keys == ["y:0", "x:0"]
         assert request.timeout_ms is None and request.trace is False
         for entry, key, value in zip(request.feeds, ("x:0", "y:0"), values):
-            assert entry.key == key and entry.value.dtype == value.dtype
+            assert entry.key == key and entry.value.dtype == value.dtype.newbyteorder("=")
             np.testing.assert_array_equal(entry.value, value)
         np.testing.assert_array_equal(reply.tensors[0].value, values[1])
 
