@@ -15,9 +15,11 @@ asyncflow``), cached on disk next to its module (``cache=True``), and releases t
 (``kernels/intra_op.py``). A first call that compiles (or loads the disk cache) must not
 block the event loop: a kernel with compiled loops registers a prepare hook returning
 ``preload(warm)``, where ``warm()`` calls its loops on tiny arrays of each dtype the node may
-take; the plan runs it on a worker thread before the node's first step, as it imports
-scipy.fft (``registry.Preload``). ``error_model="numpy"``: a division by zero gives inf/NaN as in
-numpy, with no check per element (the default Python model's checks stop vectorization).
+take, with the argument types the kernel passes (numba compiles again for any other: a
+read-only array, an ``A`` layout; ``readonly`` gives inputs one type); the plan runs it on a
+worker thread before the node's first step, as it imports scipy.fft (``registry.Preload``).
+``error_model="numpy"``: a division by zero gives inf/NaN as in numpy, with no check per
+element (the default Python model's checks stop vectorization).
 numba's first compile imports scipy's BLAS bindings, an OpenBLAS of scipy's own: ``_load``
 imports them with numba, and ``usable``/``preload`` have the device's intra-op pool extend its
 BLAS hold to them (``exec/intra_op.py``), as the FFT path does for ``scipy.fft``.
@@ -151,6 +153,17 @@ def _compile_with_slp(dispatcher, done, args):
         finally:
             config.SLP_VECTORIZE = previous
     done.add(signature)
+
+
+def readonly(array):
+    """``array`` as a read-only view (itself where it is one already): numba types a read-only
+    array apart from a writable one, so a loop's inputs go in read-only, whatever the caller's
+    flags (a variable's stored value is read-only, a fresh array is not), and its warm-up
+    compiles the one signature a dtype the kernel calls (as ``kernels/training.py``'s gradient)."""
+    if array.flags.writeable:
+        array = array.view()
+        array.flags.writeable = False
+    return array
 
 
 def loop(fn=None, slp=False, **options):

@@ -417,7 +417,7 @@ def _column_sums(rows, out):
 
 def _warm_column_sums():
     for dtype in (np.float32, np.float64):
-        _column_sums(np.zeros((9, 2), dtype), np.empty(2, dtype))
+        _column_sums(jit.readonly(np.zeros((9, 2), dtype)), np.empty(2, dtype))
 
 
 def _bias_add_grad_preload(ctx):
@@ -452,7 +452,7 @@ def _bias_add_grad(ctx, grad):
             count = stop - start
             if looped:
                 partials[start] = np.empty(rows.shape[1], rows.dtype)
-                _column_sums(rows[start:stop], partials[start])
+                _column_sums(jit.readonly(rows[start:stop]), partials[start])
             elif count <= ones.shape[0]:
                 partials[start] = xp.matmul(ones[:count], rows[start:stop])
             else:  # a chunk larger than the cache-sized ones (thread count above chunks)

@@ -329,7 +329,8 @@ def conv2d(ctx, plan, x, filters, out, epilogue=None, kept=None, fused=None):
         planes = _inverse(spectrum, plan, o)
         result = out[start:stop]
         if looped is not None and planes.dtype == out.dtype:
-            _read_out_bias(planes, -top % plan.p_h, -left % plan.p_w, *looped, result)
+            _read_out_bias(jit.readonly(planes), int(-top % plan.p_h), int(-left % plan.p_w),
+                           *looped, result)
             return
         plan.read_out(planes, -top, -left, result.transpose(1, 2, 0, 3))
         if epilogue is not None:
@@ -348,7 +349,8 @@ def _looped_epilogue(ctx, fused, out):
     if (activation not in (None, "Relu") or bias.dtype != out.dtype or bias.ndim != 1
             or not out.flags.c_contiguous or not jit.usable(ctx, out, bias)):
         return None
-    return np.ascontiguousarray(bias), out.dtype.type(0 if activation == "Relu" else np.nan)
+    return (jit.readonly(np.ascontiguousarray(bias)),  # one signature (the warm-up's)
+            out.dtype.type(0 if activation == "Relu" else np.nan))
 
 
 @jit.loop
@@ -372,8 +374,8 @@ def _read_out_bias(planes, shift_h, shift_w, bias, floor, out):
 def _warm_read_out():
     """Compile (or load from numba's disk cache) ``_read_out_bias`` for both dtypes."""
     for dtype in (np.float32, np.float64):
-        _read_out_bias(np.zeros((2, 2, 1, 1), dtype), 1, 1, np.zeros(1, dtype), dtype(0),
-                       np.zeros((1, 2, 2, 1), dtype))
+        _read_out_bias(jit.readonly(np.zeros((2, 2, 1, 1), dtype)), 1, 1,
+                       jit.readonly(np.zeros(1, dtype)), dtype(0), np.zeros((1, 2, 2, 1), dtype))
 
 
 def backprop_input(ctx, plan, filters, grad, out):

@@ -466,12 +466,12 @@ def _geometry(ctx, x, kernel_hw, rows, cols):
     width = x.shape[2] + cols[1] + cols[2]
     offsets = np.array([i * dilations[1] * width + j * dilations[2]
                         for i in range(kernel_hw[0]) for j in range(kernel_hw[1])], np.int64)
-    return offsets, width * strides[1], strides[2]
+    return jit.readonly(offsets), int(width * strides[1]), int(strides[2])
 
 
 def _flat(x, rows, cols):
     padded = np.pad(x[..., 0], ((0, 0), (rows[1], rows[2]), (cols[1], cols[2])))
-    return padded.reshape(x.shape[0], -1)
+    return jit.readonly(padded.reshape(x.shape[0], -1))
 
 
 def forward(ctx, x, filters, rows, cols, out, fused=None):
@@ -484,10 +484,10 @@ def forward(ctx, x, filters, rows, cols, out, fused=None):
         return False
     kh, kw, _, depth_out = filters.shape
     offsets, row_step, col_step = _geometry(ctx, x, (kh, kw), rows, cols)
-    packed = np.ascontiguousarray(
-        filters.reshape(kh * kw, depth_out // BLOCK, BLOCK).transpose(1, 0, 2))
+    packed = jit.readonly(np.ascontiguousarray(  # (a view of the filter where O is 32)
+        filters.reshape(kh * kw, depth_out // BLOCK, BLOCK).transpose(1, 0, 2)))
     blocks = (np.ascontiguousarray(fused[1]) if bias else np.full(depth_out, -0.0, x.dtype))
-    blocks = blocks.reshape(depth_out // BLOCK, BLOCK)
+    blocks = jit.readonly(blocks.reshape(depth_out // BLOCK, BLOCK))
     floor = x.dtype.type(0 if activation == "Relu" else np.nan)
 
     def chunk(start, stop):
@@ -511,7 +511,7 @@ def filter_grad(ctx, x, grad, f_shape, rows, cols):
     def chunk(start, stop):
         total = np.zeros((kh * kw, depth_out), dtype=x.dtype)
         _filter_grad(_flat(x[start:stop], rows, cols), offsets, row_step, col_step,
-                     np.ascontiguousarray(grad[start:stop]), total)
+                     jit.readonly(np.ascontiguousarray(grad[start:stop])), total)
         partials[start] = total
     per_image = rows[0] * cols[0]
     intra_op.for_batch(ctx, x.shape[0], per_image * kh * kw * depth_out
@@ -526,11 +526,13 @@ def filter_grad(ctx, x, grad, f_shape, rows, cols):
 def _warmer(dtype):
     def warm():
         """Compile (or load from the disk cache) both loops for ``dtype``: ~10 s each the
-        first time on this machine (their unrolled blocks), ~0.1 s from the cache."""
-        images, offsets = np.zeros((1, 3 * 3), dtype), np.zeros(1, np.int64)
-        _forward(images, offsets, 3, 1, np.zeros((1, 1, BLOCK), dtype),
-                 np.zeros((1, BLOCK), dtype), dtype(0), np.zeros((1, 3, 3, BLOCK), dtype))
-        _filter_grad(images, offsets, 3, 1, np.zeros((1, 3, 3, BLOCK), dtype),
+        first time on this machine (their unrolled blocks), ~0.1 s from the cache. The
+        inputs read-only, as ``forward`` and ``filter_grad`` pass them (``jit.readonly``)."""
+        ro = jit.readonly
+        images, offsets = ro(np.zeros((1, 3 * 3), dtype)), ro(np.zeros(1, np.int64))
+        _forward(images, offsets, 3, 1, ro(np.zeros((1, 1, BLOCK), dtype)),
+                 ro(np.zeros((1, BLOCK), dtype)), dtype(0), np.zeros((1, 3, 3, BLOCK), dtype))
+        _filter_grad(images, offsets, 3, 1, ro(np.zeros((1, 3, 3, BLOCK), dtype)),
                      np.zeros((1, BLOCK), dtype))
     return warm
 

@@ -141,3 +141,18 @@ def test_the_prepare_hook_warms_the_loop_off_the_event_loop(monkeypatch):
     worker.join()
     assert threads == [worker]
     assert not nn_conv_fft.may_preload(ctx)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_warm_up_compiles_what_the_kernel_calls(monkeypatch, dtype):
+    """``_warm_read_out`` (the prepare hook's) compiles the signature the kernel calls, a
+    variable's read-only bias included (before, a read-only bias was another signature,
+    compiled at the step's first call)."""
+    nn_conv_fft._warm_read_out()
+    compiled = set(nn_conv_fft._read_out_bias._compiled.signatures)
+    for writeable in (False, True):
+        for fused in FUSED:
+            x, f, bias = inputs(CASES[0], dtype)
+            bias.flags.writeable = f.flags.writeable = writeable
+            both_forms(monkeypatch, KernelContext(attrs("SAME", fused), 2), x, f, bias)
+    assert set(nn_conv_fft._read_out_bias._compiled.signatures) == compiled

@@ -212,3 +212,25 @@ async def test_gradients_match_finite_differences(padding, strides, dilations):
     x, f = rng.standard_normal((2, 6, 5, 1)), rng.standard_normal((3, 2, 1, 32))
     await check_gradients(lambda a, b: af.nn.relu(af.nn.conv2d(
         a, b, strides, padding, dilations=dilations) + 0.25), [x, f])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_warm_up_compiles_what_the_kernels_call(small_chunks, dtype):
+    """The prepare hook's warm-up (``nn_conv_loops.preload``) compiles the signatures the
+    kernels then call, whatever the arrays' flags: a variable's filter and bias are read-only
+    (before, a 32-channel filter went in as a read-only view, another signature, compiled at
+    the step's first call: 15 s on the event loop's thread for a small convolution)."""
+    nn_conv_loops._WARM[np.dtype(dtype)]()
+    loops = (nn_conv_loops._forward, nn_conv_loops._filter_grad)
+    compiled = [set(loop._compiled.signatures) for loop in loops]
+    for case in (CASES[0], CASES[2]):
+        for writeable in (False, True):
+            x, f, bias = inputs(case, dtype=dtype)
+            for fused in FUSED:
+                ctx = KernelContext(attrs_of(*case[6:], fused), 2)
+                for array in (x, f, bias):
+                    array.flags.writeable = writeable
+                grad = forward(ctx, x, f, bias)
+                grad.flags.writeable = writeable
+                filter_grad(ctx, x, f, grad)
+    assert [set(loop._compiled.signatures) for loop in loops] == compiled

@@ -143,3 +143,29 @@ def test_bias_add_grad_loop_is_close_to_the_gemv_form(threads, monkeypatch):
     np.testing.assert_allclose(looped, exact, rtol=1e-5)
     assert np.abs(looped - exact).max() <= 2 * np.abs(reference - exact).max() + 1e-3
     np.testing.assert_array_equal(nn._bias_add_grad(Context, grad)[0], looped)  # determined
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_column_sums_warm_up_compiles_what_the_kernel_calls(dtype, monkeypatch):
+    """``nn._warm_column_sums`` (BiasAddGrad's prepare hook) compiles the signature the split
+    kernel calls, a read-only gradient included (before, that was another signature,
+    compiled at the step's first call, on the event loop's thread)."""
+    from asyncflow.exec.devices import Device
+    from asyncflow.kernels import jit, nn
+    if not jit.available():
+        pytest.skip("numba is not installed (or ASYNCFLOW_JIT=0)")
+    monkeypatch.setattr(kernel_intra_op, "MIN_SPLIT_WORK", 0)
+    monkeypatch.setattr(kernel_intra_op, "CHUNK_BYTES", 512)
+
+    class Context:
+        attrs, name, xp = {"data_format": "NHWC"}, "test_op", np
+        device = Device("/job:localhost/replica:0/task:0/device:CPU:0", 0, 2,
+                        intra_op_threads=2)
+    nn._warm_column_sums()
+    compiled = set(nn._column_sums._compiled.signatures)
+    for writeable in (False, True):
+        grad = np.random.default_rng(4).standard_normal((3, 5, 7, 32)).astype(dtype)
+        grad.flags.writeable = writeable
+        np.testing.assert_allclose(nn._bias_add_grad(Context, grad)[0],
+                                   grad.sum(axis=(0, 1, 2)), rtol=1e-4, atol=1e-4)
+    assert set(nn._column_sums._compiled.signatures) == compiled
