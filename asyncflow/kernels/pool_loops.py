@@ -173,14 +173,15 @@ def usable(ctx, kernel_hw, *arrays):
 
 def _geometry(ctx, kernel_hw, rows, cols):
     strides = ctx.attrs["strides"]
-    return kernel_hw[0], kernel_hw[1], strides[1], strides[2], rows[1], cols[1]
+    return tuple(int(n) for n in (kernel_hw[0], kernel_hw[1], strides[1], strides[2], rows[1],
+                                  cols[1]))
 
 
 def max_pool(ctx, x, out, kernel_hw, rows, cols, winners=None, nan_flag=0):
     """MaxPool of ``x`` into ``out`` (and each window's winner into ``winners``, with
     ``nan_flag`` added where a window's first real cell is NaN), split over the intra-op
     pool; ``rows``/``cols``: ``nn_conv._spatial``'s geometry."""
-    x = np.ascontiguousarray(x)
+    x = jit.readonly(np.ascontiguousarray(x))  # the one signature ``warm`` compiles
     geometry = _geometry(ctx, kernel_hw, rows, cols)
     lowest = x.dtype.type(np.finfo(x.dtype).min)
     with_index = winners is not None
@@ -202,12 +203,14 @@ def route(ctx, winners, grad, out, kernel_hw, rows, cols, tiled, flagged, pooled
     windows that do not tile), the routed sums multiplied by ``features > 0``; split over
     the intra-op pool."""
     relu = features is not None
-    features = np.ascontiguousarray(features) if relu else out
-    grad = np.ascontiguousarray(grad)
-    winners = np.ascontiguousarray(winners)
+    # Inputs read-only, whatever their flags (a variable's value is, a fresh array is not):
+    # numba types the two apart, and ``warm`` compiles the read-only signature.
+    features = jit.readonly(np.ascontiguousarray(features) if relu else out)
+    grad = jit.readonly(np.ascontiguousarray(grad))
+    winners = jit.readonly(np.ascontiguousarray(winners))
     geometry = _geometry(ctx, kernel_hw, rows, cols)
     masked = pooled is not None
-    pooled = np.ascontiguousarray(pooled) if masked else grad
+    pooled = jit.readonly(np.ascontiguousarray(pooled)) if masked else grad
 
     def chunk(start, stop):
         if tiled:
@@ -234,9 +237,10 @@ def warm():
         out = np.zeros((1, 1, 1, 1), dtype=dtype)
         winners = np.zeros((1, 1, 1, 1), dtype=np.uint8)
         geometry = (2, 2, 2, 2, 0, 0)
-        _max_loop(x, out, winners, *geometry, dtype.type(0), 0, True)
-        _route_tiled_loop(winners, out, out, x, *geometry, True, True)
-        _route_added_loop(winners, out, x, x, *geometry, True, True)
+        ro = jit.readonly
+        _max_loop(ro(x), out, winners, *geometry, dtype.type(0), 0, True)
+        _route_tiled_loop(ro(winners), ro(out), ro(out), x, *geometry, True, True)
+        _route_added_loop(ro(winners), ro(out), ro(x), x, *geometry, True, True)
 
 
 def preload(ctx):

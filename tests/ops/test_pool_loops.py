@@ -152,6 +152,32 @@ def test_warm_compiles_every_loop_and_the_prepare_hook_preloads_it(monkeypatch):
     assert pool_loops.preload(Node()) is None
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_warm_up_compiles_what_the_kernels_call(small_chunks, dtype):
+    """``warm`` compiles the signatures the kernels then call, whatever their arrays' flags (a
+    variable's value is read-only, a fresh array writable: numba types them apart, and a
+    signature the warm-up missed compiles at the step's first call, on the event loop's
+    thread where a small pool runs inline)."""
+    pool_loops.warm()
+    loops = (pool_loops._max_loop, pool_loops._route_tiled_loop, pool_loops._route_added_loop)
+    compiled = [set(loop._compiled.signatures) for loop in loops]
+    for case in (CASES[0], CASES[2]):
+        attrs = pool_attrs(*case[4:])
+        for writeable in (False, True):
+            x = inputs(case, "plain", dtype)
+            x.flags.writeable = writeable
+            ctx = KernelContext(attrs, 2)
+            pooled = nn_conv._max_pool(ctx, x)[0]
+            grad = gradients(pooled.shape, dtype)[0]
+            grad.flags.writeable = pooled.flags.writeable = writeable
+            nn_conv._max_pool_grad(ctx, x, pooled, grad)
+            pooled_taps, taps = nn_pool_taps._max_pool_with_taps(ctx, x)
+            taps.flags.writeable = pooled_taps.flags.writeable = writeable
+            nn_pool_taps._max_pool_grad_by_taps(ctx, x, taps, grad)
+            nn_pool_taps._max_pool_relu_grad_by_taps(ctx, x, taps, grad, pooled_taps)
+    assert [set(loop._compiled.signatures) for loop in loops] == compiled
+
+
 # A session's first step: the pools' prepare hook (jit.preload) imports numba and compiles
 # the loops on a worker thread; a tiny pool, run inline on the event loop's thread, must not
 # import or compile there. A meta path finder records the thread of each import of numba.
