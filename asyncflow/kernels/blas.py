@@ -102,11 +102,15 @@ def _open(path):
         return None
     try:
         lib = ctypes.CDLL(path)
-        lib.MKL_Set_Interface_Layer(0)  # LP64: 32-bit ints, as the argtypes below
+        interface = lib.MKL_Set_Interface_Layer(0)  # LP64: 32-bit ints, as the argtypes below
         layer = lib.MKL_Set_Threading_Layer(1)  # 1: sequential (before any other MKL call)
     except (OSError, AttributeError) as error:
         warnings.warn(f"asyncflow: MKL at {path} cannot be loaded ({error}); GEMMs use numpy's "
                       "BLAS", RuntimeWarning, stacklevel=3)
+        return None
+    if interface < 0 or interface & 1:  # set before (ILP64, bit 1): 64-bit ints, not c_int's
+        warnings.warn(f"asyncflow: MKL at {path} already runs its ILP64 interface ({interface}); "
+                      "GEMMs use numpy's BLAS", RuntimeWarning, stacklevel=3)
         return None
     if layer != 1:  # MKL was loaded before, on a threading layer of its own: not ours to change
         warnings.warn(f"asyncflow: MKL at {path} already runs a threaded layer ({layer}); GEMMs "
@@ -123,17 +127,24 @@ def _open(path):
     return tuple(functions)
 
 
-def preload(ctx):
-    """A prepare hook (MatMul, _FusedMatMul): where MKL may run this node's GEMMs and is not
+def preload(ctx, other=None):
+    """A prepare hook (MatMul, _FusedMatMul; the convolutions' through theirs, ``other`` being
+    their own ``Preload`` or None, run first): where MKL may run this node's GEMMs and is not
     loaded yet, a ``registry.Preload`` that loads it and makes its first call (~35 ms here:
     the library, then MKL's dispatch to its AVX-512 kernels) on a worker thread before the
-    plan's first step, never on the event loop; None elsewhere (where MKL is not installed
-    too: such a plan has no Preload to run)."""
+    plan's first step, never on the event loop; ``other`` elsewhere (where MKL is not
+    installed too: such a plan has no Preload of MKL's to run)."""
     dtypes = ctx.output_dtypes
     if (_mkl or CHOICE == "numpy" or getattr(ctx, "xp", np) is not np or not dtypes
             or np.dtype(dtypes[0]) not in DTYPES or not _installed()):
-        return None
-    return Preload(_warm)
+        return other
+    if other is None:
+        return Preload(_warm)
+
+    def load(node):
+        other.load(node)
+        _warm(node)
+    return Preload(load)
 
 
 def _warm(ctx):
