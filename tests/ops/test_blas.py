@@ -350,3 +350,33 @@ async def test_a_convolution_only_plan_loads_mkl_off_the_event_loop(monkeypatch)
         value = await session.run(y, {x: np.ones((2, 8, 8, 3), np.float32)})
     assert value.shape == (2, 8, 8, 32)
     assert opened and threading.main_thread() not in opened
+
+
+def test_auto_s_lookup_is_cheap_enough_for_the_event_loop(monkeypatch, tmp_path):
+    """The prepare hook (on the event loop, at plan building) asks whether MKL is installed:
+    ``auto`` looks for the wheel's file only, never importlib.metadata's scan nor
+    ``find_library``'s ``ldconfig`` subprocess (the common case: MKL not installed)."""
+    import ctypes.util
+    import site
+
+    def refused(*args):
+        raise AssertionError("the full lookup ran on the prepare hook's thread")
+    monkeypatch.setattr(ctypes.util, "find_library", refused)
+    monkeypatch.setattr(blas, "mkl_library_path", refused)
+    monkeypatch.setattr(blas.sys, "prefix", str(tmp_path))
+    monkeypatch.setattr(site, "getuserbase", lambda: str(tmp_path / "user"))
+    monkeypatch.setattr(blas.glob, "glob", lambda pattern: [] if not pattern.startswith(
+        str(tmp_path)) else sorted(str(p) for p in tmp_path.glob("lib/libmkl_rt.so*")))
+    monkeypatch.setattr(blas, "CHOICE", "auto")
+    monkeypatch.setattr(blas, "_mkl", [])
+    monkeypatch.setattr(blas, "_path", [])
+    cpu = SimpleNamespace(xp=np, output_dtypes=[np.dtype(np.float32)])
+    assert blas.preload(cpu) is None and blas._path == [None]
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "libmkl_rt.so.3").write_bytes(b"")
+    monkeypatch.setattr(blas, "_path", [])
+    assert isinstance(blas.preload(cpu), Preload)
+    assert blas._path == [str(tmp_path / "lib" / "libmkl_rt.so.3")]
+    monkeypatch.setattr(blas, "CHOICE", "mkl")  # (asked for: the full lookup, in the Preload)
+    monkeypatch.setattr(blas, "_path", [])
+    assert isinstance(blas.preload(cpu), Preload) and blas._path == []
