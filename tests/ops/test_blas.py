@@ -272,6 +272,7 @@ def test_the_convolutions_patch_gemms(depth_in, monkeypatch):
 
 def test_preload_only_where_mkl_may_run_and_is_not_loaded(monkeypatch):
     cpu = SimpleNamespace(xp=np, output_dtypes=[np.dtype(np.float32)])
+    monkeypatch.setattr(blas, "CHOICE", "auto")  # (whatever ASYNCFLOW_BLAS this run has)
     monkeypatch.setattr(blas, "_mkl", [])
     monkeypatch.setattr(blas, "_path", ["libmkl_rt.so.3"])  # (found, not loaded yet)
     assert isinstance(blas.preload(cpu), Preload)
