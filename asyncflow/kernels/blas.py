@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import glob
 import os
+import sys
 import threading
 import warnings
 
@@ -58,7 +60,7 @@ _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _INT_MAX = 2**31 - 1
 _lock = threading.Lock()
 _mkl = []  # [library's two GEMMs as (sgemm, dgemm)] once loaded, [None] where it cannot be
-_path = []  # [mkl_library_path()] once looked up
+_path = []  # [the library's path or None] once looked up (``_installed``)
 
 
 def mkl_library_path():
@@ -77,11 +79,25 @@ def mkl_library_path():
     return ctypes.util.find_library("mkl_rt")
 
 
+def wheel_library_path():
+    """The ``mkl`` wheel's ``libmkl_rt`` where pip puts it (``lib`` under the environment's
+    prefix, the user base, or Debian's ``/usr/local``), else None: a few ``stat`` calls, no
+    import of importlib.metadata or sysconfig's data and no ``ldconfig`` (``find_library``),
+    60-100 ms on the event loop under load."""
+    import site
+    for prefix in (sys.prefix, site.getuserbase(), "/usr/local"):
+        found = sorted(glob.glob(os.path.join(prefix, "lib", "libmkl_rt.so*")))
+        if found:
+            return found[0]
+    return None
+
+
 def _installed():
-    """Whether an MKL library is there to load (looked up once: a scan of the installed
-    distributions' metadata, a few milliseconds)."""
+    """Whether an MKL library is there to load, looked up once: ``auto`` takes the wheel's
+    (``wheel_library_path``: cheap enough for a prepare hook on the event loop), ``mkl`` any
+    (``mkl_library_path``, run by the Preload on a worker thread)."""
     if not _path:
-        _path.append(mkl_library_path())
+        _path.append(wheel_library_path() if CHOICE == "auto" else mkl_library_path())
     return _path[0] is not None
 
 
@@ -102,11 +118,15 @@ def _open(path):
         return None
     try:
         lib = ctypes.CDLL(path)
-        lib.MKL_Set_Interface_Layer(0)  # LP64: 32-bit ints, as the argtypes below
+        interface = lib.MKL_Set_Interface_Layer(0)  # LP64: 32-bit ints, as the argtypes below
         layer = lib.MKL_Set_Threading_Layer(1)  # 1: sequential (before any other MKL call)
     except (OSError, AttributeError) as error:
         warnings.warn(f"asyncflow: MKL at {path} cannot be loaded ({error}); GEMMs use numpy's "
                       "BLAS", RuntimeWarning, stacklevel=3)
+        return None
+    if interface < 0 or interface & 1:  # set before (ILP64, bit 1): 64-bit ints, not c_int's
+        warnings.warn(f"asyncflow: MKL at {path} already runs its ILP64 interface ({interface}); "
+                      "GEMMs use numpy's BLAS", RuntimeWarning, stacklevel=3)
         return None
     if layer != 1:  # MKL was loaded before, on a threading layer of its own: not ours to change
         warnings.warn(f"asyncflow: MKL at {path} already runs a threaded layer ({layer}); GEMMs "
@@ -123,17 +143,25 @@ def _open(path):
     return tuple(functions)
 
 
-def preload(ctx):
-    """A prepare hook (MatMul, _FusedMatMul): where MKL may run this node's GEMMs and is not
+def preload(ctx, other=None):
+    """A prepare hook (MatMul, _FusedMatMul; the convolutions' through theirs, ``other`` being
+    their own ``Preload`` or None, run first): where MKL may run this node's GEMMs and is not
     loaded yet, a ``registry.Preload`` that loads it and makes its first call (~35 ms here:
     the library, then MKL's dispatch to its AVX-512 kernels) on a worker thread before the
-    plan's first step, never on the event loop; None elsewhere (where MKL is not installed
-    too: such a plan has no Preload to run)."""
+    plan's first step, never on the event loop; ``other`` elsewhere (where MKL is not
+    installed too: such a plan has no Preload of MKL's to run)."""
     dtypes = ctx.output_dtypes
     if (_mkl or CHOICE == "numpy" or getattr(ctx, "xp", np) is not np or not dtypes
-            or np.dtype(dtypes[0]) not in DTYPES or not _installed()):
-        return None
-    return Preload(_warm)
+            or np.dtype(dtypes[0]) not in DTYPES
+            or ((_path or CHOICE != "mkl") and not _installed())):  # (mkl's: the Preload's)
+        return other
+    if other is None:
+        return Preload(_warm)
+
+    def load(node):
+        other.load(node)
+        _warm(node)
+    return Preload(load)
 
 
 def _warm(ctx):

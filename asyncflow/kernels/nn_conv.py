@@ -433,11 +433,11 @@ _PRELOADS = {}  # _fft_preload's answers by shapes and attrs, while scipy.fft is
 
 
 def _prepare(ctx):
-    """Prepare hook of the convolutions: ``_fft_preload`` and ``nn_conv_loops.preload``."""
+    """Prepare hook of the convolutions: ``_fft_preload``, ``blas.preload``, ``nn_conv_loops``."""
     where, op = _SHAPES_OF[ctx.type][1], ctx.op
     spec = op.out_spec(0) if where == "out" else op.inputs[where][0].out_spec(op.inputs[where][1])
     f_shape = spec[1].as_list() if spec[1].rank == 4 else [None] * 4
-    return nn_conv_loops.preload(ctx, f_shape, _fft_preload(ctx))
+    return nn_conv_loops.preload(ctx, f_shape, blas.preload(ctx, _fft_preload(ctx)))
 
 
 for _type in _SHAPES_OF:

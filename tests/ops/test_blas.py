@@ -272,6 +272,7 @@ def test_the_convolutions_patch_gemms(depth_in, monkeypatch):
 
 def test_preload_only_where_mkl_may_run_and_is_not_loaded(monkeypatch):
     cpu = SimpleNamespace(xp=np, output_dtypes=[np.dtype(np.float32)])
+    monkeypatch.setattr(blas, "CHOICE", "auto")  # (whatever ASYNCFLOW_BLAS this run has)
     monkeypatch.setattr(blas, "_mkl", [])
     monkeypatch.setattr(blas, "_path", ["libmkl_rt.so.3"])  # (found, not loaded yet)
     assert isinstance(blas.preload(cpu), Preload)
@@ -313,3 +314,70 @@ async def test_a_session_s_matmul_runs_on_mkl(monkeypatch):
         value = await session.run(y, {x: a})
     assert (200, 300) in calls
     close(value, a, b)
+
+
+@needs_mkl
+def test_an_ilp64_interface_set_before_is_refused_with_a_warning():
+    """A library of the process that loaded MKL first on its ILP64 interface (64-bit ints):
+    MKL keeps it, and the c_int argtypes would pass half-read ints: numpy's form, a warning."""
+    code = ("import ctypes, warnings, numpy as np\n"
+            "from asyncflow.kernels import blas\n"
+            "assert ctypes.CDLL(blas.mkl_library_path()).MKL_Set_Interface_Layer(1) == 1\n"
+            "with warnings.catch_warnings(record=True) as caught:\n"
+            "    warnings.simplefilter('always')\n"
+            "    assert blas.name() == 'numpy', 'MKL taken on its ILP64 interface'\n"
+            "assert any('ILP64' in str(w.message) for w in caught), caught\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+@needs_mkl
+async def test_a_convolution_only_plan_loads_mkl_off_the_event_loop(monkeypatch):
+    """A plan with convolutions and no MatMul: their prepare hook has MKL loaded on a worker
+    thread (a small Conv2D runs on the loop, and would load it there on its first call)."""
+    import threading
+
+    import asyncflow as af
+    monkeypatch.setattr(blas, "_mkl", [])
+    opened = []
+    real = blas._open
+    monkeypatch.setattr(blas, "_open", lambda path: opened.append(
+        threading.current_thread()) or real(path))
+    graph = af.Graph()
+    with graph.as_default():
+        x = af.placeholder(af.float32, [2, 8, 8, 3])
+        y = af.nn.conv2d(x, af.constant(np.ones((5, 5, 3, 32), np.float32)), [1, 1, 1, 1],
+                         "SAME")
+    async with af.Session(graph=graph) as session:
+        value = await session.run(y, {x: np.ones((2, 8, 8, 3), np.float32)})
+    assert value.shape == (2, 8, 8, 32)
+    assert opened and threading.main_thread() not in opened
+
+
+def test_auto_s_lookup_is_cheap_enough_for_the_event_loop(monkeypatch, tmp_path):
+    """The prepare hook (on the event loop, at plan building) asks whether MKL is installed:
+    ``auto`` looks for the wheel's file only, never importlib.metadata's scan nor
+    ``find_library``'s ``ldconfig`` subprocess (the common case: MKL not installed)."""
+    import ctypes.util
+    import site
+
+    def refused(*args):
+        raise AssertionError("the full lookup ran on the prepare hook's thread")
+    monkeypatch.setattr(ctypes.util, "find_library", refused)
+    monkeypatch.setattr(blas, "mkl_library_path", refused)
+    monkeypatch.setattr(blas.sys, "prefix", str(tmp_path))
+    monkeypatch.setattr(site, "getuserbase", lambda: str(tmp_path / "user"))
+    monkeypatch.setattr(blas.glob, "glob", lambda pattern: [] if not pattern.startswith(
+        str(tmp_path)) else sorted(str(p) for p in tmp_path.glob("lib/libmkl_rt.so*")))
+    monkeypatch.setattr(blas, "CHOICE", "auto")
+    monkeypatch.setattr(blas, "_mkl", [])
+    monkeypatch.setattr(blas, "_path", [])
+    cpu = SimpleNamespace(xp=np, output_dtypes=[np.dtype(np.float32)])
+    assert blas.preload(cpu) is None and blas._path == [None]
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "libmkl_rt.so.3").write_bytes(b"")
+    monkeypatch.setattr(blas, "_path", [])
+    assert isinstance(blas.preload(cpu), Preload)
+    assert blas._path == [str(tmp_path / "lib" / "libmkl_rt.so.3")]
+    monkeypatch.setattr(blas, "CHOICE", "mkl")  # (asked for: the full lookup, in the Preload)
+    monkeypatch.setattr(blas, "_path", [])
+    assert isinstance(blas.preload(cpu), Preload) and blas._path == []
