@@ -307,7 +307,7 @@ async def test_a_session_s_matmul_runs_on_mkl(monkeypatch):
                         real(a, b, out))
     a, b = _operands(9, np.float32, 200, 300, 100)
     graph = af.Graph()
-    with graph.as_default():
+    with graph.as_default(), af.device("/cpu:0"):  # MKL is the CPU's (a GPU visible or not)
         x = af.placeholder(af.float32, [None, 300])
         y = af.matmul(x, af.constant(b.T.copy()), transpose_b=True)
     async with af.Session(graph=graph) as session:
@@ -343,7 +343,7 @@ async def test_a_convolution_only_plan_loads_mkl_off_the_event_loop(monkeypatch)
     monkeypatch.setattr(blas, "_open", lambda path: opened.append(
         threading.current_thread()) or real(path))
     graph = af.Graph()
-    with graph.as_default():
+    with graph.as_default(), af.device("/cpu:0"):  # MKL is the CPU's (a GPU visible or not)
         x = af.placeholder(af.float32, [2, 8, 8, 3])
         y = af.nn.conv2d(x, af.constant(np.ones((5, 5, 3, 32), np.float32)), [1, 1, 1, 1],
                          "SAME")
