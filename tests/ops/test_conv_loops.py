@@ -12,26 +12,14 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import asyncflow as af
-from asyncflow.exec.devices import Device
-from asyncflow.kernels import intra_op, jit, nn_conv, nn_conv_loops
+from asyncflow.kernels import jit, nn_conv, nn_conv_loops
+
+from test_conv_kernels import KernelContext, small_chunks
+
+assert small_chunks  # a fixture, used by name below
 
 pytestmark = pytest.mark.skipif(not jit.available(),
                                 reason="numba is not installed (or ASYNCFLOW_JIT=0)")
-
-
-class KernelContext:
-    def __init__(self, attrs, threads):
-        self.attrs = attrs
-        self.name = "test_op"
-        self.xp = np
-        self.device = Device("/job:localhost/replica:0/task:0/device:CPU:0", 0, threads,
-                             intra_op_threads=threads)
-
-
-@pytest.fixture
-def small_chunks(monkeypatch):
-    monkeypatch.setattr(intra_op, "MIN_SPLIT_WORK", 0)
-    monkeypatch.setattr(intra_op, "CHUNK_BYTES", 512)
 
 
 def attrs_of(sh, sw, dh, dw, padding, fused=None):
