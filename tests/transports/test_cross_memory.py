@@ -5,6 +5,7 @@ loses its connection and the server keeps serving."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import os
@@ -210,49 +211,47 @@ async def _lending_peer(listener, address: int | None, pid: int, verdicts: list,
         assert await stream.receive_some(1) == b""  # the client closes its channel
 
 
+
+@contextlib.asynccontextmanager
+async def _lent_channel(*peer_args, **peer_kwargs):
+    """A channel to a ``_lending_peer(listener, *peer_args, **peer_kwargs)`` on a same-host
+    socket of a reserved port: yields (channel, the peer's nursery, the port); the socket is
+    closed and unlinked after the peer's task ends."""
+    with socket.socket() as reserved:
+        reserved.bind(("127.0.0.1", 0))
+        port = reserved.getsockname()[1]
+        listener, path = same_host.listen(port)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(functools.partial(_lending_peer, listener, *peer_args,
+                                                     **peer_kwargs))
+                async with TrioHttpChannel(f"127.0.0.1:{port}") as channel:
+                    yield channel, nursery, port
+        finally:
+            await listener.aclose()
+            same_host.unlink(path)
+
 @pytest.mark.parametrize("address, pid", [(None, None), (8, None), (None, 1)],
                          ids=["real", "unmapped-address", "another-pid"])
 async def test_a_copy_that_fails_falls_back_to_the_plain_frame(address, pid):
     """EFAULT from the kernel, or a body naming a process that is not the socket's peer: the
     client asks for the frame again and decodes it from the socket, intact."""
-    with socket.socket() as reserved:
-        reserved.bind(("127.0.0.1", 0))
-        port = reserved.getsockname()[1]
-        listener, path = same_host.listen(port)
-        verdicts = []
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_lending_peer, listener, address, pid or os.getpid(),
-                                   verdicts)
-                async with TrioHttpChannel(f"127.0.0.1:{port}") as channel:
-                    await _pull(channel)
-                    refused = (address, pid) != (None, None)
-                    assert (channel.lent_replies, channel.lent_refused) == (
-                        int(not refused), int(refused))
-                    assert channel._lend is not refused
-        finally:
-            await listener.aclose()
-            same_host.unlink(path)
+    verdicts = []
+    async with _lent_channel(address, pid or os.getpid(), verdicts) as (channel, _, _):
+        await _pull(channel)
+        refused = (address, pid) != (None, None)
+        assert (channel.lent_replies, channel.lent_refused) == (int(not refused), int(refused))
+        assert channel._lend is not refused
     assert verdicts == [cross_memory.RESEND if refused else cross_memory.COPIED]
 
 
 async def test_a_checked_lent_segment_that_differs_is_a_checksum_mismatch():
     """With lent segments summed (flag 1), a trailer that does not match the copied bytes fails
     the call as damage, naming the tensor."""
-    with socket.socket() as reserved:
-        reserved.bind(("127.0.0.1", 0))
-        port = reserved.getsockname()[1]
-        listener, path = same_host.listen(port)
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_lending_peer, listener, None, os.getpid(), [], True)
-                async with TrioHttpChannel(f"127.0.0.1:{port}") as channel:
-                    with pytest.raises(wire.ChecksumMismatch, match="t0"):
-                        await _pull(channel)
-                nursery.cancel_scope.cancel()
-        finally:
-            await listener.aclose()
-            same_host.unlink(path)
+    async with _lent_channel(None, os.getpid(), [], True) as (channel, nursery, _):
+        with pytest.raises(wire.ChecksumMismatch, match="t0"):
+            await _pull(channel)
+        nursery.cancel_scope.cancel()  # (the peer's send was cut short: not its case)
 
 
 @pytest.mark.parametrize("mode", ["1", "checked"])
@@ -279,22 +278,11 @@ async def test_lent_segments_are_summed_only_when_asked(monkeypatch, mode):
 async def test_a_lent_body_over_the_limits_is_refused(extra, message):
     """More records than a frame within the limits can have, or more bytes: a protocol error
     naming the server, before anything is copied or allocated."""
-    with socket.socket() as reserved:
-        reserved.bind(("127.0.0.1", 0))
-        port = reserved.getsockname()[1]
-        listener, path = same_host.listen(port)
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_lending_peer, listener, None, os.getpid(), [], False,
-                                   extra)
-                async with TrioHttpChannel(f"127.0.0.1:{port}") as channel:
-                    with pytest.raises(wire.RemoteProtocolError,
-                                       match=f"lent reply from 127.0.0.1:{port}.*{message}"):
-                        with trio.fail_after(GENEROUS):
-                            await channel.recv_tensors(wire.RecvTensors(1, ["t0"]))
-        finally:
-            await listener.aclose()
-            same_host.unlink(path)
+    async with _lent_channel(None, os.getpid(), [], False, extra) as (channel, _, port):
+        with pytest.raises(wire.RemoteProtocolError,
+                           match=f"lent reply from 127.0.0.1:{port}.*{message}"):
+            with trio.fail_after(GENEROUS):
+                await channel.recv_tensors(wire.RecvTensors(1, ["t0"]))
 
 
 @pytest.mark.parametrize("parts", [1, 2, 3])
@@ -337,21 +325,10 @@ async def test_a_large_unsummed_segment_is_copied_off_the_loop_or_sent_again(add
         return await real(pid, view, source, parts)
 
     monkeypatch.setattr(cross_memory, "read_remote_parts", spy)
-    with socket.socket() as reserved:
-        reserved.bind(("127.0.0.1", 0))
-        port = reserved.getsockname()[1]
-        listener, path = same_host.listen(port)
-        verdicts = []
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(functools.partial(_lending_peer, listener, address,
-                                                     os.getpid(), verdicts, flags=0))
-                async with TrioHttpChannel(f"127.0.0.1:{port}") as channel:
-                    await _pull(channel)
-                    assert channel.lent_replies == int(address is None)
-        finally:
-            await listener.aclose()
-            same_host.unlink(path)
+    verdicts = []
+    async with _lent_channel(address, os.getpid(), verdicts, flags=0) as (channel, _, _):
+        await _pull(channel)
+        assert channel.lent_replies == int(address is None)
     assert calls == [_values()[0].nbytes]  # the 2 MiB segment is copied on the loop
     assert verdicts == [cross_memory.COPIED if address is None else cross_memory.RESEND]
 
