@@ -16,6 +16,16 @@ async def _serve(nursery, spec, job, port=0):
     return await nursery.start(af.Server(spec, job, 0, port=port).serve)
 
 
+async def _worker_behind_a_proxy(nursery):
+    """One worker reached through a BitFlipProxy: (proxy, spec)."""
+    proxy = BitFlipProxy()
+    await nursery.start(proxy.serve)
+    spec = af.ClusterSpec({"worker": [f"127.0.0.1:{proxy.port}"]})
+    server = await _serve(nursery, spec, "worker")
+    proxy.target = server.address
+    return proxy, spec
+
+
 async def _ps_behind_a_proxy(nursery, elements=ELEMENTS):
     """A ps reached through a BitFlipProxy and a worker that pulls ``v`` (``elements`` ones,
     float32) from it to sum it: (proxy, spec, graph, v, total)."""
@@ -37,12 +47,8 @@ async def _ps_behind_a_proxy(nursery, elements=ELEMENTS):
 
 
 async def test_a_flipped_bit_in_a_fetched_tensor_fails_the_step_with_data_loss():
-    proxy = BitFlipProxy()
     async with trio.open_nursery() as nursery:
-        await nursery.start(proxy.serve)
-        spec = af.ClusterSpec({"worker": [f"127.0.0.1:{proxy.port}"]})
-        server = await _serve(nursery, spec, "worker")
-        proxy.target = server.address
+        proxy, spec = await _worker_behind_a_proxy(nursery)
         graph = af.Graph()
         with graph.as_default(), af.device("/job:worker/task:0"):
             v = af.Variable(np.arange(ELEMENTS, dtype=np.float32), name="v")
@@ -108,12 +114,8 @@ async def test_without_checksums_the_same_flip_goes_unnoticed(monkeypatch):
     """What turning checksums off costs: the damaged value is returned as if it were true."""
     from transports import checksum
     monkeypatch.setattr(checksum, "_enabled", False)
-    proxy = BitFlipProxy()
     async with trio.open_nursery() as nursery:
-        await nursery.start(proxy.serve)
-        spec = af.ClusterSpec({"worker": [f"127.0.0.1:{proxy.port}"]})
-        server = await _serve(nursery, spec, "worker")
-        proxy.target = server.address
+        proxy, spec = await _worker_behind_a_proxy(nursery)
         graph = af.Graph()
         with graph.as_default(), af.device("/job:worker/task:0"):
             v = af.Variable(np.arange(ELEMENTS, dtype=np.float32), name="v")
@@ -130,13 +132,9 @@ async def test_without_checksums_the_same_flip_goes_unnoticed(monkeypatch):
 async def test_a_flipped_bit_in_a_fetched_string_tensor_or_a_frame_header_fails_the_step():
     """String tensors travel in the frame's header: its CRC32C covers them, the descriptors
     and the prefix, so a flip there is DataLossError too, never a wrong string."""
-    proxy = BitFlipProxy()
     long_string = b"s" * 4000
     async with trio.open_nursery() as nursery:
-        await nursery.start(proxy.serve)
-        spec = af.ClusterSpec({"worker": [f"127.0.0.1:{proxy.port}"]})
-        server = await _serve(nursery, spec, "worker")
-        proxy.target = server.address
+        proxy, spec = await _worker_behind_a_proxy(nursery)
         graph = af.Graph()
         with graph.as_default(), af.device("/job:worker/task:0"):
             words = af.identity(af.constant([b"short", long_string]), name="words")
@@ -174,12 +172,8 @@ async def test_a_flipped_bit_in_a_pulled_frames_header_names_the_edge():
 async def test_a_damaged_registration_or_health_reply_is_data_loss_not_a_crash():
     """Every reply is checked, not only tensors: a flip in RegisterGraph's or Health's answer
     fails the call with DataLossError naming the worker; the next run works."""
-    proxy = BitFlipProxy()
     async with trio.open_nursery() as nursery:
-        await nursery.start(proxy.serve)
-        spec = af.ClusterSpec({"worker": [f"127.0.0.1:{proxy.port}"]})
-        server = await _serve(nursery, spec, "worker")
-        proxy.target = server.address
+        proxy, spec = await _worker_behind_a_proxy(nursery)
         graph = af.Graph()
         with graph.as_default(), af.device("/job:worker/task:0"):
             doubled = af.constant(np.arange(10, dtype=np.float32)) * 2.0
