@@ -6,6 +6,7 @@ made again on a fresh connection). Real Unix sockets on this host.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import socket
@@ -45,6 +46,27 @@ class _Pushes(FakeWorker):
                             error.message))
 
 
+@contextlib.asynccontextmanager
+async def _one_pushed(worker):
+    """A server of ``worker`` and a channel that pushed step 7 one way, both idle again:
+    (server, channel, value pushed, the server's connection, the channel's)."""
+    async with open_http_server(worker) as server:
+        async with TrioHttpChannel(server.address) as channel:
+            channel.one_way = frozenset({"push_tensors"})
+            value = np.ones(2, np.float32)
+            await channel.push_tensors(PushTensors(7, [TensorEntry(KEY, value)]))
+            await trio.testing.wait_all_tasks_blocked()
+            (served,) = server._bare._open
+            (conn,) = channel._bare_idle
+            yield server, channel, value, served, conn
+
+
+def _shut_as_the_sweep_does(served) -> None:
+    served.closing = True  # as ``_sweep_idle`` does
+    bare_io.shut_reading(served.stream.socket)
+    trio.lowlevel.notify_closing(served.stream.socket)
+
+
 async def test_a_one_way_call_is_not_answered_and_its_failure_goes_to_the_handler():
     worker = _Pushes()
     async with open_http_server(worker) as server:
@@ -68,20 +90,12 @@ async def test_a_one_way_call_is_not_answered_and_its_failure_goes_to_the_handle
 
 async def test_a_one_way_call_to_a_connection_its_server_closed_goes_on_a_fresh_one():
     worker = _Pushes()
-    async with open_http_server(worker) as server:
-        async with TrioHttpChannel(server.address) as channel:
-            channel.one_way = frozenset({"push_tensors"})
-            value = np.ones(2, np.float32)
-            await channel.push_tensors(PushTensors(7, [TensorEntry(KEY, value)]))
-            await trio.testing.wait_all_tasks_blocked()
-            (conn,) = channel._bare_idle
-            for served in list(server._bare._open):  # the server drops it (as its sweep does)
-                bare_io.shut_reading(served.stream.socket)
-                trio.lowlevel.notify_closing(served.stream.socket)
-            await trio.testing.wait_all_tasks_blocked()
-            await channel.push_tensors(PushTensors(8, [TensorEntry(KEY, value)]))
-            await trio.testing.wait_all_tasks_blocked()
-            assert worker.pushed == [7, 8] and channel._bare_idle[0] is not conn
+    async with _one_pushed(worker) as (server, channel, value, served, conn):
+        _shut_as_the_sweep_does(served)  # the server drops it
+        await trio.testing.wait_all_tasks_blocked()
+        await channel.push_tensors(PushTensors(8, [TensorEntry(KEY, value)]))
+        await trio.testing.wait_all_tasks_blocked()
+        assert worker.pushed == [7, 8] and channel._bare_idle[0] is not conn
 
 
 def test_shut_reading_fails_the_writers_next_write_and_keeps_what_came_before():
@@ -104,23 +118,14 @@ async def test_every_call_written_before_the_idle_sweep_shut_a_connection_is_ser
     # Two one-way calls queued on an idle connection as the sweep shuts its reading: both
     # were written whole (the client was told nothing), so both are served before it closes.
     worker = _Pushes()
-    async with open_http_server(worker) as server:
-        async with TrioHttpChannel(server.address) as channel:
-            channel.one_way = frozenset({"push_tensors"})
-            value = np.ones(2, np.float32)
-            await channel.push_tensors(PushTensors(7, [TensorEntry(KEY, value)]))
-            await trio.testing.wait_all_tasks_blocked()
-            (served,) = server._bare._open
-            (conn,) = channel._bare_idle
-            for step_id in (8, 9):  # (no checkpoint: the server's task does not run between)
-                await channel.push_tensors(PushTensors(step_id, [TensorEntry(KEY, value)]))
-            assert channel._bare_idle == [conn]  # both on the connection the server shuts
-            served.closing = True  # as ``_sweep_idle`` does
-            bare_io.shut_reading(served.stream.socket)
-            trio.lowlevel.notify_closing(served.stream.socket)
-            await trio.testing.wait_all_tasks_blocked()
-            assert worker.pushed == [7, 8, 9] and worker.failed == []
-            assert not server._bare._open  # then closed
+    async with _one_pushed(worker) as (server, channel, value, served, conn):
+        for step_id in (8, 9):  # (no checkpoint: the server's task does not run between)
+            await channel.push_tensors(PushTensors(step_id, [TensorEntry(KEY, value)]))
+        assert channel._bare_idle == [conn]  # both on the connection the server shuts
+        _shut_as_the_sweep_does(served)
+        await trio.testing.wait_all_tasks_blocked()
+        assert worker.pushed == [7, 8, 9] and worker.failed == []
+        assert not server._bare._open  # then closed
 
 
 async def test_calls_read_with_a_damaged_one_way_call_are_reported_dropped():
@@ -159,26 +164,17 @@ async def test_a_call_queued_behind_a_one_way_call_when_the_sweep_shuts_is_answe
             return await super().health(request)
 
     worker = _SlowHealth()
-    async with open_http_server(worker) as server:
-        async with TrioHttpChannel(server.address) as channel:
-            channel.one_way = frozenset({"push_tensors"})
-            value = np.ones(2, np.float32)
-            await channel.push_tensors(PushTensors(7, [TensorEntry(KEY, value)]))
-            await trio.testing.wait_all_tasks_blocked()
-            (served,) = server._bare._open
-            (conn,) = channel._bare_idle
-            big = np.ones(1 << 15, np.float32)  # (past the first read's 64 KiB)
-            await channel.push_tensors(PushTensors(8, [TensorEntry(KEY, big)]))
-            frame = b"".join(bytes(b) for b in encode(Health()))
-            index = next(i for i, rpc in enumerate(RPCS) if rpc.method == "health")
-            os.write(conn.sock.fileno(), bare.REQUEST.pack(len(frame), 99, index, 0, 10.0)
-                     + frame)  # (no checkpoint since the push: the server has read neither)
-            served.closing = True  # as ``_sweep_idle`` does
-            bare_io.shut_reading(served.stream.socket)
-            trio.lowlevel.notify_closing(served.stream.socket)
-            with trio.fail_after(10):
-                await trio.lowlevel.wait_readable(conn.sock)  # (the answer)
-            assert worker.pushed == [7, 8]
-            answer = os.read(conn.sock.fileno(), 65536)
-            assert bare.REPLY.unpack_from(answer)[1:3] == (99, bare.FRAME), answer
-            assert server._by_status["health", 200] == 1, dict(server._by_status)
+    async with _one_pushed(worker) as (server, channel, value, served, conn):
+        big = np.ones(1 << 15, np.float32)  # (past the first read's 64 KiB)
+        await channel.push_tensors(PushTensors(8, [TensorEntry(KEY, big)]))
+        frame = b"".join(bytes(b) for b in encode(Health()))
+        index = next(i for i, rpc in enumerate(RPCS) if rpc.method == "health")
+        os.write(conn.sock.fileno(), bare.REQUEST.pack(len(frame), 99, index, 0, 10.0)
+                 + frame)  # (no checkpoint since the push: the server has read neither)
+        _shut_as_the_sweep_does(served)
+        with trio.fail_after(10):
+            await trio.lowlevel.wait_readable(conn.sock)  # (the answer)
+        assert worker.pushed == [7, 8]
+        answer = os.read(conn.sock.fileno(), 65536)
+        assert bare.REPLY.unpack_from(answer)[1:3] == (99, bare.FRAME), answer
+        assert server._by_status["health", 200] == 1, dict(server._by_status)
