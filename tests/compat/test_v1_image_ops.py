@@ -8,7 +8,7 @@ import asyncflow as af
 import asyncflow.compat.v1 as tf
 from default_graph import fresh_graph  # noqa: F401 (autouse fixture)
 from gradcheck import check_gradients
-from tf1_reference import compat_run, tf1_run
+from tf1_reference import compare_groups, compat_run, tf1_run
 
 
 SNIPPET = """
@@ -58,11 +58,8 @@ def test_image_ops_match_tf1(tmp_path):
     assert sorted(ours) == sorted(theirs)
     for mine, tfs in zip(ours["static"], theirs["static"]):
         np.testing.assert_array_equal(mine, tfs)
-    for name in ("results", "grads"):
-        assert len(ours[name]) == len(theirs[name])
-        for i, (mine, tfs) in enumerate(zip(ours[name], theirs[name])):
-            assert mine.dtype == tfs.dtype and mine.shape == tfs.shape, (name, i, mine.shape)
-            np.testing.assert_allclose(mine, tfs, rtol=1e-5, atol=1e-5, err_msg=f"{name} {i}")
+    groups = ("results", "grads")
+    compare_groups([ours[name] for name in groups], theirs, groups, rtol=1e-5, atol=1e-5)
 
 
 def test_image_ops_against_numpy():

@@ -7,7 +7,7 @@ import asyncflow as af
 import asyncflow.compat.v1 as tf
 from default_graph import fresh_graph  # noqa: F401 (autouse fixture)
 from gradcheck import check_gradients as _check_gradients
-from tf1_reference import compat_run, tf1_run
+from tf1_reference import compare_groups, compat_run, tf1_run
 
 
 SNIPPET = """
@@ -67,10 +67,7 @@ def test_losses_match_tf1(tmp_path):
     ours = _ours(inputs)
     theirs = tf1_run(SNIPPET, tmp_path, **inputs)
     assert sorted(ours) == sorted(theirs)
-    assert len(ours["results"]) == len(theirs["results"])
-    for i, (mine, tfs) in enumerate(zip(ours["results"], theirs["results"])):
-        assert mine.dtype == tfs.dtype and mine.shape == tfs.shape, i
-        np.testing.assert_allclose(mine, tfs, rtol=1e-5, atol=1e-6, err_msg=str(i))
+    compare_groups([ours["results"]], theirs, ["results"], rtol=1e-5, atol=1e-6)
     for name in ("grads", "total", "count"):
         np.testing.assert_allclose(ours[name], theirs[name], rtol=1e-5, atol=1e-6, err_msg=name)
 

@@ -8,7 +8,7 @@ import asyncflow as af
 import asyncflow.compat.v1 as tf
 from default_graph import fresh_graph  # noqa: F401 (autouse fixture)
 from gradcheck import check_gradients
-from tf1_reference import compat_run, tf1_run
+from tf1_reference import compare_groups, compat_run, tf1_run
 
 
 SNIPPET = """
@@ -48,11 +48,7 @@ def test_nn_names_match_tf1(tmp_path):
     ours = _ours(inputs)
     theirs = tf1_run(SNIPPET, tmp_path, **inputs)
     assert sorted(ours) == sorted(theirs)
-    for name in ours:
-        assert len(ours[name]) == len(theirs[name])
-        for i, (mine, tfs) in enumerate(zip(ours[name], theirs[name])):
-            assert mine.dtype == tfs.dtype and mine.shape == tfs.shape, (name, i)
-            np.testing.assert_allclose(mine, tfs, rtol=1e-5, atol=1e-5, err_msg=f"{name} {i}")
+    compare_groups([ours[name] for name in sorted(ours)], theirs, sorted(ours), rtol=1e-5, atol=1e-5)
 
 
 def _conv1d(seq, filters, stride, dilation, padding):
