@@ -18,6 +18,7 @@ from asyncflow.exec import intra_op
 from asyncflow.exec.devices import Device
 from asyncflow.kernels import blas, intra_op as kernel_intra_op, math as math_kernels, nn_conv
 from asyncflow.kernels.registry import Preload
+from test_gemm_split_bits import operands
 
 needs_mkl = pytest.mark.skipif(
     blas.CHOICE == "numpy" or not blas.available(),
@@ -36,32 +37,6 @@ def _ctx(threads=None, name="MatMul", **attrs):
                            attrs={"transpose_a": False, "transpose_b": False, **attrs})
 
 
-def _laid_out(x, layout):
-    if layout == "F":
-        return np.asfortranarray(x)
-    if layout == "transposed":
-        return np.ascontiguousarray(x.T).T
-    if layout == "strided":
-        wide = np.zeros((x.shape[0], 2 * x.shape[1]), x.dtype)
-        wide[:, ::2] = x
-        return wide[:, ::2]
-    if layout == "sliced":
-        big = np.zeros((x.shape[0] + 3, x.shape[1] + 5), x.dtype)
-        big[1:-2, 2:-3] = x
-        return big[1:-2, 2:-3]
-    if layout == "reversed rows":
-        return np.ascontiguousarray(x[::-1])[::-1]
-    if layout == "broadcast rows":  # (one row repeated: a zero stride)
-        return np.broadcast_to(x[:1], x.shape)
-    return x
-
-
-def _operands(seed, dtype, m, k, n, layouts=("C", "C")):
-    rng = np.random.default_rng(seed)
-    return [_laid_out(rng.standard_normal(shape).astype(dtype), layout)
-            for shape, layout in zip(((m, k), (k, n)), layouts)]
-
-
 def close(value, a, b):
     """``value`` within a GEMM's rounding bound of numpy's ``a @ b`` (see the docstring)."""
     reference = np.matmul(a, b)
@@ -72,7 +47,7 @@ def close(value, a, b):
 
 def test_choice_numpy_keeps_numpy_s_matmul(monkeypatch):
     monkeypatch.setattr(blas, "CHOICE", "numpy")
-    a, b = _operands(0, np.float32, 200, 300, 100)
+    a, b = operands(0, np.float32, 200, 300, 100)
     assert not blas.available() and blas.name() == "numpy"
     assert blas.gemm(_ctx(), a, b) is not blas.mkl_matmul
     np.testing.assert_array_equal(blas.matmul(_ctx(), a, b), a @ b)
@@ -91,7 +66,7 @@ def test_without_the_library_numpy_s_form_runs(monkeypatch):
     with pytest.warns(RuntimeWarning, match="ASYNCFLOW_BLAS=mkl but MKL is not installed"):
         assert not blas.available()
     monkeypatch.setattr(blas, "CHOICE", "auto")
-    a, b = _operands(1, np.float32, 300, 300, 300)
+    a, b = operands(1, np.float32, 300, 300, 300)
     assert blas.name() == "numpy" and blas.gemm(_ctx(), a, b) is not blas.mkl_matmul
     np.testing.assert_array_equal(math_kernels._matmul(_ctx(), a, b)[0], a @ b)
 
@@ -111,7 +86,7 @@ def test_other_dtypes_gpu_arrays_and_batches_stay_numpy_s():
                  (np.ones((2, 64, 64), np.float32), np.ones((2, 64, 64), np.float32))]:
         assert blas.gemm(ctx, a, b) is not blas.mkl_matmul
     gpu = SimpleNamespace(device=None, xp=SimpleNamespace(matmul=None))
-    assert blas.gemm(gpu, *_operands(2, np.float32, 64, 64, 64)) is not blas.mkl_matmul
+    assert blas.gemm(gpu, *operands(2, np.float32, 64, 64, 64)) is not blas.mkl_matmul
 
 
 def test_auto_takes_mkl_for_the_shapes_it_measured_faster_on(monkeypatch):
@@ -121,12 +96,12 @@ def test_auto_takes_mkl_for_the_shapes_it_measured_faster_on(monkeypatch):
                          (128, 256, 256, False), (256, 784, 256, False),  # (the dense models)
                          (25088, 25, 32, True), (25, 25088, 32, True), (128, 10, 1024, True),
                          (128, 3136, 1024, True), (3136, 128, 1024, True)]:
-        assert (blas.gemm(_ctx(), *_operands(3, np.float32, m, k, n)) is blas.mkl_matmul) is mkl
+        assert (blas.gemm(_ctx(), *operands(3, np.float32, m, k, n)) is blas.mkl_matmul) is mkl
 
 
 def test_a_gram_product_stays_numpy_s_syrk(monkeypatch):
     monkeypatch.setattr(blas, "available", lambda: True)
-    (x,) = _operands(4, np.float32, 256, 300, 1)[:1]
+    (x,) = operands(4, np.float32, 256, 300, 1)[:1]
     assert blas.gram(x, x.T) and blas.gemm(_ctx(), x, x.T) is not blas.mkl_matmul
     assert not blas.gram(x, x.T.copy())
 
@@ -142,7 +117,7 @@ def test_import_asyncflow_does_not_load_mkl():
 @pytest.mark.parametrize("layout_a", LAYOUTS)
 @pytest.mark.parametrize("layout_b", LAYOUTS)
 def test_mkl_against_numpy_on_every_layout(dtype, layout_a, layout_b):
-    a, b = _operands(5, dtype, 67, 131, 45, (layout_a, layout_b))
+    a, b = operands(5, dtype, 67, 131, 45, (layout_a, layout_b))
     out = np.full((67, 45), np.nan, dtype)
     assert blas.mkl_matmul(a, b, out) is out
     close(out, a, b)
@@ -177,7 +152,7 @@ def test_transposed_views_are_passed_as_they_are_not_copied(monkeypatch):
                                      (1, 77, 1), (1, 77, 33), (33, 77, 1), (7, 1, 9),
                                      (513, 3, 257)])
 def test_empty_and_odd_shapes(dtype, m, k, n):
-    a, b = _operands(m * 100 + k * 10 + n, dtype, m, k, n)
+    a, b = operands(m * 100 + k * 10 + n, dtype, m, k, n)
     out = np.full((m, n), np.nan, dtype)
     blas.mkl_matmul(a, b, out)
     if k <= 1:  # (one rounded product an element, or none: numpy's bits)
@@ -187,7 +162,7 @@ def test_empty_and_odd_shapes(dtype, m, k, n):
 
 @needs_mkl
 def test_views_blas_cannot_take_go_to_numpy_and_mismatches_are_refused():
-    a, b = _operands(6, np.float32, 20, 30, 10)
+    a, b = operands(6, np.float32, 20, 30, 10)
     out = np.empty((20, 20), np.float32)[:, ::2]  # (an output without a unit stride)
     blas.mkl_matmul(a, b, out)
     close(out, a, b)
@@ -209,7 +184,7 @@ def test_split_over_the_intra_op_pool(dtype, m, k, n, threads):
     """The MatMul kernel split by rows or columns, each chunk one MKL call: close to numpy's
     whole product; the same bits whatever runs the chunks (a pair's GEMM, ``run_alone``,
     runs them one after the other: MKL's row blocks round by their block)."""
-    a, b = _operands(m + n, dtype, m, k, n, ("C", "transposed"))
+    a, b = operands(m + n, dtype, m, k, n, ("C", "transposed"))
     pool = intra_op.shared_pool(threads)
     splits = pool.splits
     split = math_kernels._matmul(_ctx(threads), a, b)[0]
@@ -225,7 +200,7 @@ def test_split_over_the_intra_op_pool(dtype, m, k, n, threads):
 @pytest.mark.parametrize("transpose_a, transpose_b", [(False, False), (True, False),
                                                       (False, True), (True, True)])
 def test_the_matmul_kernels_transposes(transpose_a, transpose_b):
-    a, b = _operands(7, np.float32, 150, 220, 90)
+    a, b = operands(7, np.float32, 150, 220, 90)
     a_in = np.ascontiguousarray(a.T) if transpose_a else a
     b_in = np.ascontiguousarray(b.T) if transpose_b else b
     ctx = _ctx(2, transpose_a=transpose_a, transpose_b=transpose_b)
@@ -305,7 +280,7 @@ async def test_a_session_s_matmul_runs_on_mkl(monkeypatch):
     real = blas.mkl_matmul
     monkeypatch.setattr(blas, "mkl_matmul", lambda a, b, out: calls.append(a.shape) or
                         real(a, b, out))
-    a, b = _operands(9, np.float32, 200, 300, 100)
+    a, b = operands(9, np.float32, 200, 300, 100)
     graph = af.Graph()
     with graph.as_default(), af.device("/cpu:0"):  # MKL is the CPU's (a GPU visible or not)
         x = af.placeholder(af.float32, [None, 300])

@@ -41,7 +41,7 @@ def _ctx(threads):
                                                         "transpose_b": False})
 
 
-def _laid_out(x, layout):
+def laid_out(x, layout):
     """``x``'s values in another memory layout (a view where the layout is one)."""
     if layout == "F":
         return np.asfortranarray(x)
@@ -59,17 +59,19 @@ def _laid_out(x, layout):
         big = np.zeros((x.shape[0] + 3, x.shape[1] + 5), x.dtype)
         big[1:-2, 2:-3] = x
         return big[1:-2, 2:-3]
+    if layout == "broadcast rows":  # (one row repeated: a zero stride)
+        return np.broadcast_to(x[:1], x.shape)
     return x
 
 
-def _operands(seed, dtype, m, k, n, layouts):
+def operands(seed, dtype, m, k, n, layouts=("C", "C")):
     rng = np.random.default_rng(seed)
     values = []
     for shape, layout in zip(((m, k), (k, n)), layouts):
         x = rng.standard_normal(shape)
         if np.dtype(dtype).kind == "c":
             x = x + 1j * rng.standard_normal(shape)
-        values.append(_laid_out(x.astype(dtype), layout))
+        values.append(laid_out(x.astype(dtype), layout))
     return values
 
 
@@ -95,7 +97,7 @@ def test_a_split_gemm_against_the_whole_product(dtype, k, m, macs, wide, threads
         m, n = n, m
     if m * n > 3_000_000 or k * (m + n) > 4_000_000:
         return  # (memory: skipped, not failed)
-    a, b = _operands(seed, dtype, m, k, n, layouts)
+    a, b = operands(seed, dtype, m, k, n, layouts)
     ctx = _ctx(threads)
     whole = a @ b
     splits = intra_op.shared_pool(threads).splits
@@ -119,7 +121,7 @@ def test_a_gemm_in_a_pair_has_the_bits_of_the_same_gemm_split(dtype, m, k, n):
     not round otherwise than the same GEMM split outside it. float64 on OpenBLAS's SkylakeX
     kernels rounds a row by its block: the pair runs the split's chunks one after the
     other (computed whole, ``[300, 300] @ [300, 300]`` differed in the last bits)."""
-    a, b = _operands(m + k + n, dtype, m, k, n, ("C", "C"))
+    a, b = operands(m + k + n, dtype, m, k, n, ("C", "C"))
     ctx = _ctx(2)
     split = math_kernels._matmul(ctx, a, b)[0]
     in_pair = []
@@ -150,7 +152,7 @@ def test_no_chunk_is_at_or_below_the_small_matrix_size(threads, count, macs_per_
 def test_a_product_with_exact_small_matrix_chunks_has_the_bits_where_splits_keep_them(
         monkeypatch):
     monkeypatch.setattr(kernel_intra_op, "MACS_PER_WORK", 2)  # (6.3 M: it splits)
-    a, b = _operands(1, "float32", 630, 100, 100, ("C", "C"))
+    a, b = operands(1, "float32", 630, 100, 100, ("C", "C"))
     split = math_kernels._matmul(_ctx(6), a, b)[0]
     if kernel_intra_op.split_keeps_bits(np.dtype(np.float32)):
         np.testing.assert_array_equal(split, a @ b)
@@ -163,7 +165,7 @@ def test_a_product_with_exact_small_matrix_chunks_has_the_bits_where_splits_keep
 def test_a_gram_product_is_not_split(dtype, fused):
     """``x @ x.T`` is one SYRK in numpy (half the work, a triangle mirrored): GEMMs of its
     row blocks rounded otherwise (``[256, 784]`` float32: other bits on SkylakeX)."""
-    (x,) = _operands(7, dtype, 256, 784, 1, ("C",))[:1]
+    (x,) = operands(7, dtype, 256, 784, 1, ("C",))[:1]
     ctx = _ctx(2)
     splits = intra_op.shared_pool(2).splits
     if fused:
@@ -189,7 +191,7 @@ def test_a_gemm_split_while_every_worker_is_busy(dtype, monkeypatch):
     pool = intra_op.IntraOpPool(2)
     ctx = SimpleNamespace(device=SimpleNamespace(intra_op=pool), xp=np, name="MatMul",
                           attrs={"transpose_a": False, "transpose_b": False})
-    a, b = _operands(3, dtype, 128, 256, 256, ("C", "C"))
+    a, b = operands(3, dtype, 128, 256, 256, ("C", "C"))
     seen = []
 
     def record(start, stop):
@@ -219,7 +221,7 @@ def test_a_gemm_split_inside_a_chunk_and_a_failing_one_inside_a_pair():
     that fails inside a pair raises from the pair's call, and the thread's flag is back."""
     ctx = _ctx(2)
     pool = intra_op.shared_pool(2)
-    a, b = _operands(5, "float32", 128, 784, 256, ("C", "C"))
+    a, b = operands(5, "float32", 128, 784, 256, ("C", "C"))
     want = math_kernels._matmul(ctx, a, b)[0]
     got = {}
 
