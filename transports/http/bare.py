@@ -33,10 +33,11 @@ spoken to over HTTP for a doubling back-off, then the bare socket is tried again
 The server keeps what the HTTP server enforces: the connection guard and its timeouts (idle,
 header, body; a client that reads no answer is dropped; the idle one by one sweep task, so that
 waiting for a call costs no deadline: see ``BareService._sweep_idle``), the codec's frame
-limits (a frame over ``max_frame_bytes`` is refused before a byte of it is read), one cancel
-scope per call that carries the call's deadline and is cancelled when the client leaves
+limits (a frame over ``max_frame_bytes`` is refused before a byte of it is read), a cancel
+scope for each call's run that carries its deadline and is cancelled when the client leaves
 (:class:`~transports.http.disconnect.DisconnectMonitor`, the connection attached to it once, not
-per call) or the server closes, and the same counters (requests by route and status, bytes,
+per call) or the server closes (one scope for a connection's calls, entered again only after a
+call was cancelled: :mod:`transports.http.call_scope`), and the same counters (requests by route and status, bytes,
 in flight; ``same_host_calls`` counts these calls). Garbage (a wrong magic, a bad header, an
 unknown rpc, a broken frame) gets an ``ErrorReply`` where the connection can still be read, and
 is closed; the server serves on.
@@ -341,8 +342,7 @@ class BareService:
         server = self._server
         fn = getattr(server._handler, rpc.method)
         calls = conn.calls
-        deadline = trio.current_time() + timeout + DEADLINE_GRACE_S if timeout < math.inf \
-            else math.inf
+        deadline = trio.current_time() + timeout + DEADLINE_GRACE_S  # (inf: none)
         if deadline < math.inf:
             calls.deadline = deadline
         result: Any = _CANCELLED

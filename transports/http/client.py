@@ -36,7 +36,9 @@ trio task:
   doubling to ``_BARE_RETRY_MAX_S``; bare connections it already admitted serve on), and
   after it the next call tries the bare socket again: a server with room is spoken to over it.
 * **Deadlines** are trio's: :class:`~transports.service.Channel` wraps each call in a cancel
-  scope; connecting has its own ``connect_timeout``. An answer that has begun must go on:
+  scope (but a same-host call with no timeout of its own on a pooled connection, which enclosing
+  scopes bound and ``aclose`` ends by closing its connection); connecting has its own
+  ``connect_timeout``. An answer that has begun must go on:
   ``stall_timeout`` seconds without a byte of it (a half frame, then nothing: a peer stuck
   mid-send, a half-open connection) is TransportUnavailable, however long the call may take
   before its first byte (a long step is no stall).
