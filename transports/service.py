@@ -64,8 +64,10 @@ class WorkerServiceProtocol(Protocol):
     server closing) sees ``trio.Cancelled``.
 
     Optional: ``async def run_graph_in_scope(request, scope)``, RunGraph run in the transport's
-    own cancel scope of the call (a transport that enters one per call, the bare same-host
-    one, lends it instead of the handler entering a second): the handler may lower its
+    own cancel scope of the call (a transport that runs each call in one, the bare same-host
+    one, lends it instead of the handler entering a second; ``scope`` has a cancel scope's
+    ``deadline``, ``cancel()`` and ``cancel_called``, acting on the call's scope only while
+    the call runs: :class:`transports.http.call_scope.LentScope`): the handler may lower its
     deadline and cancel it, and must re-raise a cancellation it did not cause. It is used only
     where it is defined no less derived than ``run_graph`` (an override of ``run_graph``
     alone, in a subclass or on an instance, is what such a transport calls).

@@ -9,6 +9,7 @@ import trio
 import asyncflow as af
 from hand_registration import register_partitions
 from loopback_ports import free_ports
+from transports.http.call_scope import LentScope
 from transports.messages import AbortStep, RemoteCallError, RunGraph, TensorEntry
 from transports.service import TransportError
 
@@ -79,7 +80,8 @@ async def test_a_step_runs_in_the_calls_scope_and_an_abort_answers_its_code(ps_a
         assert outcome["error"].code == "ABORTED" and outcome["error"].derived
         assert "step 9 was aborted on /job:worker" in outcome["error"].message
         assert w_channel.bare_calls > 0 and len(lent["worker"]) == 1
-        assert isinstance(lent["worker"][0], trio.CancelScope)
+        assert isinstance(lent["worker"][0], LentScope)  # (the call's share of its scope)
+        assert not lent["worker"][0].cancel_called  # (its call ended: it acts on nothing)
         assert not services["worker"]._steps
         # The server serves on: a whole step of both tasks.
         ps_channel, ps_handle, ps_options = handles["ps"]

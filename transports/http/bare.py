@@ -33,10 +33,11 @@ spoken to over HTTP for a doubling back-off, then the bare socket is tried again
 The server keeps what the HTTP server enforces: the connection guard and its timeouts (idle,
 header, body; a client that reads no answer is dropped; the idle one by one sweep task, so that
 waiting for a call costs no deadline: see ``BareService._sweep_idle``), the codec's frame
-limits (a frame over ``max_frame_bytes`` is refused before a byte of it is read), one cancel
-scope per call that carries the call's deadline and is cancelled when the client leaves
+limits (a frame over ``max_frame_bytes`` is refused before a byte of it is read), a cancel
+scope for each call's run that carries its deadline and is cancelled when the client leaves
 (:class:`~transports.http.disconnect.DisconnectMonitor`, the connection attached to it once, not
-per call) or the server closes, and the same counters (requests by route and status, bytes,
+per call) or the server closes (one scope for a connection's calls, entered again only after a
+call was cancelled: :mod:`transports.http.call_scope`), and the same counters (requests by route and status, bytes,
 in flight; ``same_host_calls`` counts these calls). Garbage (a wrong magic, a bad header, an
 unknown rpc, a broken frame) gets an ``ErrorReply`` where the connection can still be read, and
 is closed; the server serves on.
@@ -59,6 +60,7 @@ from transports.http.bare_io import CALLS as _CALLS, RECV as _RECV, RequestBody 
     read_once as _read, shut_reading as _shut_reading, small_pieces as _small_pieces, \
     write_now as _write_now
 from transports.http.body import BodyTimeout, PeerGone, read_frame
+from transports.http.call_scope import LentScope, only_cancelled, scope_lender
 from transports.http.bulk_io import BULK_BYTES, BulkReader
 from transports.http.protocol import HTTP_STATUS, send_pieces, take_one_frame, \
     the_frame
@@ -125,7 +127,7 @@ class BareService:
                 if await self._handshake(conn, limits.header_timeout_s):
                     # watched for its client leaving for its whole life, not per call
                     attached = server._monitor.attach(stream.socket)
-                    while not server._closing and await self._serve_call(conn, limits):
+                    while not server._closing and await self._serve_calls(conn, limits):
                         pass
         except (*_BROKEN, PeerGone):
             pass  # the client went away
@@ -186,6 +188,20 @@ class BareService:
             return False
         await self._server._send_all(conn, ACCEPTED)
         return True
+
+    async def _serve_calls(self, conn: _Connection, limits: Any) -> bool:
+        """Answer calls in one cancel scope (``conn.calls``) until one is cancelled; returns
+        whether the connection carries on (in a fresh scope: a cancelled one is spent). See
+        :mod:`transports.http.call_scope`: one scope per run of calls, not per call."""
+        server = self._server
+        with trio.CancelScope() as conn.calls:
+            while not server._closing:
+                if not await self._serve_call(conn, limits):
+                    return False
+                if conn.calls.cancel_called:
+                    return True  # (answered: the next call gets a fresh scope)
+            return False
+        return False  # a Cancelled of a cancelled call left its answer unfinished: closed
 
     async def _serve_call(self, conn: _Connection, limits: Any) -> bool:
         """Answer one call; returns whether the connection carries on."""
@@ -316,42 +332,57 @@ class BareService:
 
     async def _call(self, conn: _Connection, rpc: Rpc, message: Message | None,
                     timeout: float, one_way: int = 0) -> tuple[Message, int]:
-        """The handler's answer; one cancel scope: the deadline, the client leaving, closing.
+        """The handler's answer, in the connection's cancel scope (``conn.calls``): its
+        deadline for this call's window, cancelled when the client leaves or the server closes
+        (the scope is then spent: ``_serve_calls``); an enclosing scope's cancel goes on up.
 
         The deadline is the call's timeout plus :data:`DEADLINE_GRACE_S`: the client gives up
         at the timeout itself (and closes the connection, which cancels the handler), so its
         verdict is never raced by ours; ours ends a handler whose client cannot say so."""
         server = self._server
         fn = getattr(server._handler, rpc.method)
+        calls = conn.calls
+        deadline = trio.current_time() + timeout + DEADLINE_GRACE_S  # (inf: none)
+        if deadline < math.inf:
+            calls.deadline = deadline
         result: Any = _CANCELLED
-        with trio.CancelScope(deadline=trio.current_time() + timeout + DEADLINE_GRACE_S) as call:
-            server._calls.add(call)
-            fd = conn.stream.socket.fileno()
-            # (Not a late call, its reading shut; nor a one-way one, whose client may go.)
-            watched = not (conn.pending or conn.closing or one_way)
-            if watched:
-                server._monitor.call_started(fd, call)
+        lent = None
+        server._calls.add(calls)
+        fd = conn.stream.socket.fileno()
+        # (Not a late call, its reading shut; nor a one-way one, whose client may go.)
+        watched = not (conn.pending or conn.closing or one_way)
+        if watched:
+            server._monitor.call_started(fd, calls)
+        try:
+            if server._closing:
+                calls.cancel()
             try:
-                if server._closing:
-                    call.cancel()
-                try:
-                    in_scope = rpc.method == "run_graph" and _scope_lender(server._handler)
-                    if in_scope:  # the step in this call's scope (WorkerServiceProtocol)
-                        result = reply_for_result(rpc, await in_scope(message, call))
-                    else:
-                        result = reply_for_result(rpc, await (fn() if message is None
-                                                               else fn(message)))
-                except Exception as exc:  # noqa: BLE001 -- the client gets an ErrorReply
-                    result = error_reply_for(exc)
-            finally:
-                if watched:
-                    server._monitor.call_ended(fd)
-                server._calls.discard(call)
+                in_scope = rpc.method == "run_graph" and scope_lender(server._handler)
+                if in_scope:  # the step in this call's scope (WorkerServiceProtocol)
+                    lent = LentScope(calls)
+                    result = reply_for_result(rpc, await in_scope(message, lent))
+                else:
+                    result = reply_for_result(rpc, await (fn() if message is None
+                                                           else fn(message)))
+            except Exception as exc:  # noqa: BLE001 -- the client gets an ErrorReply
+                result = error_reply_for(exc)
+        except BaseException as exc:
+            if not (calls.cancel_called and only_cancelled(exc)):
+                raise  # (an enclosing scope's cancel, or not a cancel at all)
+            result = _CANCELLED  # (ours: an enclosing scope's is seen at the next checkpoint)
+        finally:
+            if lent is not None:
+                lent.ended()  # (a step's state may keep it: cancelling it later does nothing)
+            if watched:
+                server._monitor.call_ended(fd)
+            server._calls.discard(calls)
+            if calls.deadline != math.inf:  # (ours, or lowered by a lent RunGraph's step)
+                calls.deadline = math.inf
         if result is _CANCELLED:
             result = ErrorReply(*(
                 ("UNAVAILABLE", "server is shutting down") if server._closing else
                 ("DEADLINE_EXCEEDED", f"{rpc.method}: no answer within {timeout} s")
-                if trio.current_time() >= call.deadline else ("CANCELLED", "request cancelled")))
+                if trio.current_time() >= deadline else ("CANCELLED", "request cancelled")))
         return result, ERROR if isinstance(result, ErrorReply) else FRAME
 
     async def _send(self, conn: _Connection, call_id: int, kind: int, buffers: list,
@@ -395,25 +426,6 @@ def _reply(conn: _Connection, reply: Message, limits: Any) -> list:
 
 _CANCELLED: Final = object()
 _RUN_GRAPH: Final = next(i for i, rpc in enumerate(RPCS) if rpc.method == "run_graph")
-_LENDS: dict = {}  # handler class -> whether its run_graph_in_scope is its RunGraph
-
-
-def _scope_lender(handler: Any) -> Any:
-    """The handler's ``run_graph_in_scope`` where it is its RunGraph, else None: defined no
-    less derived than its ``run_graph`` (a subclass or an instance that overrides
-    ``run_graph`` alone is served by that override, as over HTTP, never bypassed)."""
-    cls = type(handler)
-    lends = _LENDS.get(cls)
-    if lends is None:
-        lends = _LENDS[cls] = next((name == "run_graph_in_scope" for klass in cls.__mro__
-                                    for name in ("run_graph_in_scope", "run_graph")
-                                    if name in vars(klass)), False)
-    own = getattr(handler, "__dict__", None)
-    if own and ("run_graph" in own or "run_graph_in_scope" in own):
-        lends = "run_graph_in_scope" in own
-    return getattr(handler, "run_graph_in_scope", None) if lends else None
-
-
 # ------------------------------------------------------------------------------ the client's half
 
 

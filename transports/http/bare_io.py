@@ -388,7 +388,7 @@ def write_now(sock: Any, pieces: list) -> bytes:
 
 
 class ServerConnection(GuardedConnection):
-    __slots__ = ("closing", "pending", "waiting", "waited", "warm", "began", "prepared")
+    __slots__ = ("closing", "pending", "waiting", "waited", "warm", "began", "prepared", "calls")
 
     def __init__(self, stream: Any, now: float) -> None:
         super().__init__(stream, now)
@@ -399,6 +399,7 @@ class ServerConnection(GuardedConnection):
         self.warm = 0  # its waits so far, up to WARM_WAITS (``learn_wait``)
         self.began = -1  # CALLS.began when its last call began (``Calls.alone``)
         self.prepared = None  # the last RunGraph reply's prepared signature (``bare._reply``)
+        self.calls = None  # the cancel scope its calls run in (``bare.BareService._serve_calls``)
 
     async def receive(self, deadline: float) -> bytes:
         """The next bytes; b"" at EOF. Past ``deadline`` the connection's scope ends it."""

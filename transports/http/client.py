@@ -36,7 +36,9 @@ trio task:
   doubling to ``_BARE_RETRY_MAX_S``; bare connections it already admitted serve on), and
   after it the next call tries the bare socket again: a server with room is spoken to over it.
 * **Deadlines** are trio's: :class:`~transports.service.Channel` wraps each call in a cancel
-  scope; connecting has its own ``connect_timeout``. An answer that has begun must go on:
+  scope (but a same-host call with no timeout of its own on a pooled connection, which enclosing
+  scopes bound and ``aclose`` ends by closing its connection); connecting has its own
+  ``connect_timeout``. An answer that has begun must go on:
   ``stall_timeout`` seconds without a byte of it (a half frame, then nothing: a peer stuck
   mid-send, a half-open connection) is TransportUnavailable, however long the call may take
   before its first byte (a long step is no stall).
@@ -63,7 +65,8 @@ from transports.messages import Ack, DeregisterGraph, ErrorReply, Message
 from transports.checksum import enabled as checksum_enabled
 from transports.repeat_frames import forget as forget_template
 from transports.run_graph_step import RunGraphStep, StepCall
-from transports.service import RPCS, TEXT_CALLS, Channel, Rpc, TransportUnavailable
+from transports.service import RPCS, TEXT_CALLS, Channel, Rpc, TransportUnavailable, \
+    result_for_reply
 from transports.wire import (
     DEFAULT_LIMITS, Decoder, Limits, LocalProtocolError, RemoteProtocolError,
     encode, encode_prepared, frame_size,
@@ -206,6 +209,7 @@ class TrioHttpChannel(Channel):
         self._token = token
         self._idle: list[_Connection] = []
         self._bare_idle: list[bare.BareConnection] = []
+        self._busy: set = set()  # connections of calls in flight (closed by ``aclose``)
         self._prepared: dict = {}  # graph handle -> its RunGraphs' prepared signature
         # Try the server's same-host Unix socket first (``transports.http.same_host``) until a
         # connection to it fails; then TCP only.
@@ -229,13 +233,35 @@ class TrioHttpChannel(Channel):
 
     async def aclose(self) -> None:
         # Every pooled socket closed before the one checkpoint: a cancel or KeyboardInterrupt
-        # there leaves none open (calls in flight close theirs as they are cancelled).
+        # there leaves none open. Calls in flight in a scope are cancelled (and close theirs);
+        # then every call's connection is closed, which ends a call with no scope (``_call``).
         await super().aclose()
         idle, self._idle = self._idle, []
         bare_idle, self._bare_idle = self._bare_idle, []
         for conn in [*idle, *bare_idle]:
             conn.stream.socket.close()
+        for conn in self._busy:
+            sock = conn.stream.socket
+            if sock.fileno() >= 0:
+                trio.lowlevel.notify_closing(sock)  # (a wait on it raises ClosedResourceError)
+                sock.close()
+        self._busy.clear()
         await trio.lowlevel.checkpoint()
+
+    async def _call(self, method: str, request: Message | None, timeout: float | None,
+                    scope: trio.CancelScope | None = None) -> Any:
+        # The usual same-host call, no timeout of its own: no cancel scope entered for it (a
+        # trio scope costs ~10 us of CPU a call: ``transports.http.call_scope``). Enclosing
+        # scopes bound it as ever; ``aclose`` ends it by closing its connection (``_busy``).
+        if timeout is None and scope is None and self._bare_idle and method in _RPC_INDEX:
+            if self._closed:
+                raise TransportUnavailable(f"channel to {self.address} is closed")
+            rpc = RPCS[_RPC_INDEX[method]]
+            return result_for_reply(rpc, await self._exchange(rpc, request))
+        return await super()._call(method, request, timeout, scope)
+
+    def _closed_during(self, what: str) -> TransportUnavailable:
+        return TransportUnavailable(f"channel to {self.address} was closed during {what}")
 
     # -- calls ----------------------------------------------------------------------------------
 
@@ -352,7 +378,10 @@ class TrioHttpChannel(Channel):
                 if conn is None:
                     return None
             done = False
+            self._busy.add(conn)
             try:  # (a stalled answer, as _request's: the connection's own scope, see ``call``)
+                if self._closed:  # (closed while it connected)
+                    raise self._closed_during(rpc.method)
                 conn.stall, conn.bulk.patience = self._stall_timeout, self._stall_timeout / 4
                 CALLS.begin(conn)  # (counted for the same-host spin's rule: ``bare_io``)
                 try:
@@ -362,11 +391,14 @@ class TrioHttpChannel(Channel):
                     CALLS.end()
                 done = True
             except (*_BROKEN, TransportUnavailable) as exc:
+                if self._closed:  # ``aclose`` closed it: not a peer's doing, not retried
+                    raise self._closed_during(rpc.method) from None
                 if conn.reused and not conn.answered and attempt == 0:
                     continue  # the server closed it while idle: say it again on a new one
                 raise TransportUnavailable(f"{self._bare_what(rpc)}: connection lost: "
                                            f"{exc}") from None
             finally:
+                self._busy.discard(conn)
                 if not done:
                     conn.stream.socket.close()
             if lent is not None:
@@ -426,7 +458,10 @@ class TrioHttpChannel(Channel):
         for attempt in (0, 1):
             conn = await self._checkout(what, fresh=attempt > 0)
             conn.answered, done = False, False
+            self._busy.add(conn)
             try:
+                if self._closed:  # (closed while it connected)
+                    raise self._closed_during(what)
                 await self._send(conn, method, path, buffers)
                 with trio.CancelScope() as conn.watch:  # no deadline until a byte arrives
                     conn.stall = self._stall_timeout
@@ -440,12 +475,17 @@ class TrioHttpChannel(Channel):
             except _StaleConnection:
                 continue  # the server closed it while idle; say it again on a new one
             except _BROKEN as exc:
+                if self._closed:  # ``aclose`` closed it: not retried
+                    raise self._closed_during(what) from None
                 if conn.reused and not conn.answered and attempt == 0:
                     continue  # reset while idle (the send or the first read saw it)
                 raise TransportUnavailable(f"{what}: connection lost: {exc}") from exc
             except TransportUnavailable as exc:
+                if self._closed:
+                    raise self._closed_during(what) from None
                 raise TransportUnavailable(f"{what}: {exc}") from None
             finally:
+                self._busy.discard(conn)
                 if not done:
                     conn.stream.socket.close()
             await self._pool(self._idle, conn,

@@ -1,0 +1,198 @@
+"""The bare server runs a connection's calls in one cancel scope (``transports.http.call_scope``):
+entered once for a run of calls, its deadline set only for a call's window, entered afresh
+after a call was cancelled; a RunGraph handler's lent share of it acts only while its call runs
+(a step's state keeps what it was lent: cancelling it later cancels nothing)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import trio
+from transport_fakes import FakeWorker
+
+from transports.http.call_scope import LentScope, only_cancelled
+from transports.http.client import TrioHttpChannel
+from transports.http.server import open_http_server
+from transports.messages import RecvTensors, RegisterGraph, RemoteCallError, RunGraph, \
+    TensorEntry
+from transports.service import TransportUnavailable
+
+GENEROUS = 20
+
+
+class _KeepingWorker(FakeWorker):
+    """Keeps every scope lent to its RunGraph (as a worker's step state does); a graph
+    ``{"cancel": True}`` cancels its own lent scope (as an AbortStep does) and waits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lent: list = []
+        self.deadlines: list = []
+
+    async def run_graph(self, request: RunGraph) -> object:
+        return await self.run_graph_in_scope(request, None)
+
+    async def run_graph_in_scope(self, request: RunGraph, scope) -> object:
+        self.lent.append(scope)
+        self.deadlines.append(scope.deadline)
+        if self.graphs.get(request.graph_handle, {}).get("cancel"):
+            scope.cancel()
+            await trio.sleep_forever()
+        return await FakeWorker.run_graph(self, request)
+
+
+def _served(server):
+    (conn,) = server._bare._open  # the one connection the channel keeps
+    return conn
+
+
+async def _step(channel, handle, step_id, **kwargs):
+    value = np.arange(3, dtype=np.float32)
+    reply = await channel.run_graph(RunGraph(handle, step_id, [TensorEntry("x", value)], ["x"]),
+                                    **kwargs)
+    np.testing.assert_array_equal(reply.tensors[0].value, value)
+
+
+async def test_a_connections_calls_share_one_scope_with_a_deadline_only_in_their_window():
+    handler = _KeepingWorker()
+    async with open_http_server(handler) as server:
+        with trio.fail_after(GENEROUS):
+            async with TrioHttpChannel(server.address) as channel:
+                handle = (await channel.register_graph(RegisterGraph({"nodes": []}, "s"))
+                          ).graph_handle
+                scope = _served(server).calls
+                for step_id in range(1, 4):
+                    await _step(channel, handle, step_id, timeout=5.0)
+                    await channel.health()
+                    assert _served(server).calls is scope  # no scope entered per call
+                    assert scope.deadline == math.inf and not scope.cancel_called
+                # the window's deadline: the call's timeout and the grace, seen by the handler
+                now = trio.current_time()
+                assert all(now < d <= now + 5.0 + 1.0 + 0.5 for d in handler.deadlines)
+                assert all(type(lent) is LentScope for lent in handler.lent)
+                assert channel.bare_calls == 7
+
+
+async def test_a_kept_lent_scope_cancels_nothing_once_its_call_ended():
+    handler = _KeepingWorker()
+    async with open_http_server(handler) as server:
+        with trio.fail_after(GENEROUS):
+            async with TrioHttpChannel(server.address) as channel:
+                handle = (await channel.register_graph(RegisterGraph({"nodes": []}, "s"))
+                          ).graph_handle
+                await _step(channel, handle, 1)
+                kept = handler.lent[0]
+                kept.cancel()  # (a later AbortStep of a step whose state kept it)
+                kept.deadline = trio.current_time() - 1
+                assert not kept.cancel_called and kept.deadline == math.inf
+                scope = _served(server).calls
+                assert not scope.cancel_called and scope.deadline == math.inf
+                for step_id in range(2, 5):  # the same connection serves on, uncancelled
+                    await _step(channel, handle, step_id)
+                assert _served(server).calls is scope and len(channel._bare_idle) == 1
+
+
+async def test_a_cancelled_call_is_answered_and_the_next_runs_in_a_fresh_scope():
+    handler = _KeepingWorker()
+    async with open_http_server(handler) as server:
+        with trio.fail_after(GENEROUS):
+            async with TrioHttpChannel(server.address) as channel:
+                cancelling = (await channel.register_graph(RegisterGraph(
+                    {"nodes": [], "cancel": True}, "s"))).graph_handle
+                handle = (await channel.register_graph(RegisterGraph({"nodes": []}, "s"))
+                          ).graph_handle
+                conn = _served(server)
+                spent = conn.calls
+                with pytest.raises(RemoteCallError, match="CANCELLED") as caught:
+                    await _step(channel, cancelling, 1)
+                assert caught.value.code == "CANCELLED"
+                assert spent.cancel_called and _served(server) is conn  # answered, not closed
+                await _step(channel, handle, 2)
+                await channel.health()
+                assert conn.calls is not spent and not conn.calls.cancel_called
+                assert len(channel._bare_idle) == 1 and channel.bare_calls == 5
+
+
+async def test_only_a_cancel_or_a_group_of_cancels_is_taken_for_the_calls():
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        try:
+            await trio.lowlevel.checkpoint()
+        except trio.Cancelled as exc:
+            cancelled = exc
+            raise
+    assert only_cancelled(cancelled)
+    assert only_cancelled(BaseExceptionGroup("g", [cancelled, BaseExceptionGroup(
+        "h", [cancelled])]))
+    assert not only_cancelled(ValueError("x"))
+    assert not only_cancelled(BaseExceptionGroup("g", [cancelled, ValueError("x")]))
+
+
+async def test_an_enclosing_cancel_goes_on_up_through_the_calls_scope():
+    """A handler cancelled by a scope around the server (not the call's) is not answered as a
+    cancelled call: the Cancelled goes on up and ends the server."""
+    handler = FakeWorker()
+    with trio.fail_after(GENEROUS):
+        with trio.CancelScope() as outer:
+            async with open_http_server(handler) as server:
+                async with TrioHttpChannel(server.address) as channel:
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(channel.recv_tensors, RecvTensors(1, ["never"]))
+                        await handler.waiter_arrived.wait()
+                        assert not _served(server).calls.cancel_called
+                        outer.cancel()
+        assert outer.cancelled_caught and handler.recv_cancelled.is_set()
+
+
+async def _pooled(server):
+    """A channel to ``server`` with one pooled bare connection: its next call without a
+    timeout takes the path without a cancel scope of its own."""
+    channel = TrioHttpChannel(server.address)
+    await channel.health()
+    assert len(channel._bare_idle) == 1
+    return channel
+
+
+async def test_closing_the_channel_ends_a_call_without_a_scope_and_its_handler():
+    handler = FakeWorker()
+    async with open_http_server(handler) as server:
+        with trio.fail_after(GENEROUS):
+            channel = await _pooled(server)
+            outcome = []
+
+            async def receive() -> None:
+                with pytest.raises(TransportUnavailable,
+                                   match="closed during recv_tensors") as caught:
+                    await channel.recv_tensors(RecvTensors(9, ["never"]))
+                outcome.append(caught.value)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(receive)
+                await handler.waiter_arrived.wait()
+                assert not channel._in_flight and len(channel._busy) == 1  # no scope: its conn
+                await channel.aclose()
+            await handler.recv_cancelled.wait()  # its connection closed: the server saw it go
+            assert len(outcome) == 1 and not channel._busy
+            assert channel.bare_calls == 1 and server.statistics().same_host_calls == 2
+            with pytest.raises(TransportUnavailable, match="is closed"):
+                await channel.health()
+
+
+async def test_an_enclosing_scope_cancels_a_call_without_a_scope_and_its_handler():
+    handler = FakeWorker()
+    async with open_http_server(handler) as server:
+        with trio.fail_after(GENEROUS):
+            channel = await _pooled(server)
+            async with channel:
+                with trio.CancelScope() as scope:
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(channel.recv_tensors, RecvTensors(9, ["never"]))
+                        await handler.waiter_arrived.wait()
+                        assert not channel._in_flight
+                        scope.cancel()
+                await handler.recv_cancelled.wait()
+                assert not channel._bare_idle and not channel._busy  # closed, not pooled
+                assert (await channel.health()).incarnation == 7  # on a new connection
+                assert len(channel._bare_idle) == 1
