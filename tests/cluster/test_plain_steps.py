@@ -14,7 +14,7 @@ import asyncflow as af
 from cyclic_garbage import failures_garbage
 from hand_registration import register_partitions
 from loopback_ports import free_ports
-from transports import wire
+from transports import frame_templates, wire
 from transports.messages import AbortStep, RemoteCallError, RunGraph, TensorEntry
 
 
@@ -78,7 +78,7 @@ async def test_plain_and_full_steps_give_the_same_replies_and_the_plain_one_is_c
         wg = service._graphs[handle]
         assert wg.plain
         values = [np.array([0.5, -3.0, 7.25], np.float32)]
-        replies = {}
+        replies, decoded = {}, frame_templates.statistics()["decoded"]
         for path, first in (("plain", 1), ("full", 11)):
             wg.plain = path == "plain"
             plain, run = service.plain_steps, service.counters.steps_run
@@ -92,6 +92,8 @@ async def test_plain_and_full_steps_give_the_same_replies_and_the_plain_one_is_c
         np.testing.assert_array_equal(replies["plain"][0].tensors[0].value, [2, -5, 15.5])
         assert replies["plain"][0].tensors[1].value.dtype == np.int64
         assert channel.bare_calls > 0 and len(lent) == 6
+        # the RunGraphs and replies after each signature's first two: read by offsets
+        assert frame_templates.statistics()["decoded"] - decoded >= 6
 
 
 async def test_a_traced_step_takes_the_full_path(worker):
