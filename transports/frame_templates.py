@@ -141,13 +141,13 @@ def _read(frame: _Frame, data: bytes) -> Any:
         return None
 
 
-def learn(data: bytes, limits: Any, header_start: int, header_end: int, spans: tuple,
+def learn(data: memoryview, limits: Any, header_start: int, header_end: int, spans: tuple,
           parsed: tuple) -> None:
-    """Keep a frame template of ``data``, a whole frame just decoded from its validated
-    header ``data[header_start:header_end]``, parsed into ``parsed`` (``(schema, payload,
-    plans)``), whose volatile ids are at ``spans`` (header offsets, as the header template
-    keeps them; empty: a header without ids). A frame with strings, values left out or
-    errors keeps none (the decoder's own)."""
+    """Keep a frame template of ``data`` (a byte view of a whole frame just decoded from its
+    validated header ``data[header_start:header_end]``, parsed into ``parsed``: ``(schema,
+    payload, plans)``), whose volatile ids are at ``spans`` (header offsets, as the header
+    template keeps them; empty: a header without ids). A frame with strings, values left out,
+    errors or records keeps none (the decoder's own)."""
     global _kept
     schema, payload, plans = parsed
     if spans and not header_end:
@@ -164,7 +164,7 @@ def learn(data: bytes, limits: Any, header_start: int, header_end: int, spans: t
         elif type(value) not in _PLAIN:
             return  # (a record, a map: the decoder's own)
         fields[name] = value
-    summed = data[:4] == CHECKED_MAGIC
+    summed = bytes(data[:4]) == CHECKED_MAGIC
     ids = tuple((field, header_start + start, width, fixint)
                 for field, start, width, fixint in spans)
     fixed = []
@@ -208,8 +208,8 @@ def learn(data: bytes, limits: Any, header_start: int, header_end: int, spans: t
         elif stop > start:
             merged.append([start, stop])
     names = {field.name for field, _, _, _ in ids}
-    frame = _Frame(limits, tuple((start, data[start:stop]) for start, stop in merged), summed,
-                   header_end if ids else 0, ids, tuple(tensors), schema.cls,
+    frame = _Frame(limits, tuple((start, bytes(data[start:stop])) for start, stop in merged),
+                   summed, header_end if ids else 0, ids, tuple(tensors), schema.cls,
                    {name: value for name, value in fields.items() if name not in names},
                    tuple(name for name in lists if name not in names), schema.tensor_field)
     if _kept >= KEPT:

@@ -474,5 +474,5 @@ def decode_whole(view: memoryview, limits: Any, build: Any) -> Any:
         return None
     message = build(schema, payload, plans, values)
     if size <= _frames.MAX_FRAME and (spans or schema.kind not in _templates.VOLATILE):
-        _frames.learn(bytes(view), limits, start, end, spans, parsed)
+        _frames.learn(view, limits, start, end, spans, parsed)
     return message
