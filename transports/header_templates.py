@@ -25,7 +25,7 @@ from typing import Any, Callable, Final
 
 import msgpack
 
-__all__ = ["VOLATILE", "lookup", "remember"]
+__all__ = ["VOLATILE", "lookup", "match", "remember"]
 
 # kind -> the payload's int fields that change from one message to the next: a RunGraph's, and
 # the step id of the transfers between workers (a PushTensors' header, four descriptors on a
@@ -54,6 +54,13 @@ class _Template:
 
 def lookup(limits: Any, header: bytes) -> tuple | None:
     """``(schema, payload, plans)`` for ``header`` from a template, else None."""
+    found = match(limits, header)
+    return None if found is None else found[1:]
+
+
+def match(limits: Any, header: bytes) -> tuple | None:
+    """``(spans, schema, payload, plans)`` for ``header`` from a template, else None; ``spans``:
+    per volatile id, ``(field, start, width, fixint)``, where the header holds its value."""
     candidates = _templates.get((limits, len(header)))
     if not candidates:
         return None
@@ -71,7 +78,7 @@ def lookup(limits: Any, header: bytes) -> tuple | None:
             for field, start, width, _ in template.spans:
                 payload[field.name] = field.from_wire(
                     int.from_bytes(header[start:start + width], "big"))
-            return template.schema, payload, template.plans
+            return template.spans, template.schema, payload, template.plans
     return None
 
 

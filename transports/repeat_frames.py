@@ -45,7 +45,9 @@ and header checksums, the validated header looked up, each segment's padding com
 bytes copied into a fresh array and summed against its trailer, the frame's length checked to
 end exactly at the buffer's end. Anything else, or any check failing, returns None and the
 caller decodes with :class:`transports.wire.Decoder`, which gives the error a damaged frame
-deserves (so this path never decides a verdict).
+deserves (so this path never decides a verdict). A small frame decoded so keeps a frame
+template (:mod:`transports.frame_templates`), from which the next frame of its signature (a
+step's next RunGraph or reply) is read by offsets before any of this is tried.
 
 Nothing here knows about asyncflow, trio or HTTP.
 """
@@ -59,6 +61,7 @@ import msgpack
 import numpy as np
 
 from transports import checksum as _checksum
+from transports import frame_templates as _frames
 from transports import header_templates as _templates
 from transports import schema as _schema
 from transports.messages import TensorEntry
@@ -412,6 +415,10 @@ def decode_whole(view: memoryview, limits: Any, build: Any) -> Any:
     was validated before, else None (see the module docstring); ``build(schema, payload,
     plans, values)`` makes the message (the decoder's own)."""
     size = len(view)
+    if _frames.known(size):  # a repeated frame: read by offsets (frame_templates.py)
+        message = _frames.decode(bytes(view), limits)
+        if message is not None:
+            return message
     if size < PREFIX.size:
         return None
     magic, header_len = PREFIX.unpack_from(view)
@@ -433,9 +440,12 @@ def decode_whole(view: memoryview, limits: Any, build: Any) -> Any:
     header = bytes(view[start:end])
     if header_crc is not None and _checksum.extend(0, header) != header_crc:
         return None
-    parsed = validated((limits, header)) or _templates.lookup(limits, header)
+    parsed, spans = validated((limits, header)), ()
     if parsed is None:
-        return None
+        found = _templates.match(limits, header)
+        if found is None:
+            return None
+        spans, parsed = found[0], found[1:]
     schema, payload, plans = parsed
     values, offset = [], end
     for descriptor, dtype, nbytes in plans:
@@ -462,4 +472,7 @@ def decode_whole(view: memoryview, limits: Any, build: Any) -> Any:
         offset = stop + (_TRAILER if summed else 0)
     if offset != size:
         return None
-    return build(schema, payload, plans, values)
+    message = build(schema, payload, plans, values)
+    if size <= _frames.MAX_FRAME and (spans or schema.kind not in _templates.VOLATILE):
+        _frames.learn(view, limits, start, end, spans, parsed)
+    return message

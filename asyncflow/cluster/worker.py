@@ -30,7 +30,9 @@ Theory of operation (paper §3.3; docs/distributed.md):
   request (the Recvs subscribe). A failure aborts the step's rendezvous (so pulls from peers
   see it), is logged once and answered with its canonical code; the reply's ``op`` names the
   op to blame (the master names the user's op from it), ``derived`` says the failure only
-  follows from another one.
+  follows from another one. A partition of one plan without Sends or Recvs runs its untraced
+  steps *plain* (``worker_step._run_plain``): the same state, answers and counters, but no
+  ``StepRendezvous`` unless a pull, a push or an abort of the step asks for one.
 - **RecvTensors.** Receiver-initiated: waits in the step's local rendezvous until each key has
   been sent; a pull that arrives before the step's RunGraph creates the step's state.
 - **PushTensors.** A peer's pushed Sends (``remote_rendezvous``), deposited in the step's
@@ -74,6 +76,7 @@ from asyncflow.graph.importer import import_graph_def
 from asyncflow.exec import compiled_run
 from asyncflow.exec import devices as _device
 from asyncflow.exec.options import SessionConfig
+from asyncflow.exec.runner import PlanRunner
 from asyncflow.exec.files import DataDirectory
 from asyncflow.exec.resources import ResourceManager
 from asyncflow.exec.step import preload
@@ -139,6 +142,14 @@ class _WorkerGraph:
     op_count: int = 0    # ops of the partition as registered
     replay: _ReplayWindow = dataclasses.field(default_factory=lambda: _ReplayWindow())
     session: str | None = None  # the master session that registered it (its random ops')
+    plain: bool = False  # one plan without Sends or Recvs: its steps may run plain (worker_step)
+
+
+def _plain(graph, compiled):
+    """Whether a registered partition's steps may run plain: one plan, no Send or Recv (no
+    transfer, remote or between local devices, touches a step's rendezvous)."""
+    return isinstance(compiled.runner, PlanRunner) and not any(
+        op.type in ("_Send", "_Recv") for op in graph.get_operations())
 
 
 class _Counters:
@@ -197,6 +208,7 @@ class WorkerService(StepRunning, PushAcceptance):
         # session registers again and goes on with them; a vanished client's go a lease later)
         self._idle_sessions = {}
         self._steps = {}
+        self.plain_steps = 0  # RunGraphs that ran plain (``worker_step._run_plain``)
         self._tombstones = collections.OrderedDict()
         self._handles = itertools.count(1)
         self.on_shutdown = None  # set by a Server with a token: Shutdown ends its join()
@@ -239,7 +251,7 @@ class WorkerService(StepRunning, PushAcceptance):
             [t.name for t in fetches], binding, peers,
             lease_expires=trio.current_time() + self._graph_lease_s,
             feed_checks=_feed_checks(list(options.feeds), feeds), op_count=len(ops),
-            session=session)
+            session=session, plain=_plain(graph, compiled))
         if session is not None:
             self.resources.open_session(session)
             self._idle_sessions.pop(session, None)

@@ -8,6 +8,7 @@ service's graphs, steps, tombstones, counters and status recorder.
 from __future__ import annotations
 
 import logging
+import math
 import time
 
 import trio
@@ -28,15 +29,30 @@ def _fail(code, message, derived=False):
 
 
 class _StepState:
-    __slots__ = ("step_id", "rendezvous", "created", "running", "ran", "scope")
+    """A step's state on this worker. Its ``StepRendezvous`` is built when first asked for:
+    a plain step's (``_run_plain``) never is, unless a pull, a push or an abort of its id
+    comes while it runs."""
 
-    def __init__(self, step_id, devices, now):
+    __slots__ = ("step_id", "made", "devices", "binding", "created", "running", "ran",
+                 "scope")
+
+    def __init__(self, step_id, devices, now, binding=None):
         self.step_id = step_id
-        self.rendezvous = _rdv.StepRendezvous(step_id, devices)  # devices: a frozenset
+        self.made = None  # the StepRendezvous, once asked for
+        self.devices = devices  # a frozenset
+        self.binding = binding  # the rendezvous's, once made
         self.created = now
         self.running = False
         self.ran = False
         self.scope = None
+
+    @property
+    def rendezvous(self):
+        made = self.made
+        if made is None:
+            made = self.made = _rdv.StepRendezvous(self.step_id, self.devices)
+            made.binding = self.binding
+        return made
 
 
 class StepRunning:
@@ -77,7 +93,7 @@ class StepRunning:
         return state
 
     def _maybe_done(self, state):
-        if state.ran and state.rendezvous.settled():
+        if state.ran and (state.made is None or state.made.settled()):
             self._drop(state.step_id, "finished", abort=False)
 
     def _feed_values(self, wg, entries):
@@ -131,6 +147,14 @@ class StepRunning:
         if refused is not None:
             _fail("INVALID_ARGUMENT" if request.request_id <= 0 else "ABORTED",
                   f"RunGraph of step {request.step_id} on {self.task}: {refused}")
+        if wg.plain and not request.trace:
+            state = self._plain_state(request.step_id, wg)
+            if state is not None:
+                if scope is not None:
+                    return await self._run_plain(state, wg, feed_values, request, scope)
+                with trio.CancelScope() as scope:  # the step's own: its deadline, AbortStep
+                    return await self._run_plain(state, wg, feed_values, request, scope)
+                raise self._stopped_error(state, request.timeout_ms)  # (answered above)
         state = self._find_or_create(request.step_id)
         if state.running or state.ran:
             _fail("ALREADY_EXISTS", f"step {request.step_id} already ran on {self.task}")
@@ -161,15 +185,94 @@ class StepRunning:
             state.rendezvous.count_into(self.counters)
         self.counters.steps_run += 1
         self.status.step_done(request.step_id, time.perf_counter() - started, trace)
+        tensors = self._fetched(wg, values)
+        self._maybe_done(state)
+        stats = StepStats([_node_stats(s) for s in trace]) if request.trace else None
+        return RunGraphReply(tensors, stats)
+
+    def _fetched(self, wg, values):
         tensors, sent = [], 0
         for name, value in zip(wg.fetch_names, values):
             value = _host(value)
             sent += value.nbytes
             tensors.append(TensorEntry(name, value))
         self.counters.bytes_sent += sent
+        return tensors
+
+    def _plain_state(self, step_id, wg):
+        """A new state for a plain step of ``step_id`` (``_run_plain``), or None where the
+        full path must take the step: its id already known here (a tombstone, an abort mark,
+        the state a pull or a push made), pushes parked, its trace wanted, no room for it."""
+        if step_id in self._steps or step_id in self._tombstones \
+                or step_id in self._abort_marks or self._parked \
+                or self.status.wants_trace(step_id):
+            return None
+        if self._steps:
+            self._sweep()
+            if len(self._steps) >= self._max_steps:
+                return None
+        state = self._steps[step_id] = _StepState(step_id, self._device_set,
+                                                  trio.current_time(), wg.binding)
+        return state
+
+    async def _run_plain(self, state, wg, feed_values, request, scope):
+        """RunGraph of a plain partition (one plan without Sends or Recvs, ``wg.plain``),
+        untraced, in the transport's call scope (``scope``, else one of the step's own): the
+        full path's step less what it does for transfers: no ``StepRendezvous`` (made only if
+        a pull, a push or an abort of its id comes while it runs), the plan run with no
+        rendezvous as a local step runs, the step's deadline and cancel on ``scope`` without
+        ``_execute``'s levels; a failure is answered as the full path answers it
+        (``plain_steps`` counts these steps)."""
+        step_id, timeout_ms = request.step_id, request.timeout_ms
+        deadline = math.inf
+        if timeout_ms:
+            deadline = trio.current_time() + timeout_ms / 1000
+            if deadline < scope.deadline:
+                scope.deadline = deadline
+        state.scope = scope
+        state.running = True
+        wg.running += 1
+        wg.runs += 1
+        self.plain_steps += 1
+        started = time.perf_counter()
+        try:
+            values = await wg.compiled.runner.run(feed_values, Step(step_id))
+            made = state.made
+            if made is not None and made.abort_error is not None:  # aborted as it ended
+                raise _rdv.remote_call_error(made.abort_error)
+        except BaseException as exc:
+            error = self._plain_error(state, exc, timeout_ms, deadline)
+            self.status.step_done(step_id, time.perf_counter() - started, failed=True)
+            self._step_failed(state, error)
+            state.rendezvous.release()
+            if error is exc:
+                raise
+            try:
+                raise error from None
+            finally:
+                del error  # (this frame is in its traceback: no cycle)
+        finally:
+            wg.running -= 1
+            wg.lease_expires = trio.current_time() + self._graph_lease_s
+            state.running = False
+            state.ran = True
+            if state.made is not None:
+                state.made.count_into(self.counters)
+        self.counters.steps_run += 1
+        self.status.step_done(step_id, time.perf_counter() - started)
+        tensors = self._fetched(wg, values)
         self._maybe_done(state)
-        stats = StepStats([_node_stats(s) for s in trace]) if request.trace else None
-        return RunGraphReply(tensors, stats)
+        return RunGraphReply(tensors)
+
+    def _plain_error(self, state, exc, timeout_ms, deadline):
+        """What a plain step that raised ``exc`` answers: what ``_run_step`` and
+        ``_execute`` raise for it in the full path."""
+        if isinstance(exc, errors.OpError):
+            return _rdv.remote_call_error(exc)
+        if _only_cancelled(exc) and ((state.made is not None and state.made.aborted)
+                                     or trio.current_time() >= deadline):
+            return self._stopped_error(state, timeout_ms)
+        return exc
 
     async def _execute(self, state, wg, feed_values, step, timeout_ms, lent=None):
         deadline = trio.current_time() + timeout_ms / 1000 if timeout_ms else float("inf")
@@ -207,13 +310,17 @@ class StepRunning:
 
     def _stopped(self, state, timeout_ms):
         """Raise what a step whose scope was cancelled answers: aborted, or past its deadline."""
+        raise self._stopped_error(state, timeout_ms)
+
+    def _stopped_error(self, state, timeout_ms):
         if state.rendezvous.aborted:
             reason = state.rendezvous.abort_error  # a Reset says so itself; an AbortStep is derived
             if reason is not None and not _rdv.is_derived(reason):
-                _fail("ABORTED", reason.message)
-            _fail("ABORTED", f"step {state.step_id} was aborted on {self.task}", derived=True)
-        _fail("DEADLINE_EXCEEDED", f"step {state.step_id} ran past its {timeout_ms} ms deadline "
-              f"on {self.task}")
+                return RemoteCallError("ABORTED", reason.message)
+            return RemoteCallError("ABORTED", f"step {state.step_id} was aborted on {self.task}",
+                                   derived=True)
+        return RemoteCallError("DEADLINE_EXCEEDED", f"step {state.step_id} ran past its "
+                               f"{timeout_ms} ms deadline on {self.task}")
 
     @staticmethod
     async def _run_with_pulls(state, wg, feed_values, step):

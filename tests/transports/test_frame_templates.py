@@ -1,0 +1,161 @@
+"""A repeated frame decoded by offsets (``transports/frame_templates.py``): learnt from a frame
+decoded whole from a validated header, it decodes the next frames of its signature (other ids,
+other tensor bytes) to what the full decoder gives, and takes no frame that is damaged, of
+another signature or under other limits (those go the way they went before)."""
+import dataclasses
+
+import numpy as np
+import pytest
+
+from transports import checksum, frame_templates, header_templates, wire
+from transports.messages import RunGraph, RunGraphReply, StepStats, TensorEntry
+
+LIMITS = wire.DEFAULT_LIMITS
+_IDS = {0: [1, 127], 1: [128, 255], 2: [256, 2**16 - 1], 4: [2**16, 2**32 - 1],
+        8: [2**32, 2**63, 2**64 - 1]}  # msgpack's width of an id -> ids of it
+
+
+@pytest.fixture(autouse=True)
+def no_templates():
+    header_templates._templates.clear()
+    frame_templates.forget_all()
+    yield
+    header_templates._templates.clear()
+    frame_templates.forget_all()
+
+
+def _frame(message, checksums=True):
+    buffers = wire.encode(message, LIMITS, checksums=checksums)
+    for buffer in buffers:
+        if isinstance(buffer, checksum.ChecksumTrailer) and buffer.pending:
+            buffer.fill()
+    return b"".join(bytes(b) for b in buffers)
+
+
+def _feeds(rng):
+    return [TensorEntry("x:0", np.asarray(rng.standard_normal(), np.float32)),
+            TensorEntry("y:0", rng.standard_normal(3)),
+            TensorEntry("e:0", np.zeros((0, 2), np.int64)),
+            TensorEntry("i:0", rng.integers(-9, 9, (2, 2)).astype(np.int64))]
+
+
+def _run_graph(step_id, request_id, rng, handle="sess/1/abcd"):
+    return RunGraph(handle, step_id, _feeds(rng), ["a:0", "b:0"], request_id=request_id)
+
+
+def _whole(frame, limits=LIMITS):
+    return wire.decode_repeated(memoryview(frame), limits)
+
+
+def _taken():
+    return frame_templates.statistics()["decoded"]
+
+
+def _learnt(frame, then=None):
+    """Decode ``frame`` as a step's first frame is (in full: its header validated, its header
+    template kept), then ``then`` (default: ``frame`` again) as the next (whole: its frame
+    template kept; a RunGraph's from the next, of other ids)."""
+    wire.decode(frame, LIMITS)
+    assert _whole(frame if then is None else then) is not None
+    assert frame_templates.known(len(frame))
+
+
+def _same(got, want):
+    assert type(got) is type(want)
+    for field in dataclasses.fields(want):
+        a, b = getattr(got, field.name), getattr(want, field.name)
+        if field.name in ("feeds", "tensors"):
+            assert [(e.key, e.is_dead, e.error) for e in a] == [
+                (e.key, e.is_dead, e.error) for e in b]
+            for x, y in zip(a, b):
+                assert x.value.dtype == y.value.dtype and x.value.shape == y.value.shape
+                assert x.value.tobytes() == y.value.tobytes()
+                assert x.value.flags.writeable and x.value.flags.owndata
+        else:
+            assert a == b, field.name
+
+
+@pytest.mark.parametrize("checksums", [True, False])
+@pytest.mark.parametrize("width", [0, 1, 2, 4, 8])
+def test_repeated_run_graphs_decode_by_offsets_as_the_decoder_decodes_them(checksums, width):
+    rng = np.random.default_rng(width)
+    ids = _IDS[width]
+    first = _frame(_run_graph(ids[0], ids[0], rng), checksums)
+    _learnt(first, _frame(_run_graph(ids[-1], ids[0], rng), checksums))
+    for step_id in ids:
+        for request_id in ids:
+            message = _run_graph(step_id, request_id, rng)
+            frame = _frame(message, checksums)
+            assert len(frame) == len(first)
+            taken = _taken()
+            got = _whole(frame)
+            assert _taken() == taken + 1
+            _same(got, wire.decode(frame, LIMITS))
+            _same(got, message)
+    got.fetch_keys.append("mutated:0")  # the message's own list: the next one is not changed
+    assert _whole(frame).fetch_keys == ["a:0", "b:0"]
+
+
+def test_a_repeated_reply_decodes_by_offsets():
+    reply = RunGraphReply([TensorEntry("y:0", np.arange(5, dtype=np.int64)),
+                           TensorEntry("z:0", np.float32(2.5))])
+    frame = _frame(reply)
+    _learnt(frame)
+    later = RunGraphReply([TensorEntry("y:0", -np.arange(5, dtype=np.int64)),
+                           TensorEntry("z:0", np.float32(-7.0))])
+    taken = _taken()
+    got = _whole(_frame(later))
+    assert _taken() == taken + 1
+    _same(got, later)
+
+
+def test_no_damaged_frame_is_taken():
+    rng = np.random.default_rng(1)
+    frame = _frame(_run_graph(2**40, 300, rng))
+    _learnt(_frame(_run_graph(2**41, 301, rng)), frame)
+    taken = _taken()
+    for bit in range(len(frame) * 8):
+        damaged = bytearray(frame)
+        damaged[bit // 8] ^= 1 << (bit % 8)
+        assert _whole(bytes(damaged)) is None, f"bit {bit} flipped was decoded"
+        with pytest.raises(wire.RemoteProtocolError):
+            wire.decode(bytes(damaged), LIMITS)
+    assert _taken() == taken
+    unchecked = _frame(_run_graph(2**40, 300, rng), checksums=False)
+    _learnt(_frame(_run_graph(2**41, 301, rng), checksums=False), unchecked)
+    id_at = unchecked.index(b"\xa7step_id\xcf") + len(b"\xa7step_id\xcf")
+    moved = bytearray(unchecked)
+    moved[id_at + 7] ^= 1  # unsummed: another step id, as the decoder reads it too
+    assert _whole(bytes(moved)).step_id == 2**40 + 1 == wire.decode(bytes(moved), LIMITS).step_id
+
+
+def test_frames_of_another_signature_or_limits_are_decoded_as_before():
+    rng = np.random.default_rng(2)
+    frame = _frame(_run_graph(5, 5, rng, handle="sess/1/abcd"))
+    _learnt(_frame(_run_graph(4, 4, rng, handle="sess/1/abcd")), frame)
+    other = _frame(_run_graph(6, 6, rng, handle="sess/2/abcd"))  # the same length
+    assert len(other) == len(frame)
+    wire.decode(_frame(_run_graph(3, 3, rng, handle="sess/2/abcd")), LIMITS)
+    taken = _taken()
+    got = _whole(other)
+    assert got.graph_handle == "sess/2/abcd" and _taken() == taken  # (then learnt: the next is)
+    assert _whole(_frame(_run_graph(8, 8, rng, handle="sess/2/abcd"))).step_id == 8
+    assert _taken() == taken + 1
+    small = dataclasses.replace(LIMITS, max_header_bytes=4096)
+    later = _frame(_run_graph(9, 9, rng))
+    assert _whole(later, small) is None and _taken() == taken + 1  # (its header never seen)
+
+
+@pytest.mark.parametrize("reply", [
+    RunGraphReply([TensorEntry("s:0", np.array([b"ab", b"c"], dtype=object))]),
+    RunGraphReply([TensorEntry("d:0", None, is_dead=True)]),
+    RunGraphReply([TensorEntry("y:0", np.float32(1.0))], StepStats([])),
+    RunGraphReply([TensorEntry("big:0", np.zeros(5000, np.float32))]),
+], ids=["strings", "dead", "record", "large"])
+def test_frames_a_template_cannot_read_keep_none_and_decode_as_before(reply):
+    frame = _frame(reply)
+    wire.decode(frame, LIMITS)
+    got = _whole(frame)
+    assert not frame_templates.known(len(frame))
+    if got is not None:
+        assert [e.key for e in got.tensors] == [e.key for e in reply.tensors]

@@ -1,0 +1,230 @@
+"""A repeated frame decoded by offsets: the frame of a step's RunGraph or of its reply.
+
+Why
+---
+A trivial remote step decodes two small frames a step, its RunGraph on the worker and the
+reply on the client, each a whole frame in one buffer: :func:`transports.repeat_frames.
+decode_whole` reads them without the incremental decoder, but still unpacks the prefix,
+copies and sums the header, looks it up (a RunGraph's through its header template, masking
+its ids) and builds the message through the decoder's pending frame: about 11 us for a
+RunGraph with one scalar feed and 6 for its reply, in one process. Such frames repeat from
+step to step byte for byte but for the RunGraph's ids, the checksums that cover them and the
+tensors' bytes.
+
+How
+---
+After ``decode_whole`` decoded a frame from a validated header (the decoder's full checks
+passed on that header before, :mod:`transports.header_templates` proved where its ids are),
+:func:`learn` keeps a *frame template* of it, under its length: the stretches of the frame
+that must be the same in the next one (its prefix's magic and header length, the header but
+its ids' value bytes, the padding before each segment), where each id's value bytes and each
+segment and checksum trailer are, and how to build the message (the header's other fields,
+their lists copied for each message, and each tensor's key, dtype and shape). :func:`decode`
+then takes a frame of that length when every fixed stretch is there (``bytes.startswith`` at
+its offset); with checksums (``AFWC``) it sums the prefix and the header where the header
+has ids (a header without ids is the template's bytes, which were summed when it was
+learnt) and every segment, each against its stored CRC32C; it reads each id as the header
+template does (a positive fixint where the template has one, else the big-endian bytes of
+the template's msgpack width) and checks it with its field's converter. Anything else
+returns None and the caller decodes as before: a frame that is damaged (a flipped bit in a
+fixed stretch differs from it; anywhere else a sum differs) or of another signature is
+never taken here, and the decoder gives it its error, so this path decides no verdict.
+
+Templates are few (one a signature in use; :data:`KEPT` at most, all dropped when full).
+Nothing here knows about asyncflow, trio or HTTP.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import numpy as np
+
+from transports import checksum as _checksum
+from transports.messages import TensorEntry
+from transports.schema import ALIGNMENT, CHECKED_MAGIC, CHECKED_PREFIX, CHECKSUM_KEY, \
+    SchemaMismatch
+
+__all__ = ["KEPT", "MAX_FRAME", "decode", "forget_all", "known", "learn", "statistics"]
+
+KEPT: Final = 64  # frame templates; all dropped when full
+MAX_FRAME: Final = 16 * 1024  # larger frames keep none (copied whole to be read here)
+_PLAIN: Final = frozenset((str, int, float, bool, bytes, type(None)))
+_TRAILER: Final = 4
+
+_by_size: dict = {}  # frame length -> list of _Frame
+_kept = 0
+_decoded = 0  # frames decoded here (``statistics``)
+
+
+class _Frame:
+    __slots__ = ("limits", "fixed", "summed", "header_end", "ids", "tensors", "cls",
+                 "fields", "lists", "tensor_field")
+
+    def __init__(self, limits: Any, fixed: tuple, summed: bool, header_end: int, ids: tuple,
+                 tensors: tuple, cls: type, fields: dict, lists: tuple,
+                 tensor_field: str | None) -> None:
+        self.limits = limits
+        self.fixed = fixed            # (offset, bytes): stretches every frame of it holds
+        self.summed = summed          # AFWC: the prefix and header sums are checked
+        self.header_end = header_end  # the header's end; 0: the header has no ids (all fixed)
+        self.ids = ids                # (field, offset, width, fixint) per volatile id
+        self.tensors = tensors        # (key, dtype, shape, offset, nbytes, summed) per entry
+        self.cls = cls
+        self.fields = fields          # the message's other plain fields
+        self.lists = lists            # those of them holding a list (copied per message)
+        self.tensor_field = tensor_field
+
+
+def known(size: int) -> bool:
+    """Whether a frame template of a frame of ``size`` bytes is kept."""
+    return size in _by_size
+
+
+def decode(data: bytes, limits: Any) -> Any:
+    """The message of the whole frame ``data`` from a frame template of its length, or None
+    (see the module docstring)."""
+    global _decoded
+    for frame in _by_size.get(len(data), ()):
+        if frame.limits is not limits and frame.limits != limits:
+            continue
+        for offset, stretch in frame.fixed:
+            if not data.startswith(stretch, offset):
+                break
+        else:
+            message = _read(frame, data)
+            if message is not None:
+                _decoded += 1
+            return message  # (the fixed stretches match: no other template would)
+    return None
+
+
+def _read(frame: _Frame, data: bytes) -> Any:
+    extend = _checksum.extend
+    view = memoryview(data)
+    if frame.summed and frame.header_end:
+        if extend(0, view[:12]) != int.from_bytes(data[12:16], "little") or extend(
+                0, view[CHECKED_PREFIX.size:frame.header_end]) != int.from_bytes(
+                    data[8:12], "little"):
+            return None
+    fields = dict(frame.fields)
+    for name in frame.lists:
+        fields[name] = list(fields[name])
+    for field, offset, width, fixint in frame.ids:
+        if fixint:
+            value = data[offset]
+            if value >= 0x80:
+                return None  # not a positive fixint where the template has one
+        else:
+            value = int.from_bytes(data[offset:offset + width], "big")
+        try:
+            fields[field.name] = field.from_wire(value)
+        except SchemaMismatch:
+            return None
+    if frame.tensor_field is not None:
+        entries = []
+        for key, dtype, shape, offset, nbytes, summed in frame.tensors:
+            if not nbytes:
+                entries.append(TensorEntry(key, np.empty(shape, dtype)))
+                continue
+            stop = offset + nbytes
+            if summed and extend(0, view[offset:stop]) != int.from_bytes(
+                    data[stop:stop + _TRAILER], "little"):
+                return None
+            # a fresh array of its own (writable, C order), as the decoder allocates
+            entries.append(TensorEntry(key, np.frombuffer(
+                data, dtype, nbytes // dtype.itemsize, offset).reshape(shape).copy()))
+        fields[frame.tensor_field] = entries
+    try:
+        return frame.cls(**fields)
+    except (TypeError, ValueError):
+        return None
+
+
+def learn(data: memoryview, limits: Any, header_start: int, header_end: int, spans: tuple,
+          parsed: tuple) -> None:
+    """Keep a frame template of ``data`` (a byte view of a whole frame just decoded from its
+    validated header ``data[header_start:header_end]``, parsed into ``parsed``: ``(schema,
+    payload, plans)``), whose volatile ids are at ``spans`` (header offsets, as the header
+    template keeps them; empty: a header without ids). A frame with strings, values left out,
+    errors or records keeps none (the decoder's own)."""
+    global _kept
+    schema, payload, plans = parsed
+    if spans and not header_end:
+        return
+    if len(data) > MAX_FRAME:
+        return
+    fields, lists = {}, []
+    for name, value in payload.items():
+        if type(value) is list:
+            if not all(type(item) in _PLAIN for item in value):
+                return
+            value = list(value)  # (the message just decoded owns its lists)
+            lists.append(name)
+        elif type(value) not in _PLAIN:
+            return  # (a record, a map: the decoder's own)
+        fields[name] = value
+    summed = bytes(data[:4]) == CHECKED_MAGIC
+    ids = tuple((field, header_start + start, width, fixint)
+                for field, start, width, fixint in spans)
+    fixed = []
+    if ids:
+        cuts = [(offset, offset + (1 if fixint else width)) for _, offset, width, fixint in ids]
+        # the magic and the header's length; the sums after them cover the ids
+        fixed.append([0, 8])
+        at = header_start
+        for start, stop in sorted(cuts):
+            if start > at:
+                fixed.append([at, start])
+            at = stop
+        fixed.append([at, header_end])
+    else:
+        fixed.append([0, header_end])
+    tensors, offset = [], header_end
+    for descriptor, dtype, nbytes in plans:
+        if dtype is None or dtype == object or descriptor["dead"] or \
+                descriptor["error"] is not None:
+            return
+        if not nbytes:
+            tensors.append((descriptor["key"], dtype, tuple(descriptor["shape"]), 0, 0, False))
+            continue
+        pad = -offset % ALIGNMENT
+        if pad:
+            if fixed[-1][1] == offset:
+                fixed[-1][1] = offset + pad  # (the padding's zeros, with what comes before)
+            else:
+                fixed.append([offset, offset + pad])
+            offset += pad
+        sum_it = descriptor.get(CHECKSUM_KEY) is True
+        tensors.append((descriptor["key"], dtype, tuple(descriptor["shape"]), offset, nbytes,
+                        sum_it))
+        offset += nbytes + (_TRAILER if sum_it else 0)
+    if offset != len(data):
+        return
+    merged = []
+    for start, stop in fixed:
+        if merged and merged[-1][1] == start:
+            merged[-1][1] = stop
+        elif stop > start:
+            merged.append([start, stop])
+    names = {field.name for field, _, _, _ in ids}
+    frame = _Frame(limits, tuple((start, bytes(data[start:stop])) for start, stop in merged),
+                   summed, header_end if ids else 0, ids, tuple(tensors), schema.cls,
+                   {name: value for name, value in fields.items() if name not in names},
+                   tuple(name for name in lists if name not in names), schema.tensor_field)
+    if _kept >= KEPT:
+        forget_all()
+    _by_size.setdefault(len(data), []).append(frame)
+    _kept += 1
+
+
+def forget_all() -> None:
+    """Drop every frame template."""
+    global _kept
+    _by_size.clear()
+    _kept = 0
+
+
+def statistics() -> dict:
+    """``{"kept": templates, "decoded": frames decoded from one}`` (tests count them)."""
+    return {"kept": _kept, "decoded": _decoded}
