@@ -238,7 +238,8 @@ class WorkerService(StepRunning, PushAcceptance):
         except errors.OpError as exc:  # (also a Preload's, naming its node)
             raise _rdv.remote_call_error(exc, f"RegisterGraph: {exc.message}") from None
         except (ValueError, TypeError, KeyError) as exc:
-            _fail("INVALID_ARGUMENT", f"RegisterGraph: malformed graph: {type(exc).__name__}: {exc}")
+            _fail("INVALID_ARGUMENT",
+                  f"RegisterGraph: malformed graph: {type(exc).__name__}: {exc}")
         handle = f"{request.session_handle or 'graph'}/{next(self._handles)}/{secrets.token_hex(4)}"
         peers = dict(options.peers)
         declarations, batchable = self._declarations(graph, options)
