@@ -454,7 +454,8 @@ class _StepDriver:
     """One step across the cluster (see the module docstring)."""
 
     def __init__(self, master, graph, run, step_id, feed_values, timeout_ms, trace):
-        self.master, self.graph, self.run_, self.step_id = master, graph, run, step_id
+        self.master, self.graph, self.run_ = master, graph, run
+        self.step_id = step_id
         self.feed_values = feed_values
         self.timeout_ms = timeout_ms
         self.trace = trace
@@ -464,18 +465,19 @@ class _StepDriver:
         self.outer = None
         self.call_scopes = {}   # task -> the cancel scope of its RunGraph call
         self.dead = set()       # tasks declared dead: not waited for, not sent AbortStep
-        self.calls_left = self.begun = 0  # RunGraph calls not yet returned; calls begun
+        self.calls_left = 0     # RunGraph calls not yet returned
         self.watchdog_scope = None  # made when the watchdog starts (most steps never need it)
         self.entered = None     # the caller's entered scope, a one-task step's call scope
         self.cancelled_own = False  # this driver cancelled a call (its failure recorded)
         self.failed_before_close = False  # a failure recorded before the master's close began
 
     async def run(self):
-        """Each RunGraph but the last of the start order from a task of its own, written in
-        that order (a task writes before it yields; this one checkpoints until the task began,
-        trio running a batch in either order), the last from this task: a one-task step needs
-        no nursery. (The first written from this task measured worse: its woken receiver took
-        the client's core ~0.3 ms.) ``StepMonitor`` starts the watchdog past the interval."""
+        """Each RunGraph but the last of the start order from a task of its own, sent in order
+        (each is written before its task yields), the last from this task: a one-task step
+        needs no nursery. (Writing the first from this task and the others after it waits
+        measured worse: the first's receiver, woken, took the client's core for ~0.3 ms before
+        the second was written.) The master's ``StepMonitor`` starts the watchdog if the step
+        outlives the interval."""
         order = self.run_.start_order or range(len(self.run_.task_graphs))
         self.calls_left, done = len(order), False
         self.master.monitor.watch(self)
@@ -484,10 +486,9 @@ class _StepDriver:
                 await self._run_one(order[0])
             else:
                 async with trio.open_nursery() as self.outer:
-                    for begun, index in enumerate(order[:-1], 1):
+                    for index in order[:-1]:
                         self.outer.start_soon(self._run_one, index)
-                        while self.begun < begun:  # (trio's batches run in either order)
-                            await trio.lowlevel.checkpoint()
+                        await trio.lowlevel.checkpoint()
                     await self._run_one(order[-1])
             done = not self.failures
         finally:
@@ -518,7 +519,6 @@ class _StepDriver:
         return root
 
     async def _run_one(self, index):
-        self.begun += 1
         try:
             await self._run_graph(index)
         finally:

@@ -274,36 +274,6 @@ def test_run_graphs_go_out_in_a_fixed_order_producers_first():
                      "/job:worker/replica:0/task:0"]
 
 
-async def test_every_step_begins_its_run_graphs_in_the_start_order(cluster, monkeypatch):
-    # The ps's RunGraph (a task of the step's nursery) before the worker's (the driver's own
-    # task) in every step: trio runs a scheduling batch's tasks in either order, so one
-    # checkpoint after the spawn let the worker's go first in about half the steps.
-    from asyncflow.cluster import master
-    spec, _ = cluster
-    begun, original = [], master._StepDriver._call
-
-    async def call(self, task, *rest):
-        begun.append((self.step_id, task.name))
-        return await original(self, task, *rest)
-
-    monkeypatch.setattr(master._StepDriver, "_call", call)
-    graph, params, x, loss, train = _ps_training_graph()
-    feed = {x: np.ones((1, 2), np.float32)}
-    async with af.Session(graph=graph, cluster=spec) as sess:
-        await sess.run([p.initializer for p in params], options=TIMEOUT)
-        await sess.run([loss, train], feed, options=TIMEOUT)
-        begun.clear()
-        with trio.fail_after(60):
-            for _ in range(40):
-                await sess.run([loss, train], feed, options=TIMEOUT)
-    orders = {}
-    for step_id, task in begun:
-        orders.setdefault(step_id, []).append(task)
-    assert len(orders) == 40
-    assert {tuple(order) for order in orders.values()} == {
-        ("/job:ps/replica:0/task:0", "/job:worker/replica:0/task:0")}
-
-
 def _global_step_graph(cpu=""):
     graph = af.Graph()
     with graph.as_default():
