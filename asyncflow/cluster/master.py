@@ -472,9 +472,11 @@ class _StepDriver:
         self.failed_before_close = False  # a failure recorded before the master's close began
 
     async def run(self):
-        """Each RunGraph but the last of the start order from a task of its own, sent in order
-        (each is written before its task yields), the last from this task: a one-task step
-        needs no nursery. (Writing the first from this task and the others after it waits
+        """Each RunGraph but the last of the start order from a task of its own, the last
+        from this task: a one-task step needs no nursery. The tasks are started in the start
+        order, but the spawned call and this task's run in one scheduler batch, whose order
+        trio picks at random: the last of the order is written first in about half the steps
+        (r38ps, bench/RESULTS.md: forcing the order gained nothing beyond noise). (Writing the first from this task and the others after it waits
         measured worse: the first's receiver, woken, took the client's core for ~0.3 ms before
         the second was written.) The master's ``StepMonitor`` starts the watchdog if the step
         outlives the interval."""
