@@ -476,10 +476,10 @@ class _StepDriver:
         from this task: a one-task step needs no nursery. The tasks are started in the start
         order, but the spawned call and this task's run in one scheduler batch, whose order
         trio picks at random: the last of the order is written first in about half the steps
-        (r38ps, bench/RESULTS.md: forcing the order gained nothing beyond noise). (Writing the first from this task and the others after it waits
-        measured worse: the first's receiver, woken, took the client's core for ~0.3 ms before
-        the second was written.) The master's ``StepMonitor`` starts the watchdog if the step
-        outlives the interval."""
+        (r38ps, bench/RESULTS.md: forcing the order gained nothing beyond noise). (Writing
+        the first from this task and the others after it waits measured worse: the first's
+        receiver, woken, took the client's core for ~0.3 ms before the second was written.)
+        The master's ``StepMonitor`` starts the watchdog if the step outlives the interval."""
         order = self.run_.start_order or range(len(self.run_.task_graphs))
         self.calls_left, done = len(order), False
         self.master.monitor.watch(self)
