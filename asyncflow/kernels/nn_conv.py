@@ -234,13 +234,14 @@ def _fused_convolve(ctx, x, filters, bias, kept=None):
 
 @register_kernel("_FusedConv2DWithSpectra", offload=True, offload_scale=intra_op.MACS_PER_WORK)
 def _fused_conv2d_with_spectra(ctx, x, filters, bias):
-    """``_FusedConv2D``, and the input's spectra where the FFT algorithm ran (empty where the
-    direct kernel did): compile/conv_spectra.py hands them to the conv's backprop."""
+    """``_FusedConv2D``, and where the FFT algorithm ran the input's spectra and the filter's
+    (one flat array, ``nn_conv_fft.spectra_sizes``; empty where the direct kernel ran):
+    compile/conv_spectra.py hands them to the conv's backprop."""
     kept = []
     out = _fused_convolve(ctx, x, filters, bias, kept)
     if not kept:
         return out, ctx.xp.empty((0,), dtype=x.dtype)
-    return out, kept[0].view(kept[0].real.dtype)
+    return out, kept[0]
 
 
 def _convolve(ctx, x, filters, epilogue=None, kept=None, fused=None):

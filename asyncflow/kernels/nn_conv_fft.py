@@ -265,16 +265,20 @@ def _inverse(spectrum, plan, last):
     return _fft.irfft2(planes, s=(plan.p_h, plan.p_w), axes=(0, 1))
 
 
-def _filter_spectrum(ctx, filters, plan, conjugate, transpose):
+def _filter_spectrum(ctx, filters, plan, conjugate, transpose, out=None):
     """The filter's spectrum ``[freqs, C, O]`` (``[freqs, O, C]`` transposed) as the real
     ``[freqs, 2C, 2O]`` matrices that multiply interleaved complex rows (``_complex_gemm``):
     row 2c holds (re, im) of w[c, o], row 2c+1 those of i*w[c, o] = (-im, re). Split over the
     intra-op threads by output channels (1.5 ms on one thread for conv2's 5x5x32x64 filter:
-    a fifth of the kernel on two threads when it ran before the split)."""
+    a fifth of the kernel on two threads when it ran before the split). ``out``: a real
+    C-contiguous ``[freqs, 2C, 2O]`` (``[freqs, 2O, 2C]``) array to write it into."""
     _, _, c, o = filters.shape
     rows, cols = (o, c) if transpose else (c, o)
     complex_type = np.result_type(filters.dtype, np.complex64)
-    matrix = np.empty((plan.freqs, rows, 2, cols), dtype=complex_type)
+    if out is None:
+        matrix = np.empty((plan.freqs, rows, 2, cols), dtype=complex_type)
+    else:
+        matrix = out.view(complex_type).reshape(plan.freqs, rows, 2, cols)
 
     def chunk(start, stop):
         spectrum = _rfft2(filters[..., start:stop], plan).reshape(plan.freqs, c, stop - start)
@@ -290,6 +294,26 @@ def _filter_spectrum(ctx, filters, plan, conjugate, transpose):
     intra_op.for_batch(ctx, o, c * plan.p_h * plan.p_w * 8, chunk,
                        c * plan.freqs * 6 * matrix.itemsize)
     return matrix.view(filters.dtype).reshape(plan.freqs, 2 * rows, 2 * cols)
+
+
+def _transposed(ctx, matrices):
+    """``matrices [freqs, r, s]`` transposed into a new C-contiguous ``[freqs, s, r]``, split
+    over the intra-op threads by frequency: the forward's filter matrix is the backprop's
+    transposed (the 2x2 real block of conj(w) is the transpose of w's), a copy 3x cheaper
+    than transforming the filter again (0.6 against 1.8 ms on one thread for conv2's)."""
+    freqs, r, s = matrices.shape
+    result = np.empty((freqs, s, r), dtype=matrices.dtype)
+
+    def chunk(start, stop):
+        result[start:stop] = matrices[start:stop].transpose(0, 2, 1)
+    intra_op.for_batch(ctx, freqs, r * s, chunk, r * s * matrices.itemsize * 2)
+    return result
+
+
+def spectra_sizes(plan, n, c, o):
+    """The floats of the forward's kept spectra (``conv2d``'s ``kept``): the batch's input
+    spectra ``[freqs, N, 2C]``, then the filter's matrix ``[freqs, 2C, 2O]``."""
+    return plan.freqs * n * 2 * c, plan.freqs * 2 * c * 2 * o
 
 
 def _complex_gemm(spectrum, matrix):
@@ -309,16 +333,26 @@ def _work(plan, n):
 
 def conv2d(ctx, plan, x, filters, out, epilogue=None, kept=None, fused=None):
     """Conv2D of ``x`` into ``out`` (``[N, OH, OW, O]``, preallocated) by FFT; with ``kept``
-    (a list), the batch's input spectra ``[freqs, N, C]`` are appended to it. ``fused``: the
-    fused ops and bias ``epilogue`` applies, or None: a BiasAdd [+ Relu] on CPU float32/64
-    then runs with the read-out as one compiled pass (``_read_out_bias``), the same bits."""
+    (a list), one flat real array is appended to it: the batch's input spectra and the
+    filter's matrix (``spectra_sizes``), which ``backprop_both`` takes instead of computing
+    them again. ``fused``: the fused ops and bias ``epilogue`` applies, or None: a BiasAdd
+    [+ Relu] on CPU float32/64 then runs with the read-out as one compiled pass
+    (``_read_out_bias``), the same bits."""
     n, c, o = x.shape[0], x.shape[3], filters.shape[3]
-    weights = _filter_spectrum(ctx, filters.astype(out.dtype, copy=False), plan, True, False)
     (_, top, _), (_, left, _) = plan.rows, plan.cols
-    images = None
+    images = matrix = None
     if kept is not None:
-        images = np.empty((plan.freqs, n, c), dtype=np.result_type(x.dtype, np.complex64))
-        kept.append(images)
+        complex_type = np.result_type(x.dtype, np.complex64)
+        sizes = spectra_sizes(plan, n, c, o)
+        buffer = np.empty(sum(sizes), dtype=np.empty(0, complex_type).real.dtype)
+        images = buffer[:sizes[0]].view(complex_type).reshape(plan.freqs, n, c)
+        matrix = buffer[sizes[0]:].reshape(plan.freqs, 2 * c, 2 * o)
+        kept.append(buffer)
+    same = matrix is not None and matrix.dtype == out.dtype
+    weights = _filter_spectrum(ctx, filters.astype(out.dtype, copy=False), plan, True, False,
+                               matrix if same else None)
+    if matrix is not None and not same:  # (x and the filter of two dtypes: a cast copy)
+        matrix[...] = weights
     looped = _looped_epilogue(ctx, fused, out)
 
     def chunk(start, stop):
@@ -441,19 +475,26 @@ def _filter_from_spectra(ctx, images, errors, plan, f_shape, dtype):
 def backprop_both(ctx, plan, x, filters, grad, dx, spectra=None):
     """Conv2DBackpropInput into ``dx`` and Conv2DBackpropFilter together, each chunk's
     ``grad`` transformed once for both (``_FusedConv2DBackprop``): returns ``(dx, dw)``.
-    ``spectra``: the forward's spectra of ``x`` as real floats ``[freqs, N, 2C]``
-    (``_FusedConv2DWithSpectra``), used when they fit this plan instead of transforming
-    ``x`` again (the same transforms: the same bits)."""
+    ``spectra``: the forward's spectra of ``x`` and its filter's matrix as one flat real array
+    (``conv2d``'s ``kept``, handed over by ``_FusedConv2DWithSpectra``), used when they fit
+    this plan instead of transforming ``x`` and the filter again: the same transforms, and
+    the filter's matrix transposed (``_transposed``) holds the values this kernel's own
+    ``_filter_spectrum`` computes (equal, a zero's sign aside: the gradients' bits the same,
+    tests/ops/test_conv_fft.py)."""
     n, c, o = x.shape[0], x.shape[3], grad.shape[3]
     kh, kw = plan.kernel_hw
     (_, top, _), (_, left, _) = plan.rows, plan.cols
-    weights = _filter_spectrum(ctx, filters, plan, False, True)
     real = np.dtype(x.dtype)
     complex_type = np.result_type(real, np.complex64)
+    sizes = spectra_sizes(plan, n, c, o)
     given = (spectra is not None and spectra.dtype == real and spectra.flags.c_contiguous
-             and spectra.shape == (plan.freqs, n, 2 * c))
-    images = (spectra.view(complex_type) if given
-              else np.empty((plan.freqs, n, c), dtype=complex_type))
+             and spectra.shape == (sum(sizes),))
+    if given:
+        images = spectra[:sizes[0]].view(complex_type).reshape(plan.freqs, n, c)
+        weights = _transposed(ctx, spectra[sizes[0]:].reshape(plan.freqs, 2 * c, 2 * o))
+    else:
+        images = np.empty((plan.freqs, n, c), dtype=complex_type)
+        weights = _filter_spectrum(ctx, filters, plan, False, True)
     errors = np.empty((plan.freqs, n, o), dtype=complex_type)
 
     def chunk(start, stop):
@@ -463,5 +504,6 @@ def backprop_both(ctx, plan, x, filters, grad, dx, spectra=None):
         plan.read_out(planes, top, left, dx[start:stop].transpose(1, 2, 0, 3))
         if not given:
             images[:, start:stop] = _forward(x[start:stop], plan)
-    intra_op.for_batch(ctx, n, 2 * _work(plan, n), chunk, _item_bytes(plan, c, o, x.itemsize))
+    intra_op.for_batch(ctx, n, 2 * _work(plan, n), chunk,
+                       _item_bytes(plan, c, o, x.itemsize))
     return dx, _filter_from_spectra(ctx, images, errors, plan, (kh, kw, c, o), real)

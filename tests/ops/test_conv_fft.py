@@ -13,7 +13,9 @@ import asyncflow as af
 from asyncflow.kernels import intra_op as kernel_intra_op
 from asyncflow.kernels import nn_conv, nn_conv_fft
 
-from test_conv_kernels import KernelContext, conv_attrs  # same folder
+from test_conv_kernels import KernelContext, conv_attrs, small_chunks  # same folder
+
+assert small_chunks  # a fixture, used by name below
 
 
 def results(attrs, x, f, grad, threads=1):
@@ -527,3 +529,33 @@ def test_read_out_by_runs_matches_the_index_read_out(period):
             out = np.full((3, count_h, count_w, 2), np.nan, dtype=np.float32)
             plan.read_out(planes, shift_h, shift_w, out.transpose(1, 2, 0, 3))
             assert out.tobytes() == planes[index].transpose(2, 0, 1, 3).tobytes()
+
+
+@pytest.mark.usefixtures("small_chunks")
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("case", FFT_CASES)
+def test_the_backprop_given_the_forwards_spectra_has_the_bits_of_its_own(case, threads,
+                                                                         monkeypatch):
+    """``_FusedConv2DWithSpectra`` keeps the input's spectra and the filter's matrix;
+    ``_FusedConv2DBackpropWithSpectra`` given them (the filter's matrix transposed, the
+    transforms not run again) returns the bits of the backprop that computes both itself,
+    and the forward's output is ``_FusedConv2D``'s."""
+    attrs, x, f, grad = inputs(*case, seed=11)
+    monkeypatch.setattr(nn_conv_fft, "FORCE", "fft")
+    bias = np.random.default_rng(12).standard_normal(f.shape[3]).astype(np.float32)
+    ctx = KernelContext({**attrs, "fused_ops": ("BiasAdd", "Relu")}, threads)
+    out, spectra = nn_conv._fused_conv2d_with_spectra(ctx, x, f, bias)
+    rows, cols = nn_conv._spatial(ctx, x.shape, f.shape[:2])
+    plan = nn_conv_fft.choose(ctx, (x, f), x.shape, f.shape, rows, cols, x.dtype)
+    assert spectra.shape == (sum(nn_conv_fft.spectra_sizes(plan, *x.shape[::3], f.shape[3])),)
+    assert np.array_equal(out, nn_conv._fused_conv2d(ctx, x, f, bias)[0])
+    sizes, f_sizes = np.array(x.shape), np.array(f.shape)
+    given = nn_conv._fused_conv2d_backprop_with_spectra(ctx, sizes, f, grad, x, f_sizes,
+                                                        spectra)
+    own = nn_conv._fused_conv2d_backprop(ctx, sizes, f, grad, x, f_sizes)
+    for a, b in zip(given, own):
+        assert a.tobytes() == b.tobytes()
+    transposed = nn_conv_fft._transposed(
+        ctx, spectra[nn_conv_fft.spectra_sizes(plan, *x.shape[::3], f.shape[3])[0]:]
+        .reshape(plan.freqs, 2 * f.shape[2], 2 * f.shape[3]))
+    assert np.array_equal(transposed, nn_conv_fft._filter_spectrum(ctx, f, plan, False, True))
