@@ -559,3 +559,24 @@ def test_the_backprop_given_the_forwards_spectra_has_the_bits_of_its_own(case, t
         ctx, spectra[nn_conv_fft.spectra_sizes(plan, *x.shape[::3], f.shape[3])[0]:]
         .reshape(plan.freqs, 2 * f.shape[2], 2 * f.shape[3]))
     assert np.array_equal(transposed, nn_conv_fft._filter_spectrum(ctx, f, plan, False, True))
+
+
+@pytest.mark.parametrize("p_h, p_w, kernel, top, left", [
+    (16, 16, (5, 5), 2, 2), (15, 9, (6, 3), 2, 1), (8, 7, (3, 4), 0, 0), (5, 6, (5, 2), 4, 1)])
+def test_the_taps_matrix_is_the_inverse_transform_read_at_the_filters_cells(p_h, p_w, kernel,
+                                                                           top, left):
+    """``_taps_matrix`` on a half spectrum (real parts, then imaginary ones) gives what the
+    whole inverse transform (irfft2) gives at the cells (i - top, j - left) mod P, odd and
+    even periods (an even P_w's last column counted once, its imaginary part not at all)."""
+    rng = np.random.default_rng(13)
+    half = p_w // 2 + 1
+    spectrum = rng.standard_normal((p_h, half, 3)) + 1j * rng.standard_normal((p_h, half, 3))
+    planes = np.fft.irfft2(spectrum, s=(p_h, p_w), axes=(0, 1))
+    rows = (np.arange(kernel[0]) - top) % p_h
+    cols = (np.arange(kernel[1]) - left) % p_w
+    expected = planes[rows][:, cols]
+    matrix = nn_conv_fft._taps_matrix(p_h, p_w, *kernel, top, left, np.dtype(np.float64))
+    parts = np.stack([spectrum.real, spectrum.imag]).reshape(2 * p_h * half, 3)
+    got = (matrix @ parts).reshape(*kernel, 3)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-13)
+    assert not matrix.flags.writeable
