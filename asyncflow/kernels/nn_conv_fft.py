@@ -18,6 +18,9 @@ Theory of operation (NHWC, stride 1, no dilation; the kernels in ``nn_conv.py`` 
 - The transforms are scipy's pocketfft (``scipy.fft``, real-to-complex over the two spatial
   axes of a ``[H, W, n, C]`` view, so each frequency's ``[n, C]`` block is contiguous for the
   GEMMs); the GEMMs are numpy's stacked complex matmul, which calls BLAS's cgemm per frequency.
+  The filter's KH x KW cells are transformed by one GEMM with a DFT matrix instead
+  (``_spectrum_matrix``), and the filter gradient's inverse evaluated at its KH x KW cells
+  only (``_taps_matrix``): few cells of each period, where a transform computes all.
   Multiply-adds for the convnet's second layer ([128, 14, 14, 32], 5x5 -> 64): 1,280 M real
   against 151 M (144 frequencies x 128 x 32 x 64 complex, 4 real each), plus the transforms.
 - Each kernel splits its batch over the intra-op threads like the direct ones; the filter
@@ -271,32 +274,53 @@ def _inverse(spectrum, plan, last):
 def _filter_spectrum(ctx, filters, plan, conjugate, transpose, out=None):
     """The filter's spectrum ``[freqs, C, O]`` (``[freqs, O, C]`` transposed) as the real
     ``[freqs, 2C, 2O]`` matrices that multiply interleaved complex rows (``_complex_gemm``):
-    row 2c holds (re, im) of w[c, o], row 2c+1 those of i*w[c, o] = (-im, re). Split over the
-    intra-op threads by output channels (1.5 ms on one thread for conv2's 5x5x32x64 filter:
-    a fifth of the kernel on two threads when it ran before the split). ``out``: a real
-    C-contiguous ``[freqs, 2C, 2O]`` (``[freqs, 2O, 2C]``) array to write it into."""
-    _, _, c, o = filters.shape
+    row 2c holds (re, im) of w[c, o], row 2c+1 those of i*w[c, o] = (-im, re). The transform
+    is one GEMM, ``_spectrum_matrix`` (the DFT of a period holding KH x KW cells, real parts
+    then imaginary ones) by the ``[KH*KW, C*O]`` filter, whole (a GEMM split by columns may
+    round by its width): 14.7 M multiply-adds for conv2's 5x5x32x64 filter, where pocketfft's
+    transforms of 2048 zero-padded 16x16 periods and the complex assembly took 1.8-2.6 ms on
+    one thread; then the four parts written by strided copies, split over the intra-op threads
+    by frequency. ``out``: a real C-contiguous
+    ``[freqs, 2C, 2O]`` (``[freqs, 2O, 2C]``) array to write it into."""
+    kh, kw, c, o = filters.shape
     rows, cols = (o, c) if transpose else (c, o)
-    complex_type = np.result_type(filters.dtype, np.complex64)
-    if out is None:
-        matrix = np.empty((plan.freqs, rows, 2, cols), dtype=complex_type)
-    else:
-        matrix = out.view(complex_type).reshape(plan.freqs, rows, 2, cols)
+    real = np.result_type(filters.dtype, np.float32)
+    matrix = (np.empty((plan.freqs, 2 * rows, 2 * cols), dtype=real) if out is None else out)
+    dft = _spectrum_matrix(plan.p_h, plan.p_w, kh, kw, real)
+    parts = np.matmul(dft, filters.reshape(kh * kw, c * o).astype(real, copy=False))
+    parts = parts.reshape(2, plan.freqs, c, o)
+    if transpose:
+        parts = parts.transpose(0, 1, 3, 2)
+    blocks = matrix.reshape(plan.freqs, rows, 2, cols, 2)
 
     def chunk(start, stop):
-        spectrum = _rfft2(filters[..., start:stop], plan).reshape(plan.freqs, c, stop - start)
-        if conjugate:
-            np.conjugate(spectrum, out=spectrum)
-        if transpose:
-            spectrum = spectrum.transpose(0, 2, 1)
-            real, turned = matrix[:, start:stop, 0], matrix[:, start:stop, 1]
-        else:
-            real, turned = matrix[:, :, 0, start:stop], matrix[:, :, 1, start:stop]
-        real[...] = spectrum
-        np.multiply(spectrum, 1j, out=turned)
-    intra_op.for_batch(ctx, o, c * plan.p_h * plan.p_w * 8, chunk,
-                       c * plan.freqs * 6 * matrix.itemsize)
-    return matrix.view(filters.dtype).reshape(plan.freqs, 2 * rows, 2 * cols)
+        block, re, im = blocks[start:stop], parts[0, start:stop], parts[1, start:stop]
+        block[:, :, 0, :, 0] = re
+        block[:, :, 1, :, 1] = re
+        if conjugate:  # (re, -im) and i * that = (im, re)
+            np.negative(im, out=block[:, :, 0, :, 1])
+            block[:, :, 1, :, 0] = im
+        else:  # (re, im) and (-im, re)
+            block[:, :, 0, :, 1] = im
+            np.negative(im, out=block[:, :, 1, :, 0])
+    intra_op.for_batch(ctx, plan.freqs, 4 * c * o, chunk, 32 * c * o)
+    return matrix
+
+
+@functools.lru_cache(maxsize=64)
+def _spectrum_matrix(p_h, p_w, kh, kw, dtype):
+    """The 2-D DFT of a ``[P_h, P_w]`` period whose cells outside ``[0, kh) x [0, kw)`` are 0,
+    at the half spectrum's ``[P_h, P_w // 2 + 1]`` frequencies, as rfft2 computes it: the
+    real parts' rows, then the imaginary parts', by the ``kh * kw`` cells (angles reduced mod
+    P in integers): ``[2 * freqs, kh * kw]``. Read-only."""
+    half = p_w // 2 + 1
+    rows = (np.arange(p_h)[:, None] * np.arange(kh)) % p_h / p_h  # [P_h, kh]
+    cols = (np.arange(half)[:, None] * np.arange(kw)) % p_w / p_w  # [half, kw]
+    angle = 2 * np.pi * (rows[:, None, :, None] + cols[None, :, None, :])  # [P_h, half, kh, kw]
+    matrix = np.stack([np.cos(angle), -np.sin(angle)])
+    matrix = np.ascontiguousarray(matrix.reshape(2 * p_h * half, kh * kw), dtype=dtype)
+    matrix.flags.writeable = False
+    return matrix
 
 
 def _transposed(ctx, matrices):

@@ -580,3 +580,29 @@ def test_the_taps_matrix_is_the_inverse_transform_read_at_the_filters_cells(p_h,
     got = (matrix @ parts).reshape(*kernel, 3)
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-13)
     assert not matrix.flags.writeable
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", [FFT_CASES[0], FFT_CASES[3], FFT_CASES[5], FFT_CASES[6]])
+def test_the_filter_spectrum_by_one_gemm_matches_the_transform(case, dtype):
+    """``_filter_spectrum`` (a DFT matrix by the filter, then the four parts copied) against
+    numpy's rfft2 of the zero-padded filter, assembled as the complex GEMMs take it (row 2c:
+    w, row 2c+1: i*w; conjugated or transposed as asked), odd and even periods, both
+    dtypes: close (another summation order than a transform's), float32 within 1e-6 of
+    the spectrum's scale."""
+    attrs, x, f, _ = inputs(*case, seed=14, dtype=dtype)
+    ctx = KernelContext(attrs, 2)
+    rows, cols = nn_conv._spatial(ctx, x.shape, f.shape[:2])
+    plan = nn_conv_fft.Plan(x.shape, f.shape, rows, cols)
+    spectrum = np.fft.rfft2(f.astype(np.float64), s=(plan.p_h, plan.p_w), axes=(0, 1))
+    spectrum = spectrum.reshape(plan.freqs, f.shape[2], f.shape[3])
+    for conjugate, transpose in ((True, False), (False, True)):
+        w = np.conjugate(spectrum) if conjugate else spectrum
+        w = w.transpose(0, 2, 1) if transpose else w
+        expected = np.empty(w.shape[:2] + (2,) + w.shape[2:], np.complex128)
+        expected[:, :, 0], expected[:, :, 1] = w, 1j * w
+        expected = expected.view(np.float64).reshape(plan.freqs, 2 * w.shape[1], 2 * w.shape[2])
+        got = nn_conv_fft._filter_spectrum(ctx, f, plan, conjugate, transpose)
+        assert got.dtype == dtype
+        assert_scaled_close(got, expected.astype(dtype), 1e-6 if dtype == np.float32 else 1e-13,
+                            f"conjugate {conjugate}, transpose {transpose}")
