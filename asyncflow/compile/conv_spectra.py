@@ -9,11 +9,13 @@ again for the filter gradient: 2.9 ms of CPU a step for the convnet's second lay
 ``_FusedConv2D`` and a ``_FusedConv2DBackprop`` read the very same ``x`` and filter tensors
 with equal ``strides``/``padding``/``dilations``/``data_format``, on one device, outside any
 loop, the forward becomes ``_FusedConv2DWithSpectra`` (its output, bit for bit, and the
-spectra as real floats; an empty array where the direct kernel ran) and the backprop
-``_FusedConv2DBackpropWithSpectra``, which uses them where the FFT algorithm runs there too
-and they fit its plan (the same input, shapes and attrs give the same plan), and transforms
-``x`` itself otherwise: the same transforms of the same values, so the same bits. The
-spectra live from the forward to the backprop (4.7 MB for that layer at batch 128).
+spectra as real floats, with the filter's spectrum as the forward's GEMMs take it; an empty
+array where the direct kernel ran) and the backprop ``_FusedConv2DBackpropWithSpectra``,
+which uses them where the FFT algorithm runs there too and they fit its plan (the same input,
+shapes and attrs give the same plan: the filter's matrix transposed, not transformed again,
+1.8 ms of CPU a step), and transforms ``x`` and the filter itself otherwise: the same
+transforms of the same values, so the same bits. The spectra live from the forward to the
+backprop (4.7 MB for that layer at batch 128, and 4.7 MB for its filter's).
 
 The forward keeps its name, inputs, control inputs and consumers (they read output 0 as
 before); fetches and targets of either node move to its replacement. One backprop per

@@ -191,15 +191,18 @@ def prefers(m, k, n):
     return macs >= MKL_FROM_MACS and (min(m, k, n) <= MKL_THIN or macs >= MKL_LARGE_MACS)
 
 
-def gemm(ctx, a, b):
+def gemm(ctx, a, b, whole=None):
     """The function ``mm(a, b, out)`` writing ``a @ b`` into ``out`` for this product (and its
     chunks): MKL's where it applies (CPU, 2-D numpy arrays of one ``DTYPES`` dtype, MKL
-    available, chosen for the shape), else numpy's ``matmul``."""
+    available, chosen for the shape), else numpy's ``matmul``. ``whole``: ``(m, k, n)`` of
+    the whole product where ``a @ b`` is one chunk of it (a convolution's batch chunk), so
+    that every chunk goes through the library chosen for the whole (a chunk's own shape may
+    fall on the other side of ``prefers``)."""
     xp = ctx.xp
+    m, k, n = whole if whole is not None else (a.shape[0], a.shape[1], b.shape[1])
     if (xp is np and type(a) is np.ndarray and type(b) is np.ndarray and a.ndim == b.ndim == 2
             and a.dtype == b.dtype and a.dtype in DTYPES and available()
-            and (CHOICE == "mkl" or prefers(a.shape[0], a.shape[1], b.shape[1]))
-            and not gram(a, b)):
+            and (CHOICE == "mkl" or prefers(m, k, n)) and not gram(a, b)):
         return mkl_matmul
     return lambda x, y, out: xp.matmul(x, y, out=out)
 
@@ -213,9 +216,9 @@ def gram(a, b):
             and a.ctypes.data == b.ctypes.data)
 
 
-def matmul(ctx, a, b):
-    """``a @ b`` as a new array, through ``gemm``'s choice."""
-    mm = gemm(ctx, a, b)
+def matmul(ctx, a, b, whole=None):
+    """``a @ b`` as a new array, through ``gemm``'s choice (``whole``: as there)."""
+    mm = gemm(ctx, a, b, whole)
     if mm is not mkl_matmul:
         return a @ b
     out = np.empty((a.shape[0], b.shape[1]), dtype=a.dtype)

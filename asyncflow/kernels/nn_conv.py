@@ -180,10 +180,9 @@ def _patches(xp, x, ctx, kernel_hw, rows, cols):
         views = list(_taps(padded, *_tap_args(ctx, kernel_hw, rows, cols)))
         return xp.stack(views, axis=3).reshape(n * oh * ow, kh * kw * depth)
     if depth == 1:
-        # One channel (grayscale images): the as_strided copy below would move runs of KW
-        # cells; one copy per tap moves rows of OW cells instead (4.3x faster for the
-        # convnet's first layer, [128, 28, 28, 1] 5x5: 0.57 against 2.47 ms). Built tap-major
-        # [KH*KW, N*OH*OW] and returned transposed: the GEMMs take it as it is.
+        # One channel: the as_strided copy below would move runs of KW cells; one copy per
+        # tap moves rows of OW cells (4.3x faster for the convnet's [128, 28, 28, 1] 5x5:
+        # 0.57 against 2.47 ms). Tap-major, returned transposed: the GEMMs take it as it is.
         taps = np.empty((kh * kw, n, oh, ow), dtype=padded.dtype)
         for tap, view in enumerate(_taps(padded, *_tap_args(ctx, kernel_hw, rows, cols))):
             taps[tap] = view[..., 0]
@@ -234,13 +233,13 @@ def _fused_convolve(ctx, x, filters, bias, kept=None):
 
 @register_kernel("_FusedConv2DWithSpectra", offload=True, offload_scale=intra_op.MACS_PER_WORK)
 def _fused_conv2d_with_spectra(ctx, x, filters, bias):
-    """``_FusedConv2D``, and the input's spectra where the FFT algorithm ran (empty where the
-    direct kernel did): compile/conv_spectra.py hands them to the conv's backprop."""
+    """``_FusedConv2D``, and the input's and filter's spectra where the FFT algorithm ran
+    (``nn_conv_fft.conv2d``; empty else): compile/conv_spectra.py hands them to the backprop."""
     kept = []
     out = _fused_convolve(ctx, x, filters, bias, kept)
     if not kept:
         return out, ctx.xp.empty((0,), dtype=x.dtype)
-    return out, kept[0].view(kept[0].real.dtype)
+    return out, kept[0]
 
 
 def _convolve(ctx, x, filters, epilogue=None, kept=None, fused=None):
@@ -265,13 +264,13 @@ def _convolve(ctx, x, filters, epilogue=None, kept=None, fused=None):
         return nn_conv_fft.conv2d(ctx, plan, x, filters, out, epilogue, kept, fused)
     if nn_conv_loops.forward(ctx, x, filters, rows, cols, out, fused):
         return out
-    matrix = filters.reshape(-1, depth_out)
-    per_image = rows[0] * cols[0]
+    matrix, per_image = filters.reshape(-1, depth_out), rows[0] * cols[0]
+    whole = (x.shape[0] * per_image, matrix.shape[0], depth_out)  # (blas: one library)
 
     def chunk(start, stop):
         patches = _patches(xp, x[start:stop], ctx, (kh, kw), rows, cols)
         result = out[start:stop].reshape(-1, depth_out)
-        blas.gemm(ctx, patches, matrix)(patches, matrix, result)
+        blas.gemm(ctx, patches, matrix, whole)(patches, matrix, result)
         if epilogue is not None:
             epilogue(result)
     intra_op.for_batch(ctx, x.shape[0], per_image * matrix.size // intra_op.MACS_PER_WORK, chunk,
@@ -302,13 +301,13 @@ def _conv2d_backprop_input(ctx, input_sizes, filters, grad):
     per_tap = xp.ascontiguousarray(filters.reshape(kh * kw, depth_in, depth_out)
                                    .transpose(0, 2, 1))
     tap_args = _tap_args(ctx, (kh, kw), rows, cols)
+    whole = (x_shape[0] * rows[0] * cols[0], depth_out, depth_in)  # a tap's, every image
 
     def chunk(start, stop):
-        count = stop - start
+        count, flat = stop - start, grad[start:stop].reshape(-1, depth_out)
         padded = xp.zeros(_padded_shape([count] + x_shape[1:], rows, cols), dtype=dtype)
-        flat = grad[start:stop].reshape(-1, depth_out)
         columns = xp.empty((flat.shape[0], depth_in), dtype=dtype)
-        mm = blas.gemm(ctx, flat, per_tap[0])
+        mm = blas.gemm(ctx, flat, per_tap[0], whole)
         for tap, view in enumerate(_taps(padded, *tap_args)):
             mm(flat, per_tap[tap], columns)
             view += columns.reshape(count, rows[0], cols[0], depth_in)
@@ -337,12 +336,13 @@ def _conv2d_backprop_filter(ctx, x, filter_sizes, grad):
     looped = nn_conv_loops.filter_grad(ctx, x, grad, f_shape, rows, cols)
     if looped is not None:
         return (looped,)
-    partials = {}
+    partials, patch_row = {}, kh * kw * depth_in
+    whole = (patch_row, x.shape[0] * rows[0] * cols[0], depth_out)  # (blas: one library)
 
     def chunk(start, stop):
-        patches = _patches(xp, x[start:stop], ctx, (kh, kw), rows, cols)
-        partials[start] = blas.matmul(ctx, patches.T, grad[start:stop].reshape(-1, depth_out))
-    patch_row = kh * kw * depth_in
+        dy = grad[start:stop].reshape(-1, depth_out)
+        partials[start] = blas.matmul(ctx, _patches(xp, x[start:stop], ctx, (kh, kw), rows,
+                                                    cols).T, dy, whole)
     intra_op.for_batch(ctx, x.shape[0],
                        rows[0] * cols[0] * patch_row * depth_out // intra_op.MACS_PER_WORK,
                        chunk, rows[0] * cols[0] * patch_row * x.itemsize)

@@ -13,10 +13,14 @@ Theory of operation (NHWC, stride 1, no dilation; the kernels in ``nn_conv.py`` 
 - Conv2DBackpropInput: ``dx[a] = sum_y g[y] w[a + top - y]``, a full convolution: DX = G * W,
   ``[n, O] @ [O, C]`` per frequency, read at (a + top) mod P.
 - Conv2DBackpropFilter: ``dw[i] = sum_y g[y] x[y - top + i]``: DW = conj(G) * X summed over
-  the batch, ``[C, n] @ [n, O]`` per frequency, read at (i - top) mod P.
+  the batch, ``[C, n] @ [n, O]`` per frequency, read at (i - top) mod P: the inverse
+  transform evaluated at those K cells only, one GEMM (``_taps_matrix``).
 - The transforms are scipy's pocketfft (``scipy.fft``, real-to-complex over the two spatial
   axes of a ``[H, W, n, C]`` view, so each frequency's ``[n, C]`` block is contiguous for the
   GEMMs); the GEMMs are numpy's stacked complex matmul, which calls BLAS's cgemm per frequency.
+  The filter's KH x KW cells are transformed by one GEMM with a DFT matrix instead
+  (``_spectrum_matrix``), and the filter gradient's inverse evaluated at its KH x KW cells
+  only (``_taps_matrix``): few cells of each period, where a transform computes all.
   Multiply-adds for the convnet's second layer ([128, 14, 14, 32], 5x5 -> 64): 1,280 M real
   against 151 M (144 frequencies x 128 x 32 x 64 complex, 4 real each), plus the transforms.
 - Each kernel splits its batch over the intra-op threads like the direct ones; the filter
@@ -45,6 +49,8 @@ the FFT path for some tiny shapes (1x11x11x1 by an 11x11 window: ~3 us), which r
 Constant folding leaves such a node to the plan (``exec/compiled_run.py``).
 """
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
@@ -265,31 +271,76 @@ def _inverse(spectrum, plan, last):
     return _fft.irfft2(planes, s=(plan.p_h, plan.p_w), axes=(0, 1))
 
 
-def _filter_spectrum(ctx, filters, plan, conjugate, transpose):
+def _filter_spectrum(ctx, filters, plan, conjugate, transpose, out=None):
     """The filter's spectrum ``[freqs, C, O]`` (``[freqs, O, C]`` transposed) as the real
     ``[freqs, 2C, 2O]`` matrices that multiply interleaved complex rows (``_complex_gemm``):
-    row 2c holds (re, im) of w[c, o], row 2c+1 those of i*w[c, o] = (-im, re). Split over the
-    intra-op threads by output channels (1.5 ms on one thread for conv2's 5x5x32x64 filter:
-    a fifth of the kernel on two threads when it ran before the split)."""
-    _, _, c, o = filters.shape
+    row 2c holds (re, im) of w[c, o], row 2c+1 those of i*w[c, o] = (-im, re). The transform
+    is one GEMM, ``_spectrum_matrix`` (the DFT of a period holding KH x KW cells, real parts
+    then imaginary ones) by the ``[KH*KW, C*O]`` filter, whole (a GEMM split by columns may
+    round by its width): 14.7 M multiply-adds for conv2's 5x5x32x64 filter, where pocketfft's
+    transforms of 2048 zero-padded 16x16 periods and the complex assembly took 1.8-2.6 ms on
+    one thread; then the four parts written by strided copies, split over the intra-op threads
+    by frequency. ``out``: a real C-contiguous
+    ``[freqs, 2C, 2O]`` (``[freqs, 2O, 2C]``) array to write it into."""
+    kh, kw, c, o = filters.shape
     rows, cols = (o, c) if transpose else (c, o)
-    complex_type = np.result_type(filters.dtype, np.complex64)
-    matrix = np.empty((plan.freqs, rows, 2, cols), dtype=complex_type)
+    real = np.result_type(filters.dtype, np.float32)
+    matrix = (np.empty((plan.freqs, 2 * rows, 2 * cols), dtype=real) if out is None else out)
+    dft = _spectrum_matrix(plan.p_h, plan.p_w, kh, kw, real)
+    parts = np.matmul(dft, filters.reshape(kh * kw, c * o).astype(real, copy=False))
+    parts = parts.reshape(2, plan.freqs, c, o)
+    if transpose:
+        parts = parts.transpose(0, 1, 3, 2)
+    blocks = matrix.reshape(plan.freqs, rows, 2, cols, 2)
 
     def chunk(start, stop):
-        spectrum = _rfft2(filters[..., start:stop], plan).reshape(plan.freqs, c, stop - start)
-        if conjugate:
-            np.conjugate(spectrum, out=spectrum)
-        if transpose:
-            spectrum = spectrum.transpose(0, 2, 1)
-            real, turned = matrix[:, start:stop, 0], matrix[:, start:stop, 1]
-        else:
-            real, turned = matrix[:, :, 0, start:stop], matrix[:, :, 1, start:stop]
-        real[...] = spectrum
-        np.multiply(spectrum, 1j, out=turned)
-    intra_op.for_batch(ctx, o, c * plan.p_h * plan.p_w * 8, chunk,
-                       c * plan.freqs * 6 * matrix.itemsize)
-    return matrix.view(filters.dtype).reshape(plan.freqs, 2 * rows, 2 * cols)
+        block, re, im = blocks[start:stop], parts[0, start:stop], parts[1, start:stop]
+        block[:, :, 0, :, 0] = re
+        block[:, :, 1, :, 1] = re
+        if conjugate:  # (re, -im) and i * that = (im, re)
+            np.negative(im, out=block[:, :, 0, :, 1])
+            block[:, :, 1, :, 0] = im
+        else:  # (re, im) and (-im, re)
+            block[:, :, 0, :, 1] = im
+            np.negative(im, out=block[:, :, 1, :, 0])
+    intra_op.for_batch(ctx, plan.freqs, 4 * c * o, chunk, 32 * c * o)
+    return matrix
+
+
+@functools.lru_cache(maxsize=64)
+def _spectrum_matrix(p_h, p_w, kh, kw, dtype):
+    """The 2-D DFT of a ``[P_h, P_w]`` period whose cells outside ``[0, kh) x [0, kw)`` are 0,
+    at the half spectrum's ``[P_h, P_w // 2 + 1]`` frequencies, as rfft2 computes it: the
+    real parts' rows, then the imaginary parts', by the ``kh * kw`` cells (angles reduced mod
+    P in integers): ``[2 * freqs, kh * kw]``. Read-only."""
+    half = p_w // 2 + 1
+    rows = (np.arange(p_h)[:, None] * np.arange(kh)) % p_h / p_h  # [P_h, kh]
+    cols = (np.arange(half)[:, None] * np.arange(kw)) % p_w / p_w  # [half, kw]
+    angle = 2 * np.pi * (rows[:, None, :, None] + cols[None, :, None, :])  # [P_h, half, kh, kw]
+    matrix = np.stack([np.cos(angle), -np.sin(angle)])
+    matrix = np.ascontiguousarray(matrix.reshape(2 * p_h * half, kh * kw), dtype=dtype)
+    matrix.flags.writeable = False
+    return matrix
+
+
+def _transposed(ctx, matrices):
+    """``matrices [freqs, r, s]`` transposed into a new C-contiguous ``[freqs, s, r]``, split
+    over the intra-op threads by frequency: the forward's filter matrix is the backprop's
+    transposed (the 2x2 real block of conj(w) is the transpose of w's), a copy 3x cheaper
+    than transforming the filter again (0.6 against 1.8 ms on one thread for conv2's)."""
+    freqs, r, s = matrices.shape
+    result = np.empty((freqs, s, r), dtype=matrices.dtype)
+
+    def chunk(start, stop):
+        result[start:stop] = matrices[start:stop].transpose(0, 2, 1)
+    intra_op.for_batch(ctx, freqs, r * s, chunk, r * s * matrices.itemsize * 2)
+    return result
+
+
+def spectra_sizes(plan, n, c, o):
+    """The floats of the forward's kept spectra (``conv2d``'s ``kept``): the batch's input
+    spectra ``[freqs, N, 2C]``, then the filter's matrix ``[freqs, 2C, 2O]``."""
+    return plan.freqs * n * 2 * c, plan.freqs * 2 * c * 2 * o
 
 
 def _complex_gemm(spectrum, matrix):
@@ -309,16 +360,26 @@ def _work(plan, n):
 
 def conv2d(ctx, plan, x, filters, out, epilogue=None, kept=None, fused=None):
     """Conv2D of ``x`` into ``out`` (``[N, OH, OW, O]``, preallocated) by FFT; with ``kept``
-    (a list), the batch's input spectra ``[freqs, N, C]`` are appended to it. ``fused``: the
-    fused ops and bias ``epilogue`` applies, or None: a BiasAdd [+ Relu] on CPU float32/64
-    then runs with the read-out as one compiled pass (``_read_out_bias``), the same bits."""
+    (a list), one flat real array is appended to it: the batch's input spectra and the
+    filter's matrix (``spectra_sizes``), which ``backprop_both`` takes instead of computing
+    them again. ``fused``: the fused ops and bias ``epilogue`` applies, or None: a BiasAdd
+    [+ Relu] on CPU float32/64 then runs with the read-out as one compiled pass
+    (``_read_out_bias``), the same bits."""
     n, c, o = x.shape[0], x.shape[3], filters.shape[3]
-    weights = _filter_spectrum(ctx, filters.astype(out.dtype, copy=False), plan, True, False)
     (_, top, _), (_, left, _) = plan.rows, plan.cols
-    images = None
+    images = matrix = None
     if kept is not None:
-        images = np.empty((plan.freqs, n, c), dtype=np.result_type(x.dtype, np.complex64))
-        kept.append(images)
+        complex_type = np.result_type(x.dtype, np.complex64)
+        sizes = spectra_sizes(plan, n, c, o)
+        buffer = np.empty(sum(sizes), dtype=np.empty(0, complex_type).real.dtype)
+        images = buffer[:sizes[0]].view(complex_type).reshape(plan.freqs, n, c)
+        matrix = buffer[sizes[0]:].reshape(plan.freqs, 2 * c, 2 * o)
+        kept.append(buffer)
+    same = matrix is not None and matrix.dtype == out.dtype
+    weights = _filter_spectrum(ctx, filters.astype(out.dtype, copy=False), plan, True, False,
+                               matrix if same else None)
+    if matrix is not None and not same:  # (x and the filter of two dtypes: a cast copy)
+        matrix[...] = weights
     looped = _looped_epilogue(ctx, fused, out)
 
     def chunk(start, stop):
@@ -412,11 +473,15 @@ def _filter_from_spectra(ctx, images, errors, plan, f_shape, dtype):
     ``errors [freqs, N, O]``): per frequency one real GEMM over the batch on the interleaved
     floats, ``[2C, N] @ [N, 2O]``, which holds every product of the (re, im) parts;
     ``sum_n x * conj(g) = (xr gr + xi gi) + i (xi gr - xr gi)`` is assembled from its four
-    quarters, then one inverse transform, read at (i - top) mod P. Split over the threads by
-    output channels: each column's GEMM, sum and transform are independent, so the result
-    does not depend on how the batch was chunked nor on the thread count (the batch's chunks
-    once summed their own products: the split decided the bits, and the two chunks of
-    the convnet's batch left one thread computing alone at their end)."""
+    quarters (real parts, then imaginary ones). Split over the threads by output channels:
+    each column's GEMM and sums are independent, so they do not depend on how the batch was
+    chunked nor on the thread count (the batch's chunks once summed their own products: the
+    split decided the bits, and the two chunks of the convnet's batch left one thread
+    computing alone at their end). Then, once for every channel (a small GEMM split by
+    columns rounds by its width), the inverse transform evaluated at the KH x KW cells it
+    keeps, (i - top) mod P, only: one GEMM by ``_taps_matrix`` (25 of the convnet's 256 cells
+    a period: 14.7 M multiply-adds, ~0.3 ms, where inverse transforms of whole periods and
+    their read-out took 0.7 ms a chunk of 16 channels, four chunks)."""
     kh, kw = plan.kernel_hw
     (_, top, _), (_, left, _) = plan.rows, plan.cols
     _, n, c = images.shape
@@ -425,35 +490,65 @@ def _filter_from_spectra(ctx, images, errors, plan, f_shape, dtype):
     real = images.real.dtype
     left_side = images.view(real).transpose(0, 2, 1)  # [freqs, 2C, N]
     right_side = errors.view(real)                    # [freqs, N, 2O]
+    matrix = _taps_matrix(plan.p_h, plan.p_w, kh, kw, top, left, real)
+
+    parts = np.empty((2, plan.freqs, c, o), dtype=real)
 
     def chunk(start, stop):
         products = np.matmul(left_side, right_side[:, :, 2 * start:2 * stop])
-        total = np.empty((plan.freqs, c, stop - start), dtype=images.dtype)
-        np.add(products[:, 0::2, 0::2], products[:, 1::2, 1::2], out=total.real)
-        np.subtract(products[:, 1::2, 0::2], products[:, 0::2, 1::2], out=total.imag)
-        planes = _inverse(total, plan, stop - start)  # [P_h, P_w, C, stop - start]
-        plan.read_out(planes, -top, -left, result[..., start:stop])
-    intra_op.for_batch(ctx, o, c * plan.freqs * (8 + 4 * n) + c * plan.p_h * plan.p_w * 8,
-                       chunk, c * plan.freqs * 32)
+        np.add(products[:, 0::2, 0::2], products[:, 1::2, 1::2], out=parts[0, ..., start:stop])
+        np.subtract(products[:, 1::2, 0::2], products[:, 0::2, 1::2],
+                    out=parts[1, ..., start:stop])
+    intra_op.for_batch(ctx, o, c * plan.freqs * (8 + 4 * n), chunk, c * plan.freqs * 32)
+    np.matmul(matrix, parts.reshape(2 * plan.freqs, c * o), out=result.reshape(kh * kw, c * o))
     return result.reshape(f_shape)
+
+
+@functools.lru_cache(maxsize=64)
+def _taps_matrix(p_h, p_w, kh, kw, top, left, dtype):
+    """The real inverse 2-D DFT of a half spectrum (``[P_h, P_w // 2 + 1]``, real parts then
+    imaginary ones: ``2 * freqs`` rows) evaluated at the ``kh * kw`` cells ((i - top) mod P_h,
+    (j - left) mod P_w): ``[kh * kw, 2 * freqs]``, as irfft2 computes them (the half
+    spectrum's inner columns count twice, the first and, for an even P_w, the last once, and
+    their imaginary parts not at all; the angles reduced mod P in integers). Read-only."""
+    half = p_w // 2 + 1
+    weight = np.full(half, 2.0)
+    weight[0] = 1.0
+    if p_w % 2 == 0:
+        weight[-1] = 1.0
+    rows = ((np.arange(kh) - top)[:, None] * np.arange(p_h)) % p_h / p_h  # [kh, P_h]
+    cols = ((np.arange(kw) - left)[:, None] * np.arange(half)) % p_w / p_w  # [kw, half]
+    angle = 2 * np.pi * (rows[:, None, :, None] + cols[None, :, None, :])  # [kh, kw, P_h, half]
+    scale = weight / (p_h * p_w)
+    matrix = np.stack([scale * np.cos(angle), -scale * np.sin(angle)], axis=2)
+    matrix = np.ascontiguousarray(matrix.reshape(kh * kw, 2 * p_h * half), dtype=dtype)
+    matrix.flags.writeable = False
+    return matrix
 
 
 def backprop_both(ctx, plan, x, filters, grad, dx, spectra=None):
     """Conv2DBackpropInput into ``dx`` and Conv2DBackpropFilter together, each chunk's
     ``grad`` transformed once for both (``_FusedConv2DBackprop``): returns ``(dx, dw)``.
-    ``spectra``: the forward's spectra of ``x`` as real floats ``[freqs, N, 2C]``
-    (``_FusedConv2DWithSpectra``), used when they fit this plan instead of transforming
-    ``x`` again (the same transforms: the same bits)."""
+    ``spectra``: the forward's spectra of ``x`` and its filter's matrix as one flat real array
+    (``conv2d``'s ``kept``, handed over by ``_FusedConv2DWithSpectra``), used when they fit
+    this plan instead of transforming ``x`` and the filter again: the same transforms, and
+    the filter's matrix transposed (``_transposed``) holds the values this kernel's own
+    ``_filter_spectrum`` computes (equal, a zero's sign aside: the gradients' bits the same,
+    tests/ops/test_conv_fft.py)."""
     n, c, o = x.shape[0], x.shape[3], grad.shape[3]
     kh, kw = plan.kernel_hw
     (_, top, _), (_, left, _) = plan.rows, plan.cols
-    weights = _filter_spectrum(ctx, filters, plan, False, True)
     real = np.dtype(x.dtype)
     complex_type = np.result_type(real, np.complex64)
+    sizes = spectra_sizes(plan, n, c, o)
     given = (spectra is not None and spectra.dtype == real and spectra.flags.c_contiguous
-             and spectra.shape == (plan.freqs, n, 2 * c))
-    images = (spectra.view(complex_type) if given
-              else np.empty((plan.freqs, n, c), dtype=complex_type))
+             and spectra.shape == (sum(sizes),))
+    if given:
+        images = spectra[:sizes[0]].view(complex_type).reshape(plan.freqs, n, c)
+        weights = _transposed(ctx, spectra[sizes[0]:].reshape(plan.freqs, 2 * c, 2 * o))
+    else:
+        images = np.empty((plan.freqs, n, c), dtype=complex_type)
+        weights = _filter_spectrum(ctx, filters, plan, False, True)
     errors = np.empty((plan.freqs, n, o), dtype=complex_type)
 
     def chunk(start, stop):
@@ -463,5 +558,6 @@ def backprop_both(ctx, plan, x, filters, grad, dx, spectra=None):
         plan.read_out(planes, top, left, dx[start:stop].transpose(1, 2, 0, 3))
         if not given:
             images[:, start:stop] = _forward(x[start:stop], plan)
-    intra_op.for_batch(ctx, n, 2 * _work(plan, n), chunk, _item_bytes(plan, c, o, x.itemsize))
+    intra_op.for_batch(ctx, n, 2 * _work(plan, n), chunk,
+                       _item_bytes(plan, c, o, x.itemsize))
     return dx, _filter_from_spectra(ctx, images, errors, plan, (kh, kw, c, o), real)

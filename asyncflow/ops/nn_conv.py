@@ -258,10 +258,11 @@ def _fused_backprop_cost(shapes, op):
 
 def _infer_conv_with_spectra(op):
     """``_FusedConv2DWithSpectra(x, filter, bias)``: ``_FusedConv2D``'s output and, where the
-    FFT algorithm ran, the batch's input spectra as real floats (``[freqs, N, 2C]``; empty
-    where the direct kernel ran), which ``_FusedConv2DBackpropWithSpectra(input_sizes,
-    filter, grad, x, filter_sizes, spectra)`` uses instead of transforming ``x`` again. Made
-    only by compile/conv_spectra.py, never by users."""
+    FFT algorithm ran, the batch's input spectra and the filter's as one flat array of real
+    floats (``[freqs, N, 2C]`` then ``[freqs, 2C, 2O]``; empty where the direct kernel ran),
+    which ``_FusedConv2DBackpropWithSpectra(input_sizes, filter, grad, x, filter_sizes,
+    spectra)`` uses instead of transforming ``x`` and the filter again. Made only by
+    compile/conv_spectra.py, never by users."""
     return _infer_fused_conv2d(op) + [(op.inputs[0].dtype, TensorShape(None))]
 
 

@@ -245,6 +245,38 @@ def test_the_convolutions_patch_gemms(depth_in, monkeypatch):
                                    atol=1e-5 * np.abs(reference).max())
 
 
+def test_a_convolutions_chunks_take_the_library_chosen_for_the_whole_product(monkeypatch):
+    """``auto`` chooses by the whole product's shape (``blas.gemm``'s ``whole``): a thin patch
+    GEMM of 5 M multiply-adds goes to MKL in every batch chunk, though each chunk (one image,
+    0.6 M) is below ``MKL_FROM_MACS`` alone; one of 0.6 M in all stays numpy's. MKL's form is
+    a spy here (numpy's product), so this runs without the wheel."""
+    from asyncflow.kernels import jit
+    monkeypatch.setattr(blas, "CHOICE", "auto")
+    monkeypatch.setattr(blas, "available", lambda: True)
+    used = []
+    monkeypatch.setattr(blas, "mkl_matmul",
+                        lambda a, b, out: used.append(a.shape) or np.matmul(a, b, out=out))
+    monkeypatch.setattr(nn_conv.nn_conv_fft, "choose", lambda *args: None)
+    monkeypatch.setattr(jit, "ENABLED", False)  # (the one-channel loops: the numpy forms)
+    monkeypatch.setattr(kernel_intra_op, "MIN_SPLIT_WORK", 0)
+    monkeypatch.setattr(kernel_intra_op, "CHUNK_BYTES", 1)  # (one image a chunk)
+    ctx = SimpleNamespace(attrs={"strides": (1, 1, 1, 1), "dilations": (1, 1, 1, 1),
+                                 "padding": "SAME"}, name="conv", xp=np,
+                          device=Device("/job:localhost/replica:0/task:0/device:CPU:0", 0, 2,
+                                        intra_op_threads=2))
+    rng = np.random.default_rng(9)
+    filters = rng.standard_normal((5, 5, 1, 32)).astype(np.float32)
+    for images, chunks in ((8, 8), (1, 0)):
+        x = rng.standard_normal((images, 28, 28, 1)).astype(np.float32)
+        grad = rng.standard_normal((images, 28, 28, 32)).astype(np.float32)
+        used.clear()
+        nn_conv._conv2d(ctx, x, filters)
+        assert used == [(784, 25)] * chunks
+        used.clear()
+        nn_conv._conv2d_backprop_filter(ctx, x, np.array(filters.shape), grad)
+        assert used == [(25, 784)] * chunks
+
+
 def test_preload_only_where_mkl_may_run_and_is_not_loaded(monkeypatch):
     cpu = SimpleNamespace(xp=np, output_dtypes=[np.dtype(np.float32)])
     monkeypatch.setattr(blas, "CHOICE", "auto")  # (whatever ASYNCFLOW_BLAS this run has)

@@ -13,7 +13,9 @@ import asyncflow as af
 from asyncflow.kernels import intra_op as kernel_intra_op
 from asyncflow.kernels import nn_conv, nn_conv_fft
 
-from test_conv_kernels import KernelContext, conv_attrs  # same folder
+from test_conv_kernels import KernelContext, conv_attrs, small_chunks  # same folder
+
+assert small_chunks  # a fixture, used by name below
 
 
 def results(attrs, x, f, grad, threads=1):
@@ -527,3 +529,80 @@ def test_read_out_by_runs_matches_the_index_read_out(period):
             out = np.full((3, count_h, count_w, 2), np.nan, dtype=np.float32)
             plan.read_out(planes, shift_h, shift_w, out.transpose(1, 2, 0, 3))
             assert out.tobytes() == planes[index].transpose(2, 0, 1, 3).tobytes()
+
+
+@pytest.mark.usefixtures("small_chunks")
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("case", FFT_CASES)
+def test_the_backprop_given_the_forwards_spectra_has_the_bits_of_its_own(case, threads,
+                                                                         monkeypatch):
+    """``_FusedConv2DWithSpectra`` keeps the input's spectra and the filter's matrix;
+    ``_FusedConv2DBackpropWithSpectra`` given them (the filter's matrix transposed, the
+    transforms not run again) returns the bits of the backprop that computes both itself,
+    and the forward's output is ``_FusedConv2D``'s."""
+    attrs, x, f, grad = inputs(*case, seed=11)
+    monkeypatch.setattr(nn_conv_fft, "FORCE", "fft")
+    bias = np.random.default_rng(12).standard_normal(f.shape[3]).astype(np.float32)
+    ctx = KernelContext({**attrs, "fused_ops": ("BiasAdd", "Relu")}, threads)
+    out, spectra = nn_conv._fused_conv2d_with_spectra(ctx, x, f, bias)
+    rows, cols = nn_conv._spatial(ctx, x.shape, f.shape[:2])
+    plan = nn_conv_fft.choose(ctx, (x, f), x.shape, f.shape, rows, cols, x.dtype)
+    assert spectra.shape == (sum(nn_conv_fft.spectra_sizes(plan, *x.shape[::3], f.shape[3])),)
+    assert np.array_equal(out, nn_conv._fused_conv2d(ctx, x, f, bias)[0])
+    sizes, f_sizes = np.array(x.shape), np.array(f.shape)
+    given = nn_conv._fused_conv2d_backprop_with_spectra(ctx, sizes, f, grad, x, f_sizes,
+                                                        spectra)
+    own = nn_conv._fused_conv2d_backprop(ctx, sizes, f, grad, x, f_sizes)
+    for a, b in zip(given, own):
+        assert a.tobytes() == b.tobytes()
+    transposed = nn_conv_fft._transposed(
+        ctx, spectra[nn_conv_fft.spectra_sizes(plan, *x.shape[::3], f.shape[3])[0]:]
+        .reshape(plan.freqs, 2 * f.shape[2], 2 * f.shape[3]))
+    assert np.array_equal(transposed, nn_conv_fft._filter_spectrum(ctx, f, plan, False, True))
+
+
+@pytest.mark.parametrize("p_h, p_w, kernel, top, left", [
+    (16, 16, (5, 5), 2, 2), (15, 9, (6, 3), 2, 1), (8, 7, (3, 4), 0, 0), (5, 6, (5, 2), 4, 1)])
+def test_the_taps_matrix_is_the_inverse_transform_read_at_the_filters_cells(p_h, p_w, kernel,
+                                                                           top, left):
+    """``_taps_matrix`` on a half spectrum (real parts, then imaginary ones) gives what the
+    whole inverse transform (irfft2) gives at the cells (i - top, j - left) mod P, odd and
+    even periods (an even P_w's last column counted once, its imaginary part not at all)."""
+    rng = np.random.default_rng(13)
+    half = p_w // 2 + 1
+    spectrum = rng.standard_normal((p_h, half, 3)) + 1j * rng.standard_normal((p_h, half, 3))
+    planes = np.fft.irfft2(spectrum, s=(p_h, p_w), axes=(0, 1))
+    rows = (np.arange(kernel[0]) - top) % p_h
+    cols = (np.arange(kernel[1]) - left) % p_w
+    expected = planes[rows][:, cols]
+    matrix = nn_conv_fft._taps_matrix(p_h, p_w, *kernel, top, left, np.dtype(np.float64))
+    parts = np.stack([spectrum.real, spectrum.imag]).reshape(2 * p_h * half, 3)
+    got = (matrix @ parts).reshape(*kernel, 3)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-13)
+    assert not matrix.flags.writeable
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", [FFT_CASES[0], FFT_CASES[3], FFT_CASES[5], FFT_CASES[6]])
+def test_the_filter_spectrum_by_one_gemm_matches_the_transform(case, dtype):
+    """``_filter_spectrum`` (a DFT matrix by the filter, then the four parts copied) against
+    numpy's rfft2 of the zero-padded filter, assembled as the complex GEMMs take it (row 2c:
+    w, row 2c+1: i*w; conjugated or transposed as asked), odd and even periods, both
+    dtypes: close (another summation order than a transform's), float32 within 1e-6 of
+    the spectrum's scale."""
+    attrs, x, f, _ = inputs(*case, seed=14, dtype=dtype)
+    ctx = KernelContext(attrs, 2)
+    rows, cols = nn_conv._spatial(ctx, x.shape, f.shape[:2])
+    plan = nn_conv_fft.Plan(x.shape, f.shape, rows, cols)
+    spectrum = np.fft.rfft2(f.astype(np.float64), s=(plan.p_h, plan.p_w), axes=(0, 1))
+    spectrum = spectrum.reshape(plan.freqs, f.shape[2], f.shape[3])
+    for conjugate, transpose in ((True, False), (False, True)):
+        w = np.conjugate(spectrum) if conjugate else spectrum
+        w = w.transpose(0, 2, 1) if transpose else w
+        expected = np.empty(w.shape[:2] + (2,) + w.shape[2:], np.complex128)
+        expected[:, :, 0], expected[:, :, 1] = w, 1j * w
+        expected = expected.view(np.float64).reshape(plan.freqs, 2 * w.shape[1], 2 * w.shape[2])
+        got = nn_conv_fft._filter_spectrum(ctx, f, plan, conjugate, transpose)
+        assert got.dtype == dtype
+        assert_scaled_close(got, expected.astype(dtype), 1e-6 if dtype == np.float32 else 1e-13,
+                            f"conjugate {conjugate}, transpose {transpose}")

@@ -1,0 +1,108 @@
+"""The convnet's second convolution by FFT, this tree against a baseline tree's, in one
+process (issue 37).
+
+conv2 of bench_models.py's convnet ([128, 14, 14, 32] 5x5 -> 64, SAME, float32): its fused
+forward keeping the spectra (``nn_conv_fft.conv2d`` with ``kept``, BiasAdd + Relu) then its
+fused backprop given them (``backprop_both``), as a training step runs them. Two forms,
+alternating call by call so that load phases hit them alike: the baseline tree's
+``kernels/nn_conv_fft.py`` (``--baseline-tree``, e.g. an export of main; loaded as a module of
+its own beside this tree's) and this tree's. Per form
+the median of each round's ``--calls`` calls; per round the ratios to the baseline; then the
+rounds' median ratio and range, on 1 and 2 intra-op threads. Each form's results are
+checked against the baseline's first (the same bits expected, or said). Both trees' forwards
+run this tree's compiled read-out loop (``_read_out_bias``, unchanged by this benchmark's
+changes): numba's disk cache cannot reload one of a module loaded from a path.
+
+Run: ``.venv/bin/python bench/bench_conv_fft.py --baseline-tree <main export> [--calls 7]
+[--rounds 6]``.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_model_kernels import KernelContext  # noqa: E402
+
+
+def baseline_module(tree):
+    path = os.path.join(tree, "asyncflow", "kernels", "nn_conv_fft.py")
+    spec = importlib.util.spec_from_file_location("baseline_nn_conv_fft", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    from asyncflow.kernels import nn_conv_fft
+    # The read-out loop compiled once, from this tree's module: numba's disk cache cannot
+    # reload a loop of a module loaded from a path (no importable name).
+    module._read_out_bias = nn_conv_fft._read_out_bias
+    return module
+
+
+def step(module, ctx, x, f, bias, grad):
+    """The forward keeping its spectra, then the backprop given them: ``(out, dx, dw)``."""
+    from asyncflow.kernels import nn_conv
+    rows, cols = nn_conv._spatial(ctx, x.shape, f.shape[:2])
+    plan = module.choose(ctx, (x, f, grad), x.shape, f.shape, rows, cols, x.dtype)
+    assert plan is not None, "the FFT algorithm was not chosen"
+    out = np.empty(grad.shape, x.dtype)
+    kept = []
+    module.conv2d(ctx, plan, x, f, out, None, kept, (("BiasAdd", "Relu"), bias))
+    spectra = kept[0] if kept[0].dtype == x.dtype else kept[0].view(x.dtype)
+    dx, dw = module.backprop_both(ctx, plan, x, f, grad, np.empty(x.shape, x.dtype), spectra)
+    return out, dx, dw
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline-tree", required=True, metavar="PATH")
+    parser.add_argument("--calls", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=6)
+    args = parser.parse_args(argv)
+    from asyncflow.kernels import nn_conv_fft
+    baseline = baseline_module(args.baseline_tree)
+    rng = np.random.default_rng(0)
+    x = np.maximum(rng.standard_normal((128, 14, 14, 32)), 0).astype(np.float32)
+    f = (rng.standard_normal((5, 5, 32, 64)) * 0.05).astype(np.float32)
+    bias = rng.standard_normal(64).astype(np.float32)
+    grad = rng.standard_normal((128, 14, 14, 64)).astype(np.float32)
+    attrs = {"strides": (1, 1, 1, 1), "dilations": (1, 1, 1, 1), "padding": "SAME",
+             "data_format": "NHWC"}
+    print(f"load average at start: {os.getloadavg()}")
+    print("| threads | form | ms (median of rounds) | / baseline, median (range) | bits |")
+    print("|---|---|---|---|---|")
+    for threads in (1, 2):
+        ctx = KernelContext(attrs, threads)
+        forms = {"baseline": lambda: step(baseline, ctx, x, f, bias, grad),
+                 "this tree": lambda: step(nn_conv_fft, ctx, x, f, bias, grad)}
+        reference = forms["baseline"]()
+        same = {}
+        for name, fn in forms.items():
+            result = fn()  # warm: scipy.fft, the read-out loop, the pool's threads
+            same[name] = all(a.tobytes() == b.tobytes() for a, b in zip(result, reference))
+        medians = {name: [] for name in forms}
+        for round_ in range(args.rounds):
+            times = {name: [] for name in forms}
+            order = list(forms) if round_ % 2 == 0 else list(forms)[::-1]
+            for _ in range(args.calls):
+                for name in order:
+                    start = time.perf_counter()
+                    forms[name]()
+                    times[name].append(time.perf_counter() - start)
+            for name in forms:
+                medians[name].append(1e3 * statistics.median(times[name]))
+        for name in forms:
+            ratios = sorted(a / b for a, b in zip(medians[name], medians["baseline"]))
+            print(f"| {threads} | {name} | {statistics.median(medians[name]):.2f} | "
+                  f"{statistics.median(ratios):.3f} ({ratios[0]:.3f}-{ratios[-1]:.3f}) | "
+                  f"{'same' if same[name] else 'differ'} |")
+    print(f"load average at end: {os.getloadavg()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
