@@ -473,13 +473,11 @@ class _StepDriver:
 
     async def run(self):
         """Each RunGraph but the last of the start order from a task of its own, the last
-        from this task: a one-task step needs no nursery. The tasks are started in the start
-        order, but the spawned call and this task's run in one scheduler batch, whose order
-        trio picks at random: the last of the order is written first in about half the steps
-        (r38ps, bench/RESULTS.md: forcing the order gained nothing beyond noise). (Writing
-        the first from this task and the others after it waits measured worse: the first's
-        receiver, woken, took the client's core for ~0.3 ms before the second was written.)
-        The master's ``StepMonitor`` starts the watchdog if the step outlives the interval."""
+        from this task (a one-task step needs no nursery), started in that order; trio runs
+        a scheduler batch in either order, so the last is written first in half the steps
+        (forcing the order gained nothing: bench/RESULTS.md, r38ps; writing the first from
+        this task, the others after it, was worse: its woken receiver took the client's core
+        ~0.3 ms). ``StepMonitor`` starts the watchdog if the step outlives the interval."""
         order = self.run_.start_order or range(len(self.run_.task_graphs))
         self.calls_left, done = len(order), False
         self.master.monitor.watch(self)
