@@ -37,8 +37,6 @@ import queue as queue_module
 import threading
 import weakref
 
-from asyncflow.exec import spin
-
 whole = threading.local()  # ``active``: kernels run whole here (``run_alone``, a lane)
 _blas_lock = threading.Lock()
 _blas_users = 0        # holds: the process's claim and every running split
@@ -276,7 +274,6 @@ class _Workers:
     def __init__(self, count, name):
         self._queue = queue_module.SimpleQueue()
         self.busy = [False] * count  # each worker's own entry: running a hand-off
-        self.posted = spin.bell()  # rung by every hand-off (idle workers spin on it)
         self._threads = [threading.Thread(target=self._loop, args=(index,),
                                           name=f"{name}_{index}", daemon=True)
                          for index in range(count)]
@@ -284,36 +281,18 @@ class _Workers:
             thread.start()
 
     def _loop(self, index):
-        busy = self.busy
-        while (item := self._next()) is not None:
+        get, busy = self._queue.get, self.busy
+        while (item := get()) is not None:
             busy[index] = True
             try:
                 item()
             finally:
                 busy[index] = False
 
-    def _next(self):
-        """The next hand-off: taken at once if one is queued, else after a spin of
-        ``spin.SPIN_S`` (a split often follows the last within that), else slept for."""
-        posted, queue = self.posted, self._queue
-        if spin.load():
-            seen = posted[0]  # (read before looking: a hand-off after this rings it)
-            try:
-                return queue.get_nowait()
-            except queue_module.Empty:
-                pass
-            if spin.wait(posted, seen):
-                try:
-                    return queue.get_nowait()
-                except queue_module.Empty:  # (another worker took it)
-                    pass
-        return queue.get()
-
     def post(self, item, count):
         """Hand ``item()`` to ``count`` workers (or to whichever are free first)."""
         for _ in range(count):
             self._queue.put(item)
-        spin.ring(self.posted)
 
     def submit(self, fn):
         """``fn()`` on a worker; returns its ``concurrent.futures.Future`` (tests keep a
@@ -327,7 +306,6 @@ class _Workers:
                 except BaseException as exc:  # noqa: BLE001 -- handed to the future
                     future.set_exception(exc)
         self._queue.put(run)
-        spin.ring(self.posted)
         return future
 
     def shutdown(self, timeout=None):
@@ -335,7 +313,6 @@ class _Workers:
         for, up to that long a worker)."""
         for _ in self._threads:
             self._queue.put(None)
-        spin.ring(self.posted)
         if timeout is not None:
             for thread in self._threads:
                 if thread is not threading.current_thread():
@@ -354,7 +331,6 @@ class _ChunkQueue:
         self._closed = False  # finished: a worker that gets here later does nothing
         self._active = 0      # workers computing chunks of it
         self._waiter = None   # the caller's lock, released by the last active worker
-        self._ended = None    # the caller's bell, rung with that release (spin.py)
         self.error = None
 
     def _take(self):
@@ -385,7 +361,6 @@ class _ChunkQueue:
                 waiter = self._waiter if self._active == 0 else None
             if waiter is not None:
                 waiter.release()
-                spin.ring(self._ended)
 
     def finish(self):
         """Close the split: withdraw the chunks nobody took (returned, none runs them) and
@@ -398,9 +373,7 @@ class _ChunkQueue:
                 return left
             waiter = self._waiter = threading.Lock()
             waiter.acquire()
-            ended = self._ended = spin.bell()
         try:
-            spin.wait(ended, 0)  # (a worker's chunk often ends soon: spin before sleeping)
             waiter.acquire()
         except BaseException as exc:  # a signal's (Ctrl-C): the chunks still write, wait
             self._wait_out(waiter)

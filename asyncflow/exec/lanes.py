@@ -58,7 +58,7 @@ import threading
 import time
 
 from asyncflow import errors
-from asyncflow.exec import intra_op, spin, timeslice
+from asyncflow.exec import intra_op, timeslice
 from asyncflow.exec.codegen import Generator, compile_schedule
 from asyncflow.exec.pairs import touched_resources
 from asyncflow.exec.plan import OFFLOAD_COST, runtime_cost
@@ -421,7 +421,7 @@ class LaneRun:
     flag lane 0 has still to set."""
 
     __slots__ = ("flags", "cond", "drive", "gen", "pool", "future", "error", "abort", "done",
-                 "waiters", "stolen", "alone", "on_loop", "bell")
+                 "waiters", "stolen", "alone", "on_loop")
     steal = True  # lane 0 may run lane 1 (tests switch it off to keep lane 1 on its thread)
 
     def __init__(self, lane1, slots, flags, pool):
@@ -436,7 +436,6 @@ class LaneRun:
         self.waiters = 0
         self.alone = False  # lane 0's kernels run whole while lane 1 is live
         self.on_loop = False  # lane 0 runs lane 1's generator (its kernels on the loop)
-        self.bell = spin.bell()  # rung with every notify: a waiter spins on it first
 
     def start(self):
         """Hand lane 1 to the pool's lane thread. From here to the step's end lane 0's
@@ -467,7 +466,6 @@ class LaneRun:
         it reads the flag, the setter sets it before it reads the count)."""
         self.flags[k] = True
         if self.waiters:
-            spin.ring(self.bell)
             with self.cond:
                 self.cond.notify_all()
 
@@ -477,15 +475,6 @@ class LaneRun:
                 self.error = error
             self.done = True
             self.cond.notify_all()
-        spin.ring(self.bell)
-
-    def _spin(self, k, seconds=None):
-        """Spin (``exec/spin.py``) while flag ``k`` (None: lane 1's end) is unset, the lanes
-        go on and a waiter is counted (a setter rings the bell then), for up to ``seconds``."""
-        bell, flags = self.bell, self.flags
-        seen = bell[0]
-        if not (self.done or self.abort or (k is not None and flags[k])):
-            spin.wait(bell, seen, seconds)
 
     def _run(self, until, check, first=None):
         """Run lane 1 (``drive`` held) until flag ``until`` is set (None: to its end), it
@@ -522,7 +511,6 @@ class LaneRun:
     def _work(self):
         """Lane 1 on the lane thread, to its end, its failure or lane 0's stop."""
         intra_op.whole.active = True  # every pool thread is taken: kernels run whole
-        spin.load()  # (a pool thread: the first load may compile)
         flags, cond = self.flags, self.cond
         try:
             while not self.done:
@@ -532,14 +520,9 @@ class LaneRun:
                     continue
                 with cond:
                     self.waiters += 1
-                try:
-                    self._spin(k)
-                    with cond:
-                        while not flags[k] and not self.abort and not self.done:
-                            cond.wait()
-                finally:
-                    with cond:
-                        self.waiters -= 1
+                    while not flags[k] and not self.abort and not self.done:
+                        cond.wait()
+                    self.waiters -= 1
         finally:
             intra_op.whole.active = False
 
@@ -589,13 +572,10 @@ class LaneRun:
             if left > 0:
                 with self.cond:
                     self.waiters += 1
-                try:
-                    self._spin(k, min(left, spin.SPIN_S))
-                    with self.cond:
+                    try:
                         if not (self.done if k is None else flags[k] or self.done):
-                            self.cond.wait(max(0.0, timeslice.BUDGET.end - timeslice.clock()))
-                finally:
-                    with self.cond:
+                            self.cond.wait(left)
+                    finally:
                         self.waiters -= 1
             if not (self.done if k is None else flags[k] or self.done) and self._slice_over():
                 await pause()
@@ -612,7 +592,6 @@ class LaneRun:
         if self.done:
             return
         self.abort = True
-        spin.ring(self.bell)
         if self.future is not None:
             self.future.cancel()  # (not started yet: it never will)
         with self.cond:
