@@ -1,0 +1,119 @@
+"""One module setting against another in the dense models' training steps, alternated in one
+process (issue 37): bench_models.py's MLP and autoencoder, one session each, rounds
+alternating between form A (the tree as it is) and form B (``--set MODULE:NAME=VALUE``, a
+module attribute the code reads at run time, such as a split threshold), the order swapped
+each round, so that the machine's noise (its slow and fast phases, bench/RESULTS.md) hits
+both alike.
+
+Per model: each form's best and median round (a round's figure is its median step, with the
+CPU a step), the ratios B / A of the best rounds, of the median rounds and the median of the
+round-by-round ratios, and in how many rounds B was faster. The seeded losses of three steps
+are compared between the forms bit for bit.
+
+    .venv/bin/python bench/bench_ab_setting.py \\
+        --set asyncflow.kernels.squared_error_split:MIN_SIZE=4611686018427387904 \\
+        [--models autoencoder,mlp] [--rounds 12] [--steps 20]
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_models  # noqa: E402  (the models, written once)
+
+FORMS = ("A", "B")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--set", required=True, action="append", metavar="MODULE:NAME=VALUE",
+                        help="form B's setting (a Python literal); may repeat")
+    parser.add_argument("--models", default="autoencoder,mlp")
+    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=10)
+    args = parser.parse_args(argv)
+    import trio
+
+    import asyncflow as af
+
+    settings = []
+    for spec in args.set:
+        target, value = spec.split("=", 1)
+        module_name, name = target.split(":")
+        module = importlib.import_module(module_name)
+        settings.append((module, name, getattr(module, name), ast.literal_eval(value)))
+
+    def use(form):
+        for module, name, a_value, b_value in settings:
+            setattr(module, name, a_value if form == "A" else b_value)
+
+    def build(model, seed=None):
+        graph = af.Graph()
+        rng = np.random.default_rng(0)
+        with graph.as_default():
+            if seed is not None:
+                af.set_random_seed(seed)
+            feeds, loss, train = bench_models.build(af, model, bench_models.weights(model, rng))
+            init = af.global_variables_initializer()
+        return graph, dict(zip(feeds, bench_models.data(model, rng))), loss, train, init
+
+    async def model_rounds(model):
+        graph, feed, loss, train, init = build(model)
+        async with af.Session(graph=graph) as sess:
+            await sess.run(init)
+            for _ in range(args.warmup):
+                await sess.run([loss, train], feed)
+            rounds = {form: [] for form in FORMS}
+            for index in range(args.rounds):
+                for form in (FORMS if index % 2 == 0 else FORMS[::-1]):
+                    use(form)
+                    await sess.run([loss, train], feed)
+                    rounds[form].append(await bench_models.median_step_ms(
+                        sess, [loss, train], feed, args.steps))
+            use("A")
+        return rounds
+
+    async def losses(model):
+        out = {}
+        for form in FORMS:
+            use(form)
+            graph, feed, loss, train, init = build(model, seed=7)
+            async with af.Session(graph=graph) as sess:
+                await sess.run(init)
+                values = [(await sess.run([loss, train], feed))[0] for _ in range(3)]
+            out[form] = np.float32(values).tobytes().hex()
+        use("A")
+        return out
+
+    async def run():
+        print(f"load average at start: {os.getloadavg()}; B: {', '.join(args.set)}")
+        for model in args.models.split(","):
+            rounds = await model_rounds(model)
+            print(f"{model}: {args.rounds} rounds of {args.steps} steps, median step ms "
+                  f"(CPU ms)")
+            for form, values in rounds.items():
+                print(f"  {form}: best {min(w for w, _ in values):.3f}, median "
+                      f"{np.median([w for w, _ in values]):.3f}; rounds "
+                      + " ".join(f"{w:.2f}({c:.1f})" for w, c in values))
+            a, b = rounds["A"], rounds["B"]
+            lower = sum(y[0] < x[0] for x, y in zip(a, b))
+            print(f"  B / A: best {min(w for w, _ in b) / min(w for w, _ in a):.3f}, median "
+                  f"{np.median([w for w, _ in b]) / np.median([w for w, _ in a]):.3f}, round "
+                  f"by round median {np.median([y[0] / x[0] for x, y in zip(a, b)]):.3f}; "
+                  f"B lower in {lower} of {len(a)} rounds")
+            hashes = await losses(model)
+            same = len(set(hashes.values())) == 1
+            print(f"  seeded losses over 3 steps: {'the same bits' if same else hashes}")
+        print(f"load average at end: {os.getloadavg()}")
+    trio.run(run)
+
+
+if __name__ == "__main__":
+    main()
