@@ -11,7 +11,7 @@ round-by-round ratios, and in how many rounds B was faster. The seeded losses of
 are compared between the forms bit for bit.
 
     .venv/bin/python bench/bench_ab_setting.py \\
-        --set asyncflow.kernels.squared_error_split:MIN_SIZE=4611686018427387904 \\
+        --set "asyncflow.kernels.blas:CHOICE='numpy'" \\
         [--models autoencoder,mlp] [--rounds 12] [--steps 20]
 """
 from __future__ import annotations

@@ -7,7 +7,7 @@ import threading
 import numpy as np
 
 from asyncflow import errors
-from asyncflow.kernels import blas, intra_op, squared_error_split
+from asyncflow.kernels import blas, intra_op
 from asyncflow.kernels.arguments import host as _host, is_floating
 from asyncflow.kernels.registry import host_memory, register_kernel, register_prepare
 
@@ -502,9 +502,6 @@ def _fused_mean_squared_error(ctx, a, b):
     new array (the difference, which the gradient reads) instead of two; the squares go
     into a scratch array only the reduction reads."""
     xp = ctx.xp
-    halves = squared_error_split.squared_difference_sum(ctx, a, b)
-    if halves is not None:  # (the same bits: kernels/squared_error_split.py)
-        return (_as_array(ctx, halves[1] / halves[0].size, a.dtype), halves[0])
     try:
         diff = xp.subtract(a, b)
     except ValueError:
