@@ -81,11 +81,18 @@ def mkl_library_path():
 
 def wheel_library_path():
     """The ``mkl`` wheel's ``libmkl_rt`` where pip puts it (``lib`` under the environment's
-    prefix, the user base, or Debian's ``/usr/local``), else None: a few ``stat`` calls, no
-    import of importlib.metadata or sysconfig's data and no ``ldconfig`` (``find_library``),
-    60-100 ms on the event loop under load."""
+    prefix, the user base, the prefix of any other ``site-packages`` on ``sys.path`` -- a
+    venv made with ``--system-site-packages`` or one that adds another environment's
+    packages by a ``.pth`` --, or Debian's ``/usr/local``), else None: a few ``stat`` calls,
+    no import of importlib.metadata or sysconfig's data and no ``ldconfig``
+    (``find_library``), 60-100 ms on the event loop under load."""
     import site
-    for prefix in (sys.prefix, site.getuserbase(), "/usr/local"):
+    prefixes = [sys.prefix, site.getuserbase()]
+    for entry in sys.path:  # <prefix>/lib/pythonX.Y/site-packages
+        if os.path.basename(entry) in ("site-packages", "dist-packages"):
+            prefixes.append(os.path.dirname(os.path.dirname(os.path.dirname(entry))))
+    prefixes.append("/usr/local")
+    for prefix in dict.fromkeys(prefixes):
         found = sorted(glob.glob(os.path.join(prefix, "lib", "libmkl_rt.so*")))
         if found:
             return found[0]

@@ -388,3 +388,22 @@ def test_auto_s_lookup_is_cheap_enough_for_the_event_loop(monkeypatch, tmp_path)
     monkeypatch.setattr(blas, "CHOICE", "mkl")  # (asked for: the full lookup, in the Preload)
     monkeypatch.setattr(blas, "_path", [])
     assert isinstance(blas.preload(cpu), Preload) and blas._path == []
+
+
+def test_auto_finds_the_wheel_of_another_environment_on_sys_path(monkeypatch, tmp_path):
+    """A venv made with ``--system-site-packages``, or one that adds another environment's
+    packages by a ``.pth``, imports the ``mkl`` wheel's packages from that environment: its
+    ``libmkl_rt`` is in that environment's ``lib``, not under ``sys.prefix``."""
+    import site
+    other = tmp_path / "other"
+    packages = other / "lib" / "python3.11" / "site-packages"
+    packages.mkdir(parents=True)
+    monkeypatch.setattr(blas.sys, "prefix", str(tmp_path / "venv"))
+    monkeypatch.setattr(site, "getuserbase", lambda: str(tmp_path / "user"))
+    monkeypatch.setattr(blas.sys, "path", [str(tmp_path / "venv" / "lib"), str(packages)])
+    real_glob = blas.glob.glob
+    monkeypatch.setattr(blas.glob, "glob", lambda pattern: real_glob(pattern) if
+                        pattern.startswith(str(tmp_path)) else [])
+    assert blas.wheel_library_path() is None
+    (other / "lib" / "libmkl_rt.so.2").write_bytes(b"")
+    assert blas.wheel_library_path() == str(other / "lib" / "libmkl_rt.so.2")
