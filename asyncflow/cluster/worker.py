@@ -32,7 +32,7 @@ Theory of operation (paper §3.3; docs/distributed.md):
   op to blame (the master names the user's op from it), ``derived`` says the failure only
   follows from another one. A partition of one plan without Sends or Recvs runs its untraced
   steps *plain* (``worker_step._run_plain``): the same state, answers and counters, but no
-  ``StepRendezvous`` unless a pull, a push or an abort of the step asks for one.
+  ``StepRendezvous`` unless a pull, a push or an abort of the step asks for one or it fails.
 - **RecvTensors.** Receiver-initiated: waits in the step's local rendezvous until each key has
   been sent; a pull that arrives before the step's RunGraph creates the step's state.
 - **PushTensors.** A peer's pushed Sends (``remote_rendezvous``), deposited in the step's

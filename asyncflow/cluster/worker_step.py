@@ -31,7 +31,7 @@ def _fail(code, message, derived=False):
 class _StepState:
     """A step's state on this worker. Its ``StepRendezvous`` is built when first asked for:
     a plain step's (``_run_plain``) never is, unless a pull, a push or an abort of its id
-    comes while it runs."""
+    comes while it runs, or it fails (the failure aborts it, as the full path's)."""
 
     __slots__ = ("step_id", "made", "devices", "binding", "created", "running", "ran",
                  "scope")
@@ -219,7 +219,7 @@ class StepRunning:
         """RunGraph of a plain partition (one plan without Sends or Recvs, ``wg.plain``),
         untraced, in the transport's call scope (``scope``, else one of the step's own): the
         full path's step less what it does for transfers: no ``StepRendezvous`` (made only if
-        a pull, a push or an abort of its id comes while it runs), the plan run with no
+        a pull, a push or an abort of its id comes while it runs, or it fails), the plan run with no
         rendezvous as a local step runs, the step's deadline and cancel on ``scope`` without
         ``_execute``'s levels; a failure is answered as the full path answers it
         (``plain_steps`` counts these steps)."""

@@ -11,11 +11,14 @@ import pytest
 import trio
 
 import asyncflow as af
+from asyncflow.rendezvous_keys import make_key
 from cyclic_garbage import failures_garbage
 from hand_registration import register_partitions
 from loopback_ports import free_ports
 from transports import frame_templates, wire
-from transports.messages import AbortStep, RemoteCallError, RunGraph, TensorEntry
+from transports.messages import (
+    AbortStep, RecvTensors, RemoteCallError, Reset, RunGraph, TensorEntry,
+)
 
 
 @pytest.fixture(params=["lent", "own"])
@@ -202,3 +205,50 @@ async def test_a_failed_plain_step_leaves_no_cyclic_garbage(worker):
                 "Run", "_StepState", "_StepDriver", "RunGraph"} & set(garbage), sorted(
                     set(garbage))
     assert "Reshape 'bad' on /job:worker/replica:0/task:0/device:CPU:0" in error.message
+
+
+@pytest.mark.parametrize("path", ["plain", "full"])
+async def test_a_pull_during_the_step_and_a_reset_answer_as_the_full_path_does(worker, path):
+    """A pull of a plain step's id while it runs makes its rendezvous (the pull fails with the
+    step's error, derived); a Reset while a step runs aborts it by the Reset's own error."""
+    spec, service, _ = worker
+    outcomes = {}
+    with trio.fail_after(30):
+        channel, handle, options = await _registered(spec, (2, 3))
+        wg = service._graphs[handle]
+        wg.plain = path == "plain"
+        x, shape = np.arange(3, dtype=np.float32), np.array([3], np.int32)
+        device = service.device_names[0]
+        key = make_key(device, service.incarnation, device, "edge")
+        async with trio.open_nursery() as nursery:
+            async def run():
+                outcomes["run"] = await _outcome(channel, _request(
+                    handle, options, 7, [x, shape], timeout_ms=300))
+
+            async def pull():
+                try:
+                    await channel.recv_tensors(RecvTensors(7, [key]))
+                except RemoteCallError as exc:
+                    outcomes["pull"] = exc.code, exc.message, exc.derived
+
+            nursery.start_soon(run)
+            while 7 not in service._steps or not service._steps[7].running:
+                await trio.sleep(0.001)
+            nursery.start_soon(pull)
+        async with trio.open_nursery() as nursery:
+            async def reset():
+                outcomes["reset"] = await _outcome(channel, _request(
+                    handle, options, 8, [x, shape]))
+
+            nursery.start_soon(reset)
+            while 8 not in service._steps or not service._steps[8].running:
+                await trio.sleep(0.001)
+            await channel.reset(Reset())
+    worker_task = "/job:worker/replica:0/task:0"
+    deadline = ("DEADLINE_EXCEEDED", f"step 7 ran past its 300 ms deadline on {worker_task}")
+    assert outcomes["run"] == (*deadline, False) and outcomes["pull"] == (*deadline, True)
+    assert outcomes["reset"] == ("ABORTED", f"step 8 was aborted by a Reset of {worker_task}",
+                                 False)
+    assert not service._steps and [service._tombstones[i] for i in (7, 8)] == ["failed"] * 2
+    assert service.plain_steps == (2 if path == "plain" else 0)
+    assert service.counters.steps_failed == 2 and service.counters.steps_run == 0
