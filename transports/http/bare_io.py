@@ -284,9 +284,10 @@ async def read_once(sock: Any, spin: bool = False, conn: Any = None, own: int = 
     once, and so does another call of the process at work (:data:`CALLS`, ``conn.began``;
     ``own``: 1 where ``conn``'s call is in flight); its ``closing`` set meanwhile (what
     ``trio.lowlevel.notify_closing`` tells a parked wait) ends the spin with
-    ``ClosedResourceError``."""
+    ``ClosedResourceError``; set before the wait began (its reading shut, a late call served
+    since: no close was told to this wait), it parks, to the shut reading's EOF."""
     window = (_spin[0] if _spin else spin_window_s()) if spin else 0.0
-    if not window:
+    if not window or (conn is not None and conn.closing):
         COUNTS["parks"] += 1
         return await _park(sock)
     start, began = _clock(), CALLS.began
