@@ -16,7 +16,7 @@ from transports.http.call_scope import LentScope, only_cancelled
 from transports.http.client import TrioHttpChannel
 from transports.http.server import open_http_server
 from transports.messages import RecvTensors, RegisterGraph, RemoteCallError, RunGraph, \
-    TensorEntry
+    RunGraphReply, TensorEntry
 from transports.service import TransportUnavailable
 
 GENEROUS = 20
@@ -113,6 +113,40 @@ async def test_a_cancelled_call_is_answered_and_the_next_runs_in_a_fresh_scope()
                 await channel.health()
                 assert conn.calls is not spent and not conn.calls.cancel_called
                 assert len(channel._bare_idle) == 1 and channel.bare_calls == 5
+
+
+class _LateCancelWorker(FakeWorker):
+    """A RunGraph whose lent scope is cancelled as its step ends, after its last wait (an
+    AbortStep, a Reset, the server's close or the step's deadline landing in the batch that
+    resumes it): it returns its reply all the same, one whose send waits (4 MiB)."""
+
+    async def run_graph(self, request: RunGraph) -> object:
+        return await self.run_graph_in_scope(request, None)
+
+    async def run_graph_in_scope(self, request: RunGraph, scope) -> object:
+        scope.cancel()
+        return RunGraphReply([TensorEntry("x", np.arange(1 << 20, dtype=np.float32))])
+
+
+@pytest.mark.parametrize("lend", [False, True])
+async def test_an_answer_its_handler_returned_in_a_cancelled_scope_is_sent_whole(lend):
+    """The scope is spent once cancelled, and the answer's send waits (a large reply, or a lent
+    one's verdict): it is sent out of that scope, whole, and the connection serves on (as when
+    each call had a scope of its own, left before the send), not cut at the send's first wait."""
+    async with open_http_server(_LateCancelWorker()) as server:
+        with trio.fail_after(GENEROUS):
+            async with TrioHttpChannel(server.address) as channel:
+                await channel.health()
+                channel._lend = channel._lend and lend
+                conn = _served(server)
+                spent = conn.calls
+                reply = await channel.run_graph(RunGraph("g", 1, [], ["x"]))
+                np.testing.assert_array_equal(reply.tensors[0].value,
+                                              np.arange(1 << 20, dtype=np.float32))
+                assert spent.cancel_called and _served(server) is conn
+                assert (await channel.health()).incarnation == 7  # the same connection
+                assert conn.calls is not spent and not conn.active
+                assert len(channel._bare_idle) == 1 and channel.bare_calls == 3
 
 
 async def test_only_a_cancel_or_a_group_of_cancels_is_taken_for_the_calls():
