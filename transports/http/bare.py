@@ -196,14 +196,14 @@ class BareService:
         call's answer is sent out of that scope, whole (each wait of its send would raise)."""
         server = self._server
         with trio.CancelScope() as conn.calls:
-            while not conn.calls.cancel_called:  # (then the next call gets a fresh scope)
+            while conn.unsent is None:  # (set by a cancelled call: the next gets a fresh scope)
                 if server._closing or not await self._serve_call(conn, limits):
                     return False
-        if conn.unsent is not None:  # (left by ``_serve_call``)
-            try:
+        try:
+            if conn.unsent:  # its answer (none for a one-way call)
                 await self._send(conn, *conn.unsent)
-            finally:
-                conn.active, conn.unsent = False, None
+        finally:
+            conn.active, conn.unsent = False, None
         return not conn.calls.cancelled_caught  # (a Cancelled caught midway: closed)
 
     async def _serve_call(self, conn: _Connection, limits: Any) -> bool:
@@ -268,6 +268,8 @@ class BareService:
                 reply, kind = ErrorReply(code, f"same-host call{what}: {text}"), ERROR
             else:
                 reply, kind = await self._call(conn, rpc, message, timeout, flags & ONE_WAY)
+                if conn.calls.cancel_called:  # spent: the rest out of it (``_serve_calls``)
+                    conn.unsent = ()
             if flags & ONE_WAY:  # no answer: a failure is the handler's to report
                 self.one_way_calls += 1
                 status = 200 if kind == FRAME else HTTP_STATUS[reply.code]
@@ -288,7 +290,7 @@ class BareService:
                 reply, kind = error_reply_for(exc), ERROR
                 buffers = encode(reply, server._limits)
             status = 200 if kind == FRAME else HTTP_STATUS[reply.code]
-            if conn.calls.cancel_called:  # spent: sent out of it (``_serve_calls``)
+            if conn.unsent is not None:  # (spent: sent out of it)
                 conn.unsent = (call_id, kind, buffers, flags & LEND and kind == FRAME)
                 return keep
             await self._send(conn, call_id, kind, buffers, flags & LEND and kind == FRAME)
