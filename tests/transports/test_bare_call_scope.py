@@ -12,12 +12,14 @@ import pytest
 import trio
 from transport_fakes import FakeWorker
 
+from transports import wire
+from transports.http import bare
 from transports.http.call_scope import LentScope, only_cancelled
 from transports.http.client import TrioHttpChannel
 from transports.http.server import open_http_server
 from transports.messages import RecvTensors, RegisterGraph, RemoteCallError, RunGraph, \
     RunGraphReply, TensorEntry
-from transports.service import TransportUnavailable
+from transports.service import RPCS, TransportUnavailable
 
 GENEROUS = 20
 
@@ -147,6 +149,42 @@ async def test_an_answer_its_handler_returned_in_a_cancelled_scope_is_sent_whole
                 assert (await channel.health()).incarnation == 7  # the same connection
                 assert conn.calls is not spent and not conn.active
                 assert len(channel._bare_idle) == 1 and channel.bare_calls == 3
+
+
+def _request(rpc: str, message, call_id: int, flags: int = 0, timeout: float = 5.0) -> bytes:
+    frame = b"".join(bytes(b) for b in wire.encode(message))
+    index = next(i for i, one in enumerate(RPCS) if one.method == rpc)
+    return bare.REQUEST.pack(len(frame), call_id, index, flags, timeout) + frame
+
+
+async def test_a_cancelled_one_way_call_leaves_its_connection_serving_in_a_fresh_scope(
+        autojump_clock):
+    """A one-way call past its deadline is cancelled and not answered; the connection's next
+    call runs in a fresh scope and is answered."""
+    handler = FakeWorker()
+    async with open_http_server(handler) as server:
+        stream = await trio.open_unix_socket(server.bare_path)
+        async with stream:
+            await stream.send_all(bare.MAGIC + b"\0\0\0\0")
+            assert await stream.receive_some(1) == bare.ACCEPTED
+            await stream.send_all(_request("recv_tensors", wire.RecvTensors(3, ["never"]), 1,
+                                           bare.ONE_WAY, timeout=0.5))
+            await handler.waiter_arrived.wait()
+            conn = _served(server)
+            spent = conn.calls
+            await handler.recv_cancelled.wait()  # (its deadline: the timeout and the grace)
+            await stream.send_all(_request("health", wire.Health(), 2))
+            answer = b""
+            while len(answer) < bare.REPLY.size or len(answer) < bare.REPLY.size + \
+                    bare.REPLY.unpack_from(answer)[0]:
+                data = await stream.receive_some(1 << 16)
+                assert data, "the connection was closed"
+                answer += data
+            length, call_id, kind, _ = bare.REPLY.unpack_from(answer)
+            assert (call_id, kind) == (2, bare.FRAME)
+            assert wire.decode(answer[bare.REPLY.size:]).incarnation == 7
+            assert spent.cancel_called and conn.calls is not spent
+            assert not conn.calls.cancel_called and conn.unsent is None
 
 
 async def test_only_a_cancel_or_a_group_of_cancels_is_taken_for_the_calls():
