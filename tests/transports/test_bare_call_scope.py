@@ -38,7 +38,7 @@ class _KeepingWorker(FakeWorker):
 
     async def run_graph_in_scope(self, request: RunGraph, scope) -> object:
         self.lent.append(scope)
-        self.deadlines.append(scope.deadline)
+        self.deadlines.append(scope.deadline - trio.current_time())  # (seconds left)
         if self.graphs.get(request.graph_handle, {}).get("cancel"):
             scope.cancel()
             await trio.sleep_forever()
@@ -71,8 +71,8 @@ async def test_a_connections_calls_share_one_scope_with_a_deadline_only_in_their
                     assert _served(server).calls is scope  # no scope entered per call
                     assert scope.deadline == math.inf and not scope.cancel_called
                 # the window's deadline: the call's timeout and the grace, seen by the handler
-                now = trio.current_time()
-                assert all(now < d <= now + 5.0 + 1.0 + 0.5 for d in handler.deadlines)
+                # (bounded by them; what went before the handler is not timed: a loaded machine)
+                assert all(1.0 < left <= 5.0 + 1.0 for left in handler.deadlines)
                 assert all(type(lent) is LentScope for lent in handler.lent)
                 assert channel.bare_calls == 7
 
