@@ -153,6 +153,22 @@ async def test_the_idle_sweeps_close_or_a_closed_socket_ends_the_spin(window, st
         assert _more(before) == {"parks": 0, "spun": 0, "skipped": 0, "busy": 0, "shared": 0}
 
 
+async def test_a_wait_begun_after_the_sweeps_close_sees_its_eof_as_a_parked_one(
+        window, still_clock):
+    """The sweep shut a connection whose task had already taken a late call (its bytes woke
+    the task in the sweep's batch): once that call is answered, the next wait, spun or not,
+    sees what a parked wait sees, the shut reading's EOF (the connection closed as by its
+    client, not counted timed out), not the close the sweep told no waiter of."""
+    window(bare_io.MAX_SPIN_US)
+    conn = _conn()
+    a, b = trio.socket.socketpair()
+    with a, b:
+        conn.closing = True  # (as ``BareService._sweep_idle`` leaves it)
+        bare_io.shut_reading(a)
+        for spin in (False, True):
+            assert await bare_io.read_once(a, spin, conn) == b""
+
+
 async def test_calls_over_the_bare_path_are_answered_with_the_spin_on_and_off(window):
     for us in (0, bare_io.MAX_SPIN_US):
         window(us)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from transports import checksum, repeat_frames, wire
-from transports.http import bare
+from transports.http import bare_io
 from transports.http.client import TrioHttpChannel
 from transports.messages import PushTensors, RunGraph, RunGraphReply, TensorEntry
 from test_repeat_frames import _bytes, _full, no_templates  # noqa: F401 (autouse fixture)
@@ -173,7 +173,7 @@ def test_a_signature_other_than_the_prepared_one_costs_what_a_plain_encode_costs
             ("plain", lambda m: wire.encode(m, LIMITS, defer_checksums=True),
              requests + replies),
             ("callers", lambda m: (TrioHttpChannel._encode_run_graph(channel, m)
-                                   if isinstance(m, RunGraph) else bare._reply(conn, m, LIMITS)),
+                                   if isinstance(m, RunGraph) else bare_io.prepared_reply(conn, m, LIMITS)),
              requests + replies)]:
         wants = [_full(message) for message in messages]
         repeat_frames._templates_by_key.clear()

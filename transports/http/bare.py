@@ -57,8 +57,8 @@ import trio
 from transports.http import bulk_io, cross_memory
 from transports.http.bare_io import CALLS as _CALLS, RECV as _RECV, RequestBody as _Body, \
     ServerConnection as _Connection, late_call as _late_call, one_way_failed as _one_way_failed, \
-    read_once as _read, shut_reading as _shut_reading, small_pieces as _small_pieces, \
-    write_now as _write_now
+    prepared_reply as _reply, read_once as _read, shut_reading as _shut_reading, \
+    small_pieces as _small_pieces, write_now as _write_now
 from transports.http.body import BodyTimeout, PeerGone, read_frame
 from transports.http.call_scope import LentScope, only_cancelled, scope_lender
 from transports.http.bulk_io import BULK_BYTES, BulkReader
@@ -69,7 +69,7 @@ from transports.service import RPCS, Rpc, TransportUnavailable, error_reply_for,
     reply_for_result
 from transports.wire import SMALL_HEADER_BYTES, ChecksumMismatch, Decoder, \
     FrameTooLarge, Limits, LocalProtocolError, RemoteProtocolError, decode_repeated, encode, \
-    encode_prepared, frame_size
+    frame_size
 
 __all__ = ["ACCEPTED", "MAGIC", "REFUSED", "REPLY", "REQUEST", "BareConnection", "BareService",
            "handshake"]
@@ -192,16 +192,19 @@ class BareService:
     async def _serve_calls(self, conn: _Connection, limits: Any) -> bool:
         """Answer calls in one cancel scope (``conn.calls``) until one is cancelled; returns
         whether the connection carries on (in a fresh scope: a cancelled one is spent). See
-        :mod:`transports.http.call_scope`: one scope per run of calls, not per call."""
+        :mod:`transports.http.call_scope`: one scope per run of calls, not per call. A cancelled
+        call's answer is sent out of that scope, whole (each wait of its send would raise)."""
         server = self._server
         with trio.CancelScope() as conn.calls:
-            while not server._closing:
-                if not await self._serve_call(conn, limits):
+            while conn.unsent is None:  # (set by a cancelled call: the next gets a fresh scope)
+                if server._closing or not await self._serve_call(conn, limits):
                     return False
-                if conn.calls.cancel_called:
-                    return True  # (answered: the next call gets a fresh scope)
-            return False
-        return False  # a Cancelled of a cancelled call left its answer unfinished: closed
+        try:
+            if conn.unsent:  # its answer (none for a one-way call)
+                await self._send(conn, *conn.unsent)
+        finally:
+            conn.active, conn.unsent = False, None
+        return not conn.calls.cancelled_caught  # (a Cancelled caught midway: closed)
 
     async def _serve_call(self, conn: _Connection, limits: Any) -> bool:
         """Answer one call; returns whether the connection carries on."""
@@ -265,6 +268,8 @@ class BareService:
                 reply, kind = ErrorReply(code, f"same-host call{what}: {text}"), ERROR
             else:
                 reply, kind = await self._call(conn, rpc, message, timeout, flags & ONE_WAY)
+                if conn.calls.cancel_called:  # spent: the rest out of it (``_serve_calls``)
+                    conn.unsent = ()
             if flags & ONE_WAY:  # no answer: a failure is the handler's to report
                 self.one_way_calls += 1
                 status = 200 if kind == FRAME else HTTP_STATUS[reply.code]
@@ -285,6 +290,9 @@ class BareService:
                 reply, kind = error_reply_for(exc), ERROR
                 buffers = encode(reply, server._limits)
             status = 200 if kind == FRAME else HTTP_STATUS[reply.code]
+            if conn.unsent is not None:  # (spent: sent out of it)
+                conn.unsent = (call_id, kind, buffers, flags & LEND and kind == FRAME)
+                return keep
             await self._send(conn, call_id, kind, buffers, flags & LEND and kind == FRAME)
             return keep
         except _BROKEN:
@@ -294,7 +302,7 @@ class BareService:
             server._in_flight -= 1
             _CALLS.end()
             server._by_status[name, status] += 1
-            conn.active = False
+            conn.active = conn.unsent is not None  # (an answer still to send: not idle)
 
     async def _read_request(self, conn: _Connection, rpc: Rpc, length: int,
                             timeout: float) -> Message | None:
@@ -414,14 +422,6 @@ class BareService:
                 return
         for piece in send_pieces(head, buffers):
             await server._send_all(conn, piece)
-
-
-def _reply(conn: _Connection, reply: Message, limits: Any) -> list:
-    """A RunGraph reply's buffers, from the connection's last one's prepared signature where
-    it is of it (the next step of the same graph), else as ``encode`` encodes it, its own
-    signature kept for the next."""
-    buffers, conn.prepared = encode_prepared(conn.prepared, reply, limits, defer_checksums=True)
-    return buffers
 
 
 _CANCELLED: Final = object()

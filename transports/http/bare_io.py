@@ -60,11 +60,11 @@ from transports.http.bulk_io import CALLS_PER_CHECKPOINT
 from transports.http.guard import GuardedConnection
 from transports.http.protocol import JOIN_BYTES
 from transports.messages import RemoteCallError
-from transports.wire import ChecksumTrailer
+from transports.wire import ChecksumTrailer, encode_prepared
 
 __all__ = ["CALLS", "COUNTS", "Calls", "LOAD_EVERY_S", "RECV", "RequestBody", "SPIN_ENV",
            "ServerConnection", "WARM_WAITS", "decide", "learn_wait", "late_call", "machine_busy",
-           "one_way_failed", "quota_cpus", "read_once", "set_spin_window", "shut_reading",
+           "one_way_failed", "prepared_reply", "quota_cpus", "read_once", "set_spin_window", "shut_reading",
            "small_pieces", "spin_window_s", "write_now"]
 
 RECV: Final = 64 * 1024
@@ -284,9 +284,10 @@ async def read_once(sock: Any, spin: bool = False, conn: Any = None, own: int = 
     once, and so does another call of the process at work (:data:`CALLS`, ``conn.began``;
     ``own``: 1 where ``conn``'s call is in flight); its ``closing`` set meanwhile (what
     ``trio.lowlevel.notify_closing`` tells a parked wait) ends the spin with
-    ``ClosedResourceError``."""
+    ``ClosedResourceError``; set before the wait began (its reading shut, a late call served
+    since: no close was told to this wait), it parks, to the shut reading's EOF."""
     window = (_spin[0] if _spin else spin_window_s()) if spin else 0.0
-    if not window:
+    if not window or (conn is not None and conn.closing):
         COUNTS["parks"] += 1
         return await _park(sock)
     start, began = _clock(), CALLS.began
@@ -388,7 +389,8 @@ def write_now(sock: Any, pieces: list) -> bytes:
 
 
 class ServerConnection(GuardedConnection):
-    __slots__ = ("closing", "pending", "waiting", "waited", "warm", "began", "prepared", "calls")
+    __slots__ = ("closing", "pending", "waiting", "waited", "warm", "began", "prepared", "calls",
+                 "unsent")
 
     def __init__(self, stream: Any, now: float) -> None:
         super().__init__(stream, now)
@@ -398,8 +400,9 @@ class ServerConnection(GuardedConnection):
         self.waited = 0.0  # the recent waits for a call, estimated (``read_once``'s spin rule)
         self.warm = 0  # its waits so far, up to WARM_WAITS (``learn_wait``)
         self.began = -1  # CALLS.began when its last call began (``Calls.alone``)
-        self.prepared = None  # the last RunGraph reply's prepared signature (``bare._reply``)
+        self.prepared = None  # the last RunGraph reply's prepared signature (``prepared_reply``)
         self.calls = None  # the cancel scope its calls run in (``bare.BareService._serve_calls``)
+        self.unsent = None  # a cancelled call's answer, sent out of that scope (the same)
 
     async def receive(self, deadline: float) -> bytes:
         """The next bytes; b"" at EOF. Past ``deadline`` the connection's scope ends it."""
@@ -424,6 +427,14 @@ class ServerConnection(GuardedConnection):
             self.pending += data
         data, self.pending = self.pending[:n], self.pending[n:]
         return data
+
+
+def prepared_reply(conn: ServerConnection, reply: Any, limits: Any) -> list:
+    """A RunGraph reply's buffers, from the connection's last one's prepared signature where
+    it is of it (the next step of the same graph), else as ``encode`` encodes it, its own
+    signature kept for the next."""
+    buffers, conn.prepared = encode_prepared(conn.prepared, reply, limits, defer_checksums=True)
+    return buffers
 
 
 class RequestBody:
