@@ -45,8 +45,8 @@ async def worker(request):
 def _graph():
     """``x * 2 + 1`` and its int64 cast, a reshape to a fed shape, a dequeue that waits."""
     graph = af.Graph()
-    with graph.as_default():
-        with af.device("/job:worker/task:0"):
+    with graph.as_default():  # (on the CPU: with a GPU its host-memory ops make two plans)
+        with af.device("/job:worker/task:0/device:CPU:0"):
             x = af.placeholder(af.float32, [None], name="x")
             shape = af.placeholder(af.int32, [1], name="shape")
             y = af.add(af.multiply(x, 2.0), 1.0, name="y")
