@@ -245,8 +245,8 @@ def _fused_conv2d_with_spectra(ctx, x, filters, bias):
 def _convolve(ctx, x, filters, epilogue=None, kept=None, fused=None):
     """Conv2D by batch chunks: patches, one GEMM into the chunk's output rows, then
     ``epilogue(rows)`` on them while they are in cache. ``kept``: a list the FFT algorithm
-    appends the batch's input spectra to (``nn_conv_fft.conv2d``); ``fused``: the fused ops
-    and bias the epilogue applies (for the compiled loops of either path)."""
+    appends its input's and filter's spectra to (``nn_conv_fft.conv2d``); ``fused``: the ops
+    fused and the bias the epilogue applies (for the compiled loops of either path)."""
     xp = ctx.xp
     _check_depth(ctx, x.shape, filters.shape)
     kh, kw, _, depth_out = filters.shape
@@ -357,7 +357,7 @@ def _conv2d_backprop_filter(ctx, x, filter_sizes, grad):
                  offload_scale=intra_op.MACS_PER_WORK)
 def _fused_conv2d_backprop_with_spectra(ctx, input_sizes, filters, grad, x, filter_sizes,
                                         spectra):
-    """``_FusedConv2DBackprop`` given the forward's spectra of ``x`` (compile/conv_spectra.py;
+    """``_FusedConv2DBackprop`` given the forward's x and filter spectra (compile/conv_spectra.py;
     used where the FFT algorithm runs here too and they fit its plan, else ignored)."""
     return _fused_conv2d_backprop(ctx, input_sizes, filters, grad, x, filter_sizes, spectra)
 

@@ -50,7 +50,8 @@ Constant folding leaves such a node to the plan (``exec/compiled_run.py``).
 """
 from __future__ import annotations
 
-import functools
+import collections
+import threading
 
 import numpy as np
 
@@ -286,7 +287,7 @@ def _filter_spectrum(ctx, filters, plan, conjugate, transpose, out=None):
     rows, cols = (o, c) if transpose else (c, o)
     real = np.result_type(filters.dtype, np.float32)
     matrix = (np.empty((plan.freqs, 2 * rows, 2 * cols), dtype=real) if out is None else out)
-    dft = _spectrum_matrix(plan.p_h, plan.p_w, kh, kw, real)
+    dft = _cached(_spectrum_matrix, plan.p_h, plan.p_w, kh, kw, real)
     parts = np.matmul(dft, filters.reshape(kh * kw, c * o).astype(real, copy=False))
     parts = parts.reshape(2, plan.freqs, c, o)
     if transpose:
@@ -307,7 +308,31 @@ def _filter_spectrum(ctx, filters, plan, conjugate, transpose, out=None):
     return matrix
 
 
-@functools.lru_cache(maxsize=64)
+# The DFT matrices (``_spectrum_matrix``, ``_taps_matrix``) kept between calls: per geometry
+# and dtype, at most this many bytes in all, the least recently used dropped first; one larger
+# is built for its call only. A 300x300 input's 11x11 window: 95 MiB each in float64, 0.3-0.45
+# s to build (more than their GEMMs up to a few hundred channel pairs); the convnet's: 28 KB.
+MATRIX_CACHE_BYTES = 256 << 20
+_matrices = collections.OrderedDict()
+_matrices_lock = threading.Lock()  # (kernels on several intra-op or inter-op threads)
+
+
+def _cached(build, *key):
+    """``build(*key)``, kept in ``_matrices`` within ``MATRIX_CACHE_BYTES``."""
+    key = (build.__name__,) + key
+    with _matrices_lock:
+        if key in _matrices:
+            _matrices.move_to_end(key)
+            return _matrices[key]
+    matrix = build(*key[1:])
+    if matrix.nbytes <= MATRIX_CACHE_BYTES:
+        with _matrices_lock:
+            _matrices[key] = matrix
+            while sum(kept.nbytes for kept in _matrices.values()) > MATRIX_CACHE_BYTES:
+                _matrices.popitem(last=False)
+    return matrix
+
+
 def _spectrum_matrix(p_h, p_w, kh, kw, dtype):
     """The 2-D DFT of a ``[P_h, P_w]`` period whose cells outside ``[0, kh) x [0, kw)`` are 0,
     at the half spectrum's ``[P_h, P_w // 2 + 1]`` frequencies, as rfft2 computes it: the
@@ -490,7 +515,7 @@ def _filter_from_spectra(ctx, images, errors, plan, f_shape, dtype):
     real = images.real.dtype
     left_side = images.view(real).transpose(0, 2, 1)  # [freqs, 2C, N]
     right_side = errors.view(real)                    # [freqs, N, 2O]
-    matrix = _taps_matrix(plan.p_h, plan.p_w, kh, kw, top, left, real)
+    matrix = _cached(_taps_matrix, plan.p_h, plan.p_w, kh, kw, top, left, real)
 
     parts = np.empty((2, plan.freqs, c, o), dtype=real)
 
@@ -504,7 +529,6 @@ def _filter_from_spectra(ctx, images, errors, plan, f_shape, dtype):
     return result.reshape(f_shape)
 
 
-@functools.lru_cache(maxsize=64)
 def _taps_matrix(p_h, p_w, kh, kw, top, left, dtype):
     """The real inverse 2-D DFT of a half spectrum (``[P_h, P_w // 2 + 1]``, real parts then
     imaginary ones: ``2 * freqs`` rows) evaluated at the ``kh * kw`` cells ((i - top) mod P_h,

@@ -550,8 +550,14 @@ def test_the_backprop_given_the_forwards_spectra_has_the_bits_of_its_own(case, t
     assert spectra.shape == (sum(nn_conv_fft.spectra_sizes(plan, *x.shape[::3], f.shape[3])),)
     assert np.array_equal(out, nn_conv._fused_conv2d(ctx, x, f, bias)[0])
     sizes, f_sizes = np.array(x.shape), np.array(f.shape)
-    given = nn_conv._fused_conv2d_backprop_with_spectra(ctx, sizes, f, grad, x, f_sizes,
-                                                        spectra)
+    transformed, forward = [], nn_conv_fft._forward
+    with monkeypatch.context() as patch:  # given: neither x nor the filter transformed again
+        patch.setattr(nn_conv_fft, "_forward", lambda array, plan: transformed.append(
+            array.base is grad) or forward(array, plan))
+        patch.setattr(nn_conv_fft, "_filter_spectrum", None)
+        given = nn_conv._fused_conv2d_backprop_with_spectra(ctx, sizes, f, grad, x, f_sizes,
+                                                            spectra)
+    assert transformed and all(transformed)
     own = nn_conv._fused_conv2d_backprop(ctx, sizes, f, grad, x, f_sizes)
     for a, b in zip(given, own):
         assert a.tobytes() == b.tobytes()
