@@ -64,6 +64,12 @@ async def _registered(spec, fetches=(0, 1)):
     return channel, handle, options
 
 
+async def _until_running(service, step_id):
+    """Until the worker runs step ``step_id`` (polled: its RunGraph comes over a socket)."""
+    while step_id not in service._steps or not service._steps[step_id].running:
+        await trio.sleep(0.001)
+
+
 def _request(handle, options, step_id, values, request_id=None, **kwargs):
     return RunGraph(handle, step_id, [TensorEntry(name, value) for name, value in zip(
         options.feeds, values)], list(options.fetches), request_id=request_id or step_id,
@@ -163,8 +169,7 @@ async def test_failures_answer_as_the_full_path_does(worker, path):
                     handle, options, 3, [x, shape]))
 
             nursery.start_soon(aborted)
-            while 3 not in service._steps or not service._steps[3].running:
-                await trio.sleep(0.001)
+            await _until_running(service, 3)
             await channel.abort_step(AbortStep(3, "CANCELLED", "the client went away"))
         # A step id used again.
         outcomes["again"] = await _outcome(channel, _request(handle, options, 1, [x, shape],
@@ -232,8 +237,7 @@ async def test_a_pull_during_the_step_and_a_reset_answer_as_the_full_path_does(w
                     outcomes["pull"] = exc.code, exc.message, exc.derived
 
             nursery.start_soon(run)
-            while 7 not in service._steps or not service._steps[7].running:
-                await trio.sleep(0.001)
+            await _until_running(service, 7)
             nursery.start_soon(pull)
         async with trio.open_nursery() as nursery:
             async def reset():
@@ -241,8 +245,7 @@ async def test_a_pull_during_the_step_and_a_reset_answer_as_the_full_path_does(w
                     handle, options, 8, [x, shape]))
 
             nursery.start_soon(reset)
-            while 8 not in service._steps or not service._steps[8].running:
-                await trio.sleep(0.001)
+            await _until_running(service, 8)
             await channel.reset(Reset())
     worker_task = "/job:worker/replica:0/task:0"
     deadline = ("DEADLINE_EXCEEDED", f"step 7 ran past its 300 ms deadline on {worker_task}")
