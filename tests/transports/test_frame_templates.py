@@ -7,6 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from bit_flips import one_bit_flips
 from transports import checksum, frame_templates, header_templates, wire
 from transports.messages import RunGraph, RunGraphReply, StepStats, TensorEntry
 
@@ -114,12 +115,10 @@ def test_no_damaged_frame_is_taken():
     frame = _frame(_run_graph(2**40, 300, rng))
     _learnt(_frame(_run_graph(2**41, 301, rng)), frame)
     taken = _taken()
-    for bit in range(len(frame) * 8):
-        damaged = bytearray(frame)
-        damaged[bit // 8] ^= 1 << (bit % 8)
-        assert _whole(bytes(damaged)) is None, f"bit {bit} flipped was decoded"
+    for bit, damaged in one_bit_flips(frame):
+        assert _whole(damaged) is None, f"bit {bit} flipped was decoded"
         with pytest.raises(wire.RemoteProtocolError):
-            wire.decode(bytes(damaged), LIMITS)
+            wire.decode(damaged, LIMITS)
     assert _taken() == taken
     unchecked = _frame(_run_graph(2**40, 300, rng), checksums=False)
     _learnt(_frame(_run_graph(2**41, 301, rng), checksums=False), unchecked)

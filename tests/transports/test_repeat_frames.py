@@ -5,6 +5,7 @@ import msgpack
 import numpy as np
 import pytest
 
+from bit_flips import one_bit_flips
 from transports import checksum, header_templates, repeat_frames, wire
 from transports.messages import (
     PushTensors, RunGraph, RunGraphReply, Status, StepStats, TensorEntry,
@@ -218,12 +219,10 @@ def test_a_damaged_or_misframed_known_frame_is_left_to_the_decoder():
     frame = _bytes(wire.encode(reply, LIMITS))
     wire.decode(frame, LIMITS)
     assert _decoded_whole(frame) is not None
-    for bit in range(len(frame) * 8):
-        damaged = bytearray(frame)
-        damaged[bit // 8] ^= 1 << (bit % 8)
-        assert _decoded_whole(bytes(damaged)) is None, f"bit {bit} flipped was decoded"
+    for bit, damaged in one_bit_flips(frame):
+        assert _decoded_whole(damaged) is None, f"bit {bit} flipped was decoded"
         with pytest.raises(wire.RemoteProtocolError):
-            wire.decode(bytes(damaged), LIMITS)
+            wire.decode(damaged, LIMITS)
     for misframed in (frame + b"\0", frame[:-1], frame[:20], b"", frame + frame):
         assert _decoded_whole(misframed) is None
     unchecked = _bytes(wire.encode(reply, LIMITS, checksums=False))
