@@ -5,6 +5,7 @@ after a call was cancelled; a RunGraph handler's lent share of it acts only whil
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -50,6 +51,19 @@ def _served(server):
     return conn
 
 
+@contextlib.asynccontextmanager
+async def _keeping_channel():
+    """A ``_KeepingWorker``'s server, a channel to it and a graph registered there:
+    (handler, server, channel, the graph's handle), within ``GENEROUS`` seconds."""
+    handler = _KeepingWorker()
+    async with open_http_server(handler) as server:
+        with trio.fail_after(GENEROUS):
+            async with TrioHttpChannel(server.address) as channel:
+                handle = (await channel.register_graph(RegisterGraph({"nodes": []}, "s"))
+                          ).graph_handle
+                yield handler, server, channel, handle
+
+
 async def _step(channel, handle, step_id, **kwargs):
     value = np.arange(3, dtype=np.float32)
     reply = await channel.run_graph(RunGraph(handle, step_id, [TensorEntry("x", value)], ["x"]),
@@ -58,63 +72,48 @@ async def _step(channel, handle, step_id, **kwargs):
 
 
 async def test_a_connections_calls_share_one_scope_with_a_deadline_only_in_their_window():
-    handler = _KeepingWorker()
-    async with open_http_server(handler) as server:
-        with trio.fail_after(GENEROUS):
-            async with TrioHttpChannel(server.address) as channel:
-                handle = (await channel.register_graph(RegisterGraph({"nodes": []}, "s"))
-                          ).graph_handle
-                scope = _served(server).calls
-                for step_id in range(1, 4):
-                    await _step(channel, handle, step_id, timeout=5.0)
-                    await channel.health()
-                    assert _served(server).calls is scope  # no scope entered per call
-                    assert scope.deadline == math.inf and not scope.cancel_called
-                # the window's deadline: the call's timeout and the grace, seen by the handler
-                # (bounded by them; what went before the handler is not timed: a loaded machine)
-                assert all(1.0 < left <= 5.0 + 1.0 for left in handler.deadlines)
-                assert all(type(lent) is LentScope for lent in handler.lent)
-                assert channel.bare_calls == 7
+    async with _keeping_channel() as (handler, server, channel, handle):
+        scope = _served(server).calls
+        for step_id in range(1, 4):
+            await _step(channel, handle, step_id, timeout=5.0)
+            await channel.health()
+            assert _served(server).calls is scope  # no scope entered per call
+            assert scope.deadline == math.inf and not scope.cancel_called
+        # the window's deadline: the call's timeout and the grace, seen by the handler
+        # (bounded by them; what went before the handler is not timed: a loaded machine)
+        assert all(1.0 < left <= 5.0 + 1.0 for left in handler.deadlines)
+        assert all(type(lent) is LentScope for lent in handler.lent)
+        assert channel.bare_calls == 7
 
 
 async def test_a_kept_lent_scope_cancels_nothing_once_its_call_ended():
-    handler = _KeepingWorker()
-    async with open_http_server(handler) as server:
-        with trio.fail_after(GENEROUS):
-            async with TrioHttpChannel(server.address) as channel:
-                handle = (await channel.register_graph(RegisterGraph({"nodes": []}, "s"))
-                          ).graph_handle
-                await _step(channel, handle, 1)
-                kept = handler.lent[0]
-                kept.cancel()  # (a later AbortStep of a step whose state kept it)
-                kept.deadline = trio.current_time() - 1
-                assert not kept.cancel_called and kept.deadline == math.inf
-                scope = _served(server).calls
-                assert not scope.cancel_called and scope.deadline == math.inf
-                for step_id in range(2, 5):  # the same connection serves on, uncancelled
-                    await _step(channel, handle, step_id)
-                assert _served(server).calls is scope and len(channel._bare_idle) == 1
+    async with _keeping_channel() as (handler, server, channel, handle):
+        await _step(channel, handle, 1)
+        kept = handler.lent[0]
+        kept.cancel()  # (a later AbortStep of a step whose state kept it)
+        kept.deadline = trio.current_time() - 1
+        assert not kept.cancel_called and kept.deadline == math.inf
+        scope = _served(server).calls
+        assert not scope.cancel_called and scope.deadline == math.inf
+        for step_id in range(2, 5):  # the same connection serves on, uncancelled
+            await _step(channel, handle, step_id)
+        assert _served(server).calls is scope and len(channel._bare_idle) == 1
 
 
 async def test_a_cancelled_call_is_answered_and_the_next_runs_in_a_fresh_scope():
-    handler = _KeepingWorker()
-    async with open_http_server(handler) as server:
-        with trio.fail_after(GENEROUS):
-            async with TrioHttpChannel(server.address) as channel:
-                cancelling = (await channel.register_graph(RegisterGraph(
-                    {"nodes": [], "cancel": True}, "s"))).graph_handle
-                handle = (await channel.register_graph(RegisterGraph({"nodes": []}, "s"))
-                          ).graph_handle
-                conn = _served(server)
-                spent = conn.calls
-                with pytest.raises(RemoteCallError, match="CANCELLED") as caught:
-                    await _step(channel, cancelling, 1)
-                assert caught.value.code == "CANCELLED"
-                assert spent.cancel_called and _served(server) is conn  # answered, not closed
-                await _step(channel, handle, 2)
-                await channel.health()
-                assert conn.calls is not spent and not conn.calls.cancel_called
-                assert len(channel._bare_idle) == 1 and channel.bare_calls == 5
+    async with _keeping_channel() as (handler, server, channel, handle):
+        cancelling = (await channel.register_graph(RegisterGraph(
+            {"nodes": [], "cancel": True}, "s"))).graph_handle
+        conn = _served(server)
+        spent = conn.calls
+        with pytest.raises(RemoteCallError, match="CANCELLED") as caught:
+            await _step(channel, cancelling, 1)
+        assert caught.value.code == "CANCELLED"
+        assert spent.cancel_called and _served(server) is conn  # answered, not closed
+        await _step(channel, handle, 2)
+        await channel.health()
+        assert conn.calls is not spent and not conn.calls.cancel_called
+        assert len(channel._bare_idle) == 1 and channel.bare_calls == 5
 
 
 class _LateCancelWorker(FakeWorker):
