@@ -25,7 +25,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_models  # noqa: E402  (the models, written once)
+import form_rounds  # noqa: E402  (forms alternated in one process, written once)
 
 FORMS = ("A", "B")
 
@@ -37,7 +37,7 @@ def main(argv=None):
     parser.add_argument("--models", default="autoencoder,mlp")
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=5)
     args = parser.parse_args(argv)
     import trio
 
@@ -54,63 +54,19 @@ def main(argv=None):
         for module, name, a_value, b_value in settings:
             setattr(module, name, a_value if form == "A" else b_value)
 
-    def build(model, seed=None):
-        graph = af.Graph()
-        rng = np.random.default_rng(0)
-        with graph.as_default():
-            if seed is not None:
-                af.set_random_seed(seed)
-            feeds, loss, train = bench_models.build(af, model, bench_models.weights(model, rng))
-            init = af.global_variables_initializer()
-        return graph, dict(zip(feeds, bench_models.data(model, rng))), loss, train, init
-
-    async def model_rounds(model):
-        graph, feed, loss, train, init = build(model)
-        async with af.Session(graph=graph) as sess:
-            await sess.run(init)
-            for _ in range(args.warmup):
-                await sess.run([loss, train], feed)
-            rounds = {form: [] for form in FORMS}
-            for index in range(args.rounds):
-                for form in (FORMS if index % 2 == 0 else FORMS[::-1]):
-                    use(form)
-                    await sess.run([loss, train], feed)
-                    rounds[form].append(await bench_models.median_step_ms(
-                        sess, [loss, train], feed, args.steps))
-            use("A")
-        return rounds
-
-    async def losses(model):
-        out = {}
-        for form in FORMS:
-            use(form)
-            graph, feed, loss, train, init = build(model, seed=7)
-            async with af.Session(graph=graph) as sess:
-                await sess.run(init)
-                values = [(await sess.run([loss, train], feed))[0] for _ in range(3)]
-            out[form] = np.float32(values).tobytes().hex()
-        use("A")
-        return out
-
     async def run():
         print(f"load average at start: {os.getloadavg()}; B: {', '.join(args.set)}")
         for model in args.models.split(","):
-            rounds = await model_rounds(model)
-            print(f"{model}: {args.rounds} rounds of {args.steps} steps, median step ms "
-                  f"(CPU ms)")
-            for form, values in rounds.items():
-                print(f"  {form}: best {min(w for w, _ in values):.3f}, median "
-                      f"{np.median([w for w, _ in values]):.3f}; rounds "
-                      + " ".join(f"{w:.2f}({c:.1f})" for w, c in values))
+            rounds = await form_rounds.model_rounds(af, model, FORMS, use, rounds=args.rounds,
+                                                    steps=args.steps, warmup=args.warmup)
+            losses = await form_rounds.seeded_losses(af, model, FORMS, use)
+            form_rounds.report(model, rounds, args.steps, losses)
             a, b = rounds["A"], rounds["B"]
             lower = sum(y[0] < x[0] for x, y in zip(a, b))
             print(f"  B / A: best {min(w for w, _ in b) / min(w for w, _ in a):.3f}, median "
                   f"{np.median([w for w, _ in b]) / np.median([w for w, _ in a]):.3f}, round "
                   f"by round median {np.median([y[0] / x[0] for x, y in zip(a, b)]):.3f}; "
                   f"B lower in {lower} of {len(a)} rounds")
-            hashes = await losses(model)
-            same = len(set(hashes.values())) == 1
-            print(f"  seeded losses over 3 steps: {'the same bits' if same else hashes}")
         print(f"load average at end: {os.getloadavg()}")
     trio.run(run)
 

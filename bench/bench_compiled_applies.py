@@ -22,12 +22,10 @@ import argparse
 import os
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_models  # noqa: E402  (the models, written once)
+import form_rounds  # noqa: E402  (forms alternated in one process, written once)
 
-FORMS = ("numpy", "loop")
+FORMS = ("loop", "numpy")  # the tree's default first
 
 
 def main(argv=None):
@@ -44,68 +42,19 @@ def main(argv=None):
 
     if not jit.available():
         raise SystemExit("compiled loops unavailable (numba missing or ASYNCFLOW_JIT=0)")
-    default = jit.ENABLED
 
     def use(form):
         jit.ENABLED = form == "loop"
 
-    def session_of(model, seed=None):
-        graph = af.Graph()
-        rng = np.random.default_rng(0)
-        with graph.as_default():
-            if seed is not None:
-                af.set_random_seed(seed)
-            feeds, loss, train = bench_models.build(af, model, bench_models.weights(model, rng))
-            init = af.global_variables_initializer()
-        return graph, init, loss, train, dict(zip(feeds, bench_models.data(model, rng)))
-
-    async def model_rounds(model):
-        graph, init, loss, train, feed = session_of(model)
-        config = af.ConfigProto(intra_op_parallelism_threads=0)  # the cores, as bench_models
-        async with af.Session(graph=graph, config=config) as sess:
-            await sess.run(init)
-            for form in FORMS * args.warmup:
-                use(form)
-                await sess.run([loss, train], feed)
-            rounds = {form: [] for form in FORMS}
-            for index in range(args.rounds):
-                for form in FORMS if index % 2 == 0 else FORMS[::-1]:
-                    use(form)
-                    rounds[form].append(await bench_models.median_step_ms(
-                        sess, [loss, train], feed, args.steps))
-        jit.ENABLED = default
-        return rounds
-
-    async def losses(model):
-        """Three seeded steps' losses per form, each from the same initial weights."""
-        out = {}
-        for form in FORMS:
-            use(form)
-            graph, init, loss, train, feed = session_of(model, seed=7)
-            async with af.Session(graph=graph) as sess:
-                await sess.run(init)
-                values = [(await sess.run([loss, train], feed))[0] for _ in range(3)]
-            out[form] = np.float32(values).tobytes().hex()
-        jit.ENABLED = default
-        return out
-
     async def run():
         print(f"load average at start: {os.getloadavg()}")
+        config = af.ConfigProto(intra_op_parallelism_threads=0)  # the cores, as bench_models
         for model in args.models.split(","):
-            rounds = await model_rounds(model)
-            base = min(w for w, _ in rounds["numpy"])
-            base_median = float(np.median([w for w, _ in rounds["numpy"]]))
-            print(f"{model}: {args.rounds} rounds of {args.steps} steps, median step ms "
-                  f"(CPU ms)")
-            for form, values in rounds.items():
-                best = min(w for w, _ in values)
-                median = float(np.median([w for w, _ in values]))
-                print(f"  {form:>6}: best {best:.3f} ({best / base:.3f}x numpy), median "
-                      f"{median:.3f} ({median / base_median:.3f}x); rounds "
-                      + " ".join(f"{w:.2f}({c:.1f})" for w, c in values))
-            hashes = await losses(model)
-            same = len(set(hashes.values())) == 1
-            print(f"  seeded losses over 3 steps: {'the same bits in both forms' if same else hashes}")
+            rounds = await form_rounds.model_rounds(af, model, FORMS, use, rounds=args.rounds,
+                                                    steps=args.steps, warmup=args.warmup,
+                                                    config=config)
+            losses = await form_rounds.seeded_losses(af, model, FORMS, use)
+            form_rounds.report(model, rounds, args.steps, losses, base="numpy")
         print(f"load average at end: {os.getloadavg()}")
     trio.run(run)
 

@@ -27,10 +27,8 @@ import argparse
 import os
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_models  # noqa: E402  (the models, written once)
+import form_rounds  # noqa: E402  (forms alternated in one process, written once)
 
 FORMS = {"even": (16, 0), "lead": (16, None), "lead6": (6, None)}
 
@@ -48,69 +46,21 @@ def main(argv=None):
     from asyncflow.kernels import intra_op
 
     defaults = (intra_op.MACS_PER_WORK, intra_op.GEMM_LEAD_MACS)
+    forms = ("lead",) + tuple(form for form in FORMS if form != "lead")  # the tree's first
 
     def use(form):
         per_work, lead = FORMS[form]
         intra_op.MACS_PER_WORK = defaults[0] if per_work is None else per_work
         intra_op.GEMM_LEAD_MACS = defaults[1] if lead is None else lead
 
-    async def model_rounds(model):
-        graph = af.Graph()
-        rng = np.random.default_rng(0)
-        with graph.as_default():
-            feeds, loss, train = bench_models.build(af, model, bench_models.weights(model, rng))
-            init = af.global_variables_initializer()
-        feed = dict(zip(feeds, bench_models.data(model, rng)))
-        async with af.Session(graph=graph) as sess:
-            await sess.run(init)
-            for _ in range(args.warmup):
-                await sess.run([loss, train], feed)
-            rounds = {form: [] for form in FORMS}
-            for _ in range(args.rounds):
-                for form in FORMS:
-                    use(form)
-                    rounds[form].append(await bench_models.median_step_ms(
-                        sess, [loss, train], feed, args.steps))
-            use("lead")
-        return rounds
-
-    async def losses(model):
-        """One seeded step's loss per form, each from the same initial weights."""
-        out = {}
-        for form in FORMS:
-            use(form)
-            graph = af.Graph()
-            rng = np.random.default_rng(0)
-            with graph.as_default():
-                af.set_random_seed(7)
-                feeds, loss, train = bench_models.build(af, model,
-                                                        bench_models.weights(model, rng))
-                init = af.global_variables_initializer()
-            feed = dict(zip(feeds, bench_models.data(model, rng)))
-            async with af.Session(graph=graph) as sess:
-                await sess.run(init)
-                values = [(await sess.run([loss, train], feed))[0] for _ in range(3)]
-            out[form] = np.float32(values).tobytes().hex()
-        use("lead")
-        return out
-
     async def run():
         print(f"load average at start: {os.getloadavg()}")
         for model in args.models.split(","):
-            rounds = await model_rounds(model)
-            base = min(w for w, _ in rounds["even"])
-            base_median = float(np.median([w for w, _ in rounds["even"]]))
-            print(f"{model}: {args.rounds} rounds of {args.steps} steps, median step ms "
-                  f"(CPU ms)")
-            for form, values in rounds.items():
-                best = min(w for w, _ in values)
-                median = float(np.median([w for w, _ in values]))
-                print(f"  {form:>6}: best {best:.3f} ({best / base:.3f}x even), median "
-                      f"{median:.3f} ({median / base_median:.3f}x); rounds "
-                      + " ".join(f"{w:.2f}({c:.1f})" for w, c in values))
-            hashes = await losses(model)
-            same = len(set(hashes.values())) == 1
-            print(f"  seeded losses over 3 steps: {'the same bits in every form' if same else hashes}")
+            rounds = await form_rounds.model_rounds(af, model, forms, use, rounds=args.rounds,
+                                                    steps=args.steps, warmup=args.warmup,
+                                                    swap=False)
+            losses = await form_rounds.seeded_losses(af, model, forms, use)
+            form_rounds.report(model, rounds, args.steps, losses, base="even")
         print(f"load average at end: {os.getloadavg()}")
     trio.run(run)
 

@@ -121,7 +121,7 @@ class Timing:
 
 async def median_step_ms(sess, fetches, feed, steps):
     """``steps`` awaited ``sess.run(fetches, feed)``: the median wall and CPU milliseconds of
-    one (the scripts that alternate forms or trees in one process, bench_gemm_splits.py and
+    one (the scripts that alternate forms or trees in one process, form_rounds.py and
     bench_model_timeline.py's ``--ab``)."""
     walls, cpus = [], []
     for _ in range(steps):

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from bit_flips import one_bit_flips
+from frame_bytes import frame_bytes, full_frame, no_templates  # noqa: F401 (autouse fixture)
 from transports import checksum, repeat_frames, wire
 from transports.http import bare_io
 from transports.http.client import TrioHttpChannel
 from transports.messages import PushTensors, RunGraph, RunGraphReply, TensorEntry
-from test_repeat_frames import _bytes, _full, no_templates  # noqa: F401 (autouse fixture)
 
 LIMITS = wire.DEFAULT_LIMITS
 
@@ -31,9 +31,9 @@ def _feeds(signature, rng):
 
 def _prepared(message):
     buffers, prepared = wire.encode_prepared(None, message, LIMITS)  # the first step: in full
-    assert prepared is not None and _bytes(buffers) == _full(message)
+    assert prepared is not None and frame_bytes(buffers) == full_frame(message)
     again, same = wire.encode_prepared(None, message, LIMITS)  # its template found
-    assert same is prepared and _bytes(again) == _full(message)
+    assert same is prepared and frame_bytes(again) == full_frame(message)
     return prepared
 
 
@@ -53,8 +53,8 @@ def test_a_prepared_run_graph_patched_per_step_is_the_fresh_encode(signature):
     for step_id, request_id in ids:
         message = RunGraph("sess/1/g7", step_id, _feeds(signature, rng), ["mul:0", "add:0"],
                            request_id=request_id)
-        got = _bytes(_encoded(prepared, message, LIMITS, defer_checksums=True))
-        assert got == _full(message)
+        got = frame_bytes(_encoded(prepared, message, LIMITS, defer_checksums=True))
+        assert got == full_frame(message)
         decoded = wire.decode(got, LIMITS)
         assert (decoded.graph_handle, decoded.step_id, decoded.request_id,
                 decoded.fetch_keys) == ("sess/1/g7", step_id, request_id, ["mul:0", "add:0"])
@@ -70,11 +70,11 @@ def test_a_prepared_reply_and_push_are_the_fresh_encodes():
     prepared = _prepared(reply)
     for _ in range(3):
         again = RunGraphReply(_feeds("three", rng))
-        assert _bytes(_encoded(prepared, again)) == _full(again)
+        assert frame_bytes(_encoded(prepared, again)) == full_frame(again)
     push = PushTensors(9, _feeds("scalar", rng))
     prepared = _prepared(push)
     later = PushTensors(2**50 + 1, _feeds("scalar", rng))
-    assert _bytes(_encoded(prepared, later)) == _full(later)
+    assert frame_bytes(_encoded(prepared, later)) == full_frame(later)
 
 
 def test_anything_but_the_ids_and_tensor_bytes_differing_is_refused():
@@ -122,7 +122,7 @@ def test_anything_but_the_ids_and_tensor_bytes_differing_is_refused():
         assert _encoded(prepared, first) is None
     finally:
         checksum.set_enabled(was)
-    assert _bytes(_encoded(prepared, first)) == _full(first)
+    assert frame_bytes(_encoded(prepared, first)) == full_frame(first)
 
 
 def test_a_signature_never_encoded_or_without_a_template_has_none():
@@ -143,7 +143,7 @@ def test_a_prepared_frame_damaged_anywhere_is_refused_by_the_decoder():
     first = RunGraph("sess/1/g7", 3, _feeds("scalar", rng), ["mul:0"], request_id=1)
     prepared = _prepared(first)
     later = RunGraph("sess/1/g7", 2**61 + 5, _feeds("scalar", rng), ["mul:0"], request_id=2)
-    frame = _bytes(_encoded(prepared, later, LIMITS, defer_checksums=True))
+    frame = frame_bytes(_encoded(prepared, later, LIMITS, defer_checksums=True))
     wire.decode(frame, LIMITS)  # (its header validated: the one-pass decode is tried too)
     for bit, damaged in one_bit_flips(frame):
         assert wire.decode_repeated(memoryview(damaged), LIMITS) is None, bit
@@ -174,10 +174,10 @@ def test_a_signature_other_than_the_prepared_one_costs_what_a_plain_encode_costs
             ("callers", lambda m: (TrioHttpChannel._encode_run_graph(channel, m)
                                    if isinstance(m, RunGraph) else bare_io.prepared_reply(conn, m, LIMITS)),
              requests + replies)]:
-        wants = [_full(message) for message in messages]
+        wants = [full_frame(message) for message in messages]
         repeat_frames._templates_by_key.clear()
         built.clear()
-        got = [_bytes(encode_one(message)) for message in messages]
+        got = [frame_bytes(encode_one(message)) for message in messages]
         costs[name] = len(built)
         assert got == wants
     assert costs["callers"] <= costs["plain"], costs

@@ -6,39 +6,13 @@ import numpy as np
 import pytest
 
 from bit_flips import one_bit_flips
-from transports import checksum, header_templates, repeat_frames, wire
+from frame_bytes import frame_bytes, full_frame, no_templates  # noqa: F401 (autouse fixture)
+from transports import repeat_frames, wire
 from transports.messages import (
     PushTensors, RunGraph, RunGraphReply, Status, StepStats, TensorEntry,
 )
 
 LIMITS = wire.DEFAULT_LIMITS
-
-
-@pytest.fixture(autouse=True)
-def no_templates():
-    repeat_frames._templates_by_key.clear()
-    header_templates._templates.clear()
-    yield
-    repeat_frames._templates_by_key.clear()
-    header_templates._templates.clear()
-
-
-def _bytes(buffers):
-    for buffer in buffers:
-        if isinstance(buffer, checksum.ChecksumTrailer) and buffer.pending:
-            buffer.fill()
-    return b"".join(bytes(b) for b in buffers)
-
-
-def _full(message, **kwargs):
-    """The frame a full encode gives (no template consulted, none kept)."""
-    kept = dict(repeat_frames._templates_by_key)
-    repeat_frames._templates_by_key.clear()
-    try:
-        return _bytes(wire.encode(message, LIMITS, **kwargs))
-    finally:
-        repeat_frames._templates_by_key.clear()
-        repeat_frames._templates_by_key.update(kept)
 
 
 def _hits():
@@ -58,8 +32,8 @@ def test_repeated_run_graphs_encode_to_the_full_encodes_bytes(checksums, defer):
            (2**64 - 1, 2**63 - 1), (2**16 - 1, 2**32 - 1), (2**8 - 1, 2**16 - 1), (7, 2)]
     for step_id, request_id in ids:
         message = _run_graph(step_id, request_id, value=float(step_id % 97))
-        got = _bytes(wire.encode(message, LIMITS, checksums=checksums, defer_checksums=defer))
-        assert got == _full(message, checksums=checksums)
+        got = frame_bytes(wire.encode(message, LIMITS, checksums=checksums, defer_checksums=defer))
+        assert got == full_frame(message, checksums=checksums)
         decoded = wire.decode(got, LIMITS)
         assert decoded.step_id == step_id and decoded.request_id == request_id
         assert decoded.feeds[0].value == np.float32(step_id % 97)
@@ -85,11 +59,11 @@ def test_a_template_is_used_and_any_other_field_tensor_or_setting_keys_another()
               _run_graph(9, 3, dtype=np.int32), _run_graph(9, 3, key="_feed_1:0"),
               _run_graph(9, 3, dtype=np.dtype(">f4"))]
     for message in others:
-        frame = _bytes(wire.encode(message, LIMITS))
-        assert frame == _full(message)
+        frame = frame_bytes(wire.encode(message, LIMITS))
+        assert frame == full_frame(message)
         assert wire.decode(frame, LIMITS) is not None
-    frame = _bytes(wire.encode(_run_graph(9, 3), LIMITS, checksums=False))
-    assert frame == _full(_run_graph(9, 3), checksums=False)
+    frame = frame_bytes(wire.encode(_run_graph(9, 3), LIMITS, checksums=False))
+    assert frame == full_frame(_run_graph(9, 3), checksums=False)
     assert frame[:4] == wire.MAGIC
 
 
@@ -100,15 +74,15 @@ def test_tensors_not_sent_as_they_are_take_the_full_path():
     for value in cases:
         for step_id in (3, 5):  # the second would take a template if one were kept
             message = PushTensors(step_id, [TensorEntry("k:0", value)])
-            frame = _bytes(wire.encode(message, LIMITS))
-            assert frame == _full(message)
+            frame = frame_bytes(wire.encode(message, LIMITS))
+            assert frame == full_frame(message)
             got = wire.decode(frame, LIMITS).tensors[0].value
             assert np.array_equal(got, np.asarray(value))
     for entry in (TensorEntry("k:0", None, is_dead=True),
                   TensorEntry("k:0", None, error=Status("ABORTED", "gone"))):
         for step_id in (3, 5):
             message = PushTensors(step_id, [entry])
-            assert _bytes(wire.encode(message, LIMITS)) == _full(message)
+            assert frame_bytes(wire.encode(message, LIMITS)) == full_frame(message)
 
 
 def test_ids_a_template_cannot_carry_are_encoded_or_refused_in_full():
@@ -119,8 +93,8 @@ def test_ids_a_template_cannot_carry_are_encoded_or_refused_in_full():
     with pytest.raises(wire.LocalProtocolError):
         wire.encode(_run_graph(2**64, 2), LIMITS)
     for message in (_run_graph(5, 0), _run_graph(-3, 4)):  # a default id is left out
-        frame = _bytes(wire.encode(message, LIMITS))
-        assert frame == _full(message)
+        frame = frame_bytes(wire.encode(message, LIMITS))
+        assert frame == full_frame(message)
         assert wire.decode(frame, LIMITS).request_id == message.request_id
 
 
@@ -146,8 +120,8 @@ def test_messages_with_records_or_floats_keep_no_template():
     wire.encode(reply, LIMITS)
     assert _hits() == 0
     plain = RunGraphReply([TensorEntry("y:0", np.ones(3, np.float32))])
-    first = _bytes(wire.encode(plain, LIMITS))
-    assert _hits() == 1 and _bytes(wire.encode(plain, LIMITS)) == first
+    first = frame_bytes(wire.encode(plain, LIMITS))
+    assert _hits() == 1 and frame_bytes(wire.encode(plain, LIMITS)) == first
 
 
 @pytest.mark.parametrize("checksums", [True, False])
@@ -168,8 +142,8 @@ def test_a_reply_without_ids_keeps_its_frame_start_built_and_encodes_the_full_by
     assert template.head is not None and not template.volatile
     for seed in range(1, 6):
         message = reply(seed)
-        got = _bytes(wire.encode(message, LIMITS, checksums=checksums, defer_checksums=True))
-        assert got == _full(message, checksums=checksums)
+        got = frame_bytes(wire.encode(message, LIMITS, checksums=checksums, defer_checksums=True))
+        assert got == full_frame(message, checksums=checksums)
         for want, back in zip(message.tensors, wire.decode(got, LIMITS).tensors):
             assert back.value.dtype == want.value.dtype and np.array_equal(back.value,
                                                                            want.value)
@@ -177,8 +151,8 @@ def test_a_reply_without_ids_keeps_its_frame_start_built_and_encodes_the_full_by
     for dtype, shape in ((np.uint8, (5,)), (np.bool_, (4,)), (np.int32, (0, 2))):
         for seed in range(3):
             message = RunGraphReply([TensorEntry("y0:0", np.full(shape, seed, dtype))])
-            got = _bytes(wire.encode(message, LIMITS, checksums=checksums))
-            assert got == _full(message, checksums=checksums)
+            got = frame_bytes(wire.encode(message, LIMITS, checksums=checksums))
+            assert got == full_frame(message, checksums=checksums)
             assert np.array_equal(wire.decode(got, LIMITS).tensors[0].value,
                                   message.tensors[0].value)
     assert _hits() == 4
@@ -197,7 +171,7 @@ def test_a_known_header_decodes_in_one_pass_as_the_decoder_decodes_it():
                            TensorEntry("z:0", np.float32(2.5)),
                            TensorEntry("e:0", np.zeros((0, 2), np.float32)),
                            TensorEntry("d:0", None, is_dead=True)])
-    frame = _bytes(wire.encode(reply, LIMITS))
+    frame = frame_bytes(wire.encode(reply, LIMITS))
     assert _decoded_whole(frame) is None  # a header never validated: the decoder's work
     want = wire.decode(frame, LIMITS)
     got = _decoded_whole(frame)
@@ -208,15 +182,15 @@ def test_a_known_header_decodes_in_one_pass_as_the_decoder_decodes_it():
             assert a.value.dtype == b.value.dtype and np.array_equal(a.value, b.value)
             assert a.value.flags.writeable and a.value.flags.owndata
     step = _run_graph(2**40 + 1, 3)
-    wire.decode(_bytes(wire.encode(step, LIMITS)), LIMITS)  # its header's template is kept
+    wire.decode(frame_bytes(wire.encode(step, LIMITS)), LIMITS)  # its header's template is kept
     later = _run_graph(2**41 + 7, 4, value=7.0)  # (ids of the same encoding widths)
-    got = _decoded_whole(_bytes(wire.encode(later, LIMITS)))
+    got = _decoded_whole(frame_bytes(wire.encode(later, LIMITS)))
     assert (got.step_id, got.request_id, float(got.feeds[0].value)) == (2**41 + 7, 4, 7.0)
 
 
 def test_a_damaged_or_misframed_known_frame_is_left_to_the_decoder():
     reply = RunGraphReply([TensorEntry("y:0", np.arange(6, dtype=np.float32))])
-    frame = _bytes(wire.encode(reply, LIMITS))
+    frame = frame_bytes(wire.encode(reply, LIMITS))
     wire.decode(frame, LIMITS)
     assert _decoded_whole(frame) is not None
     for bit, damaged in one_bit_flips(frame):
@@ -225,7 +199,7 @@ def test_a_damaged_or_misframed_known_frame_is_left_to_the_decoder():
             wire.decode(damaged, LIMITS)
     for misframed in (frame + b"\0", frame[:-1], frame[:20], b"", frame + frame):
         assert _decoded_whole(misframed) is None
-    unchecked = _bytes(wire.encode(reply, LIMITS, checksums=False))
+    unchecked = frame_bytes(wire.encode(reply, LIMITS, checksums=False))
     wire.decode(unchecked, LIMITS)
     got = _decoded_whole(unchecked)
     assert got is not None and np.array_equal(got.tensors[0].value, np.arange(6))
@@ -294,8 +268,8 @@ def test_templates_and_the_one_pass_decode_agree_with_the_full_codec_on_random_f
     for _ in range(300):
         message = _random_message(rng)
         checksums = bool(rng.integers(4))
-        frame = _bytes(wire.encode(message, LIMITS, checksums=checksums))
-        assert frame == _full(message, checksums=checksums)
+        frame = frame_bytes(wire.encode(message, LIMITS, checksums=checksums))
+        assert frame == full_frame(message, checksums=checksums)
         wire.decode(frame, LIMITS)  # (its header validated)
         assert _same(_decoded_whole(frame), wire.decode(frame, LIMITS))
         for _ in range(4):

@@ -3,9 +3,12 @@ from the prepared signature with only the ids and feeds' bytes filled in, is the
 byte for byte; a feed of another dtype, shape or layout is never sent in that frame (the
 message is built and encoded in full, and the worker gets what was fed); every channel takes
 a StepCall (the in-process one as its message), over the bare protocol and over HTTP."""
+import contextlib
+
 import numpy as np
 import pytest
 import trio
+from frame_bytes import frame_bytes, full_frame, no_templates  # noqa: F401 (autouse fixture)
 from transport_fakes import FakeWorker
 
 from transports import checksum, wire
@@ -14,7 +17,6 @@ from transports.http.server import open_http_server
 from transports.inprocess import InProcessChannel
 from transports.messages import RegisterGraph
 from transports.run_graph_step import RunGraphStep, StepCall
-from test_repeat_frames import _bytes, _full, no_templates  # noqa: F401 (autouse fixture)
 
 LIMITS = wire.DEFAULT_LIMITS
 GENEROUS = 20
@@ -41,8 +43,8 @@ def test_a_step_frame_from_the_prepared_signature_is_the_full_encode(checksums, 
         for step_id, request_id in [(5, 2), (2**62 + 1, 127), (2**64 - 1, 2**32), (9, 65536)]:
             values = _values(rng)
             ids = (step_id, request_id) if ids_first else (request_id, step_id)
-            got = _bytes(prepared.encode_step(ids, values, checksums, True))
-            assert got == _full(step.message(step_id, request_id, values))
+            got = frame_bytes(prepared.encode_step(ids, values, checksums, True))
+            assert got == full_frame(step.message(step_id, request_id, values))
     finally:
         checksum.set_enabled(was)
 
@@ -81,34 +83,42 @@ class _Recording(FakeWorker):
         return await super().run_graph(request)
 
 
-@pytest.mark.parametrize("bare_protocol", [True, False])
-async def test_steps_reach_the_worker_as_fed_and_a_changed_feed_takes_the_full_path(
-        bare_protocol):
+@contextlib.asynccontextmanager
+async def _registered(bare_protocol):
+    """A recording worker behind a real server, a channel to it and a graph registered there:
+    ``(worker, channel, handle)``, inside a generous deadline."""
     worker = _Recording()
-    rng = np.random.default_rng(6)
     async with open_http_server(worker) as server:
         async with TrioHttpChannel(server.address, bare=bare_protocol) as channel:
             with trio.fail_after(GENEROUS):
                 handle = (await channel.register_graph(RegisterGraph({"nodes": []}, "s"))
                           ).graph_handle
-                step = RunGraphStep(handle, ("x:0", "y:0"), ("y:0", "x:0"))
-                sent, full = [], []
-                encode_in_full = channel._encode_run_graph
+                yield worker, channel, handle
 
-                def counted(request):
-                    full.append(request.request_id)
-                    return encode_in_full(request)
 
-                channel._encode_run_graph = counted
-                feeds = [_values(rng), _values(rng), _values(rng, shapes=((3, 64), (3, 10))),
-                         _values(rng, dtype=np.float64), _values(rng, dtype=np.float64),
-                         [v.astype(">f8") for v in _values(rng)], _values(rng, dtype=np.float64)]
-                for request_id, values in enumerate(feeds, start=1):
-                    reply = await channel.run_graph_step(StepCall(step, 40 + request_id,
-                                                                  request_id, values))
-                    sent.append((values, reply))
-                    if request_id == 1:
-                        assert step.prepared is not None  # kept from the first full encode
+@pytest.mark.parametrize("bare_protocol", [True, False])
+async def test_steps_reach_the_worker_as_fed_and_a_changed_feed_takes_the_full_path(
+        bare_protocol):
+    rng = np.random.default_rng(6)
+    async with _registered(bare_protocol) as (worker, channel, handle):
+        step = RunGraphStep(handle, ("x:0", "y:0"), ("y:0", "x:0"))
+        sent, full = [], []
+        encode_in_full = channel._encode_run_graph
+
+        def counted(request):
+            full.append(request.request_id)
+            return encode_in_full(request)
+
+        channel._encode_run_graph = counted
+        feeds = [_values(rng), _values(rng), _values(rng, shapes=((3, 64), (3, 10))),
+                 _values(rng, dtype=np.float64), _values(rng, dtype=np.float64),
+                 [v.astype(">f8") for v in _values(rng)], _values(rng, dtype=np.float64)]
+        for request_id, values in enumerate(feeds, start=1):
+            reply = await channel.run_graph_step(StepCall(step, 40 + request_id,
+                                                          request_id, values))
+            sent.append((values, reply))
+            if request_id == 1:
+                assert step.prepared is not None  # kept from the first full encode
     # The first step and each changed feed (shape, dtype, byte order) in full, and the step
     # after the byte-swapped one (no signature kept of that); the repeats (the 2nd and the
     # 5th) from the prepared frame of the step before's signature.
@@ -126,19 +136,14 @@ async def test_steps_reach_the_worker_as_fed_and_a_changed_feed_takes_the_full_p
 
 async def test_a_step_of_a_signature_replaced_since_is_encoded_in_full():
     """Two signatures of one handle (another timeout) in turn: each frame is its own."""
-    worker = _Recording()
     rng = np.random.default_rng(7)
-    async with open_http_server(worker) as server:
-        async with TrioHttpChannel(server.address, bare=True) as channel:
-            with trio.fail_after(GENEROUS):
-                handle = (await channel.register_graph(RegisterGraph({"nodes": []}, "s"))
-                          ).graph_handle
-                plain = RunGraphStep(handle, ("x:0",), ("x:0",))
-                timed = RunGraphStep(handle, ("x:0",), ("x:0",), timeout_ms=700, trace=True)
-                for request_id in range(1, 7):
-                    step = plain if request_id % 2 else timed
-                    await channel.run_graph_step(StepCall(step, request_id, request_id,
-                                                          _values(rng, shapes=((4,),))))
+    async with _registered(True) as (worker, channel, handle):
+        plain = RunGraphStep(handle, ("x:0",), ("x:0",))
+        timed = RunGraphStep(handle, ("x:0",), ("x:0",), timeout_ms=700, trace=True)
+        for request_id in range(1, 7):
+            step = plain if request_id % 2 else timed
+            await channel.run_graph_step(StepCall(step, request_id, request_id,
+                                                  _values(rng, shapes=((4,),))))
     assert [(r.timeout_ms, r.trace) for r in worker.requests] == [
         (None, False), (700, True)] * 3
 
