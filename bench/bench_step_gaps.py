@@ -9,10 +9,11 @@ Three parts, one process:
    is held at one thread, as a session holds it. Then, after the GEMM, a piece of Python
    (calls, lookups, small allocations: the next kernels' calls) alone and preceded by a
    checkpoint: what the checkpoint adds where the Python after it pays the cold start anyway.
-2. *The step's checkpoints* (``--models``): ``timeslice.checkpoint`` wrapped (the static
-   schedule's ``_pause``), a trio Instrument counting what runs inside each: tasks stepped
-   (by name) and the run loop's I/O waits (epoll) with their timeouts. (The yield between
-   two runs, ``Session.run_prepared``'s, is not one of these.)
+2. *The step's checkpoints* (``--models``): ``timeslice.checkpoint`` (the step's ``pause``)
+   wrapped, timed alone for ``--steps`` steps, then as many more with a trio Instrument
+   counting what runs inside each: tasks stepped (by name) and the run loop's I/O waits
+   (epoll) with their timeouts. (The yield between two runs, ``Session.run_prepared``'s, is
+   not one of these.)
 3. *Outside kernels*: every kernel of the static plan wrapped (``bench_model_timeline``'s
    recorder: a few us a kernel of its own), per step on the loop's thread: ``sess.run`` to
    the first kernel, the last kernel to the return, and the gaps between kernels by kind:
