@@ -38,6 +38,18 @@ between two checks. One kernel is never cut: a GEMM runs inline up to its offloa
 (67M multiply-adds), about 0.75 ms split over two free cores and 1.3 ms on one, because an
 offload costs 0.14-0.38 ms a kernel (docs/architecture.md, ``bench/bench_inline_gemm.py``).
 
+What a checkpoint costs a step (``bench/bench_step_gaps.py``, bench/RESULTS.md): ~4 us in a
+tight loop of checkpoints, ~30 us in a dense model's step (two a step in the MLP's, four in
+the autoencoder's). Nothing else runs in it there (the step's own task, one ``epoll`` poll
+of timeout 0): it is the first code after a large kernel, and every path of Python run once
+a millisecond runs 3-5x slower than in a loop (caches and predictors cold; a session's
+whole run of two small kernels: 11 us in a loop, 39 after a GEMM). Skipping every
+checkpoint (a slice of 100 s) changed a step by -1.0% to +1.0% (round by round), inside
+this machine's noise, so the slice keeps its plain trio checkpoint. (One that first asked
+``trio.lowlevel.current_statistics`` whether the loop had anything else to do, 13 us
+against 20 after a GEMM, could not see the host loop of a guest run, whose turn the
+checkpoint also is.)
+
 ``TIME_SLICE_S`` is read at each check, so an embedding application may set it (e.g.
 ``asyncflow.exec.timeslice.TIME_SLICE_S = 0.005``) to trade latency of other tasks for
 throughput; ``CHECK_EVERY`` is read by the interpreted paths as they count and when a plan's
