@@ -37,7 +37,8 @@ trio task:
   after it the next call tries the bare socket again: a server with room is spoken to over it.
 * **Deadlines** are trio's: :class:`~transports.service.Channel` wraps each call in a cancel
   scope (but a same-host call with no timeout of its own on a pooled connection, which enclosing
-  scopes bound and ``aclose`` ends by closing its connection); connecting has its own
+  scopes bound and ``aclose`` ends by closing its connection, and a one-way one, whose timeout
+  bounds only a write that must wait: ``bare_io.write_request``); connecting has its own
   ``connect_timeout``. An answer that has begun must go on:
   ``stall_timeout`` seconds without a byte of it (a half frame, then nothing: a peer stuck
   mid-send, a half-open connection) is TransportUnavailable, however long the call may take
