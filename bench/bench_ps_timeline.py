@@ -120,18 +120,21 @@ def _probe_bare_io(label):
     """Each process's writev of a bare message (its size in the name: a RunGraph, a push, a
     reply) and, on a server, each request's read: from its header taken (the process woken
     with it) to its frame decoded, noted under the step the frame names."""
-    from transports.http import bare
-    original_write = bare._write_now
+    from transports.http import bare, bare_io
 
-    def write_now(sock, pieces):
-        name = f"{label}.writev[{sum(map(len, pieces)) // 1024}K]"
-        _note(-1, f"{name}>")
-        try:
-            return original_write(sock, pieces)
-        finally:
-            _note(-1, f"{name}<")
+    def probed(original):
+        def write_now(sock, pieces):
+            name = f"{label}.writev[{sum(map(len, pieces)) // 1024}K]"
+            _note(-1, f"{name}>")
+            try:
+                return original(sock, pieces)
+            finally:
+                _note(-1, f"{name}<")
+        return write_now
 
-    bare._write_now = write_now
+    # (bare's name: a server's answers, and an older tree's requests; bare_io's: a newer
+    # tree's requests, written by its ``write_request``)
+    bare._write_now, bare_io.write_now = probed(bare._write_now), probed(bare_io.write_now)
     original_read = bare.BareService._read_request
 
     async def read_request(self, conn, rpc, length, timeout):
