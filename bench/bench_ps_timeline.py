@@ -103,6 +103,7 @@ def _instrument_task(task_label):
             _note(-1, f"{task_label}.reply_written<")
 
     bare.BareService._send = send
+    _probe_bare_io(task_label)
     original_run = worker.WorkerService._execute
 
     async def execute(self, state, *args, **kwargs):
@@ -113,6 +114,39 @@ def _instrument_task(task_label):
             _note(state.step_id, f"{task_label}.partition<")
 
     worker.WorkerService._execute = execute
+
+
+def _probe_bare_io(label):
+    """Each process's writev of a bare message (its size in the name: a RunGraph, a push, a
+    reply) and, on a server, each request's read: from its header taken (the process woken
+    with it) to its frame decoded, noted under the step the frame names."""
+    from transports.http import bare, bare_io
+
+    def probed(original):
+        def write_now(sock, pieces):
+            name = f"{label}.writev[{sum(map(len, pieces)) // 1024}K]"
+            _note(-1, f"{name}>")
+            try:
+                return original(sock, pieces)
+            finally:
+                _note(-1, f"{name}<")
+        return write_now
+
+    # (bare's name: a server's answers, and an older tree's requests; bare_io's: a newer
+    # tree's requests, written by its ``write_request``)
+    bare._write_now, bare_io.write_now = probed(bare._write_now), probed(bare_io.write_now)
+    original_read = bare.BareService._read_request
+
+    async def read_request(self, conn, rpc, length, timeout):
+        start = time.perf_counter_ns()
+        message = await original_read(self, conn, rpc, length, timeout)
+        step = getattr(message, "step_id", None)
+        if step is not None:
+            EVENTS.append((start, step, f"{label}.read_{rpc.method}>"))
+            _note(step, f"{label}.read_{rpc.method}<")
+        return message
+
+    bare.BareService._read_request = read_request
 
 
 def serve(spec_json, job, out_path):
@@ -160,6 +194,7 @@ async def client(spec, steps):
             _note(request.step_id, f"client.RunGraph[{task.name.split('/')[1][4:]}]<")
 
     master._StepDriver._call = call
+    _probe_bare_io("client")
     (g, x, y, loss, train, init), (xs, ys) = _mlp_graph(af)
     walls = []
     async with af.Session(graph=g, cluster=spec) as sess:

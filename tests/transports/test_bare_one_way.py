@@ -21,7 +21,7 @@ from transports.http import bare, bare_io
 from transports.http.client import TrioHttpChannel
 from transports.http.server import open_http_server
 from transports.messages import Health, PushTensors, RemoteCallError, TensorEntry
-from transports.service import RPCS
+from transports.service import RPCS, TransportDeadlineExceeded
 from transports.wire import encode
 
 KEY = "/job:ps/replica:0/task:0/device:CPU:0;1;/job:w/replica:0/task:0/device:CPU:0;t;0:0"
@@ -178,3 +178,63 @@ async def test_a_call_queued_behind_a_one_way_call_when_the_sweep_shuts_is_answe
         answer = os.read(conn.sock.fileno(), 65536)
         assert bare.REPLY.unpack_from(answer)[1:3] == (99, bare.FRAME), answer
         assert server._by_status["health", 200] == 1, dict(server._by_status)
+
+
+class _Stuck(_Pushes):
+    """Its first push's handler waits until ``release`` is set: the server reads nothing more
+    on that connection meanwhile, so a large call behind it fills the socket."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = trio.Event()
+
+    async def push_tensors(self, request: PushTensors) -> None:
+        if not self.pushed:
+            await self.release.wait()
+        await super().push_tensors(request)
+
+
+async def test_a_one_way_call_with_a_timeout_enters_no_scope_when_written_at_once(monkeypatch):
+    # A push's timeout is kept without a cancel scope of its own (~10 us a call): written
+    # whole by one writev, nothing waits. An answered call with a timeout still enters one.
+    entered = []
+    real = trio.CancelScope
+
+    def counting(*args, **kwargs):
+        entered.append(kwargs.get("deadline"))
+        return real(*args, **kwargs)
+
+    async with _one_pushed(_Pushes()) as (server, channel, value, served, conn):
+        monkeypatch.setattr(trio, "CancelScope", counting)
+        assert await channel.push_tensors(PushTensors(8, [TensorEntry(KEY, value)]),
+                                          timeout=60.0) is None
+        assert entered == [] and channel._bare_idle == [conn]
+        channel.one_way = frozenset()
+        due = trio.current_time() + 60.0
+        await channel.push_tensors(PushTensors(9, [TensorEntry(KEY, value)]), timeout=60.0)
+        assert [d for d in entered if d == pytest.approx(due, abs=1)]  # (and its answer's)
+
+
+async def test_a_one_way_calls_write_that_must_wait_ends_at_its_timeout(autojump_clock):
+    # The server reads nothing behind a push whose handler waits: a 4 MiB push behind it
+    # fills the socket, and its write ends at the call's timeout (the connection closed, as
+    # any call ended midway), as a scope of its own would end it.
+    worker = _Stuck()
+    async with open_http_server(worker) as server:
+        async with TrioHttpChannel(server.address) as channel:
+            channel.one_way = frozenset({"push_tensors"})
+            small, big = np.ones(2, np.float32), np.ones(1 << 20, np.float32)
+            await channel.push_tensors(PushTensors(7, [TensorEntry(KEY, small)]))
+            (conn,) = channel._bare_idle
+            start = trio.current_time()
+            with pytest.raises(TransportDeadlineExceeded,
+                               match=f"push_tensors to {server.address} got no answer within "
+                                     "5.0 s"), trio.fail_after(100):  # (unbounded: fails)
+                await channel.push_tensors(PushTensors(8, [TensorEntry(KEY, big)]),
+                                           timeout=5.0)
+            assert trio.current_time() - start == pytest.approx(5.0)
+            assert conn.sock.fileno() < 0 and not channel._bare_idle and not channel._busy
+            worker.release.set()
+            await channel.push_tensors(PushTensors(9, [TensorEntry(KEY, small)]), timeout=5.0)
+            await trio.testing.wait_all_tasks_blocked()
+            assert worker.pushed == [7, 9]  # (8 cut short: its frame's end never came)

@@ -58,15 +58,15 @@ from transports.http import bulk_io, cross_memory
 from transports.http.bare_io import CALLS as _CALLS, RECV as _RECV, RequestBody as _Body, \
     ServerConnection as _Connection, late_call as _late_call, one_way_failed as _one_way_failed, \
     prepared_reply as _reply, read_once as _read, shut_reading as _shut_reading, \
-    small_pieces as _small_pieces, write_now as _write_now
+    small_pieces as _small_pieces, write_now as _write_now, write_request as _write_request
 from transports.http.body import BodyTimeout, PeerGone, read_frame
 from transports.http.call_scope import LentScope, only_cancelled, scope_lender
 from transports.http.bulk_io import BULK_BYTES, BulkReader
 from transports.http.protocol import HTTP_STATUS, send_pieces, take_one_frame, \
     the_frame
 from transports.messages import ErrorReply, Message, RemoteCallError
-from transports.service import RPCS, Rpc, TransportUnavailable, error_reply_for, \
-    reply_for_result
+from transports.service import RPCS, Rpc, TransportDeadlineExceeded, TransportUnavailable, \
+    error_reply_for, reply_for_result
 from transports.wire import SMALL_HEADER_BYTES, ChecksumMismatch, Decoder, \
     FrameTooLarge, Limits, LocalProtocolError, RemoteProtocolError, decode_repeated, encode, \
     frame_size
@@ -469,9 +469,11 @@ class BareConnection:
         self.stall = math.inf  # (the client's channel sets its ``stall_timeout``)
 
     async def call(self, rpc_index: int, buffers: list | None, timeout: float, lend: bool,
-                   limits: Limits, one_way: bool = False) -> tuple[Message | None, bool | None]:
+                   limits: Limits, one_way: bool = False,
+                   deadline: float = math.inf) -> tuple[Message | None, bool | None]:
         """Send one request and read its answer: (the reply, whether it was lent: True copied,
-        False refused, None not lent).
+        False refused, None not lent). A request the kernel does not take at once is written
+        by ``deadline`` (trio time), else TransportDeadlineExceeded (``bare_io.write_request``).
 
         Raises:
             RemoteProtocolError: also before anything is sent, when bytes no call asked for
@@ -500,14 +502,8 @@ class BareConnection:
         size = 0 if buffers is None else frame_size(buffers)
         head = REQUEST.pack(size, call_id, rpc_index, (LEND if lend and self.peer else 0) |
                             (ONE_WAY if one_way else 0), timeout)
-        pieces = _small_pieces(head, buffers or [])
-        if pieces is not None:  # the usual request: one writev
-            rest = _write_now(self.sock, pieces)
-            if rest:
-                await bulk_io.send_all(self.sock, memoryview(rest))
-        else:
-            for piece in send_pieces(head, buffers):
-                await bulk_io.send_all(self.sock, memoryview(piece))
+        if not await _write_request(self.sock, head, buffers or [], deadline):
+            raise TransportDeadlineExceeded("the request was not written by its deadline")
         if one_way:  # written whole: no answer comes
             self.midway = False
             return None, None

@@ -37,7 +37,8 @@ trio task:
   after it the next call tries the bare socket again: a server with room is spoken to over it.
 * **Deadlines** are trio's: :class:`~transports.service.Channel` wraps each call in a cancel
   scope (but a same-host call with no timeout of its own on a pooled connection, which enclosing
-  scopes bound and ``aclose`` ends by closing its connection); connecting has its own
+  scopes bound and ``aclose`` ends by closing its connection, and a one-way one, whose timeout
+  bounds only a write that must wait: ``bare_io.write_request``); connecting has its own
   ``connect_timeout``. An answer that has begun must go on:
   ``stall_timeout`` seconds without a byte of it (a half frame, then nothing: a peer stuck
   mid-send, a half-open connection) is TransportUnavailable, however long the call may take
@@ -48,6 +49,7 @@ Nothing here knows about asyncflow.
 
 from __future__ import annotations
 
+import math
 import typing
 from typing import Any, Final
 
@@ -65,8 +67,8 @@ from transports.messages import Ack, DeregisterGraph, ErrorReply, Message
 from transports.checksum import enabled as checksum_enabled
 from transports.repeat_frames import forget as forget_template
 from transports.run_graph_step import RunGraphStep, StepCall
-from transports.service import RPCS, TEXT_CALLS, Channel, Rpc, TransportUnavailable, \
-    result_for_reply
+from transports.service import RPCS, TEXT_CALLS, Channel, Rpc, TransportDeadlineExceeded, \
+    TransportUnavailable, result_for_reply
 from transports.wire import (
     DEFAULT_LIMITS, Decoder, Limits, LocalProtocolError, RemoteProtocolError,
     encode, encode_prepared, frame_size,
@@ -253,11 +255,22 @@ class TrioHttpChannel(Channel):
         # The usual same-host call, no timeout of its own: no cancel scope entered for it (a
         # trio scope costs ~10 us of CPU a call: ``transports.http.call_scope``). Enclosing
         # scopes bound it as ever; ``aclose`` ends it by closing its connection (``_busy``).
-        if timeout is None and scope is None and self._bare_idle and method in _RPC_INDEX:
+        # A one-way same-host call (a push) with a timeout enters none either: it waits only
+        # where its write must (a full socket), and that write is bounded by the deadline
+        # (``bare_io.write_request``); so is an HTTP fallback (``_exchange``).
+        if scope is None and self._bare_idle and method in _RPC_INDEX and (
+                timeout is None or method in self.one_way):
             if self._closed:
                 raise TransportUnavailable(f"channel to {self.address} is closed")
             rpc = RPCS[_RPC_INDEX[method]]
-            return result_for_reply(rpc, await self._exchange(rpc, request))
+            if timeout is None:
+                return result_for_reply(rpc, await self._exchange(rpc, request))
+            try:
+                return result_for_reply(rpc, await self._exchange(
+                    rpc, request, trio.current_time() + timeout))
+            except TransportDeadlineExceeded:
+                raise TransportDeadlineExceeded(f"{method} to {self.address} got no answer "
+                                                f"within {timeout} s") from None
         return await super()._call(method, request, timeout, scope)
 
     def _closed_during(self, what: str) -> TransportUnavailable:
@@ -286,8 +299,10 @@ class TrioHttpChannel(Channel):
             return await self._call_entered("run_graph", call, scope)
         return await self._call("run_graph", call, timeout, scope)
 
-    async def _exchange(self, rpc: Rpc, request: Message | None) -> Message:
+    async def _exchange(self, rpc: Rpc, request: Message | None,
+                        deadline: float = math.inf) -> Message:
         # Bodiless requests are encoded too: the same field checks, whatever the route.
+        # (``deadline``: a one-way call's, which entered no scope: ``_call``.)
         if rpc.method == "run_graph":
             if type(request) is StepCall:
                 buffers = self._encode_step(request)
@@ -303,14 +318,17 @@ class TrioHttpChannel(Channel):
             buffers = None if request is None else encode(request, self._limits,
                                                           defer_checksums=True)
         if self._bare or self._bare_idle or self._bare_again is not None:
-            reply = await self._bare_call(rpc, buffers, rpc.method in self.one_way)
+            reply = await self._bare_call(rpc, buffers, rpc.method in self.one_way, deadline)
             if reply is not None:
                 return reply
         if type(request) is StepCall:  # (the server spoke no bare protocol after all)
             request = request.message()
-        path = request_path(rpc, request)
-        return await self._request(rpc.http_method, path,
-                                   buffers if rpc.has_body else None, self._read_reply)
+        path, body = request_path(rpc, request), buffers if rpc.has_body else None
+        if deadline == math.inf:
+            return await self._request(rpc.http_method, path, body, self._read_reply)
+        with trio.CancelScope(deadline=deadline):
+            return await self._request(rpc.http_method, path, body, self._read_reply)
+        raise TransportDeadlineExceeded(f"{rpc.method}: no answer by its deadline")
 
     def _encode_step(self, call: StepCall) -> list | None:
         """A step's RunGraph buffers from its signature's prepared frame, only its ids and
@@ -366,10 +384,11 @@ class TrioHttpChannel(Channel):
         if prepared is not None:
             forget_template(prepared)
 
-    async def _bare_call(self, rpc: Rpc, buffers: list | None,
-                         one_way: bool = False) -> Message | None:
+    async def _bare_call(self, rpc: Rpc, buffers: list | None, one_way: bool = False,
+                         deadline: float = math.inf) -> Message | None:
         """The call over the bare protocol; None when the server does not speak it."""
-        timeout = max(trio.current_effective_deadline() - trio.current_time(), 1e-3)
+        timeout = max(min(trio.current_effective_deadline(), deadline) - trio.current_time(),
+                      1e-3)
         for attempt in (0, 1):
             if self._bare_idle and not attempt:  # the usual call: an idle connection
                 conn = self._bare_idle.pop()
@@ -386,7 +405,7 @@ class TrioHttpChannel(Channel):
                 CALLS.begin(conn)  # (counted for the same-host spin's rule: ``bare_io``)
                 try:
                     reply, lent = await conn.call(_RPC_INDEX[rpc.method], buffers, timeout,
-                                                  self._lend, self._limits, one_way)
+                                                  self._lend, self._limits, one_way, deadline)
                 finally:
                     CALLS.end()
                 done = True
