@@ -199,6 +199,10 @@ class Channel:
     """
 
     address: str
+    # Whether every call gives the event loop back at least once (it waits on a socket): a
+    # caller that counts time slices may take the call for a checkpoint. False here: a
+    # subclass may answer in the caller's task without one (the in-process channel).
+    calls_yield: bool = False
 
     def __init__(self) -> None:
         self._closed = False

@@ -7,6 +7,9 @@ It owns the session's ``Master`` (``master.py``): ``prepare`` compiles through t
 register again) and drives the step on the workers. No cluster run is ``inline``: every
 step crosses the wire, so the whole step sits in the session's close-cancellable scope, which
 is also the RunGraph call's scope of a one-task step without a timeout (one scope a step).
+A step whose calls all went over channels that wait on a socket (``calls_yield``) gave the
+event loop back: it closes the time slice (``exec/timeslice.py``), so the session's yield
+between runs is not spent on a needless scheduler pass after it.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import trio
 
 from asyncflow import errors
 from asyncflow.cluster import master as _master
+from asyncflow.exec import timeslice
 from asyncflow.exec.step import Step
 
 
@@ -80,7 +84,14 @@ class ClusterTarget:
             step.extras["call_scope"] = scope  # one scope a step: the RunGraph's, if one
             step.extras["registered"] = ready
             try:
-                return await compiled.runner.run(feed_values, step)
+                values = await compiled.runner.run(feed_values, step)
+                tasks = master.tasks
+                for tg in compiled.task_graphs:  # (one or two: no generator)
+                    if not tasks[tg.task].channel.calls_yield:
+                        break
+                else:  # every call waited on a socket: the task gave the loop back
+                    timeslice.restart()
+                return values
             except errors.OpError as exc:
                 if not scope.cancel_called:
                     raise

@@ -193,6 +193,8 @@ class TrioHttpChannel(Channel):
         ValueError: ``address`` is not ``host:port``, or ``token`` could break the head.
     """
 
+    calls_yield = True  # every answer is waited for on a socket (a trio checkpoint)
+
     def __init__(self, address: str, *, token: str | None = None, connect_timeout: float = 5.0,
                  limits: Limits = DEFAULT_LIMITS, same_host: bool | None = None,
                  bare: bool | None = None, stall_timeout: float = 10.0) -> None:
