@@ -167,6 +167,12 @@ async def _all(fn, items):
         raise failures[0]
 
 
+def _to_register(tg, task, now):
+    """Whether ``tg`` of ``task`` is to register (``Master._unregistered``)."""
+    return tg.handle is None or tg.registered_incarnation != task.incarnation or (
+        task.graph_lease_s is not None and now - tg.last_used > task.graph_lease_s / 2)
+
+
 def _cancelled(exc):
     """Whether ``exc`` is trio's Cancelled, or a group of nothing else (a nursery's)."""
     if isinstance(exc, BaseExceptionGroup):
@@ -353,14 +359,16 @@ class Master:
         """True when ``refresh(run)`` and the registration would do nothing (the usual step):
         every task of the run heard from within the health interval, none restarted, the
         cluster's incarnations those the run was compiled against, its graphs registered."""
-        tasks, now = self.tasks, trio.current_time()
-        interval = self.config.health_check_interval_s
-        for tg in run.task_graphs:
+        tasks, now, interval = self.tasks, trio.current_time(), self.config.health_check_interval_s
+        for tg in run.task_graphs:  # (loops, not generators: every step asks)
             task = tasks[tg.task]
-            if now - task.last_ok > interval or task.incarnation != task.acknowledged:
+            if now - task.last_ok > interval or task.incarnation != task.acknowledged \
+                    or _to_register(tg, task, now):
                 return False
-        return all(task.incarnation == run.incarnations.get(name, task.incarnation)
-                   for name, task in tasks.items()) and not self._unregistered(run, now)
+        for name, incarnation in run.incarnations.items():
+            if name in tasks and tasks[name].incarnation != incarnation:
+                return False
+        return True
 
     async def _register(self, run):
         if not self._unregistered(run, trio.current_time()):
@@ -404,11 +412,7 @@ class Master:
     def _unregistered(self, run, now):
         """The task graphs of ``run`` to register: never, on an older incarnation, or with
         their lease half run out."""
-        tasks = self.tasks
-        return [tg for tg in run.task_graphs if tg.handle is None
-                or tg.registered_incarnation != tasks[tg.task].incarnation
-                or (tasks[tg.task].graph_lease_s is not None
-                    and now - tg.last_used > tasks[tg.task].graph_lease_s / 2)]
+        return [tg for tg in run.task_graphs if _to_register(tg, self.tasks[tg.task], now)]
 
     async def run_step(self, graph, run, feed_values, timeout_ms=0, trace=None, scope=None,
                        registered=None):
@@ -454,15 +458,11 @@ class _StepDriver:
     """One step across the cluster (see the module docstring)."""
 
     def __init__(self, master, graph, run, step_id, feed_values, timeout_ms, trace):
-        self.master, self.graph, self.run_ = master, graph, run
-        self.step_id = step_id
-        self.feed_values = feed_values
-        self.timeout_ms = timeout_ms
-        self.trace = trace
+        self.master, self.graph, self.run_, self.step_id = master, graph, run, step_id
+        self.feed_values, self.timeout_ms, self.trace = feed_values, timeout_ms, trace
         self.results = [None] * len(run.task_graphs)
         self.failures = []      # (derived?, OpError) in arrival order
-        self.aborted = False
-        self.outer = None
+        self.aborted, self.outer = False, None
         self.call_scopes = {}   # task -> the cancel scope of its RunGraph call
         self.dead = set()       # tasks declared dead: not waited for, not sent AbortStep
         self.calls_left = 0     # RunGraph calls not yet returned
