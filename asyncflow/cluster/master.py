@@ -73,7 +73,7 @@ from asyncflow.exec import compiled_run
 from asyncflow.exec.options import NodeStats
 from transports.messages import AbortStep, GraphConfig, GraphOptions, RegisterGraph, RemoteCallError
 from transports.run_graph_step import RunGraphStep, StepCall
-from transports.service import TransportDeadlineExceeded
+from transports.service import CallCancel, TransportDeadlineExceeded
 from transports.wire import ChecksumMismatch
 
 _log = logging.getLogger("asyncflow.master")
@@ -190,21 +190,17 @@ class Master:
     """
 
     def __init__(self, cluster, config, session_handle=None):
-        self.cluster = cluster
-        self.config = config
+        self.cluster, self.config = cluster, config
         self.session_handle = session_handle or f"session-{secrets.token_hex(8)}"
         self.tasks = {}
         for job, index, address in (cluster.tasks() if cluster is not None else ()):
             name = f"/job:{job}/replica:0/task:{index}"
             self.tasks[name] = _Task(name, address, _channels.for_session(address, config))
-        self._target = None
-        self._pinned = {}
-        self._runs = []
+        self._target, self._pinned, self._runs, self.opened = None, {}, [], False
         self._forgotten = []   # (task, handle, incarnation): registered on a process that
         #                        restarted after the run was compiled; never used
         self._register_lock = trio.Lock()
         self._registering = set()  # Events of RegisterGraph calls in flight (close waits)
-        self.opened = False
         self.monitor = StepMonitor(config.health_check_interval_s)  # times the steps' watchdogs
         self.closing = False  # close() began: a watchdog no longer decides a step's outcome
         self._step_bits = _STEP_IDS.getrandbits  # (one generator a process)
@@ -417,8 +413,8 @@ class Master:
     async def run_step(self, graph, run, feed_values, timeout_ms=0, trace=None, scope=None,
                        registered=None):
         """Run one step of ``run``; returns the fetched numpy values in order. ``scope``: an
-        entered cancel scope of the caller's, the RunGraph's of a one-task step without a
-        timeout (no scope of its own: the driver tells its own cancels from the caller's).
+        entered cancel scope of the caller's (or a ``CallCancel``), the RunGraph's of a one-task
+        step without a timeout (no scope of its own: the driver tells its own cancels apart).
 
         Raises:
             OpError: the root cause of the step's failure.
@@ -556,6 +552,10 @@ class _StepDriver:
                 return await task.channel.run_graph_step(request, scope=scope, entered=True)
             return await task.channel.run_graph_step(request, timeout=timeout, scope=scope)
         except _channels.CALL_FAILURES as exc:
+            if type(scope) is CallCancel and scope.cancel_called:  # ended as a scope's cancel
+                if self.cancelled_own:  # (its call raises no Cancelled: see Cancelled below)
+                    return None
+                raise
             failure = exc
         except trio.Cancelled:  # in the caller's scope: returns None as a lent one would
             if scope is self.entered and self.cancelled_own:  # when this driver cancelled

@@ -37,7 +37,8 @@ trio task:
   after it the next call tries the bare socket again: a server with room is spoken to over it.
 * **Deadlines** are trio's: :class:`~transports.service.Channel` wraps each call in a cancel
   scope (but a same-host call with no timeout of its own on a pooled connection, which enclosing
-  scopes bound and ``aclose`` ends by closing its connection); connecting has its own
+  scopes bound and ``aclose`` ends by closing its connection, as a lent
+  :class:`~transports.service.CallCancel` does: a step's RunGraph); connecting has its own
   ``connect_timeout``. An answer that has begun must go on:
   ``stall_timeout`` seconds without a byte of it (a half frame, then nothing: a peer stuck
   mid-send, a half-open connection) is TransportUnavailable, however long the call may take
@@ -65,8 +66,9 @@ from transports.messages import Ack, DeregisterGraph, ErrorReply, Message
 from transports.checksum import enabled as checksum_enabled
 from transports.repeat_frames import forget as forget_template
 from transports.run_graph_step import RunGraphStep, StepCall
-from transports.service import RPCS, TEXT_CALLS, Channel, Rpc, TransportUnavailable, \
-    result_for_reply
+from transports.service import (
+    RPCS, TEXT_CALLS, CallCancel, Channel, Rpc, TransportUnavailable, result_for_reply,
+)
 from transports.wire import (
     DEFAULT_LIMITS, Decoder, Limits, LocalProtocolError, RemoteProtocolError,
     encode, encode_prepared, frame_size,
@@ -80,6 +82,11 @@ _MAX_IDLE: Final = 16            # idle keep-alive connections kept per channel
 _BARE_RETRY_S: Final = 0.5       # after a bare handshake was hung up on: HTTP for this long,
 _BARE_RETRY_MAX_S: Final = 30.0  # doubling (to this) while the server keeps hanging up
 _BROKEN = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+
+
+class _Again(Exception):
+    """A pooled connection the server closed while idle, under a CallCancel: call again."""
+
 _RPC_INDEX: Final = {rpc.method: index for index, rpc in enumerate(RPCS)}
 _STEP_IDS: Final = ("step_id", "request_id")  # a RunGraph's volatile ids
 _PREPARED_KEPT: Final = 64       # prepared RunGraph signatures kept per channel (by handle)
@@ -262,6 +269,21 @@ class TrioHttpChannel(Channel):
             return result_for_reply(rpc, await self._exchange(rpc, request))
         return await super()._call(method, request, timeout, scope)
 
+    async def _call_entered(self, method: str, request: Message | None, scope: Any) -> Any:
+        # A step's RunGraph with a CallCancel on a pooled same-host connection: no trio scope
+        # at all; the cancel closes the connection its answer is awaited on (``_bare_call``).
+        # A pooled one the server closed while idle: the call again in a scope of its own.
+        if type(scope) is CallCancel and self._bare_idle and not self._closed:
+            rpc = RPCS[_RPC_INDEX[method]]
+            self._in_flight.add(scope)
+            try:
+                return result_for_reply(rpc, await self._exchange(rpc, request, scope))
+            except _Again:
+                pass
+            finally:
+                self._in_flight.discard(scope)
+        return await super()._call_entered(method, request, scope)
+
     def _closed_during(self, what: str) -> TransportUnavailable:
         return TransportUnavailable(f"channel to {self.address} was closed during {what}")
 
@@ -288,8 +310,10 @@ class TrioHttpChannel(Channel):
             return await self._call_entered("run_graph", call, scope)
         return await self._call("run_graph", call, timeout, scope)
 
-    async def _exchange(self, rpc: Rpc, request: Message | None) -> Message:
+    async def _exchange(self, rpc: Rpc, request: Message | None,
+                        cancel: CallCancel | None = None) -> Message:
         # Bodiless requests are encoded too: the same field checks, whatever the route.
+        # (``cancel``: ``_call_entered``'s, where the call is bare on a pooled connection.)
         if rpc.method == "run_graph":
             if type(request) is StepCall:
                 buffers = self._encode_step(request)
@@ -305,7 +329,7 @@ class TrioHttpChannel(Channel):
             buffers = None if request is None else encode(request, self._limits,
                                                           defer_checksums=True)
         if self._bare or self._bare_idle or self._bare_again is not None:
-            reply = await self._bare_call(rpc, buffers, rpc.method in self.one_way)
+            reply = await self._bare_call(rpc, buffers, rpc.method in self.one_way, cancel)
             if reply is not None:
                 return reply
         if type(request) is StepCall:  # (the server spoke no bare protocol after all)
@@ -368,9 +392,11 @@ class TrioHttpChannel(Channel):
         if prepared is not None:
             forget_template(prepared)
 
-    async def _bare_call(self, rpc: Rpc, buffers: list | None,
-                         one_way: bool = False) -> Message | None:
-        """The call over the bare protocol; None when the server does not speak it."""
+    async def _bare_call(self, rpc: Rpc, buffers: list | None, one_way: bool = False,
+                         cancel: CallCancel | None = None) -> Message | None:
+        """The call over the bare protocol; None when the server does not speak it. With
+        ``cancel`` (an idle connection at hand: ``_call_entered``), its cancel closes the
+        connection; one the server closed while idle raises ``_Again`` (nothing was taken)."""
         timeout = max(trio.current_effective_deadline() - trio.current_time(), 1e-3)
         for attempt in (0, 1):
             if self._bare_idle and not attempt:  # the usual call: an idle connection
@@ -384,6 +410,11 @@ class TrioHttpChannel(Channel):
             try:  # (a stalled answer, as _request's: the connection's own scope, see ``call``)
                 if self._closed:  # (closed while it connected)
                     raise self._closed_during(rpc.method)
+                if cancel is not None:
+                    if cancel.cancel_called:
+                        raise TransportUnavailable(f"{rpc.method} to {self.address} was "
+                                                   "cancelled")
+                    cancel.waits_on(conn.stream.socket)
                 conn.stall, conn.bulk.patience = self._stall_timeout, self._stall_timeout / 4
                 CALLS.begin(conn)  # (counted for the same-host spin's rule: ``bare_io``)
                 try:
@@ -393,13 +424,20 @@ class TrioHttpChannel(Channel):
                     CALLS.end()
                 done = True
             except (*_BROKEN, TransportUnavailable) as exc:
+                if cancel is not None and cancel.cancel_called:  # ours: never retried
+                    raise TransportUnavailable(f"{rpc.method} to {self.address} was "
+                                               "cancelled") from None
                 if self._closed:  # ``aclose`` closed it: not a peer's doing, not retried
                     raise self._closed_during(rpc.method) from None
                 if conn.reused and not conn.answered and attempt == 0:
+                    if cancel is not None:  # (again in a scope the cancel can reach)
+                        raise _Again() from None
                     continue  # the server closed it while idle: say it again on a new one
                 raise TransportUnavailable(f"{self._bare_what(rpc)}: connection lost: "
                                            f"{exc}") from None
             finally:
+                if cancel is not None:
+                    cancel.waits_on(None)
                 self._busy.discard(conn)
                 if not done:
                     conn.stream.socket.close()
