@@ -63,23 +63,38 @@ class CallCancel:
     """A call's cancel without a trio cancel scope (entering one costs ~5-10 us of CPU),
     lent to ``run_graph_step(call, scope=it, entered=True)`` in place of an entered scope.
 
-    ``cancel()`` (from any task of the trio run) ends the call: it closes the socket the call's
-    answer is awaited on (``waits_on``: the same-host client's usual call) or cancels the trio
-    scope a channel entered for it instead (``lend``: any other call); cancelled before the call
-    began, the call raises at once, nothing sent. The call raises TransportUnavailable then,
-    never retried; the caller tells it from a peer's doing by ``cancel_called``.
+    ``cancel()`` (from any task, or another thread: then in the call's trio run) ends the call:
+    it closes the socket the call's answer is awaited on (``waits_on``: the same-host client's
+    usual call) or cancels the trio scope a channel entered for it instead (``lend``: any other
+    call); cancelled before the call began, the call raises at once, nothing sent. The call
+    raises TransportUnavailable then, never retried; the caller tells it from a peer's doing
+    by ``cancel_called``.
     """
 
-    __slots__ = ("cancel_called", "_socket", "_scope")
+    __slots__ = ("cancel_called", "_socket", "_scope", "_token")
     deadline = math.inf  # (read as an entered scope's)
 
     def __init__(self) -> None:
         self.cancel_called = False
         self._socket: Any = None
         self._scope: trio.CancelScope | None = None
+        self._token = trio.lowlevel.current_trio_token()  # the call's run: the cancel acts there
 
     def cancel(self) -> None:
         self.cancel_called = True
+        try:
+            here = trio.lowlevel.current_trio_token() is self._token
+        except RuntimeError:  # (no trio run in this thread)
+            here = False
+        if here:
+            self._end()
+            return
+        try:  # another thread (a session closed from its trio run): in the call's run
+            self._token.run_sync_soon(self._end)
+        except trio.RunFinishedError:
+            pass
+
+    def _end(self) -> None:
         if self._scope is not None:
             self._scope.cancel()
         sock = self._socket

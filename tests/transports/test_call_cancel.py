@@ -1,7 +1,8 @@
 """A ``CallCancel`` lent to a step's RunGraph in place of an entered cancel scope
 (``transports.service``): on a pooled same-host connection the call enters no trio scope and
 the cancel closes the connection its answer is awaited on; anywhere else (HTTP, no pooled
-connection) the channel enters a scope the cancel reaches. Either way the call raises
+connection) the channel enters a scope the cancel reaches; a cancel from another thread acts
+in the call's trio run. Either way the call raises
 TransportUnavailable, never retried, and the worker's handler is cancelled; a cancel before the
 call sends nothing; a pooled connection the server closed while idle is called again."""
 
@@ -51,8 +52,9 @@ def _call(step, request_id):
     return StepCall(step, 2 * request_id + 1, request_id, [np.arange(3, dtype=np.float32)])
 
 
+@pytest.mark.parametrize("where", ["task", "thread"])
 @pytest.mark.parametrize("bare", [True, False], ids=["bare", "http"])
-async def test_a_cancel_ends_a_waiting_step_call_and_its_handler(bare):
+async def test_a_cancel_ends_a_waiting_step_call_and_its_handler(bare, where):
     handler = _BlockingWorker()
     async with open_http_server(handler) as server:
         with trio.fail_after(GENEROUS):
@@ -72,7 +74,10 @@ async def test_a_cancel_ends_a_waiting_step_call_and_its_handler(bare):
                     assert channel._in_flight == ({cancel} if bare else {cancel._scope})
                     # bare: no scope, the connection the answer is awaited on; else a scope
                     assert (cancel._socket is not None, cancel._scope is None) == (bare, bare)
-                    cancel.cancel()
+                    if where == "task":
+                        cancel.cancel()
+                    else:  # (a session closed from another thread: acts in the call's run)
+                        await trio.to_thread.run_sync(cancel.cancel)
                 await handler.cancelled.wait()  # the worker saw its client go
                 assert outcome == ["cancelled"] and not channel._in_flight
                 assert cancel._socket is None and cancel._scope is None
