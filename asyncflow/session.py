@@ -39,7 +39,7 @@ from asyncflow.ops.control_flow import check_feedable, check_fetchable
 from asyncflow.ops.sparse_ops import SparseTensor, SparseTensorValue, sparse_feeds
 from asyncflow.exec import timeslice
 from asyncflow.exec.closing import CancelledOnEntry as _CancelledOnEntry, Closing
-from asyncflow.exec.closing import Parked as _Parked
+from asyncflow.exec.closing import Lent as _Lent, Parked as _Parked
 from asyncflow.exec.options import SessionConfig
 from asyncflow.exec.resources import process_resources
 from asyncflow.exec.local_target import LocalTarget
@@ -530,9 +530,10 @@ class Session:
             None, None, f"Timed out after {timeout_ms} ms waiting for the step to finish "
             "(RunOptions.timeout_in_ms)")
 
-    def _parked(self):
-        """A cancel scope ``close()`` cancels, entered by a target while a step waits."""
-        return _Parked(self._run_scopes)
+    def _parked(self, cancel=None):
+        """A cancel scope ``close()`` cancels, entered by a target while a step waits; with
+        ``cancel`` (the target's own, ``cancel()`` ending the step's wait), that instead."""
+        return _Parked(self._run_scopes) if cancel is None else _Lent(self._run_scopes, cancel)
 
     async def _share_the_loop(self):
         """Yield to other tasks once per time slice of runs that finished without waiting.

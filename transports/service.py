@@ -18,6 +18,9 @@ Errors a caller sees: :class:`~transports.messages.RemoteCallError` (the worker 
 status code), :class:`TransportUnavailable` (no answer: refused, reset, peer died mid-body,
 channel closed) and :class:`TransportDeadlineExceeded` (the call's ``timeout`` expired). A trio
 cancel scope around a call cancels it the trio way, and cancels the handler on the worker too.
+A :class:`CallCancel` lent to a RunGraph in place of an entered scope cancels it without a trio
+scope where the channel can (the same-host client closes the connection the answer is awaited
+on): the call then raises TransportUnavailable, never retried.
 
 This module must not know about asyncflow or HTTP libraries.
 """
@@ -38,7 +41,7 @@ from transports.messages import (
 from transports.wire import LocalProtocolError, RemoteProtocolError
 
 __all__ = [
-    "RPCS", "Channel", "Rpc", "TransportDeadlineExceeded", "TransportError",
+    "RPCS", "CallCancel", "Channel", "Rpc", "TransportDeadlineExceeded", "TransportError",
     "TransportUnavailable", "WorkerServiceProtocol", "error_reply_for", "reply_for_result",
     "result_for_reply",
 ]
@@ -54,6 +57,60 @@ class TransportUnavailable(TransportError):
 
 class TransportDeadlineExceeded(TransportError):
     """The call's timeout expired before the worker answered (TF's DEADLINE_EXCEEDED)."""
+
+
+class CallCancel:
+    """A call's cancel without a trio cancel scope (entering one costs ~5-10 us of CPU),
+    lent to ``run_graph_step(call, scope=it, entered=True)`` in place of an entered scope.
+
+    ``cancel()`` (from any task, or another thread: then in the call's trio run) ends the call:
+    it closes the socket the call's answer is awaited on (``waits_on``: the same-host client's
+    usual call) or cancels the trio scope a channel entered for it instead (``lend``: any other
+    call); cancelled before the call began, the call raises at once, nothing sent. The call
+    raises TransportUnavailable then, never retried; the caller tells it from a peer's doing
+    by ``cancel_called``.
+    """
+
+    __slots__ = ("cancel_called", "_socket", "_scope", "_token")
+    deadline = math.inf  # (read as an entered scope's)
+
+    def __init__(self) -> None:
+        self.cancel_called = False
+        self._socket: Any = None
+        self._scope: trio.CancelScope | None = None
+        self._token = trio.lowlevel.current_trio_token()  # the call's run: the cancel acts there
+
+    def cancel(self) -> None:
+        self.cancel_called = True
+        try:
+            here = trio.lowlevel.current_trio_token() is self._token
+        except RuntimeError:  # (no trio run in this thread)
+            here = False
+        if here:
+            self._end()
+            return
+        try:  # another thread (a session closed from its trio run): in the call's run
+            self._token.run_sync_soon(self._end)
+        except trio.RunFinishedError:
+            pass
+
+    def _end(self) -> None:
+        if self._scope is not None:
+            self._scope.cancel()
+        sock = self._socket
+        if sock is not None and sock.fileno() >= 0:
+            trio.lowlevel.notify_closing(sock)  # (a wait on it raises ClosedResourceError)
+            sock.close()
+
+    def waits_on(self, sock: Any) -> None:
+        """The call now awaits its answer on ``sock`` (None: no longer)."""
+        self._socket = sock
+
+    def lend(self, scope: trio.CancelScope | None) -> None:
+        """The call now runs in ``scope`` (None: no longer); cancelled already: so is it."""
+        self._scope = scope
+        if scope is not None and self.cancel_called:
+            scope.cancel()
 
 
 class WorkerServiceProtocol(Protocol):
@@ -199,6 +256,10 @@ class Channel:
     """
 
     address: str
+    # Whether every call gives the event loop back at least once (it waits on a socket): a
+    # caller that counts time slices may take the call for a checkpoint. False here: a
+    # subclass may answer in the caller's task without one (the in-process channel).
+    calls_yield: bool = False
 
     def __init__(self) -> None:
         self._closed = False
@@ -322,9 +383,19 @@ class Channel:
             f"{method} to {self.address} got no answer within {timeout} s")
 
     async def _call_entered(self, method: str, request: Message,
-                            scope: trio.CancelScope) -> Any:
+                            scope: trio.CancelScope | CallCancel) -> Any:
         if self._closed:
             raise TransportUnavailable(f"channel to {self.address} is closed")
+        if type(scope) is CallCancel:  # a scope of the call's own, cancelled by it
+            if scope.cancel_called:  # (before the call: nothing sent)
+                raise TransportUnavailable(f"{method} to {self.address} was cancelled")
+            with trio.CancelScope() as own:
+                scope.lend(own)
+                try:
+                    return await self._call_entered(method, request, own)
+                finally:
+                    scope.lend(None)
+            raise TransportUnavailable(f"{method} to {self.address} was cancelled")
         self._in_flight.add(scope)
         try:
             rpc = _BY_METHOD[method]

@@ -217,7 +217,7 @@ def _encode(prepared, message, limits, checksums, defer_checksums) -> tuple:
 
 def frame_size(buffers: list[bytes | memoryview]) -> int:
     """Total byte length of the buffers returned by :func:`encode`."""
-    return sum(len(b) for b in buffers)
+    return sum(map(len, buffers))
 
 
 # ----------------------------------------------------------------------------- decoding

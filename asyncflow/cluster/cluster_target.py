@@ -6,7 +6,12 @@ It owns the session's ``Master`` (``master.py``): ``prepare`` compiles through t
 ``run`` checks the tasks' incarnations first (a restarted worker makes the run compile and
 register again) and drives the step on the workers. No cluster run is ``inline``: every
 step crosses the wire, so the whole step sits in the session's close-cancellable scope, which
-is also the RunGraph call's scope of a one-task step without a timeout (one scope a step).
+is also the RunGraph call's scope of a one-task step without a timeout (one scope a step);
+the usual such step, ready to go, enters no trio scope at all: a ``CallCancel`` in the
+session's run scopes ends its RunGraph (closing the connection its answer is awaited on).
+A step whose calls all went over channels that wait on a socket (``calls_yield``) gave the
+event loop back: it closes the time slice (``exec/timeslice.py``), so the session's yield
+between runs is not spent on a needless scheduler pass after it.
 """
 from __future__ import annotations
 
@@ -14,7 +19,9 @@ import trio
 
 from asyncflow import errors
 from asyncflow.cluster import master as _master
+from asyncflow.exec import timeslice
 from asyncflow.exec.step import Step
+from transports.service import CallCancel, TransportUnavailable
 
 
 class ClusterTarget:
@@ -65,9 +72,13 @@ class ClusterTarget:
             OpError: the root cause of the step's failure.
         """
         failure = None
-        with parked() as scope:
-            master = self.master
-            ready = master.opened and master.ready(compiled)
+        master = self.master
+        ready = master.opened and master.ready(compiled)
+        # The usual step (nothing to refresh or register, one task, no timeout): its one wait
+        # is its RunGraph's answer, which a CallCancel ends without a trio scope (close()'s).
+        cancel = CallCancel() if ready and not timeout_ms and len(compiled.task_graphs) == 1 \
+            else None
+        with parked(cancel) as scope:
             if not ready:  # else nothing to refresh, nor to register (no checkpoint between)
                 if not master.opened:
                     if self.closed:  # a run prepared before the close, awaited after it
@@ -80,11 +91,21 @@ class ClusterTarget:
             step.extras["call_scope"] = scope  # one scope a step: the RunGraph's, if one
             step.extras["registered"] = ready
             try:
-                return await compiled.runner.run(feed_values, step)
+                values = await compiled.runner.run(feed_values, step)
+                tasks = master.tasks
+                for tg in compiled.task_graphs:  # (one or two: no generator)
+                    if not tasks[tg.task].channel.calls_yield:
+                        break
+                else:  # every call waited on a socket: the task gave the loop back
+                    timeslice.restart()
+                return values
             except errors.OpError as exc:
                 if not scope.cancel_called:
                     raise
                 failure = exc  # the driver cancelled this scope (a task it declared dead)
+            except TransportUnavailable:  # the call a CallCancel ended (as a scope's cancel)
+                if scope is not cancel or not cancel.cancel_called:
+                    raise
         if failure is None:
             raise errors.session_closed()
         try:  # a caller's cancel that came at once with the driver's wins, as it did when

@@ -73,7 +73,7 @@ from asyncflow.exec import compiled_run
 from asyncflow.exec.options import NodeStats
 from transports.messages import AbortStep, GraphConfig, GraphOptions, RegisterGraph, RemoteCallError
 from transports.run_graph_step import RunGraphStep, StepCall
-from transports.service import TransportDeadlineExceeded
+from transports.service import CallCancel, TransportDeadlineExceeded
 from transports.wire import ChecksumMismatch
 
 _log = logging.getLogger("asyncflow.master")
@@ -167,6 +167,12 @@ async def _all(fn, items):
         raise failures[0]
 
 
+def _to_register(tg, task, now):
+    """Whether ``tg`` of ``task`` is to register (``Master._unregistered``)."""
+    return tg.handle is None or tg.registered_incarnation != task.incarnation or (
+        task.graph_lease_s is not None and now - tg.last_used > task.graph_lease_s / 2)
+
+
 def _cancelled(exc):
     """Whether ``exc`` is trio's Cancelled, or a group of nothing else (a nursery's)."""
     if isinstance(exc, BaseExceptionGroup):
@@ -184,21 +190,17 @@ class Master:
     """
 
     def __init__(self, cluster, config, session_handle=None):
-        self.cluster = cluster
-        self.config = config
+        self.cluster, self.config = cluster, config
         self.session_handle = session_handle or f"session-{secrets.token_hex(8)}"
         self.tasks = {}
         for job, index, address in (cluster.tasks() if cluster is not None else ()):
             name = f"/job:{job}/replica:0/task:{index}"
             self.tasks[name] = _Task(name, address, _channels.for_session(address, config))
-        self._target = None
-        self._pinned = {}
-        self._runs = []
+        self._target, self._pinned, self._runs, self.opened = None, {}, [], False
         self._forgotten = []   # (task, handle, incarnation): registered on a process that
         #                        restarted after the run was compiled; never used
         self._register_lock = trio.Lock()
         self._registering = set()  # Events of RegisterGraph calls in flight (close waits)
-        self.opened = False
         self.monitor = StepMonitor(config.health_check_interval_s)  # times the steps' watchdogs
         self.closing = False  # close() began: a watchdog no longer decides a step's outcome
         self._step_bits = _STEP_IDS.getrandbits  # (one generator a process)
@@ -353,14 +355,16 @@ class Master:
         """True when ``refresh(run)`` and the registration would do nothing (the usual step):
         every task of the run heard from within the health interval, none restarted, the
         cluster's incarnations those the run was compiled against, its graphs registered."""
-        tasks, now = self.tasks, trio.current_time()
-        interval = self.config.health_check_interval_s
-        for tg in run.task_graphs:
+        tasks, now, interval = self.tasks, trio.current_time(), self.config.health_check_interval_s
+        for tg in run.task_graphs:  # (loops, not generators: every step asks)
             task = tasks[tg.task]
-            if now - task.last_ok > interval or task.incarnation != task.acknowledged:
+            if now - task.last_ok > interval or task.incarnation != task.acknowledged \
+                    or _to_register(tg, task, now):
                 return False
-        return all(task.incarnation == run.incarnations.get(name, task.incarnation)
-                   for name, task in tasks.items()) and not self._unregistered(run, now)
+        for name, incarnation in run.incarnations.items():
+            if name in tasks and tasks[name].incarnation != incarnation:
+                return False
+        return True
 
     async def _register(self, run):
         if not self._unregistered(run, trio.current_time()):
@@ -404,17 +408,13 @@ class Master:
     def _unregistered(self, run, now):
         """The task graphs of ``run`` to register: never, on an older incarnation, or with
         their lease half run out."""
-        tasks = self.tasks
-        return [tg for tg in run.task_graphs if tg.handle is None
-                or tg.registered_incarnation != tasks[tg.task].incarnation
-                or (tasks[tg.task].graph_lease_s is not None
-                    and now - tg.last_used > tasks[tg.task].graph_lease_s / 2)]
+        return [tg for tg in run.task_graphs if _to_register(tg, self.tasks[tg.task], now)]
 
     async def run_step(self, graph, run, feed_values, timeout_ms=0, trace=None, scope=None,
                        registered=None):
         """Run one step of ``run``; returns the fetched numpy values in order. ``scope``: an
-        entered cancel scope of the caller's, the RunGraph's of a one-task step without a
-        timeout (no scope of its own: the driver tells its own cancels from the caller's).
+        entered cancel scope of the caller's (or a ``CallCancel``), the RunGraph's of a one-task
+        step without a timeout (no scope of its own: the driver tells its own cancels apart).
 
         Raises:
             OpError: the root cause of the step's failure.
@@ -454,15 +454,11 @@ class _StepDriver:
     """One step across the cluster (see the module docstring)."""
 
     def __init__(self, master, graph, run, step_id, feed_values, timeout_ms, trace):
-        self.master, self.graph, self.run_ = master, graph, run
-        self.step_id = step_id
-        self.feed_values = feed_values
-        self.timeout_ms = timeout_ms
-        self.trace = trace
+        self.master, self.graph, self.run_, self.step_id = master, graph, run, step_id
+        self.feed_values, self.timeout_ms, self.trace = feed_values, timeout_ms, trace
         self.results = [None] * len(run.task_graphs)
         self.failures = []      # (derived?, OpError) in arrival order
-        self.aborted = False
-        self.outer = None
+        self.aborted, self.outer = False, None
         self.call_scopes = {}   # task -> the cancel scope of its RunGraph call
         self.dead = set()       # tasks declared dead: not waited for, not sent AbortStep
         self.calls_left = 0     # RunGraph calls not yet returned
@@ -556,6 +552,10 @@ class _StepDriver:
                 return await task.channel.run_graph_step(request, scope=scope, entered=True)
             return await task.channel.run_graph_step(request, timeout=timeout, scope=scope)
         except _channels.CALL_FAILURES as exc:
+            if type(scope) is CallCancel and scope.cancel_called:  # ended as a scope's cancel
+                if self.cancelled_own:  # (its call raises no Cancelled: see Cancelled below)
+                    return None
+                raise
             failure = exc
         except trio.Cancelled:  # in the caller's scope: returns None as a lent one would
             if scope is self.entered and self.cancelled_own:  # when this driver cancelled

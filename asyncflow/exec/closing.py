@@ -1,8 +1,9 @@
 """A session's runs and its close: the cancel scopes of runs in flight, and the close itself.
 
 - ``Parked(scopes)``: ``with`` it, a run is cancellable by the session's close (its scope is
-  in ``scopes`` while entered); ``CancelledOnEntry`` stands in for ``scopes`` after the close,
-  so a run prepared before the close is cancelled as it parks.
+  in ``scopes`` while entered); ``Lent(scopes, cancel)`` puts a cancel of the target's own
+  there instead (no trio scope); ``CancelledOnEntry`` stands in for ``scopes`` after the
+  close, so a run prepared before the close is cancelled as it parks.
 - ``Closing``: a close, begun once, that any other close waits for, from the same trio run
   (a trio Event) or another thread's trio run (woken through that run's trio token: no
   thread waits, no event loop blocks, a cancelled wait leaves nothing behind). The first
@@ -36,6 +37,24 @@ class Parked:
             return self._scope.__exit__(*exc_info)
         finally:
             self._scopes.discard(self._scope)
+
+
+class Lent:
+    """``with`` it: ``cancel`` (anything with ``cancel()`` and ``cancel_called``: a channel's
+    call cancel, which ends the run's one wait without a trio scope) in ``scopes`` while
+    entered, where ``Parked`` would enter a trio scope (~5 us of CPU a run)."""
+
+    __slots__ = ("_scopes", "_cancel")
+
+    def __init__(self, scopes, cancel):
+        self._scopes, self._cancel = scopes, cancel
+
+    def __enter__(self):
+        self._scopes.add(self._cancel)
+        return self._cancel
+
+    def __exit__(self, *exc_info):
+        self._scopes.discard(self._cancel)
 
 
 class CancelledOnEntry(set):

@@ -1,5 +1,7 @@
 """A remote step's fast path: ``Master.ready`` skips the refresh and the registration only
-when they would do nothing, and step ids stay distinct, odd and 62-bit, also in forked clients.
+when they would do nothing, step ids stay distinct, odd and 62-bit, also in forked clients,
+and a step whose call waited on a socket closes the time slice (no yield of the session's
+after it), where one over the in-process channel (which may never wait) still yields.
 
 Run over both transports (``cluster`` fixture); the staleness is set on the master's task
 records (``last_ok``), not waited for, so no test depends on the clock.
@@ -11,6 +13,7 @@ import trio
 
 import asyncflow as af
 from asyncflow.cluster.master import Master
+from asyncflow.exec import timeslice
 
 W0, W1 = "/job:worker/task:0", "/job:worker/task:1"
 T0 = "/job:worker/replica:0/task:0"
@@ -54,6 +57,30 @@ async def test_a_fresh_registered_run_is_ready_and_its_steps_ask_no_health(clust
         for i in range(5):
             assert await sess.run(doubled, {p: float(i)}) == 2.0 * i
         assert calls == []
+
+
+async def test_a_step_that_waited_on_a_socket_closes_the_slice(cluster, monkeypatch):
+    # Every read of the slice clock a slice later: a step counted as a whole slice.
+    spec, _ = cluster
+    reads = iter(range(1, 10**9))
+    monkeypatch.setattr(timeslice, "clock", lambda: next(reads) * timeslice.TIME_SLICE_S)
+    yields, real = [], trio.lowlevel.cancel_shielded_checkpoint
+
+    async def counted():
+        yields.append(1)
+        await real()
+
+    async with _after_a_step(spec) as (sess, p, doubled, master, run):
+        over_a_socket = all(master.tasks[tg.task].channel.calls_yield for tg in run.task_graphs)
+        assert over_a_socket == (not spec.as_dict()["worker"][0].startswith("inprocess:"))
+        timeslice.restart()
+        monkeypatch.setattr(trio.lowlevel, "cancel_shielded_checkpoint", counted)
+        for i in range(6):
+            assert await sess.run(doubled, {p: float(i)}) == 2.0 * i
+        monkeypatch.undo()
+    # Over a socket the call gave the loop back: no yield after it. In process: as before,
+    # every other step (the first opens a slice, the next finds it over).
+    assert len(yields) == (0 if over_a_socket else 3)
 
 
 async def test_a_stale_task_is_asked_its_health_before_the_step(cluster):

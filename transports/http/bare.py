@@ -398,7 +398,7 @@ class BareService:
         server = self._server
         size = frame_size(buffers)
         server._bytes_sent += size
-        if lend and cross_memory.lendable(buffers):
+        if lend and size >= cross_memory.LEND_BYTES and cross_memory.lendable(buffers):
             timeout = server._connection_limits.body_timeout_s
 
             async def verdict() -> bytes:

@@ -3,46 +3,39 @@
 Theory of operation
 -------------------
 An aiohttp client (the tests' ``HttpChannel``) runs every call on an asyncio thread: two thread
-hops per call (trio -> asyncio, and back) plus aiohttp's own request machinery, which together
-are most of a small step's fixed cost. :class:`TrioHttpChannel` speaks the same protocol to the
-same server (routes from :data:`transports.service.RPCS`, bodies as single
-:mod:`transports.wire` frames, the same statuses and bearer token) straight from the calling
-trio task:
+hops a call and aiohttp's own machinery, most of a small step's fixed cost.
+:class:`TrioHttpChannel` speaks the same protocol to the same server (routes from
+:data:`transports.service.RPCS`, bodies as single :mod:`transports.wire` frames, the same
+statuses and bearer token) straight from the calling trio task:
 
-* **Connections.** Keep-alive ``trio.SocketStream`` s (``TCP_NODELAY``, as trio sets it), kept
-  in a per-channel idle pool; each call checks one out, so concurrent calls use concurrent
-  connections (a long ``recv_tensors`` never queues another call), and returns it after a
-  complete response. A call that fails or is cancelled midway closes its connection (the
-  server sees the disconnect and cancels the handler). A reused connection that the server
-  closed while idle (EOF or a reset before any byte of the answer) is retried once on a fresh
-  one; anything else is :class:`~transports.service.TransportUnavailable`.
-* **Requests.** The head and the frame's small buffers (header, padding) go in one ``send``;
-  each tensor of 64 KiB or more is sent from a view of its array (no copy), with
-  ``Content-Length`` (:func:`transports.http.protocol.send_pieces`).
-* **Replies.** What arrives is fed to the connection's
-  :class:`~transports.http.framing.MessageReader` (llhttp through httptools, as on the server;
-  a head of at most ``_MAX_HEAD`` bytes); a frame body must have a ``Content-Length`` (or
-  chunked encoding, decoded by llhttp). The body bytes that came with the head are copied out of
-  the reader; the rest is received with ``recv_into`` straight into the
-  :class:`~transports.wire.Decoder` 's destination arrays (socket -> array, no intermediate
-  chunk); the decoder's :class:`~transports.wire.Limits` bound it.
-  Tensors of :data:`~transports.http.bulk_io.BULK_BYTES` or more are read and sent by
-  :mod:`transports.http.bulk_io` (a parked read wakes per MiB, not per segment).
+* **Connections.** Keep-alive ``trio.SocketStream`` s (``TCP_NODELAY``) in a per-channel idle
+  pool; each call checks one out (a long ``recv_tensors`` never queues another call) and
+  returns it after a complete response. A call that fails or is cancelled midway closes its
+  connection (the server cancels the handler). A reused connection the server closed while
+  idle (EOF or a reset before any byte of the answer) is retried once on a fresh one;
+  anything else is :class:`~transports.service.TransportUnavailable`.
+* **Requests.** The head and the frame's small buffers in one ``send``; each tensor of 64 KiB
+  or more from a view of its array, no copy (:func:`transports.http.protocol.send_pieces`).
+* **Replies** are fed to the connection's :class:`~transports.http.framing.MessageReader`
+  (llhttp through httptools, as on the server; a head of at most ``_MAX_HEAD`` bytes; a body
+  with a ``Content-Length`` or chunked); the body's rest is received with ``recv_into``
+  straight into the :class:`~transports.wire.Decoder` 's arrays, bounded by its
+  :class:`~transports.wire.Limits`; tensors of :data:`~transports.http.bulk_io.BULK_BYTES` or
+  more by :mod:`transports.http.bulk_io` (a parked read wakes per MiB, not per segment).
 * **Same host.** To a loopback address every call but the two text ones first goes over the
   bare-frame protocol of :mod:`transports.http.bare` (no HTTP head, one frame each way, the
-  token checked once per connection); where the server has no such socket the channel speaks
-  HTTP from then on. A server that hangs up at the handshake (at its connection limit with
-  every connection busy, or closing) is spoken to over HTTP for a back-off (``_BARE_RETRY_S``,
-  doubling to ``_BARE_RETRY_MAX_S``; bare connections it already admitted serve on), and
-  after it the next call tries the bare socket again: a server with room is spoken to over it.
+  token checked once per connection); where the server has no such socket, HTTP from then on.
+  A server that hangs up at the handshake (at its connection limit, or closing) is spoken to
+  over HTTP for a back-off (``_BARE_RETRY_S``, doubling to ``_BARE_RETRY_MAX_S``; admitted
+  bare connections serve on), then the bare socket is tried again.
 * **Deadlines** are trio's: :class:`~transports.service.Channel` wraps each call in a cancel
   scope (but a same-host call with no timeout of its own on a pooled connection, which enclosing
-  scopes bound and ``aclose`` ends by closing its connection, and a one-way one, whose timeout
-  bounds only a write that must wait: ``bare_io.write_request``); connecting has its own
-  ``connect_timeout``. An answer that has begun must go on:
-  ``stall_timeout`` seconds without a byte of it (a half frame, then nothing: a peer stuck
-  mid-send, a half-open connection) is TransportUnavailable, however long the call may take
-  before its first byte (a long step is no stall).
+  scopes bound and ``aclose`` ends by closing its connection, as a lent
+  :class:`~transports.service.CallCancel` does: a step's RunGraph; and a one-way one, whose
+  timeout bounds only a write that must wait: ``bare_io.write_request``); connecting has its own
+  ``connect_timeout``. An answer that has begun must go on: ``stall_timeout`` seconds without a
+  byte of it (a peer stuck mid-send, a half-open connection) is TransportUnavailable, however
+  long the call may take before its first byte (a long step is no stall).
 
 Nothing here knows about asyncflow.
 """
@@ -67,8 +60,8 @@ from transports.messages import Ack, DeregisterGraph, ErrorReply, Message
 from transports.checksum import enabled as checksum_enabled
 from transports.repeat_frames import forget as forget_template
 from transports.run_graph_step import RunGraphStep, StepCall
-from transports.service import RPCS, TEXT_CALLS, Channel, Rpc, TransportDeadlineExceeded, \
-    TransportUnavailable, result_for_reply
+from transports.service import RPCS, TEXT_CALLS, CallCancel, Channel, Rpc, \
+    TransportDeadlineExceeded, TransportUnavailable, result_for_reply
 from transports.wire import (
     DEFAULT_LIMITS, Decoder, Limits, LocalProtocolError, RemoteProtocolError,
     encode, encode_prepared, frame_size,
@@ -82,6 +75,11 @@ _MAX_IDLE: Final = 16            # idle keep-alive connections kept per channel
 _BARE_RETRY_S: Final = 0.5       # after a bare handshake was hung up on: HTTP for this long,
 _BARE_RETRY_MAX_S: Final = 30.0  # doubling (to this) while the server keeps hanging up
 _BROKEN = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+
+
+class _Again(Exception):
+    """A pooled connection the server closed while idle, under a CallCancel: call again."""
+
 _RPC_INDEX: Final = {rpc.method: index for index, rpc in enumerate(RPCS)}
 _STEP_IDS: Final = ("step_id", "request_id")  # a RunGraph's volatile ids
 _PREPARED_KEPT: Final = 64       # prepared RunGraph signatures kept per channel (by handle)
@@ -195,6 +193,8 @@ class TrioHttpChannel(Channel):
         ValueError: ``address`` is not ``host:port``, or ``token`` could break the head.
     """
 
+    calls_yield = True  # every answer is waited for on a socket (a trio checkpoint)
+
     def __init__(self, address: str, *, token: str | None = None, connect_timeout: float = 5.0,
                  limits: Limits = DEFAULT_LIMITS, same_host: bool | None = None,
                  bare: bool | None = None, stall_timeout: float = 10.0) -> None:
@@ -252,12 +252,10 @@ class TrioHttpChannel(Channel):
 
     async def _call(self, method: str, request: Message | None, timeout: float | None,
                     scope: trio.CancelScope | None = None) -> Any:
-        # The usual same-host call, no timeout of its own: no cancel scope entered for it (a
-        # trio scope costs ~10 us of CPU a call: ``transports.http.call_scope``). Enclosing
-        # scopes bound it as ever; ``aclose`` ends it by closing its connection (``_busy``).
-        # A one-way same-host call (a push) with a timeout enters none either: it waits only
-        # where its write must (a full socket), and that write is bounded by the deadline
-        # (``bare_io.write_request``); so is an HTTP fallback (``_exchange``).
+        # The usual same-host call, no timeout of its own, enters no cancel scope (~10 us of CPU
+        # a call: ``call_scope``): enclosing scopes bound it, ``aclose`` closes its connection.
+        # Nor does a one-way one (a push): only a write that must wait (a full socket) is
+        # bounded by its deadline (``bare_io.write_request``), and an HTTP fallback.
         if scope is None and self._bare_idle and method in _RPC_INDEX and (
                 timeout is None or method in self.one_way):
             if self._closed:
@@ -272,6 +270,20 @@ class TrioHttpChannel(Channel):
                 raise TransportDeadlineExceeded(f"{method} to {self.address} got no answer "
                                                 f"within {timeout} s") from None
         return await super()._call(method, request, timeout, scope)
+
+    async def _call_entered(self, method: str, request: Message | None, scope: Any) -> Any:
+        # A step's RunGraph lent a CallCancel, on a pooled same-host connection: no trio scope;
+        # the cancel closes that connection (``_bare_call``); one closed idle: again in a scope.
+        if type(scope) is CallCancel and self._bare_idle and not self._closed:
+            rpc = RPCS[_RPC_INDEX[method]]
+            self._in_flight.add(scope)
+            try:
+                return result_for_reply(rpc, await self._exchange(rpc, request, cancel=scope))
+            except _Again:
+                pass
+            finally:
+                self._in_flight.discard(scope)
+        return await super()._call_entered(method, request, scope)
 
     def _closed_during(self, what: str) -> TransportUnavailable:
         return TransportUnavailable(f"channel to {self.address} was closed during {what}")
@@ -300,9 +312,10 @@ class TrioHttpChannel(Channel):
         return await self._call("run_graph", call, timeout, scope)
 
     async def _exchange(self, rpc: Rpc, request: Message | None,
-                        deadline: float = math.inf) -> Message:
+                        deadline: float = math.inf,
+                        cancel: CallCancel | None = None) -> Message:
         # Bodiless requests are encoded too: the same field checks, whatever the route.
-        # (``deadline``: a one-way call's, which entered no scope: ``_call``.)
+        # (``deadline``: an unscoped one-way call's; ``cancel``: ``_call_entered``'s.)
         if rpc.method == "run_graph":
             if type(request) is StepCall:
                 buffers = self._encode_step(request)
@@ -318,7 +331,8 @@ class TrioHttpChannel(Channel):
             buffers = None if request is None else encode(request, self._limits,
                                                           defer_checksums=True)
         if self._bare or self._bare_idle or self._bare_again is not None:
-            reply = await self._bare_call(rpc, buffers, rpc.method in self.one_way, deadline)
+            reply = await self._bare_call(rpc, buffers, rpc.method in self.one_way, deadline,
+                                          cancel)
             if reply is not None:
                 return reply
         if type(request) is StepCall:  # (the server spoke no bare protocol after all)
@@ -385,8 +399,11 @@ class TrioHttpChannel(Channel):
             forget_template(prepared)
 
     async def _bare_call(self, rpc: Rpc, buffers: list | None, one_way: bool = False,
-                         deadline: float = math.inf) -> Message | None:
-        """The call over the bare protocol; None when the server does not speak it."""
+                         deadline: float = math.inf,
+                         cancel: CallCancel | None = None) -> Message | None:
+        """The call over the bare protocol; None when the server does not speak it. With
+        ``cancel`` (an idle connection at hand: ``_call_entered``), its cancel closes the
+        connection; one the server closed while idle raises ``_Again`` (nothing was taken)."""
         timeout = max(min(trio.current_effective_deadline(), deadline) - trio.current_time(),
                       1e-3)
         for attempt in (0, 1):
@@ -401,6 +418,11 @@ class TrioHttpChannel(Channel):
             try:  # (a stalled answer, as _request's: the connection's own scope, see ``call``)
                 if self._closed:  # (closed while it connected)
                     raise self._closed_during(rpc.method)
+                if cancel is not None:
+                    if cancel.cancel_called:
+                        raise TransportUnavailable(f"{rpc.method} to {self.address} was "
+                                                   "cancelled")
+                    cancel.waits_on(conn.stream.socket)
                 conn.stall, conn.bulk.patience = self._stall_timeout, self._stall_timeout / 4
                 CALLS.begin(conn)  # (counted for the same-host spin's rule: ``bare_io``)
                 try:
@@ -410,13 +432,20 @@ class TrioHttpChannel(Channel):
                     CALLS.end()
                 done = True
             except (*_BROKEN, TransportUnavailable) as exc:
+                if cancel is not None and cancel.cancel_called:  # ours: never retried
+                    raise TransportUnavailable(f"{rpc.method} to {self.address} was "
+                                               "cancelled") from None
                 if self._closed:  # ``aclose`` closed it: not a peer's doing, not retried
                     raise self._closed_during(rpc.method) from None
                 if conn.reused and not conn.answered and attempt == 0:
+                    if cancel is not None:  # (again in a scope the cancel can reach)
+                        raise _Again() from None
                     continue  # the server closed it while idle: say it again on a new one
                 raise TransportUnavailable(f"{self._bare_what(rpc)}: connection lost: "
                                            f"{exc}") from None
             finally:
+                if cancel is not None:
+                    cancel.waits_on(None)
                 self._busy.discard(conn)
                 if not done:
                     conn.stream.socket.close()

@@ -1,0 +1,75 @@
+"""The usual cluster step (ready: nothing to refresh or register; one task; no timeout) waits
+for its RunGraph with no trio cancel scope of the session's: a ``CallCancel`` stands in the
+session's run scopes, and a close ends the step as it ended the scoped one (the closed
+session's CancelledError, the worker's step cancelled, the session's channels closed). A step
+that is not ready, or has a timeout, keeps the scope. Over both transports (``cluster``)."""
+import pytest
+import trio
+
+import asyncflow as af
+from transports.service import CallCancel
+
+W0 = "/job:worker/task:0"
+GENEROUS = 20
+
+
+def _graph():
+    with af.Graph().as_default() as graph:
+        with af.device(W0):
+            queue = af.FIFOQueue(4, [af.float32], shapes=[[]], name="q")
+            put = queue.enqueue([af.constant(1.0)])
+            taken = queue.dequeue()
+    return graph, put, taken
+
+
+def _running(server):
+    return sum(state.running for state in server.service._steps.values())
+
+
+async def _scopes_while_waiting(sess, server, fetch, options=None):
+    """The session's run scopes while a step of ``fetch`` waits on the worker, and what the
+    step raised once the session was closed under it."""
+    outcome = []
+
+    async def step():
+        with pytest.raises(af.errors.CancelledError, match="session was closed") as caught:
+            await sess.run(fetch, options=options)
+        outcome.append(caught.value)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(step)
+        while not _running(server):
+            await trio.sleep(0.001)  # (bounded by the caller's fail_after)
+        scopes = list(sess._run_scopes)
+        await sess.close()
+    assert len(outcome) == 1
+    while _running(server):  # its step cancelled there
+        await trio.sleep(0.001)
+    return scopes
+
+
+@pytest.mark.parametrize("options", [None, af.RunOptions(timeout_in_ms=60_000)],
+                         ids=["no timeout", "timeout"])
+async def test_a_close_ends_a_ready_step_without_a_scope(cluster, options):
+    spec, servers = cluster
+    graph, put, taken = _graph()
+    with trio.fail_after(GENEROUS):
+        async with af.Session(graph=graph, cluster=spec) as sess:
+            await sess.run(put)
+            assert await sess.run(taken, options=options) == 1.0  # registered: ready
+            run = sess._target.cache[((), (taken,), ())]
+            assert sess._target.master.ready(run)
+            scopes = await _scopes_while_waiting(sess, servers["worker:0"], taken, options)
+    (scope,) = scopes
+    assert type(scope) is (CallCancel if options is None else trio.CancelScope)
+    assert scope.cancel_called and sess.closed
+
+
+async def test_a_first_step_keeps_the_scope(cluster):
+    spec, servers = cluster
+    graph, _, taken = _graph()
+    with trio.fail_after(GENEROUS):
+        async with af.Session(graph=graph, cluster=spec) as sess:
+            scopes = await _scopes_while_waiting(sess, servers["worker:0"], taken)
+    (scope,) = scopes
+    assert type(scope) is trio.CancelScope and scope.cancel_called
