@@ -36,8 +36,8 @@ import numpy as np
 ENABLED = os.environ.get("ASYNCFLOW_GEMM_BELL", "1") != "0"
 # How long the worker spins after its last job before it sleeps on a futex (read at each
 # wait), and how long a split's caller spins for the worker's chunk before it sleeps.
-SPIN_S = 300e-6
-WAIT_SPIN_S = 50e-6
+SPIN_S = 0.0
+WAIT_SPIN_S = 0.0
 
 _loop = None      # exec/gemm_bell_loop.py, once loaded
 _per_read = 1e-7  # seconds a read of the bell takes in ``serve`` (measured at load)
