@@ -37,9 +37,6 @@ import queue as queue_module
 import threading
 import weakref
 
-from asyncflow.exec import gemm_bell
-from asyncflow.kernels import blas
-
 whole = threading.local()  # ``active``: kernels run whole here (``run_alone``, a lane)
 _blas_lock = threading.Lock()
 _blas_users = 0        # holds: the process's claim and every running split
@@ -187,52 +184,6 @@ class IntraOpPool:
             raise queue.error
         return withdrawn
 
-    def run_gemm(self, fn, bounds, job, epilogue=None):
-        """``run(fn, bounds)`` for a GEMM split in two (``kernels/intra_op.py``'s ``for_gemm``):
-        where the first worker waits on its bell (``exec/gemm_bell.py``), the second chunk's
-        GEMM ``mm(a, b, out)`` (``job(start, stop)``'s ``(mm, a, b, out)``, ``mm`` one of
-        ``kernels/blas.py``'s GEMM forms) is handed to it as its ``cblas_?gemm`` call (where
-        it is one plain call) and ``epilogue(start, stop)`` (or None) runs there after it, so the
-        worker starts without the GIL; the caller computes ``fn`` on the first chunk and
-        waits for the worker's. Elsewhere, ``run``. Raises the caller's chunk's error, else
-        the worker's epilogue's."""
-        workers = self._executor
-        if (len(bounds) != 2 or workers is None or workers.bell is None
-                or getattr(whole, "active", False) or not gemm_bell.ready()):
-            return self.run(fn, bounds)
-        (start, split), (_, stop) = bounds
-        operands = job(split, stop)
-        after = None if epilogue is None else (lambda: epilogue(split, stop))
-        _hold_blas_single_thread()
-        try:
-            seq, plain = workers.bell.start_numpy(*operands, after)
-            if not plain and (words := blas.cblas_job(*operands)) is not None:
-                seq = workers.bell.start(words, after)
-            if seq is not None:
-                try:
-                    fn(start, split)
-                except BaseException:
-                    workers.bell.wait(seq, raises=False)  # (the worker's chunk still writes)
-                    raise
-                workers.bell.wait(seq)
-        finally:
-            _release_blas()
-        if seq is None:
-            return self.run(fn, bounds)
-        with self._lock:
-            self.splits += 1
-        return []
-
-    @staticmethod
-    def gemm_bell_ready():
-        """Whether the compiled bell is loaded (``load_gemm_bell``)."""
-        return gemm_bell.ready()
-
-    def load_gemm_bell(self):
-        """Load the compiled bell (``exec/gemm_bell.py``) where it can run: slow once, on the
-        calling thread (a prepare hook's worker thread). Whether it is ready."""
-        return self.threads > 1 and gemm_bell.ensure_loaded()
-
     def run_alone(self, fn, bounds, caller_limit=None):
         """``run``, where a kernel running inside a chunk does not split again (its own
         ``run`` computes all its chunks on its thread): for whole kernels run at once, one
@@ -323,8 +274,6 @@ class _Workers:
     def __init__(self, count, name):
         self._queue = queue_module.SimpleQueue()
         self.busy = [False] * count  # each worker's own entry: running a hand-off
-        # The first worker's bell: GEMM chunks handed to it GIL-free (``run_gemm``).
-        self.bell = gemm_bell.GemmBell() if gemm_bell.ENABLED else None
         self._threads = [threading.Thread(target=self._loop, args=(index,),
                                           name=f"{name}_{index}", daemon=True)
                          for index in range(count)]
@@ -333,12 +282,7 @@ class _Workers:
 
     def _loop(self, index):
         get, busy = self._queue.get, self.busy
-        bell = self.bell if index == 0 else None
-        while True:
-            if bell is not None:
-                bell.serve(self._queue)  # (returns at once where the bell is not loaded)
-            if (item := get()) is None:
-                return
+        while (item := get()) is not None:
             busy[index] = True
             try:
                 item()
@@ -349,8 +293,6 @@ class _Workers:
         """Hand ``item()`` to ``count`` workers (or to whichever are free first)."""
         for _ in range(count):
             self._queue.put(item)
-        if self.bell is not None:
-            self.bell.nudge()
 
     def submit(self, fn):
         """``fn()`` on a worker; returns its ``concurrent.futures.Future`` (tests keep a
@@ -364,8 +306,6 @@ class _Workers:
                 except BaseException as exc:  # noqa: BLE001 -- handed to the future
                     future.set_exception(exc)
         self._queue.put(run)
-        if self.bell is not None:
-            self.bell.nudge()
         return future
 
     def shutdown(self, timeout=None):
@@ -373,8 +313,6 @@ class _Workers:
         for, up to that long a worker)."""
         for _ in self._threads:
             self._queue.put(None)
-        if self.bell is not None:
-            self.bell.nudge()
         if timeout is not None:
             for thread in self._threads:
                 if thread is not threading.current_thread():

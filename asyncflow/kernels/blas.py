@@ -211,15 +211,7 @@ def gemm(ctx, a, b, whole=None):
             and a.dtype == b.dtype and a.dtype in DTYPES and available()
             and (CHOICE == "mkl" or prefers(m, k, n)) and not gram(a, b)):
         return mkl_matmul
-    if xp is np:
-        return numpy_matmul
     return lambda x, y, out: xp.matmul(x, y, out=out)
-
-
-def numpy_matmul(a, b, out):
-    """``out[...] = a @ b`` by numpy's matmul (``gemm``'s form on CPU where MKL's is not taken;
-    ``cblas_job`` knows the call it makes)."""
-    return np.matmul(a, b, out=out)
 
 
 def gram(a, b):
@@ -279,88 +271,3 @@ def _operand(x):
                                                         and down // step >= rows)):
         return _TRANS, max(1, rows, down // step if cols > 1 else 0)
     return None
-
-
-# ``cblas_job``'s kinds (``exec/gemm_bell_loop.py``): float32/float64 BLAS with 64-bit ints,
-# then the same with 32-bit ints.
-_KINDS = {(4, 64): 0, (8, 64): 1, (4, 32): 2, (8, 32): 3}
-_numpy_cblas = []  # [(sgemm address, dgemm address, int bits) or None] once looked up
-
-
-def numpy_cblas():
-    """numpy's own ``cblas_sgemm``/``cblas_dgemm`` (its bundled scipy-openblas, the library
-    its ``matmul`` calls) as ``(sgemm address, dgemm address, int bits)``, or None where
-    they are not found: ``scipy_cblas_?gemm64_`` (64-bit ints) in ``libscipy_openblas64_``,
-    ``scipy_cblas_?gemm`` (32-bit ints) in ``libscipy_openblas``. Looked up once (a glob and
-    a ``dlopen`` of the loaded library): called from a split worker's load, never from the
-    event loop."""
-    if not _numpy_cblas:
-        found = None
-        libs = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
-        for path in sorted(glob.glob(os.path.join(libs, "libscipy_openblas*.so*"))):
-            wide = "openblas64_" in os.path.basename(path)
-            suffix, bits = ("64_", 64) if wide else ("", 32)
-            try:
-                lib = ctypes.CDLL(path)
-                found = tuple(ctypes.cast(getattr(lib, f"scipy_cblas_{t}gemm{suffix}"),
-                                          ctypes.c_void_p).value for t in "sd") + (bits,)
-            except (OSError, AttributeError):
-                continue
-            break
-        _numpy_cblas.append(found)
-    return _numpy_cblas[0]
-
-
-def _blasable(across, down, cols, itemsize):
-    """numpy's ``is_blasable2d`` (``matmul.cpp.src``): rows ``across`` bytes apart, items
-    ``down`` bytes apart, ``cols`` a row."""
-    return down == itemsize and across % itemsize == 0 and across // itemsize >= cols
-
-
-def cblas_job(mm, a, b, out):
-    """The ``cblas_?gemm`` call that ``mm(a, b, out)`` (``gemm``'s function) makes, as the 14
-    int64 words of an ``exec/gemm_bell_loop.py`` job: ``(kind, function's address, order,
-    transa, transb, M, N, K, A, lda, B, ldb, C, ldc)``; None where it is not one plain GEMM
-    call (numpy's matmul would copy an operand, take SYRK, GEMV or no BLAS at all; MKL's form
-    would fall back to numpy's), or its library is not found. The same call on the same
-    operands gives the same bits, on whichever thread makes it."""
-    (m, k), n = a.shape, b.shape[1]
-    dtype = a.dtype
-    if (type(a) is not np.ndarray or type(b) is not np.ndarray or type(out) is not np.ndarray
-            or a.ndim != 2 or b.shape[0] != k or out.shape != (m, n) or dtype not in DTYPES
-            or not dtype == b.dtype == out.dtype or min(m, n, k) < 2
-            or not out.flags.writeable or not (a.flags.aligned and b.flags.aligned)):
-        return None
-    size = dtype.itemsize
-    if mm is mkl_matmul:
-        left, right, result = _operand(a), _operand(b), _operand(out)
-        if (left is None or right is None or result is None or result[0] != _NO_TRANS
-                or max(m, n, k, left[1], right[1], result[1]) > _INT_MAX
-                or np.may_share_memory(out, a) or np.may_share_memory(out, b)):
-            return None
-        functions, bits = _load(), 32
-        address = ctypes.cast(functions[size == 8], ctypes.c_void_p).value
-        (ta, lda), (tb, ldb), ldc = left, right, result[1]
-    else:
-        library = numpy_cblas()
-        if library is None or mm is not numpy_matmul:
-            return None
-        address, bits = library[size == 8], library[2]
-        operands = []
-        for x, (rows, cols) in ((a, (m, k)), (b, (k, n))):
-            across, down = x.strides
-            if _blasable(across, down, cols, size):
-                operands.append((_NO_TRANS, across // size))
-            elif _blasable(down, across, rows, size):
-                operands.append((_TRANS, down // size))
-            else:
-                return None  # (numpy copies it first)
-        (ta, lda), (tb, ldb) = operands
-        if not _blasable(out.strides[0], out.strides[1], n, size):
-            return None
-        ldc = out.strides[0] // size
-        if (a.ctypes.data == b.ctypes.data or np.may_share_memory(out, a)
-                or np.may_share_memory(out, b) or max(m, n, k) >= 2**(bits - 1)):
-            return None  # (SYRK's case, or numpy's copies of overlapping operands)
-    return (_KINDS[size, bits], address, _ROW_MAJOR, ta, tb, m, n, k, a.ctypes.data, lda,
-            b.ctypes.data, ldb, out.ctypes.data, ldc)

@@ -102,8 +102,7 @@ def _numpy_blas_core():
     return cores.pop() if len(cores) == 1 else None
 
 
-def for_gemm(ctx, count, macs_per_item, fn, bytes_per_item=0, dtype=None, job=None,
-             epilogue=None):
+def for_gemm(ctx, count, macs_per_item, fn, bytes_per_item=0, dtype=None):
     """``for_batch`` for a GEMM split by rows or columns (``count`` of them, each
     ``macs_per_item`` multiply-adds) of ``dtype``: from ``MIN_SPLIT_WORK * MACS_PER_WORK``
     multiply-adds, one chunk per thread (cache-sized ones, evenly, where ``bytes_per_item``
@@ -114,11 +113,7 @@ def for_gemm(ctx, count, macs_per_item, fn, bytes_per_item=0, dtype=None, job=No
     pair's GEMM), or every worker is busy, the chunks run here one after the other, packing
     ``b`` once each (3-16% slower than whole for the dense models' GEMMs, bench/RESULTS.md);
     whole instead where that has the same bits (``split_keeps_bits``): both are decided at
-    run time, so the bits must not depend on them. ``job(start, stop)``: the chunk's GEMM as
-    ``(mm, a, b, out)`` (``mm`` the kernel's ``blas.gemm`` form, ``out`` fresh), with
-    ``epilogue(start, stop)`` the rest of ``fn`` after it: a split in two then hands the
-    worker's chunk over without the GIL where it can (the pool's ``run_gemm``). Returns the
-    bounds, in order."""
+    run time, so the bits must not depend on them. Returns the bounds, in order."""
     pool = getattr(ctx.device, "intra_op", None)
     total = count * macs_per_item
     if pool is None or total < MIN_SPLIT_WORK * MACS_PER_WORK:
@@ -139,31 +134,8 @@ def for_gemm(ctx, count, macs_per_item, fn, bytes_per_item=0, dtype=None, job=No
             lead = max(0, min(round(GEMM_LEAD_MACS / max(1, macs_per_item)),
                               count - parts * least))
         bounds = lead_bounds(count, parts, lead)
-        if job is not None and parts == 2:
-            pool.run_gemm(fn, bounds, job, epilogue)
-            return bounds
     pool.run(fn, bounds)
     return bounds
-
-
-def gemm_bell_preload(ctx):
-    """A MatMul's prepare hook's part: where the node's GEMM may split (its static shapes
-    reach ``MIN_SPLIT_WORK * MACS_PER_WORK`` multiply-adds, or are unknown) on a pool of two
-    or more threads, a ``registry.Preload`` that loads the pool's GIL-free bell
-    (``exec/gemm_bell.py``: numba's compile or disk cache) on a worker thread before the
-    plan's first step; None elsewhere, or where it is loaded."""
-    pool = getattr(getattr(ctx, "device", None), "intra_op", None)
-    load = getattr(pool, "load_gemm_bell", None)
-    if load is None or pool.threads < 2 or getattr(pool, "gemm_bell_ready", lambda: True)():
-        return None
-    op = ctx.op
-    sizes = [op.inputs[i][0].out_spec(op.inputs[i][1])[1].num_elements() for i in (0, 1)]
-    sizes.append(op.out_spec(0)[1].num_elements())
-    if None not in sizes and (sizes[0] * sizes[1] * sizes[2]) ** 0.5 < (
-            MIN_SPLIT_WORK * MACS_PER_WORK):  # (m k * k n * m n: the multiply-adds squared)
-        return None
-    from asyncflow.kernels.registry import Preload
-    return Preload(lambda node: load())
 
 
 def lead_bounds(count, parts, lead):

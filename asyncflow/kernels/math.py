@@ -318,17 +318,13 @@ def _split_matmul(ctx, a, b, epilogue=None):
             mm(a[start:stop], b, out[start:stop])
             if epilogue is not None:
                 epilogue(out[start:stop])
-        intra_op.for_gemm(ctx, rows, inner * cols, by_rows, cols * a.itemsize * 2, dtype,
-                          lambda i, j: (mm, a[i:j], b, out[i:j]),
-                          epilogue and (lambda i, j: epilogue(out[i:j])))
+        intra_op.for_gemm(ctx, rows, inner * cols, by_rows, cols * a.itemsize * 2, dtype)
     else:
         def by_columns(start, stop):
             mm(a, b[:, start:stop], out[:, start:stop])
             if epilogue is not None:
                 epilogue(out[:, start:stop], start, stop)
-        intra_op.for_gemm(ctx, cols, inner * rows, by_columns, dtype=dtype,
-                          job=lambda i, j: (mm, a, b[:, i:j], out[:, i:j]),
-                          epilogue=epilogue and (lambda i, j: epilogue(out[:, i:j], i, j)))
+        intra_op.for_gemm(ctx, cols, inner * rows, by_columns, dtype=dtype)
     return out
 
 
@@ -359,8 +355,8 @@ def _fused_matmul(ctx, a, b, bias):
     return (_split_matmul(ctx, a, b, epilogue),)
 
 
-for _type in ("MatMul", "_FusedMatMul"):  # (MKL's load, the split worker's GIL-free bell)
-    register_prepare(_type)(lambda ctx: blas.preload(ctx, intra_op.gemm_bell_preload(ctx)))
+register_prepare("MatMul")(blas.preload)
+register_prepare("_FusedMatMul")(blas.preload)
 
 
 def _accumulation_dtype(dtype):
