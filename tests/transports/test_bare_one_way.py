@@ -238,3 +238,21 @@ async def test_a_one_way_calls_write_that_must_wait_ends_at_its_timeout(autojump
             await channel.push_tensors(PushTensors(9, [TensorEntry(KEY, small)]), timeout=5.0)
             await trio.testing.wait_all_tasks_blocked()
             assert worker.pushed == [7, 9]  # (8 cut short: its frame's end never came)
+
+
+async def test_a_one_way_calls_fresh_connection_ends_at_its_timeout(autojump_clock, monkeypatch):
+    # Its pooled connection shut by the server, a push with a timeout connects afresh: a
+    # handshake that never comes ends at the push's timeout (as the call's own scope ended
+    # it), not at the channel's connect_timeout (5 s) with TransportUnavailable.
+    worker = _Pushes()
+    async with _one_pushed(worker) as (server, channel, value, served, conn):
+        _shut_as_the_sweep_does(served)
+        await trio.testing.wait_all_tasks_blocked()
+        monkeypatch.setattr(bare, "handshake", lambda stream, token: trio.sleep_forever())
+        start = trio.current_time()
+        with pytest.raises(TransportDeadlineExceeded,
+                           match=f"push_tensors to {server.address} got no answer within "
+                                 "1.0 s"), trio.fail_after(100):
+            await channel.push_tensors(PushTensors(8, [TensorEntry(KEY, value)]), timeout=1.0)
+        assert trio.current_time() - start == pytest.approx(1.0)
+        assert not channel._bare_idle and not channel._busy

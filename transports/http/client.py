@@ -257,7 +257,8 @@ class TrioHttpChannel(Channel):
         # scopes bound it as ever; ``aclose`` ends it by closing its connection (``_busy``).
         # A one-way same-host call (a push) with a timeout enters none either: it waits only
         # where its write must (a full socket), and that write is bounded by the deadline
-        # (``bare_io.write_request``); so is an HTTP fallback (``_exchange``).
+        # (``bare_io.write_request``); so are a fresh connection (``_bare_call``) and an HTTP
+        # fallback (``_exchange``).
         if scope is None and self._bare_idle and method in _RPC_INDEX and (
                 timeout is None or method in self.one_way):
             if self._closed:
@@ -392,8 +393,12 @@ class TrioHttpChannel(Channel):
         for attempt in (0, 1):
             if self._bare_idle and not attempt:  # the usual call: an idle connection
                 conn = self._bare_idle.pop()
-            else:
-                conn = await self._bare_checkout(self._bare_what(rpc), fresh=attempt > 0)
+            else:  # (a one-way call's deadline, no scope of its own: bounds connecting too)
+                with trio.CancelScope(deadline=deadline) as connecting:
+                    conn = await self._bare_checkout(self._bare_what(rpc), fresh=attempt > 0)
+                if connecting.cancelled_caught:
+                    raise TransportDeadlineExceeded(f"{self._bare_what(rpc)}: not connected "
+                                                    "by its deadline")
                 if conn is None:
                     return None
             done = False
