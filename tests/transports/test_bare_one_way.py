@@ -17,7 +17,7 @@ import trio
 import trio.testing
 from transport_fakes import FakeWorker
 
-from transports.http import bare, bare_io
+from transports.http import bare, bare_io, same_host
 from transports.http.client import TrioHttpChannel
 from transports.http.server import open_http_server
 from transports.messages import Health, PushTensors, RemoteCallError, TensorEntry
@@ -238,3 +238,76 @@ async def test_a_one_way_calls_write_that_must_wait_ends_at_its_timeout(autojump
             await channel.push_tensors(PushTensors(9, [TensorEntry(KEY, small)]), timeout=5.0)
             await trio.testing.wait_all_tasks_blocked()
             assert worker.pushed == [7, 9]  # (8 cut short: its frame's end never came)
+
+
+async def test_a_one_way_calls_fresh_connection_ends_at_its_timeout(autojump_clock, monkeypatch):
+    # Its pooled connection shut by the server, a push with a timeout connects afresh: a
+    # handshake that never comes ends at the push's timeout (as the call's own scope ended
+    # it), not at the channel's connect_timeout (5 s) with TransportUnavailable.
+    worker = _Pushes()
+    async with _one_pushed(worker) as (server, channel, value, served, conn):
+        _shut_as_the_sweep_does(served)
+        await trio.testing.wait_all_tasks_blocked()
+        monkeypatch.setattr(bare, "handshake", lambda stream, token: trio.sleep_forever())
+        start = trio.current_time()
+        with pytest.raises(TransportDeadlineExceeded,
+                           match=f"push_tensors to {server.address} got no answer within "
+                                 "1.0 s"), trio.fail_after(100):
+            await channel.push_tensors(PushTensors(8, [TensorEntry(KEY, value)]), timeout=1.0)
+        assert trio.current_time() - start == pytest.approx(1.0)
+        assert not channel._bare_idle and not channel._busy
+
+
+async def test_a_one_way_calls_http_fallback_ends_at_its_timeout(autojump_clock):
+    # Its pooled connection shut and the bare socket hanging up on a fresh one, a push with a
+    # timeout goes over HTTP, answered there: a handler that never returns ends it at the
+    # push's timeout; the next push goes on, over HTTP.
+    class _Hangs(_Pushes):
+        async def push_tensors(self, request: PushTensors) -> None:
+            if request.step_id == 8:
+                await trio.sleep_forever()
+            await super().push_tensors(request)
+
+    async def hang_up(stream):
+        await stream.aclose()
+
+    worker = _Hangs()
+    async with _one_pushed(worker) as (server, channel, value, served, conn):
+        same_host.unlink(server.bare_path)
+        listener, path = same_host.listen(server.port, "bare")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.serve_listeners, hang_up, [listener])
+            _shut_as_the_sweep_does(served)
+            await trio.testing.wait_all_tasks_blocked()
+            start = trio.current_time()
+            with pytest.raises(TransportDeadlineExceeded,
+                               match=f"push_tensors to {server.address} got no answer within "
+                                     "1.0 s"), trio.fail_after(100):
+                await channel.push_tensors(PushTensors(8, [TensorEntry(KEY, value)]),
+                                           timeout=1.0)
+            assert trio.current_time() - start == pytest.approx(1.0) and not channel._bare
+            await channel.push_tensors(PushTensors(9, [TensorEntry(KEY, value)]), timeout=1.0)
+            assert worker.pushed == [7, 9]
+            nursery.cancel_scope.cancel()
+        same_host.unlink(path)
+
+
+async def test_a_one_way_call_cancelled_mid_write_leaves_its_connection_closed(autojump_clock):
+    # An enclosing scope ends a push whose large frame is half written: its connection is
+    # closed, not pooled (a frame's end never came: no call may follow it there).
+    worker = _Stuck()
+    async with open_http_server(worker) as server:
+        async with TrioHttpChannel(server.address) as channel:
+            channel.one_way = frozenset({"push_tensors"})
+            small, big = np.ones(2, np.float32), np.ones(1 << 20, np.float32)
+            await channel.push_tensors(PushTensors(7, [TensorEntry(KEY, small)]))
+            (conn,) = channel._bare_idle
+            with trio.move_on_after(2) as cut:
+                await channel.push_tensors(PushTensors(8, [TensorEntry(KEY, big)]),
+                                           timeout=60.0)
+            assert cut.cancelled_caught
+            assert conn.sock.fileno() < 0 and not channel._bare_idle and not channel._busy
+            worker.release.set()
+            await channel.push_tensors(PushTensors(9, [TensorEntry(KEY, small)]), timeout=5.0)
+            await trio.testing.wait_all_tasks_blocked()
+            assert worker.pushed == [7, 9]

@@ -168,17 +168,30 @@ async def test_a_bad_verdict_closes_that_connection_and_the_server_keeps_serving
                 assert channel.lent_replies == 1
 
 
+async def _the_clients_request(listener) -> tuple:
+    """The first connection that sends a request head, and that head: a connection that ends
+    before one is passed over (another server starting on this host probes every socket in the
+    same-host directory, this one too, to sweep dead files: ``same_host.listen``)."""
+    while True:
+        stream, request = await listener.accept(), b""
+        while b"\r\n\r\n" not in request:
+            data = await stream.receive_some(1 << 16)
+            if not data:
+                break
+            request += data
+        else:
+            return stream, request
+        await stream.aclose()
+
+
 async def _lending_peer(listener, address: int | None, pid: int, verdicts: list,
                         bad_trailer: bool = False, extra: tuple = (), flags: int = 1) -> None:
     """Answer one RecvTensors with a lent body whose large record points at ``address`` (None:
     the real one) and names ``pid``, lent segments summed (flags 1; 0: not summed, their
     trailers not checked; with ``bad_trailer`` the first trailer is off by one bit); after a RESEND
     verdict, send the plain frame."""
-    stream = await listener.accept()
+    stream, request = await _the_clients_request(listener)
     async with stream:
-        request = b""
-        while b"\r\n\r\n" not in request:
-            request += await stream.receive_some(1 << 16)
         assert b"x-asyncflow-lend: 1" in request.lower()
         values = _values()
         buffers = wire.encode(wire.RecvTensorsReply([wire.TensorEntry(f"t{i}", v)
@@ -230,6 +243,20 @@ async def _lent_channel(*peer_args, **peer_kwargs):
         finally:
             await listener.aclose()
             same_host.unlink(path)
+
+
+async def test_a_probe_of_the_peers_socket_before_the_call_is_not_taken_for_the_client():
+    """Another server starting meanwhile connects to every same-host socket and hangs up (its
+    sweep of dead files): the peer serves the channel's connection, not the probe's (taken for
+    the client's, it left the call unanswered: the limits test's flake under -n 2)."""
+    extra = ((0, 1),) * 200_000
+    async with _lent_channel(None, os.getpid(), [], False, extra) as (channel, _, port):
+        with socket.socket(socket.AF_UNIX) as probe:
+            probe.connect(same_host.socket_path(port))
+        with pytest.raises(wire.RemoteProtocolError, match="over the limit"):
+            with trio.fail_after(GENEROUS):
+                await channel.recv_tensors(wire.RecvTensors(1, ["t0"]))
+
 
 @pytest.mark.parametrize("address, pid", [(None, None), (8, None), (None, 1)],
                          ids=["real", "unmapped-address", "another-pid"])

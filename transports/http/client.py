@@ -254,8 +254,8 @@ class TrioHttpChannel(Channel):
                     scope: trio.CancelScope | None = None) -> Any:
         # The usual same-host call, no timeout of its own, enters no cancel scope (~10 us of CPU
         # a call: ``call_scope``): enclosing scopes bound it, ``aclose`` closes its connection.
-        # Nor does a one-way one (a push): only a write that must wait (a full socket) is
-        # bounded by its deadline (``bare_io.write_request``), and an HTTP fallback.
+        # Nor does a one-way one (a push): its deadline bounds only a write that must wait
+        # (``bare_io.write_request``), a fresh connection (``_bare_call``), an HTTP fallback.
         if scope is None and self._bare_idle and method in _RPC_INDEX and (
                 timeout is None or method in self.one_way):
             if self._closed:
@@ -401,16 +401,17 @@ class TrioHttpChannel(Channel):
     async def _bare_call(self, rpc: Rpc, buffers: list | None, one_way: bool = False,
                          deadline: float = math.inf,
                          cancel: CallCancel | None = None) -> Message | None:
-        """The call over the bare protocol; None when the server does not speak it. With
-        ``cancel`` (an idle connection at hand: ``_call_entered``), its cancel closes the
-        connection; one the server closed while idle raises ``_Again`` (nothing was taken)."""
-        timeout = max(min(trio.current_effective_deadline(), deadline) - trio.current_time(),
-                      1e-3)
+        """The call over the bare protocol; None when the server does not speak it. ``cancel``
+        (``_call_entered``'s) closes the connection; one closed idle raises ``_Again``."""
+        timeout = max(min(trio.current_effective_deadline(), deadline) - trio.current_time(), 1e-3)
         for attempt in (0, 1):
             if self._bare_idle and not attempt:  # the usual call: an idle connection
                 conn = self._bare_idle.pop()
-            else:
-                conn = await self._bare_checkout(self._bare_what(rpc), fresh=attempt > 0)
+            else:  # (a one-way call's deadline, no scope of its own: bounds connecting too)
+                with trio.CancelScope(deadline=deadline) as connecting:
+                    conn = await self._bare_checkout(self._bare_what(rpc), fresh=attempt > 0)
+                if connecting.cancelled_caught:
+                    raise TransportDeadlineExceeded(f"{self._bare_what(rpc)}: not connected")
                 if conn is None:
                     return None
             done = False
