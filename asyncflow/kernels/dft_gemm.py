@@ -28,9 +28,8 @@ chunk of ``n`` images ``[n, H, W, C]`` is copied once to ``[W, H, C, n]`` (batch
 Interleaved (re, im) floats, which the old per-frequency GEMMs took, cannot be a GEMM's
 output; the planar layout can, end to end. Multiply-adds for conv2 (128 x [14, 14, 32], 5x5
 -> 64): ~1.1 M a image in the transforms (vs pocketfft's ~5 flops a point a pass), each
-GEMM with K of 14-36: memory-bound, so chunks of ~16 images (``CHUNK_BYTES``) keep the
-working set in cache (measured: 10.3 ms on one thread in 16-image chunks against 18.7 in
-64-image ones, bench/RESULTS.md). Used where both periods are at most ``MAX_PERIOD``
+GEMM with K of 14-36, split over the intra-op threads by batch chunks of up to ~64 images
+(``_split``). Used where both periods are at most ``MAX_PERIOD``
 (``applies``; the GEMMs grow with the period, pocketfft with its logarithm): pocketfft's
 forms in ``nn_conv_fft.py`` stay for larger ones. Results are not pocketfft's bits:
 float32 rounding of sums of up to P terms per pass, within the FFT path's tolerances
@@ -47,8 +46,6 @@ import threading
 import numpy as np
 
 from asyncflow.kernels import intra_op, jit
-
-CHUNK_SCALE = 1.0
 
 # The largest period (either dimension) the transforms take by GEMM; 0: pocketfft always.
 MAX_PERIOD = 64
@@ -259,9 +256,13 @@ def spectra_shapes(plan, n, c, o):
 
 
 def _split(plan, c, o, itemsize):
-    """``for_batch``'s work and bytes per image: the transforms' and GEMMs' temporaries."""
+    """``for_batch``'s work and bytes per image: a quarter of the transforms' and GEMMs'
+    temporaries, so a chunk's reach ~4x ``CHUNK_BYTES``: larger chunks measured faster on
+    conv2 (64-image chunks against 16: 0.87-0.88x on one thread, 0.86-0.95x on two, with
+    glibc's defaults and with a worker's kept freed memory; the GEMMs' N is C or O times the
+    images, bench/RESULTS.md)."""
     temporaries = plan.freqs * (c + o) * 2 + plan.in_h * plan.in_w * (c + 2 * o)
-    return int(plan.fft_s * 1e9), int(temporaries * itemsize * CHUNK_SCALE)
+    return int(plan.fft_s * 1e9), temporaries * itemsize // 4
 
 
 def conv2d(ctx, plan, x, filters, out, epilogue, kept, looped):
