@@ -267,8 +267,8 @@ def _split(plan, c, o, itemsize):
 
 def conv2d(ctx, plan, x, filters, out, epilogue, kept, looped):
     """``nn_conv_fft.conv2d`` by GEMM transforms: ``kept`` as there (this module's layout,
-    ``spectra_shapes``); ``looped``: ``(bias, floor)`` for ``_rows``, or None and then
-    ``epilogue`` (if any) runs on each chunk."""
+    ``spectra_shapes``); ``looped``: ``(bias, floor)`` for ``_rows``, or None; where it is not
+    applied, ``epilogue`` (if any) runs on each chunk."""
     n, oh, ow, o = out.shape
     c = x.shape[3]
     (_, top, _), (_, left, _) = plan.rows, plan.cols
@@ -293,8 +293,7 @@ def conv2d(ctx, plan, x, filters, out, epilogue, kept, looped):
             images[..., start:stop] = spectrum
         planes = inverse(np.matmul(turned, spectrum.astype(out.dtype, copy=False)), plan,
                          oh, ow, -top, -left)
-        write_rows(ctx, planes, out[start:stop], looped)
-        if looped is None and epilogue is not None:
+        if not write_rows(ctx, planes, out[start:stop], looped) and epilogue is not None:
             epilogue(out[start:stop].reshape(-1, o))
     work, item_bytes = _split(plan, c, o, x.itemsize)
     intra_op.for_batch(ctx, n, work // max(n, 1), chunk, item_bytes)
@@ -369,17 +368,19 @@ _NO_BIAS = {}  # dtype -> an empty read-only bias (``_rows``' one signature per 
 def write_rows(ctx, planes, out, looped):
     """``out[b, y, x, k] = planes[x, y, k, b]`` (``inverse``'s layout to the kernel's), with
     ``looped``'s bias and floor (``nn_conv_fft._looped_epilogue``) in the same pass where
-    given; by ``_rows`` where ``jit.usable``, else numpy's copy (then no ``looped``)."""
+    given; by ``_rows`` where ``jit.usable``, else numpy's copy. Returns whether ``looped``
+    was applied (else the caller's epilogue runs)."""
     if planes.dtype == out.dtype and out.flags.c_contiguous and jit.usable(ctx, planes, out):
+        applied = looped is not None
         if looped is None:
             empty = _NO_BIAS.get(out.dtype)
             if empty is None:
                 empty = _NO_BIAS.setdefault(out.dtype, jit.readonly(np.empty(0, out.dtype)))
             looped = (empty, out.dtype.type(np.nan))
         _rows(planes, *looped, out)
-        return
-    assert looped is None, "a fused epilogue's loop without jit.usable"
+        return applied
     np.copyto(out, planes.transpose(3, 1, 0, 2), casting="same_kind")
+    return False
 
 
 @jit.loop
