@@ -14,7 +14,7 @@ run this tree's compiled read-out loop (``_read_out_bias``, unchanged by this be
 changes): numba's disk cache cannot reload one of a module loaded from a path.
 
 Run: ``.venv/bin/python bench/bench_conv_fft.py --baseline-tree <main export> [--calls 7]
-[--rounds 6]``.
+[--rounds 6] [--keep-freed]``.
 """
 from __future__ import annotations
 
@@ -62,8 +62,16 @@ def main(argv=None):
     parser.add_argument("--baseline-tree", required=True, metavar="PATH")
     parser.add_argument("--calls", type=int, default=7)
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--keep-freed", action="store_true",
+                        help="keep freed memory as ``asyncflow worker`` does")
     args = parser.parse_args(argv)
     from asyncflow.kernels import nn_conv_fft
+    if args.keep_freed:
+        # As a worker's process does (``asyncflow worker``): freed memory kept for the next
+        # temporaries, not returned and faulted in again each call; a plain process (a local
+        # session, bench_models.py's servers) keeps glibc's defaults.
+        from transports import allocation
+        print(f"freed memory kept: {allocation.keep_freed_memory()} bytes")
     baseline = baseline_module(args.baseline_tree)
     rng = np.random.default_rng(0)
     x = np.maximum(rng.standard_normal((128, 14, 14, 32)), 0).astype(np.float32)

@@ -14,13 +14,16 @@ Theory of operation (NHWC, stride 1, no dilation; the kernels in ``nn_conv.py`` 
   ``[n, O] @ [O, C]`` per frequency, read at (a + top) mod P.
 - Conv2DBackpropFilter: ``dw[i] = sum_y g[y] x[y - top + i]``: DW = conj(G) * X summed over
   the batch, ``[C, n] @ [n, O]`` per frequency, read at (i - top) mod P: the inverse
-  transform evaluated at those K cells only, one GEMM (``_taps_matrix``).
+  transform evaluated at those K cells only, one GEMM (``dft_gemm.taps_matrix``).
+- Periods up to ``dft_gemm.MAX_PERIOD`` (the convnet's 16x16) take ``kernels/dft_gemm.py``:
+  the transforms as small real GEMMs on planar, batch-last spectra, end to end (its
+  docstring); each kernel here hands such a plan over on its first line. Larger ones:
 - The transforms are scipy's pocketfft (``scipy.fft``, real-to-complex over the two spatial
   axes of a ``[H, W, n, C]`` view, so each frequency's ``[n, C]`` block is contiguous for the
   GEMMs); the GEMMs are numpy's stacked complex matmul, which calls BLAS's cgemm per frequency.
   The filter's KH x KW cells are transformed by one GEMM with a DFT matrix instead
-  (``_spectrum_matrix``), and the filter gradient's inverse evaluated at its KH x KW cells
-  only (``_taps_matrix``): few cells of each period, where a transform computes all.
+  (``dft_gemm.spectrum_matrix``), and the filter gradient's inverse evaluated at its KH x KW cells
+  only (``dft_gemm.taps_matrix``): few cells of each period, where a transform computes all.
   Multiply-adds for the convnet's second layer ([128, 14, 14, 32], 5x5 -> 64): 1,280 M real
   against 151 M (144 frequencies x 128 x 32 x 64 complex, 4 real each), plus the transforms.
 - Each kernel splits its batch over the intra-op threads like the direct ones; the filter
@@ -50,12 +53,9 @@ Constant folding leaves such a node to the plan (``exec/compiled_run.py``).
 """
 from __future__ import annotations
 
-import collections
-import threading
-
 import numpy as np
 
-from asyncflow.kernels import intra_op, jit
+from asyncflow.kernels import dft_gemm, intra_op, jit
 from asyncflow.kernels.registry import Preload
 
 _fft = None  # scipy.fft once _load_fft found it; False where scipy is missing
@@ -276,7 +276,7 @@ def _filter_spectrum(ctx, filters, plan, conjugate, transpose, out=None):
     """The filter's spectrum ``[freqs, C, O]`` (``[freqs, O, C]`` transposed) as the real
     ``[freqs, 2C, 2O]`` matrices that multiply interleaved complex rows (``_complex_gemm``):
     row 2c holds (re, im) of w[c, o], row 2c+1 those of i*w[c, o] = (-im, re). The transform
-    is one GEMM, ``_spectrum_matrix`` (the DFT of a period holding KH x KW cells, real parts
+    is one GEMM, ``dft_gemm.spectrum_matrix`` (the DFT of a period holding KH x KW cells, real parts
     then imaginary ones) by the ``[KH*KW, C*O]`` filter, whole (a GEMM split by columns may
     round by its width): 14.7 M multiply-adds for conv2's 5x5x32x64 filter, where pocketfft's
     transforms of 2048 zero-padded 16x16 periods and the complex assembly took 1.8-2.6 ms on
@@ -287,7 +287,7 @@ def _filter_spectrum(ctx, filters, plan, conjugate, transpose, out=None):
     rows, cols = (o, c) if transpose else (c, o)
     real = np.result_type(filters.dtype, np.float32)
     matrix = (np.empty((plan.freqs, 2 * rows, 2 * cols), dtype=real) if out is None else out)
-    dft = _cached(_spectrum_matrix, plan.p_h, plan.p_w, kh, kw, real)
+    dft = dft_gemm.cached(dft_gemm.spectrum_matrix, plan.p_h, plan.p_w, kh, kw, real)
     parts = np.matmul(dft, filters.reshape(kh * kw, c * o).astype(real, copy=False))
     parts = parts.reshape(2, plan.freqs, c, o)
     if transpose:
@@ -305,46 +305,6 @@ def _filter_spectrum(ctx, filters, plan, conjugate, transpose, out=None):
             block[:, :, 0, :, 1] = im
             np.negative(im, out=block[:, :, 1, :, 0])
     intra_op.for_batch(ctx, plan.freqs, 4 * c * o, chunk, 32 * c * o)
-    return matrix
-
-
-# The DFT matrices (``_spectrum_matrix``, ``_taps_matrix``) kept between calls: per geometry
-# and dtype, at most this many bytes in all, the least recently used dropped first; one larger
-# is built for its call only. A 300x300 input's 11x11 window: 95 MiB each in float64, 0.3-0.45
-# s to build (more than their GEMMs up to a few hundred channel pairs); the convnet's: 28 KB.
-MATRIX_CACHE_BYTES = 256 << 20
-_matrices = collections.OrderedDict()
-_matrices_lock = threading.Lock()  # (kernels on several intra-op or inter-op threads)
-
-
-def _cached(build, *key):
-    """``build(*key)``, kept in ``_matrices`` within ``MATRIX_CACHE_BYTES``."""
-    key = (build.__name__,) + key
-    with _matrices_lock:
-        if key in _matrices:
-            _matrices.move_to_end(key)
-            return _matrices[key]
-    matrix = build(*key[1:])
-    if matrix.nbytes <= MATRIX_CACHE_BYTES:
-        with _matrices_lock:
-            _matrices[key] = matrix
-            while sum(kept.nbytes for kept in _matrices.values()) > MATRIX_CACHE_BYTES:
-                _matrices.popitem(last=False)
-    return matrix
-
-
-def _spectrum_matrix(p_h, p_w, kh, kw, dtype):
-    """The 2-D DFT of a ``[P_h, P_w]`` period whose cells outside ``[0, kh) x [0, kw)`` are 0,
-    at the half spectrum's ``[P_h, P_w // 2 + 1]`` frequencies, as rfft2 computes it: the
-    real parts' rows, then the imaginary parts', by the ``kh * kw`` cells (angles reduced mod
-    P in integers): ``[2 * freqs, kh * kw]``. Read-only."""
-    half = p_w // 2 + 1
-    rows = (np.arange(p_h)[:, None] * np.arange(kh)) % p_h / p_h  # [P_h, kh]
-    cols = (np.arange(half)[:, None] * np.arange(kw)) % p_w / p_w  # [half, kw]
-    angle = 2 * np.pi * (rows[:, None, :, None] + cols[None, :, None, :])  # [P_h, half, kh, kw]
-    matrix = np.stack([np.cos(angle), -np.sin(angle)])
-    matrix = np.ascontiguousarray(matrix.reshape(2 * p_h * half, kh * kw), dtype=dtype)
-    matrix.flags.writeable = False
     return matrix
 
 
@@ -390,6 +350,9 @@ def conv2d(ctx, plan, x, filters, out, epilogue=None, kept=None, fused=None):
     them again. ``fused``: the fused ops and bias ``epilogue`` applies, or None: a BiasAdd
     [+ Relu] on CPU float32/64 then runs with the read-out as one compiled pass
     (``_read_out_bias``), the same bits."""
+    if dft_gemm.applies(plan):
+        return dft_gemm.conv2d(ctx, plan, x, filters, out, epilogue, kept,
+                               _looped_epilogue(ctx, fused, out))
     n, c, o = x.shape[0], x.shape[3], filters.shape[3]
     (_, top, _), (_, left, _) = plan.rows, plan.cols
     images = matrix = None
@@ -458,7 +421,9 @@ def _read_out_bias(planes, shift_h, shift_w, bias, floor, out):
 
 
 def _warm_read_out():
-    """Compile (or load from numba's disk cache) ``_read_out_bias`` for both dtypes."""
+    """Compile (or load from numba's disk cache) ``_read_out_bias`` and the GEMM transforms'
+    ``dft_gemm.warm`` for both dtypes."""
+    dft_gemm.warm()
     for dtype in (np.float32, np.float64):
         _read_out_bias(jit.readonly(np.zeros((2, 2, 1, 1), dtype)), 1, 1,
                        jit.readonly(np.zeros(1, dtype)), dtype(0), np.zeros((1, 2, 2, 1), dtype))
@@ -466,6 +431,8 @@ def _warm_read_out():
 
 def backprop_input(ctx, plan, filters, grad, out):
     """Conv2DBackpropInput into ``out`` (``[N, H, W, C]``, preallocated) by FFT."""
+    if dft_gemm.applies(plan):
+        return dft_gemm.backprop_input(ctx, plan, filters, grad, out)
     n, c, o = out.shape[0], filters.shape[2], filters.shape[3]
     weights = _filter_spectrum(ctx, filters.astype(out.dtype, copy=False), plan, False,
                                True)
@@ -481,6 +448,8 @@ def backprop_input(ctx, plan, filters, grad, out):
 
 def backprop_filter(ctx, plan, x, grad, f_shape, dtype):
     """Conv2DBackpropFilter by FFT: the ``f_shape`` filter gradient."""
+    if dft_gemm.applies(plan):
+        return dft_gemm.backprop_filter(ctx, plan, x, grad, f_shape, dtype)
     n, c, o = x.shape[0], x.shape[3], grad.shape[3]
     complex_type = np.result_type(dtype, np.complex64)
     images = np.empty((plan.freqs, n, c), dtype=complex_type)
@@ -504,7 +473,7 @@ def _filter_from_spectra(ctx, images, errors, plan, f_shape, dtype):
     split decided the bits, and the two chunks of the convnet's batch left one thread
     computing alone at their end). Then, once for every channel (a small GEMM split by
     columns rounds by its width), the inverse transform evaluated at the KH x KW cells it
-    keeps, (i - top) mod P, only: one GEMM by ``_taps_matrix`` (25 of the convnet's 256 cells
+    keeps, (i - top) mod P, only: one GEMM by ``dft_gemm.taps_matrix`` (25 of the convnet's 256 cells
     a period: 14.7 M multiply-adds, ~0.3 ms, where inverse transforms of whole periods and
     their read-out took 0.7 ms a chunk of 16 channels, four chunks)."""
     kh, kw = plan.kernel_hw
@@ -515,7 +484,7 @@ def _filter_from_spectra(ctx, images, errors, plan, f_shape, dtype):
     real = images.real.dtype
     left_side = images.view(real).transpose(0, 2, 1)  # [freqs, 2C, N]
     right_side = errors.view(real)                    # [freqs, N, 2O]
-    matrix = _cached(_taps_matrix, plan.p_h, plan.p_w, kh, kw, top, left, real)
+    matrix = dft_gemm.cached(dft_gemm.taps_matrix, plan.p_h, plan.p_w, kh, kw, top, left, real)
 
     parts = np.empty((2, plan.freqs, c, o), dtype=real)
 
@@ -529,27 +498,6 @@ def _filter_from_spectra(ctx, images, errors, plan, f_shape, dtype):
     return result.reshape(f_shape)
 
 
-def _taps_matrix(p_h, p_w, kh, kw, top, left, dtype):
-    """The real inverse 2-D DFT of a half spectrum (``[P_h, P_w // 2 + 1]``, real parts then
-    imaginary ones: ``2 * freqs`` rows) evaluated at the ``kh * kw`` cells ((i - top) mod P_h,
-    (j - left) mod P_w): ``[kh * kw, 2 * freqs]``, as irfft2 computes them (the half
-    spectrum's inner columns count twice, the first and, for an even P_w, the last once, and
-    their imaginary parts not at all; the angles reduced mod P in integers). Read-only."""
-    half = p_w // 2 + 1
-    weight = np.full(half, 2.0)
-    weight[0] = 1.0
-    if p_w % 2 == 0:
-        weight[-1] = 1.0
-    rows = ((np.arange(kh) - top)[:, None] * np.arange(p_h)) % p_h / p_h  # [kh, P_h]
-    cols = ((np.arange(kw) - left)[:, None] * np.arange(half)) % p_w / p_w  # [kw, half]
-    angle = 2 * np.pi * (rows[:, None, :, None] + cols[None, :, None, :])  # [kh, kw, P_h, half]
-    scale = weight / (p_h * p_w)
-    matrix = np.stack([scale * np.cos(angle), -scale * np.sin(angle)], axis=2)
-    matrix = np.ascontiguousarray(matrix.reshape(kh * kw, 2 * p_h * half), dtype=dtype)
-    matrix.flags.writeable = False
-    return matrix
-
-
 def backprop_both(ctx, plan, x, filters, grad, dx, spectra=None):
     """Conv2DBackpropInput into ``dx`` and Conv2DBackpropFilter together, each chunk's
     ``grad`` transformed once for both (``_FusedConv2DBackprop``): returns ``(dx, dw)``.
@@ -559,6 +507,8 @@ def backprop_both(ctx, plan, x, filters, grad, dx, spectra=None):
     the filter's matrix transposed (``_transposed``) holds the values this kernel's own
     ``_filter_spectrum`` computes (equal, a zero's sign aside: the gradients' bits the same,
     tests/ops/test_conv_fft.py)."""
+    if dft_gemm.applies(plan):
+        return dft_gemm.backprop_both(ctx, plan, x, filters, grad, dx, spectra)
     n, c, o = x.shape[0], x.shape[3], grad.shape[3]
     kh, kw = plan.kernel_hw
     (_, top, _), (_, left, _) = plan.rows, plan.cols

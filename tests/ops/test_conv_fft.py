@@ -11,7 +11,7 @@ import pytest
 
 import asyncflow as af
 from asyncflow.kernels import intra_op as kernel_intra_op
-from asyncflow.kernels import nn_conv, nn_conv_fft
+from asyncflow.kernels import dft_gemm, nn_conv, nn_conv_fft
 
 from test_conv_kernels import KernelContext, conv_attrs, small_chunks  # same folder
 
@@ -40,6 +40,15 @@ def with_algorithm(monkeypatch, algorithm, attrs, x, f, grad, threads=1):
     return results(attrs, x, f, grad, threads)
 
 
+@pytest.fixture(params=["gemm", "pocketfft"])
+def transforms(request, monkeypatch):
+    """Both forms of the transforms: by GEMM (kernels/dft_gemm.py, the default for these
+    periods) and pocketfft's (``dft_gemm.MAX_PERIOD`` 0)."""
+    if request.param == "pocketfft":
+        monkeypatch.setattr(dft_gemm, "MAX_PERIOD", 0)
+    return request.param
+
+
 def assert_scaled_close(actual, expected, tolerance, what):
     """Close relative to the output's scale (an FFT's rounding is spread over the plane)."""
     assert actual.shape == expected.shape and actual.dtype == expected.dtype, what
@@ -62,6 +71,7 @@ FFT_CASES = [
 
 
 @pytest.mark.parametrize("case", FFT_CASES)
+@pytest.mark.usefixtures("transforms")
 def test_fft_matches_the_direct_kernels(case, monkeypatch):
     attrs, x, f, grad = inputs(*case)
     direct = with_algorithm(monkeypatch, "direct", attrs, x, f, grad)
@@ -72,6 +82,7 @@ def test_fft_matches_the_direct_kernels(case, monkeypatch):
 
 
 @pytest.mark.parametrize("case", FFT_CASES[::3])
+@pytest.mark.usefixtures("transforms")
 def test_fft_matches_the_direct_kernels_in_float64(case, monkeypatch):
     attrs, x, f, grad = inputs(*case, seed=1, dtype=np.float64)
     direct = with_algorithm(monkeypatch, "direct", attrs, x, f, grad)
@@ -82,6 +93,7 @@ def test_fft_matches_the_direct_kernels_in_float64(case, monkeypatch):
 
 @pytest.mark.parametrize("padding, shape, kernel", [("SAME", (2, 6, 7, 3), (3, 4, 3, 2)),
                                                     ("VALID", (2, 7, 5, 2), (4, 2, 2, 3))])
+@pytest.mark.usefixtures("transforms")
 async def test_fft_gradients_match_finite_differences(padding, shape, kernel, monkeypatch):
     """The gradient graph's three kernels all by FFT (float64) against central differences."""
     from gradcheck import check_gradients
@@ -148,6 +160,7 @@ def test_nan_and_inf_stay_where_the_direct_kernels_put_them(monkeypatch):
         assert np.isfinite(chosen[0][0]).all()  # an image without the poisoned cell
 
 
+@pytest.mark.usefixtures("transforms")
 def test_chosen_without_forcing_on_the_convnet_shape(monkeypatch):
     """The default choice runs the FFT kernels (not the direct bits) and stays close."""
     attrs, x, f, grad = inputs(128, 14, 14, 32, 64, 5, 5, "SAME", seed=4)
@@ -159,6 +172,7 @@ def test_chosen_without_forcing_on_the_convnet_shape(monkeypatch):
         assert_scaled_close(a, c, 5e-6, "chosen against direct")
 
 
+@pytest.mark.usefixtures("transforms")
 def test_split_over_threads_gives_the_same_bits_with_fixed_chunks(monkeypatch):
     """Chunks fixed by size (more than the threads): every thread count runs the same chunks,
     the same transforms and GEMMs, so even the filter gradient's sum is the same bits."""
@@ -171,6 +185,7 @@ def test_split_over_threads_gives_the_same_bits_with_fixed_chunks(monkeypatch):
             assert np.array_equal(a, b)
 
 
+@pytest.mark.usefixtures("transforms")
 def test_split_by_thread_count_gives_the_same_bits_on_the_convnets_shape(monkeypatch):
     """Default chunks on the convnet's shape: two or three threads cut the batch differently
     from one, yet every output is the same bits here: each image's transforms are its own,
@@ -197,6 +212,7 @@ def test_split_by_thread_count_gives_the_same_bits_on_the_convnets_shape(monkeyp
 
 @pytest.mark.parametrize("case", [(3, 7, 9, 2, 3, 3, 4, "SAME"), (5, 14, 14, 32, 64, 5, 5, "SAME"),
                                   (7, 9, 9, 3, 7, 3, 3, "VALID"), (33, 9, 9, 8, 65, 5, 5, "SAME")])
+@pytest.mark.usefixtures("transforms")
 def test_the_filter_gradient_has_the_same_bits_on_any_thread_count(case, monkeypatch):
     """Odd batches, channels and kernels, fused (both gradients on one output gradient) and
     alone: the filter gradient's bits do not depend on how the threads cut the batch (review:
@@ -219,6 +235,7 @@ def test_the_filter_gradient_has_the_same_bits_on_any_thread_count(case, monkeyp
     assert_scaled_close(got[1][1], got[1][4], 1e-6, "fused against alone")
 
 
+@pytest.mark.usefixtures("transforms")
 async def test_a_session_step_by_fft_matches_the_direct_step(monkeypatch):
     """Through the graph: conv, bias, ReLU (fused by the optimizer), pool, loss and the
     filter's gradient, the convolutions by FFT against the direct kernels."""
@@ -246,6 +263,7 @@ async def test_a_session_step_by_fft_matches_the_direct_step(monkeypatch):
 
 
 @pytest.mark.parametrize("case", [FFT_CASES[0], FFT_CASES[4], FFT_CASES[6]])
+@pytest.mark.usefixtures("transforms")
 def test_fused_backprop_by_fft_matches_the_two_kernels(case, monkeypatch):
     """``_FusedConv2DBackprop`` transforms the gradient once for both outputs."""
     attrs, x, f, grad = inputs(*case, seed=8)
@@ -542,6 +560,7 @@ def test_the_backprop_given_the_forwards_spectra_has_the_bits_of_its_own(case, t
     and the forward's output is ``_FusedConv2D``'s."""
     attrs, x, f, grad = inputs(*case, seed=11)
     monkeypatch.setattr(nn_conv_fft, "FORCE", "fft")
+    monkeypatch.setattr(dft_gemm, "MAX_PERIOD", 0)  # (pocketfft's; GEMM's: test_dft_gemm.py)
     bias = np.random.default_rng(12).standard_normal(f.shape[3]).astype(np.float32)
     ctx = KernelContext({**attrs, "fused_ops": ("BiasAdd", "Relu")}, threads)
     out, spectra = nn_conv._fused_conv2d_with_spectra(ctx, x, f, bias)
@@ -581,7 +600,7 @@ def test_the_taps_matrix_is_the_inverse_transform_read_at_the_filters_cells(p_h,
     rows = (np.arange(kernel[0]) - top) % p_h
     cols = (np.arange(kernel[1]) - left) % p_w
     expected = planes[rows][:, cols]
-    matrix = nn_conv_fft._taps_matrix(p_h, p_w, *kernel, top, left, np.dtype(np.float64))
+    matrix = dft_gemm.taps_matrix(p_h, p_w, *kernel, top, left, np.dtype(np.float64))
     parts = np.stack([spectrum.real, spectrum.imag]).reshape(2 * p_h * half, 3)
     got = (matrix @ parts).reshape(*kernel, 3)
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-13)

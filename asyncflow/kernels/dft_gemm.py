@@ -1,0 +1,409 @@
+"""The FFT convolution's transforms by GEMM: planar, batch-last spectra (``nn_conv_fft.py``).
+
+Theory of operation. For small periods (the convnet's 16x16) a DFT is cheaper as a product
+by a small DFT matrix than as pocketfft's stacked transforms of [P_h, P_w] planes, once the
+data is laid out so that the product is one large GEMM: a transform along one axis is
+``matrix [2F, K] @ data [K, columns]`` with every other axis in the columns. So a batch
+chunk of ``n`` images ``[n, H, W, C]`` is copied once to ``[W, H, C, n]`` (batch last) and:
+
+- the forward transform (real, zero-padded to the period) along W: ``[2 * half, W] @ [W,
+  H*C*n]``, rows (kw, re/im), then along H, complex, per kw: ``[2 P_h, 2H] @ [2H, C*n]``,
+  rows (kh, re/im), columns (re/im, h): the spectrum ``[half, P_h, 2C, n]``, each
+  frequency's ``[2C, n]`` block its real parts' C rows, then its imaginary parts';
+- the per-frequency channel products are real GEMMs by the filter's block matrix
+  ``[[Wr, -Wi], [Wi, Wr]]`` (``[2C, 2O]``, ``filter_matrix``: DX = W G for the input
+  gradient) or its transpose (``[2O, 2C]``: conj(W)^T X for Conv2D, a transposed operand, no
+  copy), the same 4 real multiplies per complex one as before, into ``[half, P_h, 2O, n]``;
+- the inverse (``inverse``) is evaluated at the read-out's cells only, ``(y + shift) mod P``
+  for the ``count`` cells kept: along H, complex, per kw ``[2 count_h, 2 P_h] @ [2 P_h,
+  O*n]``, then along W to real (the half spectrum's inner columns counted twice, irfft2's
+  convention) ``[count_w, 2 * half] @ [2 * half, count_h*O*n]``: ``[count_w, count_h, O, n]``,
+  copied to the kernel's ``[n, count_h, count_w, O]`` by one compiled pass (``_rows``, with
+  the fused BiasAdd [+ Relu] where the forward has them; numpy's copy without numba);
+- the filter gradient: per frequency one GEMM over the whole batch, ``[2C, N] @ [N, 2O]``,
+  whose quarters give sum_n x conj(g), split by frequency (each GEMM whole: bits
+  independent of the thread count), then the inverse at the filter's KH x KW cells by one
+  GEMM (``planar_taps_matrix``).
+
+Interleaved (re, im) floats, which the old per-frequency GEMMs took, cannot be a GEMM's
+output; the planar layout can, end to end. Multiply-adds for conv2 (128 x [14, 14, 32], 5x5
+-> 64): ~1.1 M a image in the transforms (vs pocketfft's ~5 flops a point a pass), each
+GEMM with K of 14-36, split over the intra-op threads by batch chunks of up to ~64 images
+(``_split``). Used where both periods are at most ``MAX_PERIOD``
+(``applies``; the GEMMs grow with the period, pocketfft with its logarithm): pocketfft's
+forms in ``nn_conv_fft.py`` stay for larger ones. Results are not pocketfft's bits:
+float32 rounding of sums of up to P terms per pass, within the FFT path's tolerances
+(tests/ops/test_conv_fft.py, tests/ops/test_dft_gemm.py).
+
+The DFT matrices of both forms are kept between calls (``cached``): per geometry and dtype, at
+most ``MATRIX_CACHE_BYTES`` in all, the least recently used dropped first.
+"""
+from __future__ import annotations
+
+import collections
+import threading
+
+import numpy as np
+
+from asyncflow.kernels import intra_op, jit
+
+# The largest period (either dimension) the transforms take by GEMM; 0: pocketfft always.
+MAX_PERIOD = 64
+
+# The DFT matrices (all ``*_matrix`` builders here) kept between calls: per geometry and
+# dtype, at most this many bytes in all, the least recently used dropped first; one larger
+# is built for its call only. A 300x300 input's 11x11 window: 95 MiB each in float64, 0.3-0.45
+# s to build (more than their GEMMs up to a few hundred channel pairs); the convnet's: 28 KB.
+MATRIX_CACHE_BYTES = 256 << 20
+_matrices = collections.OrderedDict()
+_matrices_lock = threading.Lock()  # (kernels on several intra-op or inter-op threads)
+
+
+def cached(build, *key):
+    """``build(*key)``, kept in ``_matrices`` within ``MATRIX_CACHE_BYTES``."""
+    key = (build.__name__,) + key
+    with _matrices_lock:
+        if key in _matrices:
+            _matrices.move_to_end(key)
+            return _matrices[key]
+    matrix = build(*key[1:])
+    if matrix.nbytes <= MATRIX_CACHE_BYTES:
+        with _matrices_lock:
+            _matrices[key] = matrix
+            while sum(kept.nbytes for kept in _matrices.values()) > MATRIX_CACHE_BYTES:
+                _matrices.popitem(last=False)
+    return matrix
+
+
+def _frozen(matrix, dtype):
+    matrix = np.ascontiguousarray(matrix, dtype=dtype)
+    matrix.flags.writeable = False
+    return matrix
+
+
+def spectrum_matrix(p_h, p_w, kh, kw, dtype):
+    """The 2-D DFT of a ``[P_h, P_w]`` period whose cells outside ``[0, kh) x [0, kw)`` are 0,
+    at the half spectrum's ``[P_h, P_w // 2 + 1]`` frequencies, as rfft2 computes it: the
+    real parts' rows, then the imaginary parts', by the ``kh * kw`` cells (angles reduced mod
+    P in integers): ``[2 * freqs, kh * kw]``. Read-only."""
+    half = p_w // 2 + 1
+    rows = (np.arange(p_h)[:, None] * np.arange(kh)) % p_h / p_h  # [P_h, kh]
+    cols = (np.arange(half)[:, None] * np.arange(kw)) % p_w / p_w  # [half, kw]
+    angle = 2 * np.pi * (rows[:, None, :, None] + cols[None, :, None, :])  # [P_h, half, kh, kw]
+    matrix = np.stack([np.cos(angle), -np.sin(angle)])
+    return _frozen(matrix.reshape(2 * p_h * half, kh * kw), dtype)
+
+
+def taps_matrix(p_h, p_w, kh, kw, top, left, dtype):
+    """The real inverse 2-D DFT of a half spectrum (``[P_h, P_w // 2 + 1]``, real parts then
+    imaginary ones: ``2 * freqs`` rows) evaluated at the ``kh * kw`` cells ((i - top) mod P_h,
+    (j - left) mod P_w): ``[kh * kw, 2 * freqs]``, as irfft2 computes them (the half
+    spectrum's inner columns count twice, the first and, for an even P_w, the last once, and
+    their imaginary parts not at all; the angles reduced mod P in integers). Read-only."""
+    half = p_w // 2 + 1
+    rows = ((np.arange(kh) - top)[:, None] * np.arange(p_h)) % p_h / p_h  # [kh, P_h]
+    cols = ((np.arange(kw) - left)[:, None] * np.arange(half)) % p_w / p_w  # [kw, half]
+    angle = 2 * np.pi * (rows[:, None, :, None] + cols[None, :, None, :])  # [kh, kw, P_h, half]
+    scale = _column_weights(p_w) / (p_h * p_w)
+    matrix = np.stack([scale * np.cos(angle), -scale * np.sin(angle)], axis=2)
+    return _frozen(matrix.reshape(kh * kw, 2 * p_h * half), dtype)
+
+
+def _column_weights(p_w):
+    """irfft's count of each half-spectrum column: 2, the first (and an even P_w's last) 1."""
+    weight = np.full(p_w // 2 + 1, 2.0)
+    weight[0] = 1.0
+    if p_w % 2 == 0:
+        weight[-1] = 1.0
+    return weight
+
+
+def planar_taps_matrix(p_h, p_w, kh, kw, top, left, dtype):
+    """``taps_matrix`` with its columns in the planar spectra's order (re/im, kw, kh)."""
+    half = p_w // 2 + 1
+    matrix = taps_matrix(p_h, p_w, kh, kw, top, left, np.float64)
+    return _frozen(matrix.reshape(kh * kw, 2, p_h, half).transpose(0, 1, 3, 2)
+                   .reshape(kh * kw, 2 * p_h * half), dtype)
+
+
+def width_matrix(w, p_w, dtype):
+    """The real DFT along W of ``w`` data cells in a period ``p_w``: ``[2 * half, w]``, rows
+    (kw, re/im)."""
+    angle = 2 * np.pi * ((np.arange(p_w // 2 + 1)[:, None] * np.arange(w)) % p_w) / p_w
+    return _frozen(np.stack([np.cos(angle), -np.sin(angle)], axis=1).reshape(-1, w), dtype)
+
+
+def height_matrix(h, p_h, dtype):
+    """The complex DFT along H of ``h`` cells in a period ``p_h`` on planar values: ``[2 P_h,
+    2h]``, rows (kh, re/im), columns (re/im, h): (c - is)(a + ib) = (ca + sb) + i(cb - sa)."""
+    angle = 2 * np.pi * ((np.arange(p_h)[:, None] * np.arange(h)) % p_h) / p_h
+    c, s = np.cos(angle), np.sin(angle)
+    matrix = np.empty((p_h, 2, 2, h))
+    matrix[:, 0, 0], matrix[:, 0, 1], matrix[:, 1, 0], matrix[:, 1, 1] = c, s, -s, c
+    return _frozen(matrix.reshape(2 * p_h, 2 * h), dtype)
+
+
+def inverse_height_matrix(count, p_h, shift, dtype):
+    """The complex inverse DFT along H evaluated at cells (y + shift) mod P_h, y < count:
+    ``[2 count, 2 P_h]``, rows (re/im, y), columns (kh, re/im)."""
+    cells = (np.arange(count) + shift) % p_h
+    angle = 2 * np.pi * ((cells[:, None] * np.arange(p_h)) % p_h) / p_h
+    c, s = np.cos(angle), np.sin(angle)
+    matrix = np.empty((2, count, p_h, 2))
+    matrix[0, :, :, 0], matrix[0, :, :, 1], matrix[1, :, :, 0], matrix[1, :, :, 1] = c, -s, s, c
+    return _frozen(matrix.reshape(2 * count, 2 * p_h), dtype)
+
+
+def inverse_width_matrix(count, p_h, p_w, shift, dtype):
+    """The real inverse along W of a half spectrum (irfft2's scale 1 / (P_h P_w) with it),
+    evaluated at cells (x + shift) mod P_w, x < count: ``[count, 2 * half]``, columns (kw,
+    re/im): Re(z e^{i a}) = zr cos a - zi sin a."""
+    cells = (np.arange(count) + shift) % p_w
+    angle = 2 * np.pi * ((cells[:, None] * np.arange(p_w // 2 + 1)) % p_w) / p_w
+    scale = _column_weights(p_w) / (p_h * p_w)
+    return _frozen(np.stack([scale * np.cos(angle), -scale * np.sin(angle)], axis=2)
+                   .reshape(count, -1), dtype)
+
+
+def applies(plan):
+    """Whether ``plan``'s transforms run here (by GEMM) rather than by pocketfft."""
+    return max(plan.p_h, plan.p_w) <= MAX_PERIOD
+
+
+def transform(block, plan):
+    """The half spectrum of ``block`` (``[n, h, w, C]``, h, w <= the periods) as ``[half,
+    P_h, 2C, n]`` (module docstring)."""
+    n, h, w, c = block.shape
+    half = plan.p_w // 2 + 1
+    across = cached(width_matrix, w, plan.p_w, block.dtype)
+    down = cached(height_matrix, h, plan.p_h, block.dtype)
+    columns = np.ascontiguousarray(block.transpose(2, 1, 3, 0))  # [w, h, C, n]
+    partial = np.matmul(across, columns.reshape(w, h * c * n)).reshape(half, 2 * h, c * n)
+    return np.matmul(down, partial).reshape(half, plan.p_h, 2 * c, n)
+
+
+def inverse(spectrum, plan, count_h, count_w, shift_h, shift_w):
+    """``[half, P_h, 2K, n]`` back to real cells ((y + shift_h) mod P_h, (x + shift_w) mod
+    P_w), y < count_h, x < count_w: ``[count_w, count_h, K, n]``."""
+    half, p_h, rows, n = spectrum.shape
+    real = spectrum.dtype
+    down = cached(inverse_height_matrix, count_h, p_h, shift_h % p_h, real)
+    across = cached(inverse_width_matrix, count_w, p_h, plan.p_w, shift_w % plan.p_w, real)
+    partial = np.matmul(down, spectrum.reshape(half, 2 * p_h, rows // 2 * n))
+    planes = np.matmul(across, partial.reshape(2 * half, count_h * rows // 2 * n))
+    return planes.reshape(count_w, count_h, rows // 2, n)
+
+
+def filter_matrix(ctx, filters, plan, out=None):
+    """The filter's spectrum as the block matrices ``[half, P_h, 2C, 2O]``, ``[[Wr, -Wi],
+    [Wi, Wr]]`` per frequency: its DFT by one GEMM (``spectrum_matrix``, whole), then the four
+    parts copied, split over the intra-op threads by kw. ``out``: a C-contiguous array of
+    that shape to write it into."""
+    kh, kw, c, o = filters.shape
+    half = plan.p_w // 2 + 1
+    real = np.result_type(filters.dtype, np.float32)
+    matrix = np.empty((half, plan.p_h, 2 * c, 2 * o), real) if out is None else out
+    dft = cached(spectrum_matrix, plan.p_h, plan.p_w, kh, kw, real)
+    parts = np.matmul(dft, filters.reshape(kh * kw, c * o).astype(real, copy=False))
+    parts = parts.reshape(2, plan.p_h, half, c, o)
+    blocks = matrix.reshape(half, plan.p_h, 2, c, 2, o)
+
+    def chunk(start, stop):
+        block = blocks[start:stop]
+        re = parts[0, :, start:stop].transpose(1, 0, 2, 3)
+        im = parts[1, :, start:stop].transpose(1, 0, 2, 3)
+        block[:, :, 0, :, 0] = re
+        block[:, :, 1, :, 1] = re
+        block[:, :, 1, :, 0] = im
+        np.negative(im, out=block[:, :, 0, :, 1])
+    intra_op.for_batch(ctx, half, 4 * plan.p_h * c * o, chunk, 32 * plan.p_h * c * o)
+    return matrix
+
+
+def filter_gradient(ctx, images, errors, plan, f_shape, dtype):
+    """The filter gradient from the whole batch's planar spectra (``images [half, P_h, 2C,
+    N]``, ``errors [half, P_h, 2O, N]``): per frequency ``[2C, N] @ [N, 2O]``, whose quarters
+    give sum_n x conj(g) = (xr gr + xi gi) + i (xi gr - xr gi), split over the threads by
+    frequency (every GEMM whole); then the inverse at the KH x KW cells by one GEMM, and its
+    ``[KH, KW, O, C]`` transposed."""
+    kh, kw = plan.kernel_hw
+    (_, top, _), (_, left, _) = plan.rows, plan.cols
+    n = images.shape[3]
+    c, o = images.shape[2] // 2, errors.shape[2] // 2
+    real = images.dtype
+    x = images.reshape(plan.freqs, 2 * c, n)
+    g = errors.reshape(plan.freqs, 2 * o, n)
+    parts = np.empty((2, plan.freqs, o, c), dtype=real)
+
+    def chunk(start, stop):  # (G X^T, X's transpose packed: 10% faster than X G^T here)
+        products = np.matmul(g[start:stop], x[start:stop].transpose(0, 2, 1))
+        np.add(products[:, :o, :c], products[:, o:, c:], out=parts[0, start:stop])
+        np.subtract(products[:, :o, c:], products[:, o:, :c], out=parts[1, start:stop])
+    intra_op.for_batch(ctx, plan.freqs, c * o * (8 + 4 * n) // intra_op.MACS_PER_WORK, chunk,
+                       32 * c * o * real.itemsize)
+    matrix = cached(planar_taps_matrix, plan.p_h, plan.p_w, kh, kw, top, left, real)
+    taps = np.matmul(matrix, parts.reshape(2 * plan.freqs, o * c))
+    result = np.empty((kh, kw, c, o), dtype=dtype)
+    np.copyto(result, taps.reshape(kh, kw, o, c).transpose(0, 1, 3, 2), casting="same_kind")
+    return result.reshape(f_shape)
+
+
+def spectra_shapes(plan, n, c, o):
+    """The forward's kept spectra (``conv2d``'s ``kept``, one flat array): the batch's input
+    spectra ``[half, P_h, 2C, N]``, then the filter's matrix ``[half, P_h, 2C, 2O]``."""
+    half = plan.p_w // 2 + 1
+    return (half, plan.p_h, 2 * c, n), (half, plan.p_h, 2 * c, 2 * o)
+
+
+def _split(plan, c, o, itemsize):
+    """``for_batch``'s work and bytes per image: a quarter of the transforms' and GEMMs'
+    temporaries, so a chunk's reach ~4x ``CHUNK_BYTES``: larger chunks measured faster on
+    conv2 (64-image chunks against 16: 0.87-0.88x on one thread, 0.86-0.95x on two, with
+    glibc's defaults and with a worker's kept freed memory; the GEMMs' N is C or O times the
+    images, bench/RESULTS.md)."""
+    temporaries = plan.freqs * (c + o) * 2 + plan.in_h * plan.in_w * (c + 2 * o)
+    return int(plan.fft_s * 1e9), temporaries * itemsize // 4
+
+
+def conv2d(ctx, plan, x, filters, out, epilogue, kept, looped):
+    """``nn_conv_fft.conv2d`` by GEMM transforms: ``kept`` as there (this module's layout,
+    ``spectra_shapes``); ``looped``: ``(bias, floor)`` for ``_rows``, or None; where it is not
+    applied, ``epilogue`` (if any) runs on each chunk."""
+    n, oh, ow, o = out.shape
+    c = x.shape[3]
+    (_, top, _), (_, left, _) = plan.rows, plan.cols
+    images = matrix = None
+    if kept is not None:
+        shapes = spectra_shapes(plan, n, c, o)
+        sizes = [int(np.prod(shape)) for shape in shapes]
+        buffer = np.empty(sum(sizes), dtype=np.result_type(x.dtype, np.float32))
+        images = buffer[:sizes[0]].reshape(shapes[0])
+        matrix = buffer[sizes[0]:].reshape(shapes[1])
+        kept.append(buffer)
+    same = matrix is not None and matrix.dtype == out.dtype
+    weights = filter_matrix(ctx, filters.astype(out.dtype, copy=False), plan,
+                            matrix if same else None)
+    if matrix is not None and not same:  # (x and the filter of two dtypes: a cast copy)
+        matrix[...] = weights
+    turned = weights.transpose(0, 1, 3, 2)  # conj(W)^T's blocks: [2O, 2C]
+
+    def chunk(start, stop):
+        spectrum = transform(x[start:stop], plan)
+        if images is not None:
+            images[..., start:stop] = spectrum
+        planes = inverse(np.matmul(turned, spectrum.astype(out.dtype, copy=False)), plan,
+                         oh, ow, -top, -left)
+        if not write_rows(ctx, planes, out[start:stop], looped) and epilogue is not None:
+            epilogue(out[start:stop].reshape(-1, o))
+    work, item_bytes = _split(plan, c, o, x.itemsize)
+    intra_op.for_batch(ctx, n, work // max(n, 1), chunk, item_bytes)
+    return out
+
+
+def backprop_input(ctx, plan, filters, grad, out):
+    """``nn_conv_fft.backprop_input`` by GEMM transforms."""
+    n, h, w, c = out.shape
+    (_, top, _), (_, left, _) = plan.rows, plan.cols
+    weights = filter_matrix(ctx, filters.astype(out.dtype, copy=False), plan)
+
+    def chunk(start, stop):
+        spectrum = transform(grad[start:stop], plan)
+        planes = inverse(np.matmul(weights, spectrum), plan, h, w, top, left)
+        write_rows(ctx, planes, out[start:stop], None)
+    work, item_bytes = _split(plan, c, grad.shape[3], grad.itemsize)
+    intra_op.for_batch(ctx, n, work // max(n, 1), chunk, item_bytes)
+    return out
+
+
+def backprop_filter(ctx, plan, x, grad, f_shape, dtype):
+    """``nn_conv_fft.backprop_filter`` by GEMM transforms."""
+    n, c, o = x.shape[0], x.shape[3], grad.shape[3]
+    half = plan.p_w // 2 + 1
+    real = np.result_type(dtype, np.float32)
+    images = np.empty((half, plan.p_h, 2 * c, n), dtype=real)
+    errors = np.empty((half, plan.p_h, 2 * o, n), dtype=real)
+
+    def chunk(start, stop):
+        images[..., start:stop] = transform(x[start:stop].astype(real, copy=False), plan)
+        errors[..., start:stop] = transform(grad[start:stop].astype(real, copy=False), plan)
+    work, item_bytes = _split(plan, c, o, x.itemsize)
+    intra_op.for_batch(ctx, n, work // max(n, 1), chunk, item_bytes)
+    return filter_gradient(ctx, images, errors, plan, f_shape, dtype)
+
+
+def backprop_both(ctx, plan, x, filters, grad, dx, spectra=None):
+    """``nn_conv_fft.backprop_both`` by GEMM transforms: ``spectra`` is this module's
+    ``conv2d``'s kept array, used as is (the filter's matrix needs no transposition here)."""
+    n, h, w, c = dx.shape
+    o = grad.shape[3]
+    (_, top, _), (_, left, _) = plan.rows, plan.cols
+    real = np.dtype(x.dtype)
+    shapes = spectra_shapes(plan, n, c, o)
+    sizes = [int(np.prod(shape)) for shape in shapes]
+    given = (spectra is not None and spectra.dtype == real and spectra.flags.c_contiguous
+             and spectra.shape == (sum(sizes),))
+    if given:
+        images = spectra[:sizes[0]].reshape(shapes[0])
+        weights = spectra[sizes[0]:].reshape(shapes[1])
+    else:
+        images = np.empty(shapes[0], dtype=real)
+        weights = filter_matrix(ctx, filters, plan)
+    errors = np.empty((shapes[0][0], plan.p_h, 2 * o, n), dtype=real)
+
+    def chunk(start, stop):
+        spectrum = transform(grad[start:stop], plan)
+        errors[..., start:stop] = spectrum
+        planes = inverse(np.matmul(weights, spectrum), plan, h, w, top, left)
+        write_rows(ctx, planes, dx[start:stop], None)
+        if not given:
+            images[..., start:stop] = transform(x[start:stop], plan)
+    work, item_bytes = _split(plan, c, o, x.itemsize)
+    intra_op.for_batch(ctx, n, 2 * work // max(n, 1), chunk, item_bytes)
+    return dx, filter_gradient(ctx, images, errors, plan, (*plan.kernel_hw, c, o), real)
+
+
+_NO_BIAS = {}  # dtype -> an empty read-only bias (``_rows``' one signature per dtype)
+
+
+def write_rows(ctx, planes, out, looped):
+    """``out[b, y, x, k] = planes[x, y, k, b]`` (``inverse``'s layout to the kernel's), with
+    ``looped``'s bias and floor (``nn_conv_fft._looped_epilogue``) in the same pass where
+    given; by ``_rows`` where ``jit.usable``, else numpy's copy. Returns whether ``looped``
+    was applied (else the caller's epilogue runs)."""
+    if planes.dtype == out.dtype and out.flags.c_contiguous and jit.usable(ctx, planes, out):
+        applied = looped is not None
+        if looped is None:
+            empty = _NO_BIAS.get(out.dtype)
+            if empty is None:
+                empty = _NO_BIAS.setdefault(out.dtype, jit.readonly(np.empty(0, out.dtype)))
+            looped = (empty, out.dtype.type(np.nan))
+        _rows(planes, *looped, out)
+        return applied
+    np.copyto(out, planes.transpose(3, 1, 0, 2), casting="same_kind")
+    return False
+
+
+@jit.loop
+def _rows(planes, bias, floor, out):
+    """``out[b, y, x, k] = planes[x, y, k, b] (+ bias[k])``, then ``floor`` where the value
+    is ``<= floor`` (0: a Relu, as ``nn_conv_fft._read_out_bias``; NaN: none). An empty
+    ``bias``: none added (a plain copy)."""
+    count_w, count_h, depth, n = planes.shape
+    biased = bias.shape[0] > 0
+    for y in range(count_h):
+        for x in range(count_w):
+            for b in range(n):
+                for k in range(depth):
+                    v = planes[x, y, k, b]
+                    if biased:
+                        v = v + bias[k]
+                    out[b, y, x, k] = floor if v <= floor else v
+
+
+def warm():
+    """Compile (or load from numba's disk cache) ``_rows`` for both dtypes, with the
+    argument types ``write_rows`` passes."""
+    for dtype in (np.float32, np.float64):
+        for bias in (np.zeros(0, dtype), np.zeros(1, dtype)):
+            _rows(np.zeros((1, 1, 1, 1), dtype), jit.readonly(bias), dtype(0),
+                  np.zeros((1, 1, 1, 1), dtype))

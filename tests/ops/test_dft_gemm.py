@@ -1,0 +1,157 @@
+"""kernels/dft_gemm.py: the FFT convolution's transforms by GEMM (planar, batch-last) against
+numpy's rfft2/irfft2, the read-out loop against its numpy form, the forward's kept spectra
+handed to the backprop, and the period that sends a shape to pocketfft instead. The three
+kernels against the direct ones and pocketfft's form: tests/ops/test_conv_fft.py (its
+``transforms`` fixture runs both forms)."""
+import numpy as np
+import pytest
+
+from asyncflow.kernels import dft_gemm, jit, nn_conv, nn_conv_fft
+
+from test_conv_fft import assert_scaled_close, inputs  # same folder
+from test_conv_kernels import KernelContext, small_chunks  # same folder
+
+assert small_chunks  # a fixture, used by name below
+
+# (x_shape, f_shape, padding): even and odd periods, rectangular windows, VALID and SAME.
+GEOMETRIES = [((3, 7, 9, 2), (3, 4, 2, 3), "SAME"), ((2, 11, 13, 4), (6, 3, 4, 5), "SAME"),
+              ((4, 5, 5, 3), (5, 5, 3, 4), "VALID"), ((1, 9, 4, 5), (2, 7, 5, 2), "SAME"),
+              ((2, 14, 14, 32), (5, 5, 32, 64), "SAME")]
+
+
+def plan_of(x_shape, f_shape, padding):
+    ctx = KernelContext({"strides": (1, 1, 1, 1), "dilations": (1, 1, 1, 1),
+                         "padding": padding}, 1)
+    rows, cols = nn_conv._spatial(ctx, x_shape, f_shape[:2])
+    return nn_conv_fft.Plan(x_shape, f_shape, rows, cols)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("x_shape, f_shape, padding", GEOMETRIES)
+def test_the_transform_is_rfft2_of_the_zero_padded_period(x_shape, f_shape, padding, dtype):
+    """``transform``'s ``[half, P_h, 2C, n]`` holds numpy's rfft2 of each image's channels
+    (zero-padded to the periods), each frequency's real parts' rows, then the imaginary
+    parts'; float32 within 1e-6 of the spectrum's scale (another summation order)."""
+    plan = plan_of(x_shape, f_shape, padding)
+    x = np.random.default_rng(1).standard_normal(x_shape).astype(dtype)
+    got = dft_gemm.transform(x, plan)
+    assert got.dtype == dtype and got.shape == (plan.p_w // 2 + 1, plan.p_h, 2 * x_shape[3],
+                                                x_shape[0])
+    spectrum = np.fft.rfft2(x.astype(np.float64), s=(plan.p_h, plan.p_w), axes=(1, 2))
+    expected = spectrum.transpose(2, 1, 3, 0)  # [half, P_h, C, n]
+    expected = np.concatenate([expected.real, expected.imag], axis=2)
+    assert_scaled_close(got, expected.astype(dtype), 1e-6 if dtype == np.float32 else 1e-13,
+                        "transform")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shift_h, shift_w, count_h, count_w", [(0, 0, 5, 7), (-2, 3, 9, 4),
+                                                                (7, -5, 11, 8)])
+def test_the_inverse_is_irfft2_read_at_the_shifted_cells(shift_h, shift_w, count_h, count_w,
+                                                         dtype):
+    """``inverse`` of a half spectrum of real planes gives irfft2's cells ((y + shift_h) mod
+    P_h, (x + shift_w) mod P_w), odd and even periods (P_w 12: its last column once)."""
+    for p_h, p_w in ((11, 12), (12, 9)):
+        plan = plan_of((1, p_h - 2, p_w - 2, 1), (3, 3, 1, 1), "VALID")
+        plan.p_h, plan.p_w = p_h, p_w
+        rng = np.random.default_rng(2)
+        planes = rng.standard_normal((4, p_h, p_w, 3))  # [n, P_h, P_w, K]
+        spectrum = np.fft.rfft2(planes, axes=(1, 2)).transpose(2, 1, 3, 0)
+        planar = np.concatenate([spectrum.real, spectrum.imag], axis=2).astype(dtype)
+        got = dft_gemm.inverse(planar, plan, count_h, count_w, shift_h, shift_w)
+        rows = (np.arange(count_h) + shift_h) % p_h
+        cols = (np.arange(count_w) + shift_w) % p_w
+        expected = planes[:, rows][:, :, cols].transpose(2, 1, 3, 0)  # [count_w, count_h, K, n]
+        assert got.dtype == dtype
+        assert_scaled_close(got, expected.astype(dtype), 1e-6 if dtype == np.float32 else 1e-13,
+                            "inverse")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_rows_loop_has_the_bits_of_numpys_copy_and_epilogue(dtype, monkeypatch):
+    """``write_rows`` by the compiled loop against numpy's transposed copy then bias and
+    Relu, NaN, inf and -0 among the values: the same bits."""
+    rng = np.random.default_rng(3)
+    planes = rng.standard_normal((5, 3, 4, 6)).astype(dtype)  # [count_w, count_h, K, n]
+    planes[0, 0, 0, :3] = (np.nan, np.inf, -0.0)
+    bias = rng.standard_normal(4).astype(dtype)
+    bias[1] = -np.inf
+    ctx = KernelContext({}, 1)
+    expected = np.ascontiguousarray(planes.transpose(3, 1, 0, 2))
+    for looped in (None, (jit.readonly(bias), dtype(0)), (jit.readonly(bias), dtype(np.nan))):
+        got = np.empty((6, 3, 5, 4), dtype)
+        dft_gemm.write_rows(ctx, planes, got, looped)
+        want = expected if looped is None else expected + bias
+        if looped is not None and looped[1] == 0:
+            want = np.maximum(want, 0)
+        assert got.tobytes() == want.astype(dtype).tobytes(), looped
+    monkeypatch.setattr(jit, "ENABLED", False)
+    plain = np.empty((6, 3, 5, 4), dtype)
+    dft_gemm.write_rows(ctx, planes, plain, None)
+    assert plain.tobytes() == expected.tobytes()
+
+
+@pytest.mark.usefixtures("small_chunks")
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("case", [(3, 7, 9, 2, 3, 3, 4, "SAME"), (4, 5, 5, 3, 4, 5, 5, "VALID"),
+                                  (5, 14, 14, 32, 64, 5, 5, "SAME")])
+def test_the_backprop_given_the_forwards_spectra_has_the_bits_of_its_own(case, threads,
+                                                                         monkeypatch):
+    """By GEMM: ``_FusedConv2DWithSpectra`` keeps the input's spectra and the filter's block
+    matrices; the backprop given them (neither x nor the filter transformed again, the
+    matrices used as kept: no transposition) returns the bits of the one computing both."""
+    attrs, x, f, grad = inputs(*case, seed=11)
+    monkeypatch.setattr(nn_conv_fft, "FORCE", "fft")
+    bias = np.random.default_rng(12).standard_normal(f.shape[3]).astype(np.float32)
+    ctx = KernelContext({**attrs, "fused_ops": ("BiasAdd", "Relu")}, threads)
+    out, spectra = nn_conv._fused_conv2d_with_spectra(ctx, x, f, bias)
+    rows, cols = nn_conv._spatial(ctx, x.shape, f.shape[:2])
+    plan = nn_conv_fft.choose(ctx, (x, f), x.shape, f.shape, rows, cols, x.dtype)
+    assert dft_gemm.applies(plan)
+    assert spectra.shape == (sum(nn_conv_fft.spectra_sizes(plan, *x.shape[::3], f.shape[3])),)
+    assert np.array_equal(out, nn_conv._fused_conv2d(ctx, x, f, bias)[0])
+    sizes, f_sizes = np.array(x.shape), np.array(f.shape)
+    transformed, transform = [], dft_gemm.transform
+    with monkeypatch.context() as patch:
+        patch.setattr(dft_gemm, "transform", lambda block, plan: transformed.append(
+            block.base is grad) or transform(block, plan))
+        patch.setattr(dft_gemm, "filter_matrix", None)
+        given = nn_conv._fused_conv2d_backprop_with_spectra(ctx, sizes, f, grad, x, f_sizes,
+                                                            spectra)
+    assert transformed and all(transformed)
+    own = nn_conv._fused_conv2d_backprop(ctx, sizes, f, grad, x, f_sizes)
+    for a, b in zip(given, own):
+        assert a.tobytes() == b.tobytes()
+
+
+def test_large_periods_take_pocketfft(monkeypatch):
+    """Periods over ``MAX_PERIOD`` (measured slower by GEMM: bench/RESULTS.md) run pocketfft's
+    form; both close to the direct kernels."""
+    monkeypatch.setattr(nn_conv_fft, "FORCE", "fft")
+    plan = plan_of((1, 70, 70, 1), (5, 5, 1, 2), "SAME")
+    assert plan.p_h > dft_gemm.MAX_PERIOD and not dft_gemm.applies(plan)
+    assert dft_gemm.applies(plan_of((1, 60, 60, 1), (5, 5, 1, 2), "SAME"))
+    used = []
+    transform = dft_gemm.transform
+    monkeypatch.setattr(dft_gemm, "transform", lambda *a: used.append(1) or transform(*a))
+    from test_conv_fft import results
+    attrs, x, f, grad = inputs(2, 70, 70, 2, 3, 5, 5, "SAME", seed=4)
+    fft = results(attrs, x, f, grad)
+    assert not used
+    monkeypatch.setattr(nn_conv_fft, "FORCE", "direct")
+    for a, b in zip(fft, results(attrs, x, f, grad)):
+        assert_scaled_close(a, b, 5e-6, "pocketfft at a large period")
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("fused", [("BiasAdd",), ("BiasAdd", "Relu")])
+def test_the_fused_forward_by_the_loop_has_the_numpy_forms_bits(fused, threads, monkeypatch):
+    """By GEMM, ``_FusedConv2D``'s read-out with its bias [+ Relu] in ``_rows`` against numpy's
+    copy then ``math.fused_epilogue`` (``jit.ENABLED`` off): the same bits."""
+    monkeypatch.setattr(nn_conv_fft, "FORCE", "fft")
+    attrs, x, f, _ = inputs(3, 11, 6, 2, 7, 4, 2, "VALID", seed=5)
+    bias = np.random.default_rng(6).standard_normal(7).astype(np.float32)
+    ctx = KernelContext({**attrs, "fused_ops": fused}, threads)
+    looped = nn_conv._fused_conv2d(ctx, x, f, bias)[0]
+    monkeypatch.setattr(jit, "ENABLED", False)
+    assert looped.tobytes() == nn_conv._fused_conv2d(ctx, x, f, bias)[0].tobytes()
