@@ -318,7 +318,10 @@ def _split_matmul(ctx, a, b, epilogue=None):
             mm(a[start:stop], b, out[start:stop])
             if epilogue is not None:
                 epilogue(out[start:stop])
-        intra_op.for_gemm(ctx, rows, inner * cols, by_rows, cols * a.itemsize * 2, dtype)
+        cache_bytes = cols * a.itemsize * 2
+        if epilogue is None and ROW_CHUNKS_FOR_EPILOGUE_ONLY:
+            cache_bytes = 0
+        intra_op.for_gemm(ctx, rows, inner * cols, by_rows, cache_bytes, dtype)
     else:
         def by_columns(start, stop):
             mm(a, b[:, start:stop], out[:, start:stop])
@@ -331,6 +334,10 @@ def _split_matmul(ctx, a, b, epilogue=None):
 # ``b`` this many times wider than ``a`` is tall: split by columns (``_split_matmul``). The
 # MLP's and the autoencoder's GEMMs (at most 784 columns over 128 or 256 rows) stay by rows.
 COLUMNS_FROM = 4
+# Cache-sized row chunks only where an epilogue reads them back (``_split_matmul``); a plain
+# product by rows in one chunk a thread: the convnet's dense weight gradient went in eight
+# chunks, each packing ``b`` again, for nothing read back (bench/RESULTS.md, c39cnn).
+ROW_CHUNKS_FOR_EPILOGUE_ONLY = True
 
 
 @register_kernel("_FusedMatMul", offload=True, offload_scale=intra_op.MACS_PER_WORK)

@@ -119,3 +119,57 @@ async def test_a_fused_sigmoid_with_overflowing_values_in_one_block_has_the_unfu
                 values[optimize_graph] = await session.run(
                     product, dict(zip(feeds, (a, b, bias))))
     np.testing.assert_array_equal(values[True], values[False])
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("fused", [False, True])
+async def test_a_plain_row_split_takes_one_chunk_a_thread_a_fused_one_cache_sized_chunks(
+        fused, threads, monkeypatch):
+    """A tall product split by rows (the convnet's dense weight gradient, ``a`` a transposed
+    view): unfused, one chunk a thread whatever ``CHUNK_BYTES`` says (nothing reads the rows
+    back, and each chunk packs ``b`` again); fused, cache-sized chunks for its epilogue. The
+    values close to numpy's whichever chunks (the bits of a row may depend on its block)."""
+    from asyncflow.kernels import math as math_kernels
+    monkeypatch.setattr(kernel_intra_op, "MIN_SPLIT_WORK", 0)
+    monkeypatch.setattr(kernel_intra_op, "BLAS_SMALL_MACS", 0)  # (tiny chunks, to split them)
+    m, k, n = 301, 40, 64
+    monkeypatch.setattr(kernel_intra_op, "CHUNK_BYTES", n * 4 * 2 * 50)  # 50 rows a chunk
+    seen = []
+    for_gemm = kernel_intra_op.for_gemm
+
+    def spy(*args, **kwargs):
+        seen.append(for_gemm(*args, **kwargs))
+        return seen[-1]
+    monkeypatch.setattr(kernel_intra_op, "for_gemm", spy)
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((k, m)).astype(np.float32)
+    dy = rng.standard_normal((k, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    values = {}
+    for epilogue_only in (True, False):
+        monkeypatch.setattr(math_kernels, "ROW_CHUNKS_FOR_EPILOGUE_ONLY", epilogue_only)
+        with af.Graph().as_default():
+            feeds = [af.placeholder(af.float32, [k, None]), af.placeholder(af.float32, [k, n]),
+                     af.placeholder(af.float32, [n])]
+            product = af.matmul(feeds[0], feeds[1], transpose_a=True)
+            if fused:
+                product = af.nn.relu(product + feeds[2])
+            config = af.ConfigProto(intra_op_parallelism_threads=threads)
+            async with af.Session(config=config) as session:
+                seen.clear()
+                metadata = af.RunMetadata()
+                values[epilogue_only] = await session.run(
+                    product, dict(zip(feeds, (x, dy, bias))), options=af.RunOptions(
+                        trace_level=af.RunOptions.FULL_TRACE), run_metadata=metadata)
+            types = {s.op_type for s in metadata.step_stats}
+            assert ("_FusedMatMul" in types) == fused
+        cache_sized = -(-m // 50)  # chunks of at most 50 rows, a multiple of the threads
+        cache_sized = -(-cache_sized // threads) * threads
+        want = cache_sized if fused or not epilogue_only else threads
+        assert [len(bounds) for bounds in seen] == [want]
+        assert seen[0][0][0] == 0 and seen[0][-1][1] == m
+    expected = x.T.astype(np.float64) @ dy
+    if fused:
+        expected = np.maximum(expected + bias, 0)
+    for value in values.values():
+        np.testing.assert_allclose(value, expected, rtol=1e-5, atol=1e-5)
