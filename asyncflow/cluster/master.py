@@ -1,9 +1,8 @@
 """The master: compiles a run for a cluster and drives each step on the workers.
 
 Theory of operation (paper §3.3; docs/distributed.md):
-- **Open.** Health of every task in the cluster (in parallel, under the connect timeout):
-  its incarnation, its device names (the placer's candidates) and its task name, which must
-  agree with the ClusterSpec.
+- **Open.** Health of every task in the cluster (in parallel, under the connect timeout): its
+  incarnation, device names (the placer's candidates) and task name (the ClusterSpec's, or fails).
 - **Compile** (once per signature and set of incarnations): prune, place over every device of
   the cluster, partition per device (crossing edges become Send/Recv; keys carry the sending
   worker's incarnation), then group the partitions by task. Each task gets one graph_def of
@@ -14,8 +13,7 @@ Theory of operation (paper §3.3; docs/distributed.md):
   graph sat idle for half the lease the worker grants (``stats.graph_lease_s`` of its
   Health): a worker drops graphs nobody uses, and the old handle expires there on its own.
   A cancelled step leaves its registration running; a late answer's graph is deregistered.
-  Each RunGraph carries the next ``request_id`` of its registration (the worker's replay
-  check).
+  Each RunGraph carries the next ``request_id`` of its registration (the replay check).
 - **Step.** A fresh random step id; RunGraph on every involved task at once, sent in a fixed
   order (producers of early values first, ``batching.start_order``); client feeds ride in the
   RunGraph of the task that reads them; fetches come back in the replies. Control edges that
@@ -44,8 +42,7 @@ Theory of operation (paper §3.3; docs/distributed.md):
   not found"): a restart as above, or, with the incarnation unchanged (the registration expired
   or was removed), the task graph is registered again on the next run.
 
-Knows transports' messages and the graph/runtime layers; never HTTP (channels come from
-``channels.connect``).
+Knows transports' messages and the graph/runtime layers; never HTTP (``channels.connect``).
 """
 from __future__ import annotations
 
@@ -73,7 +70,7 @@ from asyncflow.exec import compiled_run
 from asyncflow.exec.options import NodeStats
 from transports.messages import AbortStep, GraphConfig, GraphOptions, RegisterGraph, RemoteCallError
 from transports.run_graph_step import RunGraphStep, StepCall
-from transports.service import CallCancel, TransportDeadlineExceeded
+from transports.service import CallCancel, TransportDeadlineExceeded, TransportUnavailable
 from transports.wire import ChecksumMismatch
 
 _log = logging.getLogger("asyncflow.master")
@@ -561,13 +558,16 @@ class _StepDriver:
             if scope is self.entered and self.cancelled_own:  # when this driver cancelled
                 return None
             raise
-        # Reported in a scope of its own, cancellable as the call was (a restart check waits).
+        # Reported in a scope of its own, which the call's cancel reaches (a restart check waits).
         with trio.CancelScope() as self.call_scopes[tg.task]:
             if scope.cancel_called:
                 self.call_scopes[tg.task].cancel()
+            elif type(scope) is CallCancel:
+                scope.lend(self.call_scopes[tg.task])
             await self._report(task, tg, failure)
         del failure  # (this frame is in its traceback: kept, a cycle for the GC)
-        return None
+        if type(scope) is CallCancel and scope.cancel_called and not self.cancelled_own:
+            raise TransportUnavailable(f"RunGraph on {task.name} was cancelled")  # (a close)
 
     async def _report(self, task, tg, exc):
         if isinstance(exc, RemoteCallError):

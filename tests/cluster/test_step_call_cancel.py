@@ -73,3 +73,39 @@ async def test_a_first_step_keeps_the_scope(cluster):
             scopes = await _scopes_while_waiting(sess, servers["worker:0"], taken)
     (scope,) = scopes
     assert type(scope) is trio.CancelScope and scope.cancel_called
+
+
+async def test_a_close_while_a_failed_call_is_reported_ends_the_step_at_once(cluster,
+                                                                             monkeypatch):
+    # A ready step's RunGraph failed (the worker lost its graph: NOT_FOUND) and the master asks
+    # the worker's Health before it reports (a restart?): a close meanwhile ends that wait and
+    # the step with the closed session's CancelledError, as the session's trio scope did.
+    spec, servers = cluster
+    graph, put, taken = _graph()
+    with trio.fail_after(GENEROUS):
+        async with af.Session(graph=graph, cluster=spec) as sess:
+            await sess.run(put)
+            assert await sess.run(taken) == 1.0  # registered: ready
+            master, asking = sess._target.master, trio.Event()
+
+            async def health(task):  # (an answer that takes long)
+                asking.set()
+                await trio.sleep_forever()
+
+            monkeypatch.setattr(master, "_health", health)
+            servers["worker:0"].service._graphs.clear()  # the worker lost the graph
+            assert master.ready(sess._target.cache[((), (taken,), ())])
+            outcome = []
+
+            async def step():
+                with pytest.raises(af.errors.CancelledError, match="session was closed"):
+                    await sess.run(taken)
+                outcome.append("closed")
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(step)
+                await asking.wait()
+                scopes = list(sess._run_scopes)
+                await sess.close()
+            assert outcome == ["closed"]
+    assert [type(scope) for scope in scopes] == [CallCancel]
