@@ -215,10 +215,11 @@ async def test_a_one_way_call_with_a_timeout_enters_no_scope_when_written_at_onc
         assert [d for d in entered if d == pytest.approx(due, abs=1)]  # (and its answer's)
 
 
-async def test_a_one_way_calls_write_that_must_wait_ends_at_its_timeout(autojump_clock):
-    # The server reads nothing behind a push whose handler waits: a 4 MiB push behind it
-    # fills the socket, and its write ends at the call's timeout (the connection closed, as
-    # any call ended midway), as a scope of its own would end it.
+@contextlib.asynccontextmanager
+async def _behind_a_stuck_push():
+    """A channel with one small push (7) answered and its connection pooled, to a worker
+    whose handler waits for its ``release``: ``(worker, server, channel, small, big, conn)``
+    (``big``: 4 MiB, more than the socket's buffers hold)."""
     worker = _Stuck()
     async with open_http_server(worker) as server:
         async with TrioHttpChannel(server.address) as channel:
@@ -226,18 +227,26 @@ async def test_a_one_way_calls_write_that_must_wait_ends_at_its_timeout(autojump
             small, big = np.ones(2, np.float32), np.ones(1 << 20, np.float32)
             await channel.push_tensors(PushTensors(7, [TensorEntry(KEY, small)]))
             (conn,) = channel._bare_idle
-            start = trio.current_time()
-            with pytest.raises(TransportDeadlineExceeded,
-                               match=f"push_tensors to {server.address} got no answer within "
-                                     "5.0 s"), trio.fail_after(100):  # (unbounded: fails)
-                await channel.push_tensors(PushTensors(8, [TensorEntry(KEY, big)]),
-                                           timeout=5.0)
-            assert trio.current_time() - start == pytest.approx(5.0)
-            assert conn.sock.fileno() < 0 and not channel._bare_idle and not channel._busy
-            worker.release.set()
-            await channel.push_tensors(PushTensors(9, [TensorEntry(KEY, small)]), timeout=5.0)
-            await trio.testing.wait_all_tasks_blocked()
-            assert worker.pushed == [7, 9]  # (8 cut short: its frame's end never came)
+            yield worker, server, channel, small, big, conn
+
+
+async def test_a_one_way_calls_write_that_must_wait_ends_at_its_timeout(autojump_clock):
+    # The server reads nothing behind a push whose handler waits: a 4 MiB push behind it
+    # fills the socket, and its write ends at the call's timeout (the connection closed, as
+    # any call ended midway), as a scope of its own would end it.
+    async with _behind_a_stuck_push() as (worker, server, channel, small, big, conn):
+        start = trio.current_time()
+        with pytest.raises(TransportDeadlineExceeded,
+                           match=f"push_tensors to {server.address} got no answer within "
+                                 "5.0 s"), trio.fail_after(100):  # (unbounded: fails)
+            await channel.push_tensors(PushTensors(8, [TensorEntry(KEY, big)]),
+                                       timeout=5.0)
+        assert trio.current_time() - start == pytest.approx(5.0)
+        assert conn.sock.fileno() < 0 and not channel._bare_idle and not channel._busy
+        worker.release.set()
+        await channel.push_tensors(PushTensors(9, [TensorEntry(KEY, small)]), timeout=5.0)
+        await trio.testing.wait_all_tasks_blocked()
+        assert worker.pushed == [7, 9]  # (8 cut short: its frame's end never came)
 
 
 async def test_a_one_way_calls_fresh_connection_ends_at_its_timeout(autojump_clock, monkeypatch):
@@ -295,19 +304,13 @@ async def test_a_one_way_calls_http_fallback_ends_at_its_timeout(autojump_clock)
 async def test_a_one_way_call_cancelled_mid_write_leaves_its_connection_closed(autojump_clock):
     # An enclosing scope ends a push whose large frame is half written: its connection is
     # closed, not pooled (a frame's end never came: no call may follow it there).
-    worker = _Stuck()
-    async with open_http_server(worker) as server:
-        async with TrioHttpChannel(server.address) as channel:
-            channel.one_way = frozenset({"push_tensors"})
-            small, big = np.ones(2, np.float32), np.ones(1 << 20, np.float32)
-            await channel.push_tensors(PushTensors(7, [TensorEntry(KEY, small)]))
-            (conn,) = channel._bare_idle
-            with trio.move_on_after(2) as cut:
-                await channel.push_tensors(PushTensors(8, [TensorEntry(KEY, big)]),
-                                           timeout=60.0)
-            assert cut.cancelled_caught
-            assert conn.sock.fileno() < 0 and not channel._bare_idle and not channel._busy
-            worker.release.set()
-            await channel.push_tensors(PushTensors(9, [TensorEntry(KEY, small)]), timeout=5.0)
-            await trio.testing.wait_all_tasks_blocked()
-            assert worker.pushed == [7, 9]
+    async with _behind_a_stuck_push() as (worker, server, channel, small, big, conn):
+        with trio.move_on_after(2) as cut:
+            await channel.push_tensors(PushTensors(8, [TensorEntry(KEY, big)]),
+                                       timeout=60.0)
+        assert cut.cancelled_caught
+        assert conn.sock.fileno() < 0 and not channel._bare_idle and not channel._busy
+        worker.release.set()
+        await channel.push_tensors(PushTensors(9, [TensorEntry(KEY, small)]), timeout=5.0)
+        await trio.testing.wait_all_tasks_blocked()
+        assert worker.pushed == [7, 9]
