@@ -11,6 +11,9 @@ import asyncflow as af
 from asyncflow.kernels import intra_op as kernel_intra_op
 from asyncflow.exec import intra_op
 
+# The CPU executor's splits: under make test-gpu a GPU would take these MatMuls.
+pytestmark = pytest.mark.usefixtures("cpu_only")
+
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("m, k, n", [(131, 17, 9), (3, 40, 257), (1, 5, 1), (70, 1, 33)])
