@@ -22,8 +22,9 @@ chunk of ``n`` images ``[n, H, W, C]`` is copied once to ``[W, H, C, n]`` (batch
   the fused BiasAdd [+ Relu] where the forward has them; numpy's copy without numba);
 - the filter gradient: per frequency one GEMM over the whole batch, ``[2C, N] @ [N, 2O]``,
   whose quarters give sum_n x conj(g), split by frequency (each GEMM whole: bits
-  independent of the thread count), then the inverse at the filter's KH x KW cells by one
-  GEMM (``planar_taps_matrix``).
+  independent of the thread count, as are the spectra it sums, transformed in blocks of
+  the batch fixed by bytes, ``_for_blocks``), then the inverse at the filter's KH x KW
+  cells by one GEMM (``planar_taps_matrix``).
 
 Interleaved (re, im) floats, which the old per-frequency GEMMs took, cannot be a GEMM's
 output; the planar layout can, end to end. Multiply-adds for conv2 (128 x [14, 14, 32], 5x5
@@ -296,7 +297,10 @@ def conv2d(ctx, plan, x, filters, out, epilogue, kept, looped):
         if not write_rows(ctx, planes, out[start:stop], looped) and epilogue is not None:
             epilogue(out[start:stop].reshape(-1, o))
     work, item_bytes = _split(plan, c, o, x.itemsize)
-    intra_op.for_batch(ctx, n, work // max(n, 1), chunk, item_bytes)
+    if images is None:
+        intra_op.for_batch(ctx, n, work // max(n, 1), chunk, item_bytes)
+    else:  # (the kept spectra feed the filter gradient)
+        _for_blocks(ctx, n, work, chunk, item_bytes)
     return out
 
 
@@ -327,7 +331,7 @@ def backprop_filter(ctx, plan, x, grad, f_shape, dtype):
         images[..., start:stop] = transform(x[start:stop].astype(real, copy=False), plan)
         errors[..., start:stop] = transform(grad[start:stop].astype(real, copy=False), plan)
     work, item_bytes = _split(plan, c, o, x.itemsize)
-    intra_op.for_batch(ctx, n, work // max(n, 1), chunk, item_bytes)
+    _for_blocks(ctx, n, work, chunk, item_bytes)
     return filter_gradient(ctx, images, errors, plan, f_shape, dtype)
 
 
@@ -358,8 +362,23 @@ def backprop_both(ctx, plan, x, filters, grad, dx, spectra=None):
         if not given:
             images[..., start:stop] = transform(x[start:stop], plan)
     work, item_bytes = _split(plan, c, o, x.itemsize)
-    intra_op.for_batch(ctx, n, 2 * work // max(n, 1), chunk, item_bytes)
+    _for_blocks(ctx, n, 2 * work, chunk, item_bytes)
     return dx, filter_gradient(ctx, images, errors, plan, (*plan.kernel_hw, c, o), real)
+
+
+def _for_blocks(ctx, n, work, fn, item_bytes):
+    """``fn(start, stop)`` over blocks of the batch fixed by ``item_bytes`` (equal blocks of
+    at most ``intra_op.CHUNK_BYTES // item_bytes`` images), whatever the thread count; the
+    threads share the blocks. For the spectra the filter gradient sums over the batch: a
+    transform's GEMM rounds each image by the GEMM's shape (OpenBLAS's small-matrix and edge
+    kernels), so ``for_batch``'s chunks, cut by the thread count where the batch fits one
+    chunk, would make the filter gradient's bits depend on it."""
+    blocks = intra_op.chunk_bounds(n, -(-n // max(1, intra_op.CHUNK_BYTES // item_bytes)))
+
+    def run(start, stop):
+        for first, last in blocks[start:stop]:
+            fn(first, last)
+    intra_op.for_batch(ctx, len(blocks), work // len(blocks), run)
 
 
 _NO_BIAS = {}  # dtype -> an empty read-only bias (``_rows``' one signature per dtype)

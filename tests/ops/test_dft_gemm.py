@@ -155,3 +155,39 @@ def test_the_fused_forward_by_the_loop_has_the_numpy_forms_bits(fused, threads, 
     looped = nn_conv._fused_conv2d(ctx, x, f, bias)[0]
     monkeypatch.setattr(jit, "ENABLED", False)
     assert looped.tobytes() == nn_conv._fused_conv2d(ctx, x, f, bias)[0].tobytes()
+
+
+@pytest.mark.parametrize("case, dtype", [((7, 9, 9, 3, 7, 3, 3, "VALID"), np.float64),
+                                         ((33, 9, 9, 8, 65, 5, 5, "SAME"), np.float64),
+                                         ((4, 30, 30, 8, 8, 3, 3, "SAME"), np.float32),
+                                         ((9, 40, 40, 16, 8, 5, 5, "SAME"), np.float32)])
+def test_the_filter_gradient_by_gemm_has_the_same_bits_on_any_thread_count(case, dtype,
+                                                                           monkeypatch):
+    """The transforms' GEMMs round each image by the shape of its chunk's GEMM (OpenBLAS's
+    small-matrix and edge kernels), so the spectra the filter gradient sums over the batch
+    (the backprop's own, and the forward's kept ones) are transformed in blocks fixed by
+    bytes, not by the thread count: the filter gradient's bits on 1, 2 and 3 threads alike,
+    alone, fused and given the forward's spectra (review: by thread chunks they differed
+    here, float32 and float64)."""
+    from asyncflow.kernels import intra_op
+    monkeypatch.setattr(intra_op, "MIN_SPLIT_WORK", 0)  # (small cases split too)
+    monkeypatch.setattr(nn_conv_fft, "FORCE", "fft")
+    attrs, x, f, grad = inputs(*case, seed=2, dtype=dtype)
+    sizes, f_sizes = np.array(x.shape), np.array(f.shape)
+    bias = np.zeros(f.shape[3], dtype)
+    got = {}
+    for threads in (1, 2, 3):
+        ctx = KernelContext(attrs, threads)
+        rows, cols = nn_conv._spatial(ctx, x.shape, f.shape[:2])
+        assert dft_gemm.applies(nn_conv_fft.choose(ctx, (x, f), x.shape, f.shape, rows, cols,
+                                                   x.dtype))
+        alone = nn_conv._conv2d_backprop_filter(ctx, x, f_sizes, grad)[0]
+        fused = nn_conv._fused_conv2d_backprop(ctx, sizes, f, grad, x, f_sizes)[1]
+        spectra = nn_conv._fused_conv2d_with_spectra(
+            KernelContext({**attrs, "fused_ops": ("BiasAdd",)}, threads), x, f, bias)[1]
+        given = nn_conv._fused_conv2d_backprop_with_spectra(ctx, sizes, f, grad, x, f_sizes,
+                                                            spectra)[1]
+        got[threads] = (alone, fused, given)
+    for threads in (2, 3):
+        for name, a, b in zip(("alone", "fused", "given"), got[threads], got[1]):
+            assert a.tobytes() == b.tobytes(), f"{name}, {threads} threads"
