@@ -86,7 +86,7 @@ def main(argv=None):
     parser.add_argument("--shapes", default=",".join(SHAPES))
     args = parser.parse_args(argv)
     from asyncflow.kernels import dft_gemm
-    print(f"load {open('/proc/loadavg').read().split()[:3]}; calls {args.calls}; "
+    print(f"load {os.getloadavg()}; calls {args.calls}; "
           f"dft_gemm.MAX_PERIOD {dft_gemm.MAX_PERIOD}")
     print(f"{'shape':<9} {'thr':>3} {'op':<9} {'direct ms':>9} {'fft ms':>8} {'fft/dir':>7} "
           f"{'model':>6} {'period':>6}")
