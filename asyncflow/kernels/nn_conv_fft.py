@@ -67,7 +67,12 @@ FORCE = None
 # The cost model's rates, fitted to eight shapes timed on one thread here (bench/RESULTS.md,
 # 2026-12-05), in nanoseconds: the direct kernels per multiply-add (sgemm) and per patch cell
 # copied; the FFT path per transformed point (in and out, with its copies), per plane (a
-# transform's fixed cost) and per complex multiply-add of its GEMMs.
+# transform's fixed cost) and per complex multiply-add of its GEMMs. Not refitted to the GEMM
+# transforms (periods up to dft_gemm.MAX_PERIOD): on 14 shapes timed against them
+# (bench/bench_conv_choose.py, bench/RESULTS.md 2026-12-06, c40cost) it picks the measured
+# winner wherever one wins clearly (the convnet's conv1 by FFT: 2.5-5.4x slower); it
+# overprices the FFT at small periods (7x7x64 and 14x14x32 3x3: predicted 1.3-1.8x direct,
+# measured 0.94-1.07 on two threads, 0.76-1.03 on one), near-ties it leaves to direct.
 _DIRECT_NS_PER_MAC = 1 / 45
 _DIRECT_NS_PER_PATCH_CELL = 0.2
 _FFT_NS_PER_POINT = 2.8
