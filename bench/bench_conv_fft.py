@@ -5,13 +5,13 @@ conv2 of bench_models.py's convnet ([128, 14, 14, 32] 5x5 -> 64, SAME, float32):
 forward keeping the spectra (``nn_conv_fft.conv2d`` with ``kept``, BiasAdd + Relu) then its
 fused backprop given them (``backprop_both``), as a training step runs them. Two forms,
 alternating call by call so that load phases hit them alike: the baseline tree's
-``kernels/nn_conv_fft.py`` (``--baseline-tree``, e.g. an export of main; loaded as a module of
-its own beside this tree's) and this tree's. Per form
+``kernels/nn_conv_fft.py`` and ``kernels/dft_gemm.py`` (``--baseline-tree``, e.g. an export of
+main; loaded as modules of their own beside this tree's) and this tree's. Per form
 the median of each round's ``--calls`` calls; per round the ratios to the baseline; then the
 rounds' median ratio and range, on 1 and 2 intra-op threads. Each form's results are
-checked against the baseline's first (the same bits expected, or said). Both trees' forwards
-run this tree's compiled read-out loop (``_read_out_bias``, unchanged by this benchmark's
-changes): numba's disk cache cannot reload one of a module loaded from a path.
+checked against the baseline's first (the same bits expected, or said). Both trees run this
+tree's compiled read-out loops (``_read_out_bias``, ``dft_gemm._rows``, unchanged by this
+benchmark's changes): numba's disk cache cannot reload one of a module loaded from a path.
 
 Run: ``.venv/bin/python bench/bench_conv_fft.py --baseline-tree <main export> [--calls 7]
 [--rounds 6] [--keep-freed]``.
@@ -31,15 +31,25 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_model_kernels import KernelContext  # noqa: E402
 
 
-def baseline_module(tree):
-    path = os.path.join(tree, "asyncflow", "kernels", "nn_conv_fft.py")
-    spec = importlib.util.spec_from_file_location("baseline_nn_conv_fft", path)
+def _load(tree, name):
+    path = os.path.join(tree, "asyncflow", "kernels", name + ".py")
+    spec = importlib.util.spec_from_file_location("baseline_" + name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    from asyncflow.kernels import nn_conv_fft
-    # The read-out loop compiled once, from this tree's module: numba's disk cache cannot
+    return module
+
+
+def baseline_module(tree):
+    """The baseline tree's ``nn_conv_fft`` calling the baseline tree's ``dft_gemm`` (its GEMM
+    transforms) where the tree has one."""
+    module = _load(tree, "nn_conv_fft")
+    from asyncflow.kernels import dft_gemm, nn_conv_fft
+    # The read-out loops compiled once, from this tree's modules: numba's disk cache cannot
     # reload a loop of a module loaded from a path (no importable name).
     module._read_out_bias = nn_conv_fft._read_out_bias
+    if os.path.exists(os.path.join(tree, "asyncflow", "kernels", "dft_gemm.py")):
+        module.dft_gemm = _load(tree, "dft_gemm")
+        module.dft_gemm._rows = dft_gemm._rows
     return module
 
 

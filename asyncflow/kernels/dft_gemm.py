@@ -23,8 +23,11 @@ chunk of ``n`` images ``[n, H, W, C]`` is copied once to ``[W, H, C, n]`` (batch
 - the filter gradient: per frequency one GEMM over the whole batch, ``[2C, N] @ [N, 2O]``,
   whose quarters give sum_n x conj(g), split by frequency (each GEMM whole: bits
   independent of the thread count, as are the spectra it sums, transformed in blocks of
-  the batch fixed by bytes, ``_for_blocks``), then the inverse at the filter's KH x KW
-  cells by one GEMM (``planar_taps_matrix``).
+  the batch fixed by bytes, ``_blocks``), then the inverse at the filter's KH x KW
+  cells by one GEMM (``planar_taps_matrix``). The spectra it sums are kept block by block
+  (``_block_spectra``: each block's transform GEMM writes its own slab, no copy into a
+  batch-last whole) and each group of frequencies' rows packed into a small cache-sized
+  buffer before its GEMMs (the same GEMMs: the same bits).
 
 Interleaved (re, im) floats, which the old per-frequency GEMMs took, cannot be a GEMM's
 output; the planar layout can, end to end. Multiply-adds for conv2 (128 x [14, 14, 32], 5x5
@@ -50,6 +53,10 @@ from asyncflow.kernels import intra_op, jit
 
 # The largest period (either dimension) the transforms take by GEMM; 0: pocketfft always.
 MAX_PERIOD = 64
+
+# The filter gradient's packed rows (``filter_gradient``, several blocks): about this many
+# bytes of both spectra per group of frequencies, kept in a core's cache for its GEMMs.
+PACK_BYTES = 1 << 20
 
 # The DFT matrices (all ``*_matrix`` builders here) kept between calls: per geometry and
 # dtype, at most this many bytes in all, the least recently used dropped first; one larger
@@ -171,16 +178,24 @@ def applies(plan):
     return max(plan.p_h, plan.p_w) <= MAX_PERIOD
 
 
-def transform(block, plan):
+def transform(block, plan, out=None):
     """The half spectrum of ``block`` (``[n, h, w, C]``, h, w <= the periods) as ``[half,
-    P_h, 2C, n]`` (module docstring)."""
+    P_h, 2C, n]`` (module docstring); ``out``: a C-contiguous array of that shape written by
+    the last GEMM itself where it has ``block``'s dtype (the same GEMM, so the same bits)."""
     n, h, w, c = block.shape
     half = plan.p_w // 2 + 1
     across = cached(width_matrix, w, plan.p_w, block.dtype)
     down = cached(height_matrix, h, plan.p_h, block.dtype)
     columns = np.ascontiguousarray(block.transpose(2, 1, 3, 0))  # [w, h, C, n]
     partial = np.matmul(across, columns.reshape(w, h * c * n)).reshape(half, 2 * h, c * n)
-    return np.matmul(down, partial).reshape(half, plan.p_h, 2 * c, n)
+    if out is None or out.dtype != block.dtype:
+        spectrum = np.matmul(down, partial).reshape(half, plan.p_h, 2 * c, n)
+        if out is None:
+            return spectrum
+        out[...] = spectrum
+        return out
+    np.matmul(down, partial, out=out.reshape(half, 2 * plan.p_h, c * n))
+    return out
 
 
 def inverse(spectrum, plan, count_h, count_w, shift_h, shift_w):
@@ -222,24 +237,43 @@ def filter_matrix(ctx, filters, plan, out=None):
 
 
 def filter_gradient(ctx, images, errors, plan, f_shape, dtype):
-    """The filter gradient from the whole batch's planar spectra (``images [half, P_h, 2C,
-    N]``, ``errors [half, P_h, 2O, N]``): per frequency ``[2C, N] @ [N, 2O]``, whose quarters
-    give sum_n x conj(g) = (xr gr + xi gi) + i (xi gr - xr gi), split over the threads by
-    frequency (every GEMM whole); then the inverse at the KH x KW cells by one GEMM, and its
-    ``[KH, KW, O, C]`` transposed."""
+    """The filter gradient from the batch's planar spectra, block by block (``images``:
+    ``[half, P_h, 2C, n]`` per block of the batch, ``errors`` ``[half, P_h, 2O, n]``, in the
+    batch's order, ``_block_spectra``): per frequency ``[2C, N] @ [N, 2O]`` over the whole
+    batch, whose quarters give sum_n x conj(g) = (xr gr + xi gi) + i (xi gr - xr gi), split
+    over the threads by frequency (every GEMM whole); then the inverse at the KH x KW cells by
+    one GEMM, and its ``[KH, KW, O, C]`` transposed. Several blocks: each group of
+    frequencies' rows packed into a small whole-batch buffer first (~``PACK_BYTES``, in cache
+    for its GEMMs), the same GEMMs, so the same bits as one whole-batch array."""
     kh, kw = plan.kernel_hw
     (_, top, _), (_, left, _) = plan.rows, plan.cols
-    n = images.shape[3]
-    c, o = images.shape[2] // 2, errors.shape[2] // 2
-    real = images.dtype
-    x = images.reshape(plan.freqs, 2 * c, n)
-    g = errors.reshape(plan.freqs, 2 * o, n)
+    n = sum(block.shape[3] for block in images)
+    c, o = images[0].shape[2] // 2, errors[0].shape[2] // 2
+    real = images[0].dtype
+    xs = [block.reshape(plan.freqs, 2 * c, block.shape[3]) for block in images]
+    gs = [block.reshape(plan.freqs, 2 * o, block.shape[3]) for block in errors]
     parts = np.empty((2, plan.freqs, o, c), dtype=real)
+    group = max(1, PACK_BYTES // (2 * (c + o) * n * real.itemsize))
 
-    def chunk(start, stop):  # (G X^T, X's transpose packed: 10% faster than X G^T here)
-        products = np.matmul(g[start:stop], x[start:stop].transpose(0, 2, 1))
+    def gemms(start, stop, x, g):  # (G X^T, X's transpose packed: 10% faster than X G^T)
+        products = np.matmul(g, x.transpose(0, 2, 1))
         np.add(products[:, :o, :c], products[:, o:, c:], out=parts[0, start:stop])
         np.subtract(products[:, :o, c:], products[:, o:, :c], out=parts[1, start:stop])
+
+    def chunk(start, stop):
+        if len(xs) == 1:
+            return gemms(start, stop, xs[0][start:stop], gs[0][start:stop])
+        x = np.empty((min(group, stop - start), 2 * c, n), dtype=real)
+        g = np.empty((len(x), 2 * o, n), dtype=real)
+        for first in range(start, stop, group):
+            last = min(stop, first + group)
+            at = 0
+            for x_block, g_block in zip(xs, gs):
+                width = x_block.shape[2]
+                x[:last - first, :, at:at + width] = x_block[first:last]
+                g[:last - first, :, at:at + width] = g_block[first:last]
+                at += width
+            gemms(first, last, x[:last - first], g[:last - first])
     intra_op.for_batch(ctx, plan.freqs, c * o * (8 + 4 * n) // intra_op.MACS_PER_WORK, chunk,
                        32 * c * o * real.itemsize)
     matrix = cached(planar_taps_matrix, plan.p_h, plan.p_w, kh, kw, top, left, real)
@@ -251,9 +285,23 @@ def filter_gradient(ctx, images, errors, plan, f_shape, dtype):
 
 def spectra_shapes(plan, n, c, o):
     """The forward's kept spectra (``conv2d``'s ``kept``, one flat array): the batch's input
-    spectra ``[half, P_h, 2C, N]``, then the filter's matrix ``[half, P_h, 2C, 2O]``."""
+    spectra (``[half, P_h, 2C, N]``'s floats, laid out block by block: ``_block_spectra``),
+    then the filter's matrix ``[half, P_h, 2C, 2O]``."""
     half = plan.p_w // 2 + 1
     return (half, plan.p_h, 2 * c, n), (half, plan.p_h, 2 * c, 2 * o)
+
+
+def _block_spectra(flat, blocks, plan, rows):
+    """``flat`` (the floats of ``[half, P_h, rows, N]``) as one C-contiguous ``[half, P_h,
+    rows, n]`` per block of the batch (``blocks``, in order): each block's transform writes
+    its own slab (``transform``'s ``out``), no copy into a batch-last whole."""
+    half = plan.p_w // 2 + 1
+    views, at = {}, 0
+    for first, last in blocks:
+        size = half * plan.p_h * rows * (last - first)
+        views[first] = flat[at:at + size].reshape(half, plan.p_h, rows, last - first)
+        at += size
+    return views
 
 
 def _split(plan, c, o, itemsize):
@@ -274,11 +322,13 @@ def conv2d(ctx, plan, x, filters, out, epilogue, kept, looped):
     c = x.shape[3]
     (_, top, _), (_, left, _) = plan.rows, plan.cols
     images = matrix = None
+    work, item_bytes = _split(plan, c, o, x.itemsize)
+    blocks = _blocks(n, item_bytes)
     if kept is not None:
         shapes = spectra_shapes(plan, n, c, o)
         sizes = [int(np.prod(shape)) for shape in shapes]
         buffer = np.empty(sum(sizes), dtype=np.result_type(x.dtype, np.float32))
-        images = buffer[:sizes[0]].reshape(shapes[0])
+        images = _block_spectra(buffer[:sizes[0]], blocks, plan, 2 * c)
         matrix = buffer[sizes[0]:].reshape(shapes[1])
         kept.append(buffer)
     same = matrix is not None and matrix.dtype == out.dtype
@@ -289,18 +339,15 @@ def conv2d(ctx, plan, x, filters, out, epilogue, kept, looped):
     turned = weights.transpose(0, 1, 3, 2)  # conj(W)^T's blocks: [2O, 2C]
 
     def chunk(start, stop):
-        spectrum = transform(x[start:stop], plan)
-        if images is not None:
-            images[..., start:stop] = spectrum
+        spectrum = transform(x[start:stop], plan, None if images is None else images[start])
         planes = inverse(np.matmul(turned, spectrum.astype(out.dtype, copy=False)), plan,
                          oh, ow, -top, -left)
         if not write_rows(ctx, planes, out[start:stop], looped) and epilogue is not None:
             epilogue(out[start:stop].reshape(-1, o))
-    work, item_bytes = _split(plan, c, o, x.itemsize)
     if images is None:
         intra_op.for_batch(ctx, n, work // max(n, 1), chunk, item_bytes)
     else:  # (the kept spectra feed the filter gradient)
-        _for_blocks(ctx, n, work, chunk, item_bytes)
+        _for_blocks(ctx, blocks, work, chunk)
     return out
 
 
@@ -322,17 +369,18 @@ def backprop_input(ctx, plan, filters, grad, out):
 def backprop_filter(ctx, plan, x, grad, f_shape, dtype):
     """``nn_conv_fft.backprop_filter`` by GEMM transforms."""
     n, c, o = x.shape[0], x.shape[3], grad.shape[3]
-    half = plan.p_w // 2 + 1
     real = np.result_type(dtype, np.float32)
-    images = np.empty((half, plan.p_h, 2 * c, n), dtype=real)
-    errors = np.empty((half, plan.p_h, 2 * o, n), dtype=real)
+    work, item_bytes = _split(plan, c, o, x.itemsize)
+    blocks = _blocks(n, item_bytes)
+    images = _block_spectra(np.empty(plan.freqs * 2 * c * n, real), blocks, plan, 2 * c)
+    errors = _block_spectra(np.empty(plan.freqs * 2 * o * n, real), blocks, plan, 2 * o)
 
     def chunk(start, stop):
-        images[..., start:stop] = transform(x[start:stop].astype(real, copy=False), plan)
-        errors[..., start:stop] = transform(grad[start:stop].astype(real, copy=False), plan)
-    work, item_bytes = _split(plan, c, o, x.itemsize)
-    _for_blocks(ctx, n, work, chunk, item_bytes)
-    return filter_gradient(ctx, images, errors, plan, f_shape, dtype)
+        transform(x[start:stop].astype(real, copy=False), plan, images[start])
+        transform(grad[start:stop].astype(real, copy=False), plan, errors[start])
+    _for_blocks(ctx, blocks, work, chunk)
+    return filter_gradient(ctx, list(images.values()), list(errors.values()), plan, f_shape,
+                           dtype)
 
 
 def backprop_both(ctx, plan, x, filters, grad, dx, spectra=None):
@@ -346,34 +394,43 @@ def backprop_both(ctx, plan, x, filters, grad, dx, spectra=None):
     sizes = [int(np.prod(shape)) for shape in shapes]
     given = (spectra is not None and spectra.dtype == real and spectra.flags.c_contiguous
              and spectra.shape == (sum(sizes),))
+    work, item_bytes = _split(plan, c, o, x.itemsize)
+    blocks = _blocks(n, item_bytes)  # (the forward's: the same x, so the same item_bytes)
     if given:
-        images = spectra[:sizes[0]].reshape(shapes[0])
+        images = _block_spectra(spectra[:sizes[0]], blocks, plan, 2 * c)
         weights = spectra[sizes[0]:].reshape(shapes[1])
     else:
-        images = np.empty(shapes[0], dtype=real)
+        images = _block_spectra(np.empty(sizes[0], dtype=real), blocks, plan, 2 * c)
         weights = filter_matrix(ctx, filters, plan)
-    errors = np.empty((shapes[0][0], plan.p_h, 2 * o, n), dtype=real)
+    errors = _block_spectra(np.empty(plan.freqs * 2 * o * n, dtype=real), blocks, plan, 2 * o)
 
     def chunk(start, stop):
-        spectrum = transform(grad[start:stop], plan)
-        errors[..., start:stop] = spectrum
+        spectrum = transform(grad[start:stop], plan, errors[start])
         planes = inverse(np.matmul(weights, spectrum), plan, h, w, top, left)
         write_rows(ctx, planes, dx[start:stop], None)
         if not given:
-            images[..., start:stop] = transform(x[start:stop], plan)
-    work, item_bytes = _split(plan, c, o, x.itemsize)
-    _for_blocks(ctx, n, 2 * work, chunk, item_bytes)
-    return dx, filter_gradient(ctx, images, errors, plan, (*plan.kernel_hw, c, o), real)
+            transform(x[start:stop], plan, images[start])
+    _for_blocks(ctx, blocks, 2 * work, chunk)
+    return dx, filter_gradient(ctx, list(images.values()), list(errors.values()), plan,
+                               (*plan.kernel_hw, c, o), real)
 
 
-def _for_blocks(ctx, n, work, fn, item_bytes):
-    """``fn(start, stop)`` over blocks of the batch fixed by ``item_bytes`` (equal blocks of
-    at most ``intra_op.CHUNK_BYTES // item_bytes`` images), whatever the thread count; the
-    threads share the blocks. For the spectra the filter gradient sums over the batch: a
-    transform's GEMM rounds each image by the GEMM's shape (OpenBLAS's small-matrix and edge
-    kernels), so ``for_batch``'s chunks, cut by the thread count where the batch fits one
-    chunk, would make the filter gradient's bits depend on it."""
-    blocks = intra_op.chunk_bounds(n, -(-n // max(1, intra_op.CHUNK_BYTES // item_bytes)))
+def _blocks(n, item_bytes):
+    """The blocks of the batch fixed by ``item_bytes``: equal blocks of at most
+    ``intra_op.CHUNK_BYTES // item_bytes`` images, whatever the thread count. For the spectra
+    the filter gradient sums over the batch: a transform's GEMM rounds each image by the
+    GEMM's shape (OpenBLAS's small-matrix and edge kernels), so ``for_batch``'s chunks, cut by
+    the thread count where the batch fits one chunk, would make the filter gradient's bits
+    depend on it; for the same reason each block's transform is one GEMM writing its own
+    slab (``_block_spectra``): a block's GEMMs split by channels into a batch-last whole
+    measured other bits."""
+    if n == 0:
+        return [(0, 0)]
+    return intra_op.chunk_bounds(n, -(-n // max(1, intra_op.CHUNK_BYTES // item_bytes)))
+
+
+def _for_blocks(ctx, blocks, work, fn):
+    """``fn(start, stop)`` over ``blocks`` (``_blocks``); the threads share them."""
 
     def run(start, stop):
         for first, last in blocks[start:stop]:

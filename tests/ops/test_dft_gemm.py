@@ -113,8 +113,8 @@ def test_the_backprop_given_the_forwards_spectra_has_the_bits_of_its_own(case, t
     sizes, f_sizes = np.array(x.shape), np.array(f.shape)
     transformed, transform = [], dft_gemm.transform
     with monkeypatch.context() as patch:
-        patch.setattr(dft_gemm, "transform", lambda block, plan: transformed.append(
-            block.base is grad) or transform(block, plan))
+        patch.setattr(dft_gemm, "transform", lambda block, plan, out=None: transformed.append(
+            block.base is grad) or transform(block, plan, out))
         patch.setattr(dft_gemm, "filter_matrix", None)
         given = nn_conv._fused_conv2d_backprop_with_spectra(ctx, sizes, f, grad, x, f_sizes,
                                                             spectra)
@@ -191,3 +191,39 @@ def test_the_filter_gradient_by_gemm_has_the_same_bits_on_any_thread_count(case,
     for threads in (2, 3):
         for name, a, b in zip(("alone", "fused", "given"), got[threads], got[1]):
             assert a.tobytes() == b.tobytes(), f"{name}, {threads} threads"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", [(7, 9, 9, 3, 7, 3, 3, "VALID"), (33, 9, 9, 8, 65, 5, 5, "SAME"),
+                                  (9, 14, 14, 32, 64, 5, 5, "SAME")])
+def test_spectra_written_block_by_block_give_the_whole_batch_forms_bits(case, dtype,
+                                                                        monkeypatch):
+    """Each block's transform writes its own slab of the spectra (``transform``'s ``out``)
+    and the filter gradient packs each group of frequencies' rows of the blocks: the same
+    bits as the form they replace (each block's spectrum copied into a batch-last whole, one
+    GEMM per frequency on it), with several blocks and groups of a few frequencies, 1, 2 and 3
+    threads; the filter gradient alone, fused, and given the forward's kept spectra."""
+    from asyncflow.kernels import intra_op
+    monkeypatch.setattr(intra_op, "MIN_SPLIT_WORK", 0)
+    monkeypatch.setattr(dft_gemm, "PACK_BYTES", 1 << 12)
+    attrs, x, f, grad = inputs(*case, seed=4, dtype=dtype)
+    ctx = KernelContext(attrs, 1)
+    rows, cols = nn_conv._spatial(ctx, x.shape, f.shape[:2])
+    plan = nn_conv_fft.Plan(x.shape, f.shape, rows, cols)
+    n, c, o = x.shape[0], x.shape[3], f.shape[3]
+    item_bytes = dft_gemm._split(plan, c, o, x.itemsize)[1]
+    monkeypatch.setattr(intra_op, "CHUNK_BYTES", 2 * item_bytes)  # (blocks of 2 images)
+    blocks = dft_gemm._blocks(n, item_bytes)
+    assert len(blocks) >= 3
+    whole = [np.concatenate([dft_gemm.transform(a[first:last], plan) for first, last in blocks],
+                            axis=3) for a in (x, grad)]
+    expected = dft_gemm.filter_gradient(ctx, whole[:1], whole[1:], plan, f.shape, dtype)
+    for threads in (1, 2, 3):
+        ctx = KernelContext(attrs, threads)
+        alone = dft_gemm.backprop_filter(ctx, plan, x, grad, f.shape, dtype)
+        fused = dft_gemm.backprop_both(ctx, plan, x, f, grad, np.empty_like(x))[1]
+        out, kept = np.empty(grad.shape, dtype), []
+        dft_gemm.conv2d(ctx, plan, x, f, out, None, kept, None)
+        given = dft_gemm.backprop_both(ctx, plan, x, f, grad, np.empty_like(x), kept[0])[1]
+        for name, got in (("alone", alone), ("fused", fused), ("given", given)):
+            assert got.tobytes() == expected.tobytes(), f"{name}, {threads} threads"
