@@ -253,7 +253,7 @@ def filter_gradient(ctx, images, errors, plan, f_shape, dtype):
     xs = [block.reshape(plan.freqs, 2 * c, block.shape[3]) for block in images]
     gs = [block.reshape(plan.freqs, 2 * o, block.shape[3]) for block in errors]
     parts = np.empty((2, plan.freqs, o, c), dtype=real)
-    group = max(1, PACK_BYTES // (2 * (c + o) * n * real.itemsize))
+    group = max(1, PACK_BYTES // max(1, 2 * (c + o) * n * real.itemsize))  # (N 0: no 1/0)
 
     def gemms(start, stop, x, g):  # (G X^T, X's transpose packed: 10% faster than X G^T)
         products = np.matmul(g, x.transpose(0, 2, 1))

@@ -227,3 +227,22 @@ def test_spectra_written_block_by_block_give_the_whole_batch_forms_bits(case, dt
         given = dft_gemm.backprop_both(ctx, plan, x, f, grad, np.empty_like(x), kept[0])[1]
         for name, got in (("alone", alone), ("fused", fused), ("given", given)):
             assert got.tobytes() == expected.tobytes(), f"{name}, {threads} threads"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_an_empty_batch_gives_a_zero_filter_gradient(dtype):
+    """An empty batch (one empty block, ``_blocks``): the filter gradient is zeros, as TF1's
+    (the packed group's size once divided by the batch's zero bytes), alone, fused, and given
+    the forward's kept spectra; the fused input gradient empty."""
+    attrs, x, f, grad = inputs(0, 9, 9, 3, 7, 3, 3, "SAME", seed=2, dtype=dtype)
+    ctx = KernelContext(attrs, 2)
+    rows, cols = nn_conv._spatial(ctx, x.shape, f.shape[:2])
+    plan = nn_conv_fft.Plan(x.shape, f.shape, rows, cols)
+    out, kept = np.empty(grad.shape, dtype), []
+    dft_gemm.conv2d(ctx, plan, x, f, out, None, kept, None)
+    alone = dft_gemm.backprop_filter(ctx, plan, x, grad, f.shape, dtype)
+    dx, fused = dft_gemm.backprop_both(ctx, plan, x, f, grad, np.empty_like(x))
+    given = dft_gemm.backprop_both(ctx, plan, x, f, grad, np.empty_like(x), kept[0])[1]
+    assert dx.shape == x.shape
+    for got in (alone, fused, given):
+        assert got.shape == f.shape and got.dtype == dtype and not got.any()
