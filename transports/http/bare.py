@@ -350,7 +350,9 @@ class BareService:
         server = self._server
         fn = getattr(server._handler, rpc.method)
         calls = conn.calls
-        deadline = trio.current_time() + timeout + DEADLINE_GRACE_S  # (inf: none)
+        # (inf: none, the usual call, whose deadline needs no clock read)
+        deadline = math.inf if timeout == math.inf else \
+            trio.current_time() + timeout + DEADLINE_GRACE_S
         if deadline < math.inf:
             calls.deadline = deadline
         result: Any = _CANCELLED
