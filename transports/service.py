@@ -71,27 +71,26 @@ class CallCancel:
     by ``cancel_called``.
     """
 
-    __slots__ = ("cancel_called", "_socket", "_scope", "token")
+    __slots__ = ("cancel_called", "_socket", "_scope", "_token")
     deadline = math.inf  # (read as an entered scope's)
 
     def __init__(self) -> None:
         self.cancel_called = False
         self._socket: Any = None
         self._scope: trio.CancelScope | None = None
-        # The call's run: the cancel acts there (its caller may read it here, not again).
-        self.token = trio.lowlevel.current_trio_token()
+        self._token = trio.lowlevel.current_trio_token()  # the call's run: the cancel acts there
 
     def cancel(self) -> None:
         self.cancel_called = True
         try:
-            here = trio.lowlevel.current_trio_token() is self.token
+            here = trio.lowlevel.current_trio_token() is self._token
         except RuntimeError:  # (no trio run in this thread)
             here = False
         if here:
             self._end()
             return
         try:  # another thread (a session closed from its trio run): in the call's run
-            self.token.run_sync_soon(self._end)
+            self._token.run_sync_soon(self._end)
         except trio.RunFinishedError:
             pass
 

@@ -73,8 +73,7 @@ class ClusterTarget:
         """
         failure = None
         master = self.master
-        now = trio.current_time()  # (the step's one clock read before its call: ready, watch)
-        ready = master.opened and master.ready(compiled, now)
+        ready = master.opened and master.ready(compiled)
         # The usual step (nothing to refresh or register, one task, no timeout): its one wait
         # is its RunGraph's answer, which a CallCancel ends without a trio scope (close()'s).
         cancel = CallCancel() if ready and not timeout_ms and len(compiled.task_graphs) == 1 \
@@ -91,7 +90,6 @@ class ClusterTarget:
             step = Step(0, trace=trace, timeout_ms=timeout_ms)
             step.extras["call_scope"] = scope  # one scope a step: the RunGraph's, if one
             step.extras["registered"] = ready
-            step.extras["started"] = now  # (used only when ready: no checkpoint since)
             try:
                 values = await compiled.runner.run(feed_values, step)
                 tasks = master.tasks

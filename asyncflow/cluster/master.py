@@ -134,7 +134,7 @@ class RemoteRunner:
     inline in the client; the step's ``timeout_ms`` rides in the RunGraphs."""
 
     __slots__ = ("remote",)
-    _EXTRAS = ("call_scope", "registered", "started")  # ClusterTarget's, for ``run_step``
+    _EXTRAS = ("call_scope", "registered")  # ClusterTarget's, for ``run_step``
     inline = loop_free = False
 
     def __init__(self, remote):
@@ -348,15 +348,15 @@ class Master:
         return all(run.incarnations[name] == task.incarnation
                    for name, task in self.tasks.items() if name in run.incarnations)
 
-    def ready(self, run, now=None):
-        """True when ``refresh(run)`` and the registration would do nothing (the usual step) at
-        trio time ``now`` (the caller's read, else read): every task heard from within the health
-        interval, none restarted, the incarnations those it was compiled against, registered."""
-        tasks, now = self.tasks, trio.current_time() if now is None else now
+    def ready(self, run):
+        """True when ``refresh(run)`` and the registration would do nothing (the usual step):
+        every task of the run heard from within the health interval, none restarted, the
+        cluster's incarnations those the run was compiled against, its graphs registered."""
+        tasks, now, interval = self.tasks, trio.current_time(), self.config.health_check_interval_s
         for tg in run.task_graphs:  # (loops, not generators: every step asks)
             task = tasks[tg.task]
-            if now - task.last_ok > self.config.health_check_interval_s or task.incarnation \
-                    != task.acknowledged or _to_register(tg, task, now):
+            if now - task.last_ok > interval or task.incarnation != task.acknowledged \
+                    or _to_register(tg, task, now):
                 return False
         for name, incarnation in run.incarnations.items():
             if name in tasks and tasks[name].incarnation != incarnation:
@@ -408,7 +408,7 @@ class Master:
         return [tg for tg in run.task_graphs if _to_register(tg, self.tasks[tg.task], now)]
 
     async def run_step(self, graph, run, feed_values, timeout_ms=0, trace=None, scope=None,
-                       registered=None, started=None):
+                       registered=None):
         """Run one step of ``run``; returns the fetched numpy values in order. ``scope``: an
         entered cancel scope of the caller's (or a ``CallCancel``), the RunGraph's of a one-task
         step without a timeout (no scope of its own: the driver tells its own cancels apart).
@@ -416,10 +416,10 @@ class Master:
         Raises:
             OpError: the root cause of the step's failure.
         """
-        if not registered:  # (``ready(run)`` true at ``started``, no checkpoint since)
+        if not registered:  # (``ready(run)`` true, no checkpoint since: nothing to register)
             await self._register(run)
         step = _StepDriver(self, graph, run, self._step_bits(62) | 1, feed_values,
-                           timeout_ms, trace, started if registered else None)
+                           timeout_ms, trace)
         if scope is not None and not timeout_ms and len(run.task_graphs) == 1:
             step.entered = scope
         return await step.run()
@@ -450,12 +450,12 @@ class Master:
 class _StepDriver:
     """One step across the cluster (see the module docstring)."""
 
-    def __init__(self, master, graph, run, step_id, feed_values, timeout_ms, trace, started):
+    def __init__(self, master, graph, run, step_id, feed_values, timeout_ms, trace):
         self.master, self.graph, self.run_, self.step_id = master, graph, run, step_id
         self.feed_values, self.timeout_ms, self.trace = feed_values, timeout_ms, trace
         self.results = [None] * len(run.task_graphs)
         self.failures = []      # (derived?, OpError) in arrival order
-        self.aborted, self.outer, self.started = False, None, started  # (None: read anew)
+        self.aborted, self.outer = False, None
         self.call_scopes = {}   # task -> the cancel scope of its RunGraph call
         self.dead = set()       # tasks declared dead: not waited for, not sent AbortStep
         self.calls_left = 0     # RunGraph calls not yet returned
@@ -473,7 +473,7 @@ class _StepDriver:
         ~0.3 ms). ``StepMonitor`` starts the watchdog if the step outlives the interval."""
         order = self.run_.start_order or range(len(self.run_.task_graphs))
         self.calls_left, done = len(order), False
-        self.master.monitor.watch(self, self.started, getattr(self.entered, "token", None))
+        self.master.monitor.watch(self)
         try:
             if len(order) == 1:
                 await self._run_one(order[0])

@@ -37,17 +37,14 @@ class StepMonitor:
         self._scope = None
         self._ended = None    # set when that task has ended
 
-    def watch(self, step, now=None, token=None):
-        """Note ``step``, started at trio time ``now`` in the run of ``token`` (each read here
-        where the caller has not read it already for the step)."""
-        if token is None:
-            token = trio.lowlevel.current_trio_token()
+    def watch(self, step):
+        token = trio.lowlevel.current_trio_token()
         if self._token is not token:
             self._token = token
             self._scope, self._ended = trio.CancelScope(), trio.Event()
             trio.lowlevel.spawn_system_task(self._serve, self._scope, self._ended,
                                             name="asyncflow step monitor")
-        self._steps[step] = trio.current_time() if now is None else now
+        self._steps[step] = trio.current_time()
 
     def unwatch(self, step):
         self._steps.pop(step, None)

@@ -61,7 +61,7 @@ class StepRunning:
     def _sweep(self):
         now = trio.current_time()
         for step_id, state in list(self._steps.items()):
-            if not state.running and now - state.created > self._step_ttl:
+            if now - state.created > self._step_ttl and not state.running:
                 self._drop(step_id, "expired")
 
     def _drop(self, step_id, reason, abort=True):
@@ -211,9 +211,8 @@ class StepRunning:
             self._sweep()
             if len(self._steps) >= self._max_steps:
                 return None
-        # (Its time stamped as it ends, with its graph's lease: one clock read a plain step;
-        # a running state is never swept, and one left after the step lives its TTL from then.)
-        state = self._steps[step_id] = _StepState(step_id, self._device_set, None, wg.binding)
+        state = self._steps[step_id] = _StepState(step_id, self._device_set,
+                                                  trio.current_time(), wg.binding)
         return state
 
     async def _run_plain(self, state, wg, feed_values, request, scope):
@@ -254,8 +253,7 @@ class StepRunning:
                 del error  # (this frame is in its traceback: no cycle)
         finally:
             wg.running -= 1
-            state.created = now = trio.current_time()
-            wg.lease_expires = now + self._graph_lease_s
+            wg.lease_expires = trio.current_time() + self._graph_lease_s
             state.running = False
             state.ran = True
             if state.made is not None:

@@ -350,9 +350,7 @@ class BareService:
         server = self._server
         fn = getattr(server._handler, rpc.method)
         calls = conn.calls
-        # (inf: none, the usual call, whose deadline needs no clock read)
-        deadline = math.inf if timeout == math.inf else \
-            trio.current_time() + timeout + DEADLINE_GRACE_S
+        deadline = trio.current_time() + timeout + DEADLINE_GRACE_S  # (inf: none)
         if deadline < math.inf:
             calls.deadline = deadline
         result: Any = _CANCELLED

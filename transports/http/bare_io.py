@@ -387,12 +387,6 @@ def write_now(sock: Any, pieces: list) -> bytes:
     return b"".join(pieces)[sent:]
 
 
-def time_left(deadline: float) -> float:
-    """Seconds until trio time ``deadline``, 1 ms at least; ``math.inf`` (no deadline, the
-    usual call) without reading the clock."""
-    return deadline if deadline == math.inf else max(deadline - trio.current_time(), 1e-3)
-
-
 async def write_request(sock: Any, head: bytes, buffers: list, deadline: float) -> bool:
     """Write a call's request: a small one with one :func:`write_now` (the usual call: no
     wait, no scope), else what the kernel did not take, or a large one's pieces

@@ -49,7 +49,7 @@ from typing import Any, Final
 import trio
 
 from transports.http import bare, bulk_io, cross_memory, same_host as _same_host
-from transports.http.bare_io import CALLS, time_left
+from transports.http.bare_io import CALLS
 from transports.http.bulk_io import BULK_BYTES, BulkReader
 from transports.http.framing import MessageReader
 from transports.http.protocol import (
@@ -403,7 +403,7 @@ class TrioHttpChannel(Channel):
                          cancel: CallCancel | None = None) -> Message | None:
         """The call over the bare protocol; None when the server does not speak it. ``cancel``
         (``_call_entered``'s) closes the connection; one closed idle raises ``_Again``."""
-        timeout = time_left(min(trio.current_effective_deadline(), deadline))
+        timeout = max(min(trio.current_effective_deadline(), deadline) - trio.current_time(), 1e-3)
         for attempt in (0, 1):
             if self._bare_idle and not attempt:  # the usual call: an idle connection
                 conn = self._bare_idle.pop()
