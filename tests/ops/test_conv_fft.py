@@ -549,6 +549,35 @@ def test_read_out_by_runs_matches_the_index_read_out(period):
             assert out.tobytes() == planes[index].transpose(2, 0, 1, 3).tobytes()
 
 
+def given_spectra_against_own(ctx, x, f, grad, bias, monkeypatch, transform_at, unused):
+    """The fused forward keeping its spectra (its output ``_FusedConv2D``'s bits), then the
+    fused backprop given them, ``transform_at`` (module, name: the form's transform) spied so
+    that only ``grad`` is transformed again and ``unused`` (the filter's transform) removed:
+    the bits of the backprop that computes both itself. Returns the plan and the spectra."""
+    out, spectra = nn_conv._fused_conv2d_with_spectra(ctx, x, f, bias)
+    rows, cols = nn_conv._spatial(ctx, x.shape, f.shape[:2])
+    plan = nn_conv_fft.choose(ctx, (x, f), x.shape, f.shape, rows, cols, x.dtype)
+    assert spectra.shape == (sum(nn_conv_fft.spectra_sizes(plan, *x.shape[::3], f.shape[3])),)
+    assert np.array_equal(out, nn_conv._fused_conv2d(ctx, x, f, bias)[0])
+    sizes, f_sizes = np.array(x.shape), np.array(f.shape)
+    module, name = transform_at
+    transformed, transform = [], getattr(module, name)
+
+    def spy(array, plan, *args, **kwargs):
+        transformed.append(array.base is grad)
+        return transform(array, plan, *args, **kwargs)
+    with monkeypatch.context() as patch:  # given: neither x nor the filter transformed again
+        patch.setattr(module, name, spy)
+        patch.setattr(*unused, None)
+        given = nn_conv._fused_conv2d_backprop_with_spectra(ctx, sizes, f, grad, x, f_sizes,
+                                                            spectra)
+    assert transformed and all(transformed)
+    own = nn_conv._fused_conv2d_backprop(ctx, sizes, f, grad, x, f_sizes)
+    for a, b in zip(given, own):
+        assert a.tobytes() == b.tobytes()
+    return plan, spectra
+
+
 @pytest.mark.usefixtures("small_chunks")
 @pytest.mark.parametrize("threads", [1, 3])
 @pytest.mark.parametrize("case", FFT_CASES)
@@ -563,23 +592,9 @@ def test_the_backprop_given_the_forwards_spectra_has_the_bits_of_its_own(case, t
     monkeypatch.setattr(dft_gemm, "MAX_PERIOD", 0)  # (pocketfft's; GEMM's: test_dft_gemm.py)
     bias = np.random.default_rng(12).standard_normal(f.shape[3]).astype(np.float32)
     ctx = KernelContext({**attrs, "fused_ops": ("BiasAdd", "Relu")}, threads)
-    out, spectra = nn_conv._fused_conv2d_with_spectra(ctx, x, f, bias)
-    rows, cols = nn_conv._spatial(ctx, x.shape, f.shape[:2])
-    plan = nn_conv_fft.choose(ctx, (x, f), x.shape, f.shape, rows, cols, x.dtype)
-    assert spectra.shape == (sum(nn_conv_fft.spectra_sizes(plan, *x.shape[::3], f.shape[3])),)
-    assert np.array_equal(out, nn_conv._fused_conv2d(ctx, x, f, bias)[0])
-    sizes, f_sizes = np.array(x.shape), np.array(f.shape)
-    transformed, forward = [], nn_conv_fft._forward
-    with monkeypatch.context() as patch:  # given: neither x nor the filter transformed again
-        patch.setattr(nn_conv_fft, "_forward", lambda array, plan: transformed.append(
-            array.base is grad) or forward(array, plan))
-        patch.setattr(nn_conv_fft, "_filter_spectrum", None)
-        given = nn_conv._fused_conv2d_backprop_with_spectra(ctx, sizes, f, grad, x, f_sizes,
-                                                            spectra)
-    assert transformed and all(transformed)
-    own = nn_conv._fused_conv2d_backprop(ctx, sizes, f, grad, x, f_sizes)
-    for a, b in zip(given, own):
-        assert a.tobytes() == b.tobytes()
+    plan, spectra = given_spectra_against_own(ctx, x, f, grad, bias, monkeypatch,
+                                              (nn_conv_fft, "_forward"),
+                                              (nn_conv_fft, "_filter_spectrum"))
     transposed = nn_conv_fft._transposed(
         ctx, spectra[nn_conv_fft.spectra_sizes(plan, *x.shape[::3], f.shape[3])[0]:]
         .reshape(plan.freqs, 2 * f.shape[2], 2 * f.shape[3]))

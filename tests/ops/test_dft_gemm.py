@@ -8,7 +8,7 @@ import pytest
 
 from asyncflow.kernels import dft_gemm, jit, nn_conv, nn_conv_fft
 
-from test_conv_fft import assert_scaled_close, inputs  # same folder
+from test_conv_fft import assert_scaled_close, given_spectra_against_own, inputs  # same folder
 from test_conv_kernels import KernelContext, small_chunks  # same folder
 
 assert small_chunks  # a fixture, used by name below
@@ -104,24 +104,9 @@ def test_the_backprop_given_the_forwards_spectra_has_the_bits_of_its_own(case, t
     monkeypatch.setattr(nn_conv_fft, "FORCE", "fft")
     bias = np.random.default_rng(12).standard_normal(f.shape[3]).astype(np.float32)
     ctx = KernelContext({**attrs, "fused_ops": ("BiasAdd", "Relu")}, threads)
-    out, spectra = nn_conv._fused_conv2d_with_spectra(ctx, x, f, bias)
-    rows, cols = nn_conv._spatial(ctx, x.shape, f.shape[:2])
-    plan = nn_conv_fft.choose(ctx, (x, f), x.shape, f.shape, rows, cols, x.dtype)
+    plan, _ = given_spectra_against_own(ctx, x, f, grad, bias, monkeypatch,
+                                        (dft_gemm, "transform"), (dft_gemm, "filter_matrix"))
     assert dft_gemm.applies(plan)
-    assert spectra.shape == (sum(nn_conv_fft.spectra_sizes(plan, *x.shape[::3], f.shape[3])),)
-    assert np.array_equal(out, nn_conv._fused_conv2d(ctx, x, f, bias)[0])
-    sizes, f_sizes = np.array(x.shape), np.array(f.shape)
-    transformed, transform = [], dft_gemm.transform
-    with monkeypatch.context() as patch:
-        patch.setattr(dft_gemm, "transform", lambda block, plan, out=None: transformed.append(
-            block.base is grad) or transform(block, plan, out))
-        patch.setattr(dft_gemm, "filter_matrix", None)
-        given = nn_conv._fused_conv2d_backprop_with_spectra(ctx, sizes, f, grad, x, f_sizes,
-                                                            spectra)
-    assert transformed and all(transformed)
-    own = nn_conv._fused_conv2d_backprop(ctx, sizes, f, grad, x, f_sizes)
-    for a, b in zip(given, own):
-        assert a.tobytes() == b.tobytes()
 
 
 def test_large_periods_take_pocketfft(monkeypatch):
