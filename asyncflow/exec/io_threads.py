@@ -86,12 +86,12 @@ _ONE = (1).to_bytes(8, sys.byteorder)  # (an eventfd's counter takes 8 bytes; a 
 
 
 class _Job:
-    __slots__ = ("fn", "args", "bell", "result", "done", "dropped")
+    __slots__ = ("fn", "args", "bell", "result", "done", "dropped", "started")
 
     def __init__(self, fn, args, bell):
         self.fn, self.args, self.bell = fn, args, bell
         self.result = None
-        self.done = self.dropped = False
+        self.done = self.dropped = self.started = False
 
 
 class _Worker:
@@ -113,7 +113,7 @@ class IoThreads:
         self._bells = []  # spare job bells, none rung
         self._workers = set()  # every thread's worker (their bells: closed in a forked child)
         self._threads = 0
-        self.abandoned = 0  # dropped jobs whose thread has not finished them yet
+        self.abandoned = 0  # dropped jobs their thread began and has not finished yet
 
     async def run(self, op, fn, *args, abandon=False):
         """``fn(*args)`` on one of the pool's threads; its value, or its exception raised."""
@@ -171,9 +171,9 @@ class IoThreads:
                 self._backlog.remove(job)
             elif not started:
                 return False
-            else:
-                job.dropped = True
-                self.abandoned += 1
+            else:  # (a thread took it: abandoned once that thread began it; one that has not
+                job.dropped = True  # begun it yet skips it and holds nothing: not counted)
+                self.abandoned += job.started
                 return True
         self._spare(job.bell)
         return True
@@ -216,12 +216,15 @@ class IoThreads:
     def _serve(self, worker):
         job = worker.job
         while job is not None:
-            if not job.dropped:
+            with self._lock:
+                skipped = job.dropped
+                job.started = True
+            if not skipped:
                 result = outcome.capture(job.fn, *job.args)
             with self._lock:
                 job.done = True
                 if job.dropped:
-                    self.abandoned -= 1
+                    self.abandoned -= not skipped
                     unused = job.bell  # (nobody waits on a dropped job's bell)
                 else:
                     job.result = result

@@ -282,3 +282,25 @@ def test_a_forked_child_closes_the_parents_bells():
     assert os.waitstatus_to_exitcode(status) == 0  # (the number still open in the child)
     for fd in fds:
         os.fstat(fd)  # (the parent's own still open)
+
+
+def test_a_job_dropped_before_its_thread_began_it_is_skipped_and_never_counted_abandoned():
+    # A thread took the job but had not begun it when its step gave up: it holds nothing, so
+    # it is not counted among the abandoned reads (which refuse new IO kernels past
+    # MAX_ABANDONED): counting it made the count dip when its thread then skipped it, and a
+    # read the test expected refused started (a fresh-clone CI run failed so).
+    pool, ran = io_threads.IoThreads(), []
+    job = io_threads._Job(ran.append, (1,), io_threads._Bell(blocking=False))
+    worker = io_threads._Worker(job)
+    pool._threads = 1
+    assert pool._drop(job) is True and pool.abandoned == 0
+    thread = threading.Thread(target=pool._serve, args=(worker,), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30  # (bounded, real time: the thread's pass)
+    while worker not in pool._idle and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert worker in pool._idle and job.done and ran == [] and pool.abandoned == 0
+    worker.job = None
+    worker.bell.ring()
+    thread.join(30)
+    assert not thread.is_alive()
