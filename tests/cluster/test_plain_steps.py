@@ -146,6 +146,19 @@ async def _outcome(channel, request):
     return None
 
 
+async def _outcome_interrupted(channel, service, request, interrupt):
+    """``request``'s outcome when ``interrupt()`` is awaited while its step runs."""
+    outcome = {}
+    async with trio.open_nursery() as nursery:
+        async def run():
+            outcome["value"] = await _outcome(channel, request)
+
+        nursery.start_soon(run)
+        await _until_running(service, request.step_id)
+        await interrupt()
+    return outcome["value"]
+
+
 @pytest.mark.parametrize("path", ["plain", "full"])
 async def test_failures_answer_as_the_full_path_does(worker, path):
     spec, service, lent = worker
@@ -163,14 +176,9 @@ async def test_failures_answer_as_the_full_path_does(worker, path):
         outcomes["deadline"] = await _outcome(channel, _request(handle, options, 2, [x, shape],
                                                                 timeout_ms=200))
         # An AbortStep while it runs.
-        async with trio.open_nursery() as nursery:
-            async def aborted():
-                outcomes["abort"] = await _outcome(channel, _request(
-                    handle, options, 3, [x, shape]))
-
-            nursery.start_soon(aborted)
-            await _until_running(service, 3)
-            await channel.abort_step(AbortStep(3, "CANCELLED", "the client went away"))
+        outcomes["abort"] = await _outcome_interrupted(
+            channel, service, _request(handle, options, 3, [x, shape]),
+            lambda: channel.abort_step(AbortStep(3, "CANCELLED", "the client went away")))
         # A step id used again.
         outcomes["again"] = await _outcome(channel, _request(handle, options, 1, [x, shape],
                                                              request_id=50))
@@ -239,14 +247,9 @@ async def test_a_pull_during_the_step_and_a_reset_answer_as_the_full_path_does(w
             nursery.start_soon(run)
             await _until_running(service, 7)
             nursery.start_soon(pull)
-        async with trio.open_nursery() as nursery:
-            async def reset():
-                outcomes["reset"] = await _outcome(channel, _request(
-                    handle, options, 8, [x, shape]))
-
-            nursery.start_soon(reset)
-            await _until_running(service, 8)
-            await channel.reset(Reset())
+        outcomes["reset"] = await _outcome_interrupted(
+            channel, service, _request(handle, options, 8, [x, shape]),
+            lambda: channel.reset(Reset()))
     worker_task = "/job:worker/replica:0/task:0"
     deadline = ("DEADLINE_EXCEEDED", f"step 7 ran past its 300 ms deadline on {worker_task}")
     assert outcomes["run"] == (*deadline, False) and outcomes["pull"] == (*deadline, True)
