@@ -3,7 +3,8 @@
 Workloads (one ps and worker processes on loopback; one BLAS thread per asyncflow worker):
 
 * **trivial**: fetch ``p * 2.0`` computed on ``/job:worker/task:0`` from a fed scalar
-  (per-step fixed cost of the distributed path). ``trivial_first_ms``: the median of its
+  (per-step fixed cost of the distributed path), the median of ``TRIVIAL_STEPS`` (1000) steps
+  in both modes, as many as Ray's side times. ``trivial_first_ms``: the median of its
   ``WARMUP`` untimed steps, the process's first remote steps.
 
 Every timed series (both frameworks) follows ``WARMUP`` (10) untimed steps of the same
@@ -169,6 +170,7 @@ def _sweep_figures(times):
 # the first steps cost is printed apart (``trivial_first_ms``, the median of the first
 # remote workload's warm-up steps).
 WARMUP = 10
+TRIVIAL_STEPS = 1000
 
 
 def _series(fn, count):
@@ -185,8 +187,13 @@ def _median_time(fn, repeats, warmup=WARMUP):
 
 
 def _sizes(quick):
+    # The trivial step is timed over as many steps as Ray's compiled graph (``--ray-steps``
+    # default) in both modes, and the PS MLP over 100 / 200: a 20-step median (0.005 s of
+    # trivial steps) fell inside one of this machine's fast or slow phases, so a round's
+    # ratio to another framework's 1000-step median said more about the phase than the step.
     return {"repeats": 20 if quick else 100, "big_rounds": 3 if quick else 7,
-            "mlp_steps": 20 if quick else 60, "scaling_s": 1.5 if quick else 4.0}
+            "trivial_steps": TRIVIAL_STEPS, "mlp_steps": 100 if quick else 200,
+            "scaling_s": 1.5 if quick else 4.0}
 
 
 # ----------------------------------------------------------------------------- asyncflow side
@@ -275,7 +282,8 @@ async def _asyncflow_measure(spec, sizes, worker_counts, out):
     cluster = {"ps": spec["ps"], "worker": spec["worker"]}
     async with af.Session(graph=graph, cluster=cluster) as sess:
         await sess.run(doubled, {p: 1.0})
-        times = await _aseries(lambda: sess.run(doubled, {p: 1.0}), WARMUP + repeats)
+        times = await _aseries(lambda: sess.run(doubled, {p: 1.0}),
+                              WARMUP + sizes["trivial_steps"])
         out["trivial_first_ms"] = statistics.median(times[:WARMUP]) * 1e3
         out["trivial_ms"] = statistics.median(times[WARMUP:]) * 1e3
         await sess.run([big.initializer, small.initializer])
@@ -398,7 +406,7 @@ def _tf_measure(tf, tf1, spec, sizes, worker_counts):
                                     warmup=1)
     with tf1.Session(target, graph=graph) as sess:
         sess.run(doubled, {p: 1.0})
-        times = _series(lambda: sess.run(doubled, {p: 1.0}), WARMUP + repeats)
+        times = _series(lambda: sess.run(doubled, {p: 1.0}), WARMUP + sizes["trivial_steps"])
         out["trivial_first_ms"] = statistics.median(times[:WARMUP]) * 1e3
         out["trivial_ms"] = statistics.median(times[WARMUP:]) * 1e3
         sess.run([big.initializer, small.initializer])
@@ -561,7 +569,7 @@ def main():
     parser.add_argument("--ray-python", default=None,
                         help="a Python that can import ray (else $ASYNCFLOW_RAY_PYTHON)")
     parser.add_argument("--no-ray", action="store_true", help="skip Ray's Compiled Graphs")
-    parser.add_argument("--ray-steps", type=int, default=1000,
+    parser.add_argument("--ray-steps", type=int, default=TRIVIAL_STEPS,
                         help="timed executions per Ray figure")
     parser.add_argument("--tf-side", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--ray-side", action="store_true", help=argparse.SUPPRESS)
