@@ -70,7 +70,8 @@ from transports.schema import (
     MAGIC, PREFIX, SCHEMA_BY_CLASS, validated,
 )
 
-__all__ = ["WHOLE_BYTES", "Prepared", "decode_whole", "encode", "forget", "frame", "learn", "prepare"]
+__all__ = ["WHOLE_BYTES", "Prepared", "decode_whole", "encode", "forget", "frame", "learn",
+           "prepare"]
 
 _KEPT: Final = 256  # templates; all dropped when full (a few per registered graph in practice)
 # (no float: 0.0 and -0.0 are one key but two encodings; messages of a step carry none)
