@@ -254,8 +254,12 @@ def _codec_parts(wire, requests, reply, limits):
     """CPU per call of the four codec calls of a step as the bare protocol makes them: the
     client's RunGraph encoded from its kept prepared signature (``encode_prepared``, as the
     channel's ``run_graph``), the worker's decode of it (``decode_repeated``: its header from a
-    template, the ids changing), the reply encoded from the connection's kept signature
-    (checksums deferred, as ``bare._reply``) and the client's decode of it."""
+    template, the ids changing), the reply encoded as the bare server encodes it
+    (``bare_io.prepared_reply`` from the connection's kept signature, then ``small_pieces``,
+    which fills any pending trailer before the ``writev``) and the client's decode of it."""
+    import types
+
+    from transports.http import bare_io
     def frame(buffers):
         for buffer in buffers:  # (a deferred trailer: the writer fills it, as bare_io does)
             if type(buffer) is wire.ChecksumTrailer and buffer.pending:
@@ -279,14 +283,14 @@ def _codec_parts(wire, requests, reply, limits):
     for data in frames:
         wire.decode_repeated(data, limits) or wire.decode(bytes(data), limits)
     parts["RunGraph decode"] = time.process_time() - start
-    kept = None
+    conn = types.SimpleNamespace(prepared=None)  # (the bare server's connection keeps it)
     for _ in range(3):
-        buffers, kept = wire.encode_prepared(kept, reply, limits, defer_checksums=True)
+        buffers = bare_io.prepared_reply(conn, reply, limits)
         data = frame(buffers)
         wire.decode_repeated(data, limits) or wire.decode(bytes(data), limits)
     start = time.process_time()
     for _ in frames:
-        buffers, kept = wire.encode_prepared(kept, reply, limits, defer_checksums=True)
+        buffers = bare_io.small_pieces(b"", bare_io.prepared_reply(conn, reply, limits))
     parts["reply encode"] = time.process_time() - start
     data = frame(buffers)
     start = time.process_time()

@@ -70,7 +70,8 @@ from transports.schema import (
     MAGIC, PREFIX, SCHEMA_BY_CLASS, validated,
 )
 
-__all__ = ["Prepared", "decode_whole", "encode", "forget", "frame", "learn", "prepare"]
+__all__ = ["WHOLE_BYTES", "Prepared", "decode_whole", "encode", "forget", "frame", "learn",
+           "prepare"]
 
 _KEPT: Final = 256  # templates; all dropped when full (a few per registered graph in practice)
 # (no float: 0.0 and -0.0 are one key but two encodings; messages of a step carry none)
@@ -82,6 +83,7 @@ _ONCE: Final = frozenset(("register_graph_reply", "deregister_graph"))
 _ZEROS: Final = bytes(ALIGNMENT)
 _TRAILER: Final = 4
 _UINT64: Final = 1 << 64
+WHOLE_BYTES: Final = 16 * 1024  # ``Prepared.encode_whole``'s frames, at most (copied whole)
 
 _templates_by_key: dict = {}  # key -> its template's Prepared (the template and the key's parts)
 _layouts: dict = {}  # message class -> (static field names, volatile Fields) or None
@@ -196,7 +198,8 @@ class Prepared:
     compares the message's fields with the signature's directly instead of building and
     hashing its key. Made by :func:`learn` (one a template), found by :func:`prepare`."""
 
-    __slots__ = ("template", "schema", "limits", "checksums", "static", "tensors", "key")
+    __slots__ = ("template", "schema", "limits", "checksums", "static", "tensors", "key",
+                 "image")
 
     def __init__(self, template: _Template, schema: Any, limits: Any, checksums: bool,
                  static: tuple, tensors: tuple, key: tuple) -> None:
@@ -204,42 +207,96 @@ class Prepared:
         self.limits, self.checksums = limits, checksums
         self.static = static    # per static field: (name, type, value, item types of a list)
         self.tensors = tensors  # per tensor: (key, dtype, shape)
+        self.image = None  # (frame bytes, spots) for ``encode_whole``; False: none (made once)
 
     def encode(self, message: Any, limits: Any, checksums: bool, defer: bool) -> list | None:
         """``message``'s buffers where it is of this signature (every field but the
         volatile ids equal, every tensor of the same key, dtype and shape, sent as it is),
         as :func:`encode` would give them; else None (the caller encodes it in full)."""
+        if not self.matches(message, limits, checksums):
+            return None
+        return _frame(self.template, message, self.schema, checksums, defer)
+
+    def encode_whole(self, message: Any, limits: Any, checksums: bool) -> list | None:
+        """:meth:`encode`'s buffers, for a signature without volatile ids whose frame is at
+        most :data:`WHOLE_BYTES` (a RunGraph's reply) as one ``bytearray``: a copy of the
+        frame's image kept with the signature (its prefix, header and padding, built once)
+        with each tensor's bytes and checksum trailer written at their offsets, the same bytes
+        as :meth:`encode`'s buffers joined with their trailers filled; None where ``message``
+        is not of this signature (the caller encodes it in full)."""
+        if not self.matches(message, limits, checksums):
+            return None
+        image = self.image
+        if image is None:
+            image = self.image = self._image()
+        if image is False:
+            return _frame(self.template, message, self.schema, checksums, False)
+        frame = bytearray(image[0])
+        for entry, spot in zip(getattr(message, self.schema.tensor_field), image[1]):
+            if spot is not None:
+                start, stop = spot
+                data = entry.value.tobytes()  # (C-contiguous: its bytes in memory order)
+                frame[start:stop] = data
+                if checksums:
+                    frame[stop:stop + _TRAILER] = _checksum.extend(0, data).to_bytes(
+                        _TRAILER, "little")
+        return [frame]
+
+    def _image(self) -> tuple | bool:
+        """(the frame's bytes, zeros where tensor bytes and trailers go; per tensor its
+        bytes' (start, stop), None where it has none), laid out as :func:`assemble` lays
+        them; False where the header has ids or the frame is over :data:`WHOLE_BYTES`."""
+        head = self.template.head
+        if head is None or not self.schema.tensor_field:
+            return False
+        spots, offset = [], len(head)
+        for _, dtype, shape in self.tensors:
+            nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+            if not nbytes:
+                spots.append(None)
+                continue
+            offset += -offset % ALIGNMENT
+            spots.append((offset, offset + nbytes))
+            offset += nbytes + (_TRAILER if self.checksums else 0)
+        if offset > WHOLE_BYTES:
+            return False
+        frame = bytearray(offset)
+        frame[:len(head)] = head
+        return bytes(frame), tuple(spots)
+
+    def matches(self, message: Any, limits: Any, checksums: bool) -> bool:
+        """Whether ``message`` is of this signature (see :meth:`encode`)."""
         if checksums != self.checksums or (limits is not self.limits
                                                and limits != self.limits):
-            return None
+            return False
         schema = self.schema
         if type(message) is not schema.cls:
-            return None
+            return False
         for name, kind, value, types in self.static:
             got = getattr(message, name)
             if got is value:  # (the same immutable object: a str, an int, None)
                 continue
             if type(got) is not kind:
-                return None
+                return False
             if kind is list:
                 if tuple(got) != value or tuple(map(type, got)) != types:
-                    return None
+                    return False
             elif got != value:
-                return None
+                return False
         if schema.tensor_field:
             entries = getattr(message, schema.tensor_field)
             if type(entries) is not list or len(entries) != len(self.tensors):
-                return None
+                return False
             for entry, (key, dtype, shape) in zip(entries, self.tensors):
                 if type(entry) is not TensorEntry:
-                    return None
+                    return False
                 value = entry.value
                 if entry.key != key or type(entry.key) is not str \
                         or entry.is_dead is not False or entry.error is not None \
                         or type(value) is not np.ndarray or value.dtype != dtype \
                         or value.shape != shape or not value.flags.c_contiguous:
-                    return None
-        return _frame(self.template, message, schema, checksums, defer)
+                    return False
+        return True
 
     def volatile_names(self) -> tuple:
         """The volatile ids' field names, in the order :meth:`encode_step` takes them."""

@@ -77,6 +77,42 @@ def test_a_prepared_reply_and_push_are_the_fresh_encodes():
     assert frame_bytes(_encoded(prepared, later)) == full_frame(later)
 
 
+@pytest.mark.parametrize("checksums", [True, False])
+@pytest.mark.parametrize("signature", sorted(SIGNATURES))
+def test_a_small_prepared_reply_is_written_whole_by_offsets(signature, checksums):
+    """The bare server's reply (``bare_io.prepared_reply``): after the first of a signature,
+    a small reply is one buffer, its tensors' bytes and trailers written into a copy of the
+    kept frame image: the full encode's bytes for any values (NaN, -0.0, empty and bool
+    tensors), with checksums on and off; a reply of another signature, or too large to be
+    copied whole, is encoded as before (the same bytes) and its signature kept instead."""
+    was = checksum.enabled()
+    checksum.set_enabled(checksums)
+    try:
+        rng = np.random.default_rng(len(signature) + checksums)
+        conn = types.SimpleNamespace(prepared=None)
+        for step in range(6):
+            reply = RunGraphReply(_feeds(signature, rng))
+            if step == 3:
+                reply.tensors[0].value.reshape(-1)[:1] = np.nan if \
+                    reply.tensors[0].value.dtype.kind == "f" else 0
+            buffers = bare_io.prepared_reply(conn, reply, LIMITS)
+            assert frame_bytes(buffers) == full_frame(reply)
+            if step >= 2:  # the signature kept (its template found at the second)
+                assert len(buffers) == 1 and type(buffers[0]) is bytearray
+                assert wire.decode(bytes(buffers[0]), LIMITS) == reply  # (bitwise: NaN too)
+        other = RunGraphReply([TensorEntry("mul:0", np.full((2, 2), -0.0, np.float32))])
+        assert frame_bytes(bare_io.prepared_reply(conn, other, LIMITS)) == full_frame(other)
+        assert conn.prepared is not None and conn.prepared.matches(other, LIMITS, checksums)
+        large = RunGraphReply([TensorEntry("big:0", np.arange(
+            repeat_frames.WHOLE_BYTES // 4 + 1, dtype=np.float32))])
+        for _ in range(3):  # over WHOLE_BYTES: the buffers, the tensor not copied
+            buffers = bare_io.prepared_reply(conn, large, LIMITS)
+            assert frame_bytes(buffers) == full_frame(large)
+        assert len(buffers) > 1 and conn.prepared.image is False
+    finally:
+        checksum.set_enabled(was)
+
+
 def test_anything_but_the_ids_and_tensor_bytes_differing_is_refused():
     rng = np.random.default_rng(2)
     first = RunGraph("sess/1/g7", 3, _feeds("three", rng), ["mul:0"], request_id=1)

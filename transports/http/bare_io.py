@@ -55,6 +55,7 @@ from typing import Any, Final
 
 import trio
 
+from transports.checksum import enabled as checksum_enabled
 from transports.http.body import BodyTimeout, PeerGone
 from transports.http.bulk_io import CALLS_PER_CHECKPOINT, send_all
 from transports.http.guard import GuardedConnection
@@ -451,9 +452,15 @@ class ServerConnection(GuardedConnection):
 
 def prepared_reply(conn: ServerConnection, reply: Any, limits: Any) -> list:
     """A RunGraph reply's buffers, from the connection's last one's prepared signature where
-    it is of it (the next step of the same graph), else as ``encode`` encodes it, its own
+    it is of it (the next step of the same graph: a small reply's whole frame in one buffer,
+    written by offsets, ``Prepared.encode_whole``), else as ``encode`` encodes it, its own
     signature kept for the next."""
-    buffers, conn.prepared = encode_prepared(conn.prepared, reply, limits, defer_checksums=True)
+    prepared = conn.prepared
+    if prepared is not None:
+        buffers = prepared.encode_whole(reply, limits, checksum_enabled())
+        if buffers is not None:
+            return buffers
+    buffers, conn.prepared = encode_prepared(None, reply, limits, defer_checksums=True)
     return buffers
 
 
