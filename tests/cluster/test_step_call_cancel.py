@@ -109,3 +109,66 @@ async def test_a_close_while_a_failed_call_is_reported_ends_the_step_at_once(clu
                 await sess.close()
             assert outcome == ["closed"]
     assert [type(scope) for scope in scopes] == [CallCancel]
+
+
+W1 = "/job:worker/task:1"
+
+
+def _two_task_graph():
+    """A dequeue on worker 0 read on worker 1: a step on two tasks that waits on both."""
+    with af.Graph().as_default() as graph:
+        with af.device(W0):
+            queue = af.FIFOQueue(4, [af.float32], shapes=[[]], name="q")
+            put = queue.enqueue([af.constant(1.0)])
+            taken = queue.dequeue()
+        with af.device(W1):
+            plus = taken + 1.0
+    return graph, put, plus
+
+
+async def test_a_close_ends_a_ready_two_task_step_without_a_scope(cluster):
+    # The session's run scope is one CallCancel, split one a RunGraph: the close ends both
+    # calls, the step raises the closed session's CancelledError, both workers' steps end.
+    spec, servers = cluster
+    graph, put, plus = _two_task_graph()
+    with trio.fail_after(GENEROUS):
+        async with af.Session(graph=graph, cluster=spec) as sess:
+            await sess.run(put)
+            assert await sess.run(plus) == 2.0  # registered: ready
+            run = sess._target.cache[((), (plus,), ())]
+            assert len(run.task_graphs) == 2 and sess._target.master.ready(run)
+            scopes = await _scopes_while_waiting(sess, servers["worker:0"], plus)
+        while _running(servers["worker:1"]):
+            await trio.sleep(0.001)
+    (scope,) = scopes
+    assert type(scope) is CallCancel and scope.cancel_called and sess.closed
+
+
+@pytest.mark.parametrize("cluster", ["http"], indirect=True)
+async def test_a_ready_two_task_step_enters_only_its_nursery_scope(cluster, monkeypatch):
+    # The client's own scopes in a ready two-task step (the caller's task and the one task
+    # its driver spawns): none of the session's, none a call's; the driver's nursery's own
+    # is trio's (not ``trio.CancelScope``). The first step (registering) enters some. Over
+    # the bare same-host protocol: the in-process channel enters a scope a call.
+    spec, _ = cluster
+    graph, put, plus = _two_task_graph()
+    made, real = [], trio.CancelScope
+    with trio.fail_after(GENEROUS):
+        async with af.Session(graph=graph, cluster=spec) as sess:
+            mine = {trio.lowlevel.current_task()}
+
+            def counting(*args, **kwargs):
+                task = trio.lowlevel.current_task()
+                if task in mine or task.name.endswith("_StepDriver._run_one"):
+                    made.append(task.name)
+                return real(*args, **kwargs)
+
+            monkeypatch.setattr(trio, "CancelScope", counting)
+            await sess.run(put)
+            assert await sess.run(plus) == 2.0
+            assert made  # (the counting counts: the first steps' scopes)
+            for _ in range(3):
+                made.clear()
+                await sess.run(put)
+                assert await sess.run(plus) == 2.0
+                assert made == []
