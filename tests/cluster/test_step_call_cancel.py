@@ -145,11 +145,11 @@ async def test_a_close_ends_a_ready_two_task_step_without_a_scope(cluster):
 
 
 @pytest.mark.parametrize("cluster", ["http"], indirect=True)
-async def test_a_ready_two_task_step_enters_only_its_nursery_scope(cluster, monkeypatch):
+async def test_a_ready_two_task_step_enters_no_scope(cluster, monkeypatch):
     # The client's own scopes in a ready two-task step (the caller's task and the one task
-    # its driver spawns): none of the session's, none a call's; the driver's nursery's own
-    # is trio's (not ``trio.CancelScope``). The first step (registering) enters some. Over
-    # the bare same-host protocol: the in-process channel enters a scope a call.
+    # its driver spawns, in the master's monitor's nursery): none of the session's, none a
+    # call's, no nursery's. The first step (registering) enters some. Over the bare
+    # same-host protocol: the in-process channel enters a scope a call.
     spec, _ = cluster
     graph, put, plus = _two_task_graph()
     made, real = [], trio.CancelScope
@@ -159,7 +159,7 @@ async def test_a_ready_two_task_step_enters_only_its_nursery_scope(cluster, monk
 
             def counting(*args, **kwargs):
                 task = trio.lowlevel.current_task()
-                if task in mine or task.name.endswith("_StepDriver._run_one"):
+                if task in mine or task.name.endswith(("_StepDriver._run_one", "._spawned")):
                     made.append(task.name)
                 return real(*args, **kwargs)
 
@@ -172,3 +172,29 @@ async def test_a_ready_two_task_step_enters_only_its_nursery_scope(cluster, monk
                 await sess.run(put)
                 assert await sess.run(plus) == 2.0
                 assert made == []
+
+
+async def test_a_ready_two_task_step_that_fails_aborts_the_other_task(cluster):
+    # Worker 1's share fails (an op's error) while worker 0's waits on an empty queue: the
+    # step raises that error, its abort ends worker 0's wait, neither worker runs it after.
+    spec, servers = cluster
+    with af.Graph().as_default() as graph:
+        with af.device(W0):
+            queue = af.FIFOQueue(4, [af.float32], shapes=[[]], name="q")
+            put = queue.enqueue([af.constant(1.0)])
+            taken = queue.dequeue()
+        with af.device(W1):
+            x = af.placeholder(af.float32, [None], name="x")
+            plus = taken + 1.0
+            bad = af.reshape(x, [3])
+    with trio.fail_after(GENEROUS):
+        async with af.Session(graph=graph, cluster=spec) as sess:
+            await sess.run(put)
+            assert (await sess.run([plus, bad], {x: [1.0, 2.0, 3.0]}))[0] == 2.0
+            assert sess._target.master.ready(sess._target.cache[((x,), (plus, bad), ())])
+            with pytest.raises(af.errors.InvalidArgumentError, match="x|Reshape"):
+                await sess.run([plus, bad], {x: [1.0, 2.0]})
+            for name in ("worker:0", "worker:1"):
+                assert not _running(servers[name])
+            await sess.run(put)  # the session goes on
+            assert (await sess.run([plus, bad], {x: [1.0, 2.0, 3.0]}))[0] == 2.0
