@@ -174,10 +174,8 @@ async def test_a_ready_two_task_step_enters_no_scope(cluster, monkeypatch):
                 assert made == []
 
 
-async def test_a_ready_two_task_step_that_fails_aborts_the_other_task(cluster):
-    # Worker 1's share fails (an op's error) while worker 0's waits on an empty queue: the
-    # step raises that error, its abort ends worker 0's wait, neither worker runs it after.
-    spec, servers = cluster
+def _failing_graph():
+    """Worker 0 waits on an empty queue; worker 1's reshape fails for a feed of 2 values."""
     with af.Graph().as_default() as graph:
         with af.device(W0):
             queue = af.FIFOQueue(4, [af.float32], shapes=[[]], name="q")
@@ -187,14 +185,48 @@ async def test_a_ready_two_task_step_that_fails_aborts_the_other_task(cluster):
             x = af.placeholder(af.float32, [None], name="x")
             plus = taken + 1.0
             bad = af.reshape(x, [3])
+    return graph, put, x, [plus, bad]
+
+
+async def test_a_ready_two_task_step_that_fails_aborts_the_other_task(cluster):
+    # Worker 1's share fails (an op's error) while worker 0's waits on an empty queue: the
+    # step raises that error, its abort ends worker 0's wait, neither worker runs it after.
+    spec, servers = cluster
+    graph, put, x, fetches = _failing_graph()
     with trio.fail_after(GENEROUS):
         async with af.Session(graph=graph, cluster=spec) as sess:
             await sess.run(put)
-            assert (await sess.run([plus, bad], {x: [1.0, 2.0, 3.0]}))[0] == 2.0
-            assert sess._target.master.ready(sess._target.cache[((x,), (plus, bad), ())])
+            assert (await sess.run(fetches, {x: [1.0, 2.0, 3.0]}))[0] == 2.0
+            assert sess._target.master.ready(sess._target.cache[((x,), tuple(fetches), ())])
             with pytest.raises(af.errors.InvalidArgumentError, match="x|Reshape"):
-                await sess.run([plus, bad], {x: [1.0, 2.0]})
+                await sess.run(fetches, {x: [1.0, 2.0]})
             for name in ("worker:0", "worker:1"):
                 assert not _running(servers[name])
             await sess.run(put)  # the session goes on
-            assert (await sess.run([plus, bad], {x: [1.0, 2.0, 3.0]}))[0] == 2.0
+            assert (await sess.run(fetches, {x: [1.0, 2.0, 3.0]}))[0] == 2.0
+
+
+async def test_a_failed_ready_two_task_step_ends_a_call_its_abort_did_not(cluster,
+                                                                        autojump_clock):
+    # Worker 0 ignores the AbortStep: its call still waits once the abort is sent; the
+    # driver ends it after the grace (``2 * ABORT_GRACE_S + 1`` s, a nursery's deadline
+    # before) and the step raises worker 1's error.
+    from asyncflow.cluster.master import ABORT_GRACE_S
+    spec, servers = cluster
+    graph, put, x, fetches = _failing_graph()
+    with trio.fail_after(GENEROUS):
+        async with af.Session(graph=graph, cluster=spec) as sess:
+            await sess.run(put)
+            assert (await sess.run(fetches, {x: [1.0, 2.0, 3.0]}))[0] == 2.0
+            service = servers["worker:0"].service
+            ignored = []
+
+            async def ignore(request):
+                ignored.append(request.step_id)
+
+            service.abort_step = ignore
+            start = trio.current_time()
+            with pytest.raises(af.errors.InvalidArgumentError, match="x|Reshape"):
+                await sess.run(fetches, {x: [1.0, 2.0]})
+            assert len(ignored) == 1
+            assert trio.current_time() - start == pytest.approx(2 * ABORT_GRACE_S + 1, abs=0.5)
