@@ -20,7 +20,8 @@ channel closed) and :class:`TransportDeadlineExceeded` (the call's ``timeout`` e
 cancel scope around a call cancels it the trio way, and cancels the handler on the worker too.
 A :class:`CallCancel` lent to a RunGraph in place of an entered scope cancels it without a trio
 scope where the channel can (the same-host client closes the connection the answer is awaited
-on): the call then raises TransportUnavailable, never retried.
+on): the call then raises TransportUnavailable, never retried. ``split`` makes one for each of
+several calls made at once, all ended by the one they were split from.
 
 This module must not know about asyncflow or HTTP libraries.
 """
@@ -111,6 +112,27 @@ class CallCancel:
         self._scope = scope
         if scope is not None and self.cancel_called:
             scope.cancel()
+
+    def split(self, n: int) -> list[CallCancel]:
+        """``n`` cancels, one for each of the calls a caller makes at once (a step's RunGraphs
+        on several tasks): this one's ``cancel()`` ends them all; each ends its own call alone
+        (a task's call its caller gives up). This one is lent to no call then."""
+        calls = [CallCancel() for _ in range(n)]
+        self.lend(_Calls(calls))
+        return calls
+
+
+class _Calls:
+    """``CallCancel.split``'s cancels, cancelled together (in the calls' trio run)."""
+
+    __slots__ = ("calls",)
+
+    def __init__(self, calls: list[CallCancel]) -> None:
+        self.calls = calls
+
+    def cancel(self) -> None:
+        for call in self.calls:
+            call.cancel()
 
 
 class WorkerServiceProtocol(Protocol):

@@ -310,3 +310,28 @@ async def close_all(channels, monitor_ended=None):
             raise first
         finally:
             del first  # (this frame is in its traceback: kept, a cycle for the GC)
+
+
+async def all_at_once(fn, items):
+    """``fn(item)`` for every item at once; the first OpError cancels the rest and is raised."""
+    failures = []
+
+    async def one(item, nursery):
+        try:
+            await fn(item)
+        except errors.OpError as exc:
+            failures.append(exc)
+            nursery.cancel_scope.cancel()
+
+    async with trio.open_nursery() as nursery:
+        for item in items:
+            nursery.start_soon(one, item, nursery)
+    if failures:
+        raise failures[0]
+
+
+def only_cancelled(exc):
+    """Whether ``exc`` is trio's Cancelled, or a group of nothing else (a nursery's)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(trio.Cancelled)[1] is None
+    return isinstance(exc, trio.Cancelled)

@@ -7,8 +7,10 @@ It owns the session's ``Master`` (``master.py``): ``prepare`` compiles through t
 register again) and drives the step on the workers. No cluster run is ``inline``: every
 step crosses the wire, so the whole step sits in the session's close-cancellable scope, which
 is also the RunGraph call's scope of a one-task step without a timeout (one scope a step);
-the usual such step, ready to go, enters no trio scope at all: a ``CallCancel`` in the
-session's run scopes ends its RunGraph (closing the connection its answer is awaited on).
+the usual step, ready to go and without a timeout, enters no trio scope of the session's nor
+of its calls: a ``CallCancel`` in the session's run scopes ends its RunGraph (closing the
+connection its answer is awaited on), or, split one a call, the RunGraphs of a step on
+several tasks (the PS step; its second RunGraph's task in the master's monitor's nursery).
 A step whose calls all went over channels that wait on a socket (``calls_yield``) gave the
 event loop back: it closes the time slice (``exec/timeslice.py``), so the session's yield
 between runs is not spent on a needless scheduler pass after it.
@@ -74,10 +76,9 @@ class ClusterTarget:
         failure = None
         master = self.master
         ready = master.opened and master.ready(compiled)
-        # The usual step (nothing to refresh or register, one task, no timeout): its one wait
-        # is its RunGraph's answer, which a CallCancel ends without a trio scope (close()'s).
-        cancel = CallCancel() if ready and not timeout_ms and len(compiled.task_graphs) == 1 \
-            else None
+        # The usual step (nothing to refresh or register, no timeout): its waits are its
+        # RunGraphs' answers, which a CallCancel ends without a trio scope (close()'s).
+        cancel = CallCancel() if ready and not timeout_ms else None
         with parked(cancel) as scope:
             if not ready:  # else nothing to refresh, nor to register (no checkpoint between)
                 if not master.opened:

@@ -63,7 +63,7 @@ from asyncflow.cluster import remote_rendezvous as _rdv
 from asyncflow.compile.transfer_order import pushed_transfers, start_order, transfer_levels
 from asyncflow.cluster.spec import ClusterSpec, tasks_of_health
 from asyncflow.compile.control_edges import carry_fewer_control_edges
-from asyncflow.cluster import step_watchdog as _step_watchdog
+from asyncflow.cluster import step_calls as _step_calls, step_watchdog as _step_watchdog
 from asyncflow.cluster.step_monitor import StepMonitor
 from asyncflow.compile.task_graph import task_graph_def as _task_graph_def
 from asyncflow.exec import compiled_run
@@ -146,35 +146,10 @@ class RemoteRunner:
                                             step.trace, *map(step.extras.get, self._EXTRAS))
 
 
-async def _all(fn, items):
-    """``fn(item)`` for every item at once; the first OpError cancels the rest and is raised."""
-    failures = []
-
-    async def one(item, nursery):
-        try:
-            await fn(item)
-        except errors.OpError as exc:
-            failures.append(exc)
-            nursery.cancel_scope.cancel()
-
-    async with trio.open_nursery() as nursery:
-        for item in items:
-            nursery.start_soon(one, item, nursery)
-    if failures:
-        raise failures[0]
-
-
 def _to_register(tg, task, now):
     """Whether ``tg`` of ``task`` is to register (``Master._unregistered``)."""
     return tg.handle is None or tg.registered_incarnation != task.incarnation or (
         task.graph_lease_s is not None and now - tg.last_used > task.graph_lease_s / 2)
-
-
-def _cancelled(exc):
-    """Whether ``exc`` is trio's Cancelled, or a group of nothing else (a nursery's)."""
-    if isinstance(exc, BaseExceptionGroup):
-        return exc.split(trio.Cancelled)[1] is None
-    return isinstance(exc, trio.Cancelled)
 
 
 class Master:
@@ -229,7 +204,7 @@ class Master:
                 if name != reply.task:
                     self.tasks[name] = _Task(name, address,
                                              _channels.for_session(address, self.config))
-        await _all(self._health, self.tasks.values())
+        await _channels.all_at_once(self._health, self.tasks.values())
         self.opened = True
 
     async def _health(self, task):
@@ -341,7 +316,7 @@ class Master:
         stale = [self.tasks[tg.task] for tg in run.task_graphs
                  if now - self.tasks[tg.task].last_ok > self.config.health_check_interval_s]
         if stale:
-            await _all(self._health, stale)
+            await _channels.all_at_once(self._health, stale)
         restarted = self.restarted(tg.task for tg in run.task_graphs)
         if restarted:
             raise self.restart_error(restarted)
@@ -400,7 +375,7 @@ class Master:
             if run not in self._runs:  # before registering: close() must see partial ones
                 self._runs.append(run)
             if pending():
-                await _all(register, pending())
+                await _channels.all_at_once(register, pending())
 
     def _unregistered(self, run, now):
         """The task graphs of ``run`` to register: never, on an older incarnation, or with
@@ -411,7 +386,8 @@ class Master:
                        registered=None):
         """Run one step of ``run``; returns the fetched numpy values in order. ``scope``: an
         entered cancel scope of the caller's (or a ``CallCancel``), the RunGraph's of a one-task
-        step without a timeout (no scope of its own: the driver tells its own cancels apart).
+        step without a timeout (no scope of its own: the driver tells its own cancels apart); a
+        ``CallCancel`` for a step of several tasks is split, one a RunGraph (no scope either).
 
         Raises:
             OpError: the root cause of the step's failure.
@@ -420,7 +396,8 @@ class Master:
             await self._register(run)
         step = _StepDriver(self, graph, run, self._step_bits(62) | 1, feed_values,
                            timeout_ms, trace)
-        if scope is not None and not timeout_ms and len(run.task_graphs) == 1:
+        if scope is not None and not timeout_ms and (
+                len(run.task_graphs) == 1 or type(scope) is CallCancel):
             step.entered = scope
         return await step.run()
 
@@ -461,12 +438,17 @@ class _StepDriver:
         self.calls_left = 0     # RunGraph calls not yet returned
         self.watchdog_scope = None  # made when the watchdog starts (most steps never need it)
         self.entered = None     # the caller's entered scope, a one-task step's call scope
+        self.cancels = None     # per task graph: its RunGraph's CallCancel (``entered`` split)
+        self.closed_calls = False  # a call ended by ``entered``'s cancel (the session closed)
+        self.join = None        # split cancels: the calls spawned without a nursery (step_calls)
         self.cancelled_own = False  # this driver cancelled a call (its failure recorded)
         self.failed_before_close = False  # a failure recorded before the master's close began
 
     async def run(self):
         """Each RunGraph but the last of the start order from a task of its own, the last
-        from this task (a one-task step needs no nursery), started in that order; trio runs
+        from this task (a one-task step needs no nursery; a ready one of several tasks without
+        a timeout spawns its tasks in the monitor's nursery: ``step_calls``), started in that
+        order; trio runs
         a scheduler batch in either order, so the last is written first in half the steps
         (forcing the order gained nothing: bench/RESULTS.md, r38ps; writing the first from
         this task, the others after it, was worse: its woken receiver took the client's core
@@ -474,15 +456,19 @@ class _StepDriver:
         order = self.run_.start_order or range(len(self.run_.task_graphs))
         self.calls_left, done = len(order), False
         self.master.monitor.watch(self)
+        if len(order) > 1 and type(self.entered) is CallCancel:  # (a CallCancel, no scope)
+            self.cancels = self.entered.split(len(self.run_.task_graphs))
         try:
             if len(order) == 1:
                 await self._run_one(order[0])
-            else:
+            elif self.cancels is None or not await _step_calls.run(self, order):
                 async with trio.open_nursery() as self.outer:
                     for index in order[:-1]:
                         self.outer.start_soon(self._run_one, index)
                         await trio.lowlevel.checkpoint()
                     await self._run_one(order[-1])
+            if self.closed_calls:  # as the session's close would cancel its scope
+                raise TransportUnavailable(f"step {self.step_id} was cancelled")
             done = not self.failures
         finally:
             self.master.monitor.unwatch(self)
@@ -491,7 +477,7 @@ class _StepDriver:
                     await self._abort("CANCELLED", f"step {self.step_id} was cancelled by the "
                                       "client" if not self.failures else self._root().message)
                 if (self.failed_before_close and self.master.closing
-                        and _cancelled(sys.exc_info()[1])):
+                        and (self.closed_calls or _channels.only_cancelled(sys.exc_info()[1]))):
                     raise self._root(take=True)  # the failure came before the close's cancel
         if self.failures:
             raise self._root(take=True)
@@ -531,7 +517,8 @@ class _StepDriver:
                            [self.feed_values[i] for i in tg.feed_indices])
         timeout = self.timeout_ms / 1000 + 1.0 if self.timeout_ms else None
         # The call's scope is the channel's own (one per call): cancelling it ends the call.
-        scope = self.call_scopes[tg.task] = self.entered or trio.CancelScope()
+        scope = self.call_scopes[tg.task] = (self.entered if self.cancels is None else
+                                             self.cancels[index]) or trio.CancelScope()
         reply = await self._call(task, tg, request, timeout, scope)
         if reply is None:
             return
@@ -545,12 +532,12 @@ class _StepDriver:
         """RunGraph on ``task`` in ``scope``; returns its reply, or None after reporting the
         failure (or when ``scope`` was cancelled)."""
         try:
-            if scope is self.entered:
+            if scope is self.entered or type(scope) is CallCancel:
                 return await task.channel.run_graph_step(request, scope=scope, entered=True)
             return await task.channel.run_graph_step(request, timeout=timeout, scope=scope)
         except _channels.CALL_FAILURES as exc:
             if type(scope) is CallCancel and scope.cancel_called:  # ended as a scope's cancel
-                if self.cancelled_own:  # (its call raises no Cancelled: see Cancelled below)
+                if self.cancelled_own or self._closed_call():  # (no Cancelled: see below)
                     return None
                 raise
             failure = exc
@@ -566,8 +553,15 @@ class _StepDriver:
                 scope.lend(self.call_scopes[tg.task])
             await self._report(task, tg, failure)
         del failure  # (this frame is in its traceback: kept, a cycle for the GC)
-        if type(scope) is CallCancel and scope.cancel_called and not self.cancelled_own:
+        if type(scope) is CallCancel and scope.cancel_called and not self.cancelled_own \
+                and not self._closed_call():
             raise TransportUnavailable(f"RunGraph on {task.name} was cancelled")  # (a close)
+
+    def _closed_call(self):
+        """A call of a split ``entered`` ended by its cancel: ``run`` raises as the one-task
+        step's call does, once all have ended (a nursery's child raises nothing)."""
+        self.closed_calls |= self.cancels is not None and self.entered.cancel_called
+        return self.closed_calls
 
     async def _report(self, task, tg, exc):
         if isinstance(exc, RemoteCallError):
@@ -617,6 +611,9 @@ class _StepDriver:
             scope = self.outer.cancel_scope
             scope.deadline = min(scope.deadline, trio.current_time() + 2 * ABORT_GRACE_S + 1)
             self.outer.start_soon(self._abort, errors.error_code_name(error), error.message)
+        elif len(self.failures) == 1 and self.join is not None:  # (the same, no nursery)
+            _step_calls.failed(self, errors.error_code_name(error), error.message,
+                               2 * ABORT_GRACE_S + 1)
 
     async def _abort(self, code, message):
         if self.aborted:

@@ -109,3 +109,124 @@ async def test_a_close_while_a_failed_call_is_reported_ends_the_step_at_once(clu
                 await sess.close()
             assert outcome == ["closed"]
     assert [type(scope) for scope in scopes] == [CallCancel]
+
+
+W1 = "/job:worker/task:1"
+
+
+def _two_task_graph():
+    """A dequeue on worker 0 read on worker 1: a step on two tasks that waits on both."""
+    with af.Graph().as_default() as graph:
+        with af.device(W0):
+            queue = af.FIFOQueue(4, [af.float32], shapes=[[]], name="q")
+            put = queue.enqueue([af.constant(1.0)])
+            taken = queue.dequeue()
+        with af.device(W1):
+            plus = taken + 1.0
+    return graph, put, plus
+
+
+async def test_a_close_ends_a_ready_two_task_step_without_a_scope(cluster):
+    # The session's run scope is one CallCancel, split one a RunGraph: the close ends both
+    # calls, the step raises the closed session's CancelledError, both workers' steps end.
+    spec, servers = cluster
+    graph, put, plus = _two_task_graph()
+    with trio.fail_after(GENEROUS):
+        async with af.Session(graph=graph, cluster=spec) as sess:
+            await sess.run(put)
+            assert await sess.run(plus) == 2.0  # registered: ready
+            run = sess._target.cache[((), (plus,), ())]
+            assert len(run.task_graphs) == 2 and sess._target.master.ready(run)
+            scopes = await _scopes_while_waiting(sess, servers["worker:0"], plus)
+        while _running(servers["worker:1"]):
+            await trio.sleep(0.001)
+    (scope,) = scopes
+    assert type(scope) is CallCancel and scope.cancel_called and sess.closed
+
+
+@pytest.mark.parametrize("cluster", ["http"], indirect=True)
+async def test_a_ready_two_task_step_enters_no_scope(cluster, monkeypatch):
+    # The client's own scopes in a ready two-task step (the caller's task and the one task
+    # its driver spawns, in the master's monitor's nursery): none of the session's, none a
+    # call's, no nursery's. The first step (registering) enters some. Over the bare
+    # same-host protocol: the in-process channel enters a scope a call.
+    spec, _ = cluster
+    graph, put, plus = _two_task_graph()
+    made, real = [], trio.CancelScope
+    with trio.fail_after(GENEROUS):
+        async with af.Session(graph=graph, cluster=spec) as sess:
+            mine = {trio.lowlevel.current_task()}
+
+            def counting(*args, **kwargs):
+                task = trio.lowlevel.current_task()
+                if task in mine or task.name.endswith(("_StepDriver._run_one", "._spawned")):
+                    made.append(task.name)
+                return real(*args, **kwargs)
+
+            monkeypatch.setattr(trio, "CancelScope", counting)
+            await sess.run(put)
+            assert await sess.run(plus) == 2.0
+            assert made  # (the counting counts: the first steps' scopes)
+            for _ in range(3):
+                made.clear()
+                await sess.run(put)
+                assert await sess.run(plus) == 2.0
+                assert made == []
+
+
+def _failing_graph():
+    """Worker 0 waits on an empty queue; worker 1's reshape fails for a feed of 2 values."""
+    with af.Graph().as_default() as graph:
+        with af.device(W0):
+            queue = af.FIFOQueue(4, [af.float32], shapes=[[]], name="q")
+            put = queue.enqueue([af.constant(1.0)])
+            taken = queue.dequeue()
+        with af.device(W1):
+            x = af.placeholder(af.float32, [None], name="x")
+            plus = taken + 1.0
+            bad = af.reshape(x, [3])
+    return graph, put, x, [plus, bad]
+
+
+async def test_a_ready_two_task_step_that_fails_aborts_the_other_task(cluster):
+    # Worker 1's share fails (an op's error) while worker 0's waits on an empty queue: the
+    # step raises that error, its abort ends worker 0's wait, neither worker runs it after.
+    spec, servers = cluster
+    graph, put, x, fetches = _failing_graph()
+    with trio.fail_after(GENEROUS):
+        async with af.Session(graph=graph, cluster=spec) as sess:
+            await sess.run(put)
+            assert (await sess.run(fetches, {x: [1.0, 2.0, 3.0]}))[0] == 2.0
+            assert sess._target.master.ready(sess._target.cache[((x,), tuple(fetches), ())])
+            with pytest.raises(af.errors.InvalidArgumentError, match="x|Reshape"):
+                await sess.run(fetches, {x: [1.0, 2.0]})
+            for name in ("worker:0", "worker:1"):
+                assert not _running(servers[name])
+            await sess.run(put)  # the session goes on
+            assert (await sess.run(fetches, {x: [1.0, 2.0, 3.0]}))[0] == 2.0
+
+
+async def test_a_failed_ready_two_task_step_ends_a_call_its_abort_did_not(cluster,
+                                                                        autojump_clock):
+    # Worker 0 ignores the AbortStep: its call still waits once the abort is sent; the
+    # driver ends it after the grace (``2 * ABORT_GRACE_S + 1`` s, a nursery's deadline
+    # before) and the step raises worker 1's error.
+    from asyncflow.cluster.master import ABORT_GRACE_S
+    spec, servers = cluster
+    graph, put, x, fetches = _failing_graph()
+    with trio.fail_after(GENEROUS):
+        async with af.Session(graph=graph, cluster=spec) as sess:
+            await sess.run(put)
+            assert (await sess.run(fetches, {x: [1.0, 2.0, 3.0]}))[0] == 2.0
+            service = servers["worker:0"].service
+            ignored = []
+
+            async def ignore(request):
+                ignored.append(request.step_id)
+
+            service.abort_step = ignore
+            start = trio.current_time()
+            with pytest.raises(af.errors.InvalidArgumentError, match="x|Reshape"):
+                await sess.run(fetches, {x: [1.0, 2.0]})
+            assert len(ignored) == 1
+            assert trio.current_time() - start == pytest.approx(2 * ABORT_GRACE_S + 1, abs=0.5)
