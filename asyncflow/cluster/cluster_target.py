@@ -10,7 +10,7 @@ is also the RunGraph call's scope of a one-task step without a timeout (one scop
 the usual step, ready to go and without a timeout, enters no trio scope of the session's nor
 of its calls: a ``CallCancel`` in the session's run scopes ends its RunGraph (closing the
 connection its answer is awaited on), or, split one a call, the RunGraphs of a step on
-several tasks (the PS step; its second RunGraph's task in the master's monitor's nursery).
+several tasks (the PS step: its driver's nursery is the one scope left).
 A step whose calls all went over channels that wait on a socket (``calls_yield``) gave the
 event loop back: it closes the time slice (``exec/timeslice.py``), so the session's yield
 between runs is not spent on a needless scheduler pass after it.

@@ -63,7 +63,7 @@ from asyncflow.cluster import remote_rendezvous as _rdv
 from asyncflow.compile.transfer_order import pushed_transfers, start_order, transfer_levels
 from asyncflow.cluster.spec import ClusterSpec, tasks_of_health
 from asyncflow.compile.control_edges import carry_fewer_control_edges
-from asyncflow.cluster import step_calls as _step_calls, step_watchdog as _step_watchdog
+from asyncflow.cluster import step_watchdog as _step_watchdog
 from asyncflow.cluster.step_monitor import StepMonitor
 from asyncflow.compile.task_graph import task_graph_def as _task_graph_def
 from asyncflow.exec import compiled_run
@@ -440,15 +440,12 @@ class _StepDriver:
         self.entered = None     # the caller's entered scope, a one-task step's call scope
         self.cancels = None     # per task graph: its RunGraph's CallCancel (``entered`` split)
         self.closed_calls = False  # a call ended by ``entered``'s cancel (the session closed)
-        self.join = None        # split cancels: the calls spawned without a nursery (step_calls)
         self.cancelled_own = False  # this driver cancelled a call (its failure recorded)
         self.failed_before_close = False  # a failure recorded before the master's close began
 
     async def run(self):
         """Each RunGraph but the last of the start order from a task of its own, the last
-        from this task (a one-task step needs no nursery; a ready one of several tasks without
-        a timeout spawns its tasks in the monitor's nursery: ``step_calls``), started in that
-        order; trio runs
+        from this task (a one-task step needs no nursery), started in that order; trio runs
         a scheduler batch in either order, so the last is written first in half the steps
         (forcing the order gained nothing: bench/RESULTS.md, r38ps; writing the first from
         this task, the others after it, was worse: its woken receiver took the client's core
@@ -461,7 +458,7 @@ class _StepDriver:
         try:
             if len(order) == 1:
                 await self._run_one(order[0])
-            elif self.cancels is None or not await _step_calls.run(self, order):
+            else:
                 async with trio.open_nursery() as self.outer:
                     for index in order[:-1]:
                         self.outer.start_soon(self._run_one, index)
@@ -611,9 +608,6 @@ class _StepDriver:
             scope = self.outer.cancel_scope
             scope.deadline = min(scope.deadline, trio.current_time() + 2 * ABORT_GRACE_S + 1)
             self.outer.start_soon(self._abort, errors.error_code_name(error), error.message)
-        elif len(self.failures) == 1 and self.join is not None:  # (the same, no nursery)
-            _step_calls.failed(self, errors.error_code_name(error), error.message,
-                               2 * ABORT_GRACE_S + 1)
 
     async def _abort(self, code, message):
         if self.aborted:

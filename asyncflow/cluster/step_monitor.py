@@ -14,9 +14,7 @@ interval and then starts ``step.start_watchdog(nursery)`` in its own nursery, so
 starts exactly as late as it did with a timer per step. ``unwatch(step)`` when the step ends
 (its watchdog, if started, is the step's to cancel). With nothing noted the task sleeps an
 interval at a time: steps noted meanwhile are due after it wakes, never before. ``close()``
-(the master closes) ends the task; so does the end of the trio run. ``spawn(fn, *args)``
-starts a task in that task's nursery (a step's second RunGraph, without a nursery of the
-step's own: ``step_calls.py``), once it is open in the caller's trio run.
+(the master closes) ends the task; so does the end of the trio run.
 
 Nothing here knows about RunGraph or the cluster.
 """
@@ -38,7 +36,6 @@ class StepMonitor:
         self._token = None    # the trio run whose system task serves this monitor
         self._scope = None
         self._ended = None    # set when that task has ended
-        self._nursery = None  # that task's nursery, once open
 
     def watch(self, step):
         token = trio.lowlevel.current_trio_token()
@@ -48,18 +45,6 @@ class StepMonitor:
             trio.lowlevel.spawn_system_task(self._serve, self._scope, self._ended,
                                             name="asyncflow step monitor")
         self._steps[step] = trio.current_time()
-
-    def spawn(self, fn, *args):
-        """Start ``fn(*args)`` in the monitor's nursery; False where there is none yet (or it
-        serves another trio run). ``fn`` must raise nothing but a Cancelled."""
-        nursery = self._nursery
-        if nursery is None or self._token is not trio.lowlevel.current_trio_token():
-            return False
-        try:
-            nursery.start_soon(fn, *args)
-        except RuntimeError:  # (closing: closed to new tasks)
-            return False
-        return True
 
     def unwatch(self, step):
         self._steps.pop(step, None)
@@ -72,7 +57,7 @@ class StepMonitor:
             self._scope.cancel()
             if self._token is trio.lowlevel.current_trio_token():
                 ended = self._ended
-        self._token = self._scope = self._ended = self._nursery = None
+        self._token = self._scope = self._ended = None
         self._steps.clear()
         return ended
 
@@ -80,7 +65,6 @@ class StepMonitor:
         try:
             with scope:
                 async with trio.open_nursery() as nursery:
-                    self._nursery = nursery
                     while True:
                         now = trio.current_time()
                         while self._steps:
@@ -97,6 +81,4 @@ class StepMonitor:
                 self._token = None  # the next step starts another
             _log.exception("the step monitor failed; long steps get no health watchdog")
         finally:
-            if self._scope is scope or self._scope is None:
-                self._nursery = None
             ended.set()

@@ -179,9 +179,8 @@ async def test_a_two_task_step_spawns_one_task_and_gets_its_watchdog(two_workers
                 assert await sess.run([doubled, plus], {p: float(value)}) == [
                     2.0 * value, value + 1.0]
         autojump_clock.autojump_threshold = 0
-        # One task a step: the second RunGraph's (a ready step: in the master's monitor's
-        # nursery, no nursery of its own); the first goes from the caller's task.
-        assert counter.names == ["asyncflow.cluster.step_calls._spawned"] * 3
+        # One task a step: the second RunGraph's; the first goes from the caller's task.
+        assert counter.names == ["asyncflow.cluster.master._StepDriver._run_one"] * 3
         asked.clear()
         start = trio.current_time()
         with pytest.raises(af.errors.DeadlineExceededError):

@@ -145,11 +145,11 @@ async def test_a_close_ends_a_ready_two_task_step_without_a_scope(cluster):
 
 
 @pytest.mark.parametrize("cluster", ["http"], indirect=True)
-async def test_a_ready_two_task_step_enters_no_scope(cluster, monkeypatch):
+async def test_a_ready_two_task_step_enters_only_its_nursery_scope(cluster, monkeypatch):
     # The client's own scopes in a ready two-task step (the caller's task and the one task
-    # its driver spawns, in the master's monitor's nursery): none of the session's, none a
-    # call's, no nursery's. The first step (registering) enters some. Over the bare
-    # same-host protocol: the in-process channel enters a scope a call.
+    # its driver spawns): none of the session's, none a call's; the driver's nursery's own
+    # is trio's (not ``trio.CancelScope``). The first step (registering) enters some. Over
+    # the bare same-host protocol: the in-process channel enters a scope a call.
     spec, _ = cluster
     graph, put, plus = _two_task_graph()
     made, real = [], trio.CancelScope
@@ -159,7 +159,7 @@ async def test_a_ready_two_task_step_enters_no_scope(cluster, monkeypatch):
 
             def counting(*args, **kwargs):
                 task = trio.lowlevel.current_task()
-                if task in mine or task.name.endswith(("_StepDriver._run_one", "._spawned")):
+                if task in mine or task.name.endswith("_StepDriver._run_one"):
                     made.append(task.name)
                 return real(*args, **kwargs)
 
