@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from asyncflow.exec import intra_op
-from asyncflow.kernels import blas, intra_op as kernel_intra_op, math as math_kernels
+from asyncflow.kernels import blas, math as math_kernels
 
 needs_threaded_mkl = pytest.mark.skipif(
     blas.CHOICE == "numpy" or not blas.threaded(),
