@@ -8,8 +8,12 @@ installed, for the products it measured faster on in the models' steps: ``prefer
 in float32, float64 taking the same rule). ``CHOICE`` holds it, read at each call (tests
 change it).
 
-MKL runs on its Intel OpenMP threading layer (``MKL_Set_Threading_Layer``, set before any
-other MKL call; the wheel brings ``libiomp5``) held at one thread (``MKL_Set_Num_Threads``):
+MKL runs on its sequential threading layer (``MKL_Set_Threading_Layer``, set before any other
+MKL call): one GEMM call is one thread, the calling one, so the device's intra-op pool keeps
+splitting products by rows or columns (``kernels/intra_op.py``) with no threads of MKL's own
+beside it. With ``ASYNCFLOW_MKL_THREADS=1`` (``THREADED``, opt-in: measured no faster in the
+models' steps, bench/RESULTS.md 2026-12-07) it runs on its Intel OpenMP layer instead (the
+wheel brings ``libiomp5``), held at one thread (``MKL_Set_Num_Threads``):
 every call is one thread, the calling one (the convolutions' patch GEMMs, each chunk of a
 split), except those made through ``threaded_matmul``, which sets MKL's thread count for its
 own call only (``mkl_set_num_threads_local``): the large GEMMs of MatMul and _FusedMatMul run
@@ -19,8 +23,7 @@ woken worker costs 25-60 us and waits on the slower core). The OpenMP threads sl
 ``BLOCKTIME_MS`` after a call (``kmp_set_blocktime``; OpenMP's default, 200 ms of spinning,
 would take a core from the pool's worker and other processes). MKL's dynamic thread choice
 is off and its conditional numerical reproducibility on (``MKL_CBWR_Set``, AUTO): a product
-has the same bits run to run for a given thread count. ``ASYNCFLOW_MKL_THREADS=0`` keeps
-the sequential layer of before (``THREADED``; read when MKL loads). ctypes releases the GIL
+has the same bits run to run for a given thread count. ctypes releases the GIL
 for the call, as numpy does around its BLAS calls.
 
 The library loads on first use, never at ``import asyncflow``: MatMul's prepare hook
@@ -65,10 +68,11 @@ MKL_FROM_MACS = 1_000_000
 MKL_THIN = 32
 MKL_LARGE_MACS = 100_000_000
 DTYPES = frozenset(np.dtype(t) for t in (np.float32, np.float64))
-# MKL's threaded layer, for ``threaded_matmul`` (the module docstring): ``ASYNCFLOW_MKL_THREADS``
-# ``0`` keeps the sequential layer; read when MKL loads (one layer a process) and at each
-# call (False then: every GEMM one thread, split by the pool as before).
-THREADED = os.environ.get("ASYNCFLOW_MKL_THREADS", "1") != "0"
+# MKL's threaded layer, for ``threaded_matmul`` (the module docstring): opt-in,
+# ``ASYNCFLOW_MKL_THREADS=1``; read when MKL loads (one layer a process) and at each call
+# (False: every GEMM one thread, split by the pool). Off by default: in the models' steps it
+# measured no faster than our splits (bench/RESULTS.md 2026-12-07, c41mkl).
+THREADED = os.environ.get("ASYNCFLOW_MKL_THREADS", "0") == "1"
 # How long MKL's OpenMP threads spin after a threaded call before they sleep (ms; read at each
 # such call: bench/bench_ab_setting.py varies it; bench/RESULTS.md 2026-12-07 measured it).
 BLOCKTIME_MS = 0

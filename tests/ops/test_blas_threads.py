@@ -7,10 +7,15 @@ than one thread (for some shapes; the same order for most here): an element of t
 product is within the rounding bound of a K-term sum of the exact product, ``K eps (|a| @ |b|)``,
 as one thread's and numpy's are (``within_bound``). For a thread count the bits are the same
 run to run, whatever the operands' alignment (MKL's CNR mode and its dynamic threads off).
-Skipped, saying why, where MKL is not installed or its threaded layer not loaded
-(``ASYNCFLOW_MKL_THREADS=0``).
+The threaded layer is opt-in (``ASYNCFLOW_MKL_THREADS=1``, read when MKL loads: one layer a
+process): where it is off and MKL installed, ``test_in_a_process_with_mkl_threads`` runs this
+file in a child process with it on, and the tests here skip, saying why; where MKL is not
+installed all skip.
 """
 import os
+import re
+import subprocess
+import sys
 import threading
 import time
 from types import SimpleNamespace
@@ -23,8 +28,23 @@ from asyncflow.kernels import blas, math as math_kernels
 
 needs_threaded_mkl = pytest.mark.skipif(
     blas.CHOICE == "numpy" or not blas.threaded(),
-    reason="MKL is not installed (the [mkl] extra), ASYNCFLOW_BLAS=numpy or "
-           "ASYNCFLOW_MKL_THREADS=0: no GEMM on MKL's own threads")
+    reason="MKL is not installed (the [mkl] extra), ASYNCFLOW_BLAS=numpy or MKL's threaded "
+           "layer off in this process (ASYNCFLOW_MKL_THREADS=1 not set: the child process "
+           "of test_in_a_process_with_mkl_threads runs these)")
+
+
+@pytest.mark.skipif(blas.CHOICE == "numpy" or blas.THREADED or not blas.available(),
+                    reason="MKL not installed, ASYNCFLOW_BLAS=numpy, or this process runs "
+                           "the tests with MKL's threads itself")
+def test_in_a_process_with_mkl_threads():
+    env = dict(os.environ, ASYNCFLOW_MKL_THREADS="1")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+         "-rs", __file__], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    # (every test passed there but this one, which skips in the child)
+    assert re.search(r"^\d+ passed, 1 skipped in ", done.stdout.splitlines()[-1]), \
+        done.stdout[-2000:]
 # The dense models' products (bench/bench_models.py: the autoencoder's, the MLP's) and odd ones.
 SHAPES = [(256, 784, 256), (256, 256, 784), (128, 784, 256), (128, 256, 256), (784, 128, 256),
           (301, 517, 263)]
