@@ -150,7 +150,6 @@ class IntraOpPool:
         self._executor = None
         self._lane = None  # the thread that runs lane 1 of static schedules (``submit``)
         self._lock = threading.Lock()
-        self._reserved = 0  # calls running on another library's threads (``reserve``)
         self.splits = 0  # kernels split so far (statistics)
         _pools.add(self)
 
@@ -170,9 +169,7 @@ class IntraOpPool:
         queue = _ChunkQueue(bounds, fn)
         # Inside a chunk of ``run_alone`` every thread is taken: no helpers (the same chunks,
         # in order, on this thread: the same bits).
-        # While the cores are reserved (``reserve``) neither: no worker joins BLAS's threads.
-        helpers = (0 if getattr(whole, "active", False) or self._reserved
-                   else min(self.threads, len(bounds)) - 1)
+        helpers = 0 if getattr(whole, "active", False) else min(self.threads, len(bounds)) - 1
         _hold_blas_single_thread()
         try:
             if helpers > 0 and (workers := self._workers()) is not None:
@@ -214,19 +211,6 @@ class IntraOpPool:
         a moment later). False before the workers start."""
         workers = self._executor
         return workers is not None and all(workers.busy)
-
-    def reserve(self):
-        """The pool's cores are taken by a call on another library's threads (a GEMM on MKL's
-        own threads, ``kernels/intra_op.py`` ``run_threaded``) until ``release``: meanwhile a
-        split started elsewhere hands no chunk to a worker (it runs on its caller), so no
-        worker adds a third thread to theirs."""
-        with self._lock:
-            self._reserved += 1
-
-    def release(self):
-        """End a ``reserve``."""
-        with self._lock:
-            self._reserved -= 1
 
     def hold_blas_loaded_since(self):
         """The module's ``hold_blas_loaded_since`` (the hold is process-wide), for kernels,
@@ -271,7 +255,6 @@ class IntraOpPool:
         child starts its own threads on its first split or lane call."""
         self._lock = threading.Lock()
         self._executor = self._lane = None
-        self._reserved = 0
 
     def __repr__(self):
         return f"<IntraOpPool threads={self.threads}>"

@@ -11,20 +11,8 @@ change it).
 MKL runs on its sequential threading layer (``MKL_Set_Threading_Layer``, set before any other
 MKL call): one GEMM call is one thread, the calling one, so the device's intra-op pool keeps
 splitting products by rows or columns (``kernels/intra_op.py``) with no threads of MKL's own
-beside it. With ``ASYNCFLOW_MKL_THREADS=1`` (``THREADED``, opt-in: measured no faster in the
-models' steps, bench/RESULTS.md 2026-12-07) it runs on its Intel OpenMP layer instead (the
-wheel brings ``libiomp5``), held at one thread (``MKL_Set_Num_Threads``):
-every call is one thread, the calling one (the convolutions' patch GEMMs, each chunk of a
-split), except those made through ``threaded_matmul``, which sets MKL's thread count for its
-own call only (``mkl_set_num_threads_local``): the large GEMMs of MatMul and _FusedMatMul run
-so as ONE call on the intra-op pool's cores where no other kernel runs beside them
-(``kernels/intra_op.py`` ``run_threaded``), instead of our row chunks (whose hand-off to a
-woken worker costs 25-60 us and waits on the slower core). The OpenMP threads sleep
-``BLOCKTIME_MS`` after a call (``kmp_set_blocktime``; OpenMP's default, 200 ms of spinning,
-would take a core from the pool's worker and other processes). MKL's dynamic thread choice
-is off and its conditional numerical reproducibility on (``MKL_CBWR_Set``, AUTO): a product
-has the same bits run to run for a given thread count. ctypes releases the GIL
-for the call, as numpy does around its BLAS calls.
+beside it (no oversubscription; the pool's threadpoolctl hold of numpy's BLAS is unchanged).
+ctypes releases the GIL for the call, as numpy does around its BLAS calls.
 
 The library loads on first use, never at ``import asyncflow``: MatMul's prepare hook
 (``preload``) has it loaded on a worker thread before a plan's first step.
@@ -50,7 +38,6 @@ import warnings
 
 import numpy as np
 
-from asyncflow.kernels import intra_op
 from asyncflow.kernels.registry import Preload
 
 CHOICE = os.environ.get("ASYNCFLOW_BLAS", "auto")
@@ -68,24 +55,12 @@ MKL_FROM_MACS = 1_000_000
 MKL_THIN = 32
 MKL_LARGE_MACS = 100_000_000
 DTYPES = frozenset(np.dtype(t) for t in (np.float32, np.float64))
-# MKL's threaded layer, for ``threaded_matmul`` (the module docstring): opt-in,
-# ``ASYNCFLOW_MKL_THREADS=1``; read when MKL loads (one layer a process) and at each call
-# (False: every GEMM one thread, split by the pool). Off by default: in the models' steps it
-# measured no faster than our splits (bench/RESULTS.md 2026-12-07, c41mkl).
-THREADED = os.environ.get("ASYNCFLOW_MKL_THREADS", "0") == "1"
-# How long MKL's OpenMP threads spin after a threaded call before they sleep (ms; read at each
-# such call: bench/bench_ab_setting.py varies it; bench/RESULTS.md 2026-12-07 measured it).
-BLOCKTIME_MS = 0
-_INTEL_THREADING, _SEQUENTIAL, _CBWR_AUTO = 0, 1, 2
 
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _INT_MAX = 2**31 - 1
 _lock = threading.Lock()
 _mkl = []  # [library's two GEMMs as (sgemm, dgemm)] once loaded, [None] where it cannot be
 _path = []  # [the library's path or None] once looked up (``_installed``)
-# [(set_local, set_blocktime)] once MKL loaded on its threaded layer, [None] where it is not
-_threads = []
-_blocktime = threading.local()  # ``ms``: the setting given to this thread's OpenMP team
 
 
 def mkl_library_path():
@@ -151,8 +126,7 @@ def _open(path):
     try:
         lib = ctypes.CDLL(path)
         interface = lib.MKL_Set_Interface_Layer(0)  # LP64: 32-bit ints, as the argtypes below
-        wanted = _INTEL_THREADING if THREADED else _SEQUENTIAL
-        layer = lib.MKL_Set_Threading_Layer(wanted)  # (before any other MKL call)
+        layer = lib.MKL_Set_Threading_Layer(1)  # 1: sequential (before any other MKL call)
     except (OSError, AttributeError) as error:
         warnings.warn(f"asyncflow: MKL at {path} cannot be loaded ({error}); GEMMs use numpy's "
                       "BLAS", RuntimeWarning, stacklevel=3)
@@ -161,11 +135,10 @@ def _open(path):
         warnings.warn(f"asyncflow: MKL at {path} already runs its ILP64 interface ({interface}); "
                       "GEMMs use numpy's BLAS", RuntimeWarning, stacklevel=3)
         return None
-    if layer != wanted:  # MKL was loaded before, on a threading layer of its own: not ours
-        warnings.warn(f"asyncflow: MKL at {path} already runs threading layer {layer}, not "
-                      f"{wanted}; GEMMs use numpy's BLAS", RuntimeWarning, stacklevel=3)
+    if layer != 1:  # MKL was loaded before, on a threading layer of its own: not ours to change
+        warnings.warn(f"asyncflow: MKL at {path} already runs a threaded layer ({layer}); GEMMs "
+                      "use numpy's BLAS", RuntimeWarning, stacklevel=3)
         return None
-    _threads.append(_thread_controls(lib) if layer == _INTEL_THREADING else None)
     pointer, integer = ctypes.c_void_p, ctypes.c_int
     functions = []
     for name, scalar in (("cblas_sgemm", ctypes.c_float), ("cblas_dgemm", ctypes.c_double)):
@@ -175,70 +148,6 @@ def _open(path):
         fn.restype = None
         functions.append(fn)
     return tuple(functions)
-
-
-def _thread_controls(lib):
-    """MKL held at one thread (a call not made through ``threaded_matmul`` runs on its caller
-    alone, as on the sequential layer), MKL's dynamic thread count off and CNR on (the same
-    bits run to run for a thread count); ``(set_local, set_blocktime)`` for threaded calls, or
-    None where OpenMP's controls cannot be found (then every call stays one thread)."""
-    lib.MKL_Set_Num_Threads(1)
-    lib.MKL_Set_Dynamic(0)
-    lib.MKL_CBWR_Set(_CBWR_AUTO)
-    set_local = lib.MKL_Set_Num_Threads_Local
-    set_local.argtypes, set_local.restype = [ctypes.c_int], ctypes.c_int
-    try:  # libiomp5, loaded by MKL's threading layer with the first call below
-        lib.MKL_Get_Max_Threads()
-        omp = ctypes.CDLL("libiomp5.so", mode=os.RTLD_NOLOAD | os.RTLD_NOW)
-        set_blocktime = omp.kmp_set_blocktime
-    except (OSError, AttributeError):
-        return None
-    set_blocktime.argtypes, set_blocktime.restype = [ctypes.c_int], None
-    return set_local, set_blocktime
-
-
-def threaded():
-    """Whether ``threaded_matmul`` can run a GEMM on several of MKL's threads: MKL available
-    on its OpenMP layer (``THREADED`` when it loaded), ``THREADED`` still (read at each call:
-    tests and benchmarks switch it off to compare)."""
-    return THREADED and available() and bool(_threads) and _threads[0] is not None
-
-
-def threaded_product(ctx, a, b):
-    """``a @ b`` (MatMul's, _FusedMatMul's) as ONE GEMM call on MKL's own threads taking the
-    intra-op pool's cores (``intra_op.run_threaded``: the plan runs nothing beside it), from
-    ``intra_op.THREADED_FROM_MACS`` multiply-adds; None where that does not apply (CPU numpy
-    2-D arrays of one ``DTYPES`` dtype only, not ``x @ x.T`` (``gram``), MKL loaded on its
-    threaded layer (``threaded``), not in a pair's chunk or a lane): the kernel then splits
-    or computes whole as before."""
-    if (ctx.xp is not np or type(a) is not np.ndarray or type(b) is not np.ndarray
-            or a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype or a.dtype not in DTYPES):
-        return None
-    macs = a.shape[0] * a.shape[1] * b.shape[1]
-    if macs < intra_op.THREADED_FROM_MACS or not threaded() or gram(a, b):
-        return None
-    out = np.empty((a.shape[0], b.shape[1]), dtype=a.dtype)
-    if intra_op.run_threaded(ctx, macs, lambda threads: threaded_matmul(a, b, out, threads)):
-        return out
-    return None
-
-
-def threaded_matmul(a, b, out, threads):
-    """``mkl_matmul(a, b, out)`` as one call on ``threads`` of MKL's OpenMP threads (the
-    calling one among them): the count is this thread's for this call only, given back after
-    (``mkl_set_num_threads_local``). The caller makes sure nothing else computes meanwhile
-    (``kernels/intra_op.py`` ``run_threaded``). Close to one thread's result (another
-    summation order for some shapes: tests/ops/test_blas_threads.py states the tolerance),
-    the same bits run to run for a thread count. Returns ``out``."""
-    set_local, set_blocktime = _threads[0]
-    if getattr(_blocktime, "ms", None) != BLOCKTIME_MS:  # (this thread's OpenMP team's)
-        set_blocktime(BLOCKTIME_MS)
-        _blocktime.ms = BLOCKTIME_MS
-    before = set_local(threads)
-    try:
-        return mkl_matmul(a, b, out)
-    finally:
-        set_local(before)
 
 
 def preload(ctx, other=None):

@@ -138,36 +138,6 @@ def for_gemm(ctx, count, macs_per_item, fn, bytes_per_item=0, dtype=None):
     return bounds
 
 
-# A GEMM from this many multiply-adds runs as one call on BLAS's own threads where it can
-# (``run_threaded``; the MatMul kernels, read at each call): the dense models' 8.4 M products
-# too, which are too small to repay our split's hand-off (``MIN_SPLIT_WORK * MACS_PER_WORK``).
-# Measured here (bench/RESULTS.md 2026-12-07), one MKL thread / two: [128, 256] @ [256, 256]
-# 111-124 / 82-109 us, [256, 784] @ [784, 256] 696-773 / 499-517.
-THREADED_FROM_MACS = 4_000_000
-
-
-def run_threaded(ctx, macs, fn):
-    """Call ``fn(threads)`` once, for a GEMM of ``macs`` multiply-adds to run as ONE call on
-    ``threads`` of BLAS's own threads (MKL's, ``kernels/blas.py`` ``threaded_matmul``) instead
-    of our split: on a CPU device's pool of 2 or more threads, from ``THREADED_FROM_MACS``,
-    where the plan runs nothing beside this kernel -- not inside a pair's chunk, not on a
-    lane (``pool.alone()``: both take the cores for kernels run whole) --, the pool's workers
-    kept out meanwhile (``IntraOpPool.reserve``: a split started elsewhere runs on its own
-    caller). The choice and the thread count (the pool's) depend on the plan only, never on
-    what a worker happens to be doing, so the product's bits are the same every step; a
-    kernel running beside it outside the plan (another session's) shares the cores with it
-    for the call. Returns whether ``fn`` ran; False: the caller computes as before."""
-    pool = getattr(ctx.device, "intra_op", None)
-    if pool is None or pool.threads < 2 or macs < THREADED_FROM_MACS or pool.alone():
-        return False
-    pool.reserve()
-    try:
-        fn(pool.threads)
-    finally:
-        pool.release()
-    return True
-
-
 def lead_bounds(count, parts, lead):
     """``chunk_bounds(count - lead, parts)`` with the first range ``lead`` longer: the first
     chunk is the calling thread's (it takes the queue first). Every range holds at least one

@@ -292,12 +292,11 @@ def _matmul(ctx, a, b):
     if a.shape[-1] != b.shape[-2]:
         raise errors.InvalidArgumentError(
             None, ctx.name, f"Matrix size-incompatible: In[0]: {list(a.shape)}, In[1]: {list(b.shape)}")
-    if (out := blas.threaded_product(ctx, a, b)) is None and (
-            a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype or a.dtype.kind not in "fc"
+    if (a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype or a.dtype.kind not in "fc"
             or a.size * b.shape[1] < intra_op.MIN_SPLIT_WORK * intra_op.MACS_PER_WORK
             or blas.gram(a, b)):
-        out = blas.matmul(ctx, a, b)
-    return (out if out is not None else _split_matmul(ctx, a, b),)
+        return (blas.matmul(ctx, a, b),)
+    return (_split_matmul(ctx, a, b),)
 
 
 def _split_matmul(ctx, a, b, epilogue=None):
@@ -332,10 +331,12 @@ def _split_matmul(ctx, a, b, epilogue=None):
     return out
 
 
-# ``b`` this many times wider than ``a`` is tall: split by columns (``_split_matmul``).
+# ``b`` this many times wider than ``a`` is tall: split by columns (``_split_matmul``). The
+# MLP's and the autoencoder's GEMMs (at most 784 columns over 128 or 256 rows) stay by rows.
 COLUMNS_FROM = 4
-# Row chunks cache-sized only where an epilogue reads them back, else one a thread (eight
-# chunks packed ``b`` eight times for nothing read back: bench/RESULTS.md, c39cnn).
+# Cache-sized row chunks only where an epilogue reads them back (``_split_matmul``); a plain
+# product by rows in one chunk a thread: the convnet's dense weight gradient went in eight
+# chunks, each packing ``b`` again, for nothing read back (bench/RESULTS.md, c39cnn).
 ROW_CHUNKS_FOR_EPILOGUE_ONLY = True
 
 
@@ -353,14 +354,12 @@ def _fused_matmul(ctx, a, b, bias):
         raise errors.InvalidArgumentError(
             None, ctx.name, f"bias has shape {list(bias.shape)}, expected [{b.shape[1]}]")
     epilogue = fused_epilogue(ctx.xp, attrs["fused_ops"], bias)
-    if (out := blas.threaded_product(ctx, a, b)) is None and (
-            a.size * b.shape[1] < intra_op.MIN_SPLIT_WORK * intra_op.MACS_PER_WORK
-            or blas.gram(a, b)):
+    if a.size * b.shape[1] < intra_op.MIN_SPLIT_WORK * intra_op.MACS_PER_WORK \
+            or blas.gram(a, b):
         out = blas.matmul(ctx, a, b)
-    if out is None:
-        return (_split_matmul(ctx, a, b, epilogue),)
-    epilogue(out)
-    return (out,)
+        epilogue(out)
+        return (out,)
+    return (_split_matmul(ctx, a, b, epilogue),)
 
 
 register_prepare("MatMul")(blas.preload)

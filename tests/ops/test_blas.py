@@ -180,13 +180,10 @@ def test_views_blas_cannot_take_go_to_numpy_and_mismatches_are_refused():
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("m, k, n, threads", [(700, 300, 200, 2), (128, 3136, 1024, 2),
                                               (128, 784, 256, 3), (60, 200, 2000, 2)])
-def test_split_over_the_intra_op_pool(dtype, m, k, n, threads, monkeypatch):
+def test_split_over_the_intra_op_pool(dtype, m, k, n, threads):
     """The MatMul kernel split by rows or columns, each chunk one MKL call: close to numpy's
     whole product; the same bits whatever runs the chunks (a pair's GEMM, ``run_alone``,
-    runs them one after the other: MKL's row blocks round by their block). MKL's threads
-    off (``THREADED``): where they are on, such a product is one threaded call where the
-    plan runs nothing beside it (tests/ops/test_blas_threads.py), split as here in a pair."""
-    monkeypatch.setattr(blas, "THREADED", False)
+    runs them one after the other: MKL's row blocks round by their block)."""
     a, b = operands(m + n, dtype, m, k, n, ("C", "transposed"))
     pool = intra_op.shared_pool(threads)
     splits = pool.splits
