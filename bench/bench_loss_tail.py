@@ -12,20 +12,75 @@ from a GEMM as in the step (so its cache state is a step's, not a loop's), then 
 The forms alternate, the order rotated each round; the median per form and its ratio to
 ``four`` are printed (the same bits are checked once).
 
-    python bench/bench_loss_tail.py [--rounds 300]
+``--steps-ab ROUNDS`` then times the autoencoder's training step with the fusion and without
+(``fuse_squared_error.SIGMOID_GRAD``), two sessions each compiled under its own setting (the
+switch is read when a plan is compiled, so bench_ab_setting.py's one session cannot A/B it),
+rounds of ``--steps`` steps alternating, the order swapped each round: each form's best and
+median round, and the median of the round-by-round ratios (fused / unfused).
+
+    python bench/bench_loss_tail.py [--rounds 300] [--steps-ab 16 --steps 20]
 """
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=300)
+    parser.add_argument("--steps-ab", type=int, default=0, metavar="ROUNDS")
+    parser.add_argument("--steps", type=int, default=20)
     args = parser.parse_args(argv)
+    kernel_figures(args)
+    if args.steps_ab:
+        import trio
+        trio.run(step_figures, args)
+
+
+async def step_figures(args):
+    import asyncflow as af
+    from asyncflow.compile import fuse_squared_error
+    import bench_models
+    import form_rounds
+    sessions = {}
+    for form in ("fused", "unfused"):
+        fuse_squared_error.SIGMOID_GRAD = form == "fused"
+        graph, feed, loss, train, init = form_rounds.build(af, "autoencoder")
+        sess = af.Session(graph=graph)
+        await sess.__aenter__()
+        await sess.run(init)
+        for _ in range(5):  # compiled here, under this form's setting
+            await sess.run([loss, train], feed)
+        sessions[form] = (sess, feed, loss, train)
+    fuse_squared_error.SIGMOID_GRAD = True
+    print(f"load average at start: {os.getloadavg()}")
+    rounds = {form: [] for form in sessions}
+    for index in range(args.steps_ab):
+        for form in (("fused", "unfused") if index % 2 == 0 else ("unfused", "fused")):
+            sess, feed, loss, train = sessions[form]
+            rounds[form].append((await bench_models.median_step_ms(
+                sess, [loss, train], feed, args.steps))[0])
+    for form, values in rounds.items():
+        print(f"{form:>8}: best {min(values):.3f} ms, median {np.median(values):.3f}; rounds "
+              + " ".join(f"{v:.2f}" for v in values))
+    fused, unfused = rounds["fused"], rounds["unfused"]
+    print(f"fused / unfused: best {min(fused) / min(unfused):.3f}, median "
+          f"{np.median(fused) / np.median(unfused):.3f}, round by round "
+          f"{np.median([a / b for a, b in zip(fused, unfused)]):.3f}; fused lower in "
+          f"{sum(a < b for a, b in zip(fused, unfused))} of {len(fused)} rounds")
+    print(f"load average at end: {os.getloadavg()}")
+    for sess, *_ in sessions.values():
+        await sess.__aexit__(None, None, None)
+
+
+def kernel_figures(args):
     from asyncflow.exec import intra_op
     from asyncflow.kernels import squared_error_sigmoid as fused
     from asyncflow.kernels.registry import get_kernel
