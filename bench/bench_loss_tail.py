@@ -16,7 +16,8 @@ The forms alternate, the order rotated each round; the median per form and its r
 (``fuse_squared_error.SIGMOID_GRAD``), two sessions each compiled under its own setting (the
 switch is read when a plan is compiled, so bench_ab_setting.py's one session cannot A/B it),
 rounds of ``--steps`` steps alternating, the order swapped each round: each form's best and
-median round, and the median of the round-by-round ratios (fused / unfused).
+median round, and the median of the round-by-round ratios (fused / unfused); ``--aa``
+compiles both sessions fused (the form's own noise floor).
 
     python bench/bench_loss_tail.py [--rounds 300] [--steps-ab 16 --steps 20]
 """
@@ -37,6 +38,8 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--steps-ab", type=int, default=0, metavar="ROUNDS")
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--aa", action="store_true",
+                        help="both sessions fused: the A/A floor of --steps-ab's ratios")
     args = parser.parse_args(argv)
     kernel_figures(args)
     if args.steps_ab:
@@ -51,7 +54,7 @@ async def step_figures(args):
     import form_rounds
     sessions = {}
     for form in ("fused", "unfused"):
-        fuse_squared_error.SIGMOID_GRAD = form == "fused"
+        fuse_squared_error.SIGMOID_GRAD = form == "fused" or args.aa
         graph, feed, loss, train, init = form_rounds.build(af, "autoencoder")
         sess = af.Session(graph=graph)
         await sess.__aenter__()
