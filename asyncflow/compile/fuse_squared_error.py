@@ -22,6 +22,15 @@ Theory of operation (issue 37):
   difference by a scalar constant 2 are each read only by one ``Mul`` (and are not fetched,
   targets or control inputs). Otherwise the ops run as built.
 
+- Where ``a`` is a sigmoid's output and the gradient runs on to it (the autoencoder's
+  loss), ``SigmoidGrad(a, g)`` of the gradient node's value ``g`` (or of a ``SumToShape`` of
+  it to ``Shape(a)``), all four nodes make one ``_FusedMeanSquaredErrorSigmoidGrad(a, b,
+  grad) -> (loss, dy)`` (kernels/squared_error_sigmoid.py: one compiled pass, the same bits)
+  when ``SIGMOID_GRAD`` is set, nothing else reads the difference, the gradient node's
+  value or the sum, none is fetched, a target or a control input, and ``grad`` does not
+  depend on the loss. The node takes the ``Mean``'s name and the ``SigmoidGrad``'s readers
+  read its output 1.
+
 Pure data, as every compile pass: no trio, no kernels.
 """
 from __future__ import annotations
@@ -33,6 +42,10 @@ from asyncflow.graph.registry import get_op_def
 
 FORWARD = "_FusedMeanSquaredError"
 BACKWARD = "_FusedMeanSquaredErrorGrad"
+SIGMOID = "_FusedMeanSquaredErrorSigmoidGrad"
+# Whether the loss and its gradient's sigmoid tail fuse into one node (read at each compile;
+# bench/bench_ab_setting.py turns it off for A/B runs).
+SIGMOID_GRAD = True
 
 
 def _node(port):
@@ -111,6 +124,57 @@ def _backward(btl, mean, square, sub, readers, controlling, pinned):
     return outer, twice, btl.inputs[0]
 
 
+def _depends_on(port, nodes):
+    """Whether the producer of ``port`` is one of ``nodes`` or reads one, transitively."""
+    seen, stack = set(), [_node(port)]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        if node in nodes:
+            return True
+        seen.add(node)
+        stack.extend(_node(p) for p in node.inputs)
+        stack.extend(node.control_inputs)
+    return False
+
+
+def _sole_reader(port, readers):
+    found = readers.get(port, [])
+    return found[0] if len(found) == 1 else None
+
+
+def _sigmoid_tail(chain, readers, controlling, pinned):
+    """``(sigmoid_grad, [more dropped nodes], sum_to)`` when the fused gradient's value ends
+    in the SigmoidGrad of the loss's first operand (see the module docstring), else None."""
+    mean, square, sub, btl, twice, outer, grad_port = chain
+    device, dtype = mean.device, sub.out_specs[0][0]
+    a = sub.inputs[0]
+    if (set(readers.get((sub, 0), [])) - {square, twice}
+            or set(readers.get((square, 0), [])) - {mean, btl}
+            or _node(a) is None or sub in pinned or outer in pinned or outer in controlling
+            or _depends_on(grad_port, {mean, square, sub})):
+        return None
+    dropped, port, sum_to = [], (outer, 0), False
+    reader = _sole_reader(port, readers)
+    if reader is not None and reader.type == "SumToShape" and reader.inputs[0] == port:
+        shape = _node(reader.inputs[1])
+        if (shape is None or shape.type != "Shape" or shape.inputs[0] != a
+                or reader in pinned or reader in controlling or not plain_on(reader, device)):
+            return None
+        dropped.append(reader)
+        if (_only_reader(shape, reader, readers, controlling, pinned)
+                and plain_on(shape, device)):
+            dropped.append(shape)
+        port, sum_to = (reader, 0), True
+        reader = _sole_reader(port, readers)
+    if (reader is None or reader.type != "SigmoidGrad" or reader.inputs != [a, port]
+            or not plain_on(reader, device) or reader.out_specs[0][0] != dtype
+            or reader in pinned or reader in controlling):
+        return None
+    return reader, dropped, sum_to
+
+
 def fuse_squared_error(node_graph):
     """The mean squared error fusion (see the module docstring); returns a new NodeGraph,
     or the one given when it has no ``Square`` read by a ``Mean`` (no copy)."""
@@ -149,6 +213,24 @@ def fuse_squared_error(node_graph):
                               outer.out_specs,
                               outer.traceback, outer.seq, origin=outer.origin,
                               requested_device=outer.requested_device)
+            tail = None
+            if SIGMOID_GRAD:
+                tail = _sigmoid_tail((mean, square, sub, btl, twice, outer, grad_port),
+                                     readers, controlling, pinned)
+            if tail is not None and not ({tail[0], *tail[1]} & dropped):
+                sigmoid_grad, more, sum_to = tail
+                added.remove(fused)
+                whole = Node(mean.name, SIGMOID, get_op_def(SIGMOID), {"sum_to_y": sum_to},
+                             [sub.inputs[0], sub.inputs[1], grad_port], [], mean.device,
+                             [mean.out_specs[0], sigmoid_grad.out_specs[0]], mean.traceback,
+                             mean.seq, origin=mean.origin,
+                             requested_device=mean.requested_device)
+                del ports[(sub, 0)], ports[(square, 0)]
+                ports[(mean, 0)], ports[(sigmoid_grad, 0)] = (whole, 0), (whole, 1)
+                replaced[mean], replaced[sub] = whole, whole
+                dropped.update((btl, twice, outer, sigmoid_grad, *more))
+                added.append(whole)
+                break
             ports[(outer, 0)] = (fused_grad, 0)
             replaced[outer] = fused_grad
             dropped.update((btl, twice, outer))

@@ -398,6 +398,18 @@ register_op("_FusedMeanSquaredErrorGrad", infer=_infer_fused_mean_squared_error_
             differentiable=False)
 
 
+def _infer_fused_mean_squared_error_sigmoid_grad(op):
+    """``_FusedMeanSquaredErrorSigmoidGrad(y, x, grad) -> (loss, dy)``: the loss of
+    ``Mean(Square(y - x))`` and, ``y`` a sigmoid's output, the gradient of the sigmoid's input
+    for ``grad`` of the loss (the fusion pass's node, kernels/squared_error_sigmoid.py)."""
+    y = op.inputs[0]
+    return [(y.dtype, TensorShape([])), (y.dtype, y.shape)]
+
+
+register_op("_FusedMeanSquaredErrorSigmoidGrad",
+            infer=_infer_fused_mean_squared_error_sigmoid_grad, differentiable=False)
+
+
 def matmul(a, b, transpose_a=False, transpose_b=False, name=None):
     """Matrix product of the last two dims (batched over leading dims)."""
     a, b = operands((a, b), "MatMul")
