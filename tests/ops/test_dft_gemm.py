@@ -231,3 +231,50 @@ def test_an_empty_batch_gives_a_zero_filter_gradient(dtype):
     assert dx.shape == x.shape
     for got in (alone, fused, given):
         assert got.shape == f.shape and got.dtype == dtype and not got.any()
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_the_backprops_queue_runs_the_filter_gradient_after_every_blocks_spectra(
+        threads, small_chunks):
+    """``_blocks_then`` (the fused backprop's one queue): every block's part before its
+    ``yield`` is done before any chunk of the filter gradient starts, every block's rest and
+    every chunk run once, whatever thread takes them (3 threads: a chunk is taken while the
+    blocks run, and waits)."""
+    ctx = KernelContext({}, threads)
+    blocks = [(0, 3), (3, 6), (6, 9)]
+    spectra, rest, chunks = set(), [], []
+
+    def block(first, last):
+        spectra.add(first)
+        yield
+        rest.append(first)
+
+    def then(start, stop):
+        assert spectra == {0, 3, 6}, spectra  # every block's spectra before any chunk
+        chunks.append((start, stop))
+    dft_gemm._blocks_then(ctx, blocks, block, 1 << 22, then, 10, 1 << 20, 1024)
+    assert sorted(rest) == [0, 3, 6]
+    assert sorted(chunks) == [(start, start + 1) for start in range(10)]
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("where", ["spectra", "rest"])
+def test_a_block_that_fails_fails_the_backprop_without_a_hang(threads, where, small_chunks):
+    """A block raising before its ``yield`` (the spectra the chunks wait for) or after it:
+    the error reaches the caller; the waiting chunks neither hang nor run on missing
+    spectra."""
+    ctx = KernelContext({}, threads)
+    ran = []
+
+    def block(first, last):
+        if where == "spectra" and first == 3:
+            raise ValueError("broken block")
+        yield
+        if where == "rest" and first == 3:
+            raise ValueError("broken block")
+
+    def then(start, stop):
+        ran.append(start)
+    with pytest.raises(ValueError, match="broken block"):
+        dft_gemm._blocks_then(ctx, [(0, 3), (3, 6)], block, 1 << 22, then, 4, 1 << 20, 1024)
+    assert where == "rest" or not ran
