@@ -58,6 +58,11 @@ MAX_PERIOD = 64
 # bytes of both spectra per group of frequencies, kept in a core's cache for its GEMMs.
 PACK_BYTES = 1 << 20
 
+# The fused backprop's blocks and its filter gradient's chunks as one queue of the intra-op
+# pool (``_blocks_then``); False: the blocks, then the chunks, each split alone (the form
+# before, for bench/bench_ab_setting.py's A/B).
+ONE_QUEUE = True
+
 # The DFT matrices (all ``*_matrix`` builders here) kept between calls: per geometry and
 # dtype, at most this many bytes in all, the least recently used dropped first; one larger
 # is built for its call only. A 300x300 input's 11x11 window: 95 MiB each in float64, 0.3-0.45
@@ -445,6 +450,10 @@ def _blocks_then(ctx, blocks, block, work, then, count, then_work, then_bytes):
     threads = 1 if pool is None else pool.threads
     parts = min(count, -(-(-(-count // per_chunk)) // threads) * threads)
     chunks = intra_op.chunk_bounds(count, max(1, parts))
+    if not ONE_QUEUE:
+        _for_blocks(ctx, blocks, work, lambda first, last: [*block(first, last)])
+        intra_op.for_batch(ctx, count, then_work, then, then_bytes)
+        return
     if pool is None or work + count * then_work < intra_op.MIN_SPLIT_WORK:
         for first, last in blocks:
             for _ in block(first, last):
