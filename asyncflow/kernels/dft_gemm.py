@@ -58,6 +58,11 @@ MAX_PERIOD = 64
 # bytes of both spectra per group of frequencies, kept in a core's cache for its GEMMs.
 PACK_BYTES = 1 << 20
 
+# The fused backprop's blocks and its filter gradient's chunks as one queue of the intra-op
+# pool (``_blocks_then``); False: the blocks, then the chunks, each split alone (the form
+# before, for bench/bench_ab_setting.py's A/B).
+ONE_QUEUE = True
+
 # The DFT matrices (all ``*_matrix`` builders here) kept between calls: per geometry and
 # dtype, at most this many bytes in all, the least recently used dropped first; one larger
 # is built for its call only. A 300x300 input's 11x11 window: 95 MiB each in float64, 0.3-0.45
@@ -245,6 +250,17 @@ def filter_gradient(ctx, images, errors, plan, f_shape, dtype):
     one GEMM, and its ``[KH, KW, O, C]`` transposed. Several blocks: each group of
     frequencies' rows packed into a small whole-batch buffer first (~``PACK_BYTES``, in cache
     for its GEMMs), the same GEMMs, so the same bits as one whole-batch array."""
+    chunk, work, item_bytes, finish = _filter_gradient_parts(images, errors, plan, f_shape,
+                                                             dtype)
+    intra_op.for_batch(ctx, plan.freqs, work, chunk, item_bytes)
+    return finish()
+
+
+def _filter_gradient_parts(images, errors, plan, f_shape, dtype):
+    """``filter_gradient`` in pieces: ``(chunk, work, item_bytes, finish)``, ``chunk(start,
+    stop)`` the GEMMs of frequencies [start, stop) (any cut: each frequency's GEMM is whole),
+    ``work``/``item_bytes`` per frequency for ``for_batch``, and ``finish()`` the taps GEMM
+    once every frequency is done, returning the gradient."""
     kh, kw = plan.kernel_hw
     (_, top, _), (_, left, _) = plan.rows, plan.cols
     n = sum(block.shape[3] for block in images)
@@ -274,13 +290,16 @@ def filter_gradient(ctx, images, errors, plan, f_shape, dtype):
                 g[:last - first, :, at:at + width] = g_block[first:last]
                 at += width
             gemms(first, last, x[:last - first], g[:last - first])
-    intra_op.for_batch(ctx, plan.freqs, c * o * (8 + 4 * n) // intra_op.MACS_PER_WORK, chunk,
-                       32 * c * o * real.itemsize)
-    matrix = cached(planar_taps_matrix, plan.p_h, plan.p_w, kh, kw, top, left, real)
-    taps = np.matmul(matrix, parts.reshape(2 * plan.freqs, o * c))
-    result = np.empty((kh, kw, c, o), dtype=dtype)
-    np.copyto(result, taps.reshape(kh, kw, o, c).transpose(0, 1, 3, 2), casting="same_kind")
-    return result.reshape(f_shape)
+
+    def finish():
+        matrix = cached(planar_taps_matrix, plan.p_h, plan.p_w, kh, kw, top, left, real)
+        taps = np.matmul(matrix, parts.reshape(2 * plan.freqs, o * c))
+        result = np.empty((kh, kw, c, o), dtype=dtype)
+        np.copyto(result, taps.reshape(kh, kw, o, c).transpose(0, 1, 3, 2),
+                  casting="same_kind")
+        return result.reshape(f_shape)
+    return (chunk, c * o * (8 + 4 * n) // intra_op.MACS_PER_WORK, 32 * c * o * real.itemsize,
+            finish)
 
 
 def spectra_shapes(plan, n, c, o):
@@ -403,16 +422,66 @@ def backprop_both(ctx, plan, x, filters, grad, dx, spectra=None):
         images = _block_spectra(np.empty(sizes[0], dtype=real), blocks, plan, 2 * c)
         weights = filter_matrix(ctx, filters, plan)
     errors = _block_spectra(np.empty(plan.freqs * 2 * o * n, dtype=real), blocks, plan, 2 * o)
+    gradient, fg_work, fg_bytes, finish = _filter_gradient_parts(
+        list(images.values()), list(errors.values()), plan, (*plan.kernel_hw, c, o), real)
 
-    def chunk(start, stop):
-        spectrum = transform(grad[start:stop], plan, errors[start])
-        planes = inverse(np.matmul(weights, spectrum), plan, h, w, top, left)
-        write_rows(ctx, planes, dx[start:stop], None)
+    def block(first, last):  # its spectra first: the filter gradient's chunks wait for them
+        spectrum = transform(grad[first:last], plan, errors[first])
         if not given:
-            transform(x[start:stop], plan, images[start])
-    _for_blocks(ctx, blocks, 2 * work, chunk)
-    return dx, filter_gradient(ctx, list(images.values()), list(errors.values()), plan,
-                               (*plan.kernel_hw, c, o), real)
+            transform(x[first:last], plan, images[first])
+        yield
+        planes = inverse(np.matmul(weights, spectrum), plan, h, w, top, left)
+        write_rows(ctx, planes, dx[first:last], None)
+    _blocks_then(ctx, blocks, block, 2 * work, gradient, plan.freqs, fg_work, fg_bytes)
+    return dx, finish()
+
+
+def _blocks_then(ctx, blocks, block, work, then, count, then_work, then_bytes):
+    """``block(first, last)`` (a generator) for every block of the batch, then ``then(start,
+    stop)`` over ``range(count)`` in chunks, as one queue of the intra-op pool: a thread done
+    with its block takes ``then``'s chunks while another still computes one (with two blocks
+    on two threads, one core idled 1.5-2.5 ms at the blocks' end, bench/RESULTS.md
+    2026-12-07, c41conv). Each block's part before its ``yield`` (the spectra ``then``
+    reads) is done before any chunk of ``then`` starts: a chunk taken early waits for it
+    (every block was taken before it, by a running thread). The same calls as the blocks,
+    then ``then`` over its chunks, in order on one thread: the same bits."""
+    pool = getattr(ctx.device, "intra_op", None)
+    per_chunk = max(1, intra_op.CHUNK_BYTES // then_bytes) if then_bytes else count
+    threads = 1 if pool is None else pool.threads
+    parts = min(count, -(-(-(-count // per_chunk)) // threads) * threads)
+    chunks = intra_op.chunk_bounds(count, max(1, parts))
+    if not ONE_QUEUE:
+        _for_blocks(ctx, blocks, work, lambda first, last: [*block(first, last)])
+        intra_op.for_batch(ctx, count, then_work, then, then_bytes)
+        return
+    if pool is None or work + count * then_work < intra_op.MIN_SPLIT_WORK:
+        for first, last in blocks:
+            for _ in block(first, last):
+                pass
+        for start, stop in chunks:
+            then(start, stop)
+        return
+    ready = [threading.Event() for _ in blocks]
+    failed = []
+
+    def task(index, _):
+        if index < len(blocks):
+            steps = block(*blocks[index])
+            try:
+                next(steps, None)
+            except BaseException:
+                failed.append(index)
+                raise
+            finally:
+                ready[index].set()
+            for _ in steps:
+                pass
+            return
+        for event in ready:
+            event.wait()
+        if not failed:  # (else the run raises the block's error)
+            then(*chunks[index - len(blocks)])
+    pool.run(task, [(index, index + 1) for index in range(len(blocks) + len(chunks))])
 
 
 def _blocks(n, item_bytes):

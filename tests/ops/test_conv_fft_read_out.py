@@ -2,7 +2,9 @@
 (``_read_out_bias``) against the numpy form (``read_out`` then ``math.fused_epilogue``,
 ``jit.ENABLED`` off): the same bits, signed zeros and NaN included, on odd sizes, both
 paddings, float32 and float64, split over threads; and the loop warmed by the convolution's
-prepare hook, never on the event loop's thread."""
+prepare hook, never on the event loop's thread. Also the inputs' check (``_tame``) as one
+compiled counting pass against numpy's max and min: the same answer on every poison and
+boundary value, split over 1-3 threads."""
 import threading
 
 import numpy as np
@@ -162,3 +164,74 @@ def test_the_warm_up_compiles_what_the_kernel_calls(monkeypatch, dtype):
             bias.flags.writeable = f.flags.writeable = writeable
             both_forms(monkeypatch, KernelContext(attrs("SAME", fused), 2), x, f, bias)
     assert set(nn_conv_fft._read_out_bias._compiled.signatures) == compiled
+
+
+def tame_inputs(dtype, size):
+    """``(array, expected)`` pairs: clean values, each poison at the ends and in the middle,
+    and the values either side of the limit (the float64 comparison numpy's form makes)."""
+    limit = 1e15 if dtype == np.float32 else 1e150
+    below = np.nextafter(dtype(limit), dtype(0))  # (float32: 1e15 itself rounds below it)
+    above = np.nextafter(dtype(limit) if dtype(limit) >= limit else below, dtype(np.inf))
+    while float(above) < limit:
+        above = np.nextafter(above, dtype(np.inf))
+    payload = np.array([np.nan], dtype)
+    payload.view({4: np.uint32, 8: np.uint64}[payload.itemsize])[0] |= 0x1234
+    clean = np.random.default_rng(5).standard_normal(size).astype(dtype)
+    yield clean, True
+    for value, expected in ((np.nan, False), (payload[0], False), (np.inf, False),
+                            (-np.inf, False), (below, True), (-below, True),
+                            (above, False), (-above, False), (-0.0, True)):
+        for at in (0, size // 2, size - 1):
+            poisoned = clean.copy()
+            poisoned[at] = value
+            yield poisoned, expected
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_the_tame_check_loop_answers_as_numpys_max_and_min(monkeypatch, dtype, threads):
+    """``_tame`` by ``_count_tame`` (split over the threads: ``MIN_SPLIT_WORK`` 0) against
+    the numpy form (``jit.ENABLED`` off) and the expected answer, on a 4-d array as the
+    convolutions pass, odd sizes; a non-contiguous view takes numpy's form."""
+    monkeypatch.setattr(intra_op, "MIN_SPLIT_WORK", 0)
+    ctx = KernelContext(attrs("SAME", FUSED[0]), threads)
+    ctx.xp = np
+    calls = []
+    counting = nn_conv_fft._count_tame
+
+    def count(values, limit):
+        calls.append(values.shape[0])
+        return counting(values, limit)
+    monkeypatch.setattr(nn_conv_fft, "_count_tame", count)
+    for size in (1, 7, 3 * 5 * 7 * 2):
+        for flat, expected in tame_inputs(dtype, size):
+            array = flat.reshape((1, 1, 1, size) if size < 8 else (3, 5, 7, 2))
+            calls.clear()
+            looped = nn_conv_fft._tame(ctx, array)
+            assert sum(calls) == size and len(calls) == min(size, threads)
+            with monkeypatch.context() as patch:
+                patch.setattr(jit, "ENABLED", False)
+                reference = nn_conv_fft._tame(ctx, array)
+            assert looped is reference is expected, (flat, expected)
+            if size > 8:  # a strided view: numpy's form, no loop call
+                view = array[:, ::2]
+                limit = 1e15 if dtype == np.float32 else 1e150
+                calls.clear()
+                assert nn_conv_fft._tame(ctx, view) is bool(
+                    (np.abs(view.astype(np.float64)) < limit).all())
+                assert not calls
+
+
+def test_the_warm_up_compiles_the_tame_checks_signatures():
+    """``_warm_read_out`` compiles ``_count_tame`` for what ``_tame`` passes (a read-only
+    1-d slice, a float limit), both dtypes: no compile at a step's first check."""
+    nn_conv_fft._warm_read_out()
+    compiled = set(nn_conv_fft._count_tame._compiled.signatures)
+    ctx = KernelContext(attrs("SAME", FUSED[0]), 2)
+    ctx.xp = np
+    for dtype in (np.float32, np.float64):
+        array = np.ones((2, 3, 4, 5), dtype)
+        assert nn_conv_fft._tame(ctx, array)
+        array.flags.writeable = False
+        assert nn_conv_fft._tame(ctx, array)
+    assert set(nn_conv_fft._count_tame._compiled.signatures) == compiled

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from asyncflow.kernels import dft_gemm, jit, nn_conv, nn_conv_fft
+from asyncflow.kernels import intra_op as intra_op_module
 
 from test_conv_fft import assert_scaled_close, given_spectra_against_own, inputs  # same folder
 from test_conv_kernels import KernelContext, small_chunks  # same folder
@@ -231,3 +232,76 @@ def test_an_empty_batch_gives_a_zero_filter_gradient(dtype):
     assert dx.shape == x.shape
     for got in (alone, fused, given):
         assert got.shape == f.shape and got.dtype == dtype and not got.any()
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_the_backprops_queue_runs_the_filter_gradient_after_every_blocks_spectra(
+        threads, small_chunks):
+    """``_blocks_then`` (the fused backprop's one queue): every block's part before its
+    ``yield`` is done before any chunk of the filter gradient starts, every block's rest and
+    every chunk run once, whatever thread takes them (3 threads: a chunk is taken while the
+    blocks run, and waits)."""
+    ctx = KernelContext({}, threads)
+    blocks = [(0, 3), (3, 6), (6, 9)]
+    spectra, rest, chunks = set(), [], []
+
+    def block(first, last):
+        spectra.add(first)
+        yield
+        rest.append(first)
+
+    def then(start, stop):
+        assert spectra == {0, 3, 6}, spectra  # every block's spectra before any chunk
+        chunks.append((start, stop))
+    dft_gemm._blocks_then(ctx, blocks, block, 1 << 22, then, 10, 1 << 20, 1024)
+    assert sorted(rest) == [0, 3, 6]
+    assert sorted(chunks) == [(start, start + 1) for start in range(10)]
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("where", ["spectra", "rest"])
+def test_a_block_that_fails_fails_the_backprop_without_a_hang(threads, where, small_chunks):
+    """A block raising before its ``yield`` (the spectra the chunks wait for) or after it:
+    the error reaches the caller; the waiting chunks neither hang nor run on missing
+    spectra."""
+    ctx = KernelContext({}, threads)
+    ran = []
+
+    def block(first, last):
+        if where == "spectra" and first == 3:
+            raise ValueError("broken block")
+        yield
+        if where == "rest" and first == 3:
+            raise ValueError("broken block")
+
+    def then(start, stop):
+        ran.append(start)
+    with pytest.raises(ValueError, match="broken block"):
+        dft_gemm._blocks_then(ctx, [(0, 3), (3, 6)], block, 1 << 22, then, 4, 1 << 20, 1024)
+    assert where == "rest" or not ran
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_one_queue_gives_the_bits_of_the_blocks_then_the_chunks(threads, dtype,
+                                                                     monkeypatch):
+    """The fused backprop's one queue (``ONE_QUEUE``) against the form before (the blocks,
+    then the filter gradient's chunks, each split alone): the same GEMMs, so the same bits,
+    dx and dw, the convnet's conv2 (batch cut to two blocks) and an odd VALID shape."""
+    monkeypatch.setattr(dft_gemm, "MAX_PERIOD", 64)
+    for case, chunk_bytes in (((70, 14, 14, 32, 64, 5, 5, "SAME"), 1 << 20),
+                              ((7, 9, 11, 3, 5, 4, 3, "VALID"), 4096)):
+        monkeypatch.setattr(intra_op_module, "CHUNK_BYTES", chunk_bytes)
+        monkeypatch.setattr(intra_op_module, "MIN_SPLIT_WORK", 0)
+        attrs, x, f, grad = inputs(*case, seed=13, dtype=dtype)
+        ctx = KernelContext(attrs, threads)
+        rows, cols = nn_conv._spatial(ctx, x.shape, f.shape[:2])
+        plan = nn_conv_fft.Plan(x.shape, f.shape, rows, cols)
+        item_bytes = dft_gemm._split(plan, x.shape[3], f.shape[3], x.itemsize)[1]
+        assert len(dft_gemm._blocks(x.shape[0], item_bytes)) > 1
+        got = {}
+        for one_queue in (True, False):
+            monkeypatch.setattr(dft_gemm, "ONE_QUEUE", one_queue)
+            got[one_queue] = dft_gemm.backprop_both(ctx, plan, x, f, grad, np.empty_like(x))
+        for a, b in zip(got[True], got[False]):
+            assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
