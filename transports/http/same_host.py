@@ -178,7 +178,37 @@ async def connect(host: str, port: int, kind: str = "http") -> trio.SocketStream
     try:
         if not stat.S_ISSOCK(os.lstat(path).st_mode):
             return None
-        return await trio.open_unix_socket(path)
+        return await _connect_unix(path)
     except OSError:
         return None
+
+
+_FULL_RETRY_S: Final = (0.001, 0.064)  # a full backlog's retries: the first wait, the longest
+
+
+async def _connect_unix(path: str) -> trio.SocketStream:
+    """A connected stream to the Unix socket ``path``; bound by the caller's deadline.
+
+    Not ``trio.open_unix_socket``: a non-blocking connect to a Unix socket whose listener's
+    backlog is full fails with EAGAIN and connects nothing (Linux; no EINPROGRESS, nothing to
+    wait on), which trio takes for a connect in progress: it hands back a socket that was never
+    connected, whose first send or receive fails (ENOTCONN; a bare handshake would take it for
+    a server that hung up). A blocking connect waits for room; this one tries again, waiting
+    1 ms, then twice as long each time up to 64 ms, until the caller's deadline."""
+    wait = _FULL_RETRY_S[0]
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.setblocking(False)
+            sock.connect(path)  # connected, refused, or EAGAIN (full): never in progress
+        except BlockingIOError:
+            sock.close()
+            await trio.sleep(wait)
+            wait = min(2 * wait, _FULL_RETRY_S[1])
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        await trio.lowlevel.checkpoint()
+        return trio.SocketStream(trio.socket.from_stdlib_socket(sock))
 
