@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 
 import numpy as np
 import pytest
@@ -231,3 +232,11 @@ async def test_a_full_backlog_is_waited_out_never_taken_for_a_connection(autojum
                 sock.close()
         finally:
             same_host.unlink(path)
+
+
+def test_the_directory_is_the_environments_where_it_names_one(monkeypatch, tmp_path):
+    monkeypatch.setenv(same_host.DIRECTORY_ENV, str(tmp_path / "sockets"))
+    assert same_host.DIRECTORY_ENV == "ASYNCFLOW_SAME_HOST_DIR"
+    assert same_host.socket_path(2222).startswith(str(tmp_path / "sockets") + os.sep)
+    monkeypatch.delenv(same_host.DIRECTORY_ENV)
+    assert same_host.directory() == os.path.join(tempfile.gettempdir(), f"asyncflow-{os.getuid()}")

@@ -29,6 +29,12 @@ removed only when nobody accepts on it, which holds whichever namespace it was b
 ``enabled(flag)``: the constructors' ``same_host`` argument; None reads the environment
 variable ``ASYNCFLOW_SAME_HOST`` ("0" disables the path on both sides).
 
+``ASYNCFLOW_SAME_HOST_DIR`` names another directory for the sockets (the same checks: the
+user's, mode 0700; made so when missing); clients and servers meet only where they agree on it.
+Every server's start probes every socket of its directory (the sweep: a connection made and
+closed at once), so a group of processes that must not see those probes, each a test run's, keeps
+its own (``tests/conftest.py``).
+
 Nothing here knows about asyncflow.
 """
 
@@ -44,6 +50,7 @@ from typing import Final
 import trio
 
 ENV: str = "ASYNCFLOW_SAME_HOST"
+DIRECTORY_ENV: str = "ASYNCFLOW_SAME_HOST_DIR"  # the sockets' directory instead of the default
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 SERVING_HOSTS = LOOPBACK_HOSTS | {"", "0.0.0.0", "::"}
 
@@ -56,7 +63,9 @@ def enabled(flag: bool | None = None) -> bool:
 
 
 def directory() -> str:
-    return os.path.join(tempfile.gettempdir(), f"asyncflow-{os.getuid()}")
+    """``ASYNCFLOW_SAME_HOST_DIR``, or ``<tmp>/asyncflow-<uid>`` (used only when private)."""
+    return os.environ.get(DIRECTORY_ENV) or os.path.join(tempfile.gettempdir(),
+                                                         f"asyncflow-{os.getuid()}")
 
 
 NET_NAMESPACE_FILE: str = "/proc/self/ns/net"
