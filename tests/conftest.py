@@ -2,8 +2,11 @@
 that reaches the processes the tests start, and the second pass ``make test-gpu``
 (``ASYNCFLOW_FAKE_GPU=1``: a fake GPU visible, see ``tests/fake_gpu``), which leaves out the
 files that never create a device."""
+import atexit
 import os
+import shutil
 import signal
+import tempfile
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -29,6 +32,16 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 # as they would from a terminal.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+# Each test process keeps its servers' same-host sockets in a directory of its own, which the
+# processes its tests start inherit: every server's start probes every socket of its directory
+# (``transports.http.same_host._sweep``: a connection made and closed at once), and a probe from
+# another test run on this host (another xdist worker, another checkout's suite) would reach this
+# run's servers and fake peers at any moment: a connection counted at a connection limit, an idle
+# one evicted for it, a fake peer's handshake answer written to a peer already gone (EPIPE).
+_SOCKETS = tempfile.mkdtemp(prefix="asyncflow-sockets-")  # (mode 0700: private)
+os.environ["ASYNCFLOW_SAME_HOST_DIR"] = _SOCKETS
+atexit.register(shutil.rmtree, _SOCKETS, True)
 
 
 def pytest_addoption(parser):

@@ -144,7 +144,10 @@ async def test_a_server_that_answers_nothing_after_the_handshake(autojump_clock)
         listener, path = same_host.listen(server.port, "bare")
 
         async def accept_then_silent(stream):
-            await stream.receive_some(1 << 16)
+            # (Only a handshake is answered: a connection that ends before one, a probe of the
+            # socket, is let go, not answered into a broken pipe.)
+            if (await stream.receive_some(1 << 16))[:len(bare.MAGIC)] != bare.MAGIC:
+                return
             await stream.send_all(bare.ACCEPTED)
             await trio.sleep_forever()
 

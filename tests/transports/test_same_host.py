@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 
 import numpy as np
 import pytest
 import trio
+from loopback_ports import free_ports
 from transport_fakes import FakeWorker
 
 from transports.http import same_host
@@ -187,3 +189,54 @@ async def test_a_client_in_another_namespace_never_reaches_this_ones_server(monk
             with trio.fail_after(GENEROUS):
                 await channel.health()
             assert channel.bare_calls == 1 and server.statistics().same_host_calls == 1
+
+
+# -- a listener whose backlog is full --------------------------------------------------------------
+
+async def test_a_full_backlog_is_waited_out_never_taken_for_a_connection(autojump_clock):
+    """A non-blocking connect to a Unix socket whose backlog is full fails with EAGAIN and
+    connects nothing; ``trio.open_unix_socket`` took that for a connect in progress and handed
+    back a socket never connected (its first send: ENOTCONN, which a bare handshake took for a
+    server hanging up). ``connect`` tries again until there is room, within its caller's
+    deadline."""
+    (port,) = free_ports(1)
+    os.makedirs(same_host.directory(), mode=0o700, exist_ok=True)
+    path = same_host.socket_path(port, "bare")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(path)
+        try:
+            listener.listen(0)  # room for one connection not yet accepted
+            first = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            first.connect(path)  # (it fills the backlog)
+            got = []
+
+            async def connect():
+                got.append(await same_host.connect("127.0.0.1", port, "bare"))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(connect)
+                await trio.sleep(5)  # every retry meanwhile found the backlog full
+                assert got == []
+                accepted, _ = listener.accept()  # room for one more
+            (stream,) = got
+            await stream.send_all(b"hello")  # connected: the listener has it
+            second, _ = listener.accept()
+            second.settimeout(GENEROUS)
+            assert second.recv(5) == b"hello"
+            third = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            third.connect(path)  # full again, never accepted: the caller's deadline ends it
+            with trio.move_on_after(3) as waited:
+                await same_host.connect("127.0.0.1", port, "bare")
+            assert waited.cancelled_caught
+            for sock in (first, accepted, second, third, stream.socket):
+                sock.close()
+        finally:
+            same_host.unlink(path)
+
+
+def test_the_directory_is_the_environments_where_it_names_one(monkeypatch, tmp_path):
+    monkeypatch.setenv(same_host.DIRECTORY_ENV, str(tmp_path / "sockets"))
+    assert same_host.DIRECTORY_ENV == "ASYNCFLOW_SAME_HOST_DIR"
+    assert same_host.socket_path(2222).startswith(str(tmp_path / "sockets") + os.sep)
+    monkeypatch.delenv(same_host.DIRECTORY_ENV)
+    assert same_host.directory() == os.path.join(tempfile.gettempdir(), f"asyncflow-{os.getuid()}")

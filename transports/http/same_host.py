@@ -29,6 +29,12 @@ removed only when nobody accepts on it, which holds whichever namespace it was b
 ``enabled(flag)``: the constructors' ``same_host`` argument; None reads the environment
 variable ``ASYNCFLOW_SAME_HOST`` ("0" disables the path on both sides).
 
+``ASYNCFLOW_SAME_HOST_DIR`` names another directory for the sockets (the same checks: the
+user's, mode 0700; made so when missing); clients and servers meet only where they agree on it.
+Every server's start probes every socket of its directory (the sweep: a connection made and
+closed at once), so a group of processes that must not see those probes, each a test run's, keeps
+its own (``tests/conftest.py``).
+
 Nothing here knows about asyncflow.
 """
 
@@ -44,6 +50,7 @@ from typing import Final
 import trio
 
 ENV: str = "ASYNCFLOW_SAME_HOST"
+DIRECTORY_ENV: str = "ASYNCFLOW_SAME_HOST_DIR"  # the sockets' directory instead of the default
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 SERVING_HOSTS = LOOPBACK_HOSTS | {"", "0.0.0.0", "::"}
 
@@ -56,7 +63,9 @@ def enabled(flag: bool | None = None) -> bool:
 
 
 def directory() -> str:
-    return os.path.join(tempfile.gettempdir(), f"asyncflow-{os.getuid()}")
+    """``ASYNCFLOW_SAME_HOST_DIR``, or ``<tmp>/asyncflow-<uid>`` (used only when private)."""
+    return os.environ.get(DIRECTORY_ENV) or os.path.join(tempfile.gettempdir(),
+                                                         f"asyncflow-{os.getuid()}")
 
 
 NET_NAMESPACE_FILE: str = "/proc/self/ns/net"
@@ -178,7 +187,37 @@ async def connect(host: str, port: int, kind: str = "http") -> trio.SocketStream
     try:
         if not stat.S_ISSOCK(os.lstat(path).st_mode):
             return None
-        return await trio.open_unix_socket(path)
+        return await _connect_unix(path)
     except OSError:
         return None
+
+
+_FULL_RETRY_S: Final = (0.001, 0.064)  # a full backlog's retries: the first wait, the longest
+
+
+async def _connect_unix(path: str) -> trio.SocketStream:
+    """A connected stream to the Unix socket ``path``; bound by the caller's deadline.
+
+    Not ``trio.open_unix_socket``: a non-blocking connect to a Unix socket whose listener's
+    backlog is full fails with EAGAIN and connects nothing (Linux; no EINPROGRESS, nothing to
+    wait on), which trio takes for a connect in progress: it hands back a socket that was never
+    connected, whose first send or receive fails (ENOTCONN; a bare handshake would take it for
+    a server that hung up). A blocking connect waits for room; this one tries again, waiting
+    1 ms, then twice as long each time up to 64 ms, until the caller's deadline."""
+    wait = _FULL_RETRY_S[0]
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.setblocking(False)
+            sock.connect(path)  # connected, refused, or EAGAIN (full): never in progress
+        except BlockingIOError:
+            sock.close()
+            await trio.sleep(wait)
+            wait = min(2 * wait, _FULL_RETRY_S[1])
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        await trio.lowlevel.checkpoint()
+        return trio.SocketStream(trio.socket.from_stdlib_socket(sock))
 
