@@ -113,6 +113,27 @@ def test_a_small_prepared_reply_is_written_whole_by_offsets(signature, checksums
         checksum.set_enabled(was)
 
 
+def test_a_reply_too_large_to_be_written_whole_leaves_its_trailers_to_the_writer():
+    """A reply of the connection's signature over ``WHOLE_BYTES`` is the buffers, its checksum
+    trailers pending as the first reply's (``defer_checksums``): summed by the writer
+    (``small_pieces``, ``send_pieces`` in chunks, a lent body's), never all at once on the
+    server's trio thread as the reply is encoded."""
+    was = checksum.enabled()
+    checksum.set_enabled(True)
+    try:
+        conn = types.SimpleNamespace(prepared=None)
+        for step in range(3):
+            large = RunGraphReply([TensorEntry("big:0", np.full(
+                repeat_frames.WHOLE_BYTES // 4 + 1, step, np.float32))])
+            buffers = bare_io.prepared_reply(conn, large, LIMITS)
+            trailers = [b for b in buffers if type(b) is checksum.ChecksumTrailer]
+            assert len(trailers) == 1 and trailers[0].pending, step
+            assert frame_bytes(buffers) == full_frame(large)
+        assert conn.prepared.image is False
+    finally:
+        checksum.set_enabled(was)
+
+
 def test_anything_but_the_ids_and_tensor_bytes_differing_is_refused():
     rng = np.random.default_rng(2)
     first = RunGraph("sess/1/g7", 3, _feeds("three", rng), ["mul:0"], request_id=1)
