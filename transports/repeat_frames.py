@@ -217,20 +217,23 @@ class Prepared:
             return None
         return _frame(self.template, message, self.schema, checksums, defer)
 
-    def encode_whole(self, message: Any, limits: Any, checksums: bool) -> list | None:
+    def encode_whole(self, message: Any, limits: Any, checksums: bool,
+                     defer: bool) -> list | None:
         """:meth:`encode`'s buffers, for a signature without volatile ids whose frame is at
         most :data:`WHOLE_BYTES` (a RunGraph's reply) as one ``bytearray``: a copy of the
         frame's image kept with the signature (its prefix, header and padding, built once)
         with each tensor's bytes and checksum trailer written at their offsets, the same bytes
-        as :meth:`encode`'s buffers joined with their trailers filled; None where ``message``
-        is not of this signature (the caller encodes it in full)."""
+        as :meth:`encode`'s buffers joined with their trailers filled; a larger frame as
+        :meth:`encode` gives it (``defer``: its trailers left to the writer, which sums a large
+        segment in chunks); None where ``message`` is not of this signature (the caller
+        encodes it in full)."""
         if not self.matches(message, limits, checksums):
             return None
         image = self.image
         if image is None:
             image = self.image = self._image()
         if image is False:
-            return _frame(self.template, message, self.schema, checksums, False)
+            return _frame(self.template, message, self.schema, checksums, defer)
         frame = bytearray(image[0])
         for entry, spot in zip(getattr(message, self.schema.tensor_field), image[1]):
             if spot is not None:

@@ -97,7 +97,7 @@ def test_a_small_prepared_reply_is_written_whole_by_offsets(signature, checksums
                     reply.tensors[0].value.dtype.kind == "f" else 0
             buffers = bare_io.prepared_reply(conn, reply, LIMITS)
             assert frame_bytes(buffers) == full_frame(reply)
-            if step >= 2:  # the signature kept (its template found at the second)
+            if step >= 1:  # the signature kept (learnt by the first, a full encode)
                 assert len(buffers) == 1 and type(buffers[0]) is bytearray
                 assert wire.decode(bytes(buffers[0]), LIMITS) == reply  # (bitwise: NaN too)
         other = RunGraphReply([TensorEntry("mul:0", np.full((2, 2), -0.0, np.float32))])
@@ -109,6 +109,27 @@ def test_a_small_prepared_reply_is_written_whole_by_offsets(signature, checksums
             buffers = bare_io.prepared_reply(conn, large, LIMITS)
             assert frame_bytes(buffers) == full_frame(large)
         assert len(buffers) > 1 and conn.prepared.image is False
+    finally:
+        checksum.set_enabled(was)
+
+
+def test_a_reply_too_large_to_be_written_whole_leaves_its_trailers_to_the_writer():
+    """A reply of the connection's signature over ``WHOLE_BYTES`` is the buffers, its checksum
+    trailers pending as the first reply's (``defer_checksums``): summed by the writer
+    (``small_pieces``, ``send_pieces`` in chunks, a lent body's), never all at once on the
+    server's trio thread as the reply is encoded."""
+    was = checksum.enabled()
+    checksum.set_enabled(True)
+    try:
+        conn = types.SimpleNamespace(prepared=None)
+        for step in range(3):
+            large = RunGraphReply([TensorEntry("big:0", np.full(
+                repeat_frames.WHOLE_BYTES // 4 + 1, step, np.float32))])
+            buffers = bare_io.prepared_reply(conn, large, LIMITS)
+            trailers = [b for b in buffers if type(b) is checksum.ChecksumTrailer]
+            assert len(trailers) == 1 and trailers[0].pending, step
+            assert frame_bytes(buffers) == full_frame(large)
+        assert conn.prepared.image is False
     finally:
         checksum.set_enabled(was)
 

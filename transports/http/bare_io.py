@@ -457,7 +457,7 @@ def prepared_reply(conn: ServerConnection, reply: Any, limits: Any) -> list:
     signature kept for the next."""
     prepared = conn.prepared
     if prepared is not None:
-        buffers = prepared.encode_whole(reply, limits, checksum_enabled())
+        buffers = prepared.encode_whole(reply, limits, checksum_enabled(), defer=True)
         if buffers is not None:
             return buffers
     buffers, conn.prepared = encode_prepared(None, reply, limits, defer_checksums=True)
