@@ -1,8 +1,10 @@
 """One module setting against another in the dense models' training steps, alternated in one
-process (issue 37): bench_models.py's MLP and autoencoder, one session each, rounds
-alternating between form A (the tree as it is) and form B (``--set MODULE:NAME=VALUE``, a
-module attribute the code reads at run time, such as a split threshold), the order swapped
-each round, so that the machine's noise (its slow and fast phases, bench/RESULTS.md) hits
+process (issue 37): bench_models.py's MLP and autoencoder, a session a form (built and
+compiled with its form in use: form_rounds.py), rounds alternating between form A (the tree as
+it is) and form B (``--set MODULE:NAME=VALUE``, a module attribute the code reads, at run time
+such as a split threshold or when a plan is compiled such as a graph pass's switch; before
+2026-12-07 one session served both forms, so a compile-time setting was measured A/A), the
+order swapped each round, so that the machine's noise (its slow and fast phases, bench/RESULTS.md) hits
 both alike.
 
 Per model: each form's best and median round (a round's figure is its median step, with the

@@ -1,7 +1,7 @@
 """The dense models' training steps with the optimizer applies' compiled loops on and off,
 forms alternating in one process (issue 37): bench_models.py's MLP and autoencoder (RMSProp),
-one session each, ``kernels/jit.py``'s ``ENABLED`` switched between rounds (read at each
-apply, so one plan serves both forms), so that the machine's noise hits both alike.
+a session a form (form_rounds.py), ``kernels/jit.py``'s ``ENABLED`` switched between rounds
+(read at each apply), so that the machine's noise hits both alike.
 
 Forms:
 

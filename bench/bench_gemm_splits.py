@@ -3,7 +3,7 @@
 splitting their GEMMs over the intra-op pool, rounds interleaved so that the machine's noise
 hits every form alike.
 
-Forms (``kernels/intra_op.py``'s constants, read at each call, so one session serves all):
+Forms (``kernels/intra_op.py``'s constants, read at each call; a session a form, form_rounds.py):
 
 * ``even``: GEMMs from ``MIN_SPLIT_WORK * 16`` multiply-adds (~16.8 M) in even chunks, one a
   thread (the form before the lead);

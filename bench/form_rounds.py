@@ -3,9 +3,12 @@ written once for the scripts that compare them: bench_ab_setting.py (any module 
 bench_gemm_splits.py (the GEMM splits' constants), bench_compiled_applies.py (the applies'
 compiled loops).
 
-A *form* is a name; ``use(form)`` switches the process to it (module attributes the code reads
-at run time), so one session serves every form and the machine's noise (its slow and fast
-phases, bench/RESULTS.md) hits them alike. ``model_rounds`` runs ``rounds`` rounds of
+A *form* is a name; ``use(form)`` switches the process to it (module attributes the code
+reads). Each form has a session of its own, built, compiled and warmed with its form in use, so
+a setting read when a plan is compiled (a graph pass's switch) is measured too, not only one read
+at run time (one shared session compiled its plan once, under the first form, and measured the
+others A/A: c41alone found it); rounds alternate the forms in one process, so the machine's
+noise (its slow and fast phases, bench/RESULTS.md) hits them alike. ``model_rounds`` runs ``rounds`` rounds of
 ``steps`` steps of each form in turn (the order reversed every other round where ``swap``),
 a round's figure per form its median step and CPU (``bench_models.median_step_ms``);
 ``seeded_losses`` gives each form's losses over three seeded steps from the same weights, as
@@ -14,6 +17,7 @@ hex of their float32 bits, so a script can say whether the forms agree bit for b
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -38,21 +42,27 @@ def build(af, model, seed=None):
 
 async def model_rounds(af, model, forms, use, *, rounds, steps, warmup, swap=True,
                        config=None):
-    """``{form: [(median wall ms, median CPU ms) per round]}`` for ``model``, one session;
-    ``use(forms[0])`` on return. Warm-up: ``warmup`` steps of each form in turn."""
-    graph, feed, loss, train, init = build(af, model)
-    async with af.Session(graph=graph, config=config) as sess:
-        await sess.run(init)
+    """``{form: [(median wall ms, median CPU ms) per round]}`` for ``model``, a session a
+    form (its plan compiled with the form in use); ``use(forms[0])`` on return. Warm-up:
+    ``warmup`` steps of each form in turn."""
+    async with contextlib.AsyncExitStack() as stack:
         try:
+            runs = {}
+            for form in forms:
+                use(form)
+                graph, feed, loss, train, init = build(af, model)
+                sess = await stack.enter_async_context(af.Session(graph=graph, config=config))
+                await sess.run(init)
+                await sess.run([loss, train], feed)  # (compiled now, under this form)
+                runs[form] = (sess, [loss, train], feed)
             for form in tuple(forms) * warmup:
                 use(form)
-                await sess.run([loss, train], feed)
+                await runs[form][0].run(runs[form][1], runs[form][2])
             out = {form: [] for form in forms}
             for index in range(rounds):
                 for form in forms if not swap or index % 2 == 0 else forms[::-1]:
                     use(form)
-                    out[form].append(await bench_models.median_step_ms(
-                        sess, [loss, train], feed, steps))
+                    out[form].append(await bench_models.median_step_ms(*runs[form], steps))
         finally:
             use(forms[0])
     return out
