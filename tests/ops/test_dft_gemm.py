@@ -3,6 +3,8 @@ numpy's rfft2/irfft2, the read-out loop against its numpy form, the forward's ke
 handed to the backprop, and the period that sends a shape to pocketfft instead. The three
 kernels against the direct ones and pocketfft's form: tests/ops/test_conv_fft.py (its
 ``transforms`` fixture runs both forms)."""
+import threading
+
 import numpy as np
 import pytest
 
@@ -234,18 +236,39 @@ def test_an_empty_batch_gives_a_zero_filter_gradient(dtype):
         assert got.shape == f.shape and got.dtype == dtype and not got.any()
 
 
+def chunk_started(monkeypatch, ctx, blocks):
+    """An event set when a thread starts a filter-gradient chunk of ``_blocks_then``'s queue
+    (a task past the blocks), before it waits for the blocks' spectra: a block can hold its
+    spectra until a chunk is taken, so that the chunk surely waits (no timing involved)."""
+    started = threading.Event()
+    pool = ctx.device.intra_op
+    run = pool.run
+
+    def watched(fn, bounds, caller_limit=None):
+        def task(start, stop):
+            if start >= len(blocks):
+                started.set()
+            return fn(start, stop)
+        return run(task, bounds, caller_limit)
+    monkeypatch.setattr(pool, "run", watched)
+    return started
+
+
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_the_backprops_queue_runs_the_filter_gradient_after_every_blocks_spectra(
-        threads, small_chunks):
+        threads, small_chunks, monkeypatch):
     """``_blocks_then`` (the fused backprop's one queue): every block's part before its
     ``yield`` is done before any chunk of the filter gradient starts, every block's rest and
-    every chunk run once, whatever thread takes them (3 threads: a chunk is taken while the
-    blocks run, and waits)."""
+    every chunk run once, whatever thread takes them. On 2-3 threads the last block holds its
+    spectra until a thread has taken a chunk, which then must wait for them."""
     ctx = KernelContext({}, threads)
     blocks = [(0, 3), (3, 6), (6, 9)]
+    started = chunk_started(monkeypatch, ctx, blocks)
     spectra, rest, chunks = set(), [], []
 
     def block(first, last):
+        if first == 6 and threads > 1:
+            assert started.wait(60), "no thread took a chunk while a block computed"
         spectra.add(first)
         yield
         rest.append(first)
@@ -260,14 +283,20 @@ def test_the_backprops_queue_runs_the_filter_gradient_after_every_blocks_spectra
 
 @pytest.mark.parametrize("threads", [1, 3])
 @pytest.mark.parametrize("where", ["spectra", "rest"])
-def test_a_block_that_fails_fails_the_backprop_without_a_hang(threads, where, small_chunks):
+def test_a_block_that_fails_fails_the_backprop_without_a_hang(threads, where, small_chunks,
+                                                              monkeypatch):
     """A block raising before its ``yield`` (the spectra the chunks wait for) or after it:
     the error reaches the caller; the waiting chunks neither hang nor run on missing
-    spectra."""
+    spectra. On 3 threads the failing block raises once a thread has taken a chunk (which
+    then waits for its spectra)."""
     ctx = KernelContext({}, threads)
+    blocks = [(0, 3), (3, 6)]
+    started = chunk_started(monkeypatch, ctx, blocks)
     ran = []
 
     def block(first, last):
+        if first == 3 and threads > 1:
+            assert started.wait(60), "no thread took a chunk while a block computed"
         if where == "spectra" and first == 3:
             raise ValueError("broken block")
         yield
@@ -277,7 +306,7 @@ def test_a_block_that_fails_fails_the_backprop_without_a_hang(threads, where, sm
     def then(start, stop):
         ran.append(start)
     with pytest.raises(ValueError, match="broken block"):
-        dft_gemm._blocks_then(ctx, [(0, 3), (3, 6)], block, 1 << 22, then, 4, 1 << 20, 1024)
+        dft_gemm._blocks_then(ctx, blocks, block, 1 << 22, then, 4, 1 << 20, 1024)
     assert where == "rest" or not ran
 
 
