@@ -1,12 +1,15 @@
-"""The usual cluster step (ready: nothing to refresh or register; one task; no timeout) waits
-for its RunGraph with no trio cancel scope of the session's: a ``CallCancel`` stands in the
-session's run scopes, and a close ends the step as it ended the scoped one (the closed
-session's CancelledError, the worker's step cancelled, the session's channels closed). A step
-that is not ready, or has a timeout, keeps the scope. Over both transports (``cluster``)."""
+"""The usual cluster step (ready: nothing to refresh or register; no timeout) waits for its
+RunGraphs with no trio cancel scope of the session's: a ``CallCancel`` stands in the
+session's run scopes (split one a RunGraph for a step on several tasks, the PS step), and a
+close ends the step as it ended the scoped one (the closed session's CancelledError, the
+workers' steps cancelled, the session's channels closed); so do the watchdog's verdict, a
+task's failure and the caller's own cancel, as they did with a scope a call. A step that is
+not ready, or has a timeout, keeps the scope. Over both transports (``cluster``)."""
 import pytest
 import trio
 
 import asyncflow as af
+from asyncflow.cluster.channels import only_cancelled
 from transports.service import CallCancel
 
 W0 = "/job:worker/task:0"
@@ -230,3 +233,103 @@ async def test_a_failed_ready_two_task_step_ends_a_call_its_abort_did_not(cluste
                 await sess.run(fetches, {x: [1.0, 2.0]})
             assert len(ignored) == 1
             assert trio.current_time() - start == pytest.approx(2 * ABORT_GRACE_S + 1, abs=0.5)
+
+
+def _idle_sane(sess):
+    """Every pooled same-host connection of the session's channels is open (a call a cancel
+    ended closed its own: never pooled again)."""
+    for task in sess._target.master.tasks.values():
+        for conn in getattr(task.channel, "_bare_idle", ()):
+            assert conn.stream.socket.fileno() >= 0, task.name
+
+
+async def _blocked_two_task_step(sess, servers, plus, fault):
+    """Run a ready two-task step that waits (worker 0's empty queue); ``fault()`` once it
+    waits there; returns what the step raised (None: nothing)."""
+    outcome = []
+
+    async def step():
+        try:
+            await sess.run(plus)
+        except BaseException as exc:  # noqa: BLE001 - the caller asserts on it
+            outcome.append(exc)
+            if not isinstance(exc, (af.errors.OpError, trio.Cancelled, BaseExceptionGroup)):
+                raise
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(step)
+        while not _running(servers["worker:0"]):
+            await trio.sleep(0.001)  # (bounded by the caller's fail_after)
+        await fault(nursery)
+    for name in ("worker:0", "worker:1"):  # both shares ended there (aborted, or cancelled)
+        while _running(servers[name]):
+            await trio.sleep(0.001)
+    return outcome[0] if outcome else None
+
+
+async def test_the_watchdog_declaring_a_task_dead_ends_a_ready_two_task_step(
+        cluster, monkeypatch, autojump_clock):
+    # Its verdict cancels worker 0's split CallCancel alone: the step raises the watchdog's
+    # UnavailableError (not the closed session's CancelledError) before the failure's grace
+    # would have ended that call, worker 1's share is aborted, no closed connection stays
+    # pooled, and the session goes on.
+    from asyncflow.cluster.master import ABORT_GRACE_S
+    spec, servers = cluster
+    graph, put, plus = _two_task_graph()
+    config = af.SessionConfig(health_check_interval_s=0.5)
+    with trio.fail_after(GENEROUS):
+        async with af.Session(graph=graph, cluster=spec, config=config) as sess:
+            master = sess._target.master
+            real = master._health
+
+            verdict = []
+
+            async def fault(_):
+                async def health(task):  # worker 0 stops answering its Health
+                    if task.name.endswith("/job:worker/replica:0/task:0"):
+                        verdict.append(trio.current_time())
+                        raise af.errors.UnavailableError(None, None, f"{task.name} is dead")
+                    return await real(task)
+
+                monkeypatch.setattr(master, "_health", health)
+
+            await sess.run(put)
+            assert await sess.run(plus) == 2.0
+            assert master.ready(sess._target.cache[((), (plus,), ())])
+            error = await _blocked_two_task_step(sess, servers, plus, fault)
+            assert isinstance(error, af.errors.UnavailableError), repr(error)
+            assert "task:0 is dead" in error.message and not sess.closed
+            # (the autojump clock's time: the grace's deadline would end it at its full length)
+            assert trio.current_time() - verdict[0] < 2 * ABORT_GRACE_S + 1
+            _idle_sane(sess)
+            monkeypatch.setattr(master, "_health", real)
+            await sess.run(put)
+            assert await sess.run(plus) == 2.0
+            await sess.run(put)
+            assert await sess.run(plus) == 2.0  # ready again: the split path
+            _idle_sane(sess)
+
+
+async def test_a_caller_cancelling_a_ready_two_task_step_ends_both_calls(cluster):
+    # The caller's own scope cancelled while both RunGraphs wait (no scope of theirs): each
+    # call ends (its connection closed, not pooled), the step is aborted on both workers,
+    # and the session's next steps go through.
+    spec, servers = cluster
+    graph, put, plus = _two_task_graph()
+    with trio.fail_after(GENEROUS):
+        async with af.Session(graph=graph, cluster=spec) as sess:
+            await sess.run(put)
+            assert await sess.run(plus) == 2.0
+            assert sess._target.master.ready(sess._target.cache[((), (plus,), ())])
+
+            async def fault(nursery):
+                nursery.cancel_scope.cancel()
+
+            error = await _blocked_two_task_step(sess, servers, plus, fault)
+            assert only_cancelled(error), repr(error)  # (its nursery's group of them)
+            assert not sess.closed
+            _idle_sane(sess)
+            for _ in range(2):
+                await sess.run(put)
+                assert await sess.run(plus) == 2.0
+            _idle_sane(sess)
