@@ -206,3 +206,32 @@ async def test_without_file_locks_the_probe_alone_sweeps(monkeypatch):
     listener.socket.close()
     same_host._sweep(same_host.directory())
     assert _files(path) == [False, False]  # refused: swept
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+async def test_a_forked_child_does_not_keep_its_parents_lock():
+    (port,) = free_ports(1)
+    listener, path = same_host.listen(port)
+    done_r, done_w = os.pipe()
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child (its fork hooks have run): says so, lives until the pipe closes
+        try:
+            os.close(done_w)
+            os.write(ready_w, b"r")
+            os.read(done_r, 1)
+        finally:
+            os._exit(0)
+    try:
+        os.close(done_r)
+        os.close(ready_w)
+        assert os.read(ready_r, 1) == b"r"
+        same_host._sweep(same_host.directory())
+        assert _files(path) == [True, True]  # the parent holds it
+        _die(path, listener)  # (the parent's copy closed; the child lives)
+        same_host._sweep(same_host.directory())
+        assert _files(path) == [False, False]
+    finally:
+        os.close(done_w)
+        os.close(ready_r)
+        os.waitpid(pid, 0)

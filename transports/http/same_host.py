@@ -23,17 +23,35 @@ of ``/proc/self/ns/net``, read once per process): client and server meet only wi
 namespace, and a server's ``os.replace`` of a stale file under its name never touches another
 namespace's. Where that file does not exist (not Linux, no /proc) the name is
 ``<kind>-<port>.sock`` as before; a client and server that disagree (one sees /proc, one does
-not) find no socket and talk TCP. The sweep of dead files looks at every namespace's: a file is
-removed only when nobody accepts on it, which holds whichever namespace it was bound in.
+not) find no socket and talk TCP. The sweep of dead files (below) looks at every namespace's: a
+file lock is the file system's, not the namespace's, so a server's lock is seen from any other.
+
+The sweep: a server that died without removing its files (killed) leaves them behind, and every
+server's start removes such files of its directory, connecting to none of them. Before a server
+renames its socket into place it makes (or opens) ``<socket>.lock`` beside it and takes an
+exclusive ``flock`` on it, checks that the file it locked is still the one under that name (a
+sweep may have removed it meanwhile), and holds it until it stops; the kernel drops it when the
+process dies, however it dies. The sweep takes a non-blocking lock on each socket's lock file:
+held means its server lives (or another sweep looks at it): the files stay; taken means its
+server is gone: it removes the socket, if it is still the file it looked at (``os.lstat``
+before and after), then the lock file, while holding the lock. A server taking the same port
+meanwhile waits for that lock (a few 1 ms tries, then TCP only) and renames its socket in only
+after, so a live file is never removed (a probe's refusal followed by ``unlink`` could remove a
+file renamed in between). A lock file alone (a server killed between removing its two files, or
+between its lock and its rename) is removed the same way. A socket file with no lock file is an
+older version's server's: only for those the sweep connects (a probe made and closed at once;
+refused: nobody listens), under a lock file it makes for the look and removes after. Where there
+is no ``fcntl`` (Windows) the sweep probes every socket as before. A child forked by a server
+closes its copies of the lock descriptors (a lock lives while any copy is open).
 
 ``enabled(flag)``: the constructors' ``same_host`` argument; None reads the environment
 variable ``ASYNCFLOW_SAME_HOST`` ("0" disables the path on both sides).
 
 ``ASYNCFLOW_SAME_HOST_DIR`` names another directory for the sockets (the same checks: the
 user's, mode 0700; made so when missing); clients and servers meet only where they agree on it.
-Every server's start probes every socket of its directory (the sweep: a connection made and
-closed at once), so a group of processes that must not see those probes, each a test run's, keeps
-its own (``tests/conftest.py``).
+A socket bound without a lock file (a fake peer of a test) is still probed by the sweep, so a
+group of processes that must not see those probes, each a test run's, keeps its own directory
+(``tests/conftest.py``).
 
 Nothing here knows about asyncflow.
 """
