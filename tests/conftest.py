@@ -34,11 +34,12 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Each test process keeps its servers' same-host sockets in a directory of its own, which the
-# processes its tests start inherit: every server's start probes every socket of its directory
-# (``transports.http.same_host._sweep``: a connection made and closed at once), and a probe from
+# processes its tests start inherit: every server's start sweeps its directory
+# (``transports.http.same_host._sweep``), which probes a socket bound without a lock file (a
+# connection made and closed at once: fake peers, an older checkout's servers), and a probe from
 # another test run on this host (another xdist worker, another checkout's suite) would reach this
-# run's servers and fake peers at any moment: a connection counted at a connection limit, an idle
-# one evicted for it, a fake peer's handshake answer written to a peer already gone (EPIPE).
+# run's fake peers at any moment: a connection counted at a connection limit, an idle one evicted
+# for it, a fake peer's handshake answer written to a peer already gone (EPIPE).
 _SOCKETS = tempfile.mkdtemp(prefix="asyncflow-sockets-")  # (mode 0700: private)
 os.environ["ASYNCFLOW_SAME_HOST_DIR"] = _SOCKETS
 atexit.register(shutil.rmtree, _SOCKETS, True)

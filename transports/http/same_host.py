@@ -23,17 +23,35 @@ of ``/proc/self/ns/net``, read once per process): client and server meet only wi
 namespace, and a server's ``os.replace`` of a stale file under its name never touches another
 namespace's. Where that file does not exist (not Linux, no /proc) the name is
 ``<kind>-<port>.sock`` as before; a client and server that disagree (one sees /proc, one does
-not) find no socket and talk TCP. The sweep of dead files looks at every namespace's: a file is
-removed only when nobody accepts on it, which holds whichever namespace it was bound in.
+not) find no socket and talk TCP. The sweep of dead files (below) looks at every namespace's: a
+file lock is the file system's, not the namespace's, so a server's lock is seen from any other.
+
+The sweep: a server that died without removing its files (killed) leaves them behind, and every
+server's start removes such files of its directory, connecting to none of them. Before a server
+renames its socket into place it makes (or opens) ``<socket>.lock`` beside it and takes an
+exclusive ``flock`` on it, checks that the file it locked is still the one under that name (a
+sweep may have removed it meanwhile), and holds it until it stops; the kernel drops it when the
+process dies, however it dies. The sweep takes a non-blocking lock on each socket's lock file:
+held means its server lives (or another sweep looks at it): the files stay; taken means its
+server is gone: it removes the socket, if it is still the file it looked at (``os.lstat``
+before and after), then the lock file, while holding the lock. A server taking the same port
+meanwhile waits for that lock (a few 1 ms tries, then TCP only) and renames its socket in only
+after, so a live file is never removed (a probe's refusal followed by ``unlink`` could remove a
+file renamed in between). A lock file alone (a server killed between removing its two files, or
+between its lock and its rename) is removed the same way. A socket file with no lock file is an
+older version's server's: only for those the sweep connects (a probe made and closed at once;
+refused: nobody listens), under a lock file it makes for the look and removes after. Where there
+is no ``fcntl`` (Windows) the sweep probes every socket as before. A child forked by a server
+closes its copies of the lock descriptors (a lock lives while any copy is open).
 
 ``enabled(flag)``: the constructors' ``same_host`` argument; None reads the environment
 variable ``ASYNCFLOW_SAME_HOST`` ("0" disables the path on both sides).
 
 ``ASYNCFLOW_SAME_HOST_DIR`` names another directory for the sockets (the same checks: the
 user's, mode 0700; made so when missing); clients and servers meet only where they agree on it.
-Every server's start probes every socket of its directory (the sweep: a connection made and
-closed at once), so a group of processes that must not see those probes, each a test run's, keeps
-its own (``tests/conftest.py``).
+A socket bound without a lock file (a fake peer of a test) is still probed by the sweep, so a
+group of processes that must not see those probes, each a test run's, keeps its own directory
+(``tests/conftest.py``).
 
 Nothing here knows about asyncflow.
 """
@@ -45,9 +63,15 @@ import os
 import socket
 import stat
 import tempfile
+import time
 from typing import Final
 
 import trio
+
+try:
+    import fcntl  # (file locks: the sweep's liveness test)
+except ImportError:  # (Windows: the probe alone)
+    fcntl = None  # type: ignore[assignment]
 
 ENV: str = "ASYNCFLOW_SAME_HOST"
 DIRECTORY_ENV: str = "ASYNCFLOW_SAME_HOST_DIR"  # the sockets' directory instead of the default
@@ -121,7 +145,8 @@ def _private(path: str) -> bool:
 
 def listen(port: int, kind: str = "http") -> tuple[trio.SocketListener, str] | None:
     """A listener on ``socket_path(port, kind)`` and its path, or None when one cannot be made (a
-    directory that is not private, no Unix sockets): the server stays TCP only."""
+    directory that is not private, no Unix sockets, the lock file held): the server stays TCP
+    only. Its lock file (``<path>.lock``) is held until ``unlink(path)``."""
     folder = directory()
     try:
         os.makedirs(folder, mode=0o700, exist_ok=True)
@@ -131,6 +156,11 @@ def listen(port: int, kind: str = "http") -> tuple[trio.SocketListener, str] | N
         return None
     path = socket_path(port, kind)
     _sweep(folder)
+    lock = None
+    if fcntl is not None:  # (held before the file is in place: a live server's lock is taken)
+        lock = _hold(path + LOCK_SUFFIX)
+        if lock is None:
+            return None
     # Bound and listening under a temporary name, then renamed: a file under a port's name
     # always has a listener behind it or is a dead server's (what ``_sweep`` relies on).
     staging = f"{path}.{os.getpid()}.tmp"
@@ -142,40 +172,166 @@ def listen(port: int, kind: str = "http") -> tuple[trio.SocketListener, str] | N
         os.chmod(staging, 0o600)
         sock.listen(128)
         os.replace(staging, path)  # (the TCP port is ours: a file under its name is stale)
+        if lock is not None:
+            _held[path] = (lock, _identity(os.lstat(path)))
     except OSError:
         sock.close()
         with contextlib.suppress(OSError):
             os.unlink(staging)
+        if lock is not None:
+            _release(lock, path + LOCK_SUFFIX)
         return None
     return trio.SocketListener(trio.socket.from_stdlib_socket(sock)), path
 
 
-def _sweep(folder: str, most: int = 256) -> None:
-    """Remove the sockets of servers that died without removing theirs (killed): nobody
-    accepts on them (a connection is refused). At most ``most`` files are looked at."""
+LOCK_SUFFIX: Final = ".lock"
+_HOLD_TRIES: Final = 8  # a lock file a sweep holds for a moment: tries 1 ms apart, then TCP only
+_held: dict[str, tuple[int, tuple[int, int]]] = {}  # socket path -> (lock fd, socket's identity)
+
+
+def _identity(info: os.stat_result) -> tuple[int, int]:
+    return info.st_dev, info.st_ino
+
+
+def _take(lock_path: str, create: bool) -> int | None:
+    """A descriptor of ``lock_path`` locked exclusively (flock), or None: missing (``create``
+    False) or present (``create`` True: made exclusively), held by someone, or no longer the
+    file under that name once locked (a sweep removed it meanwhile)."""
+    flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | (os.O_CREAT | os.O_EXCL if create else 0)
     try:
-        names = [name for name in os.listdir(folder) if name.endswith(".sock")][:most]
+        fd = os.open(lock_path, flags, 0o600)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if _identity(os.fstat(fd)) == _identity(os.lstat(lock_path)):
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
+def _hold(lock_path: str) -> int | None:
+    """The server's lock: ``lock_path`` made or opened and locked, or None after ``_HOLD_TRIES``
+    (held by a live process: another namespace's server cannot share the name, so a fork)."""
+    for attempt in range(_HOLD_TRIES):
+        with contextlib.suppress(OSError):
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            os.close(fd)  # (made if missing; ``_take`` then locks the file under the name)
+        fd = _take(lock_path, create=False)
+        if fd is not None:
+            return fd
+        if attempt + 1 < _HOLD_TRIES:
+            time.sleep(0.001)  # (a sweep holds a lock for a few system calls)
+    return None
+
+
+def _release(fd: int, lock_path: str) -> None:
+    """Remove ``lock_path`` if it is still the file ``fd`` locks, then drop the lock."""
+    with contextlib.suppress(OSError):
+        if _identity(os.lstat(lock_path)) == _identity(os.fstat(fd)):
+            os.unlink(lock_path)
+    os.close(fd)
+
+
+def _sweep(folder: str, most: int = 256) -> None:
+    """Remove the files of servers that died without removing theirs (killed), connecting to
+    none of them: a socket whose lock file can be locked has no server (the kernel drops a dead
+    process's lock). A socket file without a lock file (a server of an older version) is probed
+    as before, under a lock file made for the look. Every removal happens under the lock, of
+    the file looked at (``os.lstat`` before and after). At most ``most`` files are looked at."""
+    try:
+        names = [name for name in os.listdir(folder)
+                 if name.endswith((".sock", ".sock" + LOCK_SUFFIX))][:most]
     except OSError:
         return
+    if fcntl is None:  # (no file locks: the probe alone, as before)
+        for name in names:
+            if name.endswith(".sock"):
+                path = os.path.join(folder, name)
+                if _refused(path):
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)
+        return
+    sockets = {name for name in names if name.endswith(".sock")}
     for name in names:
         path = os.path.join(folder, name)
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        probe.setblocking(False)
-        try:
-            probe.connect(path)
-        except (ConnectionRefusedError, FileNotFoundError):
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-        except OSError:
-            pass  # (a full backlog, EAGAIN: someone listens)
-        finally:
-            probe.close()
+        if name in sockets:
+            _sweep_socket(path)
+        elif name[:-len(LOCK_SUFFIX)] not in sockets:  # a lock file alone: its server died
+            fd = _take(path, create=False)  # (between removing its socket and its lock file)
+            if fd is not None and not os.path.lexists(path[:-len(LOCK_SUFFIX)]):
+                _release(fd, path)
+            elif fd is not None:
+                os.close(fd)
+
+
+def _sweep_socket(path: str) -> None:
+    try:
+        seen = os.lstat(path)
+    except OSError:
+        return
+    if not stat.S_ISSOCK(seen.st_mode):
+        return
+    lock_path = path + LOCK_SUFFIX
+    fd = _take(lock_path, create=False)
+    older = fd is None and not os.path.lexists(lock_path)
+    if older:  # (no lock file: an older server's; a lock made now keeps new servers out)
+        fd = _take(lock_path, create=True)
+    if fd is None:
+        return  # (held: its server lives, or another sweep looks at it)
+    try:
+        now = os.lstat(path)
+        if _identity(now) == _identity(seen) and not (older and not _refused(path)):
+            os.unlink(path)
+    except OSError:
+        pass
+    finally:
+        _release(fd, lock_path)
+
+
+def _refused(path: str) -> bool:
+    """The older sweep's probe: True if connecting to ``path`` is refused (nobody listens)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.setblocking(False)
+    try:
+        probe.connect(path)
+    except (ConnectionRefusedError, FileNotFoundError):
+        return True
+    except OSError:
+        pass  # (a full backlog, EAGAIN: someone listens)
+    finally:
+        probe.close()
+    return False
 
 
 def unlink(path: str) -> None:
-    """Remove a listener's socket file (the server stops)."""
+    """Remove a listener's socket file (the server stops): the file ``listen`` put there, if it
+    still is, and then its lock file, dropping the lock."""
+    held = _held.pop(path, None)
+    if held is None:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        return
+    fd, identity = held
     with contextlib.suppress(OSError):
-        os.unlink(path)
+        if _identity(os.lstat(path)) == identity:
+            os.unlink(path)
+    _release(fd, path + LOCK_SUFFIX)
+
+
+def _forget_locks() -> None:
+    """In a forked child: close its copies of the server's lock descriptors (a lock lives as long
+    as any copy), so that the parent's death frees them."""
+    for fd, _ in _held.values():
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _held.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_locks)
 
 
 async def connect(host: str, port: int, kind: str = "http") -> trio.SocketStream | None:
