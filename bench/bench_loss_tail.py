@@ -6,8 +6,7 @@ from a GEMM as in the step (so its cache state is a step's, not a loop's), then 
 
 - ``four``: ``_FusedMeanSquaredError``, ``_FusedMeanSquaredErrorGrad``, ``SumToShape``,
   ``SigmoidGrad`` (their registered kernels, as the unfused plan runs them);
-- ``whole``: the fused kernel, its compiled pass on this thread;
-- ``split``: the fused kernel over a 2-thread intra-op pool (two chunks at the pairwise root).
+- ``whole``: the fused kernel, its compiled pass on this thread.
 
 The forms alternate, the order rotated each round; the median per form and its ratio to
 ``four`` are printed (the same bits are checked once).
@@ -84,22 +83,16 @@ async def step_figures(args):
 
 
 def kernel_figures(args):
-    from asyncflow.exec import intra_op
     from asyncflow.kernels import squared_error_sigmoid as fused
     from asyncflow.kernels.registry import get_kernel
 
     class Device:
-        def __init__(self, pool):
-            self.intra_op = pool
+        intra_op = None
 
     class Ctx:
-        xp, name, attrs, prepared = np, "Mean", {"sum_to_y": True}, None
+        xp, name, attrs, prepared, device = np, "Mean", {"sum_to_y": True}, None, Device()
 
-        def __init__(self, pool):
-            self.device = Device(pool)
-
-    pool = intra_op.shared_pool(2)
-    one, two = Ctx(None), Ctx(pool)
+    one = Ctx()
     rng = np.random.default_rng(0)
     h = rng.random((256, 256), dtype=np.float32)
     w = (rng.standard_normal((256, 784)) * 0.05).astype(np.float32)
@@ -116,8 +109,7 @@ def kernel_figures(args):
         return loss, kernel("SigmoidGrad")(one, y, dy)[0]
 
     forms = {"four": four,
-             "whole": lambda y: fused._fused_squared_error_sigmoid_grad(one, y, x, grad),
-             "split": lambda y: fused._fused_squared_error_sigmoid_grad(two, y, x, grad)}
+             "whole": lambda y: fused._fused_squared_error_sigmoid_grad(one, y, x, grad)}
 
     def sigmoid_output():
         y = h @ w
@@ -133,7 +125,7 @@ def kernel_figures(args):
     times = {name: [] for name in forms}
     names = list(forms)
     for r in range(args.rounds):
-        for name in names[r % 3:] + names[:r % 3]:
+        for name in names[r % 2:] + names[:r % 2]:
             y = sigmoid_output()
             start = time.perf_counter()
             forms[name](y)
@@ -142,7 +134,6 @@ def kernel_figures(args):
     for name in names:
         median = np.median(times[name])
         print(f"{name:>6}: median {median * 1e6:7.1f} us ({median / base:.3f}x four)")
-    pool.close()
 
 
 if __name__ == "__main__":

@@ -43,8 +43,8 @@ from asyncflow.graph.registry import get_op_def
 FORWARD = "_FusedMeanSquaredError"
 BACKWARD = "_FusedMeanSquaredErrorGrad"
 SIGMOID = "_FusedMeanSquaredErrorSigmoidGrad"
-# Whether the loss and its gradient's sigmoid tail fuse into one node (read at each compile;
-# bench/bench_ab_setting.py turns it off for A/B runs).
+# Whether the loss and its gradient's sigmoid tail fuse into one node (read when a plan is
+# compiled, so an A/B needs a session per form: bench/bench_loss_tail.py's --steps-ab).
 SIGMOID_GRAD = True
 
 

@@ -14,12 +14,12 @@ shape, one compiled pass (``kernels/jit.py``) writing per element
 
 (``twice = (grad / size) * 2``: the gradient kernel's one-pass form, taken there when the loss
 is finite) and numpy's sum of the squares: the same operations in the same order as the four
-kernels, so the same bits. From ``SPLIT_MIN`` elements the pass runs in two chunks on two
-intra-op threads, cut at the root of numpy's pairwise sum (``h = n // 2 - (n // 2) % 8``),
-each summing its own squares, the two sums added in that order: ``sum(s[:h]) + sum(s[h:])``
-is ``s.sum()``'s own last step, so the split keeps the bits too. A loss that is not finite
-(the gradient kernel's other form), other shapes (broadcasting), dtypes, a GPU, or numba
-missing run the four kernels themselves (their registered forms), which stay the reference.
+kernels, so the same bits. The pass runs whole on the calling thread: split in two at the
+root of numpy's pairwise sum (the same bits) it measured slower, 0.77x of the four kernels
+against 0.54x whole, and no faster in the autoencoder's step (bench/RESULTS.md, issue 37's
+review). A loss that is not finite (the gradient kernel's other form), other shapes
+(broadcasting), dtypes, a GPU, or numba missing run the four kernels themselves (their
+registered forms), which stay the reference.
 """
 from __future__ import annotations
 
@@ -32,12 +32,6 @@ from asyncflow.kernels import jit
 from asyncflow.kernels.registry import get_kernel, register_kernel, register_prepare
 
 FUSED = "_FusedMeanSquaredErrorSigmoidGrad"
-# Elements from which the compiled pass splits over two intra-op threads (read at each call;
-# bench/bench_ab_setting.py sets it for A/B runs).
-SPLIT_MIN = 1 << 16
-# numpy sums at most this many values with its eight accumulators, not pairwise: a split
-# needs more (``pairwise_root``).
-PAIRWISE_BLOCK = 128
 
 _local = threading.local()
 
@@ -65,13 +59,6 @@ def _scratch(count, dtype):
     return flat[:count]
 
 
-def pairwise_root(count):
-    """Where numpy's pairwise sum of ``count`` (over ``PAIRWISE_BLOCK``) contiguous values
-    makes its first cut."""
-    half = count // 2
-    return half - half % 8
-
-
 def _fast(ctx, y, x, grad):
     """``(loss, dy)`` by the compiled pass, or None where the four kernels must run."""
     dtype = y.dtype
@@ -87,22 +74,9 @@ def _fast(ctx, y, x, grad):
     one = dtype.type(1)
     flat_y, flat_x = jit.readonly(y.reshape(-1)), jit.readonly(x.reshape(-1))
     out = np.empty(count, dtype)
-    pool = getattr(ctx.device, "intra_op", None)
-    if count < max(SPLIT_MIN, PAIRWISE_BLOCK + 1) or pool is None or pool.threads < 2 or pool.alone():
-        squares = _scratch(count, dtype)
-        _chain(flat_y, flat_x, twice, one, out, squares)
-        total = squares.sum(dtype=dtype)
-    else:
-        sums = {}
-
-        def chunk(start, stop):
-            squares = _scratch(stop - start, dtype)
-            _chain(flat_y[start:stop], flat_x[start:stop], twice, one, out[start:stop], squares)
-            sums[start] = squares.sum(dtype=dtype)
-        root = pairwise_root(count)
-        pool.run(chunk, [(0, root), (root, count)])
-        total = sums[0] + sums[root]
-    loss = total / count
+    squares = _scratch(count, dtype)
+    _chain(flat_y, flat_x, twice, one, out, squares)
+    loss = squares.sum(dtype=dtype) / count
     if not np.isfinite(loss):
         return None
     return np.asarray(loss, dtype), out.reshape(y.shape)
