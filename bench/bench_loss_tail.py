@@ -13,7 +13,8 @@ The forms alternate, the order rotated each round; the median per form and its r
 
 ``--steps-ab ROUNDS`` then times the autoencoder's training step with the fusion and without
 (``fuse_squared_error.SIGMOID_GRAD``), two sessions each compiled under its own setting (the
-switch is read when a plan is compiled, so bench_ab_setting.py's one session cannot A/B it),
+switch is read when a plan is compiled; bench_ab_setting.py shared one session between its forms
+until form_rounds.py gave each form its own, and can A/B it now too),
 rounds of ``--steps`` steps alternating, the order swapped each round: each form's best and
 median round, and the median of the round-by-round ratios (fused / unfused); ``--aa``
 compiles both sessions fused (the form's own noise floor).

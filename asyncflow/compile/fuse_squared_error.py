@@ -44,7 +44,8 @@ FORWARD = "_FusedMeanSquaredError"
 BACKWARD = "_FusedMeanSquaredErrorGrad"
 SIGMOID = "_FusedMeanSquaredErrorSigmoidGrad"
 # Whether the loss and its gradient's sigmoid tail fuse into one node (read when a plan is
-# compiled, so an A/B needs a session per form: bench/bench_loss_tail.py's --steps-ab).
+# compiled, so an A/B needs a session per form: bench/bench_loss_tail.py's --steps-ab, or
+# bench/bench_ab_setting.py, whose forms each have their own session).
 SIGMOID_GRAD = True
 
 
