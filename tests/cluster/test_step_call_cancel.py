@@ -178,16 +178,11 @@ async def test_a_ready_two_task_step_enters_only_its_nursery_scope(cluster, monk
 
 
 def _failing_graph():
-    """Worker 0 waits on an empty queue; worker 1's reshape fails for a feed of 2 values."""
-    with af.Graph().as_default() as graph:
-        with af.device(W0):
-            queue = af.FIFOQueue(4, [af.float32], shapes=[[]], name="q")
-            put = queue.enqueue([af.constant(1.0)])
-            taken = queue.dequeue()
-        with af.device(W1):
-            x = af.placeholder(af.float32, [None], name="x")
-            plus = taken + 1.0
-            bad = af.reshape(x, [3])
+    """``_two_task_graph``'s, with a reshape on worker 1 that fails for a feed of 2 values."""
+    graph, put, plus = _two_task_graph()
+    with graph.as_default(), af.device(W1):
+        x = af.placeholder(af.float32, [None], name="x")
+        bad = af.reshape(x, [3])
     return graph, put, x, [plus, bad]
 
 

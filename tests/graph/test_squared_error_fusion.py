@@ -14,6 +14,7 @@ from asyncflow.compile.fuse_squared_error import fuse_squared_error
 from asyncflow.compile.node_graph import NodeGraph
 from asyncflow.compile.prune import prune
 from gradcheck import check_gradients
+from special_values import assert_same_bits, special_arrays
 
 CPU0 = "/job:localhost/replica:0/task:0/device:CPU:0"
 FUSED = {"_FusedMeanSquaredError", "_FusedMeanSquaredErrorGrad"}
@@ -159,14 +160,6 @@ async def run_steps(optimize_graph, value, target, dtype, steps=3):
     return [r[:3] for r in results], {s.op_type for s in metadata.step_stats}
 
 
-def assert_same_bits(fused, plain):
-    for fused_step, plain_step in zip(fused, plain):
-        for got, want in zip(fused_step, plain_step):
-            got, want = np.asarray(got), np.asarray(want)
-            assert got.dtype == want.dtype and got.shape == want.shape
-            assert got.tobytes() == want.tobytes(), (got, want)
-
-
 @pytest.mark.parametrize("dtype, shape", [
     (np.float32, (256, 784)), (np.float32, (3, 5, 7)), (np.float64, (33, 17)),
     (np.float16, (9, 4)), (np.float32, (1, 1))])
@@ -179,13 +172,6 @@ async def test_fused_steps_give_the_same_bits_as_unfused(dtype, shape):
     assert FUSED <= fused_types and not {"Square", "BroadcastToLike"} & fused_types
     assert not FUSED & plain_types and {"Square", "BroadcastToLike"} <= plain_types
     assert_same_bits(fused, plain)
-
-
-def special_arrays(shape):
-    values = [0.0, -0.0, 1.0, -1.5, 3e38, -3e38, 1e-45, -1e-45, np.inf, -np.inf, np.nan, 2.5e-3]
-    return st.lists(st.sampled_from(values) | st.floats(-1e3, 1e3, width=32),
-                    min_size=int(np.prod(shape)), max_size=int(np.prod(shape))).map(
-        lambda items: np.asarray(items, np.float32).reshape(shape))
 
 
 @settings(max_examples=25, deadline=None)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from special_values import assert_same_bits, special_arrays
 
 import asyncflow as af
 from asyncflow.compile import fuse_squared_error as fusion
@@ -109,14 +110,6 @@ async def run_steps(on, value, target, dtype, threads, steps=2):
     return [r[:3] for r in results], {s.op_type for s in metadata.step_stats}
 
 
-def assert_same_bits(fused, plain):
-    for fused_step, plain_step in zip(fused, plain):
-        for got, want in zip(fused_step, plain_step):
-            got, want = np.asarray(got), np.asarray(want)
-            assert got.dtype == want.dtype and got.shape == want.shape
-            assert got.tobytes() == want.tobytes(), (got, want)
-
-
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("dtype, shape", [
     (np.float32, (256, 784)), (np.float32, (3, 5, 7)), (np.float64, (33, 17)),
@@ -148,13 +141,6 @@ async def test_numpy_form_when_loops_are_off(monkeypatch):
     plain, _ = await run_steps(False, value, target, np.float64, 2)
     assert FUSED in fused_types
     assert_same_bits(fused, plain)
-
-
-def special_arrays(shape):
-    values = [0.0, -0.0, 1.0, -1.5, 3e38, -3e38, 1e-45, -1e-45, np.inf, -np.inf, np.nan, 2.5e-3]
-    return st.lists(st.sampled_from(values) | st.floats(-1e3, 1e3, width=32),
-                    min_size=int(np.prod(shape)), max_size=int(np.prod(shape))).map(
-        lambda items: np.asarray(items, np.float32).reshape(shape))
 
 
 @settings(max_examples=20, deadline=None)
