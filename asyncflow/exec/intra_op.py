@@ -160,12 +160,13 @@ class IntraOpPool:
         self.splits = 0  # kernels split so far (statistics)
         _pools.add(self)
 
-    def run(self, fn, bounds, caller_limit=None):
+    def run(self, fn, bounds, caller_limit=None, waits=False):
         """Run ``fn(start, stop)`` for every ``(start, stop)`` in ``bounds`` and return when all
         finished, raising the first error (chunks not yet started are then skipped). With
         ``caller_limit``, the calling thread computes at most that many chunks: the chunks
         no worker started by then are withdrawn and returned (run none of them), so a
-        caller on the event loop holds it for ``caller_limit`` chunks at most.
+        caller on the event loop holds it for ``caller_limit`` chunks at most. ``waits``:
+        a chunk waits for another's result (``wait``, which only then knows the split).
 
         The chunks form one queue that the calling thread and up to ``threads - 1`` workers
         take from in order. The caller never waits for a worker that has not started: once
@@ -173,7 +174,7 @@ class IntraOpPool:
         chunks being computed. On a loaded machine, where a woken worker may not get a core
         for milliseconds, the caller then does the work itself instead of idling.
         """
-        queue = _ChunkQueue(bounds, fn)
+        queue = _ChunkQueue(bounds, fn, waits)
         # Inside a chunk of ``run_alone`` every thread is taken: no helpers (the same chunks,
         # in order, on this thread: the same bits).
         helpers = 0 if getattr(whole, "active", False) else min(self.threads, len(bounds)) - 1
@@ -213,7 +214,8 @@ class IntraOpPool:
 
     @staticmethod
     def wait(event):
-        """Wait in a chunk for ``event``, which another chunk of the same split sets: True
+        """Wait in a chunk of a split run with ``waits=True`` for ``event``, which another
+        chunk of the same split sets: True
         once it is set; False when the split stopped first (a chunk failed, or its caller
         was interrupted: Ctrl-C), seen within ``WAIT_SLICE_S``: the chunk then returns
         without its work and the split raises the error. A chunk's plain ``event.wait()``
@@ -349,7 +351,8 @@ class _ChunkQueue:
     """The chunks of one split, taken in order by whichever thread asks next: the caller
     (``drain``, then ``finish``) and the workers it handed the split to (``help``)."""
 
-    def __init__(self, bounds, fn=None):
+    def __init__(self, bounds, fn=None, waits=False):
+        self.waits = waits  # its chunks wait for each other (``IntraOpPool.wait``)
         self._bounds = list(bounds)
         self._next = 0
         self._lock = threading.Lock()
@@ -425,22 +428,27 @@ class _ChunkQueue:
         """Compute chunks until none is left (``limit`` of them at most); a chunk's error
         stops the split (``stopped``: the other threads start no chunk, their waits end)
         and is kept for the caller to raise. The thread's split is this one meanwhile
-        (``_current``: a nested split's drain restores the outer one)."""
+        (``_current``, where its chunks wait: a nested split's drain restores the outer)."""
+        if not self.waits:
+            return self._drain(fn, limit)
         outer = getattr(_current, "queue", None)
         _current.queue = self
         try:
-            taken = 0
-            while (limit is None or taken < limit) and (chunk := self._take()) is not None:
-                taken += 1
-                try:
-                    fn(*chunk)
-                except BaseException as exc:  # noqa: BLE001 -- the caller re-raises the first
-                    self.stopped = True  # (first: no call before it, where a signal raises)
-                    with self._lock:
-                        if self.error is None:
-                            self.error = exc
+            self._drain(fn, limit)
         finally:
             _current.queue = outer
+
+    def _drain(self, fn, limit):
+        taken = 0
+        while (limit is None or taken < limit) and (chunk := self._take()) is not None:
+            taken += 1
+            try:
+                fn(*chunk)
+            except BaseException as exc:  # noqa: BLE001 -- the caller re-raises the first
+                self.stopped = True  # (first: no call before it, where a signal raises)
+                with self._lock:
+                    if self.error is None:
+                        self.error = exc
 
 
 _shared = {}

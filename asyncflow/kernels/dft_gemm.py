@@ -477,7 +477,8 @@ def _blocks_then(ctx, blocks, block, work, then, count, then_work, then_bytes):
             if not pool.wait(event):  # the split stopped: it raises the error
                 return
         then(*chunks[index - len(blocks)])
-    pool.run(task, [(index, index + 1) for index in range(len(blocks) + len(chunks))])
+    pool.run(task, [(index, index + 1) for index in range(len(blocks) + len(chunks))],
+             waits=True)
 
 
 def _blocks(n, item_bytes):

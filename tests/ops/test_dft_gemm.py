@@ -244,12 +244,12 @@ def chunk_started(monkeypatch, ctx, blocks):
     pool = ctx.device.intra_op
     run = pool.run
 
-    def watched(fn, bounds, caller_limit=None):
+    def watched(fn, bounds, caller_limit=None, waits=False):
         def task(start, stop):
             if start >= len(blocks):
                 started.set()
             return fn(start, stop)
-        return run(task, bounds, caller_limit)
+        return run(task, bounds, caller_limit, waits)
     monkeypatch.setattr(pool, "run", watched)
     return started
 
