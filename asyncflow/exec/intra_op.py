@@ -5,7 +5,10 @@ bounds)`` puts the chunks in a queue that the calling thread (the executor's thr
 worker thread an offloaded kernel runs on) and the pool's workers drain together; the caller
 waits only for chunks a worker is computing, never for a worker still to be scheduled (it
 withdraws those hand-offs), and the first error of a chunk is raised after every started
-chunk finished, so no chunk still writes into an output the kernel gave up. Which thread
+chunk finished, so no chunk still writes into an output the kernel gave up. A failed chunk,
+or the caller interrupted anywhere in the split (Ctrl-C), stops it: no chunk starts then, and
+a chunk waiting for another chunk's result (``IntraOpPool.wait``) returns, so the caller's
+wait for the workers ends within a chunk's time and the interrupt goes up. Which thread
 computes a chunk does not change its bits: chunks are fixed before the split and BLAS runs
 one thread each. Workers never wait on the pool, so kernels splitting at the same time
 (independent ops overlapping: inter-op parallelism) cannot deadlock; they share the threads.
@@ -38,6 +41,10 @@ import threading
 import weakref
 
 whole = threading.local()  # ``active``: kernels run whole here (``run_alone``, a lane)
+_current = threading.local()  # ``queue``: the split whose chunk this thread computes
+# A chunk waiting for another chunk (``IntraOpPool.wait``) looks this often whether the split
+# stopped (failed or interrupted): a stopped split's waits end within it.
+WAIT_SLICE_S = 0.05
 _blas_lock = threading.Lock()
 _blas_users = 0        # holds: the process's claim and every running split
 _blas_restore = None   # threadpoolctl's limiters of the holds, oldest first (``_Limiters``)
@@ -153,12 +160,13 @@ class IntraOpPool:
         self.splits = 0  # kernels split so far (statistics)
         _pools.add(self)
 
-    def run(self, fn, bounds, caller_limit=None):
+    def run(self, fn, bounds, caller_limit=None, waits=False):
         """Run ``fn(start, stop)`` for every ``(start, stop)`` in ``bounds`` and return when all
         finished, raising the first error (chunks not yet started are then skipped). With
         ``caller_limit``, the calling thread computes at most that many chunks: the chunks
         no worker started by then are withdrawn and returned (run none of them), so a
-        caller on the event loop holds it for ``caller_limit`` chunks at most.
+        caller on the event loop holds it for ``caller_limit`` chunks at most. ``waits``:
+        a chunk waits for another's result (``wait``, which only then knows the split).
 
         The chunks form one queue that the calling thread and up to ``threads - 1`` workers
         take from in order. The caller never waits for a worker that has not started: once
@@ -166,18 +174,24 @@ class IntraOpPool:
         chunks being computed. On a loaded machine, where a woken worker may not get a core
         for milliseconds, the caller then does the work itself instead of idling.
         """
-        queue = _ChunkQueue(bounds, fn)
+        queue = _ChunkQueue(bounds, fn, waits)
         # Inside a chunk of ``run_alone`` every thread is taken: no helpers (the same chunks,
         # in order, on this thread: the same bits).
         helpers = 0 if getattr(whole, "active", False) else min(self.threads, len(bounds)) - 1
         _hold_blas_single_thread()
+        done = False
         try:
             if helpers > 0 and (workers := self._workers()) is not None:
                 workers.post(queue.help, helpers)
             queue.drain(fn, caller_limit)
-            withdrawn = queue.finish()  # waits only for chunks a worker is computing
+            done = True
         finally:
-            _release_blas()
+            if not done:  # interrupted outside a chunk (Ctrl-C): no chunk starts now, and
+                queue.stopped = True  # the chunks' waits end (``wait``); raised after finish
+            try:
+                withdrawn = queue.finish()  # waits only for chunks a worker is computing
+            finally:
+                _release_blas()
         with self._lock:
             self.splits += 1
         if queue.error is not None:
@@ -197,6 +211,20 @@ class IntraOpPool:
             finally:
                 whole.active = was
         return self.run(alone, bounds, caller_limit)
+
+    @staticmethod
+    def wait(event):
+        """Wait in a chunk of a split run with ``waits=True`` for ``event``, which another
+        chunk of the same split sets: True
+        once it is set; False when the split stopped first (a chunk failed, or its caller
+        was interrupted: Ctrl-C), seen within ``WAIT_SLICE_S``: the chunk then returns
+        without its work and the split raises the error. A chunk's plain ``event.wait()``
+        would wait forever for a chunk that never runs, and the split's caller with it."""
+        queue = getattr(_current, "queue", None)
+        while not event.wait(WAIT_SLICE_S):
+            if queue is not None and queue.stopped:
+                return False
+        return queue is None or not queue.stopped
 
     @staticmethod
     def alone():
@@ -323,7 +351,8 @@ class _ChunkQueue:
     """The chunks of one split, taken in order by whichever thread asks next: the caller
     (``drain``, then ``finish``) and the workers it handed the split to (``help``)."""
 
-    def __init__(self, bounds, fn=None):
+    def __init__(self, bounds, fn=None, waits=False):
+        self.waits = waits  # its chunks wait for each other (``IntraOpPool.wait``)
         self._bounds = list(bounds)
         self._next = 0
         self._lock = threading.Lock()
@@ -332,10 +361,11 @@ class _ChunkQueue:
         self._active = 0      # workers computing chunks of it
         self._waiter = None   # the caller's lock, released by the last active worker
         self.error = None
+        self.stopped = False  # failed or interrupted: no chunk starts now, waits end
 
     def _take(self):
         with self._lock:
-            if self.error is not None or self._next >= len(self._bounds):
+            if self.stopped or self._next >= len(self._bounds):
                 return None
             self._next += 1
             return self._bounds[self._next - 1]
@@ -376,6 +406,7 @@ class _ChunkQueue:
         try:
             waiter.acquire()
         except BaseException as exc:  # a signal's (Ctrl-C): the chunks still write, wait
+            self.stopped = True  # (for them only: their waits end, ``IntraOpPool.wait``)
             self._wait_out(waiter)
             raise exc
         return left
@@ -394,12 +425,27 @@ class _ChunkQueue:
                 continue
 
     def drain(self, fn, limit=None):
+        """Compute chunks until none is left (``limit`` of them at most); a chunk's error
+        stops the split (``stopped``: the other threads start no chunk, their waits end)
+        and is kept for the caller to raise. The thread's split is this one meanwhile
+        (``_current``, where its chunks wait: a nested split's drain restores the outer)."""
+        if not self.waits:
+            return self._drain(fn, limit)
+        outer = getattr(_current, "queue", None)
+        _current.queue = self
+        try:
+            self._drain(fn, limit)
+        finally:
+            _current.queue = outer
+
+    def _drain(self, fn, limit):
         taken = 0
         while (limit is None or taken < limit) and (chunk := self._take()) is not None:
             taken += 1
             try:
                 fn(*chunk)
             except BaseException as exc:  # noqa: BLE001 -- the caller re-raises the first
+                self.stopped = True  # (first: no call before it, where a signal raises)
                 with self._lock:
                     if self.error is None:
                         self.error = exc

@@ -443,7 +443,9 @@ def _blocks_then(ctx, blocks, block, work, then, count, then_work, then_bytes):
     on two threads, one core idled 1.5-2.5 ms at the blocks' end, bench/RESULTS.md
     2026-12-07, c41conv). Each block's part before its ``yield`` (the spectra ``then``
     reads) is done before any chunk of ``then`` starts: a chunk taken early waits for it
-    (every block was taken before it, by a running thread). The same calls as the blocks,
+    (every block was taken before it, by a running thread), through the pool (``wait``), so
+    that a block failing or interrupted (Ctrl-C) anywhere ends the wait instead of leaving
+    the chunk, and the split's caller, waiting forever. The same calls as the blocks,
     then ``then`` over its chunks, in order on one thread: the same bits."""
     pool = getattr(ctx.device, "intra_op", None)
     per_chunk = max(1, intra_op.CHUNK_BYTES // then_bytes) if then_bytes else count
@@ -462,26 +464,21 @@ def _blocks_then(ctx, blocks, block, work, then, count, then_work, then_bytes):
             then(start, stop)
         return
     ready = [threading.Event() for _ in blocks]
-    failed = []
 
     def task(index, _):
         if index < len(blocks):
             steps = block(*blocks[index])
-            try:
-                next(steps, None)
-            except BaseException:
-                failed.append(index)
-                raise
-            finally:
-                ready[index].set()
-            for _ in steps:
+            next(steps, None)
+            ready[index].set()  # (set only when done: if the block fails or is interrupted
+            for _ in steps:     # first, the split stops and the chunks' waits end)
                 pass
             return
         for event in ready:
-            event.wait()
-        if not failed:  # (else the run raises the block's error)
-            then(*chunks[index - len(blocks)])
-    pool.run(task, [(index, index + 1) for index in range(len(blocks) + len(chunks))])
+            if not pool.wait(event):  # the split stopped: it raises the error
+                return
+        then(*chunks[index - len(blocks)])
+    pool.run(task, [(index, index + 1) for index in range(len(blocks) + len(chunks))],
+             waits=True)
 
 
 def _blocks(n, item_bytes):

@@ -317,3 +317,52 @@ def test_a_signal_after_the_shutdowns_orderly_stop_exits_with_its_status(sig, mo
     assert proc.returncode == STATUS[sig], (proc.returncode, err)
     assert "Traceback" not in err, err
     assert "stopped: Shutdown received" in out
+
+
+def _threads_cpu_s(pid):
+    """CPU seconds each thread of the process has used, by thread id, from /proc."""
+    seconds = {}
+    for thread in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{thread}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        seconds[thread] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return seconds
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a split needs two cores")
+def test_a_worker_in_a_split_kernel_exits_on_ctrl_c():
+    # SIGINT while the step's one kernel, a matmul split by rows over the CPU device's
+    # intra-op pool, runs on two of the worker's threads at once (the split's caller and a
+    # pool worker, each seen gaining CPU time in /proc): the split's chunks being computed
+    # and waited for keep neither the stop nor the exit (status 130) past the bound.
+    worker = WorkerProcess({"worker": ["127.0.0.1:0"]}, "worker", 0, port=0).start()
+    graph = af.Graph()
+    with graph.as_default(), af.device(TASK + "/device:CPU:0"):
+        shape = af.placeholder(af.int32, [2])  # (fed: nothing to fold, the fill is cheap)
+        a = af.fill(shape, 0.5)  # [8000, 8000]: a TFLOP, many seconds on two cores
+        y = af.reduce_sum(af.matmul(a, a))
+    took = []
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            async def step():
+                with pytest.raises(af.errors.OpError):
+                    async with af.Session(graph=graph,
+                                          cluster={"worker": [worker.address]}) as sess:
+                        await sess.run(y, {shape: [8000, 8000]})
+            nursery.start_soon(step)
+            before = _threads_cpu_s(worker.pid)
+            with trio.fail_after(START_S):
+                while sum(seconds >= before.get(thread, 0.0) + 0.5 for thread, seconds in
+                          _threads_cpu_s(worker.pid).items()) < 2:  # the split runs
+                    await trio.sleep(0.05)
+            took.append(await trio.to_thread.run_sync(_exit_s, worker.proc, signal.SIGINT))
+    try:
+        trio.run(main)
+    finally:
+        worker.kill()
+    assert took[0] < EXIT_BOUND_S
+    assert worker.proc.returncode == STATUS[signal.SIGINT]

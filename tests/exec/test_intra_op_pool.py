@@ -322,3 +322,81 @@ def test_an_interrupted_caller_waits_for_the_chunk_a_worker_computes():
         signal.signal(signal.SIGUSR1, previous)
         pool.close()
     assert seen == [True]
+
+
+def bounded(fn, timeout=60):
+    """``fn()`` on a thread of its own, joined for ``timeout`` seconds (a hang fails the test
+    instead of hanging it); returns what it raised (None: it returned)."""
+    outcome = []
+
+    def run():
+        try:
+            fn()
+        except BaseException as exc:  # noqa: BLE001 -- returned to the test
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    assert not thread.is_alive(), f"hung for {timeout} s"
+    return outcome[0]
+
+
+def waits_in_finish_or_returned(ident, returned):
+    """Until the thread ``ident`` waits in the split's ``finish`` for a worker's chunk, or
+    ``returned`` is set (10 s at most)."""
+    for _ in range(10000):
+        frame = sys._current_frames().get(ident)
+        if returned.is_set() or (frame is not None and frame.f_code.co_name in (
+                "finish", "_wait_out")):
+            return
+        returned.wait(0.001)
+
+
+def test_a_caller_interrupted_between_two_chunks_stops_the_split_and_waits_for_it(
+        monkeypatch):
+    """KeyboardInterrupt raised in the caller outside any chunk (it took a chunk from the
+    queue and has not started it: ``drain`` outside its ``try``) stops the split: the chunk
+    is never computed, no worker starts another, and the interrupt goes up only once the
+    chunk a worker computes ended. (It used to go up at once, the worker taking the
+    remaining chunks after it.)"""
+    pool = intra_op.IntraOpPool(2)
+    caller, log, lock = [], [], threading.Lock()
+    worker_started, caller_took, returned = (threading.Event(), threading.Event(),
+                                             threading.Event())
+    take = intra_op._ChunkQueue._take
+
+    def taken(queue):
+        chunk = take(queue)
+        if chunk is not None and threading.get_ident() == caller[0] and not caller_took.is_set():
+            assert worker_started.wait(30)
+            caller_took.set()
+            raise KeyboardInterrupt
+        return chunk
+    monkeypatch.setattr(intra_op._ChunkQueue, "_take", taken)
+
+    def chunk(start, stop):
+        with lock:
+            log.append(("start", start))
+        if threading.get_ident() != caller[0]:
+            worker_started.set()
+            assert caller_took.wait(30)
+            waits_in_finish_or_returned(caller[0], returned)
+        with lock:
+            log.append(("end", start))
+
+    def split():
+        caller.append(threading.get_ident())
+        try:
+            pool.run(chunk, [(i, i + 1) for i in range(4)])
+        finally:
+            with lock:
+                log.append("returned")
+            returned.set()
+    try:
+        assert isinstance(bounded(split), KeyboardInterrupt)
+    finally:
+        pool.close(30)
+    assert len(log) == 3 and log[0][0] == "start" and log[1] == ("end", log[0][1]), log
+    assert log[2] == "returned", log

@@ -244,12 +244,12 @@ def chunk_started(monkeypatch, ctx, blocks):
     pool = ctx.device.intra_op
     run = pool.run
 
-    def watched(fn, bounds, caller_limit=None):
+    def watched(fn, bounds, caller_limit=None, waits=False):
         def task(start, stop):
             if start >= len(blocks):
                 started.set()
             return fn(start, stop)
-        return run(task, bounds, caller_limit)
+        return run(task, bounds, caller_limit, waits)
     monkeypatch.setattr(pool, "run", watched)
     return started
 
@@ -334,3 +334,77 @@ def test_the_one_queue_gives_the_bits_of_the_blocks_then_the_chunks(threads, dty
             got[one_queue] = dft_gemm.backprop_both(ctx, plan, x, f, grad, np.empty_like(x))
         for a, b in zip(got[True], got[False]):
             assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+def split_in_a_thread(fn, timeout=60):
+    """``fn()`` on a thread of its own, joined for ``timeout`` seconds (a hang fails the test
+    instead of hanging it); returns what it raised (None: it returned)."""
+    outcome = []
+
+    def run():
+        try:
+            fn()
+        except BaseException as exc:  # noqa: BLE001 -- returned to the test
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    assert not thread.is_alive(), f"the split hung for {timeout} s"
+    return outcome[0]
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("where", ["call", "spectra", "taken"])
+def test_a_block_interrupted_while_a_chunk_waits_for_it_ends_the_split(threads, where,
+                                                                      small_chunks,
+                                                                      monkeypatch):
+    """KeyboardInterrupt (Ctrl-C) in the second block's task while a chunk of the filter
+    gradient waits for that block's spectra: as the block is called (before the task's
+    ``try`` it had: the chunk, and the pool's caller with it, waited forever), in its
+    spectra, and on the pool's caller right after it took the block from the queue (it never
+    runs it). The interrupt reaches the caller, no chunk of the filter gradient runs, and
+    every worker is free again (none waits for the spectra: the block the caller took and
+    dropped used to keep a worker's chunk waiting forever)."""
+    from asyncflow.exec import intra_op as pool_module
+    ctx = KernelContext({}, threads)
+    pool = pool_module.IntraOpPool(threads)
+    monkeypatch.setattr(ctx.device, "intra_op", pool)
+    blocks = [(0, 3), (3, 6)]
+    started = chunk_started(monkeypatch, ctx, blocks)
+    ran, caller = [], []
+
+    def spectra(first):
+        if where == "spectra" and first == 3:
+            raise KeyboardInterrupt
+        yield
+
+    def block(first, last):
+        if first == 3 and where != "taken":
+            assert started.wait(60), "no thread took a chunk while a block computed"
+            if where == "call":
+                raise KeyboardInterrupt
+        return spectra(first)
+    if where == "taken":  # (the caller's first take: a block, the queue's first tasks)
+        take = pool_module._ChunkQueue._take
+
+        def taken(queue):
+            chunk = take(queue)
+            if threading.get_ident() == caller[0] and len(caller) == 1:
+                caller.append(chunk)
+                raise KeyboardInterrupt
+            return chunk
+        monkeypatch.setattr(pool_module._ChunkQueue, "_take", taken)
+
+    def backprop():
+        caller.append(threading.get_ident())
+        dft_gemm._blocks_then(ctx, blocks, block, 1 << 22,
+                              lambda start, stop: ran.append(start), 4, 1 << 20, 1024)
+    try:
+        assert isinstance(split_in_a_thread(backprop), KeyboardInterrupt)
+    finally:
+        workers = list(pool._executor._threads)
+        pool.close(10)
+    assert not ran
+    assert not any(worker.is_alive() for worker in workers), "a worker still waits"
