@@ -235,3 +235,26 @@ async def test_a_forked_child_does_not_keep_its_parents_lock():
         os.close(done_w)
         os.close(ready_r)
         os.waitpid(pid, 0)
+
+
+async def test_a_listen_that_cannot_make_its_socket_gives_its_lock_back(monkeypatch):
+    """No Unix socket to be had (EMFILE, no AF_UNIX): TCP only, as the docstring says, and the
+    lock taken for it is dropped and its file removed (a lock kept would hold the name for the
+    process's life: its sweep could never remove it, its next server there TCP only)."""
+    (port,) = free_ports(1)
+    path = same_host.socket_path(port)
+    made = socket.socket
+
+    def no_unix_socket(family=-1, *args, **kwargs):
+        if family == socket.AF_UNIX:
+            raise OSError(24, "Too many open files")
+        return made(family, *args, **kwargs)
+
+    monkeypatch.setattr(same_host.socket, "socket", no_unix_socket)
+    assert same_host.listen(port) is None
+    monkeypatch.undo()
+    assert path not in same_host._held and _files(path) == [False, False]
+    listener, again = same_host.listen(port)  # (the lock is free: same-host again)
+    await listener.aclose()
+    same_host.unlink(again)
+    assert _files(path) == [False, False]

@@ -164,8 +164,9 @@ def listen(port: int, kind: str = "http") -> tuple[trio.SocketListener, str] | N
     # Bound and listening under a temporary name, then renamed: a file under a port's name
     # always has a listener behind it or is a dead server's (what ``_sweep`` relies on).
     staging = f"{path}.{os.getpid()}.tmp"
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = None
     try:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # (EMFILE, no AF_UNIX: TCP)
         with contextlib.suppress(OSError):
             os.unlink(staging)
         sock.bind(staging)
@@ -175,9 +176,10 @@ def listen(port: int, kind: str = "http") -> tuple[trio.SocketListener, str] | N
         if lock is not None:
             _held[path] = (lock, _identity(os.lstat(path)))
     except OSError:
-        sock.close()
-        with contextlib.suppress(OSError):
-            os.unlink(staging)
+        if sock is not None:
+            sock.close()
+            with contextlib.suppress(OSError):
+                os.unlink(staging)
         if lock is not None:
             _release(lock, path + LOCK_SUFFIX)
         return None
