@@ -235,3 +235,52 @@ async def test_a_forked_child_does_not_keep_its_parents_lock():
         os.close(done_w)
         os.close(ready_r)
         os.waitpid(pid, 0)
+
+
+async def test_a_listen_that_cannot_make_its_socket_gives_its_lock_back(monkeypatch):
+    """No Unix socket to be had (EMFILE, no AF_UNIX): TCP only, as the docstring says, and the
+    lock taken for it is dropped and its file removed (a lock kept would hold the name for the
+    process's life: its sweep could never remove it, its next server there TCP only)."""
+    (port,) = free_ports(1)
+    path = same_host.socket_path(port)
+    made = socket.socket
+
+    def no_unix_socket(family=-1, *args, **kwargs):
+        if family == socket.AF_UNIX:
+            raise OSError(24, "Too many open files")
+        return made(family, *args, **kwargs)
+
+    monkeypatch.setattr(same_host.socket, "socket", no_unix_socket)
+    assert same_host.listen(port) is None
+    monkeypatch.undo()
+    assert path not in same_host._held and _files(path) == [False, False]
+    listener, again = same_host.listen(port)  # (the lock is free: same-host again)
+    await listener.aclose()
+    same_host.unlink(again)
+    assert _files(path) == [False, False]
+
+
+async def test_an_older_servers_live_socket_under_a_dead_servers_lock_file_is_not_swept():
+    """A server killed leaves both files; an older version's server (no lock files: its own sweep
+    probes ``.sock`` files alone, and its start ``os.replace``s the port's name) then takes the
+    port, under the lock file nobody holds. Its socket is live: a taken lock is no proof there."""
+    (port,) = free_ports(1)
+    dead, path = same_host.listen(port)
+    _die(path, dead)
+    os.link(path, path + ".kept")  # (its inode kept in use: not the older socket's number)
+    os.unlink(path)  # (the older server's sweep: refused)
+    older = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        older.bind(path + ".older.tmp")
+        older.listen(8)
+        os.replace(path + ".older.tmp", path)
+        assert _files(path) == [True, True]
+        same_host._sweep(same_host.directory())
+        assert os.path.lexists(path)  # (the lock file may go: the socket is then an older one's)
+        same_host._sweep(same_host.directory())
+        assert os.path.lexists(path)
+    finally:
+        older.close()
+        os.unlink(path + ".kept")
+    same_host._sweep(same_host.directory())
+    assert _files(path) == [False, False]  # (its server gone: swept)

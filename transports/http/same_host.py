@@ -34,7 +34,9 @@ sweep may have removed it meanwhile), and holds it until it stops; the kernel dr
 process dies, however it dies. The sweep takes a non-blocking lock on each socket's lock file:
 held means its server lives (or another sweep looks at it): the files stay; taken means its
 server is gone: it removes the socket, if it is still the file it looked at (``os.lstat``
-before and after), then the lock file, while holding the lock. A server taking the same port
+before and after) and the one its server wrote into the lock file once in place (another, an
+older version's server that took the port under a dead server's lock file, is probed first),
+then the lock file, while holding the lock. A server taking the same port
 meanwhile waits for that lock (a few 1 ms tries, then TCP only) and renames its socket in only
 after, so a live file is never removed (a probe's refusal followed by ``unlink`` could remove a
 file renamed in between). A lock file alone (a server killed between removing its two files, or
@@ -164,8 +166,9 @@ def listen(port: int, kind: str = "http") -> tuple[trio.SocketListener, str] | N
     # Bound and listening under a temporary name, then renamed: a file under a port's name
     # always has a listener behind it or is a dead server's (what ``_sweep`` relies on).
     staging = f"{path}.{os.getpid()}.tmp"
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = None
     try:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # (EMFILE, no AF_UNIX: TCP)
         with contextlib.suppress(OSError):
             os.unlink(staging)
         sock.bind(staging)
@@ -173,11 +176,15 @@ def listen(port: int, kind: str = "http") -> tuple[trio.SocketListener, str] | N
         sock.listen(128)
         os.replace(staging, path)  # (the TCP port is ours: a file under its name is stale)
         if lock is not None:
-            _held[path] = (lock, _identity(os.lstat(path)))
+            placed = os.lstat(path)
+            os.ftruncate(lock, 0)  # (a dead server's lock file: its socket's name replaced)
+            os.pwrite(lock, _named(placed), 0)
+            _held[path] = (lock, _identity(placed))
     except OSError:
-        sock.close()
-        with contextlib.suppress(OSError):
-            os.unlink(staging)
+        if sock is not None:
+            sock.close()
+            with contextlib.suppress(OSError):
+                os.unlink(staging)
         if lock is not None:
             _release(lock, path + LOCK_SUFFIX)
         return None
@@ -191,6 +198,12 @@ _held: dict[str, tuple[int, tuple[int, int]]] = {}  # socket path -> (lock fd, s
 
 def _identity(info: os.stat_result) -> tuple[int, int]:
     return info.st_dev, info.st_ino
+
+
+def _named(info: os.stat_result) -> bytes:
+    """What a lock file holds: the socket its server put in place (its change time too: a
+    file system reuses a removed file's inode number at once)."""
+    return b"%x-%x-%x\n" % (*_identity(info), info.st_ctime_ns)
 
 
 def _take(lock_path: str, create: bool) -> int | None:
@@ -282,8 +295,13 @@ def _sweep_socket(path: str) -> None:
     if fd is None:
         return  # (held: its server lives, or another sweep looks at it)
     try:
+        # The socket its lock file names is its dead server's; another (an older version's
+        # server took the port, replacing the socket under a dead server's lock file, or one
+        # killed before it wrote the name) is removed only when refused. A live server of this
+        # version is never reached: it holds its lock.
         now = os.lstat(path)
-        if _identity(now) == _identity(seen) and not (older and not _refused(path)):
+        if _identity(now) == _identity(seen) and (
+                (not older and os.pread(fd, 64, 0) == _named(seen)) or _refused(path)):
             os.unlink(path)
     except OSError:
         pass
