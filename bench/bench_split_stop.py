@@ -3,7 +3,10 @@ read per chunk taken, the thread's split kept per ``drain``, the caller's ``done
 nested ``try``) against the pool before it: that revision's ``asyncflow/exec/intra_op.py``
 (``git show REV:...``) loaded as a module of its own, both pools of 2 threads, alternating in
 one process. Splits of two empty chunks (the hand-off's cost alone) and of two numpy chunks
-of ~350 us. Prints each form's median per split and the ratio new/old per round.
+of ~350 us. Prints each form's median per split and the ratio new/old per round. Both
+modules' BLAS is claimed first, as a CPU device does: unclaimed, every split limits and
+restores BLAS through threadpoolctl (~23 us of a ~27 us empty split here), a cost no
+device's split pays and one that hid the pool's own.
 
     python bench/bench_split_stop.py [REV (default: 293bb0d~1)] [rounds (default: 8)]
 """
@@ -41,7 +44,10 @@ def per_split(pool, fn, splits):
 def main():
     rev = sys.argv[1] if len(sys.argv) > 1 else "293bb0d~1"
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 8
-    pools = {"old": old_module(rev).IntraOpPool(2), "new": intra_op.IntraOpPool(2)}
+    before = old_module(rev)
+    for module in (before, intra_op):
+        module.claim_blas()  # (as a device does: no threadpoolctl call per split)
+    pools = {"old": before.IntraOpPool(2), "new": intra_op.IntraOpPool(2)}
     a = np.random.default_rng(0).standard_normal((2, 200_000))
     out = np.empty_like(a)
 
