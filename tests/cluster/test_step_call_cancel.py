@@ -129,6 +129,12 @@ def _two_task_graph():
     return graph, put, plus
 
 
+async def _one_step(sess, put, plus):
+    """One two-task step: a value put on worker 0's queue, taken and read on worker 1."""
+    await sess.run(put)
+    assert await sess.run(plus) == 2.0
+
+
 async def test_a_close_ends_a_ready_two_task_step_without_a_scope(cluster):
     # The session's run scope is one CallCancel, split one a RunGraph: the close ends both
     # calls, the step raises the closed session's CancelledError, both workers' steps end.
@@ -136,8 +142,7 @@ async def test_a_close_ends_a_ready_two_task_step_without_a_scope(cluster):
     graph, put, plus = _two_task_graph()
     with trio.fail_after(GENEROUS):
         async with af.Session(graph=graph, cluster=spec) as sess:
-            await sess.run(put)
-            assert await sess.run(plus) == 2.0  # registered: ready
+            await _one_step(sess, put, plus)  # registered: ready
             run = sess._target.cache[((), (plus,), ())]
             assert len(run.task_graphs) == 2 and sess._target.master.ready(run)
             scopes = await _scopes_while_waiting(sess, servers["worker:0"], plus)
@@ -167,13 +172,11 @@ async def test_a_ready_two_task_step_enters_only_its_nursery_scope(cluster, monk
                 return real(*args, **kwargs)
 
             monkeypatch.setattr(trio, "CancelScope", counting)
-            await sess.run(put)
-            assert await sess.run(plus) == 2.0
+            await _one_step(sess, put, plus)
             assert made  # (the counting counts: the first steps' scopes)
             for _ in range(3):
                 made.clear()
-                await sess.run(put)
-                assert await sess.run(plus) == 2.0
+                await _one_step(sess, put, plus)
                 assert made == []
 
 
@@ -288,8 +291,7 @@ async def test_the_watchdog_declaring_a_task_dead_ends_a_ready_two_task_step(
 
                 monkeypatch.setattr(master, "_health", health)
 
-            await sess.run(put)
-            assert await sess.run(plus) == 2.0
+            await _one_step(sess, put, plus)
             assert master.ready(sess._target.cache[((), (plus,), ())])
             error = await _blocked_two_task_step(sess, servers, plus, fault)
             assert isinstance(error, af.errors.UnavailableError), repr(error)
@@ -298,10 +300,8 @@ async def test_the_watchdog_declaring_a_task_dead_ends_a_ready_two_task_step(
             assert trio.current_time() - verdict[0] < 2 * ABORT_GRACE_S + 1
             _idle_sane(sess)
             monkeypatch.setattr(master, "_health", real)
-            await sess.run(put)
-            assert await sess.run(plus) == 2.0
-            await sess.run(put)
-            assert await sess.run(plus) == 2.0  # ready again: the split path
+            await _one_step(sess, put, plus)
+            await _one_step(sess, put, plus)  # ready again: the split path
             _idle_sane(sess)
 
 
@@ -313,8 +313,7 @@ async def test_a_caller_cancelling_a_ready_two_task_step_ends_both_calls(cluster
     graph, put, plus = _two_task_graph()
     with trio.fail_after(GENEROUS):
         async with af.Session(graph=graph, cluster=spec) as sess:
-            await sess.run(put)
-            assert await sess.run(plus) == 2.0
+            await _one_step(sess, put, plus)
             assert sess._target.master.ready(sess._target.cache[((), (plus,), ())])
 
             async def fault(nursery):
@@ -325,6 +324,5 @@ async def test_a_caller_cancelling_a_ready_two_task_step_ends_both_calls(cluster
             assert not sess.closed
             _idle_sane(sess)
             for _ in range(2):
-                await sess.run(put)
-                assert await sess.run(plus) == 2.0
+                await _one_step(sess, put, plus)
             _idle_sane(sess)

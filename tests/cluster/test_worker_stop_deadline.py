@@ -149,6 +149,20 @@ def test_a_worker_in_a_long_kernel_exits(sig):
     with graph.as_default(), af.device(TASK + "/device:CPU:0"):
         a = af.random_normal([8000, 8000], seed=1)  # a TFLOP on one BLAS thread: many seconds
         y = af.reduce_sum(af.matmul(a, a))
+
+    def kernel_runs():
+        before = _cpu_s(worker.pid)
+        return lambda: _cpu_s(worker.pid) >= before + 1.5
+
+    assert _signalled_in_a_step(worker, graph, y, None, kernel_runs, sig) < EXIT_BOUND_S
+    assert worker.proc.returncode == STATUS[sig]
+
+
+def _signalled_in_a_step(worker, graph, fetch, feed, watch, sig):
+    """Run ``fetch`` (fed ``feed``) on ``worker`` from a session, send ``sig`` by the worker's
+    PID once ``watch()``'s predicate (made as the step starts) says its kernel runs (``START_S``
+    at most): the seconds the worker took to exit (the step ends with an OpError); the worker
+    is killed if it has not."""
     took = []
 
     async def main():
@@ -157,19 +171,18 @@ def test_a_worker_in_a_long_kernel_exits(sig):
                 with pytest.raises(af.errors.OpError):
                     async with af.Session(graph=graph,
                                           cluster={"worker": [worker.address]}) as sess:
-                        await sess.run(y)
+                        await sess.run(fetch, feed)
             nursery.start_soon(step)
-            before = _cpu_s(worker.pid)
+            running = watch()
             with trio.fail_after(START_S):
-                while _cpu_s(worker.pid) < before + 1.5:  # the kernel is running
+                while not running():
                     await trio.sleep(0.05)
             took.append(await trio.to_thread.run_sync(_exit_s, worker.proc, sig))
     try:
         trio.run(main)
     finally:
         worker.kill()
-    assert took[0] < EXIT_BOUND_S
-    assert worker.proc.returncode == STATUS[sig]
+    return took[0]
 
 
 def test_a_worker_with_a_client_that_never_reads_exits():
@@ -344,25 +357,13 @@ def test_a_worker_in_a_split_kernel_exits_on_ctrl_c():
         shape = af.placeholder(af.int32, [2])  # (fed: nothing to fold, the fill is cheap)
         a = af.fill(shape, 0.5)  # [8000, 8000]: a TFLOP, many seconds on two cores
         y = af.reduce_sum(af.matmul(a, a))
-    took = []
 
-    async def main():
-        async with trio.open_nursery() as nursery:
-            async def step():
-                with pytest.raises(af.errors.OpError):
-                    async with af.Session(graph=graph,
-                                          cluster={"worker": [worker.address]}) as sess:
-                        await sess.run(y, {shape: [8000, 8000]})
-            nursery.start_soon(step)
-            before = _threads_cpu_s(worker.pid)
-            with trio.fail_after(START_S):
-                while sum(seconds >= before.get(thread, 0.0) + 0.5 for thread, seconds in
-                          _threads_cpu_s(worker.pid).items()) < 2:  # the split runs
-                    await trio.sleep(0.05)
-            took.append(await trio.to_thread.run_sync(_exit_s, worker.proc, signal.SIGINT))
-    try:
-        trio.run(main)
-    finally:
-        worker.kill()
-    assert took[0] < EXIT_BOUND_S
+    def split_runs():  # two threads each 0.5 s of CPU further
+        before = _threads_cpu_s(worker.pid)
+        return lambda: sum(seconds >= before.get(thread, 0.0) + 0.5 for thread, seconds in
+                           _threads_cpu_s(worker.pid).items()) >= 2
+
+    took = _signalled_in_a_step(worker, graph, y, {shape: [8000, 8000]}, split_runs,
+                                signal.SIGINT)
+    assert took < EXIT_BOUND_S
     assert worker.proc.returncode == STATUS[signal.SIGINT]

@@ -11,6 +11,7 @@ import textwrap
 import threading
 
 import pytest
+from bounded_threads import bounded
 
 from asyncflow.exec import intra_op
 
@@ -322,25 +323,6 @@ def test_an_interrupted_caller_waits_for_the_chunk_a_worker_computes():
         signal.signal(signal.SIGUSR1, previous)
         pool.close()
     assert seen == [True]
-
-
-def bounded(fn, timeout=60):
-    """``fn()`` on a thread of its own, joined for ``timeout`` seconds (a hang fails the test
-    instead of hanging it); returns what it raised (None: it returned)."""
-    outcome = []
-
-    def run():
-        try:
-            fn()
-        except BaseException as exc:  # noqa: BLE001 -- returned to the test
-            outcome.append(exc)
-        else:
-            outcome.append(None)
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(timeout)
-    assert not thread.is_alive(), f"hung for {timeout} s"
-    return outcome[0]
 
 
 def waits_in_finish_or_returned(ident, returned):

@@ -7,6 +7,7 @@ import threading
 
 import numpy as np
 import pytest
+from bounded_threads import bounded
 
 from asyncflow.kernels import dft_gemm, jit, nn_conv, nn_conv_fft
 from asyncflow.kernels import intra_op as intra_op_module
@@ -336,25 +337,6 @@ def test_the_one_queue_gives_the_bits_of_the_blocks_then_the_chunks(threads, dty
             assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
 
 
-def split_in_a_thread(fn, timeout=60):
-    """``fn()`` on a thread of its own, joined for ``timeout`` seconds (a hang fails the test
-    instead of hanging it); returns what it raised (None: it returned)."""
-    outcome = []
-
-    def run():
-        try:
-            fn()
-        except BaseException as exc:  # noqa: BLE001 -- returned to the test
-            outcome.append(exc)
-        else:
-            outcome.append(None)
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(timeout)
-    assert not thread.is_alive(), f"the split hung for {timeout} s"
-    return outcome[0]
-
-
 @pytest.mark.parametrize("threads", [2, 3])
 @pytest.mark.parametrize("where", ["call", "spectra", "taken"])
 def test_a_block_interrupted_while_a_chunk_waits_for_it_ends_the_split(threads, where,
@@ -402,7 +384,7 @@ def test_a_block_interrupted_while_a_chunk_waits_for_it_ends_the_split(threads, 
         dft_gemm._blocks_then(ctx, blocks, block, 1 << 22,
                               lambda start, stop: ran.append(start), 4, 1 << 20, 1024)
     try:
-        assert isinstance(split_in_a_thread(backprop), KeyboardInterrupt)
+        assert isinstance(bounded(backprop), KeyboardInterrupt)
     finally:
         workers = list(pool._executor._threads)
         pool.close(10)
