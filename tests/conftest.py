@@ -83,6 +83,16 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture
+def autojump_clock(cpu_only):
+    """pytest-trio's clock that jumps to the next deadline whenever every task waits, here
+    with no GPU: a GPU stream's completion arrives from the driver's callback thread (the fake
+    GPU's too), a wait outside trio the clock jumps over (under ``make test-gpu`` a step's 20 s
+    deadline passed while its fetch waited milliseconds for the callback)."""
+    import trio.testing
+    return trio.testing.MockClock(autojump_threshold=0)
+
+
+@pytest.fixture
 def cpu_only(monkeypatch):
     """Sessions see no GPU, even under ``make test-gpu``: for tests of the CPU executor's own
     paths (inline starts, the static path, time slices, splits across CPU devices), which a
