@@ -12,8 +12,9 @@ wait for the workers ends within a chunk's time and the interrupt goes up. Which
 computes a chunk does not change its bits: chunks are fixed before the split and BLAS runs
 one thread each. Workers never wait on the pool, so kernels splitting at the same time
 (independent ops overlapping: inter-op parallelism) cannot deadlock; they share the threads.
-The workers are daemon threads started on a pool's first split: a forked child forgets the
-parent's (it starts its own), and at interpreter exit they are stopped and joined.
+The workers are daemon threads started on a pool's first split, the lane thread (``submit``)
+one on its first lane: a forked child forgets the parent's (it starts its own), and at
+interpreter exit they are stopped (a lane's waits halted) and joined.
 
 BLAS: numpy's BLAS (OpenBLAS) has a thread pool of its own, as large as the cores. Once a
 process has an asyncflow CPU device (``claim_blas``, called when one is made), BLAS is held at
@@ -156,6 +157,7 @@ class IntraOpPool:
         self._name = name
         self._executor = None
         self._lane = None  # the thread that runs lane 1 of static schedules (``submit``)
+        self._halts = set()  # ``submit``'s ``halt`` of each lane function not yet ended
         self._lock = threading.Lock()
         self.splits = 0  # kernels split so far (statistics)
         _pools.add(self)
@@ -245,17 +247,24 @@ class IntraOpPool:
         which reach this module only through their device's pool."""
         hold_blas_loaded_since()
 
-    def submit(self, fn):
+    def submit(self, fn, halt=None):
         """Run ``fn()`` on the pool's lane thread (lane 1 of a static schedule,
         ``exec/lanes.py``); returns its future, which ``cancel()`` withdraws while the thread
         has not started it. The lane thread is not one of the split workers: a lane waiting
-        for the other keeps no split of a large kernel from the second core."""
+        for the other keeps no split of a large kernel from the second core. ``halt()``: what
+        ends ``fn``'s waits, called when the pool closes before ``fn`` ended (its owner may
+        never stop it: a Ctrl-C inside the step's stop); the thread is a daemon, so an exit
+        never joins it before ``close`` halted it (a ``ThreadPoolExecutor``'s is joined
+        first, and a lane waiting for good hung the exit)."""
         with self._lock:
             if self._lane is None:
-                self._lane = concurrent.futures.ThreadPoolExecutor(
-                    1, thread_name_prefix=f"{self._name}-lane")
+                self._lane = _Workers(1, f"{self._name}-lane")
             lane = self._lane
-        return lane.submit(fn)
+        if halt is None:
+            return lane.submit(fn)
+        halts = self._halts
+        halts.add(halt)
+        return lane.submit(fn, lambda: halts.discard(halt))
 
     def _workers(self):
         """The split workers, started on first use; None once the interpreter exits (the
@@ -271,11 +280,13 @@ class IntraOpPool:
         with self._lock:
             executors = (self._executor, self._lane)
             self._executor = self._lane = None
+        for halt in list(self._halts):  # (a lane function's waits end, it returns)
+            halt()
         workers, lane = executors
         if workers is not None:
             workers.shutdown(timeout)
         if lane is not None:
-            lane.shutdown(wait=False)
+            lane.shutdown(timeout)
 
     def _after_fork(self):
         """In a forked child: the parent's threads are not here (a lane future would never
@@ -283,6 +294,7 @@ class IntraOpPool:
         child starts its own threads on its first split or lane call."""
         self._lock = threading.Lock()
         self._executor = self._lane = None
+        self._halts = set()
 
     def __repr__(self):
         return f"<IntraOpPool threads={self.threads}>"
@@ -322,17 +334,22 @@ class _Workers:
         for _ in range(count):
             self._queue.put(item)
 
-    def submit(self, fn):
+    def submit(self, fn, after=None):
         """``fn()`` on a worker; returns its ``concurrent.futures.Future`` (tests keep a
-        worker busy with it)."""
+        worker busy with it). ``after()`` runs on the worker once ``fn`` ended or was
+        cancelled."""
         future = concurrent.futures.Future()
 
         def run():
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(fn())
-                except BaseException as exc:  # noqa: BLE001 -- handed to the future
-                    future.set_exception(exc)
+            try:
+                if future.set_running_or_notify_cancel():
+                    try:
+                        future.set_result(fn())
+                    except BaseException as exc:  # noqa: BLE001 -- handed to the future
+                        future.set_exception(exc)
+            finally:
+                if after is not None:
+                    after()
         self._queue.put(run)
         return future
 

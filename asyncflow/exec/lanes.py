@@ -445,7 +445,7 @@ class LaneRun:
         (measured with ``bench/bench_lanes.py``, load 0.8: the autoencoder's two lanes
         0.96-0.98 of one lane's time with lane 0's GEMMs split, 0.94-0.96 whole)."""
         if not self.done:
-            self.future = self.pool.submit(self._work)
+            self.future = self.pool.submit(self._work, self.halt)
             intra_op.whole.active = self.alone = True
 
     def pausing(self, pause):
@@ -468,6 +468,14 @@ class LaneRun:
         if self.waiters:
             with self.cond:
                 self.cond.notify_all()
+
+    def halt(self):
+        """Set the stop flag under the condition and wake the thread: its wait for a flag
+        ends (it checks ``abort`` under the condition), and it stops at its next kernel
+        boundary. ``stop`` calls it first; the pool, when it closes (``IntraOpPool.submit``)."""
+        with self.cond:
+            self.abort = True
+            self.cond.notify_all()
 
     def _finish(self, error=None):
         with self.cond:
@@ -586,16 +594,17 @@ class LaneRun:
 
     def stop(self):
         """The step ends (lane 0 returned or failed): stop lane 1 at its next kernel
-        boundary; nothing of the step runs after this returns."""
+        boundary; nothing of the step runs after this returns. Halted first: a Ctrl-C in
+        what follows (a second one, in the lock waits below) leaves the thread no wait that
+        never ends (it used to wait for good when one came before the notify)."""
+        if not self.done:
+            self.halt()  # (the thread may wait for a flag that never comes)
         if self.alone:
             intra_op.whole.active = self.alone = False
         if self.done:
             return
-        self.abort = True
         if self.future is not None:
             self.future.cancel()  # (not started yet: it never will)
-        with self.cond:
-            self.cond.notify_all()  # (the thread may wait for a flag that never comes)
         with self.drive:  # the thread's kernel ends; it runs no other
             if not self.done:
                 self.gen.close()

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
@@ -284,3 +286,101 @@ async def test_an_older_servers_live_socket_under_a_dead_servers_lock_file_is_no
         os.unlink(path + ".kept")
     same_host._sweep(same_host.directory())
     assert _files(path) == [False, False]  # (its server gone: swept)
+
+
+@pytest.fixture
+def own_directory(monkeypatch):
+    """A socket directory of the test's own (nothing else's files in the sweep's count)."""
+    folder = tempfile.mkdtemp(prefix="af-sweep-")  # (mode 0700; short: a socket path's limit)
+    monkeypatch.setenv(same_host.DIRECTORY_ENV, folder)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _dead_socket(path: str) -> None:
+    """A socket file nobody listens on (bound, then closed)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.bind(path)
+
+
+async def test_the_cap_counts_sockets_not_their_lock_files(own_directory, monkeypatch):
+    """``SWEEP_MOST`` (or ``most``) dead sockets are swept, each with its lock file: the lock
+    files are not counted apart (they were: a cap of 256 names swept about 128 sockets)."""
+    made = [os.path.join(own_directory, f"http-{900000 + i}.sock") for i in range(30)]
+    for path in made:
+        _dead_socket(path)
+        open(path + same_host.LOCK_SUFFIX, "wb").close()  # (a dead server's, not locked)
+
+    def left():
+        return [path for path in made if os.path.lexists(path)]
+    same_host._sweep(own_directory, most=10)
+    assert len(left()) == 20
+    assert [_files(path) for path in made] == [[path in left()] * 2 for path in made]
+    monkeypatch.setattr(same_host, "SWEEP_MOST", 15)  # a start's sweep: the module's cap
+    listener, placed = same_host.listen(free_ports(1)[0])  # (swept before its own is made)
+    listener.socket.close()
+    same_host.unlink(placed)
+    assert len(left()) == 5
+    same_host._sweep(own_directory)
+    assert left() == [] and not [name for name in os.listdir(own_directory)
+                                 if name.startswith("http-9")]
+
+
+_STAGING_WRITER = textwrap.dedent("""
+    import os, sys, time
+    sys.path.insert(0, sys.argv[1])
+    from transports.http import same_host
+
+    def killed_here(staging, path):  # bound and listening under its staging name
+        print(staging, flush=True)
+        time.sleep(120)
+    os.replace = killed_here
+    same_host.listen(int(sys.argv[2]))
+""")
+
+
+async def test_a_staging_file_of_a_killed_writer_is_swept_and_a_live_ones_is_not(own_directory):
+    (port,) = free_ports(1)
+    child = subprocess.Popen([sys.executable, "-c", _STAGING_WRITER, ROOT, str(port)],
+                             stdout=subprocess.PIPE, text=True)  # (inherits the directory)
+    try:
+        ready, _, _ = select.select([child.stdout], [], [], GENEROUS)
+        assert ready, "the writer process did not start"
+        staging = child.stdout.readline().strip()
+        path = same_host.socket_path(port)
+        assert staging == f"{path}.{child.pid}.tmp" and os.path.lexists(staging)
+        old = os.lstat(staging).st_mtime - 2 * same_host.STALE_STAGING_S
+        os.utime(staging, (old, old), follow_symlinks=False)  # (old: the lock decides)
+        same_host._sweep(own_directory)
+        assert os.path.lexists(staging) and _files(path) == [False, True]  # its writer lives
+        os.kill(child.pid, signal.SIGKILL)
+        assert child.wait(timeout=GENEROUS) == -signal.SIGKILL
+        same_host._sweep(own_directory)
+        assert not os.path.lexists(staging) and _files(path) == [False, False]
+        listener, placed = same_host.listen(port)  # (the port's next server starts as ever)
+        name = os.path.basename(path)
+        assert placed == path and sorted(os.listdir(own_directory)) == [
+            name, name + same_host.LOCK_SUFFIX]
+        listener.socket.close()
+        same_host.unlink(path)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(timeout=GENEROUS)
+        child.stdout.close()
+
+
+def test_a_staging_file_without_a_lock_file_is_swept_only_once_stale(own_directory):
+    """An older server's staging file (no lock file): kept while it could be a live writer's,
+    removed once ``STALE_STAGING_S`` old; a file of another kind under such a name never."""
+    staging = os.path.join(own_directory, "http-900001.sock.4242.tmp")
+    other = os.path.join(own_directory, "http-900002.sock.4242.tmp")
+    _dead_socket(staging)
+    open(other, "wb").close()
+    old = os.lstat(staging).st_mtime - 2 * same_host.STALE_STAGING_S
+    os.utime(other, (old, old))
+    same_host._sweep(own_directory)
+    assert os.path.lexists(staging) and os.path.lexists(other)
+    os.utime(staging, (old, old), follow_symlinks=False)
+    same_host._sweep(own_directory)
+    assert sorted(os.listdir(own_directory)) == [os.path.basename(other)]  # (no lock left)

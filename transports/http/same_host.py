@@ -44,7 +44,12 @@ between its lock and its rename) is removed the same way. A socket file with no 
 older version's server's: only for those the sweep connects (a probe made and closed at once;
 refused: nobody listens), under a lock file it makes for the look and removes after. Where there
 is no ``fcntl`` (Windows) the sweep probes every socket as before. A child forked by a server
-closes its copies of the lock descriptors (a lock lives while any copy is open).
+closes its copies of the lock descriptors (a lock lives while any copy is open). A server binds
+its socket under a staging name, ``<socket>.<pid>.tmp``, holding the lock, and renames it into
+place: one killed in between leaves that file, which the sweep removes when it can take the
+lock (or, with no lock file, once ``STALE_STAGING_S`` old), never a live writer's. A sweep
+looks at ``SWEEP_MOST`` files at most (a socket with its lock file counts once), so a start
+spends a bounded time on a directory of many.
 
 ``enabled(flag)``: the constructors' ``same_host`` argument; None reads the environment
 variable ``ASYNCFLOW_SAME_HOST`` ("0" disables the path on both sides).
@@ -248,36 +253,86 @@ def _release(fd: int, lock_path: str) -> None:
     os.close(fd)
 
 
-def _sweep(folder: str, most: int = 256) -> None:
+SWEEP_MOST: int = 256  # a sweep's looks: a socket (its lock file with it), a staging file,
+#                        a lock file alone: one look each (what a start may spend on it)
+STAGING_SUFFIX: Final = ".tmp"  # ``<socket>.<pid>.tmp``: a socket bound before its rename
+STALE_STAGING_S: float = 60.0  # a staging file with no lock file (an older server's) this old
+#                                is dead: a live one lives for a bind, a chmod and a listen
+
+
+def _staged_socket(name: str) -> str | None:
+    """The socket name a staging file ``<socket>.<pid>.tmp`` is renamed to, else None."""
+    head, _, pid = name[:-len(STAGING_SUFFIX)].rpartition(".")
+    return head if name.endswith(STAGING_SUFFIX) and pid.isdigit() and \
+        head.endswith(".sock") else None
+
+
+def _sweep(folder: str, most: int | None = None) -> None:
     """Remove the files of servers that died without removing theirs (killed), connecting to
     none of them: a socket whose lock file can be locked has no server (the kernel drops a dead
     process's lock). A socket file without a lock file (a server of an older version) is probed
-    as before, under a lock file made for the look. Every removal happens under the lock, of
-    the file looked at (``os.lstat`` before and after). At most ``most`` files are looked at."""
+    as before, under a lock file made for the look. A staging file (a server killed between its
+    bind and its rename) is removed when its socket's lock file can be locked (its writer held
+    it from before the bind), or, with no lock file, once ``STALE_STAGING_S`` old. Every
+    removal happens under the lock, of the file looked at (``os.lstat`` before and after). At
+    most ``most`` looks (``SWEEP_MOST``): sockets first, then staging files, then lock files
+    alone; a socket's lock file is looked at with it, not counted apart."""
     try:
-        names = [name for name in os.listdir(folder)
-                 if name.endswith((".sock", ".sock" + LOCK_SUFFIX))][:most]
+        names = os.listdir(folder)
     except OSError:
         return
-    if fcntl is None:  # (no file locks: the probe alone, as before)
-        for name in names:
-            if name.endswith(".sock"):
-                path = os.path.join(folder, name)
-                if _refused(path):
-                    with contextlib.suppress(OSError):
-                        os.unlink(path)
-        return
-    sockets = {name for name in names if name.endswith(".sock")}
-    for name in names:
+    sockets = [name for name in names if name.endswith(".sock")]
+    present = set(sockets)
+    staged = [name for name in names if _staged_socket(name) is not None]
+    alone = [name for name in names if name.endswith(".sock" + LOCK_SUFFIX)
+             and name[:-len(LOCK_SUFFIX)] not in present]
+    looks = (sockets + staged + alone)[:SWEEP_MOST if most is None else most]
+    for name in looks:
         path = os.path.join(folder, name)
-        if name in sockets:
-            _sweep_socket(path)
-        elif name[:-len(LOCK_SUFFIX)] not in sockets:  # a lock file alone: its server died
+        if name in present:
+            if fcntl is not None:
+                _sweep_socket(path)
+            elif _refused(path):  # (no file locks: the probe alone, as before)
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+        elif name.endswith(STAGING_SUFFIX):
+            _sweep_staging(path, os.path.join(folder, _staged_socket(name)))
+        elif fcntl is not None:  # a lock file alone: its server died
             fd = _take(path, create=False)  # (between removing its socket and its lock file)
             if fd is not None and not os.path.lexists(path[:-len(LOCK_SUFFIX)]):
                 _release(fd, path)
             elif fd is not None:
                 os.close(fd)
+
+
+def _sweep_staging(path: str, socket_file: str) -> None:
+    """A staging file of ``socket_file``: removed if its writer is dead (see ``_sweep``)."""
+    try:
+        seen = os.lstat(path)
+    except OSError:
+        return
+    if not stat.S_ISSOCK(seen.st_mode):
+        return
+    lock_path, fd, made = socket_file + LOCK_SUFFIX, None, True  # (no fcntl: the age alone)
+    if fcntl is not None:
+        fd = _take(lock_path, create=False)
+        made = fd is None and not os.path.lexists(lock_path)
+        if made:  # (no lock file: an older server's; a lock made now keeps new servers out)
+            fd = _take(lock_path, create=True)
+        if fd is None:
+            return  # (held: its writer, or the port's server, lives; or a sweep looks at it)
+    try:
+        # (a live writer holds the lock; one without a lock file lives for a few calls)
+        if _identity(os.lstat(path)) == _identity(seen) and (
+                fd is not None and not made or time.time() - seen.st_mtime > STALE_STAGING_S):
+            os.unlink(path)
+    except OSError:
+        pass
+    finally:
+        if fd is not None and (made or not os.path.lexists(socket_file)):
+            _release(fd, lock_path)  # (made for the look, or its server gone: no socket)
+        elif fd is not None:
+            os.close(fd)
 
 
 def _sweep_socket(path: str) -> None:

@@ -190,7 +190,10 @@ class HttpServer:
                 if bare is not None:
                     self._bare_listener, self.bare_path = bare
                     listeners.append(bare[0])
-        await self._nursery.start(self._run, listeners)
+        # Not ``start``: cancelled before ``_run``'s first step, it left ``_run`` under itself
+        # and waited forever for the shielded ``_lifetime`` only ``_stop`` ends. No checkpoint
+        # now between the listeners made and ``_stop``'s ``finally`` (it cancels ``_lifetime``).
+        self._nursery.start_soon(self._run, listeners)
         rate_limit_logs()
         if self._authorization is None and host not in _LOOPBACK:
             _log.warning("worker server on %s accepts requests from the network without a token; "
@@ -214,14 +217,12 @@ class HttpServer:
             await self._guard.empty.wait()
         self._lifetime.cancel()
 
-    async def _run(self, listeners: list[trio.SocketListener],
-                   task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def _run(self, listeners: list[trio.SocketListener]) -> None:
         with self._lifetime:
             async with trio.open_nursery() as self._connections:
                 self._connections.start_soon(self._monitor.run)
                 for listener in listeners:
                     self._connections.start_soon(self._accept, listener)
-                task_status.started()
 
     async def _accept(self, listener: trio.SocketListener) -> None:
         serve = (self._bare.serve_connection if listener is self._bare_listener
@@ -516,7 +517,6 @@ class HttpServer:
             raise _Reject(404, "404: Not Found")
         await self._send_body(conn, page.status, page.content_type, page.body, keep)
         return page.status, keep
-
 
     # -- answers --------------------------------------------------------------------------------
 
