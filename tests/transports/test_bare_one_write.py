@@ -199,3 +199,69 @@ async def test_a_64_kib_feed_crosses_a_bare_channel_intact():
                     np.testing.assert_array_equal(reply.tensors[1].value,
                                                   message.feeds[1].value)
             assert channel.bare_calls == 3
+
+
+# -- a frame up to WHOLE_FRAME_BYTES read whole, then decoded in one pass (``read_whole``) --
+
+
+def test_which_frames_are_read_whole():
+    data = _bytes_of(encode(_run_graph(256), _LIMITS, checksums=True))  # just over 64 KiB
+    assert bare_io.RECV < len(data) <= bare_io.WHOLE_FRAME_BYTES
+    assert bare_io.reads_whole(data[:bare_io.RECV], len(data))
+    assert not bare_io.reads_whole(data[:4], len(data))  # (its header's length not at hand)
+    big = _bytes_of(encode(_run_graph(1100), _LIMITS))  # 275 KiB: streamed into its arrays
+    assert len(big) > bare_io.WHOLE_FRAME_BYTES and not bare_io.reads_whole(big, len(big))
+    long_header = bytearray(data[:16])
+    long_header[4:8] = (bare_io.SMALL_HEADER_BYTES + 1).to_bytes(4, "little")
+    assert not bare_io.reads_whole(bytes(long_header), len(data))  # (decoded off the loop)
+
+
+async def test_a_frame_read_whole_waits_for_its_rest_and_decodes_the_same():
+    message = _run_graph(256)
+    data = _bytes_of(encode(message, _LIMITS, checksums=True))
+    body, client = await _body_pair(len(data))
+    conn = body._conn
+    with client:
+        conn.pending = data[:1000]  # (what came with its call's header)
+        async with trio.open_nursery() as nursery:
+            async def rest():
+                await trio.testing.wait_all_tasks_blocked()  # the reader waits first
+                await client.send(data[1000:])
+            nursery.start_soon(rest)
+            whole = await bare_io.read_whole(conn, len(data), GENEROUS)
+        assert bytes(whole) == data and not conn.pending
+    np.testing.assert_array_equal(_decoded(bytes(whole)).feeds[0].value, message.feeds[0].value)
+
+
+async def test_a_frame_read_whole_ends_on_a_stall_or_its_client_gone(autojump_clock):
+    body, client = await _body_pair(100_000)
+    with client:
+        await client.send(b"abc")
+        with pytest.raises(bare_io.BodyTimeout):
+            await bare_io.read_whole(body._conn, 100_000, GENEROUS)
+    body, client = await _body_pair(100_000)
+    await client.send(b"abc")
+    client.close()
+    with pytest.raises(PeerGone):
+        await bare_io.read_whole(body._conn, 100_000, GENEROUS)
+
+
+async def test_a_64_kib_feed_is_served_without_the_streaming_decoder(monkeypatch):
+    from transports.http import bare
+
+    def streamed(*args):
+        raise AssertionError("a frame under WHOLE_FRAME_BYTES streamed through read_frame")
+
+    monkeypatch.setattr(bare, "read_frame", streamed)
+    worker, message = FakeWorker(), _run_graph(256)
+    async with open_http_server(worker) as server:
+        async with TrioHttpChannel(server.address) as channel:
+            with trio.fail_after(GENEROUS):
+                handle = (await channel.register_graph(RegisterGraph({"nodes": []}, "s"))
+                          ).graph_handle
+                for step in (1, 2, 3):  # the first decoded by the decoder, then by template
+                    reply = await channel.run_graph(RunGraph(handle, step, message.feeds,
+                                                             ["x", "y"]))
+                    for got, fed in zip(reply.tensors, message.feeds):
+                        np.testing.assert_array_equal(got.value, fed.value)
+            assert channel.bare_calls == 4

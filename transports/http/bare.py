@@ -57,7 +57,8 @@ import trio
 from transports.http import bulk_io, cross_memory
 from transports.http.bare_io import CALLS as _CALLS, RECV as _RECV, RequestBody as _Body, \
     ServerConnection as _Connection, late_call as _late_call, one_way_failed as _one_way_failed, \
-    prepared_reply as _reply, read_once as _read, shut_reading as _shut_reading, \
+    prepared_reply as _reply, read_once as _read, read_whole as _read_whole, \
+    reads_whole as _reads_whole, shut_reading as _shut_reading, \
     small_pieces as _small_pieces, write_now as _write_now, write_request as _write_request
 from transports.http.body import BodyTimeout, PeerGone, read_frame
 from transports.http.call_scope import LentScope, only_cancelled, scope_lender
@@ -314,16 +315,19 @@ class BareService:
             if length:
                 raise _Garbage(f"{rpc.method} takes no frame")
             return None
-        if length <= min(len(conn.pending), SMALL_HEADER_BYTES):  # here whole: decoded at once
-            message = decode_repeated(memoryview(conn.pending)[:length], server._limits) \
-                if length else None  # (a repeated request's frame, in one pass)
+        small = length <= min(len(conn.pending), SMALL_HEADER_BYTES)
+        if small or _reads_whole(conn.pending, length):  # whole: decoded at once
+            data = memoryview(conn.pending)[:length] if small else \
+                await _read_whole(conn, length, timeout)  # (the rest read, whole)
+            message = decode_repeated(data, server._limits) if length else None  # (one pass)
             if message is None:
                 decoder = Decoder(server._limits)
                 if length:
-                    decoder.receive_data(memoryview(conn.pending)[:length])
+                    decoder.receive_data(data)
                 decoder.receive_data(b"")
                 message = take_one_frame(decoder, None)
-            conn.pending = conn.pending[length:]
+            if small:
+                conn.pending = conn.pending[length:]
             server._count_received(length)
             if message is None:
                 raise _Garbage(f"{rpc.method}: an empty frame")

@@ -61,7 +61,8 @@ from transports.http.bulk_io import CALLS_PER_CHECKPOINT, send_all
 from transports.http.guard import GuardedConnection
 from transports.http.protocol import JOIN_BYTES, send_pieces
 from transports.messages import RemoteCallError
-from transports.wire import ChecksumTrailer, encode_prepared
+from transports.schema import PREFIX
+from transports.wire import SMALL_HEADER_BYTES, ChecksumTrailer, encode_prepared
 
 __all__ = ["CALLS", "COUNTS", "Calls", "LOAD_EVERY_S", "RECV", "RequestBody", "SPIN_ENV",
            "ServerConnection", "WARM_WAITS", "decide", "learn_wait", "late_call", "machine_busy",
@@ -69,6 +70,9 @@ __all__ = ["CALLS", "COUNTS", "Calls", "LOAD_EVERY_S", "RECV", "RequestBody", "S
            "small_pieces", "spin_window_s", "write_now", "write_request"]
 
 RECV: Final = 64 * 1024
+# A request frame up to this size, its header short, is read whole, then decoded in one pass
+# (a repeated frame by its template: ``read_whole``); a larger one streams into its arrays.
+WHOLE_FRAME_BYTES: Final = 256 * 1024
 SPIN_ENV: Final = "ASYNCFLOW_BARE_SPIN_US"
 DEFAULT_SPIN_US: Final = 0.0  # off: PS MLP rounds over target with it on (bench/RESULTS.md)
 MAX_SPIN_US: Final = 1000.0  # the project's time slice: a longer spin would starve the machine
@@ -508,6 +512,29 @@ class RequestBody:
                 raise PeerGone("the client closed the connection in the middle of a frame")
             return n
         raise BodyTimeout(f"no frame bytes for {self._timeout} s")
+
+
+def reads_whole(pending: bytes, length: int) -> bool:
+    """Whether a request frame of ``length`` bytes, ``pending`` its start, is read whole before
+    it is decoded (``read_whole``): one up to :data:`WHOLE_FRAME_BYTES` (not whole in the read
+    that brought its call's header), whose header (its length in the prefix at hand) the
+    decoder may take on the event loop; else it streams into its arrays (``body.read_frame``)."""
+    return length <= WHOLE_FRAME_BYTES and len(pending) >= PREFIX.size and \
+        PREFIX.unpack_from(pending)[1] <= SMALL_HEADER_BYTES
+
+
+async def read_whole(conn: ServerConnection, length: int, timeout: float) -> memoryview:
+    """The ``length`` bytes of a request frame, whole: what came with its call's header, then
+    the socket's (``RequestBody``: its stall timeout, its peer gone, a checkpoint at times).
+
+    Why: the usual PS step's 64 KiB feed makes a frame just over ``RECV``; streamed, the
+    decoder's pieces cost the worker ~65 us a step, where the frame read whole decodes by its
+    template in one pass (one more copy of its ~64 KiB, a few us)."""
+    data = memoryview(bytearray(length))
+    body, got = RequestBody(conn, length, timeout), 0
+    while got < length:
+        got += await body.read_into(data[got:])
+    return data
 
 
 def one_way_failed(handler: Any, method: str, message: Any, reply: Any) -> None:
