@@ -255,8 +255,12 @@ class IntraOpPool:
         ends ``fn``'s waits, called when the pool closes before ``fn`` ended (its owner may
         never stop it: a Ctrl-C inside the step's stop); the thread is a daemon, so an exit
         never joins it before ``close`` halted it (a ``ThreadPoolExecutor``'s is joined
-        first, and a lane waiting for good hung the exit)."""
+        first, and a lane waiting for good hung the exit). None once the interpreter exits
+        (``_stop_at_exit`` ran): no thread is started then that no one halts and joins; the
+        lane's owner runs ``fn``'s work itself (``LaneRun``: lane 0 takes lane 1 over)."""
         with self._lock:
+            if _exiting:
+                return None
             if self._lane is None:
                 self._lane = _Workers(1, f"{self._name}-lane")
             lane = self._lane

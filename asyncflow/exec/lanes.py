@@ -443,7 +443,8 @@ class LaneRun:
         which may split it), as lane 1's do on its own: the two lanes
         take the two cores, and a split of lane 0's would make three threads share them
         (measured with ``bench/bench_lanes.py``, load 0.8: the autoencoder's two lanes
-        0.96-0.98 of one lane's time with lane 0's GEMMs split, 0.94-0.96 whole)."""
+        0.96-0.98 of one lane's time with lane 0's GEMMs split, 0.94-0.96 whole). At
+        interpreter exit the pool starts no thread (``future`` None): lane 0 runs lane 1."""
         if not self.done:
             self.future = self.pool.submit(self._work, self.halt)
             intra_op.whole.active = self.alone = True

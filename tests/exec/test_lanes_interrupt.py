@@ -126,3 +126,21 @@ def test_the_lane_thread_is_a_daemon_no_exit_joins_before_the_pool_halted_it():
         assert pool.submit(lambda: threading.current_thread().daemon).result(GENEROUS)
     finally:
         pool.close(GENEROUS)
+
+
+async def test_a_step_after_the_exit_hook_starts_no_lane_thread(laned, monkeypatch):
+    """Once ``intra_op._stop_at_exit`` ran (closed every pool, halted and joined their lanes),
+    a step still running (another thread's, an atexit hook's) starts no lane thread that no
+    one would halt or join while the interpreter finalizes: lane 0 runs lane 1 itself, as the
+    splits then run on their caller."""
+    monkeypatch.setattr(lanes.LaneRun, "steal", True)  # (the module's rule, not the worker's)
+    pool = intra_op.shared_pool(2)
+    pool.close(GENEROUS)
+    monkeypatch.setattr(intra_op, "_exiting", True)
+    one = await test_lanes.train_steps("mlp", 2, False, monkeypatch)
+    two = await test_lanes.train_steps("mlp", 2, True, monkeypatch)
+    assert laned["runs"] and all(run.future is None and run.done for run in laned["runs"])
+    assert pool._lane is None and not pool._halts
+    names = [thread.name for thread in threading.enumerate()]
+    assert not [name for name in names if "intra-op2-lane" in name], names
+    test_lanes.assert_same_bits(one, two)

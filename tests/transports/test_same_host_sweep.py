@@ -384,3 +384,28 @@ def test_a_staging_file_without_a_lock_file_is_swept_only_once_stale(own_directo
     os.utime(staging, (old, old), follow_symlinks=False)
     same_host._sweep(own_directory)
     assert sorted(os.listdir(own_directory)) == [os.path.basename(other)]  # (no lock left)
+
+
+def test_an_older_writers_staging_file_under_a_dead_servers_lock_file_is_kept(own_directory):
+    """An older version's server takes no lock: its staging file (bound, not yet renamed) may
+    lie under the lock file a killed server left, which any sweep can take. A taken lock is no
+    proof of a dead writer there: the file is kept until ``STALE_STAGING_S`` old."""
+    (port,) = free_ports(1)
+    path = same_host.socket_path(port)
+    open(path + same_host.LOCK_SUFFIX, "wb").close()  # (a dead server's, not locked)
+    staging = f"{path}.{os.getpid()}.tmp"
+    older = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        older.bind(staging)  # (the older writer, between its bind and its rename)
+        older.listen(8)
+        same_host._sweep(own_directory)
+        assert os.path.lexists(staging)
+        os.replace(staging, path)  # (its rename: in place, as it expects)
+    finally:
+        older.close()
+    old = os.lstat(path).st_mtime - 2 * same_host.STALE_STAGING_S
+    _dead_socket(staging)  # (one killed there: once stale, swept with the lock file free)
+    os.utime(staging, (old, old), follow_symlinks=False)
+    os.unlink(path)
+    same_host._sweep(own_directory)
+    assert os.listdir(own_directory) == []

@@ -46,8 +46,9 @@ refused: nobody listens), under a lock file it makes for the look and removes af
 is no ``fcntl`` (Windows) the sweep probes every socket as before. A child forked by a server
 closes its copies of the lock descriptors (a lock lives while any copy is open). A server binds
 its socket under a staging name, ``<socket>.<pid>.tmp``, holding the lock, and renames it into
-place: one killed in between leaves that file, which the sweep removes when it can take the
-lock (or, with no lock file, once ``STALE_STAGING_S`` old), never a live writer's. A sweep
+place: one killed in between leaves that file, which the sweep removes once it can take the
+lock (or there is no lock file) and the file is ``STALE_STAGING_S`` old (an older version's
+writer takes no lock, even under a dead server's lock file), never a live writer's. A sweep
 looks at ``SWEEP_MOST`` files at most (a socket with its lock file counts once), so a start
 spends a bounded time on a directory of many.
 
@@ -256,8 +257,8 @@ def _release(fd: int, lock_path: str) -> None:
 SWEEP_MOST: int = 256  # a sweep's looks: a socket (its lock file with it), a staging file,
 #                        a lock file alone: one look each (what a start may spend on it)
 STAGING_SUFFIX: Final = ".tmp"  # ``<socket>.<pid>.tmp``: a socket bound before its rename
-STALE_STAGING_S: float = 60.0  # a staging file with no lock file (an older server's) this old
-#                                is dead: a live one lives for a bind, a chmod and a listen
+STALE_STAGING_S: float = 60.0  # a staging file whose lock is not held (an older server's
+#   takes none) this old is dead: a live one lives for a bind, a chmod and a listen
 
 
 def _staged_socket(name: str) -> str | None:
@@ -272,8 +273,9 @@ def _sweep(folder: str, most: int | None = None) -> None:
     none of them: a socket whose lock file can be locked has no server (the kernel drops a dead
     process's lock). A socket file without a lock file (a server of an older version) is probed
     as before, under a lock file made for the look. A staging file (a server killed between its
-    bind and its rename) is removed when its socket's lock file can be locked (its writer held
-    it from before the bind), or, with no lock file, once ``STALE_STAGING_S`` old. Every
+    bind and its rename) is removed when its socket's lock file can be locked (a writer of this
+    version holds it from before the bind) or is missing, once ``STALE_STAGING_S`` old (an
+    older version's writer takes no lock, also under a dead server's lock file). Every
     removal happens under the lock, of the file looked at (``os.lstat`` before and after). At
     most ``most`` looks (``SWEEP_MOST``): sockets first, then staging files, then lock files
     alone; a socket's lock file is looked at with it, not counted apart."""
@@ -322,9 +324,10 @@ def _sweep_staging(path: str, socket_file: str) -> None:
         if fd is None:
             return  # (held: its writer, or the port's server, lives; or a sweep looks at it)
     try:
-        # (a live writer holds the lock; one without a lock file lives for a few calls)
-        if _identity(os.lstat(path)) == _identity(seen) and (
-                fd is not None and not made or time.time() - seen.st_mtime > STALE_STAGING_S):
+        # (a live writer of this version holds the lock; an older one takes no lock, under a
+        # dead server's lock file too, and lives for a few calls: the age decides then)
+        if _identity(os.lstat(path)) == _identity(seen) and \
+                time.time() - seen.st_mtime > STALE_STAGING_S:
             os.unlink(path)
     except OSError:
         pass
