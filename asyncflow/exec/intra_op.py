@@ -40,9 +40,7 @@ import queue as queue_module
 import threading
 import weakref
 
-whole = threading.local()  # ``active``: kernels run whole here (``run_alone``, a lane);
-# ``share``: the first kernel of an apply group, which may split for the other thread to take
-# up once its side is done (``run_alone(share_first=True)``, ``sharing``)
+whole = threading.local()  # ``active``: kernels run whole here (``run_alone``, a lane)
 _current = threading.local()  # ``queue``: the split whose chunk this thread computes
 # A chunk waiting for another chunk (``IntraOpPool.wait``) looks this often whether the split
 # stopped (failed or interrupted): a stopped split's waits end within it.
@@ -162,16 +160,13 @@ class IntraOpPool:
         self.splits = 0  # kernels split so far (statistics)
         _pools.add(self)
 
-    def run(self, fn, bounds, caller_limit=None, waits=False, shared=False):
+    def run(self, fn, bounds, caller_limit=None, waits=False):
         """Run ``fn(start, stop)`` for every ``(start, stop)`` in ``bounds`` and return when all
         finished, raising the first error (chunks not yet started are then skipped). With
         ``caller_limit``, the calling thread computes at most that many chunks: the chunks
         no worker started by then are withdrawn and returned (run none of them), so a
         caller on the event loop holds it for ``caller_limit`` chunks at most. ``waits``:
         a chunk waits for another's result (``wait``, which only then knows the split).
-        ``shared``: a split of the kernel ``sharing`` names, which gets its helper although
-        it runs inside ``run_alone`` (the other thread takes its chunks up once its own side
-        of the group is done).
 
         The chunks form one queue that the calling thread and up to ``threads - 1`` workers
         take from in order. The caller never waits for a worker that has not started: once
@@ -182,8 +177,7 @@ class IntraOpPool:
         queue = _ChunkQueue(bounds, fn, waits)
         # Inside a chunk of ``run_alone`` every thread is taken: no helpers (the same chunks,
         # in order, on this thread: the same bits).
-        helpers = 0 if getattr(whole, "active", False) and not shared \
-            else min(self.threads, len(bounds)) - 1
+        helpers = 0 if getattr(whole, "active", False) else min(self.threads, len(bounds)) - 1
         _hold_blas_single_thread()
         done = False
         try:
@@ -204,31 +198,19 @@ class IntraOpPool:
             raise queue.error
         return withdrawn
 
-    def run_alone(self, fn, bounds, caller_limit=None, share_first=False):
+    def run_alone(self, fn, bounds, caller_limit=None):
         """``run``, where a kernel running inside a chunk does not split again (its own
         ``run`` computes all its chunks on its thread): for whole kernels run at once, one
-        per thread (``exec/pairs.py``). The thread's flags are given back as found (a nested
-        ``run_alone`` leaves the chunk around it whole). ``share_first``: the first chunk's
-        kernel may split all the same where it asks (``sharing``), its chunks taken up by
-        whichever thread is free first: an apply group's larger side shared with the
-        thread that ran the smaller (not inside a chunk already run whole)."""
-        share = share_first and not getattr(whole, "active", False)
-
+        per thread (``exec/pairs.py``). The thread's flag is given back as found (a nested
+        ``run_alone`` leaves the chunk around it whole)."""
         def alone(start, stop):
-            was, shared = getattr(whole, "active", False), getattr(whole, "share", False)
-            whole.active, whole.share = True, share and start == 0
+            was = getattr(whole, "active", False)
+            whole.active = True
             try:
                 fn(start, stop)
             finally:
-                whole.active, whole.share = was, shared
+                whole.active = was
         return self.run(alone, bounds, caller_limit)
-
-    @staticmethod
-    def sharing():
-        """Whether the kernel running on this thread is an apply group's first, which may
-        split its work into chunks that the group's other thread takes up when done with its
-        side (``run(..., shared=True)``; ``kernels/intra_op.py``'s ``for_shared``)."""
-        return getattr(whole, "share", False)
 
     @staticmethod
     def wait(event):

@@ -32,11 +32,7 @@ writes is what it read and wrote in its old place), and past no other stateful o
 smaller applies that follow (a bias's) join the partner's side, in the schedule's order,
 while that side's elements stay within the first's: one call on the other thread instead of
 one small kernel each after the pair. Each apply reads and writes only its own variable's
-arrays, so the bits are those of one thread. The first apply's side is the larger (the MLP's
-200k-element layer against 65k and the biases: 0.43 ms against 0.21, the other core then
-idle): its compiled loop runs in ``SHARE_PARTS`` ranges (``kernels/intra_op.py``'s
-``for_shared``), which the other thread takes up once its side is done (elementwise: the same
-bits however the ranges fall).
+arrays, so the bits are those of one thread.
 """
 from __future__ import annotations
 
@@ -252,7 +248,7 @@ def run_group(first, first_args, rest):
             except Exception as exc:  # noqa: BLE001 -- raised on the kernel's own line
                 results[position] = Failed(exc)
                 return
-    pool.run_alone(run, ((0, 1), (1, 2)), caller_limit=1, share_first=True)
+    pool.run_alone(run, ((0, 1), (1, 2)), caller_limit=1)
     return results
 
 

@@ -54,29 +54,6 @@ def for_batch(ctx, count, work_per_item, fn, bytes_per_item=0):
     return bounds
 
 
-# An apply group's first apply (``exec/pairs.py``) runs in this many ranges, which the
-# group's other thread takes up once done with its side (``for_shared``; read at each call:
-# 0 or 1 keeps the apply whole).
-SHARE_PARTS = 8
-# Items a range of ``for_shared`` holds at least (fewer, larger ranges below it).
-SHARE_MIN_ITEMS = 4096
-
-
-def for_shared(ctx, count, fn):
-    """``fn(start, stop)`` over ``SHARE_PARTS`` contiguous ranges of ``range(count)`` taken
-    from one queue by this thread and the pool's (``run(..., shared=True)``) where the
-    kernel is an apply group's first (``sharing``): its other thread, done with the smaller
-    side, takes up the ranges left. True when it ran ``fn``; False (nothing run) elsewhere,
-    and then the kernel runs as it would. Elementwise work only: the ranges must not change
-    a bit."""
-    pool = getattr(ctx.device, "intra_op", None)
-    parts = min(SHARE_PARTS, count // SHARE_MIN_ITEMS)
-    if pool is None or parts < 2 or not pool.sharing():
-        return False
-    pool.run(fn, chunk_bounds(count, parts), shared=True)
-    return True
-
-
 # GEMMs split from ``MIN_SPLIT_WORK * MACS_PER_WORK`` multiply-adds (``for_gemm``, the
 # MatMul kernels; read at each call, as tests and bench/bench_gemm_splits.py change them):
 # from ~16.8 M (~0.3 ms on one thread). A lower rate, 6 (~6.3 M: the

@@ -421,9 +421,7 @@ def _compiled_apply(ctx, var, slots, grad, dtype, loop, scalars):
     flat = [a.reshape(-1) for a in news] + [g]
     size = g.size
     if size * LOOP_WORK < intra_op.MIN_SPLIT_WORK:
-        if not intra_op.for_shared(ctx, size, lambda start, stop: loop(*flat, *scalars,
-                                                                       start, stop)):
-            loop(*flat, *scalars, 0, size)
+        loop(*flat, *scalars, 0, size)
     else:
         try:
             intra_op.for_batch(ctx, size, LOOP_WORK,

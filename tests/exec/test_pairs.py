@@ -11,7 +11,6 @@ import pytest
 
 import asyncflow as af
 from asyncflow.exec import intra_op, lanes, pairs
-from asyncflow.kernels import intra_op as intra_op_kernels
 from asyncflow.kernels import registry
 
 # [64, 256] x [256, 256]: 4M multiply-adds, the smallest GEMM that pairs.
@@ -257,42 +256,6 @@ async def test_two_applies_run_as_a_pair_with_the_bits_of_one_thread(paired, cpu
     assert losses == alone_losses
     for got, want in zip(values, alone):
         np.testing.assert_array_equal(got, want)
-
-
-async def test_the_first_apply_of_a_group_is_shared_when_the_other_side_is_done(paired,
-                                                                                  cpu_only):
-    """The group's larger apply (w1's) runs in ranges (``for_shared``) that the thread of
-    the smaller side (w2's and b1's), done with it, takes up: its first range waits (10 s at
-    most) until another thread ran one of its ranges. The bits of one thread."""
-    from asyncflow.kernels import training
-    loop, w1_size = training._rms_prop_loop, 384 * N
-    ran, other, first_thread = [], threading.Event(), []
-
-    def ranges(x, *args, _loop=loop):
-        start, stop = args[-2:]
-        if x.size == w1_size:
-            ran.append((threading.get_ident(), start, stop))
-            if start == 0:
-                first_thread.append(threading.get_ident())
-                other.clear()
-                assert other.wait(10), "no other thread took up a range of w1's apply"
-            elif first_thread and threading.get_ident() != first_thread[-1]:
-                other.set()
-        return _loop(x, *args)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(training, "_rms_prop_loop", ranges)
-        losses, values = await train_two_layers(threads=2)
-    assert len(paired["groups"]) == 3 and len(first_thread) == 3
-    assert len({thread for thread, _, _ in ran}) == 2
-    for step in range(3):  # each step's ranges cover w1 once, in 8 ranges
-        bounds = sorted((a, b) for _, a, b in ran[8 * step:8 * step + 8])
-        assert bounds == intra_op_kernels.chunk_bounds(w1_size, 8)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(pairs, "pair_schedule", lambda schedule: (list(schedule), {}))
-        alone_losses, alone = await train_two_layers(threads=1)
-    assert losses == alone_losses
-    for got, want in zip(values, alone):
-        assert got.tobytes() == want.tobytes()
 
 
 async def test_applies_pair_with_reads_of_their_variables_fetched(paired, cpu_only):
