@@ -28,6 +28,11 @@ Theory of operation (issue 37):
   become one ``_FusedDropoutGrad(grad, mask, keep)`` named after the ``RealDiv``: the same
   operations in the same order in one array (the same bits), one dispatch instead of four
   (the ``Shape`` goes too when nothing else reads it).
+- Where that ``RealDiv``'s one reader is a ``ReluGrad`` taking it as its gradient (a Relu's
+  output went into the dropout: the MLP's hidden layers), the two become one
+  ``_FusedDropoutReluGrad(grad, mask, keep, features)`` named after the ``ReluGrad``:
+  ``((grad * mask) / keep) * (features > 0)``, the same operations in the same order (the
+  same bits), one pass and one dispatch instead of two (kernels/dropout.py).
 
 Pure data, as every compile pass: no trio, no kernels.
 """
@@ -40,6 +45,10 @@ from asyncflow.graph.registry import get_op_def
 
 FUSED_TYPE = "_FusedDropout"
 GRAD_TYPE = "_FusedDropoutGrad"
+RELU_GRAD_TYPE = "_FusedDropoutReluGrad"
+# Whether a ReluGrad joins the dropout's gradient (read when a plan is compiled; False keeps
+# the two kernels: bench/bench_ab_setting.py's A/B, a session a form).
+RELU_GRAD = True
 
 
 def _only_reader(node, reader, readers, controlling, pinned, allow_shape=False):
@@ -154,6 +163,26 @@ def _backward(grad_mul, floor, keep_port, shaped, readers, controlling, pinned):
     return grad_mul, to_shape, grad_div, grad_port, shape_node
 
 
+def _relu_grad_of(grad_div, readers, controlling, pinned):
+    """The ``ReluGrad`` that is the one reader of the dropout gradient's ``RealDiv`` (as its
+    gradient input, on its device, outside loops, no control inputs, of its dtype and shape),
+    where the two may be one ``_FusedDropoutReluGrad``; else None. A Relu's gradient through
+    the dropout after it: the MLP's hidden layers'."""
+    relu_grad = readers.get((grad_div, 0), [])
+    if len(relu_grad) != 1 or relu_grad[0].type != "ReluGrad":
+        return None
+    relu_grad = relu_grad[0]
+    features = relu_grad.inputs[1]
+    dtype, shape, _ = grad_div.out_specs[0]
+    if (relu_grad.inputs[0] != (grad_div, 0) or features == (grad_div, 0)
+            or not plain_on(relu_grad, grad_div.device) or len(relu_grad.out_specs) != 1
+            or relu_grad.out_specs[0][0] != dtype
+            or features[0].out_spec(features[1])[0] != dtype
+            or not features[0].out_spec(features[1])[1].is_compatible_with(shape)):
+        return None
+    return relu_grad
+
+
 def fuse_dropout(node_graph):
     """The dropout fusion (see the module docstring); returns a new NodeGraph, or the one
     given when it has no RandomUniform (no copy: most graphs have none)."""
@@ -188,16 +217,28 @@ def fuse_dropout(node_graph):
             if found is None or set(found[:3]) & dropped:
                 continue
             grad_mul, to_shape, grad_div, grad_port, shape_node = found
-            grad = Node(grad_div.name, GRAD_TYPE, get_op_def(GRAD_TYPE), {},
-                        [grad_port, (floor, 0), keep_port], [], grad_div.device,
-                        grad_div.out_specs, grad_div.traceback, grad_div.seq,
-                        origin=grad_div.origin, requested_device=grad_div.requested_device)
-            ports[(grad_div, 0)] = (grad, 0)
+            relu_grad = _relu_grad_of(grad_div, readers, controlling, pinned) \
+                if RELU_GRAD else None
+            if relu_grad is not None:  # ReluGrad(this, features): one node of the two
+                grad = Node(relu_grad.name, RELU_GRAD_TYPE, get_op_def(RELU_GRAD_TYPE), {},
+                            [grad_port, (floor, 0), keep_port, relu_grad.inputs[1]], [],
+                            relu_grad.device, relu_grad.out_specs, relu_grad.traceback,
+                            relu_grad.seq, origin=relu_grad.origin,
+                            requested_device=relu_grad.requested_device)
+                ports[(relu_grad, 0)] = (grad, 0)
+                dropped.add(relu_grad)
+                fused_nodes.append((grad, {relu_grad: grad}))
+            else:
+                grad = Node(grad_div.name, GRAD_TYPE, get_op_def(GRAD_TYPE), {},
+                            [grad_port, (floor, 0), keep_port], [], grad_div.device,
+                            grad_div.out_specs, grad_div.traceback, grad_div.seq,
+                            origin=grad_div.origin, requested_device=grad_div.requested_device)
+                ports[(grad_div, 0)] = (grad, 0)
+                fused_nodes.append((grad, {grad_div: grad}))
             dropped.update((grad_mul, to_shape, grad_div))
             if readers.get((shape_node, 0), []) == [to_shape] and shape_node not in pinned \
                     and shape_node not in controlling:
                 dropped.add(shape_node)
-            fused_nodes.append((grad, {grad_div: grad}))
     if not fused_nodes:
         return graph
     control_map = {}

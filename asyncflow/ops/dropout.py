@@ -1,6 +1,6 @@
 """``dropout`` (TF1's ``tf.nn.dropout`` with TF2's ``rate``), composed of random_uniform,
-floor and a multiply, and the ``_FusedDropout``/``_FusedDropoutGrad`` ops the fusion pass
-(compile/fuse_dropout.py) makes of that chain. Moved out of ops/nn.py (which re-exports
+floor and a multiply, and the ``_FusedDropout``/``_FusedDropoutGrad``/``_FusedDropoutReluGrad``
+ops the fusion pass (compile/fuse_dropout.py) makes of that chain and its gradient. Moved out of ops/nn.py (which re-exports
 ``dropout``) to keep that module under the size limit. Kernels: kernels/dropout.py.
 """
 from __future__ import annotations
@@ -89,3 +89,14 @@ def _infer_fused_dropout_grad(op):
 
 
 register_op("_FusedDropoutGrad", infer=_infer_fused_dropout_grad, differentiable=False)
+
+
+def _infer_fused_dropout_relu_grad(op):
+    """``_FusedDropoutReluGrad(grad, mask, keep, features) -> ((grad * mask) / keep) *
+    (features > 0)``: a Relu's gradient through the dropout that follows it, the
+    ``_FusedDropoutGrad`` and ``ReluGrad`` of one pass (the same pass makes it)."""
+    return [(op.inputs[1].dtype, op.inputs[1].shape)]
+
+
+register_op("_FusedDropoutReluGrad", infer=_infer_fused_dropout_relu_grad,
+            differentiable=False)
