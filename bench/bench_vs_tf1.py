@@ -49,6 +49,20 @@ with actors in their own processes on this machine, in each round after TF1's: `
 ``ray_chain_ms`` beside asyncflow's ``trivial_ms`` and ``chain_ms`` with their ratios.
 Without one, the Ray columns are skipped and the reason is printed.
 
+Ray's compiled graph waits by spinning: its shared-memory channel's reader (the actor waiting
+for its input, the driver in ``ray.get``) loops on ``sched_yield`` and a ``sem_trywait`` until
+the value is there (strace of the actor over 2,000 steps: 110,109 ``sched_yield`` calls, no
+blocking wait per step). Where another process is runnable the yield hands it the core and the
+step is a sequence of turns on one core (0.14-0.15 ms here at a 1-minute load of 3.3, the same
+pinned to one CPU); where the machine is quiet the driver and the actor spin on two cores and a
+round can read 0.08 ms. asyncflow's same-host calls park by default (their spin,
+``ASYNCFLOW_BARE_SPIN_US``, is off: bench/RESULTS.md), so ``trivial_ms`` against
+``ray_trivial_ms`` is a parking step against a spinning one. ``trivial_spin_ms`` is the
+like-for-like figure: the same trivial series in a second cluster whose processes (and this
+client's step, in a child process) run with ``ASYNCFLOW_BARE_SPIN_US=--spin-us`` (200; 0 skips
+it), printed beside ``trivial_spin_over_ray``. ``trivial_ms`` and ``trivial_over_ray`` stay
+the default's (issue 34's target).
+
 Run: ``.venv/bin/python bench/bench_vs_tf1.py [--quick] [--runs 3] [--tf-python PATH]
 [--ray-python PATH]``.
 """
@@ -343,6 +357,46 @@ async def _asyncflow_measure(spec, sizes, worker_counts, out):
     return out
 
 
+# ----------------------------------------------------------------------------- spin side
+# Runs in a child process (``--spin-side``) whose environment turns the same-host spin on, so
+# that its cluster's processes (``local_cluster`` passes the environment on) and its client
+# spin, as Ray's compiled graph does.
+
+
+def spin_side(steps):
+    sys.path.insert(0, os.path.join(_HERE, ".."))
+    sys.path.insert(0, os.path.join(_HERE, "..", "demos"))
+    import trio
+    from local_cluster import local_cluster
+    out = {}
+    with local_cluster({"ps": 1, "worker": 1}) as spec:
+        trio.run(_spin_measure, spec, steps, out)
+    return out
+
+
+async def _spin_measure(spec, steps, out):
+    import asyncflow as af
+    from transports.http.bare_io import spin_window_s
+    graph, p, doubled = _trivial_and_pull(af)[:3]
+    async with af.Session(graph=graph, cluster=spec) as sess:
+        await sess.run(doubled, {p: 1.0})
+        times = await _aseries(lambda: sess.run(doubled, {p: 1.0}), WARMUP + steps)
+    out["trivial_spin_ms"] = statistics.median(times[WARMUP:]) * 1e3
+    out["spin_window_us"] = spin_window_s() * 1e6  # (the child's own reading: not 0)
+
+
+def run_spin(spin_us, steps):
+    command = [sys.executable, os.path.abspath(__file__), "--spin-side", "--ray-steps",
+               str(steps)]
+    result = subprocess.run(command, capture_output=True, text=True, check=False,
+                            env={**os.environ, "ASYNCFLOW_BARE_SPIN_US": str(spin_us)})
+    lines = result.stdout.strip().splitlines()
+    if result.returncode or not lines:
+        print(f"spin side failed (exit {result.returncode}): {result.stderr[-2000:]}")
+        return None
+    return json.loads(lines[-1])
+
+
 # ----------------------------------------------------------------------------- TF1 side
 # Runs in the TF interpreter (``--tf-side``): imports tensorflow, never asyncflow.
 
@@ -550,7 +604,8 @@ def run_tf(tf_python, quick, worker_counts):
     return json.loads(lines[-1])
 
 
-LOWER_IS_BETTER = ("trivial_ms", "trivial_first_ms", "chain_ms", "pull_step_ms", "mlp_ms",
+LOWER_IS_BETTER = ("trivial_ms", "trivial_spin_ms", "trivial_first_ms", "chain_ms",
+                   "pull_step_ms", "mlp_ms",
                    "mlp_b1_ms", "mlp_b64_ms", "mlp_b256_ms", "mlp_b256_over_b1")
 
 
@@ -571,8 +626,11 @@ def main():
     parser.add_argument("--no-ray", action="store_true", help="skip Ray's Compiled Graphs")
     parser.add_argument("--ray-steps", type=int, default=TRIVIAL_STEPS,
                         help="timed executions per Ray figure")
+    parser.add_argument("--spin-us", type=float, default=200.0,
+                        help="ASYNCFLOW_BARE_SPIN_US of the trivial_spin_ms series (0: none)")
     parser.add_argument("--tf-side", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--ray-side", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--spin-side", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     worker_counts = [int(n) for n in args.workers.split(",")]
     if args.tf_side:
@@ -580,6 +638,9 @@ def main():
         return
     if args.ray_side:
         print(json.dumps(ray_side(args.ray_steps)))
+        return
+    if args.spin_side:
+        print(json.dumps(spin_side(args.ray_steps)))
         return
     tf_python = None if args.no_tf else find_tf_python(args.tf_python)
     print(f"TF1 side: {tf_python}" if tf_python else "TF1 side: none (no --tf-python, no "
@@ -592,10 +653,15 @@ def main():
         ours["raw_socket_mib_s"] = raw_socket_mib_s(64 * MIB, 3 if args.quick else 7)
         ours["pull_vs_raw"] = ours["pull_mib_s"] / ours["raw_socket_mib_s"]
         theirs = run_tf(tf_python, args.quick, worker_counts) if tf_python else None
+        spin = run_spin(args.spin_us, args.ray_steps) if args.spin_us else None
+        if spin is not None:
+            ours["trivial_spin_ms"] = spin["trivial_spin_ms"]
         ray = run_ray(ray_python, args.ray_steps) if ray_python else None
         if ray is not None:
             ours.update(ray)
             ours["trivial_over_ray"] = ours["trivial_ms"] / ray["ray_trivial_ms"]
+            if spin is not None:
+                ours["trivial_spin_over_ray"] = spin["trivial_spin_ms"] / ray["ray_trivial_ms"]
             ours["chain_over_ray"] = ours["chain_ms"] / ray["ray_chain_ms"]
         rounds.append((ours, theirs))
         print(f"\n-- round {run + 1}/{args.runs}")
@@ -610,6 +676,8 @@ def main():
           "on a 2-core box it is a contention figure")
     print("   ray_*: Ray Compiled Graphs in the same round; trivial_over_ray, chain_over_ray = "
           "asyncflow / Ray (lower is better)")
+    print("   trivial_spin_ms: ours with the same-host spin on (Ray's channel spins); "
+          "trivial_spin_over_ray: its ratio to Ray's")
     for key in rounds[0][0]:
         ours = [r[0][key] for r in rounds if key in r[0]]
         if not ours:
