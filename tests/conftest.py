@@ -87,7 +87,9 @@ def autojump_clock(cpu_only):
     """pytest-trio's clock that jumps to the next deadline whenever every task waits, here
     with no GPU: a GPU stream's completion arrives from the driver's callback thread (the fake
     GPU's too), a wait outside trio the clock jumps over (under ``make test-gpu`` a step's 20 s
-    deadline passed while its fetch waited milliseconds for the callback)."""
+    deadline passed while its fetch waited milliseconds for the callback). A part of a test
+    whose waits are not all inside trio (a thread, a subprocess) runs inside
+    ``with still(autojump_clock):`` (``tests/autojump.py``)."""
     import trio.testing
     return trio.testing.MockClock(autojump_threshold=0)
 

@@ -11,6 +11,7 @@ import trio.testing
 import asyncflow as af
 from asyncflow.cluster.remote_rendezvous import is_derived
 from transports.messages import DeregisterGraph
+from autojump import still
 from device_kinds import placed_kind, task_devices
 
 W0, W1, PS = "/job:worker/task:0", "/job:worker/task:1", "/job:ps/task:0"
@@ -341,8 +342,11 @@ async def test_a_step_retried_while_its_registration_is_under_way_joins_it(
     registration the first one began (it goes on past its caller's deadline), not a fresh one
     each time (RegisterGraphs piling up on the slow worker, each deregistered when it
     answers, no retry ever getting through). The registrations are held until the third try
-    waits (not slept: the worker's compile may run on a thread, in real time, which the
-    autojump clock would take for idleness and jump past the try's deadline)."""
+    waits (not slept), and the third try runs with the clock still: the registrations it
+    releases wait on threads (a worker's compile, MKL's first load, a Preload of the MatMul's),
+    in real time, and the autojump clock took those milliseconds for idleness, jumping from
+    lease check to lease check past the 600 s lease of the graphs registered first (a RunGraph
+    then found its graph dropped, under load)."""
     spec, servers = cluster
     with af.Graph().as_default() as graph:
         w, x, h, y = _model()
@@ -365,10 +369,11 @@ async def test_a_step_retried_while_its_registration_is_under_way_joins_it(
 
         async def third():
             results.append(await sess.run(y, {x: batch}))
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(third)
-            await trio.testing.wait_all_tasks_blocked()
-            held.set()
+        with still(autojump_clock):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(third)
+                await trio.testing.wait_all_tasks_blocked()
+                held.set()
         assert results == [3.0], results
         assert sent and sorted(sent) == sorted(set(sent)), sent  # one registration a task
     graphs = {name: server.service.statistics().graphs for name, server in servers.items()}
