@@ -265,3 +265,28 @@ async def test_a_64_kib_feed_is_served_without_the_streaming_decoder(monkeypatch
                     for got, fed in zip(reply.tensors, message.feeds):
                         np.testing.assert_array_equal(got.value, fed.value)
             assert channel.bare_calls == 4
+
+
+def test_read_whole_is_the_modules_public_surface():
+    assert {"WHOLE_FRAME_BYTES", "read_whole", "reads_whole"} <= set(bare_io.__all__)
+
+
+@pytest.mark.parametrize("length, header, whole", [
+    (bare_io.WHOLE_FRAME_BYTES, 100, True), (bare_io.WHOLE_FRAME_BYTES + 1, 100, False),
+    (bare_io.RECV + 1, bare_io.SMALL_HEADER_BYTES, True),
+    (bare_io.RECV + 1, bare_io.SMALL_HEADER_BYTES + 1, False)])
+def test_the_read_whole_bounds_are_inclusive(length, header, whole):
+    prefix = b"AFWC" + header.to_bytes(4, "little") + bytes(8)
+    assert bare_io.reads_whole(prefix, length) is whole
+
+
+async def test_a_frame_read_whole_is_the_same_wherever_its_first_read_ends():
+    message = _run_graph(256)
+    data = _bytes_of(encode(message, _LIMITS, checksums=True))
+    for split in [*range(0, 20), bare_io.RECV - 1, bare_io.RECV, len(data) - 1]:
+        body, client = await _body_pair(len(data))
+        with client, body._conn.stream.socket:
+            body._conn.pending = data[:split]
+            await client.send(data[split:] + b"next call")  # (a call behind it: left unread)
+            whole = await bare_io.read_whole(body._conn, len(data), GENEROUS)
+            assert bytes(whole) == data and not body._conn.pending, split

@@ -65,8 +65,9 @@ from transports.schema import PREFIX
 from transports.wire import SMALL_HEADER_BYTES, ChecksumTrailer, encode_prepared
 
 __all__ = ["CALLS", "COUNTS", "Calls", "LOAD_EVERY_S", "RECV", "RequestBody", "SPIN_ENV",
-           "ServerConnection", "WARM_WAITS", "decide", "learn_wait", "late_call", "machine_busy",
-           "one_way_failed", "prepared_reply", "quota_cpus", "read_once", "set_spin_window", "shut_reading",
+           "ServerConnection", "WARM_WAITS", "WHOLE_FRAME_BYTES", "decide", "learn_wait",
+           "late_call", "machine_busy", "one_way_failed", "prepared_reply", "quota_cpus",
+           "read_once", "read_whole", "reads_whole", "set_spin_window", "shut_reading",
            "small_pieces", "spin_window_s", "write_now", "write_request"]
 
 RECV: Final = 64 * 1024
