@@ -1,11 +1,23 @@
 """The steps after a fused product or convolution, in place on its output's rows: the bias
 added, then an activation (``fused_epilogue``: ``_FusedMatMul``, ``_FusedConv2D``), with the
 bits of the separate BiasAdd and activation kernels; and the sigmoid's in-place forms
-(``sigmoid_into``) that the Sigmoid kernel (``kernels/math.py``) and they share."""
+(``sigmoid_into``) that the Sigmoid kernel (``kernels/math.py``) and they share.
+
+On CPU, for float32/float64, ``_FusedMatMul``'s bias and sigmoid take two compiled passes
+(``kernels/jit.py``) around numpy's ``exp``, with the numpy form's bits (``_sigmoid_loops``);
+its prepare hook's ``preload`` compiles them off the event loop. The numpy form stays for
+every other case (a column block, other dtypes, a GPU, numba missing or ``ASYNCFLOW_JIT=0``)
+and is the reference (``tests/ops/test_epilogue_loops.py``)."""
 from __future__ import annotations
 
 import numpy as np
 
+from asyncflow.kernels import jit
+from asyncflow.kernels.registry import Preload
+
+# Whether ``fused_epilogue`` given a ``ctx`` takes the compiled passes for a bias and a sigmoid
+# (read at each call: bench/bench_ab_setting.py switches it).
+COMPILED = True
 
 # Per float dtype: the x below which ``exp(-x)`` overflows (``-log(max)``: -88.7 in float32).
 _EXP_OVERFLOW = {}
@@ -62,18 +74,24 @@ def _sigmoid_masked(xp, x, result=None):
     return result
 
 
-def fused_epilogue(xp, fused_ops, bias):
+def fused_epilogue(xp, fused_ops, bias, ctx=None):
     """``apply(rows)``: the steps after a fused product (``fused_ops``: "BiasAdd" and maybe an
     activation), in place on a chunk of its output rows ``[r, C]``: the same operations, in
-    the same order, as the separate BiasAdd/Add and activation kernels, so the same bits."""
+    the same order, as the separate BiasAdd/Add and activation kernels, so the same bits.
+    Given the kernel's ``ctx`` (``_FusedMatMul``), a bias and a sigmoid on contiguous rows
+    take two compiled passes around numpy's ``exp`` where ``jit.usable`` (``_sigmoid_loops``)."""
     activation = fused_ops[1] if len(fused_ops) > 1 else None
     if activation == "Sigmoid" and type(bias) is np.ndarray and bias.dtype.kind == "f":
         negated = np.negative(bias)
+        loops = ctx is not None and COMPILED and jit.usable(ctx, bias)
 
         def apply(rows, start=0, stop=None):
             if type(rows) is not np.ndarray or rows.dtype != bias.dtype:
                 rows += bias if stop is None else bias[start:stop]
                 sigmoid_into(xp, rows, rows)
+                return
+            if loops and stop is None and rows.flags.c_contiguous:
+                _sigmoid_loops(negated, rows)
                 return
             # ``-(rows + bias)`` in one pass, as ``(-bias) - rows``: the same bits (rounding
             # to nearest is symmetric) up to the sign of an exact zero, which ``exp`` does
@@ -133,3 +151,69 @@ def _sigmoid_of_negated_into(negated):
         return
     np.negative(negated, out=negated)
     sigmoid_into(np, negated, negated)
+
+
+def _sigmoid_loops(negated, rows):
+    """``sigmoid(rows - negated)`` in place on C-contiguous rows, with the numpy form's bits
+    (``fused_epilogue``): its subtraction and overflow check in one compiled pass, numpy's
+    ``exp`` (numba's differs in bits), then ``1 / (x + 1)`` in one pass. Measured alone
+    (bench/RESULTS.md, c42ae): on ``[256, 784]`` float32 the two passes 40 and 61 us against
+    numpy's 65 and 79."""
+    dtype = rows.dtype
+    bound = _EXP_OVERFLOW.get(dtype)
+    if bound is None:
+        bound = _EXP_OVERFLOW[dtype] = -float(np.log(np.finfo(dtype).max))
+    if _subtract_from(negated, rows, dtype.type(-bound)) and rows.size:
+        np.exp(rows, out=rows)
+        _reciprocal_of_one_plus(rows, dtype.type(1))
+        return
+    np.negative(rows, out=rows)  # (an exp overflows, or a NaN: numpy's masked form)
+    sigmoid_into(np, rows, rows)
+
+
+@jit.loop
+def _subtract_from(negated, rows, limit):
+    """``rows = negated - rows`` row by row; whether every result is at most ``limit`` (False
+    with a NaN, as numpy's ``max`` then ``<=``)."""
+    below = True
+    for i in range(rows.shape[0]):
+        row = rows[i]
+        for j in range(row.shape[0]):
+            value = negated[j] - row[j]
+            row[j] = value
+            below &= value <= limit
+    return below
+
+
+@jit.loop
+def _reciprocal_of_one_plus(rows, one):
+    for i in range(rows.shape[0]):
+        row = rows[i]
+        for j in range(row.shape[0]):
+            row[j] = one / (row[j] + one)
+
+
+def _warm():
+    for dtype in jit.SUPPORTED:
+        rows, one = np.zeros((2, 2), dtype), dtype.type(1)
+        _subtract_from(np.zeros(2, dtype), rows, one)
+        _reciprocal_of_one_plus(rows, one)
+
+
+def preload(ctx, other=None):
+    """``_FusedMatMul``'s prepare hook's part: for a bias and a sigmoid of a dtype the loops
+    take, on numpy, ``jit.preload`` of their warm-up (numba compiled or loaded from its disk
+    cache on a worker thread before the first step), with ``other`` (the node's other
+    ``Preload``, or None) run first; ``other`` alone elsewhere, or where they are warm."""
+    ops = ctx.attrs["fused_ops"]
+    if (len(ops) < 2 or ops[1] != "Sigmoid" or getattr(ctx, "xp", np) is not np
+            or np.dtype(ctx.output_dtypes[0]) not in jit.SUPPORTED):
+        return other
+    mine = jit.preload(_warm)
+    if mine is None or other is None:
+        return other if mine is None else mine
+
+    def load(node):
+        other.load(node)
+        mine.load(node)
+    return Preload(load)

@@ -9,7 +9,7 @@ import numpy as np
 from asyncflow import errors
 from asyncflow.kernels import blas, intra_op
 from asyncflow.kernels.arguments import host as _host, is_floating
-from asyncflow.kernels.epilogue import fused_epilogue, sigmoid_into
+from asyncflow.kernels.epilogue import fused_epilogue, preload as epilogue_preload, sigmoid_into
 from asyncflow.kernels.registry import host_memory, register_kernel, register_prepare
 
 # op type -> name of the array-module function computing it
@@ -228,7 +228,7 @@ def _fused_matmul(ctx, a, b, bias):
     if bias.shape != (b.shape[1],):
         raise errors.InvalidArgumentError(
             None, ctx.name, f"bias has shape {list(bias.shape)}, expected [{b.shape[1]}]")
-    epilogue = fused_epilogue(ctx.xp, attrs["fused_ops"], bias)
+    epilogue = fused_epilogue(ctx.xp, attrs["fused_ops"], bias, ctx)
     least = intra_op.MIN_SPLIT_WORK * intra_op.MACS_PER_WORK
     if attrs["fused_ops"][-1] in ("Sigmoid", "Tanh"):  # (its epilogue as long as its product)
         least = intra_op.TRANSCENDENTAL_EPILOGUE_SPLIT_MACS
@@ -240,7 +240,7 @@ def _fused_matmul(ctx, a, b, bias):
 
 
 register_prepare("MatMul")(blas.preload)
-register_prepare("_FusedMatMul")(blas.preload)
+register_prepare("_FusedMatMul")(lambda ctx: epilogue_preload(ctx, blas.preload(ctx)))
 
 
 def _accumulation_dtype(dtype):
