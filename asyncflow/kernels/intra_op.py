@@ -69,12 +69,6 @@ def for_batch(ctx, count, work_per_item, fn, bytes_per_item=0):
 # a caller that finishes last finds the worker done and returns at once. Measured on
 # ``[128, 784] @ [784, 256]``: 365 us in two even row chunks, 315 with 68/60 rows.
 GEMM_LEAD_MACS = 1_600_000
-# A fused GEMM whose epilogue is a transcendental (Sigmoid, Tanh: ``_FusedMatMul``) splits from
-# this many multiply-adds (``for_gemm``'s ``least_macs``, read at each call): its epilogue's
-# exp or tanh adds about as much again as the product to each row chunk, so half the GEMMs'
-# threshold. The autoencoder's ``[256, 256] @ [256, 128]`` and back (8.4 M, ~0.2 ms with the
-# epilogue) split with it (bench/RESULTS.md, c42ae).
-TRANSCENDENTAL_EPILOGUE_SPLIT_MACS = 8 * MIN_SPLIT_WORK
 # OpenBLAS computes a GEMM of at most 100^3 multiply-adds (that size included) with its
 # small-matrix kernels where the core has them (SkylakeX), and a single row or column as a
 # GEMV; both round differently from its large-GEMM path: a chunk stays strictly above both.
@@ -108,13 +102,12 @@ def _numpy_blas_core():
     return cores.pop() if len(cores) == 1 else None
 
 
-def for_gemm(ctx, count, macs_per_item, fn, bytes_per_item=0, dtype=None, least_macs=None):
+def for_gemm(ctx, count, macs_per_item, fn, bytes_per_item=0, dtype=None):
     """``for_batch`` for a GEMM split by rows or columns (``count`` of them, each
     ``macs_per_item`` multiply-adds) of ``dtype``: from ``MIN_SPLIT_WORK * MACS_PER_WORK``
-    multiply-adds (``least_macs`` where given), one chunk per thread (cache-sized ones,
-    evenly, where ``bytes_per_item`` asks for more), the caller's first chunk
-    ``GEMM_LEAD_MACS`` longer than the others (``lead_bounds``). Chunks are at least two
-    items and more than ``BLAS_SMALL_MACS`` each
+    multiply-adds, one chunk per thread (cache-sized ones, evenly, where ``bytes_per_item``
+    asks for more), the caller's first chunk ``GEMM_LEAD_MACS`` longer than the others
+    (``lead_bounds``). Chunks are at least two items and more than ``BLAS_SMALL_MACS`` each
     (fewer chunks where the GEMM is smaller). The bounds depend on the shape and the thread
     count only, so the result does too. Where the pool runs kernels whole on this thread (a
     pair's GEMM), or every worker is busy, the chunks run here one after the other, packing
@@ -123,9 +116,7 @@ def for_gemm(ctx, count, macs_per_item, fn, bytes_per_item=0, dtype=None, least_
     run time, so the bits must not depend on them. Returns the bounds, in order."""
     pool = getattr(ctx.device, "intra_op", None)
     total = count * macs_per_item
-    if least_macs is None:
-        least_macs = MIN_SPLIT_WORK * MACS_PER_WORK
-    if pool is None or total < least_macs:
+    if pool is None or total < MIN_SPLIT_WORK * MACS_PER_WORK:
         fn(0, count)
         return [(0, count)]
     least = max(2, BLAS_SMALL_MACS // max(1, macs_per_item) + 1)  # items a chunk, at least

@@ -172,7 +172,7 @@ def _matmul(ctx, a, b):
     return (_split_matmul(ctx, a, b),)
 
 
-def _split_matmul(ctx, a, b, epilogue=None, least_macs=None):
+def _split_matmul(ctx, a, b, epilogue=None):
     """``a @ b`` over the intra-op threads: by rows of ``a`` (each chunk a GEMM writing its
     rows of the output, then ``epilogue(rows)`` on them while they are in cache), or by
     columns of ``b`` when ``a`` has too few rows to share out, or when ``b`` is the larger
@@ -181,8 +181,7 @@ def _split_matmul(ctx, a, b, epilogue=None, least_macs=None):
     (one thread each, CPU summed over the chunks, bench/RESULTS.md): ``[128, 3136] @ [3136,
     1024]`` 9.4 ms whole, 11.0-11.4 in two row chunks, 9.6-10.3 in two column chunks; its
     input gradient ``[128, 1024] @ [1024, 3136]`` 10.7 whole, 12.9-13.6 by rows, 10.7-11.3
-    by columns; the weight gradient ``[3136, 128] @ [128, 1024]`` as cheap by rows as whole.
-    Split from ``least_macs`` multiply-adds where given (``intra_op.for_gemm``)."""
+    by columns; the weight gradient ``[3136, 128] @ [128, 1024]`` as cheap by rows as whole."""
     (rows, inner), cols = a.shape, b.shape[1]
     out = ctx.xp.empty((rows, cols), dtype=a.dtype)
     mm = blas.gemm(ctx, a, b)  # (MKL's splits do not keep the whole product's bits)
@@ -195,14 +194,13 @@ def _split_matmul(ctx, a, b, epilogue=None, least_macs=None):
         cache_bytes = cols * a.itemsize * 2
         if epilogue is None and ROW_CHUNKS_FOR_EPILOGUE_ONLY:
             cache_bytes = 0
-        intra_op.for_gemm(ctx, rows, inner * cols, by_rows, cache_bytes, dtype, least_macs)
+        intra_op.for_gemm(ctx, rows, inner * cols, by_rows, cache_bytes, dtype)
     else:
         def by_columns(start, stop):
             mm(a, b[:, start:stop], out[:, start:stop])
             if epilogue is not None:
                 epilogue(out[:, start:stop], start, stop)
-        intra_op.for_gemm(ctx, cols, inner * rows, by_columns, dtype=dtype,
-                          least_macs=least_macs)
+        intra_op.for_gemm(ctx, cols, inner * rows, by_columns, dtype=dtype)
     return out
 
 
@@ -229,14 +227,12 @@ def _fused_matmul(ctx, a, b, bias):
         raise errors.InvalidArgumentError(
             None, ctx.name, f"bias has shape {list(bias.shape)}, expected [{b.shape[1]}]")
     epilogue = fused_epilogue(ctx.xp, attrs["fused_ops"], bias, ctx)
-    least = intra_op.MIN_SPLIT_WORK * intra_op.MACS_PER_WORK
-    if attrs["fused_ops"][-1] in ("Sigmoid", "Tanh"):  # (its epilogue as long as its product)
-        least = intra_op.TRANSCENDENTAL_EPILOGUE_SPLIT_MACS
-    if a.size * b.shape[1] < least or blas.gram(a, b):
+    if a.size * b.shape[1] < intra_op.MIN_SPLIT_WORK * intra_op.MACS_PER_WORK \
+            or blas.gram(a, b):
         out = blas.matmul(ctx, a, b)
         epilogue(out)
         return (out,)
-    return (_split_matmul(ctx, a, b, epilogue, least),)
+    return (_split_matmul(ctx, a, b, epilogue),)
 
 
 register_prepare("MatMul")(blas.preload)

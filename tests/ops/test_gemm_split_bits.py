@@ -181,30 +181,6 @@ def test_a_gram_product_is_not_split(dtype, fused):
     assert intra_op.shared_pool(2).splits == splits + 1
 
 
-@pytest.mark.parametrize("activation", ["Sigmoid", "Tanh", "Relu", None])
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_a_gemm_with_a_transcendental_epilogue_splits_from_half_the_threshold(dtype,
-                                                                                 activation):
-    """``[256, 256] @ [256, 128]`` (8.4 M multiply-adds, the autoencoder's ``Sigmoid_1``)
-    splits with a Sigmoid or Tanh epilogue (``TRANSCENDENTAL_EPILOGUE_SPLIT_MACS``), whole
-    with a Relu or a bias alone; either way the split's values are the whole product's
-    (its bits where splits keep them) followed by the same epilogue."""
-    a, b = operands(11, dtype, 256, 256, 128, ("C", "C"))
-    bias = np.linspace(-1, 1, 128).astype(dtype)
-    ctx = _ctx(2)
-    ctx.attrs = dict(ctx.attrs, fused_ops=["BiasAdd"] + ([activation] if activation else []))
-    splits = intra_op.shared_pool(2).splits
-    value = math_kernels._fused_matmul(ctx, a, b, bias)[0]
-    assert intra_op.shared_pool(2).splits == splits + (activation in ("Sigmoid", "Tanh"))
-    whole = a @ b + bias
-    whole = {"Sigmoid": lambda x: 1 / (1 + np.exp(-x)), "Tanh": np.tanh,
-             "Relu": lambda x: np.maximum(x, 0), None: lambda x: x}[activation](whole)
-    if kernel_intra_op.split_keeps_bits(np.dtype(dtype)) and activation != "Sigmoid":
-        np.testing.assert_array_equal(value, whole)
-    else:  # (the sigmoid's in-place form is within 2 ulps of the naive one)
-        np.testing.assert_allclose(value, whole, rtol=4 * np.finfo(dtype).eps, atol=0)
-
-
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_a_gemm_split_while_every_worker_is_busy(dtype, monkeypatch):
     """With the pool's only worker busy (another kernel's chunk) a split runs on its caller
