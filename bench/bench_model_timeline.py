@@ -13,6 +13,12 @@ kernel, how long it took, and how long the kernel went on after its last chunk e
 a split's hand-off costs).
 
     python bench/bench_model_timeline.py --model convnet --steps 20 [--show] [--chunks]
+        [--intra-op N]
+
+``--intra-op 1`` (``intra_op_parallelism_threads``; 0, the default, the cores) with
+``ASYNCFLOW_LANES=0`` in the environment runs every kernel whole on one thread: each kernel's
+wall time is then its CPU time, the step's CPU by kernel (what a step costs on a machine that
+gives the process one core).
 
 ``--ab ROUNDS`` first times the step run whole on a worker thread (``exec/thread_step.py``)
 against the loop's form, two sessions of the model in this process, rounds alternating:
@@ -177,6 +183,8 @@ def main(argv=None):
     parser.add_argument("--show", action="store_true", help="print the last step's kernels")
     parser.add_argument("--chunks", action="store_true",
                         help="print each split kernel's chunks (medians)")
+    parser.add_argument("--intra-op", type=int, default=0, metavar="N",
+                        help="intra_op_parallelism_threads (0: the cores)")
     parser.add_argument("--ab", type=int, default=0, metavar="ROUNDS",
                         help="first time the thread form against the loop's, ROUNDS rounds")
     args = parser.parse_args(argv)
@@ -185,6 +193,7 @@ def main(argv=None):
     import asyncflow as af
 
     rec = Recorder()
+    config = af.ConfigProto(intra_op_parallelism_threads=args.intra_op)
 
     async def session(enabled):
         from asyncflow.exec import thread_step
@@ -195,7 +204,7 @@ def main(argv=None):
             feeds, loss, train = bench_models.build(af, args.model,
                                                     bench_models.weights(args.model, rng))
             init = af.global_variables_initializer()
-        sess = af.Session(graph=graph)
+        sess = af.Session(graph=graph, config=config)
         await sess.__aenter__()
         await sess.run(init)
         feed = dict(zip(feeds, bench_models.data(args.model, rng)))
@@ -231,7 +240,7 @@ def main(argv=None):
                                                     bench_models.weights(args.model, rng))
             init = af.global_variables_initializer()
         feed = dict(zip(feeds, bench_models.data(args.model, rng)))
-        async with af.Session(graph=graph) as sess:
+        async with af.Session(graph=graph, config=config) as sess:
             await sess.run(init)
             for _ in range(args.warmup):
                 await sess.run([loss, train], feed)
@@ -260,6 +269,12 @@ def main(argv=None):
         for wall, alone, name, op_type in rows:
             if wall >= 0.05:
                 print(f"  {wall:7.2f} {alone:7.2f}  {name} ({op_type})")
+        by_type = {}
+        for wall, _, _, op_type in rows:
+            by_type[op_type] = by_type.get(op_type, 0.0) + wall
+        print(f"  by op type (sums of the medians, ms; all {sum(by_type.values()):.2f}): "
+              + ", ".join(f"{op_type} {wall:.2f}" for op_type, wall in
+                          sorted(by_type.items(), key=lambda item: -item[1]) if wall >= 0.01))
         if args.chunks:
             print_chunks(splits)
         if args.show:

@@ -11,7 +11,7 @@ import numpy as np
 
 from asyncflow import errors
 from asyncflow.kernels import intra_op, jit
-from asyncflow.kernels.math import sigmoid_into
+from asyncflow.kernels.epilogue import sigmoid_into
 from asyncflow.kernels.registry import register_kernel, register_prepare
 
 

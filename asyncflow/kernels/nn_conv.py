@@ -55,7 +55,7 @@ import numpy as np
 from asyncflow import errors
 from asyncflow.kernels import blas, intra_op, jit, nn_conv_fft, nn_conv_loops, pool_loops
 from asyncflow.kernels.arguments import is_floating
-from asyncflow.kernels.math import fused_epilogue
+from asyncflow.kernels.epilogue import fused_epilogue
 from asyncflow.kernels.pool_ties import all_above_minus_inf, window_max
 from asyncflow.kernels.registry import host_memory, register_kernel, register_prepare
 

@@ -435,7 +435,7 @@ def _read_out_bias(planes, shift_h, shift_w, bias, floor, out):
     """``out[b, y, x] = planes[(y + shift_h) % P_h, (x + shift_w) % P_w, b] + bias`` then the
     Relu (``floor`` 0: a sum ``<= 0`` gives +0, as numpy's ``maximum(v, 0)``, NaN kept; NaN:
     no Relu, no comparison holds), one pass: ``read_out`` and the epilogue's two passes
-    (``math.fused_epilogue``) in one, the same adds. ``shift_h``, ``shift_w`` >= 0."""
+    (``epilogue.fused_epilogue``) in one, the same adds. ``shift_h``, ``shift_w`` >= 0."""
     p_h, p_w = planes.shape[0], planes.shape[1]
     n, oh, ow, depth = out.shape
     for b in range(n):

@@ -173,7 +173,7 @@ def test_fused_sigmoid_epilogue_has_the_unfused_bits(dtype, overflowing, block):
     ``(-bias) - rows`` (no negation pass): the bits of ``rows + bias`` then ``sigmoid_into``,
     exact zeros from cancellation, NaN and infinities included, on a block of columns too, and
     with values where ``exp`` overflows (the masked form, from the values negated back)."""
-    from asyncflow.kernels import math as kmath
+    from asyncflow.kernels import epilogue as kernel_epilogue
     rng = np.random.default_rng(3)
     rows = (rng.standard_normal((7, 16)) * 6).astype(dtype)
     bias = (rng.standard_normal(16) * 3).astype(dtype)
@@ -184,9 +184,9 @@ def test_fused_sigmoid_epilogue_has_the_unfused_bits(dtype, overflowing, block):
         rows[2, 6] = -1e4
     start, stop = block or (0, 16)
     fused = rows[:, start:stop].copy()
-    kmath.fused_epilogue(np, ("BiasAdd", "Sigmoid"), bias)(fused, *(block or ()))
+    kernel_epilogue.fused_epilogue(np, ("BiasAdd", "Sigmoid"), bias)(fused, *(block or ()))
     unfused = rows[:, start:stop] + bias[start:stop]
-    kmath.sigmoid_into(np, unfused, unfused)
+    kernel_epilogue.sigmoid_into(np, unfused, unfused)
     assert fused.dtype == dtype
     nan = np.isnan(unfused)  # (a NaN's sign bit is not compared)
     assert np.array_equal(np.isnan(fused), nan) and nan.any() == (start == 0)
@@ -200,17 +200,17 @@ def test_fused_sigmoid_epilogue_has_the_unfused_bits(dtype, overflowing, block):
 def test_fused_epilogue_adds_a_tiled_bias_with_the_unfused_bits(rows_count, channels, dtype,
                                                                 activation):
     """The bias add over large ``[r, C]`` blocks with few columns runs over ``[r / k, k C]``
-    views by the bias tiled (``kernels/math.py`` ``_add_bias``): the bits of ``rows += bias``
+    views by the bias tiled (``kernels/epilogue.py`` ``_add_bias``): the bits of ``rows += bias``
     then the activation, rows left over after the views included (811 rows of 64 channels:
     16 per view), NaN, infinities and exact zeros, for the shapes it leaves to the broadcast
     add (257 columns, few rows, non-contiguous rows, another dtype) too."""
-    from asyncflow.kernels import math as kmath
+    from asyncflow.kernels import epilogue as kernel_epilogue
     rng = np.random.default_rng(rows_count)
     rows = (rng.standard_normal((rows_count, channels)) * 4).astype(dtype)
     bias = rng.standard_normal(channels).astype(dtype)
     rows[0, 0], rows[-1, -1], rows[rows_count // 2, 0] = np.nan, np.inf, -bias[0]
     ops = ("BiasAdd",) + ((activation,) if activation else ())
-    apply = kmath.fused_epilogue(np, ops, bias)
+    apply = kernel_epilogue.fused_epilogue(np, ops, bias)
     fused = rows.copy()
     apply(fused)
     apply(fused)  # a second block through the same epilogue (its tiled bias kept)
@@ -244,12 +244,12 @@ def test_fused_epilogue_bias_add_keeps_the_broadcast_nans(channels, dtype):
     """Where a row's value and its bias are both NaN, the fused BiasAdd keeps the NaN (sign
     and payload) that ``rows += bias`` keeps: for one column numpy's broadcast add is a pass
     by a scalar, which keeps the bias's, so ``_add_bias`` leaves that shape to it."""
-    from asyncflow.kernels import math as kmath
+    from asyncflow.kernels import epilogue as kernel_epilogue
     rows = np.ones((32768 // channels, channels), dtype=dtype)
     rows[::3] = -np.nan
     bias = np.full(channels, np.nan, dtype=dtype)
     fused = rows.copy()
-    kmath.fused_epilogue(np, ("BiasAdd",), bias)(fused)
+    kernel_epilogue.fused_epilogue(np, ("BiasAdd",), bias)(fused)
     unfused = rows.copy()
     unfused += bias
     assert np.isnan(fused).all() and fused.tobytes() == unfused.tobytes()

@@ -1,0 +1,124 @@
+"""The fused bias-and-sigmoid epilogue's compiled passes (``kernels/epilogue.py``,
+``_sigmoid_loops``) against its numpy form (``jit.ENABLED`` off), the reference: the same
+bits, whole and split over 1-3 intra-op threads, float32 and float64, with NaN, infinities,
+values whose ``exp`` overflows and values at the overflow bound."""
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from asyncflow.exec import intra_op
+from asyncflow.kernels import blas, epilogue, jit, math as math_kernels
+
+pytestmark = pytest.mark.skipif(not jit.available(), reason="numba is not installed")
+
+
+@pytest.fixture(autouse=True)
+def _numpy_s_gemms(monkeypatch):
+    monkeypatch.setattr(blas, "CHOICE", "numpy")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _blas_one_thread():
+    intra_op.claim_blas()
+
+
+def _ctx(threads):
+    return SimpleNamespace(device=SimpleNamespace(intra_op=intra_op.shared_pool(threads)),
+                           xp=np, name="_FusedMatMul", attrs={
+                               "transpose_a": False, "transpose_b": False,
+                               "fused_ops": ["BiasAdd", "Sigmoid"]})
+
+
+def _both_forms(monkeypatch, run):
+    """``run()`` with the compiled passes (checking they ran), then with numpy's form."""
+    calls = []
+    loops = epilogue._sigmoid_loops
+    monkeypatch.setattr(epilogue, "_sigmoid_loops",
+                        lambda *args: calls.append(args[1].shape) or loops(*args))
+    compiled = run()
+    assert calls, "the compiled passes did not run"
+    monkeypatch.setattr(jit, "ENABLED", False)
+    del calls[:]
+    reference = run()
+    assert not calls
+    return compiled, reference
+
+
+def _special(dtype, shape, seed):
+    """Random rows with NaN, +-inf, overflowing values and the overflow bound's neighbours."""
+    rows = (np.random.default_rng(seed).standard_normal(shape) * 6).astype(dtype)
+    bound = np.asarray(np.log(np.finfo(dtype).max), dtype)  # (-rows past it overflow exp)
+    edge = [np.nan, np.inf, -np.inf, -bound, np.nextafter(-bound, 0), -bound - 1,
+            np.nextafter(-bound, -np.inf), -2 * bound, 0.0, -0.0]
+    rows.flat[:len(edge)] = np.asarray(edge, dtype)
+    return rows
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(256, 784), (37, 5), (1, 1), (0, 3)])
+@pytest.mark.parametrize("case", ["ordinary", "special", "all below the bound"])
+def test_the_epilogue_has_the_numpy_form_s_bits(dtype, shape, case, monkeypatch):
+    rng = np.random.default_rng(1)
+    bias = rng.standard_normal(shape[1]).astype(dtype)
+    rows = (rng.standard_normal(shape) * 4).astype(dtype)
+    if case == "special" and rows.size >= 10:
+        rows = _special(dtype, shape, 2)
+    elif case == "all below the bound":  # (every exp overflows: the masked form for all)
+        rows = np.full(shape, -1000, dtype)
+    ctx = _ctx(1)
+
+    def run():
+        out = rows.copy()
+        epilogue.fused_epilogue(np, ("BiasAdd", "Sigmoid"), bias, ctx)(out)
+        return out
+    compiled, reference = _both_forms(monkeypatch, run)
+    assert compiled.tobytes() == reference.tobytes()
+    unfused = rows + bias  # (and both are the separate kernels' bits)
+    epilogue.sigmoid_into(np, unfused, unfused)
+    assert compiled.tobytes() == unfused.tobytes()
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_split_fused_matmul_with_the_loops_has_the_numpy_form_s_bits(threads, dtype,
+                                                                       monkeypatch):
+    """``[256, 784] @ [784, 256]`` with a bias and a sigmoid, split by rows over the pool
+    (each chunk's rows through the loops), against the numpy epilogue on the same split."""
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((256, 784)).astype(dtype)
+    b = (rng.standard_normal((784, 256)) * 0.2).astype(dtype)
+    bias = rng.standard_normal(256).astype(dtype)
+    a[5, :] = np.nan  # (a row of NaNs, and rows whose exp overflows)
+    a[9, :] = 50
+    ctx = _ctx(threads)
+    compiled, reference = _both_forms(
+        monkeypatch, lambda: math_kernels._fused_matmul(ctx, a, b, bias)[0])
+    assert compiled.tobytes() == reference.tobytes()
+
+
+def test_column_blocks_and_other_dtypes_take_the_numpy_form(monkeypatch):
+    calls = []
+    monkeypatch.setattr(epilogue, "_sigmoid_loops", lambda *args: calls.append(args))
+    bias = np.ones(4, np.float16)
+    rows = np.zeros((3, 4), np.float16)
+    epilogue.fused_epilogue(np, ("BiasAdd", "Sigmoid"), bias, _ctx(1))(rows)
+    np.testing.assert_array_equal(rows, np.full((3, 4), 1 / (1 + np.exp(-1)), np.float16))
+    wide = np.zeros((3, 8), np.float32)
+    epilogue.fused_epilogue(np, ("BiasAdd", "Sigmoid"), np.zeros(8, np.float32), _ctx(1))(
+        wide[:, 2:6], 2, 6)
+    assert not calls and np.all(wide[:, 2:6] == 0.5) and np.all(wide[:, :2] == 0)
+
+
+def test_the_prepare_hook_preloads_the_loops_for_a_sigmoid_only():
+    ctx = SimpleNamespace(xp=np, output_dtypes=[np.float32],
+                          attrs={"fused_ops": ["BiasAdd", "Sigmoid"]})
+    hook = epilogue.preload(ctx)
+    if hook is not None:  # (None once warm: another test ran them)
+        hook.load(ctx)
+    assert epilogue.preload(ctx) is None
+    ctx.attrs = {"fused_ops": ["BiasAdd", "Relu"]}
+    other = object()
+    assert epilogue.preload(ctx, other) is other
+    ctx.attrs, ctx.output_dtypes = {"fused_ops": ["BiasAdd", "Sigmoid"]}, [np.float16]
+    assert epilogue.preload(ctx) is None
