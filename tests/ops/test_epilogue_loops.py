@@ -79,6 +79,26 @@ def test_the_epilogue_has_the_numpy_form_s_bits(dtype, shape, case, monkeypatch)
     assert compiled.tobytes() == unfused.tobytes()
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_loops_at_the_overflow_bound_take_the_masked_form(dtype, monkeypatch):
+    """Sums exactly at ``-log(max)`` rounded to the dtype (float32's -88.72284 overflows
+    ``exp``) and either side of it: the never-overflowing form's bits, in both forms (the
+    loops compared there in float32 where numpy 1's scalar comparison took float64)."""
+    bound = dtype(-np.log(np.finfo(dtype).max))
+    x = np.array([np.nextafter(bound, dtype(0)), bound, np.nextafter(bound, dtype(-np.inf))],
+                 dtype)
+    rows = np.stack([x] * 4)
+
+    def run():
+        out = rows.copy()
+        epilogue.fused_epilogue(np, ("BiasAdd", "Sigmoid"), np.zeros(3, dtype), _ctx(1))(out)
+        return out
+    compiled, reference = _both_forms(monkeypatch, run)
+    expected = np.stack([epilogue._sigmoid_masked(np, x.copy())] * 4)
+    assert compiled.tobytes() == expected.tobytes() == reference.tobytes()
+    assert np.all(compiled > 0)
+
+
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_a_split_fused_matmul_with_the_loops_has_the_numpy_form_s_bits(threads, dtype,
