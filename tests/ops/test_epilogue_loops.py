@@ -142,3 +142,22 @@ def test_the_prepare_hook_preloads_the_loops_for_a_sigmoid_only():
     assert epilogue.preload(ctx, other) is other
     ctx.attrs, ctx.output_dtypes = {"fused_ops": ["BiasAdd", "Sigmoid"]}, [np.float16]
     assert epilogue.preload(ctx) is None
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_warm_up_compiles_what_the_kernel_calls(dtype):
+    """``_warm`` (the prepare hook's) compiles the signatures ``_FusedMatMul`` then calls, whole
+    and split, with read-only inputs (a variable's value): a signature it missed would compile
+    at the first step, on the event loop's thread where a small product runs inline."""
+    epilogue._warm()
+    loops = (epilogue._subtract_from, epilogue._reciprocal_of_one_plus)
+    compiled = [set(loop._compiled.signatures) for loop in loops]
+    rng = np.random.default_rng(4)
+    for rows in (3, 256):
+        a = rng.standard_normal((rows, 784)).astype(dtype)
+        b = rng.standard_normal((784, 256)).astype(dtype)
+        bias = rng.standard_normal(256).astype(dtype)
+        for array in (a, b, bias):
+            array.flags.writeable = False
+        math_kernels._fused_matmul(_ctx(2), a, b, bias)
+    assert [set(loop._compiled.signatures) for loop in loops] == compiled
