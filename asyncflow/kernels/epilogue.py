@@ -19,8 +19,24 @@ from asyncflow.kernels.registry import Preload
 # (read at each call: bench/bench_ab_setting.py switches it).
 COMPILED = True
 
-# Per float dtype: the x below which ``exp(-x)`` overflows (``-log(max)``: -88.7 in float32).
+# Per float dtype: the least x of that dtype whose ``exp(-x)`` is finite (``_overflow_bound``).
 _EXP_OVERFLOW = {}
+
+
+def _overflow_bound(dtype):
+    """The least ``x`` of ``dtype`` (a scalar of it) whose ``exp(-x)`` does not overflow: about
+    ``-log(max)`` (-88.7 in float32), rounded to ``dtype`` towards 0 where the rounded value's
+    ``exp(-x)`` overflows (float32's -88.72284, float16's -11.09: their sigmoid is not 0).
+    Compared as a scalar of the array's dtype, so numpy 1 and 2 compare it alike."""
+    bound = _EXP_OVERFLOW.get(dtype)
+    if bound is None:
+        dtype = np.dtype(dtype)
+        bound = dtype.type(-np.log(np.finfo(dtype).max))
+        with np.errstate(over="ignore"):
+            while not np.isfinite(np.exp(-bound)):
+                bound = np.nextafter(bound, dtype.type(0))
+        _EXP_OVERFLOW[dtype] = bound
+    return bound
 
 
 def sigmoid_into(xp, x, result):
@@ -36,9 +52,7 @@ def sigmoid_into(xp, x, result):
     alone, so a fused epilogue applied block by block (``fused_epilogue``) gives the bits of
     this kernel on the whole array."""
     if type(x) is np.ndarray and x.dtype.kind == "f" and x.size:
-        bound = _EXP_OVERFLOW.get(x.dtype)
-        if bound is None:
-            bound = _EXP_OVERFLOW[x.dtype] = -float(np.log(np.finfo(x.dtype).max))
+        bound = _overflow_bound(x.dtype)
         if x.min() >= bound:  # False with a NaN: then the masked form (NaN stays NaN)
             return _sigmoid_fast(xp, x, result)
         low = ~(x >= bound)  # exp(-x) overflows there, or x is NaN
@@ -141,9 +155,7 @@ def _add_bias(rows, bias, tiled):
 def _sigmoid_of_negated_into(negated):
     """``sigmoid(-negated)`` in place, with ``sigmoid_into``'s bits: its fast form where no
     ``exp`` overflows, else ``negated`` negated back (exactly) and ``sigmoid_into``."""
-    bound = _EXP_OVERFLOW.get(negated.dtype)
-    if bound is None:
-        bound = _EXP_OVERFLOW[negated.dtype] = -float(np.log(np.finfo(negated.dtype).max))
+    bound = _overflow_bound(negated.dtype)
     if negated.size and negated.max() <= -bound:  # False with a NaN
         np.exp(negated, out=negated)
         negated += negated.dtype.type(1)
@@ -160,10 +172,7 @@ def _sigmoid_loops(negated, rows):
     (bench/RESULTS.md, c42ae): on ``[256, 784]`` float32 the two passes 40 and 61 us against
     numpy's 65 and 79."""
     dtype = rows.dtype
-    bound = _EXP_OVERFLOW.get(dtype)
-    if bound is None:
-        bound = _EXP_OVERFLOW[dtype] = -float(np.log(np.finfo(dtype).max))
-    if _subtract_from(negated, rows, dtype.type(-bound)) and rows.size:
+    if _subtract_from(negated, rows, -_overflow_bound(dtype)) and rows.size:
         np.exp(rows, out=rows)
         _reciprocal_of_one_plus(rows, dtype.type(1))
         return

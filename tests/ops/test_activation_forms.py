@@ -123,7 +123,7 @@ def _sigmoid_with_reciprocal(x):
         e = np.exp(-np.abs(x))
         factor = (one - e) * (x >= 0) + e
         masked = np.reciprocal(e + one) * factor
-    return np.where(x >= -float(np.log(np.finfo(x.dtype).max)), fast, masked)
+        return np.where(np.isfinite(np.exp(np.negative(x))), fast, masked)
 
 
 @settings(max_examples=40, deadline=None)
@@ -191,6 +191,31 @@ def test_fused_sigmoid_epilogue_has_the_unfused_bits(dtype, overflowing, block):
     nan = np.isnan(unfused)  # (a NaN's sign bit is not compared)
     assert np.array_equal(np.isnan(fused), nan) and nan.any() == (start == 0)
     assert fused[~nan].tobytes() == unfused[~nan].tobytes()
+
+
+def _overflow_bound_neighbours(dtype):
+    """``-log(max)`` rounded to ``dtype`` (whose ``exp(-x)`` overflows in float16 and float32)
+    and its neighbours either side."""
+    bound = dtype(-np.log(np.finfo(dtype).max))
+    return np.array([np.nextafter(bound, dtype(0)), bound,
+                     np.nextafter(bound, dtype(-np.inf))], dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+async def test_sigmoid_at_the_overflow_bound_is_not_flushed_to_zero(dtype):
+    """At ``-log(max)`` rounded to the dtype, ``exp(-x)`` overflows in float16 (-11.09) and
+    float32 (-88.72284): the fast form gave 0 there (TF1's float16 Sigmoid: 1.52e-5) between
+    two neighbours that it does not flush; the masked form's bits, as either neighbour's."""
+    from asyncflow.kernels import epilogue as kernel_epilogue
+    x = _overflow_bound_neighbours(dtype)
+    with af.Graph().as_default():
+        value = await run(af.sigmoid(af.constant(x)))
+    expected = kernel_epilogue._sigmoid_masked(np, x.copy())
+    assert value.tobytes() == expected.tobytes() and np.all(value > 0)
+    assert np.all(np.diff(value) <= 0)  # (x decreasing)
+    fused = np.stack([x, x])
+    kernel_epilogue.fused_epilogue(np, ("BiasAdd", "Sigmoid"), np.zeros(3, dtype))(fused)
+    assert fused.tobytes() == np.stack([expected, expected]).tobytes()
 
 
 @pytest.mark.parametrize("activation", [None, "Relu", "Tanh"])

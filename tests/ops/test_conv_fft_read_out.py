@@ -1,5 +1,5 @@
 """kernels/nn_conv_fft.py: the fused Conv2D's read-out, bias and Relu as one compiled pass
-(``_read_out_bias``) against the numpy form (``read_out`` then ``math.fused_epilogue``,
+(``_read_out_bias``) against the numpy form (``read_out`` then ``epilogue.fused_epilogue``,
 ``jit.ENABLED`` off): the same bits, signed zeros and NaN included, on odd sizes, both
 paddings, float32 and float64, split over threads; and the loop warmed by the convolution's
 prepare hook, never on the event loop's thread. Also the inputs' check (``_tame``) as one

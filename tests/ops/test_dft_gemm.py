@@ -136,7 +136,7 @@ def test_large_periods_take_pocketfft(monkeypatch):
 @pytest.mark.parametrize("fused", [("BiasAdd",), ("BiasAdd", "Relu")])
 def test_the_fused_forward_by_the_loop_has_the_numpy_forms_bits(fused, threads, monkeypatch):
     """By GEMM, ``_FusedConv2D``'s read-out with its bias [+ Relu] in ``_rows`` against numpy's
-    copy then ``math.fused_epilogue`` (``jit.ENABLED`` off): the same bits."""
+    copy then ``epilogue.fused_epilogue`` (``jit.ENABLED`` off): the same bits."""
     monkeypatch.setattr(nn_conv_fft, "FORCE", "fft")
     attrs, x, f, _ = inputs(3, 11, 6, 2, 7, 4, 2, "VALID", seed=5)
     bias = np.random.default_rng(6).standard_normal(7).astype(np.float32)

@@ -79,6 +79,26 @@ def test_the_epilogue_has_the_numpy_form_s_bits(dtype, shape, case, monkeypatch)
     assert compiled.tobytes() == unfused.tobytes()
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_loops_at_the_overflow_bound_take_the_masked_form(dtype, monkeypatch):
+    """Sums exactly at ``-log(max)`` rounded to the dtype (float32's -88.72284 overflows
+    ``exp``) and either side of it: the never-overflowing form's bits, in both forms (the
+    loops compared there in float32 where numpy 1's scalar comparison took float64)."""
+    bound = dtype(-np.log(np.finfo(dtype).max))
+    x = np.array([np.nextafter(bound, dtype(0)), bound, np.nextafter(bound, dtype(-np.inf))],
+                 dtype)
+    rows = np.stack([x] * 4)
+
+    def run():
+        out = rows.copy()
+        epilogue.fused_epilogue(np, ("BiasAdd", "Sigmoid"), np.zeros(3, dtype), _ctx(1))(out)
+        return out
+    compiled, reference = _both_forms(monkeypatch, run)
+    expected = np.stack([epilogue._sigmoid_masked(np, x.copy())] * 4)
+    assert compiled.tobytes() == expected.tobytes() == reference.tobytes()
+    assert np.all(compiled > 0)
+
+
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_a_split_fused_matmul_with_the_loops_has_the_numpy_form_s_bits(threads, dtype,
@@ -122,3 +142,22 @@ def test_the_prepare_hook_preloads_the_loops_for_a_sigmoid_only():
     assert epilogue.preload(ctx, other) is other
     ctx.attrs, ctx.output_dtypes = {"fused_ops": ["BiasAdd", "Sigmoid"]}, [np.float16]
     assert epilogue.preload(ctx) is None
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_warm_up_compiles_what_the_kernel_calls(dtype):
+    """``_warm`` (the prepare hook's) compiles the signatures ``_FusedMatMul`` then calls, whole
+    and split, with read-only inputs (a variable's value): a signature it missed would compile
+    at the first step, on the event loop's thread where a small product runs inline."""
+    epilogue._warm()
+    loops = (epilogue._subtract_from, epilogue._reciprocal_of_one_plus)
+    compiled = [set(loop._compiled.signatures) for loop in loops]
+    rng = np.random.default_rng(4)
+    for rows in (3, 256):
+        a = rng.standard_normal((rows, 784)).astype(dtype)
+        b = rng.standard_normal((784, 256)).astype(dtype)
+        bias = rng.standard_normal(256).astype(dtype)
+        for array in (a, b, bias):
+            array.flags.writeable = False
+        math_kernels._fused_matmul(_ctx(2), a, b, bias)
+    assert [set(loop._compiled.signatures) for loop in loops] == compiled
