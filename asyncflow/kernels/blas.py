@@ -162,13 +162,7 @@ def preload(ctx, other=None):
             or np.dtype(dtypes[0]) not in DTYPES
             or ((_path or CHOICE != "mkl") and not _installed())):  # (mkl's: the Preload's)
         return other
-    if other is None:
-        return Preload(_warm)
-
-    def load(node):
-        other.load(node)
-        _warm(node)
-    return Preload(load)
+    return Preload.chained(other, Preload(_warm))
 
 
 def _warm(ctx):

@@ -550,11 +550,4 @@ def preload(ctx, f_shape, other=None):
     if (ctx.xp is not np or warm is None or f_shape[2] not in (1, None)
             or (f_shape[3] is not None and f_shape[3] % BLOCK)):
         return other
-    mine = jit.preload(warm)
-    if mine is None or other is None:
-        return other if mine is None else mine
-
-    def load(node):
-        other.load(node)
-        mine.load(node)
-    return Preload(load)
+    return Preload.chained(other, jit.preload(warm))

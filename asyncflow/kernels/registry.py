@@ -179,6 +179,18 @@ class Preload:
     def __init__(self, load):
         self.load = load
 
+    @staticmethod
+    def chained(first, second):
+        """One node's two Preloads (either may be None) as one: ``first``'s load, then
+        ``second``'s; the one that is not None alone; None for neither."""
+        if first is None or second is None:
+            return second if first is None else first
+
+        def load(node):
+            first.load(node)
+            second.load(node)
+        return Preload(load)
+
 
 def _attach_form(op_type, device, form, needs_async=True):
     """A decorator attaching ``fn`` as the ``form`` of an already registered (async) kernel."""

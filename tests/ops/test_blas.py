@@ -407,3 +407,14 @@ def test_auto_finds_the_wheel_of_another_environment_on_sys_path(monkeypatch, tm
     assert blas.wheel_library_path() is None
     (other / "lib" / "libmkl_rt.so.2").write_bytes(b"")
     assert blas.wheel_library_path() == str(other / "lib" / "libmkl_rt.so.2")
+
+
+def test_a_nodes_two_preloads_chain_in_order():
+    # (blas.preload's ``other``, the conv loops' and the sigmoid epilogue's: one Preload)
+    seen = []
+    first = Preload(lambda node: seen.append(("first", node)))
+    second = Preload(lambda node: seen.append(("second", node)))
+    assert Preload.chained(None, None) is None
+    assert Preload.chained(first, None) is first and Preload.chained(None, second) is second
+    Preload.chained(first, second).load("n")
+    assert seen == [("first", "n"), ("second", "n")]
