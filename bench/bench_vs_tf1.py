@@ -688,6 +688,40 @@ def main():
             ratios = [a / b for a, b in zip(ours, theirs)]
             line += f"  TF1 {_spread(theirs):>28}  ratio {_spread(ratios)}"
         print(line)
+    verdicts = target_verdicts(rounds)
+    if verdicts:
+        print("\n-- issue 34's targets, every round (the worst round's ratio, unrounded):")
+        for name, value, limit, met in verdicts:
+            sign = "<=" if name.startswith(("trivial", "mlp")) else ">="
+            print(f"{name:<22} worst {value:.4f}  target {sign} {limit}  "
+                  f"{'met' if met else 'NOT met'}")
+        everyone = len(verdicts) == len(TARGETS) and all(v[3] for v in verdicts)
+        print(f"all four in every round: {'yes' if everyone else 'no'}")
+
+
+# Issue 34's targets, each in every round: (figure, against, limit, "max" or "min" of the rounds).
+TARGETS = (("trivial_ms", "TF1", 0.5, "max"), ("trivial_over_ray", None, 1.5, "max"),
+           ("mlp_ms", "TF1", 0.7, "max"), ("pull_mib_s", "TF1", 3.0, "min"))
+
+
+def target_verdicts(rounds):
+    """Issue 34's four targets over ``rounds`` (``(ours, theirs)`` pairs, ``theirs`` None
+    without TF): ``(name, worst round's ratio, limit, met)`` for each target every round has
+    the figures of; the worst ratio unrounded, so a round at 0.704 is not read as 0.70."""
+    out = []
+    for key, against, limit, worst in TARGETS:
+        if against is None:
+            ratios = [ours[key] for ours, _ in rounds if key in ours]
+        else:
+            ratios = [ours[key] / theirs[key] for ours, theirs in rounds
+                      if theirs is not None and key in ours and theirs.get(key)]
+        if len(ratios) != len(rounds) or not ratios:
+            continue
+        value = max(ratios) if worst == "max" else min(ratios)
+        met = value <= limit if worst == "max" else value >= limit
+        name = key if against is None else f"{key} / {against}"
+        out.append((name, value, limit, met))
+    return out
 
 
 def _spread(values):
