@@ -5,7 +5,7 @@ import sys
 import pytest
 
 sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "bench"))
+                             "bench"))
 bench_vs_tf1 = pytest.importorskip("bench_vs_tf1")
 
 
