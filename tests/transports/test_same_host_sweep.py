@@ -5,6 +5,7 @@ file without a lock file (an older server's) is probed, as before."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import shutil
@@ -162,14 +163,26 @@ _SERVER = textwrap.dedent("""
 """)
 
 
-def test_a_killed_processs_lock_is_released_by_the_kernel():
-    (port,) = free_ports(1)
-    child = subprocess.Popen([sys.executable, "-c", _SERVER, ROOT, str(port)],
-                             stdout=subprocess.PIPE, text=True)  # (inherits the directory)
+@contextlib.contextmanager
+def _child(script, port, what):
+    """A child process running ``script`` (it inherits the directory) for ``port``, and the
+    first line it printed; killed at the end if it still lives."""
+    child = subprocess.Popen([sys.executable, "-c", script, ROOT, str(port)],
+                             stdout=subprocess.PIPE, text=True)
     try:
         ready, _, _ = select.select([child.stdout], [], [], GENEROUS)
-        assert ready, "the server process did not start"
-        path = child.stdout.readline().strip()
+        assert ready, f"the {what} process did not start"
+        yield child, child.stdout.readline().strip()
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(timeout=GENEROUS)
+        child.stdout.close()
+
+
+def test_a_killed_processs_lock_is_released_by_the_kernel():
+    (port,) = free_ports(1)
+    with _child(_SERVER, port, "server") as (child, path):
         assert path == same_host.socket_path(port) and _files(path) == [True, True]
         same_host._sweep(same_host.directory())
         assert _files(path) == [True, True]  # its process holds the lock
@@ -178,11 +191,6 @@ def test_a_killed_processs_lock_is_released_by_the_kernel():
         assert _files(path) == [True, True]  # (killed: nothing removed them)
         same_host._sweep(same_host.directory())
         assert _files(path) == [False, False]
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait(timeout=GENEROUS)
-        child.stdout.close()
 
 
 def test_a_lock_file_alone_is_swept_and_a_held_one_is_not():
@@ -341,12 +349,7 @@ _STAGING_WRITER = textwrap.dedent("""
 
 async def test_a_staging_file_of_a_killed_writer_is_swept_and_a_live_ones_is_not(own_directory):
     (port,) = free_ports(1)
-    child = subprocess.Popen([sys.executable, "-c", _STAGING_WRITER, ROOT, str(port)],
-                             stdout=subprocess.PIPE, text=True)  # (inherits the directory)
-    try:
-        ready, _, _ = select.select([child.stdout], [], [], GENEROUS)
-        assert ready, "the writer process did not start"
-        staging = child.stdout.readline().strip()
+    with _child(_STAGING_WRITER, port, "writer") as (child, staging):
         path = same_host.socket_path(port)
         assert staging == f"{path}.{child.pid}.tmp" and os.path.lexists(staging)
         old = os.lstat(staging).st_mtime - 2 * same_host.STALE_STAGING_S
@@ -363,11 +366,6 @@ async def test_a_staging_file_of_a_killed_writer_is_swept_and_a_live_ones_is_not
             name, name + same_host.LOCK_SUFFIX]
         listener.socket.close()
         same_host.unlink(path)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait(timeout=GENEROUS)
-        child.stdout.close()
 
 
 def test_a_staging_file_without_a_lock_file_is_swept_only_once_stale(own_directory):

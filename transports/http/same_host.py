@@ -307,13 +307,20 @@ def _sweep(folder: str, most: int | None = None) -> None:
                 os.close(fd)
 
 
-def _sweep_staging(path: str, socket_file: str) -> None:
-    """A staging file of ``socket_file``: removed if its writer is dead (see ``_sweep``)."""
+def _looked_at_socket(path: str) -> os.stat_result | None:
+    """``os.lstat(path)`` where ``path`` is a socket file; None otherwise (gone, or another kind
+    of file: a sweep removes no such thing)."""
     try:
         seen = os.lstat(path)
     except OSError:
-        return
-    if not stat.S_ISSOCK(seen.st_mode):
+        return None
+    return seen if stat.S_ISSOCK(seen.st_mode) else None
+
+
+def _sweep_staging(path: str, socket_file: str) -> None:
+    """A staging file of ``socket_file``: removed if its writer is dead (see ``_sweep``)."""
+    seen = _looked_at_socket(path)
+    if seen is None:
         return
     lock_path, fd, made = socket_file + LOCK_SUFFIX, None, True  # (no fcntl: the age alone)
     if fcntl is not None:
@@ -339,11 +346,8 @@ def _sweep_staging(path: str, socket_file: str) -> None:
 
 
 def _sweep_socket(path: str) -> None:
-    try:
-        seen = os.lstat(path)
-    except OSError:
-        return
-    if not stat.S_ISSOCK(seen.st_mode):
+    seen = _looked_at_socket(path)
+    if seen is None:
         return
     lock_path = path + LOCK_SUFFIX
     fd = _take(lock_path, create=False)
