@@ -83,12 +83,18 @@ def build(model):
     return x, y, loss, train, variables
 
 
+def batch_of(rows=128):
+    """The tests' seeded batch for ``build``'s models: ``[x, y]`` (digits-sized inputs and
+    one-hot labels)."""
+    rng = np.random.default_rng(1)
+    return [rng.random((rows, 784), dtype=np.float32),
+            np.eye(10, dtype=np.float32)[rng.integers(0, 10, size=rows)]]
+
+
 async def train_steps(model, steps, enabled, monkeypatch, batch=128):
     """Losses of ``steps`` training steps and the variables after them."""
     monkeypatch.setattr(lanes, "ENABLED", enabled)
-    rng = np.random.default_rng(1)
-    feed_x = rng.random((batch, 784), dtype=np.float32)
-    feed_y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, size=batch)]
+    feed_x, feed_y = batch_of(batch)
     with af.Graph().as_default():
         x, y, loss, train, variables = build(model)
         config = af.ConfigProto(intra_op_parallelism_threads=2)
@@ -251,9 +257,7 @@ async def test_cancelled_while_lane_0_waits_lane_1_stops_at_its_next_kernel(
     monkeypatch.setattr(lanes.LaneRun, "stop", stopping)
     laned["runs"].clear()
     monkeypatch.setattr(lanes, "ENABLED", True)
-    rng = np.random.default_rng(1)
-    feed = [rng.random((128, 784), dtype=np.float32),
-            np.eye(10, dtype=np.float32)[rng.integers(0, 10, size=128)]]
+    feed = batch_of()
     with af.Graph().as_default():
         x, y, loss, train, _ = build("mlp")
         async with af.Session(config=af.ConfigProto(intra_op_parallelism_threads=2)) as session:

@@ -12,7 +12,6 @@ import concurrent.futures
 import threading
 import time
 
-import numpy as np
 import pytest
 import test_lanes
 
@@ -65,9 +64,7 @@ async def interrupted_step(monkeypatch, second):
             raise KeyboardInterrupt
         stop(self)
     monkeypatch.setattr(lanes, "ENABLED", True)
-    rng = np.random.default_rng(1)
-    feed = [rng.random((128, 784), dtype=np.float32),
-            np.eye(10, dtype=np.float32)[rng.integers(0, 10, size=128)]]
+    feed = test_lanes.batch_of()
     with af.Graph().as_default():
         x, y, loss, train, _ = build("mlp")
         async with af.Session(config=af.ConfigProto(intra_op_parallelism_threads=2)) as session:
