@@ -453,7 +453,7 @@ class BareConnection:
     """A client connection that passed the handshake; one call at a time."""
 
     __slots__ = ("stream", "sock", "peer", "bulk", "pending", "next_id", "reused", "answered",
-                 "midway", "_lent_size", "waited", "recent", "warm", "began", "watch", "stall")
+                 "midway", "_lent_size", "waited", "warm", "began", "watch", "stall")
     closing = False  # (no idle sweep closes a client's connection: ``read_once``)
 
     def __init__(self, stream: trio.SocketStream) -> None:
@@ -466,8 +466,7 @@ class BareConnection:
         self.answered = False  # a byte of this call's answer has arrived
         self.midway = False  # a call began and has not returned its reply (cancelled, failed)
         self._lent_size = 0
-        self.waited = 0.0  # the median of its recent answers' waits (``read_once``'s spin)
-        self.recent: list = []  # those waits, the last RECENT_WAITS (``learn_wait``)
+        self.waited = 0.0  # the recent answers' waits, estimated (``read_once``'s spin rule)
         self.warm = 0  # its waits so far, up to WARM_WAITS (``learn_wait``)
         self.began = -1  # CALLS.began when its last call began (the client's ``_bare_call``)
         self.watch = None  # a scope the answer's next byte is due in (``stall`` s), or None

@@ -24,16 +24,13 @@ once everywhere; a trivial step (one client, one worker) spins. A call that begi
 process while a wait spins ends the spin (it parks).
 
 The spin is adaptive per connection (as glibc's adaptive mutexes and the JVM's adaptive locks
-are): each wait's duration, from its start to its data, spun or parked, is kept among the
-connection's last :data:`RECENT_WAITS` (``recent``), whose median is its ``waited``
-(:func:`learn_wait`). A wait spins only while that median is within twice the window, and for
-at most twice the median, never past the window (:func:`spin_for`): the window is a cap, a
-connection whose answers come in 30 us gives up after 60 us. A connection whose answers take
-longer (a large pull, a worker waiting for the next call of a slower loop) parks at once and
-burns nothing; a parked wait whose data came within the window brings the spin back. A
-connection's first :data:`WARM_WAITS` waits (its client's warm-up: graphs registered, first
-steps prepared) and the waits of shared steps are not learned; until one is, a wait may spin
-for the whole window.
+are): each wait's duration, from its start to its data, spun or parked, is folded into the
+connection's ``waited`` (:func:`learn_wait`), and a wait spins only while that estimate is within
+twice the window. A connection whose answers take longer (a large pull, a worker waiting for
+the next call of a slower loop) parks at once and burns nothing; a parked wait whose data came
+within the window brings the spin back. A connection's first :data:`WARM_WAITS` waits (its
+client's warm-up: graphs registered, first steps prepared) and the waits of shared steps are
+not learned.
 
 A spin also needs a core to spare (:func:`machine_busy`): a process that may run on one CPU
 only (its affinity, or a CPU quota under two CPUs on its cgroup or one above it) never spins
@@ -67,12 +64,11 @@ from transports.messages import RemoteCallError
 from transports.schema import PREFIX
 from transports.wire import SMALL_HEADER_BYTES, ChecksumTrailer, encode_prepared
 
-__all__ = ["CALLS", "COUNTS", "Calls", "LOAD_EVERY_S", "RECENT_WAITS", "RECV", "RequestBody",
-           "SPIN_ENV", "ServerConnection", "WARM_WAITS", "WHOLE_FRAME_BYTES", "decide",
-           "learn_wait", "late_call", "machine_busy", "one_way_failed", "prepared_reply",
-           "quota_cpus", "read_once", "read_whole", "reads_whole", "set_spin_window",
-           "shut_reading", "small_pieces", "spin_for", "spin_window_s", "write_now",
-           "write_request"]
+__all__ = ["CALLS", "COUNTS", "Calls", "LOAD_EVERY_S", "RECV", "RequestBody", "SPIN_ENV",
+           "ServerConnection", "WARM_WAITS", "WHOLE_FRAME_BYTES", "decide", "learn_wait",
+           "late_call", "machine_busy", "one_way_failed", "prepared_reply", "quota_cpus",
+           "read_once", "read_whole", "reads_whole", "set_spin_window", "shut_reading",
+           "small_pieces", "spin_window_s", "write_now", "write_request"]
 
 RECV: Final = 64 * 1024
 # A request frame up to this size, its header short, is read whole, then decoded in one pass
@@ -86,7 +82,6 @@ COUNTS = {"parks": 0, "spun": 0, "skipped": 0, "busy": 0, "shared": 0}  # waits 
 # connection's answers having come late ("skipped"), the machine having no core to spare
 # ("busy"), or another call being at work in the process ("shared"; also a spin ended so) (tests)
 WARM_WAITS: Final = 16  # a connection's first waits, not learned (its client's warm-up)
-RECENT_WAITS: Final = 5  # a connection's last waits, whose median its spin follows
 LOAD_EVERY_S: Final = 0.005  # how often a spinning process looks at the machine's run queue
 _clock = time.perf_counter  # (a test may set its own)
 _spin: list = []  # [the window in seconds], read from the environment on first use
@@ -305,7 +300,7 @@ async def read_once(sock: Any, spin: bool = False, conn: Any = None, own: int = 
     alone = conn is None or CALLS.alone(conn, own)
     why = decide(window, alone, 0.0 if conn is None else conn.waited, _no_core)
     if why == "spin":
-        end = start + spin_for(window, conn)
+        end = start + window
         while True:
             await trio.lowlevel.checkpoint()  # (cancelled, past its deadline: raises here)
             fd = sock.fileno()
@@ -334,34 +329,19 @@ async def read_once(sock: Any, spin: bool = False, conn: Any = None, own: int = 
     return data
 
 
-def spin_for(window: float, conn: Any) -> float:
-    """How long a wait that spins may spin (seconds): twice ``conn``'s median wait
-    (``waited``), never past ``window`` (the cap); the whole window where ``conn`` is None or
-    has learned no wait yet. A spin that outlasts its answers' usual time by that much is
-    spent in vain: it parks, and burns no more than twice what a wait usually takes."""
-    if conn is None or not conn.recent:
-        return window
-    return min(window, 2 * conn.waited)
-
-
 def learn_wait(conn: Any, seconds: float, window: float) -> None:
-    """Keep one wait's duration (its start to its data, spun or parked), counted at most 8
-    windows, among ``conn.recent`` (its last :data:`RECENT_WAITS`), and their median as
-    ``conn.waited``: one wait apart from the others (a step that waited on a slow peer, a
-    client idle between steps) moves neither the spin's window nor its rule. :func:`read_once`
-    spins while the median is within 2 windows: a parked wait runs longer than the spin would
-    have, by the wake-ups of both sides (its peer parked too), so 1 would keep a loop that parks
+    """Fold one wait's duration (its start to its data, spun or parked) into ``conn.waited``:
+    the mean of the estimate and the wait, the wait counted at most 8 windows (one long idle
+    wait costs at most three short ones before the spin is back). :func:`read_once` spins while
+    the estimate is within 2 windows: a parked wait runs longer than the spin would have, by
+    the wake-ups of both sides (its peer parked too), so 1 would keep a loop that parks
     parked. The waits of a shared step are not learned (:func:`read_once`). A connection's first
     :data:`WARM_WAITS` waits (``conn.warm`` counts them) are not learned: its client's
     warm-up (graphs registered, first steps prepared) says nothing of its steps."""
     if conn.warm < WARM_WAITS:
         conn.warm += 1
         return
-    recent = conn.recent
-    recent.append(min(seconds, 8 * window))
-    if len(recent) > RECENT_WAITS:
-        del recent[0]
-    conn.waited = sorted(recent)[len(recent) // 2]
+    conn.waited = (conn.waited + min(seconds, 8 * window)) * 0.5
 
 
 async def _park(sock: Any) -> bytes:
@@ -435,16 +415,15 @@ async def write_request(sock: Any, head: bytes, buffers: list, deadline: float) 
 
 
 class ServerConnection(GuardedConnection):
-    __slots__ = ("closing", "pending", "waiting", "waited", "recent", "warm", "began", "prepared",
-                 "calls", "unsent")
+    __slots__ = ("closing", "pending", "waiting", "waited", "warm", "began", "prepared", "calls",
+                 "unsent")
 
     def __init__(self, stream: Any, now: float) -> None:
         super().__init__(stream, now)
         self.pending = b""  # received past the last call's request
         self.waiting = False  # waiting for the next call (idle since ``idle_since``)
         self.closing = False  # the idle sweep closes it (a spinning wait looks at this)
-        self.waited = 0.0  # the median of its recent waits for a call (``read_once``'s spin)
-        self.recent: list = []  # those waits, the last RECENT_WAITS (``learn_wait``)
+        self.waited = 0.0  # the recent waits for a call, estimated (``read_once``'s spin rule)
         self.warm = 0  # its waits so far, up to WARM_WAITS (``learn_wait``)
         self.began = -1  # CALLS.began when its last call began (``Calls.alone``)
         self.prepared = None  # the last RunGraph reply's prepared signature (``prepared_reply``)
