@@ -421,6 +421,9 @@ def test_a_parameter_server_step_is_shared_in_every_process():
     assert client.alone(to_worker, own=1)  # (until the second begins: a spin ends then)
     client.begin(to_ps)
     assert not client.alone(to_worker, own=1) and not client.alone(to_ps, own=1)
+    client.end()  # either answer in first: the other's wait still parks (its call overlapped)
+    assert not client.alone(to_worker, own=1) and not client.alone(to_ps, own=1)
+    client.flying += 1  # (both in flight again, for the rest of the step)
     # the worker pulls the parameters from the ps while it serves its RunGraph
     worker.begin(from_client)
     worker.begin(worker_to_ps)
@@ -452,7 +455,10 @@ def test_a_call_still_in_flight_from_before_makes_a_wait_shared():
     calls.begin(fast)
     calls.end()  # fast's call answered, before the pull
     assert not calls.alone(fast, own=0)  # the pull is still in flight
-    calls.end()  # the pull ends: none in flight, none began since fast's: alone
+    calls.end()  # the pull ends: none in flight, none began since fast's; but fast's call
+    assert not calls.alone(fast, own=0)  # began beside the pull: a shared step's, it parks
+    calls.begin(fast)  # fast's next call, alone
+    calls.end()
     assert calls.alone(fast, own=0)
 
 

@@ -233,7 +233,9 @@ def machine_busy(now: float) -> bool:
 class Calls:
     """A process's bare calls, both sides: how many began (``began``) and how many are in
     flight (``flying``); a connection notes the count when its own call begins
-    (``conn.began``). Nothing here does I/O: :func:`read_once` asks :meth:`alone`."""
+    (``conn.began``), or -1 where another call was in flight then (its call is part of a
+    shared step however the calls end). Nothing here does I/O: :func:`read_once` asks
+    :meth:`alone`."""
 
     __slots__ = ("began", "flying")
 
@@ -244,18 +246,20 @@ class Calls:
     def begin(self, conn: Any) -> None:
         """``conn``'s call begins (the client: before its request; the server: its header read)."""
         self.began += 1
+        conn.began = -1 if self.flying else self.began
         self.flying += 1
-        conn.began = self.began
 
     def end(self) -> None:
         """A call that :meth:`begin` counted ended (answered, failed or cancelled)."""
         self.flying -= 1
 
     def alone(self, conn: Any, own: int) -> bool:
-        """Whether ``conn`` is the process's only connection at work: no call began since its
-        own last one, and no call is in flight but its own (``own``: 1 where the waiter's
-        call is still in flight, the client awaiting its answer; 0 for the server awaiting
-        the next call)."""
+        """Whether ``conn`` is the process's only connection at work: its own last call began
+        with none other in flight, no call began since, and none is in flight but its own
+        (``own``: 1 where the waiter's call is still in flight, the client awaiting its
+        answer; 0 for the server awaiting the next call). So a parameter-server step's client,
+        whose RunGraphs to the worker and the ps overlap, does not spin for the one answered
+        last, once the other's answer came."""
         return self.began == conn.began and self.flying <= own
 
 
