@@ -18,8 +18,12 @@ it ran (the CPUs ``/proc`` reported, sampled every 50 steps).
 a two-core machine: what another job does to a spinning pair); ``--pin c0,w0`` pins the client
 and the worker to CPU 0 (``c``, ``p``, ``w``: client, ps, worker; digits: CPUs).
 
+``--baseline-tree DIR`` (an export of another commit) lets a form run on that tree: a form
+``base:200`` runs ``DIR``'s own copy of this script as the child, ``DIR`` first on every
+process's ``PYTHONPATH`` (a change to the spin's rule against the rule before it, alternated).
+
 Run: ``.venv/bin/python bench/bench_spin_policy.py [--forms 0,200] [--pairs 3] [--hog]
-[--pin c0,w0]``.
+[--pin c0,w0] [--baseline-tree <before> --forms 0,200,base:200]``.
 """
 from __future__ import annotations
 
@@ -122,6 +126,8 @@ def main():
     parser.add_argument("--mlp-steps", type=int, default=1000)
     parser.add_argument("--hog", action="store_true", help="a busy process beside the cluster")
     parser.add_argument("--pin", default="", help="e.g. c0,w0: client and worker on CPU 0")
+    parser.add_argument("--baseline-tree", default="",
+                        help="another tree, for forms written base:US")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -131,13 +137,21 @@ def main():
     try:
         for turn in range(args.pairs):
             for form in args.forms.split(","):
-                command = [sys.executable, os.path.abspath(__file__), "--child",
+                script, env = os.path.abspath(__file__), dict(os.environ)
+                if form.startswith("base:"):
+                    if not args.baseline_tree:
+                        parser.error(f"form {form}: --baseline-tree is due")
+                    tree = os.path.abspath(args.baseline_tree)
+                    script = os.path.join(tree, "bench", os.path.basename(__file__))
+                    env["PYTHONPATH"] = os.pathsep.join(
+                        filter(None, [tree, os.environ.get("PYTHONPATH", "")]))
+                env["ASYNCFLOW_BARE_SPIN_US"] = form.rpartition(":")[2]
+                command = [sys.executable, script, "--child",
                            "--trivial-steps", str(args.trivial_steps),
                            "--mlp-steps", str(args.mlp_steps), "--pin", args.pin]
                 with open("/proc/loadavg") as handle:
                     load = handle.read().split()[0]
-                result = subprocess.run(command, capture_output=True, text=True,
-                                        env={**os.environ, "ASYNCFLOW_BARE_SPIN_US": form})
+                result = subprocess.run(command, capture_output=True, text=True, env=env)
                 if result.returncode:
                     print(f"form {form} failed: {result.stderr[-2000:]}")
                     continue
@@ -145,7 +159,7 @@ def main():
                 for workload, figures in out.items():
                     cpu = ", ".join(f"{name} {ms:.3f}"
                                     for name, ms in figures["cpu_ms_per_step"].items())
-                    print(f"turn {turn + 1} spin {form:>4} (load {load}) {workload:<7} median "
+                    print(f"turn {turn + 1} spin {form:>8} (load {load}) {workload:<7} median "
                           f"{figures['median_ms']:.3f} ms, p10 {figures['p10_ms']:.3f}, p90 "
                           f"{figures['p90_ms']:.3f}; CPU ms a step: {cpu}; CPUs "
                           f"{figures['cpus']}", flush=True)

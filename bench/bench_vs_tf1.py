@@ -55,13 +55,14 @@ the value is there (strace of the actor over 2,000 steps: 110,109 ``sched_yield`
 blocking wait per step). Where another process is runnable the yield hands it the core and the
 step is a sequence of turns on one core (0.14-0.15 ms here at a 1-minute load of 3.3, the same
 pinned to one CPU); where the machine is quiet the driver and the actor spin on two cores and a
-round can read 0.08 ms. asyncflow's same-host calls park by default (their spin,
-``ASYNCFLOW_BARE_SPIN_US``, is off: bench/RESULTS.md), so ``trivial_ms`` against
-``ray_trivial_ms`` is a parking step against a spinning one. ``trivial_spin_ms`` is the
-like-for-like figure: the same trivial series in a second cluster whose processes (and this
-client's step, in a child process) run with ``ASYNCFLOW_BARE_SPIN_US=--spin-us`` (200; 0 skips
-it), printed beside ``trivial_spin_over_ray``. ``trivial_ms`` and ``trivial_over_ray`` stay
-the default's (issue 34's target).
+round can read 0.08 ms. asyncflow's same-host calls spin by default too (a 200 us window,
+``ASYNCFLOW_BARE_SPIN_US``; parking at once where the machine has no core to spare or the step
+has more than one peer: bench/RESULTS.md), so ``trivial_ms`` against ``ray_trivial_ms`` is
+like for like; set ``ASYNCFLOW_BARE_SPIN_US=0`` in this script's environment for the parking
+figure. ``trivial_spin_ms`` times the same trivial series in a second cluster whose processes
+(and this client's step, in a child process) run with ``ASYNCFLOW_BARE_SPIN_US=--spin-us``
+(200; 0 skips it), printed beside ``trivial_spin_over_ray``. ``trivial_ms`` and
+``trivial_over_ray`` are the default's (issue 34's target).
 
 Run: ``.venv/bin/python bench/bench_vs_tf1.py [--quick] [--runs 3] [--tf-python PATH]
 [--ray-python PATH]``.

@@ -286,6 +286,62 @@ async def test_answers_alternating_slow_and_fast_park(window, clock):
     assert spun == [True] + [False] * 9 and skipped == 9  # only the first wait spun
 
 
+class _Ticking:
+    """A clock that moves 1 us at every reading: a spin's length is its readings."""
+
+    TICK = 1e-6
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        self.now += self.TICK
+        return self.now
+
+
+async def _parked_after(conn, clock):
+    """Seconds of the ticking clock from one wait's start to its park (the answer is written
+    only once the wait has parked: every task blocked), and the wait's counts."""
+    a, b = trio.socket.socketpair()
+    parked = []
+
+    async def answer_once_parked():
+        await trio.testing.wait_all_tasks_blocked()  # (a spinning wait is never blocked)
+        parked.append(clock.now)
+        os.write(b.fileno(), b"x")
+
+    with a, b:
+        before, start = _counts(), clock.now
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(answer_once_parked)
+            assert await bare_io.read_once(a, True, conn) == b"x"
+    return parked[0] - start, _more(before)
+
+
+@pytest.mark.parametrize("waited", [0.0, 50e-6, 2 * 200e-6])  # new, quick, at the rule's edge
+async def test_a_spin_never_runs_past_its_window(window, monkeypatch, waited):
+    window(200)
+    clock = _Ticking()
+    monkeypatch.setattr(bare_io, "_clock", clock)
+    conn = _conn()
+    conn.waited = waited
+    spent, counts = await _parked_after(conn, clock)  # no answer during the spin
+    # it spun to its window and parked at once after: a few readings' ticks past it
+    assert 200e-6 <= spent <= 200e-6 + 4 * clock.TICK
+    assert counts["spun"] == 0 and counts["parks"] == 1 and counts["skipped"] == 0
+
+
+async def test_a_connection_whose_answers_come_slowly_parks_without_spinning(window,
+                                                                             monkeypatch):
+    window(200)
+    clock = _Ticking()
+    monkeypatch.setattr(bare_io, "_clock", clock)
+    conn = _conn()
+    conn.waited = 2 * 200e-6 + 1e-6  # its answers' waits: just over twice the window
+    spent, counts = await _parked_after(conn, clock)
+    assert spent <= 2 * clock.TICK and counts["skipped"] == 1 and counts["spun"] == 0
+
+
 async def test_a_window_of_zero_parks_at_once_and_learns_nothing(window, clock):
     window(0)
     conn = _conn()
@@ -421,6 +477,9 @@ def test_a_parameter_server_step_is_shared_in_every_process():
     assert client.alone(to_worker, own=1)  # (until the second begins: a spin ends then)
     client.begin(to_ps)
     assert not client.alone(to_worker, own=1) and not client.alone(to_ps, own=1)
+    client.end()  # either answer in first: the other's wait still parks (its call overlapped)
+    assert not client.alone(to_worker, own=1) and not client.alone(to_ps, own=1)
+    client.flying += 1  # (both in flight again, for the rest of the step)
     # the worker pulls the parameters from the ps while it serves its RunGraph
     worker.begin(from_client)
     worker.begin(worker_to_ps)
@@ -452,7 +511,10 @@ def test_a_call_still_in_flight_from_before_makes_a_wait_shared():
     calls.begin(fast)
     calls.end()  # fast's call answered, before the pull
     assert not calls.alone(fast, own=0)  # the pull is still in flight
-    calls.end()  # the pull ends: none in flight, none began since fast's: alone
+    calls.end()  # the pull ends: none in flight, none began since fast's; but fast's call
+    assert not calls.alone(fast, own=0)  # began beside the pull: a shared step's, it parks
+    calls.begin(fast)  # fast's next call, alone
+    calls.end()
     assert calls.alone(fast, own=0)
 
 

@@ -8,39 +8,39 @@ Spin, then park
 Where a side has sent a message and its peer's next one is due within microseconds (the client
 after sending a call, the worker after answering one, waiting for the next call on that
 connection), :func:`read_once` first tries non-blocking reads for a bounded window
-(:func:`spin_window_s`, ``ASYNCFLOW_BARE_SPIN_US``; 0, the default, turns it off) before it parks in
-``trio.lowlevel.wait_readable``. Each try follows a trio checkpoint: other tasks run and trio's
-I/O is polled between tries, cancellation and deadlines act at the checkpoint as they do on the
-wait. A message taken during the spin costs no blocked-process wake-up (a halted vCPU woken by
-the hypervisor, 25-45 us on the project's machine) and finds the caches warmer.
+(:func:`spin_window_s`, ``ASYNCFLOW_BARE_SPIN_US``: 200 us by default, 0 turns it off) before it
+parks in ``trio.lowlevel.wait_readable``. Each try follows a trio checkpoint: other tasks run
+and trio's I/O is polled between tries, cancellation and deadlines act at the checkpoint as they
+do on the wait. A message taken during the spin costs no blocked-process wake-up (a halted vCPU
+woken by the hypervisor, 25-45 us on the project's machine) and finds the caches warmer.
 
-A spin sits out a step that involves more than one peer (:class:`Calls`): a process counts
-its bare calls, both sides, begun and in flight, and a wait spins only while its connection is
-the process's only one at work: the client's wait for an answer with no other call in flight,
-the server's wait for the next call when no other call began since this connection's last one
-and none is in flight. A parameter-server step (a client with RunGraphs to the worker and the
-ps at once, a worker serving a RunGraph while it pulls from the ps, a ps serving both) parks at
-once everywhere; a trivial step (one client, one worker) spins. A call that begins in the
-process while a wait spins ends the spin (it parks).
+A spin sits out a step that involves more than one peer (:class:`Calls`): a process counts its
+bare calls, both sides, begun and in flight, and a wait spins only while its connection is the
+process's only one at work: its own last call began with no other in flight, and the client's
+wait for an answer with no other call in flight, the server's wait for the next call when no
+other call began since this connection's last one and none is in flight. A parameter-server step
+(a client with RunGraphs to the worker and the ps at once, a worker serving a RunGraph while it
+pulls from the ps, a ps serving both) parks at once everywhere; a trivial step (one client, one
+worker) spins. A call that begins in the process while a wait spins ends the spin (it parks).
 
 The spin is adaptive per connection (as glibc's adaptive mutexes and the JVM's adaptive locks
 are): each wait's duration, from its start to its data, spun or parked, is folded into the
-connection's ``waited`` (:func:`learn_wait`), and a wait spins only while that estimate is within
-twice the window. A connection whose answers take longer (a large pull, a worker waiting for
-the next call of a slower loop) parks at once and burns nothing; a parked wait whose data came
-within the window brings the spin back. A connection's first :data:`WARM_WAITS` waits (its
-client's warm-up: graphs registered, first steps prepared) and the waits of shared steps are
-not learned.
+connection's ``waited`` (:func:`learn_wait`), and a wait spins only while that estimate is
+within twice the window. A connection whose answers take longer (a large pull, a worker waiting
+for the next call of a slower loop) parks at once and burns nothing; a parked wait whose data
+came within the window brings the spin back. A connection's first :data:`WARM_WAITS` waits (its
+client's warm-up: graphs registered, first steps prepared) and the waits of shared steps are not
+learned.
 
-A spin also needs a core to spare (:func:`machine_busy`): a process that may run on one CPU
-only (its affinity, or a CPU quota under two CPUs on its cgroup or one above it) never spins
-(its peer would wait for the spinner's time slice), and a wait parks at once while the
-machine's runnable threads, the waiter included, outnumber the CPUs it may run on (a third
-runnable process beside a spinning pair: measured, a trivial step then took 0.30 ms spinning or
-parked, so the spin only burns CPU that the third or the peer needs). The look
-(``/proc/loadavg``, machine-wide) is taken once per :data:`LOAD_EVERY_S` per process.
-``COUNTS`` holds the waits that parked, the messages the spin took, and the waits that parked
-at once by the connection's rule, for want of a core, or for a step shared with another call.
+A spin also needs a core to spare (:func:`machine_busy`): a process that may run on one CPU only
+(its affinity, or a CPU quota under two CPUs on its cgroup or one above it) never spins (its
+peer would wait for the spinner's time slice), and a wait parks at once while the machine's
+runnable threads, the waiter included, outnumber the CPUs it may run on (a third runnable
+process beside a spinning pair: measured, a trivial step then took 0.30 ms spinning or parked,
+so the spin only burns CPU that the third or the peer needs). The look (``/proc/loadavg``,
+machine-wide) is taken once per :data:`LOAD_EVERY_S` per process. ``COUNTS`` holds the waits
+that parked, the messages the spin took, and the waits that parked at once by the connection's
+rule, for want of a core, or for a step shared with another call.
 
 Nothing here knows about asyncflow.
 """
@@ -75,7 +75,7 @@ RECV: Final = 64 * 1024
 # (a repeated frame by its template: ``read_whole``); a larger one streams into its arrays.
 WHOLE_FRAME_BYTES: Final = 256 * 1024
 SPIN_ENV: Final = "ASYNCFLOW_BARE_SPIN_US"
-DEFAULT_SPIN_US: Final = 0.0  # off: PS MLP rounds over target with it on (bench/RESULTS.md)
+DEFAULT_SPIN_US: Final = 200.0  # on: the trivial step 2-2.4x faster, the PS step parks (RESULTS)
 MAX_SPIN_US: Final = 1000.0  # the project's time slice: a longer spin would starve the machine
 COUNTS = {"parks": 0, "spun": 0, "skipped": 0, "busy": 0, "shared": 0}  # waits that parked;
 # messages a spin took; waits that parked at once where a spin was asked for, their
@@ -233,7 +233,9 @@ def machine_busy(now: float) -> bool:
 class Calls:
     """A process's bare calls, both sides: how many began (``began``) and how many are in
     flight (``flying``); a connection notes the count when its own call begins
-    (``conn.began``). Nothing here does I/O: :func:`read_once` asks :meth:`alone`."""
+    (``conn.began``), or -1 where another call was in flight then (its call is part of a
+    shared step however the calls end). Nothing here does I/O: :func:`read_once` asks
+    :meth:`alone`."""
 
     __slots__ = ("began", "flying")
 
@@ -244,18 +246,20 @@ class Calls:
     def begin(self, conn: Any) -> None:
         """``conn``'s call begins (the client: before its request; the server: its header read)."""
         self.began += 1
+        conn.began = -1 if self.flying else self.began
         self.flying += 1
-        conn.began = self.began
 
     def end(self) -> None:
         """A call that :meth:`begin` counted ended (answered, failed or cancelled)."""
         self.flying -= 1
 
     def alone(self, conn: Any, own: int) -> bool:
-        """Whether ``conn`` is the process's only connection at work: no call began since its
-        own last one, and no call is in flight but its own (``own``: 1 where the waiter's
-        call is still in flight, the client awaiting its answer; 0 for the server awaiting
-        the next call)."""
+        """Whether ``conn`` is the process's only connection at work: its own last call began
+        with none other in flight, no call began since, and none is in flight but its own
+        (``own``: 1 where the waiter's call is still in flight, the client awaiting its
+        answer; 0 for the server awaiting the next call). So a parameter-server step's client,
+        whose RunGraphs to the worker and the ps overlap, does not spin for the one answered
+        last, once the other's answer came."""
         return self.began == conn.began and self.flying <= own
 
 
