@@ -10,10 +10,11 @@ step id (and request id) each frame, in one process.
 Two settings alternate block by block (``frame_templates.MAX_FRAME``, templates forgotten at
 each switch and learnt again from the block's first frames, outside the timing): "A" keeps
 frame templates only up to 16 KiB (the limit before this benchmark: these frames then go
-through the header template and the pending frame's build), "B" the module's own limit. An
-A/A pair (A against A, the same alternation) is printed beside A/B: the ratio this machine's
-noise gives with no change. Per block the median microseconds a frame; the result is the
-median over blocks of B/A (and A/A), its range and the blocks where B was lower.
+through the header template and the pending frame's build), "B" the module's own limit. Each
+block times A, B, A and a fourth run of A ("A2") in that order (odd blocks: B, A, A2, A):
+B/A is B over the mean of the two A runs, A/A is A2 over that mean, printed beside B/A as the
+ratio this machine's noise gives with no change. Per run the median microseconds a frame; the
+result is the median over blocks of B/A (and A/A), its range and the blocks where it was below 1.
 
 Usage: ``.venv/bin/python bench/bench_push_decode.py [--blocks 10] [--frames 400]``.
 """

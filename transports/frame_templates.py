@@ -32,7 +32,7 @@ never taken here, and the decoder gives it its error, so this path decides no ve
 
 Frames up to :data:`MAX_FRAME` keep one: the PS step's pushes (~39 KB) and its worker's
 RunGraph (~67 KB) too, where the header template's match and the pending frame's build took
-~2-4 us more a frame (``bench/bench_push_decode.py``); a frame over :data:`COPIED` is read
+~1.5-2 us more a frame warm (``bench/bench_push_decode.py``, bench/RESULTS.md, c43ps); a frame over :data:`COPIED` is read
 where it lies rather than copied to ``bytes`` first (its tensors are copied out as ever).
 Templates are few (one a signature in use; :data:`KEPT` at most, all dropped when full).
 Nothing here knows about asyncflow, trio or HTTP.
@@ -107,7 +107,7 @@ def decode(data: bytes | memoryview, limits: Any) -> Any:
     return None
 
 
-def _read(frame: _Frame, data: bytes) -> Any:
+def _read(frame: _Frame, data: bytes | memoryview) -> Any:
     extend = _checksum.extend
     view = memoryview(data)
     if frame.summed and frame.header_end:
