@@ -30,6 +30,10 @@ returns None and the caller decodes as before: a frame that is damaged (a flippe
 fixed stretch differs from it; anywhere else a sum differs) or of another signature is
 never taken here, and the decoder gives it its error, so this path decides no verdict.
 
+Frames up to :data:`MAX_FRAME` keep one: the PS step's pushes (~39 KB) and its worker's
+RunGraph (~67 KB) too, where the header template's match and the pending frame's build took
+~1.5-2 us more a frame warm (``bench/bench_push_decode.py``, bench/RESULTS.md, c43ps); a frame over :data:`COPIED` is read
+where it lies rather than copied to ``bytes`` first (its tensors are copied out as ever).
 Templates are few (one a signature in use; :data:`KEPT` at most, all dropped when full).
 Nothing here knows about asyncflow, trio or HTTP.
 """
@@ -45,10 +49,11 @@ from transports.messages import TensorEntry
 from transports.schema import ALIGNMENT, CHECKED_MAGIC, CHECKED_PREFIX, CHECKSUM_KEY, \
     SchemaMismatch
 
-__all__ = ["KEPT", "MAX_FRAME", "decode", "forget_all", "known", "learn", "statistics"]
+__all__ = ["COPIED", "KEPT", "MAX_FRAME", "decode", "forget_all", "known", "learn", "statistics"]
 
 KEPT: Final = 64  # frame templates; all dropped when full
-MAX_FRAME: Final = 16 * 1024  # larger frames keep none (copied whole to be read here)
+MAX_FRAME: Final = 256 * 1024  # larger frames keep none (a bare server reads no larger whole)
+COPIED: Final = 16 * 1024  # frames up to this are copied to ``bytes`` to be read, larger not
 _PLAIN: Final = frozenset((str, int, float, bool, bytes, type(None)))
 _TRAILER: Final = 4
 
@@ -81,15 +86,18 @@ def known(size: int) -> bool:
     return size in _by_size
 
 
-def decode(data: bytes, limits: Any) -> Any:
-    """The message of the whole frame ``data`` from a frame template of its length, or None
+def decode(data: bytes | memoryview, limits: Any) -> Any:
+    """The message of the whole frame ``data`` (bytes, or a byte memoryview: a frame over
+    :data:`COPIED` bytes is read where it lies) from a frame template of its length, or None
     (see the module docstring)."""
     global _decoded
+    whole = type(data) is bytes
     for frame in _by_size.get(len(data), ()):
         if frame.limits is not limits and frame.limits != limits:
             continue
         for offset, stretch in frame.fixed:
-            if not data.startswith(stretch, offset):
+            if not (data.startswith(stretch, offset) if whole else
+                    data[offset:offset + len(stretch)] == stretch):
                 break
         else:
             message = _read(frame, data)
@@ -99,7 +107,7 @@ def decode(data: bytes, limits: Any) -> Any:
     return None
 
 
-def _read(frame: _Frame, data: bytes) -> Any:
+def _read(frame: _Frame, data: bytes | memoryview) -> Any:
     extend = _checksum.extend
     view = memoryview(data)
     if frame.summed and frame.header_end:

@@ -476,7 +476,7 @@ def decode_whole(view: memoryview, limits: Any, build: Any) -> Any:
     plans, values)`` makes the message (the decoder's own)."""
     size = len(view)
     if _frames.known(size):  # a repeated frame: read by offsets (frame_templates.py)
-        message = _frames.decode(bytes(view), limits)
+        message = _frames.decode(bytes(view) if size <= _frames.COPIED else view, limits)
         if message is not None:
             return message
     if size < PREFIX.size:

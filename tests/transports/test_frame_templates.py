@@ -9,7 +9,7 @@ import pytest
 
 from bit_flips import one_bit_flips
 from transports import checksum, frame_templates, header_templates, wire
-from transports.messages import RunGraph, RunGraphReply, StepStats, TensorEntry
+from transports.messages import PushTensors, RunGraph, RunGraphReply, StepStats, TensorEntry
 
 LIMITS = wire.DEFAULT_LIMITS
 _IDS = {0: [1, 127], 1: [128, 255], 2: [256, 2**16 - 1], 4: [2**16, 2**32 - 1],
@@ -149,7 +149,7 @@ def test_frames_of_another_signature_or_limits_are_decoded_as_before():
     RunGraphReply([TensorEntry("s:0", np.array([b"ab", b"c"], dtype=object))]),
     RunGraphReply([TensorEntry("d:0", None, is_dead=True)]),
     RunGraphReply([TensorEntry("y:0", np.float32(1.0))], StepStats([])),
-    RunGraphReply([TensorEntry("big:0", np.zeros(5000, np.float32))]),
+    RunGraphReply([TensorEntry("big:0", np.zeros(70_000, np.float32))]),  # over MAX_FRAME
 ], ids=["strings", "dead", "record", "large"])
 def test_frames_a_template_cannot_read_keep_none_and_decode_as_before(reply):
     frame = _frame(reply)
@@ -158,3 +158,43 @@ def test_frames_a_template_cannot_read_keep_none_and_decode_as_before(reply):
     assert not frame_templates.known(len(frame))
     if got is not None:
         assert [e.key for e in got.tensors] == [e.key for e in reply.tensors]
+
+
+def _push(step_id, rng):
+    """A PushTensors of the PS MLP step's four float32 parameters (~39 KB: over ``COPIED``)."""
+    key = "/job:ps/replica:0/task:0/device:CPU:0;1f2e;/job:worker/replica:0/task:0/device:CPU:0;"
+    return PushTensors(step_id, [TensorEntry(f"{key}{name}/read:0;0:0",
+                                             rng.standard_normal(shape).astype(np.float32))
+                                 for name, shape in (("w1", (64, 128)), ("b1", (128,)),
+                                                     ("w2", (128, 10)), ("b2", (10,)))])
+
+
+def test_a_push_over_16_kib_decodes_by_offsets_where_it_lies():
+    rng = np.random.default_rng(3)
+    _learnt(_frame(_push(2**33 + 1, rng)), _frame(_push(2**33 + 2, rng)))
+    message = _push(2**33, rng)
+    frame = _frame(message)
+    assert frame_templates.COPIED < len(frame) <= frame_templates.MAX_FRAME
+    buffer = bytearray(frame)  # (a server's read buffer, reused for its next read)
+    taken = _taken()
+    got = _whole(memoryview(buffer))
+    assert _taken() == taken + 1
+    _same(got, wire.decode(frame, LIMITS))
+    _same(got, message)
+    buffer[:] = bytes(len(buffer))  # the values are the message's own, not the buffer's
+    _same(got, message)
+
+
+def test_no_damaged_push_over_16_kib_is_taken():
+    rng = np.random.default_rng(4)
+    frame = _frame(_push(2**20, rng))
+    _learnt(_frame(_push(2**21, rng)), frame)
+    header_bits = (frame.index(b"/read:0;0:0", frame.rindex(b"b2")) + 16) * 8
+    taken = _taken()
+    for bit, damaged in one_bit_flips(frame):  # every bit of the prefix and header, then a
+        if bit >= header_bits and bit % 1021:   # sample of the segments' and trailers' bits
+            continue
+        assert _whole(memoryview(bytearray(damaged))) is None, f"bit {bit} flipped was decoded"
+        with pytest.raises(wire.RemoteProtocolError):
+            wire.decode(damaged, LIMITS)
+    assert _taken() == taken
