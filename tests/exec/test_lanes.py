@@ -514,3 +514,66 @@ async def test_estimates_on_multiplied_guesses_keep_one_lane():
             await session.run(total, {x: np.ones((4, 4, 32), np.float32)})
             (compiled,) = session._cache.values()
             assert "lane" not in compiled.plans[0].static_fn.__code__.co_filename
+
+
+def tail_split(lane_ends_first):
+    """A LaneRun in lane 0's tail (``offer``) splits two chunks on this thread, the first
+    holding on until another thread took the second; lane 1's generator ends, as
+    ``lane_ends_first`` says, before the split or once the first chunk started. Returns
+    ``{chunk start: thread name}``, and ``pool.alone()`` as seen here and on the lane."""
+    pool = intra_op.IntraOpPool(2, "tail-test")
+    first_started, second_started = threading.Event(), threading.Event()
+    seen = {}
+
+    def lane1(slots, lane, flags):
+        seen["alone on the lane"] = pool.alone()
+        if not lane_ends_first:
+            assert first_started.wait(10)
+        yield -1
+
+    def chunk(start, stop):
+        seen[start] = threading.current_thread().name
+        if start == 0:
+            first_started.set()
+            assert second_started.wait(10), "no other thread took the second chunk"
+        else:
+            second_started.set()
+    run = lanes.LaneRun(lane1, [], 0, pool)
+    try:
+        run.start()
+        if lane_ends_first:
+            run.future.result(10)
+        assert pool.alone()
+        run.offer()
+        seen["alone in the tail"] = pool.alone()
+        pool.run(chunk, [(0, 1), (1, 2)])
+    finally:
+        run.stop()
+        pool.close(10)
+    assert not intra_op.IntraOpPool.alone() and getattr(intra_op.whole, "offer", None) is None
+    return seen
+
+
+def test_lane_1s_thread_takes_a_chunk_of_lane_0s_tail_once_its_lane_ended():
+    seen = tail_split(lane_ends_first=False)
+    assert seen[0] == "MainThread" and seen[1] == "tail-test-lane_0"
+    assert seen["alone on the lane"] and not seen["alone in the tail"]
+
+
+def test_a_tail_split_after_lane_1_ended_goes_to_the_pools_workers():
+    seen = tail_split(lane_ends_first=True)
+    assert seen[0] == "MainThread" and seen[1] == "tail-test_0"
+
+
+async def test_the_autoencoders_tail_is_offered_from_its_first_layers_weight_gradient(
+        laned, monkeypatch):
+    one = await train_steps("autoencoder", 3, False, monkeypatch)
+    two = await train_steps("autoencoder", 3, True, monkeypatch)
+    plan, order, lane_of = max(laned["plans"], key=lambda entry: len(entry[1]))
+    deps = lanes.assign(plan, 2)[2]
+    tail = {node.index: node for node in order}[lanes._tail(order, lane_of, deps)]
+    assert lane_of[tail.index] == 0 and tail.op.type == "MatMul"
+    assert type(tail.op.inputs[0][0]).__name__ == "FeedNode"  # x: the first layer's weights'
+    assert_same_bits(one, two)
+    monkeypatch.setattr(lanes, "HELP_TAIL_S", 0)
+    assert_same_bits(one, await train_steps("autoencoder", 3, True, monkeypatch))
