@@ -242,6 +242,11 @@ class IntraOpPool:
         all its chunks here, one after the other."""
         return getattr(whole, "active", False) and getattr(whole, "offer", None) is None
 
+    @staticmethod
+    def offered():
+        """Whether a split here is offered to lane 1's thread (lane 0's tail, ``whole.offer``)."""
+        return getattr(whole, "active", False) and getattr(whole, "offer", None) is not None
+
     def all_busy(self):
         """Whether every worker is running a hand-off now (another kernel's chunks): a split
         started now runs on its caller alone, chunk after chunk (a hint: a worker may be done
