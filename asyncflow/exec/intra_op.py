@@ -41,8 +41,7 @@ import queue as queue_module
 import threading
 import weakref
 
-whole = threading.local()  # ``active``: kernels run whole here (``run_alone``, a lane);
-# ``offer``: lane 0's LaneRun in its tail, to which a split here is offered (``take``)
+whole = threading.local()  # ``active``: kernels run whole here (``run_alone``, a lane)
 _current = threading.local()  # ``queue``: the split whose chunk this thread computes
 # A chunk waiting for another chunk (``IntraOpPool.wait``) looks this often whether the split
 # stopped (failed or interrupted): a stopped split's waits end within it.
@@ -179,13 +178,8 @@ class IntraOpPool:
         """
         queue = _ChunkQueue(bounds, fn, waits)
         # Inside a chunk of ``run_alone`` every thread is taken: no helpers (the same chunks,
-        # in order, on this thread: the same bits); in a lane's tail (``offer``) lane 1's
-        # thread takes chunks once its lane ended, or the workers do where it already has.
-        helpers = min(self.threads, len(bounds)) - 1
-        if getattr(whole, "active", False):
-            lane = getattr(whole, "offer", None)
-            if lane is None or waits or helpers < 1 or lane.take(queue):
-                helpers = 0
+        # in order, on this thread: the same bits).
+        helpers = 0 if getattr(whole, "active", False) else min(self.threads, len(bounds)) - 1
         _hold_blas_single_thread()
         done = False
         try:
@@ -237,15 +231,9 @@ class IntraOpPool:
     @staticmethod
     def alone():
         """Whether kernels run whole on the calling thread now (inside a chunk of
-        ``run_alone``, or a lane holding every thread, but for lane 0's tail, whose splits
-        lane 1's thread helps once its lane ended: ``exec/lanes.py``): a split would compute
-        all its chunks here, one after the other."""
-        return getattr(whole, "active", False) and getattr(whole, "offer", None) is None
-
-    @staticmethod
-    def offered():
-        """Whether a split here is offered to lane 1's thread (lane 0's tail, ``whole.offer``)."""
-        return getattr(whole, "active", False) and getattr(whole, "offer", None) is not None
+        ``run_alone``, or a lane holding every thread): a split would compute all its chunks
+        here, one after the other."""
+        return getattr(whole, "active", False)
 
     def all_busy(self):
         """Whether every worker is running a hand-off now (another kernel's chunks): a split

@@ -30,10 +30,7 @@ What stays as it is with one lane:
 - the bits: every kernel gets the same inputs and runs whole (a kernel on lane 1 does not
   split again: ``intra_op.run_alone``'s rule; from lane 1's start to the step's end neither
   does one of lane 0 on the loop's thread, whose thread and lane 1's take the two cores; a
-  kernel of lane 0 large enough to be offloaded to a worker thread may still split there;
-  in lane 0's tail, from its first kernel predicted to end after lane 1 that is at least
-  ``HELP_TAIL_S``, a large kernel splits, and lane 1's thread takes a chunk of it once its own
-  lane ended: same chunks, so the same bits as one lane);
+  kernel of lane 0 large enough to be offloaded to a worker thread may still split there);
 - stateful order: nodes touching one variable (through a ref input or a read of it, the
   variable's own node included) keep their order among themselves; every other stateful op
   (random draws, queues, ``py_func``) stays on lane 0 in the schedule's order; control
@@ -89,9 +86,6 @@ MIN_GAIN_S = 500e-6
 MIN_GAIN_SHARE = 0.15
 GUESSED_TWICE_S = 50e-6  # a kernel estimated on two or more guessed dims: one lane from here
 MAX_NODES = 400         # a larger schedule stays in one lane (the scheduler is quadratic)
-# Lane 0's tail from its first kernel this large predicted to end after lane 1: its splits
-# offered to lane 1's thread (``LaneRun.offer``); 0 (read when a plan is built): run whole.
-HELP_TAIL_S = 200e-6
 _CHECK = "check"
 # Kernels that return a view or a shape: a call's cost, whatever their inputs' size.
 _VIEWS = frozenset({"Identity", "StopGradient", "Shape", "Reshape", "ExpandDims", "Squeeze",
@@ -292,7 +286,6 @@ def _generate(plan, order, lane_of, deps, pool):
         if needs:
             first_need = max(needs, key=position0.__getitem__)
             break
-    tail = _tail(order, lane_of, deps) if HELP_TAIL_S else None
     every = max(1, 2 * timeslice.CHECK_EVERY)
     functions = []
     for lane in (1, 0):
@@ -319,8 +312,6 @@ def _generate(plan, order, lane_of, deps, pool):
                     for slot in node_of[d].outputs:
                         if slot in crossing:
                             names[slot] = f"slots[{slot}]"
-            if i == tail and lane == 0:
-                g.line(["_L.offer()"])
             args = [f"{names[slot]}.read()" if p in node.deref else names[slot]
                     for p, slot in enumerate(node.inputs)]
             dying = [names[slot] for slot in dict.fromkeys(node.inputs)
@@ -390,17 +381,6 @@ def _generate(plan, order, lane_of, deps, pool):
                           final=["_L.stop()"])
 
 
-def _tail(order, lane_of, deps):
-    """Lane 0's first node of ``HELP_TAIL_S`` or more ending after lane 1 (as ``assign``)."""
-    free, finish = [0.0, WAKE_S], {}
-    for node in order:
-        i, lane = node.index, lane_of[node.index]
-        start = max([free[lane]] + [finish[d] + SYNC_S * (lane_of[d] != lane) for d in deps[i]])
-        finish[i] = free[lane] = start + seconds(node)
-    return next((n.index for n in order if lane_of[n.index] == 0 and finish[n.index] > free[1]
-                 and seconds(n) >= HELP_TAIL_S), None)
-
-
 class Cores:
     """Whether a plan's lanes found a second core lately: every ``PROBE_STEPS`` two-lane
     steps, their process CPU over wall time; under ``MIN_CPU_WALL`` (the lane thread ran
@@ -441,7 +421,7 @@ class LaneRun:
     flag lane 0 has still to set."""
 
     __slots__ = ("flags", "cond", "drive", "gen", "pool", "future", "error", "abort", "done",
-                 "waiters", "stolen", "alone", "on_loop", "offered")
+                 "waiters", "stolen", "alone", "on_loop")
     steal = True  # lane 0 may run lane 1 (tests switch it off to keep lane 1 on its thread)
 
     def __init__(self, lane1, slots, flags, pool):
@@ -456,7 +436,6 @@ class LaneRun:
         self.waiters = 0
         self.alone = False  # lane 0's kernels run whole while lane 1 is live
         self.on_loop = False  # lane 0 runs lane 1's generator (its kernels on the loop)
-        self.offered = None  # lane 0's split that lane 1's thread helps once its lane ended
 
     def start(self):
         """Hand lane 1 to the pool's lane thread. From here to the step's end lane 0's
@@ -470,31 +449,17 @@ class LaneRun:
             self.future = self.pool.submit(self._work, self.halt)
             intra_op.whole.active = self.alone = True
 
-    def offer(self):  # lane 0's tail begins: its large kernels split, offered to lane 1's thread
-        intra_op.whole.offer = self
-
-    def take(self, queue):
-        """A split of lane 0 (``IntraOpPool.run``): True where lane 1's thread will take
-        chunks of ``queue`` once its lane ended; False once it ended (the workers may help)."""
-        with self.cond:
-            if self.done:
-                return False
-            self.offered = queue
-            return True
-
     def pausing(self, pause):
         """``pause`` (or ``offload``) for lane 0: while the loop runs other tasks their
-        kernels split as usual (the thread-local flags are lane 0's only)."""
+        kernels split as usual (the thread-local flag is lane 0's only)."""
         async def paused(*args):
-            whole, offer = intra_op.whole, intra_op.whole.__dict__.pop("offer", None)
             if self.alone:
-                whole.active = False
+                intra_op.whole.active = False
             try:
                 return await pause(*args)
             finally:
-                whole.offer = offer
                 if self.alone:
-                    whole.active = True
+                    intra_op.whole.active = True
         return paused
 
     def give(self, k):
@@ -567,8 +532,6 @@ class LaneRun:
                     while not flags[k] and not self.abort and not self.done:
                         cond.wait()
                     self.waiters -= 1
-            if (offered := self.offered) is not None:  # (set before ``done``, under ``cond``)
-                offered.help()  # (a split already finished: nothing to take)
         finally:
             intra_op.whole.active = False
 
@@ -637,7 +600,6 @@ class LaneRun:
         never ends (it used to wait for good when one came before the notify)."""
         if not self.done:
             self.halt()  # (the thread may wait for a flag that never comes)
-        intra_op.whole.offer = self.offered = None
         if self.alone:
             intra_op.whole.active = self.alone = False
         if self.done:

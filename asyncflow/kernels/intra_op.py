@@ -80,8 +80,6 @@ BLAS_SMALL_MACS = 1_000_000
 # kernels) the rounding of a row depends on the block it falls in: a split is close to the
 # whole product (its bits depend on the shape and thread count only), not equal.
 KEEPS_BITS = {("SkylakeX", "float32")}
-# A GEMM of lane 0's tail that keeps its bits split is cut in this many chunks (``for_gemm``).
-TAIL_CHUNKS = 4
 _blas_core = []  # numpy's BLAS core (threadpoolctl's ``architecture``), found on first use
 
 
@@ -115,8 +113,7 @@ def for_gemm(ctx, count, macs_per_item, fn, bytes_per_item=0, dtype=None):
     pair's GEMM), or every worker is busy, the chunks run here one after the other, packing
     ``b`` once each (3-16% slower than whole for the dense models' GEMMs, bench/RESULTS.md);
     whole instead where that has the same bits (``split_keeps_bits``): both are decided at
-    run time, so the bits must not depend on them; in ``TAIL_CHUNKS`` there, where lane 1's
-    thread may join (lane 0's tail, ``pool.offered()``). Returns the bounds, in order."""
+    run time, so the bits must not depend on them. Returns the bounds, in order."""
     pool = getattr(ctx.device, "intra_op", None)
     total = count * macs_per_item
     if pool is None or total < MIN_SPLIT_WORK * MACS_PER_WORK:
@@ -127,10 +124,6 @@ def for_gemm(ctx, count, macs_per_item, fn, bytes_per_item=0, dtype=None):
     if per_chunk * pool.threads < count:  # cache-sized chunks, several a thread: even
         rounds = -(-count // (per_chunk * pool.threads))
         bounds = chunk_bounds(count, min(count // least, rounds * pool.threads))
-    elif getattr(pool, "offered", bool)() and split_keeps_bits(dtype):
-        # Lane 0's tail (exec/lanes.py): lane 1's thread joins when its lane ends, maybe late;
-        # chunks it can share from there (any rows keep these bits).
-        bounds = chunk_bounds(count, max(1, min(TAIL_CHUNKS, count // least)))
     elif (pool.alone() or pool.all_busy()) and split_keeps_bits(dtype):
         fn(0, count)  # (the chunks' bits, computed whole: b packed once)
         return [(0, count)]

@@ -237,34 +237,3 @@ def test_a_gemm_split_inside_a_chunk_and_a_failing_one_inside_a_pair():
     with pytest.raises(Exception, match="Matrix size-incompatible"):
         pool.run_alone(failing, [(0, 1)])
     assert not intra_op.IntraOpPool.alone()
-
-
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_a_gemm_in_lane_0s_tail_splits_in_chunks_a_late_helper_can_share(dtype, monkeypatch):
-    """In lane 0's tail (``exec/lanes.py``: the split offered to lane 1's thread, here a lane
-    already ended, so the pool's worker helps) a GEMM whose split keeps the bits is cut in
-    ``TAIL_CHUNKS``; elsewhere the usual split. The values are those of the free split."""
-    monkeypatch.setattr(kernel_intra_op, "MACS_PER_WORK", 2)
-    pool = intra_op.IntraOpPool(2)
-    ctx = SimpleNamespace(device=SimpleNamespace(intra_op=pool), xp=np, name="MatMul")
-    a, b = operands(4, dtype, 128, 256, 256, ("C", "C"))
-    out = np.empty((128, 256), dtype)
-
-    def product(start, stop):
-        np.matmul(a[start:stop], b, out=out[start:stop])
-    ended_lane = SimpleNamespace(take=lambda queue: False)
-    try:
-        free = kernel_intra_op.for_gemm(ctx, 128, 256 * 256, product, dtype=np.dtype(dtype))
-        free_value = out.copy()
-        out[...] = 0
-        intra_op.whole.active, intra_op.whole.offer = True, ended_lane
-        assert pool.offered() and not pool.alone()
-        tail = kernel_intra_op.for_gemm(ctx, 128, 256 * 256, product, dtype=np.dtype(dtype))
-    finally:
-        intra_op.whole.active, intra_op.whole.offer = False, None
-        pool.close(timeout=5)
-    if kernel_intra_op.split_keeps_bits(np.dtype(dtype)):
-        assert tail == kernel_intra_op.chunk_bounds(128, kernel_intra_op.TAIL_CHUNKS)
-    else:
-        assert tail == free
-    np.testing.assert_array_equal(out, free_value)
