@@ -120,7 +120,9 @@ def for_gemm(ctx, count, macs_per_item, fn, bytes_per_item=0, dtype=None):
     pair's GEMM), or every worker is busy, the chunks run here one after the other, packing
     ``b`` once each (3-16% slower than whole for the dense models' GEMMs, bench/RESULTS.md);
     whole instead where that has the same bits (``split_keeps_bits``): both are decided at
-    run time, so the bits must not depend on them. Returns the bounds, in order."""
+    run time, so the bits must not depend on them. In lane 0's tail (``pool.joinable()``)
+    such a GEMM runs in ``JOIN_CHUNKS`` row chunks that the lane thread may join. Returns the
+    bounds, in order."""
     pool = getattr(ctx.device, "intra_op", None)
     total = count * macs_per_item
     if pool is None or total < MIN_SPLIT_WORK * MACS_PER_WORK:
