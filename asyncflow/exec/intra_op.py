@@ -41,7 +41,8 @@ import queue as queue_module
 import threading
 import weakref
 
-whole = threading.local()  # ``active``: kernels run whole here (``run_alone``, a lane)
+whole = threading.local()  # ``active``: kernels run whole here (``run_alone``, a lane);
+#                             ``join``: who may still join a split here (``joinable``)
 _current = threading.local()  # ``queue``: the split whose chunk this thread computes
 # A chunk waiting for another chunk (``IntraOpPool.wait``) looks this often whether the split
 # stopped (failed or interrupted): a stopped split's waits end within it.
@@ -180,14 +181,20 @@ class IntraOpPool:
         # Inside a chunk of ``run_alone`` every thread is taken: no helpers (the same chunks,
         # in order, on this thread: the same bits).
         helpers = 0 if getattr(whole, "active", False) else min(self.threads, len(bounds)) - 1
+        # Lane 0's tail (``joinable``): the lane thread takes chunks once lane 1 has ended.
+        joiner = getattr(whole, "join", None) if helpers == 0 and len(bounds) > 1 else None
         _hold_blas_single_thread()
         done = False
         try:
             if helpers > 0 and (workers := self._workers()) is not None:
                 workers.post(queue.help, helpers)
+            if joiner is not None and not joiner.offer(queue.help):
+                joiner = None
             queue.drain(fn, caller_limit)
             done = True
         finally:
+            if joiner is not None:
+                joiner.retract()
             if not done:  # interrupted outside a chunk (Ctrl-C): no chunk starts now, and
                 queue.stopped = True  # the chunks' waits end (``wait``); raised after finish
             try:
@@ -234,6 +241,14 @@ class IntraOpPool:
         ``run_alone``, or a lane holding every thread): a split would compute all its chunks
         here, one after the other."""
         return getattr(whole, "active", False)
+
+    @staticmethod
+    def joinable():
+        """Whether a split started now on this thread may be joined by a thread that is
+        still busy but will take chunks once free (lane 0's tail: the lane thread after lane
+        1's end, ``exec/lanes.py``): chunks then pay (``kernels/intra_op.for_gemm``)."""
+        joiner = getattr(whole, "join", None)
+        return joiner is not None and joiner.open()
 
     def all_busy(self):
         """Whether every worker is running a hand-off now (another kernel's chunks): a split

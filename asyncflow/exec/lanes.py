@@ -30,7 +30,9 @@ What stays as it is with one lane:
 - the bits: every kernel gets the same inputs and runs whole (a kernel on lane 1 does not
   split again: ``intra_op.run_alone``'s rule; from lane 1's start to the step's end neither
   does one of lane 0 on the loop's thread, whose thread and lane 1's take the two cores; a
-  kernel of lane 0 large enough to be offloaded to a worker thread may still split there);
+  kernel of lane 0 large enough to be offloaded to a worker thread may still split there;
+  in lane 0's tail, after the last value lane 1 needs, a GEMM whose chunks keep its bits
+  splits, and the lane thread takes the chunks left once lane 1 ends: ``LaneRun.tail``);
 - stateful order: nodes touching one variable (through a ref input or a read of it, the
   variable's own node included) keep their order among themselves; every other stateful op
   (random draws, queues, ``py_func``) stays on lane 0 in the schedule's order; control
@@ -286,6 +288,8 @@ def _generate(plan, order, lane_of, deps, pool):
         if needs:
             first_need = max(needs, key=position0.__getitem__)
             break
+    last_need = max((d for node in lanes_nodes[1] for d in deps[node.index] if lane_of[d] == 0),
+                    key=position0.__getitem__, default=None)  # (its tail after it: ``tail``)
     every = max(1, 2 * timeslice.CHECK_EVERY)
     functions = []
     for lane in (1, 0):
@@ -298,7 +302,7 @@ def _generate(plan, order, lane_of, deps, pool):
         last_use = {slot: node.index for node in mine for slot in node.inputs}
         waited = set()
         if lane == 0 and first_need is None:
-            g.line(["_L.start()"])
+            g.line(["_L.start()", "_L.tail()"])
         count = 0
         for node in mine:
             i = node.index
@@ -352,6 +356,8 @@ def _generate(plan, order, lane_of, deps, pool):
                 continue
             if i == first_need:
                 g.line(["_L.start()"])
+            if i == last_need:
+                g.line(["_L.tail()"])
             large = node.offload or seconds(node) >= 50e-6
             count = every if large else count + 1
             if count >= every:
@@ -421,7 +427,7 @@ class LaneRun:
     flag lane 0 has still to set."""
 
     __slots__ = ("flags", "cond", "drive", "gen", "pool", "future", "error", "abort", "done",
-                 "waiters", "stolen", "alone", "on_loop")
+                 "waiters", "stolen", "alone", "on_loop", "tailing", "joined")
     steal = True  # lane 0 may run lane 1 (tests switch it off to keep lane 1 on its thread)
 
     def __init__(self, lane1, slots, flags, pool):
@@ -436,6 +442,7 @@ class LaneRun:
         self.waiters = 0
         self.alone = False  # lane 0's kernels run whole while lane 1 is live
         self.on_loop = False  # lane 0 runs lane 1's generator (its kernels on the loop)
+        self.tailing, self.joined = False, None  # lane 0's tail (``tail``); its split's help
 
     def start(self):
         """Hand lane 1 to the pool's lane thread. From here to the step's end lane 0's
@@ -451,16 +458,41 @@ class LaneRun:
 
     def pausing(self, pause):
         """``pause`` (or ``offload``) for lane 0: while the loop runs other tasks their
-        kernels split as usual (the thread-local flag is lane 0's only)."""
+        kernels split as usual (the thread-local flags are lane 0's only)."""
         async def paused(*args):
-            if self.alone:
-                intra_op.whole.active = False
+            whole, alone, tailing = intra_op.whole, self.alone, self.tailing
+            if alone:
+                whole.active = False
+            if tailing:
+                whole.join = None
             try:
                 return await pause(*args)
             finally:
-                if self.alone:
-                    intra_op.whole.active = True
+                if alone:
+                    whole.active = True
+                if tailing:
+                    whole.join = self
         return paused
+
+    def tail(self):
+        """Lane 0 made lane 1's last input: its splits offer chunks to the lane thread."""
+        if not self.done and self.alone:
+            intra_op.whole.join = self
+            self.tailing = True
+
+    def open(self):  # (whether the lane thread may still join a split: ``joinable``)
+        return not self.done and self.future is not None
+
+    def offer(self, help):  # (lane 0's split's ``help`` for the lane thread; False: ended)
+        with self.cond:
+            if self.done:
+                return False
+            self.joined = help
+            return True
+
+    def retract(self):  # (the offered split is finishing: the lane thread leaves it)
+        with self.cond:
+            self.joined = None
 
     def give(self, k):
         """Flag ``k`` is set: wake a waiter if there is one (the waiter counts itself before
@@ -532,6 +564,10 @@ class LaneRun:
                     while not flags[k] and not self.abort and not self.done:
                         cond.wait()
                     self.waiters -= 1
+            with cond:  # (``done`` was set under it: a later ``offer`` is refused)
+                help = self.joined if not self.abort else None
+            if help is not None:
+                help()  # lane 0's tail split: the chunks left (their errors are lane 0's)
         finally:
             intra_op.whole.active = False
 
@@ -602,6 +638,8 @@ class LaneRun:
             self.halt()  # (the thread may wait for a flag that never comes)
         if self.alone:
             intra_op.whole.active = self.alone = False
+        if self.tailing:
+            intra_op.whole.join, self.tailing = None, False
         if self.done:
             return
         if self.future is not None:

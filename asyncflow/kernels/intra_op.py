@@ -80,6 +80,13 @@ BLAS_SMALL_MACS = 1_000_000
 # kernels) the rounding of a row depends on the block it falls in: a split is close to the
 # whole product (its bits depend on the shape and thread count only), not equal.
 KEEPS_BITS = {("SkylakeX", "float32")}
+# A GEMM of lane 0's tail (``pool.joinable()``: lane 1 needs nothing more of lane 0 and ends
+# on its own) in this many row chunks, where the chunks keep the whole product's bits: the
+# lane thread takes the chunks left once lane 1 has ended (``exec/lanes.py``). By rows each
+# chunk packs ``b`` again: the autoencoder's first-layer weight gradient ``[784, 256] @
+# [256, 256]`` took 1.03-1.10x its whole time on one thread in 4-8 chunks (bench/RESULTS.md).
+# 1: whole, as before.
+JOIN_CHUNKS = 8
 _blas_core = []  # numpy's BLAS core (threadpoolctl's ``architecture``), found on first use
 
 
@@ -113,7 +120,9 @@ def for_gemm(ctx, count, macs_per_item, fn, bytes_per_item=0, dtype=None):
     pair's GEMM), or every worker is busy, the chunks run here one after the other, packing
     ``b`` once each (3-16% slower than whole for the dense models' GEMMs, bench/RESULTS.md);
     whole instead where that has the same bits (``split_keeps_bits``): both are decided at
-    run time, so the bits must not depend on them. Returns the bounds, in order."""
+    run time, so the bits must not depend on them. In lane 0's tail (``pool.joinable()``)
+    such a GEMM runs in ``JOIN_CHUNKS`` row chunks that the lane thread may join. Returns the
+    bounds, in order."""
     pool = getattr(ctx.device, "intra_op", None)
     total = count * macs_per_item
     if pool is None or total < MIN_SPLIT_WORK * MACS_PER_WORK:
@@ -125,8 +134,10 @@ def for_gemm(ctx, count, macs_per_item, fn, bytes_per_item=0, dtype=None):
         rounds = -(-count // (per_chunk * pool.threads))
         bounds = chunk_bounds(count, min(count // least, rounds * pool.threads))
     elif (pool.alone() or pool.all_busy()) and split_keeps_bits(dtype):
-        fn(0, count)  # (the chunks' bits, computed whole: b packed once)
-        return [(0, count)]
+        if not (JOIN_CHUNKS > 1 and pool.alone() and pool.joinable() and count >= 2 * least):
+            fn(0, count)  # (the chunks' bits, computed whole: b packed once)
+            return [(0, count)]
+        bounds = chunk_bounds(count, min(JOIN_CHUNKS, count // least))
     else:
         parts = max(1, min(pool.threads, count // least))
         lead = 0

@@ -514,3 +514,27 @@ async def test_estimates_on_multiplied_guesses_keep_one_lane():
             await session.run(total, {x: np.ones((4, 4, 32), np.float32)})
             (compiled,) = session._cache.values()
             assert "lane" not in compiled.plans[0].static_fn.__code__.co_filename
+
+
+async def test_lane_0s_tail_starts_after_the_last_value_lane_1_needs(laned, on_the_worker,
+                                                                     monkeypatch):
+    """The autoencoder's first-layer weight gradient follows the last value lane 1 needs (the
+    first layer's SigmoidGrad, for its bias gradient): its GEMM may be joined by the lane
+    thread (``LaneRun.tail``); the backward's first input gradient, before it, may not. The
+    bits are one lane's, and the loop's thread keeps no tail flag after a step."""
+    from asyncflow.kernels import intra_op as kernel_split
+    seen, for_gemm = {}, kernel_split.for_gemm
+
+    def spy(ctx, *args, **kwargs):
+        seen.setdefault(ctx.name, []).append(getattr(intra_op.whole, "join", None) is not None)
+        return for_gemm(ctx, *args, **kwargs)
+    monkeypatch.setattr(kernel_split, "for_gemm", spy)
+    one = await train_steps("autoencoder", 3, False, monkeypatch)
+    seen.clear()
+    two = await train_steps("autoencoder", 3, True, monkeypatch)
+    assert_same_bits(one, two)
+    where = lane_of_op(laned)
+    tail, before = "gradients/MatMul_grad/MatMul_1", "gradients/MatMul_3_grad/MatMul"
+    assert where[tail] == 0 and where[before] == 0
+    assert seen[tail] == [True] * 3 and seen[before] == [False] * 3
+    assert getattr(intra_op.whole, "join", None) is None
