@@ -28,7 +28,10 @@ def numpy_form(rng, x, keep):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("shape", [(128, 256), (3, 5, 7), (1,), (2,), (7,), (9,), (0, 4)])
+# (16,) to (65,): around the loop's blocks of 16 lanes (16 draws a float64 block, 32 values
+# a float32 one), whole blocks and a tail of 1 to 16 draws.
+@pytest.mark.parametrize("shape", [(128, 256), (3, 5, 7), (1,), (2,), (7,), (9,), (0, 4),
+                                   (16,), (17,), (32,), (33,), (64,), (65,)])
 def test_the_loop_gives_the_numpy_form_s_bits_and_generator_state(dtype, shape):
     want_rng, got_rng = np.random.default_rng([3, 4]), np.random.default_rng([3, 4])
     data = np.random.default_rng(5)
@@ -167,12 +170,14 @@ def mutant(loop, old, new):
     return run
 
 
-# A float conversion one bit off (an older numpy's ``>> 9``), a high half off, a stream off.
+# A float conversion one bit off (an older numpy's ``>> 9``), a high half off, a stream off
+# (a block's step, the lanes' first states).
 MUTANTS = [
     (np.float32, "(bits & low32) >> np.uint64(8)", "((bits & low32) >> np.uint64(9)) << np.uint64(1)"),
     (np.float32, "bits >> np.uint64(40)", "(bits >> np.uint64(41)) << np.uint64(1)"),
     (np.float64, "bits >> np.uint64(11)", "(bits >> np.uint64(12)) << np.uint64(1)"),
     (np.float64, "nhi = hi + c_hi", "nhi = hi + c_hi + np.uint64(1)"),
+    (np.float32, "lo = prod + i_lo", "lo = prod + i_lo + np.uint64(2)"),
 ]
 
 
