@@ -61,14 +61,15 @@ _NO_HOST_MEMORY = MemoryTypes()
 
 def _is_host_op(node):
     """A node a GPU runs on the host: its arguments other than host-memory ones are int32
-    (bools beside), or one of them is a string. ``node``: a compile-time ``Node``."""
+    (bools beside), or one of them is a string or bfloat16 (no CUDA array holds either, so
+    such values stay on the host: ``put``). ``node``: a compile-time ``Node``."""
     types = memory_types(node.type) or _NO_HOST_MEMORY
     dtypes = [producer.out_spec(index)[0] for i, (producer, index) in enumerate(node.inputs)
               if i not in types.host_inputs] + [
         t.dtype for i, t in enumerate(node.outputs) if i not in types.host_outputs]
     if not node.outputs:
         return False
-    if any(d.is_string for d in dtypes):
+    if any(d.is_string or d.name == "bfloat16" for d in dtypes):
         return True
     numeric = [d for d in dtypes if d.name != "bool"]
     return bool(numeric) and all(not d.is_string and d.np == _HOST_DTYPE for d in numeric)

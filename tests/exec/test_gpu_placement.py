@@ -125,6 +125,22 @@ async def test_string_and_int32_feeds_stay_on_the_host(cupy):
         cupy.asarray(words)   # what the H200 answered
 
 
+async def test_bfloat16_nodes_run_on_the_host(cupy):
+    # CuPy has no bfloat16 arrays: bfloat16 values stay on the host (put), so a node that
+    # takes or makes one runs there too (a Sum's gradient filled into a device array failed)
+    gpu = _device.make_local_devices()[1]
+    halves = np.ones(3, af.bfloat16.as_numpy_dtype)
+    assert gpu.put(halves) is halves
+    with af.Graph().as_default():
+        x = af.placeholder(af.float32, [2, 3])
+        h = af.cast(x, af.bfloat16)
+        grad = af.gradients(af.reduce_sum(h * h), h)[0]
+        async with af.Session() as sess:
+            got = await sess.run(af.cast(grad, af.float32),
+                                 {x: np.arange(6, dtype=np.float32).reshape(2, 3)})
+    np.testing.assert_array_equal(got, 2 * np.arange(6, dtype=np.float32).reshape(2, 3))
+
+
 async def test_out_of_memory_names_op_and_bytes_and_the_session_stays_usable(cupy):
     with af.Graph().as_default():
         x = af.placeholder(af.float32, [None, 256], name="x")
