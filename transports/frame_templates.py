@@ -56,6 +56,7 @@ MAX_FRAME: Final = 256 * 1024  # larger frames keep none (a bare server reads no
 COPIED: Final = 16 * 1024  # frames up to this are copied to ``bytes`` to be read, larger not
 _PLAIN: Final = frozenset((str, int, float, bool, bytes, type(None)))
 _TRAILER: Final = 4
+_COMPARED: Final = 32  # a fixed stretch longer than this is compared from a copy, not a view
 
 _by_size: dict = {}  # frame length -> list of _Frame
 _kept = 0
@@ -96,8 +97,13 @@ def decode(data: bytes | memoryview, limits: Any) -> Any:
         if frame.limits is not limits and frame.limits != limits:
             continue
         for offset, stretch in frame.fixed:
-            if not (data.startswith(stretch, offset) if whole else
-                    data[offset:offset + len(stretch)] == stretch):
+            if whole:
+                if not data.startswith(stretch, offset):
+                    break
+            elif len(stretch) > _COMPARED:  # (a view's ``==`` goes byte by byte: a copy's not)
+                if bytes(data[offset:offset + len(stretch)]) != stretch:
+                    break
+            elif data[offset:offset + len(stretch)] != stretch:
                 break
         else:
             message = _read(frame, data)
