@@ -32,8 +32,10 @@ never taken here, and the decoder gives it its error, so this path decides no ve
 
 Frames up to :data:`MAX_FRAME` keep one: the PS step's pushes (~39 KB) and its worker's
 RunGraph (~67 KB) too, where the header template's match and the pending frame's build took
-~1.5-2 us more a frame warm (``bench/bench_push_decode.py``, bench/RESULTS.md, c43ps); a frame over :data:`COPIED` is read
-where it lies rather than copied to ``bytes`` first (its tensors are copied out as ever).
+~1.5-2 us more a frame warm (``bench/bench_push_decode.py``, bench/RESULTS.md, c43ps); a frame
+over :data:`COPIED` is read where it lies rather than copied to ``bytes`` first (its tensors
+are copied out as ever; a fixed stretch over ``_COMPARED`` bytes is compared from a copy of
+it, as a view's ``==`` goes byte by byte: ~1 us of the push's 704-byte stretch, r43ps).
 Templates are few (one a signature in use; :data:`KEPT` at most, all dropped when full).
 Nothing here knows about asyncflow, trio or HTTP.
 """
