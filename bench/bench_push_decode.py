@@ -16,7 +16,13 @@ B/A is B over the mean of the two A runs, A/A is A2 over that mean, printed besi
 ratio this machine's noise gives with no change. Per run the median microseconds a frame; the
 result is the median over blocks of B/A (and A/A), its range and the blocks where it was below 1.
 
-Usage: ``.venv/bin/python bench/bench_push_decode.py [--blocks 10] [--frames 400]``.
+``--vary compared`` alternates instead how a template's fixed stretches are compared in a
+frame read where it lies (both settings at the module's own limit, frames in a ``bytearray``
+as a bare server reads them): "A" every stretch through the view's ``==`` (byte by byte, as
+merged first), "B" a stretch over ``frame_templates._COMPARED`` bytes from a copy (r43ps).
+
+Usage: ``.venv/bin/python bench/bench_push_decode.py [--blocks 10] [--frames 400]
+[--vary limit|compared]``.
 """
 from __future__ import annotations
 
@@ -63,8 +69,9 @@ def _decode(frame):
     return message
 
 
-def _block(frames, limit):
+def _block(frames, limit, compared):
     frame_templates.MAX_FRAME = limit
+    frame_templates._COMPARED = compared
     frame_templates.forget_all()
     header_templates._templates.clear()
     for frame in frames[:3]:  # learnt outside the timing
@@ -81,29 +88,35 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--blocks", type=int, default=10)
     parser.add_argument("--frames", type=int, default=400)
+    parser.add_argument("--vary", choices=("limit", "compared"), default="limit")
     args = parser.parse_args()
-    new_limit = frame_templates.MAX_FRAME
+    new_limit, compared = frame_templates.MAX_FRAME, frame_templates._COMPARED
+    by_copy = args.vary == "compared"
+    settings = {"A": (new_limit, sys.maxsize) if by_copy else (OLD_LIMIT, compared),
+                "B": (new_limit, compared)}
     rng = np.random.default_rng(0)
     for name, make in (("PushTensors", _push), ("RunGraph", _run_graph)):
         frames = [_frame(make(1000 + i, rng)) for i in range(args.frames)]
+        if by_copy:
+            frames = [memoryview(bytearray(frame)) for frame in frames]
         ratios = {"B/A": [], "A/A": []}
         figures = {"A": [], "B": []}
         for block in range(args.blocks):
             order = ("A", "B", "A", "A2") if block % 2 == 0 else ("B", "A", "A2", "A")
             got = {}
             for label in order:
-                limit = new_limit if label == "B" else OLD_LIMIT
                 got.setdefault(label[0] if label != "A2" else "A2", []).append(
-                    _block(frames, limit))
+                    _block(frames, *settings[label[0]]))
             a = statistics.mean(got["A"])
             figures["A"].append(a)
             figures["B"].append(got["B"][0])
             ratios["B/A"].append(got["B"][0] / a)
             ratios["A/A"].append(got["A2"][0] / a)
-        frame_templates.MAX_FRAME = new_limit
-        print(f"{name} ({len(frames[0])} bytes): A (templates to {OLD_LIMIT // 1024} KiB) "
-              f"{statistics.median(figures['A']):.1f} us, B (to {new_limit // 1024} KiB) "
-              f"{statistics.median(figures['B']):.1f} us a frame")
+        frame_templates.MAX_FRAME, frame_templates._COMPARED = new_limit, compared
+        a, b = ("(stretches by the view)", f"(over {compared} bytes by a copy)") if by_copy \
+            else (f"(templates to {OLD_LIMIT // 1024} KiB)", f"(to {new_limit // 1024} KiB)")
+        print(f"{name} ({len(frames[0])} bytes): A {a} {statistics.median(figures['A']):.1f} "
+              f"us, B {b} {statistics.median(figures['B']):.1f} us a frame")
         for key, values in ratios.items():
             print(f"  {key} median {statistics.median(values):.3f} "
                   f"[{min(values):.3f}-{max(values):.3f}], lower in "

@@ -32,8 +32,10 @@ never taken here, and the decoder gives it its error, so this path decides no ve
 
 Frames up to :data:`MAX_FRAME` keep one: the PS step's pushes (~39 KB) and its worker's
 RunGraph (~67 KB) too, where the header template's match and the pending frame's build took
-~1.5-2 us more a frame warm (``bench/bench_push_decode.py``, bench/RESULTS.md, c43ps); a frame over :data:`COPIED` is read
-where it lies rather than copied to ``bytes`` first (its tensors are copied out as ever).
+~1.5-2 us more a frame warm (``bench/bench_push_decode.py``, bench/RESULTS.md, c43ps); a frame
+over :data:`COPIED` is read where it lies rather than copied to ``bytes`` first (its tensors
+are copied out as ever; a fixed stretch over ``_COMPARED`` bytes is compared from a copy of
+it, as a view's ``==`` goes byte by byte: ~1 us of the push's 704-byte stretch, r43ps).
 Templates are few (one a signature in use; :data:`KEPT` at most, all dropped when full).
 Nothing here knows about asyncflow, trio or HTTP.
 """
@@ -56,6 +58,7 @@ MAX_FRAME: Final = 256 * 1024  # larger frames keep none (a bare server reads no
 COPIED: Final = 16 * 1024  # frames up to this are copied to ``bytes`` to be read, larger not
 _PLAIN: Final = frozenset((str, int, float, bool, bytes, type(None)))
 _TRAILER: Final = 4
+_COMPARED: Final = 32  # a fixed stretch longer than this is compared from a copy, not a view
 
 _by_size: dict = {}  # frame length -> list of _Frame
 _kept = 0
@@ -96,8 +99,13 @@ def decode(data: bytes | memoryview, limits: Any) -> Any:
         if frame.limits is not limits and frame.limits != limits:
             continue
         for offset, stretch in frame.fixed:
-            if not (data.startswith(stretch, offset) if whole else
-                    data[offset:offset + len(stretch)] == stretch):
+            if whole:
+                if not data.startswith(stretch, offset):
+                    break
+            elif len(stretch) > _COMPARED:  # (a view's ``==`` goes byte by byte: a copy's not)
+                if bytes(data[offset:offset + len(stretch)]) != stretch:
+                    break
+            elif data[offset:offset + len(stretch)] != stretch:
                 break
         else:
             message = _read(frame, data)

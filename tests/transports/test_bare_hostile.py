@@ -335,3 +335,59 @@ def test_a_flood_of_silent_connections_cannot_lock_out_a_caller():
                     await stream.aclose()
 
     trio.run(main)
+
+
+def test_damaged_frames_over_16_kib_are_refused_where_their_template_would_read_them():
+    # A RunGraph of a 40 KB feed (over ``frame_templates.COPIED``: read whole into a buffer of
+    # its own and decoded where it lies by its frame template once learnt): every damaged copy
+    # (the prefix, the header, the padding, the segment, its trailer, cut or padded) is
+    # answered DATA_LOSS or INVALID_ARGUMENT, never run; the good frames around them are run
+    # with their own values, by the template, and the server serves on.
+    from transports import frame_templates
+
+    rng = np.random.default_rng(5)
+    frame_templates.forget_all()  # (none of another test's sizes fills the cache midway)
+
+    def request(handle: str, step_id: int) -> tuple[bytes, np.ndarray]:
+        value = rng.standard_normal(10_000).astype(np.float32)
+        frame = b"".join(bytes(b) for b in encode(wire.RunGraph(
+            handle, step_id, [wire.TensorEntry("x:0", value)], ["x:0"], request_id=step_id)))
+        assert frame_templates.COPIED < len(frame) <= frame_templates.MAX_FRAME
+        return frame, value
+
+    async def main() -> None:
+        worker = FakeWorker()
+        handle = (await worker.register_graph(wire.RegisterGraph({"nodes": []}, "s"))).graph_handle
+        async with open_http_server(worker, connection_limits=SHORT) as server:
+
+            async def good(step_id: int) -> None:
+                frame, value = request(handle, step_id)
+                (reply,) = _answers(await _exchange(
+                    server.bare_path, HELLO + _call("run_graph", frame, call_id=step_id & 0xFFFF), True))
+                assert reply.tensors[0].value.tobytes() == value.tobytes(), step_id
+
+            for step_id in (2**33, 2**33 + 1, 2**33 + 2):  # the last by the template
+                await good(step_id)
+            frame = request(handle, 2**34)[0]
+            assert frame_templates.known(len(frame))
+            header_end = frame.index(b"x:0", frame.index(b"x:0") + 1) + 64
+            ran = len(worker.calls)
+            for at in [*range(0, header_end), *range(header_end, len(frame), 997),
+                       len(frame) - 1]:
+                damaged = bytearray(frame)
+                damaged[at] ^= 1 << (at % 8)
+                (reply,) = _answers(await _exchange(
+                    server.bare_path, HELLO + _call("run_graph", bytes(damaged)), True))
+                assert isinstance(reply, ErrorReply) and reply.code in (
+                    "DATA_LOSS", "INVALID_ARGUMENT"), (at, reply)
+            for other in (frame[:-1], frame + b"\0"):
+                (reply,) = _answers(await _exchange(
+                    server.bare_path, HELLO + _call("run_graph", other), True))
+                assert isinstance(reply, ErrorReply) and reply.code == "INVALID_ARGUMENT"
+            assert len(worker.calls) == ran  # none of them ran
+            taken = frame_templates.statistics()["decoded"]
+            await good(2**34 + 1)
+            assert frame_templates.statistics()["decoded"] == taken + 1
+            await _still_serves(server.bare_path)
+
+    trio.run(main)

@@ -198,3 +198,57 @@ def test_no_damaged_push_over_16_kib_is_taken():
         with pytest.raises(wire.RemoteProtocolError):
             wire.decode(damaged, LIMITS)
     assert _taken() == taken
+
+
+def _bytes_push(step_id, size, fill, checksums=True, dtype=np.uint8, key="k:0"):
+    """A PushTensors of one tensor whose frame is ``size`` bytes long."""
+    def push(n):
+        value = np.full(n // np.dtype(dtype).itemsize, fill, dtype)
+        return PushTensors(step_id, [TensorEntry(key, value)])
+    n = size - 256
+    for _ in range(8):
+        got = len(_frame(push(n), checksums))
+        if got == size:
+            return push(n)
+        n += size - got
+    raise AssertionError(f"no frame of {size} bytes")
+
+
+@pytest.mark.parametrize("checksums", [True, False])
+@pytest.mark.parametrize("size", [frame_templates.COPIED - 1, frame_templates.COPIED,
+                                  frame_templates.COPIED + 1, frame_templates.MAX_FRAME - 1,
+                                  frame_templates.MAX_FRAME, frame_templates.MAX_FRAME + 1])
+def test_frames_either_side_of_the_limits_decode_and_keep_no_hold_on_the_buffer(size,
+                                                                                checksums):
+    wire.decode(_frame(_bytes_push(2**33, size, 1, checksums), checksums), LIMITS)
+    assert _whole(_frame(_bytes_push(2**33 + 1, size, 2, checksums), checksums)) is not None
+    assert frame_templates.known(size) == (size <= frame_templates.MAX_FRAME)
+    message = _bytes_push(2**33 + 2, size, 3, checksums)
+    buffer = bytearray(_frame(message, checksums))
+    assert len(buffer) == size
+    taken = _taken()
+    got = _whole(memoryview(buffer))
+    assert _taken() == taken + (size <= frame_templates.MAX_FRAME)
+    _same(got, message)
+    buffer.extend(b"\0")  # a BufferError if anything kept a view of the buffer
+    buffer[:] = bytes(len(buffer))
+    _same(got, message)
+
+
+@pytest.mark.parametrize("checksums", [True, False])
+@pytest.mark.parametrize("case, other", [(0, dict(dtype=np.int16)), (1, dict(dtype=np.float16)),
+                                         (2, dict(shape=(100, 400))), (3, dict(key="j:0"))],
+                         ids=["int16", "float16", "shape", "key"])
+def test_a_frame_of_a_template_s_length_but_another_tensor_is_not_taken(checksums, case, other):
+    def push(step_id, dtype=np.uint16, shape=(200, 200), key="k:0"):
+        value = np.arange(40_000).astype(dtype).reshape(shape)
+        return PushTensors(step_id, [TensorEntry(key, value)])
+    base = 2**34 + 8 * case + 4 * checksums  # (headers no other case validated: learnt anew)
+    _learnt(_frame(push(base), checksums), _frame(push(base + 1), checksums))
+    message = push(base + 2, **other)
+    frame = _frame(message, checksums)
+    assert frame_templates.known(len(frame))
+    taken = _taken()
+    got = _whole(memoryview(bytearray(frame)))
+    assert _taken() == taken
+    _same(got if got is not None else wire.decode(frame, LIMITS), message)
