@@ -171,13 +171,15 @@ def mutant(loop, old, new):
 
 
 # A float conversion one bit off (an older numpy's ``>> 9``), a high half off, a stream off
-# (a block's step, the lanes' first states).
+# (a block's step, the lanes' first states). The block's step of each dtype: the self-check's
+# sizes must reach a whole block of 16 draws (32 float32 values), not only the tail's draws.
 MUTANTS = [
     (np.float32, "(bits & low32) >> np.uint64(8)", "((bits & low32) >> np.uint64(9)) << np.uint64(1)"),
     (np.float32, "bits >> np.uint64(40)", "(bits >> np.uint64(41)) << np.uint64(1)"),
     (np.float64, "bits >> np.uint64(11)", "(bits >> np.uint64(12)) << np.uint64(1)"),
     (np.float64, "nhi = hi + c_hi", "nhi = hi + c_hi + np.uint64(1)"),
     (np.float32, "lo = prod + i_lo", "lo = prod + i_lo + np.uint64(2)"),
+    (np.float32, "nhi = hi + c_hi", "nhi = hi + c_hi + np.uint64(1)"),
 ]
 
 
