@@ -150,3 +150,42 @@ def test_a_gemm_in_lane_0s_tail_splits_where_it_may_be_joined_and_its_chunks_kee
         assert bounds == [(0, 784)] and pool.runs == []  # whole: b packed once
     else:  # (the one-thread split's own bounds, as before: its bits depend on them)
         assert len(bounds) == 2 and pool.runs == [bounds]
+
+
+class Interrupted(Joiner):
+    """A joiner whose ``retract`` raises as a Ctrl-C there would (a signal's handler runs
+    between any two bytecodes of the loop's thread, the lock's wait included); the offered
+    ``help`` is kept for the lane thread to call later, as ``LaneRun`` keeps it."""
+
+    def __init__(self):
+        super().__init__(accept=True)
+        self.help = None
+
+    def offer(self, help):
+        self.help = help
+        return True
+
+    def retract(self):
+        self.retracted += 1
+        raise KeyboardInterrupt
+
+
+def test_a_ctrl_c_in_the_retract_still_closes_the_split_and_gives_blas_back():
+    """Before, ``retract`` ran first in ``run``'s ``finally``: a Ctrl-C there skipped
+    ``finish`` (the split left open to a late ``help``, a chunk of the lane thread's not
+    waited for) and ``_release_blas`` (BLAS held at one thread for good)."""
+    pool = intra_op.IntraOpPool(2)
+    joiner = Interrupted()
+    ran = []
+    users = intra_op._blas_users
+    try:
+        intra_op.whole.active, intra_op.whole.join = True, joiner
+        with pytest.raises(KeyboardInterrupt):
+            pool.run(lambda start, stop: ran.append(start), [(i, i + 1) for i in range(4)])
+    finally:
+        intra_op.whole.active, intra_op.whole.join = False, None
+        pool.close()
+    assert joiner.retracted == 1 and ran == [0, 1, 2, 3]
+    assert intra_op._blas_users == users
+    joiner.help()  # (the lane thread, late: the split is closed, it runs nothing)
+    assert ran == [0, 1, 2, 3] and joiner.help.__self__._closed
