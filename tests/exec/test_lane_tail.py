@@ -189,3 +189,30 @@ def test_a_ctrl_c_in_the_retract_still_closes_the_split_and_gives_blas_back():
     assert intra_op._blas_users == users
     joiner.help()  # (the lane thread, late: the split is closed, it runs nothing)
     assert ran == [0, 1, 2, 3] and joiner.help.__self__._closed
+
+
+async def test_lane_1s_kernels_run_by_lane_0_in_its_tail_are_not_split_for_a_join():
+    """Lane 0 waiting in its tail runs lane 1 itself where the lane thread has not taken it
+    (``LaneRun._until``, ``on_loop``): a GEMM of lane 1's there would split for the lane
+    thread, which joins only at lane 1's end, after the GEMM: its chunks all on lane 0, each
+    packing ``b`` again, for nothing. Before, ``open`` said yes there."""
+    pool = intra_op.IntraOpPool(2)
+    seen = []
+
+    def lane1(slots, lane_run, flags):
+        seen.append(pool.joinable())
+        yield -1
+        seen.append(pool.joinable())
+
+    async def pause(*args):
+        pass
+    run = lanes.LaneRun(lane1, [], 0, pool)
+    run.future = object()  # (handed to a thread that has not taken lane 1 yet)
+    intra_op.whole.active, intra_op.whole.join = True, run
+    try:
+        assert pool.joinable()
+        await run.join(pause, pause)
+    finally:
+        intra_op.whole.active, intra_op.whole.join = False, None
+        pool.close()
+    assert run.stolen and run.done and seen == [False, False]
