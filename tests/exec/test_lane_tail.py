@@ -216,3 +216,38 @@ async def test_lane_1s_kernels_run_by_lane_0_in_its_tail_are_not_split_for_a_joi
         intra_op.whole.active, intra_op.whole.join = False, None
         pool.close()
     assert run.stolen and run.done and seen == [False, False]
+
+
+def test_an_error_in_a_chunk_the_lane_thread_took_is_raised_by_the_split_once_it_ended():
+    """The lane thread's chunk fails: lane 0's ``run`` raises that error, and only after the
+    chunk has ended (nothing of the split still writes into its output then)."""
+    pool = intra_op.IntraOpPool(2)
+    joiner = Joiner(accept=True)
+    both, ended, lane_0 = threading.Barrier(2), [], []
+
+    def work(start, stop):
+        if threading.current_thread() is joiner.thread:
+            try:
+                both.wait(30)  # (lane 0 has a chunk too)
+                raise ValueError(f"chunk {start}")
+            finally:
+                ended.append(start)
+        elif not ended and not lane_0:  # (its first chunk: until the lane thread has one)
+            lane_0.append(start)
+            both.wait(30)
+    def run():
+        intra_op.whole.active, intra_op.whole.join = True, joiner
+        try:
+            pool.run(work, [(i, i + 1) for i in range(6)])
+        except ValueError:
+            raised.append(len(ended))  # (the lane thread's chunks ended by then)
+            raise
+        finally:
+            intra_op.whole.active, intra_op.whole.join = False, None
+    raised = []
+    try:
+        assert isinstance(bounded(run), ValueError) and raised == [1]
+        joiner.thread.join(30)
+        assert not joiner.thread.is_alive() and joiner.retracted == 1
+    finally:
+        pool.close()
