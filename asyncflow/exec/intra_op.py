@@ -193,14 +193,16 @@ class IntraOpPool:
             queue.drain(fn, caller_limit)
             done = True
         finally:
-            if joiner is not None:
-                joiner.retract()
             if not done:  # interrupted outside a chunk (Ctrl-C): no chunk starts now, and
                 queue.stopped = True  # the chunks' waits end (``wait``); raised after finish
             try:
                 withdrawn = queue.finish()  # waits only for chunks a worker is computing
             finally:
-                _release_blas()
+                try:  # (after ``finish``: a Ctrl-C here leaves no chunk running, the split
+                    if joiner is not None:  # closed: the offer's ``help`` does nothing)
+                        joiner.retract()
+                finally:
+                    _release_blas()
         with self._lock:
             self.splits += 1
         if queue.error is not None:

@@ -480,8 +480,8 @@ class LaneRun:
             intra_op.whole.join = self
             self.tailing = True
 
-    def open(self):  # (whether the lane thread may still join a split: ``joinable``)
-        return not self.done and self.future is not None
+    def open(self):  # (the lane thread may still join a split: ``joinable``; not of lane 1's)
+        return not self.done and self.future is not None and not self.on_loop
 
     def offer(self, help):  # (lane 0's split's ``help`` for the lane thread; False: ended)
         with self.cond:

@@ -150,3 +150,104 @@ def test_a_gemm_in_lane_0s_tail_splits_where_it_may_be_joined_and_its_chunks_kee
         assert bounds == [(0, 784)] and pool.runs == []  # whole: b packed once
     else:  # (the one-thread split's own bounds, as before: its bits depend on them)
         assert len(bounds) == 2 and pool.runs == [bounds]
+
+
+class Interrupted(Joiner):
+    """A joiner whose ``retract`` raises as a Ctrl-C there would (a signal's handler runs
+    between any two bytecodes of the loop's thread, the lock's wait included); the offered
+    ``help`` is kept for the lane thread to call later, as ``LaneRun`` keeps it."""
+
+    def __init__(self):
+        super().__init__(accept=True)
+        self.help = None
+
+    def offer(self, help):
+        self.help = help
+        return True
+
+    def retract(self):
+        self.retracted += 1
+        raise KeyboardInterrupt
+
+
+def test_a_ctrl_c_in_the_retract_still_closes_the_split_and_gives_blas_back():
+    """Before, ``retract`` ran first in ``run``'s ``finally``: a Ctrl-C there skipped
+    ``finish`` (the split left open to a late ``help``, a chunk of the lane thread's not
+    waited for) and ``_release_blas`` (BLAS held at one thread for good)."""
+    pool = intra_op.IntraOpPool(2)
+    joiner = Interrupted()
+    ran = []
+    users = intra_op._blas_users
+    try:
+        intra_op.whole.active, intra_op.whole.join = True, joiner
+        with pytest.raises(KeyboardInterrupt):
+            pool.run(lambda start, stop: ran.append(start), [(i, i + 1) for i in range(4)])
+    finally:
+        intra_op.whole.active, intra_op.whole.join = False, None
+        pool.close()
+    assert joiner.retracted == 1 and ran == [0, 1, 2, 3]
+    assert intra_op._blas_users == users
+    joiner.help()  # (the lane thread, late: the split is closed, it runs nothing)
+    assert ran == [0, 1, 2, 3] and joiner.help.__self__._closed
+
+
+async def test_lane_1s_kernels_run_by_lane_0_in_its_tail_are_not_split_for_a_join():
+    """Lane 0 waiting in its tail runs lane 1 itself where the lane thread has not taken it
+    (``LaneRun._until``, ``on_loop``): a GEMM of lane 1's there would split for the lane
+    thread, which joins only at lane 1's end, after the GEMM: its chunks all on lane 0, each
+    packing ``b`` again, for nothing. Before, ``open`` said yes there."""
+    pool = intra_op.IntraOpPool(2)
+    seen = []
+
+    def lane1(slots, lane_run, flags):
+        seen.append(pool.joinable())
+        yield -1
+        seen.append(pool.joinable())
+
+    async def pause(*args):
+        pass
+    run = lanes.LaneRun(lane1, [], 0, pool)
+    run.future = object()  # (handed to a thread that has not taken lane 1 yet)
+    intra_op.whole.active, intra_op.whole.join = True, run
+    try:
+        assert pool.joinable()
+        await run.join(pause, pause)
+    finally:
+        intra_op.whole.active, intra_op.whole.join = False, None
+        pool.close()
+    assert run.stolen and run.done and seen == [False, False]
+
+
+def test_an_error_in_a_chunk_the_lane_thread_took_is_raised_by_the_split_once_it_ended():
+    """The lane thread's chunk fails: lane 0's ``run`` raises that error, and only after the
+    chunk has ended (nothing of the split still writes into its output then)."""
+    pool = intra_op.IntraOpPool(2)
+    joiner = Joiner(accept=True)
+    both, ended, lane_0 = threading.Barrier(2), [], []
+
+    def work(start, stop):
+        if threading.current_thread() is joiner.thread:
+            try:
+                both.wait(30)  # (lane 0 has a chunk too)
+                raise ValueError(f"chunk {start}")
+            finally:
+                ended.append(start)
+        elif not ended and not lane_0:  # (its first chunk: until the lane thread has one)
+            lane_0.append(start)
+            both.wait(30)
+    def run():
+        intra_op.whole.active, intra_op.whole.join = True, joiner
+        try:
+            pool.run(work, [(i, i + 1) for i in range(6)])
+        except ValueError:
+            raised.append(len(ended))  # (the lane thread's chunks ended by then)
+            raise
+        finally:
+            intra_op.whole.active, intra_op.whole.join = False, None
+    raised = []
+    try:
+        assert isinstance(bounded(run), ValueError) and raised == [1]
+        joiner.thread.join(30)
+        assert not joiner.thread.is_alive() and joiner.retracted == 1
+    finally:
+        pool.close()
