@@ -35,7 +35,6 @@ import subprocess
 import sys
 import time
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -107,14 +106,8 @@ async def _child_measure(spec, args, out):
 
 
 def child(args):
-    sys.path.insert(0, os.path.join(_HERE, ".."))
-    sys.path.insert(0, os.path.join(_HERE, "..", "demos"))
-    import trio
-    from local_cluster import local_cluster
-    out = {}
-    with local_cluster({"ps": 1, "worker": 1}) as spec:
-        trio.run(_child_measure, spec, args, out)
-    print(json.dumps(out))
+    import bench_vs_tf1  # (its local cluster of one ps and one worker, written once)
+    print(json.dumps(bench_vs_tf1.on_local_cluster(_child_measure, args)))
 
 
 def main():

@@ -365,13 +365,20 @@ async def _asyncflow_measure(spec, sizes, worker_counts, out):
 
 
 def spin_side(steps):
+    return on_local_cluster(_spin_measure, steps)
+
+
+def on_local_cluster(measure, *args):
+    """``out`` after ``trio.run(measure, spec, *args, out)`` on a local cluster of one ps and
+    one worker (``spec``), started with this process's environment (the spin as it is set
+    here); bench_spin_policy.py's child measures this way too."""
     sys.path.insert(0, os.path.join(_HERE, ".."))
     sys.path.insert(0, os.path.join(_HERE, "..", "demos"))
     import trio
     from local_cluster import local_cluster
     out = {}
     with local_cluster({"ps": 1, "worker": 1}) as spec:
-        trio.run(_spin_measure, spec, steps, out)
+        trio.run(measure, spec, *args, out)
     return out
 
 
