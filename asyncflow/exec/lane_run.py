@@ -10,6 +10,13 @@ from asyncflow import errors
 from asyncflow.exec import intra_op, timeslice
 
 _CHECK = "check"
+# After lane 1's end the lane thread waits this long for lane 0's next tail split (the step's
+# stop ends the wait at once): lane 0's tail may offer several (the autoencoder's: its first
+# layer's weight gradient, then that layer's apply), and a thread that left after the first
+# would leave the second core idle for the rest. Bounded, so that a step whose stop never
+# ran (a second Ctrl-C at its entry) holds the pool's lane thread from the next step's lane 1
+# this long at most.
+LINGER_S = 0.02
 
 
 class LaneRun:
@@ -23,7 +30,7 @@ class LaneRun:
     flag lane 0 has still to set."""
 
     __slots__ = ("flags", "cond", "drive", "gen", "pool", "future", "error", "abort", "done",
-                 "waiters", "stolen", "alone", "on_loop", "tailing", "joined")
+                 "waiters", "stolen", "alone", "on_loop", "tailing", "joined", "left")
     steal = True  # lane 0 may run lane 1 (tests switch it off to keep lane 1 on its thread)
 
     def __init__(self, lane1, slots, flags, pool):
@@ -39,6 +46,7 @@ class LaneRun:
         self.alone = False  # lane 0's kernels run whole while lane 1 is live
         self.on_loop = False  # lane 0 runs lane 1's generator (its kernels on the loop)
         self.tailing, self.joined = False, None  # lane 0's tail (``tail``); its split's help
+        self.left = False  # the lane thread takes no more offers (it left, or the stop)
 
     def start(self):
         """Hand lane 1 to the pool's lane thread. From here to the step's end lane 0's
@@ -71,19 +79,22 @@ class LaneRun:
         return paused
 
     def tail(self):
-        """Lane 0 made lane 1's last input: its splits offer chunks to the lane thread."""
-        if not self.done and self.alone:
+        """Lane 0 made lane 1's last input: its splits offer chunks to the lane thread (which
+        takes them once lane 1 has ended, and stays for the next until the step's stop)."""
+        if not self.left and self.alone:
             intra_op.whole.join = self
             self.tailing = True
 
     def open(self):  # (the lane thread may still join a split: ``joinable``; not of lane 1's)
-        return not self.done and self.future is not None and not self.on_loop
+        return (not self.left and not self.abort and self.future is not None
+                and not self.on_loop)
 
-    def offer(self, help):  # (lane 0's split's ``help`` for the lane thread; False: ended)
+    def offer(self, help):  # (lane 0's split's ``help`` for the lane thread; False: it left)
         with self.cond:
-            if self.done:
+            if self.left or self.abort:
                 return False
             self.joined = help
+            self.cond.notify_all()  # (the lane thread may wait for it: ``_work``)
             return True
 
     def retract(self):  # (the offered split is finishing: the lane thread leaves it)
@@ -146,7 +157,8 @@ class LaneRun:
         return None
 
     def _work(self):
-        """Lane 1 on the lane thread, to its end, its failure or lane 0's stop."""
+        """Lane 1 on the lane thread, to its end, its failure or lane 0's stop; then the
+        splits lane 0's tail offers, until the stop (or ``LINGER_S`` without one)."""
         intra_op.whole.active = True  # every pool thread is taken: kernels run whole
         flags, cond = self.flags, self.cond
         try:
@@ -160,10 +172,16 @@ class LaneRun:
                     while not flags[k] and not self.abort and not self.done:
                         cond.wait()
                     self.waiters -= 1
-            with cond:  # (``done`` was set under it: a later ``offer`` is refused)
-                help = self.joined if not self.abort else None
-            if help is not None:
-                help()  # lane 0's tail split: the chunks left (their errors are lane 0's)
+            while True:  # lane 0's tail splits, one after the other, until the stop
+                with cond:
+                    help, self.joined = self.joined, None
+                    if help is None and not (self.abort or self.left):
+                        cond.wait(LINGER_S)
+                        help, self.joined = self.joined, None
+                    if help is None or self.abort or self.left:
+                        self.left = True  # (under ``cond``: a later ``offer`` is refused)
+                        break
+                help()  # a tail split's chunks left (their errors are lane 0's)
         finally:
             intra_op.whole.active = False
 
@@ -232,6 +250,10 @@ class LaneRun:
         never ends (it used to wait for good when one came before the notify)."""
         if not self.done:
             self.halt()  # (the thread may wait for a flag that never comes)
+        else:
+            with self.cond:  # (lane 1 ended: the thread may wait for a tail offer)
+                self.left = True
+                self.cond.notify_all()
         if self.alone:
             intra_op.whole.active = self.alone = False
         if self.tailing:
