@@ -32,23 +32,16 @@ MACS_PER_WORK = 16
 CHUNK_BYTES = 4 << 20
 
 
-def for_batch(ctx, count, work_per_item, fn, bytes_per_item=0, exact=False):
+def for_batch(ctx, count, work_per_item, fn, bytes_per_item=0):
     """Call ``fn(start, stop)`` over contiguous chunks covering ``range(count)``.
 
     ``work_per_item``: estimated element-operations per item, to leave small kernels inline;
     ``bytes_per_item``: the temporaries one item needs, to size chunks for the cache. Chunks
     depend on the thread count only when the whole batch fits in one chunk's bytes (then one
-    chunk per thread). ``exact``: each item's result is the same however the items are cut
-    (elementwise work, an optimizer's apply): in lane 0's tail such a kernel splits from
-    ``JOIN_MIN_WORK`` (``tail_splits``). Returns the chunks' ``(start, stop)`` bounds, in
-    order.
+    chunk per thread). Returns the chunks' ``(start, stop)`` bounds, in order.
     """
     pool = getattr(ctx.device, "intra_op", None)
     if pool is None or count * work_per_item < MIN_SPLIT_WORK:
-        if exact and tail_splits(ctx, count * work_per_item):
-            bounds = chunk_bounds(count, min(count, JOIN_EXACT_CHUNKS))
-            pool.run(fn, bounds)
-            return bounds
         fn(0, count)
         return [(0, count)]
     per_chunk = max(1, CHUNK_BYTES // bytes_per_item) if bytes_per_item else count
@@ -94,14 +87,6 @@ KEEPS_BITS = {("SkylakeX", "float32")}
 # [256, 256]`` took 1.03-1.10x its whole time on one thread in 4-8 chunks (bench/RESULTS.md).
 # 1: whole, as before.
 JOIN_CHUNKS = 8
-# An exact split (``for_batch(exact=True)``: elementwise, its bits the same however cut) in
-# lane 0's tail, below ``MIN_SPLIT_WORK``, from this many element-operations: the lane thread
-# is already awake there or waits for the offer (no split worker's hand-off, ~0.1 ms, to
-# repay), so a smaller kernel pays: the autoencoder's first-layer ApplyRMSProp (200k values,
-# ~0.3 ms alone at the step's end, the other core idle) in ``JOIN_EXACT_CHUNKS`` chunks. 0:
-# such kernels run whole there, as before.
-JOIN_MIN_WORK = 1 << 16
-JOIN_EXACT_CHUNKS = 4
 _blas_core = []  # numpy's BLAS core (threadpoolctl's ``architecture``), found on first use
 
 
@@ -162,16 +147,6 @@ def for_gemm(ctx, count, macs_per_item, fn, bytes_per_item=0, dtype=None):
         bounds = lead_bounds(count, parts, lead)
     pool.run(fn, bounds)
     return bounds
-
-
-def tail_splits(ctx, work):
-    """Whether an exact kernel of ``work`` element-operations, below ``MIN_SPLIT_WORK``,
-    splits in ``JOIN_EXACT_CHUNKS`` (``for_batch(exact=True)``): from ``JOIN_MIN_WORK`` in
-    lane 0's tail (kernels whole on this thread, a thread that may join: ``joinable``)."""
-    if not JOIN_MIN_WORK or work < JOIN_MIN_WORK or JOIN_EXACT_CHUNKS < 2:
-        return False
-    pool = getattr(ctx.device, "intra_op", None)
-    return pool is not None and pool.alone() and pool.joinable()
 
 
 def lead_bounds(count, parts, lead):

@@ -166,16 +166,15 @@ def _dense_apply(ctx, var, slots, grad, dtype, per_item_ops, update, block=None)
         scratch = None
     flat = [a.reshape(-1) for a in [ref.read() for ref in refs] + [grad] + news]
     block = block or BLOCK
-    if size <= block and not intra_op.tail_splits(ctx, size * per_item_ops):
-        update(*flat, *(scratch or _scratch(xp, dtype, size)))  # one block, on this thread
+    if size <= block:  # one block, on this thread: no chunking (for_batch would not split)
+        update(*flat, *(scratch or _scratch(xp, dtype, size)))
     else:
         def chunk(start, stop):
             for begin in range(start, stop, block):
                 end = min(begin + block, stop)
                 update(*(a[begin:end] for a in flat), *_scratch(xp, dtype, end - begin))
         try:
-            intra_op.for_batch(ctx, size, per_item_ops, chunk, len(flat) * dtype.itemsize,
-                               exact=True)
+            intra_op.for_batch(ctx, size, per_item_ops, chunk, len(flat) * dtype.itemsize)
         finally:
             # A hand-off no worker picked up keeps ``chunk`` queued for a while: it must not
             # keep views of the stored arrays (they would stop the next step updating in place).
@@ -421,14 +420,12 @@ def _compiled_apply(ctx, var, slots, grad, dtype, loop, scalars):
         g.flags.writeable = False
     flat = [a.reshape(-1) for a in news] + [g]
     size = g.size
-    if (size * LOOP_WORK < intra_op.MIN_SPLIT_WORK
-            and not intra_op.tail_splits(ctx, size * LOOP_WORK)):
+    if size * LOOP_WORK < intra_op.MIN_SPLIT_WORK:
         loop(*flat, *scalars, 0, size)
     else:
         try:
             intra_op.for_batch(ctx, size, LOOP_WORK,
-                               lambda start, stop: loop(*flat, *scalars, start, stop),
-                               exact=True)
+                               lambda start, stop: loop(*flat, *scalars, start, stop))
         finally:
             flat.clear()  # (see ``_dense_apply``: no view of a stored array kept queued)
     flat = g = None
