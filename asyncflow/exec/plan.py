@@ -323,25 +323,27 @@ def runtime_cost(node, args):
         return sum(getattr(a, "size", 1) for a in args)
     if not MEMO_COSTS:
         return cost_fn([a.shape for a in args], node.op)
-    return offload_cost_of(node, tuple([a.shape for a in args]))
-
-
-def offload_cost_of(node, shapes):
-    """``node``'s runtime cost on inputs of ``shapes`` (a tuple), from its memo when they
-    are the shapes of its last run (``runtime_cost``); needs ``node.cost_fn``."""
+    shapes = tuple([a.shape for a in args])
     memo = node.cost_memo
     if memo[0] == shapes:
         return memo[1]
-    cost = node.cost_fn(list(shapes), node.op)
-    node.cost_memo = (shapes, cost)
-    return cost
+    return _remember(node, shapes)
 
 
 def offload_due(node, shapes):
     """Whether ``node``'s kernel on inputs of ``shapes`` (a tuple) goes to a worker thread:
-    its cost (remembered per node for its last shapes) reaches the node's own threshold,
-    which its device's kernel set (``offload_cost``). The static form's test (codegen.py)."""
+    its cost (remembered per node for its last shapes, ``runtime_cost``) reaches the node's
+    own threshold, which its device's kernel set (``offload_cost``). The static form's test
+    (codegen.py)."""
     memo = node.cost_memo
     if memo[0] == shapes:
         return memo[1] >= node.offload_cost
-    return offload_cost_of(node, shapes) >= node.offload_cost
+    return _remember(node, shapes) >= node.offload_cost
+
+
+def _remember(node, shapes):
+    """``node``'s cost function on ``shapes`` (a tuple), kept as its memo: one tuple, set
+    whole, so a reader on another thread sees the shapes with their own cost."""
+    cost = node.cost_fn(list(shapes), node.op)
+    node.cost_memo = (shapes, cost)
+    return cost
