@@ -34,9 +34,10 @@ import weakref
 import numpy as np
 
 from asyncflow import errors
-from asyncflow.exec import pairs, timeslice
+from asyncflow.exec import pairs, plan as plan_mod, timeslice
 from asyncflow.exec.plan import (DROP, ENTER, EXIT, MERGE, NEXT_ITERATION, NORMAL, SWITCH,
-                                    estimate_static_cost, runtime_cost, transfers_in_order)
+                                    estimate_static_cost, offload_due, runtime_cost,
+                                    transfers_in_order)
 from asyncflow.exec.step import now_us
 
 
@@ -160,7 +161,7 @@ def compile_schedule(plan, traced=False, on_thread=False):
         would check the time slice, only when ``stop[0]`` is set.
     """
     gen = Generator()
-    gen.env.update(_cost=runtime_cost, _due=timeslice.due,
+    gen.env.update(_cost=runtime_cost, _big=offload_due, _due=timeslice.due,
                    _ts=timeslice, _B=timeslice.BUDGET, _now=now_us)
     # Kernels here cost no interpretation (~0.5 us for a small one): twice as many per check.
     every = max(1, 2 * timeslice.CHECK_EVERY)
@@ -222,10 +223,17 @@ def compile_schedule(plan, traced=False, on_thread=False):
             else:
                 names[slot], made = f"v{made}", made + 1
             targets.append(names[slot])
+        # An offloadable kernel on a line of its own, its arguments plain names: tested and
+        # called on them directly (no list of them a step; its cost remembered per shapes).
+        direct = (plan_mod.MEMO_COSTS and node.offload and not node.is_async and not traced
+                  and not node.deref and i not in firsts and node is not partner
+                  and i not in members)
         if node.is_async and plan.transfers:  # (a Send: Recvs were handled above)
             call = f"_S(N{i}, {args[0]})"
         elif node.is_async:
             call = f"(await _wait(N{i}, [{', '.join(args)}]{', _t' if traced else ''}))"
+        elif node.offload and direct:
+            call = _offload_test(gen, node, args, on_thread)
         elif node.offload:
             given = "_b" if node is partner else "_a"  # (a pair's second: read with the first)
             offload = f"_offload(N{i}, {given})"
@@ -272,7 +280,7 @@ def compile_schedule(plan, traced=False, on_thread=False):
         elif i in members and members[i] == len(members):
             statements.append("_p = None")
             members = {}
-        elif node.offload and not node.is_async:
+        elif node.offload and not node.is_async and not direct:
             statements = [f"_a = [{', '.join(args)}]"] + statements + ["_a = None"]
         if traced:
             statements.insert(0, "_t = _now()")
@@ -307,6 +315,34 @@ def compile_schedule(plan, traced=False, on_thread=False):
                             final=["_wait.close()"])
     return gen.function("async def _step(slots, _offload, _wait, _pause, _rec=None)",
                         f"static schedule of {len(plan.schedule)} nodes", plan.device.name)
+
+
+def _offload_test(gen, node, args, on_thread):
+    """The expression running offloadable ``node`` on ``args`` (plain names): on a worker
+    thread (``_offload``, its list of arguments made only then) when its runtime cost reaches
+    ``node.offload_cost``, else inline. What can be decided once is: a blocking read always
+    goes (threshold 0); a cost function is asked only for shapes unlike the node's last
+    (``plan.offload_due``); without one the cost is the inputs' sizes, a constant's counted
+    now (all constant: the test itself made now)."""
+    offload = f"_offload(N{node.index}, [{', '.join(args)}])"
+    if not on_thread:
+        offload = f"(await {offload})"
+    inline = gen.call(node, args)
+    if node.offload_cost == 0:  # (every cost is 0 or more)
+        return offload
+    if node.cost_fn is not None:
+        shapes = "".join(f"{arg}.shape, " for arg in args)
+        return f"({offload} if _big(N{node.index}, ({shapes})) else {inline})"
+    known, sizes = 0, []
+    for arg in args:
+        if arg in gen.env:  # a constant's global (``Generator.constant``)
+            known += getattr(gen.env[arg], "size", 1)
+        else:
+            sizes.append(f"getattr({arg}, 'size', 1)")
+    if not sizes:
+        return offload if known >= node.offload_cost else inline
+    total = " + ".join(sizes + ([str(known)] if known else []))
+    return f"({offload} if {total} >= {node.offload_cost} else {inline})"
 
 
 def _lines(schedule, firsts):

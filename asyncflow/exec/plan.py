@@ -41,6 +41,11 @@ OFFLOAD_COST = 1 << 22
 # A CPU partition whose waiting kernels are all Sends and Recvs runs as a static plan (when
 # its order allows: ``transfers_in_order``); False: in the core, the reference (tests).
 STATIC_TRANSFERS = True
+# An offloadable kernel's runtime cost is remembered per node for the shapes it last ran on
+# (``runtime_cost``, ``offload_due``), and the static form tests it without a list of its
+# arguments (``codegen.py``); False: computed again every step, as before (bench A/B only).
+MEMO_COSTS = True
+_NO_SHAPES = (None, 0)  # a memo no shapes match: the first run computes the cost
 
 
 @dataclasses.dataclass(slots=True)
@@ -69,6 +74,9 @@ class NodePlan:
     offload_cost: int = OFFLOAD_COST  # runtime cost from which an offload kernel goes to a thread
     blocking_io: bool = False   # always on a thread (offload_cost 0): kernels/registry.py
     abandon: bool = False       # a cancelled step stops waiting for its thread (a read)
+    cost_fn: object = None      # the op's cost function (``OpDef.cost``) or None: sizes
+    cost_memo: tuple = _NO_SHAPES  # (input shapes, runtime cost) of the last run: one
+    #                                tuple, replaced whole (another thread may read it)
 
 
 @dataclasses.dataclass(slots=True)
@@ -185,7 +193,7 @@ def compile_plan(nodes, feeds, fetches, device, resources, session=None, alone=T
             num_inputs=len(inputs), runs_on_dead=kernel.runs_on_dead, nowait=kernel.nowait,
             subscribe=kernel.subscribe, plain=not (kernel.is_async or kernel.offload or deref),
             offload_cost=0 if kernel.blocking_io else OFFLOAD_COST * kernel.offload_scale,
-            blocking_io=kernel.blocking_io, abandon=kernel.abandon,
+            blocking_io=kernel.blocking_io, abandon=kernel.abandon, cost_fn=node.op_def.cost,
             gather=operator.itemgetter(*inputs) if len(inputs) > 1 else None)
     nodes = list(plan_of.values())
     consumers = [[] for _ in nodes]
@@ -303,8 +311,39 @@ def transfers_in_order(nodes, order, lines):
 
 
 def runtime_cost(node, args):
-    """Estimated work of running ``node`` on ``args`` (actual arrays)."""
-    cost_fn = node.op.op_def.cost
-    if cost_fn is not None:
+    """Estimated work of running ``node`` on ``args`` (actual arrays).
+
+    A cost function's figure depends only on the shapes and the op's static attributes, so
+    it is remembered for the shapes of the node's last run (``NodePlan.cost_memo``): a step
+    whose shapes did not change reads it back; any other shapes compute it again. Without a
+    cost function the cost is the inputs' sizes, cheaper than a memo.
+    """
+    cost_fn = node.cost_fn
+    if cost_fn is None:
+        return sum(getattr(a, "size", 1) for a in args)
+    if not MEMO_COSTS:
         return cost_fn([a.shape for a in args], node.op)
-    return sum(getattr(a, "size", 1) for a in args)
+    shapes = tuple([a.shape for a in args])
+    memo = node.cost_memo
+    if memo[0] == shapes:
+        return memo[1]
+    return _remember(node, shapes)
+
+
+def offload_due(node, shapes):
+    """Whether ``node``'s kernel on inputs of ``shapes`` (a tuple) goes to a worker thread:
+    its cost (remembered per node for its last shapes, ``runtime_cost``) reaches the node's
+    own threshold, which its device's kernel set (``offload_cost``). The static form's test
+    (codegen.py)."""
+    memo = node.cost_memo
+    if memo[0] == shapes:
+        return memo[1] >= node.offload_cost
+    return _remember(node, shapes) >= node.offload_cost
+
+
+def _remember(node, shapes):
+    """``node``'s cost function on ``shapes`` (a tuple), kept as its memo: one tuple, set
+    whole, so a reader on another thread sees the shapes with their own cost."""
+    cost = node.cost_fn(list(shapes), node.op)
+    node.cost_memo = (shapes, cost)
+    return cost
