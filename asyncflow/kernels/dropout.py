@@ -241,6 +241,109 @@ def compiled_dropout(rng, x, keep, dtype):
     return out, mask
 
 
+# -- the draws in ranges from their own stream positions (kernels/dropout_matmul.py) ---------
+_jumps = {}  # (increment, k) -> (M^k, the increment's k-step sum): a state k draws on
+
+
+def _jump(inc, k):
+    """``(mult, plus)`` with ``(mult * state + plus) % 2^128`` the PCG64 state ``k`` draws
+    after ``state`` (PCG's jump-ahead: ``k``'s bits, O(log k) products); cached."""
+    jump = _jumps.get((inc, k))
+    if jump is None:
+        if len(_jumps) >= 256:
+            _jumps.clear()
+        mult, plus, step_mult, step_plus, left = 1, 0, PCG_MULTIPLIER, inc, k
+        while left:
+            if left & 1:
+                mult = mult * step_mult % _MOD
+                plus = (plus * step_mult + step_plus) % _MOD
+            step_plus = (step_mult + 1) * step_plus % _MOD
+            step_mult = step_mult * step_mult % _MOD
+            left >>= 1
+        jump = _jumps[(inc, k)] = (mult, plus)
+    return jump
+
+
+def _output(state):
+    """The 64 bits PCG64 (XSL-RR) draws on stepping to ``state``."""
+    hi, lo = state >> 64, state & _LOW
+    value, rot = hi ^ lo, hi >> 58
+    return ((value >> rot) | (value << ((64 - rot) & 63))) & _LOW
+
+
+class ReservedDraws:
+    """A dropout's uniforms, ``rng.random(size, dtype)``'s, taken from its generator at once
+    (``reserve_draws``) and drawn later in any flat ranges, each from its own position in the
+    stream: ``apply(x, out, mask, start, stop)`` writes values ``start:stop`` of ``out`` and
+    ``mask`` (flat, C order) as ``compiled_dropout`` writes them for the whole, on any thread,
+    the ranges in any order (each range's first state is the reserved one jumped ahead)."""
+
+    __slots__ = ("dtype", "keep", "state", "inc", "consts", "lead", "buffered")
+
+    def __init__(self, dtype, keep, state, inc, lead, buffered):
+        self.dtype, self.keep, self.state, self.inc = dtype, keep, state, inc
+        self.consts = _pcg_consts(inc)
+        self.lead, self.buffered = lead, buffered  # a kept float32 half: value 0's
+
+    def _at(self, draws):
+        mult, plus = _jump(self.inc, draws)
+        return (mult * self.state + plus) % _MOD
+
+    def apply(self, x, out, mask, start, stop):
+        keep, index = self.keep, start
+        if self.dtype == np.float32:
+            if index < self.lead:  # value 0: the generator's kept high half
+                u = np.float32(self.buffered >> 8) * np.float32(1.0 / 16777216.0)
+                mask[0] = m = np.floor(u + keep)
+                out[0] = (x[0] / keep) * m
+                index = 1
+            if index >= stop:
+                return
+            draw, high = divmod(index - self.lead, 2)
+            state = self._at(draw + high)
+            if high:  # the range starts at a draw's high half; its low half is the last range's
+                u = np.float32(_output(state) >> 40) * np.float32(1.0 / 16777216.0)
+                mask[index] = m = np.floor(u + keep)
+                out[index] = (x[index] / keep) * m
+                index += 1
+                if index >= stop:
+                    return
+        else:
+            state = self._at(index)
+        if index < stop:
+            _LOOPS[self.dtype](np.array((state & _LOW, state >> 64), dtype=np.uint64),
+                               self.consts, np.empty(3, dtype=np.uint64), x[index:stop], keep,
+                               out[index:stop], mask[index:stop])
+
+
+def reserve_draws(rng, size, keep, dtype):
+    """The draws ``rng.random(size, dtype)`` would make (``rng`` a PCG64 ``Generator``,
+    ``dtype`` float32 or float64), taken now: the generator's state set, under its lock, to
+    what that call leaves (jumped ahead, no draw computed); a ``ReservedDraws`` computes the
+    dropout's values from them, range by range (``keep`` a 0-d array of ``dtype``)."""
+    dtype = np.dtype(dtype)
+    generator = rng.bit_generator
+    with generator.lock:
+        state = generator.state
+        pcg, has32, buffered = state["state"], state["has_uint32"], state["uinteger"]
+        value, inc = pcg["state"], pcg["inc"]
+        lead = 1 if dtype == np.float32 and has32 and size else 0
+        reserved = ReservedDraws(dtype, keep[()], value, inc, lead, buffered)
+        draws = size
+        if dtype == np.float32:
+            count = size - lead
+            draws = (count + 1) // 2
+            has32 = count % 2 if count else has32 - lead
+        if draws:
+            value = reserved._at(draws)
+            if dtype == np.float32:
+                buffered = _output(value) >> 32
+        generator.state = {"bit_generator": state["bit_generator"],
+                           "state": {"state": value, "inc": inc},
+                           "has_uint32": has32, "uinteger": buffered}
+    return reserved
+
+
 def _numpy_form(rng, x, keep, dtype):
     """The reference: ``rng.random`` then the fused kernel's numpy operations."""
     mask = rng.random(x.shape, dtype=dtype)
