@@ -33,9 +33,6 @@ Theory of operation (issue 37):
   ``_FusedDropoutReluGrad(grad, mask, keep, features)`` named after the ``ReluGrad``:
   ``((grad * mask) / keep) * (features > 0)``, the same operations in the same order (the
   same bits), one pass and one dispatch instead of two (kernels/dropout.py).
-- Then a ``_FusedDropout`` whose ``x`` is a ``_FusedMatMul``'s output joins it as one
-  ``_FusedMatMulDropout`` (compile/fuse_matmul_dropout.py): the mask drawn in the product's
-  row chunks.
 
 Pure data, as every compile pass: no trio, no kernels.
 """
@@ -43,7 +40,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from asyncflow.compile.fuse_matmul_dropout import fuse_matmul_dropout
 from asyncflow.compile.node_graph import FeedNode, Node, plain_on, readers_of, rewire
 from asyncflow.graph.registry import get_op_def
 
@@ -244,9 +240,8 @@ def fuse_dropout(node_graph):
                     and shape_node not in controlling:
                 dropped.add(shape_node)
     if not fused_nodes:
-        return fuse_matmul_dropout(graph)
+        return graph
     control_map = {}
     for _, mapping in fused_nodes:
         control_map.update(mapping)
-    return fuse_matmul_dropout(rewire(graph, [f for f, _ in fused_nodes], dropped, ports,
-                                      control_map))
+    return rewire(graph, [f for f, _ in fused_nodes], dropped, ports, control_map)

@@ -10,7 +10,7 @@ from asyncflow.kernels import checkpoint, checkpoint_slices, summary_ops  # noqa
 from asyncflow.kernels import checkpoint_files  # noqa: F401,E402  (a checkpoint's meta graph and state file)
 from asyncflow.kernels import image  # noqa: F401,E402  (tf.image: decoding, resizing)
 from asyncflow.kernels import nn, nn_conv  # noqa: F401,E402  (nn family)
-from asyncflow.kernels import dropout, dropout_matmul  # noqa: F401,E402  (the fused dropout, its gradient, its GEMM)
+from asyncflow.kernels import dropout  # noqa: F401,E402  (the fused dropout and its gradient)
 from asyncflow.kernels import nn_pool_taps  # noqa: F401,E402  (MaxPoolGrad by the forward's taps)
 from asyncflow.kernels import squared_error_sigmoid  # noqa: F401,E402  (the loss and SigmoidGrad fused)
 from asyncflow.kernels import embedding, indexing, layout, numerics, script, slicing, tiling  # noqa: F401,E402  (array family, py_func)

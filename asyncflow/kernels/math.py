@@ -172,7 +172,7 @@ def _matmul(ctx, a, b):
     return (_split_matmul(ctx, a, b),)
 
 
-def _split_matmul(ctx, a, b, epilogue=None, then=None):
+def _split_matmul(ctx, a, b, epilogue=None):
     """``a @ b`` over the intra-op threads: by rows of ``a`` (each chunk a GEMM writing its
     rows of the output, then ``epilogue(rows)`` on them while they are in cache), or by
     columns of ``b`` when ``a`` has too few rows to share out, or when ``b`` is the larger
@@ -181,9 +181,7 @@ def _split_matmul(ctx, a, b, epilogue=None, then=None):
     (one thread each, CPU summed over the chunks, bench/RESULTS.md): ``[128, 3136] @ [3136,
     1024]`` 9.4 ms whole, 11.0-11.4 in two row chunks, 9.6-10.3 in two column chunks; its
     input gradient ``[128, 1024] @ [1024, 3136]`` 10.7 whole, 12.9-13.6 by rows, 10.7-11.3
-    by columns; the weight gradient ``[3136, 128] @ [128, 1024]`` as cheap by rows as whole.
-    ``then(out, start, stop)``: more work on finished rows, each row chunk's after its
-    epilogue while in cache, or once on all rows after a split by columns."""
+    by columns; the weight gradient ``[3136, 128] @ [128, 1024]`` as cheap by rows as whole."""
     (rows, inner), cols = a.shape, b.shape[1]
     out = ctx.xp.empty((rows, cols), dtype=a.dtype)
     mm = blas.gemm(ctx, a, b)  # (MKL's splits do not keep the whole product's bits)
@@ -193,8 +191,6 @@ def _split_matmul(ctx, a, b, epilogue=None, then=None):
             mm(a[start:stop], b, out[start:stop])
             if epilogue is not None:
                 epilogue(out[start:stop])
-            if then is not None:
-                then(out, start, stop)
         cache_bytes = cols * a.itemsize * 2
         if epilogue is None and ROW_CHUNKS_FOR_EPILOGUE_ONLY:
             cache_bytes = 0
@@ -205,8 +201,6 @@ def _split_matmul(ctx, a, b, epilogue=None, then=None):
             if epilogue is not None:
                 epilogue(out[:, start:stop], start, stop)
         intra_op.for_gemm(ctx, cols, inner * rows, by_columns, dtype=dtype)
-        if then is not None:
-            then(out, 0, rows)
     return out
 
 
@@ -221,13 +215,6 @@ ROW_CHUNKS_FOR_EPILOGUE_ONLY = True
 
 @register_kernel("_FusedMatMul", offload=True, offload_scale=intra_op.MACS_PER_WORK)
 def _fused_matmul(ctx, a, b, bias):
-    a, b = fused_operands(ctx, a, b, bias)
-    return (fused_product(ctx, a, b, bias),)
-
-
-def fused_operands(ctx, a, b, bias):
-    """``(a, b)`` of a ``_FusedMatMul`` (or a node with its attrs and first three inputs),
-    transposed as its attrs say, checked against each other and the bias."""
     attrs = ctx.attrs
     if attrs["transpose_a"]:
         a = a.swapaxes(-1, -2)
@@ -239,23 +226,13 @@ def fused_operands(ctx, a, b, bias):
     if bias.shape != (b.shape[1],):
         raise errors.InvalidArgumentError(
             None, ctx.name, f"bias has shape {list(bias.shape)}, expected [{b.shape[1]}]")
-    return a, b
-
-
-def fused_product(ctx, a, b, bias, then=None):
-    """``_FusedMatMul``'s output for ``fused_operands``' ``(a, b)``: the product, split over
-    the intra-op threads where large, each chunk finished by the fused ops in cache, and
-    ``then(out, start, stop)`` (``_split_matmul``) on the finished rows where given (once on
-    all rows where the product is whole): kernels/dropout_matmul.py's dropout."""
-    epilogue = fused_epilogue(ctx.xp, ctx.attrs["fused_ops"], bias, ctx)
+    epilogue = fused_epilogue(ctx.xp, attrs["fused_ops"], bias, ctx)
     if a.size * b.shape[1] < intra_op.MIN_SPLIT_WORK * intra_op.MACS_PER_WORK \
             or blas.gram(a, b):
         out = blas.matmul(ctx, a, b)
         epilogue(out)
-        if then is not None:
-            then(out, 0, out.shape[0])
-        return out
-    return _split_matmul(ctx, a, b, epilogue, then)
+        return (out,)
+    return (_split_matmul(ctx, a, b, epilogue),)
 
 
 register_prepare("MatMul")(blas.preload)

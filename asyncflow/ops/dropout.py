@@ -100,19 +100,3 @@ def _infer_fused_dropout_relu_grad(op):
 
 register_op("_FusedDropoutReluGrad", infer=_infer_fused_dropout_relu_grad,
             differentiable=False)
-
-
-def _infer_fused_matmul_dropout(op):
-    """``_FusedMatMulDropout(a, b, bias, keep) -> (output, mask, activations)``: a
-    ``_FusedMatMul`` and the ``_FusedDropout`` of its output in one node, made only by the
-    fusion pass (compile/fuse_matmul_dropout.py); the activations are the product's."""
-    (spec,) = _math._infer_fused_matmul(op)
-    return [spec, spec, spec]
-
-
-def _fused_matmul_dropout_cost(shapes, op):
-    return _math._fused_matmul_cost(shapes, op)
-
-
-register_op("_FusedMatMulDropout", infer=_infer_fused_matmul_dropout, stateful=True,
-            differentiable=False, cost=_fused_matmul_dropout_cost)
