@@ -405,8 +405,8 @@ class Session:
     async def reset(target=None, containers=None):
         """Clear resource containers (all when None) of a local process or a cluster."""
         if target not in (None, "", "local"):
-            from asyncflow.cluster import master as _master
-            return await _master.reset(target, containers)
+            from asyncflow.cluster import channels
+            return await channels.reset(target, containers)
         process_resources().reset(containers)
 
     # -- running --------------------------------------------------------------------------
