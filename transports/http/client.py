@@ -17,7 +17,7 @@ statuses and bearer token) straight from the calling trio task:
 * **Requests.** The head and the frame's small buffers in one ``send``; each tensor of 64 KiB
   or more from a view of its array, no copy (:func:`transports.http.protocol.send_pieces`).
 * **Replies** are fed to the connection's :class:`~transports.http.framing.MessageReader`
-  (llhttp through httptools, as on the server; a head of at most ``_MAX_HEAD`` bytes; a body
+  (llhttp through httptools, as on the server; a head of at most ``client_io.MAX_HEAD`` bytes; a body
   with a ``Content-Length`` or chunked); the body's rest is received with ``recv_into``
   straight into the :class:`~transports.wire.Decoder` 's arrays, bounded by its
   :class:`~transports.wire.Limits`; tensors of :data:`~transports.http.bulk_io.BULK_BYTES` or
@@ -48,10 +48,10 @@ from typing import Any, Final
 
 import trio
 
-from transports.http import bare, bulk_io, cross_memory, same_host as _same_host
+from transports.http import bare, cross_memory, same_host as _same_host
 from transports.http.bare_io import CALLS
-from transports.http.bulk_io import BULK_BYTES, BulkReader
-from transports.http.framing import MessageReader
+from transports.http.client_io import Body as _Body, Connection as _Connection, \
+    StaleConnection as _StaleConnection
 from transports.http.protocol import (
     CODE_HEADER, FRAME_CONTENT_TYPE, MAX_TEXT, parse_address, request_path, send_pieces,
     text_error, the_frame,
@@ -69,8 +69,6 @@ from transports.wire import (
 
 __all__ = ["TrioHttpChannel"]
 
-_MAX_HEAD: Final = 64 * 1024     # the most of a response head this client reads
-_RECV: Final = 64 * 1024
 _MAX_IDLE: Final = 16            # idle keep-alive connections kept per channel
 _BARE_RETRY_S: Final = 0.5       # after a bare handshake was hung up on: HTTP for this long,
 _BARE_RETRY_MAX_S: Final = 30.0  # doubling (to this) while the server keeps hanging up
@@ -81,96 +79,9 @@ class _Again(Exception):
     """A pooled connection the server closed while idle, under a CallCancel: call again."""
 
 _RPC_INDEX: Final = {rpc.method: index for index, rpc in enumerate(RPCS)}
+_RUN_GRAPH: Final = RPCS[_RPC_INDEX["run_graph"]]
 _STEP_IDS: Final = ("step_id", "request_id")  # a RunGraph's volatile ids
 _PREPARED_KEPT: Final = 64       # prepared RunGraph signatures kept per channel (by handle)
-
-
-class _StaleConnection(Exception):
-    """A reused connection was found closed before any byte of the answer arrived."""
-
-
-class _Connection:
-    """One keep-alive connection with its reader."""
-
-    __slots__ = ("stream", "reader", "reused", "answered", "bulk", "peer", "watch", "stall")
-
-    def __init__(self, stream: trio.SocketStream) -> None:
-        self.stream = stream
-        self.peer = cross_memory.peer_pid(stream.socket)  # a same-host server's pid, or None
-        self.bulk = BulkReader(stream.socket)
-        self.reader = MessageReader(response=True, max_head=_MAX_HEAD)
-        self.reused = False    # it carried a complete call before this one
-        self.answered = False  # a byte of this call's answer has arrived
-        self.watch = None      # the scope its answer's next byte is due in (``stall`` s)
-        self.stall = 0.0
-
-    async def send_all(self, data: bytes | memoryview) -> None:
-        # Sent in a row while the kernel takes it; a small request taken whole costs no pass
-        # of trio's scheduler (trio's ``send_all`` yields after it): the reply's read waits.
-        await bulk_io.send_all(self.stream.socket, memoryview(data))
-
-    async def receive_head(self) -> tuple[int, dict[str, str]]:
-        """Read the status line and headers; returns (status, lowercase headers)."""
-        while (head := self.reader.next_head()) is None:
-            await self.feed("before the response head ended")
-        return head.status, head.headers
-
-    async def feed(self, where: str) -> None:
-        """Feed the reader what the socket has next (at least one byte); an EOF is an error
-        naming ``where`` the response was."""
-        data = await self.stream.receive_some(_RECV)
-        if not data:
-            if not self.answered and self.reused:
-                raise _StaleConnection
-            raise TransportUnavailable(f"connection closed {where}")
-        self.answered = True
-        self.watch.deadline = trio.current_time() + self.stall  # the next byte's due
-        self.reader.feed(data)
-
-    async def receive_into(self, view: memoryview) -> int:
-        """Receive body bytes still due straight into ``view``; returns the count."""
-        if len(view) >= BULK_BYTES:  # a large tensor: woken per LOW_WATER bytes, not per segment
-            n = await self.bulk.receive_into(view)
-        else:
-            n = await self.stream.socket.recv_into(view)
-        if not n:
-            raise TransportUnavailable("connection closed in the middle of the response body")
-        self.watch.deadline = trio.current_time() + self.stall
-        return n
-
-
-class _Body:
-    """The body of one response: ``Content-Length`` or chunked, read piece by piece."""
-
-    def __init__(self, conn: _Connection) -> None:
-        self._conn = conn
-        self._done = False
-
-    async def read_into(self, view: memoryview) -> int:
-        """Up to ``len(view)`` body bytes into ``view``; 0 at the end of the body."""
-        conn, reader = self._conn, self._conn.reader
-        while not self._done:
-            n = reader.read_body(view)
-            if n is not None:
-                self._done = n == 0
-                return n
-            left = reader.body_left
-            if left:  # not yet received: straight into place, past the parser
-                n = await conn.receive_into(view[:left])
-                reader.skipped(n)
-                return n
-            await conn.feed("in the middle of the response body")  # chunked: through llhttp
-        return 0
-
-    async def read_text(self, limit: int) -> bytes:
-        out = bytearray()
-        scratch = memoryview(bytearray(_RECV))
-        while len(out) < limit:
-            n = await self.read_into(scratch[:limit - len(out)])
-            if not n:
-                break
-            out += scratch[:n]
-        return bytes(out)
 
 
 class TrioHttpChannel(Channel):
@@ -306,10 +217,25 @@ class TrioHttpChannel(Channel):
                              scope: trio.CancelScope | None = None,
                              entered: bool = False) -> Any:
         # The StepCall itself goes down to ``_exchange`` (its frame built from the prepared
-        # signature there), a RunGraph made of it only where that frame cannot be.
-        if entered:
-            return await self._call_entered("run_graph", call, scope)
-        return await self._call("run_graph", call, timeout, scope)
+        # signature there), a RunGraph made of it only where that frame cannot be. The usual
+        # step (a CallCancel lent, a pooled same-host connection, the prepared frame) goes
+        # straight to ``_bare_call``, as ``_call_entered`` and ``_exchange`` would send it.
+        if not entered:
+            return await self._call("run_graph", call, timeout, scope)
+        if type(scope) is CallCancel and self._bare_idle and not self._closed:
+            buffers = self._encode_step(call)
+            if buffers is None:
+                return await self._call_entered("run_graph", call, scope)
+            self._in_flight.add(scope)
+            try:
+                return result_for_reply(_RUN_GRAPH, await self._bare_call(
+                    _RUN_GRAPH, buffers, False, math.inf, scope))
+            except _Again:  # (closed idle: again in a scope, as ``_call_entered`` does)
+                pass
+            finally:
+                self._in_flight.discard(scope)
+            return await super()._call_entered("run_graph", call, scope)
+        return await self._call_entered("run_graph", call, scope)
 
     async def _exchange(self, rpc: Rpc, request: Message | None,
                         deadline: float = math.inf,
