@@ -25,7 +25,8 @@ fields kept on the task graph (``tg.step``, the driver's own), the call noted wi
 master's ``StepMonitor`` (a step that outlives the health interval gets its watchdog: then,
 and only then, a ``_StepDriver`` is made for it, with the call's cancel as its one call scope,
 as the driver's own step would have at that point), and on the reply the task's ``last_ok``
-and the graph's ``last_used``. Whatever ends the call otherwise (a worker's error, a dead or
+and the graph's ``last_used``. The channel is asked for the fetches' values (``values=True``:
+the HTTP client's same-host call reads them from the reply's frame template, no message). Whatever ends the call otherwise (a worker's error, a dead or
 restarted worker, garbage, a damaged reply, the caller's cancel, a KeyboardInterrupt, the
 session's close through the ``CallCancel``), and any reply once a watchdog has started, is
 handed to a ``_StepDriver`` replaying the step from there (``_Ended``: its one call gives
@@ -41,6 +42,7 @@ import outcome
 import trio
 
 from asyncflow.cluster import master as _master
+from transports.messages import RunGraphReply, TensorEntry
 
 
 class DirectStep:
@@ -82,7 +84,8 @@ class DirectStep:
         monitor.watch(call)
         self.steps += 1
         try:
-            reply = await task.channel.run_graph_step(request, scope=cancel, entered=True)
+            reply = await task.channel.run_graph_step(request, scope=cancel, entered=True,
+                                                      values=True)
         except BaseException as exc:  # noqa: BLE001 - the driver's to judge and raise
             monitor.unwatch(call)
             return await call.driven(outcome.Error(exc))
@@ -90,7 +93,8 @@ class DirectStep:
         if call.driver is not None:  # a watchdog started: its verdict may stand
             return await call.driven(outcome.Value(reply))
         task.last_ok = tg.last_used = trio.current_time()
-        values = [entry.value for entry in reply.tensors]
+        # (the fetches' values as the channel read them, or its reply's)
+        values = reply if type(reply) is list else [entry.value for entry in reply.tensors]
         return [values[p] for p in self.routes]
 
 
@@ -139,4 +143,8 @@ class _Ended(_master._StepDriver):
 
     async def _send(self, task, request, timeout, scope):
         ended, self.ended = self.ended, None
-        return ended.unwrap()
+        reply = ended.unwrap()
+        if type(reply) is list:  # the fetches' values (``values=True``): as the reply held them
+            reply = RunGraphReply([TensorEntry(key, value) for key, value in zip(
+                self.run_.task_graphs[0].options.fetches, reply)])
+        return reply

@@ -56,7 +56,8 @@ from transports.http.protocol import (
     CODE_HEADER, FRAME_CONTENT_TYPE, MAX_TEXT, parse_address, request_path, send_pieces,
     text_error, the_frame,
 )
-from transports.messages import Ack, DeregisterGraph, ErrorReply, Message
+from transports.frame_templates import COPIED, tensor_values
+from transports.messages import Ack, DeregisterGraph, ErrorReply, Message, RunGraphReply
 from transports.checksum import enabled as checksum_enabled
 from transports.repeat_frames import forget as forget_template
 from transports.run_graph_step import RunGraphStep, StepCall
@@ -64,7 +65,7 @@ from transports.service import RPCS, TEXT_CALLS, CallCancel, Channel, Rpc, \
     TransportDeadlineExceeded, TransportUnavailable, result_for_reply
 from transports.wire import (
     DEFAULT_LIMITS, Decoder, Limits, LocalProtocolError, RemoteProtocolError,
-    encode, encode_prepared, frame_size,
+    decode_repeated, encode, encode_prepared, frame_size,
 )
 
 __all__ = ["TrioHttpChannel"]
@@ -80,6 +81,16 @@ class _Again(Exception):
 
 _RPC_INDEX: Final = {rpc.method: index for index, rpc in enumerate(RPCS)}
 _RUN_GRAPH: Final = RPCS[_RPC_INDEX["run_graph"]]
+
+
+def _step_values(view: memoryview, limits: Limits) -> Any:
+    """A step's RunGraph reply whole in one read: its fetches' values (a list) where a frame
+    template of it is kept (``frame_templates.tensor_values``), else ``decode_repeated``'s."""
+    if len(view) <= COPIED:
+        found = tensor_values(bytes(view), limits, RunGraphReply)
+        if found is not None:
+            return found
+    return decode_repeated(view, limits)
 _STEP_IDS: Final = ("step_id", "request_id")  # a RunGraph's volatile ids
 _PREPARED_KEPT: Final = 64       # prepared RunGraph signatures kept per channel (by handle)
 
@@ -215,11 +226,13 @@ class TrioHttpChannel(Channel):
 
     async def run_graph_step(self, call: StepCall, *, timeout: float | None = None,
                              scope: trio.CancelScope | None = None,
-                             entered: bool = False) -> Any:
+                             entered: bool = False, values: bool = False) -> Any:
         # The StepCall itself goes down to ``_exchange`` (its frame built from the prepared
         # signature there), a RunGraph made of it only where that frame cannot be. The usual
         # step (a CallCancel lent, a pooled same-host connection, the prepared frame) goes
-        # straight to ``_bare_call``, as ``_call_entered`` and ``_exchange`` would send it.
+        # straight to ``_bare_call``, as ``_call_entered`` and ``_exchange`` would send it;
+        # with ``values``, its reply read by its frame template into the fetches' values (a
+        # list, ``_step_values``) where it can be.
         if not entered:
             return await self._call("run_graph", call, timeout, scope)
         if type(scope) is CallCancel and self._bare_idle and not self._closed:
@@ -228,8 +241,9 @@ class TrioHttpChannel(Channel):
                 return await self._call_entered("run_graph", call, scope)
             self._in_flight.add(scope)
             try:
-                return result_for_reply(_RUN_GRAPH, await self._bare_call(
-                    _RUN_GRAPH, buffers, False, math.inf, scope))
+                reply = await self._bare_call(_RUN_GRAPH, buffers, False, math.inf, scope,
+                                              _step_values if values else decode_repeated)
+                return reply if type(reply) is list else result_for_reply(_RUN_GRAPH, reply)
             except _Again:  # (closed idle: again in a scope, as ``_call_entered`` does)
                 pass
             finally:
@@ -325,10 +339,11 @@ class TrioHttpChannel(Channel):
             forget_template(prepared)
 
     async def _bare_call(self, rpc: Rpc, buffers: list | None, one_way: bool = False,
-                         deadline: float = math.inf,
-                         cancel: CallCancel | None = None) -> Message | None:
+                         deadline: float = math.inf, cancel: CallCancel | None = None,
+                         decode: Any = decode_repeated) -> Message | None:
         """The call over the bare protocol; None when the server does not speak it. ``cancel``
-        (``_call_entered``'s) closes the connection; one closed idle raises ``_Again``."""
+        (``_call_entered``'s) closes the connection; one closed idle raises ``_Again``.
+        ``decode``: ``BareConnection.call``'s."""
         timeout = max(min(trio.current_effective_deadline(), deadline) - trio.current_time(), 1e-3)
         for attempt in (0, 1):
             if self._bare_idle and not attempt:  # the usual call: an idle connection
@@ -354,7 +369,8 @@ class TrioHttpChannel(Channel):
                 CALLS.begin(conn)  # (counted for the same-host spin's rule: ``bare_io``)
                 try:
                     reply, lent = await conn.call(_RPC_INDEX[rpc.method], buffers, timeout,
-                                                  self._lend, self._limits, one_way, deadline)
+                                                  self._lend, self._limits, one_way, deadline,
+                                                  decode)
                 finally:
                     CALLS.end()
                 done = True
