@@ -83,15 +83,16 @@ class DirectStep:
         monitor = master.monitor
         monitor.watch(call)
         self.steps += 1
+        reply = None
         try:
             reply = await task.channel.run_graph_step(request, scope=cancel, entered=True,
                                                       values=True)
         except BaseException as exc:  # noqa: BLE001 - the driver's to judge and raise
-            monitor.unwatch(call)
-            return await call.driven(outcome.Error(exc))
+            call.ended = outcome.Error(exc)  # (raised by the driver, out of this block: the
+            #                                  error is not the context of the step's own)
         monitor.unwatch(call)
-        if call.driver is not None:  # a watchdog started: its verdict may stand
-            return await call.driven(outcome.Value(reply))
+        if call.ended is not None or call.driver is not None:  # (a watchdog's verdict)
+            return await call.driven(reply)
         task.last_ok = tg.last_used = trio.current_time()
         # (the fetches' values as the channel read them, or its reply's)
         values = reply if type(reply) is list else [entry.value for entry in reply.tensors]
@@ -101,10 +102,11 @@ class DirectStep:
 class _Call:
     """One direct step, as its ``StepMonitor`` notes it (a step may run twice at once)."""
 
-    __slots__ = ("direct", "step_id", "cancel", "driver")
+    __slots__ = ("direct", "step_id", "cancel", "driver", "ended")
 
     def __init__(self, direct, step_id, cancel):
         self.direct, self.step_id, self.cancel, self.driver = direct, step_id, cancel, None
+        self.ended = None  # the call's failure (an outcome.Error), until the driver takes it
 
     def _driver(self):
         """The step's ``_Ended`` driver, made once, as the driver's own step stands while
@@ -122,14 +124,16 @@ class _Call:
         """The monitor's call: the step outlived the health interval."""
         self._driver().start_watchdog(nursery)
 
-    async def driven(self, ended):
-        """The step's outcome as the driver makes it of its call's ``ended`` (an outcome)."""
+    async def driven(self, reply):
+        """The step's outcome as the driver makes it of its call's end: ``ended`` (its
+        failure), else ``reply``. No frame here holds the failure (its traceback holds them:
+        a cycle for the GC), only the driver, which lets it go as it raises it."""
         driver = self._driver()
-        driver.ended = ended
+        driver.ended, self.ended = self.ended or outcome.Value(reply), None
         try:
             return await driver.run()
         finally:
-            driver.ended = self.driver = None  # (an error's frames hold both: no cycle kept)
+            driver.ended = self.driver = None
 
 
 class _Ended(_master._StepDriver):
@@ -143,7 +147,10 @@ class _Ended(_master._StepDriver):
 
     async def _send(self, task, request, timeout, scope):
         ended, self.ended = self.ended, None
-        reply = ended.unwrap()
+        try:
+            reply = ended.unwrap()
+        finally:
+            del ended  # (this frame is in the failure's traceback: kept, a cycle for the GC)
         if type(reply) is list:  # the fetches' values (``values=True``): as the reply held them
             reply = RunGraphReply([TensorEntry(key, value) for key, value in zip(
                 self.run_.task_graphs[0].options.fetches, reply)])

@@ -143,6 +143,12 @@ async def test_an_ops_error_on_a_direct_step_is_named_as_the_drivers(worker):
             with pytest.raises(af.errors.InvalidArgumentError, match="not finite") as caught:
                 await sess.run(checked, {p: float("inf")})
             assert caught.value.op is graph.get_operation_by_name(checked.op.name)
+            assert caught.value.__context__ is None  # (raised as the driver raises it)
+            timed = af.RunOptions(timeout_in_ms=5000)  # the driver's own, for comparison
+            with pytest.raises(af.errors.InvalidArgumentError, match="not finite") as driven:
+                await sess.run(checked, {p: float("inf")}, options=timed)
+            assert driven.value.message == caught.value.message and driven.value.op is \
+                caught.value.op and driven.value.__context__ is None
             assert await sess.run(checked, {p: 2.0}) == 4.0
             assert run.direct.steps == 2
 
