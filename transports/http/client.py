@@ -60,7 +60,7 @@ from transports.frame_templates import COPIED, tensor_values
 from transports.messages import Ack, DeregisterGraph, ErrorReply, Message, RunGraphReply
 from transports.checksum import enabled as checksum_enabled
 from transports.repeat_frames import forget as forget_template
-from transports.run_graph_step import RunGraphStep, StepCall
+from transports.run_graph_step import RunGraphStep, StepCall, StepImage
 from transports.service import RPCS, TEXT_CALLS, CallCancel, Channel, Rpc, \
     TransportDeadlineExceeded, TransportUnavailable, result_for_reply
 from transports.wire import (
@@ -293,24 +293,35 @@ class TrioHttpChannel(Channel):
         kept = step.prepared
         if kept is None:
             return None
-        prepared, ids_first = kept
+        prepared, ids_first, image = kept
         if self._prepared.get(step.graph_handle) is not prepared:
             step.prepared = None
             return None
         ids = (call.step_id, call.request_id) if ids_first else (call.request_id, call.step_id)
-        return prepared.encode_step(ids, call.values, checksum_enabled(), True)
+        checksums = checksum_enabled()
+        if image:  # a small frame's image (``run_graph_step.StepImage``): patched in place
+            buffers = image.frame(ids, call.values, checksums)
+            if buffers is not None:
+                return buffers
+        buffers = prepared.encode_step(ids, call.values, checksums, True)
+        if buffers is not None and image is not False:  # (learnt anew for other id widths)
+            step.prepared = (prepared, ids_first, StepImage.learn(
+                prepared.encode_step, prepared.volatile_names(), ids, call.values,
+                checksums) or False)  # (False: none; never tried again for this signature)
+        return buffers
 
     def _step_signature(self, step: RunGraphStep) -> tuple | None:
         """What ``_encode_step`` keeps of ``step``, its RunGraph just encoded in full: the
         prepared signature this channel keeps now for its handle (that message's own, its
-        fields ``step``'s) and whether its ids are in (step_id, request_id) order."""
+        fields ``step``'s), whether its ids are in (step_id, request_id) order, and its
+        ``StepImage`` (None: not learnt yet; False: none)."""
         prepared = self._prepared.get(step.graph_handle)
         if prepared is None:
             return None
         names = prepared.volatile_names()
         if names == _STEP_IDS:
-            return prepared, True
-        return (prepared, False) if names == _STEP_IDS[::-1] else None
+            return prepared, True, None
+        return (prepared, False, None) if names == _STEP_IDS[::-1] else None
 
     def _encode_run_graph(self, request: Message) -> list:
         """A RunGraph's buffers, from its graph's prepared signature where it is of it (a
