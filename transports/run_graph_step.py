@@ -86,7 +86,8 @@ class StepCall:
 
 # msgpack's uint forms by width (its smallest, as ``packb`` writes it): (width, low, high, the
 # type byte or None for a positive fixint, the value's packer)
-_FORMS: Final = ((1, 0, 0x80, None, struct.Struct(">B")), (2, 0x80, 0x100, 0xCC, struct.Struct(">B")),
+_FORMS: Final = ((1, 0, 0x80, None, struct.Struct(">B")),
+                 (2, 0x80, 0x100, 0xCC, struct.Struct(">B")),
                  (3, 0x100, 0x10000, 0xCD, struct.Struct(">H")),
                  (5, 0x10000, 0x1_0000_0000, 0xCE, struct.Struct(">I")),
                  (9, 0x1_0000_0000, _UINT64, 0xCF, struct.Struct(">Q")))
@@ -148,7 +149,7 @@ class StepImage:
             at = header.find(key + encoded)
             if at < 0 or header.find(key + encoded, at + 1) >= 0:
                 return None
-            width, low, high, kind, packer = _form(value)  # (its value's bytes after its kind)
+            _, low, high, kind, packer = _form(value)  # (its value's bytes after its kind)
             spots.append((start + at + len(key) + (kind is not None), max(low, 1), high,
                           packer.pack_into))
         segments, offset = [], stop

@@ -26,13 +26,13 @@ master's ``StepMonitor`` (a step that outlives the health interval gets its watc
 and only then, a ``_StepDriver`` is made for it, with the call's cancel as its one call scope,
 as the driver's own step would have at that point), and on the reply the task's ``last_ok``
 and the graph's ``last_used``. The channel is asked for the fetches' values (``values=True``:
-the HTTP client's same-host call reads them from the reply's frame template, no message). Whatever ends the call otherwise (a worker's error, a dead or
-restarted worker, garbage, a damaged reply, the caller's cancel, a KeyboardInterrupt, the
-session's close through the ``CallCancel``), and any reply once a watchdog has started, is
-handed to a ``_StepDriver`` replaying the step from there (``_Ended``: its one call gives
-that outcome instead of calling again), so the step's error, its AbortStep, the restart check
-and the watchdog's verdict are the driver's, word for word. ``DirectStep.steps`` counts the
-steps that went direct (tests).
+the HTTP client's same-host call reads them from the reply's frame template, no message).
+Whatever ends the call otherwise (a worker's error, a dead or restarted worker, garbage, a
+damaged reply, the caller's cancel, a KeyboardInterrupt, the session's close through the
+``CallCancel``), and any reply once a watchdog has started, is handed to a ``_StepDriver``
+replaying the step from there (``_Ended``: its one call gives that outcome instead of calling
+again), so the step's error, its AbortStep, the restart check and the watchdog's verdict are
+the driver's, word for word. ``DirectStep.steps`` counts the steps that went direct (tests).
 
 Knows the master and the channels' ``run_graph_step``; never HTTP.
 """

@@ -17,8 +17,8 @@ statuses and bearer token) straight from the calling trio task:
 * **Requests.** The head and the frame's small buffers in one ``send``; each tensor of 64 KiB
   or more from a view of its array, no copy (:func:`transports.http.protocol.send_pieces`).
 * **Replies** are fed to the connection's :class:`~transports.http.framing.MessageReader`
-  (llhttp through httptools, as on the server; a head of at most ``client_io.MAX_HEAD`` bytes; a body
-  with a ``Content-Length`` or chunked); the body's rest is received with ``recv_into``
+  (llhttp through httptools, as on the server; a head of at most ``client_io.MAX_HEAD``
+  bytes; a body with a ``Content-Length`` or chunked); the body's rest is received with ``recv_into``
   straight into the :class:`~transports.wire.Decoder` 's arrays, bounded by its
   :class:`~transports.wire.Limits`; tensors of :data:`~transports.http.bulk_io.BULK_BYTES` or
   more by :mod:`transports.http.bulk_io` (a parked read wakes per MiB, not per segment).
