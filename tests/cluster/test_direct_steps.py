@@ -102,6 +102,33 @@ async def test_a_two_task_step_a_timeout_or_a_trace_takes_the_driver(cluster, mo
         assert run.direct.steps == 2 and len(driven) == 6
 
 
+async def test_a_ctrl_c_in_a_direct_steps_call_aborts_it_as_the_driver_does(cluster):
+    """A KeyboardInterrupt where the call waits is raised from ``run`` after AbortStep went
+    out (the driver's shielded abort); the session goes on."""
+    spec, _ = cluster
+    graph, p, doubled, *_ = _graph()
+    async with af.Session(graph=graph, cluster=spec, config=CONFIG) as sess:
+        assert await sess.run(doubled, {p: 1.0}) == 2.0
+        run = _run_of(sess, doubled)
+        channel = sess._target.master.tasks[T0].channel
+        aborts, real_abort = [], channel.abort_step
+
+        async def abort_step(request, **kwargs):
+            aborts.append(request.code)
+            return await real_abort(request, **kwargs)
+
+        async def interrupted(request, **kwargs):
+            await trio.lowlevel.checkpoint()
+            raise KeyboardInterrupt
+
+        channel.abort_step, channel.run_graph_step = abort_step, interrupted
+        with pytest.raises(KeyboardInterrupt):
+            await sess.run(doubled, {p: 2.0})
+        assert run.direct.steps == 1 and aborts == ["CANCELLED"]
+        del channel.run_graph_step
+        assert await sess.run(doubled, {p: 3.0}) == 6.0 and run.direct.steps == 2
+
+
 @pytest.fixture
 def worker():
     port = free_ports(1)[0]
