@@ -405,8 +405,8 @@ class Session:
     async def reset(target=None, containers=None):
         """Clear resource containers (all when None) of a local process or a cluster."""
         if target not in (None, "", "local"):
-            from asyncflow.cluster import master as _master
-            return await _master.reset(target, containers)
+            from asyncflow.cluster import channels
+            return await channels.reset(target, containers)
         process_resources().reset(containers)
 
     # -- running --------------------------------------------------------------------------
@@ -492,6 +492,9 @@ class Session:
             if request.inline:  # one local CPU plan: none of the step machinery applies
                 computed = await self._target.run_inline(request.compiled, request.feed_values,
                                                          park=self._parked)
+            elif not request.timeout_ms:  # (no deadline: one coroutine level fewer)
+                computed = await self._target.run(request.compiled, request.feed_values,
+                                                  request.trace, 0, self._parked)
             else:
                 computed = await self._run_within_deadline(request)
         finally:

@@ -51,7 +51,8 @@ from transports.messages import TensorEntry
 from transports.schema import ALIGNMENT, CHECKED_MAGIC, CHECKED_PREFIX, CHECKSUM_KEY, \
     SchemaMismatch
 
-__all__ = ["COPIED", "KEPT", "MAX_FRAME", "decode", "forget_all", "known", "learn", "statistics"]
+__all__ = ["COPIED", "KEPT", "MAX_FRAME", "decode", "forget_all", "known", "learn", "statistics",
+           "tensor_values"]
 
 KEPT: Final = 64  # frame templates; all dropped when full
 MAX_FRAME: Final = 256 * 1024  # larger frames keep none (a bare server reads no larger whole)
@@ -112,6 +113,34 @@ def decode(data: bytes | memoryview, limits: Any) -> Any:
             if message is not None:
                 _decoded += 1
             return message  # (the fixed stretches match: no other template would)
+    return None
+
+
+def tensor_values(data: bytes, limits: Any, cls: type) -> list | None:
+    """The tensors' values, in order, of the whole frame ``data`` (bytes) where a frame
+    template of it is kept whose message is a ``cls`` of its tensors alone (no other field, no
+    ids: a RunGraph's reply without step stats): :func:`decode`'s checks and arrays without the
+    message (the client's direct step, ``transports.http.client``); else None (decode it)."""
+    global _decoded
+    for frame in _by_size.get(len(data), ()):
+        if frame.limits is not limits and frame.limits != limits:
+            continue
+        for offset, stretch in frame.fixed:
+            if not data.startswith(stretch, offset):
+                break
+        else:
+            if frame.cls is not cls or frame.fields or frame.ids or frame.tensor_field is None:
+                return None
+            extend, view, values = _checksum.extend, memoryview(data), []
+            for _, dtype, shape, offset, nbytes, summed in frame.tensors:
+                stop = offset + nbytes
+                if summed and extend(0, view[offset:stop]) != int.from_bytes(
+                        data[stop:stop + _TRAILER], "little"):
+                    return None
+                values.append(np.frombuffer(data, dtype, nbytes // dtype.itemsize, offset)
+                              .reshape(shape).copy() if nbytes else np.empty(shape, dtype))
+            _decoded += 1
+            return values
     return None
 
 

@@ -314,11 +314,13 @@ class Channel:
         return await self._call("run_graph", request, timeout, scope)
 
     async def run_graph_step(self, call: Any, *, timeout: float | None = None,
-                             scope: trio.CancelScope | None = None,
-                             entered: bool = False) -> RunGraphReply | None:
+                             scope: trio.CancelScope | None = None, entered: bool = False,
+                             values: bool = False) -> RunGraphReply | list | None:
         """``run_graph`` of a :class:`transports.run_graph_step.StepCall` (a graph's RunGraph
         of one step: its fixed fields, ids and feed values); a channel that keeps prepared
-        frames builds its frame without a message, this one sends ``call.message()``."""
+        frames builds its frame without a message, this one sends ``call.message()``.
+        ``values``: the fetches' values (a list) may be returned for the reply, where the
+        channel reads them without one (the HTTP client's same-host step); this one never."""
         if entered:
             return await self.run_graph(call.message(), scope=scope, entered=True)
         return await self.run_graph(call.message(), timeout=timeout, scope=scope)

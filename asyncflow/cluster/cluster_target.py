@@ -14,6 +14,9 @@ several tasks (the PS step: its driver's nursery is the one scope left).
 A step whose calls all went over channels that wait on a socket (``calls_yield``) gave the
 event loop back: it closes the time slice (``exec/timeslice.py``), so the session's yield
 between runs is not spent on a needless scheduler pass after it.
+A compiled run of one task graph keeps a ``direct_step.DirectStep`` (decided in ``prepare``):
+its usual step (ready, no timeout, untraced) goes from here to the channel without the
+master's step driver, which takes over only where the step's one call ends otherwise.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import trio
 
 from asyncflow import errors
 from asyncflow.cluster import master as _master
+from asyncflow.cluster.direct_step import DirectStep
 from asyncflow.exec import timeslice
 from asyncflow.exec.step import Step
 from transports.service import CallCancel, TransportUnavailable
@@ -62,7 +66,12 @@ class ClusterTarget:
         key = (feeds, fetches, targets)
         compiled = self.cache.get(key)
         if compiled is None:
-            compiled = self.cache[key] = self.master.compile(self.graph, feeds, fetches, targets)
+            compiled = self.cache[key] = self._compile(key)
+        return compiled
+
+    def _compile(self, signature):
+        compiled = self.master.compile(self.graph, *signature)
+        compiled.direct = DirectStep.of(compiled)  # (its steps' direct path, or None)
         return compiled
 
     async def run(self, compiled, feed_values, trace, timeout_ms, parked):
@@ -79,6 +88,7 @@ class ClusterTarget:
         # The usual step (nothing to refresh or register, no timeout): its waits are its
         # RunGraphs' answers, which a CallCancel ends without a trio scope (close()'s).
         cancel = CallCancel() if ready and not timeout_ms else None
+        direct = compiled.direct if cancel is not None and trace is None else None
         with parked(cancel) as scope:
             if not ready:  # else nothing to refresh, nor to register (no checkpoint between)
                 if not master.opened:
@@ -86,12 +96,17 @@ class ClusterTarget:
                         raise errors.closed_session(self.name)
                     await master.open()
                 if not await master.refresh(compiled):  # a worker restarted: recompile
-                    compiled = self.cache[compiled.signature] = master.compile(
-                        self.graph, *compiled.signature)
-            step = Step(0, trace=trace, timeout_ms=timeout_ms)
-            step.extras["call_scope"] = scope  # one scope a step: the RunGraph's, if one
-            step.extras["registered"] = ready
+                    compiled = self.cache[compiled.signature] = self._compile(
+                        compiled.signature)
             try:
+                if direct is not None:  # the usual one-task step: no Step, no driver
+                    values = await direct.run(feed_values, cancel)
+                    if master.tasks[direct.tg.task].channel.calls_yield:
+                        timeslice.restart()
+                    return values
+                step = Step(0, trace=trace, timeout_ms=timeout_ms)
+                step.extras["call_scope"] = scope  # one scope a step: the RunGraph's, if one
+                step.extras["registered"] = ready
                 values = await compiled.runner.run(feed_values, step)
                 tasks = master.tasks
                 for tg in compiled.task_graphs:  # (one or two: no generator)

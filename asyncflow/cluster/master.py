@@ -122,6 +122,7 @@ class RemoteRun:
     start_order: tuple = ()  # task graph indices in the order their RunGraphs go out
     master: object = dataclasses.field(default=None, repr=False)
     graph: object = dataclasses.field(default=None, repr=False)
+    direct: object = dataclasses.field(default=None, repr=False)  # ``direct_step.DirectStep``
     # Its step runner (``exec/runner.py``'s interface), chosen once here.
     runner: object = dataclasses.field(init=False, repr=False)
 
@@ -452,7 +453,8 @@ class _StepDriver:
         ~0.3 ms). ``StepMonitor`` starts the watchdog if the step outlives the interval."""
         order = self.run_.start_order or range(len(self.run_.task_graphs))
         self.calls_left, done = len(order), False
-        self.master.monitor.watch(self)
+        if self.watchdog_scope is None:  # (a direct step's driver may have started it)
+            self.master.monitor.watch(self)
         if len(order) > 1 and type(self.entered) is CallCancel:  # (a CallCancel, no scope)
             self.cancels = self.entered.split(len(self.run_.task_graphs))
         try:
@@ -505,13 +507,7 @@ class _StepDriver:
     async def _run_graph(self, index):
         tg = self.run_.task_graphs[index]
         task = self.master.tasks[tg.task]
-        # Fixed fields made once per handle, timeout and trace (``transports.run_graph_step``).
-        fixed, timeout_ms, trace = tg.step, self.timeout_ms or None, self.trace is not None
-        if fixed is None or not fixed.fits(tg.handle, timeout_ms, trace):
-            fixed = tg.step = RunGraphStep(tg.handle, tg.options.feeds, tg.options.fetches,
-                                           timeout_ms, trace)
-        request = StepCall(fixed, self.step_id, next(tg.request_ids),
-                           [self.feed_values[i] for i in tg.feed_indices])
+        request = self._request(tg)
         timeout = self.timeout_ms / 1000 + 1.0 if self.timeout_ms else None
         # The call's scope is the channel's own (one per call): cancelling it ends the call.
         scope = self.call_scopes[tg.task] = (self.entered if self.cancels is None else
@@ -525,13 +521,26 @@ class _StepDriver:
             self.trace.extend(NodeStats(s.node_name, s.op_type, s.device, s.start_us, s.end_us)
                               for s in reply.step_stats.nodes)
 
+    def _request(self, tg):
+        """The step's RunGraph on ``tg``'s task, its fixed fields made once per handle, timeout
+        and trace flag (``transports.run_graph_step``)."""
+        fixed, timeout_ms, trace = tg.step, self.timeout_ms or None, self.trace is not None
+        if fixed is None or not fixed.fits(tg.handle, timeout_ms, trace):
+            fixed = tg.step = RunGraphStep(tg.handle, tg.options.feeds, tg.options.fetches,
+                                           timeout_ms, trace)
+        return StepCall(fixed, self.step_id, next(tg.request_ids),
+                        [self.feed_values[i] for i in tg.feed_indices])
+
+    async def _send(self, task, request, timeout, scope):
+        if scope is self.entered or type(scope) is CallCancel:
+            return await task.channel.run_graph_step(request, scope=scope, entered=True)
+        return await task.channel.run_graph_step(request, timeout=timeout, scope=scope)
+
     async def _call(self, task, tg, request, timeout, scope):
         """RunGraph on ``task`` in ``scope``; returns its reply, or None after reporting the
         failure (or when ``scope`` was cancelled)."""
         try:
-            if scope is self.entered or type(scope) is CallCancel:
-                return await task.channel.run_graph_step(request, scope=scope, entered=True)
-            return await task.channel.run_graph_step(request, timeout=timeout, scope=scope)
+            return await self._send(task, request, timeout, scope)
         except _channels.CALL_FAILURES as exc:
             if type(scope) is CallCancel and scope.cancel_called:  # ended as a scope's cancel
                 if self.cancelled_own or self._closed_call():  # (no Cancelled: see below)
@@ -638,4 +647,3 @@ class _StepDriver:
 
 
 target_address = _channels.target_address  # (where it lived before)
-reset = _channels.reset  # Session.reset of a cluster (where it lived before)

@@ -473,11 +473,12 @@ class BareConnection:
         self.stall = math.inf  # (the client's channel sets its ``stall_timeout``)
 
     async def call(self, rpc_index: int, buffers: list | None, timeout: float, lend: bool,
-                   limits: Limits, one_way: bool = False,
-                   deadline: float = math.inf) -> tuple[Message | None, bool | None]:
+                   limits: Limits, one_way: bool = False, deadline: float = math.inf,
+                   decode: Any = decode_repeated) -> tuple[Message | Any, bool | None]:
         """Send one request and read its answer: (the reply, whether it was lent: True copied,
-        False refused, None not lent). A request the kernel does not take at once is written
-        by ``deadline`` (trio time), else TransportDeadlineExceeded (``bare_io.write_request``).
+        False refused, None not lent); ``decode(view, limits)`` reads one whole in its first
+        read (None: not so; the client's gives a step's fetches). A request the kernel does not
+        take at once is written by ``deadline`` (trio time), else TransportDeadlineExceeded.
 
         Raises:
             RemoteProtocolError: also before anything is sent, when bytes no call asked for
@@ -523,7 +524,7 @@ class BareConnection:
                 # whole: a repeated reply's frame decodes in one pass (any other kind is
                 # refused by ``_rest``, as a frame the full decoder reads)
                 start = REPLY.size
-                message = decode_repeated(memoryview(pending)[start:start + length], limits)
+                message = decode(memoryview(pending)[start:start + length], limits)
                 if message is not None:
                     self.pending = pending[start + length:]
                     if (kind == ERROR) != isinstance(message, ErrorReply):

@@ -17,8 +17,8 @@ statuses and bearer token) straight from the calling trio task:
 * **Requests.** The head and the frame's small buffers in one ``send``; each tensor of 64 KiB
   or more from a view of its array, no copy (:func:`transports.http.protocol.send_pieces`).
 * **Replies** are fed to the connection's :class:`~transports.http.framing.MessageReader`
-  (llhttp through httptools, as on the server; a head of at most ``_MAX_HEAD`` bytes; a body
-  with a ``Content-Length`` or chunked); the body's rest is received with ``recv_into``
+  (llhttp through httptools, as on the server; a head of at most ``client_io.MAX_HEAD``
+  bytes; a body with a ``Content-Length`` or chunked); the body's rest is received with ``recv_into``
   straight into the :class:`~transports.wire.Decoder` 's arrays, bounded by its
   :class:`~transports.wire.Limits`; tensors of :data:`~transports.http.bulk_io.BULK_BYTES` or
   more by :mod:`transports.http.bulk_io` (a parked read wakes per MiB, not per segment).
@@ -48,29 +48,28 @@ from typing import Any, Final
 
 import trio
 
-from transports.http import bare, bulk_io, cross_memory, same_host as _same_host
+from transports.http import bare, cross_memory, same_host as _same_host
 from transports.http.bare_io import CALLS
-from transports.http.bulk_io import BULK_BYTES, BulkReader
-from transports.http.framing import MessageReader
+from transports.http.client_io import Body as _Body, Connection as _Connection, \
+    StaleConnection as _StaleConnection
 from transports.http.protocol import (
     CODE_HEADER, FRAME_CONTENT_TYPE, MAX_TEXT, parse_address, request_path, send_pieces,
     text_error, the_frame,
 )
-from transports.messages import Ack, DeregisterGraph, ErrorReply, Message
+from transports.frame_templates import COPIED, tensor_values
+from transports.messages import Ack, DeregisterGraph, ErrorReply, Message, RunGraphReply
 from transports.checksum import enabled as checksum_enabled
 from transports.repeat_frames import forget as forget_template
-from transports.run_graph_step import RunGraphStep, StepCall
+from transports.run_graph_step import RunGraphStep, StepCall, StepImage
 from transports.service import RPCS, TEXT_CALLS, CallCancel, Channel, Rpc, \
     TransportDeadlineExceeded, TransportUnavailable, result_for_reply
 from transports.wire import (
     DEFAULT_LIMITS, Decoder, Limits, LocalProtocolError, RemoteProtocolError,
-    encode, encode_prepared, frame_size,
+    decode_repeated, encode, encode_prepared, frame_size,
 )
 
 __all__ = ["TrioHttpChannel"]
 
-_MAX_HEAD: Final = 64 * 1024     # the most of a response head this client reads
-_RECV: Final = 64 * 1024
 _MAX_IDLE: Final = 16            # idle keep-alive connections kept per channel
 _BARE_RETRY_S: Final = 0.5       # after a bare handshake was hung up on: HTTP for this long,
 _BARE_RETRY_MAX_S: Final = 30.0  # doubling (to this) while the server keeps hanging up
@@ -81,96 +80,19 @@ class _Again(Exception):
     """A pooled connection the server closed while idle, under a CallCancel: call again."""
 
 _RPC_INDEX: Final = {rpc.method: index for index, rpc in enumerate(RPCS)}
+_RUN_GRAPH: Final = RPCS[_RPC_INDEX["run_graph"]]
+
+
+def _step_values(view: memoryview, limits: Limits) -> Any:
+    """A step's RunGraph reply whole in one read: its fetches' values (a list) where a frame
+    template of it is kept (``frame_templates.tensor_values``), else ``decode_repeated``'s."""
+    if len(view) <= COPIED:
+        found = tensor_values(bytes(view), limits, RunGraphReply)
+        if found is not None:
+            return found
+    return decode_repeated(view, limits)
 _STEP_IDS: Final = ("step_id", "request_id")  # a RunGraph's volatile ids
 _PREPARED_KEPT: Final = 64       # prepared RunGraph signatures kept per channel (by handle)
-
-
-class _StaleConnection(Exception):
-    """A reused connection was found closed before any byte of the answer arrived."""
-
-
-class _Connection:
-    """One keep-alive connection with its reader."""
-
-    __slots__ = ("stream", "reader", "reused", "answered", "bulk", "peer", "watch", "stall")
-
-    def __init__(self, stream: trio.SocketStream) -> None:
-        self.stream = stream
-        self.peer = cross_memory.peer_pid(stream.socket)  # a same-host server's pid, or None
-        self.bulk = BulkReader(stream.socket)
-        self.reader = MessageReader(response=True, max_head=_MAX_HEAD)
-        self.reused = False    # it carried a complete call before this one
-        self.answered = False  # a byte of this call's answer has arrived
-        self.watch = None      # the scope its answer's next byte is due in (``stall`` s)
-        self.stall = 0.0
-
-    async def send_all(self, data: bytes | memoryview) -> None:
-        # Sent in a row while the kernel takes it; a small request taken whole costs no pass
-        # of trio's scheduler (trio's ``send_all`` yields after it): the reply's read waits.
-        await bulk_io.send_all(self.stream.socket, memoryview(data))
-
-    async def receive_head(self) -> tuple[int, dict[str, str]]:
-        """Read the status line and headers; returns (status, lowercase headers)."""
-        while (head := self.reader.next_head()) is None:
-            await self.feed("before the response head ended")
-        return head.status, head.headers
-
-    async def feed(self, where: str) -> None:
-        """Feed the reader what the socket has next (at least one byte); an EOF is an error
-        naming ``where`` the response was."""
-        data = await self.stream.receive_some(_RECV)
-        if not data:
-            if not self.answered and self.reused:
-                raise _StaleConnection
-            raise TransportUnavailable(f"connection closed {where}")
-        self.answered = True
-        self.watch.deadline = trio.current_time() + self.stall  # the next byte's due
-        self.reader.feed(data)
-
-    async def receive_into(self, view: memoryview) -> int:
-        """Receive body bytes still due straight into ``view``; returns the count."""
-        if len(view) >= BULK_BYTES:  # a large tensor: woken per LOW_WATER bytes, not per segment
-            n = await self.bulk.receive_into(view)
-        else:
-            n = await self.stream.socket.recv_into(view)
-        if not n:
-            raise TransportUnavailable("connection closed in the middle of the response body")
-        self.watch.deadline = trio.current_time() + self.stall
-        return n
-
-
-class _Body:
-    """The body of one response: ``Content-Length`` or chunked, read piece by piece."""
-
-    def __init__(self, conn: _Connection) -> None:
-        self._conn = conn
-        self._done = False
-
-    async def read_into(self, view: memoryview) -> int:
-        """Up to ``len(view)`` body bytes into ``view``; 0 at the end of the body."""
-        conn, reader = self._conn, self._conn.reader
-        while not self._done:
-            n = reader.read_body(view)
-            if n is not None:
-                self._done = n == 0
-                return n
-            left = reader.body_left
-            if left:  # not yet received: straight into place, past the parser
-                n = await conn.receive_into(view[:left])
-                reader.skipped(n)
-                return n
-            await conn.feed("in the middle of the response body")  # chunked: through llhttp
-        return 0
-
-    async def read_text(self, limit: int) -> bytes:
-        out = bytearray()
-        scratch = memoryview(bytearray(_RECV))
-        while len(out) < limit:
-            n = await self.read_into(scratch[:limit - len(out)])
-            if not n:
-                break
-            out += scratch[:n]
-        return bytes(out)
 
 
 class TrioHttpChannel(Channel):
@@ -304,12 +226,30 @@ class TrioHttpChannel(Channel):
 
     async def run_graph_step(self, call: StepCall, *, timeout: float | None = None,
                              scope: trio.CancelScope | None = None,
-                             entered: bool = False) -> Any:
+                             entered: bool = False, values: bool = False) -> Any:
         # The StepCall itself goes down to ``_exchange`` (its frame built from the prepared
-        # signature there), a RunGraph made of it only where that frame cannot be.
-        if entered:
-            return await self._call_entered("run_graph", call, scope)
-        return await self._call("run_graph", call, timeout, scope)
+        # signature there), a RunGraph made of it only where that frame cannot be. The usual
+        # step (a CallCancel lent, a pooled same-host connection, the prepared frame) goes
+        # straight to ``_bare_call``, as ``_call_entered`` and ``_exchange`` would send it;
+        # with ``values``, its reply read by its frame template into the fetches' values (a
+        # list, ``_step_values``) where it can be.
+        if not entered:
+            return await self._call("run_graph", call, timeout, scope)
+        if type(scope) is CallCancel and self._bare_idle and not self._closed:
+            buffers = self._encode_step(call)
+            if buffers is None:
+                return await self._call_entered("run_graph", call, scope)
+            self._in_flight.add(scope)
+            try:
+                reply = await self._bare_call(_RUN_GRAPH, buffers, False, math.inf, scope,
+                                              _step_values if values else decode_repeated)
+                return reply if type(reply) is list else result_for_reply(_RUN_GRAPH, reply)
+            except _Again:  # (closed idle: again in a scope, as ``_call_entered`` does)
+                pass
+            finally:
+                self._in_flight.discard(scope)
+            return await super()._call_entered("run_graph", call, scope)
+        return await self._call_entered("run_graph", call, scope)
 
     async def _exchange(self, rpc: Rpc, request: Message | None,
                         deadline: float = math.inf,
@@ -353,24 +293,35 @@ class TrioHttpChannel(Channel):
         kept = step.prepared
         if kept is None:
             return None
-        prepared, ids_first = kept
+        prepared, ids_first, image = kept
         if self._prepared.get(step.graph_handle) is not prepared:
             step.prepared = None
             return None
         ids = (call.step_id, call.request_id) if ids_first else (call.request_id, call.step_id)
-        return prepared.encode_step(ids, call.values, checksum_enabled(), True)
+        checksums = checksum_enabled()
+        if image:  # a small frame's image (``run_graph_step.StepImage``): patched in place
+            buffers = image.frame(ids, call.values, checksums)
+            if buffers is not None:
+                return buffers
+        buffers = prepared.encode_step(ids, call.values, checksums, True)
+        if buffers is not None and image is not False:  # (learnt anew for other id widths)
+            step.prepared = (prepared, ids_first, StepImage.learn(
+                prepared.encode_step, prepared.volatile_names(), ids, call.values,
+                checksums) or False)  # (False: none; never tried again for this signature)
+        return buffers
 
     def _step_signature(self, step: RunGraphStep) -> tuple | None:
         """What ``_encode_step`` keeps of ``step``, its RunGraph just encoded in full: the
         prepared signature this channel keeps now for its handle (that message's own, its
-        fields ``step``'s) and whether its ids are in (step_id, request_id) order."""
+        fields ``step``'s), whether its ids are in (step_id, request_id) order, and its
+        ``StepImage`` (None: not learnt yet; False: none)."""
         prepared = self._prepared.get(step.graph_handle)
         if prepared is None:
             return None
         names = prepared.volatile_names()
         if names == _STEP_IDS:
-            return prepared, True
-        return (prepared, False) if names == _STEP_IDS[::-1] else None
+            return prepared, True, None
+        return (prepared, False, None) if names == _STEP_IDS[::-1] else None
 
     def _encode_run_graph(self, request: Message) -> list:
         """A RunGraph's buffers, from its graph's prepared signature where it is of it (a
@@ -399,10 +350,11 @@ class TrioHttpChannel(Channel):
             forget_template(prepared)
 
     async def _bare_call(self, rpc: Rpc, buffers: list | None, one_way: bool = False,
-                         deadline: float = math.inf,
-                         cancel: CallCancel | None = None) -> Message | None:
+                         deadline: float = math.inf, cancel: CallCancel | None = None,
+                         decode: Any = decode_repeated) -> Message | None:
         """The call over the bare protocol; None when the server does not speak it. ``cancel``
-        (``_call_entered``'s) closes the connection; one closed idle raises ``_Again``."""
+        (``_call_entered``'s) closes the connection; one closed idle raises ``_Again``.
+        ``decode``: ``BareConnection.call``'s."""
         timeout = max(min(trio.current_effective_deadline(), deadline) - trio.current_time(), 1e-3)
         for attempt in (0, 1):
             if self._bare_idle and not attempt:  # the usual call: an idle connection
@@ -428,7 +380,8 @@ class TrioHttpChannel(Channel):
                 CALLS.begin(conn)  # (counted for the same-host spin's rule: ``bare_io``)
                 try:
                     reply, lent = await conn.call(_RPC_INDEX[rpc.method], buffers, timeout,
-                                                  self._lend, self._limits, one_way, deadline)
+                                                  self._lend, self._limits, one_way, deadline,
+                                                  decode)
                 finally:
                     CALLS.end()
                 done = True
