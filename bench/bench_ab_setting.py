@@ -19,8 +19,6 @@ are compared between the forms bit for bit.
 from __future__ import annotations
 
 import argparse
-import ast
-import importlib
 import os
 import sys
 
@@ -45,16 +43,7 @@ def main(argv=None):
 
     import asyncflow as af
 
-    settings = []
-    for spec in args.set:
-        target, value = spec.split("=", 1)
-        module_name, name = target.split(":")
-        module = importlib.import_module(module_name)
-        settings.append((module, name, getattr(module, name), ast.literal_eval(value)))
-
-    def use(form):
-        for module, name, a_value, b_value in settings:
-            setattr(module, name, a_value if form == "A" else b_value)
+    use = form_rounds.setting_forms(args.set)
 
     async def run():
         print(f"load average at start: {os.getloadavg()}; B: {', '.join(args.set)}")

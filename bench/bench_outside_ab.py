@@ -17,8 +17,6 @@ arguments, offload tests, stores, slice checks), and in how many rounds B's was 
 from __future__ import annotations
 
 import argparse
-import ast
-import importlib
 import os
 import sys
 import threading
@@ -52,66 +50,40 @@ def main(argv=None):
     import asyncflow as af
     from asyncflow.exec import timeslice
 
-    settings = []
-    for spec in args.set:
-        target, value = spec.split("=", 1)
-        module_name, name = target.split(":")
-        module = importlib.import_module(module_name)
-        settings.append((module, name, getattr(module, name), ast.literal_eval(value)))
-
-    def use(form):
-        for module, name, a_value, b_value in settings:
-            setattr(module, name, a_value if form == "A" else b_value)
-
+    use = form_rounds.setting_forms(args.set)
     rec = bench_model_timeline.Recorder()
     rec.install()  # (every plan compiled from here on has its kernels wrapped)
     pauses = []
     original = timeslice.checkpoint
+    loop = threading.get_ident()
 
     async def checkpoint():
         start = time.perf_counter()
         await original()
         pauses.append((start, time.perf_counter()))
 
+    async def pieces(sess, fetches, feed, steps):
+        """A round's figure: each piece's median over ``steps`` steps (seconds)."""
+        rows = []
+        for _ in range(steps):
+            rec.clear()
+            pauses.clear()
+            start = time.perf_counter()
+            await sess.run(fetches, feed)
+            end = time.perf_counter()
+            rows.append(bench_step_gaps.classify(rec, pauses, loop, start, end))
+        piece = {key: float(np.median([row[key] for row in rows])) for key in PIECES}
+        piece["outside"] = float(np.median([outside(row) for row in rows]))
+        return piece
+
     async def model_rounds(model):
-        sessions = {}
-        for form in FORMS:
-            use(form)
-            graph, feed, loss, train, init = form_rounds.build(af, model)
-            sess = af.Session(graph=graph)
-            await sess.__aenter__()
-            await sess.run(init)
-            await sess.run([loss, train], feed)  # (compiled now, under this form)
-            sessions[form] = (sess, [loss, train], feed)
-        loop = threading.get_ident()
-        out = {form: [] for form in FORMS}
         timeslice.checkpoint = checkpoint
         try:
-            for form in FORMS * args.warmup:
-                use(form)
-                sess, fetches, feed = sessions[form]
-                await sess.run(fetches, feed)
-            for index in range(args.rounds):
-                for form in FORMS if index % 2 == 0 else FORMS[::-1]:
-                    use(form)
-                    sess, fetches, feed = sessions[form]
-                    rows = []
-                    for _ in range(args.steps):
-                        rec.clear()
-                        pauses.clear()
-                        start = time.perf_counter()
-                        await sess.run(fetches, feed)
-                        end = time.perf_counter()
-                        rows.append(bench_step_gaps.classify(rec, pauses, loop, start, end))
-                    piece = {key: float(np.median([row[key] for row in rows])) for key in PIECES}
-                    piece["outside"] = float(np.median([outside(row) for row in rows]))
-                    out[form].append(piece)
+            return await form_rounds.model_rounds(af, model, FORMS, use, rounds=args.rounds,
+                                                  steps=args.steps, warmup=args.warmup,
+                                                  measure=pieces)
         finally:
             timeslice.checkpoint = original
-            use("A")
-            for sess, _, _ in sessions.values():
-                await sess.__aexit__(None, None, None)
-        return out
 
     async def run():
         print(f"load average at start: {os.getloadavg()}; B: {', '.join(args.set)}")

@@ -1,23 +1,26 @@
 """Forms of one tree alternated in one process over the dense models' training steps (issue 37),
 written once for the scripts that compare them: bench_ab_setting.py (any module setting),
-bench_gemm_splits.py (the GEMM splits' constants), bench_compiled_applies.py (the applies'
-compiled loops).
+bench_outside_ab.py (the same, in the time outside kernels), bench_gemm_splits.py (the GEMM
+splits' constants), bench_compiled_applies.py (the applies' compiled loops).
 
 A *form* is a name; ``use(form)`` switches the process to it (module attributes the code
-reads). Each form has a session of its own, built, compiled and warmed with its form in use, so
-a setting read when a plan is compiled (a graph pass's switch) is measured too, not only one read
-at run time (one shared session compiled its plan once, under the first form, and measured the
-others A/A: c41alone found it); rounds alternate the forms in one process, so the machine's
-noise (its slow and fast phases, bench/RESULTS.md) hits them alike. ``model_rounds`` runs ``rounds`` rounds of
-``steps`` steps of each form in turn (the order reversed every other round where ``swap``),
-a round's figure per form its median step and CPU (``bench_models.median_step_ms``);
-``seeded_losses`` gives each form's losses over three seeded steps from the same weights, as
-hex of their float32 bits, so a script can say whether the forms agree bit for bit;
-``report`` prints a model's rounds and that check.
+reads; ``setting_forms`` makes it for ``--set MODULE:NAME=VALUE``). Each form has a session of
+its own, built, compiled and warmed with its form in use, so a setting read when a plan is
+compiled (a graph pass's switch) is measured too, not only one read at run time (one shared
+session compiled its plan once, under the first form, and measured the others A/A: c41alone
+found it); rounds alternate the forms in one process, so the machine's noise (its slow and fast
+phases, bench/RESULTS.md) hits them alike. ``model_rounds`` runs ``rounds`` rounds of ``steps``
+steps of each form in turn (the order reversed every other round where ``swap``), a round's
+figure per form its median step and CPU (``bench_models.median_step_ms``) or a script's own
+``measure``; ``seeded_losses`` gives each form's losses over three seeded steps from the same
+weights, as hex of their float32 bits, so a script can say whether the forms agree bit for
+bit; ``report`` prints a model's rounds and that check.
 """
 from __future__ import annotations
 
+import ast
 import contextlib
+import importlib
 import os
 import sys
 
@@ -41,10 +44,11 @@ def build(af, model, seed=None):
 
 
 async def model_rounds(af, model, forms, use, *, rounds, steps, warmup, swap=True,
-                       config=None):
-    """``{form: [(median wall ms, median CPU ms) per round]}`` for ``model``, a session a
-    form (its plan compiled with the form in use); ``use(forms[0])`` on return. Warm-up:
-    ``warmup`` steps of each form in turn."""
+                       config=None, measure=bench_models.median_step_ms):
+    """``{form: [a round's figure per round]}`` for ``model``, a session a form (its plan
+    compiled with the form in use); ``use(forms[0])`` on return. Warm-up: ``warmup`` steps of
+    each form in turn. A round's figure: ``await measure(sess, fetches, feed, steps)``, by
+    default ``(median wall ms, median CPU ms)``."""
     async with contextlib.AsyncExitStack() as stack:
         try:
             runs = {}
@@ -62,10 +66,27 @@ async def model_rounds(af, model, forms, use, *, rounds, steps, warmup, swap=Tru
             for index in range(rounds):
                 for form in forms if not swap or index % 2 == 0 else forms[::-1]:
                     use(form)
-                    out[form].append(await bench_models.median_step_ms(*runs[form], steps))
+                    out[form].append(await measure(*runs[form], steps))
         finally:
             use(forms[0])
     return out
+
+
+def setting_forms(specs):
+    """``use(form)`` for forms "A" (the tree as it is) and "B" (each of ``specs``,
+    ``MODULE:NAME=VALUE`` with a Python literal, set): bench_ab_setting.py's and
+    bench_outside_ab.py's ``--set``."""
+    settings = []
+    for spec in specs:
+        target, value = spec.split("=", 1)
+        module_name, name = target.split(":")
+        module = importlib.import_module(module_name)
+        settings.append((module, name, getattr(module, name), ast.literal_eval(value)))
+
+    def use(form):
+        for module, name, a_value, b_value in settings:
+            setattr(module, name, a_value if form == "A" else b_value)
+    return use
 
 
 async def seeded_losses(af, model, forms, use, steps=3):

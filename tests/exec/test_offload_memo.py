@@ -18,10 +18,10 @@ SUM_LARGE = plan_mod.OFFLOAD_COST  # a Sum's cost is its input's size
 
 @pytest.fixture
 def threads_of(monkeypatch):
-    """Per op name, whether each run of its MatMul or Sum kernel was on the event loop's
-    thread (True) or a worker's (False), in order."""
+    """Per op name, whether each run of its MatMul, Sum or Einsum kernel was on the event
+    loop's thread (True) or a worker's (False), in order."""
     seen = {}
-    for op_type in ("MatMul", "Sum"):
+    for op_type in ("MatMul", "Sum", "Einsum"):
         kernel = registry._KERNELS[(op_type, registry.ANY)]
 
         def spy(ctx, *args, _fn=kernel.fn):
@@ -81,6 +81,32 @@ async def test_each_device_s_plan_decides_for_itself(threads_of, cpu_only):
                 a, b = await sess.run([first, second], {x: _matrix(size, 3)})
                 np.testing.assert_array_equal(a, b)
     assert threads_of == {"first": [False, True, False], "second": [False, True, False]}
+
+
+async def test_a_constant_input_counts_in_the_sizes_summed_in_the_line(threads_of, cpu_only):
+    """Without a cost function the cost is the inputs' sizes: a constant's, counted when the
+    code is generated, is added to the fed one's summed in the line, and the threshold itself
+    offloads, as ``runtime_cost`` decides (the fed input alone never reaches it)."""
+    width = plan_mod.OFFLOAD_COST // 4
+    rows = [3, 2, 3, 2]  # 3 * width + width: the threshold exactly; 2 rows: under it
+    with af.Graph().as_default():
+        x = af.placeholder(af.float32, [None, None])
+        weights = np.ones(width, np.float32)
+        mixed = af.einsum("ij,j->i", x, af.constant(weights), name="mixed")
+        config = af.SessionConfig(optimize_graph=False)
+        async with af.Session(config=config) as sess:
+            for count in rows:
+                np.testing.assert_array_equal(
+                    await sess.run(mixed, {x: np.ones((count, width), np.float32)}),
+                    np.full(count, width, np.float32))
+            plan = _static_plan(sess)
+    expected = [count == 2 for count in rows]
+    assert threads_of == {"mixed": expected}
+    (node,) = [n for n in plan.nodes if n.op.type == "Einsum"]
+    assert node.cost_fn is None and node.offload_cost == plan_mod.OFFLOAD_COST
+    for count, inline in zip(rows, expected):
+        args = [np.empty((count, width), np.float32), weights]
+        assert (plan_mod.runtime_cost(node, args) < node.offload_cost) is inline
 
 
 def _matmul_node(sess):
