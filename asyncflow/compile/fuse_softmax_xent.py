@@ -17,13 +17,13 @@ Theory of operation (issue 37):
   ``BroadcastToLike`` (which reads only its shape), the backprop none but that
   ``ExpandDimsMul``, and neither the cross entropy nor the ``BroadcastToLike`` is fetched, a
   target or a control input (a fetched per-example loss keeps today's form; the loss, the
-  logits' and the bias's gradients may be fetched: the fetches read the node's outputs); the ``Mean`` reduces every axis without
-  ``keepdims``; all sit on one device outside loops without control inputs, in a floating
-  dtype; the gradient's ``grad`` does not depend on the loss. With the gradient the logits
-  are ``[batch, classes]`` (the class axis last). Without any gradient (an evaluation graph)
-  the ``Mean`` and the cross entropy make a node of the loss alone. Otherwise the ops run as
-  built. TF1's builder computes float16 logits in float32 with a ``Cast`` between the cross
-  entropy and the ``Mean``: no fusion there.
+  logits' and the bias's gradients may be fetched: the fetches read the node's outputs); the
+  ``Mean`` reduces every axis without ``keepdims``; all sit on one device outside loops without
+  control inputs, in a floating dtype; the gradient's ``grad`` does not depend on the loss. With
+  the gradient the logits are ``[batch, classes]`` (the class axis last). Without any gradient
+  (an evaluation graph) the ``Mean`` and the cross entropy make a node of the loss alone.
+  Otherwise the ops run as built. TF1's builder computes float16 logits in float32 with a
+  ``Cast`` between the cross entropy and the ``Mean``: no fusion there.
 - ``BIAS_GRAD``: a ``Sum`` over the batch (axis 0, no ``keepdims``) that reads the gradient
   (the last layer's ``Add``'s or ``BiasAdd``'s bias gradient) folds into the node's output 2.
 

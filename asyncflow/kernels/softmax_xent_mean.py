@@ -11,27 +11,29 @@ one thread, each paying its dispatch. ``compile/fuse_softmax_xent.py`` makes the
 backprop with the loss.
 
 On CPU, for float32/float64 ``[batch, classes]`` logits of at most ``_CLASS_MAJOR_MAX`` (32)
-classes and a batch of 2 or more (labels of the same shape, or valid class indices), the kernel runs three compiled
-loops (``kernels/jit.py``) around numpy's ``exp`` and ``log``, writing per row
+classes and a batch of 2 or more (labels of the same shape, or valid class indices), the kernel
+runs three compiled loops (``kernels/jit.py``) around numpy's ``exp`` and ``log``, writing per
+row
 
     shifted = logits - max;  exp = np.exp(shifted);  total = sum(exp);  log_total = np.log(total)
     loss[i] = sum_j labels * (log_total - shifted)       (sparse: log_total - shifted[label])
     dlogits = (exp / total - labels) * scale             (scale = grad / batch, as the mean's
                                                           BroadcastToLike computes it)
 
-then the ``Mean`` kernel's sum of the per-example losses and the ``Sum`` kernel's bias sum.
-The gradient is written class-major (a transposed view), as the chain's backprop and so its
-``ExpandDimsMul``'s product are: the GEMMs that read it and the bias sum see the layout they
-saw before (numpy's axis-0 sum of it, not the ``Sum`` kernel's GEMV of a C-contiguous
-array). The same operations in the same order as the unfused kernels (the cross entropy's
-class-major form sums a row's classes in order; numpy's ``exp`` and ``log``, not libm's), so
-**the same bits**, NaN and inf included (a row's max is its first NaN, as ``np.maximum``'s).
-[128, 10] float32: ~4.4 us for the loops and ufuncs against ~14 us for the cross entropy's
-kernel alone. Labels that do not sum to 1 are used as given, as TF's kernel does (the backprop
-``softmax - labels`` is then not the loss's derivative: TF1's behaviour). Other shapes (labels
-that broadcast, more classes or a batch of 1, where numpy sums a row pairwise), dtypes (float16, which TF1's builder
-computes in float32 anyway), a GPU, or numba missing run the unfused kernels' own code in
-their order (the same bits again), which stays the reference.
+then the ``Mean`` kernel's sum of the per-example losses and the ``Sum`` kernel's bias sum. The
+gradient is written class-major (a transposed view), as the chain's backprop and so its
+``ExpandDimsMul``'s product are: the GEMMs that read it and the bias sum see the layout they saw
+before (numpy's axis-0 sum of it, not the ``Sum`` kernel's GEMV of a C-contiguous array). The
+same operations in the same order as the unfused kernels (the cross entropy's class-major form
+sums a row's classes in order; numpy's ``exp`` and ``log``, not libm's), so **the same bits**,
+NaN and inf included (a row's max is its first NaN, as ``np.maximum``'s). [128, 10] float32,
+hot: the node ~13.5 us (the loops and ufuncs ~4.4 of it, the rest the Python around them and the
+two sums) against ~22.6 us for the five kernels' code. Labels that do not sum to 1 are used as
+given, as TF's kernel does (the backprop ``softmax - labels`` is then not the loss's derivative:
+TF1's behaviour). Other shapes (labels that broadcast, more classes or a batch of 1, where numpy
+sums a row pairwise), dtypes (float16, which TF1's builder computes in float32 anyway), a GPU,
+or numba missing run the unfused kernels' own code in their order (the same bits again), which
+stays the reference.
 """
 from __future__ import annotations
 
