@@ -322,3 +322,27 @@ def _sparse_softmax_xent_grad(op, grad_loss, grad_backprop=None):
         axis = backprop.shape.ndims - 1
         grad_logits = _expand_dims_mul(grad_loss, backprop, axis)
     return [_through_backprop(grad_logits, grad_backprop, op.inputs[0], axis), None]
+
+
+# -- the mean cross entropy and its gradient in one node ------------------------------------
+# Made only by the fusion pass (compile/fuse_softmax_xent.py), never by users:
+# ``Mean(SoftmaxCrossEntropyWithLogits(logits, labels))`` (or the sparse op's) over the batch,
+# with, where the graph differentiates it, the logits' gradient (``ExpandDimsMul`` of the
+# mean's ``BroadcastToLike``) and, where ``bias_grad``, its ``Sum`` over the batch (the last
+# layer's bias gradient). Kernels: kernels/softmax_xent_mean.py.
+def _infer_xent_mean(op):
+    """``(logits, labels[, grad]) -> (loss[, dlogits[, dbias]])``: the scalar mean loss;
+    with ``grad`` (the loss's gradient) ``grad * (softmax(logits) - labels) / batch``, and
+    with ``bias_grad`` that gradient summed over the batch."""
+    logits = op.inputs[0]
+    specs = [(logits.dtype, TensorShape([]))]
+    if len(op.inputs) > 2:
+        specs.append((logits.dtype, logits.shape))
+        if op.get_attr("bias_grad"):
+            specs.append((logits.dtype, logits.shape[1:]))
+    return specs
+
+
+register_op("_FusedSoftmaxCrossEntropyMean", infer=_infer_xent_mean, differentiable=False)
+register_op("_FusedSparseSoftmaxCrossEntropyMean", infer=_infer_xent_mean,
+            differentiable=False)
