@@ -522,13 +522,10 @@ class Session:
         return request.result(computed)
 
     async def _run_within_deadline(self, request):
-        timeout_ms = request.timeout_ms
-        run = self._target.run(request.compiled, request.feed_values, request.trace,
-                               timeout_ms, self._parked)
-        if not timeout_ms:
-            return await run
+        timeout_ms = request.timeout_ms  # (a run without one: ``run_prepared`` awaits it)
         with trio.move_on_after(timeout_ms / 1000):
-            return await run
+            return await self._target.run(request.compiled, request.feed_values,
+                                          request.trace, timeout_ms, self._parked)
         raise errors.DeadlineExceededError(
             None, None, f"Timed out after {timeout_ms} ms waiting for the step to finish "
             "(RunOptions.timeout_in_ms)")

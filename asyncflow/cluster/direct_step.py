@@ -80,17 +80,19 @@ class DirectStep:
                                                    tg.options.fetches, None, False)
         request = _master.StepCall(fixed, call.step_id, next(tg.request_ids),
                                    [feed_values[i] for i in tg.feed_indices])
-        monitor = master.monitor
-        monitor.watch(call)
+        monitor, reply = master.monitor, None
         self.steps += 1
-        reply = None
-        try:
-            reply = await task.channel.run_graph_step(request, scope=cancel, entered=True,
-                                                      values=True)
-        except BaseException as exc:  # noqa: BLE001 - the driver's to judge and raise
-            call.ended = outcome.Error(exc)  # (raised by the driver, out of this block: the
-            #                                  error is not the context of the step's own)
-        monitor.unwatch(call)
+        monitor.watch(call)
+        try:  # (unwatched whatever comes: a KeyboardInterrupt anywhere here leaves no call
+            #    noted, whose watchdog would ask the task's Health for ever)
+            try:
+                reply = await task.channel.run_graph_step(request, scope=cancel, entered=True,
+                                                          values=True)
+            except BaseException as exc:  # noqa: BLE001 - the driver's to judge and raise
+                call.ended = outcome.Error(exc)  # (raised by the driver, out of this block:
+                #                                  the error is not the context of its own)
+        finally:
+            monitor.unwatch(call)
         if call.ended is not None or call.driver is not None:  # (a watchdog's verdict)
             return await call.driven(reply)
         task.last_ok = tg.last_used = trio.current_time()

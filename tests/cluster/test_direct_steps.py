@@ -129,6 +129,39 @@ async def test_a_ctrl_c_in_a_direct_steps_call_aborts_it_as_the_driver_does(clus
         assert await sess.run(doubled, {p: 3.0}) == 6.0 and run.direct.steps == 2
 
 
+async def test_a_ctrl_c_as_a_direct_steps_call_fails_leaves_no_step_watched(cluster,
+                                                                           monkeypatch):
+    """A KeyboardInterrupt landing where the call's failure is being kept (a signal is raised
+    between any two lines): the step is no longer noted with the master's monitor, which
+    would otherwise start a watchdog for it that asks the task's Health for ever."""
+    from asyncflow.cluster import direct_step
+    from transports.service import TransportUnavailable
+    spec, _ = cluster
+    graph, p, doubled, *_ = _graph()
+    async with af.Session(graph=graph, cluster=spec, config=CONFIG) as sess:
+        assert await sess.run(doubled, {p: 1.0}) == 2.0
+        run, master = _run_of(sess, doubled), sess._target.master
+        channel = master.tasks[T0].channel
+
+        async def lost(request, **kwargs):
+            await trio.lowlevel.checkpoint()
+            raise TransportUnavailable("connection lost")
+
+        class _Interrupted:
+            @staticmethod
+            def Error(exc):  # noqa: N802 - outcome.Error's name
+                raise KeyboardInterrupt
+
+        channel.run_graph_step = lost
+        monkeypatch.setattr(direct_step, "outcome", _Interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            await sess.run(doubled, {p: 2.0})
+        assert run.direct.steps == 1 and not master.monitor._steps
+        monkeypatch.undo()
+        del channel.run_graph_step
+        assert await sess.run(doubled, {p: 3.0}) == 6.0 and run.direct.steps == 2
+
+
 @pytest.fixture
 def worker():
     port = free_ports(1)[0]
