@@ -413,7 +413,7 @@ class PlainStep:
 
     def live(self):
         """Whether its graph is still registered (else its frames take the full path)."""
-        return self.service._graphs.get(self.wg.handle) is self.wg
+        return self.service._graphs.get(self.wg.handle) is self.wg and self.wg.plain
 
     def begin(self, ids):
         """The step's new state, its request id admitted; None where the full path must run it

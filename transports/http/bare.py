@@ -108,6 +108,7 @@ class BareService:
         self._server = server
         self.calls = 0
         self.one_way_calls = 0  # calls of them that were not answered (``ONE_WAY``)
+        self.short_steps = 0  # RunGraphs of them taken by the short path (``bare_calls``)
         self._open: set[_Connection] = set()  # connections past admission, not yet closed
         self._sweeping = False  # the idle sweep's task runs (started with the first connection)
         self._sweep_wake: trio.Event | None = None  # set when the parked sweep must look again
@@ -262,6 +263,7 @@ class BareService:
                     prepare = step_preparer(server._handler)
                     if prepare is not None:
                         taken = _take_step(server, conn, length, prepare)
+                        self.short_steps += taken is not None
                 if taken is None:
                     message = await self._read_request(conn, rpc, length,
                                                        limits.body_timeout_s)
