@@ -37,7 +37,10 @@ over :data:`COPIED` is read where it lies rather than copied to ``bytes`` first 
 are copied out as ever; a fixed stretch over ``_COMPARED`` bytes is compared from a copy of
 it, as a view's ``==`` goes byte by byte: ~1 us of the push's 704-byte stretch, r43ps).
 Templates are few (one a signature in use; :data:`KEPT` at most, all dropped when full).
-Nothing here knows about asyncflow, trio or HTTP.
+:func:`decode_step` reads a frame of a template without building its message (its ids and
+its tensors' arrays, the same checks): a worker's short path for a step's RunGraph, which
+keeps what it made of the template's fixed fields on it (``bound``;
+:mod:`transports.http.bare_calls`). Nothing here knows about asyncflow, trio or HTTP.
 """
 
 from __future__ import annotations

@@ -38,7 +38,8 @@ scope for each call's run that carries its deadline and is cancelled when the cl
 (:class:`~transports.http.disconnect.DisconnectMonitor`, the connection attached to it once, not
 per call) or the server closes (one scope for a connection's calls, entered again only after a
 call was cancelled: :mod:`transports.http.call_scope`), and the same counters (requests by route and status, bytes,
-in flight; ``same_host_calls`` counts these calls). Garbage (a wrong magic, a bad header, an
+in flight; ``same_host_calls`` counts these calls; a call's run in the scope, and the short path
+of a prepared plain step's RunGraph, ``short_steps``: :mod:`transports.http.bare_calls`). Garbage (a wrong magic, a bad header, an
 unknown rpc, a broken frame) gets an ``ErrorReply`` where the connection can still be read, and
 is closed; the server serves on.
 

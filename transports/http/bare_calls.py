@@ -140,8 +140,12 @@ def take_step(server: Any, conn: Any, length: int, prepare: Any) -> tuple | None
     template, ids, arrays = found
     bound = template.bound
     if bound is None or bound.handler is not server._handler:
-        cls, fields, names, tensors = frame_templates.describe(template)
-        bound = template.bound = _Bound(server._handler, prepare(fields, names, tensors))
+        _, fields, names, tensors = frame_templates.describe(template)
+        try:
+            step = prepare(fields, names, tensors)
+        except Exception:  # noqa: BLE001 -- (a handler's fault: its frames take the full path)
+            step = None
+        bound = template.bound = _Bound(server._handler, step)
     step = bound.step
     if step is None or not step.live():
         return None
