@@ -43,7 +43,7 @@ import trio
 from transports import frame_templates
 from transports.checksum import enabled as checksum_enabled
 from transports.http.call_scope import LentScope, only_cancelled, scope_lender
-from transports.messages import ErrorReply, Message, RunGraphReply, TensorEntry
+from transports.messages import ErrorReply, Message, RunGraph, RunGraphReply, TensorEntry
 from transports.service import Rpc, error_reply_for, reply_for_result
 from transports.wire import encode_prepared
 
@@ -140,9 +140,9 @@ def take_step(server: Any, conn: Any, length: int, prepare: Any) -> tuple | None
     template, ids, arrays = found
     bound = template.bound
     if bound is None or bound.handler is not server._handler:
-        _, fields, names, tensors = frame_templates.describe(template)
-        try:
-            step = prepare(fields, names, tensors)
+        cls, fields, names, tensors = frame_templates.describe(template)
+        try:  # (another message under RunGraph's index: the full path's error)
+            step = prepare(fields, names, tensors) if cls is RunGraph else None
         except Exception:  # noqa: BLE001 -- (a handler's fault: its frames take the full path)
             step = None
         bound = template.bound = _Bound(server._handler, step)
