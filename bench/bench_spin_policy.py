@@ -19,8 +19,11 @@ a two-core machine: what another job does to a spinning pair); ``--pin c0,w0`` p
 and the worker to CPU 0 (``c``, ``p``, ``w``: client, ps, worker; digits: CPUs).
 
 ``--baseline-tree DIR`` (an export of another commit) lets a form run on that tree: a form
-``base:200`` runs ``DIR``'s own copy of this script as the child, ``DIR`` first on every
-process's ``PYTHONPATH`` (a change to the spin's rule against the rule before it, alternated).
+``base:200`` runs ``DIR``'s own copy of this script as the child, in ``DIR`` and with ``DIR``
+first on every process's ``PYTHONPATH`` (a change to the spin's rule against the rule before
+it, alternated). Each child runs in its own tree's root: the cluster's workers are
+``python -m asyncflow`` processes, which import the working directory's packages before
+``PYTHONPATH``'s (until c44wrk a base form's ps and worker ran this tree's code).
 
 Run: ``.venv/bin/python bench/bench_spin_policy.py [--forms 0,200] [--pairs 3] [--hog]
 [--pin c0,w0] [--baseline-tree <before> --forms 0,200,base:200]``.
@@ -131,6 +134,7 @@ def main():
         for turn in range(args.pairs):
             for form in args.forms.split(","):
                 script, env = os.path.abspath(__file__), dict(os.environ)
+                tree = os.path.dirname(os.path.dirname(script))
                 if form.startswith("base:"):
                     if not args.baseline_tree:
                         parser.error(f"form {form}: --baseline-tree is due")
@@ -144,7 +148,10 @@ def main():
                            "--mlp-steps", str(args.mlp_steps), "--pin", args.pin]
                 with open("/proc/loadavg") as handle:
                     load = handle.read().split()[0]
-                result = subprocess.run(command, capture_output=True, text=True, env=env)
+                # (in its tree: the cluster's ``python -m asyncflow`` processes import the
+                # working directory's packages first, whatever PYTHONPATH says)
+                result = subprocess.run(command, capture_output=True, text=True, env=env,
+                                        cwd=tree)
                 if result.returncode:
                     print(f"form {form} failed: {result.stderr[-2000:]}")
                     continue

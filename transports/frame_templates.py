@@ -37,7 +37,10 @@ over :data:`COPIED` is read where it lies rather than copied to ``bytes`` first 
 are copied out as ever; a fixed stretch over ``_COMPARED`` bytes is compared from a copy of
 it, as a view's ``==`` goes byte by byte: ~1 us of the push's 704-byte stretch, r43ps).
 Templates are few (one a signature in use; :data:`KEPT` at most, all dropped when full).
-Nothing here knows about asyncflow, trio or HTTP.
+:func:`decode_step` reads a frame of a template without building its message (its ids and
+its tensors' arrays, the same checks): a worker's short path for a step's RunGraph, which
+keeps what it made of the template's fixed fields on it (``bound``;
+:mod:`transports.http.bare_calls`). Nothing here knows about asyncflow, trio or HTTP.
 """
 
 from __future__ import annotations
@@ -51,8 +54,8 @@ from transports.messages import TensorEntry
 from transports.schema import ALIGNMENT, CHECKED_MAGIC, CHECKED_PREFIX, CHECKSUM_KEY, \
     SchemaMismatch
 
-__all__ = ["COPIED", "KEPT", "MAX_FRAME", "decode", "forget_all", "known", "learn", "statistics",
-           "tensor_values"]
+__all__ = ["COPIED", "KEPT", "MAX_FRAME", "decode", "decode_step", "describe", "forget_all",
+           "known", "learn", "statistics", "tensor_values"]
 
 KEPT: Final = 64  # frame templates; all dropped when full
 MAX_FRAME: Final = 256 * 1024  # larger frames keep none (a bare server reads no larger whole)
@@ -64,11 +67,12 @@ _COMPARED: Final = 32  # a fixed stretch longer than this is compared from a cop
 _by_size: dict = {}  # frame length -> list of _Frame
 _kept = 0
 _decoded = 0  # frames decoded here (``statistics``)
+_steps = 0  # of them, decoded by ``decode_step`` (no message built)
 
 
 class _Frame:
     __slots__ = ("limits", "fixed", "summed", "header_end", "ids", "tensors", "cls",
-                 "fields", "lists", "tensor_field")
+                 "fields", "lists", "tensor_field", "bound")
 
     def __init__(self, limits: Any, fixed: tuple, summed: bool, header_end: int, ids: tuple,
                  tensors: tuple, cls: type, fields: dict, lists: tuple,
@@ -83,6 +87,7 @@ class _Frame:
         self.fields = fields          # the message's other plain fields
         self.lists = lists            # those of them holding a list (copied per message)
         self.tensor_field = tensor_field
+        self.bound = None  # what a reader made of this template's fixed fields (decode_step)
 
 
 def known(size: int) -> bool:
@@ -271,5 +276,72 @@ def forget_all() -> None:
 
 
 def statistics() -> dict:
-    """``{"kept": templates, "decoded": frames decoded from one}`` (tests count them)."""
-    return {"kept": _kept, "decoded": _decoded}
+    """``{"kept": templates, "decoded": frames decoded from one, "steps": of them, by
+    :func:`decode_step`}`` (tests count them)."""
+    return {"kept": _kept, "decoded": _decoded, "steps": _steps}
+
+
+def decode_step(data: bytes, limits: Any) -> tuple | None:
+    """A frame (``bytes``, at most :data:`COPIED`) of a kept template's signature read
+    without its message: ``(template, ids, arrays)``, ``ids`` its volatile ids' values in
+    :func:`describe`'s order, ``arrays`` its tensors' values (each a fresh array, as
+    :func:`decode` gives them); the same checks as :func:`decode` (every fixed stretch, the
+    sums, each id by its converter), None where any fails or no template is of it (the caller
+    decodes it as before: this path decides no verdict). Why: a worker that knows what a
+    template's fixed fields mean for it (``template.bound``, which the caller keeps, made from
+    :func:`describe` once) needs no ``RunGraph`` nor ``TensorEntry`` for a step's RunGraph."""
+    global _decoded, _steps
+    for frame in _by_size.get(len(data), ()):
+        if frame.limits is not limits and frame.limits != limits:
+            continue
+        for offset, stretch in frame.fixed:
+            if not data.startswith(stretch, offset):
+                break
+        else:
+            if frame.tensor_field is None or type(data) is not bytes:
+                return None
+            extend = _checksum.extend
+            view = memoryview(data)
+            if frame.summed and frame.header_end:
+                if extend(0, view[:12]) != int.from_bytes(data[12:16], "little") or extend(
+                        0, view[CHECKED_PREFIX.size:frame.header_end]) != int.from_bytes(
+                            data[8:12], "little"):
+                    return None
+            ids = []
+            for field, offset, width, fixint in frame.ids:
+                if fixint:
+                    value = data[offset]
+                    if value >= 0x80:
+                        return None
+                else:
+                    value = int.from_bytes(data[offset:offset + width], "big")
+                try:
+                    ids.append(field.from_wire(value))
+                except SchemaMismatch:
+                    return None
+            arrays = []
+            for _, dtype, shape, offset, nbytes, summed in frame.tensors:
+                if not nbytes:
+                    arrays.append(np.empty(shape, dtype))
+                    continue
+                stop = offset + nbytes
+                if summed and extend(0, view[offset:stop]) != int.from_bytes(
+                        data[stop:stop + _TRAILER], "little"):
+                    return None
+                arrays.append(np.frombuffer(data, dtype, nbytes // dtype.itemsize,
+                                            offset).reshape(shape).copy())
+            _decoded += 1
+            _steps += 1
+            return frame, ids, arrays
+    return None
+
+
+def describe(template: _Frame) -> tuple:
+    """``(message class, fields, ids, tensors)`` of a template that :func:`decode_step`
+    returned: ``fields`` its fixed plain fields (a copy), ``ids`` the names of its volatile
+    ids (``decode_step``'s order), ``tensors`` per tensor ``(key, numpy dtype, shape)``."""
+    fields = dict(template.fields)
+    for name in template.lists:
+        fields[name] = list(fields[name])
+    return (template.cls, fields, tuple(field.name for field, _, _, _ in template.ids),
+            tuple((key, dtype, shape) for key, dtype, shape, _, _, _ in template.tensors))

@@ -245,6 +245,32 @@ class Prepared:
                         _TRAILER, "little")
         return [frame]
 
+    def encode_values(self, values: list, checksums: bool) -> list | None:
+        """:meth:`encode_whole`'s frame of the message of this signature whose tensors hold
+        ``values`` (arrays, in the signature's order) built without a message: the caller
+        vouches for every other field (it made this signature's message itself, as a worker
+        makes its RunGraph replies: ``transports/http/bare_calls.py``); each array checked
+        as :meth:`encode` checks it; None where one is not of it, or where ``encode_whole``
+        would not give one buffer (the caller encodes the message in full)."""
+        image = self.image
+        if image is None:
+            image = self.image = self._image()
+        if image is False or checksums != self.checksums or len(values) != len(self.tensors):
+            return None
+        frame = bytearray(image[0])
+        for value, (_, dtype, shape), spot in zip(values, self.tensors, image[1]):
+            if type(value) is not np.ndarray or value.dtype != dtype \
+                    or value.shape != shape or not value.flags.c_contiguous:
+                return None
+            if spot is not None:
+                start, stop = spot
+                data = value.tobytes()
+                frame[start:stop] = data
+                if checksums:
+                    frame[stop:stop + _TRAILER] = _checksum.extend(0, data).to_bytes(
+                        _TRAILER, "little")
+        return [frame]
+
     def _image(self) -> tuple | bool:
         """(the frame's bytes, zeros where tensor bytes and trailers go; per tensor its
         bytes' (start, stop), None where it has none), laid out as :func:`assemble` lays

@@ -150,6 +150,13 @@ class WorkerServiceProtocol(Protocol):
     deadline and cancel it, and must re-raise a cancellation it did not cause. It is used only
     where it is defined no less derived than ``run_graph`` (an override of ``run_graph``
     alone, in a subclass or on an instance, is what such a transport calls).
+
+    Optional with it: ``prepare_run_graph(fields, ids, tensors)``, a *step* for the RunGraphs
+    of one frame template (its fixed ``fields``, its volatile ids' names, per feed ``(key,
+    numpy dtype, shape)``) or None; the bare server then runs such frames without a message
+    (``live()``, ``begin(ids)``, ``run(state, arrays, scope)``, ``run_full(ids, arrays,
+    scope)``, ``fetch_keys``: :mod:`transports.http.bare_calls`), where the class that defines
+    the handler's RunGraph defines it too (:func:`transports.http.call_scope.step_preparer`).
     """
 
     async def register_graph(self, request: RegisterGraph) -> RegisterGraphReply: ...

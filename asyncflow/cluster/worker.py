@@ -33,6 +33,9 @@ Theory of operation (paper §3.3; docs/distributed.md):
   follows from another one. A partition of one plan without Sends or Recvs runs its untraced
   steps *plain* (``worker_step._run_plain``): the same state, answers and counters, but no
   ``StepRendezvous`` unless a pull, a push or an abort of the step asks for one or it fails.
+  Over the bare same-host protocol a plain graph's repeated RunGraph frame skips the message:
+  ``prepare_run_graph`` checks once what its frame template fixes (graph, fetches, feeds) and
+  its ``PlainStep`` admits and runs each step from its ids and feed arrays.
 - **RecvTensors.** Receiver-initiated: waits in the step's local rendezvous until each key has
   been sent; a pull that arrives before the step's RunGraph creates the step's state.
 - **PushTensors.** A peer's pushed Sends (``remote_rendezvous``), deposited in the step's

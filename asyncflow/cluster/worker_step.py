@@ -18,7 +18,7 @@ from asyncflow.cluster import remote_rendezvous as _rdv
 from asyncflow.cluster.remote_rendezvous import host_array as _host
 from asyncflow.exec.step import Step
 from transports.messages import (
-    NodeExecStats, RemoteCallError, RunGraphReply, StepStats, TensorEntry,
+    NodeExecStats, RemoteCallError, RunGraph, RunGraphReply, StepStats, TensorEntry,
 )
 
 _log = logging.getLogger("asyncflow.worker")
@@ -131,29 +131,34 @@ class StepRunning:
     async def run_graph(self, request):
         return await self.run_graph_in_scope(request, None)
 
-    async def run_graph_in_scope(self, request, scope):
+    async def run_graph_in_scope(self, request, scope, admitted=None):
         """RunGraph in the transport's cancel scope of the call (``scope``; None: a scope of
         the step's own), which then also carries the step's deadline and AbortStep's cancel:
-        one scope per call instead of two (``transports.service.WorkerServiceProtocol``)."""
-        wg = self._graphs.get(request.graph_handle)
-        if wg is None:
-            _fail("NOT_FOUND", f"no graph with handle {request.graph_handle!r} on {self.task} "
-                  f"(incarnation {self.incarnation:x}); register it again")
-        if request.fetch_keys != wg.fetch_names and list(request.fetch_keys) != wg.fetch_names:
-            _fail("INVALID_ARGUMENT", f"RunGraph fetch keys {list(request.fetch_keys)} differ "
-                  f"from the registered {wg.fetch_names}")
-        feed_values = self._feed_values(wg, request.feeds)
-        refused = wg.replay.admit(request.request_id)
-        if refused is not None:
-            _fail("INVALID_ARGUMENT" if request.request_id <= 0 else "ABORTED",
-                  f"RunGraph of step {request.step_id} on {self.task}: {refused}")
+        one scope per call instead of two (``transports.service.WorkerServiceProtocol``).
+        ``admitted``: ``(graph, feed values)`` of a request whose graph, fetches, feeds and
+        request id were checked already (a ``PlainStep`` that the full path must take)."""
+        if admitted is None:
+            wg = self._graphs.get(request.graph_handle)
+            if wg is None:
+                _fail("NOT_FOUND", f"no graph with handle {request.graph_handle!r} on "
+                      f"{self.task} (incarnation {self.incarnation:x}); register it again")
+            if request.fetch_keys != wg.fetch_names and \
+                    list(request.fetch_keys) != wg.fetch_names:
+                _fail("INVALID_ARGUMENT", f"RunGraph fetch keys {list(request.fetch_keys)} "
+                      f"differ from the registered {wg.fetch_names}")
+            feed_values = self._feed_values(wg, request.feeds)
+            _admit(self, wg, request.step_id, request.request_id)
+        else:
+            wg, feed_values = admitted
         if wg.plain and not request.trace:
             state = self._plain_state(request.step_id, wg)
             if state is not None:
                 if scope is not None:
-                    return await self._run_plain(state, wg, feed_values, request, scope)
+                    return RunGraphReply(self._entries(wg, await self._run_plain(
+                        state, wg, feed_values, request.step_id, request.timeout_ms, scope)))
                 with trio.CancelScope() as scope:  # the step's own: its deadline, AbortStep
-                    return await self._run_plain(state, wg, feed_values, request, scope)
+                    return RunGraphReply(self._entries(wg, await self._run_plain(
+                        state, wg, feed_values, request.step_id, request.timeout_ms, scope)))
                 raise self._stopped_error(state, request.timeout_ms)  # (answered above)
         state = self._find_or_create(request.step_id)
         if state.running or state.ran:
@@ -191,13 +196,44 @@ class StepRunning:
         return RunGraphReply(tensors, stats)
 
     def _fetched(self, wg, values):
-        tensors, sent = [], 0
-        for name, value in zip(wg.fetch_names, values):
+        return self._entries(wg, self._sent(values))
+
+    def _sent(self, values):
+        """The fetched ``values`` as host arrays, their bytes counted as sent."""
+        sent, host = 0, []
+        for value in values:
             value = _host(value)
             sent += value.nbytes
-            tensors.append(TensorEntry(name, value))
+            host.append(value)
         self.counters.bytes_sent += sent
-        return tensors
+        return host
+
+    @staticmethod
+    def _entries(wg, values):
+        return [TensorEntry(name, value) for name, value in zip(wg.fetch_names, values)]
+
+    def prepare_run_graph(self, fields, ids, tensors):
+        """A ``PlainStep`` for the RunGraphs of one frame template (its fixed ``fields``,
+        its volatile ``ids``' names, per feed ``(key, numpy dtype, shape)``), or None where
+        they are not a plain graph's untraced steps with the registered fetches and feeds of
+        their placeholders' dtypes and shapes (their frames then take the full path, which
+        gives each its answer): ``transports.service.WorkerServiceProtocol``."""
+        wg = self._graphs.get(fields.get("graph_handle"))
+        if wg is None or not wg.plain or fields.get("trace", False) is not False \
+                or ids != ("step_id", "request_id") \
+                or list(fields.get("fetch_keys", ())) != wg.fetch_names \
+                or [key for key, _, _ in tensors] != wg.feed_names:
+            return None
+        nbytes = 0
+        for (_, dtype, shape), (_, expected, dims, _) in zip(tensors, wg.feed_checks):
+            if dtype != expected or dims is not None and (len(dims) != len(shape) or any(
+                    d is not None and d != n for d, n in zip(dims, shape))):
+                return None
+            nbytes += math.prod(shape) * dtype.itemsize
+        timeout_ms = fields.get("timeout_ms")
+        if timeout_ms is not None and type(timeout_ms) is not int:
+            return None
+        return PlainStep(self, wg, timeout_ms, nbytes)
 
     def _plain_state(self, step_id, wg):
         """A new state for a plain step of ``step_id`` (``_run_plain``), or None where the
@@ -215,15 +251,14 @@ class StepRunning:
                                                   trio.current_time(), wg.binding)
         return state
 
-    async def _run_plain(self, state, wg, feed_values, request, scope):
+    async def _run_plain(self, state, wg, feed_values, step_id, timeout_ms, scope):
         """RunGraph of a plain partition (one plan without Sends or Recvs, ``wg.plain``),
         untraced, in the transport's call scope (``scope``, else one of the step's own): the
         full path's step less what it does for transfers: no ``StepRendezvous`` (made only if
         a pull, a push or an abort of its id comes while it runs, or it fails), the plan run with no
         rendezvous as a local step runs, the step's deadline and cancel on ``scope`` without
         ``_execute``'s levels; a failure is answered as the full path answers it
-        (``plain_steps`` counts these steps)."""
-        step_id, timeout_ms = request.step_id, request.timeout_ms
+        (``plain_steps`` counts these steps). Returns the fetched values, host arrays."""
         deadline = math.inf
         if timeout_ms:
             deadline = trio.current_time() + timeout_ms / 1000
@@ -260,9 +295,9 @@ class StepRunning:
                 state.made.count_into(self.counters)
         self.counters.steps_run += 1
         self.status.step_done(step_id, time.perf_counter() - started)
-        tensors = self._fetched(wg, values)
+        values = self._sent(values)
         self._maybe_done(state)
-        return RunGraphReply(tensors)
+        return values
 
     def _plain_error(self, state, exc, timeout_ms, deadline):
         """What a plain step that raised ``exc`` answers: what ``_run_step`` and
@@ -361,6 +396,57 @@ class StepRunning:
         _log.log(level, "%s step %d failed: %s", self.task, state.step_id,
                  error.message.splitlines()[0])
         self._drop(state.step_id, "failed")
+
+
+class PlainStep:
+    """The RunGraphs of one frame template of a plain graph (``prepare_run_graph``), run from
+    their ids and feed arrays without a message (the bare server's short path,
+    ``transports/http/bare_calls.py``): the checks that the template's fixed fields decide
+    were made once; each step is admitted (its request id) and run as ``_run_plain`` runs a
+    plain step, or, where ``_plain_state`` refuses it, by the full path."""
+
+    __slots__ = ("service", "wg", "timeout_ms", "nbytes", "fetch_keys")
+
+    def __init__(self, service, wg, timeout_ms, nbytes):
+        self.service, self.wg, self.timeout_ms, self.nbytes = service, wg, timeout_ms, nbytes
+        self.fetch_keys = tuple(wg.fetch_names)
+
+    def live(self):
+        """Whether its graph is still registered (else its frames take the full path)."""
+        return self.service._graphs.get(self.wg.handle) is self.wg and self.wg.plain
+
+    def begin(self, ids):
+        """The step's new state, its request id admitted; None where the full path must run it
+        (``run_full``).
+
+        Raises:
+            RemoteCallError: its request id refused, as the full path refuses it.
+        """
+        service, wg = self.service, self.wg
+        step_id, request_id = ids
+        service.counters.bytes_received += self.nbytes
+        _admit(service, wg, step_id, request_id)
+        return service._plain_state(step_id, wg)
+
+    def run(self, state, arrays, scope):
+        """The plain step of ``begin``'s ``state`` (a coroutine: its fetched host arrays)."""
+        return self.service._run_plain(state, self.wg, arrays, state.step_id, self.timeout_ms,
+                                       scope)
+
+    async def run_full(self, ids, arrays, scope):
+        """The step that ``begin`` left to the full path: its RunGraphReply."""
+        wg = self.wg
+        request = RunGraph(wg.handle, ids[0], [
+            TensorEntry(name, value) for name, value in zip(wg.feed_names, arrays)],
+            list(wg.fetch_names), self.timeout_ms, False, ids[1])
+        return await self.service.run_graph_in_scope(request, scope, (wg, arrays))
+
+
+def _admit(service, wg, step_id, request_id):
+    refused = wg.replay.admit(request_id)
+    if refused is not None:
+        _fail("INVALID_ARGUMENT" if request_id <= 0 else "ABORTED",
+              f"RunGraph of step {step_id} on {service.task}: {refused}")
 
 
 def _feed_checks(names, placeholders):

@@ -38,7 +38,8 @@ scope for each call's run that carries its deadline and is cancelled when the cl
 (:class:`~transports.http.disconnect.DisconnectMonitor`, the connection attached to it once, not
 per call) or the server closes (one scope for a connection's calls, entered again only after a
 call was cancelled: :mod:`transports.http.call_scope`), and the same counters (requests by route and status, bytes,
-in flight; ``same_host_calls`` counts these calls). Garbage (a wrong magic, a bad header, an
+in flight; ``same_host_calls`` counts these calls; a call's run in the scope, and the short path
+of a prepared plain step's RunGraph, ``short_steps``: :mod:`transports.http.bare_calls`). Garbage (a wrong magic, a bad header, an
 unknown rpc, a broken frame) gets an ``ErrorReply`` where the connection can still be read, and
 is closed; the server serves on.
 
@@ -60,14 +61,17 @@ from transports.http.bare_io import CALLS as _CALLS, RECV as _RECV, RequestBody 
     prepared_reply as _reply, read_once as _read, read_whole as _read_whole, \
     reads_whole as _reads_whole, shut_reading as _shut_reading, \
     small_pieces as _small_pieces, write_now as _write_now, write_request as _write_request
+from transports.http.bare_calls import answer as _answer, \
+    answer_step as _answer_step, step_reply as _step_reply, take_step as _take_step
 from transports.http.body import BodyTimeout, PeerGone, read_frame
-from transports.http.call_scope import LentScope, only_cancelled, scope_lender
+from transports.http.call_scope import step_preparer
 from transports.http.bulk_io import BULK_BYTES, BulkReader
 from transports.http.protocol import HTTP_STATUS, send_pieces, take_one_frame, \
     the_frame
 from transports.messages import ErrorReply, Message, RemoteCallError
+from transports.frame_templates import COPIED as _STEP_BYTES
 from transports.service import RPCS, Rpc, TransportDeadlineExceeded, TransportUnavailable, \
-    error_reply_for, reply_for_result
+    error_reply_for
 from transports.wire import SMALL_HEADER_BYTES, ChecksumMismatch, Decoder, \
     FrameTooLarge, Limits, LocalProtocolError, RemoteProtocolError, decode_repeated, encode, \
     frame_size
@@ -81,7 +85,6 @@ REFUSED: Final = b"T"
 MAX_TOKEN: Final = 4096
 REQUEST: Final = struct.Struct("<QIHHd")  # frame length, call id, rpc index, flags, timeout s
 REPLY: Final = struct.Struct("<QIHH")  # frame length, call id, kind, flags
-DEADLINE_GRACE_S: Final = 1.0  # the server's deadline trails the client's (see _call)
 LEND: Final = 1  # request flag: large reply segments may be lent (cross_memory)
 ONE_WAY: Final = 2  # request flag: no answer is sent (its failure goes to the handler's hook)
 FRAME, ERROR, LENT = 0, 1, 2  # reply kinds
@@ -106,6 +109,7 @@ class BareService:
         self._server = server
         self.calls = 0
         self.one_way_calls = 0  # calls of them that were not answered (``ONE_WAY``)
+        self.short_steps = 0  # RunGraphs of them taken by the short path (``bare_calls``)
         self._open: set[_Connection] = set()  # connections past admission, not yet closed
         self._sweeping = False  # the idle sweep's task runs (started with the first connection)
         self._sweep_wake: trio.Event | None = None  # set when the parked sweep must look again
@@ -246,6 +250,7 @@ class BareService:
         _CALLS.begin(conn)  # (a spin elsewhere in this process sits this call out)
         self.calls += 1
         name, status, keep = "unmatched", 500, True
+        message = taken = None
         try:
             try:
                 if index >= len(RPCS):
@@ -254,7 +259,15 @@ class BareService:
                 name = rpc.method
                 if not timeout > 0:
                     raise _Garbage(f"{name}: timeout {timeout} is not positive")
-                message = await self._read_request(conn, rpc, length, limits.body_timeout_s)
+                if index == _RUN_GRAPH and not flags & ONE_WAY and \
+                        0 < length <= min(len(conn.pending), _STEP_BYTES):  # (bare_calls.py)
+                    prepare = step_preparer(server._handler)
+                    if prepare is not None:
+                        taken = _take_step(server, conn, length, prepare)
+                        self.short_steps += taken is not None
+                if taken is None:
+                    message = await self._read_request(conn, rpc, length,
+                                                       limits.body_timeout_s)
             except PeerGone:
                 status = 499  # the client left in the middle of its frame
                 raise
@@ -268,7 +281,9 @@ class BareService:
                 what = "" if name == "unmatched" or text.startswith(name) else f" {name}"
                 reply, kind = ErrorReply(code, f"same-host call{what}: {text}"), ERROR
             else:
-                reply, kind = await self._call(conn, rpc, message, timeout, flags & ONE_WAY)
+                reply = await (_answer(server, conn, rpc, message, timeout, flags & ONE_WAY)
+                               if taken is None else _answer_step(server, conn, taken, timeout))
+                kind = ERROR if isinstance(reply, ErrorReply) else FRAME
                 if conn.calls.cancel_called:  # spent: the rest out of it (``_serve_calls``)
                     conn.unsent = ()
             if flags & ONE_WAY:  # no answer: a failure is the handler's to report
@@ -284,9 +299,10 @@ class BareService:
                                 "were dropped unread"))
                 return keep
             try:
-                buffers = _reply(conn, reply, server._limits) if kind == FRAME and \
-                    index == _RUN_GRAPH else encode(reply, server._limits,
-                                                    defer_checksums=kind == FRAME)
+                buffers = _step_reply(conn, taken, reply, server._limits) \
+                    if type(reply) is list else _reply(conn, reply, server._limits) \
+                    if kind == FRAME and index == _RUN_GRAPH else encode(
+                        reply, server._limits, defer_checksums=kind == FRAME)
             except Exception as exc:  # noqa: BLE001 -- an unsendable reply is INTERNAL
                 reply, kind = error_reply_for(exc), ERROR
                 buffers = encode(reply, server._limits)
@@ -341,61 +357,6 @@ class BareService:
             raise _Garbage(f"{rpc.method} takes a {rpc.request.__name__} frame, got "
                            f"{type(message).__name__}")
         return message
-
-    async def _call(self, conn: _Connection, rpc: Rpc, message: Message | None,
-                    timeout: float, one_way: int = 0) -> tuple[Message, int]:
-        """The handler's answer, in the connection's cancel scope (``conn.calls``): its
-        deadline for this call's window, cancelled when the client leaves or the server closes
-        (the scope is then spent: ``_serve_calls``); an enclosing scope's cancel goes on up.
-
-        The deadline is the call's timeout plus :data:`DEADLINE_GRACE_S`: the client gives up
-        at the timeout itself (and closes the connection, which cancels the handler), so its
-        verdict is never raced by ours; ours ends a handler whose client cannot say so."""
-        server = self._server
-        fn = getattr(server._handler, rpc.method)
-        calls = conn.calls
-        deadline = trio.current_time() + timeout + DEADLINE_GRACE_S  # (inf: none)
-        if deadline < math.inf:
-            calls.deadline = deadline
-        result: Any = _CANCELLED
-        lent = None
-        server._calls.add(calls)
-        fd = conn.stream.socket.fileno()
-        # (Not a late call, its reading shut; nor a one-way one, whose client may go.)
-        watched = not (conn.pending or conn.closing or one_way)
-        if watched:
-            server._monitor.call_started(fd, calls)
-        try:
-            if server._closing:
-                calls.cancel()
-            try:
-                in_scope = rpc.method == "run_graph" and scope_lender(server._handler)
-                if in_scope:  # the step in this call's scope (WorkerServiceProtocol)
-                    lent = LentScope(calls)
-                    result = reply_for_result(rpc, await in_scope(message, lent))
-                else:
-                    result = reply_for_result(rpc, await (fn() if message is None
-                                                           else fn(message)))
-            except Exception as exc:  # noqa: BLE001 -- the client gets an ErrorReply
-                result = error_reply_for(exc)
-        except BaseException as exc:
-            if not (calls.cancel_called and only_cancelled(exc)):
-                raise  # (an enclosing scope's cancel, or not a cancel at all)
-            result = _CANCELLED  # (ours: an enclosing scope's is seen at the next checkpoint)
-        finally:
-            if lent is not None:
-                lent.ended()  # (a step's state may keep it: cancelling it later does nothing)
-            if watched:
-                server._monitor.call_ended(fd)
-            server._calls.discard(calls)
-            if calls.deadline != math.inf:  # (ours, or lowered by a lent RunGraph's step)
-                calls.deadline = math.inf
-        if result is _CANCELLED:
-            result = ErrorReply(*(
-                ("UNAVAILABLE", "server is shutting down") if server._closing else
-                ("DEADLINE_EXCEEDED", f"{rpc.method}: no answer within {timeout} s")
-                if trio.current_time() >= deadline else ("CANCELLED", "request cancelled")))
-        return result, ERROR if isinstance(result, ErrorReply) else FRAME
 
     async def _send(self, conn: _Connection, call_id: int, kind: int, buffers: list,
                     lend: bool) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import trio
 
-__all__ = ["LentScope", "only_cancelled", "scope_lender"]
+__all__ = ["LentScope", "only_cancelled", "scope_lender", "step_preparer"]
 
 
 class LentScope:
@@ -80,3 +80,27 @@ def scope_lender(handler: Any) -> Any:
     if own and ("run_graph" in own or "run_graph_in_scope" in own):
         lends = "run_graph_in_scope" in own
     return getattr(handler, "run_graph_in_scope", None) if lends else None
+
+
+_PREPARES: dict = {}  # handler class -> whether its prepare_run_graph is its RunGraph's
+
+
+def step_preparer(handler: Any) -> Any:
+    """The handler's ``prepare_run_graph`` where its steps may take the short path
+    (``transports/http/bare_calls.py``), else None: its RunGraph is its
+    ``run_graph_in_scope`` (:func:`scope_lender`) and the first class of its MRO that defines
+    ``run_graph`` or ``run_graph_in_scope`` defines ``prepare_run_graph`` too (a subclass that
+    overrides either alone is served by its override, never bypassed), as an instance that
+    sets either does."""
+    if scope_lender(handler) is None:
+        return None
+    cls = type(handler)
+    prepares = _PREPARES.get(cls)
+    if prepares is None:
+        prepares = _PREPARES[cls] = next((
+            "prepare_run_graph" in vars(klass) for klass in cls.__mro__
+            if "run_graph" in vars(klass) or "run_graph_in_scope" in vars(klass)), False)
+    own = getattr(handler, "__dict__", None)
+    if own and ("run_graph" in own or "run_graph_in_scope" in own):
+        prepares = "prepare_run_graph" in own
+    return getattr(handler, "prepare_run_graph", None) if prepares else None

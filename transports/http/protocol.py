@@ -245,6 +245,7 @@ def transport_metrics_text(stats: Any, by_status: dict[tuple[str, int], int]) ->
                               ("received_bytes_total", "counter", stats.bytes_received),
                               ("sent_bytes_total", "counter", stats.bytes_sent),
                               ("same_host_calls_total", "counter",
-                               getattr(stats, "same_host_calls", 0))):
+                               getattr(stats, "same_host_calls", 0)),
+                              ("short_steps_total", "counter", getattr(stats, "short_steps", 0))):
         lines += [f"# TYPE asyncflow_transport_{name} {kind}", f"asyncflow_transport_{name} {value}"]
     return "\n" + "\n".join(lines) + "\n"

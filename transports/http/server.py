@@ -74,10 +74,8 @@ from transports.http.protocol import FRAME_CONTENT_TYPE, LITERAL_ROUTES, ROUTES,
 from transports.http.protocol import HTTP_STATUS as _HTTP_STATUS, REASONS as _REASONS
 from transports.messages import Message, RemoteCallError
 from transports.service import Rpc, WorkerServiceProtocol, error_reply_for, reply_for_result
-from transports.wire import (
-    DEFAULT_LIMITS, FrameTooLarge, Limits, LocalProtocolError, RemoteProtocolError, encode,
-    frame_size,
-)
+from transports.wire import DEFAULT_LIMITS, FrameTooLarge, Limits, LocalProtocolError, \
+    RemoteProtocolError, encode, frame_size
 
 __all__ = ["DEFAULT_CONNECTION_LIMITS", "MAX_HEAD", "ConnectionLimits", "HttpServer",
            "HttpServerStatistics", "open_http_server", "serve_http"]
@@ -116,6 +114,7 @@ class HttpServerStatistics:
     connections_closed: int = 0  # closed by the server: evicted at the limit, idle or too slow
     same_host_calls: int = 0  # calls over the bare same-host protocol (transports.http.bare)
     one_way_calls: int = 0  # of them, calls not answered (``bare.ONE_WAY``: pushes)
+    short_steps: int = 0  # of them, RunGraphs of a prepared plain step (``bare_calls``)
 
 
 class HttpServer:
@@ -173,7 +172,8 @@ class HttpServer:
             in_flight=self._in_flight, bytes_received=self._bytes_received,
             bytes_sent=self._bytes_sent, connections=len(guard.connections),
             connections_closed=guard.evicted + guard.refused + guard.timed_out,
-            same_host_calls=self._bare.calls, one_way_calls=self._bare.one_way_calls)
+            same_host_calls=self._bare.calls, one_way_calls=self._bare.one_way_calls,
+            short_steps=self._bare.short_steps)
 
     # -- lifecycle ------------------------------------------------------------------------------
 

@@ -1,0 +1,226 @@
+"""The bare server's short path of a prepared plain step (``transports/http/bare_calls.py``,
+``worker_step.PlainStep``): a repeated RunGraph of a plain graph, read by its frame template
+into the feed arrays and answered from its reply's frame, is counted (``short_steps``) and
+answers every frame as the full path does: the same replies, and the same errors for a
+damaged frame, a frame of another dtype or shape, a replayed request id, a step id used
+again, an AbortStep, the step's deadline and a client that leaves; the same counters and
+tombstones. Each scenario runs on a worker that takes the short path and on one whose
+``run_graph_in_scope`` is its instance's own (which the short path never bypasses), and their
+answers are compared whole. Raw bare calls on real sockets (this process's servers on
+loopback), and a real worker process."""
+import struct
+
+import numpy as np
+import trio
+
+import asyncflow as af
+from cluster_processes import loopback_spec
+from hand_registration import register_partitions
+from loopback_ports import free_ports
+from transports import wire
+from transports.http import bare, same_host
+from transports.messages import AbortStep, ErrorReply, RunGraph, TensorEntry
+from transports.service import RPCS
+
+RUN_GRAPH = next(i for i, rpc in enumerate(RPCS) if rpc.method == "run_graph")
+TASK = "/job:worker/replica:0/task:0"
+
+
+def _graph():
+    """``x * 2 + 1`` of a float32 ``[3]``, and a dequeue of an empty queue (it waits)."""
+    graph = af.Graph()
+    with graph.as_default():
+        with af.device("/job:worker/task:0/device:CPU:0"):
+            x = af.placeholder(af.float32, [3], name="x")
+            y = af.add(af.multiply(x, 2.0), 1.0, name="y")
+            waits = af.add(af.FIFOQueue(2, [af.float32], shapes=[[3]]).dequeue(), x,
+                           name="waits")
+    return graph, x, y, waits
+
+
+class _Raw:
+    """One bare connection to a worker, its calls written and answered by hand."""
+
+    def __init__(self, stream):
+        self.stream, self.pending, self.call_id = stream, b"", 0
+
+    @classmethod
+    async def open(cls, port):
+        stream = await trio.open_unix_socket(same_host.socket_path(port, "bare"))
+        await stream.send_all(bare.MAGIC + struct.pack("<I", 0))
+        assert await stream.receive_some(1) == bare.ACCEPTED
+        return cls(stream)
+
+    async def send(self, frame):
+        self.call_id += 1
+        await self.stream.send_all(bare.REQUEST.pack(len(frame), self.call_id, RUN_GRAPH, 0,
+                                                     30.0) + frame)
+
+    async def answer(self):
+        """The next answer's message (None: the server closed the connection)."""
+        while True:
+            if len(self.pending) >= bare.REPLY.size:
+                length, call_id, kind, _ = bare.REPLY.unpack_from(self.pending)
+                end = bare.REPLY.size + length
+                if len(self.pending) >= end:
+                    assert call_id == self.call_id
+                    message = wire.decode(self.pending[bare.REPLY.size:end])
+                    assert (kind == bare.ERROR) == isinstance(message, ErrorReply)
+                    self.pending = self.pending[end:]
+                    return message
+            data = await self.stream.receive_some(1 << 16)
+            if not data:
+                return None
+            self.pending += data
+
+    async def call(self, frame):
+        await self.send(frame)
+        return _outcome(await self.answer())
+
+
+def _outcome(message):
+    if isinstance(message, ErrorReply):
+        return message.code, message.message, message.derived
+    return [(entry.key, entry.value.dtype.str, entry.value.tolist()) for entry in message.tensors]
+
+
+def _frame(handle, options, step_id, value, request_id=None, timeout_ms=None):
+    return b"".join(bytes(b) for b in wire.encode(RunGraph(
+        handle, step_id, [TensorEntry(options.feeds[0], value)], list(options.fetches),
+        timeout_ms, False, request_id or step_id), checksums=True))
+
+
+def _flipped(frame, at):
+    return frame[:at] + bytes([frame[at] ^ 0x10]) + frame[at + 1:]
+
+
+async def _until(condition):
+    while not condition():
+        await trio.sleep(0.001)
+
+
+async def _scenario(spec, server):
+    """Every outcome of the scenario on ``server``, and its short steps' count per part."""
+    service, http = server.service, server.http
+    graph, x, y, waits = _graph()
+    outcomes, taken = {}, {}
+    x3 = np.array([0.5, -3.0, 7.25], np.float32)
+
+    def short():
+        return http.statistics().short_steps
+
+    (channel, handle, options), = (await register_partitions(spec, graph, [x], [y])).values()
+    raw = await _Raw.open(server.port)
+    before = short()
+    outcomes["good"] = [await raw.call(_frame(handle, options, i, x3 + i)) for i in range(1, 9)]
+    taken["good"] = short() - before
+    before = short()
+    outcomes["replayed"] = await raw.call(_frame(handle, options, 9, x3, request_id=3))
+    outcomes["again"] = await raw.call(_frame(handle, options, 2, x3, request_id=10))
+    taken["refused"] = short() - before  # (taken, then refused as the full path refuses)
+    before = short()
+    outcomes["float64"] = [await raw.call(_frame(handle, options, i, x3.astype(np.float64)))
+                           for i in range(11, 15)]
+    outcomes["shape"] = [await raw.call(_frame(handle, options, i, np.ones(4, np.float32)))
+                         for i in range(15, 19)]
+    taken["other signatures"] = short() - before
+    # A flipped bit in a feed's bytes, then in the graph handle: DATA_LOSS, the connection closed.
+    for name, at in (("feed", -8), ("handle", 40)):
+        before = short()
+        code, message, derived = await raw.call(
+            _flipped(_frame(handle, options, 19 if name == "feed" else 20, x3), at))
+        # (the sums of a header differ with its random graph handle)
+        outcomes[f"damaged {name}"] = code, message.split(": the sender's")[0], derived
+        assert await raw.answer() is None
+        taken[f"damaged {name}"] = short() - before
+        await raw.stream.aclose()
+        raw = await _Raw.open(server.port)
+    outcomes["after"] = await raw.call(_frame(handle, options, 21, x3))
+    # Steps that wait: aborted, past their deadline, their client gone.
+    (_, waiting, waiting_options), = (await register_partitions(
+        spec, graph, [x], [waits])).values()
+    before = short()
+    outcomes["abort"] = []
+    for step_id in (31, 32, 33):
+        await raw.send(_frame(waiting, waiting_options, step_id, x3))
+        await _until(lambda: step_id in service._steps and service._steps[step_id].running)
+        await channel.abort_step(AbortStep(step_id, "CANCELLED", "the client went away"))
+        outcomes["abort"].append(_outcome(await raw.answer()))
+    outcomes["deadline"] = [await raw.call(_frame(waiting, waiting_options, step_id, x3,
+                                                  timeout_ms=50)) for step_id in (34, 35, 36)]
+    failed = service.counters.steps_failed
+    await raw.send(_frame(waiting, waiting_options, 37, x3))
+    await _until(lambda: 37 in service._steps and service._steps[37].running)
+    await raw.stream.aclose()  # the client leaves mid-step
+    await _until(lambda: 37 not in service._steps)
+    outcomes["gone"] = (service._tombstones[37], service.counters.steps_failed - failed)
+    taken["waits"] = short() - before
+    outcomes["tombstones"] = sorted(service._tombstones.items())
+    outcomes["counters"] = (service.counters.steps_run, service.counters.steps_failed,
+                            service.counters.bytes_received, service.counters.bytes_sent,
+                            service.plain_steps, len(service._steps))
+    await channel.aclose()
+    return outcomes, taken
+
+
+async def test_the_short_path_answers_every_frame_as_the_full_path_does():
+    results = {}
+    for path in ("short", "full"):
+        spec = af.ClusterSpec({"worker": [f"127.0.0.1:{port}" for port in free_ports(1)]})
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                server = await nursery.start(af.Server(spec, "worker", 0).serve)
+                if path == "full":  # an instance's own RunGraph: never bypassed
+                    original = server.service.run_graph_in_scope
+
+                    async def in_scope(request, scope, original=original):
+                        return await original(request, scope)
+
+                    server.service.run_graph_in_scope = in_scope
+                results[path] = await _scenario(spec, server)
+                nursery.cancel_scope.cancel()
+    (short, taken), (full, none) = results["short"], results["full"]
+    assert short == full
+    assert set(none.values()) == {0}
+    # From each signature's third frame (the first two teach its templates): taken; never
+    # a frame of another dtype or shape, nor a damaged one.
+    assert taken == {"good": 6, "refused": 2, "other signatures": 0, "damaged feed": 0,
+                     "damaged handle": 0, "waits": 3}
+    assert short["good"][0] == [("y:0", "<f4", [4.0, -3.0, 17.5])]
+    assert short["good"][7] == [("y:0", "<f4", [18.0, 11.0, 31.5])]
+    assert short["replayed"] == ("ABORTED", f"RunGraph of step 9 on {TASK}: request_id 3 was "
+                                 "already used: a replayed RunGraph", False)
+    assert short["again"] == ("ABORTED", f"step 2 was already finished on {TASK}", False)
+    assert short["float64"] == [("INVALID_ARGUMENT", "feed '_feed_0:0' has dtype float64, but its "
+                                 "placeholder declares float32", False)] * 4
+    assert short["shape"] == [("INVALID_ARGUMENT", "feed '_feed_0:0' has shape [4], but its "
+                               "placeholder declares (3,)", False)] * 4
+    for name in ("feed", "handle"):
+        code, message, _ = short[f"damaged {name}"]
+        assert code == "DATA_LOSS" and message.startswith("same-host call run_graph: ") \
+            and "Checksum" in message, message
+    assert short["after"] == [("y:0", "<f4", [2.0, -5.0, 15.5])]
+    assert short["abort"] == [("ABORTED", f"step {i} was aborted on {TASK}", True)
+                              for i in (31, 32, 33)]
+    assert short["deadline"] == [("DEADLINE_EXCEEDED", f"step {i} ran past its 50 ms deadline "
+                                  f"on {TASK}", False) for i in (34, 35, 36)]
+    assert short["gone"] == ("failed", 1)
+    assert short["counters"][:2] == (9, 7) and short["counters"][-1] == 0
+
+
+async def test_a_worker_process_takes_the_short_path(worker_processes):
+    spec = loopback_spec({"worker": 1})
+    assert worker_processes.start(spec, [("worker", 0)])
+    graph, x, y, _ = _graph()
+    with trio.fail_after(60):
+        async with af.Session(graph=graph, cluster=spec) as sess:
+            for i in range(100):
+                value = np.full(3, i, np.float32)
+                np.testing.assert_array_equal(await sess.run(y, {x: value}), value * 2 + 1)
+        channel = af.cluster.channels.connect(spec["worker"][0])
+        text = await channel.metrics_text(timeout=10)
+        await channel.aclose()
+    (short,) = [int(line.split()[1]) for line in text.splitlines()
+                if line.startswith("asyncflow_transport_short_steps_total ")]
+    assert 90 <= short <= 98  # (each signature's first two frames teach its templates)
+    assert f'asyncflow_worker_steps_total{{task="{TASK}"}} 100' in text
