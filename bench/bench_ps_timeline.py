@@ -184,7 +184,7 @@ def _mlp_graph(af):
 async def client(spec, steps):
     import asyncflow as af
     from asyncflow.cluster import master
-    original = master._StepDriver._call
+    original = master.StepDriver._call
 
     async def call(self, task, tg, request, timeout, *rest):  # (rest: a newer tree's scope)
         _note(request.step_id, f"client.RunGraph[{task.name.split('/')[1][4:]}]>")
@@ -193,7 +193,7 @@ async def client(spec, steps):
         finally:
             _note(request.step_id, f"client.RunGraph[{task.name.split('/')[1][4:]}]<")
 
-    master._StepDriver._call = call
+    master.StepDriver._call = call
     _probe_bare_io("client")
     (g, x, y, loss, train, init), (xs, ys) = _mlp_graph(af)
     walls = []

@@ -3,7 +3,7 @@
 Why
 ---
 A trivial remote step (one RunGraph to one worker) spent ~42 us of the client's Python a
-step, of which ~6 us in the master's layers (``run_step``, a ``_StepDriver`` built, its
+step, of which ~6 us in the master's layers (``run_step``, a ``StepDriver`` built, its
 ``run``, ``_run_one``, ``_run_graph``, ``_call``) and ~5 in ``ClusterTarget.run``'s own (an
 ``exec.step.Step`` and its extras, ``RemoteRunner.run``): bench/RESULTS.md, c43py. Such a step
 needs nothing of the driver on its usual course: no nursery, no second call to order, no
@@ -23,13 +23,13 @@ A direct step is what the driver does for a one-task step on its usual course, i
 fresh step id from the master's generator, the RunGraph's next ``request_id``, the fixed
 fields kept on the task graph (``tg.step``, the driver's own), the call noted with the
 master's ``StepMonitor`` (a step that outlives the health interval gets its watchdog: then,
-and only then, a ``_StepDriver`` is made for it, with the call's cancel as its one call scope,
+and only then, a ``StepDriver`` is made for it, with the call's cancel as its one call scope,
 as the driver's own step would have at that point), and on the reply the task's ``last_ok``
 and the graph's ``last_used``. The channel is asked for the fetches' values (``values=True``:
 the HTTP client's same-host call reads them from the reply's frame template, no message).
 Whatever ends the call otherwise (a worker's error, a dead or restarted worker, garbage, a
 damaged reply, the caller's cancel, a KeyboardInterrupt, the session's close through the
-``CallCancel``), and any reply once a watchdog has started, is handed to a ``_StepDriver``
+``CallCancel``), and any reply once a watchdog has started, is handed to a ``StepDriver``
 replaying the step from there (``_Ended``: its one call gives that outcome instead of calling
 again), so the step's error, its AbortStep, the restart check and the watchdog's verdict are
 the driver's, word for word. ``DirectStep.steps`` counts the steps that went direct (tests).
@@ -138,7 +138,7 @@ class _Call:
             driver.ended = self.driver = None
 
 
-class _Ended(_master._StepDriver):
+class _Ended(_master.StepDriver):
     """A direct step's driver: its one RunGraph has been sent already (``ended``: the call's
     outcome, which ``_send`` gives instead of calling again)."""
 

@@ -395,7 +395,7 @@ class Master:
         """
         if not registered:  # (``ready(run)`` true, no checkpoint since: nothing to register)
             await self._register(run)
-        step = _StepDriver(self, graph, run, self._step_bits(62) | 1, feed_values,
+        step = StepDriver(self, graph, run, self._step_bits(62) | 1, feed_values,
                            timeout_ms, trace)
         if scope is not None and not timeout_ms and (
                 len(run.task_graphs) == 1 or type(scope) is CallCancel):
@@ -425,7 +425,7 @@ class Master:
                                       self.monitor.close())
 
 
-class _StepDriver:
+class StepDriver:
     """One step across the cluster (see the module docstring)."""
 
     def __init__(self, master, graph, run, step_id, feed_values, timeout_ms, trace):

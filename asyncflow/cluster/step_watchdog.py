@@ -1,5 +1,5 @@
 """A cluster step's health watchdog: what runs once a step outlives ``health_check_interval_s``
-(``step_monitor.StepMonitor`` starts it for the master's ``_StepDriver``).
+(``step_monitor.StepMonitor`` starts it for the master's ``StepDriver``).
 
 It asks the Health of every task of the step each interval until the step's calls end. A task
 that does not answer, or answers with another incarnation (it restarted behind a live

@@ -147,7 +147,7 @@ def _add_n(ctx, *inputs):
     first = inputs[0]
     if len(inputs) > 8 and first.size * len(inputs) <= 1 << 16:
         # Many small addends: one stacked reduction beats a Python loop of tiny adds 2-3x.
-        total = ctx.xp.stack(inputs).sum(axis=0, dtype=_accumulation_dtype(first.dtype))
+        total = ctx.xp.stack(inputs).sum(axis=0, dtype=accumulation_dtype(first.dtype))
         return (total.astype(first.dtype, copy=False),)
     total = first + inputs[1] if len(inputs) > 1 else first.copy()
     for value in inputs[2:]:
@@ -239,7 +239,7 @@ register_prepare("MatMul")(blas.preload)
 register_prepare("_FusedMatMul")(lambda ctx: epilogue_preload(ctx, blas.preload(ctx)))
 
 
-def _accumulation_dtype(dtype):
+def accumulation_dtype(dtype):
     # Sums of half-precision values are accumulated in float32 (ml_dtypes' advice). bfloat16 is
     # known by its name: comparing with its numpy dtype would import ml_dtypes (dtypes.py).
     return np.float32 if dtype.itemsize == 2 and dtype.name in ("float16", "bfloat16") else dtype
@@ -278,7 +278,7 @@ def _resolved_axes(ctx, axes, ndim):
     return tuple(resolved)
 
 
-def _as_array(ctx, out, dtype):
+def as_array(ctx, out, dtype):
     """A reduction's result as an array of ``dtype`` (numpy returns scalars for full ones)."""
     if out.dtype != dtype:
         out = out.astype(dtype)
@@ -291,22 +291,22 @@ def _as_array(ctx, out, dtype):
 def _sum(ctx, x):
     attrs = ctx.attrs
     axes = _resolved_axes(ctx, attrs["axis"], x.ndim)
-    if axes and type(x) is np.ndarray and x.dtype in _GEMV_SUM_DTYPES and x.ndim > len(axes) \
+    if axes and type(x) is np.ndarray and x.dtype in GEMV_SUM_DTYPES and x.ndim > len(axes) \
             and x.flags.c_contiguous and tuple(axes) == _LEADING[len(axes)]:
-        out = _leading_sum(x, len(axes), attrs["keepdims"])
+        out = leading_sum(x, len(axes), attrs["keepdims"])
         if out is not None:
             return (out,)
-    out = x.sum(axis=axes, keepdims=attrs["keepdims"], dtype=_accumulation_dtype(x.dtype))
-    return (_as_array(ctx, out, x.dtype),)
+    out = x.sum(axis=axes, keepdims=attrs["keepdims"], dtype=accumulation_dtype(x.dtype))
+    return (as_array(ctx, out, x.dtype),)
 
 
-_GEMV_SUM_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+GEMV_SUM_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 # Exactly the leading axes, in order, once each: an attr of another form (a graph of unknown
 # rank, an imported one) is numpy's sum over the axes it names, not the GEMV's.
 _LEADING = tuple(tuple(range(n)) for n in range(65))  # (numpy: 64 dimensions at most)
 
 
-def _leading_sum(x, count, keepdims):
+def leading_sum(x, count, keepdims):
     """``x.sum(axis=(0, ..., count - 1))`` of a C-contiguous float32/64 array (a bias
     gradient: ``Sum`` over the batch of an ``Add``'s broadcast operand) as a GEMV with a vector
     of ones, as ``BiasAddGrad`` computes it: BLAS's blocked dot products stream the rows 2-3x
@@ -343,11 +343,11 @@ def _mean(ctx, x):
             return (ctx.xp.asarray(total).astype(x.dtype),)
         # TF1 integer mean truncates toward zero.
         return (ctx.xp.asarray(ctx.xp.trunc(total / count)).astype(x.dtype),)
-    return (_as_array(ctx, _float_mean(ctx.xp, x, axes, keep), x.dtype),)
+    return (as_array(ctx, float_mean(ctx.xp, x, axes, keep), x.dtype),)
 
 
-def _float_mean(xp, x, axes, keep):
-    acc = _accumulation_dtype(x.dtype)
+def float_mean(xp, x, axes, keep):
+    acc = accumulation_dtype(x.dtype)
     count = 1
     for axis in axes:
         count *= x.shape[axis]
@@ -394,8 +394,8 @@ def _fused_mean_squared_error(ctx, a, b):
         squares = xp.square(diff)
     else:
         squares = xp.square(diff, out=_squares_scratch(xp, diff))
-    loss = _float_mean(xp, squares, tuple(range(diff.ndim)), False)
-    return (_as_array(ctx, loss, diff.dtype), diff)
+    loss = float_mean(xp, squares, tuple(range(diff.ndim)), False)
+    return (as_array(ctx, loss, diff.dtype), diff)
 
 
 @register_kernel("_FusedMeanSquaredErrorGrad")
@@ -480,7 +480,7 @@ def _sum_to_shape(ctx, grad, shape):
                                       if t == 1 and grad.shape[lead + i] != 1)
     if not axes:
         return (grad,)
-    total = ctx.xp.sum(grad, axis=axes, dtype=_accumulation_dtype(grad.dtype))
+    total = ctx.xp.sum(grad, axis=axes, dtype=accumulation_dtype(grad.dtype))
     return (ctx.xp.asarray(total).astype(grad.dtype, copy=False).reshape(target),)
 
 

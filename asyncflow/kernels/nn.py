@@ -249,7 +249,7 @@ def _log_softmax(ctx, x):
 
 
 @register_kernel("SoftmaxCrossEntropyWithLogits")
-def _softmax_xent(ctx, logits, labels):
+def softmax_xent(ctx, logits, labels):
     xp = ctx.xp
     axis = ctx.attrs["axis"]
     if logits.shape != labels.shape:
@@ -300,7 +300,7 @@ def _softmax_xent_rows(xp, logits, labels):
     class-major as in the sparse kernel: numpy reduces a short last axis row by row (~5x
     slower). [128, 10] float32: 13 us against 25 for the whole-array form; within float32
     rounding of it (the sums' order, and ``exp(s) / sum`` for ``exp(s - log(sum))``)."""
-    major = logits.shape[1] <= _CLASS_MAJOR_MAX
+    major = logits.shape[1] <= CLASS_MAJOR_MAX
     shifted, labels = (logits.T.copy(), labels.T) if major else (logits.copy(), labels)
     axis = 0 if major else 1
     shifted -= shifted.max(axis=axis, keepdims=True)
@@ -314,11 +314,11 @@ def _softmax_xent_rows(xp, logits, labels):
     return (loss, exp.T if major else exp)
 
 
-_CLASS_MAJOR_MAX = 32  # measured: class-major wins up to ~32 classes, loses from ~64
+CLASS_MAJOR_MAX = 32  # measured: class-major wins up to ~32 classes, loses from ~64
 
 
 @register_kernel("SparseSoftmaxCrossEntropyWithLogits")
-def _sparse_softmax_xent(ctx, logits, labels):
+def sparse_softmax_xent(ctx, logits, labels):
     xp = ctx.xp
     classes = logits.shape[-1]
     if labels.shape != logits.shape[:-1]:
@@ -336,7 +336,7 @@ def _sparse_softmax_xent(ctx, logits, labels):
         return (xp.zeros(labels.shape, logits.dtype), xp.zeros(logits.shape, logits.dtype))
     flat = logits.reshape(n, classes)
     # One exp serves both outputs: log p = shifted - log(sum), p = exp(shifted) / sum.
-    if classes <= _CLASS_MAJOR_MAX:
+    if classes <= CLASS_MAJOR_MAX:
         # Few classes: numpy reduces a short last axis row by row, ~5x slower than reducing
         # the class-major copy along its contiguous rows.
         shifted = flat.T.copy()  # a fresh class-major array: never the input itself
@@ -352,7 +352,7 @@ def _sparse_softmax_xent(ctx, logits, labels):
     loss = xp.log(total.reshape(-1)) - shifted.reshape(-1).take(picked)
     exp /= total
     exp.reshape(-1)[picked] -= logits.dtype.type(1)
-    backprop = exp.T if classes <= _CLASS_MAJOR_MAX else exp
+    backprop = exp.T if classes <= CLASS_MAJOR_MAX else exp
     return (loss.reshape(labels.shape), backprop.reshape(logits.shape))
 
 

@@ -10,7 +10,7 @@ one thread, each paying its dispatch. ``compile/fuse_softmax_xent.py`` makes the
 (``_FusedSparseSoftmaxCrossEntropyMean`` for integer labels), as TF's kernel returns the
 backprop with the loss.
 
-On CPU, for float32/float64 ``[batch, classes]`` logits of at most ``_CLASS_MAJOR_MAX`` (32)
+On CPU, for float32/float64 ``[batch, classes]`` logits of at most ``CLASS_MAJOR_MAX`` (32)
 classes and a batch of 2 or more (labels of the same shape, or valid class indices), the kernel
 runs three compiled loops (``kernels/jit.py``) around numpy's ``exp`` and ``log``, writing per
 row
@@ -41,8 +41,8 @@ import numpy as np
 
 from asyncflow import errors
 from asyncflow.kernels import jit
-from asyncflow.kernels import math as _math
-from asyncflow.kernels import nn as _nn
+from asyncflow.kernels import math as math_kernels
+from asyncflow.kernels import nn as nn_kernels
 from asyncflow.kernels.registry import register_kernel, register_prepare
 
 DENSE = "_FusedSoftmaxCrossEntropyMean"
@@ -122,19 +122,19 @@ def _scale(ctx, grad, batch, dtype):
 def _mean(ctx, per_example):
     """The ``Mean`` kernel's value over every axis of ``per_example``."""
     axes = tuple(range(per_example.ndim))
-    return _math._as_array(ctx, _math._float_mean(ctx.xp, per_example, axes, False),
+    return math_kernels.as_array(ctx, math_kernels.float_mean(ctx.xp, per_example, axes, False),
                            per_example.dtype)
 
 
 def _batch_sum(ctx, x):
     """The ``Sum`` kernel's value over the leading axis of ``x`` (the bias gradient)."""
-    if type(x) is np.ndarray and x.dtype in _math._GEMV_SUM_DTYPES and x.ndim > 1 \
+    if type(x) is np.ndarray and x.dtype in math_kernels.GEMV_SUM_DTYPES and x.ndim > 1 \
             and x.flags.c_contiguous:
-        out = _math._leading_sum(x, 1, False)
+        out = math_kernels.leading_sum(x, 1, False)
         if out is not None:
             return out
-    out = x.sum(axis=0, dtype=_math._accumulation_dtype(x.dtype))
-    return _math._as_array(ctx, out, x.dtype)
+    out = x.sum(axis=0, dtype=math_kernels.accumulation_dtype(x.dtype))
+    return math_kernels.as_array(ctx, out, x.dtype)
 
 
 def _check_sparse_labels(ctx, logits, labels):
@@ -165,7 +165,7 @@ def _fast(ctx, logits, labels, grad, sparse):
             or labels.dtype != dtype:
         return None
     rows, classes = logits.shape
-    if classes > _nn._CLASS_MAJOR_MAX or rows < 2:
+    if classes > nn_kernels.CLASS_MAJOR_MAX or rows < 2:
         return None  # numpy sums pairwise there (a row's classes are contiguous): the chain's
     if grad.size != 1 or grad.dtype != dtype:
         return None  # the chain's code says what is wrong
@@ -196,9 +196,9 @@ def _chain(ctx, logits, labels, grad, sparse):
     """The unfused kernels' values, in their order: ``(loss, dlogits, dbias)`` (the last two
     None without ``grad``; ``dbias`` computed only where the node has the output)."""
     if sparse:
-        per_example, backprop = _nn._sparse_softmax_xent(ctx, logits, labels)
+        per_example, backprop = nn_kernels.sparse_softmax_xent(ctx, logits, labels)
     else:
-        per_example, backprop = _nn._softmax_xent(ctx, logits, labels)
+        per_example, backprop = nn_kernels.softmax_xent(ctx, logits, labels)
     loss = _mean(ctx, per_example)
     if grad is None:
         return loss, None, None

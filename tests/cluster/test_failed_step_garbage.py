@@ -14,7 +14,7 @@ from cyclic_garbage import failures_garbage
 
 TIMEOUT = af.RunOptions(timeout_in_ms=20000)
 STEP_STATE = {"frame", "traceback", "InvalidArgumentError", "RemoteCallError", "Step", "Run",
-              "StepRendezvous", "LocalRendezvous", "_StepState", "_StepDriver", "RunGraph"}
+              "StepRendezvous", "LocalRendezvous", "_StepState", "StepDriver", "RunGraph"}
 
 
 def _failing_graph():

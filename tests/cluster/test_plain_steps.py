@@ -215,7 +215,7 @@ async def test_a_failed_plain_step_leaves_no_cyclic_garbage(worker):
             af.errors.InvalidArgumentError)
     assert service.plain_steps == 4
     assert not {"frame", "traceback", "InvalidArgumentError", "RemoteCallError", "Step",
-                "Run", "_StepState", "_StepDriver", "RunGraph"} & set(garbage), sorted(
+                "Run", "_StepState", "StepDriver", "RunGraph"} & set(garbage), sorted(
                     set(garbage))
     assert "Reshape 'bad' on /job:worker/replica:0/task:0/device:CPU:0" in error.message
 

@@ -180,7 +180,7 @@ async def test_a_two_task_step_spawns_one_task_and_gets_its_watchdog(two_workers
                     2.0 * value, value + 1.0]
         autojump_clock.autojump_threshold = 0
         # One task a step: the second RunGraph's; the first goes from the caller's task.
-        assert counter.names == ["asyncflow.cluster.master._StepDriver._run_one"] * 3
+        assert counter.names == ["asyncflow.cluster.master.StepDriver._run_one"] * 3
         asked.clear()
         start = trio.current_time()
         with pytest.raises(af.errors.DeadlineExceededError):
@@ -393,7 +393,7 @@ async def test_a_close_and_an_ops_error_in_a_multi_task_step_end_it_as_the_first
     step's task runs again. The first decides, as TF1's first status does: an error that
     came first is the step's (it got the closed session's CancelledError), a close that began
     first fails it as a closed session's."""
-    from asyncflow.cluster.master import _StepDriver
+    from asyncflow.cluster.master import StepDriver
     async with _workers(2) as (spec, _):
         graph = af.Graph()
         with graph.as_default():
@@ -413,7 +413,7 @@ async def test_a_close_and_an_ops_error_in_a_multi_task_step_end_it_as_the_first
                 await sess.close()
                 held.released.set()
 
-            recorded = _StepDriver._failed
+            recorded = StepDriver._failed
 
             async def failed(self, error, dead_task=None):  # W0's error, as it is recorded
                 if first == "close":
@@ -422,7 +422,7 @@ async def test_a_close_and_an_ops_error_in_a_multi_task_step_end_it_as_the_first
                 if first == "failure":  # the close begins right after
                     nursery.start_soon(close_and_release)
 
-            monkeypatch.setattr(_StepDriver, "_failed", failed)
+            monkeypatch.setattr(StepDriver, "_failed", failed)
 
             async def step():
                 with pytest.raises(af.errors.OpError) as caught:

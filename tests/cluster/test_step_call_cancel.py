@@ -167,7 +167,7 @@ async def test_a_ready_two_task_step_enters_only_its_nursery_scope(cluster, monk
 
             def counting(*args, **kwargs):
                 task = trio.lowlevel.current_task()
-                if task in mine or task.name.endswith("_StepDriver._run_one"):
+                if task in mine or task.name.endswith("StepDriver._run_one"):
                     made.append(task.name)
                 return real(*args, **kwargs)
 

@@ -1,6 +1,6 @@
 """SoftmaxCrossEntropyWithLogits in fewer passes (issue 37): the rows kernel against the
 whole-array form it replaced (within float32 rounding, class-major and row-major sides of
-``_CLASS_MAJOR_MAX``), NaN and inf as that form gives them, and its gradient (one
+``CLASS_MAJOR_MAX``), NaN and inf as that form gives them, and its gradient (one
 ExpandDimsMul now) against finite differences."""
 import numpy as np
 import pytest
