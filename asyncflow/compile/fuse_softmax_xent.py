@@ -19,7 +19,8 @@ Theory of operation (issue 37):
   target or a control input (a fetched per-example loss keeps today's form; the loss, the
   logits' and the bias's gradients may be fetched: the fetches read the node's outputs); the
   ``Mean`` reduces every axis without ``keepdims``; all sit on one device outside loops without
-  control inputs, in a floating dtype; the gradient's ``grad`` does not depend on the loss. With
+  control inputs, in a floating dtype; the gradient's ``grad`` does not depend on the loss,
+  nor does it through a node fused before (a product of two losses fuses the first). With
   the gradient the logits are ``[batch, classes]`` (the class axis last). Without any gradient
   (an evaluation graph) the ``Mean`` and the cross entropy make a node of the loss alone.
   Otherwise the ops run as built. TF1's builder computes float16 logits in float32 with a
@@ -60,8 +61,11 @@ def _free(node, pinned, controlling):
     return node not in pinned and node not in controlling
 
 
-def _depends_on(port, nodes):
-    """Whether the producer of ``port`` is one of ``nodes`` or reads one, transitively."""
+def _depends_on(port, nodes, replaced):
+    """Whether the producer of ``port`` is one of ``nodes`` or reads one, transitively, in the
+    graph as this pass has rewritten it so far: a node already taken into a fused node reads
+    that node's inputs too (two losses' means each in the other's gradient, as a product of
+    the two: fusing both would close a cycle through the two fused nodes)."""
     seen, stack = set(), [_node(port)]
     while stack:
         node = stack.pop()
@@ -72,6 +76,8 @@ def _depends_on(port, nodes):
         seen.add(node)
         stack.extend(_node(p) for p in node.inputs)
         stack.extend(node.control_inputs)
+        if node in replaced:
+            stack.extend(_node(p) for p in replaced[node].inputs)
     return False
 
 
@@ -91,7 +97,7 @@ def _forward(mean, readers, controlling, pinned):
     return xent
 
 
-def _backward(mean, xent, readers, controlling, pinned):
+def _backward(mean, xent, readers, controlling, pinned, replaced):
     """``(btl, edm)`` where the gradient fuses; ``()`` where the graph has none; None where
     it has one that may not fuse (then nothing fuses)."""
     others = [r for r in readers.get((xent, 0), []) if r is not mean]
@@ -114,7 +120,7 @@ def _backward(mean, xent, readers, controlling, pinned):
             or not all(plain_on(n, device) for n in (btl, edm))
             or not _free(btl, pinned, controlling)
             or any(spec[0] != dtype for n in (btl, edm) for spec in n.out_specs)
-            or _depends_on(btl.inputs[0], {mean, xent})):
+            or _depends_on(btl.inputs[0], {mean, xent}, replaced)):
         return None
     return btl, edm
 
@@ -145,7 +151,7 @@ def fuse_softmax_xent(node_graph):
         xent = _forward(mean, readers, controlling, pinned)
         if xent is None or xent in dropped:
             continue
-        grad = _backward(mean, xent, readers, controlling, pinned)
+        grad = _backward(mean, xent, readers, controlling, pinned, replaced)
         if grad is None:
             continue
         inputs, specs, attrs = list(xent.inputs), [mean.out_specs[0]], {"bias_grad": False}

@@ -256,3 +256,33 @@ async def test_on_a_gpu_the_node_runs_the_chain_s_code_with_its_bits():
                     assert "GPU" in fused.device
     for got, want in zip(results[True], results[False]):
         assert np.asarray(got).tobytes() == np.asarray(want).tobytes()
+
+
+async def test_two_losses_each_in_the_other_s_gradient_fuse_without_a_cycle():
+    # loss = mean1 * mean2: each mean's gradient reads the other mean. Fusing both would make
+    # each fused node wait on the other's gradient (a cycle): the pass fuses the first only.
+    rng = np.random.default_rng(5)
+    feed = rng.standard_normal((8, 4)).astype(np.float32)
+    results, fused_counts = {}, {}
+    for optimize in (True, False):
+        with af.Graph().as_default():
+            x = af.placeholder(af.float32, [8, 4])
+            w = af.Variable(np.full((4, 5), 0.25, np.float32))
+            logits = af.matmul(x, w)
+            means = [af.reduce_mean(af.nn.softmax_cross_entropy_with_logits(
+                labels=af.constant(labels_for(rng, 8, 5, False).astype(np.float32)),
+                logits=logits * scale)) for scale in (1.0, 2.0)]
+            loss = means[0] * means[1]
+            (grad_w,) = af.gradients(loss, [w])
+            async with af.Session(config=af.ConfigProto(optimize_graph=optimize)) as session:
+                await session.run(af.global_variables_initializer())
+                metadata = af.RunMetadata()
+                results[optimize] = await session.run(
+                    [loss, grad_w], {x: feed}, options=af.RunOptions(
+                        trace_level=af.RunOptions.FULL_TRACE), run_metadata=metadata)
+                fused_counts[optimize] = [s.op_type for s in metadata.step_stats].count(DENSE)
+        rng = np.random.default_rng(5)
+        rng.standard_normal((8, 4))
+    assert fused_counts == {True: 1, False: 0}
+    for got, want in zip(results[True], results[False]):
+        assert np.asarray(got).tobytes() == np.asarray(want).tobytes()
