@@ -224,3 +224,34 @@ async def test_a_worker_process_takes_the_short_path(worker_processes):
                 if line.startswith("asyncflow_transport_short_steps_total ")]
     assert 90 <= short <= 98  # (each signature's first two frames teach its templates)
     assert f'asyncflow_worker_steps_total{{task="{TASK}"}} 100' in text
+
+
+async def test_a_stopped_worker_is_not_kept_by_the_templates_it_taught():
+    """The frame templates are the process's (``transports.frame_templates``): what a worker
+    made of one (its ``PlainStep``: the worker, its graph) must not keep a stopped worker, its
+    graphs and their sessions' state alive until the templates are next dropped."""
+    import gc
+    import weakref
+
+    spec = af.ClusterSpec({"worker": [f"127.0.0.1:{port}" for port in free_ports(1)]})
+    graph, x, y, _ = _graph()
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            server = await nursery.start(af.Server(spec, "worker", 0).serve)
+            (channel, handle, options), = (await register_partitions(
+                spec, graph, [x], [y])).values()
+            raw = await _Raw.open(server.port)
+            x3 = np.array([0.5, -3.0, 7.25], np.float32)
+            for i in range(1, 6):
+                assert await raw.call(_frame(handle, options, i, x3)) == [
+                    ("y:0", "<f4", (x3 * 2 + 1).tolist())]
+            assert server.http.statistics().short_steps == 3
+            await raw.stream.aclose()
+            await channel.aclose()
+            service = weakref.ref(server.service)
+            nursery.cancel_scope.cancel()
+    del server, channel, raw
+    for _ in range(3):  # (the runner lets go of the server's finished tasks)
+        await trio.lowlevel.checkpoint()
+    gc.collect()
+    assert service() is None  # (before: kept by the template's bound PlainStep)

@@ -36,6 +36,7 @@ Nothing here knows about asyncflow.
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any, Final
 
 import trio
@@ -119,12 +120,15 @@ def _cancelled(server: Any, method: str, timeout: float, deadline: float) -> Err
 
 
 class _Bound:
-    """What a handler made of one frame template (``template.bound``)."""
+    """What a handler made of one frame template (``template.bound``). The template is the
+    process's (until its next ``forget_all``): the handler is held weakly, and a handler's
+    step must hold it weakly too (``worker_step.PlainStep``), so that neither keeps a stopped
+    server's handler alive."""
 
     __slots__ = ("handler", "step", "reply")
 
     def __init__(self, handler: Any, step: Any) -> None:
-        self.handler, self.step = handler, step
+        self.handler, self.step = weakref.ref(handler), step
         self.reply = None  # the Prepared of its replies' signature, once one was encoded
 
 
@@ -139,7 +143,7 @@ def take_step(server: Any, conn: Any, length: int, prepare: Any) -> tuple | None
         return None
     template, ids, arrays = found
     bound = template.bound
-    if bound is None or bound.handler is not server._handler:
+    if bound is None or bound.handler() is not server._handler:
         cls, fields, names, tensors = frame_templates.describe(template)
         try:  # (another message under RunGraph's index: the full path's error)
             step = prepare(fields, names, tensors) if cls is RunGraph else None
