@@ -55,7 +55,7 @@ from transports.schema import ALIGNMENT, CHECKED_MAGIC, CHECKED_PREFIX, CHECKSUM
     SchemaMismatch
 
 __all__ = ["COPIED", "KEPT", "MAX_FRAME", "decode", "decode_step", "describe", "forget_all",
-           "known", "learn", "statistics", "tensor_values"]
+           "known", "learn", "read_step", "statistics", "step_template", "tensor_values"]
 
 KEPT: Final = 64  # frame templates; all dropped when full
 MAX_FRAME: Final = 256 * 1024  # larger frames keep none (a bare server reads no larger whole)
@@ -283,14 +283,20 @@ def statistics() -> dict:
 
 def decode_step(data: bytes, limits: Any) -> tuple | None:
     """A frame (``bytes``, at most :data:`COPIED`) of a kept template's signature read
-    without its message: ``(template, ids, arrays)``, ``ids`` its volatile ids' values in
-    :func:`describe`'s order, ``arrays`` its tensors' values (each a fresh array, as
-    :func:`decode` gives them); the same checks as :func:`decode` (every fixed stretch, the
-    sums, each id by its converter), None where any fails or no template is of it (the caller
-    decodes it as before: this path decides no verdict). Why: a worker that knows what a
-    template's fixed fields mean for it (``template.bound``, which the caller keeps, made from
-    :func:`describe` once) needs no ``RunGraph`` nor ``TensorEntry`` for a step's RunGraph."""
-    global _decoded, _steps
+    without its message: ``(template, ids, arrays)`` (:func:`step_template`, then
+    :func:`read_step`), None where no template is of it or a check fails."""
+    template = step_template(data, limits)
+    if template is None:
+        return None
+    found = read_step(template, data)
+    return None if found is None else (template, *found)
+
+
+def step_template(data: bytes, limits: Any) -> _Frame | None:
+    """The kept template whose fixed stretches ``data`` (``bytes``, at most :data:`COPIED`)
+    matches, of a message with tensors, or None: nothing else of ``data`` is checked yet
+    (:func:`read_step`). Why apart: a reader that keeps nothing for a template
+    (``template.bound``) leaves its frames to :func:`decode` unread, not read twice."""
     for frame in _by_size.get(len(data), ()):
         if frame.limits is not limits and frame.limits != limits:
             continue
@@ -300,40 +306,52 @@ def decode_step(data: bytes, limits: Any) -> tuple | None:
         else:
             if frame.tensor_field is None or type(data) is not bytes:
                 return None
-            extend = _checksum.extend
-            view = memoryview(data)
-            if frame.summed and frame.header_end:
-                if extend(0, view[:12]) != int.from_bytes(data[12:16], "little") or extend(
-                        0, view[CHECKED_PREFIX.size:frame.header_end]) != int.from_bytes(
-                            data[8:12], "little"):
-                    return None
-            ids = []
-            for field, offset, width, fixint in frame.ids:
-                if fixint:
-                    value = data[offset]
-                    if value >= 0x80:
-                        return None
-                else:
-                    value = int.from_bytes(data[offset:offset + width], "big")
-                try:
-                    ids.append(field.from_wire(value))
-                except SchemaMismatch:
-                    return None
-            arrays = []
-            for _, dtype, shape, offset, nbytes, summed in frame.tensors:
-                if not nbytes:
-                    arrays.append(np.empty(shape, dtype))
-                    continue
-                stop = offset + nbytes
-                if summed and extend(0, view[offset:stop]) != int.from_bytes(
-                        data[stop:stop + _TRAILER], "little"):
-                    return None
-                arrays.append(np.frombuffer(data, dtype, nbytes // dtype.itemsize,
-                                            offset).reshape(shape).copy())
-            _decoded += 1
-            _steps += 1
-            return frame, ids, arrays
+            return frame
     return None
+
+
+def read_step(frame: _Frame, data: bytes) -> tuple | None:
+    """``(ids, arrays)`` of the frame ``data`` of :func:`step_template`'s ``frame``: ``ids``
+    its volatile ids' values in :func:`describe`'s order, ``arrays`` its tensors' values (each
+    a fresh array, as :func:`decode` gives them); the same checks as :func:`decode` (the
+    sums, each id by its converter), None where any fails (the caller decodes it as before:
+    this path decides no verdict). Why: a worker that knows what a template's fixed fields
+    mean for it (``template.bound``, which the caller keeps, made from :func:`describe` once)
+    needs no ``RunGraph`` nor ``TensorEntry`` for a step's RunGraph."""
+    global _decoded, _steps
+    extend = _checksum.extend
+    view = memoryview(data)
+    if frame.summed and frame.header_end:
+        if extend(0, view[:12]) != int.from_bytes(data[12:16], "little") or extend(
+                0, view[CHECKED_PREFIX.size:frame.header_end]) != int.from_bytes(
+                    data[8:12], "little"):
+            return None
+    ids = []
+    for field, offset, width, fixint in frame.ids:
+        if fixint:
+            value = data[offset]
+            if value >= 0x80:
+                return None
+        else:
+            value = int.from_bytes(data[offset:offset + width], "big")
+        try:
+            ids.append(field.from_wire(value))
+        except SchemaMismatch:
+            return None
+    arrays = []
+    for _, dtype, shape, offset, nbytes, summed in frame.tensors:
+        if not nbytes:
+            arrays.append(np.empty(shape, dtype))
+            continue
+        stop = offset + nbytes
+        if summed and extend(0, view[offset:stop]) != int.from_bytes(
+                data[stop:stop + _TRAILER], "little"):
+            return None
+        arrays.append(np.frombuffer(data, dtype, nbytes // dtype.itemsize,
+                                    offset).reshape(shape).copy())
+    _decoded += 1
+    _steps += 1
+    return ids, arrays
 
 
 def describe(template: _Frame) -> tuple:

@@ -157,6 +157,8 @@ class WorkerServiceProtocol(Protocol):
     (``live()``, ``begin(ids)``, ``run(state, arrays, scope)``, ``run_full(ids, arrays,
     scope)``, ``fetch_keys``: :mod:`transports.http.bare_calls`), where the class that defines
     the handler's RunGraph defines it too (:func:`transports.http.call_scope.step_preparer`).
+    The templates are the process's: the handler is held weakly there (it must take a weak
+    reference), and so must its step hold it.
     """
 
     async def register_graph(self, request: RegisterGraph) -> RegisterGraphReply: ...

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import weakref
 
 import trio
 
@@ -403,26 +404,34 @@ class PlainStep:
     their ids and feed arrays without a message (the bare server's short path,
     ``transports/http/bare_calls.py``): the checks that the template's fixed fields decide
     were made once; each step is admitted (its request id) and run as ``_run_plain`` runs a
-    plain step, or, where ``_plain_state`` refuses it, by the full path."""
+    plain step, or, where ``_plain_state`` refuses it, by the full path.
 
-    __slots__ = ("service", "wg", "timeout_ms", "nbytes", "fetch_keys")
+    It holds its worker and graph weakly: the template it is kept on is the process's
+    (``transports.frame_templates``, until its next ``forget_all``), and must keep neither a
+    stopped worker (its graphs, sessions and variables) nor a dropped graph alive."""
+
+    __slots__ = ("_service", "_wg", "handle", "timeout_ms", "nbytes", "fetch_keys")
 
     def __init__(self, service, wg, timeout_ms, nbytes):
-        self.service, self.wg, self.timeout_ms, self.nbytes = service, wg, timeout_ms, nbytes
+        self._service, self._wg = weakref.ref(service), weakref.ref(wg)
+        self.handle, self.timeout_ms, self.nbytes = wg.handle, timeout_ms, nbytes
         self.fetch_keys = tuple(wg.fetch_names)
 
     def live(self):
-        """Whether its graph is still registered (else its frames take the full path)."""
-        return self.service._graphs.get(self.wg.handle) is self.wg and self.wg.plain
+        """Whether its worker is there and its graph still registered (else its frames take
+        the full path)."""
+        service, wg = self._service(), self._wg()
+        return service is not None and wg is not None and wg.plain \
+            and service._graphs.get(self.handle) is wg
 
     def begin(self, ids):
-        """The step's new state, its request id admitted; None where the full path must run it
-        (``run_full``).
+        """The step's new state, its request id admitted (after ``live()``); None where the
+        full path must run it (``run_full``).
 
         Raises:
             RemoteCallError: its request id refused, as the full path refuses it.
         """
-        service, wg = self.service, self.wg
+        service, wg = self._service(), self._wg()
         step_id, request_id = ids
         service.counters.bytes_received += self.nbytes
         _admit(service, wg, step_id, request_id)
@@ -430,16 +439,16 @@ class PlainStep:
 
     def run(self, state, arrays, scope):
         """The plain step of ``begin``'s ``state`` (a coroutine: its fetched host arrays)."""
-        return self.service._run_plain(state, self.wg, arrays, state.step_id, self.timeout_ms,
-                                       scope)
+        return self._service()._run_plain(state, self._wg(), arrays, state.step_id,
+                                          self.timeout_ms, scope)
 
     async def run_full(self, ids, arrays, scope):
         """The step that ``begin`` left to the full path: its RunGraphReply."""
-        wg = self.wg
+        service, wg = self._service(), self._wg()
         request = RunGraph(wg.handle, ids[0], [
             TensorEntry(name, value) for name, value in zip(wg.feed_names, arrays)],
             list(wg.fetch_names), self.timeout_ms, False, ids[1])
-        return await self.service.run_graph_in_scope(request, scope, (wg, arrays))
+        return await service.run_graph_in_scope(request, scope, (wg, arrays))
 
 
 def _admit(service, wg, step_id, request_id):

@@ -19,7 +19,7 @@ from hand_registration import register_partitions
 from loopback_ports import free_ports
 from transports import wire
 from transports.http import bare, same_host
-from transports.messages import AbortStep, ErrorReply, RunGraph, TensorEntry
+from transports.messages import AbortStep, DeregisterGraph, ErrorReply, RunGraph, TensorEntry
 from transports.service import RPCS
 
 RUN_GRAPH = next(i for i, rpc in enumerate(RPCS) if rpc.method == "run_graph")
@@ -224,3 +224,80 @@ async def test_a_worker_process_takes_the_short_path(worker_processes):
                 if line.startswith("asyncflow_transport_short_steps_total ")]
     assert 90 <= short <= 98  # (each signature's first two frames teach its templates)
     assert f'asyncflow_worker_steps_total{{task="{TASK}"}} 100' in text
+
+
+async def test_a_stopped_worker_is_not_kept_by_the_templates_it_taught():
+    """The frame templates are the process's (``transports.frame_templates``): what a worker
+    made of one (its ``PlainStep``: the worker, its graph) must not keep a stopped worker, its
+    graphs and their sessions' state alive until the templates are next dropped."""
+    import gc
+    import weakref
+
+    spec = af.ClusterSpec({"worker": [f"127.0.0.1:{port}" for port in free_ports(1)]})
+    graph, x, y, _ = _graph()
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            server = await nursery.start(af.Server(spec, "worker", 0).serve)
+            (channel, handle, options), = (await register_partitions(
+                spec, graph, [x], [y])).values()
+            raw = await _Raw.open(server.port)
+            x3 = np.array([0.5, -3.0, 7.25], np.float32)
+            for i in range(1, 6):
+                assert await raw.call(_frame(handle, options, i, x3)) == [
+                    ("y:0", "<f4", (x3 * 2 + 1).tolist())]
+            assert server.http.statistics().short_steps == 3
+            await raw.stream.aclose()
+            await channel.aclose()
+            service = weakref.ref(server.service)
+            nursery.cancel_scope.cancel()
+    del server, channel, raw
+    for _ in range(3):  # (the runner lets go of the server's finished tasks)
+        await trio.lowlevel.checkpoint()
+    gc.collect()
+    assert service() is None  # (before: kept by the template's bound PlainStep)
+
+
+async def test_a_frame_the_short_path_does_not_take_is_decoded_once():
+    """A traced step's RunGraph (its template's step is None: ``prepare_run_graph``) and a
+    deregistered graph's (its step no longer live) go to the full path unread by the short
+    path: one decode a frame (``frame_templates.statistics``), not two."""
+    from transports import frame_templates
+
+    spec = af.ClusterSpec({"worker": [f"127.0.0.1:{port}" for port in free_ports(1)]})
+    graph, x, y, _ = _graph()
+    x3 = np.array([0.5, -3.0, 7.25], np.float32)
+
+    def traced(handle, options, i):
+        return b"".join(bytes(b) for b in wire.encode(RunGraph(
+            handle, i, [TensorEntry(options.feeds[0], x3)], list(options.fetches), None, True,
+            i), checksums=True))
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            server = await nursery.start(af.Server(spec, "worker", 0).serve)
+            (channel, handle, options), = (await register_partitions(
+                spec, graph, [x], [y])).values()
+            raw = await _Raw.open(server.port)
+            for i in range(1, 3):  # (the first two teach the signature's templates)
+                await raw.call(traced(handle, options, i))
+            before = frame_templates.statistics()
+            for i in range(3, 8):
+                assert await raw.call(traced(handle, options, i)) == [
+                    ("y:0", "<f4", (x3 * 2 + 1).tolist())]
+            after = frame_templates.statistics()
+            assert (after["decoded"] - before["decoded"], after["steps"] - before["steps"]) \
+                == (5, 0)
+            for i in range(8, 11):  # taken
+                await raw.call(_frame(handle, options, i, x3))
+            await channel.deregister_graph(DeregisterGraph(handle))
+            before = frame_templates.statistics()
+            for i in range(11, 14):
+                code, _, _ = await raw.call(_frame(handle, options, i, x3))
+                assert code == "NOT_FOUND"
+            after = frame_templates.statistics()
+            assert (after["decoded"] - before["decoded"], after["steps"] - before["steps"]) \
+                == (3, 0)
+            assert server.http.statistics().short_steps == 1
+            await raw.stream.aclose()
+            await channel.aclose()
+            nursery.cancel_scope.cancel()

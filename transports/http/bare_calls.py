@@ -14,9 +14,10 @@ and the reply's message and encode are ~20 (bench/RESULTS.md, c43py, c44wrk).
 How
 ---
 A RunGraph frame that lies whole in what its call's header came with, of a kept frame
-template (:func:`transports.frame_templates.decode_step`: every fixed stretch, the sums and
-each id checked as the template's decode checks them) is taken here when the handler offers
-``prepare_run_graph`` (:func:`transports.http.call_scope.step_preparer`, the optional part of
+template (:func:`transports.frame_templates.step_template`, then ``read_step``: every fixed
+stretch, the sums and each id checked as the template's decode checks them) is taken here
+when the handler offers ``prepare_run_graph``
+(:func:`transports.http.call_scope.step_preparer`, the optional part of
 :class:`transports.service.WorkerServiceProtocol`): made once per template and handler from
 the template's fixed fields (``template.bound``), it is a *step* (``live()``, ``begin(ids)``,
 ``run(state, arrays, scope)``, ``run_full(ids, arrays, scope)``, ``fetch_keys``) or None (such
@@ -36,6 +37,7 @@ Nothing here knows about asyncflow.
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any, Final
 
 import trio
@@ -119,27 +121,31 @@ def _cancelled(server: Any, method: str, timeout: float, deadline: float) -> Err
 
 
 class _Bound:
-    """What a handler made of one frame template (``template.bound``)."""
+    """What a handler made of one frame template (``template.bound``). The template is the
+    process's (until its next ``forget_all``): the handler is held weakly, and a handler's
+    step must hold it weakly too (``worker_step.PlainStep``), so that neither keeps a stopped
+    server's handler alive."""
 
     __slots__ = ("handler", "step", "reply")
 
     def __init__(self, handler: Any, step: Any) -> None:
-        self.handler, self.step = handler, step
+        self.handler, self.step = weakref.ref(handler), step
         self.reply = None  # the Prepared of its replies' signature, once one was encoded
 
 
 def take_step(server: Any, conn: Any, length: int, prepare: Any) -> tuple | None:
-    """``(step, ids, arrays)`` of the RunGraph frame of ``length`` bytes at the start of
+    """``(bound, ids, arrays)`` of the RunGraph frame of ``length`` bytes at the start of
     ``conn.pending`` (taken from it) where the short path takes it (see the module), else
-    None, ``conn.pending`` as it was. ``prepare``: the handler's ``prepare_run_graph``."""
+    None, ``conn.pending`` as it was. ``prepare``: the handler's ``prepare_run_graph``. A
+    frame of a template that the handler has no live step for is left to the full path
+    unread (its template matched, nothing more: ``frame_templates.step_template``)."""
     pending = conn.pending
     data = pending if len(pending) == length else pending[:length]
-    found = frame_templates.decode_step(data, server._limits)
-    if found is None:
+    template = frame_templates.step_template(data, server._limits)
+    if template is None:
         return None
-    template, ids, arrays = found
     bound = template.bound
-    if bound is None or bound.handler is not server._handler:
+    if bound is None or bound.handler() is not server._handler:
         cls, fields, names, tensors = frame_templates.describe(template)
         try:  # (another message under RunGraph's index: the full path's error)
             step = prepare(fields, names, tensors) if cls is RunGraph else None
@@ -149,9 +155,12 @@ def take_step(server: Any, conn: Any, length: int, prepare: Any) -> tuple | None
     step = bound.step
     if step is None or not step.live():
         return None
+    found = frame_templates.read_step(template, data)
+    if found is None:
+        return None
     conn.pending = pending[length:] if len(pending) != length else b""
     server._count_received(length)
-    return bound, ids, arrays
+    return bound, *found
 
 
 async def answer_step(server: Any, conn: Any, taken: tuple, timeout: float) -> Any:
