@@ -127,6 +127,25 @@ def tensor_values(data: bytes, limits: Any, cls: type) -> list | None:
     ids: a RunGraph's reply without step stats): :func:`decode`'s checks and arrays without the
     message (the client's direct step, ``transports.http.client``); else None (decode it)."""
     global _decoded
+    frame = _matching(data, limits)
+    if frame is None or frame.cls is not cls or frame.fields or frame.ids \
+            or frame.tensor_field is None:
+        return None
+    extend, view, values = _checksum.extend, memoryview(data), []
+    for _, dtype, shape, offset, nbytes, summed in frame.tensors:
+        stop = offset + nbytes
+        if summed and extend(0, view[offset:stop]) != int.from_bytes(
+                data[stop:stop + _TRAILER], "little"):
+            return None
+        values.append(np.frombuffer(data, dtype, nbytes // dtype.itemsize, offset)
+                      .reshape(shape).copy() if nbytes else np.empty(shape, dtype))
+    _decoded += 1
+    return values
+
+
+def _matching(data: bytes, limits: Any) -> _Frame | None:
+    """The kept template of ``limits`` whose fixed stretches the whole frame ``data`` (bytes)
+    matches, or None (no other template would match where one does)."""
     for frame in _by_size.get(len(data), ()):
         if frame.limits is not limits and frame.limits != limits:
             continue
@@ -134,18 +153,7 @@ def tensor_values(data: bytes, limits: Any, cls: type) -> list | None:
             if not data.startswith(stretch, offset):
                 break
         else:
-            if frame.cls is not cls or frame.fields or frame.ids or frame.tensor_field is None:
-                return None
-            extend, view, values = _checksum.extend, memoryview(data), []
-            for _, dtype, shape, offset, nbytes, summed in frame.tensors:
-                stop = offset + nbytes
-                if summed and extend(0, view[offset:stop]) != int.from_bytes(
-                        data[stop:stop + _TRAILER], "little"):
-                    return None
-                values.append(np.frombuffer(data, dtype, nbytes // dtype.itemsize, offset)
-                              .reshape(shape).copy() if nbytes else np.empty(shape, dtype))
-            _decoded += 1
-            return values
+            return frame
     return None
 
 
@@ -297,17 +305,10 @@ def step_template(data: bytes, limits: Any) -> _Frame | None:
     matches, of a message with tensors, or None: nothing else of ``data`` is checked yet
     (:func:`read_step`). Why apart: a reader that keeps nothing for a template
     (``template.bound``) leaves its frames to :func:`decode` unread, not read twice."""
-    for frame in _by_size.get(len(data), ()):
-        if frame.limits is not limits and frame.limits != limits:
-            continue
-        for offset, stretch in frame.fixed:
-            if not data.startswith(stretch, offset):
-                break
-        else:
-            if frame.tensor_field is None or type(data) is not bytes:
-                return None
-            return frame
-    return None
+    if type(data) is not bytes:
+        return None
+    frame = _matching(data, limits)
+    return None if frame is None or frame.tensor_field is None else frame
 
 
 def read_step(frame: _Frame, data: bytes) -> tuple | None:

@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from asyncflow.compile.node_graph import FeedNode, Node, plain_on, readers_of, rewire
+from asyncflow.compile.node_graph import Node, depends_on, plain_on, producer, readers_of, \
+    rewire
 from asyncflow.graph.registry import get_op_def
 
 DENSE = "_FusedSoftmaxCrossEntropyMean"
@@ -45,10 +46,6 @@ _XENT = {"SoftmaxCrossEntropyWithLogits": DENSE, "SparseSoftmaxCrossEntropyWithL
 ENABLED = True
 BIAS_GRAD = True
 
-
-def _node(port):
-    node = port[0]
-    return None if isinstance(node, FeedNode) else node
 
 
 def _axes_are(axis, rank, want):
@@ -61,31 +58,12 @@ def _free(node, pinned, controlling):
     return node not in pinned and node not in controlling
 
 
-def _depends_on(port, nodes, replaced):
-    """Whether the producer of ``port`` is one of ``nodes`` or reads one, transitively, in the
-    graph as this pass has rewritten it so far: a node already taken into a fused node reads
-    that node's inputs too (two losses' means each in the other's gradient, as a product of
-    the two: fusing both would close a cycle through the two fused nodes)."""
-    seen, stack = set(), [_node(port)]
-    while stack:
-        node = stack.pop()
-        if node is None or node in seen:
-            continue
-        if node in nodes:
-            return True
-        seen.add(node)
-        stack.extend(_node(p) for p in node.inputs)
-        stack.extend(node.control_inputs)
-        if node in replaced:
-            stack.extend(_node(p) for p in replaced[node].inputs)
-    return False
-
 
 def _forward(mean, readers, controlling, pinned):
     """The cross entropy that ``mean`` reduces, where the forward may fuse, else None."""
     if mean.type != "Mean" or mean.attrs.get("keepdims") or not plain_on(mean, mean.device):
         return None
-    xent = _node(mean.inputs[0])
+    xent = producer(mean.inputs[0])
     if xent is None or xent.type not in _XENT or mean.inputs[0][1] != 0:
         return None
     dtype, shape, _ = xent.out_specs[0]
@@ -120,7 +98,7 @@ def _backward(mean, xent, readers, controlling, pinned, replaced):
             or not all(plain_on(n, device) for n in (btl, edm))
             or not _free(btl, pinned, controlling)
             or any(spec[0] != dtype for n in (btl, edm) for spec in n.out_specs)
-            or _depends_on(btl.inputs[0], {mean, xent}, replaced)):
+            or depends_on(btl.inputs[0], {mean, xent}, replaced)):
         return None
     return btl, edm
 

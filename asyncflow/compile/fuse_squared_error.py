@@ -37,7 +37,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from asyncflow.compile.node_graph import FeedNode, Node, plain_on, readers_of, rewire
+from asyncflow.compile.node_graph import Node, depends_on, plain_on, producer, readers_of, \
+    rewire
 from asyncflow.graph.registry import get_op_def
 
 FORWARD = "_FusedMeanSquaredError"
@@ -49,10 +50,6 @@ SIGMOID = "_FusedMeanSquaredErrorSigmoidGrad"
 SIGMOID_GRAD = True
 
 
-def _node(port):
-    node = port[0]
-    return None if isinstance(node, FeedNode) else node
-
 
 def _every_axis(axis, rank):
     return axis is None or sorted(int(a) % rank for a in np.atleast_1d(axis)) == list(range(rank))
@@ -62,10 +59,10 @@ def _forward(mean, readers, controlling, pinned):
     """``(square, sub)`` when ``mean`` ends a chain whose forward may fuse, else None."""
     if mean.type != "Mean" or mean.attrs.get("keepdims") or not plain_on(mean, mean.device):
         return None
-    square = _node(mean.inputs[0])
+    square = producer(mean.inputs[0])
     if square is None or square.type != "Square" or mean.inputs[0][1] != 0:
         return None
-    sub = _node(square.inputs[0])
+    sub = producer(square.inputs[0])
     if sub is None or sub.type != "Sub" or square.inputs[0][1] != 0:
         return None
     dtype, shape, _ = sub.out_specs[0]
@@ -92,7 +89,7 @@ def _only_reader(node, reader, readers, controlling, pinned):
 
 
 def _is_two(port, dtype):
-    const = _node(port)
+    const = producer(port)
     if const is None or const.type != "Const":
         return False
     value = np.asarray(const.attrs["value"])
@@ -110,7 +107,7 @@ def _backward(btl, mean, square, sub, readers, controlling, pinned):
         return None
     outer = outer[0]
     (other,) = [p for p in outer.inputs if p != (btl, 0)] or [None]
-    twice = _node(other) if other is not None else None
+    twice = producer(other) if other is not None else None
     if (twice is None or twice.type != "Mul" or other[1] != 0 or len(outer.out_specs) != 1
             or not plain_on(twice, mean.device)
             or not _only_reader(btl, outer, readers, controlling, pinned)
@@ -124,20 +121,6 @@ def _backward(btl, mean, square, sub, readers, controlling, pinned):
         return None
     return outer, twice, btl.inputs[0]
 
-
-def _depends_on(port, nodes):
-    """Whether the producer of ``port`` is one of ``nodes`` or reads one, transitively."""
-    seen, stack = set(), [_node(port)]
-    while stack:
-        node = stack.pop()
-        if node is None or node in seen:
-            continue
-        if node in nodes:
-            return True
-        seen.add(node)
-        stack.extend(_node(p) for p in node.inputs)
-        stack.extend(node.control_inputs)
-    return False
 
 
 def _sole_reader(port, readers):
@@ -153,13 +136,13 @@ def _sigmoid_tail(chain, readers, controlling, pinned):
     a = sub.inputs[0]
     if (set(readers.get((sub, 0), [])) - {square, twice}
             or set(readers.get((square, 0), [])) - {mean, btl}
-            or _node(a) is None or sub in pinned or outer in pinned or outer in controlling
-            or _depends_on(grad_port, {mean, square, sub})):
+            or producer(a) is None or sub in pinned or outer in pinned or outer in controlling
+            or depends_on(grad_port, {mean, square, sub})):
         return None
     dropped, port, sum_to = [], (outer, 0), False
     reader = _sole_reader(port, readers)
     if reader is not None and reader.type == "SumToShape" and reader.inputs[0] == port:
-        shape = _node(reader.inputs[1])
+        shape = producer(reader.inputs[1])
         if (shape is None or shape.type != "Shape" or shape.inputs[0] != a
                 or reader in pinned or reader in controlling or not plain_on(reader, device)):
             return None

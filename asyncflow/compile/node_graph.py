@@ -282,3 +282,29 @@ def swap_nodes(graph, replaced):
     graph.fetches = [(replaced.get(p, p), i) for p, i in graph.fetches]
     graph.targets = [replaced.get(t, t) for t in graph.targets]
     return nodes
+
+
+def producer(port):
+    """The node that makes ``port`` (a ``(node, index)`` pair), or None for a feed."""
+    node = port[0]
+    return None if isinstance(node, FeedNode) else node
+
+
+def depends_on(port, nodes, replaced=None):
+    """Whether the producer of ``port`` is one of ``nodes`` or reads one, transitively (inputs
+    and control inputs). ``replaced`` (a pass's ``{node: fused node}`` so far): a node already
+    taken into a fused node reads that node's inputs too, so that a second fusion cannot close
+    a cycle through the first."""
+    seen, stack = set(), [producer(port)]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        if node in nodes:
+            return True
+        seen.add(node)
+        stack.extend(producer(p) for p in node.inputs)
+        stack.extend(node.control_inputs)
+        if replaced and node in replaced:
+            stack.extend(producer(p) for p in replaced[node].inputs)
+    return False
