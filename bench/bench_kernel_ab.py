@@ -18,10 +18,8 @@ form's span (a fused node takes one of its parts' names).
 from __future__ import annotations
 
 import argparse
-import ast
 import collections
 import dataclasses
-import importlib
 import os
 import sys
 import time
@@ -47,18 +45,12 @@ def main(argv=None):
     import asyncflow as af
     from asyncflow.kernels import registry
 
-    settings = []
-    for spec in args.set:
-        target, value = spec.split("=", 1)
-        module_name, name = target.split(":")
-        module = importlib.import_module(module_name)
-        settings.append((module, name, getattr(module, name), ast.literal_eval(value)))
+    set_form = form_rounds.setting_forms(args.set)
     current = ["A"]
 
     def use(form):
         current[0] = form
-        for module, name, a_value, b_value in settings:
-            setattr(module, name, a_value if form == "A" else b_value)
+        set_form(form)
 
     spans = collections.defaultdict(list)   # (form, node) -> durations
     starts = collections.defaultdict(list)  # (form, node) -> start after the step's first

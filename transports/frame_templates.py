@@ -157,14 +157,18 @@ def _matching(data: bytes, limits: Any) -> _Frame | None:
     return None
 
 
+def _header_summed(frame: _Frame, data: bytes | memoryview, view: memoryview) -> bool:
+    """Whether a checked frame's prefix and header sums (bytes 12-16 and 8-12) hold."""
+    extend = _checksum.extend
+    return extend(0, view[:12]) == int.from_bytes(data[12:16], "little") and extend(
+        0, view[CHECKED_PREFIX.size:frame.header_end]) == int.from_bytes(data[8:12], "little")
+
+
 def _read(frame: _Frame, data: bytes | memoryview) -> Any:
     extend = _checksum.extend
     view = memoryview(data)
-    if frame.summed and frame.header_end:
-        if extend(0, view[:12]) != int.from_bytes(data[12:16], "little") or extend(
-                0, view[CHECKED_PREFIX.size:frame.header_end]) != int.from_bytes(
-                    data[8:12], "little"):
-            return None
+    if frame.summed and frame.header_end and not _header_summed(frame, data, view):
+        return None
     fields = dict(frame.fields)
     for name in frame.lists:
         fields[name] = list(fields[name])
@@ -322,11 +326,8 @@ def read_step(frame: _Frame, data: bytes) -> tuple | None:
     global _decoded, _steps
     extend = _checksum.extend
     view = memoryview(data)
-    if frame.summed and frame.header_end:
-        if extend(0, view[:12]) != int.from_bytes(data[12:16], "little") or extend(
-                0, view[CHECKED_PREFIX.size:frame.header_end]) != int.from_bytes(
-                    data[8:12], "little"):
-            return None
+    if frame.summed and frame.header_end and not _header_summed(frame, data, view):
+        return None
     ids = []
     for field, offset, width, fixint in frame.ids:
         if fixint:
