@@ -66,21 +66,10 @@ async def answer(server: Any, conn: Any, rpc: Rpc, message: Message | None, time
     the timeout itself (and closes the connection, which cancels the handler), so its verdict
     is never raced by ours; ours ends a handler whose client cannot say so."""
     fn = getattr(server._handler, rpc.method)
-    calls = conn.calls
-    deadline = trio.current_time() + timeout + DEADLINE_GRACE_S  # (inf: none)
-    if deadline < math.inf:
-        calls.deadline = deadline
+    calls, deadline, fd, watched = _begun(server, conn, timeout, one_way)
     result: Any = _CANCELLED
     lent = None
-    server._calls.add(calls)
-    fd = conn.stream.socket.fileno()
-    # (Not a late call, its reading shut; nor a one-way one, whose client may go.)
-    watched = not (conn.pending or conn.closing or one_way)
-    if watched:
-        server._monitor.call_started(fd, calls)
     try:
-        if server._closing:
-            calls.cancel()
         try:
             in_scope = rpc.method == "run_graph" and scope_lender(server._handler)
             if in_scope:  # the step in this call's scope (WorkerServiceProtocol)
@@ -100,6 +89,25 @@ async def answer(server: Any, conn: Any, rpc: Rpc, message: Message | None, time
     if result is _CANCELLED:
         return _cancelled(server, rpc.method, timeout, deadline)
     return result
+
+
+def _begun(server: Any, conn: Any, timeout: float, one_way: int) -> tuple:
+    """A call's run begun in the connection's scope (``conn.calls``): its deadline set, the
+    scope noted as the server's, watched for the client leaving (not a late call, its reading
+    shut; nor a one-way one, whose client may go), cancelled if the server is closing.
+    Returns ``(calls, deadline, fd, watched)`` for :func:`_ended` and :func:`_cancelled`."""
+    calls = conn.calls
+    deadline = trio.current_time() + timeout + DEADLINE_GRACE_S  # (inf: none)
+    if deadline < math.inf:
+        calls.deadline = deadline
+    server._calls.add(calls)
+    fd = conn.stream.socket.fileno()
+    watched = not (conn.pending or conn.closing or one_way)
+    if watched:
+        server._monitor.call_started(fd, calls)
+    if server._closing:
+        calls.cancel()
+    return calls, deadline, fd, watched
 
 
 def _ended(server: Any, calls: trio.CancelScope, lent: LentScope | None, watched: bool,
@@ -169,20 +177,10 @@ async def answer_step(server: Any, conn: Any, taken: tuple, timeout: float) -> A
     or an ErrorReply."""
     bound, ids, arrays = taken
     step = bound.step
-    calls = conn.calls
-    deadline = trio.current_time() + timeout + DEADLINE_GRACE_S  # (inf: none)
-    if deadline < math.inf:
-        calls.deadline = deadline
+    calls, deadline, fd, watched = _begun(server, conn, timeout, 0)
     result: Any = _CANCELLED
     lent = LentScope(calls)
-    server._calls.add(calls)
-    fd = conn.stream.socket.fileno()
-    watched = not (conn.pending or conn.closing)  # (a late call's reading is shut)
-    if watched:
-        server._monitor.call_started(fd, calls)
     try:
-        if server._closing:
-            calls.cancel()
         try:
             state = step.begin(ids)
             result = await (step.run(state, arrays, lent) if state is not None
