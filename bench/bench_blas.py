@@ -34,6 +34,8 @@ SHAPES = [
     ("convnet conv1 patches", 25088, 25, 32, True, False),
     ("convnet conv1 dW", 25, 25088, 32, False, False),
     ("convnet logits dx", 128, 10, 1024, False, True),
+    ("convnet logits", 128, 1024, 10, False, False),
+    ("convnet logits dW", 1024, 128, 10, True, False),
     ("ae 784-256", 256, 784, 256, False, False),
     ("ae 784-256 dW", 784, 256, 256, True, False),
     ("ae 256-784", 256, 256, 784, False, False),

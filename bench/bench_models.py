@@ -152,6 +152,54 @@ def op_times_af(run_metadata):
     return times
 
 
+def gemm_node(graph, name, batch):
+    """The graph's MatMul that the executed node ``name`` computes (the node itself, or the
+    one under a fused node named after its epilogue: Relu/Sigmoid over an Add/BiasAdd), as
+    ``(matmul name, "[m, k] @ [k, n]" after the transposes, transposes)``; None for others.
+    Both frameworks keep TF1's node names, so the two tracers' nodes meet on this key."""
+    try:
+        op = graph.get_operation_by_name(name)
+    except (KeyError, ValueError):
+        return None
+    for _ in range(3):
+        if op.type == "MatMul":
+            break
+        if op.type not in ("Relu", "Sigmoid", "Add", "AddV2", "BiasAdd") or not op.inputs:
+            return None
+        op = next((t.op for t in op.inputs if t.op.type in ("MatMul", "Add", "AddV2",
+                                                              "BiasAdd")), None)
+        if op is None:
+            return None
+    if op.type != "MatMul":
+        return None
+    ta, tb = op.get_attr("transpose_a"), op.get_attr("transpose_b")
+    (a0, a1), (b0, b1) = ([batch if d is None else d for d in t.shape.as_list()]
+                          for t in op.inputs)
+    m, k = (a1, a0) if ta else (a0, a1)
+    n = b0 if tb else b1
+    return op.name, f"[{m}, {k}] @ [{k}, {n}]", f"{'T' if ta else 'N'}{'T' if tb else 'N'}"
+
+
+def gemm_times(graph, nodes, batch):
+    """``{matmul name: [ms, shape, transposes, executed op type]}`` for one traced step's
+    ``nodes`` (``(name, op type, ms)``): the GEMM nodes, per node rather than per type."""
+    times = {}
+    for name, op_type, ms in nodes:
+        found = gemm_node(graph, name, batch)
+        if found is None:
+            continue
+        key, shape, trans = found
+        entry = times.setdefault(key, [0.0, shape, trans, op_type])
+        entry[0] += ms
+    return times
+
+
+def add_gemms(total, times, scale):
+    for key, (ms, *rest) in times.items():
+        entry = total.setdefault(key, [0.0, *rest])
+        entry[0] += ms * scale
+
+
 def add_times(total, times, scale):
     for op_type, ms in times.items():
         total[op_type] = total.get(op_type, 0.0) + ms * scale
@@ -184,13 +232,22 @@ def serve_tf(models, intra_op):
         wall, cpu = time.perf_counter() - wall, cpu_seconds() - cpu
         result = Timing.record(wall, cpu, request["steps"], losses)
         if request.get("trace"):
-            ops = {}
+            ops, gemms = {}, {}
             for _ in range(TRACED_STEPS):
                 metadata = tf.RunMetadata()
                 session.run([loss, train], feed, options=tf.RunOptions(
                     trace_level=tf.RunOptions.FULL_TRACE), run_metadata=metadata)
                 add_times(ops, op_times_tf(graph, metadata), 1 / TRACED_STEPS)
+                if request.get("nodes"):
+                    add_gemms(gemms, gemm_times(graph, [
+                        (node.node_name.split(":")[0],
+                         node.timeline_label.split("(")[0].split("= ")[-1].strip(),
+                         node.op_end_rel_micros / 1e3)
+                        for device in metadata.step_stats.dev_stats
+                        for node in device.node_stats], BATCH[request["model"]]),
+                        1 / TRACED_STEPS)
             result["ops_ms"] = ops
+            result["gemms"] = gemms
         reply(result)
 
 
@@ -208,9 +265,10 @@ def serve_af(models, intra_op):
             return af.ConfigProto()
 
     async def main():
-        built = {}
+        built, graphs = {}, {}
         for model in models:
             graph = af.Graph()
+            graphs[model] = graph
             rng = np.random.default_rng(0)
             with graph.as_default():
                 feeds, loss, train = build(af, model, weights(model, rng))
@@ -244,13 +302,19 @@ def serve_af(models, intra_op):
             wall, cpu = time.perf_counter() - wall, cpu_seconds() - cpu
             result = Timing.record(wall, cpu, request["steps"], losses)
             if request.get("trace"):
-                ops = {}
+                ops, gemms = {}, {}
                 for _ in range(TRACED_STEPS):
                     metadata = af.RunMetadata()
                     await session.run([loss, train], feed, options=af.RunOptions(
                         trace_level=af.RunOptions.FULL_TRACE), run_metadata=metadata)
                     add_times(ops, op_times_af(metadata), 1 / TRACED_STEPS)
+                    if request.get("nodes"):
+                        add_gemms(gemms, gemm_times(graphs[request["model"]], [
+                            (node.node_name, node.op_type, (node.end_us - node.start_us) / 1e3)
+                            for node in metadata.step_stats], BATCH[request["model"]]),
+                            1 / TRACED_STEPS)
                 result["ops_ms"] = ops
+                result["gemms"] = gemms
             reply(result)
         for session, *_ in built.values():
             await session.__aexit__(None, None, None)
@@ -307,6 +371,31 @@ def environments(mode, tree=None):
     return [("af", base)]
 
 
+def print_gemms(model, servers, gemm_rounds):
+    """Each GEMM node's median time over the rounds, per server, and its difference to TF1's
+    (``--nodes``): where TF1's GEMM is faster, node by node."""
+    keys = sorted({key for (m, _, key) in gemm_rounds if m == model},
+                  key=lambda key: -max(float(np.median([e[0] for e in gemm_rounds.get(
+                      (model, s.label, key), [[0.0]])])) for s in servers))
+    print("    per GEMM node, ms per step (median of the rounds; type as executed): "
+          + "  ".join(server.label for server in servers))
+    total = {}
+    for key in keys:
+        cells, shape = [], ""
+        for server in servers:
+            entries = gemm_rounds.get((model, server.label, key))
+            if not entries:
+                cells.append(f"{'-':>8} {'':<14}")
+                continue
+            ms = float(np.median([e[0] for e in entries]))
+            total[server.label] = total.get(server.label, 0.0) + ms
+            shape = f"{entries[0][1]} {entries[0][2]}"
+            cells.append(f"{ms:8.3f} {entries[0][3]:<14}")
+        print(f"    {key:>34} {shape:>26}: {'  '.join(cells)}")
+    print(f"    {'all GEMM nodes':>34} {'':>26}: " + "  ".join(
+        f"{total.get(s.label, 0.0):8.3f} {'':<14}" for s in servers))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -322,6 +411,9 @@ def main(argv=None):
     parser.add_argument("--af-env", action="append", default=[], metavar="KEY=VALUE",
                         help="also time asyncflow with this environment variable set "
                              "(repeatable: one more server each, e.g. OPENBLAS_NUM_THREADS=1)")
+    parser.add_argument("--nodes", action="store_true",
+                        help="trace every round and print each GEMM node's time (the median "
+                             "over rounds of its mean over the traced steps) beside TF1's")
     parser.add_argument("--serve", choices=("af", "tf"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     models = [m for m in args.models.split(",") if m]
@@ -350,12 +442,14 @@ def main(argv=None):
     print(f"load average at start: {os.getloadavg()}")
     for server in servers:
         print(f"{server.label}: {json.dumps(server.info)}")
-    best = {}
+    best, gemm_rounds = {}, {}
     for round_index in range(args.rounds):
         for model in models:
             for server in servers:
-                result = server.ask(model=model, steps=args.steps,
-                                    trace=round_index == args.rounds - 1)
+                result = server.ask(model=model, steps=args.steps, nodes=args.nodes,
+                                    trace=args.nodes or round_index == args.rounds - 1)
+                for key, entry in (result.get("gemms") or {}).items():
+                    gemm_rounds.setdefault((model, server.label, key), []).append(entry)
                 key = (model, server.label)
                 if key not in best or result["step_ms"] < best[key]["step_ms"]:
                     best[key] = {**result, "ops_ms": best.get(key, {}).get("ops_ms")}
@@ -376,7 +470,7 @@ def main(argv=None):
             print(f"  {server.label:>32}: {result['step_ms']:8.2f} ms/step  cpu/wall "
                   f"{result['cpu_over_wall']:.2f}  loss {result['loss']:.4f}{ratio}")
             summary[f"{model}/{server.label}"] = {k: v for k, v in result.items()
-                                                  if k != "ops_ms"}
+                                                  if k not in ("ops_ms", "gemms")}
         print("    per op type, ms per step (tracers): "
               + "  ".join(server.label for server in servers))
         op_types = set()
@@ -391,6 +485,8 @@ def main(argv=None):
                 f"{(best[(model, s.label)].get('ops_ms') or {}).get(op_type, 0.0):8.2f}"
                 for s in servers)
             print(f"    {op_type:>28}: {cells}")
+        if args.nodes:
+            print_gemms(model, servers, gemm_rounds)
     print("\nJSON " + json.dumps(summary))
     return 0
 

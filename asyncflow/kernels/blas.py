@@ -54,6 +54,13 @@ CHOICES = ("auto", "numpy", "mkl")
 MKL_FROM_MACS = 1_000_000
 MKL_THIN = 32
 MKL_LARGE_MACS = 100_000_000
+# The CPU vendors (``vendor_id``) whose cores ``prefers`` was measured on, an Intel Xeon's. On an
+# AMD EPYC (Zen 4, AVX-512) MKL 2026.2's sgemm measured 0.89-1.14x numpy's OpenBLAS (SkylakeX
+# kernels) on one thread, 1.01-1.14x on the products ``prefers`` gives it but the logits'
+# (bench/bench_blas.py), and the convnet's step ran faster with numpy's GEMMs
+# (bench/bench_ab_setting.py, bench/RESULTS.md 2026-12-07 c45gemm): ``auto`` gives MKL nothing
+# on other vendors' CPUs (nor loads it). A CPU whose vendor cannot be read keeps the table.
+MKL_VENDORS = ("GenuineIntel",)
 DTYPES = frozenset(np.dtype(t) for t in (np.float32, np.float64))
 
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
@@ -61,6 +68,7 @@ _INT_MAX = 2**31 - 1
 _lock = threading.Lock()
 _mkl = []  # [library's two GEMMs as (sgemm, dgemm)] once loaded, [None] where it cannot be
 _path = []  # [the library's path or None] once looked up (``_installed``)
+_vendor = []  # [the CPU's vendor id or None] once read (``cpu_vendor``)
 
 
 def mkl_library_path():
@@ -156,9 +164,11 @@ def preload(ctx, other=None):
     loaded yet, a ``registry.Preload`` that loads it and makes its first call (~35 ms here:
     the library, then MKL's dispatch to its AVX-512 kernels) on a worker thread before the
     plan's first step, never on the event loop; ``other`` elsewhere (where MKL is not
-    installed too: such a plan has no Preload of MKL's to run)."""
+    installed too, and under ``auto`` on a CPU outside ``MKL_VENDORS``: such a plan has no
+    Preload of MKL's to run)."""
     dtypes = ctx.output_dtypes
     if (_mkl or CHOICE == "numpy" or getattr(ctx, "xp", np) is not np or not dtypes
+            or (CHOICE == "auto" and not vendor_measured())
             or np.dtype(dtypes[0]) not in DTYPES
             or ((_path or CHOICE != "mkl") and not _installed())):  # (mkl's: the Preload's)
         return other
@@ -187,9 +197,40 @@ def name():
 
 
 def prefers(m, k, n):
-    """Whether ``auto`` takes MKL for an ``[m, k] @ [k, n]`` product (see ``MKL_THIN``)."""
+    """Whether ``auto`` takes MKL for an ``[m, k] @ [k, n]`` product (see ``MKL_THIN``), on a
+    CPU of ``MKL_VENDORS``."""
     macs = m * k * n
-    return macs >= MKL_FROM_MACS and (min(m, k, n) <= MKL_THIN or macs >= MKL_LARGE_MACS)
+    return (macs >= MKL_FROM_MACS and (min(m, k, n) <= MKL_THIN or macs >= MKL_LARGE_MACS)
+            and vendor_measured())
+
+
+def vendor_measured():
+    """Whether this CPU's vendor is one ``prefers`` was measured on (``MKL_VENDORS``), or
+    cannot be read."""
+    vendor = cpu_vendor()
+    return vendor is None or vendor in MKL_VENDORS
+
+
+def cpu_vendor(path="/proc/cpuinfo"):
+    """The CPU's ``vendor_id`` (``GenuineIntel``, ``AuthenticAMD``), read once from the first
+    kilobyte of ``path`` (a few microseconds: its second line); None where there is none."""
+    if not _vendor:
+        _vendor.append(vendor_of(path))
+    return _vendor[0]
+
+
+def vendor_of(path):
+    """``vendor_id`` of a cpuinfo file at ``path``, or None (no such file or line)."""
+    try:
+        with open(path, "rb") as cpuinfo:
+            head = cpuinfo.read(1024).decode("ascii", "replace")
+    except OSError:
+        return None
+    for line in head.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "vendor_id":
+            return value.strip() or None
+    return None
 
 
 def gemm(ctx, a, b, whole=None):
@@ -202,8 +243,9 @@ def gemm(ctx, a, b, whole=None):
     xp = ctx.xp
     m, k, n = whole if whole is not None else (a.shape[0], a.shape[1], b.shape[1])
     if (xp is np and type(a) is np.ndarray and type(b) is np.ndarray and a.ndim == b.ndim == 2
-            and a.dtype == b.dtype and a.dtype in DTYPES and available()
-            and (CHOICE == "mkl" or prefers(m, k, n)) and not gram(a, b)):
+            and a.dtype == b.dtype and a.dtype in DTYPES
+            and (prefers(m, k, n) if CHOICE == "auto" else CHOICE != "numpy")
+            and available() and not gram(a, b)):  # (auto: loaded only where it may run)
         return mkl_matmul
     return lambda x, y, out: xp.matmul(x, y, out=out)
 

@@ -29,6 +29,7 @@ LAYOUTS = ("C", "F", "transposed", "strided", "sliced", "reversed rows", "broadc
 @pytest.fixture(autouse=True)
 def _mkl_wherever_it_applies(monkeypatch):
     monkeypatch.setattr(blas, "CHOICE", "mkl" if blas.CHOICE != "numpy" else "numpy")
+    monkeypatch.setattr(blas, "_vendor", ["GenuineIntel"])  # (``auto``'s table, measured there)
 
 
 def _ctx(threads=None, name="MatMul", **attrs):
@@ -97,6 +98,41 @@ def test_auto_takes_mkl_for_the_shapes_it_measured_faster_on(monkeypatch):
                          (25088, 25, 32, True), (25, 25088, 32, True), (128, 10, 1024, True),
                          (128, 3136, 1024, True), (3136, 128, 1024, True)]:
         assert (blas.gemm(_ctx(), *operands(3, np.float32, m, k, n)) is blas.mkl_matmul) is mkl
+
+
+def test_auto_gives_mkl_nothing_on_a_cpu_it_was_not_measured_on(monkeypatch):
+    """On an AMD CPU MKL measured no faster than numpy's OpenBLAS (``MKL_VENDORS``): ``auto``
+    takes numpy's form for every product, has no Preload of MKL's and never loads it (a spy
+    stands for the loader), while ``mkl`` still takes MKL there."""
+    monkeypatch.setattr(blas, "CHOICE", "auto")
+    monkeypatch.setattr(blas, "_vendor", ["AuthenticAMD"])
+    monkeypatch.setattr(blas, "_mkl", [])
+    monkeypatch.setattr(blas, "_path", ["libmkl_rt.so.3"])  # (found, not loaded yet)
+    loads = []
+    monkeypatch.setattr(blas, "_load", lambda: loads.append(1) or (None, None))
+    for m, k, n in [(25088, 25, 32), (25, 25088, 32), (128, 10, 1024), (128, 3136, 1024),
+                    (256, 784, 256)]:
+        a, b = operands(3, np.float32, m, k, n)
+        assert not blas.prefers(m, k, n) and blas.gemm(_ctx(), a, b) is not blas.mkl_matmul
+    cpu = SimpleNamespace(xp=np, output_dtypes=[np.dtype(np.float32)])
+    assert blas.preload(cpu) is None and loads == []
+    monkeypatch.setattr(blas, "CHOICE", "mkl")
+    assert isinstance(blas.preload(cpu), Preload)
+    assert blas.gemm(_ctx(), *operands(3, np.float32, 128, 256, 256)) is blas.mkl_matmul
+    monkeypatch.setattr(blas, "CHOICE", "auto")
+    monkeypatch.setattr(blas, "_vendor", [None])  # (not readable: the measured table)
+    assert blas.prefers(25088, 25, 32) and not blas.prefers(256, 784, 256)
+
+
+def test_the_cpu_vendor_is_read_from_cpuinfo_s_head(monkeypatch, tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n")
+    assert blas.vendor_of(str(cpuinfo)) == "AuthenticAMD"
+    cpuinfo.write_text("processor\t: 0\nBogoMIPS\t: 50.00\n")  # (an ARM core: no vendor_id)
+    assert blas.vendor_of(str(cpuinfo)) is None
+    assert blas.vendor_of(str(tmp_path / "missing")) is None
+    monkeypatch.setattr(blas, "_vendor", [])
+    assert blas.cpu_vendor(str(cpuinfo)) is None and blas._vendor == [None]
 
 
 def test_a_gram_product_stays_numpy_s_syrk(monkeypatch):
