@@ -83,6 +83,7 @@ class _FetchStructure:
         # rebuilds without recursion: each element's value index, None for an op.
         template = self._template
         self._flat = None
+        self._single = template[1] if template[0] == "tensor" else None  # a lone tensor's index
         if template[0] in (list, tuple) and all(n[0] in ("tensor", "op") for n in template[1]):
             self._flat = [n[1] if n[0] == "tensor" else None for n in template[1]]
 
@@ -142,6 +143,8 @@ class _FetchStructure:
         return ("tensor", index)
 
     def rebuild(self, values):
+        if self._single is not None:
+            return values[self._single]
         flat = self._flat
         if flat is not None:
             seq = [None if i is None else values[i] for i in flat]
@@ -181,6 +184,14 @@ def _fits(dims, shape):
         if want is not None and want != have:
             return False
     return True
+
+
+def _float_scalar(tensor):
+    """The numpy dtype a Python float fed to ``tensor`` becomes as it is (``_to_feed_array``'s
+    own case: a float dtype, a scalar), where its shape is known to be a scalar (no later
+    ``set_shape`` can change that), else None: decided once per tensor (``_resolve_feeds``)."""
+    dtype = tensor.dtype.np
+    return dtype if dtype.kind == "f" and tensor.shape.dims == () else None
 
 
 def _to_feed_array(tensor, value):
@@ -347,7 +358,8 @@ class Session:
         self._owned_tasks = []  # stop callbacks of background tasks this session owns
         self._single_fetches = {}  # a lone Tensor/Operation fetch -> its _FetchStructure
         self._flat_fetches = {}  # (list or tuple, *its Tensors/Operations) -> the same
-        self._feedable = set()  # Tensors of this graph fed before: resolved and feedable
+        # Tensors of this graph fed before (resolved and feedable) -> ``_float_scalar``'s dtype
+        self._feedable = {}
 
     # -- lifecycle ----------------------------------------------------------------------
     def __enter__(self):
@@ -557,10 +569,14 @@ class Session:
         known = self._feedable
         tensors, values = [], []
         for key, value in feed_dict.items():
-            if type(key) is not Tensor or key not in known:
+            if type(key) is not Tensor:
+                break
+            scalar = known.get(key, False)
+            if scalar is False:
                 break
             tensors.append(key)
-            values.append(_to_feed_array(key, value))
+            values.append(np.asarray(value, scalar) if type(value) is float and scalar
+                          is not None else _to_feed_array(key, value))
         else:
             return tensors, values
         tensors, values, seen = [], [], set()
@@ -580,7 +596,7 @@ class Session:
             seen.add(tensor)
             check_feedable(tensor)
             if type(tensor) is Tensor and len(known) < _SINGLE_FETCHES_KEPT:
-                known.add(tensor)
+                known[tensor] = _float_scalar(tensor)
             tensors.append(tensor)
             values.append(_to_feed_array(tensor, value))
         return tensors, values

@@ -160,6 +160,36 @@ async def test_feeds_resolved_before_are_still_checked_every_run(graph):
         assert enter not in sess._feedable and other not in sess._feedable
 
 
+async def test_a_float_fed_again_to_a_scalar_is_what_the_full_check_makes_of_it(graph):
+    """A Python float fed to a Tensor fed before takes the scalar float case decided once per
+    Tensor (``_float_scalar``): the same array (dtype, rank 0) as the full check makes, and
+    every other key, value or shape still the full check's, with its errors."""
+    f32 = af.placeholder(af.float32, [], name="f32")
+    f64 = af.placeholder(af.float64, [], name="f64")
+    bf16 = af.placeholder(af.bfloat16, [], name="bf16")
+    i32 = af.placeholder(af.int32, [], name="i32")
+    loose = af.placeholder(af.float32, None, name="loose")
+    async with af.Session() as sess:
+        for _ in range(2):  # (the second time each key is known)
+            got = sess.prepare([f32, f64, bf16, loose], {f32: 1.5, f64: 2.5, bf16: 0.5,
+                                                         loose: 3.0}).feed_values
+            want = [np.asarray(1.5, np.float32), np.asarray(2.5, np.float64),
+                    np.asarray(0.5, bf16.dtype.np), np.asarray(3.0, np.float32)]
+            assert [(v.dtype, v.shape, v.item()) for v in got] == \
+                [(w.dtype, w.shape, w.item()) for w in want]
+            assert await sess.run(f32 * 2.0, {f32: 1.5}) == np.float32(3.0)
+            assert await sess.run(f32 * 2.0, {f32: np.float32(2.0)}) == np.float32(4.0)
+            with pytest.raises(af.errors.InvalidArgumentError, match="dtype float64.*i32:0"):
+                await sess.run(i32 + 1, {i32: 1.5})
+            with pytest.raises(af.errors.InvalidArgumentError, match=r"shape \(2,\).*f32:0"):
+                await sess.run(f32 * 2.0, {f32: [1.0, 2.0]})
+        assert sess._feedable[f32] == np.float32 and sess._feedable[i32] is None
+        assert sess._feedable[loose] is None  # (its shape may be set later: checked each run)
+        loose.set_shape([2])
+        with pytest.raises(af.errors.InvalidArgumentError, match=r"shape \(\).*loose:0"):
+            await sess.run(loose * 2.0, {loose: 3.0})
+
+
 async def test_unfed_placeholder_error_names_it(graph):
     x = af.placeholder(af.float32, [2], name="needs_feed")
     async with af.Session() as sess:

@@ -34,6 +34,20 @@ replaying the step from there (``_Ended``: its one call gives that outcome inste
 again), so the step's error, its AbortStep, the restart check and the watchdog's verdict are
 the driver's, word for word. ``DirectStep.steps`` counts the steps that went direct (tests).
 
+The hand-over
+-------------
+A Ctrl-C is raised by trio between any two lines of code that is not KI-protected: one landing
+after the call's failure and before the driver's ``run`` reached its ``try`` (keeping the
+failure, the unwatch, the driver made) would end the step without the driver's AbortStep,
+and the worker keep the step (its rendezvous, a partial run) until its own timeout. So
+``DirectStep.run`` is KI-protected (trio's ``enable_ki_protection``: a Ctrl-C waits for the
+main task's next checkpoint there), and the step itself its ``_step``, not protected (a Ctrl-C
+in the call, the hand-over or the driver is raised at once, as in the driver's own steps);
+whatever exception leaves ``_step`` once the RunGraph is on its way and unanswered, ``run``'s
+handler sends the AbortStep through the step's driver (``_Call.settle``: the driver's
+``_abort``, shielded, within its grace, sent once: not again where the driver sent it). Only a
+second Ctrl-C during that AbortStep may cut it short.
+
 Knows the master and the channels' ``run_graph_step``; never HTTP.
 """
 from __future__ import annotations
@@ -64,16 +78,31 @@ class DirectStep:
             return None
         return cls(run)
 
+    @trio.lowlevel.enable_ki_protection
     async def run(self, feed_values, cancel):
         """One step; returns the fetched values in order (see the module docstring).
         ``cancel``: the session's ``CallCancel`` for it, lent to the RunGraph call.
 
+        This frame is KI-protected (a Ctrl-C meets none of its own lines, only ``_step``'s,
+        which are not: see "The hand-over" above): whatever ends ``_step`` by an exception
+        before the worker answered and before the driver sent its AbortStep sends it here.
+
         Raises:
             OpError: as the driver raises it.
         """
+        call = _Call(self, self.master._step_bits(62) | 1, cancel)
+        try:
+            return await self._step(call, feed_values)
+        except BaseException:
+            await call.settle()
+            raise
+
+    @trio.lowlevel.disable_ki_protection
+    async def _step(self, call, feed_values):
+        """``run``'s step (its frames unprotected: a Ctrl-C in the call is raised in it, as
+        for the driver's own call)."""
         master, tg = self.master, self.tg
         task = master.tasks[tg.task]
-        call = _Call(self, master._step_bits(62) | 1, cancel)
         fixed = tg.step  # (the driver's: made once per handle, no timeout nor trace here)
         if fixed is None or not fixed.fits(tg.handle, None, False):
             fixed = tg.step = _master.RunGraphStep(tg.handle, tg.options.feeds,
@@ -86,8 +115,10 @@ class DirectStep:
         try:  # (unwatched whatever comes: a KeyboardInterrupt anywhere here leaves no call
             #    noted, whose watchdog would ask the task's Health for ever)
             try:
-                reply = await task.channel.run_graph_step(request, scope=cancel, entered=True,
-                                                          values=True)
+                call.answered = False
+                reply = await task.channel.run_graph_step(request, scope=call.cancel,
+                                                          entered=True, values=True)
+                call.answered = True
             except BaseException as exc:  # noqa: BLE001 - the driver's to judge and raise
                 call.ended = outcome.Error(exc)  # (raised by the driver, out of this block:
                 #                                  the error is not the context of its own)
@@ -104,11 +135,12 @@ class DirectStep:
 class _Call:
     """One direct step, as its ``StepMonitor`` notes it (a step may run twice at once)."""
 
-    __slots__ = ("direct", "step_id", "cancel", "driver", "ended")
+    __slots__ = ("direct", "step_id", "cancel", "driver", "ended", "answered")
 
     def __init__(self, direct, step_id, cancel):
         self.direct, self.step_id, self.cancel, self.driver = direct, step_id, cancel, None
         self.ended = None  # the call's failure (an outcome.Error), until the driver takes it
+        self.answered = None  # False once the RunGraph is on its way, True once answered
 
     def _driver(self):
         """The step's ``_Ended`` driver, made once, as the driver's own step stands while
@@ -135,7 +167,29 @@ class _Call:
         try:
             return await driver.run()
         finally:
-            driver.ended = self.driver = None
+            driver.ended = None  # (the driver kept: ``settle`` asks whether it aborted)
+
+    async def settle(self):
+        """``DirectStep.run``'s, as an exception leaves the step (KI-protected there): the
+        step's AbortStep, the driver's own (``_abort``: shielded, within its grace; sent once,
+        so never again where the driver sent it), unless the worker answered the call or
+        never got it. A KeyboardInterrupt between the call's end and the driver's ``run``
+        (the hand-over) would otherwise leave the step on the worker until its own timeout;
+        one in an unwatch, the call or its driver noted with the monitor, a watchdog started
+        (both ended here)."""
+        self.ended = None  # (a failure the driver never took: its traceback holds this call)
+        monitor = self.direct.master.monitor  # (neither left noted: see ``_step``'s finally)
+        monitor.unwatch(self)
+        if self.driver is not None:  # (its watchdog, if started, ended: the call has)
+            monitor.unwatch(self.driver)
+            if self.driver.watchdog_scope is not None:
+                self.driver.watchdog_scope.cancel()
+        if self.answered is False:
+            driver = self._driver()
+            if not driver.aborted:
+                await driver._abort("CANCELLED", f"step {self.step_id} was cancelled by the "
+                                    "client")
+        self.driver = None
 
 
 class _Ended(_master.StepDriver):

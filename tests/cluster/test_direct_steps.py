@@ -325,3 +325,77 @@ async def test_a_direct_step_answered_after_its_watchdog_started_returns_its_val
 async def _step_in_flight(worker):
     while (await health(worker.address)).stats.steps_in_flight == 0:
         await trio.sleep(0.02)  # (bounded by the caller's fail_after) the step waits there
+
+
+async def test_a_ctrl_c_in_a_direct_steps_hand_over_still_aborts_it_on_the_worker(worker,
+                                                                                  monkeypatch):
+    """A KeyboardInterrupt landing anywhere between the direct call's failure and the
+    driver's ``run`` (keeping the failure, the unwatch, the hand-over, the driver's own
+    watch): raised from ``run`` after AbortStep went out, once, and the worker holds no step.
+    The call fails on the client while the worker still runs the step (its RunGraph sent on
+    a call of the test's, which the abort then ends)."""
+    from asyncflow.cluster import direct_step
+    from transports.service import TransportUnavailable
+    graph, p, _, _, _, blocked, put = _graph()
+    with trio.fail_after(GENEROUS):
+        async with af.Session(graph=graph, cluster=worker.cluster, config=CONFIG) as sess:
+            await sess.run(put, {p: 1.0})
+            assert await sess.run(blocked) == 1.0  # (registered: the next goes direct)
+            run, master = _run_of(sess, blocked), sess._target.master
+            channel, monitor = master.tasks[T0].channel, master.monitor
+            real_call, real_abort = channel.run_graph_step, channel.abort_step
+            real_watch, real_unwatch = monitor.watch, monitor.unwatch
+
+            def once(*_):
+                monkeypatch.undo()
+                raise KeyboardInterrupt
+
+            class _Interrupted:
+                Error = staticmethod(once)
+
+            async def interrupted_driven(self, reply):
+                once()
+
+            points = {  # each undone as it raises (``once``)
+                "keeping": lambda: monkeypatch.setattr(direct_step, "outcome", _Interrupted),
+                "unwatching": lambda: monkeypatch.setattr(monitor, "unwatch", lambda step: (
+                    once() if type(step) is direct_step._Call else real_unwatch(step))),
+                "handing over": lambda: monkeypatch.setattr(direct_step._Call, "driven",
+                                                            interrupted_driven),
+                "driving": lambda: monkeypatch.setattr(monitor, "watch", lambda step: (
+                    once() if type(step) is direct_step._Ended else real_watch(step))),
+            }
+            for point, inject in points.items():
+                aborts, sent = [], []
+
+                async def abort_step(request, **kwargs):
+                    aborts.append(request.code)
+                    return await real_abort(request, **kwargs)
+
+                async with trio.open_nursery() as nursery:
+                    async def sent_on_its_own(request):
+                        try:
+                            await real_call(request, timeout=GENEROUS)
+                        except Exception as exc:  # noqa: BLE001 - the abort's answer
+                            sent.append(exc)
+
+                    async def lost(request, **kwargs):
+                        nursery.start_soon(sent_on_its_own, request)
+                        await _step_in_flight(worker)
+                        inject()
+                        raise TransportUnavailable("connection lost")
+
+                    channel.abort_step, channel.run_graph_step = abort_step, lost
+                    _fresh(sess)
+                    with pytest.raises(KeyboardInterrupt):
+                        await sess.run(blocked)
+                    assert aborts == ["CANCELLED"], point
+                    assert master.monitor._steps == {}, point
+                del channel.run_graph_step, channel.abort_step
+                assert [getattr(e, "code", e) for e in sent] == ["ABORTED"], (point, sent)
+                assert (await health(worker.address)).stats.steps_in_flight == 0, point
+            assert run.direct.steps == len(points)
+            _fresh(sess)
+            await sess.run(put, {p: 2.0})
+            _fresh(sess)
+            assert await sess.run(blocked) == 2.0 and run.direct.steps == 1 + len(points)
