@@ -9,7 +9,8 @@ process, as its asyncflow side does before the trivial series; ``--between tf|ra
 ``bench_vs_tf1``'s TF1 and/or Ray side (``--tf-python``, ``--ray-python``) between clusters,
 as its rounds do, so processes those leave running show in the next cluster's rounds.
 ``--pause-ms`` leaves the cluster idle before each round (what an idle gap does to the next
-steps); ``--no-probe`` drops the CPU probes between rounds.
+steps); ``--busy-first-ms`` keeps every CPU busy (other processes) that long after the warm-up
+(the machine out of its idle state, this cluster's processes not warmed by it); ``--no-probe`` drops the CPU probes between rounds.
 
 Per round: the median, p10, p90 step (ms), the share of steps over 1.25x the p10 (a bimodal
 series against one shifted whole) and each 100 steps' median in turn (us: a phase shows as a run
@@ -135,6 +136,19 @@ def _probe():
 
 _HOG = ("import os, sys\nos.sched_setaffinity(0, {int(c) for c in sys.argv[1].split(',')})\n"
         "while True: pass")
+
+
+def _busy_cpus(seconds):
+    """Every CPU busy for ``seconds`` (one busy process each, then killed): the machine
+    brought out of its idle state without this cluster's processes doing anything."""
+    hogs = [subprocess.Popen([sys.executable, "-c", _HOG, str(cpu)])
+            for cpu in sorted(os.sched_getaffinity(0))]
+    try:
+        time.sleep(seconds)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
 
 
 def _loop():
@@ -266,6 +280,8 @@ async def _measure(spec, args, out):
             await sess.run(doubled, {p: 1.0})
             for _ in range(args.warmup):
                 await sess.run(doubled, {p: 1.0})
+            if args.busy_first_ms:
+                _busy_cpus(args.busy_first_ms / 1e3)
             for n in range(args.rounds):
                 _print(f"{out['label']} round {n + 1}", await _round(
                     lambda: sess.run(doubled, {p: 1.0}), args.steps, tasks, watch, loadavg,
@@ -288,6 +304,9 @@ def main():
                         help="steps between samples of the processes' CPUs (0: none)")
     parser.add_argument("--dump", default="", help="append each round's step times (us, "
                         "one JSON list a line) to this file")
+    parser.add_argument("--busy-first-ms", type=float, default=0.0,
+                        help="every CPU kept busy this long (other processes) after the "
+                             "warm-up, before the first round")
     parser.add_argument("--pause-ms", type=float, default=0.0,
                         help="the cluster left idle this long before each round")
     parser.add_argument("--before", choices=("none", "reduce"), default="none",
