@@ -5,8 +5,8 @@ installed (the ``[mkl]`` extra) and the product is one it measured faster on (``
 ``ASYNCFLOW_BLAS`` chooses: ``numpy`` (never MKL), ``mkl`` (MKL wherever it applies; a warning
 and numpy's form where it cannot be loaded), unset or ``auto`` (MKL where the wheel is
 installed, for the products it measured faster on in the models' steps: ``prefers``, measured
-in float32, float64 taking the same rule). ``CHOICE`` holds it, read at each call (tests
-change it).
+in float32, float64 taking the same rule, on an Intel CPU: on other vendors' ``auto`` gives MKL
+nothing, ``MKL_VENDORS``). ``CHOICE`` holds it, read at each call (tests change it).
 
 MKL runs on its sequential threading layer (``MKL_Set_Threading_Layer``, set before any other
 MKL call): one GEMM call is one thread, the calling one, so the device's intra-op pool keeps
@@ -192,7 +192,11 @@ def available():
 
 
 def name():
-    """Which library runs the CPU GEMMs of float32/float64 products: ``mkl`` or ``numpy``."""
+    """Which library runs the CPU GEMMs of float32/float64 products: ``mkl`` or ``numpy``
+    (``numpy`` under ``auto`` on a CPU outside ``MKL_VENDORS``, where MKL runs none and is
+    not loaded)."""
+    if CHOICE == "auto" and not vendor_measured():
+        return "numpy"
     return "mkl" if available() else "numpy"
 
 
