@@ -124,6 +124,10 @@ def steps(args, blas):
 
     async def run():
         print(f"load average at start: {os.getloadavg()}")
+        if not blas.vendor_measured():  # (auto is numpy's form there: this run is an A/A)
+            print(f"  this CPU ({blas.cpu_vendor()}) is outside blas.MKL_VENDORS: auto takes "
+                  "numpy's GEMMs here, so auto against numpy is an A/A; to time MKL's table, "
+                  "use bench_ab_setting.py --set \"asyncflow.kernels.blas:MKL_VENDORS=(...)\"")
         for model in args.models.split(","):
             graph = af.Graph()
             rng = np.random.default_rng(0)
@@ -150,7 +154,7 @@ def steps(args, blas):
                         medians[choice].append(statistics.median(walls) * 1e3)
                         cpus[choice].append(statistics.median(cpu) * 1e3)
                 ratios = [a / b for a, b in zip(medians["auto"], medians["numpy"])]
-                print(f"{model:>12}: auto (mkl) {min(medians['auto']):7.2f} ms, numpy "
+                print(f"{model:>12}: auto ({blas.name()}) {min(medians['auto']):7.2f} ms, numpy "
                       f"{min(medians['numpy']):7.2f} ms (best medians); auto/numpy per pair "
                       + " ".join(f"{r:.3f}" for r in ratios)
                       + f"; median {statistics.median(ratios):.3f}")

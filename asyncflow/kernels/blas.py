@@ -5,8 +5,8 @@ installed (the ``[mkl]`` extra) and the product is one it measured faster on (``
 ``ASYNCFLOW_BLAS`` chooses: ``numpy`` (never MKL), ``mkl`` (MKL wherever it applies; a warning
 and numpy's form where it cannot be loaded), unset or ``auto`` (MKL where the wheel is
 installed, for the products it measured faster on in the models' steps: ``prefers``, measured
-in float32, float64 taking the same rule). ``CHOICE`` holds it, read at each call (tests
-change it).
+in float32, float64 taking the same rule, on an Intel CPU: on other vendors' ``auto`` gives MKL
+nothing, ``MKL_VENDORS``). ``CHOICE`` holds it, read at each call (tests change it).
 
 MKL runs on its sequential threading layer (``MKL_Set_Threading_Layer``, set before any other
 MKL call): one GEMM call is one thread, the calling one, so the device's intra-op pool keeps
@@ -55,10 +55,12 @@ MKL_FROM_MACS = 1_000_000
 MKL_THIN = 32
 MKL_LARGE_MACS = 100_000_000
 # The CPU vendors (``vendor_id``) whose cores ``prefers`` was measured on, an Intel Xeon's. On an
-# AMD EPYC (Zen 4, AVX-512) MKL 2026.2's sgemm measured 0.89-1.14x numpy's OpenBLAS (SkylakeX
-# kernels) on one thread, 1.01-1.14x on the products ``prefers`` gives it but the logits'
-# (bench/bench_blas.py), and the convnet's step ran faster with numpy's GEMMs
-# (bench/bench_ab_setting.py, bench/RESULTS.md 2026-12-07 c45gemm): ``auto`` gives MKL nothing
+# AMD EPYC (Zen 4, AVX-512) MKL 2026.2's sgemm measured 0.93-1.21x numpy's OpenBLAS (SkylakeX
+# kernels) on one thread on the dense models' products, 1.00-1.38x on the convnet's that
+# ``prefers`` gives it but two (its dense layer's input gradient 0.91-1.04x, the logits'
+# 0.69-0.89x) and 2.8x on the logits' forward and weight gradient (bench/bench_blas.py), and
+# the convnet's step ran 4-9% faster with numpy's GEMMs (bench/bench_ab_setting.py,
+# bench/RESULTS.md 2026-12-07 c45gemm, r45gemm): ``auto`` gives MKL nothing
 # on other vendors' CPUs (nor loads it). A CPU whose vendor cannot be read keeps the table.
 MKL_VENDORS = ("GenuineIntel",)
 DTYPES = frozenset(np.dtype(t) for t in (np.float32, np.float64))
@@ -192,7 +194,11 @@ def available():
 
 
 def name():
-    """Which library runs the CPU GEMMs of float32/float64 products: ``mkl`` or ``numpy``."""
+    """Which library runs the CPU GEMMs of float32/float64 products: ``mkl`` or ``numpy``
+    (``numpy`` under ``auto`` on a CPU outside ``MKL_VENDORS``, where MKL runs none and is
+    not loaded)."""
+    if CHOICE == "auto" and not vendor_measured():
+        return "numpy"
     return "mkl" if available() else "numpy"
 
 
@@ -213,7 +219,8 @@ def vendor_measured():
 
 def cpu_vendor(path="/proc/cpuinfo"):
     """The CPU's ``vendor_id`` (``GenuineIntel``, ``AuthenticAMD``), read once from the first
-    kilobyte of ``path`` (a few microseconds: its second line); None where there is none."""
+    kilobyte of ``path`` (its second line; ~20 us on the AMD EPYC, the kernel formatting the first
+    core's entry); None where there is none."""
     if not _vendor:
         _vendor.append(vendor_of(path))
     return _vendor[0]

@@ -116,7 +116,9 @@ def test_auto_gives_mkl_nothing_on_a_cpu_it_was_not_measured_on(monkeypatch):
         assert not blas.prefers(m, k, n) and blas.gemm(_ctx(), a, b) is not blas.mkl_matmul
     cpu = SimpleNamespace(xp=np, output_dtypes=[np.dtype(np.float32)])
     assert blas.preload(cpu) is None and loads == []
+    assert blas.name() == "numpy" and loads == []  # (what bench_models reports as "gemm")
     monkeypatch.setattr(blas, "CHOICE", "mkl")
+    assert blas.name() == "mkl" and loads == [1]
     assert isinstance(blas.preload(cpu), Preload)
     assert blas.gemm(_ctx(), *operands(3, np.float32, 128, 256, 256)) is blas.mkl_matmul
     monkeypatch.setattr(blas, "CHOICE", "auto")
@@ -365,6 +367,7 @@ def test_an_ilp64_interface_set_before_is_refused_with_a_warning():
     MKL keeps it, and the c_int argtypes would pass half-read ints: numpy's form, a warning."""
     code = ("import ctypes, warnings, numpy as np\n"
             "from asyncflow.kernels import blas\n"
+            "blas.CHOICE = 'mkl'  # (auto on a CPU outside MKL_VENDORS would not load it)\n"
             "assert ctypes.CDLL(blas.mkl_library_path()).MKL_Set_Interface_Layer(1) == 1\n"
             "with warnings.catch_warnings(record=True) as caught:\n"
             "    warnings.simplefilter('always')\n"
