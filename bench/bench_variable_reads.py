@@ -84,12 +84,14 @@ def main(argv=None):
         a, b = rounds["A"], rounds["B"]
         for form in FORMS:
             figures = rounds[form]
-            print(f"  {form}: best {min(figures):.2f} us, median {statistics.median(figures):.2f};"
-                  f" rounds {' '.join(f'{x:.1f}' for x in figures)}")
+            print(f"  {form}: best {min(figures):.2f} us, median "
+                  f"{statistics.median(figures):.2f}; rounds "
+                  f"{' '.join(f'{x:.1f}' for x in figures)}")
         diffs = [y - x for x, y in zip(a, b)]
         median = statistics.median(diffs)
-        print(f"  B - A round by round: median {median:+.2f} us ({median / args.variables * 1e3:+.0f}"
-              f" ns a variable), range {min(diffs):+.2f} to {max(diffs):+.2f}; B slower in "
+        each = median / args.variables * 1e3
+        print(f"  B - A round by round: median {median:+.2f} us ({each:+.0f} ns a variable), "
+              f"range {min(diffs):+.2f} to {max(diffs):+.2f}; B slower in "
               f"{sum(d > 0 for d in diffs)} of {len(diffs)} rounds; B / A of the medians "
               f"{statistics.median(b) / statistics.median(a):.3f}")
         print(f"load average at end: {os.getloadavg()}")

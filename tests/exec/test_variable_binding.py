@@ -2,6 +2,9 @@
 a VariableV2's line reads the resource bound to the plan (looked up again after a reset) and
 an Identity of a variable's read is the read itself; every behaviour is the kernels' own,
 checked here in both forms (``codegen.BIND_VARIABLES`` on and off)."""
+import gc
+import weakref
+
 import numpy as np
 import pytest
 
@@ -95,8 +98,6 @@ async def test_a_reset_between_steps_rebinds_and_the_plan_keeps_no_buffer(bound,
     """A shared variable's step after ``Session.reset``: uninitialized (the fresh resource),
     then the fresh one's values; the step's globals hold the old resource by weak reference
     only."""
-    import gc
-    import weakref
     name = f"c45var_bound_{bound}"
     with af.Graph().as_default():
         v = af.Variable(np.arange(3.0, dtype=np.float32), shared_name=name)
