@@ -34,6 +34,7 @@ import weakref
 import numpy as np
 
 from asyncflow import errors
+from asyncflow.kernels.registry import ANY, get_kernel
 from asyncflow.exec import pairs, plan as plan_mod, timeslice
 from asyncflow.exec.plan import (DROP, ENTER, EXIT, MERGE, NEXT_ITERATION, NORMAL, SWITCH,
                                     estimate_static_cost, offload_due, runtime_cost,
@@ -42,6 +43,10 @@ from asyncflow.exec.step import now_us
 
 
 DUMP_ENV = "ASYNCFLOW_DUMP_CODE"  # a directory: every generated function's source lands there
+# A VariableV2's line reads its resource bound to the plan, and an Identity of a variable's
+# read is the read itself, with no kernel call (``Generator.read``); False: both call their
+# kernels every step, as before (bench A/B only).
+BIND_VARIABLES = True
 _functions = itertools.count(1)
 _NOT_IDENTIFIER = re.compile(r"[^0-9A-Za-z_]+")
 
@@ -49,8 +54,9 @@ _NOT_IDENTIFIER = re.compile(r"[^0-9A-Za-z_]+")
 class Generator:
     """The source of one generated function, a line per statement group, and its globals."""
 
-    def __init__(self):
+    def __init__(self, kernel_calls=False):
         self.env, self.lines, self.kernels, self.indent = {}, [], {}, 0
+        self.kernel_calls = kernel_calls  # every node's kernel called (no ``read``)
 
     def add(self, prefix, value, name=None, label=None):
         """A global holding ``value``; returns its name: ``name``, else ``prefix`` and
@@ -70,15 +76,48 @@ class Generator:
         return self.add("K", node.fn(node.ctx)[0], label=node.op.name)
 
     def call(self, node, args):
-        """The expression calling ``node``'s kernel (one global per distinct kernel)."""
+        """The expression calling ``node``'s kernel (one global per distinct kernel), or a
+        one-tuple of its output read inline where ``read`` gives one (``store`` unpacks it)."""
+        inline = self.read(node, args)
+        if inline is not None:
+            return _Read(f"({inline},)")
         fn = self.kernels.get(node.fn)
         if fn is None:
             fn = self.kernels[node.fn] = self.add("F", node.fn, label=node.op.type)
         return f"{fn}({', '.join([self.add('c', node.ctx, label=node.op.name)] + args)})"
 
+    def read(self, node, args):
+        """The expression of ``node``'s one output without its kernel call, or None
+        (``BIND_VARIABLES``; the traced twin, ``kernel_calls``, calls every kernel).
+
+        A ``VariableV2``'s is its resource, bound here: the line reads the resource by weak
+        reference while the manager's epoch is the one it was looked up under and otherwise
+        looks it up again (``_variable_binder``: created on first use, found again after a
+        ``reset``), as the kernel (``NodeContext.variable_resource``) does every step; an
+        uninitialized variable still raises at its reader's ``read()``, naming the variable.
+        An ``Identity`` of a variable's read (its argument ``ref.read()``) is the read.
+        """
+        if not BIND_VARIABLES or self.kernel_calls or node.is_async or node.offload:
+            return None
+        kind = node.op.type
+        if kind == "VariableV2" and not node.inputs and node.fn is _kernel_fn(kind):
+            label = node.op.name
+            names = (self.add("Vr", _unbound, label=label),  # (a reference to nothing,
+                     self.add("Vm", _Unbound, label=label),  # an epoch no manager has)
+                     self.add("Ve", None, label=label))
+            bind = self.add("V", _variable_binder(self.env, names, node.ctx), label=label)
+            ref, manager, epoch = names
+            return f"({ref}() if {manager}.epoch == {epoch} else None) or {bind}()"
+        if kind == "Identity" and node.deref == (0,) and node.fn is _kernel_fn(kind):
+            return args[0]  # (``x.read()``: the value, as the kernel returns its input)
+        return None
+
     @staticmethod
     def store(call, targets):
         """Statements storing the outputs of ``call`` in ``targets`` (None: not kept)."""
+        if type(call) is _Read:  # (an inline read: its one output, no tuple)
+            value = call[1:-2]
+            return [f"{targets[0]} = {value}" if targets[0] is not None else value]
         stored = [(position, t) for position, t in enumerate(targets) if t is not None]
         if len(stored) == 1:
             return [f"{stored[0][1]} = {call}[{stored[0][0]}]"]
@@ -129,6 +168,41 @@ class Generator:
         return fn
 
 
+class _Read(str):
+    """``Generator.call``'s expression for an output read inline: ``(expr,)``, a tuple
+    wherever it is used; ``store`` assigns ``expr`` itself."""
+
+    __slots__ = ()
+
+
+class _Unbound:
+    epoch = -1  # (a manager's epoch starts at 0)
+
+
+def _unbound():
+    return None
+
+
+def _kernel_fn(op_type):
+    kernel = get_kernel(op_type, ANY)
+    return None if kernel is None else kernel.fn
+
+
+def _variable_binder(env, names, ctx):
+    """The slow path of a bound ``VariableV2`` line: the resource, looked up as its kernel
+    does, and its binding (weak reference, manager, epoch) stored in the generated function's
+    globals ``names`` for the next reads. The epoch is stored last, so a line on another
+    thread that sees the new epoch also sees the new reference."""
+    ref_name, manager_name, epoch_name = names
+
+    def bind():
+        resource, (manager, epoch, ref) = ctx.variable_binding()
+        env[ref_name], env[manager_name] = ref, manager
+        env[epoch_name] = epoch
+        return resource
+    return bind
+
+
 def _forget(filename):
     linecache.cache.pop(filename, None)
 
@@ -160,7 +234,7 @@ def compile_schedule(plan, traced=False, on_thread=False):
         calls ``offload(node, args)`` where it would await it, and ``pause()`` where it
         would check the time slice, only when ``stop[0]`` is set.
     """
-    gen = Generator()
+    gen = Generator(kernel_calls=traced)
     gen.env.update(_cost=runtime_cost, _big=offload_due, _due=timeslice.due,
                    _ts=timeslice, _B=timeslice.BUDGET, _now=now_us)
     # Kernels here cost no interpretation (~0.5 us for a small one): twice as many per check.
@@ -232,7 +306,7 @@ def compile_schedule(plan, traced=False, on_thread=False):
             call = f"_S(N{i}, {args[0]})"
         elif node.is_async:
             call = f"(await _wait(N{i}, [{', '.join(args)}]{', _t' if traced else ''}))"
-        elif node.offload and direct:
+        elif direct:  # (direct implies node.offload)
             call = _offload_test(gen, node, args, on_thread)
         elif node.offload:
             given = "_b" if node is partner else "_a"  # (a pair's second: read with the first)

@@ -122,6 +122,13 @@ class NodeContext:
         self._variable = (manager, epoch, weakref.ref(resource))
         return resource
 
+    def variable_binding(self):
+        """``(resource, (manager, epoch, weak reference))``: ``variable_resource`` and what
+        it was looked up under, valid while the manager's epoch is that one (a static form's
+        line reads it back without a call: ``codegen.Generator.read``)."""
+        resource = self.variable_resource()
+        return resource, self._variable
+
     def queue_spec(self):
         """This queue node's spec (capacity, dtypes, shapes, min_after_dequeue) from its attrs:
         computed once per plan node by the queue kernels' prepare hook."""
