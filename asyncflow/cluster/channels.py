@@ -330,6 +330,30 @@ async def all_at_once(fn, items):
         raise failures[0]
 
 
+async def each_shielded(fn, items, within):
+    """``fn(item)`` for every item at once, shielded and within ``within`` seconds (a step's
+    AbortSteps: sent whatever cancels the caller). A KeyboardInterrupt meeting the wait (a
+    second Ctrl-C: trio delivers it to the main task where it waits, shield or not) is raised
+    alone, as ``except KeyboardInterrupt`` expects (STYLE: never a bare ExceptionGroup)."""
+    try:
+        with trio.CancelScope(shield=True), trio.move_on_after(within):
+            async with trio.open_nursery() as nursery:
+                for item in items:
+                    nursery.start_soon(fn, item)
+    except BaseExceptionGroup as group:  # (the nursery's, of the interrupt)
+        interrupt = group.subgroup(KeyboardInterrupt)
+        if interrupt is None:
+            raise
+    else:
+        return
+    while isinstance(interrupt, BaseExceptionGroup):
+        interrupt = interrupt.exceptions[0]
+    try:
+        raise interrupt  # (out of the handler: its context the step's own exception)
+    finally:
+        del interrupt  # (this frame is in its traceback: kept, a cycle for the GC)
+
+
 def only_cancelled(exc):
     """Whether ``exc`` is trio's Cancelled, or a group of nothing else (a nursery's)."""
     if isinstance(exc, BaseExceptionGroup):

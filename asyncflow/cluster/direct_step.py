@@ -46,7 +46,9 @@ in the call, the hand-over or the driver is raised at once, as in the driver's o
 whatever exception leaves ``_step`` once the RunGraph is on its way and unanswered, ``run``'s
 handler sends the AbortStep through the step's driver (``_Call.settle``: the driver's
 ``_abort``, shielded, within its grace, sent once: not again where the driver sent it). Only a
-second Ctrl-C during that AbortStep may cut it short.
+second Ctrl-C during that AbortStep may cut it short (trio delivers it to the main task where
+it waits, shield or not); that KeyboardInterrupt is raised alone, not in the abort's nursery
+group (``channels.each_shielded``).
 
 Knows the master and the channels' ``run_graph_step``; never HTTP.
 """

@@ -631,11 +631,9 @@ class StepDriver:
             except _channels.CALL_FAILURES:
                 pass
 
-        with trio.CancelScope(shield=True), trio.move_on_after(ABORT_GRACE_S + 0.5):
-            async with trio.open_nursery() as nursery:
-                for tg in self.run_.task_graphs:
-                    if tg.task not in self.dead:
-                        nursery.start_soon(abort_one, tg)
+        await _channels.each_shielded(abort_one, [tg for tg in self.run_.task_graphs
+                                                  if tg.task not in self.dead],
+                                      ABORT_GRACE_S + 0.5)
 
     def cancel_call(self, scope):
         """Cancel a RunGraph's ``scope`` as this driver's own doing (a task declared dead, a

@@ -399,3 +399,93 @@ async def test_a_ctrl_c_in_a_direct_steps_hand_over_still_aborts_it_on_the_worke
             await sess.run(put, {p: 2.0})
             _fresh(sess)
             assert await sess.run(blocked) == 2.0 and run.direct.steps == 1 + len(points)
+
+
+@pytest.mark.parametrize("first", ["in the call", "in the hand-over"])
+def test_a_second_ctrl_c_as_a_direct_steps_abort_waits_raises_the_interrupt_alone(worker,
+                                                                                   first):
+    """Ctrl-C twice: the first where the step's call waits (the driver's AbortStep) or in its
+    hand-over (``_Call.settle``'s), the second while that AbortStep's nursery waits (trio
+    delivers a Ctrl-C to the main task there, shield or not): ``run`` raises the second
+    KeyboardInterrupt itself, as ``except KeyboardInterrupt`` expects, not inside the
+    nursery's group; the step is aborted on the worker and the session goes on. Real
+    signals in a ``trio.run`` of the test's own, whose main task runs the step."""
+    from asyncflow.cluster import direct_step
+    from transports.service import TransportUnavailable
+
+    def ctrl_c_soon():  # as a Ctrl-C while trio waits (its run loop: KI-protected, deferred)
+        trio.lowlevel.current_trio_token().run_sync_soon(signal.raise_signal, signal.SIGINT)
+
+    async def main():
+        assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler  # (trio's)
+        graph, p, _, _, _, blocked, put = _graph()
+        async with af.Session(graph=graph, cluster=worker.cluster, config=CONFIG) as sess:
+            await sess.run(put, {p: 1.0})
+            assert await sess.run(blocked) == 1.0  # (registered: the next goes direct)
+            run, master = _run_of(sess, blocked), sess._target.master
+            channel = master.tasks[T0].channel
+            real_call, real_abort = channel.run_graph_step, channel.abort_step
+            interrupts, aborts, cut, sent = [], [], [], []
+
+            def ctrl_c_now():  # in ``_step``'s frames (not KI-protected): raised at once
+                try:
+                    signal.raise_signal(signal.SIGINT)
+                except KeyboardInterrupt as exc:
+                    interrupts.append(exc)
+                    raise
+
+            async def abort_step(request, **kwargs):
+                aborts.append(request.code)
+                await real_abort(request, **kwargs)  # (answered: the worker's step is over)
+                ctrl_c_soon()
+                try:
+                    await trio.sleep_forever()  # until the second Ctrl-C ends the wait
+                except trio.Cancelled:
+                    cut.append(request.code)
+                    raise
+
+            class _Interrupted:
+                @staticmethod
+                def Error(exc):  # noqa: N802 - outcome.Error's name
+                    direct_step.outcome = outcome
+                    ctrl_c_now()
+
+            async with trio.open_nursery() as nursery:
+                async def sent_on_its_own(request):
+                    try:
+                        await real_call(request, timeout=GENEROUS)
+                    except Exception as exc:  # noqa: BLE001 - the abort's answer
+                        sent.append(exc)
+
+                async def waits(request, **kwargs):
+                    nursery.start_soon(sent_on_its_own, request)
+                    await _step_in_flight(worker)
+                    if first == "in the hand-over":
+                        direct_step.outcome = _Interrupted
+                        raise TransportUnavailable("connection lost")
+                    ctrl_c_soon()
+                    try:
+                        await trio.sleep_forever()
+                    except KeyboardInterrupt as exc:
+                        interrupts.append(exc)
+                        raise
+
+                outcome = direct_step.outcome
+                channel.abort_step, channel.run_graph_step = abort_step, waits
+                _fresh(sess)
+                with pytest.raises(KeyboardInterrupt) as caught:
+                    await sess.run(blocked)
+            assert len(interrupts) == 1 and caught.value is not interrupts[0]  # the second
+            assert aborts == cut == ["CANCELLED"] and master.monitor._steps == {}
+            assert [getattr(e, "code", e) for e in sent] == ["ABORTED"]
+            del channel.run_graph_step, channel.abort_step
+            _fresh(sess)
+            await sess.run(put, {p: 2.0})
+            _fresh(sess)
+            assert await sess.run(blocked) == 2.0 and run.direct.steps == 2
+
+    async def bounded():
+        with trio.fail_after(GENEROUS):
+            await main()
+
+    trio.run(bounded)
