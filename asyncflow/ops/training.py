@@ -159,3 +159,18 @@ def apply_update(op_type, refs, values, name=None, **attrs):
     with var.graph.colocate_with(var.op):
         return make(op_type, inputs, {"use_locking": False, "use_nesterov": False, **attrs},
                     name, op_type)
+
+
+# -- a dense weight gradient and its RMSProp apply in one node --------------------------------
+# Made only by the fusion pass (compile/fuse_matmul_apply.py), never by users: ``ApplyRMSProp(var,
+# ms, mom, lr, rho, momentum, epsilon, MatMul(a, b))`` where the apply is the product's one
+# reader. Kernel: kernels/matmul_apply.py (each row chunk of a split product applied while in
+# cache, on the thread that computed it).
+def _infer_matmul_apply(op):
+    """``(var, ms, mom, lr, rho, momentum, epsilon, a, b) -> var``'s new value."""
+    var = op.inputs[0]
+    return [(var.dtype, var.shape)]
+
+
+register_op("_FusedMatMulApplyRMSProp", infer=_infer_matmul_apply, stateful=True,
+            ref_inputs=range(3), differentiable=False)
