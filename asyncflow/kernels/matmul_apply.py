@@ -36,7 +36,7 @@ def _by_rows(a, b):
     return (rows >= 64 or rows >= cols) and cols < math_kernels.COLUMNS_FROM * rows
 
 
-@register_kernel("_FusedMatMulApplyRMSProp")
+@register_kernel("_FusedMatMulApplyRMSProp", offload_scale=intra_op.MACS_PER_WORK)
 def _matmul_apply_rms_prop(ctx, var, ms, mom, lr, rho, momentum, epsilon, a, b):
     attrs = ctx.attrs
     x, y = a, b
