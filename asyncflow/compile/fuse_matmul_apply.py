@@ -13,7 +13,8 @@ Theory of operation (issue 37):
 - It fires only where the ``MatMul`` has no reader but the apply (as its gradient), is not
   fetched, a target or a control input, has no control inputs, and both sit on one device
   outside any loop, in a floating dtype; and where no other ``MatMul`` reads one of its
-  operands: a hidden layer's weight gradient shares ``dy`` with the layer's input gradient,
+  operands (one the product depends on aside: an unfused forward layer reading ``x``): a
+  hidden layer's weight gradient shares ``dy`` with the layer's input gradient,
   and exec/pairs.py runs those two GEMMs at once, one a core, which the fusion would undo
   (measured: the MLP's second layer fused ran its 8.4 M product and apply alone, 0.23 ms,
   where the pair took 0.2 for both GEMMs). So in a dense network the first layer's weight
@@ -25,7 +26,8 @@ Pure data, as every compile pass: no trio, no kernels.
 """
 from __future__ import annotations
 
-from asyncflow.compile.node_graph import Node, plain_on, producer, readers_of, rewire
+from asyncflow.compile.node_graph import Node, depends_on, plain_on, producer, readers_of, \
+    rewire
 from asyncflow.graph.registry import get_op_def
 
 FUSED_TYPE = "_FusedMatMulApplyRMSProp"
@@ -47,6 +49,7 @@ def _product(apply, readers, controlling, pinned):
             or not matmul.out_specs[0][0].is_floating
             or matmul.out_specs[0][0] != apply.out_specs[0][0]
             or any(reader is not matmul and reader.type == "MatMul"
+                   and not depends_on((matmul, 0), {reader})
                    for operand in matmul.inputs for reader in readers.get(operand, []))):
         return None
     return matmul
