@@ -34,6 +34,7 @@ from asyncflow import errors
 from asyncflow.compile import optimize, partition as _partition, placement as _placement
 from asyncflow.compile import prune as _prune
 from asyncflow.compile.fuse_dropout import fuse_dropout
+from asyncflow.compile.fuse_matmul_apply import fuse_matmul_apply
 from asyncflow.compile.fuse_softmax_xent import fuse_softmax_xent
 from asyncflow.compile.fuse_squared_error import fuse_squared_error
 from asyncflow.compile.node_graph import NodeGraph
@@ -203,6 +204,7 @@ def partition_run(graph, feeds, fetches, targets, state, config, resources=None,
         node_graph = fuse_dropout(node_graph)
         node_graph = fuse_squared_error(node_graph)
         node_graph = fuse_softmax_xent(node_graph)
+        node_graph = fuse_matmul_apply(node_graph)
     used = {n.device for n in node_graph.nodes}
     single = None
     if len(used) <= 1 and not node_graph.changed:

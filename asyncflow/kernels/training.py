@@ -460,10 +460,16 @@ def _preload(ctx):
     ~0.35 s to compile) the loop of this node's op type and dtype on a worker thread before
     the first step (``jit.preload``); None for a dtype no loop takes and on a GPU (CuPy's
     arrays: the numpy forms run there)."""
+    return preload_loop(ctx, ctx.type)
+
+
+def preload_loop(ctx, op_type):
+    """``_preload`` for the loop of ``op_type`` (a key of ``_warm_calls``) at this node's
+    dtype: also for a fused node that runs that apply (kernels/matmul_apply.py)."""
     dtype = ctx.output_dtypes[0]
     if getattr(ctx, "xp", np) is not np or dtype not in jit.SUPPORTED:
         return None
-    key = (ctx.type, np.dtype(dtype))
+    key = (op_type, np.dtype(dtype))
     warm = _warms.get(key)
     if warm is None:
         def warm():

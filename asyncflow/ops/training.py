@@ -159,3 +159,31 @@ def apply_update(op_type, refs, values, name=None, **attrs):
     with var.graph.colocate_with(var.op):
         return make(op_type, inputs, {"use_locking": False, "use_nesterov": False, **attrs},
                     name, op_type)
+
+
+# -- a dense weight gradient and its RMSProp apply in one node --------------------------------
+# Made only by the fusion pass (compile/fuse_matmul_apply.py), never by users: ``ApplyRMSProp(var,
+# ms, mom, lr, rho, momentum, epsilon, MatMul(a, b))`` where the apply is the product's one
+# reader. Kernel: kernels/matmul_apply.py (each row chunk of a split product applied while in
+# cache, on the thread that computed it).
+def _infer_matmul_apply(op):
+    """``(var, ms, mom, lr, rho, momentum, epsilon, a, b) -> var``'s new value."""
+    var = op.inputs[0]
+    return [(var.dtype, var.shape)]
+
+
+def _matmul_apply_cost(shapes, op):
+    """The product's multiply-adds and the apply's elements, an element counted as 16 of them
+    (the kernel's ``offload_scale``, ``intra_op.MACS_PER_WORK``: a GEMM's multiply-adds per
+    element-operation): what exec/lanes.py's estimates take, as for the two kernels."""
+    a, b = shapes[7], shapes[8]
+    m, k = (a[-1], a[-2]) if op.attrs["transpose_a"] else (a[-2], a[-1])
+    n = b[-2] if op.attrs["transpose_b"] else b[-1]
+    elements = 1
+    for dim in shapes[0]:
+        elements *= dim
+    return m * k * n + 16 * elements
+
+
+register_op("_FusedMatMulApplyRMSProp", infer=_infer_matmul_apply, stateful=True,
+            ref_inputs=range(3), differentiable=False, cost=_matmul_apply_cost)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import asyncflow as af
+from asyncflow.compile import fuse_matmul_apply
 from asyncflow.exec import intra_op, lanes, pairs
 from asyncflow.kernels import registry
 
@@ -217,10 +218,16 @@ async def train_two_layers(threads, steps=3, fetch_reads=False):
         train = af.train.RMSPropOptimizer(0.01).minimize(loss)
         fetches = [loss, train] + ([w1.read_value(), w2.read_value()] if fetch_reads else [])
         config = af.ConfigProto(intra_op_parallelism_threads=threads)
-        async with af.Session(config=config) as session:
-            await session.run(af.global_variables_initializer())
-            losses = [(await session.run(fetches, {x: x_value}))[0] for _ in range(steps)]
-            return losses, await session.run([w1, b1, w2])
+        # w1's apply stays an apply (compile/fuse_matmul_apply.py would take it into its
+        # weight gradient's node, the first layer's): these tests pair two applies.
+        fused, fuse_matmul_apply.ENABLED = fuse_matmul_apply.ENABLED, False
+        try:
+            async with af.Session(config=config) as session:
+                await session.run(af.global_variables_initializer())
+                losses = [(await session.run(fetches, {x: x_value}))[0] for _ in range(steps)]
+                return losses, await session.run([w1, b1, w2])
+        finally:
+            fuse_matmul_apply.ENABLED = fused
 
 
 def _variables(group):
@@ -446,9 +453,11 @@ async def test_gpu_applies_are_not_paired_on_cpu_threads(paired):
         np.testing.assert_array_equal(got, want)
 
 
-async def test_a_traced_step_shows_each_apply_with_its_own_times(paired, cpu_only):
+async def test_a_traced_step_shows_each_apply_with_its_own_times(paired, cpu_only,
+                                                                 monkeypatch):
     """A traced step (``RunOptions`` FULL_TRACE) runs its schedule unpaired: every update
     has its own entry and times in the step's stats, as one after the other."""
+    monkeypatch.setattr(fuse_matmul_apply, "ENABLED", False)  # (w1's apply stays an apply)
     rng = np.random.default_rng(7)
     with af.Graph().as_default():
         x = af.constant(rng.standard_normal((8, 384)).astype(np.float32))

@@ -1,0 +1,139 @@
+"""A dense weight gradient and its RMSProp apply as one node (issue 37): the fusion pass
+(compile/fuse_matmul_apply.py) makes ``ApplyRMSProp(..., MatMul(x, dy, transpose_a))`` one
+``_FusedMatMulApplyRMSProp`` where no other ``MatMul`` shares an operand (the first layer's,
+not a hidden layer's, whose weight gradient pairs with its input gradient); its kernel
+(kernels/matmul_apply.py) applies each row chunk of the split product on its thread. The
+training steps have the unfused bits: split and whole, compiled and numpy forms, float32 and
+float64; a shape error leaves the variable and its slots as they were."""
+import numpy as np
+import pytest
+
+import asyncflow as af
+from asyncflow.compile import fuse_matmul_apply as fusion
+from asyncflow.compile.node_graph import NodeGraph
+from asyncflow.compile.prune import prune
+from asyncflow.kernels import intra_op as kernel_intra_op
+from asyncflow.kernels import jit
+
+CPU0 = "/job:localhost/replica:0/task:0/device:CPU:0"
+
+
+def build(rng, dtype, fused_forward=True):
+    """Two layers (a Relu hidden layer) under RMSProp: ``(x, y, loss, train)``."""
+    x = af.placeholder(dtype, [None, 20], name="x")
+    y = af.placeholder(dtype, [None, 4], name="y")
+    w1 = af.Variable((rng.standard_normal((20, 16)) * 0.3).astype(dtype), name="w1")
+    b1 = af.Variable(np.zeros(16, dtype), name="b1")
+    pre = af.matmul(x, w1) + b1 if fused_forward else af.matmul(x, w1)
+    h = af.nn.relu(pre)
+    w2 = af.Variable((rng.standard_normal((16, 4)) * 0.3).astype(dtype), name="w2")
+    loss = af.reduce_mean(af.nn.softmax_cross_entropy_with_logits(
+        labels=y, logits=af.matmul(h, w2)))
+    train = af.train.RMSPropOptimizer(0.01, momentum=0.5).minimize(loss)
+    return x, y, loss, train
+
+
+def fused_graph(fused_forward=True, fetch_grad=False):
+    graph = af.Graph()
+    with graph.as_default():
+        x, y, loss, train = build(np.random.default_rng(0), np.float32, fused_forward)
+        fetches = [loss]
+        if fetch_grad:
+            fetches.append(graph.get_tensor_by_name("gradients/MatMul_grad/MatMul_1:0"))
+    ops = prune(fetches, [train], [x, y])
+    node_graph = NodeGraph.from_ops(ops, [x, y], fetches, [train], {op: CPU0 for op in ops})
+    return fusion.fuse_matmul_apply(node_graph)
+
+
+@pytest.mark.parametrize("fused_forward", [True, False])
+def test_the_pass_fuses_the_first_layers_weight_gradient_only(fused_forward):
+    graph = fused_graph(fused_forward)
+    (fused,) = [n for n in graph.nodes if n.type == fusion.FUSED_TYPE]
+    assert fused.name == "RMSProp/update_w1/ApplyRMSProp"
+    assert fused.attrs == {"transpose_a": True, "transpose_b": False}
+    assert [p[0].name for p in fused.inputs[:3]] == ["w1", "w1/RMSProp", "w1/RMSProp_1"]
+    assert fused.inputs[7][0].name == "x"
+    names = {n.name for n in graph.nodes}
+    assert "gradients/MatMul_grad/MatMul_1" not in names
+    # The second layer's weight gradient shares dy with its input gradient: kept, paired.
+    assert {"gradients/MatMul_1_grad/MatMul", "gradients/MatMul_1_grad/MatMul_1",
+            "RMSProp/update_w2/ApplyRMSProp"} <= names
+    group = [n for n in graph.nodes if n.type == "NoOp" and n.name == "RMSProp"]
+    assert group and fused in group[0].control_inputs
+
+
+def test_a_fetched_gradient_is_not_fused():
+    graph = fused_graph(fetch_grad=True)
+    assert not [n for n in graph.nodes if n.type == fusion.FUSED_TYPE]
+
+
+async def steps(dtype, steps=3):
+    """Losses and variables after each of ``steps`` RMSProp steps on a batch of 96."""
+    rng = np.random.default_rng(1)
+    images = rng.random((96, 20)).astype(dtype)
+    images[0, :3] = [np.inf, -0.0, 0.0]
+    images[1, :] = 0.0
+    labels = np.eye(4, dtype=dtype)[rng.integers(0, 4, size=96)]
+    with af.Graph().as_default():
+        x, y, loss, train = build(rng, dtype)
+        config = af.ConfigProto(intra_op_parallelism_threads=2)
+        async with af.Session(config=config) as session:
+            await session.run(af.global_variables_initializer())
+            out = []
+            for _ in range(steps):
+                out.append((await session.run([loss, train], {x: images, y: labels}))[0])
+                out.extend(await session.run(af.global_variables()))
+            metadata = af.RunMetadata()
+            await session.run(train, {x: images, y: labels}, options=af.RunOptions(
+                trace_level=af.RunOptions.FULL_TRACE), run_metadata=metadata)
+    return [np.asarray(v) for v in out], {s.op_type for s in metadata.step_stats}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+async def test_the_steps_have_the_unfused_bits(monkeypatch, dtype, cpu_only):
+    monkeypatch.setattr(kernel_intra_op, "MIN_SPLIT_WORK", 64)  # the products split
+    fused, fused_types = await steps(dtype)
+    monkeypatch.setattr(fusion, "ENABLED", False)
+    plain, plain_types = await steps(dtype)
+    assert fusion.FUSED_TYPE in fused_types and fusion.FUSED_TYPE not in plain_types
+    assert len(fused) == len(plain)
+    for a, b in zip(fused, plain):
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
+    monkeypatch.setattr(jit, "ENABLED", False)  # the two kernels' numpy forms, fused or not
+    numpy_fused, _ = await steps(dtype)
+    monkeypatch.setattr(fusion, "ENABLED", True)
+    numpy_plain, _ = await steps(dtype)
+    for a, b in zip(numpy_fused, numpy_plain):
+        assert a.tobytes() == b.tobytes()
+
+
+async def test_whole_products_have_the_unfused_bits(monkeypatch, cpu_only):
+    fused, fused_types = await steps(np.float32, steps=2)  # (below the split threshold)
+    monkeypatch.setattr(fusion, "ENABLED", False)
+    plain, _ = await steps(np.float32, steps=2)
+    assert fusion.FUSED_TYPE in fused_types
+    for a, b in zip(fused, plain):
+        assert a.tobytes() == b.tobytes()
+
+
+async def test_a_slot_of_another_shape_changes_nothing(monkeypatch, cpu_only):
+    monkeypatch.setattr(kernel_intra_op, "MIN_SPLIT_WORK", 64)
+    rng = np.random.default_rng(2)
+    with af.Graph().as_default():
+        x, y, loss, train = build(rng, np.float32)
+        first = [v for v in af.global_variables() if v.op.name.startswith("w1")]
+        slot = [v for v in first if v.op.name == "w1/RMSProp"][0]
+        async with af.Session() as session:
+            await session.run(af.global_variables_initializer())
+            await session.run(af.assign(slot, np.ones((3, 3), np.float32),
+                                        validate_shape=False))
+            before = await session.run(first)
+            feed = {x: rng.random((64, 20)).astype(np.float32),
+                    y: np.eye(4, dtype=np.float32)[rng.integers(0, 4, size=64)]}
+            with pytest.raises(af.errors.InvalidArgumentError,
+                               match=r"slot w1/RMSProp has shape \[3, 3\]"):
+                await session.run(train, feed)
+            after = await session.run(first)
+    assert len(before) == 3
+    for a, b in zip(before, after):
+        assert a.shape == b.shape and a.tobytes() == b.tobytes()
