@@ -96,6 +96,8 @@ class Generator:
         ``reset``), as the kernel (``NodeContext.variable_resource``) does every step; an
         uninitialized variable still raises at its reader's ``read()``, naming the variable.
         An ``Identity`` of a variable's read (its argument ``ref.read()``) is the read.
+        Only a node whose ``fn`` is the registered kernel: a GPU's plan wraps every kernel
+        (``GpuDevice.bind_plan``: device current, arguments moved), and keeps its calls.
         """
         if not BIND_VARIABLES or self.kernel_calls or node.is_async or node.offload:
             return None

@@ -12,6 +12,7 @@ import asyncflow as af
 from asyncflow.exec import codegen
 from asyncflow.exec.resources import process_resources
 
+import fake_cupy
 from test_generated_code import _source_of
 
 
@@ -118,3 +119,26 @@ async def test_a_reset_between_steps_rebinds_and_the_plan_keeps_no_buffer(bound,
             np.testing.assert_array_equal(await sess.run(read), [5.0, 5.0, 5.0])
     await af.Session.reset()
 
+
+
+async def test_a_gpu_plans_variable_lines_keep_their_kernels(bound, monkeypatch):
+    """A GPU's plan wraps every kernel to run with its device current and its arguments on
+    the device (``GpuDevice.bind_plan``): its variable lines keep those calls, bound or not,
+    and read the assigned values."""
+    fake_cupy.install(monkeypatch)
+    with af.Graph().as_default():
+        with af.device("/gpu:0"):
+            w = af.Variable(np.ones((2, 2), np.float32), name="w")
+            y = af.add(w.value(), 1.0, name="y")
+            grow = af.assign(w, np.full((2, 2), 3.0, np.float32))
+        async with af.Session() as sess:
+            await sess.run(af.global_variables_initializer())
+            np.testing.assert_array_equal(await sess.run(y), np.full((2, 2), 2.0))
+            await sess.run(grow)
+            np.testing.assert_array_equal(await sess.run(y), np.full((2, 2), 4.0))
+            plans = [plan for compiled in sess._cache.values() for plan in compiled.plans
+                     if plan.device.kind == "GPU" and plan.static_fn is not None]
+            sources = [_source_of(plan.static_fn) for plan in plans]
+    read = [source for source in sources if "# w/read (Identity)" in source]
+    assert read and all("F_VariableV2(c_w)" in source and "F_Identity(c_w_read, " in source
+                        and "V_w()" not in source for source in read)
