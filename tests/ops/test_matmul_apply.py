@@ -174,3 +174,45 @@ async def test_a_product_past_the_offload_threshold_runs_off_the_event_loop(monk
             await session.run(train, feed)
     assert fusion.FUSED_TYPE in {s.op_type for s in metadata.step_stats}
     assert len(threads) == 2 and threading.get_ident() not in threads
+
+
+async def applied(transpose_a, transpose_b, dtype, steps=3):
+    """The variable and its slots after ``steps`` RMSProp steps whose gradient is one
+    ``MatMul`` of fed operands (97 rows: uneven row chunks), and the step's op types."""
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((24, 97) if transpose_a else (97, 24)).astype(dtype)
+    b = rng.standard_normal((16, 24) if transpose_b else (24, 16)).astype(dtype)
+    a[3, :2] = [np.nan, np.inf]
+    with af.Graph().as_default():
+        pa, pb = af.placeholder(dtype, a.shape), af.placeholder(dtype, b.shape)
+        w = af.Variable(rng.standard_normal((97, 16)).astype(dtype), name="w")
+        optimizer = af.train.RMSPropOptimizer(0.01, momentum=0.5)
+        train = optimizer.apply_gradients([(af.matmul(
+            pa, pb, transpose_a=transpose_a, transpose_b=transpose_b), w)])
+        async with af.Session(config=af.ConfigProto(intra_op_parallelism_threads=2)) as session:
+            await session.run(af.global_variables_initializer())
+            metadata = af.RunMetadata()
+            for step in range(steps):
+                await session.run(train, {pa: a, pb: b}, run_metadata=metadata,
+                                  options=af.RunOptions(trace_level=af.RunOptions.FULL_TRACE
+                                                        if step == 0 else 0))
+            values = await session.run(af.global_variables())
+    return values, {s.op_type for s in metadata.step_stats}
+
+
+@pytest.mark.parametrize("transpose_a,transpose_b", [(False, False), (False, True),
+                                                     (True, True)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+async def test_each_transpose_form_has_the_unfused_bits(monkeypatch, transpose_a, transpose_b,
+                                                        dtype):
+    """Split by rows (or on a GPU, where the two kernels run inside the node): the variable
+    and both slots, NaN and inf included, as the two kernels leave them."""
+    monkeypatch.setattr(kernel_intra_op, "MIN_SPLIT_WORK", 64)
+    fused, types = await applied(transpose_a, transpose_b, dtype)
+    monkeypatch.setattr(fusion, "ENABLED", False)
+    plain, plain_types = await applied(transpose_a, transpose_b, dtype)
+    assert fusion.FUSED_TYPE in types and fusion.FUSED_TYPE not in plain_types
+    assert len(fused) == len(plain) == 3
+    for got, want in zip(fused, plain):
+        assert got.dtype == want.dtype == dtype and got.tobytes() == want.tobytes()
+    assert np.isnan(fused[0]).any() and not np.isnan(fused[0]).all()
