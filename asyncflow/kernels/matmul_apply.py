@@ -36,7 +36,9 @@ def _by_rows(a, b):
     return (rows >= 64 or rows >= cols) and cols < math_kernels.COLUMNS_FROM * rows
 
 
-@register_kernel("_FusedMatMulApplyRMSProp", offload_scale=intra_op.MACS_PER_WORK)
+# Offloadable as ``MatMul``: a product from 64M multiply-adds (its cost: ops/training.py) runs on a
+# worker thread, not on the event loop's.
+@register_kernel("_FusedMatMulApplyRMSProp", offload=True, offload_scale=intra_op.MACS_PER_WORK)
 def _matmul_apply_rms_prop(ctx, var, ms, mom, lr, rho, momentum, epsilon, a, b):
     attrs = ctx.attrs
     x, y = a, b

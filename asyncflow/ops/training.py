@@ -173,16 +173,17 @@ def _infer_matmul_apply(op):
 
 
 def _matmul_apply_cost(shapes, op):
-    """The product's multiply-adds and the apply's elements, an element counted as 16 of them
-    (the kernel's ``offload_scale``, ``intra_op.MACS_PER_WORK``: a GEMM's multiply-adds per
-    element-operation): what exec/lanes.py's estimates take, as for the two kernels."""
+    """The product's multiply-adds and the apply's elements (the product's, which the kernel
+    checks against the variable's), an element counted as 16 of them (the kernel's
+    ``offload_scale``, ``intra_op.MACS_PER_WORK``: a GEMM's multiply-adds per
+    element-operation): the offload test's and exec/lanes.py's estimate. Not the variable's
+    shape: at run time the first input is its resource, whose shape may be unknown (None, or
+    None dims). The two kernels count the apply as its inputs' sizes, about 4 elements a
+    variable's element in these units; this counts one (the compiled loop's single pass)."""
     a, b = shapes[7], shapes[8]
     m, k = (a[-1], a[-2]) if op.attrs["transpose_a"] else (a[-2], a[-1])
     n = b[-2] if op.attrs["transpose_b"] else b[-1]
-    elements = 1
-    for dim in shapes[0]:
-        elements *= dim
-    return m * k * n + 16 * elements
+    return m * k * n + 16 * m * n
 
 
 register_op("_FusedMatMulApplyRMSProp", infer=_infer_matmul_apply, stateful=True,

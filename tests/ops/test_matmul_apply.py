@@ -5,6 +5,8 @@ not a hidden layer's, whose weight gradient pairs with its input gradient); its 
 (kernels/matmul_apply.py) applies each row chunk of the split product on its thread. The
 training steps have the unfused bits: split and whole, compiled and numpy forms, float32 and
 float64; a shape error leaves the variable and its slots as they were."""
+import threading
+
 import numpy as np
 import pytest
 
@@ -12,8 +14,9 @@ import asyncflow as af
 from asyncflow.compile import fuse_matmul_apply as fusion
 from asyncflow.compile.node_graph import NodeGraph
 from asyncflow.compile.prune import prune
+from asyncflow.exec import plan
 from asyncflow.kernels import intra_op as kernel_intra_op
-from asyncflow.kernels import jit
+from asyncflow.kernels import jit, training
 
 CPU0 = "/job:localhost/replica:0/task:0/device:CPU:0"
 
@@ -137,3 +140,79 @@ async def test_a_slot_of_another_shape_changes_nothing(monkeypatch, cpu_only):
     assert len(before) == 3
     for a, b in zip(before, after):
         assert a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+async def test_a_product_past_the_offload_threshold_runs_off_the_event_loop(monkeypatch,
+                                                                            cpu_only):
+    """As ``MatMul``'s kernel: a fused node whose cost reaches the offload threshold runs on a
+    worker thread, not on the event loop's (here every offloadable kernel reaches it), with
+    a variable whose shape the graph does not know (its resource's shape is None: the cost
+    reads the product's)."""
+    monkeypatch.setattr(plan, "OFFLOAD_COST", 1)
+    loop, threads = training._rms_prop_loop, []
+
+    def spy(x, *args):
+        if x.size == 20 * 16:  # w1's (the fused node's)
+            threads.append(threading.get_ident())
+        return loop(x, *args)
+    monkeypatch.setattr(training, "_rms_prop_loop", spy)
+    rng = np.random.default_rng(3)
+    with af.Graph().as_default():
+        x = af.placeholder(np.float32, [None, 20], name="x")
+        dy = af.placeholder(np.float32, [None, 16], name="dy")
+        w1 = af.Variable(rng.standard_normal((20, 16)).astype(np.float32),
+                         validate_shape=False, name="w1")
+        train = af.train.RMSPropOptimizer(0.01).apply_gradients(
+            [(af.matmul(x, dy, transpose_a=True), w1)])
+        async with af.Session() as session:
+            await session.run(af.global_variables_initializer())
+            feed = {x: rng.random((8, 20)).astype(np.float32),
+                    dy: rng.random((8, 16)).astype(np.float32)}
+            metadata = af.RunMetadata()
+            await session.run(train, feed, run_metadata=metadata, options=af.RunOptions(
+                trace_level=af.RunOptions.FULL_TRACE))
+            await session.run(train, feed)
+    assert fusion.FUSED_TYPE in {s.op_type for s in metadata.step_stats}
+    assert len(threads) == 2 and threading.get_ident() not in threads
+
+
+async def applied(transpose_a, transpose_b, dtype, steps=3):
+    """The variable and its slots after ``steps`` RMSProp steps whose gradient is one
+    ``MatMul`` of fed operands (97 rows: uneven row chunks), and the step's op types."""
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((24, 97) if transpose_a else (97, 24)).astype(dtype)
+    b = rng.standard_normal((16, 24) if transpose_b else (24, 16)).astype(dtype)
+    a[3, :2] = [np.nan, np.inf]
+    with af.Graph().as_default():
+        pa, pb = af.placeholder(dtype, a.shape), af.placeholder(dtype, b.shape)
+        w = af.Variable(rng.standard_normal((97, 16)).astype(dtype), name="w")
+        optimizer = af.train.RMSPropOptimizer(0.01, momentum=0.5)
+        train = optimizer.apply_gradients([(af.matmul(
+            pa, pb, transpose_a=transpose_a, transpose_b=transpose_b), w)])
+        async with af.Session(config=af.ConfigProto(intra_op_parallelism_threads=2)) as session:
+            await session.run(af.global_variables_initializer())
+            metadata = af.RunMetadata()
+            for step in range(steps):
+                await session.run(train, {pa: a, pb: b}, run_metadata=metadata,
+                                  options=af.RunOptions(trace_level=af.RunOptions.FULL_TRACE
+                                                        if step == 0 else 0))
+            values = await session.run(af.global_variables())
+    return values, {s.op_type for s in metadata.step_stats}
+
+
+@pytest.mark.parametrize("transpose_a,transpose_b", [(False, False), (False, True),
+                                                     (True, True)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+async def test_each_transpose_form_has_the_unfused_bits(monkeypatch, transpose_a, transpose_b,
+                                                        dtype):
+    """Split by rows (or on a GPU, where the two kernels run inside the node): the variable
+    and both slots, NaN and inf included, as the two kernels leave them."""
+    monkeypatch.setattr(kernel_intra_op, "MIN_SPLIT_WORK", 64)
+    fused, types = await applied(transpose_a, transpose_b, dtype)
+    monkeypatch.setattr(fusion, "ENABLED", False)
+    plain, plain_types = await applied(transpose_a, transpose_b, dtype)
+    assert fusion.FUSED_TYPE in types and fusion.FUSED_TYPE not in plain_types
+    assert len(fused) == len(plain) == 3
+    for got, want in zip(fused, plain):
+        assert got.dtype == want.dtype == dtype and got.tobytes() == want.tobytes()
+    assert np.isnan(fused[0]).any() and not np.isnan(fused[0]).all()
