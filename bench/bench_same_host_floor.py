@@ -166,9 +166,11 @@ class Ring:
                         counts["lost"] += 1
                     continue
                 try:
-                    os.read(bell_fd, 64)  # the doorbell (and any stale one)
+                    bell = os.read(bell_fd, 64)  # the doorbell (and any stale one)
                 except BlockingIOError:
-                    pass
+                    continue
+                if not bell:  # the peer's end closed: a ring has no EOF of its own
+                    raise EOFError("the peer closed the doorbell socket")
             words[2] = 0
             break
         self.seq = want
