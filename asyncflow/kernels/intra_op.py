@@ -50,7 +50,10 @@ def for_batch(ctx, count, work_per_item, fn, bytes_per_item=0, atomic=False):
     rounds = -(-chunks // pool.threads)
     parts = min(count, rounds * pool.threads)
     bounds = chunk_bounds(count, parts)
-    pool.run(fn, bounds, atomic=atomic)
+    if atomic:
+        pool.run(fn, bounds, atomic=True)
+    else:  # (as before: a plain split passes nothing more)
+        pool.run(fn, bounds)
     return bounds
 
 
@@ -145,7 +148,10 @@ def for_gemm(ctx, count, macs_per_item, fn, bytes_per_item=0, dtype=None, atomic
             lead = max(0, min(round(GEMM_LEAD_MACS / max(1, macs_per_item)),
                               count - parts * least))
         bounds = lead_bounds(count, parts, lead)
-    pool.run(fn, bounds, atomic=atomic)
+    if atomic:
+        pool.run(fn, bounds, atomic=True)
+    else:
+        pool.run(fn, bounds)
     return bounds
 
 
