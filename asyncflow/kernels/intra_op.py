@@ -32,7 +32,7 @@ MACS_PER_WORK = 16
 CHUNK_BYTES = 4 << 20
 
 
-def for_batch(ctx, count, work_per_item, fn, bytes_per_item=0):
+def for_batch(ctx, count, work_per_item, fn, bytes_per_item=0, atomic=False):
     """Call ``fn(start, stop)`` over contiguous chunks covering ``range(count)``.
 
     ``work_per_item``: estimated element-operations per item, to leave small kernels inline;
@@ -50,7 +50,10 @@ def for_batch(ctx, count, work_per_item, fn, bytes_per_item=0):
     rounds = -(-chunks // pool.threads)
     parts = min(count, rounds * pool.threads)
     bounds = chunk_bounds(count, parts)
-    pool.run(fn, bounds)
+    if atomic:
+        pool.run(fn, bounds, atomic=True)
+    else:  # (as before: a plain split passes nothing more)
+        pool.run(fn, bounds)
     return bounds
 
 
@@ -109,7 +112,7 @@ def _numpy_blas_core():
     return cores.pop() if len(cores) == 1 else None
 
 
-def for_gemm(ctx, count, macs_per_item, fn, bytes_per_item=0, dtype=None):
+def for_gemm(ctx, count, macs_per_item, fn, bytes_per_item=0, dtype=None, atomic=False):
     """``for_batch`` for a GEMM split by rows or columns (``count`` of them, each
     ``macs_per_item`` multiply-adds) of ``dtype``: from ``MIN_SPLIT_WORK * MACS_PER_WORK``
     multiply-adds, one chunk per thread (cache-sized ones, evenly, where ``bytes_per_item``
@@ -122,7 +125,7 @@ def for_gemm(ctx, count, macs_per_item, fn, bytes_per_item=0, dtype=None):
     whole instead where that has the same bits (``split_keeps_bits``): both are decided at
     run time, so the bits must not depend on them. In lane 0's tail (``pool.joinable()``)
     such a GEMM runs in ``JOIN_CHUNKS`` row chunks that the lane thread may join. Returns the
-    bounds, in order."""
+    bounds, in order. ``atomic``: as ``for_batch``'s (a product whose chunks also apply it)."""
     pool = getattr(ctx.device, "intra_op", None)
     total = count * macs_per_item
     if pool is None or total < MIN_SPLIT_WORK * MACS_PER_WORK:
@@ -145,7 +148,10 @@ def for_gemm(ctx, count, macs_per_item, fn, bytes_per_item=0, dtype=None):
             lead = max(0, min(round(GEMM_LEAD_MACS / max(1, macs_per_item)),
                               count - parts * least))
         bounds = lead_bounds(count, parts, lead)
-    pool.run(fn, bounds)
+    if atomic:
+        pool.run(fn, bounds, atomic=True)
+    else:
+        pool.run(fn, bounds)
     return bounds
 
 

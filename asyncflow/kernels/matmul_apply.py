@@ -78,7 +78,8 @@ def _matmul_apply_rms_prop(ctx, var, ms, mom, lr, rho, momentum, epsilon, a, b):
         loop(*flat, *scalars, start * cols, stop * cols)
     cache_bytes = 0 if math_kernels.ROW_CHUNKS_FOR_EPILOGUE_ONLY else cols * x.itemsize * 2
     try:
-        intra_op.for_gemm(ctx, rows, inner * cols, by_rows, cache_bytes, split_dtype)
+        intra_op.for_gemm(ctx, rows, inner * cols, by_rows, cache_bytes, split_dtype,
+                          atomic=True)
     finally:
         flat.clear()  # (no view of a stored array kept queued)
     for ref, new in zip(slots, news[1:]):

@@ -174,7 +174,8 @@ def _dense_apply(ctx, var, slots, grad, dtype, per_item_ops, update, block=None)
                 end = min(begin + block, stop)
                 update(*(a[begin:end] for a in flat), *_scratch(xp, dtype, end - begin))
         try:
-            intra_op.for_batch(ctx, size, per_item_ops, chunk, len(flat) * dtype.itemsize)
+            intra_op.for_batch(ctx, size, per_item_ops, chunk, len(flat) * dtype.itemsize,
+                               atomic=True)
         finally:
             # A hand-off no worker picked up keeps ``chunk`` queued for a while: it must not
             # keep views of the stored arrays (they would stop the next step updating in place).
@@ -425,7 +426,8 @@ def _compiled_apply(ctx, var, slots, grad, dtype, loop, scalars):
     else:
         try:
             intra_op.for_batch(ctx, size, LOOP_WORK,
-                               lambda start, stop: loop(*flat, *scalars, start, stop))
+                               lambda start, stop: loop(*flat, *scalars, start, stop),
+                               atomic=True)
         finally:
             flat.clear()  # (see ``_dense_apply``: no view of a stored array kept queued)
     flat = g = None

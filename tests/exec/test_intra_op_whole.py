@@ -1,0 +1,124 @@
+"""A split that is one update (``IntraOpPool.run(..., atomic=True)``: an apply writing a
+variable's stored arrays in place) is never left half done by a Ctrl-C: SIGINT on the main
+thread, or a KeyboardInterrupt a chunk raises, goes up only once every chunk ran, each once;
+a plain split still stops at once (a fresh output may be given up half written), and an
+error in a chunk still stops an atomic one."""
+from __future__ import annotations
+
+import _thread
+import signal
+import threading
+
+import pytest
+from bounded_threads import bounded
+
+from asyncflow.exec import intra_op
+
+
+def on_the_main_thread_with_a_handler():
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("Python runs signal handlers on the main thread only")
+    if not callable(signal.getsignal(signal.SIGINT)):
+        pytest.skip("SIGINT is ignored or default here: no KeyboardInterrupt to hold")
+
+
+def interrupting(how, once_at=0):
+    """A chunk function recording each chunk's start, whose chunk ``once_at`` is interrupted
+    after its work: by SIGINT as a Ctrl-C would be (``signal``) or a KeyboardInterrupt it
+    raises itself (``raise``)."""
+    ran, lock = [], threading.Lock()
+
+    def chunk(start, stop):
+        with lock:
+            ran.append(start)
+        if start == once_at:
+            if how == "signal":
+                _thread.interrupt_main()  # (SIGINT's handler runs at the next bytecode)
+            else:
+                raise KeyboardInterrupt
+    return chunk, ran
+
+
+@pytest.mark.parametrize("how", ["signal", "raise"])
+@pytest.mark.parametrize("atomic", [True, False])
+def test_a_ctrl_c_in_an_atomic_split_goes_up_after_every_chunk(atomic, how):
+    """One thread: the caller takes the chunks in order, so the old behaviour (the split
+    stopped after the interrupted chunk) is deterministic too."""
+    on_the_main_thread_with_a_handler()
+    pool = intra_op.IntraOpPool(1)
+    chunk, ran = interrupting(how)
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        pool.run(chunk, [(i, i + 1) for i in range(4)], atomic=atomic)
+    assert ran == ([0, 1, 2, 3] if atomic else [0])
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+@pytest.mark.parametrize("how", ["signal", "raise"])
+def test_every_chunk_runs_once_with_a_worker(how):
+    on_the_main_thread_with_a_handler()
+    pool = intra_op.IntraOpPool(2)
+    try:
+        for once_at in (0, 5):  # the caller's first chunk; one further on (either thread)
+            chunk, ran = interrupting(how, once_at)
+            with pytest.raises(KeyboardInterrupt):
+                pool.run(chunk, [(i, i + 1) for i in range(8)], atomic=True)
+            assert sorted(ran) == list(range(8))
+    finally:
+        pool.close(30)
+
+
+def test_a_ctrl_c_held_goes_to_the_handler_found_after_the_split():
+    """The noted SIGINT is raised again once the split ended: the handler in place then (a
+    test's own here; trio's during a step) decides what it does."""
+    on_the_main_thread_with_a_handler()
+    seen = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
+    try:
+        chunk, ran = interrupting("signal")
+        intra_op.IntraOpPool(1).run(chunk, [(0, 1), (1, 2), (2, 3)], atomic=True)
+        assert ran == [0, 1, 2] and seen == [signal.SIGINT]
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_an_error_still_stops_an_atomic_split():
+    on_the_main_thread_with_a_handler()
+    ran = []
+
+    def chunk(start, stop):
+        ran.append(start)
+        if start == 1:
+            raise ValueError("chunk 1")
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(ValueError, match="chunk 1"):
+        intra_op.IntraOpPool(1).run(chunk, [(i, i + 1) for i in range(4)], atomic=True)
+    assert ran == [0, 1] and signal.getsignal(signal.SIGINT) is before
+
+
+def test_an_atomic_split_inside_another_holds_once():
+    """An atomic split in a chunk of another (a paired apply): the inner one leaves the hold
+    to the outer, and the Ctrl-C goes up after the outer's last chunk."""
+    on_the_main_thread_with_a_handler()
+    pool = intra_op.IntraOpPool(1)
+    inner, inner_ran = interrupting("signal")
+    outer_ran = []
+
+    def outer(start, stop):
+        outer_ran.append(start)
+        if start == 0:
+            pool.run(inner, [(0, 1), (1, 2)], atomic=True)
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        pool.run(outer, [(0, 1), (1, 2), (2, 3)], atomic=True)
+    assert inner_ran == [0, 1] and outer_ran == [0, 1, 2]
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_off_the_main_thread_a_chunk_s_keyboard_interrupt_is_held():
+    """A caller off the main thread (an offloaded kernel's) swaps no handler; a
+    KeyboardInterrupt a chunk raises is still held to the end."""
+    pool = intra_op.IntraOpPool(1)
+    chunk, ran = interrupting("raise")
+    outcome = bounded(lambda: pool.run(chunk, [(i, i + 1) for i in range(3)], atomic=True))
+    assert isinstance(outcome, KeyboardInterrupt) and ran == [0, 1, 2]
