@@ -66,7 +66,14 @@ def _apply_rms_prop_group(ctx, lr, rho, momentum, epsilon, *values):
                                                     scalars))
             continue
         shape = grad.shape
-        x, m, v = [training._in_place(ctx, ref, shape, dtype) for ref in (var, ms, mom)]
+        arrays = []
+        for ref in (var, ms, mom):  # ``training._in_place``, its shape checked above
+            array = ref.reusable()
+            if (array is None or array.shape != shape or array.dtype != dtype
+                    or not array.flags.c_contiguous):
+                array = np.array(ref.read(), dtype=dtype, order="C")
+            arrays.append(array)
+        x, m, v = arrays
         g = grad.reshape(-1)
         if not g.flags.c_contiguous:
             g = np.ascontiguousarray(g)
@@ -74,9 +81,10 @@ def _apply_rms_prop_group(ctx, lr, rho, momentum, epsilon, *values):
             g = g.view()
             g.flags.writeable = False
         loop(x.reshape(-1), m.reshape(-1), v.reshape(-1), g, *scalars, 0, size)
-        g = None
-        ms.assign(m, fresh=True)
-        mom.assign(v, fresh=True)
+        g = arrays = None
+        # (the slots' shapes are the gradient's: checked by ``_check``)
+        ms.assign(m, validate_shape=False, fresh=True)
+        mom.assign(v, validate_shape=False, fresh=True)
         outputs.append(var.assign(x, validate_shape=False, fresh=True))
     return tuple(outputs)
 
