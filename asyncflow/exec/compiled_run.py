@@ -37,6 +37,7 @@ from asyncflow.compile.fuse_dropout import fuse_dropout
 from asyncflow.compile.fuse_matmul_apply import fuse_matmul_apply
 from asyncflow.compile.fuse_softmax_xent import fuse_softmax_xent
 from asyncflow.compile.fuse_squared_error import fuse_squared_error
+from asyncflow.compile.group_applies import group_applies
 from asyncflow.compile.node_graph import NodeGraph
 from asyncflow.kernels.registry import Preload, get_kernel, supported_device_kinds
 from asyncflow.ops.control_flow import is_loop_back_edge
@@ -205,6 +206,7 @@ def partition_run(graph, feeds, fetches, targets, state, config, resources=None,
         node_graph = fuse_squared_error(node_graph)
         node_graph = fuse_softmax_xent(node_graph)
         node_graph = fuse_matmul_apply(node_graph)
+        node_graph = group_applies(node_graph)
     used = {n.device for n in node_graph.nodes}
     single = None
     if len(used) <= 1 and not node_graph.changed:

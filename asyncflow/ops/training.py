@@ -188,3 +188,32 @@ def _matmul_apply_cost(shapes, op):
 
 register_op("_FusedMatMulApplyRMSProp", infer=_infer_matmul_apply, stateful=True,
             ref_inputs=range(3), differentiable=False, cost=_matmul_apply_cost)
+
+
+# -- an optimizer's group of small RMSProp applies in one node ----------------------------------
+# Made only by compile/group_applies.py, never by users: ``ApplyRMSProp`` nodes sharing their
+# hyperparameter inputs become ``_FusedApplyRMSPropGroup(lr, rho, momentum, epsilon, var_0,
+# ms_0, mom_0, grad_0, var_1, ...)``, one output a member (that apply's output). Kernel:
+# kernels/apply_group.py (each member's compiled loop in one kernel call).
+APPLY_GROUP_MAX = 64  # members a group node (the ref inputs below cover this many)
+
+
+def _infer_apply_group(op):
+    """One output a member: its variable's new value."""
+    return [(op.inputs[i].dtype, op.inputs[i].shape) for i in range(4, len(op.inputs), 4)]
+
+
+def _apply_group_cost(shapes, op):
+    """The members' elements (the separate applies' default cost: their inputs' elements)."""
+    total = 0
+    for shape in shapes[4::4]:
+        elements = 1
+        for dim in shape:
+            elements *= dim
+        total += elements
+    return total
+
+
+register_op("_FusedApplyRMSPropGroup", infer=_infer_apply_group, stateful=True,
+            ref_inputs=[4 + 4 * k + j for k in range(APPLY_GROUP_MAX) for j in range(3)],
+            differentiable=False, cost=_apply_group_cost)

@@ -12,6 +12,7 @@ import trio
 
 import asyncflow as af
 from asyncflow import errors
+from asyncflow.compile import group_applies
 from asyncflow.exec import intra_op, lanes, timeslice
 from asyncflow.kernels import registry
 
@@ -34,6 +35,9 @@ def laned(monkeypatch):
     monkeypatch.setattr(lanes, "_generate", spy)
     monkeypatch.setattr(lanes.LaneRun, "__init__", spy_init)
     monkeypatch.setattr(lanes.Cores, "MIN_CPU_WALL", 0.0)  # always two lanes (see below)
+    # The optimizer's small applies stay separate ApplyRMSProp nodes, which the tests below
+    # find in a lane (compile/group_applies.py would make them one node).
+    monkeypatch.setattr(group_applies, "ENABLED", False)
     # The MLP's and the autoencoder's steps too: one lane predicted with every kernel whole
     # (as though none split over the pool), the MLP's step 0.41 ms (18%) shorter in two.
     monkeypatch.setattr(lanes, "one_lane_seconds", lambda node, threads: lanes.seconds(node))
