@@ -8,7 +8,7 @@ the GIL (no second thread helps them). Here the group's hyperparameters are conv
 and each member runs the same compiled RMSProp loop over its flattened arrays, updating them
 in place, inside one node: the same bits as the separate applies (the same loop, the same
 scalars, each element's update independent of the others). A member large enough to split
-runs ``training._compiled_apply``, split as the separate apply would be. Where the compiled
+runs ``training.compiled_apply``, split as the separate apply would be. Where the compiled
 loop is not usable (another dtype, a GPU, numba missing or off), each member runs the
 ``ApplyRMSProp`` kernel itself, one after the other. Every member's shapes are checked before
 any array changes: a shape error leaves every variable and slot as it was.
@@ -19,7 +19,7 @@ import numpy as np
 
 from asyncflow import errors
 from asyncflow.kernels import intra_op, jit, training
-from asyncflow.kernels.registry import register_kernel, register_prepare
+from asyncflow.kernels.registry import ANY, get_kernel, register_kernel, register_prepare
 
 
 def _members(values):
@@ -39,7 +39,7 @@ def _check(ctx, members):
                 f"{list(value.shape)} but the gradient has shape {list(grad.shape)}")
         dtypes.append(value.dtype)
         del value  # (no reference held: the loop updates the stored arrays in place)
-        training._check_slots(ctx, (ms, mom), grad.shape)
+        training.check_slots(ctx, (ms, mom), grad.shape)
     return dtypes
 
 
@@ -51,23 +51,24 @@ def _apply_rms_prop_group(ctx, lr, rho, momentum, epsilon, *values):
     if not (all(d == dtype for d in dtypes)
             and jit.usable(ctx, *[grad for *_, grad in members])
             and all(grad.dtype == dtype for *_, grad in members)):
-        return tuple(training._apply_rms_prop(ctx, var, ms, mom, lr, rho, momentum, epsilon,
-                                              grad)[0] for var, ms, mom, grad in members)
+        apply = get_kernel("ApplyRMSProp", ANY).fn  # each member's own kernel
+        return tuple(apply(ctx, var, ms, mom, lr, rho, momentum, epsilon, grad)[0]
+                     for var, ms, mom, grad in members)
     one = dtype.type(1)
-    rho, lr, momentum, epsilon = [training._scalar(s, dtype) for s in (rho, lr, momentum,
+    rho, lr, momentum, epsilon = [training.scalar_of(s, dtype) for s in (rho, lr, momentum,
                                                                        epsilon)]
     scalars = (one - rho, lr, momentum, epsilon)
-    loop = training._rms_prop_loop
+    loop = training.rms_prop_loop
     outputs = []
     for var, ms, mom, grad in members:
         size = grad.size
         if size * training.LOOP_WORK >= intra_op.MIN_SPLIT_WORK:  # split as the apply's own
-            outputs.append(training._compiled_apply(ctx, var, (ms, mom), grad, dtype, loop,
+            outputs.append(training.compiled_apply(ctx, var, (ms, mom), grad, dtype, loop,
                                                     scalars))
             continue
         shape = grad.shape
         arrays = []
-        for ref in (var, ms, mom):  # ``training._in_place``, its shape checked above
+        for ref in (var, ms, mom):  # ``training.in_place``, its shape checked above
             array = ref.reusable()
             if (array is None or array.shape != shape or array.dtype != dtype
                     or not array.flags.c_contiguous):

@@ -21,7 +21,7 @@ import numpy as np
 
 from asyncflow import errors
 from asyncflow.kernels import blas, intra_op, jit, math as math_kernels, training
-from asyncflow.kernels.registry import register_kernel, register_prepare
+from asyncflow.kernels.registry import ANY, get_kernel, register_kernel, register_prepare
 
 
 def _by_rows(a, b):
@@ -49,8 +49,10 @@ def _matmul_apply_rms_prop(ctx, var, ms, mom, lr, rho, momentum, epsilon, a, b):
     value = var.read()
     if not (_by_rows(x, y) and value.dtype == x.dtype and jit.usable(ctx, x, y)):
         del value
-        grad = math_kernels._matmul(ctx, a, b)[0]
-        return training._apply_rms_prop(ctx, var, ms, mom, lr, rho, momentum, epsilon, grad)
+        # the two kernels the unfused nodes run (the registry's, as the executor finds them)
+        grad = get_kernel("MatMul", ANY).fn(ctx, a, b)[0]
+        return get_kernel("ApplyRMSProp", ANY).fn(ctx, var, ms, mom, lr, rho, momentum, epsilon,
+                                                  grad)
     (rows, inner), cols = x.shape, y.shape[1]
     if value.shape != (rows, cols):
         raise errors.InvalidArgumentError(
@@ -59,19 +61,19 @@ def _matmul_apply_rms_prop(ctx, var, ms, mom, lr, rho, momentum, epsilon, a, b):
     dtype = value.dtype
     del value  # (no reference held: the stored arrays may be updated in place)
     one = dtype.type(1)
-    rho, lr, momentum, epsilon = [training._scalar(s, dtype) for s in (rho, lr, momentum,
+    rho, lr, momentum, epsilon = [training.scalar_of(s, dtype) for s in (rho, lr, momentum,
                                                                        epsilon)]
     scalars = (one - rho, lr, momentum, epsilon)
     slots = (ms, mom)
-    training._check_slots(ctx, slots, (rows, cols))
-    news = [training._in_place(ctx, ref, (rows, cols), dtype) for ref in (var,) + slots]
+    training.check_slots(ctx, slots, (rows, cols))
+    news = [training.in_place(ctx, ref, (rows, cols), dtype) for ref in (var,) + slots]
     out = np.empty((rows, cols), dtype=dtype)
     g = out.reshape(-1).view()
     g.flags.writeable = False  # (the loop's one signature a dtype: kernels/training.py)
     flat = [array.reshape(-1) for array in news] + [g]
     mm = blas.gemm(ctx, x, y)
     split_dtype = None if mm is blas.mkl_matmul else dtype
-    loop = training._rms_prop_loop
+    loop = training.rms_prop_loop
 
     def by_rows(start, stop):
         mm(x[start:stop], y, out[start:stop])

@@ -55,7 +55,7 @@ def _read(ctx, ref, grad):
     return value
 
 
-def _scalar(value, like):
+def scalar_of(value, like):
     """``value`` in ``like``'s dtype (``like``: an array or a dtype): a numpy scalar from host
     values; a 0-d device array stays on the device (``float32(cupy_array)`` would be an
     implicit host copy: TypeError)."""
@@ -71,7 +71,7 @@ def _apply_gradient_descent(ctx, var, alpha, delta):
     # form of the other applies costs more here in calls than it saves (SGD on 8k values:
     # 4.3 us a call against 7.7; on 200k, 41 against 46-61).
     value = _read(ctx, var, delta)
-    step = _scalar(alpha, value) * delta
+    step = scalar_of(alpha, value) * delta
     if value.ndim:  # in place into the fresh temporary (0-d operands give numpy scalars)
         step = ctx.xp.subtract(value, step, out=step)
     else:
@@ -118,7 +118,7 @@ def _dtype_of(ctx, var, grad):
     return _read(ctx, var, grad).dtype
 
 
-def _check_slots(ctx, slots, shape):
+def check_slots(ctx, slots, shape):
     """Each slot's value has the gradient's ``shape``: checked before any stored array is
     taken to update in place (``reusable`` reopens it for writing and makes this thread its
     writer until the ``assign``), so an error leaves every stored array as it was."""
@@ -149,7 +149,7 @@ def _dense_apply(ctx, var, slots, grad, dtype, per_item_ops, update, block=None)
     """
     xp = ctx.xp
     shape = grad.shape
-    _check_slots(ctx, slots, shape)
+    check_slots(ctx, slots, shape)
     refs = (var,) + slots
     size = grad.size
     if size * dtype.itemsize <= SMALL_BYTES:  # new arrays from malloc's free lists: cheaper
@@ -191,10 +191,10 @@ def _dense_apply(ctx, var, slots, grad, dtype, per_item_ops, update, block=None)
 def _apply_momentum(ctx, var, accum, lr, grad, momentum):
     xp = ctx.xp
     dtype = _dtype_of(ctx, var, grad)
-    lr, momentum = _scalar(lr, dtype), _scalar(momentum, dtype)
+    lr, momentum = scalar_of(lr, dtype), scalar_of(momentum, dtype)
     nesterov = ctx.attrs["use_nesterov"]
     if _compiles(ctx, dtype, grad):
-        return (_compiled_apply(ctx, var, (accum,), grad, dtype, _momentum_loop,
+        return (compiled_apply(ctx, var, (accum,), grad, dtype, _momentum_loop,
                                 (lr, momentum, bool(nesterov))),)
 
     def update(x, a0, g, x1, a1, t, u):
@@ -216,13 +216,13 @@ def _apply_momentum(ctx, var, accum, lr, grad, momentum):
 def _apply_adam(ctx, var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad):
     xp = ctx.xp
     dtype = _dtype_of(ctx, var, grad)
-    beta1, beta2 = _scalar(beta1, dtype), _scalar(beta2, dtype)
+    beta1, beta2 = scalar_of(beta1, dtype), scalar_of(beta2, dtype)
     one = dtype.type(1)
-    lr_t = _scalar(lr * xp.sqrt(1 - beta2_power) / (1 - beta1_power), dtype)
-    epsilon = _scalar(epsilon, dtype)
+    lr_t = scalar_of(lr * xp.sqrt(1 - beta2_power) / (1 - beta1_power), dtype)
+    epsilon = scalar_of(epsilon, dtype)
     nesterov = ctx.attrs["use_nesterov"]
     if _compiles(ctx, dtype, grad):
-        return (_compiled_apply(ctx, var, (m, v), grad, dtype, _adam_loop, (
+        return (compiled_apply(ctx, var, (m, v), grad, dtype, _adam_loop, (
             beta1, one - beta1, one - beta2, lr_t, epsilon, bool(nesterov))),)
 
     def update(x, m0, v0, g, x1, m1, v1, t, u):
@@ -250,7 +250,7 @@ def _apply_adam(ctx, var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsi
 @register_kernel("ApplyAdagrad")
 def _apply_adagrad(ctx, var, accum, lr, grad):
     xp, dtype = ctx.xp, _dtype_of(ctx, var, grad)
-    lr = _scalar(lr, dtype)
+    lr = scalar_of(lr, dtype)
 
     def update(x, a0, g, x1, a1, t, u):
         xp.square(g, out=t)
@@ -268,10 +268,10 @@ def _apply_rms_prop(ctx, var, ms, mom, lr, rho, momentum, epsilon, grad):
     value = _read(ctx, var, grad)
     dtype = value.dtype
     one = dtype.type(1)
-    rho, lr, momentum, epsilon = [_scalar(s, dtype) for s in (rho, lr, momentum, epsilon)]
+    rho, lr, momentum, epsilon = [scalar_of(s, dtype) for s in (rho, lr, momentum, epsilon)]
     if _compiles(ctx, dtype, grad):
         del value
-        return (_compiled_apply(ctx, var, (ms, mom), grad, dtype, _rms_prop_loop,
+        return (compiled_apply(ctx, var, (ms, mom), grad, dtype, rms_prop_loop,
                                 (one - rho, lr, momentum, epsilon)),)
     if grad.ndim and grad.size * dtype.itemsize <= SMALL_BYTES:
         ms0, mom0 = ms.read(), mom.read()
@@ -314,7 +314,7 @@ def _apply_centered_rms_prop(ctx, var, mg, ms, mom, lr, rho, momentum, epsilon, 
     xp = ctx.xp
     dtype = _dtype_of(ctx, var, grad)
     one = dtype.type(1)
-    rho, lr, momentum, epsilon = (_scalar(s, dtype) for s in (rho, lr, momentum, epsilon))
+    rho, lr, momentum, epsilon = (scalar_of(s, dtype) for s in (rho, lr, momentum, epsilon))
 
     def update(x, mg0, ms0, mom0, g, x1, mg1, ms1, mom1, t, u):
         xp.square(g, out=t)
@@ -348,7 +348,7 @@ LOOP_WORK = 1
 
 
 @jit.loop
-def _rms_prop_loop(x, ms, mom, g, rho1, lr, momentum, epsilon, start, stop):
+def rms_prop_loop(x, ms, mom, g, rho1, lr, momentum, epsilon, start, stop):
     x, ms, mom, g = x[start:stop], ms[start:stop], mom[start:stop], g[start:stop]
     for i in range(x.shape[0]):
         gi = g[i]
@@ -389,7 +389,7 @@ def _momentum_loop(x, a, g, lr, momentum, nesterov, start, stop):
             x[i] = x[i] - a1 * lr
 
 
-def _in_place(ctx, ref, shape, dtype):
+def in_place(ctx, ref, shape, dtype):
     """``ref``'s value as a C-contiguous array of ``dtype`` that a compiled loop may update
     in place: the stored array when ``reusable``, else a copy (no reader sees it change)."""
     array = ref.reusable()
@@ -404,15 +404,15 @@ def _in_place(ctx, ref, shape, dtype):
     return array
 
 
-def _compiled_apply(ctx, var, slots, grad, dtype, loop, scalars):
+def compiled_apply(ctx, var, slots, grad, dtype, loop, scalars):
     """``loop(x, *slots, g, *scalars, start, stop)`` over the flattened arrays, updating the
-    variable's and the slots' arrays in place (``_in_place``), split over the intra-op
+    variable's and the slots' arrays in place (``in_place``), split over the intra-op
     threads when large (one loop call a chunk, the GIL released); assigns the new values and
     returns the variable's. The gradient goes in as a read-only view: one signature a dtype
     (``_preload`` compiled it), whatever the gradient's flags."""
-    _check_slots(ctx, slots, grad.shape)
+    check_slots(ctx, slots, grad.shape)
     refs = (var,) + slots
-    news = [_in_place(ctx, ref, grad.shape, dtype) for ref in refs]
+    news = [in_place(ctx, ref, grad.shape, dtype) for ref in refs]
     g = grad.reshape(-1)
     if g.dtype != dtype or not g.flags.c_contiguous:
         g = np.ascontiguousarray(g, dtype=dtype)
@@ -449,7 +449,7 @@ def _warm_calls(dtype):
     arrays = [np.zeros(2, dtype) for _ in range(3)]
     g = np.ones(2, dtype)
     g.flags.writeable = False
-    return {"ApplyRMSProp": lambda: _rms_prop_loop(*arrays, g, *[one] * 4, 0, 2),
+    return {"ApplyRMSProp": lambda: rms_prop_loop(*arrays, g, *[one] * 4, 0, 2),
             "ApplyAdam": lambda: _adam_loop(*arrays, g, *[one] * 5, False, 0, 2),
             "ApplyMomentum": lambda: _momentum_loop(*arrays[:2], g, one, one, False, 0, 2)}
 
@@ -496,8 +496,8 @@ def _apply_ftrl(ctx, var, accum, linear, grad, lr, l1, l2, l2_shrinkage, lr_powe
 
 def _ftrl_rule(xp, value, accum, linear, grad, lr, l1, l2, l2_shrinkage, lr_power):
     """TF1's FTRL-Proximal step (``ApplyFtrlV2``): new (var, accum, linear)."""
-    lr, l1, l2 = _scalar(lr, value), _scalar(l1, value), _scalar(l2, value)
-    shrinkage, power = _scalar(l2_shrinkage, value), _scalar(lr_power, value)
+    lr, l1, l2 = scalar_of(lr, value), scalar_of(l1, value), scalar_of(l2, value)
+    shrinkage, power = scalar_of(l2_shrinkage, value), scalar_of(lr_power, value)
     shrunk = grad + 2 * shrinkage * value
     new_accum = accum + grad * grad
     if float(power) == -0.5:
@@ -547,7 +547,7 @@ def _sparse_apply_adagrad(ctx, var, accum, lr, grad, indices):
     acc = accum.writable()
     acc[rows] += grad * grad
     value = var.writable()
-    value[rows] -= _scalar(lr, value) * grad / ctx.xp.sqrt(acc[rows])
+    value[rows] -= scalar_of(lr, value) * grad / ctx.xp.sqrt(acc[rows])
     accum.assign(acc, fresh=True)
     return (var.assign(value, fresh=True),)
 
@@ -557,7 +557,7 @@ def _sparse_apply_momentum(ctx, var, accum, lr, grad, indices, momentum):
     rows, grad = _rows(ctx, var, grad, indices)
     acc = accum.writable()
     value = var.writable()
-    lr, momentum = _scalar(lr, value), _scalar(momentum, value)
+    lr, momentum = scalar_of(lr, value), scalar_of(momentum, value)
     acc[rows] = acc[rows] * momentum + grad
     if ctx.attrs["use_nesterov"]:
         value[rows] -= lr * grad + lr * momentum * acc[rows]
@@ -571,10 +571,10 @@ def _sparse_apply_momentum(ctx, var, accum, lr, grad, indices, momentum):
 def _sparse_apply_rms_prop(ctx, var, ms, mom, lr, rho, momentum, epsilon, grad, indices):
     rows, grad = _rows(ctx, var, grad, indices)
     square, moment, value = ms.writable(), mom.writable(), var.writable()
-    rho = _scalar(rho, value)
+    rho = scalar_of(rho, value)
     square[rows] = square[rows] * rho + (1 - rho) * grad * grad
-    moment[rows] = moment[rows] * _scalar(momentum, value) + _scalar(lr, value) * grad / \
-        ctx.xp.sqrt(square[rows] + _scalar(epsilon, value))
+    moment[rows] = moment[rows] * scalar_of(momentum, value) + scalar_of(lr, value) * grad / \
+        ctx.xp.sqrt(square[rows] + scalar_of(epsilon, value))
     value[rows] -= moment[rows]
     ms.assign(square, fresh=True)
     mom.assign(moment, fresh=True)
@@ -586,11 +586,11 @@ def _sparse_apply_centered_rms_prop(ctx, var, mg, ms, mom, lr, rho, momentum, ep
                                     indices):
     rows, grad = _rows(ctx, var, grad, indices)
     mean, square, moment, value = mg.writable(), ms.writable(), mom.writable(), var.writable()
-    rho = _scalar(rho, value)
+    rho = scalar_of(rho, value)
     mean[rows] = mean[rows] * rho + (1 - rho) * grad
     square[rows] = square[rows] * rho + (1 - rho) * grad * grad
-    denominator = ctx.xp.sqrt(square[rows] - mean[rows] * mean[rows] + _scalar(epsilon, value))
-    moment[rows] = moment[rows] * _scalar(momentum, value) + _scalar(lr, value) * grad / denominator
+    denominator = ctx.xp.sqrt(square[rows] - mean[rows] * mean[rows] + scalar_of(epsilon, value))
+    moment[rows] = moment[rows] * scalar_of(momentum, value) + scalar_of(lr, value) * grad / denominator
     value[rows] -= moment[rows]
     mg.assign(mean, fresh=True)
     ms.assign(square, fresh=True)
@@ -605,13 +605,13 @@ def _sparse_apply_adam(ctx, var, m, v, beta1_power, beta2_power, lr, beta1, beta
     xp = ctx.xp
     rows, grad = _rows(ctx, var, grad, indices)
     first, second, value = m.writable(), v.writable(), var.writable()
-    beta1, beta2 = _scalar(beta1, value), _scalar(beta2, value)
-    lr_t = _scalar(lr * xp.sqrt(1 - beta2_power) / (1 - beta1_power), value)
+    beta1, beta2 = scalar_of(beta1, value), scalar_of(beta2, value)
+    lr_t = scalar_of(lr * xp.sqrt(1 - beta2_power) / (1 - beta1_power), value)
     first *= beta1
     first[rows] += (1 - beta1) * grad
     second *= beta2
     second[rows] += (1 - beta2) * grad * grad
-    value -= lr_t * first / (xp.sqrt(second) + _scalar(epsilon, value))
+    value -= lr_t * first / (xp.sqrt(second) + scalar_of(epsilon, value))
     m.assign(first, fresh=True)
     v.assign(second, fresh=True)
     return (var.assign(value, fresh=True),)

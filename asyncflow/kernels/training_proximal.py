@@ -27,11 +27,11 @@ import numpy as np
 
 from asyncflow import errors
 from asyncflow.kernels.registry import register_kernel
-from asyncflow.kernels.training import _read, _rows, _scalar
+from asyncflow.kernels.training import _read, _rows, scalar_of
 
 
 def _adadelta(xp, value, accum, accum_update, lr, rho, epsilon, grad):
-    lr, rho, epsilon = (_scalar(s, value) for s in (lr, rho, epsilon))
+    lr, rho, epsilon = (scalar_of(s, value) for s in (lr, rho, epsilon))
     one = value.dtype.type(1)
     accum = accum * rho + grad * grad * (one - rho)
     update = xp.sqrt(accum_update + epsilon) / xp.sqrt(accum + epsilon) * grad
@@ -49,7 +49,7 @@ def _proximal(xp, value, alpha, l1, l2, grad):
 
 
 def _proximal_adagrad(xp, value, accum, lr, l1, l2, grad):
-    lr, l1, l2 = (_scalar(s, value) for s in (lr, l1, l2))
+    lr, l1, l2 = (scalar_of(s, value) for s in (lr, l1, l2))
     accum = accum + grad * grad
     return _proximal(xp, value, lr / xp.sqrt(accum), l1, l2, grad), accum
 
@@ -90,7 +90,7 @@ def _sparse_apply_adadelta(ctx, var, accum, accum_update, lr, rho, epsilon, grad
 @register_kernel("ApplyProximalGradientDescent")
 def _apply_proximal_gradient_descent(ctx, var, alpha, l1, l2, delta):
     value = _read(ctx, var, delta)
-    alpha, l1, l2 = (_scalar(s, value) for s in (alpha, l1, l2))
+    alpha, l1, l2 = (scalar_of(s, value) for s in (alpha, l1, l2))
     return (var.assign(_proximal(ctx.xp, value, alpha, l1, l2, delta), fresh=True),)
 
 
@@ -98,7 +98,7 @@ def _apply_proximal_gradient_descent(ctx, var, alpha, l1, l2, delta):
 def _sparse_apply_proximal_gradient_descent(ctx, var, alpha, l1, l2, grad, indices):
     rows, grad = _rows(ctx, var, grad, indices)
     value = var.writable()
-    alpha, l1, l2 = (_scalar(s, value) for s in (alpha, l1, l2))
+    alpha, l1, l2 = (scalar_of(s, value) for s in (alpha, l1, l2))
     value[rows] = _proximal(ctx.xp, value[rows], alpha, l1, l2, grad)
     return (var.assign(value, fresh=True),)
 

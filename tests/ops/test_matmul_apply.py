@@ -149,13 +149,13 @@ async def test_a_product_past_the_offload_threshold_runs_off_the_event_loop(monk
     a variable whose shape the graph does not know (its resource's shape is None: the cost
     reads the product's)."""
     monkeypatch.setattr(plan, "OFFLOAD_COST", 1)
-    loop, threads = training._rms_prop_loop, []
+    loop, threads = training.rms_prop_loop, []
 
     def spy(x, *args):
         if x.size == 20 * 16:  # w1's (the fused node's)
             threads.append(threading.get_ident())
         return loop(x, *args)
-    monkeypatch.setattr(training, "_rms_prop_loop", spy)
+    monkeypatch.setattr(training, "rms_prop_loop", spy)
     rng = np.random.default_rng(3)
     with af.Graph().as_default():
         x = af.placeholder(np.float32, [None, 20], name="x")

@@ -122,7 +122,7 @@ def test_an_interrupted_split_apply_steps_every_element_once(
     refs = resources(initial)
     stored = [id(ref.read()) for ref in refs]
     if compiled:
-        interrupt_once(monkeypatch, training, "_rms_prop_loop")
+        interrupt_once(monkeypatch, training, "rms_prop_loop")
         first_chunk = SIZE // 2  # the first chunk (of two): one loop call
     else:
         interrupt_once(monkeypatch, training, "_scratch", at_call=2)
@@ -158,7 +158,7 @@ def test_an_interrupted_fused_matmul_apply_steps_every_row_once(
     apply(expected)
     expected = [ref.read().copy() for ref in expected]
     refs = resources(initial)
-    calls = interrupt_once(monkeypatch, training, "_rms_prop_loop")
+    calls = interrupt_once(monkeypatch, training, "rms_prop_loop")
     with pytest.raises(KeyboardInterrupt):
         with_a_busy_worker(ctx, lambda: apply(refs))
     assert len(calls) == (2 if atomic else 1)  # (the split's two row chunks)
@@ -196,7 +196,7 @@ async def test_a_step_interrupted_in_its_split_apply_leaves_the_variable_whole(
                 await session.run(train, {x: feed_x, y: feed_y})  # constants; then in place)
                 calls = []
                 if interrupt:
-                    calls = interrupt_once(monkeypatch, training, "_rms_prop_loop",
+                    calls = interrupt_once(monkeypatch, training, "rms_prop_loop",
                                            size=20 * 16)  # (w1's)
                     with pytest.raises(KeyboardInterrupt):
                         await session.run(train, {x: feed_x, y: feed_y})

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(not jit.available(),
 # kernel -> (slot count, the slots that must stay non-negative, has a nesterov form)
 KERNELS = {"_apply_rms_prop": (2, (0,), False), "_apply_adam": (2, (1,), True),
            "_apply_momentum": (1, (), True)}
-LOOPS = {"_apply_rms_prop": "_rms_prop_loop", "_apply_adam": "_adam_loop",
+LOOPS = {"_apply_rms_prop": "rms_prop_loop", "_apply_adam": "_adam_loop",
          "_apply_momentum": "_momentum_loop"}
 
 
