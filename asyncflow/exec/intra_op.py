@@ -82,14 +82,20 @@ def _hold_sigint():
     handler = _signal.getsignal(_signal.SIGINT)
     if not callable(handler) or handler is _note_sigint:
         return None
+    # (A second Ctrl-C just as an earlier hold put its handler back raised there, before
+    # that hold forgot what it noted: delivered, so it must not be raised again at our end.)
+    _held.clear()
     return _signal.signal(_signal.SIGINT, _note_sigint)
 
 
 def _give_back_sigint(handler):
-    """Put ``handler`` back; a SIGINT noted meanwhile is raised again now, to it."""
+    """Put ``handler`` back; each SIGINT noted meanwhile is raised again now, to it (each: a
+    handler counting them, as the worker's stop deadline whose second one exits at once,
+    sees every one; the first that raises ends it, as it would have)."""
     _signal.signal(_signal.SIGINT, handler)
-    if _held:
-        _held.clear()
+    noted = len(_held)
+    _held.clear()
+    for _ in range(noted):
         _signal.raise_signal(_signal.SIGINT)
 
 
@@ -252,10 +258,12 @@ class IntraOpPool:
         finally:
             if held is not None:  # (every chunk ran: a Ctrl-C noted meanwhile is raised here)
                 _give_back_sigint(held)
+        if queue.interrupt is not None:  # (a Ctrl-C goes up even after an error: not lost to
+            if queue.interrupt.__context__ is None:  # the caller's handler of that error)
+                queue.interrupt.__context__ = queue.error
+            raise queue.interrupt
         if queue.error is not None:
             raise queue.error
-        if queue.interrupt is not None:
-            raise queue.interrupt
         return withdrawn
 
     def run_alone(self, fn, bounds, caller_limit=None):
