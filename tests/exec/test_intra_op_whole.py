@@ -6,6 +6,7 @@ error in a chunk still stops an atomic one."""
 from __future__ import annotations
 
 import _thread
+import os
 import signal
 import threading
 
@@ -192,3 +193,32 @@ def test_a_chunk_s_keyboard_interrupt_outranks_a_later_error():
     with pytest.raises(KeyboardInterrupt) as caught:
         pool.run(chunk, [(i, i + 1) for i in range(3)], atomic=True)
     assert ran == [0, 1] and isinstance(caught.value.__context__, ValueError)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_child_forked_by_another_thread_during_the_hold_gets_sigint_back():
+    """A thread forks while the main thread holds SIGINT: the child (whose main thread is
+    the forking one, never inside the split) has the handler that was held, not the noter
+    that would swallow every Ctrl-C it gets."""
+    on_the_main_thread_with_a_handler()
+    before = signal.getsignal(signal.SIGINT)
+    seen = []
+
+    def fork_and_look():
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: one byte, then out at once
+            os.write(write, b"1" if signal.getsignal(signal.SIGINT) is before else b"0")
+            os._exit(0)
+        os.close(write)
+        seen.append(os.read(read, 1))
+        os.close(read)
+        os.waitpid(pid, 0)
+
+    def chunk(start, stop):
+        if start == 0:
+            thread = threading.Thread(target=fork_and_look)
+            thread.start()
+            thread.join(30)
+    intra_op.IntraOpPool(1).run(chunk, [(0, 1), (1, 2)], atomic=True)
+    assert seen == [b"1"] and signal.getsignal(signal.SIGINT) is before
