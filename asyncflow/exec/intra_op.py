@@ -37,8 +37,9 @@ in place, chunk by chunk) is never left half done by a Ctrl-C: on the main threa
 Python runs its signal handlers, SIGINT's handler is swapped for one that only notes the
 signal while the split runs (0.3 us a swap here with ``_signal``), and a KeyboardInterrupt a
 chunk raises itself is kept; every chunk then runs, and the interrupt goes up after the last
-one ended (the noted signal raised again, so the handler found there, trio's or Python's,
-decides). The hold is bounded by the split's own work. A chunk's error still stops the split.
+one ended (each noted signal raised again, so the handler found there, trio's or Python's,
+decides; a child a thread forks meanwhile gets the held handler back). The hold is bounded by
+the split's own work. A chunk's error still stops the split (a kept interrupt still goes up).
 """
 from __future__ import annotations
 
@@ -64,6 +65,7 @@ _claimed = False
 _pools = weakref.WeakSet()  # every pool, for the fork and exit hooks below
 _exiting = False            # the interpreter is exiting: no new worker threads
 _held = []                  # SIGINTs noted while an atomic split held them (``_hold_sigint``)
+_holding = None             # (thread id, handler held) while one does: a fork's child's own
 
 
 def _note_sigint(signum, frame):
@@ -82,14 +84,24 @@ def _hold_sigint():
     handler = _signal.getsignal(_signal.SIGINT)
     if not callable(handler) or handler is _note_sigint:
         return None
+    # (A second Ctrl-C just as an earlier hold put its handler back raised there, before
+    # that hold forgot what it noted: delivered, so it must not be raised again at our end.)
+    global _holding
+    _held.clear()
+    _holding = (threading.get_ident(), handler)
     return _signal.signal(_signal.SIGINT, _note_sigint)
 
 
 def _give_back_sigint(handler):
-    """Put ``handler`` back; a SIGINT noted meanwhile is raised again now, to it."""
+    """Put ``handler`` back; each SIGINT noted meanwhile is raised again now, to it (each: a
+    handler counting them, as the worker's stop deadline whose second one exits at once,
+    sees every one; the first that raises ends it, as it would have)."""
+    global _holding
     _signal.signal(_signal.SIGINT, handler)
-    if _held:
-        _held.clear()
+    _holding = None
+    noted = len(_held)
+    _held.clear()
+    for _ in range(noted):
         _signal.raise_signal(_signal.SIGINT)
 
 
@@ -252,10 +264,12 @@ class IntraOpPool:
         finally:
             if held is not None:  # (every chunk ran: a Ctrl-C noted meanwhile is raised here)
                 _give_back_sigint(held)
+        if queue.interrupt is not None:  # (a Ctrl-C goes up even after an error: not lost to
+            if queue.interrupt.__context__ is None:  # the caller's handler of that error)
+                queue.interrupt.__context__ = queue.error
+            raise queue.interrupt
         if queue.error is not None:
             raise queue.error
-        if queue.interrupt is not None:
-            raise queue.interrupt
         return withdrawn
 
     def run_alone(self, fn, bounds, caller_limit=None):
@@ -562,8 +576,15 @@ def shared_pool(threads):
 
 
 def _reset_after_fork():
-    global _blas_lock, _shared_lock
+    global _blas_lock, _shared_lock, _holding
     _blas_lock, _shared_lock = threading.Lock(), threading.Lock()
+    if _holding is not None and _holding[0] != threading.get_ident():
+        # Forked by another thread while the main thread held SIGINT: the child's main
+        # thread never ends that split, so it puts the held handler back (the noter would
+        # swallow every Ctrl-C the child gets).
+        _signal.signal(_signal.SIGINT, _holding[1])
+        _holding = None
+        _held.clear()
     for pool in list(_pools):
         pool._after_fork()
 

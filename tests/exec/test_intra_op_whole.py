@@ -6,6 +6,7 @@ error in a chunk still stops an atomic one."""
 from __future__ import annotations
 
 import _thread
+import os
 import signal
 import threading
 
@@ -122,3 +123,102 @@ def test_off_the_main_thread_a_chunk_s_keyboard_interrupt_is_held():
     chunk, ran = interrupting("raise")
     outcome = bounded(lambda: pool.run(chunk, [(i, i + 1) for i in range(3)], atomic=True))
     assert isinstance(outcome, KeyboardInterrupt) and ran == [0, 1, 2]
+
+
+def test_each_ctrl_c_held_is_raised_again():
+    """Two Ctrl-Cs during the split reach the handler twice after it (the worker's stop
+    deadline exits at once on the second): none is folded into the other."""
+    on_the_main_thread_with_a_handler()
+    ran, seen = [], []
+
+    def chunk(start, stop):
+        ran.append(start)
+        if start < 2:
+            _thread.interrupt_main()  # (each noted at the next bytecode: two handler calls)
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: seen.append(len(ran)))
+    try:
+        intra_op.IntraOpPool(1).run(chunk, [(i, i + 1) for i in range(3)], atomic=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert ran == [0, 1, 2] and seen == [3, 3]  # (both after the last chunk)
+
+
+class _CtrlCAsTheHandlerIsPutBack:
+    """``_signal`` where a second Ctrl-C lands just as the held handler is put back: the
+    handler runs at once and raises (as Python's and trio's unprotected one do)."""
+
+    def __init__(self, real):
+        self._real, self.fired = real, False
+        self.SIGINT, self.getsignal, self.raise_signal = (
+            real.SIGINT, real.getsignal, real.raise_signal)
+
+    def signal(self, signum, handler):
+        previous = self._real.signal(signum, handler)
+        if handler is not intra_op._note_sigint and not self.fired:
+            self.fired = True
+            raise KeyboardInterrupt
+        return previous
+
+
+def test_a_ctrl_c_on_giving_back_is_not_raised_again_by_the_next_split(monkeypatch):
+    """The first Ctrl-C noted, a second one raised as the handler is put back: one
+    KeyboardInterrupt; the next atomic split, uninterrupted, raises no phantom one."""
+    on_the_main_thread_with_a_handler()
+    seen = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
+    try:
+        monkeypatch.setattr(intra_op, "_signal", _CtrlCAsTheHandlerIsPutBack(intra_op._signal))
+        chunk, ran = interrupting("signal")
+        with pytest.raises(KeyboardInterrupt):
+            intra_op.IntraOpPool(1).run(chunk, [(0, 1), (1, 2)], atomic=True)
+        assert ran == [0, 1] and seen == []
+        intra_op.IntraOpPool(1).run(lambda start, stop: None, [(0, 1), (1, 2)], atomic=True)
+        assert seen == []
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_a_chunk_s_keyboard_interrupt_outranks_a_later_error():
+    """A chunk's KeyboardInterrupt kept, a later chunk failing: the Ctrl-C goes up (the
+    error as its context), not the error, which a caller may handle and go on."""
+    pool = intra_op.IntraOpPool(1)
+    ran = []
+
+    def chunk(start, stop):
+        ran.append(start)
+        if start == 0:
+            raise KeyboardInterrupt
+        if start == 1:
+            raise ValueError("chunk 1")
+    with pytest.raises(KeyboardInterrupt) as caught:
+        pool.run(chunk, [(i, i + 1) for i in range(3)], atomic=True)
+    assert ran == [0, 1] and isinstance(caught.value.__context__, ValueError)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_child_forked_by_another_thread_during_the_hold_gets_sigint_back():
+    """A thread forks while the main thread holds SIGINT: the child (whose main thread is
+    the forking one, never inside the split) has the handler that was held, not the noter
+    that would swallow every Ctrl-C it gets."""
+    on_the_main_thread_with_a_handler()
+    before = signal.getsignal(signal.SIGINT)
+    seen = []
+
+    def fork_and_look():
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: one byte, then out at once
+            os.write(write, b"1" if signal.getsignal(signal.SIGINT) is before else b"0")
+            os._exit(0)
+        os.close(write)
+        seen.append(os.read(read, 1))
+        os.close(read)
+        os.waitpid(pid, 0)
+
+    def chunk(start, stop):
+        if start == 0:
+            thread = threading.Thread(target=fork_and_look)
+            thread.start()
+            thread.join(30)
+    intra_op.IntraOpPool(1).run(chunk, [(0, 1), (1, 2)], atomic=True)
+    assert seen == [b"1"] and signal.getsignal(signal.SIGINT) is before
