@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from asyncflow.compile.node_graph import FeedNode, Node, plain_on, readers_of, rewire
+from asyncflow.compile.node_graph import FeedNode, Node, plain_on, fusion_view, rewire
 from asyncflow.graph.registry import get_op_def
 
 FUSED_TYPE = "_FusedDropout"
@@ -189,8 +189,7 @@ def fuse_dropout(node_graph):
     if not any(n.type == "RandomUniform" for n in node_graph.nodes):
         return node_graph
     graph = node_graph.copy()
-    readers, controlling = readers_of(graph)
-    pinned = set(graph.targets) | {p for p, _ in graph.fetches}
+    readers, controlling, pinned = fusion_view(graph)
     ports, dropped = {}, set()   # (old node, old index) -> new port; nodes fused away
     fused_nodes = []
     for mul in graph.nodes:

@@ -26,7 +26,7 @@ Pure data, as every compile pass: no trio, no kernels.
 """
 from __future__ import annotations
 
-from asyncflow.compile.node_graph import Node, depends_on, plain_on, producer, readers_of, \
+from asyncflow.compile.node_graph import Node, depends_on, plain_on, producer, fusion_view, \
     rewire
 from asyncflow.graph.registry import get_op_def
 
@@ -61,8 +61,7 @@ def fuse_matmul_apply(node_graph):
     if not ENABLED or not any(n.type == "ApplyRMSProp" for n in node_graph.nodes):
         return node_graph
     graph = node_graph.copy()
-    readers, controlling = readers_of(graph)
-    pinned = set(graph.targets) | {p for p, _ in graph.fetches}
+    readers, controlling, pinned = fusion_view(graph)
     ports, replaced, dropped, added = {}, {}, set(), []
     for apply in list(graph.nodes):
         matmul = _product(apply, readers, controlling, pinned)
@@ -79,6 +78,4 @@ def fuse_matmul_apply(node_graph):
         replaced[apply] = fused
         dropped.update((apply, matmul))
         added.append(fused)
-    if not added:
-        return graph
     return rewire(graph, added, dropped, ports, replaced)

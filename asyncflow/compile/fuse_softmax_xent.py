@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from asyncflow.compile.node_graph import Node, depends_on, plain_on, producer, readers_of, \
+from asyncflow.compile.node_graph import Node, depends_on, plain_on, producer, fusion_view, \
     rewire
 from asyncflow.graph.registry import get_op_def
 
@@ -122,8 +122,7 @@ def fuse_softmax_xent(node_graph):
     if not ENABLED or not any(n.type in _XENT for n in node_graph.nodes):
         return node_graph
     graph = node_graph.copy()
-    readers, controlling = readers_of(graph)
-    pinned = set(graph.targets) | {p for p, _ in graph.fetches}
+    readers, controlling, pinned = fusion_view(graph)
     ports, replaced, dropped, added = {}, {}, set(), []
     for mean in list(graph.nodes):
         xent = _forward(mean, readers, controlling, pinned)
@@ -159,6 +158,4 @@ def fuse_softmax_xent(node_graph):
             replaced[node] = fused
         dropped.update(gone)
         added.append(fused)
-    if not added:
-        return graph
     return rewire(graph, added, dropped, ports, replaced)

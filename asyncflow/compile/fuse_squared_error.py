@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from asyncflow.compile.node_graph import Node, depends_on, plain_on, producer, readers_of, \
+from asyncflow.compile.node_graph import Node, depends_on, plain_on, producer, fusion_view, \
     rewire
 from asyncflow.graph.registry import get_op_def
 
@@ -166,8 +166,7 @@ def fuse_squared_error(node_graph):
             n.type == "Square" for n in node_graph.nodes):
         return node_graph
     graph = node_graph.copy()
-    readers, controlling = readers_of(graph)
-    pinned = set(graph.targets) | {p for p, _ in graph.fetches}
+    readers, controlling, pinned = fusion_view(graph)
     ports, replaced, dropped, added = {}, {}, set(), []
     for mean in list(graph.nodes):
         found = _forward(mean, readers, controlling, pinned) if mean not in dropped else None
@@ -219,6 +218,4 @@ def fuse_squared_error(node_graph):
             replaced[outer] = fused_grad
             dropped.update((btl, twice, outer))
             added.append(fused_grad)
-    if not added:
-        return graph
     return rewire(graph, added, dropped, ports, replaced)

@@ -231,6 +231,13 @@ def topological(nodes):
     return order
 
 
+def fusion_view(graph):
+    """``(readers, controlling, pinned)``: ``readers_of(graph)`` and the ports and nodes a
+    fusion may not take away because the caller asks for them (fetches and targets)."""
+    readers, controlling = readers_of(graph)
+    return readers, controlling, set(graph.targets) | {p for p, _ in graph.fetches}
+
+
 def readers_of(graph):
     """``port -> [consumer]`` (one entry per input position) and the controlling nodes: what a
     graph rewrite (a fusion) asks before it takes an intermediate away."""
@@ -253,7 +260,10 @@ def plain_on(node, device):
 def rewire(graph, added, dropped, ports, replaced):
     """Finish a rewrite of ``graph`` in place: ``added`` nodes join it, ``dropped`` ones
     leave, every input and fetch reads ``ports``' new port for an old one, control inputs
-    and targets name ``replaced``'s new node for an old one; returns ``graph``."""
+    and targets name ``replaced``'s new node for an old one; returns ``graph`` (as it was
+    where nothing was added or dropped: no fusion fired)."""
+    if not added and not dropped:
+        return graph
     nodes = []
     for node in graph.nodes + list(added):
         if node in dropped:
