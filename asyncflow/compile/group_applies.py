@@ -17,9 +17,7 @@ Theory of operation:
 - Only the tail's applies group: those below ``pairs.APPLY_PAIR_MIN`` elements (a few tens
   of microseconds at most: grouping them cannot hold back a large kernel's partner), and a
   large apply only where it is the one large ``ApplyRMSProp`` of its optimizer's group (no
-  partner for exec/pairs.py to pair it with; the MLP's second layer's). Where two or more
-  large applies share the key (the autoencoder's), none of its applies group: measured
-  1-4% slower grouped (round-by-round, A/A beside; bench/RESULTS.md). A group needs two
+  partner for exec/pairs.py to pair it with; the MLP's second layer's). A group needs two
   members; at most ``ops.training.APPLY_GROUP_MAX`` a node.
 - Not in a graph with a ``Switch``: a member fed by an untaken output would be dead and
   make the whole group dead (the live members' updates skipped); nor inside a control-flow
@@ -74,11 +72,9 @@ def _groups(graph):
         by_key.setdefault(key, []).append(node)
     groups = []
     for members in by_key.values():
-        if sum(_elements(n) >= LARGE for n in members) > 1:
-            # Large applies that exec/pairs.py pairs: the small ones interleave with them
-            # (in two lanes, the autoencoder's); grouped they wait for the last gradient,
-            # and the autoencoder's step measured 1-4% slower (bench/RESULTS.md, r46apply).
-            continue
+        large = [n for n in members if _elements(n) >= LARGE]
+        if len(large) > 1:
+            members = [n for n in members if _elements(n) < LARGE]
         for start in range(0, len(members), APPLY_GROUP_MAX):
             chunk = members[start:start + APPLY_GROUP_MAX]
             if len(chunk) > 1:

@@ -545,12 +545,11 @@ async def test_lane_0s_tail_starts_after_the_last_value_lane_1_needs(laned, on_t
     assert getattr(intra_op.whole, "join", None) is None
 
 
-async def test_the_grouped_applies_in_two_lanes_give_the_bits_of_one(laned, on_the_worker,
-                                                                     monkeypatch):
-    """compile/group_applies.py's group node (the fixture turns the pass off) in the MLP's
-    two-lane plan: the bits of one lane, grouped or not. (The autoencoder's applies, two large
-    ones among them, stay ungrouped.)"""
-    model = "mlp"
+@pytest.mark.parametrize("model", ["mlp", "autoencoder"])
+async def test_the_grouped_applies_in_two_lanes_give_the_bits_of_one(model, laned,
+                                                                     on_the_worker, monkeypatch):
+    """compile/group_applies.py's group node (the fixture turns the pass off) in a two-lane
+    plan: the bits of one lane, grouped or not."""
     monkeypatch.setattr(group_applies, "ENABLED", True)
     one = await train_steps(model, 4, False, monkeypatch)
     two = await train_steps(model, 4, True, monkeypatch)
@@ -560,3 +559,4 @@ async def test_the_grouped_applies_in_two_lanes_give_the_bits_of_one(laned, on_t
     assert_same_bits(one, two)
     monkeypatch.setattr(group_applies, "ENABLED", False)
     assert_same_bits(one, await train_steps(model, 4, False, monkeypatch))
+    print({name: lane for name, lane in where.items() if "Apply" in name})

@@ -197,18 +197,3 @@ def test_the_pass_large_apply_size_is_pairs_threshold():
     from asyncflow.exec import pairs
 
     assert grouping.LARGE == pairs.APPLY_PAIR_MIN
-
-
-def test_two_large_applies_keep_their_optimizers_applies_apart():
-    """The autoencoder's shape: two applies of ``LARGE`` elements or more (exec/pairs.py
-    pairs them) and small ones; grouped, the small ones measured slower: none group."""
-    graph = af.Graph()
-    with graph.as_default():
-        x, y, loss, train = build(np.random.default_rng(0), np.float32, (300, 256, 256, 300))
-    result = node_graph(graph, [loss], [train], [x, y])
-    assert groups(result) == []
-    graph = af.Graph()  # one large apply among them (the MLP's): they group
-    with graph.as_default():
-        x, y, loss, train = build(np.random.default_rng(0), np.float32, (30, 256, 256, 3))
-    (group,) = groups(node_graph(graph, [loss], [train], [x, y]))
-    assert "RMSProp/update_w1/ApplyRMSProp" in group.attrs["members"]
