@@ -559,4 +559,3 @@ async def test_the_grouped_applies_in_two_lanes_give_the_bits_of_one(model, lane
     assert_same_bits(one, two)
     monkeypatch.setattr(group_applies, "ENABLED", False)
     assert_same_bits(one, await train_steps(model, 4, False, monkeypatch))
-    print({name: lane for name, lane in where.items() if "Apply" in name})
