@@ -19,6 +19,9 @@ Theory of operation:
   large apply only where it is the one large ``ApplyRMSProp`` of its optimizer's group (no
   partner for exec/pairs.py to pair it with; the MLP's second layer's). A group needs two
   members; at most ``ops.training.APPLY_GROUP_MAX`` a node.
+- Not in a graph with a ``Switch``: a member fed by an untaken output would be dead and
+  make the whole group dead (the live members' updates skipped); nor inside a control-flow
+  context.
 - ``ENABLED = False`` (read when a plan is compiled) keeps the separate applies: the
   benchmarks' A/B (bench/bench_ab_setting.py, a session a form).
 
@@ -35,6 +38,7 @@ ENABLED = True
 # An apply of this many elements or more groups only as its optimizer's one such apply:
 # exec/pairs.py's ``APPLY_PAIR_MIN`` (not imported: compile passes do not import exec/).
 LARGE = 1 << 16
+_DEADENING = frozenset({"Switch", "RefSwitch"})
 
 
 def _elements(node):
@@ -82,6 +86,10 @@ def group_applies(node_graph):
     """The grouping (see the module docstring); returns a new NodeGraph, or the one given
     when it has fewer than two ``ApplyRMSProp`` nodes (no copy)."""
     if not ENABLED or sum(n.type == "ApplyRMSProp" for n in node_graph.nodes) < 2:
+        return node_graph
+    # A Switch's untaken output makes what it feeds dead, a context or not: a dead member
+    # would make the group dead and skip its live members' updates.
+    if any(n.type in _DEADENING for n in node_graph.nodes):
         return node_graph
     graph = node_graph.copy()
     ports, replaced, dropped, added = {}, {}, set(), []

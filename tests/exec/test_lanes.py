@@ -543,3 +543,19 @@ async def test_lane_0s_tail_starts_after_the_last_value_lane_1_needs(laned, on_t
     assert where[tail] == 0 and where[before] == 0
     assert seen[tail] == [True] * 3 and seen[before] == [False] * 3
     assert getattr(intra_op.whole, "join", None) is None
+
+
+@pytest.mark.parametrize("model", ["mlp", "autoencoder"])
+async def test_the_grouped_applies_in_two_lanes_give_the_bits_of_one(model, laned,
+                                                                     on_the_worker, monkeypatch):
+    """compile/group_applies.py's group node (the fixture turns the pass off) in a two-lane
+    plan: the bits of one lane, grouped or not."""
+    monkeypatch.setattr(group_applies, "ENABLED", True)
+    one = await train_steps(model, 4, False, monkeypatch)
+    two = await train_steps(model, 4, True, monkeypatch)
+    where = lane_of_op(laned)
+    assert any(name.endswith("/group") for name in where)
+    assert all(run.done for run in laned["runs"])
+    assert_same_bits(one, two)
+    monkeypatch.setattr(group_applies, "ENABLED", False)
+    assert_same_bits(one, await train_steps(model, 4, False, monkeypatch))

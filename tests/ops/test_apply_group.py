@@ -160,3 +160,40 @@ async def test_a_slot_of_another_shape_changes_no_variable(cpu_only):
     assert len(kept) == len(names) - 3
     for _, a, b in kept:
         assert a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+async def test_a_member_whose_gradient_is_dead_leaves_the_others_live(cpu_only):
+    """An apply whose gradient comes from a Switch's untaken output (built outside any cond
+    context) is dead and skipped: the live applies beside it still run. The pass groups
+    nothing in a graph with a Switch (exec/compiled_run.py also runs the graph passes only
+    on graphs without control flow; the pass must not rely on it)."""
+    from asyncflow.ops import control_flow
+
+    graph = af.Graph()
+    with graph.as_default():
+        refs = [af.Variable(np.zeros(3, np.float32), name=f"v{i}") for i in range(3)]
+        slots = [[af.Variable(np.zeros(3, np.float32)) for _ in range(2)] for _ in refs]
+        grad = af.constant(np.ones(3, np.float32))
+        pred = af.placeholder(af.bool, [], name="pred")
+        dead, _ = control_flow.switch(grad, pred)  # output_false: dead when pred is true
+        lr, rho, momentum, epsilon = [af.constant(np.float32(v))
+                                      for v in (0.1, 0.9, 0.5, 1e-10)]
+        applies = [apply_update("ApplyRMSProp", [r._ref(), s[0]._ref(), s[1]._ref()],
+                                [lr, rho, momentum, epsilon, g])
+                   for r, s, g in zip(refs, slots, [grad, grad, dead])]
+        train = af.group(*applies)
+        assert groups(node_graph(graph, [], [train], [pred])) == []
+        async with af.Session() as session:
+            await session.run(af.global_variables_initializer())
+            await session.run(train, {pred: True})
+            values = await session.run([r.value() for r in refs])
+    assert not np.array_equal(values[0], np.zeros(3)), values
+    assert not np.array_equal(values[1], np.zeros(3)), values
+    assert np.array_equal(values[2], np.zeros(3)), values
+
+
+def test_the_pass_large_apply_size_is_pairs_threshold():
+    """compile/ passes do not import exec/: the pass's copy of exec/pairs.py's threshold."""
+    from asyncflow.exec import pairs
+
+    assert grouping.LARGE == pairs.APPLY_PAIR_MIN
