@@ -17,8 +17,10 @@ Theory of operation:
 - Only the tail's applies group: those below ``pairs.APPLY_PAIR_MIN`` elements (a few tens
   of microseconds at most: grouping them cannot hold back a large kernel's partner), and a
   large apply only where it is the one large ``ApplyRMSProp`` of its optimizer's group (no
-  partner for exec/pairs.py to pair it with; the MLP's second layer's). A group needs two
-  members; at most ``ops.training.APPLY_GROUP_MAX`` a node.
+  partner for exec/pairs.py to pair it with; the MLP's second layer's) and under
+  ``LARGE_MAX`` (a larger one, the autoencoder's 200k, runs beside the backward GEMMs as soon
+  as its gradient is ready: grouped it waited for the last member, 0-4% slower). A group
+  needs two members; at most ``ops.training.APPLY_GROUP_MAX`` a node.
 - Not in a graph with a ``Switch``: a member fed by an untaken output would be dead and
   make the whole group dead (the live members' updates skipped); nor inside a control-flow
   context.
@@ -29,7 +31,7 @@ Pure data, as every compile pass: no trio, no kernels.
 """
 from __future__ import annotations
 
-from asyncflow.compile.node_graph import Node, readers_of, rewire
+from asyncflow.compile.node_graph import Node, fusion_view, rewire
 from asyncflow.graph.registry import get_op_def
 from asyncflow.ops.training import APPLY_GROUP_MAX
 
@@ -38,6 +40,10 @@ ENABLED = True
 # An apply of this many elements or more groups only as its optimizer's one such apply:
 # exec/pairs.py's ``APPLY_PAIR_MIN`` (not imported: compile passes do not import exec/).
 LARGE = 1 << 16
+# ... and only up to this many elements: a larger one's own time (~0.1 ms and more) overlaps the
+# backward GEMMs when it runs as soon as its gradient is ready, where a group waits for its
+# last member's gradient (the autoencoder's 200k apply: 0-4% slower grouped, bench/RESULTS.md).
+LARGE_MAX = 1 << 17
 _DEADENING = frozenset({"Switch", "RefSwitch"})
 
 
@@ -57,8 +63,7 @@ def _candidate(node, readers, pinned):
 
 
 def _groups(graph):
-    readers, _ = readers_of(graph)
-    pinned = set(graph.targets) | {p for p, _ in graph.fetches}
+    readers, _, pinned = fusion_view(graph)
     controls = {}  # node -> the nodes it controls
     for node in graph.nodes:
         for control in node.control_inputs:
@@ -72,6 +77,7 @@ def _groups(graph):
         by_key.setdefault(key, []).append(node)
     groups = []
     for members in by_key.values():
+        members = [n for n in members if _elements(n) < LARGE_MAX]
         large = [n for n in members if _elements(n) >= LARGE]
         if len(large) > 1:
             members = [n for n in members if _elements(n) < LARGE]
@@ -109,6 +115,4 @@ def group_applies(node_graph):
             replaced[apply] = node
             dropped.add(apply)
         added.append(node)
-    if not added:
-        return graph
     return rewire(graph, added, dropped, ports, replaced)

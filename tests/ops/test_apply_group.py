@@ -197,3 +197,19 @@ def test_the_pass_large_apply_size_is_pairs_threshold():
     from asyncflow.exec import pairs
 
     assert grouping.LARGE == pairs.APPLY_PAIR_MIN
+
+
+def test_an_apply_past_the_largest_member_size_stays_apart(monkeypatch):
+    # An apply of LARGE_MAX elements or more runs as soon as its gradient is ready (beside the
+    # backward GEMMs) rather than waiting in a group for the last member's gradient.
+    graph = af.Graph()
+    with graph.as_default():
+        x, y, loss, train = build(np.random.default_rng(0), np.float32, sizes=(20, 30, 5, 3))
+    monkeypatch.setattr(grouping, "LARGE", 100)
+    monkeypatch.setattr(grouping, "LARGE_MAX", 150)  # w1 (30 x 5) reaches it, w2 (5 x 3) not
+    (group,) = groups(node_graph(graph, [loss], [train], [x, y]))
+    assert sorted(group.attrs["members"]) == sorted(f"RMSProp/update_{v}/ApplyRMSProp"
+                                                    for v in ("b0", "b1", "w2", "b2"))
+    monkeypatch.setattr(grouping, "LARGE_MAX", 151)  # one large member under the bound: in
+    (group,) = groups(node_graph(graph, [loss], [train], [x, y]))
+    assert "RMSProp/update_w1/ApplyRMSProp" in group.attrs["members"]
