@@ -15,8 +15,6 @@ any array changes: a shape error leaves every variable and slot as it was.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from asyncflow import errors
 from asyncflow.kernels import intra_op, jit, training
 from asyncflow.kernels.registry import ANY, get_kernel, register_kernel, register_prepare
@@ -66,23 +64,9 @@ def _apply_rms_prop_group(ctx, lr, rho, momentum, epsilon, *values):
             outputs.append(training.compiled_apply(ctx, var, (ms, mom), grad, dtype, loop,
                                                     scalars))
             continue
-        shape = grad.shape
-        arrays = []
-        for ref in (var, ms, mom):  # ``training.in_place``, its shape checked above
-            array = ref.reusable()
-            if (array is None or array.shape != shape or array.dtype != dtype
-                    or not array.flags.c_contiguous):
-                array = np.array(ref.read(), dtype=dtype, order="C")
-            arrays.append(array)
-        x, m, v = arrays
-        g = grad.reshape(-1)
-        if not g.flags.c_contiguous:
-            g = np.ascontiguousarray(g)
-        if g.flags.writeable:  # (the loop's one signature a dtype: kernels/training.py)
-            g = g.view()
-            g.flags.writeable = False
-        loop(x.reshape(-1), m.reshape(-1), v.reshape(-1), g, *scalars, 0, size)
-        g = arrays = None
+        x, m, v = (training.in_place(ctx, ref, grad.shape, dtype) for ref in (var, ms, mom))
+        loop(x.reshape(-1), m.reshape(-1), v.reshape(-1), training.loop_gradient(grad, dtype),
+             *scalars, 0, size)
         # (the slots' shapes are the gradient's: checked by ``_check``)
         ms.assign(m, validate_shape=False, fresh=True)
         mom.assign(v, validate_shape=False, fresh=True)

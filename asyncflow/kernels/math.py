@@ -165,11 +165,23 @@ def _matmul(ctx, a, b):
     if a.shape[-1] != b.shape[-2]:
         raise errors.InvalidArgumentError(
             None, ctx.name, f"Matrix size-incompatible: In[0]: {list(a.shape)}, In[1]: {list(b.shape)}")
-    if (a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype or a.dtype.kind not in "fc"
-            or a.size * b.shape[1] < intra_op.MIN_SPLIT_WORK * intra_op.MACS_PER_WORK
-            or blas.gram(a, b)):
+    if not splits(a, b):
         return (blas.matmul(ctx, a, b),)
     return (_split_matmul(ctx, a, b),)
+
+
+def splits(a, b):
+    """Whether ``MatMul``'s kernel splits ``a @ b`` over the intra-op threads (then
+    ``by_rows`` says which way)."""
+    return not (a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype or a.dtype.kind not in "fc"
+                or a.size * b.shape[1] < intra_op.MIN_SPLIT_WORK * intra_op.MACS_PER_WORK
+                or blas.gram(a, b))
+
+
+def by_rows(rows, cols):
+    """Whether a split ``[rows, k] @ [k, cols]`` goes by rows of ``a`` (else by columns of
+    ``b``: ``_split_matmul``)."""
+    return (rows >= 64 or rows >= cols) and cols < COLUMNS_FROM * rows
 
 
 def _split_matmul(ctx, a, b, epilogue=None):
@@ -186,15 +198,15 @@ def _split_matmul(ctx, a, b, epilogue=None):
     out = ctx.xp.empty((rows, cols), dtype=a.dtype)
     mm = blas.gemm(ctx, a, b)  # (MKL's splits do not keep the whole product's bits)
     dtype = None if mm is blas.mkl_matmul else a.dtype
-    if (rows >= 64 or rows >= cols) and cols < COLUMNS_FROM * rows:
-        def by_rows(start, stop):
+    if by_rows(rows, cols):
+        def rows_chunk(start, stop):
             mm(a[start:stop], b, out[start:stop])
             if epilogue is not None:
                 epilogue(out[start:stop])
         cache_bytes = cols * a.itemsize * 2
         if epilogue is None and ROW_CHUNKS_FOR_EPILOGUE_ONLY:
             cache_bytes = 0
-        intra_op.for_gemm(ctx, rows, inner * cols, by_rows, cache_bytes, dtype)
+        intra_op.for_gemm(ctx, rows, inner * cols, rows_chunk, cache_bytes, dtype)
     else:
         def by_columns(start, stop):
             mm(a, b[:, start:stop], out[:, start:stop])

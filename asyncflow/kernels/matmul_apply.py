@@ -25,15 +25,10 @@ from asyncflow.kernels.registry import ANY, get_kernel, register_kernel, registe
 
 
 def _by_rows(a, b):
-    """Whether ``MatMul``'s kernel splits ``a @ b`` by rows (``math._matmul`` and
-    ``math._split_matmul``'s tests, in their order)."""
-    if (a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype or a.dtype.kind not in "fc"
-            or a.shape[1] != b.shape[0]
-            or a.size * b.shape[1] < intra_op.MIN_SPLIT_WORK * intra_op.MACS_PER_WORK
-            or blas.gram(a, b)):
-        return False
-    rows, cols = a.shape[0], b.shape[1]
-    return (rows >= 64 or rows >= cols) and cols < math_kernels.COLUMNS_FROM * rows
+    """Whether ``MatMul``'s kernel splits ``a @ b`` by rows (its own tests: ``math.splits``,
+    ``math.by_rows``)."""
+    return (a.ndim == 2 and b.ndim == 2 and a.shape[1] == b.shape[0]
+            and math_kernels.splits(a, b) and math_kernels.by_rows(a.shape[0], b.shape[1]))
 
 
 # Offloadable as ``MatMul``: a product from 64M multiply-adds (its cost: ops/training.py) runs on a
@@ -68,9 +63,7 @@ def _matmul_apply_rms_prop(ctx, var, ms, mom, lr, rho, momentum, epsilon, a, b):
     training.check_slots(ctx, slots, (rows, cols))
     news = [training.in_place(ctx, ref, (rows, cols), dtype) for ref in (var,) + slots]
     out = np.empty((rows, cols), dtype=dtype)
-    g = out.reshape(-1).view()
-    g.flags.writeable = False  # (the loop's one signature a dtype: kernels/training.py)
-    flat = [array.reshape(-1) for array in news] + [g]
+    flat = [array.reshape(-1) for array in news] + [training.loop_gradient(out, dtype)]
     mm = blas.gemm(ctx, x, y)
     split_dtype = None if mm is blas.mkl_matmul else dtype
     loop = training.rms_prop_loop

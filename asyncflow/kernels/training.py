@@ -195,7 +195,7 @@ def _apply_momentum(ctx, var, accum, lr, grad, momentum):
     nesterov = ctx.attrs["use_nesterov"]
     if _compiles(ctx, dtype, grad):
         return (compiled_apply(ctx, var, (accum,), grad, dtype, _momentum_loop,
-                                (lr, momentum, bool(nesterov))),)
+                               (lr, momentum, bool(nesterov))),)
 
     def update(x, a0, g, x1, a1, t, u):
         xp.multiply(a0, momentum, out=a1)
@@ -272,7 +272,7 @@ def _apply_rms_prop(ctx, var, ms, mom, lr, rho, momentum, epsilon, grad):
     if _compiles(ctx, dtype, grad):
         del value
         return (compiled_apply(ctx, var, (ms, mom), grad, dtype, rms_prop_loop,
-                                (one - rho, lr, momentum, epsilon)),)
+                               (one - rho, lr, momentum, epsilon)),)
     if grad.ndim and grad.size * dtype.itemsize <= SMALL_BYTES:
         ms0, mom0 = ms.read(), mom.read()
         if (ms0.shape == mom0.shape == grad.shape
@@ -404,6 +404,18 @@ def in_place(ctx, ref, shape, dtype):
     return array
 
 
+def loop_gradient(grad, dtype):
+    """``grad`` flattened, C-contiguous in ``dtype`` and read-only, as a compiled loop takes
+    it: one signature a dtype (``_preload`` compiled it), whatever the gradient's flags."""
+    g = grad.reshape(-1)
+    if g.dtype != dtype or not g.flags.c_contiguous:
+        g = np.ascontiguousarray(g, dtype=dtype)
+    if g.flags.writeable:
+        g = g.view()
+        g.flags.writeable = False
+    return g
+
+
 def compiled_apply(ctx, var, slots, grad, dtype, loop, scalars):
     """``loop(x, *slots, g, *scalars, start, stop)`` over the flattened arrays, updating the
     variable's and the slots' arrays in place (``in_place``), split over the intra-op
@@ -413,12 +425,7 @@ def compiled_apply(ctx, var, slots, grad, dtype, loop, scalars):
     check_slots(ctx, slots, grad.shape)
     refs = (var,) + slots
     news = [in_place(ctx, ref, grad.shape, dtype) for ref in refs]
-    g = grad.reshape(-1)
-    if g.dtype != dtype or not g.flags.c_contiguous:
-        g = np.ascontiguousarray(g, dtype=dtype)
-    if g.flags.writeable:
-        g = g.view()
-        g.flags.writeable = False
+    g = loop_gradient(grad, dtype)
     flat = [a.reshape(-1) for a in news] + [g]
     size = g.size
     if size * LOOP_WORK < intra_op.MIN_SPLIT_WORK:
@@ -590,7 +597,8 @@ def _sparse_apply_centered_rms_prop(ctx, var, mg, ms, mom, lr, rho, momentum, ep
     mean[rows] = mean[rows] * rho + (1 - rho) * grad
     square[rows] = square[rows] * rho + (1 - rho) * grad * grad
     denominator = ctx.xp.sqrt(square[rows] - mean[rows] * mean[rows] + scalar_of(epsilon, value))
-    moment[rows] = moment[rows] * scalar_of(momentum, value) + scalar_of(lr, value) * grad / denominator
+    moment[rows] = (moment[rows] * scalar_of(momentum, value)
+                    + scalar_of(lr, value) * grad / denominator)
     value[rows] -= moment[rows]
     mg.assign(mean, fresh=True)
     ms.assign(square, fresh=True)
