@@ -32,9 +32,6 @@ from asyncflow.graph.registry import get_op_def
 
 FUSED_TYPE = "_FusedMatMulApplyRMSProp"
 ENABLED = True
-# Products that pair with a weight gradient reading the same ``dy`` (an input gradient, with
-# its sigmoid's slope fused: compile/fuse_matmul_sigmoid_grad.py, run before this pass).
-_PRODUCTS = frozenset({"MatMul", "_FusedMatMulSigmoidGrad"})
 _GRAD = 7  # the apply's gradient input (ops/training.py: var, ms, mom, lr, rho, momentum,
 #            epsilon, grad)
 
@@ -51,7 +48,7 @@ def _product(apply, readers, controlling, pinned):
             or matmul in controlling or readers.get(port, []) != [apply]
             or not matmul.out_specs[0][0].is_floating
             or matmul.out_specs[0][0] != apply.out_specs[0][0]
-            or any(reader is not matmul and reader.type in _PRODUCTS
+            or any(reader is not matmul and reader.type == "MatMul"
                    and not depends_on((matmul, 0), {reader})
                    for operand in matmul.inputs for reader in readers.get(operand, []))):
         return None

@@ -376,19 +376,6 @@ def _fused_matmul_cost(shapes, op):
 register_op("_FusedMatMul", infer=_infer_fused_matmul, cost=_fused_matmul_cost)
 
 
-def _infer_matmul_sigmoid_grad(op):
-    """``_FusedMatMulSigmoidGrad(a, b, y)``: ``SigmoidGrad(y, MatMul(a, b))``, made only by
-    compile/fuse_matmul_sigmoid_grad.py, never by users (kernel:
-    kernels/matmul_sigmoid_grad.py)."""
-    ((dtype, shape),) = _infer_matmul(_FirstTwoInputs(op))
-    y = op.inputs[2]
-    return [(dtype, shape if shape.is_fully_defined() else y.shape)]
-
-
-register_op("_FusedMatMulSigmoidGrad", infer=_infer_matmul_sigmoid_grad,
-            cost=_fused_matmul_cost, differentiable=False)
-
-
 # The mean squared error's chain in two nodes, made only by the fusion pass
 # (compile/fuse_squared_error.py), never by users: ``Mean(Square(Sub(a, b)))`` over every
 # axis, and its gradient ``BroadcastToLike(grad) * (diff * 2)``.
