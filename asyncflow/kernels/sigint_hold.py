@@ -49,7 +49,8 @@ def hold():
     # (A second Ctrl-C just as an earlier hold put its handler back raised there, before
     # that hold forgot what it noted: delivered, so it must not be raised again at our end.)
     global _holding
-    _held.clear()
+    if _held:
+        _held.clear()
     _holding = (_main, handler)
     return _signal.signal(_signal.SIGINT, _note)
 
@@ -62,10 +63,11 @@ def give_back(handler):
     global _holding
     _signal.signal(_signal.SIGINT, handler)
     _holding = None
-    noted = len(_held)
-    _held.clear()
-    for _ in range(noted):
-        _signal.raise_signal(_signal.SIGINT)
+    if _held:
+        noted = len(_held)
+        _held.clear()
+        for _ in range(noted):
+            _signal.raise_signal(_signal.SIGINT)
 
 
 def noted():
