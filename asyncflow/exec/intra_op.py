@@ -34,22 +34,24 @@ restores the previous setting. A kernel that does not split keeps BLAS's own thr
 
 One update (``run(..., atomic=True)``: an optimizer's apply writing a variable's stored arrays
 in place, chunk by chunk) is never left half done by a Ctrl-C: on the main thread, where
-Python runs its signal handlers, SIGINT's handler is swapped for one that only notes the
-signal while the split runs (0.3 us a swap here with ``_signal``), and a KeyboardInterrupt a
+Python runs its signal handlers, SIGINT is held while the split runs (``kernels/sigint_hold.py``:
+its handler swapped for one that only notes the signal; the apply kernels hold it the same way
+around their whole call, and a split inside one leaves it to them), and a KeyboardInterrupt a
 chunk raises itself is kept; every chunk then runs, and the interrupt goes up after the last
 one ended (each noted signal raised again, so the handler found there, trio's or Python's,
-decides; a child a thread forks meanwhile gets the held handler back). The hold is bounded by
-the split's own work. A chunk's error still stops the split (a kept interrupt still goes up).
+decides). The hold is bounded by the split's own work. A chunk's error still stops the split
+(a kept interrupt still goes up).
 """
 from __future__ import annotations
 
-import _signal  # (``signal``'s own functions wrap their results in enums: ~2 us a call here)
 import atexit
 import concurrent.futures
 import os
 import queue as queue_module
 import threading
 import weakref
+
+from asyncflow.kernels import sigint_hold
 
 whole = threading.local()  # ``active``: kernels run whole here (``run_alone``, a lane);
 #                             ``join``: who may still join a split here (``joinable``)
@@ -64,47 +66,6 @@ _controller = None     # threadpoolctl's ThreadpoolController, made on first use
 _claimed = False
 _pools = weakref.WeakSet()  # every pool, for the fork and exit hooks below
 _exiting = False            # the interpreter is exiting: no new worker threads
-_held = []                  # SIGINTs noted while an atomic split held them (``_hold_sigint``)
-_holding = None             # (thread id, handler held) while one does: a fork's child's own
-
-
-def _note_sigint(signum, frame):
-    """SIGINT's handler while an atomic split runs on the main thread: note it (raised again
-    once the split ended, ``_give_back_sigint``)."""
-    _held.append(signum)
-
-
-def _hold_sigint():
-    """On the main thread whose SIGINT has a Python handler, put ``_note_sigint`` in its
-    place; returns the handler to put back (None: nothing swapped: another thread, which
-    signals never interrupt, SIGINT ignored or default, or an atomic split around this one
-    holds it already)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    handler = _signal.getsignal(_signal.SIGINT)
-    if not callable(handler) or handler is _note_sigint:
-        return None
-    # (A second Ctrl-C just as an earlier hold put its handler back raised there, before
-    # that hold forgot what it noted: delivered, so it must not be raised again at our end.)
-    global _holding
-    _held.clear()
-    _holding = (threading.get_ident(), handler)
-    return _signal.signal(_signal.SIGINT, _note_sigint)
-
-
-def _give_back_sigint(handler):
-    """Put ``handler`` back; each SIGINT noted meanwhile is raised again now, to it (each: a
-    handler counting them, as the worker's stop deadline whose second one exits at once,
-    sees every one; the first that raises ends it, as it would have)."""
-    global _holding
-    _signal.signal(_signal.SIGINT, handler)
-    _holding = None
-    noted = len(_held)
-    _held.clear()
-    for _ in range(noted):
-        _signal.raise_signal(_signal.SIGINT)
-
-
 def _hold_blas_single_thread():
     global _blas_users, _blas_restore
     with _blas_lock:
@@ -237,7 +198,7 @@ class IntraOpPool:
         helpers = 0 if getattr(whole, "active", False) else min(self.threads, len(bounds)) - 1
         # Lane 0's tail (``joinable``): the lane thread takes chunks once lane 1 has ended.
         joiner = getattr(whole, "join", None) if helpers == 0 and len(bounds) > 1 else None
-        held = _hold_sigint() if atomic else None
+        held = sigint_hold.hold() if atomic else None
         try:
             _hold_blas_single_thread()
             done = False
@@ -263,7 +224,7 @@ class IntraOpPool:
                 self.splits += 1
         finally:
             if held is not None:  # (every chunk ran: a Ctrl-C noted meanwhile is raised here)
-                _give_back_sigint(held)
+                sigint_hold.give_back(held)
         if queue.interrupt is not None:  # (a Ctrl-C goes up even after an error: not lost to
             if queue.interrupt.__context__ is None:  # the caller's handler of that error)
                 queue.interrupt.__context__ = queue.error
@@ -576,15 +537,8 @@ def shared_pool(threads):
 
 
 def _reset_after_fork():
-    global _blas_lock, _shared_lock, _holding
+    global _blas_lock, _shared_lock
     _blas_lock, _shared_lock = threading.Lock(), threading.Lock()
-    if _holding is not None and _holding[0] != threading.get_ident():
-        # Forked by another thread while the main thread held SIGINT: the child's main
-        # thread never ends that split, so it puts the held handler back (the noter would
-        # swallow every Ctrl-C the child gets).
-        _signal.signal(_signal.SIGINT, _holding[1])
-        _holding = None
-        _held.clear()
     for pool in list(_pools):
         pool._after_fork()
 

@@ -33,10 +33,18 @@ smaller applies that follow (a bias's) join the partner's side, in the schedule'
 while that side's elements stay within the first's: one call on the other thread instead of
 one small kernel each after the pair. Each apply reads and writes only its own variable's
 arrays, so the bits are those of one thread.
+
+A group of applies is one update with respect to a Ctrl-C (TF1 applies a step whole: its
+interrupt waits for ``sess.run``): ``run_group`` holds SIGINT while its members run and runs
+the side no pool thread took itself, so every member is applied, then the KeyboardInterrupt
+goes up (each apply kernel holds it around its own call as well, ``kernels/sigint_hold.py``).
+The hold covers these applies' compute only, never a wait: applies in separate nodes of a
+step may still be cut between them (docs/architecture.md, "A Ctrl-C and an update").
 """
 from __future__ import annotations
 
 from asyncflow.exec.plan import estimate_static_cost, runtime_cost
+from asyncflow.kernels import sigint_hold
 
 # A paired kernel costs at least this share of its offload threshold: 4M multiply-adds for
 # a GEMM (about 0.08 ms of BLAS on one core here), four times a pool hand-off.
@@ -233,11 +241,25 @@ def run_pair(first, first_args, second, second_args):
 def run_group(first, first_args, rest):
     """``run_pair`` for a dense apply and the applies that go with it (``rest``: ``(node,
     args)`` pairs, run in order on the other thread): ``[outputs or Failed, ...]``; an entry
-    None where not run (the rest handed back undone, or after a failure among them, as in one
-    thread); None without a pool of 2 or more threads."""
+    None where not run (after a failure among them, as in one thread); None without a pool
+    of 2 or more threads.
+
+    One update with respect to a Ctrl-C (module docstring): SIGINT is held
+    (``kernels/sigint_hold.py``) while the group runs, and the side no pool thread took is
+    run here, inside the hold, not handed back: every member is applied, then the
+    KeyboardInterrupt goes up. The hold covers these applies' compute only."""
     pool = getattr(first.ctx.device, "intra_op", None)
     if pool is None or pool.threads < 2:
         return None
+    handler = sigint_hold.hold()
+    try:
+        return _run_group(pool, first, first_args, rest)
+    finally:
+        if handler is not None:
+            sigint_hold.give_back(handler)
+
+
+def _run_group(pool, first, first_args, rest):
     results = [None] * (1 + len(rest))
 
     def run(index, _):
@@ -248,7 +270,10 @@ def run_group(first, first_args, rest):
             except Exception as exc:  # noqa: BLE001 -- raised on the kernel's own line
                 results[position] = Failed(exc)
                 return
-    pool.run_alone(run, ((0, 1), (1, 2)), caller_limit=1)
+    for start, stop in pool.run_alone(run, ((0, 1), (1, 2)), caller_limit=1):
+        if start == 1 and results[0].__class__ is Failed:
+            break  # (the first failed: the step stops on its line, as in one thread)
+        run(start, stop)  # (not ``alone``: a large member splits, as on its own line)
     return results
 
 

@@ -21,6 +21,7 @@ from asyncflow.kernels import segment  # noqa: F401,E402  (segment max/min/mean/
 from asyncflow.kernels import transfer  # noqa: F401,E402  (Send/Recv for partitions)
 from asyncflow.kernels import data_flow, io  # noqa: F401,E402  (queues and readers)
 from asyncflow.kernels import training  # noqa: F401,E402  (fused optimizer updates)
+from asyncflow.kernels import training_sparse  # noqa: F401,E402  (SparseApply*)
 from asyncflow.kernels import training_proximal  # noqa: F401,E402  (Adadelta, proximal)
 from asyncflow.kernels import linalg, logging_ops  # noqa: F401,E402  (einsum, Print)
 from asyncflow.kernels import tensor_array  # noqa: F401,E402  (TensorArray)

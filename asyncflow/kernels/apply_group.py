@@ -11,12 +11,14 @@ scalars, each element's update independent of the others). A member large enough
 runs ``training.compiled_apply``, split as the separate apply would be. Where the compiled
 loop is not usable (another dtype, a GPU, numba missing or off), each member runs the
 ``ApplyRMSProp`` kernel itself, one after the other. Every member's shapes are checked before
-any array changes: a shape error leaves every variable and slot as it was.
+any array changes: a shape error leaves every variable and slot as it was. The group is one
+update with respect to a Ctrl-C (``sigint_hold.whole``): every member is applied, then the
+KeyboardInterrupt goes up.
 """
 from __future__ import annotations
 
 from asyncflow import errors
-from asyncflow.kernels import intra_op, jit, training
+from asyncflow.kernels import intra_op, jit, sigint_hold, training
 from asyncflow.kernels.registry import ANY, get_kernel, register_kernel, register_prepare
 
 
@@ -42,6 +44,7 @@ def _check(ctx, members):
 
 
 @register_kernel("_FusedApplyRMSPropGroup")
+@sigint_hold.whole
 def _apply_rms_prop_group(ctx, lr, rho, momentum, epsilon, *values):
     members = _members(values)
     dtypes = _check(ctx, members)

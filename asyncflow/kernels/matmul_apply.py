@@ -13,14 +13,15 @@ rounding), and the apply is the compiled RMSProp loop, elementwise, over the chu
 elements of the flattened arrays (kernels/training.py: each element's operations do not
 depend on the range it falls in). Where ``MatMul`` would not split by rows, or the apply
 would not take its compiled loop (another dtype, a GPU, numba missing), the two kernels run
-one after the other, as unfused. A shape error is raised before any array changes.
+one after the other, as unfused. A shape error is raised before any array changes. One update
+with respect to a Ctrl-C (``sigint_hold.whole``, the split's hold inside it).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from asyncflow import errors
-from asyncflow.kernels import blas, intra_op, jit, math as math_kernels, training
+from asyncflow.kernels import blas, intra_op, jit, math as math_kernels, sigint_hold, training
 from asyncflow.kernels.registry import ANY, get_kernel, register_kernel, register_prepare
 
 
@@ -34,6 +35,7 @@ def _by_rows(a, b):
 # Offloadable as ``MatMul``: a product from 64M multiply-adds (its cost: ops/training.py) runs on a
 # worker thread, not on the event loop's.
 @register_kernel("_FusedMatMulApplyRMSProp", offload=True, offload_scale=intra_op.MACS_PER_WORK)
+@sigint_hold.whole
 def _matmul_apply_rms_prop(ctx, var, ms, mom, lr, rho, momentum, epsilon, a, b):
     attrs = ctx.attrs
     x, y = a, b

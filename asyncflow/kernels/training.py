@@ -30,9 +30,9 @@ order, so the same bits (tests/train/test_optimizer_loops.py); the numpy form st
 dtypes, GPUs and numba missing or disabled (RMSProp on 200k float32, one thread: 0.14 ms
 against 0.49, bench/RESULTS.md).
 
-A sparse kernel (``SparseApply*``) costs the rows it touches: it updates them in the array that
-``writable()`` hands out, which is the stored value itself when no reader holds it and a private
-copy otherwise.
+Every apply is one update with respect to a Ctrl-C (``sigint_hold.whole``: SIGINT held for
+the kernel's call, so its passes and assigns all run before a KeyboardInterrupt goes up). The
+sparse applies: ``kernels/training_sparse.py``.
 """
 from __future__ import annotations
 
@@ -41,8 +41,7 @@ import threading
 import numpy as np
 
 from asyncflow import errors
-from asyncflow.kernels import intra_op, jit
-from asyncflow.kernels.arguments import scatter_add as _accumulate
+from asyncflow.kernels import intra_op, jit, sigint_hold
 from asyncflow.kernels.registry import register_kernel, register_prepare
 
 
@@ -66,6 +65,7 @@ def scalar_of(value, like):
 
 
 @register_kernel("ApplyGradientDescent")
+@sigint_hold.whole
 def _apply_gradient_descent(ctx, var, alpha, delta):
     # Two passes into one new array (the step, then the new value): the blocked in-place
     # form of the other applies costs more here in calls than it saves (SGD on 8k values:
@@ -188,6 +188,7 @@ def _dense_apply(ctx, var, slots, grad, dtype, per_item_ops, update, block=None)
 
 
 @register_kernel("ApplyMomentum")
+@sigint_hold.whole
 def _apply_momentum(ctx, var, accum, lr, grad, momentum):
     xp = ctx.xp
     dtype = _dtype_of(ctx, var, grad)
@@ -213,6 +214,7 @@ def _apply_momentum(ctx, var, accum, lr, grad, momentum):
 
 
 @register_kernel("ApplyAdam")
+@sigint_hold.whole
 def _apply_adam(ctx, var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad):
     xp = ctx.xp
     dtype = _dtype_of(ctx, var, grad)
@@ -248,6 +250,7 @@ def _apply_adam(ctx, var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsi
 
 
 @register_kernel("ApplyAdagrad")
+@sigint_hold.whole
 def _apply_adagrad(ctx, var, accum, lr, grad):
     xp, dtype = ctx.xp, _dtype_of(ctx, var, grad)
     lr = scalar_of(lr, dtype)
@@ -263,6 +266,7 @@ def _apply_adagrad(ctx, var, accum, lr, grad):
 
 
 @register_kernel("ApplyRMSProp")
+@sigint_hold.whole
 def _apply_rms_prop(ctx, var, ms, mom, lr, rho, momentum, epsilon, grad):
     xp = ctx.xp
     value = _read(ctx, var, grad)
@@ -310,6 +314,7 @@ def _apply_rms_prop(ctx, var, ms, mom, lr, rho, momentum, epsilon, grad):
 
 
 @register_kernel("ApplyCenteredRMSProp")
+@sigint_hold.whole
 def _apply_centered_rms_prop(ctx, var, mg, ms, mom, lr, rho, momentum, epsilon, grad):
     xp = ctx.xp
     dtype = _dtype_of(ctx, var, grad)
@@ -492,6 +497,7 @@ for _type in ("ApplyRMSProp", "ApplyAdam", "ApplyMomentum"):
 
 
 @register_kernel("ApplyFtrlV2")
+@sigint_hold.whole
 def _apply_ftrl(ctx, var, accum, linear, grad, lr, l1, l2, l2_shrinkage, lr_power):
     value = _read(ctx, var, grad)
     new_var, new_accum, new_linear = _ftrl_rule(ctx.xp, value, accum.read(), linear.read(),
@@ -516,123 +522,3 @@ def _ftrl_rule(xp, value, accum, linear, grad, lr, l1, l2, l2_shrinkage, lr_powe
     shrunk_var = (xp.sign(new_linear) * l1 - new_linear) / quadratic
     new_var = xp.where(xp.abs(new_linear) > l1, shrunk_var, xp.zeros_like(shrunk_var))
     return new_var.astype(value.dtype), new_accum, new_linear
-
-
-# -- sparse applies: the rule on the rows named by ``indices`` ---------------------------------
-def _rows(ctx, var, grad, indices):
-    """The unique touched rows and their summed gradients, after checking every index.
-
-    Nothing is updated when an index is out of range (TF1's message names it and its offset).
-    """
-    xp = ctx.xp
-    value = var.read()
-    limit = value.shape[0] if value.ndim else 0
-    rest = value.shape[1:]
-    if indices.ndim != 1 or grad.shape != indices.shape + rest:
-        raise errors.InvalidArgumentError(
-            None, ctx.name, f"{ctx.type}: grad must be [len(indices)] + the variable's row shape "
-            f"{list(rest)}, got grad {list(grad.shape)} and indices {list(indices.shape)} "
-            f"(variable {var.name})")
-    host = indices.get() if hasattr(indices, "get") else np.asarray(indices)
-    bad = np.flatnonzero((host < 0) | (host >= limit))
-    if bad.size:
-        raise errors.InvalidArgumentError(
-            None, ctx.name, f"Index {int(host[bad[0]])} at offset {int(bad[0])} in indices is out "
-            f"of range [0, {limit}) (variable {var.name})")
-    unique, inverse = xp.unique(indices, return_inverse=True)
-    if unique.shape[0] == indices.shape[0]:
-        order = xp.argsort(indices, kind="stable")
-        return unique, grad[order]
-    summed = xp.zeros((unique.shape[0],) + rest, dtype=grad.dtype)
-    _accumulate(xp, summed, inverse.reshape(-1), grad)
-    return unique, summed
-
-
-@register_kernel("SparseApplyAdagrad")
-def _sparse_apply_adagrad(ctx, var, accum, lr, grad, indices):
-    rows, grad = _rows(ctx, var, grad, indices)
-    acc = accum.writable()
-    acc[rows] += grad * grad
-    value = var.writable()
-    value[rows] -= scalar_of(lr, value) * grad / ctx.xp.sqrt(acc[rows])
-    accum.assign(acc, fresh=True)
-    return (var.assign(value, fresh=True),)
-
-
-@register_kernel("SparseApplyMomentum")
-def _sparse_apply_momentum(ctx, var, accum, lr, grad, indices, momentum):
-    rows, grad = _rows(ctx, var, grad, indices)
-    acc = accum.writable()
-    value = var.writable()
-    lr, momentum = scalar_of(lr, value), scalar_of(momentum, value)
-    acc[rows] = acc[rows] * momentum + grad
-    if ctx.attrs["use_nesterov"]:
-        value[rows] -= lr * grad + lr * momentum * acc[rows]
-    else:
-        value[rows] -= lr * acc[rows]
-    accum.assign(acc, fresh=True)
-    return (var.assign(value, fresh=True),)
-
-
-@register_kernel("SparseApplyRMSProp")
-def _sparse_apply_rms_prop(ctx, var, ms, mom, lr, rho, momentum, epsilon, grad, indices):
-    rows, grad = _rows(ctx, var, grad, indices)
-    square, moment, value = ms.writable(), mom.writable(), var.writable()
-    rho = scalar_of(rho, value)
-    square[rows] = square[rows] * rho + (1 - rho) * grad * grad
-    moment[rows] = moment[rows] * scalar_of(momentum, value) + scalar_of(lr, value) * grad / \
-        ctx.xp.sqrt(square[rows] + scalar_of(epsilon, value))
-    value[rows] -= moment[rows]
-    ms.assign(square, fresh=True)
-    mom.assign(moment, fresh=True)
-    return (var.assign(value, fresh=True),)
-
-
-@register_kernel("SparseApplyCenteredRMSProp")
-def _sparse_apply_centered_rms_prop(ctx, var, mg, ms, mom, lr, rho, momentum, epsilon, grad,
-                                    indices):
-    rows, grad = _rows(ctx, var, grad, indices)
-    mean, square, moment, value = mg.writable(), ms.writable(), mom.writable(), var.writable()
-    rho = scalar_of(rho, value)
-    mean[rows] = mean[rows] * rho + (1 - rho) * grad
-    square[rows] = square[rows] * rho + (1 - rho) * grad * grad
-    denominator = ctx.xp.sqrt(square[rows] - mean[rows] * mean[rows] + scalar_of(epsilon, value))
-    moment[rows] = (moment[rows] * scalar_of(momentum, value)
-                    + scalar_of(lr, value) * grad / denominator)
-    value[rows] -= moment[rows]
-    mg.assign(mean, fresh=True)
-    ms.assign(square, fresh=True)
-    mom.assign(moment, fresh=True)
-    return (var.assign(value, fresh=True),)
-
-
-@register_kernel("SparseApplyAdam")
-def _sparse_apply_adam(ctx, var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad,
-                       indices):
-    # TF1's core Adam on a sparse gradient is not lazy: both moments decay everywhere.
-    xp = ctx.xp
-    rows, grad = _rows(ctx, var, grad, indices)
-    first, second, value = m.writable(), v.writable(), var.writable()
-    beta1, beta2 = scalar_of(beta1, value), scalar_of(beta2, value)
-    lr_t = scalar_of(lr * xp.sqrt(1 - beta2_power) / (1 - beta1_power), value)
-    first *= beta1
-    first[rows] += (1 - beta1) * grad
-    second *= beta2
-    second[rows] += (1 - beta2) * grad * grad
-    value -= lr_t * first / (xp.sqrt(second) + scalar_of(epsilon, value))
-    m.assign(first, fresh=True)
-    v.assign(second, fresh=True)
-    return (var.assign(value, fresh=True),)
-
-
-@register_kernel("SparseApplyFtrlV2")
-def _sparse_apply_ftrl(ctx, var, accum, linear, grad, indices, lr, l1, l2, l2_shrinkage,
-                       lr_power):
-    rows, grad = _rows(ctx, var, grad, indices)
-    acc, lin, value = accum.writable(), linear.writable(), var.writable()
-    new_var, new_accum, new_linear = _ftrl_rule(ctx.xp, value[rows], acc[rows], lin[rows], grad,
-                                                lr, l1, l2, l2_shrinkage, lr_power)
-    value[rows], acc[rows], lin[rows] = new_var, new_accum, new_linear
-    accum.assign(acc, fresh=True)
-    linear.assign(lin, fresh=True)
-    return (var.assign(value, fresh=True),)

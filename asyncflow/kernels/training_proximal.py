@@ -16,7 +16,8 @@ as whole-array expressions in the variable's dtype (the rules of TF1's ``trainin
   element in float64 arithmetic, rounded to the variable's dtype once at the end.
 
 The sparse forms apply the rule to the unique touched rows, repeated rows summed first
-(``kernels/training.py``'s ``_rows``), and check every index before changing anything. The
+(``kernels/training_sparse.py``'s ``_rows``), and check every index before changing anything.
+Each kernel is one update with respect to a Ctrl-C (``sigint_hold.whole``). The
 proximal Adagrad kernels refuse, as TF1's, a learning rate that is not positive (or NaN) and a
 negative l1 or l2, before changing anything; TF1's Adadelta and proximal gradient descent
 kernels check no value, and neither do these.
@@ -26,8 +27,10 @@ from __future__ import annotations
 import numpy as np
 
 from asyncflow import errors
+from asyncflow.kernels import sigint_hold
 from asyncflow.kernels.registry import register_kernel
-from asyncflow.kernels.training import _read, _rows, scalar_of
+from asyncflow.kernels.training import _read, scalar_of
+from asyncflow.kernels.training_sparse import _rows
 
 
 def _adadelta(xp, value, accum, accum_update, lr, rho, epsilon, grad):
@@ -67,6 +70,7 @@ def _check_proximal_adagrad(ctx, lr, l1, l2):
 
 
 @register_kernel("ApplyAdadelta")
+@sigint_hold.whole
 def _apply_adadelta(ctx, var, accum, accum_update, lr, rho, epsilon, grad):
     value = _read(ctx, var, grad)
     new, new_accum, new_update = _adadelta(ctx.xp, value, accum.read(), accum_update.read(),
@@ -77,6 +81,7 @@ def _apply_adadelta(ctx, var, accum, accum_update, lr, rho, epsilon, grad):
 
 
 @register_kernel("SparseApplyAdadelta")
+@sigint_hold.whole
 def _sparse_apply_adadelta(ctx, var, accum, accum_update, lr, rho, epsilon, grad, indices):
     rows, grad = _rows(ctx, var, grad, indices)
     acc, upd, value = accum.writable(), accum_update.writable(), var.writable()
@@ -88,6 +93,7 @@ def _sparse_apply_adadelta(ctx, var, accum, accum_update, lr, rho, epsilon, grad
 
 
 @register_kernel("ApplyProximalGradientDescent")
+@sigint_hold.whole
 def _apply_proximal_gradient_descent(ctx, var, alpha, l1, l2, delta):
     value = _read(ctx, var, delta)
     alpha, l1, l2 = (scalar_of(s, value) for s in (alpha, l1, l2))
@@ -95,6 +101,7 @@ def _apply_proximal_gradient_descent(ctx, var, alpha, l1, l2, delta):
 
 
 @register_kernel("SparseApplyProximalGradientDescent")
+@sigint_hold.whole
 def _sparse_apply_proximal_gradient_descent(ctx, var, alpha, l1, l2, grad, indices):
     rows, grad = _rows(ctx, var, grad, indices)
     value = var.writable()
@@ -104,6 +111,7 @@ def _sparse_apply_proximal_gradient_descent(ctx, var, alpha, l1, l2, grad, indic
 
 
 @register_kernel("ApplyProximalAdagrad")
+@sigint_hold.whole
 def _apply_proximal_adagrad(ctx, var, accum, lr, l1, l2, grad):
     value = _read(ctx, var, grad)
     _check_proximal_adagrad(ctx, lr, l1, l2)
@@ -113,6 +121,7 @@ def _apply_proximal_adagrad(ctx, var, accum, lr, l1, l2, grad):
 
 
 @register_kernel("SparseApplyProximalAdagrad")
+@sigint_hold.whole
 def _sparse_apply_proximal_adagrad(ctx, var, accum, lr, l1, l2, grad, indices):
     _check_proximal_adagrad(ctx, lr, l1, l2)
     rows, grad = _rows(ctx, var, grad, indices)
@@ -168,6 +177,7 @@ def _global_step(ctx, step):
 
 
 @register_kernel("ApplyAdagradDA")
+@sigint_hold.whole
 def _apply_adagrad_da(ctx, var, accum, squared_accum, grad, lr, l1, l2, global_step):
     _read(ctx, var, grad)
     new_accum = accum.read() + grad
@@ -180,6 +190,7 @@ def _apply_adagrad_da(ctx, var, accum, squared_accum, grad, lr, l1, l2, global_s
 
 
 @register_kernel("SparseApplyAdagradDA")
+@sigint_hold.whole
 def _sparse_apply_adagrad_da(ctx, var, accum, squared_accum, grad, indices, lr, l1, l2,
                              global_step):
     shape = var.read().shape

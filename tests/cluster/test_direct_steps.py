@@ -327,6 +327,20 @@ async def _step_in_flight(worker):
         await trio.sleep(0.02)  # (bounded by the caller's fail_after) the step waits there
 
 
+async def _in_flight_on_a_call_of_its_own(nursery, worker, call, request, sent):
+    """``request`` (the step's RunGraph) sent on a call of the test's, in ``nursery``
+    (``call``: the channel's real one), and waited for until the worker runs the step: the
+    client's own call may then fail while the worker still holds the step. What the test's
+    call ends with (the abort's ABORTED) goes to ``sent``."""
+    async def sent_on_its_own():
+        try:
+            await call(request, timeout=GENEROUS)
+        except Exception as exc:  # noqa: BLE001 - the abort's answer
+            sent.append(exc)
+    nursery.start_soon(sent_on_its_own)
+    await _step_in_flight(worker)
+
+
 async def test_a_ctrl_c_in_a_direct_steps_hand_over_still_aborts_it_on_the_worker(worker,
                                                                                   monkeypatch):
     """A KeyboardInterrupt landing anywhere between the direct call's failure and the
@@ -373,15 +387,9 @@ async def test_a_ctrl_c_in_a_direct_steps_hand_over_still_aborts_it_on_the_worke
                     return await real_abort(request, **kwargs)
 
                 async with trio.open_nursery() as nursery:
-                    async def sent_on_its_own(request):
-                        try:
-                            await real_call(request, timeout=GENEROUS)
-                        except Exception as exc:  # noqa: BLE001 - the abort's answer
-                            sent.append(exc)
-
                     async def lost(request, **kwargs):
-                        nursery.start_soon(sent_on_its_own, request)
-                        await _step_in_flight(worker)
+                        await _in_flight_on_a_call_of_its_own(nursery, worker, real_call,
+                                                              request, sent)
                         inject()
                         raise TransportUnavailable("connection lost")
 
@@ -451,15 +459,9 @@ def test_a_second_ctrl_c_as_a_direct_steps_abort_waits_raises_the_interrupt_alon
                     ctrl_c_now()
 
             async with trio.open_nursery() as nursery:
-                async def sent_on_its_own(request):
-                    try:
-                        await real_call(request, timeout=GENEROUS)
-                    except Exception as exc:  # noqa: BLE001 - the abort's answer
-                        sent.append(exc)
-
                 async def waits(request, **kwargs):
-                    nursery.start_soon(sent_on_its_own, request)
-                    await _step_in_flight(worker)
+                    await _in_flight_on_a_call_of_its_own(nursery, worker, real_call, request,
+                                                          sent)
                     if first == "in the hand-over":
                         direct_step.outcome = _Interrupted
                         raise TransportUnavailable("connection lost")

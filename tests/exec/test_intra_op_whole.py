@@ -14,6 +14,7 @@ import pytest
 from bounded_threads import bounded
 
 from asyncflow.exec import intra_op
+from asyncflow.kernels import sigint_hold
 
 
 def on_the_main_thread_with_a_handler():
@@ -154,7 +155,7 @@ class _CtrlCAsTheHandlerIsPutBack:
 
     def signal(self, signum, handler):
         previous = self._real.signal(signum, handler)
-        if handler is not intra_op._note_sigint and not self.fired:
+        if handler is not sigint_hold._note and not self.fired:
             self.fired = True
             raise KeyboardInterrupt
         return previous
@@ -167,7 +168,8 @@ def test_a_ctrl_c_on_giving_back_is_not_raised_again_by_the_next_split(monkeypat
     seen = []
     previous = signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
     try:
-        monkeypatch.setattr(intra_op, "_signal", _CtrlCAsTheHandlerIsPutBack(intra_op._signal))
+        monkeypatch.setattr(sigint_hold, "_signal",
+                            _CtrlCAsTheHandlerIsPutBack(sigint_hold._signal))
         chunk, ran = interrupting("signal")
         with pytest.raises(KeyboardInterrupt):
             intra_op.IntraOpPool(1).run(chunk, [(0, 1), (1, 2)], atomic=True)

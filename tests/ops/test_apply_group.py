@@ -14,6 +14,8 @@ from asyncflow.compile.prune import prune
 from asyncflow.kernels import jit
 from asyncflow.ops.training import apply_update
 
+from traced_steps import traced_steps  # same folder
+
 CPU0 = "/job:localhost/replica:0/task:0/device:CPU:0"
 GPU0 = "/job:localhost/replica:0/task:0/device:GPU:0"
 
@@ -99,24 +101,12 @@ def test_a_fetched_apply_output_a_gpu_placement_and_other_hyperparameters_stay_a
 
 
 async def steps(dtype, sizes, steps=3):
-    """Losses and variables after each of ``steps`` steps (a variable also fetched with the
-    train op), and the op types run."""
+    """Losses and variables after each of ``steps`` steps (and after a traced one), and the
+    op types run."""
     rng = np.random.default_rng(1)
     images = rng.random((32, sizes[0])).astype(dtype)
     labels = rng.random((32, sizes[-1])).astype(dtype)
-    with af.Graph().as_default():
-        x, y, loss, train = build(rng, dtype, sizes)
-        async with af.Session() as session:
-            await session.run(af.global_variables_initializer())
-            out = []
-            for _ in range(steps):
-                out.append((await session.run([loss, train], {x: images, y: labels}))[0])
-                out.extend(await session.run(af.global_variables()))
-            metadata = af.RunMetadata()
-            await session.run(train, {x: images, y: labels}, options=af.RunOptions(
-                trace_level=af.RunOptions.FULL_TRACE), run_metadata=metadata)
-            out.extend(await session.run(af.global_variables()))
-    return [np.asarray(v) for v in out], {s.op_type for s in metadata.step_stats}
+    return await traced_steps(lambda: build(rng, dtype, sizes), images, labels, steps)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -18,6 +18,8 @@ from asyncflow.exec import plan
 from asyncflow.kernels import intra_op as kernel_intra_op
 from asyncflow.kernels import jit, training
 
+from traced_steps import traced_steps  # same folder
+
 CPU0 = "/job:localhost/replica:0/task:0/device:CPU:0"
 
 
@@ -71,25 +73,15 @@ def test_a_fetched_gradient_is_not_fused():
 
 
 async def steps(dtype, steps=3):
-    """Losses and variables after each of ``steps`` RMSProp steps on a batch of 96."""
+    """Losses and variables after each of ``steps`` RMSProp steps on a batch of 96 (and after
+    a traced one), two intra-op threads, and the op types run."""
     rng = np.random.default_rng(1)
     images = rng.random((96, 20)).astype(dtype)
     images[0, :3] = [np.inf, -0.0, 0.0]
     images[1, :] = 0.0
     labels = np.eye(4, dtype=dtype)[rng.integers(0, 4, size=96)]
-    with af.Graph().as_default():
-        x, y, loss, train = build(rng, dtype)
-        config = af.ConfigProto(intra_op_parallelism_threads=2)
-        async with af.Session(config=config) as session:
-            await session.run(af.global_variables_initializer())
-            out = []
-            for _ in range(steps):
-                out.append((await session.run([loss, train], {x: images, y: labels}))[0])
-                out.extend(await session.run(af.global_variables()))
-            metadata = af.RunMetadata()
-            await session.run(train, {x: images, y: labels}, options=af.RunOptions(
-                trace_level=af.RunOptions.FULL_TRACE), run_metadata=metadata)
-    return [np.asarray(v) for v in out], {s.op_type for s in metadata.step_stats}
+    return await traced_steps(lambda: build(rng, dtype), images, labels, steps,
+                              af.ConfigProto(intra_op_parallelism_threads=2))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -17,7 +17,7 @@ import pytest
 import asyncflow as af
 from asyncflow import dtypes
 from asyncflow.exec.resources import VariableResource
-from asyncflow.kernels import intra_op, jit, matmul_apply, training
+from asyncflow.kernels import intra_op, jit, matmul_apply, sigint_hold, training
 
 from apply_context import ApplyContext  # same folder
 
@@ -34,11 +34,13 @@ def main_thread():
 
 @pytest.fixture
 def plain_splits(monkeypatch):
-    """Make the applies' splits plain ones (``atomic`` dropped): the behaviour before."""
+    """Make the applies' splits plain ones (``atomic`` dropped) and take no hold: the
+    behaviour before."""
     def plain(split):
         return lambda *args, atomic=False, **kwargs: split(*args, **kwargs)
     for name in ("for_batch", "for_gemm"):
         monkeypatch.setattr(intra_op, name, plain(getattr(intra_op, name)))
+    monkeypatch.setattr(sigint_hold, "hold", lambda: None)
 
 
 def resources(values):
