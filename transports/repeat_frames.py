@@ -199,7 +199,7 @@ class Prepared:
     hashing its key. Made by :func:`learn` (one a template), found by :func:`prepare`."""
 
     __slots__ = ("template", "schema", "limits", "checksums", "static", "tensors", "key",
-                 "image")
+                 "image", "roomed")
 
     def __init__(self, template: _Template, schema: Any, limits: Any, checksums: bool,
                  static: tuple, tensors: tuple, key: tuple) -> None:
@@ -208,6 +208,7 @@ class Prepared:
         self.static = static    # per static field: (name, type, value, item types of a list)
         self.tensors = tensors  # per tensor: (key, dtype, shape)
         self.image = None  # (frame bytes, spots) for ``encode_whole``; False: none (made once)
+        self.roomed = (0, b"")  # (room, the image's bytes after that many zero bytes)
 
     def encode(self, message: Any, limits: Any, checksums: bool, defer: bool) -> list | None:
         """``message``'s buffers where it is of this signature (every field but the
@@ -252,24 +253,38 @@ class Prepared:
         makes its RunGraph replies: ``transports/http/bare_calls.py``); each array checked
         as :meth:`encode` checks it; None where one is not of it, or where ``encode_whole``
         would not give one buffer (the caller encodes the message in full)."""
+        frame = self.values_frame(values, checksums, 0)
+        return None if frame is None else [frame]
+
+    def values_frame(self, values: list, checksums: bool, room: int) -> bytearray | None:
+        """:meth:`encode_values`'s frame after ``room`` zero bytes, in one ``bytearray`` (a
+        caller's head goes there: the bare server's answer to a short step, written whole
+        with one ``write``), or None where ``encode_values`` gives None."""
         image = self.image
         if image is None:
             image = self.image = self._image()
         if image is False or checksums != self.checksums or len(values) != len(self.tensors):
             return None
-        frame = bytearray(image[0])
+        if room:
+            roomed = self.roomed
+            if roomed[0] != room:
+                roomed = self.roomed = (room, bytes(room) + image[0])
+            frame = bytearray(roomed[1])
+        else:
+            frame = bytearray(image[0])
         for value, (_, dtype, shape), spot in zip(values, self.tensors, image[1]):
             if type(value) is not np.ndarray or value.dtype != dtype \
                     or value.shape != shape or not value.flags.c_contiguous:
                 return None
             if spot is not None:
                 start, stop = spot
+                start, stop = start + room, stop + room
                 data = value.tobytes()
                 frame[start:stop] = data
                 if checksums:
                     frame[stop:stop + _TRAILER] = _checksum.extend(0, data).to_bytes(
                         _TRAILER, "little")
-        return [frame]
+        return frame
 
     def _image(self) -> tuple | bool:
         """(the frame's bytes, zeros where tensor bytes and trailers go; per tensor its

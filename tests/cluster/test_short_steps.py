@@ -19,7 +19,8 @@ from hand_registration import register_partitions
 from loopback_ports import free_ports
 from transports import wire
 from transports.http import bare, same_host
-from transports.messages import AbortStep, DeregisterGraph, ErrorReply, RunGraph, TensorEntry
+from transports.messages import AbortStep, DeregisterGraph, ErrorReply, RunGraph, \
+    RunGraphReply, TensorEntry
 from transports.service import RPCS
 
 RUN_GRAPH = next(i for i, rpc in enumerate(RPCS) if rpc.method == "run_graph")
@@ -301,3 +302,55 @@ async def test_a_frame_the_short_path_does_not_take_is_decoded_once():
             await raw.stream.aclose()
             await channel.aclose()
             nursery.cancel_scope.cancel()
+
+
+async def test_each_signature_of_a_step_keeps_its_own_answer():
+    """A placeholder of an unknown length: each feed shape is its own frame template and its
+    own reply (``bare_calls.step_answer``, the answer's head and frame in one buffer), so
+    steps that alternate shapes, and a dtype the graph refuses between them, are each answered
+    with their own values, the short ones byte for byte as the full path answers them."""
+    spec = af.ClusterSpec({"worker": [f"127.0.0.1:{port}" for port in free_ports(1)]})
+    graph = af.Graph()
+    with graph.as_default():
+        with af.device("/job:worker/task:0/device:CPU:0"):
+            x = af.placeholder(af.float32, [None], name="x")
+            y = af.add(af.multiply(x, 2.0), 1.0, name="y")
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            server = await nursery.start(af.Server(spec, "worker", 0).serve)
+            (channel, handle, options), = (await register_partitions(
+                spec, graph, [x], [y])).values()
+            raw = await _Raw.open(server.port)
+            frames = {}
+            for i in range(1, 25):
+                value = np.arange(3 + 2 * (i % 3), dtype=np.float32) * i
+                if i % 7 == 0:
+                    assert (await raw.call(_frame(handle, options, i, value.astype(
+                        np.int32))))[0] == "INVALID_ARGUMENT"
+                    continue
+                await raw.send(_frame(handle, options, i, value))
+                answer = await _answer_bytes(raw)
+                assert answer == b"".join(bytes(b) for b in wire.encode(RunGraphReply(
+                    [TensorEntry("y:0", value * 2 + 1)]), checksums=True))
+                frames.setdefault(value.shape, []).append(i)
+            # Three shapes, each signature's first two frames teach its templates.
+            assert server.http.statistics().short_steps == sum(
+                len(steps) - 2 for steps in frames.values()) == 15
+            await raw.stream.aclose()
+            await channel.aclose()
+            nursery.cancel_scope.cancel()
+
+
+async def _answer_bytes(raw):
+    """The next answer's frame as it came (a FRAME of this call), whole."""
+    while True:
+        if len(raw.pending) >= bare.REPLY.size:
+            length, call_id, kind, _ = bare.REPLY.unpack_from(raw.pending)
+            end = bare.REPLY.size + length
+            if len(raw.pending) >= end:
+                assert (call_id, kind) == (raw.call_id, bare.FRAME)
+                frame, raw.pending = raw.pending[bare.REPLY.size:end], raw.pending[end:]
+                return frame
+        data = await raw.stream.receive_some(1 << 16)
+        assert data
+        raw.pending += data

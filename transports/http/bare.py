@@ -60,9 +60,10 @@ from transports.http.bare_io import CALLS as _CALLS, RECV as _RECV, RequestBody 
     ServerConnection as _Connection, late_call as _late_call, one_way_failed as _one_way_failed, \
     prepared_reply as _reply, read_once as _read, read_whole as _read_whole, \
     reads_whole as _reads_whole, shut_reading as _shut_reading, \
-    small_pieces as _small_pieces, write_now as _write_now, write_request as _write_request
-from transports.http.bare_calls import answer as _answer, \
-    answer_step as _answer_step, step_reply as _step_reply, take_step as _take_step
+    small_pieces as _small_pieces, write_now as _write_now, write_one as _write_one, \
+    write_request as _write_request
+from transports.http.bare_calls import answer as _answer, answer_step as _answer_step, \
+    step_answer as _step_answer, step_reply as _step_reply, take_step as _take_step
 from transports.http.body import BodyTimeout, PeerGone, read_frame
 from transports.http.call_scope import step_preparer
 from transports.http.bulk_io import BULK_BYTES, BulkReader
@@ -298,15 +299,29 @@ class BareService:
                                 "UNAVAILABLE", f"same-host calls after a broken {name} "
                                 "were dropped unread"))
                 return keep
+            whole = None  # a short step's answer, head and frame in one buffer
             try:
-                buffers = _step_reply(conn, taken, reply, server._limits) \
-                    if type(reply) is list else _reply(conn, reply, server._limits) \
-                    if kind == FRAME and index == _RUN_GRAPH else encode(
-                        reply, server._limits, defer_checksums=kind == FRAME)
+                if type(reply) is list:
+                    whole = _step_answer(taken, reply, REPLY.size) \
+                        if conn.unsent is None else None
+                    buffers = _step_reply(conn, taken, reply, server._limits) \
+                        if whole is None else None
+                else:
+                    buffers = _reply(conn, reply, server._limits) \
+                        if kind == FRAME and index == _RUN_GRAPH else encode(
+                            reply, server._limits, defer_checksums=kind == FRAME)
             except Exception as exc:  # noqa: BLE001 -- an unsendable reply is INTERNAL
-                reply, kind = error_reply_for(exc), ERROR
+                reply, kind, whole = error_reply_for(exc), ERROR, None
                 buffers = encode(reply, server._limits)
             status = 200 if kind == FRAME else HTTP_STATUS[reply.code]
+            if whole is not None:  # (16 KiB at most: never lent, ``_send``)
+                size = len(whole) - REPLY.size
+                REPLY.pack_into(whole, 0, size, call_id, FRAME, 0)
+                server._bytes_sent += size
+                rest = _write_one(conn.stream.socket, whole)
+                if rest:
+                    await server._send_all(conn, rest)
+                return keep
             if conn.unsent is not None:  # (spent: sent out of it)
                 conn.unsent = (call_id, kind, buffers, flags & LEND and kind == FRAME)
                 return keep

@@ -49,7 +49,8 @@ from transports.messages import ErrorReply, Message, RunGraph, RunGraphReply, Te
 from transports.service import Rpc, error_reply_for, reply_for_result
 from transports.wire import encode_prepared
 
-__all__ = ["DEADLINE_GRACE_S", "answer", "answer_step", "step_reply", "take_step"]
+__all__ = ["DEADLINE_GRACE_S", "answer", "answer_step", "step_answer", "step_reply",
+           "take_step"]
 
 DEADLINE_GRACE_S: Final = 1.0  # the server's deadline trails the client's (see answer)
 _CANCELLED: Final = object()
@@ -212,3 +213,14 @@ def step_reply(conn: Any, taken: tuple, values: list, limits: Any) -> list:
                            for key, value in zip(bound.step.fetch_keys, values)])
     buffers, bound.reply = encode_prepared(None, reply, limits, defer_checksums=True)
     return buffers
+
+
+def step_answer(taken: tuple, values: list, room: int) -> bytearray | None:
+    """The frame of :func:`answer_step`'s ``values`` after ``room`` bytes for the caller's
+    answer head, in one buffer (written with one ``write``, no ``frame_size``, no pieces:
+    ~1 us of a short step's answer, bench/RESULTS.md, c47wrk), where they are of the
+    signature of the step's last reply; else None (:func:`step_reply` encodes them)."""
+    prepared = taken[0].reply
+    if prepared is None:
+        return None
+    return prepared.values_frame(values, checksum_enabled(), room)

@@ -68,7 +68,7 @@ __all__ = ["CALLS", "COUNTS", "Calls", "LOAD_EVERY_S", "RECV", "RequestBody", "S
            "ServerConnection", "WARM_WAITS", "WHOLE_FRAME_BYTES", "decide", "learn_wait",
            "late_call", "machine_busy", "one_way_failed", "prepared_reply", "quota_cpus",
            "read_once", "read_whole", "reads_whole", "set_spin_window", "shut_reading",
-           "small_pieces", "spin_window_s", "write_now", "write_request"]
+           "small_pieces", "spin_window_s", "write_now", "write_one", "write_request"]
 
 RECV: Final = 64 * 1024
 # A request frame up to this size, its header short, is read whole, then decoded in one pass
@@ -395,6 +395,15 @@ def write_now(sock: Any, pieces: list) -> bytes:
     if sent == sum(map(len, pieces)):
         return b""
     return b"".join(pieces)[sent:]
+
+
+def write_one(sock: Any, data: bytearray) -> bytes:
+    """:func:`write_now` of one buffer, with ``write``."""
+    try:
+        sent = os.write(sock.fileno(), data)  # -1 once closed: EBADF
+    except BlockingIOError:
+        sent = 0
+    return b"" if sent == len(data) else bytes(data[sent:])
 
 
 async def write_request(sock: Any, head: bytes, buffers: list, deadline: float) -> bool:
