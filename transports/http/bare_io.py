@@ -89,8 +89,9 @@ _clock = time.perf_counter  # (a test may set its own)
 # (``read_once``'s ``tries``): a checkpoint is a scheduler pass (~3.8 us hot, a try without it
 # ~1.8), and a trivial step's answer (~30 us after its request) met one or more of them; 16
 # tries are ~30 us between passes, the longest a cancel, a deadline or another task then waits
-# in the spin (a CallCancel's close and another call's begin are still seen at every try). The
-# trivial remote step 0.95x against a checkpoint a try (bench/RESULTS.md, c47cli).
+# in the spin (a CallCancel's close, the socket's, is still seen at every try; another task's
+# call begins at the next checkpoint and ends the spin there). The trivial remote step 0.95x
+# against a checkpoint a try (bench/RESULTS.md, c47cli).
 ANSWER_TRIES = 16
 _spin: list = []  # [the window in seconds], read from the environment on first use
 
