@@ -17,7 +17,7 @@ import trio
 import trio.testing
 from transport_fakes import FakeWorker
 
-from transports.http import bare_io
+from transports.http import bare, bare_io
 from transports.http.client import TrioHttpChannel
 from transports.http.server import open_http_server
 from transports.messages import RecvTensors
@@ -65,7 +65,13 @@ def _more(before):
     return {key: bare_io.COUNTS[key] - before[key] for key in before}
 
 
-async def test_a_message_sent_during_the_spin_is_taken_without_parking(window, still_clock):
+# (``tries``: a checkpoint every try, the worker's; every ANSWER_TRIES, the client's answer)
+_TRIES = pytest.mark.parametrize("tries", [1, bare_io.ANSWER_TRIES])
+
+
+@_TRIES
+async def test_a_message_sent_during_the_spin_is_taken_without_parking(window, still_clock,
+                                                                       tries):
     window(bare_io.MAX_SPIN_US)
     a, b = trio.socket.socketpair()
     with a, b:
@@ -73,7 +79,7 @@ async def test_a_message_sent_during_the_spin_is_taken_without_parking(window, s
             # runs at the spin's first checkpoint: the bytes arrive after the read began
             nursery.start_soon(_soon, os.write, b.fileno(), b"call")
             before = _counts()
-            assert await bare_io.read_once(a, True) == b"call"
+            assert await bare_io.read_once(a, True, tries=tries) == b"call"
         assert _more(before) == {"parks": 0, "spun": 1, "skipped": 0, "busy": 0, "shared": 0}
 
 
@@ -94,7 +100,8 @@ async def test_a_window_of_zero_parks_at_once_as_before(window):
         assert _more(before) == {"parks": 1, "spun": 0, "skipped": 0, "busy": 0, "shared": 0}
 
 
-async def test_a_spinning_wait_is_cancelled_at_its_next_checkpoint(window, still_clock):
+@_TRIES
+async def test_a_spinning_wait_is_cancelled_at_its_next_checkpoint(window, still_clock, tries):
     window(bare_io.MAX_SPIN_US)
     a, b = trio.socket.socketpair()
     with a, b:
@@ -102,13 +109,15 @@ async def test_a_spinning_wait_is_cancelled_at_its_next_checkpoint(window, still
         with trio.CancelScope() as scope:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_soon, scope.cancel)  # runs within the spin
-                await bare_io.read_once(a, True)
+                await bare_io.read_once(a, True, tries=tries)
                 pytest.fail("not cancelled")
         assert scope.cancelled_caught
         assert _more(before) == {"parks": 0, "spun": 0, "skipped": 0, "busy": 0, "shared": 0}
 
 
-async def test_a_deadline_passing_during_the_spin_ends_it(autojump_clock, window, still_clock):
+@_TRIES
+async def test_a_deadline_passing_during_the_spin_ends_it(autojump_clock, window, still_clock,
+                                                          tries):
     window(bare_io.MAX_SPIN_US)
     a, b = trio.socket.socketpair()
     with a, b:
@@ -117,7 +126,7 @@ async def test_a_deadline_passing_during_the_spin_ends_it(autojump_clock, window
         with trio.move_on_after(5.0) as scope:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_soon, autojump_clock.jump, 10.0)  # within the spin
-                await bare_io.read_once(a, True)
+                await bare_io.read_once(a, True, tries=tries)
         assert scope.cancelled_caught
         assert trio.current_time() - start == 10.0
         assert _more(before) == {"parks": 0, "spun": 0, "skipped": 0, "busy": 0, "shared": 0}
@@ -136,7 +145,9 @@ async def test_a_deadline_past_the_spin_ends_the_parked_wait_as_before(autojump_
         assert _more(before) == {"parks": 1, "spun": 0, "skipped": 0, "busy": 0, "shared": 0}
 
 
-async def test_the_idle_sweeps_close_or_a_closed_socket_ends_the_spin(window, still_clock):
+@_TRIES
+async def test_the_idle_sweeps_close_or_a_closed_socket_ends_the_spin(window, still_clock,
+                                                                      tries):
     window(bare_io.MAX_SPIN_US)
     conn = _conn()
     a, b = trio.socket.socketpair()
@@ -145,11 +156,11 @@ async def test_the_idle_sweeps_close_or_a_closed_socket_ends_the_spin(window, st
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_soon, setattr, conn, "closing", True)
             with pytest.raises(trio.ClosedResourceError):
-                await bare_io.read_once(a, True, conn)
+                await bare_io.read_once(a, True, conn, tries=tries)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_soon, a.close)
             with pytest.raises(trio.ClosedResourceError):
-                await bare_io.read_once(a, True)
+                await bare_io.read_once(a, True, tries=tries)
         assert _more(before) == {"parks": 0, "spun": 0, "skipped": 0, "busy": 0, "shared": 0}
 
 
@@ -167,6 +178,75 @@ async def test_a_wait_begun_after_the_sweeps_close_sees_its_eof_as_a_parked_one(
         bare_io.shut_reading(a)
         for spin in (False, True):
             assert await bare_io.read_once(a, spin, conn) == b""
+
+
+class _TaskSteps(trio.abc.Instrument):
+    """Counts one task's scheduler steps (a checkpoint ends one: its return begins the next)."""
+
+    def __init__(self):
+        self.task, self.steps = None, 0
+
+    def before_task_step(self, task):
+        self.steps += task is self.task
+
+
+@pytest.mark.parametrize("tries", [1, 2, 16, 100])
+async def test_a_spin_checkpoints_before_its_first_try_then_every_tries_tries(
+        window, monkeypatch, tries):
+    """Tries find nothing until the window has passed, then the wait parks until the answer:
+    the waiting task took a scheduler step after each checkpoint (before tries 1, 1 + tries,
+    ...; its first step, before the first, is not counted) and one to wake from the park."""
+    window(bare_io.MAX_SPIN_US)
+    reads = itertools.count()  # (some 47 tries' clocks inside the window, then past)
+    monkeypatch.setattr(bare_io, "_clock", lambda: 0.0 if next(reads) < 48 else math.inf)
+    yields = itertools.count()  # (every try but the last, which finds the window passed)
+    monkeypatch.setattr(bare_io.os, "sched_yield", lambda: next(yields))
+    count = _TaskSteps()
+    a, b = trio.socket.socketpair()
+    got = []
+
+    async def wait():
+        count.task = trio.lowlevel.current_task()
+        got.append(await bare_io.read_once(a, True, tries=tries))
+
+    with a, b:
+        before = _counts()
+        trio.lowlevel.add_instrument(count)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(wait)
+                await trio.testing.wait_all_tasks_blocked()  # (parked: its spin is over)
+                os.write(b.fileno(), b"answer")
+        finally:
+            trio.lowlevel.remove_instrument(count)
+    assert got == [b"answer"]
+    spun = next(yields) + 1
+    assert spun > 40
+    assert count.steps == -(-spun // tries) + 1
+    assert _more(before) == {"parks": 1, "spun": 0, "skipped": 0, "busy": 0, "shared": 0}
+
+
+async def test_the_clients_answer_spins_with_answer_tries_and_the_servers_wait_with_one(
+        window, monkeypatch):
+    window(bare_io.MAX_SPIN_US)
+    seen = []
+    read = bare.__dict__["_read"]
+
+    async def spy(sock, spin=False, conn=None, own=0, tries=1):
+        seen.append((type(conn).__name__, spin, tries))
+        return await read(sock, spin, conn, own, tries)
+
+    monkeypatch.setattr(bare, "_read", spy)
+    worker = FakeWorker()
+    async with open_http_server(worker) as server:
+        async with TrioHttpChannel(server.address, bare=True) as channel:
+            with trio.fail_after(20):
+                for _ in range(3):
+                    assert (await channel.health()).incarnation == 7
+    assert ("BareConnection", True, bare_io.ANSWER_TRIES) in seen
+    assert ("ServerConnection", True, 1) in seen
+    assert all(tries == (bare_io.ANSWER_TRIES if kind == "BareConnection" else 1)
+               for kind, spin, tries in seen if spin)
 
 
 async def test_calls_over_the_bare_path_are_answered_with_the_spin_on_and_off(window):

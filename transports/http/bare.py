@@ -55,7 +55,7 @@ from typing import Any, Final
 
 import trio
 
-from transports.http import bulk_io, cross_memory
+from transports.http import bare_io as _bare_io, bulk_io, cross_memory
 from transports.http.bare_io import CALLS as _CALLS, RECV as _RECV, RequestBody as _Body, \
     ServerConnection as _Connection, late_call as _late_call, one_way_failed as _one_way_failed, \
     prepared_reply as _reply, read_once as _read, read_whole as _read_whole, \
@@ -548,8 +548,9 @@ class BareConnection:
 
     async def _fill(self, eager: bool = True) -> None:
         if not eager:  # nothing can be there yet: the server has not seen the request run
-            data = await _read(self.sock, True, self, 1)  # (spinning first where answers come
-            # soon and this call is the process's only one at work: ``bare_io``)
+            data = await _read(self.sock, True, self, 1, _bare_io.ANSWER_TRIES)  # (spinning
+            # first where answers come soon and this call is the process's only one at work,
+            # a checkpoint every ANSWER_TRIES tries: ``bare_io``)
         else:
             try:  # what is there already costs no scheduler pass
                 data = os.read(self.sock.fileno(), _RECV)

@@ -9,9 +9,10 @@ Where a side has sent a message and its peer's next one is due within microsecon
 after sending a call, the worker after answering one, waiting for the next call on that
 connection), :func:`read_once` first tries non-blocking reads for a bounded window
 (:func:`spin_window_s`, ``ASYNCFLOW_BARE_SPIN_US``: 200 us by default, 0 turns it off) before it
-parks in ``trio.lowlevel.wait_readable``. Each try follows a trio checkpoint: other tasks run
-and trio's I/O is polled between tries, cancellation and deadlines act at the checkpoint as they
-do on the wait. A message taken during the spin costs no blocked-process wake-up (a halted vCPU
+parks in ``trio.lowlevel.wait_readable``. A trio checkpoint comes before the first try and then
+every ``tries`` tries (each try, the worker's wait for the next call; every :data:`ANSWER_TRIES`,
+the client's for its answer): other tasks run and trio's I/O is polled there, cancellation and
+deadlines act at the checkpoint as they do on the wait. A message taken during the spin costs no blocked-process wake-up (a halted vCPU
 woken by the hypervisor, 25-45 us on the project's machine) and finds the caches warmer.
 
 A spin sits out a step that involves more than one peer (:class:`Calls`): a process counts its
@@ -84,6 +85,14 @@ COUNTS = {"parks": 0, "spun": 0, "skipped": 0, "busy": 0, "shared": 0}  # waits 
 WARM_WAITS: Final = 16  # a connection's first waits, not learned (its client's warm-up)
 LOAD_EVERY_S: Final = 0.005  # how often a spinning process looks at the machine's run queue
 _clock = time.perf_counter  # (a test may set its own)
+# A client's spin for its call's answer checkpoints once every this many tries, not before each
+# (``read_once``'s ``tries``): a checkpoint is a scheduler pass (~3.8 us hot, a try without it
+# ~1.8), and a trivial step's answer (~30 us after its request) met one or more of them; 16
+# tries are ~30 us between passes, the longest a cancel, a deadline or another task then waits
+# in the spin (a CallCancel's close, the socket's, is still seen at every try; another task's
+# call begins at the next checkpoint and ends the spin there). The trivial remote step 0.95x
+# against a checkpoint a try (bench/RESULTS.md, c47cli).
+ANSWER_TRIES = 16
 _spin: list = []  # [the window in seconds], read from the environment on first use
 
 
@@ -285,10 +294,12 @@ def _no_core() -> bool:
     return _busy[1] if now < _busy[0] else machine_busy(now)
 
 
-async def read_once(sock: Any, spin: bool = False, conn: Any = None, own: int = 0) -> bytes:
+async def read_once(sock: Any, spin: bool = False, conn: Any = None, own: int = 0,
+                    tries: int = 1) -> bytes:
     """The next bytes of a trio socket that had none a moment ago (b"" at EOF): one wait, one
     read (trio's ``recv`` would try the read again before waiting). With ``spin``, first
-    non-blocking reads, each after a checkpoint, for :func:`spin_window_s` (see the module).
+    non-blocking reads for :func:`spin_window_s` (see the module), a checkpoint before the
+    first and then before every ``tries``-th (the client's answer: :data:`ANSWER_TRIES`).
     A ``conn`` makes the spin adaptive and alone (:func:`decide`): its ``waited`` (seconds,
     the recent waits' estimate that :func:`learn_wait` keeps) above twice the window parks at
     once, and so does another call of the process at work (:data:`CALLS`, ``conn.began``;
@@ -304,9 +315,12 @@ async def read_once(sock: Any, spin: bool = False, conn: Any = None, own: int = 
     alone = conn is None or CALLS.alone(conn, own)
     why = decide(window, alone, 0.0 if conn is None else conn.waited, _no_core)
     if why == "spin":
-        end = start + window
+        end, left = start + window, 0
         while True:
-            await trio.lowlevel.checkpoint()  # (cancelled, past its deadline: raises here)
+            if left <= 0:  # (cancelled, past its deadline: raises here)
+                await trio.lowlevel.checkpoint()
+                left = tries
+            left -= 1
             fd = sock.fileno()
             if fd < 0 or (conn is not None and conn.closing):  # as the wait would say
                 raise trio.ClosedResourceError("the socket was closed")
