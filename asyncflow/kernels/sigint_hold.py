@@ -75,6 +75,13 @@ def give_back(handler):
             handler(_signal.SIGINT, frame)
 
 
+def noted():
+    """Whether a Ctrl-C was noted during the hold in place (``exec/pairs.py``: a group's side
+    no pool thread took then runs before it goes up; otherwise it is handed back to its own
+    lines, after a slice check)."""
+    return bool(_held)
+
+
 def whole(kernel):
     """``kernel`` as one update: its call runs inside a hold (a Ctrl-C meanwhile goes up when
     it returned or raised, the kernel's error then its context)."""
