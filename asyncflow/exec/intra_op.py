@@ -38,7 +38,7 @@ Python runs its signal handlers, SIGINT is held while the split runs (``kernels/
 its handler swapped for one that only notes the signal; the apply kernels hold it the same way
 around their whole call, and a split inside one leaves it to them), and a KeyboardInterrupt a
 chunk raises itself is kept; every chunk then runs, and the interrupt goes up after the last
-one ended (each noted signal raised again, so the handler found there, trio's or Python's,
+one ended (the handler found there called for each noted signal, trio's or Python's,
 decides). The hold is bounded by the split's own work. A chunk's error still stops the split
 (a kept interrupt still goes up).
 """

@@ -8,9 +8,9 @@ it would leave the slots stepped and the variable not. TF1 never interrupts insi
 (its handler runs once ``sess.run`` returned). Here, on the main thread (the only one where
 Python runs signal handlers) whose SIGINT has a Python handler, ``hold`` swaps SIGINT's
 handler for one that only notes the signal (``_note``), and ``give_back`` puts the handler
-back and raises each noted signal again to it, so the handler found there (trio's during a
-step, Python's, the worker's stop deadline) decides as it would have: on the same task's
-stack, after the update. The hold is bounded by the kernel's own compute: it is never taken
+back and calls it for each noted signal, so the handler found there (trio's during a step,
+Python's, the worker's stop deadline) decides as it would have: on the same task's stack,
+after the update (a wakeup fd already had the signal's byte: it is not raised again). The hold is bounded by the kernel's own compute: it is never taken
 around a wait (a peer, a queue, a Recv), so a step stays cancellable.
 
 Users: ``whole`` (a decorator) around every in-place apply kernel (``kernels/training.py``,
@@ -25,6 +25,7 @@ from __future__ import annotations
 import _signal
 import functools
 import os
+import sys
 import threading
 
 _held = []        # SIGINTs noted while a hold is in place (``_note``)
@@ -33,7 +34,7 @@ _main = threading.main_thread().ident  # (signals run there only; a fork's child
 
 
 def _note(signum, frame):
-    """SIGINT's handler during a hold: note it (raised again by ``give_back``)."""
+    """SIGINT's handler during a hold: note it (``give_back`` calls the handler put back)."""
     _held.append(signum)
 
 
@@ -56,23 +57,28 @@ def hold():
 
 
 def give_back(handler):
-    """Put ``handler`` back (``hold``'s result, not None); each SIGINT noted meanwhile is
-    raised again now, to it (each: a handler counting them, as the worker's stop deadline
-    whose second one exits at once, sees every one; the first that raises ends it, as it
-    would have)."""
+    """Put ``handler`` back (``hold``'s result, not None); for each SIGINT noted meanwhile it
+    is called now, as Python would have called it (each: a handler counting them, as the
+    worker's stop deadline whose second one exits at once, sees every one; the first that
+    raises ends it, as it would have). Only the Python handler was deferred: the signal's
+    byte on a wakeup fd (asyncio's ``add_signal_handler``, trio's wake-up) was written when
+    it arrived, so the signal is not raised again (a second byte: asyncio ran its handler
+    twice for one Ctrl-C)."""
     global _holding
     _signal.signal(_signal.SIGINT, handler)
     _holding = None
     if _held:
         noted = len(_held)
         _held.clear()
+        frame = sys._getframe()  # (the frame Python's own call would pass: trio reads it)
         for _ in range(noted):
-            _signal.raise_signal(_signal.SIGINT)
+            handler(_signal.SIGINT, frame)
 
 
 def noted():
-    """Whether a Ctrl-C was noted during the hold in place (``exec/pairs.py``: the group's
-    members handed back then run before it goes up)."""
+    """Whether a Ctrl-C was noted during the hold in place (``exec/pairs.py``: a group's side
+    no pool thread took then runs before it goes up; otherwise it is handed back to its own
+    lines, after a slice check)."""
     return bool(_held)
 
 
