@@ -354,3 +354,52 @@ async def _answer_bytes(raw):
         data = await raw.stream.receive_some(1 << 16)
         assert data
         raw.pending += data
+
+
+async def test_an_answer_the_kernel_takes_in_part_is_sent_whole_in_order(monkeypatch):
+    """Steps written back to back by a client that reads none of their answers until the
+    server's socket is full: a short step's one-buffer answer (``bare_io.write_one``) that the
+    kernel takes in part, or not at all, has its rest sent by ``_send_all`` before the next
+    call is served, so every answer arrives whole, in order, byte for byte ``encode``'s."""
+    rests, full = [], trio.Event()
+
+    def write_one(sock, data):
+        rest = real(sock, data)
+        rests.append(len(rest))
+        if rest:
+            full.set()
+        return rest
+
+    real = bare._write_one
+    monkeypatch.setattr(bare, "_write_one", write_one)
+    spec = af.ClusterSpec({"worker": [f"127.0.0.1:{port}" for port in free_ports(1)]})
+    graph = af.Graph()
+    with graph.as_default():
+        with af.device("/job:worker/task:0/device:CPU:0"):
+            x = af.placeholder(af.float32, [None], name="x")
+            y = af.add(af.multiply(x, 2.0), 1.0, name="y")
+    values = [np.arange(3000, dtype=np.float32) + i for i in range(60)]  # ~12 KB answers
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            server = await nursery.start(af.Server(spec, "worker", 0).serve)
+            (channel, handle, options), = (await register_partitions(
+                spec, graph, [x], [y])).values()
+            raw = await _Raw.open(server.port)
+
+            async def send_all():
+                for i, value in enumerate(values):  # (call ids 1, 2, ...: ``_Raw.send``'s)
+                    frame = _frame(handle, options, i + 1, value)
+                    await raw.stream.send_all(bare.REQUEST.pack(
+                        len(frame), i + 1, RUN_GRAPH, 0, 30.0) + frame)
+
+            nursery.start_soon(send_all)
+            await full.wait()  # (a write the kernel did not take whole)
+            for i, value in enumerate(values):
+                raw.call_id = i + 1
+                assert await _answer_bytes(raw) == b"".join(bytes(b) for b in wire.encode(
+                    RunGraphReply([TensorEntry("y:0", value * 2 + 1)]), checksums=True))
+            assert 40 < len(rests) <= server.http.statistics().short_steps  # (the first: full)
+            assert any(rests) and rests[-1] == 0
+            await raw.stream.aclose()
+            await channel.aclose()
+            nursery.cancel_scope.cancel()

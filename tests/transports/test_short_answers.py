@@ -110,3 +110,18 @@ def test_write_one_writes_whole_or_hands_back_the_rest():
     finally:
         a.close()
         b.close()
+
+
+def test_write_one_to_a_peer_gone_raises_broken_pipe():
+    """A peer gone before the answer: EPIPE (an ``OSError``: the bare server's ``_BROKEN``,
+    the call counted 499 and its connection closed), as ``write_now``'s ``writev`` raises."""
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    try:
+        b.close()
+        with pytest.raises(BrokenPipeError):
+            bare_io.write_one(a, bytearray(b"answer"))
+        with pytest.raises(BrokenPipeError):
+            bare_io.write_now(a, [b"head", b"answer"])
+    finally:
+        a.close()
