@@ -50,6 +50,7 @@ SPLIT_MACS = 16_777_216
 _claim = threading.Lock()
 taken = {"warm": 0, "cold": 0, "whole": 0}
 passed = {"alone": 0, "busy": 0, "claimed": 0}
+shapes = {}  # (m, k, n, a transposed, b transposed, form): products taken
 served = [0.0]  # seconds the worker spent inside ``serve`` (spinning or computing)
 
 
@@ -157,7 +158,11 @@ def _run(a, b, whole, epilogue=None):
         if worker.error is not None:
             error, worker.error = worker.error, None
             raise error
-        taken["whole" if whole else ("warm" if warm else "cold")] += 1
+        form = "whole" if whole else ("warm" if warm else "cold")
+        taken[form] += 1
+        key = (m, k, n, a.strides[0] < a.strides[1], b.strides[0] < b.strides[1],
+               form + ("" if not whole else " (warm)" if warm else " (cold)"))
+        shapes[key] = shapes.get(key, 0) + 1
         return out
     finally:
         _claim.release()
@@ -193,6 +198,9 @@ def _report():
     if sum(taken.values()) or sum(passed.values()):
         print(f"nogil_split_scratch: splits taken {taken}, eligible but not taken {passed}; "
               f"the worker's CPU in its spin and jobs {served[0]:.2f} s")
+        for key, count in sorted(shapes.items()):
+            print(f"  [{key[0]}, {key[1]}] @ [{key[1]}, {key[2]}] "
+                  f"{'T' if key[3] else 'N'}{'T' if key[4] else 'N'} {key[5]}: {count}")
 
 
 atexit.register(_report)
