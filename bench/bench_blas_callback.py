@@ -35,30 +35,16 @@ import ctypes
 import os
 import statistics
 import threading
+import sys
 import time
-import types
 
 import numpy as np
 import threadpoolctl
 
-from asyncflow.exec.intra_op import IntraOpPool, claim_blas
-from asyncflow.kernels import intra_op, math as kmath
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dense_gemms  # noqa: E402
 
-# name: (a's shape as the kernel gets it, b's, "N"/"T" for each: a transposed view)
-SHAPES = {
-    "mlp MatMul NN": ((128, 784), (784, 256), "NN"),
-    "mlp MatMul_grad/MatMul_1 TN": ((784, 128), (128, 256), "TN"),
-    "mlp MatMul_1 NN": ((128, 256), (256, 256), "NN"),
-    "mlp MatMul_1_grad/MatMul NT": ((128, 256), (256, 256), "NT"),
-    "mlp MatMul_1_grad/MatMul_1 TN": ((256, 128), (128, 256), "TN"),
-    "ae MatMul NN": ((256, 784), (784, 256), "NN"),
-    "ae MatMul_3 NN": ((256, 256), (256, 784), "NN"),
-    "ae MatMul_3_grad/MatMul NT": ((256, 784), (784, 256), "NT"),
-    "ae MatMul_3_grad/MatMul_1 TN": ((256, 256), (256, 784), "TN"),
-    "ae MatMul_grad/MatMul_1 TN": ((784, 256), (256, 256), "TN"),
-    "ae 8.4M NN": ((256, 256), (256, 128), "NN"),
-    "ae 8.4M TN": ((256, 256), (256, 128), "TN"),
-}
+from asyncflow.exec.intra_op import IntraOpPool, claim_blas  # noqa: E402
 
 DOJOB = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_void_p, ctypes.c_int)
 CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t,
@@ -142,37 +128,15 @@ def main():
     pool = IntraOpPool(2, "bench-intra-op")
     handoff = Handoff(pool)
     set_callback(handoff.fn)
-    ctx = types.SimpleNamespace(device=types.SimpleNamespace(intra_op=pool), xp=np)
+    ctx = dense_gemms.kernel_context(pool)
     rng = np.random.default_rng(0)
-    picked = [name for name in SHAPES
-              if not args.shapes or any(part in name for part in args.shapes.split(","))]
     print(f"{'product':32s} {'one us':>8s} {'one2':>6s} {'today':>6s} {'halves':>6s} "
           f"{'cbk':>6s} {'cbkw':>6s}  entry/lag/tail us cbk, cbkw  bits today,cbk,cbkw")
-    for name in picked:
-        shape_a, shape_b, form = SHAPES[name]
-        a = rng.standard_normal(shape_a[::-1] if form[0] == "T" else shape_a, dtype=np.float32)
-        b = rng.standard_normal(shape_b[::-1] if form[1] == "T" else shape_b, dtype=np.float32)
-        a = a.T if form[0] == "T" else a
-        b = b.T if form[1] == "T" else b
-        (m, k), n = a.shape, b.shape[1]
-        out = np.empty((m, n), np.float32)
+    for name in dense_gemms.picked(args.shapes):
+        a, b = dense_gemms.operands(rng, name)
+        out = np.empty((a.shape[0], b.shape[1]), np.float32)
         kept = {}
-
-        def one():
-            np.matmul(a, b, out=out)
-            return out
-
-        def today():
-            if kmath.splits(a, b):
-                return kmath._split_matmul(ctx, a, b)
-            return one()
-
-        def halves():
-            def rows(start, stop):
-                np.matmul(a[start:stop], b, out=out[start:stop])
-            lead = max(0, min(round(intra_op.GEMM_LEAD_MACS / (k * n)), m - 2 * 2))
-            pool.run(rows, intra_op.lead_bounds(m, 2, lead))
-            return out
+        one, today, halves = dense_gemms.baseline_forms(ctx, pool, a, b, out)
 
         def cbk():
             handoff.form = "cbk"

@@ -36,7 +36,6 @@ import statistics
 import sys
 import threading
 import time
-import types
 
 import numpy as np
 
@@ -44,23 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import nogil_gemm_scratch as g  # noqa: E402
 
 from asyncflow.exec.intra_op import IntraOpPool, claim_blas  # noqa: E402
-from asyncflow.kernels import intra_op, math as kmath  # noqa: E402
-
-SHAPES = {
-    "mlp MatMul NN": ((128, 784), (784, 256), "NN"),
-    "mlp MatMul_grad/MatMul_1 TN": ((784, 128), (128, 256), "TN"),
-    "mlp MatMul_1 NN": ((128, 256), (256, 256), "NN"),
-    "mlp MatMul_1_grad/MatMul NT": ((128, 256), (256, 256), "NT"),
-    "mlp MatMul_1_grad/MatMul_1 TN": ((256, 128), (128, 256), "TN"),
-    "ae MatMul NN": ((256, 784), (784, 256), "NN"),
-    "ae MatMul_3 NN": ((256, 256), (256, 784), "NN"),
-    "ae MatMul_3_grad/MatMul NT": ((256, 784), (784, 256), "NT"),
-    "ae MatMul_3_grad/MatMul_1 TN": ((256, 256), (256, 784), "TN"),
-    "ae MatMul_grad/MatMul_1 TN": ((784, 256), (256, 256), "TN"),
-    "ae 8.4M NN": ((256, 256), (256, 128), "NN"),
-    "ae 8.4M TN": ((256, 256), (256, 128), "TN"),
-}
-
+import dense_gemms  # noqa: E402
 
 def tsc_hz():
     g.tsc()  # (compiled first)
@@ -117,42 +100,20 @@ def main():
     hz = tsc_hz()
     us = 1e6 / hz
     pool = IntraOpPool(2, "bench-intra-op")
-    ctx = types.SimpleNamespace(device=types.SimpleNamespace(intra_op=pool), xp=np)
+    ctx = dense_gemms.kernel_context(pool)
     worker = Worker(int(args.budget_us * 1e-6 * hz))
     rng = np.random.default_rng(0)
-    picked = [name for name in SHAPES
-              if not args.shapes or any(part in name for part in args.shapes.split(","))]
     print(f"TSC {hz / 1e9:.3f} GHz; budget {args.budget_us:.0f} us")
     print(f"{'product':31s} {'one us':>7s} {'one2':>6s} {'today':>6s} {'halves':>6s} "
           f"{'nogil':>6s} {'nogil0':>6s} {'cold':>6s}  post/lag/own/tail nogil | cold  bits")
-    for name in picked:
-        shape_a, shape_b, form = SHAPES[name]
-        a = rng.standard_normal(shape_a[::-1] if form[0] == "T" else shape_a, dtype=np.float32)
-        b = rng.standard_normal(shape_b[::-1] if form[1] == "T" else shape_b, dtype=np.float32)
-        a = a.T if form[0] == "T" else a
-        b = b.T if form[1] == "T" else b
-        (m, k), n = a.shape, b.shape[1]
-        out = np.empty((m, n), np.float32)
-        lead = max(0, min(round(intra_op.GEMM_LEAD_MACS / (k * n)), m - 2 * 2))
-        bounds = intra_op.lead_bounds(m, 2, lead)
-        even = intra_op.lead_bounds(m, 2, 0)
+    for name in dense_gemms.picked(args.shapes):
+        a, b = dense_gemms.operands(rng, name)
+        out = np.empty((a.shape[0], b.shape[1]), np.float32)
+        bounds = dense_gemms.lead_bounds(a, b)
+        even = dense_gemms.lead_bounds(a, b, lead=False)
         pieces = {"nogil": [], "nogil0": [], "cold": []}
         job = worker.job
-
-        def one():
-            np.matmul(a, b, out=out)
-            return out
-
-        def today():
-            if kmath.splits(a, b):
-                return kmath._split_matmul(ctx, a, b)
-            return one()
-
-        def halves():
-            def rows(start, stop):
-                np.matmul(a[start:stop], b, out=out[start:stop])
-            pool.run(rows, bounds)
-            return out
+        one, today, halves = dense_gemms.baseline_forms(ctx, pool, a, b, out)
 
         def nogil_split(chunks, key):
             t0 = g.tsc()
