@@ -57,22 +57,31 @@ class _Raw:
         await self.stream.send_all(bare.REQUEST.pack(len(frame), self.call_id, RUN_GRAPH, 0,
                                                      30.0) + frame)
 
-    async def answer(self):
-        """The next answer's message (None: the server closed the connection)."""
+    async def next_answer(self):
+        """The next answer as it came: its call id, kind and frame bytes (None: the server
+        closed the connection)."""
         while True:
             if len(self.pending) >= bare.REPLY.size:
                 length, call_id, kind, _ = bare.REPLY.unpack_from(self.pending)
                 end = bare.REPLY.size + length
                 if len(self.pending) >= end:
-                    assert call_id == self.call_id
-                    message = wire.decode(self.pending[bare.REPLY.size:end])
-                    assert (kind == bare.ERROR) == isinstance(message, ErrorReply)
-                    self.pending = self.pending[end:]
-                    return message
+                    frame, self.pending = self.pending[bare.REPLY.size:end], self.pending[end:]
+                    return call_id, kind, frame
             data = await self.stream.receive_some(1 << 16)
             if not data:
                 return None
             self.pending += data
+
+    async def answer(self):
+        """The next answer's message (None: the server closed the connection)."""
+        answer = await self.next_answer()
+        if answer is None:
+            return None
+        call_id, kind, frame = answer
+        assert call_id == self.call_id
+        message = wire.decode(frame)
+        assert (kind == bare.ERROR) == isinstance(message, ErrorReply)
+        return message
 
     async def call(self, frame):
         await self.send(frame)
@@ -343,17 +352,11 @@ async def test_each_signature_of_a_step_keeps_its_own_answer():
 
 async def _answer_bytes(raw):
     """The next answer's frame as it came (a FRAME of this call), whole."""
-    while True:
-        if len(raw.pending) >= bare.REPLY.size:
-            length, call_id, kind, _ = bare.REPLY.unpack_from(raw.pending)
-            end = bare.REPLY.size + length
-            if len(raw.pending) >= end:
-                assert (call_id, kind) == (raw.call_id, bare.FRAME)
-                frame, raw.pending = raw.pending[bare.REPLY.size:end], raw.pending[end:]
-                return frame
-        data = await raw.stream.receive_some(1 << 16)
-        assert data
-        raw.pending += data
+    answer = await raw.next_answer()
+    assert answer is not None
+    call_id, kind, frame = answer
+    assert (call_id, kind) == (raw.call_id, bare.FRAME)
+    return frame
 
 
 async def test_an_answer_the_kernel_takes_in_part_is_sent_whole_in_order(monkeypatch):
