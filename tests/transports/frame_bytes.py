@@ -5,18 +5,22 @@ encode's buffers (filling a pending checksum trailer); ``full_frame`` is the fra
 encode gives, no template consulted and none kept."""
 import pytest
 
-from transports import checksum, header_templates, repeat_frames, wire
+from transports import checksum, frame_templates, header_templates, repeat_frames, wire
 
 LIMITS = wire.DEFAULT_LIMITS
 
 
 @pytest.fixture(autouse=True)
 def no_templates():
-    repeat_frames._templates_by_key.clear()
-    header_templates._templates.clear()
+    _forget_templates()
     yield
+    _forget_templates()
+
+
+def _forget_templates():
     repeat_frames._templates_by_key.clear()
     header_templates._templates.clear()
+    frame_templates.forget_all()
 
 
 def frame_bytes(buffers):

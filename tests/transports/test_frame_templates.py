@@ -8,21 +8,13 @@ import numpy as np
 import pytest
 
 from bit_flips import one_bit_flips
-from transports import checksum, frame_templates, header_templates, wire
+from frame_bytes import no_templates  # noqa: F401 (autouse fixture)
+from transports import checksum, frame_templates, wire
 from transports.messages import PushTensors, RunGraph, RunGraphReply, StepStats, TensorEntry
 
 LIMITS = wire.DEFAULT_LIMITS
 _IDS = {0: [1, 127], 1: [128, 255], 2: [256, 2**16 - 1], 4: [2**16, 2**32 - 1],
         8: [2**32, 2**63, 2**64 - 1]}  # msgpack's width of an id -> ids of it
-
-
-@pytest.fixture(autouse=True)
-def no_templates():
-    header_templates._templates.clear()
-    frame_templates.forget_all()
-    yield
-    header_templates._templates.clear()
-    frame_templates.forget_all()
 
 
 def _frame(message, checksums=True):

@@ -9,20 +9,12 @@ import socket
 import numpy as np
 import pytest
 
-from transports import checksum, frame_templates, header_templates, wire
+from frame_bytes import no_templates  # noqa: F401 (autouse fixture)
+from transports import checksum, wire
 from transports.http import bare_io
 from transports.messages import RunGraphReply, TensorEntry
 
 LIMITS = wire.DEFAULT_LIMITS
-
-
-@pytest.fixture(autouse=True)
-def no_templates():
-    header_templates._templates.clear()
-    frame_templates.forget_all()
-    yield
-    header_templates._templates.clear()
-    frame_templates.forget_all()
 
 
 def _reply(rng):

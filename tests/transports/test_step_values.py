@@ -9,19 +9,11 @@ import numpy as np
 import pytest
 
 from bit_flips import one_bit_flips
-from transports import checksum, frame_templates, header_templates, wire
+from frame_bytes import no_templates  # noqa: F401 (autouse fixture)
+from transports import checksum, frame_templates, wire
 from transports.messages import ErrorReply, NodeExecStats, RunGraphReply, StepStats, TensorEntry
 
 LIMITS = wire.DEFAULT_LIMITS
-
-
-@pytest.fixture(autouse=True)
-def no_templates():
-    header_templates._templates.clear()
-    frame_templates.forget_all()
-    yield
-    header_templates._templates.clear()
-    frame_templates.forget_all()
 
 
 def _frame(message, checksums=True):
