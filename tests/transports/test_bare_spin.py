@@ -66,8 +66,10 @@ def _more(before):
     return {key: bare_io.COUNTS[key] - before[key] for key in before}
 
 
-# (``tries``: a checkpoint every try, the worker's; every ANSWER_TRIES, the client's answer)
-_TRIES = pytest.mark.parametrize("tries", [1, bare_io.ANSWER_TRIES])
+# (``tries``: a checkpoint every try; every ANSWER_TRIES, the client's answer; every
+# NEXT_CALL_TRIES, the worker's wait for the next call)
+_TRIES = pytest.mark.parametrize(
+    "tries", sorted({1, bare_io.ANSWER_TRIES, bare_io.NEXT_CALL_TRIES}))
 
 
 @_TRIES
@@ -240,7 +242,8 @@ class _CancelAtStep(trio.abc.Instrument):
                 self.scope.cancel()
 
 
-@pytest.mark.parametrize("tries", [1, 2, bare_io.ANSWER_TRIES, bare_io.NEXT_CALL_TRIES, 100])
+@pytest.mark.parametrize(
+    "tries", sorted({1, 2, bare_io.ANSWER_TRIES, bare_io.NEXT_CALL_TRIES, 100}))
 async def test_a_cancel_made_during_the_spin_is_seen_within_tries_tries(window, still_clock,
                                                                        monkeypatch, tries):
     """A cancel made at the spin's second checkpoint (after ``tries`` tries) ends it at that
