@@ -297,23 +297,26 @@ async def test_the_clients_answer_spins_with_answer_tries_and_the_servers_wait_w
 async def test_a_server_stopping_while_its_wait_for_the_next_call_spins_ends_the_wait(
         window, still_clock, monkeypatch):
     """The server's wait for a connection's next call, spinning (the still clock: it would
-    spin on), ends at a checkpoint of its spin when the server stops: cancelled, never
-    parked, and the stop is not held up (its guard empties)."""
+    spin on), stopped after its spin's first tries (so at a later checkpoint than its first),
+    ends at its next checkpoint: cancelled, never parked, within two checkpoints' tries."""
     window(bare_io.MAX_SPIN_US)
     waits = []
+    tried = [0]  # the spins' tries that found nothing, all waits'
+    monkeypatch.setattr(bare_io.os, "sched_yield", lambda: tried.__setitem__(0, tried[0] + 1))
     read = bare.__dict__["_read"]
 
     async def spy(sock, spin=False, conn=None, own=0, tries=1):
         if type(conn).__name__ != "ServerConnection" or not spin:
             return await read(sock, spin, conn, own, tries)
         parks = bare_io.COUNTS["parks"]
-        waits.append([tries, "waiting", None])
+        waits.append([tries, "waiting", None, tried[0]])
         try:
             data = await read(sock, spin, conn, own, tries)
         except BaseException as exc:
-            waits[-1][1:] = [type(exc).__name__, bare_io.COUNTS["parks"] - parks]
+            waits[-1][1:] = [type(exc).__name__, bare_io.COUNTS["parks"] - parks,
+                             tried[0] - waits[-1][3]]
             raise
-        waits[-1][1:] = ["data", bare_io.COUNTS["parks"] - parks]
+        waits[-1][1:] = ["data", bare_io.COUNTS["parks"] - parks, tried[0] - waits[-1][3]]
         return data
 
     monkeypatch.setattr(bare, "_read", spy)
@@ -326,10 +329,13 @@ async def test_a_server_stopping_while_its_wait_for_the_next_call_spins_ends_the
                 channel = await outlives_the_server.enter_async_context(
                     TrioHttpChannel(server.address, bare=True))
                 assert (await channel.health()).incarnation == 7
-                while not waits or waits[-1][1] != "waiting":  # answered: the next wait began
+                # answered, and the next wait's spin past its first checkpoint and try
+                while not waits or waits[-1][1] != "waiting" or tried[0] == waits[-1][3]:
                     await trio.lowlevel.checkpoint()
             # (the server stopped while its wait spun; the channel is closed after it)
-    assert waits[-1] == [bare_io.NEXT_CALL_TRIES, "Cancelled", 0]
+    tries, how, parks, spun = waits[-1]
+    assert (tries, how, parks) == (bare_io.NEXT_CALL_TRIES, "Cancelled", 0)
+    assert tries <= spun <= 2 * tries
 
 
 async def test_calls_over_the_bare_path_are_answered_with_the_spin_on_and_off(window):
