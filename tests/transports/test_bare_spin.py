@@ -7,6 +7,7 @@ messages are counted (``COUNTS``), never timed."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
@@ -65,8 +66,10 @@ def _more(before):
     return {key: bare_io.COUNTS[key] - before[key] for key in before}
 
 
-# (``tries``: a checkpoint every try, the worker's; every ANSWER_TRIES, the client's answer)
-_TRIES = pytest.mark.parametrize("tries", [1, bare_io.ANSWER_TRIES])
+# (``tries``: a checkpoint every try; every ANSWER_TRIES, the client's answer; every
+# NEXT_CALL_TRIES, the worker's wait for the next call)
+_TRIES = pytest.mark.parametrize(
+    "tries", sorted({1, bare_io.ANSWER_TRIES, bare_io.NEXT_CALL_TRIES}))
 
 
 @_TRIES
@@ -226,7 +229,49 @@ async def test_a_spin_checkpoints_before_its_first_try_then_every_tries_tries(
     assert _more(before) == {"parks": 1, "spun": 0, "skipped": 0, "busy": 0, "shared": 0}
 
 
-async def test_the_clients_answer_spins_with_answer_tries_and_the_servers_wait_with_one(
+class _CancelAtStep(trio.abc.Instrument):
+    """Cancels ``scope`` when ``task``'s ``step``-th scheduler step ends (a checkpoint of its)."""
+
+    def __init__(self, scope, step):
+        self.scope, self.step, self.task, self.steps = scope, step, None, 0
+
+    def after_task_step(self, task):
+        if task is self.task:
+            self.steps += 1
+            if self.steps == self.step:
+                self.scope.cancel()
+
+
+@pytest.mark.parametrize(
+    "tries", sorted({1, 2, bare_io.ANSWER_TRIES, bare_io.NEXT_CALL_TRIES, 100}))
+async def test_a_cancel_made_during_the_spin_is_seen_within_tries_tries(window, still_clock,
+                                                                       monkeypatch, tries):
+    """A cancel made at the spin's second checkpoint (after ``tries`` tries) ends it at that
+    checkpoint's return: ``tries`` tries more at most, never a park."""
+    window(bare_io.MAX_SPIN_US)
+    yields = itertools.count()  # (every try finds nothing: the still clock keeps the window)
+    monkeypatch.setattr(bare_io.os, "sched_yield", lambda: next(yields))
+    a, b = trio.socket.socketpair()
+    with a, b, trio.CancelScope() as scope:
+        # steps of the waiting task: its first ends at the checkpoint before try 1, its
+        # second at the one before try 1 + tries, its third would end before 1 + 2 * tries
+        cancel = _CancelAtStep(scope, 3)
+        cancel.task = trio.lowlevel.current_task()
+        before = _counts()
+        trio.lowlevel.add_instrument(cancel)
+        try:
+            await trio.lowlevel.checkpoint()  # (this task's step count starts here)
+            cancel.steps = 0
+            await bare_io.read_once(a, True, tries=tries)
+            pytest.fail("not cancelled")
+        finally:
+            trio.lowlevel.remove_instrument(cancel)
+    assert scope.cancelled_caught
+    assert next(yields) == 2 * tries  # the tries between the first and the third checkpoints
+    assert _more(before) == {"parks": 0, "spun": 0, "skipped": 0, "busy": 0, "shared": 0}
+
+
+async def test_the_clients_answer_spins_with_answer_tries_and_the_servers_wait_with_next_call_tries(
         window, monkeypatch):
     window(bare_io.MAX_SPIN_US)
     seen = []
@@ -244,9 +289,53 @@ async def test_the_clients_answer_spins_with_answer_tries_and_the_servers_wait_w
                 for _ in range(3):
                     assert (await channel.health()).incarnation == 7
     assert ("BareConnection", True, bare_io.ANSWER_TRIES) in seen
-    assert ("ServerConnection", True, 1) in seen
-    assert all(tries == (bare_io.ANSWER_TRIES if kind == "BareConnection" else 1)
-               for kind, spin, tries in seen if spin)
+    assert ("ServerConnection", True, bare_io.NEXT_CALL_TRIES) in seen
+    assert all(tries == (bare_io.ANSWER_TRIES if kind == "BareConnection"
+                         else bare_io.NEXT_CALL_TRIES) for kind, spin, tries in seen if spin)
+
+
+async def test_a_server_stopping_while_its_wait_for_the_next_call_spins_ends_the_wait(
+        window, still_clock, monkeypatch):
+    """The server's wait for a connection's next call, spinning (the still clock: it would
+    spin on), stopped after its spin's first tries (so at a later checkpoint than its first),
+    ends at its next checkpoint: cancelled, never parked, within two checkpoints' tries."""
+    window(bare_io.MAX_SPIN_US)
+    waits = []
+    tried = [0]  # the spins' tries that found nothing, all waits'
+    monkeypatch.setattr(bare_io.os, "sched_yield", lambda: tried.__setitem__(0, tried[0] + 1))
+    read = bare.__dict__["_read"]
+
+    async def spy(sock, spin=False, conn=None, own=0, tries=1):
+        if type(conn).__name__ != "ServerConnection" or not spin:
+            return await read(sock, spin, conn, own, tries)
+        parks = bare_io.COUNTS["parks"]
+        waits.append([tries, "waiting", None, tried[0]])
+        try:
+            data = await read(sock, spin, conn, own, tries)
+        except BaseException as exc:
+            waits[-1][1:] = [type(exc).__name__, bare_io.COUNTS["parks"] - parks,
+                             tried[0] - waits[-1][3]]
+            raise
+        waits[-1][1:] = ["data", bare_io.COUNTS["parks"] - parks, tried[0] - waits[-1][3]]
+        return data
+
+    monkeypatch.setattr(bare, "_read", spy)
+    # (client and server in one process share CALLS, so each would see the other's call:
+    # here each connection is taken to be alone, as in two processes)
+    monkeypatch.setattr(bare_io.Calls, "alone", lambda self, conn, own: True)
+    with trio.fail_after(20):
+        async with contextlib.AsyncExitStack() as outlives_the_server:
+            async with open_http_server(FakeWorker()) as server:
+                channel = await outlives_the_server.enter_async_context(
+                    TrioHttpChannel(server.address, bare=True))
+                assert (await channel.health()).incarnation == 7
+                # answered, and the next wait's spin past its first checkpoint and try
+                while not waits or waits[-1][1] != "waiting" or tried[0] == waits[-1][3]:
+                    await trio.lowlevel.checkpoint()
+            # (the server stopped while its wait spun; the channel is closed after it)
+    tries, how, parks, spun = waits[-1]
+    assert (tries, how, parks) == (bare_io.NEXT_CALL_TRIES, "Cancelled", 0)
+    assert tries <= spun <= 2 * tries
 
 
 async def test_calls_over_the_bare_path_are_answered_with_the_spin_on_and_off(window):

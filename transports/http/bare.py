@@ -224,8 +224,10 @@ class BareService:
             if wake is not None:  # the sweep is parked: this connection can expire
                 self._sweep_wake = None
                 wake.set()
-            try:  # (waited for first: nothing can be there yet)
-                conn.pending = await _read(conn.stream.socket, True, conn)
+            try:  # (waited for first: nothing can be there yet; a checkpoint every
+                # NEXT_CALL_TRIES tries of its spin: ``bare_io``)
+                conn.pending = await _read(conn.stream.socket, True, conn, 0,
+                                           _bare_io.NEXT_CALL_TRIES)
             except trio.ClosedResourceError:  # the sweep: idle for the idle timeout
                 conn.pending = _late_call(conn.stream.socket)  # (written before it shut)
                 if not conn.pending:

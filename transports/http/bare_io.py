@@ -10,10 +10,11 @@ after sending a call, the worker after answering one, waiting for the next call 
 connection), :func:`read_once` first tries non-blocking reads for a bounded window
 (:func:`spin_window_s`, ``ASYNCFLOW_BARE_SPIN_US``: 200 us by default, 0 turns it off) before it
 parks in ``trio.lowlevel.wait_readable``. A trio checkpoint comes before the first try and then
-every ``tries`` tries (each try, the worker's wait for the next call; every :data:`ANSWER_TRIES`,
-the client's for its answer): other tasks run and trio's I/O is polled there, cancellation and
-deadlines act at the checkpoint as they do on the wait. A message taken during the spin costs no blocked-process wake-up (a halted vCPU
-woken by the hypervisor, 25-45 us on the project's machine) and finds the caches warmer.
+every ``tries`` tries (every :data:`ANSWER_TRIES`, the client's wait for its answer; every
+:data:`NEXT_CALL_TRIES`, the worker's for the next call): other tasks run and trio's I/O is
+polled there, cancellation and deadlines act at the checkpoint as they do on the wait. A
+message taken during the spin costs no blocked-process wake-up (a halted vCPU woken by the
+hypervisor, 25-45 us on the project's machine) and finds the caches warmer.
 
 A spin sits out a step that involves more than one peer (:class:`Calls`): a process counts its
 bare calls, both sides, begun and in flight, and a wait spins only while its connection is the
@@ -65,11 +66,12 @@ from transports.messages import RemoteCallError
 from transports.schema import PREFIX
 from transports.wire import SMALL_HEADER_BYTES, ChecksumTrailer, encode_prepared
 
-__all__ = ["CALLS", "COUNTS", "Calls", "LOAD_EVERY_S", "RECV", "RequestBody", "SPIN_ENV",
-           "ServerConnection", "WARM_WAITS", "WHOLE_FRAME_BYTES", "decide", "learn_wait",
-           "late_call", "machine_busy", "one_way_failed", "prepared_reply", "quota_cpus",
-           "read_once", "read_whole", "reads_whole", "set_spin_window", "shut_reading",
-           "small_pieces", "spin_window_s", "write_now", "write_one", "write_request"]
+__all__ = ["ANSWER_TRIES", "CALLS", "COUNTS", "Calls", "LOAD_EVERY_S", "NEXT_CALL_TRIES", "RECV",
+           "RequestBody", "SPIN_ENV", "ServerConnection", "WARM_WAITS", "WHOLE_FRAME_BYTES",
+           "decide", "learn_wait", "late_call", "machine_busy", "one_way_failed",
+           "prepared_reply", "quota_cpus", "read_once", "read_whole", "reads_whole",
+           "set_spin_window", "shut_reading", "small_pieces", "spin_window_s", "write_now",
+           "write_one", "write_request"]
 
 RECV: Final = 64 * 1024
 # A request frame up to this size, its header short, is read whole, then decoded in one pass
@@ -89,10 +91,17 @@ _clock = time.perf_counter  # (a test may set its own)
 # (``read_once``'s ``tries``): a checkpoint is a scheduler pass (~3.8 us hot, a try without it
 # ~1.8), and a trivial step's answer (~30 us after its request) met one or more of them; 16
 # tries are ~30 us between passes, the longest a cancel, a deadline or another task then waits
-# in the spin (a CallCancel's close, the socket's, is still seen at every try; another task's
-# call begins at the next checkpoint and ends the spin there). The trivial remote step 0.95x
-# against a checkpoint a try (bench/RESULTS.md, c47cli).
+# in the spin (the window bounds it whatever the tries cost). Whatever ends a spin from outside
+# acts at a checkpoint: another task (a CallCancel's close of the socket, a call that begins
+# and so ends the spin) runs only there, and a cancel from another thread (``run_sync_soon``:
+# the sync session's Ctrl-C) runs in the scheduler pass after one, so it is seen within two
+# checkpoints' tries. The trivial remote step 0.95x against a checkpoint a try (bench/RESULTS.md,
+# c47cli).
 ANSWER_TRIES = 16
+# The same for the worker's spin for the next call on a connection (``bare.BareService``'s
+# wait; its idle sweep's close, a server's shutdown, acted on at the next checkpoint as above):
+# the trivial remote step ~0.96x against a checkpoint a try (bench/RESULTS.md, r47cli).
+NEXT_CALL_TRIES = 16
 _spin: list = []  # [the window in seconds], read from the environment on first use
 
 
@@ -299,7 +308,8 @@ async def read_once(sock: Any, spin: bool = False, conn: Any = None, own: int = 
     """The next bytes of a trio socket that had none a moment ago (b"" at EOF): one wait, one
     read (trio's ``recv`` would try the read again before waiting). With ``spin``, first
     non-blocking reads for :func:`spin_window_s` (see the module), a checkpoint before the
-    first and then before every ``tries``-th (the client's answer: :data:`ANSWER_TRIES`).
+    first and then before every ``tries``-th (the client's answer: :data:`ANSWER_TRIES`; the
+    worker's next call: :data:`NEXT_CALL_TRIES`).
     A ``conn`` makes the spin adaptive and alone (:func:`decide`): its ``waited`` (seconds,
     the recent waits' estimate that :func:`learn_wait` keeps) above twice the window parks at
     once, and so does another call of the process at work (:data:`CALLS`, ``conn.began``;
