@@ -36,14 +36,15 @@ arrays, so the bits are those of one thread.
 
 A group of applies is one update with respect to a Ctrl-C (TF1 applies a step whole: its
 interrupt waits for ``sess.run``): ``run_group`` holds SIGINT while its members run; the side
-no pool thread took is handed back to its own lines (after a slice check: the loop is held
-for one side, as a pair's), unless a Ctrl-C was noted meanwhile: then the caller runs it at
-once, inside the hold, so every member is applied, then the KeyboardInterrupt goes up (each
-apply kernel holds it around its own call as well, ``kernels/sigint_hold.py``). Running it
-always (the first form) held the loop for both sides without a checkpoint: two 1M-element
-float32 RMSProp applies 1.27 ms against one's 0.50, 2.6x (``bench/bench_group_hold.py``). The hold covers these
-applies' compute only, never a wait: applies in separate nodes of a step, a side handed back
-included, may still be cut between them (docs/architecture.md, "A Ctrl-C and an update").
+no pool thread took is handed back to its own lines (after a slice check: the loop is held for
+one side, as a pair's), unless a Ctrl-C was noted meanwhile: then the caller runs it at once,
+inside the hold, so every member is applied, then the KeyboardInterrupt goes up (each apply
+kernel holds it around its own call as well, ``kernels/sigint_hold.py``). Running it always
+(the first form) held the loop for both sides without a checkpoint: two 1M-element float32
+RMSProp applies 1.27 ms against one's 0.50, 2.6x (``bench/bench_group_hold.py``). The hold
+covers these applies' compute only, never a wait: applies in separate nodes of a step, a side
+handed back included, may still be cut between them (docs/architecture.md, "A Ctrl-C and an
+update").
 """
 from __future__ import annotations
 

@@ -6,12 +6,13 @@ variable; a compiled loop's copies assigned back one after the other; a split's 
 Python raises a KeyboardInterrupt at the next bytecode of the main thread: between two passes
 it would leave the slots stepped and the variable not. TF1 never interrupts inside a kernel
 (its handler runs once ``sess.run`` returned). Here, on the main thread (the only one where
-Python runs signal handlers) whose SIGINT has a Python handler, ``hold`` swaps SIGINT's
-handler for one that only notes the signal (``_note``), and ``give_back`` puts the handler
-back and calls it for each noted signal, so the handler found there (trio's during a step,
-Python's, the worker's stop deadline) decides as it would have: on the same task's stack,
-after the update (a wakeup fd already had the signal's byte: it is not raised again). The hold is bounded by the kernel's own compute: it is never taken
-around a wait (a peer, a queue, a Recv), so a step stays cancellable.
+Python runs signal handlers) whose SIGINT has a Python handler, ``hold`` swaps SIGINT's handler
+for one that only notes the signal (``_note``), and ``give_back`` puts the handler back and
+calls it for each noted signal, so the handler found there (trio's during a step, Python's, the
+worker's stop deadline) decides as it would have: on the same task's stack, after the update (a
+wakeup fd already had the signal's byte: it is not raised again). The hold is bounded by the
+kernel's own compute: it is never taken around a wait (a peer, a queue, a Recv), so a step
+stays cancellable.
 
 Users: ``whole`` (a decorator) around every in-place apply kernel (``kernels/training.py``,
 ``training_sparse.py``, ``training_proximal.py``, ``apply_group.py``, ``matmul_apply.py``);
