@@ -1,7 +1,9 @@
 """The trivial remote step (issue 34: ``p * 2.0`` on the worker of a one-ps, one-worker cluster
 on loopback, ``bench_vs_tf1.py``'s) with the worker's wait for the next call spinning with a
-trio checkpoint every ``--tries`` tries (form B) against every ``--base-tries`` (form A, 1: the
-tree's), alternated in one client process, an A/A beside.
+trio checkpoint every ``--tries`` tries (form B, 16: the tree's ``bare_io.NEXT_CALL_TRIES``)
+against every ``--base-tries`` (form A, 1: the tree's before it), alternated in one client
+process, an A/A beside. The second cluster started may read faster whatever its setting:
+run the forms swapped too (``--tries 1 --base-tries 16``) and take both orientations together.
 
 A worker's setting cannot be switched from the client between steps, so each form has its own
 cluster, both up for the whole run: two one-ps, one-worker clusters, each worker started with

@@ -100,7 +100,8 @@ _clock = time.perf_counter  # (a test may set its own)
 ANSWER_TRIES = 16
 # The same for the worker's spin for the next call on a connection (``bare.BareService``'s
 # wait; its idle sweep's close, a server's shutdown, acted on at the next checkpoint as above):
-# the trivial remote step ~0.96x against a checkpoint a try (bench/RESULTS.md, r47cli).
+# the trivial remote step ~0.97-0.98x against a checkpoint a try (bench/RESULTS.md, r47cli,
+# r47nct).
 NEXT_CALL_TRIES = 16
 _spin: list = []  # [the window in seconds], read from the environment on first use
 
