@@ -72,7 +72,9 @@ async def _measure(spec, args, use):
     return rows
 
 
-def _summary(rows):
+def summary(rows):
+    """The rounds' B/A, A/A and B/B (median and range), the median chunk of each form and,
+    where the rows have them, the client's CPU a step (also ``bench_worker_wait_ab.py``'s)."""
     def spread(key):
         values = [row[key] for row in rows]
         return f"{statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})"
@@ -81,9 +83,9 @@ def _summary(rows):
     faster = sum(row["ba"] < 1.0 for row in rows)
     print(f"\n{len(rows)} rounds: B/A {spread('ba')}, B faster in {faster}; A/A "
           f"{spread('aa')}; B/B {spread('bb')}")
-    print(f"median chunk: A {statistics.median(a):.1f} us, B {statistics.median(b):.1f} us; "
-          f"client CPU a step: A {statistics.median(r['cpu_a'] for r in rows):.1f}, "
-          f"B {statistics.median(r['cpu_b'] for r in rows):.1f} us")
+    cpu = (f"; client CPU a step: A {statistics.median(r['cpu_a'] for r in rows):.1f}, "
+           f"B {statistics.median(r['cpu_b'] for r in rows):.1f} us" if "cpu_a" in rows[0] else "")
+    print(f"median chunk: A {statistics.median(a):.1f} us, B {statistics.median(b):.1f} us{cpu}")
 
 
 def main(argv=None):
@@ -99,7 +101,7 @@ def main(argv=None):
     use = form_rounds.setting_forms(args.set)
     with local_cluster({"ps": 1, "worker": 1}) as spec:
         rows = trio.run(_measure, spec, args, use)
-    _summary(rows)
+    summary(rows)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ import time
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, _HERE)
 sys.path.insert(0, os.path.join(_HERE, "..", "demos"))
+import bench_client_step_ab  # noqa: E402  (``summary``: the rounds printed as its own)
 
 _SITE = '''
 import os
@@ -86,18 +87,6 @@ async def _measure(specs, args):
     return rows
 
 
-def _summary(rows):
-    def spread(key):
-        values = [row[key] for row in rows]
-        return f"{statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})"
-    a = [x for row in rows for x in row["a"]]
-    b = [x for row in rows for x in row["b"]]
-    faster = sum(row["ba"] < 1.0 for row in rows)
-    print(f"\n{len(rows)} rounds: B/A {spread('ba')}, B faster in {faster}; A/A "
-          f"{spread('aa')}; B/B {spread('bb')}")
-    print(f"median chunk: A {statistics.median(a):.1f} us, B {statistics.median(b):.1f} us")
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tries", type=int, default=16, help="form B's worker's tries")
@@ -123,7 +112,7 @@ def main(argv=None):
         finally:
             cluster_module._ENV = base_env
         rows = trio.run(_measure, specs, args)
-    _summary(rows)
+    bench_client_step_ab.summary(rows)
 
 
 if __name__ == "__main__":
