@@ -27,12 +27,13 @@ RUN_GRAPH = next(i for i, rpc in enumerate(RPCS) if rpc.method == "run_graph")
 TASK = "/job:worker/replica:0/task:0"
 
 
-def _graph():
-    """``x * 2 + 1`` of a float32 ``[3]``, and a dequeue of an empty queue (it waits)."""
+def _graph(shape=(3,)):
+    """``x * 2 + 1`` of a float32 ``shape`` (``[None]``: any length), and a dequeue of an
+    empty queue (it waits)."""
     graph = af.Graph()
     with graph.as_default():
         with af.device("/job:worker/task:0/device:CPU:0"):
-            x = af.placeholder(af.float32, [3], name="x")
+            x = af.placeholder(af.float32, list(shape), name="x")
             y = af.add(af.multiply(x, 2.0), 1.0, name="y")
             waits = af.add(af.FIFOQueue(2, [af.float32], shapes=[[3]]).dequeue(), x,
                            name="waits")
@@ -319,11 +320,7 @@ async def test_each_signature_of_a_step_keeps_its_own_answer():
     steps that alternate shapes, and a dtype the graph refuses between them, are each answered
     with their own values, the short ones byte for byte as the full path answers them."""
     spec = af.ClusterSpec({"worker": [f"127.0.0.1:{port}" for port in free_ports(1)]})
-    graph = af.Graph()
-    with graph.as_default():
-        with af.device("/job:worker/task:0/device:CPU:0"):
-            x = af.placeholder(af.float32, [None], name="x")
-            y = af.add(af.multiply(x, 2.0), 1.0, name="y")
+    graph, x, y, _ = _graph([None])
     with trio.fail_after(60):
         async with trio.open_nursery() as nursery:
             server = await nursery.start(af.Server(spec, "worker", 0).serve)
@@ -376,11 +373,7 @@ async def test_an_answer_the_kernel_takes_in_part_is_sent_whole_in_order(monkeyp
     real = bare._write_one
     monkeypatch.setattr(bare, "_write_one", write_one)
     spec = af.ClusterSpec({"worker": [f"127.0.0.1:{port}" for port in free_ports(1)]})
-    graph = af.Graph()
-    with graph.as_default():
-        with af.device("/job:worker/task:0/device:CPU:0"):
-            x = af.placeholder(af.float32, [None], name="x")
-            y = af.add(af.multiply(x, 2.0), 1.0, name="y")
+    graph, x, y, _ = _graph([None])
     values = [np.arange(3000, dtype=np.float32) + i for i in range(60)]  # ~12 KB answers
     with trio.fail_after(60):
         async with trio.open_nursery() as nursery:
