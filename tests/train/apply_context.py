@@ -1,8 +1,22 @@
 """A kernel context for calling the dense apply kernels (kernels/training.py) directly: a CPU
-device with ``threads`` intra-op threads, and the attrs the applies read."""
+device with ``threads`` intra-op threads, and the attrs the applies read; ``resources``, the
+variables such a call takes."""
 import numpy as np
 
+from asyncflow import dtypes
 from asyncflow.exec.devices import Device
+from asyncflow.exec.resources import VariableResource
+
+
+def resources(values, kind=VariableResource):
+    """A ``kind`` (a ``VariableResource``) named ``v0``, ``v1``, ... holding a copy of each of
+    ``values``."""
+    out = []
+    for index, value in enumerate(values):
+        resource = kind(f"v{index}", dtypes.as_dtype(value.dtype), value.shape)
+        resource.assign(value.copy())
+        out.append(resource)
+    return out
 
 
 class ApplyContext:

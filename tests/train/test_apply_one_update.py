@@ -21,13 +21,12 @@ import types
 import numpy as np
 import pytest
 
-from asyncflow import dtypes
 from asyncflow.exec import pairs
 from asyncflow.exec.resources import VariableResource
 from asyncflow.kernels import jit, matmul_apply, sigint_hold, training
 from asyncflow.kernels.registry import ANY, get_kernel
 
-from apply_context import ApplyContext  # same folder
+from apply_context import ApplyContext, resources  # same folder
 
 SIZE = 20000  # float32: past SMALL_BYTES (in place when nothing else holds it), one block
 ROWS, COLUMNS = 50, 4  # a sparse variable's
@@ -67,12 +66,7 @@ class Variable(VariableResource):
 
 
 def variables(values):
-    out = []
-    for index, value in enumerate(values):
-        variable = Variable(f"v{index}", dtypes.as_dtype(value.dtype), value.shape)
-        variable.assign(value.copy())
-        out.append(variable)
-    return out
+    return resources(values, Variable)
 
 
 def s(value):

@@ -15,11 +15,9 @@ import numpy as np
 import pytest
 
 import asyncflow as af
-from asyncflow import dtypes
-from asyncflow.exec.resources import VariableResource
 from asyncflow.kernels import intra_op, jit, matmul_apply, sigint_hold, training
 
-from apply_context import ApplyContext  # same folder
+from apply_context import ApplyContext, resources  # same folder
 
 SIZE = 20000  # float32: past SMALL_BYTES, so the numpy form updates in place too
 
@@ -41,15 +39,6 @@ def plain_splits(monkeypatch):
     for name in ("for_batch", "for_gemm"):
         monkeypatch.setattr(intra_op, name, plain(getattr(intra_op, name)))
     monkeypatch.setattr(sigint_hold, "hold", lambda: None)
-
-
-def resources(values):
-    out = []
-    for index, value in enumerate(values):
-        resource = VariableResource(f"v{index}", dtypes.as_dtype(value.dtype), value.shape)
-        resource.assign(value.copy())
-        out.append(resource)
-    return out
 
 
 def interrupt_once(monkeypatch, module, name, at_call=1, size=None):
