@@ -83,6 +83,19 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture
+def main_thread():
+    """Skip unless a SIGINT here reaches a Python handler: on the main thread (the only one
+    where Python runs signal handlers), SIGINT neither ignored nor left to the default (the
+    Ctrl-C hold's tests: ``kernels/sigint_hold.py``)."""
+    import signal
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("Python runs signal handlers on the main thread only")
+    if not callable(signal.getsignal(signal.SIGINT)):
+        pytest.skip("SIGINT is ignored or default here: no KeyboardInterrupt to hold")
+
+
+@pytest.fixture
 def autojump_clock(cpu_only):
     """pytest-trio's clock that jumps to the next deadline whenever every task waits, here
     with no GPU: a GPU stream's completion arrives from the driver's callback thread (the fake

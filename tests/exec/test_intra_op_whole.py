@@ -17,13 +17,6 @@ from asyncflow.exec import intra_op
 from asyncflow.kernels import sigint_hold
 
 
-def on_the_main_thread_with_a_handler():
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("Python runs signal handlers on the main thread only")
-    if not callable(signal.getsignal(signal.SIGINT)):
-        pytest.skip("SIGINT is ignored or default here: no KeyboardInterrupt to hold")
-
-
 def interrupting(how, once_at=0):
     """A chunk function recording each chunk's start, whose chunk ``once_at`` is interrupted
     after its work: by SIGINT as a Ctrl-C would be (``signal``) or a KeyboardInterrupt it
@@ -43,10 +36,9 @@ def interrupting(how, once_at=0):
 
 @pytest.mark.parametrize("how", ["signal", "raise"])
 @pytest.mark.parametrize("atomic", [True, False])
-def test_a_ctrl_c_in_an_atomic_split_goes_up_after_every_chunk(atomic, how):
+def test_a_ctrl_c_in_an_atomic_split_goes_up_after_every_chunk(atomic, how, main_thread):
     """One thread: the caller takes the chunks in order, so the old behaviour (the split
     stopped after the interrupted chunk) is deterministic too."""
-    on_the_main_thread_with_a_handler()
     pool = intra_op.IntraOpPool(1)
     chunk, ran = interrupting(how)
     before = signal.getsignal(signal.SIGINT)
@@ -57,8 +49,7 @@ def test_a_ctrl_c_in_an_atomic_split_goes_up_after_every_chunk(atomic, how):
 
 
 @pytest.mark.parametrize("how", ["signal", "raise"])
-def test_every_chunk_runs_once_with_a_worker(how):
-    on_the_main_thread_with_a_handler()
+def test_every_chunk_runs_once_with_a_worker(how, main_thread):
     pool = intra_op.IntraOpPool(2)
     try:
         for once_at in (0, 5):  # the caller's first chunk; one further on (either thread)
@@ -70,10 +61,9 @@ def test_every_chunk_runs_once_with_a_worker(how):
         pool.close(30)
 
 
-def test_a_ctrl_c_held_goes_to_the_handler_found_after_the_split():
+def test_a_ctrl_c_held_goes_to_the_handler_found_after_the_split(main_thread):
     """The noted SIGINT is raised again once the split ended: the handler in place then (a
     test's own here; trio's during a step) decides what it does."""
-    on_the_main_thread_with_a_handler()
     seen = []
     previous = signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
     try:
@@ -84,8 +74,7 @@ def test_a_ctrl_c_held_goes_to_the_handler_found_after_the_split():
         signal.signal(signal.SIGINT, previous)
 
 
-def test_an_error_still_stops_an_atomic_split():
-    on_the_main_thread_with_a_handler()
+def test_an_error_still_stops_an_atomic_split(main_thread):
     ran = []
 
     def chunk(start, stop):
@@ -98,10 +87,9 @@ def test_an_error_still_stops_an_atomic_split():
     assert ran == [0, 1] and signal.getsignal(signal.SIGINT) is before
 
 
-def test_an_atomic_split_inside_another_holds_once():
+def test_an_atomic_split_inside_another_holds_once(main_thread):
     """An atomic split in a chunk of another (a paired apply): the inner one leaves the hold
     to the outer, and the Ctrl-C goes up after the outer's last chunk."""
-    on_the_main_thread_with_a_handler()
     pool = intra_op.IntraOpPool(1)
     inner, inner_ran = interrupting("signal")
     outer_ran = []
@@ -126,10 +114,9 @@ def test_off_the_main_thread_a_chunk_s_keyboard_interrupt_is_held():
     assert isinstance(outcome, KeyboardInterrupt) and ran == [0, 1, 2]
 
 
-def test_each_ctrl_c_held_is_raised_again():
+def test_each_ctrl_c_held_is_raised_again(main_thread):
     """Two Ctrl-Cs during the split reach the handler twice after it (the worker's stop
     deadline exits at once on the second): none is folded into the other."""
-    on_the_main_thread_with_a_handler()
     ran, seen = [], []
 
     def chunk(start, stop):
@@ -161,10 +148,9 @@ class _CtrlCAsTheHandlerIsPutBack:
         return previous
 
 
-def test_a_ctrl_c_on_giving_back_is_not_raised_again_by_the_next_split(monkeypatch):
+def test_a_ctrl_c_on_giving_back_is_not_raised_again_by_the_next_split(monkeypatch, main_thread):
     """The first Ctrl-C noted, a second one raised as the handler is put back: one
     KeyboardInterrupt; the next atomic split, uninterrupted, raises no phantom one."""
-    on_the_main_thread_with_a_handler()
     seen = []
     previous = signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
     try:
@@ -198,11 +184,10 @@ def test_a_chunk_s_keyboard_interrupt_outranks_a_later_error():
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
-def test_a_child_forked_by_another_thread_during_the_hold_gets_sigint_back():
+def test_a_child_forked_by_another_thread_during_the_hold_gets_sigint_back(main_thread):
     """A thread forks while the main thread holds SIGINT: the child (whose main thread is
     the forking one, never inside the split) has the handler that was held, not the noter
     that would swallow every Ctrl-C it gets."""
-    on_the_main_thread_with_a_handler()
     before = signal.getsignal(signal.SIGINT)
     seen = []
 

@@ -8,17 +8,9 @@ from __future__ import annotations
 import asyncio
 import signal
 import socket
-import threading
 
-import pytest
 
 from asyncflow.kernels import sigint_hold
-
-
-@pytest.fixture
-def main_thread():
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("Python runs signal handlers on the main thread only")
 
 
 @sigint_hold.whole

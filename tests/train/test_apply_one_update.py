@@ -14,7 +14,6 @@ pair's group of applies (``exec/pairs.run_group``) whose second side no worker t
 from __future__ import annotations
 
 import _thread
-import signal
 import threading
 import types
 
@@ -30,14 +29,6 @@ from apply_context import ApplyContext, resources  # same folder
 
 SIZE = 20000  # float32: past SMALL_BYTES (in place when nothing else holds it), one block
 ROWS, COLUMNS = 50, 4  # a sparse variable's
-
-
-@pytest.fixture
-def main_thread():
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("Python runs signal handlers on the main thread only")
-    if not callable(signal.getsignal(signal.SIGINT)):
-        pytest.skip("SIGINT is ignored or default here: no KeyboardInterrupt to hold")
 
 
 @pytest.fixture(params=[True, False], ids=["held", "before"])

@@ -8,7 +8,6 @@ before: the first chunk updated, the rest of the variable not."""
 from __future__ import annotations
 
 import _thread
-import signal
 import threading
 
 import numpy as np
@@ -20,14 +19,6 @@ from asyncflow.kernels import intra_op, jit, matmul_apply, sigint_hold, training
 from apply_context import ApplyContext, resources  # same folder
 
 SIZE = 20000  # float32: past SMALL_BYTES, so the numpy form updates in place too
-
-
-@pytest.fixture
-def main_thread():
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("Python runs signal handlers on the main thread only")
-    if not callable(signal.getsignal(signal.SIGINT)):
-        pytest.skip("SIGINT is ignored or default here: no KeyboardInterrupt to hold")
 
 
 @pytest.fixture
