@@ -138,9 +138,11 @@ def main():
         kept = {}
         one, today, halves = dense_gemms.baseline_forms(ctx, pool, a, b, out)
 
-        def cbk():
-            handoff.form = "cbk"
+        def through_callback(form, prewake):
+            handoff.form = form
             handoff.call_start = time.perf_counter()
+            if prewake:
+                handoff.prewake()
             set_threads(2)
             try:
                 np.matmul(a, b, out=out)
@@ -148,16 +150,11 @@ def main():
                 set_threads(1)
             return out
 
+        def cbk():
+            return through_callback("cbk", False)
+
         def cbkw():
-            handoff.form = "cbkw"
-            handoff.call_start = time.perf_counter()
-            handoff.prewake()
-            set_threads(2)
-            try:
-                np.matmul(a, b, out=out)
-            finally:
-                set_threads(1)
-            return out
+            return through_callback("cbkw", True)
 
         for form_fn in (one, today, cbk, cbkw):
             kept[form_fn.__name__] = form_fn().copy()
