@@ -25,7 +25,7 @@ from typing import Any, Callable, Final
 
 import msgpack
 
-__all__ = ["VOLATILE", "lookup", "match", "remember"]
+__all__ = ["VOLATILE", "forget_all", "lookup", "match", "remember"]
 
 # kind -> the payload's int fields that change from one message to the next: a RunGraph's, and
 # the step id of the transfers between workers (a PushTensors' header, four descriptors on a
@@ -133,3 +133,11 @@ def remember(limits: Any, header: bytes, parsed: tuple,
     _templates.setdefault((limits, len(header)), []).append(
         _Template(bytes(masked), tuple(spans), schema, kept, plans))
     _count += 1
+
+
+def forget_all() -> None:
+    """Drop every header template, as when they fill (the next header of each signature is
+    parsed in full and its ids proved again)."""
+    global _count
+    _templates.clear()
+    _count = 0

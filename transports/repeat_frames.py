@@ -70,8 +70,8 @@ from transports.schema import (
     MAGIC, PREFIX, SCHEMA_BY_CLASS, validated,
 )
 
-__all__ = ["WHOLE_BYTES", "Prepared", "decode_whole", "encode", "forget", "frame", "learn",
-           "prepare"]
+__all__ = ["WHOLE_BYTES", "Prepared", "decode_whole", "encode", "forget", "forget_all", "frame",
+           "learn", "prepare"]
 
 _KEPT: Final = 256  # templates; all dropped when full (a few per registered graph in practice)
 # (no float: 0.0 and -0.0 are one key but two encodings; messages of a step carry none)
@@ -381,6 +381,11 @@ def forget(prepared: Prepared) -> None:
     run may keep one meanwhile (each step here one dict operation, as ``learn``'s)."""
     if _templates_by_key.get(prepared.key) is prepared:
         _templates_by_key.pop(prepared.key, None)
+
+
+def forget_all() -> None:
+    """Drop every kept template, as when they fill (one dict operation, as ``forget``'s)."""
+    _templates_by_key.clear()
 
 
 def frame(prepared: Prepared, message: Any, defer: bool) -> list | None:

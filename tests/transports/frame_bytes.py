@@ -1,26 +1,11 @@
 """Frames as bytes, for the tests of frames encoded from kept templates (repeated frames,
-prepared frames, a step's RunGraph): ``no_templates``, an autouse fixture for a module that
-imports it, starts and ends each test with no template kept; ``frame_bytes`` joins an
-encode's buffers (filling a pending checksum trailer); ``full_frame`` is the frame a full
-encode gives, no template consulted and none kept."""
-import pytest
-
-from transports import checksum, frame_templates, header_templates, repeat_frames, wire
+prepared frames, a step's RunGraph; each test starts with none kept: ``tests/conftest.py``'s
+``nothing_kept``): ``frame_bytes`` joins an encode's buffers (filling a pending checksum
+trailer); ``full_frame`` is the frame a full encode gives, no template consulted and none
+kept."""
+from transports import checksum, repeat_frames, wire
 
 LIMITS = wire.DEFAULT_LIMITS
-
-
-@pytest.fixture(autouse=True)
-def no_templates():
-    _forget_templates()
-    yield
-    _forget_templates()
-
-
-def _forget_templates():
-    repeat_frames._templates_by_key.clear()
-    header_templates._templates.clear()
-    frame_templates.forget_all()
 
 
 def frame_bytes(buffers):

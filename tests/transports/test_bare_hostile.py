@@ -346,7 +346,6 @@ def test_damaged_frames_over_16_kib_are_refused_where_their_template_would_read_
     from transports import frame_templates
 
     rng = np.random.default_rng(5)
-    frame_templates.forget_all()  # (none of another test's sizes fills the cache midway)
 
     def request(handle: str, step_id: int) -> tuple[bytes, np.ndarray]:
         value = rng.standard_normal(10_000).astype(np.float32)

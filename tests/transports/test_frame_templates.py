@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from bit_flips import one_bit_flips
-from frame_bytes import no_templates  # noqa: F401 (autouse fixture)
 from transports import checksum, frame_templates, wire
 from transports.messages import PushTensors, RunGraph, RunGraphReply, StepStats, TensorEntry
 

@@ -11,13 +11,6 @@ from transports.messages import PushTensors, RecvTensors, RunGraph, TensorEntry
 LIMITS = wire.DEFAULT_LIMITS
 
 
-@pytest.fixture(autouse=True)
-def no_templates():
-    header_templates._templates.clear()
-    yield
-    header_templates._templates.clear()
-
-
 def _frame(message):
     return b"".join(bytes(b) for b in wire.encode(message, LIMITS))
 
@@ -232,3 +225,27 @@ def test_step_ids_at_the_int_widths_edges_decode_right_after_templates_of_every_
         frame = _frame(_push(step_id) if kind == "push" else
                        RecvTensors(step_id, [f"{_PS};7f3a;{_W};edge_0_w;0:0"]))
         assert wire.decode(frame, LIMITS).step_id == step_id
+
+
+def test_forget_kept_empties_every_cache_and_the_next_frames_teach_them_again():
+    # ``wire.forget_kept`` (each test starts so: tests/conftest.py): the validated headers,
+    # the header and frame templates and the encoding templates emptied, the header
+    # templates' count from zero again (not from where the dropped ones left it), and the
+    # next frames decode by the full parse first, then by their templates again.
+    from transports import frame_templates, repeat_frames, schema
+
+    def decoded(message):
+        frame = _frame(message)
+        fast = wire.decode_repeated(memoryview(frame), LIMITS)
+        _same(fast or wire.decode(frame, LIMITS), message)
+        return fast is not None
+
+    def kept():
+        return (len(schema.VALIDATED_HEADERS), header_templates._count,
+                frame_templates.statistics()["kept"], len(repeat_frames._templates_by_key))
+
+    assert [decoded(_run_graph(i, i)) for i in range(1, 4)] == [False, True, True]
+    assert all(kept())
+    wire.forget_kept()
+    assert kept() == (0, 0, 0, 0) and not header_templates._templates
+    assert [decoded(_run_graph(i, i)) for i in range(4, 7)] == [False, True, True]

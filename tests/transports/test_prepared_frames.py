@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from bit_flips import one_bit_flips
-from frame_bytes import frame_bytes, full_frame, no_templates  # noqa: F401 (autouse fixture)
+from frame_bytes import frame_bytes, full_frame
 from transports import checksum, repeat_frames, wire
 from transports.http import bare_io
 from transports.http.client import TrioHttpChannel

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bit_flips import one_bit_flips
-from frame_bytes import frame_bytes, full_frame, no_templates  # noqa: F401 (autouse fixture)
+from frame_bytes import frame_bytes, full_frame
 from transports import repeat_frames, wire
 from transports.messages import (
     PushTensors, RunGraph, RunGraphReply, Status, StepStats, TensorEntry,

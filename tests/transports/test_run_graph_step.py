@@ -8,7 +8,7 @@ import contextlib
 import numpy as np
 import pytest
 import trio
-from frame_bytes import frame_bytes, full_frame, no_templates  # noqa: F401 (autouse fixture)
+from frame_bytes import frame_bytes, full_frame
 from transport_fakes import FakeWorker
 
 from transports import checksum, wire

@@ -9,7 +9,6 @@ import socket
 import numpy as np
 import pytest
 
-from frame_bytes import no_templates  # noqa: F401 (autouse fixture)
 from transports import checksum, wire
 from transports.http import bare_io
 from transports.messages import RunGraphReply, TensorEntry

@@ -6,7 +6,7 @@ setting; no image of a frame over ``WHOLE_BYTES``."""
 import numpy as np
 import pytest
 
-from frame_bytes import frame_bytes, full_frame, no_templates  # noqa: F401 (autouse fixture)
+from frame_bytes import full_frame
 from transports import repeat_frames, wire
 from transports.run_graph_step import WHOLE_BYTES, RunGraphStep, StepImage
 
