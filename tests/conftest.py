@@ -84,12 +84,12 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def nothing_kept():
-    """Each test starts with no frame kept by the codec (``transports.wire.forget_kept``): its
+    """Each test starts with no frame kept by the codec (``repeat_frames.forget_kept``): its
     caches are the process's and each is cleared whole when it fills, so a test that counts
     the repeated frames' path (their decodes, a ready step's scopes) would see one cleared
     midway after enough earlier tests in its process (a CI flake: a ready step's reply decoded
     in full, in a scope, once the templates filled)."""
-    from transports.wire import forget_kept
+    from transports.repeat_frames import forget_kept
     forget_kept()
 
 

@@ -70,8 +70,8 @@ from transports.schema import (
     MAGIC, PREFIX, SCHEMA_BY_CLASS, validated,
 )
 
-__all__ = ["WHOLE_BYTES", "Prepared", "decode_whole", "encode", "forget", "forget_all", "frame",
-           "learn", "prepare"]
+__all__ = ["WHOLE_BYTES", "Prepared", "decode_whole", "encode", "forget", "forget_all",
+           "forget_kept", "frame", "learn", "prepare"]
 
 _KEPT: Final = 256  # templates; all dropped when full (a few per registered graph in practice)
 # (no float: 0.0 and -0.0 are one key but two encodings; messages of a step carry none)
@@ -386,6 +386,18 @@ def forget(prepared: Prepared) -> None:
 def forget_all() -> None:
     """Drop every kept template, as when they fill (one dict operation, as ``forget``'s)."""
     _templates_by_key.clear()
+
+
+def forget_kept() -> None:
+    """Drop what the codec keeps of the frames it has seen, each cache cleared whole as when it
+    fills its bound: the validated headers, the header and frame templates that decode repeated
+    frames, the templates that encode them. The next frame of each signature is encoded and
+    decoded in full and teaches them again; nothing else changes (a test that counts the
+    repeated frames' path starts so, whatever the process's earlier frames filled)."""
+    _schema.VALIDATED_HEADERS.clear()
+    _templates.forget_all()
+    _frames.forget_all()
+    forget_all()
 
 
 def frame(prepared: Prepared, message: Any, defer: bool) -> list | None:

@@ -73,7 +73,6 @@ import numpy as np
 from transports import checksum as _checksum
 from transports.checksum import TRAILER_BYTES, ChecksumTrailer
 from transports.counted_unpack import unpack_counted
-from transports import frame_templates as _frames
 from transports import header_templates as _templates
 from transports import repeat_frames as _repeat
 from transports.messages import *  # noqa: F403 -- the message classes are part of this API
@@ -94,7 +93,7 @@ __all__ = [
     "MAGIC", "NEED_DATA", "SMALL_HEADER_BYTES", "STRING_DTYPE", "WIRE_DTYPES", "ChecksumMismatch",
     "ChecksumTrailer", "Decoder", "FrameTooLarge", "Limits", "LocalProtocolError",
     "RemoteProtocolError", "WireError", "decode", "decode_repeated", "encode", "encode_prepared",
-    "forget_kept", "frame_size", *_message_names,
+    "frame_size", *_message_names,
 ]
 
 
@@ -303,18 +302,6 @@ def decode_repeated(view: memoryview, limits: Limits = DEFAULT_LIMITS) -> Messag
     decoded in one pass (:func:`transports.repeat_frames.decode_whole`); else None: decode it
     with a :class:`Decoder`, which also gives a damaged frame its error."""
     return _repeat.decode_whole(view, limits, _build)
-
-
-def forget_kept() -> None:
-    """Drop what the codec keeps of the frames it has seen, each cache cleared whole as when it
-    fills its bound: the validated headers, the header and frame templates that decode repeated
-    frames, the templates that encode them. The next frame of each signature is encoded and
-    decoded in full and teaches them again; nothing else changes (a test that counts the
-    repeated frames' path starts so, whatever the process's earlier frames filled)."""
-    VALIDATED_HEADERS.clear()
-    _templates.forget_all()
-    _frames.forget_all()
-    _repeat.forget_all()
 
 
 def _build(schema: Schema, payload: dict, plans: list, values: list) -> Message:

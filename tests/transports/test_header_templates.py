@@ -228,7 +228,7 @@ def test_step_ids_at_the_int_widths_edges_decode_right_after_templates_of_every_
 
 
 def test_forget_kept_empties_every_cache_and_the_next_frames_teach_them_again():
-    # ``wire.forget_kept`` (each test starts so: tests/conftest.py): the validated headers,
+    # ``repeat_frames.forget_kept`` (each test starts so: tests/conftest.py): the validated headers,
     # the header and frame templates and the encoding templates emptied, the header
     # templates' count from zero again (not from where the dropped ones left it), and the
     # next frames decode by the full parse first, then by their templates again.
@@ -246,6 +246,6 @@ def test_forget_kept_empties_every_cache_and_the_next_frames_teach_them_again():
 
     assert [decoded(_run_graph(i, i)) for i in range(1, 4)] == [False, True, True]
     assert all(kept())
-    wire.forget_kept()
+    repeat_frames.forget_kept()
     assert kept() == (0, 0, 0, 0) and not header_templates._templates
     assert [decoded(_run_graph(i, i)) for i in range(4, 7)] == [False, True, True]
