@@ -17,7 +17,8 @@ faults, schedstat, CPUs) and then, for the ps ``p`` and the worker ``w`` (a ``si
 this script puts on their ``PYTHONPATH`` answers SIGUSR2 with its counters): their GC
 collections and time, their bare waits by outcome (``bare_io.COUNTS``), and for all three the
 codec's kept frame templates and header templates (a drop in a count: a cache cleared whole
-when full, ``transports.wire.forget_kept``'s effect) and the frames decoded from a template.
+when full, as ``transports.repeat_frames.forget_kept`` clears them) and the frames decoded
+from a template.
 
 Run: ``.venv/bin/python bench/bench_ps_rounds.py [--clusters 4] [--rounds 5] [--steps 100]
 [--before full] [--between tf --tf-python <TF>] [--no-probe]``.
