@@ -115,8 +115,17 @@ def fused_epilogue(xp, fused_ops, bias, ctx=None):
         return apply
 
     tiled = []  # the bias tiled (``_add_bias``), made at the first large block
+    relu_loop = (activation == "Relu" and ctx is not None and COMPILED
+                 and type(bias) is np.ndarray and bias.ndim == 1 and jit.usable(ctx, bias))
+    if relu_loop:
+        bias_in, zero = jit.readonly(bias), bias.dtype.type(0)
 
     def apply(rows, start=0, stop=None):  # (a block of columns: their share of the bias)
+        if relu_loop and stop is None and type(rows) is np.ndarray and rows.ndim == 2 \
+                and rows.dtype == bias.dtype and rows.shape[1] == bias.size \
+                and rows.flags.c_contiguous:
+            _bias_relu(bias_in, rows, zero)
+            return
         if stop is not None:
             rows += bias[start:stop]
         elif not _add_bias(rows, bias, tiled):
@@ -202,11 +211,29 @@ def _reciprocal_of_one_plus(rows, one):
             row[j] = one / (row[j] + one)
 
 
+@jit.loop
+def _bias_relu(bias, rows, zero):
+    """``rows = maximum(rows + bias, 0)`` row by row in one pass: numpy's add, then its
+    ``maximum``'s choice (``a > b or a is NaN ? a : b``: a NaN kept with its payload, -0
+    becomes +0), so the bits of the separate ``BiasAdd`` and ``Relu`` kernels. On ``[128,
+    256]`` float32 ~4 us against numpy's ~21 (the tiled add 5.5, ``maximum`` 13: c48mlp)."""
+    for i in range(rows.shape[0]):
+        row = rows[i]
+        for j in range(row.shape[0]):
+            value = row[j] + bias[j]
+            row[j] = value if value > zero or value != value else zero
+
+
 def _warm():
     for dtype in jit.SUPPORTED:
         rows, one = np.zeros((2, 2), dtype), dtype.type(1)
         _subtract_from(np.zeros(2, dtype), rows, one)
         _reciprocal_of_one_plus(rows, one)
+
+
+def _warm_relu():
+    for dtype in jit.SUPPORTED:
+        _bias_relu(jit.readonly(np.zeros(2, dtype)), np.zeros((2, 2), dtype), dtype.type(0))
 
 
 def preload(ctx, other=None):
@@ -215,7 +242,7 @@ def preload(ctx, other=None):
     cache on a worker thread before the first step), with ``other`` (the node's other
     ``Preload``, or None) run first; ``other`` alone elsewhere, or where they are warm."""
     ops = ctx.attrs["fused_ops"]
-    if (len(ops) < 2 or ops[1] != "Sigmoid" or getattr(ctx, "xp", np) is not np
+    if (len(ops) < 2 or ops[1] not in ("Sigmoid", "Relu") or getattr(ctx, "xp", np) is not np
             or np.dtype(ctx.output_dtypes[0]) not in jit.SUPPORTED):
         return other
-    return Preload.chained(other, jit.preload(_warm))
+    return Preload.chained(other, jit.preload(_warm if ops[1] == "Sigmoid" else _warm_relu))
