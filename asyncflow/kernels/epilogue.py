@@ -4,10 +4,11 @@ bits of the separate BiasAdd and activation kernels; and the sigmoid's in-place 
 (``sigmoid_into``) that the Sigmoid kernel (``kernels/math.py``) and they share.
 
 On CPU, for float32/float64, ``_FusedMatMul``'s bias and sigmoid take two compiled passes
-(``kernels/jit.py``) around numpy's ``exp``, with the numpy form's bits (``_sigmoid_loops``);
-its prepare hook's ``preload`` compiles them off the event loop. The numpy form stays for
-every other case (a column block, other dtypes, a GPU, numba missing or ``ASYNCFLOW_JIT=0``)
-and is the reference (``tests/ops/test_epilogue_loops.py``)."""
+(``kernels/jit.py``) around numpy's ``exp``, with the numpy form's bits (``_sigmoid_loops``),
+and its bias and Relu one compiled pass (``_bias_relu``, the same bits); its prepare hook's
+``preload`` compiles them off the event loop. The numpy form stays for every other case (a
+column block, other dtypes, a GPU, a convolution's epilogue, numba missing or
+``ASYNCFLOW_JIT=0``) and is the reference (``tests/ops/test_epilogue_loops.py``)."""
 from __future__ import annotations
 
 import numpy as np
@@ -16,7 +17,7 @@ from asyncflow.kernels import jit
 from asyncflow.kernels.registry import Preload
 
 # Whether ``fused_epilogue`` given a ``ctx`` takes the compiled passes for a bias and a sigmoid
-# (read at each call: bench/bench_ab_setting.py switches it).
+# or a Relu (read at each call: bench/bench_ab_setting.py switches it).
 COMPILED = True
 
 # Per float dtype: the least x of that dtype whose ``exp(-x)`` is finite (``_overflow_bound``).
@@ -93,7 +94,8 @@ def fused_epilogue(xp, fused_ops, bias, ctx=None):
     activation), in place on a chunk of its output rows ``[r, C]``: the same operations, in
     the same order, as the separate BiasAdd/Add and activation kernels, so the same bits.
     Given the kernel's ``ctx`` (``_FusedMatMul``), a bias and a sigmoid on contiguous rows
-    take two compiled passes around numpy's ``exp`` where ``jit.usable`` (``_sigmoid_loops``)."""
+    take two compiled passes around numpy's ``exp`` where ``jit.usable`` (``_sigmoid_loops``),
+    a bias and a Relu one (``_bias_relu``)."""
     activation = fused_ops[1] if len(fused_ops) > 1 else None
     if activation == "Sigmoid" and type(bias) is np.ndarray and bias.dtype.kind == "f":
         negated = np.negative(bias)
