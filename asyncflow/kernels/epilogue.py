@@ -118,7 +118,8 @@ def fused_epilogue(xp, fused_ops, bias, ctx=None):
 
     tiled = []  # the bias tiled (``_add_bias``), made at the first large block
     relu_loop = (activation == "Relu" and ctx is not None and COMPILED
-                 and type(bias) is np.ndarray and bias.ndim == 1 and jit.usable(ctx, bias))
+                 and type(bias) is np.ndarray and bias.ndim == 1 and bias.flags.c_contiguous
+                 and jit.usable(ctx, bias))  # (a strided bias: another signature, compiled here)
     if relu_loop:
         bias_in, zero = jit.readonly(bias), bias.dtype.type(0)
 

@@ -258,6 +258,10 @@ def test_relu_column_blocks_and_other_dtypes_take_the_numpy_form(monkeypatch):
     plain = np.full((3, 4), -1, np.float32)  # (no ctx: a convolution's epilogue)
     epilogue.fused_epilogue(np, ("BiasAdd", "Relu"), np.full(4, 3, np.float32))(plain)
     assert not calls and np.all(plain == 2)
+    strided = np.full((3, 4), -1, np.float32)  # (a strided bias: numba would compile anew)
+    epilogue.fused_epilogue(np, ("BiasAdd", "Relu"), np.full(8, 3, np.float32)[::2],
+                            _ctx(1))(strided)
+    assert not calls and np.all(strided == 2)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
