@@ -1,7 +1,8 @@
 """The fused bias-and-sigmoid epilogue's compiled passes (``kernels/epilogue.py``,
-``_sigmoid_loops``) against its numpy form (``jit.ENABLED`` off), the reference: the same
-bits, whole and split over 1-3 intra-op threads, float32 and float64, with NaN, infinities,
-values whose ``exp`` overflows and values at the overflow bound."""
+``_sigmoid_loops``) and its bias-and-Relu pass (``_bias_relu``) against the numpy form
+(``jit.ENABLED`` off), the reference: the same bits, whole and split over 1-3 intra-op
+threads, float32 and float64, with NaN (payloads, either sign), infinities, -0, values whose
+``exp`` overflows and values at the overflow bound."""
 from types import SimpleNamespace
 
 import numpy as np
@@ -130,17 +131,19 @@ def test_column_blocks_and_other_dtypes_take_the_numpy_form(monkeypatch):
     assert not calls and np.all(wide[:, 2:6] == 0.5) and np.all(wide[:, :2] == 0)
 
 
-def test_the_prepare_hook_preloads_the_loops_for_a_sigmoid_only():
+@pytest.mark.parametrize("activation", ["Sigmoid", "Relu"])
+def test_the_prepare_hook_preloads_the_loops_for_a_sigmoid_or_a_relu(activation):
     ctx = SimpleNamespace(xp=np, output_dtypes=[np.float32],
-                          attrs={"fused_ops": ["BiasAdd", "Sigmoid"]})
+                          attrs={"fused_ops": ["BiasAdd", activation]})
     hook = epilogue.preload(ctx)
     if hook is not None:  # (None once warm: another test ran them)
         hook.load(ctx)
     assert epilogue.preload(ctx) is None
-    ctx.attrs = {"fused_ops": ["BiasAdd", "Relu"]}
     other = object()
-    assert epilogue.preload(ctx, other) is other
-    ctx.attrs, ctx.output_dtypes = {"fused_ops": ["BiasAdd", "Sigmoid"]}, [np.float16]
+    for ops in (["BiasAdd", "Tanh"], ["BiasAdd"]):
+        ctx.attrs = {"fused_ops": ops}
+        assert epilogue.preload(ctx, other) is other
+    ctx.attrs, ctx.output_dtypes = {"fused_ops": ["BiasAdd", activation]}, [np.float16]
     assert epilogue.preload(ctx) is None
 
 
@@ -161,3 +164,120 @@ def test_the_warm_up_compiles_what_the_kernel_calls(dtype):
             array.flags.writeable = False
         math_kernels._fused_matmul(_ctx(2), a, b, bias)
     assert [set(loop._compiled.signatures) for loop in loops] == compiled
+
+
+def _both_relu_forms(monkeypatch, run):
+    """``run()`` with the compiled bias-and-Relu pass (checking it ran), then with numpy's
+    form (``jit.ENABLED`` off)."""
+    calls = []
+    loop = epilogue._bias_relu
+    monkeypatch.setattr(epilogue, "_bias_relu",
+                        lambda *args: calls.append(args[1].shape) or loop(*args))
+    compiled = run()
+    assert calls, "the compiled pass did not run"
+    monkeypatch.setattr(jit, "ENABLED", False)
+    del calls[:]
+    reference = run()
+    assert not calls
+    return compiled, reference
+
+
+def _relu_special(dtype, shape, seed):
+    """Rows and a bias whose sums are NaN (with payloads, either sign), infinities, -0 (a -0
+    row value plus a -0 bias: ``maximum`` gives +0), +0, the least subnormals and ordinary
+    values."""
+    rng = np.random.default_rng(seed)
+    rows = rng.standard_normal(shape).astype(dtype)
+    bias = rng.standard_normal(shape[1]).astype(dtype)
+    if rows.size >= 16 and shape[1] >= 8:
+        tiny = np.finfo(dtype).smallest_subnormal
+        rows[0, :8] = np.asarray([np.nan, -np.nan, np.inf, -np.inf, -0.0, 0.0, -0.0, tiny],
+                                 dtype)
+        bias[:8] = np.asarray([0, 0, 0, 0, -0.0, -0.0, 0.0, -2 * tiny], dtype)
+        uint = np.uint32 if dtype == np.float32 else np.uint64
+        rows[1, :2] = np.asarray([np.nan, -np.nan], dtype)
+        rows[1, :2].view(uint)[:] |= uint(5)  # (a payload numpy's maximum keeps)
+        bias[8] = np.inf
+        rows[2, 8] = -np.inf  # (inf + -inf: a NaN from the add)
+    return rows, bias
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(128, 256), (37, 9), (1, 1), (0, 3), (64, 300)])
+def test_the_bias_and_relu_pass_has_the_numpy_form_s_bits(dtype, shape, monkeypatch):
+    rows, bias = _relu_special(dtype, shape, 1)
+    bias.flags.writeable = False  # (a variable's value; its own type is tested below)
+
+    def run():
+        out = rows.copy()
+        with np.errstate(invalid="ignore"):  # (inf + -inf: numpy's form warns)
+            epilogue.fused_epilogue(np, ("BiasAdd", "Relu"), bias, _ctx(1))(out)
+        return out
+    compiled, reference = _both_relu_forms(monkeypatch, run)
+    assert compiled.tobytes() == reference.tobytes()
+    with np.errstate(invalid="ignore"):
+        unfused = rows + bias  # (the separate BiasAdd and Relu kernels' operations)
+    np.maximum(unfused, dtype(0), out=unfused)
+    assert compiled.tobytes() == unfused.tobytes()
+    if rows.size >= 16 and shape[1] >= 8:
+        assert not np.signbit(compiled[0, 4]) and np.isnan(compiled[2, 8])
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_split_fused_matmul_with_a_relu_has_the_numpy_form_s_bits(threads, dtype,
+                                                                     monkeypatch):
+    """The MLP's first layer, ``[128, 784] @ [784, 256]`` with a bias and a Relu, split by
+    rows over the pool (each chunk's rows through the pass), and its second, ``[128, 256] @
+    [256, 256]``, whole: against the numpy epilogue on the same products."""
+    rng = np.random.default_rng(5)
+    bias = rng.standard_normal(256).astype(dtype)
+    for inner in (784, 256):
+        a = rng.standard_normal((128, inner)).astype(dtype)
+        b = (rng.standard_normal((inner, 256)) * 0.1).astype(dtype)
+        a[3, :] = np.nan
+        ctx = _ctx(threads)
+        ctx.attrs = dict(ctx.attrs, fused_ops=["BiasAdd", "Relu"])
+        compiled, reference = _both_relu_forms(
+            monkeypatch, lambda: math_kernels._fused_matmul(ctx, a, b, bias)[0])
+        monkeypatch.setattr(jit, "ENABLED", True)
+        assert compiled.tobytes() == reference.tobytes()
+        assert np.isnan(compiled[3]).all() and (compiled[4:] >= 0).all()
+
+
+def test_relu_column_blocks_and_other_dtypes_take_the_numpy_form(monkeypatch):
+    calls = []
+    monkeypatch.setattr(epilogue, "_bias_relu", lambda *args: calls.append(args))
+    rows = np.full((3, 4), -2, np.float16)
+    epilogue.fused_epilogue(np, ("BiasAdd", "Relu"), np.ones(4, np.float16), _ctx(1))(rows)
+    assert np.all(rows == 0)
+    wide = np.full((3, 8), -1, np.float32)
+    epilogue.fused_epilogue(np, ("BiasAdd", "Relu"), np.full(8, 3, np.float32), _ctx(1))(
+        wide[:, 2:6], 2, 6)
+    assert not calls and np.all(wide[:, 2:6] == 2) and np.all(wide[:, :2] == -1)
+    plain = np.full((3, 4), -1, np.float32)  # (no ctx: a convolution's epilogue)
+    epilogue.fused_epilogue(np, ("BiasAdd", "Relu"), np.full(4, 3, np.float32))(plain)
+    assert not calls and np.all(plain == 2)
+    strided = np.full((3, 4), -1, np.float32)  # (a strided bias: numba would compile anew)
+    epilogue.fused_epilogue(np, ("BiasAdd", "Relu"), np.full(8, 3, np.float32)[::2],
+                            _ctx(1))(strided)
+    assert not calls and np.all(strided == 2)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_relu_warm_up_compiles_what_the_kernel_calls(dtype):
+    """``_warm_relu`` compiles the signature ``_FusedMatMul`` with a Relu then calls, whole
+    and split, with a read-only bias (a variable's value) or a writable one."""
+    epilogue._warm_relu()
+    compiled = set(epilogue._bias_relu._compiled.signatures)
+    rng = np.random.default_rng(6)
+    for rows in (3, 128):
+        a = rng.standard_normal((rows, 784)).astype(dtype)
+        b = rng.standard_normal((784, 256)).astype(dtype)
+        for writeable in (False, True):
+            bias = rng.standard_normal(256).astype(dtype)
+            bias.flags.writeable = writeable
+            ctx = _ctx(2)
+            ctx.attrs = dict(ctx.attrs, fused_ops=["BiasAdd", "Relu"])
+            math_kernels._fused_matmul(ctx, a, b, bias)
+    assert set(epilogue._bias_relu._compiled.signatures) == compiled
