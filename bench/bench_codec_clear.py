@@ -15,7 +15,7 @@ clear charges the step both sides' re-learning, as two processes clearing togeth
 Each round runs every form once, in an order rotated each round: a form clears what it names
 (outside the timing), then runs ``--after`` steps of each signature, each timed on its own
 (``perf_counter_ns``). Forms: ``none`` (nothing cleared: A), ``none2`` (nothing either: the
-A/A beside), ``all`` (``wire.forget_kept``), ``frames``, ``headers`` (header templates),
+A/A beside), ``all`` (``repeat_frames.forget_kept``), ``frames``, ``headers`` (header templates),
 ``validated``, ``encode`` (repeat_frames). Per form and step after the clear: the median over
 the rounds (us) and its excess over ``none``'s; a clear's cost is the sum of the excesses.
 
@@ -46,9 +46,9 @@ FORMS = ("none", "none2", "all", "frames", "headers", "validated", "encode")
 
 
 def _clears():
-    from transports import frame_templates, header_templates, repeat_frames, wire
+    from transports import frame_templates, header_templates, repeat_frames
     from transports.schema import VALIDATED_HEADERS
-    return {"none": lambda: None, "none2": lambda: None, "all": wire.forget_kept,
+    return {"none": lambda: None, "none2": lambda: None, "all": repeat_frames.forget_kept,
             "frames": frame_templates.forget_all, "headers": header_templates.forget_all,
             "validated": VALIDATED_HEADERS.clear, "encode": repeat_frames.forget_all}
 
@@ -128,8 +128,8 @@ async def _frequency(af, graph, cluster, runs_of, args):
 
 
 async def _sessions(af, graph, cluster, runs_of, args):
-    from transports import wire
-    wire.forget_kept()
+    from transports import repeat_frames
+    repeat_frames.forget_kept()
     bounds = _bounds()
     rows, took = [], []
     for _ in range(args.sessions):
@@ -161,13 +161,14 @@ async def _sessions(af, graph, cluster, runs_of, args):
 async def _stale(af, graph, cluster, runs_of, args):
     """The live session's frame templates at the front of their lists (A) or behind those of
     ``--stale`` closed sessions (B, as a session opened after them finds them), alternated
-    A B B A / B A A B; a chunk's figure is its median step. Every session runs
-    ``--stale-steps`` steps of each signature first (the closed ones under the tree before,
-``keeping_stale``; the tree drops them at the deregistration, so A is the tree's case): a RunGraph's ``request_id`` counts from 1
-    per registration, and its msgpack width (fixint, uint8, uint16) is part of a template, so
-    the live session's steps and the closed sessions' last ones share one width and list."""
-    from transports import frame_templates, wire
-    wire.forget_kept()
+    A B B A / B A A B; a chunk's figure is its median step. The closed sessions run under
+    the tree before (``keeping_stale``; the tree drops their templates at the deregistration,
+    so A is the tree's case). Every session runs ``--stale-steps`` steps of each signature
+    first: a RunGraph's ``request_id`` counts from 1 per registration, and its msgpack width
+    (fixint, uint8, uint16) is part of a template, so the live session's steps and the closed
+    sessions' last ones share one width and list."""
+    from transports import frame_templates, repeat_frames
+    repeat_frames.forget_kept()
     with keeping_stale():  # (the tree before: the closed sessions' templates kept)
         for _ in range(args.stale):
             async with af.Session(graph=graph, cluster=cluster) as sess:
