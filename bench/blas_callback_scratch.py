@@ -3,7 +3,8 @@ driver through numpy's OpenBLAS threads callback, job 1 on the device pool's wor
 (bench/bench_blas_callback.py's ``cbkw`` form), switched by ``ON`` at each call, for
 ``.venv/bin/python bench/bench_ab_setting.py --set blas_callback_scratch:ON=True`` (its
 ``bench/`` folder is on ``sys.path``) (importing this module patches
-``asyncflow.kernels.math`` and ``asyncflow.kernels.blas``; ``ON`` False is the tree as it is).
+``asyncflow.kernels.math`` and ``asyncflow.kernels.blas`` through ``bench/matmul_patch.py``;
+``ON`` False is the tree as it is).
 
 A product takes it where ``ON``, the operands are 2-D float32, ``MIN_MACS`` <= m*k*n, K <=
 ``MAX_K`` (OpenBLAS's threaded driver blocks K otherwise above it: other bits), the device
@@ -16,16 +17,19 @@ Any other thread whose GEMM starts while the count is 2 gets a thread of its own
 """
 from __future__ import annotations
 
-import atexit
 import ctypes
 import os
+import sys
 import threading
 import time
 
 import numpy as np
 import threadpoolctl
 
-from asyncflow.kernels import blas, math as kmath
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import matmul_patch  # noqa: E402
+
+from asyncflow.kernels import math as kmath  # noqa: E402
 
 ON = False
 WHOLE_ONLY = False  # only the products the kernel runs whole today (the 8.4 M ones)
@@ -86,20 +90,9 @@ def _install():
 
 
 def _eligible(ctx, a, b):
-    if not ON or a.ndim != 2 or b.ndim != 2 or a.dtype != np.float32 or b.dtype != np.float32:
+    if not ON:
         return None
-    (m, k), n = a.shape, b.shape[1]
-    pool = getattr(getattr(ctx, "device", None), "intra_op", None)
-    if (k > MAX_K or m * k * n < MIN_MACS or pool is None or pool.threads != 2
-            or blas.gram(a, b)):
-        return None
-    if pool.alone():
-        passed["alone"] += 1
-        return None
-    if pool.all_busy():
-        passed["busy"] += 1
-        return None
-    return pool
+    return matmul_patch.pool_for(ctx, a, b, MIN_MACS, lambda m, k, n: k <= MAX_K, passed)
 
 
 def _threaded(pool, a, b, out):
@@ -136,10 +129,6 @@ def _threaded(pool, a, b, out):
         _claim.release()
 
 
-_split = kmath._split_matmul
-_whole = blas.matmul
-
-
 def _split_matmul(ctx, a, b, epilogue=None):
     pool = None if WHOLE_ONLY else _eligible(ctx, a, b)
     if pool is not None and kmath.by_rows(a.shape[0], b.shape[1]):
@@ -151,13 +140,11 @@ def _split_matmul(ctx, a, b, epilogue=None):
     return _split(ctx, a, b, epilogue)
 
 
-def _matmul(ctx, a, b, whole=None):
-    pool = _eligible(ctx, a, b) if whole is None else None
-    if pool is not None:
-        out = np.empty((a.shape[0], b.shape[1]), np.float32)
-        if _threaded(pool, a, b, out) is not None:
-            return out
-    return _whole(ctx, a, b, whole)
+def _whole_form(ctx, a, b):
+    pool = _eligible(ctx, a, b)
+    if pool is None:
+        return None
+    return _threaded(pool, a, b, np.empty((a.shape[0], b.shape[1]), np.float32))
 
 
 def _report():
@@ -167,6 +154,4 @@ def _report():
 
 
 _install()
-atexit.register(_report)
-kmath._split_matmul = _split_matmul
-blas.matmul = _matmul
+_split = matmul_patch.install(_split_matmul, _whole_form, _report)

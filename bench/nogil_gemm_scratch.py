@@ -2,15 +2,16 @@
 
 A thread sits in a numba ``nogil`` loop (``serve``): the CPU's ``pause`` and an acquire load
 of a bell word in an int64 job array. The caller writes a job (pointers from ``.ctypes.data``,
-M/N/K, leading dimensions, transposes, the dtype) and stores the bell (``post``: compiled,
+M/N/K, leading dimensions, transposes, the dtype) and stores the bell (``split``: compiled,
 no syscall, no GIL hand-over); the worker reads the job, calls numpy's bundled OpenBLAS
 ``scipy_cblas_sgemm64_`` / ``scipy_cblas_dgemm64_`` (ILP64) itself, from compiled code, with
-the arguments numpy's ``matmul`` passes for the same 2-D views (alpha 1, beta 0, row-major),
-stores a done word and spins for the next job up to a budget of iterations. The caller waits
-for the done word in a short ``nogil`` spin (``wait``). Timestamps are the TSC
-(``llvm.readcyclecounter``), read on both sides (``tsc``).
+the arguments numpy's ``matmul`` passes for the same 2-D views (alpha 1, beta 0, row-major:
+``_gemm``, the caller's chunk too), stores a done word and spins for the next job up to a
+budget of iterations. The caller waits for the done word in a short ``nogil`` spin (``wait``).
+Timestamps are the TSC (``llvm.readcyclecounter``), read on both sides (``tsc``).
 
-Used by ``bench/bench_nogil_split.py`` only; nothing in ``asyncflow/`` imports it.
+Used by ``bench/bench_nogil_split.py`` and ``bench/nogil_split_scratch.py`` only; nothing in
+``asyncflow/`` imports it.
 """
 from __future__ import annotations
 
@@ -100,6 +101,16 @@ def tsc():
     return _rdtsc()
 
 
+@numba.njit(nogil=True, inline="always")
+def _gemm(double, ta, tb, m, n, k, a, lda, b, ldb, c, ldc):
+    """``C = A @ B`` (row-major, alpha 1, beta 0) by numpy's OpenBLAS: sgemm for float32
+    (``double`` 0, the job's ``DTYPE``), dgemm for float64."""
+    if double == 0:
+        _sgemm(_ROW_MAJOR, ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc)
+    else:
+        _dgemm(_ROW_MAJOR, ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc)
+
+
 @numba.njit(nogil=True)
 def serve(job, budget):
     """Run posted jobs until ``STOP`` is posted (returns 1), ``budget`` TSC cycles passed
@@ -121,12 +132,8 @@ def serve(job, budget):
             _store(job, STATE, 0)
             return 1
         job[T_START] = _rdtsc()
-        if job[DTYPE] == 0:
-            _sgemm(_ROW_MAJOR, job[TRANS_A], job[TRANS_B], job[M], job[N], job[K], 1.0,
-                   job[A], job[LDA], job[B], job[LDB], 0.0, job[C], job[LDC])
-        else:
-            _dgemm(_ROW_MAJOR, job[TRANS_A], job[TRANS_B], job[M], job[N], job[K], 1.0,
-                   job[A], job[LDA], job[B], job[LDB], 0.0, job[C], job[LDC])
+        _gemm(job[DTYPE], job[TRANS_A], job[TRANS_B], job[M], job[N], job[K], job[A],
+              job[LDA], job[B], job[LDB], job[C], job[LDC])
         job[T_END] = _rdtsc()
         if job[EPI] != 0:  # (the caller's Python epilogue of these rows: ``done`` after it)
             return 2
@@ -143,35 +150,6 @@ def done(job, seq):
 
 
 @numba.njit(nogil=True)
-def post(job, seq, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, dtype):
-    job[TRANS_A] = ta
-    job[TRANS_B] = tb
-    job[M] = m
-    job[N] = n
-    job[K] = k
-    job[A] = a
-    job[LDA] = lda
-    job[B] = b
-    job[LDB] = ldb
-    job[C] = c
-    job[LDC] = ldc
-    job[DTYPE] = dtype
-    job[STOP] = 0
-    job[EPI] = 0
-    _store(job, BELL, seq)
-
-
-@numba.njit(nogil=True)
-def post_fields(job, fields, seq):
-    """The job's fields from ``fields`` (int64[12]: TRANS_A .. DTYPE), then the bell."""
-    for i in range(12):
-        job[TRANS_A + i] = fields[i]
-    job[STOP] = 0
-    job[EPI] = 0
-    _store(job, BELL, seq)
-
-
-@numba.njit(nogil=True)
 def stop(job, seq):
     job[STOP] = 1
     _store(job, BELL, seq)
@@ -185,29 +163,6 @@ def wait(job, seq, budget):
             return True
         _pause()
     return _load(job, DONE) == seq
-
-
-def operand(x):
-    """(trans, ld) of a 2-D view as numpy's matmul passes it to cblas, or None."""
-    rows, cols = x.shape
-    step = x.itemsize
-    across, down = x.strides
-    if down == step and across % step == 0 and across // step >= cols:
-        return _NO_TRANS, across // step
-    if across == step and down % step == 0 and down // step >= rows:
-        return _TRANS, down // step
-    return None
-
-
-def job_fields(a, b, out):
-    """The int64 fields TRANS_A .. DTYPE for ``out = a @ b`` (None: not a plain GEMM here)."""
-    left, right, result = operand(a), operand(b), operand(out)
-    if left is None or right is None or result is None or result[0] != _NO_TRANS:
-        return None
-    (m, k), n = a.shape, b.shape[1]
-    return np.array([left[0], right[0], m, n, k, a.ctypes.data, max(1, left[1]),
-                     b.ctypes.data, max(1, right[1]), out.ctypes.data, max(1, result[1]),
-                     0 if a.dtype == np.float32 else 1], np.int64)
 
 
 def new_job():
@@ -260,17 +215,15 @@ def split(job, seq, a, b, out, cut, budget, epi=0):
     job[LDB] = ldb
     job[C] = pc + cut * out.strides[0]
     job[LDC] = ldc
-    job[DTYPE] = 0 if step == 4 else 1
+    double = 0 if step == 4 else 1
+    job[DTYPE] = double
     job[STOP] = 0
     job[EPI] = epi
     _store(job, BELL, seq)
     job[T_POSTED] = _rdtsc()
     if _load(job, STATE) == 0:  # (after the bell's full fence: asleep, or going to sleep and
         return 2  # then sees the bell): the caller wakes it, then computes its own chunk
-    if step == 4:
-        _sgemm(_ROW_MAJOR, ta, tb, cut, n, k, 1.0, pa, lda, pb, ldb, 0.0, pc, ldc)
-    else:
-        _dgemm(_ROW_MAJOR, ta, tb, cut, n, k, 1.0, pa, lda, pb, ldb, 0.0, pc, ldc)
+    _gemm(double, ta, tb, cut, n, k, pa, lda, pb, ldb, pc, ldc)
     job[T_OWN] = _rdtsc()
     if epi != 0:
         return 3

@@ -3,7 +3,8 @@ chunk run by a thread spinning in compiled code (``bench/nogil_gemm_scratch.py``
 wake, no GIL hand-over), switched by ``ON`` at each call, for ``.venv/bin/python
 bench/bench_ab_setting.py --set nogil_split_scratch:ON=True`` (its ``bench/`` folder is on
 ``sys.path``; importing this module patches ``asyncflow.kernels.math._split_matmul`` and
-``asyncflow.kernels.blas.matmul``; ``ON`` False is the tree as it is).
+``asyncflow.kernels.blas.matmul`` through ``bench/matmul_patch.py``; ``ON`` False is the tree
+as it is).
 
 A product takes it where ``ON``, the operands are 2-D float32 (SkylakeX's row chunks keep the
 whole product's bits wherever they are cut: ``intra_op.KEEPS_BITS``), it splits by rows,
@@ -22,7 +23,6 @@ product (no Ctrl-C hold, no fork handling, no close): it only measures the step.
 """
 from __future__ import annotations
 
-import atexit
 import os
 import sys
 import threading
@@ -31,9 +31,10 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import matmul_patch  # noqa: E402
 import nogil_gemm_scratch as g  # noqa: E402
 
-from asyncflow.kernels import blas, intra_op, math as kmath  # noqa: E402
+from asyncflow.kernels import intra_op, math as kmath  # noqa: E402
 
 ON = False
 EPILOGUE = True
@@ -99,22 +100,14 @@ class _Worker:
 _worker = None
 
 
+def _fits(m, k, n):
+    return kmath.by_rows(m, n) and m >= 8 and n >= 2
+
+
 def _eligible(ctx, a, b, fused):
-    if (not ON or a.ndim != 2 or b.ndim != 2 or a.dtype != np.float32
-            or b.dtype != np.float32 or (fused and not EPILOGUE)):
+    if not ON or (fused and not EPILOGUE):
         return None
-    (m, k), n = a.shape, b.shape[1]
-    pool = getattr(getattr(ctx, "device", None), "intra_op", None)
-    if (m * k * n < MIN_MACS or pool is None or pool.threads != 2 or blas.gram(a, b)
-            or not kmath.by_rows(m, n) or m < 8 or n < 2):
-        return None
-    if pool.alone():
-        passed["alone"] += 1
-        return None
-    if pool.all_busy():
-        passed["busy"] += 1
-        return None
-    return pool
+    return matmul_patch.pool_for(ctx, a, b, MIN_MACS, _fits, passed)
 
 
 def _run(a, b, whole, epilogue=None):
@@ -168,10 +161,6 @@ def _run(a, b, whole, epilogue=None):
         _claim.release()
 
 
-_split = kmath._split_matmul
-_whole = blas.matmul
-
-
 def _split_matmul(ctx, a, b, epilogue=None):
     if _eligible(ctx, a, b, epilogue is not None) is not None:
         if epilogue is not None and EPILOGUE_SPLIT:
@@ -186,12 +175,8 @@ def _split_matmul(ctx, a, b, epilogue=None):
     return _split(ctx, a, b, epilogue)
 
 
-def _matmul(ctx, a, b, whole=None):
-    if whole is None and _eligible(ctx, a, b, False) is not None:
-        out = _run(a, b, True)
-        if out is not None:
-            return out
-    return _whole(ctx, a, b, whole)
+def _whole_form(ctx, a, b):
+    return _run(a, b, True) if _eligible(ctx, a, b, False) is not None else None
 
 
 def _report():
@@ -203,6 +188,4 @@ def _report():
                   f"{'T' if key[3] else 'N'}{'T' if key[4] else 'N'} {key[5]}: {count}")
 
 
-atexit.register(_report)
-kmath._split_matmul = _split_matmul
-blas.matmul = _matmul
+_split = matmul_patch.install(_split_matmul, _whole_form, _report)

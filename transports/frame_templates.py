@@ -36,7 +36,11 @@ RunGraph (~67 KB) too, where the header template's match and the pending frame's
 over :data:`COPIED` is read where it lies rather than copied to ``bytes`` first (its tensors
 are copied out as ever; a fixed stretch over ``_COMPARED`` bytes is compared from a copy of
 it, as a view's ``==`` goes byte by byte: ~1 us of the push's 704-byte stretch, r43ps).
-Templates are few (one a signature in use; :data:`KEPT` at most, all dropped when full).
+Templates are few (one a signature in use; :data:`KEPT` at most, all dropped when full; a
+deregistered graph's dropped then, :func:`forget_where`: a frame of a length is matched
+against its length's templates in the order they were learnt, so a closed session's would be
+tried first by every later session's frames of that length, ~0.17 us each a frame, until
+all are dropped: bench/RESULTS.md, c48dup).
 :func:`decode_step` reads a frame of a template without building its message (its ids and
 its tensors' arrays, the same checks): a worker's short path for a step's RunGraph, which
 keeps what it made of the template's fixed fields on it (``bound``;
@@ -55,7 +59,8 @@ from transports.schema import ALIGNMENT, CHECKED_MAGIC, CHECKED_PREFIX, CHECKSUM
     SchemaMismatch
 
 __all__ = ["COPIED", "KEPT", "MAX_FRAME", "decode", "decode_step", "describe", "forget_all",
-           "known", "learn", "read_step", "statistics", "step_template", "tensor_values"]
+           "forget_where", "known", "learn", "read_step", "statistics", "step_template",
+           "tensor_values"]
 
 KEPT: Final = 64  # frame templates; all dropped when full
 MAX_FRAME: Final = 256 * 1024  # larger frames keep none (a bare server reads no larger whole)
@@ -63,6 +68,7 @@ COPIED: Final = 16 * 1024  # frames up to this are copied to ``bytes`` to be rea
 _PLAIN: Final = frozenset((str, int, float, bool, bytes, type(None)))
 _TRAILER: Final = 4
 _COMPARED: Final = 32  # a fixed stretch longer than this is compared from a copy, not a view
+_NOT_A_VALUE: Final = object()
 
 _by_size: dict = {}  # frame length -> list of _Frame
 _kept = 0
@@ -278,6 +284,22 @@ def learn(data: memoryview, limits: Any, header_start: int, header_end: int, spa
         forget_all()
     _by_size.setdefault(len(data), []).append(frame)
     _kept += 1
+
+
+def forget_where(name: str, value: Any) -> None:
+    """Drop every frame template whose message's fixed field ``name`` is ``value`` (a
+    deregistered graph's: ``graph_handle``). A template that another thread's trio run
+    learns meanwhile may be dropped with them (it is learnt again from a later frame)."""
+    global _kept
+    for size, frames in list(_by_size.items()):
+        kept = [frame for frame in frames if frame.fields.get(name, _NOT_A_VALUE) != value]
+        if len(kept) != len(frames):
+            _kept -= len(frames) - len(kept)
+            if kept:
+                _by_size[size] = kept
+            else:
+                _by_size.pop(size, None)
+    _kept = max(_kept, 0)
 
 
 def forget_all() -> None:

@@ -25,7 +25,7 @@ from typing import Any, Callable, Final
 
 import msgpack
 
-__all__ = ["VOLATILE", "forget_all", "lookup", "match", "remember"]
+__all__ = ["VOLATILE", "forget_all", "forget_where", "lookup", "match", "remember"]
 
 # kind -> the payload's int fields that change from one message to the next: a RunGraph's, and
 # the step id of the transfers between workers (a PushTensors' header, four descriptors on a
@@ -35,6 +35,7 @@ VOLATILE: Final = {"run_graph": ("step_id", "request_id"), "push_tensors": ("ste
 _KEPT: Final = 64  # templates; all dropped when full (a few per registered graph in practice)
 _INT_MARKERS: Final = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}  # msgpack's unsigned ints
 _PLAIN: Final = (str, int, float, bool, bytes, type(None))
+_NOT_A_VALUE: Final = object()
 
 _templates: dict = {}  # (limits, header length) -> list of _Template
 _count = 0
@@ -133,6 +134,22 @@ def remember(limits: Any, header: bytes, parsed: tuple,
     _templates.setdefault((limits, len(header)), []).append(
         _Template(bytes(masked), tuple(spans), schema, kept, plans))
     _count += 1
+
+
+def forget_where(name: str, value: Any) -> None:
+    """Drop every template whose payload's field ``name`` is ``value`` (a deregistered
+    graph's: ``graph_handle``; its headers would be tried first by every later header of
+    their length). One that another thread's trio run keeps meanwhile may go with them."""
+    global _count
+    for key, kept in list(_templates.items()):
+        left = [t for t in kept if t.payload.get(name, _NOT_A_VALUE) != value]
+        if len(left) != len(kept):
+            _count -= len(kept) - len(left)
+            if left:
+                _templates[key] = left
+            else:
+                _templates.pop(key, None)
+    _count = max(_count, 0)
 
 
 def forget_all() -> None:

@@ -71,7 +71,7 @@ from transports.schema import (
 )
 
 __all__ = ["WHOLE_BYTES", "Prepared", "decode_whole", "encode", "forget", "forget_all",
-           "forget_kept", "frame", "learn", "prepare"]
+           "forget_graph", "forget_kept", "frame", "learn", "prepare"]
 
 _KEPT: Final = 256  # templates; all dropped when full (a few per registered graph in practice)
 # (no float: 0.0 and -0.0 are one key but two encodings; messages of a step carry none)
@@ -398,6 +398,17 @@ def forget_kept() -> None:
     _templates.forget_all()
     _frames.forget_all()
     forget_all()
+
+
+def forget_graph(handle: str) -> None:
+    """Drop the header and frame templates that decode graph ``handle``'s frames (a worker's
+    deregistered graph: its RunGraphs will not come again). Kept, each would be tried before a
+    later graph's of the same length, in every one of its frames, until the templates filled
+    and all were cleared (a service opening a session a request: ~9 us a step behind 54, a
+    clear each 32 sessions of two signatures; bench/bench_codec_clear.py). The validated
+    headers are left to their bound: one dict lookup finds a header however many are kept."""
+    _templates.forget_where("graph_handle", handle)
+    _frames.forget_where("graph_handle", handle)
 
 
 def frame(prepared: Prepared, message: Any, defer: bool) -> list | None:

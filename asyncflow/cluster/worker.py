@@ -88,6 +88,7 @@ from asyncflow.cluster.worker_step import StepRunning, _fail, _feed_checks
 from transports.messages import (
     HealthReply, RecvTensorsReply, RegisterGraphReply, TensorEntry, WorkerStatistics,
 )
+from transports.repeat_frames import forget_graph as _forget_frames
 
 _log = logging.getLogger("asyncflow.worker")
 
@@ -332,8 +333,11 @@ class WorkerService(StepRunning, PushAcceptance):
         """Forget the graph ``handle`` names (None if none): its session's random generators
         go with the session's last graph here, as TF1's worker drops a session's kernels;
         where that graph's lease expired (``keep_until``), only at that time, so that a session
-        idle past its lease goes on with its sequence when its master registers again."""
+        idle past its lease goes on with its sequence when its master registers again.
+        The codec's templates of its frames go too (``repeat_frames.forget_graph``)."""
         wg = self._graphs.pop(handle, None)
+        if wg is not None:
+            _forget_frames(handle)
         if wg is not None and wg.session is not None:
             kept = self.resources.release_session(wg.session, keep=keep_until is not None)
             if kept and not self.resources.session_graphs(wg.session):

@@ -16,7 +16,8 @@ as whole-array expressions in the variable's dtype (the rules of TF1's ``trainin
   element in float64 arithmetic, rounded to the variable's dtype once at the end.
 
 The sparse forms apply the rule to the unique touched rows, repeated rows summed first
-(``kernels/training_sparse.py``'s ``_rows``), and check every index before changing anything.
+(``kernels/training_sparse.py``'s ``apply_rows``), and check every index before changing
+anything.
 Each kernel is one update with respect to a Ctrl-C (``sigint_hold.whole``). The
 proximal Adagrad kernels refuse, as TF1's, a learning rate that is not positive (or NaN) and a
 negative l1 or l2, before changing anything; TF1's Adadelta and proximal gradient descent
@@ -30,7 +31,7 @@ from asyncflow import errors
 from asyncflow.kernels import sigint_hold
 from asyncflow.kernels.registry import register_kernel
 from asyncflow.kernels.training import _read, scalar_of
-from asyncflow.kernels.training_sparse import _rows
+from asyncflow.kernels.training_sparse import apply_rows, gathered
 
 
 def _adadelta(xp, value, accum, accum_update, lr, rho, epsilon, grad):
@@ -83,13 +84,8 @@ def _apply_adadelta(ctx, var, accum, accum_update, lr, rho, epsilon, grad):
 @register_kernel("SparseApplyAdadelta")
 @sigint_hold.whole
 def _sparse_apply_adadelta(ctx, var, accum, accum_update, lr, rho, epsilon, grad, indices):
-    rows, grad = _rows(ctx, var, grad, indices)
-    acc, upd, value = accum.writable(), accum_update.writable(), var.writable()
-    value[rows], acc[rows], upd[rows] = _adadelta(ctx.xp, value[rows], acc[rows], upd[rows],
-                                                  lr, rho, epsilon, grad)
-    accum.assign(acc, fresh=True)
-    accum_update.assign(upd, fresh=True)
-    return (var.assign(value, fresh=True),)
+    return apply_rows(ctx, var, (accum, accum_update), grad, indices, gathered(
+        lambda value, acc, upd, grad: _adadelta(ctx.xp, value, acc, upd, lr, rho, epsilon, grad)))
 
 
 @register_kernel("ApplyProximalGradientDescent")
@@ -103,11 +99,9 @@ def _apply_proximal_gradient_descent(ctx, var, alpha, l1, l2, delta):
 @register_kernel("SparseApplyProximalGradientDescent")
 @sigint_hold.whole
 def _sparse_apply_proximal_gradient_descent(ctx, var, alpha, l1, l2, grad, indices):
-    rows, grad = _rows(ctx, var, grad, indices)
-    value = var.writable()
-    alpha, l1, l2 = (scalar_of(s, value) for s in (alpha, l1, l2))
-    value[rows] = _proximal(ctx.xp, value[rows], alpha, l1, l2, grad)
-    return (var.assign(value, fresh=True),)
+    def rule(value, grad):
+        return (_proximal(ctx.xp, value, *(scalar_of(s, value) for s in (alpha, l1, l2)), grad),)
+    return apply_rows(ctx, var, (), grad, indices, gathered(rule))
 
 
 @register_kernel("ApplyProximalAdagrad")
@@ -124,11 +118,8 @@ def _apply_proximal_adagrad(ctx, var, accum, lr, l1, l2, grad):
 @sigint_hold.whole
 def _sparse_apply_proximal_adagrad(ctx, var, accum, lr, l1, l2, grad, indices):
     _check_proximal_adagrad(ctx, lr, l1, l2)
-    rows, grad = _rows(ctx, var, grad, indices)
-    acc, value = accum.writable(), var.writable()
-    value[rows], acc[rows] = _proximal_adagrad(ctx.xp, value[rows], acc[rows], lr, l1, l2, grad)
-    accum.assign(acc, fresh=True)
-    return (var.assign(value, fresh=True),)
+    return apply_rows(ctx, var, (accum,), grad, indices, gathered(
+        lambda value, acc, grad: _proximal_adagrad(ctx.xp, value, acc, lr, l1, l2, grad)))
 
 
 def _adagrad_da_dense(xp, accum, squared, lr, l1, l2, step):
@@ -198,10 +189,11 @@ def _sparse_apply_adagrad_da(ctx, var, accum, squared_accum, grad, indices, lr, 
         raise errors.InvalidArgumentError(
             None, ctx.name, f"{ctx.type}: var must be at least 1 dimensional with rows of at "
             f"least one element, got shape {list(shape)} (variable {var.name})")
-    rows, grad = _rows(ctx, var, grad, indices)
-    acc, squared, value = accum.writable(), squared_accum.writable(), var.writable()
-    step = _global_step(ctx, global_step)
-    if rows.shape[0]:
+
+    def update(rows, grad, value, acc, squared):
+        step = _global_step(ctx, global_step)
+        if not rows.shape[0]:
+            return
         if int(np.prod(shape[1:])) > 1:  # TF1: rows of more than one element, in their dtype
             acc[rows] += grad
             squared[rows] += grad * grad
@@ -212,6 +204,4 @@ def _sparse_apply_adagrad_da(ctx, var, accum, squared_accum, grad, indices, lr, 
             squared[rows] = (squared[rows].astype(np.float64) + wide * wide).astype(acc.dtype)
             value[rows] = _adagrad_da_scalars(ctx.xp, acc[rows], squared[rows], lr, l1, l2,
                                               step)
-    accum.assign(acc, fresh=True)
-    squared_accum.assign(squared, fresh=True)
-    return (var.assign(value, fresh=True),)
+    return apply_rows(ctx, var, (accum, squared_accum), grad, indices, update)

@@ -5,7 +5,10 @@ checking every index, so an error changes nothing.
 A sparse kernel costs the rows it touches: it updates them in the array that ``writable()``
 hands out, which is the stored value itself when no reader holds it and a private copy
 otherwise; several passes over the variable and its slots, one update with respect to a
-Ctrl-C (``sigint_hold.whole``, as the dense applies in kernels/training.py).
+Ctrl-C (``sigint_hold.whole``, as the dense applies in kernels/training.py). Every sparse
+apply (these and kernels/training_proximal.py's) is its rule inside :func:`apply_rows`, which
+checks and sums the rows, takes the writable arrays and assigns them; a rule written on the
+touched rows alone is made an update by :func:`gathered`.
 """
 from __future__ import annotations
 
@@ -47,66 +50,82 @@ def _rows(ctx, var, grad, indices):
     return unique, summed
 
 
+def apply_rows(ctx, var, slots, grad, indices, update):
+    """A sparse apply's frame: ``update(rows, grad, value, *slot_values)`` updates the unique
+    ``rows`` (``_rows``: every index checked first, repeated rows' gradients summed) of the
+    variable's and its ``slots``' writable arrays in place; then each slot is assigned and the
+    variable's new value returned as the kernel's outputs.
+
+    Every array is taken (``writable``, the slots' first) before any is assigned, so an error
+    in the checks or the rule leaves every stored value as it was.
+    """
+    rows, grad = _rows(ctx, var, grad, indices)
+    arrays = [ref.writable() for ref in slots]
+    value = var.writable()
+    update(rows, grad, value, *arrays)
+    for ref, array in zip(slots, arrays):
+        ref.assign(array, fresh=True)
+    return (var.assign(value, fresh=True),)
+
+
+def gathered(rule):
+    """An ``apply_rows`` update from a rule on the touched rows alone: ``rule(value_rows,
+    *slot_rows, grad)`` returns their new rows in the same order, written back in place."""
+    def update(rows, grad, *arrays):
+        news = rule(*(array[rows] for array in arrays), grad)
+        for array, new in zip(arrays, news):
+            array[rows] = new
+    return update
+
+
 @register_kernel("SparseApplyAdagrad")
 @sigint_hold.whole
 def _sparse_apply_adagrad(ctx, var, accum, lr, grad, indices):
-    rows, grad = _rows(ctx, var, grad, indices)
-    acc = accum.writable()
-    acc[rows] += grad * grad
-    value = var.writable()
-    value[rows] -= scalar_of(lr, value) * grad / ctx.xp.sqrt(acc[rows])
-    accum.assign(acc, fresh=True)
-    return (var.assign(value, fresh=True),)
+    def update(rows, grad, value, acc):
+        acc[rows] += grad * grad
+        value[rows] -= scalar_of(lr, value) * grad / ctx.xp.sqrt(acc[rows])
+    return apply_rows(ctx, var, (accum,), grad, indices, update)
 
 
 @register_kernel("SparseApplyMomentum")
 @sigint_hold.whole
 def _sparse_apply_momentum(ctx, var, accum, lr, grad, indices, momentum):
-    rows, grad = _rows(ctx, var, grad, indices)
-    acc = accum.writable()
-    value = var.writable()
-    lr, momentum = scalar_of(lr, value), scalar_of(momentum, value)
-    acc[rows] = acc[rows] * momentum + grad
-    if ctx.attrs["use_nesterov"]:
-        value[rows] -= lr * grad + lr * momentum * acc[rows]
-    else:
-        value[rows] -= lr * acc[rows]
-    accum.assign(acc, fresh=True)
-    return (var.assign(value, fresh=True),)
+    def update(rows, grad, value, acc):
+        rate, decay = scalar_of(lr, value), scalar_of(momentum, value)
+        acc[rows] = acc[rows] * decay + grad
+        if ctx.attrs["use_nesterov"]:
+            value[rows] -= rate * grad + rate * decay * acc[rows]
+        else:
+            value[rows] -= rate * acc[rows]
+    return apply_rows(ctx, var, (accum,), grad, indices, update)
 
 
 @register_kernel("SparseApplyRMSProp")
 @sigint_hold.whole
 def _sparse_apply_rms_prop(ctx, var, ms, mom, lr, rho, momentum, epsilon, grad, indices):
-    rows, grad = _rows(ctx, var, grad, indices)
-    square, moment, value = ms.writable(), mom.writable(), var.writable()
-    rho = scalar_of(rho, value)
-    square[rows] = square[rows] * rho + (1 - rho) * grad * grad
-    moment[rows] = moment[rows] * scalar_of(momentum, value) + scalar_of(lr, value) * grad / \
-        ctx.xp.sqrt(square[rows] + scalar_of(epsilon, value))
-    value[rows] -= moment[rows]
-    ms.assign(square, fresh=True)
-    mom.assign(moment, fresh=True)
-    return (var.assign(value, fresh=True),)
+    def update(rows, grad, value, square, moment):
+        decay = scalar_of(rho, value)
+        square[rows] = square[rows] * decay + (1 - decay) * grad * grad
+        moment[rows] = moment[rows] * scalar_of(momentum, value) + scalar_of(lr, value) * \
+            grad / ctx.xp.sqrt(square[rows] + scalar_of(epsilon, value))
+        value[rows] -= moment[rows]
+    return apply_rows(ctx, var, (ms, mom), grad, indices, update)
 
 
 @register_kernel("SparseApplyCenteredRMSProp")
 @sigint_hold.whole
 def _sparse_apply_centered_rms_prop(ctx, var, mg, ms, mom, lr, rho, momentum, epsilon, grad,
                                     indices):
-    rows, grad = _rows(ctx, var, grad, indices)
-    mean, square, moment, value = mg.writable(), ms.writable(), mom.writable(), var.writable()
-    rho = scalar_of(rho, value)
-    mean[rows] = mean[rows] * rho + (1 - rho) * grad
-    square[rows] = square[rows] * rho + (1 - rho) * grad * grad
-    denominator = ctx.xp.sqrt(square[rows] - mean[rows] * mean[rows] + scalar_of(epsilon, value))
-    moment[rows] = (moment[rows] * scalar_of(momentum, value)
-                    + scalar_of(lr, value) * grad / denominator)
-    value[rows] -= moment[rows]
-    mg.assign(mean, fresh=True)
-    ms.assign(square, fresh=True)
-    mom.assign(moment, fresh=True)
-    return (var.assign(value, fresh=True),)
+    def update(rows, grad, value, mean, square, moment):
+        decay = scalar_of(rho, value)
+        mean[rows] = mean[rows] * decay + (1 - decay) * grad
+        square[rows] = square[rows] * decay + (1 - decay) * grad * grad
+        denominator = ctx.xp.sqrt(square[rows] - mean[rows] * mean[rows]
+                                  + scalar_of(epsilon, value))
+        moment[rows] = (moment[rows] * scalar_of(momentum, value)
+                        + scalar_of(lr, value) * grad / denominator)
+        value[rows] -= moment[rows]
+    return apply_rows(ctx, var, (mg, ms, mom), grad, indices, update)
 
 
 @register_kernel("SparseApplyAdam")
@@ -115,29 +134,22 @@ def _sparse_apply_adam(ctx, var, m, v, beta1_power, beta2_power, lr, beta1, beta
                        indices):
     # TF1's core Adam on a sparse gradient is not lazy: both moments decay everywhere.
     xp = ctx.xp
-    rows, grad = _rows(ctx, var, grad, indices)
-    first, second, value = m.writable(), v.writable(), var.writable()
-    beta1, beta2 = scalar_of(beta1, value), scalar_of(beta2, value)
-    lr_t = scalar_of(lr * xp.sqrt(1 - beta2_power) / (1 - beta1_power), value)
-    first *= beta1
-    first[rows] += (1 - beta1) * grad
-    second *= beta2
-    second[rows] += (1 - beta2) * grad * grad
-    value -= lr_t * first / (xp.sqrt(second) + scalar_of(epsilon, value))
-    m.assign(first, fresh=True)
-    v.assign(second, fresh=True)
-    return (var.assign(value, fresh=True),)
+
+    def update(rows, grad, value, first, second):
+        decay1, decay2 = scalar_of(beta1, value), scalar_of(beta2, value)
+        lr_t = scalar_of(lr * xp.sqrt(1 - beta2_power) / (1 - beta1_power), value)
+        first *= decay1
+        first[rows] += (1 - decay1) * grad
+        second *= decay2
+        second[rows] += (1 - decay2) * grad * grad
+        value -= lr_t * first / (xp.sqrt(second) + scalar_of(epsilon, value))
+    return apply_rows(ctx, var, (m, v), grad, indices, update)
 
 
 @register_kernel("SparseApplyFtrlV2")
 @sigint_hold.whole
 def _sparse_apply_ftrl(ctx, var, accum, linear, grad, indices, lr, l1, l2, l2_shrinkage,
                        lr_power):
-    rows, grad = _rows(ctx, var, grad, indices)
-    acc, lin, value = accum.writable(), linear.writable(), var.writable()
-    new_var, new_accum, new_linear = _ftrl_rule(ctx.xp, value[rows], acc[rows], lin[rows], grad,
-                                                lr, l1, l2, l2_shrinkage, lr_power)
-    value[rows], acc[rows], lin[rows] = new_var, new_accum, new_linear
-    accum.assign(acc, fresh=True)
-    linear.assign(lin, fresh=True)
-    return (var.assign(value, fresh=True),)
+    return apply_rows(ctx, var, (accum, linear), grad, indices, gathered(
+        lambda value, acc, lin, grad: _ftrl_rule(ctx.xp, value, acc, lin, grad, lr, l1, l2,
+                                                 l2_shrinkage, lr_power)))

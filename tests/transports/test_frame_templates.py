@@ -243,3 +243,39 @@ def test_a_frame_of_a_template_s_length_but_another_tensor_is_not_taken(checksum
     got = _whole(memoryview(bytearray(frame)))
     assert _taken() == taken
     _same(got if got is not None else wire.decode(frame, LIMITS), message)
+
+
+def test_forget_graph_drops_that_graph_s_header_and_frame_templates_only():
+    # Two graphs' RunGraphs of one length share a list of templates: the deregistered one's go
+    # (``repeat_frames.forget_graph``), the other's still read its frames; the dropped
+    # graph's next frames decode in full, then teach their templates again.
+    from transports import header_templates, repeat_frames
+    rng = np.random.default_rng(4)
+    mine, other = "sess/1/abcd", "sess/2/abcd"
+    for handle in (mine, other):
+        _learnt(_frame(_run_graph(9, 1, rng, handle)), _frame(_run_graph(10, 2, rng, handle)))
+    kept = frame_templates.statistics()["kept"]
+    assert len(frame_templates._by_size[len(_frame(_run_graph(9, 1, rng)))]) == 2
+
+    def handles():
+        return ({f.fields["graph_handle"] for fs in frame_templates._by_size.values()
+                 for f in fs},
+                {t.payload["graph_handle"] for ts in header_templates._templates.values()
+                 for t in ts})
+
+    assert handles() == ({mine, other}, {mine, other})
+    repeat_frames.forget_graph(mine)
+    assert handles() == ({other}, {other})
+    assert frame_templates.statistics()["kept"] == kept - 1
+    taken = _taken()
+    message = _run_graph(11, 3, rng, other)
+    _same(_whole(_frame(message)), message)
+    assert _taken() == taken + 1
+    message = _run_graph(12, 3, rng, mine)
+    assert _whole(_frame(message)) is None
+    _same(wire.decode(_frame(message), LIMITS), message)
+    message = _run_graph(13, 4, rng, mine)
+    _same(_whole(_frame(message)), message)
+    assert handles() == ({mine, other}, {mine, other})
+    repeat_frames.forget_graph("sess/9/none")  # (no graph's: nothing changes)
+    assert handles() == ({mine, other}, {mine, other})
