@@ -16,9 +16,10 @@ clock and calls in flight (``transports.http.bare_io``), the checksum switch, th
 pool's BLAS holds and the event loop thread's ``whole`` flags (``asyncflow.exec.intra_op``), the
 Ctrl-C hold, and the default graph's op count (a module the test loaded first is not compared;
 a module-scoped fixture's state shows at its module's first and last test). Expected once per
-process: ``blas holds: 0 -> 1`` (the first device's claim) and ``KMP_DUPLICATE_LIB_OK``
-(threadpoolctl's import). The caches that a test may leave full (the codec's templates) are
-reset by ``tests/conftest.py``'s ``nothing_kept``, not listed here.
+process: ``blas holds: 0 -> 1`` (the first device's claim), and ``KMP_DUPLICATE_LIB_OK``,
+``KMP_INIT_AT_FORK`` and ``CRC32C_SW_MODE`` (threadpoolctl's, joblib's, tensorboardX's
+imports). The caches that a test may leave full (the codec's templates) are reset by
+``tests/conftest.py``'s ``nothing_kept``, not listed here.
 """
 import gc
 import os
