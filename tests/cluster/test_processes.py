@@ -36,19 +36,32 @@ def _graph():
     return graph, v, x, total
 
 
+_STEPS = 'asyncflow_worker_steps_total{task="/job:worker/replica:0/task:1"} '
+_SAME_HOST_CALLS = "asyncflow_transport_same_host_calls_total "
+
+
+def _count(text, prefix):
+    """The counter whose line starts with ``prefix`` (its name and labels) in a task's
+    metrics; 0 where it has no line yet."""
+    return next((int(line[len(prefix):]) for line in text.splitlines()
+                 if line.startswith(prefix)), 0)
+
+
 async def test_cli_workers_run_a_step_and_export_metrics(process_cluster):
+    # The cluster is the module's: its other tests may have run steps on it first (in another
+    # order of the tests), so this step's counts are taken from before it.
     spec, _ = process_cluster
     graph, v, x, total = _graph()
+    channel = channels.connect(spec["worker"][1])
+    before = await channel.metrics_text(timeout=10)
     async with af.Session(graph=graph, cluster=spec) as sess:
         await sess.run(v.initializer, options=TIMEOUT)
         assert await sess.run(total, {x: np.ones(4, np.float32)}, options=TIMEOUT) == 6.0
-    channel = channels.connect(spec["worker"][1])
     text = await channel.metrics_text(timeout=10)
-    assert 'asyncflow_worker_steps_total{task="/job:worker/replica:0/task:1"} 1' in text
+    assert _count(text, _STEPS) == _count(before, _STEPS) + 1
     assert "asyncflow_transport_requests_total" in text
     # The master's calls (and the pull from worker 0) took the bare same-host protocol.
-    (calls,) = [int(line.split()[1]) for line in text.splitlines()
-                if line.startswith("asyncflow_transport_same_host_calls_total ")]
+    calls = _count(text, _SAME_HOST_CALLS) - _count(before, _SAME_HOST_CALLS)
     assert calls >= 2  # (RegisterGraph and RunGraph at least)
     await channel.aclose()
 
