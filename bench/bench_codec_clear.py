@@ -30,7 +30,14 @@ cache at its bound; under the tree before (``keeping_stale``) and the tree.
 while they are kept (``_stale``): the live templates behind them in their lists (B, the tree
 before) or in front (A: as in the tree, which drops them), alternated.
 
-    .venv/bin/python bench/bench_codec_clear.py [--parts frequency,cost,stale] \\
+**Churn** (r48dup): the change itself end to end, alternated in one process: a round runs
+A B B A (or B A A B), each form from nothing kept: ``--stale`` sessions of ``--stale-steps``
+steps a signature opened and closed, then a live session's ``--stale-steps`` steps and a timed
+chunk of ``--chunk`` (the chunk's median step). A: the tree (each closed session's templates
+dropped at its deregistration); B: the tree before (``keeping_stale``). A/A and B/B: the two
+chunks of a form in a round.
+
+    .venv/bin/python bench/bench_codec_clear.py [--parts frequency,cost,stale,churn] \\
         [--rounds 300] [--after 3] [--signatures 2] [--sessions 20] [--session-steps 3] \\
         [--stale 9] [--stale-steps 300] [--chunk 200]
 """
@@ -221,6 +228,54 @@ async def _stale(af, graph, cluster, runs_of, args):
           f"{sum(y > x for x, y in zip(a, b))} of {len(rows)}")
 
 
+async def _churn(af, graph, cluster, runs_of, args):
+    """See the module docstring (**Churn**)."""
+    from transports import repeat_frames
+    clock = time.perf_counter_ns
+
+    async def form(stale):
+        repeat_frames.forget_kept()
+        with keeping_stale() if stale else contextlib.nullcontext():
+            for _ in range(args.stale):
+                async with af.Session(graph=graph, cluster=cluster) as sess:
+                    runs = runs_of(sess)
+                    for _ in range(args.stale_steps):
+                        for run in runs:
+                            await run()
+            async with af.Session(graph=graph, cluster=cluster) as sess:
+                runs = runs_of(sess)
+                for _ in range(args.stale_steps):
+                    for run in runs:
+                        await run()
+                times = []
+                for _ in range(args.chunk):
+                    for run in runs:
+                        start = clock()
+                        await run()
+                        times.append(clock() - start)
+        return statistics.median(times) / 1e3
+
+    rows = []
+    for n in range(args.rounds // 10):
+        order = "ABBA" if n % 2 == 0 else "BAAB"
+        got = {"A": [], "B": []}
+        for name in order:
+            got[name].append(await form(name == "B"))
+        rows.append(got)
+        print(f"  round {n + 1:2d} ({order}): A {got['A'][0]:6.1f} {got['A'][1]:6.1f}  "
+              f"B {got['B'][0]:6.1f} {got['B'][1]:6.1f} us", flush=True)
+    a = [sum(r["A"]) / 2 for r in rows]
+    b = [sum(r["B"]) / 2 for r in rows]
+    print(f"churn: {len(rows)} rounds; a form: {args.stale} sessions closed, then a live "
+          f"session's chunk of {args.chunk} steps a signature; A the tree, B the tree before")
+    print(f"  A median step {statistics.median(a):.1f} us, B {statistics.median(b):.1f}; B/A "
+          f"round by round median {statistics.median([y / x for x, y in zip(a, b)]):.3f} "
+          f"(B - A {statistics.median([y - x for x, y in zip(a, b)]):+.1f} us a step); A/A "
+          f"{statistics.median([r['A'][1] / r['A'][0] for r in rows]):.3f}, B/B "
+          f"{statistics.median([r['B'][1] / r['B'][0] for r in rows]):.3f}; B higher in "
+          f"{sum(y > x for x, y in zip(a, b))} of {len(rows)}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=300)
@@ -257,7 +312,8 @@ def main(argv=None):
         async with af.Server(cluster, "ps", 0), af.Server(cluster, "worker", 0):
             for part in args.parts.split(","):
                 print(f"({part} at {time.perf_counter() - began:.1f} s)", flush=True)
-                await {"frequency": _frequency, "cost": _cost, "stale": _stale}[part](
+                await {"frequency": _frequency, "cost": _cost, "stale": _stale,
+                        "churn": _churn}[part](
                     af, graph, cluster, runs_of, args)
 
     trio.run(run)

@@ -1,6 +1,6 @@
 """Kernels of the sparse optimizer updates (``SparseApply*``, see ops/training.py): each applies
 its rule to the unique rows ``indices`` names (repeated rows' gradients summed first), after
-checking every index, so an error changes nothing.
+checking each slot's shape against the variable's and every index, so an error changes nothing.
 
 A sparse kernel costs the rows it touches: it updates them in the array that ``writable()``
 hands out, which is the stored value itself when no reader holds it and a private copy
@@ -21,13 +21,22 @@ from asyncflow.kernels.registry import register_kernel
 from asyncflow.kernels.training import _ftrl_rule, scalar_of
 
 
-def _rows(ctx, var, grad, indices):
-    """The unique touched rows and their summed gradients, after checking every index.
+def _rows(ctx, var, slots, grad, indices):
+    """The unique touched rows and their summed gradients, after checking each slot's shape
+    and every index.
 
-    Nothing is updated when an index is out of range (TF1's message names it and its offset).
+    Nothing is updated when a slot's shape is not the variable's (one assigned with
+    ``validate_shape=False``: TF1 refuses it too, as the dense applies do, ``check_slots``) or
+    an index is out of range (TF1's message names it and its offset).
     """
     xp = ctx.xp
     value = var.read()
+    for ref in slots:
+        shape = ref.read().shape
+        if shape != value.shape:
+            raise errors.InvalidArgumentError(
+                None, ctx.name, f"{ctx.type}: slot {ref.name} has shape {list(shape)} but the "
+                f"variable {var.name} has shape {list(value.shape)}")
     limit = value.shape[0] if value.ndim else 0
     rest = value.shape[1:]
     if indices.ndim != 1 or grad.shape != indices.shape + rest:
@@ -52,14 +61,15 @@ def _rows(ctx, var, grad, indices):
 
 def apply_rows(ctx, var, slots, grad, indices, update):
     """A sparse apply's frame: ``update(rows, grad, value, *slot_values)`` updates the unique
-    ``rows`` (``_rows``: every index checked first, repeated rows' gradients summed) of the
-    variable's and its ``slots``' writable arrays in place; then each slot is assigned and the
-    variable's new value returned as the kernel's outputs.
+    ``rows`` (``_rows``: each slot's shape and every index checked first, repeated rows'
+    gradients summed) of the variable's and its ``slots``' writable arrays in place; then each
+    slot is assigned and the variable's new value returned as the kernel's outputs.
 
-    Every array is taken (``writable``, the slots' first) before any is assigned, so an error
-    in the checks or the rule leaves every stored value as it was.
+    The checks come before any array is taken (``writable``, the slots' first), and every
+    array is taken before any is assigned, so an error in them leaves every stored value as it
+    was. (A rule must not raise past them: an array taken in place keeps what it updated.)
     """
-    rows, grad = _rows(ctx, var, grad, indices)
+    rows, grad = _rows(ctx, var, slots, grad, indices)
     arrays = [ref.writable() for ref in slots]
     value = var.writable()
     update(rows, grad, value, *arrays)

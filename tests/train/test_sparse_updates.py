@@ -10,6 +10,9 @@ import numpy as np
 import pytest
 
 import asyncflow as af
+from apply_context import ApplyContext, resources  # same folder
+from asyncflow.kernels.registry import ANY, get_kernel
+from test_apply_one_update import KERNELS, initial  # same folder (its sparse applies' arguments)
 from tests.tf1_reference import tf1_run
 
 TABLE = np.linspace(-1.0, 1.0, 7 * 3).reshape(7, 3).astype(np.float32)
@@ -276,3 +279,55 @@ def test_writable_is_the_stored_array_only_while_no_one_else_holds_it():
     assert resource.writable() is not resource.value  # a view would see the write
     del view
     assert resource.writable() is resource.value
+
+
+SLOTTED = sorted(op for op, (slots, _) in KERNELS.items() if op.startswith("Sparse") and slots)
+
+
+@pytest.mark.parametrize("rows", [30, 70], ids=["fewer", "more"])
+@pytest.mark.parametrize("op_type", SLOTTED)
+def test_a_slot_of_another_shape_is_refused_before_anything_changes(op_type, rows):
+    """A sparse apply whose slot no longer has the variable's shape (one assigned with
+    ``validate_shape=False``: the graph cannot know) is refused, as TF1 refuses it ("var and
+    accum do not have the same shape") and as the dense applies do (``check_slots``), before
+    any stored array changes: the slot named, each array's bytes as they were. Before, the
+    rule ran on it: a raw IndexError after an earlier slot was updated in place (fewer rows:
+    index 40), or an update accepted (more rows)."""
+    slots, arguments = KERNELS[op_type]
+    values, grad, indices = initial(np.random.default_rng(5), op_type, slots)
+    values[-1] = values[-1][:rows] if rows < len(values[-1]) else np.concatenate(
+        [values[-1], values[-1][:rows - len(values[-1])]])
+    refs = resources(values)
+    ctx = ApplyContext(1)
+    ctx.type = op_type
+    with pytest.raises(af.errors.InvalidArgumentError,
+                       match=rf"{op_type}: slot {refs[-1].name} has shape \[{rows}, 4\] but "
+                       rf"the variable {refs[0].name} has shape \[50, 4\]"):
+        get_kernel(op_type, ANY).fn(ctx, *arguments(refs, grad, indices))
+    for ref, value in zip(refs, values):
+        assert ref.read().tobytes() == value.tobytes(), ref.name
+
+
+async def test_a_sparse_apply_refuses_a_slot_assigned_another_shape():
+    """Through a session: an embedding table's RMSProp slot assigned with fewer rows (its
+    variable's shape unknown to the graph) fails the sparse step with the slot named, and the
+    table and both slots keep their values."""
+    with af.Graph().as_default():
+        var = af.Variable(TABLE)
+        ids = af.placeholder(af.int32, [None])
+        loss = af.reduce_sum(af.square(af.nn.embedding_lookup(var, ids)))
+        optimizer = af.train.RMSPropOptimizer(0.05, momentum=0.3)
+        train = optimizer.minimize(loss)
+        slots = [optimizer.get_slot(var, name) for name in optimizer.get_slot_names()]
+        async with af.Session() as sess:
+            await sess.run(af.global_variables_initializer())
+            await sess.run(train, {ids: [1, 4]})
+            await sess.run(af.assign(slots[-1], np.ones((4, 3), np.float32),
+                                     validate_shape=False))
+            before = await sess.run([var] + slots)
+            with pytest.raises(af.errors.InvalidArgumentError,
+                               match=rf"slot {slots[-1].op.name} has shape \[4, 3\]"):
+                await sess.run(train, {ids: [1, 6]})
+            after = await sess.run([var] + slots)
+    for a, b in zip(before, after):
+        assert a.shape == b.shape and a.tobytes() == b.tobytes()
