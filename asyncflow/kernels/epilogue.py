@@ -5,7 +5,8 @@ bits of the separate BiasAdd and activation kernels; and the sigmoid's in-place 
 
 On CPU, for float32/float64, ``_FusedMatMul``'s bias and sigmoid take two compiled passes
 (``kernels/jit.py``) around numpy's ``exp``, with the numpy form's bits (``_sigmoid_loops``),
-and its bias and Relu one compiled pass (``_bias_relu``, the same bits); its prepare hook's
+and its bias and Relu one compiled pass (``_bias_relu``, the same bits but a NaN plus a NaN
+bias's payload); its prepare hook's
 ``preload`` compiles them off the event loop. The numpy form stays for every other case (a
 column block, other dtypes, a GPU, a convolution's epilogue, numba missing or
 ``ASYNCFLOW_JIT=0``) and is the reference (``tests/ops/test_epilogue_loops.py``)."""
@@ -218,8 +219,13 @@ def _reciprocal_of_one_plus(rows, one):
 def _bias_relu(bias, rows, zero):
     """``rows = maximum(rows + bias, 0)`` row by row in one pass: numpy's add, then its
     ``maximum``'s choice (``a > b or a is NaN ? a : b``: a NaN kept with its payload, -0
-    becomes +0), so the bits of the separate ``BiasAdd`` and ``Relu`` kernels. On ``[128,
-    256]`` float32 ~4 us against numpy's ~21 (the tiled add 5.5, ``maximum`` 13: c48mlp)."""
+    becomes +0), so the bits of the separate ``BiasAdd`` and ``Relu`` kernels, but for a NaN
+    row value plus a NaN bias: a NaN either way, whose payload and sign numpy's add takes from
+    the row in its vector loop's body and from the bias in some other columns (which varies
+    with the shape, the dtype and the row: bench/RESULTS.md, r48mlp), so no one loop has its
+    bits there. On
+    ``[128, 256]`` float32 ~4 us against numpy's ~21 (the tiled add 5.5, ``maximum`` 13:
+    c48mlp)."""
     for i in range(rows.shape[0]):
         row = rows[i]
         for j in range(row.shape[0]):
