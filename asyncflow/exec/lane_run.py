@@ -78,10 +78,12 @@ class LaneRun:
         take the two cores, and a split of lane 0's would make three threads share them
         (measured with ``bench/bench_lanes.py``, load 0.8: the autoencoder's two lanes
         0.96-0.98 of one lane's time with lane 0's GEMMs split, 0.94-0.96 whole). At
-        interpreter exit the pool starts no thread (``future`` None): lane 0 runs lane 1."""
+        interpreter exit the pool starts no thread (``future`` None): lane 0 runs lane 1.
+        ``alone`` is set before the thread's flag: whatever cuts this short, the step's end
+        finds what to put back (``_generate``'s final lines)."""
         if not self.done:
             self.future = self.pool.submit(self._work, self.halt)
-            intra_op.whole.active = self.alone = True
+            self.alone = intra_op.whole.active = True
 
     def pausing(self, pause):
         """``pause`` (or ``offload``) for lane 0: while the loop runs other tasks their
@@ -104,8 +106,8 @@ class LaneRun:
     def tail(self):
         """Lane 0 made lane 1's last input: its splits offer chunks to the lane thread."""
         if not self.done and self.alone:
+            self.tailing = True  # (first, as ``start``'s ``alone``)
             intra_op.whole.join = self
-            self.tailing = True
 
     def open(self):  # (the lane thread may still join a split: ``joinable``; not of lane 1's)
         return not self.done and self.future is not None and not self.on_loop
@@ -260,13 +262,13 @@ class LaneRun:
         """The step ends (lane 0 returned or failed): stop lane 1 at its next kernel
         boundary; nothing of the step runs after this returns. Halted first: a Ctrl-C in
         what follows (a second one, in the lock waits below) leaves the thread no wait that
-        never ends (it used to wait for good when one came before the notify)."""
+        never ends (it used to wait for good when one came before the notify).
+
+        The loop thread's flags (``alone``, ``tailing``) are put back before this is called,
+        on the step's own final lines (``lanes._generate``): a Ctrl-C here, even on this
+        method's first line, no longer leaves every later kernel on that thread whole."""
         if not self.done:
             self.halt()  # (the thread may wait for a flag that never comes)
-        if self.alone:
-            intra_op.whole.active = self.alone = False
-        if self.tailing:
-            intra_op.whole.join, self.tailing = None, False
         if self.done:
             return
         if self.future is not None:

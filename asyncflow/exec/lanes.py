@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import os
 
-from asyncflow.exec import timeslice
+from asyncflow.exec import intra_op, timeslice
 from asyncflow.exec.codegen import Generator, compile_schedule
 from asyncflow.exec.lane_run import Cores, LaneRun
 from asyncflow.exec.pairs import touched_resources
@@ -86,6 +86,15 @@ MIN_GAIN_S = 500e-6
 MIN_GAIN_SHARE = 0.15
 GUESSED_TWICE_S = 50e-6  # a kernel estimated on two or more guessed dims: one lane from here
 MAX_NODES = 400         # a larger schedule stays in one lane (the scheduler is quadratic)
+# The two-lane step's ``finally``: the loop thread's flags first (kernels whole while lane 1
+# is live, lane 0's tail joinable), as stores, then the stop. Python runs a pending signal's
+# handler (a second Ctrl-C) only where it checks for one: a function's first line, a loop's
+# back edge, a call's return; none lies between the interrupt that ends the step and these
+# stores. Done inside ``LaneRun.stop`` (a call), a Ctrl-C on its first line or in its halt's
+# lock left them set: every later kernel on the loop's thread ran whole, for good.
+_FINAL = ["if _L.alone: _W.active = _L.alone = False",
+          "if _L.tailing: _W.join, _L.tailing = None, False",
+          "_L.stop()"]
 # Kernels that return a view or a shape: a call's cost, whatever their inputs' size.
 _VIEWS = frozenset({"Identity", "StopGradient", "Shape", "Reshape", "ExpandDims", "Squeeze",
                     "NoOp", "Size", "Rank", "VariableV2"})
@@ -372,7 +381,7 @@ def _generate(plan, order, lane_of, deps, pool):
                 g.line([f"slots[{slot}] = {names[slot]}"])
         g.line(["_A.end(_t)"])
         g.env.update(_Lanes=LaneRun, _lane1=functions[0], _pool=pool, _n=len(flag),
-                     _A=Cores(), _one=compile_schedule(plan))
+                     _A=Cores(), _one=compile_schedule(plan), _W=intra_op.whole)
         return g.function("async def _step(slots, _offload, _wait, _pause, _rec=None)",
                           title, plan.device.name,
                           prologue=["if _A.skip: _A.skip -= 1; return await _one("
@@ -381,4 +390,4 @@ def _generate(plan, order, lane_of, deps, pool):
                                     "_L = _Lanes(_lane1, slots, _n, _pool)", "_f = _L.flags",
                                     "_pause = _L.pausing(_pause)",
                                     "_offload = _L.pausing(_offload)"],
-                          final=["_L.stop()"])
+                          final=_FINAL)
