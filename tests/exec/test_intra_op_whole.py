@@ -209,3 +209,26 @@ def test_a_child_forked_by_another_thread_during_the_hold_gets_sigint_back(main_
             thread.join(30)
     intra_op.IntraOpPool(1).run(chunk, [(0, 1), (1, 2)], atomic=True)
     assert seen == [b"1"] and signal.getsignal(signal.SIGINT) is before
+
+
+@pytest.mark.parametrize("how", ["signal", "raise"])
+def test_a_ctrl_c_in_a_chunk_of_run_alone_gives_its_flag_back(how, main_thread):
+    """``run_alone`` (a pair's or a group's kernels whole, one a thread) sets the thread's
+    flag around each chunk; a Ctrl-C inside one leaves it as found (else every later kernel
+    on the loop's thread ran whole), inside a flag already set too (a lane's)."""
+    pool = intra_op.IntraOpPool(1)
+    for found in (False, True):
+        intra_op.whole.active = found
+        seen = []
+        chunk, ran = interrupting(how)
+
+        def alone(start, stop, chunk=chunk, seen=seen):
+            seen.append(intra_op.IntraOpPool.alone())
+            chunk(start, stop)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                pool.run_alone(alone, [(0, 1), (1, 2)])
+            assert ran == [0] and seen == [True]
+            assert intra_op.whole.active is found
+        finally:
+            intra_op.whole.active = False
