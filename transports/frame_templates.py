@@ -54,6 +54,7 @@ from typing import Any, Final
 import numpy as np
 
 from transports import checksum as _checksum
+from transports import header_templates as _headers
 from transports.messages import TensorEntry
 from transports.schema import ALIGNMENT, CHECKED_MAGIC, CHECKED_PREFIX, CHECKSUM_KEY, \
     SchemaMismatch
@@ -68,7 +69,6 @@ COPIED: Final = 16 * 1024  # frames up to this are copied to ``bytes`` to be rea
 _PLAIN: Final = frozenset((str, int, float, bool, bytes, type(None)))
 _TRAILER: Final = 4
 _COMPARED: Final = 32  # a fixed stretch longer than this is compared from a copy, not a view
-_NOT_A_VALUE: Final = object()
 
 _by_size: dict = {}  # frame length -> list of _Frame
 _kept = 0
@@ -291,15 +291,7 @@ def forget_where(name: str, value: Any) -> None:
     deregistered graph's: ``graph_handle``). A template that another thread's trio run
     learns meanwhile may be dropped with them (it is learnt again from a later frame)."""
     global _kept
-    for size, frames in list(_by_size.items()):
-        kept = [frame for frame in frames if frame.fields.get(name, _NOT_A_VALUE) != value]
-        if len(kept) != len(frames):
-            _kept -= len(frames) - len(kept)
-            if kept:
-                _by_size[size] = kept
-            else:
-                _by_size.pop(size, None)
-    _kept = max(_kept, 0)
+    _kept = max(_kept - _headers.drop_from(_by_size, lambda frame: frame.fields, name, value), 0)
 
 
 def forget_all() -> None:

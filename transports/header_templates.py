@@ -25,7 +25,7 @@ from typing import Any, Callable, Final
 
 import msgpack
 
-__all__ = ["VOLATILE", "forget_all", "forget_where", "lookup", "match", "remember"]
+__all__ = ["VOLATILE", "drop_from", "forget_all", "forget_where", "lookup", "match", "remember"]
 
 # kind -> the payload's int fields that change from one message to the next: a RunGraph's, and
 # the step id of the transfers between workers (a PushTensors' header, four descriptors on a
@@ -141,15 +141,23 @@ def forget_where(name: str, value: Any) -> None:
     graph's: ``graph_handle``; its headers would be tried first by every later header of
     their length). One that another thread's trio run keeps meanwhile may go with them."""
     global _count
-    for key, kept in list(_templates.items()):
-        left = [t for t in kept if t.payload.get(name, _NOT_A_VALUE) != value]
+    _count = max(_count - drop_from(_templates, lambda t: t.payload, name, value), 0)
+
+
+def drop_from(table: dict, fields: Callable[[Any], dict], name: str, value: Any) -> int:
+    """Drop from ``table`` (key -> list of templates) every template whose ``fields(template)``
+    holds ``value`` under ``name``; returns how many went. A list is replaced, never edited (a
+    decode already reading it finishes on it); one left empty goes with its key."""
+    dropped = 0
+    for key, kept in list(table.items()):
+        left = [t for t in kept if fields(t).get(name, _NOT_A_VALUE) != value]
         if len(left) != len(kept):
-            _count -= len(kept) - len(left)
+            dropped += len(kept) - len(left)
             if left:
-                _templates[key] = left
+                table[key] = left
             else:
-                _templates.pop(key, None)
-    _count = max(_count, 0)
+                table.pop(key, None)
+    return dropped
 
 
 def forget_all() -> None:
