@@ -11,15 +11,17 @@ shuffled by a seed; ``chunks`` pieces, this one ``index``)::
 As a pytest plugin (``-p order_hunt``, ``tests`` on ``PYTHONPATH``), it looks at the process's
 state before each test's setup and after its teardown, and lists at the end of the run the
 tests after which something differed: environment variables, signal handlers, the cycle GC's
-switch and thresholds, numpy's error state, the working directory, the same-host spin's window,
-clock and calls in flight (``transports.http.bare_io``), the checksum switch, the intra-op
-pool's BLAS holds and the event loop thread's ``whole`` flags (``asyncflow.exec.intra_op``), the
-Ctrl-C hold, and the default graph's op count (a module the test loaded first is not compared;
-a module-scoped fixture's state shows at its module's first and last test). Expected once per
-process: ``blas holds: 0 -> 1`` (the first device's claim), and ``KMP_DUPLICATE_LIB_OK``,
-``KMP_INIT_AT_FORK`` and ``CRC32C_SW_MODE`` (threadpoolctl's, joblib's, tensorboardX's
-imports). The caches that a test may leave full (the codec's templates) are reset by
-``tests/conftest.py``'s ``nothing_kept``, not listed here.
+switch and thresholds, the warnings filters, numpy's error state, print options and global
+random state, the working directory, the same-host spin's window, clock and calls in flight
+(``transports.http.bare_io``), the checksum switch, the intra-op pool's BLAS holds and the
+event loop thread's ``whole`` flags (``asyncflow.exec.intra_op``), the Ctrl-C hold, and the
+default graph's op count, finalized flag, seed and collections' sizes (a module the test
+loaded first is not compared; a module-scoped fixture's state shows at its module's first and
+last test; a default graph the test replaced is listed only when it is left finalized).
+Expected once per process: ``blas holds: 0 -> 1`` (the first device's claim), and
+``KMP_DUPLICATE_LIB_OK``, ``KMP_INIT_AT_FORK`` and ``CRC32C_SW_MODE`` (threadpoolctl's,
+joblib's, tensorboardX's imports). The caches that a test may leave full (the codec's
+templates) are reset by ``tests/conftest.py``'s ``nothing_kept``, not listed here.
 """
 import gc
 import os
@@ -28,6 +30,7 @@ import signal
 import subprocess
 import sys
 import threading
+import warnings
 from collections import defaultdict
 
 _SIGNALS = ("SIGINT", "SIGTERM", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGCHLD", "SIGPIPE", "SIGHUP")
@@ -43,8 +46,12 @@ def snapshot():
              "switch interval": sys.getswitchinterval(),
              "signals": {name: repr(signal.getsignal(getattr(signal, name)))
                          for name in _SIGNALS if hasattr(signal, name)}}
+    state["warnings filters"] = len(warnings.filters)
     if (np := _loaded("numpy")) is not None:
         state["numpy errors"] = np.geterr()
+        state["numpy print options"] = repr(sorted(np.get_printoptions().items()))
+        kind, keys, position, *_ = np.random.get_state()
+        state["numpy global random"] = (kind, hash(keys.tobytes()), position)
     if (bare_io := _loaded("transports.http.bare_io")) is not None:
         state["bare_io"] = (bare_io.CALLS.flying, list(bare_io._spin), repr(bare_io._clock),
                             repr(bare_io.machine_busy), repr(bare_io.Calls.alone))
@@ -62,16 +69,28 @@ def snapshot():
         from asyncflow.graph.graph import get_default_graph
         graph = get_default_graph()
         state["default graph"] = (id(graph), len(graph.get_operations()))
+        state["default graph finalized, seed, collections"] = (
+            id(graph), graph.finalized, graph.seed, sorted((name, len(graph.get_collection(name)))
+                                          for name in graph.get_all_collection_keys()))
     return state
 
 
 def _differences(before, after, environ_before):
     found = [f"{key}: {before[key]!r} -> {after[key]!r}" for key in after
-             if key != "default graph" and key in before and before[key] != after[key]]
+             if not key.startswith("default graph") and key in before
+             and before[key] != after[key]]
     if before.get("default graph") and after["default graph"][0] == before["default graph"][0] \
             and after["default graph"][1] != before["default graph"][1]:
         found.append(f"default graph: {before['default graph'][1]} -> "
                      f"{after['default graph'][1]} ops")
+    seeds_before, seeds_after = (before.get("default graph finalized, seed, collections"),
+                                 after.get("default graph finalized, seed, collections"))
+    if seeds_before and seeds_after[0] == seeds_before[0] and seeds_after != seeds_before:
+        found.append(f"default graph finalized, seed, collections: {seeds_before[1:]!r} -> "
+                     f"{seeds_after[1:]!r}")
+    if seeds_before and seeds_after[1] and not seeds_before[1] \
+            and seeds_after[0] != seeds_before[0]:  # a graph of the test's own, left default
+        found.append("default graph: another one, left finalized")
     environ = dict(os.environ)
     found += [f"environment {name}: {environ_before.get(name)!r} -> {environ.get(name)!r}"
               for name in sorted(set(environ) | set(environ_before))

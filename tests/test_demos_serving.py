@@ -2,6 +2,7 @@
 import asyncio
 import importlib
 import json
+import os
 import pathlib
 import re
 import signal
@@ -21,10 +22,21 @@ pytest.importorskip("sklearn")
 
 
 def load_demo(name):
-    """Import a demo script as a module (the demos import each other by file name)."""
+    """Import a demo script as a module (the demos import each other by file name).
+
+    The environment is put back afterwards: ``inference_service`` sets the BLAS thread
+    variables for its own process at import, and in this one they would reach every later
+    test's subprocesses (workers with one BLAS thread after this file, not before it).
+    """
     if str(DEMOS) not in sys.path:
         sys.path.insert(0, str(DEMOS))
-    return importlib.import_module(name)
+    environ = dict(os.environ)
+    try:
+        return importlib.import_module(name)
+    finally:
+        for added in set(os.environ) - set(environ):
+            del os.environ[added]
+        os.environ.update(environ)
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import asyncflow as af
+from default_graph import fresh_graph  # noqa: F401 (autouse fixture)
 from gradcheck import check_gradients
 
 

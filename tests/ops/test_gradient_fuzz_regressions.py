@@ -5,6 +5,7 @@ import pytest
 
 import asyncflow as af
 import asyncflow.compat.v1 as tf
+from default_graph import fresh_graph  # noqa: F401 (autouse fixture)
 from gradcheck import check_gradients
 
 

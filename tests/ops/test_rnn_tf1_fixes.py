@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import asyncflow.compat.v1 as tf
+from default_graph import fresh_graph  # noqa: F401 (autouse fixture)
 
 R = tf.nn.rnn_cell
 X0 = (np.sin(np.arange(3 * 2 * 2) * 1.1) * 1.5).reshape(3, 2, 2)

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import asyncflow as af
+from default_graph import fresh_graph  # noqa: F401 (autouse fixture)
 from tests.tf1_reference import tf1_run
 
 INDICES = np.array([[0, 1], [0, 3], [2, 0], [2, 2]], np.int64)
