@@ -88,9 +88,9 @@ GUESSED_TWICE_S = 50e-6  # a kernel estimated on two or more guessed dims: one l
 MAX_NODES = 400         # a larger schedule stays in one lane (the scheduler is quadratic)
 # The two-lane step's ``finally``: the loop thread's flags first (kernels whole while lane 1
 # is live, lane 0's tail joinable), as stores, then the stop. Python runs a pending signal's
-# handler (a second Ctrl-C) only where it checks for one: a function's first line, a loop's
-# back edge, a call's return; none lies between the interrupt that ends the step and these
-# stores. Done inside ``LaneRun.stop`` (a call), a Ctrl-C on its first line or in its halt's
+# handler (a second Ctrl-C) only where it checks for one: a function's entry, a loop's back
+# edge, the return of a call into C; none lies between the interrupt that ends the step and
+# these stores (their setattrs are C's; not so under a Python trace function, pdb's). Done inside ``LaneRun.stop`` (a call), a Ctrl-C on its first line or in its halt's
 # lock left them set: every later kernel on the loop's thread ran whole, for good.
 _FINAL = ["if _L.alone: _W.active = _L.alone = False",
           "if _L.tailing: _W.join, _L.tailing = None, False",
