@@ -6,10 +6,10 @@ bits of the separate BiasAdd and activation kernels; and the sigmoid's in-place 
 On CPU, for float32/float64, ``_FusedMatMul``'s bias and sigmoid take two compiled passes
 (``kernels/jit.py``) around numpy's ``exp``, with the numpy form's bits (``_sigmoid_loops``),
 and its bias and Relu one compiled pass (``_bias_relu``, the same bits but a NaN plus a NaN
-bias's payload); its prepare hook's
-``preload`` compiles them off the event loop. The numpy form stays for every other case (a
-column block, other dtypes, a GPU, a convolution's epilogue, numba missing or
-``ASYNCFLOW_JIT=0``) and is the reference (``tests/ops/test_epilogue_loops.py``)."""
+bias's payload); its prepare hook's ``preload`` compiles them off the event loop. The numpy
+form stays for every other case (a column block, other dtypes, a GPU, a convolution's
+epilogue, numba missing or ``ASYNCFLOW_JIT=0``) and is the reference
+(``tests/ops/test_epilogue_loops.py``)."""
 from __future__ import annotations
 
 import numpy as np
@@ -223,9 +223,8 @@ def _bias_relu(bias, rows, zero):
     row value plus a NaN bias: a NaN either way, whose payload and sign numpy's add takes from
     the row in its vector loop's body and from the bias in some other columns (which varies
     with the shape, the dtype and the row: bench/RESULTS.md, r48mlp), so no one loop has its
-    bits there. On
-    ``[128, 256]`` float32 ~4 us against numpy's ~21 (the tiled add 5.5, ``maximum`` 13:
-    c48mlp)."""
+    bits there. On ``[128, 256]`` float32 ~4 us against numpy's ~21 (the tiled add 5.5,
+    ``maximum`` 13: c48mlp)."""
     for i in range(rows.shape[0]):
         row = rows[i]
         for j in range(row.shape[0]):
