@@ -93,15 +93,66 @@ def _bounds():
             "frames": frame_templates.KEPT, "encode": repeat_frames._KEPT}
 
 
+async def _steps(runs, n):
+    """``n`` steps of each signature (``runs``: one step function each)."""
+    for _ in range(n):
+        for run in runs:
+            await run()
+
+
+async def _closed_sessions(af, graph, cluster, runs_of, args):
+    """``args.stale`` sessions, each closed after ``args.stale_steps`` steps of each signature."""
+    for _ in range(args.stale):
+        async with af.Session(graph=graph, cluster=cluster) as sess:
+            await _steps(runs_of(sess), args.stale_steps)
+
+
+async def _chunk(runs, n):
+    """The median step (us) of ``n`` timed steps of each signature."""
+    clock, times = time.perf_counter_ns, []
+    for _ in range(n):
+        for run in runs:
+            start = clock()
+            await run()
+            times.append(clock() - start)
+    return statistics.median(times) / 1e3
+
+
+async def _alternated(args, measure):
+    """``args.rounds // 10`` rounds of the forms A and B alternated A B B A / B A A B, each
+    form's figure ``await measure(form)`` (a median step, us), each round printed; the rows."""
+    rows = []
+    for n in range(args.rounds // 10):
+        order = "ABBA" if n % 2 == 0 else "BAAB"
+        got = {"A": [], "B": []}
+        for form in order:
+            got[form].append(await measure(form))
+        rows.append(got)
+        print(f"  round {n + 1:2d} ({order}): A {got['A'][0]:6.1f} {got['A'][1]:6.1f}  "
+              f"B {got['B'][0]:6.1f} {got['B'][1]:6.1f} us", flush=True)
+    return rows
+
+
+def _summary(rows):
+    """``_alternated``'s rows summed up: each form's median step, B/A and B - A round by
+    round, the A/A and B/B within rounds, the rounds B was higher."""
+    a = [sum(r["A"]) / 2 for r in rows]
+    b = [sum(r["B"]) / 2 for r in rows]
+    print(f"  A median step {statistics.median(a):.1f} us, B {statistics.median(b):.1f}; B/A "
+          f"round by round median {statistics.median([y / x for x, y in zip(a, b)]):.3f} "
+          f"(B - A {statistics.median([y - x for x, y in zip(a, b)]):+.1f} us a step); A/A "
+          f"{statistics.median([r['A'][1] / r['A'][0] for r in rows]):.3f}, B/B "
+          f"{statistics.median([r['B'][1] / r['B'][0] for r in rows]):.3f}; B higher in "
+          f"{sum(y > x for x, y in zip(a, b))} of {len(rows)}")
+
+
 async def _cost(af, graph, cluster, runs_of, args):
     clears = _clears()
     times = {form: [[] for _ in range(args.after * args.signatures)] for form in FORMS}
     clock = time.perf_counter_ns
     async with af.Session(graph=graph, cluster=cluster) as sess:
         runs = runs_of(sess)
-        for _ in range(args.warmup):
-            for run in runs:
-                await run()
+        await _steps(runs, args.warmup)
         for n in range(args.rounds):
             shift = n % len(FORMS)
             for form in FORMS[shift:] + FORMS[:shift]:
@@ -142,10 +193,7 @@ async def _sessions(af, graph, cluster, runs_of, args):
     for _ in range(args.sessions):
         start = time.perf_counter_ns()
         async with af.Session(graph=graph, cluster=cluster) as sess:
-            runs = runs_of(sess)
-            for _ in range(args.session_steps):
-                for run in runs:
-                    await run()
+            await _steps(runs_of(sess), args.session_steps)
         took.append(time.perf_counter_ns() - start)
         rows.append(kept_by_kind())
     print(f"frequency: {args.sessions} sessions of {args.signatures} signature(s), "
@@ -177,20 +225,11 @@ async def _stale(af, graph, cluster, runs_of, args):
     from transports import frame_templates, repeat_frames
     repeat_frames.forget_kept()
     with keeping_stale():  # (the tree before: the closed sessions' templates kept)
-        for _ in range(args.stale):
-            async with af.Session(graph=graph, cluster=cluster) as sess:
-                runs = runs_of(sess)
-                for _ in range(args.stale_steps):
-                    for run in runs:
-                        await run()
+        await _closed_sessions(af, graph, cluster, runs_of, args)
     stale = {id(f) for fs in frame_templates._by_size.values() for f in fs}
-    clock = time.perf_counter_ns
-    rows = []
     async with af.Session(graph=graph, cluster=cluster) as sess:
         runs = runs_of(sess)
-        for _ in range(args.stale_steps):
-            for run in runs:
-                await run()
+        await _steps(runs, args.stale_steps)
         lists = [fs for fs in frame_templates._by_size.values()
                  if any(id(f) not in stale for f in fs) and len(fs) > 1]
         behind = [sum(id(f) in stale for f in fs) for fs in lists]
@@ -199,81 +238,34 @@ async def _stale(af, graph, cluster, runs_of, args):
             for fs in lists:
                 fs.sort(key=lambda f: (id(f) in stale) == front)
 
-        for n in range(args.rounds // 10):
-            order = "ABBA" if n % 2 == 0 else "BAAB"
-            got = {"A": [], "B": []}
-            for form in order:
-                place(form == "A")
-                times = []
-                for _ in range(args.chunk):
-                    for run in runs:
-                        start = clock()
-                        await run()
-                        times.append(clock() - start)
-                got[form].append(statistics.median(times) / 1e3)
-            rows.append(got)
-            print(f"  round {n + 1:2d} ({order}): A {got['A'][0]:6.1f} {got['A'][1]:6.1f}  "
-                  f"B {got['B'][0]:6.1f} {got['B'][1]:6.1f} us", flush=True)
-    a = [sum(r["A"]) for r in rows]
-    b = [sum(r["B"]) for r in rows]
+        async def measure(form):
+            place(form == "A")
+            return await _chunk(runs, args.chunk)
+
+        rows = await _alternated(args, measure)
     print(f"stale: {len(rows)} rounds of {args.chunk} steps a signature a chunk; B: the live "
           f"templates behind those of closed sessions in their lists ({behind} of them), A: in "
           f"front")
-    print(f"  A median step {statistics.median(a) / 2:.1f} us, B {statistics.median(b) / 2:.1f};"
-          f" B/A round by round median "
-          f"{statistics.median([y / x for x, y in zip(a, b)]):.3f} (B - A "
-          f"{statistics.median([(y - x) / 2 for x, y in zip(a, b)]):+.1f} us a step); A/A "
-          f"{statistics.median([r['A'][1] / r['A'][0] for r in rows]):.3f}, B/B "
-          f"{statistics.median([r['B'][1] / r['B'][0] for r in rows]):.3f}; B higher in "
-          f"{sum(y > x for x, y in zip(a, b))} of {len(rows)}")
+    _summary(rows)
 
 
 async def _churn(af, graph, cluster, runs_of, args):
     """See the module docstring (**Churn**)."""
     from transports import repeat_frames
-    clock = time.perf_counter_ns
 
     async def form(stale):
         repeat_frames.forget_kept()
         with keeping_stale() if stale else contextlib.nullcontext():
-            for _ in range(args.stale):
-                async with af.Session(graph=graph, cluster=cluster) as sess:
-                    runs = runs_of(sess)
-                    for _ in range(args.stale_steps):
-                        for run in runs:
-                            await run()
+            await _closed_sessions(af, graph, cluster, runs_of, args)
             async with af.Session(graph=graph, cluster=cluster) as sess:
                 runs = runs_of(sess)
-                for _ in range(args.stale_steps):
-                    for run in runs:
-                        await run()
-                times = []
-                for _ in range(args.chunk):
-                    for run in runs:
-                        start = clock()
-                        await run()
-                        times.append(clock() - start)
-        return statistics.median(times) / 1e3
+                await _steps(runs, args.stale_steps)
+                return await _chunk(runs, args.chunk)
 
-    rows = []
-    for n in range(args.rounds // 10):
-        order = "ABBA" if n % 2 == 0 else "BAAB"
-        got = {"A": [], "B": []}
-        for name in order:
-            got[name].append(await form(name == "B"))
-        rows.append(got)
-        print(f"  round {n + 1:2d} ({order}): A {got['A'][0]:6.1f} {got['A'][1]:6.1f}  "
-              f"B {got['B'][0]:6.1f} {got['B'][1]:6.1f} us", flush=True)
-    a = [sum(r["A"]) / 2 for r in rows]
-    b = [sum(r["B"]) / 2 for r in rows]
+    rows = await _alternated(args, lambda name: form(name == "B"))
     print(f"churn: {len(rows)} rounds; a form: {args.stale} sessions closed, then a live "
           f"session's chunk of {args.chunk} steps a signature; A the tree, B the tree before")
-    print(f"  A median step {statistics.median(a):.1f} us, B {statistics.median(b):.1f}; B/A "
-          f"round by round median {statistics.median([y / x for x, y in zip(a, b)]):.3f} "
-          f"(B - A {statistics.median([y - x for x, y in zip(a, b)]):+.1f} us a step); A/A "
-          f"{statistics.median([r['A'][1] / r['A'][0] for r in rows]):.3f}, B/B "
-          f"{statistics.median([r['B'][1] / r['B'][0] for r in rows]):.3f}; B higher in "
-          f"{sum(y > x for x, y in zip(a, b))} of {len(rows)}")
+    _summary(rows)
 
 
 def main(argv=None):
