@@ -232,7 +232,7 @@ def test_a_signature_other_than_the_prepared_one_costs_what_a_plain_encode_costs
                                    if isinstance(m, RunGraph) else bare_io.prepared_reply(conn, m, LIMITS)),
              requests + replies)]:
         wants = [full_frame(message) for message in messages]
-        repeat_frames._templates_by_key.clear()
+        repeat_frames.forget_all()
         built.clear()
         got = [frame_bytes(encode_one(message)) for message in messages]
         costs[name] = len(built)

@@ -40,7 +40,7 @@ VALUES = st.recursive(_PLAIN, lambda inner: st.lists(inner, max_size=4)
 
 def _forget() -> None:
     schema.VALIDATED_HEADERS.clear()
-    header_templates._templates.clear()
+    header_templates.forget_all()
 
 
 def _frame(message, checksums: bool = True, limits: wire.Limits = wire.DEFAULT_LIMITS) -> bytes:
