@@ -118,15 +118,16 @@ def _dtype_of(ctx, var, grad):
     return _read(ctx, var, grad).dtype
 
 
-def check_slots(ctx, slots, shape):
-    """Each slot's value has the gradient's ``shape``: checked before any stored array is
-    taken to update in place (``reusable`` reopens it for writing and makes this thread its
-    writer until the ``assign``), so an error leaves every stored array as it was."""
+def check_slots(ctx, slots, shape, of="the gradient"):
+    """Each slot's value has the gradient's ``shape`` (or that of what ``of`` names: a sparse
+    apply's variable): checked before any stored array is taken to update in place
+    (``reusable`` reopens it for writing and makes this thread its writer until the
+    ``assign``), so an error leaves every stored array as it was."""
     for ref in slots:
         if ref.read().shape != shape:
             raise errors.InvalidArgumentError(
                 None, ctx.name, f"{ctx.type}: slot {ref.name} has shape "
-                f"{list(ref.read().shape)} but the gradient has shape {list(shape)}")
+                f"{list(ref.read().shape)} but {of} has shape {list(shape)}")
 
 
 def _dense_apply(ctx, var, slots, grad, dtype, per_item_ops, update, block=None):

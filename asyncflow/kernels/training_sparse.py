@@ -18,7 +18,7 @@ from asyncflow import errors
 from asyncflow.kernels import sigint_hold
 from asyncflow.kernels.arguments import scatter_add as _accumulate
 from asyncflow.kernels.registry import register_kernel
-from asyncflow.kernels.training import _ftrl_rule, scalar_of
+from asyncflow.kernels.training import _ftrl_rule, check_slots, scalar_of
 
 
 def _rows(ctx, var, slots, grad, indices):
@@ -31,12 +31,7 @@ def _rows(ctx, var, slots, grad, indices):
     """
     xp = ctx.xp
     value = var.read()
-    for ref in slots:
-        shape = ref.read().shape
-        if shape != value.shape:
-            raise errors.InvalidArgumentError(
-                None, ctx.name, f"{ctx.type}: slot {ref.name} has shape {list(shape)} but the "
-                f"variable {var.name} has shape {list(value.shape)}")
+    check_slots(ctx, slots, value.shape, f"the variable {var.name}")
     limit = value.shape[0] if value.ndim else 0
     rest = value.shape[1:]
     if indices.ndim != 1 or grad.shape != indices.shape + rest:
