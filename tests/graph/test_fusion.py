@@ -146,8 +146,9 @@ async def test_fused_training_gives_the_same_bits_as_unfused():
     fused_losses, fused_params, fused_types = await run_training(True)
     plain_losses, plain_params, plain_types = await run_training(False)
     # (the two dense layers' ``_FusedMatMul`` nodes, narrow, one after the other: one
-    # ``_FusedMatMulChain``, compile/fuse_matmul_chain.py)
-    assert {"_FusedConv2D", "_FusedMatMulChain"} <= fused_types
+    # ``_FusedMatMulChain`` on CPU, compile/fuse_matmul_chain.py; a GPU keeps the two)
+    assert "_FusedConv2D" in fused_types
+    assert len({"_FusedMatMul", "_FusedMatMulChain"} & fused_types) == 1
     assert not {"_FusedConv2D", "_FusedMatMul", "_FusedMatMulChain"} & plain_types
     np.testing.assert_array_equal(fused_losses, plain_losses)
     for a, b in zip(fused_params, plain_params):
