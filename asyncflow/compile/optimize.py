@@ -28,7 +28,9 @@ Theory of operation (paper §5; docs/architecture.md):
   gradient once for both (kernels/nn_conv_fft.py). A MaxPool whose output feeds its own
   MaxPoolGrad keeps each window's winning tap for it (compile/pool_taps.py). A
   ``_FusedConv2D`` and the ``_FusedConv2DBackprop`` of the same input and filter share the
-  input's spectra where the FFT algorithm runs (compile/conv_spectra.py).
+  input's spectra where the FFT algorithm runs (compile/conv_spectra.py). Consecutive narrow
+  ``_FusedMatMul`` layers, each reading the one before, become one ``_FusedMatMulChain``
+  that splits by rows once for all of them (compile/fuse_matmul_chain.py).
 - **Recv scheduling** (``schedule_recvs``, ALAP). A Recv otherwise starts at step start and
   holds its buffer for the whole step. Each Recv gets a control edge from the latest local
   input of its first consumer, so it starts just before that consumer needs it. An edge is
@@ -45,7 +47,7 @@ import numpy as np
 
 from asyncflow import dtypes
 from asyncflow.graph.registry import get_op_def
-from asyncflow.compile import conv_spectra, pool_taps
+from asyncflow.compile import conv_spectra, fuse_matmul_chain, pool_taps
 from asyncflow.compile.node_graph import FeedNode, Node, topological
 from asyncflow.graph.shape import TensorShape
 
@@ -284,6 +286,7 @@ def _fusible(node):
 def fuse_activations(node_graph):
     """TF's remapper fusions (see the module docstring); returns a new NodeGraph."""
     graph = _fuse_conv_backprops(_fuse_chains(node_graph))  # a copy of its own
+    graph = fuse_matmul_chain.fuse_matmul_chain(graph)
     return conv_spectra.share_conv_spectra(pool_taps.route_max_pool_grads(graph))
 
 

@@ -15,6 +15,7 @@ from asyncflow.kernels import nn_pool_taps  # noqa: F401,E402  (MaxPoolGrad by t
 from asyncflow.kernels import squared_error_sigmoid  # noqa: F401,E402  (the loss and SigmoidGrad fused)
 from asyncflow.kernels import softmax_xent_mean  # noqa: F401,E402  (the mean cross entropy and its gradients fused)
 from asyncflow.kernels import matmul_apply  # noqa: F401,E402  (a weight gradient and its RMSProp apply fused)
+from asyncflow.kernels import matmul_chain  # noqa: F401,E402  (consecutive narrow dense layers in one row split)
 from asyncflow.kernels import apply_group  # noqa: F401,E402  (an optimizer's RMSProp applies in one node)
 from asyncflow.kernels import embedding, indexing, layout, numerics, script, slicing, tiling  # noqa: F401,E402  (array family, py_func)
 from asyncflow.kernels import segment  # noqa: F401,E402  (segment max/min/mean/prod)

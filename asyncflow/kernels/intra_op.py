@@ -91,6 +91,7 @@ KEEPS_BITS = {("SkylakeX", "float32")}
 # 1: whole, as before.
 JOIN_CHUNKS = 8
 _blas_core = []  # numpy's BLAS core (threadpoolctl's ``architecture``), found on first use
+_dtype_names = {}  # dtype -> its name, for ``split_keeps_bits``
 
 
 def split_keeps_bits(dtype):
@@ -98,7 +99,10 @@ def split_keeps_bits(dtype):
     here (``KEEPS_BITS``); False where the BLAS is not known (no threadpoolctl)."""
     if not _blas_core:
         _blas_core.append(_numpy_blas_core())
-    return (_blas_core[0], getattr(dtype, "name", str(dtype))) in KEEPS_BITS
+    name = _dtype_names.get(dtype)
+    if name is None:  # (numpy's ``dtype.name`` is Python code: 2 us hot, ~25 after a GEMM)
+        name = _dtype_names[dtype] = getattr(dtype, "name", str(dtype))
+    return (_blas_core[0], name) in KEEPS_BITS
 
 
 def _numpy_blas_core():

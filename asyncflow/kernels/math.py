@@ -238,13 +238,20 @@ def _fused_matmul(ctx, a, b, bias):
     if bias.shape != (b.shape[1],):
         raise errors.InvalidArgumentError(
             None, ctx.name, f"bias has shape {list(bias.shape)}, expected [{b.shape[1]}]")
-    epilogue = fused_epilogue(ctx.xp, attrs["fused_ops"], bias, ctx)
+    return (fused_product(ctx, a, b, bias, attrs["fused_ops"]),)
+
+
+def fused_product(ctx, a, b, bias, fused_ops):
+    """``_FusedMatMul``'s work on checked 2-D operands: the product, whole or split, then
+    ``fused_ops``' epilogue (also each layer of ``_FusedMatMulChain`` that does not split as
+    a chain, kernels/matmul_chain.py)."""
+    epilogue = fused_epilogue(ctx.xp, fused_ops, bias, ctx)
     if a.size * b.shape[1] < intra_op.MIN_SPLIT_WORK * intra_op.MACS_PER_WORK \
             or blas.gram(a, b):
         out = blas.matmul(ctx, a, b)
         epilogue(out)
-        return (out,)
-    return (_split_matmul(ctx, a, b, epilogue),)
+        return out
+    return _split_matmul(ctx, a, b, epilogue)
 
 
 register_prepare("MatMul")(blas.preload)

@@ -376,6 +376,36 @@ def _fused_matmul_cost(shapes, op):
 register_op("_FusedMatMul", infer=_infer_fused_matmul, cost=_fused_matmul_cost)
 
 
+def _infer_matmul_chain(op):
+    """``_FusedMatMulChain(a, b0, bias0, b1, bias1, ...)``: consecutive ``_FusedMatMul``
+    layers, each reading the one before (``fused_ops`` and ``transpose_b`` per layer), an
+    output a layer; made only by compile/fuse_matmul_chain.py, never by users (kernel:
+    kernels/matmul_chain.py)."""
+    a = op.inputs[0]
+    rows = TensorShape(None) if a.shape.ndims is None else \
+        TensorShape([a.shape[-1] if op.get_attr("transpose_a") else a.shape[-2]])
+    outs = []
+    for i, tb in enumerate(op.get_attr("transpose_b")):
+        b = op.inputs[1 + 2 * i]
+        cols = None if b.shape.ndims is None else (b.shape[-2] if tb else b.shape[-1])
+        outs.append((a.dtype, TensorShape(None) if rows.ndims is None
+                     else rows.concatenate([cols])))
+    return outs
+
+
+def _matmul_chain_cost(shapes, op):
+    """The layers' multiply-adds (the offload threshold's, as ``MatMul``'s)."""
+    a = shapes[0]
+    if len(a) != 2:
+        return sum(_prod(s) for s in shapes)
+    rows = a[1] if op.attrs["transpose_a"] else a[0]
+    return sum(rows * _prod(b) for b in shapes[1::2])
+
+
+register_op("_FusedMatMulChain", infer=_infer_matmul_chain, cost=_matmul_chain_cost,
+            differentiable=False)
+
+
 # The mean squared error's chain in two nodes, made only by the fusion pass
 # (compile/fuse_squared_error.py), never by users: ``Mean(Square(Sub(a, b)))`` over every
 # axis, and its gradient ``BroadcastToLike(grad) * (diff * 2)``.
