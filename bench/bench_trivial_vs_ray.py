@@ -7,8 +7,12 @@ stays there for thousands of steps (bench/RESULTS.md). ``bench_vs_tf1.py``'s seq
 are one draw each, taken 20-40 s apart, so a round's ratio said which phase each side drew. Both
 cannot run at once either: Ray's compiled-graph actor spins a core while its graph is compiled.
 So here, in one series, the two are timed in turns: ``--chunks`` chunks (10) of ``--steps``
-timed steps (100), each after ``--warmup`` untimed ones (30), ours and Ray's alternating (ours
-first in even chunks, Ray's first in odd ones).
+timed steps (100), each after ``--warmup`` untimed ones (30), ours and Ray's in turn (ours,
+Ray's, ours, ...), so that every chunk of either side but our first follows one of the other's:
+both pay the same hand-over, and a side's odd and even chunks are an A/A. (An order that
+reversed the pair every chunk left half of each side's chunks after its own and half after the
+other's: our chunks after Ray's read up to 2.6x those after ours, Ray's after its own up to 2.3x
+those after ours, and the halves were no A/A.)
 
 Ray's side is a long-lived child in the Ray interpreter (``--ray-python``; this same file with
 ``--ray-child``) in a session of its own, driven over its stdin and stdout, one line per command
@@ -31,7 +35,7 @@ session is waited for (any left after 30 s killed by its PID: ``ray_left_killed`
 
 Figures (``interleaved``): ``trivial_il_ms`` and ``ray_trivial_il_ms`` (each the median over all
 its chunks' timed steps), ``trivial_over_ray_il`` (their ratio: issue 34's "within 1.5x of Ray");
-``il_aa_ours`` and ``il_aa_ray`` (an A/A: the median of a side's odd chunks over its even ones);
+``il_aa_ours`` and ``il_aa_ray`` (an A/A: a side's odd chunks' median over its even ones');
 ``ray_compile_ms`` and ``ray_teardown_ms`` (medians over the chunks, untimed);
 ``il_ours_busy_parks`` (the share of our chunks' waits that parked for want of a core);
 ``ray_frozen_processes``; ``ray_idle_compiled_cpu``, ``ray_idle_torn_down_cpu`` (the actor's
@@ -111,7 +115,7 @@ def summarize(ours, theirs, compile_s=(), teardown_s=()):
     def median_ms(chunks):
         return statistics.median([t for chunk in chunks for t in chunk]) * 1e3
 
-    def aa(chunks):  # odd chunks over even ones: how far two halves of one side differ
+    def aa(chunks):  # odd chunks over even ones: two halves of one side, the same conditions
         return median_ms(chunks[1::2]) / median_ms(chunks[0::2])
 
     out = {"trivial_il_ms": median_ms(ours), "ray_trivial_il_ms": median_ms(theirs)}
@@ -366,7 +370,7 @@ async def interleaved(step, child, chunks=CHUNKS, steps=STEPS, warmup=CHUNK_WARM
     ours, theirs, compile_s, teardown_s, frozen, busy = [], [], [], [], [], 0
     command = f"chunk {steps} {warmup}"
     for index in range(chunks):
-        for side in ("ours", "ray") if index % 2 == 0 else ("ray", "ours"):
+        for side in ("ours", "ray"):
             if side == "ours":
                 if freeze:
                     frozen.append(await trio.to_thread.run_sync(child.freeze))
