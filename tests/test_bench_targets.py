@@ -98,9 +98,14 @@ def test_the_interleaved_figures_pool_each_sides_chunks():
     assert out["il_aa_ours"] == pytest.approx(3.0) and out["il_aa_ray"] == pytest.approx(1.0)
     assert out["ray_compile_ms"] == pytest.approx(85.0)
     assert out["ray_teardown_ms"] == pytest.approx(6.0)
-    one = trivial_vs_ray.summarize([[1e-4]], [[2e-4]])
-    assert one == {"trivial_il_ms": pytest.approx(0.1), "ray_trivial_il_ms": pytest.approx(0.2),
-                   "trivial_over_ray_il": pytest.approx(0.5)}
+    assert out["best_chunk_ms"] == pytest.approx(0.1)
+    assert out["ray_best_chunk_ms"] == pytest.approx(0.2)
+    assert out["best_over_ray_best_il"] == pytest.approx(0.5)
+    one = trivial_vs_ray.summarize([[1e-4]], [[2e-4], [5e-5, 5e-5, 1e-3]])
+    assert one == {"trivial_il_ms": pytest.approx(0.1), "ray_trivial_il_ms": pytest.approx(0.125),
+                   "trivial_over_ray_il": pytest.approx(0.8), "best_chunk_ms": pytest.approx(0.1),
+                   "ray_best_chunk_ms": pytest.approx(0.05),
+                   "best_over_ray_best_il": pytest.approx(2.0)}
 
 
 # A child speaking the Ray child's protocol without Ray: it starts a process that outlives it
