@@ -49,6 +49,21 @@ with actors in their own processes on this machine, in each round after TF1's: `
 ``ray_chain_ms`` beside asyncflow's ``trivial_ms`` and ``chain_ms`` with their ratios.
 Without one, the Ray columns are skipped and the reason is printed.
 
+**Issue 34's "within 1.5x of Ray" is judged on ``trivial_over_ray_il``**, not on the sequential
+``trivial_over_ray`` (still printed): both frameworks' trivial step follows the host's phase (on
+the 2-core VM ours reads 0.05-0.06 ms or ~0.10-0.17 ms for hundreds of steps, with no other
+process runnable and no steal), Ray's is drawn per compiled graph (~0.05 or ~0.15 ms, kept for
+thousands of steps), and the sequential figures are one draw each taken 20-40 s apart, so a
+round's ratio read which phase each side drew (0.3x to 2.9x for the same trees: bench/RESULTS.md).
+Both cannot run at once either: Ray's compiled-graph actor spins a core while its graph is
+compiled. So at the end of each round's asyncflow side, on the same cluster,
+``bench_trivial_vs_ray.py`` times ours and Ray's in alternating chunks (10 of 100 steps, 30
+untimed before each; Ray's graph compiled at each of its chunks' start and torn down at its end,
+which stops its actor's spin; Ray's processes stopped during our chunks) and prints
+``trivial_il_ms``, ``ray_trivial_il_ms``, ``trivial_over_ray_il``, an A/A of each side's odd
+chunks over its even ones (``il_aa_ours``, ``il_aa_ray``) and its fairness checks (that module's
+docstring). Every process of that Ray child is gone before the round goes on.
+
 Ray's compiled graph waits by spinning: its shared-memory channel's reader (the actor waiting
 for its input, the driver in ``ray.get``) loops on ``sched_yield`` and a ``sem_trywait`` until
 the value is there (strace of the actor over 2,000 steps: 110,109 ``sched_yield`` calls, no
@@ -214,7 +229,7 @@ def _sizes(quick):
 # ----------------------------------------------------------------------------- asyncflow side
 
 
-def asyncflow_side(quick, worker_counts):
+def asyncflow_side(quick, worker_counts, ray_python=None):
     sys.path.insert(0, os.path.join(_HERE, ".."))
     sys.path.insert(0, os.path.join(_HERE, "..", "demos"))
     import trio
@@ -222,7 +237,7 @@ def asyncflow_side(quick, worker_counts):
     sizes = _sizes(quick)
     out = {}
     with local_cluster({"ps": 1, "worker": max(worker_counts)}) as spec:
-        trio.run(_asyncflow_measure, spec, sizes, worker_counts, out)
+        trio.run(_asyncflow_measure, spec, sizes, worker_counts, out, ray_python)
     return out
 
 
@@ -283,13 +298,14 @@ async def _pull_requests(cluster):
     return total
 
 
-async def _asyncflow_measure(spec, sizes, worker_counts, out):
+async def _asyncflow_measure(spec, sizes, worker_counts, out, ray_python=None):
     import trio
 
     import asyncflow as af
     repeats = sizes["repeats"]
     (graph, p, doubled, big, small, big_sum, small_sum,
      local_graph, local_big, local_sum) = _trivial_and_pull(af)
+    trivial = graph, p, doubled
     async with af.Session(graph=local_graph) as local:
         await local.run(local_big.initializer)
         local_reduce = await _timed(lambda: local.run(local_sum), sizes["big_rounds"],
@@ -355,6 +371,12 @@ async def _asyncflow_measure(spec, sizes, worker_counts, out):
                 for i in range(n):
                     nursery.start_soon(loop, i, start + sizes["scaling_s"])
             out[f"scaling_{n}w_steps_s"] = sum(counts) / (time.perf_counter() - start)
+    if ray_python:  # last: Ray's processes are up only for this series, and gone after it
+        from bench_trivial_vs_ray import trivial_interleaved
+        try:
+            out.update(await trivial_interleaved(af, cluster, ray_python, trivial))
+        except RuntimeError as exc:
+            print(f"interleaved series against Ray failed: {exc}")
     return out
 
 
@@ -612,8 +634,8 @@ def run_tf(tf_python, quick, worker_counts):
     return json.loads(lines[-1])
 
 
-LOWER_IS_BETTER = ("trivial_ms", "trivial_spin_ms", "trivial_first_ms", "chain_ms",
-                   "pull_step_ms", "mlp_ms",
+LOWER_IS_BETTER = ("trivial_ms", "trivial_spin_ms", "trivial_first_ms", "trivial_il_ms",
+                   "chain_ms", "pull_step_ms", "mlp_ms",
                    "mlp_b1_ms", "mlp_b64_ms", "mlp_b256_ms", "mlp_b256_over_b1")
 
 
@@ -657,7 +679,7 @@ def main():
     print(f"Ray side: {ray_python}" if ray_python else f"Ray side: skipped ({why_not})")
     rounds = []
     for run in range(args.runs):
-        ours = asyncflow_side(args.quick, worker_counts)
+        ours = asyncflow_side(args.quick, worker_counts, ray_python)
         ours["raw_socket_mib_s"] = raw_socket_mib_s(64 * MIB, 3 if args.quick else 7)
         ours["pull_vs_raw"] = ours["pull_mib_s"] / ours["raw_socket_mib_s"]
         theirs = run_tf(tf_python, args.quick, worker_counts) if tf_python else None
@@ -686,6 +708,8 @@ def main():
           "asyncflow / Ray (lower is better)")
     print("   trivial_spin_ms: ours with the same-host spin on (Ray's channel spins); "
           "trivial_spin_over_ray: its ratio to Ray's")
+    print("   *_il_*: ours and Ray's trivial step in alternating chunks of one series "
+          "(bench_trivial_vs_ray.py); trivial_over_ray_il is the target's figure")
     for key in rounds[0][0]:
         ours = [r[0][key] for r in rounds if key in r[0]]
         if not ours:
@@ -708,7 +732,9 @@ def main():
 
 
 # Issue 34's targets, each in every round: (figure, against, limit, "max" or "min" of the rounds).
-TARGETS = (("trivial_ms", "TF1", 0.5, "max"), ("trivial_over_ray", None, 1.5, "max"),
+# "Within 1.5x of Ray" is judged on the interleaved ratio (``trivial_over_ray_il``): see the
+# module's docstring; the sequential ``trivial_over_ray`` is printed beside it, not judged.
+TARGETS = (("trivial_ms", "TF1", 0.5, "max"), ("trivial_over_ray_il", None, 1.5, "max"),
            ("mlp_ms", "TF1", 0.7, "max"), ("pull_mib_s", "TF1", 3.0, "min"))
 
 
