@@ -51,11 +51,15 @@ import queue as queue_module
 import threading
 import weakref
 
+import numpy as np
+
+from asyncflow.exec import join_spin
 from asyncflow.kernels import sigint_hold
 
 whole = threading.local()  # ``active``: kernels run whole here (``run_alone``, a lane);
 #                             ``join``: who may still join a split here (``joinable``)
 _current = threading.local()  # ``queue``: the split whose chunk this thread computes
+_worker = threading.local()  # ``busy``: a split worker's (pool's busy list, its index)
 # A chunk waiting for another chunk (``IntraOpPool.wait``) looks this often whether the split
 # stopped (failed or interrupted): a stopped split's waits end within it.
 WAIT_SLICE_S = 0.05
@@ -92,6 +96,7 @@ def claim_blas():
             return
         _claimed = True
     _hold_blas_single_thread()
+    join_spin.start(hold_blas_loaded_since)  # (compiled on a thread of its own)
 
 
 def hold_blas_loaded_since():
@@ -169,6 +174,7 @@ class IntraOpPool:
         self._executor = None
         self._lane = None  # the thread that runs lane 1 of static schedules (``submit``)
         self._halts = set()  # ``submit``'s ``halt`` of each lane function not yet ended
+        self._lanes = np.zeros(1, np.int64)  # lane functions running (a split worker yields)
         self._lock = threading.Lock()
         self.splits = 0  # kernels split so far (statistics)
         _pools.add(self)
@@ -303,7 +309,7 @@ class IntraOpPool:
             if _exiting:
                 return None
             if self._lane is None:
-                self._lane = _Workers(1, f"{self._name}-lane")
+                self._lane = _Workers(1, f"{self._name}-lane", self._lanes, splits=False)
             lane = self._lane
         if halt is None:
             return lane.submit(fn)
@@ -316,7 +322,7 @@ class IntraOpPool:
         caller then computes every chunk)."""
         with self._lock:
             if self._executor is None and not _exiting:
-                self._executor = _Workers(max(1, self.threads - 1), self._name)
+                self._executor = _Workers(max(1, self.threads - 1), self._name, self._lanes)
             return self._executor
 
     def close(self, timeout=None):
@@ -340,6 +346,7 @@ class IntraOpPool:
         self._lock = threading.Lock()
         self._executor = self._lane = None
         self._halts = set()
+        self._lanes = np.zeros(1, np.int64)
 
     def __repr__(self):
         return f"<IntraOpPool threads={self.threads}>"
@@ -349,15 +356,19 @@ class _Workers:
     """The pool's split workers: threads that take hand-offs from one queue, in order.
 
     Not a ``ThreadPoolExecutor``: a split hands off a bound method (``_ChunkQueue.help``) with
-    one ``put``, and the caller waits for a worker's chunk on one lock, without a future, its
-    condition and its callbacks. Measured on this 2-core VM (bench/RESULTS.md): a split of two
+    one ``put`` (and a ring of ``bell``), and the caller waits for a worker's chunk on its done
+    word or one lock, without a future, its condition and its callbacks. Between hand-offs a
+    split worker spins on ``bell`` a while before it sleeps on the queue (``exec/join_spin.py``). Measured on this 2-core VM (bench/RESULTS.md): a split of two
     GEMMs of ~170 us each took ~75 us longer than half their time with the executor (the
     caller started its own chunk 23 us after the call, the worker 27 us after that, and the
     caller was back 47 us after the worker's chunk ended).
     """
 
-    def __init__(self, count, name):
+    def __init__(self, count, name, lanes, splits=True):
         self._queue = queue_module.SimpleQueue()
+        self.splits = splits  # the split workers (``all_busy`` reads their ``busy``)
+        self.lanes = lanes  # the pool's count of running lane functions (the lane's: counted)
+        self.bell = np.zeros(1, np.int64)  # rung at each hand-off: ends a worker's idle spin
         self.busy = [False] * count  # each worker's own entry: running a hand-off
         self._threads = [threading.Thread(target=self._loop, args=(index,),
                                           name=f"{name}_{index}", daemon=True)
@@ -366,18 +377,37 @@ class _Workers:
             thread.start()
 
     def _loop(self, index):
-        get, busy = self._queue.get, self.busy
-        while (item := get()) is not None:
+        get, busy, empty, bell = self._queue.get, self.busy, self._queue.empty, self.bell
+        lanes = self.lanes
+        if self.splits:
+            _worker.busy = (busy, index)
+        word = None  # the done word of the split just helped, its caller spinning on it
+        while True:
+            if self.splits:  # (the bell read first: a hand-off after it rings it again)
+                seen = int(bell[0])
+                if empty():
+                    join_spin.idle(word, bell, seen, lanes)
+                elif word is not None:
+                    join_spin.done(word)
+                word = None
+            if (item := get()) is None:
+                break
             busy[index] = True
+            if not self.splits:
+                lanes[0] += 1
             try:
                 item()
             finally:
                 busy[index] = False
+                if not self.splits:
+                    lanes[0] -= 1
+                word, _worker.word = getattr(_worker, "word", None), None
 
     def post(self, item, count):
         """Hand ``item()`` to ``count`` workers (or to whichever are free first)."""
         for _ in range(count):
             self._queue.put(item)
+        self.bell[0] += 1  # (after the puts: a worker the bell wakes finds them)
 
     def submit(self, fn, after=None):
         """``fn()`` on a worker; returns its ``concurrent.futures.Future`` (tests keep a
@@ -396,6 +426,7 @@ class _Workers:
                 if after is not None:
                     after()
         self._queue.put(run)
+        self.bell[0] += 1
         return future
 
     def shutdown(self, timeout=None):
@@ -403,6 +434,7 @@ class _Workers:
         for, up to that long a worker)."""
         for _ in self._threads:
             self._queue.put(None)
+        self.bell[0] += 1
         if timeout is not None:
             for thread in self._threads:
                 if thread is not threading.current_thread():
@@ -426,6 +458,7 @@ class _ChunkQueue:
         self._waiter = None   # the caller's lock, released by the last active worker
         self.error = None
         self.stopped = False  # failed or interrupted: no chunk starts now, waits end
+        self._word = None     # the done word the caller spins on (``finish``), if it does
 
     def _take(self):
         with self._lock:
@@ -452,21 +485,41 @@ class _ChunkQueue:
         finally:
             with self._lock:
                 self._active -= 1
-                waiter = self._waiter if self._active == 0 else None
+                last = self._active == 0
+                waiter = self._waiter if last else None
+                word = self._word if last else None
             if waiter is not None:
                 waiter.release()
+            elif word is not None:  # (the caller spins on it: stored once a split, at most)
+                busy = getattr(_worker, "busy", None)
+                if busy is None:  # (not a split worker: the lane thread joining lane 0's)
+                    join_spin.done(word)  # (the GIL released first: the caller finds it free)
+                else:  # (free before the word: ``all_busy`` after the split), stored by its
+                    busy[0][busy[1]] = False  # idle spin, the GIL released (``_loop``)
+                    _worker.word = word
 
     def finish(self):
         """Close the split: withdraw the chunks nobody took (returned, none runs them) and
-        wait for the chunks workers are computing."""
+        wait for the chunks workers are computing: first in a short spin on the split's done
+        word, the GIL released (``exec/join_spin.py``), then asleep on a lock."""
         with self._lock:
             self._closed = True
             self._fn = None  # (a hand-off still queued keeps no kernel's arrays alive)
             left, self._next = self._bounds[self._next:], len(self._bounds)
             if not self._active:
                 return left
-            waiter = self._waiter = threading.Lock()
-            waiter.acquire()
+            word = self._word = join_spin.word()
+            if word is None:
+                waiter = self._waiter = threading.Lock()
+                waiter.acquire()
+        if word is not None:
+            if join_spin.wait(word):
+                return left
+            with self._lock:  # (the spin's bound passed: the worker releases the lock)
+                if not self._active:
+                    return left
+                waiter = self._waiter = threading.Lock()
+                waiter.acquire()
         try:
             waiter.acquire()
         except BaseException as exc:  # a signal's (Ctrl-C): the chunks still write, wait

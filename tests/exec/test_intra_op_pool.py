@@ -137,7 +137,8 @@ def test_blas_is_held_from_threads_other_than_the_one_that_first_held_it():
     out = _in_a_fresh_process(_BLAS_THREADS + """
 import threading
 import numpy
-from asyncflow.exec import intra_op
+from asyncflow.exec import intra_op, join_spin
+join_spin.SPIN_US = 0  # (no compile thread loading scipy's OpenBLAS while this one counts)
 before = blas_threads()
 pool = intra_op.IntraOpPool(2)
 seen = {}

@@ -1,0 +1,165 @@
+"""A split's join in a short spin and a split worker's idle spin (``exec/join_spin.py``,
+``exec/intra_op.py``): the caller still waits for every chunk a worker computes, a spin whose
+bound passes falls back to the lock, an idle worker takes the next hand-off when the bell
+rings, and gives its core to a running lane."""
+from __future__ import annotations
+
+import os
+import platform
+import threading
+
+import numpy as np
+import pytest
+
+from asyncflow.exec import intra_op, join_spin
+
+pytestmark = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),
+                                reason="the spin's pause is x86-64's")
+
+
+@pytest.fixture
+def spin(monkeypatch):
+    pytest.importorskip("numba")
+    join_spin.start(intra_op.hold_blas_loaded_since)
+    if not join_spin.ready(120):
+        pytest.skip("the spin's loops did not compile here")
+    monkeypatch.setattr(join_spin, "SPIN_US", 500.0)
+    return join_spin
+
+
+def _split_with_a_late_worker(pool, release_after_waiting):
+    """A two-chunk split whose worker's chunk waits for ``release`` (set by the test once the
+    caller has waited 0.2 s); returns (the chunks done in order, whether the caller returned
+    before the release)."""
+    started, release = threading.Event(), threading.Event()
+    done = []
+
+    def work(start, stop):
+        if threading.current_thread().name.startswith("asyncflow-intra-op"):  # the worker
+            started.set()
+            assert release.wait(30)
+        else:  # the caller's chunk ends once the worker has taken the other
+            assert started.wait(30)
+        done.append(start)
+
+    def run():
+        pool.run(work, [(0, 1), (1, 2)])
+        done.append("returned")
+    caller = threading.Thread(target=run)
+    caller.start()
+    try:
+        assert started.wait(30)
+        caller.join(release_after_waiting)
+        early = not caller.is_alive() or "returned" in done
+    finally:
+        release.set()
+        caller.join(30)
+    return done, early
+
+
+def test_the_loops_wait_for_the_word_and_the_bell(spin):
+    store, wait, ticks, idle = join_spin._functions
+    word, bell, lanes = (np.zeros(1, np.int64) for _ in range(3))
+    assert not wait(word, int(100 * ticks))  # an unset word: the bound passes
+    store(word)
+    assert wait(word, int(100 * ticks))
+    other = np.zeros(1, np.int64)
+    assert not idle(other, bell, 0, lanes, int(100 * ticks), 0)  # no bell in 100 us
+    assert other[0] == 1  # (the word is stored first)
+    bell[0] = 1
+    assert idle(other, bell, 0, lanes, int(1e6 * ticks), 0)
+    lanes[0] = 1  # a lane runs: the idle spin ends at once, however long its bound
+    assert not idle(other, bell, 1, lanes, int(60e6 * ticks), 0)
+
+
+def test_a_spinning_caller_still_waits_for_the_worker_s_chunk(spin, monkeypatch):
+    monkeypatch.setattr(join_spin, "SPIN_US", 5e6)  # (the spin outlasts the test's wait)
+    pool = intra_op.IntraOpPool(2)
+    before = join_spin.statistics()
+    try:
+        done, early = _split_with_a_late_worker(pool, 0.2)
+    finally:
+        pool.close(30)
+    assert not early and sorted(done[:2]) == [0, 1] and done[2:] == ["returned"]
+    after = join_spin.statistics()
+    assert (after.caught - before.caught, after.timed_out - before.timed_out) == (1, 0)
+
+
+def test_a_spin_whose_bound_passes_sleeps_on_the_lock(spin, monkeypatch):
+    monkeypatch.setattr(join_spin, "SPIN_US", 1000.0)
+    pool = intra_op.IntraOpPool(2)
+    before = join_spin.statistics()
+    try:
+        done, early = _split_with_a_late_worker(pool, 0.2)
+    finally:
+        pool.close(30)
+    assert not early and sorted(done[:2]) == [0, 1] and done[2:] == ["returned"]
+    after = join_spin.statistics()
+    assert (after.caught - before.caught, after.timed_out - before.timed_out) == (0, 1)
+
+
+def test_without_the_spin_the_split_waits_on_its_lock(spin, monkeypatch):
+    monkeypatch.setattr(join_spin, "SPIN_US", 0.0)
+    pool = intra_op.IntraOpPool(2)
+    before = join_spin.statistics()
+    try:
+        done, early = _split_with_a_late_worker(pool, 0.2)
+    finally:
+        pool.close(30)
+    assert not early and sorted(done[:2]) == [0, 1] and done[2:] == ["returned"]
+    assert join_spin.statistics() == before
+
+
+@pytest.mark.parametrize("idle_us", [0.0, 500.0, 5e6])
+def test_splits_one_after_another_have_every_chunk_once(spin, monkeypatch, idle_us):
+    """With the worker asleep, spinning idle, or spinning for longer than the test: every
+    hand-off is taken (the bell or the queue), every chunk runs once, the workers' ``busy``
+    is clear between splits, and the pool closes (a spinning worker's bell)."""
+    monkeypatch.setattr(join_spin, "IDLE_US", idle_us)
+    pool = intra_op.IntraOpPool(2)
+    threads = set()
+    try:
+        for _ in range(50):
+            out = np.zeros(64)
+
+            def work(start, stop):
+                threads.add(threading.current_thread().name)
+                out[start:stop] += 1
+            pool.run(work, [(0, 32), (32, 64)])
+            assert (out == 1).all()
+        assert not pool.all_busy()
+    finally:
+        pool.close(30)
+    assert not any(thread.name.startswith("asyncflow-intra-op_") and thread.is_alive()
+                   for thread in threading.enumerate())
+
+
+def _cpu_seconds(thread):
+    with open(f"/proc/self/task/{thread.native_id}/schedstat") as stat:
+        return int(stat.read().split()[0]) / 1e9
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads a thread's CPU time")
+def test_a_running_lane_keeps_the_split_worker_from_spinning(spin, monkeypatch):
+    monkeypatch.setattr(join_spin, "IDLE_US", 60e6)  # (without the lane: a minute's spin)
+    pool = intra_op.IntraOpPool(2)
+    try:
+        pool.run(lambda start, stop: None, [(0, 1), (1, 2)])  # the worker starts
+        in_lane, leave = threading.Event(), threading.Event()
+        future = pool.submit(lambda: (in_lane.set(), leave.wait(30)))
+        assert in_lane.wait(30) and pool._lanes[0] == 1
+        worker = next(t for t in threading.enumerate() if t.name == "asyncflow-intra-op_0")
+        # The worker, spinning idle, saw the lane and sleeps on its queue: it takes no CPU
+        # (a spin would take all of the 0.3 s) ...
+        spent = _cpu_seconds(worker)
+        leave.wait(0.3)
+        assert _cpu_seconds(worker) - spent < 0.1
+        # ... and a split's hand-off still reaches it there (the put wakes it).
+        ran = []
+        pool.run(lambda start, stop: ran.append(threading.current_thread()), [(0, 1), (1, 2)])
+        assert len(ran) == 2
+        leave.set()
+        future.result(30)
+        assert pool._lanes[0] == 0 and worker.is_alive()
+    finally:
+        pool.close(30)
