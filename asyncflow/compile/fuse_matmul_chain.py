@@ -11,8 +11,9 @@ Theory of operation:
   are plain ``_FusedMatMul`` nodes on one CPU device (outside loops, no control inputs, not
   a target or a control input), of one floating dtype, and each layer's ``b`` is 2-D with a
   static ``k * n`` of at most ``ROW_MACS`` (a layer that wide splits alone at the batches
-  that train: the runs stay made of the products that do not, and a chain stays under the
-  offload threshold at those batches). ``b`` and the bias must not depend on the chain's
+  that train: the runs stay made of the products that do not; at batch 256 a chain of up
+  to three such layers stays under the offload threshold, 67 M multiply-adds, and a longer
+  one runs on a thread, as a large GEMM does). ``b`` and the bias must not depend on the chain's
   earlier layers (they are the chain's inputs, ready before it runs).
 - Every layer keeps its output: the chain's output ``i`` is layer ``i``'s, read by whatever
   read it (a backward pass reads each hidden layer's activation); the node takes the last

@@ -79,8 +79,9 @@ def split_bounds(ctx, a, layers):
     if (blas.mkl_matmul in gemms or not intra_op.split_keeps_bits(a.dtype) or pool.alone()
             or pool.all_busy()):
         return None
-    # rows a chunk, at least: every layer's chunk above the BLAS's small-matrix path
-    least = max(2, intra_op.BLAS_SMALL_MACS // min(per_row) + 1)
+    # rows a chunk, at least: every layer's chunk above the BLAS's small-matrix path (a layer
+    # of no multiply-adds, ``b`` with a zero side, counts one a row: no split, as ``for_gemm``)
+    least = max(2, intra_op.BLAS_SMALL_MACS // max(1, min(per_row)) + 1)
     parts = min(pool.threads, rows // least)
     if parts < 2:
         return None

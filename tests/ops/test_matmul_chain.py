@@ -179,6 +179,30 @@ def test_the_kernel_has_each_layers_bits(monkeypatch, threads):
     assert (split is not None) == (threads == 2 and kernel_intra_op.split_keeps_bits(a.dtype))
 
 
+@pytest.mark.parametrize("width", [0, 64])
+def test_a_layer_of_no_multiply_adds_runs_layer_by_layer(monkeypatch, width):
+    """A chain whose last layer has a zero side, ``b`` ``[64, 0]``, and whose other layers
+    together reach the split threshold: the layers one by one (the split's least rows a
+    chunk were divided by that layer's multiply-adds a row, zero: ZeroDivisionError), with
+    their own kernels' bits and shapes. Width 0: ``[0, 64]`` after a layer of no units (the
+    chain below the threshold)."""
+    monkeypatch.setattr(kernel_intra_op, "MIN_SPLIT_WORK", 1 << 18)  # each layer below it
+    a, w0, b0, w1, b1 = _operands()
+    w1 = w1.T[:, :width]  # [128, width], not transposed
+    w2 = np.ones((width, 0 if width else 64), np.float32)
+    b1, b2 = b1[:width], np.zeros(w2.shape[1], np.float32)
+    ctx = _ctx()
+    ctx.attrs = {"transpose_a": False, "transpose_b": (False,) * 3,
+                 "fused_ops": (("BiasAdd", "Sigmoid"), ("BiasAdd", "Relu"), ("BiasAdd",))}
+    outs = matmul_chain._matmul_chain(ctx, a, w0, b0, w1, b1, w2, b2)
+    first = math_kernels.fused_product(ctx, a, w0, b0, ("BiasAdd", "Sigmoid"))
+    second = math_kernels.fused_product(ctx, first, w1, b1, ("BiasAdd", "Relu"))
+    third = math_kernels.fused_product(ctx, second, w2, b2, ("BiasAdd",))
+    assert [(o.shape, o.tobytes()) for o in outs] == [
+        (r.shape, r.tobytes()) for r in (first, second, third)]
+    assert outs[2].shape == (256, w2.shape[1])
+
+
 @pytest.mark.parametrize("index, shape, message", [
     (4, (7,), r"layer 1: bias has shape \[7\], expected \[64\]"),
     (3, (64, 127), r"layer 1: Matrix size-incompatible: In\[0\]: \[256, 128\], "
