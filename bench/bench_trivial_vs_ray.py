@@ -18,10 +18,11 @@ those after ours, and the halves were no A/A.)
 Ray user runs it: compiled before the first chunk (untimed), every Ray chunk run on it, torn down
 after the last. Ray's mode is drawn per compile, and a graph compiled at each chunk's start and
 torn down at its end (``--ray-compile per-chunk``, the first form) drew its ~0.15 ms mode in most
-chunks: alternated in one run, 8 series, Ray's median 0.147-0.155 ms compiled per chunk (its fast
-chunks 20-30%) against 0.047-0.051 compiled once (80-100%; a kept graph that starts slow mostly
-turns fast after one of our chunks stopped it): compiling per chunk cost Ray ~3x
-(bench/RESULTS.md, r49ray).
+chunks: alternated in one run, 16 series, Ray's median 0.144-0.155 ms compiled per chunk (its
+fast chunks 20-40%) against 0.047-0.051 compiled once (80-100%; a kept graph's slow chunks are a
+few, just after its compile or one of our stops): compiling per chunk cost Ray ~3x. A fresh
+child's kept graph alone ran fast in 40 of 40 chunks, and in 37 of 40 stopped between them:
+the stops do not make its fast mode (bench/RESULTS.md, r49ray).
 
 Ray's side is a long-lived child in the Ray interpreter (``--ray-python``; this same file with
 ``--ray-child``) in a session of its own, driven over its stdin and stdout, one line per command
