@@ -54,9 +54,8 @@ Figures (``interleaved``): ``trivial_il_ms`` and ``ray_trivial_il_ms`` (each the
 its chunks' timed steps), ``trivial_over_ray_il`` (their ratio: issue 34's "within 1.5x of Ray");
 ``il_aa_ours`` and ``il_aa_ray`` (an A/A: a side's odd chunks' median over its even ones');
 ``best_chunk_ms``, ``ray_best_chunk_ms`` and ``best_over_ray_best_il`` (each side's fastest
-chunk median and their ratio: Ray draws its ~0.05 ms mode in a few compiles of a series, more
-often in a fresh cluster's first, so this is its fast mode against ours where the median is its
-usual one);
+chunk median and their ratio: each side's fast mode against the other's, where a series drew
+its slow one in most chunks, as Ray's compiled per chunk did);
 ``ray_fast_chunks`` (the share of Ray's chunks whose median is under 0.1 ms: its fast mode);
 ``ray_compile_ms`` and ``ray_teardown_ms`` (untimed: the one compile's, or medians over the
 chunks compiled per chunk);
