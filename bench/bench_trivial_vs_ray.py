@@ -14,33 +14,51 @@ reversed the pair every chunk left half of each side's chunks after its own and 
 other's: our chunks after Ray's read up to 2.6x those after ours, Ray's after its own up to 2.3x
 those after ours, and the halves were no A/A.)
 
+**Ray's graph is compiled once a series and kept** (``--ray-compile once``, the default), as a
+Ray user runs it: compiled before the first chunk (untimed), every Ray chunk run on it, torn down
+after the last. Ray's mode is drawn per compile, and a graph compiled at each chunk's start and
+torn down at its end (``--ray-compile per-chunk``, the first form) drew its ~0.15 ms mode in most
+chunks: alternated in one run, 16 series, Ray's median 0.144-0.155 ms compiled per chunk (its
+fast chunks 20-40%) against 0.047-0.051 compiled once (80-100%; a kept graph's slow chunks are a
+few, just after its compile or one of our stops): compiling per chunk cost Ray ~3x. A fresh
+child's kept graph alone ran fast in 40 of 40 chunks, and in 37 of 40 stopped between them:
+the stops do not make its fast mode (bench/RESULTS.md, r49ray).
+
 Ray's side is a long-lived child in the Ray interpreter (``--ray-python``; this same file with
 ``--ray-child``) in a session of its own, driven over its stdin and stdout, one line per command
-and one JSON object per reply: ``chunk STEPS WARMUP`` compiles the one-actor graph
-(``Doubler.double``, as ``bench_vs_tf1``'s ``ray_trivial_ms``), runs the untimed and timed
-executions and tears the graph down, which stops its actor's spin (``{"times": [s, ...],
-"compile_s", "teardown_s"}``); ``idle SECONDS`` compiles, runs 100 executions and reads the
-actor's CPU over SECONDS idle with the graph compiled, then again after its teardown, and all the
-child's processes' CPU over the second window (``{"compiled_cpu_s", "torn_down_cpu_s",
-"tree_cpu_s"}``); ``quit`` ends it. A bad line is answered ``{"error": ...}``.
+and one JSON object per reply: ``compile`` compiles the one-actor graph (``Doubler.double``, as
+``bench_vs_tf1``'s ``ray_trivial_ms``) and keeps it (``{"compile_s"}``); ``run STEPS WARMUP``
+runs the untimed and timed executions on it (``{"times": [s, ...]}``); ``teardown`` tears it
+down, which stops its actor's spin (``{"teardown_s"}``); ``chunk STEPS WARMUP`` does all three
+for one chunk (``{"times", "compile_s", "teardown_s"}``: the per-chunk form); ``idle SECONDS``
+compiles, runs 100 executions and reads the actor's CPU over SECONDS idle with the graph
+compiled, then again after its teardown, and all the child's processes' CPU over the second
+window (``{"compiled_cpu_s", "torn_down_cpu_s", "tree_cpu_s"}``); ``quit`` ends it. A bad line,
+or one out of turn (``run`` with no graph kept, ``compile``, ``chunk`` or ``idle`` with one), is
+answered ``{"error": ...}``.
 
 **During our chunks every process of the Ray child's session is stopped** (SIGSTOP, and SIGCONT
-after): with the graph torn down, Ray's driver and raylet still wake (4-10% of a core idle, more
-just after a teardown), and with them runnable our client's spin saw a third runnable thread and
-parked (the same-host rule: 67-74% of our waits parked for want of a core, our chunks 0.17 ms
-against 0.06-0.08 stopped). While Ray's chunks run our processes wait parked (no spin, no timer).
+after), the kept graph's spinning actor and driver included: they resume where they were, and
+every execution's value is checked (``Doubler.double(1.0) == 2.0``). Torn down, Ray's driver and
+raylet still wake (4-10% of a core idle, more just after a teardown), and with them runnable
+our client's spin saw a third runnable thread and parked (the same-host rule: 67-74% of our
+waits parked for want of a core, our chunks 0.17 ms against 0.06-0.08 stopped); compiled, the
+actor spins a whole core. While Ray's chunks run our processes wait parked (no spin, no timer).
 Our cluster stays up for the whole series; each exchange with the child runs off trio's loop
-(``trio.to_thread.run_sync``) under a deadline, and after the series every process of its
-session is waited for (any left after 30 s killed by its PID: ``ray_left_killed``).
+(``trio.to_thread.run_sync``) under a deadline, and after the series, or on its failure or
+cancellation, every process of its session is waited for (any left after 30 s killed by its
+PID: ``ray_left_killed``); a SIGTERM during the series continues Ray's stopped processes before
+this process ends (a stopped process never reads the end of its stdin).
 
 Figures (``interleaved``): ``trivial_il_ms`` and ``ray_trivial_il_ms`` (each the median over all
 its chunks' timed steps), ``trivial_over_ray_il`` (their ratio: issue 34's "within 1.5x of Ray");
 ``il_aa_ours`` and ``il_aa_ray`` (an A/A: a side's odd chunks' median over its even ones');
 ``best_chunk_ms``, ``ray_best_chunk_ms`` and ``best_over_ray_best_il`` (each side's fastest
-chunk median and their ratio: Ray draws its ~0.05 ms mode in a few compiles of a series, more
-often in a fresh cluster's first, so this is its fast mode against ours where the median is its
-usual one);
-``ray_compile_ms`` and ``ray_teardown_ms`` (medians over the chunks, untimed);
+chunk median and their ratio: each side's fast mode against the other's, where a series drew
+its slow one in most chunks, as Ray's compiled per chunk did);
+``ray_fast_chunks`` (the share of Ray's chunks whose median is under 0.1 ms: its fast mode);
+``ray_compile_ms`` and ``ray_teardown_ms`` (untimed: the one compile's, or medians over the
+chunks compiled per chunk);
 ``il_ours_busy_parks`` (the share of our chunks' waits that parked for want of a core);
 ``ray_frozen_processes``; ``ray_idle_compiled_cpu``, ``ray_idle_torn_down_cpu`` (the actor's
 share of a core idle, graph compiled and torn down) and ``ray_idle_tree_cpu`` (all of the
@@ -48,12 +66,14 @@ child's processes, torn down).
 
 Run alone (a local one-ps, one-worker cluster, ``--rounds`` interleaved series in it, each
 chunk's median printed): ``.venv/bin/python bench/bench_trivial_vs_ray.py --ray-python <Ray>
-[--rounds 3] [--chunks 10] [--steps 100] [--warmup 30] [--freeze yes|no|alternate]``.
+[--rounds 3] [--chunks 10] [--steps 100] [--warmup 30] [--freeze yes|no|alternate]
+[--ray-compile once|per-chunk|alternate]``.
 ``bench_vs_tf1.py`` runs one series per round at the end of its asyncflow side, on its cluster.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import select
@@ -62,10 +82,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 CHUNKS, STEPS, CHUNK_WARMUP = 10, 100, 30
+FAST_S = 1e-4  # a Ray chunk whose median is under this drew Ray's fast mode (~0.05 ms, else ~0.15)
 REPLY_DEADLINE_S = 120.0  # one reply of the child (its start: ray.init and an actor)
 
 
@@ -75,13 +97,13 @@ REPLY_DEADLINE_S = 120.0  # one reply of the child (its start: ray.init and an a
 def parse_command(line):
     """``(name, args)`` of one command line to the Ray child; ValueError naming the line."""
     words = line.split()
-    if words == ["quit"]:
-        return "quit", ()
+    if words in (["quit"], ["compile"], ["teardown"]):
+        return words[0], ()
     try:
-        if len(words) == 3 and words[0] == "chunk":
+        if len(words) == 3 and words[0] in ("chunk", "run"):
             steps, warmup = int(words[1]), int(words[2])
             if steps > 0 and warmup >= 0:
-                return "chunk", (steps, warmup)
+                return words[0], (steps, warmup)
         if len(words) == 2 and words[0] == "idle":
             seconds = float(words[1])
             if 0 < seconds <= 10:
@@ -89,8 +111,8 @@ def parse_command(line):
     except ValueError:
         pass
     raise ValueError(f"Ray child: bad command {line.strip()!r} (expected 'chunk STEPS WARMUP' "
-                     "with STEPS > 0 and WARMUP >= 0, 'idle SECONDS' with 0 < SECONDS <= 10, "
-                     "or 'quit')")
+                     "or 'run STEPS WARMUP' with STEPS > 0 and WARMUP >= 0, 'idle SECONDS' "
+                     "with 0 < SECONDS <= 10, 'compile', 'teardown' or 'quit')")
 
 
 def parse_reply(line, command):
@@ -107,9 +129,14 @@ def parse_reply(line, command):
                            f"{line.strip()[:200]!r}")
     if "error" in reply:
         raise RuntimeError(f"Ray child: {command!r} failed: {reply['error']}")
-    if command.startswith("chunk") and not (isinstance(reply.get("times"), list)
-                                            and reply["times"]):
+    name = command.split()[0] if command.split() else ""
+    if name in ("chunk", "run") and not (isinstance(reply.get("times"), list)
+                                         and reply["times"]):
         raise RuntimeError(f"Ray child: reply to {command!r} has no step times: "
+                           f"{line.strip()[:200]!r}")
+    key = {"compile": "compile_s", "teardown": "teardown_s"}.get(name)
+    if key and not isinstance(reply.get(key), (int, float)):
+        raise RuntimeError(f"Ray child: reply to {command!r} has no {key!r}: "
                            f"{line.strip()[:200]!r}")
     return reply
 
@@ -212,17 +239,39 @@ def ray_child(stdin, stdout):
             return times
 
         reply({"ready": True, "actor_pid": actor_pid})
+        kept = None  # the graph of "compile", kept compiled until "teardown"
         for line in stdin:
             try:
                 name, args = parse_command(line)
+                if name in ("compile", "chunk", "idle") and kept is not None:
+                    raise ValueError(f"Ray child: {line.strip()!r} with the graph of 'compile' "
+                                     "still compiled (send 'teardown' first)")
+                if name in ("run", "teardown") and kept is None:
+                    raise ValueError(f"Ray child: {line.strip()!r} with no graph compiled "
+                                     "(send 'compile' first)")
             except ValueError as exc:
                 reply({"error": str(exc)})
                 continue
             if name == "quit":
                 break
+            if name == "run":
+                steps, warmup = args
+                run(kept, warmup)
+                reply({"times": run(kept, steps)})
+                continue
+            if name == "teardown":
+                start = time.perf_counter()
+                kept, compiled = None, kept
+                compiled.teardown()
+                reply({"teardown_s": time.perf_counter() - start})
+                continue
             start = time.perf_counter()
             compiled = compiled_graph()
             compile_s = time.perf_counter() - start
+            if name == "compile":
+                kept = compiled
+                reply({"compile_s": compile_s})
+                continue
             try:
                 if name == "chunk":
                     steps, warmup = args
@@ -267,6 +316,7 @@ class ChildSession:
     def __init__(self, argv, deadline_s=REPLY_DEADLINE_S):
         self._stderr = tempfile.TemporaryFile(mode="w+")
         self._frozen = []
+        self._ending = False  # set by ``thaw_on_sigterm``'s handler: no further SIGSTOP
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self._stderr, text=True, start_new_session=True)
         try:
@@ -311,6 +361,8 @@ class ChildSession:
         stopped, so that none of Ray's threads runs, or counts as runnable, during our chunk."""
         self._frozen = _session_pids(self.proc.pid)
         for pid in self._frozen:
+            if self._ending:
+                break
             with _gone():
                 os.kill(pid, signal.SIGSTOP)
         end = time.monotonic() + deadline_s
@@ -330,6 +382,14 @@ class ChildSession:
             with _gone():
                 os.kill(pid, signal.SIGCONT)
         self._frozen = []
+
+    def thaw_all(self):
+        """Continues (SIGCONT) every process of the child's session and stops any further
+        ``freeze``: for a process about to end without its ``close``."""
+        self._ending = True
+        for pid in set(self._frozen) | set(_session_pids(self.proc.pid)):
+            with _gone():
+                os.kill(pid, signal.SIGCONT)
 
     def close(self, deadline_s=30.0):
         """Ends the child and waits until every process of its session is gone (killing, by
@@ -357,6 +417,31 @@ class ChildSession:
         return len(left)
 
 
+@contextlib.contextmanager
+def thaw_on_sigterm(child):
+    """While in it, a SIGTERM (``timeout``'s) first continues every process of ``child``'s
+    session, then goes on to the handler before it (by default: this process ends, no
+    ``finally`` run). A stopped process never reads the end of its stdin, so without this Ray's
+    processes stopped during one of our chunks stayed stopped for good. Outside the main thread
+    (where no handler can be set) it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    previous = signal.SIG_DFL if previous is None else previous
+
+    def on_sigterm(signum, frame):
+        child.thaw_all()
+        signal.signal(signal.SIGTERM, previous)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 class _gone:
     def __enter__(self):
         return self
@@ -366,7 +451,7 @@ class _gone:
 
 
 async def interleaved(step, child, chunks=CHUNKS, steps=STEPS, warmup=CHUNK_WARMUP,
-                      detail=None, freeze=True):
+                      detail=None, freeze=True, compile_once=True):
     """Ours (``await step()``) and Ray's (``child``) trivial step in alternating chunks; the
     figures of ``summarize`` plus the idle check (``ray_idle_*``: the actor's CPU share idle
     with the graph compiled and after its teardown)."""
@@ -376,7 +461,9 @@ async def interleaved(step, child, chunks=CHUNKS, steps=STEPS, warmup=CHUNK_WARM
     except ImportError:
         counts = {}
     ours, theirs, compile_s, teardown_s, frozen, busy = [], [], [], [], [], 0
-    command = f"chunk {steps} {warmup}"
+    command = f"{'run' if compile_once else 'chunk'} {steps} {warmup}"
+    if compile_once:
+        compile_s.append((await trio.to_thread.run_sync(child.ask, "compile"))["compile_s"])
     for index in range(chunks):
         for side in ("ours", "ray"):
             if side == "ours":
@@ -398,9 +485,13 @@ async def interleaved(step, child, chunks=CHUNKS, steps=STEPS, warmup=CHUNK_WARM
             else:
                 reply = await trio.to_thread.run_sync(child.ask, command)
                 theirs.append(reply["times"])
-                compile_s.append(reply["compile_s"])
-                teardown_s.append(reply["teardown_s"])
+                if not compile_once:
+                    compile_s.append(reply["compile_s"])
+                    teardown_s.append(reply["teardown_s"])
+    if compile_once:
+        teardown_s.append((await trio.to_thread.run_sync(child.ask, "teardown"))["teardown_s"])
     out = summarize(ours, theirs, compile_s, teardown_s)
+    out["ray_fast_chunks"] = sum(statistics.median(c) < FAST_S for c in theirs) / len(theirs)
     if detail is not None:  # each chunk's median (us), in order
         for name, chunked in (("ours", ours), ("ray", theirs)):
             detail[name] = [round(statistics.median(c) * 1e6) for c in chunked]
@@ -415,7 +506,8 @@ async def interleaved(step, child, chunks=CHUNKS, steps=STEPS, warmup=CHUNK_WARM
 
 
 async def trivial_interleaved(af, cluster, ray_python, trivial=None, chunks=CHUNKS,
-                              steps=STEPS, warmup=CHUNK_WARMUP, detail=None, freeze=True):
+                              steps=STEPS, warmup=CHUNK_WARMUP, detail=None, freeze=True,
+                              compile_once=True):
     """One interleaved series on ``cluster`` against a fresh Ray child, ended and waited for
     (every process of its session gone) before returning. ``trivial``: ``(graph, p, doubled)``
     of ``bench_vs_tf1``'s trivial workload (built here when None), run in a session of its own."""
@@ -426,12 +518,14 @@ async def trivial_interleaved(af, cluster, ray_python, trivial=None, chunks=CHUN
     graph, p, doubled = trivial
     child = await trio.to_thread.run_sync(start_ray_child, ray_python)
     try:
-        async with af.Session(graph=graph, cluster=cluster) as sess:
-            await sess.run(doubled, {p: 1.0})
-            out = await interleaved(lambda: sess.run(doubled, {p: 1.0}), child, chunks, steps,
-                                    warmup, detail, freeze)
+        with thaw_on_sigterm(child):
+            async with af.Session(graph=graph, cluster=cluster) as sess:
+                await sess.run(doubled, {p: 1.0})
+                out = await interleaved(lambda: sess.run(doubled, {p: 1.0}), child, chunks,
+                                        steps, warmup, detail, freeze, compile_once)
     finally:
-        killed = await trio.to_thread.run_sync(child.close)
+        with trio.CancelScope(shield=True):  # cancelled, Ray's processes are still ended
+            killed = await trio.to_thread.run_sync(child.close)
     out["ray_left_killed"] = killed
     return out
 
@@ -446,6 +540,9 @@ def main():
     parser.add_argument("--warmup", type=int, default=CHUNK_WARMUP)
     parser.add_argument("--freeze", choices=("yes", "no", "alternate"), default="yes",
                         help="stop Ray's processes during our chunks (alternate: even rounds)")
+    parser.add_argument("--ray-compile", choices=("once", "per-chunk", "alternate"),
+                        default="once", help="Ray's graph compiled once a series and kept, or "
+                        "at each of its chunks (alternate: once in even rounds)")
     parser.add_argument("--ray-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.ray_child:
@@ -464,9 +561,12 @@ def main():
         for index in range(args.rounds):
             detail = {}
             freeze = args.freeze == "yes" or (args.freeze == "alternate" and index % 2 == 0)
+            once = args.ray_compile == "once" or (args.ray_compile == "alternate"
+                                                  and index % 2 == 0)
             out = await trivial_interleaved(af, spec, args.ray_python, None, args.chunks,
-                                            args.steps, args.warmup, detail, freeze)
-            print(f"-- round {index + 1}/{args.rounds} (freeze {freeze}): " + ", ".join(
+                                            args.steps, args.warmup, detail, freeze, once)
+            print(f"-- round {index + 1}/{args.rounds} (freeze {freeze}, Ray compiled "
+                  f"{'once' if once else 'per chunk'}): " + ", ".join(
                 f"{key} {value:.4g}" for key, value in out.items()), flush=True)
             print(f"   chunk medians (us): ours {detail['ours']}, Ray's {detail['ray']}",
                   flush=True)

@@ -58,8 +58,9 @@ round's ratio read which phase each side drew (0.3x to 2.9x for the same trees: 
 Both cannot run at once either: Ray's compiled-graph actor spins a core while its graph is
 compiled. So at the end of each round's asyncflow side, on the same cluster,
 ``bench_trivial_vs_ray.py`` times ours and Ray's in alternating chunks (10 of 100 steps, 30
-untimed before each; Ray's graph compiled at each of its chunks' start and torn down at its end,
-which stops its actor's spin; Ray's processes stopped during our chunks) and prints
+untimed before each; Ray's graph compiled once before the series and kept, as a Ray user runs
+it, and torn down after it, which stops its actor's spin; Ray's processes, its spinning actor
+included, stopped during our chunks) and prints
 ``trivial_il_ms``, ``ray_trivial_il_ms``, ``trivial_over_ray_il``, an A/A of each side's odd
 chunks over its even ones (``il_aa_ours``, ``il_aa_ray``) and its fairness checks (that module's
 docstring). Every process of that Ray child is gone before the round goes on.

@@ -1,6 +1,10 @@
 """bench_vs_tf1's verdict over issue 34's four targets: the worst round decides, unrounded;
 the Ray target on the interleaved ratio (bench_trivial_vs_ray), its chunk protocol and figures."""
+import contextlib
+import json
 import os
+import signal
+import subprocess
 import sys
 import time
 
@@ -164,3 +168,155 @@ def test_a_child_that_ends_or_hangs_is_reported_with_its_stderr():
     finally:
         child.close(deadline_s=0.5)
     assert trivial_vs_ray._session_pids(child.proc.pid) == []
+
+
+def test_the_kept_graph_commands_parse_and_replies_need_their_figure():
+    parse = trivial_vs_ray.parse_command
+    assert parse("compile\n") == ("compile", ())
+    assert parse("run 100 30\n") == ("run", (100, 30))
+    assert parse("teardown") == ("teardown", ())
+    for line in ("run", "run 0 30", "run 100 -1", "compile now", "teardown 1"):
+        with pytest.raises(ValueError, match="Ray child: bad command"):
+            parse(line)
+    reply = trivial_vs_ray.parse_reply
+    assert reply('{"compile_s": 0.07}', "compile") == {"compile_s": 0.07}
+    assert reply('{"times": [5e-5]}', "run 1 0") == {"times": [5e-5]}
+    for line, command, says in (('{"times": []}', "run 1 0", "has no step times"),
+                                ('{"ready": true}', "compile", "has no 'compile_s'"),
+                                ('{"compile_s": "x"}', "compile", "has no 'compile_s'"),
+                                ('{}', "teardown", "has no 'teardown_s'")):
+        with pytest.raises(RuntimeError, match=says):
+            reply(line, command)
+
+
+# Answers every command of the protocol with the figures its reply needs; its second process
+# (a stand-in for Ray's raylet and actor) lives in its session until the child ends it.
+_PROTOCOL_CHILD = r"""
+import json, subprocess, sys
+helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+print(json.dumps({"ready": True}), flush=True)
+for line in sys.stdin:
+    name = line.split()[0]
+    if name == "quit":
+        helper.kill()
+        helper.wait()
+        break
+    print(json.dumps({"compile": {"compile_s": 0.07}, "teardown": {"teardown_s": 0.004},
+                      "idle": {"compiled_cpu_s": 0.5, "torn_down_cpu_s": 0.0,
+                               "tree_cpu_s": 0.01}}.get(
+        name, {"times": [5e-5], "compile_s": 0.07, "teardown_s": 0.004})), flush=True)
+"""
+
+
+class _Recording:
+    """A ChildSession whose commands are kept in order."""
+
+    def __init__(self, child):
+        self.child, self.commands = child, []
+
+    def ask(self, command, deadline_s=trivial_vs_ray.REPLY_DEADLINE_S):
+        self.commands.append(command)
+        return self.child.ask(command, deadline_s)
+
+    def __getattr__(self, name):
+        return getattr(self.child, name)
+
+
+@pytest.mark.parametrize("compile_once", [True, False])
+def test_the_series_compiles_once_or_per_chunk_and_stops_ray_during_ours(compile_once):
+    import trio
+    child = trivial_vs_ray.ChildSession([sys.executable, "-c", _PROTOCOL_CHILD])
+    recording, states = _Recording(child), []
+
+    async def step():  # ours: every process of the child's session is stopped meanwhile
+        states.append({trivial_vs_ray._state(pid)
+                       for pid in trivial_vs_ray._session_pids(child.proc.pid)})
+
+    try:
+        out = trio.run(trivial_vs_ray.interleaved, step, recording, 3, 2, 1, None, True,
+                       compile_once)
+    finally:
+        assert child.close() == 0
+    run = "run 2 1" if compile_once else "chunk 2 1"
+    assert recording.commands == (["compile"] if compile_once else []) + [run] * 3 + (
+        ["teardown"] if compile_once else []) + ["idle 0.5"]
+    assert len(states) == 3 * (2 + 1) and all(s and s <= {"T", "t"} for s in states)
+    assert out["ray_trivial_il_ms"] == pytest.approx(0.05) and out["ray_fast_chunks"] == 1.0
+    assert out["ray_compile_ms"] == pytest.approx(70.0)
+    assert out["ray_teardown_ms"] == pytest.approx(4.0)
+    assert out["ray_frozen_processes"] == 2
+
+
+class _CancellingAf:
+    """Stands in for asyncflow: its session's third step cancels the series' caller."""
+
+    def __init__(self, scope):
+        self.scope, self.steps = scope, 0
+
+    @contextlib.asynccontextmanager
+    async def Session(self, graph, cluster):  # noqa: N802 (asyncflow's name)
+        yield self
+
+    async def run(self, fetch, feed):
+        import trio
+        self.steps += 1
+        if self.steps == 3:
+            self.scope.cancel()
+        await trio.lowlevel.checkpoint()
+
+
+def test_a_cancelled_series_still_ends_every_process_of_the_ray_childs_session(monkeypatch):
+    import trio
+    started = []
+
+    def start(ray_python):
+        started.append(trivial_vs_ray.ChildSession([sys.executable, "-c", _PROTOCOL_CHILD]))
+        return started[-1]
+
+    monkeypatch.setattr(trivial_vs_ray, "start_ray_child", start)
+
+    async def series():
+        with trio.CancelScope() as scope:
+            await trivial_vs_ray.trivial_interleaved(_CancellingAf(scope), None, "unused",
+                                                     (None, "p", "doubled"), 2, 2, 1)
+        return scope.cancelled_caught
+
+    try:
+        assert trio.run(series)
+        assert trivial_vs_ray._session_pids(started[0].proc.pid) == []
+    finally:
+        for pid in trivial_vs_ray._session_pids(started[0].proc.pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+_TERMINATED = r"""
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+import bench_trivial_vs_ray as t
+child = t.ChildSession([sys.executable, "-c", sys.argv[2]])
+with t.thaw_on_sigterm(child):
+    child.freeze()
+    print(json.dumps(t._session_pids(child.proc.pid)), flush=True)
+    time.sleep(60)
+"""
+
+
+def test_a_sigterm_during_our_chunk_leaves_no_ray_process_stopped():
+    bench = os.path.dirname(trivial_vs_ray.__file__)
+    proc = subprocess.Popen([sys.executable, "-c", _TERMINATED, bench, _CHILD],
+                            stdout=subprocess.PIPE, text=True)
+    pids = []
+    try:
+        pids = json.loads(proc.stdout.readline())
+        assert len(pids) == 2 and {trivial_vs_ray._state(pid) for pid in pids} <= {"T", "t"}
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == -signal.SIGTERM  # it still ends as a SIGTERM ends it
+        _wait_for(lambda: not {trivial_vs_ray._state(pid) for pid in pids} & {"T", "t"},
+                  "a Ray process stayed stopped after our SIGTERM")
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
